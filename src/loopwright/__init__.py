@@ -1,0 +1,78 @@
+"""loopwright: a runtime for governed AI agent loops.
+
+An actor proposes local repairs to named parts of artifacts; visible and held-out verifiers
+judge them; an explicit stop contract decides when the work is done, stalled, too expensive,
+too risky, or needs a person; every cycle is checkpointed durably.
+"""
+
+from __future__ import annotations
+
+from ._contract import (
+    RUN_STATUSES,
+    STOP_REASONS,
+    Budget,
+    Contract,
+    Escalation,
+    NoProgress,
+    RiskRule,
+    StopReason,
+    Success,
+)
+from ._engine import RunResult, Runtime
+from ._errors import (
+    ApprovalError,
+    ConfigError,
+    ConflictError,
+    LoopwrightError,
+    RunNotFoundError,
+    SpecError,
+    StaleLeaseError,
+    StoreCorruptError,
+    StoreError,
+)
+from ._loop import Check, Loop
+from ._proposal import Context, Edit, Proposal, Remaining, Verdict
+from ._spec import load_spec
+from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
+from ._usage import Usage
+
+__all__ = [
+    "RUN_STATUSES",
+    "STOP_REASONS",
+    "ApprovalError",
+    "Artifact",
+    "Budget",
+    "Check",
+    "ConfigError",
+    "ConflictError",
+    "Context",
+    "Contract",
+    "Edit",
+    "Escalation",
+    "Finding",
+    "Loop",
+    "LoopwrightError",
+    "NoProgress",
+    "Part",
+    "PlanStep",
+    "Proposal",
+    "Remaining",
+    "RiskRule",
+    "RunNotFoundError",
+    "RunResult",
+    "Runtime",
+    "SpecError",
+    "StaleLeaseError",
+    "StopReason",
+    "StoreCorruptError",
+    "StoreError",
+    "Success",
+    "TaskState",
+    "Usage",
+    "Verdict",
+    "Version",
+    "__version__",
+    "load_spec",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,300 @@
+"""The stop contract: declared before a run starts, snapshotted into it.
+
+Every run ends with exactly one stop reason from a closed vocabulary (``STOP_REASONS``). The
+contract's parts are small frozen value objects; ``Contract.from_dict`` builds them from the
+``[contract]`` table of a loop spec and names the field at fault when something is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, cast
+
+from ._errors import ConfigError
+
+__all__ = [
+    "RUN_STATUSES",
+    "STOP_REASONS",
+    "TERMINAL_STATUSES",
+    "Budget",
+    "Contract",
+    "Escalation",
+    "NoProgress",
+    "RiskRule",
+    "StopReason",
+    "Success",
+    "status_for",
+]
+
+StopReason = Literal[
+    "success",
+    "no_progress",
+    "budget_cycles",
+    "budget_cost",
+    "budget_tokens",
+    "budget_time",
+    "marginal_return",
+    "escalated",
+    "cancelled",
+    "error",
+]
+STOP_REASONS: tuple[str, ...] = (
+    "success",
+    "no_progress",
+    "budget_cycles",
+    "budget_cost",
+    "budget_tokens",
+    "budget_time",
+    "marginal_return",
+    "escalated",
+    "cancelled",
+    "error",
+)
+RUN_STATUSES: tuple[str, ...] = (
+    "pending",
+    "running",
+    "awaiting_approval",
+    "accepted",
+    "stopped",
+    "escalated",
+    "cancelled",
+    "failed",
+)
+TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
+
+_STATUS_OF = {
+    "success": "accepted",
+    "escalated": "escalated",
+    "cancelled": "cancelled",
+    "error": "failed",
+}
+
+
+def status_for(reason: str) -> str:
+    """The run status a stop reason ends in (DESIGN §2)."""
+    return _STATUS_OF.get(reason, "stopped")
+
+
+def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = True) -> None:
+    if value is None:
+        if not allow_none:
+            raise ConfigError("is required", field=name)
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"must be a number, got {value!r}", field=name)
+    if integer and not isinstance(value, int):
+        raise ConfigError(f"must be a whole number, got {value!r}", field=name)
+    if math.isnan(value) or value < 0:
+        raise ConfigError(f"must not be negative, got {value!r}", field=name)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Success:
+    """When the work is done.
+
+    Attributes:
+        min_score: the aggregate visible score needed, in [0, 1] (the seed's "confidence ≥ 98%").
+        required: names of visible verifiers that must pass; ``None`` means all visible ones.
+        accept_parts: ``"when_clean"`` accepts (and protects) each part as soon as every visible
+            verifier checked it without a finding; ``"on_success"`` accepts all parts only when
+            the whole run succeeds.
+    """
+
+    min_score: float = 1.0
+    required: tuple[str, ...] | None = None
+    accept_parts: Literal["when_clean", "on_success"] = "when_clean"
+
+    def __post_init__(self) -> None:
+        _num(self.min_score, "contract.success.min_score", allow_none=False)
+        if not 0.0 <= self.min_score <= 1.0:
+            raise ConfigError(
+                f"must be within [0, 1], got {self.min_score!r}", field="contract.success.min_score"
+            )
+        if self.accept_parts not in ("when_clean", "on_success"):
+            raise ConfigError(
+                "must be 'when_clean' or 'on_success'", field="contract.success.accept_parts"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoProgress:
+    """A plateau exit: stop when the best visible score has not risen by ``min_delta`` (and no
+    failing required check started passing) for ``cycles`` consecutive cycles. A proposal
+    identical to an earlier rejected one, or one refused for touching accepted work, is a cycle
+    without progress."""
+
+    cycles: int = 2
+    min_delta: float = 0.01
+
+    def __post_init__(self) -> None:
+        _num(self.cycles, "contract.no_progress.cycles", integer=True, allow_none=False)
+        _num(self.min_delta, "contract.no_progress.min_delta", allow_none=False)
+        if self.cycles < 1:
+            raise ConfigError("must be at least 1", field="contract.no_progress.cycles")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """Spend limits; ``None`` is unlimited. The engine never starts a cycle it can already tell
+    would cross one: the next cycle is projected at the mean of the cycles so far."""
+
+    max_cycles: int | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _num(self.max_cycles, "contract.budget.max_cycles", integer=True)
+        _num(self.max_cost_usd, "contract.budget.max_cost_usd")
+        _num(self.max_tokens, "contract.budget.max_tokens", integer=True)
+        _num(self.max_seconds, "contract.budget.max_seconds")
+        if self.max_cycles == 0:
+            raise ConfigError("must be at least 1", field="contract.budget.max_cycles")
+
+    @property
+    def bounded(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.max_cycles, self.max_cost_usd, self.max_tokens, self.max_seconds)
+        )
+
+
+RiskCheck = Callable[..., "str | None"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RiskRule:
+    """A condition that parks the run for a person's approval (it never ends the run).
+
+    Attributes:
+        name: the rule's name, shown in the approval request.
+        touches: glob patterns on ``artifact/part``: a proposal changing a matching part pauses.
+        findings: finding dimensions (from visible verifiers) that pause, e.g.
+            ``"conflicting_evidence"``.
+        check: a callable ``(state, proposal, verdicts) -> str | None`` returning a reason to
+            pause, or a ``"module:attr"`` / ``"file.py:attr"`` reference to one.
+        reason: why this needs a person, in words.
+        expires_after_s: a request not decided within this many seconds expires (escalates).
+    """
+
+    name: str
+    touches: tuple[str, ...] = ()
+    findings: tuple[str, ...] = ()
+    check: str | RiskCheck | None = None
+    reason: str = ""
+    expires_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ConfigError("every risk rule needs a name", field="contract.risk.name")
+        if not (self.touches or self.findings or self.check):
+            raise ConfigError(
+                f"rule {self.name!r} needs 'touches', 'findings' or 'check'",
+                field=f"contract.risk.{self.name}",
+            )
+        _num(self.expires_after_s, f"contract.risk.{self.name}.expires_after_s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Escalation:
+    """Where unresolved work goes: an owner and a default recommended next action."""
+
+    owner: str | None = None
+    route: str | None = None
+    recommended_action: str | None = None
+
+
+_SECTIONS: dict[str, type] = {
+    "success": Success,
+    "no_progress": NoProgress,
+    "budget": Budget,
+    "escalation": Escalation,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Contract:
+    """The stop contract of a run.
+
+    A contract must guarantee an end: at least one budget limit or a no-progress rule.
+    """
+
+    success: Success = field(default_factory=Success)
+    no_progress: NoProgress | None = None
+    budget: Budget = field(default_factory=Budget)
+    risk: tuple[RiskRule, ...] = ()
+    escalation: Escalation = field(default_factory=Escalation)
+
+    def __post_init__(self) -> None:
+        if not self.budget.bounded and self.no_progress is None:
+            raise ConfigError(
+                "the contract has no exit besides success: set a budget (max_cycles, "
+                "max_cost_usd, max_tokens or max_seconds) or a no_progress rule",
+                field="contract.budget",
+            )
+        names = [r.name for r in self.risk]
+        if len(names) != len(set(names)):
+            raise ConfigError("risk rule names must be unique", field="contract.risk")
+
+    # --- (de)serialisation --------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Contract:
+        """Build a contract from a mapping (a TOML ``[contract]`` table or a snapshot)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError("must be a table", field="contract")
+        known = {"success", "no_progress", "budget", "risk", "escalation"}
+        for key in data:
+            if key not in known:
+                hint = " (marginal_return is not supported by this version)" if key == "marginal_return" else ""
+                raise ConfigError(
+                    f"unknown key {key!r}; expected one of {sorted(known)}{hint}",
+                    field=f"contract.{key}",
+                )
+        kwargs: dict[str, Any] = {}
+        for key, typ in _SECTIONS.items():
+            if key in data and data[key] is not None:
+                kwargs[key] = _section(typ, data[key], f"contract.{key}")
+        rules = data.get("risk") or ()
+        if isinstance(rules, Mapping):
+            raise ConfigError("must be an array of tables ([[contract.risk]])", field="contract.risk")
+        kwargs["risk"] = tuple(
+            _section(RiskRule, r, f"contract.risk[{i}]") for i, r in enumerate(rules)
+        )
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        def sec(obj: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for f in fields(obj):
+                v = getattr(obj, f.name)
+                if callable(v):
+                    v = f"{getattr(v, '__module__', '?')}:{getattr(v, '__qualname__', '?')}"
+                out[f.name] = list(v) if isinstance(v, tuple) else v
+            return out
+
+        return {
+            "success": sec(self.success),
+            "no_progress": sec(self.no_progress) if self.no_progress else None,
+            "budget": sec(self.budget),
+            "risk": [sec(r) for r in self.risk],
+            "escalation": sec(self.escalation),
+        }
+
+
+def _section(typ: type, data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError("must be a table", field=where)
+    names = {f.name for f in fields(typ)}
+    args: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(
+                f"unknown key {key!r}; expected one of {sorted(names)}", field=f"{where}.{key}"
+            )
+        args[key] = tuple(value) if isinstance(value, list) else value
+    try:
+        return cast(Any, typ)(**args)
+    except TypeError as exc:
+        raise ConfigError(str(exc), field=where) from None

@@ -1,0 +1,166 @@
+"""Pure decision rules of the stop contract (no I/O): budgets, scores, acceptance, progress."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._contract import Contract, RiskRule
+from ._loop import Check
+from ._proposal import Proposal, Remaining, Verdict
+from ._state import TaskState, match_any, split_ref
+from ._usage import Usage
+
+__all__ = [
+    "accept_clean_parts",
+    "aggregate_score",
+    "budget_crossed",
+    "budget_stop",
+    "remaining",
+    "risk_reason",
+    "success",
+]
+
+
+def remaining(contract: Contract, state: TaskState) -> Remaining:
+    b, s = contract.budget, state.spent
+    return Remaining(
+        cycles=None if b.max_cycles is None else max(0, b.max_cycles - state.cycle),
+        cost_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - s.cost_usd),
+        tokens=None if b.max_tokens is None else max(0, b.max_tokens - s.tokens),
+        seconds=None if b.max_seconds is None else max(0.0, b.max_seconds - s.seconds),
+    )
+
+
+def budget_stop(contract: Contract, state: TaskState) -> str | None:
+    """The budget reason that forbids starting the next cycle, if any.
+
+    The next cycle is projected to cost the mean of the cycles so far; a cycle whose projection
+    crosses a limit is not started ("never start a cycle it can already tell would cross").
+    """
+    b, s, n = contract.budget, state.spent, state.cycle
+    if b.max_cycles is not None and n >= b.max_cycles:
+        return "budget_cycles"
+    checks: tuple[tuple[float | None, float, str], ...] = (
+        (b.max_cost_usd, s.cost_usd, "budget_cost"),
+        (b.max_tokens, float(s.tokens), "budget_tokens"),
+        (b.max_seconds, s.seconds, "budget_time"),
+    )
+    for limit, spent, reason in checks:
+        if limit is None:
+            continue
+        projected = spent / n if n else 0.0
+        if spent >= limit or spent + projected > limit:
+            return reason
+    return None
+
+
+def budget_crossed(contract: Contract, spent: Usage) -> str | None:
+    """The budget already exceeded by ``spent`` (checked between calls inside a cycle)."""
+    b = contract.budget
+    if b.max_cost_usd is not None and spent.cost_usd > b.max_cost_usd:
+        return "budget_cost"
+    if b.max_tokens is not None and spent.tokens > b.max_tokens:
+        return "budget_tokens"
+    if b.max_seconds is not None and spent.seconds > b.max_seconds:
+        return "budget_time"
+    return None
+
+
+def aggregate_score(checks: Sequence[Check], verdicts: dict[str, Verdict]) -> float | None:
+    """The weighted mean score of the visible verdicts (``None`` when there are none)."""
+    total = weight = 0.0
+    for c in checks:
+        v = verdicts.get(c.name)
+        if v is None or c.held_out:
+            continue
+        total += c.weight * v.value
+        weight += c.weight
+    if weight == 0:
+        return None
+    return total / weight
+
+
+def success(
+    contract: Contract, checks: Sequence[Check], verdicts: dict[str, Verdict], score: float | None
+) -> bool:
+    visible = [c for c in checks if not c.held_out]
+    if not visible or score is None:
+        return False
+    required = contract.success.required
+    names = set(required) if required else {c.name for c in visible if c.required}
+    if not names:
+        names = {c.name for c in visible}
+    if any(n not in verdicts or not verdicts[n].passed for n in names):
+        return False
+    return score >= contract.success.min_score
+
+
+def accept_clean_parts(
+    state: TaskState, checks: Sequence[Check], verdicts: dict[str, Verdict], *, all_parts: bool
+) -> list[str]:
+    """Mark versions: rejected where a visible error finding touches them; accepted where every
+    visible verifier checked the part and found nothing (or everything, on success). Returns
+    the newly accepted part references."""
+    visible = [(c.name, verdicts[c.name]) for c in checks if not c.held_out and c.name in verdicts]
+    accepted: list[str] = []
+    for ref, part in state.iter_parts():
+        version = part.current
+        if version.status == "accepted":
+            continue
+        artifact, name = split_ref(ref)
+        flagged = any(
+            f.severity == "error" and f.touches(artifact, name)
+            for _, v in visible
+            for f in v.findings
+        )
+        if all_parts and not flagged:
+            version.status = "accepted"
+            accepted.append(ref)
+            continue
+        if flagged:
+            version.status = "rejected"
+            continue
+        if not visible:
+            continue
+        clean = all(
+            (v.checked is None or ref in v.checked) and (v.passed or v.findings)
+            for _, v in visible
+        )
+        if clean:
+            version.status = "accepted"
+            accepted.append(ref)
+    return accepted
+
+
+def risk_reason(
+    rules: Sequence[RiskRule],
+    state: TaskState,
+    proposal: Proposal,
+    verdicts: dict[str, Verdict],
+    checks: Sequence[Check],
+) -> tuple[RiskRule, str] | None:
+    """The first risk rule this proposal triggers, with the reason in words."""
+    changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]
+    visible_findings = [
+        f for c in checks if not c.held_out and c.name in verdicts for f in verdicts[c.name].findings
+    ]
+    for rule in rules:
+        if rule.touches:
+            hit = [r for r in changed if match_any(r, rule.touches)]
+            if hit:
+                return rule, rule.reason or f"the proposal changes {', '.join(hit)}"
+        if rule.findings:
+            hit_f = [f for f in visible_findings if f.dimension in rule.findings]
+            if hit_f:
+                return rule, rule.reason or "; ".join(f.message for f in hit_f[:3])
+        if rule.check is not None and callable(rule.check):
+            why = rule.check(state, proposal, verdicts)
+            if why:
+                return rule, str(why)
+    return None
+
+
+def _changes(state: TaskState, ref: str) -> bool:
+    # ``state`` is the candidate: a part changed when its newest version was written this cycle.
+    part = state.part(ref)
+    return part is not None and part.current.cycle == state.cycle + 1

@@ -1,0 +1,818 @@
+"""The engine: one cycle is build context → actor → verifiers → decide → checkpoint.
+
+The engine talks only to the ``Store`` protocol and to plain callables; it imports no backend,
+adapter or interface. Each cycle ends in exactly one atomic commit (checkpoint, events, run
+row), fenced by the run's lease token, so a crash at any point resumes from the last whole
+cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _decide as rules
+from ._calls import CallTimeout, call_user
+from ._contract import TERMINAL_STATUSES, Contract, RiskRule, status_for
+from ._errors import ApprovalError, ConfigError, RunNotFoundError, StaleLeaseError
+from ._loop import Loop
+from ._packet import build_packet
+from ._proposal import Context, Proposal, Verdict
+from ._state import Finding, PlanStep, TaskState, split_ref
+from ._usage import Usage
+from .store import Approval, NewApproval, NewEvent, RunRecord, Store, open_store
+
+__all__ = ["RunResult", "Runtime"]
+
+ProgressFn = Callable[[RunRecord], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run stands after the engine returned: ended, or parked for approval."""
+
+    run_id: str
+    task_key: str
+    status: str
+    stop_reason: str | None
+    cycles: int
+    best_score: float | None
+    spent: Usage
+    packet: dict[str, Any] | None
+    state: TaskState
+    held_out_passed: bool | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "accepted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "task_key": self.task_key,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "cycles": self.cycles,
+            "best_score": self.best_score,
+            "spent": self.spent.to_dict(),
+            "held_out_passed": self.held_out_passed,
+            "packet": self.packet,
+        }
+
+
+@dataclass(slots=True)
+class _Exec:
+    """A run being executed under a lease."""
+
+    run_id: str
+    loop: Loop
+    contract: Contract
+    token: int
+    seq: int
+    state: TaskState
+    lost: bool = False
+    events: list[NewEvent] = field(default_factory=list)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _error_info(where: str, exc: BaseException) -> dict[str, Any]:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "where": where,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(tb[-6:]),
+    }
+
+
+class Runtime:
+    """Runs loops durably against a store.
+
+    ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a
+    ``sqlite:///…`` URL or a ``Store``. Async methods have ``*_sync`` twins.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | None = None,
+        *,
+        owner: str | None = None,
+        lease_ttl_s: float = 60.0,
+        on_progress: ProgressFn | None = None,
+    ) -> None:
+        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        self._owns_store = not isinstance(store, Store)
+        self.owner = owner or _owner()
+        if lease_ttl_s <= 0:
+            raise ConfigError("must be positive", field="lease_ttl_s")
+        self.lease_ttl_s = lease_ttl_s
+        self.on_progress = on_progress
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- starting and resuming -------------------------------------------------------------
+    def create(
+        self,
+        loop: Loop,
+        task: Mapping[str, Any] | None = None,
+        *,
+        task_key: str | None = None,
+        project: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Create the run for ``task_key`` (or return the existing one) without executing it."""
+        task = dict(task or {})
+        key = task_key or str(task.get("task_key") or f"{loop.name}:{uuid.uuid4().hex}")
+        proj = project if project is not None else str(task.get("project") or loop.project)
+        init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
+        try:
+            state = init(task)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"could not build the initial state: {exc}", field="task") from exc
+        if not isinstance(state, TaskState):
+            raise ConfigError(
+                f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
+            )
+        state.task_key = state.task_key or key
+        state.project = state.project or proj
+        state.refresh_plan()
+        return self.store.create_run(
+            run_id=uuid.uuid4().hex[:16],
+            task_key=key,
+            loop_name=loop.name,
+            project=proj,
+            spec_ref=loop.spec_ref,
+            loop_version=loop.version,
+            contract=loop.contract.to_dict(),
+            task=task,
+            initial_state=state.to_dict(),
+        )
+
+    async def run(
+        self,
+        loop: Loop,
+        task: Mapping[str, Any] | None = None,
+        *,
+        task_key: str | None = None,
+        project: str | None = None,
+    ) -> RunResult:
+        """Start (or, for an existing ``task_key``, continue) a run and drive it until it ends
+        or parks for approval."""
+        record, _ = self.create(loop, task, task_key=task_key, project=project)
+        return await self.resume(record.run_id, loop)
+
+    def run_sync(
+        self,
+        loop: Loop,
+        task: Mapping[str, Any] | None = None,
+        *,
+        task_key: str | None = None,
+        project: str | None = None,
+    ) -> RunResult:
+        return _sync(self.run(loop, task, task_key=task_key, project=project))
+
+    async def run_many(
+        self,
+        loop: Loop,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        concurrency: int = 8,
+        key_of: Callable[[Mapping[str, Any], int], str] | None = None,
+    ) -> list[RunResult]:
+        """Run many tasks concurrently in this process (at most ``concurrency`` at once)."""
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(i: int, t: Mapping[str, Any]) -> RunResult:
+            async with sem:
+                key = key_of(t, i) if key_of else None
+                return await self.run(loop, t, task_key=key)
+
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+
+    async def resume(self, run_id: str, loop: Loop) -> RunResult:
+        """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
+        continues only once its approval request is decided)."""
+        rec = self.store.get_run(run_id)
+        if rec.status in TERMINAL_STATUSES:
+            return self.result(rec.run_id)
+        token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        ck = self.store.latest_checkpoint(rec.run_id)
+        ex = _Exec(
+            run_id=rec.run_id,
+            loop=loop,
+            contract=self._contract(rec, loop),
+            token=token,
+            seq=ck.seq,
+            state=TaskState.from_dict(ck.state),
+        )
+        beat = asyncio.create_task(self._heartbeat(ex))
+        try:
+            ex.events.append(
+                NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", {"owner": self.owner})
+            )
+            await self._drive(ex, rec)
+        except StaleLeaseError:
+            ex.lost = True
+            raise
+        except Exception as exc:
+            if ex.lost:
+                raise
+            # A bug in loopwright itself: end the run as failed, keeping its last checkpoint.
+            with contextlib.suppress(Exception):
+                self._finish(ex, "error", error=_error_info("engine", exc))
+            raise
+        finally:
+            beat.cancel()
+            with contextlib.suppress(BaseException):
+                await beat
+            if not ex.lost:
+                with contextlib.suppress(Exception):
+                    self.store.release_lease(ex.run_id, ex.token)
+        return self.result(rec.run_id)
+
+    def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
+        return _sync(self.resume(run_id, loop))
+
+    # --- decisions by people ---------------------------------------------------------------
+    def pending_approval(self, run_id: str) -> Approval:
+        rec = self.store.get_run(run_id)
+        pending = self.store.approvals(run_id=rec.run_id, status="pending")
+        if not pending:
+            raise ApprovalError(f"run {rec.run_id} has no pending approval request")
+        return pending[-1]
+
+    def approve(self, run_id: str, *, by: str, note: str | None = None) -> Approval:
+        """Approve the run's pending request; ``resume`` then continues where it parked."""
+        return self._decide(run_id, "approved", by=by, note=note)
+
+    def deny(self, run_id: str, *, by: str, note: str | None = None) -> Approval:
+        """Deny the run's pending request; on ``resume`` the run escalates."""
+        return self._decide(run_id, "denied", by=by, note=note)
+
+    def _decide(self, run_id: str, status: str, *, by: str, note: str | None) -> Approval:
+        if not by or not by.strip():
+            raise ConfigError("a decision needs the name of who made it", field="by")
+        req = self.pending_approval(run_id)
+        return self.store.decide_approval(
+            req.approval_id, status=status, by=by.strip(), note=note, now=time.time()
+        )
+
+    def cancel(self, run_id: str, *, by: str | None = None) -> RunRecord:
+        """Cancel a run. A run executing elsewhere stops at its next cycle boundary; a parked or
+        interrupted one is ended now, with its packet."""
+        rec = self.store.get_run(run_id)
+        if rec.status in TERMINAL_STATUSES:
+            return rec
+        self.store.request_cancel(rec.run_id)
+        try:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        except Exception:
+            return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
+        ck = self.store.latest_checkpoint(rec.run_id)
+        ex = _Exec(rec.run_id, _NO_LOOP, Contract.from_dict(rec.contract), token, ck.seq,
+                   TaskState.from_dict(ck.state))
+        try:
+            self._finish(ex, "cancelled", cause=f"cancelled by {by}" if by else "cancelled")
+        finally:
+            self.store.release_lease(rec.run_id, token)
+        return self.store.get_run(rec.run_id)
+
+    # --- reading ------------------------------------------------------------------------
+    def result(self, run_id: str) -> RunResult:
+        rec = self.store.get_run(run_id)
+        ck = self.store.latest_checkpoint(rec.run_id)
+        return RunResult(
+            run_id=rec.run_id,
+            task_key=rec.task_key,
+            status=rec.status,
+            stop_reason=rec.stop_reason,
+            cycles=rec.cycle,
+            best_score=rec.best_score,
+            spent=Usage(rec.cost_usd, rec.tokens, rec.seconds),
+            packet=rec.packet,
+            state=TaskState.from_dict(ck.state),
+            held_out_passed=rec.held_out_passed,
+        )
+
+    # --- internals ----------------------------------------------------------------------
+    def _contract(self, rec: RunRecord, loop: Loop) -> Contract:
+        # The snapshot taken at creation governs the run; callables of risk checks are rebuilt
+        # from the live loop by rule name (a snapshot holds only their names).
+        snap = dict(rec.contract)
+        live = {r.name: r for r in loop.contract.risk}
+        risk = []
+        for r in snap.get("risk") or ():
+            r = dict(r)
+            if isinstance(r.get("check"), str) and r["name"] in live and callable(live[r["name"]].check):
+                r["check"] = live[r["name"]].check
+            risk.append(r)
+        snap["risk"] = []
+        contract = Contract.from_dict(snap)
+        rules_: tuple[RiskRule, ...] = tuple(
+            RiskRule(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()})
+            for r in risk
+        )
+        return Contract(
+            success=contract.success,
+            no_progress=contract.no_progress,
+            budget=contract.budget,
+            risk=rules_,
+            escalation=contract.escalation,
+        )
+
+    async def _heartbeat(self, ex: _Exec) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            try:
+                self.store.renew_lease(ex.run_id, ex.token, self.lease_ttl_s)
+            except StaleLeaseError:
+                ex.lost = True
+                return
+
+    async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
+        if rec.cancel_requested:
+            self._finish(ex, "cancelled", cause="cancelled before it resumed")
+            return
+        if ex.state.pending is not None:
+            done = await self._settle_pending(ex)
+            if done:
+                return
+        else:
+            self._commit_status(ex, "running")
+        while True:
+            reason = rules.budget_stop(ex.contract, ex.state)
+            if reason is not None:
+                self._finish(ex, reason)
+                return
+            if await self._cycle(ex):
+                return
+
+    def _commit_status(self, ex: _Exec, status: str) -> None:
+        """A commit that changes only the status (same cycle, same state)."""
+        self._commit(ex, None, {"status": status})
+
+    def _commit(
+        self,
+        ex: _Exec,
+        record: dict[str, Any] | None,
+        run: dict[str, Any],
+        approval: NewApproval | None = None,
+    ) -> bool:
+        if ex.lost:
+            raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
+        s = ex.state
+        cols = {
+            "cycle": s.cycle,
+            "best_score": s.best_score,
+            "cost_usd": s.spent.cost_usd,
+            "tokens": s.spent.tokens,
+            "seconds": s.spent.seconds,
+            "lease_expires_at": time.time() + self.lease_ttl_s,
+            **run,
+        }
+        cancel = self.store.commit(
+            ex.run_id,
+            ex.token,
+            seq=ex.seq + 1,
+            cycle=s.cycle,
+            state=s.to_dict(),
+            record=record,
+            events=ex.events,
+            run=cols,
+            approval=approval,
+        )
+        ex.seq += 1
+        ex.events = []
+        if self.on_progress is not None:
+            with contextlib.suppress(Exception):
+                self.on_progress(self.store.get_run(ex.run_id))
+        return cancel
+
+    def _finish(
+        self,
+        ex: _Exec,
+        reason: str,
+        *,
+        record: dict[str, Any] | None = None,
+        cause: str | None = None,
+        error: dict[str, Any] | None = None,
+        held_out: dict[str, Any] | None = None,
+        evidence: dict[str, Any] | None = None,
+        unverified: dict[str, Any] | None = None,
+    ) -> None:
+        status = status_for(reason)
+        packet = None
+        if status != "accepted":
+            packet = build_packet(
+                reason, ex.state, ex.contract, run_id=ex.run_id, cause=cause, error=error,
+                evidence=evidence, held_out=held_out, unverified=unverified,
+            )
+        ex.state.next_action = "" if status == "accepted" else (packet or {}).get("recommended_action", "")
+        ex.events.append(NewEvent(ex.state.cycle, "stopped", {"reason": reason, "status": status,
+                                                               "cause": cause}))
+        run: dict[str, Any] = {
+            "status": status,
+            "stop_reason": reason,
+            "packet": packet,
+            "ended_at": time.time(),
+        }
+        if held_out:
+            run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
+        self._commit(ex, record, run)
+
+    def _context(self, ex: _Exec, n: int) -> Context:
+        s = ex.state
+        return Context(
+            run_id=ex.run_id,
+            cycle=n,
+            goal=s.goal,
+            task=s.task,
+            artifacts=s.values(),
+            accepted=s.accepted_values(),
+            findings=tuple(s.findings),
+            plan=tuple(s.plan),
+            next_step=s.next_step(),
+            remaining=rules.remaining(ex.contract, s),
+            notes=tuple(s.notes),
+            history=tuple(s.history),
+        )
+
+    async def _cycle(self, ex: _Exec) -> bool:
+        """Run one cycle; returns True when the run ended or parked."""
+        s, loop, contract = ex.state, ex.loop, ex.contract
+        n = s.cycle + 1
+        t0 = time.perf_counter()
+        ex.events.append(NewEvent(n, "cycle_started", {}))
+        rem = rules.remaining(contract, s).seconds
+        timeout = _min(loop.actor_timeout_s, rem)
+        try:
+            proposal, secs = await call_user(loop.actor, self._context(ex, n), timeout=timeout)
+        except CallTimeout as exc:
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            if rem is not None and (loop.actor_timeout_s is None or rem <= loop.actor_timeout_s):
+                self._finish(ex, "budget_time", cause=f"the actor was still working when the "
+                             f"time budget ran out ({exc.seconds:g} s left)")
+            else:
+                self._finish(ex, "escalated", cause="the actor timed out",
+                             error={"where": "actor", "type": "Timeout", "message": str(exc)})
+            return True
+        except Exception as exc:
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            self._finish(ex, "escalated", cause="the actor raised an exception",
+                         error=_error_info("actor", exc))
+            return True
+        if not isinstance(proposal, Proposal):
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            self._finish(ex, "escalated", cause="the actor returned the wrong type", error={
+                "where": "actor", "type": "TypeError",
+                "message": f"the actor returned {type(proposal).__name__}, expected Proposal"})
+            return True
+        usage = proposal.usage or Usage()
+        cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
+        s.spent = s.spent + cycle_usage
+        ex.events.append(NewEvent(n, "proposal", {
+            "kind": proposal.kind, "digest": proposal.digest(), "note": proposal.note,
+            "parts": [e.ref for e in proposal.changes()], "usage": usage.to_dict(),
+            "seconds": secs}))
+        crossed = rules.budget_crossed(contract, s.spent)
+        if crossed:
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            self._finish(ex, crossed, cause="crossed during the actor call",
+                         unverified=proposal.to_dict())
+            return True
+        return await self._evaluate(ex, n, proposal, t0, cycle_usage)
+
+    async def _evaluate(
+        self, ex: _Exec, n: int, proposal: Proposal, t0: float, cycle_usage: Usage
+    ) -> bool:
+        s, loop, contract = ex.state, ex.loop, ex.contract
+        digest = proposal.digest()
+        # Accepted work is protected (invariant 6): refuse the whole proposal, record why.
+        protected = [
+            e.ref for e in proposal.changes()
+            if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value
+        ]
+        if protected:
+            s.findings = [f for f in s.findings if f.dimension != "protected"] + [
+                Finding(
+                    f"{ref} is accepted and may not be changed", *split_ref(ref),
+                    dimension="protected", verifier="loopwright",
+                )
+                for ref in protected
+            ]
+            ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+            return self._conclude(ex, n, proposal, digest, {}, {}, t0, cycle_usage,
+                                  decision="refused", duplicate=True)
+        duplicate = digest in s.rejected
+        candidate = TaskState.from_dict(s.to_dict())
+        for e in proposal.changes():
+            candidate.set_part(e.artifact, e.part, e.value, n)
+        _apply_plan(candidate, proposal)
+        visible: dict[str, Verdict] = {}
+        held: dict[str, Verdict] = {}
+        for check in loop.verifiers:
+            try:
+                verdict, secs = await call_user(check.fn, candidate, proposal, timeout=check.timeout_s)
+            except CallTimeout as exc:
+                return self._verifier_failed(ex, n, check.name, {
+                    "where": f"verifier {check.name}", "type": "Timeout", "message": str(exc)}, t0)
+            except Exception as exc:
+                return self._verifier_failed(ex, n, check.name,
+                                             _error_info(f"verifier {check.name}", exc), t0)
+            if not isinstance(verdict, Verdict):
+                return self._verifier_failed(ex, n, check.name, {
+                    "where": f"verifier {check.name}", "type": "TypeError",
+                    "message": f"returned {type(verdict).__name__}, expected Verdict"}, t0)
+            if verdict.findings and any(not f.verifier for f in verdict.findings):
+                verdict = Verdict(
+                    passed=verdict.passed, score=verdict.score,
+                    findings=tuple(_tag(f, check.name) for f in verdict.findings),
+                    evidence=verdict.evidence, usage=verdict.usage, checked=verdict.checked)
+            (held if check.held_out else visible)[check.name] = verdict
+            vu = verdict.usage or Usage()
+            cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)
+            s.spent = s.spent + Usage(vu.cost_usd, vu.tokens, 0.0)
+            ex.events.append(NewEvent(n, "verdict", {
+                "verifier": check.name, "held_out": check.held_out, "passed": verdict.passed,
+                "score": verdict.value, "findings": len(verdict.findings), "seconds": secs}))
+            crossed = rules.budget_crossed(contract, s.spent)
+            if crossed and check is not loop.verifiers[-1]:
+                s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+                self._finish(ex, crossed, cause=f"crossed during verifier {check.name}",
+                             unverified=proposal.to_dict())
+                return True
+        if digest not in s.approved:
+            hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+            if hit is not None:
+                return self._park(ex, n, proposal, digest, visible, held, hit, t0, cycle_usage)
+        return self._conclude(ex, n, proposal, digest, visible, held, t0, cycle_usage,
+                              candidate=candidate, duplicate=duplicate)
+
+    def _verifier_failed(
+        self, ex: _Exec, n: int, name: str, error: dict[str, Any], t0: float
+    ) -> bool:
+        ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
+        self._finish(ex, "escalated", cause=f"verifier {name} failed", error=error)
+        return True
+
+    def _park(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        hit: tuple[RiskRule, str],
+        t0: float,
+        cycle_usage: Usage,
+    ) -> bool:
+        rule, why = hit
+        s = ex.state
+        s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+        approval_id = uuid.uuid4().hex[:12]
+        diff = _diff(s, proposal)
+        s.pending = {
+            "approval_id": approval_id,
+            "cycle": n,
+            "rule": rule.name,
+            "proposal": proposal.to_dict(),
+            "digest": digest,
+            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "held_out": {k: v.to_dict() for k, v in held.items()},
+            "usage": cycle_usage.to_dict(),
+        }
+        s.next_action = f"waiting for a decision on approval {approval_id} ({rule.name})"
+        ex.events.append(NewEvent(n, "approval_requested", {
+            "approval_id": approval_id, "rule": rule.name, "why": why}))
+        expires = time.time() + rule.expires_after_s if rule.expires_after_s else None
+        req = NewApproval(
+            approval_id=approval_id, cycle=n, kind="risk", rule=rule.name,
+            what=f"apply the cycle-{n} proposal ({proposal.kind} of "
+                 f"{', '.join(e.ref for e in proposal.changes()) or 'the plan'})",
+            why=why,
+            evidence={
+                "findings": [f.to_dict() for v in visible.values() for f in v.findings],
+                "scores": {k: v.value for k, v in visible.items()},
+                "note": proposal.note,
+            },
+            diff=diff, action_hash=digest, expires_at=expires,
+        )
+        self._commit(ex, {"cycle": n, "decision": "parked", "approval_id": approval_id},
+                     {"status": "awaiting_approval"}, approval=req)
+        return True
+
+    async def _settle_pending(self, ex: _Exec) -> bool:
+        """A parked run resumed: continue if approved, escalate if denied or expired, else stay
+        parked. Returns True when the run should not continue now."""
+        s = ex.state
+        pend = s.pending or {}
+        reqs = [a for a in self.store.approvals(run_id=ex.run_id)
+                if a.approval_id == pend.get("approval_id")]
+        if not reqs:
+            raise RunNotFoundError(f"run {ex.run_id}: approval {pend.get('approval_id')} is missing")
+        req = reqs[0]
+        if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
+            with contextlib.suppress(ApprovalError):
+                req = self.store.decide_approval(req.approval_id, status="expired",
+                                                 by="loopwright", note="expired", now=time.time())
+        if req.status == "pending":
+            self.store.append_events(ex.run_id, [*ex.events, NewEvent(s.cycle, "still_waiting", {
+                "approval_id": req.approval_id})])
+            ex.events = []
+            return True
+        n = int(pend["cycle"])
+        note = {"kind": "approval", "cycle": n, "decision": req.status, "by": req.decided_by,
+                "note": req.note, "rule": pend.get("rule")}
+        s.notes.append(note)
+        s.pending = None
+        if req.status != "approved":
+            s.next_action = ""
+            who = f" by {req.decided_by}" if req.decided_by else ""
+            self._finish(ex, "escalated", cause=f"approval {req.status}{who}"
+                         + (f": {req.note}" if req.note else ""),
+                         evidence={"approval": req.to_dict()})
+            return True
+        s.approved.append(str(pend["digest"]))
+        proposal = Proposal.from_dict(pend["proposal"])
+        visible = {k: Verdict.from_dict(v) for k, v in pend["visible"].items()}
+        held = {k: Verdict.from_dict(v) for k, v in pend["held_out"].items()}
+        candidate = TaskState.from_dict(s.to_dict())
+        for e in proposal.changes():
+            candidate.set_part(e.artifact, e.part, e.value, n)
+        _apply_plan(candidate, proposal)
+        return self._conclude(ex, n, proposal, str(pend["digest"]), visible, held,
+                              time.perf_counter(), Usage.from_dict(pend.get("usage")),
+                              candidate=candidate, duplicate=str(pend["digest"]) in s.rejected)
+
+    def _conclude(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        cycle_usage: Usage,
+        *,
+        candidate: TaskState | None = None,
+        duplicate: bool = False,
+        decision: str | None = None,
+    ) -> bool:
+        """Decide the cycle by the contract and commit it. Returns True when the run ended."""
+        old, loop, contract = ex.state, ex.loop, ex.contract
+        s = candidate if candidate is not None else old
+        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+        ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+        if decision is None:
+            s.findings = [f for v in visible.values() for f in v.findings]
+            if ok or contract.success.accept_parts == "when_clean":
+                rules.accept_clean_parts(s, loop.verifiers, visible, all_parts=ok)
+            else:
+                _reject_flagged(s, visible)
+            s.refresh_plan()
+        required = {c.name for c in loop.visible if c.required}
+        newly = sorted(k for k, v in visible.items()
+                       if v.passed and k in required and k not in old.passed_checks)
+        delta = contract.no_progress.min_delta if contract.no_progress else 0.0
+        improved = not duplicate and decision is None and (
+            (score is not None and (old.best_score is None
+                                    or (score > old.best_score and score - old.best_score >= delta)))
+            or bool(newly)
+        )
+        if improved:
+            s.best_score = score if old.best_score is None or (
+                score is not None and score > old.best_score) else old.best_score
+            s.best_cycle = n
+            s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
+            s.stall = 0
+        else:
+            s.stall = old.stall + 1
+        s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        if not ok and not duplicate:
+            s.rejected = [*old.rejected, digest]
+        s.cycle = n
+        s.score = score
+        s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
+        decision = decision or ("accepted" if ok else "revise")
+        s.history = [*old.history, {"cycle": n, "score": score, "decision": decision,
+                                    "kind": proposal.kind, "improved": improved}]
+        ex.state = s
+        held_d = {k: v.to_dict() for k, v in held.items()}
+        record = {
+            "cycle": n,
+            "proposal": proposal.to_dict(),
+            "digest": digest,
+            "duplicate": duplicate,
+            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "held_out": held_d,
+            "score": score,
+            "improved": improved,
+            "decision": decision,
+            "usage": Usage(cycle_usage.cost_usd, cycle_usage.tokens,
+                           s.spent.seconds - old.spent.seconds).to_dict(),
+        }
+        ex.events.append(NewEvent(n, "decision", {
+            "decision": decision, "score": score, "best_score": s.best_score,
+            "improved": improved, "duplicate": duplicate}))
+        if ok:
+            s.next_action = ""
+            self._finish(ex, "success", record=record, held_out=held_d)
+            return True
+        reason: str | None = None
+        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+            reason = "no_progress"
+        else:
+            reason = rules.budget_stop(contract, s)
+        if reason is not None:
+            self._finish(ex, reason, record=record, held_out=held_d,
+                         evidence={k: dict(v.evidence) for k, v in visible.items()})
+            return True
+        nxt = s.next_step()
+        s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
+            f"; next step: {nxt.id}" if nxt else "")
+        cancel = self._commit(ex, record, {"status": "running"})
+        if cancel:
+            self._finish(ex, "cancelled", cause="cancellation requested")
+            return True
+        return False
+
+
+class _NoLoop:
+    name = "-"
+    verifiers = ()
+
+
+_NO_LOOP: Any = _NoLoop()
+
+
+def _reject_flagged(s: TaskState, visible: dict[str, Verdict]) -> None:
+    for ref, part in s.iter_parts():
+        artifact, name = split_ref(ref)
+        if part.current.status == "candidate" and any(
+            f.severity == "error" and f.touches(artifact, name)
+            for v in visible.values() for f in v.findings
+        ):
+            part.current.status = "rejected"
+
+
+def _tag(f: Finding, verifier: str) -> Finding:
+    if f.verifier:
+        return f
+    return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+
+
+def _apply_plan(state: TaskState, proposal: Proposal) -> None:
+    known = {s.id for s in state.plan}
+    for step in proposal.new_steps:
+        if step.id not in known:
+            state.plan.append(PlanStep.from_dict(step.to_dict()))
+    for step_id, status in proposal.plan.items():
+        for s in state.plan:
+            if s.id == step_id and status in ("pending", "in_progress", "done", "blocked"):
+                s.status = status  # type: ignore[assignment]
+
+
+def _diff(state: TaskState, proposal: Proposal) -> str:
+    lines = []
+    for e in proposal.changes():
+        p = state.part(e.ref)
+        old = "∅" if p is None else repr(p.value)
+        lines.append(f"- {e.ref}: {old}\n+ {e.ref}: {e.value!r}")
+    return "\n".join(lines)
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    vals = [v for v in (a, b) if v is not None]
+    return min(vals) if vals else None
+
+
+def _sync(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError("called a *_sync method inside a running event loop; await the async one")

@@ -1,0 +1,77 @@
+"""Exceptions raised by loopwright.
+
+The tree::
+
+    LoopwrightError                 root of everything raised on purpose
+    ├── ConfigError                 a user mistake: bad contract, spec, task file or argument
+    │   └── SpecError               a loop spec (TOML) that cannot be loaded
+    ├── StoreError                  the durable store failed or refused
+    │   ├── StoreCorruptError       not a loopwright store, damaged, or a newer schema
+    │   ├── ConflictError           an optimistic write lost a race
+    │   └── StaleLeaseError         a write with an old fencing token (another executor owns the run)
+    ├── RunNotFoundError            no run with that id or task key
+    └── ApprovalError               no such pending request, or it was already decided
+
+Errors raised by user code (actors, verifiers) are never wrapped in these: the engine records
+them in the run's escalation packet instead of letting them escape.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalError",
+    "ConfigError",
+    "ConflictError",
+    "LoopwrightError",
+    "RunNotFoundError",
+    "SpecError",
+    "StaleLeaseError",
+    "StoreCorruptError",
+    "StoreError",
+]
+
+
+class LoopwrightError(Exception):
+    """Root of every error loopwright raises on purpose."""
+
+
+class ConfigError(LoopwrightError, ValueError):
+    """Invalid configuration; the message names the field at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str], dict[str, str | None]]:
+        text = str(self)
+        if self.field and text.startswith(f"{self.field}: "):
+            text = text[len(self.field) + 2 :]
+        return (type(self), (text,), {"field": self.field})
+
+
+class SpecError(ConfigError):
+    """A loop spec that cannot be loaded or validated."""
+
+
+class StoreError(LoopwrightError):
+    """The store failed or refused an operation."""
+
+
+class StoreCorruptError(StoreError):
+    """The store file is not a loopwright store, is damaged, or was written by a newer version."""
+
+
+class ConflictError(StoreError):
+    """An optimistic write lost a race with another writer."""
+
+
+class StaleLeaseError(StoreError):
+    """A write carried a fencing token that is no longer current: another executor owns the run."""
+
+
+class RunNotFoundError(LoopwrightError, LookupError):
+    """No run matches the given id or task key."""
+
+
+class ApprovalError(LoopwrightError):
+    """An approval decision that cannot be applied (unknown, or already decided)."""

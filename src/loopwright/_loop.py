@@ -1,0 +1,112 @@
+"""A loop's live definition: the actor, the verifiers, the contract."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ._contract import Contract
+from ._errors import ConfigError
+from ._proposal import Context, Proposal, Verdict
+from ._state import TaskState
+
+__all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn"]
+
+ActorFn = Callable[[Context], Union[Proposal, Awaitable[Proposal]]]
+VerifierFn = Callable[[TaskState, Proposal], Union[Verdict, Awaitable[Verdict]]]
+InitFn = Callable[[Mapping[str, Any]], TaskState]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """A verifier registered in a loop.
+
+    Attributes:
+        fn: ``(state, proposal) -> Verdict`` (sync or async). ``state`` is the candidate state
+            with the proposal applied; verifiers must not modify it.
+        name: unique within the loop; defaults to the function's name.
+        held_out: a held-out check's verdicts are recorded and shown to people, and never reach
+            the actor, its memory or its reflections.
+        required: whether success needs this (visible) check to pass.
+        weight: its weight in the aggregate visible score.
+        timeout_s: per-call timeout; a call that takes longer fails the run with an escalation.
+    """
+
+    fn: VerifierFn
+    name: str = ""
+    held_out: bool = False
+    required: bool = True
+    weight: float = 1.0
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise ConfigError(f"{self.fn!r} is not callable", field="verifiers.fn")
+        if not self.name:
+            object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
+        if self.weight < 0:
+            raise ConfigError("must not be negative", field=f"verifiers.{self.name}.weight")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ConfigError("must be positive", field=f"verifiers.{self.name}.timeout_s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Loop:
+    """Everything needed to run (and resume) a governed loop.
+
+    Attributes:
+        name: the loop's name (runs are grouped by it).
+        actor: ``Context -> Proposal`` (sync or async).
+        verifiers: checks, visible and held-out.
+        contract: the stop contract, snapshotted into every run.
+        init: builds the initial state from a task; default ``TaskState.from_task``.
+        actor_timeout_s: per-call timeout for the actor.
+        project: default project for runs of this loop.
+        version: identifies this version of the loop (a spec file's hash).
+        spec_ref: the spec file a run can be resumed from by the CLI.
+    """
+
+    name: str
+    actor: ActorFn
+    verifiers: Sequence[Check] = ()
+    contract: Contract
+    init: InitFn | None = None
+    actor_timeout_s: float | None = None
+    project: str = ""
+    version: str | None = None
+    spec_ref: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("a loop needs a name", field="name")
+        if not callable(self.actor):
+            raise ConfigError(f"{self.actor!r} is not callable", field="actor")
+        checks = tuple(
+            v if isinstance(v, Check) else Check(fn=v) for v in self.verifiers  # type: ignore[arg-type]
+        )
+        names = [c.name for c in checks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"verifier names must be unique: {dupes}", field="verifiers")
+        object.__setattr__(self, "verifiers", checks)
+        required = self.contract.success.required
+        visible = {c.name for c in checks if not c.held_out}
+        if required:
+            missing = [r for r in required if r not in visible]
+            if missing:
+                raise ConfigError(
+                    f"names verifiers that are not visible checks of this loop: {missing}",
+                    field="contract.success.required",
+                )
+        if self.actor_timeout_s is not None and self.actor_timeout_s <= 0:
+            raise ConfigError("must be positive", field="actor.timeout_s")
+
+    @property
+    def visible(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.verifiers if not c.held_out)
+
+    @property
+    def held_out(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.verifiers if c.held_out)

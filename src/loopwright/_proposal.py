@@ -1,0 +1,228 @@
+"""What actors return (proposals), what verifiers return (verdicts), and what actors see (context)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._state import Finding, PlanStep, part_ref
+from ._usage import Usage
+
+__all__ = ["Context", "Edit", "Proposal", "Remaining", "Verdict"]
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """A new value for one named part of one artifact: the unit of local repair."""
+
+    artifact: str
+    part: str
+    value: Any
+
+    @property
+    def ref(self) -> str:
+        return part_ref(self.artifact, self.part)
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """An actor's proposal for one cycle.
+
+    A proposal is either a set of local ``edits`` to named parts, or a full ``replace`` of whole
+    artifacts (``{artifact: {part: value}}``) — a distinct, visible choice recorded as such.
+
+    Attributes:
+        edits: local edits to named parts.
+        replace: whole artifacts replaced; every part of such an artifact is rewritten.
+        plan: step status updates (``{step_id: status}``) the actor proposes.
+        new_steps: steps the actor adds to the plan.
+        note: the actor's own explanation (shown to people; never trusted as a verdict).
+        usage: what producing this proposal cost.
+    """
+
+    edits: tuple[Edit, ...] = ()
+    replace: Mapping[str, Mapping[str, Any]] | None = None
+    plan: Mapping[str, str] = field(default_factory=dict)
+    new_steps: tuple[PlanStep, ...] = ()
+    note: str = ""
+    usage: Usage | None = None
+
+    @classmethod
+    def edit(
+        cls,
+        artifact: str,
+        parts: Mapping[str, Any],
+        *,
+        note: str = "",
+        usage: Usage | None = None,
+    ) -> Proposal:
+        """Edits to several parts of one artifact: ``Proposal.edit("invoice", {"qty": 3})``."""
+        return cls(
+            edits=tuple(Edit(artifact, k, v) for k, v in parts.items()), note=note, usage=usage
+        )
+
+    @property
+    def kind(self) -> Literal["edit", "replace", "plan", "noop"]:
+        if self.replace:
+            return "replace"
+        if self.edits:
+            return "edit"
+        if self.plan or self.new_steps:
+            return "plan"
+        return "noop"
+
+    def changes(self) -> list[Edit]:
+        """Every part write this proposal asks for, replacements expanded into edits."""
+        out = list(self.edits)
+        for artifact, parts in (self.replace or {}).items():
+            out.extend(Edit(artifact, k, v) for k, v in parts.items())
+        return out
+
+    def digest(self) -> str:
+        """A hash of what the proposal changes (not its note or usage): identical proposals match."""
+        body = {
+            "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
+            "replace": _canon(self.replace) if self.replace else None,
+            "plan": sorted(self.plan.items()),
+            "new_steps": [s.to_dict() for s in self.new_steps],
+        }
+        return hashlib.sha256(_canon(body).encode()).hexdigest()[:32]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "edits": [{"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits],
+            "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
+            "plan": dict(self.plan),
+            "new_steps": [s.to_dict() for s in self.new_steps],
+            "note": self.note,
+            "usage": self.usage.to_dict() if self.usage else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Proposal:
+        return cls(
+            edits=tuple(Edit(e["artifact"], e["part"], e["value"]) for e in d.get("edits", ())),
+            replace=d.get("replace"),
+            plan=dict(d.get("plan") or {}),
+            new_steps=tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
+            note=str(d.get("note", "")),
+            usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verifier's judgement of the candidate state after a proposal.
+
+    Attributes:
+        passed: whether the check passed.
+        score: quality in [0, 1]; defaults to 1.0 when passed, else 0.0.
+        findings: located problems (artifact, part, dimension).
+        evidence: what the judgement rests on (shown to people, kept in the trace).
+        usage: what the check cost (a model reviewer's tokens, a sandbox's seconds).
+        checked: the part references this verifier looked at; ``None`` means all parts.
+    """
+
+    passed: bool
+    score: float | None = None
+    findings: tuple[Finding, ...] = ()
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
+    checked: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.score is not None and (
+            not isinstance(self.score, int | float) or math.isnan(self.score) or not 0.0 <= self.score <= 1.0
+        ):
+            raise ValueError(f"Verdict.score must be in [0, 1], got {self.score!r}")
+
+    @property
+    def value(self) -> float:
+        if self.score is not None:
+            return float(self.score)
+        return 1.0 if self.passed else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "score": self.value,
+            "findings": [f.to_dict() for f in self.findings],
+            "evidence": dict(self.evidence),
+            "usage": self.usage.to_dict() if self.usage else None,
+            "checked": list(self.checked) if self.checked is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        checked = d.get("checked")
+        return cls(
+            passed=bool(d["passed"]),
+            score=d.get("score"),
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings", ())),
+            evidence=dict(d.get("evidence") or {}),
+            usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
+            checked=tuple(checked) if checked is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Remaining:
+    """Budget left before this cycle; ``None`` means unlimited."""
+
+    cycles: int | None
+    cost_usd: float | None
+    tokens: int | None
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What an actor sees at the start of a cycle. Built from the state alone, never from
+    held-out verdicts.
+
+    Attributes:
+        run_id: the run's id.
+        cycle: the cycle about to run (1-based).
+        goal: the task's goal.
+        task: the task input.
+        artifacts: current values, ``{artifact: {part: value}}``.
+        accepted: accepted values (read-only: a proposal touching them is refused).
+        findings: open findings from visible verifiers of the previous cycle.
+        plan: the plan's steps with their status.
+        next_step: the first step not yet done whose dependencies are done.
+        remaining: budget left.
+        notes: human decisions and answers addressed to the actor.
+        history: one line per earlier cycle: score, decision, proposal kind.
+    """
+
+    run_id: str
+    cycle: int
+    goal: str
+    task: Mapping[str, Any]
+    artifacts: Mapping[str, Mapping[str, Any]]
+    accepted: Mapping[str, Mapping[str, Any]]
+    findings: Sequence[Finding]
+    plan: Sequence[PlanStep]
+    next_step: PlanStep | None
+    remaining: Remaining
+    notes: Sequence[Mapping[str, Any]] = ()
+    history: Sequence[Mapping[str, Any]] = ()
+
+    def is_accepted(self, artifact: str, part: str) -> bool:
+        return part in self.accepted.get(artifact, {})
+
+    def findings_for(self, artifact: str, part: str | None = None) -> list[Finding]:
+        return [
+            f
+            for f in self.findings
+            if f.artifact == artifact and (part is None or f.part in (None, part))
+        ]

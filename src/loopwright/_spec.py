@@ -1,0 +1,197 @@
+"""Loop specs: a TOML file naming the actor, the verifiers and the contract.
+
+```toml
+name = "invoice-exceptions"
+project = "accounts-payable"
+tasks = "tasks.jsonl"                 # default task file, relative to this spec
+
+[actor]
+ref = "invoices.py:propose"           # file.py:attr (relative to the spec) or package.module:attr
+timeout_s = 10
+# options = { ... }                   # when given, ref is a factory called with these
+
+[[verifiers]]
+name = "fields_agree"
+ref = "invoices.py:fields_agree"
+# held_out = false, required = true, weight = 1.0, timeout_s = 5, options = { ... }
+
+[contract.budget]
+max_cycles = 6
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._contract import Contract
+from ._errors import ConfigError, SpecError
+from ._loop import Check, Loop
+
+__all__ = ["load_spec", "resolve_ref"]
+
+_TOP = {"name", "project", "description", "tasks", "actor", "verifiers", "contract", "init"}
+_ACTOR = {"ref", "timeout_s", "options"}
+_VERIFIER = {"name", "ref", "held_out", "required", "weight", "timeout_s", "options", "kind"}
+
+
+def resolve_ref(ref: str, base: Path, where: str) -> Any:
+    """Import ``file.py:attr`` (relative to ``base``) or ``package.module:attr``."""
+    if not isinstance(ref, str) or ":" not in ref:
+        raise SpecError(f"{ref!r} must look like 'file.py:name' or 'package.module:name'", field=where)
+    target, _, attr = ref.rpartition(":")
+    if str(base) not in sys.path:
+        sys.path.insert(0, str(base))  # lets spec-local modules import their siblings
+    try:
+        if target.endswith(".py"):
+            path = (base / target).resolve()
+            if not path.is_file():
+                raise SpecError(f"no file {path}", field=where)
+            digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+            name = f"loopwright_spec_{path.stem}_{digest}"
+            module = sys.modules.get(name)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(name, path)
+                if spec is None or spec.loader is None:
+                    raise SpecError(f"cannot import {path}", field=where)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(name, None)
+                    raise
+        else:
+            module = importlib.import_module(target)
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"cannot import {target!r}: {type(exc).__name__}: {exc}", field=where) from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SpecError(f"{target!r} has no attribute {attr!r}", field=where)
+        obj = getattr(obj, part)
+    return obj
+
+
+def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise SpecError("must be a table", field=where)
+    for key in data:
+        if key not in allowed:
+            raise SpecError(f"unknown key {key!r}; expected one of {sorted(allowed)}",
+                            field=f"{where}.{key}" if where else key)
+    return data
+
+
+def _build(ref: str, options: Any, base: Path, where: str) -> Any:
+    obj = resolve_ref(ref, base, f"{where}.ref")
+    if options is None:
+        if not callable(obj):
+            raise SpecError(f"{ref!r} is not callable", field=f"{where}.ref")
+        return obj
+    if not isinstance(options, Mapping):
+        raise SpecError("must be a table", field=f"{where}.options")
+    try:
+        built = obj(**options)
+    except Exception as exc:
+        raise SpecError(f"building {ref!r} with options failed: {exc}", field=f"{where}.options") from None
+    if not callable(built):
+        raise SpecError(f"{ref!r}(**options) did not return a callable", field=f"{where}.options")
+    return built
+
+
+def load_spec(path: str | Path) -> Loop:
+    """Load and validate a loop spec; every problem names its field."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"no spec file at {p}", field="spec")
+    raw = p.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p} is not valid TOML: {exc}", field="spec") from None
+    _table(data, "", _TOP)
+    base = p.resolve().parent
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError("is required (a non-empty string)", field="name")
+    actor_t = _table(data.get("actor"), "actor", _ACTOR) if "actor" in data else None
+    if actor_t is None or "ref" not in actor_t:
+        raise SpecError("is required: [actor] ref = 'file.py:function'", field="actor.ref")
+    actor = _build(actor_t["ref"], actor_t.get("options"), base, "actor")
+    verifiers = data.get("verifiers", [])
+    if not isinstance(verifiers, list):
+        raise SpecError("must be an array of tables ([[verifiers]])", field="verifiers")
+    checks = []
+    for i, v in enumerate(verifiers):
+        where = f"verifiers[{i}]"
+        vt = _table(v, where, _VERIFIER)
+        if "ref" not in vt:
+            raise SpecError("is required", field=f"{where}.ref")
+        fn = _build(vt["ref"], vt.get("options"), base, where)
+        try:
+            checks.append(Check(
+                fn=fn,
+                name=str(vt.get("name") or vt["ref"].rpartition(":")[2]),
+                held_out=bool(vt.get("held_out", False)),
+                required=bool(vt.get("required", True)),
+                weight=float(vt.get("weight", 1.0)),
+                timeout_s=vt.get("timeout_s"),
+            ))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(str(exc), field=where) from None
+    contract_data = data.get("contract")
+    if contract_data is None:
+        raise SpecError("is required: the stop contract must be declared before a run", field="contract")
+    try:
+        contract = Contract.from_dict(_with_checks(contract_data, base))
+    except SpecError:
+        raise
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
+    init = None
+    if "init" in data:
+        init = _build(data["init"], None, base, "init")
+    try:
+        return Loop(
+            name=name.strip(),
+            actor=actor,
+            verifiers=checks,
+            contract=contract,
+            init=init,
+            actor_timeout_s=actor_t.get("timeout_s"),
+            project=str(data.get("project", "")),
+            version=hashlib.sha256(raw).hexdigest()[:16],
+            spec_ref=str(p.resolve()),
+            options={"tasks": str(base / data["tasks"])} if data.get("tasks") else {},
+        )
+    except SpecError:
+        raise
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _with_checks(contract: Any, base: Path) -> Any:
+    """Resolve ``check = "file.py:fn"`` references in risk rules into callables."""
+    if not isinstance(contract, Mapping):
+        return contract
+    rules = contract.get("risk")
+    if not isinstance(rules, list):
+        return contract
+    out = []
+    for i, rule in enumerate(rules):
+        if isinstance(rule, Mapping) and isinstance(rule.get("check"), str):
+            rule = {**rule, "check": resolve_ref(rule["check"], base, f"contract.risk[{i}].check")}
+        out.append(rule)
+    return {**contract, "risk": out}
+
+

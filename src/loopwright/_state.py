@@ -1,0 +1,397 @@
+"""The structured execution truth of a run: artifacts made of parts, findings, the plan.
+
+A run's state is never the chat transcript. It is plain, JSON-serialisable data that the engine
+checkpoints after every cycle and rebuilds on resume. Held-out verdicts never enter it: that is
+how invariant 3 (held-out isolation) holds by construction — the actor's context is built only
+from this state.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from ._errors import ConfigError
+from ._usage import Usage
+
+__all__ = [
+    "Artifact",
+    "Finding",
+    "Part",
+    "PartStatus",
+    "PlanStep",
+    "StepStatus",
+    "TaskState",
+    "Version",
+    "part_ref",
+    "split_ref",
+]
+
+PartStatus = Literal["candidate", "accepted", "rejected"]
+StepStatus = Literal["pending", "in_progress", "done", "blocked"]
+_STEP_STATUSES = ("pending", "in_progress", "done", "blocked")
+
+
+def part_ref(artifact: str, part: str) -> str:
+    """The canonical name of a part: ``artifact/part``."""
+    return f"{artifact}/{part}"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """Split ``artifact/part`` into its two names."""
+    artifact, sep, part = ref.partition("/")
+    if not sep or not artifact or not part:
+        raise ConfigError(f"part reference {ref!r} must look like 'artifact/part'")
+    return artifact, part
+
+
+@dataclass(slots=True)
+class Version:
+    """One version of a part. Versions are never deleted: limits never throw work away."""
+
+    n: int
+    value: Any
+    cycle: int
+    status: PartStatus = "candidate"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "value": self.value, "cycle": self.cycle, "status": self.status}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Version:
+        return cls(int(d["n"]), d["value"], int(d["cycle"]), cast(PartStatus, d["status"]))
+
+
+@dataclass(slots=True)
+class Part:
+    """A named, separately repairable and separately acceptable piece of an artifact."""
+
+    name: str
+    versions: list[Version] = field(default_factory=list)
+
+    @property
+    def current(self) -> Version:
+        return self.versions[-1]
+
+    @property
+    def value(self) -> Any:
+        return self.versions[-1].value
+
+    @property
+    def status(self) -> PartStatus:
+        return self.versions[-1].status
+
+    @property
+    def accepted(self) -> Version | None:
+        for v in reversed(self.versions):
+            if v.status == "accepted":
+                return v
+        return None
+
+    def version(self, n: int) -> Version:
+        return self.versions[n - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "versions": [v.to_dict() for v in self.versions]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Part:
+        return cls(str(d["name"]), [Version.from_dict(v) for v in d["versions"]])
+
+
+@dataclass(slots=True)
+class Artifact:
+    """A deliverable made of named parts (a page of panels, an invoice's fields, a program)."""
+
+    name: str
+    parts: dict[str, Part] = field(default_factory=dict)
+
+    def values(self) -> dict[str, Any]:
+        return {name: p.value for name, p in self.parts.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "parts": [p.to_dict() for p in self.parts.values()]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Artifact:
+        parts = [Part.from_dict(p) for p in d["parts"]]
+        return cls(str(d["name"]), {p.name: p for p in parts})
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A located problem: which artifact, which part, which dimension, and what is wrong.
+
+    Attributes:
+        message: what is wrong, in words the actor (and a person) can act on.
+        artifact: the artifact it concerns, if any.
+        part: the part it concerns, if any.
+        dimension: what kind of problem (``"amount"``, ``"evidence"``, ``"legibility"``...).
+        severity: ``"error"`` blocks acceptance; ``"warning"`` does not.
+        verifier: the verifier that raised it (filled in by the engine).
+        evidence: supporting data (expected and actual values, a test's output).
+    """
+
+    message: str
+    artifact: str | None = None
+    part: str | None = None
+    dimension: str = "general"
+    severity: Literal["error", "warning"] = "error"
+    verifier: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str | None:
+        if self.artifact is None:
+            return None
+        return part_ref(self.artifact, self.part) if self.part else self.artifact
+
+    def touches(self, artifact: str, part: str) -> bool:
+        """Whether this finding is about the given part (an artifact-wide finding touches all)."""
+        if self.artifact is None:
+            return True
+        return self.artifact == artifact and (self.part is None or self.part == part)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message": self.message,
+            "artifact": self.artifact,
+            "part": self.part,
+            "dimension": self.dimension,
+            "severity": self.severity,
+            "verifier": self.verifier,
+            "evidence": dict(self.evidence),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:
+        return cls(
+            message=str(d["message"]),
+            artifact=d.get("artifact"),
+            part=d.get("part"),
+            dimension=str(d.get("dimension", "general")),
+            severity=cast(Literal["error", "warning"], d.get("severity", "error")),
+            verifier=str(d.get("verifier", "")),
+            evidence=dict(d.get("evidence") or {}),
+        )
+
+
+@dataclass(slots=True)
+class PlanStep:
+    """One step of the plan. A step that lists parts is done when all of them are accepted."""
+
+    id: str
+    title: str = ""
+    depends_on: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
+    status: StepStatus = "pending"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "depends_on": list(self.depends_on),
+            "parts": list(self.parts),
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PlanStep:
+        status = d.get("status", "pending")
+        if status not in _STEP_STATUSES:
+            raise ConfigError(f"unknown step status {status!r}", field=f"plan.{d.get('id')}")
+        return cls(
+            id=str(d["id"]),
+            title=str(d.get("title", "")),
+            depends_on=tuple(d.get("depends_on", ())),
+            parts=tuple(d.get("parts", ())),
+            status=cast(StepStatus, status),
+        )
+
+
+@dataclass(slots=True)
+class TaskState:
+    """Everything a run knows, checkpointed after every cycle.
+
+    The first group of fields is the task; the second is the work; the third is the engine's
+    accounting, kept here so that one atomic checkpoint restores all of it.
+    """
+
+    goal: str = ""
+    task_key: str = ""
+    project: str = ""
+    task: dict[str, Any] = field(default_factory=dict)
+
+    artifacts: dict[str, Artifact] = field(default_factory=dict)
+    plan: list[PlanStep] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    next_action: str = ""
+    retries: dict[str, int] = field(default_factory=dict)
+
+    cycle: int = 0
+    spent: Usage = field(default_factory=Usage)
+    score: float | None = None
+    best_score: float | None = None
+    best_cycle: int = 0
+    best_parts: dict[str, int] = field(default_factory=dict)
+    stall: int = 0
+    rejected: list[str] = field(default_factory=list)
+    approved: list[str] = field(default_factory=list)
+    passed_checks: list[str] = field(default_factory=list)
+    pending: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    # --- reading -------------------------------------------------------------------------
+    def part(self, ref: str) -> Part | None:
+        artifact, name = split_ref(ref)
+        art = self.artifacts.get(artifact)
+        return None if art is None else art.parts.get(name)
+
+    def iter_parts(self) -> Iterator[tuple[str, Part]]:
+        for art in self.artifacts.values():
+            for p in art.parts.values():
+                yield part_ref(art.name, p.name), p
+
+    def values(self) -> dict[str, dict[str, Any]]:
+        """Current values of every artifact: ``{artifact: {part: value}}``."""
+        return {name: art.values() for name, art in self.artifacts.items()}
+
+    def accepted_values(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for art in self.artifacts.values():
+            for p in art.parts.values():
+                acc = p.accepted
+                if acc is not None:
+                    out.setdefault(art.name, {})[p.name] = acc.value
+        return out
+
+    def best_values(self) -> dict[str, dict[str, Any]]:
+        """The best candidate so far: each part at the version it had in the best cycle."""
+        out: dict[str, dict[str, Any]] = {}
+        for ref, p in self.iter_parts():
+            n = self.best_parts.get(ref, len(p.versions))
+            artifact, name = split_ref(ref)
+            out.setdefault(artifact, {})[name] = p.version(min(n, len(p.versions))).value
+        return out
+
+    @property
+    def completed_steps(self) -> list[str]:
+        return [s.id for s in self.plan if s.status == "done"]
+
+    def next_step(self) -> PlanStep | None:
+        """The first step not yet done whose dependencies are all done."""
+        done = set(self.completed_steps)
+        for s in self.plan:
+            if s.status in ("pending", "in_progress") and all(d in done for d in s.depends_on):
+                return s
+        return None
+
+    # --- writing (engine only) -----------------------------------------------------------
+    def set_part(self, artifact: str, part: str, value: Any, cycle: int) -> bool:
+        """Write a new version of a part; returns False when the value did not change."""
+        art = self.artifacts.setdefault(artifact, Artifact(artifact))
+        p = art.parts.get(part)
+        if p is None:
+            art.parts[part] = Part(part, [Version(1, value, cycle)])
+            return True
+        if p.value == value:
+            return False
+        p.versions.append(Version(len(p.versions) + 1, value, cycle))
+        return True
+
+    def refresh_plan(self) -> None:
+        """Mark steps whose parts are all accepted as done."""
+        for s in self.plan:
+            if s.status != "done" and s.parts:
+                parts = [self.part(r) for r in s.parts]
+                if all(p is not None and p.status == "accepted" for p in parts):
+                    s.status = "done"
+
+    # --- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "goal": self.goal,
+            "task_key": self.task_key,
+            "project": self.project,
+            "task": self.task,
+            "artifacts": [a.to_dict() for a in self.artifacts.values()],
+            "plan": [s.to_dict() for s in self.plan],
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": self.notes,
+            "next_action": self.next_action,
+            "retries": self.retries,
+            "cycle": self.cycle,
+            "spent": self.spent.to_dict(),
+            "score": self.score,
+            "best_score": self.best_score,
+            "best_cycle": self.best_cycle,
+            "best_parts": self.best_parts,
+            "stall": self.stall,
+            "rejected": self.rejected,
+            "approved": self.approved,
+            "passed_checks": self.passed_checks,
+            "pending": self.pending,
+            "history": self.history,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskState:
+        arts = [Artifact.from_dict(a) for a in d.get("artifacts", ())]
+        return cls(
+            goal=str(d.get("goal", "")),
+            task_key=str(d.get("task_key", "")),
+            project=str(d.get("project", "")),
+            task=dict(d.get("task") or {}),
+            artifacts={a.name: a for a in arts},
+            plan=[PlanStep.from_dict(s) for s in d.get("plan", ())],
+            findings=[Finding.from_dict(f) for f in d.get("findings", ())],
+            notes=list(d.get("notes", ())),
+            next_action=str(d.get("next_action", "")),
+            retries=dict(d.get("retries") or {}),
+            cycle=int(d.get("cycle", 0)),
+            spent=Usage.from_dict(d.get("spent")),
+            score=d.get("score"),
+            best_score=d.get("best_score"),
+            best_cycle=int(d.get("best_cycle", 0)),
+            best_parts=dict(d.get("best_parts") or {}),
+            stall=int(d.get("stall", 0)),
+            rejected=list(d.get("rejected", ())),
+            approved=list(d.get("approved", ())),
+            passed_checks=list(d.get("passed_checks", ())),
+            pending=d.get("pending"),
+            history=list(d.get("history", ())),
+        )
+
+    @classmethod
+    def from_task(cls, task: Mapping[str, Any], *, task_key: str = "", project: str = "") -> TaskState:
+        """The default initial state: ``goal``, ``artifacts`` and ``plan`` read from the task.
+
+        ``artifacts`` is ``{artifact: {part: value}}``; ``plan`` is a list of step mappings.
+        """
+        state = cls(
+            goal=str(task.get("goal", "")),
+            task_key=task_key,
+            project=project or str(task.get("project", "")),
+            task=dict(task),
+        )
+        arts = task.get("artifacts") or {}
+        if not isinstance(arts, Mapping):
+            raise ConfigError("must be a table of {artifact: {part: value}}", field="task.artifacts")
+        for aname, parts in arts.items():
+            if not isinstance(parts, Mapping):
+                raise ConfigError("must be a table of {part: value}", field=f"task.artifacts.{aname}")
+            for pname, value in parts.items():
+                state.set_part(str(aname), str(pname), value, 0)
+        for i, step in enumerate(task.get("plan") or ()):
+            if not isinstance(step, Mapping) or "id" not in step:
+                raise ConfigError("each step needs an 'id'", field=f"task.plan[{i}]")
+            state.plan.append(PlanStep.from_dict(step))
+        return state
+
+
+def match_any(ref: str, patterns: Iterable[str]) -> bool:
+    """Whether a part reference matches any glob pattern (``invoice/*``, ``*/payment``)."""
+    return any(fnmatch.fnmatchcase(ref, p) for p in patterns)

@@ -1,0 +1,67 @@
+"""Stores: where runs, checkpoints, events and approvals live.
+
+``open_store(url)`` picks the implementation by URL: a path or ``sqlite:///path`` for the
+embedded SQLite store (default ``./.loopwright/loopwright.db``); ``postgresql://`` is reserved
+for the PostgreSQL store.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+from .._errors import ConfigError
+from ._base import Approval, Checkpoint, Event, NewApproval, NewEvent, RunRecord, Store
+
+__all__ = [
+    "DEFAULT_STORE",
+    "Approval",
+    "Checkpoint",
+    "Event",
+    "NewApproval",
+    "NewEvent",
+    "RunRecord",
+    "Store",
+    "open_store",
+    "resolve_store_url",
+]
+
+DEFAULT_STORE = ".loopwright/loopwright.db"
+
+
+def resolve_store_url(url: str | None = None) -> str:
+    """The store to use: the argument, else ``LOOPWRIGHT_STORE``, else the default file."""
+    return url or os.environ.get("LOOPWRIGHT_STORE") or DEFAULT_STORE
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (creating if needed) the store named by ``url``."""
+    url = resolve_store_url(url)
+    if "://" not in url:
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        # sqlite:///relative/path.db and sqlite:////absolute/path.db, as in SQLAlchemy.
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if parts.netloc:
+            path = parts.netloc + parts.path
+        if not path:
+            raise ConfigError(f"{url!r} names no file; use sqlite:///path/to/store.db", field="store")
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"durability"}
+        if unknown:
+            raise ConfigError(f"unknown option(s) {sorted(unknown)} in {url!r}", field="store")
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(path, durability=query.get("durability", ["full"])[0])
+    if parts.scheme in ("postgresql", "postgres"):
+        raise ConfigError(
+            "the PostgreSQL store is not part of this version yet; use an SQLite file",
+            field="store",
+        )
+    raise ConfigError(
+        f"unknown store URL scheme {parts.scheme!r} in {url!r}; use a file path or sqlite:///path",
+        field="store",
+    )

@@ -1,0 +1,280 @@
+"""The Store protocol: everything the engine persists goes through these methods.
+
+The engine relies on transactions only (never on file locks or SQLite quirks), so a PostgreSQL
+implementation can satisfy the same protocol. Every write that belongs to a running run carries
+the run's fencing token; a store must reject a write whose token is not the current one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Approval", "Checkpoint", "Event", "NewApproval", "NewEvent", "RunRecord", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run's row: identity, status and running totals (the state itself is in checkpoints)."""
+
+    run_id: str
+    task_key: str
+    loop_name: str
+    project: str
+    status: str
+    stop_reason: str | None
+    cycle: int
+    best_score: float | None
+    cost_usd: float
+    tokens: int
+    seconds: float
+    spec_ref: str | None
+    loop_version: str | None
+    contract: dict[str, Any]
+    task: dict[str, Any]
+    packet: dict[str, Any] | None
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+    cancel_requested: bool
+    lease_owner: str | None
+    lease_expires_at: float | None
+    fencing_token: int
+    last_seq: int
+    held_out_passed: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "task_key": self.task_key,
+            "loop_name": self.loop_name,
+            "project": self.project,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "cycle": self.cycle,
+            "best_score": self.best_score,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+            "spec_ref": self.spec_ref,
+            "loop_version": self.loop_version,
+            "contract": self.contract,
+            "task": self.task,
+            "packet": self.packet,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "ended_at": self.ended_at,
+            "cancel_requested": self.cancel_requested,
+            "held_out_passed": self.held_out_passed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    run_id: str
+    seq: int
+    cycle: int
+    state: dict[str, Any]
+    record: dict[str, Any] | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    run_id: str
+    cycle: int
+    kind: str
+    ts: float
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "cycle": self.cycle,
+            "kind": self.kind,
+            "ts": self.ts,
+            "data": self.data,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewApproval:
+    """An approval request to persist together with the checkpoint that parks the run."""
+
+    approval_id: str
+    cycle: int
+    kind: str
+    rule: str | None
+    what: str
+    why: str
+    evidence: dict[str, Any]
+    diff: str | None
+    action_hash: str
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    approval_id: str
+    run_id: str
+    cycle: int
+    kind: str
+    rule: str | None
+    what: str
+    why: str
+    evidence: dict[str, Any]
+    diff: str | None
+    action_hash: str
+    status: str
+    requested_at: float
+    expires_at: float | None
+    decided_by: str | None
+    decided_at: float | None
+    note: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.approval_id,
+            "run_id": self.run_id,
+            "cycle": self.cycle,
+            "kind": self.kind,
+            "rule": self.rule,
+            "what": self.what,
+            "why": self.why,
+            "evidence": self.evidence,
+            "diff": self.diff,
+            "action_hash": self.action_hash,
+            "status": self.status,
+            "requested_at": self.requested_at,
+            "expires_at": self.expires_at,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    cycle: int
+    kind: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Store(ABC):
+    """Durable storage for runs, checkpoints, events and approvals."""
+
+    url: str
+
+    # --- runs ---------------------------------------------------------------------------
+    @abstractmethod
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        task_key: str,
+        loop_name: str,
+        project: str,
+        spec_ref: str | None,
+        loop_version: str | None,
+        contract: dict[str, Any],
+        task: dict[str, Any],
+        initial_state: dict[str, Any],
+    ) -> tuple[RunRecord, bool]:
+        """Create a run with its cycle-0 checkpoint, or return the existing run with that
+        ``task_key``. Returns ``(run, created)``."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run with this id, or with an id starting with this prefix (unique), or with this
+        task key. Raises ``RunNotFoundError``."""
+
+    @abstractmethod
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        loop_name: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first."""
+
+    # --- leases -------------------------------------------------------------------------
+    @abstractmethod
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:
+        """Take the run's lease and return a new fencing token. Raises ``ConflictError`` when
+        another live owner holds it."""
+
+    @abstractmethod
+    def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
+        """Extend a held lease; ``StaleLeaseError`` when the token is no longer current."""
+
+    @abstractmethod
+    def release_lease(self, run_id: str, token: int) -> None:
+        """Give the lease up (no error when it was already taken over)."""
+
+    # --- checkpoints and events ----------------------------------------------------------
+    @abstractmethod
+    def latest_checkpoint(self, run_id: str) -> Checkpoint:
+        """The newest checkpoint, found by index whatever the number of cycles."""
+
+    @abstractmethod
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """All checkpoints of a run, oldest first."""
+
+    @abstractmethod
+    def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        run: Mapping[str, Any],
+        approval: NewApproval | None = None,
+    ) -> bool:
+        """Atomically: write checkpoint ``seq``, append events, update the run's columns given
+        in ``run``, and persist an approval request if given. Rejects a stale ``token`` with
+        ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
+        requested for this run."""
+
+    @abstractmethod
+    def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        """Append events outside a cycle (resumed, approval decided...)."""
+
+    @abstractmethod
+    def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
+        """A run's events in order."""
+
+    # --- approvals and cancellation ----------------------------------------------------
+    @abstractmethod
+    def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
+        """Approval requests, oldest first."""
+
+    @abstractmethod
+    def decide_approval(
+        self, approval_id: str, *, status: str, by: str, note: str | None, now: float
+    ) -> Approval:
+        """Record a decision on a pending request (atomically: two deciders cannot both win).
+        Raises ``ApprovalError`` when there is no such request or it is no longer pending."""
+
+    @abstractmethod
+    def request_cancel(self, run_id: str) -> RunRecord:
+        """Flag the run for cancellation; the executor honours it at the next cycle boundary."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

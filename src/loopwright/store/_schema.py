@@ -1,0 +1,78 @@
+"""Schema migrations, forward only. Entry ``i`` moves a store from version ``i`` to ``i + 1``."""
+
+from __future__ import annotations
+
+__all__ = ["SQLITE_MIGRATIONS"]
+
+SQLITE_MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            task_key TEXT NOT NULL UNIQUE,
+            loop_name TEXT NOT NULL,
+            project TEXT NOT NULL DEFAULT '',
+            status TEXT NOT NULL,
+            stop_reason TEXT,
+            cycle INTEGER NOT NULL DEFAULT 0,
+            best_score REAL,
+            held_out_passed INTEGER,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            seconds REAL NOT NULL DEFAULT 0,
+            spec_ref TEXT,
+            loop_version TEXT,
+            contract TEXT NOT NULL,
+            task TEXT NOT NULL,
+            packet TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_expires_at REAL,
+            fencing_token INTEGER NOT NULL DEFAULT 0,
+            last_seq INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX runs_status ON runs(status)",
+        "CREATE INDEX runs_project ON runs(project, created_at)",
+        """CREATE TABLE checkpoints (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            seq INTEGER NOT NULL,
+            cycle INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            record TEXT,
+            fencing_token INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            cycle INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            ts REAL NOT NULL,
+            data TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_run ON events(run_id, id)",
+        """CREATE TABLE approvals (
+            approval_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            cycle INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            rule TEXT,
+            what TEXT NOT NULL,
+            why TEXT NOT NULL,
+            evidence TEXT NOT NULL,
+            diff TEXT,
+            action_hash TEXT NOT NULL,
+            status TEXT NOT NULL,
+            requested_at REAL NOT NULL,
+            expires_at REAL,
+            decided_by TEXT,
+            decided_at REAL,
+            note TEXT
+        )""",
+        "CREATE INDEX approvals_status ON approvals(status, requested_at)",
+        "CREATE INDEX approvals_run ON approvals(run_id)",
+    ],
+]

@@ -1,0 +1,501 @@
+"""The embedded SQLite store (the default): WAL, ``synchronous=FULL``, versioned schema.
+
+Durability modes:
+    ``full`` (default): every checkpoint survives power loss (``synchronous=FULL``).
+    ``process``: survives a crash of the process, not of the machine (``synchronous=NORMAL``);
+        faster on slow disks. Choose it with ``sqlite:///path.db?durability=process``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .._errors import (
+    ApprovalError,
+    ConfigError,
+    ConflictError,
+    RunNotFoundError,
+    StaleLeaseError,
+    StoreCorruptError,
+    StoreError,
+)
+from ._base import Approval, Checkpoint, Event, NewApproval, NewEvent, RunRecord, Store
+from ._schema import SQLITE_MIGRATIONS
+
+__all__ = ["SQLiteStore"]
+
+_RUN_COLS = (
+    "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
+    "tokens, seconds, spec_ref, loop_version, contract, task, packet, created_at, updated_at, "
+    "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
+    "held_out_passed"
+)
+_APPROVAL_COLS = (
+    "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
+    "requested_at, expires_at, decided_by, decided_at, note"
+)
+_UPDATABLE = frozenset(
+    {"status", "stop_reason", "cycle", "best_score", "cost_usd", "tokens", "seconds", "packet",
+     "ended_at", "last_seq", "lease_expires_at", "held_out_passed"}
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        task_key=row[1],
+        loop_name=row[2],
+        project=row[3],
+        status=row[4],
+        stop_reason=row[5],
+        cycle=row[6],
+        best_score=row[7],
+        cost_usd=row[8],
+        tokens=row[9],
+        seconds=row[10],
+        spec_ref=row[11],
+        loop_version=row[12],
+        contract=json.loads(row[13]),
+        task=json.loads(row[14]),
+        packet=json.loads(row[15]) if row[15] else None,
+        created_at=row[16],
+        updated_at=row[17],
+        ended_at=row[18],
+        cancel_requested=bool(row[19]),
+        lease_owner=row[20],
+        lease_expires_at=row[21],
+        fencing_token=row[22],
+        last_seq=row[23],
+        held_out_passed=None if row[24] is None else bool(row[24]),
+    )
+
+
+def _approval(row: Sequence[Any]) -> Approval:
+    return Approval(
+        approval_id=row[0],
+        run_id=row[1],
+        cycle=row[2],
+        kind=row[3],
+        rule=row[4],
+        what=row[5],
+        why=row[6],
+        evidence=json.loads(row[7]),
+        diff=row[8],
+        action_hash=row[9],
+        status=row[10],
+        requested_at=row[11],
+        expires_at=row[12],
+        decided_by=row[13],
+        decided_at=row[14],
+        note=row[15],
+    )
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether a lease owner named ``host:pid:…`` is a process on this host that no longer
+    exists. Lets a restarted process take over at once after a crash instead of waiting for
+    the lease to expire; owners on other hosts still wait for expiry."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) still answers kill(0): read its state.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+class SQLiteStore(Store):
+    """A loopwright store in one SQLite file."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: str = "full") -> None:
+        if durability not in ("full", "process"):
+            raise ConfigError("must be 'full' or 'process'", field="store.durability")
+        self.path = Path(path)
+        self.durability = durability
+        self.url = f"sqlite:///{self.path}"
+        self._lock = threading.RLock()
+        if self.path.exists() and self.path.is_dir():
+            raise ConfigError(f"{self.path} is a directory, not a store file", field="store")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+        try:
+            self._configure()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreCorruptError(
+                f"{self.path} is not a usable loopwright store ({exc})"
+            ) from None
+        except StoreError:
+            self._db.close()
+            raise
+
+    # --- setup --------------------------------------------------------------------------
+    def _configure(self) -> None:
+        db = self._db
+        db.execute("PRAGMA busy_timeout = 30000")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"cannot enable WAL on {self.path} (got {mode})")
+        sync = "FULL" if self.durability == "full" else "NORMAL"
+        db.execute(f"PRAGMA synchronous = {sync}")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    def _migrate(self) -> None:
+        db = self._db
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "loopwright_meta" not in tables:
+            raise StoreCorruptError(
+                f"{self.path} is an SQLite database that loopwright did not create "
+                f"(tables: {', '.join(sorted(tables)[:5])}); name another store file"
+            )
+        with self._tx():
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            row = db.execute("SELECT value FROM loopwright_meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            latest = len(SQLITE_MIGRATIONS)
+            if version > latest:
+                raise StoreCorruptError(
+                    f"{self.path} has schema version {version}, newer than this loopwright "
+                    f"understands ({latest}); upgrade loopwright"
+                )
+            for i in range(version, latest):
+                for statement in SQLITE_MIGRATIONS[i]:
+                    db.execute(statement)
+            db.execute(
+                "INSERT INTO loopwright_meta(key, value) VALUES('schema_version', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (str(latest),),
+            )
+
+    @property
+    def schema_version(self) -> int:
+        row = self._db.execute("SELECT value FROM loopwright_meta WHERE key='schema_version'").fetchone()
+        return int(row[0])
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE: take the write lock up front so two writers queue instead of deadlocking.
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            else:
+                db.execute("COMMIT")
+
+    # --- runs ---------------------------------------------------------------------------
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        task_key: str,
+        loop_name: str,
+        project: str,
+        spec_ref: str | None,
+        loop_version: str | None,
+        contract: dict[str, Any],
+        task: dict[str, Any],
+        initial_state: dict[str, Any],
+    ) -> tuple[RunRecord, bool]:
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (task_key,)).fetchone()
+            if row is not None:
+                return _run(row), False
+            db.execute(
+                "INSERT INTO runs(run_id, task_key, loop_name, project, status, spec_ref, "
+                "loop_version, contract, task, created_at, updated_at) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, task_key, loop_name, project, "pending", spec_ref, loop_version,
+                 _dumps(contract), _dumps(task), now, now),
+            )
+            db.execute(
+                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, created_at) "
+                "VALUES(?,?,?,?,?,?,?)",
+                (run_id, 0, 0, _dumps(initial_state), None, 0, now),
+            )
+            db.execute(
+                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                (run_id, 0, "run_created", now, _dumps({"task_key": task_key, "loop": loop_name})),
+            )
+            row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return _run(row), True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._lock:
+            db = self._db
+            row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (run_id,)).fetchone()
+            if row is None and run_id:
+                rows = db.execute(
+                    f"SELECT {_RUN_COLS} FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2",
+                    (run_id.replace("%", "\\%").replace("_", "\\_") + "%",),
+                ).fetchall()
+                if len(rows) > 1:
+                    raise RunNotFoundError(f"run id prefix {run_id!r} is ambiguous; give more of it")
+                row = rows[0] if rows else None
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+        return _run(row)
+
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        loop_name: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        where, args = [], []
+        for col, val in (("status", status), ("project", project), ("loop_name", loop_name)):
+            if val is not None:
+                where.append(f"{col}=?")
+                args.append(val)
+        sql = f"SELECT {_RUN_COLS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, run_id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            return [_run(r) for r in self._db.execute(sql, args).fetchall()]
+
+    # --- leases -------------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT lease_owner, lease_expires_at, fencing_token FROM runs WHERE run_id=?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            holder, expires, token = row
+            if (
+                holder is not None
+                and holder != owner
+                and expires is not None
+                and expires > now
+                and not owner_is_dead(holder)
+            ):
+                raise ConflictError(
+                    f"run {run_id} is being executed by {holder} (lease until "
+                    f"{time.strftime('%H:%M:%S', time.localtime(expires))})"
+                )
+            token += 1
+            db.execute(
+                "UPDATE runs SET lease_owner=?, lease_expires_at=?, fencing_token=? WHERE run_id=?",
+                (owner, now + ttl_s, token, run_id),
+            )
+        return int(token)
+
+    def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE runs SET lease_expires_at=? WHERE run_id=? AND fencing_token=?",
+                (time.time() + ttl_s, run_id, token),
+            )
+            if cur.rowcount != 1:
+                raise StaleLeaseError(f"run {run_id}: lease lost (token {token} is stale)")
+
+    def release_lease(self, run_id: str, token: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+                "WHERE run_id=? AND fencing_token=?",
+                (run_id, token),
+            )
+
+    # --- checkpoints and events ----------------------------------------------------------
+    def latest_checkpoint(self, run_id: str) -> Checkpoint:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT run_id, seq, cycle, state, record, created_at FROM checkpoints "
+                "WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            ).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
+        return Checkpoint(row[0], row[1], row[2], json.loads(row[3]),
+                          json.loads(row[4]) if row[4] else None, row[5])
+
+    def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run_id, seq, cycle, state, record, created_at FROM checkpoints "
+                "WHERE run_id=? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+        return [
+            Checkpoint(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, r[5])
+            for r in rows
+        ]
+
+    def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        run: Mapping[str, Any],
+        approval: NewApproval | None = None,
+    ) -> bool:
+        now = time.time()
+        bad = set(run) - _UPDATABLE
+        if bad:
+            raise StoreError(f"cannot update run columns {sorted(bad)}")
+        cols = dict(run)
+        cols["last_seq"] = seq
+        if "packet" in cols and cols["packet"] is not None:
+            cols["packet"] = _dumps(cols["packet"])
+        assignments = ", ".join(f"{k}=?" for k in cols)
+        with self._tx() as db:
+            cur = db.execute(
+                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?",
+                (*cols.values(), now, run_id, token),
+            )
+            if cur.rowcount != 1:
+                raise StaleLeaseError(
+                    f"run {run_id}: checkpoint refused, fencing token {token} is stale"
+                )
+            try:
+                db.execute(
+                    "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
+                    "created_at) VALUES(?,?,?,?,?,?,?)",
+                    (run_id, seq, cycle, _dumps(state), _dumps(record) if record else None, token, now),
+                )
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
+            if events:
+                db.executemany(
+                    "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                    [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
+                )
+            if approval is not None:
+                a = approval
+                db.execute(
+                    f"INSERT INTO approvals({_APPROVAL_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (a.approval_id, run_id, a.cycle, a.kind, a.rule, a.what, a.why,
+                     _dumps(a.evidence), a.diff, a.action_hash, "pending", now, a.expires_at,
+                     None, None, None),
+                )
+            flag = db.execute("SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return bool(flag[0])
+
+    def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
+            )
+
+    def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
+                "ORDER BY id",
+                (run_id, after_id),
+            ).fetchall()
+        return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+    # --- approvals and cancellation ----------------------------------------------------
+    def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
+        where, args = [], []
+        if run_id is not None:
+            where.append("run_id=?")
+            args.append(run_id)
+        if status is not None:
+            where.append("status=?")
+            args.append(status)
+        sql = f"SELECT {_APPROVAL_COLS} FROM approvals"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY requested_at, approval_id", args).fetchall()
+        return [_approval(r) for r in rows]
+
+    def decide_approval(
+        self, approval_id: str, *, status: str, by: str, note: str | None, now: float
+    ) -> Approval:
+        if status not in ("approved", "denied", "expired"):
+            raise ApprovalError(f"unknown decision {status!r}")
+        with self._tx() as db:
+            row = db.execute(
+                f"SELECT {_APPROVAL_COLS} FROM approvals WHERE approval_id=?", (approval_id,)
+            ).fetchone()
+            if row is None:
+                raise ApprovalError(f"no approval request {approval_id!r}")
+            current = _approval(row)
+            if current.status != "pending":
+                raise ApprovalError(
+                    f"approval {approval_id} was already {current.status}"
+                    + (f" by {current.decided_by}" if current.decided_by else "")
+                )
+            # The status guard in WHERE makes the decision atomic even across processes.
+            cur = db.execute(
+                "UPDATE approvals SET status=?, decided_by=?, decided_at=?, note=? "
+                "WHERE approval_id=? AND status='pending'",
+                (status, by, now, note, approval_id),
+            )
+            if cur.rowcount != 1:
+                raise ApprovalError(f"approval {approval_id} was decided concurrently")
+            db.execute(
+                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                (current.run_id, current.cycle, "approval_decided", now,
+                 _dumps({"approval_id": approval_id, "status": status, "by": by, "note": note})),
+            )
+            row = db.execute(
+                f"SELECT {_APPROVAL_COLS} FROM approvals WHERE approval_id=?", (approval_id,)
+            ).fetchone()
+        return _approval(row)
+
+    def request_cancel(self, run_id: str) -> RunRecord:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET cancel_requested=1 WHERE run_id=?", (run_id,))
+        return self.get_run(run_id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
