@@ -47,9 +47,7 @@ def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> No
         fut.set_result(result)
 
 
-async def call_user(
-    fn: Callable[..., Any], *args: Any, timeout: float | None
-) -> tuple[Any, float]:
+async def call_user(fn: Callable[..., Any], *args: Any, timeout: float | None) -> tuple[Any, float]:
     """Call ``fn(*args)``; returns ``(result, seconds)``. Raises ``CallTimeout`` on timeout and
     whatever ``fn`` raises otherwise.
 
@@ -69,7 +67,9 @@ async def call_user(
         else:
             result = await asyncio.wait_for(_in_daemon_thread(fn, *args), timeout)
             if inspect.isawaitable(result):
-                result = await asyncio.wait_for(result, max(0.0, timeout - (time.perf_counter() - t0)))
+                result = await asyncio.wait_for(
+                    result, max(0.0, timeout - (time.perf_counter() - t0))
+                )
     except TimeoutError:
         raise CallTimeout(timeout or 0.0) from None
     return result, time.perf_counter() - t0

@@ -247,7 +247,11 @@ class Contract:
         known = {"success", "no_progress", "budget", "risk", "escalation"}
         for key in data:
             if key not in known:
-                hint = " (marginal_return is not supported by this version)" if key == "marginal_return" else ""
+                hint = (
+                    " (marginal_return is not supported by this version)"
+                    if key == "marginal_return"
+                    else ""
+                )
                 raise ConfigError(
                     f"unknown key {key!r}; expected one of {sorted(known)}{hint}",
                     field=f"contract.{key}",
@@ -258,7 +262,9 @@ class Contract:
                 kwargs[key] = _section(typ, data[key], f"contract.{key}")
         rules = data.get("risk") or ()
         if isinstance(rules, Mapping):
-            raise ConfigError("must be an array of tables ([[contract.risk]])", field="contract.risk")
+            raise ConfigError(
+                "must be an array of tables ([[contract.risk]])", field="contract.risk"
+            )
         kwargs["risk"] = tuple(
             _section(RiskRule, r, f"contract.risk[{i}]") for i, r in enumerate(rules)
         )

@@ -123,8 +123,7 @@ def accept_clean_parts(
         if not visible:
             continue
         clean = all(
-            (v.checked is None or ref in v.checked) and (v.passed or v.findings)
-            for _, v in visible
+            (v.checked is None or ref in v.checked) and (v.passed or v.findings) for _, v in visible
         )
         if clean:
             version.status = "accepted"
@@ -142,7 +141,10 @@ def risk_reason(
     """The first risk rule this proposal triggers, with the reason in words."""
     changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]
     visible_findings = [
-        f for c in checks if not c.held_out and c.name in verdicts for f in verdicts[c.name].findings
+        f
+        for c in checks
+        if not c.held_out and c.name in verdicts
+        for f in verdicts[c.name].findings
     ]
     for rule in rules:
         if rule.touches:

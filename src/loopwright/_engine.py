@@ -15,7 +15,7 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,8 +290,14 @@ class Runtime:
         except Exception:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
         ck = self.store.latest_checkpoint(rec.run_id)
-        ex = _Exec(rec.run_id, _NO_LOOP, Contract.from_dict(rec.contract), token, ck.seq,
-                   TaskState.from_dict(ck.state))
+        ex = _Exec(
+            rec.run_id,
+            _NO_LOOP,
+            Contract.from_dict(rec.contract),
+            token,
+            ck.seq,
+            TaskState.from_dict(ck.state),
+        )
         try:
             self._finish(ex, "cancelled", cause=f"cancelled by {by}" if by else "cancelled")
         finally:
@@ -324,13 +330,17 @@ class Runtime:
         risk = []
         for r in snap.get("risk") or ():
             r = dict(r)
-            if isinstance(r.get("check"), str) and r["name"] in live and callable(live[r["name"]].check):
+            if (
+                isinstance(r.get("check"), str)
+                and r["name"] in live
+                and callable(live[r["name"]].check)
+            ):
                 r["check"] = live[r["name"]].check
             risk.append(r)
         snap["risk"] = []
         contract = Contract.from_dict(snap)
         rules_: tuple[RiskRule, ...] = tuple(
-            RiskRule(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()})
+            RiskRule(**{str(k): tuple(v) if isinstance(v, list) else v for k, v in r.items()})  # type: ignore[arg-type]
             for r in risk
         )
         return Contract(
@@ -425,12 +435,24 @@ class Runtime:
         packet = None
         if status != "accepted":
             packet = build_packet(
-                reason, ex.state, ex.contract, run_id=ex.run_id, cause=cause, error=error,
-                evidence=evidence, held_out=held_out, unverified=unverified,
+                reason,
+                ex.state,
+                ex.contract,
+                run_id=ex.run_id,
+                cause=cause,
+                error=error,
+                evidence=evidence,
+                held_out=held_out,
+                unverified=unverified,
             )
-        ex.state.next_action = "" if status == "accepted" else (packet or {}).get("recommended_action", "")
-        ex.events.append(NewEvent(ex.state.cycle, "stopped", {"reason": reason, "status": status,
-                                                               "cause": cause}))
+        ex.state.next_action = (
+            "" if status == "accepted" else (packet or {}).get("recommended_action", "")
+        )
+        ex.events.append(
+            NewEvent(
+                ex.state.cycle, "stopped", {"reason": reason, "status": status, "cause": cause}
+            )
+        )
         run: dict[str, Any] = {
             "status": status,
             "stop_reason": reason,
@@ -471,35 +493,74 @@ class Runtime:
         except CallTimeout as exc:
             s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
             if rem is not None and (loop.actor_timeout_s is None or rem <= loop.actor_timeout_s):
-                self._finish(ex, "budget_time", cause=f"the actor was still working when the "
-                             f"time budget ran out ({exc.seconds:g} s left)")
+                self._finish(
+                    ex,
+                    "budget_time",
+                    cause=f"the actor was still working when the "
+                    f"time budget ran out ({exc.seconds:g} s left)",
+                )
             else:
-                self._finish(ex, "escalated", cause="the actor timed out",
-                             error={"where": "actor", "type": "Timeout", "message": str(exc)})
+                self._finish(
+                    ex,
+                    "escalated",
+                    cause="the actor timed out",
+                    error={"where": "actor", "type": "Timeout", "message": str(exc)},
+                )
             return True
         except Exception as exc:
             s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(ex, "escalated", cause="the actor raised an exception",
-                         error=_error_info("actor", exc))
+            self._finish(
+                ex,
+                "escalated",
+                cause="the actor raised an exception",
+                error=_error_info("actor", exc),
+            )
             return True
         if not isinstance(proposal, Proposal):
             s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(ex, "escalated", cause="the actor returned the wrong type", error={
-                "where": "actor", "type": "TypeError",
-                "message": f"the actor returned {type(proposal).__name__}, expected Proposal"})
+            self._finish(
+                ex,
+                "escalated",
+                cause="the actor returned the wrong type",
+                error={
+                    "where": "actor",
+                    "type": "TypeError",
+                    "message": f"the actor returned {type(proposal).__name__}, expected Proposal",
+                },
+            )
             return True
         usage = proposal.usage or Usage()
         cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
         s.spent = s.spent + cycle_usage
-        ex.events.append(NewEvent(n, "proposal", {
-            "kind": proposal.kind, "digest": proposal.digest(), "note": proposal.note,
-            "parts": [e.ref for e in proposal.changes()], "usage": usage.to_dict(),
-            "seconds": secs}))
+        ex.events.append(
+            NewEvent(
+                n,
+                "proposal",
+                {
+                    "kind": proposal.kind,
+                    "digest": proposal.digest(),
+                    "note": proposal.note,
+                    "parts": [e.ref for e in proposal.changes()],
+                    "usage": usage.to_dict(),
+                    "seconds": secs,
+                },
+            )
+        )
+        if proposal.escalate:
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            self._finish(
+                ex,
+                "escalated",
+                cause=f"the actor asked for a person: {proposal.escalate}",
+                unverified=proposal.to_dict() if proposal.changes() else None,
+            )
+            return True
         crossed = rules.budget_crossed(contract, s.spent)
         if crossed:
             s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(ex, crossed, cause="crossed during the actor call",
-                         unverified=proposal.to_dict())
+            self._finish(
+                ex, crossed, cause="crossed during the actor call", unverified=proposal.to_dict()
+            )
             return True
         return await self._evaluate(ex, n, proposal, t0, cycle_usage)
 
@@ -510,20 +571,24 @@ class Runtime:
         digest = proposal.digest()
         # Accepted work is protected (invariant 6): refuse the whole proposal, record why.
         protected = [
-            e.ref for e in proposal.changes()
+            e.ref
+            for e in proposal.changes()
             if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value
         ]
         if protected:
             s.findings = [f for f in s.findings if f.dimension != "protected"] + [
                 Finding(
-                    f"{ref} is accepted and may not be changed", *split_ref(ref),
-                    dimension="protected", verifier="loopwright",
+                    f"{ref} is accepted and may not be changed",
+                    *split_ref(ref),
+                    dimension="protected",
+                    verifier="loopwright",
                 )
                 for ref in protected
             ]
             ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
-            return self._conclude(ex, n, proposal, digest, {}, {}, t0, cycle_usage,
-                                  decision="refused", duplicate=True)
+            return self._conclude(
+                ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
+            )
         duplicate = digest in s.rejected
         candidate = TaskState.from_dict(s.to_dict())
         for e in proposal.changes():
@@ -533,41 +598,86 @@ class Runtime:
         held: dict[str, Verdict] = {}
         for check in loop.verifiers:
             try:
-                verdict, secs = await call_user(check.fn, candidate, proposal, timeout=check.timeout_s)
+                verdict, secs = await call_user(
+                    check.fn, candidate, proposal, timeout=check.timeout_s
+                )
             except CallTimeout as exc:
-                return self._verifier_failed(ex, n, check.name, {
-                    "where": f"verifier {check.name}", "type": "Timeout", "message": str(exc)}, t0)
+                return self._verifier_failed(
+                    ex,
+                    n,
+                    check.name,
+                    {"where": f"verifier {check.name}", "type": "Timeout", "message": str(exc)},
+                    t0,
+                )
             except Exception as exc:
-                return self._verifier_failed(ex, n, check.name,
-                                             _error_info(f"verifier {check.name}", exc), t0)
+                return self._verifier_failed(
+                    ex, n, check.name, _error_info(f"verifier {check.name}", exc), t0
+                )
             if not isinstance(verdict, Verdict):
-                return self._verifier_failed(ex, n, check.name, {
-                    "where": f"verifier {check.name}", "type": "TypeError",
-                    "message": f"returned {type(verdict).__name__}, expected Verdict"}, t0)
+                return self._verifier_failed(
+                    ex,
+                    n,
+                    check.name,
+                    {
+                        "where": f"verifier {check.name}",
+                        "type": "TypeError",
+                        "message": f"returned {type(verdict).__name__}, expected Verdict",
+                    },
+                    t0,
+                )
             if verdict.findings and any(not f.verifier for f in verdict.findings):
                 verdict = Verdict(
-                    passed=verdict.passed, score=verdict.score,
+                    passed=verdict.passed,
+                    score=verdict.score,
                     findings=tuple(_tag(f, check.name) for f in verdict.findings),
-                    evidence=verdict.evidence, usage=verdict.usage, checked=verdict.checked)
+                    evidence=verdict.evidence,
+                    usage=verdict.usage,
+                    checked=verdict.checked,
+                )
             (held if check.held_out else visible)[check.name] = verdict
             vu = verdict.usage or Usage()
             cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)
             s.spent = s.spent + Usage(vu.cost_usd, vu.tokens, 0.0)
-            ex.events.append(NewEvent(n, "verdict", {
-                "verifier": check.name, "held_out": check.held_out, "passed": verdict.passed,
-                "score": verdict.value, "findings": len(verdict.findings), "seconds": secs}))
+            ex.events.append(
+                NewEvent(
+                    n,
+                    "verdict",
+                    {
+                        "verifier": check.name,
+                        "held_out": check.held_out,
+                        "passed": verdict.passed,
+                        "score": verdict.value,
+                        "findings": len(verdict.findings),
+                        "seconds": secs,
+                    },
+                )
+            )
             crossed = rules.budget_crossed(contract, s.spent)
             if crossed and check is not loop.verifiers[-1]:
                 s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-                self._finish(ex, crossed, cause=f"crossed during verifier {check.name}",
-                             unverified=proposal.to_dict())
+                self._finish(
+                    ex,
+                    crossed,
+                    cause=f"crossed during verifier {check.name}",
+                    unverified=proposal.to_dict(),
+                )
                 return True
         if digest not in s.approved:
             hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
             if hit is not None:
                 return self._park(ex, n, proposal, digest, visible, held, hit, t0, cycle_usage)
-        return self._conclude(ex, n, proposal, digest, visible, held, t0, cycle_usage,
-                              candidate=candidate, duplicate=duplicate)
+        return self._conclude(
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            t0,
+            cycle_usage,
+            candidate=candidate,
+            duplicate=duplicate,
+        )
 
     def _verifier_failed(
         self, ex: _Exec, n: int, name: str, error: dict[str, Any], t0: float
@@ -604,23 +714,35 @@ class Runtime:
             "usage": cycle_usage.to_dict(),
         }
         s.next_action = f"waiting for a decision on approval {approval_id} ({rule.name})"
-        ex.events.append(NewEvent(n, "approval_requested", {
-            "approval_id": approval_id, "rule": rule.name, "why": why}))
+        ex.events.append(
+            NewEvent(
+                n, "approval_requested", {"approval_id": approval_id, "rule": rule.name, "why": why}
+            )
+        )
         expires = time.time() + rule.expires_after_s if rule.expires_after_s else None
         req = NewApproval(
-            approval_id=approval_id, cycle=n, kind="risk", rule=rule.name,
+            approval_id=approval_id,
+            cycle=n,
+            kind="risk",
+            rule=rule.name,
             what=f"apply the cycle-{n} proposal ({proposal.kind} of "
-                 f"{', '.join(e.ref for e in proposal.changes()) or 'the plan'})",
+            f"{', '.join(e.ref for e in proposal.changes()) or 'the plan'})",
             why=why,
             evidence={
                 "findings": [f.to_dict() for v in visible.values() for f in v.findings],
                 "scores": {k: v.value for k, v in visible.items()},
                 "note": proposal.note,
             },
-            diff=diff, action_hash=digest, expires_at=expires,
+            diff=diff,
+            action_hash=digest,
+            expires_at=expires,
         )
-        self._commit(ex, {"cycle": n, "decision": "parked", "approval_id": approval_id},
-                     {"status": "awaiting_approval"}, approval=req)
+        self._commit(
+            ex,
+            {"cycle": n, "decision": "parked", "approval_id": approval_id},
+            {"status": "awaiting_approval"},
+            approval=req,
+        )
         return True
 
     async def _settle_pending(self, ex: _Exec) -> bool:
@@ -628,31 +750,52 @@ class Runtime:
         parked. Returns True when the run should not continue now."""
         s = ex.state
         pend = s.pending or {}
-        reqs = [a for a in self.store.approvals(run_id=ex.run_id)
-                if a.approval_id == pend.get("approval_id")]
+        reqs = [
+            a
+            for a in self.store.approvals(run_id=ex.run_id)
+            if a.approval_id == pend.get("approval_id")
+        ]
         if not reqs:
-            raise RunNotFoundError(f"run {ex.run_id}: approval {pend.get('approval_id')} is missing")
+            raise RunNotFoundError(
+                f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
+            )
         req = reqs[0]
         if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
             with contextlib.suppress(ApprovalError):
-                req = self.store.decide_approval(req.approval_id, status="expired",
-                                                 by="loopwright", note="expired", now=time.time())
+                req = self.store.decide_approval(
+                    req.approval_id,
+                    status="expired",
+                    by="loopwright",
+                    note="expired",
+                    now=time.time(),
+                )
         if req.status == "pending":
-            self.store.append_events(ex.run_id, [*ex.events, NewEvent(s.cycle, "still_waiting", {
-                "approval_id": req.approval_id})])
+            self.store.append_events(
+                ex.run_id,
+                [*ex.events, NewEvent(s.cycle, "still_waiting", {"approval_id": req.approval_id})],
+            )
             ex.events = []
             return True
         n = int(pend["cycle"])
-        note = {"kind": "approval", "cycle": n, "decision": req.status, "by": req.decided_by,
-                "note": req.note, "rule": pend.get("rule")}
+        note = {
+            "kind": "approval",
+            "cycle": n,
+            "decision": req.status,
+            "by": req.decided_by,
+            "note": req.note,
+            "rule": pend.get("rule"),
+        }
         s.notes.append(note)
         s.pending = None
         if req.status != "approved":
             s.next_action = ""
             who = f" by {req.decided_by}" if req.decided_by else ""
-            self._finish(ex, "escalated", cause=f"approval {req.status}{who}"
-                         + (f": {req.note}" if req.note else ""),
-                         evidence={"approval": req.to_dict()})
+            self._finish(
+                ex,
+                "escalated",
+                cause=f"approval {req.status}{who}" + (f": {req.note}" if req.note else ""),
+                evidence={"approval": req.to_dict()},
+            )
             return True
         s.approved.append(str(pend["digest"]))
         proposal = Proposal.from_dict(pend["proposal"])
@@ -662,9 +805,18 @@ class Runtime:
         for e in proposal.changes():
             candidate.set_part(e.artifact, e.part, e.value, n)
         _apply_plan(candidate, proposal)
-        return self._conclude(ex, n, proposal, str(pend["digest"]), visible, held,
-                              time.perf_counter(), Usage.from_dict(pend.get("usage")),
-                              candidate=candidate, duplicate=str(pend["digest"]) in s.rejected)
+        return self._conclude(
+            ex,
+            n,
+            proposal,
+            str(pend["digest"]),
+            visible,
+            held,
+            time.perf_counter(),
+            Usage.from_dict(pend.get("usage")),
+            candidate=candidate,
+            duplicate=str(pend["digest"]) in s.rejected,
+        )
 
     def _conclude(
         self,
@@ -694,17 +846,32 @@ class Runtime:
                 _reject_flagged(s, visible)
             s.refresh_plan()
         required = {c.name for c in loop.visible if c.required}
-        newly = sorted(k for k, v in visible.items()
-                       if v.passed and k in required and k not in old.passed_checks)
+        newly = sorted(
+            k
+            for k, v in visible.items()
+            if v.passed and k in required and k not in old.passed_checks
+        )
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
-        improved = not duplicate and decision is None and (
-            (score is not None and (old.best_score is None
-                                    or (score > old.best_score and score - old.best_score >= delta)))
-            or bool(newly)
+        improved = (
+            not duplicate
+            and decision is None
+            and (
+                (
+                    score is not None
+                    and (
+                        old.best_score is None
+                        or (score > old.best_score and score - old.best_score >= delta)
+                    )
+                )
+                or bool(newly)
+            )
         )
         if improved:
-            s.best_score = score if old.best_score is None or (
-                score is not None and score > old.best_score) else old.best_score
+            s.best_score = (
+                score
+                if old.best_score is None or (score is not None and score > old.best_score)
+                else old.best_score
+            )
             s.best_cycle = n
             s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
             s.stall = 0
@@ -717,8 +884,16 @@ class Runtime:
         s.score = score
         s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
         decision = decision or ("accepted" if ok else "revise")
-        s.history = [*old.history, {"cycle": n, "score": score, "decision": decision,
-                                    "kind": proposal.kind, "improved": improved}]
+        s.history = [
+            *old.history,
+            {
+                "cycle": n,
+                "score": score,
+                "decision": decision,
+                "kind": proposal.kind,
+                "improved": improved,
+            },
+        ]
         ex.state = s
         held_d = {k: v.to_dict() for k, v in held.items()}
         record = {
@@ -731,12 +906,23 @@ class Runtime:
             "score": score,
             "improved": improved,
             "decision": decision,
-            "usage": Usage(cycle_usage.cost_usd, cycle_usage.tokens,
-                           s.spent.seconds - old.spent.seconds).to_dict(),
+            "usage": Usage(
+                cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
+            ).to_dict(),
         }
-        ex.events.append(NewEvent(n, "decision", {
-            "decision": decision, "score": score, "best_score": s.best_score,
-            "improved": improved, "duplicate": duplicate}))
+        ex.events.append(
+            NewEvent(
+                n,
+                "decision",
+                {
+                    "decision": decision,
+                    "score": score,
+                    "best_score": s.best_score,
+                    "improved": improved,
+                    "duplicate": duplicate,
+                },
+            )
+        )
         if ok:
             s.next_action = ""
             self._finish(ex, "success", record=record, held_out=held_d)
@@ -747,12 +933,18 @@ class Runtime:
         else:
             reason = rules.budget_stop(contract, s)
         if reason is not None:
-            self._finish(ex, reason, record=record, held_out=held_d,
-                         evidence={k: dict(v.evidence) for k, v in visible.items()})
+            self._finish(
+                ex,
+                reason,
+                record=record,
+                held_out=held_d,
+                evidence={k: dict(v.evidence) for k, v in visible.items()},
+            )
             return True
         nxt = s.next_step()
         s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
-            f"; next step: {nxt.id}" if nxt else "")
+            f"; next step: {nxt.id}" if nxt else ""
+        )
         cancel = self._commit(ex, record, {"status": "running"})
         if cancel:
             self._finish(ex, "cancelled", cause="cancellation requested")
@@ -773,7 +965,8 @@ def _reject_flagged(s: TaskState, visible: dict[str, Verdict]) -> None:
         artifact, name = split_ref(ref)
         if part.current.status == "candidate" and any(
             f.severity == "error" and f.touches(artifact, name)
-            for v in visible.values() for f in v.findings
+            for v in visible.values()
+            for f in v.findings
         ):
             part.current.status = "rejected"
 
@@ -809,7 +1002,7 @@ def _min(a: float | None, b: float | None) -> float | None:
     return min(vals) if vals else None
 
 
-def _sync(coro: Any) -> Any:
+def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
     try:
         asyncio.get_running_loop()
     except RuntimeError:

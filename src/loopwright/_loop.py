@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ._contract import Contract
 from ._errors import ConfigError
@@ -13,8 +13,8 @@ from ._state import TaskState
 
 __all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn"]
 
-ActorFn = Callable[[Context], Union[Proposal, Awaitable[Proposal]]]
-VerifierFn = Callable[[TaskState, Proposal], Union[Verdict, Awaitable[Verdict]]]
+ActorFn = Callable[[Context], Proposal | Awaitable[Proposal]]
+VerifierFn = Callable[[TaskState, Proposal], Verdict | Awaitable[Verdict]]
 InitFn = Callable[[Mapping[str, Any]], TaskState]
 
 
@@ -84,7 +84,8 @@ class Loop:
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
         checks = tuple(
-            v if isinstance(v, Check) else Check(fn=v) for v in self.verifiers  # type: ignore[arg-type]
+            v if isinstance(v, Check) else Check(fn=v)
+            for v in self.verifiers
         )
         names = [c.name for c in checks]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -46,6 +46,8 @@ class Proposal:
         new_steps: steps the actor adds to the plan.
         note: the actor's own explanation (shown to people; never trusted as a verdict).
         usage: what producing this proposal cost.
+        escalate: set by an actor that needs a person (a duplicate invoice, contradictory
+            instructions): the run ends ``escalated`` with this reason, nothing applied.
     """
 
     edits: tuple[Edit, ...] = ()
@@ -54,6 +56,7 @@ class Proposal:
     new_steps: tuple[PlanStep, ...] = ()
     note: str = ""
     usage: Usage | None = None
+    escalate: str | None = None
 
     @classmethod
     def edit(
@@ -99,12 +102,15 @@ class Proposal:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "edits": [{"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits],
+            "edits": [
+                {"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits
+            ],
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
             "plan": dict(self.plan),
             "new_steps": [s.to_dict() for s in self.new_steps],
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
+            "escalate": self.escalate,
         }
 
     @classmethod
@@ -116,6 +122,7 @@ class Proposal:
             new_steps=tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
             note=str(d.get("note", "")),
             usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
+            escalate=d.get("escalate"),
         )
 
 
@@ -141,7 +148,9 @@ class Verdict:
 
     def __post_init__(self) -> None:
         if self.score is not None and (
-            not isinstance(self.score, int | float) or math.isnan(self.score) or not 0.0 <= self.score <= 1.0
+            not isinstance(self.score, int | float)
+            or math.isnan(self.score)
+            or not 0.0 <= self.score <= 1.0
         ):
             raise ValueError(f"Verdict.score must be in [0, 1], got {self.score!r}")
 

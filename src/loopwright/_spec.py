@@ -45,7 +45,9 @@ _VERIFIER = {"name", "ref", "held_out", "required", "weight", "timeout_s", "opti
 def resolve_ref(ref: str, base: Path, where: str) -> Any:
     """Import ``file.py:attr`` (relative to ``base``) or ``package.module:attr``."""
     if not isinstance(ref, str) or ":" not in ref:
-        raise SpecError(f"{ref!r} must look like 'file.py:name' or 'package.module:name'", field=where)
+        raise SpecError(
+            f"{ref!r} must look like 'file.py:name' or 'package.module:name'", field=where
+        )
     target, _, attr = ref.rpartition(":")
     if str(base) not in sys.path:
         sys.path.insert(0, str(base))  # lets spec-local modules import their siblings
@@ -73,7 +75,9 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
     except SpecError:
         raise
     except Exception as exc:
-        raise SpecError(f"cannot import {target!r}: {type(exc).__name__}: {exc}", field=where) from None
+        raise SpecError(
+            f"cannot import {target!r}: {type(exc).__name__}: {exc}", field=where
+        ) from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -87,8 +91,10 @@ def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
         raise SpecError("must be a table", field=where)
     for key in data:
         if key not in allowed:
-            raise SpecError(f"unknown key {key!r}; expected one of {sorted(allowed)}",
-                            field=f"{where}.{key}" if where else key)
+            raise SpecError(
+                f"unknown key {key!r}; expected one of {sorted(allowed)}",
+                field=f"{where}.{key}" if where else key,
+            )
     return data
 
 
@@ -103,7 +109,9 @@ def _build(ref: str, options: Any, base: Path, where: str) -> Any:
     try:
         built = obj(**options)
     except Exception as exc:
-        raise SpecError(f"building {ref!r} with options failed: {exc}", field=f"{where}.options") from None
+        raise SpecError(
+            f"building {ref!r} with options failed: {exc}", field=f"{where}.options"
+        ) from None
     if not callable(built):
         raise SpecError(f"{ref!r}(**options) did not return a callable", field=f"{where}.options")
     return built
@@ -139,19 +147,23 @@ def load_spec(path: str | Path) -> Loop:
             raise SpecError("is required", field=f"{where}.ref")
         fn = _build(vt["ref"], vt.get("options"), base, where)
         try:
-            checks.append(Check(
-                fn=fn,
-                name=str(vt.get("name") or vt["ref"].rpartition(":")[2]),
-                held_out=bool(vt.get("held_out", False)),
-                required=bool(vt.get("required", True)),
-                weight=float(vt.get("weight", 1.0)),
-                timeout_s=vt.get("timeout_s"),
-            ))
+            checks.append(
+                Check(
+                    fn=fn,
+                    name=str(vt.get("name") or vt["ref"].rpartition(":")[2]),
+                    held_out=bool(vt.get("held_out", False)),
+                    required=bool(vt.get("required", True)),
+                    weight=float(vt.get("weight", 1.0)),
+                    timeout_s=vt.get("timeout_s"),
+                )
+            )
         except (TypeError, ValueError) as exc:
             raise SpecError(str(exc), field=where) from None
     contract_data = data.get("contract")
     if contract_data is None:
-        raise SpecError("is required: the stop contract must be declared before a run", field="contract")
+        raise SpecError(
+            "is required: the stop contract must be declared before a run", field="contract"
+        )
     try:
         contract = Contract.from_dict(_with_checks(contract_data, base))
     except SpecError:
@@ -193,5 +205,3 @@ def _with_checks(contract: Any, base: Path) -> Any:
             rule = {**rule, "check": resolve_ref(rule["check"], base, f"contract.risk[{i}].check")}
         out.append(rule)
     return {**contract, "risk": out}
-
-

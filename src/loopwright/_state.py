@@ -366,7 +366,9 @@ class TaskState:
         )
 
     @classmethod
-    def from_task(cls, task: Mapping[str, Any], *, task_key: str = "", project: str = "") -> TaskState:
+    def from_task(
+        cls, task: Mapping[str, Any], *, task_key: str = "", project: str = ""
+    ) -> TaskState:
         """The default initial state: ``goal``, ``artifacts`` and ``plan`` read from the task.
 
         ``artifacts`` is ``{artifact: {part: value}}``; ``plan`` is a list of step mappings.
@@ -379,10 +381,14 @@ class TaskState:
         )
         arts = task.get("artifacts") or {}
         if not isinstance(arts, Mapping):
-            raise ConfigError("must be a table of {artifact: {part: value}}", field="task.artifacts")
+            raise ConfigError(
+                "must be a table of {artifact: {part: value}}", field="task.artifacts"
+            )
         for aname, parts in arts.items():
             if not isinstance(parts, Mapping):
-                raise ConfigError("must be a table of {part: value}", field=f"task.artifacts.{aname}")
+                raise ConfigError(
+                    "must be a table of {part: value}", field=f"task.artifacts.{aname}"
+                )
             for pname, value in parts.items():
                 state.set_part(str(aname), str(pname), value, 0)
         for i, step in enumerate(task.get("plan") or ()):

@@ -48,7 +48,9 @@ def open_store(url: str | None = None) -> Store:
         if parts.netloc:
             path = parts.netloc + parts.path
         if not path:
-            raise ConfigError(f"{url!r} names no file; use sqlite:///path/to/store.db", field="store")
+            raise ConfigError(
+                f"{url!r} names no file; use sqlite:///path/to/store.db", field="store"
+            )
         query = parse_qs(parts.query)
         unknown = set(query) - {"durability"}
         if unknown:

@@ -44,8 +44,20 @@ _APPROVAL_COLS = (
     "requested_at, expires_at, decided_by, decided_at, note"
 )
 _UPDATABLE = frozenset(
-    {"status", "stop_reason", "cycle", "best_score", "cost_usd", "tokens", "seconds", "packet",
-     "ended_at", "last_seq", "lease_expires_at", "held_out_passed"}
+    {
+        "status",
+        "stop_reason",
+        "cycle",
+        "best_score",
+        "cost_usd",
+        "tokens",
+        "seconds",
+        "packet",
+        "ended_at",
+        "last_seq",
+        "lease_expires_at",
+        "held_out_passed",
+    }
 )
 
 
@@ -183,7 +195,9 @@ class SQLiteStore(Store):
             db.execute(
                 "CREATE TABLE IF NOT EXISTS loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
             )
-            row = db.execute("SELECT value FROM loopwright_meta WHERE key='schema_version'").fetchone()
+            row = db.execute(
+                "SELECT value FROM loopwright_meta WHERE key='schema_version'"
+            ).fetchone()
             version = int(row[0]) if row else 0
             latest = len(SQLITE_MIGRATIONS)
             if version > latest:
@@ -202,7 +216,9 @@ class SQLiteStore(Store):
 
     @property
     def schema_version(self) -> int:
-        row = self._db.execute("SELECT value FROM loopwright_meta WHERE key='schema_version'").fetchone()
+        row = self._db.execute(
+            "SELECT value FROM loopwright_meta WHERE key='schema_version'"
+        ).fetchone()
         return int(row[0])
 
     @contextmanager
@@ -235,15 +251,28 @@ class SQLiteStore(Store):
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         with self._tx() as db:
-            row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (task_key,)).fetchone()
+            row = db.execute(
+                f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (task_key,)
+            ).fetchone()
             if row is not None:
                 return _run(row), False
             db.execute(
                 "INSERT INTO runs(run_id, task_key, loop_name, project, status, spec_ref, "
                 "loop_version, contract, task, created_at, updated_at) "
                 "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, task_key, loop_name, project, "pending", spec_ref, loop_version,
-                 _dumps(contract), _dumps(task), now, now),
+                (
+                    run_id,
+                    task_key,
+                    loop_name,
+                    project,
+                    "pending",
+                    spec_ref,
+                    loop_version,
+                    _dumps(contract),
+                    _dumps(task),
+                    now,
+                    now,
+                ),
             )
             db.execute(
                 "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, created_at) "
@@ -262,14 +291,18 @@ class SQLiteStore(Store):
             db = self._db
             row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
-                row = db.execute(f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (run_id,)).fetchone()
+                row = db.execute(
+                    f"SELECT {_RUN_COLS} FROM runs WHERE task_key=?", (run_id,)
+                ).fetchone()
             if row is None and run_id:
                 rows = db.execute(
                     f"SELECT {_RUN_COLS} FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2",
                     (run_id.replace("%", "\\%").replace("_", "\\_") + "%",),
                 ).fetchall()
                 if len(rows) > 1:
-                    raise RunNotFoundError(f"run id prefix {run_id!r} is ambiguous; give more of it")
+                    raise RunNotFoundError(
+                        f"run id prefix {run_id!r} is ambiguous; give more of it"
+                    )
                 row = rows[0] if rows else None
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
@@ -353,8 +386,14 @@ class SQLiteStore(Store):
             ).fetchone()
         if row is None:
             raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
-        return Checkpoint(row[0], row[1], row[2], json.loads(row[3]),
-                          json.loads(row[4]) if row[4] else None, row[5])
+        return Checkpoint(
+            row[0],
+            row[1],
+            row[2],
+            json.loads(row[3]),
+            json.loads(row[4]) if row[4] else None,
+            row[5],
+        )
 
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         with self._lock:
@@ -403,7 +442,15 @@ class SQLiteStore(Store):
                 db.execute(
                     "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
                     "created_at) VALUES(?,?,?,?,?,?,?)",
-                    (run_id, seq, cycle, _dumps(state), _dumps(record) if record else None, token, now),
+                    (
+                        run_id,
+                        seq,
+                        cycle,
+                        _dumps(state),
+                        _dumps(record) if record else None,
+                        token,
+                        now,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
@@ -416,11 +463,28 @@ class SQLiteStore(Store):
                 a = approval
                 db.execute(
                     f"INSERT INTO approvals({_APPROVAL_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (a.approval_id, run_id, a.cycle, a.kind, a.rule, a.what, a.why,
-                     _dumps(a.evidence), a.diff, a.action_hash, "pending", now, a.expires_at,
-                     None, None, None),
+                    (
+                        a.approval_id,
+                        run_id,
+                        a.cycle,
+                        a.kind,
+                        a.rule,
+                        a.what,
+                        a.why,
+                        _dumps(a.evidence),
+                        a.diff,
+                        a.action_hash,
+                        "pending",
+                        now,
+                        a.expires_at,
+                        None,
+                        None,
+                        None,
+                    ),
                 )
-            flag = db.execute("SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            flag = db.execute(
+                "SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,)
+            ).fetchone()
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -483,8 +547,13 @@ class SQLiteStore(Store):
                 raise ApprovalError(f"approval {approval_id} was decided concurrently")
             db.execute(
                 "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
-                (current.run_id, current.cycle, "approval_decided", now,
-                 _dumps({"approval_id": approval_id, "status": status, "by": by, "note": note})),
+                (
+                    current.run_id,
+                    current.cycle,
+                    "approval_decided",
+                    now,
+                    _dumps({"approval_id": approval_id, "status": status, "by": by, "note": note}),
+                ),
             )
             row = db.execute(
                 f"SELECT {_APPROVAL_COLS} FROM approvals WHERE approval_id=?", (approval_id,)
