@@ -259,6 +259,13 @@ class Runtime:
         rec = self.store.get_run(run_id)
         pending = self.store.approvals(run_id=rec.run_id, status="pending")
         if not pending:
+            decided = self.store.approvals(run_id=rec.run_id)
+            if decided:
+                last = decided[-1]
+                raise ApprovalError(
+                    f"run {rec.run_id}: approval {last.approval_id} was already {last.status}"
+                    + (f" by {last.decided_by}" if last.decided_by else "")
+                )
             raise ApprovalError(f"run {rec.run_id} has no pending approval request")
         return pending[-1]
 

@@ -1,0 +1,42 @@
+"""The ``loopwright`` command: a thin layer over the Python API.
+
+``main()`` maps user mistakes to a one-line message and exit code 2, never a traceback; set
+``LOOPWRIGHT_DEBUG=1`` to see tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (DESIGN §5)."""
+    from .._errors import LoopwrightError
+    from ._app import app
+
+    try:
+        # Typer's standalone mode prints usage errors itself and exits with 2.
+        app(args=argv, prog_name="loopwright")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else 2
+    except LoopwrightError as exc:
+        print(f"loopwright: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("loopwright: interrupted; every finished cycle is checkpointed", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("LOOPWRIGHT_DEBUG"):
+            raise
+        print(
+            f"loopwright: internal error: {type(exc).__name__}: {exc} "
+            "(set LOOPWRIGHT_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,416 @@
+"""The Typer application: one function per command, each thin over the Python API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._contract import TERMINAL_STATUSES
+from .._engine import RunResult, Runtime
+from .._errors import ConfigError, ConflictError, SpecError
+from .._loop import Loop
+from .._spec import load_spec
+from ..store import RunRecord, Store, open_store
+from ._tasks import exit_code_for, load_tasks, task_key
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="loopwright: governed AI agent loops — durable state, independent checks, explicit stops.",
+    pretty_exceptions_enable=False,
+)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store URL or path (default: $LOOPWRIGHT_STORE or ./.loopwright/loopwright.db).",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _loop_for(rec: RunRecord) -> Loop:
+    if not rec.spec_ref:
+        raise ConfigError(
+            f"run {rec.run_id} was started from Python, not from a spec file: resume it with "
+            "Runtime.resume(run_id, loop)",
+            field="RUN",
+        )
+    if not Path(rec.spec_ref).is_file():
+        raise SpecError(f"the run's spec {rec.spec_ref} no longer exists", field="spec")
+    return load_spec(rec.spec_ref)
+
+
+# --- run -------------------------------------------------------------------------------------
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    task: Annotated[Path | None, typer.Option("--task", help="One task, a JSON file.")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="Many tasks, JSON lines.")] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--task-key",
+            help="Task key for a single task (starting the same key again continues that run).",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Runs at once in this process.")] = 8,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a loop on one or many tasks.
+
+    Exit code (the most serious outcome wins): 0 all accepted, 3 stopped, 4 awaiting approval,
+    5 escalated, 2 bad input, 1 internal error.
+    """
+    loop = load_spec(spec)
+    items = load_tasks(task, tasks, loop.options.get("tasks"))
+    if key and len(items) != 1:
+        raise ConfigError("--task-key needs exactly one task", field="--task-key")
+    if concurrency < 1:
+        raise ConfigError("must be at least 1", field="--concurrency")
+    keys = [key] if key else [task_key(loop.name, t, i) for i, t in enumerate(items)]
+    results = _execute(loop, items, keys, store, concurrency, quiet=as_json)
+    if as_json:
+        _print_json([r.to_dict() for r in results])
+    raise typer.Exit(exit_code_for([r.status for r in results]))
+
+
+def _execute(
+    loop: Loop,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    store: str | None,
+    concurrency: int,
+    *,
+    quiet: bool,
+    title: str | None = None,
+) -> list[RunResult]:
+    from rich.live import Live
+
+    from ._live import LiveView
+    from ._render import console, summary_table
+
+    view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
+    with Runtime(store, on_progress=view.update) as rt:
+        for t, k in zip(items, keys, strict=True):
+            rec, _ = rt.create(loop, t, task_key=k)
+            view.update(rec)
+        out = console(stderr=quiet)
+
+        async def go() -> list[RunResult]:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(k: str) -> RunResult:
+                async with sem:
+                    rec = rt.store.get_run(k)
+                    try:
+                        return await rt.resume(rec.run_id, loop)
+                    except ConflictError as exc:
+                        out.print(f"[yellow]skipped {k}: {exc}[/]")
+                        return rt.result(rec.run_id)
+
+            return list(await asyncio.gather(*(one(k) for k in keys)))
+
+        with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
+            view.live = live
+            results = asyncio.run(go())
+            live.update(view.render())
+        out.print()
+        if not quiet:
+            records = [rt.store.get_run(r.run_id) for r in results]
+            out.print(summary_table(records))
+    return results
+
+
+# --- reading ---------------------------------------------------------------------------------
+@app.command()
+def runs(
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    project: Annotated[str | None, typer.Option(help="Only runs of this project.")] = None,
+    loop: Annotated[str | None, typer.Option(help="Only runs of this loop.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many, newest first.")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    with open_store(store) as st:
+        records = st.list_runs(status=status, project=project, loop_name=loop, limit=limit)
+    if as_json:
+        _print_json([r.to_dict() for r in records])
+        return
+    from ._render import console, runs_table
+
+    console().print(runs_table(records))
+
+
+@app.command()
+def show(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
+    ],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
+    with open_store(store) as st:
+        rec = st.get_run(run_id)
+        cps = st.checkpoints(rec.run_id)
+        approvals = st.approvals(run_id=rec.run_id)
+        events = st.events(rec.run_id) if as_json else []
+    if as_json:
+        _print_json(
+            {
+                "run": rec.to_dict(),
+                "state": cps[-1].state,
+                "cycles": [c.record for c in cps if c.record],
+                "approvals": [a.to_dict() for a in approvals],
+                "events": [e.to_dict() for e in events],
+            }
+        )
+        return
+    from ._render import console, run_detail
+
+    console().print(run_detail(rec, cps, approvals))
+
+
+@app.command()
+def approvals(
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    all_: Annotated[bool, typer.Option("--all", help="Decided ones too.")] = False,
+) -> None:
+    """Approval requests waiting for a person, across runs."""
+    with open_store(store) as st:
+        reqs = st.approvals(status=None if all_ else "pending")
+    if as_json:
+        _print_json([a.to_dict() for a in reqs])
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ._render import console
+
+    t = Table(title=f"{len(reqs)} approval request(s)", title_justify="left")
+    for col in ("run", "approval", "rule", "what", "why", "status"):
+        t.add_column(col, overflow="fold")
+    for a in reqs:
+        t.add_row(
+            a.run_id[:12],
+            a.approval_id,
+            escape(a.rule or a.kind),
+            escape(a.what),
+            escape(a.why),
+            a.status,
+        )
+    console().print(t)
+    if reqs and not all_:
+        console().print(
+            f"decide with: loopwright approve {reqs[0].run_id[:12]} --by NAME "
+            "[--note TEXT]  (or deny), then loopwright resume RUN"
+        )
+
+
+# --- decisions -------------------------------------------------------------------------------
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
+NoteOpt = Annotated[str | None, typer.Option("--note", help="Why, for the record.")]
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    by: ByOpt,
+    note: NoteOpt = None,
+    resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Approve a run's pending request; `loopwright resume RUN` then continues where it parked."""
+    _decide(run_id, "approve", by, note, resume_now, store)
+
+
+@app.command()
+def deny(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    by: ByOpt,
+    note: NoteOpt = None,
+    resume_now: Annotated[bool, typer.Option("--resume", help="End the run now.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Deny a run's pending request; on resume the run escalates with the reason."""
+    _decide(run_id, "deny", by, note, resume_now, store)
+
+
+def _decide(
+    run_id: str, how: str, by: str, note: str | None, resume_now: bool, store: str | None
+) -> None:
+    from ._render import console
+
+    with Runtime(store) as rt:
+        rec = rt.store.get_run(run_id)
+        decided = (rt.approve if how == "approve" else rt.deny)(rec.run_id, by=by, note=note)
+        console().print(
+            f"{decided.status} {decided.approval_id} for run {rec.run_id[:12]} by "
+            f"{decided.decided_by}"
+        )
+        if resume_now:
+            result = rt.resume_sync(rec.run_id, _loop_for(rec))
+            console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            raise typer.Exit(exit_code_for([result.status]))
+        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    by: Annotated[str | None, typer.Option("--by")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Cancel a run (a run executing elsewhere stops at its next cycle boundary)."""
+    from ._render import console
+
+    with Runtime(store) as rt:
+        rec = rt.cancel(run_id, by=by)
+    console().print(
+        f"run {rec.run_id[:12]}: {rec.status}"
+        + ("" if rec.status == "cancelled" else " (cancellation requested)")
+    )
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN")] = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every interrupted run, and every parked run whose approval has been decided.",
+        ),
+    ] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue an interrupted or parked-and-decided run from its last checkpoint."""
+    if (run_id is None) == (not all_):
+        raise ConfigError("give a RUN or --all (not both)", field="RUN")
+    with Runtime(store) as rt:
+        if run_id is not None:
+            targets = [rt.store.get_run(run_id)]
+        else:
+            targets = [r for r in rt.store.list_runs() if _resumable(rt.store, r)]
+        results: list[RunResult] = []
+        from ._render import console
+
+        out = console(stderr=as_json)
+        for rec in targets:
+            try:
+                loop = _loop_for(rec)
+            except ConfigError as exc:
+                if run_id is not None:
+                    raise
+                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                continue
+            try:
+                res = rt.resume_sync(rec.run_id, loop)
+            except ConflictError as exc:
+                if run_id is not None:
+                    raise
+                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                continue
+            results.append(res)
+            out.print(
+                f"run {res.run_id[:12]} ({rec.task_key}): {res.status} ({res.stop_reason or '-'})"
+            )
+        if not targets:
+            out.print("nothing to resume")
+    if as_json:
+        _print_json([r.to_dict() for r in results])
+    raise typer.Exit(exit_code_for([r.status for r in results]))
+
+
+def _resumable(store: Store, rec: RunRecord) -> bool:
+    if rec.status in TERMINAL_STATUSES:
+        return False
+    if rec.status == "awaiting_approval":
+        return not store.approvals(run_id=rec.run_id, status="pending")
+    return True
+
+
+# --- checking and demo ---------------------------------------------------------------------
+@app.command()
+def check(
+    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    strict: Annotated[bool, typer.Option(help="Exit 2 on warnings too.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a spec without running it; say what it leaves open.
+
+    Answers: what done means, how progress is checked independently, what ends a stalled or
+    unsafe run, what an accepted outcome may cost, who owns the unresolved exception.
+    """
+    from ._check import review
+
+    loop = load_spec(spec)
+    answers = review(loop)
+    warnings = [a for a in answers if a["status"] == "warn"]
+    if as_json:
+        _print_json({"spec": str(spec), "valid": True, "answers": answers})
+    else:
+        from rich.markup import escape
+        from rich.table import Table
+
+        from ._render import console
+
+        t = Table(title=f"{escape(loop.name)}: spec is valid", title_justify="left")
+        t.add_column("question")
+        t.add_column("")
+        t.add_column("answer", overflow="fold")
+        for a in answers:
+            mark = "[green]ok[/]" if a["status"] == "ok" else "[yellow]open[/]"
+            t.add_row(a["question"], mark, escape(a["answer"]))
+        console().print(t)
+    raise typer.Exit(2 if strict and warnings else 0)
+
+
+@app.command()
+def demo(
+    store: StoreOpt = None,
+    concurrency: Annotated[int, typer.Option(help="Runs at once.")] = 8,
+) -> None:
+    """Run the built-in offline workload (invoice exceptions): no network, no API key.
+
+    Ends with the stop reasons, the spend and the next commands to try.
+    """
+    from ._demo import run_demo
+
+    run_demo(store, concurrency)
+
+
+@app.command("import")
+def import_(
+    kind: Annotated[str, typer.Argument(help="What to import: ldb.")],
+    source: Annotated[Path, typer.Argument(help="The file to import.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write tasks (JSON lines).")],
+) -> None:
+    """Turn recorded runs of other systems into tasks (``ldb``: LDB debugging traces)."""
+    if kind != "ldb":
+        raise ConfigError(f"unknown import kind {kind!r}; supported: ldb", field="KIND")
+    try:
+        from ..importers.ldb import import_ldb
+    except ImportError as exc:  # pragma: no cover - present in every install
+        raise ConfigError(f"the LDB importer is unavailable: {exc}") from None
+    if not source.is_file():
+        raise ConfigError(f"no file at {source}", field="SOURCE")
+    n = import_ldb(source, out)
+    from ._render import console
+
+    console().print(f"wrote {n} task(s) to {out}")

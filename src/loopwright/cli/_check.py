@@ -1,0 +1,90 @@
+"""`loopwright check`: the seed's "before automating a workflow" questions, answered for a spec."""
+
+from __future__ import annotations
+
+from .._loop import Loop
+
+__all__ = ["review"]
+
+
+def review(loop: Loop) -> list[dict[str, str]]:
+    """One answer per question: ``{"question", "status": "ok"|"warn", "answer"}``."""
+    c = loop.contract
+    out: list[dict[str, str]] = []
+
+    def add(question: str, ok: bool, answer: str) -> None:
+        out.append({"question": question, "status": "ok" if ok else "warn", "answer": answer})
+
+    visible = loop.visible
+    required = c.success.required or tuple(v.name for v in visible if v.required)
+    add(
+        "What does done mean?",
+        bool(visible),
+        f"every required visible check passes ({', '.join(required)}) and the score is ≥ "
+        f"{c.success.min_score}"
+        if visible
+        else "nothing: there is no visible verifier, so no run can succeed",
+    )
+
+    independent = [v for v in loop.verifiers if v.fn is not loop.actor]  # type: ignore[comparison-overlap]
+    if not loop.verifiers or not independent:
+        add(
+            "How is progress checked independently?",
+            False,
+            "the generator is the only judge of its own work: add a verifier",
+        )
+    elif not loop.held_out:
+        add(
+            "How is progress checked independently?",
+            False,
+            f"visible checks {[v.name for v in visible]} but no held-out check: a loop can learn "
+            "to pass what it sees; add a verifier with held_out = true",
+        )
+    else:
+        add(
+            "How is progress checked independently?",
+            True,
+            f"visible: {', '.join(v.name for v in visible)}; held-out (never shown to the actor): "
+            f"{', '.join(v.name for v in loop.held_out)}",
+        )
+
+    stops = []
+    if c.no_progress:
+        stops.append(
+            f"no progress for {c.no_progress.cycles} cycle(s) (min delta {c.no_progress.min_delta})"
+        )
+    if c.budget.max_cycles:
+        stops.append(f"{c.budget.max_cycles} cycles")
+    if c.budget.max_seconds:
+        stops.append(f"{c.budget.max_seconds} s")
+    if c.risk:
+        stops.append("pauses for approval on: " + ", ".join(r.name for r in c.risk))
+    add(
+        "What ends a stalled or unsafe run?",
+        bool(c.no_progress) and bool(c.risk),
+        "; ".join(stops)
+        + ("" if c.no_progress else "; no plateau exit (add [contract.no_progress])")
+        + ("" if c.risk else "; no risk rule pauses anything (add [[contract.risk]])"),
+    )
+
+    b = c.budget
+    money = [f"${b.max_cost_usd}"] if b.max_cost_usd is not None else []
+    if b.max_tokens is not None:
+        money.append(f"{b.max_tokens} tokens")
+    add(
+        "What may an accepted outcome cost?",
+        bool(money),
+        ", ".join(money) + " per run"
+        if money
+        else "unbounded: set contract.budget.max_cost_usd or max_tokens",
+    )
+
+    owner = c.escalation.owner
+    add(
+        "Who owns the unresolved exception?",
+        bool(owner),
+        f"{owner}" + (f" via {c.escalation.route}" if c.escalation.route else "")
+        if owner
+        else "nobody: set [contract.escalation] owner",
+    )
+    return out

@@ -1,0 +1,55 @@
+"""`loopwright demo`: the invoice-exception workload, offline, with a summary and next steps."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .._errors import ConfigError
+from .._spec import load_spec
+from ._tasks import load_tasks, task_key
+
+__all__ = ["demo_spec", "run_demo"]
+
+
+def demo_spec() -> Path:
+    """The demo's spec: shipped inside the wheel, or in the source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for base in (here / "_examples", here.parent.parent / "examples"):
+        spec = base / "invoice_exceptions" / "loop.toml"
+        if spec.is_file():
+            return spec
+    raise ConfigError("the demo workload (examples/invoice_exceptions) is not installed")
+
+
+def run_demo(store: str | None, concurrency: int) -> None:
+    from ._app import _execute
+    from ._render import console
+
+    spec = demo_spec()
+    loop = load_spec(spec)
+    tasks = load_tasks(None, None, loop.options.get("tasks"))
+    batch = time.strftime("%Y%m%d-%H%M%S")
+    keys = [task_key(loop.name, t, i, prefix=f"demo-{batch}/") for i, t in enumerate(tasks)]
+    out = console()
+    out.print(
+        f"[bold]loopwright demo[/]: {len(tasks)} invoice exceptions, offline actor, "
+        f"contract from {spec.name} (success ≥ 0.98 with evidence; no progress after 2 "
+        "cycles; ≤ 6 cycles, $3, 90 s; pause on payment change or conflicting evidence)\n"
+    )
+    results = _execute(
+        loop, tasks, keys, store, concurrency, quiet=False, title="invoice exceptions"
+    )
+    parked = [r for r in results if r.status == "awaiting_approval"]
+    stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
+    out.print("\n[bold]Try next[/]")
+    out.print("  loopwright runs                      every run, its stop reason and spend")
+    if stopped:
+        out.print(
+            f"  loopwright show {stopped[0].run_id[:12]}         why it stopped, with its "
+            "escalation packet"
+        )
+    if parked:
+        rid = parked[0].run_id[:12]
+        out.print("  loopwright approvals                 what is waiting for a person")
+        out.print(f"  loopwright approve {rid} --by you   then: loopwright resume {rid}")

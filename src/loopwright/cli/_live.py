@@ -1,0 +1,54 @@
+"""The live view while runs progress: per run cycle, best score, spend and status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+
+from .._contract import TERMINAL_STATUSES
+from ..store import RunRecord
+from ._render import status_text
+
+__all__ = ["LiveView"]
+
+_ROWS = 12  # beyond this many runs, show the active ones and a progress bar
+
+
+class LiveView:
+    def __init__(self, total: int, title: str) -> None:
+        self.total = total
+        self.title = title
+        self.runs: dict[str, RunRecord] = {}
+        self.live: Any = None
+
+    def update(self, rec: RunRecord) -> None:
+        self.runs[rec.run_id] = rec
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def render(self) -> Group:
+        ended = sum(1 for r in self.runs.values() if r.status in TERMINAL_STATUSES)
+        parked = sum(1 for r in self.runs.values() if r.status == "awaiting_approval")
+        spend = sum(r.cost_usd for r in self.runs.values())
+        head = Table.grid(padding=(0, 1))
+        head.add_row(
+            f"[bold]{escape(self.title)}[/]",
+            ProgressBar(total=max(1, self.total), completed=ended + parked, width=30),
+            f"{ended} ended, {parked} awaiting approval, ${spend:.3f} spent",
+        )
+        rows = sorted(self.runs.values(), key=lambda r: (r.status in TERMINAL_STATUSES, r.task_key))
+        t = Table(box=None, pad_edge=False)
+        for col in ("task", "cycle", "best", "spend $", "status"):
+            t.add_column(col)
+        for r in rows[:_ROWS]:
+            best = "-" if r.best_score is None else f"{r.best_score:.2f}"
+            t.add_row(
+                escape(r.task_key), str(r.cycle), best, f"{r.cost_usd:.3f}", status_text(r.status)
+            )
+        if len(rows) > _ROWS:
+            t.add_row(f"… {len(rows) - _ROWS} more", "", "", "", "")
+        return Group(head, t)

@@ -1,0 +1,259 @@
+"""Rich rendering for the CLI: tables of runs, one run's timeline, summaries."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from .._contract import Contract
+from .._packet import explain
+from .._state import TaskState
+from ..store import Approval, Checkpoint, RunRecord
+
+__all__ = ["run_detail", "runs_table", "summary_table"]
+
+_STYLE = {
+    "accepted": "green",
+    "stopped": "yellow",
+    "awaiting_approval": "magenta",
+    "escalated": "red",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "running": "cyan",
+    "pending": "cyan",
+}
+
+
+def status_text(status: str) -> str:
+    return f"[{_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def _score(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _ago(ts: float) -> str:
+    d = time.time() - ts
+    if d < 60:
+        return f"{d:.0f}s ago"
+    if d < 3600:
+        return f"{d / 60:.0f}m ago"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def runs_table(runs: list[RunRecord]) -> Table:
+    t = Table(title=f"{len(runs)} run(s)", title_justify="left")
+    for col in (
+        "run",
+        "task",
+        "loop",
+        "status",
+        "stop reason",
+        "cycles",
+        "best",
+        "cost $",
+        "held-out",
+        "created",
+    ):
+        t.add_column(col, overflow="fold", no_wrap=col in ("run", "status", "stop reason"))
+    for r in runs:
+        held = (
+            "-" if r.held_out_passed is None else ("pass" if r.held_out_passed else "[red]FAIL[/]")
+        )
+        t.add_row(
+            r.run_id[:12],
+            escape(r.task_key),
+            escape(r.loop_name),
+            status_text(r.status),
+            r.stop_reason or "-",
+            str(r.cycle),
+            _score(r.best_score),
+            f"{r.cost_usd:.3f}",
+            held,
+            _ago(r.created_at),
+        )
+    return t
+
+
+def summary_table(runs: list[RunRecord]) -> Table:
+    t = Table(title="Outcome", title_justify="left")
+    t.add_column("stop reason")
+    t.add_column("status")
+    t.add_column("runs", justify="right")
+    t.add_column("spend $", justify="right")
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        groups.setdefault((r.stop_reason or "-", r.status), []).append(r)
+    for (reason, status), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        t.add_row(reason, status_text(status), str(len(rs)), f"{sum(r.cost_usd for r in rs):.3f}")
+    accepted = [r for r in runs if r.status == "accepted"]
+    false_success = sum(1 for r in accepted if r.held_out_passed is False)
+    total = sum(r.cost_usd for r in runs)
+    t.add_section()
+    t.add_row("total", "", str(len(runs)), f"{total:.3f}")
+    t.caption = (
+        f"accepted {len(accepted)}/{len(runs)}; false successes (accepted on visible checks, "
+        f"failed held-out): {false_success}; cost per accepted outcome: "
+        + (f"${total / len(accepted):.3f}" if accepted else "n/a")
+    )
+    return t
+
+
+def _plan(state: TaskState) -> Table | None:
+    if not state.plan:
+        return None
+    nxt = state.next_step()
+    t = Table(title="Plan", title_justify="left")
+    for col in ("step", "title", "depends on", "status"):
+        t.add_column(col)
+    for s in state.plan:
+        mark = (
+            "done"
+            if s.status == "done"
+            else ("[bold]next[/]" if nxt and s.id == nxt.id else s.status.replace("_", " "))
+        )
+        t.add_row(escape(s.id), escape(s.title), ", ".join(s.depends_on) or "-", mark)
+    return t
+
+
+def _timeline(checkpoints: list[Checkpoint]) -> Table:
+    t = Table(title="Timeline", title_justify="left")
+    for col in (
+        "cycle",
+        "proposal",
+        "visible verdicts",
+        "held-out verdicts",
+        "score",
+        "decision",
+        "cost $",
+    ):
+        t.add_column(col, overflow="fold")
+    for ck in checkpoints:
+        rec = ck.record
+        if not rec or "proposal" not in rec:
+            if rec and rec.get("decision") == "parked":
+                t.add_row(
+                    str(rec["cycle"]), "-", "-", "-", "-", "[magenta]parked for approval[/]", "-"
+                )
+            continue
+        prop = rec["proposal"]
+        parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
+        if prop.get("replace"):
+            parts = [f"REPLACE {a}" for a in prop["replace"]]
+        what = f"{prop.get('kind')}: {', '.join(parts) or '-'}"
+        if rec.get("duplicate"):
+            what += " [yellow](repeat)[/]"
+
+        def verdicts(d: dict[str, Any]) -> str:
+            return (
+                ", ".join(
+                    f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
+                    for k, v in d.items()
+                )
+                or "-"
+            )
+
+        t.add_row(
+            str(rec["cycle"]),
+            escape(what),
+            verdicts(rec.get("visible", {})),
+            verdicts(rec.get("held_out", {})),
+            _score(rec.get("score")),
+            rec.get("decision", "-"),
+            f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
+        )
+    return t
+
+
+def _artifacts(state: TaskState) -> Table:
+    t = Table(title="Artifacts", title_justify="left")
+    for col in ("part", "versions", "status", "current value"):
+        t.add_column(col, overflow="fold")
+    for ref, p in state.iter_parts():
+        value = repr(p.value)
+        if len(value) > 80:
+            value = value[:77] + "..."
+        t.add_row(escape(ref), str(len(p.versions)), p.status, escape(value))
+    return t
+
+
+def run_detail(rec: RunRecord, checkpoints: list[Checkpoint], approvals: list[Approval]) -> Group:
+    state = TaskState.from_dict(checkpoints[-1].state)
+    contract = Contract.from_dict(rec.contract)
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("run", rec.run_id)
+    head.add_row("task", escape(rec.task_key))
+    head.add_row("loop", f"{escape(rec.loop_name)} (project {escape(rec.project or '-')})")
+    head.add_row("status", status_text(rec.status))
+    if rec.stop_reason:
+        head.add_row("stopped because", explain(rec.stop_reason, contract))
+    head.add_row("cycles", str(rec.cycle))
+    head.add_row("best score", _score(rec.best_score))
+    head.add_row("spend", f"${rec.cost_usd:.4f}, {rec.tokens} tokens, {rec.seconds:.2f} s")
+    if rec.held_out_passed is not None:
+        head.add_row(
+            "held-out",
+            "pass"
+            if rec.held_out_passed
+            else "[red]FAIL[/] (false success)"
+            if rec.status == "accepted"
+            else "fail",
+        )
+    if state.next_action:
+        head.add_row("next action", escape(state.next_action))
+    items: list[Any] = [Panel(head, title="Run", title_align="left")]
+    plan = _plan(state)
+    if plan is not None:
+        items.append(plan)
+    items.append(_timeline(checkpoints))
+    items.append(_artifacts(state))
+    for a in approvals:
+        body = (
+            f"[bold]{escape(a.what)}[/]\nwhy: {escape(a.why)}\nstatus: {a.status}"
+            + (f" by {escape(a.decided_by)}" if a.decided_by else "")
+            + (f" — {escape(a.note)}" if a.note else "")
+            + (f"\n{escape(a.diff)}" if a.diff else "")
+        )
+        items.append(
+            Panel(
+                body,
+                title=f"approval {a.approval_id} ({escape(a.rule or a.kind)})",
+                title_align="left",
+                border_style="magenta",
+            )
+        )
+    if rec.packet:
+        p = rec.packet
+        lines = [
+            f"[bold]{escape(p.get('summary', ''))}[/]",
+            f"recommended: {escape(p.get('recommended_action', ''))}",
+        ]
+        if p.get("owner"):
+            lines.append(f"owner: {escape(str(p['owner']))}")
+        for f in p.get("unresolved_findings", [])[:10]:
+            where = f"{f.get('artifact')}/{f.get('part')}" if f.get("part") else f.get("artifact")
+            lines.append(f"• {escape(str(where))}: {escape(f['message'])}")
+        if p.get("error"):
+            lines.append(
+                f"error: {escape(str(p['error'].get('type')))}: "
+                f"{escape(str(p['error'].get('message')))}"
+            )
+        best = p.get("best_candidate", {})
+        lines.append(f"best candidate: cycle {best.get('cycle')} score {_score(best.get('score'))}")
+        items.append(
+            Panel(
+                "\n".join(lines), title="Escalation packet", title_align="left", border_style="red"
+            )
+        )
+    return Group(*items)
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False)
