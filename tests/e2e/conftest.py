@@ -69,5 +69,11 @@ def cli(*args: str, cwd: Path, store: Path | None = None) -> subprocess.Complete
         env["LOOPWRIGHT_STORE"] = str(store)
     exe = Path(sys.executable).with_name("loopwright")
     return subprocess.run(
-        [str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        [str(exe), *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
