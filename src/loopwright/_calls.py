@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -28,11 +29,13 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
 
     def target() -> None:
         try:
-            result = fn(*args)
-        except BaseException as exc:
-            loop.call_soon_threadsafe(_set, fut, None, exc)
-        else:
-            loop.call_soon_threadsafe(_set, fut, result, None)
+            result, exc = fn(*args), None
+        except BaseException as e:
+            result, exc = None, e
+        # A call abandoned after its timeout may return after the event loop has closed: its
+        # result is no longer wanted, and reporting it must not raise in this thread.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_set, fut, result, exc)
 
     threading.Thread(target=target, daemon=True, name="loopwright-call").start()
     return fut

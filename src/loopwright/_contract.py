@@ -77,6 +77,19 @@ def status_for(reason: str) -> str:
     return _STATUS_OF.get(reason, "stopped")
 
 
+def _names(obj: Any, attr: str, where: str) -> None:
+    """Normalise a field holding names or patterns to a tuple of strings: a lone string is one
+    name (iterating it would yield single characters, and ``"*"`` would match everything)."""
+    value = getattr(obj, attr)
+    if value is None:
+        return
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"must be a list of strings, got {value!r}", field=where)
+    object.__setattr__(obj, attr, tuple(value))
+
+
 def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = True) -> None:
     if value is None:
         if not allow_none:
@@ -107,6 +120,7 @@ class Success:
     accept_parts: Literal["when_clean", "on_success"] = "when_clean"
 
     def __post_init__(self) -> None:
+        _names(self, "required", "contract.success.required")
         _num(self.min_score, "contract.success.min_score", allow_none=False)
         if not 0.0 <= self.min_score <= 1.0:
             raise ConfigError(
@@ -189,6 +203,13 @@ class RiskRule:
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ConfigError("every risk rule needs a name", field="contract.risk.name")
+        _names(self, "touches", f"contract.risk.{self.name}.touches")
+        _names(self, "findings", f"contract.risk.{self.name}.findings")
+        if self.check is not None and not (isinstance(self.check, str) or callable(self.check)):
+            raise ConfigError(
+                f"must be a callable or a 'module:attr' reference, got {self.check!r}",
+                field=f"contract.risk.{self.name}.check",
+            )
         if not (self.touches or self.findings or self.check):
             raise ConfigError(
                 f"rule {self.name!r} needs 'touches', 'findings' or 'check'",

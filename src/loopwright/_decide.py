@@ -21,6 +21,15 @@ __all__ = [
 ]
 
 
+# Spend is a sum of floats: 0.1 + 0.1 + 0.1 > 0.3. A budget is crossed only beyond this relative
+# slack, so that three $0.10 cycles fit a $0.30 budget.
+_SLACK = 1e-9
+
+
+def _over(value: float, limit: float) -> bool:
+    return value > limit + _SLACK * max(1.0, abs(limit))
+
+
 def remaining(contract: Contract, state: TaskState) -> Remaining:
     b, s = contract.budget, state.spent
     return Remaining(
@@ -49,7 +58,7 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         if limit is None:
             continue
         projected = spent / n if n else 0.0
-        if spent >= limit or spent + projected > limit:
+        if not _over(limit, spent) or _over(spent + projected, limit):
             return reason
     return None
 
@@ -57,11 +66,11 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
 def budget_crossed(contract: Contract, spent: Usage) -> str | None:
     """The budget already exceeded by ``spent`` (checked between calls inside a cycle)."""
     b = contract.budget
-    if b.max_cost_usd is not None and spent.cost_usd > b.max_cost_usd:
+    if b.max_cost_usd is not None and _over(spent.cost_usd, b.max_cost_usd):
         return "budget_cost"
     if b.max_tokens is not None and spent.tokens > b.max_tokens:
         return "budget_tokens"
-    if b.max_seconds is not None and spent.seconds > b.max_seconds:
+    if b.max_seconds is not None and _over(spent.seconds, b.max_seconds):
         return "budget_time"
     return None
 

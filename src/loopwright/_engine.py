@@ -306,7 +306,19 @@ class Runtime:
             TaskState.from_dict(ck.state),
         )
         try:
+            pending = (ex.state.pending or {}).get("approval_id")
+            ex.state.pending = None
             self._finish(ex, "cancelled", cause=f"cancelled by {by}" if by else "cancelled")
+            if pending:
+                # Close the request: a cancelled run must not leave a decision waiting.
+                with contextlib.suppress(ApprovalError):
+                    self.store.decide_approval(
+                        str(pending),
+                        status="cancelled",
+                        by=by or "loopwright",
+                        note="the run was cancelled",
+                        now=time.time(),
+                    )
         finally:
             self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)

@@ -169,7 +169,7 @@ def load_spec(path: str | Path) -> Loop:
     except SpecError:
         raise
     except ConfigError as exc:
-        raise SpecError(str(exc)) from None
+        raise _as_spec_error(exc) from None
     init = None
     if "init" in data:
         init = _build(data["init"], None, base, "init")
@@ -189,7 +189,13 @@ def load_spec(path: str | Path) -> Loop:
     except SpecError:
         raise
     except ConfigError as exc:
-        raise SpecError(str(exc)) from None
+        raise _as_spec_error(exc) from None
+
+
+def _as_spec_error(exc: ConfigError) -> SpecError:
+    err = SpecError(str(exc))  # the message already names the field; keep it as .field too
+    err.field = exc.field
+    return err
 
 
 def _with_checks(contract: Any, base: Path) -> Any:

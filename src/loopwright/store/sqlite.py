@@ -161,6 +161,7 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         try:
+            self._refuse_foreign()
             self._configure()
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -173,6 +174,16 @@ class SQLiteStore(Store):
             raise
 
     # --- setup --------------------------------------------------------------------------
+    def _refuse_foreign(self) -> None:
+        # Before any PRAGMA that writes (journal_mode=WAL persists in the file): a database
+        # loopwright did not create must be refused untouched.
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "loopwright_meta" not in tables:
+            raise StoreCorruptError(
+                f"{self.path} is an SQLite database that loopwright did not create "
+                f"(tables: {', '.join(sorted(tables)[:5])}); name another store file"
+            )
+
     def _configure(self) -> None:
         db = self._db
         db.execute("PRAGMA busy_timeout = 30000")
@@ -185,12 +196,6 @@ class SQLiteStore(Store):
 
     def _migrate(self) -> None:
         db = self._db
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "loopwright_meta" not in tables:
-            raise StoreCorruptError(
-                f"{self.path} is an SQLite database that loopwright did not create "
-                f"(tables: {', '.join(sorted(tables)[:5])}); name another store file"
-            )
         with self._tx():
             db.execute(
                 "CREATE TABLE IF NOT EXISTS loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -523,7 +528,7 @@ class SQLiteStore(Store):
     def decide_approval(
         self, approval_id: str, *, status: str, by: str, note: str | None, now: float
     ) -> Approval:
-        if status not in ("approved", "denied", "expired"):
+        if status not in ("approved", "denied", "expired", "cancelled"):
             raise ApprovalError(f"unknown decision {status!r}")
         with self._tx() as db:
             row = db.execute(

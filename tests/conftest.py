@@ -1,0 +1,32 @@
+"""Shared fixtures: a fresh store per test, and a runtime over it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import loopwright as lw
+
+settings.register_profile(
+    "loopwright",
+    deadline=None,  # the store fsyncs; a slow disk must not fail a property test
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("loopwright")
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+def rt(store_path: Path) -> Iterator[lw.Runtime]:
+    runtime = lw.Runtime(str(store_path))
+    try:
+        yield runtime
+    finally:
+        runtime.close()

@@ -1,0 +1,472 @@
+"""The engine end to end over a real SQLite store: stops, budgets, repair, plan, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+TARGET = {"a": 1, "b": 2, "c": 3}
+TASK: dict[str, Any] = {"goal": "fix doc", "artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}}
+
+
+def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    vals = state.artifacts["doc"].values()
+    found = tuple(
+        lw.Finding(f"{k} should be {v}", "doc", k, "value", evidence={"expected": v})
+        for k, v in TARGET.items()
+        if vals.get(k) != v
+    )
+    return lw.Verdict(passed=not found, score=1 - len(found) / len(TARGET), findings=found)
+
+
+def fixer(ctx: lw.Context) -> lw.Proposal:
+    """Repairs one finding per cycle; the first cycle (no findings yet) only looks."""
+    for f in ctx.findings:
+        if f.dimension == "value" and f.part and not ctx.is_accepted("doc", f.part):
+            return lw.Proposal.edit("doc", {f.part: f.evidence["expected"]}, usage=lw.Usage(0.1, 10))
+    return lw.Proposal(note="look", usage=lw.Usage(0.1, 10))
+
+
+def make_loop(actor: Callable[..., Any] = fixer, verifiers: Any = (fields,), *,
+              risk: tuple[lw.RiskRule, ...] = (), no_progress: lw.NoProgress | None = None,
+              success: lw.Success | None = None, actor_timeout_s: float | None = None,
+              **budget: Any) -> lw.Loop:
+    contract = lw.Contract(
+        success=success or lw.Success(),
+        no_progress=no_progress,
+        budget=lw.Budget(**(budget or {"max_cycles": 10})),
+        risk=risk,
+    )
+    return lw.Loop(name="t", actor=actor, verifiers=list(verifiers), contract=contract,
+                   actor_timeout_s=actor_timeout_s)
+
+
+PACKET_KEYS = {"best_candidate", "unresolved_findings", "recommended_action", "trace", "accepted",
+               "stop_reason", "evidence", "spent"}
+
+
+def assert_packet(r: lw.RunResult) -> dict[str, Any]:
+    assert r.status != "accepted"
+    assert r.packet is not None
+    assert set(r.packet) >= PACKET_KEYS
+    assert r.packet["stop_reason"] == r.stop_reason
+    assert r.packet["trace"]["run_id"] == r.run_id
+    assert r.packet["recommended_action"]
+    assert "artifacts" in r.packet["best_candidate"]
+    return r.packet
+
+
+def records(rt: lw.Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [c.record for c in rt.store.checkpoints(run_id) if c.record and "proposal" in c.record]
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """An event hanging actors wait on; set at teardown so no thread outlives the test."""
+    ev = threading.Event()
+    yield ev
+    ev.set()
+
+
+# --- success and local repair ---------------------------------------------------------------
+def test_success_repairs_part_by_part(rt: lw.Runtime) -> None:
+    r = rt.run_sync(make_loop(), TASK, task_key="k")
+    assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 4)
+    assert r.packet is None
+    assert r.state.values() == {"doc": TARGET}
+    assert {ref: p.status for ref, p in r.state.iter_parts()} == dict.fromkeys(
+        ("doc/a", "doc/b", "doc/c"), "accepted")
+    assert r.spent.cost_usd == pytest.approx(0.4)
+    assert r.spent.tokens == 40
+    cks = rt.store.checkpoints(r.run_id)
+    assert [c.seq for c in cks] == list(range(len(cks)))
+    # accept_parts="when_clean": after cycle 2, doc/a is accepted while b and c are still repaired
+    at2 = next(lw.TaskState.from_dict(c.state) for c in cks if c.cycle == 2)
+    assert {ref: p.status for ref, p in at2.iter_parts()} == {
+        "doc/a": "accepted", "doc/b": "rejected", "doc/c": "rejected"}
+    kinds = [e.kind for e in rt.store.events(r.run_id)]
+    assert kinds[0] == "run_created"
+    assert kinds[-1] == "stopped"
+
+
+def test_on_success_accepts_nothing_until_the_end(rt: lw.Runtime) -> None:
+    loop = make_loop(success=lw.Success(accept_parts="on_success"))
+    r = rt.run_sync(loop, TASK)
+    assert r.accepted
+    at2 = next(lw.TaskState.from_dict(c.state) for c in rt.store.checkpoints(r.run_id) if c.cycle == 2)
+    assert not any(p.status == "accepted" for _, p in at2.iter_parts())
+
+
+def test_async_actor_and_verifier(rt: lw.Runtime) -> None:
+    async def actor(ctx: lw.Context) -> lw.Proposal:
+        await asyncio.sleep(0)
+        return fixer(ctx)
+
+    async def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return fields(state, proposal)
+
+    r = rt.run_sync(make_loop(actor, [lw.Check(fn=check, name="fields", timeout_s=5)],
+                              actor_timeout_s=5), TASK)
+    assert r.accepted
+
+
+def test_idempotent_creation_by_task_key(rt: lw.Runtime) -> None:
+    calls: list[int] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append(ctx.cycle)
+        return fixer(ctx)
+
+    r1 = rt.run_sync(make_loop(actor), TASK, task_key="same")
+    n = len(calls)
+    r2 = rt.run_sync(make_loop(actor), TASK, task_key="same")
+    assert r2.run_id == r1.run_id
+    assert len(calls) == n  # an ended run is not run again
+    assert len(rt.store.list_runs()) == 1
+    rec, created = rt.create(make_loop(actor), TASK, task_key="same")
+    assert (rec.run_id, created) == (r1.run_id, False)
+
+
+# --- no progress -----------------------------------------------------------------------------
+def test_identical_rejected_proposal_counts_as_no_progress(rt: lw.Runtime) -> None:
+    def stubborn(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": 7})
+
+    r = rt.run_sync(make_loop(stubborn, no_progress=lw.NoProgress(cycles=2)), TASK)
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "no_progress", 3)
+    recs = records(rt, r.run_id)
+    assert [rec["duplicate"] for rec in recs] == [False, True, True]
+    assert [rec["improved"] for rec in recs] == [True, False, False]
+    assert_packet(r)
+
+
+def test_stall_counts_cycles_without_enough_improvement(rt: lw.Runtime) -> None:
+    # each cycle fixes one part: +1/3 score; measured against the best so far, cycles 2 and 3
+    # stay below a min_delta of 0.7 (1/3 and 2/3 above the cycle-1 best)
+    r = rt.run_sync(make_loop(no_progress=lw.NoProgress(cycles=2, min_delta=0.7)), TASK)
+    assert r.stop_reason == "no_progress"
+    assert r.cycles == 3  # cycle 1 sets the first score; cycles 2 and 3 improve too little
+    # with a small min_delta the same loop succeeds
+    r2 = rt.run_sync(make_loop(no_progress=lw.NoProgress(cycles=2, min_delta=0.1)), TASK)
+    assert r2.accepted
+
+
+def test_different_but_useless_proposals_stall(rt: lw.Runtime) -> None:
+    def wander(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": 100 + ctx.cycle})
+
+    r = rt.run_sync(make_loop(wander, no_progress=lw.NoProgress(cycles=2)), TASK)
+    assert r.stop_reason == "no_progress"
+    assert [rec["duplicate"] for rec in records(rt, r.run_id)] == [False, False, False]
+
+
+# --- budgets ---------------------------------------------------------------------------------
+def test_budget_cycles(rt: lw.Runtime) -> None:
+    r = rt.run_sync(make_loop(max_cycles=2), TASK)
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", 2)
+    p = assert_packet(r)
+    assert p["best_candidate"]["artifacts"]["doc"]["a"] == 1  # work is never thrown away
+    assert p["accepted"] == {"doc": {"a": 1}}
+
+
+@pytest.mark.parametrize(("limit", "cycles"), [(0.25, 2), (0.3, 3), (0.35, 3)])
+def test_budget_cost_never_starts_a_cycle_that_would_cross(rt: lw.Runtime, limit: float, cycles: int) -> None:
+    r = rt.run_sync(make_loop(max_cost_usd=limit), TASK)
+    assert (r.stop_reason, r.cycles) == ("budget_cost", cycles)
+    assert r.spent.cost_usd <= limit + 1e-9
+
+
+def test_budget_tokens(rt: lw.Runtime) -> None:
+    r = rt.run_sync(make_loop(max_tokens=25), TASK)
+    assert (r.stop_reason, r.cycles) == ("budget_tokens", 2)
+    assert r.spent.tokens == 20
+
+
+def test_overshoot_is_at_most_the_call_in_flight(rt: lw.Runtime) -> None:
+    def pricey(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 1:
+            return lw.Proposal.edit("doc", {"a": 1}, usage=lw.Usage(0.1, 5))
+        return lw.Proposal.edit("doc", {"b": 2}, usage=lw.Usage(1.0, 5))
+
+    r = rt.run_sync(make_loop(pricey, max_cost_usd=0.5), TASK)
+    assert (r.stop_reason, r.cycles) == ("budget_cost", 1)
+    assert r.spent.cost_usd == pytest.approx(1.1)  # the one call in flight, recorded honestly
+    p = assert_packet(r)
+    assert p["unverified_candidate"]["edits"] == [{"artifact": "doc", "part": "b", "value": 2}]
+    assert r.state.values()["doc"]["b"] == 0  # the unverified proposal was not applied
+
+
+def test_verifier_spend_counts_and_stops_between_calls(rt: lw.Runtime) -> None:
+    seen: list[str] = []
+
+    def costly(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        seen.append("costly")
+        return lw.Verdict(passed=True, usage=lw.Usage(2.0, 0))
+
+    def after(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        seen.append("after")
+        return lw.Verdict(passed=True)
+
+    r = rt.run_sync(make_loop(verifiers=[costly, after], max_cost_usd=1.0), TASK)
+    assert r.stop_reason == "budget_cost"
+    assert seen == ["costly"]
+    assert r.spent.cost_usd == pytest.approx(2.1)
+
+
+def test_budget_time_with_a_hanging_actor(rt: lw.Runtime, gate: threading.Event) -> None:
+    def hang(ctx: lw.Context) -> lw.Proposal:
+        gate.wait(30)
+        return lw.Proposal()
+
+    r = rt.run_sync(make_loop(hang, max_seconds=0.3), TASK)
+    assert (r.status, r.stop_reason) == ("stopped", "budget_time")
+    assert "time budget" in r.packet["summary"]  # type: ignore[index]
+    assert_packet(r)
+
+
+# --- accepted work is protected -----------------------------------------------------------
+def test_proposal_touching_accepted_part_is_refused_and_recorded(rt: lw.Runtime) -> None:
+    contexts: list[lw.Context] = []
+
+    def meddle(ctx: lw.Context) -> lw.Proposal:
+        contexts.append(ctx)
+        if ctx.cycle <= 2:
+            return fixer(ctx)
+        return lw.Proposal.edit("doc", {"a": 5, "b": 2})
+
+    r = rt.run_sync(make_loop(meddle, no_progress=lw.NoProgress(cycles=2)), TASK)
+    assert r.stop_reason == "no_progress"
+    a = r.state.part("doc/a")
+    assert a is not None
+    assert (a.value, a.status) == (1, "accepted")
+    assert r.state.values()["doc"]["b"] == 0  # the whole proposal was refused
+    recs = records(rt, r.run_id)
+    assert [rec["decision"] for rec in recs[2:]] == ["refused", "refused"]
+    refused = [e for e in rt.store.events(r.run_id) if e.kind == "proposal_refused"]
+    assert refused
+    assert refused[0].data["parts"] == ["doc/a"]
+    # the actor is told why, as a located finding
+    assert any(f.dimension == "protected" and f.part == "a" for f in contexts[-1].findings)
+    assert assert_packet(r)["accepted"]["doc"]["a"] == 1
+
+
+# --- plan ------------------------------------------------------------------------------------
+class Crash(BaseException):
+    """Stands in for a process dying mid-cycle."""
+
+
+PLAN_TASK: dict[str, Any] = {
+    **TASK,
+    "plan": [
+        {"id": "s1", "parts": ["doc/a"]},
+        {"id": "s2", "parts": ["doc/b"], "depends_on": ["s1"]},
+        {"id": "s3", "parts": ["doc/c"], "depends_on": ["s2"]},
+    ],
+}
+
+
+def test_plan_steps_done_when_parts_accepted_and_resume_never_redoes_them(store_path: Path) -> None:
+    seen: list[tuple[int, str | None]] = []
+    crash_at = {3}
+
+    def stepper(ctx: lw.Context) -> lw.Proposal:
+        step = ctx.next_step
+        seen.append((ctx.cycle, step.id if step else None))
+        if ctx.cycle in crash_at:
+            crash_at.clear()
+            raise Crash
+        assert step is not None
+        ref = step.parts[0]
+        part = ref.split("/")[1]
+        return lw.Proposal.edit("doc", {part: TARGET[part]})
+
+    with lw.Runtime(str(store_path)) as rt1, pytest.raises(Crash):
+        rt1.run_sync(make_loop(stepper), PLAN_TASK, task_key="plan")
+    with lw.Runtime(str(store_path)) as rt2:
+        rec = rt2.store.get_run("plan")
+        assert rec.status == "running"  # interrupted, not ended
+        mid = lw.TaskState.from_dict(rt2.store.latest_checkpoint(rec.run_id).state)
+        assert mid.completed_steps == ["s1", "s2"]
+        r = rt2.resume_sync(rec.run_id, make_loop(stepper))
+    assert r.accepted
+    assert seen == [(1, "s1"), (2, "s2"), (3, "s3"), (3, "s3")]
+    assert r.state.completed_steps == ["s1", "s2", "s3"]
+
+
+def test_actor_can_update_the_plan(rt: lw.Runtime) -> None:
+    def planner(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 1:
+            return lw.Proposal(new_steps=(lw.PlanStep(id="extra", title="more"),), plan={"s1": "in_progress"})
+        return fixer(ctx)
+
+    r = rt.run_sync(make_loop(planner), PLAN_TASK)
+    assert "extra" in [s.id for s in r.state.plan]
+
+
+# --- user code failing ---------------------------------------------------------------------
+def _raises(ctx: lw.Context) -> lw.Proposal:
+    raise RuntimeError("model exploded")
+
+
+def _wrong_type(ctx: lw.Context) -> Any:
+    return {"edits": []}
+
+
+@pytest.mark.parametrize(("actor", "etype", "text"), [
+    (_raises, "RuntimeError", "model exploded"),
+    (_wrong_type, "TypeError", "dict"),
+])
+def test_actor_failure_escalates_with_error_in_packet(rt: lw.Runtime, actor: Any, etype: str, text: str) -> None:
+    r = rt.run_sync(make_loop(actor), TASK)
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    p = assert_packet(r)
+    assert p["error"]["type"] == etype
+    assert text in p["error"]["message"]
+    assert p["error"]["where"] == "actor"
+
+
+def test_hanging_actor_times_out_and_escalates(rt: lw.Runtime, gate: threading.Event) -> None:
+    def hang(ctx: lw.Context) -> lw.Proposal:
+        gate.wait(30)
+        return lw.Proposal()
+
+    r = rt.run_sync(make_loop(hang, actor_timeout_s=0.2), TASK)
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert assert_packet(r)["error"]["type"] == "Timeout"
+
+
+def test_hanging_async_actor_times_out(rt: lw.Runtime) -> None:
+    async def hang(ctx: lw.Context) -> lw.Proposal:
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    r = rt.run_sync(make_loop(hang, actor_timeout_s=0.2), TASK)
+    assert r.stop_reason == "escalated"
+    assert assert_packet(r)["error"]["type"] == "Timeout"
+
+
+def test_actor_asking_for_a_person_escalates(rt: lw.Runtime) -> None:
+    r = rt.run_sync(make_loop(lambda ctx: lw.Proposal(escalate="duplicate invoice")), TASK)
+    assert r.stop_reason == "escalated"
+    assert "duplicate invoice" in assert_packet(r)["cause"]
+
+
+def test_verifier_failures_escalate(rt: lw.Runtime, gate: threading.Event) -> None:
+    def boom(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        raise ValueError("checker bug")
+
+    def hang(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        gate.wait(30)
+        return lw.Verdict(passed=True)
+
+    def wrong(state: lw.TaskState, proposal: lw.Proposal) -> Any:
+        return True
+
+    for check, etype in ((lw.Check(fn=boom), "ValueError"),
+                         (lw.Check(fn=hang, timeout_s=0.2), "Timeout"),
+                         (lw.Check(fn=wrong, held_out=True), "TypeError")):
+        r = rt.run_sync(make_loop(verifiers=[fields, check]), TASK)
+        assert (r.status, r.stop_reason) == ("escalated", "escalated"), check.name
+        p = assert_packet(r)
+        assert p["error"]["type"] == etype
+        assert check.name in p["error"]["where"]
+
+
+# --- approvals -----------------------------------------------------------------------------
+RISK = (lw.RiskRule(name="touch_c", touches=("doc/c",), reason="c moves money"),)
+
+
+def _park(rt: lw.Runtime, key: str = "r") -> lw.RunResult:
+    r = rt.run_sync(make_loop(risk=RISK), TASK, task_key=key)
+    assert (r.status, r.stop_reason, r.packet) == ("awaiting_approval", None, None)
+    return r
+
+
+def test_risk_rule_parks_with_a_persisted_request(rt: lw.Runtime) -> None:
+    r = _park(rt)
+    [req] = rt.store.approvals(run_id=r.run_id)
+    assert req.status == "pending"
+    assert req.rule == "touch_c"
+    assert "doc/c" in req.what
+    assert req.why == "c moves money"
+    assert "scores" in req.evidence
+    assert "- doc/c: 0" in (req.diff or "")
+    assert "+ doc/c: 3" in (req.diff or "")
+    assert r.state.values()["doc"]["c"] == 0  # nothing applied while parked
+    # resuming before a decision keeps it parked
+    assert rt.resume_sync(r.run_id, make_loop(risk=RISK)).status == "awaiting_approval"
+
+
+def test_approve_then_resume_finishes(store_path: Path) -> None:
+    with lw.Runtime(str(store_path)) as rt:
+        r = _park(rt)
+        rt.approve(r.run_id, by="alice", note="ok")
+    with lw.Runtime(str(store_path)) as rt2:  # the deciding process may be another one
+        done = rt2.resume_sync(r.run_id, make_loop(risk=RISK))
+        assert (done.status, done.stop_reason) == ("accepted", "success")
+        assert done.state.values() == {"doc": TARGET}
+        assert done.state.notes[-1]["decision"] == "approved"
+        assert done.state.notes[-1]["by"] == "alice"
+        with pytest.raises(lw.ApprovalError):
+            rt2.approve(r.run_id, by="bob")
+
+
+def test_deny_escalates(rt: lw.Runtime) -> None:
+    r = _park(rt)
+    rt.deny(r.run_id, by="carol", note="no")
+    with pytest.raises(lw.ApprovalError):
+        rt.approve(r.run_id, by="dave")  # decided twice
+    done = rt.resume_sync(r.run_id, make_loop(risk=RISK))
+    assert (done.status, done.stop_reason) == ("escalated", "escalated")
+    p = assert_packet(done)
+    assert "denied by carol" in p["cause"]
+    assert done.state.values()["doc"]["c"] == 0
+
+
+def test_decision_needs_a_name(rt: lw.Runtime) -> None:
+    r = _park(rt)
+    with pytest.raises(lw.ConfigError):
+        rt.approve(r.run_id, by="  ")
+
+
+def test_cancel_a_parked_run(rt: lw.Runtime) -> None:
+    r = _park(rt)
+    rec = rt.cancel(r.run_id, by="erin")
+    assert (rec.status, rec.stop_reason) == ("cancelled", "cancelled")
+    res = rt.result(r.run_id)
+    p = assert_packet(res)
+    assert "erin" in p["cause"]
+    assert p["accepted"] == {"doc": {"a": 1, "b": 2}}
+    assert rt.store.approvals(status="pending") == []  # nothing left waiting for a decision
+    assert rt.cancel(r.run_id).status == "cancelled"  # idempotent
+
+
+def test_cancel_a_pending_run_before_it_starts(rt: lw.Runtime) -> None:
+    rec, _ = rt.create(make_loop(), TASK, task_key="never")
+    assert rt.cancel(rec.run_id).status == "cancelled"
+    r = rt.run_sync(make_loop(), TASK, task_key="never")
+    assert r.status == "cancelled"
+    assert r.cycles == 0
+
+
+# --- every end ------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["no_progress", "budget_cycles", "budget_cost", "escalated"])
+def test_every_non_accepted_end_has_a_packet(rt: lw.Runtime, case: str) -> None:
+    loops = {
+        "no_progress": make_loop(lambda c: lw.Proposal(), no_progress=lw.NoProgress(cycles=1)),
+        "budget_cycles": make_loop(max_cycles=1),
+        "budget_cost": make_loop(max_cost_usd=0.15),
+        "escalated": make_loop(_raises),
+    }
+    r = rt.run_sync(loops[case], TASK)
+    assert r.stop_reason == case
+    assert r.stop_reason in lw.STOP_REASONS
+    assert rt.store.get_run(r.run_id).packet == r.packet
+    assert_packet(r)

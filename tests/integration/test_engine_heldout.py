@@ -1,0 +1,94 @@
+"""Invariant 3: nothing a held-out verifier computes reaches the actor — tested with a spy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import loopwright as lw
+
+CANARY = "CANARY-7f3a9c-held-out-only"
+TARGET = {"a": 1, "b": 2, "c": 3}
+TASK: dict[str, Any] = {"artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}}
+
+
+def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    vals = state.artifacts["doc"].values()
+    found = tuple(
+        lw.Finding(f"{k} should be {v}", "doc", k, "value", evidence={"expected": v})
+        for k, v in TARGET.items()
+        if vals.get(k) != v
+    )
+    return lw.Verdict(passed=not found, score=1 - len(found) / 3, findings=found)
+
+
+def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """A held-out check that always objects, loudly, with the canary everywhere it can."""
+    return lw.Verdict(
+        passed=False,
+        score=0.0,
+        findings=(
+            lw.Finding(f"{CANARY} audit failed", "doc", "a", CANARY, evidence={"why": CANARY}),
+            lw.Finding(f"{CANARY} run-wide"),
+        ),
+        evidence={"secret": CANARY},
+    )
+
+
+class Spy:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, ctx: lw.Context) -> lw.Proposal:
+        self.seen.append(repr(ctx))
+        for f in ctx.findings:
+            if f.part and f.dimension == "value":
+                return lw.Proposal.edit("doc", {f.part: f.evidence["expected"]})
+        return lw.Proposal(note="look")
+
+
+def _loop(spy: Spy, risk: tuple[lw.RiskRule, ...] = ()) -> lw.Loop:
+    return lw.Loop(
+        name="spy",
+        actor=spy,
+        verifiers=[lw.Check(fn=fields), lw.Check(fn=audit, held_out=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=10), risk=risk),
+    )
+
+
+def test_held_out_never_reaches_the_actor_but_is_recorded(tmp_path: Path) -> None:
+    spy = Spy()
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_loop(spy), TASK)
+        assert r.accepted  # held-out verdicts never block success...
+        assert r.held_out_passed is False  # ...but are recorded beside it
+        assert len(spy.seen) == 4
+        assert all(CANARY not in seen for seen in spy.seen)
+        recs = [c.record for c in rt.store.checkpoints(r.run_id) if c.record and "held_out" in c.record]
+        assert recs
+        assert all(CANARY in str(rec["held_out"]["audit"]) for rec in recs)
+        assert rt.store.get_run(r.run_id).held_out_passed is False
+        # the actor-facing state carries no trace of it either
+        assert CANARY not in repr(r.state.findings)
+
+
+def test_held_out_isolation_survives_park_and_resume(tmp_path: Path) -> None:
+    risk = (lw.RiskRule(name="b", touches=("doc/b",)),)  # parks at cycle 3 of 4
+    spy = Spy()
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_loop(spy, risk), TASK, task_key="k")
+        assert r.status == "awaiting_approval"
+        assert len(spy.seen) == 3
+        rt.approve(r.run_id, by="x")
+    spy2 = Spy()
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        done = rt.resume_sync(r.run_id, _loop(spy2, risk))
+        assert done.accepted
+        assert len(spy2.seen) == 1  # cycle 4 ran in the new process, from the resumed state
+        assert "cycle=4" in spy2.seen[0]
+        assert all(CANARY not in seen for seen in spy.seen + spy2.seen)
+        held = [c.record["held_out"] for c in rt.store.checkpoints(r.run_id)
+                if c.record and "held_out" in c.record]
+        assert len(held) == 4  # the approved cycle 3 kept the held-out verdicts from its park
+        assert all(CANARY in str(h) for h in held)
+        assert done.held_out_passed is False

@@ -1,0 +1,152 @@
+"""Pure decision rules: budget projection, scores, success, acceptance, risk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+import loopwright as lw
+from loopwright import _decide as rules
+
+
+def _contract(**budget: Any) -> lw.Contract:
+    return lw.Contract(budget=lw.Budget(**budget))
+
+
+def _spent(cycle: int, usage: lw.Usage) -> lw.TaskState:
+    s = lw.TaskState(cycle=cycle)
+    s.spent = usage
+    return s
+
+
+def test_no_budget_reason_before_the_first_cycle() -> None:
+    assert rules.budget_stop(_contract(max_cost_usd=1.0), _spent(0, lw.Usage())) is None
+
+
+def test_cycle_budget() -> None:
+    c = _contract(max_cycles=3)
+    assert rules.budget_stop(c, _spent(2, lw.Usage())) is None
+    assert rules.budget_stop(c, _spent(3, lw.Usage())) == "budget_cycles"
+
+
+def test_a_cycle_projected_to_cross_is_not_started() -> None:
+    c = _contract(max_cost_usd=1.0, max_tokens=100, max_seconds=10.0)
+    # two cycles at 0.4 each: a third would reach 1.2 > 1.0
+    assert rules.budget_stop(c, _spent(2, lw.Usage(0.8))) == "budget_cost"
+    assert rules.budget_stop(c, _spent(2, lw.Usage(0.0, 70))) == "budget_tokens"
+    assert rules.budget_stop(c, _spent(2, lw.Usage(0.0, 0, 7.0))) == "budget_time"
+    assert rules.budget_stop(c, _spent(2, lw.Usage(0.5, 60, 6.0))) is None  # lands exactly
+
+
+def test_float_sums_do_not_cross_a_budget_they_only_reach() -> None:
+    # 0.1 + 0.1 + 0.1 == 0.30000000000000004: three $0.10 cycles fit a $0.30 budget.
+    c = _contract(max_cost_usd=0.3)
+    spent = lw.Usage(0.1) + lw.Usage(0.1)
+    assert rules.budget_stop(c, _spent(2, spent)) is None
+    spent = spent + lw.Usage(0.1)
+    assert rules.budget_crossed(c, spent) is None
+    assert rules.budget_stop(c, _spent(3, spent)) == "budget_cost"
+
+
+def test_budget_crossed() -> None:
+    c = _contract(max_cost_usd=1.0, max_tokens=10)
+    assert rules.budget_crossed(c, lw.Usage(1.0, 10)) is None
+    assert rules.budget_crossed(c, lw.Usage(1.01)) == "budget_cost"
+    assert rules.budget_crossed(c, lw.Usage(0, 11)) == "budget_tokens"
+
+
+@given(st.integers(1, 50), st.integers(1, 20))
+def test_projection_never_lets_a_steady_loop_cross(per_cycle_cents: int, cycles_that_fit: int) -> None:
+    per = per_cycle_cents / 100
+    limit = per * cycles_that_fit
+    c = _contract(max_cost_usd=limit)
+    spent, n = lw.Usage(), 0
+    while rules.budget_stop(c, _spent(n, spent)) is None:
+        spent = spent + lw.Usage(per)
+        n += 1
+        assert n <= cycles_that_fit
+    assert n == cycles_that_fit
+
+
+def test_remaining() -> None:
+    c = _contract(max_cycles=5, max_cost_usd=1.0)
+    r = rules.remaining(c, _spent(2, lw.Usage(0.25)))
+    assert r.cycles == 3
+    assert r.cost_usd == 0.75
+    assert r.tokens is None
+    assert r.seconds is None
+
+
+def _check(name: str, **kw: Any) -> lw.Check:
+    return lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name=name, **kw)
+
+
+def test_aggregate_score_ignores_held_out() -> None:
+    checks = [_check("a", weight=3), _check("b"), _check("h", held_out=True)]
+    verdicts = {
+        "a": lw.Verdict(passed=True, score=1.0),
+        "b": lw.Verdict(passed=False, score=0.0),
+        "h": lw.Verdict(passed=False, score=0.0),
+    }
+    assert rules.aggregate_score(checks, verdicts) == 0.75
+    assert rules.aggregate_score([_check("h", held_out=True)], {"h": verdicts["h"]}) is None
+
+
+def test_success_needs_required_visible_checks_and_the_score() -> None:
+    contract = lw.Contract(budget=lw.Budget(max_cycles=1), success=lw.Success(min_score=0.9))
+    checks = [_check("a"), _check("b", required=False), _check("h", held_out=True)]
+    ok = lw.Verdict(passed=True)
+    bad = lw.Verdict(passed=False, score=0.95)
+    assert rules.success(contract, checks, {"a": ok, "b": bad, "h": bad}, 0.97)
+    assert not rules.success(contract, checks, {"a": bad, "b": ok}, 0.97)
+    assert not rules.success(contract, checks, {"a": ok, "b": ok}, 0.5)
+    # held-out checks alone never make success
+    assert not rules.success(contract, [_check("h", held_out=True)], {"h": ok}, None)
+
+
+def test_accept_clean_parts_when_clean() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"a": 1, "b": 2, "c": 3}}})
+    checks = [_check("v"), _check("partial"), _check("h", held_out=True)]
+    verdicts = {
+        "v": lw.Verdict(passed=False, findings=(lw.Finding("b bad", "doc", "b"),)),
+        "partial": lw.Verdict(passed=True, checked=("doc/a", "doc/b")),
+        # a held-out finding on doc/a must not block (or influence) acceptance
+        "h": lw.Verdict(passed=False, findings=(lw.Finding("held", "doc", "a"),)),
+    }
+    accepted = rules.accept_clean_parts(s, checks, verdicts, all_parts=False)
+    assert accepted == ["doc/a"]  # doc/c was not checked by "partial"
+    status = {ref: p.status for ref, p in s.iter_parts()}
+    assert status == {"doc/a": "accepted", "doc/b": "rejected", "doc/c": "candidate"}
+
+
+def test_warnings_do_not_reject() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"a": 1}}})
+    v = {"v": lw.Verdict(passed=True, findings=(lw.Finding("meh", "doc", "a", severity="warning"),))}
+    assert rules.accept_clean_parts(s, [_check("v")], v, all_parts=False) == ["doc/a"]
+
+
+def test_risk_reason_touches_findings_and_check() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"inv": {"payment": 1, "qty": 1}}})
+    cand = lw.TaskState.from_dict(s.to_dict())
+    cand.set_part("inv", "payment", 2, 1)
+    prop = lw.Proposal.edit("inv", {"payment": 2})
+    touch = lw.RiskRule(name="pay", touches=("*/payment",))
+    hit = rules.risk_reason((touch,), cand, prop, {}, [])
+    assert hit is not None
+    assert hit[0].name == "pay"
+    assert "inv/payment" in hit[1]
+    # a proposal re-stating an unchanged value does not trigger it
+    same = lw.Proposal.edit("inv", {"qty": 1})
+    assert rules.risk_reason((touch,), s, same, {}, []) is None
+
+    conflict = lw.RiskRule(name="c", findings=("conflicting_evidence",))
+    checks = [_check("v"), _check("h", held_out=True)]
+    f = lw.Finding("po says 3, receipt says 4", "inv", "qty", "conflicting_evidence")
+    assert rules.risk_reason((conflict,), s, same, {"v": lw.Verdict(passed=False, findings=(f,))}, checks)
+    # a held-out finding never parks a run (it would reveal the held-out check)
+    assert rules.risk_reason((conflict,), s, same, {"h": lw.Verdict(passed=False, findings=(f,))}, checks) is None
+
+    custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
+    assert rules.risk_reason((custom,), s, same, {}, []) == (custom, "because")

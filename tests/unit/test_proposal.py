@@ -1,0 +1,49 @@
+"""Proposals and verdicts: digests, kinds, serialisation, validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import loopwright as lw
+
+
+def test_digest_ignores_note_and_usage_and_edit_order() -> None:
+    a = lw.Proposal(edits=(lw.Edit("d", "x", 1), lw.Edit("d", "y", 2)), note="a", usage=lw.Usage(1))
+    b = lw.Proposal(edits=(lw.Edit("d", "y", 2), lw.Edit("d", "x", 1)), note="b")
+    assert a.digest() == b.digest()
+    assert a.digest() != lw.Proposal.edit("d", {"x": 1, "y": 3}).digest()
+
+
+def test_replace_is_a_distinct_visible_kind() -> None:
+    p = lw.Proposal(replace={"d": {"x": 1}})
+    assert p.kind == "replace"
+    assert p.digest() != lw.Proposal.edit("d", {"x": 1}).digest()
+    assert [e.ref for e in p.changes()] == ["d/x"]
+    assert lw.Proposal().kind == "noop"
+    assert lw.Proposal(plan={"s": "done"}).kind == "plan"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=4), st.integers() | st.text(max_size=4), max_size=4))
+def test_proposal_round_trip(parts: dict[str, object]) -> None:
+    p = lw.Proposal.edit("doc", parts, note="n", usage=lw.Usage(0.5, 3, 1.0))
+    back = lw.Proposal.from_dict(p.to_dict())
+    assert back.digest() == p.digest()
+    assert back.to_dict() == p.to_dict()
+
+
+@pytest.mark.parametrize("score", [-0.1, 1.5, math.nan])
+def test_verdict_score_is_validated(score: float) -> None:
+    with pytest.raises(ValueError, match="score"):
+        lw.Verdict(passed=True, score=score)
+
+
+def test_verdict_value_and_round_trip() -> None:
+    assert lw.Verdict(passed=True).value == 1.0
+    assert lw.Verdict(passed=False).value == 0.0
+    v = lw.Verdict(passed=False, score=0.4, findings=(lw.Finding("m", "d", "x"),),
+                   evidence={"e": 1}, usage=lw.Usage(0.1), checked=("d/x",))
+    assert lw.Verdict.from_dict(v.to_dict()) == v

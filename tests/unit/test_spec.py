@@ -1,0 +1,160 @@
+"""Loop specs: every problem is a SpecError naming the field; refs resolve beside the spec."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+
+CODE = '''
+import loopwright as lw
+
+def propose(ctx):
+    return lw.Proposal()
+
+def check(state, proposal):
+    return lw.Verdict(passed=True)
+
+def risky(state, proposal, verdicts):
+    return None
+
+def make(scale=1):
+    def actor(ctx):
+        return lw.Proposal(note=str(scale))
+    return actor
+
+NOT_CALLABLE = 3
+'''
+
+GOOD = '''
+name = "demo"
+project = "p"
+
+[actor]
+ref = "code.py:propose"
+timeout_s = 5
+
+[[verifiers]]
+ref = "code.py:check"
+
+[[verifiers]]
+name = "audit"
+ref = "code.py:check"
+held_out = true
+
+[contract.budget]
+max_cycles = 3
+
+[[contract.risk]]
+name = "r"
+check = "code.py:risky"
+'''
+
+
+def _spec(tmp_path: Path, text: str, *, code: str = CODE) -> Path:
+    d = tmp_path / "spec"
+    d.mkdir(exist_ok=True)
+    (d / "code.py").write_text(code)
+    p = d / "loop.toml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _err(path: Path) -> lw.SpecError:
+    with pytest.raises(lw.SpecError) as info:
+        lw.load_spec(path)
+    return info.value
+
+
+def test_good_spec_resolves_refs_relative_to_the_spec_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spec = _spec(tmp_path, GOOD)
+    monkeypatch.chdir(elsewhere)  # refs must not depend on the working directory
+    loop = lw.load_spec(spec)
+    assert loop.name == "demo"
+    assert loop.project == "p"
+    assert loop.actor_timeout_s == 5
+    assert [c.name for c in loop.verifiers] == ["check", "audit"]
+    assert [c.held_out for c in loop.verifiers] == [False, True]
+    assert loop.contract.budget.max_cycles == 3
+    assert callable(loop.contract.risk[0].check)
+    assert loop.spec_ref == str(spec.resolve())
+    assert loop.version
+
+
+def test_factory_with_options(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, GOOD.replace('timeout_s = 5', 'options = { scale = 7 }').replace(
+        'code.py:propose', 'code.py:make'))
+    loop = lw.load_spec(spec)
+    assert loop.actor(None).note == "7"  # type: ignore[arg-type, union-attr]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert _err(tmp_path / "nope.toml").field == "spec"
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    err = _err(_spec(tmp_path, "name = \n[actor"))
+    assert err.field == "spec"
+    assert "not valid TOML" in str(err)
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("colour = 'red'\n" + GOOD, "colour"),
+    (GOOD.replace("timeout_s = 5", "timeout = 5"), "actor.timeout"),
+    (GOOD.replace("held_out = true", "heldout = true"), "verifiers[1].heldout"),
+    (GOOD.replace("max_cycles = 3", "max_cycle = 3"), "contract.budget.max_cycle"),
+    (GOOD.replace("max_cycles = 3", "max_cycles = -3"), "contract.budget.max_cycles"),
+])
+def test_unknown_or_bad_key_names_the_field(tmp_path: Path, text: str, field: str) -> None:
+    err = _err(_spec(tmp_path, text))
+    assert err.field == field, str(err)
+    assert field in str(err)
+
+
+def test_missing_actor(tmp_path: Path) -> None:
+    text = GOOD.replace('[actor]\nref = "code.py:propose"\ntimeout_s = 5\n', "")
+    assert _err(_spec(tmp_path, text)).field == "actor.ref"
+
+
+def test_missing_name_and_contract(tmp_path: Path) -> None:
+    assert _err(_spec(tmp_path, GOOD.replace('name = "demo"', ""))).field == "name"
+    no_contract = GOOD.split("[contract.budget]", maxsplit=1)[0]
+    assert _err(_spec(tmp_path, no_contract)).field == "contract"
+
+
+@pytest.mark.parametrize(("ref", "text"), [
+    ("propose", "must look like"),
+    ("missing.py:propose", "no file"),
+    ("code.py:nothing", "no attribute"),
+    ("code.py:NOT_CALLABLE", "not callable"),
+    ("no_such_module_xyz:fn", "cannot import"),
+])
+def test_bad_actor_ref(tmp_path: Path, ref: str, text: str) -> None:
+    err = _err(_spec(tmp_path, GOOD.replace("code.py:propose", ref)))
+    assert err.field == "actor.ref"
+    assert text in str(err)
+
+
+def test_bad_verifier_and_risk_refs(tmp_path: Path) -> None:
+    err = _err(_spec(tmp_path, GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:nope"\n\n', 1)))
+    assert err.field == "verifiers[0].ref"
+    err = _err(_spec(tmp_path, GOOD.replace("code.py:risky", "code.py:gone")))
+    assert err.field == "contract.risk[0].check"
+
+
+def test_module_that_raises_on_import(tmp_path: Path) -> None:
+    err = _err(_spec(tmp_path, GOOD, code="raise RuntimeError('boom at import')\n"))
+    assert err.field == "actor.ref"
+    assert "boom at import" in str(err)
+
+
+def test_verifier_not_a_table_and_bad_timeout(tmp_path: Path) -> None:
+    text = 'verifiers = ["code.py:check"]\n' + GOOD.split("[[verifiers]]", maxsplit=1)[0] + "[contract.budget]\nmax_cycles = 3\n"
+    assert _err(_spec(tmp_path, text)).field == "verifiers[0]"
+    text = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\ntimeout_s = -1\n\n', 1)
+    assert "timeout_s" in str(_err(_spec(tmp_path, text)))

@@ -1,0 +1,207 @@
+"""TaskState: versions, acceptance, the best candidate, the plan, serialisation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import loopwright as lw
+from loopwright._state import match_any, split_ref
+
+
+def _state() -> lw.TaskState:
+    return lw.TaskState.from_task({"goal": "g", "artifacts": {"doc": {"a": 1, "b": 2}}}, task_key="k")
+
+
+def test_from_task_builds_version_one_of_each_part() -> None:
+    s = _state()
+    assert s.values() == {"doc": {"a": 1, "b": 2}}
+    p = s.part("doc/a")
+    assert p is not None
+    assert [v.n for v in p.versions] == [1]
+    assert p.status == "candidate"
+    assert s.task_key == "k"
+    assert s.goal == "g"
+
+
+def test_set_part_appends_versions_and_skips_unchanged_values() -> None:
+    s = _state()
+    assert s.set_part("doc", "a", 1, 1) is False  # same value: no new version
+    assert s.set_part("doc", "a", 10, 1) is True
+    assert s.set_part("doc", "a", 11, 2) is True
+    p = s.part("doc/a")
+    assert p is not None
+    assert [(v.n, v.value, v.cycle) for v in p.versions] == [(1, 1, 0), (2, 10, 1), (3, 11, 2)]
+    assert p.version(2).value == 10
+    assert p.value == 11
+    assert s.set_part("new", "x", "v", 3) is True  # a new artifact and part
+    assert s.values()["new"] == {"x": "v"}
+
+
+def test_accepted_version_survives_later_versions() -> None:
+    s = _state()
+    p = s.part("doc/a")
+    assert p is not None
+    p.current.status = "accepted"
+    s.set_part("doc", "a", 99, 1)
+    # The accepted version is never lost or overwritten: it is still there and still accepted.
+    assert p.accepted is not None
+    assert p.accepted.value == 1
+    assert p.status == "candidate"
+    assert s.accepted_values() == {"doc": {"a": 1}}
+
+
+def test_best_values_take_each_part_at_the_best_cycle() -> None:
+    s = _state()
+    s.set_part("doc", "a", 10, 1)
+    s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}  # best = after cycle 1
+    s.set_part("doc", "a", 20, 2)
+    s.set_part("doc", "b", 30, 2)
+    s.set_part("doc", "c", 40, 2)  # a part that did not exist at the best cycle
+    assert s.best_values() == {"doc": {"a": 10, "b": 2, "c": 40}}
+    assert s.values() == {"doc": {"a": 20, "b": 30, "c": 40}}
+
+
+def test_best_values_default_to_current() -> None:
+    s = _state()
+    s.set_part("doc", "a", 5, 1)
+    assert s.best_values() == s.values()
+
+
+def _plan_state() -> lw.TaskState:
+    return lw.TaskState.from_task(
+        {
+            "artifacts": {"page": {"p1": "", "p2": "", "p3": ""}},
+            "plan": [
+                {"id": "s1", "parts": ["page/p1"]},
+                {"id": "s2", "parts": ["page/p2"], "depends_on": ["s1"]},
+                {"id": "s3", "parts": ["page/p3"], "depends_on": ["s1", "s2"]},
+            ],
+        }
+    )
+
+
+def test_next_step_follows_dependencies() -> None:
+    s = _plan_state()
+    nxt = s.next_step()
+    assert nxt is not None
+    assert nxt.id == "s1"
+    s.plan[0].status = "done"
+    nxt = s.next_step()
+    assert nxt is not None
+    assert nxt.id == "s2"
+    s.plan[1].status = "blocked"
+    assert s.next_step() is None  # s3 waits for s2
+    s.plan[1].status = "done"
+    s.plan[2].status = "done"
+    assert s.next_step() is None
+    assert s.completed_steps == ["s1", "s2", "s3"]
+
+
+def test_refresh_plan_marks_steps_done_when_their_parts_are_accepted() -> None:
+    s = _plan_state()
+    s.refresh_plan()
+    assert s.completed_steps == []
+    p1 = s.part("page/p1")
+    assert p1 is not None
+    p1.current.status = "accepted"
+    s.refresh_plan()
+    assert s.completed_steps == ["s1"]
+    # A step naming a part that does not exist is never done.
+    s.plan.append(lw.PlanStep(id="s4", parts=("page/missing",)))
+    s.refresh_plan()
+    assert "s4" not in s.completed_steps
+
+
+def test_plan_validation() -> None:
+    with pytest.raises(lw.ConfigError, match=r"task\.plan\[0\]"):
+        lw.TaskState.from_task({"plan": [{"title": "no id"}]})
+    with pytest.raises(lw.ConfigError, match="unknown step status"):
+        lw.PlanStep.from_dict({"id": "x", "status": "finished"})
+    with pytest.raises(lw.ConfigError, match=r"task\.artifacts"):
+        lw.TaskState.from_task({"artifacts": ["a"]})
+    with pytest.raises(lw.ConfigError, match=r"task\.artifacts\.doc"):
+        lw.TaskState.from_task({"artifacts": {"doc": 3}})
+
+
+def test_refs() -> None:
+    assert split_ref("a/b/c") == ("a", "b/c")
+    for bad in ("nopart", "/x", "x/"):
+        with pytest.raises(lw.ConfigError):
+            split_ref(bad)
+    assert match_any("invoice/payment", ["*/payment"])
+    assert not match_any("invoice/qty", ["*/payment", "po/*"])
+
+
+def test_finding_touches() -> None:
+    f = lw.Finding("m", "doc", "a")
+    assert f.touches("doc", "a")
+    assert not f.touches("doc", "b")
+    assert lw.Finding("m", "doc").touches("doc", "b")  # artifact-wide
+    assert lw.Finding("m").touches("x", "y")  # run-wide
+    assert f.ref == "doc/a"
+
+
+# --- serialisation property -------------------------------------------------------------
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**9, 10**9),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=8,
+)
+names = st.text(alphabet="abcxyz_", min_size=1, max_size=6)
+
+
+@st.composite
+def states(draw: Any) -> lw.TaskState:
+    s = lw.TaskState(goal=draw(st.text(max_size=10)), task_key=draw(names), project=draw(names))
+    for art in draw(st.lists(names, max_size=3, unique=True)):
+        for part in draw(st.lists(names, min_size=1, max_size=3, unique=True)):
+            for cycle, value in enumerate(draw(st.lists(json_value, min_size=1, max_size=3))):
+                s.set_part(art, part, value, cycle)
+            p = s.artifacts[art].parts[part]
+            p.current.status = draw(st.sampled_from(["candidate", "accepted", "rejected"]))
+    ids = draw(st.lists(names, max_size=4, unique=True))
+    for i, sid in enumerate(ids):
+        s.plan.append(
+            lw.PlanStep(
+                id=sid,
+                title=draw(st.text(max_size=5)),
+                depends_on=tuple(ids[:i][:1]),
+                parts=tuple(ref for ref, _ in list(s.iter_parts())[:1]),
+                status=draw(st.sampled_from(["pending", "in_progress", "done", "blocked"])),
+            )
+        )
+    for _ in range(draw(st.integers(0, 3))):
+        s.findings.append(
+            lw.Finding(
+                draw(st.text(max_size=10)), draw(st.none() | names), draw(st.none() | names),
+                draw(names), draw(st.sampled_from(["error", "warning"])), draw(names),
+                draw(st.dictionaries(names, json_value, max_size=2)),
+            )
+        )
+    s.cycle = draw(st.integers(0, 50))
+    s.spent = lw.Usage(draw(st.floats(0, 100)), draw(st.integers(0, 10**6)), draw(st.floats(0, 100)))
+    s.best_score = draw(st.none() | st.floats(0, 1))
+    s.stall = draw(st.integers(0, 5))
+    s.rejected = draw(st.lists(names, max_size=3))
+    s.notes = [{"kind": "note", "text": t} for t in draw(st.lists(st.text(max_size=5), max_size=2))]
+    s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
+    return s
+
+
+@given(states())
+def test_state_round_trips_through_json(s: lw.TaskState) -> None:
+    d = s.to_dict()
+    back = lw.TaskState.from_dict(json.loads(json.dumps(d)))
+    assert back.to_dict() == json.loads(json.dumps(d))
+    assert back.values() == json.loads(json.dumps(s.values()))
+    assert back.completed_steps == s.completed_steps
+    assert [f.to_dict() for f in back.findings] == json.loads(json.dumps([f.to_dict() for f in s.findings]))
