@@ -615,10 +615,17 @@ class Runtime:
         _apply_plan(candidate, proposal)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
+        # Held-out checks judge a private copy, so nothing they do to the state can reach the
+        # actor's next context (invariant 3 holds even against a misbehaving verifier).
+        private: TaskState | None = None
         for check in loop.verifiers:
+            subject = candidate
+            if check.held_out:
+                private = private or TaskState.from_dict(candidate.to_dict())
+                subject = private
             try:
                 verdict, secs = await call_user(
-                    check.fn, candidate, proposal, timeout=check.timeout_s
+                    check.fn, subject, proposal, timeout=check.timeout_s
                 )
             except CallTimeout as exc:
                 return self._verifier_failed(
@@ -729,7 +736,6 @@ class Runtime:
             "proposal": proposal.to_dict(),
             "digest": digest,
             "visible": {k: v.to_dict() for k, v in visible.items()},
-            "held_out": {k: v.to_dict() for k, v in held.items()},
             "usage": cycle_usage.to_dict(),
         }
         s.next_action = f"waiting for a decision on approval {approval_id} ({rule.name})"
@@ -758,7 +764,13 @@ class Runtime:
         )
         self._commit(
             ex,
-            {"cycle": n, "decision": "parked", "approval_id": approval_id},
+            # Held-out verdicts of the parked cycle wait here, outside the state.
+            {
+                "cycle": n,
+                "decision": "parked",
+                "approval_id": approval_id,
+                "held_out": {k: v.to_dict() for k, v in held.items()},
+            },
             {"status": "awaiting_approval"},
             approval=req,
         )
@@ -819,7 +831,8 @@ class Runtime:
         s.approved.append(str(pend["digest"]))
         proposal = Proposal.from_dict(pend["proposal"])
         visible = {k: Verdict.from_dict(v) for k, v in pend["visible"].items()}
-        held = {k: Verdict.from_dict(v) for k, v in pend["held_out"].items()}
+        parked = self.store.latest_checkpoint(ex.run_id).record or {}
+        held = {k: Verdict.from_dict(v) for k, v in (parked.get("held_out") or {}).items()}
         candidate = TaskState.from_dict(s.to_dict())
         for e in proposal.changes():
             candidate.set_part(e.artifact, e.part, e.value, n)

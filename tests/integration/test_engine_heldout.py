@@ -64,7 +64,9 @@ def test_held_out_never_reaches_the_actor_but_is_recorded(tmp_path: Path) -> Non
         assert r.held_out_passed is False  # ...but are recorded beside it
         assert len(spy.seen) == 4
         assert all(CANARY not in seen for seen in spy.seen)
-        recs = [c.record for c in rt.store.checkpoints(r.run_id) if c.record and "held_out" in c.record]
+        recs = [
+            c.record for c in rt.store.checkpoints(r.run_id) if c.record and "held_out" in c.record
+        ]
         assert recs
         assert all(CANARY in str(rec["held_out"]["audit"]) for rec in recs)
         assert rt.store.get_run(r.run_id).held_out_passed is False
@@ -87,8 +89,10 @@ def test_held_out_isolation_survives_park_and_resume(tmp_path: Path) -> None:
         assert len(spy2.seen) == 1  # cycle 4 ran in the new process, from the resumed state
         assert "cycle=4" in spy2.seen[0]
         assert all(CANARY not in seen for seen in spy.seen + spy2.seen)
-        held = [c.record["held_out"] for c in rt.store.checkpoints(r.run_id)
-                if c.record and "held_out" in c.record]
+        cps = rt.store.checkpoints(r.run_id)
+        held = [c.record["held_out"] for c in cps if c.record and "proposal" in c.record]
         assert len(held) == 4  # the approved cycle 3 kept the held-out verdicts from its park
+        # no checkpointed state, parked or not, ever carries a held-out verdict
+        assert all(CANARY not in str(c.state) for c in cps)
         assert all(CANARY in str(h) for h in held)
         assert done.held_out_passed is False
