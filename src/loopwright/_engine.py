@@ -30,7 +30,9 @@ from ._state import Finding, PlanStep, TaskState, split_ref
 from ._usage import Usage
 from .store import Approval, NewApproval, NewEvent, RunRecord, Store, open_store
 
-__all__ = ["RunResult", "Runtime"]
+__all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
+
+HELD_OUT_KEY = "held_out"
 
 ProgressFn = Callable[[RunRecord], None]
 
@@ -105,12 +107,14 @@ class Runtime:
 
     def __init__(
         self,
-        store: Store | str | None = None,
+        store: Store | str | os.PathLike[str] | None = None,
         *,
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_progress: ProgressFn | None = None,
     ) -> None:
+        if isinstance(store, os.PathLike):
+            store = os.fspath(store)
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
         self.owner = owner or _owner()
@@ -488,7 +492,9 @@ class Runtime:
             run_id=ex.run_id,
             cycle=n,
             goal=s.goal,
-            task=s.task,
+            # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
+            # held-out verifiers only; the actor never sees it (invariant 3).
+            task={k: v for k, v in s.task.items() if k != HELD_OUT_KEY},
             artifacts=s.values(),
             accepted=s.accepted_values(),
             findings=tuple(s.findings),

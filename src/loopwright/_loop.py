@@ -83,10 +83,7 @@ class Loop:
             raise ConfigError("a loop needs a name", field="name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
-        checks = tuple(
-            v if isinstance(v, Check) else Check(fn=v)
-            for v in self.verifiers
-        )
+        checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in self.verifiers)
         names = [c.name for c in checks]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -75,7 +75,9 @@ def build_packet(
 ) -> dict[str, Any]:
     """The escalation packet for a run that ends without being accepted."""
     esc = contract.escalation
-    advice = esc.recommended_action or _ADVICE.get(reason, "Review the run.")
+    # The contract's own action comes first; the reason-specific advice follows it.
+    builtin = _ADVICE.get(reason, "Review the run.")
+    advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
     if error is not None and reason == "escalated":
         advice = (
             f"Fix the {error.get('where', 'user code')} error ({error.get('type')}: "

@@ -96,3 +96,32 @@ def test_held_out_isolation_survives_park_and_resume(tmp_path: Path) -> None:
         assert all(CANARY not in str(c.state) for c in cps)
         assert all(CANARY in str(h) for h in held)
         assert done.held_out_passed is False
+
+
+def test_task_held_out_key_never_reaches_the_actor(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(repr(ctx))
+        return lw.Proposal.edit("doc", {"a": 1})
+
+    def hidden(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        # held-out verifiers do read it: that is where hidden tests live
+        return lw.Verdict(passed=state.task["held_out"]["answer"] == 1)
+
+    loop = lw.Loop(
+        name="hk",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="ok"),
+            lw.Check(fn=hidden, held_out=True),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    task = {"artifacts": {"doc": {"a": 0}}, "held_out": {"answer": 1, "secret": CANARY}}
+    with lw.Runtime(tmp_path / "s.db") as rt:  # a Path is accepted as the store
+        r = rt.run_sync(loop, task)
+    assert r.accepted
+    assert r.held_out_passed is True
+    assert seen
+    assert all(CANARY not in s for s in seen)

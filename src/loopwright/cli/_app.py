@@ -400,6 +400,10 @@ def import_(
     kind: Annotated[str, typer.Argument(help="What to import: ldb.")],
     source: Annotated[Path, typer.Argument(help="The file to import.")],
     out: Annotated[Path, typer.Option("--out", help="Where to write tasks (JSON lines).")],
+    label: Annotated[
+        str | None, typer.Option(help="Label in the task keys (default: from the file's path).")
+    ] = None,
+    usd_per_token: Annotated[float | None, typer.Option(help="Cost proxy per token.")] = None,
 ) -> None:
     """Turn recorded runs of other systems into tasks (``ldb``: LDB debugging traces)."""
     if kind != "ldb":
@@ -410,7 +414,12 @@ def import_(
         raise ConfigError(f"the LDB importer is unavailable: {exc}") from None
     if not source.is_file():
         raise ConfigError(f"no file at {source}", field="SOURCE")
-    n = import_ldb(source, out)
+    if usd_per_token is not None and usd_per_token < 0:
+        raise ConfigError("must not be negative", field="--usd-per-token")
+    kwargs: dict[str, Any] = {"label": label}
+    if usd_per_token is not None:
+        kwargs["usd_per_token"] = usd_per_token
+    n = import_ldb(source, out, **kwargs)
     from ._render import console
 
     console().print(f"wrote {n} task(s) to {out}")

@@ -146,8 +146,7 @@ def _timeline(checkpoints: list[Checkpoint]) -> Table:
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
         what = f"{prop.get('kind')}: {', '.join(parts) or '-'}"
-        if rec.get("duplicate"):
-            what += " [yellow](repeat)[/]"
+        what = escape(what) + (" [yellow](repeat)[/]" if rec.get("duplicate") else "")
 
         def verdicts(d: dict[str, Any]) -> str:
             return (
@@ -160,7 +159,7 @@ def _timeline(checkpoints: list[Checkpoint]) -> Table:
 
         t.add_row(
             str(rec["cycle"]),
-            escape(what),
+            what,
             verdicts(rec.get("visible", {})),
             verdicts(rec.get("held_out", {})),
             _score(rec.get("score")),

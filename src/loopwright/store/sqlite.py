@@ -177,7 +177,9 @@ class SQLiteStore(Store):
     def _refuse_foreign(self) -> None:
         # Before any PRAGMA that writes (journal_mode=WAL persists in the file): a database
         # loopwright did not create must be refused untouched.
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         if tables and "loopwright_meta" not in tables:
             raise StoreCorruptError(
                 f"{self.path} is an SQLite database that loopwright did not create "

@@ -1,0 +1,39 @@
+"""The code-repair workload: a recorded debugging run replayed under a loopwright contract.
+
+The loop spec (``loop.toml``) names these objects:
+
+* ``actor`` — replays the recorded attempts of an LDB run (``implementations[1:]``) in order;
+  cycle 1 proposes no change, so the seed (``implementations[0]``) is judged first, as LDB did.
+* ``visible_tests`` — the visible tests (LDB's ``generated_test``) in the sandbox, 1 s per test
+  as in LDB's executor; its findings (the failing asserts with their actual outputs) go back to
+  the actor.
+* ``hidden_tests`` — the benchmark's hidden ``check(candidate)`` tests, 10 s as in LDB's final
+  evaluation; held out: recorded beside the visible verdict, never shown to the actor.
+* ``init`` — builds the initial state from a task produced by ``loopwright import ldb`` or,
+  directly, from a raw LDB record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import loopwright as lw
+from loopwright.actors import ReplayActor
+from loopwright.importers import convert_record
+from loopwright.verifiers import CommandVerifier
+
+actor = ReplayActor(attempts_key="recorded.attempts", artifact="program", part="code")
+
+visible_tests = CommandVerifier(tests_key="visible_tests", test_timeout_s=1.0, name="visible_tests")
+
+hidden_tests = CommandVerifier(
+    tests_key="held_out.tests", test_timeout_s=10.0, timeout_s=30.0, name="hidden_tests"
+)
+
+
+def init(task: Mapping[str, Any]) -> lw.TaskState:
+    """The initial state: the program artifact holds the seed; the task keeps everything else."""
+    if "implementations" in task and "artifacts" not in task:  # a raw LDB record
+        task = convert_record(task)
+    return lw.TaskState.from_task(task, task_key=str(task.get("task_key", "")))

@@ -1,0 +1,230 @@
+"""Import LDB debugging traces (``FloridSleeves/LLMDebugger``, ``results/ldb/…jsonl``) as tasks.
+
+One LDB line is one recorded debugging run on one benchmark problem. ``import_ldb`` turns each
+into one task for the code-repair workload (``examples/code_repair``)::
+
+    {
+      "task_key": "ldb/<label>/HumanEval/90",
+      "goal": "make next_smallest pass its tests",
+      "task_id": "HumanEval/90", "entry_point": "next_smallest", "prompt": "<signature+doc>",
+      "artifacts": {"program": {"code": "<implementations[0]: the seed as LDB tested it>"}},
+      "visible_tests": ["assert ...", ...],          # generated_test: what LDB actually ran
+      "recorded": {
+        "attempts": [{"code": "<implementations[k]>", "usage": {...}, "feedback": [...]}, ...],
+        "seed_feedback": [...],                      # test_feedback[0]
+        "is_passing": true, "debug_iter": 3, "token_nums": 12397,
+        "cost_proxy": {"tokens_per_attempt": ..., "usd_per_token": ..., "method": "..."},
+        "source": {"file": "...", "line": 12, "label": "..."}
+      },
+      "held_out": {
+        "tests": ["<test>\\n\\ncheck(next_smallest)\\n"],
+        "recorded": {"is_solved": true}
+      }
+    }
+
+Everything about the hidden tests lives under ``held_out`` (the held-out verifier reads it
+there). ``recorded.attempts`` are ``implementations[1:]``: attempt ``k`` is the program after
+the ``k``-th debugging round.
+
+**Cost proxy.** LDB records one number, ``token_nums``: the GPT-2-tokenizer count of the chat
+messages summed over all debugging rounds (0 when the seed passed). It records neither per-round
+counts nor billed tokens, so each attempt is charged ``token_nums / debug_iter`` tokens (the
+remainder goes to the first attempts, so the total is exact), priced at ``usd_per_token``
+(default ``1.5e-6``: the input-token list price of gpt-3.5-turbo-0613, $1.50 per million, since
+almost all of a debugging round's tokens are prompt). An even split is the one choice that needs
+no guess about how the conversation grew; in reality later rounds cost more (the conversation
+is resent each round), so per-attempt costs are flattened while run totals are right. The seed
+itself costs nothing here: it came from a separate generator run LDB does not account for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from .._errors import ConfigError
+
+__all__ = ["USD_PER_TOKEN", "LdbFormatError", "convert_record", "import_ldb", "read_ldb"]
+
+USD_PER_TOKEN = 1.5e-6
+"""Default price of one ``token_nums`` token (gpt-3.5-turbo-0613 input list price)."""
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "task_id": str,
+    "prompt": str,
+    "entry_point": str,
+    "test": str,
+    "implementations": list,
+    "test_feedback": list,
+    "is_passing": bool,
+    "is_solved": bool,
+    "debug_iter": int,
+    "token_nums": int,
+}
+
+
+class LdbFormatError(ConfigError):
+    """A malformed LDB line; ``line`` is its 1-based number."""
+
+    def __init__(self, message: str, *, path: str, line: int) -> None:
+        self.path = path
+        self.line = line
+        super().__init__(f"{path}, line {line}: {message}", field=None)
+
+
+def default_label(path: Path) -> str:
+    """The run label used in task keys: ``<model dir>`` for ``…/<model>/results.jsonl``,
+    else ``<dir>-<stem>`` (``reflexion-gpt-4o-2024-05-13``)."""
+    if path.name == "results.jsonl":
+        return path.parent.name or "ldb"
+    return f"{path.parent.name}-{path.stem}" if path.parent.name else path.stem
+
+
+def _split_tokens(total: int, n: int) -> list[int]:
+    if n <= 0:
+        return []
+    base, extra = divmod(max(0, total), n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def convert_record(
+    rec: Mapping[str, Any],
+    *,
+    label: str = "ldb",
+    usd_per_token: float = USD_PER_TOKEN,
+    where: tuple[str, int] = ("<record>", 0),
+) -> dict[str, Any]:
+    """Convert one parsed LDB record into a task (see the module docstring)."""
+    path, line = where
+
+    def bad(msg: str) -> LdbFormatError:
+        return LdbFormatError(msg, path=path, line=line)
+
+    if not isinstance(rec, Mapping):
+        raise bad(f"expected a JSON object, got {type(rec).__name__}")
+    for key, typ in _REQUIRED.items():
+        if key not in rec:
+            raise bad(f"missing field {key!r}")
+        value = rec[key]
+        if typ is int and isinstance(value, bool):
+            raise bad(f"field {key!r} must be an integer, got {value!r}")
+        if not isinstance(value, typ):
+            raise bad(
+                f"field {key!r} must be {getattr(typ, '__name__', typ)}, got {type(value).__name__}"
+            )
+    impls = rec["implementations"]
+    if not impls or not all(isinstance(i, str) for i in impls):
+        raise bad("'implementations' must be a non-empty list of strings")
+    feedback = rec["test_feedback"]
+    if len(feedback) != len(impls) or not all(isinstance(f, list) for f in feedback):
+        raise bad(
+            f"'test_feedback' must be a list of lists as long as 'implementations' "
+            f"({len(impls)}), got {len(feedback)}"
+        )
+    tests = rec.get("generated_test")
+    if tests is None:  # older files: rebuild LDB's filter (programming/ldb.py)
+        given = rec.get("given_tests") or []
+        tests = [t for t in given if rec["entry_point"] in t and "assert False" not in t]
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise bad("'generated_test' must be a list of strings")
+    debug_iter = rec["debug_iter"]
+    attempts_n = len(impls) - 1
+    if debug_iter != attempts_n:
+        raise bad(
+            f"'debug_iter' is {debug_iter} but there are {attempts_n} debugging attempts "
+            f"(len(implementations) - 1)"
+        )
+    if usd_per_token < 0:
+        raise ConfigError("must not be negative", field="usd_per_token")
+    tokens = _split_tokens(rec["token_nums"], attempts_n)
+    entry = rec["entry_point"]
+    attempts = [
+        {
+            "code": impls[k],
+            "usage": {
+                "cost_usd": tokens[k - 1] * usd_per_token,
+                "tokens": tokens[k - 1],
+                "seconds": 0.0,
+            },
+            "feedback": list(feedback[k]),
+            "note": f"recorded attempt {k} of {attempts_n}",
+        }
+        for k in range(1, len(impls))
+    ]
+    return {
+        "task_key": f"ldb/{label}/{rec['task_id']}",
+        "goal": f"make {entry} pass its tests",
+        "task_id": rec["task_id"],
+        "entry_point": entry,
+        "prompt": rec["prompt"],
+        "artifacts": {"program": {"code": impls[0]}},
+        "visible_tests": list(tests),
+        "recorded": {
+            "attempts": attempts,
+            "seed_feedback": list(feedback[0]),
+            "is_passing": rec["is_passing"],
+            "debug_iter": debug_iter,
+            "token_nums": rec["token_nums"],
+            "cost_proxy": {
+                "method": "token_nums split evenly over debug_iter attempts",
+                "tokens_per_attempt": tokens,
+                "usd_per_token": usd_per_token,
+            },
+            "source": {"file": path, "line": line, "label": label},
+        },
+        "held_out": {
+            "tests": [f"{rec['test']}\n\ncheck({entry})\n"],
+            "recorded": {"is_solved": rec["is_solved"]},
+        },
+    }
+
+
+def read_ldb(
+    path_in: str | Path,
+    *,
+    label: str | None = None,
+    usd_per_token: float = USD_PER_TOKEN,
+) -> Iterator[dict[str, Any]]:
+    """Yield one task per LDB line (blank lines are skipped); malformed lines raise
+    ``LdbFormatError`` naming the line."""
+    p = Path(path_in)
+    lab = label or default_label(p)
+    with p.open(encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise LdbFormatError(
+                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
+                ) from None
+            yield convert_record(rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n))
+
+
+def import_ldb(
+    path_in: str | Path,
+    path_out: str | Path | IO[str],
+    *,
+    label: str | None = None,
+    usd_per_token: float = USD_PER_TOKEN,
+) -> int:
+    """Convert the LDB JSONL file ``path_in`` into a tasks JSONL file; returns the task count.
+
+    ``path_out`` may be a path or an open text stream. The whole input is validated before
+    anything is written to a path, so a malformed line leaves no half-written output.
+    """
+    tasks = list(read_ldb(path_in, label=label, usd_per_token=usd_per_token))
+    counts = Counter(t["task_key"] for t in tasks)
+    dupes = sorted(k for k, c in counts.items() if c > 1)
+    if dupes:
+        raise ConfigError(f"{path_in}: duplicate task ids {dupes[:5]}", field="task_id")
+    text = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
+    if isinstance(path_out, str | Path):
+        Path(path_out).write_text(text, encoding="utf-8")
+    else:
+        path_out.write(text)
+    return len(tasks)

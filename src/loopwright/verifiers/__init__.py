@@ -1,0 +1,27 @@
+"""Verifiers: checks that judge a candidate state.
+
+``sandbox`` runs untrusted Python candidate code with its tests in a resource-limited,
+network-less subprocess and reports per-test results as located findings.
+"""
+
+from __future__ import annotations
+
+from .sandbox import (
+    DEFAULT_PREAMBLE,
+    CommandVerifier,
+    Limits,
+    SandboxResult,
+    TestResult,
+    python_tests_verifier,
+    run_tests,
+)
+
+__all__ = [
+    "DEFAULT_PREAMBLE",
+    "CommandVerifier",
+    "Limits",
+    "SandboxResult",
+    "TestResult",
+    "python_tests_verifier",
+    "run_tests",
+]

@@ -1,0 +1,763 @@
+"""Run untrusted Python candidate code with its tests in a sandboxed subprocess.
+
+Every call gets a fresh child interpreter (``python -I -S -B``) in a fresh temporary working
+directory, with an environment stripped to ``PATH`` and ``LANG``, and these limits:
+
+* **wall clock** — the parent kills the child's whole process group after ``timeout_s``;
+  each test also has its own ``test_timeout_s`` (an interval timer inside the child), so one
+  hanging test fails alone and the others still report;
+* **resources** — ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` is
+  ignored, so an oversized write fails with an error instead of killing the child),
+  ``RLIMIT_NPROC``, ``RLIMIT_NOFILE`` and ``RLIMIT_CORE = 0``; they are set by the child itself
+  before it runs candidate code (no ``preexec_fn``, which is unsafe in a threaded parent);
+* **network** — when the parent runs as root the child first enters a new, empty network
+  namespace (``unshare(CLONE_NEWNET)``: no interfaces, not even loopback) and then drops to the
+  unprivileged ``nobody`` user, so it can write only inside its own directory and read nothing
+  private. Otherwise (not root, or unsharing is refused) the fallback is the audit hook below;
+  ``SandboxResult.isolation`` says which layers were in force;
+* **audit hook** (always, defence in depth) — a ``sys.addaudithook`` hook installed before any
+  candidate code runs refuses socket creation, process creation (``fork``, ``exec``,
+  ``subprocess``, ``os.system``, ``posix_spawn``), signalling other processes, ``ctypes``,
+  writes, deletions and renames outside the working directory, and reads of other processes'
+  ``/proc`` entries (e.g. the parent's ``environ``).
+
+Limitations, stated plainly: an audit hook is not a security boundary against code written to
+defeat it (the namespace and the unprivileged user are the real boundary when running as root);
+and the child reports its results on a pipe the candidate could in principle write to, so a
+deliberately adversarial candidate could forge its own per-test results (it cannot harm the
+host or read secrets). The threat model is buggy or careless model-written code.
+
+Per-test semantics follow LDB's executor (``programming/executors/py_executor.py``): each test
+is executed after re-executing ``preamble + code`` in one namespace shared by the tests of a
+call; a failing ``assert f(x) == y`` reports the *actual output*, the value of ``f(x)`` (or the
+error it raised, or ``TIMEOUT``), as in LDB's ``"# Real Execution Output: <value or error>"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._proposal import Proposal, Verdict
+from .._state import Finding, TaskState, part_ref
+from .._usage import Usage
+
+__all__ = [
+    "DEFAULT_PREAMBLE",
+    "CommandVerifier",
+    "Limits",
+    "SandboxResult",
+    "TestResult",
+    "python_tests_verifier",
+    "run_tests",
+]
+
+DEFAULT_PREAMBLE = "from typing import *"
+"""Executed before the candidate code, as LDB's executor does."""
+
+SandboxStatus = Literal["completed", "timeout", "crashed", "error"]
+
+_MAX_TEXT = 2000  # characters kept of any output or message
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of one sandboxed run.
+
+    Attributes:
+        memory_mb: address-space limit (``RLIMIT_AS``).
+        cpu_s: CPU-seconds limit (``RLIMIT_CPU``); ``None`` means the wall-clock timeout + 1.
+        file_mb: largest file the child may write (``RLIMIT_FSIZE``).
+        processes: ``RLIMIT_NPROC`` (applies to the unprivileged user; root ignores it, which
+            is why process creation is also refused by the audit hook).
+        open_files: ``RLIMIT_NOFILE``.
+    """
+
+    memory_mb: int = 1024
+    cpu_s: int | None = None
+    file_mb: int = 16
+    processes: int = 64
+    open_files: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TestResult:
+    """The outcome of one test.
+
+    Attributes:
+        test: the test's source (usually one ``assert`` line).
+        passed: whether it ran without an exception.
+        actual: LDB's "Real Execution Output": the value of the assert's left-hand call, the
+            error it raised, or ``TIMEOUT``; ``None`` when the test passed.
+        error: the exception that failed the test, ``"Type: message"``.
+        seconds: how long the test ran.
+    """
+
+    test: str
+    passed: bool
+    actual: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def feedback(self) -> str:
+        """LDB's feedback line: ``"<test> # Real Execution Output: <actual>"``."""
+        return f"{self.test} # Real Execution Output: {self.actual}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "passed": self.passed,
+            "actual": self.actual,
+            "error": self.error,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxResult:
+    """The outcome of one sandboxed run.
+
+    Attributes:
+        status: ``completed`` (every test ran), ``timeout`` (killed at the wall-clock limit),
+            ``crashed`` (the child died: a signal, a resource limit, a hard exit) or ``error``
+            (the sandbox could not start).
+        tests: one result per test, in order; tests the child never finished are failed with
+            the reason.
+        reason: why the run did not complete, in words (empty when it completed).
+        seconds: wall-clock time of the whole run.
+        output: the tail of what the candidate printed.
+        isolation: the layers in force: ``network`` (``namespace`` or ``audit-hook``), ``user``
+            (``nobody`` or ``unchanged``).
+    """
+
+    status: SandboxStatus
+    tests: tuple[TestResult, ...]
+    reason: str = ""
+    seconds: float = 0.0
+    output: str = ""
+    isolation: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "completed" and all(t.passed for t in self.tests)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(t.passed for t in self.tests)
+
+    @property
+    def failed(self) -> tuple[TestResult, ...]:
+        return tuple(t for t in self.tests if not t.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "passed": self.passed,
+            "tests": [t.to_dict() for t in self.tests],
+            "reason": self.reason,
+            "seconds": self.seconds,
+            "output": self.output,
+            "isolation": dict(self.isolation),
+        }
+
+
+# The child. It is passed with ``-c`` (no file to tamper with) and reads its job from stdin.
+# Everything it needs is imported before the audit hook goes in.
+_HARNESS = r"""
+import ast, builtins, io, json, os, resource, signal, sys, time, traceback
+MAX = 2000
+job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+def emit(obj):
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.dup2(cand, 1)
+os.dup2(cand, 2)
+os.close(cand)
+devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(devnull, 0)
+os.close(devnull)
+sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
+sys.stderr = sys.stdout
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+iso = {"network": "audit-hook", "user": "unchanged"}
+if job["isolate"] and os.geteuid() == 0:
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x40000000) == 0:
+            iso["network"] = "namespace"
+    except Exception:
+        pass
+uid, gid = job["uid"], job["gid"]
+lim = job["limits"]
+def setlim(which, value):
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        pass
+setlim(resource.RLIMIT_CORE, 0)
+setlim(resource.RLIMIT_AS, lim["memory_mb"] * 1024 * 1024)
+setlim(resource.RLIMIT_CPU, lim["cpu_s"])
+setlim(resource.RLIMIT_FSIZE, lim["file_mb"] * 1024 * 1024)
+setlim(resource.RLIMIT_NOFILE, lim["open_files"])
+if uid is not None and os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    iso["user"] = "nobody"
+setlim(resource.RLIMIT_NPROC, lim["processes"])
+emit({"isolation": iso})
+HOME = os.path.realpath(os.getcwd())
+MYPID = str(os.getpid())
+WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+def inside(path):
+    if isinstance(path, int):
+        return True
+    try:
+        p = os.fsdecode(path)
+    except Exception:
+        return False
+    real = os.path.realpath(os.path.join(HOME, p))
+    return real == HOME or real.startswith(HOME + os.sep)
+def proc_ok(path):
+    if isinstance(path, int):
+        return True
+    try:
+        p = os.path.normpath(os.path.join(HOME, os.fsdecode(path)))
+    except Exception:
+        return False
+    if not p.startswith("/proc/"):
+        return True
+    head = p.split("/")[2]
+    return not head.isdigit() or head == MYPID
+DENY_PREFIX = ("socket.", "ctypes.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
+               "os.kill", "os.killpg", "signal.pthread_kill")
+DENY = {"subprocess.Popen", "os.system", "os.forkpty", "pty.spawn", "os.startfile",
+        "_posixsubprocess.fork_exec", "os.setuid", "sys.settrace", "sys.setprofile"}
+PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
+               "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree",
+               "shutil.copyfile", "shutil.move", "os.mkfifo", "os.mknod", "os.chdir"}
+def why(event, args):
+    if event.startswith("socket."):
+        return "network access is not allowed in the sandbox (%s)" % event
+    if event.startswith("ctypes."):
+        return "ctypes is not allowed in the sandbox (%s)" % event
+    if event in DENY or event.startswith(DENY_PREFIX):
+        return "process creation and control are not allowed in the sandbox (%s)" % event
+    if event == "open" and args:
+        path, mode, flags = (list(args) + [None, None])[:3]
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & WRITE)
+        if writes and not inside(path):
+            return "writing outside the sandbox directory is not allowed: %r" % (path,)
+        if not proc_ok(path):
+            return "reading other processes' /proc entries is not allowed: %r" % (path,)
+        return None
+    if event in PATH_EVENTS:
+        for a in args[:2]:
+            if isinstance(a, (str, bytes, os.PathLike)) and not inside(a):
+                return "%s outside the sandbox directory is not allowed: %r" % (event, a)
+    return None
+def hook(event, args):
+    reason = why(event, args)
+    if reason is not None:
+        raise PermissionError("sandbox: " + reason)
+def alarm(signum, frame):
+    raise TimeoutError("TIMEOUT")
+signal.signal(signal.SIGALRM, alarm)
+def clip(s):
+    s = str(s)
+    return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
+def describe(exc):
+    msg = str(exc)
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.startswith("<test ") or name == "<candidate>":
+            where = " (%s line %d)" % (name.strip("<>"), tb.tb_lineno)
+        tb = tb.tb_next
+    return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
+def text(exc):
+    return clip(str(exc) or type(exc).__name__)
+def timed(fn, seconds):
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+def call_expr(test):
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return None
+    t = tree.body[0].test
+    if isinstance(t, ast.Compare):
+        t = t.left
+    return compile(ast.Expression(t), "<test>", "eval")
+preamble, code, tests = job["preamble"], job["code"], job["tests"]
+per_test = job["test_timeout_s"]
+try:
+    pre_c = compile(preamble, "<preamble>", "exec")
+    code_c = compile(code, "<candidate>", "exec")
+    compile_error = None
+except BaseException as exc:
+    pre_c = code_c = None
+    compile_error = exc
+sys.dont_write_bytecode = True
+sys.addaudithook(hook)
+ns = {"__name__": "__sandbox__", "__builtins__": builtins}
+for i, test in enumerate(tests):
+    t0 = time.perf_counter()
+    try:
+        if compile_error is not None:
+            raise compile_error
+        test_c = compile(test, "<test %d>" % i, "exec")
+        def run_one():
+            exec(pre_c, ns)
+            exec(code_c, ns)
+            exec(test_c, ns)
+        timed(run_one, per_test)
+        emit({"i": i, "passed": True, "seconds": time.perf_counter() - t0})
+        continue
+    except BaseException as exc:
+        error = describe(exc)
+        if isinstance(exc, TimeoutError) and str(exc) == "TIMEOUT":
+            actual = "TIMEOUT"
+        else:
+            actual = text(exc) if not isinstance(exc, AssertionError) else None
+    seconds = time.perf_counter() - t0
+    expr = None if compile_error is not None else call_expr(test)
+    if expr is not None:
+        try:
+            def get_output():
+                exec(pre_c, ns)
+                exec(code_c, ns)
+                return eval(expr, ns)
+            actual = clip(timed(get_output, per_test))
+        except TimeoutError as exc:
+            actual = "TIMEOUT" if str(exc) == "TIMEOUT" else text(exc)
+        except BaseException as exc:
+            actual = text(exc)
+    elif actual is None:
+        actual = error
+    emit({"i": i, "passed": False, "actual": clip(actual), "error": error, "seconds": seconds})
+emit({"done": True})
+os._exit(0)
+"""
+
+
+def _world_readable(path: str) -> bool:
+    """Whether an unprivileged user can reach and list ``path`` (every ancestor o+x, it o+rx)."""
+    p = os.path.realpath(path)
+    try:
+        if os.stat(p).st_mode & 0o005 != 0o005:
+            return False
+        while True:
+            parent = os.path.dirname(p)
+            if parent == p:
+                return True
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+            p = parent
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=8)
+def _nobody(python: str) -> tuple[int, int] | None:
+    """The ``nobody`` user's ids, when the child can still import the standard library as it.
+
+    A Python installed under a private directory (``/root/.pyenv``) cannot be read by
+    ``nobody``; then the child keeps its user and the audit hook is the only file guard.
+    """
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    stdlib = os.path.dirname(os.__file__)
+    if python != sys.executable or not _world_readable(stdlib):
+        return None
+    return pw.pw_uid, pw.pw_gid
+
+
+def _clip(text: str, n: int = _MAX_TEXT) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _signal_reason(rc: int, limits: Limits, cpu_s: int) -> str:
+    sig = -rc
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    if sig == signal.SIGXCPU:
+        return f"the candidate used up its CPU-time limit ({cpu_s} s) and was killed ({name})"
+    if sig == signal.SIGKILL:
+        return (
+            f"the candidate was killed ({name}); likely cause: memory exhaustion "
+            f"(limit {limits.memory_mb} MiB) or the CPU-time limit"
+        )
+    if sig == signal.SIGSEGV:
+        return f"the candidate crashed the interpreter ({name}; often unbounded recursion)"
+    return f"the candidate died from {name}"
+
+
+def run_tests(
+    code: str,
+    tests: Sequence[str],
+    *,
+    timeout_s: float | None = None,
+    test_timeout_s: float = 1.0,
+    preamble: str = DEFAULT_PREAMBLE,
+    limits: Limits | None = None,
+    isolate: bool = True,
+    python: str | None = None,
+) -> SandboxResult:
+    """Run ``code`` and then each of ``tests`` in a sandboxed child interpreter.
+
+    Args:
+        code: the candidate program.
+        tests: test snippets, usually one ``assert`` each; a multi-line script (a
+            ``def check(candidate): ...`` followed by ``check(f)``) is one test.
+        timeout_s: wall-clock limit for the whole run; default: the sum of the per-test
+            timeouts plus 5 s of start-up slack.
+        test_timeout_s: per-test limit (LDB used 1 s for visible tests, 10 s for hidden ones).
+        preamble: executed before ``code`` for every test (LDB: ``from typing import *``).
+        limits: resource limits (``Limits()`` by default).
+        isolate: enter a network namespace and drop to ``nobody`` when running as root.
+        python: the interpreter to run (default: this one).
+
+    Never raises for anything the candidate does: hangs, crashes, forks, memory exhaustion
+    and blocked operations all come back as a ``SandboxResult`` with failed tests and a
+    reason.
+    """
+    limits = limits or Limits()
+    tests = [str(t) for t in tests]
+    if timeout_s is None:
+        timeout_s = test_timeout_s * max(1, len(tests)) * 2 + 5.0
+    cpu_s = limits.cpu_s if limits.cpu_s is not None else int(timeout_s) + 1
+    python = python or sys.executable
+    ids = _nobody(python) if (isolate and os.geteuid() == 0) else None
+    job = {
+        "code": code,
+        "tests": tests,
+        "preamble": preamble,
+        "test_timeout_s": test_timeout_s,
+        "isolate": isolate,
+        "uid": ids[0] if ids else None,
+        "gid": ids[1] if ids else None,
+        "limits": {
+            "memory_mb": limits.memory_mb,
+            "cpu_s": cpu_s,
+            "file_mb": limits.file_mb,
+            "processes": limits.processes,
+            "open_files": limits.open_files,
+        },
+    }
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    workdir = tempfile.mkdtemp(prefix="loopwright-sandbox-")
+    t0 = time.perf_counter()
+    try:
+        if ids is not None:
+            os.chown(workdir, ids[0], ids[1])
+        try:
+            proc = subprocess.Popen(
+                [python, "-I", "-S", "-B", "-c", _HARNESS],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            return _fill(
+                tests, "error", f"could not start the sandbox: {exc}", time.perf_counter() - t0
+            )
+        timed_out = False
+        try:
+            stdout, stderr = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            try:
+                stdout, stderr = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - pipes held by an escapee
+                stdout, stderr = b"", b""
+        finally:
+            _kill_group(proc)  # nothing of the candidate outlives the call
+        seconds = time.perf_counter() - t0
+        output = ""
+        with contextlib.suppress(OSError), open(os.path.join(workdir, "output.txt"), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _MAX_TEXT))
+            output = fh.read().decode("utf-8", "replace")
+        return _parse(
+            tests,
+            stdout,
+            stderr,
+            proc.returncode,
+            timed_out,
+            timeout_s,
+            seconds,
+            output,
+            limits,
+            cpu_s,
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _fill(
+    tests: Sequence[str], status: SandboxStatus, reason: str, seconds: float
+) -> SandboxResult:
+    return SandboxResult(
+        status=status,
+        tests=tuple(TestResult(t, False, actual=reason, error=reason) for t in tests),
+        reason=reason,
+        seconds=seconds,
+    )
+
+
+def _parse(
+    tests: Sequence[str],
+    stdout: bytes,
+    stderr: bytes,
+    rc: int | None,
+    timed_out: bool,
+    timeout_s: float,
+    seconds: float,
+    output: str,
+    limits: Limits,
+    cpu_s: int,
+) -> SandboxResult:
+    got: dict[int, TestResult] = {}
+    isolation: dict[str, str] = {}
+    done = False
+    for line in stdout.decode("utf-8", "replace").splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict):
+            continue
+        if "isolation" in msg and isinstance(msg["isolation"], dict):
+            isolation = {str(k): str(v) for k, v in msg["isolation"].items()}
+        elif msg.get("done") is True:
+            done = True
+        elif isinstance(msg.get("i"), int) and 0 <= msg["i"] < len(tests):
+            i = msg["i"]
+            got[i] = TestResult(
+                tests[i],
+                bool(msg.get("passed")),
+                actual=None if msg.get("passed") else str(msg.get("actual")),
+                error=None if msg.get("error") is None else str(msg.get("error")),
+                seconds=float(msg.get("seconds") or 0.0),
+            )
+    status: SandboxStatus
+    if done and len(got) == len(tests):
+        status, reason = "completed", ""
+    elif timed_out:
+        status = "timeout"
+        reason = f"the candidate ran past the sandbox's wall-clock limit of {timeout_s:g} s and was killed"
+    else:
+        status = "crashed"
+        if rc is not None and rc < 0:
+            reason = _signal_reason(rc, limits, cpu_s)
+        else:
+            tail = _clip(stderr.decode("utf-8", "replace").strip() or output.strip(), 500)
+            reason = f"the sandbox exited early (exit code {rc})" + (f": {tail}" if tail else "")
+    results = tuple(
+        got.get(i) or TestResult(t, False, actual=reason, error=f"not finished: {reason}")
+        for i, t in enumerate(tests)
+    )
+    return SandboxResult(status, results, reason, seconds, output, isolation)
+
+
+class CommandVerifier:
+    """A verifier that runs the candidate program's tests in the sandbox.
+
+    The program is the value of part ``part`` of artifact ``artifact``; the tests are
+    ``tests`` when given, else ``state.task[tests_key]`` (a list of snippets, or one script;
+    a dotted key such as ``"held_out.tests"`` reads a nested table). The verdict
+    passes when every test passes; its score is the passed fraction; every failing test is a
+    located finding (artifact, part, dimension ``"test"``) whose evidence carries the test, the
+    actual output and LDB's feedback line. No tests at all is a vacuous pass (``evidence``
+    says so). Calls are async (the sandbox runs in a worker thread), so many runs can verify
+    concurrently.
+    """
+
+    def __init__(
+        self,
+        *,
+        tests: Sequence[str] | None = None,
+        tests_key: str = "visible_tests",
+        artifact: str = "program",
+        part: str = "code",
+        test_timeout_s: float = 1.0,
+        timeout_s: float | None = None,
+        preamble: str = DEFAULT_PREAMBLE,
+        limits: Limits | None = None,
+        isolate: bool = True,
+        name: str = "",
+    ) -> None:
+        self.tests = None if tests is None else tuple(str(t) for t in tests)
+        self.tests_key = tests_key
+        self.artifact = artifact
+        self.part = part
+        self.test_timeout_s = test_timeout_s
+        self.timeout_s = timeout_s
+        self.preamble = preamble
+        self.limits = limits or Limits()
+        self.isolate = isolate
+        self.__name__ = name or f"tests[{tests_key}]"
+
+    def tests_for(self, state: TaskState) -> list[str]:
+        if self.tests is not None:
+            return list(self.tests)
+        raw: Any = state.task
+        for key in self.tests_key.split("."):
+            raw = raw.get(key) if isinstance(raw, Mapping) else None
+        if raw is None:
+            raise ValueError(f"the task has no {self.tests_key!r} (a list of test snippets)")
+        if isinstance(raw, str):
+            return [raw]
+        return [str(t) for t in raw]
+
+    def code_for(self, state: TaskState) -> str:
+        art = state.artifacts.get(self.artifact)
+        part = None if art is None else art.parts.get(self.part)
+        if part is None:
+            raise ValueError(f"the state has no part {self.artifact}/{self.part}")
+        return str(part.value)
+
+    def check(self, state: TaskState) -> Verdict:
+        """The verdict on ``state`` (synchronous)."""
+        tests = self.tests_for(state)
+        if not tests:
+            return Verdict(
+                passed=True,
+                score=1.0,
+                evidence={"passed": 0, "total": 0, "vacuous": True},
+                checked=(part_ref(self.artifact, self.part),),
+            )
+        result = run_tests(
+            self.code_for(state),
+            tests,
+            timeout_s=self.timeout_s,
+            test_timeout_s=self.test_timeout_s,
+            preamble=self.preamble,
+            limits=self.limits,
+            isolate=self.isolate,
+        )
+        return self.verdict(result)
+
+    def verdict(self, result: SandboxResult) -> Verdict:
+        """Turn a sandbox result into a verdict with one located finding per failing test."""
+        findings = tuple(
+            Finding(
+                f"test {i + 1} failed: {t.feedback}"
+                + (
+                    f" ({result.reason})"
+                    if result.reason and t.error and "not finished" in t.error
+                    else ""
+                ),
+                self.artifact,
+                self.part,
+                "test",
+                evidence={
+                    "index": i,
+                    "test": t.test,
+                    "actual": t.actual,
+                    "error": t.error,
+                    "feedback": t.feedback,
+                },
+            )
+            for i, t in enumerate(result.tests)
+            if not t.passed
+        )
+        total = len(result.tests)
+        return Verdict(
+            passed=result.passed,
+            score=result.n_passed / total if total else 1.0,
+            findings=findings,
+            evidence={
+                "passed": result.n_passed,
+                "total": total,
+                "status": result.status,
+                "reason": result.reason,
+                "feedback": [t.feedback for t in result.failed],
+                "output": result.output,
+                "isolation": dict(result.isolation),
+                "seconds": round(result.seconds, 4),
+            },
+            usage=Usage(0.0, 0, result.seconds),
+            checked=(part_ref(self.artifact, self.part),),
+        )
+
+    async def __call__(self, state: TaskState, proposal: Proposal) -> Verdict:
+        return await asyncio.to_thread(self.check, state)
+
+
+def python_tests_verifier(
+    *,
+    tests: Sequence[str] | None = None,
+    tests_key: str = "visible_tests",
+    artifact: str = "program",
+    part: str = "code",
+    test_timeout_s: float = 1.0,
+    timeout_s: float | None = None,
+    preamble: str = DEFAULT_PREAMBLE,
+    memory_mb: int = 1024,
+    file_mb: int = 16,
+    isolate: bool = True,
+    name: str = "",
+) -> CommandVerifier:
+    """A ``CommandVerifier`` from plain options (the form a loop spec's ``options`` table has):
+
+    ```toml
+    [[verifiers]]
+    name = "visible_tests"
+    ref = "loopwright.verifiers:python_tests_verifier"
+    options = { tests_key = "visible_tests", test_timeout_s = 1.0 }
+    ```
+    """
+    return CommandVerifier(
+        tests=tests,
+        tests_key=tests_key,
+        artifact=artifact,
+        part=part,
+        test_timeout_s=test_timeout_s,
+        timeout_s=timeout_s,
+        preamble=preamble,
+        limits=Limits(memory_mb=memory_mb, file_mb=file_mb),
+        isolate=isolate,
+        name=name,
+    )

@@ -1,0 +1,119 @@
+"""The LDB importer: fields, the cost proxy, and clear errors on malformed lines."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopwright.importers import USD_PER_TOKEN, LdbFormatError, convert_record, import_ldb
+from loopwright.importers.ldb import default_label
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval"
+GPT35 = DATA / "gpt-3.5-turbo-0613" / "results.jsonl"
+REFLEXION = DATA / "reflexion" / "gpt-4o-2024-05-13.jsonl"
+
+
+def record(**over: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "task_id": "HumanEval/0",
+        "prompt": "def f(x):\n",
+        "entry_point": "f",
+        "given_tests": ["assert f(1) == 1", "assert g(1) == 1", "assert False"],
+        "generated_test": ["assert f(1) == 1"],
+        "test": "def check(candidate):\n    assert candidate(1) == 1\n",
+        "seed": "def f(x): return 0",
+        "implementations": ["def f(x): return 0", "def f(x): return 2", "def f(x): return x"],
+        "test_feedback": [["assert f(1) == 1 # Real Execution Output: 0"], ["... 2"], []],
+        "is_passing": True,
+        "is_solved": True,
+        "debug_iter": 2,
+        "token_nums": 1001,
+        "reflections": [],
+        "solution": "def f(x): return x",
+    }
+    rec.update(over)
+    return rec
+
+
+def test_imports_both_shared_files(tmp_path: Path) -> None:
+    for path, label in ((GPT35, "gpt-3.5-turbo-0613"), (REFLEXION, "reflexion-gpt-4o-2024-05-13")):
+        out = tmp_path / f"{label}.jsonl"
+        assert import_ldb(path, out) == 164
+        tasks = [json.loads(line) for line in out.read_text().splitlines()]
+        raw = [json.loads(line) for line in path.read_text().splitlines()]
+        assert len({t["task_key"] for t in tasks}) == 164
+        for t, r in zip(tasks, raw, strict=True):
+            assert t["task_key"] == f"ldb/{label}/{r['task_id']}"
+            assert t["artifacts"] == {"program": {"code": r["implementations"][0]}}
+            assert t["visible_tests"] == r["generated_test"]
+            assert t["held_out"]["tests"] == [f"{r['test']}\n\ncheck({r['entry_point']})\n"]
+            assert [a["code"] for a in t["recorded"]["attempts"]] == r["implementations"][1:]
+            assert t["recorded"]["is_passing"] == r["is_passing"]
+            assert t["held_out"]["recorded"]["is_solved"] == r["is_solved"]
+            assert sum(a["usage"]["tokens"] for a in t["recorded"]["attempts"]) == (
+                r["token_nums"] if r["debug_iter"] else 0
+            )
+
+
+def test_cost_proxy_spreads_token_nums_evenly() -> None:
+    t = convert_record(record())
+    usages = [a["usage"] for a in t["recorded"]["attempts"]]
+    assert [u["tokens"] for u in usages] == [501, 500]
+    assert usages[0]["cost_usd"] == pytest.approx(501 * USD_PER_TOKEN)
+    assert (
+        convert_record(record(), usd_per_token=0.0)["recorded"]["attempts"][0]["usage"]["cost_usd"]
+        == 0.0
+    )
+    assert t["recorded"]["attempts"][1]["feedback"] == []
+    assert t["recorded"]["seed_feedback"] == ["assert f(1) == 1 # Real Execution Output: 0"]
+
+
+def test_missing_generated_test_rebuilds_ldb_filter() -> None:
+    rec = record()
+    del rec["generated_test"]
+    assert convert_record(rec)["visible_tests"] == ["assert f(1) == 1"]
+
+
+def test_stream_output_and_labels(tmp_path: Path) -> None:
+    src = tmp_path / "x.jsonl"
+    src.write_text(json.dumps(record()) + "\n\n")
+    buf = io.StringIO()
+    assert import_ldb(src, buf, label="mine") == 1
+    assert json.loads(buf.getvalue())["task_key"] == "ldb/mine/HumanEval/0"
+    assert default_label(Path("a/gpt-4/results.jsonl")) == "gpt-4"
+    assert default_label(Path("a/reflexion/gpt-4o.jsonl")) == "reflexion-gpt-4o"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        (json.dumps({k: v for k, v in record().items() if k != "test"}), "missing field 'test'"),
+        (json.dumps(record(debug_iter="2")), "'debug_iter' must be int"),
+        (json.dumps(record(is_passing=1)), "'is_passing' must be bool"),
+        (json.dumps(record(debug_iter=5)), "'debug_iter' is 5"),
+        (json.dumps(record(implementations=[])), "non-empty list"),
+        (json.dumps(record(test_feedback=[[]])), "'test_feedback'"),
+    ],
+)
+def test_malformed_lines_name_their_line(tmp_path: Path, line: str, message: str) -> None:
+    src = tmp_path / "bad.jsonl"
+    out = tmp_path / "out.jsonl"
+    src.write_text(json.dumps(record()) + "\n" + line + "\n")
+    with pytest.raises(LdbFormatError) as info:
+        import_ldb(src, out)
+    assert info.value.line == 2
+    assert "line 2" in str(info.value) and message in str(info.value)
+    assert not out.exists()  # nothing half-written
+
+
+def test_duplicate_task_ids_are_refused(tmp_path: Path) -> None:
+    src = tmp_path / "dup.jsonl"
+    src.write_text((json.dumps(record()) + "\n") * 2)
+    with pytest.raises(ValueError, match="duplicate"):
+        import_ldb(src, tmp_path / "o.jsonl")
