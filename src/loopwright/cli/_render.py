@@ -98,7 +98,9 @@ def summary_table(runs: list[RunRecord]) -> Table:
     t.add_row("total", "", str(len(runs)), f"{total:.3f}")
     t.caption = (
         f"accepted {len(accepted)}/{len(runs)}; false successes (accepted on visible checks, "
-        f"failed held-out): {false_success}; cost per accepted outcome: "
+        f"failed held-out): {false_success}"
+        + (f" (false_success_rate {false_success / len(accepted):.3f})" if accepted else "")
+        + "; cost per accepted outcome: "
         + (f"${total / len(accepted):.3f}" if accepted else "n/a")
     )
     return t
