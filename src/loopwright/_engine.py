@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import time
@@ -555,6 +556,7 @@ class Runtime:
             )
             return True
         usage = proposal.usage or Usage()
+        digest = proposal.digest()
         cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
         s.spent = s.spent + cycle_usage
         ex.events.append(
@@ -563,7 +565,7 @@ class Runtime:
                 "proposal",
                 {
                     "kind": proposal.kind,
-                    "digest": proposal.digest(),
+                    "digest": digest,
                     "note": proposal.note,
                     "parts": [e.ref for e in proposal.changes()],
                     "usage": usage.to_dict(),
@@ -587,13 +589,12 @@ class Runtime:
                 ex, crossed, cause="crossed during the actor call", unverified=proposal.to_dict()
             )
             return True
-        return await self._evaluate(ex, n, proposal, t0, cycle_usage)
+        return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
 
     async def _evaluate(
-        self, ex: _Exec, n: int, proposal: Proposal, t0: float, cycle_usage: Usage
+        self, ex: _Exec, n: int, proposal: Proposal, digest: str, t0: float, cycle_usage: Usage
     ) -> bool:
         s, loop, contract = ex.state, ex.loop, ex.contract
-        digest = proposal.digest()
         # Accepted work is protected (invariant 6): refuse the whole proposal, record why.
         protected = [
             e.ref
@@ -615,7 +616,7 @@ class Runtime:
                 ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
             )
         duplicate = digest in s.rejected
-        candidate = TaskState.from_dict(s.to_dict())
+        candidate = s.fork()
         for e in proposal.changes():
             candidate.set_part(e.artifact, e.part, e.value, n)
         _apply_plan(candidate, proposal)
@@ -627,7 +628,9 @@ class Runtime:
         for check in loop.verifiers:
             subject = candidate
             if check.held_out:
-                private = private or TaskState.from_dict(candidate.to_dict())
+                private = private or TaskState.from_dict(
+                    json.loads(json.dumps(candidate.to_dict()))
+                )
                 subject = private
             try:
                 verdict, secs = await call_user(

@@ -310,6 +310,48 @@ class TaskState:
                 if all(p is not None and p.status == "accepted" for p in parts):
                     s.status = "done"
 
+    # --- copying -------------------------------------------------------------------------
+    def fork(self) -> TaskState:
+        """An independent copy to build a cycle's candidate on: every container and every
+        version is new (part values, like the task, are shared: they are JSON data that the
+        engine never mutates). Equivalent to ``from_dict(to_dict())`` at a fraction of its cost.
+        """
+        return TaskState(
+            goal=self.goal,
+            task_key=self.task_key,
+            project=self.project,
+            task=self.task,
+            artifacts={
+                name: Artifact(
+                    a.name,
+                    {
+                        pn: Part(
+                            p.name, [Version(v.n, v.value, v.cycle, v.status) for v in p.versions]
+                        )
+                        for pn, p in a.parts.items()
+                    },
+                )
+                for name, a in self.artifacts.items()
+            },
+            plan=[PlanStep(s.id, s.title, s.depends_on, s.parts, s.status) for s in self.plan],
+            findings=list(self.findings),
+            notes=[dict(n) for n in self.notes],
+            next_action=self.next_action,
+            retries=dict(self.retries),
+            cycle=self.cycle,
+            spent=self.spent,
+            score=self.score,
+            best_score=self.best_score,
+            best_cycle=self.best_cycle,
+            best_parts=dict(self.best_parts),
+            stall=self.stall,
+            rejected=list(self.rejected),
+            approved=list(self.approved),
+            passed_checks=list(self.passed_checks),
+            pending=None if self.pending is None else dict(self.pending),
+            history=list(self.history),
+        )
+
     # --- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -437,11 +437,12 @@ class SQLiteStore(Store):
             cols["packet"] = _dumps(cols["packet"])
         assignments = ", ".join(f"{k}=?" for k in cols)
         with self._tx() as db:
-            cur = db.execute(
-                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?",
+            flag = db.execute(
+                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=? "
+                "RETURNING cancel_requested",
                 (*cols.values(), now, run_id, token),
-            )
-            if cur.rowcount != 1:
+            ).fetchone()
+            if flag is None:
                 raise StaleLeaseError(
                     f"run {run_id}: checkpoint refused, fencing token {token} is stale"
                 )
@@ -489,9 +490,6 @@ class SQLiteStore(Store):
                         None,
                     ),
                 )
-            flag = db.execute(
-                "SELECT cancel_requested FROM runs WHERE run_id=?", (run_id,)
-            ).fetchone()
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
