@@ -29,8 +29,8 @@ def run_demo(store: str | None, concurrency: int) -> None:
     spec = demo_spec()
     loop = load_spec(spec)
     tasks = load_tasks(None, None, loop.options.get("tasks"))
-    batch = time.strftime("%Y%m%d-%H%M%S")
-    keys = [task_key(loop.name, t, i, prefix=f"demo-{batch}/") for i, t in enumerate(tasks)]
+    batch = time.strftime("%m%d-%H%M%S")
+    keys = [f"demo-{batch}/{t.get('id') or task_key(loop.name, t, i)}" for i, t in enumerate(tasks)]
     out = console()
     out.print(
         f"[bold]loopwright demo[/]: {len(tasks)} invoice exceptions, offline actor, "
@@ -52,4 +52,5 @@ def run_demo(store: str | None, concurrency: int) -> None:
     if parked:
         rid = parked[0].run_id[:12]
         out.print("  loopwright approvals                 what is waiting for a person")
-        out.print(f"  loopwright approve {rid} --by you   then: loopwright resume {rid}")
+        out.print(f"  loopwright approve {rid} --by you")
+        out.print(f"  loopwright resume {rid}")
