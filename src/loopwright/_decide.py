@@ -15,6 +15,7 @@ __all__ = [
     "aggregate_score",
     "budget_crossed",
     "budget_stop",
+    "improved",
     "remaining",
     "risk_reason",
     "success",
@@ -105,11 +106,16 @@ def success(
 
 
 def accept_clean_parts(
-    state: TaskState, checks: Sequence[Check], verdicts: dict[str, Verdict], *, all_parts: bool
+    state: TaskState,
+    checks: Sequence[Check],
+    verdicts: dict[str, Verdict],
+    *,
+    all_parts: bool,
+    when_clean: bool = True,
 ) -> list[str]:
     """Mark versions: rejected where a visible error finding touches them; accepted where every
-    visible verifier checked the part and found nothing (or everything, on success). Returns
-    the newly accepted part references."""
+    visible verifier checked the part and found nothing (``when_clean``), or everything not
+    flagged (``all_parts``, on success). Returns the newly accepted part references."""
     visible = [(c.name, verdicts[c.name]) for c in checks if not c.held_out and c.name in verdicts]
     accepted: list[str] = []
     for ref, part in state.iter_parts():
@@ -129,7 +135,7 @@ def accept_clean_parts(
         if flagged:
             version.status = "rejected"
             continue
-        if not visible:
+        if not visible or not when_clean:
             continue
         clean = all(
             (v.checked is None or ref in v.checked) and (v.passed or v.findings) for _, v in visible
@@ -138,6 +144,18 @@ def accept_clean_parts(
             version.status = "accepted"
             accepted.append(ref)
     return accepted
+
+
+def improved(
+    best: float | None, score: float | None, min_delta: float, newly_passing: bool
+) -> bool:
+    """A material improvement: the best visible score rises by at least ``min_delta``, or a
+    required check that had never passed passes now."""
+    if newly_passing:
+        return True
+    if score is None:
+        return False
+    return best is None or (score > best and score - best >= min_delta)
 
 
 def risk_reason(

@@ -23,7 +23,13 @@ from typing import Any
 from . import _decide as rules
 from ._calls import CallTimeout, call_user
 from ._contract import TERMINAL_STATUSES, Contract, RiskRule, status_for
-from ._errors import ApprovalError, ConfigError, RunNotFoundError, StaleLeaseError
+from ._errors import (
+    ApprovalError,
+    ConfigError,
+    ConflictError,
+    RunNotFoundError,
+    StaleLeaseError,
+)
 from ._loop import Loop
 from ._packet import build_packet
 from ._proposal import Context, Proposal, Verdict
@@ -83,10 +89,15 @@ class _Exec:
     state: TaskState
     lost: bool = False
     events: list[NewEvent] = field(default_factory=list)
+    record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
 
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _fault(where: str, kind: str, message: str) -> dict[str, Any]:
+    return {"where": where, "type": kind, "message": message}
 
 
 def _error_info(where: str, exc: BaseException) -> dict[str, Any]:
@@ -230,6 +241,7 @@ class Runtime:
             token=token,
             seq=ck.seq,
             state=TaskState.from_dict(ck.state),
+            record=ck.record,
         )
         beat = asyncio.create_task(self._heartbeat(ex))
         try:
@@ -299,7 +311,7 @@ class Runtime:
         self.store.request_cancel(rec.run_id)
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
-        except Exception:
+        except ConflictError:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
@@ -349,31 +361,14 @@ class Runtime:
     def _contract(self, rec: RunRecord, loop: Loop) -> Contract:
         # The snapshot taken at creation governs the run; callables of risk checks are rebuilt
         # from the live loop by rule name (a snapshot holds only their names).
-        snap = dict(rec.contract)
-        live = {r.name: r for r in loop.contract.risk}
-        risk = []
-        for r in snap.get("risk") or ():
-            r = dict(r)
-            if (
-                isinstance(r.get("check"), str)
-                and r["name"] in live
-                and callable(live[r["name"]].check)
-            ):
-                r["check"] = live[r["name"]].check
-            risk.append(r)
-        snap["risk"] = []
-        contract = Contract.from_dict(snap)
-        rules_: tuple[RiskRule, ...] = tuple(
-            RiskRule(**{str(k): tuple(v) if isinstance(v, list) else v for k, v in r.items()})  # type: ignore[arg-type]
-            for r in risk
-        )
-        return Contract(
-            success=contract.success,
-            no_progress=contract.no_progress,
-            budget=contract.budget,
-            risk=rules_,
-            escalation=contract.escalation,
-        )
+        live = {r.name: r.check for r in loop.contract.risk if callable(r.check)}
+        risk = [
+            {**r, "check": live[r["name"]]}
+            if isinstance(r.get("check"), str) and r["name"] in live
+            else r
+            for r in rec.contract.get("risk") or ()
+        ]
+        return Contract.from_dict({**rec.contract, "risk": risk})
 
     async def _heartbeat(self, ex: _Exec) -> None:
         while True:
@@ -517,44 +512,41 @@ class Runtime:
         try:
             proposal, secs = await call_user(loop.actor, self._context(ex, n), timeout=timeout)
         except CallTimeout as exc:
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
             if rem is not None and (loop.actor_timeout_s is None or rem <= loop.actor_timeout_s):
-                self._finish(
+                return self._abort(
                     ex,
+                    t0,
                     "budget_time",
-                    cause=f"the actor was still working when the "
-                    f"time budget ran out ({exc.seconds:g} s left)",
+                    cause="the actor was still working "
+                    f"when the time budget ran out ({exc.seconds:g} s left)",
                 )
-            else:
-                self._finish(
-                    ex,
-                    "escalated",
-                    cause="the actor timed out",
-                    error={"where": "actor", "type": "Timeout", "message": str(exc)},
-                )
-            return True
-        except Exception as exc:
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(
+            return self._abort(
                 ex,
+                t0,
+                "escalated",
+                cause="the actor timed out",
+                error=_fault("actor", "Timeout", str(exc)),
+            )
+        except Exception as exc:
+            return self._abort(
+                ex,
+                t0,
                 "escalated",
                 cause="the actor raised an exception",
                 error=_error_info("actor", exc),
             )
-            return True
         if not isinstance(proposal, Proposal):
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(
+            return self._abort(
                 ex,
+                t0,
                 "escalated",
                 cause="the actor returned the wrong type",
-                error={
-                    "where": "actor",
-                    "type": "TypeError",
-                    "message": f"the actor returned {type(proposal).__name__}, expected Proposal",
-                },
+                error=_fault(
+                    "actor",
+                    "TypeError",
+                    f"the actor returned {type(proposal).__name__}, expected Proposal",
+                ),
             )
-            return True
         usage = proposal.usage or Usage()
         digest = proposal.digest()
         cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
@@ -574,21 +566,22 @@ class Runtime:
             )
         )
         if proposal.escalate:
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(
+            return self._abort(
                 ex,
+                t0,
                 "escalated",
                 cause=f"the actor asked for a person: {proposal.escalate}",
                 unverified=proposal.to_dict() if proposal.changes() else None,
             )
-            return True
         crossed = rules.budget_crossed(contract, s.spent)
         if crossed:
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-            self._finish(
-                ex, crossed, cause="crossed during the actor call", unverified=proposal.to_dict()
+            return self._abort(
+                ex,
+                t0,
+                crossed,
+                cause="crossed during the actor call",
+                unverified=proposal.to_dict(),
             )
-            return True
         return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
 
     async def _evaluate(
@@ -616,10 +609,7 @@ class Runtime:
                 ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
             )
         duplicate = digest in s.rejected
-        candidate = s.fork()
-        for e in proposal.changes():
-            candidate.set_part(e.artifact, e.part, e.value, n)
-        _apply_plan(candidate, proposal)
+        candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
         # Held-out checks judge a private copy, so nothing they do to the state can reach the
@@ -632,33 +622,27 @@ class Runtime:
                     json.loads(json.dumps(candidate.to_dict()))
                 )
                 subject = private
+            where = f"verifier {check.name}"
+            cause = f"verifier {check.name} failed"
             try:
                 verdict, secs = await call_user(
                     check.fn, subject, proposal, timeout=check.timeout_s
                 )
             except CallTimeout as exc:
-                return self._verifier_failed(
-                    ex,
-                    n,
-                    check.name,
-                    {"where": f"verifier {check.name}", "type": "Timeout", "message": str(exc)},
-                    t0,
+                return self._abort(
+                    ex, t0, "escalated", cause=cause, error=_fault(where, "Timeout", str(exc))
                 )
             except Exception as exc:
-                return self._verifier_failed(
-                    ex, n, check.name, _error_info(f"verifier {check.name}", exc), t0
-                )
+                return self._abort(ex, t0, "escalated", cause=cause, error=_error_info(where, exc))
             if not isinstance(verdict, Verdict):
-                return self._verifier_failed(
+                return self._abort(
                     ex,
-                    n,
-                    check.name,
-                    {
-                        "where": f"verifier {check.name}",
-                        "type": "TypeError",
-                        "message": f"returned {type(verdict).__name__}, expected Verdict",
-                    },
                     t0,
+                    "escalated",
+                    cause=cause,
+                    error=_fault(
+                        where, "TypeError", f"returned {type(verdict).__name__}, expected Verdict"
+                    ),
                 )
             if verdict.findings and any(not f.verifier for f in verdict.findings):
                 verdict = Verdict(
@@ -689,14 +673,13 @@ class Runtime:
             )
             crossed = rules.budget_crossed(contract, s.spent)
             if crossed and check is not loop.verifiers[-1]:
-                s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-                self._finish(
+                return self._abort(
                     ex,
+                    t0,
                     crossed,
                     cause=f"crossed during verifier {check.name}",
                     unverified=proposal.to_dict(),
                 )
-                return True
         if digest not in s.approved:
             hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
             if hit is not None:
@@ -714,11 +697,10 @@ class Runtime:
             duplicate=duplicate,
         )
 
-    def _verifier_failed(
-        self, ex: _Exec, n: int, name: str, error: dict[str, Any], t0: float
-    ) -> bool:
+    def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:
+        """End the run in the middle of a cycle: charge the cycle's time so far, then finish."""
         ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
-        self._finish(ex, "escalated", cause=f"verifier {name} failed", error=error)
+        self._finish(ex, reason, **packet)
         return True
 
     def _park(
@@ -840,12 +822,9 @@ class Runtime:
         s.approved.append(str(pend["digest"]))
         proposal = Proposal.from_dict(pend["proposal"])
         visible = {k: Verdict.from_dict(v) for k, v in pend["visible"].items()}
-        parked = self.store.latest_checkpoint(ex.run_id).record or {}
+        parked = ex.record or {}
         held = {k: Verdict.from_dict(v) for k, v in (parked.get("held_out") or {}).items()}
-        candidate = TaskState.from_dict(s.to_dict())
-        for e in proposal.changes():
-            candidate.set_part(e.artifact, e.part, e.value, n)
-        _apply_plan(candidate, proposal)
+        candidate = _candidate(s, proposal, n)
         return self._conclude(
             ex,
             n,
@@ -881,10 +860,13 @@ class Runtime:
         ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
         if decision is None:
             s.findings = [f for v in visible.values() for f in v.findings]
-            if ok or contract.success.accept_parts == "when_clean":
-                rules.accept_clean_parts(s, loop.verifiers, visible, all_parts=ok)
-            else:
-                _reject_flagged(s, visible)
+            rules.accept_clean_parts(
+                s,
+                loop.verifiers,
+                visible,
+                all_parts=ok,
+                when_clean=contract.success.accept_parts == "when_clean",
+            )
             s.refresh_plan()
         required = {c.name for c in loop.visible if c.required}
         newly = sorted(
@@ -896,23 +878,10 @@ class Runtime:
         improved = (
             not duplicate
             and decision is None
-            and (
-                (
-                    score is not None
-                    and (
-                        old.best_score is None
-                        or (score > old.best_score and score - old.best_score >= delta)
-                    )
-                )
-                or bool(newly)
-            )
+            and rules.improved(old.best_score, score, delta, bool(newly))
         )
         if improved:
-            s.best_score = (
-                score
-                if old.best_score is None or (score is not None and score > old.best_score)
-                else old.best_score
-            )
+            s.best_score = max(v for v in (old.best_score, score) if v is not None)
             s.best_cycle = n
             s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
             s.stall = 0
@@ -1001,21 +970,19 @@ class _NoLoop:
 _NO_LOOP: Any = _NoLoop()
 
 
-def _reject_flagged(s: TaskState, visible: dict[str, Verdict]) -> None:
-    for ref, part in s.iter_parts():
-        artifact, name = split_ref(ref)
-        if part.current.status == "candidate" and any(
-            f.severity == "error" and f.touches(artifact, name)
-            for v in visible.values()
-            for f in v.findings
-        ):
-            part.current.status = "rejected"
-
-
 def _tag(f: Finding, verifier: str) -> Finding:
     if f.verifier:
         return f
     return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+
+
+def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
+    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
+    candidate = state.fork()
+    for e in proposal.changes():
+        candidate.set_part(e.artifact, e.part, e.value, n)
+    _apply_plan(candidate, proposal)
+    return candidate
 
 
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:

@@ -9,10 +9,15 @@ from pathlib import Path
 from .conftest import cli
 
 
-def _task(path: Path, **extra: object) -> Path:
-    data = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}, **extra}
+def _task(path: Path, pay: int = 10, **extra: object) -> Path:
+    data = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": pay}}, **extra}
     path.write_text(json.dumps(data))
     return path
+
+
+def _parking_task(path: Path) -> Path:
+    """A task whose repair changes the payment, which the spec's risk rule parks."""
+    return _task(path, pay=0)
 
 
 def test_run_accepted_exit_0_and_runs_json(project: Path) -> None:
@@ -81,10 +86,7 @@ def test_actor_error_escalates_exit_5_without_traceback(project: Path) -> None:
 
 def test_risk_parks_exit_4_then_approve_and_resume(project: Path) -> None:
     store = project / "s.db"
-    task = _task(project / "t.json")
-    data = json.loads(task.read_text())
-    data["artifacts"]["doc"]["pay"] = 0
-    task.write_text(json.dumps(data))
+    task = _parking_task(project / "t.json")
     r = cli("run", "loop.toml", "--task", str(task), cwd=project, store=store)
     assert r.returncode == 4, r.stdout + r.stderr
     pending = json.loads(cli("approvals", "--json", cwd=project, store=store).stdout)
@@ -110,10 +112,7 @@ def test_risk_parks_exit_4_then_approve_and_resume(project: Path) -> None:
 
 def test_deny_escalates(project: Path) -> None:
     store = project / "s.db"
-    task = _task(project / "t.json")
-    data = json.loads(task.read_text())
-    data["artifacts"]["doc"]["pay"] = 0
-    task.write_text(json.dumps(data))
+    task = _parking_task(project / "t.json")
     cli("run", "loop.toml", "--task", str(task), cwd=project, store=store)
     run_id = json.loads(cli("approvals", "--json", cwd=project, store=store).stdout)[0]["run_id"]
     r = cli("deny", run_id, "--by", "ana", "--note", "no", "--resume", cwd=project, store=store)
@@ -165,6 +164,11 @@ def test_bad_inputs_are_one_line_errors(project: Path) -> None:
     cases.append(cli("runs", "--store", str(project / "garbage.db"), cwd=project))
     cases.append(cli("show", "no-such-run", cwd=project, store=store))
     cases.append(cli("runs", "--store", "mysql://x/y", cwd=project))
+    cases.append(cli("runs", "--store", "/proc/no-such/store.db", cwd=project))
+    ldb = Path(__file__).parents[1] / "data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
+    r = cli("import", "ldb", str(ldb), "--out", "/no-such-dir/t.jsonl", cwd=project)
+    assert "--out" in r.stderr
+    cases.append(r)
     for r in cases:
         assert r.returncode == 2, (r.args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
@@ -174,10 +178,7 @@ def test_bad_inputs_are_one_line_errors(project: Path) -> None:
 
 def test_cancel_parked_run(project: Path) -> None:
     store = project / "s.db"
-    task = _task(project / "t.json")
-    data = json.loads(task.read_text())
-    data["artifacts"]["doc"]["pay"] = 0
-    task.write_text(json.dumps(data))
+    task = _parking_task(project / "t.json")
     cli("run", "loop.toml", "--task", str(task), cwd=project, store=store)
     run_id = json.loads(cli("runs", "--json", cwd=project, store=store).stdout)[0]["run_id"]
     assert cli("cancel", run_id, "--by", "ana", cwd=project, store=store).returncode == 0

@@ -9,47 +9,56 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doc_loop import TARGET, TASK, fields
 
 import loopwright as lw
-
-TARGET = {"a": 1, "b": 2, "c": 3}
-TASK: dict[str, Any] = {"goal": "fix doc", "artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}}
-
-
-def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-    vals = state.artifacts["doc"].values()
-    found = tuple(
-        lw.Finding(f"{k} should be {v}", "doc", k, "value", evidence={"expected": v})
-        for k, v in TARGET.items()
-        if vals.get(k) != v
-    )
-    return lw.Verdict(passed=not found, score=1 - len(found) / len(TARGET), findings=found)
 
 
 def fixer(ctx: lw.Context) -> lw.Proposal:
     """Repairs one finding per cycle; the first cycle (no findings yet) only looks."""
     for f in ctx.findings:
         if f.dimension == "value" and f.part and not ctx.is_accepted("doc", f.part):
-            return lw.Proposal.edit("doc", {f.part: f.evidence["expected"]}, usage=lw.Usage(0.1, 10))
+            return lw.Proposal.edit(
+                "doc", {f.part: f.evidence["expected"]}, usage=lw.Usage(0.1, 10)
+            )
     return lw.Proposal(note="look", usage=lw.Usage(0.1, 10))
 
 
-def make_loop(actor: Callable[..., Any] = fixer, verifiers: Any = (fields,), *,
-              risk: tuple[lw.RiskRule, ...] = (), no_progress: lw.NoProgress | None = None,
-              success: lw.Success | None = None, actor_timeout_s: float | None = None,
-              **budget: Any) -> lw.Loop:
+def make_loop(
+    actor: Callable[..., Any] = fixer,
+    verifiers: Any = (fields,),
+    *,
+    risk: tuple[lw.RiskRule, ...] = (),
+    no_progress: lw.NoProgress | None = None,
+    success: lw.Success | None = None,
+    actor_timeout_s: float | None = None,
+    **budget: Any,
+) -> lw.Loop:
     contract = lw.Contract(
         success=success or lw.Success(),
         no_progress=no_progress,
         budget=lw.Budget(**(budget or {"max_cycles": 10})),
         risk=risk,
     )
-    return lw.Loop(name="t", actor=actor, verifiers=list(verifiers), contract=contract,
-                   actor_timeout_s=actor_timeout_s)
+    return lw.Loop(
+        name="t",
+        actor=actor,
+        verifiers=list(verifiers),
+        contract=contract,
+        actor_timeout_s=actor_timeout_s,
+    )
 
 
-PACKET_KEYS = {"best_candidate", "unresolved_findings", "recommended_action", "trace", "accepted",
-               "stop_reason", "evidence", "spent"}
+PACKET_KEYS = {
+    "best_candidate",
+    "unresolved_findings",
+    "recommended_action",
+    "trace",
+    "accepted",
+    "stop_reason",
+    "evidence",
+    "spent",
+}
 
 
 def assert_packet(r: lw.RunResult) -> dict[str, Any]:
@@ -82,7 +91,8 @@ def test_success_repairs_part_by_part(rt: lw.Runtime) -> None:
     assert r.packet is None
     assert r.state.values() == {"doc": TARGET}
     assert {ref: p.status for ref, p in r.state.iter_parts()} == dict.fromkeys(
-        ("doc/a", "doc/b", "doc/c"), "accepted")
+        ("doc/a", "doc/b", "doc/c"), "accepted"
+    )
     assert r.spent.cost_usd == pytest.approx(0.4)
     assert r.spent.tokens == 40
     cks = rt.store.checkpoints(r.run_id)
@@ -90,7 +100,10 @@ def test_success_repairs_part_by_part(rt: lw.Runtime) -> None:
     # accept_parts="when_clean": after cycle 2, doc/a is accepted while b and c are still repaired
     at2 = next(lw.TaskState.from_dict(c.state) for c in cks if c.cycle == 2)
     assert {ref: p.status for ref, p in at2.iter_parts()} == {
-        "doc/a": "accepted", "doc/b": "rejected", "doc/c": "rejected"}
+        "doc/a": "accepted",
+        "doc/b": "rejected",
+        "doc/c": "rejected",
+    }
     kinds = [e.kind for e in rt.store.events(r.run_id)]
     assert kinds[0] == "run_created"
     assert kinds[-1] == "stopped"
@@ -100,7 +113,9 @@ def test_on_success_accepts_nothing_until_the_end(rt: lw.Runtime) -> None:
     loop = make_loop(success=lw.Success(accept_parts="on_success"))
     r = rt.run_sync(loop, TASK)
     assert r.accepted
-    at2 = next(lw.TaskState.from_dict(c.state) for c in rt.store.checkpoints(r.run_id) if c.cycle == 2)
+    at2 = next(
+        lw.TaskState.from_dict(c.state) for c in rt.store.checkpoints(r.run_id) if c.cycle == 2
+    )
     assert not any(p.status == "accepted" for _, p in at2.iter_parts())
 
 
@@ -112,8 +127,9 @@ def test_async_actor_and_verifier(rt: lw.Runtime) -> None:
     async def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return fields(state, proposal)
 
-    r = rt.run_sync(make_loop(actor, [lw.Check(fn=check, name="fields", timeout_s=5)],
-                              actor_timeout_s=5), TASK)
+    r = rt.run_sync(
+        make_loop(actor, [lw.Check(fn=check, name="fields", timeout_s=5)], actor_timeout_s=5), TASK
+    )
     assert r.accepted
 
 
@@ -177,7 +193,9 @@ def test_budget_cycles(rt: lw.Runtime) -> None:
 
 
 @pytest.mark.parametrize(("limit", "cycles"), [(0.25, 2), (0.3, 3), (0.35, 3)])
-def test_budget_cost_never_starts_a_cycle_that_would_cross(rt: lw.Runtime, limit: float, cycles: int) -> None:
+def test_budget_cost_never_starts_a_cycle_that_would_cross(
+    rt: lw.Runtime, limit: float, cycles: int
+) -> None:
     r = rt.run_sync(make_loop(max_cost_usd=limit), TASK)
     assert (r.stop_reason, r.cycles) == ("budget_cost", cycles)
     assert r.spent.cost_usd <= limit + 1e-9
@@ -303,7 +321,9 @@ def test_plan_steps_done_when_parts_accepted_and_resume_never_redoes_them(store_
 def test_actor_can_update_the_plan(rt: lw.Runtime) -> None:
     def planner(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 1:
-            return lw.Proposal(new_steps=(lw.PlanStep(id="extra", title="more"),), plan={"s1": "in_progress"})
+            return lw.Proposal(
+                new_steps=(lw.PlanStep(id="extra", title="more"),), plan={"s1": "in_progress"}
+            )
         return fixer(ctx)
 
     r = rt.run_sync(make_loop(planner), PLAN_TASK)
@@ -319,11 +339,16 @@ def _wrong_type(ctx: lw.Context) -> Any:
     return {"edits": []}
 
 
-@pytest.mark.parametrize(("actor", "etype", "text"), [
-    (_raises, "RuntimeError", "model exploded"),
-    (_wrong_type, "TypeError", "dict"),
-])
-def test_actor_failure_escalates_with_error_in_packet(rt: lw.Runtime, actor: Any, etype: str, text: str) -> None:
+@pytest.mark.parametrize(
+    ("actor", "etype", "text"),
+    [
+        (_raises, "RuntimeError", "model exploded"),
+        (_wrong_type, "TypeError", "dict"),
+    ],
+)
+def test_actor_failure_escalates_with_error_in_packet(
+    rt: lw.Runtime, actor: Any, etype: str, text: str
+) -> None:
     r = rt.run_sync(make_loop(actor), TASK)
     assert (r.status, r.stop_reason) == ("escalated", "escalated")
     p = assert_packet(r)
@@ -369,9 +394,11 @@ def test_verifier_failures_escalate(rt: lw.Runtime, gate: threading.Event) -> No
     def wrong(state: lw.TaskState, proposal: lw.Proposal) -> Any:
         return True
 
-    for check, etype in ((lw.Check(fn=boom), "ValueError"),
-                         (lw.Check(fn=hang, timeout_s=0.2), "Timeout"),
-                         (lw.Check(fn=wrong, held_out=True), "TypeError")):
+    for check, etype in (
+        (lw.Check(fn=boom), "ValueError"),
+        (lw.Check(fn=hang, timeout_s=0.2), "Timeout"),
+        (lw.Check(fn=wrong, held_out=True), "TypeError"),
+    ):
         r = rt.run_sync(make_loop(verifiers=[fields, check]), TASK)
         assert (r.status, r.stop_reason) == ("escalated", "escalated"), check.name
         p = assert_packet(r)

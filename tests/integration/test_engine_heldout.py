@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from doc_loop import TASK, fields
 
 import loopwright as lw
 
 CANARY = "CANARY-7f3a9c-held-out-only"
-TARGET = {"a": 1, "b": 2, "c": 3}
-TASK: dict[str, Any] = {"artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}}
-
-
-def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-    vals = state.artifacts["doc"].values()
-    found = tuple(
-        lw.Finding(f"{k} should be {v}", "doc", k, "value", evidence={"expected": v})
-        for k, v in TARGET.items()
-        if vals.get(k) != v
-    )
-    return lw.Verdict(passed=not found, score=1 - len(found) / 3, findings=found)
 
 
 def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:

@@ -21,8 +21,14 @@ from loopwright.store.sqlite import SQLiteStore
 
 def _create(store: SQLiteStore, key: str = "k") -> str:
     rec, created = store.create_run(
-        run_id=f"run-{key}", task_key=key, loop_name="l", project="p", spec_ref=None,
-        loop_version=None, contract={"budget": {"max_cycles": 1}}, task={"x": 1},
+        run_id=f"run-{key}",
+        task_key=key,
+        loop_name="l",
+        project="p",
+        spec_ref=None,
+        loop_version=None,
+        contract={"budget": {"max_cycles": 1}},
+        task={"x": 1},
         initial_state={"cycle": 0},
     )
     assert created
@@ -30,9 +36,17 @@ def _create(store: SQLiteStore, key: str = "k") -> str:
 
 
 def _commit(store: SQLiteStore, run_id: str, token: int, seq: int, **kw: Any) -> bool:
-    return store.commit(run_id, token, seq=seq, cycle=seq, state={"cycle": seq},
-                        record={"cycle": seq}, events=[NewEvent(seq, "tick", {"n": seq})],
-                        run={"cycle": seq, "status": "running"}, **kw)
+    return store.commit(
+        run_id,
+        token,
+        seq=seq,
+        cycle=seq,
+        state={"cycle": seq},
+        record={"cycle": seq},
+        events=[NewEvent(seq, "tick", {"n": seq})],
+        run={"cycle": seq, "status": "running"},
+        **kw,
+    )
 
 
 def test_wal_and_full_sync(store_path: Path) -> None:
@@ -75,7 +89,9 @@ def test_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
     assert "customers" in str(info.value)
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not switched to WAL
-    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["customers"]
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == [
+        "customers"
+    ]
     db.close()
 
 
@@ -106,8 +122,15 @@ def test_idempotent_create_and_lookup(store_path: Path) -> None:
     with SQLiteStore(store_path) as s:
         run_id = _create(s, "key-1")
         rec, created = s.create_run(
-            run_id="other", task_key="key-1", loop_name="l", project="p", spec_ref=None,
-            loop_version=None, contract={}, task={}, initial_state={},
+            run_id="other",
+            task_key="key-1",
+            loop_name="l",
+            project="p",
+            spec_ref=None,
+            loop_version=None,
+            contract={},
+            task={},
+            initial_state={},
         )
         assert (rec.run_id, created) == (run_id, False)
         assert s.get_run("key-1").run_id == run_id  # by task key
@@ -129,9 +152,13 @@ def test_latest_checkpoint_after_many_cycles(store_path: Path) -> None:
         ck = s.latest_checkpoint(run_id)
         assert (ck.seq, ck.cycle, ck.state) == (300, 300, {"cycle": 300})
         assert s.get_run(run_id).last_seq == 300
-        plan = " ".join(str(r) for r in s._db.execute(
-            "EXPLAIN QUERY PLAN SELECT * FROM checkpoints WHERE run_id=? ORDER BY seq DESC LIMIT 1",
-            (run_id,)))
+        plan = " ".join(
+            str(r)
+            for r in s._db.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM checkpoints WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+                (run_id,),
+            )
+        )
         assert "SEARCH" in plan  # by index, whatever the number of cycles
         with pytest.raises(lw.ConflictError):
             _commit(s, run_id, token, 300)  # a checkpoint is written once
@@ -193,8 +220,15 @@ def test_expired_lease_is_taken_over(store_path: Path) -> None:
 def _park(s: SQLiteStore) -> str:
     run_id = _create(s)
     token = s.acquire_lease(run_id, "me", 60)
-    _commit(s, run_id, token, 1, approval=NewApproval(
-        "ap1", 1, "risk", "rule", "apply it", "money", {"k": 1}, "- a\n+ b", "hash", None))
+    _commit(
+        s,
+        run_id,
+        token,
+        1,
+        approval=NewApproval(
+            "ap1", 1, "risk", "rule", "apply it", "money", {"k": 1}, "- a\n+ b", "hash", None
+        ),
+    )
     return run_id
 
 
@@ -208,8 +242,12 @@ def test_decide_approval_race_has_exactly_one_winner(store_path: Path) -> None:
         barrier = threading.Barrier(2)
         outcomes: list[str] = []
 
-        def decide(store: SQLiteStore, who: str, barrier: threading.Barrier = barrier,
-                   outcomes: list[str] = outcomes) -> None:
+        def decide(
+            store: SQLiteStore,
+            who: str,
+            barrier: threading.Barrier = barrier,
+            outcomes: list[str] = outcomes,
+        ) -> None:
             barrier.wait()
             try:
                 store.decide_approval("ap1", status="approved", by=who, note=None, now=1.0)
@@ -217,7 +255,9 @@ def test_decide_approval_race_has_exactly_one_winner(store_path: Path) -> None:
             except lw.ApprovalError:
                 outcomes.append("lost")
 
-        threads = [threading.Thread(target=decide, args=(st, f"p{i}")) for i, st in enumerate(stores)]
+        threads = [
+            threading.Thread(target=decide, args=(st, f"p{i}")) for i, st in enumerate(stores)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -251,5 +291,13 @@ def test_commit_reports_cancellation_and_refuses_unknown_columns(store_path: Pat
         s.request_cancel(run_id)
         assert _commit(s, run_id, token, 2) is True
         with pytest.raises(lw.StoreError):
-            s.commit(run_id, token, seq=3, cycle=3, state={}, record=None, events=[],
-                     run={"task_key": "hijack"})
+            s.commit(
+                run_id,
+                token,
+                seq=3,
+                cycle=3,
+                state={},
+                record=None,
+                events=[],
+                run={"task_key": "hijack"},
+            )

@@ -66,7 +66,9 @@ def test_marginal_return_is_refused_with_a_hint() -> None:
 def test_min_score_outside_unit_interval(score: float) -> None:
     err = _err(lw.Success, min_score=score)
     assert err.field == "contract.success.min_score"
-    err = _err(lw.Contract.from_dict, {"success": {"min_score": score}, "budget": {"max_cycles": 1}})
+    err = _err(
+        lw.Contract.from_dict, {"success": {"min_score": score}, "budget": {"max_cycles": 1}}
+    )
     assert "contract.success.min_score" in str(err)
 
 
@@ -93,8 +95,14 @@ def test_one_exit_is_enough() -> None:
         ({"risk": ["oops"]}, "contract.risk[0]"),
         ({"risk": [{"name": "r", "touches": [1]}]}, "contract.risk.r.touches"),
         ({"risk": [{"name": "r", "check": 5}]}, "contract.risk.r.check"),
-        ({"risk": [{"name": "r", "touches": ["a"]}, {"name": "r", "findings": ["x"]}]}, "contract.risk"),
-        ({"risk": [{"name": "r", "touches": ["a"], "expires_after_s": -1}]}, "contract.risk.r.expires_after_s"),
+        (
+            {"risk": [{"name": "r", "touches": ["a"]}, {"name": "r", "findings": ["x"]}]},
+            "contract.risk",
+        ),
+        (
+            {"risk": [{"name": "r", "touches": ["a"], "expires_after_s": -1}]},
+            "contract.risk.r.expires_after_s",
+        ),
     ],
 )
 def test_bad_risk_rule(data: dict[str, Any], field: str) -> None:
@@ -107,8 +115,11 @@ def test_a_lone_pattern_string_is_one_pattern_not_characters() -> None:
     rule = lw.RiskRule(name="pay", touches="invoice/*")  # type: ignore[arg-type]
     assert rule.touches == ("invoice/*",)
     c = lw.Contract.from_dict(
-        {"budget": {"max_cycles": 1}, "success": {"required": "fields"}, "risk": [
-            {"name": "pay", "touches": "invoice/payment"}]}
+        {
+            "budget": {"max_cycles": 1},
+            "success": {"required": "fields"},
+            "risk": [{"name": "pay", "touches": "invoice/payment"}],
+        }
     )
     assert c.success.required == ("fields",)
     assert c.risk[0].touches == ("invoice/payment",)
@@ -133,8 +144,12 @@ FULL = {
     "no_progress": {"cycles": 3, "min_delta": 0.05},
     "budget": {"max_cycles": 6, "max_cost_usd": 3.0, "max_tokens": 10000, "max_seconds": 90.0},
     "risk": [
-        {"name": "payment", "touches": ["invoice/payment"], "reason": "money moves",
-         "expires_after_s": 3600.0},
+        {
+            "name": "payment",
+            "touches": ["invoice/payment"],
+            "reason": "money moves",
+            "expires_after_s": 3600.0,
+        },
         {"name": "conflict", "findings": ["conflicting_evidence"]},
     ],
     "escalation": {"owner": "ap-team", "route": "queue:ap", "recommended_action": "call them"},
@@ -155,7 +170,9 @@ def test_to_dict_names_callable_checks() -> None:
     def big_payment(state: Any, proposal: Any, verdicts: Any) -> str | None:
         return None
 
-    c = lw.Contract(budget=lw.Budget(max_cycles=1), risk=(lw.RiskRule(name="r", check=big_payment),))
+    c = lw.Contract(
+        budget=lw.Budget(max_cycles=1), risk=(lw.RiskRule(name="r", check=big_payment),)
+    )
     ref = c.to_dict()["risk"][0]["check"]
     assert isinstance(ref, str)
     assert ref.endswith("big_payment")
@@ -172,9 +189,7 @@ def test_status_for_every_reason() -> None:
 
 
 # --- properties -------------------------------------------------------------------------
-numbers = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6)
-)
+numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6))
 
 
 @given(numbers)
@@ -217,7 +232,9 @@ def test_float_budgets_valid_iff_not_negative(name: str, x: float) -> None:
     st.integers(1, 10),
     st.floats(0, 1),
 )
-def test_round_trip_property(budget: dict[str, Any], min_score: float, cycles: int, delta: float) -> None:
+def test_round_trip_property(
+    budget: dict[str, Any], min_score: float, cycles: int, delta: float
+) -> None:
     data = {
         "budget": budget,
         "success": {"min_score": min_score},

@@ -58,7 +58,9 @@ def test_budget_crossed() -> None:
 
 
 @given(st.integers(1, 50), st.integers(1, 20))
-def test_projection_never_lets_a_steady_loop_cross(per_cycle_cents: int, cycles_that_fit: int) -> None:
+def test_projection_never_lets_a_steady_loop_cross(
+    per_cycle_cents: int, cycles_that_fit: int
+) -> None:
     per = per_cycle_cents / 100
     limit = per * cycles_that_fit
     c = _contract(max_cost_usd=limit)
@@ -123,7 +125,9 @@ def test_accept_clean_parts_when_clean() -> None:
 
 def test_warnings_do_not_reject() -> None:
     s = lw.TaskState.from_task({"artifacts": {"doc": {"a": 1}}})
-    v = {"v": lw.Verdict(passed=True, findings=(lw.Finding("meh", "doc", "a", severity="warning"),))}
+    v = {
+        "v": lw.Verdict(passed=True, findings=(lw.Finding("meh", "doc", "a", severity="warning"),))
+    }
     assert rules.accept_clean_parts(s, [_check("v")], v, all_parts=False) == ["doc/a"]
 
 
@@ -144,9 +148,16 @@ def test_risk_reason_touches_findings_and_check() -> None:
     conflict = lw.RiskRule(name="c", findings=("conflicting_evidence",))
     checks = [_check("v"), _check("h", held_out=True)]
     f = lw.Finding("po says 3, receipt says 4", "inv", "qty", "conflicting_evidence")
-    assert rules.risk_reason((conflict,), s, same, {"v": lw.Verdict(passed=False, findings=(f,))}, checks)
+    assert rules.risk_reason(
+        (conflict,), s, same, {"v": lw.Verdict(passed=False, findings=(f,))}, checks
+    )
     # a held-out finding never parks a run (it would reveal the held-out check)
-    assert rules.risk_reason((conflict,), s, same, {"h": lw.Verdict(passed=False, findings=(f,))}, checks) is None
+    assert (
+        rules.risk_reason(
+            (conflict,), s, same, {"h": lw.Verdict(passed=False, findings=(f,))}, checks
+        )
+        is None
+    )
 
     custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
     assert rules.risk_reason((custom,), s, same, {}, []) == (custom, "because")

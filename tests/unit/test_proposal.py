@@ -27,7 +27,11 @@ def test_replace_is_a_distinct_visible_kind() -> None:
     assert lw.Proposal(plan={"s": "done"}).kind == "plan"
 
 
-@given(st.dictionaries(st.text(min_size=1, max_size=4), st.integers() | st.text(max_size=4), max_size=4))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=4), st.integers() | st.text(max_size=4), max_size=4
+    )
+)
 def test_proposal_round_trip(parts: dict[str, object]) -> None:
     p = lw.Proposal.edit("doc", parts, note="n", usage=lw.Usage(0.5, 3, 1.0))
     back = lw.Proposal.from_dict(p.to_dict())
@@ -44,6 +48,12 @@ def test_verdict_score_is_validated(score: float) -> None:
 def test_verdict_value_and_round_trip() -> None:
     assert lw.Verdict(passed=True).value == 1.0
     assert lw.Verdict(passed=False).value == 0.0
-    v = lw.Verdict(passed=False, score=0.4, findings=(lw.Finding("m", "d", "x"),),
-                   evidence={"e": 1}, usage=lw.Usage(0.1), checked=("d/x",))
+    v = lw.Verdict(
+        passed=False,
+        score=0.4,
+        findings=(lw.Finding("m", "d", "x"),),
+        evidence={"e": 1},
+        usage=lw.Usage(0.1),
+        checked=("d/x",),
+    )
     assert lw.Verdict.from_dict(v.to_dict()) == v

@@ -9,7 +9,7 @@ import pytest
 
 import loopwright as lw
 
-CODE = '''
+CODE = """
 import loopwright as lw
 
 def propose(ctx):
@@ -27,9 +27,9 @@ def make(scale=1):
     return actor
 
 NOT_CALLABLE = 3
-'''
+"""
 
-GOOD = '''
+GOOD = """
 name = "demo"
 project = "p"
 
@@ -51,7 +51,7 @@ max_cycles = 3
 [[contract.risk]]
 name = "r"
 check = "code.py:risky"
-'''
+"""
 
 
 def _spec(tmp_path: Path, text: str, *, code: str = CODE) -> Path:
@@ -69,7 +69,9 @@ def _err(path: Path) -> lw.SpecError:
     return info.value
 
 
-def test_good_spec_resolves_refs_relative_to_the_spec_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_good_spec_resolves_refs_relative_to_the_spec_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     spec = _spec(tmp_path, GOOD)
@@ -87,8 +89,12 @@ def test_good_spec_resolves_refs_relative_to_the_spec_dir(tmp_path: Path, monkey
 
 
 def test_factory_with_options(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, GOOD.replace('timeout_s = 5', 'options = { scale = 7 }').replace(
-        'code.py:propose', 'code.py:make'))
+    spec = _spec(
+        tmp_path,
+        GOOD.replace("timeout_s = 5", "options = { scale = 7 }").replace(
+            "code.py:propose", "code.py:make"
+        ),
+    )
     loop = lw.load_spec(spec)
     assert loop.actor(None).note == "7"  # type: ignore[arg-type, union-attr]
 
@@ -103,13 +109,16 @@ def test_bad_toml(tmp_path: Path) -> None:
     assert "not valid TOML" in str(err)
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("colour = 'red'\n" + GOOD, "colour"),
-    (GOOD.replace("timeout_s = 5", "timeout = 5"), "actor.timeout"),
-    (GOOD.replace("held_out = true", "heldout = true"), "verifiers[1].heldout"),
-    (GOOD.replace("max_cycles = 3", "max_cycle = 3"), "contract.budget.max_cycle"),
-    (GOOD.replace("max_cycles = 3", "max_cycles = -3"), "contract.budget.max_cycles"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("colour = 'red'\n" + GOOD, "colour"),
+        (GOOD.replace("timeout_s = 5", "timeout = 5"), "actor.timeout"),
+        (GOOD.replace("held_out = true", "heldout = true"), "verifiers[1].heldout"),
+        (GOOD.replace("max_cycles = 3", "max_cycle = 3"), "contract.budget.max_cycle"),
+        (GOOD.replace("max_cycles = 3", "max_cycles = -3"), "contract.budget.max_cycles"),
+    ],
+)
 def test_unknown_or_bad_key_names_the_field(tmp_path: Path, text: str, field: str) -> None:
     err = _err(_spec(tmp_path, text))
     assert err.field == field, str(err)
@@ -127,13 +136,16 @@ def test_missing_name_and_contract(tmp_path: Path) -> None:
     assert _err(_spec(tmp_path, no_contract)).field == "contract"
 
 
-@pytest.mark.parametrize(("ref", "text"), [
-    ("propose", "must look like"),
-    ("missing.py:propose", "no file"),
-    ("code.py:nothing", "no attribute"),
-    ("code.py:NOT_CALLABLE", "not callable"),
-    ("no_such_module_xyz:fn", "cannot import"),
-])
+@pytest.mark.parametrize(
+    ("ref", "text"),
+    [
+        ("propose", "must look like"),
+        ("missing.py:propose", "no file"),
+        ("code.py:nothing", "no attribute"),
+        ("code.py:NOT_CALLABLE", "not callable"),
+        ("no_such_module_xyz:fn", "cannot import"),
+    ],
+)
 def test_bad_actor_ref(tmp_path: Path, ref: str, text: str) -> None:
     err = _err(_spec(tmp_path, GOOD.replace("code.py:propose", ref)))
     assert err.field == "actor.ref"
@@ -141,7 +153,9 @@ def test_bad_actor_ref(tmp_path: Path, ref: str, text: str) -> None:
 
 
 def test_bad_verifier_and_risk_refs(tmp_path: Path) -> None:
-    err = _err(_spec(tmp_path, GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:nope"\n\n', 1)))
+    err = _err(
+        _spec(tmp_path, GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:nope"\n\n', 1))
+    )
     assert err.field == "verifiers[0].ref"
     err = _err(_spec(tmp_path, GOOD.replace("code.py:risky", "code.py:gone")))
     assert err.field == "contract.risk[0].check"
@@ -154,7 +168,11 @@ def test_module_that_raises_on_import(tmp_path: Path) -> None:
 
 
 def test_verifier_not_a_table_and_bad_timeout(tmp_path: Path) -> None:
-    text = 'verifiers = ["code.py:check"]\n' + GOOD.split("[[verifiers]]", maxsplit=1)[0] + "[contract.budget]\nmax_cycles = 3\n"
+    text = (
+        'verifiers = ["code.py:check"]\n'
+        + GOOD.split("[[verifiers]]", maxsplit=1)[0]
+        + "[contract.budget]\nmax_cycles = 3\n"
+    )
     assert _err(_spec(tmp_path, text)).field == "verifiers[0]"
     text = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\ntimeout_s = -1\n\n', 1)
     assert "timeout_s" in str(_err(_spec(tmp_path, text)))

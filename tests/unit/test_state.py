@@ -14,7 +14,9 @@ from loopwright._state import match_any, split_ref
 
 
 def _state() -> lw.TaskState:
-    return lw.TaskState.from_task({"goal": "g", "artifacts": {"doc": {"a": 1, "b": 2}}}, task_key="k")
+    return lw.TaskState.from_task(
+        {"goal": "g", "artifacts": {"doc": {"a": 1, "b": 2}}}, task_key="k"
+    )
 
 
 def test_from_task_builds_version_one_of_each_part() -> None:
@@ -148,12 +150,17 @@ def test_finding_touches() -> None:
 
 # --- serialisation property -------------------------------------------------------------
 json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**9, 10**9),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**9), 10**9),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
 )
 json_value = st.recursive(
     json_leaf,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 names = st.text(alphabet="abcxyz_", min_size=1, max_size=6)
@@ -182,13 +189,19 @@ def states(draw: Any) -> lw.TaskState:
     for _ in range(draw(st.integers(0, 3))):
         s.findings.append(
             lw.Finding(
-                draw(st.text(max_size=10)), draw(st.none() | names), draw(st.none() | names),
-                draw(names), draw(st.sampled_from(["error", "warning"])), draw(names),
+                draw(st.text(max_size=10)),
+                draw(st.none() | names),
+                draw(st.none() | names),
+                draw(names),
+                draw(st.sampled_from(["error", "warning"])),
+                draw(names),
                 draw(st.dictionaries(names, json_value, max_size=2)),
             )
         )
     s.cycle = draw(st.integers(0, 50))
-    s.spent = lw.Usage(draw(st.floats(0, 100)), draw(st.integers(0, 10**6)), draw(st.floats(0, 100)))
+    s.spent = lw.Usage(
+        draw(st.floats(0, 100)), draw(st.integers(0, 10**6)), draw(st.floats(0, 100))
+    )
     s.best_score = draw(st.none() | st.floats(0, 1))
     s.stall = draw(st.integers(0, 5))
     s.rejected = draw(st.lists(names, max_size=3))
@@ -204,4 +217,6 @@ def test_state_round_trips_through_json(s: lw.TaskState) -> None:
     assert back.to_dict() == json.loads(json.dumps(d))
     assert back.values() == json.loads(json.dumps(s.values()))
     assert back.completed_steps == s.completed_steps
-    assert [f.to_dict() for f in back.findings] == json.loads(json.dumps([f.to_dict() for f in s.findings]))
+    assert [f.to_dict() for f in back.findings] == json.loads(
+        json.dumps([f.to_dict() for f in s.findings])
+    )

@@ -103,24 +103,25 @@ def _execute(
 
     view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
     with Runtime(store, on_progress=view.update) as rt:
+        run_ids: list[str] = []
         for t, k in zip(items, keys, strict=True):
             rec, _ = rt.create(loop, t, task_key=k)
+            run_ids.append(rec.run_id)
             view.update(rec)
         out = console(stderr=quiet)
 
         async def go() -> list[RunResult]:
             sem = asyncio.Semaphore(concurrency)
 
-            async def one(k: str) -> RunResult:
+            async def one(run_id: str) -> RunResult:
                 async with sem:
-                    rec = rt.store.get_run(k)
                     try:
-                        return await rt.resume(rec.run_id, loop)
+                        return await rt.resume(run_id, loop)
                     except ConflictError as exc:
-                        out.print(f"[yellow]skipped {k}: {exc}[/]")
-                        return rt.result(rec.run_id)
+                        out.print(f"[yellow]skipped {run_id[:12]}: {exc}[/]")
+                        return rt.result(run_id)
 
-            return list(await asyncio.gather(*(one(k) for k in keys)))
+            return list(await asyncio.gather(*(one(r) for r in run_ids)))
 
         with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
             view.live = live
@@ -419,7 +420,10 @@ def import_(
     kwargs: dict[str, Any] = {"label": label}
     if usd_per_token is not None:
         kwargs["usd_per_token"] = usd_per_token
-    n = import_ldb(source, out, **kwargs)
+    try:
+        n = import_ldb(source, out, **kwargs)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
     from ._render import console
 
     console().print(f"wrote {n} task(s) to {out}")

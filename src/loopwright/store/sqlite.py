@@ -153,7 +153,12 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         if self.path.exists() and self.path.is_dir():
             raise ConfigError(f"{self.path} is a directory, not a store file", field="store")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the store's folder {self.path.parent}: {exc}"
+            ) from None
         try:
             self._db = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
