@@ -18,6 +18,7 @@ from ._contract import (
     StopReason,
     Success,
 )
+from ._effects import EFFECT_KINDS, Effect, EffectCall, effect
 from ._engine import RunResult, Runtime
 from ._errors import (
     ApprovalError,
@@ -31,15 +32,26 @@ from ._errors import (
     StoreError,
 )
 from ._loop import Check, Loop
+from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Edit, Proposal, Remaining, Verdict
+from ._question import Question
+from ._retry import (
+    NeedsHumanError,
+    PermanentError,
+    RetryPolicy,
+    TransientError,
+    classify,
+)
 from ._spec import load_spec
 from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
 from ._usage import Usage
 
 __all__ = [
+    "EFFECT_KINDS",
     "RUN_STATUSES",
     "STOP_REASONS",
     "ApprovalError",
+    "ApprovalPolicy",
     "Artifact",
     "Budget",
     "Check",
@@ -48,15 +60,22 @@ __all__ = [
     "Context",
     "Contract",
     "Edit",
+    "Effect",
+    "EffectCall",
     "Escalation",
     "Finding",
     "Loop",
     "LoopwrightError",
+    "NeedsHumanError",
     "NoProgress",
     "Part",
+    "PermanentError",
     "PlanStep",
+    "PolicyRule",
     "Proposal",
+    "Question",
     "Remaining",
+    "RetryPolicy",
     "RiskRule",
     "RunNotFoundError",
     "RunResult",
@@ -68,10 +87,13 @@ __all__ = [
     "StoreError",
     "Success",
     "TaskState",
+    "TransientError",
     "Usage",
     "Verdict",
     "Version",
     "__version__",
+    "classify",
+    "effect",
     "load_spec",
 ]
 

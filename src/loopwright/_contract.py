@@ -191,6 +191,8 @@ class RiskRule:
             pause, or a ``"module:attr"`` / ``"file.py:attr"`` reference to one.
         reason: why this needs a person, in words.
         expires_after_s: a request not decided within this many seconds expires (escalates).
+        ask: instead of a yes/no approval, park with this question for a person; the answer is
+            recorded and put in the next cycle's context (the proposal is then applied).
     """
 
     name: str
@@ -199,6 +201,7 @@ class RiskRule:
     check: str | RiskCheck | None = None
     reason: str = ""
     expires_after_s: float | None = None
+    ask: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -216,6 +219,8 @@ class RiskRule:
                 field=f"contract.risk.{self.name}",
             )
         _num(self.expires_after_s, f"contract.risk.{self.name}.expires_after_s")
+        if self.ask is not None and (not isinstance(self.ask, str) or not self.ask.strip()):
+            raise ConfigError("must be the question's text", field=f"contract.risk.{self.name}.ask")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

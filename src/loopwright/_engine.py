@@ -14,15 +14,15 @@ import json
 import os
 import socket
 import time
-import traceback
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import _decide as rules
-from ._calls import CallTimeout, call_user
-from ._contract import TERMINAL_STATUSES, Contract, RiskRule, status_for
+from ._calls import CallTimeout
+from ._contract import TERMINAL_STATUSES, Contract, status_for
+from ._effects import Effect, EffectCall
 from ._errors import (
     ApprovalError,
     ConfigError,
@@ -30,9 +30,21 @@ from ._errors import (
     RunNotFoundError,
     StaleLeaseError,
 )
+from ._exec import (
+    EffectOutcome,
+    GaveUp,
+    call_with_retry,
+    error_info,
+    perform_effect,
+)
+from ._exec import (
+    Execution as _Exec,
+)
 from ._loop import Loop
 from ._packet import build_packet
 from ._proposal import Context, Proposal, Verdict
+from ._question import Question
+from ._reversal import offer_compensations, run_compensations
 from ._state import Finding, PlanStep, TaskState, split_ref
 from ._usage import Usage
 from .store import Approval, NewApproval, NewEvent, RunRecord, Store, open_store
@@ -77,37 +89,12 @@ class RunResult:
         }
 
 
-@dataclass(slots=True)
-class _Exec:
-    """A run being executed under a lease."""
-
-    run_id: str
-    loop: Loop
-    contract: Contract
-    token: int
-    seq: int
-    state: TaskState
-    lost: bool = False
-    events: list[NewEvent] = field(default_factory=list)
-    record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
-
-
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _fault(where: str, kind: str, message: str) -> dict[str, Any]:
     return {"where": where, "type": kind, "message": message}
-
-
-def _error_info(where: str, exc: BaseException) -> dict[str, Any]:
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {
-        "where": where,
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(tb[-6:]),
-    }
 
 
 class Runtime:
@@ -134,6 +121,9 @@ class Runtime:
             raise ConfigError("must be positive", field="lease_ttl_s")
         self.lease_ttl_s = lease_ttl_s
         self.on_progress = on_progress
+        # Called at every phase boundary of a cycle; the crash-point tests kill the process
+        # there. Not part of the public API.
+        self._on_phase: Callable[[str], None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -230,7 +220,7 @@ class Runtime:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided)."""
         rec = self.store.get_run(run_id)
-        if rec.status in TERMINAL_STATUSES:
+        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
             return self.result(rec.run_id)
         token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         ck = self.store.latest_checkpoint(rec.run_id)
@@ -242,7 +232,13 @@ class Runtime:
             seq=ck.seq,
             state=TaskState.from_dict(ck.state),
             record=ck.record,
+            phase=self._on_phase,
         )
+        # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
+        nxt = ex.state.cycle + 1
+        ex.retries = {
+            e.key: e for e in self.store.journal(rec.run_id, kind="retry") if e.cycle == nxt
+        }
         beat = asyncio.create_task(self._heartbeat(ex))
         try:
             ex.events.append(
@@ -257,7 +253,7 @@ class Runtime:
                 raise
             # A bug in loopwright itself: end the run as failed, keeping its last checkpoint.
             with contextlib.suppress(Exception):
-                self._finish(ex, "error", error=_error_info("engine", exc))
+                self._finish(ex, "error", error=error_info("engine", exc))
             raise
         finally:
             beat.cancel()
@@ -272,39 +268,103 @@ class Runtime:
         return _sync(self.resume(run_id, loop))
 
     # --- decisions by people ---------------------------------------------------------------
-    def pending_approval(self, run_id: str) -> Approval:
+    def pending_approval(self, run_id: str, approval_id: str | None = None) -> Approval:
+        """The run's pending request (``approval_id`` picks one when several are pending)."""
         rec = self.store.get_run(run_id)
-        pending = self.store.approvals(run_id=rec.run_id, status="pending")
-        if not pending:
-            decided = self.store.approvals(run_id=rec.run_id)
-            if decided:
-                last = decided[-1]
+        every = self.store.approvals(run_id=rec.run_id)
+        if approval_id is not None:
+            found = [a for a in every if a.approval_id.startswith(approval_id)]
+            if not found:
+                raise ApprovalError(f"run {rec.run_id} has no request {approval_id!r}")
+            if len(found) > 1:
+                raise ApprovalError(f"{approval_id!r} matches several requests; give more of it")
+            req = found[0]
+            if req.status != "pending":
                 raise ApprovalError(
-                    f"run {rec.run_id}: approval {last.approval_id} was already {last.status}"
+                    f"run {rec.run_id}: request {req.approval_id} was already {req.status}"
+                    + (f" by {req.decided_by}" if req.decided_by else "")
+                )
+            return req
+        pending = [a for a in every if a.status == "pending"]
+        if not pending:
+            if every:
+                last = every[-1]
+                raise ApprovalError(
+                    f"run {rec.run_id}: request {last.approval_id} was already {last.status}"
                     + (f" by {last.decided_by}" if last.decided_by else "")
                 )
-            raise ApprovalError(f"run {rec.run_id} has no pending approval request")
-        return pending[-1]
+            raise ApprovalError(f"run {rec.run_id} has no pending request")
+        if len(pending) > 1:
+            ids = ", ".join(f"{a.approval_id} ({a.kind}: {a.what})" for a in pending)
+            raise ApprovalError(
+                f"run {rec.run_id} has {len(pending)} pending requests: {ids}; name one "
+                "(--request ID)"
+            )
+        return pending[0]
 
-    def approve(self, run_id: str, *, by: str, note: str | None = None) -> Approval:
+    def approve(
+        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+    ) -> Approval:
         """Approve the run's pending request; ``resume`` then continues where it parked."""
-        return self._decide(run_id, "approved", by=by, note=note)
+        return self._decide(run_id, "approved", by=by, note=note, approval_id=approval_id)
 
-    def deny(self, run_id: str, *, by: str, note: str | None = None) -> Approval:
-        """Deny the run's pending request; on ``resume`` the run escalates."""
-        return self._decide(run_id, "denied", by=by, note=note)
+    def deny(
+        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+    ) -> Approval:
+        """Deny the run's pending request (or decline its question); on ``resume`` the run
+        escalates."""
+        return self._decide(run_id, "denied", by=by, note=note, approval_id=approval_id)
 
-    def _decide(self, run_id: str, status: str, *, by: str, note: str | None) -> Approval:
-        if not by or not by.strip():
-            raise ConfigError("a decision needs the name of who made it", field="by")
-        req = self.pending_approval(run_id)
-        return self.store.decide_approval(
-            req.approval_id, status=status, by=by.strip(), note=note, now=time.time()
+    def answer(
+        self,
+        run_id: str,
+        answer: Any,
+        *,
+        by: str,
+        note: str | None = None,
+        approval_id: str | None = None,
+    ) -> Approval:
+        """Answer the run's pending question; the answer is validated against the question
+        and reaches the next cycle's context when the run resumes."""
+        return self._decide(
+            run_id, "answered", by=by, note=note, approval_id=approval_id, answer=answer
         )
 
-    def cancel(self, run_id: str, *, by: str | None = None) -> RunRecord:
+    def _decide(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        by: str,
+        note: str | None,
+        approval_id: str | None,
+        answer: Any = None,
+    ) -> Approval:
+        if not by or not by.strip():
+            raise ConfigError("a decision needs the name of who made it", field="by")
+        req = self.pending_approval(run_id, approval_id)
+        question = (req.evidence or {}).get("question")
+        if status == "answered":
+            if not question:
+                raise ApprovalError(
+                    f"request {req.approval_id} is a yes/no approval, not a question: "
+                    "approve or deny it"
+                )
+            answer = Question.from_dict(question).validate(answer)
+        elif status == "approved" and question:
+            raise ApprovalError(
+                f"request {req.approval_id} is a question ({question.get('text')}): answer it "
+                "(loopwright answer RUN TEXT), or deny it to escalate"
+            )
+        return self.store.decide_approval(
+            req.approval_id, status=status, by=by.strip(), note=note, now=time.time(), answer=answer
+        )
+
+    def cancel(self, run_id: str, *, by: str | None = None, loop: Loop | None = None) -> RunRecord:
         """Cancel a run. A run executing elsewhere stops at its next cycle boundary; a parked or
-        interrupted one is ended now, with its packet."""
+        interrupted one is ended now, with its packet. With the ``loop``, the compensations of
+        the run's completed effects are offered through the approval policy (they run on the
+        next ``resume``)."""
         rec = self.store.get_run(run_id)
         if rec.status in TERMINAL_STATUSES:
             return rec
@@ -316,29 +376,141 @@ class Runtime:
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             rec.run_id,
-            _NO_LOOP,
+            loop or _NO_LOOP,
             Contract.from_dict(rec.contract),
             token,
             ck.seq,
             TaskState.from_dict(ck.state),
         )
         try:
-            pending = (ex.state.pending or {}).get("approval_id")
-            ex.state.pending = None
-            self._finish(ex, "cancelled", cause=f"cancelled by {by}" if by else "cancelled")
-            if pending:
-                # Close the request: a cancelled run must not leave a decision waiting.
-                with contextlib.suppress(ApprovalError):
-                    self.store.decide_approval(
-                        str(pending),
-                        status="cancelled",
-                        by=by or "loopwright",
-                        note="the run was cancelled",
-                        now=time.time(),
-                    )
+            self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
         finally:
             self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
+
+    def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None:
+        parked = (ex.state.pending or {}).get("approval_id")
+        ex.state.pending = None
+        loop = None if ex.loop is _NO_LOOP else ex.loop
+        pend, reqs = offer_compensations(
+            self.store,
+            ex.run_id,
+            after_cycle=-1,
+            loop=loop,
+            cycle=ex.state.cycle,
+            why="the run was cancelled",
+        )
+        ex.state.pending = pend
+        if pend is None and loop is None and self.store.journal(ex.run_id, kind="effect"):
+            ex.events.append(
+                NewEvent(ex.state.cycle, "compensations_not_offered", {"why": "no loop given"})
+            )
+        self._finish(ex, "cancelled", cause=cause, approvals=reqs)
+        if parked:
+            # Close the request: a cancelled run must not leave a decision waiting.
+            with contextlib.suppress(ApprovalError):
+                self.store.decide_approval(
+                    str(parked),
+                    status="cancelled",
+                    by=by or "loopwright",
+                    note="the run was cancelled",
+                    now=time.time(),
+                )
+
+    def rollback(
+        self, run_id: str, to_cycle: int, *, by: str, loop: Loop | None = None
+    ) -> RunRecord:
+        """Restore the artifacts (and findings, plan, best score) of cycle ``to_cycle``'s
+        checkpoint and reopen the run; accounting, notes and history are kept. The
+        compensations of effects completed after that cycle are offered through the approval
+        policy (``loop`` names them) and run on the next ``resume``."""
+        if not by or not by.strip():
+            raise ConfigError("a rollback needs the name of who asked for it", field="by")
+        rec = self.store.get_run(run_id)
+        try:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        except ConflictError:
+            raise ConflictError(
+                f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
+            ) from None
+        try:
+            self._rollback(rec, token, to_cycle, by=by.strip(), loop=loop)
+        finally:
+            self.store.release_lease(rec.run_id, token)
+        return self.store.get_run(rec.run_id)
+
+    def _rollback(
+        self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
+    ) -> None:
+        cks = self.store.checkpoints(rec.run_id)
+        target = [c for c in cks if c.cycle == to_cycle and not c.state.get("pending")]
+        if not target:
+            done = sorted({c.cycle for c in cks if not c.state.get("pending")})
+            raise ConfigError(
+                f"run {rec.run_id} has no completed checkpoint for cycle {to_cycle} "
+                f"(it has cycles {done[0]}..{done[-1]})",
+                field="to_cycle",
+            )
+        old = TaskState.from_dict(target[-1].state)
+        latest = cks[-1]
+        cur = TaskState.from_dict(latest.state)
+        parked = (cur.pending or {}).get("approval_id")
+        ex = _Exec(
+            rec.run_id, loop or _NO_LOOP, Contract.from_dict(rec.contract), token, latest.seq, cur
+        )
+        cur.artifacts = old.artifacts
+        cur.findings = old.findings
+        cur.plan = old.plan
+        cur.score = old.score
+        cur.best_score = old.best_score
+        cur.best_cycle = old.best_cycle
+        cur.best_parts = old.best_parts
+        cur.passed_checks = old.passed_checks
+        cur.stall = 0
+        cur.notes.append(
+            {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}
+        )
+        pend, reqs = offer_compensations(
+            self.store,
+            rec.run_id,
+            after_cycle=to_cycle,
+            loop=loop,
+            cycle=cur.cycle,
+            why=f"{by} rolled the run back to cycle {to_cycle}",
+        )
+        cur.pending = pend
+        cur.next_action = (
+            f"decide {len(reqs)} compensation request(s), then resume" if reqs else "resume"
+        )
+        ex.events.append(
+            NewEvent(
+                cur.cycle,
+                "rolled_back",
+                {
+                    "to_cycle": to_cycle,
+                    "by": by,
+                    "offers": len((pend or {}).get("offers") or ()),
+                    "irreversible": (pend or {}).get("irreversible") or [],
+                },
+            )
+        )
+        self._commit(
+            ex,
+            {"decision": "rollback", "to_cycle": to_cycle, "by": by},
+            {
+                "status": "awaiting_approval" if reqs else "pending",
+                "stop_reason": None,
+                "packet": None,
+                "ended_at": None,
+                "held_out_passed": None,
+            },
+            approvals=reqs,
+        )
+        if parked:
+            with contextlib.suppress(ApprovalError):
+                self.store.decide_approval(
+                    str(parked), status="cancelled", by=by, note="rolled back", now=time.time()
+                )
 
     # --- reading ------------------------------------------------------------------------
     def result(self, run_id: str) -> RunResult:
@@ -380,10 +552,37 @@ class Runtime:
                 return
 
     async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
-        if rec.cancel_requested:
-            self._finish(ex, "cancelled", cause="cancelled before it resumed")
+        pend = ex.state.pending or {}
+        if pend.get("stage") == "compensations":
+            notes = await run_compensations(self.store, ex, pend)
+            if notes is None:
+                self.store.append_events(
+                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "still_waiting", {})]
+                )
+                ex.events = []
+                return
+            ex.state.notes.extend(notes)
+            ex.state.pending = None
+            if rec.status in TERMINAL_STATUSES:
+                self._commit(ex, None, {})  # a cancelled run stays cancelled
+                return
+            bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
+            if bad:
+                self._finish(
+                    ex,
+                    "escalated",
+                    cause="compensation failed: " + "; ".join(str(n["cause"]) for n in bad),
+                    evidence={"compensations": notes},
+                )
+                return
+            if rec.cancel_requested:
+                self._cancel_now(ex, "cancelled before it resumed")
+                return
+            self._commit_status(ex, "running")
+        elif rec.cancel_requested:
+            self._cancel_now(ex, "cancelled before it resumed")
             return
-        if ex.state.pending is not None:
+        elif ex.state.pending is not None:
             done = await self._settle_pending(ex)
             if done:
                 return
@@ -407,9 +606,11 @@ class Runtime:
         record: dict[str, Any] | None,
         run: dict[str, Any],
         approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
     ) -> bool:
         if ex.lost:
             raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
+        ex.at("before_checkpoint")
         s = ex.state
         cols = {
             "cycle": s.cycle,
@@ -430,9 +631,11 @@ class Runtime:
             events=ex.events,
             run=cols,
             approval=approval,
+            approvals=approvals,
         )
         ex.seq += 1
         ex.events = []
+        ex.at("after_checkpoint")
         if self.on_progress is not None:
             with contextlib.suppress(Exception):
                 self.on_progress(self.store.get_run(ex.run_id))
@@ -449,6 +652,7 @@ class Runtime:
         held_out: dict[str, Any] | None = None,
         evidence: dict[str, Any] | None = None,
         unverified: dict[str, Any] | None = None,
+        approvals: Sequence[NewApproval] = (),
     ) -> None:
         status = status_for(reason)
         packet = None
@@ -480,7 +684,7 @@ class Runtime:
         }
         if held_out:
             run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
-        self._commit(ex, record, run)
+        self._commit(ex, record, run, approvals=approvals)
 
     def _context(self, ex: _Exec, n: int) -> Context:
         s = ex.state
@@ -509,32 +713,37 @@ class Runtime:
         ex.events.append(NewEvent(n, "cycle_started", {}))
         rem = rules.remaining(contract, s).seconds
         timeout = _min(loop.actor_timeout_s, rem)
+        # When the time budget is the tighter limit, a timeout means the budget ran out: that
+        # is not a slow call to retry.
+        budget_bound = rem is not None and (
+            loop.actor_timeout_s is None or rem <= loop.actor_timeout_s
+        )
+        ex.at("before_actor")
         try:
-            proposal, secs = await call_user(loop.actor, self._context(ex, n), timeout=timeout)
-        except CallTimeout as exc:
-            if rem is not None and (loop.actor_timeout_s is None or rem <= loop.actor_timeout_s):
+            proposal, secs = await call_with_retry(
+                self.store,
+                ex,
+                scope="actor",
+                cycle=n,
+                policy=loop.retry,
+                fn=loop.actor,
+                args=(self._context(ex, n),),
+                timeout=timeout,
+                retry_timeouts=not budget_bound,
+            )
+        except GaveUp as gave:
+            if budget_bound and isinstance(gave.exc, CallTimeout):
                 return self._abort(
                     ex,
                     t0,
                     "budget_time",
                     cause="the actor was still working "
-                    f"when the time budget ran out ({exc.seconds:g} s left)",
+                    f"when the time budget ran out ({gave.exc.seconds:g} s left)",
                 )
             return self._abort(
-                ex,
-                t0,
-                "escalated",
-                cause="the actor timed out",
-                error=_fault("actor", "Timeout", str(exc)),
+                ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
-        except Exception as exc:
-            return self._abort(
-                ex,
-                t0,
-                "escalated",
-                cause="the actor raised an exception",
-                error=_error_info("actor", exc),
-            )
+        ex.at("after_actor")
         if not isinstance(proposal, Proposal):
             return self._abort(
                 ex,
@@ -560,6 +769,7 @@ class Runtime:
                     "digest": digest,
                     "note": proposal.note,
                     "parts": [e.ref for e in proposal.changes()],
+                    "effects": [c.name for c in proposal.effects],
                     "usage": usage.to_dict(),
                     "seconds": secs,
                 },
@@ -582,31 +792,61 @@ class Runtime:
                 cause="crossed during the actor call",
                 unverified=proposal.to_dict(),
             )
+        if proposal.question is not None:
+            q = proposal.question
+            need = {
+                "kind": "question",
+                "rule": None,
+                "why": proposal.note or "the actor needs an answer to continue",
+                "what": q.text,
+                "expires_after_s": None,
+            }
+            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, cycle_usage, ask=q)
         return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
 
     async def _evaluate(
         self, ex: _Exec, n: int, proposal: Proposal, digest: str, t0: float, cycle_usage: Usage
     ) -> bool:
         s, loop, contract = ex.state, ex.loop, ex.contract
-        # Accepted work is protected (invariant 6): refuse the whole proposal, record why.
+        needs: list[dict[str, Any]] = []
+        # Accepted work is protected (invariant 6): without a policy rule for
+        # overwrite_accepted the proposal is refused and the actor told why.
         protected = [
             e.ref
             for e in proposal.changes()
             if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value
         ]
         if protected:
-            s.findings = [f for f in s.findings if f.dimension != "protected"] + [
-                Finding(
-                    f"{ref} is accepted and may not be changed",
-                    *split_ref(ref),
-                    dimension="protected",
-                    verifier="loopwright",
+            ow = loop.approvals.match("overwrite_accepted", "edit", {"parts": protected})
+            if ow is None:
+                return self._refuse(ex, n, proposal, digest, protected, t0, cycle_usage)
+            if ow.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"overwriting accepted {', '.join(protected)} is denied: {ow.why}",
+                    unverified=proposal.to_dict(),
                 )
-                for ref in protected
-            ]
-            ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
-            return self._conclude(
-                ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
+            if ow.action == "require":
+                needs.append(
+                    {
+                        "kind": "overwrite_accepted",
+                        "rule": ow.rule,
+                        "why": ow.why,
+                        "what": f"overwrite accepted {', '.join(protected)}",
+                        "expires_after_s": ow.expires_after_s,
+                    }
+                )
+        unknown = sorted({c.name for c in proposal.effects if loop.effect(c.name) is None})
+        if unknown:
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the actor asked for effects this loop does not declare: {unknown} "
+                f"(declared: {[e.name for e in loop.effects]})",
+                unverified=proposal.to_dict(),
             )
         duplicate = digest in s.rejected
         candidate = _candidate(s, proposal, n)
@@ -623,23 +863,27 @@ class Runtime:
                 )
                 subject = private
             where = f"verifier {check.name}"
-            cause = f"verifier {check.name} failed"
             try:
-                verdict, secs = await call_user(
-                    check.fn, subject, proposal, timeout=check.timeout_s
+                verdict, secs = await call_with_retry(
+                    self.store,
+                    ex,
+                    scope=f"verifier:{check.name}",
+                    cycle=n,
+                    policy=check.retry or loop.retry,
+                    fn=check.fn,
+                    args=(subject, proposal),
+                    timeout=check.timeout_s,
                 )
-            except CallTimeout as exc:
+            except GaveUp as gave:
                 return self._abort(
-                    ex, t0, "escalated", cause=cause, error=_fault(where, "Timeout", str(exc))
+                    ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
-            except Exception as exc:
-                return self._abort(ex, t0, "escalated", cause=cause, error=_error_info(where, exc))
             if not isinstance(verdict, Verdict):
                 return self._abort(
                     ex,
                     t0,
                     "escalated",
-                    cause=cause,
+                    cause=f"{where} failed",
                     error=_fault(
                         where, "TypeError", f"returned {type(verdict).__name__}, expected Verdict"
                     ),
@@ -680,10 +924,164 @@ class Runtime:
                     cause=f"crossed during verifier {check.name}",
                     unverified=proposal.to_dict(),
                 )
+        # Which requested effects run: those of an accepted cycle, and those declared to run
+        # whatever the verdict.
+        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+        ok = rules.success(contract, loop.verifiers, visible, score)
+        calls = [c for c in proposal.effects if ok or not _effect(loop, c).requires_success]
+        held_back = [c.name for c in proposal.effects if c not in calls]
+        if held_back:
+            ex.events.append(
+                NewEvent(n, "effects_held", {"effects": held_back, "why": "cycle not accepted"})
+            )
+        for c in calls:
+            eff = _effect(loop, c)
+            d = loop.approvals.decide(eff.kind, eff.name, c.args)
+            if d.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"{eff.describe(c.args)} is denied by the approval policy: {d.why}",
+                    evidence={"effect": c.to_dict(), "rule": d.rule},
+                    unverified=proposal.to_dict(),
+                )
+            if d.action == "require":
+                needs.append(
+                    {
+                        "kind": "effect",
+                        "effect": eff.name,
+                        "rule": d.rule,
+                        "why": d.why,
+                        "what": eff.describe(c.args),
+                        "expires_after_s": d.expires_after_s,
+                    }
+                )
         if digest not in s.approved:
             hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
             if hit is not None:
-                return self._park(ex, n, proposal, digest, visible, held, hit, t0, cycle_usage)
+                rule, why = hit
+                needs.append(
+                    {
+                        "kind": "question" if rule.ask else "risk",
+                        "rule": rule.name,
+                        "why": why,
+                        "what": rule.ask or f"apply the cycle-{n} proposal ({proposal.kind})",
+                        "expires_after_s": rule.expires_after_s,
+                    }
+                )
+            if needs:
+                ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
+                return self._park(
+                    ex,
+                    n,
+                    proposal,
+                    digest,
+                    visible,
+                    held,
+                    needs,
+                    t0,
+                    cycle_usage,
+                    ask=ask,
+                    calls=calls,
+                )
+        return await self._apply(
+            ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls
+        )
+
+    def _refuse(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        protected: list[str],
+        t0: float,
+        cycle_usage: Usage,
+    ) -> bool:
+        s = ex.state
+        s.findings = [f for f in s.findings if f.dimension != "protected"] + [
+            Finding(
+                f"{ref} is accepted and may not be changed",
+                *split_ref(ref),
+                dimension="protected",
+                verifier="loopwright",
+            )
+            for ref in protected
+        ]
+        ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+        return self._conclude(
+            ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
+        )
+
+    async def _apply(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        cycle_usage: Usage,
+        candidate: TaskState,
+        duplicate: bool,
+        calls: list[EffectCall],
+        *,
+        staged: bool = False,
+    ) -> bool:
+        """Run the cycle's effects (journaled, at most once), then conclude it."""
+        outcomes: list[EffectOutcome] = []
+        if calls:
+            if not staged:
+                # Write-ahead: the cycle's proposal and verdicts are stored before any effect
+                # runs, so a crash during the effects resumes *this* proposal, never a new one
+                # with different arguments (which would be a second payment).
+                ex.state.pending = {
+                    "stage": "effects",
+                    "cycle": n,
+                    "proposal": proposal.to_dict(),
+                    "digest": digest,
+                    "duplicate": duplicate,
+                    "visible": {k: v.to_dict() for k, v in visible.items()},
+                    "usage": cycle_usage.to_dict(),
+                    "calls": [c.to_dict() for c in calls],
+                }
+                self._commit(
+                    ex,
+                    {
+                        "cycle": n,
+                        "decision": "effects",
+                        "held_out": {k: v.to_dict() for k, v in held.items()},
+                    },
+                    {"status": "running"},
+                )
+            for c in calls:
+                outcome = await perform_effect(self.store, ex, n, _effect(ex.loop, c), c)
+                outcomes.append(outcome)
+                if outcome.status != "done":
+                    ex.state.pending = None
+                    return self._abort(
+                        ex,
+                        t0,
+                        "escalated",
+                        cause=outcome.cause,
+                        evidence={"effect": outcome.to_dict()},
+                        unverified=proposal.to_dict(),
+                    )
+            ex.state.pending = None
+            candidate.notes.extend(
+                {
+                    "kind": "effect",
+                    "cycle": n,
+                    "effect": o.name,
+                    "key": o.key,
+                    "status": o.status,
+                    "result": o.result,
+                    "reused": o.reused,
+                }
+                for o in outcomes
+            )
         return self._conclude(
             ex,
             n,
@@ -695,6 +1093,7 @@ class Runtime:
             cycle_usage,
             candidate=candidate,
             duplicate=duplicate,
+            effects=[o.to_dict() for o in outcomes],
         )
 
     def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:
@@ -711,47 +1110,72 @@ class Runtime:
         digest: str,
         visible: dict[str, Verdict],
         held: dict[str, Verdict],
-        hit: tuple[RiskRule, str],
+        needs: list[dict[str, Any]],
         t0: float,
         cycle_usage: Usage,
+        *,
+        ask: Question | None = None,
+        calls: list[EffectCall] | None = None,
     ) -> bool:
-        rule, why = hit
+        """Park the run mid-cycle with one request covering everything that needs a person."""
         s = ex.state
         s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
         approval_id = uuid.uuid4().hex[:12]
-        diff = _diff(s, proposal)
+        first = needs[0]
+        kind = "question" if ask is not None else str(first["kind"])
         s.pending = {
             "approval_id": approval_id,
             "cycle": n,
-            "rule": rule.name,
+            "rule": first.get("rule"),
+            "kind": kind,
+            "question": ask.to_dict() if ask is not None else None,
+            # An actor's own question applies nothing; a risk rule's applies the proposal.
+            "question_only": proposal.question is not None,
             "proposal": proposal.to_dict(),
             "digest": digest,
             "visible": {k: v.to_dict() for k, v in visible.items()},
             "usage": cycle_usage.to_dict(),
+            "calls": [c.to_dict() for c in calls or ()],
         }
-        s.next_action = f"waiting for a decision on approval {approval_id} ({rule.name})"
+        s.next_action = (
+            f"waiting for an answer to question {approval_id}"
+            if ask is not None
+            else f"waiting for a decision on approval {approval_id} ({first.get('rule') or kind})"
+        )
+        why = "; ".join(str(x["why"]) for x in needs)
         ex.events.append(
             NewEvent(
-                n, "approval_requested", {"approval_id": approval_id, "rule": rule.name, "why": why}
+                n,
+                "approval_requested",
+                {"approval_id": approval_id, "kind": kind, "rule": first.get("rule"), "why": why},
             )
         )
-        expires = time.time() + rule.expires_after_s if rule.expires_after_s else None
+        limits = [float(x["expires_after_s"]) for x in needs if x.get("expires_after_s")]
+        if ask is None:
+            what = "; ".join(str(x["what"]) for x in needs)
+            if proposal.changes():
+                what += f" (cycle {n}: {proposal.kind} of "
+                what += f"{', '.join(e.ref for e in proposal.changes())})"
+        else:
+            what = ask.text
         req = NewApproval(
             approval_id=approval_id,
             cycle=n,
-            kind="risk",
-            rule=rule.name,
-            what=f"apply the cycle-{n} proposal ({proposal.kind} of "
-            f"{', '.join(e.ref for e in proposal.changes()) or 'the plan'})",
+            kind=kind,
+            rule=first.get("rule"),
+            what=what,
             why=why,
             evidence={
+                "needs": needs,
+                "question": ask.to_dict() if ask is not None else None,
                 "findings": [f.to_dict() for v in visible.values() for f in v.findings],
                 "scores": {k: v.value for k, v in visible.items()},
+                "effects": [c.to_dict() for c in calls or ()],
                 "note": proposal.note,
             },
-            diff=diff,
+            diff=_diff(s, proposal) or None,
             action_hash=digest,
-            expires_at=expires,
+            expires_at=time.time() + min(limits) if limits else None,
         )
         self._commit(
             ex,
@@ -768,10 +1192,14 @@ class Runtime:
         return True
 
     async def _settle_pending(self, ex: _Exec) -> bool:
-        """A parked run resumed: continue if approved, escalate if denied or expired, else stay
-        parked. Returns True when the run should not continue now."""
+        """A parked run resumed: continue if approved or answered, escalate if denied or
+        expired, else stay parked; a cycle stopped during its effects finishes them. Returns
+        True when the run should not continue now."""
         s = ex.state
         pend = s.pending or {}
+        if pend.get("stage") == "effects":
+            s.pending = None
+            return await self._resume_cycle(ex, pend, staged=True)
         reqs = [
             a
             for a in self.store.approvals(run_id=ex.run_id)
@@ -799,43 +1227,77 @@ class Runtime:
             ex.events = []
             return True
         n = int(pend["cycle"])
-        note = {
-            "kind": "approval",
+        note: dict[str, Any] = {
+            "kind": "answer" if req.status == "answered" else "approval",
             "cycle": n,
             "decision": req.status,
             "by": req.decided_by,
             "note": req.note,
             "rule": pend.get("rule"),
         }
+        if pend.get("question"):
+            note["question"] = pend["question"]["text"]
+        if req.status == "answered":
+            note["answer"] = req.answer
         s.notes.append(note)
         s.pending = None
-        if req.status != "approved":
+        if req.status not in ("approved", "answered"):
             s.next_action = ""
             who = f" by {req.decided_by}" if req.decided_by else ""
             self._finish(
                 ex,
                 "escalated",
-                cause=f"approval {req.status}{who}" + (f": {req.note}" if req.note else ""),
+                cause=f"{'question' if pend.get('question') else 'approval'} {req.status}{who}"
+                + (f": {req.note}" if req.note else ""),
                 evidence={"approval": req.to_dict()},
             )
             return True
+        if pend.get("question_only"):
+            # The actor asked; nothing of its proposal is applied. The answer is in the notes.
+            return self._conclude(
+                ex,
+                n,
+                Proposal.from_dict(pend["proposal"]),
+                str(pend["digest"]),
+                {},
+                {},
+                time.perf_counter(),
+                Usage.from_dict(pend.get("usage")),
+                decision="asked",
+            )
         s.approved.append(str(pend["digest"]))
+        return await self._resume_cycle(ex, pend, staged=False)
+
+    async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
+        """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
+        s = ex.state
+        n = int(pend["cycle"])
         proposal = Proposal.from_dict(pend["proposal"])
         visible = {k: Verdict.from_dict(v) for k, v in pend["visible"].items()}
         parked = ex.record or {}
         held = {k: Verdict.from_dict(v) for k, v in (parked.get("held_out") or {}).items()}
-        candidate = _candidate(s, proposal, n)
-        return self._conclude(
+        digest = str(pend["digest"])
+        calls = [EffectCall.from_dict(c) for c in pend.get("calls") or ()]
+        missing = sorted({c.name for c in calls if ex.loop.effect(c.name) is None})
+        if missing:
+            raise ConfigError(
+                f"run {ex.run_id} must finish effects {missing}, which this loop does not "
+                "declare: resume it with the loop that started it",
+                field="effects",
+            )
+        return await self._apply(
             ex,
             n,
             proposal,
-            str(pend["digest"]),
+            digest,
             visible,
             held,
             time.perf_counter(),
             Usage.from_dict(pend.get("usage")),
-            candidate=candidate,
-            duplicate=str(pend["digest"]) in s.rejected,
+            _candidate(s, proposal, n),
+            bool(pend.get("duplicate", digest in s.rejected)),
+            calls,
+            staged=staged,
         )
 
     def _conclude(
@@ -852,6 +1314,7 @@ class Runtime:
         candidate: TaskState | None = None,
         duplicate: bool = False,
         decision: str | None = None,
+        effects: list[dict[str, Any]] | None = None,
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended."""
         old, loop, contract = ex.state, ex.loop, ex.contract
@@ -885,10 +1348,12 @@ class Runtime:
             s.best_cycle = n
             s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
             s.stall = 0
+        elif decision == "asked":
+            s.stall = old.stall  # waiting for an answer is not a cycle without progress
         else:
             s.stall = old.stall + 1
         s.passed_checks = sorted(set(old.passed_checks) | set(newly))
-        if not ok and not duplicate:
+        if not ok and not duplicate and decision != "asked":
             s.rejected = [*old.rejected, digest]
         s.cycle = n
         s.score = score
@@ -916,6 +1381,7 @@ class Runtime:
             "score": score,
             "improved": improved,
             "decision": decision,
+            "effects": effects or [],
             "usage": Usage(
                 cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
             ).to_dict(),
@@ -957,14 +1423,43 @@ class Runtime:
         )
         cancel = self._commit(ex, record, {"status": "running"})
         if cancel:
-            self._finish(ex, "cancelled", cause="cancellation requested")
+            self._cancel_now(ex, "cancellation requested")
             return True
         return False
+
+
+def _compensating(store: Store, run_id: str) -> bool:
+    """Whether an ended run still has compensations to run (a cancelled run's)."""
+    pending = store.latest_checkpoint(run_id).state.get("pending") or {}
+    return bool(pending.get("stage") == "compensations")
+
+
+def _gave_up(who: str, gave: GaveUp) -> str:
+    err = gave.error
+    what = f"{err.get('type')}: {err.get('message')}"
+    if gave.kind == "needs_human":
+        return f"{who} failed with an error a person must resolve ({what})"
+    if gave.kind == "transient":
+        return f"{who} failed transiently {gave.attempts} time(s), the retry bound; last: {what}"
+    if err.get("type") in ("Timeout", "CallTimeout"):
+        return f"{who} timed out ({what})"
+    return f"{who} raised an exception ({what})"
+
+
+def _effect(loop: Loop, call: EffectCall) -> Effect:
+    eff = loop.effect(call.name)
+    if eff is None:  # checked when the proposal arrived; a resumed run checks it again
+        raise ConfigError(f"this loop declares no effect {call.name!r}", field="effects")
+    return eff
 
 
 class _NoLoop:
     name = "-"
     verifiers = ()
+    effects = ()
+
+    def effect(self, name: str) -> None:
+        return None
 
 
 _NO_LOOP: Any = _NoLoop()

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._contract import Contract
+from ._effects import Effect
 from ._errors import ConfigError
+from ._policy import ApprovalPolicy
 from ._proposal import Context, Proposal, Verdict
+from ._retry import RetryPolicy
 from ._state import TaskState
 
 __all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn"]
@@ -30,7 +33,9 @@ class Check:
             the actor, its memory or its reflections.
         required: whether success needs this (visible) check to pass.
         weight: its weight in the aggregate visible score.
-        timeout_s: per-call timeout; a call that takes longer fails the run with an escalation.
+        timeout_s: per-call timeout; a timed-out call is a transient failure (retried under
+            ``retry``, then the run escalates).
+        retry: attempts and backoff for transient failures; ``None`` uses the loop's ``retry``.
     """
 
     fn: VerifierFn
@@ -39,6 +44,7 @@ class Check:
     required: bool = True
     weight: float = 1.0
     timeout_s: float | None = None
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -65,6 +71,10 @@ class Loop:
         project: default project for runs of this loop.
         version: identifies this version of the loop (a spec file's hash).
         spec_ref: the spec file a run can be resumed from by the CLI.
+        effects: the effects actors may ask for, by name.
+        approvals: the approval policy for effects and for overwriting accepted parts.
+        retry: attempts and backoff for the actor's (and, by default, the verifiers')
+            transient failures; errors are classified, only transient ones are retried.
     """
 
     name: str
@@ -77,6 +87,9 @@ class Loop:
     version: str | None = None
     spec_ref: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    effects: Sequence[Effect] = ()
+    approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -100,6 +113,28 @@ class Loop:
                 )
         if self.actor_timeout_s is not None and self.actor_timeout_s <= 0:
             raise ConfigError("must be positive", field="actor.timeout_s")
+        effects = tuple(self.effects)
+        for e in effects:
+            if not isinstance(e, Effect):
+                raise ConfigError(
+                    f"{e!r} is not an Effect (declare it with @loopwright.effect(kind))",
+                    field="effects",
+                )
+        enames = [e.name for e in effects]
+        edupes = sorted({n for n in enames if enames.count(n) > 1})
+        if edupes:
+            raise ConfigError(f"effect names must be unique: {edupes}", field="effects")
+        object.__setattr__(self, "effects", effects)
+        if not isinstance(self.approvals, ApprovalPolicy):
+            raise ConfigError("must be an ApprovalPolicy", field="approvals")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError("must be a RetryPolicy", field="retry")
+
+    def effect(self, name: str) -> Effect | None:
+        for e in self.effects:
+            if e.name == name:
+                return e
+        return None
 
     @property
     def visible(self) -> tuple[Check, ...]:

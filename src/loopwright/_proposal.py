@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._effects import EffectCall
+from ._question import Question
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage
 
@@ -48,6 +50,10 @@ class Proposal:
         usage: what producing this proposal cost.
         escalate: set by an actor that needs a person (a duplicate invoice, contradictory
             instructions): the run ends ``escalated`` with this reason, nothing applied.
+        effects: actions outside the run the actor asks for (``pay.call(...)``); the engine
+            runs them through the approval policy and the effect journal, never the actor.
+        question: the task is ambiguous: park the run with this question for a person; nothing
+            is applied, and the answer reaches the next cycle's context.
     """
 
     edits: tuple[Edit, ...] = ()
@@ -57,6 +63,8 @@ class Proposal:
     note: str = ""
     usage: Usage | None = None
     escalate: str | None = None
+    effects: tuple[EffectCall, ...] = ()
+    question: Question | None = None
 
     @classmethod
     def edit(
@@ -73,13 +81,17 @@ class Proposal:
         )
 
     @property
-    def kind(self) -> Literal["edit", "replace", "plan", "noop"]:
+    def kind(self) -> Literal["edit", "replace", "plan", "effects", "question", "noop"]:
+        if self.question is not None:
+            return "question"
         if self.replace:
             return "replace"
         if self.edits:
             return "edit"
         if self.plan or self.new_steps:
             return "plan"
+        if self.effects:
+            return "effects"
         return "noop"
 
     def changes(self) -> list[Edit]:
@@ -91,12 +103,14 @@ class Proposal:
 
     def digest(self) -> str:
         """A hash of what the proposal changes (not its note or usage): identical proposals match."""
-        body = {
+        body: dict[str, Any] = {
             "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
             "replace": _canon(self.replace) if self.replace else None,
             "plan": sorted(self.plan.items()),
             "new_steps": [s.to_dict() for s in self.new_steps],
         }
+        if self.effects:  # an approval is bound to the exact actions too (invariant 2)
+            body["effects"] = [c.canonical() for c in self.effects]
         return hashlib.sha256(_canon(body).encode()).hexdigest()[:32]
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +125,8 @@ class Proposal:
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
             "escalate": self.escalate,
+            "effects": [c.to_dict() for c in self.effects],
+            "question": self.question.to_dict() if self.question else None,
         }
 
     @classmethod
@@ -123,6 +139,8 @@ class Proposal:
             note=str(d.get("note", "")),
             usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
             escalate=d.get("escalate"),
+            effects=tuple(EffectCall.from_dict(c) for c in d.get("effects") or ()),
+            question=Question.from_dict(d["question"]) if d.get("question") else None,
         )
 
 

@@ -17,6 +17,18 @@ ref = "invoices.py:fields_agree"
 
 [contract.budget]
 max_cycles = 6
+
+[retry]                               # the actor's (and by default the verifiers') retries
+attempts = 3                          # a verifier may have its own: retry = { attempts = 1 }
+backoff_s = 0.5
+
+[[effects]]
+ref = "invoices.py:post_payment"      # an object declared with @loopwright.effect(kind)
+
+[[approvals]]                         # first matching rule decides
+kind = "spend"
+above = 10000                         # args["amount"] > 10000 (field = "amount" by default)
+action = "require"                    # allow | require | deny
 ```
 """
 
@@ -32,14 +44,40 @@ from pathlib import Path
 from typing import Any
 
 from ._contract import Contract
+from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
+from ._policy import ApprovalPolicy
+from ._retry import RetryPolicy
 
 __all__ = ["load_spec", "resolve_ref"]
 
-_TOP = {"name", "project", "description", "tasks", "actor", "verifiers", "contract", "init"}
+_TOP = {
+    "name",
+    "project",
+    "description",
+    "tasks",
+    "actor",
+    "verifiers",
+    "contract",
+    "init",
+    "retry",
+    "effects",
+    "approvals",
+}
 _ACTOR = {"ref", "timeout_s", "options"}
-_VERIFIER = {"name", "ref", "held_out", "required", "weight", "timeout_s", "options", "kind"}
+_VERIFIER = {
+    "name",
+    "ref",
+    "held_out",
+    "required",
+    "weight",
+    "timeout_s",
+    "options",
+    "kind",
+    "retry",
+}
+_EFFECT = {"ref", "options"}
 
 
 def resolve_ref(ref: str, base: Path, where: str) -> Any:
@@ -155,8 +193,15 @@ def load_spec(path: str | Path) -> Loop:
                     required=bool(vt.get("required", True)),
                     weight=float(vt.get("weight", 1.0)),
                     timeout_s=vt.get("timeout_s"),
+                    retry=RetryPolicy.from_dict(vt["retry"], where=f"{where}.retry")
+                    if "retry" in vt
+                    else None,
                 )
             )
+        except SpecError:
+            raise
+        except ConfigError as exc:
+            raise _as_spec_error(exc) from None
         except (TypeError, ValueError) as exc:
             raise SpecError(str(exc), field=where) from None
     contract_data = data.get("contract")
@@ -173,6 +218,12 @@ def load_spec(path: str | Path) -> Loop:
     init = None
     if "init" in data:
         init = _build(data["init"], None, base, "init")
+    effects = _effects(data.get("effects", []), base)
+    try:
+        retry = RetryPolicy.from_dict(data["retry"]) if "retry" in data else RetryPolicy()
+        approvals = ApprovalPolicy.from_rules(data.get("approvals"))
+    except ConfigError as exc:
+        raise _as_spec_error(exc) from None
     try:
         return Loop(
             name=name.strip(),
@@ -185,11 +236,40 @@ def load_spec(path: str | Path) -> Loop:
             version=hashlib.sha256(raw).hexdigest()[:16],
             spec_ref=str(p.resolve()),
             options={"tasks": str(base / data["tasks"])} if data.get("tasks") else {},
+            effects=effects,
+            approvals=approvals,
+            retry=retry,
         )
     except SpecError:
         raise
     except ConfigError as exc:
         raise _as_spec_error(exc) from None
+
+
+def _effects(tables: Any, base: Path) -> list[Effect]:
+    if not isinstance(tables, list):
+        raise SpecError("must be an array of tables ([[effects]])", field="effects")
+    out = []
+    for i, t in enumerate(tables):
+        where = f"effects[{i}]"
+        et = _table(t, where, _EFFECT)
+        if "ref" not in et:
+            raise SpecError("is required", field=f"{where}.ref")
+        obj = resolve_ref(et["ref"], base, f"{where}.ref")
+        if "options" in et:  # a factory returning an Effect
+            if not isinstance(et["options"], Mapping) or not callable(obj):
+                raise SpecError("options need a factory and a table", field=f"{where}.options")
+            try:
+                obj = obj(**et["options"])
+            except Exception as exc:
+                raise SpecError(f"building {et['ref']!r} failed: {exc}", field=where) from None
+        if not isinstance(obj, Effect):
+            raise SpecError(
+                f"{et['ref']!r} is not an effect: declare it with @loopwright.effect(kind)",
+                field=f"{where}.ref",
+            )
+        out.append(obj)
+    return out
 
 
 def _as_spec_error(exc: ConfigError) -> SpecError:

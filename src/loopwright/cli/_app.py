@@ -202,29 +202,40 @@ def approvals(
 
     from ._render import console
 
-    t = Table(title=f"{len(reqs)} approval request(s)", title_justify="left")
-    for col in ("run", "approval", "rule", "what", "why", "status"):
+    t = Table(title=f"{len(reqs)} request(s)", title_justify="left")
+    for col in ("run", "request", "kind", "rule", "what", "why", "status"):
         t.add_column(col, overflow="fold")
     for a in reqs:
+        q = (a.evidence or {}).get("question") or {}
+        what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")
+        status = a.status + (f": {a.answer}" if a.answer is not None else "")
         t.add_row(
             a.run_id[:12],
             a.approval_id,
-            escape(a.rule or a.kind),
-            escape(a.what),
+            a.kind,
+            escape(a.rule or "-"),
+            escape(what),
             escape(a.why),
-            a.status,
+            escape(status),
         )
     console().print(t)
     if reqs and not all_:
-        console().print(
-            f"decide with: loopwright approve {reqs[0].run_id[:12]} --by NAME "
-            "[--note TEXT]  (or deny), then loopwright resume RUN"
+        first = reqs[0]
+        how = (
+            f"loopwright answer {first.run_id[:12]} TEXT --by NAME"
+            if first.kind == "question"
+            else f"loopwright approve {first.run_id[:12]} --by NAME [--note TEXT]  (or deny)"
         )
+        console().print(f"decide with: {how}, then loopwright resume RUN")
 
 
 # --- decisions -------------------------------------------------------------------------------
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
 NoteOpt = Annotated[str | None, typer.Option("--note", help="Why, for the record.")]
+RequestOpt = Annotated[
+    str | None,
+    typer.Option("--request", help="Which request, when the run has several pending."),
+]
 
 
 @app.command()
@@ -232,11 +243,12 @@ def approve(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
     by: ByOpt,
     note: NoteOpt = None,
+    request: RequestOpt = None,
     resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Approve a run's pending request; `loopwright resume RUN` then continues where it parked."""
-    _decide(run_id, "approve", by, note, resume_now, store)
+    _decide(run_id, "approve", by, note, resume_now, store, request)
 
 
 @app.command()
@@ -244,24 +256,51 @@ def deny(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
     by: ByOpt,
     note: NoteOpt = None,
+    request: RequestOpt = None,
     resume_now: Annotated[bool, typer.Option("--resume", help="End the run now.")] = False,
     store: StoreOpt = None,
 ) -> None:
-    """Deny a run's pending request; on resume the run escalates with the reason."""
-    _decide(run_id, "deny", by, note, resume_now, store)
+    """Deny a run's pending request (or decline its question); on resume the run escalates."""
+    _decide(run_id, "deny", by, note, resume_now, store, request)
+
+
+@app.command()
+def answer(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    text: Annotated[str, typer.Argument(metavar="ANSWER", help="The answer to the question.")],
+    by: ByOpt,
+    note: NoteOpt = None,
+    request: RequestOpt = None,
+    resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Answer a run's pending question; the answer reaches the next cycle's context."""
+    _decide(run_id, "answer", by, note, resume_now, store, request, text)
 
 
 def _decide(
-    run_id: str, how: str, by: str, note: str | None, resume_now: bool, store: str | None
+    run_id: str,
+    how: str,
+    by: str,
+    note: str | None,
+    resume_now: bool,
+    store: str | None,
+    request: str | None,
+    text: str | None = None,
 ) -> None:
     from ._render import console
 
     with Runtime(store) as rt:
         rec = rt.store.get_run(run_id)
-        decided = (rt.approve if how == "approve" else rt.deny)(rec.run_id, by=by, note=note)
+        if how == "answer":
+            decided = rt.answer(rec.run_id, text, by=by, note=note, approval_id=request)
+        else:
+            fn = rt.approve if how == "approve" else rt.deny
+            decided = fn(rec.run_id, by=by, note=note, approval_id=request)
         console().print(
             f"{decided.status} {decided.approval_id} for run {rec.run_id[:12]} by "
             f"{decided.decided_by}"
+            + (f": {decided.answer!r}" if decided.answer is not None else "")
         )
         if resume_now:
             result = rt.resume_sync(rec.run_id, _loop_for(rec))

@@ -11,13 +11,23 @@ import os
 from urllib.parse import parse_qs, urlsplit
 
 from .._errors import ConfigError
-from ._base import Approval, Checkpoint, Event, NewApproval, NewEvent, RunRecord, Store
+from ._base import (
+    Approval,
+    Checkpoint,
+    Event,
+    JournalEntry,
+    NewApproval,
+    NewEvent,
+    RunRecord,
+    Store,
+)
 
 __all__ = [
     "DEFAULT_STORE",
     "Approval",
     "Checkpoint",
     "Event",
+    "JournalEntry",
     "NewApproval",
     "NewEvent",
     "RunRecord",

@@ -10,9 +10,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["Approval", "Checkpoint", "Event", "NewApproval", "NewEvent", "RunRecord", "Store"]
+__all__ = [
+    "Approval",
+    "Checkpoint",
+    "Event",
+    "JournalEntry",
+    "NewApproval",
+    "NewEvent",
+    "RunRecord",
+    "Store",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +144,7 @@ class Approval:
     decided_by: str | None
     decided_at: float | None
     note: str | None
+    answer: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,6 +164,7 @@ class Approval:
             "decided_by": self.decided_by,
             "decided_at": self.decided_at,
             "note": self.note,
+            "answer": self.answer,
         }
 
 
@@ -162,6 +173,38 @@ class NewEvent:
     cycle: int
     kind: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One entry of a run's effect/retry journal, keyed by ``(run_id, key)``.
+
+    The engine records an effect (or a retried step) here before and after performing it, so a
+    resumed run can tell what already happened instead of doing it twice.
+    """
+
+    run_id: str
+    key: str
+    kind: str
+    cycle: int
+    status: str
+    data: dict[str, Any]
+    attempts: int
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "key": self.key,
+            "kind": self.kind,
+            "cycle": self.cycle,
+            "status": self.status,
+            "data": self.data,
+            "attempts": self.attempts,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
 
 
 class Store(ABC):
@@ -239,11 +282,12 @@ class Store(ABC):
         events: Sequence[NewEvent],
         run: Mapping[str, Any],
         approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
     ) -> bool:
         """Atomically: write checkpoint ``seq``, append events, update the run's columns given
-        in ``run``, and persist an approval request if given. Rejects a stale ``token`` with
-        ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
-        requested for this run."""
+        in ``run``, and persist the approval requests given (``approval`` and every one of
+        ``approvals``). Rejects a stale ``token`` with ``StaleLeaseError`` and writes nothing
+        then. Returns whether cancellation was requested for this run."""
 
     @abstractmethod
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -253,6 +297,37 @@ class Store(ABC):
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
         """A run's events in order."""
 
+    # --- effect/retry journal -----------------------------------------------------------
+    @abstractmethod
+    def journal_put(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        key: str,
+        kind: str,
+        cycle: int,
+        status: str,
+        data: Mapping[str, Any],
+        attempts: int | None = None,
+        expect_status: str | None = None,
+        events: Sequence[NewEvent] = (),
+    ) -> JournalEntry:
+        """Insert or update the journal entry ``(run_id, key)`` and append ``events``, in one
+        transaction. An update keeps ``created_at`` and sets ``updated_at`` to now;
+        ``attempts=None`` keeps the stored count (0 for a new entry).
+
+        ``expect_status`` guards the write: ``""`` means the entry must not exist yet, any
+        other string means it must exist with exactly that status; otherwise ``ConflictError``.
+        A stale ``token`` raises ``StaleLeaseError``. Either error writes nothing."""
+
+    @abstractmethod
+    def journal(
+        self, run_id: str, *, kind: str | None = None, key: str | None = None
+    ) -> list[JournalEntry]:
+        """A run's journal entries (optionally of one ``kind`` or one ``key``), oldest first
+        (by ``created_at``, then ``key``)."""
+
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
@@ -260,10 +335,18 @@ class Store(ABC):
 
     @abstractmethod
     def decide_approval(
-        self, approval_id: str, *, status: str, by: str, note: str | None, now: float
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        now: float,
+        answer: Any = None,
     ) -> Approval:
-        """Record a decision on a pending request (atomically: two deciders cannot both win).
-        Raises ``ApprovalError`` when there is no such request or it is no longer pending."""
+        """Record a decision on a pending request (atomically: two deciders cannot both win),
+        with an optional JSON-serialisable ``answer`` from the decider. Raises
+        ``ApprovalError`` when there is no such request or it is no longer pending."""
 
     @abstractmethod
     def request_cancel(self, run_id: str) -> RunRecord:
@@ -273,7 +356,7 @@ class Store(ABC):
     def close(self) -> None:
         """Release connections."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -75,4 +75,22 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX approvals_status ON approvals(status, requested_at)",
         "CREATE INDEX approvals_run ON approvals(run_id)",
     ],
+    # v2: the effect/retry journal, and structured answers on approval decisions.
+    [
+        """CREATE TABLE journal (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            cycle INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            data TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            fencing_token INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX journal_kind ON journal(run_id, kind)",
+        "ALTER TABLE approvals ADD COLUMN answer TEXT",
+    ],
 ]

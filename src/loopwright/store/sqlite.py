@@ -28,7 +28,16 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
-from ._base import Approval, Checkpoint, Event, NewApproval, NewEvent, RunRecord, Store
+from ._base import (
+    Approval,
+    Checkpoint,
+    Event,
+    JournalEntry,
+    NewApproval,
+    NewEvent,
+    RunRecord,
+    Store,
+)
 from ._schema import SQLITE_MIGRATIONS
 
 __all__ = ["SQLiteStore"]
@@ -41,8 +50,9 @@ _RUN_COLS = (
 )
 _APPROVAL_COLS = (
     "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
-    "requested_at, expires_at, decided_by, decided_at, note"
+    "requested_at, expires_at, decided_by, decided_at, note, answer"
 )
+_JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 _UPDATABLE = frozenset(
     {
         "status",
@@ -113,6 +123,21 @@ def _approval(row: Sequence[Any]) -> Approval:
         decided_by=row[13],
         decided_at=row[14],
         note=row[15],
+        answer=None if row[16] is None else json.loads(row[16]),
+    )
+
+
+def _journal(row: Sequence[Any]) -> JournalEntry:
+    return JournalEntry(
+        run_id=row[0],
+        key=row[1],
+        kind=row[2],
+        cycle=row[3],
+        status=row[4],
+        data=json.loads(row[5]),
+        attempts=row[6],
+        created_at=row[7],
+        updated_at=row[8],
     )
 
 
@@ -431,8 +456,10 @@ class SQLiteStore(Store):
         events: Sequence[NewEvent],
         run: Mapping[str, Any],
         approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
     ) -> bool:
         now = time.time()
+        requests = [*([approval] if approval is not None else []), *approvals]
         bad = set(run) - _UPDATABLE
         if bad:
             raise StoreError(f"cannot update run columns {sorted(bad)}")
@@ -472,29 +499,35 @@ class SQLiteStore(Store):
                     "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
                     [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
                 )
-            if approval is not None:
-                a = approval
-                db.execute(
-                    f"INSERT INTO approvals({_APPROVAL_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        a.approval_id,
-                        run_id,
-                        a.cycle,
-                        a.kind,
-                        a.rule,
-                        a.what,
-                        a.why,
-                        _dumps(a.evidence),
-                        a.diff,
-                        a.action_hash,
-                        "pending",
-                        now,
-                        a.expires_at,
-                        None,
-                        None,
-                        None,
-                    ),
-                )
+            for a in requests:
+                try:
+                    db.execute(
+                        f"INSERT INTO approvals({_APPROVAL_COLS}) "
+                        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            a.approval_id,
+                            run_id,
+                            a.cycle,
+                            a.kind,
+                            a.rule,
+                            a.what,
+                            a.why,
+                            _dumps(a.evidence),
+                            a.diff,
+                            a.action_hash,
+                            "pending",
+                            now,
+                            a.expires_at,
+                            None,
+                            None,
+                            None,
+                            None,
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    raise ConflictError(
+                        f"run {run_id}: approval request {a.approval_id!r} already exists"
+                    ) from None
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -514,6 +547,115 @@ class SQLiteStore(Store):
             ).fetchall()
         return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
+    # --- effect/retry journal -----------------------------------------------------------
+    def journal_put(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        key: str,
+        kind: str,
+        cycle: int,
+        status: str,
+        data: Mapping[str, Any],
+        attempts: int | None = None,
+        expect_status: str | None = None,
+        events: Sequence[NewEvent] = (),
+    ) -> JournalEntry:
+        now = time.time()
+        payload = _dumps(dict(data))
+        with self._tx() as db:
+            # As in commit: the fencing check is a guarded write inside the transaction, so no
+            # other executor can take the lease between the check and the writes below (the
+            # write lock is held; on a server database the row lock is).
+            fenced = db.execute(
+                "UPDATE runs SET fencing_token=fencing_token WHERE run_id=? AND fencing_token=? "
+                "RETURNING fencing_token",
+                (run_id, token),
+            ).fetchone()
+            if fenced is None:
+                if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+                    raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise StaleLeaseError(
+                    f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
+                )
+            existing = db.execute(
+                "SELECT status, attempts FROM journal WHERE run_id=? AND key=?", (run_id, key)
+            ).fetchone()
+            if expect_status is not None:
+                if expect_status == "" and existing is not None:
+                    raise ConflictError(
+                        f"run {run_id}: journal entry {key!r} already exists "
+                        f"(status {existing[0]!r})"
+                    )
+                if expect_status != "" and existing is None:
+                    raise ConflictError(
+                        f"run {run_id}: journal entry {key!r} does not exist "
+                        f"(expected status {expect_status!r})"
+                    )
+                if expect_status != "" and existing[0] != expect_status:
+                    raise ConflictError(
+                        f"run {run_id}: journal entry {key!r} has status {existing[0]!r}, "
+                        f"expected {expect_status!r}"
+                    )
+            if existing is None:
+                db.execute(
+                    "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
+                    "created_at, updated_at, fencing_token) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        run_id,
+                        key,
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        0 if attempts is None else attempts,
+                        now,
+                        now,
+                        token,
+                    ),
+                )
+            else:
+                db.execute(
+                    "UPDATE journal SET kind=?, cycle=?, status=?, data=?, attempts=?, "
+                    "updated_at=?, fencing_token=? WHERE run_id=? AND key=?",
+                    (
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        existing[1] if attempts is None else attempts,
+                        now,
+                        token,
+                        run_id,
+                        key,
+                    ),
+                )
+            if events:
+                db.executemany(
+                    "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                    [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
+                )
+            row = db.execute(
+                f"SELECT {_JOURNAL_COLS} FROM journal WHERE run_id=? AND key=?", (run_id, key)
+            ).fetchone()
+        return _journal(row)
+
+    def journal(
+        self, run_id: str, *, kind: str | None = None, key: str | None = None
+    ) -> list[JournalEntry]:
+        where, args = ["run_id=?"], [run_id]
+        if kind is not None:
+            where.append("kind=?")
+            args.append(kind)
+        if key is not None:
+            where.append("key=?")
+            args.append(key)
+        sql = f"SELECT {_JOURNAL_COLS} FROM journal WHERE {' AND '.join(where)}"
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY created_at, key", args).fetchall()
+        return [_journal(r) for r in rows]
+
     # --- approvals and cancellation ----------------------------------------------------
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
         where, args = [], []
@@ -531,7 +673,14 @@ class SQLiteStore(Store):
         return [_approval(r) for r in rows]
 
     def decide_approval(
-        self, approval_id: str, *, status: str, by: str, note: str | None, now: float
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        now: float,
+        answer: Any = None,
     ) -> Approval:
         if status not in ("approved", "denied", "expired", "cancelled"):
             raise ApprovalError(f"unknown decision {status!r}")
@@ -549,9 +698,9 @@ class SQLiteStore(Store):
                 )
             # The status guard in WHERE makes the decision atomic even across processes.
             cur = db.execute(
-                "UPDATE approvals SET status=?, decided_by=?, decided_at=?, note=? "
+                "UPDATE approvals SET status=?, decided_by=?, decided_at=?, note=?, answer=? "
                 "WHERE approval_id=? AND status='pending'",
-                (status, by, now, note, approval_id),
+                (status, by, now, note, None if answer is None else _dumps(answer), approval_id),
             )
             if cur.rowcount != 1:
                 raise ApprovalError(f"approval {approval_id} was decided concurrently")
@@ -562,7 +711,10 @@ class SQLiteStore(Store):
                     current.cycle,
                     "approval_decided",
                     now,
-                    _dumps({"approval_id": approval_id, "status": status, "by": by, "note": note}),
+                    _dumps(
+                        {"approval_id": approval_id, "status": status, "by": by, "note": note}
+                        | ({} if answer is None else {"answer": answer})
+                    ),
                 ),
             )
             row = db.execute(

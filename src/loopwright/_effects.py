@@ -1,0 +1,212 @@
+"""Effects: actions with consequences outside the run (pay, publish, send, overwrite).
+
+An actor never performs an effect itself: it *asks* for one in its proposal
+(``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``). The engine checks the call
+against the loop's approval policy, journals the intent in the store under the run's lease,
+performs it, and journals the result — so a crash at any point never runs it twice (DESIGN
+invariant 2). A completed effect's key returns its recorded result without running again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ConfigError
+from ._retry import RetryPolicy
+
+__all__ = ["EFFECT_KINDS", "Effect", "EffectCall", "effect"]
+
+#: The kinds the approval policy knows by default; any other non-empty name is a user kind.
+EFFECT_KINDS: tuple[str, ...] = ("publish", "spend", "send", "overwrite_accepted", "share_private")
+
+EffectFn = Callable[..., Any | Awaitable[Any]]
+KeyFn = Callable[[Mapping[str, Any]], str]
+ReconcileFn = Callable[[str], Any | Awaitable[Any]]
+CompensateFn = Callable[[str, Any, Mapping[str, Any]], Any | Awaitable[Any]]
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectCall:
+    """One requested execution of an effect: its name, arguments and (optionally) its key."""
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "args": dict(self.args), "key": self.key}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EffectCall:
+        return cls(str(d["name"]), dict(d.get("args") or {}), d.get("key"))
+
+    def canonical(self) -> str:
+        return _canon({"name": self.name, "args": dict(self.args), "key": self.key})
+
+
+class Effect:
+    """A declared effect. Build one with the :func:`effect` decorator.
+
+    Attributes:
+        fn: performs the action; called with the call's arguments as keywords, plus ``key=``
+            (the idempotency key) when it accepts a ``key`` parameter — pass it on to APIs that
+            take an idempotency key. Sync or async. Its return value is recorded (JSON).
+        kind: ``publish``, ``spend``, ``send``, ``overwrite_accepted``, ``share_private`` or a
+            kind of your own; the approval policy decides by kind and arguments.
+        idempotent: running it twice has the effect of running it once. Only an idempotent
+            effect is retried when it is in doubt (started, outcome unknown) and cannot be
+            reconciled.
+        key_fn: the idempotency key from the arguments; by default a hash of run, cycle, name
+            and arguments. A business key (``lambda a: a["invoice"]``) makes the same action in
+            a later cycle return the first result instead of running again.
+        reconcile_fn: ``key -> result | None``: asks the outside world whether the action with
+            this key already happened (its result), or not (``None``).
+        compensate_fn: ``(key, result, args) -> Any``: undoes a completed execution; offered
+            (through the approval policy) when a run is cancelled or rolled back past it.
+        requires_success: run only in a cycle the contract accepts (the default: pay for work
+            that passed its checks). ``False`` runs it after verification in every cycle whose
+            proposal was not refused.
+        retry: attempts and backoff for this effect's transient failures.
+        timeout_s: per-attempt timeout.
+    """
+
+    def __init__(
+        self,
+        fn: EffectFn,
+        *,
+        kind: str,
+        name: str | None = None,
+        idempotent: bool = False,
+        key_fn: KeyFn | None = None,
+        reconcile_fn: ReconcileFn | None = None,
+        compensate_fn: CompensateFn | None = None,
+        requires_success: bool = True,
+        retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+        describe: Callable[[Mapping[str, Any]], str] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise ConfigError(f"{fn!r} is not callable", field="effects.fn")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "") or type(fn).__name__
+        where = f"effects.{self.name}"
+        if not isinstance(kind, str) or not kind.strip():
+            raise ConfigError(
+                "every effect needs a kind (spend, publish, ...)", field=f"{where}.kind"
+            )
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError("must be positive", field=f"{where}.timeout_s")
+        self.kind = kind.strip()
+        self.idempotent = bool(idempotent)
+        self.key_fn = key_fn
+        self.reconcile_fn = reconcile_fn
+        self.compensate_fn = compensate_fn
+        self.requires_success = requires_success
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.describe_fn = describe
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        self._wants_key = "key" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
+
+    def __repr__(self) -> str:
+        return f"Effect({self.name!r}, kind={self.kind!r}, idempotent={self.idempotent})"
+
+    # --- building calls --------------------------------------------------------------------
+    def call(self, *, key: str | None = None, **args: Any) -> EffectCall:
+        """A request to run this effect, to put in a ``Proposal``'s ``effects``."""
+        try:
+            _canon(args)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"arguments must be JSON values: {exc}", field=self.name) from exc
+        return EffectCall(self.name, args, key)
+
+    # --- decorators for the hooks -------------------------------------------------------------
+    def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
+        """Attach ``fn`` as the reconcile hook: ``@pay.reconciler``."""
+        self.reconcile_fn = fn
+        return fn
+
+    def compensation(self, fn: CompensateFn) -> CompensateFn:
+        """Attach ``fn`` as the compensation: ``@pay.compensation``."""
+        self.compensate_fn = fn
+        return fn
+
+    # --- used by the engine -------------------------------------------------------------------
+    def key_for(self, run_id: str, cycle: int, call: EffectCall) -> str:
+        """The call's idempotency key (without the journal's ``effect:`` prefix)."""
+        if call.key:
+            return f"{self.name}:{call.key}"
+        if self.key_fn is not None:
+            return f"{self.name}:{self.key_fn(call.args)}"
+        body = _canon({"run": run_id, "cycle": cycle, "name": self.name, "args": dict(call.args)})
+        return f"{self.name}:{hashlib.sha256(body.encode()).hexdigest()[:24]}"
+
+    def describe(self, args: Mapping[str, Any]) -> str:
+        if self.describe_fn is not None:
+            return self.describe_fn(args)
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        return f"{self.kind}: {self.name}({shown})"
+
+    def bind(self, args: Mapping[str, Any], key: str) -> Callable[[], Any]:
+        """A no-argument callable performing the call (passing ``key=`` when it is wanted)."""
+        kwargs = dict(args)
+        if self._wants_key:
+            kwargs["key"] = key
+        fn = self.fn
+        return lambda: fn(**kwargs)
+
+
+def effect(
+    kind: str,
+    *,
+    name: str | None = None,
+    idempotent: bool = False,
+    key: KeyFn | None = None,
+    reconcile: ReconcileFn | None = None,
+    compensate: CompensateFn | None = None,
+    requires_success: bool = True,
+    retry: RetryPolicy | None = None,
+    timeout_s: float | None = None,
+    describe: Callable[[Mapping[str, Any]], str] | None = None,
+) -> Callable[[EffectFn], Effect]:
+    """Declare an effect::
+
+        @effect("spend", key=lambda a: a["invoice"])
+        def pay(invoice: str, amount: float, *, key: str) -> dict: ...
+
+        @pay.reconciler
+        def _(key: str) -> dict | None: ...   # did payment ``key`` already happen?
+
+    An actor asks for it with ``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``.
+    """
+
+    def wrap(fn: EffectFn) -> Effect:
+        return Effect(
+            fn,
+            kind=kind,
+            name=name,
+            idempotent=idempotent,
+            key_fn=key,
+            reconcile_fn=reconcile,
+            compensate_fn=compensate,
+            requires_success=requires_success,
+            retry=retry,
+            timeout_s=timeout_s,
+            describe=describe,
+        )
+
+    return wrap

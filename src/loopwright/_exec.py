@@ -1,0 +1,338 @@
+"""A run under execution, and the journaled calls made within its lease.
+
+Two journals live in the store beside the checkpoints, both written under the run's fencing
+token:
+
+* ``retry:<scope>:<cycle>`` counts the failed attempts of an actor or verifier call and when
+  the next may start, so the attempt bound and the backoff survive a restart (invariant 4). It
+  is written only when a call fails: a healthy cycle pays nothing for it.
+* ``effect:<key>`` records an effect's intent before it runs and its result after, so an
+  effect is never executed twice (invariant 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._calls import CallTimeout, call_user
+from ._contract import Contract
+from ._effects import Effect, EffectCall
+from ._loop import Loop
+from ._retry import ErrorClass, RetryPolicy
+from ._state import TaskState
+from .store import JournalEntry, NewEvent, Store
+
+__all__ = ["EffectOutcome", "Execution", "GaveUp", "call_with_retry", "perform_effect"]
+
+PhaseHook = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class Execution:
+    """A run being executed under a lease."""
+
+    run_id: str
+    loop: Loop
+    contract: Contract
+    token: int
+    seq: int
+    state: TaskState
+    lost: bool = False
+    events: list[NewEvent] = field(default_factory=list)
+    record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
+    retries: dict[str, JournalEntry] = field(default_factory=dict)
+    phase: PhaseHook | None = None
+
+    def at(self, name: str) -> None:
+        """A phase boundary of the cycle (the crash-point tests kill the process here)."""
+        if self.phase is not None:
+            self.phase(name)
+
+
+def error_info(where: str, exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, CallTimeout):
+        return {"where": where, "type": "Timeout", "message": str(exc)}
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "where": where,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(tb[-6:]),
+    }
+
+
+class GaveUp(Exception):
+    """A call failed and will not be tried again: ``kind`` says why."""
+
+    def __init__(
+        self, kind: ErrorClass, error: dict[str, Any], attempts: int, exc: BaseException | None
+    ) -> None:
+        self.kind = kind
+        self.error = error
+        self.attempts = attempts
+        self.exc = exc
+        super().__init__(f"{kind} after {attempts} attempt(s): {error.get('message')}")
+
+
+async def call_with_retry(
+    store: Store,
+    ex: Execution,
+    *,
+    scope: str,
+    cycle: int,
+    policy: RetryPolicy,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    timeout: float | None,
+    retry_timeouts: bool = True,
+) -> tuple[Any, float]:
+    """Call ``fn(*args)`` under ``policy`` with attempts persisted in the run's journal.
+
+    Raises ``GaveUp`` once the call is not to be tried again (a permanent or needs-human
+    error, the attempts or the deadline spent). With ``retry_timeouts=False`` a timeout is
+    not retried (it is the run's time budget running out, not a slow call).
+    """
+    key = f"retry:{scope}:{cycle}"
+    entry = ex.retries.get(key)
+    failed = entry.attempts if entry else 0
+    first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    if entry is not None:
+        if entry.status == "gave_up" or failed >= policy.attempts:
+            raise GaveUp(
+                entry.data.get("class", "transient"),
+                dict(entry.data.get("error") or {"message": "attempts spent before a restart"}),
+                failed,
+                None,
+            )
+        wait = float(entry.data.get("next_at", 0.0)) - time.time()
+        if wait > 0:  # killed during the backoff: wait out only what is left of it
+            await asyncio.sleep(wait)
+    while True:
+        try:
+            return await call_user(fn, *args, timeout=timeout)
+        except Exception as exc:
+            failed += 1
+            info = error_info(scope, exc)
+            kind, delay = policy.decide(exc, failed, elapsed_s=time.time() - first_at)
+            if not retry_timeouts and isinstance(exc, CallTimeout | TimeoutError):
+                delay = None
+            status = "gave_up" if delay is None else "waiting"
+            next_at = time.time() + (delay or 0.0)
+            ex.retries[key] = store.journal_put(
+                ex.run_id,
+                ex.token,
+                key=key,
+                kind="retry",
+                cycle=cycle,
+                status=status,
+                data={
+                    "first_at": first_at,
+                    "next_at": next_at,
+                    "class": kind,
+                    "error": {k: v for k, v in info.items() if k != "traceback"},
+                },
+                attempts=failed,
+                events=[
+                    NewEvent(
+                        cycle,
+                        "retry" if delay is not None else "gave_up",
+                        {
+                            "scope": scope,
+                            "attempt": failed,
+                            "class": kind,
+                            "error": f"{info['type']}: {info['message']}"[:500],
+                            "delay_s": delay,
+                        },
+                    )
+                ],
+            )
+            if delay is None:
+                raise GaveUp(kind, error_info(scope, exc), failed, exc) from exc
+            ex.at(f"backoff:{scope}")
+            await asyncio.sleep(delay)
+
+
+# --- effects ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """How one requested effect ended in this cycle."""
+
+    name: str
+    kind: str
+    key: str
+    status: str  # done | failed | in_doubt
+    result: Any = None
+    reused: bool = False
+    reconciled: bool = False
+    attempts: int = 0
+    cause: str = ""
+    error: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "key": self.key,
+            "status": self.status,
+            "result": self.result,
+            "reused": self.reused,
+            "reconciled": self.reconciled,
+            "attempts": self.attempts,
+            "cause": self.cause,
+            "error": self.error,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+_DEFAULT_EFFECT_RETRY = RetryPolicy()
+
+
+async def perform_effect(
+    store: Store, ex: Execution, cycle: int, eff: Effect, call: EffectCall
+) -> EffectOutcome:
+    """Run one effect at most once, journaled: intent before, result after.
+
+    A key already ``done`` returns its recorded result without running. An attempt whose
+    outcome was never recorded (the process died, or the call failed in a way that may have
+    acted) is in doubt: the reconcile hook decides; without one only an idempotent effect is
+    run again, anything else ends in ``in_doubt`` for a person.
+    """
+    ikey = eff.key_for(ex.run_id, cycle, call)
+    jkey = f"effect:{ikey}"
+    policy = eff.retry or _DEFAULT_EFFECT_RETRY
+    base = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+
+    def out(status: str, **kw: Any) -> EffectOutcome:
+        return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
+
+    def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
+        return store.journal_put(
+            ex.run_id,
+            ex.token,
+            key=jkey,
+            kind="effect",
+            cycle=cycle,
+            status=status,
+            data={**base, **data},
+            attempts=attempts,
+            events=[
+                NewEvent(
+                    cycle,
+                    event,
+                    {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
+                    | ({"cause": data["cause"]} if data.get("cause") else {}),
+                )
+            ],
+        )
+
+    async def reconcile() -> tuple[str, Any]:
+        """('done', result) | ('not_done', None) | ('error', message)."""
+        assert eff.reconcile_fn is not None
+        try:
+            found, _ = await call_user(eff.reconcile_fn, ikey, timeout=eff.timeout_s)
+        except Exception as exc:
+            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}"
+        return ("done", _jsonable(found)) if found is not None else ("not_done", None)
+
+    found = store.journal(ex.run_id, key=jkey)
+    entry = found[0] if found else None
+    attempts = entry.attempts if entry else 0
+    first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    if entry is not None:
+        if entry.status == "done":
+            ex.events.append(NewEvent(cycle, "effect_reused", {"effect": eff.name, "key": ikey}))
+            return out("done", result=entry.data.get("result"), reused=True, attempts=attempts)
+        if entry.status in ("failed", "in_doubt"):
+            return out(
+                entry.status,
+                attempts=attempts,
+                cause=str(entry.data.get("cause", "")),
+                error=entry.data.get("error"),
+            )
+        if entry.status == "intent":
+            # Started, never finished: did it happen?
+            if eff.reconcile_fn is not None:
+                verdict, value = await reconcile()
+                if verdict == "done":
+                    put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
+                    return out("done", result=value, reconciled=True, attempts=attempts)
+                if verdict == "error":
+                    cause = f"{eff.name} ({ikey}) is in doubt: {value}"
+                    put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                    return out("in_doubt", attempts=attempts, cause=cause)
+            elif not eff.idempotent:
+                cause = (
+                    f"{eff.name} ({ikey}) started before a crash and its outcome was not "
+                    "recorded; it is not idempotent and has no reconcile hook, so it is not run "
+                    "again — check whether it happened"
+                )
+                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause)
+        elif entry.status == "waiting":
+            wait = float(entry.data.get("next_at", 0.0)) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+    while True:
+        if attempts >= policy.attempts:
+            cause = f"{eff.name} ({ikey}) gave up after {attempts} attempt(s)"
+            put("failed", {"cause": cause}, None, "effect_failed")
+            return out("failed", attempts=attempts, cause=cause)
+        ex.at("before_effect_intent")
+        attempts += 1
+        put("intent", {"first_at": first_at}, attempts, "effect_started")
+        ex.at("after_effect_intent")
+        try:
+            result, _secs = await call_user(eff.bind(call.args, ikey), timeout=eff.timeout_s)
+        except Exception as exc:
+            kind = policy.classify(exc)
+            info = error_info(f"effect {eff.name}", exc)
+            if eff.reconcile_fn is not None:
+                # It may have acted before failing: ask the outside world before anything else.
+                verdict, value = await reconcile()
+                if verdict == "done":
+                    put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
+                    return out("done", result=value, reconciled=True, attempts=attempts)
+                if verdict == "error":
+                    cause = f"{eff.name} ({ikey}) raised and is in doubt: {value}"
+                    put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                    return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            elif kind == "transient" and not eff.idempotent:
+                cause = (
+                    f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "
+                    "is not idempotent and has no reconcile hook, so it is not retried"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            _, delay = policy.decide(exc, attempts, elapsed_s=time.time() - first_at)
+            if delay is None:
+                why = {
+                    "permanent": "a permanent error",
+                    "needs_human": "an error a person must resolve",
+                    "transient": f"a transient error, {attempts} attempt(s) spent",
+                }[kind]
+                cause = f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc}"
+                put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
+                return out("failed", attempts=attempts, cause=cause, error=info)
+            put(
+                "waiting",
+                {"first_at": first_at, "next_at": time.time() + delay, "error": info},
+                None,
+                "effect_retry",
+            )
+            ex.at("backoff:effect")
+            await asyncio.sleep(delay)
+            continue
+        ex.at("before_effect_result")
+        value = _jsonable(result)
+        put("done", {"result": value, "first_at": first_at}, None, "effect_done")
+        ex.at("after_effect_result")
+        return out("done", result=value, attempts=attempts)

@@ -1,0 +1,87 @@
+"""Questions for a person: when the task is ambiguous, ask instead of guessing.
+
+A question parks the run like an approval request; the answer is validated against the
+question's small schema, recorded with who gave it, and put in the next cycle's context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._errors import ConfigError
+
+__all__ = ["Question"]
+
+AnswerType = Literal["text", "number", "integer", "boolean"]
+_TYPES = ("text", "number", "integer", "boolean")
+_TRUE = {"true", "yes", "y", "1"}
+_FALSE = {"false", "no", "n", "0"}
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question to a person.
+
+    Attributes:
+        text: the question.
+        choices: when given, the answer must be one of these.
+        type: ``text`` (default), ``number``, ``integer`` or ``boolean``; a CLI answer (always a
+            string) is converted.
+    """
+
+    text: str
+    choices: tuple[str, ...] = ()
+    type: AnswerType = "text"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ConfigError("a question needs its text", field="question.text")
+        if self.type not in _TYPES:
+            raise ConfigError(f"must be one of {list(_TYPES)}", field="question.type")
+        choices = (self.choices,) if isinstance(self.choices, str) else self.choices
+        object.__setattr__(self, "choices", tuple(str(c) for c in choices))
+
+    def validate(self, answer: Any) -> Any:
+        """The answer converted to the question's type; ``ConfigError`` saying what is wanted
+        when it does not fit."""
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            raise ConfigError("the answer is empty", field="answer")
+        if self.choices:
+            text = str(answer).strip()
+            if text not in self.choices:
+                raise ConfigError(
+                    f"must be one of {list(self.choices)}, got {text!r}", field="answer"
+                )
+            return text
+        if self.type == "text":
+            return str(answer).strip()
+        if self.type == "boolean":
+            if isinstance(answer, bool):
+                return answer
+            low = str(answer).strip().lower()
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
+            raise ConfigError(f"must be yes or no, got {answer!r}", field="answer")
+        try:
+            if isinstance(answer, bool):
+                raise ValueError
+            num = float(answer)
+        except (TypeError, ValueError):
+            raise ConfigError(f"must be a {self.type}, got {answer!r}", field="answer") from None
+        if not math.isfinite(num):
+            raise ConfigError(f"must be a finite {self.type}", field="answer")
+        if self.type == "integer":
+            if num != int(num):
+                raise ConfigError(f"must be a whole number, got {answer!r}", field="answer")
+            return int(num)
+        return num
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "choices": list(self.choices), "type": self.type}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Question:
+        return cls(str(d["text"]), tuple(d.get("choices") or ()), d.get("type", "text"))

@@ -1,0 +1,148 @@
+"""Reversal: offering and running the compensations of completed effects.
+
+Cancelling a run, or rolling it back to an earlier checkpoint, offers the compensation of each
+completed effect after that point. Each offer goes through the approval policy like any other
+effect of its kind (a refund of a large payment needs the same approval the payment did);
+``allow`` runs it when the run next resumes, ``require`` waits for a person, ``deny`` records
+that it was not offered. Compensations are journaled effects themselves, so they too run at
+most once. An effect without a compensation is listed as irreversible, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+import uuid
+from typing import Any
+
+from ._effects import Effect, EffectCall
+from ._exec import Execution, perform_effect
+from ._loop import Loop
+from .store import NewApproval, NewEvent, Store
+
+__all__ = ["offer_compensations", "run_compensations"]
+
+
+def offer_compensations(
+    store: Store, run_id: str, *, after_cycle: int, loop: Loop | None, cycle: int, why: str
+) -> tuple[dict[str, Any] | None, list[NewApproval]]:
+    """The ``pending`` entry describing the offers (``None`` when there is nothing to offer
+    or report) and the approval requests to persist with it."""
+    journal = store.journal(run_id, kind="effect")
+    undone = {
+        (e.data.get("args") or {}).get("compensates")
+        for e in journal
+        if str(e.data.get("name", "")).endswith(".compensate") and e.status == "done"
+    }
+    done = [
+        e
+        for e in journal
+        if e.status == "done"
+        and e.cycle > after_cycle
+        and not str(e.data.get("name", "")).endswith(".compensate")
+        and e.key.removeprefix("effect:") not in undone
+    ]
+    if not done:
+        return None, []
+    offers: list[dict[str, Any]] = []
+    requests: list[NewApproval] = []
+    irreversible: list[str] = []
+    for e in done:
+        name = str(e.data.get("name"))
+        ikey = e.key.removeprefix("effect:")
+        eff = loop.effect(name) if loop is not None else None
+        if eff is None or eff.compensate_fn is None:
+            irreversible.append(f"{name} ({ikey})")
+            continue
+        args = dict(e.data.get("args") or {})
+        d = loop.approvals.decide(eff.kind, f"{eff.name}.compensate", args) if loop else None
+        action = d.action if d else "require"
+        offer: dict[str, Any] = {
+            "key": ikey,
+            "effect": name,
+            "kind": eff.kind,
+            "args": args,
+            "result": e.data.get("result"),
+            "cycle": e.cycle,
+            "action": action,
+            "rule": d.rule if d else None,
+            "why": d.why if d else "",
+            "approval_id": None,
+        }
+        if action == "require":
+            aid = uuid.uuid4().hex[:12]
+            offer["approval_id"] = aid
+            requests.append(
+                NewApproval(
+                    approval_id=aid,
+                    cycle=cycle,
+                    kind="compensation",
+                    rule=offer["rule"],
+                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {ikey})",
+                    why=f"{why}; {offer['why']}" if offer["why"] else why,
+                    evidence={"effect": name, "args": args, "result": e.data.get("result")},
+                    diff=None,
+                    action_hash=hashlib.sha256(f"compensate:{ikey}".encode()).hexdigest()[:32],
+                    expires_at=None,
+                )
+            )
+        offers.append(offer)
+    pending = {
+        "stage": "compensations",
+        "why": why,
+        "offers": offers,
+        "irreversible": irreversible,
+        "offered_at": time.time(),
+    }
+    return pending, requests
+
+
+def _undo(fn: Any, key: str, result: Any, args: Any, **_: Any) -> Any:
+    return fn(key, result, dict(args or {}))
+
+
+async def run_compensations(
+    store: Store, ex: Execution, pend: dict[str, Any]
+) -> list[dict[str, Any]] | None:
+    """Run the allowed and approved compensations; ``None`` while a decision is still
+    pending. Returns one note per offer (and per irreversible effect)."""
+    decided = {a.approval_id: a for a in store.approvals(run_id=ex.run_id)}
+    offers = list(pend.get("offers") or ())
+    for o in offers:
+        req = decided.get(str(o.get("approval_id")))
+        if o["action"] == "require" and req is not None and req.status == "pending":
+            return None
+    cycle = ex.state.cycle
+    notes: list[dict[str, Any]] = []
+    for o in offers:
+        base = {"kind": "compensation", "effect": o["effect"], "key": o["key"]}
+        req = decided.get(str(o.get("approval_id")))
+        if o["action"] == "deny":
+            notes.append({**base, "status": "not_run", "why": f"denied by policy: {o['why']}"})
+            continue
+        if o["action"] == "require" and (req is None or req.status != "approved"):
+            status = req.status if req is not None else "missing"
+            notes.append({**base, "status": "not_run", "why": f"request {status}"})
+            continue
+        eff = ex.loop.effect(o["effect"])
+        if eff is None or eff.compensate_fn is None:
+            notes.append({**base, "status": "not_run", "why": "the loop has no compensation"})
+            continue
+        key = str(o["key"])
+        comp = Effect(
+            functools.partial(_undo, eff.compensate_fn, key, o.get("result"), o.get("args")),
+            kind=eff.kind,
+            name=f"{eff.name}.compensate",
+            retry=eff.retry,
+            timeout_s=eff.timeout_s,
+        )
+        call = EffectCall(comp.name, {"compensates": key}, key=key)
+        outcome = await perform_effect(store, ex, cycle, comp, call)
+        notes.append(
+            {**base, "status": outcome.status, "result": outcome.result, "cause": outcome.cause}
+        )
+    for item in pend.get("irreversible") or ():
+        notes.append({"kind": "compensation", "effect": item, "status": "irreversible"})
+    ex.events.append(NewEvent(cycle, "compensations", {"results": notes}))
+    return notes
