@@ -466,6 +466,9 @@ class Runtime:
         cur.best_cycle = old.best_cycle
         cur.best_parts = old.best_parts
         cur.passed_checks = old.passed_checks
+        # Approvals granted after the checkpoint go with it: redoing an undone action needs a
+        # person again.
+        cur.approved = old.approved
         cur.stall = 0
         cur.notes.append(
             {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}

@@ -207,6 +207,15 @@ async def perform_effect(
     run again, anything else ends in ``in_doubt`` for a person.
     """
     ikey = eff.key_for(ex.run_id, cycle, call)
+    found = store.journal(ex.run_id, key=f"effect:{ikey}")
+    # A compensated (undone) execution does not satisfy a new request for the same key: the
+    # request runs again as the key's next generation ("key~2"), itself at most once.
+    generation = 1
+    while found and found[0].status == "compensated":
+        generation += 1
+        found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
+    if generation > 1:
+        ikey = f"{ikey}~{generation}"
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
     base = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
@@ -243,7 +252,6 @@ async def perform_effect(
             return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}"
         return ("done", _jsonable(found)) if found is not None else ("not_done", None)
 
-    found = store.journal(ex.run_id, key=jkey)
     entry = found[0] if found else None
     attempts = entry.attempts if entry else 0
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()

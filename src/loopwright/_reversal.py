@@ -30,6 +30,8 @@ def offer_compensations(
     """The ``pending`` entry describing the offers (``None`` when there is nothing to offer
     or report) and the approval requests to persist with it."""
     journal = store.journal(run_id, kind="effect")
+    # A compensation that ran but whose original was not yet marked (a crash in between)
+    # still counts: never offer to undo twice.
     undone = {
         (e.data.get("args") or {}).get("compensates")
         for e in journal
@@ -98,8 +100,10 @@ def offer_compensations(
     return pending, requests
 
 
-def _undo(fn: Any, key: str, result: Any, args: Any, **_: Any) -> Any:
-    return fn(key, result, dict(args or {}))
+def _undo(fn: Any, ikey: str, result: Any, args: Any, /, **_: Any) -> Any:
+    # ``**_`` takes the journal's ``key=`` and ``compensates=``; the compensation gets the
+    # original effect's key, result and arguments.
+    return fn(ikey, result, dict(args or {}))
 
 
 async def run_compensations(
@@ -139,6 +143,19 @@ async def run_compensations(
         )
         call = EffectCall(comp.name, {"compensates": key}, key=key)
         outcome = await perform_effect(store, ex, cycle, comp, call)
+        if outcome.status == "done":
+            # The original is undone: a later request with its key runs again (next generation).
+            orig = store.journal(ex.run_id, key=f"effect:{key}")
+            if orig:
+                store.journal_put(
+                    ex.run_id,
+                    ex.token,
+                    key=orig[0].key,
+                    kind="effect",
+                    cycle=orig[0].cycle,
+                    status="compensated",
+                    data={**orig[0].data, "compensation": outcome.result},
+                )
         notes.append(
             {**base, "status": outcome.status, "result": outcome.result, "cause": outcome.cause}
         )
