@@ -15,17 +15,33 @@ artifact, ``evidence`` (one part per corrected field, a list of document ids).
 * ``audit`` (held out) — an independent recomputation of what is payable (cumulative billing
   against receipts, the invoice's own arithmetic) and of whether each cited document actually
   supports the corrected value. The actor never sees it.
+* ``post_payment`` — a ``spend`` effect: once a cycle is accepted, the corrected invoice is
+  paid by appending it to a payment ledger (a JSONL file standing in for the bank file / ERP
+  posting). Its key is the vendor and invoice number, so an invoice is paid at most once
+  however often the run crashes or retries; ``reconcile`` reads the ledger, the compensation
+  appends a reversal. The spec's approval policy asks a person for payments above 9,000.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import loopwright as lw
 
-__all__ = ["AUDIT_MARKER", "audit", "evidence_attached", "fields_agree", "propose"]
+__all__ = [
+    "AUDIT_MARKER",
+    "audit",
+    "evidence_attached",
+    "fields_agree",
+    "ledger_path",
+    "post_payment",
+    "propose",
+]
 
 HEADER = ("vendor_id", "vendor_name", "po_number", "currency", "tax_rate")
 LINE_FIELDS = ("sku", "quantity", "unit_price")
@@ -41,6 +57,92 @@ USD_PER_OUTPUT_TOKEN = 75e-6
 
 # Every held-out finding carries this marker; tests check it never reaches an actor.
 AUDIT_MARKER = "held-out audit"
+
+
+# --- paying: an effect, journaled by the engine --------------------------------------------
+def ledger_path() -> Path:
+    """The payment ledger: ``$INVOICE_LEDGER``, else ``.loopwright/payments.jsonl``."""
+    return Path(os.environ.get("INVOICE_LEDGER") or ".loopwright/payments.jsonl")
+
+
+def _ledger() -> list[dict[str, Any]]:
+    path = ledger_path()
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _append(entry: Mapping[str, Any]) -> None:
+    path = ledger_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@lw.effect(
+    "spend",
+    key=lambda a: f"{a['vendor']}/{a['invoice']}",
+    describe=lambda a: (
+        f"pay {a['amount']:,.2f} {a['currency']} to {a['vendor']} for invoice {a['invoice']}"
+    ),
+)
+def post_payment(
+    invoice: str, vendor: str, amount: float, currency: str, *, key: str
+) -> dict[str, Any]:
+    """Pay a corrected invoice (append it to the ledger). Not idempotent: paying twice pays
+    twice, which is why the engine journals it and reconciles before any retry."""
+    entry = {
+        "key": key,
+        "type": "payment",
+        "invoice": invoice,
+        "vendor": vendor,
+        "amount": amount,
+        "currency": currency,
+    }
+    _append(entry)
+    return {"ledger_key": key, "amount": amount, "currency": currency}
+
+
+@post_payment.reconciler
+def _paid(key: str) -> dict[str, Any] | None:
+    """Did payment ``key`` reach the ledger? (The engine asks before retrying or after a crash.)"""
+    for e in _ledger():
+        if e.get("key") == key and e.get("type") == "payment":
+            return {"ledger_key": key, "amount": e["amount"], "currency": e["currency"]}
+    return None
+
+
+@post_payment.compensation
+def _reverse(key: str, result: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Undo a payment: a reversal entry (offered when a run is cancelled or rolled back)."""
+    _append(
+        {
+            "key": key,
+            "type": "reversal",
+            "amount": -float(args["amount"]),
+            "currency": args["currency"],
+            "invoice": args["invoice"],
+            "vendor": args["vendor"],
+        }
+    )
+    return {"reversed": key}
+
+
+def _payment(inv: Mapping[str, Any]) -> lw.EffectCall | None:
+    try:
+        amount = round(float(inv.get("payment_amount") or 0), 2)
+    except (TypeError, ValueError):
+        return None
+    if amount <= 0:
+        return None
+    return post_payment.call(
+        invoice=str(inv.get("invoice_number")),
+        vendor=str(inv.get("vendor_id")),
+        amount=amount,
+        currency=str(inv.get("currency")),
+    )
 
 
 # --- reading the task ---------------------------------------------------------------------
@@ -764,4 +866,11 @@ def propose(ctx: lw.Context) -> lw.Proposal:
     changes = [lw.Edit("invoice", k, v) for k, v in edits.items()]
     changes += [lw.Edit("evidence", k, sorted(set(v), key=v.index)) for k, v in cites.items()]
     note = "; ".join(why) if why else "no discrepancy found against PO, receipts and tax table"
-    return lw.Proposal(edits=tuple(changes), note=note, usage=_usage(ctx, len(changes)))
+    # Ask to pay the invoice as corrected; the engine pays only if this cycle is accepted.
+    pay = _payment({**inv, **edits})
+    return lw.Proposal(
+        edits=tuple(changes),
+        note=note,
+        usage=_usage(ctx, len(changes)),
+        effects=(pay,) if pay is not None else (),
+    )

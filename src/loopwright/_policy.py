@@ -11,6 +11,7 @@ the actor is told why.
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -94,6 +95,7 @@ class PolicyRule:
             if (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
+                and not math.isnan(value)
                 and not value > self.above
             ):
                 return False
@@ -183,6 +185,13 @@ class ApprovalPolicy:
                 built.append(PolicyRule(**dict(r)))
             except TypeError as exc:
                 raise ConfigError(str(exc), field=where) from None
+            except ConfigError as exc:
+                # Name the table by its index: several rules may share a kind.
+                text, name = str(exc), exc.field or ""
+                if name and text.startswith(f"{name}: "):
+                    text = text[len(name) + 2 :]
+                leaf = name.rsplit(".", 1)[-1] if "." in name else ""
+                raise ConfigError(text, field=f"{where}.{leaf}" if leaf else where) from None
         return cls(tuple(built))
 
     def to_list(self) -> list[dict[str, Any]]:

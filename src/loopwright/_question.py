@@ -65,11 +65,20 @@ class Question:
             if low in _TRUE | _FALSE:
                 return low in _TRUE
             raise ConfigError(f"must be yes or no, got {answer!r}", field="answer")
+        if self.type == "integer":
+            # Whole numbers are parsed as ints, never through float (exact beyond 2**53).
+            if isinstance(answer, int) and not isinstance(answer, bool):
+                return answer
+            if isinstance(answer, str):
+                try:
+                    return int(answer.strip())
+                except ValueError:
+                    pass
         try:
             if isinstance(answer, bool):
                 raise ValueError
             num = float(answer)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"must be a {self.type}, got {answer!r}", field="answer") from None
         if not math.isfinite(num):
             raise ConfigError(f"must be a finite {self.type}", field="answer")

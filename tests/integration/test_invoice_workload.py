@@ -55,6 +55,9 @@ EXPECTED: dict[str, tuple[str, str | None, bool | None, int | None]] = {
     "po_receipt_conflict": ("awaiting_approval", None, None, None),  # conflicting evidence
     "duplicate_invoice": ("escalated", "escalated", None, None),
 }
+# Tasks whose corrected payment is above the spec's 9,000 approval threshold park on the
+# ``large_payment`` rule of the approval policy instead of paying.
+LARGE_PAYMENT = {"INV-0008", "INV-0010"}
 
 
 def _tasks() -> list[dict[str, Any]]:
@@ -91,6 +94,19 @@ def _by_case(results: dict[str, lw.RunResult], case: str) -> lw.RunResult:
 @pytest.fixture
 def loop() -> lw.Loop:
     return lw.load_spec(SPEC)
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "payments.jsonl"
+    monkeypatch.setenv("INVOICE_LEDGER", str(path))
+    return path
+
+
+def _payments(ledger: Path) -> list[dict[str, Any]]:
+    if not ledger.is_file():
+        return []
+    return [json.loads(line) for line in ledger.read_text().splitlines() if line]
 
 
 @pytest.fixture
@@ -149,6 +165,9 @@ def test_every_task_ends_as_its_case_type_says(rt: lw.Runtime, loop: lw.Loop) ->
     cases = _case_of()
     for tid, r in results.items():
         status, reason, held, cycles = EXPECTED[cases[tid]]
+        if tid in LARGE_PAYMENT:
+            status, reason, cycles = "awaiting_approval", None, None
+            assert rt.pending_approval(r.run_id).rule == "large_payment", tid
         got = (r.status, r.stop_reason)
         assert got == (status, reason), f"{tid} ({cases[tid]}): {got}"
         if status == "accepted":
@@ -174,7 +193,7 @@ def test_spend_is_a_few_cents_per_call_and_edits_are_local(rt: lw.Runtime, loop:
             prop = rec.get("proposal")
             if not prop:
                 continue
-            assert prop["kind"] in ("edit", "noop"), f"{tid}: a {prop['kind']} proposal"
+            assert prop["kind"] in ("edit", "effects", "noop"), f"{tid}: a {prop['kind']} proposal"
             assert prop["replace"] is None
             assert 0.01 <= prop["usage"]["cost_usd"] <= 0.15, f"{tid}: {prop['usage']}"
             # the actor edits only invoice fields and their evidence, never whole artifacts
@@ -225,7 +244,8 @@ def test_payment_change_parks_then_approval_finishes_it(rt: lw.Runtime, loop: lw
     assert done.held_out_passed is True
     after = done.state.artifacts["invoice"].parts["payment_amount"].value
     assert after < before  # the short payment a person approved
-    assert done.state.notes[-1]["by"] == "ana"
+    approvals = [n for n in done.state.notes if n["kind"] == "approval"]
+    assert approvals[-1]["by"] == "ana"
 
 
 def test_conflicting_evidence_parks_then_approval_finishes_it(
@@ -242,7 +262,10 @@ def test_conflicting_evidence_parks_then_approval_finishes_it(
 def test_denied_payment_change_escalates(rt: lw.Runtime, loop: lw.Loop) -> None:
     results = _run_all(rt, loop)
     r = _by_case(results, "short_delivery")
-    assert rt.pending_approval(r.run_id).rule == "payment_change"
+    # one request covers everything in the cycle that needs a person: the payment change (a
+    # risk rule) and the 22,618.80 payment itself (the approval policy)
+    req = rt.pending_approval(r.run_id)
+    assert {n["rule"] for n in req.evidence["needs"]} == {"payment_change", "large_payment"}
     rt.deny(r.run_id, by="ana", note="ask the vendor for a credit note instead")
     done = rt.resume_sync(r.run_id, loop)
     assert (done.status, done.stop_reason) == ("escalated", "escalated")
@@ -298,3 +321,70 @@ def test_no_held_out_audit_text_reaches_the_actor(rt: lw.Runtime, loop: lw.Loop)
         assert marker not in text
         for t in audit_texts:
             assert t not in text
+
+
+# --- paying: the spend effect ---------------------------------------------------------------
+def test_each_accepted_invoice_is_paid_once_at_its_corrected_amount(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    results = _run_all(rt, loop)
+    paid = _payments(ledger)
+    accepted = [r for r in results.values() if r.accepted]
+    assert len(paid) == len(accepted)
+    by_key = Counter(p["key"] for p in paid)
+    assert all(n == 1 for n in by_key.values()), by_key
+    for r in accepted:
+        inv = r.state.values()["invoice"]
+        key = f"post_payment:{inv['vendor_id']}/{inv['invoice_number']}"
+        entry = next(p for p in paid if p["key"] == key)
+        assert entry["amount"] == round(float(inv["payment_amount"]), 2)
+        assert entry["currency"] == inv["currency"]
+        # the payment's result reached the run's notes (the next context) and its journal
+        note = [n for n in r.state.notes if n["kind"] == "effect"]
+        assert note and note[-1]["status"] == "done"
+        journal = rt.store.journal(r.run_id, kind="effect")
+        assert [e.status for e in journal] == ["done"]
+    # nothing was paid for a run that did not succeed
+    unpaid = {r.task_key for r in results.values() if not r.accepted}
+    assert unpaid and not any(p["invoice"] in k for p in paid for k in unpaid)
+
+
+def test_running_the_batch_again_pays_nothing_twice(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    _run_all(rt, loop)
+    first = _payments(ledger)
+    _run_all(rt, loop)  # same task keys: the same runs, already ended
+    assert _payments(ledger) == first
+
+
+def test_large_payment_parks_until_a_person_approves_then_pays_once(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    results = _run_all(rt, loop)
+    r = results["INV-0010"]
+    assert r.status == "awaiting_approval"
+    req = rt.pending_approval(r.run_id)
+    assert (req.kind, req.rule) == ("effect", "large_payment")
+    assert "pay 9,932.41 EUR" in req.what
+    assert req.evidence["effects"][0]["args"]["amount"] == 9932.41
+    assert not [p for p in _payments(ledger) if p["invoice"] == "VDL-24-9163"]
+    rt.approve(r.run_id, by="cfo", note="vendor bank details verified")
+    done = rt.resume_sync(r.run_id, loop)
+    assert (done.status, done.stop_reason) == ("accepted", "success")
+    paid = [p for p in _payments(ledger) if p["invoice"] == "VDL-24-9163"]
+    assert len(paid) == 1 and paid[0]["amount"] == 9932.41
+    assert rt.resume_sync(r.run_id, loop).status == "accepted"
+    assert len([p for p in _payments(ledger) if p["invoice"] == "VDL-24-9163"]) == 1
+
+
+def test_denied_payment_escalates_and_pays_nothing(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    results = _run_all(rt, loop)
+    r = results["INV-0008"]
+    rt.deny(r.run_id, by="cfo", note="hold: vendor dispute")
+    done = rt.resume_sync(r.run_id, loop)
+    assert (done.status, done.stop_reason) == ("escalated", "escalated")
+    assert "denied by cfo" in (done.packet or {})["cause"]
+    assert not [p for p in _payments(ledger) if p["invoice"] == "VDL-24-6096"]

@@ -51,6 +51,19 @@ def _loop_for(rec: RunRecord) -> Loop:
     return load_spec(rec.spec_ref)
 
 
+def _loop_or_none(rec: RunRecord) -> Loop | None:
+    """The run's loop when its spec can be loaded (to offer compensations), else None."""
+    if not rec.spec_ref:
+        return None
+    try:
+        return _loop_for(rec)
+    except ConfigError as exc:
+        from ._render import console
+
+        console(stderr=True).print(f"[yellow]compensations not offered: {exc}[/]")
+        return None
+
+
 # --- run -------------------------------------------------------------------------------------
 @app.command()
 def run(
@@ -168,6 +181,7 @@ def show(
         rec = st.get_run(run_id)
         cps = st.checkpoints(rec.run_id)
         approvals = st.approvals(run_id=rec.run_id)
+        journal = st.journal(rec.run_id)
         events = st.events(rec.run_id) if as_json else []
     if as_json:
         _print_json(
@@ -176,13 +190,14 @@ def show(
                 "state": cps[-1].state,
                 "cycles": [c.record for c in cps if c.record],
                 "approvals": [a.to_dict() for a in approvals],
+                "journal": [e.to_dict() for e in journal],
                 "events": [e.to_dict() for e in events],
             }
         )
         return
     from ._render import console, run_detail
 
-    console().print(run_detail(rec, cps, approvals))
+    console().print(run_detail(rec, cps, approvals, journal))
 
 
 @app.command()
@@ -315,15 +330,59 @@ def cancel(
     by: Annotated[str | None, typer.Option("--by")] = None,
     store: StoreOpt = None,
 ) -> None:
-    """Cancel a run (a run executing elsewhere stops at its next cycle boundary)."""
+    """Cancel a run (a run executing elsewhere stops at its next cycle boundary). The
+    compensations of its completed effects are offered through the approval policy."""
     from ._render import console
 
     with Runtime(store) as rt:
-        rec = rt.cancel(run_id, by=by)
+        rec = rt.store.get_run(run_id)
+        rec = rt.cancel(rec.run_id, by=by, loop=_loop_or_none(rec))
+        offers = rt.store.approvals(run_id=rec.run_id, status="pending")
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
         + ("" if rec.status == "cancelled" else " (cancellation requested)")
     )
+    _print_offers(rec.run_id, offers)
+
+
+def _print_offers(run_id: str, offers: list[Any]) -> None:
+    from rich.markup import escape
+
+    from ._render import console
+
+    comp = [a for a in offers if a.kind == "compensation"]
+    for a in comp:
+        console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
+    if comp:
+        console().print(
+            f"decide each with: loopwright approve {run_id[:12]} --request ID --by NAME "
+            f"(or deny), then: loopwright resume {run_id[:12]}"
+        )
+
+
+@app.command()
+def rollback(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    to_cycle: Annotated[
+        int, typer.Option("--to-cycle", help="Restore the artifacts of this cycle's checkpoint.")
+    ],
+    by: ByOpt,
+    store: StoreOpt = None,
+) -> None:
+    """Restore an earlier checkpoint's artifacts and reopen the run; the compensations of the
+    effects completed after it are offered through the approval policy."""
+    from ._render import console
+
+    if to_cycle < 0:
+        raise ConfigError("must be 0 or more", field="--to-cycle")
+    with Runtime(store) as rt:
+        rec = rt.store.get_run(run_id)
+        rec = rt.rollback(rec.run_id, to_cycle, by=by, loop=_loop_or_none(rec))
+        offers = rt.store.approvals(run_id=rec.run_id, status="pending")
+    console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
+    _print_offers(rec.run_id, offers)
+    if rec.status != "awaiting_approval":
+        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
 
 
 @app.command()
@@ -379,7 +438,11 @@ def resume(
 
 def _resumable(store: Store, rec: RunRecord) -> bool:
     if rec.status in TERMINAL_STATUSES:
-        return False
+        # An ended run is resumable only to run its decided compensations.
+        pending = store.latest_checkpoint(rec.run_id).state.get("pending") or {}
+        if pending.get("stage") != "compensations":
+            return False
+        return not store.approvals(run_id=rec.run_id, status="pending")
     if rec.status == "awaiting_approval":
         return not store.approvals(run_id=rec.run_id, status="pending")
     return True

@@ -13,7 +13,7 @@ from rich.table import Table
 from .._contract import Contract
 from .._packet import explain
 from .._state import TaskState
-from ..store import Approval, Checkpoint, RunRecord
+from ..store import Approval, Checkpoint, JournalEntry, RunRecord
 
 __all__ = ["run_detail", "runs_table", "summary_table"]
 
@@ -183,7 +183,37 @@ def _artifacts(state: TaskState) -> Table:
     return t
 
 
-def run_detail(rec: RunRecord, checkpoints: list[Checkpoint], approvals: list[Approval]) -> Group:
+def _effects(journal: list[JournalEntry]) -> Table | None:
+    rows = [e for e in journal if e.kind == "effect"]
+    if not rows:
+        return None
+    t = Table(title="Effects (journal)", title_justify="left")
+    for col in ("cycle", "effect", "key", "status", "attempts", "result / cause"):
+        t.add_column(col, overflow="fold")
+    for e in rows:
+        d = e.data
+        shown = d.get("cause") or d.get("result")
+        text = "" if shown is None else (shown if isinstance(shown, str) else repr(shown))
+        if len(text) > 90:
+            text = text[:87] + "..."
+        style = {"done": "green", "compensated": "yellow"}.get(e.status, "red")
+        t.add_row(
+            str(e.cycle),
+            escape(str(d.get("name", ""))),
+            escape(e.key.removeprefix("effect:")),
+            f"[{style}]{e.status}[/]",
+            str(e.attempts),
+            escape(text),
+        )
+    return t
+
+
+def run_detail(
+    rec: RunRecord,
+    checkpoints: list[Checkpoint],
+    approvals: list[Approval],
+    journal: list[JournalEntry] | None = None,
+) -> Group:
     state = TaskState.from_dict(checkpoints[-1].state)
     contract = Contract.from_dict(rec.contract)
     head = Table.grid(padding=(0, 2))
@@ -215,10 +245,14 @@ def run_detail(rec: RunRecord, checkpoints: list[Checkpoint], approvals: list[Ap
         items.append(plan)
     items.append(_timeline(checkpoints))
     items.append(_artifacts(state))
+    effects = _effects(journal or [])
+    if effects is not None:
+        items.append(effects)
     for a in approvals:
         body = (
             f"[bold]{escape(a.what)}[/]\nwhy: {escape(a.why)}\nstatus: {a.status}"
             + (f" by {escape(a.decided_by)}" if a.decided_by else "")
+            + (f": {escape(repr(a.answer))}" if a.answer is not None else "")
             + (f" — {escape(a.note)}" if a.note else "")
             + (f"\n{escape(a.diff)}" if a.diff else "")
         )
