@@ -389,7 +389,7 @@ class Runtime:
         return self.store.get_run(rec.run_id)
 
     def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None:
-        parked = (ex.state.pending or {}).get("approval_id")
+        stale = _open_requests(ex.state.pending)
         ex.state.pending = None
         loop = None if ex.loop is _NO_LOOP else ex.loop
         pend, reqs = offer_compensations(
@@ -406,15 +406,15 @@ class Runtime:
                 NewEvent(ex.state.cycle, "compensations_not_offered", {"why": "no loop given"})
             )
         self._finish(ex, "cancelled", cause=cause, approvals=reqs)
-        if parked:
-            # Close the request: a cancelled run must not leave a decision waiting.
+        # Close what was waiting: a cancelled run must not leave a decision open (offers of
+        # compensation are made afresh above).
+        self._close_requests(stale, by=by or "loopwright", note="the run was cancelled")
+
+    def _close_requests(self, ids: list[str], *, by: str, note: str) -> None:
+        for aid in ids:
             with contextlib.suppress(ApprovalError):
                 self.store.decide_approval(
-                    str(parked),
-                    status="cancelled",
-                    by=by or "loopwright",
-                    note="the run was cancelled",
-                    now=time.time(),
+                    aid, status="cancelled", by=by, note=note, now=time.time()
                 )
 
     def rollback(
@@ -454,7 +454,7 @@ class Runtime:
         old = TaskState.from_dict(target[-1].state)
         latest = cks[-1]
         cur = TaskState.from_dict(latest.state)
-        parked = (cur.pending or {}).get("approval_id")
+        stale = _open_requests(cur.pending)
         ex = _Exec(
             rec.run_id, loop or _NO_LOOP, Contract.from_dict(rec.contract), token, latest.seq, cur
         )
@@ -509,11 +509,7 @@ class Runtime:
             },
             approvals=reqs,
         )
-        if parked:
-            with contextlib.suppress(ApprovalError):
-                self.store.decide_approval(
-                    str(parked), status="cancelled", by=by, note="rolled back", now=time.time()
-                )
+        self._close_requests(stale, by=by, note="rolled back")
 
     # --- reading ------------------------------------------------------------------------
     def result(self, run_id: str) -> RunResult:
@@ -1429,6 +1425,14 @@ class Runtime:
             self._cancel_now(ex, "cancellation requested")
             return True
         return False
+
+
+def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:
+    """Ids of the requests a pending entry waits on (a parked cycle's, or offers')."""
+    pending = pending or {}
+    ids = [str(pending["approval_id"])] if pending.get("approval_id") else []
+    ids += [str(o["approval_id"]) for o in pending.get("offers") or () if o.get("approval_id")]
+    return ids
 
 
 def _compensating(store: Store, run_id: str) -> bool:

@@ -682,7 +682,7 @@ class SQLiteStore(Store):
         now: float,
         answer: Any = None,
     ) -> Approval:
-        if status not in ("approved", "denied", "expired", "cancelled"):
+        if status not in ("approved", "answered", "denied", "expired", "cancelled"):
             raise ApprovalError(f"unknown decision {status!r}")
         with self._tx() as db:
             row = db.execute(
