@@ -79,6 +79,34 @@ def review(loop: Loop) -> list[dict[str, str]]:
         else "unbounded: set contract.budget.max_cost_usd or max_tokens",
     )
 
+    if loop.effects:
+        notes = []
+        unsafe = []
+        for e in loop.effects:
+            rules = [
+                f"{r.name} → {r.action}"
+                for r in loop.approvals.rules
+                if r.kind in ("*", e.kind) and (r.effect is None or r.effect == e.name)
+            ]
+            default = loop.approvals.decide(e.kind, e.name, {}).action  # used when no rule
+            notes.append(
+                f"{e.name} ({e.kind}): "
+                + (", ".join(rules) if rules else f"no rule, so {default} by default")
+            )
+            if not e.idempotent and e.reconcile_fn is None:
+                unsafe.append(e.name)
+        add(
+            "What can it do outside the run, and who allows it?",
+            not unsafe,
+            "; ".join(notes)
+            + (
+                f"; {unsafe} have neither a reconcile hook nor idempotent=True: after a crash "
+                "mid-call they escalate as in doubt (add @effect.reconciler)"
+                if unsafe
+                else "; every effect is idempotent or reconcilable"
+            ),
+        )
+
     owner = c.escalation.owner
     add(
         "Who owns the unresolved exception?",
