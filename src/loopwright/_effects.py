@@ -129,7 +129,9 @@ class Effect:
     def call(self, *, key: str | None = None, **args: Any) -> EffectCall:
         """A request to run this effect, to put in a ``Proposal``'s ``effects``."""
         try:
-            _canon(args)
+            # Strict: the arguments are journaled and may be replayed after a restart, so they
+            # must survive JSON unchanged (no str() fallback for sets, dates, objects).
+            json.dumps(args, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"arguments must be JSON values: {exc}", field=self.name) from exc
         return EffectCall(self.name, args, key)

@@ -248,6 +248,8 @@ class Runtime:
         except StaleLeaseError:
             ex.lost = True
             raise
+        except ConfigError:
+            raise  # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
         except Exception as exc:
             if ex.lost:
                 raise
@@ -343,6 +345,20 @@ class Runtime:
         if not by or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
         req = self.pending_approval(run_id, approval_id)
+        if req.expires_at is not None and req.expires_at < time.time():
+            with contextlib.suppress(ApprovalError):
+                self.store.decide_approval(
+                    req.approval_id,
+                    status="expired",
+                    by="loopwright",
+                    note="expired",
+                    now=time.time(),
+                )
+            raise ApprovalError(
+                f"request {req.approval_id} expired at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(req.expires_at))}; "
+                "the run escalates when it resumes"
+            )
         question = (req.evidence or {}).get("question")
         if status == "answered":
             if not question:
@@ -401,14 +417,23 @@ class Runtime:
             why="the run was cancelled",
         )
         ex.state.pending = pend
-        if pend is None and loop is None and self.store.journal(ex.run_id, kind="effect"):
-            ex.events.append(
-                NewEvent(ex.state.cycle, "compensations_not_offered", {"why": "no loop given"})
-            )
+        self._note_not_offered(ex, loop)
         self._finish(ex, "cancelled", cause=cause, approvals=reqs)
         # Close what was waiting: a cancelled run must not leave a decision open (offers of
         # compensation are made afresh above).
         self._close_requests(stale, by=by or "loopwright", note="the run was cancelled")
+
+    def _note_not_offered(self, ex: _Exec, loop: Loop | None) -> None:
+        if loop is None and any(
+            e.status == "done" for e in self.store.journal(ex.run_id, kind="effect")
+        ):
+            ex.events.append(
+                NewEvent(
+                    ex.state.cycle,
+                    "compensations_not_offered",
+                    {"why": "no loop was given, so the effects' compensations are unknown"},
+                )
+            )
 
     def _close_requests(self, ids: list[str], *, by: str, note: str) -> None:
         for aid in ids:
@@ -443,9 +468,17 @@ class Runtime:
         self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
     ) -> None:
         cks = self.store.checkpoints(rec.run_id)
-        target = [c for c in cks if c.cycle == to_cycle and not c.state.get("pending")]
+        # The checkpoint that concluded that cycle (or the initial one for cycle 0) — not a
+        # status-only commit or an earlier rollback that carries the same cycle number.
+        concluded = [
+            c
+            for c in cks
+            if (c.seq == cks[0].seq)
+            or (c.record and "proposal" in c.record and not c.state.get("pending"))
+        ]
+        target = [c for c in concluded if c.cycle == to_cycle]
         if not target:
-            done = sorted({c.cycle for c in cks if not c.state.get("pending")})
+            done = sorted({c.cycle for c in concluded})
             raise ConfigError(
                 f"run {rec.run_id} has no completed checkpoint for cycle {to_cycle} "
                 f"(it has cycles {done[0]}..{done[-1]})",
@@ -482,6 +515,7 @@ class Runtime:
             why=f"{by} rolled the run back to cycle {to_cycle}",
         )
         cur.pending = pend
+        self._note_not_offered(ex, loop)
         cur.next_action = (
             f"decide {len(reqs)} compensation request(s), then resume" if reqs else "resume"
         )
@@ -956,34 +990,35 @@ class Runtime:
                         "expires_after_s": d.expires_after_s,
                     }
                 )
-        if digest not in s.approved:
-            hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
-            if hit is not None:
-                rule, why = hit
-                needs.append(
-                    {
-                        "kind": "question" if rule.ask else "risk",
-                        "rule": rule.name,
-                        "why": why,
-                        "what": rule.ask or f"apply the cycle-{n} proposal ({proposal.kind})",
-                        "expires_after_s": rule.expires_after_s,
-                    }
-                )
-            if needs:
-                ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
-                return self._park(
-                    ex,
-                    n,
-                    proposal,
-                    digest,
-                    visible,
-                    held,
-                    needs,
-                    t0,
-                    cycle_usage,
-                    ask=ask,
-                    calls=calls,
-                )
+        # An approval covers the one cycle it was given for (it resumes that cycle directly);
+        # the same action proposed again later is asked about again, never waved through.
+        hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+        if hit is not None:
+            rule, why = hit
+            needs.append(
+                {
+                    "kind": "question" if rule.ask else "risk",
+                    "rule": rule.name,
+                    "why": why,
+                    "what": rule.ask or f"apply the cycle-{n} proposal ({proposal.kind})",
+                    "expires_after_s": rule.expires_after_s,
+                }
+            )
+        if needs:
+            ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
+            return self._park(
+                ex,
+                n,
+                proposal,
+                digest,
+                visible,
+                held,
+                needs,
+                t0,
+                cycle_usage,
+                ask=ask,
+                calls=calls,
+            )
         return await self._apply(
             ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls
         )
@@ -1156,7 +1191,9 @@ class Runtime:
                 what += f" (cycle {n}: {proposal.kind} of "
                 what += f"{', '.join(e.ref for e in proposal.changes())})"
         else:
-            what = ask.text
+            others = [str(x["what"]) for x in needs if x["kind"] != "question"]
+            # Answering also approves what else the cycle needed a person for: say so.
+            what = ask.text + (f" (answering also approves: {'; '.join(others)})" if others else "")
         req = NewApproval(
             approval_id=approval_id,
             cycle=n,

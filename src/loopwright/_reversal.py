@@ -29,6 +29,8 @@ def offer_compensations(
 ) -> tuple[dict[str, Any] | None, list[NewApproval]]:
     """The ``pending`` entry describing the offers (``None`` when there is nothing to offer
     or report) and the approval requests to persist with it."""
+    if loop is None:
+        return None, []  # which effects can be undone is known only to the loop
     journal = store.journal(run_id, kind="effect")
     # A compensation that ran but whose original was not yet marked (a crash in between)
     # still counts: never offer to undo twice.
@@ -53,13 +55,12 @@ def offer_compensations(
     for e in done:
         name = str(e.data.get("name"))
         ikey = e.key.removeprefix("effect:")
-        eff = loop.effect(name) if loop is not None else None
+        eff = loop.effect(name)
         if eff is None or eff.compensate_fn is None:
             irreversible.append(f"{name} ({ikey})")
             continue
         args = dict(e.data.get("args") or {})
-        d = loop.approvals.decide(eff.kind, f"{eff.name}.compensate", args) if loop else None
-        action = d.action if d else "require"
+        d = loop.approvals.decide(eff.kind, f"{eff.name}.compensate", args)
         offer: dict[str, Any] = {
             "key": ikey,
             "effect": name,
@@ -67,12 +68,12 @@ def offer_compensations(
             "args": args,
             "result": e.data.get("result"),
             "cycle": e.cycle,
-            "action": action,
-            "rule": d.rule if d else None,
-            "why": d.why if d else "",
+            "action": d.action,
+            "rule": d.rule,
+            "why": d.why,
             "approval_id": None,
         }
-        if action == "require":
+        if d.action == "require":
             aid = uuid.uuid4().hex[:12]
             offer["approval_id"] = aid
             requests.append(

@@ -1,0 +1,554 @@
+"""Questions for a person, decisions racing, rollback and cancel with compensations, and the
+overwrite-accepted policy, over a real SQLite store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doc_loop import TARGET, TASK, fields
+
+import loopwright as lw
+
+FIX_ALL = lw.Proposal.edit("doc", TARGET)
+PO = lw.Question("Which PO governs?", choices=("PO-1", "PO-2"))
+
+
+class Script:
+    """An actor playing one step per cycle (the last step repeats), recording its contexts."""
+
+    def __init__(self, *steps: lw.Proposal | Callable[[lw.Context], lw.Proposal]) -> None:
+        self.steps = steps
+        self.contexts: list[lw.Context] = []
+
+    def __call__(self, ctx: lw.Context) -> lw.Proposal:
+        self.contexts.append(ctx)
+        step = self.steps[min(len(self.contexts), len(self.steps)) - 1]
+        return step(ctx) if callable(step) else step
+
+
+def make_loop(
+    actor: Callable[..., Any],
+    *,
+    effects: Sequence[lw.Effect] = (),
+    approvals: lw.ApprovalPolicy | None = None,
+    risk: tuple[lw.RiskRule, ...] = (),
+    verifiers: Sequence[Any] = (fields,),
+    max_cycles: int = 5,
+) -> lw.Loop:
+    return lw.Loop(
+        name="qr",
+        actor=actor,
+        verifiers=list(verifiers),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=max_cycles), risk=risk),
+        effects=list(effects),
+        approvals=approvals or lw.ApprovalPolicy(),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.01),
+    )
+
+
+def events(rt: lw.Runtime, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == kind]
+
+
+# --- 5. questions --------------------------------------------------------------------------------
+def ask_po(rt: lw.Runtime) -> tuple[lw.RunResult, lw.Loop, Script]:
+    # the question's proposal also carries an edit: nothing of it may be applied
+    actor = Script(
+        lw.Proposal(edits=(lw.Edit("doc", "a", 99),), question=PO, note="two POs match"),
+        FIX_ALL,
+    )
+    loop = make_loop(actor)
+    r = rt.run_sync(loop, TASK)
+    return r, loop, actor
+
+
+def test_actor_question_parks_the_run(rt: lw.Runtime) -> None:
+    r, loop, actor = ask_po(rt)
+    assert (r.status, r.stop_reason, r.cycles) == ("awaiting_approval", None, 0)
+    req = rt.pending_approval(r.run_id)
+    assert req.kind == "question"
+    assert req.what == "Which PO governs?"
+    assert req.evidence["question"] == {
+        "text": "Which PO governs?",
+        "choices": ["PO-1", "PO-2"],
+        "type": "text",
+    }
+    assert req.why == "two POs match"
+    assert [e["kind"] for e in events(rt, r.run_id, "approval_requested")] == ["question"]
+    assert r.state.values()["doc"]["a"] == 0
+    # resuming without an answer keeps it parked and asks the actor nothing
+    assert rt.resume_sync(r.run_id, loop).status == "awaiting_approval"
+    assert len(actor.contexts) == 1
+
+
+def test_approving_a_question_is_refused(rt: lw.Runtime) -> None:
+    r, _, _ = ask_po(rt)
+    with pytest.raises(lw.ApprovalError, match="answer it"):
+        rt.approve(r.run_id, by="ann")
+    assert rt.pending_approval(r.run_id).status == "pending"
+
+
+def test_bad_answer_is_refused_and_the_question_stays_pending(rt: lw.Runtime) -> None:
+    r, _, _ = ask_po(rt)
+    with pytest.raises(lw.ConfigError, match=r"PO-1") as err:
+        rt.answer(r.run_id, "PO-3", by="ann")
+    assert err.value.field == "answer"
+    with pytest.raises(lw.ConfigError):
+        rt.answer(r.run_id, "  ", by="ann")
+    with pytest.raises(lw.ConfigError) as who:
+        rt.answer(r.run_id, "PO-1", by=" ")
+    assert who.value.field == "by"
+    req = rt.pending_approval(r.run_id)
+    assert (req.status, req.decided_by) == ("pending", None)
+    assert not events(rt, r.run_id, "approval_decided")
+
+
+def test_answering_a_yes_no_approval_is_refused(rt: lw.Runtime) -> None:
+    risky = lw.RiskRule(name="touch-b", touches=("doc/b",))
+    r = rt.run_sync(make_loop(Script(FIX_ALL), risk=(risky,)), TASK)
+    assert r.status == "awaiting_approval"
+    with pytest.raises(lw.ApprovalError, match="not a question"):
+        rt.answer(r.run_id, "yes", by="ann")
+
+
+def assert_answer_reached_the_actor(rt: lw.Runtime, r: lw.RunResult, actor: Script) -> None:
+    ctx = actor.contexts[1]
+    assert ctx.cycle == 2
+    [note] = [n for n in ctx.notes if n.get("kind") == "answer"]
+    assert note["answer"] == "PO-2"
+    assert note["by"] == "ann"
+    assert note["question"] == "Which PO governs?"
+    assert note["decision"] == "answered"
+    # nothing of the question's cycle was applied: cycle 2 started from the original doc
+    assert ctx.artifacts["doc"] == {"a": 0, "b": 0, "c": 0}
+    cks = rt.store.checkpoints(r.run_id)
+    asked = [c.record for c in cks if c.record and c.record.get("decision") == "asked"]
+    assert len(asked) == 1
+    assert asked[0]["cycle"] == 1
+
+
+def test_answered_question_reaches_the_next_context(rt: lw.Runtime) -> None:
+    r, loop, actor = ask_po(rt)
+    decided = rt.answer(r.run_id, " PO-2 ", by="ann")
+    assert (decided.status, decided.answer, decided.decided_by) == ("answered", "PO-2", "ann")
+    [ev] = events(rt, r.run_id, "approval_decided")
+    assert (ev["status"], ev["answer"]) == ("answered", "PO-2")
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.accepted
+    assert out.cycles == 2
+    assert_answer_reached_the_actor(rt, out, actor)
+    part = out.state.part("doc/a")
+    assert part is not None
+    assert [v.value for v in part.versions] == [0, 1]  # 99 was never written
+
+
+def test_answering_twice_is_refused(rt: lw.Runtime) -> None:
+    r, _, _ = ask_po(rt)
+    rt.answer(r.run_id, "PO-1", by="ann")
+    with pytest.raises(lw.ApprovalError, match="already answered by ann"):
+        rt.answer(r.run_id, "PO-2", by="bob")
+    with pytest.raises(lw.ApprovalError, match="already answered"):
+        rt.approve(r.run_id, by="bob")
+    [req] = rt.store.approvals(run_id=r.run_id)
+    assert (req.answer, req.decided_by) == ("PO-1", "ann")
+
+
+def test_declining_a_question_escalates(rt: lw.Runtime) -> None:
+    r, loop, actor = ask_po(rt)
+    rt.deny(r.run_id, by="ann", note="ask the buyer")
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.status == "escalated"
+    assert out.packet is not None
+    assert "question denied by ann" in out.packet["cause"]
+    assert len(actor.contexts) == 1
+
+
+PO_RULE = lw.RiskRule(name="po-choice", touches=("doc/b",), ask="Which PO governs line b?")
+
+
+def test_risk_rule_with_ask_parks_with_a_question(rt: lw.Runtime) -> None:
+    r = rt.run_sync(make_loop(Script(FIX_ALL), risk=(PO_RULE,)), TASK)
+    assert r.status == "awaiting_approval"
+    req = rt.pending_approval(r.run_id)
+    assert (req.kind, req.rule, req.what) == ("question", "po-choice", "Which PO governs line b?")
+    assert req.evidence["question"]["text"] == "Which PO governs line b?"
+    assert req.diff is not None
+    assert "doc/b" in req.diff
+    with pytest.raises(lw.ApprovalError, match="answer it"):
+        rt.approve(r.run_id, by="ann")
+
+
+def test_risk_rule_answer_applies_the_proposal(rt: lw.Runtime) -> None:
+    actor = Script(FIX_ALL)
+    loop = make_loop(actor, risk=(PO_RULE,))
+    r = rt.run_sync(loop, TASK)
+    assert r.state.values()["doc"] == {"a": 0, "b": 0, "c": 0}
+    rt.answer(r.run_id, "PO-7", by="ann")
+    out = rt.resume_sync(r.run_id, loop)
+    assert (out.status, out.cycles) == ("accepted", 1)
+    assert out.state.values()["doc"] == TARGET
+    assert len(actor.contexts) == 1  # the parked proposal was applied, not asked again
+    [note] = [n for n in out.state.notes if n.get("kind") == "answer"]
+    assert (note["answer"], note["by"], note["rule"]) == ("PO-7", "ann", "po-choice")
+
+
+def test_question_combined_with_an_effect_names_the_effect(rt: lw.Runtime) -> None:
+    def pay_fn(amount: float) -> float:
+        return amount
+
+    pay = lw.effect("spend", name="pay")(pay_fn)
+    actor = Script(lw.Proposal(edits=FIX_ALL.edits, effects=(pay.call(amount=500.0),)))
+    r = rt.run_sync(make_loop(actor, effects=[pay], risk=(PO_RULE,)), TASK)
+    assert r.status == "awaiting_approval"
+    pending = rt.store.approvals(run_id=r.run_id, status="pending")
+    assert any(a.kind == "question" for a in pending)
+    # whoever decides must see the payment it lets through, not only the question
+    assert any("pay(" in a.what for a in pending)
+
+
+def test_two_approvers_racing_exactly_one_wins(store_path: Path) -> None:
+    with lw.Runtime(str(store_path)) as rt:
+        r = rt.run_sync(
+            make_loop(Script(FIX_ALL), risk=(lw.RiskRule(name="b", touches=("doc/b",)),)), TASK
+        )
+    assert r.status == "awaiting_approval"
+    barrier = threading.Barrier(2)
+    wins: list[str] = []
+    losses: list[BaseException] = []
+
+    def approver(name: str) -> None:
+        with lw.Runtime(str(store_path)) as mine:
+            barrier.wait()
+            try:
+                mine.approve(r.run_id, by=name)
+                wins.append(name)
+            except lw.ApprovalError as exc:
+                losses.append(exc)
+
+    threads = [threading.Thread(target=approver, args=(n,)) for n in ("ann", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(wins) == 1
+    assert len(losses) == 1
+    assert "already approved" in str(losses[0]) or "concurrently" in str(losses[0])
+    with lw.Runtime(str(store_path)) as rt:
+        [req] = rt.store.approvals(run_id=r.run_id)
+        assert (req.status, req.decided_by) == ("approved", wins[0])
+        assert len(events(rt, r.run_id, "approval_decided")) == 1
+
+
+# --- 6. rollback, cancel and compensations -------------------------------------------------------
+class Bank:
+    def __init__(self) -> None:
+        self.paid: list[dict[str, Any]] = []
+        self.refunds: list[tuple[str, Any, dict[str, Any]]] = []
+
+    def pay(self, invoice: str, amount: float) -> dict[str, Any]:
+        self.paid.append({"invoice": invoice, "amount": amount})
+        return {"tx": f"tx-{len(self.paid)}"}
+
+    def refund(self, key: str, result: Any, args: dict[str, Any]) -> dict[str, Any]:
+        self.refunds.append((key, result, args))
+        return {"refund": result["tx"]}
+
+    def effect(self, **kw: Any) -> lw.Effect:
+        return lw.effect(
+            "spend", name="pay", key=lambda a: a["invoice"], compensate=self.refund, **kw
+        )(self.pay)
+
+
+# the payment itself is allowed; its compensation (pay.compensate) falls to the spend default
+PAY_ONLY = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", effect="pay", action="allow"),))
+
+
+def staged_actor(pay: lw.Effect, *extra: lw.EffectCall) -> Script:
+    """Cycle 1 fixes a; from cycle 2 on fixes b and c and pays invoice A-1."""
+
+    def step(ctx: lw.Context) -> lw.Proposal:
+        if ctx.artifacts["doc"]["a"] != 1:
+            return lw.Proposal.edit("doc", {"a": 1})
+        return lw.Proposal(
+            edits=(lw.Edit("doc", "b", 2), lw.Edit("doc", "c", 3)),
+            effects=(pay.call(invoice="A-1", amount=40.0), *extra),
+        )
+
+    return Script(step)
+
+
+def test_rollback_restores_artifacts_and_compensates_once(rt: lw.Runtime) -> None:
+    bank = Bank()
+    pay = bank.effect()
+    loop = make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    assert (r.status, r.cycles) == ("accepted", 2)
+    assert len(bank.paid) == 1
+
+    rec = rt.rollback(r.run_id, 1, by="ops", loop=loop)
+    assert rec.status == "awaiting_approval"
+    assert rec.stop_reason is None
+    state = rt.result(r.run_id).state
+    assert state.values()["doc"] == {"a": 1, "b": 0, "c": 0}
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"]
+    assert req.kind == "compensation"
+    assert "pay:A-1" in req.what
+    assert "ops rolled the run back to cycle 1" in req.why
+    [ev] = events(rt, r.run_id, "rolled_back")
+    assert (ev["to_cycle"], ev["by"], ev["offers"], ev["irreversible"]) == (1, "ops", 1, [])
+    assert bank.refunds == []
+
+    rt.approve(r.run_id, by="fin", approval_id=req.approval_id)
+    out = rt.resume_sync(r.run_id, loop)
+    assert len(bank.refunds) == 1
+    key, result, args = bank.refunds[0]
+    assert (key, result, args) == ("pay:A-1", {"tx": "tx-1"}, {"invoice": "A-1", "amount": 40.0})
+    # the run went on: the actor paid again, as the key's next generation
+    assert out.accepted
+    assert out.cycles == 3
+    assert len(bank.paid) == 2
+    j = {e.key: e.status for e in rt.store.journal(r.run_id, kind="effect")}
+    assert j["effect:pay:A-1"] == "compensated"
+    assert j["effect:pay:A-1~2"] == "done"
+    assert j["effect:pay.compensate:pay:A-1"] == "done"
+    notes = [n for n in out.state.notes if n.get("kind") == "compensation"]
+    assert [(n["key"], n["status"]) for n in notes] == [("pay:A-1", "done")]
+    assert any(n.get("kind") == "rollback" and n["by"] == "ops" for n in out.state.notes)
+    rt.resume_sync(r.run_id, loop)
+    assert len(bank.refunds) == 1
+
+
+def test_rollback_to_a_missing_cycle_names_the_cycles(rt: lw.Runtime) -> None:
+    bank = Bank()
+    pay = bank.effect()
+    loop = make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    for bad in (7, -1):
+        with pytest.raises(lw.ConfigError, match=r"0\.\.2") as err:
+            rt.rollback(r.run_id, bad, by="ops", loop=loop)
+        assert err.value.field == "to_cycle"
+        assert str(bad) in str(err.value)
+    with pytest.raises(lw.ConfigError) as who:
+        rt.rollback(r.run_id, 1, by="", loop=loop)
+    assert who.value.field == "by"
+    assert rt.store.get_run(r.run_id).status == "accepted"  # nothing changed
+
+
+def test_rollback_lists_an_effect_without_compensation_as_irreversible(rt: lw.Runtime) -> None:
+    bank = Bank()
+    pay = bank.effect()
+    sent: list[str] = []
+
+    def send(to: str) -> None:
+        sent.append(to)
+
+    mail = lw.effect("notify", name="mail", key=lambda a: a["to"])(send)
+    loop = make_loop(
+        staged_actor(pay, mail.call(to="buyer")), effects=[pay, mail], approvals=PAY_ONLY
+    )
+    r = rt.run_sync(loop, TASK)
+    assert r.accepted
+    assert sent == ["buyer"]
+    rt.rollback(r.run_id, 1, by="ops", loop=loop)
+    [ev] = events(rt, r.run_id, "rolled_back")
+    assert ev["offers"] == 1
+    assert ev["irreversible"] == ["mail (mail:buyer)"]
+
+
+def test_rollback_without_the_loop_offers_nothing(rt: lw.Runtime) -> None:
+    bank = Bank()
+    pay = bank.effect()
+    loop = make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    rec = rt.rollback(r.run_id, 1, by="ops")
+    assert rec.status == "pending"
+    [ev] = events(rt, r.run_id, "rolled_back")
+    assert ev["offers"] == 0
+    assert rt.store.approvals(run_id=r.run_id) == []
+    rt.resume_sync(r.run_id, loop)
+    assert bank.refunds == []
+
+
+def test_rollback_can_be_undone_by_rolling_forward(rt: lw.Runtime) -> None:
+    actor = Script(lw.Proposal.edit("doc", {"a": 1}), lw.Proposal.edit("doc", {"b": 2}))
+    loop = make_loop(actor, max_cycles=2)
+    r = rt.run_sync(loop, TASK)
+    assert (r.status, r.cycles) == ("stopped", 2)
+    assert r.state.values()["doc"] == {"a": 1, "b": 2, "c": 0}
+    rt.rollback(r.run_id, 1, by="ops")
+    assert rt.result(r.run_id).state.values()["doc"] == {"a": 1, "b": 0, "c": 0}
+    rt.rollback(r.run_id, 2, by="ops")
+    assert rt.result(r.run_id).state.values()["doc"] == {"a": 1, "b": 2, "c": 0}
+
+
+def paid_then_parked(rt: lw.Runtime, bank: Bank) -> tuple[lw.RunResult, lw.Loop]:
+    """Cycle 1 pays (whatever the verdict); cycle 2 asks a question and parks."""
+    pay = bank.effect(requires_success=False)
+    actor = Script(
+        lw.Proposal(
+            edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=9.0),)
+        ),
+        lw.Proposal(question=PO),
+    )
+    loop = make_loop(actor, effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    assert r.status == "awaiting_approval"
+    assert len(bank.paid) == 1
+    return r, loop
+
+
+def test_cancel_with_loop_offers_compensations_and_stays_cancelled(rt: lw.Runtime) -> None:
+    bank = Bank()
+    r, loop = paid_then_parked(rt, bank)
+    question = rt.pending_approval(r.run_id)
+    rec = rt.cancel(r.run_id, by="ops", loop=loop)
+    assert rec.status == "cancelled"
+    assert rec.stop_reason == "cancelled"
+    approvals = {a.kind: a for a in rt.store.approvals(run_id=r.run_id)}
+    assert approvals["question"].status == "cancelled"
+    assert approvals["question"].approval_id == question.approval_id
+    comp = approvals["compensation"]
+    assert comp.status == "pending"
+    assert "pay:A-1" in comp.what
+    assert "cancelled" in comp.why
+    assert bank.refunds == []
+    # before the decision, resuming runs nothing
+    assert rt.resume_sync(r.run_id, loop).status == "cancelled"
+    assert bank.refunds == []
+
+    rt.approve(r.run_id, by="fin")
+    out = rt.resume_sync(r.run_id, loop)
+    assert (out.status, out.stop_reason) == ("cancelled", "cancelled")
+    assert len(bank.refunds) == 1
+    assert bank.refunds[0][0] == "pay:A-1"
+    assert len(bank.paid) == 1
+    assert events(rt, r.run_id, "compensations")[0]["results"][0]["status"] == "done"
+    rt.resume_sync(r.run_id, loop)
+    assert len(bank.refunds) == 1
+    assert rt.store.get_run(r.run_id).status == "cancelled"
+
+
+def test_cancel_denied_compensation_is_not_run(rt: lw.Runtime) -> None:
+    bank = Bank()
+    r, loop = paid_then_parked(rt, bank)
+    rt.cancel(r.run_id, by="ops", loop=loop)
+    rt.deny(r.run_id, by="fin")
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.status == "cancelled"
+    assert bank.refunds == []
+    [note] = events(rt, r.run_id, "compensations")[0]["results"]
+    assert (note["status"], note["why"]) == ("not_run", "request denied")
+
+
+def test_cancel_without_loop_records_that_nothing_was_offered(rt: lw.Runtime) -> None:
+    bank = Bank()
+    r, loop = paid_then_parked(rt, bank)
+    rec = rt.cancel(r.run_id, by="ops")
+    assert rec.status == "cancelled"
+    assert events(rt, r.run_id, "compensations_not_offered") == [
+        {"why": "no loop was given, so the effects' compensations are unknown"}
+    ]
+    assert [a.kind for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"] == []
+    rt.resume_sync(r.run_id, loop)
+    assert bank.refunds == []
+
+
+def test_cancel_of_a_run_without_effects_records_no_offer_event(rt: lw.Runtime) -> None:
+    r, _, _ = ask_po(rt)
+    rt.cancel(r.run_id, by="ops")
+    assert events(rt, r.run_id, "compensations_not_offered") == []
+    assert rt.store.get_run(r.run_id).status == "cancelled"
+
+
+# --- overwriting accepted parts -----------------------------------------------------------------
+def nonzero(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    vals = state.artifacts["doc"].values()
+    found = tuple(lw.Finding(f"{k} is zero", "doc", k, "value") for k, v in vals.items() if v == 0)
+    return lw.Verdict(passed=not found, score=1 - len(found) / len(vals), findings=found)
+
+
+def overwrite_loop(rule: lw.PolicyRule | None) -> tuple[lw.Loop, Script]:
+    actor = Script(
+        lw.Proposal.edit("doc", {"a": 1}), lw.Proposal.edit("doc", {"a": 5, "b": 2, "c": 3})
+    )
+    policy = lw.ApprovalPolicy((rule,) if rule else ())
+    return make_loop(actor, approvals=policy, verifiers=[nonzero], max_cycles=3), actor
+
+
+def test_overwrite_accepted_require_parks_with_a_diff_and_approval_applies(rt: lw.Runtime) -> None:
+    loop, _ = overwrite_loop(lw.PolicyRule(kind="overwrite_accepted", action="require"))
+    r = rt.run_sync(loop, TASK)
+    assert (r.status, r.cycles) == ("awaiting_approval", 1)
+    a = r.state.part("doc/a")
+    assert a is not None
+    assert (a.value, a.status) == (1, "accepted")
+    req = rt.pending_approval(r.run_id)
+    assert req.kind == "overwrite_accepted"
+    assert "doc/a" in req.what
+    assert req.diff is not None
+    assert "- doc/a: 1" in req.diff
+    assert "+ doc/a: 5" in req.diff
+    rt.approve(r.run_id, by="editor")
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.accepted
+    assert out.state.values()["doc"] == {"a": 5, "b": 2, "c": 3}
+
+
+def test_overwrite_accepted_deny_escalates(rt: lw.Runtime) -> None:
+    loop, _ = overwrite_loop(lw.PolicyRule(kind="overwrite_accepted", action="deny"))
+    r = rt.run_sync(loop, TASK)
+    assert r.status == "escalated"
+    assert r.packet is not None
+    assert "overwriting accepted doc/a is denied" in r.packet["cause"]
+    assert r.state.values()["doc"] == {"a": 1, "b": 0, "c": 0}
+
+
+def test_overwrite_accepted_allow_applies(rt: lw.Runtime) -> None:
+    loop, _ = overwrite_loop(lw.PolicyRule(kind="overwrite_accepted", action="allow"))
+    r = rt.run_sync(loop, TASK)
+    assert (r.status, r.cycles) == ("accepted", 2)
+    assert r.state.values()["doc"]["a"] == 5
+
+
+def test_overwrite_accepted_without_a_rule_is_refused(rt: lw.Runtime) -> None:
+    loop, actor = overwrite_loop(None)
+    r = rt.run_sync(loop, TASK)
+    assert r.status == "stopped"
+    assert r.state.values()["doc"] == {"a": 1, "b": 0, "c": 0}
+    assert events(rt, r.run_id, "proposal_refused")[0]["parts"] == ["doc/a"]
+    assert any(f.dimension == "protected" and f.part == "a" for f in actor.contexts[-1].findings)
+    assert rt.store.approvals(run_id=r.run_id) == []
+
+
+def test_cancel_runs_a_compensation_the_policy_allows_without_asking(rt: lw.Runtime) -> None:
+    held: list[str] = []
+    released: list[str] = []
+
+    def release(key: str, result: Any, args: dict[str, Any]) -> None:
+        released.append(key)
+
+    hold = lw.effect("reservation", name="hold", compensate=release, requires_success=False)(
+        lambda room: held.append(room) or {"room": room}
+    )
+    actor = Script(
+        lw.Proposal(edits=(lw.Edit("doc", "a", 1),), effects=(hold.call(room="r1"),)),
+        lw.Proposal(question=PO),
+    )
+    loop = make_loop(actor, effects=[hold])
+    r = rt.run_sync(loop, TASK)
+    assert r.status == "awaiting_approval"
+    rec = rt.cancel(r.run_id, by="ops", loop=loop)
+    assert rec.status == "cancelled"
+    assert [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"] == []
+    assert released == []  # offered now, run at the next resume
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.status == "cancelled"
+    assert held == ["r1"]
+    assert len(released) == 1
+    assert released[0].startswith("hold:")
+    rt.resume_sync(r.run_id, loop)
+    assert len(released) == 1

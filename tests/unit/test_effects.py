@@ -1,0 +1,247 @@
+"""Effect declarations: kinds, keys, calls, binding, and how a Loop accepts them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+
+def _contract() -> lw.Contract:
+    return lw.Contract(budget=lw.Budget(max_cycles=2))
+
+
+def _actor(ctx: lw.Context) -> lw.Proposal:
+    return lw.Proposal()
+
+
+@lw.effect("spend")
+def pay(invoice: str, amount: float) -> dict[str, Any]:
+    return {"paid": invoice, "amount": amount}
+
+
+# --- declaration ----------------------------------------------------------------------------
+def test_decorator_builds_an_effect_with_its_options() -> None:
+    pol = lw.RetryPolicy(attempts=2, backoff_s=0.0)
+
+    def rec(key: str) -> None:
+        return None
+
+    @lw.effect(
+        " publish ",
+        name="post",
+        idempotent=True,
+        key=lambda a: a["slug"],
+        reconcile=rec,
+        requires_success=False,
+        retry=pol,
+        timeout_s=3,
+    )
+    def publish(slug: str) -> str:
+        return slug
+
+    assert isinstance(publish, lw.Effect)
+    assert (publish.name, publish.kind, publish.idempotent) == ("post", "publish", True)
+    assert publish.reconcile_fn is rec
+    assert publish.requires_success is False
+    assert publish.retry is pol
+    assert publish.timeout_s == 3
+    assert repr(publish) == "Effect('post', kind='publish', idempotent=True)"
+    # defaults
+    assert (pay.name, pay.idempotent, pay.requires_success) == ("pay", False, True)
+    assert pay.retry is None
+    assert pay.compensate_fn is None
+
+
+@pytest.mark.parametrize("kind", ["", "   ", None, 5])
+def test_an_effect_needs_a_kind(kind: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.effect(kind)(lambda: None)
+    assert str(err.value.field).endswith(".kind")
+
+
+def test_bad_timeout_and_non_callable() -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.effect("spend", timeout_s=0)(pay.fn)
+    assert err.value.field == "effects.pay.timeout_s"
+    with pytest.raises(lw.ConfigError):
+        lw.Effect("not callable", kind="spend")  # type: ignore[arg-type]
+
+
+def test_hook_decorators_attach_and_return_the_function() -> None:
+    eff = lw.effect("spend")(lambda invoice: invoice)
+
+    @eff.reconciler
+    def check(key: str) -> None:
+        return None
+
+    @eff.compensation
+    def refund(key: str, result: Any, args: Any) -> None:
+        return None
+
+    assert eff.reconcile_fn is check
+    assert eff.compensate_fn is refund
+    assert callable(check)
+    assert callable(refund)
+
+
+# --- calls ----------------------------------------------------------------------------------
+def test_call_builds_an_effect_call() -> None:
+    c = pay.call(invoice="A-1", amount=12.5)
+    assert c == lw.EffectCall("pay", {"invoice": "A-1", "amount": 12.5}, None)
+    k = pay.call(invoice="A-1", amount=12.5, key="biz-1")
+    assert k.key == "biz-1"
+    assert "key" not in k.args
+    assert lw.EffectCall.from_dict(k.to_dict()) == k
+
+
+def test_call_rejects_arguments_that_cannot_be_serialised() -> None:
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(lw.ConfigError, match="JSON") as err:
+        pay.call(invoice=circular, amount=1)
+    assert err.value.field == "pay"
+
+
+@pytest.mark.parametrize(
+    "value", [{1, 2}, dt.datetime(2024, 1, 1, tzinfo=dt.UTC), object()], ids=["set", "dt", "obj"]
+)
+def test_call_rejects_non_json_values(value: Any) -> None:
+    with pytest.raises(lw.ConfigError):
+        pay.call(invoice=value, amount=1)
+
+
+def test_canonical_is_order_independent() -> None:
+    a = lw.EffectCall("pay", {"a": 1, "b": 2})
+    b = lw.EffectCall("pay", {"b": 2, "a": 1})
+    assert a.canonical() == b.canonical()
+    assert a.canonical() != lw.EffectCall("pay", {"a": 1, "b": 3}).canonical()
+    assert a.canonical() != lw.EffectCall("pay", {"a": 1, "b": 2}, "k").canonical()
+
+
+# --- keys ---------------------------------------------------------------------------------------
+def test_default_key_depends_on_run_cycle_and_args() -> None:
+    c = pay.call(invoice="A-1", amount=10)
+    base = pay.key_for("run1", 1, c)
+    assert base.startswith("pay:")
+    assert len(base) == len("pay:") + 24
+    assert pay.key_for("run1", 1, pay.call(amount=10, invoice="A-1")) == base  # order-free
+    assert pay.key_for("run2", 1, c) != base
+    assert pay.key_for("run1", 2, c) != base
+    assert pay.key_for("run1", 1, pay.call(invoice="A-1", amount=11)) != base
+    other = lw.effect("spend", name="charge")(pay.fn)
+    assert other.key_for("run1", 1, lw.EffectCall("charge", c.args)).startswith("charge:")
+
+
+def test_key_fn_makes_a_business_key() -> None:
+    eff = lw.effect("spend", key=lambda a: a["invoice"])(pay.fn)
+    c1 = eff.call(invoice="A-1", amount=10)
+    c2 = eff.call(invoice="A-1", amount=99)
+    assert eff.key_for("r", 1, c1) == "pay:A-1"
+    assert eff.key_for("other-run", 7, c2) == "pay:A-1"
+    assert eff.key_for("r", 1, eff.call(invoice="B", amount=10)) == "pay:B"
+
+
+def test_per_call_key_wins_over_key_fn_and_hash() -> None:
+    eff = lw.effect("spend", key=lambda a: a["invoice"])(pay.fn)
+    assert eff.key_for("r", 1, eff.call(invoice="A-1", amount=1, key="x9")) == "pay:x9"
+    assert pay.key_for("r", 1, pay.call(invoice="A", amount=1, key="x9")) == "pay:x9"
+    assert pay.key_for("r", 2, pay.call(invoice="B", amount=2, key="x9")) == "pay:x9"
+
+
+# --- binding --------------------------------------------------------------------------------
+def test_bind_passes_key_only_when_the_function_takes_it() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def with_key(invoice: str, *, key: str) -> str:
+        seen.append({"invoice": invoice, "key": key})
+        return key
+
+    def with_kwargs(**kw: Any) -> dict[str, Any]:
+        seen.append(kw)
+        return kw
+
+    def without(invoice: str) -> str:
+        seen.append({"invoice": invoice})
+        return invoice
+
+    assert lw.effect("spend")(with_key).bind({"invoice": "A"}, "pay:A")() == "pay:A"
+    assert lw.effect("spend")(with_kwargs).bind({"invoice": "A"}, "k")() == {
+        "invoice": "A",
+        "key": "k",
+    }
+    assert lw.effect("spend")(without).bind({"invoice": "A"}, "k")() == "A"  # no TypeError
+    assert seen == [
+        {"invoice": "A", "key": "pay:A"},
+        {"invoice": "A", "key": "k"},
+        {"invoice": "A"},
+    ]
+
+
+def test_bind_with_a_partial_and_a_builtin() -> None:
+    def base(prefix: str, invoice: str, key: str) -> str:
+        return f"{prefix}{invoice}{key}"
+
+    eff = lw.Effect(functools.partial(base, "p-"), kind="spend", name="partial")
+    assert eff.bind({"invoice": "A"}, "K")() == "p-AK"
+    # a callable without an inspectable signature is called without key=
+    builtin = lw.Effect(dict, kind="notify", name="d")
+    assert builtin.bind({"a": 1}, "K")() == {"a": 1}
+
+
+def test_bind_copies_the_arguments() -> None:
+    args = {"invoice": "A", "amount": 1}
+    fn = pay.bind(args, "k")
+    args["amount"] = 999
+    assert fn() == {"paid": "A", "amount": 1}
+
+
+def test_describe() -> None:
+    assert pay.describe({"invoice": "A", "amount": 2}) == "spend: pay(invoice='A', amount=2)"
+    eff = lw.effect("send", describe=lambda a: f"mail {a['to']}")(lambda to: to)
+    assert eff.describe({"to": "bob"}) == "mail bob"
+
+
+# --- loops ------------------------------------------------------------------------------------
+def test_loop_accepts_effects_and_finds_them_by_name() -> None:
+    other = lw.effect("notify", name="ping")(lambda: None)
+    loop = lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, other])
+    assert loop.effects == (pay, other)
+    assert loop.effect("ping") is other
+    assert loop.effect("nope") is None
+
+
+def test_loop_rejects_duplicate_effect_names() -> None:
+    twin = lw.effect("spend", name="pay")(lambda: None)
+    with pytest.raises(lw.ConfigError, match=r"unique: \['pay'\]") as err:
+        lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, twin])
+    assert err.value.field == "effects"
+
+
+@pytest.mark.parametrize("bad", [pay.fn, "pay", pay.call(invoice="A", amount=1)])
+def test_loop_rejects_non_effect_objects(bad: Any) -> None:
+    with pytest.raises(lw.ConfigError, match="not an Effect") as err:
+        lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, bad])
+    assert err.value.field == "effects"
+
+
+def test_loop_rejects_a_non_policy_and_a_non_retry() -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Loop(name="l", actor=_actor, contract=_contract(), approvals=[])  # type: ignore[arg-type]
+    assert err.value.field == "approvals"
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Loop(name="l", actor=_actor, contract=_contract(), retry={"attempts": 2})  # type: ignore[arg-type]
+    assert err.value.field == "retry"
+
+
+def test_proposal_digest_binds_the_effects() -> None:
+    a = lw.Proposal(effects=(pay.call(invoice="A", amount=1),))
+    b = lw.Proposal(effects=(pay.call(invoice="A", amount=2),))
+    assert a.digest() != b.digest()
+    assert a.digest() != lw.Proposal().digest()
+    assert a.kind == "effects"
+    assert lw.Proposal.from_dict(a.to_dict()) == a

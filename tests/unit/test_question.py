@@ -1,0 +1,144 @@
+"""Questions for a person: construction and answer validation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+Q = lw.Question
+
+
+# --- construction --------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["", "   ", None, 3])
+def test_a_question_needs_text(text: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        Q(text)
+    assert err.value.field == "question.text"
+
+
+def test_unknown_type_is_refused() -> None:
+    with pytest.raises(lw.ConfigError, match="text") as err:
+        Q("how many?", type="float")  # type: ignore[arg-type]
+    assert err.value.field == "question.type"
+
+
+def test_choices_are_normalised_to_strings() -> None:
+    assert Q("?", choices=["a", 2]).choices == ("a", "2")  # type: ignore[arg-type]
+    assert Q("?", choices="PO-1").choices == ("PO-1",)  # type: ignore[arg-type]
+    assert Q("?").choices == ()
+
+
+def test_round_trip() -> None:
+    q = Q("Which PO governs?", choices=("PO-1", "PO-2"))
+    assert Q.from_dict(q.to_dict()) == q
+    n = Q("How many?", type="integer")
+    assert Q.from_dict(n.to_dict()) == n
+    assert Q.from_dict({"text": "why?"}) == Q("why?")
+
+
+# --- text -----------------------------------------------------------------------------------
+def test_text_answers_are_stripped_strings() -> None:
+    q = Q("why?")
+    assert q.validate("  because  ") == "because"
+    assert q.validate(12) == "12"
+
+
+@pytest.mark.parametrize("answer", [None, "", "   \n"])
+@pytest.mark.parametrize("type_", ["text", "number", "integer", "boolean"])
+def test_empty_answers_are_refused_for_every_type(answer: Any, type_: str) -> None:
+    with pytest.raises(lw.ConfigError, match="empty") as err:
+        Q("?", type=type_).validate(answer)  # type: ignore[arg-type]
+    assert err.value.field == "answer"
+
+
+# --- choices --------------------------------------------------------------------------------
+def test_choices() -> None:
+    q = Q("Which PO governs?", choices=("PO-1", "PO-2"))
+    assert q.validate("PO-2") == "PO-2"
+    assert q.validate(" PO-1 ") == "PO-1"
+    for bad in ("PO-3", "po-1", "PO-1, PO-2"):
+        with pytest.raises(lw.ConfigError, match=r"one of \['PO-1', 'PO-2'\]") as err:
+            q.validate(bad)
+        assert err.value.field == "answer"
+        assert repr(bad) in str(err.value)
+
+
+def test_numeric_choices_compare_as_text() -> None:
+    q = Q("pick", choices=("1", "2"))
+    assert q.validate(2) == "2"
+    with pytest.raises(lw.ConfigError):
+        q.validate(2.0)  # "2.0" is not a listed choice
+
+
+# --- numbers --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [("3.5", 3.5), (" 2 ", 2.0), (7, 7.0), (-1.25, -1.25), ("1e3", 1000.0)],
+)
+def test_number_answers(answer: Any, value: float) -> None:
+    got = Q("how much?", type="number").validate(answer)
+    assert got == value
+    assert isinstance(got, float)
+
+
+@pytest.mark.parametrize("answer", ["abc", "1,5", True, False, "nan", "inf", "-inf", [1], {}])
+def test_bad_number_answers(answer: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        Q("how much?", type="number").validate(answer)
+    assert err.value.field == "answer"
+
+
+@pytest.mark.parametrize(("answer", "value"), [("3", 3), (4, 4), ("5.0", 5), (-2, -2)])
+def test_integer_answers(answer: Any, value: int) -> None:
+    got = Q("how many?", type="integer").validate(answer)
+    assert got == value
+    assert type(got) is int
+
+
+@pytest.mark.parametrize("answer", ["3.5", 2.25, "three", True, "nan", math.inf])
+def test_bad_integer_answers(answer: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        Q("how many?", type="integer").validate(answer)
+    assert err.value.field == "answer"
+
+
+def test_huge_integer_answers() -> None:
+    # an integer is kept exact, never converted through float
+    assert Q("how many?", type="integer").validate(10**400) == 10**400
+    assert Q("id?", type="integer").validate("9007199254740993") == 9007199254740993
+    assert Q("id?", type="integer").validate(" -12 ") == -12
+    # a number too large for a float is a user error, not an OverflowError
+    with pytest.raises(lw.ConfigError) as err:
+        Q("how much?", type="number").validate(10**400)
+    assert err.value.field == "answer"
+
+
+# --- booleans -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        (True, True),
+        (False, False),
+        ("yes", True),
+        ("Y", True),
+        (" TRUE ", True),
+        ("1", True),
+        ("no", False),
+        ("n", False),
+        ("False", False),
+        ("0", False),
+    ],
+)
+def test_boolean_answers(answer: Any, value: bool) -> None:
+    assert Q("ok?", type="boolean").validate(answer) is value
+
+
+@pytest.mark.parametrize("answer", ["maybe", "2", "oui", 2])
+def test_bad_boolean_answers(answer: Any) -> None:
+    with pytest.raises(lw.ConfigError, match="yes or no") as err:
+        Q("ok?", type="boolean").validate(answer)
+    assert err.value.field == "answer"
