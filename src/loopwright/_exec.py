@@ -28,7 +28,14 @@ from ._retry import ErrorClass, RetryPolicy
 from ._state import TaskState
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["EffectOutcome", "Execution", "GaveUp", "call_with_retry", "perform_effect"]
+__all__ = [
+    "NO_LOOP",
+    "EffectOutcome",
+    "Execution",
+    "GaveUp",
+    "call_with_retry",
+    "perform_effect",
+]
 
 PhaseHook = Callable[[str], None]
 
@@ -53,6 +60,20 @@ class Execution:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""
         if self.phase is not None:
             self.phase(name)
+
+
+class _NoLoop:
+    """Stands in for the loop where a run is handled without one (cancel from the CLI)."""
+
+    name = "-"
+    verifiers = ()
+    effects = ()
+
+    def effect(self, name: str) -> None:
+        return None
+
+
+NO_LOOP: Any = _NoLoop()
 
 
 def error_info(where: str, exc: BaseException) -> dict[str, Any]:
@@ -254,6 +275,20 @@ async def perform_effect(
 
     entry = found[0] if found else None
     attempts = entry.attempts if entry else 0
+
+    async def by_reconcile(doubt: str, info: dict[str, Any] | None) -> EffectOutcome | None:
+        """The outcome when the reconcile hook settles it (done, or in doubt because the hook
+        failed); ``None`` when the action did not happen and may run."""
+        verdict, value = await reconcile()
+        if verdict == "done":
+            put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
+            return out("done", result=value, reconciled=True, attempts=attempts)
+        if verdict == "error":
+            cause = f"{eff.name} ({ikey}) {doubt}: {value}"
+            put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+            return out("in_doubt", attempts=attempts, cause=cause, error=info)
+        return None
+
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     if entry is not None:
         if entry.status == "done":
@@ -269,14 +304,9 @@ async def perform_effect(
         if entry.status == "intent":
             # Started, never finished: did it happen?
             if eff.reconcile_fn is not None:
-                verdict, value = await reconcile()
-                if verdict == "done":
-                    put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
-                    return out("done", result=value, reconciled=True, attempts=attempts)
-                if verdict == "error":
-                    cause = f"{eff.name} ({ikey}) is in doubt: {value}"
-                    put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
-                    return out("in_doubt", attempts=attempts, cause=cause)
+                settled = await by_reconcile("is in doubt", None)
+                if settled is not None:
+                    return settled
             elif not eff.idempotent:
                 cause = (
                     f"{eff.name} ({ikey}) started before a crash and its outcome was not "
@@ -305,14 +335,9 @@ async def perform_effect(
             info = error_info(f"effect {eff.name}", exc)
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.
-                verdict, value = await reconcile()
-                if verdict == "done":
-                    put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
-                    return out("done", result=value, reconciled=True, attempts=attempts)
-                if verdict == "error":
-                    cause = f"{eff.name} ({ikey}) raised and is in doubt: {value}"
-                    put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
-                    return out("in_doubt", attempts=attempts, cause=cause, error=info)
+                settled = await by_reconcile("raised and is in doubt", info)
+                if settled is not None:
+                    return settled
             elif kind == "transient" and not eff.idempotent:
                 cause = (
                     f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "

@@ -1,0 +1,340 @@
+"""What people do to runs: decide requests (approve, deny, answer), cancel, roll back.
+
+Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._contract import TERMINAL_STATUSES, Contract
+from ._errors import ApprovalError, ConfigError, ConflictError
+from ._exec import NO_LOOP as _NO_LOOP
+from ._exec import Execution as _Exec
+from ._loop import Loop
+from ._question import Question
+from ._reversal import offer_compensations
+from ._state import TaskState
+from .store import Approval, NewApproval, NewEvent, RunRecord, Store
+
+__all__ = ["Decisions"]
+
+
+class Decisions:
+    """Requests, cancellation and rollback (mixed into ``Runtime``)."""
+
+    store: Store
+    owner: str
+    lease_ttl_s: float
+
+    if TYPE_CHECKING:
+
+        def _finish(
+            self,
+            ex: _Exec,
+            reason: str,
+            *,
+            record: dict[str, Any] | None = None,
+            cause: str | None = None,
+            error: dict[str, Any] | None = None,
+            held_out: dict[str, Any] | None = None,
+            evidence: dict[str, Any] | None = None,
+            unverified: dict[str, Any] | None = None,
+            approvals: Sequence[NewApproval] = (),
+        ) -> None: ...
+
+        def _commit(
+            self,
+            ex: _Exec,
+            record: dict[str, Any] | None,
+            run: dict[str, Any],
+            approval: NewApproval | None = None,
+            approvals: Sequence[NewApproval] = (),
+        ) -> bool: ...
+
+    # --- decisions by people ---------------------------------------------------------------
+    def pending_approval(self, run_id: str, approval_id: str | None = None) -> Approval:
+        """The run's pending request (``approval_id`` picks one when several are pending)."""
+        rec = self.store.get_run(run_id)
+        every = self.store.approvals(run_id=rec.run_id)
+        if approval_id is not None:
+            found = [a for a in every if a.approval_id.startswith(approval_id)]
+            if not found:
+                raise ApprovalError(f"run {rec.run_id} has no request {approval_id!r}")
+            if len(found) > 1:
+                raise ApprovalError(f"{approval_id!r} matches several requests; give more of it")
+            req = found[0]
+            if req.status != "pending":
+                raise ApprovalError(
+                    f"run {rec.run_id}: request {req.approval_id} was already {req.status}"
+                    + (f" by {req.decided_by}" if req.decided_by else "")
+                )
+            return req
+        pending = [a for a in every if a.status == "pending"]
+        if not pending:
+            if every:
+                last = every[-1]
+                raise ApprovalError(
+                    f"run {rec.run_id}: request {last.approval_id} was already {last.status}"
+                    + (f" by {last.decided_by}" if last.decided_by else "")
+                )
+            raise ApprovalError(f"run {rec.run_id} has no pending request")
+        if len(pending) > 1:
+            ids = ", ".join(f"{a.approval_id} ({a.kind}: {a.what})" for a in pending)
+            raise ApprovalError(
+                f"run {rec.run_id} has {len(pending)} pending requests: {ids}; name one "
+                "(--request ID)"
+            )
+        return pending[0]
+
+    def approve(
+        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+    ) -> Approval:
+        """Approve the run's pending request; ``resume`` then continues where it parked."""
+        return self._decide(run_id, "approved", by=by, note=note, approval_id=approval_id)
+
+    def deny(
+        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+    ) -> Approval:
+        """Deny the run's pending request (or decline its question); on ``resume`` the run
+        escalates."""
+        return self._decide(run_id, "denied", by=by, note=note, approval_id=approval_id)
+
+    def answer(
+        self,
+        run_id: str,
+        answer: Any,
+        *,
+        by: str,
+        note: str | None = None,
+        approval_id: str | None = None,
+    ) -> Approval:
+        """Answer the run's pending question; the answer is validated against the question
+        and reaches the next cycle's context when the run resumes."""
+        return self._decide(
+            run_id, "answered", by=by, note=note, approval_id=approval_id, answer=answer
+        )
+
+    def _decide(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        by: str,
+        note: str | None,
+        approval_id: str | None,
+        answer: Any = None,
+    ) -> Approval:
+        if not by or not by.strip():
+            raise ConfigError("a decision needs the name of who made it", field="by")
+        req = self.pending_approval(run_id, approval_id)
+        if req.expires_at is not None and req.expires_at < time.time():
+            with contextlib.suppress(ApprovalError):
+                self.store.decide_approval(
+                    req.approval_id,
+                    status="expired",
+                    by="loopwright",
+                    note="expired",
+                    now=time.time(),
+                )
+            raise ApprovalError(
+                f"request {req.approval_id} expired at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(req.expires_at))}; "
+                "the run escalates when it resumes"
+            )
+        question = (req.evidence or {}).get("question")
+        if status == "answered":
+            if not question:
+                raise ApprovalError(
+                    f"request {req.approval_id} is a yes/no approval, not a question: "
+                    "approve or deny it"
+                )
+            answer = Question.from_dict(question).validate(answer)
+        elif status == "approved" and question:
+            raise ApprovalError(
+                f"request {req.approval_id} is a question ({question.get('text')}): answer it "
+                "(loopwright answer RUN TEXT), or deny it to escalate"
+            )
+        return self.store.decide_approval(
+            req.approval_id, status=status, by=by.strip(), note=note, now=time.time(), answer=answer
+        )
+
+    def cancel(self, run_id: str, *, by: str | None = None, loop: Loop | None = None) -> RunRecord:
+        """Cancel a run. A run executing elsewhere stops at its next cycle boundary; a parked or
+        interrupted one is ended now, with its packet. With the ``loop``, the compensations of
+        the run's completed effects are offered through the approval policy (they run on the
+        next ``resume``)."""
+        rec = self.store.get_run(run_id)
+        if rec.status in TERMINAL_STATUSES:
+            return rec
+        self.store.request_cancel(rec.run_id)
+        try:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        except ConflictError:
+            return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
+        ck = self.store.latest_checkpoint(rec.run_id)
+        ex = _Exec(
+            rec.run_id,
+            loop or _NO_LOOP,
+            Contract.from_dict(rec.contract),
+            token,
+            ck.seq,
+            TaskState.from_dict(ck.state),
+        )
+        try:
+            self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
+        finally:
+            self.store.release_lease(rec.run_id, token)
+        return self.store.get_run(rec.run_id)
+
+    def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None:
+        stale = _open_requests(ex.state.pending)
+        ex.state.pending = None
+        loop = None if ex.loop is _NO_LOOP else ex.loop
+        pend, reqs = offer_compensations(
+            self.store,
+            ex.run_id,
+            after_cycle=-1,
+            loop=loop,
+            cycle=ex.state.cycle,
+            why="the run was cancelled",
+        )
+        ex.state.pending = pend
+        self._note_not_offered(ex, loop)
+        self._finish(ex, "cancelled", cause=cause, approvals=reqs)
+        # Close what was waiting: a cancelled run must not leave a decision open (offers of
+        # compensation are made afresh above).
+        self._close_requests(stale, by=by or "loopwright", note="the run was cancelled")
+
+    def _note_not_offered(self, ex: _Exec, loop: Loop | None) -> None:
+        if loop is None and any(
+            e.status == "done" for e in self.store.journal(ex.run_id, kind="effect")
+        ):
+            ex.events.append(
+                NewEvent(
+                    ex.state.cycle,
+                    "compensations_not_offered",
+                    {"why": "no loop was given, so the effects' compensations are unknown"},
+                )
+            )
+
+    def _close_requests(self, ids: list[str], *, by: str, note: str) -> None:
+        for aid in ids:
+            with contextlib.suppress(ApprovalError):
+                self.store.decide_approval(
+                    aid, status="cancelled", by=by, note=note, now=time.time()
+                )
+
+    def rollback(
+        self, run_id: str, to_cycle: int, *, by: str, loop: Loop | None = None
+    ) -> RunRecord:
+        """Restore the artifacts (and findings, plan, best score) of cycle ``to_cycle``'s
+        checkpoint and reopen the run; accounting, notes and history are kept. The
+        compensations of effects completed after that cycle are offered through the approval
+        policy (``loop`` names them) and run on the next ``resume``."""
+        if not by or not by.strip():
+            raise ConfigError("a rollback needs the name of who asked for it", field="by")
+        rec = self.store.get_run(run_id)
+        try:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        except ConflictError:
+            raise ConflictError(
+                f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
+            ) from None
+        try:
+            self._rollback(rec, token, to_cycle, by=by.strip(), loop=loop)
+        finally:
+            self.store.release_lease(rec.run_id, token)
+        return self.store.get_run(rec.run_id)
+
+    def _rollback(
+        self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
+    ) -> None:
+        cks = self.store.checkpoints(rec.run_id)
+        # The checkpoint that concluded that cycle (or the initial one for cycle 0) — not a
+        # status-only commit or an earlier rollback that carries the same cycle number.
+        concluded = [
+            c
+            for c in cks
+            if (c.seq == cks[0].seq)
+            or (c.record and "proposal" in c.record and not c.state.get("pending"))
+        ]
+        target = [c for c in concluded if c.cycle == to_cycle]
+        if not target:
+            done = sorted({c.cycle for c in concluded})
+            raise ConfigError(
+                f"run {rec.run_id} has no completed checkpoint for cycle {to_cycle} "
+                f"(it has cycles {done[0]}..{done[-1]})",
+                field="to_cycle",
+            )
+        old = TaskState.from_dict(target[-1].state)
+        latest = cks[-1]
+        cur = TaskState.from_dict(latest.state)
+        stale = _open_requests(cur.pending)
+        ex = _Exec(
+            rec.run_id, loop or _NO_LOOP, Contract.from_dict(rec.contract), token, latest.seq, cur
+        )
+        cur.artifacts = old.artifacts
+        cur.findings = old.findings
+        cur.plan = old.plan
+        cur.score = old.score
+        cur.best_score = old.best_score
+        cur.best_cycle = old.best_cycle
+        cur.best_parts = old.best_parts
+        cur.passed_checks = old.passed_checks
+        # Approvals granted after the checkpoint go with it: redoing an undone action needs a
+        # person again.
+        cur.approved = old.approved
+        cur.stall = 0
+        cur.notes.append(
+            {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}
+        )
+        pend, reqs = offer_compensations(
+            self.store,
+            rec.run_id,
+            after_cycle=to_cycle,
+            loop=loop,
+            cycle=cur.cycle,
+            why=f"{by} rolled the run back to cycle {to_cycle}",
+        )
+        cur.pending = pend
+        self._note_not_offered(ex, loop)
+        cur.next_action = (
+            f"decide {len(reqs)} compensation request(s), then resume" if reqs else "resume"
+        )
+        ex.events.append(
+            NewEvent(
+                cur.cycle,
+                "rolled_back",
+                {
+                    "to_cycle": to_cycle,
+                    "by": by,
+                    "offers": len((pend or {}).get("offers") or ()),
+                    "irreversible": (pend or {}).get("irreversible") or [],
+                },
+            )
+        )
+        self._commit(
+            ex,
+            {"decision": "rollback", "to_cycle": to_cycle, "by": by},
+            {
+                "status": "awaiting_approval" if reqs else "pending",
+                "stop_reason": None,
+                "packet": None,
+                "ended_at": None,
+                "held_out_passed": None,
+            },
+            approvals=reqs,
+        )
+        self._close_requests(stale, by=by, note="rolled back")
+
+
+def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:
+    """Ids of the requests a pending entry waits on (a parked cycle's, or offers')."""
+    pending = pending or {}
+    ids = [str(pending["approval_id"])] if pending.get("approval_id") else []
+    ids += [str(o["approval_id"]) for o in pending.get("offers") or () if o.get("approval_id")]
+    return ids
