@@ -319,8 +319,19 @@ async def perform_effect(
             wait = float(entry.data.get("next_at", 0.0)) - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+    # Whether the latest attempt's outcome is unknown (it was interrupted by a crash).
+    unknown = entry is not None and entry.status == "intent"
     while True:
         if attempts >= policy.attempts:
+            if unknown:
+                # Interrupted attempts count against the bound (a crash loop must end), but
+                # an attempt that may have succeeded is in doubt, not failed.
+                cause = (
+                    f"{eff.name} ({ikey}) was interrupted {attempts} time(s), its retry bound; "
+                    "the last attempt's outcome is unknown — check whether it happened"
+                )
+                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause)
             cause = f"{eff.name} ({ikey}) gave up after {attempts} attempt(s)"
             put("failed", {"cause": cause}, None, "effect_failed")
             return out("failed", attempts=attempts, cause=cause)
@@ -331,6 +342,7 @@ async def perform_effect(
         try:
             result, _secs = await call_user(eff.bind(call.args, ikey), timeout=eff.timeout_s)
         except Exception as exc:
+            unknown = False
             kind = policy.classify(exc)
             info = error_info(f"effect {eff.name}", exc)
             if eff.reconcile_fn is not None:

@@ -32,7 +32,8 @@ class PolicyRule:
     ``action``.
 
     Attributes:
-        kind: an effect kind, or ``"*"``.
+        kind: an effect kind, or ``"*"`` for any kind except ``overwrite_accepted``, which
+            only a rule naming it can allow (accepted work stays protected by default).
         action: ``allow``, ``require`` (park for a person's approval) or ``deny`` (escalate).
         name: shown in requests and packets; defaults to ``"<kind>-<action>"``.
         effect: only effects with this name (glob).
@@ -87,6 +88,8 @@ class PolicyRule:
     def matches(self, kind: str, name: str, args: Mapping[str, Any]) -> bool:
         if self.kind not in ("*", kind):
             return False
+        if self.kind == "*" and kind == "overwrite_accepted":
+            return False  # protected work is opened only by a rule that names it (invariant 6)
         if self.effect is not None and not fnmatch.fnmatchcase(name, self.effect):
             return False
         if self.above is not None:
