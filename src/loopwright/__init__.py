@@ -18,7 +18,7 @@ from ._contract import (
     StopReason,
     Success,
 )
-from ._effects import EFFECT_KINDS, Effect, EffectCall, effect
+from ._effects import EFFECT_KINDS, Effect, EffectCall, EffectResult, effect
 from ._engine import RunResult, Runtime
 from ._errors import (
     ApprovalError,
@@ -62,6 +62,7 @@ __all__ = [
     "Edit",
     "Effect",
     "EffectCall",
+    "EffectResult",
     "Escalation",
     "Finding",
     "Loop",

@@ -18,8 +18,9 @@ from typing import Any
 
 from ._errors import ConfigError
 from ._retry import RetryPolicy
+from ._usage import Usage
 
-__all__ = ["EFFECT_KINDS", "Effect", "EffectCall", "effect"]
+__all__ = ["EFFECT_KINDS", "Effect", "EffectCall", "EffectResult", "effect"]
 
 #: The kinds the approval policy knows by default; any other non-empty name is a user kind.
 EFFECT_KINDS: tuple[str, ...] = ("publish", "spend", "send", "overwrite_accepted", "share_private")
@@ -51,6 +52,15 @@ class EffectCall:
 
     def canonical(self) -> str:
         return _canon({"name": self.name, "args": dict(self.args), "key": self.key})
+
+
+@dataclass(frozen=True, slots=True)
+class EffectResult:
+    """What an effect may return to report its own cost: ``value`` is recorded as the result,
+    ``usage`` is charged to the cycle's spend and counts against the budget (invariant 7)."""
+
+    value: Any = None
+    usage: Usage | None = None
 
 
 class Effect:

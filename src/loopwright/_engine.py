@@ -828,6 +828,12 @@ class Runtime(Decisions):
                         unverified=proposal.to_dict(),
                     )
             ex.state.pending = None
+            spent = Usage()
+            for o in outcomes:
+                spent = spent + (o.usage or Usage())
+            if spent.cost_usd or spent.tokens:
+                cycle_usage = cycle_usage + Usage(spent.cost_usd, spent.tokens, 0.0)
+                ex.state.spent = ex.state.spent + Usage(spent.cost_usd, spent.tokens, 0.0)
             candidate.notes.extend(
                 {
                     "kind": "effect",

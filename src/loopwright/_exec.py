@@ -22,10 +22,11 @@ from typing import Any
 
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
-from ._effects import Effect, EffectCall
+from ._effects import Effect, EffectCall, EffectResult
 from ._loop import Loop
 from ._retry import ErrorClass, RetryPolicy
 from ._state import TaskState
+from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
 __all__ = [
@@ -194,9 +195,11 @@ class EffectOutcome:
     attempts: int = 0
     cause: str = ""
     error: dict[str, Any] | None = None
+    usage: Usage | None = None  # what the call cost, to charge to this cycle
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "usage": self.usage.to_dict() if self.usage else None,
             "name": self.name,
             "kind": self.kind,
             "key": self.key,
@@ -293,7 +296,16 @@ async def perform_effect(
     if entry is not None:
         if entry.status == "done":
             ex.events.append(NewEvent(cycle, "effect_reused", {"effect": eff.name, "key": ikey}))
-            return out("done", result=entry.data.get("result"), reused=True, attempts=attempts)
+            # Done in this very cycle before a crash: its cost was never checkpointed, so it is
+            # charged now; done in an earlier cycle, it was charged then.
+            cost = entry.data.get("usage") if entry.cycle == cycle else None
+            return out(
+                "done",
+                result=entry.data.get("result"),
+                reused=True,
+                attempts=attempts,
+                usage=Usage.from_dict(cost) if cost else None,
+            )
         if entry.status in ("failed", "in_doubt"):
             return out(
                 entry.status,
@@ -377,7 +389,13 @@ async def perform_effect(
             await asyncio.sleep(delay)
             continue
         ex.at("before_effect_result")
+        usage = None
+        if isinstance(result, EffectResult):
+            result, usage = result.value, result.usage
         value = _jsonable(result)
-        put("done", {"result": value, "first_at": first_at}, None, "effect_done")
+        data = {"result": value, "first_at": first_at}
+        if usage is not None:
+            data["usage"] = usage.to_dict()
+        put("done", data, None, "effect_done")
         ex.at("after_effect_result")
-        return out("done", result=value, attempts=attempts)
+        return out("done", result=value, attempts=attempts, usage=usage)

@@ -704,3 +704,27 @@ def test_resuming_with_the_wrong_loop_leaves_the_run_resumable(rt: lw.Runtime) -
     assert rt.store.get_run(r.run_id).status != "failed"
     assert rt.resume_sync(r.run_id, loop).accepted
     assert len(bank.executed) == 1
+
+
+# --- effect costs (invariant 7) ---------------------------------------------------------------
+def test_an_effect_reports_its_cost_and_it_counts_once(rt: lw.Runtime) -> None:
+    calls: list[str] = []
+
+    @lw.effect("wire", key=lambda a: a["invoice"], requires_success=False)
+    def wire(invoice: str) -> lw.EffectResult:
+        calls.append(invoice)
+        return lw.EffectResult({"sent": invoice}, lw.Usage(cost_usd=0.25, tokens=7))
+
+    # cycle 1 wires A (not accepted); cycle 2 asks for A again (reused) and is accepted
+    actor = Script(
+        with_effects(LOOK, wire.call(invoice="A")), with_effects(FIX_ALL, wire.call(invoice="A"))
+    )
+    r = rt.run_sync(make_loop(actor, [wire]), TASK)
+    assert (r.status, calls) == ("accepted", ["A"])
+    assert r.spent.cost_usd == pytest.approx(0.25)
+    assert r.spent.tokens == 7
+    (entry,) = rt.store.journal(r.run_id, kind="effect")
+    assert entry.data["usage"]["cost_usd"] == 0.25
+    assert entry.data["result"] == {"sent": "A"}
+    records = [c.record for c in rt.store.checkpoints(r.run_id) if c.record and "usage" in c.record]
+    assert [rec["usage"]["cost_usd"] for rec in records] == [pytest.approx(0.25), 0.0]
