@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _decide as rules
-from ._calls import CallTimeout
 from ._contract import TERMINAL_STATUSES, Contract, status_for
 from ._effects import Effect, EffectCall
 from ._errors import (
@@ -32,6 +31,7 @@ from ._errors import (
 from ._exec import (
     EffectOutcome,
     GaveUp,
+    OutOfTime,
     call_with_retry,
     error_info,
     perform_effect,
@@ -237,7 +237,9 @@ class Runtime(Decisions):
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
         nxt = ex.state.cycle + 1
         ex.retries = {
-            e.key: e for e in self.store.journal(rec.run_id, kind="retry") if e.cycle == nxt
+            e.key: e
+            for e in self.store.journal(rec.run_id, kind="retry")
+            if e.cycle == nxt and e.status != "retired"
         }
         beat = asyncio.create_task(self._heartbeat(ex))
         try:
@@ -320,10 +322,20 @@ class Runtime(Decisions):
                 return
             ex.state.notes.extend(notes)
             ex.state.pending = None
-            if rec.status in TERMINAL_STATUSES:
-                self._commit(ex, None, {})  # a cancelled run stays cancelled
-                return
             bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
+            if rec.status in TERMINAL_STATUSES:
+                # A cancelled run stays cancelled; its packet says what was undone and what
+                # could not be.
+                packet = dict(rec.packet or {})
+                packet["compensations"] = notes
+                if bad:
+                    causes = "; ".join(str(n.get("cause")) for n in bad)
+                    packet["recommended_action"] = (
+                        f"Undo by hand what the compensations could not ({causes}). "
+                        + str(packet.get("recommended_action", ""))
+                    ).strip()
+                self._commit(ex, None, {"packet": packet})
+                return
             if bad:
                 self._finish(
                     ex,
@@ -469,12 +481,8 @@ class Runtime(Decisions):
         t0 = time.perf_counter()
         ex.events.append(NewEvent(n, "cycle_started", {}))
         rem = rules.remaining(contract, s).seconds
-        timeout = _min(loop.actor_timeout_s, rem)
-        # When the time budget is the tighter limit, a timeout means the budget ran out: that
-        # is not a slow call to retry.
-        budget_bound = rem is not None and (
-            loop.actor_timeout_s is None or rem <= loop.actor_timeout_s
-        )
+        # The time budget is a wall-clock deadline for this cycle's calls and their retries.
+        ex.deadline = None if rem is None else time.time() + rem
         ex.at("before_actor")
         try:
             proposal, secs = await call_with_retry(
@@ -485,18 +493,12 @@ class Runtime(Decisions):
                 policy=loop.retry,
                 fn=loop.actor,
                 args=(self._context(ex, n),),
-                timeout=timeout,
-                retry_timeouts=not budget_bound,
+                timeout=loop.actor_timeout_s,
+                deadline=ex.deadline,
             )
+        except OutOfTime as exc:
+            return self._abort(ex, t0, "budget_time", cause=str(exc))
         except GaveUp as gave:
-            if budget_bound and isinstance(gave.exc, CallTimeout):
-                return self._abort(
-                    ex,
-                    t0,
-                    "budget_time",
-                    cause="the actor was still working "
-                    f"when the time budget ran out ({gave.exc.seconds:g} s left)",
-                )
             return self._abort(
                 ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
@@ -612,6 +614,12 @@ class Runtime(Decisions):
         # Held-out checks judge a private copy, so nothing they do to the state can reach the
         # actor's next context (invariant 3 holds even against a misbehaving verifier).
         private: TaskState | None = None
+        # ...and their own copy of the proposal, whose values the candidate shares.
+        proposal_copy = (
+            Proposal.from_dict(json.loads(json.dumps(proposal.to_dict())))
+            if loop.held_out
+            else proposal
+        )
         for check in loop.verifiers:
             subject = candidate
             if check.held_out:
@@ -628,8 +636,13 @@ class Runtime(Decisions):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=(subject, proposal),
+                    args=(subject, proposal_copy if check.held_out else proposal),
                     timeout=check.timeout_s,
+                    deadline=ex.deadline,
+                )
+            except OutOfTime as exc:
+                return self._abort(
+                    ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
             except GaveUp as gave:
                 return self._abort(
@@ -791,6 +804,17 @@ class Runtime(Decisions):
         """Run the cycle's effects (journaled, at most once), then conclude it."""
         outcomes: list[EffectOutcome] = []
         if calls:
+            # Never start an effect once a budget is crossed (invariant 7).
+            crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+            if crossed:
+                ex.state.pending = None
+                return self._abort(
+                    ex,
+                    t0,
+                    crossed,
+                    cause=f"crossed before the effects {[c.name for c in calls]} ran",
+                    unverified=proposal.to_dict(),
+                )
             if not staged:
                 # Write-ahead: the cycle's proposal and verdicts are stored before any effect
                 # runs, so a crash during the effects resumes *this* proposal, never a new one
@@ -805,7 +829,7 @@ class Runtime(Decisions):
                     "usage": cycle_usage.to_dict(),
                     "calls": [c.to_dict() for c in calls],
                 }
-                self._commit(
+                cancel = self._commit(
                     ex,
                     {
                         "cycle": n,
@@ -814,38 +838,43 @@ class Runtime(Decisions):
                     },
                     {"status": "running"},
                 )
-            for c in calls:
+                if cancel:  # cancelled while this cycle was verified: pay for nothing
+                    self._cancel_now(ex, "cancellation requested before the effects ran")
+                    return True
+            for i, c in enumerate(calls):
                 outcome = await perform_effect(self.store, ex, n, _effect(ex.loop, c), c)
                 outcomes.append(outcome)
+                if outcome.usage is not None:
+                    u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                    cycle_usage = cycle_usage + u
+                    ex.state.spent = ex.state.spent + u
+                stop: tuple[str, str] | None = None
                 if outcome.status != "done":
+                    stop = ("escalated", outcome.cause)
+                elif i + 1 < len(calls):
+                    crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+                    if crossed:
+                        rest = [x.name for x in calls[i + 1 :]]
+                        stop = (crossed, f"crossed during effect {c.name}; {rest} not run")
+                if stop is not None:
+                    # What did run is kept: its notes, its cost, and the packet lists it.
                     ex.state.pending = None
+                    ex.state.notes.extend(
+                        _effect_notes(n, outcomes[:-1] if stop[0] == "escalated" else outcomes)
+                    )
                     return self._abort(
                         ex,
                         t0,
-                        "escalated",
-                        cause=outcome.cause,
-                        evidence={"effect": outcome.to_dict()},
+                        stop[0],
+                        cause=stop[1],
+                        evidence={
+                            "effect": outcome.to_dict(),
+                            "effects_done": [o.to_dict() for o in outcomes if o.status == "done"],
+                        },
                         unverified=proposal.to_dict(),
                     )
             ex.state.pending = None
-            spent = Usage()
-            for o in outcomes:
-                spent = spent + (o.usage or Usage())
-            if spent.cost_usd or spent.tokens:
-                cycle_usage = cycle_usage + Usage(spent.cost_usd, spent.tokens, 0.0)
-                ex.state.spent = ex.state.spent + Usage(spent.cost_usd, spent.tokens, 0.0)
-            candidate.notes.extend(
-                {
-                    "kind": "effect",
-                    "cycle": n,
-                    "effect": o.name,
-                    "key": o.key,
-                    "status": o.status,
-                    "result": o.result,
-                    "reused": o.reused,
-                }
-                for o in outcomes
-            )
+            candidate.notes.extend(_effect_notes(n, outcomes))
         return self._conclude(
             ex,
             n,
@@ -943,7 +972,7 @@ class Runtime(Decisions):
             action_hash=digest,
             expires_at=time.time() + min(limits) if limits else None,
         )
-        self._commit(
+        cancel = self._commit(
             ex,
             # Held-out verdicts of the parked cycle wait here, outside the state.
             {
@@ -955,6 +984,8 @@ class Runtime(Decisions):
             {"status": "awaiting_approval"},
             approval=req,
         )
+        if cancel:
+            self._cancel_now(ex, "cancellation requested while it was being verified")
         return True
 
     async def _settle_pending(self, ex: _Exec) -> bool:
@@ -1192,6 +1223,23 @@ class Runtime(Decisions):
             self._cancel_now(ex, "cancellation requested")
             return True
         return False
+
+
+def _effect_notes(n: int, outcomes: Sequence[EffectOutcome]) -> list[dict[str, Any]]:
+    """What the next context learns about the cycle's effects."""
+    return [
+        {
+            "kind": "effect",
+            "cycle": n,
+            "effect": o.name,
+            "key": o.key,
+            "status": o.status,
+            "result": o.result,
+            "reused": o.reused,
+        }
+        for o in outcomes
+        if o.status == "done"
+    ]
 
 
 def _compensating(store: Store, run_id: str) -> bool:

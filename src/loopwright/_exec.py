@@ -34,6 +34,7 @@ __all__ = [
     "EffectOutcome",
     "Execution",
     "GaveUp",
+    "OutOfTime",
     "call_with_retry",
     "perform_effect",
 ]
@@ -56,6 +57,7 @@ class Execution:
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)
     phase: PhaseHook | None = None
+    deadline: float | None = None  # wall clock at which the time budget runs out (this cycle)
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""
@@ -102,6 +104,13 @@ class GaveUp(Exception):
         super().__init__(f"{kind} after {attempts} attempt(s): {error.get('message')}")
 
 
+class OutOfTime(Exception):
+    """The run's time budget ran out before or during a call (a budget stop, not a failure)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
 async def call_with_retry(
     store: Store,
     ex: Execution,
@@ -112,14 +121,26 @@ async def call_with_retry(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     timeout: float | None,
-    retry_timeouts: bool = True,
+    deadline: float | None = None,
 ) -> tuple[Any, float]:
     """Call ``fn(*args)`` under ``policy`` with attempts persisted in the run's journal.
 
     Raises ``GaveUp`` once the call is not to be tried again (a permanent or needs-human
-    error, the attempts or the deadline spent). With ``retry_timeouts=False`` a timeout is
-    not retried (it is the run's time budget running out, not a slow call).
+    error, the attempts or the policy's deadline spent), and ``OutOfTime`` when the run's time
+    budget (``deadline``, wall clock) leaves no room for an attempt or its backoff: each
+    attempt's timeout is cut to what is left, so retries never overrun the budget.
     """
+
+    who = "the actor" if scope == "actor" else scope.replace(":", " ", 1)
+
+    def limit() -> float | None:
+        if deadline is None:
+            return timeout
+        left = deadline - time.time()
+        if left <= 0:
+            raise OutOfTime(f"the time budget ran out before {who} could be called")
+        return left if timeout is None else min(timeout, left)
+
     key = f"retry:{scope}:{cycle}"
     entry = ex.retries.get(key)
     failed = entry.attempts if entry else 0
@@ -134,16 +155,31 @@ async def call_with_retry(
             )
         wait = float(entry.data.get("next_at", 0.0)) - time.time()
         if wait > 0:  # killed during the backoff: wait out only what is left of it
+            if deadline is not None and time.time() + wait >= deadline:
+                raise OutOfTime(f"the time budget runs out during the backoff of {who}")
             await asyncio.sleep(wait)
     while True:
+        per_call = limit()
         try:
-            return await call_user(fn, *args, timeout=timeout)
+            return await call_user(fn, *args, timeout=per_call)
         except Exception as exc:
+            if (
+                isinstance(exc, CallTimeout)
+                and deadline is not None
+                and (timeout is None or (per_call is not None and per_call < timeout))
+            ):
+                # The budget, not the call's own limit, cut it short.
+                raise OutOfTime(
+                    f"{who} was still working when the time budget ran out ({exc.seconds:g} s left)"
+                ) from None
             failed += 1
             info = error_info(scope, exc)
             kind, delay = policy.decide(exc, failed, elapsed_s=time.time() - first_at)
-            if not retry_timeouts and isinstance(exc, CallTimeout | TimeoutError):
-                delay = None
+            if delay is not None and deadline is not None and time.time() + delay >= deadline:
+                delay = None  # no time for another attempt; the run ends by its time budget
+                out_of_time = True
+            else:
+                out_of_time = False
             status = "gave_up" if delay is None else "waiting"
             next_at = time.time() + (delay or 0.0)
             ex.retries[key] = store.journal_put(
@@ -174,6 +210,11 @@ async def call_with_retry(
                     )
                 ],
             )
+            if out_of_time:
+                raise OutOfTime(
+                    f"{who} failed ({info['type']}: {info['message']}) with no time left in "
+                    "the budget for another attempt"
+                ) from exc
             if delay is None:
                 raise GaveUp(kind, error_info(scope, exc), failed, exc) from exc
             ex.at(f"backoff:{scope}")
@@ -232,10 +273,11 @@ async def perform_effect(
     """
     ikey = eff.key_for(ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
-    # A compensated (undone) execution does not satisfy a new request for the same key: the
-    # request runs again as the key's next generation ("key~2"), itself at most once.
+    # A compensated (undone) execution, or a failed one retired by a rollback, does not
+    # satisfy a new request for the same key: the request runs again as the key's next
+    # generation ("key~2"), itself at most once.
     generation = 1
-    while found and found[0].status == "compensated":
+    while found and found[0].status in ("compensated", "retired"):
         generation += 1
         found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
     if generation > 1:

@@ -61,7 +61,9 @@ class Decisions:
         rec = self.store.get_run(run_id)
         every = self.store.approvals(run_id=rec.run_id)
         if approval_id is not None:
-            found = [a for a in every if a.approval_id.startswith(approval_id)]
+            if not approval_id.strip():
+                raise ConfigError("must name a request (its id or a prefix)", field="request")
+            found = [a for a in every if a.approval_id.startswith(approval_id.strip())]
             if not found:
                 raise ApprovalError(f"run {rec.run_id} has no request {approval_id!r}")
             if len(found) > 1:
@@ -190,8 +192,60 @@ class Decisions:
             self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
 
+    def _in_flight(self, ex: _Exec, why: str) -> list[dict[str, Any]]:
+        """Effects started and never finished (a crash mid-effects), marked in doubt: what
+        ends or rewinds the run must say so, never drop them silently."""
+        out = []
+        for e in self.store.journal(ex.run_id, kind="effect"):
+            if e.status in ("intent", "waiting"):
+                cause = f"{e.data.get('name')} ({e.key.removeprefix('effect:')}) {why}"
+                self.store.journal_put(
+                    ex.run_id,
+                    ex.token,
+                    key=e.key,
+                    kind="effect",
+                    cycle=e.cycle,
+                    status="in_doubt",
+                    data={**e.data, "cause": cause},
+                    events=[NewEvent(e.cycle, "effect_in_doubt", {"key": e.key, "cause": cause})],
+                )
+                out.append(
+                    {
+                        "key": e.key.removeprefix("effect:"),
+                        "effect": e.data.get("name"),
+                        "args": e.data.get("args"),
+                        "cause": cause,
+                    }
+                )
+        return out
+
+    def _retire_failures(self, ex: _Exec) -> None:
+        """A rollback gives the redone cycles a fresh start: spent retry bounds of the cycle
+        to come and failed effects (which a person chose to redo) no longer count."""
+        nxt = ex.state.cycle + 1
+        for e in self.store.journal(ex.run_id):
+            retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
+            if retry or (e.kind == "effect" and e.status == "failed"):
+                self.store.journal_put(
+                    ex.run_id,
+                    ex.token,
+                    key=e.key,
+                    kind=e.kind,
+                    cycle=e.cycle,
+                    status="retired",
+                    data={**e.data, "retired_from": e.status},
+                    attempts=0 if retry else None,
+                )
+
     def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None:
-        stale = _open_requests(ex.state.pending)
+        pend0 = ex.state.pending or {}
+        # Offers already made (by a rollback) are kept with their decisions; others close.
+        kept = list(pend0.get("offers") or ()) if pend0.get("stage") == "compensations" else []
+        keep_ids = {str(o.get("approval_id")) for o in kept}
+        stale = [a for a in _open_requests(ex.state.pending) if a not in keep_ids]
+        doubt = self._in_flight(
+            ex, "was in flight when the run was cancelled: check whether it happened"
+        )
         ex.state.pending = None
         loop = None if ex.loop is _NO_LOOP else ex.loop
         pend, reqs = offer_compensations(
@@ -201,10 +255,17 @@ class Decisions:
             loop=loop,
             cycle=ex.state.cycle,
             why="the run was cancelled",
+            keep=kept,
         )
         ex.state.pending = pend
         self._note_not_offered(ex, loop)
-        self._finish(ex, "cancelled", cause=cause, approvals=reqs)
+        self._finish(
+            ex,
+            "cancelled",
+            cause=cause,
+            approvals=reqs,
+            evidence={"effects_in_doubt": doubt} if doubt else None,
+        )
         # Close what was waiting: a cancelled run must not leave a decision open (offers of
         # compensation are made afresh above).
         self._close_requests(stale, by=by or "loopwright", note="the run was cancelled")
@@ -277,6 +338,10 @@ class Decisions:
         ex = _Exec(
             rec.run_id, loop or _NO_LOOP, Contract.from_dict(rec.contract), token, latest.seq, cur
         )
+        doubt = self._in_flight(
+            ex, "was in flight when the run was rolled back: check whether it happened"
+        )
+        self._retire_failures(ex)
         cur.artifacts = old.artifacts
         cur.findings = old.findings
         cur.plan = old.plan
@@ -314,6 +379,7 @@ class Decisions:
                     "by": by,
                     "offers": len((pend or {}).get("offers") or ()),
                     "irreversible": (pend or {}).get("irreversible") or [],
+                    "in_doubt": doubt,
                 },
             )
         )
@@ -326,6 +392,7 @@ class Decisions:
                 "packet": None,
                 "ended_at": None,
                 "held_out_passed": None,
+                "cancel_requested": 0,  # a cancelled run rolled back is open again
             },
             approvals=reqs,
         )

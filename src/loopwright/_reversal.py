@@ -10,6 +10,7 @@ most once. An effect without a compensation is listed as irreversible, never sil
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import time
@@ -19,18 +20,29 @@ from typing import Any
 from ._effects import Effect, EffectCall
 from ._exec import Execution, perform_effect
 from ._loop import Loop
+from ._policy import ApprovalPolicy
 from .store import NewApproval, NewEvent, Store
 
 __all__ = ["offer_compensations", "run_compensations"]
 
 
 def offer_compensations(
-    store: Store, run_id: str, *, after_cycle: int, loop: Loop | None, cycle: int, why: str
+    store: Store,
+    run_id: str,
+    *,
+    after_cycle: int,
+    loop: Loop | None,
+    cycle: int,
+    why: str,
+    keep: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, list[NewApproval]]:
     """The ``pending`` entry describing the offers (``None`` when there is nothing to offer
-    or report) and the approval requests to persist with it."""
+    or report) and the approval requests to persist with it. Offers in ``keep`` (made
+    earlier, perhaps already decided) stay as they are."""
     if loop is None:
         return None, []  # which effects can be undone is known only to the loop
+    keep = keep or []
+    offered = {str(o["key"]) for o in keep}
     journal = store.journal(run_id, kind="effect")
     # A compensation that ran but whose original was not yet marked (a crash in between)
     # still counts: never offer to undo twice.
@@ -46,10 +58,11 @@ def offer_compensations(
         and e.cycle > after_cycle
         and not str(e.data.get("name", "")).endswith(".compensate")
         and e.key.removeprefix("effect:") not in undone
+        and e.key.removeprefix("effect:") not in offered
     ]
-    if not done:
+    if not done and not keep:
         return None, []
-    offers: list[dict[str, Any]] = []
+    offers: list[dict[str, Any]] = list(keep)
     requests: list[NewApproval] = []
     irreversible: list[str] = []
     for e in done:
@@ -60,7 +73,21 @@ def offer_compensations(
             irreversible.append(f"{name} ({ikey})")
             continue
         args = dict(e.data.get("args") or {})
-        d = loop.approvals.decide(eff.kind, f"{eff.name}.compensate", args)
+        # A rule naming the compensation itself ("pay.compensate") decides; otherwise it is
+        # judged as the effect it undoes (a rule covering the payment covers its refund).
+        comp_name = f"{eff.name}.compensate"
+        explicit = ApprovalPolicy(
+            tuple(
+                r
+                for r in loop.approvals.rules
+                if r.effect
+                and fnmatch.fnmatchcase(comp_name, r.effect)
+                and not fnmatch.fnmatchcase(eff.name, r.effect)
+            )
+        )
+        d = explicit.match(eff.kind, comp_name, args) or loop.approvals.decide(
+            eff.kind, eff.name, args
+        )
         offer: dict[str, Any] = {
             "key": ikey,
             "effect": name,

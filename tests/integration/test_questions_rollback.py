@@ -263,8 +263,13 @@ class Bank:
         )(self.pay)
 
 
-# the payment itself is allowed; its compensation (pay.compensate) falls to the spend default
-PAY_ONLY = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", effect="pay", action="allow"),))
+# the payment itself is allowed; its compensation needs a person (a rule naming it)
+PAY_ONLY = lw.ApprovalPolicy(
+    (
+        lw.PolicyRule(kind="spend", effect="pay.compensate", action="require", name="refunds"),
+        lw.PolicyRule(kind="spend", effect="pay", action="allow"),
+    )
+)
 
 
 def staged_actor(pay: lw.Effect, *extra: lw.EffectCall) -> Script:

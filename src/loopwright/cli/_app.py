@@ -335,13 +335,24 @@ def cancel(
     from ._render import console
 
     with Runtime(store) as rt:
-        rec = rt.store.get_run(run_id)
-        rec = rt.cancel(rec.run_id, by=by, loop=_loop_or_none(rec))
+        before = rt.store.get_run(run_id)
+        if before.status in TERMINAL_STATUSES:
+            console().print(
+                f"run {before.run_id[:12]} already ended ({before.status}); nothing to cancel"
+            )
+            return
+        rec = rt.cancel(before.run_id, by=by, loop=_loop_or_none(before))
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
+        done = [e for e in rt.store.journal(rec.run_id, kind="effect") if e.status == "done"]
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
         + ("" if rec.status == "cancelled" else " (cancellation requested)")
     )
+    if rec.status == "cancelled" and done and not before.spec_ref:
+        console().print(
+            f"[yellow]{len(done)} completed effect(s) not offered for compensation: the run was "
+            "started from Python; use Runtime.cancel(run, loop=...)[/]"
+        )
     _print_offers(rec.run_id, offers)
 
 

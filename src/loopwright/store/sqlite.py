@@ -67,6 +67,7 @@ _UPDATABLE = frozenset(
         "last_seq",
         "lease_expires_at",
         "held_out_passed",
+        "cancel_requested",
     }
 )
 
