@@ -21,6 +21,7 @@ __all__ = [
     "Budget",
     "Contract",
     "Escalation",
+    "MarginalReturn",
     "NoProgress",
     "RiskRule",
     "StopReason",
@@ -175,6 +176,61 @@ class Budget:
         )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MarginalReturn:
+    """Stop when another cycle is not worth its expected cost: estimated P(success in the next
+    cycle) × ``value_per_success_usd`` < expected cost of the next cycle (the mean cycle cost
+    so far; no estimate before the first cycle, so the first cycle always runs).
+
+    P comes from a hazard table: for cycle ``k`` (1-based; the last row stands for every later
+    cycle) and ``stall`` (cycles since the last material improvement, the last column stands
+    for more), ``hazard[k-1][stall]`` = ``[successes, trials]`` observed in traces (``loopwright
+    fit-stop`` fits it). P = (successes + prior_successes) / (trials + prior_successes +
+    prior_failures). With no table, P is the prior alone: 1 / (1 + 3) = 0.25 by default — a
+    documented, deliberately cautious guess; fit a table on your own traces.
+    """
+
+    value_per_success_usd: float
+    hazard: tuple[tuple[tuple[int, int], ...], ...] = ()
+    prior_successes: float = 1.0
+    prior_failures: float = 3.0
+
+    def __post_init__(self) -> None:
+        where = "contract.marginal_return"
+        _num(self.value_per_success_usd, f"{where}.value_per_success_usd", allow_none=False)
+        _num(self.prior_successes, f"{where}.prior_successes", allow_none=False)
+        _num(self.prior_failures, f"{where}.prior_failures", allow_none=False)
+        if self.prior_successes + self.prior_failures <= 0:
+            raise ConfigError("the prior needs some weight", field=f"{where}.prior_failures")
+        rows = []
+        try:
+            for row in self.hazard:
+                cells = []
+                for cell in row:
+                    succ, trials = (int(cell[0]), int(cell[1]))
+                    if succ < 0 or trials < succ:
+                        raise ValueError(cell)
+                    cells.append((succ, trials))
+                if not cells:
+                    raise ValueError(row)
+                rows.append(tuple(cells))
+        except (TypeError, ValueError, IndexError):
+            raise ConfigError(
+                "must be rows of [successes, trials] pairs with 0 <= successes <= trials",
+                field=f"{where}.hazard",
+            ) from None
+        object.__setattr__(self, "hazard", tuple(rows))
+
+    def p_success(self, cycle: int, stall: int) -> float:
+        """Estimated P(success at ``cycle``) given no success before and ``stall``."""
+        succ = trials = 0
+        if self.hazard:
+            row = self.hazard[min(max(cycle, 1), len(self.hazard)) - 1]
+            succ, trials = row[min(max(stall, 0), len(row) - 1)]
+        a, b = self.prior_successes, self.prior_failures
+        return (succ + a) / (trials + a + b)
+
+
 RiskCheck = Callable[..., "str | None"]
 
 
@@ -236,6 +292,7 @@ _SECTIONS: dict[str, type] = {
     "success": Success,
     "no_progress": NoProgress,
     "budget": Budget,
+    "marginal_return": MarginalReturn,
     "escalation": Escalation,
 }
 
@@ -250,14 +307,16 @@ class Contract:
     success: Success = field(default_factory=Success)
     no_progress: NoProgress | None = None
     budget: Budget = field(default_factory=Budget)
+    marginal_return: MarginalReturn | None = None
     risk: tuple[RiskRule, ...] = ()
     escalation: Escalation = field(default_factory=Escalation)
 
     def __post_init__(self) -> None:
-        if not self.budget.bounded and self.no_progress is None:
+        if not self.budget.bounded and self.no_progress is None and self.marginal_return is None:
             raise ConfigError(
                 "the contract has no exit besides success: set a budget (max_cycles, "
-                "max_cost_usd, max_tokens or max_seconds) or a no_progress rule",
+                "max_cost_usd, max_tokens or max_seconds), a no_progress or a marginal_return "
+                "rule",
                 field="contract.budget",
             )
         names = [r.name for r in self.risk]
@@ -270,16 +329,11 @@ class Contract:
         """Build a contract from a mapping (a TOML ``[contract]`` table or a snapshot)."""
         if not isinstance(data, Mapping):
             raise ConfigError("must be a table", field="contract")
-        known = {"success", "no_progress", "budget", "risk", "escalation"}
+        known = {"success", "no_progress", "budget", "marginal_return", "risk", "escalation"}
         for key in data:
             if key not in known:
-                hint = (
-                    " (marginal_return is not supported by this version)"
-                    if key == "marginal_return"
-                    else ""
-                )
                 raise ConfigError(
-                    f"unknown key {key!r}; expected one of {sorted(known)}{hint}",
+                    f"unknown key {key!r}; expected one of {sorted(known)}",
                     field=f"contract.{key}",
                 )
         kwargs: dict[str, Any] = {}
@@ -306,10 +360,19 @@ class Contract:
                 out[f.name] = list(v) if isinstance(v, tuple) else v
             return out
 
+        mr = self.marginal_return
         return {
             "success": sec(self.success),
             "no_progress": sec(self.no_progress) if self.no_progress else None,
             "budget": sec(self.budget),
+            "marginal_return": None
+            if mr is None
+            else {
+                "value_per_success_usd": mr.value_per_success_usd,
+                "hazard": [[list(c) for c in row] for row in mr.hazard],
+                "prior_successes": mr.prior_successes,
+                "prior_failures": mr.prior_failures,
+            },
             "risk": [sec(r) for r in self.risk],
             "escalation": sec(self.escalation),
         }

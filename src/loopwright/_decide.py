@@ -16,8 +16,10 @@ __all__ = [
     "budget_crossed",
     "budget_stop",
     "improved",
+    "marginal_stop",
     "remaining",
     "risk_reason",
+    "stop_before_cycle",
     "success",
 ]
 
@@ -62,6 +64,23 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         if not _over(limit, spent) or _over(spent + projected, limit):
             return reason
     return None
+
+
+def marginal_stop(contract: Contract, state: TaskState) -> str | None:
+    """``"marginal_return"`` when P(success next cycle) × value < expected cost of the next
+    cycle (the mean cycle cost so far; never before the first cycle)."""
+    mr = contract.marginal_return
+    n = state.cycle
+    if mr is None or n == 0:
+        return None
+    expected_cost = state.spent.cost_usd / n
+    p = mr.p_success(n + 1, state.stall)
+    return "marginal_return" if p * mr.value_per_success_usd < expected_cost else None
+
+
+def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
+    """What forbids starting the next cycle: a budget, then the marginal-return rule."""
+    return budget_stop(contract, state) or marginal_stop(contract, state)
 
 
 def budget_crossed(contract: Contract, spent: Usage) -> str | None:

@@ -358,7 +358,7 @@ class Runtime(Decisions):
         else:
             self._commit_status(ex, "running")
         while True:
-            reason = rules.budget_stop(ex.contract, ex.state)
+            reason = rules.stop_before_cycle(ex.contract, ex.state)
             if reason is not None:
                 self._finish(ex, reason)
                 return
@@ -480,6 +480,7 @@ class Runtime(Decisions):
         n = s.cycle + 1
         t0 = time.perf_counter()
         ex.events.append(NewEvent(n, "cycle_started", {}))
+        ex.calls = []
         rem = rules.remaining(contract, s).seconds
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if rem is None else time.time() + rem
@@ -518,6 +519,7 @@ class Runtime(Decisions):
         usage = proposal.usage or Usage()
         digest = proposal.digest()
         cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
+        ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
         s.spent = s.spent + cycle_usage
         ex.events.append(
             NewEvent(
@@ -670,6 +672,9 @@ class Runtime(Decisions):
             (held if check.held_out else visible)[check.name] = verdict
             vu = verdict.usage or Usage()
             cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)
+            ex.calls.append(
+                {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
+            )
             s.spent = s.spent + Usage(vu.cost_usd, vu.tokens, 0.0)
             ex.events.append(
                 NewEvent(
@@ -828,6 +833,7 @@ class Runtime(Decisions):
                     "visible": {k: v.to_dict() for k, v in visible.items()},
                     "usage": cycle_usage.to_dict(),
                     "calls": [c.to_dict() for c in calls],
+                    "spend": list(ex.calls),
                 }
                 cancel = self._commit(
                     ex,
@@ -846,6 +852,9 @@ class Runtime(Decisions):
                 outcomes.append(outcome)
                 if outcome.usage is not None:
                     u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                    ex.calls.append(
+                        {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
+                    )
                     cycle_usage = cycle_usage + u
                     ex.state.spent = ex.state.spent + u
                 stop: tuple[str, str] | None = None
@@ -929,6 +938,7 @@ class Runtime(Decisions):
             "visible": {k: v.to_dict() for k, v in visible.items()},
             "usage": cycle_usage.to_dict(),
             "calls": [c.to_dict() for c in calls or ()],
+            "spend": list(ex.calls),
         }
         s.next_action = (
             f"waiting for an answer to question {approval_id}"
@@ -1049,6 +1059,7 @@ class Runtime(Decisions):
                 evidence={"approval": req.to_dict()},
             )
             return True
+        ex.calls = list(pend.get("spend") or ())
         if pend.get("question_only"):
             # The actor asked; nothing of its proposal is applied. The answer is in the notes.
             return self._conclude(
@@ -1067,6 +1078,7 @@ class Runtime(Decisions):
 
     async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
+        ex.calls = list(pend.get("spend") or ())
         s = ex.state
         n = int(pend["cycle"])
         proposal = Proposal.from_dict(pend["proposal"])
@@ -1179,6 +1191,8 @@ class Runtime(Decisions):
             "improved": improved,
             "decision": decision,
             "effects": effects or [],
+            # Every priced call of the cycle in order: what replay needs to re-decide budgets.
+            "calls": list(ex.calls),
             "usage": Usage(
                 cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
             ).to_dict(),
@@ -1204,7 +1218,7 @@ class Runtime(Decisions):
         if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
             reason = "no_progress"
         else:
-            reason = rules.budget_stop(contract, s)
+            reason = rules.stop_before_cycle(contract, s)
         if reason is not None:
             self._finish(
                 ex,

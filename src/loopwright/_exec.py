@@ -58,6 +58,7 @@ class Execution:
     retries: dict[str, JournalEntry] = field(default_factory=dict)
     phase: PhaseHook | None = None
     deadline: float | None = None  # wall clock at which the time budget runs out (this cycle)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

@@ -57,9 +57,36 @@ def test_unknown_top_level_key() -> None:
     assert err.field == "contract.sucess"
 
 
-def test_marginal_return_is_refused_with_a_hint() -> None:
+def test_marginal_return_needs_its_value() -> None:
     err = _err(lw.Contract.from_dict, {"budget": {"max_cycles": 1}, "marginal_return": {}})
-    assert "not supported" in str(err)
+    assert err.field == "contract.marginal_return"
+
+
+def test_marginal_return_round_trips_and_estimates_from_its_table() -> None:
+    c = lw.Contract.from_dict(
+        {
+            "marginal_return": {
+                "value_per_success_usd": 2.0,
+                "hazard": [[[3, 4], [0, 5]], [[1, 10]]],
+            }
+        }
+    )
+    mr = c.marginal_return
+    assert mr is not None
+    assert mr.p_success(1, 0) == pytest.approx((3 + 1) / (4 + 4))
+    assert mr.p_success(1, 7) == pytest.approx((0 + 1) / (5 + 4))  # last column stands for more
+    assert mr.p_success(9, 0) == pytest.approx((1 + 1) / (10 + 4))  # last row for later cycles
+    assert lw.Contract.from_dict(c.to_dict()) == c
+    bad = _err(
+        lw.Contract.from_dict,
+        {"marginal_return": {"value_per_success_usd": 1, "hazard": [[[5, 2]]]}},
+    )
+    assert bad.field == "contract.marginal_return.hazard"
+
+
+def test_marginal_return_alone_is_an_exit() -> None:
+    c = lw.Contract.from_dict({"marginal_return": {"value_per_success_usd": 1.0}})
+    assert c.marginal_return is not None and c.marginal_return.p_success(3, 1) == 0.25
 
 
 @pytest.mark.parametrize("score", [-0.1, 1.01, 2, math.nan, math.inf])
