@@ -1,0 +1,174 @@
+"""The run-trace format (``loopwright.run-trace/1``): what replay needs of a recorded run.
+
+One JSON object per line, one line per run::
+
+    {"format": "loopwright.run-trace/1",
+     "run_id": "…", "task_key": "…", "source": "store:…" | "ldb:…",
+     "required": ["visible_tests"],          # visible checks a required flag makes required
+     "recorded": {"status": "accepted", "stop_reason": "success", "cycles": 3,
+                  "cost_usd": 0.12, "tokens": 4100, "held_out_passed": true},
+     "cycles": [
+       {"cycle": 1,
+        "calls": [{"who": "actor", "cost_usd": 0.04, "tokens": 1300},
+                  {"who": "verifier:fields", "cost_usd": 0.0, "tokens": 0}],
+        "verdicts": {"fields": {"passed": false, "score": 0.8}},   # visible checks only
+        "score": 0.8,                         # the aggregate visible score as recorded
+        "held_out_passed": null,              # null: not judged / unknown
+        "refused": false, "duplicate": false, "asked": false,
+        "seconds": 1.2}],
+     "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0}}   # after the last cycle
+
+``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
+effects): the engine checks budgets between calls, so replay must too. ``tail`` says how the
+recorded run ended after its last concluded cycle when that was not a decision of the contract:
+``escalated`` (the actor or user code ended it mid-cycle), ``crossed`` (a budget crossed
+mid-cycle), ``parked`` (waiting for a person), ``cancelled``, or ``none``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .._errors import ConfigError
+
+__all__ = ["TRACE_FORMAT", "Call", "CycleTrace", "RunTrace", "read_traces", "write_traces"]
+
+TRACE_FORMAT = "loopwright.run-trace/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    who: str
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CycleTrace:
+    cycle: int
+    calls: tuple[Call, ...] = ()
+    verdicts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    score: float | None = None
+    held_out_passed: bool | None = None
+    refused: bool = False
+    duplicate: bool = False
+    asked: bool = False
+    seconds: float = 0.0
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd for c in self.calls)
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.tokens for c in self.calls)
+
+
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    run_id: str
+    task_key: str
+    cycles: tuple[CycleTrace, ...]
+    required: tuple[str, ...] = ()
+    recorded: Mapping[str, Any] = field(default_factory=dict)
+    tail: Mapping[str, Any] = field(default_factory=lambda: {"kind": "none"})
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": TRACE_FORMAT,
+            "run_id": self.run_id,
+            "task_key": self.task_key,
+            "source": self.source,
+            "required": list(self.required),
+            "recorded": dict(self.recorded),
+            "cycles": [
+                {
+                    "cycle": c.cycle,
+                    "calls": [
+                        {"who": x.who, "cost_usd": x.cost_usd, "tokens": x.tokens} for x in c.calls
+                    ],
+                    "verdicts": {k: dict(v) for k, v in c.verdicts.items()},
+                    "score": c.score,
+                    "held_out_passed": c.held_out_passed,
+                    "refused": c.refused,
+                    "duplicate": c.duplicate,
+                    "asked": c.asked,
+                    "seconds": c.seconds,
+                }
+                for c in self.cycles
+            ],
+            "tail": dict(self.tail),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, where: str = "trace") -> RunTrace:
+        if not isinstance(d, Mapping):
+            raise ConfigError("must be a JSON object", field=where)
+        fmt = d.get("format")
+        if fmt != TRACE_FORMAT:
+            raise ConfigError(
+                f"format {fmt!r} is not {TRACE_FORMAT!r} (a newer or foreign file?)",
+                field=f"{where}.format",
+            )
+        try:
+            cycles = tuple(
+                CycleTrace(
+                    cycle=int(c["cycle"]),
+                    calls=tuple(
+                        Call(str(x["who"]), float(x.get("cost_usd", 0.0)), int(x.get("tokens", 0)))
+                        for x in c.get("calls") or ()
+                    ),
+                    verdicts={str(k): dict(v) for k, v in (c.get("verdicts") or {}).items()},
+                    score=None if c.get("score") is None else float(c["score"]),
+                    held_out_passed=c.get("held_out_passed"),
+                    refused=bool(c.get("refused", False)),
+                    duplicate=bool(c.get("duplicate", False)),
+                    asked=bool(c.get("asked", False)),
+                    seconds=float(c.get("seconds", 0.0)),
+                )
+                for c in d.get("cycles") or ()
+            )
+            return cls(
+                run_id=str(d["run_id"]),
+                task_key=str(d.get("task_key", d["run_id"])),
+                cycles=cycles,
+                required=tuple(str(x) for x in d.get("required") or ()),
+                recorded=dict(d.get("recorded") or {}),
+                tail=dict(d.get("tail") or {"kind": "none"}),
+                source=str(d.get("source", "")),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"malformed run trace: {exc!r}", field=where) from None
+
+
+def write_traces(traces: Iterable[RunTrace], out: str | Path | IO[str]) -> int:
+    """Write traces as JSONL; returns how many."""
+    n = 0
+    if isinstance(out, str | Path):
+        with Path(out).open("w", encoding="utf-8") as fh:
+            return write_traces(traces, fh)
+    for t in traces:
+        out.write(json.dumps(t.to_dict(), separators=(",", ":")) + "\n")
+        n += 1
+    return n
+
+
+def read_traces(path: str | Path) -> Iterator[RunTrace]:
+    """Read a run-trace JSONL file; a bad line raises ``ConfigError`` naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"no such file: {p}", field="SOURCE")
+    with p.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE") from None
+            yield RunTrace.from_dict(data, where=f"{p}:{n}")

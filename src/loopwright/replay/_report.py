@@ -1,0 +1,158 @@
+"""Totals of replayed outcomes, side by side with the runs as recorded."""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._contract import Contract
+from .._errors import ConfigError
+from ._format import RunTrace
+from ._simulate import Outcome, simulate
+
+__all__ = ["Report", "Totals", "load_contract", "recorded_outcomes", "replay", "summarize"]
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """What a policy yields over a set of runs (metric names as in DESIGN §6)."""
+
+    name: str
+    runs: int
+    accepted: int
+    accepted_kept: int  # accepted here and as recorded
+    accepted_lost: int  # accepted as recorded, not here
+    censored: int
+    held_out_passed: int  # runs whose final held-out verdict passed
+    false_successes: int  # accepted here, held-out failed
+    cycles: int
+    cost_usd: float
+    tokens: int
+    cost_per_accepted_usd: float | None
+    spend_after_last_improvement_usd: float
+    spend_after_last_improvement_frac: float | None
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "runs": self.runs,
+            "accepted": self.accepted,
+            "accepted_kept": self.accepted_kept,
+            "accepted_lost": self.accepted_lost,
+            "censored": self.censored,
+            "held_out_passed": self.held_out_passed,
+            "false_successes": self.false_successes,
+            "cycles": self.cycles,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+            "cost_per_accepted_usd": self.cost_per_accepted_usd,
+            "spend_after_last_improvement_usd": self.spend_after_last_improvement_usd,
+            "spend_after_last_improvement_frac": self.spend_after_last_improvement_frac,
+            "stop_reasons": dict(self.stop_reasons),
+        }
+
+
+def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
+    """The runs as they were recorded, in the same shape as replayed outcomes."""
+    out = []
+    for t in traces:
+        r = t.recorded
+        cost = float(r.get("cost_usd", sum(c.cost_usd for c in t.cycles)))
+        spent = last = 0.0
+        last_cycle = 0
+        best: float | None = None
+        for c in t.cycles:
+            spent += c.cost_usd
+            if c.score is not None and (best is None or c.score > best):
+                best, last, last_cycle = c.score, spent, c.cycle
+        out.append(
+            Outcome(
+                run_id=t.run_id,
+                task_key=t.task_key,
+                reason=str(r.get("stop_reason") or r.get("status") or "unknown"),
+                cycles=int(r.get("cycles", len(t.cycles))),
+                cost_usd=cost,
+                tokens=int(r.get("tokens", sum(c.tokens for c in t.cycles))),
+                seconds=sum(c.seconds for c in t.cycles),
+                accepted=r.get("status") == "accepted",
+                held_out_passed=r.get("held_out_passed"),
+                best_score=best,
+                last_improvement_cycle=last_cycle,
+                spend_after_last_improvement_usd=max(0.0, cost - last),
+            )
+        )
+    return out
+
+
+def summarize(
+    name: str, outcomes: Sequence[Outcome], recorded: Sequence[Outcome] | None = None
+) -> Totals:
+    rec = {o.run_id: o for o in recorded or ()}
+    accepted = [o for o in outcomes if o.accepted]
+    cost = sum(o.cost_usd for o in outcomes)
+    after = sum(o.spend_after_last_improvement_usd for o in outcomes)
+    kept = sum(1 for o in accepted if o.run_id in rec and rec[o.run_id].accepted)
+    lost = sum(1 for o in outcomes if o.run_id in rec and rec[o.run_id].accepted and not o.accepted)
+    return Totals(
+        name=name,
+        runs=len(outcomes),
+        accepted=len(accepted),
+        accepted_kept=kept if recorded is not None else len(accepted),
+        accepted_lost=lost,
+        censored=sum(1 for o in outcomes if o.reason == "censored"),
+        held_out_passed=sum(1 for o in outcomes if o.held_out_passed),
+        false_successes=sum(1 for o in accepted if o.held_out_passed is False),
+        cycles=sum(o.cycles for o in outcomes),
+        cost_usd=cost,
+        tokens=sum(o.tokens for o in outcomes),
+        cost_per_accepted_usd=cost / len(accepted) if accepted else None,
+        spend_after_last_improvement_usd=after,
+        spend_after_last_improvement_frac=after / cost if cost > 0 else None,
+        stop_reasons=dict(Counter(o.reason for o in outcomes)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    recorded: Totals
+    contracts: list[tuple[Totals, list[Outcome]]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recorded": self.recorded.to_dict(),
+            "contracts": [
+                {**t.to_dict(), "runs_detail": [o.to_dict() for o in outs]}
+                for t, outs in self.contracts
+            ],
+        }
+
+
+def replay(traces: Sequence[RunTrace], contracts: Mapping[str, Contract]) -> Report:
+    recorded = recorded_outcomes(traces)
+    rows = []
+    for name, contract in contracts.items():
+        outs = [simulate(t, contract) for t in traces]
+        rows.append((summarize(name, outs, recorded), outs))
+    return Report(summarize("recorded", recorded, recorded), rows)
+
+
+def load_contract(path: str | Path) -> Contract:
+    """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables.
+    Risk rules are dropped: replay does not replay a person's decisions."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"no contract file at {p}", field="--contract")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p} is not valid TOML: {exc}", field="--contract") from None
+    table = data.get("contract", data)
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{p}: [contract] must be a table", field="--contract")
+    known = {"success", "no_progress", "budget", "marginal_return", "escalation"}
+    return Contract.from_dict({k: v for k, v in table.items() if k in known})

@@ -1,0 +1,168 @@
+"""Replay one recorded run under another contract: where would it have stopped, and how?
+
+The simulation walks the recorded cycles and takes the engine's decisions in the engine's
+order, with the engine's own rules (``loopwright._decide``): before a cycle, the budgets and
+the marginal-return rule; inside it, a budget crossed between priced calls; at its end,
+success, then no progress, then the budgets again. It can only stop *earlier* than the record
+or at the same cycle; a contract that would have gone on past the recorded end is reported as
+``censored`` (the record does not say what the next cycle would have brought), never guessed.
+
+Not replayed: risk pauses and approvals (a person's decision; the recorded continuation is
+assumed), the time an approval took, and whether an effect would have run under a different
+success rule (effect calls are charged as recorded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _decide as rules
+from .._contract import Contract
+from .._state import TaskState
+from .._usage import Usage
+from ._format import CycleTrace, RunTrace
+
+__all__ = ["Outcome", "simulate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ends under a contract (``reason`` is a stop reason or ``censored``)."""
+
+    run_id: str
+    task_key: str
+    reason: str
+    cycles: int
+    cost_usd: float
+    tokens: int
+    seconds: float
+    accepted: bool
+    held_out_passed: bool | None
+    best_score: float | None
+    last_improvement_cycle: int
+    spend_after_last_improvement_usd: float
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "task_key": self.task_key,
+            "reason": self.reason,
+            "cycles": self.cycles,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+            "accepted": self.accepted,
+            "held_out_passed": self.held_out_passed,
+            "best_score": self.best_score,
+            "last_improvement_cycle": self.last_improvement_cycle,
+            "spend_after_last_improvement_usd": self.spend_after_last_improvement_usd,
+            "note": self.note,
+        }
+
+
+def _success(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
+    """``_decide.success`` on recorded verdicts (the aggregate score is the recorded one)."""
+    if not c.verdicts or c.score is None or c.refused or c.asked:
+        return False
+    names = set(contract.success.required or trace.required or c.verdicts)
+    if any(n not in c.verdicts or not c.verdicts[n].get("passed") for n in names):
+        return False
+    return c.score >= contract.success.min_score
+
+
+def simulate(trace: RunTrace, contract: Contract) -> Outcome:
+    s = TaskState()
+    improved_at = 0
+    spent_at_improvement = 0.0
+    held: bool | None = None
+    required = set(trace.required or ())
+    delta = contract.no_progress.min_delta if contract.no_progress else 0.0
+
+    def end(reason: str, *, accepted: bool = False, note: str = "") -> Outcome:
+        return Outcome(
+            run_id=trace.run_id,
+            task_key=trace.task_key,
+            reason=reason,
+            cycles=s.cycle,
+            cost_usd=s.spent.cost_usd,
+            tokens=s.spent.tokens,
+            seconds=s.spent.seconds,
+            accepted=accepted,
+            held_out_passed=held,
+            best_score=s.best_score,
+            last_improvement_cycle=improved_at,
+            spend_after_last_improvement_usd=max(0.0, s.spent.cost_usd - spent_at_improvement),
+            note=note,
+        )
+
+    for c in trace.cycles:
+        reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            return end(reason)
+        # Priced calls in order, with the engine's checks between them.
+        verifier_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("verifier:")]
+        effect_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("effect:")]
+        last_verifier = verifier_idx[-1] if verifier_idx else -1
+        for i, call in enumerate(c.calls):
+            if effect_idx and i == effect_idx[0]:
+                crossed = rules.budget_crossed(contract, s.spent)
+                if crossed:
+                    return end(crossed, note="crossed before the effects")
+            s.spent = s.spent + Usage(call.cost_usd, call.tokens, 0.0)
+            checked = (
+                call.who == "actor"
+                or (call.who.startswith("verifier:") and i != last_verifier)
+                or (call.who.startswith("effect:") and i != effect_idx[-1])
+            )
+            if checked:
+                crossed = rules.budget_crossed(contract, s.spent)
+                if crossed:
+                    return end(crossed, note=f"crossed during {call.who}")
+        ok = _success(contract, trace, c)
+        decided = not (c.refused or c.asked)
+        newly = {
+            k
+            for k, v in c.verdicts.items()
+            if v.get("passed") and k in (required or c.verdicts) and k not in s.passed_checks
+        }
+        better = (
+            not c.duplicate
+            and decided
+            and rules.improved(s.best_score, c.score, delta, bool(newly))
+        )
+        if better:
+            s.best_score = max(v for v in (s.best_score, c.score) if v is not None)
+            s.stall = 0
+        elif c.asked:
+            pass
+        else:
+            s.stall += 1
+        s.passed_checks = sorted(set(s.passed_checks) | newly)
+        s.cycle += 1
+        s.spent = s.spent + Usage(seconds=c.seconds)
+        held = c.held_out_passed
+        if better:
+            improved_at = s.cycle
+            spent_at_improvement = s.spent.cost_usd
+        if ok:
+            return end("success", accepted=True)
+        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+            return end("no_progress")
+        reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            return end(reason)
+    tail = str(trace.tail.get("kind", "none"))
+    if tail == "escalated":
+        s.spent = s.spent + Usage(
+            float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
+        )
+        return end("escalated", note="escalated mid-cycle, as recorded")
+    if tail == "cancelled":
+        return end("cancelled", note="cancelled, as recorded")
+    recorded = trace.recorded.get("stop_reason") or trace.recorded.get("status") or "its end"
+    return end(
+        "censored",
+        note=f"the recording ends after cycle {s.cycle} ({recorded}); this contract would go on",
+    )

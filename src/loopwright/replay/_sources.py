@@ -1,0 +1,182 @@
+"""Where run traces come from: this project's store, a run-trace file, or LDB recordings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .._errors import ConfigError
+from .._proposal import Verdict
+from ..importers.ldb import USD_PER_TOKEN, read_ldb
+from ..store import RunRecord, Store
+from ._format import TRACE_FORMAT, Call, CycleTrace, RunTrace, read_traces
+
+__all__ = ["load_source", "trace_of_run", "traces_from_ldb", "traces_from_store"]
+
+
+def _calls(record: dict[str, Any]) -> tuple[Call, ...]:
+    if "calls" in record:
+        return tuple(
+            Call(str(x["who"]), float(x.get("cost_usd", 0.0)), int(x.get("tokens", 0)))
+            for x in record["calls"]
+        )
+    # Records written before the engine listed its calls: actor, then visible and held-out
+    # verifiers (the order between those two groups is not known).
+    out = []
+    usage = (record.get("proposal") or {}).get("usage") or {}
+    out.append(Call("actor", float(usage.get("cost_usd", 0.0)), int(usage.get("tokens", 0))))
+    for group in ("visible", "held_out"):
+        for name, v in (record.get(group) or {}).items():
+            u = v.get("usage") or {}
+            out.append(
+                Call(f"verifier:{name}", float(u.get("cost_usd", 0.0)), int(u.get("tokens", 0)))
+            )
+    return tuple(out)
+
+
+def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
+    """The run as a trace; ``None`` for a run rolled back (its cycles are not one line)."""
+    cycles: list[CycleTrace] = []
+    for ck in store.checkpoints(rec.run_id):
+        r = ck.record
+        if not r:
+            continue
+        if r.get("decision") == "rollback":
+            return None
+        if "proposal" not in r:
+            continue
+        visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
+        held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
+        cycles.append(
+            CycleTrace(
+                cycle=int(r["cycle"]),
+                calls=_calls(r),
+                verdicts={k: {"passed": v.passed, "score": v.value} for k, v in visible.items()},
+                score=r.get("score"),
+                held_out_passed=all(held) if held else None,
+                refused=r.get("decision") == "refused",
+                duplicate=bool(r.get("duplicate")),
+                asked=r.get("decision") == "asked",
+                seconds=float((r.get("usage") or {}).get("seconds", 0.0)),
+            )
+        )
+    spent_cost = sum(c.cost_usd for c in cycles)
+    spent_tokens = sum(c.tokens for c in cycles)
+    extra = {
+        "cost_usd": max(0.0, rec.cost_usd - spent_cost),
+        "tokens": max(0, rec.tokens - spent_tokens),
+    }
+    cause = str((rec.packet or {}).get("cause") or "")
+    if rec.status == "awaiting_approval":
+        tail = {"kind": "parked", **extra}
+    elif rec.status == "cancelled":
+        tail = {"kind": "cancelled", **extra}
+    elif rec.status in ("escalated", "failed"):
+        tail = {"kind": "escalated", **extra}  # user code, a person or an effect ended it
+    elif rec.status == "stopped" and cause.startswith("crossed"):
+        tail = {"kind": "crossed", **extra}  # a budget crossed between calls of a cycle
+    elif rec.status in ("running", "pending"):
+        tail = {"kind": "unfinished", **extra}
+    else:
+        tail = {"kind": "none"}
+    required = tuple(rec.contract.get("success", {}).get("required") or ())
+    return RunTrace(
+        run_id=rec.run_id,
+        task_key=rec.task_key,
+        cycles=tuple(cycles),
+        required=required,
+        recorded={
+            "status": rec.status,
+            "stop_reason": rec.stop_reason,
+            "cycles": rec.cycle,
+            "cost_usd": rec.cost_usd,
+            "tokens": rec.tokens,
+            "held_out_passed": rec.held_out_passed,
+            "loop": rec.loop_name,
+            "project": rec.project,
+        },
+        tail=tail,
+        source=f"store:{store.url}",
+    )
+
+
+def traces_from_store(
+    store: Store, *, project: str | None = None, loop: str | None = None
+) -> Iterator[RunTrace]:
+    for rec in reversed(store.list_runs(project=project, loop_name=loop)):
+        t = trace_of_run(store, rec)
+        if t is not None:
+            yield t
+
+
+def traces_from_ldb(
+    path: str | Path, *, usd_per_token: float = USD_PER_TOKEN
+) -> Iterator[RunTrace]:
+    """LDB recordings as traces, as the code-repair loop runs them: cycle 1 judges the seed
+    (free: LDB does not account for it), cycle ``k + 1`` the ``k``-th debugging attempt; the
+    visible verdict is ``visible_tests`` (score = share of visible tests passing); the hidden
+    verdict is known for the final program only (``is_solved``)."""
+    for task in read_ldb(path, usd_per_token=usd_per_token):
+        rec = task["recorded"]
+        n_tests = len(task["visible_tests"])
+        programs = [(rec["seed_feedback"], {"cost_usd": 0.0, "tokens": 0})] + [
+            (a["feedback"], a["usage"]) for a in rec["attempts"]
+        ]
+        cycles = []
+        for k, (feedback, usage) in enumerate(programs, 1):
+            score = 1.0 if n_tests == 0 else max(0.0, 1.0 - len(feedback) / n_tests)
+            last = k == len(programs)
+            cycles.append(
+                CycleTrace(
+                    cycle=k,
+                    calls=(
+                        Call("actor", float(usage["cost_usd"]), int(usage["tokens"])),
+                        Call("verifier:visible_tests"),
+                        Call("verifier:hidden_tests"),
+                    ),
+                    verdicts={"visible_tests": {"passed": not feedback, "score": score}},
+                    score=score,
+                    held_out_passed=bool(task["held_out"]["recorded"]["is_solved"])
+                    if last
+                    else None,
+                )
+            )
+        passing = bool(rec["is_passing"])
+        yield RunTrace(
+            run_id=task["task_key"],
+            task_key=task["task_key"],
+            cycles=tuple(cycles),
+            required=("visible_tests",),
+            recorded={
+                "status": "accepted" if passing else "stopped",
+                "stop_reason": "success" if passing else "budget_cycles",
+                "cycles": len(programs),
+                "cost_usd": sum(float(u["cost_usd"]) for _, u in programs),
+                "tokens": sum(int(u["tokens"]) for _, u in programs),
+                "held_out_passed": bool(task["held_out"]["recorded"]["is_solved"]),
+            },
+            tail={"kind": "none"},
+            source=f"ldb:{path}",
+        )
+
+
+def load_source(source: str, store: Store | None = None) -> list[RunTrace]:
+    """``store`` (runs in the given store), a run-trace JSONL file, or an LDB JSONL file
+    (recognised by its first line)."""
+    if source in ("store", "runs"):
+        if store is None:
+            raise ConfigError("no store to read runs from", field="SOURCE")
+        return list(traces_from_store(store))
+    p = Path(source)
+    if not p.is_file():
+        raise ConfigError(
+            f"{source!r} is neither 'store' nor a file (run-trace or LDB JSONL)", field="SOURCE"
+        )
+    with p.open(encoding="utf-8") as fh:
+        first = next((line for line in fh if line.strip()), "")
+    if f'"{TRACE_FORMAT}"' in first:
+        return list(read_traces(p))
+    if '"implementations"' in first and '"test_feedback"' in first:
+        return list(traces_from_ldb(p))
+    raise ConfigError(f"{p}: not a run-trace file ({TRACE_FORMAT}) nor LDB results", field="SOURCE")
