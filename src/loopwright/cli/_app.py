@@ -540,3 +540,7 @@ def import_(
     from ._render import console
 
     console().print(f"wrote {n} task(s) to {out}")
+
+
+# Commands kept in their own modules register themselves on ``app`` when imported.
+from . import _replay_cmd  # noqa: E402, F401

@@ -159,6 +159,17 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
         )
         return end("escalated", note="escalated mid-cycle, as recorded")
+    if tail == "crossed":
+        # The recording crossed a budget mid-cycle after spending this much: the same calls
+        # cross this contract's budget too, or what came next is unknown.
+        before = s.spent
+        s.spent = s.spent + Usage(
+            float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
+        )
+        crossed = rules.budget_crossed(contract, s.spent)
+        if crossed:
+            return end(crossed, note="crossed mid-cycle, as recorded")
+        s.spent = before
     if tail == "cancelled":
         return end("cancelled", note="cancelled, as recorded")
     recorded = trace.recorded.get("stop_reason") or trace.recorded.get("status") or "its end"

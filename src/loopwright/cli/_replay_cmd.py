@@ -1,0 +1,107 @@
+"""`loopwright replay`: how other stop contracts would have ended recorded runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .._errors import ConfigError
+from ..store import open_store
+from ._app import JsonOpt, StoreOpt, _print_json, app
+
+__all__ = ["replay_cmd"]
+
+
+@app.command("replay")
+def replay_cmd(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SOURCE",
+            help="'store' (the runs in --store), a run-trace JSONL file, or LDB results JSONL.",
+        ),
+    ],
+    contract: Annotated[
+        list[Path],
+        typer.Option("--contract", help="A contract TOML (a loop spec or [contract] tables)."),
+    ],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    save_traces: Annotated[
+        Path | None,
+        typer.Option("--save-traces", help="Also write the runs as run-trace JSONL here."),
+    ] = None,
+) -> None:
+    """Replay recorded runs under other contracts: where each would have stopped, with which
+    reason and outcome, and the totals side by side with the runs as recorded."""
+    from ..replay import load_contract, load_source, replay, write_traces
+
+    if not contract:
+        raise ConfigError("give at least one --contract FILE", field="--contract")
+    contracts = {}
+    for path in contract:
+        name = path.stem
+        while name in contracts:
+            name += "'"
+        contracts[name] = load_contract(path)
+    if source in ("store", "runs"):
+        with open_store(store) as st:
+            traces = load_source(source, st)
+    else:
+        traces = load_source(source)
+    if not traces:
+        raise ConfigError(f"{source}: no runs to replay", field="SOURCE")
+    if save_traces is not None:
+        write_traces(traces, save_traces)
+    report = replay(traces, contracts)
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    from rich.table import Table
+
+    from ._render import console
+
+    rows = [report.recorded] + [t for t, _ in report.contracts]
+    t = Table(title=f"{len(traces)} recorded run(s) from {source}", title_justify="left")
+    t.add_column("")
+    for r in rows:
+        t.add_column(r.name, justify="right")
+
+    def money(v: float | None) -> str:
+        return "-" if v is None else f"${v:,.4f}"
+
+    def frac(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    base_cost = report.recorded.cost_usd
+    lines: list[tuple[str, list[str]]] = [
+        ("accepted", [str(r.accepted) for r in rows]),
+        ("  kept / lost vs recorded", [f"{r.accepted_kept} / {r.accepted_lost}" for r in rows]),
+        ("held-out passed", [str(r.held_out_passed) for r in rows]),
+        ("false successes", [str(r.false_successes) for r in rows]),
+        ("censored (would go on)", [str(r.censored) for r in rows]),
+        ("cycles", [str(r.cycles) for r in rows]),
+        ("spend", [money(r.cost_usd) for r in rows]),
+        (
+            "  saved vs recorded",
+            [frac(None if base_cost <= 0 else 1 - r.cost_usd / base_cost) for r in rows],
+        ),
+        ("cost_per_accepted_usd", [money(r.cost_per_accepted_usd) for r in rows]),
+        (
+            "spend_after_last_improvement",
+            [
+                f"{money(r.spend_after_last_improvement_usd)} "
+                f"({frac(r.spend_after_last_improvement_frac)})"
+                for r in rows
+            ],
+        ),
+        (
+            "stop reasons",
+            [", ".join(f"{k} {v}" for k, v in sorted(r.stop_reasons.items())) for r in rows],
+        ),
+    ]
+    for label, cells in lines:
+        t.add_row(label, *cells)
+    console().print(t)
