@@ -57,6 +57,12 @@ def review(loop: Loop) -> list[dict[str, str]]:
         stops.append(f"{c.budget.max_cycles} cycles")
     if c.budget.max_seconds:
         stops.append(f"{c.budget.max_seconds} s")
+    if c.marginal_return:
+        mr = c.marginal_return
+        stops.append(
+            f"marginal return below ${mr.value_per_success_usd:g} per success "
+            + ("(fitted hazard table)" if mr.hazard else "(prior only: fit one with fit-stop)")
+        )
     if c.risk:
         stops.append("pauses for approval on: " + ", ".join(r.name for r in c.risk))
     add(
