@@ -33,6 +33,7 @@ from ._errors import (
     StoreError,
 )
 from ._loop import Check, Loop
+from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Edit, Proposal, Remaining, Verdict
 from ._question import Question
@@ -49,6 +50,7 @@ from ._usage import Usage
 
 __all__ = [
     "EFFECT_KINDS",
+    "METRIC_NAMES",
     "RUN_STATUSES",
     "STOP_REASONS",
     "ApprovalError",
@@ -69,6 +71,7 @@ __all__ = [
     "Loop",
     "LoopwrightError",
     "MarginalReturn",
+    "Metrics",
     "NeedsHumanError",
     "NoProgress",
     "Part",
@@ -80,6 +83,7 @@ __all__ = [
     "Remaining",
     "RetryPolicy",
     "RiskRule",
+    "RunMetrics",
     "RunNotFoundError",
     "RunResult",
     "Runtime",
@@ -96,6 +100,7 @@ __all__ = [
     "Version",
     "__version__",
     "classify",
+    "compute_metrics",
     "effect",
     "load_spec",
 ]

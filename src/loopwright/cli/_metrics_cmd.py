@@ -1,0 +1,187 @@
+"""`loopwright metrics`: outcome metrics over runs (DESIGN §6), thin over ``compute_metrics``."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated
+
+import typer
+
+from .._errors import ConfigError
+from .._metrics import DEFINITIONS, METRIC_NAMES, REVIEW_COST_METRIC, Metrics, compute_metrics
+from ._app import JsonOpt, StoreOpt, _print_json, app
+
+__all__ = ["metrics"]
+
+
+@app.command()
+def metrics(
+    project: Annotated[str | None, typer.Option(help="Only runs of this project.")] = None,
+    loop: Annotated[str | None, typer.Option(help="Only runs of this loop (by name).")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only runs created at or after this ISO 8601 date or time (local time unless "
+            "it names a zone)."
+        ),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only runs created at or before this ISO date or time.")
+    ] = None,
+    days: Annotated[
+        float | None,
+        typer.Option(help="Only runs created in the last N days (instead of --since)."),
+    ] = None,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    review_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--review-cost",
+            help="Cost in USD of one human review; adds human_review_cost_per_accepted_usd.",
+        ),
+    ] = None,
+    per_run: Annotated[bool, typer.Option("--per-run", help="Each run's figures too.")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Outcome metrics over runs: time, cycles and cost per accepted outcome, spend after the
+    last improvement, false successes, regressions, recoveries, approvals, reuse and stop
+    reasons. Definitions: docs/metrics.md."""
+    start: str | float | None = since
+    if days is not None:
+        if since is not None:
+            raise ConfigError("give --since or --days, not both", field="--days")
+        if not (math.isfinite(days) and days > 0):
+            raise ConfigError("must be a positive number of days", field="--days")
+        start = time.time() - days * 86400.0
+    try:
+        m = compute_metrics(
+            store,
+            project=project,
+            loop=loop,
+            since=start,
+            until=until,
+            status=status,
+            review_cost_usd=review_cost,
+        )
+    except ConfigError as exc:
+        if exc.field in ("since", "until", "status"):
+            raise ConfigError(_message(exc), field=f"--{exc.field}") from None
+        if exc.field == "review_cost_usd":
+            raise ConfigError(_message(exc), field="--review-cost") from None
+        raise
+    if as_json:
+        _print_json(m.to_dict(per_run=per_run))
+        return
+    from ._render import console
+
+    out = console()
+    out.print(_table(m))
+    out.print(_reasons(m))
+    if per_run:
+        out.print(_runs(m))
+
+
+def _message(exc: ConfigError) -> str:
+    text = str(exc)
+    prefix = f"{exc.field}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _fmt(name: str, v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if name.endswith("per_usd"):
+        return f"{v:,.3f} /$"
+    if name.endswith("_usd"):
+        return f"${v:,.4f}" if abs(v) < 1 else f"${v:,.2f}"
+    if name.endswith("_s"):
+        return f"{v:,.2f} s"
+    return f"{v:.3f}"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.4f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x):,}"
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def _table(m: Metrics) -> object:
+    from rich.markup import escape
+    from rich.table import Table
+
+    sel = (
+        ", ".join(
+            f"{k}={_when(v) if k in ('since', 'until') else v}"
+            for k, v in m.selection.items()
+            if v is not None
+        )
+        or "all runs"
+    )
+    t = Table(
+        title=f"Outcome metrics: {m.runs} run(s), {m.accepted} accepted, "
+        f"${m.spend_usd:,.3f} spent ({escape(sel)})",
+        title_justify="left",
+    )
+    t.add_column("metric", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("basis", justify="right", no_wrap=True)
+    t.add_column("definition", overflow="fold")
+    names = [*METRIC_NAMES, *([REVIEW_COST_METRIC] if m.review_cost_usd is not None else [])]
+    for name in names:
+        v = m.value(name)
+        num_den = m.basis.get(name)
+        basis = f"{_num(num_den[0])} / {_num(num_den[1])}" if num_den else ""
+        why = m.undefined.get(name)
+        definition = escape(DEFINITIONS[name]) + (f" [yellow]({escape(why)})[/]" if why else "")
+        t.add_row(name, _fmt(name, v), basis, definition)
+    return t
+
+
+def _reasons(m: Metrics) -> object:
+    from rich.table import Table
+
+    t = Table(title="Stop reasons", title_justify="left")
+    t.add_column("stop reason")
+    t.add_column("runs", justify="right")
+    t.add_column("share", justify="right")
+    for reason, n in m.stop_reasons.items():
+        if n:
+            t.add_row(reason, str(n), f"{n / m.runs:.1%}")
+    open_runs = m.runs - m.runs_ended
+    if open_runs:
+        t.add_row("[dim](open: no stop reason yet)[/]", str(open_runs), f"{open_runs / m.runs:.1%}")
+    return t
+
+
+def _runs(m: Metrics) -> object:
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="Per run", title_justify="left")
+    for col in (
+        "run",
+        "task",
+        "status",
+        "cycles",
+        "cost $",
+        "after last impr. $",
+        "regr.",
+        "fail.",
+    ):
+        t.add_column(col, overflow="fold")
+    for r in m.per_run:
+        t.add_row(
+            r.run_id[:12],
+            escape(r.task_key),
+            r.status,
+            str(r.cycles),
+            f"{r.cost_usd:.3f}",
+            f"{r.spend_after_last_improvement_usd:.3f}",
+            str(len(r.regressions)),
+            str(sum(r.failures.values())),
+        )
+    return t

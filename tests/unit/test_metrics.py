@@ -1,0 +1,434 @@
+"""Outcome metrics over synthetic store rows: every expected value is worked out by hand."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright._metrics import (
+    CRASH_RESUME,
+    DEFINITIONS,
+    METRIC_NAMES,
+    REVIEW_COST_METRIC,
+    RunMetrics,
+    parse_time,
+    run_metrics,
+    summarize,
+)
+from loopwright.store import Approval, Checkpoint, Event, RunRecord
+
+
+# --- row builders --------------------------------------------------------------------------
+def run_row(**kw: Any) -> RunRecord:
+    base: dict[str, Any] = {
+        "run_id": "r1",
+        "task_key": "k1",
+        "loop_name": "L",
+        "project": "p",
+        "status": "accepted",
+        "stop_reason": "success",
+        "cycle": 1,
+        "best_score": 1.0,
+        "cost_usd": 1.0,
+        "tokens": 0,
+        "seconds": 0.0,
+        "spec_ref": None,
+        "loop_version": "v1",
+        "contract": {},
+        "task": {},
+        "packet": None,
+        "created_at": 1000.0,
+        "updated_at": 1000.0,
+        "ended_at": 1060.0,
+        "cancel_requested": False,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "fencing_token": 1,
+        "last_seq": 0,
+        "held_out_passed": None,
+    }
+    return RunRecord(**(base | kw))
+
+
+def cycle(
+    n: int,
+    visible: dict[str, bool] | None = None,
+    *,
+    improved: bool = False,
+    decision: str = "revise",
+    cost: float = 0.1,
+) -> dict[str, Any]:
+    return {
+        "cycle": n,
+        "proposal": {"kind": "edit"},
+        "visible": {
+            k: {"passed": v, "score": 1.0 if v else 0.0} for k, v in (visible or {}).items()
+        },
+        "held_out": {},
+        "score": None,
+        "improved": improved,
+        "decision": decision,
+        "effects": [],
+        "usage": {"cost_usd": cost, "tokens": 0, "seconds": 0.0},
+    }
+
+
+def checkpoints(*items: tuple[dict[str, Any] | None, dict[str, Any]]) -> list[Checkpoint]:
+    """(record, state) pairs after the initial checkpoint (seq 0, empty state)."""
+    out = [Checkpoint("r1", 0, 0, {"notes": []}, None, 0.0)]
+    for i, (rec, state) in enumerate(items, start=1):
+        out.append(Checkpoint("r1", i, int((rec or {}).get("cycle", 0)), state, rec, float(i)))
+    return out
+
+
+def spent(cost: float, notes: int = 0) -> dict[str, Any]:
+    return {"spent": {"cost_usd": cost, "tokens": 0, "seconds": 0.0}, "notes": [{}] * notes}
+
+
+def events(*kinds: str) -> list[Event]:
+    return [Event(i, "r1", 0, k, float(i), {}) for i, k in enumerate(kinds, start=1)]
+
+
+def approval(status: str, requested: float, decided: float | None) -> Approval:
+    return Approval(
+        approval_id=f"a{requested}",
+        run_id="r1",
+        cycle=1,
+        kind="risk",
+        rule=None,
+        what="x",
+        why="y",
+        evidence={},
+        diff=None,
+        action_hash="h",
+        status=status,
+        requested_at=requested,
+        expires_at=None,
+        decided_by="ann" if decided is not None else None,
+        decided_at=decided,
+        note=None,
+    )
+
+
+def metrics_of(
+    run: RunRecord | None = None, cps: list[Checkpoint] | None = None, **kw: Any
+) -> RunMetrics:
+    return run_metrics(
+        run or run_row(),
+        cps if cps is not None else checkpoints(),
+        kw.pop("evs", []),
+        kw.pop("approvals", []),
+        **kw,
+    )
+
+
+# --- spend after the last material improvement ----------------------------------------------
+def test_spend_after_last_improvement_reconciles_with_the_run_total() -> None:
+    # cycles cost 0.2, 0.3, 0.2 (cumulative 0.2, 0.5, 0.7); the run total 1.0 also holds 0.3
+    # of aborted work recorded in no cycle. The last improving cycle is 2: after = 1.0 - 0.5.
+    cps = checkpoints(
+        (cycle(1, {"a": False}, improved=True, cost=0.2), spent(0.2)),
+        (cycle(2, {"a": False}, improved=True, cost=0.3), spent(0.5)),
+        (cycle(3, {"a": False}, cost=0.2), spent(0.7)),
+    )
+    m = metrics_of(run_row(status="stopped", stop_reason="budget_cost", cost_usd=1.0), cps)
+    assert m.last_improvement_cycle == 2
+    assert m.spend_after_last_improvement_usd == pytest.approx(0.5)
+    assert m.spend_after_last_improvement_frac == pytest.approx(0.5)
+
+
+def test_no_improving_cycle_counts_the_whole_spend_and_mid_cycle_commits_are_skipped() -> None:
+    parked = {"cycle": 1, "decision": "parked", "approval_id": "x", "held_out": {}}
+    cps = checkpoints((cycle(1, {"a": False}, cost=0.4), spent(0.4)), (parked, spent(0.6)))
+    m = metrics_of(run_row(status="awaiting_approval", stop_reason=None, cost_usd=0.6), cps)
+    assert m.last_improvement_cycle is None
+    assert m.spend_after_last_improvement_usd == pytest.approx(0.6)
+
+
+def test_states_without_spent_fall_back_to_the_cycles_usage() -> None:
+    cps = checkpoints(
+        (cycle(1, improved=True, cost=0.25), {}),
+        (cycle(2, improved=True, cost=0.25), {}),
+        (cycle(3, cost=0.5), {}),
+    )
+    m = metrics_of(run_row(cost_usd=1.0), cps)
+    assert m.spend_after_last_improvement_usd == pytest.approx(0.5)
+
+
+def test_zero_cost_run_has_no_spend_share() -> None:
+    m = metrics_of(run_row(cost_usd=0.0))
+    assert m.spend_after_last_improvement_usd == 0.0
+    assert m.spend_after_last_improvement_frac is None
+    assert m.progress_per_usd is None
+
+
+# --- regressions ----------------------------------------------------------------------------
+def test_regressions_are_checks_that_passed_earlier_and_fail_now() -> None:
+    cps = checkpoints(
+        (cycle(1, {"a": True, "b": False}), {}),
+        (cycle(2, {"a": False, "b": True}), {}),  # a regressed
+        (cycle(3, {"a": True, "b": True}), {}),
+        (cycle(4, decision="refused"), {}),  # no verdicts: neither checked nor a baseline
+        (cycle(5, {"a": True, "b": False}), {}),  # b regressed (it passed in 2 and 3)
+    )
+    m = metrics_of(cps=cps)
+    assert m.verified_cycles == 4
+    assert m.regression_checked_cycles == 3
+    assert m.regressions == ((2, ("a",)), (5, ("b",)))
+
+
+def test_a_rollback_forgets_what_passed_after_its_target() -> None:
+    cps = checkpoints(
+        (cycle(1, {"a": False}), {}),
+        (cycle(2, {"a": True}), {}),
+        ({"decision": "rollback", "to_cycle": 1, "by": "ann"}, {}),
+        (cycle(3, {"a": False}), {}),  # a passed only in the undone cycle 2
+        (cycle(4, {"a": True}), {}),
+        ({"decision": "rollback", "to_cycle": 0, "by": "ann"}, {}),
+        (cycle(5, {"a": False}), {}),  # nothing earlier survives: not even checked
+    )
+    m = metrics_of(cps=cps)
+    assert (m.regression_checked_cycles, m.regressions) == (3, ())
+
+
+# --- context reuse --------------------------------------------------------------------------
+def test_context_reuse_counts_cycles_whose_context_held_a_note() -> None:
+    parked = {"cycle": 2, "decision": "parked", "approval_id": "q", "held_out": {}}
+    cps = checkpoints(
+        (cycle(1), spent(0.1, notes=0)),
+        (parked, spent(0.2, notes=0)),  # cycle 2's context had no note
+        (cycle(2, decision="asked"), spent(0.2, notes=1)),  # the answer arrives
+        (cycle(3), spent(0.3, notes=1)),  # cycle 3's context carried it
+        (None, spent(0.3, notes=2)),  # a status-only commit adding a note (compensations)
+        (cycle(4), spent(0.4, notes=2)),
+    )
+    m = metrics_of(cps=cps)
+    # cycles after the first: 2, 3, 4; with a note at their start: 3, 4
+    assert (m.context_cycles, m.context_reuse_cycles) == (3, 2)
+
+
+# --- revisions ------------------------------------------------------------------------------
+def test_revisions_count_versions_before_the_accepted_one_of_parts_the_loop_wrote() -> None:
+    def part(name: str, *versions: tuple[int, str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "versions": [
+                {"n": i, "value": i, "cycle": c, "status": s}
+                for i, (c, s) in enumerate(versions, start=1)
+            ],
+        }
+
+    state = {
+        "artifacts": [
+            {
+                "name": "doc",
+                "parts": [
+                    part("x", (0, "candidate"), (1, "rejected"), (2, "accepted")),  # 2 revisions
+                    part("y", (0, "accepted")),  # untouched: left out
+                    part("z", (1, "accepted")),  # written once, accepted: 0
+                    part("w", (0, "candidate"), (1, "candidate")),  # not accepted: left out
+                    part("v", (0, "rejected"), (1, "accepted"), (3, "candidate")),  # 1
+                ],
+            }
+        ]
+    }
+    m = metrics_of(cps=checkpoints((cycle(3), state)))
+    assert (m.accepted_parts, m.part_revisions) == (3, 3)
+
+
+# --- failures and recovery ------------------------------------------------------------------
+def test_crash_resumes_are_resumes_after_an_execution_that_handed_nothing_over() -> None:
+    evs = events(
+        "run_created",
+        "started",
+        "cycle_started",
+        "decision",
+        "resumed",  # 1: nothing handed over since 'started' -> a crash
+        "retry",
+        "cycle_started",
+        "approval_requested",
+        "approval_decided",
+        "resumed",  # parked and decided: not a crash
+        "still_waiting",
+        "resumed",  # still waiting last time: not a crash
+        "effect_in_doubt",
+        "rolled_back",
+        "resumed",  # after a rollback: not a crash
+        "gave_up",
+        "resumed",  # 2: a crash
+        "stopped",
+    )
+    m = metrics_of(evs=evs)
+    assert m.failures == {CRASH_RESUME: 2, "retry": 1, "effect_in_doubt": 1, "gave_up": 1}
+    assert m.had_failure
+    assert m.recovered is True
+
+
+def test_a_clean_run_has_no_failures() -> None:
+    m = metrics_of(evs=events("run_created", "started", "decision", "stopped"))
+    assert m.failures == {}
+    assert m.recovered is None
+
+
+# --- approvals ------------------------------------------------------------------------------
+def test_approval_waits_count_only_what_a_person_decided() -> None:
+    aps = [
+        approval("approved", 10.0, 40.0),  # 30
+        approval("denied", 100.0, 110.0),  # 10
+        approval("answered", 0.0, 5.0),  # 5
+        approval("expired", 0.0, 500.0),  # not a person
+        approval("cancelled", 0.0, 50.0),  # closed by a cancel or rollback
+        approval("pending", 0.0, None),
+    ]
+    m = metrics_of(approvals=aps)
+    assert m.approvals == 6
+    assert sorted(m.approval_waits_s) == [5.0, 10.0, 30.0]
+    assert m.reviews == 3
+
+
+# --- workflow reuse -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("version", "proven_at", "expected"),
+    [("v1", 999.0, True), ("v1", 1000.0, False), ("v1", None, False), (None, 1.0, None)],
+)
+def test_workflow_reuse_needs_an_earlier_accepted_run_of_the_same_version(
+    version: str | None, proven_at: float | None, expected: bool | None
+) -> None:
+    m = metrics_of(run_row(loop_version=version, created_at=1000.0), workflow_proven_at=proven_at)
+    assert m.workflow_reused is expected
+
+
+# --- pooled ---------------------------------------------------------------------------------
+def pooled_rows() -> list[RunMetrics]:
+    """Four runs whose pooled metrics are worked out in the test below."""
+    a = metrics_of(
+        run_row(run_id="a", cycle=2, cost_usd=1.0, best_score=1.0, held_out_passed=True),
+        checkpoints(
+            (cycle(1, {"c": True}, improved=True, cost=0.4), spent(0.4)),
+            (cycle(2, {"c": False}, cost=0.6, decision="accepted"), spent(1.0)),  # regression
+        ),
+        approvals=[approval("approved", 0.0, 20.0)],
+        workflow_proven_at=500.0,
+    )
+    b = metrics_of(
+        run_row(
+            run_id="b",
+            cycle=1,
+            cost_usd=0.5,
+            best_score=0.9,
+            held_out_passed=False,
+            created_at=2000.0,
+            ended_at=2030.0,
+        ),
+        checkpoints((cycle(1, {"c": True}, improved=True, cost=0.5), spent(0.5))),
+        evs=events("started", "resumed"),  # a crash, then accepted
+    )
+    c = metrics_of(  # accepted, no held-out checks, unknown loop version, a pending request
+        run_row(
+            run_id="c",
+            cycle=4,
+            cost_usd=1.5,
+            best_score=1.0,
+            held_out_passed=None,
+            ended_at=1100.0,
+            loop_version=None,
+        ),
+        checkpoints(),
+        approvals=[approval("pending", 0.0, None)],
+    )
+    d = metrics_of(
+        run_row(
+            run_id="d",
+            status="stopped",
+            stop_reason="no_progress",
+            cycle=3,
+            cost_usd=1.0,
+            best_score=0.5,
+            ended_at=1500.0,
+        ),
+        checkpoints(
+            (cycle(1, {"c": False}, improved=True, cost=0.2), spent(0.2)),
+            (cycle(2, {"c": False}, cost=0.4), spent(0.6)),
+            (cycle(3, {"c": False}, cost=0.4), spent(1.0)),
+        ),
+        evs=events("started", "retry", "stopped"),
+    )
+    return [a, b, c, d]
+
+
+def test_pooled_metrics_by_hand() -> None:
+    m = summarize(pooled_rows(), review_cost_usd=10.0)
+    # accepted: a, b, c; spend 1.0 + 0.5 + 1.5 + 1.0 = 4.0
+    assert (m.runs, m.runs_ended, m.accepted, m.spend_usd) == (4, 4, 3, 4.0)
+    assert m.time_to_accepted_s == pytest.approx((60 + 30 + 100) / 3)
+    assert m.cycles_to_accepted == pytest.approx((2 + 1 + 4) / 3)
+    assert m.revisions_per_accepted_part is None  # no artifacts in these states
+    assert m.undefined["revisions_per_accepted_part"]
+    assert m.cost_per_accepted_usd == pytest.approx(4.0 / 3)
+    # after: a 1.0-0.4 = 0.6; b 0; c (no improving cycle) 1.5; d 1.0-0.2 = 0.8 -> 2.9
+    assert m.spend_after_last_improvement_usd == pytest.approx(2.9)
+    assert m.spend_after_last_improvement_frac == pytest.approx(2.9 / 4.0)
+    assert m.progress_per_usd == pytest.approx((1.0 + 0.9 + 1.0 + 0.5) / 4.0)
+    assert m.task_completion_rate == pytest.approx(3 / 4)
+    assert m.false_success_rate == pytest.approx(1 / 2)  # b of a, b (c has no held-out)
+    # checked cycles: a:2, d:2, d:3 -> 3; regressing: a:2
+    assert m.regression_rate == pytest.approx(1 / 3)
+    assert m.recovery_success_rate == pytest.approx(1 / 2)  # b recovered, d did not
+    assert m.approvals_per_accepted == pytest.approx(2 / 3)
+    assert m.approval_wait_s == pytest.approx(20.0)
+    assert m.context_reuse_rate == pytest.approx(0 / 3)
+    # versions known: a, b, d; a was created (1000) after v1 was proven (500)
+    assert m.workflow_reuse_rate == pytest.approx(1 / 3)
+    assert m.human_review_cost_per_accepted_usd == pytest.approx(1 * 10.0 / 3)
+    assert m.stop_reasons["success"] == 3
+    assert m.stop_reasons["no_progress"] == 1
+    assert set(m.stop_reasons) >= set(lw.STOP_REASONS)
+    assert m.basis["regression_rate"] == (1, 3)
+
+
+def test_empty_selection_is_undefined_never_zero() -> None:
+    m = summarize([])
+    d = m.to_dict()
+    for name in METRIC_NAMES:
+        assert d[name] is None, name
+        assert name in m.undefined
+    assert REVIEW_COST_METRIC not in d
+    assert (m.runs, m.accepted, m.spend_usd) == (0, 0, 0.0)
+
+
+def test_to_dict_is_flat_with_the_design_names_and_json_safe() -> None:
+    import json
+
+    m = summarize(pooled_rows(), review_cost_usd=2.5, selection={"project": "p"})
+    d = m.to_dict(per_run=True)
+    assert list(d)[:5] == ["selection", "runs", "runs_ended", "accepted", "spend_usd"]
+    assert all(name in d for name in METRIC_NAMES)
+    assert d[REVIEW_COST_METRIC] == pytest.approx(2.5 / 3)
+    assert [r["run_id"] for r in d["per_run"]] == ["a", "b", "c", "d"]
+    assert json.loads(json.dumps(d)) == d
+    assert "per_run" not in m.to_dict()
+    assert set(DEFINITIONS) == {*METRIC_NAMES, REVIEW_COST_METRIC}
+    assert m.value("regression_rate") == m.regression_rate
+    with pytest.raises(KeyError):
+        m.value("runs")
+
+
+# --- time arguments -------------------------------------------------------------------------
+def test_parse_time_accepts_numbers_datetimes_and_iso_strings() -> None:
+    assert parse_time(None) is None
+    assert parse_time(12.5) == 12.5
+    assert parse_time("2024-06-01T00:00:00Z") == datetime(2024, 6, 1, tzinfo=UTC).timestamp()
+    assert parse_time("2024-06-01T02:00:00+02:00") == datetime(2024, 6, 1, tzinfo=UTC).timestamp()
+    assert parse_time("2024-06-01") == datetime(2024, 6, 1).timestamp()  # local time
+    assert parse_time(datetime(2024, 6, 1, tzinfo=UTC)) == 1717200000.0
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "2024-13-01", "", True, math.nan, [1]])
+def test_parse_time_rejects_anything_else_naming_the_field(bad: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        parse_time(bad, field="until")
+    assert err.value.field == "until"
