@@ -15,7 +15,7 @@ One JSON object per line, one line per run::
         "score": 0.8,                         # the aggregate visible score as recorded
         "held_out_passed": null,              # null: not judged / unknown
         "refused": false, "duplicate": false, "asked": false,
-        "seconds": 1.2}],
+        "seconds": 1.2, "improved": true}],      # improved: as the recording decided
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0}}   # after the last cycle
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
@@ -58,6 +58,7 @@ class CycleTrace:
     duplicate: bool = False
     asked: bool = False
     seconds: float = 0.0
+    improved: bool | None = None  # as the recording decided (None: not recorded)
 
     @property
     def cost_usd(self) -> float:
@@ -99,6 +100,7 @@ class RunTrace:
                     "duplicate": c.duplicate,
                     "asked": c.asked,
                     "seconds": c.seconds,
+                    "improved": c.improved,
                 }
                 for c in self.cycles
             ],
@@ -130,6 +132,7 @@ class RunTrace:
                     duplicate=bool(c.get("duplicate", False)),
                     asked=bool(c.get("asked", False)),
                     seconds=float(c.get("seconds", 0.0)),
+                    improved=c.get("improved"),
                 )
                 for c in d.get("cycles") or ()
             )

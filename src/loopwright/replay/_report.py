@@ -68,8 +68,12 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
         best: float | None = None
         for c in t.cycles:
             spent += c.cost_usd
-            if c.score is not None and (best is None or c.score > best):
-                best, last, last_cycle = c.score, spent, c.cycle
+            rose = c.score is not None and (best is None or c.score > best)
+            if rose:
+                best = c.score
+            # The recording's own judgement of a material improvement where it has one.
+            if c.improved if c.improved is not None else rose:
+                last, last_cycle = spent, c.cycle
         out.append(
             Outcome(
                 run_id=t.run_id,

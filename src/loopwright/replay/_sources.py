@@ -59,6 +59,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 duplicate=bool(r.get("duplicate")),
                 asked=r.get("decision") == "asked",
                 seconds=float((r.get("usage") or {}).get("seconds", 0.0)),
+                improved=r.get("improved"),
             )
         )
     spent_cost = sum(c.cost_usd for c in cycles)

@@ -1,0 +1,756 @@
+"""Fit a stop contract to recorded runs: the cheapest accepted outcome that keeps enough of them.
+
+``fit_stop`` searches a grid of contract parameters — the no-progress window and delta, the cycle
+and cost budgets, the marginal-return value (its hazard table fitted on the training runs only) —
+for the lowest **cost per accepted outcome** among the contracts that keep at least ``keep`` of
+the accepted outcomes of a *reference*: the runs as recorded, or the ``base`` contract replayed.
+Every candidate is judged by ``simulate``, the engine's own decisions, so the figures are what
+``replay`` reports for the written contract.
+
+Cross-validation is by task: the distinct ``task_key``\\ s are shuffled with ``seed`` and dealt
+into ``folds`` folds, so every run of one task lies in one fold. For each fold the search picks a
+contract on the other folds (train) and reports it on the held fold (validation). The contract
+returned is picked again on all runs, with the hazard table refitted on all of them.
+
+Choosing among candidates: feasible ones (kept share ≥ ``keep``) by lowest cost per accepted;
+exact ties by the higher kept share, then the fewer rules changed from the template, then the
+more lenient values (the grid is ordered lenient-first). With nothing feasible, the highest kept
+share wins (``FitResult.feasible`` is then false).
+
+Grid values (cycle caps, cost quantiles, marginal values) are derived from all runs; the choice
+among them is what is cross-validated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
+from .._errors import ConfigError
+from ._format import RunTrace
+from ._hazard import HazardTable, fit_hazard
+from ._report import recorded_outcomes
+from ._simulate import Outcome, simulate
+
+__all__ = [
+    "FIT_FORMAT",
+    "Figures",
+    "FitResult",
+    "FoldResult",
+    "Grid",
+    "StopParams",
+    "fit_stop",
+    "split_folds",
+]
+
+FIT_FORMAT = "loopwright.fit-stop/1"
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """The values searched (the product of the axes; see ``fit_stop``).
+
+    Attributes:
+        no_progress_cycles: plateau windows tried (besides no plateau rule at all).
+        min_deltas: material-improvement thresholds tried with each window.
+        max_cycles: cycle caps tried below the template's cap (the cap itself is always tried).
+        cost_quantiles: cost caps tried, as quantiles of the recorded costs of the runs the
+            reference accepted (nearest rank over the runs that cost anything).
+        marginal_multiples: marginal-return values tried, as multiples of the median priced
+            cycle cost; ``marginal_values`` (USD) replaces them when given.
+        hazard_cycles / hazard_stall: the shape of fitted hazard tables (see ``fit_hazard``).
+    """
+
+    no_progress_cycles: tuple[int, ...] = (1, 2, 3, 4, 5)
+    min_deltas: tuple[float, ...] = (0.01, 0.05, 0.1)
+    max_cycles: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 50)
+    cost_quantiles: tuple[float, ...] = (0.8, 0.9, 0.95, 1.0)
+    marginal_multiples: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+    marginal_values: tuple[float, ...] | None = None
+    hazard_cycles: int = 10
+    hazard_stall: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class StopParams:
+    """One point of the search: the parameters a candidate contract sets (``None``: unset)."""
+
+    no_progress_cycles: int | None = None
+    min_delta: float = 0.0  # the no-progress delta; 0.0 without a no-progress rule (as the engine)
+    max_cycles: int | None = None
+    max_cost_usd: float | None = None
+    value_per_success_usd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "no_progress_cycles": self.no_progress_cycles,
+            "min_delta": self.min_delta,
+            "max_cycles": self.max_cycles,
+            "max_cost_usd": self.max_cost_usd,
+            "value_per_success_usd": self.value_per_success_usd,
+        }
+
+    def describe(self) -> str:
+        parts = []
+        if self.no_progress_cycles is not None:
+            parts.append(f"no_progress {self.no_progress_cycles}×Δ{self.min_delta:g}")
+        if self.max_cycles is not None:
+            parts.append(f"max_cycles {self.max_cycles}")
+        if self.max_cost_usd is not None:
+            parts.append(f"max_cost ${self.max_cost_usd:.4g}")
+        if self.value_per_success_usd is not None:
+            parts.append(f"marginal_return ${self.value_per_success_usd:.4g}")
+        return ", ".join(parts) or "(no rule)"
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """A policy's totals over some runs, beside the reference's on the same runs."""
+
+    runs: int
+    accepted: int
+    accepted_kept: int  # accepted here and by the reference
+    reference_accepted: int
+    cost_usd: float
+    reference_cost_usd: float
+    stop_reasons: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def kept_share(self) -> float:
+        return self.accepted_kept / self.reference_accepted if self.reference_accepted else 1.0
+
+    @property
+    def spend_saved_share(self) -> float:
+        if self.reference_cost_usd <= 0:
+            return 0.0
+        return 1.0 - self.cost_usd / self.reference_cost_usd
+
+    @property
+    def cost_per_accepted_usd(self) -> float | None:
+        return self.cost_usd / self.accepted if self.accepted else None
+
+    @property
+    def reference_cost_per_accepted_usd(self) -> float | None:
+        return (
+            self.reference_cost_usd / self.reference_accepted if self.reference_accepted else None
+        )
+
+    def __add__(self, other: Figures) -> Figures:
+        reasons = Counter(self.stop_reasons)
+        reasons.update(other.stop_reasons)
+        return Figures(
+            self.runs + other.runs,
+            self.accepted + other.accepted,
+            self.accepted_kept + other.accepted_kept,
+            self.reference_accepted + other.reference_accepted,
+            self.cost_usd + other.cost_usd,
+            self.reference_cost_usd + other.reference_cost_usd,
+            dict(reasons),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "accepted": self.accepted,
+            "accepted_kept": self.accepted_kept,
+            "reference_accepted": self.reference_accepted,
+            "kept_share": self.kept_share,
+            "cost_usd": self.cost_usd,
+            "reference_cost_usd": self.reference_cost_usd,
+            "spend_saved_share": self.spend_saved_share,
+            "cost_per_accepted_usd": self.cost_per_accepted_usd,
+            "reference_cost_per_accepted_usd": self.reference_cost_per_accepted_usd,
+            "stop_reasons": dict(self.stop_reasons),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FoldResult:
+    fold: int
+    tasks: int
+    params: StopParams
+    train: Figures
+    validation: Figures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fold": self.fold,
+            "tasks": self.tasks,
+            "params": self.params.to_dict(),
+            "train": self.train.to_dict(),
+            "validation": self.validation.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A candidate's figures on all runs (hazard fitted on all runs); for the plot."""
+
+    params: StopParams
+    figures: Figures
+    frontier: bool = False
+    chosen: bool = False
+
+
+_MEAN_KEYS = ("kept_share", "spend_saved_share", "cost_per_accepted_usd")
+
+
+def _mean(figs: Iterable[Figures]) -> dict[str, float | None]:
+    figs = list(figs)
+    out: dict[str, float | None] = {}
+    for key in _MEAN_KEYS:
+        vals = [v for f in figs if (v := getattr(f, key)) is not None]
+        out[key] = statistics.fmean(vals) if vals else None
+    return out
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``fit_stop`` found: the contract, its figures, and how it held up across folds."""
+
+    contract: Contract
+    params: StopParams
+    all_data: Figures
+    folds: tuple[FoldResult, ...]
+    candidates: tuple[Candidate, ...]
+    keep: float
+    seed: int
+    reference: str  # "recorded" or "base"
+    runs: int
+    tasks: int
+    feasible: bool
+    seconds: float
+    evaluations: int
+
+    def mean(self, split: str) -> dict[str, float | None]:
+        """Mean over folds of ``train`` or ``validation`` kept share, spend saved, cost per
+        accepted."""
+        if split not in ("train", "validation"):
+            raise ValueError(split)
+        return _mean(getattr(f, split) for f in self.folds)
+
+    @property
+    def validation_pooled(self) -> Figures:
+        """Every run judged once, by the contract picked without its fold."""
+        out = self.folds[0].validation
+        for f in self.folds[1:]:
+            out = out + f.validation
+        return out
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "format": FIT_FORMAT,
+            "runs": self.runs,
+            "tasks": self.tasks,
+            "keep": self.keep,
+            "folds": len(self.folds),
+            "seed": self.seed,
+            "reference": self.reference,
+            "feasible": self.feasible,
+            "candidates": len(self.candidates),
+            "evaluations": self.evaluations,
+            "seconds": self.seconds,
+            "chosen": {"params": self.params.to_dict(), "describe": self.params.describe()},
+            "contract": self.contract.to_dict(),
+            "all_data": self.all_data.to_dict(),
+            "cross_validation": {
+                "per_fold": [f.to_dict() for f in self.folds],
+                "mean": {"train": self.mean("train"), "validation": self.mean("validation")},
+                "validation_pooled": self.validation_pooled.to_dict(),
+            },
+            "frontier": [
+                {**c.params.to_dict(), **_point(c.figures)} for c in self.candidates if c.frontier
+            ],
+        }
+
+    def to_toml(self) -> str:
+        return _to_toml(self)
+
+
+def _point(f: Figures) -> dict[str, Any]:
+    return {
+        "accepted": f.accepted,
+        "cost_usd": f.cost_usd,
+        "kept_share": f.kept_share,
+        "cost_per_accepted_usd": f.cost_per_accepted_usd,
+    }
+
+
+# --- folds ------------------------------------------------------------------------------------
+def split_folds(traces: Sequence[RunTrace], folds: int, seed: int = 0) -> list[int]:
+    """The fold of each trace: distinct task keys, sorted, shuffled with ``seed``, dealt round
+    robin into ``folds`` folds (runs of one task always share a fold)."""
+    keys = sorted({t.task_key for t in traces})
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ConfigError(f"must be a whole number ≥ 2, got {folds!r}", field="--folds")
+    if len(keys) < folds:
+        raise ConfigError(
+            f"{folds} folds need at least {folds} distinct tasks; the runs have {len(keys)}",
+            field="--folds",
+        )
+    random.Random(seed).shuffle(keys)
+    fold_of_key = {k: i % folds for i, k in enumerate(keys)}
+    return [fold_of_key[t.task_key] for t in traces]
+
+
+# --- the search -------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Eval:
+    """One candidate's outcomes on every run, with sums per fold."""
+
+    cost: list[float]
+    accepted: list[bool]
+    reasons: list[str]
+    fold_sums: list[tuple[float, int, int]]  # (cost, accepted, kept) per fold
+    total: tuple[float, int, int]
+
+
+def _evaluate(
+    traces: Sequence[RunTrace],
+    contract: Contract,
+    ref_acc: Sequence[bool],
+    fold_of: Sequence[int],
+    k: int,
+) -> _Eval:
+    cost = [0.0] * k
+    acc = [0] * k
+    kept = [0] * k
+    costs: list[float] = []
+    accs: list[bool] = []
+    reasons: list[str] = []
+    for t, r, f in zip(traces, ref_acc, fold_of, strict=True):
+        o = simulate(t, contract)
+        costs.append(o.cost_usd)
+        accs.append(o.accepted)
+        reasons.append(o.reason)
+        cost[f] += o.cost_usd
+        if o.accepted:
+            acc[f] += 1
+            if r:
+                kept[f] += 1
+    sums = list(zip(cost, acc, kept, strict=True))
+    return _Eval(costs, accs, reasons, sums, (sum(cost), sum(acc), sum(kept)))
+
+
+def _quantile(sorted_vals: Sequence[float], q: float) -> float:
+    idx = max(0, min(len(sorted_vals) - 1, math.ceil(q * len(sorted_vals)) - 1))
+    return sorted_vals[idx]
+
+
+def _infer_success(traces: Sequence[RunTrace]) -> Success:
+    """Without a base: the trace's shared ``required`` checks, and the lowest final score among
+    the runs recorded as accepted (1.0 when none)."""
+    reqs = {t.required for t in traces}
+    required = next(iter(reqs)) if len(reqs) == 1 and next(iter(reqs)) else None
+    finals = [
+        t.cycles[-1].score
+        for t in traces
+        if t.recorded.get("status") == "accepted" and t.cycles and t.cycles[-1].score is not None
+    ]
+    min_score = min(1.0, max(0.0, min(s for s in finals if s is not None))) if finals else 1.0
+    return Success(min_score=min_score, required=required)
+
+
+def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract | None:
+    mr = None
+    if p.value_per_success_usd is not None:
+        prior = template.marginal_return
+        mr = MarginalReturn(
+            value_per_success_usd=p.value_per_success_usd,
+            hazard=hazard,
+            prior_successes=prior.prior_successes if prior else 1.0,
+            prior_failures=prior.prior_failures if prior else 3.0,
+        )
+    try:
+        return Contract(
+            success=template.success,
+            no_progress=None
+            if p.no_progress_cycles is None
+            else NoProgress(cycles=p.no_progress_cycles, min_delta=p.min_delta),
+            budget=replace(template.budget, max_cycles=p.max_cycles, max_cost_usd=p.max_cost_usd),
+            marginal_return=mr,
+            escalation=template.escalation,
+        )
+    except ConfigError:
+        return None  # no exit besides success
+
+
+def _axes(
+    traces: Sequence[RunTrace],
+    template: Contract,
+    ref: Sequence[Outcome],
+    grid: Grid,
+) -> tuple[list[StopParams], list[StopParams]]:
+    """Plain candidates (no marginal return) and marginal-return ones, lenient first."""
+    b = template.budget
+    longest = max((len(t.cycles) for t in traces), default=1)
+    cap = b.max_cycles
+    below = sorted({v for v in grid.max_cycles if v >= 1 and v < (cap or longest)}, reverse=True)
+    cycles_axis: list[int | None] = [cap, *below]
+    accepted_costs = sorted(o.cost_usd for o in ref if o.accepted and o.cost_usd > 0)
+    quants = (
+        sorted({_quantile(accepted_costs, q) for q in grid.cost_quantiles}, reverse=True)
+        if accepted_costs
+        else []
+    )
+    base_cost = b.max_cost_usd
+    cost_axis: list[float | None] = [base_cost] + [
+        q for q in quants if base_cost is None or q < base_cost
+    ]
+    np_axis: list[tuple[int | None, float]] = [(None, 0.0)]
+    deltas = sorted(set(grid.min_deltas)) or [0.0]
+    for c in sorted(set(grid.no_progress_cycles), reverse=True):
+        np_axis += [(c, d) for d in deltas]
+    if template.no_progress is not None:
+        own = (template.no_progress.cycles, template.no_progress.min_delta)
+        if own not in np_axis:
+            np_axis.insert(1, own)
+    plain = [
+        StopParams(npc, d, mc, mcost, None)
+        for npc, d in np_axis
+        for mc in cycles_axis
+        for mcost in cost_axis
+    ]
+    # Marginal-return values: explicit, or multiples of the median priced cycle cost.
+    values: list[float]
+    if grid.marginal_values is not None:
+        values = [v for v in grid.marginal_values if v > 0]
+    else:
+        priced = [c.cost_usd for t in traces for c in t.cycles if c.cost_usd > 0]
+        median = statistics.median(priced) if priced else 0.0
+        values = [median * m for m in grid.marginal_multiples] if median > 0 else []
+    if template.marginal_return is not None:
+        values.append(template.marginal_return.value_per_success_usd)
+    mr_np = [(None, 0.0)] + [
+        (c, deltas[0]) for c in sorted(set(grid.no_progress_cycles), reverse=True)
+    ]
+    marginal = [
+        StopParams(npc, d, cap, base_cost, v)
+        for v in sorted(set(values), reverse=True)
+        for npc, d in mr_np
+    ]
+    return plain, marginal
+
+
+def _complexity(p: StopParams, template: Contract) -> int:
+    return (
+        (p.no_progress_cycles is not None)
+        + (p.max_cycles != template.budget.max_cycles)
+        + (p.max_cost_usd != template.budget.max_cost_usd)
+        + (p.value_per_success_usd is not None)
+    )
+
+
+def _choose(
+    rows: Sequence[tuple[int, tuple[float, int, int]]],
+    ref_acc: int,
+    keep: float,
+    complexity: Sequence[int],
+) -> tuple[int, bool]:
+    """The index of the best candidate from (index, (cost, accepted, kept)); and feasibility."""
+
+    def kept_share(s: tuple[float, int, int]) -> float:
+        return s[2] / ref_acc if ref_acc else 1.0
+
+    def cpa(s: tuple[float, int, int]) -> float:
+        return s[0] / s[1] if s[1] else math.inf
+
+    feasible = [(i, s) for i, s in rows if kept_share(s) >= keep - 1e-12]
+    if not feasible:
+        best = max(rows, key=lambda r: (kept_share(r[1]), -cpa(r[1]), -complexity[r[0]], -r[0]))
+        return best[0], False
+    low = min(cpa(s) for _, s in feasible)
+    tied = [(i, s) for i, s in feasible if cpa(s) <= low * (1 + 1e-9) or cpa(s) == low]
+    best = min(tied, key=lambda r: (-kept_share(r[1]), complexity[r[0]], r[0]))
+    return best[0], True
+
+
+def _figures(
+    ev: _Eval,
+    idx: Sequence[int],
+    ref_acc: Sequence[bool],
+    ref_cost: Sequence[float],
+) -> Figures:
+    return Figures(
+        runs=len(idx),
+        accepted=sum(1 for i in idx if ev.accepted[i]),
+        accepted_kept=sum(1 for i in idx if ev.accepted[i] and ref_acc[i]),
+        reference_accepted=sum(1 for i in idx if ref_acc[i]),
+        cost_usd=sum(ev.cost[i] for i in idx),
+        reference_cost_usd=sum(ref_cost[i] for i in idx),
+        stop_reasons=dict(Counter(ev.reasons[i] for i in idx)),
+    )
+
+
+def _frontier(points: Sequence[Figures]) -> set[int]:
+    """Indices not dominated: no other candidate has as many accepted for less spend or more
+    accepted for as little."""
+    order = sorted(range(len(points)), key=lambda i: (points[i].cost_usd, -points[i].accepted))
+    out: set[int] = set()
+    best = -1
+    for i in order:
+        if points[i].accepted > best:
+            out.add(i)
+            best = points[i].accepted
+    return out
+
+
+def fit_stop(
+    traces: Sequence[RunTrace],
+    *,
+    keep: float = 0.98,
+    folds: int = 5,
+    seed: int = 0,
+    base: Contract | None = None,
+    grid: Grid | None = None,
+    progress: Progress | None = None,
+) -> FitResult:
+    """Search stop-contract parameters for the lowest cost per accepted outcome that keeps at
+    least ``keep`` of the reference's accepted outcomes, cross-validated by task.
+
+    Args:
+        traces: recorded runs (``load_source``).
+        keep: the share of the reference's accepted outcomes to keep, in (0, 1].
+        folds: cross-validation folds (by task), at least 2.
+        seed: the shuffle of tasks into folds.
+        base: the reference contract, and the template of the result (its success rule, token
+            and time budgets, escalation, marginal-return prior; its cycle and cost caps are the
+            most lenient values tried). Without it: the runs as recorded, with the success rule
+            read off the traces and the longest recorded run as the cycle cap.
+        grid: the values searched (``Grid()``).
+        progress: called with (done, total) evaluations as the search goes.
+    """
+    t0 = time.perf_counter()
+    traces = list(traces)
+    if not traces:
+        raise ConfigError("no runs to fit on", field="SOURCE")
+    if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:
+        raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
+    grid = grid or Grid()
+    fold_of = split_folds(traces, folds, seed)
+    k = folds
+    n = len(traces)
+    if base is None:
+        ref = recorded_outcomes(traces)
+        longest = max(len(t.cycles) for t in traces)
+        template = Contract(
+            success=_infer_success(traces), budget=Budget(max_cycles=max(1, longest))
+        )
+    else:
+        ref = [simulate(t, base) for t in traces]
+        template = base
+    ref_acc = [o.accepted for o in ref]
+    ref_cost = [o.cost_usd for o in ref]
+    fold_idx = [[i for i in range(n) if fold_of[i] == f] for f in range(k)]
+    all_idx = list(range(n))
+
+    plain, marginal = _axes(traces, template, ref, grid)
+    params = plain + marginal
+    complexity = [_complexity(p, template) for p in params]
+    total = len(plain) + len(marginal) * (k + 1)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    # Hazard tables: per training split (fold f, or -1 for all runs) and stall delta.
+    hazards: dict[tuple[int, float], HazardTable] = {}
+
+    def hazard(split: int, delta: float) -> HazardTable:
+        key = (split, delta)
+        if key not in hazards:
+            chosen = [t for t, f in zip(traces, fold_of, strict=True) if f != split]
+            hazards[key] = fit_hazard(
+                chosen,
+                success=template.success,
+                min_delta=delta,
+                max_cycles=grid.hazard_cycles,
+                max_stall=grid.hazard_stall,
+            )
+        return hazards[key]
+
+    # evals[j][split]: candidate j's outcomes; split -1 = hazard on all runs (plain: the same
+    # for every split).
+    evals: list[dict[int, _Eval]] = []
+    usable: list[bool] = []
+    for p in plain:
+        c = _build(template, p, ())
+        if c is None:
+            evals.append({})
+            usable.append(False)
+            tick()
+            continue
+        ev = _evaluate(traces, c, ref_acc, fold_of, k)
+        evals.append(dict.fromkeys(range(-1, k), ev))
+        usable.append(True)
+        tick()
+    for p in marginal:
+        per: dict[int, _Eval] = {}
+        for split in range(-1, k):
+            c = _build(template, p, hazard(split, p.min_delta))
+            if c is not None:
+                per[split] = _evaluate(traces, c, ref_acc, fold_of, k)
+            tick()
+        evals.append(per)
+        usable.append(bool(per))
+
+    # Cross-validation: pick on the training folds, report on the held one.
+    fold_results = []
+    for f in range(k):
+        rows = []
+        for j, per in enumerate(evals):
+            if not usable[j]:
+                continue
+            ev = per[f]
+            c_all, a_all, k_all = ev.total
+            c_f, a_f, k_f = ev.fold_sums[f]
+            rows.append((j, (c_all - c_f, a_all - a_f, k_all - k_f)))
+        train_ref = sum(1 for i in all_idx if fold_of[i] != f and ref_acc[i])
+        j, _ = _choose(rows, train_ref, keep, complexity)
+        ev = evals[j][f]
+        train_idx = [i for i in all_idx if fold_of[i] != f]
+        fold_results.append(
+            FoldResult(
+                fold=f,
+                tasks=len({traces[i].task_key for i in fold_idx[f]}),
+                params=params[j],
+                train=_figures(ev, train_idx, ref_acc, ref_cost),
+                validation=_figures(ev, fold_idx[f], ref_acc, ref_cost),
+            )
+        )
+
+    # All runs: pick again, hazard refitted on all of them.
+    rows = [(j, evals[j][-1].total) for j in range(len(params)) if usable[j]]
+    best, feasible = _choose(rows, sum(ref_acc), keep, complexity)
+    p = params[best]
+    contract = _build(
+        template, p, hazard(-1, p.min_delta) if p.value_per_success_usd is not None else ()
+    )
+    assert contract is not None
+    usable_idx = [j for j in range(len(params)) if usable[j]]
+    figs = [_figures(evals[j][-1], all_idx, ref_acc, ref_cost) for j in usable_idx]
+    front = _frontier(figs)
+    candidates = tuple(
+        Candidate(params[j], figs[pos], frontier=pos in front, chosen=j == best)
+        for pos, j in enumerate(usable_idx)
+    )
+    return FitResult(
+        contract=contract,
+        params=p,
+        all_data=_figures(evals[best][-1], all_idx, ref_acc, ref_cost),
+        folds=tuple(fold_results),
+        candidates=candidates,
+        keep=float(keep),
+        seed=seed,
+        reference="recorded" if base is None else "base",
+        runs=n,
+        tasks=len({t.task_key for t in traces}),
+        feasible=feasible,
+        seconds=time.perf_counter() - t0,
+        evaluations=total,
+    )
+
+
+# --- TOML -------------------------------------------------------------------------------------
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(v)
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML for {v!r}")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:.4g}"
+
+
+def _to_toml(r: FitResult) -> str:
+    c = r.contract
+    a = r.all_data
+    v = r.mean("validation")
+    pooled = r.validation_pooled
+    ref = "the runs as recorded" if r.reference == "recorded" else "the base contract"
+    lines = [
+        f"# Fitted by `loopwright fit-stop` ({FIT_FORMAT}) on {r.runs} run(s) of {r.tasks} "
+        f"task(s): the lowest cost per",
+        f"# accepted outcome keeping >= {r.keep:g} of the accepted outcomes of {ref}.",
+        f"# Chosen: {r.params.describe()}"
+        + ("" if r.feasible else "  (NO candidate kept enough; the best kept share is shown)"),
+        f"# All runs: kept {a.accepted_kept}/{a.reference_accepted} ({_pct(a.kept_share)}), "
+        f"spend saved {_pct(a.spend_saved_share)}, cost per accepted "
+        f"{_usd(a.cost_per_accepted_usd)} (reference {_usd(a.reference_cost_per_accepted_usd)}).",
+        f"# Validation ({len(r.folds)} folds by task, seed {r.seed}; mean over folds): kept "
+        f"{_pct(v['kept_share'])}, spend saved {_pct(v['spend_saved_share'])}, cost per "
+        f"accepted {_usd(v['cost_per_accepted_usd'])};",
+        f"# pooled: kept {_pct(pooled.kept_share)}, spend saved {_pct(pooled.spend_saved_share)}.",
+        "# Risk rules are not fitted (replay does not replay a person's decisions).",
+        "",
+        "[contract.success]",
+        f"min_score = {_toml_value(float(c.success.min_score))}",
+    ]
+    if c.success.required is not None:
+        lines.append(f"required = {_toml_value(list(c.success.required))}")
+    lines.append(f"accept_parts = {_toml_value(c.success.accept_parts)}")
+    if c.no_progress is not None:
+        lines += [
+            "",
+            "[contract.no_progress]",
+            f"cycles = {c.no_progress.cycles}",
+            f"min_delta = {_toml_value(float(c.no_progress.min_delta))}",
+        ]
+    budget = [
+        (name, getattr(c.budget, name))
+        for name in ("max_cycles", "max_cost_usd", "max_tokens", "max_seconds")
+        if getattr(c.budget, name) is not None
+    ]
+    if budget:
+        lines += ["", "[contract.budget]"]
+        lines += [f"{name} = {_toml_value(value)}" for name, value in budget]
+    mr = c.marginal_return
+    if mr is not None:
+        lines += [
+            "",
+            "[contract.marginal_return]",
+            f"value_per_success_usd = {_toml_value(float(mr.value_per_success_usd))}",
+            f"prior_successes = {_toml_value(float(mr.prior_successes))}",
+            f"prior_failures = {_toml_value(float(mr.prior_failures))}",
+            "# hazard[k-1][stall] = [successes, trials] at cycle k (the last row: later cycles)",
+            "# after `stall` cycles without a material improvement (the last column: more).",
+            "hazard = [",
+        ]
+        lines += ["  [" + ", ".join(f"[{s}, {t}]" for s, t in row) + "]," for row in mr.hazard]
+        lines.append("]")
+    esc = [
+        (name, getattr(c.escalation, name))
+        for name in ("owner", "route", "recommended_action")
+        if getattr(c.escalation, name) is not None
+    ]
+    if esc:
+        lines += ["", "[contract.escalation]"]
+        lines += [f"{name} = {_toml_value(value)}" for name, value in esc]
+    return "\n".join(lines) + "\n"
