@@ -1,0 +1,213 @@
+"""``loopwright trace`` and ``loopwright export``: a run's trace, and traces turned into learning
+material. Thin over ``loopwright.trace``; the formats are documented in ``docs/trace.md``.
+
+Importing this module registers the commands on the application.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from .._errors import ConfigError
+from ..store import open_store
+from ._app import StoreOpt, app
+
+__all__ = ["export_app", "trace"]
+
+export_app = typer.Typer(
+    no_args_is_help=True,
+    help="Traces turned into learning material: eval cases, preference pairs (JSON lines).",
+    pretty_exceptions_enable=False,
+)
+app.add_typer(export_app, name="export")
+
+_FORMATS = ("jsonl", "otlp-json")
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Write to this file instead of standard output.")
+]
+ProjectOpt = Annotated[str | None, typer.Option("--project", help="Only runs of this project.")]
+LoopOpt = Annotated[str | None, typer.Option("--loop", help="Only runs of this loop.")]
+RunsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="Only this run (repeatable; it must have ended)."),
+]
+
+
+@contextlib.contextmanager
+def _output(out: Path | None) -> Iterator[IO[str]]:
+    """Standard output, or ``out`` opened for writing (a failure to open it is bad input)."""
+    if out is None:
+        yield sys.stdout
+        return
+    try:
+        fh = out.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
+    with fh:
+        yield fh
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def _headers(items: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{item!r} is not NAME=VALUE", field="--header")
+        out[name.strip()] = value.strip()
+    return out
+
+
+@app.command()
+def trace(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="jsonl (the default: a header line, then one event per line) or otlp-json "
+            "(one OTLP/JSON ExportTraceServiceRequest).",
+        ),
+    ] = None,
+    out: OutOpt = None,
+    send: Annotated[
+        str | None,
+        typer.Option(
+            "--send",
+            help="Also POST the trace to this OTLP/HTTP collector (http://host:4318 gets "
+            "/v1/traces appended). Alone, it prints nothing.",
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", help="NAME=VALUE header for --send (repeatable)."),
+    ] = None,
+    encoding: Annotated[
+        str, typer.Option("--encoding", help="Body of --send: json, or protobuf (otel extra).")
+    ] = "json",
+    store: StoreOpt = None,
+) -> None:
+    """A run's trace: its events as JSON lines, or OpenTelemetry spans as OTLP/JSON.
+
+    Spans: run → cycle → actor / verifier / effect / approval. --send posts them to an
+    OTLP/HTTP collector.
+    """
+    from ..trace import export_otlp, otlp_trace, trace_records, traces_url, write_jsonl
+
+    if fmt is not None and fmt not in _FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use jsonl or otlp-json", field="--format")
+    if encoding not in ("json", "protobuf"):
+        raise ConfigError(
+            f"unknown encoding {encoding!r}; use json or protobuf", field="--encoding"
+        )
+    headers = _headers(header or ())
+    if headers and send is None:
+        raise ConfigError("only applies with --send", field="--header")
+    if send is not None:
+        traces_url(send, field="--send")  # a bad URL is refused before anything is written
+    with open_store(store) as st:
+        rec = st.get_run(run_id)
+        if send is None or out is not None or fmt is not None:
+            with _output(out) as fh:
+                if (fmt or "jsonl") == "jsonl":
+                    n = write_jsonl(trace_records(st, rec.run_id), fh)
+                    what = f"{n} line(s)"
+                else:
+                    doc = otlp_trace(st, rec.run_id)
+                    fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
+                    what = f"{_span_count(doc)} span(s)"
+            if out is not None:
+                _note(f"wrote {what} of run {rec.run_id} to {out}")
+        if send is not None:
+            res = export_otlp(
+                st,
+                rec.run_id,
+                send,
+                headers=headers,
+                encoding="protobuf" if encoding == "protobuf" else "json",
+            )
+            _note(
+                f"sent {res.spans} span(s) of run {rec.run_id} to {res.url}: HTTP {res.status}"
+                + (f", {res.rejected_spans} rejected: {res.message}" if res.rejected_spans else "")
+            )
+
+
+def _span_count(doc: dict[str, Any]) -> int:
+    return sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
+
+
+@export_app.command("eval-cases")
+def eval_cases_cmd(
+    project: ProjectOpt = None,
+    loop: LoopOpt = None,
+    run: RunsOpt = None,
+    out: OutOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Each ended run as a replayable eval case (JSON lines).
+
+    A case holds the task (held-out key marked), the initial artifacts, every cycle's proposal
+    with its visible and held-out verdicts, the stop reason, the human decisions and the final
+    accepted artifacts.
+    """
+    from ..trace import eval_cases, write_jsonl
+
+    with open_store(store) as st:
+        cases = list(eval_cases(st, project=project, loop_name=loop, run_ids=run))
+    with _output(out) as fh:
+        n = write_jsonl(cases, fh)
+    _note(f"wrote {n} eval case(s)" + (f" to {out}" if out is not None else ""))
+
+
+@export_app.command("preference-pairs")
+def preference_pairs_cmd(
+    project: ProjectOpt = None,
+    loop: LoopOpt = None,
+    run: RunsOpt = None,
+    match: Annotated[
+        str,
+        typer.Option(
+            "--match",
+            help="state: both proposals made from the same context; hindsight: a rejected "
+            "proposal and a later, better one of the same run; both (default).",
+        ),
+    ] = "both",
+    out: OutOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Chosen versus rejected proposals for the same context (JSON lines).
+
+    Chosen: accepted, or improved the score; rejected: not accepted (and not improving when
+    the chosen one only improved). docs/trace.md says exactly how pairs are formed.
+    """
+    from ..trace import preference_pairs, write_jsonl
+
+    if match not in ("state", "hindsight", "both"):
+        raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
+    with open_store(store) as st:
+        pairs = preference_pairs(
+            st,
+            project=project,
+            loop_name=loop,
+            run_ids=run,
+            match="state" if match == "state" else "hindsight" if match == "hindsight" else "both",
+        )
+    with _output(out) as fh:
+        n = write_jsonl(pairs, fh)
+    kinds = {k: sum(1 for p in pairs if p["match"] == k) for k in ("state", "hindsight")}
+    _note(
+        f"wrote {n} preference pair(s) ({kinds['state']} state, {kinds['hindsight']} hindsight)"
+        + (f" to {out}" if out is not None else "")
+    )

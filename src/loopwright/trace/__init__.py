@@ -1,0 +1,59 @@
+"""Traces: a run's append-only events as JSON lines, as OpenTelemetry spans (OTLP/JSON, or
+sent to an OTLP/HTTP collector), and turned into eval cases and preference pairs.
+
+Everything here reads the store and nothing else; ``docs/trace.md`` documents every format.
+"""
+
+from __future__ import annotations
+
+from ._exports import (
+    EVAL_CASE_FORMAT,
+    PAIR_FORMAT,
+    case_actor,
+    context_id,
+    eval_case,
+    eval_cases,
+    preference_pairs,
+)
+from ._jsonl import TRACE_FORMAT, build_records, trace_records, write_jsonl
+from ._otlp import (
+    OTLPExportError,
+    OTLPExportResult,
+    export_otlp,
+    otlp_message,
+    otlp_to_protobuf,
+    otlp_trace,
+    span_id_for,
+    spans_to_otlp,
+    trace_id_for,
+    traces_url,
+)
+from ._spans import Span, SpanEvent, build_spans, run_spans
+
+__all__ = [
+    "EVAL_CASE_FORMAT",
+    "PAIR_FORMAT",
+    "TRACE_FORMAT",
+    "OTLPExportError",
+    "OTLPExportResult",
+    "Span",
+    "SpanEvent",
+    "build_records",
+    "build_spans",
+    "case_actor",
+    "context_id",
+    "eval_case",
+    "eval_cases",
+    "export_otlp",
+    "otlp_message",
+    "otlp_to_protobuf",
+    "otlp_trace",
+    "preference_pairs",
+    "run_spans",
+    "span_id_for",
+    "spans_to_otlp",
+    "trace_id_for",
+    "trace_records",
+    "traces_url",
+    "write_jsonl",
+]

@@ -1,0 +1,408 @@
+"""Traces turned into learning material: eval cases and preference pairs (JSON lines).
+
+``eval_cases`` gives one replayable case per ended run; ``preference_pairs`` gives pairs of a
+better and a worse proposal made from the same context. ``docs/trace.md`` documents both
+formats and exactly how pairs are formed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .._contract import TERMINAL_STATUSES
+from .._engine import HELD_OUT_KEY
+from .._errors import ConfigError
+from .._proposal import Context, Proposal
+from .._state import TaskState
+from ..store import Approval, Checkpoint, RunRecord, Store
+
+__all__ = [
+    "EVAL_CASE_FORMAT",
+    "PAIR_FORMAT",
+    "case_actor",
+    "context_id",
+    "eval_case",
+    "eval_cases",
+    "preference_pairs",
+]
+
+EVAL_CASE_FORMAT = "loopwright.eval_case/1"
+PAIR_FORMAT = "loopwright.preference_pair/1"
+#: Cycle decisions that conclude a cycle with a recorded proposal and verdicts.
+_CONCLUDED = frozenset({"accepted", "revise", "refused", "asked"})
+#: Checkpoint records written mid-cycle (the cycle concludes in a later record, or never).
+_MID_CYCLE = frozenset({"parked", "effects"})
+
+PairMatch = Literal["state", "hindsight", "both"]
+
+
+# --- the cycles of a run ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """A cycle of a run as its checkpoints recorded it, with the state it started from."""
+
+    cycle: int
+    proposal: dict[str, Any]
+    digest: str
+    decision: str
+    concluded: bool
+    record: dict[str, Any]
+    visible: dict[str, Any]
+    held_out: dict[str, Any]
+    before: dict[str, Any]
+    after: dict[str, Any] | None
+
+
+def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
+    """Every cycle of the run that produced a proposal, in order.
+
+    A concluded cycle has one record with its proposal and verdicts; a cycle that parked (or
+    stopped during its effects) and never concluded keeps its proposal and visible verdicts in
+    the checkpoint's ``pending`` entry and its held-out verdicts in the mid-cycle record.
+    """
+    out: list[_Cycle] = []
+    waiting: dict[int, _Cycle] = {}
+    for i, ck in enumerate(checkpoints):
+        rec = ck.record
+        if rec is None or i == 0:
+            continue
+        before = checkpoints[i - 1].state
+        n = int(rec.get("cycle", ck.cycle))
+        decision = str(rec.get("decision", ""))
+        if "proposal" in rec and decision in _CONCLUDED:
+            start = waiting.pop(n, None)
+            out.append(
+                _Cycle(
+                    cycle=n,
+                    proposal=dict(rec["proposal"]),
+                    digest=str(rec.get("digest", "")),
+                    decision=decision,
+                    concluded=True,
+                    record=rec,
+                    visible=dict(rec.get("visible") or {}),
+                    held_out=dict(rec.get("held_out") or {}),
+                    before=start.before if start is not None else before,
+                    after=ck.state,
+                )
+            )
+        elif decision in _MID_CYCLE and n not in waiting:
+            pend = ck.state.get("pending") or {}
+            if "proposal" not in pend:
+                continue
+            waiting[n] = _Cycle(
+                cycle=n,
+                proposal=dict(pend["proposal"]),
+                digest=str(pend.get("digest", "")),
+                decision=decision,
+                concluded=False,
+                record=rec,
+                visible=dict(pend.get("visible") or {}),
+                held_out=dict(rec.get("held_out") or {}),
+                before=before,
+                after=None,
+            )
+        elif decision == "rollback":
+            out.extend(waiting.values())
+            waiting.clear()
+    out.extend(waiting.values())
+    return out
+
+
+def _actor_context(state: dict[str, Any]) -> dict[str, Any]:
+    """What the actor was shown before a cycle, as data: the task without its held-out key,
+    the artifacts, which values are accepted, the open findings and the plan."""
+    st = TaskState.from_dict(state)
+    return {
+        "goal": st.goal,
+        "task": {k: v for k, v in st.task.items() if k != HELD_OUT_KEY},
+        "artifacts": st.values(),
+        "accepted": st.accepted_values(),
+        "findings": [f.to_dict() for f in st.findings],
+        "plan": [s.to_dict() for s in st.plan],
+    }
+
+
+def _hash(data: Any, n: int = 32) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def context_id(loop_name: str, context: dict[str, Any]) -> str:
+    """The identity of a context: a hash of the loop's name and the actor-visible context."""
+    return _hash({"loop": loop_name, "context": context})
+
+
+def _ended(
+    store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
+) -> list[RunRecord]:
+    if run_ids:
+        runs = [store.get_run(r) for r in run_ids]
+        bad = [r.run_id for r in runs if r.status not in TERMINAL_STATUSES]
+        if bad:
+            raise ConfigError(f"run(s) {', '.join(bad)} have not ended", field="--run")
+    else:
+        runs = [
+            r
+            for r in store.list_runs(project=project, loop_name=loop_name)
+            if r.status in TERMINAL_STATUSES
+        ]
+    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
+
+# --- eval cases ------------------------------------------------------------------------------
+def eval_cases(
+    store: Store,
+    *,
+    project: str | None = None,
+    loop_name: str | None = None,
+    run_ids: Sequence[str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """One eval case per ended run (oldest first), optionally of one project or loop, or of
+    the given runs (each must have ended)."""
+    for rec in _ended(store, project, loop_name, run_ids):
+        yield eval_case(store, rec.run_id)
+
+
+def eval_case(store: Store, run_id: str) -> dict[str, Any]:
+    """The run (id, unique prefix or task key) as a replayable eval case."""
+    rec = store.get_run(run_id)
+    cps = store.checkpoints(rec.run_id)
+    initial = TaskState.from_dict(cps[0].state)
+    final = TaskState.from_dict(cps[-1].state)
+    return {
+        "format": EVAL_CASE_FORMAT,
+        "case_id": rec.run_id,
+        "run_id": rec.run_id,
+        "task_key": rec.task_key,
+        "loop_name": rec.loop_name,
+        "loop_version": rec.loop_version,
+        "project": rec.project,
+        "spec_ref": rec.spec_ref,
+        "task": rec.task,
+        "held_out_keys": [HELD_OUT_KEY] if HELD_OUT_KEY in rec.task else [],
+        "contract": rec.contract,
+        "initial_artifacts": initial.values(),
+        "cycles": [_case_cycle(rec, c) for c in _cycles(cps)],
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "best_score": rec.best_score,
+        "held_out_passed": rec.held_out_passed,
+        "human_decisions": [_decision(a) for a in store.approvals(run_id=rec.run_id)],
+        "final_artifacts": final.values(),
+        "accepted_artifacts": final.accepted_values(),
+        "spent": {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds},
+        "created_at": rec.created_at,
+        "ended_at": rec.ended_at,
+        "escalation": rec.packet,
+    }
+
+
+def _case_cycle(run: RunRecord, c: _Cycle) -> dict[str, Any]:
+    rec = c.record
+    return {
+        "cycle": c.cycle,
+        "concluded": c.concluded,
+        "decision": c.decision,
+        "context_id": context_id(run.loop_name, _actor_context(c.before)),
+        "proposal": c.proposal,
+        "digest": c.digest,
+        "duplicate": bool(rec.get("duplicate", False)),
+        "visible": c.visible,
+        "held_out": c.held_out,
+        "score": rec.get("score"),
+        "improved": bool(rec.get("improved", False)),
+        "effects": list(rec.get("effects") or ()),
+        "usage": rec.get("usage"),
+    }
+
+
+def _decision(a: Approval) -> dict[str, Any]:
+    return {
+        "approval_id": a.approval_id,
+        "cycle": a.cycle,
+        "kind": a.kind,
+        "rule": a.rule,
+        "what": a.what,
+        "why": a.why,
+        "question": (a.evidence or {}).get("question"),
+        "status": a.status,
+        "by": a.decided_by,
+        "at": a.decided_at,
+        "requested_at": a.requested_at,
+        "note": a.note,
+        "answer": a.answer,
+    }
+
+
+def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
+    """An actor replaying an eval case: cycle ``n`` proposes what the case's cycle ``n``
+    proposed (the last occurrence, after a rollback); past the recording it escalates."""
+    by_cycle = {int(c["cycle"]): c["proposal"] for c in case.get("cycles") or ()}
+
+    def actor(ctx: Context) -> Proposal:
+        recorded = by_cycle.get(ctx.cycle)
+        if recorded is None:
+            return Proposal(escalate="no more recorded proposals in the eval case")
+        return Proposal.from_dict(recorded)
+
+    return actor
+
+
+# --- preference pairs ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    run: RunRecord
+    cycle: _Cycle
+    context: dict[str, Any]
+    context_id: str
+    rank: int | None
+
+
+def _rank(c: _Cycle) -> int | None:
+    """How good a proposal turned out: 2 accepted, 1 improved the best visible score without
+    being accepted, 0 revised or refused without improving; ``None`` for what is neither
+    better nor worse (an actor's question, a cycle that never concluded)."""
+    if not c.concluded:
+        return None
+    if c.decision == "accepted":
+        return 2
+    if c.decision not in ("revise", "refused"):
+        return None
+    return 1 if c.record.get("improved") else 0
+
+
+def _prefers(chosen: _Candidate, rejected: _Candidate) -> bool:
+    """``chosen`` was accepted or improved the score; ``rejected`` was not accepted, and did
+    not improve when ``chosen`` only improved; and they are different changes."""
+    if chosen.rank is None or rejected.rank is None or chosen.rank < 1:
+        return False
+    return chosen.rank > rejected.rank and chosen.cycle.digest != rejected.cycle.digest
+
+
+def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate]]:
+    out = []
+    for rec in runs:
+        cands = []
+        for c in _cycles(store.checkpoints(rec.run_id)):
+            ctx = _actor_context(c.before)
+            cands.append(_Candidate(rec, c, ctx, context_id(rec.loop_name, ctx), _rank(c)))
+        out.append(cands)
+    return out
+
+
+def preference_pairs(
+    store: Store,
+    *,
+    project: str | None = None,
+    loop_name: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    match: PairMatch = "both",
+) -> list[dict[str, Any]]:
+    """Preference pairs from the ended runs (exact rules in ``docs/trace.md``).
+
+    ``match="state"``: both proposals were made from the same context (same loop, same
+    actor-visible state before the cycle), in one run or across runs. ``"hindsight"``: within
+    one run, a rejected proposal and the next later proposal of that run that did better, in
+    the rejected one's context. ``"both"`` (the default): the two sets, state pairs first;
+    each pair says which rule formed it.
+    """
+    if match not in ("state", "hindsight", "both"):
+        raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
+    per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
+    pairs: list[dict[str, Any]] = []
+    seen: set[tuple[str, str, str]] = set()
+    if match in ("state", "both"):
+        groups: dict[str, list[_Candidate]] = {}
+        for cands in per_run:
+            for c in cands:
+                if c.rank is not None:
+                    groups.setdefault(c.context_id, []).append(c)
+        for group in groups.values():
+            for ch in group:
+                for rj in group:
+                    if _prefers(ch, rj):
+                        _add(pairs, seen, "state", ch, rj)
+    if match in ("hindsight", "both"):
+        for cands in per_run:
+            for i, rj in enumerate(cands):
+                later = next((c for c in cands[i + 1 :] if _prefers(c, rj)), None)
+                if later is not None:
+                    _add(pairs, seen, "hindsight", later, rj)
+    return pairs
+
+
+def _add(
+    pairs: list[dict[str, Any]],
+    seen: set[tuple[str, str, str]],
+    match: str,
+    chosen: _Candidate,
+    rejected: _Candidate,
+) -> None:
+    """Append one pair in the rejected proposal's context, unless that context already has a
+    pair of the same two changes."""
+    ident = (rejected.context_id, chosen.cycle.digest, rejected.cycle.digest)
+    if ident in seen:
+        return
+    seen.add(ident)
+    base = TaskState.from_dict(rejected.cycle.before).values()
+    pairs.append(
+        {
+            "format": PAIR_FORMAT,
+            "pair_id": _hash([match, *ident], 16),
+            "match": match,
+            "loop_name": rejected.run.loop_name,
+            "context_id": rejected.context_id,
+            "context": rejected.context,
+            "chosen": _side(chosen, base),
+            "rejected": _side(rejected, base),
+        }
+    )
+
+
+def _side(c: _Candidate, base: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    rec = c.cycle.record
+    return {
+        "run_id": c.run.run_id,
+        "task_key": c.run.task_key,
+        "cycle": c.cycle.cycle,
+        "context_id": c.context_id,
+        "proposal": c.cycle.proposal,
+        "digest": c.cycle.digest,
+        "net_edits": _net_edits(base, c.cycle.after),
+        "decision": c.cycle.decision,
+        "score": rec.get("score"),
+        "improved": bool(rec.get("improved")),
+        "duplicate": bool(rec.get("duplicate")),
+        "visible": {k: _brief(v) for k, v in c.cycle.visible.items()},
+        "held_out": {k: _brief(v) for k, v in c.cycle.held_out.items()},
+    }
+
+
+def _net_edits(
+    base: dict[str, dict[str, Any]], after: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The part values that differ between the pair's context and the state after this
+    proposal's cycle: what it changed, counted from the context (for a hindsight pair's
+    chosen side, that includes the cycles in between)."""
+    if after is None:
+        return []
+    out = []
+    for art, parts in TaskState.from_dict(after).values().items():
+        for part, value in parts.items():
+            old = base.get(art, {})
+            if part not in old or old[part] != value:
+                out.append({"artifact": art, "part": part, "value": value})
+    return out
+
+
+def _brief(verdict: Any) -> dict[str, Any]:
+    v = verdict if isinstance(verdict, dict) else {}
+    return {
+        "passed": v.get("passed"),
+        "score": v.get("score"),
+        "findings": len(v.get("findings") or ()),
+    }

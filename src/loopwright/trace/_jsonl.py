@@ -1,0 +1,75 @@
+"""The run trace as JSON lines (format ``loopwright.trace/1``).
+
+Every line has the same seven keys::
+
+    {"format": "loopwright.trace/1", "run_id": str, "seq": int, "ts": float,
+     "cycle": int, "kind": str, "data": {...}}
+
+Line 1 is the header (``seq`` 0, ``kind`` ``"run"``, ``ts`` the run's creation time, ``cycle``
+the run's last completed cycle); its ``data`` describes the run. The lines after it are the
+run's events in the order they were appended, ``seq`` 1, 2, … (an event's store id is in
+``event_id``, an eighth key those lines have). ``ts`` is seconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from ..store import Event, RunRecord, Store
+from ._otlp import trace_id_for
+
+__all__ = ["TRACE_FORMAT", "build_records", "trace_records", "write_jsonl"]
+
+TRACE_FORMAT = "loopwright.trace/1"
+
+#: Run fields left out of the header: the task (it can be large, and holds the held-out key
+#: that only evaluation may see; ``export eval-cases`` carries it).
+_HEADER_OMITS = ("task",)
+
+
+def trace_records(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run (id, unique prefix or task key) as trace records: the header, then its events."""
+    rec = store.get_run(run_id)
+    return build_records(rec, store.events(rec.run_id))
+
+
+def build_records(run: RunRecord, events: Sequence[Event]) -> list[dict[str, Any]]:
+    """Trace records of ``run`` from its events (a pure function of its inputs)."""
+    data = {k: v for k, v in run.to_dict().items() if k not in _HEADER_OMITS}
+    data["trace_id"] = trace_id_for(run.run_id)
+    data["events"] = len(events)
+    header = {
+        "format": TRACE_FORMAT,
+        "run_id": run.run_id,
+        "seq": 0,
+        "ts": run.created_at,
+        "cycle": run.cycle,
+        "kind": "run",
+        "data": data,
+    }
+    lines = [header]
+    for seq, ev in enumerate(events, 1):
+        lines.append(
+            {
+                "format": TRACE_FORMAT,
+                "run_id": run.run_id,
+                "seq": seq,
+                "ts": ev.ts,
+                "cycle": ev.cycle,
+                "kind": ev.kind,
+                "data": ev.data,
+                "event_id": ev.id,
+            }
+        )
+    return lines
+
+
+def write_jsonl(records: Iterable[Any], out: IO[str]) -> int:
+    """Write one compact JSON document per line; returns how many were written."""
+    n = 0
+    for r in records:
+        out.write(json.dumps(r, separators=(",", ":"), default=str) + "\n")
+        n += 1
+    return n

@@ -1,0 +1,269 @@
+"""OpenTelemetry export: a run's span tree as one OTLP/JSON ``ExportTraceServiceRequest``, and
+a POST of it to an OTLP/HTTP collector.
+
+IDs are derived from the run id, never drawn at random: the trace id is the first 16 bytes of
+``sha256("loopwright/trace/" + run_id)`` and a span id the first 8 bytes of
+``sha256("loopwright/span/" + run_id + "/" + span_key)``, so exporting a run twice (or again after
+it went on) gives the same ids for the same spans. The JSON follows the OTLP/JSON rules: ids in
+hex, times as decimal strings of nanoseconds, enums as integers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from .._errors import ConfigError, LoopwrightError
+from ..store import RunRecord, Store
+from ._spans import Span, run_spans
+
+__all__ = [
+    "OTLPExportError",
+    "OTLPExportResult",
+    "export_otlp",
+    "otlp_message",
+    "otlp_to_protobuf",
+    "otlp_trace",
+    "span_id_for",
+    "spans_to_otlp",
+    "trace_id_for",
+    "traces_url",
+]
+
+# OTLP enum values (opentelemetry/proto/trace/v1/trace.proto).
+_SPAN_KIND_INTERNAL = 1
+_SPAN_KIND_CLIENT = 3
+_STATUS = {"unset": 0, "ok": 1, "error": 2}
+_SCOPE = "loopwright.trace"
+
+
+class OTLPExportError(LoopwrightError):
+    """The collector could not be reached, or refused the export."""
+
+
+@dataclass(frozen=True, slots=True)
+class OTLPExportResult:
+    """What one export sent and how the collector answered."""
+
+    url: str
+    status: int
+    spans: int
+    body_bytes: int
+    rejected_spans: int = 0
+    message: str = ""
+
+
+def trace_id_for(run_id: str) -> str:
+    """The run's trace id: 32 hex digits derived from the run id."""
+    return _nonzero(hashlib.sha256(f"loopwright/trace/{run_id}".encode()).hexdigest()[:32])
+
+
+def span_id_for(run_id: str, key: str) -> str:
+    """The id of the span ``key`` of the run: 16 hex digits derived from both."""
+    return _nonzero(hashlib.sha256(f"loopwright/span/{run_id}/{key}".encode()).hexdigest()[:16])
+
+
+def _nonzero(h: str) -> str:
+    # An all-zero id is invalid in OTLP; sha256 giving one is a curiosity, but be exact.
+    return h if int(h, 16) else h[:-1] + "1"
+
+
+def otlp_trace(store: Store, run_id: str, *, service_name: str = "loopwright") -> dict[str, Any]:
+    """The run (id, unique prefix or task key) as an OTLP/JSON ``ExportTraceServiceRequest``."""
+    rec, spans = run_spans(store, run_id)
+    return spans_to_otlp(rec, spans, service_name=service_name)
+
+
+def spans_to_otlp(
+    run: RunRecord, spans: Sequence[Span], *, service_name: str = "loopwright"
+) -> dict[str, Any]:
+    """Encode a span tree (``build_spans``) as an OTLP/JSON ``ExportTraceServiceRequest``."""
+    from .. import __version__
+
+    tid = trace_id_for(run.run_id)
+    out = []
+    for s in spans:
+        span: dict[str, Any] = {
+            "traceId": tid,
+            "spanId": span_id_for(run.run_id, s.key),
+            "name": s.name,
+            "kind": _SPAN_KIND_CLIENT if s.kind == "effect" else _SPAN_KIND_INTERNAL,
+            "startTimeUnixNano": str(_nanos(s.start)),
+            "endTimeUnixNano": str(_nanos(s.end)),
+            "attributes": _attributes(
+                {**s.attributes, "loopwright.span.kind": s.kind}
+                | ({"loopwright.incomplete": True} if s.incomplete else {})
+            ),
+            "events": [
+                {
+                    "timeUnixNano": str(_nanos(e.ts)),
+                    "name": e.name,
+                    "attributes": _attributes(e.attributes),
+                }
+                for e in s.events
+            ],
+            "status": {"code": _STATUS[s.status]}
+            | ({"message": s.status_message} if s.status_message else {}),
+        }
+        if s.parent is not None:
+            span["parentSpanId"] = span_id_for(run.run_id, s.parent)
+        out.append(span)
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": _attributes(
+                        {
+                            "service.name": service_name,
+                            "service.version": __version__,
+                            "loopwright.project": run.project,
+                        }
+                    )
+                },
+                "scopeSpans": [{"scope": {"name": _SCOPE, "version": __version__}, "spans": out}],
+            }
+        ]
+    }
+
+
+def _nanos(ts: float) -> int:
+    """Seconds since the epoch as integer nanoseconds (monotone in ``ts``)."""
+    whole = math.floor(ts)
+    return whole * 1_000_000_000 + round((ts - whole) * 1e9)
+
+
+def _attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"key": k, "value": _any_value(v)}
+        for k, v in attrs.items()
+        if v is not None and not (isinstance(v, list) and not v)
+    ]
+
+
+def _any_value(v: Any) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v} if math.isfinite(v) else {"stringValue": str(v)}
+    if isinstance(v, str):
+        return {"stringValue": v}
+    if isinstance(v, list | tuple):
+        return {"arrayValue": {"values": [_any_value(x) for x in v if x is not None]}}
+    return {"stringValue": json.dumps(v, sort_keys=True, default=str)}
+
+
+# --- sending ---------------------------------------------------------------------------------
+def traces_url(endpoint: str, *, field: str = "endpoint") -> str:
+    """The OTLP/HTTP traces URL for ``endpoint``: a bare ``http(s)://host:port`` (or one
+    ending in ``/``) gets ``/v1/traces`` appended; a URL with a path is used as it is.
+    ``ConfigError`` (naming ``field``) when it is not an http(s) URL."""
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"{endpoint!r} is not an http(s) URL (e.g. http://localhost:4318)", field=field
+        )
+    if parts.path in ("", "/"):
+        return endpoint.rstrip("/") + "/v1/traces"
+    return endpoint
+
+
+def export_otlp(
+    store: Store,
+    run_id: str,
+    endpoint: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+    encoding: Literal["json", "protobuf"] = "json",
+    service_name: str = "loopwright",
+) -> OTLPExportResult:
+    """POST the run's trace to an OTLP/HTTP collector (``endpoint`` as in ``traces_url``).
+
+    ``encoding="json"`` needs nothing beyond the standard library; ``"protobuf"`` needs the
+    ``otel`` extra (``opentelemetry-proto``). Raises ``OTLPExportError`` when the collector
+    cannot be reached or answers with an error status, ``ConfigError`` for a bad endpoint.
+    """
+    if encoding not in ("json", "protobuf"):
+        raise ConfigError(f"unknown encoding {encoding!r}; use json or protobuf", field="encoding")
+    url = traces_url(endpoint)
+    doc = otlp_trace(store, run_id, service_name=service_name)
+    n = sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
+    if encoding == "json":
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        ctype = "application/json"
+    else:
+        body = otlp_to_protobuf(doc)
+        ctype = "application/x-protobuf"
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={**(headers or {}), "Content-Type": ctype}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            status = int(resp.status)
+            answer = resp.read()
+            rtype = resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:300].decode(errors="replace").strip()
+        raise OTLPExportError(
+            f"the collector at {url} answered HTTP {exc.code}" + (f": {detail}" if detail else "")
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise OTLPExportError(f"cannot reach the collector at {url}: {reason}") from None
+    rejected, message = _partial_success(answer, rtype)
+    return OTLPExportResult(url, status, n, len(body), rejected, message)
+
+
+def _partial_success(answer: bytes, content_type: str) -> tuple[int, str]:
+    """Rejected spans reported in a JSON ``ExportTraceServiceResponse`` (0 when none or not
+    JSON)."""
+    if not answer or "json" not in content_type:
+        return 0, ""
+    try:
+        part = json.loads(answer).get("partialSuccess") or {}
+    except (ValueError, AttributeError):
+        return 0, ""
+    return int(part.get("rejectedSpans") or 0), str(part.get("errorMessage") or "")
+
+
+def otlp_to_protobuf(doc: Mapping[str, Any]) -> bytes:
+    """Encode an OTLP/JSON document as the binary protobuf ``ExportTraceServiceRequest``
+    (needs ``opentelemetry-proto``: ``pip install 'loopwright[otel]'``)."""
+    msg = otlp_message(doc)
+    data: bytes = msg.SerializeToString()
+    return data
+
+
+def otlp_message(doc: Mapping[str, Any]) -> Any:
+    """The OTLP/JSON document parsed into the official protobuf class (ids, which OTLP/JSON
+    writes in hex, converted to the base64 that protobuf's JSON mapping expects)."""
+    try:
+        # Imported by name: protobuf ships no type stubs, and this is an optional extra.
+        json_format = importlib.import_module("google.protobuf.json_format")
+        service = importlib.import_module(
+            "opentelemetry.proto.collector.trace.v1.trace_service_pb2"
+        )
+    except ImportError as exc:
+        raise ConfigError(
+            f"protobuf encoding needs the otel extra: pip install 'loopwright[otel]' ({exc})",
+            field="encoding",
+        ) from None
+    converted = json.loads(json.dumps(doc))
+    for rs in converted.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for span in ss.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    return json_format.ParseDict(converted, service.ExportTraceServiceRequest())

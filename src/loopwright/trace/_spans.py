@@ -1,0 +1,638 @@
+"""A run's span tree, rebuilt from what the store recorded.
+
+The engine writes events at commit time, so the events of one commit share one timestamp; the
+calls inside a cycle (actor, verifiers) carry their own durations (``seconds`` in the
+``proposal`` and ``verdict`` events), effects and retries are journaled with their real
+timestamps, and approvals have ``requested_at``/``decided_at``. The tree is rebuilt from those:
+
+* ``run`` — from ``run_created`` to the run's end (``ended_at``, or its last event);
+* ``cycle`` — one per ``cycle_started`` event (a cycle redone after a rollback is a second
+  occurrence of the same number), from its estimated start to the event that closed it
+  (``decision``, or ``stopped``/``rolled_back``);
+* ``actor`` and one ``verifier`` span per verifier call, laid end to end from the cycle's start
+  with their recorded durations (their exact start times were not recorded);
+* ``effect`` — one per idempotency key, from its first journal event to its outcome;
+* ``approval`` — one per request, from ``requested_at`` to ``decided_at``.
+
+Every store event becomes exactly one span event on the most specific span it belongs to. Spans
+still open when the trace is taken (a parked run) end at the last recorded time and are marked
+``incomplete``. Nothing here reads a clock: the same store gives the same tree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..store import Approval, Checkpoint, Event, RunRecord, Store
+
+__all__ = ["Span", "SpanEvent", "build_spans", "run_spans"]
+
+SpanKind = Literal["run", "cycle", "actor", "verifier", "effect", "approval"]
+Status = Literal["unset", "ok", "error"]
+
+#: Events that belong to the run as a whole, never to one cycle.
+RUN_KINDS = frozenset(
+    {
+        "run_created",
+        "started",
+        "resumed",
+        "stopped",
+        "rolled_back",
+        "compensations",
+        "compensations_not_offered",
+    }
+)
+#: Run-level events that end whatever cycle is still open.
+_CLOSING = frozenset({"stopped", "rolled_back"})
+_EFFECT_END = frozenset(
+    {"effect_done", "effect_failed", "effect_in_doubt", "effect_reconciled", "effect_reused"}
+)
+_APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
+_ERROR_STATUSES = frozenset({"escalated", "failed"})
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    """One store event placed on a span (``seq`` is its 1-based position in the run)."""
+
+    name: str
+    ts: float
+    attributes: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Span:
+    """One node of the run's span tree; ``key`` is a path unique and stable within the run."""
+
+    key: str
+    kind: SpanKind
+    name: str
+    start: float
+    end: float
+    parent: str | None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+    status: Status = "unset"
+    status_message: str = ""
+    incomplete: bool = False
+
+
+@dataclass(slots=True)
+class _Occurrence:
+    """One occurrence of a cycle: its events from ``cycle_started`` to what closed it."""
+
+    cycle: int
+    index: int
+    started: Event
+    prev_ts: float
+    items: list[tuple[int, Event]]
+    closed_by: tuple[int, Event] | None = None
+    record: dict[str, Any] | None = None
+    verdicts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"cycle/{self.cycle}#{self.index}"
+
+
+def run_spans(store: Store, run_id: str) -> tuple[RunRecord, list[Span]]:
+    """The run (looked up by id, unique prefix or task key) and its span tree."""
+    rec = store.get_run(run_id)
+    spans = build_spans(
+        rec,
+        store.events(rec.run_id),
+        store.checkpoints(rec.run_id),
+        store.approvals(run_id=rec.run_id),
+    )
+    return rec, spans
+
+
+def build_spans(
+    run: RunRecord,
+    events: Sequence[Event],
+    checkpoints: Sequence[Checkpoint],
+    approvals: Sequence[Approval],
+) -> list[Span]:
+    """The span tree of ``run``, parents before children (a pure function of its inputs)."""
+    occs, run_items, owner = _segment(run, events)
+    _attach_records(occs, checkpoints)
+    by_id = {a.approval_id: a for a in approvals}
+    last_ts = max([run.created_at, *(e.ts for e in events)])
+
+    root = Span(
+        key="run",
+        kind="run",
+        name=f"run {run.loop_name}",
+        start=run.created_at,
+        end=max(last_ts, run.ended_at or 0.0),
+        parent=None,
+        attributes=_run_attributes(run),
+        incomplete=run.ended_at is None,
+    )
+    if run.status in _ERROR_STATUSES:
+        root.status = "error"
+        root.status_message = str((run.packet or {}).get("cause") or run.stop_reason or "")
+    elif run.status == "accepted":
+        root.status = "ok"
+    spans: list[Span] = [root]
+    for occ in occs:
+        tied = [by_id[a] for a, o in owner.items() if o is occ and a in by_id]
+        spans.extend(_cycle_spans(run, occ, tied, last_ts))
+    # What belongs to no cycle: effects run outside one (compensations), approval requests
+    # made outside one (offers of compensation), and the run's own events.
+    loose = [a for a in approvals if a.approval_id not in owner]
+    spans.extend(_effect_spans(root, run_items))
+    spans.extend(_approval_spans(root, loose, run_items, last_ts))
+    for seq, ev in run_items:
+        if not _claimed(ev, loose):
+            root.events.append(_span_event(seq, ev))
+    for s in spans:
+        s.attributes.setdefault("gen_ai.conversation.id", run.run_id)
+    _fit(spans)
+    root.events.sort(key=lambda e: (e.ts, e.attributes["loopwright.event.seq"]))
+    return spans
+
+
+# --- segmentation ----------------------------------------------------------------------------
+def _segment(
+    run: RunRecord, events: Sequence[Event]
+) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence]]:
+    """Split the event log into cycle occurrences and run-level events.
+
+    Journal events (retries, effects) are written when they happen, before the commit that
+    carries their cycle's ``cycle_started``: events of a cycle with no open occurrence wait for
+    the next ``cycle_started`` of that number, and go to the run when none comes.
+    """
+    occs: list[_Occurrence] = []
+    run_items: list[tuple[int, Event]] = []
+    open_: dict[int, _Occurrence] = {}
+    waiting: dict[int, list[tuple[int, Event]]] = {}
+    owner: dict[str, _Occurrence] = {}
+    counts: dict[int, int] = {}
+    last_ts = run.created_at
+    for seq, ev in enumerate(events, 1):
+        aid = str(ev.data.get("approval_id") or "")
+        if ev.kind == "cycle_started":
+            counts[ev.cycle] = counts.get(ev.cycle, 0) + 1
+            if ev.cycle in open_:  # an occurrence nothing closed (a lost commit): leave it open
+                del open_[ev.cycle]
+            occ = _Occurrence(
+                cycle=ev.cycle,
+                index=counts[ev.cycle],
+                started=ev,
+                prev_ts=last_ts,
+                items=[*waiting.pop(ev.cycle, []), (seq, ev)],
+            )
+            occs.append(occ)
+            open_[ev.cycle] = occ
+        elif ev.kind in _APPROVAL_KINDS and aid in owner:
+            owner[aid].items.append((seq, ev))
+        elif ev.kind in RUN_KINDS:
+            run_items.append((seq, ev))
+            if ev.kind in _CLOSING:
+                for occ in open_.values():
+                    occ.closed_by = (seq, ev)
+                open_.clear()
+        elif ev.cycle in open_:
+            occ = open_[ev.cycle]
+            occ.items.append((seq, ev))
+            if ev.kind == "approval_requested" and aid:
+                owner[aid] = occ
+            elif ev.kind == "decision":
+                occ.closed_by = (seq, ev)
+                del open_[ev.cycle]
+        else:
+            waiting.setdefault(ev.cycle, []).append((seq, ev))
+            continue
+        last_ts = max(last_ts, ev.ts)
+    for items in waiting.values():
+        run_items.extend(items)
+    run_items.sort(key=lambda it: it[0])
+    return occs, run_items, owner
+
+
+def _attach_records(occs: Sequence[_Occurrence], checkpoints: Sequence[Checkpoint]) -> None:
+    """Pair each closed-by-decision occurrence with its cycle record, in order (every
+    ``decision`` event is committed together with exactly one record holding a proposal),
+    and give every occurrence the full verdicts of its cycle (for their usage): from that
+    record, or for a cycle that parked or ran effects and has not concluded, from the
+    mid-cycle record (held-out) and the checkpoint's ``pending`` entry (visible)."""
+    records = [c.record for c in checkpoints if c.record is not None and "proposal" in c.record]
+    decided = [o for o in occs if o.closed_by is not None and o.closed_by[1].kind == "decision"]
+    for occ, rec in zip(decided, records, strict=False):
+        if int(rec.get("cycle", -1)) == occ.cycle:
+            occ.record = rec
+    verdicts: dict[int, dict[str, Any]] = {}
+    for ck in checkpoints:
+        mid = ck.record
+        if mid is None or "cycle" not in mid:
+            continue
+        n = int(mid["cycle"])
+        pend = ck.state.get("pending") or {}
+        visible = mid.get("visible") or (pend.get("visible") if pend.get("cycle") == n else None)
+        found = verdicts.setdefault(n, {})
+        found.update(visible or {})
+        found.update(mid.get("held_out") or {})
+    for occ in occs:
+        occ.verdicts = verdicts.get(occ.cycle, {})
+
+
+# --- spans of one cycle ----------------------------------------------------------------------
+def _cycle_spans(
+    run: RunRecord, occ: _Occurrence, approvals: Sequence[Approval], last_ts: float
+) -> list[Span]:
+    t0 = occ.started.ts
+    items = occ.items
+    closing = occ.closed_by
+    cycle = Span(
+        key=occ.key,
+        kind="cycle",
+        name=f"cycle {occ.cycle}",
+        start=t0,
+        end=closing[1].ts if closing else max(ev.ts for _, ev in items),
+        parent="run",
+        attributes={"loopwright.cycle": occ.cycle, "loopwright.cycle.occurrence": occ.index},
+        incomplete=closing is None,
+    )
+    _cycle_attributes(cycle, occ, closing)
+
+    # Calls, in the order the engine makes them: the actor, then each verifier.
+    calls: dict[str, Span] = {}
+    durations: dict[str, float] = {}
+    failures: dict[str, list[float]] = {}
+    gave_up: dict[str, Event] = {}
+    for _, ev in items:
+        scope = _scope_of(ev)
+        if scope is None:
+            continue
+        if scope not in calls:
+            calls[scope] = _call_span(run, occ, scope)
+        if ev.kind in ("proposal", "verdict"):
+            durations[scope] = float(ev.data.get("seconds") or 0.0)
+        elif ev.kind in ("retry", "gave_up"):
+            failures.setdefault(scope, []).append(ev.ts)
+            if ev.kind == "gave_up":
+                gave_up[scope] = ev
+    # The calls ended before the first commit of the cycle (t0), one after the other: lay
+    # them out backwards from there with their recorded durations (a call that gave up ends
+    # at its last failure; one that failed started before its first failure, and was first
+    # tried as soon as the call before it ended: durations cover only the last attempt). A
+    # cycle whose first call failed started at the previous commit; nothing starts earlier.
+    order = sorted(calls, key=lambda sc: sc != "actor")  # the actor first, then verifiers
+    cursor = t0
+    for scope in reversed(order):
+        span = calls[scope]
+        span.end = min(cursor, gave_up[scope].ts) if scope in gave_up else cursor
+        span.start = span.end - durations.get(scope, 0.0)
+        if scope in failures:
+            span.start = min(span.start, failures[scope][0])
+        cursor = span.start
+    first_failed = bool(order) and order[0] in failures
+    cycle.start = occ.prev_ts if first_failed else max(occ.prev_ts, min(cursor, t0))
+    prev_end = cycle.start
+    for scope in order:
+        span = calls[scope]
+        span.start = prev_end if scope in failures else max(span.start, prev_end)
+        span.end = max(span.end, span.start)
+        prev_end = span.end
+    for scope, span in calls.items():
+        if scope in gave_up:
+            err = gave_up[scope].data
+            span.status = "error"
+            span.status_message = str(err.get("error") or "gave up")
+            span.attributes["error.type"] = str(err.get("class") or "_OTHER")
+        span.attributes["loopwright.attempts"] = len(failures.get(scope, ())) + (
+            0 if scope in gave_up else 1
+        )
+    _call_costs(calls, occ)
+
+    spans = [cycle, *(calls[sc] for sc in order)]
+    effects = _effect_spans(cycle, items)
+    waits = _approval_spans(cycle, approvals, items, last_ts)
+    spans.extend(sorted([*waits, *effects], key=lambda s: (s.start, s.key)))
+    for seq, ev in items:
+        scope = _scope_of(ev)
+        if scope is not None:
+            target = calls[scope]
+            target.events.append(_span_event(seq, ev))
+            if ev.kind == "verdict":
+                target.events.append(_evaluation_event(ev))
+        elif not _claimed(ev, approvals):
+            cycle.events.append(_span_event(seq, ev))
+    return spans
+
+
+def _cycle_attributes(cycle: Span, occ: _Occurrence, closing: tuple[int, Event] | None) -> None:
+    rec = occ.record
+    a = cycle.attributes
+    if rec is not None:
+        a["loopwright.decision"] = rec.get("decision")
+        a["loopwright.score"] = rec.get("score")
+        a["loopwright.improved"] = bool(rec.get("improved"))
+        a["loopwright.duplicate"] = bool(rec.get("duplicate"))
+        a["loopwright.proposal.digest"] = rec.get("digest")
+        usage = rec.get("usage") or {}
+        _usage_attributes(a, usage)
+        if usage.get("seconds") is not None:
+            a["loopwright.seconds"] = float(usage["seconds"])
+    if closing is not None:
+        ev = closing[1]
+        if ev.kind == "decision":
+            a.setdefault("loopwright.decision", ev.data.get("decision"))
+            a["loopwright.best_score"] = ev.data.get("best_score")
+        elif ev.kind == "stopped":
+            a["loopwright.stop_reason"] = ev.data.get("reason")
+            if ev.data.get("status") in _ERROR_STATUSES:
+                cycle.status = "error"
+                cycle.status_message = str(ev.data.get("cause") or ev.data.get("reason"))
+        else:
+            a["loopwright.decision"] = ev.kind
+
+
+def _scope_of(ev: Event) -> str | None:
+    """Which call span an event belongs to: ``actor``, ``verifier:NAME``, or none."""
+    if ev.kind == "proposal":
+        return "actor"
+    if ev.kind == "verdict":
+        return f"verifier:{ev.data.get('verifier')}"
+    if ev.kind in ("retry", "gave_up"):
+        scope = str(ev.data.get("scope") or "")
+        if scope == "actor" or scope.startswith("verifier:"):
+            return scope
+    return None
+
+
+def _call_span(run: RunRecord, occ: _Occurrence, scope: str) -> Span:
+    base = f"{occ.key}/"
+    if scope == "actor":
+        return Span(
+            key=base + "actor",
+            kind="actor",
+            name=f"invoke_agent {run.loop_name}",
+            start=0.0,
+            end=0.0,
+            parent=occ.key,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": run.loop_name,
+                "gen_ai.conversation.id": run.run_id,
+                "loopwright.cycle": occ.cycle,
+            },
+        )
+    name = scope.split(":", 1)[1]
+    return Span(
+        key=base + scope,
+        kind="verifier",
+        name=f"verify {name}",
+        start=0.0,
+        end=0.0,
+        parent=occ.key,
+        attributes={
+            "gen_ai.conversation.id": run.run_id,
+            "gen_ai.evaluation.name": name,
+            "loopwright.cycle": occ.cycle,
+            "loopwright.verifier.name": name,
+        },
+    )
+
+
+def _call_costs(calls: Mapping[str, Span], occ: _Occurrence) -> None:
+    """What each call reported: the proposal's and verdicts' fields, costs where recorded."""
+    verdicts = occ.verdicts
+    for _, ev in occ.items:
+        scope = _scope_of(ev)
+        if scope is None or ev.kind not in ("proposal", "verdict"):
+            continue
+        a = calls[scope].attributes
+        d = ev.data
+        if ev.kind == "proposal":
+            a["loopwright.proposal.kind"] = d.get("kind")
+            a["loopwright.proposal.digest"] = d.get("digest")
+            a["loopwright.proposal.parts"] = [str(p) for p in d.get("parts") or ()]
+            a["loopwright.proposal.effects"] = [str(p) for p in d.get("effects") or ()]
+            if d.get("note"):
+                a["loopwright.proposal.note"] = str(d["note"])
+            _usage_attributes(a, d.get("usage") or {})
+        else:
+            a["loopwright.verifier.held_out"] = bool(d.get("held_out"))
+            a["loopwright.verdict.passed"] = bool(d.get("passed"))
+            a["loopwright.verdict.score"] = d.get("score")
+            a["loopwright.verdict.findings"] = d.get("findings")
+            a["gen_ai.evaluation.score.value"] = d.get("score")
+            a["gen_ai.evaluation.score.label"] = "pass" if d.get("passed") else "fail"
+            usage = (verdicts.get(str(d.get("verifier"))) or {}).get("usage") or {}
+            _usage_attributes(a, usage)
+
+
+def _usage_attributes(a: dict[str, Any], usage: Mapping[str, Any]) -> None:
+    """Spend in ``loopwright.*`` (totals are all we record); the GenAI input/output token
+    attributes only where a usage reports them separately."""
+    if "cost_usd" in usage:
+        a["loopwright.cost_usd"] = float(usage["cost_usd"] or 0.0)
+    if "tokens" in usage:
+        a["loopwright.usage.total_tokens"] = int(usage["tokens"] or 0)
+    for key in ("input_tokens", "output_tokens"):
+        if usage.get(key) is not None:
+            a[f"gen_ai.usage.{key}"] = int(usage[key])
+
+
+# --- effects and approvals -------------------------------------------------------------------
+def _effect_key(ev: Event) -> str | None:
+    if not ev.kind.startswith("effect_") or not ev.data.get("key"):
+        return None
+    return str(ev.data["key"]).removeprefix("effect:")
+
+
+def _effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span]:
+    groups: dict[str, list[tuple[int, Event]]] = {}
+    for seq, ev in items:
+        key = _effect_key(ev)
+        if key is not None:
+            groups.setdefault(key, []).append((seq, ev))
+    out = []
+    for key, evs in groups.items():
+        first = evs[0][1]
+        final = next((ev for _, ev in reversed(evs) if ev.kind in _EFFECT_END), None)
+        name = str(first.data.get("effect") or key.split(":", 1)[0])
+        span = Span(
+            key=f"{parent.key}/effect/{key}",
+            kind="effect",
+            name=f"execute_tool {name}",
+            start=first.ts,
+            end=final.ts if final is not None else max(ev.ts for _, ev in evs),
+            parent=parent.key,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": key,
+                "loopwright.effect.key": key,
+                "loopwright.effect.attempts": sum(
+                    1 for _, ev in evs if ev.kind == "effect_started"
+                ),
+            },
+            incomplete=final is None,
+        )
+        if parent.kind == "cycle":
+            span.attributes["loopwright.cycle"] = parent.attributes["loopwright.cycle"]
+        if first.data.get("kind"):
+            span.attributes["loopwright.effect.kind"] = str(first.data["kind"])
+        status = _effect_status(final)
+        span.attributes["loopwright.effect.status"] = status
+        if final is not None and final.kind == "effect_reused":
+            span.attributes["loopwright.effect.reused"] = True
+        if final is not None and final.kind == "effect_reconciled":
+            span.attributes["loopwright.effect.reconciled"] = True
+        if status in ("failed", "in_doubt"):
+            span.status = "error"
+            span.status_message = str((final.data if final else {}).get("cause") or status)
+            span.attributes["error.type"] = status
+        elif status == "done":
+            span.status = "ok"
+        span.events = [_span_event(seq, ev) for seq, ev in evs]
+        out.append(span)
+    return out
+
+
+def _effect_status(final: Event | None) -> str:
+    if final is None:
+        return "in_flight"
+    if final.kind in ("effect_reused", "effect_reconciled"):
+        return "done"
+    return str(final.data.get("status") or final.kind.removeprefix("effect_"))
+
+
+def _approval_spans(
+    parent: Span,
+    approvals: Sequence[Approval],
+    items: Sequence[tuple[int, Event]],
+    last_ts: float,
+) -> list[Span]:
+    out = []
+    for a in approvals:
+        decided = a.decided_at is not None and a.status != "pending"
+        span = Span(
+            key=f"{parent.key}/approval/{a.approval_id}",
+            kind="approval",
+            name=f"approval {a.kind}",
+            start=a.requested_at,
+            end=float(a.decided_at) if decided and a.decided_at else max(a.requested_at, last_ts),
+            parent=parent.key,
+            attributes={
+                "loopwright.approval.id": a.approval_id,
+                "loopwright.approval.kind": a.kind,
+                "loopwright.approval.status": a.status,
+                "loopwright.approval.what": a.what,
+                "loopwright.approval.why": a.why,
+                "loopwright.cycle": a.cycle,
+            },
+            incomplete=not decided,
+        )
+        if a.rule:
+            span.attributes["loopwright.approval.rule"] = a.rule
+        if a.decided_by:
+            span.attributes["loopwright.approval.decided_by"] = a.decided_by
+        if decided:
+            span.attributes["loopwright.approval.wait_s"] = span.end - span.start
+        if a.status in ("denied", "expired"):
+            span.status = "error"
+            span.status_message = f"approval {a.status}" + (
+                f" by {a.decided_by}" if a.decided_by else ""
+            )
+        elif a.status in ("approved", "answered"):
+            span.status = "ok"
+        span.events = [
+            _span_event(seq, ev)
+            for seq, ev in items
+            if ev.kind in _APPROVAL_KINDS and ev.data.get("approval_id") == a.approval_id
+        ]
+        out.append(span)
+    return out
+
+
+def _claimed(ev: Event, approvals: Sequence[Approval]) -> bool:
+    """Whether an event went onto an effect or approval span rather than its container."""
+    if _effect_key(ev) is not None:
+        return True
+    ids = {a.approval_id for a in approvals}
+    return ev.kind in _APPROVAL_KINDS and ev.data.get("approval_id") in ids
+
+
+# --- attributes, events, fitting -------------------------------------------------------------
+def _run_attributes(run: RunRecord) -> dict[str, Any]:
+    a: dict[str, Any] = {
+        "gen_ai.conversation.id": run.run_id,
+        "loopwright.run.id": run.run_id,
+        "loopwright.task_key": run.task_key,
+        "loopwright.loop.name": run.loop_name,
+        "loopwright.project": run.project,
+        "loopwright.status": run.status,
+        "loopwright.cycles": run.cycle,
+        "loopwright.cost_usd": run.cost_usd,
+        "loopwright.usage.total_tokens": run.tokens,
+        "loopwright.seconds": run.seconds,
+    }
+    if run.stop_reason:
+        a["loopwright.stop_reason"] = run.stop_reason
+    if run.loop_version:
+        a["loopwright.loop.version"] = run.loop_version
+    if run.best_score is not None:
+        a["loopwright.best_score"] = run.best_score
+    if run.held_out_passed is not None:
+        a["loopwright.held_out_passed"] = run.held_out_passed
+    return a
+
+
+def _span_event(seq: int, ev: Event) -> SpanEvent:
+    attrs: dict[str, Any] = {"loopwright.event.seq": seq, "loopwright.event.id": ev.id}
+    for k, v in ev.data.items():
+        attrs[str(k)] = _plain(v)
+    return SpanEvent(name=ev.kind, ts=ev.ts, attributes=attrs)
+
+
+def _evaluation_event(ev: Event) -> SpanEvent:
+    """The GenAI ``gen_ai.evaluation.result`` event for a verdict."""
+    return SpanEvent(
+        name="gen_ai.evaluation.result",
+        ts=ev.ts,
+        attributes={
+            "gen_ai.evaluation.name": str(ev.data.get("verifier")),
+            "gen_ai.evaluation.score.value": ev.data.get("score"),
+            "gen_ai.evaluation.score.label": "pass" if ev.data.get("passed") else "fail",
+        },
+    )
+
+
+def _plain(v: Any) -> Any:
+    """An attribute value: scalars and lists of scalars as they are, anything else as JSON."""
+    if v is None or isinstance(v, str | bool | int | float):
+        return v
+    if isinstance(v, list | tuple) and all(isinstance(x, str | bool | int | float) for x in v):
+        return list(v)
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def _fit(spans: Sequence[Span]) -> None:
+    """Make every child lie inside its parent (estimates and clock steps can disagree by a
+    hair): a child never starts before its parent, a parent ends no earlier than its
+    children. Children come after their parents in ``spans``."""
+    by_key = {s.key: s for s in spans}
+    for s in spans:
+        if s.parent is not None:
+            p = by_key[s.parent]
+            s.start = max(s.start, p.start)
+            s.end = max(s.end, s.start)
+    for s in reversed(spans):
+        if s.parent is not None:
+            p = by_key[s.parent]
+            p.end = max(p.end, s.end)
+    # A call's events (its proposal or verdict) were committed after the call ended: they are
+    # placed at the call's end, their recorded time kept beside them.
+    for s in spans:
+        for ev in s.events:
+            at = min(max(ev.ts, s.start), s.end)
+            if at != ev.ts:
+                ev.attributes["loopwright.event.ts"] = ev.ts
+                ev.ts = at

@@ -1,0 +1,471 @@
+"""Traces and exports of real runs over a real SQLite store: the span tree against what the
+store holds, OTLP through the official protobuf classes and to a collector on loopback, eval
+cases (replayed) and preference pairs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doc_loop import TARGET, TASK, fields
+
+import loopwright as lw
+from loopwright.store import Store
+from loopwright.trace import (
+    EVAL_CASE_FORMAT,
+    PAIR_FORMAT,
+    OTLPExportError,
+    Span,
+    case_actor,
+    eval_cases,
+    export_otlp,
+    otlp_trace,
+    preference_pairs,
+    run_spans,
+    span_id_for,
+    trace_id_for,
+)
+
+FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
+POLICY = lw.ApprovalPolicy(
+    (
+        lw.PolicyRule(kind="spend", action="require", above=100, name="big"),
+        lw.PolicyRule(kind="spend", action="allow", name="small"),
+    )
+)
+HELD_TASK: dict[str, Any] = {**TASK, "held_out": {"secret": 42}}
+WRONG = lw.Proposal.edit("doc", {"a": 1, "b": 5, "c": 3}, usage=lw.Usage(0.01, 100))
+FIX_B = lw.Proposal.edit("doc", {"b": 2}, usage=lw.Usage(0.02, 200))
+FULL = lw.Proposal.edit("doc", TARGET, usage=lw.Usage(0.03, 300))
+
+
+@lw.effect("spend", name="pay")
+def pay(invoice: str, amount: float, key: str) -> dict[str, Any]:
+    return {"ref": key, "amount": amount}
+
+
+def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """A held-out reviewer with a cost of its own."""
+    ok = state.artifacts["doc"].values() == TARGET
+    return lw.Verdict(passed=ok, score=1.0 if ok else 0.5, usage=lw.Usage(0.001, 5))
+
+
+def paying(p: lw.Proposal, amount: float) -> lw.Proposal:
+    return lw.Proposal(
+        edits=p.edits, effects=(pay.call(invoice="I-1", amount=amount),), usage=p.usage
+    )
+
+
+def script(*steps: lw.Proposal, flaky: bool = False) -> Callable[[lw.Context], lw.Proposal]:
+    """Cycle n proposes steps[n-1] (the last repeats); ``flaky``: the first call fails."""
+    calls = itertools.count()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if flaky and next(calls) == 0:
+            raise lw.TransientError("flaky once")
+        return steps[min(ctx.cycle, len(steps)) - 1]
+
+    return actor
+
+
+def make_loop(actor: Callable[[lw.Context], lw.Proposal]) -> lw.Loop:
+    return lw.Loop(
+        name="tr",
+        project="traces",
+        actor=actor,
+        verifiers=[fields, lw.Check(fn=audit, held_out=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5), no_progress=lw.NoProgress(cycles=2)),
+        effects=[pay],
+        approvals=POLICY,
+        retry=FAST,
+    )
+
+
+@dataclass
+class World:
+    path: Path
+    runs: dict[str, str]  # name -> run id
+
+    def store(self) -> Store:
+        return lw.store.open_store(str(self.path))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    path = tmp_path_factory.mktemp("trace") / "store.db"
+    runs: dict[str, str] = {}
+    with lw.Runtime(str(path)) as rt:
+        runs["ok"] = rt.run_sync(
+            make_loop(script(WRONG, paying(FIX_B, 50), flaky=True)), HELD_TASK, task_key="ok"
+        ).run_id
+        runs["good"] = rt.run_sync(make_loop(script(FULL)), HELD_TASK, task_key="good").run_id
+        runs["stuck"] = rt.run_sync(make_loop(script(WRONG)), HELD_TASK, task_key="stuck").run_id
+        for name, decide in (("appr", rt.approve), ("deny", rt.deny)):
+            loop = make_loop(script(paying(FULL, 500)))
+            r = rt.run_sync(loop, HELD_TASK, task_key=name)
+            assert r.status == "awaiting_approval"
+            decide(r.run_id, by="alice" if name == "appr" else "bob", note=name)
+            runs[name] = rt.resume_sync(r.run_id, loop).run_id
+        parked = rt.run_sync(make_loop(script(paying(FULL, 900))), HELD_TASK, task_key="parked")
+        runs["parked"] = parked.run_id
+    yield World(path, runs)
+
+
+def test_the_world_is_what_the_tests_assume(world: World) -> None:
+    with world.store() as st:
+        got = {k: (st.get_run(v).status, st.get_run(v).stop_reason) for k, v in world.runs.items()}
+    assert got == {
+        "ok": ("accepted", "success"),
+        "good": ("accepted", "success"),
+        "stuck": ("stopped", "no_progress"),
+        "appr": ("accepted", "success"),
+        "deny": ("escalated", "escalated"),
+        "parked": ("awaiting_approval", None),
+    }
+
+
+# --- the span tree against the store ---------------------------------------------------------
+def _children(spans: list[Span], key: str, kind: str) -> list[Span]:
+    return [s for s in spans if s.parent == key and s.kind == kind]
+
+
+@pytest.mark.parametrize("name", ["ok", "good", "stuck", "appr", "deny", "parked"])
+def test_span_tree_matches_the_store(world: World, name: str) -> None:
+    with world.store() as st:
+        rec, spans = run_spans(st, world.runs[name])
+        events = st.events(rec.run_id)
+        effects = st.journal(rec.run_id, kind="effect")
+        approvals = st.approvals(run_id=rec.run_id)
+    keys = {s.key: s for s in spans}
+    assert len(keys) == len(spans)
+    # the tree: one root, each child inside its parent, calls of a cycle one after the other
+    assert [s.key for s in spans if s.parent is None] == ["run"]
+    for s in spans:
+        assert s.start <= s.end
+        if s.parent is not None:
+            p = keys[s.parent]
+            assert p.start <= s.start and s.end <= p.end
+    cycles = [s for s in spans if s.kind == "cycle"]
+    assert len(cycles) == sum(1 for e in events if e.kind == "cycle_started")
+    assert all(a.end <= b.start for a, b in itertools.pairwise(cycles))
+    for c in cycles:
+        calls = [s for s in spans if s.parent == c.key and s.kind in ("actor", "verifier")]
+        assert all(a.end <= b.start for a, b in itertools.pairwise(calls))
+        n = c.attributes["loopwright.cycle"]
+        verdicts = [e.data["verifier"] for e in events if e.kind == "verdict" and e.cycle == n]
+        assert [s.attributes["loopwright.verifier.name"] for s in calls[1:]] == verdicts
+    # effects and approvals: one span each, as the journal and the approvals table hold them
+    effect_spans = [s for s in spans if s.kind == "effect"]
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in effect_spans) == sorted(
+        e.key.removeprefix("effect:") for e in effects
+    )
+    waits = {s.attributes["loopwright.approval.id"]: s for s in spans if s.kind == "approval"}
+    assert set(waits) == {a.approval_id for a in approvals}
+    for a in approvals:
+        assert waits[a.approval_id].attributes["loopwright.approval.status"] == a.status
+        assert waits[a.approval_id].start == a.requested_at
+    # every event of the store is on exactly one span
+    seqs = sorted(
+        e.attributes["loopwright.event.seq"]
+        for s in spans
+        for e in s.events
+        if "loopwright.event.seq" in e.attributes
+    )
+    assert seqs == list(range(1, len(events) + 1))
+    # spend: the calls add up to what the run was charged
+    cost = sum(
+        s.attributes.get("loopwright.cost_usd", 0.0)
+        for s in spans
+        if s.kind in ("actor", "verifier", "effect")
+    )
+    tokens = sum(
+        s.attributes.get("loopwright.usage.total_tokens", 0)
+        for s in spans
+        if s.kind in ("actor", "verifier", "effect")
+    )
+    assert cost == pytest.approx(rec.cost_usd)
+    assert tokens == rec.tokens
+    root = keys["run"]
+    assert root.attributes.get("loopwright.stop_reason") == rec.stop_reason
+    assert root.status == {"accepted": "ok", "escalated": "error"}.get(rec.status, "unset")
+    assert root.incomplete == (rec.ended_at is None)
+
+
+def test_retry_and_approval_details(world: World) -> None:
+    with world.store() as st:
+        _, ok = run_spans(st, world.runs["ok"])
+        _, deny = run_spans(st, world.runs["deny"])
+    s = {x.key: x for x in ok}
+    actor = s["cycle/1#1/actor"]
+    assert actor.attributes["loopwright.attempts"] == 2
+    assert [e.name for e in actor.events] == ["retry", "proposal"]
+    assert s["cycle/1#1"].start == s["run"].events[1].ts  # started right after "started"
+    [effect] = _children(ok, "cycle/2#1", "effect")
+    assert effect.attributes["gen_ai.tool.name"] == "pay"
+    assert effect.status == "ok"
+    d = {x.key: x for x in deny}
+    [wait] = _children(deny, "cycle/1#1", "approval")
+    assert wait.status == "error" and wait.attributes["loopwright.approval.decided_by"] == "bob"
+    assert d["cycle/1#1"].status == "error"
+    assert "denied" in d["run"].status_message
+
+
+# --- OTLP ------------------------------------------------------------------------------------
+def _proto_parse(doc: dict[str, Any]) -> Any:
+    """``json_format.Parse`` of the document into ``ExportTraceServiceRequest``; OTLP/JSON
+    writes ids in hex where protobuf's JSON mapping expects base64, so they are converted."""
+    pytest.importorskip("opentelemetry.proto")
+    import base64
+
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    conv = json.loads(json.dumps(doc))
+    for span in conv["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for k in ("traceId", "spanId", "parentSpanId"):
+            if k in span:
+                span[k] = base64.b64encode(bytes.fromhex(span[k])).decode()
+    return json_format.Parse(json.dumps(conv), ExportTraceServiceRequest())
+
+
+def test_otlp_json_round_trips_through_the_official_protobuf_classes(world: World) -> None:
+    with world.store() as st:
+        doc = otlp_trace(st, world.runs["appr"])
+        rec, spans = run_spans(st, world.runs["appr"])
+    msg = _proto_parse(doc)
+    [rs] = msg.resource_spans
+    [ss] = rs.scope_spans
+    assert ss.scope.name == "loopwright.trace"
+    assert len(ss.spans) == len(spans)
+    ids = {sp.span_id for sp in ss.spans}
+    for sp, ours in zip(ss.spans, spans, strict=True):
+        assert sp.trace_id == bytes.fromhex(trace_id_for(rec.run_id))
+        assert sp.span_id == bytes.fromhex(span_id_for(rec.run_id, ours.key))
+        assert sp.name == ours.name
+        assert sp.start_time_unix_nano <= sp.end_time_unix_nano
+        if ours.parent is None:
+            assert sp.parent_span_id == b""
+        else:
+            assert sp.parent_span_id in ids
+    by_name = {sp.name: sp for sp in ss.spans}
+    actor = by_name["invoke_agent tr"]
+    attrs = {a.key: a.value for a in actor.attributes}
+    assert attrs["gen_ai.operation.name"].string_value == "invoke_agent"
+    assert attrs["loopwright.usage.total_tokens"].int_value == 300
+    wait = by_name["approval effect"]
+    assert wait.status.code == 1  # approved
+    assert {a.key: a.value for a in by_name["run tr"].attributes}[
+        "loopwright.stop_reason"
+    ].string_value == "success"
+    # deterministic: a second export is identical
+    with world.store() as st:
+        assert otlp_trace(st, world.runs["appr"]) == doc
+
+
+class _Collector:
+    """An OTLP/HTTP collector on loopback that records what it is sent."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.requests.append((self.path, dict(self.headers), body))
+                answer = b'{"partialSuccess":{}}' if status == 200 else b"overloaded"
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Collector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_export_otlp_posts_the_document_to_a_collector(world: World) -> None:
+    with world.store() as st, _Collector() as col:
+        res = export_otlp(st, world.runs["ok"], col.url, headers={"Authorization": "Bearer t"})
+        doc = otlp_trace(st, world.runs["ok"])
+    [(path, headers, body)] = col.requests
+    assert path == "/v1/traces"
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Authorization"] == "Bearer t"
+    assert json.loads(body) == doc
+    assert (res.status, res.spans, res.body_bytes, res.rejected_spans) == (
+        200,
+        len(doc["resourceSpans"][0]["scopeSpans"][0]["spans"]),
+        len(body),
+        0,
+    )
+
+
+def test_export_otlp_protobuf_body(world: World) -> None:
+    pytest.importorskip("opentelemetry.proto")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    with world.store() as st, _Collector() as col:
+        res = export_otlp(st, world.runs["deny"], col.url + "/custom/path", encoding="protobuf")
+        _, spans = run_spans(st, world.runs["deny"])
+    [(path, headers, body)] = col.requests
+    assert path == "/custom/path"
+    assert headers["Content-Type"] == "application/x-protobuf"
+    msg = ExportTraceServiceRequest.FromString(body)
+    out = msg.resource_spans[0].scope_spans[0].spans
+    assert [sp.name for sp in out] == [s.name for s in spans]
+    assert res.spans == len(spans)
+    assert {sp.name: sp.status.code for sp in out}["run tr"] == 2  # ERROR: escalated
+
+
+def test_export_otlp_reports_a_refusal_and_an_unreachable_collector(world: World) -> None:
+    with world.store() as st:
+        with _Collector(status=503) as col, pytest.raises(OTLPExportError, match="HTTP 503"):
+            export_otlp(st, world.runs["ok"], col.url)
+        with _Collector() as col:
+            url = col.url
+        with pytest.raises(OTLPExportError, match="cannot reach"):
+            export_otlp(st, world.runs["ok"], url, timeout_s=2)
+        with pytest.raises(lw.ConfigError, match="not an http"):
+            export_otlp(st, world.runs["ok"], "localhost:4318")
+        with pytest.raises(lw.RunNotFoundError):
+            export_otlp(st, "no-such-run", "http://127.0.0.1:9")
+
+
+# --- eval cases ------------------------------------------------------------------------------
+def test_eval_cases_hold_what_the_store_holds(world: World) -> None:
+    with world.store() as st:
+        cases = {c["task_key"]: c for c in eval_cases(st)}
+        records = {
+            k: [c.record for c in st.checkpoints(v) if c.record and "proposal" in c.record]
+            for k, v in world.runs.items()
+        }
+    assert set(cases) == {"ok", "good", "stuck", "appr", "deny"}  # ended runs only
+    for name, case in cases.items():
+        json.dumps(case)  # valid JSON as it is
+        assert case["format"] == EVAL_CASE_FORMAT
+        assert case["held_out_keys"] == ["held_out"]
+        assert case["task"]["held_out"] == {"secret": 42}
+        assert case["initial_artifacts"] == TASK["artifacts"]
+        concluded = [c for c in case["cycles"] if c["concluded"]]
+        assert len(concluded) == len(records[name])
+        for c, r in zip(concluded, records[name], strict=True):
+            assert (c["cycle"], c["proposal"], c["decision"]) == (
+                r["cycle"],
+                r["proposal"],
+                r["decision"],
+            )
+            assert set(c["visible"]) == {"fields"} and set(c["held_out"]) == {"audit"}
+    assert cases["good"]["accepted_artifacts"] == {"doc": TARGET}
+    assert cases["ok"]["stop_reason"] == "success"
+    assert [c["decision"] for c in cases["stuck"]["cycles"]] == ["revise"] * 3
+    assert cases["stuck"]["escalation"]["stop_reason"] == "no_progress"
+    [approved] = cases["appr"]["human_decisions"]
+    assert (approved["status"], approved["by"], approved["note"]) == ("approved", "alice", "appr")
+    assert approved["at"] is not None
+    # a denied cycle never concluded: its proposal and verdicts are still in the case
+    [denied] = cases["deny"]["human_decisions"]
+    assert (denied["status"], denied["by"]) == ("denied", "bob")
+    [parked] = cases["deny"]["cycles"]
+    assert (parked["concluded"], parked["decision"]) == (False, "parked")
+    assert parked["proposal"]["effects"][0]["args"]["amount"] == 500
+    assert set(parked["visible"]) == {"fields"} and set(parked["held_out"]) == {"audit"}
+
+
+def test_eval_case_filters_and_bad_selection(world: World) -> None:
+    with world.store() as st:
+        assert len(list(eval_cases(st, project="traces"))) == 5
+        assert list(eval_cases(st, project="other")) == []
+        assert len(list(eval_cases(st, loop_name="tr"))) == 5
+        assert [c["run_id"] for c in eval_cases(st, run_ids=["good"])] == [world.runs["good"]]
+        with pytest.raises(lw.ConfigError, match="not ended"):
+            list(eval_cases(st, run_ids=["parked"]))
+
+
+@pytest.mark.parametrize("name", ["ok", "stuck", "good"])
+def test_an_eval_case_replays_to_the_same_outcome(world: World, name: str, tmp_path: Path) -> None:
+    with world.store() as st:
+        [case] = eval_cases(st, run_ids=[name])
+    with lw.Runtime(str(tmp_path / "replay.db")) as rt:
+        r = rt.run_sync(make_loop(case_actor(case)), case["task"], task_key="replay")
+        replayed = [c.record for c in rt.store.checkpoints(r.run_id) if c.record]
+    assert (r.status, r.stop_reason) == (case["status"], case["stop_reason"])
+    assert [(x["cycle"], x["decision"], x["score"]) for x in replayed if "proposal" in x] == [
+        (c["cycle"], c["decision"], c["score"]) for c in case["cycles"]
+    ]
+    assert r.state.accepted_values() == case["accepted_artifacts"]
+
+
+# --- preference pairs ------------------------------------------------------------------------
+def test_preference_pairs(world: World) -> None:
+    with world.store() as st:
+        pairs = preference_pairs(st)
+        state = preference_pairs(st, match="state")
+        hindsight = preference_pairs(st, match="hindsight")
+        cases = {c["run_id"]: c for c in eval_cases(st)}
+    assert pairs == state + hindsight
+    assert {p["match"] for p in state} == {"state"} and {p["match"] for p in hindsight} == {
+        "hindsight"
+    }
+    for p in pairs:
+        json.dumps(p)
+        assert p["format"] == PAIR_FORMAT
+        ch, rj = p["chosen"], p["rejected"]
+        assert ch["digest"] != rj["digest"]
+        assert rj["decision"] in ("revise", "refused")
+        assert ch["decision"] == "accepted" or (ch["improved"] and not rj["improved"])
+        assert "held_out" not in p["context"]["task"]  # the actor's view
+        assert p["context_id"] == rj["context_id"]
+        # each side is the store's record of that cycle
+        for side in (ch, rj):
+            [cyc] = [c for c in cases[side["run_id"]]["cycles"] if c["cycle"] == side["cycle"]]
+            assert (cyc["proposal"], cyc["context_id"]) == (side["proposal"], side["context_id"])
+    # state pairs: every run's first cycle starts from the initial context, where the full
+    # fix (and the approved payment) beat the wrong edit ("stuck" made the same edit as "ok":
+    # one pair per two changes); and "stuck" repeated that edit from the very state where
+    # "ok" made the repair that was accepted
+    got = {
+        (p["chosen"]["task_key"], p["rejected"]["task_key"], p["rejected"]["cycle"]) for p in state
+    }
+    assert got == {("good", "ok", 1), ("appr", "ok", 1), ("ok", "stuck", 2)}
+    assert len(state) == 3
+    # hindsight: in "ok", the wrong first edit against the repair that got accepted; its net
+    # edits, counted from the rejected proposal's context, are the whole fix
+    [h] = hindsight
+    assert (h["chosen"]["task_key"], h["chosen"]["cycle"], h["rejected"]["cycle"]) == (
+        "ok",
+        2,
+        1,
+    )
+    net = {e["part"]: e["value"] for e in h["chosen"]["net_edits"] if e["artifact"] == "doc"}
+    assert net == TARGET
+    assert h["chosen"]["proposal"]["edits"] == [{"artifact": "doc", "part": "b", "value": 2}]
+
+
+def test_preference_pairs_bad_match(world: World) -> None:
+    with world.store() as st, pytest.raises(lw.ConfigError, match="--match"):
+        preference_pairs(st, match="nope")  # type: ignore[arg-type]
