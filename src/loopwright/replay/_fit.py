@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
@@ -42,12 +43,14 @@ from ._simulate import Outcome, simulate
 
 __all__ = [
     "FIT_FORMAT",
+    "Candidate",
     "Figures",
     "FitResult",
     "FoldResult",
     "Grid",
     "StopParams",
     "fit_stop",
+    "plot_frontier",
     "split_folds",
 ]
 
@@ -130,9 +133,10 @@ class Figures:
         return self.accepted_kept / self.reference_accepted if self.reference_accepted else 1.0
 
     @property
-    def spend_saved_share(self) -> float:
+    def spend_saved_share(self) -> float | None:
+        """1 − spend / the reference's spend (``None`` when the reference spent nothing)."""
         if self.reference_cost_usd <= 0:
-            return 0.0
+            return None
         return 1.0 - self.cost_usd / self.reference_cost_usd
 
     @property
@@ -754,3 +758,74 @@ def _to_toml(r: FitResult) -> str:
         lines += ["", "[contract.escalation]"]
         lines += [f"{name} = {_toml_value(value)}" for name, value in esc]
     return "\n".join(lines) + "\n"
+
+
+# --- plot -------------------------------------------------------------------------------------
+def plot_frontier(result: FitResult, path: str | Path) -> Path:
+    """A PNG of accepted outcomes against spend (all runs) for every candidate contract: the
+    frontier (most accepted for the spend) highlighted, the chosen contract and the reference
+    marked, the ``keep`` line drawn. Needs matplotlib (``pip install 'loopwright[plot]'``)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError(
+            "the plot needs matplotlib: pip install 'loopwright[plot]'", field="--plot"
+        ) from None
+    out = Path(path)
+    fig = Figure(figsize=(8, 5.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    cands = result.candidates
+    others = [c for c in cands if not c.frontier]
+    front = sorted((c for c in cands if c.frontier), key=lambda c: c.figures.cost_usd)
+    ax.scatter(
+        [c.figures.cost_usd for c in others],
+        [c.figures.accepted for c in others],
+        s=12,
+        color="#9aa5b1",
+        alpha=0.6,
+        label=f"candidates ({len(cands)})",
+    )
+    ax.plot(
+        [c.figures.cost_usd for c in front],
+        [c.figures.accepted for c in front],
+        "-o",
+        color="#1f6feb",
+        markersize=4,
+        label="frontier",
+    )
+    a = result.all_data
+    ax.scatter(
+        [a.reference_cost_usd],
+        [a.reference_accepted],
+        marker="X",
+        s=90,
+        color="#444444",
+        label="reference (as recorded)" if result.reference == "recorded" else "reference (base)",
+        zorder=3,
+    )
+    ax.scatter(
+        [a.cost_usd],
+        [a.accepted],
+        marker="*",
+        s=260,
+        color="#d73a49",
+        label=f"chosen: {result.params.describe()}",
+        zorder=4,
+    )
+    ax.axhline(
+        result.keep * a.reference_accepted,
+        linestyle="--",
+        color="#d73a49",
+        linewidth=0.8,
+        label=f"keep {result.keep:g}",
+    )
+    ax.set_xlabel("spend (USD, all runs)")
+    ax.set_ylabel("accepted outcomes")
+    ax.set_title(f"fit-stop: {result.runs} run(s), accepted outcomes against spend")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    return out

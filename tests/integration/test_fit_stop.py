@@ -1,0 +1,144 @@
+"""fit-stop on the shared LDB recordings, and the ``loopwright fit-stop`` command end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopwright.replay import RunTrace, load_contract, load_source, replay, write_traces
+from loopwright.replay._fit import fit_stop
+
+ROOT = Path(__file__).resolve().parents[2]
+GPT35 = ROOT / "tests/data/ldb/humaneval/gpt-3.5-turbo-0613/results.jsonl"
+LDB_POLICY = ROOT / "examples/code_repair/ldb_policy.toml"
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("LOOPWRIGHT_DEBUG", None)
+    exe = Path(sys.executable).with_name("loopwright")
+    return subprocess.run(
+        [str(exe), *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def gpt35() -> list[RunTrace]:
+    return load_source(str(GPT35))
+
+
+def test_fit_on_ldb_keeps_outcomes_and_saves_spend(gpt35: list[RunTrace], tmp_path: Path) -> None:
+    r = fit_stop(gpt35, keep=0.95, folds=5, seed=0)
+    assert r.feasible and r.reference == "recorded"
+    assert r.all_data.reference_accepted == 144  # is_passing
+    assert r.all_data.kept_share >= 0.95
+    assert r.all_data.spend_saved_share > 0
+    v = r.mean("validation")
+    assert v["kept_share"] is not None and v["kept_share"] >= 0.9
+    assert v["spend_saved_share"] is not None and v["spend_saved_share"] > 0
+    assert r.validation_pooled.runs == 164
+    assert r.seconds < 20
+    # The written contract, replayed, gives the figures reported for all runs.
+    path = tmp_path / "fitted.toml"
+    path.write_text(r.to_toml())
+    totals = replay(gpt35, {"fitted": load_contract(path)}).contracts[0][0]
+    assert totals.accepted == r.all_data.accepted
+    assert totals.accepted_kept == r.all_data.accepted_kept
+    assert totals.cost_usd == pytest.approx(r.all_data.cost_usd, rel=1e-12)
+    assert totals.cost_per_accepted_usd == pytest.approx(r.all_data.cost_per_accepted_usd)
+    assert totals.stop_reasons == r.all_data.stop_reasons
+
+
+def test_fit_against_the_ldb_policy_as_base(gpt35: list[RunTrace]) -> None:
+    base = load_contract(LDB_POLICY)
+    r = fit_stop(gpt35, keep=0.98, folds=3, base=base)
+    assert r.reference == "base"
+    assert r.all_data.reference_accepted == 144  # the LDB policy replays the record exactly
+    assert r.all_data.reference_cost_usd == pytest.approx(5.9606055)
+    assert r.contract.success == base.success
+    assert r.contract.budget.max_cycles is not None and r.contract.budget.max_cycles <= 11
+    assert r.all_data.kept_share >= 0.98 and r.all_data.spend_saved_share > 0
+
+
+# --- the command ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_source(tmp_path_factory: pytest.TempPathFactory, gpt35: list[RunTrace]) -> Path:
+    """The first 60 LDB runs as a run-trace file (a quicker fit)."""
+    path = tmp_path_factory.mktemp("src") / "runs.jsonl"
+    write_traces(gpt35[:60], path)
+    return path
+
+
+def test_cli_fit_stop_writes_contract_report_and_plot(small_source: Path, tmp_path: Path) -> None:
+    out, report, plot = tmp_path / "c.toml", tmp_path / "r.json", tmp_path / "f.png"
+    p = cli(
+        "fit-stop",
+        str(small_source),
+        "--keep",
+        "0.95",
+        "--folds",
+        "3",
+        "--out",
+        str(out),
+        "--report",
+        str(report),
+        "--plot",
+        str(plot),
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "validation" in p.stdout and "all runs" in p.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads(report.read_text())
+    assert data["format"] == "loopwright.fit-stop/1"
+    assert len(data["cross_validation"]["per_fold"]) == 3
+    contract = load_contract(out)
+    totals = replay(load_source(str(small_source)), {"fitted": contract}).contracts[0][0]
+    assert totals.accepted_kept == data["all_data"]["accepted_kept"]
+    assert totals.cost_usd == pytest.approx(data["all_data"]["cost_usd"])
+
+
+def test_cli_fit_stop_json_and_printed_toml(small_source: Path, tmp_path: Path) -> None:
+    p = cli("fit-stop", str(small_source), "--folds", "2", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["keep"] == 0.98 and data["contract_toml"].count("[contract.") >= 2
+    p = cli("fit-stop", str(small_source), "--folds", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "[contract.success]" in p.stdout  # no --out: the contract is printed
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("--keep", "1.5"), "--keep"),
+        (("--keep", "0"), "--keep"),
+        (("--folds", "1"), "--folds"),
+        (("--base", "missing.toml"), "--base"),
+    ],
+)
+def test_cli_fit_stop_bad_input_is_one_line_and_exit_2(
+    small_source: Path, tmp_path: Path, args: tuple[str, ...], field: str
+) -> None:
+    p = cli("fit-stop", str(small_source), *args, cwd=tmp_path)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"loopwright: error: {field}:"), p.stderr
+
+
+def test_cli_fit_stop_missing_source(tmp_path: Path) -> None:
+    p = cli("fit-stop", str(tmp_path / "nope.jsonl"), cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()]
+    assert "SOURCE" in p.stderr

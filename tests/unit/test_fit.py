@@ -1,0 +1,282 @@
+"""Hazard counting and stop-contract fitting on hand-made traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopwright import Budget, ConfigError, Contract, MarginalReturn, NoProgress, Success
+from loopwright.replay import Call, CycleTrace, RunTrace, load_contract, replay, simulate
+from loopwright.replay._fit import Grid, fit_stop, split_folds
+from loopwright.replay._hazard import fit_hazard
+
+
+def cyc(
+    k: int,
+    score: float | None,
+    *,
+    passed: bool | None = None,
+    cost: float = 0.01,
+    duplicate: bool = False,
+    asked: bool = False,
+) -> CycleTrace:
+    verdicts = (
+        {}
+        if score is None
+        else {"visible": {"passed": score >= 1.0 if passed is None else passed, "score": score}}
+    )
+    return CycleTrace(
+        cycle=k,
+        calls=(Call("actor", cost, 100), Call("verifier:visible")),
+        verdicts=verdicts,
+        score=score,
+        duplicate=duplicate,
+        asked=asked,
+    )
+
+
+def run(
+    key: str, scores: list[float], *, run_id: str | None = None, cost: float = 0.01
+) -> RunTrace:
+    cycles = tuple(cyc(k, s, cost=cost) for k, s in enumerate(scores, 1))
+    ok = scores[-1] >= 1.0
+    return RunTrace(
+        run_id=run_id or key,
+        task_key=key,
+        cycles=cycles,
+        required=("visible",),
+        recorded={
+            "status": "accepted" if ok else "stopped",
+            "stop_reason": "success" if ok else "budget_cycles",
+            "cycles": len(cycles),
+            "cost_usd": cost * len(cycles),
+            "tokens": 100 * len(cycles),
+        },
+    )
+
+
+def table(
+    rows: int, cols: int, cells: dict[tuple[int, int], tuple[int, int]]
+) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """A hazard table from {(cycle, stall): (successes, trials)}, 1-based cycle."""
+    return tuple(tuple(cells.get((k, s), (0, 0)) for s in range(cols)) for k in range(1, rows + 1))
+
+
+# --- the hazard table ---------------------------------------------------------------------------
+def test_hazard_counts_trials_and_successes_by_cycle_and_stall() -> None:
+    traces = [
+        run("a", [0.5, 0.5, 1.0]),  # (1,0) (2,0) then a plateau: (3,1) succeeds
+        run("b", [0.2, 0.6, 0.6, 0.6]),  # (1,0) (2,0) (3,0) (4,1), never succeeds
+        run("c", [1.0]),  # (1,0) succeeds
+    ]
+    got = fit_hazard(traces)
+    assert got == table(
+        10, 4, {(1, 0): (1, 3), (2, 0): (0, 2), (3, 0): (0, 1), (3, 1): (1, 1), (4, 1): (0, 1)}
+    )
+
+
+def test_hazard_min_delta_and_capping() -> None:
+    d = run("d", [0.5, 0.55, 0.58, 0.7, 1.0])
+    # Δ 0.1: +0.05 and +0.08 are no material improvement, +0.2 is; rows and stalls capped at 2/1.
+    assert fit_hazard([d], min_delta=0.1, max_cycles=2, max_stall=1) == (
+        ((0, 1), (0, 0)),
+        ((1, 2), (0, 2)),
+    )
+    # Δ 0: every rise counts, the stall never grows.
+    assert fit_hazard([d], min_delta=0.0, max_cycles=2, max_stall=1) == (
+        ((0, 1), (0, 0)),
+        ((1, 4), (0, 0)),
+    )
+
+
+def test_hazard_duplicates_grow_the_stall_questions_do_not() -> None:
+    f = RunTrace("f", "f", (cyc(1, 0.5), cyc(2, 0.9, duplicate=True), cyc(3, 0.9)), ("visible",))
+    g = RunTrace("g", "g", (cyc(1, 0.5), cyc(2, None, asked=True), cyc(3, 0.5)), ("visible",))
+    assert fit_hazard([f, g], max_cycles=3, max_stall=1) == table(
+        3, 2, {(1, 0): (0, 2), (2, 0): (0, 2), (3, 0): (0, 1), (3, 1): (0, 1)}
+    )
+
+
+def test_hazard_counts_up_to_the_first_success_under_the_given_rule() -> None:
+    # Passed visibly at 0.9 in cycle 1, then 1.0 in cycle 2 (recorded under a stricter rule).
+    e = RunTrace("e", "e", (cyc(1, 0.9, passed=True), cyc(2, 1.0)), ("visible",))
+    assert fit_hazard([e], success=Success(min_score=0.9), max_cycles=2, max_stall=0) == (
+        ((1, 1),),
+        ((0, 0),),
+    )
+    assert fit_hazard([e], max_cycles=2, max_stall=0) == (((0, 1),), ((1, 1),))
+
+
+def test_hazard_rejects_bad_shapes() -> None:
+    with pytest.raises(ConfigError):
+        fit_hazard([], max_cycles=0)
+    with pytest.raises(ConfigError):
+        fit_hazard([], max_stall=-1)
+    assert fit_hazard([], max_cycles=1, max_stall=0) == (((0, 0),),)
+
+
+# --- folds ---------------------------------------------------------------------------------------
+def test_folds_are_disjoint_by_task_and_seeded() -> None:
+    traces = [run(f"t{i}", [0.5, 1.0], run_id=f"t{i}-{j}") for i in range(23) for j in range(2)]
+    folds = split_folds(traces, 5, seed=3)
+    by_task: dict[str, set[int]] = {}
+    for t, f in zip(traces, folds, strict=True):
+        by_task.setdefault(t.task_key, set()).add(f)
+    assert all(len(fs) == 1 for fs in by_task.values())  # every task in exactly one fold
+    sizes = [sum(1 for fs in by_task.values() if f in fs) for f in range(5)]
+    assert sorted(sizes) == [4, 4, 5, 5, 5]  # dealt round robin
+    assert split_folds(traces, 5, seed=3) == folds
+    assert split_folds(traces, 5, seed=4) != folds
+    with pytest.raises(ConfigError, match="distinct tasks"):
+        split_folds(traces[:6], 5)
+    with pytest.raises(ConfigError, match="--folds"):
+        split_folds(traces, 1)
+
+
+# --- fitting -------------------------------------------------------------------------------------
+def known_runs(n_tasks: int = 60) -> list[RunTrace]:
+    """Two thirds succeed at cycle 1, 2 or 3, their score rising 0.2 a cycle; a third never
+    succeed and plateau for 10 cycles. Every cycle costs $0.01."""
+    out = []
+    for i in range(n_tasks):
+        if i % 3 == 2:
+            out.append(run(f"t{i:03d}", [0.3] * 10))
+        else:
+            s = 1 + (i // 3) % 3
+            out.append(run(f"t{i:03d}", [0.3 + 0.2 * j for j in range(s - 1)] + [1.0]))
+    return out
+
+
+def test_fit_stops_hopeless_runs_early_and_keeps_the_successes() -> None:
+    traces = known_runs()
+    calls: list[tuple[int, int]] = []
+    r = fit_stop(traces, keep=0.98, folds=5, seed=0, progress=lambda d, t: calls.append((d, t)))
+    assert r.feasible
+    assert r.all_data.kept_share == 1.0  # 39/40 < 0.98: every success must be kept
+    for t in traces:
+        o = simulate(t, r.contract)
+        if t.recorded["status"] == "accepted":
+            assert o.accepted
+        else:
+            assert not o.accepted and o.cycles <= 3, (o.reason, o.cycles)
+    # reference: 14, 14 and 12 successes at cycles 1, 2, 3 ($0.78) + 20 × 10 plateau cycles;
+    # fitted: the plateaus stop after 2 cycles.
+    assert r.all_data.reference_cost_usd == pytest.approx(0.78 + 20 * 0.10)
+    assert r.all_data.cost_usd == pytest.approx(0.78 + 20 * 0.02)
+    assert r.all_data.spend_saved_share > 0.5
+    for f in r.folds:
+        assert f.train.kept_share >= 0.98
+        assert f.validation.kept_share == 1.0
+        assert f.validation.spend_saved_share > 0.3  # a fold holds 2 to 6 plateaus
+    assert sum(f.validation.runs for f in r.folds) == len(traces)
+    assert sum(f.tasks for f in r.folds) == len(traces)
+    assert calls and calls[-1][0] == calls[-1][1] == r.evaluations
+    rep = r.report()
+    json.dumps(rep)  # JSON-serialisable
+    assert rep["all_data"]["kept_share"] == 1.0
+    assert len(rep["cross_validation"]["per_fold"]) == 5
+    assert any(c.chosen for c in r.candidates) and any(c.frontier for c in r.candidates)
+
+
+def test_marginal_return_contract_round_trips_through_toml(tmp_path: Path) -> None:
+    traces = known_runs()
+    # Only the cycle cap and marginal-return values: the fit must pick a marginal rule.
+    grid = Grid(
+        no_progress_cycles=(), max_cycles=(), cost_quantiles=(), marginal_values=(1.0, 0.2, 0.1)
+    )
+    r = fit_stop(traces, keep=1.0, grid=grid)
+    assert r.params.value_per_success_usd == 0.2  # the most lenient that stops the plateaus
+    mr = r.contract.marginal_return
+    assert mr is not None and mr.hazard == fit_hazard(traces, success=r.contract.success)
+    path = tmp_path / "fitted.toml"
+    path.write_text(r.to_toml())
+    loaded = load_contract(path)
+    assert loaded.to_dict() == r.contract.to_dict()
+    totals = replay(traces, {"fitted": loaded}).contracts[0][0]
+    assert totals.accepted == r.all_data.accepted == 40
+    assert totals.accepted_kept == r.all_data.accepted_kept
+    assert totals.cost_usd == r.all_data.cost_usd
+    assert totals.stop_reasons == r.all_data.stop_reasons
+
+
+def test_plain_contract_round_trips_through_toml(tmp_path: Path) -> None:
+    traces = known_runs()
+    r = fit_stop(traces, keep=0.98)
+    path = tmp_path / "fitted.toml"
+    path.write_text(r.to_toml())
+    assert load_contract(path).to_dict() == r.contract.to_dict()
+    assert r.contract.success == Success(required=("visible",))
+
+
+def test_base_contract_is_the_reference_and_the_template() -> None:
+    traces = known_runs()
+    base = Contract(
+        success=Success(required=("visible",)),
+        budget=Budget(max_cycles=5, max_tokens=10_000),
+        no_progress=NoProgress(cycles=4, min_delta=0.02),
+    )
+    r = fit_stop(traces, keep=0.98, base=base)
+    assert r.reference == "base"
+    # The base stops the plateaus after 5 cycles: $0.05 each.
+    assert r.all_data.reference_cost_usd == pytest.approx(0.78 + 20 * 0.05)
+    assert r.contract.budget.max_tokens == 10_000
+    assert all(c.params.max_cycles is not None and c.params.max_cycles <= 5 for c in r.candidates)
+    assert r.all_data.kept_share == 1.0 and r.all_data.cost_usd < r.all_data.reference_cost_usd
+
+
+def test_bad_input_is_a_config_error() -> None:
+    traces = known_runs()
+    with pytest.raises(ConfigError, match="--keep"):
+        fit_stop(traces, keep=0.0)
+    with pytest.raises(ConfigError, match="--keep"):
+        fit_stop(traces, keep=1.5)
+    with pytest.raises(ConfigError, match="no runs"):
+        fit_stop([])
+    with pytest.raises(ConfigError, match="distinct tasks"):
+        fit_stop(traces[:3], folds=5)
+
+
+class _SpyMarginal(MarginalReturn):
+    """Records what the engine's marginal rule asks: (next cycle, stall)."""
+
+    asked: ClassVar[list[tuple[int, int]]] = []
+
+    def p_success(self, cycle: int, stall: int) -> float:
+        _SpyMarginal.asked.append((cycle, stall))
+        return 1.0
+
+
+@given(
+    scores=st.lists(
+        st.one_of(st.none(), st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.52, 0.9, 1.0])),
+        min_size=1,
+        max_size=12,
+    ),
+    dup=st.lists(st.booleans(), min_size=12, max_size=12),
+    delta=st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_hazard_stall_is_the_stall_the_engine_asks_about(
+    scores: list[float | None], dup: list[bool], delta: float
+) -> None:
+    cycles = tuple(
+        cyc(k, s, duplicate=dup[k - 1], asked=s is None) for k, s in enumerate(scores, 1)
+    )
+    trace = RunTrace("r", "r", cycles, ("visible",))
+    _SpyMarginal.asked.clear()
+    contract = Contract(
+        no_progress=NoProgress(cycles=100, min_delta=delta),
+        budget=Budget(max_cycles=100),
+        marginal_return=_SpyMarginal(value_per_success_usd=1.0),
+    )
+    out = simulate(trace, contract)
+    asked = {(k, s) for k, s in _SpyMarginal.asked if k <= out.cycles}
+    hazard = fit_hazard([trace], min_delta=delta, max_cycles=20, max_stall=20)
+    counted = {
+        (k, s) for k, row in enumerate(hazard, 1) for s, (_, n) in enumerate(row) if n and k > 1
+    }
+    assert counted == asked
