@@ -41,6 +41,12 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
     return fut
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
 def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
     if fut.done():
         return
@@ -50,22 +56,28 @@ def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> No
         fut.set_result(result)
 
 
-async def call_user(fn: Callable[..., Any], *args: Any, timeout: float | None) -> tuple[Any, float]:
+async def call_user(
+    fn: Callable[..., Any], *args: Any, timeout: float | None, threaded: bool = False
+) -> tuple[Any, float]:
     """Call ``fn(*args)``; returns ``(result, seconds)``. Raises ``CallTimeout`` on timeout and
     whatever ``fn`` raises otherwise.
 
-    Without a timeout a sync callable runs inline (no thread hop on the hot path); with one it
-    runs in a daemon thread so that a hang can be abandoned.
+    Without a timeout a sync callable runs inline (no thread hop on the hot path of a single
+    run) unless ``threaded`` (several runs share this event loop: a blocking call must not
+    stall the others); with a timeout it runs in a daemon thread so that a hang can be
+    abandoned.
     """
     t0 = time.perf_counter()
     try:
-        if timeout is None:
+        if timeout is None and threaded and not _is_async(fn):
+            result = await _in_daemon_thread(fn, *args)
+            if inspect.isawaitable(result):
+                result = await result
+        elif timeout is None:
             result = fn(*args)
             if inspect.isawaitable(result):
                 result = await result
-        elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-        ):
+        elif _is_async(fn):
             result = await asyncio.wait_for(fn(*args), timeout)
         else:
             result = await asyncio.wait_for(_in_daemon_thread(fn, *args), timeout)

@@ -124,6 +124,13 @@ class Runtime(Decisions):
         # Called at every phase boundary of a cycle; the crash-point tests kill the process
         # there. Not part of the public API.
         self._on_phase: Callable[[str], None] | None = None
+        self._draining = False
+        self._active = 0  # runs this runtime is driving right now
+
+    def drain(self) -> None:
+        """Finish the cycle in flight of every run, then stop before the next (graceful
+        shutdown: runs stay resumable, leases are released)."""
+        self._draining = True
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -216,13 +223,17 @@ class Runtime(Decisions):
 
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
 
-    async def resume(self, run_id: str, loop: Loop) -> RunResult:
+    async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
-        continues only once its approval request is decided)."""
+        continues only once its approval request is decided). ``token``: the fencing token of
+        a lease this runtime's owner already holds (``Store.claim_runs``)."""
         rec = self.store.get_run(run_id)
         if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
             return self.result(rec.run_id)
-        token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        if token is None:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,
@@ -242,6 +253,7 @@ class Runtime(Decisions):
             if e.cycle == nxt and e.status != "retired"
         }
         beat = asyncio.create_task(self._heartbeat(ex))
+        self._active += 1
         try:
             ex.events.append(
                 NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", {"owner": self.owner})
@@ -260,6 +272,7 @@ class Runtime(Decisions):
                 self._finish(ex, "error", error=error_info("engine", exc))
             raise
         finally:
+            self._active -= 1
             beat.cancel()
             with contextlib.suppress(BaseException):
                 await beat
@@ -358,6 +371,16 @@ class Runtime(Decisions):
         else:
             self._commit_status(ex, "running")
         while True:
+            # A cycle boundary: let other runs, heartbeats and signal handlers in.
+            await asyncio.sleep(0)
+            if self._draining:
+                # Shutting down: the run stays resumable from this checkpoint; the lease is
+                # released on the way out, so another worker can take it at once.
+                self.store.append_events(
+                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "drained", {})]
+                )
+                ex.events = []
+                return
             reason = rules.stop_before_cycle(ex.contract, ex.state)
             if reason is not None:
                 self._finish(ex, reason)
@@ -481,6 +504,7 @@ class Runtime(Decisions):
         t0 = time.perf_counter()
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
+        ex.threaded = self._active > 1
         rem = rules.remaining(contract, s).seconds
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if rem is None else time.time() + rem

@@ -59,6 +59,7 @@ class Execution:
     phase: PhaseHook | None = None
     deadline: float | None = None  # wall clock at which the time budget runs out (this cycle)
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
+    threaded: bool = False  # run sync user code in threads (other runs share the loop)
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""
@@ -162,7 +163,7 @@ async def call_with_retry(
     while True:
         per_call = limit()
         try:
-            return await call_user(fn, *args, timeout=per_call)
+            return await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
             if (
                 isinstance(exc, CallTimeout)
@@ -314,7 +315,9 @@ async def perform_effect(
         """('done', result) | ('not_done', None) | ('error', message)."""
         assert eff.reconcile_fn is not None
         try:
-            found, _ = await call_user(eff.reconcile_fn, ikey, timeout=eff.timeout_s)
+            found, _ = await call_user(
+                eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
+            )
         except Exception as exc:
             return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}"
         return ("done", _jsonable(found)) if found is not None else ("not_done", None)
@@ -395,7 +398,9 @@ async def perform_effect(
         put("intent", {"first_at": first_at}, attempts, "effect_started")
         ex.at("after_effect_intent")
         try:
-            result, _secs = await call_user(eff.bind(call.args, ikey), timeout=eff.timeout_s)
+            result, _secs = await call_user(
+                eff.bind(call.args, ikey), timeout=eff.timeout_s, threaded=ex.threaded
+            )
         except Exception as exc:
             unknown = False
             kind = policy.classify(exc)

@@ -1,8 +1,10 @@
 """Stores: where runs, checkpoints, events and approvals live.
 
 ``open_store(url)`` picks the implementation by URL: a path or ``sqlite:///path`` for the
-embedded SQLite store (default ``./.loopwright/loopwright.db``); ``postgresql://`` is reserved
-for the PostgreSQL store.
+embedded SQLite store (default ``./.loopwright/loopwright.db``); ``postgresql://`` or
+``postgres://`` for the PostgreSQL store (extra ``loopwright[postgres]``), where
+``?schema=NAME`` keeps the tables in their own schema and ``pool_min``/``pool_max`` size the
+connection pool; other query parameters go to libpq (``sslmode``, ``connect_timeout``, …).
 """
 
 from __future__ import annotations
@@ -69,11 +71,18 @@ def open_store(url: str | None = None) -> Store:
 
         return SQLiteStore(path, durability=query.get("durability", ["full"])[0])
     if parts.scheme in ("postgresql", "postgres"):
-        raise ConfigError(
-            "the PostgreSQL store is not part of this version yet; use an SQLite file",
-            field="store",
-        )
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            if "psycopg" not in str(exc):
+                raise
+            raise ConfigError(
+                "the PostgreSQL store needs psycopg 3: pip install 'loopwright[postgres]'",
+                field="store",
+            ) from None
+        return PostgresStore(url)
     raise ConfigError(
-        f"unknown store URL scheme {parts.scheme!r} in {url!r}; use a file path or sqlite:///path",
+        f"unknown store URL scheme {parts.scheme!r} in {url!r}; use a file path, "
+        "sqlite:///path or postgresql://…",
         field="store",
     )

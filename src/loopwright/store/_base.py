@@ -253,6 +253,25 @@ class Store(ABC):
         another live owner holds it."""
 
     @abstractmethod
+    def claim_runs(
+        self, owner: str, ttl_s: float, *, limit: int = 1, now: float | None = None
+    ) -> list[tuple[str, int]]:
+        """Atomically claim up to ``limit`` runnable runs for ``owner``; returns
+        ``(run_id, fencing_token)`` for each, oldest ``updated_at`` first.
+
+        Runnable: status ``pending`` or ``running``, or ``awaiting_approval`` with no pending
+        approval request (decided, so the run can go on); and the lease free (no owner, no
+        expiry) or expired (``lease_expires_at < now``; ``now`` defaults to the clock). A claim
+        is exactly an ``acquire_lease`` of each run: owner set, expiry ``now + ttl_s``, fencing
+        token incremented, so a previous holder's writes are refused from then on. Unlike
+        ``acquire_lease`` it never takes a live lease over, not even a dead local process's:
+        claimers only pick what is free.
+
+        Concurrent claimers (threads, processes, hosts) never claim the same run and never
+        wait for each other's choice: PostgreSQL locks candidates with ``FOR UPDATE SKIP
+        LOCKED``; SQLite claims in one ``BEGIN IMMEDIATE`` transaction."""
+
+    @abstractmethod
     def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
         """Extend a held lease; ``StaleLeaseError`` when the token is no longer current."""
 

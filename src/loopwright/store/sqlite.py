@@ -397,6 +397,29 @@ class SQLiteStore(Store):
             )
         return int(token)
 
+    def claim_runs(
+        self, owner: str, ttl_s: float, *, limit: int = 1, now: float | None = None
+    ) -> list[tuple[str, int]]:
+        if limit <= 0:
+            return []
+        now = time.time() if now is None else now
+        # One IMMEDIATE transaction: the write lock is held from the choice to the claim, so
+        # concurrent claimers (other connections, other processes) queue and never overlap.
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT run_id, fencing_token FROM runs r WHERE "
+                "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?) AND "
+                "(status IN ('pending', 'running') OR (status = 'awaiting_approval' AND NOT EXISTS "
+                "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending'))) "
+                "ORDER BY updated_at, run_id LIMIT ?",
+                (now, int(limit)),
+            ).fetchall()
+            db.executemany(
+                "UPDATE runs SET lease_owner=?, lease_expires_at=?, fencing_token=? WHERE run_id=?",
+                [(owner, now + ttl_s, token + 1, run_id) for run_id, token in rows],
+            )
+        return [(run_id, int(token) + 1) for run_id, token in rows]
+
     def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
         with self._tx() as db:
             cur = db.execute(

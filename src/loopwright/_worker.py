@@ -1,0 +1,175 @@
+"""Workers: claim runnable runs from a shared store and drive them, as many hosts as you like.
+
+A worker asks the store for runnable runs (new, interrupted, parked-and-decided) with
+``Store.claim_runs`` — one atomic claim that takes the lease and a new fencing token, without
+blocking other claimers (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) — and resumes each with the
+loop named by the run's spec. A worker that dies loses its leases when they expire; any other
+worker then resumes those runs from their last checkpoint (effects are journaled, so nothing
+runs twice). ``stop()`` drains: every run finishes its cycle in flight, checkpoints, and
+releases its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._engine import RunResult, Runtime
+from ._errors import ConfigError, LoopwrightError, StoreError
+from ._loop import Loop
+from ._spec import load_spec
+from .store import NewEvent, RunRecord
+
+__all__ = ["Worker", "WorkerStats"]
+
+LoopResolver = Callable[[RunRecord], Loop]
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    ended: Counter[str] = field(default_factory=Counter)  # by status
+    skipped: int = 0  # claimed but no loop for them here
+    lost: int = 0  # lease lost to another worker mid-run
+    errors: int = 0  # runs that failed with an internal error
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "claimed": self.claimed,
+            "ended": dict(self.ended),
+            "skipped": self.skipped,
+            "lost": self.lost,
+            "errors": self.errors,
+        }
+
+
+class Worker:
+    """Claims and drives runs until stopped (or, with ``once``, until nothing is runnable).
+
+    ``loops`` maps loop names to live loops; runs of other loops are resolved from their spec
+    file (``RunRecord.spec_ref``), cached by spec path and version.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        loops: Mapping[str, Loop] | None = None,
+        concurrency: int = 8,
+        poll_s: float = 0.5,
+        on_result: Callable[[RunResult], None] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigError("must be at least 1", field="concurrency")
+        if poll_s <= 0:
+            raise ConfigError("must be positive", field="poll_s")
+        self.runtime = runtime
+        self.loops = dict(loops or {})
+        self.concurrency = concurrency
+        self.poll_s = poll_s
+        self.on_result = on_result
+        self.stats = WorkerStats()
+        self._stopping = False
+        self._specs: dict[tuple[str, str | None], Loop] = {}
+        self._no_loop: dict[str, float] = {}  # run id -> when it may be tried again
+
+    def stop(self) -> None:
+        """Graceful shutdown: claim nothing more; runs finish their cycle in flight."""
+        self._stopping = True
+        self.runtime.drain()
+
+    def _loop_for(self, rec: RunRecord) -> Loop:
+        if rec.loop_name in self.loops:
+            return self.loops[rec.loop_name]
+        if not rec.spec_ref:
+            raise ConfigError(
+                f"run {rec.run_id} of loop {rec.loop_name!r} was started from Python; give this "
+                "worker that loop",
+                field="loops",
+            )
+        key = (rec.spec_ref, rec.loop_version)
+        if key not in self._specs:
+            if not Path(rec.spec_ref).is_file():
+                raise ConfigError(
+                    f"the run's spec {rec.spec_ref} is not on this host", field="spec"
+                )
+            self._specs[key] = load_spec(rec.spec_ref)
+        return self._specs[key]
+
+    async def _drive(self, run_id: str, token: int) -> None:
+        store = self.runtime.store
+        try:
+            rec = store.get_run(run_id)
+            loop = self._loop_for(rec)
+        except LoopwrightError as exc:
+            self.stats.skipped += 1
+            self._no_loop[run_id] = time.monotonic() + 30.0
+            with contextlib.suppress(StoreError):
+                store.append_events(
+                    run_id,
+                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": str(exc)})],
+                )
+                store.release_lease(run_id, token)
+            return
+        try:
+            result = await self.runtime.resume(run_id, loop, token=token)
+        except StoreError:
+            self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
+            return
+        except ConfigError:
+            self.stats.skipped += 1
+            self._no_loop[run_id] = time.monotonic() + 30.0
+            return
+        except Exception:
+            # A bug in loopwright itself: the engine has marked the run failed with its
+            # traceback in the packet; this worker goes on with the others.
+            self.stats.errors += 1
+            return
+        self.stats.ended[result.status] += 1
+        if self.on_result is not None:
+            self.on_result(result)
+
+    async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
+        """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
+        taken are done; ``max_runs`` caps how many runs it claims)."""
+        active: set[asyncio.Task[None]] = set()
+        store = self.runtime.store
+        idle = self.poll_s
+        while True:
+            free = self.concurrency - len(active)
+            if max_runs is not None:
+                free = min(free, max_runs - self.stats.claimed)
+            claimed: list[tuple[str, int]] = []
+            if free > 0 and not self._stopping:
+                now = time.monotonic()
+                self._no_loop = {k: t for k, t in self._no_loop.items() if t > now}
+                for run_id, token in store.claim_runs(
+                    self.runtime.owner, self.runtime.lease_ttl_s, limit=free
+                ):
+                    if run_id in self._no_loop:
+                        store.release_lease(run_id, token)  # no loop for it here yet
+                        continue
+                    claimed.append((run_id, token))
+            for run_id, token in claimed:
+                self.stats.claimed += 1
+                active.add(asyncio.create_task(self._drive(run_id, token)))
+            if not active:
+                done_claiming = self._stopping or (
+                    max_runs is not None and self.stats.claimed >= max_runs
+                )
+                if done_claiming or (once and not claimed):
+                    return self.stats
+                await asyncio.sleep(idle)
+                idle = min(idle * 2, max(self.poll_s, 5.0))  # back off while idle
+                continue
+            idle = self.poll_s
+            done, active = await asyncio.wait(
+                active, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for t in done:
+                t.result()  # _drive handles its own errors; this surfaces a worker bug

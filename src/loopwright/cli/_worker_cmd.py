@@ -1,0 +1,71 @@
+"""`loopwright worker`: claim and drive runnable runs from a (shared) store until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Annotated
+
+import typer
+
+from .._engine import RunResult, Runtime
+from .._errors import ConfigError
+from ._app import JsonOpt, StoreOpt, _print_json, app
+
+__all__ = ["worker"]
+
+
+@app.command()
+def worker(
+    store: StoreOpt = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Runs driven at once.")] = 8,
+    once: Annotated[
+        bool, typer.Option("--once", help="Exit when nothing is runnable and all runs are done.")
+    ] = False,
+    poll: Annotated[float, typer.Option("--poll", help="Seconds between claims when idle.")] = 0.5,
+    lease_ttl: Annotated[
+        float,
+        typer.Option("--lease-ttl", help="Seconds a dead worker's runs stay locked."),
+    ] = 30.0,
+    max_runs: Annotated[
+        int | None, typer.Option("--max-runs", help="Claim at most this many runs.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Claim runnable runs (new, interrupted, approved) and drive them; on SIGTERM or Ctrl-C,
+    finish each run's cycle in flight, checkpoint and release its lease, then exit."""
+    from .._worker import Worker
+    from ._render import console
+
+    if concurrency < 1:
+        raise ConfigError("must be at least 1", field="--concurrency")
+    if lease_ttl <= 0 or poll <= 0:
+        raise ConfigError("must be positive", field="--lease-ttl/--poll")
+    out = console(stderr=as_json)
+
+    def report(r: RunResult) -> None:
+        out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
+
+    with Runtime(store, lease_ttl_s=lease_ttl) as rt:
+        w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, w.stop)
+            out.print(
+                f"worker {rt.owner} on {rt.store.url}: claiming up to {concurrency} run(s)"
+                + (" (until idle)" if once else "; SIGTERM or Ctrl-C to stop gracefully")
+            )
+            await w.run(once=once, max_runs=max_runs)
+
+        asyncio.run(main())
+    if as_json:
+        _print_json(w.stats.to_dict())
+    else:
+        s = w.stats
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
+        out.print(
+            f"worker done: {s.claimed} claimed; ended: {ended}; skipped {s.skipped}; "
+            f"lost {s.lost}; errors {s.errors}"
+        )

@@ -1,0 +1,62 @@
+"""Integration fixtures: a PostgreSQL schema of its own for each test that asks for one.
+
+PostgreSQL tests read the server's URL from ``LOOPWRIGHT_TEST_PG`` (for example
+``postgresql://postgres@127.0.0.1:5432/test``). Unset, they skip, except under ``CI=true``
+(``.ci/run`` sets both), where a PostgreSQL test that cannot run fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_ENV = "LOOPWRIGHT_TEST_PG"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {reason}; PostgreSQL tests must run on CI", pytrace=False)
+    pytest.skip(reason)
+
+
+def pg_base_url() -> str:
+    """The test server's URL, or skip (fail under ``CI=true``) when there is none."""
+    url = os.environ.get(PG_ENV, "")
+    if not url:
+        _unavailable(f"{PG_ENV} is not set (e.g. postgresql://postgres@127.0.0.1:5432/test)")
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        _unavailable("psycopg is not installed: pip install 'loopwright[postgres]'")
+    return url
+
+
+def pg_drop_schema(base_url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(base_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """``(base_url, schema)``: a fresh schema name (not created yet), dropped afterwards."""
+    base = pg_base_url()
+    schema = f"lw_{uuid.uuid4().hex[:16]}"
+    try:
+        yield base, schema
+    finally:
+        pg_drop_schema(base, schema)
+
+
+@pytest.fixture
+def pg_url(pg_schema: tuple[str, str]) -> str:
+    """A store URL (``…?schema=lw_…``) for a schema of this test's own, dropped afterwards."""
+    base, schema = pg_schema
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"

@@ -1,0 +1,779 @@
+"""The store conformance suite: every test runs unchanged on SQLite and on PostgreSQL.
+
+The PostgreSQL half needs ``LOOPWRIGHT_TEST_PG`` (see ``conftest.py``); each test gets a schema
+of its own, dropped afterwards. Races use one store instance per thread, as separate processes
+or hosts would.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.store import NewApproval, NewEvent, Store, open_store
+from loopwright.store._schema import SQLITE_MIGRATIONS
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+    latest: int  # the schema version this code writes
+    execute: Callable[[str], None]  # a raw statement, outside the store
+
+    def open(self) -> Store:
+        return open_store(self.url)
+
+
+def _sqlite_backend(path: Path) -> Backend:
+    def execute(statement: str) -> None:
+        db = sqlite3.connect(path)
+        db.execute(statement)
+        db.commit()
+        db.close()
+
+    return Backend("sqlite", f"sqlite:///{path}", len(SQLITE_MIGRATIONS), execute)
+
+
+def _pg_backend(url: str) -> Backend:
+    import psycopg
+
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+
+    base, _, schema = url.rpartition("schema=")
+    base = base.rstrip("?&")
+
+    def execute(statement: str) -> None:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute(statement)
+
+    return Backend("postgres", url, len(PG_MIGRATIONS), execute)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return _sqlite_backend(tmp_path / "store.db")
+    return _pg_backend(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[Store]:
+    s = backend.open()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# --- helpers ------------------------------------------------------------------------------
+def _create(store: Store, key: str = "k", *, run_id: str | None = None, **kw: Any) -> str:
+    args: dict[str, Any] = {
+        "loop_name": "loop",
+        "project": "proj",
+        "spec_ref": None,
+        "loop_version": None,
+        "contract": {"budget": {"max_cycles": 3}},
+        "task": {"x": 1},
+        "initial_state": {"cycle": 0},
+    }
+    args.update(kw)
+    rec, created = store.create_run(run_id=run_id or f"run-{key}", task_key=key, **args)
+    assert created
+    return rec.run_id
+
+
+def _leased(store: Store, key: str = "k", owner: str = "me") -> tuple[str, int]:
+    run_id = _create(store, key)
+    return run_id, store.acquire_lease(run_id, owner, 60)
+
+
+def _commit(store: Store, run_id: str, token: int, seq: int, **kw: Any) -> bool:
+    args: dict[str, Any] = {
+        "cycle": seq,
+        "state": {"cycle": seq},
+        "record": {"cycle": seq},
+        "events": [NewEvent(seq, "tick", {"n": seq})],
+        "run": {"cycle": seq, "status": "running"},
+    }
+    args.update(kw)
+    return store.commit(run_id, token, seq=seq, **args)
+
+
+def _approval(approval_id: str, cycle: int = 1, **kw: Any) -> NewApproval:
+    args: dict[str, Any] = {
+        "approval_id": approval_id,
+        "cycle": cycle,
+        "kind": "risk",
+        "rule": "rule",
+        "what": f"do {approval_id}",
+        "why": "money",
+        "evidence": {"id": approval_id, "amounts": [1, 2]},
+        "diff": "- a\n+ b",
+        "action_hash": f"hash-{approval_id}",
+        "expires_at": None,
+    }
+    args.update(kw)
+    return NewApproval(**args)
+
+
+def _park(store: Store, key: str = "k", *approval_ids: str) -> str:
+    """A run parked awaiting the given approvals, its lease released as the engine does."""
+    run_id, token = _leased(store, key)
+    _commit(
+        store,
+        run_id,
+        token,
+        1,
+        run={"status": "awaiting_approval"},
+        approvals=[_approval(a) for a in approval_ids or ("ap-" + key,)],
+    )
+    store.release_lease(run_id, token)
+    return run_id
+
+
+def _snapshot(store: Store, run_id: str) -> tuple[Any, ...]:
+    return (
+        store.get_run(run_id),
+        store.checkpoints(run_id),
+        [(e.id, e.kind, e.data) for e in store.events(run_id)],
+        store.approvals(run_id=run_id),
+        store.journal(run_id),
+    )
+
+
+def _race(n: int, backend: Backend, work: Callable[[Store, int], Any]) -> list[Any]:
+    """Run ``work(store, i)`` in ``n`` threads at once, each with a store of its own."""
+    stores = [backend.open() for _ in range(n)]
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+
+    def target(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work(stores[i], i)
+        except Exception as exc:  # reported below, in the test's thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        for s in stores:
+            s.close()
+    return results
+
+
+# --- runs -----------------------------------------------------------------------------------
+def test_create_is_idempotent_by_task_key(store: Store) -> None:
+    run_id = _create(store, "key-1", contract={"z": 1, "a": {"y": 2, "b": 3}}, task={"q": "é"})
+    rec, created = store.create_run(
+        run_id="another-id",
+        task_key="key-1",
+        loop_name="other",
+        project="other",
+        spec_ref=None,
+        loop_version=None,
+        contract={},
+        task={},
+        initial_state={"different": True},
+    )
+    assert (rec.run_id, created, rec.loop_name, rec.status) == (run_id, False, "loop", "pending")
+    # JSON comes back as written, key order included (a task rendered into a prompt must not
+    # come back reordered).
+    assert list(rec.contract) == ["z", "a"]
+    assert list(rec.contract["a"]) == ["y", "b"]
+    assert rec.task == {"q": "é"}
+    assert [c.state for c in store.checkpoints(run_id)] == [{"cycle": 0}]
+    assert [e.kind for e in store.events(run_id)] == ["run_created"]
+    assert len(store.list_runs()) == 1
+
+
+def test_concurrent_creators_make_exactly_one_run(backend: Backend, store: Store) -> None:
+    def create(s: Store, i: int) -> tuple[str, bool]:
+        rec, created = s.create_run(
+            run_id=f"run-{i}",
+            task_key="shared-key",
+            loop_name="loop",
+            project="proj",
+            spec_ref=None,
+            loop_version=None,
+            contract={},
+            task={},
+            initial_state={"by": i},
+        )
+        return rec.run_id, created
+
+    results = _race(8, backend, create)
+    assert all(isinstance(r, tuple) for r in results), results
+    winners = [run_id for run_id, created in results if created]
+    assert len(winners) == 1
+    assert {run_id for run_id, _ in results} == set(winners)
+    [run] = store.list_runs()
+    assert run.run_id == winners[0]
+    assert len(store.checkpoints(run.run_id)) == 1
+    assert [e.kind for e in store.events(run.run_id)] == ["run_created"]
+
+
+def test_get_run_by_id_prefix_and_task_key(store: Store) -> None:
+    first = _create(store, "key-1", run_id="run_a1")
+    _create(store, "key-2", run_id="runxa2")
+    assert store.get_run("run_a1").task_key == "key-1"
+    assert store.get_run("key-2").run_id == "runxa2"  # by task key
+    assert store.get_run("runx").run_id == "runxa2"  # by unique prefix
+    assert store.get_run("run_").run_id == first  # "_" is literal, not a wildcard
+    with pytest.raises(lw.RunNotFoundError, match="ambiguous"):
+        store.get_run("run")
+    with pytest.raises(lw.RunNotFoundError):
+        store.get_run("nope")
+    with pytest.raises(lw.RunNotFoundError):
+        store.get_run("%")  # "%" is literal too
+
+
+def test_list_runs_filters_and_order(store: Store) -> None:
+    ids = []
+    for i, (project, loop) in enumerate([("p1", "a"), ("p2", "a"), ("p1", "b"), ("p1", "a")]):
+        ids.append(_create(store, f"k{i}", project=project, loop_name=loop))
+        time.sleep(0.002)  # distinct creation times
+    token = store.acquire_lease(ids[1], "me", 60)
+    _commit(store, ids[1], token, 1, run={"status": "accepted"})
+    assert [r.run_id for r in store.list_runs()] == ids[::-1]  # newest first
+    assert [r.run_id for r in store.list_runs(project="p1")] == [ids[3], ids[2], ids[0]]
+    assert [r.run_id for r in store.list_runs(loop_name="b")] == [ids[2]]
+    assert [r.run_id for r in store.list_runs(status="accepted")] == [ids[1]]
+    assert [r.run_id for r in store.list_runs(status="pending", project="p1", loop_name="a")] == [
+        ids[3],
+        ids[0],
+    ]
+    assert [r.run_id for r in store.list_runs(limit=2)] == [ids[3], ids[2]]
+    assert store.list_runs(project="none") == []
+
+
+# --- checkpoints, commits, events ----------------------------------------------------------
+def test_checkpoints_latest_by_index_and_in_order(store: Store) -> None:
+    run_id, token = _leased(store)
+    for seq in range(1, 13):
+        _commit(store, run_id, token, seq)
+    latest = store.latest_checkpoint(run_id)
+    assert (latest.seq, latest.cycle, latest.state, latest.record) == (
+        12,
+        12,
+        {"cycle": 12},
+        {"cycle": 12},
+    )
+    assert [c.seq for c in store.checkpoints(run_id)] == list(range(13))
+    assert store.checkpoints(run_id)[0].record is None
+    assert store.get_run(run_id).last_seq == 12
+    before = _snapshot(store, run_id)
+    with pytest.raises(lw.ConflictError):
+        _commit(store, run_id, token, 12, run={"status": "accepted"})  # written once
+    assert _snapshot(store, run_id) == before
+    with pytest.raises(lw.RunNotFoundError):
+        store.latest_checkpoint("nope")
+
+
+def test_commit_updates_the_run_columns(store: Store) -> None:
+    run_id, token = _leased(store)
+    packet = {"zeta": 1, "alpha": {"best": "x"}}
+    _commit(
+        store,
+        run_id,
+        token,
+        1,
+        run={
+            "status": "stopped",
+            "stop_reason": "no_progress",
+            "best_score": 0.75,
+            "cost_usd": 0.125,
+            "tokens": 123,
+            "seconds": 1.5,
+            "packet": packet,
+            "ended_at": 1234.5,
+            "held_out_passed": 1,  # the engine passes ints for booleans
+        },
+    )
+    rec = store.get_run(run_id)
+    assert (rec.status, rec.stop_reason, rec.best_score, rec.cost_usd) == (
+        "stopped",
+        "no_progress",
+        0.75,
+        0.125,
+    )
+    assert (rec.tokens, rec.seconds, rec.ended_at, rec.last_seq) == (123, 1.5, 1234.5, 1)
+    assert rec.held_out_passed is True
+    assert rec.packet == packet
+    assert list(rec.packet or {}) == ["zeta", "alpha"]
+    assert rec.updated_at >= rec.created_at
+    with pytest.raises(lw.StoreError):
+        _commit(store, run_id, token, 2, run={"task_key": "hijack"})
+    assert store.get_run(run_id).task_key == "k"
+
+
+def test_stale_token_commit_writes_nothing(store: Store) -> None:
+    run_id, old = _leased(store)
+    _commit(store, run_id, old, 1)
+    new = store.acquire_lease(run_id, "me", 60)  # re-taken, e.g. after a restart
+    assert new == old + 1
+    before = _snapshot(store, run_id)
+    with pytest.raises(lw.StaleLeaseError):
+        _commit(store, run_id, old, 2, approval=_approval("ap1"), run={"status": "accepted"})
+    assert _snapshot(store, run_id) == before
+    assert store.approvals() == []
+    assert _commit(store, run_id, new, 2) is False  # the current holder still can
+
+
+def test_commit_returns_the_cancel_flag(store: Store) -> None:
+    run_id, token = _leased(store)
+    assert _commit(store, run_id, token, 1) is False
+    rec = store.request_cancel(run_id)
+    assert rec.cancel_requested is True
+    assert _commit(store, run_id, token, 2) is True
+    assert store.get_run(run_id).cancel_requested is True
+
+
+def test_events_in_order(store: Store) -> None:
+    run_id, token = _leased(store)
+    _commit(store, run_id, token, 1, events=[NewEvent(1, "a"), NewEvent(1, "b", {"k": [1]})])
+    store.append_events(run_id, [NewEvent(1, "c", {"z": 1, "a": "ü"}), NewEvent(2, "d")])
+    _commit(store, run_id, token, 2, events=[NewEvent(2, "e")])
+    events = store.events(run_id)
+    assert [e.kind for e in events] == ["run_created", "a", "b", "c", "d", "e"]
+    assert [e.cycle for e in events] == [0, 1, 1, 1, 2, 2]
+    ids = [e.id for e in events]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert events[2].data == {"k": [1]}
+    assert list(events[3].data) == ["z", "a"]
+    assert events[3].data["a"] == "ü"
+    assert [e.kind for e in store.events(run_id, after_id=events[3].id)] == ["d", "e"]
+    assert store.events(run_id, after_id=events[-1].id) == []
+    assert all(isinstance(e.ts, float) for e in events)
+
+
+# --- approvals ---------------------------------------------------------------------------------
+def test_approvals_persist_and_are_decided_once(store: Store) -> None:
+    run_id = _park(store, "k", "ap1", "ap2")
+    other = _park(store, "k2", "ap3")
+    pending = store.approvals(run_id=run_id, status="pending")
+    assert [a.approval_id for a in pending] == ["ap1", "ap2"]
+    a = pending[0]
+    assert (a.run_id, a.cycle, a.kind, a.rule, a.what, a.why) == (
+        run_id,
+        1,
+        "risk",
+        "rule",
+        "do ap1",
+        "money",
+    )
+    assert (a.evidence, a.diff, a.action_hash, a.expires_at) == (
+        {"id": "ap1", "amounts": [1, 2]},
+        "- a\n+ b",
+        "hash-ap1",
+        None,
+    )
+    assert (a.status, a.decided_by, a.decided_at, a.note, a.answer) == (
+        "pending",
+        None,
+        None,
+        None,
+        None,
+    )
+    d = store.decide_approval("ap1", status="denied", by="zoe", note="no", now=2.0)
+    assert (d.status, d.decided_by, d.decided_at, d.note) == ("denied", "zoe", 2.0, "no")
+    with pytest.raises(lw.ApprovalError, match="already denied"):
+        store.decide_approval("ap1", status="approved", by="yan", note=None, now=3.0)
+    with pytest.raises(lw.ApprovalError):
+        store.decide_approval("missing", status="approved", by="yan", note=None, now=3.0)
+    with pytest.raises(lw.ApprovalError):
+        store.decide_approval("ap2", status="maybe", by="yan", note=None, now=3.0)
+    assert [a.approval_id for a in store.approvals(status="pending")] == ["ap2", "ap3"]
+    assert [a.approval_id for a in store.approvals(run_id=other)] == ["ap3"]
+    decided = [e for e in store.events(run_id) if e.kind == "approval_decided"]
+    assert [e.data["status"] for e in decided] == ["denied"]
+    assert decided[0].data["by"] == "zoe"
+
+
+def test_answer_column_round_trips(store: Store) -> None:
+    run_id = _park(store, "k", "q1")
+    answer = {"choice": "b", "values": [1, 2.5, None], "nested": {"z": 1, "a": 2}}
+    d = store.decide_approval("q1", status="answered", by="ann", note=None, now=5.0, answer=answer)
+    assert d.answer == answer
+    [stored] = store.approvals(run_id=run_id)
+    assert stored.answer == answer
+    assert list(stored.answer["nested"]) == ["z", "a"]
+    [event] = [e for e in store.events(run_id) if e.kind == "approval_decided"]
+    assert event.data["answer"] == answer
+
+
+def test_duplicate_approval_request_writes_nothing(store: Store) -> None:
+    run_id, token = _leased(store)
+    _commit(store, run_id, token, 1, approval=_approval("ap1"))
+    before = _snapshot(store, run_id)
+    with pytest.raises(lw.ConflictError):
+        _commit(store, run_id, token, 2, approvals=[_approval("ap2"), _approval("ap1")])
+    assert _snapshot(store, run_id) == before
+
+
+def test_two_deciders_race_exactly_one_wins(backend: Backend, store: Store) -> None:
+    rounds = 5
+    run_id = _park(store, "k", *(f"ap{i}" for i in range(rounds)))
+    stores = [backend.open(), backend.open()]
+    outcomes: list[list[str]] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def decide(i: int) -> None:
+        for r in range(rounds):
+            barrier.wait()
+            try:
+                stores[i].decide_approval(
+                    f"ap{r}", status="approved", by=f"p{i}", note=None, now=1.0
+                )
+                outcomes[i].append("won")
+            except lw.ApprovalError:
+                outcomes[i].append("lost")
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for s in stores:
+        s.close()
+    for r in range(rounds):
+        assert sorted([outcomes[0][r], outcomes[1][r]]) == ["lost", "won"]
+        winner = "p0" if outcomes[0][r] == "won" else "p1"
+        [a] = [a for a in store.approvals(run_id=run_id) if a.approval_id == f"ap{r}"]
+        assert (a.status, a.decided_by) == ("approved", winner)
+    decided = [e for e in store.events(run_id) if e.kind == "approval_decided"]
+    assert len(decided) == rounds
+
+
+# --- the effect/retry journal -------------------------------------------------------------
+def _put(store: Store, run_id: str, token: int, key: str, **kw: Any) -> Any:
+    args: dict[str, Any] = {"kind": "effect", "cycle": 1, "status": "started", "data": {}}
+    args.update(kw)
+    return store.journal_put(run_id, token, key=key, **args)
+
+
+def test_journal_put_and_get(store: Store) -> None:
+    run_id, token = _leased(store)
+    e1 = _put(store, run_id, token, "pay:1", data={"z": 1, "a": 2}, expect_status="")
+    assert (e1.key, e1.kind, e1.status, e1.attempts, e1.data) == (
+        "pay:1",
+        "effect",
+        "started",
+        0,
+        {"z": 1, "a": 2},
+    )
+    assert list(e1.data) == ["z", "a"]
+    assert e1.created_at == e1.updated_at
+    time.sleep(0.002)
+    _put(store, run_id, token, "step:a", kind="retry", attempts=2)
+    e2 = _put(
+        store,
+        run_id,
+        token,
+        "pay:1",
+        status="done",
+        data={"receipt": "r-1"},
+        expect_status="started",
+        events=[NewEvent(1, "effect_done", {"key": "pay:1"})],
+    )
+    assert (e2.status, e2.attempts, e2.data, e2.created_at) == (
+        "done",
+        0,
+        {"receipt": "r-1"},
+        e1.created_at,
+    )
+    assert e2.updated_at > e1.updated_at
+    assert _put(store, run_id, token, "step:a", kind="retry").attempts == 2  # None keeps it
+    assert [e.key for e in store.journal(run_id)] == ["pay:1", "step:a"]  # by created_at
+    assert [e.key for e in store.journal(run_id, kind="retry")] == ["step:a"]
+    assert [e.status for e in store.journal(run_id, key="pay:1")] == ["done"]
+    assert store.journal(run_id, key="nope") == []
+    assert [e.kind for e in store.events(run_id)][-1] == "effect_done"
+
+
+def test_journal_expect_status_and_stale_token_write_nothing(store: Store) -> None:
+    run_id, token = _leased(store)
+    _put(store, run_id, token, "pay:1", status="done")
+    before = _snapshot(store, run_id)
+    events = [NewEvent(1, "should_not_appear")]
+    with pytest.raises(lw.ConflictError, match="already exists"):
+        _put(store, run_id, token, "pay:1", expect_status="", events=events)
+    with pytest.raises(lw.ConflictError, match="expected"):
+        _put(store, run_id, token, "pay:1", expect_status="started", events=events)
+    with pytest.raises(lw.ConflictError, match="does not exist"):
+        _put(store, run_id, token, "pay:2", expect_status="started", events=events)
+    new = store.acquire_lease(run_id, "me", 60)
+    before = _snapshot(store, run_id)
+    with pytest.raises(lw.StaleLeaseError):
+        _put(store, run_id, token, "pay:3", events=events)
+    assert _snapshot(store, run_id) == before
+    assert _put(store, run_id, new, "pay:3").status == "started"
+    with pytest.raises(lw.RunNotFoundError):
+        _put(store, "nope", token, "pay:1")
+
+
+# --- leases -------------------------------------------------------------------------------
+def test_lease_acquire_conflict_renew_release(store: Store) -> None:
+    run_id = _create(store)
+    t1 = store.acquire_lease(run_id, "elsewhere:1:a", 60)
+    assert t1 == 1
+    rec = store.get_run(run_id)
+    assert (rec.lease_owner, rec.fencing_token) == ("elsewhere:1:a", 1)
+    assert rec.lease_expires_at is not None
+    assert rec.lease_expires_at == pytest.approx(time.time() + 60, abs=5)
+    with pytest.raises(lw.ConflictError, match="being executed"):
+        store.acquire_lease(run_id, "elsewhere:2:b", 60)
+    t2 = store.acquire_lease(run_id, "elsewhere:1:a", 60)  # the holder may re-take
+    assert t2 == t1 + 1
+    store.renew_lease(run_id, t2, 600)
+    assert store.get_run(run_id).lease_expires_at == pytest.approx(time.time() + 600, abs=5)
+    with pytest.raises(lw.StaleLeaseError):
+        store.renew_lease(run_id, t1, 600)
+    store.release_lease(run_id, t1)  # stale: no error, no effect
+    assert store.get_run(run_id).lease_owner == "elsewhere:1:a"
+    store.release_lease(run_id, t2)
+    rec = store.get_run(run_id)
+    assert (rec.lease_owner, rec.lease_expires_at, rec.fencing_token) == (None, None, 2)
+    assert store.acquire_lease(run_id, "elsewhere:2:b", 60) == 3
+    with pytest.raises(lw.RunNotFoundError):
+        store.acquire_lease("nope", "me", 60)
+
+
+def test_expired_lease_is_taken_over_and_fences_the_old_holder(store: Store) -> None:
+    run_id = _create(store)
+    old = store.acquire_lease(run_id, "elsewhere:1:x", -1)  # already expired
+    new = store.acquire_lease(run_id, "me", 60)
+    assert new == old + 1
+    with pytest.raises(lw.StaleLeaseError):
+        _commit(store, run_id, old, 1)
+    with pytest.raises(lw.StaleLeaseError):
+        store.renew_lease(run_id, old, 60)
+
+
+def test_lease_of_a_dead_local_process_is_taken_over(store: Store) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    host = socket.gethostname()
+    run_id = _create(store)
+    t1 = store.acquire_lease(run_id, f"{host}:{proc.pid}:dead", 3600)
+    t2 = store.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+    assert t2 == t1 + 1
+    store.release_lease(run_id, t2)
+    store.acquire_lease(run_id, f"elsewhere-{host}:{proc.pid}:x", 3600)  # not judged locally
+    with pytest.raises(lw.ConflictError):
+        store.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+
+
+# --- claiming runnable runs -------------------------------------------------------------------
+def test_claim_takes_pending_and_expired_runs(store: Store) -> None:
+    run_id = _create(store)
+    now = time.time()
+    [(claimed, token)] = store.claim_runs("w1", 30, now=now)
+    assert (claimed, token) == (run_id, 1)
+    rec = store.get_run(run_id)
+    assert (rec.lease_owner, rec.fencing_token) == ("w1", 1)
+    assert rec.lease_expires_at == pytest.approx(now + 30)
+    assert store.claim_runs("w2", 30, now=now + 10) == []  # the lease is live
+    with pytest.raises(lw.ConflictError):
+        store.acquire_lease(run_id, "w2", 30)
+    assert store.claim_runs("w2", 30, now=now + 31) == [(run_id, 2)]  # expired: taken over
+    assert store.get_run(run_id).lease_owner == "w2"
+    with pytest.raises(lw.StaleLeaseError):
+        _commit(store, run_id, token, 1)  # w1 is fenced off
+    _commit(store, run_id, 2, 1)
+    assert store.claim_runs("w3", 30, limit=0, now=now + 100) == []
+
+
+def test_claim_picks_only_runnable_runs(store: Store) -> None:
+    now = time.time()
+    free = _create(store, "free")
+    running, token = _leased(store, "running")
+    _commit(store, running, token, 1)  # interrupted: running, lease held...
+    store.release_lease(running, token)  # ...then released
+    live, _ = _leased(store, "live")  # a live lease elsewhere
+    done, token = _leased(store, "done")
+    _commit(store, done, token, 1, run={"status": "accepted"})
+    store.release_lease(done, token)
+    parked = _park(store, "parked", "ap-parked")
+    decided = _park(store, "decided", "ap-decided")
+    store.decide_approval("ap-decided", status="approved", by="ann", note=None, now=now)
+    claimed = dict(store.claim_runs("w", 30, limit=10, now=now))
+    assert set(claimed) == {free, running, decided}
+    assert (claimed[free], claimed[running], claimed[decided]) == (1, 2, 2)
+    assert all(store.get_run(r).lease_owner == "w" for r in claimed)
+    assert store.get_run(parked).lease_owner is None
+    assert store.get_run(live).lease_owner == "me"
+    assert store.get_run(done).lease_owner is None
+    store.decide_approval("ap-parked", status="denied", by="ann", note=None, now=now)
+    assert store.claim_runs("w", 30, limit=10, now=now) == [(parked, 2)]
+
+
+def test_claim_respects_limit_and_oldest_update_first(store: Store) -> None:
+    ids = []
+    for i in range(5):
+        ids.append(_create(store, f"k{i}"))
+        time.sleep(0.002)
+    token = store.acquire_lease(ids[0], "me", 60)
+    _commit(store, ids[0], token, 1)  # ids[0] is now the most recently updated
+    store.release_lease(ids[0], token)
+    now = time.time()
+    first = store.claim_runs("w", 30, limit=3, now=now)
+    assert [r for r, _ in first] == ids[1:4]
+    assert [t for _, t in first] == [1, 1, 1]
+    assert store.claim_runs("w", 30, limit=10, now=now) == [(ids[4], 1), (ids[0], 2)]
+    assert store.claim_runs("w", 30, limit=10, now=now) == []
+
+
+def test_concurrent_claimers_never_share_a_run(backend: Backend, store: Store) -> None:
+    ids = {_create(store, f"k{i:02d}") for i in range(20)}
+
+    def claim_all(s: Store, i: int) -> list[tuple[str, int]]:
+        got: list[tuple[str, int]] = []
+        while batch := s.claim_runs(f"w{i}", 60, limit=2):
+            got += batch
+            time.sleep(0.005)  # a little work between claims lets the other claimer in
+        return got
+
+    results = _race(2, backend, claim_all)
+    assert all(isinstance(r, list) for r in results), results
+    a, b = ({run_id for run_id, _ in r} for r in results)
+    assert a
+    assert b  # both really claimed: the race was run
+    assert not a & b
+    assert a | b == ids
+    assert len(results[0]) + len(results[1]) == 20  # nothing claimed twice by one claimer
+    assert all(token == 1 for r in results for _, token in r)
+    for i, claimed in enumerate((a, b)):
+        assert all(store.get_run(r).lease_owner == f"w{i}" for r in claimed)
+
+
+# --- migrations and opening -------------------------------------------------------------------
+_OPEN_AND_REPORT = (
+    "import sys; from loopwright.store import open_store; "
+    "s = open_store(sys.argv[1]); print(s.schema_version); s.close()"
+)
+
+
+def test_concurrent_first_opens_both_migrate_safely(backend: Backend) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_REPORT, backend.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == [str(backend.latest)] * 3
+    with backend.open() as s:
+        assert s.schema_version == backend.latest
+        assert s.list_runs() == []
+
+
+def test_reopening_keeps_data_and_version(backend: Backend) -> None:
+    with backend.open() as s:
+        run_id = _create(s)
+    with backend.open() as s:
+        assert s.get_run(run_id).task_key == "k"
+        assert s.schema_version == backend.latest
+
+
+def test_a_newer_schema_is_refused(backend: Backend) -> None:
+    backend.open().close()
+    backend.execute("UPDATE loopwright_meta SET value='999' WHERE key='schema_version'")
+    with pytest.raises(lw.StoreCorruptError, match="newer"):
+        backend.open()
+
+
+def test_request_cancel_of_an_unknown_run(store: Store) -> None:
+    with pytest.raises(lw.RunNotFoundError):
+        store.request_cancel("nope")
+
+
+# --- backend-specific edges -------------------------------------------------------------------
+def test_open_store_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "psycopg" or m.startswith("psycopg.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # an import of it now fails
+    monkeypatch.delitem(sys.modules, "loopwright.store.postgres", raising=False)
+    with pytest.raises(lw.ConfigError, match=r"pip install 'loopwright\[postgres\]'"):
+        open_store("postgresql://nobody@127.0.0.1:1/none")
+
+
+@pytest.mark.postgres
+def test_postgres_refuses_a_schema_with_foreign_tables(pg_schema: tuple[str, str]) -> None:
+    import psycopg
+
+    base, schema = pg_schema
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".runs (id INTEGER)')
+    with pytest.raises(lw.StoreCorruptError, match="did not create"):
+        open_store(f"{base}?schema={schema}")
+    with psycopg.connect(base, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema=%s", (schema,)
+        ).fetchall()
+    assert tables == [("runs",)]  # untouched: no meta table, nothing else
+
+
+@pytest.mark.postgres
+def test_postgres_url_options_and_password_redaction(pg_schema: tuple[str, str]) -> None:
+    from loopwright.store.postgres import PostgresStore, _split_url
+
+    conninfo, shown, own = _split_url(
+        "postgresql://u:s3cret@h:5432/db?sslmode=disable&schema=lw_x&pool_max=4"
+    )
+    assert conninfo == "postgresql://u:s3cret@h:5432/db?sslmode=disable"
+    assert "s3cret" not in shown
+    assert own == {"schema": "lw_x", "pool_max": "4"}
+    base, schema = pg_schema
+    with PostgresStore(base, schema=schema, pool_min=0, pool_max=2) as s:
+        assert s.schema == schema
+        assert s.list_runs() == []
+    with pytest.raises(lw.ConfigError):
+        PostgresStore(f"{base}?pool_max=many", schema=schema)
+    with pytest.raises(lw.StoreError, match="cannot open store"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+@pytest.mark.postgres
+def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None:
+    import psycopg
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with open_store(pg_url) as s:
+        ids = [_create(s, f"k{i}") for i in range(3)]
+        with psycopg.connect(base.rstrip("?&"), autocommit=True) as locker:
+            locker.execute(f'SET search_path TO "{schema}"')
+            with locker.transaction():  # another claimer (or a commit) holds the oldest run
+                locker.execute("SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE", (ids[0],))
+                got: list[list[tuple[str, int]]] = []
+                t = threading.Thread(target=lambda: got.append(s.claim_runs("w", 60, limit=3)))
+                t.start()
+                t.join(timeout=5)
+                assert not t.is_alive(), "claim_runs waited for a locked row"
+        t.join(timeout=10)
+        assert got == [[(ids[1], 1), (ids[2], 1)]]
+        assert s.claim_runs("w", 60, limit=3) == [(ids[0], 1)]

@@ -1,0 +1,197 @@
+"""Workers: `loopwright worker` processes claim runs from one store; a SIGKILLed worker's runs
+finish on the others, no effect executes twice, and no run is ever written by two workers at
+once (the fencing token of the checkpoints never goes back)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import loopwright as lw
+
+HERE = Path(__file__).resolve().parent / "workers"
+SPEC = HERE / "loop.toml"
+EXE = str(Path(sys.executable).with_name("loopwright"))
+
+
+def _create(store: str, n: int) -> list[str]:
+    loop = lw.load_spec(SPEC)
+    with lw.Runtime(store) as rt:
+        return [
+            rt.create(
+                loop,
+                {"id": f"t{i}", "artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}},
+                task_key=f"w/{i}",
+            )[0].run_id
+            for i in range(n)
+        ]
+
+
+def _worker(store: str, work: Path, *extra: str, sleep: float = 0.02) -> subprocess.Popen[bytes]:
+    """A worker process; its output goes to files beside the effects log (no pipes to leak
+    when it is killed): ``worker-<pid>.out`` / ``.err``."""
+    env = {**os.environ, "WORK_DIR": str(work), "WORK_SLEEP": str(sleep)}
+    tag = f"{time.monotonic_ns()}"
+    with (work / f"w{tag}.out").open("wb") as out, (work / f"w{tag}.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [EXE, "worker", "--store", store, "--poll", "0.1", *extra],
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+    proc.out_path = work / f"w{tag}.out"  # type: ignore[attr-defined]
+    proc.err_path = work / f"w{tag}.err"  # type: ignore[attr-defined]
+    return proc
+
+
+def _output(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
+    out: Path = proc.out_path  # type: ignore[attr-defined]
+    err: Path = proc.err_path  # type: ignore[attr-defined]
+    return out.read_text(), err.read_text()
+
+
+def _statuses(store: str) -> Counter[str]:
+    with lw.Runtime(store) as rt:
+        return Counter(r.status for r in rt.store.list_runs())
+
+
+def _wait_all_ended(store: str, n: int, timeout: float) -> Counter[str]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = _statuses(store)
+        if st.get("accepted", 0) == n:
+            return st
+        time.sleep(0.3)
+    return _statuses(store)
+
+
+def _effects(work: Path) -> list[str]:
+    log = work / "effects.log"
+    return [line.split(" ")[0] for line in log.read_text().splitlines()] if log.is_file() else []
+
+
+def test_one_worker_drains_a_sqlite_store(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    ids = _create(store, 12)
+    w = _worker(store, tmp_path, "--once", "--concurrency", "4", "--json")
+    w.wait(timeout=120)
+    out, err = _output(w)
+    assert w.returncode == 0, err
+    stats = json.loads(out)
+    assert stats["claimed"] == 12 and stats["ended"] == {"accepted": 12}
+    assert _statuses(store) == Counter({"accepted": 12})
+    assert sorted(_effects(tmp_path)) == sorted(f"notify:t{i}" for i in range(len(ids)))
+
+
+def test_sigterm_drains_gracefully_and_another_worker_finishes(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    _create(store, 6)
+    w = _worker(store, tmp_path, "--concurrency", "6", sleep=1.0)
+    time.sleep(2.0)  # mid-run: cycles in flight
+    w.send_signal(signal.SIGTERM)
+    w.wait(timeout=60)
+    assert w.returncode == 0, _output(w)[1]
+    with lw.Runtime(store) as rt:
+        runs = rt.store.list_runs()
+        assert all(r.lease_owner is None for r in runs)  # every lease released
+        unfinished = [r for r in runs if r.status != "accepted"]
+        assert unfinished, "the worker should have stopped before finishing everything"
+        assert all(r.status == "running" for r in unfinished)
+        drained = [e for r in unfinished for e in rt.store.events(r.run_id) if e.kind == "drained"]
+        assert drained
+    w2 = _worker(store, tmp_path, "--once")
+    w2.wait(timeout=120)
+    assert _statuses(store) == Counter({"accepted": 6})
+    assert sorted(_effects(tmp_path)) == sorted(f"notify:t{i}" for i in range(6))
+
+
+def _checkpoint_tokens_pg(url: str) -> dict[str, list[int]]:
+    import psycopg
+    from psycopg import sql
+
+    base, _, schema = url.partition("?schema=")
+    with psycopg.connect(base) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT run_id, fencing_token FROM {}.checkpoints ORDER BY run_id, seq").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    out: dict[str, list[int]] = {}
+    for run_id, token in rows:
+        out.setdefault(run_id, []).append(int(token))
+    return out
+
+
+def test_four_workers_on_postgres_one_killed(pg_url: str, tmp_path: Path) -> None:
+    n = int(os.environ.get("WORKER_TEST_RUNS", "1000"))
+    ids = _create(pg_url, n)
+    workers = [
+        _worker(pg_url, tmp_path, "--concurrency", "8", "--lease-ttl", "3", sleep=0.005)
+        for _ in range(4)
+    ]
+    # kill one worker once it has done some work (its runs hold live leases)
+    deadline = time.time() + 60
+    while time.time() < deadline and _statuses(pg_url).get("accepted", 0) < n // 5:
+        time.sleep(0.2)
+    victim = workers[0]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    assert victim.returncode == -signal.SIGKILL
+    final = _wait_all_ended(pg_url, n, timeout=240)
+    for w in workers[1:]:
+        w.send_signal(signal.SIGTERM)
+    for w in workers[1:]:
+        w.wait(timeout=60)
+        assert w.returncode == 0, _output(w)[1]
+    assert final == Counter({"accepted": n}), final
+    # no effect executed twice; every run paid exactly once
+    paid = Counter(_effects(tmp_path))
+    assert max(paid.values()) == 1
+    assert set(paid) == {f"notify:t{i}" for i in range(n)}
+    # never two executors at once: within a run, a later checkpoint never carries an older
+    # fencing token than an earlier one
+    tokens = _checkpoint_tokens_pg(pg_url)
+    assert set(tokens) == set(ids)
+    for run_id, seq in tokens.items():
+        assert seq == sorted(seq), (run_id, seq)
+    taken_over = [r for r, seq in tokens.items() if len(set(seq)) > 2]
+    assert taken_over, "some run of the killed worker should have been resumed by another"
+
+
+def _checkpoint_tokens_sqlite(path: str) -> dict[str, list[int]]:
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT run_id, fencing_token FROM checkpoints ORDER BY run_id, seq")
+        out: dict[str, list[int]] = {}
+        for run_id, token in rows:
+            out.setdefault(run_id, []).append(int(token))
+        return out
+    finally:
+        db.close()
+
+
+def test_two_workers_on_sqlite_one_killed(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    ids = _create(store, 40)
+    a = _worker(store, tmp_path, "--concurrency", "8", "--lease-ttl", "2", sleep=0.05)
+    b = _worker(store, tmp_path, "--concurrency", "8", "--lease-ttl", "2", sleep=0.05)
+    time.sleep(1.5)
+    a.send_signal(signal.SIGKILL)
+    a.wait(timeout=10)
+    final = _wait_all_ended(store, 40, timeout=120)
+    b.send_signal(signal.SIGTERM)
+    b.wait(timeout=60)
+    assert final == Counter({"accepted": 40}), final
+    paid = Counter(_effects(tmp_path))
+    assert max(paid.values()) == 1 and len(paid) == 40
+    tokens = _checkpoint_tokens_sqlite(store)
+    assert set(tokens) == set(ids)
+    for run_id, seq in tokens.items():
+        assert seq == sorted(seq), (run_id, seq)

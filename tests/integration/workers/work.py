@@ -1,0 +1,57 @@
+"""A small loop for worker tests: three repairs per run, then a counting effect pays once.
+
+The effect appends ``<key> <pid>`` to ``$WORK_DIR/effects.log`` on every real execution; its
+reconcile hook reads the log, so a worker killed between intent and result never pays twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import loopwright as lw
+
+WANT = {"a": 1, "b": 2, "c": 3}
+
+
+def _log() -> Path:
+    return Path(os.environ["WORK_DIR"]) / "effects.log"
+
+
+@lw.effect("send", key=lambda a: a["task"])
+def notify(task: str, *, key: str) -> dict[str, Any]:
+    with _log().open("a") as f:
+        f.write(f"{key} {os.getpid()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return {"sent": key}
+
+
+@notify.reconciler
+def _sent(key: str) -> dict[str, Any] | None:
+    if not _log().is_file():
+        return None
+    for line in _log().read_text().splitlines():
+        if line.split(" ")[0] == key:
+            return {"sent": key}
+    return None
+
+
+def actor(ctx: lw.Context) -> lw.Proposal:
+    time.sleep(float(os.environ.get("WORK_SLEEP", "0.02")))
+    doc = ctx.artifacts["doc"]
+    for k, v in WANT.items():
+        if doc.get(k) != v:
+            return lw.Proposal(
+                edits=(lw.Edit("doc", k, v),),
+                effects=(notify.call(task=ctx.task["id"]),),
+            )
+    return lw.Proposal(effects=(notify.call(task=ctx.task["id"]),))
+
+
+def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    doc = state.artifacts["doc"].values()
+    bad = [k for k, v in WANT.items() if doc.get(k) != v]
+    return lw.Verdict(passed=not bad, score=1 - len(bad) / len(WANT))
