@@ -237,3 +237,37 @@ def test_cancel_keeps_the_offers_a_rollback_made(proj: Path) -> None:
     assert run["status"] == "cancelled"
     cli("resume", rid, cwd=proj, store=store)
     assert [e["type"] for e in _ledger(proj)] == ["payment", "refund"]
+
+
+def test_run_on_a_local_ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    spec = Path(__file__).resolve().parents[1] / "integration" / "workers" / "loop.toml"
+    monkeypatch.setenv("WORK_DIR", str(tmp_path))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "artifacts": {"doc": {"a": 0, "b": 2, "c": 3}}}) + "\n"
+            for i in range(3)
+        )
+    )
+    store = tmp_path / "s.db"
+    r = cli(
+        "run",
+        str(spec),
+        "--tasks",
+        str(tasks),
+        "--executor",
+        "ray",
+        "--json",
+        cwd=tmp_path,
+        store=store,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.loads(r.stdout)
+    assert [x["status"] for x in results] == ["accepted"] * 3
+    lines = (tmp_path / "effects.log").read_text().splitlines()
+    assert sorted(x.split(" ")[0] for x in lines) == ["notify:t0", "notify:t1", "notify:t2"]
+    bad = cli(
+        "run", str(spec), "--tasks", str(tasks), "--ray-address", "auto", cwd=tmp_path, store=store
+    )
+    assert bad.returncode == 2 and "--ray-address" in bad.stderr

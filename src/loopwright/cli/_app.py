@@ -80,6 +80,13 @@ def run(
     concurrency: Annotated[int, typer.Option(help="Runs at once in this process.")] = 8,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local (this process) or ray (a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Join this Ray cluster ('auto'); default: start one."),
+    ] = None,
 ) -> None:
     """Run a loop on one or many tasks.
 
@@ -93,10 +100,49 @@ def run(
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
     keys = [key] if key else [task_key(loop.name, t, i) for i, t in enumerate(items)]
-    results = _execute(loop, items, keys, store, concurrency, quiet=as_json)
+    if executor not in ("local", "ray"):
+        raise ConfigError("must be 'local' or 'ray'", field="--executor")
+    if ray_address is not None and executor != "ray":
+        raise ConfigError("only applies with --executor ray", field="--ray-address")
+    if executor == "ray":
+        results = _execute_on_ray(spec, items, keys, store, ray_address, quiet=as_json)
+    else:
+        results = _execute(loop, items, keys, store, concurrency, quiet=as_json)
     if as_json:
         _print_json([r.to_dict() for r in results])
     raise typer.Exit(exit_code_for([r.status for r in results]))
+
+
+def _execute_on_ray(
+    spec: Path,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    store: str | None,
+    address: str | None,
+    *,
+    quiet: bool,
+) -> list[RunResult]:
+    from ..executors import RayBatchError, run_on_ray
+    from ..store import resolve_store_url
+    from ._render import console, summary_table
+
+    out = console(stderr=quiet)
+
+    def report(r: RunResult) -> None:
+        out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
+
+    try:
+        results = run_on_ray(
+            spec, items, keys, resolve_store_url(store), address=address, on_result=report
+        )
+    except RayBatchError as exc:
+        for run_id, why in exc.failures.items():
+            console(stderr=True).print(f"[red]run {run_id[:12]} failed on Ray: {why}[/]")
+        raise typer.Exit(1) from None
+    if not quiet:
+        with open_store(store) as st:
+            out.print(summary_table([st.get_run(r.run_id) for r in results]))
+    return results
 
 
 def _execute(
