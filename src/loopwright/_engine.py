@@ -39,6 +39,7 @@ from ._exec import (
 from ._exec import (
     Execution as _Exec,
 )
+from ._group import GroupCommitter
 from ._loop import Loop
 from ._packet import build_packet
 from ._people import Decisions
@@ -47,7 +48,7 @@ from ._question import Question
 from ._reversal import run_compensations
 from ._state import Finding, PlanStep, TaskState, split_ref
 from ._usage import Usage
-from .store import NewApproval, NewEvent, RunRecord, Store, open_store
+from .store import CommitRequest, NewApproval, NewEvent, RunRecord, Store, open_store
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -111,6 +112,7 @@ class Runtime(Decisions):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_progress: ProgressFn | None = None,
+        group_commit: bool = True,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
@@ -126,6 +128,8 @@ class Runtime(Decisions):
         self._on_phase: Callable[[str], None] | None = None
         self._draining = False
         self._active = 0  # runs this runtime is driving right now
+        self.group_commit = group_commit
+        self._group: GroupCommitter | None = None
 
     def drain(self) -> None:
         """Finish the cycle in flight of every run, then stop before the next (graceful
@@ -259,6 +263,7 @@ class Runtime(Decisions):
                 NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", {"owner": self.owner})
             )
             await self._drive(ex, rec)
+            await self._settle(ex)
         except StaleLeaseError:
             ex.lost = True
             raise
@@ -269,10 +274,18 @@ class Runtime(Decisions):
                 raise
             # A bug in loopwright itself: end the run as failed, keeping its last checkpoint.
             with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):
+                    await self._settle(ex)
+                ex.pending_commit = None
                 self._finish(ex, "error", error=error_info("engine", exc))
+                await self._settle(ex)
             raise
         finally:
             self._active -= 1
+            if self._active == 0 and self._group is not None:
+                group, self._group = self._group, None
+                with contextlib.suppress(Exception):
+                    await group.close()
             beat.cancel()
             with contextlib.suppress(BaseException):
                 await beat
@@ -371,8 +384,12 @@ class Runtime(Decisions):
         else:
             self._commit_status(ex, "running")
         while True:
-            # A cycle boundary: let other runs, heartbeats and signal handlers in.
+            # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
+            # cycle must be durable before the next starts.
             await asyncio.sleep(0)
+            if await self._settle(ex):
+                self._cancel_now(ex, "cancellation requested")
+                return
             if self._draining:
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.
@@ -413,6 +430,26 @@ class Runtime(Decisions):
             "lease_expires_at": time.time() + self.lease_ttl_s,
             **run,
         }
+        reqs = [*([approval] if approval is not None else []), *approvals]
+        if self.group_commit and (self._active > 1 or ex.pending_commit is not None):
+            # Several runs share this loop: queue it into the next group commit; the run
+            # waits for durability at its next durability point (``_settle``).
+            ex.pending_commit = self._committer().submit(
+                CommitRequest(
+                    ex.run_id,
+                    ex.token,
+                    ex.seq + 1,
+                    s.cycle,
+                    s.to_dict(),
+                    record,
+                    list(ex.events),
+                    cols,
+                    reqs,
+                )
+            )
+            ex.seq += 1
+            ex.events = []
+            return False  # the cancel flag arrives with durability
         cancel = self.store.commit(
             ex.run_id,
             ex.token,
@@ -422,15 +459,39 @@ class Runtime(Decisions):
             record=record,
             events=ex.events,
             run=cols,
-            approval=approval,
-            approvals=approvals,
+            approvals=reqs,
         )
         ex.seq += 1
         ex.events = []
+        self._committed(ex)
+        return cancel
+
+    def _committed(self, ex: _Exec) -> None:
         ex.at("after_checkpoint")
         if self.on_progress is not None:
             with contextlib.suppress(Exception):
                 self.on_progress(self.store.get_run(ex.run_id))
+
+    def _committer(self) -> GroupCommitter:
+        loop = asyncio.get_running_loop()
+        if self._group is None or self._group.loop is not loop:
+            self._group = GroupCommitter(self.store)
+        return self._group
+
+    async def _settle(self, ex: _Exec) -> bool:
+        """Wait until the run's queued commits are durable; returns the cancel flag."""
+        fut = ex.pending_commit
+        if fut is None:
+            return False
+        try:
+            cancel = await fut
+        except StaleLeaseError:
+            ex.lost = True
+            raise
+        finally:
+            if ex.pending_commit is fut:
+                ex.pending_commit = None
+        self._committed(ex)
         return cancel
 
     def _finish(
@@ -868,6 +929,7 @@ class Runtime(Decisions):
                     },
                     {"status": "running"},
                 )
+                cancel = await self._settle(ex) or cancel  # durable before any effect runs
                 if cancel:  # cancelled while this cycle was verified: pay for nothing
                     self._cancel_now(ex, "cancellation requested before the effects ran")
                     return True

@@ -60,6 +60,7 @@ class Execution:
     deadline: float | None = None  # wall clock at which the time budget runs out (this cycle)
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
     threaded: bool = False  # run sync user code in threads (other runs share the loop)
+    pending_commit: asyncio.Future[bool] | None = None  # queued in a group commit, not durable
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

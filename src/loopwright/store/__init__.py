@@ -16,6 +16,7 @@ from .._errors import ConfigError
 from ._base import (
     Approval,
     Checkpoint,
+    CommitRequest,
     Event,
     JournalEntry,
     NewApproval,
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_STORE",
     "Approval",
     "Checkpoint",
+    "CommitRequest",
     "Event",
     "JournalEntry",
     "NewApproval",

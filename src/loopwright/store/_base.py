@@ -12,9 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from .._errors import ConflictError, StaleLeaseError, StoreError
+
 __all__ = [
     "Approval",
     "Checkpoint",
+    "CommitRequest",
     "Event",
     "JournalEntry",
     "NewApproval",
@@ -169,6 +172,21 @@ class Approval:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitRequest:
+    """One run's cycle commit, for ``Store.commit_many`` (the arguments of ``commit``)."""
+
+    run_id: str
+    token: int
+    seq: int
+    cycle: int
+    state: dict[str, Any]
+    record: dict[str, Any] | None
+    events: Sequence[NewEvent]
+    run: Mapping[str, Any]
+    approvals: Sequence[NewApproval] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class NewEvent:
     cycle: int
     kind: str
@@ -307,6 +325,31 @@ class Store(ABC):
         in ``run``, and persist the approval requests given (``approval`` and every one of
         ``approvals``). Rejects a stale ``token`` with ``StaleLeaseError`` and writes nothing
         then. Returns whether cancellation was requested for this run."""
+
+    def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
+        """Group commit: several runs' commits, ideally in one transaction (one sync to disk).
+        Each is fenced on its own; the result per item is the cancel flag, or the
+        ``StaleLeaseError``/``ConflictError`` that refused it (nothing of it written). This
+        default commits them one by one; stores override it with one transaction."""
+        out: list[bool | StoreError] = []
+        for it in items:
+            try:
+                out.append(
+                    self.commit(
+                        it.run_id,
+                        it.token,
+                        seq=it.seq,
+                        cycle=it.cycle,
+                        state=it.state,
+                        record=it.record,
+                        events=it.events,
+                        run=it.run,
+                        approvals=it.approvals,
+                    )
+                )
+            except (StaleLeaseError, ConflictError) as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:

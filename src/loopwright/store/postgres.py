@@ -46,6 +46,7 @@ from .._errors import (
 from ._base import (
     Approval,
     Checkpoint,
+    CommitRequest,
     Event,
     JournalEntry,
     NewApproval,
@@ -529,6 +530,44 @@ class PostgresStore(Store):
     ) -> bool:
         now = time.time()
         requests = [*([approval] if approval is not None else []), *approvals]
+        cols = self._run_cols(run, seq)
+        with self._tx() as conn:
+            return self._commit_in(
+                conn, run_id, token, seq, cycle, state, record, events, cols, requests, now
+            )
+
+    def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
+        """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
+        own — a stale one is rolled back to its savepoint and reported, the others commit."""
+        now = time.time()
+        out: list[bool | StoreError] = []
+        with self._tx() as conn:
+            for it in items:
+                cols = self._run_cols(it.run, it.seq)
+                reqs = list(it.approvals)
+                try:
+                    with conn.transaction():  # a savepoint
+                        ok = self._commit_in(
+                            conn,
+                            it.run_id,
+                            it.token,
+                            it.seq,
+                            it.cycle,
+                            it.state,
+                            it.record,
+                            it.events,
+                            cols,
+                            reqs,
+                            now,
+                        )
+                except (StaleLeaseError, ConflictError) as exc:
+                    out.append(exc)
+                    continue
+                out.append(ok)
+        return out
+
+    @staticmethod
+    def _run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
         bad = set(run) - _UPDATABLE
         if bad:
             raise StoreError(f"cannot update run columns {sorted(bad)}")
@@ -539,63 +578,78 @@ class PostgresStore(Store):
         for name in _BOOLEAN_COLS & cols.keys():
             if cols[name] is not None:
                 cols[name] = bool(cols[name])
+        return cols
+
+    def _commit_in(
+        self,
+        conn: Any,
+        run_id: str,
+        token: int,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        cols: dict[str, Any],
+        requests: Sequence[NewApproval],
+        now: float,
+    ) -> bool:
         assignments = ", ".join(f"{k}=%s" for k in cols)
-        with self._tx() as conn:
-            flag = conn.execute(
-                f"UPDATE runs SET {assignments}, updated_at=%s WHERE run_id=%s "
-                "AND fencing_token=%s RETURNING cancel_requested",
-                (*cols.values(), now, run_id, token),
-            ).fetchone()
-            if flag is None:
-                raise StaleLeaseError(
-                    f"run {run_id}: checkpoint refused, fencing token {token} is stale"
+        flag = conn.execute(
+            f"UPDATE runs SET {assignments}, updated_at=%s WHERE run_id=%s "
+            "AND fencing_token=%s RETURNING cancel_requested",
+            (*cols.values(), now, run_id, token),
+        ).fetchone()
+        if flag is None:
+            raise StaleLeaseError(
+                f"run {run_id}: checkpoint refused, fencing token {token} is stale"
+            )
+        try:
+            conn.execute(
+                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
+                "created_at) VALUES(%s,%s,%s,%s,%s,%s,%s)",
+                (
+                    run_id,
+                    seq,
+                    cycle,
+                    _json(state),
+                    _json(record) if record else None,
+                    token,
+                    now,
+                ),
+            )
+        except psycopg.errors.UniqueViolation:
+            raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
+        if events:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    _INSERT_EVENT,
+                    [(run_id, e.cycle, e.kind, now, _json(dict(e.data))) for e in events],
                 )
+        for a in requests:
             try:
                 conn.execute(
-                    "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
-                    "created_at) VALUES(%s,%s,%s,%s,%s,%s,%s)",
+                    f"INSERT INTO approvals({_APPROVAL_COLS}) VALUES"
+                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,NULL,NULL,NULL,NULL)",
                     (
+                        a.approval_id,
                         run_id,
-                        seq,
-                        cycle,
-                        _json(state),
-                        _json(record) if record else None,
-                        token,
+                        a.cycle,
+                        a.kind,
+                        a.rule,
+                        a.what,
+                        a.why,
+                        _json(a.evidence),
+                        a.diff,
+                        a.action_hash,
                         now,
+                        a.expires_at,
                     ),
                 )
             except psycopg.errors.UniqueViolation:
-                raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
-            if events:
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        _INSERT_EVENT,
-                        [(run_id, e.cycle, e.kind, now, _json(dict(e.data))) for e in events],
-                    )
-            for a in requests:
-                try:
-                    conn.execute(
-                        f"INSERT INTO approvals({_APPROVAL_COLS}) VALUES"
-                        "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,NULL,NULL,NULL,NULL)",
-                        (
-                            a.approval_id,
-                            run_id,
-                            a.cycle,
-                            a.kind,
-                            a.rule,
-                            a.what,
-                            a.why,
-                            _json(a.evidence),
-                            a.diff,
-                            a.action_hash,
-                            now,
-                            a.expires_at,
-                        ),
-                    )
-                except psycopg.errors.UniqueViolation:
-                    raise ConflictError(
-                        f"run {run_id}: approval request {a.approval_id!r} already exists"
-                    ) from None
+                raise ConflictError(
+                    f"run {run_id}: approval request {a.approval_id!r} already exists"
+                ) from None
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:

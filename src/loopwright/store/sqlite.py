@@ -31,6 +31,7 @@ from .._errors import (
 from ._base import (
     Approval,
     Checkpoint,
+    CommitRequest,
     Event,
     JournalEntry,
     NewApproval,
@@ -484,6 +485,47 @@ class SQLiteStore(Store):
     ) -> bool:
         now = time.time()
         requests = [*([approval] if approval is not None else []), *approvals]
+        cols = self._run_cols(run, seq)
+        with self._tx() as db:
+            return self._commit_in(
+                db, run_id, token, seq, cycle, state, record, events, cols, requests, now
+            )
+
+    def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
+        """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
+        own — a stale one is rolled back to its savepoint and reported, the others commit."""
+        now = time.time()
+        out: list[bool | StoreError] = []
+        with self._tx() as db:
+            for it in items:
+                cols = self._run_cols(it.run, it.seq)
+                reqs = list(it.approvals)
+                db.execute("SAVEPOINT lw_commit")
+                try:
+                    ok = self._commit_in(
+                        db,
+                        it.run_id,
+                        it.token,
+                        it.seq,
+                        it.cycle,
+                        it.state,
+                        it.record,
+                        it.events,
+                        cols,
+                        reqs,
+                        now,
+                    )
+                except (StaleLeaseError, ConflictError) as exc:
+                    db.execute("ROLLBACK TO lw_commit")
+                    db.execute("RELEASE lw_commit")
+                    out.append(exc)
+                    continue
+                db.execute("RELEASE lw_commit")
+                out.append(ok)
+        return out
+
+    @staticmethod
+    def _run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
         bad = set(run) - _UPDATABLE
         if bad:
             raise StoreError(f"cannot update run columns {sorted(bad)}")
@@ -491,67 +533,82 @@ class SQLiteStore(Store):
         cols["last_seq"] = seq
         if "packet" in cols and cols["packet"] is not None:
             cols["packet"] = _dumps(cols["packet"])
+        return cols
+
+    def _commit_in(
+        self,
+        db: Any,
+        run_id: str,
+        token: int,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        cols: dict[str, Any],
+        requests: Sequence[NewApproval],
+        now: float,
+    ) -> bool:
         assignments = ", ".join(f"{k}=?" for k in cols)
-        with self._tx() as db:
-            flag = db.execute(
-                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=? "
-                "RETURNING cancel_requested",
-                (*cols.values(), now, run_id, token),
-            ).fetchone()
-            if flag is None:
-                raise StaleLeaseError(
-                    f"run {run_id}: checkpoint refused, fencing token {token} is stale"
-                )
+        flag = db.execute(
+            f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=? "
+            "RETURNING cancel_requested",
+            (*cols.values(), now, run_id, token),
+        ).fetchone()
+        if flag is None:
+            raise StaleLeaseError(
+                f"run {run_id}: checkpoint refused, fencing token {token} is stale"
+            )
+        try:
+            db.execute(
+                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
+                "created_at) VALUES(?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    seq,
+                    cycle,
+                    _dumps(state),
+                    _dumps(record) if record else None,
+                    token,
+                    now,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
+        if events:
+            db.executemany(
+                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
+                [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
+            )
+        for a in requests:
             try:
                 db.execute(
-                    "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
-                    "created_at) VALUES(?,?,?,?,?,?,?)",
+                    f"INSERT INTO approvals({_APPROVAL_COLS}) "
+                    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
+                        a.approval_id,
                         run_id,
-                        seq,
-                        cycle,
-                        _dumps(state),
-                        _dumps(record) if record else None,
-                        token,
+                        a.cycle,
+                        a.kind,
+                        a.rule,
+                        a.what,
+                        a.why,
+                        _dumps(a.evidence),
+                        a.diff,
+                        a.action_hash,
+                        "pending",
                         now,
+                        a.expires_at,
+                        None,
+                        None,
+                        None,
+                        None,
                     ),
                 )
             except sqlite3.IntegrityError:
-                raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
-            if events:
-                db.executemany(
-                    "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
-                    [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
-                )
-            for a in requests:
-                try:
-                    db.execute(
-                        f"INSERT INTO approvals({_APPROVAL_COLS}) "
-                        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            a.approval_id,
-                            run_id,
-                            a.cycle,
-                            a.kind,
-                            a.rule,
-                            a.what,
-                            a.why,
-                            _dumps(a.evidence),
-                            a.diff,
-                            a.action_hash,
-                            "pending",
-                            now,
-                            a.expires_at,
-                            None,
-                            None,
-                            None,
-                            None,
-                        ),
-                    )
-                except sqlite3.IntegrityError:
-                    raise ConflictError(
-                        f"run {run_id}: approval request {a.approval_id!r} already exists"
-                    ) from None
+                raise ConflictError(
+                    f"run {run_id}: approval request {a.approval_id!r} already exists"
+                ) from None
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
