@@ -44,6 +44,8 @@ def run_demo(store: str | None, concurrency: int) -> None:
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
     out.print("\n[bold]Try next[/]")
     out.print("  loopwright runs                      every run, its stop reason and spend")
+    out.print("  loopwright metrics                   cost per accepted outcome, spend after")
+    out.print("                                       the last improvement, and the rest")
     if stopped:
         out.print(
             f"  loopwright show {stopped[0].run_id[:12]}         why it stopped, with its "
@@ -54,3 +56,4 @@ def run_demo(store: str | None, concurrency: int) -> None:
         out.print("  loopwright approvals                 what is waiting for a person")
         out.print(f"  loopwright approve {rid} --by you")
         out.print(f"  loopwright resume {rid}")
+        out.print(f"  loopwright trace {rid} --format otlp-json   its OpenTelemetry spans")
