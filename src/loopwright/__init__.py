@@ -33,6 +33,7 @@ from ._errors import (
     StoreError,
 )
 from ._loop import Check, Loop
+from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
 from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Edit, Proposal, Remaining, Verdict
@@ -49,6 +50,7 @@ from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
 from ._usage import Usage
 
 __all__ = [
+    "DEFAULT_STRENGTH",
     "EFFECT_KINDS",
     "METRIC_NAMES",
     "RUN_STATUSES",
@@ -67,10 +69,13 @@ __all__ = [
     "EffectCall",
     "EffectResult",
     "Escalation",
+    "FeedbackMemory",
     "Finding",
     "Loop",
     "LoopwrightError",
     "MarginalReturn",
+    "MemoryItem",
+    "MemoryNotFoundError",
     "Metrics",
     "NeedsHumanError",
     "NoProgress",

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _decide as rules
+from ._calls import call_user
 from ._contract import TERMINAL_STATUSES, Contract, status_for
 from ._effects import Effect, EffectCall
 from ._errors import (
     ApprovalError,
     ConfigError,
+    LoopwrightError,
     RunNotFoundError,
     StaleLeaseError,
+    StoreError,
 )
 from ._exec import (
     EffectOutcome,
@@ -41,6 +44,7 @@ from ._exec import (
 )
 from ._group import GroupCommitter
 from ._loop import Loop
+from ._memory import FeedbackMemory
 from ._packet import build_packet
 from ._people import Decisions
 from ._proposal import Context, Proposal, Verdict
@@ -113,6 +117,7 @@ class Runtime(Decisions):
         lease_ttl_s: float = 60.0,
         on_progress: ProgressFn | None = None,
         group_commit: bool = True,
+        memory: bool = True,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
@@ -129,6 +134,8 @@ class Runtime(Decisions):
         self._draining = False
         self._active = 0  # runs this runtime is driving right now
         self.group_commit = group_commit
+        self.memory_enabled = memory
+        self._memory: FeedbackMemory | None = None
         self._group: GroupCommitter | None = None
 
     def drain(self) -> None:
@@ -259,9 +266,11 @@ class Runtime(Decisions):
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
         try:
-            ex.events.append(
-                NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", {"owner": self.owner})
-            )
+            started: dict[str, Any] = {"owner": self.owner}
+            selfish = [c.name for c in loop.verifiers if loop.self_reviewing(c)]
+            if selfish:
+                started["self_review_allowed"] = selfish  # recorded: the user said so
+            ex.events.append(NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", started))
             await self._drive(ex, rec)
             await self._settle(ex)
         except StaleLeaseError:
@@ -404,6 +413,7 @@ class Runtime(Decisions):
                 return
             if await self._cycle(ex):
                 return
+            await self._reflect(ex)
 
     def _commit_status(self, ex: _Exec, status: str) -> None:
         """A commit that changes only the status (same cycle, same state)."""
@@ -556,6 +566,84 @@ class Runtime(Decisions):
             remaining=rules.remaining(ex.contract, s),
             notes=tuple(s.notes),
             history=tuple(s.history),
+            memory=self._recall(ex),
+        )
+
+    def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
+        """Feedback memory for this task and project (never another project's)."""
+        if not self.memory_enabled:
+            return ()
+        s = ex.state
+        query = " ".join([s.goal, *(f.message for f in s.findings[:10])])
+        try:
+            items = self.memory.retrieve(task_key=s.task_key, project=s.project, query=query)
+        except (StoreError, NotImplementedError):
+            return ()
+        return tuple(
+            {
+                "memory_id": m.memory_id,
+                "scope": m.scope,
+                "signal": m.signal,
+                "strength": m.strength,
+                "text": m.text,
+                "rule": m.rule,
+            }
+            for m in items
+        )
+
+    @property
+    def memory(self) -> FeedbackMemory:
+        """Feedback memory in this runtime's store (learning outside the weights)."""
+        if self._memory is None:
+            self._memory = FeedbackMemory(self.store)
+        return self._memory
+
+    async def _reflect(self, ex: _Exec) -> None:
+        """After a cycle that was not accepted, the loop's reflector writes a task-scoped
+        reflection into memory. It sees the cycle's context and its visible verdicts only."""
+        loop, s = ex.loop, ex.state
+        last = s.history[-1] if s.history else {}
+        if (
+            loop.reflector is None
+            or ex.last_context is None
+            or last.get("decision")
+            not in (
+                "revise",
+                "refused",
+            )
+        ):
+            return
+        try:
+            text, _ = await call_user(
+                loop.reflector,
+                ex.last_context,
+                dict(ex.last_visible),
+                timeout=None,
+                threaded=ex.threaded,
+            )
+        except Exception as exc:
+            self.store.append_events(
+                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
+            )
+            return
+        if not text or not str(text).strip():
+            return
+        try:
+            item = self.memory.add(
+                scope="task",
+                scope_key=s.task_key,
+                signal="reflection",
+                text=str(text).strip()[:4000],  # a reflection is a short note, not a transcript
+                source={"run_id": ex.run_id, "cycle": s.cycle},
+                by="reflector",
+            )
+        except LoopwrightError as exc:
+            self.store.append_events(
+                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
+            )
+            return
+        self.store.append_events(
+            ex.run_id, [NewEvent(s.cycle, "reflected", {"memory_id": item.memory_id})]
         )
 
     async def _cycle(self, ex: _Exec) -> bool:
@@ -569,6 +657,8 @@ class Runtime(Decisions):
         rem = rules.remaining(contract, s).seconds
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if rem is None else time.time() + rem
+        ex.last_context = self._context(ex, n)
+        ex.last_visible = {}
         ex.at("before_actor")
         try:
             proposal, secs = await call_with_retry(
@@ -578,7 +668,7 @@ class Runtime(Decisions):
                 cycle=n,
                 policy=loop.retry,
                 fn=loop.actor,
-                args=(self._context(ex, n),),
+                args=(ex.last_context,),
                 timeout=loop.actor_timeout_s,
                 deadline=ex.deadline,
             )
@@ -1265,6 +1355,7 @@ class Runtime(Decisions):
             },
         ]
         ex.state = s
+        ex.last_visible = visible
         held_d = {k: v.to_dict() for k, v in held.items()}
         record = {
             "cycle": n,

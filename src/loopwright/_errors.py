@@ -10,6 +10,7 @@ The tree::
     │   ├── ConflictError           an optimistic write lost a race
     │   └── StaleLeaseError         a write with an old fencing token (another executor owns the run)
     ├── RunNotFoundError            no run with that id or task key
+    ├── MemoryNotFoundError         no feedback-memory item with that id (loopwright._memory)
     └── ApprovalError               no such pending request, or it was already decided
 
 Errors raised by user code (actors, verifiers) are never wrapped in these: the engine records

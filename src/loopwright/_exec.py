@@ -24,6 +24,7 @@ from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._effects import Effect, EffectCall, EffectResult
 from ._loop import Loop
+from ._proposal import Context, Verdict
 from ._retry import ErrorClass, RetryPolicy
 from ._state import TaskState
 from ._usage import Usage
@@ -61,6 +62,8 @@ class Execution:
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
     threaded: bool = False  # run sync user code in threads (other runs share the loop)
     pending_commit: asyncio.Future[bool] | None = None  # queued in a group commit, not durable
+    last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
+    last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

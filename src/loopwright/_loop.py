@@ -19,6 +19,7 @@ __all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn"]
 ActorFn = Callable[[Context], Proposal | Awaitable[Proposal]]
 VerifierFn = Callable[[TaskState, Proposal], Verdict | Awaitable[Verdict]]
 InitFn = Callable[[Mapping[str, Any]], TaskState]
+ReflectFn = Callable[[Context, Mapping[str, Verdict]], "str | Awaitable[str | None] | None"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,6 +76,10 @@ class Loop:
         approvals: the approval policy for effects and for overwriting accepted parts.
         retry: attempts and backoff for the actor's (and, by default, the verifiers')
             transient failures; errors are classified, only transient ones are retried.
+        reflector: ``(context, visible verdicts) -> str | None``, called after a cycle that
+            was not accepted; its text is kept as a task-scoped reflection in feedback memory
+            and reaches the next cycles' (and later runs of the task's) context. It sees
+            visible verdicts only: nothing held-out enters memory.
     """
 
     name: str
@@ -90,6 +95,7 @@ class Loop:
     effects: Sequence[Effect] = ()
     approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    reflector: ReflectFn | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -129,6 +135,27 @@ class Loop:
             raise ConfigError("must be an ApprovalPolicy", field="approvals")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("must be a RetryPolicy", field="retry")
+        if self.reflector is not None and not callable(self.reflector):
+            raise ConfigError(f"{self.reflector!r} is not callable", field="reflector")
+        # Never let the generator be the only judge of its own work: a model-backed check on
+        # the actor's own model and endpoint needs an explicit allow_self_review=True.
+        for c in checks:
+            model = _identity(self.actor)
+            if (
+                model is not None
+                and self.self_reviewing(c)
+                and not getattr(c.fn, "allow_self_review", False)
+            ):
+                raise ConfigError(
+                    f"reviews with the generator's own model ({model[1]} at {model[0]}): use "
+                    "another model, or pass allow_self_review=True to say so on purpose",
+                    field=f"verifiers.{c.name}",
+                )
+
+    def self_reviewing(self, check: Check) -> bool:
+        """Whether ``check`` is a model judging with the actor's own model and endpoint."""
+        mine, theirs = _identity(self.actor), _identity(check.fn)
+        return mine is not None and mine == theirs
 
     def effect(self, name: str) -> Effect | None:
         for e in self.effects:
@@ -143,3 +170,15 @@ class Loop:
     @property
     def held_out(self) -> tuple[Check, ...]:
         return tuple(c for c in self.verifiers if c.held_out)
+
+
+def _identity(fn: object) -> tuple[str, str] | None:
+    """``(endpoint, model)`` of a model-backed callable (``model_identity()``), else None."""
+    get = getattr(fn, "model_identity", None)
+    if not callable(get):
+        return None
+    try:
+        ident = get()
+    except Exception:
+        return None
+    return (str(ident[0]), str(ident[1])) if isinstance(ident, tuple) and len(ident) == 2 else None

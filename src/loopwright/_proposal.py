@@ -229,6 +229,9 @@ class Context:
         remaining: budget left.
         notes: human decisions and answers addressed to the actor.
         history: one line per earlier cycle: score, decision, proposal kind.
+        memory: feedback memory retrieved for this task and project (corrections,
+            reflections, confirmed global rules), strongest and most relevant first; each
+            ``{"memory_id", "scope", "signal", "strength", "text", "rule"}``.
     """
 
     run_id: str
@@ -243,6 +246,7 @@ class Context:
     remaining: Remaining
     notes: Sequence[Mapping[str, Any]] = ()
     history: Sequence[Mapping[str, Any]] = ()
+    memory: Sequence[Mapping[str, Any]] = ()
 
     def is_accepted(self, artifact: str, part: str) -> bool:
         return part in self.accepted.get(artifact, {})

@@ -414,6 +414,43 @@ class Store(ABC):
     def request_cancel(self, run_id: str) -> RunRecord:
         """Flag the run for cancellation; the executor honours it at the next cycle boundary."""
 
+    # --- feedback memory (``loopwright._memory``) ---------------------------------------
+    # Not fenced by a run lease: people write memory too. Items are plain dicts with the keys
+    # of ``MemoryItem.to_dict()``; validation is ``FeedbackMemory``'s job.
+    @abstractmethod
+    def memory_add(self, item: Mapping[str, Any]) -> None:
+        """Insert one memory item. ``ConflictError`` when its ``memory_id`` exists already."""
+
+    @abstractmethod
+    def memory_query(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        memory_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Memory items, newest first (``created_at``, then ``memory_id``, descending).
+
+        ``scopes``: only items whose ``(scope, scope_key)`` is one of these pairs (a ``None``
+        key matches any key of that scope; an empty sequence matches nothing). ``status``,
+        ``memory_id``: only items with exactly that value."""
+
+    @abstractmethod
+    def memory_set_status(
+        self,
+        memory_id: str,
+        status: str,
+        *,
+        by: str,
+        now: float,
+        expect: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Atomically set an item's status, append ``{"status", "by", "at": now}`` to its
+        history and set ``updated_at``; returns the item. Setting the status it already has
+        writes nothing. ``expect``: the current status must be one of these, else
+        ``ConflictError``. ``MemoryNotFoundError`` for an unknown id."""
+
     @abstractmethod
     def close(self) -> None:
         """Release connections."""

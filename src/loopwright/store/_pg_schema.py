@@ -17,7 +17,7 @@ __all__ = ["PG_MIGRATIONS", "PG_TABLES"]
 
 # The tables loopwright creates; a schema holding any of them without ``loopwright_meta`` is
 # someone else's and is refused untouched.
-PG_TABLES = frozenset({"runs", "checkpoints", "events", "approvals", "journal"})
+PG_TABLES = frozenset({"runs", "checkpoints", "events", "approvals", "journal", "memory"})
 
 PG_MIGRATIONS: list[list[str]] = [
     [
@@ -108,5 +108,24 @@ PG_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, key)
         )""",
         "CREATE INDEX journal_kind ON journal(run_id, kind)",
+    ],
+    # v2: feedback memory (loopwright._memory). "by" is quoted: BY is an SQL keyword.
+    [
+        """CREATE TABLE memory (
+            memory_id TEXT PRIMARY KEY,
+            scope TEXT NOT NULL,
+            scope_key TEXT NOT NULL DEFAULT '',
+            signal TEXT NOT NULL,
+            strength DOUBLE PRECISION NOT NULL,
+            text TEXT NOT NULL,
+            rule JSON,
+            source JSON NOT NULL,
+            "by" TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            history JSON NOT NULL DEFAULT '[]'
+        )""",
+        "CREATE INDEX memory_scope ON memory(scope, scope_key, status)",
     ],
 ]

@@ -93,4 +93,23 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX journal_kind ON journal(run_id, kind)",
         "ALTER TABLE approvals ADD COLUMN answer TEXT",
     ],
+    # v3: feedback memory (loopwright._memory). "by" is quoted: BY is an SQL keyword.
+    [
+        """CREATE TABLE memory (
+            memory_id TEXT PRIMARY KEY,
+            scope TEXT NOT NULL,
+            scope_key TEXT NOT NULL DEFAULT '',
+            signal TEXT NOT NULL,
+            strength REAL NOT NULL,
+            text TEXT NOT NULL,
+            rule TEXT,
+            source TEXT NOT NULL,
+            "by" TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            history TEXT NOT NULL DEFAULT '[]'
+        )""",
+        "CREATE INDEX memory_scope ON memory(scope, scope_key, status)",
+    ],
 ]

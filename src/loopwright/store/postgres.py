@@ -43,6 +43,7 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
+from .._memory import MemoryNotFoundError
 from ._base import (
     Approval,
     Checkpoint,
@@ -55,7 +56,14 @@ from ._base import (
     Store,
 )
 from ._pg_schema import PG_MIGRATIONS, PG_TABLES
-from .sqlite import owner_is_dead
+from .sqlite import (
+    _MEMORY_COLS,
+    _memory_check_status,
+    _memory_expect,
+    _memory_values,
+    _memory_where,
+    owner_is_dead,
+)
 
 try:
     import psycopg
@@ -851,5 +859,74 @@ class PostgresStore(Store):
             conn.execute("UPDATE runs SET cancel_requested=TRUE WHERE run_id=%s", (run_id,))
         return self.get_run(run_id)
 
+    # --- feedback memory ---------------------------------------------------------------
+    def memory_add(self, item: Mapping[str, Any]) -> None:
+        values = list(_memory_values(item))
+        for i in (6, 7, 12):  # rule, source, history: json columns, SQL NULL for no rule
+            values[i] = None if values[i] is None else _json(json.loads(values[i]))
+        with self._tx() as conn:
+            try:
+                conn.execute(
+                    f"INSERT INTO memory({_MEMORY_COLS}) "
+                    "VALUES(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    values,
+                )
+            except psycopg.errors.UniqueViolation:
+                raise ConflictError(f"memory item {item['memory_id']!r} already exists") from None
+
+    def memory_query(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        memory_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where, args = _memory_where(scopes, status, memory_id, "%s")
+        query = f"SELECT {_MEMORY_COLS} FROM memory"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY created_at DESC, memory_id DESC"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        with self._conn() as conn:
+            rows = conn.execute(query, args).fetchall()
+        return [_pg_memory_dict(r) for r in rows]
+
+    def memory_set_status(
+        self,
+        memory_id: str,
+        status: str,
+        *,
+        by: str,
+        now: float,
+        expect: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        _memory_check_status(status)
+        with self._tx() as conn:
+            # FOR UPDATE: two people deciding the same item at once are serialised here.
+            row = conn.execute(
+                f"SELECT {_MEMORY_COLS} FROM memory WHERE memory_id=%s FOR UPDATE", (memory_id,)
+            ).fetchone()
+            if row is None:
+                raise MemoryNotFoundError(f"no memory item {memory_id!r} in {self.url}")
+            item = _pg_memory_dict(row)
+            if item["status"] == status:
+                return item
+            _memory_expect(item, expect)
+            history = [*item["history"], {"status": status, "by": by, "at": now}]
+            conn.execute(
+                "UPDATE memory SET status=%s, updated_at=%s, history=%s WHERE memory_id=%s",
+                (status, now, _json(history), memory_id),
+            )
+            item.update(status=status, updated_at=now, history=history)
+        return item
+
     def close(self) -> None:
         self._pool.close()
+
+
+def _pg_memory_dict(row: Sequence[Any]) -> dict[str, Any]:
+    # json columns arrive parsed; the rest is as in SQLite.
+    keys = _MEMORY_COLS.replace('"', "").split(", ")
+    return dict(zip(keys, row, strict=True))

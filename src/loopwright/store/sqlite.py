@@ -28,6 +28,7 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
+from .._memory import MemoryNotFoundError
 from ._base import (
     Approval,
     Checkpoint,
@@ -808,6 +809,154 @@ class SQLiteStore(Store):
             db.execute("UPDATE runs SET cancel_requested=1 WHERE run_id=?", (run_id,))
         return self.get_run(run_id)
 
+    # --- feedback memory ---------------------------------------------------------------
+    def memory_add(self, item: Mapping[str, Any]) -> None:
+        values = _memory_values(item)
+        try:
+            with self._tx() as db:
+                db.execute(
+                    f"INSERT INTO memory({_MEMORY_COLS}) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    values,
+                )
+        except sqlite3.IntegrityError:
+            raise ConflictError(f"memory item {item['memory_id']!r} already exists") from None
+
+    def memory_query(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        memory_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where, args = _memory_where(scopes, status, memory_id, "?")
+        sql = f"SELECT {_MEMORY_COLS} FROM memory"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, memory_id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_memory_dict(r) for r in rows]
+
+    def memory_set_status(
+        self,
+        memory_id: str,
+        status: str,
+        *,
+        by: str,
+        now: float,
+        expect: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        _memory_check_status(status)
+        with self._tx() as db:
+            row = db.execute(
+                f"SELECT {_MEMORY_COLS} FROM memory WHERE memory_id=?", (memory_id,)
+            ).fetchone()
+            if row is None:
+                raise MemoryNotFoundError(f"no memory item {memory_id!r} in {self.url}")
+            item = _memory_dict(row)
+            if item["status"] == status:
+                return item
+            _memory_expect(item, expect)
+            history = [*item["history"], {"status": status, "by": by, "at": now}]
+            db.execute(
+                "UPDATE memory SET status=?, updated_at=?, history=? WHERE memory_id=?",
+                (status, now, _dumps(history), memory_id),
+            )
+            item.update(status=status, updated_at=now, history=history)
+        return item
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+# --- feedback memory ---------------------------------------------------------------------------
+_MEMORY_COLS = (
+    'memory_id, scope, scope_key, signal, strength, text, rule, source, "by", status, '
+    "created_at, updated_at, history"
+)
+_MEMORY_STATUSES = ("active", "candidate", "forgotten")
+
+
+def _memory_values(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The row of a memory item (``MemoryItem.to_dict()`` keys), JSON columns as text."""
+    try:
+        rule = item.get("rule")
+        return (
+            item["memory_id"],
+            item["scope"],
+            item.get("scope_key") or "",
+            item["signal"],
+            float(item["strength"]),
+            item["text"],
+            None if rule is None else _dumps(rule),
+            _dumps(dict(item.get("source") or {})),
+            item["by"],
+            item["status"],
+            float(item["created_at"]),
+            float(item["updated_at"]),
+            _dumps(list(item.get("history") or [])),
+        )
+    except KeyError as exc:
+        raise StoreError(f"memory item lacks {exc.args[0]!r}") from None
+
+
+def _memory_dict(row: Sequence[Any]) -> dict[str, Any]:
+    return {
+        "memory_id": row[0],
+        "scope": row[1],
+        "scope_key": row[2],
+        "signal": row[3],
+        "strength": row[4],
+        "text": row[5],
+        "rule": None if row[6] is None else json.loads(row[6]),
+        "source": json.loads(row[7]),
+        "by": row[8],
+        "status": row[9],
+        "created_at": row[10],
+        "updated_at": row[11],
+        "history": json.loads(row[12]),
+    }
+
+
+def _memory_where(
+    scopes: Sequence[tuple[str, str | None]] | None,
+    status: str | None,
+    memory_id: str | None,
+    mark: str,
+) -> tuple[list[str], list[Any]]:
+    """WHERE clauses and arguments of ``memory_query`` (``mark``: the driver's placeholder)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if scopes is not None:
+        ors = []
+        for scope, key in scopes:
+            if key is None:
+                ors.append(f"scope={mark}")
+                args.append(scope)
+            else:
+                ors.append(f"(scope={mark} AND scope_key={mark})")
+                args.extend((scope, key))
+        where.append("(" + " OR ".join(ors) + ")" if ors else "1=0")
+    if status is not None:
+        where.append(f"status={mark}")
+        args.append(status)
+    if memory_id is not None:
+        where.append(f"memory_id={mark}")
+        args.append(memory_id)
+    return where, args
+
+
+def _memory_check_status(status: str) -> None:
+    if status not in _MEMORY_STATUSES:
+        raise StoreError(f"unknown memory status {status!r}; one of {', '.join(_MEMORY_STATUSES)}")
+
+
+def _memory_expect(item: Mapping[str, Any], expect: Sequence[str] | None) -> None:
+    if expect is not None and item["status"] not in expect:
+        raise ConflictError(
+            f"memory item {item['memory_id']} is {item['status']}, not {' or '.join(expect)}"
+        )

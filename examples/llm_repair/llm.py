@@ -1,0 +1,191 @@
+"""A model-backed repair loop: a chat model fixes service configs against stated requirements.
+
+The loop spec (``loop.toml``) names these objects:
+
+* ``actor`` — a ``ChatActor`` on any OpenAI-compatible server. It sees the goal, the current
+  config, the findings of the visible checks with their evidence and the budget left, and
+  proposes edits to named parts of the ``config`` artifact.
+* ``requirements`` — deterministic and visible: every requirement the task states (port, TLS,
+  replica range, log levels, timeout range), one located finding per part that misses, with the
+  expected and actual values as evidence.
+* ``reviewer`` — a ``ChatReviewer``: a second model judges the config against a rubric (does it
+  suit the environment the goal describes?). Visible: its findings go back to the actor.
+* ``disables_tls`` — a risk rule: a proposal that turns TLS off parks the run until a person
+  approves it (``loopwright approve RUN --by NAME --resume``).
+* ``policy_audit`` — deterministic and held out: the organisation's unstated policy (the task's
+  ``held_out`` key). Recorded beside every verdict, never shown to the actor or the reviewer;
+  a run accepted on the visible checks that fails it is a false success in the metrics.
+
+Configuration, all from the environment (defaults for a local Ollama):
+
+==============================  ===============================================================
+``LOOPWRIGHT_LLM_BASE_URL``     the actor's endpoint (``http://localhost:11434/v1``)
+``LOOPWRIGHT_LLM_MODEL``        the actor's model (``qwen2.5:7b-instruct``)
+``LOOPWRIGHT_LLM_API_KEY``      its key (``OPENAI_API_KEY``, else none needed)
+``LOOPWRIGHT_LLM_PRICE``        ``"input,output"`` dollars per million tokens (none: genai-prices
+                                for a hosted model it knows, else 0)
+``LOOPWRIGHT_LLM_TIMEOUT_S``    per-request timeout (120)
+``LOOPWRIGHT_LLM_FORMAT``       ``json_schema`` (default), ``tool``, ``json_object`` or ``text``
+``LOOPWRIGHT_REVIEWER_*``       the same for the reviewer (``BASE_URL``, ``MODEL`` — default
+                                ``llama3.1:8b`` —, ``API_KEY``, ``PRICE``, ``FORMAT``); unset
+                                ones fall back to the actor's, except the model
+``LOOPWRIGHT_ALLOW_SELF_REVIEW`` ``1`` lets the reviewer be the actor's own model
+==============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import loopwright as lw
+from loopwright.adapters import ChatActor, ChatReviewer
+
+DEFAULT_BASE_URL = "http://localhost:11434/v1"
+DEFAULT_ACTOR_MODEL = "qwen2.5:7b-instruct"
+DEFAULT_REVIEWER_MODEL = "llama3.1:8b"
+
+RUBRIC = """\
+The config must suit the environment and workload the goal describes, not only its letter:
+- production services use TLS, never log at debug level, and run more than one replica;
+- timeouts suit the workload: seconds for interactive requests, minutes for long batch jobs;
+- every value has the right JSON type: integers for port, replicas and timeout_s, a boolean
+  for tls, one of debug/info/warning/error for log_level;
+- nothing is over-provisioned without a reason in the goal.
+Flag each value that is wrong, or that meets the goal's numbers but not its intent, on its own
+part of the "config" artifact."""
+
+
+def _env(name: str, default: str | None = None, *, fallback: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    if value is None and fallback is not None:
+        value = os.environ.get(fallback)
+    return value if value not in (None, "") else default
+
+
+def _settings(prefix: str, model_default: str) -> dict[str, Any]:
+    actor = "LOOPWRIGHT_LLM_"
+    fb = None if prefix == actor else actor
+    return {
+        "base_url": _env(f"{prefix}BASE_URL", DEFAULT_BASE_URL, fallback=fb and f"{fb}BASE_URL"),
+        "model": _env(f"{prefix}MODEL", model_default),
+        "api_key": _env(f"{prefix}API_KEY", fallback=fb and f"{fb}API_KEY"),
+        "price": _env(f"{prefix}PRICE", fallback=fb and f"{fb}PRICE"),
+        "timeout_s": float(_env(f"{prefix}TIMEOUT_S", "120", fallback=fb and f"{fb}TIMEOUT_S")),
+        "response_format": _env(f"{prefix}FORMAT", "json_schema", fallback=fb and f"{fb}FORMAT"),
+    }
+
+
+def actor(**options: Any) -> ChatActor:
+    """The actor, configured from ``LOOPWRIGHT_LLM_*``; ``options`` (from the spec) win."""
+    s = _settings("LOOPWRIGHT_LLM_", DEFAULT_ACTOR_MODEL)
+    model = s.pop("model")
+    return ChatActor(model, **{**s, **options})
+
+
+def reviewer(**options: Any) -> ChatReviewer:
+    """The reviewer, configured from ``LOOPWRIGHT_REVIEWER_*`` (falling back to the actor's
+    endpoint, key, price and format, never its model)."""
+    s = _settings("LOOPWRIGHT_REVIEWER_", DEFAULT_REVIEWER_MODEL)
+    model = s.pop("model")
+    allow = _env("LOOPWRIGHT_ALLOW_SELF_REVIEW", "0") in ("1", "true", "yes")
+    return ChatReviewer(model, rubric=RUBRIC, allow_self_review=allow, **{**s, **options})
+
+
+# --- deterministic checks ---------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _range_problem(name: str, value: Any, lo: Any, hi: Any) -> str | None:
+    if not _is_int(value):
+        return f"{name} must be an integer, got {value!r}"
+    if lo is not None and value < lo:
+        return f"{name} must be at least {lo}, got {value}"
+    if hi is not None and value > hi:
+        return f"{name} must be at most {hi}, got {value}"
+    return None
+
+
+def _problems(config: Mapping[str, Any], req: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """``{part: (message, expected)}`` for every requirement the config misses."""
+    out: dict[str, tuple[str, Any]] = {}
+    if "port" in req and (not _is_int(config.get("port")) or config.get("port") != req["port"]):
+        out["port"] = (f"port must be the integer {req['port']}", req["port"])
+    if "tls" in req and config.get("tls") is not req["tls"]:
+        out["tls"] = (f"tls must be the boolean {str(req['tls']).lower()}", req["tls"])
+    lo, hi = req.get("min_replicas"), req.get("max_replicas")
+    why = _range_problem("replicas", config.get("replicas"), lo, hi)
+    if why:
+        out["replicas"] = (why, {"min": lo, "max": hi})
+    levels = req.get("log_levels")
+    if levels is not None and config.get("log_level") not in levels:
+        out["log_level"] = (f"log_level must be one of {list(levels)}", list(levels))
+    lo, hi = req.get("min_timeout_s"), req.get("max_timeout_s")
+    why = _range_problem("timeout_s", config.get("timeout_s"), lo if lo is not None else 1, hi)
+    if why:
+        out["timeout_s"] = (why, {"min": lo if lo is not None else 1, "max": hi})
+    return out
+
+
+def _verdict(
+    config: Mapping[str, Any], problems: Mapping[str, tuple[str, Any]], dimension: str
+) -> lw.Verdict:
+    findings = tuple(
+        lw.Finding(
+            msg,
+            "config",
+            part,
+            dimension,
+            evidence={"expected": expected, "actual": config.get(part)},
+        )
+        for part, (msg, expected) in problems.items()
+    )
+    parts = max(len(config), 1)
+    return lw.Verdict(
+        passed=not findings,
+        score=max(0.0, 1 - len(findings) / parts),
+        findings=findings,
+    )
+
+
+def requirements(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Visible: the requirements the task states, one located finding per part that misses."""
+    config = state.artifacts["config"].values()
+    problems = _problems(config, state.task.get("requirements") or {})
+    unknown = sorted(set(config) - {"port", "tls", "replicas", "log_level", "timeout_s"})
+    for part in unknown:
+        problems[part] = (f"{part} is not a known setting; remove it", None)
+    if config.get("log_level") not in LOG_LEVELS and "log_level" not in problems:
+        problems["log_level"] = (f"log_level must be one of {list(LOG_LEVELS)}", list(LOG_LEVELS))
+    return _verdict(config, problems, "requirement")
+
+
+def policy_audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Held out: the organisation's policy in the task's ``held_out`` key (a replica cap, a
+    timeout floor), which neither the actor nor the reviewer is shown."""
+    config = state.artifacts["config"].values()
+    policy = state.task.get("held_out") or {}
+    problems: dict[str, tuple[str, Any]] = {}
+    cap = policy.get("max_replicas")
+    replicas = config.get("replicas")
+    if cap is not None and _is_int(replicas) and replicas > cap:
+        problems["replicas"] = (f"policy caps replicas at {cap}", cap)
+    floor = policy.get("min_timeout_s")
+    timeout = config.get("timeout_s")
+    if floor is not None and isinstance(timeout, int | float) and timeout < floor:
+        problems["timeout_s"] = (f"policy needs timeouts of at least {floor} s", floor)
+    return _verdict(config, problems, "policy")
+
+
+def disables_tls(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+    """Risk: turning TLS off is a person's decision, whatever the checks say."""
+    for edit in proposal.changes():
+        if edit.artifact == "config" and edit.part == "tls" and edit.value is False:
+            return "the proposal turns TLS off"
+    return None

@@ -1,0 +1,475 @@
+"""Feedback memory: scoped, typed feedback retrieved into later contexts (learning outside the
+weights).
+
+Each item has a **scope** — ``task`` (one task key), ``project`` (one project) or ``global`` —
+and a **signal** from the seed's feedback hierarchy, whose default **strength** says how much
+the signal can support (``DEFAULT_STRENGTH``). Feedback keeps its context: retrieval for a task
+of project A sees that task's items, project A's items and confirmed global items, never
+another task's or another project's. Nothing becomes global by itself: ``propose_global``
+turns the same feedback active in several projects into a *candidate* that a person confirms.
+
+Statuses: ``active`` (retrieved), ``candidate`` (waits for a person's ``confirm``; never
+retrieved), ``forgotten`` (never retrieved; kept for audit). Every status change is recorded
+in the item's ``history`` with who made it and when.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import re
+import time
+import unicodedata
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+
+from ._errors import ConfigError, LoopwrightError
+
+if TYPE_CHECKING:
+    from .store._base import Store
+
+__all__ = [
+    "DEFAULT_STRENGTH",
+    "MEMORY_SCOPES",
+    "MEMORY_SIGNALS",
+    "MEMORY_STATUSES",
+    "FeedbackMemory",
+    "MemoryItem",
+    "MemoryNotFoundError",
+    "MemoryStatus",
+    "Scope",
+    "Signal",
+]
+
+Scope = Literal["task", "project", "global"]
+Signal = Literal["correction", "accept", "reject", "edit", "export", "repeated", "reflection"]
+MemoryStatus = Literal["active", "candidate", "forgotten"]
+
+MEMORY_SCOPES: tuple[Scope, ...] = get_args(Scope)
+MEMORY_SIGNALS: tuple[Signal, ...] = get_args(Signal)
+MEMORY_STATUSES: tuple[MemoryStatus, ...] = get_args(MemoryStatus)
+
+DEFAULT_STRENGTH: dict[Signal, float] = {
+    # An explicit correction says what was wrong and why: it supports a rule or a revised fact
+    # (for its task), so it is the strongest signal.
+    "correction": 1.0,
+    # A final export selects the artifact for delivery: stronger evidence of acceptance than a
+    # review click, but it does not prove every element was ideal.
+    "export": 0.8,
+    # Accept/reject says whether a candidate passed a review step, not why.
+    "accept": 0.6,
+    "reject": 0.6,
+    # The same feedback across projects is a possible recurring preference, never a permanent
+    # profile without a person's confirmation (global items start as candidates).
+    "repeated": 0.5,
+    # An edit shows which attributes or regions changed; not every edit reflects a stable
+    # preference.
+    "edit": 0.4,
+    # A reflection is the system's own verbal note after a failed cycle (Reflexion): useful to
+    # the next attempt, but no person said it, so it is the weakest.
+    "reflection": 0.3,
+}
+
+MAX_TEXT_CHARS = 10_000
+"""Longest text an item may hold: memory is notes for a context, not a place for artifacts."""
+
+RELEVANCE_FLOOR = 0.1
+"""Relevance of an item that shares no word with the query (or of every item for an empty
+query): it still ranks by strength, below items that match."""
+
+PROPOSER = "loopwright:propose_global"
+"""The ``by`` of global candidates created by ``propose_global``."""
+
+_SCOPE_RANK: dict[str, int] = {"task": 0, "project": 1, "global": 2}
+
+
+class MemoryNotFoundError(LoopwrightError, LookupError):
+    """No feedback-memory item has that id."""
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One piece of feedback, as stored."""
+
+    memory_id: str
+    scope: Scope
+    scope_key: str
+    """The task key (``task``), the project (``project``) or ``""`` (``global``)."""
+    signal: Signal
+    strength: float
+    """In [0, 1]; by default ``DEFAULT_STRENGTH[signal]``."""
+    text: str
+    rule: dict[str, Any] | None
+    """Optional structured form of the feedback (for instance ``{"palette": "blue"}``)."""
+    source: dict[str, Any]
+    """Where it came from: ``run_id``, ``cycle``, ``part``, … (``projects`` for proposals)."""
+    by: str
+    """Who gave it: a person's name, or the component that wrote it."""
+    status: MemoryStatus
+    created_at: float
+    updated_at: float
+    history: tuple[dict[str, Any], ...] = field(default=())
+    """Status changes after creation, oldest first: ``{"status", "by", "at"}`` each."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "memory_id": self.memory_id,
+            "scope": self.scope,
+            "scope_key": self.scope_key,
+            "signal": self.signal,
+            "strength": self.strength,
+            "text": self.text,
+            "rule": self.rule,
+            "source": self.source,
+            "by": self.by,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "history": [dict(h) for h in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryItem:
+        rule = data.get("rule")
+        return cls(
+            memory_id=str(data["memory_id"]),
+            scope=cast("Scope", data["scope"]),
+            scope_key=str(data.get("scope_key") or ""),
+            signal=cast("Signal", data["signal"]),
+            strength=float(data["strength"]),
+            text=str(data["text"]),
+            rule=dict(rule) if rule is not None else None,
+            source=dict(data.get("source") or {}),
+            by=str(data["by"]),
+            status=cast("MemoryStatus", data["status"]),
+            created_at=float(data["created_at"]),
+            updated_at=float(data["updated_at"]),
+            history=tuple(dict(h) for h in data.get("history") or ()),
+        )
+
+
+# --- text normalisation and relevance ----------------------------------------------------
+_WORD = re.compile(r"\w+")
+_STOPWORD_TEXT = (
+    "a an and are as at be but by do does for from has have in is it its not of on or so "
+    "that the their them then there these this to was were will with"
+)
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+def normalise_text(text: str) -> str:
+    """The form two pieces of feedback are compared in: case, spacing and final punctuation
+    do not matter."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(text.split()).rstrip(".!;")
+
+
+def feedback_key(text: str, rule: Mapping[str, Any] | None) -> tuple[str, str]:
+    """Identity of a piece of feedback across scopes: normalised text and canonical rule."""
+    canon = json.dumps(rule, sort_keys=True, separators=(",", ":"), default=str) if rule else ""
+    return normalise_text(text), canon
+
+
+def _terms(text: str) -> list[str]:
+    out = []
+    for word in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if len(word) < 2 or word in _STOPWORDS:
+            continue
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]  # crude plural folding: "colours" matches "colour"
+        out.append(word)
+    return out
+
+
+def _item_terms(item: MemoryItem) -> list[str]:
+    rule = json.dumps(item.rule, default=str) if item.rule else ""
+    return _terms(f"{item.text} {rule}")
+
+
+def _relevance(query: str, items: Sequence[MemoryItem]) -> list[float]:
+    """BM25 of each item against the query, scaled to [RELEVANCE_FLOOR, 1] (best match = 1)."""
+    q = set(_terms(query))
+    if not q or not items:
+        return [RELEVANCE_FLOOR] * len(items)
+    docs = [Counter(_item_terms(it)) for it in items]
+    n = len(docs)
+    avg_len = max(sum(sum(d.values()) for d in docs) / n, 1.0)
+    k1, b = 1.2, 0.75
+    raw = []
+    for d in docs:
+        length = sum(d.values())
+        score = 0.0
+        for term in q:
+            tf = d.get(term, 0)
+            if not tf:
+                continue
+            df = sum(1 for other in docs if term in other)
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg_len))
+        raw.append(score)
+    best = max(raw)
+    if best <= 0:
+        return [RELEVANCE_FLOOR] * n
+    return [RELEVANCE_FLOOR + (1 - RELEVANCE_FLOOR) * s / best for s in raw]
+
+
+# --- validation ------------------------------------------------------------------------------
+def _check_choice(value: object, choices: Sequence[str], name: str) -> None:
+    if value not in choices:
+        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=name)
+
+
+def _check_name(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError("must be a non-empty string", field=name)
+    return value.strip()
+
+
+def _check_json(value: object, name: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"must be a JSON object (a dict), not {type(value).__name__}", field=name)
+    try:
+        text = json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"must be JSON-serialisable ({exc})", field=name) from None
+    return cast("dict[str, Any]", json.loads(text))
+
+
+class FeedbackMemory:
+    """Scoped feedback memory over a store (SQLite or PostgreSQL).
+
+    Not fenced by a run lease: people write it too (``loopwright memory add``), and every write
+    is a single row, so concurrent writers need no coordination.
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+
+    # --- writing -------------------------------------------------------------------------
+    def add(
+        self,
+        *,
+        scope: Scope,
+        scope_key: str = "",
+        signal: Signal,
+        text: str,
+        rule: Mapping[str, Any] | None = None,
+        source: Mapping[str, Any] | None = None,
+        by: str,
+        strength: float | None = None,
+    ) -> MemoryItem:
+        """Store one piece of feedback. Task and project items are ``active`` at once; a
+        ``global`` item is always a ``candidate`` until a person ``confirm``\\ s it.
+
+        Raises ``ConfigError`` naming the field at fault."""
+        _check_choice(scope, MEMORY_SCOPES, "scope")
+        _check_choice(signal, MEMORY_SIGNALS, "signal")
+        if not isinstance(scope_key, str):
+            raise ConfigError("must be a string", field="scope_key")
+        scope_key = scope_key.strip()
+        if scope in ("task", "project") and not scope_key:
+            what = "task key" if scope == "task" else "project"
+            raise ConfigError(f"{scope} scope needs the {what}", field="scope_key")
+        if scope == "global" and scope_key:
+            raise ConfigError("global scope takes no key", field="scope_key")
+        if not isinstance(text, str):
+            raise ConfigError("must be a string", field="text")
+        text = text.strip()
+        rule_obj = _check_json(rule, "rule")
+        if not text and not rule_obj:
+            raise ConfigError("give the feedback as text or as a rule", field="text")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ConfigError(
+                f"{len(text)} characters; at most {MAX_TEXT_CHARS} (memory holds notes, not "
+                "artifacts)",
+                field="text",
+            )
+        source_obj = _check_json(source, "source") or {}
+        if source_obj.get("held_out"):
+            raise ConfigError(
+                "held-out verdicts never enter memory (source marked held_out)", field="source"
+            )
+        by = _check_name(by, "by")
+        if strength is None:
+            strength = DEFAULT_STRENGTH[signal]
+        elif (
+            isinstance(strength, bool)
+            or not isinstance(strength, int | float)
+            or not math.isfinite(strength)
+            or not 0.0 <= strength <= 1.0
+        ):
+            raise ConfigError(f"must be a number in [0, 1] (got {strength!r})", field="strength")
+        now = self._clock()
+        item = MemoryItem(
+            memory_id=uuid.uuid4().hex[:16],
+            scope=scope,
+            scope_key=scope_key,
+            signal=signal,
+            strength=float(strength),
+            text=text,
+            rule=rule_obj,
+            source=source_obj,
+            by=by,
+            status="candidate" if scope == "global" else "active",
+            created_at=now,
+            updated_at=now,
+        )
+        self.store.memory_add(item.to_dict())
+        return item
+
+    def confirm(self, memory_id: str, *, by: str) -> MemoryItem:
+        """A person confirms a candidate: it becomes ``active`` (and is retrieved from now on).
+        Confirming an active item changes nothing; a forgotten one raises ``ConflictError``."""
+        by = _check_name(by, "by")
+        row = self.store.memory_set_status(
+            _check_name(memory_id, "memory_id"),
+            "active",
+            by=by,
+            now=self._clock(),
+            expect=("candidate",),
+        )
+        return MemoryItem.from_dict(row)
+
+    def forget(self, memory_id: str, *, by: str) -> MemoryItem:
+        """Hide an item from retrieval for good; it stays in the store for audit."""
+        by = _check_name(by, "by")
+        row = self.store.memory_set_status(
+            _check_name(memory_id, "memory_id"), "forgotten", by=by, now=self._clock()
+        )
+        return MemoryItem.from_dict(row)
+
+    def propose_global(self, *, min_projects: int = 3) -> list[MemoryItem]:
+        """Turn the same feedback (normalised text and rule) active in project scope in at
+        least ``min_projects`` distinct projects into one global **candidate** (signal
+        ``repeated``; ``source["projects"]`` lists the projects). Returns the new candidates.
+
+        Idempotent: feedback that already has a global item — candidate, active or forgotten
+        (a person declined it) — is not proposed again."""
+        if isinstance(min_projects, bool) or not isinstance(min_projects, int) or min_projects < 2:
+            raise ConfigError(
+                "must be an integer of at least 2 (one project's habit is not a global preference)",
+                field="min_projects",
+            )
+        project_items = self.store.memory_query(scopes=[("project", None)], status="active")
+        seen_global = {
+            feedback_key(g["text"], g.get("rule"))
+            for g in self.store.memory_query(scopes=[("global", None)])
+        }
+        groups: dict[tuple[str, str], list[MemoryItem]] = {}
+        for row in project_items:
+            it = MemoryItem.from_dict(row)
+            groups.setdefault(feedback_key(it.text, it.rule), []).append(it)
+        out = []
+        for key, items in groups.items():
+            projects = sorted({it.scope_key for it in items})
+            if len(projects) < min_projects or key in seen_global:
+                continue
+            first = min(items, key=lambda it: (it.created_at, it.memory_id))
+            out.append(
+                self.add(
+                    scope="global",
+                    signal="repeated",
+                    text=first.text,
+                    rule=first.rule,
+                    source={
+                        "projects": projects,
+                        "memory_ids": sorted(it.memory_id for it in items),
+                        "signals": sorted({it.signal for it in items}),
+                    },
+                    by=PROPOSER,
+                )
+            )
+            seen_global.add(key)
+        return out
+
+    # --- reading -------------------------------------------------------------------------
+    def get(self, memory_id: str) -> MemoryItem:
+        """The item with this id; ``MemoryNotFoundError`` if there is none."""
+        rows = self.store.memory_query(memory_id=_check_name(memory_id, "memory_id"))
+        if not rows:
+            raise MemoryNotFoundError(f"no memory item {memory_id!r} in {self.store.url}")
+        return MemoryItem.from_dict(rows[0])
+
+    def list(
+        self,
+        *,
+        scope: Scope | None = None,
+        scope_key: str | None = None,
+        status: MemoryStatus | None = None,
+        limit: int | None = None,
+    ) -> list[MemoryItem]:
+        """Items, newest first, optionally of one scope, one key, one status."""
+        if scope is not None:
+            _check_choice(scope, MEMORY_SCOPES, "scope")
+        if status is not None:
+            _check_choice(status, MEMORY_STATUSES, "status")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ConfigError("must be a non-negative integer", field="limit")
+        scopes: builtins.list[tuple[str, str | None]] | None = None
+        if scope is not None:
+            scopes = [(scope, scope_key)]
+        elif scope_key is not None:
+            scopes = [(s, scope_key) for s in MEMORY_SCOPES]
+        rows = self.store.memory_query(scopes=scopes, status=status, limit=limit)
+        return [MemoryItem.from_dict(r) for r in rows]
+
+    def retrieve(
+        self, *, task_key: str, project: str, query: str = "", limit: int = 5
+    ) -> builtins.list[MemoryItem]:
+        """The feedback to put in a context for task ``task_key`` of ``project``: active items of
+        that task, of that project, and confirmed global ones — never another task's or
+        project's. Ranked by strength × relevance to ``query`` (BM25 over text and rule, with
+        a floor, so an empty query ranks by strength alone); on ties task scope comes before
+        project before global, then newer before older. The same feedback held in several
+        scopes is returned once, in its best-ranked scope."""
+        if not isinstance(task_key, str):
+            raise ConfigError("must be a string", field="task_key")
+        if not isinstance(project, str):
+            raise ConfigError("must be a string", field="project")
+        if not isinstance(query, str):
+            raise ConfigError("must be a string", field="query")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigError("must be a non-negative integer", field="limit")
+        if limit == 0:
+            return []
+        scopes: builtins.list[tuple[str, str | None]] = [("global", "")]
+        if task_key:
+            scopes.append(("task", task_key))
+        if project:
+            scopes.append(("project", project))
+        rows = self.store.memory_query(scopes=scopes, status="active")
+        items = [MemoryItem.from_dict(r) for r in rows]
+        # Belt and braces: the store filtered already; nothing of another scope gets through.
+        allowed = {(s, k) for s, k in scopes}
+        items = [it for it in items if (it.scope, it.scope_key) in allowed]
+        relevance = _relevance(query, items)
+        ranked = sorted(
+            zip(items, relevance, strict=True),
+            key=lambda pair: (
+                -round(pair[0].strength * pair[1], 9),
+                _SCOPE_RANK[pair[0].scope],
+                -pair[0].strength,
+                -pair[0].updated_at,
+                pair[0].memory_id,
+            ),
+        )
+        out: builtins.list[MemoryItem] = []
+        seen: set[tuple[str, str]] = set()
+        for it, _ in ranked:
+            key = feedback_key(it.text, it.rule)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(it)
+            if len(out) == limit:
+                break
+        return out

@@ -1,0 +1,56 @@
+"""Model adapters: actors and reviewers backed by OpenAI-compatible chat endpoints.
+
+``ChatActor`` turns a ``Context`` into a ``Proposal``; ``ChatReviewer`` judges a candidate
+against a rubric and returns a located ``Verdict``. Both talk to any chat-completions server
+(OpenAI, vLLM, Ollama, llama.cpp, LM Studio) through the ``openai`` SDK, imported on first use
+(``pip install 'loopwright[openai]'``). Retries are the engine's; cost is usage × price
+(``PriceOverride``, else ``genai-prices``, else 0). See ``docs/models.md``.
+"""
+
+from __future__ import annotations
+
+from ._prices import Priced, PriceOverride, price_call
+from ._prompt import (
+    CONTEXT_FIELDS,
+    REVIEW_FIELDS,
+    context_sections,
+    render_context,
+    render_review,
+    review_sections,
+)
+from ._schema import PROPOSAL_SCHEMA, REVIEW_SCHEMA, MalformedReplyError, parse_reply, validate
+from .openai_chat import (
+    ACTOR_SYSTEM_PROMPT,
+    DEFAULT_BASE_URL,
+    REVIEWER_SYSTEM_PROMPT,
+    ChatActor,
+    ChatReviewer,
+    ModelReply,
+    ResponseFormat,
+    normalise_base_url,
+)
+
+__all__ = [
+    "ACTOR_SYSTEM_PROMPT",
+    "CONTEXT_FIELDS",
+    "DEFAULT_BASE_URL",
+    "PROPOSAL_SCHEMA",
+    "REVIEWER_SYSTEM_PROMPT",
+    "REVIEW_FIELDS",
+    "REVIEW_SCHEMA",
+    "ChatActor",
+    "ChatReviewer",
+    "MalformedReplyError",
+    "ModelReply",
+    "PriceOverride",
+    "Priced",
+    "ResponseFormat",
+    "context_sections",
+    "normalise_base_url",
+    "parse_reply",
+    "price_call",
+    "render_context",
+    "render_review",
+    "review_sections",
+    "validate",
+]

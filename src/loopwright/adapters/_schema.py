@@ -1,0 +1,219 @@
+"""The JSON a model must reply with, and a small validator for it.
+
+The schemas below are sent to the model (``response_format`` JSON schema, a tool's parameters,
+or quoted in the prompt) and the reply is checked against the *same* schema by ``validate``: a
+hand-written validator for the subset of JSON Schema they use (``type`` with type lists,
+``properties``, ``required``, ``additionalProperties: false``, ``items``, ``enum``,
+``minimum``/``maximum``, ``minLength``). It needs no ``jsonschema`` package. A reply that is not
+JSON, or does not fit, raises ``MalformedReplyError`` — a ``TransientError``, so the engine
+retries it under the loop's retry policy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .._retry import TransientError
+from .._usage import Usage
+
+__all__ = [
+    "PROPOSAL_SCHEMA",
+    "REVIEW_SCHEMA",
+    "MalformedReplyError",
+    "parse_reply",
+    "validate",
+]
+
+
+class MalformedReplyError(TransientError):
+    """The model's reply was not JSON or did not fit the schema.
+
+    A ``TransientError``: sampling again may give a well-formed reply, so the engine retries it
+    (and gives up, escalating the run, once the retry policy's attempts are spent).
+
+    Attributes:
+        reason: what was wrong, naming the JSON path at fault.
+        raw: the start of the reply as received (at most 2,000 characters).
+        usage: what the malformed reply cost (set by the adapter). The adapter also adds it
+            to the same run's next successful call, so an engine that charges it here as well
+            would count it twice.
+    """
+
+    def __init__(self, reason: str, raw: str = "") -> None:
+        self.reason = reason
+        self.raw = raw[:2000]
+        self.usage: Usage | None = None
+        super().__init__(f"malformed model reply: {reason}")
+
+    def __reduce__(self) -> tuple[type[MalformedReplyError], tuple[str, str], dict[str, Any]]:
+        return (type(self), (self.reason, self.raw), {"usage": self.usage})
+
+
+_EDIT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "artifact": {"type": "string", "minLength": 1},
+        "part": {"type": "string", "minLength": 1},
+        "value": {"description": "the part's complete new value (any JSON value)"},
+    },
+    "required": ["artifact", "part", "value"],
+    "additionalProperties": False,
+}
+
+_QUESTION: dict[str, Any] = {
+    "type": ["object", "null"],
+    "properties": {
+        "text": {"type": "string", "minLength": 1},
+        "choices": {"type": "array", "items": {"type": "string"}},
+        "type": {"type": "string", "enum": ["text", "number", "integer", "boolean"]},
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+PROPOSAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "edits": {"type": "array", "items": _EDIT},
+        "note": {"type": "string"},
+        "escalate": {"type": ["string", "null"]},
+        "question": _QUESTION,
+    },
+    "required": ["edits"],
+    "additionalProperties": False,
+}
+"""What an actor model replies: local edits to named parts, a note, and optionally a reason to
+escalate or a question for a person."""
+
+_REVIEW_FINDING: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "artifact": {"type": ["string", "null"]},
+        "part": {"type": ["string", "null"]},
+        "dimension": {"type": "string"},
+        "message": {"type": "string", "minLength": 1},
+        "severity": {"type": "string", "enum": ["error", "warning"]},
+    },
+    "required": ["message"],
+    "additionalProperties": False,
+}
+
+REVIEW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "passed": {"type": "boolean"},
+        "summary": {"type": "string"},
+        "findings": {"type": "array", "items": _REVIEW_FINDING},
+    },
+    "required": ["score", "passed", "findings"],
+    "additionalProperties": False,
+}
+"""What a reviewer model replies: a score in [0, 1], pass or fail, and located findings."""
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "number": (int, float),
+    "integer": (int,),
+}
+
+
+def _is(value: Any, name: str) -> bool:
+    if name in ("number", "integer") and isinstance(value, bool):
+        return False  # JSON has no boolean numbers, Python does
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES.get(name, (object,)))
+
+
+def validate(value: Any, schema: Mapping[str, Any], path: str = "$") -> list[str]:
+    """Every way ``value`` does not fit ``schema``, as ``"$.edits[0].part: ..."`` lines."""
+    errors: list[str] = []
+    wanted = schema.get("type")
+    if wanted is not None:
+        names = [wanted] if isinstance(wanted, str) else list(wanted)
+        if not any(_is(value, n) for n in names):
+            return [f"{path}: expected {' or '.join(names)}, got {_json_type(value)}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: must be one of {list(schema['enum'])}, got {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path}: must be ≥ {schema['minimum']}, got {value}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path}: must be ≤ {schema['maximum']}, got {value}")
+    if isinstance(value, str) and len(value.strip()) < int(schema.get("minLength", 0)):
+        errors.append(f"{path}: must not be empty")
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties", {})
+        for key in schema.get("required", ()):
+            if key not in value:
+                errors.append(f"{path}: missing required key {key!r}")
+        for key, item in value.items():
+            if key in props:
+                errors.extend(validate(item, props[key], f"{path}.{key}"))
+            elif schema.get("additionalProperties") is False:
+                errors.append(f"{path}: unexpected key {key!r} (expected {sorted(props)})")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            errors.extend(validate(item, schema["items"], f"{path}[{i}]"))
+    return errors
+
+
+def _json_type(value: Any) -> str:
+    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
+        if _is(value, name) and not (name == "integer" and isinstance(value, float)):
+            return name
+    return type(value).__name__
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def _candidates(text: str) -> list[str]:
+    """Readings of a reply to try in turn: as is; without a reasoning model's ``<think>``
+    block; the first fenced code block; the span from the first ``{`` to the last ``}``."""
+    out = [text]
+    stripped = _THINK.sub("", text).strip()
+    out.append(stripped)
+    fenced = _FENCE.search(stripped)
+    if fenced:
+        out.append(fenced.group(1).strip())
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if 0 <= start < end:
+        out.append(stripped[start : end + 1])
+    return out
+
+
+def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The reply's JSON object, checked against ``schema``; ``MalformedReplyError`` otherwise.
+
+    Lenient about the wrapping (a code fence, a ``<think>`` block, prose around one object),
+    strict about the object itself.
+    """
+    if text is None or not text.strip():
+        raise MalformedReplyError("the reply is empty", text or "")
+    parsed: list[Any] = []
+    for candidate in _candidates(text):
+        try:
+            parsed.append(json.loads(candidate))
+        except ValueError:
+            continue
+        if isinstance(parsed[-1], dict):
+            break
+    if not parsed:
+        raise MalformedReplyError("the reply is not JSON", text)
+    data = parsed[-1] if isinstance(parsed[-1], dict) else parsed[0]
+    errors = validate(data, schema)
+    if errors:
+        shown = "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
+        raise MalformedReplyError(f"the reply does not fit the schema: {shown}", text)
+    return dict(data)

@@ -1,0 +1,767 @@
+"""Actors and reviewers backed by an OpenAI-compatible chat-completions endpoint.
+
+Any server that speaks ``POST /v1/chat/completions`` works: OpenAI, vLLM, Ollama, llama.cpp's
+server, LM Studio and the like; pass its ``base_url``. The ``openai`` SDK is imported on first
+use (``pip install 'loopwright[openai]'``).
+
+**Retries are the engine's.** The client is created with ``max_retries=0`` and every failure is
+raised for the engine to classify and retry under the loop's ``RetryPolicy`` (attempts are
+persisted, so the bound holds across restarts): timeouts, connection errors, 408/425/429
+(honouring ``Retry-After``) and 5xx are transient; 401/403 need a person; other 4xx are
+permanent. A reply that is not JSON or does not fit the schema raises ``MalformedReplyError``, a
+``TransientError``: it is sampled again.
+
+**Cost** comes from the response's ``usage`` times a price (``_prices``): the user's
+``PriceOverride``, else ``genai-prices``, else 0 with one logged warning. The tokens and cost of
+a malformed reply are carried over into the same run's next successful call, so a retry never
+makes spend disappear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import ipaddress
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from .._errors import ConfigError
+from .._proposal import Context, Edit, Proposal, Verdict
+from .._question import Question
+from .._retry import PermanentError, status_code
+from .._state import Finding, TaskState
+from .._usage import Usage
+from ._prices import Priced, PriceOverride, price_call
+from ._prompt import (
+    CONTEXT_FIELDS,
+    REVIEW_FIELDS,
+    apply_template,
+    check_template,
+    context_sections,
+    review_sections,
+)
+from ._schema import PROPOSAL_SCHEMA, REVIEW_SCHEMA, MalformedReplyError, parse_reply
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = [
+    "ACTOR_SYSTEM_PROMPT",
+    "DEFAULT_BASE_URL",
+    "REVIEWER_SYSTEM_PROMPT",
+    "ChatActor",
+    "ChatReviewer",
+    "ModelReply",
+    "ResponseFormat",
+    "normalise_base_url",
+]
+
+_log = logging.getLogger("loopwright.adapters")
+
+_NO_SDK = "the OpenAI-compatible adapters need the openai SDK: pip install 'loopwright[openai]'"
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""Where the ``openai`` SDK sends requests when neither ``base_url`` nor ``OPENAI_BASE_URL``
+says otherwise."""
+
+ResponseFormat = Literal["json_schema", "tool", "json_object", "text"]
+_FORMATS: tuple[str, ...] = ("json_schema", "tool", "json_object", "text")
+# When a server answers 400 to a structured-output request it does not support, the adapter
+# steps down once per call and remembers the step for the next calls.
+_FALLBACK: dict[str, str] = {
+    "json_schema": "json_object",
+    "tool": "json_object",
+    "json_object": "text",
+}
+_FORMAT_WORDS: dict[str, tuple[str, ...]] = {
+    "json_schema": ("response_format", "json_schema", "structured output"),
+    "tool": ("tool", "function"),
+    "json_object": ("response_format", "json_object", "json mode"),
+}
+
+ACTOR_SYSTEM_PROMPT = """\
+You are the actor in a governed repair loop. Each turn you see a goal, the current artifacts \
+(each made of named parts), the findings of independent checks on the last attempt (with \
+their evidence), notes from people, remembered feedback, and the budget left.
+
+Propose the smallest set of edits to named parts that resolves the findings and moves the \
+artifacts toward the goal. Each edit gives a part's complete new value. Do not touch parts \
+marked accepted (read-only). Do not edit parts that have no finding unless the goal requires \
+it. Explain what you changed and why in "note".
+
+If the task is ambiguous and a person could settle it, set "question" (with "choices" when \
+the options are known) instead of guessing. If a person must act (contradictory \
+instructions, missing permission, evidence that the task itself is wrong), set "escalate" to \
+the reason. Otherwise leave both null."""
+
+REVIEWER_SYSTEM_PROMPT = """\
+You are an independent reviewer. You did not write the candidate you are shown, and you must \
+judge it only against the rubric and the goal, not against anyone's explanation of it.
+
+Give a score from 0 (unusable) to 1 (fully meets the rubric), "passed" true only if the \
+candidate is acceptable as it stands, a one-sentence "summary", and one finding per problem. \
+Locate each finding: the "artifact" and "part" it concerns (exactly as named in the candidate; \
+null for a problem of the whole artifact or run), a short "dimension" (what kind of problem), \
+a "message" that says what is wrong and what would fix it, and "severity": "error" for a \
+problem that must be fixed, "warning" for a suggestion."""
+
+_FORMAT_TAIL = """
+
+Reply with one JSON object and nothing else (no prose, no code fence), matching this JSON \
+schema:
+{schema}"""
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def normalise_base_url(url: str | None) -> str:
+    """The endpoint a client talks to, in one canonical spelling: ``None`` is
+    ``OPENAI_BASE_URL`` or OpenAI's default; the scheme and host are lower-cased, a default port
+    and a trailing slash dropped, and every loopback address (``127.0.0.1``, ``::1``,
+    ``0.0.0.0``) spelled ``localhost`` — so two spellings of one server compare equal."""
+    raw = (url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+    parts = urlsplit(raw if "://" in raw else f"http://{raw}")
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if _loopback(host):
+        host = "localhost"
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    port = parts.port
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
+
+
+def _normalise_model(model: str) -> str:
+    model = model.strip()
+    # Ollama serves "llama3" and "llama3:latest" as the same model.
+    return model.removesuffix(":latest")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One model call as the adapter saw it (``last_reply`` keeps the most recent one).
+
+    Attributes:
+        data: the reply's JSON object, validated; ``None`` when the model refused.
+        refusal: the model's refusal (or the provider's content filter), if any.
+        model: the model name the server reported (or the one asked for).
+        response_format: the structured-output mode actually used.
+        input_tokens: prompt tokens (cached ones included).
+        output_tokens: completion tokens.
+        cached_tokens: prompt tokens served from the provider's cache.
+        usage: tokens and cost charged for this call (carried-over spend included).
+        priced: where the price came from.
+        finish_reason: why the model stopped.
+        seconds: wall-clock time of the HTTP call(s).
+    """
+
+    data: dict[str, Any] | None
+    refusal: str | None
+    model: str
+    response_format: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    usage: Usage
+    priced: Priced
+    finish_reason: str | None
+    seconds: float
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, int(value))
+
+
+def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The reply's text and whether it came from a tool call: the first function call's
+    arguments when there is one, else the content (text parts joined)."""
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
+            return fn["arguments"], True
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, Mapping)
+        )  # some servers send content parts
+    return (content if isinstance(content, str) else None), False
+
+
+class _ChatModel:
+    """What actors and reviewers share: endpoint, client, structured output, usage, price."""
+
+    _schema: dict[str, Any]
+    _schema_name: str
+    _role: str
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        system_prompt: str,
+        temperature: float | None,
+        timeout_s: float,
+        price: PriceOverride | Mapping[str, Any] | Sequence[float] | str | None,
+        provider: str | None,
+        response_format: ResponseFormat,
+        extra_body: Mapping[str, Any] | None,
+        name: str,
+    ) -> None:
+        if importlib.util.find_spec("openai") is None:  # fail when the spec loads, not mid-run
+            raise ImportError(_NO_SDK)
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError("a model name is required", field="model")
+        if response_format not in _FORMATS:
+            raise ConfigError(f"must be one of {list(_FORMATS)}", field="response_format")
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not timeout_s > 0
+        ):
+            raise ConfigError(f"must be a positive number, got {timeout_s!r}", field="timeout_s")
+        if temperature is not None and (
+            isinstance(temperature, bool) or not isinstance(temperature, int | float)
+        ):
+            raise ConfigError(f"must be a number, got {temperature!r}", field="temperature")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise ConfigError("must be a table", field="extra_body")
+        self.model = model.strip()
+        # The client gets the URL as given; identity and display use the canonical spelling.
+        self._endpoint = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+        self.base_url = normalise_base_url(self._endpoint)
+        self._default_endpoint = self.base_url == normalise_base_url(DEFAULT_BASE_URL)
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if self._default_endpoint:
+                raise ConfigError(
+                    "no API key for OpenAI: set OPENAI_API_KEY or pass api_key= "
+                    "(or base_url= for a local server)",
+                    field="api_key",
+                )
+            key = "not-needed"  # local servers (Ollama, vLLM without --api-key) ignore it
+        self._api_key = key
+        self.system_prompt = system_prompt
+        self.temperature = None if temperature is None else float(temperature)
+        self.timeout_s = float(timeout_s)
+        self.price = PriceOverride.coerce(price)
+        self.provider = provider
+        self.response_format: str = response_format
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.__name__ = name
+        self.last_reply: ModelReply | None = None
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+        self._unbilled: dict[str, Usage] = {}
+        self._warned: set[str] = set()
+
+    # --- identity and pickling --------------------------------------------------------------
+    def model_identity(self) -> tuple[str, str]:
+        """``(endpoint, model)`` in canonical spelling: two adapters with the same identity are
+        the same model on the same server (the engine's self-review rule compares these)."""
+        return (self.base_url, _normalise_model(self.model))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # --- the call ---------------------------------------------------------------------------
+    def _openai(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                try:
+                    import openai
+                except ImportError as exc:  # pragma: no cover - the extra is in dev
+                    raise ImportError(_NO_SDK) from exc
+                self._client = openai.OpenAI(
+                    api_key=self._api_key,
+                    base_url=self._endpoint,
+                    timeout=self.timeout_s,
+                    max_retries=0,  # the engine retries, under the loop's persisted policy
+                )
+            return self._client
+
+    def _format_kwargs(self, mode: str) -> dict[str, Any]:
+        if mode == "json_schema":
+            return {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": self._schema_name,
+                        "schema": self._schema,
+                        "strict": False,  # edit values are free-form JSON
+                    },
+                }
+            }
+        if mode == "json_object":
+            return {"response_format": {"type": "json_object"}}
+        if mode == "tool":
+            return {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": self._schema_name,
+                            "description": f"Submit the {self._role}'s reply.",
+                            "parameters": self._schema,
+                        },
+                    }
+                ],
+                "tool_choice": {"type": "function", "function": {"name": self._schema_name}},
+            }
+        return {}
+
+    def _system(self) -> str:
+        return self.system_prompt + _FORMAT_TAIL.format(
+            schema=json.dumps(self._schema, separators=(",", ":"))
+        )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        _log.warning(message)
+
+    def _request(self, messages: list[dict[str, str]]) -> tuple[Any, str, float]:
+        """Send the request, stepping down the structured-output mode when the server says it
+        does not support it; returns ``(completion, mode used, seconds)``."""
+        client = self._openai()
+        mode = self.response_format
+        t0 = time.perf_counter()
+        while True:
+            kwargs = self._format_kwargs(mode)
+            if self.temperature is not None:
+                kwargs["temperature"] = self.temperature
+            if self.extra_body:
+                kwargs["extra_body"] = self.extra_body
+            create: Callable[..., Any] = client.chat.completions.create
+            try:
+                completion = create(model=self.model, messages=messages, **kwargs)
+            except Exception as exc:
+                if type(exc).__name__ == "APIResponseValidationError":
+                    raise MalformedReplyError(
+                        f"the server's response is not a chat completion: {exc}"
+                    ) from exc
+                lower = mode if mode in _FALLBACK else None
+                if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
+                    raise
+                mode = _FALLBACK[lower]
+                self.response_format = mode  # remembered for the next calls
+                _log.warning(
+                    "%s at %s refused response_format=%r (%s); using %r",
+                    self.model,
+                    self.base_url,
+                    lower,
+                    exc,
+                    mode,
+                )
+                continue
+            return completion, mode, time.perf_counter() - t0
+
+    @staticmethod
+    def _mentions(exc: BaseException, mode: str) -> bool:
+        text = str(exc).lower()
+        with contextlib.suppress(Exception):
+            text += " " + json.dumps(getattr(exc, "body", None), default=str).lower()
+        return any(word in text for word in _FORMAT_WORDS.get(mode, ()))
+
+    def _complete(self, messages: list[dict[str, str]], bill_to: str) -> ModelReply:
+        """One call: request, usage and price, refusal or validated JSON. A malformed reply's
+        spend is kept under ``bill_to`` (the run) and added to that run's next good reply."""
+        completion, mode, seconds = self._request(messages)
+        body = completion.model_dump() if hasattr(completion, "model_dump") else completion
+        if not isinstance(body, Mapping):
+            raise MalformedReplyError(
+                f"the server's response is not a chat completion: {type(body).__name__}"
+            )
+        raw_usage = body.get("usage") or {}
+        input_tokens = _int(raw_usage.get("prompt_tokens"))
+        output_tokens = _int(raw_usage.get("completion_tokens"))
+        cached = _int((raw_usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        tokens = max(input_tokens + output_tokens, _int(raw_usage.get("total_tokens")))
+        if not raw_usage:
+            self._warn_once(
+                f"usage:{self.model}",
+                f"{self.model} at {self.base_url} returned no usage: its tokens and cost are "
+                "not accounted",
+            )
+        priced = price_call(
+            self.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached,
+            base_url=self._endpoint,
+            default_endpoint=self._default_endpoint,
+            provider=self.provider,
+            override=self.price,
+        )
+        if priced.source == "unpriced" and tokens:
+            self._warn_once(
+                f"price:{self.model}", f"{self.model}: cost counted as 0: {priced.detail}"
+            )
+        usage = Usage(priced.cost_usd, tokens, seconds)
+        choices = body.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], Mapping) else {}
+        message = choice.get("message") or {}
+        finish = choice.get("finish_reason")
+        refusal = message.get("refusal") or (
+            "the provider's content filter stopped the reply"
+            if finish == "content_filter"
+            else None
+        )
+        data: dict[str, Any] | None = None
+        if refusal is None:
+            text, _ = _text_of(message)
+            try:
+                if not choices:
+                    raise MalformedReplyError("the response has no choices")
+                data = parse_reply(text, self._schema)
+            except MalformedReplyError as exc:
+                if finish == "length":
+                    exc = MalformedReplyError(
+                        f"the reply was cut off at the token limit; {exc.reason}", exc.raw
+                    )
+                self._carry(bill_to, usage)
+                exc.usage = usage
+                self.last_reply = ModelReply(
+                    None,
+                    None,
+                    str(body.get("model") or self.model),
+                    mode,
+                    input_tokens,
+                    output_tokens,
+                    cached,
+                    usage,
+                    priced,
+                    finish,
+                    seconds,
+                )
+                raise exc from None
+        with self._lock:
+            carried = self._unbilled.pop(bill_to, None)
+        if carried is not None:
+            usage = usage + carried
+        reply = ModelReply(
+            data,
+            str(refusal) if refusal is not None else None,
+            str(body.get("model") or self.model),
+            mode,
+            input_tokens,
+            output_tokens,
+            cached,
+            usage,
+            priced,
+            finish,
+            seconds,
+        )
+        self.last_reply = reply
+        return reply
+
+    def _carry(self, bill_to: str, usage: Usage) -> None:
+        with self._lock:
+            self._unbilled[bill_to] = self._unbilled.get(bill_to, Usage()) + usage
+
+
+class ChatActor(_ChatModel):
+    """An actor (``Context -> Proposal``) backed by a chat model.
+
+    The context is rendered into a user message (goal, task input, current artifacts as JSON,
+    accepted parts marked read-only, open findings with their evidence, notes and answers from
+    people, remembered feedback, the budget left), and the model replies with one JSON object
+    ``{"edits": [{"artifact", "part", "value"}], "note", "escalate", "question"}`` checked
+    against ``PROPOSAL_SCHEMA``.
+
+    Args:
+        model: the model name the server knows (``gpt-4o-mini``, ``qwen2.5:7b``).
+        base_url: the endpoint, e.g. ``http://localhost:11434/v1`` (Ollama) or
+            ``http://localhost:8000/v1`` (vLLM); default ``OPENAI_BASE_URL`` or OpenAI.
+        api_key: default ``OPENAI_API_KEY``; for a server other than OpenAI's, ``"not-needed"``
+            when that is unset.
+        system_prompt: the role; the output schema is always appended to it.
+        template: a callable ``Context -> str``, or a format string over ``CONTEXT_FIELDS``;
+            default: every section under a heading.
+        temperature: sampling temperature (``None``: the server's default).
+        timeout_s: per-request timeout; a timeout is a transient failure the engine retries.
+        price: ``PriceOverride`` (or ``{input_per_mtok, output_per_mtok}``, ``"in,out"``) in
+            dollars per million tokens; default: ``genai-prices``, else 0.
+        provider: a ``genai-prices`` provider id to price by (``"openai"``, ``"groq"``) when
+            ``base_url`` is a proxy or gateway the table does not know.
+        response_format: ``json_schema`` (structured outputs), ``tool`` (a forced function
+            call), ``json_object`` (JSON mode, schema in the prompt) or ``text`` (schema in the
+            prompt only). A server that answers 400 to the mode steps down once per adapter:
+            ``json_schema``/``tool`` → ``json_object`` → ``text``. Replies are validated in
+            every mode.
+        extra_body: extra request fields (``{"max_tokens": 800}``, vLLM's or Ollama's
+            ``options``).
+        name: the name shown for it.
+    """
+
+    _schema = PROPOSAL_SCHEMA
+    _schema_name = "proposal"
+    _role = "actor"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        system_prompt: str = ACTOR_SYSTEM_PROMPT,
+        template: Callable[[Context], str] | str | None = None,
+        temperature: float | None = 0.0,
+        timeout_s: float = 60.0,
+        price: PriceOverride | Mapping[str, Any] | Sequence[float] | str | None = None,
+        provider: str | None = None,
+        response_format: ResponseFormat = "json_schema",
+        extra_body: Mapping[str, Any] | None = None,
+        name: str = "chat_actor",
+    ) -> None:
+        check_template(template, CONTEXT_FIELDS, "template")
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            timeout_s=timeout_s,
+            price=price,
+            provider=provider,
+            response_format=response_format,
+            extra_body=extra_body,
+            name=name,
+        )
+        self.template = template
+
+    def messages(self, ctx: Context) -> list[dict[str, str]]:
+        """The chat messages this context becomes (what the model will see)."""
+        text = apply_template(self.template, lambda: context_sections(ctx), "context", ctx)
+        return [
+            {"role": "system", "content": self._system()},
+            {"role": "user", "content": text},
+        ]
+
+    def __call__(self, ctx: Context) -> Proposal:
+        reply = self._complete(self.messages(ctx), bill_to=ctx.run_id)
+        if reply.data is None:
+            return Proposal(escalate=f"the model refused: {reply.refusal}", usage=reply.usage)
+        return self.proposal(reply.data, reply.usage)
+
+    @staticmethod
+    def proposal(data: Mapping[str, Any], usage: Usage | None = None) -> Proposal:
+        """A ``Proposal`` from a reply that fits ``PROPOSAL_SCHEMA``."""
+        question = None
+        q = data.get("question")
+        if q:
+            try:
+                question = Question(
+                    text=q["text"],
+                    choices=tuple(q.get("choices") or ()),
+                    type=q.get("type", "text"),
+                )
+            except ConfigError as exc:
+                raise MalformedReplyError(f"$.question: {exc}", json.dumps(q)) from None
+        escalate = data.get("escalate")
+        return Proposal(
+            edits=tuple(Edit(e["artifact"], e["part"], e["value"]) for e in data["edits"]),
+            note=str(data.get("note") or ""),
+            escalate=escalate.strip() if isinstance(escalate, str) and escalate.strip() else None,
+            question=question,
+            usage=usage,
+        )
+
+
+class ChatReviewer(_ChatModel):
+    """A verifier (``(state, proposal) -> Verdict``) backed by a chat model with a rubric.
+
+    The reviewer sees the rubric, the goal, the task input (never its held-out part), the
+    candidate artifacts and which parts the proposal changed — not the actor's note — and
+    replies ``{"score", "passed", "summary", "findings": [{"artifact", "part", "dimension",
+    "message", "severity"}]}`` (``REVIEW_SCHEMA``). The verdict passes only when the model says
+    it passes, the score is at least ``pass_score`` and no finding is an error. A finding naming
+    a part that does not exist is widened to its artifact (or to the whole run), the name the
+    model gave kept in its evidence. Tokens and cost are the verdict's ``usage``.
+
+    Register it like any verifier, visible (its findings reach the actor) or held out::
+
+        Check(fn=ChatReviewer("llama3.1:8b", base_url=..., rubric="..."), name="review")
+
+    **Self-review.** A reviewer should be a different model from the generator: the engine
+    compares ``model_identity()`` of the actor and each reviewer and refuses a loop where they
+    match unless ``allow_self_review=True`` (recorded in the run).
+
+    Args:
+        rubric: what good looks like, in words the model can apply.
+        pass_score: the lowest score that can pass.
+        allow_self_review: allow this reviewer to be the actor's own model and endpoint.
+        dimension: the dimension of findings the model leaves unnamed.
+        Other arguments as for ``ChatActor`` (``template`` is a callable ``(state, proposal)
+        -> str`` or a format string over ``REVIEW_FIELDS``).
+    """
+
+    _schema = REVIEW_SCHEMA
+    _schema_name = "review"
+    _role = "reviewer"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        rubric: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        pass_score: float = 0.8,
+        allow_self_review: bool = False,
+        system_prompt: str = REVIEWER_SYSTEM_PROMPT,
+        template: Callable[[TaskState, Proposal], str] | str | None = None,
+        temperature: float | None = 0.0,
+        timeout_s: float = 60.0,
+        price: PriceOverride | Mapping[str, Any] | Sequence[float] | str | None = None,
+        provider: str | None = None,
+        response_format: ResponseFormat = "json_schema",
+        extra_body: Mapping[str, Any] | None = None,
+        dimension: str = "review",
+        name: str = "review",
+    ) -> None:
+        if not isinstance(rubric, str) or not rubric.strip():
+            raise ConfigError("a reviewer needs a rubric", field="rubric")
+        if (
+            isinstance(pass_score, bool)
+            or not isinstance(pass_score, int | float)
+            or not 0.0 <= pass_score <= 1.0
+        ):
+            raise ConfigError(f"must be in [0, 1], got {pass_score!r}", field="pass_score")
+        if not isinstance(allow_self_review, bool):
+            raise ConfigError("must be true or false", field="allow_self_review")
+        check_template(template, REVIEW_FIELDS, "template")
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            timeout_s=timeout_s,
+            price=price,
+            provider=provider,
+            response_format=response_format,
+            extra_body=extra_body,
+            name=name,
+        )
+        self.rubric = rubric.strip()
+        self.pass_score = float(pass_score)
+        self.allow_self_review = allow_self_review
+        self.dimension = dimension
+        self.template = template
+
+    def messages(self, state: TaskState, proposal: Proposal) -> list[dict[str, str]]:
+        """The chat messages this candidate becomes (what the reviewer model will see)."""
+        text = apply_template(
+            self.template,
+            lambda: review_sections(state, proposal, self.rubric),
+            "review",
+            state,
+            proposal,
+        )
+        return [
+            {"role": "system", "content": self._system()},
+            {"role": "user", "content": text},
+        ]
+
+    def __call__(self, state: TaskState, proposal: Proposal) -> Verdict:
+        bill_to = state.task_key or "-"
+        reply = self._complete(self.messages(state, proposal), bill_to=bill_to)
+        if reply.data is None:
+            raise PermanentError(f"the reviewer model refused to review: {reply.refusal}")
+        return self.verdict(reply.data, state, reply.usage, reply)
+
+    def verdict(
+        self,
+        data: Mapping[str, Any],
+        state: TaskState,
+        usage: Usage | None = None,
+        reply: ModelReply | None = None,
+    ) -> Verdict:
+        """A located ``Verdict`` from a reply that fits ``REVIEW_SCHEMA``."""
+        score = float(data["score"])
+        summary = str(data.get("summary") or "").strip()
+        findings = [self._finding(f, state) for f in data["findings"]]
+        errors = any(f.severity == "error" for f in findings)
+        passed = bool(data["passed"]) and score >= self.pass_score and not errors
+        if not passed and not errors:
+            why = summary or f"score {score:g} (passing needs {self.pass_score:g})"
+            findings.append(
+                Finding(f"the reviewer did not pass the candidate: {why}", dimension=self.dimension)
+            )
+        evidence: dict[str, Any] = {
+            "model": reply.model if reply else self.model,
+            "base_url": self.base_url,
+            "score": score,
+            "pass_score": self.pass_score,
+            "model_passed": bool(data["passed"]),
+        }
+        if summary:
+            evidence["summary"] = summary
+        if reply is not None:
+            evidence["price"] = reply.priced.detail
+        return Verdict(
+            passed=passed,
+            score=score,
+            findings=tuple(findings),
+            evidence=evidence,
+            usage=usage,
+        )
+
+    def _finding(self, raw: Mapping[str, Any], state: TaskState) -> Finding:
+        artifact, part = raw.get("artifact") or None, raw.get("part") or None
+        evidence: dict[str, Any] = {"reviewer": self.model}
+        art = state.artifacts.get(artifact) if artifact else None
+        if artifact is not None and art is None:
+            evidence["located_as"] = f"{artifact}/{part}" if part else artifact
+            artifact, part = None, None
+        elif art is not None and part is not None and part not in art.parts:
+            evidence["located_as"] = f"{artifact}/{part}"
+            part = None
+        elif artifact is None and part is not None:
+            owners = [a.name for a in state.artifacts.values() if part in a.parts]
+            if len(owners) == 1:  # "part" alone, unambiguous: locate it
+                artifact = owners[0]
+            else:
+                evidence["located_as"] = part
+                part = None
+        return Finding(
+            message=str(raw["message"]),
+            artifact=artifact,
+            part=part,
+            dimension=str(raw.get("dimension") or self.dimension),
+            severity=cast(Literal["error", "warning"], raw.get("severity") or "error"),
+            evidence=evidence,
+        )

@@ -1,0 +1,255 @@
+"""`loopwright memory list|add|confirm|forget|propose`: feedback memory, thin over
+``FeedbackMemory`` (docs/memory.md)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import time
+from typing import Annotated, Any, cast
+
+import typer
+
+from .._errors import ConfigError
+from .._memory import (
+    MEMORY_SCOPES,
+    MEMORY_SIGNALS,
+    MEMORY_STATUSES,
+    FeedbackMemory,
+    MemoryItem,
+    MemoryStatus,
+    Scope,
+    Signal,
+)
+from ..store import open_store
+from ._app import JsonOpt, StoreOpt, _print_json, app
+
+__all__ = ["memory_app"]
+
+memory_app = typer.Typer(
+    no_args_is_help=True,
+    help="Feedback memory: scoped corrections and signals retrieved into later contexts.",
+)
+app.add_typer(memory_app, name="memory")
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (a person's name).")]
+
+
+def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
+    if value is not None and value not in choices:
+        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=flag)
+    return value
+
+
+def _default_by() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
+    if as_json:
+        _print_json(it.to_dict())
+        return
+    from ._render import console
+
+    where = it.scope if it.scope == "global" else f"{it.scope} {it.scope_key}"
+    console().print(f"memory {it.memory_id} {verb}: {it.status} ({where}, {it.signal})")
+
+
+@memory_app.command("list")
+def list_(
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="Only this scope: task, project or global.")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Only items of this task key or project.")
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", help="active, candidate, forgotten or all (default: all but forgotten)."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Memory items, newest first."""
+    _choice(scope, MEMORY_SCOPES, "--scope")
+    _choice(status, (*MEMORY_STATUSES, "all"), "--status")
+    if limit is not None and limit < 0:
+        raise ConfigError("must not be negative", field="--limit")
+    with open_store(store) as st:
+        mem = FeedbackMemory(st)
+        items = mem.list(
+            scope=cast("Scope | None", scope),
+            scope_key=key,
+            status=None if status in (None, "all") else cast("MemoryStatus", status),
+        )
+    if status is None:
+        items = [it for it in items if it.status != "forgotten"]
+    if limit is not None:
+        items = items[:limit]
+    if as_json:
+        _print_json([it.to_dict() for it in items])
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ._render import console
+
+    table = Table(title=f"feedback memory ({len(items)})", title_justify="left")
+    table.add_column("id", no_wrap=True)
+    table.add_column("scope", overflow="fold", max_width=16)
+    for col in ("signal", "str", "status"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("text (by)", overflow="fold", min_width=12, ratio=1)
+    for it in items:
+        text = it.text or json.dumps(it.rule)
+        if it.rule and it.text:
+            text += f"  {json.dumps(it.rule)}"
+        table.add_row(
+            it.memory_id,
+            escape(f"{it.scope} {it.scope_key}".strip()),
+            it.signal,
+            f"{it.strength:.2f}",
+            it.status,
+            f"{escape(text)} [dim]({escape(it.by)}, {_age(time.time() - it.created_at)} ago)[/]",
+        )
+    console().print(table)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+@memory_app.command()
+def add(
+    text: Annotated[str, typer.Argument(help="The feedback, in words.")],
+    scope: Annotated[
+        str, typer.Option("--scope", help="task or project (global makes a candidate).")
+    ],
+    key: Annotated[
+        str, typer.Option("--key", help="The task key (task scope) or project (project scope).")
+    ] = "",
+    signal: Annotated[
+        str,
+        typer.Option("--signal", help=f"What kind of feedback: {', '.join(MEMORY_SIGNALS)}."),
+    ] = "correction",
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who gives it (default: your user name).")
+    ] = None,
+    strength: Annotated[
+        float | None,
+        typer.Option("--strength", help="0..1 (default: the signal's strength)."),
+    ] = None,
+    rule: Annotated[
+        str | None, typer.Option("--rule", help='A structured rule, a JSON object: {"k": "v"}.')
+    ] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add feedback (task or project scope: active at once; global: a candidate).
+
+    A global item is never active until a person confirms it."""
+    _choice(scope, MEMORY_SCOPES, "--scope")
+    _choice(signal, MEMORY_SIGNALS, "--signal")
+    rule_obj: Any = None
+    if rule is not None:
+        try:
+            rule_obj = json.loads(rule)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"not JSON: {exc.msg}", field="--rule") from None
+        if not isinstance(rule_obj, dict):
+            raise ConfigError("must be a JSON object", field="--rule")
+    with open_store(store) as st:
+        try:
+            it = FeedbackMemory(st).add(
+                scope=cast("Scope", scope),
+                scope_key=key,
+                signal=cast("Signal", signal),
+                text=text,
+                rule=rule_obj,
+                source={"via": "cli"},
+                by=by if by is not None else _default_by(),
+                strength=strength,
+            )
+        except ConfigError as exc:
+            flag = {"scope_key": "--key", "text": "TEXT"}.get(exc.field or "", f"--{exc.field}")
+            raise ConfigError(_message(exc), field=flag) from None
+    _print_item("added", it, as_json)
+    if it.status == "candidate" and not as_json:
+        from ._render import console
+
+        console().print(f"confirm it with: loopwright memory confirm {it.memory_id} --by NAME")
+
+
+def _message(exc: ConfigError) -> str:
+    text = str(exc)
+    prefix = f"{exc.field}: "
+    return text[len(prefix) :] if exc.field and text.startswith(prefix) else text
+
+
+@memory_app.command()
+def confirm(
+    memory_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id.")],
+    by: ByOpt,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A person confirms a candidate (e.g. a proposed global preference): it becomes active."""
+    with open_store(store) as st:
+        it = FeedbackMemory(st).confirm(memory_id, by=by)
+    _print_item("confirmed", it, as_json)
+
+
+@memory_app.command()
+def forget(
+    memory_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id.")],
+    by: ByOpt,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Never retrieve this item again (it stays in the store for audit)."""
+    with open_store(store) as st:
+        it = FeedbackMemory(st).forget(memory_id, by=by)
+    _print_item("forgotten", it, as_json)
+
+
+@memory_app.command()
+def propose(
+    min_projects: Annotated[
+        int,
+        typer.Option("--min-projects", help="Distinct projects that must share the feedback."),
+    ] = 3,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Propose global candidates from feedback shared by at least N projects.
+
+    Candidates are never active until a person confirms them, and never proposed twice."""
+    with open_store(store) as st:
+        try:
+            items = FeedbackMemory(st).propose_global(min_projects=min_projects)
+        except ConfigError as exc:
+            raise ConfigError(_message(exc), field="--min-projects") from None
+    if as_json:
+        _print_json([it.to_dict() for it in items])
+        return
+    from rich.markup import escape
+
+    from ._render import console
+
+    out = console()
+    out.print(f"{len(items)} global candidate(s) proposed")
+    for it in items:
+        projects = ", ".join(it.source.get("projects", []))
+        out.print(f"  {it.memory_id}  {escape(it.text)}  [dim](projects: {escape(projects)})[/]")
+    if items:
+        out.print("confirm each with: loopwright memory confirm ID --by NAME")

@@ -1,0 +1,174 @@
+"""Feedback memory through the engine: scoped retrieval into the actor's context, reflections
+after failed cycles, nothing held-out in memory or context, and the self-review rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+MARK = "HELD-OUT-SECRET"
+TARGET = {"a": 1, "b": 2}
+
+
+class Recorder:
+    """An actor that fixes one part per cycle (the first cycle changes nothing) and records
+    every context it was given."""
+
+    def __init__(self) -> None:
+        self.contexts: list[lw.Context] = []
+
+    def __call__(self, ctx: lw.Context) -> lw.Proposal:
+        self.contexts.append(ctx)
+        if ctx.cycle == 1:
+            return lw.Proposal(note="look first")
+        doc = ctx.artifacts["doc"]
+        wrong = [k for k, v in TARGET.items() if doc.get(k) != v]
+        return lw.Proposal.edit("doc", {wrong[0]: TARGET[wrong[0]]}) if wrong else lw.Proposal()
+
+
+def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+    doc = state.artifacts["doc"].values()
+    bad = [k for k, v in TARGET.items() if doc.get(k) != v]
+    return lw.Verdict(
+        passed=not bad,
+        score=1 - len(bad) / len(TARGET),
+        findings=tuple(lw.Finding(f"{k} is wrong", "doc", k, "value") for k in bad),
+    )
+
+
+def hidden(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(
+        passed=False, findings=(lw.Finding(f"{MARK} audit says no", "doc", "a", "audit"),)
+    )
+
+
+def make_loop(actor: Any, **kw: Any) -> lw.Loop:
+    return lw.Loop(
+        name="mem",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=check, name="check"),
+            lw.Check(fn=hidden, name="audit", held_out=True),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+        **kw,
+    )
+
+
+def task(key: str, project: str) -> dict[str, Any]:
+    return {
+        "task_key": key,
+        "project": project,
+        "goal": "fix the doc",
+        "artifacts": {"doc": {"a": 0, "b": 0}},
+    }
+
+
+def test_a_project_correction_reaches_that_project_only(rt: lw.Runtime) -> None:
+    rt.memory.add(
+        scope="project",
+        scope_key="A",
+        signal="correction",
+        text="amounts are in EUR, never USD",
+        by="ana",
+    )
+    rt.memory.add(
+        scope="task",
+        scope_key="a-2",
+        signal="correction",
+        text="invoice a-2 is a credit note",
+        by="ana",
+    )
+    in_a, in_b = Recorder(), Recorder()
+    rt.run_sync(make_loop(in_a), task("a-1", "A"))
+    rt.run_sync(make_loop(in_b), task("b-1", "B"))
+    a_texts = {m["text"] for c in in_a.contexts for m in c.memory}
+    b_texts = {m["text"] for c in in_b.contexts for m in c.memory}
+    assert "amounts are in EUR, never USD" in a_texts
+    assert "amounts are in EUR, never USD" not in b_texts
+    assert "invoice a-2 is a credit note" not in a_texts | b_texts  # another task's
+
+
+def test_a_reflection_from_a_failed_cycle_reaches_the_next_cycle(rt: lw.Runtime) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def reflector(ctx: lw.Context, verdicts: Any) -> str:
+        seen.append({"cycle": ctx.cycle, "verdicts": sorted(verdicts)})
+        return f"cycle {ctx.cycle}: fix the part the finding names, one at a time"
+
+    actor = Recorder()
+    r = rt.run_sync(make_loop(actor, reflector=reflector), task("r-1", "P"))
+    assert r.status == "accepted"
+    # cycle 1 failed: its reflection is in cycle 2's context, task-scoped
+    first = [m for m in actor.contexts[1].memory if m["signal"] == "reflection"]
+    assert [m["text"] for m in first] == ["cycle 1: fix the part the finding names, one at a time"]
+    assert seen[0] == {"cycle": 1, "verdicts": ["check"]}  # visible verdicts only
+    assert all(v["verdicts"] == ["check"] for v in seen)
+    events = [e.kind for e in rt.store.events(r.run_id)]
+    assert "reflected" in events
+    # it is scoped to its task: another task of the same project does not see it
+    other = Recorder()
+    rt.run_sync(make_loop(other), task("r-2", "P"))
+    assert not any(m["signal"] == "reflection" for c in other.contexts for m in c.memory)
+
+
+def test_nothing_held_out_reaches_memory_or_context(rt: lw.Runtime) -> None:
+    def reflector(ctx: lw.Context, verdicts: Any) -> str:
+        return json.dumps({k: v.to_dict() for k, v in verdicts.items()})  # all it was given
+
+    actor = Recorder()
+    rt.run_sync(make_loop(actor, reflector=reflector), task("h-1", "P"))
+    stored = json.dumps([m.to_dict() for m in rt.memory.list()])
+    assert MARK not in stored
+    for ctx in actor.contexts:
+        assert MARK not in json.dumps(
+            {
+                "findings": [f.to_dict() for f in ctx.findings],
+                "memory": list(ctx.memory),
+                "notes": list(ctx.notes),
+            },
+            default=str,
+        )
+
+
+class Model:
+    def __init__(self, fn: Any, model: str, *, allow_self_review: bool = False) -> None:
+        self.fn, self.model, self.allow_self_review = fn, model, allow_self_review
+
+    def __call__(self, *a: Any) -> Any:
+        return self.fn(*a)
+
+    def model_identity(self) -> tuple[str, str]:
+        return ("http://127.0.0.1:8000/v1", self.model)
+
+
+def test_the_generator_may_not_review_itself_unless_allowed(rt: lw.Runtime) -> None:
+    actor = Model(Recorder(), "llama-3")
+    with pytest.raises(lw.ConfigError, match="generator's own model") as err:
+        lw.Loop(
+            name="self",
+            actor=actor,
+            verifiers=[lw.Check(fn=Model(check, "llama-3"), name="review")],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        )
+    assert err.value.field == "verifiers.review"
+    # another model is fine; the same one with allow_self_review runs and is recorded
+    lw.Loop(
+        name="ok",
+        actor=actor,
+        verifiers=[lw.Check(fn=Model(check, "qwen"), name="review")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    loop = lw.Loop(
+        name="self-ok",
+        actor=actor,
+        verifiers=[lw.Check(fn=Model(check, "llama-3", allow_self_review=True), name="review")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
+    )
+    r = rt.run_sync(loop, task("s-1", "P"))
+    started = next(e for e in rt.store.events(r.run_id) if e.kind == "started")
+    assert started.data["self_review_allowed"] == ["review"]

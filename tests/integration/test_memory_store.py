@@ -1,0 +1,340 @@
+"""Feedback memory in the store: the ``memory_*`` methods and ``FeedbackMemory`` over them, each
+test on SQLite and on PostgreSQL (``LOOPWRIGHT_TEST_PG``, a schema per test; see conftest.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright._memory import FeedbackMemory, MemoryNotFoundError
+from loopwright.store import Store, open_store
+from loopwright.store._pg_schema import PG_MIGRATIONS
+from loopwright.store._schema import SQLITE_MIGRATIONS
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+    migrations: list[list[str]]
+    # Statements run outside the store, on a fresh database with only loopwright_meta.
+    execute_all: Callable[[list[str]], None]
+
+    def open(self) -> Store:
+        return open_store(self.url)
+
+
+def _sqlite_backend(path: Path) -> Backend:
+    def execute_all(statements: list[str]) -> None:
+        db = sqlite3.connect(path)
+        for statement in statements:
+            db.execute(statement)
+        db.commit()
+        db.close()
+
+    return Backend("sqlite", f"sqlite:///{path}", SQLITE_MIGRATIONS, execute_all)
+
+
+def _pg_backend(url: str) -> Backend:
+    import psycopg
+    from psycopg import sql
+
+    base, _, schema = url.rpartition("schema=")
+    base = base.rstrip("?&")
+
+    def execute_all(statements: list[str]) -> None:
+        with psycopg.connect(base, autocommit=True) as conn, conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            for statement in statements:
+                conn.execute(statement)
+
+    return Backend("postgres", url, PG_MIGRATIONS, execute_all)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return _sqlite_backend(tmp_path / "store.db")
+    return _pg_backend(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[Store]:
+    s = backend.open()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _item(memory_id: str, **kw: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "memory_id": memory_id,
+        "scope": "project",
+        "scope_key": "A",
+        "signal": "correction",
+        "strength": 1.0,
+        "text": f"text of {memory_id}",
+        "rule": None,
+        "source": {"run_id": "r1", "cycle": 3, "part": "doc/a"},
+        "by": "ann",
+        "status": "active",
+        "created_at": 100.0,
+        "updated_at": 100.0,
+        "history": [],
+    }
+    item.update(kw)
+    return item
+
+
+# --- the store methods --------------------------------------------------------------------
+def test_add_and_query_round_trip_every_field(store: Store) -> None:
+    rule = {"z": 1, "a": {"nested": [1, 2.5, None, "x"]}}
+    store.memory_add(_item("m1", rule=rule, text="Blue palette — not teal"))
+    store.memory_add(_item("m2", rule=None, source={}))
+    [m1] = store.memory_query(memory_id="m1")
+    assert m1 == _item("m1", rule=rule, text="Blue palette — not teal")
+    assert list(m1["rule"]) == ["z", "a"]  # key order survives, as in the other JSON columns
+    [m2] = store.memory_query(memory_id="m2")
+    assert (m2["rule"], m2["source"], m2["history"]) == (None, {}, [])
+
+
+def test_a_duplicate_id_is_a_conflict_and_writes_nothing(store: Store) -> None:
+    store.memory_add(_item("m1", text="first"))
+    with pytest.raises(lw.ConflictError, match="m1"):
+        store.memory_add(_item("m1", text="second"))
+    assert [r["text"] for r in store.memory_query()] == ["first"]
+
+
+def test_query_filters_by_scope_pairs_status_id_and_limit(store: Store) -> None:
+    rows = [
+        _item("a", scope="project", scope_key="A", created_at=1.0),
+        _item("b", scope="project", scope_key="B", created_at=2.0),
+        _item("c", scope="task", scope_key="A", created_at=3.0),
+        _item("d", scope="global", scope_key="", status="candidate", created_at=4.0),
+        _item("e", scope="project", scope_key="A", status="forgotten", created_at=5.0),
+    ]
+    for r in rows:
+        store.memory_add(r)
+
+    def ids(**kw: Any) -> list[str]:
+        return [r["memory_id"] for r in store.memory_query(**kw)]
+
+    assert ids() == ["e", "d", "c", "b", "a"]  # newest first
+    assert ids(scopes=[("project", "A")]) == ["e", "a"]
+    assert ids(scopes=[("project", "A")], status="active") == ["a"]
+    assert ids(scopes=[("project", None)]) == ["e", "b", "a"]
+    assert ids(scopes=[("task", "A"), ("global", "")]) == ["d", "c"]
+    assert ids(scopes=[("task", "B")]) == []
+    assert ids(scopes=[]) == []
+    assert ids(status="candidate") == ["d"]
+    assert ids(limit=2) == ["e", "d"]
+    assert ids(memory_id="b") == ["b"]
+
+
+def test_set_status_records_history_and_is_guarded(store: Store) -> None:
+    store.memory_add(_item("g", scope="global", scope_key="", status="candidate"))
+    row = store.memory_set_status("g", "active", by="bob", now=200.0, expect=("candidate",))
+    assert (row["status"], row["updated_at"]) == ("active", 200.0)
+    assert row["history"] == [{"status": "active", "by": "bob", "at": 200.0}]
+    assert store.memory_query(memory_id="g") == [row]
+    # The status it already has: nothing written.
+    same = store.memory_set_status("g", "active", by="eve", now=300.0, expect=("candidate",))
+    assert same == row
+    store.memory_set_status("g", "forgotten", by="bob", now=400.0)
+    with pytest.raises(lw.ConflictError, match="forgotten"):
+        store.memory_set_status("g", "active", by="eve", now=500.0, expect=("candidate",))
+    [after] = store.memory_query(memory_id="g")
+    assert after["status"] == "forgotten"
+    assert [h["by"] for h in after["history"]] == ["bob", "bob"]
+
+
+def test_set_status_of_an_unknown_id_or_to_an_unknown_status(store: Store) -> None:
+    with pytest.raises(MemoryNotFoundError, match="nope"):
+        store.memory_set_status("nope", "active", by="a", now=1.0)
+    store.memory_add(_item("m"))
+    with pytest.raises(lw.StoreError, match="unknown memory status"):
+        store.memory_set_status("m", "deleted", by="a", now=1.0)
+    assert store.memory_query(memory_id="m")[0]["status"] == "active"
+
+
+def test_concurrent_confirmations_record_one_decision(backend: Backend, store: Store) -> None:
+    """Many people confirming the same candidate at once: one change, one history entry."""
+    store.memory_add(_item("g", scope="global", scope_key="", status="candidate"))
+    stores = [backend.open() for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def confirm(s: Store, i: int) -> None:
+        try:
+            barrier.wait()
+            s.memory_set_status("g", "active", by=f"p{i}", now=float(i), expect=("candidate",))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=confirm, args=(s, i)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for s in stores:
+        s.close()
+    assert errors == []
+    [row] = store.memory_query(memory_id="g")
+    assert row["status"] == "active"
+    assert len(row["history"]) == 1
+
+
+def test_confirm_racing_forget_never_revives_a_forgotten_item(
+    backend: Backend, store: Store
+) -> None:
+    """A person forgets a candidate while another confirms it: whatever the interleaving, it
+    ends forgotten, and its history tells the true order (no lost update)."""
+    n = 12
+    for i in range(n):
+        store.memory_add(_item(f"g{i}", scope="global", scope_key="", status="candidate"))
+    confirmer, forgetter = backend.open(), backend.open()
+    barrier = threading.Barrier(2)
+    refused: list[str] = []
+    errors: list[BaseException] = []
+
+    def confirm_all() -> None:
+        for i in range(n):
+            try:
+                barrier.wait(30)
+                confirmer.memory_set_status(
+                    f"g{i}", "active", by="c", now=float(i), expect=("candidate",)
+                )
+            except lw.ConflictError:
+                refused.append(f"g{i}")
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    def forget_all() -> None:
+        for i in range(n):
+            try:
+                barrier.wait(30)
+                forgetter.memory_set_status(f"g{i}", "forgotten", by="f", now=float(i))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=confirm_all), threading.Thread(target=forget_all)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    confirmer.close()
+    forgetter.close()
+    assert errors == []
+    for i in range(n):
+        [row] = store.memory_query(memory_id=f"g{i}")
+        assert row["status"] == "forgotten", row
+        order = [h["status"] for h in row["history"]]
+        if f"g{i}" in refused:
+            assert order == ["forgotten"], row
+        else:
+            assert order == ["active", "forgotten"], row
+
+
+def test_memory_writes_need_no_run_or_lease(store: Store) -> None:
+    assert store.list_runs() == []
+    FeedbackMemory(store).add(scope="task", scope_key="t", signal="edit", text="x", by="a")
+    assert len(store.memory_query()) == 1
+
+
+# --- FeedbackMemory on each backend ---------------------------------------------------------
+def test_scoping_on_each_backend(store: Store) -> None:
+    mem = FeedbackMemory(store)
+    mem.add(scope="project", scope_key="A", signal="correction", text="blue palette", by="ann")
+    mem.add(scope="task", scope_key="A:page-3", signal="reflection", text="palette drift", by="r")
+    g = mem.add(scope="global", signal="correction", text="never crop faces", by="ann")
+
+    def texts(task_key: str, project: str) -> list[str]:
+        got = mem.retrieve(task_key=task_key, project=project, query="palette")
+        return sorted(it.text for it in got)
+
+    assert texts("A:page-3", "A") == ["blue palette", "palette drift"]
+    assert texts("A:page-4", "A") == ["blue palette"]
+    assert texts("B:page-3", "B") == []
+    mem.confirm(g.memory_id, by="bob")
+    assert texts("B:page-3", "B") == ["never crop faces"]
+    assert texts("A:page-3", "A") == ["blue palette", "never crop faces", "palette drift"]
+
+
+def test_forget_hides_on_each_backend(store: Store) -> None:
+    mem = FeedbackMemory(store)
+    it = mem.add(scope="project", scope_key="A", signal="correction", text="blue", by="ann")
+    mem.forget(it.memory_id, by="bob")
+    assert mem.retrieve(task_key="t", project="A") == []
+    assert mem.get(it.memory_id).status == "forgotten"
+
+
+def test_propose_global_on_each_backend(store: Store) -> None:
+    mem = FeedbackMemory(store)
+    for p in ("A", "B"):
+        mem.add(scope="project", scope_key=p, signal="edit", text="Wide margins", by="a")
+    assert mem.propose_global(min_projects=3) == []
+    mem.add(scope="project", scope_key="C", signal="correction", text="wide margins.", by="a")
+    [cand] = mem.propose_global(min_projects=3)
+    assert (cand.scope, cand.status, cand.source["projects"]) == (
+        "global",
+        "candidate",
+        ["A", "B", "C"],
+    )
+    assert mem.propose_global(min_projects=3) == []
+    assert mem.retrieve(task_key="t", project="Z") == []
+    mem.confirm(cand.memory_id, by="ann")
+    assert [it.memory_id for it in mem.retrieve(task_key="t", project="Z")] == [cand.memory_id]
+
+
+def test_memory_persists_across_reopening(backend: Backend) -> None:
+    with backend.open() as s:
+        mem = FeedbackMemory(s)
+        kept = mem.add(
+            scope="project",
+            scope_key="A",
+            signal="correction",
+            text="blue",
+            rule={"palette": "blue"},
+            source={"run_id": "r", "cycle": 1, "part": "p"},
+            by="ann",
+        )
+        cand = mem.add(scope="global", signal="repeated", text="g", by="x")
+        mem.confirm(cand.memory_id, by="bob")
+    with backend.open() as s:
+        mem = FeedbackMemory(s)
+        got = mem.retrieve(task_key="t", project="A")
+        assert [it.memory_id for it in got] == [kept.memory_id, cand.memory_id]
+        assert got[0] == kept
+        assert [(h["status"], h["by"]) for h in got[1].history] == [("active", "bob")]
+
+
+def test_an_older_store_gains_the_memory_table_and_keeps_its_runs(backend: Backend) -> None:
+    """A store written before feedback memory existed is migrated in place on opening."""
+    memory_version = next(
+        i for i, m in enumerate(backend.migrations) if any("CREATE TABLE memory" in s for s in m)
+    )
+    statements = [
+        "CREATE TABLE loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        *(s for m in backend.migrations[:memory_version] for s in m),
+        f"INSERT INTO loopwright_meta(key, value) VALUES('schema_version', '{memory_version}')",
+        "INSERT INTO runs(run_id, task_key, loop_name, project, status, contract, task, "
+        "created_at, updated_at) VALUES('run-old', 'old-key', 'l', 'A', 'stopped', '{}', "
+        "'{}', 1.0, 1.0)",
+    ]
+    backend.execute_all(statements)
+    with backend.open() as s:
+        assert s.schema_version == len(backend.migrations)  # type: ignore[attr-defined]
+        assert s.get_run("run-old").project == "A"
+        mem = FeedbackMemory(s)
+        mem.add(scope="project", scope_key="A", signal="correction", text="blue", by="ann")
+        assert [it.text for it in mem.retrieve(task_key="old-key", project="A")] == ["blue"]
