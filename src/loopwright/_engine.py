@@ -1368,6 +1368,8 @@ class Runtime(Decisions):
             "improved": improved,
             "decision": decision,
             "effects": effects or [],
+            # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
+            "memory": [m["memory_id"] for m in (ex.last_context.memory if ex.last_context else ())],
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
             "calls": list(ex.calls),
             "usage": Usage(

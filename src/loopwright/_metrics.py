@@ -334,7 +334,8 @@ def _regressions(
 
 
 def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
-    """(cycles after the first concluded one, those whose context carried a note)."""
+    """(cycles after the first concluded one, those whose context carried a note or an item
+    of feedback memory)."""
     notes_at_start: dict[int, int] = {}
     previous = 0  # notes in the state the next cycle's context is built from
     cycles = reuse = 0
@@ -347,7 +348,7 @@ def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
         if _concluded(rec):
             if seen_first:
                 cycles += 1
-                reuse += notes_at_start.get(int(rec["cycle"]), 0) > 0
+                reuse += notes_at_start.get(int(rec["cycle"]), 0) > 0 or bool(rec.get("memory"))
             seen_first = True
         previous = len(c.state.get("notes") or ())
     return cycles, reuse

@@ -172,3 +172,15 @@ def test_the_generator_may_not_review_itself_unless_allowed(rt: lw.Runtime) -> N
     r = rt.run_sync(loop, task("s-1", "P"))
     started = next(e for e in rt.store.events(r.run_id) if e.kind == "started")
     assert started.data["self_review_allowed"] == ["review"]
+
+
+def test_memory_shown_to_the_actor_counts_as_context_reuse(rt: lw.Runtime) -> None:
+    rt.memory.add(scope="project", scope_key="M", signal="correction", text="use EUR", by="ana")
+    actor = Recorder()
+    r = rt.run_sync(make_loop(actor), task("m-1", "M"))
+    records = [
+        c.record for c in rt.store.checkpoints(r.run_id) if c.record and "proposal" in c.record
+    ]
+    assert records and all(len(rec["memory"]) == 1 for rec in records)
+    m = lw.compute_metrics(rt.store, project="M").to_dict()
+    assert m["context_reuse_rate"] == 1.0
