@@ -26,10 +26,8 @@ from ._effects import Effect, EffectCall
 from ._errors import (
     ApprovalError,
     ConfigError,
-    LoopwrightError,
     RunNotFoundError,
     StaleLeaseError,
-    StoreError,
 )
 from ._exec import (
     EffectOutcome,
@@ -255,6 +253,7 @@ class Runtime(Decisions):
             state=TaskState.from_dict(ck.state),
             record=ck.record,
             phase=self._on_phase,
+            grouped=True,
         )
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
         nxt = ex.state.cycle + 1
@@ -272,7 +271,11 @@ class Runtime(Decisions):
                 started["self_review_allowed"] = selfish  # recorded: the user said so
             ex.events.append(NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", started))
             await self._drive(ex, rec)
-            await self._settle(ex)
+            if await self._settle(ex) and ex.state.pending and "approval_id" in ex.state.pending:
+                # Cancelled while the cycle that parked was in flight: do not leave a person
+                # a decision on a cancelled run.
+                self._cancel_now(ex, "cancellation requested while it was being verified")
+                await self._settle(ex)
         except StaleLeaseError:
             ex.lost = True
             raise
@@ -392,13 +395,17 @@ class Runtime(Decisions):
                 return
         else:
             self._commit_status(ex, "running")
+        reflect = False
         while True:
             # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
-            # cycle must be durable before the next starts.
+            # cycle must be durable before the next starts (or its reflection is written).
             await asyncio.sleep(0)
             if await self._settle(ex):
                 self._cancel_now(ex, "cancellation requested")
                 return
+            if reflect:
+                reflect = False
+                await self._reflect(ex)
             if self._draining:
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.
@@ -413,7 +420,7 @@ class Runtime(Decisions):
                 return
             if await self._cycle(ex):
                 return
-            await self._reflect(ex)
+            reflect = True
 
     def _commit_status(self, ex: _Exec, status: str) -> None:
         """A commit that changes only the status (same cycle, same state)."""
@@ -441,22 +448,21 @@ class Runtime(Decisions):
             **run,
         }
         reqs = [*([approval] if approval is not None else []), *approvals]
-        if self.group_commit and (self._active > 1 or ex.pending_commit is not None):
+        if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
             # Several runs share this loop: queue it into the next group commit; the run
             # waits for durability at its next durability point (``_settle``).
-            ex.pending_commit = self._committer().submit(
-                CommitRequest(
-                    ex.run_id,
-                    ex.token,
-                    ex.seq + 1,
-                    s.cycle,
-                    s.to_dict(),
-                    record,
-                    list(ex.events),
-                    cols,
-                    reqs,
-                )
+            ex.pending_req = CommitRequest(
+                ex.run_id,
+                ex.token,
+                ex.seq + 1,
+                s.cycle,
+                s.to_dict(),
+                record,
+                list(ex.events),
+                cols,
+                reqs,
             )
+            ex.pending_commit = self._committer().submit(ex.pending_req)
             ex.seq += 1
             ex.events = []
             return False  # the cancel flag arrives with durability
@@ -498,9 +504,17 @@ class Runtime(Decisions):
         except StaleLeaseError:
             ex.lost = True
             raise
+        except Exception:
+            # Not written: what it carried is still to be written (checkpoints stay contiguous).
+            req = ex.pending_req
+            if req is not None:
+                ex.seq = req.seq - 1
+                ex.events = [*req.events, *ex.events]
+            raise
         finally:
             if ex.pending_commit is fut:
                 ex.pending_commit = None
+                ex.pending_req = None
         self._committed(ex)
         return cancel
 
@@ -577,7 +591,7 @@ class Runtime(Decisions):
         query = " ".join([s.goal, *(f.message for f in s.findings[:10])])
         try:
             items = self.memory.retrieve(task_key=s.task_key, project=s.project, query=query)
-        except (StoreError, NotImplementedError):
+        except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
         return tuple(
             {
@@ -613,12 +627,14 @@ class Runtime(Decisions):
             )
         ):
             return
+        rem = rules.remaining(ex.contract, s).seconds
+        t0 = time.perf_counter()
         try:
             text, _ = await call_user(
                 loop.reflector,
                 ex.last_context,
                 dict(ex.last_visible),
-                timeout=None,
+                timeout=_reflect_timeout(loop.actor_timeout_s, rem),
                 threaded=ex.threaded,
             )
         except Exception as exc:
@@ -626,6 +642,9 @@ class Runtime(Decisions):
                 ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
             )
             return
+        finally:
+            # Reflecting is part of the run's time, finished or not (invariant 7).
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
         if not text or not str(text).strip():
             return
         try:
@@ -637,7 +656,7 @@ class Runtime(Decisions):
                 source={"run_id": ex.run_id, "cycle": s.cycle},
                 by="reflector",
             )
-        except LoopwrightError as exc:
+        except Exception as exc:  # memory is best effort: a failure never fails the run
             self.store.append_events(
                 ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
             )
@@ -1493,6 +1512,13 @@ def _diff(state: TaskState, proposal: Proposal) -> str:
         old = "∅" if p is None else repr(p.value)
         lines.append(f"- {e.ref}: {old}\n+ {e.ref}: {e.value!r}")
     return "\n".join(lines)
+
+
+def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:
+    """A reflector gets what the actor would (its timeout, the time left), 60 s by default:
+    a hung reflector must not hold a run forever."""
+    limit = _min(actor_s, remaining_s)
+    return max(0.001, limit) if limit is not None else 60.0
 
 
 def _min(a: float | None, b: float | None) -> float | None:

@@ -28,7 +28,7 @@ from ._proposal import Context, Verdict
 from ._retry import ErrorClass, RetryPolicy
 from ._state import TaskState
 from ._usage import Usage
-from .store import JournalEntry, NewEvent, Store
+from .store import CommitRequest, JournalEntry, NewEvent, Store
 
 __all__ = [
     "NO_LOOP",
@@ -62,6 +62,8 @@ class Execution:
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
     threaded: bool = False  # run sync user code in threads (other runs share the loop)
     pending_commit: asyncio.Future[bool] | None = None  # queued in a group commit, not durable
+    pending_req: CommitRequest | None = None  # what that commit carries (restored if it fails)
+    grouped: bool = False  # driven by resume: may join group commits
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
 

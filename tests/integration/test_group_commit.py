@@ -107,3 +107,85 @@ def test_a_stale_commit_in_a_batch_fails_alone(store_url: str) -> None:
         assert [e.kind for e in st.events(b.run_id)][-1:] != ["x"]
     finally:
         st.close()
+
+
+# --- found by review: one bad commit, a cancel during a parked cycle ------------------------
+POISON = {"a": 1, "b": 2, "c": 3}
+
+
+def _poison_loop() -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        doc = ctx.artifacts["doc"]
+        wrong = [k for k, v in POISON.items() if doc.get(k) != v]
+        usage = lw.Usage(tokens=2**63 + 5) if ctx.task.get("poison") and ctx.cycle == 2 else None
+        return lw.Proposal.edit("doc", {wrong[0]: POISON[wrong[0]]}, usage=usage)
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        doc = state.artifacts["doc"].values()
+        bad = [k for k, v in POISON.items() if doc.get(k) != v]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / 3)
+
+    return lw.Loop(
+        name="poison",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=8)),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
+def test_a_commit_the_database_rejects_fails_only_its_own_run(store_url: str) -> None:
+    """A run whose checkpoint cannot be written (a token count too large for the database)
+    must not take down the healthy runs that shared its transaction."""
+    tasks = [
+        {"task_key": f"p{i}", "poison": i == 0, "artifacts": {"doc": dict.fromkeys(POISON, 0)}}
+        for i in range(4)
+    ]
+    with lw.Runtime(store_url) as rt:
+
+        async def go() -> list[object]:
+            return await asyncio.gather(
+                *(rt.run(_poison_loop(), t) for t in tasks), return_exceptions=True
+            )
+
+        asyncio.run(go())
+        runs = {r.task_key: r for r in rt.store.list_runs()}
+        assert [runs[f"p{i}"].status for i in (1, 2, 3)] == ["accepted"] * 3
+        assert runs["p0"].status != "accepted"
+        for i in (1, 2, 3):
+            seqs = [c.seq for c in rt.store.checkpoints(runs[f"p{i}"].run_id)]
+            assert seqs == list(range(len(seqs)))
+
+
+def test_a_cancel_during_a_cycle_that_parks_closes_its_request(store_url: str) -> None:
+    with lw.Runtime(store_url) as rt:
+
+        def actor(ctx: lw.Context) -> lw.Proposal:
+            if ctx.task.get("cancel_me"):
+                rt.store.request_cancel(ctx.run_id)
+            return lw.Proposal.edit("doc", {"a": 1})
+
+        loop = lw.Loop(
+            name="park-cancel",
+            actor=actor,
+            verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+            contract=lw.Contract(
+                budget=lw.Budget(max_cycles=3), risk=(lw.RiskRule(name="r", touches=("doc/a",)),)
+            ),
+        )
+
+        async def go() -> list[lw.RunResult]:
+            return await asyncio.gather(
+                *(
+                    rt.run(
+                        loop,
+                        {"task_key": f"c{i}", "cancel_me": i == 0, "artifacts": {"doc": {"a": 0}}},
+                    )
+                    for i in range(3)
+                )
+            )
+
+        results = asyncio.run(go())
+        assert results[0].status == "cancelled"
+        assert [a.status for a in rt.store.approvals(run_id=results[0].run_id)] == ["cancelled"]
+        assert [r.status for r in results[1:]] == ["awaiting_approval"] * 2

@@ -184,3 +184,46 @@ def test_memory_shown_to_the_actor_counts_as_context_reuse(rt: lw.Runtime) -> No
     assert records and all(len(rec["memory"]) == 1 for rec in records)
     m = lw.compute_metrics(rt.store, project="M").to_dict()
     assert m["context_reuse_rate"] == 1.0
+
+
+def test_a_slow_reflector_is_cut_by_the_time_budget_and_charged(rt: lw.Runtime) -> None:
+    import threading
+    import time as _time
+
+    release = threading.Event()
+
+    def slow(ctx: lw.Context, verdicts: Any) -> str:
+        release.wait(5)
+        return "too late"
+
+    loop = lw.Loop(
+        name="slow-reflect",
+        actor=Recorder(),
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_seconds=1.0, max_cycles=6)),
+        reflector=slow,
+    )
+    t0 = _time.perf_counter()
+    try:
+        r = rt.run_sync(loop, task("slow-1", "P"))
+    finally:
+        release.set()
+    assert _time.perf_counter() - t0 < 2.5
+    assert r.stop_reason == "budget_time"
+    assert r.spent.seconds >= 0.9  # the reflector's time was charged to the run
+
+
+def test_a_failing_memory_store_never_fails_a_run(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    def broken(**kw: Any) -> Any:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(rt.memory, "retrieve", broken)
+    monkeypatch.setattr(rt.memory, "add", broken)
+    r = rt.run_sync(make_loop(Recorder(), reflector=lambda c, v: "note"), task("f-1", "P"))
+    assert r.status == "accepted"
+    kinds = [e.kind for e in rt.store.events(r.run_id)]
+    assert "reflection_failed" in kinds

@@ -589,4 +589,12 @@ def import_(
 
 
 # Commands kept in their own modules register themselves on ``app`` when imported.
-from . import _fit_cmd, _memory_cmd, _metrics_cmd, _observe, _replay_cmd, _worker_cmd  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    _fit_cmd,
+    _memory_cmd,
+    _metrics_cmd,
+    _observe,
+    _replay_cmd,
+    _ui_cmd,
+    _worker_cmd,
+)

@@ -568,8 +568,12 @@ class PostgresStore(Store):
                             reqs,
                             now,
                         )
-                except (StaleLeaseError, ConflictError) as exc:
-                    out.append(exc)
+                except Exception as exc:  # rolled back to its savepoint; the others go on
+                    out.append(
+                        exc
+                        if isinstance(exc, StoreError)
+                        else StoreError(f"run {it.run_id}: commit failed: {exc}")
+                    )
                     continue
                 out.append(ok)
         return out

@@ -516,10 +516,14 @@ class SQLiteStore(Store):
                         reqs,
                         now,
                     )
-                except (StaleLeaseError, ConflictError) as exc:
+                except Exception as exc:  # this run's commit only: the others go on
                     db.execute("ROLLBACK TO lw_commit")
                     db.execute("RELEASE lw_commit")
-                    out.append(exc)
+                    out.append(
+                        exc
+                        if isinstance(exc, StoreError)
+                        else StoreError(f"run {it.run_id}: commit failed: {exc}")
+                    )
                     continue
                 db.execute("RELEASE lw_commit")
                 out.append(ok)

@@ -1,0 +1,28 @@
+"""The dashboard and HTTP API (extra ``loopwright[ui]``): ``create_app(store_url, token=...)``.
+
+Server-rendered pages (Jinja2, autoescaped) and a JSON API under ``/api`` over the same store
+the CLI uses. Reads are open on loopback unless ``require_token_for_reads``; every mutating
+request needs the token (``Authorization: Bearer`` or a session cookie from ``/login``) and form
+posts also need the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["create_app"]
+
+if TYPE_CHECKING:
+    from ._app import create_app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_app":
+        try:
+            from ._app import create_app
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                f"the dashboard needs its extra: pip install 'loopwright[ui]' ({exc})"
+            ) from exc
+        return create_app
+    raise AttributeError(name)

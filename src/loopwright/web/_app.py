@@ -1,0 +1,374 @@
+"""The FastAPI application: pages, the JSON API under ``/api``, authentication and CSRF."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel
+from starlette.middleware.base import RequestResponseEndpoint
+
+from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
+from .._engine import Runtime
+from .._errors import LoopwrightError, RunNotFoundError
+from .._metrics import METRIC_NAMES, compute_metrics
+from .._spec import load_spec
+from .._state import TaskState
+from ..store import Approval, open_store
+from ._auth import COOKIE, Auth
+from ._views import artifacts_view, chart_points, chart_svg, stop_words, timeline
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("loopwright.web")
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+# FastAPI's Swagger UI page loads its assets from a CDN with an inline bootstrap script.
+DOCS_CSP = (
+    "default-src 'self' https://cdn.jsdelivr.net; script-src 'self' 'unsafe-inline' "
+    "https://cdn.jsdelivr.net; style-src 'self' https://cdn.jsdelivr.net; "
+    "img-src 'self' data: https://fastapi.tiangolo.com; frame-ancestors 'none'"
+)
+OPEN_PATHS = ("/login", "/static/")
+
+
+class Decision(BaseModel):
+    """A decision posted to the API. ``answer`` is for questions only."""
+
+    note: str | None = None
+    answer: Any = None
+
+
+def _safe_next(target: str | None) -> str:
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def create_app(
+    store_url: str | None,
+    *,
+    token: str,
+    identity: str = "operator",
+    require_token_for_reads: bool = False,
+) -> FastAPI:
+    """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
+    every read when ``require_token_for_reads``); decisions are recorded as ``identity``."""
+    auth = Auth(token, identity, require_token_for_reads=require_token_for_reads)
+    store = open_store(store_url)
+    app = FastAPI(title="loopwright", version="0.1.0", description="Runs, approvals, metrics.")
+    app.state.auth = auth
+    app.state.store = store
+    app.state.resumes = []
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
+    )
+    templates = Jinja2Templates(env=env)
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        path = request.url.path
+        if (
+            auth.require_token_for_reads
+            and not path.startswith(OPEN_PATHS)
+            and not auth.signed_in(request)
+        ):
+            if path.startswith(("/api", "/docs", "/openapi", "/redoc")):
+                response: Response = JSONResponse({"detail": "token required"}, status_code=401)
+            else:
+                response = RedirectResponse(f"/login?next={quote(path)}", status_code=303)
+        else:
+            response = await call_next(request)
+        csp = DOCS_CSP if path.startswith(("/docs", "/redoc")) else CSP
+        response.headers["Content-Security-Policy"] = csp
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        ctx.update(
+            request=request,
+            signed_in=auth.signed_in(request),
+            csrf=auth.csrf_for(request) or "",
+            identity=auth.identity,
+            pending_count=len(store.approvals(status="pending")),
+        )
+        return templates.TemplateResponse(request, name, ctx)
+
+    def require_write(request: Request) -> None:
+        if not auth.signed_in(request):
+            raise HTTPException(401, "token required", headers={"WWW-Authenticate": "Bearer"})
+
+    def find_approval(approval_id: str) -> Approval:
+        for a in store.approvals():
+            if a.approval_id == approval_id:
+                return a
+        raise HTTPException(404, f"no approval request {approval_id}")
+
+    def resume_later(run_id: str) -> str:
+        rec = store.get_run(run_id)
+        if not rec.spec_ref or not Path(rec.spec_ref).is_file():
+            return "the run has no spec file here: resume it where its loop is defined"
+
+        def work() -> None:
+            try:
+                with Runtime(store_url) as rt:
+                    rt.resume_sync(run_id, load_spec(rec.spec_ref or ""))
+            except Exception:
+                log.exception("resuming run %s failed", run_id)
+
+        t = threading.Thread(target=work, name=f"resume-{run_id[:12]}", daemon=True)
+        app.state.resumes.append(t)
+        t.start()
+        return "the run is resuming"
+
+    def decide(approval_id: str, how: str, note: str | None, answer: Any) -> tuple[Approval, str]:
+        a = find_approval(approval_id)
+        note = (note or "").strip() or None
+        rt = Runtime(store)
+        try:
+            if how == "approve":
+                done = rt.approve(a.run_id, by=auth.identity, note=note, approval_id=a.approval_id)
+            elif how == "deny":
+                done = rt.deny(a.run_id, by=auth.identity, note=note, approval_id=a.approval_id)
+            elif how == "answer":
+                done = rt.answer(
+                    a.run_id, answer, by=auth.identity, note=note, approval_id=a.approval_id
+                )
+            else:
+                raise HTTPException(400, f"unknown decision {how!r}")
+        except LoopwrightError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        return done, resume_later(a.run_id)
+
+    def run_payload(run_id: str) -> dict[str, Any]:
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        cks = store.checkpoints(rec.run_id)
+        state = TaskState.from_dict(cks[-1].state) if cks else TaskState()
+        nxt = state.next_step()
+        return {
+            "rec": rec,
+            "state": state,
+            "next_step": nxt,
+            "timeline": timeline(cks),
+            "points": chart_points(cks),
+            "artifacts": artifacts_view(state),
+            "approvals": store.approvals(run_id=rec.run_id),
+            "stop_words": stop_words(rec),
+            "terminal": rec.status in TERMINAL_STATUSES,
+        }
+
+    # --- pages ---------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def runs_page(
+        request: Request, status: str = "", stop_reason: str = "", project: str = ""
+    ) -> HTMLResponse:
+        everything = store.list_runs()
+        runs = [
+            r
+            for r in everything
+            if (not status or r.status == status)
+            and (not stop_reason or r.stop_reason == stop_reason)
+            and (not project or r.project == project)
+        ]
+        return page(
+            request,
+            "runs.html",
+            runs=runs,
+            words={r.run_id: stop_words(r) for r in runs},
+            statuses=RUN_STATUSES,
+            stop_reasons=STOP_REASONS,
+            projects=sorted({r.project for r in everything if r.project}),
+            f={"status": status, "stop_reason": stop_reason, "project": project},
+            terminal=TERMINAL_STATUSES,
+        )
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    def run_page(request: Request, run_id: str) -> HTMLResponse:
+        data = run_payload(run_id)
+        data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
+        return page(request, "run.html", **data)
+
+    @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
+    def inbox_page(request: Request, done: str = "", msg: str = "") -> HTMLResponse:
+        pending = store.approvals(status="pending")
+        runs = {a.run_id: store.get_run(a.run_id) for a in pending}
+        decided = [a for a in store.approvals() if a.status != "pending"][-10:][::-1]
+        return page(request, "inbox.html", pending=pending, runs=runs, decided=decided, msg=msg)
+
+    @app.post("/approvals/{approval_id}/decide", include_in_schema=False)
+    def decide_form(
+        request: Request,
+        approval_id: str,
+        action: str = Form(...),
+        csrf: str = Form(""),
+        note: str = Form(""),
+        answer: str = Form(""),
+    ) -> Response:
+        require_write(request)
+        if not auth.csrf_ok(request, csrf):
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        done, resumed = decide(approval_id, action, note, answer if action == "answer" else None)
+        msg = f"{done.status} {done.approval_id} by {done.decided_by}; {resumed}"
+        return RedirectResponse(f"/runs/{done.run_id}?msg={quote(msg)}", status_code=303)
+
+    @app.get("/metrics", response_class=HTMLResponse, include_in_schema=False)
+    def metrics_page(
+        request: Request, project: str = "", since: str = "", until: str = ""
+    ) -> HTMLResponse:
+        error = ""
+        try:
+            m = compute_metrics(
+                store, project=project or None, since=since or None, until=until or None
+            )
+        except LoopwrightError as exc:
+            error, m = str(exc), compute_metrics(store)
+        runs = store.list_runs(project=project or None)
+        days: dict[str, list[float]] = {}
+        for r in runs:
+            d = days.setdefault(time.strftime("%Y-%m-%d", time.localtime(r.created_at)), [0.0, 0.0])
+            d[0] += r.cost_usd
+            d[1] += r.status == "accepted"
+        reasons = Counter({k: v for k, v in m.stop_reasons.items() if v})
+        return page(
+            request,
+            "metrics.html",
+            m=m,
+            names=METRIC_NAMES,
+            reasons=reasons.most_common(),
+            reason_max=max(reasons.values(), default=1),
+            days=sorted(days.items()),
+            projects=sorted({r.project for r in store.list_runs() if r.project}),
+            f={"project": project, "since": since, "until": until},
+            error=error,
+        )
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_page(request: Request, token: str = "", next: str = "/") -> Response:
+        if token:
+            return _sign_in(token, next)
+        return page(request, "login.html", next=_safe_next(next), error="")
+
+    @app.post("/login", include_in_schema=False)
+    def login_post(token: str = Form(""), next: str = Form("/")) -> Response:
+        return _sign_in(token, next)
+
+    def _sign_in(token: str, target: str) -> Response:
+        if not auth.token_ok(token):
+            raise HTTPException(403, "wrong token")
+        resp = RedirectResponse(_safe_next(target), status_code=303)
+        resp.set_cookie(COOKIE, auth.new_session(), httponly=True, samesite="strict", path="/")
+        return resp
+
+    @app.post("/logout", include_in_schema=False)
+    def logout(request: Request, csrf: str = Form("")) -> Response:
+        if not auth.csrf_ok(request, csrf):
+            raise HTTPException(403, "missing or wrong CSRF token")
+        auth.end_session(request)
+        resp = RedirectResponse("/", status_code=303)
+        resp.delete_cookie(COOKIE, path="/")
+        return resp
+
+    # --- JSON API ------------------------------------------------------------------------
+    @app.get("/api/runs", tags=["runs"])
+    def api_runs(
+        status: str | None = None, stop_reason: str | None = None, project: str | None = None
+    ) -> list[dict[str, Any]]:
+        runs = store.list_runs(status=status or None, project=project or None)
+        out = []
+        for r in runs:
+            if stop_reason and r.stop_reason != stop_reason:
+                continue
+            d = r.to_dict()
+            d["stop_words"] = stop_words(r)
+            out.append(d)
+        return out
+
+    @app.get("/api/runs/{run_id}", tags=["runs"])
+    def api_run(run_id: str) -> dict[str, Any]:
+        data = run_payload(run_id)
+        rec = data["rec"]
+        run = rec.to_dict()
+        run["stop_words"] = data["stop_words"]
+        state: TaskState = data["state"]
+        return {
+            "run": run,
+            "next_action": state.next_action,
+            "plan": [s.to_dict() for s in state.plan],
+            "timeline": data["timeline"],
+            "chart": [
+                {
+                    "cycle": p.cycle,
+                    "best_score": p.best,
+                    "spent_usd": p.spent,
+                    "improved": p.improved,
+                }
+                for p in data["points"]
+            ],
+            "artifacts": [
+                {"ref": pv.ref, "status": pv.status, "versions": pv.versions}
+                for pv in data["artifacts"]
+            ],
+            "approvals": [a.to_dict() for a in data["approvals"]],
+            "packet": rec.packet,
+        }
+
+    @app.get("/api/approvals", tags=["approvals"])
+    def api_approvals(
+        status: str | None = "pending", run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return [a.to_dict() for a in store.approvals(run_id=run_id, status=status or None)]
+
+    @app.get("/api/metrics", tags=["metrics"])
+    def api_metrics(
+        project: str | None = None, since: str | None = None, until: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            return compute_metrics(store, project=project, since=since, until=until).to_dict()
+        except LoopwrightError as exc:
+            raise HTTPException(400, str(exc)) from exc
+
+    def api_decide(request: Request, approval_id: str, how: str, body: Decision) -> dict[str, Any]:
+        require_write(request)
+        if not auth.bearer_ok(request) and not auth.csrf_ok(
+            request, request.headers.get("x-csrf-token")
+        ):
+            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+        done, resumed = decide(approval_id, how, body.note, body.answer)
+        return {"approval": done.to_dict(), "resume": resumed}
+
+    @app.post("/api/approvals/{approval_id}/approve", tags=["approvals"])
+    def api_approve(
+        request: Request, approval_id: str, body: Decision | None = None
+    ) -> dict[str, Any]:
+        return api_decide(request, approval_id, "approve", body or Decision())
+
+    @app.post("/api/approvals/{approval_id}/deny", tags=["approvals"])
+    def api_deny(
+        request: Request, approval_id: str, body: Decision | None = None
+    ) -> dict[str, Any]:
+        return api_decide(request, approval_id, "deny", body or Decision())
+
+    @app.post("/api/approvals/{approval_id}/answer", tags=["approvals"])
+    def api_answer(request: Request, approval_id: str, body: Decision) -> dict[str, Any]:
+        return api_decide(request, approval_id, "answer", body)
+
+    return app

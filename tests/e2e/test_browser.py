@@ -1,0 +1,143 @@
+"""The dashboard in a real browser: Playwright drives Debian's Chromium against `loopwright ui`.
+
+Skipped when Chromium (/usr/bin/chromium) or Playwright is missing, except under ``CI=true``,
+where ``.ci/run`` installs Chromium and a missing one fails. Screenshots go to docs/img/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "browser-token-0123456789"
+IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {reason}; browser tests must run on CI", pytrace=False)
+    pytest.skip(reason)
+
+
+def _web_loop() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "integration" / "test_web.py"
+    spec = importlib.util.spec_from_file_location("_web_loop_helpers", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:
+        _unavailable("playwright is not installed: pip install -e '.[dev]'")
+    store, run_id = _web_loop().make_parked_run(tmp_path)
+    port = _free_port()
+    env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": TOKEN, "LOOPWRIGHT_UI_IDENTITY": "ana"}
+    # `loopwright ui`; importing _ui_cmd first registers the command whether or not the CLI's
+    # _app wires it yet.
+    launch = "from loopwright.cli import _ui_cmd, main; raise SystemExit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launch, "ui", "--port", str(port), "--store", store],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(base + "/login", timeout=1).close()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if proc.poll() is not None:
+                    pytest.fail(
+                        f"loopwright ui exited: {proc.stdout.read() if proc.stdout else ''}"
+                    )
+                time.sleep(0.1)
+        yield base, run_id
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@pytest.fixture
+def page(server: tuple[str, str]) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        pg = browser.new_page(viewport={"width": 1360, "height": 900})
+        errors: list[str] = []
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        yield pg
+        browser.close()
+        assert not [e for e in errors if "Content Security Policy" in e], errors
+
+
+def test_approve_in_the_inbox_and_watch_the_run_finish(page: Any, server: tuple[str, str]) -> None:
+    base, run_id = server
+    IMG.mkdir(parents=True, exist_ok=True)
+    page.goto(base + "/")
+    page.screenshot(path=str(IMG / "runs.png"), full_page=True)
+    page.goto(base + "/approvals")
+    assert page.get_by_text("Sign in").first.is_visible()
+    page.goto(base + "/login?next=/approvals")
+    page.fill("input[name=token]", TOKEN)
+    page.click("form.login button")
+    page.wait_for_url(base + "/approvals")
+    card = page.locator("section.card.pending").first
+    card.locator("input[name=note]").fill("checked the <b>PO</b>")
+    page.screenshot(path=str(IMG / "inbox.png"), full_page=True)
+    card.locator("button.approve").click()
+    page.wait_for_url(f"{base}/runs/{run_id}*")
+    page.locator("#run-status .st-accepted").wait_for(timeout=30_000)
+    assert "checked the <b>PO</b>" in page.content().replace("&lt;", "<").replace("&gt;", ">")
+    assert page.locator("b", has_text="PO").count() == 0  # the note rendered as text
+
+
+def test_run_detail_shows_the_chart(page: Any, server: tuple[str, str]) -> None:
+    base, run_id = server
+    page.goto(f"{base}/runs/{run_id}")
+    chart = page.locator("svg.chart")
+    assert chart.is_visible()
+    assert chart.locator("polyline.score").count() == 1
+    assert page.get_by_text("HELD-OUT").first.is_visible()
+    IMG.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMG / "run-detail.png"), full_page=True)
+
+
+def test_request_without_token_is_refused(page: Any, server: tuple[str, str]) -> None:
+    base, _ = server
+    page.goto(base + "/approvals")
+    aid = page.locator("section.card.pending").first.get_attribute("data-approval-id")
+    r = page.request.post(f"{base}/api/approvals/{aid}/approve")
+    assert r.status == 401
+    r = page.request.post(f"{base}/approvals/{aid}/decide", form={"action": "approve"})
+    assert r.status in (401, 403)

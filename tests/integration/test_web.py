@@ -1,0 +1,233 @@
+"""The dashboard over a real SQLite store: pages, API, authentication, CSRF, escaping.
+
+The store is filled by a small spec-backed loop that parks for approval (its repair changes
+``doc/pay``), so approving from the inbox resumes it to accepted in the background.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright.web import create_app
+
+XSS = "<script>alert(1)</script>"
+
+LOOP_MODULE = """
+import loopwright as lw
+
+XSS = "<script>alert(1)</script>"
+WANT = {"a": 1, "b": 2, "title": XSS, "pay": 10}
+
+def actor(ctx):
+    fixes = {f.part: f.evidence["expected"] for f in ctx.findings}
+    return lw.Proposal.edit("doc", fixes or {"a": 1}, note="note " + XSS,
+                            usage=lw.Usage(cost_usd=0.05, tokens=100))
+
+def check(state, proposal):
+    doc = state.artifacts["doc"].values()
+    bad = [lw.Finding(f"{k} wrong " + XSS, "doc", k, "value", evidence={"expected": v})
+           for k, v in WANT.items() if doc.get(k) != v]
+    return lw.Verdict(passed=not bad, score=1 - len(bad) / len(WANT), findings=tuple(bad))
+
+def audit(state, proposal):
+    return lw.Verdict(passed=True)
+"""
+
+SPEC = """
+name = "web"
+project = "webtests"
+[actor]
+ref = "webloop.py:actor"
+[[verifiers]]
+ref = "webloop.py:check"
+[[verifiers]]
+ref = "webloop.py:audit"
+held_out = true
+[contract.budget]
+max_cycles = 6
+[contract.no_progress]
+cycles = 3
+[[contract.risk]]
+name = "payment_change"
+touches = ["doc/pay"]
+"""
+
+
+def make_parked_run(tmp: Path) -> tuple[str, str]:
+    """Write the spec, run it once into a store under ``tmp``; (store path, run id)."""
+    (tmp / "webloop.py").write_text(LOOP_MODULE)
+    (tmp / "web.toml").write_text(SPEC)
+    store = str(tmp / "web.db")
+    loop = lw.load_spec(tmp / "web.toml")
+    task = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "title": "", "pay": 0}}}
+    with lw.Runtime(store) as rt:
+        res = rt.run_sync(loop, task, task_key=XSS)
+    assert res.status == "awaiting_approval", json.dumps(res.status)
+    return store, res.run_id
+
+
+TOKEN = "test-token-0123456789"
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> tuple[str, str]:
+    return make_parked_run(tmp_path)
+
+
+@pytest.fixture
+def client(parked: tuple[str, str]) -> TestClient:
+    return TestClient(create_app(parked[0], token=TOKEN, identity="ana"))
+
+
+def _sign_in(c: TestClient) -> str:
+    r = c.post("/login", data={"token": TOKEN, "next": "/approvals"}, follow_redirects=False)
+    assert r.status_code == 303
+    page = c.get("/approvals").text
+    m = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert m, page
+    return m.group(1)
+
+
+def _wait_status(store: str, run_id: str, want: str, timeout: float = 30) -> lw.RunRecord:
+    from loopwright.store import open_store
+
+    st = open_store(store)
+    deadline = time.monotonic() + timeout
+    while True:
+        rec = st.get_run(run_id)
+        if rec.status == want or time.monotonic() > deadline:
+            st.close()
+            return rec
+        time.sleep(0.1)
+
+
+def test_pages_render(client: TestClient, parked: tuple[str, str]) -> None:
+    for path in ("/", "/approvals", "/metrics", "/login", f"/runs/{parked[1]}", "/docs"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert "script-src 'self'" in r.headers["content-security-policy"] or path == "/docs"
+    assert "awaiting approval" in client.get("/").text
+    assert client.get("/?status=accepted").text.count("data-run-id=") == 0
+    assert client.get("/?project=webtests").text.count("data-run-id=") == 1
+
+
+def test_run_detail_shows_chart_and_held_out(client: TestClient, parked: tuple[str, str]) -> None:
+    page = client.get(f"/runs/{parked[1]}").text
+    assert "<svg" in page
+    assert "last improvement" in page
+    assert "HELD-OUT" in page
+    assert "never shown to the actor" in page
+    assert "Waiting for you" in page
+    assert "doc/pay" in page
+    assert client.get("/runs/nope").status_code == 404
+
+
+def test_approve_via_inbox_resumes_to_accepted(client: TestClient, parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    csrf = _sign_in(client)
+    [a] = client.get("/api/approvals").json()
+    r = client.post(
+        f"/approvals/{a['approval_id']}/decide",
+        data={"csrf": csrf, "action": "approve", "note": "ok " + XSS},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    for t in client.app.state.resumes:  # type: ignore[attr-defined]
+        t.join(30)
+    rec = _wait_status(store, run_id, "accepted")
+    assert rec.status == "accepted"
+    decided = client.get("/api/approvals?status=approved").json()
+    assert decided[0]["decided_by"] == "ana"
+    page = client.get(f"/runs/{run_id}").text
+    assert "ok &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "accepted" in page
+
+
+def test_mutations_need_the_token(client: TestClient) -> None:
+    [a] = client.get("/api/approvals").json()
+    aid = a["approval_id"]
+    r = client.post(f"/approvals/{aid}/decide", data={"action": "approve", "csrf": "x"})
+    assert r.status_code == 401
+    assert client.post(f"/api/approvals/{aid}/approve").status_code == 401
+    bad = {"Authorization": "Bearer wrong-token-0000000"}
+    assert client.post(f"/api/approvals/{aid}/approve", headers=bad).status_code == 401
+    assert client.get("/login?token=wrong").status_code == 403
+    assert client.get("/api/approvals").json()[0]["status"] == "pending"
+
+
+def test_wrong_csrf_is_refused(client: TestClient) -> None:
+    _sign_in(client)
+    [a] = client.get("/api/approvals").json()
+    for csrf in ("", "forged"):
+        r = client.post(
+            f"/approvals/{a['approval_id']}/decide", data={"csrf": csrf, "action": "approve"}
+        )
+        assert r.status_code == 403
+    # A cookie alone cannot drive the API either: it needs the CSRF header.
+    assert client.post(f"/api/approvals/{a['approval_id']}/approve").status_code == 403
+    assert client.get("/api/approvals").json()[0]["status"] == "pending"
+
+
+def test_adversarial_content_is_escaped(client: TestClient, parked: tuple[str, str]) -> None:
+    for path in ("/", "/approvals", f"/runs/{parked[1]}"):
+        page = client.get(path).text
+        assert XSS not in page, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, path
+
+
+def test_api_shapes_and_bearer_decision(client: TestClient, parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    runs = client.get("/api/runs").json()
+    assert runs[0]["run_id"] == run_id
+    assert {"status", "stop_reason", "stop_words", "cost_usd", "task_key"} <= set(runs[0])
+    detail = client.get(f"/api/runs/{run_id}").json()
+    assert set(detail) >= {"run", "timeline", "chart", "artifacts", "approvals", "packet", "plan"}
+    assert detail["timeline"][0]["held_out"][0]["name"] == "audit"
+    assert detail["chart"][0]["cycle"] == 1
+    m = client.get("/api/metrics?project=webtests").json()
+    assert m["runs"] == 1
+    assert "stop_reasons" in m
+    assert client.get("/api/metrics?since=garbage").status_code == 400
+    assert "/api/approvals/{approval_id}/approve" in client.get("/openapi.json").json()["paths"]
+    [a] = client.get("/api/approvals").json()
+    r = client.post(
+        f"/api/approvals/{a['approval_id']}/deny",
+        json={"note": "no"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["approval"]["decided_by"] == "ana"
+    again = client.post(
+        f"/api/approvals/{a['approval_id']}/approve",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert again.status_code in (404, 409)
+    for t in client.app.state.resumes:  # type: ignore[attr-defined]
+        t.join(30)
+    assert _wait_status(store, run_id, "escalated").status == "escalated"
+
+
+def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
+    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True))
+    assert c.get("/api/runs").status_code == 401
+    assert c.get("/openapi.json").status_code == 401
+    r = c.get("/", follow_redirects=False)
+    assert r.status_code == 303
+    assert r.headers["location"].startswith("/login")
+    assert c.get("/static/app.js").status_code == 200
+    ok = c.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert ok.status_code == 200
+    c.get(f"/login?token={TOKEN}")
+    assert c.get("/").status_code == 200
+
+
+def test_token_must_be_given() -> None:
+    with pytest.raises(ValueError):
+        create_app(":memory:", token="")
