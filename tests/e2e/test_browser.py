@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Playwright drives Debian's Chromium against `loopwright ui`.
 
 Skipped when Chromium (/usr/bin/chromium) or Playwright is missing, except under ``CI=true``,
-where ``.ci/run`` installs Chromium and a missing one fails. Screenshots go to docs/img/.
+where ``.ci/run`` installs Chromium and a missing one fails. Screenshots go to the test's
+temporary folder (the ones in docs/img/ are taken from the demo's runs, see docs/ui.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "browser-token-0123456789"
-IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def _unavailable(reason: str) -> None:
@@ -101,7 +101,10 @@ def page(server: tuple[str, str]) -> Iterator[Any]:
         assert not [e for e in errors if "Content Security Policy" in e], errors
 
 
-def test_approve_in_the_inbox_and_watch_the_run_finish(page: Any, server: tuple[str, str]) -> None:
+def test_approve_in_the_inbox_and_watch_the_run_finish(
+    page: Any, server: tuple[str, str], tmp_path: Path
+) -> None:
+    IMG = tmp_path
     base, run_id = server
     IMG.mkdir(parents=True, exist_ok=True)
     page.goto(base + "/")
@@ -122,7 +125,8 @@ def test_approve_in_the_inbox_and_watch_the_run_finish(page: Any, server: tuple[
     assert page.locator("b", has_text="PO").count() == 0  # the note rendered as text
 
 
-def test_run_detail_shows_the_chart(page: Any, server: tuple[str, str]) -> None:
+def test_run_detail_shows_the_chart(page: Any, server: tuple[str, str], tmp_path: Path) -> None:
+    IMG = tmp_path
     base, run_id = server
     page.goto(f"{base}/runs/{run_id}")
     chart = page.locator("svg.chart")

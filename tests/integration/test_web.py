@@ -112,7 +112,12 @@ def test_pages_render(client: TestClient, parked: tuple[str, str]) -> None:
     for path in ("/", "/approvals", "/metrics", "/login", f"/runs/{parked[1]}", "/docs"):
         r = client.get(path)
         assert r.status_code == 200, path
-        assert "script-src 'self'" in r.headers["content-security-policy"] or path == "/docs"
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "http" not in csp, (path, csp)  # no CDN anywhere
+    docs = client.get("/docs").text
+    assert "/api/approvals/{approval_id}/approve" in docs or "/api/approvals/" in docs
+    assert "cdn" not in docs.lower()
+    assert client.get("/openapi.json").json()["paths"]
     assert "awaiting approval" in client.get("/").text
     assert client.get("/?status=accepted").text.count("data-run-id=") == 0
     assert client.get("/?project=webtests").text.count("data-run-id=") == 1
