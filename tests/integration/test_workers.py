@@ -195,3 +195,19 @@ def test_two_workers_on_sqlite_one_killed(tmp_path: Path) -> None:
     assert set(tokens) == set(ids)
     for run_id, seq in tokens.items():
         assert seq == sorted(seq), (run_id, seq)
+
+
+def test_sqlite_claims_take_over_a_dead_local_workers_runs_at_once(tmp_path: Path) -> None:
+    import socket
+
+    store = str(tmp_path / "s.db")
+    (dead_run, live_run) = _create(store, 2)
+    probe = subprocess.Popen([sys.executable, "-c", "pass"])
+    probe.wait()  # a pid that existed and is gone
+    with lw.Runtime(store) as rt:
+        st = rt.store
+        st.acquire_lease(dead_run, f"{socket.gethostname()}:{probe.pid}:w", 600)
+        st.acquire_lease(live_run, f"{socket.gethostname()}:{os.getpid()}:w", 600)
+        claimed = st.claim_runs("claimer:1:c", 30, limit=5)
+        assert [run_id for run_id, _ in claimed] == [dead_run]  # not the live one
+        assert claimed[0][1] == st.get_run(dead_run).fencing_token

@@ -407,15 +407,27 @@ class SQLiteStore(Store):
         now = time.time() if now is None else now
         # One IMMEDIATE transaction: the write lock is held from the choice to the claim, so
         # concurrent claimers (other connections, other processes) queue and never overlap.
+        # A lease still live but held by a process of this host that has died is free too
+        # (as ``acquire_lease`` treats it): its runs need not wait out the TTL.
+        host = f"{socket.gethostname()}:"
         with self._tx() as db:
-            rows = db.execute(
-                "SELECT run_id, fencing_token FROM runs r WHERE "
-                "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?) AND "
+            candidates = db.execute(
+                "SELECT run_id, fencing_token, lease_owner, lease_expires_at FROM runs r WHERE "
+                "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
+                "OR substr(lease_owner, 1, ?) = ?) AND "
                 "(status IN ('pending', 'running') OR (status = 'awaiting_approval' AND NOT EXISTS "
                 "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending'))) "
-                "ORDER BY updated_at, run_id LIMIT ?",
-                (now, int(limit)),
+                "ORDER BY updated_at, run_id",
+                (now, len(host), host),
             ).fetchall()
+            rows = [
+                (run_id, token)
+                for run_id, token, lease_owner, expires in candidates
+                if lease_owner is None
+                or expires is None
+                or expires < now
+                or owner_is_dead(str(lease_owner))
+            ][: int(limit)]
             db.executemany(
                 "UPDATE runs SET lease_owner=?, lease_expires_at=?, fencing_token=? WHERE run_id=?",
                 [(owner, now + ttl_s, token + 1, run_id) for run_id, token in rows],
