@@ -1,0 +1,911 @@
+"""The comic workload: finish the next three pages of an existing comic, panel by panel.
+
+The project on disk (``project/``): a character sheet (palettes, silhouette features, outfits),
+canon facts with their sources, two accepted pages and a storyboard for pages 3-5.
+
+* ``init`` builds the TaskState: one artifact per panel (parts ``figures``, ``bubbles``,
+  ``dialogue``, ``svg``) and a plan: one step per panel, one per page (depends on its panels,
+  done when ``page-N/assembly`` is accepted) and ``publish`` (depends on the pages).
+* ``propose`` — the actor. Offline and seeded: it renders ONE panel per cycle as SVG from the
+  storyboard and the character sheet, with seeded faults (wrong palette, missing character,
+  bubble over a face, text too small or too faint, a line that contradicts canon); in later
+  cycles it repairs only the located part (``bubbles``, ``figures`` or ``dialogue``, plus the
+  re-rendered ``svg``). It honours project-scoped corrections from feedback memory
+  (``ctx.memory``: "Mara's coat is green in this series"), citing them in the figure.
+* visible verifiers: ``identity``, ``composition``, ``legibility``, ``continuity``,
+  ``complete``; held out: ``proof`` (an independent recomputation from the SVG text itself,
+  plus OCR when ``tesseract`` and a rasteriser are available).
+* ``publish`` — a ``publish`` effect: pages assembled from accepted panels, one SVG per page
+  and one HTML file, written at most once (journaled; ``reconcile`` reads the export folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import random
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import loopwright as lw
+
+HERE = Path(__file__).resolve().parent
+W, H = 400, 300  # panel size
+FACE_Y, FACE_R = 150, 26
+MIN_FONT = 12.0
+MIN_CONTRAST = 4.5
+PARTS = ("figures", "bubbles", "dialogue", "svg")
+COLOURS = {
+    "green": "#2e7d32",
+    "red": "#b71c1c",
+    "blue": "#1f4e9c",
+    "black": "#111111",
+    "grey": "#777777",
+    "yellow": "#f9a825",
+    "purple": "#5b3f8c",
+}
+CORRECTION = re.compile(r"(\w+)'s (coat|hair|scarf|accent) is (\w+)", re.I)
+HELD_OUT_MARKER = "held-out proof"
+
+
+# --- the project on disk ---------------------------------------------------------------------
+@cache
+def _load(project_dir: str) -> dict[str, Any]:
+    base = Path(project_dir)
+    if not base.is_absolute():
+        base = HERE / base
+    return {
+        "sheet": json.loads((base / "characters.json").read_text())["characters"],
+        "canon": json.loads((base / "canon.json").read_text())["facts"],
+        "storyboard": json.loads((base / "storyboard.json").read_text()),
+    }
+
+
+def _project(task: Mapping[str, Any]) -> dict[str, Any]:
+    return _load(str(task.get("project_dir") or "project"))
+
+
+def _panels(task: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {**p, "page": pg["page"]}
+        for pg in _project(task)["storyboard"]["pages"]
+        for p in pg["panels"]
+    ]
+
+
+def _pages(task: Mapping[str, Any]) -> dict[int, list[str]]:
+    return {
+        int(pg["page"]): [p["id"] for p in pg["panels"]]
+        for pg in _project(task)["storyboard"]["pages"]
+    }
+
+
+def init(task: Mapping[str, Any]) -> lw.TaskState:
+    """One artifact per panel (filled by the actor), a plan of panels, pages and publish."""
+    state = lw.TaskState(goal=str(task.get("goal", "")), task=dict(task))
+    state.project = str(task.get("project", ""))
+    for p in _panels(task):
+        state.plan.append(
+            lw.PlanStep(
+                p["id"],
+                f"page {p['page']}: {p['action']}",
+                parts=tuple(f"{p['id']}/{x}" for x in PARTS),
+            )
+        )
+    pages = _pages(task)
+    for page, ids in pages.items():
+        state.plan.append(
+            lw.PlanStep(
+                f"page-{page}",
+                f"assemble page {page}",
+                depends_on=tuple(ids),
+                parts=(f"page-{page}/assembly",),
+            )
+        )
+    state.plan.append(
+        lw.PlanStep(
+            "publish",
+            "export pages (SVG per page, one HTML)",
+            depends_on=tuple(f"page-{n}" for n in pages),
+        )
+    )
+    return state
+
+
+# --- rendering -------------------------------------------------------------------------------
+def _slot(i: int, n: int) -> int:
+    return int(W * (i + 1) / (n + 1))
+
+
+def _figure(sheet: Mapping[str, Any], who: str, x: int) -> dict[str, Any]:
+    c = sheet[who]
+    return {"character": who, "x": x, **c["palette"], "features": list(c["features"])}
+
+
+def _bubble(i: int, n: int, speaker: str) -> dict[str, Any]:
+    w = (W - 20 - 10 * (n - 1)) // n
+    return {
+        "speaker": speaker,
+        "x": 10 + i * (w + 10),
+        "y": 10,
+        "w": w,
+        "h": 70,
+        "font_size": 14,
+        "fill": "#ffffff",
+        "text_fill": "#111111",
+    }
+
+
+def _wrap(text: str, width: float, size: float) -> list[str]:
+    per = max(4, int(width / (size * 0.55)))
+    lines: list[str] = []
+    cur = ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > per:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}".strip()
+    return [*lines, cur] if cur else lines
+
+
+def render(
+    panel_id: str, figures: Sequence[Any], bubbles: Sequence[Any], dialogue: Sequence[Any]
+) -> str:
+    """The panel as SVG: background, figures (coat, head, hair, features), bubbles and text."""
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+        f'viewBox="0 0 {W} {H}" data-panel="{panel_id}">',
+        f'<rect class="panel" x="0" y="0" width="{W}" height="{H}" fill="#cfd8dc" stroke="#000"/>',
+        f'<rect x="0" y="{H - 60}" width="{W}" height="60" fill="#455a64"/>',
+    ]
+    for f in figures:
+        x, who = int(f["x"]), html.escape(str(f["character"]))
+        out.append(f'<g class="figure" data-character="{who}">')
+        out.append(
+            f'<rect data-role="coat" x="{x - 30}" y="{FACE_Y + FACE_R}" width="60" height="110" '
+            f'rx="12" fill="{f["coat"]}"/>'
+        )
+        out.append(
+            f'<circle data-role="face" cx="{x}" cy="{FACE_Y}" r="{FACE_R}" fill="{f["skin"]}"/>'
+        )
+        out.append(
+            f'<path data-role="hair" d="M{x - FACE_R},{FACE_Y - 4} a{FACE_R},{FACE_R} 0 0,1 '
+            f'{2 * FACE_R},0 z" fill="{f["hair"]}"/>'
+        )
+        for feat in f.get("features", ()):
+            out.append(_feature(str(feat), x, str(f.get("accent", "#000"))))
+        out.append("</g>")
+    lines = {str(d["speaker"]): str(d["text"]) for d in dialogue}
+    for b in bubbles:
+        x, y, w, h, size = b["x"], b["y"], b["w"], b["h"], float(b["font_size"])
+        spk = html.escape(str(b["speaker"]))
+        out.append(f'<g class="bubble" data-speaker="{spk}">')
+        out.append(
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="14" fill="{b["fill"]}" '
+            'stroke="#000"/>'
+        )
+        for k, line in enumerate(_wrap(lines.get(str(b["speaker"]), ""), w - 12, size)):
+            out.append(
+                f'<text x="{x + 6}" y="{y + 6 + size * (k + 1)}" font-family="sans-serif" '
+                f'font-size="{size:g}" fill="{b["text_fill"]}">{html.escape(line)}</text>'
+            )
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _feature(feat: str, x: int, accent: str) -> str:
+    shapes = {
+        "scarf": f'<rect x="{x - 28}" y="{FACE_Y + FACE_R - 4}" width="56" height="10" fill="{accent}"/>',
+        "braid": f'<rect x="{x + FACE_R - 6}" y="{FACE_Y}" width="8" height="40" fill="#3b2314"/>',
+        "glasses": f'<rect x="{x - 16}" y="{FACE_Y - 6}" width="32" height="9" fill="none" stroke="{accent}"/>',
+        "cap": f'<rect x="{x - FACE_R}" y="{FACE_Y - FACE_R - 4}" width="{2 * FACE_R}" height="10" fill="#333"/>',
+        "cane": f'<rect x="{x + 36}" y="{FACE_Y + 30}" width="5" height="100" fill="{accent}"/>',
+        "bun": f'<circle cx="{x}" cy="{FACE_Y - FACE_R - 6}" r="9" fill="#e0e0e0"/>',
+    }
+    inner = shapes.get(feat, "")
+    return f'<g data-feature="{html.escape(feat)}">{inner}</g>'
+
+
+# --- the actor -------------------------------------------------------------------------------
+def _faults(task: Mapping[str, Any]) -> dict[str, str]:
+    """Seeded faults: panel id -> fault of its first render (one panel per fault type)."""
+    rng = random.Random(int(task.get("seed", 0)))
+    panels = _panels(task)
+    eligible = {
+        "canon_slip": [p["id"] for p in panels if _slip(p["dialogue"]) is not None],
+        "missing_character": [p["id"] for p in panels if len(p["characters"]) >= 2],
+        "wrong_palette": [p["id"] for p in panels],
+        "bubble_over_face": [p["id"] for p in panels],
+        "text_too_small": [p["id"] for p in panels],
+        "low_contrast": [p["id"] for p in panels],
+    }
+    out: dict[str, str] = {}
+    for fault, ids in eligible.items():
+        free = [i for i in ids if i not in out]
+        if free:
+            out[rng.choice(free)] = fault
+    return out
+
+
+SLIPS = (("harbour", "lighthouse"), ("Aunt", "Grandma"))
+
+
+def _slip(dialogue: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
+    """A misremembered line (the kind of slip a model makes): a canon word swapped."""
+    for i, d in enumerate(dialogue):
+        for a, b in SLIPS:
+            if a in d["text"]:
+                out = [dict(x) for x in dialogue]
+                out[i]["text"] = d["text"].replace(a, b)
+                return out
+    return None
+
+
+def _corrections(
+    memory: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """``(character, attribute) -> (colour, citation, text)`` from explicit corrections."""
+    out: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for m in memory:
+        if m.get("signal") != "correction":
+            continue
+        match = CORRECTION.search(str(m.get("text", "")))
+        if match and match.group(3).lower() in COLOURS:
+            attr = "accent" if match.group(2).lower() == "scarf" else match.group(2).lower()
+            key = (match.group(1).lower(), attr)
+            cite = f"memory:{m.get('memory_id')}"
+            out.setdefault(key, (COLOURS[match.group(3).lower()], cite, str(m.get("text"))))
+    return out
+
+
+def _draw(ctx: lw.Context, panel: Mapping[str, Any], fault: str | None) -> dict[str, Any]:
+    sheet = _project(ctx.task)["sheet"]
+    fixes = _corrections(ctx.memory)
+    chars = list(panel["characters"])
+    figures = []
+    for i, who in enumerate(chars):
+        f = _figure(sheet, who, _slot(i, len(chars)))
+        for (c, attr), (colour, cite, text) in fixes.items():
+            if c == who:
+                f[attr] = colour
+                f.setdefault("corrections", []).append(cite)
+                f.setdefault("correction_texts", []).append(text)
+        figures.append(f)
+    dialogue = [dict(d) for d in panel["dialogue"]]
+    bubbles = [_bubble(i, len(dialogue), d["speaker"]) for i, d in enumerate(dialogue)]
+    if fault == "missing_character":
+        figures = figures[:-1]
+    elif fault == "wrong_palette":
+        figures[0]["coat"] = "#b71c1c" if figures[0]["coat"] != "#b71c1c" else "#2e7d32"
+    elif fault == "bubble_over_face":
+        who = bubbles[0]["speaker"]
+        x = next((f["x"] for f in figures if f["character"] == who), W // 2)
+        bubbles[0].update(x=max(0, int(x) - 60), y=FACE_Y - 40, w=120)
+    elif fault == "text_too_small":
+        bubbles[0]["font_size"] = 7
+    elif fault == "low_contrast":
+        bubbles[0]["text_fill"] = "#c8c8c8"
+    elif fault == "canon_slip":
+        dialogue = _slip(dialogue) or dialogue
+    return {"figures": figures, "bubbles": bubbles, "dialogue": dialogue}
+
+
+def _repair(ctx: lw.Context, pid: str, cur: Mapping[str, Any]) -> dict[str, Any]:
+    """Fix only the parts the findings name; everything else is left as it is."""
+    panel = next(p for p in _panels(ctx.task) if p["id"] == pid)
+    sheet = _project(ctx.task)["sheet"]
+    fixes = _corrections(ctx.memory)
+    out: dict[str, Any] = {}
+    for f in ctx.findings_for(pid):
+        ev = f.evidence
+        if f.part == "figures":
+            figures = [dict(x) for x in out.get("figures", cur["figures"])]
+            if f.dimension == "missing_character":
+                chars = list(panel["characters"])
+                figures = []
+                for i, who in enumerate(chars):
+                    have = next((x for x in cur["figures"] if x["character"] == who), None)
+                    fig = dict(have) if have else _figure(sheet, who, 0)
+                    fig["x"] = _slot(i, len(chars))
+                    for (c, attr), (colour, cite, text) in fixes.items():
+                        if c == who and not have:
+                            fig[attr] = colour
+                            fig.setdefault("corrections", []).append(cite)
+                            fig.setdefault("correction_texts", []).append(text)
+                    figures.append(fig)
+            elif f.dimension == "palette":
+                for fig in figures:
+                    if fig["character"] == ev.get("character"):
+                        fig[str(ev["attribute"])] = ev["expected"]
+            out["figures"] = figures
+        elif f.part == "bubbles":
+            bubbles = [dict(x) for x in out.get("bubbles", cur["bubbles"])]
+            i = int(ev.get("bubble", 0))
+            n = len(bubbles)
+            if f.dimension in ("bubble_over_face", "bubble_outside"):
+                bubbles[i].update(
+                    {
+                        k: v
+                        for k, v in _bubble(i, n, bubbles[i]["speaker"]).items()
+                        if k in ("x", "y", "w", "h")
+                    }
+                )
+            elif f.dimension == "font_size":
+                bubbles[i]["font_size"] = max(MIN_FONT + 2, float(ev.get("minimum", MIN_FONT)))
+            elif f.dimension == "contrast":
+                bubbles[i]["text_fill"] = "#111111"
+            out["bubbles"] = bubbles
+        elif f.part == "dialogue" and f.dimension == "continuity":
+            out["dialogue"] = [dict(d) for d in panel["dialogue"]]
+    return out
+
+
+def _svg_hash(svg: str) -> str:
+    return hashlib.sha256(svg.encode()).hexdigest()[:16]
+
+
+def propose(ctx: lw.Context) -> lw.Proposal:
+    """One bounded step per cycle: repair the located faults of a drawn panel, else draw the
+    next panel; assemble any page whose panels are all accepted; ask to publish at the end."""
+    task, arts, acc = ctx.task, ctx.artifacts, ctx.accepted
+    pages = _pages(task)
+    edits: list[lw.Edit] = []
+    notes: list[str] = []
+    usage = lw.Usage(cost_usd=0.0, tokens=0)
+
+    # 1. Local repair of the first panel with open findings.
+    open_panels = [p["id"] for p in _panels(task) if ctx.findings_for(p["id"]) and p["id"] in arts]
+    if open_panels:
+        pid = open_panels[0]
+        cur = arts[pid]
+        fixed = _repair(ctx, pid, cur)
+        if fixed:
+            merged = {**cur, **fixed}
+            svg = render(pid, merged["figures"], merged["bubbles"], merged["dialogue"])
+            edits += [lw.Edit(pid, k, v) for k, v in fixed.items()]
+            edits.append(lw.Edit(pid, "svg", svg))
+            notes.append(f"repaired {pid}: {', '.join(sorted(fixed))}")
+            usage = lw.Usage(cost_usd=0.02, tokens=900)
+    # 2. Otherwise draw the next panel (one per cycle).
+    if not edits:
+        todo = [p for p in _panels(task) if p["id"] not in arts]
+        if todo:
+            panel = todo[0]
+            drawn = _draw(ctx, panel, _faults(task).get(panel["id"]))
+            svg = render(panel["id"], drawn["figures"], drawn["bubbles"], drawn["dialogue"])
+            edits += [lw.Edit(panel["id"], k, v) for k, v in drawn.items()]
+            edits.append(lw.Edit(panel["id"], "svg", svg))
+            notes.append(f"drew {panel['id']} ({panel['action']})")
+            usage = lw.Usage(cost_usd=0.06, tokens=2400)
+    # 3. Assemble pages whose panels are all accepted.
+    assembled = set()
+    for page, ids in pages.items():
+        name = f"page-{page}"
+        if name in arts:
+            assembled.add(page)
+            continue
+        if all("svg" in acc.get(i, {}) for i in ids):
+            hashes = {i: _svg_hash(acc[i]["svg"]) for i in ids}
+            edits.append(lw.Edit(name, "assembly", {"page": page, "panels": ids, "hashes": hashes}))
+            notes.append(f"assembled page {page}")
+            assembled.add(page)
+    # 4. Every page assembled: ask to publish (runs only in a cycle the contract accepts).
+    effects: tuple[lw.EffectCall, ...] = ()
+    if len(assembled) == len(pages):
+        panels = {
+            i: (acc.get(i) or arts.get(i) or {}).get("svg", "")
+            for ids in pages.values()
+            for i in ids
+        }
+        effects = (
+            publish.call(
+                project=str(task.get("project", "")),
+                pages={str(p): [panels[i] for i in ids] for p, ids in pages.items()},
+            ),
+        )
+        notes.append("publish pages")
+    return lw.Proposal(
+        edits=tuple(edits),
+        note="; ".join(notes) or "nothing to do",
+        usage=usage,
+        effects=effects,
+        plan={"publish": "done"} if effects else {},
+    )
+
+
+# --- verifiers -------------------------------------------------------------------------------
+def _drawn(state: lw.TaskState) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    out = []
+    for p in _panels(state.task):
+        art = state.artifacts.get(p["id"])
+        if art is not None and "svg" in art.parts:
+            out.append((p, art.values()))
+    return out
+
+
+def _checked(state: lw.TaskState, flagged: set[str]) -> tuple[str, ...]:
+    """Parts this verifier looked at: every drawn part, but not the ``svg`` of a flagged panel
+    (a panel's picture is accepted only once every check is clean on it)."""
+    refs = []
+    for ref, _ in state.iter_parts():
+        art, _, part = ref.partition("/")
+        if part == "svg" and art in flagged:
+            continue
+        refs.append(ref)
+    return tuple(refs)
+
+
+def _verdict(
+    state: lw.TaskState, findings: list[lw.Finding], total: int, **evidence: Any
+) -> lw.Verdict:
+    flagged = {str(f.artifact) for f in findings if f.severity == "error"}
+    errors = [f for f in findings if f.severity == "error"]
+    score = 1.0 if total == 0 else max(0.0, 1 - len(flagged) / total)
+    return lw.Verdict(
+        passed=not errors,
+        score=score,
+        findings=tuple(findings),
+        evidence={"panels_checked": total, **evidence},
+        checked=_checked(state, flagged),
+    )
+
+
+def _cited_colour(fig: Mapping[str, Any], attr: str, memory_texts: Mapping[str, str]) -> str | None:
+    """The colour a cited correction asks for (the verifier parses the cited text itself)."""
+    for cite in fig.get("corrections", ()):
+        m = CORRECTION.search(memory_texts.get(str(cite), ""))
+        if m and m.group(1).lower() == fig["character"]:
+            a = "accent" if m.group(2).lower() == "scarf" else m.group(2).lower()
+            if a == attr and m.group(3).lower() in COLOURS:
+                return COLOURS[m.group(3).lower()]
+    return None
+
+
+def identity(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Every storyboard character is drawn, with the sheet's palette and silhouette features
+    (or a colour a cited creator correction asks for), read back from the SVG."""
+    sheet = _project(state.task)["sheet"]
+    findings: list[lw.Finding] = []
+    drawn = _drawn(state)
+    for panel, vals in drawn:
+        pid = panel["id"]
+        root = ET.fromstring(vals["svg"])
+        groups = {
+            g.get("data-character"): g
+            for g in root.iter("{http://www.w3.org/2000/svg}g")
+            if g.get("class") == "figure"
+        }
+        figs = {f["character"]: f for f in vals["figures"]}
+        for who in panel["characters"]:
+            g = groups.get(who)
+            if g is None:
+                findings.append(
+                    lw.Finding(
+                        f"{sheet[who]['name']} is in the storyboard for {pid} but not drawn",
+                        pid,
+                        "figures",
+                        "missing_character",
+                        evidence={"character": who, "expected": "present", "source": "storyboard"},
+                    )
+                )
+                continue
+            for el in g.iter():
+                role = el.get("data-role")
+                if role not in ("coat", "hair", "face"):
+                    continue
+                attr = "skin" if role == "face" else role
+                want = sheet[who]["palette"][attr]
+                have = el.get("fill")
+                ok_alt = _cited_colour(figs.get(who, {}), attr, _memory_texts(figs.get(who, {})))
+                if have not in (want, ok_alt):
+                    findings.append(
+                        lw.Finding(
+                            f"{sheet[who]['name']}'s {attr} is {have} in {pid}; the sheet says {want}",
+                            pid,
+                            "figures",
+                            "palette",
+                            evidence={
+                                "character": who,
+                                "attribute": attr,
+                                "expected": ok_alt or want,
+                                "actual": have,
+                                "source": "characters.json",
+                            },
+                        )
+                    )
+            feats = {el.get("data-feature") for el in g.iter() if el.get("data-feature")}
+            for feat in sheet[who]["features"]:
+                if feat not in feats:
+                    findings.append(
+                        lw.Finding(
+                            f"{sheet[who]['name']} lacks the {feat} in {pid}",
+                            pid,
+                            "figures",
+                            "feature",
+                            evidence={
+                                "character": who,
+                                "expected": feat,
+                                "source": "characters.json",
+                            },
+                        )
+                    )
+    return _verdict(state, findings, len(drawn))
+
+
+def _memory_texts(fig: Mapping[str, Any]) -> dict[str, str]:
+    """Texts of the corrections a figure cites (kept by the actor in the figure itself)."""
+    out: dict[str, str] = {}
+    for c, t in zip(fig.get("corrections", ()), fig.get("correction_texts", ()), strict=False):
+        out[str(c)] = str(t)
+    return out
+
+
+def _bubbles_svg(svg: str) -> list[dict[str, Any]]:
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    out = []
+    for g in root.iter(f"{ns}g"):
+        if g.get("class") != "bubble":
+            continue
+        rect = g.find(f"{ns}rect")
+        assert rect is not None
+        texts = g.findall(f"{ns}text")
+        out.append(
+            {
+                "speaker": g.get("data-speaker"),
+                "x": float(rect.get("x", 0)),
+                "y": float(rect.get("y", 0)),
+                "w": float(rect.get("width", 0)),
+                "h": float(rect.get("height", 0)),
+                "fill": rect.get("fill", "#ffffff"),
+                "texts": [
+                    (
+                        t.text or "",
+                        float(t.get("font-size", 0)),
+                        t.get("fill", "#000"),
+                        float(t.get("x", 0)),
+                        float(t.get("y", 0)),
+                    )
+                    for t in texts
+                ],
+            }
+        )
+    return out
+
+
+def _faces(svg: str) -> list[tuple[float, float, float]]:
+    root = ET.fromstring(svg)
+    return [
+        (float(c.get("cx", 0)), float(c.get("cy", 0)), float(c.get("r", 0)))
+        for c in root.iter("{http://www.w3.org/2000/svg}circle")
+        if c.get("data-role") == "face"
+    ]
+
+
+def _hits(b: Mapping[str, Any], face: tuple[float, float, float]) -> bool:
+    cx, cy, r = face
+    nx = min(max(cx, b["x"]), b["x"] + b["w"])
+    ny = min(max(cy, b["y"]), b["y"] + b["h"])
+    return (cx - nx) ** 2 + (cy - ny) ** 2 < r * r
+
+
+def composition(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Bubbles inside the panel, over no face, in reading order (left to right, top down)."""
+    findings: list[lw.Finding] = []
+    drawn = _drawn(state)
+    for panel, vals in drawn:
+        pid = panel["id"]
+        bubbles = _bubbles_svg(vals["svg"])
+        faces = _faces(vals["svg"])
+        for i, b in enumerate(bubbles):
+            if b["x"] < 0 or b["y"] < 0 or b["x"] + b["w"] > W or b["y"] + b["h"] > H:
+                findings.append(
+                    lw.Finding(
+                        f"bubble {i + 1} of {pid} leaves the panel",
+                        pid,
+                        "bubbles",
+                        "bubble_outside",
+                        evidence={"bubble": i},
+                    )
+                )
+            if any(_hits(b, f) for f in faces):
+                findings.append(
+                    lw.Finding(
+                        f"bubble {i + 1} of {pid} ({b['speaker']}) covers a face",
+                        pid,
+                        "bubbles",
+                        "bubble_over_face",
+                        evidence={"bubble": i, "box": [b["x"], b["y"], b["w"], b["h"]]},
+                    )
+                )
+        order = [(b["y"] // 60, b["x"]) for b in bubbles]
+        if order != sorted(order):
+            findings.append(
+                lw.Finding(
+                    f"bubbles of {pid} are out of reading order",
+                    pid,
+                    "bubbles",
+                    "bubble_outside",
+                    evidence={"bubble": 0},
+                )
+            )
+    return _verdict(state, findings, len(drawn))
+
+
+def _lum(hexcol: str) -> float:
+    h = hexcol.lstrip("#")
+    rgb = [int(h[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two ``#rrggbb`` colours."""
+    la, lb = sorted((_lum(a), _lum(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def legibility(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Every line at least 12 px and at WCAG AA contrast (4.5:1) against its bubble."""
+    findings: list[lw.Finding] = []
+    drawn = _drawn(state)
+    for panel, vals in drawn:
+        pid = panel["id"]
+        for i, b in enumerate(_bubbles_svg(vals["svg"])):
+            sizes = [t[1] for t in b["texts"]]
+            if sizes and min(sizes) < MIN_FONT:
+                findings.append(
+                    lw.Finding(
+                        f"text in bubble {i + 1} of {pid} is {min(sizes):g}px (minimum {MIN_FONT:g})",
+                        pid,
+                        "bubbles",
+                        "font_size",
+                        evidence={"bubble": i, "actual": min(sizes), "minimum": MIN_FONT},
+                    )
+                )
+            for t in b["texts"][:1]:
+                ratio = contrast(t[2], b["fill"])
+                if ratio < MIN_CONTRAST:
+                    findings.append(
+                        lw.Finding(
+                            f"text in bubble {i + 1} of {pid} has contrast {ratio:.2f}:1 "
+                            f"(WCAG AA needs {MIN_CONTRAST}:1)",
+                            pid,
+                            "bubbles",
+                            "contrast",
+                            evidence={
+                                "bubble": i,
+                                "actual": round(ratio, 2),
+                                "minimum": MIN_CONTRAST,
+                            },
+                        )
+                    )
+    return _verdict(state, findings, len(drawn))
+
+
+def _approved_facts(notes: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        n.get("kind") == "approval"
+        and n.get("decision") == "approved"
+        and n.get("rule") == "canon_change"
+        for n in notes
+    )
+
+
+def continuity(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Dialogue against canon. A line that differs from the storyboard and contradicts a fact is
+    a slip (``continuity``, repairable); a storyboard line that contradicts a fact changes canon
+    (``canon_change``: a person decides, with the fact and its source)."""
+    canon = _project(state.task)["canon"]
+    approved = _approved_facts(state.notes)
+    findings: list[lw.Finding] = []
+    drawn = _drawn(state)
+    for panel, vals in drawn:
+        pid = panel["id"]
+        board = {(d["speaker"], d["text"]) for d in panel["dialogue"]}
+        for d in vals["dialogue"]:
+            for fact in canon:
+                if fact.get("speaker") and fact["speaker"] != d["speaker"]:
+                    continue
+                hit = next(
+                    (w for w in fact["contradicted_by"] if w.lower() in d["text"].lower()), None
+                )
+                if hit is None:
+                    continue
+                ev = {
+                    "fact": fact["id"],
+                    "statement": fact["statement"],
+                    "source": fact["source"],
+                    "line": d["text"],
+                    "speaker": d["speaker"],
+                }
+                if (d["speaker"], d["text"]) in board:
+                    if not approved:
+                        findings.append(
+                            lw.Finding(
+                                f"{pid}: {d['speaker']} says {d['text']!r}, which changes canon "
+                                f"{fact['id']} ({fact['statement']!r}, source: {fact['source']})",
+                                pid,
+                                "dialogue",
+                                "canon_change",
+                                severity="warning",
+                                evidence=ev,
+                            )
+                        )
+                else:
+                    want = next(
+                        (x["text"] for x in panel["dialogue"] if x["speaker"] == d["speaker"]), ""
+                    )
+                    findings.append(
+                        lw.Finding(
+                            f"{pid}: {d['speaker']} says {d['text']!r}, contradicting canon "
+                            f"{fact['id']} ({fact['statement']!r}, source: {fact['source']})",
+                            pid,
+                            "dialogue",
+                            "continuity",
+                            evidence={**ev, "expected": want},
+                        )
+                    )
+    return _verdict(state, findings, len(drawn))
+
+
+def complete(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Every storyboard panel drawn and every page assembled from its accepted panels."""
+    findings: list[lw.Finding] = []
+    total = 0
+    for page, ids in _pages(state.task).items():
+        for i in ids:
+            total += 1
+            if state.part(f"{i}/svg") is None:
+                findings.append(lw.Finding(f"{i} is not drawn yet", i, "svg", "missing_panel"))
+        total += 1
+        asm = state.part(f"page-{page}/assembly")
+        if asm is None:
+            findings.append(
+                lw.Finding(
+                    f"page {page} is not assembled yet", f"page-{page}", "assembly", "missing_page"
+                )
+            )
+            continue
+        for i, h in asm.value["hashes"].items():
+            p = state.part(f"{i}/svg")
+            if p is None or _svg_hash(p.value) != h:
+                findings.append(
+                    lw.Finding(
+                        f"page {page} holds an outdated {i}",
+                        f"page-{page}",
+                        "assembly",
+                        "stale_page",
+                    )
+                )
+    done = total - len(findings)
+    return lw.Verdict(
+        passed=not findings,
+        score=done / total if total else 1.0,
+        findings=tuple(findings),
+        evidence={"steps": total, "done": done},
+    )
+
+
+def proof(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """Held out: an independent recomputation from the SVG text alone (every line fits inside
+    its bubble's box, every storyboard line is readable in the picture) and, where
+    ``tesseract`` and a rasteriser are installed, OCR of the panel. Never shown to the actor."""
+    findings: list[lw.Finding] = []
+    drawn = _drawn(state)
+    for panel, vals in drawn:
+        pid = panel["id"]
+        for b in _bubbles_svg(vals["svg"]):
+            for text, size, _fill, x, y in b["texts"]:
+                width = len(text) * size * 0.55
+                if x + width > b["x"] + b["w"] + 2 or y > b["y"] + b["h"]:
+                    findings.append(
+                        lw.Finding(
+                            f"{HELD_OUT_MARKER}: {pid}: {text!r} overflows its bubble",
+                            pid,
+                            "svg",
+                            "overflow",
+                        )
+                    )
+        shown = " ".join(t[0] for b in _bubbles_svg(vals["svg"]) for t in b["texts"])
+        for d in vals["dialogue"]:
+            if " ".join(d["text"].split()) not in " ".join(shown.split()):
+                findings.append(
+                    lw.Finding(
+                        f"{HELD_OUT_MARKER}: {pid}: line {d['text']!r} is not in the picture",
+                        pid,
+                        "svg",
+                        "missing_text",
+                    )
+                )
+    ocr = (
+        "ran"
+        if shutil.which("tesseract") and _rasteriser()
+        else ("skipped: tesseract or an SVG rasteriser (cairosvg) is not installed")
+    )
+    return lw.Verdict(
+        passed=not findings, findings=tuple(findings), evidence={"panels": len(drawn), "ocr": ocr}
+    )
+
+
+def _rasteriser() -> bool:
+    try:
+        import cairosvg  # type: ignore[import-not-found]  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+# --- delivery: the publish effect ------------------------------------------------------------
+def export_dir(project: str) -> Path:
+    """``$COMIC_EXPORT_DIR/<project>``, else ``.loopwright/comic_exports/<project>``."""
+    root = Path(os.environ.get("COMIC_EXPORT_DIR") or ".loopwright/comic_exports")
+    return root / (project or "default")
+
+
+def _page_svg(page: str, panels: Sequence[str]) -> str:
+    gap = 10
+    height = gap + len(panels) * (H + gap)
+    body = []
+    for k, svg in enumerate(panels):
+        inner = svg.replace("<svg ", f'<svg x="{gap}" y="{gap + k * (H + gap)}" ', 1)
+        body.append(inner)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W + 2 * gap}" height="{height}" '
+        f'data-page="{page}"><rect width="100%" height="100%" fill="#fff"/>'
+        + "\n".join(body)
+        + "</svg>"
+    )
+
+
+@lw.effect(
+    "publish",
+    key=lambda a: f"{a['project']}/pages-{'-'.join(sorted(a['pages']))}",
+    describe=lambda a: f"export pages {', '.join(sorted(a['pages']))} of {a['project']}",
+)
+def publish(project: str, pages: Mapping[str, Sequence[str]], *, key: str) -> dict[str, Any]:
+    """Write one SVG per page and one HTML book, then a manifest (written last: its presence
+    means the export is complete). Not idempotent in spirit: a second export is a second
+    delivery, which the journal and ``reconcile`` prevent."""
+    out = export_dir(project)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    sections = []
+    for page in sorted(pages, key=int):
+        svg = _page_svg(page, pages[page])
+        name = f"page-{page}.svg"
+        (out / name).write_text(svg)
+        files.append(name)
+        sections.append(f"<section><h2>Page {page}</h2>{svg}</section>")
+    book = f"{project or 'comic'}.html"
+    (out / book).write_text(
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(project)}</title>"
+        "<body style='font-family:sans-serif'>" + "\n".join(sections) + "</body>"
+    )
+    files.append(book)
+    with (out / "publish.log").open("a") as f:
+        f.write(key + "\n")
+    result = {"key": key, "folder": str(out), "files": files}
+    (out / "manifest.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@publish.reconciler
+def _published(key: str) -> dict[str, Any] | None:
+    # the engine's key is "<effect>:<key>" (and "~N" for a later generation)
+    project = key.split(":", 1)[-1].rsplit("/pages-", 1)[0]
+    manifest = export_dir(project) / "manifest.json"
+    if manifest.is_file():
+        data: dict[str, Any] = json.loads(manifest.read_text())
+        if data.get("key") == key:
+            return data
+    return None

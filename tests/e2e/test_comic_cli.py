@@ -1,0 +1,40 @@
+"""`loopwright run examples/comic_pages/loop.toml` parks on the canon change (exit 4); approving
+with --resume finishes the three pages (exit 0) and exports them once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "comic_pages" / "loop.toml"
+
+
+def test_comic_run_parks_then_approve_resume_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "exports"
+    monkeypatch.setenv("COMIC_EXPORT_DIR", str(out))
+    store = tmp_path / "lw.db"
+    r = cli("run", str(SPEC), cwd=tmp_path, store=store)
+    assert r.returncode == 4, r.stdout + r.stderr
+    pending = cli("approvals", "--json", cwd=tmp_path, store=store)
+    assert pending.returncode == 0, pending.stderr
+    assert "canon_change" in pending.stdout and "page 1, panel 2" in pending.stdout
+    key = "lantern-harbor/pages-3-5"
+    a = cli("approve", key, "--by", "creator", "--resume", cwd=tmp_path, store=store)
+    assert a.returncode == 0, a.stdout + a.stderr
+    shown = cli("show", key, "--json", cwd=tmp_path, store=store)
+    run = json.loads(shown.stdout)["run"]
+    assert run["status"] == "accepted"
+    folder = out / "lantern-harbor"
+    for n in (3, 4, 5):
+        assert (folder / f"page-{n}.svg").is_file()
+    assert (folder / "lantern-harbor.html").is_file()
+    again = cli("resume", key, cwd=tmp_path, store=store)
+    assert again.returncode in (0, 2), again.stderr
+    assert len((folder / "publish.log").read_text().splitlines()) == 1

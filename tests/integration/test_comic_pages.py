@@ -1,0 +1,136 @@
+"""The comic workload (examples/comic_pages) through the real engine: one approval finishes the
+three pages, repairs are local, the pages are exported exactly once, and a project-scoped
+correction in feedback memory is honoured by that project only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "examples" / "comic_pages"
+SPEC = HERE / "loop.toml"
+TASK: dict[str, Any] = json.loads((HERE / "tasks.jsonl").read_text().splitlines()[0])
+GREEN = "#2e7d32"  # "green" in the actor's colour table
+SHEET_BLUE = "#1f4e9c"  # Mara's coat on the character sheet
+ONE_EXPORT = ["publish:lantern-harbor/pages-3-4-5"]  # the journaled key
+
+
+@pytest.fixture
+def exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    out = tmp_path / "exports"
+    monkeypatch.setenv("COMIC_EXPORT_DIR", str(out))
+    return out
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[lw.Runtime]:
+    with lw.Runtime(str(tmp_path / "comic.db")) as runtime:
+        yield runtime
+
+
+def _finish(rt: lw.Runtime, loop: lw.Loop, task: dict[str, Any]) -> lw.RunResult:
+    r = rt.run_sync(loop, task, task_key=task["task_key"])
+    assert r.status == "awaiting_approval"
+    rt.approve(r.run_id, by="creator", note="the key was her mother's: new canon")
+    done = rt.resume_sync(r.run_id, loop)
+    assert (done.status, done.stop_reason) == ("accepted", "success")
+    return done
+
+
+def _state(rt: lw.Runtime, run_id: str) -> lw.TaskState:
+    return lw.TaskState.from_dict(rt.store.checkpoints(run_id)[-1].state)
+
+
+def _mara_coats(state: lw.TaskState) -> set[str]:
+    return {
+        f["coat"]
+        for name, art in state.artifacts.items()
+        if "figures" in art.parts
+        for f in art.values()["figures"]
+        if f["character"] == "mara"
+    }
+
+
+def test_three_pages_with_one_approval_export_once(rt: lw.Runtime, exports: Path) -> None:
+    loop = lw.load_spec(SPEC)
+    r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])
+    assert r.status == "awaiting_approval"
+    [req] = rt.store.approvals(run_id=r.run_id)
+    assert req.rule == "canon_change"
+    text = json.dumps(req.evidence)
+    assert "F1" in text and "page 1, panel 2" in text  # the fact and its source
+    assert not (exports / "lantern-harbor").exists()  # nothing published while parked
+
+    rt.approve(r.run_id, by="creator")
+    done = rt.resume_sync(r.run_id, loop)
+    assert (done.status, done.stop_reason) == ("accepted", "success")
+    assert done.held_out_passed is True
+    folder = exports / "lantern-harbor"
+    files = {p.name for p in folder.iterdir()}
+    assert {"page-3.svg", "page-4.svg", "page-5.svg", "lantern-harbor.html"} <= files
+    for n in (3, 4, 5):
+        assert (folder / f"page-{n}.svg").read_text().count("data-panel=") == 3
+    assert (folder / "lantern-harbor.html").read_text().count("<svg") == 3 + 9
+    assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
+
+    state = _state(rt, r.run_id)
+    assert all(s.status == "done" for s in state.plan)
+    svgs = {n: a.parts["svg"].accepted for n, a in state.artifacts.items() if "svg" in a.parts}
+    assert len(svgs) == 9 and all(v is not None for v in svgs.values())
+    # resumed again, and started again under the same key: no re-render, no second export
+    before = [c.seq for c in rt.store.checkpoints(r.run_id)]
+    assert rt.resume_sync(r.run_id, loop).status == "accepted"
+    assert rt.run_sync(loop, TASK, task_key=TASK["task_key"]).run_id == r.run_id
+    assert [c.seq for c in rt.store.checkpoints(r.run_id)] == before
+    assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
+
+
+def test_faults_are_repaired_locally(rt: lw.Runtime, exports: Path) -> None:
+    loop = lw.load_spec(SPEC)
+    done = _finish(rt, loop, dict(TASK))
+    state = _state(rt, done.run_id)
+    comic = loop.actor.__globals__  # the spec's module
+    faults: dict[str, str] = comic["_faults"](TASK)
+    assert len(faults) == 6
+    where = {
+        "wrong_palette": "figures",
+        "missing_character": "figures",
+        "bubble_over_face": "bubbles",
+        "text_too_small": "bubbles",
+        "low_contrast": "bubbles",
+        "canon_slip": "dialogue",
+    }
+    for pid, fault in faults.items():
+        art = state.artifacts[pid]
+        fixed = where[fault]
+        assert len(art.parts[fixed].versions) == 2, (pid, fault)  # drawn, then repaired once
+        for other in ("figures", "bubbles", "dialogue"):
+            if other != fixed:
+                assert len(art.parts[other].versions) == 1, (pid, fault, other)  # untouched
+    clean = [p for p, a in state.artifacts.items() if "svg" in a.parts and p not in faults]
+    assert clean and all(len(state.artifacts[p].parts["svg"].versions) == 1 for p in clean)
+
+
+def test_memory_correction_is_project_scoped(rt: lw.Runtime, exports: Path) -> None:
+    loop = lw.load_spec(SPEC)
+    rt.memory.add(
+        scope="project",
+        scope_key="lantern-harbor",
+        signal="correction",
+        text="Mara's coat is green in this series",
+        by="creator",
+    )
+    ours = _finish(rt, loop, dict(TASK))
+    other = {**TASK, "task_key": "tide-school/pages-3-5", "project": "tide-school"}
+    theirs = _finish(rt, loop, other)
+    assert _mara_coats(_state(rt, ours.run_id)) == {GREEN}
+    assert _mara_coats(_state(rt, theirs.run_id)) == {SHEET_BLUE}
+    assert f'fill="{GREEN}"' in (exports / "lantern-harbor" / "page-3.svg").read_text()
+    assert f'fill="{GREEN}"' not in (exports / "tide-school" / "page-3.svg").read_text()
