@@ -236,3 +236,37 @@ def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
 def test_token_must_be_given() -> None:
     with pytest.raises(ValueError):
         create_app(":memory:", token="")
+
+
+def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
+    """A drawn panel (an SVG part) appears as a thumbnail through an <img>; the SVG itself is
+    served with a CSP that forbids scripts, and an SVG with a script stays inert."""
+    svg_ok = '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="5" height="5" fill="red"/></svg>'
+    svg_evil = '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("panel", {"svg": svg_evil if ctx.cycle == 1 else svg_ok})
+
+    loop = lw.Loop(
+        name="svg",
+        actor=actor,
+        verifiers=[lambda s, p: lw.Verdict(passed=s.values()["panel"]["svg"] == svg_ok)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    store = str(tmp_path / "svg.db")
+    with lw.Runtime(store) as rt:
+        r = rt.run_sync(loop, {"task_key": "svg-1", "artifacts": {"panel": {"svg": ""}}})
+    client = TestClient(create_app(store, token="t0ken-12345"))
+    page = client.get(f"/runs/{r.run_id}").text
+    assert (
+        f'src="/runs/{r.run_id}/svg?ref=panel/svg&amp;v=2"' in page
+    )  # the one with a script: inert in an <img>
+    assert "<script>alert(1)</script>" not in page
+    img = client.get(f"/runs/{r.run_id}/svg", params={"ref": "panel/svg", "v": 2})
+    assert img.status_code == 200 and img.headers["content-type"].startswith("image/svg+xml")
+    csp = img.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "sandbox" in csp and "script" not in csp
+    assert (
+        client.get(f"/runs/{r.run_id}/svg", params={"ref": "panel/svg", "v": 9}).status_code == 404
+    )
+    assert client.get(f"/runs/{r.run_id}/svg", params={"ref": "nope/x", "v": 1}).status_code == 404

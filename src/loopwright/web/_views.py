@@ -234,11 +234,17 @@ def artifacts_view(state: TaskState) -> list[PartView]:
                     "status": v.status,
                     "value": short(v.value, 200),
                     "diff": diff,
+                    # An SVG part (a drawn panel) is shown as a picture, through /runs/…/svg.
+                    "svg": is_svg(v.value),
                 }
             )
             prev = v.value
         out.append(pv)
     return out
+
+
+def is_svg(value: Any) -> bool:
+    return isinstance(value, str) and value.lstrip()[:200].lower().startswith(("<svg", "<?xml"))
 
 
 def stop_words(rec: RunRecord) -> str:
