@@ -376,8 +376,11 @@ def cancel(
     by: Annotated[str | None, typer.Option("--by")] = None,
     store: StoreOpt = None,
 ) -> None:
-    """Cancel a run (a run executing elsewhere stops at its next cycle boundary). The
-    compensations of its completed effects are offered through the approval policy."""
+    """Cancel a run; the compensations of its completed effects are offered.
+
+    A run executing elsewhere stops at its next commit, before any further effect. The
+    compensations go through the approval policy and run on the next `loopwright resume`.
+    """
     from ._render import console
 
     with Runtime(store) as rt:
@@ -426,8 +429,11 @@ def rollback(
     by: ByOpt,
     store: StoreOpt = None,
 ) -> None:
-    """Restore an earlier checkpoint's artifacts and reopen the run; the compensations of the
-    effects completed after it are offered through the approval policy."""
+    """Restore an earlier cycle's artifacts and reopen the run.
+
+    The compensations of the effects completed after that cycle are offered through the
+    approval policy and run on the next `loopwright resume`.
+    """
     from ._render import console
 
     if to_cycle < 0:

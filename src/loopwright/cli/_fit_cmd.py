@@ -58,8 +58,10 @@ def fit_stop_cmd(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit a stop contract: the lowest cost per accepted outcome that keeps at least --keep of the
-    accepted outcomes, cross-validated by task. Method and report: docs/fit-stop.md."""
+    """Fit a stop contract: lowest cost per accepted outcome keeping --keep of them.
+
+    Cross-validated by task; method and report: docs/fit-stop.md.
+    """
     from ..replay import load_contract, load_source
     from ..replay._fit import fit_stop, plot_frontier, split_folds
     from ._render import console

@@ -34,8 +34,11 @@ def replay_cmd(
         typer.Option("--save-traces", help="Also write the runs as run-trace JSONL here."),
     ] = None,
 ) -> None:
-    """Replay recorded runs under other contracts: where each would have stopped, with which
-    reason and outcome, and the totals side by side with the runs as recorded."""
+    """Replay recorded runs under other stop contracts, side by side with the record.
+
+    For each contract: where each run would have stopped, with which reason and outcome, and
+    the totals (accepted kept and lost, spend, cost per accepted outcome, stop reasons).
+    """
     from ..replay import load_contract, load_source, replay, write_traces
 
     if not contract:

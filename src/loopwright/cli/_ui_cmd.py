@@ -37,8 +37,11 @@ def ui(
         typer.Option("--as", help="Name decisions are recorded under ($LOOPWRIGHT_UI_IDENTITY)."),
     ] = None,
 ) -> None:
-    """Serve the dashboard and HTTP API. Prints a sign-in token once unless $LOOPWRIGHT_UI_TOKEN
-    is set; on a non-loopback --host every page needs the token."""
+    """Serve the dashboard and HTTP API.
+
+    Prints a sign-in token once unless $LOOPWRIGHT_UI_TOKEN is set; on a non-loopback --host
+    every page needs the token.
+    """
     try:
         import uvicorn
 

@@ -32,8 +32,11 @@ def worker(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Claim runnable runs (new, interrupted, approved) and drive them; on SIGTERM or Ctrl-C,
-    finish each run's cycle in flight, checkpoint and release its lease, then exit."""
+    """Claim runnable runs (new, interrupted, approved) and drive them.
+
+    On SIGTERM or Ctrl-C each run finishes its cycle in flight, checkpoints and releases its
+    lease, then the worker exits.
+    """
     from .._worker import Worker
     from ._render import console
 
