@@ -15,8 +15,8 @@ canon facts with their sources, two accepted pages and a storyboard for pages 3-
 * visible verifiers: ``identity``, ``composition``, ``legibility``, ``continuity``,
   ``complete``; held out: ``proof`` (an independent recomputation from the SVG text itself,
   plus OCR when ``tesseract`` and a rasteriser are available).
-* ``publish`` — a ``publish`` effect: pages assembled from accepted panels, one SVG per page
-  and one HTML file, written at most once (journaled; ``reconcile`` reads the export folder).
+* ``publish`` — a ``publish`` effect: pages assembled from accepted panels, one SVG and PNG per page,
+  one PDF and one HTML file, written at most once (journaled; ``reconcile`` reads the manifest).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -112,7 +113,7 @@ def init(task: Mapping[str, Any]) -> lw.TaskState:
     state.plan.append(
         lw.PlanStep(
             "publish",
-            "export pages (SVG per page, one HTML)",
+            "export pages (SVG and PNG per page, one PDF, one HTML)",
             depends_on=tuple(f"page-{n}" for n in pages),
         )
     )
@@ -827,22 +828,109 @@ def proof(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
                         "missing_text",
                     )
                 )
-    ocr = (
-        "ran"
-        if shutil.which("tesseract") and _rasteriser()
-        else ("skipped: tesseract or an SVG rasteriser (cairosvg) is not installed")
-    )
+    ocr = _ocr_state(state)
+    for pid, res in ocr.get("panels", {}).items():
+        if not res["passed"]:
+            findings.append(
+                lw.Finding(
+                    f"{HELD_OUT_MARKER}: {pid}: OCR reads back {res['ratio']:.0%} of the dialogue "
+                    f"words (needs {OCR_MIN_RATIO:.0%}); missing: {', '.join(res['missing'])}",
+                    pid,
+                    "svg",
+                    "ocr_illegible",
+                    evidence=res,
+                )
+            )
     return lw.Verdict(
-        passed=not findings, findings=tuple(findings), evidence={"panels": len(drawn), "ocr": ocr}
+        passed=not findings,
+        findings=tuple(findings),
+        evidence={"panels": len(drawn), "ocr": ocr["status"], "ocr_panels": ocr.get("panels", {})},
     )
 
 
-def _rasteriser() -> bool:
+# --- rasterising and OCR ---------------------------------------------------------------------
+OCR_MIN_RATIO = 0.6
+OCR_TIMEOUT_S = 20.0
+WORD = re.compile(r"[a-z]{3,}")
+_OCR_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def rasteriser_missing() -> str | None:
+    """Why panels cannot be rasterised here (``None`` when they can)."""
     try:
-        import cairosvg  # type: ignore[import-not-found]  # noqa: F401
+        import resvg_py  # type: ignore[import-not-found]  # noqa: F401
     except Exception:
-        return False
-    return True
+        return "the SVG rasteriser resvg-py is not installed (pip install 'loopwright[comic]')"
+    return None
+
+
+def rasterise(svg: str, *, zoom: float = 1.0) -> bytes:
+    """PNG bytes of an SVG (resvg, system fonts, white background)."""
+    import resvg_py
+
+    return bytes(resvg_py.svg_to_bytes(svg_string=svg, zoom=zoom, background="#ffffff"))
+
+
+def ocr_skipped() -> str | None:
+    """Why the OCR check cannot run here (``None`` when it can)."""
+    if not shutil.which("tesseract"):
+        return "tesseract is not installed (apt-get install tesseract-ocr)"
+    return rasteriser_missing()
+
+
+def ocr_words(png: bytes) -> list[str]:
+    """Words of three letters or more that ``tesseract --psm 6`` reads in a PNG (lower case)."""
+    r = subprocess.run(
+        ["tesseract", "stdin", "stdout", "--psm", "6"],
+        input=png,
+        capture_output=True,
+        timeout=OCR_TIMEOUT_S,
+        check=False,
+    )
+    return WORD.findall(r.stdout.decode("utf-8", "replace").lower())
+
+
+def ocr_panel(svg: str, lines: Sequence[str]) -> dict[str, Any]:
+    """Rasterise a panel at its own size (what a reader sees), OCR it and compare the words of
+    its dialogue (>= 3 letters, case-insensitive): ``passed`` when >= 60 % read back."""
+    want = [w for line in lines for w in WORD.findall(line.lower())]
+    key = hashlib.sha256((svg + "\0" + "\n".join(lines)).encode()).hexdigest()
+    if key in _OCR_CACHE:
+        return _OCR_CACHE[key]
+    read = set(ocr_words(rasterise(svg)))
+    missing = [w for w in want if w not in read]
+    ratio = 1.0 if not want else (len(want) - len(missing)) / len(want)
+    res = {
+        "passed": ratio >= OCR_MIN_RATIO,
+        "ratio": round(ratio, 3),
+        "words": len(want),
+        "missing": missing,
+        "read": sorted(read),
+    }
+    _OCR_CACHE[key] = res
+    return res
+
+
+def _ocr_state(state: lw.TaskState) -> dict[str, Any]:
+    """OCR every accepted panel picture; ``skipped: <reason>`` where it cannot run (never a
+    failure for that)."""
+    why = ocr_skipped()
+    if why:
+        return {"status": f"skipped: {why}"}
+    panels: dict[str, Any] = {}
+    try:
+        for panel in _panels(state.task):
+            part = state.part(f"{panel['id']}/svg")
+            acc = part.accepted if part is not None else None
+            if acc is None:
+                continue
+            dia = state.part(f"{panel['id']}/dialogue")
+            said = dia.accepted if dia is not None else None
+            lines = [str(d["text"]) for d in (said.value if said else panel["dialogue"])]
+            panels[panel["id"]] = ocr_panel(str(acc.value), lines)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return {"status": f"skipped: OCR could not run ({type(exc).__name__}: {exc})"}
+    return {"status": "ran", "panels": panels}
 
 
 # --- delivery: the publish effect ------------------------------------------------------------
@@ -867,13 +955,31 @@ def _page_svg(page: str, panels: Sequence[str]) -> str:
     )
 
 
+EXPORT_ZOOM = 2  # page PNGs at twice the SVG size (144 dpi in the PDF: the same page size)
+
+
+def _write_pdf(path: Path, pngs: Sequence[bytes]) -> None:
+    """One PDF page per page PNG (Pillow), written to a temporary name then moved in place."""
+    import io
+
+    from PIL import Image
+
+    images = [Image.open(io.BytesIO(b)).convert("RGB") for b in pngs]
+    tmp = path.with_suffix(".pdf.part")
+    images[0].save(
+        tmp, "PDF", save_all=True, append_images=images[1:], resolution=72.0 * EXPORT_ZOOM
+    )
+    tmp.replace(path)
+
+
 @lw.effect(
     "publish",
     key=lambda a: f"{a['project']}/pages-{'-'.join(sorted(a['pages']))}",
     describe=lambda a: f"export pages {', '.join(sorted(a['pages']))} of {a['project']}",
 )
 def publish(project: str, pages: Mapping[str, Sequence[str]], *, key: str) -> dict[str, Any]:
-    """Write one SVG per page and one HTML book, then a manifest (written last: its presence
+    """Write one SVG and one PNG per page, one PDF (a page per comic page) and one HTML book,
+    then a manifest (written last: its presence
     means the export is complete). Not idempotent in spirit: a second export is a second
     delivery, which the journal and ``reconcile`` prevent."""
     out = export_dir(project)
@@ -886,16 +992,35 @@ def publish(project: str, pages: Mapping[str, Sequence[str]], *, key: str) -> di
         (out / name).write_text(svg)
         files.append(name)
         sections.append(f"<section><h2>Page {page}</h2>{svg}</section>")
+    why = rasteriser_missing()
+    pngs: list[bytes] = []
+    for page in sorted(pages, key=int):
+        if why:
+            break
+        png = rasterise((out / f"page-{page}.svg").read_text(), zoom=EXPORT_ZOOM)
+        (out / f"page-{page}.png").write_bytes(png)
+        files.append(f"page-{page}.png")
+        pngs.append(png)
+    if pngs:
+        pdf = f"{project or 'comic'}.pdf"
+        _write_pdf(out / pdf, pngs)
+        files.append(pdf)
     book = f"{project or 'comic'}.html"
     (out / book).write_text(
         f"<!doctype html><meta charset='utf-8'><title>{html.escape(project)}</title>"
         "<body style='font-family:sans-serif'>" + "\n".join(sections) + "</body>"
     )
     files.append(book)
+    result = {"key": key, "folder": str(out), "files": files}
+    if why:
+        result["png_pdf"] = f"skipped: {why}"
+    # The manifest is the delivery's commit point (reconcile reads it), written atomically
+    # and before the log: a crash after it never delivers twice.
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(out / "manifest.json")
     with (out / "publish.log").open("a") as f:
         f.write(key + "\n")
-    result = {"key": key, "folder": str(out), "files": files}
-    (out / "manifest.json").write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -35,6 +35,9 @@ def test_comic_run_parks_then_approve_resume_finishes(
     for n in (3, 4, 5):
         assert (folder / f"page-{n}.svg").is_file()
     assert (folder / "lantern-harbor.html").is_file()
+    for n in (3, 4, 5):
+        assert (folder / f"page-{n}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (folder / "lantern-harbor.pdf").read_bytes()[:5] == b"%PDF-"
     again = cli("resume", key, cwd=tmp_path, store=store)
     assert again.returncode in (0, 2), again.stderr
     assert len((folder / "publish.log").read_text().splitlines()) == 1

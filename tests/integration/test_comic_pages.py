@@ -79,6 +79,10 @@ def test_three_pages_with_one_approval_export_once(rt: lw.Runtime, exports: Path
         assert (folder / f"page-{n}.svg").read_text().count("data-panel=") == 3
     assert (folder / "lantern-harbor.html").read_text().count("<svg") == 3 + 9
     assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
+    _check_png_pdf(folder)
+    ocr = _held_out_proof(rt, r.run_id)
+    assert ocr["ocr"] == "ran", ocr
+    assert len(ocr["ocr_panels"]) == 9 and all(p["passed"] for p in ocr["ocr_panels"].values())
 
     state = _state(rt, r.run_id)
     assert all(s.status == "done" for s in state.plan)
@@ -90,6 +94,39 @@ def test_three_pages_with_one_approval_export_once(rt: lw.Runtime, exports: Path
     assert rt.run_sync(loop, TASK, task_key=TASK["task_key"]).run_id == r.run_id
     assert [c.seq for c in rt.store.checkpoints(r.run_id)] == before
     assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
+
+
+def _check_png_pdf(folder: Path) -> None:
+    """One PNG per page, of the page SVG's size times the export zoom; one PDF, a page each."""
+    import re
+
+    from PIL import Image
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for n in (3, 4, 5):
+        png = folder / f"page-{n}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        svg = (folder / f"page-{n}.svg").read_text()
+        w, h = (int(x) for x in re.search(r'width="(\d+)" height="(\d+)"', svg).groups())
+        assert (w, h) == (420, 940)
+        with Image.open(png) as im:
+            im.verify()
+        with Image.open(png) as im:
+            assert im.format == "PNG" and im.size == (2 * w, 2 * h)
+        assert png.name in manifest["files"]
+    pdf = (folder / "lantern-harbor.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-")
+    assert len(re.findall(rb"/Type\s*/Page\b", pdf)) == 3
+    assert "lantern-harbor.pdf" in manifest["files"]
+
+
+def _held_out_proof(rt: lw.Runtime, run_id: str) -> dict[str, Any]:
+    """The evidence of the held-out ``proof`` verdict of the run's last recorded cycle."""
+    records = [c.record for c in rt.store.checkpoints(run_id) if c.record]
+    proof: dict[str, Any] = next(
+        r["held_out"]["proof"]["evidence"] for r in reversed(records) if r.get("held_out")
+    )
+    return proof
 
 
 def test_faults_are_repaired_locally(rt: lw.Runtime, exports: Path) -> None:
@@ -134,3 +171,42 @@ def test_memory_correction_is_project_scoped(rt: lw.Runtime, exports: Path) -> N
     assert _mara_coats(_state(rt, theirs.run_id)) == {SHEET_BLUE}
     assert f'fill="{GREEN}"' in (exports / "lantern-harbor" / "page-3.svg").read_text()
     assert f'fill="{GREEN}"' not in (exports / "tide-school" / "page-3.svg").read_text()
+
+
+def test_ocr_reads_a_panel_and_fails_tiny_text() -> None:
+    """The held-out OCR check runs here (tesseract + resvg) and really reads the dialogue back;
+    the same panel with 5 px text fails it."""
+    loop = lw.load_spec(SPEC)
+    comic = loop.actor.__globals__
+    assert comic["ocr_skipped"]() is None, comic["ocr_skipped"]()
+    panel = next(p for p in comic["_panels"](TASK) if p["id"] == "p3-2")
+    sheet = comic["_project"](TASK)["sheet"]
+    n = len(panel["characters"])
+    figures = [
+        comic["_figure"](sheet, w, comic["_slot"](i, n)) for i, w in enumerate(panel["characters"])
+    ]
+    bubbles = [
+        comic["_bubble"](i, len(panel["dialogue"]), d["speaker"])
+        for i, d in enumerate(panel["dialogue"])
+    ]
+    lines = [d["text"] for d in panel["dialogue"]]
+    assert lines == ["You shouldn't be out here, Mara.", "Neither should you."]
+    ok = comic["ocr_panel"](comic["render"]("p3-2", figures, bubbles, panel["dialogue"]), lines)
+    assert ok["passed"] and ok["ratio"] >= 0.6, ok
+    assert {"shouldn", "out", "here", "mara", "neither", "should", "you"} <= set(ok["read"]), ok
+    tiny = [{**b, "font_size": 5} for b in bubbles]
+    bad = comic["ocr_panel"](comic["render"]("p3-2", figures, tiny, panel["dialogue"]), lines)
+    assert not bad["passed"] and bad["ratio"] < 0.6, bad
+    assert "neither" in bad["missing"]
+
+
+def test_ocr_is_skipped_with_a_reason_without_tesseract(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = lw.load_spec(SPEC)
+    comic = loop.actor.__globals__
+    monkeypatch.setattr(comic["shutil"], "which", lambda _name: None)
+    state = comic["init"](TASK)
+    verdict = comic["proof"](state, lw.Proposal())
+    assert verdict.passed
+    assert verdict.evidence["ocr"].startswith("skipped: tesseract is not installed")
