@@ -397,6 +397,10 @@ def propose(ctx: lw.Context) -> lw.Proposal:
         if all("svg" in acc.get(i, {}) for i in ids):
             hashes = {i: _svg_hash(acc[i]["svg"]) for i in ids}
             edits.append(lw.Edit(name, "assembly", {"page": page, "panels": ids, "hashes": hashes}))
+            # The page as a picture too: people see it in `loopwright ui` (artifacts).
+            edits.append(
+                lw.Edit(name, "picture", _page_svg(str(page), [acc[i]["svg"] for i in ids]))
+            )
             notes.append(f"assembled page {page}")
             assembled.add(page)
     # 4. Every page assembled: ask to publish (runs only in a cycle the contract accepts).
