@@ -363,9 +363,34 @@ def propose(ctx: lw.Context) -> lw.Proposal:
     notes: list[str] = []
     usage = lw.Usage(cost_usd=0.0, tokens=0)
 
+    # 0. A creator's correction arrived after a panel was accepted: repaint that panel (one per
+    #    cycle) — it touches accepted work, so the approval policy asks a person first. Panels
+    #    of an already assembled page are left as delivered.
+    fixes = _corrections(ctx.memory)
+    page_of = {i: pg for pg, ids in pages.items() for i in ids}
+    for p in _panels(task) if fixes else ():
+        pid = p["id"]
+        if pid not in acc or "svg" not in acc[pid] or f"page-{page_of.get(pid)}" in arts:
+            continue
+        figures = [dict(f) for f in arts[pid]["figures"]]
+        changed = False
+        for f in figures:
+            for (who, attr), (colour, cite, text) in fixes.items():
+                if f.get("character") == who and f.get(attr) != colour:
+                    f[attr] = colour
+                    f.setdefault("corrections", []).append(cite)
+                    f.setdefault("correction_texts", []).append(text)
+                    changed = True
+        if changed:
+            cur = arts[pid]
+            svg = render(pid, figures, cur["bubbles"], cur["dialogue"])
+            edits += [lw.Edit(pid, "figures", figures), lw.Edit(pid, "svg", svg)]
+            notes.append(f"repainted accepted {pid} after the creator's correction")
+            usage = lw.Usage(cost_usd=0.02, tokens=900)
+            break
     # 1. Local repair of the first panel with open findings.
     open_panels = [p["id"] for p in _panels(task) if ctx.findings_for(p["id"]) and p["id"] in arts]
-    if open_panels:
+    if open_panels and not edits:
         pid = open_panels[0]
         cur = arts[pid]
         fixed = _repair(ctx, pid, cur)
@@ -394,7 +419,8 @@ def propose(ctx: lw.Context) -> lw.Proposal:
         if name in arts:
             assembled.add(page)
             continue
-        if all("svg" in acc.get(i, {}) for i in ids):
+        edited = {e.artifact for e in edits}  # a panel changed this cycle is not final yet
+        if all("svg" in acc.get(i, {}) and i not in edited for i in ids):
             hashes = {i: _svg_hash(acc[i]["svg"]) for i in ids}
             edits.append(lw.Edit(name, "assembly", {"page": page, "panels": ids, "hashes": hashes}))
             # The page as a picture too: people see it in `loopwright ui` (artifacts).

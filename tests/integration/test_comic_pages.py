@@ -210,3 +210,50 @@ def test_ocr_is_skipped_with_a_reason_without_tesseract(
     verdict = comic["proof"](state, lw.Proposal())
     assert verdict.passed
     assert verdict.evidence["ocr"].startswith("skipped: tesseract is not installed")
+
+
+def test_a_correction_after_acceptance_repaints_only_with_the_creators_yes(
+    rt: lw.Runtime, exports: Path
+) -> None:
+    """The creator corrects Mara's coat mid-run, after some of her panels were accepted: the
+    actor repaints them one by one, and each repaint of accepted work parks for approval with
+    the change in the request (panels of an already assembled page are left as delivered)."""
+    loop = lw.load_spec(SPEC)
+    r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])
+    assert r.status == "awaiting_approval"  # the canon change
+    rt.memory.add(
+        scope="project",
+        scope_key=TASK["project"],
+        signal="correction",
+        text="Mara's coat is green in this series",
+        by="creator",
+    )
+    rt.approve(r.run_id, by="creator", note="the key was her mother's: new canon")
+    repaints = []
+    for _ in range(12):
+        r = rt.resume_sync(r.run_id, loop)
+        if r.status != "awaiting_approval":
+            break
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "overwrite_accepted" and req.rule == "repaint_accepted"
+        assert "/figures" in (req.diff or "") and "#2e7d32" in (req.diff or "")
+        repaints.append(req.what)
+        rt.approve(r.run_id, by="creator", note="yes, repaint it")
+    assert (r.status, r.stop_reason) == ("accepted", "success")
+    assert repaints, "an accepted panel with Mara should have been repainted"
+    state = _state(rt, r.run_id)
+    assembled_early = {
+        i
+        for name, art in state.artifacts.items()
+        if name.startswith("page-") and "assembly" in art.parts
+        for i in art.values()["assembly"]["panels"]
+    }
+    # every repainted panel now wears green, and it is accepted again
+    for what in repaints:
+        pid = what.split("overwrite accepted ")[1].split("/")[0]
+        art = state.artifacts[pid]
+        coats = {f["coat"] for f in art.values()["figures"] if f["character"] == "mara"}
+        assert coats == {"#2e7d32"}, (pid, coats)
+        assert art.parts["svg"].status == "accepted"
+    assert assembled_early  # pages were still assembled and published
+    assert len((exports / TASK["project"] / "publish.log").read_text().splitlines()) == 1
