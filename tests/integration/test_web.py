@@ -266,6 +266,9 @@ def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
     assert img.status_code == 200 and img.headers["content-type"].startswith("image/svg+xml")
     csp = img.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "sandbox" in csp and "script" not in csp
+    assert f'src="/runs/{r.run_id}/svg?ref=panel/svg&amp;cycle=2"' in page  # timeline thumbnail
+    by_cycle = client.get(f"/runs/{r.run_id}/svg", params={"ref": "panel/svg", "cycle": 2})
+    assert by_cycle.status_code == 200 and by_cycle.text == svg_ok
     assert (
         client.get(f"/runs/{r.run_id}/svg", params={"ref": "panel/svg", "v": 9}).status_code == 404
     )

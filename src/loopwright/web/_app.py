@@ -204,12 +204,14 @@ def create_app(
         )
 
     @app.get("/runs/{run_id}/svg", include_in_schema=False)
-    def part_svg(run_id: str, ref: str, v: int) -> Response:
+    def part_svg(run_id: str, ref: str, v: int = 0, cycle: int = 0) -> Response:
         """One version of an SVG part as an image. Browsers never run scripts in an SVG shown
         through <img>; the response also forbids everything but inline styles, and sandboxes
         it should someone open it directly."""
         data = run_payload(run_id)
         part = data["state"].part(ref)
+        if part is not None and cycle and not v:  # the version written in that cycle
+            v = next((x.n for x in reversed(part.versions) if x.cycle == cycle), 0)
         if (
             part is None
             or not 1 <= v <= len(part.versions)

@@ -67,7 +67,11 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
             continue
         prop = rec["proposal"] or {}
         edits = [
-            {"ref": f"{e.get('artifact')}/{e.get('part')}", "value": short(e.get("value"), 80)}
+            {
+                "ref": f"{e.get('artifact')}/{e.get('part')}",
+                "value": short(e.get("value"), 80),
+                "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
+            }
             for e in prop.get("edits") or ()
         ]
         usage = rec.get("usage") or {}
