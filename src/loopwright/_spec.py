@@ -49,8 +49,9 @@ from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
 from ._retry import RetryPolicy
+from .store import RunRecord
 
-__all__ = ["load_spec", "resolve_ref"]
+__all__ = ["load_spec", "loop_of_run", "resolve_ref"]
 
 _TOP = {
     "name",
@@ -270,6 +271,23 @@ def _effects(tables: Any, base: Path) -> list[Effect]:
             )
         out.append(obj)
     return out
+
+
+def loop_of_run(rec: RunRecord) -> Loop:
+    """The loop a run was started from, loaded from its spec file (what the CLI, workers and
+    the dashboard resume it with)."""
+    if not rec.spec_ref:
+        raise ConfigError(
+            f"run {rec.run_id} of loop {rec.loop_name!r} was started from Python, not from a "
+            "spec file: resume it with Runtime.resume(run_id, loop)",
+            field="RUN",
+        )
+    if not Path(rec.spec_ref).is_file():
+        raise SpecError(
+            f"the run's spec {rec.spec_ref} is not here (moved, deleted, or on another host)",
+            field="spec",
+        )
+    return load_spec(rec.spec_ref)
 
 
 def _as_spec_error(exc: ConfigError) -> SpecError:

@@ -17,12 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ._engine import RunResult, Runtime
 from ._errors import ConfigError, LoopwrightError, StoreError
 from ._loop import Loop
-from ._spec import load_spec
+from ._spec import loop_of_run
 from .store import NewEvent, RunRecord
 
 __all__ = ["Worker", "WorkerStats"]
@@ -86,19 +85,9 @@ class Worker:
     def _loop_for(self, rec: RunRecord) -> Loop:
         if rec.loop_name in self.loops:
             return self.loops[rec.loop_name]
-        if not rec.spec_ref:
-            raise ConfigError(
-                f"run {rec.run_id} of loop {rec.loop_name!r} was started from Python; give this "
-                "worker that loop",
-                field="loops",
-            )
-        key = (rec.spec_ref, rec.loop_version)
+        key = (rec.spec_ref or "", rec.loop_version)
         if key not in self._specs:
-            if not Path(rec.spec_ref).is_file():
-                raise ConfigError(
-                    f"the run's spec {rec.spec_ref} is not on this host", field="spec"
-                )
-            self._specs[key] = load_spec(rec.spec_ref)
+            self._specs[key] = loop_of_run(rec)
         return self._specs[key]
 
     async def _drive(self, run_id: str, token: int) -> None:

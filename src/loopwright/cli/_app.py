@@ -12,9 +12,9 @@ import typer
 
 from .._contract import TERMINAL_STATUSES
 from .._engine import RunResult, Runtime
-from .._errors import ConfigError, ConflictError, SpecError
+from .._errors import ConfigError, ConflictError
 from .._loop import Loop
-from .._spec import load_spec
+from .._spec import load_spec, loop_of_run
 from ..store import RunRecord, Store, open_store
 from ._tasks import exit_code_for, load_tasks, task_key
 
@@ -39,16 +39,7 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _loop_for(rec: RunRecord) -> Loop:
-    if not rec.spec_ref:
-        raise ConfigError(
-            f"run {rec.run_id} was started from Python, not from a spec file: resume it with "
-            "Runtime.resume(run_id, loop)",
-            field="RUN",
-        )
-    if not Path(rec.spec_ref).is_file():
-        raise SpecError(f"the run's spec {rec.spec_ref} no longer exists", field="spec")
-    return load_spec(rec.spec_ref)
+_loop_for = loop_of_run
 
 
 def _loop_or_none(rec: RunRecord) -> Loop | None:

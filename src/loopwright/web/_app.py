@@ -20,9 +20,9 @@ from starlette.middleware.base import RequestResponseEndpoint
 
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
-from .._errors import LoopwrightError, RunNotFoundError
+from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._metrics import METRIC_NAMES, compute_metrics
-from .._spec import load_spec
+from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, open_store
 from ._auth import COOKIE, Auth
@@ -123,14 +123,15 @@ def create_app(
         raise HTTPException(404, f"no approval request {approval_id}")
 
     def resume_later(run_id: str) -> str:
-        rec = store.get_run(run_id)
-        if not rec.spec_ref or not Path(rec.spec_ref).is_file():
+        try:
+            loop = loop_of_run(store.get_run(run_id))
+        except ConfigError:
             return "the run has no spec file here: resume it where its loop is defined"
 
         def work() -> None:
             try:
                 with Runtime(store_url) as rt:
-                    rt.resume_sync(run_id, load_spec(rec.spec_ref or ""))
+                    rt.resume_sync(run_id, loop)
             except Exception:
                 log.exception("resuming run %s failed", run_id)
 
