@@ -14,6 +14,14 @@ In the same process, on the same file system, one after the other:
   per cycle, ``runs × cycles`` times, one commit at a time (what a process committing each
   cycle on its own pays).
 
+Two more figures, same process, same disk, to read the ratio by:
+
+* **engine, one commit per cycle** — the same engine run with ``Runtime(group_commit=False)``:
+  what grouping itself buys.
+* **floor, the engine's rows** — plain ``sqlite3`` replaying, one transaction per cycle, exactly
+  the rows the grouped engine wrote for each cycle (its run-row update, checkpoint with state and
+  record, events): what committing this much data cycle by cycle costs with no engine at all.
+
 With ``--pg URL`` the same pair runs against PostgreSQL (a fresh schema, dropped after; the
 floor is a psycopg loop of one-row transactions). The last line is
 ``group_commit_ratio=<engine cycles/s ÷ floor commits/s>`` for SQLite.
@@ -55,13 +63,15 @@ def make_loop(cycles: int) -> lw.Loop:
     )
 
 
-def engine(store: str, runs: int, cycles: int) -> tuple[float, int, dict[str, int]]:
+def engine(
+    store: str, runs: int, cycles: int, group: bool = True
+) -> tuple[float, int, dict[str, int]]:
     loop = make_loop(cycles)
     tasks = [
         {"task_key": f"b{i}-{uuid.uuid4().hex[:6]}", "artifacts": {"doc": {"p1": "", "pad": ""}}}
         for i in range(runs)
     ]
-    with lw.Runtime(store) as rt:
+    with lw.Runtime(store, group_commit=group) as rt:
         t0 = time.perf_counter()
         results = asyncio.run(rt.run_many(loop, tasks, concurrency=runs))
         wall = time.perf_counter() - t0
@@ -86,6 +96,53 @@ def floor_sqlite(path: Path, n: int) -> float:
     wall = time.perf_counter() - t0
     db.close()
     return wall
+
+
+def floor_same_rows(engine_db: Path, path: Path) -> tuple[float, int, float]:
+    """Replay the engine's own per-cycle writes, one plain transaction per cycle."""
+    src = sqlite3.connect(str(engine_db))
+    events: dict[tuple[str, int], list[tuple[object, ...]]] = {}
+    for run_id, cycle, kind, ts, data in src.execute(
+        "SELECT run_id, cycle, kind, ts, data FROM events ORDER BY id"
+    ):
+        events.setdefault((run_id, cycle), []).append((run_id, cycle, kind, ts, data))
+    commits = []
+    for row in src.execute(
+        "SELECT run_id, seq, cycle, state, record, fencing_token, created_at FROM checkpoints "
+        "WHERE seq > 0 ORDER BY created_at, run_id, seq"
+    ):
+        # a cycle's events go with its first checkpoint
+        commits.append((row, events.pop((row[0], row[2]), [])))
+    src.close()
+    db = sqlite3.connect(str(path), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.executescript(
+        "CREATE TABLE runs (run_id TEXT PRIMARY KEY, cycle INT, last_seq INT, updated_at REAL);"
+        "CREATE TABLE checkpoints (run_id TEXT, seq INT, cycle INT, state TEXT, record TEXT,"
+        " fencing_token INT, created_at REAL, PRIMARY KEY (run_id, seq));"
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, run_id TEXT, cycle INT, kind TEXT,"
+        " ts REAL, data TEXT);"
+        "CREATE INDEX events_run ON events(run_id, id);"
+    )
+    db.executemany("INSERT OR IGNORE INTO runs VALUES (?, 0, 0, 0)", [(c[0][0],) for c in commits])
+    nbytes = sum(len(c[0][3]) + len(c[0][4] or "") for c in commits)
+    t0 = time.perf_counter()
+    for cp, evs in commits:
+        db.execute("BEGIN")
+        db.execute(
+            "UPDATE runs SET cycle=?, last_seq=?, updated_at=? WHERE run_id=?",
+            (cp[2], cp[1], cp[6], cp[0]),
+        )
+        db.execute("INSERT INTO checkpoints VALUES (?,?,?,?,?,?,?)", cp)
+        if evs:
+            db.executemany(
+                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES (?,?,?,?,?)", evs
+            )
+        db.execute("COMMIT")
+    wall = time.perf_counter() - t0
+    db.close()
+    return wall, len(commits), nbytes / max(1, len(commits))
 
 
 def floor_pg(url: str, schema: str, n: int) -> float:
@@ -134,22 +191,39 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
         wall_e, done, _ = engine(f"sqlite:///{d}/engine.db", a.runs, a.cycles)
+        wall_1, done_1, _ = engine(f"sqlite:///{d}/alone.db", a.runs, a.cycles, group=False)
         wall_f = floor_sqlite(Path(d) / "floor.db", n)
-        rows.append(("sqlite (synchronous=FULL)", done / wall_e, n / wall_f))
+        wall_s, n_s, size = floor_same_rows(Path(d) / "engine.db", Path(d) / "same.db")
+        rows.append(
+            ("sqlite (synchronous=FULL)", done / wall_e, done_1 / wall_1, n / wall_f, n_s / wall_s)
+        )
+        print(f"engine rows per cycle: {size / 1024:.1f} KB of state and record, plus events")
     if a.pg:
-        schema_e, schema_f = f"lw_bench_{uuid.uuid4().hex[:8]}", f"lw_floor_{uuid.uuid4().hex[:8]}"
+        schema_e, schema_1, schema_f = (
+            f"lw_bench_{uuid.uuid4().hex[:8]}",
+            f"lw_alone_{uuid.uuid4().hex[:8]}",
+            f"lw_floor_{uuid.uuid4().hex[:8]}",
+        )
         sep = "&" if "?" in a.pg else "?"
         try:
             wall_e, done, _ = engine(f"{a.pg}{sep}schema={schema_e}", a.runs, a.cycles)
+            wall_1, done_1, _ = engine(
+                f"{a.pg}{sep}schema={schema_1}", a.runs, a.cycles, group=False
+            )
             wall_f = floor_pg(a.pg, schema_f, n)
-            rows.append(("postgresql", done / wall_e, n / wall_f))
+            rows.append(("postgresql", done / wall_e, done_1 / wall_1, n / wall_f, None))
         finally:
-            drop_schema(a.pg, schema_e)
-            drop_schema(a.pg, schema_f)
-    print(f"{'store':28} {'engine cycles/s':>16} {'floor commits/s':>16} {'ratio':>7}")
-    for name, e, f in rows:
-        print(f"{name:28} {e:16.0f} {f:16.0f} {e / f:7.2f}")
-    print(f"group_commit_ratio={rows[0][1] / rows[0][2]:.3f}")
+            for schema in (schema_e, schema_1, schema_f):
+                drop_schema(a.pg, schema)
+    print(
+        f"{'store':26} {'engine grouped':>15} {'engine 1-by-1':>14} {'floor 2 KB':>11} "
+        f"{'floor same rows':>16} {'ratio':>6}"
+    )
+    for name, e, e1, f, fs in rows:
+        same = f"{fs:16.0f}" if fs is not None else f"{'-':>16}"
+        print(f"{name:26} {e:15.0f} {e1:14.0f} {f:11.0f} {same} {e / f:6.2f}")
+    print("(cycles or commits per second; ratio = engine grouped / floor 2 KB)")
+    print(f"group_commit_ratio={rows[0][1] / rows[0][3]:.3f}")
 
 
 if __name__ == "__main__":

@@ -40,9 +40,9 @@ from ._exec import (
 from ._exec import (
     Execution as _Exec,
 )
-from ._group import GroupCommitter
+from ._group import GroupCommitter, GroupRecall
 from ._loop import Loop
-from ._memory import FeedbackMemory
+from ._memory import FeedbackMemory, rank, recall_scopes
 from ._packet import build_packet
 from ._people import Decisions
 from ._proposal import Context, Proposal, Verdict
@@ -135,6 +135,7 @@ class Runtime(Decisions):
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
         self._group: GroupCommitter | None = None
+        self._recall_group: GroupRecall | None = None
 
     def drain(self) -> None:
         """Finish the cycle in flight of every run, then stop before the next (graceful
@@ -488,6 +489,12 @@ class Runtime(Decisions):
             with contextlib.suppress(Exception):
                 self.on_progress(self.store.get_run(ex.run_id))
 
+    def _recaller(self) -> GroupRecall:
+        loop = asyncio.get_running_loop()
+        if self._recall_group is None or self._recall_group.loop is not loop:
+            self._recall_group = GroupRecall(self.store)
+        return self._recall_group
+
     def _committer(self) -> GroupCommitter:
         loop = asyncio.get_running_loop()
         if self._group is None or self._group.loop is not loop:
@@ -563,7 +570,7 @@ class Runtime(Decisions):
             run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
         self._commit(ex, record, run, approvals=approvals)
 
-    def _context(self, ex: _Exec, n: int) -> Context:
+    def _context(self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...]) -> Context:
         s = ex.state
         return Context(
             run_id=ex.run_id,
@@ -580,17 +587,23 @@ class Runtime(Decisions):
             remaining=rules.remaining(ex.contract, s),
             notes=tuple(s.notes),
             history=tuple(s.history),
-            memory=self._recall(ex),
+            memory=memory,
         )
 
-    def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
-        """Feedback memory for this task and project (never another project's)."""
+    async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
+        """Feedback memory for this task and project (never another project's). Runs sharing
+        this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
         if not self.memory_enabled:
             return ()
         s = ex.state
         query = " ".join([s.goal, *(f.message for f in s.findings[:10])])
         try:
-            items = self.memory.retrieve(task_key=s.task_key, project=s.project, query=query)
+            scopes = recall_scopes(s.task_key, s.project)
+            if self.group_commit and ex.grouped and self._active > 1:
+                rows = await self._recaller().fetch(scopes)
+            else:
+                rows = self.store.memory_query(scopes=scopes, status="active")
+            items = rank(rows, scopes=scopes, query=query)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
         return tuple(
@@ -676,7 +689,7 @@ class Runtime(Decisions):
         rem = rules.remaining(contract, s).seconds
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if rem is None else time.time() + rem
-        ex.last_context = self._context(ex, n)
+        ex.last_context = self._context(ex, n, await self._recall(ex))
         ex.last_visible = {}
         ex.at("before_actor")
         try:

@@ -23,7 +23,7 @@ import time
 import unicodedata
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
@@ -441,35 +441,55 @@ class FeedbackMemory:
             raise ConfigError("must be a non-negative integer", field="limit")
         if limit == 0:
             return []
-        scopes: builtins.list[tuple[str, str | None]] = [("global", "")]
-        if task_key:
-            scopes.append(("task", task_key))
-        if project:
-            scopes.append(("project", project))
+        scopes = recall_scopes(task_key, project)
         rows = self.store.memory_query(scopes=scopes, status="active")
-        items = [MemoryItem.from_dict(r) for r in rows]
-        # Belt and braces: the store filtered already; nothing of another scope gets through.
-        allowed = {(s, k) for s, k in scopes}
-        items = [it for it in items if (it.scope, it.scope_key) in allowed]
-        relevance = _relevance(query, items)
-        ranked = sorted(
-            zip(items, relevance, strict=True),
-            key=lambda pair: (
-                -round(pair[0].strength * pair[1], 9),
-                _SCOPE_RANK[pair[0].scope],
-                -pair[0].strength,
-                -pair[0].updated_at,
-                pair[0].memory_id,
-            ),
-        )
-        out: builtins.list[MemoryItem] = []
-        seen: set[tuple[str, str]] = set()
-        for it, _ in ranked:
-            key = feedback_key(it.text, it.rule)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(it)
-            if len(out) == limit:
-                break
-        return out
+        return rank(rows, scopes=scopes, query=query, limit=limit)
+
+
+def recall_scopes(task_key: str, project: str) -> builtins.list[tuple[str, str | None]]:
+    """The scopes a context of task ``task_key`` in ``project`` may read: that task, that
+    project, and global (only confirmed global feedback is ever active)."""
+    scopes: builtins.list[tuple[str, str | None]] = [("global", "")]
+    if task_key:
+        scopes.append(("task", task_key))
+    if project:
+        scopes.append(("project", project))
+    return scopes
+
+
+def rank(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    scopes: Iterable[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+) -> builtins.list[MemoryItem]:
+    """``FeedbackMemory.retrieve`` on rows already read: the items of ``scopes`` ranked by
+    strength × relevance to ``query``, the same feedback once, at most ``limit``."""
+    allowed = set(scopes)
+    # Belt and braces: the store filtered already; nothing of another scope gets through.
+    items = [MemoryItem.from_dict(r) for r in rows if (r["scope"], r["scope_key"]) in allowed]
+    if not items or limit <= 0:
+        return []
+    relevance = _relevance(query, items)
+    ranked = sorted(
+        zip(items, relevance, strict=True),
+        key=lambda pair: (
+            -round(pair[0].strength * pair[1], 9),
+            _SCOPE_RANK[pair[0].scope],
+            -pair[0].strength,
+            -pair[0].updated_at,
+            pair[0].memory_id,
+        ),
+    )
+    out: builtins.list[MemoryItem] = []
+    seen: set[tuple[str, str]] = set()
+    for it, _ in ranked:
+        key = feedback_key(it.text, it.rule)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(it)
+        if len(out) == limit:
+            break
+    return out

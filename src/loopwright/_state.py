@@ -94,7 +94,14 @@ class Part:
         return self.versions[n - 1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "versions": [v.to_dict() for v in self.versions]}
+        # Inlined Version.to_dict: a checkpoint serialises every version of every part.
+        return {
+            "name": self.name,
+            "versions": [
+                {"n": v.n, "value": v.value, "cycle": v.cycle, "status": v.status}
+                for v in self.versions
+            ],
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Part:
@@ -312,9 +319,11 @@ class TaskState:
 
     # --- copying -------------------------------------------------------------------------
     def fork(self) -> TaskState:
-        """An independent copy to build a cycle's candidate on: every container and every
-        version is new (part values, like the task, are shared: they are JSON data that the
-        engine never mutates). Equivalent to ``from_dict(to_dict())`` at a fraction of its cost.
+        """An independent copy to build a cycle's candidate on: every container is new, and
+        so is each part's current version, the only one the engine ever changes (its status);
+        earlier versions are immutable history and shared, like part values and the task (JSON
+        data the engine never mutates). Equivalent to ``from_dict(to_dict())`` at a fraction of
+        its cost, which matters: a long run's parts hold many versions.
         """
         return TaskState(
             goal=self.goal,
@@ -324,12 +333,7 @@ class TaskState:
             artifacts={
                 name: Artifact(
                     a.name,
-                    {
-                        pn: Part(
-                            p.name, [Version(v.n, v.value, v.cycle, v.status) for v in p.versions]
-                        )
-                        for pn, p in a.parts.items()
-                    },
+                    {pn: Part(p.name, _fork_versions(p.versions)) for pn, p in a.parts.items()},
                 )
                 for name, a in self.artifacts.items()
             },
@@ -438,6 +442,13 @@ class TaskState:
                 raise ConfigError("each step needs an 'id'", field=f"task.plan[{i}]")
             state.plan.append(PlanStep.from_dict(step))
         return state
+
+
+def _fork_versions(versions: list[Version]) -> list[Version]:
+    if not versions:
+        return []
+    last = versions[-1]
+    return [*versions[:-1], Version(last.n, last.value, last.cycle, last.status)]
 
 
 def match_any(ref: str, patterns: Iterable[str]) -> bool:

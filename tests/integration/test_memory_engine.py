@@ -3,6 +3,7 @@ after failed cycles, nothing held-out in memory or context, and the self-review 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -221,9 +222,61 @@ def test_a_failing_memory_store_never_fails_a_run(
     def broken(**kw: Any) -> Any:
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(rt.memory, "retrieve", broken)
+    monkeypatch.setattr(rt.store, "memory_query", broken)
     monkeypatch.setattr(rt.memory, "add", broken)
     r = rt.run_sync(make_loop(Recorder(), reflector=lambda c, v: "note"), task("f-1", "P"))
     assert r.status == "accepted"
     kinds = [e.kind for e in rt.store.events(r.run_id)]
     assert "reflection_failed" in kinds
+    # ...nor runs sharing the event loop, which read their memory together
+    rs = asyncio.run(rt.run_many(make_loop(Recorder()), [task(f"f-{i}", "P") for i in (2, 3, 4)]))
+    assert [x.status for x in rs] == ["accepted"] * 3
+
+
+def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -> None:
+    """One query per event-loop turn serves every run's recall; each run still sees exactly
+    what it would see alone: its task, its project, confirmed global — nothing else."""
+    for i in range(6):
+        rt.memory.add(
+            scope="task", scope_key=f"t-{i}", signal="correction", text=f"task {i} note", by="ana"
+        )
+    rt.memory.add(
+        scope="project", scope_key="A", signal="correction", text="project A rule", by="ana"
+    )
+    rt.memory.add(
+        scope="project", scope_key="B", signal="correction", text="project B rule", by="ana"
+    )
+    actors = [Recorder() for _ in range(6)]
+    queries: list[int] = []
+    orig = rt.store.memory_query
+
+    def counting(**kw: Any) -> Any:
+        queries.append(len(kw.get("scopes") or ()))
+        return orig(**kw)
+
+    rt.store.memory_query = counting  # type: ignore[method-assign]
+    try:
+        loops = [make_loop(a) for a in actors]
+
+        async def go() -> list[lw.RunResult]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        rt.run(loops[i], task(f"t-{i}", "A" if i % 2 == 0 else "B"))
+                        for i in range(6)
+                    )
+                )
+            )
+
+        results = asyncio.run(go())
+    finally:
+        del rt.store.memory_query
+    assert [r.status for r in results] == ["accepted"] * 6
+    cycles = sum(len(a.contexts) for a in actors)
+    assert len(queries) < cycles / 2  # read together, not one query per cycle
+    assert max(queries) > 3  # a query carried several runs' scopes
+    for i, a in enumerate(actors):
+        project = "A" if i % 2 == 0 else "B"
+        for ctx in a.contexts:
+            texts = {m["text"] for m in ctx.memory}
+            assert texts == {f"task {i} note", f"project {project} rule"}, (i, texts)

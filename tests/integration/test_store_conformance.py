@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright.store import NewApproval, NewEvent, Store, open_store
+from loopwright.store import CommitRequest, NewApproval, NewEvent, Store, open_store
 from loopwright.store._schema import SQLITE_MIGRATIONS
 
 
@@ -345,6 +345,94 @@ def test_commit_returns_the_cancel_flag(store: Store) -> None:
     assert rec.cancel_requested is True
     assert _commit(store, run_id, token, 2) is True
     assert store.get_run(run_id).cancel_requested is True
+
+
+def _req(run_id: str, token: int, seq: int, **kw: Any) -> CommitRequest:
+    args: dict[str, Any] = {
+        "cycle": seq,
+        "state": {"cycle": seq, "big": 2**70, "text": "é ✓"},
+        "record": {"cycle": seq},
+        "events": [NewEvent(seq, "tick", {"n": seq})],
+        "run": {"cycle": seq, "status": "running"},
+    }
+    args.update(kw)
+    return CommitRequest(run_id, token, seq, **args)
+
+
+def _spy_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record whether each commit_many took the one-pass batch or fell back."""
+    seen: list[str] = []
+    orig = store._commit_batch  # type: ignore[attr-defined]
+
+    def batch(*a: Any) -> Any:
+        try:
+            out = orig(*a)
+        except Exception:
+            seen.append("fallback")
+            raise
+        seen.append("batch")
+        return out
+
+    monkeypatch.setattr(store, "_commit_batch", batch)
+    return seen
+
+
+def test_commit_many_fences_and_reports_each_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _spy_batches(store, monkeypatch)
+    ok, tok = _leased(store, "ok")
+    stale, old = _leased(store, "stale")
+    store.acquire_lease(stale, "me", 60)  # re-taken (a restart): ``old`` is stale now
+    cancel, ctok = _leased(store, "cancel")
+    store.request_cancel(cancel)
+    parked, ptok = _leased(store, "parked")
+    before = _snapshot(store, stale)
+    out = store.commit_many(
+        [
+            _req(ok, tok, 1),
+            _req(stale, old, 1),
+            _req(cancel, ctok, 1),
+            _req(parked, ptok, 1, run={"status": "awaiting_approval"}, approvals=[_approval("q")]),
+        ]
+    )
+    assert seen == ["batch"]
+    assert out[0] is False and out[2] is True and out[3] is False
+    assert isinstance(out[1], lw.StaleLeaseError)
+    assert _snapshot(store, stale) == before  # nothing of the stale commit written
+    cp = store.latest_checkpoint(ok)
+    assert (cp.seq, cp.state["big"], cp.state["text"]) == (1, 2**70, "é ✓")
+    assert [e.kind for e in store.events(ok)][-1] == "tick"
+    assert (store.get_run(ok).last_seq, store.get_run(ok).status) == (1, "running")
+    assert store.get_run(parked).status == "awaiting_approval"
+    assert [a.approval_id for a in store.approvals(run_id=parked)] == ["q"]
+
+
+def test_commit_many_isolates_a_conflict_and_keeps_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _spy_batches(store, monkeypatch)
+    a, ta = _leased(store, "a")
+    b, tb = _leased(store, "b")
+    c, tc = _leased(store, "c")
+    _commit(store, b, tb, 1)
+    events_b = len(store.events(b))
+    # b's checkpoint 1 exists already: the batch attempt fails, commit by commit follows
+    out = store.commit_many([_req(a, ta, 1), _req(b, tb, 1), _req(c, tc, 1)])
+    assert seen == ["fallback"]
+    assert out[0] is False and out[2] is False
+    assert isinstance(out[1], lw.ConflictError)
+    assert [cp.seq for cp in store.checkpoints(a)] == [0, 1]
+    assert [cp.seq for cp in store.checkpoints(c)] == [0, 1]
+    assert store.get_run(c).last_seq == 1
+    assert len(store.events(b)) == events_b
+    assert store.latest_checkpoint(b).state == {"cycle": 1}  # the first write stands
+    # the same run twice in one batch: both, in order (commit by commit)
+    seen.clear()
+    out = store.commit_many([_req(a, ta, 2), _req(a, ta, 3, run={"status": "accepted"})])
+    assert out == [False, False] and seen == []
+    assert [cp.seq for cp in store.checkpoints(a)] == [0, 1, 2, 3]
+    assert store.get_run(a).status == "accepted"
 
 
 def test_events_in_order(store: Store) -> None:

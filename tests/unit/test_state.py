@@ -220,3 +220,31 @@ def test_state_round_trips_through_json(s: lw.TaskState) -> None:
     assert [f.to_dict() for f in back.findings] == json.loads(
         json.dumps([f.to_dict() for f in s.findings])
     )
+
+
+@given(states())
+def test_fork_is_an_independent_copy(s: lw.TaskState) -> None:
+    before = json.dumps(s.to_dict())
+    f = s.fork()
+    assert f.to_dict() == s.to_dict()
+    # what the engine does to a candidate: new versions, current statuses, plan, lists
+    for ref, p in list(f.iter_parts()):
+        p.current.status = "rejected" if p.current.status != "rejected" else "accepted"
+        art, part = split_ref(ref)
+        f.set_part(art, part, {"new": ref}, 99)
+    for step in f.plan:
+        step.status = "done"
+    f.findings.append(lw.Finding("x"))
+    f.rejected.append("d")
+    f.notes.append({"kind": "note", "text": "n"})
+    assert json.dumps(s.to_dict()) == before
+
+
+def test_fork_shares_only_history_versions() -> None:
+    s = lw.TaskState()
+    for c in range(3):
+        s.set_part("doc", "p", f"v{c}", c)
+    f = s.fork()
+    old, new = s.artifacts["doc"].parts["p"].versions, f.artifacts["doc"].parts["p"].versions
+    assert old is not new
+    assert [a is b for a, b in zip(old, new, strict=True)] == [True, True, False]

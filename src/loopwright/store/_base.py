@@ -8,7 +8,7 @@ the run's fencing token; a store must reject a write whose token is not the curr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -460,3 +460,102 @@ class Store(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+Row = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class BatchRows:
+    """What ``commit_many``'s one-pass path writes: a result per commit (its cancel flag, or
+    why it was refused) and the rows of every accepted commit, table by table."""
+
+    results: list[bool | StoreError] = field(default_factory=list)
+    # run-row updates, grouped by the columns they set (one statement per group)
+    updates: dict[tuple[str, ...], list[Row]] = field(default_factory=dict)
+    checkpoints: list[Row] = field(default_factory=list)
+    events: list[Row] = field(default_factory=list)
+    approvals: list[Row] = field(default_factory=list)
+
+
+def batch_rows(
+    items: Sequence[CommitRequest],
+    owner: Mapping[str, tuple[int, Any]],
+    now: float,
+    *,
+    run_cols: Callable[[Mapping[str, Any], int], dict[str, Any]],
+    js: Callable[[Any], Any],
+) -> BatchRows:
+    """Fence each commit against ``owner`` (run_id → (fencing token, cancel flag), read under
+    the batch's write lock) and turn the accepted ones into rows. A run-row update's row is
+    ``(*column values, now, run_id, token)``, for ``... WHERE run_id=? AND fencing_token=?``;
+    ``js`` makes a JSON column's parameter (text for SQLite, a ``Json`` for psycopg)."""
+    out = BatchRows()
+    for it in items:
+        held = owner.get(it.run_id)
+        if held is None or held[0] != it.token:
+            out.results.append(
+                StaleLeaseError(
+                    f"run {it.run_id}: checkpoint refused, fencing token {it.token} is stale"
+                )
+            )
+            continue
+        cols = run_cols(it.run, it.seq)
+        out.updates.setdefault(tuple(cols), []).append((*cols.values(), now, it.run_id, it.token))
+        out.checkpoints.append(
+            checkpoint_row(it.run_id, it.seq, it.cycle, it.state, it.record, it.token, now, js)
+        )
+        out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
+        out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
+        out.results.append(bool(cols.get("cancel_requested", held[1])))
+    return out
+
+
+# The rows of the tables a commit writes, in the column order of INSERT_CHECKPOINT_COLS,
+# INSERT_EVENT_COLS and APPROVAL_COLS (both stores).
+INSERT_CHECKPOINT_COLS = "run_id, seq, cycle, state, record, fencing_token, created_at"
+INSERT_EVENT_COLS = "run_id, cycle, kind, ts, data"
+APPROVAL_COLS = (
+    "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
+    "requested_at, expires_at, decided_by, decided_at, note, answer"
+)
+
+
+def checkpoint_row(
+    run_id: str,
+    seq: int,
+    cycle: int,
+    state: dict[str, Any],
+    record: dict[str, Any] | None,
+    token: int,
+    now: float,
+    js: Callable[[Any], Any],
+) -> Row:
+    return (run_id, seq, cycle, js(state), js(record) if record else None, token, now)
+
+
+def event_row(run_id: str, e: NewEvent, now: float, js: Callable[[Any], Any]) -> Row:
+    return (run_id, e.cycle, e.kind, now, js(dict(e.data)))
+
+
+def approval_row(run_id: str, a: NewApproval, now: float, js: Callable[[Any], Any]) -> Row:
+    """A new request: pending, undecided."""
+    return (
+        a.approval_id,
+        run_id,
+        a.cycle,
+        a.kind,
+        a.rule,
+        a.what,
+        a.why,
+        js(a.evidence),
+        a.diff,
+        a.action_hash,
+        "pending",
+        now,
+        a.expires_at,
+        None,
+        None,
+        None,
+        None,
+    )

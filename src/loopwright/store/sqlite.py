@@ -8,7 +8,6 @@ Durability modes:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -28,8 +27,12 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
+from .._json import dumps, loads
 from .._memory import MemoryNotFoundError
 from ._base import (
+    APPROVAL_COLS,
+    INSERT_CHECKPOINT_COLS,
+    INSERT_EVENT_COLS,
     Approval,
     Checkpoint,
     CommitRequest,
@@ -39,6 +42,10 @@ from ._base import (
     NewEvent,
     RunRecord,
     Store,
+    approval_row,
+    batch_rows,
+    checkpoint_row,
+    event_row,
 )
 from ._schema import SQLITE_MIGRATIONS
 
@@ -50,10 +57,7 @@ _RUN_COLS = (
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
     "held_out_passed"
 )
-_APPROVAL_COLS = (
-    "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
-    "requested_at, expires_at, decided_by, decided_at, note, answer"
-)
+_APPROVAL_COLS = APPROVAL_COLS
 _JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 _UPDATABLE = frozenset(
     {
@@ -74,8 +78,12 @@ _UPDATABLE = frozenset(
 )
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+_dumps = dumps
+
+
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?,?,?,?,?,?,?)"
+_INSERT_EVENT = f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(?,?,?,?,?)"
+_INSERT_APPROVAL = f"INSERT INTO approvals({APPROVAL_COLS}) VALUES({','.join('?' * 17)})"
 
 
 def _run(row: Sequence[Any]) -> RunRecord:
@@ -93,9 +101,9 @@ def _run(row: Sequence[Any]) -> RunRecord:
         seconds=row[10],
         spec_ref=row[11],
         loop_version=row[12],
-        contract=json.loads(row[13]),
-        task=json.loads(row[14]),
-        packet=json.loads(row[15]) if row[15] else None,
+        contract=loads(row[13]),
+        task=loads(row[14]),
+        packet=loads(row[15]) if row[15] else None,
         created_at=row[16],
         updated_at=row[17],
         ended_at=row[18],
@@ -117,7 +125,7 @@ def _approval(row: Sequence[Any]) -> Approval:
         rule=row[4],
         what=row[5],
         why=row[6],
-        evidence=json.loads(row[7]),
+        evidence=loads(row[7]),
         diff=row[8],
         action_hash=row[9],
         status=row[10],
@@ -126,7 +134,7 @@ def _approval(row: Sequence[Any]) -> Approval:
         decided_by=row[13],
         decided_at=row[14],
         note=row[15],
-        answer=None if row[16] is None else json.loads(row[16]),
+        answer=None if row[16] is None else loads(row[16]),
     )
 
 
@@ -137,7 +145,7 @@ def _journal(row: Sequence[Any]) -> JournalEntry:
         kind=row[2],
         cycle=row[3],
         status=row[4],
-        data=json.loads(row[5]),
+        data=loads(row[5]),
         attempts=row[6],
         created_at=row[7],
         updated_at=row[8],
@@ -465,8 +473,8 @@ class SQLiteStore(Store):
             row[0],
             row[1],
             row[2],
-            json.loads(row[3]),
-            json.loads(row[4]) if row[4] else None,
+            loads(row[3]),
+            loads(row[4]) if row[4] else None,
             row[5],
         )
 
@@ -478,7 +486,7 @@ class SQLiteStore(Store):
                 (run_id,),
             ).fetchall()
         return [
-            Checkpoint(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]) if r[4] else None, r[5])
+            Checkpoint(r[0], r[1], r[2], loads(r[3]), loads(r[4]) if r[4] else None, r[5])
             for r in rows
         ]
 
@@ -506,13 +514,25 @@ class SQLiteStore(Store):
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
-        own — a stale one is rolled back to its savepoint and reported, the others commit."""
+        own — a stale one is reported and left out, the others commit.
+
+        Fast path: one fencing read for the whole batch (the write lock, held from BEGIN
+        IMMEDIATE, keeps every token as read until COMMIT), then one ``executemany`` per table.
+        Anything unusual (a run twice in the batch, a duplicate checkpoint or request, a bad
+        column) rolls that attempt back and takes the slow path: one savepoint per commit, so
+        each failure is its own run's."""
+        if not items:
+            return []
         now = time.time()
+        if len({it.run_id for it in items}) == len(items):
+            try:
+                with self._tx() as db:
+                    return self._commit_batch(db, items, now)
+            except Exception:  # nothing was written: retry commit by commit, below
+                pass
         out: list[bool | StoreError] = []
         with self._tx() as db:
             for it in items:
-                cols = self._run_cols(it.run, it.seq)
-                reqs = list(it.approvals)
                 db.execute("SAVEPOINT lw_commit")
                 try:
                     ok = self._commit_in(
@@ -524,8 +544,8 @@ class SQLiteStore(Store):
                         it.state,
                         it.record,
                         it.events,
-                        cols,
-                        reqs,
+                        self._run_cols(it.run, it.seq),
+                        list(it.approvals),
                         now,
                     )
                 except Exception as exc:  # this run's commit only: the others go on
@@ -540,6 +560,39 @@ class SQLiteStore(Store):
                 db.execute("RELEASE lw_commit")
                 out.append(ok)
         return out
+
+    def _commit_batch(
+        self, db: sqlite3.Connection, items: Sequence[CommitRequest], now: float
+    ) -> list[bool | StoreError]:
+        ids = [it.run_id for it in items]
+        owner: dict[str, tuple[int, int]] = {}
+        for i in range(0, len(ids), 500):  # under any build's limit on bound parameters
+            chunk = ids[i : i + 500]
+            found = db.execute(
+                "SELECT run_id, fencing_token, cancel_requested FROM runs "
+                f"WHERE run_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            owner.update((r[0], (r[1], r[2])) for r in found)
+        rows = batch_rows(
+            items,
+            owner,
+            now,
+            run_cols=self._run_cols,
+            js=_dumps,
+        )
+        for names, updates in rows.updates.items():
+            assignments = ", ".join(f"{k}=?" for k in names)
+            db.executemany(
+                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?",
+                updates,
+            )
+        db.executemany(_INSERT_CHECKPOINT, rows.checkpoints)
+        if rows.events:
+            db.executemany(_INSERT_EVENT, rows.events)
+        if rows.approvals:
+            db.executemany(_INSERT_APPROVAL, rows.approvals)
+        return rows.results
 
     @staticmethod
     def _run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
@@ -578,50 +631,16 @@ class SQLiteStore(Store):
             )
         try:
             db.execute(
-                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
-                "created_at) VALUES(?,?,?,?,?,?,?)",
-                (
-                    run_id,
-                    seq,
-                    cycle,
-                    _dumps(state),
-                    _dumps(record) if record else None,
-                    token,
-                    now,
-                ),
+                _INSERT_CHECKPOINT,
+                checkpoint_row(run_id, seq, cycle, state, record, token, now, _dumps),
             )
         except sqlite3.IntegrityError:
             raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
         if events:
-            db.executemany(
-                "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
-                [(run_id, e.cycle, e.kind, now, _dumps(dict(e.data))) for e in events],
-            )
+            db.executemany(_INSERT_EVENT, [event_row(run_id, e, now, _dumps) for e in events])
         for a in requests:
             try:
-                db.execute(
-                    f"INSERT INTO approvals({_APPROVAL_COLS}) "
-                    "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        a.approval_id,
-                        run_id,
-                        a.cycle,
-                        a.kind,
-                        a.rule,
-                        a.what,
-                        a.why,
-                        _dumps(a.evidence),
-                        a.diff,
-                        a.action_hash,
-                        "pending",
-                        now,
-                        a.expires_at,
-                        None,
-                        None,
-                        None,
-                        None,
-                    ),
-                )
+                db.execute(_INSERT_APPROVAL, approval_row(run_id, a, now, _dumps))
             except sqlite3.IntegrityError:
                 raise ConflictError(
                     f"run {run_id}: approval request {a.approval_id!r} already exists"
@@ -643,7 +662,7 @@ class SQLiteStore(Store):
                 "ORDER BY id",
                 (run_id, after_id),
             ).fetchall()
-        return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+        return [Event(r[0], r[1], r[2], r[3], r[4], loads(r[5])) for r in rows]
 
     # --- effect/retry journal -----------------------------------------------------------
     def journal_put(
@@ -928,13 +947,13 @@ def _memory_dict(row: Sequence[Any]) -> dict[str, Any]:
         "signal": row[3],
         "strength": row[4],
         "text": row[5],
-        "rule": None if row[6] is None else json.loads(row[6]),
-        "source": json.loads(row[7]),
+        "rule": None if row[6] is None else loads(row[6]),
+        "source": loads(row[7]),
         "by": row[8],
         "status": row[9],
         "created_at": row[10],
         "updated_at": row[11],
-        "history": json.loads(row[12]),
+        "history": loads(row[12]),
     }
 
 

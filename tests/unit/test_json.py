@@ -1,0 +1,72 @@
+"""The stores' JSON: orjson's speed, the standard library's results."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopwright import _json
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # of any size: beyond 64 bits too
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_round_trip_equals_the_standard_library(value: Any) -> None:
+    text = _json.dumps(value)
+    assert _json.loads(text) == json.loads(json.dumps(value))
+    assert json.loads(text) == value  # what we write is plain JSON any parser reads
+
+
+def test_big_integers_stay_exact_both_ways() -> None:
+    big = {"answer": 2**80 + 1, "neg": -(2**70), "edge": 2**63, "list": [10**19 + 7]}
+    text = _json.dumps(big)
+    assert _json.loads(text) == big
+    # 19+ digits inside a string are left alone too
+    assert _json.loads('{"id":"12345678901234567890","n":1}') == {
+        "id": "12345678901234567890",
+        "n": 1,
+    }
+    assert _json.loads(b'{"n":123456789012345678901}') == {"n": 123456789012345678901}
+
+
+def test_objects_json_cannot_write_become_their_str_as_before() -> None:
+    @dataclasses.dataclass
+    class Thing:
+        x: int
+
+    when = dt.datetime(2026, 11, 30, 9, 30, tzinfo=dt.UTC)
+    value = {"thing": Thing(1), "when": when, "day": when.date(), "set": {1}}
+    assert json.loads(_json.dumps(value)) == json.loads(
+        json.dumps(value, separators=(",", ":"), default=str)
+    )
+
+
+def test_non_string_keys_fall_back_to_the_standard_library() -> None:
+    assert _json.loads(_json.dumps({1: "a", None: "b"})) == {"1": "a", "null": "b"}
+
+
+def test_nan_legacy_text_still_reads_and_new_text_is_standard() -> None:
+    legacy = json.dumps({"x": float("nan"), "y": float("inf")})  # what older versions wrote
+    back = _json.loads(legacy)
+    assert math.isnan(back["x"]) and back["y"] == math.inf
+    assert _json.dumps({"x": float("nan")}) == '{"x":null}'  # standard JSON, as jsonb requires
+
+
+def test_unicode_round_trips() -> None:
+    value = {"é": "✓ 漢字 \u2028", "emoji": "🙂"}
+    assert _json.loads(_json.dumps(value)) == value
