@@ -865,3 +865,47 @@ def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None
         t.join(timeout=10)
         assert got == [[(ids[1], 1), (ids[2], 1)]]
         assert s.claim_runs("w", 60, limit=3) == [(ids[0], 1)]
+
+
+@pytest.mark.postgres
+def test_postgres_leases_follow_the_server_clock(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers on hosts whose clocks disagree still agree on who holds a lease: expiry is set
+    and compared on the database server's clock."""
+    from loopwright.store import postgres as pgmod
+
+    real = time.time
+    skew = {"s": 0.0}
+
+    class SkewedTime:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        @staticmethod
+        def time() -> float:
+            return real() + skew["s"]
+
+    monkeypatch.setattr(pgmod, "time", SkewedTime())
+    a, b = open_store(pg_url), open_store(pg_url)
+    try:
+        run_id = _create(a, "clock")
+        token = a.acquire_lease(run_id, "w1", 60)
+        skew["s"] = 3600.0  # b's host runs an hour ahead
+        assert b.claim_runs("w2", 60) == []  # the lease is live on the server's clock
+        with pytest.raises(lw.ConflictError, match=r"lease for \d+ s more"):
+            b.acquire_lease(run_id, "w2", 60)
+        # a commit from a host an hour ahead keeps "30 s from now", not "an hour and 30 s"
+        _commit(a, run_id, token, 1, run={"lease_expires_at": time.time() + 3600 + 30})
+        left = a.get_run(run_id).lease_expires_at - real()
+        assert 25 < left < 35, left
+        a.renew_lease(run_id, token, 10)
+        assert 5 < a.get_run(run_id).lease_expires_at - real() < 15
+        # b's host an hour behind: a lease that ran out on the server is free for it at once
+        a.renew_lease(run_id, token, 0.5)
+        time.sleep(0.8)
+        skew["s"] = -3600.0
+        assert b.claim_runs("w2", 60) == [(run_id, token + 1)]
+    finally:
+        a.close()
+        b.close()

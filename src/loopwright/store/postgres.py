@@ -20,8 +20,11 @@ conformance suite (``tests/integration/test_store_conformance.py``) runs unchang
   claimers neither wait for nor collide with each other), then re-checks them in a second
   statement of the same transaction, whose fresh snapshot sees every approval committed before
   the row locks were taken.
-- **Clocks.** Lease expiry compares client clocks (``time.time()``), as the engine's heartbeats
-  do: hosts sharing a store need synchronised clocks (NTP), with lease TTLs far above the skew.
+- **Clocks.** Lease expiry is set and compared on the database server's clock: a worker whose
+  host clock runs ahead cannot take over a live lease early, and one whose clock runs behind
+  does not keep a dead worker's runs waiting longer. (A client's ``lease_expires_at`` in a
+  commit is turned into "server now + the same TTL".) Timestamps the store only records
+  (``created_at``, ``updated_at``, events) keep the writer's clock.
 """
 
 from __future__ import annotations
@@ -120,6 +123,15 @@ _RUNNABLE = (
     "AND (r.status IN ('pending', 'running') OR (r.status = 'awaiting_approval' AND NOT EXISTS "
     "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))"
 )
+# The server's clock, as epoch seconds (what lease_expires_at holds).
+_DB_NOW = "extract(epoch from clock_timestamp())::double precision"
+
+
+def _assign(names: Sequence[str]) -> str:
+    """``SET`` assignments for run columns; a lease expiry is a TTL added to the server's now."""
+    return ", ".join(f"{k}={_DB_NOW} + %s" if k == "lease_expires_at" else f"{k}=%s" for k in names)
+
+
 _OWN_PARAMS = frozenset({"schema", "pool_min", "pool_max"})
 _LOCK_CLASS = 0x4C57  # "LW": the advisory-lock namespace of loopwright migrations
 
@@ -436,16 +448,15 @@ class PostgresStore(Store):
 
     # --- leases -------------------------------------------------------------------------
     def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:
-        now = time.time()
         with self._tx() as conn:
             row = conn.execute(
-                "SELECT lease_owner, lease_expires_at, fencing_token FROM runs WHERE run_id=%s "
-                "FOR NO KEY UPDATE",
+                f"SELECT lease_owner, lease_expires_at, fencing_token, {_DB_NOW} FROM runs "
+                "WHERE run_id=%s FOR NO KEY UPDATE",
                 (run_id,),
             ).fetchone()
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
-            holder, expires, token = row
+            holder, expires, token, now = row
             if (
                 holder is not None
                 and holder != owner
@@ -454,8 +465,8 @@ class PostgresStore(Store):
                 and not owner_is_dead(holder)
             ):
                 raise ConflictError(
-                    f"run {run_id} is being executed by {holder} (lease until "
-                    f"{time.strftime('%H:%M:%S', time.localtime(expires))})"
+                    f"run {run_id} is being executed by {holder} (lease for "
+                    f"{expires - now:.0f} s more)"
                 )
             token += 1
             conn.execute(
@@ -470,9 +481,12 @@ class PostgresStore(Store):
     ) -> list[tuple[str, int]]:
         if limit <= 0:
             return []
-        now = time.time() if now is None else now
-        args = {"now": now, "limit": int(limit), "owner": owner, "expires": now + ttl_s}
         with self._tx() as conn:
+            if now is None:  # the server's clock: hosts' clocks may disagree
+                row = conn.execute(f"SELECT {_DB_NOW}").fetchone()
+                assert row is not None
+                now = float(row[0])
+            args = {"now": now, "limit": int(limit), "owner": owner, "expires": now + ttl_s}
             # 1. Lock up to `limit` candidates, skipping rows another claimer (or a commit)
             #    holds: claimers never wait for each other.
             picked = [
@@ -498,8 +512,9 @@ class PostgresStore(Store):
     def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
         with self._tx() as conn:
             cur = conn.execute(
-                "UPDATE runs SET lease_expires_at=%s WHERE run_id=%s AND fencing_token=%s",
-                (time.time() + ttl_s, run_id, token),
+                f"UPDATE runs SET lease_expires_at={_DB_NOW} + %s "
+                "WHERE run_id=%s AND fencing_token=%s",
+                (ttl_s, run_id, token),
             )
             if cur.rowcount != 1:
                 raise StaleLeaseError(f"run {run_id}: lease lost (token {token} is stale)")
@@ -621,7 +636,7 @@ class PostgresStore(Store):
         )
         with conn.cursor() as cur:
             for names, updates in rows.updates.items():
-                assignments = ", ".join(f"{k}=%s" for k in names)
+                assignments = _assign(names)
                 cur.executemany(
                     f"UPDATE runs SET {assignments}, updated_at=%s "
                     "WHERE run_id=%s AND fencing_token=%s",
@@ -647,6 +662,9 @@ class PostgresStore(Store):
         for name in _BOOLEAN_COLS & cols.keys():
             if cols[name] is not None:
                 cols[name] = bool(cols[name])
+        if cols.get("lease_expires_at") is not None:
+            # the caller's clock says when; what is kept is how long, from the server's now
+            cols["lease_expires_at"] = float(cols["lease_expires_at"]) - time.time()
         return cols
 
     def _commit_in(
@@ -663,7 +681,7 @@ class PostgresStore(Store):
         requests: Sequence[NewApproval],
         now: float,
     ) -> bool:
-        assignments = ", ".join(f"{k}=%s" for k in cols)
+        assignments = _assign(list(cols))
         flag = conn.execute(
             f"UPDATE runs SET {assignments}, updated_at=%s WHERE run_id=%s "
             "AND fencing_token=%s RETURNING cancel_requested",

@@ -397,8 +397,8 @@ class SQLiteStore(Store):
                 and not owner_is_dead(holder)
             ):
                 raise ConflictError(
-                    f"run {run_id} is being executed by {holder} (lease until "
-                    f"{time.strftime('%H:%M:%S', time.localtime(expires))})"
+                    f"run {run_id} is being executed by {holder} (lease for "
+                    f"{expires - now:.0f} s more)"
                 )
             token += 1
             db.execute(
