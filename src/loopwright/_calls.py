@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -21,23 +23,70 @@ class CallTimeout(Exception):
         super().__init__(f"no result after {seconds:g} s")
 
 
+class _DaemonThreads:
+    """Daemon threads for sync user calls, reused from call to call.
+
+    Not the default executor: its threads are joined at exit, so a sync call that hangs forever
+    would keep the process alive after the engine gave up on it; a daemon thread does not. Nor a
+    new thread per call: starting one blocks the event loop until the new thread
+    runs (a GIL hand-off), for every actor and verifier call of every run. An idle thread takes
+    the next call; a call that hangs keeps its thread, and the next call starts a fresh one.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every thread: after a fork, the child has none of the parent's."""
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[Callable[[], Callable[[], None]]] = queue.SimpleQueue()
+        self._idle = 0  # threads waiting for a task, less the tasks already promised to them
+
+    def submit(self, work: Callable[[], Callable[[], None]]) -> None:
+        """Run ``work`` in a thread; it returns what delivers its result."""
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._tasks.put(work)
+        if spawn:
+            threading.Thread(target=self._serve, daemon=True, name="loopwright-call").start()
+
+    def _serve(self) -> None:
+        while True:
+            deliver = self._tasks.get()()  # the call; it catches everything itself
+            # Idle before the result is delivered: the caller's next call, made as soon as it
+            # has this result, finds this thread free instead of starting another.
+            with self._lock:
+                self._idle += 1
+            deliver()
+
+
+_threads = _DaemonThreads()
+
+
+os.register_at_fork(after_in_child=_threads.reset)  # multiprocessing, Ray
+
+
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-    # A daemon thread, not the default executor: a sync call that hangs forever must not keep
-    # the process from exiting after the engine has given up on it.
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
 
-    def target() -> None:
+    def target() -> Callable[[], None]:
         try:
             result, exc = fn(*args), None
         except BaseException as e:
             result, exc = None, e
-        # A call abandoned after its timeout may return after the event loop has closed: its
-        # result is no longer wanted, and reporting it must not raise in this thread.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_set, fut, result, exc)
 
-    threading.Thread(target=target, daemon=True, name="loopwright-call").start()
+        def deliver() -> None:
+            # A call abandoned after its timeout may return after the event loop has closed:
+            # its result is no longer wanted, and reporting it must not raise in this thread.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set, fut, result, exc)
+
+        return deliver
+
+    _threads.submit(target)
     return fut
 
 

@@ -1,0 +1,108 @@
+"""Sync user calls in daemon threads: reused between calls, never stuck behind a hung one,
+never keeping the process alive, and working again in a forked child."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from loopwright._calls import CallTimeout, call_user
+
+
+def _call_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "loopwright-call")
+
+
+def test_sequential_calls_reuse_one_thread() -> None:
+    async def go() -> list[int]:
+        return [
+            (await call_user(threading.get_ident, timeout=None, threaded=True))[0]
+            for _ in range(50)
+        ]
+
+    before = _call_threads()  # idle threads left by earlier tests may serve these calls too
+    idents = asyncio.run(go())
+    assert _call_threads() - before <= 1  # fifty calls, at most one thread started
+    assert len(set(idents)) <= max(1, before)
+    assert threading.get_ident() not in idents  # ...and never on the event loop's thread
+
+
+def test_concurrent_calls_run_at_once_and_each_gets_its_result() -> None:
+    barrier = threading.Barrier(8, timeout=5)
+
+    def work(i: int) -> int:
+        barrier.wait()  # only passes if all eight run at the same time
+        return i * i
+
+    async def go() -> list[int]:
+        res = await asyncio.gather(
+            *(call_user(work, i, timeout=None, threaded=True) for i in range(8))
+        )
+        return [r for r, _ in res]
+
+    assert asyncio.run(go()) == [i * i for i in range(8)]
+
+
+def test_a_hung_call_does_not_hold_up_the_next() -> None:
+    gate = threading.Event()
+
+    async def go() -> str:
+        with pytest.raises(CallTimeout):
+            await call_user(gate.wait, timeout=0.2)
+        result, _ = await call_user(lambda: "next", timeout=2.0)
+        return str(result)
+
+    try:
+        assert asyncio.run(go()) == "next"
+    finally:
+        gate.set()
+
+
+def test_a_hung_call_does_not_keep_the_process_alive() -> None:
+    code = (
+        "import asyncio, threading\n"
+        "from loopwright._calls import CallTimeout, call_user\n"
+        "async def go():\n"
+        "    try:\n"
+        "        await call_user(threading.Event().wait, timeout=0.2)\n"
+        "    except CallTimeout:\n"
+        "        print('gave up')\n"
+        "asyncio.run(go())\n"
+    )
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "gave up"
+    assert time.monotonic() - t0 < 20
+
+
+def _child(q: mp.Queue[str]) -> None:
+    async def go() -> str:
+        result, _ = await call_user(lambda: "child ok", timeout=None, threaded=True)
+        return str(result)
+
+    q.put(asyncio.run(go()))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12+: fork with threads
+def test_a_forked_child_gets_threads_of_its_own() -> None:
+    async def warm() -> None:
+        await call_user(lambda: None, timeout=None, threaded=True)  # an idle thread now
+
+    asyncio.run(warm())
+    ctx = mp.get_context("fork")
+    q: mp.Queue[str] = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q,))
+    p.start()
+    p.join(20)
+    assert p.exitcode == 0
+    assert q.get(timeout=1) == "child ok"
