@@ -55,9 +55,21 @@ class Version:
     value: Any
     cycle: int
     status: PartStatus = "candidate"
+    # The serialised form, kept: a checkpoint serialises every version of every part, and all
+    # but the current one never change. Rebuilt when the status changed (n, value and cycle
+    # never do). Read-only: callers of to_dict() must not mutate what it returns.
+    _dict: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "value": self.value, "cycle": self.cycle, "status": self.status}
+        d = self._dict
+        if d is None or d["status"] != self.status:
+            d = self._dict = {
+                "n": self.n,
+                "value": self.value,
+                "cycle": self.cycle,
+                "status": self.status,
+            }
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Version:
@@ -94,14 +106,7 @@ class Part:
         return self.versions[n - 1]
 
     def to_dict(self) -> dict[str, Any]:
-        # Inlined Version.to_dict: a checkpoint serialises every version of every part.
-        return {
-            "name": self.name,
-            "versions": [
-                {"n": v.n, "value": v.value, "cycle": v.cycle, "status": v.status}
-                for v in self.versions
-            ],
-        }
+        return {"name": self.name, "versions": [v.to_dict() for v in self.versions]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Part:

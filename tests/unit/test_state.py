@@ -248,3 +248,14 @@ def test_fork_shares_only_history_versions() -> None:
     old, new = s.artifacts["doc"].parts["p"].versions, f.artifacts["doc"].parts["p"].versions
     assert old is not new
     assert [a is b for a, b in zip(old, new, strict=True)] == [True, True, False]
+
+
+def test_a_version_serialises_its_current_status() -> None:
+    s = lw.TaskState()
+    s.set_part("doc", "p", "v1", 1)
+    v = s.artifacts["doc"].parts["p"].current
+    assert v.to_dict()["status"] == "candidate"
+    v.status = "accepted"  # what the engine does on acceptance
+    assert v.to_dict() == {"n": 1, "value": "v1", "cycle": 1, "status": "accepted"}
+    assert s.to_dict()["artifacts"][0]["parts"][0]["versions"][0]["status"] == "accepted"
+    assert lw.TaskState.from_dict(s.to_dict()).to_dict() == s.to_dict()
