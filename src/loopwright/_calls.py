@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import os
 import queue
@@ -45,21 +46,32 @@ class _DaemonThreads:
     def submit(self, work: Callable[[], Callable[[], None]]) -> None:
         """Run ``work`` in a thread; it returns what delivers its result."""
         with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
+            reserved = self._idle > 0
+            if reserved:
                 self._idle -= 1
-        self._tasks.put(work)
-        if spawn:
-            threading.Thread(target=self._serve, daemon=True, name="loopwright-call").start()
+        if reserved:
+            self._tasks.put(work)
+        else:
+            # A new thread gets this call as its first: if it cannot start, the caller learns
+            # it and nothing is left queued to run later.
+            threading.Thread(
+                target=self._serve, args=(work,), daemon=True, name="loopwright-call"
+            ).start()
 
-    def _serve(self) -> None:
+    def _serve(self, work: Callable[[], Callable[[], None]]) -> None:
         while True:
-            deliver = self._tasks.get()()  # the call; it catches everything itself
+            # Each call in a context of its own, as a new thread would give it: context
+            # variables set by one run's call are never seen by another's. (Thread-locals do
+            # persist from call to call.)
+            deliver = contextvars.Context().run(work)
+            del work
             # Idle before the result is delivered: the caller's next call, made as soon as it
             # has this result, finds this thread free instead of starting another.
             with self._lock:
                 self._idle += 1
             deliver()
+            del deliver  # hold no result, loop or traceback while idle
+            work = self._tasks.get()
 
 
 _threads = _DaemonThreads()

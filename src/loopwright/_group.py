@@ -107,10 +107,10 @@ class GroupRecall:
 
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
-        union = sorted(
-            {s for scopes, _ in waiting for s in scopes}, key=lambda s: (s[0], s[1] or "")
-        )
         try:
+            union = sorted(
+                {s for scopes, _ in waiting for s in scopes}, key=lambda s: (s[0], s[1] or "")
+            )
             rows: list[dict[str, object]] = []
             for i in range(0, len(union), _SCOPES_PER_QUERY):
                 rows.extend(
@@ -119,14 +119,15 @@ class GroupRecall:
                     )
                 )
                 self.queries += 1
+            by_scope: dict[tuple[object, object], list[dict[str, object]]] = {}
+            for r in rows:
+                by_scope.setdefault((r["scope"], r["scope_key"]), []).append(r)
+            results = [[r for s in scopes for r in by_scope.get(s, ())] for scopes, _ in waiting]
         except Exception as exc:  # every waiter learns it (recall is best effort there)
             for _, fut in waiting:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        by_scope: dict[tuple[object, object], list[dict[str, object]]] = {}
-        for r in rows:
-            by_scope.setdefault((r["scope"], r["scope_key"]), []).append(r)
-        for scopes, fut in waiting:
+        for (_, fut), mine in zip(waiting, results, strict=True):
             if not fut.done():
-                fut.set_result([r for s in scopes for r in by_scope.get(s, ())])
+                fut.set_result(mine)

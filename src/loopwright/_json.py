@@ -1,21 +1,29 @@
-"""JSON for the stores: orjson's speed with the standard library's exactness.
+"""JSON for the stores: orjson's speed with the standard library's results.
 
 Every checkpoint serialises the whole run state, so encoding is a large share of a cycle's CPU
-(≈ 10× less with orjson). orjson differs from ``json`` in three ways that matter here, and each
-is handled so that what is stored reads back the same:
+(≈ 10× less with orjson). Where orjson and ``json`` (as the stores used it: compact,
+``default=str``) differ, the stores keep ``json``'s result, so that a value written and read
+back is the value ``json`` would have given — which matters beyond taste: an effect's key is a
+hash of its arguments, computed once from the actor's objects and again, after a crash, from
+the arguments read back from the write-ahead checkpoint.
 
-* integers beyond 64 bits: orjson refuses to encode them (we fall back to ``json``) and decodes
-  them as floats (so text holding a run of 19+ digits is decoded by ``json``: exact);
-* non-str keys and other types orjson refuses: fall back to ``json`` (``default=str`` in both);
-* ``NaN``/``Infinity``: not JSON; orjson writes ``null`` (as PostgreSQL's ``jsonb`` requires),
-  and legacy text holding them is decoded by ``json``.
+* float and tuple subclasses (``numpy.float64``, namedtuples): written as a number and a list;
+* integers beyond 64 bits: encoded by ``json`` (orjson refuses them) and decoded by ``json``
+  (orjson would make floats of them) — text holding a run of 19+ digits is parsed by ``json``;
+* non-str keys and anything else orjson refuses: encoded by ``json``;
+* dataclasses and datetimes: ``str(obj)``, as ``json`` with ``default=str`` writes them.
 
-Dataclasses and datetimes are passed to ``default=str`` as ``json`` does, not encoded natively.
+One difference is deliberate: ``NaN`` and ``±Infinity`` are not JSON, and are written as
+``null`` on every path (PostgreSQL's json type refuses them; older versions wrote ``NaN`` into
+SQLite, which still reads back). A plain ``Enum`` member (neither ``int`` nor ``str``) is written
+as its value, where ``json`` wrote ``str(member)``; effect arguments cannot hold one (they must
+be strict JSON).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -31,8 +39,29 @@ _BIG_INT_B = re.compile(rb"\d{19}")
 _OPTS = 0 if orjson is None else orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
+def _default(obj: Any) -> Any:
+    # What json writes natively but orjson hands to ``default``: json's result.
+    if isinstance(obj, float):  # numpy.float64 and other float subclasses
+        return float(obj)
+    if isinstance(obj, tuple):  # namedtuples
+        return list(obj)
+    return str(obj)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (only on the rare path that
+    ``json`` encodes, so that NaN is ``null`` there too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _std_dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return json.dumps(_finite(value), separators=(",", ":"), default=str)
 
 
 def dumps(value: Any) -> str:
@@ -40,7 +69,7 @@ def dumps(value: Any) -> str:
     if orjson is None:
         return _std_dumps(value)
     try:
-        return orjson.dumps(value, default=str, option=_OPTS).decode()
+        return orjson.dumps(value, default=_default, option=_OPTS).decode()
     except TypeError:  # a big int, a non-str key...: the standard library handles them
         return _std_dumps(value)
 

@@ -231,6 +231,15 @@ def test_a_failing_memory_store_never_fails_a_run(
     # ...nor runs sharing the event loop, which read their memory together
     rs = asyncio.run(rt.run_many(make_loop(Recorder()), [task(f"f-{i}", "P") for i in (2, 3, 4)]))
     assert [x.status for x in rs] == ["accepted"] * 3
+    # ...nor a store that answers with rows it should not (no run waits forever for them)
+    monkeypatch.setattr(rt.store, "memory_query", lambda **kw: [{"scope": "task"}])
+
+    async def bounded() -> list[lw.RunResult]:
+        return await asyncio.wait_for(
+            rt.run_many(make_loop(Recorder()), [task(f"g-{i}", "P") for i in (1, 2, 3)]), 30
+        )
+
+    assert [x.status for x in asyncio.run(bounded())] == ["accepted"] * 3
 
 
 def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -> None:

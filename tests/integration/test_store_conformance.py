@@ -435,6 +435,40 @@ def test_commit_many_isolates_a_conflict_and_keeps_order(
     assert store.get_run(a).status == "accepted"
 
 
+def test_commit_many_a_bad_column_fails_alone_and_a_database_error_fails_all(
+    backend: Backend, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _spy_batches(store, monkeypatch)
+    a, ta = _leased(store, "a")
+    b, tb = _leased(store, "b")
+    out = store.commit_many([_req(a, ta, 1, run={"task_key": "hijack"}), _req(b, tb, 1)])
+    assert seen == []  # checked before any transaction: straight to commit by commit
+    assert isinstance(out[0], lw.StoreError) and "cannot update run columns" in str(out[0])
+    assert out[1] is False and store.get_run(b).last_seq == 1
+    # a failure of the database itself (locked, connection lost) is not retried commit by
+    # commit — that would only double the wait — and nothing is written
+    if backend.name == "sqlite":
+        error: Exception = sqlite3.OperationalError("database is locked")
+    else:
+        import psycopg
+
+        error = psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def broken(*args: Any) -> Any:
+        raise error
+
+    per_item: list[str] = []
+    orig_in = store._commit_in  # type: ignore[attr-defined]
+    monkeypatch.setattr(store, "_commit_batch", broken)
+    monkeypatch.setattr(
+        store, "_commit_in", lambda *a, **k: per_item.append("x") or orig_in(*a, **k)
+    )
+    with pytest.raises((sqlite3.OperationalError, lw.StoreError)):
+        store.commit_many([_req(a, ta, 1), _req(b, tb, 2)])
+    assert per_item == []
+    assert [cp.seq for cp in store.checkpoints(a)] == [0]
+
+
 def test_events_in_order(store: Store) -> None:
     run_id, token = _leased(store)
     _commit(store, run_id, token, 1, events=[NewEvent(1, "a"), NewEvent(1, "b", {"k": [1]})])

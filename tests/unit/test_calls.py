@@ -4,11 +4,14 @@ never keeping the process alive, and working again in a forked child."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import multiprocessing as mp
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -106,3 +109,65 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
     p.join(20)
     assert p.exitcode == 0
     assert q.get(timeout=1) == "child ok"
+
+
+def test_a_thread_that_cannot_start_leaves_nothing_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+    real_start = threading.Thread.start
+    fail = {"once": True}
+
+    def start(self: threading.Thread) -> None:
+        if fail["once"] and self.name == "loopwright-call":
+            fail["once"] = False
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    def blocker() -> None:
+        gate.wait(5)
+
+    gate = threading.Event()
+
+    async def go() -> None:
+        # every idle thread busy, so the next call must start a thread
+        busy = [call_user(blocker, timeout=None, threaded=True) for _ in range(_call_threads())]
+        tasks = [asyncio.ensure_future(b) for b in busy]
+        await asyncio.sleep(0.05)
+        monkeypatch.setattr(threading.Thread, "start", start)
+        with pytest.raises(RuntimeError):
+            await call_user(lambda: ran.append("first"), timeout=None, threaded=True)
+        await call_user(lambda: ran.append("second"), timeout=None, threaded=True)
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    assert ran == ["second"]  # the call that could not start never runs later
+
+
+def test_calls_do_not_share_context_variables() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def go() -> list[str]:
+        await call_user(lambda: var.set("run A"), timeout=None, threaded=True)
+        return [(await call_user(var.get, timeout=None, threaded=True))[0] for _ in range(5)]
+
+    assert asyncio.run(go()) == ["unset"] * 5
+
+
+def test_an_idle_thread_holds_no_result() -> None:
+    class Big:
+        pass
+
+    ref: list[weakref.ref[Big]] = []
+
+    def make() -> Big:
+        b = Big()
+        ref.append(weakref.ref(b))
+        return b
+
+    async def go() -> None:
+        await call_user(make, timeout=None, threaded=True)
+
+    asyncio.run(go())
+    time.sleep(0.05)  # the thread has delivered and gone idle
+    gc.collect()
+    assert ref[0]() is None

@@ -64,7 +64,42 @@ def test_nan_legacy_text_still_reads_and_new_text_is_standard() -> None:
     legacy = json.dumps({"x": float("nan"), "y": float("inf")})  # what older versions wrote
     back = _json.loads(legacy)
     assert math.isnan(back["x"]) and back["y"] == math.inf
-    assert _json.dumps({"x": float("nan")}) == '{"x":null}'  # standard JSON, as jsonb requires
+    assert _json.dumps({"x": float("nan")}) == '{"x":null}'  # standard JSON
+    # ...on the path json encodes too (a big int sends the value there)
+    assert _json.loads(_json.dumps([float("nan"), 2**70, {1: -math.inf}])) == [
+        None,
+        2**70,
+        {"1": None},
+    ]
+
+
+class Money(float):
+    """A float subclass, as numpy.float64 is."""
+
+
+def test_float_and_tuple_subclasses_are_written_as_json_writes_them() -> None:
+    import collections
+
+    Point = collections.namedtuple("Point", "x y")
+    value = {"amount": Money(12.5), "at": Point(1, Money(2.5)), "t": (1, 2)}
+    assert _json.dumps(value) == json.dumps(value, separators=(",", ":"), default=str)
+    assert _json.loads(_json.dumps(value)) == {"amount": 12.5, "at": [1, 2.5], "t": [1, 2]}
+
+
+def test_an_effect_key_survives_the_write_ahead_round_trip() -> None:
+    """An effect's key hashes its arguments: computed from the actor's objects before a crash
+    and from the stored arguments after it, it must be the same key."""
+    import loopwright as lw
+
+    @lw.effect("spend")
+    def pay(amount: float, ref: list[int]) -> None: ...
+
+    import collections
+
+    Ref = collections.namedtuple("Ref", "a b")
+    call = pay.call(amount=Money(12.5), ref=Ref(1, 2))
+    stored = lw.EffectCall.from_dict(_json.loads(_json.dumps(call.to_dict())))
+    assert pay.key_for("run", 3, stored) == pay.key_for("run", 3, call)
 
 
 def test_unicode_round_trips() -> None:

@@ -279,11 +279,12 @@ class Store(ABC):
 
         Runnable: status ``pending`` or ``running``, or ``awaiting_approval`` with no pending
         approval request (decided, so the run can go on); and the lease free (no owner, no
-        expiry) or expired (``lease_expires_at < now``; ``now`` defaults to the clock). A claim
-        is exactly an ``acquire_lease`` of each run: owner set, expiry ``now + ttl_s``, fencing
-        token incremented, so a previous holder's writes are refused from then on. Unlike
-        ``acquire_lease`` it never takes a live lease over, not even a dead local process's:
-        claimers only pick what is free.
+        expiry) or expired (``lease_expires_at < now``; ``now`` defaults to the store's clock —
+        the database server's on PostgreSQL — and one passed in is used as is, a hook for
+        tests). A claim is exactly an ``acquire_lease`` of each run: owner set, expiry ``now +
+        ttl_s``, fencing token incremented, so a previous holder's writes are refused from then
+        on. Unlike ``acquire_lease`` it never takes a live lease over — except, on SQLite (one
+        host by nature), one held by a process of this host that no longer exists.
 
         Concurrent claimers (threads, processes, hosts) never claim the same run and never
         wait for each other's choice: PostgreSQL locks candidates with ``FOR UPDATE SKIP
@@ -478,20 +479,27 @@ class BatchRows:
     approvals: list[Row] = field(default_factory=list)
 
 
+class BatchRefused(Exception):
+    """The database refused a value of a one-pass ``commit_many`` (a duplicate key, a number
+    out of range...): nothing of the batch was written, and it is retried commit by commit so
+    that the refusal is only its own run's. Never raised out of ``commit_many``."""
+
+
 def batch_rows(
     items: Sequence[CommitRequest],
+    cols: Sequence[dict[str, Any]],
     owner: Mapping[str, tuple[int, Any]],
     now: float,
     *,
-    run_cols: Callable[[Mapping[str, Any], int], dict[str, Any]],
     js: Callable[[Any], Any],
 ) -> BatchRows:
     """Fence each commit against ``owner`` (run_id → (fencing token, cancel flag), read under
-    the batch's write lock) and turn the accepted ones into rows. A run-row update's row is
-    ``(*column values, now, run_id, token)``, for ``... WHERE run_id=? AND fencing_token=?``;
-    ``js`` makes a JSON column's parameter (text for SQLite, a ``Json`` for psycopg)."""
+    the batch's write lock) and turn the accepted ones into rows; ``cols[i]`` are the run
+    columns of ``items[i]``, already checked. A run-row update's row is ``(*column values, now,
+    run_id, token)``, for ``... WHERE run_id=? AND fencing_token=?``; ``js`` makes a JSON
+    column's parameter (text for SQLite, a ``Json`` for psycopg)."""
     out = BatchRows()
-    for it in items:
+    for it, cols_ in zip(items, cols, strict=True):
         held = owner.get(it.run_id)
         if held is None or held[0] != it.token:
             out.results.append(
@@ -500,14 +508,13 @@ def batch_rows(
                 )
             )
             continue
-        cols = run_cols(it.run, it.seq)
-        out.updates.setdefault(tuple(cols), []).append((*cols.values(), now, it.run_id, it.token))
+        out.updates.setdefault(tuple(cols_), []).append((*cols_.values(), now, it.run_id, it.token))
         out.checkpoints.append(
             checkpoint_row(it.run_id, it.seq, it.cycle, it.state, it.record, it.token, now, js)
         )
         out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
         out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
-        out.results.append(bool(cols.get("cancel_requested", held[1])))
+        out.results.append(bool(cols_.get("cancel_requested", held[1])))
     return out
 
 

@@ -52,6 +52,7 @@ from ._base import (
     INSERT_CHECKPOINT_COLS,
     INSERT_EVENT_COLS,
     Approval,
+    BatchRefused,
     Checkpoint,
     CommitRequest,
     Event,
@@ -582,12 +583,16 @@ class PostgresStore(Store):
         if not items:
             return []
         now = time.time()
-        if len({it.run_id for it in items}) == len(items):
+        try:  # a bad column set goes commit by commit, where it fails alone
+            cols = [self._run_cols(it.run, it.seq) for it in items]
+        except StoreError:
+            cols = None
+        if cols is not None and len({it.run_id for it in items}) == len(items):
             try:
                 with self._tx() as conn:
-                    return self._commit_batch(conn, items, now)
-            except Exception:  # nothing was written: retry commit by commit, below
-                pass
+                    return self._commit_batch(conn, items, cols, now)
+            except BatchRefused:
+                pass  # nothing was written: commit by commit, below
         out: list[bool | StoreError] = []
         with self._tx() as conn:
             for it in items:
@@ -617,37 +622,39 @@ class PostgresStore(Store):
         return out
 
     def _commit_batch(
-        self, conn: psycopg.Connection[Any], items: Sequence[CommitRequest], now: float
+        self,
+        conn: psycopg.Connection[Any],
+        items: Sequence[CommitRequest],
+        cols: Sequence[dict[str, Any]],
+        now: float,
     ) -> list[bool | StoreError]:
         owner = {
             r[0]: (r[1], r[2])
             for r in conn.execute(
                 "SELECT run_id, fencing_token, cancel_requested FROM runs "
-                "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
+                "WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE",
                 ([it.run_id for it in items],),
             ).fetchall()
         }
-        rows = batch_rows(
-            items,
-            owner,
-            now,
-            run_cols=self._run_cols,
-            js=_json,
-        )
-        with conn.cursor() as cur:
-            for names, updates in rows.updates.items():
-                assignments = _assign(names)
-                cur.executemany(
-                    f"UPDATE runs SET {assignments}, updated_at=%s "
-                    "WHERE run_id=%s AND fencing_token=%s",
-                    updates,
-                )
-            if rows.checkpoints:
-                cur.executemany(_INSERT_CHECKPOINT, rows.checkpoints)
-            if rows.events:
-                cur.executemany(_INSERT_EVENT, rows.events)
-            if rows.approvals:
-                cur.executemany(_INSERT_APPROVAL, rows.approvals)
+        rows = batch_rows(items, cols, owner, now, js=_json)
+        try:
+            with conn.cursor() as cur:
+                for names, updates in rows.updates.items():
+                    cur.executemany(
+                        f"UPDATE runs SET {_assign(names)}, updated_at=%s "
+                        "WHERE run_id=%s AND fencing_token=%s",
+                        updates,
+                    )
+                if rows.checkpoints:
+                    cur.executemany(_INSERT_CHECKPOINT, rows.checkpoints)
+                if rows.events:
+                    cur.executemany(_INSERT_EVENT, rows.events)
+                if rows.approvals:
+                    cur.executemany(_INSERT_APPROVAL, rows.approvals)
+        except (psycopg.IntegrityError, psycopg.DataError, psycopg.ProgrammingError) as exc:
+            # a value refused (a duplicate, a number out of range): commit by commit; anything
+            # else (a lost connection, a timeout) fails every commit, as one transaction would
+            raise BatchRefused(str(exc)) from exc
         return rows.results
 
     @staticmethod

@@ -34,6 +34,7 @@ from ._base import (
     INSERT_CHECKPOINT_COLS,
     INSERT_EVENT_COLS,
     Approval,
+    BatchRefused,
     Checkpoint,
     CommitRequest,
     Event,
@@ -524,12 +525,16 @@ class SQLiteStore(Store):
         if not items:
             return []
         now = time.time()
-        if len({it.run_id for it in items}) == len(items):
+        try:  # a bad column set goes commit by commit, where it fails alone
+            cols = [self._run_cols(it.run, it.seq) for it in items]
+        except StoreError:
+            cols = None
+        if cols is not None and len({it.run_id for it in items}) == len(items):
             try:
                 with self._tx() as db:
-                    return self._commit_batch(db, items, now)
-            except Exception:  # nothing was written: retry commit by commit, below
-                pass
+                    return self._commit_batch(db, items, cols, now)
+            except BatchRefused:
+                pass  # nothing was written: commit by commit, below
         out: list[bool | StoreError] = []
         with self._tx() as db:
             for it in items:
@@ -562,7 +567,11 @@ class SQLiteStore(Store):
         return out
 
     def _commit_batch(
-        self, db: sqlite3.Connection, items: Sequence[CommitRequest], now: float
+        self,
+        db: sqlite3.Connection,
+        items: Sequence[CommitRequest],
+        cols: Sequence[dict[str, Any]],
+        now: float,
     ) -> list[bool | StoreError]:
         ids = [it.run_id for it in items]
         owner: dict[str, tuple[int, int]] = {}
@@ -574,24 +583,24 @@ class SQLiteStore(Store):
                 chunk,
             )
             owner.update((r[0], (r[1], r[2])) for r in found)
-        rows = batch_rows(
-            items,
-            owner,
-            now,
-            run_cols=self._run_cols,
-            js=_dumps,
-        )
-        for names, updates in rows.updates.items():
-            assignments = ", ".join(f"{k}=?" for k in names)
-            db.executemany(
-                f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?",
-                updates,
-            )
-        db.executemany(_INSERT_CHECKPOINT, rows.checkpoints)
-        if rows.events:
-            db.executemany(_INSERT_EVENT, rows.events)
-        if rows.approvals:
-            db.executemany(_INSERT_APPROVAL, rows.approvals)
+        rows = batch_rows(items, cols, owner, now, js=_dumps)
+        try:
+            for names, updates in rows.updates.items():
+                assignments = ", ".join(f"{k}=?" for k in names)
+                db.executemany(
+                    f"UPDATE runs SET {assignments}, updated_at=? "
+                    "WHERE run_id=? AND fencing_token=?",
+                    updates,
+                )
+            db.executemany(_INSERT_CHECKPOINT, rows.checkpoints)
+            if rows.events:
+                db.executemany(_INSERT_EVENT, rows.events)
+            if rows.approvals:
+                db.executemany(_INSERT_APPROVAL, rows.approvals)
+        except sqlite3.OperationalError:
+            raise  # the database, not a value (locked, disk full...): every commit fails
+        except (sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
+            raise BatchRefused(str(exc)) from exc
         return rows.results
 
     @staticmethod
