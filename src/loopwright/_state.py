@@ -57,12 +57,13 @@ class Version:
     status: PartStatus = "candidate"
     # The serialised form, kept: a checkpoint serialises every version of every part, and all
     # but the current one never change. Rebuilt when the status changed (n, value and cycle
-    # never do). Read-only: callers of to_dict() must not mutate what it returns.
+    # never do; a value replaced by hand is noticed too). Read-only: callers of to_dict() must
+    # not mutate what it returns.
     _dict: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = self._dict
-        if d is None or d["status"] != self.status:
+        if d is None or d["status"] != self.status or d["value"] is not self.value:
             d = self._dict = {
                 "n": self.n,
                 "value": self.value,

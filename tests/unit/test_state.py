@@ -259,3 +259,5 @@ def test_a_version_serialises_its_current_status() -> None:
     assert v.to_dict() == {"n": 1, "value": "v1", "cycle": 1, "status": "accepted"}
     assert s.to_dict()["artifacts"][0]["parts"][0]["versions"][0]["status"] == "accepted"
     assert lw.TaskState.from_dict(s.to_dict()).to_dict() == s.to_dict()
+    v.value = "replaced"  # by hand: not what the engine does, but never served stale
+    assert v.to_dict()["value"] == "replaced"
