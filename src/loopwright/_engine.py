@@ -295,6 +295,8 @@ class Runtime(Decisions):
             raise
         finally:
             self._active -= 1
+            if self._active == 0:
+                self._recall_group = None  # nothing waits on it any more: hold no event loop
             if self._active == 0 and self._group is not None:
                 group, self._group = self._group, None
                 with contextlib.suppress(Exception):
