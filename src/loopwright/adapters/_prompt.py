@@ -35,23 +35,6 @@ __all__ = [
 # Task keys rendered elsewhere, or never: ``held_out`` is for held-out verifiers only (the engine
 # already strips it from the actor's context; the reviewer never shows it either).
 _TASK_HIDDEN = frozenset({"goal", "artifacts", "plan", "held_out"})
-_KNOWN_CONTEXT = frozenset(
-    {
-        "run_id",
-        "cycle",
-        "goal",
-        "task",
-        "artifacts",
-        "accepted",
-        "findings",
-        "plan",
-        "next_step",
-        "remaining",
-        "notes",
-        "history",
-        "memory",
-    }
-)
 CONTEXT_FIELDS: tuple[str, ...] = (
     "run_id",
     "cycle",
@@ -71,6 +54,8 @@ CONTEXT_FIELDS: tuple[str, ...] = (
 )
 """Names a ``ChatActor`` format-string template may use; ``context`` is the whole default
 rendering."""
+# The Context fields rendered by name; any other (a subclass's own) goes under ``extra``.
+_KNOWN_CONTEXT = frozenset(CONTEXT_FIELDS) - {"extra", "context"}
 
 REVIEW_FIELDS: tuple[str, ...] = (
     "rubric",

@@ -509,9 +509,7 @@ def batch_rows(
             )
             continue
         out.updates.setdefault(tuple(cols_), []).append((*cols_.values(), now, it.run_id, it.token))
-        out.checkpoints.append(
-            checkpoint_row(it.run_id, it.seq, it.cycle, it.state, it.record, it.token, now, js)
-        )
+        out.checkpoints.append(checkpoint_row(it, now, js))
         out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
         out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
         out.results.append(bool(cols_.get("cancel_requested", held[1])))
@@ -528,17 +526,16 @@ APPROVAL_COLS = (
 )
 
 
-def checkpoint_row(
-    run_id: str,
-    seq: int,
-    cycle: int,
-    state: dict[str, Any],
-    record: dict[str, Any] | None,
-    token: int,
-    now: float,
-    js: Callable[[Any], Any],
-) -> Row:
-    return (run_id, seq, cycle, js(state), js(record) if record else None, token, now)
+def checkpoint_row(it: CommitRequest, now: float, js: Callable[[Any], Any]) -> Row:
+    return (
+        it.run_id,
+        it.seq,
+        it.cycle,
+        js(it.state),
+        js(it.record) if it.record else None,
+        it.token,
+        now,
+    )
 
 
 def event_row(run_id: str, e: NewEvent, now: float, js: Callable[[Any], Any]) -> Row:
@@ -566,3 +563,51 @@ def approval_row(run_id: str, a: NewApproval, now: float, js: Callable[[Any], An
         None,
         None,
     )
+
+
+# The run columns a commit may set (the rest are the store's own: identity, lease, times).
+UPDATABLE_RUN_COLS = frozenset(
+    {
+        "status",
+        "stop_reason",
+        "cycle",
+        "best_score",
+        "cost_usd",
+        "tokens",
+        "seconds",
+        "packet",
+        "ended_at",
+        "last_seq",
+        "lease_expires_at",
+        "held_out_passed",
+        "cancel_requested",
+    }
+)
+
+
+def run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
+    """A commit's run columns, checked, with ``last_seq``: what each store then adapts."""
+    bad = set(run) - UPDATABLE_RUN_COLS
+    if bad:
+        raise StoreError(f"cannot update run columns {sorted(bad)}")
+    return {**run, "last_seq": seq}
+
+
+def check_journal_expect(run_id: str, key: str, status: str | None, expect: str | None) -> None:
+    """``journal_put``'s ``expect_status``: ``""`` = the entry must not exist yet, a status =
+    it must exist with that status. ``status`` is the entry's (``None``: there is none)."""
+    if expect is None:
+        return
+    if expect == "":
+        if status is not None:
+            raise ConflictError(
+                f"run {run_id}: journal entry {key!r} already exists (status {status!r})"
+            )
+    elif status is None:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} does not exist (expected status {expect!r})"
+        )
+    elif status != expect:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} has status {status!r}, expected {expect!r}"
+        )

@@ -63,8 +63,10 @@ from ._base import (
     Store,
     approval_row,
     batch_rows,
+    check_journal_expect,
     checkpoint_row,
     event_row,
+    run_cols,
 )
 from ._pg_schema import PG_MIGRATIONS, PG_TABLES
 from .sqlite import (
@@ -99,23 +101,6 @@ _APPROVAL_COLS = APPROVAL_COLS
 _JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 _CHECKPOINT_COLS = "run_id, seq, cycle, state, record, created_at"
 _INSERT_EVENT = f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(%s, %s, %s, %s, %s)"
-_UPDATABLE = frozenset(
-    {
-        "status",
-        "stop_reason",
-        "cycle",
-        "best_score",
-        "cost_usd",
-        "tokens",
-        "seconds",
-        "packet",
-        "ended_at",
-        "last_seq",
-        "lease_expires_at",
-        "held_out_passed",
-        "cancel_requested",
-    }
-)
 _BOOLEAN_COLS = frozenset({"held_out_passed", "cancel_requested"})
 # Runnable: free (no owner, no expiry, or expired) and either in progress or parked with no
 # pending request. The same predicate as SQLiteStore.claim_runs.
@@ -563,23 +548,32 @@ class PostgresStore(Store):
         approvals: Sequence[NewApproval] = (),
     ) -> bool:
         now = time.time()
-        requests = [*([approval] if approval is not None else []), *approvals]
+        req = CommitRequest(
+            run_id,
+            token,
+            seq,
+            cycle,
+            state,
+            record,
+            events,
+            run,
+            [*([approval] if approval is not None else []), *approvals],
+        )
         cols = self._run_cols(run, seq)
         with self._tx() as conn:
-            return self._commit_in(
-                conn, run_id, token, seq, cycle, state, record, events, cols, requests, now
-            )
+            return self._commit_in(conn, req, cols, now)
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
         own — a stale one is reported and left out, the others commit.
 
-        Fast path: one fencing read that locks the batch's run rows (``FOR UPDATE``, in run_id
-        order so two batches never deadlock), then one pipelined ``executemany`` per table: a
-        handful of round trips for the whole batch instead of several per run. Anything unusual
-        (a run twice in the batch, a duplicate checkpoint or request, a value the database
-        refuses) rolls that attempt back and takes the slow path: one savepoint per commit,
-        so each failure is its own run's."""
+        Fast path: one fencing read that locks the batch's run rows (``FOR NO KEY UPDATE``, in
+        run_id order so two batches never deadlock), then one pipelined ``executemany`` per
+        table: a handful of round trips for the whole batch instead of several per run. A bad
+        column set, a run twice in the batch, or a value the database refuses (a duplicate
+        checkpoint or request, a number out of range) takes the slow path instead: one
+        savepoint per commit, so each failure is its own run's. A failure of the database
+        itself (a lost connection, a timeout) fails the whole batch, as one transaction."""
         if not items:
             return []
         now = time.time()
@@ -598,19 +592,7 @@ class PostgresStore(Store):
             for it in items:
                 try:
                     with conn.transaction():  # a savepoint
-                        ok = self._commit_in(
-                            conn,
-                            it.run_id,
-                            it.token,
-                            it.seq,
-                            it.cycle,
-                            it.state,
-                            it.record,
-                            it.events,
-                            self._run_cols(it.run, it.seq),
-                            list(it.approvals),
-                            now,
-                        )
+                        ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
                 except Exception as exc:  # rolled back to its savepoint; the others go on
                     out.append(
                         exc
@@ -659,11 +641,7 @@ class PostgresStore(Store):
 
     @staticmethod
     def _run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
-        bad = set(run) - _UPDATABLE
-        if bad:
-            raise StoreError(f"cannot update run columns {sorted(bad)}")
-        cols: dict[str, Any] = dict(run)
-        cols["last_seq"] = seq
+        cols = run_cols(run, seq)
         if cols.get("packet") is not None:
             cols["packet"] = _json(cols["packet"])
         for name in _BOOLEAN_COLS & cols.keys():
@@ -674,20 +652,8 @@ class PostgresStore(Store):
             cols["lease_expires_at"] = float(cols["lease_expires_at"]) - time.time()
         return cols
 
-    def _commit_in(
-        self,
-        conn: Any,
-        run_id: str,
-        token: int,
-        seq: int,
-        cycle: int,
-        state: dict[str, Any],
-        record: dict[str, Any] | None,
-        events: Sequence[NewEvent],
-        cols: dict[str, Any],
-        requests: Sequence[NewApproval],
-        now: float,
-    ) -> bool:
+    def _commit_in(self, conn: Any, it: CommitRequest, cols: dict[str, Any], now: float) -> bool:
+        run_id, token = it.run_id, it.token
         assignments = _assign(list(cols))
         flag = conn.execute(
             f"UPDATE runs SET {assignments}, updated_at=%s WHERE run_id=%s "
@@ -701,17 +667,16 @@ class PostgresStore(Store):
         try:
             conn.execute(
                 _INSERT_CHECKPOINT,
-                checkpoint_row(run_id, seq, cycle, state, record, token, now, _json),
+                checkpoint_row(it, now, _json),
             )
         except psycopg.errors.UniqueViolation:
-            raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
-        if events:
+            raise ConflictError(f"run {run_id}: checkpoint {it.seq} already written") from None
+        if it.events:
             with conn.cursor() as cur:
                 cur.executemany(
-                    _INSERT_EVENT,
-                    [event_row(run_id, e, now, _json) for e in events],
+                    _INSERT_EVENT, [event_row(run_id, e, now, _json) for e in it.events]
                 )
-        for a in requests:
+        for a in it.approvals:
             try:
                 conn.execute(_INSERT_APPROVAL, approval_row(run_id, a, now, _json))
             except psycopg.errors.UniqueViolation:
@@ -775,22 +740,9 @@ class PostgresStore(Store):
             existing = conn.execute(
                 "SELECT status, attempts FROM journal WHERE run_id=%s AND key=%s", (run_id, key)
             ).fetchone()
-            if expect_status is not None:
-                if expect_status == "" and existing is not None:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} already exists "
-                        f"(status {existing[0]!r})"
-                    )
-                if expect_status != "" and existing is None:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} does not exist "
-                        f"(expected status {expect_status!r})"
-                    )
-                if expect_status != "" and existing is not None and existing[0] != expect_status:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} has status {existing[0]!r}, "
-                        f"expected {expect_status!r}"
-                    )
+            check_journal_expect(
+                run_id, key, None if existing is None else existing[0], expect_status
+            )
             if existing is None:
                 row = conn.execute(
                     "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "

@@ -45,8 +45,10 @@ from ._base import (
     Store,
     approval_row,
     batch_rows,
+    check_journal_expect,
     checkpoint_row,
     event_row,
+    run_cols,
 )
 from ._schema import SQLITE_MIGRATIONS
 
@@ -60,23 +62,6 @@ _RUN_COLS = (
 )
 _APPROVAL_COLS = APPROVAL_COLS
 _JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
-_UPDATABLE = frozenset(
-    {
-        "status",
-        "stop_reason",
-        "cycle",
-        "best_score",
-        "cost_usd",
-        "tokens",
-        "seconds",
-        "packet",
-        "ended_at",
-        "last_seq",
-        "lease_expires_at",
-        "held_out_passed",
-        "cancel_requested",
-    }
-)
 
 
 _dumps = dumps
@@ -506,12 +491,20 @@ class SQLiteStore(Store):
         approvals: Sequence[NewApproval] = (),
     ) -> bool:
         now = time.time()
-        requests = [*([approval] if approval is not None else []), *approvals]
+        req = CommitRequest(
+            run_id,
+            token,
+            seq,
+            cycle,
+            state,
+            record,
+            events,
+            run,
+            [*([approval] if approval is not None else []), *approvals],
+        )
         cols = self._run_cols(run, seq)
         with self._tx() as db:
-            return self._commit_in(
-                db, run_id, token, seq, cycle, state, record, events, cols, requests, now
-            )
+            return self._commit_in(db, req, cols, now)
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
@@ -519,9 +512,10 @@ class SQLiteStore(Store):
 
         Fast path: one fencing read for the whole batch (the write lock, held from BEGIN
         IMMEDIATE, keeps every token as read until COMMIT), then one ``executemany`` per table.
-        Anything unusual (a run twice in the batch, a duplicate checkpoint or request, a bad
-        column) rolls that attempt back and takes the slow path: one savepoint per commit, so
-        each failure is its own run's."""
+        A bad column set, a run twice in the batch, or a value the database refuses (a
+        duplicate checkpoint or request, an integer too large) takes the slow path instead: one
+        savepoint per commit, so each failure is its own run's. A failure of the database
+        itself (locked, disk full) fails the whole batch, as one transaction."""
         if not items:
             return []
         now = time.time()
@@ -540,19 +534,7 @@ class SQLiteStore(Store):
             for it in items:
                 db.execute("SAVEPOINT lw_commit")
                 try:
-                    ok = self._commit_in(
-                        db,
-                        it.run_id,
-                        it.token,
-                        it.seq,
-                        it.cycle,
-                        it.state,
-                        it.record,
-                        it.events,
-                        self._run_cols(it.run, it.seq),
-                        list(it.approvals),
-                        now,
-                    )
+                    ok = self._commit_in(db, it, self._run_cols(it.run, it.seq), now)
                 except Exception as exc:  # this run's commit only: the others go on
                     db.execute("ROLLBACK TO lw_commit")
                     db.execute("RELEASE lw_commit")
@@ -605,29 +587,13 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
-        bad = set(run) - _UPDATABLE
-        if bad:
-            raise StoreError(f"cannot update run columns {sorted(bad)}")
-        cols = dict(run)
-        cols["last_seq"] = seq
+        cols = run_cols(run, seq)
         if "packet" in cols and cols["packet"] is not None:
             cols["packet"] = _dumps(cols["packet"])
         return cols
 
-    def _commit_in(
-        self,
-        db: Any,
-        run_id: str,
-        token: int,
-        seq: int,
-        cycle: int,
-        state: dict[str, Any],
-        record: dict[str, Any] | None,
-        events: Sequence[NewEvent],
-        cols: dict[str, Any],
-        requests: Sequence[NewApproval],
-        now: float,
-    ) -> bool:
+    def _commit_in(self, db: Any, it: CommitRequest, cols: dict[str, Any], now: float) -> bool:
+        run_id, token = it.run_id, it.token
         assignments = ", ".join(f"{k}=?" for k in cols)
         flag = db.execute(
             f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=? "
@@ -641,13 +607,13 @@ class SQLiteStore(Store):
         try:
             db.execute(
                 _INSERT_CHECKPOINT,
-                checkpoint_row(run_id, seq, cycle, state, record, token, now, _dumps),
+                checkpoint_row(it, now, _dumps),
             )
         except sqlite3.IntegrityError:
-            raise ConflictError(f"run {run_id}: checkpoint {seq} already written") from None
-        if events:
-            db.executemany(_INSERT_EVENT, [event_row(run_id, e, now, _dumps) for e in events])
-        for a in requests:
+            raise ConflictError(f"run {run_id}: checkpoint {it.seq} already written") from None
+        if it.events:
+            db.executemany(_INSERT_EVENT, [event_row(run_id, e, now, _dumps) for e in it.events])
+        for a in it.approvals:
             try:
                 db.execute(_INSERT_APPROVAL, approval_row(run_id, a, now, _dumps))
             except sqlite3.IntegrityError:
@@ -708,22 +674,9 @@ class SQLiteStore(Store):
             existing = db.execute(
                 "SELECT status, attempts FROM journal WHERE run_id=? AND key=?", (run_id, key)
             ).fetchone()
-            if expect_status is not None:
-                if expect_status == "" and existing is not None:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} already exists "
-                        f"(status {existing[0]!r})"
-                    )
-                if expect_status != "" and existing is None:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} does not exist "
-                        f"(expected status {expect_status!r})"
-                    )
-                if expect_status != "" and existing[0] != expect_status:
-                    raise ConflictError(
-                        f"run {run_id}: journal entry {key!r} has status {existing[0]!r}, "
-                        f"expected {expect_status!r}"
-                    )
+            check_journal_expect(
+                run_id, key, None if existing is None else existing[0], expect_status
+            )
             if existing is None:
                 db.execute(
                     "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
