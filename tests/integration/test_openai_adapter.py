@@ -435,3 +435,27 @@ def test_reply_parsing_and_validation() -> None:
     ]
     assert isinstance(MalformedReplyError("x"), lw.TransientError)
     assert lw.classify(MalformedReplyError("x")) == "transient"
+
+
+def test_errors_name_the_model_and_endpoint_never_its_credentials(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    with FakeOpenAI() as gone:  # a port that nothing listens on once it is stopped
+        port = gone.port
+    actor = ChatActor(
+        "actor-m", base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y", timeout_s=5
+    )
+    r, events = _run(tmp_path, _loop(actor, retry=lw.RetryPolicy(attempts=2, backoff_s=0.01)))
+    assert r.status == "escalated" and r.packet is not None
+    where = f"model 'actor-m' at http://127.0.0.1:{port}/v1?api-key=***: Connection error"
+    assert where in r.packet["cause"], r.packet["cause"]
+    (retry,) = _retries(events)
+    assert where in retry["error"]
+    seen = repr(r.packet) + repr([e.data for e in events]) + repr(actor)
+    assert "s3cret" not in seen and "k3y" not in seen
+
+    server.script(fail(404, "The model `nope` does not exist"))  # a status error: same naming
+    with pytest.raises(Exception, match=r"model 'nope' at http://127\.0\.0\.1:\d+/v1: Error code: 404"):
+        ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
+            [{"role": "user", "content": "hi"}], "run"
+        )

@@ -148,6 +148,35 @@ def normalise_base_url(url: str | None) -> str:
     return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
 
 
+_SECRET_QUERY = ("key", "token", "secret", "password", "sig", "auth")
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be shown in a message or a log: without ``user:password@`` and with
+    the values of query parameters that look like credentials (``api-key=…``) masked."""
+    parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+    netloc = parts.netloc.rpartition("@")[2]
+    query = "&".join(
+        f"{k}=***" if any(w in k.lower() for w in _SECRET_QUERY) else (f"{k}={v}" if sep else k)
+        for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
+    """Prefix ``exc``'s message with the model and endpoint it was about, in place: the SDK's
+    own ("Connection error.", "Error code: 404 …") names neither, and the exception's type,
+    status and headers must stay as they are for the engine's classification (Retry-After)."""
+    prefix = f"model {model!r} at {public_url(endpoint)}: "
+    message = str(exc)
+    if message.startswith(prefix):
+        return
+    with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
+        exc.args = (prefix + message, *exc.args[1:])
+        if isinstance(getattr(exc, "message", None), str):
+            exc.message = prefix + message  # type: ignore[attr-defined]
+
+
 def _normalise_model(model: str) -> str:
     model = model.strip()
     # Ollama serves "llama3" and "llama3:latest" as the same model.
@@ -282,7 +311,7 @@ class _ChatModel:
         return (self.base_url, _normalise_model(self.model))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+        return f"{type(self).__name__}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -374,13 +403,14 @@ class _ChatModel:
                     ) from exc
                 lower = mode if mode in _FALLBACK else None
                 if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
+                    _name_the_call(exc, self.model, self._endpoint)
                     raise
                 mode = _FALLBACK[lower]
                 self.response_format = mode  # remembered for the next calls
                 _log.warning(
                     "%s at %s refused response_format=%r (%s); using %r",
                     self.model,
-                    self.base_url,
+                    public_url(self.base_url),
                     lower,
                     exc,
                     mode,
@@ -412,7 +442,7 @@ class _ChatModel:
         if not raw_usage:
             self._warn_once(
                 f"usage:{self.model}",
-                f"{self.model} at {self.base_url} returned no usage: its tokens and cost are "
+                f"{self.model} at {public_url(self.base_url)} returned no usage: its tokens and cost are "
                 "not accounted",
             )
         priced = price_call(
@@ -723,7 +753,7 @@ class ChatReviewer(_ChatModel):
             )
         evidence: dict[str, Any] = {
             "model": reply.model if reply else self.model,
-            "base_url": self.base_url,
+            "base_url": public_url(self.base_url),
             "score": score,
             "pass_score": self.pass_score,
             "model_passed": bool(data["passed"]),
