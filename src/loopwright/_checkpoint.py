@@ -1,0 +1,386 @@
+"""The second half of a cycle: run its effects (``_apply``), decide it by the contract
+(``_conclude``), and commit the checkpoint (``_commit``: one atomic commit fenced by the run's
+lease token, queued into a group commit when several runs share the event loop; ``_settle``
+waits for its durability).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import _decide as rules
+from ._cycle import _effect
+from ._effects import EffectCall
+from ._errors import StaleLeaseError
+from ._exec import EffectOutcome, perform_effect
+from ._exec import Execution as _Exec
+from ._group import GroupCommitter
+from ._host import RuntimeHost
+from ._proposal import Proposal, Verdict
+from ._state import TaskState
+from ._usage import Usage
+from .store import CommitRequest, NewApproval, NewEvent
+
+__all__ = ["Checkpoints"]
+
+
+class Checkpoints(RuntimeHost):
+    """Effects, the cycle's decision and its commit (mixed into ``Runtime``)."""
+
+    async def _apply(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        cycle_usage: Usage,
+        candidate: TaskState,
+        duplicate: bool,
+        calls: list[EffectCall],
+        *,
+        staged: bool = False,
+    ) -> bool:
+        """Run the cycle's effects (journaled, at most once), then conclude it."""
+        outcomes: list[EffectOutcome] = []
+        if calls:
+            # Never start an effect once a budget is crossed (invariant 7).
+            crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+            if crossed:
+                ex.state.pending = None
+                return self._abort(
+                    ex,
+                    t0,
+                    crossed,
+                    cause=f"crossed before the effects {[c.name for c in calls]} ran",
+                    unverified=proposal.to_dict(),
+                )
+            if not staged:
+                # Write-ahead: the cycle's proposal and verdicts are stored before any effect
+                # runs, so a crash during the effects resumes *this* proposal, never a new one
+                # with different arguments (which would be a second payment).
+                ex.state.pending = {
+                    "stage": "effects",
+                    "cycle": n,
+                    "proposal": proposal.to_dict(),
+                    "digest": digest,
+                    "duplicate": duplicate,
+                    "visible": {k: v.to_dict() for k, v in visible.items()},
+                    "usage": cycle_usage.to_dict(),
+                    "calls": [c.to_dict() for c in calls],
+                    "spend": list(ex.calls),
+                }
+                cancel = self._commit(
+                    ex,
+                    {
+                        "cycle": n,
+                        "decision": "effects",
+                        "held_out": {k: v.to_dict() for k, v in held.items()},
+                    },
+                    {"status": "running"},
+                )
+                cancel = await self._settle(ex) or cancel  # durable before any effect runs
+                if cancel:  # cancelled while this cycle was verified: pay for nothing
+                    self._cancel_now(ex, "cancellation requested before the effects ran")
+                    return True
+            for i, c in enumerate(calls):
+                outcome = await perform_effect(self.store, ex, n, _effect(ex.loop, c), c)
+                outcomes.append(outcome)
+                if outcome.usage is not None:
+                    u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                    ex.calls.append(
+                        {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
+                    )
+                    cycle_usage = cycle_usage + u
+                    ex.state.spent = ex.state.spent + u
+                stop: tuple[str, str] | None = None
+                if outcome.status != "done":
+                    stop = ("escalated", outcome.cause)
+                elif i + 1 < len(calls):
+                    crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+                    if crossed:
+                        rest = [x.name for x in calls[i + 1 :]]
+                        stop = (crossed, f"crossed during effect {c.name}; {rest} not run")
+                if stop is not None:
+                    # What did run is kept: its notes, its cost, and the packet lists it.
+                    ex.state.pending = None
+                    ex.state.notes.extend(
+                        _effect_notes(n, outcomes[:-1] if stop[0] == "escalated" else outcomes)
+                    )
+                    return self._abort(
+                        ex,
+                        t0,
+                        stop[0],
+                        cause=stop[1],
+                        evidence={
+                            "effect": outcome.to_dict(),
+                            "effects_done": [o.to_dict() for o in outcomes if o.status == "done"],
+                        },
+                        unverified=proposal.to_dict(),
+                    )
+            ex.state.pending = None
+            candidate.notes.extend(_effect_notes(n, outcomes))
+        return self._conclude(
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            t0,
+            cycle_usage,
+            candidate=candidate,
+            duplicate=duplicate,
+            effects=[o.to_dict() for o in outcomes],
+        )
+
+    def _conclude(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        cycle_usage: Usage,
+        *,
+        candidate: TaskState | None = None,
+        duplicate: bool = False,
+        decision: str | None = None,
+        effects: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """Decide the cycle by the contract and commit it. Returns True when the run ended."""
+        old, loop, contract = ex.state, ex.loop, ex.contract
+        s = candidate if candidate is not None else old
+        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+        ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+        if decision is None:
+            s.findings = [f for v in visible.values() for f in v.findings]
+            rules.accept_clean_parts(
+                s,
+                loop.verifiers,
+                visible,
+                all_parts=ok,
+                when_clean=contract.success.accept_parts == "when_clean",
+            )
+            s.refresh_plan()
+        required = {c.name for c in loop.visible if c.required}
+        newly = sorted(
+            k
+            for k, v in visible.items()
+            if v.passed and k in required and k not in old.passed_checks
+        )
+        delta = contract.no_progress.min_delta if contract.no_progress else 0.0
+        improved = (
+            not duplicate
+            and decision is None
+            and rules.improved(old.best_score, score, delta, bool(newly))
+        )
+        if improved:
+            s.best_score = max(v for v in (old.best_score, score) if v is not None)
+            s.best_cycle = n
+            s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
+            s.stall = 0
+        elif decision == "asked":
+            s.stall = old.stall  # waiting for an answer is not a cycle without progress
+        else:
+            s.stall = old.stall + 1
+        s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        if not ok and not duplicate and decision != "asked":
+            s.rejected = [*old.rejected, digest]
+        s.cycle = n
+        s.score = score
+        s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
+        decision = decision or ("accepted" if ok else "revise")
+        s.history = [
+            *old.history,
+            {
+                "cycle": n,
+                "score": score,
+                "decision": decision,
+                "kind": proposal.kind,
+                "improved": improved,
+            },
+        ]
+        ex.state = s
+        ex.last_visible = visible
+        held_d = {k: v.to_dict() for k, v in held.items()}
+        record = {
+            "cycle": n,
+            "proposal": proposal.to_dict(),
+            "digest": digest,
+            "duplicate": duplicate,
+            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "held_out": held_d,
+            "score": score,
+            "improved": improved,
+            "decision": decision,
+            "effects": effects or [],
+            # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
+            "memory": [m["memory_id"] for m in (ex.last_context.memory if ex.last_context else ())],
+            # Every priced call of the cycle in order: what replay needs to re-decide budgets.
+            "calls": list(ex.calls),
+            "usage": Usage(
+                cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
+            ).to_dict(),
+        }
+        ex.events.append(
+            NewEvent(
+                n,
+                "decision",
+                {
+                    "decision": decision,
+                    "score": score,
+                    "best_score": s.best_score,
+                    "improved": improved,
+                    "duplicate": duplicate,
+                },
+            )
+        )
+        if ok:
+            s.next_action = ""
+            self._finish(ex, "success", record=record, held_out=held_d)
+            return True
+        reason: str | None = None
+        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+            reason = "no_progress"
+        else:
+            reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            self._finish(
+                ex,
+                reason,
+                record=record,
+                held_out=held_d,
+                evidence={k: dict(v.evidence) for k, v in visible.items()},
+            )
+            return True
+        nxt = s.next_step()
+        s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
+            f"; next step: {nxt.id}" if nxt else ""
+        )
+        cancel = self._commit(ex, record, {"status": "running"})
+        if cancel:
+            self._cancel_now(ex, "cancellation requested")
+            return True
+        return False
+
+    def _commit_status(self, ex: _Exec, status: str) -> None:
+        """A commit that changes only the status (same cycle, same state)."""
+        self._commit(ex, None, {"status": status})
+
+    def _commit(
+        self,
+        ex: _Exec,
+        record: dict[str, Any] | None,
+        run: dict[str, Any],
+        approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
+    ) -> bool:
+        if ex.lost:
+            raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
+        ex.at("before_checkpoint")
+        s = ex.state
+        cols = {
+            "cycle": s.cycle,
+            "best_score": s.best_score,
+            "cost_usd": s.spent.cost_usd,
+            "tokens": s.spent.tokens,
+            "seconds": s.spent.seconds,
+            "lease_expires_at": time.time() + self.lease_ttl_s,
+            **run,
+        }
+        reqs = [*([approval] if approval is not None else []), *approvals]
+        if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
+            # Several runs share this loop: queue it into the next group commit; the run
+            # waits for durability at its next durability point (``_settle``).
+            ex.pending_req = CommitRequest(
+                ex.run_id,
+                ex.token,
+                ex.seq + 1,
+                s.cycle,
+                s.to_dict(),
+                record,
+                list(ex.events),
+                cols,
+                reqs,
+            )
+            ex.pending_commit = self._committer().submit(ex.pending_req)
+            ex.seq += 1
+            ex.events = []
+            return False  # the cancel flag arrives with durability
+        cancel = self.store.commit(
+            ex.run_id,
+            ex.token,
+            seq=ex.seq + 1,
+            cycle=s.cycle,
+            state=s.to_dict(),
+            record=record,
+            events=ex.events,
+            run=cols,
+            approvals=reqs,
+        )
+        ex.seq += 1
+        ex.events = []
+        self._committed(ex)
+        return cancel
+
+    def _committed(self, ex: _Exec) -> None:
+        ex.at("after_checkpoint")
+        if self.on_progress is not None:
+            with contextlib.suppress(Exception):
+                self.on_progress(self.store.get_run(ex.run_id))
+
+    def _committer(self) -> GroupCommitter:
+        loop = asyncio.get_running_loop()
+        if self._group is None or self._group.loop is not loop:
+            self._group = GroupCommitter(self.store)
+        return self._group
+
+    async def _settle(self, ex: _Exec) -> bool:
+        """Wait until the run's queued commits are durable; returns the cancel flag."""
+        fut = ex.pending_commit
+        if fut is None:
+            return False
+        try:
+            cancel = await fut
+        except StaleLeaseError:
+            ex.lost = True
+            raise
+        except Exception:
+            # Not written: what it carried is still to be written (checkpoints stay contiguous).
+            req = ex.pending_req
+            if req is not None:
+                ex.seq = req.seq - 1
+                ex.events = [*req.events, *ex.events]
+            raise
+        finally:
+            if ex.pending_commit is fut:
+                ex.pending_commit = None
+                ex.pending_req = None
+        self._committed(ex)
+        return cancel
+
+
+def _effect_notes(n: int, outcomes: Sequence[EffectOutcome]) -> list[dict[str, Any]]:
+    """What the next context learns about the cycle's effects."""
+    return [
+        {
+            "kind": "effect",
+            "cycle": n,
+            "effect": o.name,
+            "key": o.key,
+            "status": o.status,
+            "result": o.result,
+            "reused": o.reused,
+        }
+        for o in outcomes
+        if o.status == "done"
+    ]

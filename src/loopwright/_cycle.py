@@ -1,0 +1,465 @@
+"""One cycle up to its verdicts: context (with recalled feedback memory) → actor → verifiers
+→ the approval and risk checks.
+
+``Cycle._cycle`` is where a cycle starts; it hands the proposal on to ``_apply`` / ``_conclude``
+(``_checkpoint``: effects, decision, checkpoint) or to ``_park`` (``_parking``: a person must
+decide). The helpers that build the candidate state live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from . import _decide as rules
+from ._effects import Effect, EffectCall
+from ._errors import ConfigError
+from ._exec import Execution as _Exec
+from ._exec import GaveUp, OutOfTime, call_with_retry
+from ._group import GroupRecall
+from ._host import RuntimeHost
+from ._loop import Loop
+from ._memory import rank, recall_scopes
+from ._proposal import Context, Proposal, Verdict
+from ._question import Question
+from ._state import Finding, PlanStep, TaskState, split_ref
+from ._usage import Usage
+from .store import NewEvent
+
+__all__ = ["HELD_OUT_KEY", "Cycle"]
+
+HELD_OUT_KEY = "held_out"
+
+
+class Cycle(RuntimeHost):
+    """The first half of a cycle: context, actor, verifiers, gates (mixed into ``Runtime``)."""
+
+    def _context(self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...]) -> Context:
+        s = ex.state
+        return Context(
+            run_id=ex.run_id,
+            cycle=n,
+            goal=s.goal,
+            # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
+            # held-out verifiers only; the actor never sees it (invariant 3).
+            task={k: v for k, v in s.task.items() if k != HELD_OUT_KEY},
+            artifacts=s.values(),
+            accepted=s.accepted_values(),
+            findings=tuple(s.findings),
+            plan=tuple(s.plan),
+            next_step=s.next_step(),
+            remaining=rules.remaining(ex.contract, s),
+            notes=tuple(s.notes),
+            history=tuple(s.history),
+            memory=memory,
+        )
+
+    async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
+        """Feedback memory for this task and project (never another project's). Runs sharing
+        this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
+        if not self.memory_enabled:
+            return ()
+        s = ex.state
+        query = " ".join([s.goal, *(f.message for f in s.findings[:10])])
+        try:
+            scopes = recall_scopes(s.task_key, s.project)
+            if self.group_commit and ex.grouped and self._active > 1:
+                rows = await self._recaller().fetch(scopes)
+            else:
+                rows = self.store.memory_query(scopes=scopes, status="active")
+            items = rank(rows, scopes=scopes, query=query)
+        except Exception:  # memory is best effort: a failing store never fails a cycle
+            return ()
+        return tuple(
+            {
+                "memory_id": m.memory_id,
+                "scope": m.scope,
+                "signal": m.signal,
+                "strength": m.strength,
+                "text": m.text,
+                "rule": m.rule,
+            }
+            for m in items
+        )
+
+    def _recaller(self) -> GroupRecall:
+        loop = asyncio.get_running_loop()
+        if self._recall_group is None or self._recall_group.loop is not loop:
+            self._recall_group = GroupRecall(self.store)
+        return self._recall_group
+
+    async def _cycle(self, ex: _Exec) -> bool:
+        """Run one cycle; returns True when the run ended or parked."""
+        s, loop, contract = ex.state, ex.loop, ex.contract
+        n = s.cycle + 1
+        t0 = time.perf_counter()
+        ex.events.append(NewEvent(n, "cycle_started", {}))
+        ex.calls = []
+        ex.threaded = self._active > 1
+        rem = rules.remaining(contract, s).seconds
+        # The time budget is a wall-clock deadline for this cycle's calls and their retries.
+        ex.deadline = None if rem is None else time.time() + rem
+        ex.last_context = self._context(ex, n, await self._recall(ex))
+        ex.last_visible = {}
+        ex.at("before_actor")
+        try:
+            proposal, secs = await call_with_retry(
+                self.store,
+                ex,
+                scope="actor",
+                cycle=n,
+                policy=loop.retry,
+                fn=loop.actor,
+                args=(ex.last_context,),
+                timeout=loop.actor_timeout_s,
+                deadline=ex.deadline,
+            )
+        except OutOfTime as exc:
+            return self._abort(ex, t0, "budget_time", cause=str(exc))
+        except GaveUp as gave:
+            return self._abort(
+                ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
+            )
+        ex.at("after_actor")
+        if not isinstance(proposal, Proposal):
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause="the actor returned the wrong type",
+                error=_fault(
+                    "actor",
+                    "TypeError",
+                    f"the actor returned {type(proposal).__name__}, expected Proposal",
+                ),
+            )
+        usage = proposal.usage or Usage()
+        digest = proposal.digest()
+        cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
+        ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
+        s.spent = s.spent + cycle_usage
+        ex.events.append(
+            NewEvent(
+                n,
+                "proposal",
+                {
+                    "kind": proposal.kind,
+                    "digest": digest,
+                    "note": proposal.note,
+                    "parts": [e.ref for e in proposal.changes()],
+                    "effects": [c.name for c in proposal.effects],
+                    "usage": usage.to_dict(),
+                    "seconds": secs,
+                },
+            )
+        )
+        if proposal.escalate:
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the actor asked for a person: {proposal.escalate}",
+                unverified=proposal.to_dict() if proposal.changes() else None,
+            )
+        crossed = rules.budget_crossed(contract, s.spent)
+        if crossed:
+            return self._abort(
+                ex,
+                t0,
+                crossed,
+                cause="crossed during the actor call",
+                unverified=proposal.to_dict(),
+            )
+        if proposal.question is not None:
+            q = proposal.question
+            need = {
+                "kind": "question",
+                "rule": None,
+                "why": proposal.note or "the actor needs an answer to continue",
+                "what": q.text,
+                "expires_after_s": None,
+            }
+            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, cycle_usage, ask=q)
+        return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
+
+    async def _evaluate(
+        self, ex: _Exec, n: int, proposal: Proposal, digest: str, t0: float, cycle_usage: Usage
+    ) -> bool:
+        s, loop, contract = ex.state, ex.loop, ex.contract
+        needs: list[dict[str, Any]] = []
+        # Accepted work is protected (invariant 6): without a policy rule for
+        # overwrite_accepted the proposal is refused and the actor told why.
+        protected = [
+            e.ref
+            for e in proposal.changes()
+            if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value
+        ]
+        if protected:
+            ow = loop.approvals.match("overwrite_accepted", "edit", {"parts": protected})
+            if ow is None:
+                return self._refuse(ex, n, proposal, digest, protected, t0, cycle_usage)
+            if ow.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"overwriting accepted {', '.join(protected)} is denied: {ow.why}",
+                    unverified=proposal.to_dict(),
+                )
+            if ow.action == "require":
+                needs.append(
+                    {
+                        "kind": "overwrite_accepted",
+                        "rule": ow.rule,
+                        "why": ow.why,
+                        "what": f"overwrite accepted {', '.join(protected)}",
+                        "expires_after_s": ow.expires_after_s,
+                    }
+                )
+        unknown = sorted({c.name for c in proposal.effects if loop.effect(c.name) is None})
+        if unknown:
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the actor asked for effects this loop does not declare: {unknown} "
+                f"(declared: {[e.name for e in loop.effects]})",
+                unverified=proposal.to_dict(),
+            )
+        duplicate = digest in s.rejected
+        candidate = _candidate(s, proposal, n)
+        visible: dict[str, Verdict] = {}
+        held: dict[str, Verdict] = {}
+        # Held-out checks judge a private copy, so nothing they do to the state can reach the
+        # actor's next context (invariant 3 holds even against a misbehaving verifier).
+        private: TaskState | None = None
+        # ...and their own copy of the proposal, whose values the candidate shares.
+        proposal_copy = (
+            Proposal.from_dict(json.loads(json.dumps(proposal.to_dict())))
+            if loop.held_out
+            else proposal
+        )
+        for check in loop.verifiers:
+            subject = candidate
+            if check.held_out:
+                private = private or TaskState.from_dict(
+                    json.loads(json.dumps(candidate.to_dict()))
+                )
+                subject = private
+            where = f"verifier {check.name}"
+            try:
+                verdict, secs = await call_with_retry(
+                    self.store,
+                    ex,
+                    scope=f"verifier:{check.name}",
+                    cycle=n,
+                    policy=check.retry or loop.retry,
+                    fn=check.fn,
+                    args=(subject, proposal_copy if check.held_out else proposal),
+                    timeout=check.timeout_s,
+                    deadline=ex.deadline,
+                )
+            except OutOfTime as exc:
+                return self._abort(
+                    ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
+                )
+            except GaveUp as gave:
+                return self._abort(
+                    ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
+                )
+            if not isinstance(verdict, Verdict):
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"{where} failed",
+                    error=_fault(
+                        where, "TypeError", f"returned {type(verdict).__name__}, expected Verdict"
+                    ),
+                )
+            if verdict.findings and any(not f.verifier for f in verdict.findings):
+                verdict = Verdict(
+                    passed=verdict.passed,
+                    score=verdict.score,
+                    findings=tuple(_tag(f, check.name) for f in verdict.findings),
+                    evidence=verdict.evidence,
+                    usage=verdict.usage,
+                    checked=verdict.checked,
+                )
+            (held if check.held_out else visible)[check.name] = verdict
+            vu = verdict.usage or Usage()
+            cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)
+            ex.calls.append(
+                {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
+            )
+            s.spent = s.spent + Usage(vu.cost_usd, vu.tokens, 0.0)
+            ex.events.append(
+                NewEvent(
+                    n,
+                    "verdict",
+                    {
+                        "verifier": check.name,
+                        "held_out": check.held_out,
+                        "passed": verdict.passed,
+                        "score": verdict.value,
+                        "findings": len(verdict.findings),
+                        "seconds": secs,
+                    },
+                )
+            )
+            crossed = rules.budget_crossed(contract, s.spent)
+            if crossed and check is not loop.verifiers[-1]:
+                return self._abort(
+                    ex,
+                    t0,
+                    crossed,
+                    cause=f"crossed during verifier {check.name}",
+                    unverified=proposal.to_dict(),
+                )
+        # Which requested effects run: those of an accepted cycle, and those declared to run
+        # whatever the verdict.
+        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+        ok = rules.success(contract, loop.verifiers, visible, score)
+        calls = [c for c in proposal.effects if ok or not _effect(loop, c).requires_success]
+        held_back = [c.name for c in proposal.effects if c not in calls]
+        if held_back:
+            ex.events.append(
+                NewEvent(n, "effects_held", {"effects": held_back, "why": "cycle not accepted"})
+            )
+        for c in calls:
+            eff = _effect(loop, c)
+            d = loop.approvals.decide(eff.kind, eff.name, c.args)
+            if d.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"{eff.describe(c.args)} is denied by the approval policy: {d.why}",
+                    evidence={"effect": c.to_dict(), "rule": d.rule},
+                    unverified=proposal.to_dict(),
+                )
+            if d.action == "require":
+                needs.append(
+                    {
+                        "kind": "effect",
+                        "effect": eff.name,
+                        "rule": d.rule,
+                        "why": d.why,
+                        "what": eff.describe(c.args),
+                        "expires_after_s": d.expires_after_s,
+                    }
+                )
+        # An approval covers the one cycle it was given for (it resumes that cycle directly);
+        # the same action proposed again later is asked about again, never waved through.
+        hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+        if hit is not None:
+            rule, why = hit
+            needs.append(
+                {
+                    "kind": "question" if rule.ask else "risk",
+                    "rule": rule.name,
+                    "why": why,
+                    "what": rule.ask or f"apply the cycle-{n} proposal ({proposal.kind})",
+                    "expires_after_s": rule.expires_after_s,
+                }
+            )
+        if needs:
+            ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
+            return self._park(
+                ex,
+                n,
+                proposal,
+                digest,
+                visible,
+                held,
+                needs,
+                t0,
+                cycle_usage,
+                ask=ask,
+                calls=calls,
+            )
+        return await self._apply(
+            ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls
+        )
+
+    def _refuse(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        protected: list[str],
+        t0: float,
+        cycle_usage: Usage,
+    ) -> bool:
+        s = ex.state
+        s.findings = [f for f in s.findings if f.dimension != "protected"] + [
+            Finding(
+                f"{ref} is accepted and may not be changed",
+                *split_ref(ref),
+                dimension="protected",
+                verifier="loopwright",
+            )
+            for ref in protected
+        ]
+        ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+        return self._conclude(
+            ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
+        )
+
+    def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:
+        """End the run in the middle of a cycle: charge the cycle's time so far, then finish."""
+        ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
+        self._finish(ex, reason, **packet)
+        return True
+
+
+def _fault(where: str, kind: str, message: str) -> dict[str, Any]:
+    return {"where": where, "type": kind, "message": message}
+
+
+def _gave_up(who: str, gave: GaveUp) -> str:
+    err = gave.error
+    what = f"{err.get('type')}: {err.get('message')}"
+    if gave.kind == "needs_human":
+        return f"{who} failed with an error a person must resolve ({what})"
+    if gave.kind == "transient":
+        return f"{who} failed transiently {gave.attempts} time(s), the retry bound; last: {what}"
+    if err.get("type") in ("Timeout", "CallTimeout"):
+        return f"{who} timed out ({what})"
+    return f"{who} raised an exception ({what})"
+
+
+def _effect(loop: Loop, call: EffectCall) -> Effect:
+    eff = loop.effect(call.name)
+    if eff is None:  # checked when the proposal arrived; a resumed run checks it again
+        raise ConfigError(f"this loop declares no effect {call.name!r}", field="effects")
+    return eff
+
+
+def _tag(f: Finding, verifier: str) -> Finding:
+    if f.verifier:
+        return f
+    return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+
+
+def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
+    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
+    candidate = state.fork()
+    for e in proposal.changes():
+        candidate.set_part(e.artifact, e.part, e.value, n)
+    _apply_plan(candidate, proposal)
+    return candidate
+
+
+def _apply_plan(state: TaskState, proposal: Proposal) -> None:
+    known = {s.id for s in state.plan}
+    for step in proposal.new_steps:
+        if step.id not in known:
+            state.plan.append(PlanStep.from_dict(step.to_dict()))
+    for step_id, status in proposal.plan.items():
+        for s in state.plan:
+            if s.id == step_id and status in ("pending", "in_progress", "done", "blocked"):
+                s.status = status  # type: ignore[assignment]

@@ -1,0 +1,143 @@
+"""Finishing: ``_finish`` ends a run (status, stop reason, the packet for a person) in its
+last commit; ``_reflect`` writes the reflector's note into feedback memory after a cycle that
+was not accepted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import _decide as rules
+from ._calls import call_user
+from ._contract import status_for
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._memory import FeedbackMemory
+from ._packet import build_packet
+from ._usage import Usage
+from .store import NewApproval, NewEvent
+
+__all__ = ["Finishing"]
+
+
+class Finishing(RuntimeHost):
+    """Ending a run and reflecting on a cycle (mixed into ``Runtime``)."""
+
+    def _finish(
+        self,
+        ex: _Exec,
+        reason: str,
+        *,
+        record: dict[str, Any] | None = None,
+        cause: str | None = None,
+        error: dict[str, Any] | None = None,
+        held_out: dict[str, Any] | None = None,
+        evidence: dict[str, Any] | None = None,
+        unverified: dict[str, Any] | None = None,
+        approvals: Sequence[NewApproval] = (),
+    ) -> None:
+        status = status_for(reason)
+        packet = None
+        if status != "accepted":
+            packet = build_packet(
+                reason,
+                ex.state,
+                ex.contract,
+                run_id=ex.run_id,
+                cause=cause,
+                error=error,
+                evidence=evidence,
+                held_out=held_out,
+                unverified=unverified,
+            )
+        ex.state.next_action = (
+            "" if status == "accepted" else (packet or {}).get("recommended_action", "")
+        )
+        ex.events.append(
+            NewEvent(
+                ex.state.cycle, "stopped", {"reason": reason, "status": status, "cause": cause}
+            )
+        )
+        run: dict[str, Any] = {
+            "status": status,
+            "stop_reason": reason,
+            "packet": packet,
+            "ended_at": time.time(),
+        }
+        if held_out:
+            run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
+        self._commit(ex, record, run, approvals=approvals)
+
+    @property
+    def memory(self) -> FeedbackMemory:
+        """Feedback memory in this runtime's store (learning outside the weights)."""
+        if self._memory is None:
+            self._memory = FeedbackMemory(self.store)
+        return self._memory
+
+    async def _reflect(self, ex: _Exec) -> None:
+        """After a cycle that was not accepted, the loop's reflector writes a task-scoped
+        reflection into memory. It sees the cycle's context and its visible verdicts only."""
+        loop, s = ex.loop, ex.state
+        last = s.history[-1] if s.history else {}
+        if (
+            loop.reflector is None
+            or ex.last_context is None
+            or last.get("decision")
+            not in (
+                "revise",
+                "refused",
+            )
+        ):
+            return
+        rem = rules.remaining(ex.contract, s).seconds
+        t0 = time.perf_counter()
+        try:
+            text, _ = await call_user(
+                loop.reflector,
+                ex.last_context,
+                dict(ex.last_visible),
+                timeout=_reflect_timeout(loop.actor_timeout_s, rem),
+                threaded=ex.threaded,
+            )
+        except Exception as exc:
+            self.store.append_events(
+                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
+            )
+            return
+        finally:
+            # Reflecting is part of the run's time, finished or not (invariant 7).
+            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+        if not text or not str(text).strip():
+            return
+        try:
+            item = self.memory.add(
+                scope="task",
+                scope_key=s.task_key,
+                signal="reflection",
+                text=str(text).strip()[:4000],  # a reflection is a short note, not a transcript
+                source={"run_id": ex.run_id, "cycle": s.cycle},
+                by="reflector",
+            )
+        except Exception as exc:  # memory is best effort: a failure never fails the run
+            self.store.append_events(
+                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
+            )
+            return
+        self.store.append_events(
+            ex.run_id, [NewEvent(s.cycle, "reflected", {"memory_id": item.memory_id})]
+        )
+
+
+def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:
+    """A reflector gets what the actor would (its timeout, the time left), 60 s by default:
+    a hung reflector must not hold a run forever."""
+    limit = _min(actor_s, remaining_s)
+    return max(0.001, limit) if limit is not None else 60.0
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    vals = [v for v in (a, b) if v is not None]
+    return min(vals) if vals else None

@@ -1,0 +1,126 @@
+"""What the ``Runtime`` mixins share: its attributes, and the methods one mixin calls in another.
+
+``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: the cycle
+(``_cycle``), effects, decision and checkpoint (``_checkpoint``), parking for a person
+(``_parking``), finishing (``_finishing``) and people's decisions (``_people``). Each mixin
+derives from ``RuntimeHost`` so mypy knows what ``self`` holds; the method stubs below exist
+only for the type checker (the real methods live in the modules named beside them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._group import GroupCommitter, GroupRecall
+from ._memory import FeedbackMemory
+from .store import NewApproval, RunRecord, Store
+
+if TYPE_CHECKING:
+    from ._effects import EffectCall
+    from ._exec import Execution as _Exec
+    from ._proposal import Proposal, Verdict
+    from ._question import Question
+    from ._state import TaskState
+    from ._usage import Usage
+
+__all__ = ["ProgressFn", "RuntimeHost"]
+
+ProgressFn = Callable[[RunRecord], None]
+
+
+class RuntimeHost:
+    """The attributes ``Runtime.__init__`` sets that the mixins read, and their cross calls."""
+
+    store: Store
+    lease_ttl_s: float
+    on_progress: ProgressFn | None
+    group_commit: bool
+    memory_enabled: bool
+    _active: int
+    _memory: FeedbackMemory | None
+    _group: GroupCommitter | None
+    _recall_group: GroupRecall | None
+
+    if TYPE_CHECKING:
+        # _cycle.Cycle
+        def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool: ...
+
+        # _checkpoint.Checkpoints
+        async def _apply(
+            self,
+            ex: _Exec,
+            n: int,
+            proposal: Proposal,
+            digest: str,
+            visible: dict[str, Verdict],
+            held: dict[str, Verdict],
+            t0: float,
+            cycle_usage: Usage,
+            candidate: TaskState,
+            duplicate: bool,
+            calls: list[EffectCall],
+            *,
+            staged: bool = False,
+        ) -> bool: ...
+
+        def _conclude(
+            self,
+            ex: _Exec,
+            n: int,
+            proposal: Proposal,
+            digest: str,
+            visible: dict[str, Verdict],
+            held: dict[str, Verdict],
+            t0: float,
+            cycle_usage: Usage,
+            *,
+            candidate: TaskState | None = None,
+            duplicate: bool = False,
+            decision: str | None = None,
+            effects: list[dict[str, Any]] | None = None,
+        ) -> bool: ...
+
+        def _commit(
+            self,
+            ex: _Exec,
+            record: dict[str, Any] | None,
+            run: dict[str, Any],
+            approval: NewApproval | None = None,
+            approvals: Sequence[NewApproval] = (),
+        ) -> bool: ...
+
+        # _parking.Parking
+        def _park(
+            self,
+            ex: _Exec,
+            n: int,
+            proposal: Proposal,
+            digest: str,
+            visible: dict[str, Verdict],
+            held: dict[str, Verdict],
+            needs: list[dict[str, Any]],
+            t0: float,
+            cycle_usage: Usage,
+            *,
+            ask: Question | None = None,
+            calls: list[EffectCall] | None = None,
+        ) -> bool: ...
+
+        # _finishing.Finishing
+        def _finish(
+            self,
+            ex: _Exec,
+            reason: str,
+            *,
+            record: dict[str, Any] | None = None,
+            cause: str | None = None,
+            error: dict[str, Any] | None = None,
+            held_out: dict[str, Any] | None = None,
+            evidence: dict[str, Any] | None = None,
+            unverified: dict[str, Any] | None = None,
+            approvals: Sequence[NewApproval] = (),
+        ) -> None: ...
+
+        # _people.Decisions
+        def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None: ...

@@ -1,0 +1,243 @@
+"""Parking a run for a person and coming back: ``_park`` stores the cycle mid-way with one
+approval request (or question); ``_settle_pending`` decides what a resumed parked run does;
+``_resume_cycle`` finishes the stored cycle without asking its verifiers again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ._cycle import _candidate
+from ._effects import EffectCall
+from ._errors import ApprovalError, ConfigError, RunNotFoundError
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._proposal import Proposal, Verdict
+from ._question import Question
+from ._state import TaskState
+from ._usage import Usage
+from .store import NewApproval, NewEvent
+
+__all__ = ["Parking"]
+
+
+class Parking(RuntimeHost):
+    """The park / approval path (mixed into ``Runtime``)."""
+
+    def _park(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        needs: list[dict[str, Any]],
+        t0: float,
+        cycle_usage: Usage,
+        *,
+        ask: Question | None = None,
+        calls: list[EffectCall] | None = None,
+    ) -> bool:
+        """Park the run mid-cycle with one request covering everything that needs a person."""
+        s = ex.state
+        s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+        approval_id = uuid.uuid4().hex[:12]
+        first = needs[0]
+        kind = "question" if ask is not None else str(first["kind"])
+        s.pending = {
+            "approval_id": approval_id,
+            "cycle": n,
+            "rule": first.get("rule"),
+            "kind": kind,
+            "question": ask.to_dict() if ask is not None else None,
+            # An actor's own question applies nothing; a risk rule's applies the proposal.
+            "question_only": proposal.question is not None,
+            "proposal": proposal.to_dict(),
+            "digest": digest,
+            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "usage": cycle_usage.to_dict(),
+            "calls": [c.to_dict() for c in calls or ()],
+            "spend": list(ex.calls),
+        }
+        s.next_action = (
+            f"waiting for an answer to question {approval_id}"
+            if ask is not None
+            else f"waiting for a decision on approval {approval_id} ({first.get('rule') or kind})"
+        )
+        why = "; ".join(str(x["why"]) for x in needs)
+        ex.events.append(
+            NewEvent(
+                n,
+                "approval_requested",
+                {"approval_id": approval_id, "kind": kind, "rule": first.get("rule"), "why": why},
+            )
+        )
+        limits = [float(x["expires_after_s"]) for x in needs if x.get("expires_after_s")]
+        if ask is None:
+            what = "; ".join(str(x["what"]) for x in needs)
+            if proposal.changes():
+                what += f" (cycle {n}: {proposal.kind} of "
+                what += f"{', '.join(e.ref for e in proposal.changes())})"
+        else:
+            others = [str(x["what"]) for x in needs if x["kind"] != "question"]
+            # Answering also approves what else the cycle needed a person for: say so.
+            what = ask.text + (f" (answering also approves: {'; '.join(others)})" if others else "")
+        req = NewApproval(
+            approval_id=approval_id,
+            cycle=n,
+            kind=kind,
+            rule=first.get("rule"),
+            what=what,
+            why=why,
+            evidence={
+                "needs": needs,
+                "question": ask.to_dict() if ask is not None else None,
+                "findings": [f.to_dict() for v in visible.values() for f in v.findings],
+                "scores": {k: v.value for k, v in visible.items()},
+                "effects": [c.to_dict() for c in calls or ()],
+                "note": proposal.note,
+            },
+            diff=_diff(s, proposal) or None,
+            action_hash=digest,
+            expires_at=time.time() + min(limits) if limits else None,
+        )
+        cancel = self._commit(
+            ex,
+            # Held-out verdicts of the parked cycle wait here, outside the state.
+            {
+                "cycle": n,
+                "decision": "parked",
+                "approval_id": approval_id,
+                "held_out": {k: v.to_dict() for k, v in held.items()},
+            },
+            {"status": "awaiting_approval"},
+            approval=req,
+        )
+        if cancel:
+            self._cancel_now(ex, "cancellation requested while it was being verified")
+        return True
+
+    async def _settle_pending(self, ex: _Exec) -> bool:
+        """A parked run resumed: continue if approved or answered, escalate if denied or
+        expired, else stay parked; a cycle stopped during its effects finishes them. Returns
+        True when the run should not continue now."""
+        s = ex.state
+        pend = s.pending or {}
+        if pend.get("stage") == "effects":
+            s.pending = None
+            return await self._resume_cycle(ex, pend, staged=True)
+        reqs = [
+            a
+            for a in self.store.approvals(run_id=ex.run_id)
+            if a.approval_id == pend.get("approval_id")
+        ]
+        if not reqs:
+            raise RunNotFoundError(
+                f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
+            )
+        req = reqs[0]
+        if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
+            with contextlib.suppress(ApprovalError):
+                req = self.store.decide_approval(
+                    req.approval_id,
+                    status="expired",
+                    by="loopwright",
+                    note="expired",
+                    now=time.time(),
+                )
+        if req.status == "pending":
+            self.store.append_events(
+                ex.run_id,
+                [*ex.events, NewEvent(s.cycle, "still_waiting", {"approval_id": req.approval_id})],
+            )
+            ex.events = []
+            return True
+        n = int(pend["cycle"])
+        note: dict[str, Any] = {
+            "kind": "answer" if req.status == "answered" else "approval",
+            "cycle": n,
+            "decision": req.status,
+            "by": req.decided_by,
+            "note": req.note,
+            "rule": pend.get("rule"),
+        }
+        if pend.get("question"):
+            note["question"] = pend["question"]["text"]
+        if req.status == "answered":
+            note["answer"] = req.answer
+        s.notes.append(note)
+        s.pending = None
+        if req.status not in ("approved", "answered"):
+            s.next_action = ""
+            who = f" by {req.decided_by}" if req.decided_by else ""
+            self._finish(
+                ex,
+                "escalated",
+                cause=f"{'question' if pend.get('question') else 'approval'} {req.status}{who}"
+                + (f": {req.note}" if req.note else ""),
+                evidence={"approval": req.to_dict()},
+            )
+            return True
+        ex.calls = list(pend.get("spend") or ())
+        if pend.get("question_only"):
+            # The actor asked; nothing of its proposal is applied. The answer is in the notes.
+            return self._conclude(
+                ex,
+                n,
+                Proposal.from_dict(pend["proposal"]),
+                str(pend["digest"]),
+                {},
+                {},
+                time.perf_counter(),
+                Usage.from_dict(pend.get("usage")),
+                decision="asked",
+            )
+        s.approved.append(str(pend["digest"]))
+        return await self._resume_cycle(ex, pend, staged=False)
+
+    async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
+        """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
+        ex.calls = list(pend.get("spend") or ())
+        s = ex.state
+        n = int(pend["cycle"])
+        proposal = Proposal.from_dict(pend["proposal"])
+        visible = {k: Verdict.from_dict(v) for k, v in pend["visible"].items()}
+        parked = ex.record or {}
+        held = {k: Verdict.from_dict(v) for k, v in (parked.get("held_out") or {}).items()}
+        digest = str(pend["digest"])
+        calls = [EffectCall.from_dict(c) for c in pend.get("calls") or ()]
+        missing = sorted({c.name for c in calls if ex.loop.effect(c.name) is None})
+        if missing:
+            raise ConfigError(
+                f"run {ex.run_id} must finish effects {missing}, which this loop does not "
+                "declare: resume it with the loop that started it",
+                field="effects",
+            )
+        return await self._apply(
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            time.perf_counter(),
+            Usage.from_dict(pend.get("usage")),
+            _candidate(s, proposal, n),
+            bool(pend.get("duplicate", digest in s.rejected)),
+            calls,
+            staged=staged,
+        )
+
+
+def _diff(state: TaskState, proposal: Proposal) -> str:
+    lines = []
+    for e in proposal.changes():
+        p = state.part(e.ref)
+        old = "∅" if p is None else repr(p.value)
+        lines.append(f"- {e.ref}: {old}\n+ {e.ref}: {e.value!r}")
+    return "\n".join(lines)
