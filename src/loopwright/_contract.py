@@ -74,7 +74,7 @@ _STATUS_OF = {
 
 
 def status_for(reason: str) -> str:
-    """The run status a stop reason ends in (DESIGN §2)."""
+    """The run status a stop reason ends in (docs/concepts.md)."""
     return _STATUS_OF.get(reason, "stopped")
 
 
@@ -109,7 +109,8 @@ class Success:
     """When the work is done.
 
     Attributes:
-        min_score: the aggregate visible score needed, in [0, 1] (the seed's "confidence ≥ 98%").
+        min_score: the aggregate visible score needed, in [0, 1] (the invoice example's
+            "confidence ≥ 98%").
         required: names of visible verifiers that must pass; ``None`` means all visible ones.
         accept_parts: ``"when_clean"`` accepts (and protects) each part as soon as every visible
             verifier checked it without a finding; ``"on_success"`` accepts all parts only when

@@ -3,8 +3,8 @@
 An actor never performs an effect itself: it *asks* for one in its proposal
 (``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``). The engine checks the call
 against the loop's approval policy, journals the intent in the store under the run's lease,
-performs it, and journals the result — so a crash at any point never runs it twice (DESIGN
-invariant 2). A completed effect's key returns its recorded result without running again.
+performs it, and journals the result — so a crash at any point never runs it twice (invariant
+2 of docs/concepts.md). A completed effect's key returns its recorded result without running again.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 weights).
 
 Each item has a **scope** — ``task`` (one task key), ``project`` (one project) or ``global`` —
-and a **signal** from the seed's feedback hierarchy, whose default **strength** says how much
-the signal can support (``DEFAULT_STRENGTH``). Feedback keeps its context: retrieval for a task
+and a **signal** from the feedback hierarchy (docs/concepts.md), whose default **strength**
+says how much the signal can support (``DEFAULT_STRENGTH``). Feedback keeps its context: retrieval for a task
 of project A sees that task's items, project A's items and confirmed global items, never
 another task's or another project's. Nothing becomes global by itself: ``propose_global``
 turns the same feedback active in several projects into a *candidate* that a person confirms.

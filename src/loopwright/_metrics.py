@@ -1,4 +1,4 @@
-"""Outcome metrics (DESIGN §6), computed from the store: per run and over a selection of runs.
+"""Outcome metrics (docs/metrics.md), computed from the store: per run and over a selection of runs.
 
 The computation is pure. :func:`run_metrics` turns one run's rows (its record, checkpoints,
 events and approval requests) into a :class:`RunMetrics`; :func:`summarize` pools many of them
@@ -38,7 +38,7 @@ __all__ = [
     "summarize",
 ]
 
-#: The metrics of DESIGN §6, in its order (the stop-reason distribution is ``stop_reasons``).
+#: The metrics of docs/concepts.md, in its order (the stop-reason distribution is ``stop_reasons``).
 METRIC_NAMES: tuple[str, ...] = (
     "time_to_accepted_s",
     "cycles_to_accepted",
@@ -386,7 +386,7 @@ def _failures(events: Sequence[Event]) -> dict[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """Outcome metrics over a selection of runs (DESIGN §6).
+    """Outcome metrics over a selection of runs (docs/metrics.md).
 
     "Selected runs" are all runs the selection matched, whatever their status: a run still
     open (pending, running, awaiting approval) counts as not accepted, and its spend so far
@@ -479,14 +479,14 @@ class Metrics:
     per_run: tuple[RunMetrics, ...] = ()
 
     def value(self, name: str) -> float | None:
-        """A metric by its DESIGN §6 name (or ``human_review_cost_per_accepted_usd``)."""
+        """A metric by its name in ``METRIC_NAMES`` (or ``human_review_cost_per_accepted_usd``)."""
         if name not in (*METRIC_NAMES, REVIEW_COST_METRIC):
             raise KeyError(name)
         result: float | None = getattr(self, name)
         return result
 
     def to_dict(self, *, per_run: bool = False) -> dict[str, Any]:
-        """Flat: counts, then every metric by its DESIGN §6 name, then the stop reasons."""
+        """Flat: counts, then every metric by its name, then the stop reasons."""
         out: dict[str, Any] = {
             "selection": dict(self.selection),
             "runs": self.runs,

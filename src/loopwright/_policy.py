@@ -4,7 +4,7 @@ Rules are checked in order; the first that matches decides. Without a matching r
 built-in sensitive kinds (``publish``, ``spend``, ``send``, ``overwrite_accepted``,
 ``share_private``) need approval and a kind of your own is allowed — a new sensitive action is
 never silently permitted. Edits that touch accepted parts are checked as kind
-``overwrite_accepted``; with no rule for that kind they are refused (DESIGN invariant 6) and
+``overwrite_accepted``; with no rule for that kind they are refused (invariant 6, docs/concepts.md) and
 the actor is told why.
 """
 

@@ -1,4 +1,4 @@
-"""The CLI as a user drives it: real subprocesses, real SQLite files, exit codes of DESIGN §5."""
+"""The CLI as a user drives it: real subprocesses, real SQLite files, exit codes as the README documents them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Crash-point testing: SIGKILL a real run at every phase boundary of a cycle, resume it, and
-check DESIGN invariants 1, 2, 4, 5 and 6 each time.
+check invariants 1, 2, 4, 5 and 6 (docs/concepts.md) each time.
 
 The loop is ``crashpoints/workload.py`` (a four-part doc, six cycles, three counted effects per
 cycle, one transient actor failure and one transient effect failure); ``crashpoints/runner.py``

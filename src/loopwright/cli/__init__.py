@@ -13,7 +13,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (DESIGN §5)."""
+    """Run the CLI; returns the process exit code (documented in README.md)."""
     from .._errors import LoopwrightError
     from ._app import app
 

@@ -1,4 +1,4 @@
-"""`loopwright check`: the seed's "before automating a workflow" questions, answered for a spec."""
+"""`loopwright check`: the "before automating a workflow" questions (docs/concepts.md), answered for a spec."""
 
 from __future__ import annotations
 

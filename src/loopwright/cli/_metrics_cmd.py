@@ -1,4 +1,4 @@
-"""`loopwright metrics`: outcome metrics over runs (DESIGN §6), thin over ``compute_metrics``."""
+"""`loopwright metrics`: outcome metrics over runs (docs/metrics.md), thin over ``compute_metrics``."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ __all__ = ["Report", "Totals", "load_contract", "recorded_outcomes", "replay", "
 
 @dataclass(frozen=True, slots=True)
 class Totals:
-    """What a policy yields over a set of runs (metric names as in DESIGN §6)."""
+    """What a policy yields over a set of runs (metric names as in docs/concepts.md)."""
 
     name: str
     runs: int
