@@ -112,6 +112,7 @@ def fit_stop_cmd(
         _write(report, json.dumps(data, indent=2) + "\n", "--report")
     if plot is not None:
         try:
+            plot.parent.mkdir(parents=True, exist_ok=True)
             plot_frontier(result, plot)
         except OSError as exc:
             raise ConfigError(
@@ -151,6 +152,7 @@ def _write(path: Path | None, text: str, option: str) -> None:
     if path is None:
         return
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # e.g. --out .loopwright/fitted.toml
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", field=option) from None

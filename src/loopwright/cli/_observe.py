@@ -47,6 +47,7 @@ def _output(out: Path | None) -> Iterator[IO[str]]:
         yield sys.stdout
         return
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # e.g. --out .loopwright/run.json
         fh = out.open("w", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None

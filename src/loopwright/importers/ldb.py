@@ -224,6 +224,7 @@ def import_ldb(
         raise ConfigError(f"{path_in}: duplicate task ids {dupes[:5]}", field="task_id")
     text = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
     if isinstance(path_out, str | Path):
+        Path(path_out).parent.mkdir(parents=True, exist_ok=True)  # --out .loopwright/tasks.jsonl
         Path(path_out).write_text(text, encoding="utf-8")
     else:
         path_out.write(text)

@@ -1,0 +1,263 @@
+"""The documentation runs: every ```python block of README.md and docs/*.md is executed, so a
+snippet cannot rot unnoticed.
+
+The blocks of one file run in order in one namespace (a page reads top to bottom, and a later
+block may use what an earlier one defined), in a fresh subprocess whose working directory is a
+scratch copy of the checkout's ``examples/`` and ``tests/data/`` (the docs are written to be run
+from the repository root) with no store yet: the default store, ``./.loopwright/loopwright.db``,
+is a fresh file there. ``OPENAI_BASE_URL`` points at a ``loopwright.testing.FakeOpenAI`` on
+loopback, so nothing a snippet does can reach a real model.
+
+Markers, written as an HTML comment on the line before a block (rare on purpose — each one is
+listed in ``NO_RUN`` below, so adding one means changing this test):
+
+* ``<!-- snippet: no-run (why) -->`` — not executed; the block is counted and listed.
+* ``<!-- snippet: after-demo -->`` — the file's blocks run after ``loopwright demo`` filled the
+  default store, as in the README's quick start.
+
+Also checked: every ```toml block parses; every ``loopwright …`` command in a console or bash
+block names subcommands that exist (``--help`` exits 0); the tables of docs/concepts.md list
+exactly the package's stop reasons, metrics and feedback signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.testing import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TIMEOUT_S = 300  # one page's blocks together; fit-stop's cross-validation is the slowest
+
+#: Every block that is deliberately not executed: (page, reason in its marker).
+NO_RUN = {
+    ("docs/models.md", "a signature, not code"),
+    ("docs/scale.md", "needs a Ray cluster and PostgreSQL"),
+}
+
+_FENCE = re.compile(r"^```(\w[\w-]*)?(.*)$")
+_MARKER = re.compile(r"^<!--\s*snippet:\s*([\w-]+)\s*(?:\((.*)\))?\s*-->$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str  # relative to the repository root
+    line: int  # of the first code line, 1-based
+    lang: str
+    code: str
+    marker: str | None
+    reason: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    page = str(path.relative_to(ROOT))
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m is None or not m.group(1):
+            i += 1
+            continue
+        lang, info = m.group(1), m.group(2).strip()
+        prev = next((x.strip() for x in reversed(lines[:i]) if x.strip()), "")
+        mk = _MARKER.match(prev)
+        marker, reason = (mk.group(1), mk.group(2) or "") if mk else (None, "")
+        if "no-run" in info.split():
+            marker = "no-run"
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        yield Block(page, i + 2, lang, "\n".join(lines[i + 1 : end]) + "\n", marker, reason)
+        i = end + 1
+
+
+ALL = [b for p in PAGES for b in blocks(p)]
+PYTHON = [b for b in ALL if b.lang == "python"]
+RUNNABLE_PAGES = sorted({b.page for b in PYTHON if b.marker != "no-run"})
+
+_RUNNER = r"""
+import json, sys, traceback
+ns = {"__name__": "__main__"}
+for b in json.load(open(sys.argv[1], encoding="utf-8")):
+    try:
+        # padded so that a traceback names the line of the markdown file
+        exec(compile("\n" * (b["line"] - 1) + b["code"], b["page"], "exec"), ns)
+    except BaseException:
+        traceback.print_exc()
+        print(f"SNIPPET FAILED: {b['page']}:{b['line']}", flush=True)
+        sys.exit(1)
+    print(f"SNIPPET OK: {b['page']}:{b['line']}", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def _env(fake: FakeOpenAI) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPWRIGHT_", "OPENAI_"))}
+    env.update(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-fake", MPLBACKEND="Agg")
+    return env
+
+
+def _checkout(tmp: Path) -> Path:
+    """A scratch directory shaped like the repository root, for paths the docs use."""
+    work = tmp / "work"
+    skip = shutil.ignore_patterns("__pycache__", ".loopwright")
+    shutil.copytree(ROOT / "examples", work / "examples", ignore=skip)
+    shutil.copytree(ROOT / "tests" / "data", work / "tests" / "data", ignore=skip)
+    return work
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_python_snippets_run(page: str, tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    todo = [b for b in PYTHON if b.page == page and b.marker != "no-run"]
+    work = _checkout(tmp_path)
+    env = _env(fake_openai)
+    exe = Path(sys.executable).with_name("loopwright")
+    if any(b.marker == "after-demo" for b in todo):
+        demo = subprocess.run(
+            [str(exe), "demo"],
+            check=False,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    before = _files(work)
+    spec = tmp_path / "blocks.json"
+    spec.write_text(json.dumps([{"page": b.page, "line": b.line, "code": b.code} for b in todo]))
+    r = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(spec)],
+        check=False,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    ran = re.findall(r"^SNIPPET OK: (\S+)$", r.stdout, re.M)
+    assert ran == [b.where for b in todo]
+    # documented outputs go under .loopwright/ (or a temp dir), never beside the sources
+    strays = sorted(f for f in _files(work) - before if not f.startswith(".loopwright/"))
+    assert not strays, f"snippets of {page} wrote into the tree: {strays}"
+
+
+def test_no_run_snippets_are_marked_and_few() -> None:
+    skipped = [b for b in PYTHON if b.marker == "no-run"]
+    listed = {(b.page, b.reason) for b in skipped}
+    print("python snippets not executed:", *(f"{b.where} ({b.reason})" for b in skipped))
+    assert listed == NO_RUN, [b.where for b in skipped]
+    assert all(b.reason for b in skipped), "say why a snippet does not run"
+    assert len(PYTHON) - len(skipped) >= 8  # the pages' examples really are executed
+    unknown = {b.marker for b in ALL} - {None, "no-run", "after-demo"}
+    assert not unknown, f"unknown snippet markers {unknown}"
+
+
+def test_toml_snippets_parse() -> None:
+    toml = [b for b in ALL if b.lang == "toml"]
+    assert toml
+    for b in toml:
+        try:
+            tomllib.loads(b.code)
+        except tomllib.TOMLDecodeError as exc:
+            pytest.fail(f"{b.where}: {exc}")
+
+
+def _commands() -> dict[tuple[str, ...], str]:
+    """``loopwright`` commands in console/bash blocks: the words before the first option, with
+    where each was first seen."""
+    found: dict[tuple[str, ...], str] = {}
+    for b in ALL:
+        if b.lang not in ("console", "bash", "sh", "shell"):
+            continue
+        text = re.sub(r"\\\n", " ", b.code)
+        for n, raw in enumerate(text.splitlines()):
+            line = raw.strip().removeprefix("$ ")
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            if "loopwright" not in words or any(w in ("|", "&&", ";") for w in words):
+                continue
+            words = words[words.index("loopwright") + 1 :]
+            found.setdefault(_head(words), f"{b.page}:{b.line + n}")
+    for page in PAGES:  # inline `loopwright …` in prose and tables (README's command table)
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"`loopwright ([^`]+)`", text):
+            where = f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}"
+            found.setdefault(_head(m.group(1).split()), where)
+    return found
+
+
+def _head(words: list[str]) -> tuple[str, ...]:
+    """The words before the first option, placeholder list or alternative (``a\\|b``)."""
+    stop = ("-", "[", "<", "…")
+    end = next(
+        (i for i, w in enumerate(words) if w.startswith(stop) or "|" in w or "\\" in w), len(words)
+    )
+    return tuple(words[:end])
+
+
+def test_documented_commands_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    from loopwright.cli import main
+
+    commands = _commands()
+    assert len(commands) >= 30
+    bad = []
+    for head, where in sorted(commands.items()):
+        code = main([*head, "--help"])  # --help is eager: placeholders such as RUN are fine
+        out = capsys.readouterr()
+        if code != 0:
+            bad.append(f"{where}: loopwright {' '.join(head)} --help -> {code}: {out.err[-300:]}")
+    assert not bad, "\n".join(bad)
+
+
+def _table(page: str, heading: str) -> list[list[str]]:
+    """The rows (cells stripped of backticks) of the first table after ``heading``."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    rest = text[text.index(heading) :].splitlines()
+    start = next(i for i, x in enumerate(rest) if x.startswith("|"))
+    rows = []
+    for x in rest[start + 2 :]:
+        if not x.startswith("|"):
+            break
+        rows.append([c.strip().strip("`") for c in x.strip("|").split("|")])
+    return rows
+
+
+def test_concepts_match_the_package() -> None:
+    from loopwright._contract import status_for
+
+    stops = _table("docs/concepts.md", "### The stop reasons")
+    assert [r[0] for r in stops] == list(lw.STOP_REASONS)
+    assert all(r[1] == status_for(r[0]) for r in stops), stops
+    metrics = _table("docs/concepts.md", "## The outcome metrics")
+    assert [r[0] for r in metrics] == list(lw.METRIC_NAMES)
+    signals = _table("docs/concepts.md", "## The feedback hierarchy")
+    assert {r[0]: float(r[1]) for r in signals} == dict(lw.DEFAULT_STRENGTH)
