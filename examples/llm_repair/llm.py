@@ -30,17 +30,33 @@ Configuration, all from the environment (defaults for a local Ollama):
                                 ``llama3.1:8b`` —, ``API_KEY``, ``PRICE``, ``FORMAT``); unset
                                 ones fall back to the actor's, except the model
 ``LOOPWRIGHT_ALLOW_SELF_REVIEW`` ``1`` lets the reviewer be the actor's own model
+``LOOPWRIGHT_OFFLINE``          ``1``: no model server needed (below)
 ==============================  ===============================================================
+
+**Offline mode** (``LOOPWRIGHT_OFFLINE=1``): the factories start ``loopwright.testing``'s
+OpenAI-compatible server on loopback (once per process) and point both adapters at it. Two small
+rule-based "models" answer there — ``offline_actor`` reads the requirements, the config and the
+open findings from the prompt it was sent and proposes edits (a first guess of 30 s for a
+timeout); ``offline_reviewer`` applies the rubric (production needs TLS, no debug logging and
+more than one replica; long batch jobs need timeouts of minutes). Everything else is real: the
+``openai`` SDK, HTTP, JSON-schema validation, usage and price (``OFFLINE_PRICE`` unless
+``LOOPWRIGHT_LLM_PRICE`` is set), retries, the engine and the store.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import loopwright as lw
 from loopwright.adapters import ChatActor, ChatReviewer
+
+if TYPE_CHECKING:
+    from loopwright.testing import FakeOpenAI, Reply, Request
 
 DEFAULT_BASE_URL = "http://localhost:11434/v1"
 DEFAULT_ACTOR_MODEL = "qwen2.5:7b-instruct"
@@ -64,10 +80,15 @@ def _env(name: str, default: str | None = None, *, fallback: str | None = None) 
     return value if value not in (None, "") else default
 
 
+def offline() -> bool:
+    """``LOOPWRIGHT_OFFLINE=1``: answer from rule-based models on a loopback server."""
+    return (_env("LOOPWRIGHT_OFFLINE", "0") or "0").lower() in ("1", "true", "yes")
+
+
 def _settings(prefix: str, model_default: str) -> dict[str, Any]:
     actor = "LOOPWRIGHT_LLM_"
     fb = None if prefix == actor else actor
-    return {
+    s = {
         "base_url": _env(f"{prefix}BASE_URL", DEFAULT_BASE_URL, fallback=fb and f"{fb}BASE_URL"),
         "model": _env(f"{prefix}MODEL", model_default),
         "api_key": _env(f"{prefix}API_KEY", fallback=fb and f"{fb}API_KEY"),
@@ -75,6 +96,12 @@ def _settings(prefix: str, model_default: str) -> dict[str, Any]:
         "timeout_s": float(_env(f"{prefix}TIMEOUT_S", "120", fallback=fb and f"{fb}TIMEOUT_S")),
         "response_format": _env(f"{prefix}FORMAT", "json_schema", fallback=fb and f"{fb}FORMAT"),
     }
+    if offline():
+        s["base_url"] = offline_server().base_url
+        s["model"] = OFFLINE_ACTOR if prefix == actor else OFFLINE_REVIEWER
+        s["api_key"] = "offline"
+        s["price"] = s["price"] or OFFLINE_PRICE
+    return s
 
 
 def actor(**options: Any) -> ChatActor:
@@ -189,3 +216,142 @@ def disables_tls(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> s
         if edit.artifact == "config" and edit.part == "tls" and edit.value is False:
             return "the proposal turns TLS off"
     return None
+
+
+# --- offline mode: rule-based models behind an OpenAI-compatible server on loopback ------------
+
+OFFLINE_ACTOR = "offline-actor"
+OFFLINE_REVIEWER = "offline-reviewer"
+OFFLINE_PRICE = "2.5,10"  # $ per million tokens in,out: a mid-size hosted model's price
+FIRST_GUESS_TIMEOUT_S = 30  # what a model tends to pick; too short for long batch jobs
+BATCH_TIMEOUT_FLOOR_S = 60
+
+_servers: dict[str, FakeOpenAI] = {}  # the one offline server of this process
+_server_lock = threading.Lock()
+
+
+def offline_server() -> FakeOpenAI:
+    """The loopback server both adapters talk to offline, started once per process."""
+    from loopwright.testing import FakeOpenAI
+
+    with _server_lock:
+        if "offline" not in _servers:
+            server = FakeOpenAI().start()  # daemon threads: it ends with the process
+            server.script(offline_actor, model=OFFLINE_ACTOR)
+            server.script(offline_reviewer, model=OFFLINE_REVIEWER)
+            _servers["offline"] = server
+        return _servers["offline"]
+
+
+def _sections(request: Request) -> dict[str, str]:
+    """The prompt's sections by heading (``## Goal``, ``## Task input`` …), from the user
+    message the adapter rendered."""
+    text = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
+    out: dict[str, str] = {}
+    for block in ("\n" + str(text)).split("\n## ")[1:]:
+        title, _, body = block.partition("\n")
+        out[title.split(" (")[0].strip()] = body.strip()
+    return out
+
+
+def _section_json(sections: Mapping[str, str], title: str) -> dict[str, Any]:
+    try:
+        value = json.loads(sections.get(title, "{}"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _clamp(value: Any, lo: Any, hi: Any, default: int) -> int:
+    v = value if _is_int(value) else default
+    if lo is not None:
+        v = max(v, lo)
+    if hi is not None:
+        v = min(v, hi)
+    return int(v)
+
+
+_REVIEW_FINDING = re.compile(r"^- \[\w+\] config/(\w+) \(\w+ by review\): (.*)$", re.M)
+
+
+def _reply(request: Request, content: dict[str, Any]) -> Reply:
+    """``content`` as a completion, with usage estimated at ~4 characters a token (the fake's
+    fixed defaults would make every prompt look the same size)."""
+    from loopwright.testing import ok
+
+    shown = sum(len(str(m.get("content") or "")) for m in request.messages)
+    return ok(content, prompt_tokens=shown // 4, completion_tokens=len(json.dumps(content)) // 4)
+
+
+def offline_actor(request: Request) -> Reply:
+    """A rule-based actor: meets every stated requirement, with a first guess of 30 s for a
+    timeout out of range, and follows the reviewer's located findings."""
+    sections = _sections(request)
+    req = _section_json(sections, "Task input").get("requirements") or {}
+    config = _section_json(sections, "Current artifacts").get("config") or {}
+    want: dict[str, Any] = {}
+    if "port" in req:
+        want["port"] = req["port"]
+    if "tls" in req:
+        want["tls"] = req["tls"]
+    if "min_replicas" in req or "max_replicas" in req:
+        lo, hi = req.get("min_replicas"), req.get("max_replicas")
+        want["replicas"] = _clamp(config.get("replicas"), lo, hi, lo or 1)
+    levels = req.get("log_levels") or LOG_LEVELS
+    if config.get("log_level") not in levels:
+        want["log_level"] = levels[0]
+    lo, hi = req.get("min_timeout_s"), req.get("max_timeout_s")
+    timeout = config.get("timeout_s")
+    if (
+        not _is_int(timeout)
+        or (lo is not None and timeout < lo)
+        or (hi is not None and timeout > hi)
+    ):
+        want["timeout_s"] = _clamp(FIRST_GUESS_TIMEOUT_S, lo, hi, FIRST_GUESS_TIMEOUT_S)
+    for part, message in _REVIEW_FINDING.findall(
+        sections.get("Open findings from the checks on the last attempt", "")
+    ):
+        if part == "timeout_s" and "too short" in message:
+            want["timeout_s"] = hi if hi is not None else 600
+    edits = [
+        {"artifact": "config", "part": k, "value": v} for k, v in want.items() if config.get(k) != v
+    ]
+    note = f"set {', '.join(e['part'] for e in edits) or 'nothing'}"
+    return _reply(request, {"edits": edits, "note": note})
+
+
+def offline_reviewer(request: Request) -> Reply:
+    """A rule-based reviewer applying ``RUBRIC`` to the candidate config."""
+    sections = _sections(request)
+    goal = sections.get("Goal", "").lower()
+    config = _section_json(sections, "Candidate artifacts").get("config") or {}
+    problems: dict[str, str] = {}
+    if "production" in goal:
+        if config.get("tls") is not True:
+            problems["tls"] = "production services must use TLS"
+        if config.get("log_level") == "debug":
+            problems["log_level"] = "production services never log at debug level"
+        if not _is_int(config.get("replicas")) or config["replicas"] < 2:
+            problems["replicas"] = "production services run more than one replica"
+    timeout = config.get("timeout_s")
+    long_jobs = "batch" in goal or "long" in goal
+    if long_jobs and isinstance(timeout, int) and timeout < BATCH_TIMEOUT_FLOOR_S:
+        problems["timeout_s"] = f"{timeout} s is too short for long batch jobs: allow minutes"
+    for part in ("port", "replicas", "timeout_s"):
+        if part in config and not _is_int(config[part]) and part not in problems:
+            problems[part] = f"{part} must be an integer"
+    findings = [
+        {
+            "artifact": "config",
+            "part": part,
+            "dimension": "workload",
+            "message": msg,
+            "severity": "error",
+        }
+        for part, msg in problems.items()
+    ]
+    score = max(0.0, 1.0 - 0.25 * len(findings))
+    summary = "suits the workload" if not findings else "; ".join(problems.values())
+    return _reply(
+        request, {"score": score, "passed": not findings, "summary": summary, "findings": findings}
+    )

@@ -4,12 +4,14 @@ on loopback, as a user would run it against Ollama or vLLM (only the environment
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_openai import FakeOpenAI, fail, garbage, ok
+
+from loopwright.testing import FakeOpenAI, fail, garbage, ok
 
 from .conftest import cli
 
@@ -138,3 +140,27 @@ def test_turning_tls_off_parks_for_a_person(tmp_path: Path, server: FakeOpenAI) 
     assert r.returncode == 4, r.stdout + r.stderr
     pending = json.loads(cli("approvals", "--json", cwd=tmp_path, store=store).stdout)
     assert [p["rule"] for p in pending] == ["tls_off"]
+
+
+def test_offline_mode_needs_no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("LOOPWRIGHT_LLM_", "LOOPWRIGHT_REVIEWER_", "OPENAI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LOOPWRIGHT_OFFLINE", "1")
+    store = tmp_path / "s.db"
+    r = cli("run", str(EXAMPLE / "loop.toml"), cwd=tmp_path, store=store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads(cli("runs", "--json", cwd=tmp_path, store=store).stdout)
+    by_task = {x["task_key"].rsplit(":", 1)[-1]: x for x in runs}
+    assert {k: (v["status"], v["held_out_passed"]) for k, v in by_task.items()} == {
+        "web-prod": ("accepted", True),
+        "worker-staging": ("accepted", True),
+        "api-prod": ("accepted", True),
+    }
+    assert all(v["cost_usd"] > 0 and v["tokens"] > 0 for v in by_task.values())
+    # the offline reviewer's finding (30 s is too short for batch jobs) cost one more cycle
+    shown = json.loads(
+        cli("show", by_task["worker-staging"]["run_id"], "--json", cwd=tmp_path, store=store).stdout
+    )
+    assert [c["cycle"] for c in shown["cycles"]] == [1, 2]
+    assert {p.name for p in tmp_path.iterdir()} <= {"s.db", "s.db-wal", "s.db-shm"}
