@@ -1,5 +1,5 @@
-"""The documentation runs: every ```python block of README.md and docs/*.md is executed, so a
-snippet cannot rot unnoticed.
+"""The documentation runs: every ```python block of README.md, docs/*.md and the examples'
+READMEs is executed, so a snippet cannot rot unnoticed.
 
 The blocks of one file run in order in one namespace (a page reads top to bottom, and a later
 block may use what an earlier one defined), in a fresh subprocess whose working directory is a
@@ -40,7 +40,11 @@ import loopwright as lw
 from loopwright.testing import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "examples").glob("*/README.md")),
+]
 TIMEOUT_S = 300  # one page's blocks together; fit-stop's cross-validation is the slowest
 
 #: Every block that is deliberately not executed: (page, reason in its marker).
