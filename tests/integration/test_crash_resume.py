@@ -1,10 +1,13 @@
-"""Invariant 1 (durability) under real crashes: SIGKILL a running loop at random moments,
+"""Invariant 1 (durability) under real crashes: SIGKILL a running loop at seeded phase points,
 restart it, and check that the run ends exactly where an uninterrupted one ends.
 
-Each case runs the loop of ``crashloop/`` (eight parts, one repaired per slow cycle) twice in
-subprocesses: once uninterrupted (the reference), once killed with ``SIGKILL`` after a seeded
-random delay and restarted with the same ``task_key`` until it ends. Then it checks, against the
-store itself:
+Each case runs the loop of ``crashloop/`` (eight parts, one repaired per cycle) twice in
+subprocesses: once uninterrupted (the reference), once killed with ``SIGKILL`` and restarted with
+the same ``task_key`` until it ends. Each killed process dies at a seeded phase boundary of the
+engine's cycle (``CRASHLOOP_KILL=PHASE:N``, through ``Runtime._on_phase``), never after a timed
+delay, so where the kills land does not depend on the machine's load. The first kill of each seed
+comes right after the actor ran, so at least one cycle is interrupted in flight and done again.
+Then it checks, against the store itself:
 
 * the final state (artifacts with every version and status, plan, findings, history, scores,
   spend other than wall time), stop reason, status and cycle count equal the reference's;
@@ -20,11 +23,9 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,19 @@ SUCCESS_TASK = _task(hard=["p2", "p5", "p7"], stubborn=[])
 STALL_TASK = _task(hard=["p3"], stubborn=["p5"])
 
 
-def _popen(db: Path, spec: Path, task_file: Path) -> subprocess.Popen[str]:
+# Phase boundaries of a cycle (``Runtime._on_phase``). Every process first commits the run's
+# status (one before/after_checkpoint pair), then each cycle reaches all four in this order.
+PHASES = ("before_actor", "after_actor", "before_checkpoint", "after_checkpoint")
+
+
+def _popen(
+    db: Path, spec: Path, task_file: Path, kill: tuple[str, int] | None = None
+) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CRASHLOOP_CALLS": str(db) + ".calls"}
     env.pop("LOOPWRIGHT_STORE", None)
+    env.pop("CRASHLOOP_KILL", None)
+    if kill is not None:
+        env["CRASHLOOP_KILL"] = f"{kill[0]}:{kill[1]}"
     return subprocess.Popen(
         [sys.executable, str(RUNNER), str(db), str(spec), str(task_file), KEY],
         stdout=subprocess.PIPE,
@@ -80,23 +91,8 @@ def _popen(db: Path, spec: Path, task_file: Path) -> subprocess.Popen[str]:
     )
 
 
-def _wait_ready(proc: subprocess.Popen[str], timeout: float = 30.0) -> bool:
-    """Wait for the runner's ``ready`` line; False when it exited first."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([proc.stdout], [], [], 0.05)
-        if readable:
-            line = proc.stdout.readline()
-            if line.strip() == "ready":
-                return True
-            if line == "":
-                return False
-    pytest.fail("the runner never said it was ready")
-
-
 def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate()
     assert proc.returncode == 0, f"runner failed ({proc.returncode}):\n{err}"
     return dict(json.loads(out.strip().splitlines()[-1]))
 
@@ -108,29 +104,44 @@ def _reference(tmp: Path, spec: Path, task_file: Path) -> Path:
     return db
 
 
-def _crashed(tmp: Path, spec: Path, task_file: Path, seed: int) -> tuple[Path, int]:
-    """Run with SIGKILLs at seeded random moments until the run ends; returns (db, kills)."""
+def _cycle(db: Path) -> int:
+    """The run's last committed cycle (0 before it exists)."""
+    if not db.exists():
+        return 0
+    with lw.Runtime(str(db)) as rt:
+        runs = [r for r in rt.store.list_runs() if r.task_key == KEY]
+        return runs[0].cycle if runs else 0
+
+
+def _kill_point(rng: random.Random, phases: tuple[str, ...], span: int) -> tuple[str, int]:
+    """A phase point within the process's first ``span`` cycles. A process first commits the
+    run's status (checkpoint phase N=1), then cycle k reaches the actor phases for the k-th time
+    and the checkpoint phases for the (k+1)-th time; so it commits at most ``span`` cycles."""
+    k = rng.randint(1, span)
+    phase = rng.choice(phases)
+    return phase, (rng.randint(1, k + 1) if phase.endswith("checkpoint") else k)
+
+
+def _crashed(tmp: Path, spec: Path, task_file: Path, seed: int, cycles: int) -> tuple[Path, int]:
+    """Run with KILLS SIGKILLs at seeded phase points, then to the end; returns (db, kills).
+
+    Each kill lands within the first ``span`` cycles of its process, ``span`` chosen so that
+    the kills spread over the run and all land before its last cycle (``cycles`` is the
+    reference's). The first kill comes after the actor, so that cycle is done again."""
     db = tmp / "crashed.db"
     rng = random.Random(seed)
-    kills = 0
-    for _ in range(KILLS):
-        proc = _popen(db, spec, task_file)
-        if not _wait_ready(proc):
-            _finish(proc)
-            return db, kills
-        time.sleep(rng.uniform(0.01, 0.15))
-        if proc.poll() is not None:  # it ended before the kill came
-            _finish(proc)
-            return db, kills
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-        if proc.returncode == -signal.SIGKILL:
-            kills += 1
-        else:  # it finished in the instant between poll() and kill()
-            assert proc.returncode == 0
-            return db, kills
+    for i in range(KILLS):
+        left = cycles - _cycle(db)
+        span = (left - 1) // (KILLS - i)
+        assert span >= 1, f"seed {seed}: {left} cycle(s) left for {KILLS - i} kill(s)"
+        point = _kill_point(rng, ("after_actor",) if i == 0 else PHASES, span)
+        proc = _popen(db, spec, task_file, kill=point)
+        _, err = proc.communicate()
+        assert proc.returncode == -signal.SIGKILL, (
+            f"seed {seed}: expected a SIGKILL at {point}, got exit {proc.returncode}:\n{err}"
+        )
     _finish(_popen(db, spec, task_file))  # the last restart runs to the end
-    return db, kills
+    return db, KILLS
 
 
 def _no_wall_time(value: Any) -> Any:
@@ -219,14 +230,12 @@ def test_sigkill_and_resume_equals_uninterrupted(
     ref = _snapshot(_reference(tmp_path / "ref", spec, task_file))
     assert (ref["run"].status, ref["run"].stop_reason) == expected
     ref_records = _check_checkpoints(ref["checkpoints"])
-    assert len(ref_records) >= 6  # long enough for kills to land mid-run
+    assert len(ref_records) > KILLS  # room for every kill before the run's last cycle
     ref_final = ref["checkpoints"][-1].state
-    redone = 0
     for seed in seeds:
         work = tmp_path / f"seed{seed}"
         work.mkdir()
-        db, kills = _crashed(work, spec, task_file, seed)
-        assert kills >= 2, f"seed {seed}: only {kills} kill(s) landed before the run ended"
+        db, kills = _crashed(work, spec, task_file, seed, ref["run"].cycle)
         got = _snapshot(db)
         run = got["run"]
         where = f"seed {seed}, {kills} kill(s)"
@@ -263,8 +272,7 @@ def test_sigkill_and_resume_equals_uninterrupted(
             assert per_cycle[(n, "verdict")] == 2, where
         assert sum(1 for e in got["events"] if e.kind == "stopped") == 1, where
         assert sum(1 for e in got["events"] if e.kind == "resumed") >= 1, where
-        # Cycles whose actor ran more than once: a kill interrupted them in flight and the
-        # resumed process did them again, committing them once.
+        # Cycles whose actor ran more than once: a kill after the actor interrupted them in
+        # flight and the resumed process did them again, committing them once.
         calls = Counter(Path(str(db) + ".calls").read_text().split())
-        redone += sum(1 for c in calls.values() if c > 1)
-    assert redone >= 1, "no kill landed inside a cycle"
+        assert any(c > 1 for c in calls.values()), f"{where}: no cycle was done again"

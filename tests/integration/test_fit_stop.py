@@ -48,7 +48,6 @@ def test_fit_on_ldb_keeps_outcomes_and_saves_spend(gpt35: list[RunTrace], tmp_pa
     assert v["kept_share"] is not None and v["kept_share"] >= 0.9
     assert v["spend_saved_share"] is not None and v["spend_saved_share"] > 0
     assert r.validation_pooled.runs == 164
-    assert r.seconds < 20
     # The written contract, replayed, gives the figures reported for all runs.
     path = tmp_path / "fitted.toml"
     path.write_text(r.to_toml())

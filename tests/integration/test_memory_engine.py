@@ -189,12 +189,13 @@ def test_memory_shown_to_the_actor_counts_as_context_reuse(rt: lw.Runtime) -> No
 
 def test_a_slow_reflector_is_cut_by_the_time_budget_and_charged(rt: lw.Runtime) -> None:
     import threading
-    import time as _time
 
     release = threading.Event()
+    returned: list[str] = []
 
     def slow(ctx: lw.Context, verdicts: Any) -> str:
-        release.wait(5)
+        release.wait(60)  # far past the budget: only an engine that waited would see it return
+        returned.append("too late")
         return "too late"
 
     loop = lw.Loop(
@@ -204,12 +205,11 @@ def test_a_slow_reflector_is_cut_by_the_time_budget_and_charged(rt: lw.Runtime) 
         contract=lw.Contract(budget=lw.Budget(max_seconds=1.0, max_cycles=6)),
         reflector=slow,
     )
-    t0 = _time.perf_counter()
     try:
         r = rt.run_sync(loop, task("slow-1", "P"))
+        assert not returned  # the run ended without waiting for the reflector
     finally:
         release.set()
-    assert _time.perf_counter() - t0 < 2.5
     assert r.stop_reason == "budget_time"
     assert r.spent.seconds >= 0.9  # the reflector's time was charged to the run
 

@@ -230,6 +230,7 @@ def test_time_budget_bounds_actor_retries(
 ) -> None:
     release = threading.Event()  # lets an abandoned actor thread finish at teardown
     starts: list[float] = []
+    returned: list[str] = []  # hung calls that came back (only once released)
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         starts.append(time.monotonic())
@@ -239,7 +240,8 @@ def test_time_budget_bounds_actor_retries(
         if mode == "slow_transient":
             time.sleep(0.3)
             raise lw.TransientError("503")
-        release.wait(5)
+        release.wait(60)  # far past the budget: only an engine that waited would see it return
+        returned.append(mode)
         return FIX_ALL
 
     loop = make_loop(
@@ -248,20 +250,19 @@ def test_time_budget_bounds_actor_retries(
         budget=lw.Budget(max_seconds=1.0),
         actor_timeout_s=actor_timeout_s,
     )
-    t0 = time.monotonic()
     try:
         r = rt.run_sync(loop, TASK)
-        wall = time.monotonic() - t0
+        assert not returned  # the run ended without waiting for the hung call
         n = len(starts)
         time.sleep(0.1)
         assert len(starts) == n  # nothing calls the actor once the run has ended
     finally:
         release.set()
     assert (r.status, r.stop_reason) == ("stopped", "budget_time")
-    assert wall < 1.6
-    assert r.spent.seconds < 1.6
     assert starts, "the actor was never called"
-    assert max(starts) - t0 < 1.0  # never called after the deadline
+    # Never called after the deadline: each call takes at least its sleep or timeout (0.8,
+    # 0.6, 0.3 s), so a 1 s budget leaves room for 2, 2, 4 starts, however loaded the machine.
+    assert len(starts) <= {"transient_then_hang": 2, "hang": 2, "slow_transient": 4}[mode]
 
 
 # --- t4: cancelling after a crash mid-effect surfaces the effect as in doubt -----------------

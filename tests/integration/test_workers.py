@@ -1,6 +1,10 @@
 """Workers: `loopwright worker` processes claim runs from one store; a SIGKILLed worker's runs
 finish on the others, no effect executes twice, and no run is ever written by two workers at
-once (the fencing token of the checkpoints never goes back)."""
+once (the fencing token of the checkpoints never goes back).
+
+No step waits a fixed time: each waits for a condition (a worker's ready line, a barrier in the
+actor, an effect paid, every run ended), so the outcome does not depend on the machine's load.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +16,22 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import loopwright as lw
 
 HERE = Path(__file__).resolve().parent / "workers"
 SPEC = HERE / "loop.toml"
+GATED = HERE / "loop_gated.toml"  # its actor waits for $WORK_DIR/gate (work.py:gated_actor)
+PATIENCE = 240.0  # seconds before a wait gives up and says what it waited for (never expected)
 EXE = str(Path(sys.executable).with_name("loopwright"))
 
 
-def _create(store: str, n: int) -> list[str]:
-    loop = lw.load_spec(SPEC)
+def _create(store: str, n: int, spec: Path = SPEC) -> list[str]:
+    loop = lw.load_spec(spec)
     with lw.Runtime(store) as rt:
         return [
             rt.create(
@@ -57,18 +66,42 @@ def _output(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
     return out.read_text(), err.read_text()
 
 
+def _said(proc: subprocess.Popen[bytes]) -> str:
+    """The worker's stdout so far, whitespace collapsed (Rich wraps long lines in a file)."""
+    return " ".join(_output(proc)[0].split())
+
+
+def _until(what: str, cond: Callable[[], bool], *procs: subprocess.Popen[bytes]) -> None:
+    """Wait until ``cond()``; fail at once if one of ``procs`` exits first."""
+    deadline = time.monotonic() + PATIENCE
+    while not cond():
+        for p in procs:
+            if p.poll() is not None:
+                pytest.fail(f"worker exited ({p.returncode}) before {what}:\n{_output(p)[1]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {PATIENCE:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _ready(*procs: subprocess.Popen[bytes]) -> None:
+    """Wait for each worker's ready line (printed once its signal handlers are installed)."""
+    for p in procs:
+        _until("its ready line", lambda p=p: "claiming up to" in _said(p), p)
+
+
+def _paid_by(work: Path, proc: subprocess.Popen[bytes]) -> int:
+    log = work / "effects.log"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    return sum(1 for line in lines if line.split(" ")[-1] == str(proc.pid))
+
+
 def _statuses(store: str) -> Counter[str]:
     with lw.Runtime(store) as rt:
         return Counter(r.status for r in rt.store.list_runs())
 
 
-def _wait_all_ended(store: str, n: int, timeout: float) -> Counter[str]:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        st = _statuses(store)
-        if st.get("accepted", 0) == n:
-            return st
-        time.sleep(0.3)
+def _wait_all_ended(store: str, n: int, *procs: subprocess.Popen[bytes]) -> Counter[str]:
+    _until(f"all {n} runs accepted", lambda: _statuses(store).get("accepted", 0) == n, *procs)
     return _statuses(store)
 
 
@@ -81,7 +114,7 @@ def test_one_worker_drains_a_sqlite_store(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     ids = _create(store, 12)
     w = _worker(store, tmp_path, "--once", "--concurrency", "4", "--json")
-    w.wait(timeout=120)
+    w.wait()
     out, err = _output(w)
     assert w.returncode == 0, err
     stats = json.loads(out)
@@ -92,22 +125,31 @@ def test_one_worker_drains_a_sqlite_store(tmp_path: Path) -> None:
 
 def test_sigterm_drains_gracefully_and_another_worker_finishes(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
-    _create(store, 6)
-    w = _worker(store, tmp_path, "--concurrency", "6", sleep=1.0)
-    time.sleep(2.0)  # mid-run: cycles in flight
+    _create(store, 6, GATED)
+    w = _worker(store, tmp_path, "--concurrency", "6")
+    _ready(w)
+    started = tmp_path / "started.log"
+
+    def in_flight() -> list[str]:
+        return started.read_text().splitlines() if started.is_file() else []
+
+    # Every run is inside its first cycle, held there by the actor's gate.
+    _until("six runs in their first cycle", lambda: len(in_flight()) == 6, w)
     w.send_signal(signal.SIGTERM)
-    w.wait(timeout=60)
+    _until("the stopping line", lambda: "stopping" in _said(w), w)
+    (tmp_path / "gate").touch()  # the cycles in flight may finish now
+    w.wait()
     assert w.returncode == 0, _output(w)[1]
+    assert sorted(in_flight()) == [f"t{i} 1" for i in range(6)]  # no cycle began after SIGTERM
     with lw.Runtime(store) as rt:
         runs = rt.store.list_runs()
         assert all(r.lease_owner is None for r in runs)  # every lease released
-        unfinished = [r for r in runs if r.status != "accepted"]
-        assert unfinished, "the worker should have stopped before finishing everything"
-        assert all(r.status == "running" for r in unfinished)
-        drained = [e for r in unfinished for e in rt.store.events(r.run_id) if e.kind == "drained"]
-        assert drained
+        assert [(r.status, r.cycle) for r in runs] == [("running", 1)] * 6
+        for r in runs:
+            assert [e.kind for e in rt.store.events(r.run_id)].count("drained") == 1
     w2 = _worker(store, tmp_path, "--once")
-    w2.wait(timeout=120)
+    w2.wait()
+    assert w2.returncode == 0, _output(w2)[1]
     assert _statuses(store) == Counter({"accepted": 6})
     assert sorted(_effects(tmp_path)) == sorted(f"notify:t{i}" for i in range(6))
 
@@ -132,23 +174,25 @@ def _checkpoint_tokens_pg(url: str) -> dict[str, list[int]]:
 def test_four_workers_on_postgres_one_killed(pg_url: str, tmp_path: Path) -> None:
     n = int(os.environ.get("WORKER_TEST_RUNS", "1000"))
     ids = _create(pg_url, n)
-    workers = [
-        _worker(pg_url, tmp_path, "--concurrency", "8", "--lease-ttl", "3", sleep=0.005)
-        for _ in range(4)
-    ]
-    # kill one worker once it has done some work (its runs hold live leases)
-    deadline = time.time() + 60
-    while time.time() < deadline and _statuses(pg_url).get("accepted", 0) < n // 5:
-        time.sleep(0.2)
-    victim = workers[0]
+
+    def start() -> subprocess.Popen[bytes]:
+        return _worker(pg_url, tmp_path, "--concurrency", "8", "--lease-ttl", "3", sleep=0.005)
+
+    # The victim starts first and is killed once it has paid some effects: it then holds
+    # live leases on the runs it is driving, whatever the others have done meanwhile.
+    victim = start()
+    _ready(victim)
+    workers = [victim, start(), start(), start()]
+    _until("the victim paying 20 effects", lambda: _paid_by(tmp_path, victim) >= 20, victim)
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.wait()
     assert victim.returncode == -signal.SIGKILL
-    final = _wait_all_ended(pg_url, n, timeout=240)
+    final = _wait_all_ended(pg_url, n, *workers[1:])
+    _ready(*workers[1:])  # each has its SIGTERM handler
     for w in workers[1:]:
         w.send_signal(signal.SIGTERM)
     for w in workers[1:]:
-        w.wait(timeout=60)
+        w.wait()
         assert w.returncode == 0, _output(w)[1]
     assert final == Counter({"accepted": n}), final
     # no effect executed twice; every run paid exactly once
@@ -180,14 +224,18 @@ def _checkpoint_tokens_sqlite(path: str) -> dict[str, list[int]]:
 def test_two_workers_on_sqlite_one_killed(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     ids = _create(store, 40)
+    # a claims first and is killed mid-work (after its first effect, with runs in flight).
     a = _worker(store, tmp_path, "--concurrency", "8", "--lease-ttl", "2", sleep=0.05)
+    _ready(a)
     b = _worker(store, tmp_path, "--concurrency", "8", "--lease-ttl", "2", sleep=0.05)
-    time.sleep(1.5)
+    _until("a paying an effect", lambda: _paid_by(tmp_path, a) >= 1, a)
     a.send_signal(signal.SIGKILL)
-    a.wait(timeout=10)
-    final = _wait_all_ended(store, 40, timeout=120)
+    a.wait()
+    final = _wait_all_ended(store, 40, b)
+    _ready(b)
     b.send_signal(signal.SIGTERM)
-    b.wait(timeout=60)
+    b.wait()
+    assert b.returncode == 0, _output(b)[1]
     assert final == Counter({"accepted": 40}), final
     paid = Counter(_effects(tmp_path))
     assert max(paid.values()) == 1 and len(paid) == 40

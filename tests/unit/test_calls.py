@@ -78,13 +78,12 @@ def test_a_hung_call_does_not_keep_the_process_alive() -> None:
         "        print('gave up')\n"
         "asyncio.run(go())\n"
     )
-    t0 = time.monotonic()
+    # A hang would keep the child alive forever; the timeout only tells it from a slow start.
     out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "gave up"
-    assert time.monotonic() - t0 < 20
 
 
 def _child(q: mp.Queue[str]) -> None:
@@ -168,6 +167,11 @@ def test_an_idle_thread_holds_no_result() -> None:
         await call_user(make, timeout=None, threaded=True)
 
     asyncio.run(go())
-    time.sleep(0.05)  # the thread has delivered and gone idle
-    gc.collect()
+    # The thread lets go of the result once it has delivered it; wait for that (however
+    # loaded the machine), then check nothing kept it.
+    for _ in range(1000):
+        gc.collect()
+        if ref[0]() is None:
+            break
+        time.sleep(0.01)
     assert ref[0]() is None

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._engine import RunResult, Runtime
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
+
+if TYPE_CHECKING:
+    from .._engine import RunResult
 
 __all__ = ["worker"]
 
 
-@app.command()
+@app.command(short_help="Claim runnable runs and drive them until stopped.")
 def worker(
     store: StoreOpt = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Runs driven at once.")] = 8,
@@ -37,6 +37,10 @@ def worker(
     On SIGTERM or Ctrl-C each run finishes its cycle in flight, checkpoints and releases its
     lease, then the worker exits.
     """
+    import asyncio
+    import signal
+
+    from .._engine import Runtime
     from .._worker import Worker
     from ._render import console
 
@@ -49,17 +53,32 @@ def worker(
     def report(r: RunResult) -> None:
         out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
 
+    # A SIGTERM while the worker starts (a slow start under load) must stop it gracefully too,
+    # not kill it: note it until the event loop's handler replaces this one.
+    early: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: early.append(signum))
     with Runtime(store, lease_ttl_s=lease_ttl) as rt:
         w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
+        stopping = False
+
+        def stop() -> None:
+            nonlocal stopping
+            if not stopping:
+                stopping = True
+                out.print(f"worker {rt.owner}: stopping; runs finish their cycle in flight")
+            w.stop()
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
+            # Handlers before the ready line: whoever waits for it may signal at once.
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, w.stop)
+                loop.add_signal_handler(sig, stop)
             out.print(
                 f"worker {rt.owner} on {rt.store.url}: claiming up to {concurrency} run(s)"
                 + (" (until idle)" if once else "; SIGTERM or Ctrl-C to stop gracefully")
             )
+            if early:
+                stop()
             await w.run(once=once, max_runs=max_runs)
 
         asyncio.run(main())

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-from collections import Counter
 from pathlib import Path
 
 import loopwright as lw
@@ -26,32 +24,12 @@ import loopwright as lw
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workload
-
-
-def _crash_point() -> tuple[str, int] | None:
-    spec = os.environ.get("CP_CRASH")
-    if not spec:
-        return None
-    phase, _, n = spec.rpartition(":")
-    if not phase or not n.isdigit() or int(n) < 1:
-        raise SystemExit(f"CP_CRASH must be PHASE:N with N >= 1, got {spec!r}")
-    return phase, int(n)
+from killpoint import kill_point, phase_hook
 
 
 def main(argv: list[str]) -> int:
     db, key = argv
-    crash = _crash_point()
-    log = Path(os.environ["CP_DIR"]) / "phases.log"
-    seen: Counter[str] = Counter()
-    pid = os.getpid()
-
-    def on_phase(phase: str) -> None:
-        seen[phase] += 1
-        with open(log, "a") as fh:
-            fh.write(f"{pid} {phase}\n")
-        if crash is not None and crash == (phase, seen[phase]):
-            os.kill(pid, signal.SIGKILL)
-
+    on_phase = phase_hook(Path(os.environ["CP_DIR"]) / "phases.log", kill_point("CP_CRASH"))
     loop = workload.build_loop()
     with lw.Runtime(db) as rt:
         rt._on_phase = on_phase

@@ -2,10 +2,16 @@
 
 The effect appends ``<key> <pid>`` to ``$WORK_DIR/effects.log`` on every real execution; its
 reconcile hook reads the log, so a worker killed between intent and result never pays twice.
+
+``gated_actor`` (``loop_gated.toml``) is a barrier for the drain test: each call appends
+``<task> <cycle>`` to ``$WORK_DIR/started.log``, then waits (without blocking the event loop)
+until ``$WORK_DIR/gate`` exists, so the test can signal the worker while every run is known to
+be inside a cycle, whatever the machine's load.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -55,3 +61,12 @@ def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     doc = state.artifacts["doc"].values()
     bad = [k for k, v in WANT.items() if doc.get(k) != v]
     return lw.Verdict(passed=not bad, score=1 - len(bad) / len(WANT))
+
+
+async def gated_actor(ctx: lw.Context) -> lw.Proposal:
+    work = Path(os.environ["WORK_DIR"])
+    with (work / "started.log").open("a") as f:
+        f.write(f"{ctx.task['id']} {ctx.cycle}\n")
+    while not (work / "gate").exists():  # noqa: ASYNC110 - another process opens the gate
+        await asyncio.sleep(0.01)
+    return actor(ctx)
