@@ -78,7 +78,7 @@ def _run(
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=300,  # only a hung runner takes this long, however loaded the machine
         check=False,
     )
 

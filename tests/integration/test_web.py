@@ -95,7 +95,7 @@ def _sign_in(c: TestClient) -> str:
     return m.group(1)
 
 
-def _wait_status(store: str, run_id: str, want: str, timeout: float = 30) -> lw.RunRecord:
+def _wait_status(store: str, run_id: str, want: str, timeout: float = 120) -> lw.RunRecord:
     from loopwright.store import open_store
 
     st = open_store(store)
