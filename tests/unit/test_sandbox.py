@@ -4,15 +4,17 @@ verdicts with clear reasons (never a hung or crashed test run)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import time
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 import loopwright as lw
-from loopwright.verifiers import CommandVerifier, Limits, run_tests
+from loopwright.verifiers import CommandVerifier, Limits, run_tests, sandbox
+from loopwright.verifiers.sandbox import SandboxUnavailableError
 
 
 def verdict(code: str, tests: list[str], **kw: object) -> lw.Verdict:
@@ -60,9 +62,7 @@ def test_held_out_script_reports_failing_line() -> None:
 
 
 def test_infinite_loop_times_out_per_test() -> None:
-    t0 = time.perf_counter()
     v = verdict("def f():\n    while True:\n        pass\n", ["assert f() == 1", "assert 1 == 1"])
-    assert time.perf_counter() - t0 < 10
     assert not v.passed and v.score == 0.5  # the other test still ran
     assert v.findings[0].evidence["actual"] == "TIMEOUT"
 
@@ -75,9 +75,7 @@ def test_loop_that_disarms_the_test_timer_is_killed_at_the_wall_clock() -> None:
         "    while True:\n"
         "        pass\n"
     )
-    t0 = time.perf_counter()
     r = run_tests(code, ["assert f() == 1"], timeout_s=3, test_timeout_s=0.5)
-    assert time.perf_counter() - t0 < 10
     assert r.status == "timeout" and not r.passed
     assert "wall-clock limit of 3 s" in r.reason
     assert "not finished" in (r.tests[0].error or "")
@@ -133,13 +131,12 @@ def test_opening_a_socket_is_refused() -> None:
     assert "network access is not allowed" in f.evidence["actual"]
 
 
-def test_network_namespace_when_root() -> None:
-    r = run_tests("x = 1", ["assert x == 1"])
+def test_network_namespace_under_a_boundary() -> None:
+    r = run_tests("x = 1", ["assert x == 1"], allow_unisolated=True)
     assert r.passed
-    if os.geteuid() == 0:
-        assert r.isolation["network"] in ("namespace", "audit-hook")
-    else:
-        assert r.isolation == {"network": "audit-hook", "user": "unchanged"}
+    assert r.layers["boundary"] == r.isolation
+    if r.isolation in ("bwrap", "unshare"):
+        assert r.layers["network"] == "namespace"
 
 
 def test_hard_exit_is_a_crash_with_a_reason() -> None:
@@ -177,9 +174,155 @@ def test_audit_hook_fallback_without_namespace(tmp_path: Path) -> None:
     """``isolate=False`` is what a non-root user gets: the audit hook alone still refuses."""
     sock = "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n"
     r = run_tests(sock, ["assert True"], isolate=False)
-    assert r.isolation == {"network": "audit-hook", "user": "unchanged"}
+    assert r.isolation == "none"
+    assert r.layers == {"boundary": "none", "network": "audit-hook", "user": "unchanged"}
     assert "network access is not allowed" in (r.tests[0].actual or "")
     target = tmp_path / "out.txt"
     w = run_tests(f"open({str(target)!r}, 'w')\n", ["assert True"], isolate=False)
     assert "writing outside the sandbox directory" in (w.tests[0].actual or "")
     assert not target.exists()
+
+
+# --- the boundary (issue 16) -----------------------------------------------------------------
+PLANTED = "sk-test-planted-4f1d9c2e7b"
+HAS_BWRAP = sandbox._works("bwrap", sys.executable)
+HAS_UNSHARE = sandbox._works("unshare", sys.executable)
+
+
+def _probes(parent_pid: int) -> str:
+    """Candidate code that tries every known way to the parent's ``environ`` and returns what
+    it read (or the errors), for the real parent's pid and for whatever ``getppid`` says."""
+    return f"""
+import os
+def leak():
+    got = []
+    for pid in sorted({{os.getppid(), {parent_pid}}}):
+        paths = [
+            "/proc/%d/environ" % pid,
+            "/proc/self/root/proc/%d/environ" % pid,
+            "/proc/self/cwd/../../proc/%d/environ" % pid,
+            "/proc/self/root/proc/%d/task/%d/environ" % (pid, pid),
+        ]
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    got.append(fh.read().decode("latin-1"))
+            except BaseException as exc:
+                got.append(type(exc).__name__)
+        try:
+            proc = os.open("/proc", os.O_RDONLY)
+            fd = os.open("%d/environ" % pid, os.O_RDONLY, dir_fd=proc)
+            got.append(os.read(fd, 1 << 20).decode("latin-1"))
+        except BaseException as exc:
+            got.append(type(exc).__name__)
+    return " | ".join(got)
+"""
+
+
+@pytest.mark.parametrize(
+    "boundary",
+    [
+        pytest.param(
+            "bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap does not work here")
+        ),
+        pytest.param(
+            "unshare",
+            marks=pytest.mark.skipif(not HAS_UNSHARE, reason="unshare needs root and namespaces"),
+        ),
+    ],
+)
+def test_parent_environ_is_out_of_reach(boundary: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16.1: /proc/self/root, /proc/self/cwd/.., task/ and dir_fd ways to the parent's
+    environ all fail inside a namespace boundary (the parent is not in the child's /proc)."""
+    monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
+    real = sandbox._works
+    monkeypatch.setattr(sandbox, "_works", lambda b, p: b == boundary and real(b, p))
+    r = run_tests(_probes(os.getpid()), ["assert leak() == ''"])
+    assert r.isolation == boundary
+    assert not r.passed and r.status == "completed"
+    assert PLANTED not in json.dumps(r.to_dict())
+    assert PLANTED not in (r.tests[0].actual or "") and PLANTED not in r.output
+    # past the audit hook (dir_fd), the parent is simply not there: the namespace holds
+    assert (r.tests[0].actual or "").endswith("FileNotFoundError")
+
+
+def test_no_boundary_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "_works", lambda b, p: False)
+    monkeypatch.delenv(sandbox.ALLOW_UNISOLATED_ENV, raising=False)
+    with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
+        run_tests("x = 1", ["assert x == 1"])
+    # the verifier refuses too (the engine escalates the run with that message)
+    with pytest.raises(SandboxUnavailableError):
+        verdict("x = 1", ["assert x == 1"])
+    # opted in: it runs, and says loudly that it ran without a boundary
+    v = verdict("x = 1", ["assert x == 1"], allow_unisolated=True)
+    assert v.passed and v.evidence["isolation"] == "none"
+    assert "without namespace isolation" in v.evidence["warning"]
+    monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
+    assert run_tests("x = 1", ["assert x == 1"]).isolation == "none"
+
+
+def test_verdict_names_the_boundary() -> None:
+    v = verdict("x = 1", ["assert x == 1"], allow_unisolated=True)
+    assert v.evidence["isolation"] in ("bwrap", "unshare", "none")
+    assert ("warning" in v.evidence) == (v.evidence["isolation"] == "none")
+
+
+def test_audit_hook_follows_proc_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a boundary the hook still refuses /proc/self/root and /proc/self/cwd ways."""
+    monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
+    code = "import os\ndef f(path):\n    return open(path % os.getppid(), 'rb').read()\n"
+    tests = [
+        "assert f('/proc/self/root/proc/%d/environ') == b''",
+        "assert f('/proc/self/cwd/../../proc/%d/environ') == b''",
+        "assert f('/proc/self/root/proc/%d/task/%d/environ'.replace('/task/%d', '')) == b''",
+    ]
+    r = run_tests(code, tests, isolate=False)
+    assert PLANTED not in json.dumps(r.to_dict())
+    assert all("/proc entries is not allowed" in (t.actual or "") for t in r.tests)
+
+
+def test_timeout_on_an_instruction_without_a_line_number() -> None:
+    """Issue 17.2: the per-test timer firing on an instruction with no line number (as some of
+    a nested loop's are on Python 3.11) made the child's describe() crash (``%d`` of None):
+    0/2 and "crashed". Every instruction of this nested loop is stripped of its line."""
+    code = (
+        "def f(x):\n"
+        "    while True:\n"
+        "        for i in range(10):\n"
+        "            pass\n"
+        "n = len(f.__code__.co_code) // 2\n"
+        "f.__code__ = f.__code__.replace(co_linetable=bytes([0x80 | (15 << 3) | 7]) * (n // 8 + 1))\n"
+    )
+    r = run_tests(
+        code, ["assert f(1) == 1", "assert 1 == 1"], test_timeout_s=0.2, allow_unisolated=True
+    )
+    assert r.status == "completed" and r.n_passed == 1
+    assert r.tests[0].actual == "TIMEOUT"
+    assert "line ?" in (r.tests[0].error or "")
+
+
+def test_check_says_where_candidate_code_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``loopwright check`` names the boundary, and warns loudly where there is none."""
+    from loopwright.cli._check import review
+
+    loop = lw.Loop(
+        name="sbx",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lw.Check(fn=CommandVerifier(), name="tests")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+
+    def answer() -> dict[str, str]:
+        (found,) = [a for a in review(loop) if a["question"] == "Where does candidate code run?"]
+        return found
+
+    monkeypatch.setattr(sandbox, "_works", lambda b, p: b == "bwrap")
+    assert answer()["status"] == "ok" and "bwrap" in answer()["answer"]
+    monkeypatch.setattr(sandbox, "_works", lambda b, p: False)
+    monkeypatch.delenv(sandbox.ALLOW_UNISOLATED_ENV, raising=False)
+    refused = answer()
+    assert refused["status"] == "warn" and "no sandbox boundary" in refused["answer"]
+    monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
+    allowed = answer()
+    assert allowed["status"] == "warn" and "WITHOUT namespace isolation" in allowed["answer"]

@@ -7,9 +7,16 @@ use (``pip install 'loopwright[openai]'``).
 **Retries are the engine's.** The client is created with ``max_retries=0`` and every failure is
 raised for the engine to classify and retry under the loop's ``RetryPolicy`` (attempts are
 persisted, so the bound holds across restarts): timeouts, connection errors, 408/425/429
-(honouring ``Retry-After``) and 5xx are transient; 401/403 need a person; other 4xx are
-permanent. A reply that is not JSON or does not fit the schema raises ``MalformedReplyError``, a
-``TransientError``: it is sampled again.
+(honouring ``Retry-After``, capped at ``max_retry_after_s``, default 120 s, and at the run's
+time left) and 5xx are transient; 401/403 need a person; other 4xx are permanent. A reply that
+is not JSON or does not fit the schema, and a 2xx whose body is empty or not JSON, raise
+``MalformedReplyError``, a ``TransientError``: it is sampled again.
+
+**Secrets.** The API key is registered with ``loopwright._redact``; error messages and bodies
+(a 401 can echo the key), reviewer evidence and the HTTP client's log records are masked, and
+``user:password@`` in ``base_url`` is sent as a Basic ``Authorization`` header, never in the
+request URL. Model identities (the self-review rule) compare case-insensitively and without a
+gateway's provider prefix (``openai/gpt-4o`` is ``gpt-4o``).
 
 **Cost** comes from the response's ``usage`` times a price (``_prices``): the user's
 ``PriceOverride``, else ``genai-prices``, else 0 with one logged warning. The tokens and cost of
@@ -19,6 +26,7 @@ makes spend disappear.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.util
 import ipaddress
@@ -30,12 +38,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError
 from .._proposal import Context, Edit, Proposal, Verdict
 from .._question import Question
-from .._retry import PermanentError, status_code
+from .._redact import redact, redact_text, register_secret
+from .._retry import PermanentError, retry_after_s, status_code
 from .._state import Finding, TaskState
 from .._usage import Usage
 from ._prices import Priced, PriceOverride, price_call
@@ -177,10 +186,109 @@ def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
             exc.message = prefix + message  # type: ignore[attr-defined]
 
 
+DEFAULT_MAX_RETRY_AFTER_S = 120.0
+"""The longest ``Retry-After`` the adapters honour (a server asking for an hour gets this)."""
+
+# Routing prefixes of gateways and SDKs (LiteLLM, OpenRouter): ``openai/gpt-4o`` is ``gpt-4o``.
+_PROVIDER_PREFIXES = frozenset(
+    {
+        "openai",
+        "azure",
+        "azure_ai",
+        "ollama",
+        "ollama_chat",
+        "anthropic",
+        "groq",
+        "together",
+        "together_ai",
+        "openrouter",
+        "vllm",
+        "hosted_vllm",
+        "lm_studio",
+        "mistral",
+        "deepseek",
+        "fireworks_ai",
+        "google",
+        "gemini",
+        "vertex_ai",
+        "bedrock",
+        "huggingface",
+        "cohere",
+        "xai",
+        "perplexity",
+    }
+)
+
+
 def _normalise_model(model: str) -> str:
-    model = model.strip()
+    # Model names are case-insensitive on every server that matters for the self-review rule
+    # (Ollama's "Qwen2.5:7B" is "qwen2.5:7b"), so identities compare lower-cased.
+    model = model.strip().lower()
+    head, sep, rest = model.partition("/")
+    while sep and rest and head in _PROVIDER_PREFIXES:
+        model = rest
+        head, sep, rest = model.partition("/")
     # Ollama serves "llama3" and "llama3:latest" as the same model.
     return model.removesuffix(":latest")
+
+
+def _redact_exc(exc: BaseException) -> None:
+    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key);
+    its type, status and headers stay as they are for the engine's classification."""
+    with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
+        args = redact(list(exc.args))
+        if args != list(exc.args):
+            exc.args = tuple(args)
+        for attr in ("message", "body"):
+            value = getattr(exc, attr, None)
+            if isinstance(value, str | dict | list):
+                masked = redact(value)
+                if masked is not value:
+                    setattr(exc, attr, masked)
+
+
+def _without_userinfo(endpoint: str) -> tuple[str, dict[str, str]]:
+    """``user:password@`` taken out of the URL (the HTTP client logs every request's URL) and
+    sent as the Basic ``Authorization`` header httpx would have made of it."""
+    parts = urlsplit(endpoint)
+    if parts.username is None and parts.password is None:
+        return endpoint, {}
+    netloc = parts.netloc.rpartition("@")[2]
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    token = base64.b64encode(pair.encode()).decode()
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks secrets in the records of the HTTP client's and the SDK's loggers (request URLs
+    with ``?api-key=``, echoed error bodies)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):
+            text = record.getMessage()
+            masked = redact_text(text)
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
+_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+
+
+def _mask_http_logs() -> None:
+    for name in _HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactingFilter) for f in logger.filters):
+            logger.addFilter(_RedactingFilter())
+
+
+def _cap_retry_after(exc: BaseException, cap_s: float) -> None:
+    """Lower the wait ``exc`` asks for to ``cap_s``: ``retry_after_s`` reads ``exc.retry_after``
+    before the headers, so the engine's backoff sees the capped value."""
+    asked = retry_after_s(exc)
+    if asked is not None and asked > cap_s:
+        with contextlib.suppress(Exception):
+            exc.retry_after = cap_s  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +364,7 @@ class _ChatModel:
         response_format: ResponseFormat,
         extra_body: Mapping[str, Any] | None,
         name: str,
+        max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
     ) -> None:
         if importlib.util.find_spec("openai") is None:  # fail when the spec loads, not mid-run
             raise ImportError(_NO_SDK)
@@ -275,6 +384,16 @@ class _ChatModel:
             raise ConfigError(f"must be a number, got {temperature!r}", field="temperature")
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ConfigError("must be a table", field="extra_body")
+        if (
+            isinstance(max_retry_after_s, bool)
+            or not isinstance(max_retry_after_s, int | float)
+            or not 0 <= max_retry_after_s < float("inf")
+        ):
+            raise ConfigError(
+                f"must be a finite number ≥ 0, got {max_retry_after_s!r}",
+                field="max_retry_after_s",
+            )
+        self.max_retry_after_s = float(max_retry_after_s)
         self.model = model.strip()
         # The client gets the URL as given; identity and display use the canonical spelling.
         self._endpoint = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
@@ -290,6 +409,7 @@ class _ChatModel:
                 )
             key = "not-needed"  # local servers (Ollama, vLLM without --api-key) ignore it
         self._api_key = key
+        register_secret(key)  # masked wherever it might be echoed (a 401 body, a log line)
         self.system_prompt = system_prompt
         self.temperature = None if temperature is None else float(temperature)
         self.timeout_s = float(timeout_s)
@@ -311,7 +431,9 @@ class _ChatModel:
         return (self.base_url, _normalise_model(self.model))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
+        return (
+            f"{type(self).__name__}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -322,6 +444,7 @@ class _ChatModel:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        register_secret(self._api_key)  # a worker process masks it too
 
     # --- the call ---------------------------------------------------------------------------
     def _openai(self) -> openai.OpenAI:
@@ -331,11 +454,14 @@ class _ChatModel:
                     import openai
                 except ImportError as exc:  # pragma: no cover - the extra is in dev
                     raise ImportError(_NO_SDK) from exc
+                _mask_http_logs()
+                endpoint, headers = _without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
-                    base_url=self._endpoint,
+                    base_url=endpoint,
                     timeout=self.timeout_s,
                     max_retries=0,  # the engine retries, under the loop's persisted policy
+                    default_headers=headers or None,
                 )
             return self._client
 
@@ -381,9 +507,13 @@ class _ChatModel:
             self._warned.add(key)
         _log.warning(message)
 
-    def _request(self, messages: list[dict[str, str]]) -> tuple[Any, str, float]:
+    def _request(
+        self, messages: list[dict[str, str]], budget_s: float | None = None
+    ) -> tuple[Any, str, float]:
         """Send the request, stepping down the structured-output mode when the server says it
-        does not support it; returns ``(completion, mode used, seconds)``."""
+        does not support it; returns ``(completion, mode used, seconds)``. A failure's
+        ``Retry-After`` is capped at ``max_retry_after_s`` and at ``budget_s`` (the run's time
+        left, when known)."""
         client = self._openai()
         mode = self.response_format
         t0 = time.perf_counter()
@@ -399,11 +529,20 @@ class _ChatModel:
             except Exception as exc:
                 if type(exc).__name__ == "APIResponseValidationError":
                     raise MalformedReplyError(
-                        f"the server's response is not a chat completion: {exc}"
+                        f"the server's response is not a chat completion: {redact_text(str(exc))}"
+                    ) from exc
+                if isinstance(exc, json.JSONDecodeError):
+                    # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
+                    # a proxy or a server hiccup, worth another sample like an HTML body.
+                    raise MalformedReplyError(
+                        "the server answered with an empty body or one that is not JSON"
                     ) from exc
                 lower = mode if mode in _FALLBACK else None
                 if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
                     _name_the_call(exc, self.model, self._endpoint)
+                    _redact_exc(exc)
+                    cap = getattr(self, "max_retry_after_s", DEFAULT_MAX_RETRY_AFTER_S)
+                    _cap_retry_after(exc, cap if budget_s is None else min(cap, budget_s))
                     raise
                 mode = _FALLBACK[lower]
                 self.response_format = mode  # remembered for the next calls
@@ -412,7 +551,7 @@ class _ChatModel:
                     self.model,
                     public_url(self.base_url),
                     lower,
-                    exc,
+                    redact_text(str(exc)),
                     mode,
                 )
                 continue
@@ -425,10 +564,12 @@ class _ChatModel:
             text += " " + json.dumps(getattr(exc, "body", None), default=str).lower()
         return any(word in text for word in _FORMAT_WORDS.get(mode, ()))
 
-    def _complete(self, messages: list[dict[str, str]], bill_to: str) -> ModelReply:
+    def _complete(
+        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+    ) -> ModelReply:
         """One call: request, usage and price, refusal or validated JSON. A malformed reply's
         spend is kept under ``bill_to`` (the run) and added to that run's next good reply."""
-        completion, mode, seconds = self._request(messages)
+        completion, mode, seconds = self._request(messages, budget_s)
         body = completion.model_dump() if hasattr(completion, "model_dump") else completion
         if not isinstance(body, Mapping):
             raise MalformedReplyError(
@@ -483,6 +624,8 @@ class _ChatModel:
                     )
                 self._carry(bill_to, usage)
                 exc.usage = usage
+                exc.raw = redact_text(exc.raw)
+                _redact_exc(exc)
                 self.last_reply = ModelReply(
                     None,
                     None,
@@ -554,6 +697,8 @@ class ChatActor(_ChatModel):
         extra_body: extra request fields (``{"max_tokens": 800}``, vLLM's or Ollama's
             ``options``).
         name: the name shown for it.
+        max_retry_after_s: the longest ``Retry-After`` honoured (default 120 s; the time
+            budget left caps it too).
     """
 
     _schema = PROPOSAL_SCHEMA
@@ -575,6 +720,7 @@ class ChatActor(_ChatModel):
         response_format: ResponseFormat = "json_schema",
         extra_body: Mapping[str, Any] | None = None,
         name: str = "chat_actor",
+        max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
     ) -> None:
         check_template(template, CONTEXT_FIELDS, "template")
         super().__init__(
@@ -589,6 +735,7 @@ class ChatActor(_ChatModel):
             response_format=response_format,
             extra_body=extra_body,
             name=name,
+            max_retry_after_s=max_retry_after_s,
         )
         self.template = template
 
@@ -601,7 +748,9 @@ class ChatActor(_ChatModel):
         ]
 
     def __call__(self, ctx: Context) -> Proposal:
-        reply = self._complete(self.messages(ctx), bill_to=ctx.run_id)
+        reply = self._complete(
+            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+        )
         if reply.data is None:
             return Proposal(escalate=f"the model refused: {reply.refusal}", usage=reply.usage)
         return self.proposal(reply.data, reply.usage)
@@ -681,6 +830,7 @@ class ChatReviewer(_ChatModel):
         extra_body: Mapping[str, Any] | None = None,
         dimension: str = "review",
         name: str = "review",
+        max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
     ) -> None:
         if not isinstance(rubric, str) or not rubric.strip():
             raise ConfigError("a reviewer needs a rubric", field="rubric")
@@ -705,6 +855,7 @@ class ChatReviewer(_ChatModel):
             response_format=response_format,
             extra_body=extra_body,
             name=name,
+            max_retry_after_s=max_retry_after_s,
         )
         self.rubric = rubric.strip()
         self.pass_score = float(pass_score)
@@ -766,7 +917,7 @@ class ChatReviewer(_ChatModel):
             passed=passed,
             score=score,
             findings=tuple(findings),
-            evidence=evidence,
+            evidence=redact(evidence),
             usage=usage,
         )
 
@@ -788,7 +939,7 @@ class ChatReviewer(_ChatModel):
                 evidence["located_as"] = part
                 part = None
         return Finding(
-            message=str(raw["message"]),
+            message=redact_text(str(raw["message"])),
             artifact=artifact,
             part=part,
             dimension=str(raw.get("dimension") or self.dimension),

@@ -113,6 +113,30 @@ def review(loop: Loop) -> list[dict[str, str]]:
             ),
         )
 
+    from ..verifiers.sandbox import CommandVerifier, SandboxUnavailableError, sandbox_boundary
+
+    sandboxed = [v.fn for v in loop.verifiers if isinstance(v.fn, CommandVerifier)]
+    if sandboxed:
+        try:
+            where = {
+                sandbox_boundary(isolate=f.isolate, allow_unisolated=f.allow_unisolated)
+                for f in sandboxed
+            }
+            refused = ""
+        except SandboxUnavailableError as exc:
+            where, refused = {"none"}, str(exc)
+        add(
+            "Where does candidate code run?",
+            "none" not in where,
+            refused
+            or (
+                "WITHOUT namespace isolation (isolation=none): only an audit hook guards this "
+                "process's secrets, files and network"
+                if "none" in where
+                else f"in its own namespaces ({', '.join(sorted(where))}), no view of this process"
+            ),
+        )
+
     owner = c.escalation.owner
     add(
         "Who owns the unresolved exception?",

@@ -56,7 +56,11 @@ def ui(
     url = resolve_store_url(store)
     application = create_app(url, token=token, identity=name, require_token_for_reads=private)
     shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"loopwright ui: http://{shown}:{port}/  (store {url}, decisions as {name!r})")
+    from .._redact import redact_text
+
+    typer.echo(  # the store URL's password masked, as every other command shows it
+        f"loopwright ui: http://{shown}:{port}/  (store {redact_text(url)}, decisions as {name!r})"
+    )
     if "LOOPWRIGHT_UI_TOKEN" not in os.environ:
         typer.echo(f"sign-in token (shown once): {token}")
     if private:

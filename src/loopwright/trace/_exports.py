@@ -1,5 +1,9 @@
 """Traces turned into learning material: eval cases and preference pairs (JSON lines).
 
+Both leave the engine for other hands (datasets, fine-tuning jobs), so every case and pair is
+passed through ``loopwright._redact.redact``: secrets in the task, the evidence, error messages
+and URLs become ``***`` (ids and hashes are computed before, from the stored data).
+
 ``eval_cases`` gives one replayable case per ended run; ``preference_pairs`` gives pairs of a
 better and a worse proposal made from the same context. ``docs/trace.md`` documents both
 formats and exactly how pairs are formed.
@@ -17,6 +21,7 @@ from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
 from .._proposal import Context, Proposal
+from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store
 
@@ -173,7 +178,7 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
     cps = store.checkpoints(rec.run_id)
     initial = TaskState.from_dict(cps[0].state)
     final = TaskState.from_dict(cps[-1].state)
-    return {
+    case = {
         "format": EVAL_CASE_FORMAT,
         "case_id": rec.run_id,
         "run_id": rec.run_id,
@@ -199,6 +204,7 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
         "ended_at": rec.ended_at,
         "escalation": rec.packet,
     }
+    return dict(redact(case))
 
 
 def _case_cycle(run: RunRecord, c: _Cycle) -> dict[str, Any]:
@@ -332,7 +338,7 @@ def preference_pairs(
                 later = next((c for c in cands[i + 1 :] if _prefers(c, rj)), None)
                 if later is not None:
                     _add(pairs, seen, "hindsight", later, rj)
-    return pairs
+    return [dict(redact(p)) for p in pairs]
 
 
 def _add(

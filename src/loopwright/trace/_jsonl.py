@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+from .._redact import redact
 from ..store import Event, RunRecord, Store
 from ._otlp import trace_id_for
 
@@ -63,7 +64,7 @@ def build_records(run: RunRecord, events: Sequence[Event]) -> list[dict[str, Any
                 "event_id": ev.id,
             }
         )
-    return lines
+    return [redact(line) for line in lines]  # a trace leaves the engine: no secrets in it
 
 
 def write_jsonl(records: Iterable[Any], out: IO[str]) -> int:

@@ -11,9 +11,11 @@ from .sandbox import (
     CommandVerifier,
     Limits,
     SandboxResult,
+    SandboxUnavailableError,
     TestResult,
     python_tests_verifier,
     run_tests,
+    sandbox_boundary,
 )
 
 __all__ = [
@@ -21,7 +23,9 @@ __all__ = [
     "CommandVerifier",
     "Limits",
     "SandboxResult",
+    "SandboxUnavailableError",
     "TestResult",
     "python_tests_verifier",
     "run_tests",
+    "sandbox_boundary",
 ]

@@ -10,22 +10,30 @@ directory, with an environment stripped to ``PATH`` and ``LANG``, and these limi
   ignored, so an oversized write fails with an error instead of killing the child),
   ``RLIMIT_NPROC``, ``RLIMIT_NOFILE`` and ``RLIMIT_CORE = 0``; they are set by the child itself
   before it runs candidate code (no ``preexec_fn``, which is unsafe in a threaded parent);
-* **network** — when the parent runs as root the child first enters a new, empty network
-  namespace (``unshare(CLONE_NEWNET)``: no interfaces, not even loopback) and then drops to the
-  unprivileged ``nobody`` user, so it can write only inside its own directory and read nothing
-  private. Otherwise (not root, or unsharing is refused) the fallback is the audit hook below;
-  ``SandboxResult.isolation`` says which layers were in force;
-* **audit hook** (always, defence in depth) — a ``sys.addaudithook`` hook installed before any
+* **boundary** (``SandboxResult.isolation``, the verdict's ``evidence["isolation"]``) — the
+  child runs in its own PID, mount, network, IPC and UTS namespaces with a private ``/proc``, so
+  no other process (the parent, with its API keys in its environment, included) is visible:
+  ``bwrap`` (bubblewrap, also unprivileged) shows it only read-only ``/usr``, the interpreter's
+  prefix, a private ``/dev``, an empty ``/tmp`` and its own work directory; ``unshare``
+  (``unshare --pid --mount-proc --fork --net``, root only, when bubblewrap is missing) keeps the
+  host's file system in view, read as ``nobody`` where the interpreter allows. Where neither is
+  possible (``none``), ``run_tests`` refuses with ``SandboxUnavailableError`` unless told to
+  run anyway (``allow_unisolated=True`` or ``LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED=1``; and
+  ``isolate=False`` asks for ``none`` outright); a warning is logged and the verdict's evidence
+  carries one;
+* **environment** — the child and its wrapper get ``PATH`` and ``LANG`` only; the job comes on
+  stdin; no file descriptor is inherited;
+* **user** — when running as root the child drops to ``nobody`` before candidate code runs;
+* **audit hook** (always, a second layer) — a ``sys.addaudithook`` hook installed before any
   candidate code runs refuses socket creation, process creation (``fork``, ``exec``,
   ``subprocess``, ``os.system``, ``posix_spawn``), signalling other processes, ``ctypes``,
   writes, deletions and renames outside the working directory, and reads of other processes'
-  ``/proc`` entries (e.g. the parent's ``environ``).
+  ``/proc`` entries (by the path's text and where it really leads).
 
 Limitations, stated plainly: an audit hook is not a security boundary against code written to
-defeat it (the namespace and the unprivileged user are the real boundary when running as root);
-and the child reports its results on a pipe the candidate could in principle write to, so a
-deliberately adversarial candidate could forge its own per-test results (it cannot harm the
-host or read secrets). The threat model is buggy or careless model-written code.
+defeat it (with ``isolation="none"`` it is all there is); and the child reports its results on
+a pipe the candidate could in principle write to, so a deliberately adversarial candidate could
+forge its own per-test results. docs/security.md has the threat model.
 
 Per-test semantics follow LDB's executor (``programming/executors/py_executor.py``): each test
 is executed after re-executing ``preamble + code`` in one namespace shared by the tests of a
@@ -39,6 +47,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -51,24 +60,46 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._errors import ConfigError
 from .._proposal import Proposal, Verdict
 from .._state import Finding, TaskState, part_ref
 from .._usage import Usage
 
 __all__ = [
+    "ALLOW_UNISOLATED_ENV",
     "DEFAULT_PREAMBLE",
+    "Boundary",
     "CommandVerifier",
     "Limits",
     "SandboxResult",
+    "SandboxUnavailableError",
     "TestResult",
     "python_tests_verifier",
     "run_tests",
+    "sandbox_boundary",
 ]
+
+_log = logging.getLogger("loopwright.sandbox")
 
 DEFAULT_PREAMBLE = "from typing import *"
 """Executed before the candidate code, as LDB's executor does."""
 
 SandboxStatus = Literal["completed", "timeout", "crashed", "error"]
+
+Boundary = Literal["bwrap", "unshare", "none"]
+"""What separates the candidate from the host: ``bwrap`` (bubblewrap: own PID, mount, network,
+IPC and UTS namespaces, a private ``/proc``, only read-only system directories and the work
+directory visible), ``unshare`` (own PID, mount, network, IPC and UTS namespaces with a private
+``/proc``, but the host's file system, read as the ``nobody`` user where possible) or ``none``
+(the audit hook alone, which code written to defeat it can get past)."""
+
+ALLOW_UNISOLATED_ENV = "LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED"
+"""Set to ``1`` to run candidates even where no namespace isolation is possible."""
+
+
+class SandboxUnavailableError(ConfigError):
+    """No namespace isolation is possible here and running without it was not allowed."""
+
 
 _MAX_TEXT = 2000  # characters kept of any output or message
 
@@ -140,8 +171,9 @@ class SandboxResult:
         reason: why the run did not complete, in words (empty when it completed).
         seconds: wall-clock time of the whole run.
         output: the tail of what the candidate printed.
-        isolation: the layers in force: ``network`` (``namespace`` or ``audit-hook``), ``user``
-            (``nobody`` or ``unchanged``).
+        isolation: the boundary in force (``Boundary``: ``bwrap``, ``unshare`` or ``none``).
+        layers: every layer in force: ``boundary``, ``network`` (``namespace`` or
+            ``audit-hook``), ``user`` (``nobody`` or ``unchanged``).
     """
 
     status: SandboxStatus
@@ -149,7 +181,8 @@ class SandboxResult:
     reason: str = ""
     seconds: float = 0.0
     output: str = ""
-    isolation: dict[str, str] = field(default_factory=dict)
+    isolation: str = "none"
+    layers: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -171,7 +204,8 @@ class SandboxResult:
             "reason": self.reason,
             "seconds": self.seconds,
             "output": self.output,
-            "isolation": dict(self.isolation),
+            "isolation": self.isolation,
+            "layers": dict(self.layers),
         }
 
 
@@ -195,8 +229,10 @@ os.close(devnull)
 sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
 sys.stderr = sys.stdout
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-iso = {"network": "audit-hook", "user": "unchanged"}
-if job["isolate"] and os.geteuid() == 0:
+iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
+if job["netns"]:
+    iso["network"] = "namespace"
+elif job["isolate"] and os.geteuid() == 0:
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -239,13 +275,21 @@ def proc_ok(path):
     if isinstance(path, int):
         return True
     try:
-        p = os.path.normpath(os.path.join(HOME, os.fsdecode(path)))
+        joined = os.path.join(HOME, os.fsdecode(path))
+        raw = os.path.normpath(joined)
+        # realpath too (of the unnormalised path: ".." after a link is taken from the link's
+        # target): /proc/self/root/proc/<pid> and /proc/self/cwd/../.. lead elsewhere than
+        # their text. A relative path under a dir_fd still escapes: the namespaces are the
+        # boundary, this hook is a second layer.
+        real = os.path.realpath(joined)
     except Exception:
         return False
-    if not p.startswith("/proc/"):
-        return True
-    head = p.split("/")[2]
-    return not head.isdigit() or head == MYPID
+    for p in (raw, real):
+        if p.startswith("/proc/"):
+            head = p.split("/")[2]
+            if head.isdigit() and head != MYPID:
+                return False
+    return True
 DENY_PREFIX = ("socket.", "ctypes.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
                "os.kill", "os.killpg", "signal.pthread_kill")
 DENY = {"subprocess.Popen", "os.system", "os.forkpty", "pty.spawn", "os.startfile",
@@ -285,13 +329,24 @@ def clip(s):
     s = str(s)
     return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
 def describe(exc):
-    msg = str(exc)
+    try:
+        return describe_(exc)
+    except BaseException:  # the harness must outlive any exception the candidate makes
+        return clip(type(exc).__name__)
+def describe_(exc):
+    try:
+        msg = str(exc)
+    except BaseException:
+        msg = ""
     where = ""
     tb = exc.__traceback__
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
         if name.startswith("<test ") or name == "<candidate>":
-            where = " (%s line %d)" % (name.strip("<>"), tb.tb_lineno)
+            # tb_lineno is None for an instruction with no line (a loop's back-edge, hit by
+            # the timer): "%d" would raise here and kill the child, failing every test.
+            line = tb.tb_lineno
+            where = " (%s line %s)" % (name.strip("<>"), "?" if line is None else line)
         tb = tb.tb_next
     return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
 def text(exc):
@@ -383,20 +438,177 @@ def _world_readable(path: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _nobody(python: str) -> tuple[int, int] | None:
+def _nobody(python: str, boundary: str) -> tuple[int, int] | None:
     """The ``nobody`` user's ids, when the child can still import the standard library as it.
 
     A Python installed under a private directory (``/root/.pyenv``) cannot be read by
-    ``nobody``; then the child keeps its user and the audit hook is the only file guard.
+    ``nobody`` on the host; under ``bwrap`` the prefix's parents are the sandbox's own
+    (world-readable) directories, so only the standard library itself must be readable.
+    Otherwise the child keeps its user.
     """
     try:
         pw = pwd.getpwnam("nobody")
     except KeyError:
         return None
     stdlib = os.path.dirname(os.__file__)
-    if python != sys.executable or not _world_readable(stdlib):
+    if python != sys.executable:
         return None
-    return pw.pw_uid, pw.pw_gid
+    if boundary == "bwrap":
+        try:
+            readable = all(
+                os.stat(p).st_mode & 0o005 == 0o005
+                for p in (os.path.realpath(stdlib), os.path.realpath(sys.base_prefix))
+            )
+        except OSError:
+            readable = False
+    else:
+        readable = _world_readable(stdlib)
+    return (pw.pw_uid, pw.pw_gid) if readable else None
+
+
+# --- the boundary: bubblewrap, else unshare (root), else none -------------------------------
+_CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+# Top-level system directories the interpreter may need (shared libraries, the loader); on a
+# merged-/usr system most are symlinks into /usr and are recreated as symlinks.
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def _prefixes(python: str) -> list[str]:
+    """Directories the interpreter reads: its installation prefix (and this process's base
+    prefix when it is this interpreter), outside ``/usr``, which is bound whole."""
+    real = os.path.realpath(python)
+    found = [os.path.dirname(os.path.dirname(real))]
+    if python == sys.executable:
+        found.append(os.path.realpath(sys.base_prefix))
+    out: list[str] = []
+    for p in found:
+        if p in ("/", "") or p == "/usr" or p.startswith("/usr/") or p in out:
+            continue
+        out.append(p)
+    return out
+
+
+def _parents(path: str) -> list[str]:
+    """``/a/b/c`` → ``["/a", "/a/b"]``."""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _bwrap_argv(bwrap: str, python: str, workdir: str) -> list[str]:
+    argv = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+    ]
+    if os.geteuid() != 0:
+        argv.append("--unshare-user")  # what lets an unprivileged bwrap make the others
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
+    for d in _SYSTEM_DIRS:
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    made: set[str] = {"/tmp", "/usr", "/proc", "/dev", *_SYSTEM_DIRS}
+    for path, mode in [(p, "--ro-bind") for p in _prefixes(python)] + [(workdir, "--bind")]:
+        for parent in _parents(path):
+            if parent not in made:  # bwrap would copy the host's mode (/root is 0700)
+                argv += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        argv += [mode, path, path]
+        made.add(path)
+    argv += ["--chdir", workdir, "--clearenv"]
+    for k, v in _CLEAN_ENV.items():
+        argv += ["--setenv", k, v]
+    return argv
+
+
+def _unshare_argv(unshare: str) -> list[str]:
+    return [
+        unshare,
+        "--pid",
+        "--mount-proc",
+        "--fork",
+        "--kill-child",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--",
+    ]
+
+
+def _wrap(boundary: str, python: str, workdir: str) -> list[str]:
+    if boundary == "bwrap":
+        return _bwrap_argv(shutil.which("bwrap") or "bwrap", python, workdir)
+    if boundary == "unshare":
+        return _unshare_argv(shutil.which("unshare") or "unshare")
+    return []
+
+
+@functools.lru_cache(maxsize=16)
+def _works(boundary: str, python: str) -> bool:
+    """Whether ``boundary`` can start ``python`` here (checked once per process: kernels and
+    containers refuse user or PID namespaces in ways only trying reveals)."""
+    if boundary == "bwrap" and shutil.which("bwrap") is None:
+        return False
+    if boundary == "unshare" and (os.geteuid() != 0 or shutil.which("unshare") is None):
+        return False
+    workdir = tempfile.mkdtemp(prefix="loopwright-probe-")
+    try:
+        argv = _wrap(boundary, python, workdir)
+        argv += [os.path.realpath(python), "-I", "-S", "-B", "-c", "import os; print(os.getpid())"]
+        done = subprocess.run(
+            argv, capture_output=True, env=dict(_CLEAN_ENV), timeout=30, cwd=workdir, check=False
+        )
+        # In its own PID namespace the interpreter is 1 (unshare) or 2 (under bwrap's init).
+        return done.returncode == 0 and done.stdout.strip() in (b"1", b"2")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _allowed_unisolated() -> bool:
+    return os.environ.get(ALLOW_UNISOLATED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+_warned: set[str] = set()  # warnings already logged by this process
+
+
+def sandbox_boundary(
+    *, isolate: bool = True, allow_unisolated: bool = False, python: str | None = None
+) -> Boundary:
+    """The boundary candidates get here: ``bwrap`` when bubblewrap works, else ``unshare``
+    when running as root, else ``none`` — which is refused with ``SandboxUnavailableError``
+    unless ``isolate=False``, ``allow_unisolated=True`` or ``LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED=1``
+    says to run anyway (then a warning is logged once per process).
+    """
+    python = python or sys.executable
+    if isolate:
+        if _works("bwrap", python):
+            return "bwrap"
+        if _works("unshare", python):
+            return "unshare"
+        if not (allow_unisolated or _allowed_unisolated()):
+            raise SandboxUnavailableError(
+                "no sandbox boundary is possible here: candidate code would run with only an "
+                "audit hook between it and this process (its environment, files and network). "
+                "Install bubblewrap (`apt-get install bubblewrap`; it needs unprivileged user "
+                "namespaces) or run as root for `unshare`; or accept the risk with "
+                f"{ALLOW_UNISOLATED_ENV}=1 (or the verifier's allow_unisolated=true)",
+                field="sandbox",
+            )
+    if "none" not in _warned:
+        _warned.add("none")
+        _log.warning(
+            "sandbox: candidate code runs WITHOUT namespace isolation (isolation=none): only an "
+            "audit hook guards this process's secrets, files and network"
+        )
+    return "none"
 
 
 def _clip(text: str, n: int = _MAX_TEXT) -> str:
@@ -438,6 +650,7 @@ def run_tests(
     limits: Limits | None = None,
     isolate: bool = True,
     python: str | None = None,
+    allow_unisolated: bool = False,
 ) -> SandboxResult:
     """Run ``code`` and then each of ``tests`` in a sandboxed child interpreter.
 
@@ -450,12 +663,18 @@ def run_tests(
         test_timeout_s: per-test limit (LDB used 1 s for visible tests, 10 s for hidden ones).
         preamble: executed before ``code`` for every test (LDB: ``from typing import *``).
         limits: resource limits (``Limits()`` by default).
-        isolate: enter a network namespace and drop to ``nobody`` when running as root.
+        isolate: run inside a namespace boundary (``sandbox_boundary``) and drop to
+            ``nobody`` when running as root; ``False`` runs with the audit hook alone
+            (``isolation="none"``), as an explicit choice.
         python: the interpreter to run (default: this one).
+        allow_unisolated: where no boundary is possible, run anyway (``isolation="none"``)
+            instead of raising ``SandboxUnavailableError``; the environment variable
+            ``LOOPWRIGHT_SANDBOX_ALLOW_UNISOLATED=1`` does the same.
 
     Never raises for anything the candidate does: hangs, crashes, forks, memory exhaustion
     and blocked operations all come back as a ``SandboxResult`` with failed tests and a
-    reason.
+    reason. Raises ``SandboxUnavailableError`` (a ``ConfigError``) when no boundary is possible
+    and running without one was not allowed.
     """
     limits = limits or Limits()
     tests = [str(t) for t in tests]
@@ -463,13 +682,16 @@ def run_tests(
         timeout_s = test_timeout_s * max(1, len(tests)) * 2 + 5.0
     cpu_s = limits.cpu_s if limits.cpu_s is not None else int(timeout_s) + 1
     python = python or sys.executable
-    ids = _nobody(python) if (isolate and os.geteuid() == 0) else None
+    boundary = sandbox_boundary(isolate=isolate, allow_unisolated=allow_unisolated, python=python)
+    ids = _nobody(python, boundary) if (isolate and os.geteuid() == 0) else None
     job = {
         "code": code,
         "tests": tests,
         "preamble": preamble,
         "test_timeout_s": test_timeout_s,
         "isolate": isolate,
+        "boundary": boundary,
+        "netns": boundary != "none",
         "uid": ids[0] if ids else None,
         "gid": ids[1] if ids else None,
         "limits": {
@@ -480,15 +702,19 @@ def run_tests(
             "open_files": limits.open_files,
         },
     }
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-    workdir = tempfile.mkdtemp(prefix="loopwright-sandbox-")
+    # Nothing of this process's environment reaches the child, nor its wrapper (under bwrap the
+    # wrapper is the sandbox's PID 1, whose environ the candidate can read).
+    env = dict(_CLEAN_ENV)
+    workdir = os.path.realpath(tempfile.mkdtemp(prefix="loopwright-sandbox-"))
     t0 = time.perf_counter()
     try:
         if ids is not None:
             os.chown(workdir, ids[0], ids[1])
+        wrapper = _wrap(boundary, python, workdir)
+        exe = os.path.realpath(python) if wrapper else python
         try:
             proc = subprocess.Popen(
-                [python, "-I", "-S", "-B", "-c", _HARNESS],
+                [*wrapper, exe, "-I", "-S", "-B", "-c", _HARNESS],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -499,7 +725,11 @@ def run_tests(
             )
         except OSError as exc:
             return _fill(
-                tests, "error", f"could not start the sandbox: {exc}", time.perf_counter() - t0
+                tests,
+                "error",
+                f"could not start the sandbox: {exc}",
+                time.perf_counter() - t0,
+                boundary,
             )
         timed_out = False
         try:
@@ -530,19 +760,22 @@ def run_tests(
             output,
             limits,
             cpu_s,
+            boundary,
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _fill(
-    tests: Sequence[str], status: SandboxStatus, reason: str, seconds: float
+    tests: Sequence[str], status: SandboxStatus, reason: str, seconds: float, boundary: str
 ) -> SandboxResult:
     return SandboxResult(
         status=status,
         tests=tuple(TestResult(t, False, actual=reason, error=reason) for t in tests),
         reason=reason,
         seconds=seconds,
+        isolation=boundary,
+        layers={"boundary": boundary},
     )
 
 
@@ -557,9 +790,10 @@ def _parse(
     output: str,
     limits: Limits,
     cpu_s: int,
+    boundary: str,
 ) -> SandboxResult:
     got: dict[int, TestResult] = {}
-    isolation: dict[str, str] = {}
+    isolation: dict[str, str] = {"boundary": boundary}
     done = False
     for line in stdout.decode("utf-8", "replace").splitlines():
         try:
@@ -570,6 +804,7 @@ def _parse(
             continue
         if "isolation" in msg and isinstance(msg["isolation"], dict):
             isolation = {str(k): str(v) for k, v in msg["isolation"].items()}
+            isolation["boundary"] = boundary  # the parent's word, not the child's
         elif msg.get("done") is True:
             done = True
         elif isinstance(msg.get("i"), int) and 0 <= msg["i"] < len(tests):
@@ -581,6 +816,8 @@ def _parse(
                 error=None if msg.get("error") is None else str(msg.get("error")),
                 seconds=float(msg.get("seconds") or 0.0),
             )
+    if boundary == "bwrap" and rc is not None and 128 < rc < 128 + 65:
+        rc = 128 - rc  # bwrap reports its child's death by signal N as exit status 128 + N
     status: SandboxStatus
     if done and len(got) == len(tests):
         status, reason = "completed", ""
@@ -598,7 +835,7 @@ def _parse(
         got.get(i) or TestResult(t, False, actual=reason, error=f"not finished: {reason}")
         for i, t in enumerate(tests)
     )
-    return SandboxResult(status, results, reason, seconds, output, isolation)
+    return SandboxResult(status, results, reason, seconds, output, boundary, isolation)
 
 
 class CommandVerifier:
@@ -626,8 +863,12 @@ class CommandVerifier:
         preamble: str = DEFAULT_PREAMBLE,
         limits: Limits | None = None,
         isolate: bool = True,
+        allow_unisolated: bool = False,
         name: str = "",
     ) -> None:
+        if not isinstance(allow_unisolated, bool):
+            raise ConfigError("must be true or false", field="allow_unisolated")
+        self.allow_unisolated = allow_unisolated
         self.tests = None if tests is None else tuple(str(t) for t in tests)
         self.tests_key = tests_key
         self.artifact = artifact
@@ -676,6 +917,7 @@ class CommandVerifier:
             preamble=self.preamble,
             limits=self.limits,
             isolate=self.isolate,
+            allow_unisolated=self.allow_unisolated,
         )
         return self.verdict(result)
 
@@ -715,7 +957,13 @@ class CommandVerifier:
                 "reason": result.reason,
                 "feedback": [t.feedback for t in result.failed],
                 "output": result.output,
-                "isolation": dict(result.isolation),
+                "isolation": result.isolation,
+                "layers": dict(result.layers),
+                **(
+                    {"warning": "candidate code ran without namespace isolation"}
+                    if result.isolation == "none"
+                    else {}
+                ),
                 "seconds": round(result.seconds, 4),
             },
             usage=Usage(0.0, 0, result.seconds),
@@ -738,6 +986,7 @@ def python_tests_verifier(
     memory_mb: int = 1024,
     file_mb: int = 16,
     isolate: bool = True,
+    allow_unisolated: bool = False,
     name: str = "",
 ) -> CommandVerifier:
     """A ``CommandVerifier`` from plain options (the form a loop spec's ``options`` table has):
@@ -759,5 +1008,6 @@ def python_tests_verifier(
         preamble=preamble,
         limits=Limits(memory_mb=memory_mb, file_mb=file_mb),
         isolate=isolate,
+        allow_unisolated=allow_unisolated,
         name=name,
     )

@@ -1,0 +1,247 @@
+"""Redaction: secrets become ``***`` before data is stored, exported, logged or shown.
+
+``redact(obj)`` walks JSON-like data (mappings, lists, tuples, strings, numbers) and returns it
+with secrets masked; the input is never modified (containers with nothing to mask are returned
+as they are, so the common case allocates nothing). What counts as a secret:
+
+* in any string: the values of environment variables whose names look secret (``*_KEY``,
+  ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``; values of at least
+  ``MIN_SECRET_LEN`` characters, so that ``DEBUG_KEY=1`` does not mask every "1"); values
+  registered with ``register_secret`` (the model adapters register their API keys);
+  credentials in URLs (``scheme://user:pw@host`` → ``scheme://***@host``) and credential-like
+  query parameters (``?api_key=…``); well-known key shapes (``sk-…``, ``Bearer …``, GitHub,
+  Slack, AWS, Google, Hugging Face and GitLab tokens) and ``password=…`` in connection strings;
+* in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
+  ``secret``, … — ``SECRET_FIELDS``), plus the names given as ``secret_fields`` or registered
+  with ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a
+  key are kept (a fencing ``token`` is a counter, not a credential).
+
+It is meant to run on every write, so it is cheap: patterns are compiled once, the environment's
+secret values are cached until the environment changes, and a string is scanned by one regular
+expression plus one substring test per known secret value. What it cannot know about (a
+secret with no recognisable shape, in a variable with an ordinary name, never registered) is
+not masked: see docs/security.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "MIN_SECRET_LEN",
+    "REDACTED",
+    "SECRET_FIELDS",
+    "redact",
+    "redact_text",
+    "register_secret",
+    "register_secret_field",
+]
+
+REDACTED = "***"
+
+MIN_SECRET_LEN = 6
+"""Shorter values are not masked by value (they would mask ordinary text); their keys and
+shapes still are."""
+
+SECRET_FIELDS: frozenset[str] = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "secret",
+        "secret_key",
+        "client_secret",
+        "api_key",
+        "apikey",
+        "access_key",
+        "private_key",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth_token",
+        "bearer",
+        "authorization",
+        "credentials",
+        "cookie",
+        "session_key",
+    }
+)
+"""Mapping keys whose values are always masked (compared lower-cased, ``-`` read as ``_``)."""
+
+_ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.IGNORECASE)
+
+# One pass finds every shaped secret; each alternative is a named group so that the replacement
+# keeps what is not secret (the scheme, the parameter name, the word "Bearer").
+_SHAPES = re.compile(
+    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)[^/\s@:]*:[^/\s@]*@"
+    r"|(?P<query>[?&;](?i:api[_-]?key|key|token|access_token|auth|password|secret|sig|signature)=)"
+    r"(?!\*\*\*)[^&#\s\"']+"
+    r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|(?P<conn>\b(?i:password|passwd)\s*[=:]\s*)(?!\*\*\*)[^\s,;&\"'}]+"
+    r"|\bsk-[A-Za-z0-9_-]{12,}"
+    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{35}"
+    r"|\bhf_[A-Za-z0-9]{20,}"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+)
+
+
+def _shape(m: re.Match[str]) -> str:
+    for group in ("url", "query", "bearer", "conn"):
+        kept = m.group(group)
+        if kept is not None:
+            return kept + (REDACTED + "@" if group == "url" else REDACTED)
+    return REDACTED
+
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+_registered_fields: set[str] = set()
+# [environment snapshot, secret values], replaced whole (one assignment: thread-safe enough).
+_env_cache: list[tuple[Any, ...]] = [(), ()]
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` wherever it appears from now on (the adapters register their API keys).
+    Values shorter than ``MIN_SECRET_LEN`` and placeholders are ignored."""
+    if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_LEN and value != "not-needed":
+        with _lock:
+            _registered.add(value.strip())
+
+
+def register_secret_field(name: str) -> None:
+    """Mask the value of every mapping key called ``name`` from now on (a spec's
+    ``secret_fields``)."""
+    if isinstance(name, str) and name.strip():
+        with _lock:
+            _registered_fields.add(_key(name))
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def _env_secrets() -> tuple[str, ...]:
+    """Values of secret-looking environment variables, longest first; recomputed only when
+    those variables change."""
+    # A C-level snapshot of the raw environment decides whether the cache still holds.
+    raw = getattr(os.environ, "_data", None)
+    snapshot = tuple(raw.items()) if isinstance(raw, dict) else tuple(os.environ.items())
+    cached, values = _env_cache[0], _env_cache[1]
+    if snapshot != cached:
+        values = tuple(
+            sorted(
+                {
+                    v
+                    for k, v in os.environ.items()
+                    if len(v) >= MIN_SECRET_LEN and _ENV_NAME.search(k) is not None
+                },
+                key=len,
+                reverse=True,
+            )
+        )
+        _env_cache[:] = [snapshot, values]
+    return values
+
+
+def _values() -> tuple[str, ...]:
+    env = _env_secrets()
+    if not _registered:
+        return env
+    with _lock:
+        extra = tuple(_registered)
+    return tuple(sorted(set(env).union(extra), key=len, reverse=True))
+
+
+# Every shape above contains one of these (lower-cased); substring tests run in C and are about
+# ten times faster than the regular expression on text that has none, the common case.
+_TRIGGERS = (
+    "://",
+    "=",
+    "password",
+    "passwd",
+    "bearer",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xox",
+    "akia",
+    "aiza",
+    "hf_",
+    "glpat-",
+)
+
+
+def _text(s: str, values: tuple[str, ...]) -> str:
+    for v in values:
+        if v in s:
+            s = s.replace(v, REDACTED)
+    low = s.lower()
+    if not any(t in low for t in _TRIGGERS) or _SHAPES.search(s) is None:
+        return s
+    return _SHAPES.sub(_shape, s)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every secret it contains masked (see the module's list)."""
+    return _text(text, _values())
+
+
+def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
+    """A copy of ``obj`` (JSON-like data) with secrets masked; see the module docstring.
+
+    ``secret_fields`` adds mapping keys whose values are masked (besides ``SECRET_FIELDS`` and
+    registered ones). Objects that are not strings, mappings, lists or tuples are returned as
+    they are.
+    """
+    values = _values()
+    fields = SECRET_FIELDS
+    extra = {_key(f) for f in secret_fields}
+    if _registered_fields or extra:
+        with _lock:
+            fields = SECRET_FIELDS | _registered_fields | extra
+    return _walk(obj, values, fields, False)
+
+
+def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: bool) -> Any:
+    if isinstance(obj, str):
+        if masked:
+            return REDACTED if obj else obj
+        return _text(obj, values)
+    if isinstance(obj, Mapping):
+        out: dict[Any, Any] | None = None
+        for i, (k, v) in enumerate(obj.items()):
+            hide = masked or (isinstance(k, str) and _key(k) in fields)
+            nv = _walk(v, values, fields, hide)
+            nk = _text(k, values) if isinstance(k, str) and not masked else k
+            if out is None and (nv is not v or nk is not k):
+                out = dict(list(obj.items())[:i])
+            if out is not None:
+                out[nk] = nv
+        if out is not None:
+            return out
+        return obj if isinstance(obj, dict) else dict(obj)
+    if isinstance(obj, list | tuple):
+        changed: list[Any] | None = None
+        for i, v in enumerate(obj):
+            nv = _walk(v, values, fields, masked)
+            if changed is None and nv is not v:
+                changed = list(obj[:i])
+            if changed is not None:
+                changed.append(nv)
+        if changed is None:
+            return obj
+        return changed if isinstance(obj, list) else tuple(changed)
+    return obj

@@ -1,0 +1,160 @@
+"""Issue 16 item 8: the OpenAI-compatible adapter under server faults, against the loopback fake
+server (tests/support/fake_openai.py): 2xx bodies that are empty or not JSON are transient,
+``Retry-After`` is capped, model identities compare case- and prefix-insensitively, and every
+error message is redacted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fake_openai import FakeOpenAI, Reply, fail, ok
+
+import loopwright as lw
+from loopwright.adapters import ChatActor, ChatReviewer, MalformedReplyError, PriceOverride
+
+TASK: dict[str, Any] = {"goal": "Fix the title", "artifacts": {"doc": {"title": "Helo"}}}
+FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}
+FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, jitter=False)
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def title(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    ok_ = state.artifacts["doc"].values()["title"] == "Hello"
+    bad = () if ok_ else (lw.Finding("title is misspelt", "doc", "title", "spelling"),)
+    return lw.Verdict(passed=ok_, score=1.0 if ok_ else 0.0, findings=bad)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+_MADE: list[ChatActor] = []
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as s:
+        yield s
+        # close the HTTP clients the tests made (no unclosed sockets left to the collector)
+        while _MADE:
+            client = _MADE.pop()._client
+            if client is not None:
+                client.close()
+
+
+def _actor(server: FakeOpenAI, **kw: Any) -> ChatActor:
+    kw.setdefault("timeout_s", 5)
+    kw.setdefault("price", PriceOverride(input_per_mtok=1.0, output_per_mtok=2.0))
+    actor = ChatActor("actor-m", base_url=server.base_url, **kw)
+    _MADE.append(actor)
+    return actor
+
+
+def _run(tmp_path: Path, actor: ChatActor) -> tuple[lw.RunResult, list[Any]]:
+    loop = lw.Loop(
+        name="faults",
+        actor=actor,
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        return r, rt.store.events(r.run_id)
+
+
+@pytest.mark.parametrize("body", [b"", b"not json at all", b"<html>proxy error</html>"])
+def test_2xx_without_a_json_body_is_transient_and_retried(
+    tmp_path: Path, server: FakeOpenAI, body: bytes
+) -> None:
+    bad = Reply(raw_body=body, headers={"Content-Type": "application/json"})
+    server.script(bad, bad, ok(FIX))
+    with pytest.raises(MalformedReplyError) as caught:
+        _actor(server)._complete(MSG, "run")
+    assert lw.classify(caught.value) == "transient"
+    r, events = _run(tmp_path, _actor(server))
+    assert r.accepted and len(server.requests) == 3
+    (retry,) = [e.data for e in events if e.kind == "retry"]
+    assert retry["class"] == "transient" and "MalformedReplyError" in retry["error"]
+
+
+def test_retry_after_is_capped_by_the_configured_maximum(server: FakeOpenAI) -> None:
+    server.script(fail(429, "slow down", retry_after=3600), fail(429, retry_after=3600))
+    policy = lw.RetryPolicy(attempts=2, backoff_s=0.01, jitter=False)
+    with pytest.raises(Exception) as default:
+        _actor(server)._complete(MSG, "run")
+    assert policy.delay_s(1, default.value) == 120.0  # the default maximum, not an hour
+    with pytest.raises(Exception) as tight:
+        _actor(server, max_retry_after_s=0.05)._complete(MSG, "run")
+    assert policy.delay_s(1, tight.value) == pytest.approx(0.05)
+    assert lw.classify(tight.value) == "transient"
+
+
+def test_retry_after_is_capped_by_the_time_left(server: FakeOpenAI) -> None:
+    server.script(fail(503, retry_after=3600))
+    with pytest.raises(Exception) as caught:
+        _actor(server)._complete(MSG, "run", budget_s=7.5)
+    assert lw.RetryPolicy(jitter=False).delay_s(1, caught.value) == pytest.approx(7.5)
+
+
+def test_a_run_waits_the_capped_time_not_the_servers(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.script(fail(429, "slow down", retry_after=3600), ok(FIX))
+    r, events = _run(tmp_path, _actor(server, max_retry_after_s=0.05))
+    assert r.accepted
+    (retry,) = [e.data for e in events if e.kind == "retry"]
+    assert retry["delay_s"] == pytest.approx(0.05)
+
+
+def test_max_retry_after_is_validated(server: FakeOpenAI) -> None:
+    for bad in (-1, float("nan"), float("inf"), "ten", True):
+        with pytest.raises(lw.ConfigError, match="max_retry_after_s"):
+            _actor(server, max_retry_after_s=bad)
+
+
+@pytest.mark.parametrize(
+    ("actor", "reviewer"),
+    [
+        ("Qwen2.5:7B", "qwen2.5:7b"),
+        ("openai/gpt-4o", "gpt-4o"),
+        ("GPT-4o", "openrouter/openai/gpt-4o"),
+        ("ollama/llama3", "LLAMA3:latest"),
+    ],
+)
+def test_model_identity_ignores_case_and_provider_prefixes(
+    server: FakeOpenAI, actor: str, reviewer: str
+) -> None:
+    a = ChatActor(actor, base_url=server.base_url)
+    r = ChatReviewer(reviewer, base_url=server.base_url, rubric="r")
+    assert a.model_identity() == r.model_identity()
+    with pytest.raises(lw.ConfigError, match="self"):
+        lw.Loop(
+            name="self",
+            actor=a,
+            verifiers=[lw.Check(fn=r, name="review")],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        )
+
+
+def test_different_models_stay_different(server: FakeOpenAI) -> None:
+    a = ChatActor("meta-llama/Llama-3-8B", base_url=server.base_url)
+    r = ChatReviewer("Llama-3-8B", base_url=server.base_url, rubric="r")
+    assert a.model_identity() != r.model_identity()  # an organisation is not a provider
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the engine to charge a given-up call's failed attempts (issue 16 item 8; "
+    "see the exception's `usage`): the adapter alone cannot know the last attempt",
+)
+def test_malformed_replies_that_use_up_the_retries_are_still_charged(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    server.script(ok({"edits": "all"}), ok({"edits": "all"}), ok({"edits": "all"}))
+    r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "escalated" and len(server.requests) == 3
+    assert r.spent.tokens == 3 * 150

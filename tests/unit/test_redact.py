@@ -1,0 +1,112 @@
+"""loopwright._redact: what is masked, what is left alone, and that nothing is copied or
+rescanned needlessly (it runs on every write)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loopwright import _redact
+from loopwright._redact import REDACTED, redact, redact_text, register_secret, register_secret_field
+
+
+@pytest.fixture(autouse=True)
+def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_redact, "_registered", set())
+    monkeypatch.setattr(_redact, "_registered_fields", set())
+
+
+def test_secret_environment_values_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "planted-openai-value-1")
+    monkeypatch.setenv("SERVICE_TOKEN", "planted-token-value-2")
+    monkeypatch.setenv("AWS_SECRET", "planted-secret-value-3")
+    monkeypatch.setenv("DB_PASSWORD_FILE_CONTENT", "planted-password-4")
+    monkeypatch.setenv("HOME_DIRECTORY", "/home/planted-not-a-secret")
+    monkeypatch.setenv("DEBUG_KEY", "1")  # too short to mask by value: it would eat every "1"
+    text = (
+        "a planted-openai-value-1 b planted-token-value-2 c planted-secret-value-3 "
+        "d planted-password-4 e /home/planted-not-a-secret f 1"
+    )
+    assert redact_text(text) == "a *** b *** c *** d *** e /home/planted-not-a-secret f 1"
+    # a changed environment is noticed (the cache is keyed on it)
+    monkeypatch.setenv("OPENAI_API_KEY", "planted-openai-value-9")
+    assert redact_text("x planted-openai-value-9 planted-openai-value-1") == (
+        "x *** planted-openai-value-1"
+    )
+
+
+def test_registered_values_and_fields() -> None:
+    register_secret("configured-key-abc")
+    register_secret("not-needed")  # the placeholder local servers get is no secret
+    register_secret("abc")  # too short
+    assert redact_text("key configured-key-abc, not-needed, abc") == "key ***, not-needed, abc"
+    register_secret_field("PIN-Code")
+    assert redact({"pin_code": "1234", "pin": "1234"}) == {"pin_code": REDACTED, "pin": "1234"}
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("http://bob:s3cret@host:8080/v1", "http://***@host:8080/v1"),
+        ("postgresql://postgres:pw@127.0.0.1:5432/test", "postgresql://***@127.0.0.1:5432/test"),
+        ("postgresql://postgres@127.0.0.1:5432/test", "postgresql://postgres@127.0.0.1:5432/test"),
+        ("see https://h/x?api_key=zz&b=1", "see https://h/x?api_key=***&b=1"),
+        ("https://h/x?api-key=***: Connection error", "https://h/x?api-key=***: Connection error"),
+        ("Incorrect API key provided: sk-proj-abcdefghijklmnop", "Incorrect API key provided: ***"),
+        ("Authorization: Bearer eyJhbGciOi.payload.sig", "Authorization: Bearer ***"),
+        ("host=db user=app password=hunter22 dbname=x", "host=db user=app password=*** dbname=x"),
+        ("ghp_" + "a" * 36, REDACTED),
+        ("xoxb-1234567890-abcdef", REDACTED),
+        ("AKIAABCDEFGHIJKLMNOP", REDACTED),
+        ("hf_" + "b" * 30, REDACTED),
+        # ordinary text stays
+        ("the token validation uses basic arithmetic", None),
+        ("assert f(2) == 4 # Real Execution Output: 3", None),
+        ("task-abcdefghijklmnopqrstu and risk-adjusted", None),
+        ("http://[::1]:8080/v1", None),
+    ],
+)
+def test_shapes(text: str, want: str | None) -> None:
+    assert redact_text(text) == (text if want is None else want)
+
+
+def test_mapping_keys_named_secret() -> None:
+    data = {
+        "password": "p",
+        "Api-Key": "k",
+        "token": 7,  # a fencing token is a counter: numbers stay
+        "max_tokens": 800,
+        "nested": {"client_secret": ["a", {"x": "y"}], "ok": "fine"},
+        "rows": [{"secret": "s", "name": "n"}],
+    }
+    out = redact(data, secret_fields=["name"])
+    assert out == {
+        "password": REDACTED,
+        "Api-Key": REDACTED,
+        "token": 7,
+        "max_tokens": 800,
+        "nested": {"client_secret": [REDACTED, {"x": REDACTED}], "ok": "fine"},
+        "rows": [{"secret": REDACTED, "name": REDACTED}],
+    }
+    assert data["password"] == "p"  # the input is never modified
+
+
+def test_nothing_to_mask_returns_the_same_objects() -> None:
+    data = {"a": ["x", 1, {"b": "c"}], "t": ("y",), "n": None}
+    assert redact(data) is data
+    assert redact("plain") == "plain"
+    changed = redact({"keep": {"k": "v"}, "hide": "sk-abcdefghijklmnopq"})
+    assert changed["hide"] == REDACTED and changed["keep"] == {"k": "v"}
+
+
+def test_tuples_and_keys() -> None:
+    assert redact(("sk-abcdefghijklmnopq", 1)) == (REDACTED, 1)
+    assert redact({"http://u:p@h/": 1}) == {"http://***@h/": 1}
+
+
+def test_linear_and_cheap_on_clean_data() -> None:
+    """O(size): a large clean document is walked once and returned as is."""
+    doc = {"runs": [{"id": f"r{i}", "text": "x" * 200, "n": i} for i in range(2000)]}
+    assert redact(doc) is doc
+    assert len(json.dumps(doc)) > 400_000
