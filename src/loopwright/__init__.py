@@ -7,47 +7,52 @@ too risky, or needs a person; every cycle is checkpointed durably.
 
 from __future__ import annotations
 
-from ._contract import (
-    RUN_STATUSES,
-    STOP_REASONS,
-    Budget,
-    Contract,
-    Escalation,
-    MarginalReturn,
-    NoProgress,
-    RiskRule,
-    StopReason,
-    Success,
-)
-from ._effects import EFFECT_KINDS, Effect, EffectCall, EffectResult, effect
-from ._engine import RunResult, Runtime
-from ._errors import (
-    ApprovalError,
-    ConfigError,
-    ConflictError,
-    LoopwrightError,
-    RunNotFoundError,
-    SpecError,
-    StaleLeaseError,
-    StoreCorruptError,
-    StoreError,
-)
-from ._loop import Check, Loop
-from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
-from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
-from ._policy import ApprovalPolicy, PolicyRule
-from ._proposal import Context, Edit, Proposal, Remaining, Verdict
-from ._question import Question
-from ._retry import (
-    NeedsHumanError,
-    PermanentError,
-    RetryPolicy,
-    TransientError,
-    classify,
-)
-from ._spec import load_spec
-from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
-from ._usage import Usage
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._contract import (
+        RUN_STATUSES,
+        STOP_REASONS,
+        Budget,
+        Contract,
+        Escalation,
+        MarginalReturn,
+        NoProgress,
+        RiskRule,
+        StopReason,
+        Success,
+    )
+    from ._effects import EFFECT_KINDS, Effect, EffectCall, EffectResult, effect
+    from ._engine import RunResult, Runtime
+    from ._errors import (
+        ApprovalError,
+        ConfigError,
+        ConflictError,
+        LoopwrightError,
+        RunNotFoundError,
+        SpecError,
+        StaleLeaseError,
+        StoreCorruptError,
+        StoreError,
+    )
+    from ._loop import Check, Loop
+    from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
+    from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
+    from ._policy import ApprovalPolicy, PolicyRule
+    from ._proposal import Context, Edit, Proposal, Remaining, Verdict
+    from ._question import Question
+    from ._retry import (
+        NeedsHumanError,
+        PermanentError,
+        RetryPolicy,
+        TransientError,
+        classify,
+    )
+    from ._spec import load_spec
+    from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
+    from ._usage import Usage
+
+    __version__: str
 
 __all__ = [
     "DEFAULT_STRENGTH",
@@ -110,4 +115,44 @@ __all__ = [
     "load_spec",
 ]
 
-__version__ = "0.1.0"
+# `import loopwright` stays cheap (the CLI and short scripts start fast): each name is imported
+# from its module on first use (PEP 562); `from loopwright import X` works as before.
+_LAZY_FROM = {
+    "._contract": "RUN_STATUSES STOP_REASONS Budget Contract Escalation MarginalReturn NoProgress RiskRule StopReason Success",
+    "._effects": "EFFECT_KINDS Effect EffectCall EffectResult effect",
+    "._engine": "RunResult Runtime",
+    "._errors": "ApprovalError ConfigError ConflictError LoopwrightError RunNotFoundError SpecError StaleLeaseError StoreCorruptError StoreError",
+    "._loop": "Check Loop",
+    "._memory": "DEFAULT_STRENGTH FeedbackMemory MemoryItem MemoryNotFoundError",
+    "._metrics": "METRIC_NAMES Metrics RunMetrics compute_metrics",
+    "._policy": "ApprovalPolicy PolicyRule",
+    "._proposal": "Context Edit Proposal Remaining Verdict",
+    "._question": "Question",
+    "._retry": "NeedsHumanError PermanentError RetryPolicy TransientError classify",
+    "._spec": "load_spec",
+    "._state": "Artifact Finding Part PlanStep TaskState Version",
+    "._usage": "Usage",
+}
+_LAZY = {name: mod for mod, names in _LAZY_FROM.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("loopwright")
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            value = "0+unknown"
+    elif name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(_LAZY[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -18,6 +18,7 @@ import loopwright as lw
 from loopwright._metrics import CRASH_RESUME, METRIC_NAMES, compute_metrics
 from loopwright.cli import _metrics_cmd as _registers_the_command  # noqa: F401
 from loopwright.cli import main
+from loopwright.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "invoice_exceptions" / "loop.toml"
@@ -299,6 +300,7 @@ def test_cli_json_is_to_dict_and_the_table_renders(
 def test_cli_bad_input_is_a_one_line_error_exit_2(
     db: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str
 ) -> None:
+    SQLiteStore(db).close()  # a store that exists: a missing one is refused first
     assert main(["metrics", "--store", str(db), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"loopwright: error: {field}: ")

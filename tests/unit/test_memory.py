@@ -473,6 +473,7 @@ def test_cli_add_list_confirm_forget_propose(
 def test_cli_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
+    SQLiteStore(tmp_path / "s.db").close()  # a store that exists: a missing one is refused first
     code, out, err = _cli(capsys, tmp_path / "s.db", *args)
     assert code == 2
     assert message in err

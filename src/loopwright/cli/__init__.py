@@ -15,11 +15,12 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (documented in README.md)."""
     from .._errors import LoopwrightError
-    from ._app import app
+    from ._app import command_for
 
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        # Typer's standalone mode prints usage errors itself and exits with 2.
-        app(args=argv, prog_name="loopwright")
+        # Click's standalone mode prints usage errors itself and exits with 2.
+        command_for(args)(args=args, prog_name="loopwright")
     except SystemExit as exc:
         if exc.code is None:
             return 0

@@ -1,45 +1,151 @@
-"""The Typer application: one function per command, each thin over the Python API."""
+"""The Typer application: one function per command, each thin over the Python API.
+
+Start-up time matters here (``loopwright runs`` should answer in well under a second): this
+module imports only Typer at load time; each command imports what it needs when it runs, and
+``app_for`` builds only the command being run (commands of other modules are imported then).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
+from collections.abc import Sequence
+from importlib import import_module
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .._contract import TERMINAL_STATUSES
-from .._engine import RunResult, Runtime
 from .._errors import ConfigError, ConflictError
-from .._loop import Loop
-from .._spec import load_spec, loop_of_run
-from ..store import RunRecord, Store, open_store
-from ._tasks import exit_code_for, load_tasks, task_key
+from ._stores import existing_store, open_existing
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="loopwright: governed AI agent loops — durable state, independent checks, explicit stops.",
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    from .._engine import RunResult
+    from .._loop import Loop
+    from ..store import RunRecord, Store
+
+
+def new_typer(**kwargs: Any) -> typer.Typer:
+    """A Typer (sub-)application with the CLI's settings: plain help text (Rich markup would
+    eat ``loopwright[plot]`` and ``[contract]``, and show flags as ``--json <bool>``)."""
+    return typer.Typer(
+        add_completion=False,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        **kwargs,
+    )
+
+
+HELP = "loopwright: governed AI agent loops — durable state, independent checks, explicit stops."
+app = new_typer(help=HELP)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"loopwright {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
+# Commands defined in other modules of this package, which register themselves on ``app``
+# when imported; `app_for` imports only the one a command line names.
+_ELSEWHERE = {
+    "fit-stop": "_fit_cmd",
+    "memory": "_memory_cmd",
+    "metrics": "_metrics_cmd",
+    "trace": "_observe",
+    "export": "_observe",
+    "replay": "_replay_cmd",
+    "ui": "_ui_cmd",
+    "worker": "_worker_cmd",
+}
+
+
+def full_app() -> typer.Typer:
+    """``app`` with every command registered (for the overall help and unknown commands)."""
+    for module in sorted(set(_ELSEWHERE.values())):
+        import_module(f"{__package__}.{module}")
+    return app
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """An application holding only the command ``args`` names, when it names one.
+
+    Typer builds (introspects) every registered command on each start, and the commands'
+    modules cost their imports: building one keeps ``loopwright runs`` fast.
+    """
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name is None:
+        return full_app()
+    if name in _ELSEWHERE:
+        import_module(f"{__package__}.{_ELSEWHERE[name]}")
+    one = new_typer(help=HELP)
+    one.registered_callback = app.registered_callback
+    one.registered_commands = [c for c in app.registered_commands if _command_name(c) == name]
+    one.registered_groups = [g for g in app.registered_groups if g.name == name]
+    if not one.registered_commands and not one.registered_groups:
+        return full_app()  # an unknown command: the full list answers it
+    return one
+
+
+def command_for(args: Sequence[str]) -> Any:
+    """The click command to run ``args`` with (``app_for``'s, its options converted without
+    pydantic: see ``_plain_params``)."""
+    from typer.main import get_command
+
+    from ._plain_params import lighten
+
+    command = get_command(app_for(args))
+    lighten(command)
+    return command
+
+
+def _command_name(info: Any) -> str | None:
+    if info.name:
+        return str(info.name)
+    return info.callback.__name__.replace("_", "-") if info.callback else None
+
 
 StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
+        metavar="URL",
         help="Store URL or path (default: $LOOPWRIGHT_STORE or ./.loopwright/loopwright.db).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+RunArg = Annotated[
+    str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
+]
 
 
 def _print_json(data: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-_loop_for = loop_of_run
+def _loop_for(rec: RunRecord) -> Loop:
+    from .._spec import loop_of_run
+
+    return loop_of_run(rec)
 
 
 def _loop_or_none(rec: RunRecord) -> Loop | None:
@@ -84,6 +190,9 @@ def run(
     Exit code (the most serious outcome wins): 0 all accepted, 3 stopped, 4 awaiting approval,
     5 escalated, 2 bad input, 1 internal error.
     """
+    from .._spec import load_spec
+    from ._tasks import exit_code_for, load_tasks, task_key
+
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
     if key and len(items) != 1:
@@ -114,7 +223,7 @@ def _execute_on_ray(
     quiet: bool,
 ) -> list[RunResult]:
     from ..executors import RayBatchError, run_on_ray
-    from ..store import resolve_store_url
+    from ..store import open_store, resolve_store_url
     from ._render import console, summary_table
 
     out = console(stderr=quiet)
@@ -146,8 +255,11 @@ def _execute(
     quiet: bool,
     title: str | None = None,
 ) -> list[RunResult]:
+    import asyncio
+
     from rich.live import Live
 
+    from .._engine import Runtime
     from ._live import LiveView
     from ._render import console, summary_table
 
@@ -185,46 +297,89 @@ def _execute(
 
 
 # --- reading ---------------------------------------------------------------------------------
+RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
+
+
 @app.command()
 def runs(
-    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="Only runs with this status: pending, running, awaiting_approval, accepted, "
+            "stopped, escalated, cancelled or failed."
+        ),
+    ] = None,
     project: Annotated[str | None, typer.Option(help="Only runs of this project.")] = None,
     loop: Annotated[str | None, typer.Option(help="Only runs of this loop.")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many, newest first.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            help=f"At most this many, newest first (default: {RUNS_SHOWN} in the table, "
+            "every run with --json).",
+            show_default=False,
+        ),
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every run (no --limit).")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    with open_store(store) as st:
-        records = st.list_runs(status=status, project=project, loop_name=loop, limit=limit)
+    from .._contract import RUN_STATUSES
+
+    if status is not None and status not in RUN_STATUSES:
+        raise ConfigError(
+            f"unknown status {status!r}; use one of: {', '.join(RUN_STATUSES)}", field="--status"
+        )
+    if limit is not None and limit < 1:
+        raise ConfigError("must be at least 1", field="--limit")
+    if limit is not None and all_:
+        raise ConfigError("give --limit or --all, not both", field="--all")
+    shown = None if all_ or (as_json and limit is None) else (limit or RUNS_SHOWN)
+    filters: dict[str, Any] = {"status": status, "project": project, "loop_name": loop}
+    with open_existing(store) as st:
+        if shown is None:
+            records = st.list_runs(**filters)
+            total = len(records)
+        else:
+            records = st.list_runs(**filters, limit=shown + 1)
+            total = len(records) if len(records) <= shown else _count_runs(st, filters)
+            records = records[:shown]
     if as_json:
         _print_json([r.to_dict() for r in records])
         return
-    from ._render import console, runs_table
+    from ._table import print_runs
 
-    console().print(runs_table(records))
+    print_runs(records, total)
 
 
-@app.command()
+def _count_runs(st: Store, filters: dict[str, Any]) -> int:
+    # A store that can count answers at once; the others list every run (slower, same count).
+    count = getattr(st, "count_runs", None)
+    return int(count(**filters)) if callable(count) else len(st.list_runs(**filters))
+
+
+@app.command(short_help="One run: timeline, verdicts, spend, stop reason, packet.")
 def show(
-    run_id: Annotated[
-        str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
-    ],
+    run_id: RunArg,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
-    with open_store(store) as st:
+    with open_existing(store) as st:
         rec = st.get_run(run_id)
         cps = st.checkpoints(rec.run_id)
         approvals = st.approvals(run_id=rec.run_id)
         journal = st.journal(rec.run_id)
         events = st.events(rec.run_id) if as_json else []
+        # every version of every part, read from the store's version rows while it is open
+        state = cps[-1].task_state()
+        for _ref, part in state.iter_parts():
+            part.versions  # noqa: B018 - loads them
     if as_json:
         _print_json(
             {
                 "run": rec.to_dict(),
-                "state": cps[-1].state,
+                "state": state.to_dict(),
                 "cycles": [c.record for c in cps if c.record],
                 "approvals": [a.to_dict() for a in approvals],
                 "journal": [e.to_dict() for e in journal],
@@ -234,7 +389,8 @@ def show(
         return
     from ._render import console, run_detail
 
-    console().print(run_detail(rec, cps, approvals, journal))
+    out = console()
+    out.print(run_detail(rec, cps, approvals, journal, width=out.width))
 
 
 @app.command()
@@ -244,41 +400,30 @@ def approvals(
     all_: Annotated[bool, typer.Option("--all", help="Decided ones too.")] = False,
 ) -> None:
     """Approval requests waiting for a person, across runs."""
-    with open_store(store) as st:
+    with open_existing(store) as st:
         reqs = st.approvals(status=None if all_ else "pending")
     if as_json:
         _print_json([a.to_dict() for a in reqs])
         return
-    from rich.markup import escape
-    from rich.table import Table
+    from ._table import print_blocks
 
-    from ._render import console
-
-    t = Table(title=f"{len(reqs)} request(s)", title_justify="left")
-    for col in ("run", "request", "kind", "rule", "what", "why", "status"):
-        t.add_column(col, overflow="fold")
+    blocks = []
     for a in reqs:
         q = (a.evidence or {}).get("question") or {}
         what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")
         status = a.status + (f": {a.answer}" if a.answer is not None else "")
-        t.add_row(
-            a.run_id[:12],
-            a.approval_id,
-            a.kind,
-            escape(a.rule or "-"),
-            escape(what),
-            escape(a.why),
-            escape(status),
-        )
-    console().print(t)
+        head = f"run {a.run_id[:12]}  request {a.approval_id}  {a.kind}  {a.rule or '-'}  {status}"
+        blocks.append((head, [("what", what), ("why", a.why)]))
+    # One block per request: the prose wraps under its label instead of into narrow columns.
+    print_blocks(f"{len(reqs)} request(s)", blocks)
     if reqs and not all_:
         first = reqs[0]
         how = (
             f"loopwright answer {first.run_id[:12]} TEXT --by NAME"
             if first.kind == "question"
-            else f"loopwright approve {first.run_id[:12]} --by NAME [--note TEXT]  (or deny)"
+            else f"loopwright approve {first.run_id[:12]} --by NAME [--note TEXT] (or deny)"
         )
-        console().print(f"decide with: {how}, then loopwright resume RUN")
+        print(f"decide with: {how}\nthen: loopwright resume RUN")
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -290,9 +435,9 @@ RequestOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(short_help="Approve a run's pending request.")
 def approve(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    run_id: RunArg,
     by: ByOpt,
     note: NoteOpt = None,
     request: RequestOpt = None,
@@ -303,9 +448,9 @@ def approve(
     _decide(run_id, "approve", by, note, resume_now, store, request)
 
 
-@app.command()
+@app.command(short_help="Deny a run's pending request (or decline its question).")
 def deny(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    run_id: RunArg,
     by: ByOpt,
     note: NoteOpt = None,
     request: RequestOpt = None,
@@ -316,9 +461,9 @@ def deny(
     _decide(run_id, "deny", by, note, resume_now, store, request)
 
 
-@app.command()
+@app.command(short_help="Answer a run's pending question.")
 def answer(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    run_id: RunArg,
     text: Annotated[str, typer.Argument(metavar="ANSWER", help="The answer to the question.")],
     by: ByOpt,
     note: NoteOpt = None,
@@ -340,9 +485,10 @@ def _decide(
     request: str | None,
     text: str | None = None,
 ) -> None:
+    from .._engine import Runtime
     from ._render import console
 
-    with Runtime(store) as rt:
+    with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         if how == "answer":
             decided = rt.answer(rec.run_id, text, by=by, note=note, approval_id=request)
@@ -357,14 +503,16 @@ def _decide(
         if resume_now:
             result = rt.resume_sync(rec.run_id, _loop_for(rec))
             console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
+            from ._tasks import exit_code_for
+
             raise typer.Exit(exit_code_for([result.status]))
         console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
 
 
-@app.command()
+@app.command(short_help="Cancel a run; compensations of its effects are offered.")
 def cancel(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
-    by: Annotated[str | None, typer.Option("--by")] = None,
+    run_id: RunArg,
+    by: Annotated[str | None, typer.Option("--by", help="Who cancels (for the record).")] = None,
     store: StoreOpt = None,
 ) -> None:
     """Cancel a run; the compensations of its completed effects are offered.
@@ -372,9 +520,11 @@ def cancel(
     A run executing elsewhere stops at its next commit, before any further effect. The
     compensations go through the approval policy and run on the next `loopwright resume`.
     """
+    from .._contract import TERMINAL_STATUSES
+    from .._engine import Runtime
     from ._render import console
 
-    with Runtime(store) as rt:
+    with Runtime(existing_store(store)) as rt:
         before = rt.store.get_run(run_id)
         if before.status in TERMINAL_STATUSES:
             console().print(
@@ -413,7 +563,7 @@ def _print_offers(run_id: str, offers: list[Any]) -> None:
 
 @app.command()
 def rollback(
-    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    run_id: RunArg,
     to_cycle: Annotated[
         int, typer.Option("--to-cycle", help="Restore the artifacts of this cycle's checkpoint.")
     ],
@@ -425,11 +575,12 @@ def rollback(
     The compensations of the effects completed after that cycle are offered through the
     approval policy and run on the next `loopwright resume`.
     """
+    from .._engine import Runtime
     from ._render import console
 
     if to_cycle < 0:
         raise ConfigError("must be 0 or more", field="--to-cycle")
-    with Runtime(store) as rt:
+    with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         rec = rt.rollback(rec.run_id, to_cycle, by=by, loop=_loop_or_none(rec))
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
@@ -439,9 +590,14 @@ def rollback(
         console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
 
 
-@app.command()
+@app.command(short_help="Continue an interrupted or decided run.")
 def resume(
-    run_id: Annotated[str | None, typer.Argument(metavar="RUN")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="RUN", help="Run id (or a unique prefix, or its task key); or give --all."
+        ),
+    ] = None,
     all_: Annotated[
         bool,
         typer.Option(
@@ -455,7 +611,10 @@ def resume(
     """Continue an interrupted or parked-and-decided run from its last checkpoint."""
     if (run_id is None) == (not all_):
         raise ConfigError("give a RUN or --all (not both)", field="RUN")
-    with Runtime(store) as rt:
+    from .._engine import Runtime
+    from ._tasks import exit_code_for
+
+    with Runtime(existing_store(store)) as rt:
         if run_id is not None:
             targets = [rt.store.get_run(run_id)]
         else:
@@ -491,6 +650,8 @@ def resume(
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:
+    from .._contract import TERMINAL_STATUSES
+
     if rec.status in TERMINAL_STATUSES:
         # An ended run is resumable only to run its decided compensations.
         pending = store.latest_checkpoint(rec.run_id).state.get("pending") or {}
@@ -514,6 +675,7 @@ def check(
     Answers: what done means, how progress is checked independently, what ends a stalled or
     unsafe run, what an accepted outcome may cost, who owns the unresolved exception.
     """
+    from .._spec import load_spec
     from ._check import review
 
     loop = load_spec(spec)
@@ -538,7 +700,7 @@ def check(
     raise typer.Exit(2 if strict and warnings else 0)
 
 
-@app.command()
+@app.command(short_help="Run the built-in offline demo: no network, no API key.")
 def demo(
     store: StoreOpt = None,
     concurrency: Annotated[int, typer.Option(help="Runs at once.")] = 8,
@@ -552,7 +714,7 @@ def demo(
     run_demo(store, concurrency)
 
 
-@app.command("import")
+@app.command("import", short_help="Turn recorded runs of other systems into tasks.")
 def import_(
     kind: Annotated[str, typer.Argument(help="What to import: ldb.")],
     source: Annotated[Path, typer.Argument(help="The file to import.")],
@@ -583,15 +745,3 @@ def import_(
     from ._render import console
 
     console().print(f"wrote {n} task(s) to {out}")
-
-
-# Commands kept in their own modules register themselves on ``app`` when imported.
-from . import (  # noqa: E402, F401
-    _fit_cmd,
-    _memory_cmd,
-    _metrics_cmd,
-    _observe,
-    _replay_cmd,
-    _ui_cmd,
-    _worker_cmd,
-)

@@ -48,7 +48,7 @@ def run_demo(store: str | None, concurrency: int) -> None:
     out.print("                                       the last improvement, and the rest")
     if stopped:
         out.print(
-            f"  loopwright show {stopped[0].run_id[:12]}         why it stopped, with its "
+            f"  loopwright show {stopped[0].run_id[:12]}         why it stopped: its "
             "escalation packet"
         )
     if parked:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["fit_stop_cmd"]
 
 
-@app.command("fit-stop")
+@app.command("fit-stop", short_help="Fit a stop contract to recorded runs.")
 def fit_stop_cmd(
     source: Annotated[
         str,
@@ -75,9 +75,9 @@ def fit_stop_cmd(
         except ConfigError as exc:
             raise ConfigError(_message(exc), field="--base") from None
     if source in ("store", "runs"):
-        from ..store import open_store
+        from ._stores import open_existing
 
-        with open_store(store) as st:
+        with open_existing(store) as st:
             traces = load_source(source, st)
     else:
         traces = load_source(source)

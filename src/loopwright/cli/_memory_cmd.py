@@ -21,14 +21,14 @@ from .._memory import (
     Scope,
     Signal,
 )
-from ..store import open_store
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, _print_json, app, new_typer
+from ._stores import open_existing
 
 __all__ = ["memory_app"]
 
-memory_app = typer.Typer(
-    no_args_is_help=True,
+memory_app = new_typer(
     help="Feedback memory: scoped corrections and signals retrieved into later contexts.",
+    short_help="Feedback memory: corrections retrieved into later contexts.",
 )
 app.add_typer(memory_app, name="memory")
 
@@ -81,7 +81,7 @@ def list_(
     _choice(status, (*MEMORY_STATUSES, "all"), "--status")
     if limit is not None and limit < 0:
         raise ConfigError("must not be negative", field="--limit")
-    with open_store(store) as st:
+    with open_existing(store) as st:
         mem = FeedbackMemory(st)
         items = mem.list(
             scope=cast("Scope | None", scope),
@@ -95,30 +95,21 @@ def list_(
     if as_json:
         _print_json([it.to_dict() for it in items])
         return
-    from rich.markup import escape
-    from rich.table import Table
+    from ._table import print_blocks
 
-    from ._render import console
-
-    table = Table(title=f"feedback memory ({len(items)})", title_justify="left")
-    table.add_column("id", no_wrap=True)
-    table.add_column("scope", overflow="fold", max_width=16)
-    for col in ("signal", "str", "status"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("text (by)", overflow="fold", min_width=12, ratio=1)
+    blocks = []
     for it in items:
-        text = it.text or json.dumps(it.rule)
-        if it.rule and it.text:
-            text += f"  {json.dumps(it.rule)}"
-        table.add_row(
-            it.memory_id,
-            escape(f"{it.scope} {it.scope_key}".strip()),
-            it.signal,
-            f"{it.strength:.2f}",
-            it.status,
-            f"{escape(text)} [dim]({escape(it.by)}, {_age(time.time() - it.created_at)} ago)[/]",
-        )
-    console().print(table)
+        age = _age(time.time() - it.created_at)
+        head = f"{it.memory_id}  {it.signal}  strength {it.strength:.2f}  {it.status}"
+        head += f"  by {it.by}, {age} ago"
+        fields = [("scope", f"{it.scope} {it.scope_key}".strip())]
+        if it.text:
+            fields.append(("text", it.text))
+        if it.rule:
+            fields.append(("rule", json.dumps(it.rule)))
+        blocks.append((head, fields))
+    # One block per item: the feedback wraps under its label instead of into narrow columns.
+    print_blocks(f"feedback memory ({len(items)})", blocks)
 
 
 def _age(seconds: float) -> str:
@@ -129,7 +120,7 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-@memory_app.command()
+@memory_app.command(short_help="Add feedback (task or project: active; global: a candidate).")
 def add(
     text: Annotated[str, typer.Argument(help="The feedback, in words.")],
     scope: Annotated[
@@ -168,6 +159,8 @@ def add(
             raise ConfigError(f"not JSON: {exc.msg}", field="--rule") from None
         if not isinstance(rule_obj, dict):
             raise ConfigError("must be a JSON object", field="--rule")
+    from ..store import open_store
+
     with open_store(store) as st:
         try:
             it = FeedbackMemory(st).add(
@@ -196,7 +189,7 @@ def _message(exc: ConfigError) -> str:
     return text[len(prefix) :] if exc.field and text.startswith(prefix) else text
 
 
-@memory_app.command()
+@memory_app.command(short_help="Confirm a candidate: it becomes active.")
 def confirm(
     memory_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id.")],
     by: ByOpt,
@@ -204,7 +197,7 @@ def confirm(
     as_json: JsonOpt = False,
 ) -> None:
     """A person confirms a candidate (e.g. a proposed global preference): it becomes active."""
-    with open_store(store) as st:
+    with open_existing(store) as st:
         it = FeedbackMemory(st).confirm(memory_id, by=by)
     _print_item("confirmed", it, as_json)
 
@@ -217,12 +210,12 @@ def forget(
     as_json: JsonOpt = False,
 ) -> None:
     """Never retrieve this item again (it stays in the store for audit)."""
-    with open_store(store) as st:
+    with open_existing(store) as st:
         it = FeedbackMemory(st).forget(memory_id, by=by)
     _print_item("forgotten", it, as_json)
 
 
-@memory_app.command()
+@memory_app.command(short_help="Propose global candidates from feedback shared by N projects.")
 def propose(
     min_projects: Annotated[
         int,
@@ -234,7 +227,7 @@ def propose(
     """Propose global candidates from feedback shared by at least N projects.
 
     Candidates are never active until a person confirms them, and never proposed twice."""
-    with open_store(store) as st:
+    with open_existing(store) as st:
         try:
             items = FeedbackMemory(st).propose_global(min_projects=min_projects)
         except ConfigError as exc:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import ConfigError
-from .._metrics import DEFINITIONS, METRIC_NAMES, REVIEW_COST_METRIC, Metrics, compute_metrics
 from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._stores import existing_store
+
+if TYPE_CHECKING:
+    from .._metrics import Metrics
 
 __all__ = ["metrics"]
 
 
-@app.command()
+@app.command(short_help="Outcome metrics over runs (docs/metrics.md).")
 def metrics(
     project: Annotated[str | None, typer.Option(help="Only runs of this project.")] = None,
     loop: Annotated[str | None, typer.Option(help="Only runs of this loop (by name).")] = None,
@@ -48,6 +51,8 @@ def metrics(
     """Outcome metrics over runs: time, cycles and cost per accepted outcome, spend after the
     last improvement, false successes, regressions, recoveries, approvals, reuse and stop
     reasons. Definitions: docs/metrics.md."""
+    from .._metrics import compute_metrics
+
     start: str | float | None = since
     if days is not None:
         if since is not None:
@@ -57,7 +62,7 @@ def metrics(
         start = time.time() - days * 86400.0
     try:
         m = compute_metrics(
-            store,
+            existing_store(store),
             project=project,
             loop=loop,
             since=start,
@@ -77,10 +82,13 @@ def metrics(
     from ._render import console
 
     out = console()
-    out.print(_table(m))
+    out.print(_table(m, wide=out.width >= _WIDE))
     out.print(_reasons(m))
     if per_run:
-        out.print(_runs(m))
+        out.print(_runs(m, out.width))
+
+
+_WIDE = 110  # narrower, the definitions go under the table (a column of them would be a sliver)
 
 
 def _message(exc: ConfigError) -> str:
@@ -109,9 +117,11 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _table(m: Metrics) -> object:
+def _table(m: Metrics, *, wide: bool) -> object:
     from rich.markup import escape
     from rich.table import Table
+
+    from .._metrics import DEFINITIONS, METRIC_NAMES, REVIEW_COST_METRIC
 
     sel = (
         ", ".join(
@@ -126,18 +136,27 @@ def _table(m: Metrics) -> object:
         f"${m.spend_usd:,.3f} spent ({escape(sel)})",
         title_justify="left",
     )
-    t.add_column("metric", no_wrap=True)
+    t.add_column("metric", no_wrap=True, overflow="ellipsis", min_width=18)
     t.add_column("value", justify="right", no_wrap=True)
-    t.add_column("basis", justify="right", no_wrap=True)
-    t.add_column("definition", overflow="fold")
+    t.add_column("basis", justify="right", no_wrap=True, overflow="ellipsis")
+    if wide:
+        t.add_column("definition", overflow="fold", min_width=30)
     names = [*METRIC_NAMES, *([REVIEW_COST_METRIC] if m.review_cost_usd is not None else [])]
+    notes = []
     for name in names:
         v = m.value(name)
         num_den = m.basis.get(name)
         basis = f"{_num(num_den[0])} / {_num(num_den[1])}" if num_den else ""
         why = m.undefined.get(name)
         definition = escape(DEFINITIONS[name]) + (f" [yellow]({escape(why)})[/]" if why else "")
-        t.add_row(name, _fmt(name, v), basis, definition)
+        t.add_row(name, _fmt(name, v), basis, *([definition] if wide else []))
+        if why and not wide:
+            notes.append(f"{name} is n/a: {escape(why)}")
+    if not wide:
+        t.caption = "\n".join(
+            [*notes, "definitions: docs/metrics.md (or a terminal of 110 columns or more)"]
+        )
+        t.caption_justify = "left"
     return t
 
 
@@ -157,31 +176,37 @@ def _reasons(m: Metrics) -> object:
     return t
 
 
-def _runs(m: Metrics) -> object:
-    from rich.markup import escape
-    from rich.table import Table
+def _runs(m: Metrics, width: int) -> object:
+    import io
 
-    t = Table(title="Per run", title_justify="left")
-    for col in (
-        "run",
-        "task",
-        "status",
-        "cycles",
-        "cost $",
-        "after last impr. $",
-        "regr.",
-        "fail.",
-    ):
-        t.add_column(col, overflow="fold")
-    for r in m.per_run:
-        t.add_row(
-            r.run_id[:12],
-            escape(r.task_key),
-            r.status,
-            str(r.cycles),
-            f"{r.cost_usd:.3f}",
-            f"{r.spend_after_last_improvement_usd:.3f}",
-            str(len(r.regressions)),
-            str(sum(r.failures.values())),
-        )
-    return t
+    from rich.text import Text
+
+    from ._table import Col, render
+
+    cols = (
+        Col("run", 0),
+        Col("task", 0, flex=True, min_width=16),
+        Col("status", 1),
+        Col("cycles", 3, right=True),
+        Col("cost $", 2, right=True),
+        Col("after last impr. $", 5, right=True),
+        Col("regr.", 4, right=True),
+        Col("fail.", 4, right=True),
+    )
+    rows = [
+        [
+            (r.run_id[:12], ""),
+            (r.task_key, ""),
+            (r.status, ""),
+            (str(r.cycles), ""),
+            (f"{r.cost_usd:.3f}", ""),
+            (f"{r.spend_after_last_improvement_usd:.3f}", ""),
+            (str(len(r.regressions)), ""),
+            (str(sum(r.failures.values())), ""),
+        ]
+        for r in m.per_run
+    ]
+    # The plain fitted table of `loopwright runs`: one line per run at any width.
+    buf = io.StringIO()
+    render("Per run", cols, rows, width=width, out=buf)
+    return Text(buf.getvalue().rstrip("\n"), no_wrap=True, overflow="ellipsis")

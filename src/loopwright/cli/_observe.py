@@ -16,15 +16,14 @@ from typing import IO, Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from ..store import open_store
-from ._app import StoreOpt, app
+from ._app import RunArg, StoreOpt, app, new_typer
+from ._stores import open_existing
 
 __all__ = ["export_app", "trace"]
 
-export_app = typer.Typer(
-    no_args_is_help=True,
+export_app = new_typer(
     help="Traces turned into learning material: eval cases, preference pairs (JSON lines).",
-    pretty_exceptions_enable=False,
+    short_help="Traces as eval cases and preference pairs (JSON lines).",
 )
 app.add_typer(export_app, name="export")
 
@@ -69,11 +68,9 @@ def _headers(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-@app.command()
+@app.command(short_help="A run's trace: JSON lines, or OpenTelemetry spans.")
 def trace(
-    run_id: Annotated[
-        str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
-    ],
+    run_id: RunArg,
     fmt: Annotated[
         str | None,
         typer.Option(
@@ -118,7 +115,7 @@ def trace(
         raise ConfigError("only applies with --send", field="--header")
     if send is not None:
         traces_url(send, field="--send")  # a bad URL is refused before anything is written
-    with open_store(store) as st:
+    with open_existing(store) as st:
         rec = st.get_run(run_id)
         if send is None or out is not None or fmt is not None:
             with _output(out) as fh:
@@ -165,14 +162,14 @@ def eval_cases_cmd(
     """
     from ..trace import eval_cases, write_jsonl
 
-    with open_store(store) as st:
+    with open_existing(store) as st:
         cases = list(eval_cases(st, project=project, loop_name=loop, run_ids=run))
     with _output(out) as fh:
         n = write_jsonl(cases, fh)
     _note(f"wrote {n} eval case(s)" + (f" to {out}" if out is not None else ""))
 
 
-@export_app.command("preference-pairs")
+@export_app.command("preference-pairs", short_help="Chosen versus rejected proposals (JSON lines).")
 def preference_pairs_cmd(
     project: ProjectOpt = None,
     loop: LoopOpt = None,
@@ -197,7 +194,7 @@ def preference_pairs_cmd(
 
     if match not in ("state", "hindsight", "both"):
         raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
-    with open_store(store) as st:
+    with open_existing(store) as st:
         pairs = preference_pairs(
             st,
             project=project,

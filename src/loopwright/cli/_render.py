@@ -1,83 +1,31 @@
-"""Rich rendering for the CLI: tables of runs, one run's timeline, summaries."""
+"""Rich rendering for the CLI: one run's timeline, summaries (`loopwright runs` uses the
+plain, faster tables of ``_table``)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.markup import escape
-from rich.panel import Panel
 from rich.table import Table
 
-from .._contract import Contract
-from .._packet import explain
-from .._state import TaskState
-from ..store import Approval, Checkpoint, JournalEntry, RunRecord
+from ._table import STATUS_STYLE
 
-__all__ = ["run_detail", "runs_table", "summary_table"]
+if TYPE_CHECKING:
+    from rich.console import Group
 
-_STYLE = {
-    "accepted": "green",
-    "stopped": "yellow",
-    "awaiting_approval": "magenta",
-    "escalated": "red",
-    "failed": "bold red",
-    "cancelled": "dim",
-    "running": "cyan",
-    "pending": "cyan",
-}
+    from .._state import TaskState
+    from ..store import Approval, Checkpoint, JournalEntry, RunRecord
+
+__all__ = ["run_detail", "summary_table"]
 
 
 def status_text(status: str) -> str:
-    return f"[{_STYLE.get(status, 'white')}]{status}[/]"
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 
 
 def _score(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
-
-
-def _ago(ts: float) -> str:
-    d = time.time() - ts
-    if d < 60:
-        return f"{d:.0f}s ago"
-    if d < 3600:
-        return f"{d / 60:.0f}m ago"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
-def runs_table(runs: list[RunRecord]) -> Table:
-    t = Table(title=f"{len(runs)} run(s)", title_justify="left")
-    for col in (
-        "run",
-        "task",
-        "loop",
-        "status",
-        "stop reason",
-        "cycles",
-        "best",
-        "cost $",
-        "held-out",
-        "created",
-    ):
-        t.add_column(col, overflow="fold", no_wrap=col in ("run", "status", "stop reason"))
-    for r in runs:
-        held = (
-            "-" if r.held_out_passed is None else ("pass" if r.held_out_passed else "[red]FAIL[/]")
-        )
-        t.add_row(
-            r.run_id[:12],
-            escape(r.task_key),
-            escape(r.loop_name),
-            status_text(r.status),
-            r.stop_reason or "-",
-            str(r.cycle),
-            _score(r.best_score),
-            f"{r.cost_usd:.3f}",
-            held,
-            _ago(r.created_at),
-        )
-    return t
 
 
 def summary_table(runs: list[RunRecord]) -> Table:
@@ -123,63 +71,102 @@ def _plan(state: TaskState) -> Table | None:
     return t
 
 
-def _timeline(checkpoints: list[Checkpoint]) -> Table:
-    t = Table(title="Timeline", title_justify="left")
-    for col in (
-        "cycle",
-        "proposal",
-        "visible verdicts",
-        "held-out verdicts",
-        "score",
-        "decision",
-        "cost $",
-    ):
-        t.add_column(col, overflow="fold")
+def _detail_table(title: str) -> Table:
+    """A table of ``show``: no outer frame, so 80 columns leave room for the text."""
+    from rich import box
+
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+
+
+def _timeline(checkpoints: list[Checkpoint], width: int) -> Any:
+    """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
+    else one block per cycle (four prose columns in 80 would each be a sliver)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    rows: list[tuple[str, list[str], list[str], list[str], str, str, str]] = []
     for ck in checkpoints:
         rec = ck.record
         if not rec or "proposal" not in rec:
             if rec and rec.get("decision") == "parked":
-                t.add_row(
-                    str(rec["cycle"]), "-", "-", "-", "-", "[magenta]parked for approval[/]", "-"
+                rows.append(
+                    (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
                 )
             continue
         prop = rec["proposal"]
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
-        what = f"{prop.get('kind')}: {', '.join(parts) or '-'}"
-        what = escape(what) + (" [yellow](repeat)[/]" if rec.get("duplicate") else "")
+        what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts)]
+        if rec.get("duplicate"):
+            what.append("[yellow](repeat)[/]")
 
-        def verdicts(d: dict[str, Any]) -> str:
-            return (
-                ", ".join(
-                    f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
-                    for k, v in d.items()
-                )
-                or "-"
+        def verdicts(d: dict[str, Any]) -> list[str]:
+            return [
+                f"{'[green]✓[/]' if v['passed'] else '[red]✗[/]'} {escape(k)} {v['score']:.2f}"
+                for k, v in d.items()
+            ]
+
+        rows.append(
+            (
+                str(rec["cycle"]),
+                what,
+                verdicts(rec.get("visible", {})),
+                verdicts(rec.get("held_out", {})),
+                _score(rec.get("score")),
+                escape(str(rec.get("decision", "-"))),
+                f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
             )
-
-        t.add_row(
-            str(rec["cycle"]),
-            what,
-            verdicts(rec.get("visible", {})),
-            verdicts(rec.get("held_out", {})),
-            _score(rec.get("score")),
-            rec.get("decision", "-"),
-            f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
         )
-    return t
+    if width >= _WIDE:
+        t = _detail_table("Timeline")
+        t.add_column("cycle", justify="right", no_wrap=True)
+        for col in ("proposal", "visible verdicts", "held-out verdicts"):
+            t.add_column(col, overflow="fold")
+        for col in ("score", "decision", "cost $"):
+            t.add_column(col, no_wrap=True)
+        for cycle, what, vis, held, score, decision, cost in rows:
+            t.add_row(
+                cycle,
+                "\n".join(what) or "-",
+                "\n".join(vis) or "-",
+                "\n".join(held) or "-",
+                score,
+                decision,
+                cost,
+            )
+        return t
+    blocks: list[Any] = [Text("Timeline", style="italic")]
+    for cycle, what, vis, held, score, decision, cost in rows:
+        spent = "" if cost == "-" else f"  score {score}  ${cost}"
+        blocks.append(f"[bold]cycle {cycle}[/]  {decision}{spent}")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        proposal = f"{what[0]} {', '.join(what[1:])}" if what else ""
+        for label, text in (("proposal", proposal), ("visible", ", ".join(vis))):
+            if text:
+                grid.add_row(f"  {label}", text)
+        if held:
+            grid.add_row("  held-out", ", ".join(held))
+        blocks.append(grid)
+    return Group(*blocks)
+
+
+_WIDE = 110  # narrower, the timeline is printed as blocks
 
 
 def _artifacts(state: TaskState) -> Table:
-    t = Table(title="Artifacts", title_justify="left")
-    for col in ("part", "versions", "status", "current value"):
-        t.add_column(col, overflow="fold")
+    t = _detail_table("Artifacts")
+    t.add_column("part", min_width=12)
+    t.add_column("versions", justify="right", no_wrap=True)
+    t.add_column("status", no_wrap=True)
+    t.add_column("current value", min_width=12)
     for ref, p in state.iter_parts():
         value = repr(p.value)
         if len(value) > 80:
             value = value[:77] + "..."
-        t.add_row(escape(ref), str(len(p.versions)), p.status, escape(value))
+        t.add_row(escape(ref), str(p.count), p.status, escape(value))
     return t
 
 
@@ -187,7 +174,7 @@ def _effects(journal: list[JournalEntry]) -> Table | None:
     rows = [e for e in journal if e.kind == "effect"]
     if not rows:
         return None
-    t = Table(title="Effects (journal)", title_justify="left")
+    t = _detail_table("Effects (journal)")
     for col in ("cycle", "effect", "key", "status", "attempts", "result / cause"):
         t.add_column(col, overflow="fold")
     for e in rows:
@@ -213,8 +200,15 @@ def run_detail(
     checkpoints: list[Checkpoint],
     approvals: list[Approval],
     journal: list[JournalEntry] | None = None,
+    width: int = 80,
 ) -> Group:
-    state = TaskState.from_dict(checkpoints[-1].state)
+    from rich.console import Group
+    from rich.panel import Panel
+
+    from .._contract import Contract
+    from .._packet import explain
+
+    state = checkpoints[-1].task_state()
     contract = Contract.from_dict(rec.contract)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -243,7 +237,7 @@ def run_detail(
     plan = _plan(state)
     if plan is not None:
         items.append(plan)
-    items.append(_timeline(checkpoints))
+    items.append(_timeline(checkpoints, width))
     items.append(_artifacts(state))
     effects = _effects(journal or [])
     if effects is not None:

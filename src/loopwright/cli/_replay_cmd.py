@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from .._errors import ConfigError
-from ..store import open_store
 from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._stores import open_existing
 
 __all__ = ["replay_cmd"]
 
 
-@app.command("replay")
+@app.command("replay", short_help="Replay recorded runs under other stop contracts.")
 def replay_cmd(
     source: Annotated[
         str,
@@ -25,7 +25,11 @@ def replay_cmd(
     ],
     contract: Annotated[
         list[Path],
-        typer.Option("--contract", help="A contract TOML (a loop spec or [contract] tables)."),
+        typer.Option(
+            "--contract",
+            metavar="FILE",
+            help="A contract TOML (a loop spec or [contract] tables); repeatable.",
+        ),
     ],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -50,7 +54,7 @@ def replay_cmd(
             name += "'"
         contracts[name] = load_contract(path)
     if source in ("store", "runs"):
-        with open_store(store) as st:
+        with open_existing(store) as st:
             traces = load_source(source, st)
     else:
         traces = load_source(source)

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import secrets
 from typing import Annotated
 
 import typer
 
 from .._errors import ConfigError
-from ..store import resolve_store_url
 from ._app import app
 
 __all__ = ["ui"]
 
 
 def _is_loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -42,6 +41,10 @@ def ui(
     Prints a sign-in token once unless $LOOPWRIGHT_UI_TOKEN is set; on a non-loopback --host
     every page needs the token.
     """
+    import secrets
+
+    from ..store import resolve_store_url
+
     try:
         import uvicorn
 

@@ -1,0 +1,59 @@
+"""The store a command works on. Commands that only read (or act on runs that must already
+exist) refuse a store file that does not exist instead of creating it: a typo in ``--store``
+must not leave an empty store, or its folders, behind and report "0 run(s)"."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from .._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+__all__ = ["existing_store", "open_existing"]
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file an SQLite store URL names (as ``open_store`` reads it); None for other stores,
+    whose server says for itself whether they exist."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return None
+    if parts.netloc:
+        return parts.netloc + parts.path
+    return parts.path[1:] if parts.path.startswith("/") else parts.path
+
+
+def existing_store(url: str | None) -> str:
+    """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
+    refused with a one-line error when it names an SQLite file that does not exist."""
+    from ..store import resolve_store_url
+
+    resolved = resolve_store_url(url)
+    path = _sqlite_file(resolved)
+    if path and path != ":memory:" and not Path(path).exists():
+        source = (
+            "--store"
+            if url
+            else "$LOOPWRIGHT_STORE"
+            if os.environ.get("LOOPWRIGHT_STORE")
+            else "the default store"
+        )
+        raise ConfigError(
+            f"no store at {path} (from {source}); check the path, or create one with "
+            "`loopwright run` or `loopwright demo`"
+        )
+    return resolved
+
+
+def open_existing(url: str | None) -> Store:
+    """``open_store`` for a store that must already exist (see ``existing_store``)."""
+    from ..store import open_store
+
+    return open_store(existing_store(url))

@@ -1,0 +1,214 @@
+"""Plain-text tables that fit the terminal, for the listings that must start fast.
+
+``loopwright runs`` answers without importing Rich (whose import and layout of a long table
+cost more than the rest of the command). A fitted table never wraps a cell: flexible columns
+shrink first, their cells cut in the middle with "…", then the columns kept least are hidden
+(and named under the table). Piped output is 80 columns wide unless ``COLUMNS`` says otherwise,
+as with Rich; colour only on a terminal, and never with ``NO_COLOR`` set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from ..store import RunRecord
+
+__all__ = ["STATUS_STYLE", "Col", "fit", "print_blocks", "print_runs", "render", "terminal_width"]
+
+GAP = "  "
+_ANSI = {
+    "green": "32",
+    "yellow": "33",
+    "magenta": "35",
+    "red": "31",
+    "bold red": "1;31",
+    "dim": "2",
+    "cyan": "36",
+    "bold": "1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A column: its header; ``keep``: the lower, the longer it stays at narrow widths (0: never
+    hidden); ``flex``: it shrinks, down to ``min_width``, before any column is hidden."""
+
+    header: str
+    keep: int
+    flex: bool = False
+    min_width: int = 0
+    right: bool = False
+
+
+Cell = tuple[str, str]  # plain text, and a style name from _ANSI (or "")
+
+
+def terminal_width() -> int:
+    """The terminal's width; 80 (or ``COLUMNS``) when the output is piped."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut in the middle: task keys and names tend to differ
+    at their ends (``…/document-00999.json``)."""
+    if len(text) <= width:
+        return text
+    if width < 8:
+        return text[: max(width - 1, 0)] + "…"
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + text[-tail:]
+
+
+def fit(
+    cols: Sequence[Col], rows: Sequence[Sequence[Cell]], width: int
+) -> tuple[dict[int, int], list[str]]:
+    """The width of each column shown, by index, and the headers of the hidden ones."""
+    natural = [max([len(c.header)] + [len(row[i][0]) for row in rows]) for i, c in enumerate(cols)]
+
+    def least(i: int) -> int:
+        return min(natural[i], cols[i].min_width) if cols[i].flex else natural[i]
+
+    shown = list(range(len(cols)))
+    for i in sorted(shown, key=lambda i: -cols[i].keep):
+        if sum(map(least, shown)) + len(GAP) * (len(shown) - 1) <= width:
+            break
+        if cols[i].keep > 0:
+            shown.remove(i)
+    widths = {i: natural[i] for i in shown}
+    over = sum(widths.values()) + len(GAP) * (len(shown) - 1) - width
+    for i in shown:
+        if over > 0 and cols[i].flex:
+            take = min(over, widths[i] - least(i))
+            widths[i] -= take
+            over -= take
+    return widths, [c.header for i, c in enumerate(cols) if i not in widths]
+
+
+def render(
+    title: str,
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Cell]],
+    *,
+    width: int | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Write the table: a title line, the header, a rule, one line per row, and a line naming
+    the columns hidden at this width."""
+    out = out or sys.stdout
+    width = terminal_width() if width is None else width
+    colour = out.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    widths, hidden = fit(cols, rows, width)
+
+    def line(cells: Sequence[Cell]) -> str:
+        parts = []
+        for i, w in widths.items():
+            text, style = cells[i]
+            text = cut(text, w) if len(text) > w else text
+            text = text.rjust(w) if cols[i].right else text.ljust(w)
+            if colour and style in _ANSI:
+                text = f"\x1b[{_ANSI[style]}m{text}\x1b[0m"
+            parts.append(text)
+        return GAP.join(parts).rstrip()
+
+    lines = [title[:width] if len(title) > width else title]
+    lines.append(line([(c.header, "bold") for c in cols]))
+    lines.append("─" * min(sum(widths.values()) + len(GAP) * (len(widths) - 1), width))
+    lines.extend(line(row) for row in rows)
+    if hidden:
+        lines.append(cut(f"not shown at this width: {', '.join(hidden)} (--json shows all)", width))
+    out.write("\n".join(lines) + "\n")
+
+
+def print_blocks(
+    title: str, blocks: Sequence[tuple[str, Sequence[tuple[str, str]]]], *, width: int | None = None
+) -> None:
+    """Records with prose fields, one block each: a head line (cut to the width), then each
+    field as ``label: text``, wrapped under its start."""
+    import textwrap
+
+    width = terminal_width() if width is None else width
+    lines = [title]
+    for head, fields in blocks:
+        lines.append(cut(head, width))
+        pad = max((len(label) for label, _ in fields), default=0) + 4
+        for label, text in fields:
+            lines.extend(
+                textwrap.wrap(
+                    text,
+                    width=max(width, pad + 20),
+                    initial_indent=f"  {label + ':':<{pad - 2}}",
+                    subsequent_indent=" " * pad,
+                    break_on_hyphens=False,
+                )
+                or [f"  {label}:"]
+            )
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+# --- loopwright runs ---------------------------------------------------------------------------
+_RUN_COLS = (
+    Col("run", 0),
+    Col("task", 0, flex=True, min_width=20),
+    Col("loop", 7, flex=True, min_width=8),
+    Col("status", 1),
+    Col("stop reason", 2),
+    Col("cycles", 6, right=True),
+    Col("best", 8, right=True),
+    Col("cost $", 3, right=True),
+    Col("held-out", 4),
+    Col("created", 5),
+)
+STATUS_STYLE = {
+    "accepted": "green",
+    "stopped": "yellow",
+    "awaiting_approval": "magenta",
+    "escalated": "red",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "running": "cyan",
+    "pending": "cyan",
+}
+
+
+def _ago(ts: float, now: float) -> str:
+    d = max(now - ts, 0.0)
+    if d >= 30 * 86400:
+        return time.strftime("%Y-%m-%d", time.localtime(ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= size:
+            return f"{int(d // size)}{unit} ago"
+    return f"{int(d)}s ago"
+
+
+def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = None) -> None:
+    """The runs, one per line; ``total``: how many matched (more when only the newest show)."""
+    now = time.time()
+    rows = [
+        (
+            (r.run_id[:12], ""),
+            (r.task_key, ""),
+            (r.loop_name, ""),
+            (r.status, STATUS_STYLE.get(r.status, "")),
+            (r.stop_reason or "-", ""),
+            (str(r.cycle), ""),
+            ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
+            (f"{r.cost_usd:.3f}", ""),
+            (
+                "-" if r.held_out_passed is None else "pass" if r.held_out_passed else "FAIL",
+                "red" if r.held_out_passed is False else "",
+            ),
+            (_ago(r.created_at, now), ""),
+        )
+        for r in runs
+    ]
+    title = f"{total} run(s)" + (f", the newest {len(runs)} shown" if total > len(runs) else "")
+    render(title, _RUN_COLS, rows, width=width)
+    if total > len(runs):
+        sys.stdout.write(f"… {total - len(runs)} more (use --limit N or --all)\n")

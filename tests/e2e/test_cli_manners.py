@@ -1,0 +1,312 @@
+"""The CLI's manners: reading never creates a store, filters are checked, listings are short
+and fit 80 columns (also piped), help text is complete and shown as written, and start-up
+imports only what the command needs. Timings are measured in bench/cold_start.py, not here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopwright
+from loopwright.cli import main
+from loopwright.store import open_store
+
+from .conftest import cli
+
+RUN = "0123456789abcdef"
+
+# Every command that only reads, or acts on runs or items that must already exist.
+NEEDS_A_STORE = [
+    ("runs",),
+    ("runs", "--json"),
+    ("show", RUN),
+    ("approvals",),
+    ("metrics",),
+    ("trace", RUN),
+    ("export", "eval-cases"),
+    ("export", "preference-pairs"),
+    ("replay", "store", "--contract", "CONTRACT"),
+    ("fit-stop", "store"),
+    ("memory", "list"),
+    ("memory", "confirm", "m1", "--by", "ana"),
+    ("memory", "forget", "m1", "--by", "ana"),
+    ("memory", "propose"),
+    ("approve", RUN, "--by", "ana"),
+    ("deny", RUN, "--by", "ana"),
+    ("answer", RUN, "yes", "--by", "ana"),
+    ("cancel", RUN),
+    ("rollback", RUN, "--to-cycle", "0", "--by", "ana"),
+    ("resume", RUN),
+]
+
+
+def _run_main(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str, str]:
+    monkeypatch.setenv("COLUMNS", "80")
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _fill(path: Path, n: int) -> list[str]:
+    """``n`` runs with long task keys, through the Store API; their ids, newest first."""
+    ids = []
+    with open_store(str(path)) as st:
+        for i in range(n):
+            rec, _ = st.create_run(
+                run_id=f"{i:04d}" + "ab" * 6,
+                task_key=f"invoice_exceptions/customer-{i:06d}/document-{i:05d}.json",
+                loop_name="invoice_exceptions_with_a_long_loop_name",
+                project="p",
+                spec_ref=None,
+                loop_version=None,
+                contract={},
+                task={"i": i},
+                initial_state={"cycle": 0},
+            )
+            ids.append(rec.run_id)
+    runs = json.loads(_subprocess("runs", "--json", store=path).stdout)
+    assert len(runs) == n
+    return [r["run_id"] for r in runs]
+
+
+def _subprocess(
+    *args: str, store: Path, columns: str | None = "80"
+) -> subprocess.CompletedProcess[str]:
+    """The console script with its output piped, as a script or `| less` sees it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LOOPWRIGHT_DEBUG")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    env["LOOPWRIGHT_STORE"] = str(store)
+    exe = Path(sys.executable).with_name("loopwright")
+    return subprocess.run(
+        [str(exe), *args], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+# --- a missing store is refused, and not created -------------------------------------------
+@pytest.mark.parametrize("args", NEEDS_A_STORE, ids=lambda a: " ".join(a[:2]))
+def test_a_missing_store_is_refused_and_not_created(
+    args: tuple[str, ...],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    contract = tmp_path / "contract.toml"
+    contract.write_text("[contract.budget]\nmax_cycles = 3\n")
+    missing = tmp_path / "typo" / "store.db"
+    argv = [str(contract) if a == "CONTRACT" else a for a in args]
+    code, out, err = _run_main([*argv, "--store", str(missing)], capsys, monkeypatch)
+    assert code == 2, (out, err)
+    assert err.startswith("loopwright: error: no store at ")
+    assert str(missing) in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not missing.parent.exists()
+
+
+def test_the_default_and_env_stores_are_refused_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
+    code, _, err = _run_main(["runs"], capsys, monkeypatch)
+    assert code == 2
+    assert "(from the default store)" in err
+    assert not (tmp_path / ".loopwright").exists()
+    monkeypatch.setenv("LOOPWRIGHT_STORE", f"sqlite:///{tmp_path}/env/s.db")
+    code, _, err = _run_main(["show", RUN], capsys, monkeypatch)
+    assert code == 2
+    assert f"no store at {tmp_path}/env/s.db (from $LOOPWRIGHT_STORE)" in err
+    assert not (tmp_path / "env").exists()
+
+
+# --- filters and values are checked ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "listed"),
+    [
+        (("runs", "--status", "bogus"), "awaiting_approval"),
+        (("metrics", "--status", "bogus"), "awaiting_approval"),
+        (("memory", "list", "--status", "bogus"), "candidate"),
+        (("runs", "--limit", "0"), "at least 1"),
+        (("runs", "--limit", "5", "--all"), "not both"),
+    ],
+)
+def test_bad_filters_are_one_line_errors(
+    args: tuple[str, ...],
+    listed: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = tmp_path / "s.db"
+    open_store(str(store)).close()
+    code, out, err = _run_main([*args, "--store", str(store)], capsys, monkeypatch)
+    assert code == 2, (out, err)
+    assert err.startswith("loopwright: error: --")
+    assert listed in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_value_of_the_wrong_type_is_a_usage_error(tmp_path: Path) -> None:
+    open_store(str(tmp_path / "s.db")).close()
+    r = _subprocess("runs", "--limit", "many", store=tmp_path / "s.db")
+    assert r.returncode == 2
+    assert "'many' is not a valid integer" in r.stderr
+
+
+def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = _run_main(["--version"], capsys, monkeypatch)
+    assert code == 0
+    assert out == f"loopwright {importlib.metadata.version('loopwright')}\n"
+    assert loopwright.__version__ == importlib.metadata.version("loopwright")
+
+
+# --- listings: short by default, and readable at 80 columns, piped ---------------------------
+def test_runs_shows_the_newest_50_and_says_how_many_more(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    ids = _fill(store, 57)
+    r = _subprocess("runs", store=store)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "57 run(s), the newest 50 shown"
+    rows = [line for line in lines if line[:12] in {i[:12] for i in ids}]
+    assert [row[:12] for row in rows] == [i[:12] for i in ids[:50]]
+    assert lines[-1] == "… 7 more (use --limit N or --all)"
+
+    every = _subprocess("runs", "--all", store=store).stdout.splitlines()
+    assert every[0] == "57 run(s)"
+    assert sum(line[:12] in {i[:12] for i in ids} for line in every) == 57
+    assert not every[-1].startswith("…")
+
+    few = _subprocess("runs", "--limit", "3", store=store).stdout.splitlines()
+    assert few[-1] == "… 54 more (use --limit N or --all)"
+    # Scripts get every run from --json unless they ask for fewer.
+    assert len(json.loads(_subprocess("runs", "--json", store=store).stdout)) == 57
+    assert len(json.loads(_subprocess("runs", "--json", "--limit", "3", store=store).stdout)) == 3
+
+
+@pytest.mark.parametrize("columns", ["80", None, "60", "200"])
+def test_runs_table_never_wraps_a_column(tmp_path: Path, columns: str | None) -> None:
+    """One line per run, no line wider than the terminal (80 when piped and COLUMNS unset),
+    the task column at least 20 characters, cut in the middle rather than wrapped."""
+    store = tmp_path / "s.db"
+    ids = _fill(store, 5)
+    width = int(columns or 80)
+    r = _subprocess("runs", store=store, columns=columns)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    header = lines[1].split()
+    assert header[:2] == ["run", "task"]
+    assert "status" in header
+    rows = [line for line in lines if line[:12] in {i[:12] for i in ids}]
+    assert len(rows) == 5  # every run on one line: nothing wrapped
+    at = lines[1].index("task")
+    for row, run_id in zip(rows, ids, strict=True):
+        task = row[at:].split("  ")[0]  # a cell holds no two spaces; columns are two apart
+        assert len(task) >= 20, row
+        key = f"document-{int(run_id[:4]):05d}.json"
+        assert task.endswith(key[-8:]), row  # the distinguishing end survives the cut
+        assert "…" in task or width >= 120
+    assert "\x1b[" not in r.stdout  # no colour codes in a pipe
+
+
+def test_approvals_at_80_columns_one_block_per_request(project: Path) -> None:
+    store = project / "s.db"
+    (project / "t.json").write_text(
+        json.dumps({"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 0}}})
+    )
+    assert cli("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
+    r = _subprocess("approvals", store=store)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1 request(s)"
+    assert lines[1].startswith("run ") and "payment_change" in lines[1]
+    assert any(line.startswith("  what: ") for line in lines)
+    assert any(line.startswith("  why:  ") for line in lines)
+    assert all(len(line) <= 80 for line in lines), lines
+
+
+# --- help text --------------------------------------------------------------------------------
+def test_help_shows_brackets_and_plain_flags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def help_of(*args: str) -> str:
+        code, out, _ = _run_main([*args, "--help"], capsys, monkeypatch)
+        assert code == 0
+        return " ".join(out.split())  # the text as written, however it was wrapped
+
+    assert "loopwright[plot]" in help_of("fit-stop")
+    assert "[contract] tables" in help_of("replay")
+    runs_help = help_of("runs")
+    assert "--json Print JSON" in runs_help
+    assert "<bool>" not in runs_help
+    assert "Run id (or a unique prefix, or its task key)" in help_of("approve")
+
+
+def test_every_argument_and_option_has_help() -> None:
+    from typer.main import get_command
+
+    from loopwright.cli._app import full_app
+
+    missing = []
+    stack = [("loopwright", get_command(full_app()))]
+    while stack:
+        path, cmd = stack.pop()
+        stack.extend((f"{path} {n}", c) for n, c in getattr(cmd, "commands", {}).items())
+        missing += [f"{path} {p.name}" for p in cmd.params if not getattr(p, "help", None)]
+    assert missing == []
+
+
+def test_each_command_is_built_alone() -> None:
+    """`app_for` finds every command the full application has (so none is lost to the lazy
+    dispatch), and builds only that one."""
+    from typer.main import get_command
+
+    from loopwright.cli._app import app_for, full_app
+
+    names = sorted(get_command(full_app()).commands)
+    assert len(names) >= 20
+    for name in names:
+        alone = get_command(app_for([name, "--help"]))
+        assert sorted(alone.commands) == [name]
+
+
+# --- start-up imports only what the command needs -------------------------------------------
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return set(out.split())
+
+
+def test_import_loopwright_is_lazy() -> None:
+    mods = _modules_after("import loopwright")
+    assert sorted(m for m in mods if m.startswith("loopwright")) == ["loopwright"]
+    assert {"typer", "rich", "tenacity", "orjson", "asyncio"}.isdisjoint(mods)
+    for name in loopwright.__all__:  # and every public name is still there
+        assert getattr(loopwright, name) is not None
+    assert set(loopwright.__all__) <= set(dir(loopwright))
+
+
+def test_runs_imports_neither_the_engine_nor_rich(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    _fill(store, 3)
+    mods = _modules_after(
+        "import contextlib, io\nfrom loopwright.cli import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()): assert main(['runs', '--store', {str(store)!r}]) == 0"
+    )
+    heavy = {"loopwright._engine", "loopwright.web", "loopwright.adapters", "rich", "pydantic"}
+    assert heavy.isdisjoint(mods), heavy & mods
