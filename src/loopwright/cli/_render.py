@@ -207,8 +207,9 @@ def run_detail(
 
     from .._contract import Contract
     from .._packet import explain
+    from .._state import TaskState
 
-    state = checkpoints[-1].task_state()
+    state = TaskState.from_dict(checkpoints[-1].state)
     contract = Contract.from_dict(rec.contract)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
