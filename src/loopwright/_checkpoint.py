@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _decide as rules
+from . import _state_codec as codec
 from ._cycle import _effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
@@ -186,7 +187,7 @@ class Checkpoints(RuntimeHost):
         if improved:
             s.best_score = max(v for v in (old.best_score, score) if v is not None)
             s.best_cycle = n
-            s.best_parts = {ref: len(p.versions) for ref, p in s.iter_parts()}
+            s.best_parts = {ref: p.count for ref, p in s.iter_parts()}
             s.stall = 0
         elif decision == "asked":
             s.stall = old.stall  # waiting for an answer is not a cycle without progress
@@ -194,13 +195,16 @@ class Checkpoints(RuntimeHost):
             s.stall = old.stall + 1
         s.passed_checks = sorted(set(old.passed_checks) | set(newly))
         if not ok and not duplicate and decision != "asked":
-            s.rejected = [*old.rejected, digest]
+            # in place: the list is shared with ``old`` and only ever grows (invariant 8)
+            s.rejected.append(digest)
         s.cycle = n
         s.score = score
         s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
         decision = decision or ("accepted" if ok else "revise")
+        # A bounded window: older cycles are in the checkpoints' records (invariant 8).
+        keep = max(0, self.history_window - 1)
         s.history = [
-            *old.history,
+            *(old.history[-keep:] if keep else ()),
             {
                 "cycle": n,
                 "score": score,
@@ -298,41 +302,80 @@ class Checkpoints(RuntimeHost):
             **run,
         }
         reqs = [*([approval] if approval is not None else []), *approvals]
+        req = self._stage(ex, record, cols, reqs)
         if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
             # Several runs share this loop: queue it into the next group commit; the run
             # waits for durability at its next durability point (``_settle``).
-            ex.pending_req = CommitRequest(
-                ex.run_id,
-                ex.token,
-                ex.seq + 1,
-                s.cycle,
-                s.to_dict(),
-                record,
-                list(ex.events),
-                cols,
-                reqs,
-            )
-            ex.pending_commit = self._committer().submit(ex.pending_req)
+            ex.pending_req = req
+            ex.pending_commit = self._committer().submit(req)
             ex.seq += 1
             ex.events = []
             return False  # the cancel flag arrives with durability
-        cancel = self.store.commit(
-            ex.run_id,
-            ex.token,
-            seq=ex.seq + 1,
-            cycle=s.cycle,
-            state=s.to_dict(),
-            record=record,
-            events=ex.events,
-            run=cols,
-            approvals=reqs,
-        )
+        try:
+            cancel = self.store.commit(
+                ex.run_id,
+                ex.token,
+                seq=req.seq,
+                cycle=req.cycle,
+                state=req.state,
+                record=record,
+                events=ex.events,
+                run=cols,
+                approvals=reqs,
+                base=req.base,
+                versions=req.versions,
+                rejected=req.rejected,
+            )
+        except BaseException:
+            _unstage(ex, req)
+            raise
         ex.seq += 1
         ex.events = []
         self._committed(ex)
         return cancel
 
+    def _stage(
+        self,
+        ex: _Exec,
+        record: dict[str, Any] | None,
+        cols: dict[str, Any],
+        reqs: Sequence[NewApproval],
+    ) -> CommitRequest:
+        """The commit of ``ex.state``: a delta from the last head (a full head every
+        ``snapshot_every`` checkpoints), the versions not yet written, the new rejected
+        digests. What the store will then hold is noted in ``ex`` now (``_unstage`` undoes it
+        if the commit fails)."""
+        s = ex.state
+        head = codec.head(s)
+        seq = ex.seq + 1
+        if ex.head is None or ex.since_base + 1 >= self.snapshot_every:
+            state, base = head, None
+            ex.base, ex.since_base = seq, 0
+        else:
+            state, base = codec.delta(ex.head, head), ex.base
+            ex.since_base += 1
+        rows, ex.written = codec.unwritten_versions(s, ex.written)
+        rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
+        ex.rejected_written = len(s.rejected)
+        ex.head = head
+        return CommitRequest(
+            ex.run_id,
+            ex.token,
+            seq,
+            s.cycle,
+            state,
+            record,
+            list(ex.events),
+            cols,
+            reqs,
+            base,
+            rows,
+            rejected,
+        )
+
     def _committed(self, ex: _Exec) -> None:
+        # Durable: versions the engine no longer needs can leave memory (the store has them).
+        ex.state.trim()
         ex.at("after_checkpoint")
         if self.on_progress is not None:
             with contextlib.suppress(Exception):
@@ -360,6 +403,7 @@ class Checkpoints(RuntimeHost):
             if req is not None:
                 ex.seq = req.seq - 1
                 ex.events = [*req.events, *ex.events]
+                _unstage(ex, req)
             raise
         finally:
             if ex.pending_commit is fut:
@@ -367,6 +411,14 @@ class Checkpoints(RuntimeHost):
                 ex.pending_req = None
         self._committed(ex)
         return cancel
+
+
+def _unstage(ex: _Exec, req: CommitRequest) -> None:
+    """``req`` was not written: the next commit is a full snapshot with every version held in
+    memory and the digests ``req`` carried (written again where they were: harmless)."""
+    ex.head = None
+    ex.written = {}
+    ex.rejected_written -= len(req.rejected)
 
 
 def _effect_notes(n: int, outcomes: Sequence[EffectOutcome]) -> list[dict[str, Any]]:

@@ -245,7 +245,8 @@ class Cycle(RuntimeHost):
             subject = candidate
             if check.held_out:
                 private = private or TaskState.from_dict(
-                    json.loads(json.dumps(candidate.to_dict()))
+                    json.loads(json.dumps(candidate.to_dict(held=True))),
+                    lambda ref: self.store.versions(ex.run_id, ref),
                 )
                 subject = private
             where = f"verifier {check.name}"

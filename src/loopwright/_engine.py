@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _decide as rules
+from . import _state_codec as codec
 from ._checkpoint import Checkpoints
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
@@ -78,6 +79,14 @@ class RunResult:
         }
 
 
+def _complete(state: TaskState) -> TaskState:
+    """Every version read into memory: a result outlives the store it came from (read once,
+    when a run returns; a running cycle never does this)."""
+    for _ref, p in state.iter_parts():
+        p.versions  # noqa: B018 - loads them
+    return state
+
+
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -98,6 +107,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
         on_progress: ProgressFn | None = None,
         group_commit: bool = True,
         memory: bool = True,
+        snapshot_every: int = 50,
+        history_window: int = 20,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
@@ -107,6 +118,19 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
         if lease_ttl_s <= 0:
             raise ConfigError("must be positive", field="lease_ttl_s")
         self.lease_ttl_s = lease_ttl_s
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise ConfigError("must be a whole number of checkpoints", field="snapshot_every")
+        if snapshot_every < 1:
+            raise ConfigError("must be at least 1", field="snapshot_every")
+        if isinstance(history_window, bool) or not isinstance(history_window, int):
+            raise ConfigError("must be a whole number of cycles", field="history_window")
+        if history_window < 1:
+            raise ConfigError("must be at least 1", field="history_window")
+        # A checkpoint is a delta from the one before, and every ``snapshot_every``-th a full
+        # head, so loading the latest state reads at most that many rows (invariant 8).
+        self.snapshot_every = snapshot_every
+        # How many recent cycles the state (and the actor's Context.history) keeps.
+        self.history_window = history_window
         self.on_progress = on_progress
         # Called at every phase boundary of a cycle; the crash-point tests kill the process
         # there. Not part of the public API.
@@ -171,7 +195,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
             loop_version=loop.version,
             contract=loop.contract.to_dict(),
             task=task,
-            initial_state=state.to_dict(),
+            initial_state=codec.head(state),
+            initial_versions=codec.unwritten_versions(state, {})[0],
         )
 
     async def run(
@@ -238,6 +263,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
             phase=self._on_phase,
             grouped=True,
         )
+        ex.adopt(self.store, ck.state)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
         nxt = ex.state.cycle + 1
         ex.retries = {
@@ -307,7 +333,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
             best_score=rec.best_score,
             spent=Usage(rec.cost_usd, rec.tokens, rec.seconds),
             packet=rec.packet,
-            state=TaskState.from_dict(ck.state),
+            state=_complete(ck.task_state()),
             held_out_passed=rec.held_out_passed,
         )
 

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,8 @@ from ._effects import Effect, EffectCall, EffectResult
 from ._loop import Loop
 from ._proposal import Context, Verdict
 from ._retry import ErrorClass, RetryPolicy
-from ._state import TaskState
+from ._state import Digests, TaskState, part_ref
+from ._state_codec import FORMAT
 from ._usage import Usage
 from .store import CommitRequest, JournalEntry, NewEvent, Store
 
@@ -66,6 +67,31 @@ class Execution:
     grouped: bool = False  # driven by resume: may join group commits
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
+    # What the store holds of ``state`` (``loopwright._state_codec``): the last committed head
+    # (None: the next checkpoint is a snapshot), the statuses of the versions held in memory
+    # as written, how many rejected digests are written, and the snapshot deltas build on.
+    head: dict[str, Any] | None = None
+    written: dict[tuple[str, int], str] = field(default_factory=dict)
+    rejected_written: int = 0
+    base: int = 0
+    since_base: int = 0
+
+    def adopt(self, store: Store, stored: Mapping[str, Any]) -> None:
+        """Note what the store already holds of ``state``, loaded from ``stored`` (a resolved
+        checkpoint state), and let its parts read older versions from the store. A state of
+        the layout before v4 holds every version inline: its first commit writes them all."""
+        s = self.state
+        s.attach(lambda ref: store.versions(self.run_id, ref))
+        if stored.get("format") == FORMAT:
+            self.written = {
+                (part_ref(a.name, p.name), n): v.status
+                for a in s.artifacts.values()
+                for p in a.parts.values()
+                for n, v in p.known.items()
+            }
+            # earlier rejected digests stay in the store, asked about one at a time
+            s.rejected = Digests(s.rejected, lambda d: store.is_rejected(self.run_id, d))
+            self.rejected_written = len(s.rejected)
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

@@ -37,6 +37,8 @@ class RuntimeHost:
     on_progress: ProgressFn | None
     group_commit: bool
     memory_enabled: bool
+    snapshot_every: int
+    history_window: int
     _active: int
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None

@@ -355,17 +355,18 @@ def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
 
 
 def _revisions(state: Mapping[str, Any]) -> tuple[int, int]:
-    """(accepted parts the loop wrote, versions preceding their accepted versions)."""
+    """(accepted parts the loop wrote, versions preceding their accepted versions). Reads a
+    part's latest accepted version only: a stored state need not list the others."""
     parts = revisions = 0
     for artifact in state.get("artifacts") or ():
         for part in artifact.get("parts") or ():
-            versions = list(part.get("versions") or ())
-            idx = max(
-                (i for i, v in enumerate(versions) if v.get("status") == "accepted"), default=-1
-            )
-            if idx >= 0 and any(int(v.get("cycle") or 0) >= 1 for v in versions[: idx + 1]):
+            accepted = [v for v in part.get("versions") or () if v.get("status") == "accepted"]
+            if not accepted:
+                continue
+            v = max(accepted, key=lambda v: int(v["n"]))
+            if int(v.get("cycle") or 0) >= 1:  # earlier versions have earlier cycles
                 parts += 1
-                revisions += idx
+                revisions += int(v["n"]) - 1
     return parts, revisions
 
 

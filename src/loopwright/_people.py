@@ -186,6 +186,7 @@ class Decisions:
             ck.seq,
             TaskState.from_dict(ck.state),
         )
+        ex.adopt(self.store, ck.state)
         try:
             self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
         finally:
@@ -332,7 +333,7 @@ class Decisions:
                 field="to_cycle",
             )
         old = TaskState.from_dict(target[-1].state)
-        latest = cks[-1]
+        latest = self.store.latest_checkpoint(rec.run_id)
         cur = TaskState.from_dict(latest.state)
         stale = _open_requests(cur.pending)
         ex = _Exec(
@@ -342,7 +343,10 @@ class Decisions:
             ex, "was in flight when the run was rolled back: check whether it happened"
         )
         self._retire_failures(ex)
+        ex.adopt(self.store, latest.state)
         cur.artifacts = old.artifacts
+        cur.attach(lambda ref: self.store.versions(rec.run_id, ref))
+        ex.written = {}  # the restored versions are written again, as they were then
         cur.findings = old.findings
         cur.plan = old.plan
         cur.score = old.score

@@ -9,7 +9,7 @@ from this state.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -18,6 +18,7 @@ from ._usage import Usage
 
 __all__ = [
     "Artifact",
+    "Digests",
     "Finding",
     "Part",
     "PartStatus",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 PartStatus = Literal["candidate", "accepted", "rejected"]
+# ref -> that part's versions (from the store): how a state reads versions it does not hold.
+VersionLoader = Callable[[str], Iterable["Version"]]
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
 _STEP_STATUSES = ("pending", "in_progress", "done", "blocked")
 
@@ -77,41 +80,138 @@ class Version:
         return cls(int(d["n"]), d["value"], int(d["cycle"]), cast(PartStatus, d["status"]))
 
 
-@dataclass(slots=True)
 class Part:
-    """A named, separately repairable and separately acceptable piece of an artifact."""
+    """A named, separately repairable and separately acceptable piece of an artifact.
 
-    name: str
-    versions: list[Version] = field(default_factory=list)
+    A part has ``count`` versions, numbered from 1. In memory it holds only the versions the
+    engine needs (the current one, the latest accepted one, the best one, and any not yet
+    committed): a long run's older versions live in the store's append-only ``versions`` rows
+    and ``versions`` / ``version(n)`` load them on demand through ``loader`` (invariant 8:
+    memory and per-cycle work do not grow with the number of cycles).
+    """
+
+    __slots__ = ("_known", "count", "loader", "name")
+
+    def __init__(
+        self,
+        name: str,
+        versions: Iterable[Version] = (),
+        *,
+        count: int | None = None,
+        loader: Callable[[], Iterable[Version]] | None = None,
+    ) -> None:
+        self.name = name
+        self._known: dict[int, Version] = {v.n: v for v in versions}
+        self.count = count if count is not None else max(self._known, default=0)
+        self.loader = loader
+
+    def __repr__(self) -> str:
+        return f"Part({self.name!r}, count={self.count}, known={sorted(self._known)})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Part):
+            return NotImplemented
+        return self.name == other.name and self.versions == other.versions
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def versions(self) -> list[Version]:
+        """Every version, oldest first (older ones are read from the store when needed)."""
+        if len(self._known) < self.count:
+            self._load()
+        return [self._known[n] for n in range(1, self.count + 1)]
+
+    @property
+    def known(self) -> dict[int, Version]:
+        """The versions held in memory, by number (read-only)."""
+        return self._known
 
     @property
     def current(self) -> Version:
-        return self.versions[-1]
+        return self._known[self.count]
 
     @property
     def value(self) -> Any:
-        return self.versions[-1].value
+        return self._known[self.count].value
 
     @property
     def status(self) -> PartStatus:
-        return self.versions[-1].status
+        return self._known[self.count].status
 
     @property
     def accepted(self) -> Version | None:
-        for v in reversed(self.versions):
-            if v.status == "accepted":
-                return v
+        # The latest accepted version is always held in memory (see ``trim``).
+        for n in sorted(self._known, reverse=True):
+            if self._known[n].status == "accepted":
+                return self._known[n]
         return None
 
     def version(self, n: int) -> Version:
-        return self.versions[n - 1]
+        if n not in self._known:
+            if not 1 <= n <= self.count:
+                raise IndexError(f"part {self.name!r} has no version {n} (1..{self.count})")
+            self._load()
+        return self._known[n]
+
+    def add(self, value: Any, cycle: int) -> Version:
+        v = Version(self.count + 1, value, cycle)
+        self._known[v.n] = v
+        self.count = v.n
+        return v
+
+    def trim(self, keep: Iterable[int] = ()) -> None:
+        """Forget the in-memory copies of versions the engine no longer needs (they are in the
+        store): keeps the current, the latest accepted and those in ``keep``. Only when the
+        part can load them again."""
+        if self.loader is None or len(self._known) <= 2:
+            return
+        acc = self.accepted
+        wanted = {self.count, *keep, *((acc.n,) if acc is not None else ())}
+        for n in [n for n in self._known if n not in wanted]:
+            del self._known[n]
+
+    def _load(self) -> None:
+        if self.loader is None:
+            raise LookupError(
+                f"part {self.name!r}: older versions are in the store and this state has no "
+                "loader (read it through the runtime or the store)"
+            )
+        for v in self.loader():
+            if v.n <= self.count:  # a rollback's abandoned versions lie beyond the count
+                self._known.setdefault(v.n, v)  # held versions are newer truth (status)
+        missing = [n for n in range(1, self.count + 1) if n not in self._known]
+        if missing:
+            raise LookupError(f"part {self.name!r}: versions {missing[:5]} are missing")
+
+    def fork(self) -> Part:
+        """A copy whose current version can change status without touching this one."""
+        known = dict(self._known)
+        cur = known.get(self.count)
+        if cur is not None:
+            known[self.count] = Version(cur.n, cur.value, cur.cycle, cur.status)
+        p = Part(self.name, count=self.count, loader=self.loader)
+        p._known = known
+        return p
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "versions": [v.to_dict() for v in self.versions]}
 
+    def to_known_dict(self) -> dict[str, Any]:
+        """Compact form: the versions held in memory and the count."""
+        return {
+            "name": self.name,
+            "count": self.count,
+            "versions": [self._known[n].to_dict() for n in sorted(self._known)],
+        }
+
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Part:
-        return cls(str(d["name"]), [Version.from_dict(v) for v in d["versions"]])
+    def from_dict(
+        cls, d: Mapping[str, Any], loader: Callable[[], Iterable[Version]] | None = None
+    ) -> Part:
+        vs = [Version.from_dict(v) for v in d["versions"]]
+        count = d.get("count")
+        return cls(str(d["name"]), vs, count=None if count is None else int(count), loader=loader)
 
 
 @dataclass(slots=True)
@@ -124,13 +224,22 @@ class Artifact:
     def values(self) -> dict[str, Any]:
         return {name: p.value for name, p in self.parts.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "parts": [p.to_dict() for p in self.parts.values()]}
+    def to_dict(self, *, held: bool = False) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "parts": [p.to_known_dict() if held else p.to_dict() for p in self.parts.values()],
+        }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Artifact:
-        parts = [Part.from_dict(p) for p in d["parts"]]
-        return cls(str(d["name"]), {p.name: p for p in parts})
+    def from_dict(cls, d: Mapping[str, Any], loader: VersionLoader | None = None) -> Artifact:
+        name = str(d["name"])
+        parts = [
+            Part.from_dict(
+                p, None if loader is None else _bind(loader, part_ref(name, str(p["name"])))
+            )
+            for p in d["parts"]
+        ]
+        return cls(name, {p.name: p for p in parts})
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +333,29 @@ class PlanStep:
         )
 
 
+class Digests(list[str]):
+    """The digests of rejected proposals: a list (in order) that answers ``in`` from a set,
+    so the duplicate check costs the same at cycle 5,000 as at cycle 5. A state loaded from a
+    store holds only the digests added since, and asks ``lookup`` (an indexed read) about the
+    others: loading a state never reads them all."""
+
+    def __init__(
+        self, items: Iterable[str] = (), lookup: Callable[[str], bool] | None = None
+    ) -> None:
+        super().__init__(items)
+        self._set = set(self)
+        self.lookup = lookup
+
+    def append(self, item: str) -> None:
+        super().append(item)
+        self._set.add(item)
+
+    def __contains__(self, item: object) -> bool:
+        if item in self._set:
+            return True
+        return self.lookup is not None and isinstance(item, str) and self.lookup(item)
+
+
 @dataclass(slots=True)
 class TaskState:
     """Everything a run knows, checkpointed after every cycle.
@@ -251,7 +383,7 @@ class TaskState:
     best_cycle: int = 0
     best_parts: dict[str, int] = field(default_factory=dict)
     stall: int = 0
-    rejected: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=Digests)
     approved: list[str] = field(default_factory=list)
     passed_checks: list[str] = field(default_factory=list)
     pending: dict[str, Any] | None = None
@@ -285,9 +417,9 @@ class TaskState:
         """The best candidate so far: each part at the version it had in the best cycle."""
         out: dict[str, dict[str, Any]] = {}
         for ref, p in self.iter_parts():
-            n = self.best_parts.get(ref, len(p.versions))
+            n = self.best_parts.get(ref, p.count)
             artifact, name = split_ref(ref)
-            out.setdefault(artifact, {})[name] = p.version(min(n, len(p.versions))).value
+            out.setdefault(artifact, {})[name] = p.version(min(n, p.count)).value
         return out
 
     @property
@@ -312,7 +444,7 @@ class TaskState:
             return True
         if p.value == value:
             return False
-        p.versions.append(Version(len(p.versions) + 1, value, cycle))
+        p.add(value, cycle)
         return True
 
     def refresh_plan(self) -> None:
@@ -322,6 +454,19 @@ class TaskState:
                 parts = [self.part(r) for r in s.parts]
                 if all(p is not None and p.status == "accepted" for p in parts):
                     s.status = "done"
+
+    def attach(self, loader: VersionLoader) -> None:
+        """Let parts that cannot yet read their older versions read them through ``loader``."""
+        for ref, p in self.iter_parts():
+            if p.loader is None:
+                p.loader = _bind(loader, ref)
+
+    def trim(self) -> None:
+        """Hold in memory only the versions the engine needs (current, accepted, best) of
+        parts that can read the others from the store (invariant 8: bounded memory)."""
+        for ref, p in self.iter_parts():
+            b = self.best_parts.get(ref)
+            p.trim(() if b is None else (b,))
 
     # --- copying -------------------------------------------------------------------------
     def fork(self) -> TaskState:
@@ -339,7 +484,7 @@ class TaskState:
             artifacts={
                 name: Artifact(
                     a.name,
-                    {pn: Part(p.name, _fork_versions(p.versions)) for pn, p in a.parts.items()},
+                    {pn: p.fork() for pn, p in a.parts.items()},
                 )
                 for name, a in self.artifacts.items()
             },
@@ -355,7 +500,8 @@ class TaskState:
             best_cycle=self.best_cycle,
             best_parts=dict(self.best_parts),
             stall=self.stall,
-            rejected=list(self.rejected),
+            # Shared, append-only: a copy per cycle would cost O(cycles) (invariant 8).
+            rejected=self.rejected,
             approved=list(self.approved),
             passed_checks=list(self.passed_checks),
             pending=None if self.pending is None else dict(self.pending),
@@ -363,13 +509,16 @@ class TaskState:
         )
 
     # --- serialisation -------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, held: bool = False) -> dict[str, Any]:
+        """Everything, every version of every part included (read from the store where not
+        held in memory); ``held=True``: only the versions held, with each part's ``count``
+        (what ``from_dict`` reads back with a loader, at a cost that does not grow)."""
         return {
             "goal": self.goal,
             "task_key": self.task_key,
             "project": self.project,
             "task": self.task,
-            "artifacts": [a.to_dict() for a in self.artifacts.values()],
+            "artifacts": [a.to_dict(held=held) for a in self.artifacts.values()],
             "plan": [s.to_dict() for s in self.plan],
             "findings": [f.to_dict() for f in self.findings],
             "notes": self.notes,
@@ -390,8 +539,10 @@ class TaskState:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TaskState:
-        arts = [Artifact.from_dict(a) for a in d.get("artifacts", ())]
+    def from_dict(cls, d: Mapping[str, Any], loader: VersionLoader | None = None) -> TaskState:
+        """Read ``to_dict()``'s form, or a stored head resolved by the store (whose parts hold
+        only some versions and a ``count``; ``loader`` reads the others on demand)."""
+        arts = [Artifact.from_dict(a, loader) for a in d.get("artifacts", ())]
         return cls(
             goal=str(d.get("goal", "")),
             task_key=str(d.get("task_key", "")),
@@ -410,7 +561,7 @@ class TaskState:
             best_cycle=int(d.get("best_cycle", 0)),
             best_parts=dict(d.get("best_parts") or {}),
             stall=int(d.get("stall", 0)),
-            rejected=list(d.get("rejected", ())),
+            rejected=Digests(d.get("rejected", ())),
             approved=list(d.get("approved", ())),
             passed_checks=list(d.get("passed_checks", ())),
             pending=d.get("pending"),
@@ -450,11 +601,8 @@ class TaskState:
         return state
 
 
-def _fork_versions(versions: list[Version]) -> list[Version]:
-    if not versions:
-        return []
-    last = versions[-1]
-    return [*versions[:-1], Version(last.n, last.value, last.cycle, last.status)]
+def _bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:
+    return lambda: loader(ref)
 
 
 def match_any(ref: str, patterns: Iterable[str]) -> bool:

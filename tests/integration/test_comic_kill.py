@@ -75,7 +75,7 @@ def test_killed_mid_way_resumes_without_rerender_or_second_export(
     with lw.Runtime(db) as rt:
         [run] = rt.store.list_runs()
         assert run.status == "running"  # the kill left it mid-flight
-        before = _accepted(lw.TaskState.from_dict(rt.store.checkpoints(run.run_id)[-1].state))
+        before = _accepted(rt.store.checkpoints(run.run_id)[-1].task_state())
         assert len(before) >= 3, before
 
         r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])  # resumes the same run
@@ -84,7 +84,7 @@ def test_killed_mid_way_resumes_without_rerender_or_second_export(
         rt.approve(r.run_id, by="creator")
         done = rt.resume_sync(r.run_id, loop)
         assert (done.status, done.stop_reason) == ("accepted", "success")
-        after = _accepted(lw.TaskState.from_dict(rt.store.checkpoints(run.run_id)[-1].state))
+        after = _accepted(rt.store.checkpoints(run.run_id)[-1].task_state())
         assert len(after) == 9
         for pid, (digest, versions) in before.items():
             assert after[pid] == (digest, versions), pid  # not re-rendered, no new version

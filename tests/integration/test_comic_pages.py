@@ -45,7 +45,7 @@ def _finish(rt: lw.Runtime, loop: lw.Loop, task: dict[str, Any]) -> lw.RunResult
 
 
 def _state(rt: lw.Runtime, run_id: str) -> lw.TaskState:
-    return lw.TaskState.from_dict(rt.store.checkpoints(run_id)[-1].state)
+    return rt.store.checkpoints(run_id)[-1].task_state()
 
 
 def _mara_coats(state: lw.TaskState) -> set[str]:

@@ -98,7 +98,7 @@ def test_success_repairs_part_by_part(rt: lw.Runtime) -> None:
     cks = rt.store.checkpoints(r.run_id)
     assert [c.seq for c in cks] == list(range(len(cks)))
     # accept_parts="when_clean": after cycle 2, doc/a is accepted while b and c are still repaired
-    at2 = next(lw.TaskState.from_dict(c.state) for c in cks if c.cycle == 2)
+    at2 = next(c.task_state() for c in cks if c.cycle == 2)
     assert {ref: p.status for ref, p in at2.iter_parts()} == {
         "doc/a": "accepted",
         "doc/b": "rejected",
@@ -113,9 +113,7 @@ def test_on_success_accepts_nothing_until_the_end(rt: lw.Runtime) -> None:
     loop = make_loop(success=lw.Success(accept_parts="on_success"))
     r = rt.run_sync(loop, TASK)
     assert r.accepted
-    at2 = next(
-        lw.TaskState.from_dict(c.state) for c in rt.store.checkpoints(r.run_id) if c.cycle == 2
-    )
+    at2 = next(c.task_state() for c in rt.store.checkpoints(r.run_id) if c.cycle == 2)
     assert not any(p.status == "accepted" for _, p in at2.iter_parts())
 
 
@@ -310,7 +308,7 @@ def test_plan_steps_done_when_parts_accepted_and_resume_never_redoes_them(store_
     with lw.Runtime(str(store_path)) as rt2:
         rec = rt2.store.get_run("plan")
         assert rec.status == "running"  # interrupted, not ended
-        mid = lw.TaskState.from_dict(rt2.store.latest_checkpoint(rec.run_id).state)
+        mid = rt2.store.latest_checkpoint(rec.run_id).task_state()
         assert mid.completed_steps == ["s1", "s2"]
         r = rt2.resume_sync(rec.run_id, make_loop(stepper))
     assert r.accepted

@@ -288,6 +288,59 @@ def test_checkpoints_latest_by_index_and_in_order(store: Store) -> None:
         store.latest_checkpoint("nope")
 
 
+def test_deltas_versions_and_digests_read_back_resolved(store: Store) -> None:
+    """The append-only layout (invariant 8): a checkpoint is a full head or a delta from the one
+    before; values are version rows written once (a status may change); the latest state is
+    one snapshot plus the deltas after it, resolved with the versions it needs."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"p": "v1", "q": {"big": [1, 2]}}}})
+    h0 = codec.head(s)
+    rows0, written = codec.unwritten_versions(s, {})
+    run_id = _create(store, initial_state=h0, initial_versions=rows0)
+    token = store.acquire_lease(run_id, "me", 60)
+    prev, base = h0, 0
+    for seq in range(1, 8):
+        s.set_part("doc", "p", f"v{seq + 1}", seq)
+        s.artifacts["doc"].parts["p"].current.status = "rejected" if seq < 7 else "accepted"
+        s.cycle, s.stall = seq, seq
+        h = codec.head(s)
+        rows, written = codec.unwritten_versions(s, written)
+        snapshot = seq % 3 == 0
+        _commit(
+            store,
+            run_id,
+            token,
+            seq,
+            state=h if snapshot else codec.delta(prev, h),
+            base=None if snapshot else base,
+            versions=rows,
+            rejected=[(f"d{seq}", seq)] if seq < 7 else [],
+        )
+        base = seq if snapshot else base
+        prev = h
+    latest = store.latest_checkpoint(run_id)
+    back = latest.task_state()
+    assert (latest.seq, back.cycle, back.stall) == (7, 7, 7)
+    assert back.values() == {"doc": {"p": "v8", "q": {"big": [1, 2]}}}
+    assert back.artifacts["doc"].parts["p"].accepted.value == "v8"  # type: ignore[union-attr]
+    assert [v.value for v in back.artifacts["doc"].parts["p"].versions] == [
+        f"v{i}" for i in range(1, 9)
+    ]
+    assert sorted(store.rejected_digests(run_id)) == [f"d{i}" for i in range(1, 7)]
+    assert store.is_rejected(run_id, "d3") and not store.is_rejected(run_id, "d7")
+    # every checkpoint resolves to the state it recorded, statuses as they were then
+    cks = store.checkpoints(run_id)
+    assert [c.task_state().artifacts["doc"].parts["p"].count for c in cks] == list(range(1, 9))
+    assert [c.state["stall"] for c in cks[1:]] == list(range(1, 8))
+    assert cks[4].task_state().artifacts["doc"].parts["p"].current.status == "rejected"
+    # a version's status is updated in place: one row per version
+    assert [(v.n, v.status) for v in store.versions(run_id, "doc/p")][-2:] == [
+        (7, "rejected"),
+        (8, "accepted"),
+    ]
+
+
 def test_commit_updates_the_run_columns(store: Store) -> None:
     run_id, token = _leased(store)
     packet = {"zeta": 1, "alpha": {"best": "x"}}

@@ -235,9 +235,19 @@ def test_fork_is_an_independent_copy(s: lw.TaskState) -> None:
     for step in f.plan:
         step.status = "done"
     f.findings.append(lw.Finding("x"))
-    f.rejected.append("d")
     f.notes.append({"kind": "note", "text": "n"})
     assert json.dumps(s.to_dict()) == before
+
+
+def test_fork_shares_the_append_only_rejected_digests() -> None:
+    # Copying them per cycle would cost O(cycles) (invariant 8); they only ever grow.
+    s = lw.TaskState()
+    f = s.fork()
+    f.rejected.append("d")
+    assert f.rejected is s.rejected
+    assert "d" in s.rejected and "e" not in s.rejected
+    back = lw.TaskState.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back.rejected == ["d"] and "d" in back.rejected
 
 
 def test_fork_shares_only_history_versions() -> None:

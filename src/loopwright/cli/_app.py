@@ -371,11 +371,15 @@ def show(
         approvals = st.approvals(run_id=rec.run_id)
         journal = st.journal(rec.run_id)
         events = st.events(rec.run_id) if as_json else []
+        # every version of every part, read from the store's version rows while it is open
+        state = cps[-1].task_state()
+        for _ref, part in state.iter_parts():
+            part.versions  # noqa: B018 - loads them
     if as_json:
         _print_json(
             {
                 "run": rec.to_dict(),
-                "state": cps[-1].state,
+                "state": state.to_dict(),
                 "cycles": [c.record for c in cps if c.record],
                 "approvals": [a.to_dict() for a in approvals],
                 "journal": [e.to_dict() for e in journal],

@@ -166,7 +166,7 @@ def _artifacts(state: TaskState) -> Table:
         value = repr(p.value)
         if len(value) > 80:
             value = value[:77] + "..."
-        t.add_row(escape(ref), str(len(p.versions)), p.status, escape(value))
+        t.add_row(escape(ref), str(p.count), p.status, escape(value))
     return t
 
 
@@ -207,9 +207,8 @@ def run_detail(
 
     from .._contract import Contract
     from .._packet import explain
-    from .._state import TaskState
 
-    state = TaskState.from_dict(checkpoints[-1].state)
+    state = checkpoints[-1].task_state()
     contract = Contract.from_dict(rec.contract)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")

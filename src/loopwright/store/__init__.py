@@ -23,6 +23,7 @@ from ._base import (
     NewEvent,
     RunRecord,
     Store,
+    VersionRow,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "NewEvent",
     "RunRecord",
     "Store",
+    "VersionRow",
     "open_store",
     "resolve_store_url",
 ]

@@ -8,15 +8,18 @@ the run's fencing token; a store must reject a write whose token is not the curr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, cast
 
-from .._errors import ConflictError, StaleLeaseError, StoreError
+from .. import _state_codec as codec
+from .._errors import ConflictError, RunNotFoundError, StaleLeaseError, StoreError
+from .._state import PartStatus, TaskState, Version, VersionLoader
 
 __all__ = [
     "Approval",
     "Checkpoint",
+    "CheckpointRow",
     "CommitRequest",
     "Event",
     "JournalEntry",
@@ -24,6 +27,7 @@ __all__ = [
     "NewEvent",
     "RunRecord",
     "Store",
+    "VersionRow",
 ]
 
 
@@ -85,12 +89,32 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
+    """A checkpoint as read back: ``state`` is resolved (each part holds its current, accepted
+    and best versions and its ``count``); ``task_state()`` reads the others from the store."""
+
     run_id: str
     seq: int
     cycle: int
     state: dict[str, Any]
     record: dict[str, Any] | None
     created_at: float
+    loader: VersionLoader | None = field(default=None, compare=False, repr=False)
+
+    def task_state(self) -> TaskState:
+        """The state as a ``TaskState`` whose parts read older versions on demand."""
+        return TaskState.from_dict(self.state, self.loader)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """A stored checkpoint row before it is resolved (``Store._checkpoint_rows``)."""
+
+    seq: int
+    cycle: int
+    state: dict[str, Any]
+    record: dict[str, Any] | None
+    created_at: float
+    base: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +195,18 @@ class Approval:
         }
 
 
+# (ref, n, cycle, status, value): one version of a part (see ``loopwright._state_codec``)
+VersionRow = tuple[str, int, int, str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class CommitRequest:
-    """One run's cycle commit, for ``Store.commit_many`` (the arguments of ``commit``)."""
+    """One run's cycle commit, for ``Store.commit_many`` (the arguments of ``commit``).
+
+    ``state`` is a full head when ``base`` is None (a snapshot), else the delta from the
+    previous checkpoint, which builds on the snapshot ``base``. ``versions`` are version rows
+    to insert (or whose status to update); ``rejected`` are ``(digest, cycle)`` of proposals
+    rejected in this commit."""
 
     run_id: str
     token: int
@@ -184,6 +217,9 @@ class CommitRequest:
     events: Sequence[NewEvent]
     run: Mapping[str, Any]
     approvals: Sequence[NewApproval] = ()
+    base: int | None = None
+    versions: Sequence[VersionRow] = ()
+    rejected: Sequence[tuple[str, int]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +280,10 @@ class Store(ABC):
         contract: dict[str, Any],
         task: dict[str, Any],
         initial_state: dict[str, Any],
+        initial_versions: Sequence[VersionRow] = (),
     ) -> tuple[RunRecord, bool]:
-        """Create a run with its cycle-0 checkpoint, or return the existing run with that
-        ``task_key``. Returns ``(run, created)``."""
+        """Create a run with its cycle-0 checkpoint (a full state, and its version rows), or
+        return the existing run with that ``task_key``. Returns ``(run, created)``."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:
@@ -298,15 +335,81 @@ class Store(ABC):
     def release_lease(self, run_id: str, token: int) -> None:
         """Give the lease up (no error when it was already taken over)."""
 
-    # --- checkpoints and events ----------------------------------------------------------
+    # --- checkpoints: reading (one implementation for every store) ----------------------
+    # A checkpoint row holds a full state (a snapshot, or a pre-v4 state) or the delta from
+    # the row before; ``base`` is the seq of the snapshot it builds on. Version values are rows
+    # of their own. See ``loopwright._state_codec``.
     @abstractmethod
+    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
+        """The run's raw rows, oldest first: all of them, or (``latest``) those from the latest
+        row's base on. ``record`` is parsed for the last row always, for others when not
+        ``latest``; ``base`` is the row's own seq for a full state."""
+
+    @abstractmethod
+    def _version_rows(
+        self,
+        run_id: str,
+        *,
+        ref: str | None = None,
+        keys: Collection[tuple[str, int]] | None = None,
+    ) -> list[VersionRow]:
+        """Version rows of a run: all, one part's (``ref``), or exactly ``keys``."""
+
+    @abstractmethod
+    def rejected_digests(self, run_id: str) -> list[str]:
+        """Digests of the run's rejected proposals (a duplicate is no progress)."""
+
+    @abstractmethod
+    def is_rejected(self, run_id: str, digest: str) -> bool:
+        """Whether the run rejected a proposal with this digest (one indexed read)."""
+
+    def versions(self, run_id: str, ref: str) -> list[Version]:
+        """Every version of one part, oldest first (what ``Part.versions`` loads)."""
+        return [
+            Version(n, value, cycle, cast(PartStatus, status))
+            for _r, n, cycle, status, value in self._version_rows(run_id, ref=ref)
+        ]
+
     def latest_checkpoint(self, run_id: str) -> Checkpoint:
-        """The newest checkpoint, found by index whatever the number of cycles."""
+        """The newest checkpoint, its state resolved (``TaskState.from_dict`` reads it): one
+        snapshot, the deltas after it and the versions it holds, whatever the run's length."""
+        rows = self._checkpoint_rows(run_id, latest=True)
+        if not rows:
+            raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
+        state: dict[str, Any] = {}
+        for r in rows:
+            state = r.state if r.seq == r.base else codec.apply_delta(state, r.state)
+        if codec.is_head(state):
+            keys = codec.wanted_versions(state)
+            found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
+            state = codec.resolve(state, found)
+        last = rows[-1]
+        return Checkpoint(
+            run_id, last.seq, last.cycle, state, last.record, last.created_at, self._loader(run_id)
+        )
 
-    @abstractmethod
+    def _loader(self, run_id: str) -> VersionLoader:
+        return lambda ref: self.versions(run_id, ref)
+
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """All checkpoints of a run, oldest first."""
+        """All checkpoints of a run, oldest first, each state resolved as it was then."""
+        rows = self._checkpoint_rows(run_id, latest=False)
+        loader = self._loader(run_id)
+        found: dict[tuple[str, int], VersionRow] | None = None
+        out: list[Checkpoint] = []
+        head: dict[str, Any] = {}
+        for r in rows:
+            head = r.state if r.seq == r.base else codec.apply_delta(head, r.state)
+            if codec.is_head(head):
+                if found is None:
+                    found = {(v[0], v[1]): v for v in self._version_rows(run_id)}
+                state = codec.resolve(head, found)
+            else:
+                state = head
+            out.append(Checkpoint(run_id, r.seq, r.cycle, state, r.record, r.created_at, loader))
+        return out
 
+    # --- checkpoints: writing -------------------------------------------------------------
     @abstractmethod
     def commit(
         self,
@@ -321,11 +424,16 @@ class Store(ABC):
         run: Mapping[str, Any],
         approval: NewApproval | None = None,
         approvals: Sequence[NewApproval] = (),
+        base: int | None = None,
+        versions: Sequence[VersionRow] = (),
+        rejected: Sequence[tuple[str, int]] = (),
     ) -> bool:
-        """Atomically: write checkpoint ``seq``, append events, update the run's columns given
-        in ``run``, and persist the approval requests given (``approval`` and every one of
-        ``approvals``). Rejects a stale ``token`` with ``StaleLeaseError`` and writes nothing
-        then. Returns whether cancellation was requested for this run."""
+        """Atomically: write checkpoint ``seq`` (a full state, or with ``base`` the delta from
+        checkpoint ``seq - 1``), the version rows and rejected digests given, append events,
+        update the run's columns given in ``run``, and persist the approval requests given
+        (``approval`` and every one of ``approvals``). Rejects a stale ``token`` with
+        ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
+        requested for this run."""
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Group commit: several runs' commits, ideally in one transaction (one sync to disk).
@@ -346,6 +454,9 @@ class Store(ABC):
                         events=it.events,
                         run=it.run,
                         approvals=it.approvals,
+                        base=it.base,
+                        versions=it.versions,
+                        rejected=it.rejected,
                     )
                 )
             except (StaleLeaseError, ConflictError) as exc:
@@ -477,6 +588,8 @@ class BatchRows:
     checkpoints: list[Row] = field(default_factory=list)
     events: list[Row] = field(default_factory=list)
     approvals: list[Row] = field(default_factory=list)
+    versions: list[Row] = field(default_factory=list)
+    rejected: list[Row] = field(default_factory=list)
 
 
 class BatchRefused(Exception):
@@ -512,13 +625,17 @@ def batch_rows(
         out.checkpoints.append(checkpoint_row(it, now, js))
         out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
         out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
+        out.versions.extend(version_row(it.run_id, v, js) for v in it.versions)
+        out.rejected.extend((it.run_id, d, c) for d, c in it.rejected)
         out.results.append(bool(cols_.get("cancel_requested", held[1])))
     return out
 
 
 # The rows of the tables a commit writes, in the column order of INSERT_CHECKPOINT_COLS,
 # INSERT_EVENT_COLS and APPROVAL_COLS (both stores).
-INSERT_CHECKPOINT_COLS = "run_id, seq, cycle, state, record, fencing_token, created_at"
+INSERT_CHECKPOINT_COLS = "run_id, seq, cycle, state, record, fencing_token, created_at, base"
+INSERT_VERSION_COLS = "run_id, ref, n, cycle, status, value"
+INSERT_REJECTED_COLS = "run_id, digest, cycle"
 INSERT_EVENT_COLS = "run_id, cycle, kind, ts, data"
 APPROVAL_COLS = (
     "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
@@ -535,7 +652,13 @@ def checkpoint_row(it: CommitRequest, now: float, js: Callable[[Any], Any]) -> R
         js(it.record) if it.record else None,
         it.token,
         now,
+        it.seq if it.base is None else it.base,
     )
+
+
+def version_row(run_id: str, v: VersionRow, js: Callable[[Any], Any]) -> Row:
+    ref, n, cycle, status, value = v
+    return (run_id, ref, n, cycle, status, js(value))
 
 
 def event_row(run_id: str, e: NewEvent, now: float, js: Callable[[Any], Any]) -> Row:

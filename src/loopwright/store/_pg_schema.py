@@ -128,4 +128,23 @@ PG_MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX memory_scope ON memory(scope, scope_key, status)",
     ],
+    # v3: append-only state (loopwright._state_codec), as SQLite's v4.
+    [
+        """CREATE TABLE versions (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            ref TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            cycle INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            value JSON NOT NULL,
+            PRIMARY KEY (run_id, ref, n)
+        )""",
+        """CREATE TABLE rejected (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            digest TEXT NOT NULL,
+            cycle INTEGER NOT NULL,
+            PRIMARY KEY (run_id, digest)
+        )""",
+        "ALTER TABLE checkpoints ADD COLUMN base BIGINT",
+    ],
 ]

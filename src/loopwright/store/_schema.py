@@ -112,4 +112,42 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX memory_scope ON memory(scope, scope_key, status)",
     ],
+    # v4: append-only state (loopwright._state_codec): version rows written once, rejected
+    # proposals' digests, and checkpoints that hold a delta from the previous one (``base``:
+    # the seq of the snapshot they build on; NULL for the full states of earlier versions).
+    [
+        """CREATE TABLE versions (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            ref TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            cycle INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (run_id, ref, n)
+        )""",
+        """CREATE TABLE rejected (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            digest TEXT NOT NULL,
+            cycle INTEGER NOT NULL,
+            PRIMARY KEY (run_id, digest)
+        ) WITHOUT ROWID""",
+        # Rebuilt as a rowid table, small columns first: a WITHOUT ROWID row over ~1 KB (a
+        # cycle's record is about that) spills to an overflow page of its own — 4 KB a cycle.
+        """CREATE TABLE checkpoints_v4 (
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            seq INTEGER NOT NULL,
+            cycle INTEGER NOT NULL,
+            base INTEGER,
+            fencing_token INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            state TEXT NOT NULL,
+            record TEXT,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        "INSERT INTO checkpoints_v4(run_id, seq, cycle, base, fencing_token, created_at, state, "
+        "record) SELECT run_id, seq, cycle, NULL, fencing_token, created_at, state, record "
+        "FROM checkpoints ORDER BY run_id, seq",
+        "DROP TABLE checkpoints",
+        "ALTER TABLE checkpoints_v4 RENAME TO checkpoints",
+    ],
 ]

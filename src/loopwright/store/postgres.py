@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -51,9 +51,11 @@ from ._base import (
     APPROVAL_COLS,
     INSERT_CHECKPOINT_COLS,
     INSERT_EVENT_COLS,
+    INSERT_REJECTED_COLS,
+    INSERT_VERSION_COLS,
     Approval,
     BatchRefused,
-    Checkpoint,
+    CheckpointRow,
     CommitRequest,
     Event,
     JournalEntry,
@@ -61,12 +63,14 @@ from ._base import (
     NewEvent,
     RunRecord,
     Store,
+    VersionRow,
     approval_row,
     batch_rows,
     check_journal_expect,
     checkpoint_row,
     event_row,
     run_cols,
+    version_row,
 )
 from ._pg_schema import PG_MIGRATIONS, PG_TABLES
 from .sqlite import (
@@ -99,7 +103,6 @@ _RUN_COLS = (
 )
 _APPROVAL_COLS = APPROVAL_COLS
 _JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
-_CHECKPOINT_COLS = "run_id, seq, cycle, state, record, created_at"
 _INSERT_EVENT = f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(%s, %s, %s, %s, %s)"
 _BOOLEAN_COLS = frozenset({"held_out_passed", "cancel_requested"})
 # Runnable: free (no owner, no expiry, or expired) and either in progress or parked with no
@@ -130,7 +133,17 @@ def _json(value: Any) -> Json:
 
 
 _INSERT_CHECKPOINT = (
-    f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(%s,%s,%s,%s,%s,%s,%s)"
+    f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(%s,%s,%s,%s,%s,%s,%s,%s)"
+)
+# A version is written once; then only its status changes (and, after a rollback
+# reused its number, its value: the rolled-back timeline's versions are not kept).
+_UPSERT_VERSION = (
+    f"INSERT INTO versions({INSERT_VERSION_COLS}) VALUES(%s,%s,%s,%s,%s,%s) "
+    "ON CONFLICT(run_id, ref, n) DO UPDATE SET cycle=excluded.cycle, "
+    "status=excluded.status, value=excluded.value"
+)
+_INSERT_REJECTED = (
+    f"INSERT INTO rejected({INSERT_REJECTED_COLS}) VALUES(%s,%s,%s) ON CONFLICT DO NOTHING"
 )
 _INSERT_APPROVAL = f"INSERT INTO approvals({APPROVAL_COLS}) VALUES({','.join(['%s'] * 17)})"
 
@@ -171,10 +184,6 @@ def _approval(row: Sequence[Any]) -> Approval:
 
 def _journal(row: Sequence[Any]) -> JournalEntry:
     return JournalEntry(*row)
-
-
-def _checkpoint(row: Sequence[Any]) -> Checkpoint:
-    return Checkpoint(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def _split_url(url: str) -> tuple[str, str, dict[str, str]]:
@@ -346,6 +355,7 @@ class PostgresStore(Store):
         contract: dict[str, Any],
         task: dict[str, Any],
         initial_state: dict[str, Any],
+        initial_versions: Sequence[VersionRow] = (),
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         with self._tx() as conn:
@@ -378,9 +388,14 @@ class PostgresStore(Store):
                 return _run(row), False
             conn.execute(
                 "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
-                "created_at) VALUES(%s, 0, 0, %s, NULL, 0, %s)",
+                "created_at, base) VALUES(%s, 0, 0, %s, NULL, 0, %s, 0)",
                 (run_id, _json(initial_state), now),
             )
+            if initial_versions:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        _UPSERT_VERSION, [version_row(run_id, v, _json) for v in initial_versions]
+                    )
             conn.execute(
                 _INSERT_EVENT,
                 (run_id, 0, "run_created", now, _json({"task_key": task_key, "loop": loop_name})),
@@ -514,24 +529,54 @@ class PostgresStore(Store):
             )
 
     # --- checkpoints and events ----------------------------------------------------------
-    def latest_checkpoint(self, run_id: str) -> Checkpoint:
+    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
         with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT {_CHECKPOINT_COLS} FROM checkpoints WHERE run_id=%s "
+            last = conn.execute(
+                "SELECT seq, COALESCE(base, seq) FROM checkpoints WHERE run_id=%s "
                 "ORDER BY seq DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
-        if row is None:
-            raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
-        return _checkpoint(row)
-
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        with self._conn() as conn:
+            if last is None:
+                return []
             rows = conn.execute(
-                f"SELECT {_CHECKPOINT_COLS} FROM checkpoints WHERE run_id=%s ORDER BY seq",
-                (run_id,),
+                "SELECT seq, cycle, state, CASE WHEN %s OR seq=%s THEN record END, created_at, "
+                "COALESCE(base, seq) FROM checkpoints WHERE run_id=%s AND seq>=%s ORDER BY seq",
+                (not latest, last[0], run_id, last[1] if latest else -1),
             ).fetchall()
-        return [_checkpoint(r) for r in rows]
+        return [CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def _version_rows(
+        self,
+        run_id: str,
+        *,
+        ref: str | None = None,
+        keys: Collection[tuple[str, int]] | None = None,
+    ) -> list[VersionRow]:
+        sql = "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=%s"
+        with self._conn() as conn:
+            if keys is not None:
+                ks = list(keys)
+                rows = conn.execute(
+                    sql + " AND (ref, n) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+                    (run_id, [k[0] for k in ks], [k[1] for k in ks]),
+                ).fetchall()
+            elif ref is not None:
+                rows = conn.execute(sql + " AND ref=%s ORDER BY n", (run_id, ref)).fetchall()
+            else:
+                rows = conn.execute(sql + " ORDER BY ref, n", (run_id,)).fetchall()
+        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def is_rejected(self, run_id: str, digest: str) -> bool:
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM rejected WHERE run_id=%s AND digest=%s", (run_id, digest)
+            ).fetchone()
+        return row is not None
+
+    def rejected_digests(self, run_id: str) -> list[str]:
+        with self._conn() as conn:
+            rows = conn.execute("SELECT digest FROM rejected WHERE run_id=%s", (run_id,)).fetchall()
+        return [r[0] for r in rows]
 
     def commit(
         self,
@@ -546,6 +591,9 @@ class PostgresStore(Store):
         run: Mapping[str, Any],
         approval: NewApproval | None = None,
         approvals: Sequence[NewApproval] = (),
+        base: int | None = None,
+        versions: Sequence[VersionRow] = (),
+        rejected: Sequence[tuple[str, int]] = (),
     ) -> bool:
         now = time.time()
         req = CommitRequest(
@@ -558,6 +606,9 @@ class PostgresStore(Store):
             events,
             run,
             [*([approval] if approval is not None else []), *approvals],
+            base,
+            versions,
+            rejected,
         )
         cols = self._run_cols(run, seq)
         with self._tx() as conn:
@@ -633,6 +684,10 @@ class PostgresStore(Store):
                     cur.executemany(_INSERT_EVENT, rows.events)
                 if rows.approvals:
                     cur.executemany(_INSERT_APPROVAL, rows.approvals)
+                if rows.versions:
+                    cur.executemany(_UPSERT_VERSION, rows.versions)
+                if rows.rejected:
+                    cur.executemany(_INSERT_REJECTED, rows.rejected)
         except (psycopg.IntegrityError, psycopg.DataError, psycopg.ProgrammingError) as exc:
             # a value refused (a duplicate, a number out of range): commit by commit; anything
             # else (a lost connection, a timeout) fails every commit, as one transaction would
@@ -683,6 +738,14 @@ class PostgresStore(Store):
                 raise ConflictError(
                     f"run {run_id}: approval request {a.approval_id!r} already exists"
                 ) from None
+        if it.versions or it.rejected:
+            with conn.cursor() as cur:
+                if it.versions:
+                    cur.executemany(
+                        _UPSERT_VERSION, [version_row(run_id, v, _json) for v in it.versions]
+                    )
+                if it.rejected:
+                    cur.executemany(_INSERT_REJECTED, [(run_id, d, c) for d, c in it.rejected])
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:

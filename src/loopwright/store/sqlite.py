@@ -13,7 +13,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,11 @@ from ._base import (
     APPROVAL_COLS,
     INSERT_CHECKPOINT_COLS,
     INSERT_EVENT_COLS,
+    INSERT_REJECTED_COLS,
+    INSERT_VERSION_COLS,
     Approval,
     BatchRefused,
-    Checkpoint,
+    CheckpointRow,
     CommitRequest,
     Event,
     JournalEntry,
@@ -43,12 +45,14 @@ from ._base import (
     NewEvent,
     RunRecord,
     Store,
+    VersionRow,
     approval_row,
     batch_rows,
     check_journal_expect,
     checkpoint_row,
     event_row,
     run_cols,
+    version_row,
 )
 from ._schema import SQLITE_MIGRATIONS
 
@@ -67,7 +71,17 @@ _JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, u
 _dumps = dumps
 
 
-_INSERT_CHECKPOINT = f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?,?,?,?,?,?,?)"
+_INSERT_CHECKPOINT = f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?,?,?,?,?,?,?,?)"
+# A version is written once; then only its status changes (and, after a rollback
+# reused its number, its value: the rolled-back timeline's versions are not kept).
+_UPSERT_VERSION = (
+    f"INSERT INTO versions({INSERT_VERSION_COLS}) VALUES(?,?,?,?,?,?) "
+    "ON CONFLICT(run_id, ref, n) DO UPDATE SET cycle=excluded.cycle, "
+    "status=excluded.status, value=excluded.value"
+)
+_INSERT_REJECTED = (
+    f"INSERT INTO rejected({INSERT_REJECTED_COLS}) VALUES(?,?,?) ON CONFLICT DO NOTHING"
+)
 _INSERT_EVENT = f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(?,?,?,?,?)"
 _INSERT_APPROVAL = f"INSERT INTO approvals({APPROVAL_COLS}) VALUES({','.join('?' * 17)})"
 
@@ -282,6 +296,7 @@ class SQLiteStore(Store):
         contract: dict[str, Any],
         task: dict[str, Any],
         initial_state: dict[str, Any],
+        initial_versions: Sequence[VersionRow] = (),
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         with self._tx() as db:
@@ -309,10 +324,14 @@ class SQLiteStore(Store):
                 ),
             )
             db.execute(
-                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, created_at) "
-                "VALUES(?,?,?,?,?,?,?)",
-                (run_id, 0, 0, _dumps(initial_state), None, 0, now),
+                "INSERT INTO checkpoints(run_id, seq, cycle, state, record, fencing_token, "
+                "created_at, base) VALUES(?,?,?,?,?,?,?,?)",
+                (run_id, 0, 0, _dumps(initial_state), None, 0, now, 0),
             )
+            if initial_versions:
+                db.executemany(
+                    _UPSERT_VERSION, [version_row(run_id, v, _dumps) for v in initial_versions]
+                )
             db.execute(
                 "INSERT INTO events(run_id, cycle, kind, ts, data) VALUES(?,?,?,?,?)",
                 (run_id, 0, "run_created", now, _dumps({"task_key": task_key, "loop": loop_name})),
@@ -446,35 +465,59 @@ class SQLiteStore(Store):
             )
 
     # --- checkpoints and events ----------------------------------------------------------
-    def latest_checkpoint(self, run_id: str) -> Checkpoint:
+    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
         with self._lock:
-            row = self._db.execute(
-                "SELECT run_id, seq, cycle, state, record, created_at FROM checkpoints "
-                "WHERE run_id=? ORDER BY seq DESC LIMIT 1",
+            db = self._db
+            last = db.execute(
+                "SELECT seq, COALESCE(base, seq) FROM checkpoints WHERE run_id=? "
+                "ORDER BY seq DESC LIMIT 1",
                 (run_id,),
             ).fetchone()
-        if row is None:
-            raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
-        return Checkpoint(
-            row[0],
-            row[1],
-            row[2],
-            loads(row[3]),
-            loads(row[4]) if row[4] else None,
-            row[5],
-        )
-
-    def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT run_id, seq, cycle, state, record, created_at FROM checkpoints "
-                "WHERE run_id=? ORDER BY seq",
-                (run_id,),
+            if last is None:
+                return []
+            rows = db.execute(
+                "SELECT seq, cycle, state, CASE WHEN ? OR seq=? THEN record END, created_at, "
+                "COALESCE(base, seq) FROM checkpoints WHERE run_id=? AND seq>=? ORDER BY seq",
+                (not latest, last[0], run_id, last[1] if latest else -1),
             ).fetchall()
         return [
-            Checkpoint(r[0], r[1], r[2], loads(r[3]), loads(r[4]) if r[4] else None, r[5])
+            CheckpointRow(r[0], r[1], loads(r[2]), loads(r[3]) if r[3] else None, r[4], r[5])
             for r in rows
         ]
+
+    def _version_rows(
+        self,
+        run_id: str,
+        *,
+        ref: str | None = None,
+        keys: Collection[tuple[str, int]] | None = None,
+    ) -> list[VersionRow]:
+        sql = "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=?"
+        with self._lock:
+            rows: list[Any]
+            if keys is not None:
+                rows = []
+                for k in keys:  # each a primary-key lookup: as many as the state holds
+                    rows.extend(self._db.execute(sql + " AND ref=? AND n=?", (run_id, *k)))
+            elif ref is not None:
+                rows = self._db.execute(sql + " AND ref=? ORDER BY n", (run_id, ref)).fetchall()
+            else:
+                rows = self._db.execute(sql + " ORDER BY ref, n", (run_id,)).fetchall()
+        return [(r[0], r[1], r[2], r[3], loads(r[4])) for r in rows]
+
+    def is_rejected(self, run_id: str, digest: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM rejected WHERE run_id=? AND digest=?", (run_id, digest)
+            ).fetchone()
+        return row is not None
+
+    def rejected_digests(self, run_id: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT digest FROM rejected WHERE run_id=?", (run_id,)
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def commit(
         self,
@@ -489,6 +532,9 @@ class SQLiteStore(Store):
         run: Mapping[str, Any],
         approval: NewApproval | None = None,
         approvals: Sequence[NewApproval] = (),
+        base: int | None = None,
+        versions: Sequence[VersionRow] = (),
+        rejected: Sequence[tuple[str, int]] = (),
     ) -> bool:
         now = time.time()
         req = CommitRequest(
@@ -501,6 +547,9 @@ class SQLiteStore(Store):
             events,
             run,
             [*([approval] if approval is not None else []), *approvals],
+            base,
+            versions,
+            rejected,
         )
         cols = self._run_cols(run, seq)
         with self._tx() as db:
@@ -579,6 +628,10 @@ class SQLiteStore(Store):
                 db.executemany(_INSERT_EVENT, rows.events)
             if rows.approvals:
                 db.executemany(_INSERT_APPROVAL, rows.approvals)
+            if rows.versions:
+                db.executemany(_UPSERT_VERSION, rows.versions)
+            if rows.rejected:
+                db.executemany(_INSERT_REJECTED, rows.rejected)
         except sqlite3.OperationalError:
             raise  # the database, not a value (locked, disk full...): every commit fails
         except (sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
@@ -620,6 +673,10 @@ class SQLiteStore(Store):
                 raise ConflictError(
                     f"run {run_id}: approval request {a.approval_id!r} already exists"
                 ) from None
+        if it.versions:
+            db.executemany(_UPSERT_VERSION, [version_row(run_id, v, _dumps) for v in it.versions])
+        if it.rejected:
+            db.executemany(_INSERT_REJECTED, [(run_id, d, c) for d, c in it.rejected])
         return bool(flag[0])
 
     def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:

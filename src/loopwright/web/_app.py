@@ -165,7 +165,7 @@ def create_app(
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
         cks = store.checkpoints(rec.run_id)
-        state = TaskState.from_dict(cks[-1].state) if cks else TaskState()
+        state = cks[-1].task_state() if cks else TaskState()
         nxt = state.next_step()
         return {
             "rec": rec,

@@ -1,0 +1,203 @@
+"""How a run's state is stored: a compact head, per-cycle deltas, periodic snapshots.
+
+Invariant 8 (constant cost per cycle) is kept here. A ``TaskState`` is split into
+
+* **version rows** — each version of each part, written once (its status updated in place
+  when the engine accepts or rejects it); values never travel in a checkpoint;
+* a **head** — everything else, bounded in size whatever the run's length: the plan, open
+  findings, notes, accounting, for each part its version count and latest accepted version,
+  and a window of recent history. Digests of rejected proposals are rows of their own.
+
+A cycle's checkpoint stores only the head's **delta** from the previous checkpoint (changed
+keys; sub-keys for the per-part maps; the new history entries), and every ``snapshot_every``
+cycles (or when the deltas since the last snapshot outgrow it) a full head, so that loading the
+latest state reads one snapshot and a bounded number of deltas.
+
+Written by hand because this is the product's own storage format: no library models "a
+structured agent state as append-only rows" (LangGraph's savers store whole channel values per
+checkpoint, which is the O(cycles) growth this module exists to avoid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._state import TaskState, part_ref, split_ref
+
+__all__ = [
+    "FORMAT",
+    "VersionRow",
+    "apply_delta",
+    "delta",
+    "head",
+    "is_head",
+    "resolve",
+    "unwritten_versions",
+    "wanted_versions",
+]
+
+FORMAT = 4  # the store schema version that introduced this layout
+
+# (ref, n, cycle, status, value): one row of the versions table
+VersionRow = tuple[str, int, int, str, Any]
+
+# Per-part maps whose deltas list only the changed keys.
+_MAP_KEYS = ("parts", "best_parts", "retries")
+
+
+def head(state: TaskState) -> dict[str, Any]:
+    """The compact head of ``state``: no part values, no full history, no rejected digests."""
+    parts: dict[str, list[Any]] = {}
+    for ref, p in state.iter_parts():
+        acc = p.accepted
+        # the current version's status too: it can change after the version was written
+        parts[ref] = [p.count, None if acc is None else acc.n, p.status]
+    return {
+        "format": FORMAT,
+        "goal": state.goal,
+        "task_key": state.task_key,
+        "project": state.project,
+        "task": state.task,
+        "artifacts": list(state.artifacts),
+        "parts": parts,
+        "plan": [s.to_dict() for s in state.plan],
+        "findings": [f.to_dict() for f in state.findings],
+        # Copies: the engine changes some of these in place between checkpoints, and a head
+        # must keep what was committed for the next delta to be right.
+        "notes": _copy(state.notes),
+        "next_action": state.next_action,
+        "retries": dict(state.retries),
+        "cycle": state.cycle,
+        "spent": state.spent.to_dict(),
+        "score": state.score,
+        "best_score": state.best_score,
+        "best_cycle": state.best_cycle,
+        "best_parts": dict(state.best_parts),
+        "stall": state.stall,
+        "approved": list(state.approved),
+        "passed_checks": list(state.passed_checks),
+        "pending": _copy(state.pending),
+        "history": list(state.history),
+    }
+
+
+def _copy(value: Any) -> Any:
+    """A copy of JSON-like containers (values inside are immutable or never changed)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def is_head(d: Mapping[str, Any]) -> bool:
+    return d.get("format") == FORMAT and "parts" in d
+
+
+def delta(prev: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed from ``prev`` to ``new`` (both heads); ``apply_delta(prev, d) == new``."""
+    out: dict[str, Any] = {}
+    for k, v in new.items():
+        if k not in prev:
+            out[k] = v
+            continue
+        old = prev[k]
+        if old is v or old == v:
+            continue
+        if k in _MAP_KEYS and isinstance(old, dict) and isinstance(v, dict):
+            changed = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
+            gone = [sk for sk in old if sk not in v]
+            out[k + "$"] = [changed, gone]
+        elif k == "history" and isinstance(old, list) and isinstance(v, list):
+            out["history$"] = _tail(old, v)
+        else:
+            out[k] = v
+    return out
+
+
+def _tail(old: list[Any], new: list[Any]) -> list[Any]:
+    """``[drop, added]`` with ``old[drop:] + added == new``: a window that slid by a few."""
+    for added in range(min(len(new), 4) + 1):
+        keep = len(new) - added
+        if keep <= len(old) and old[len(old) - keep :] == new[:keep]:
+            return [len(old) - keep, new[keep:]]
+    return [len(old), list(new)]
+
+
+def apply_delta(base: Mapping[str, Any], d: Mapping[str, Any]) -> dict[str, Any]:
+    """A new head: ``base`` with the delta ``d`` applied (``base`` is not changed)."""
+    out = dict(base)
+    for k, v in d.items():
+        if k.endswith("$"):
+            key = k[:-1]
+            if key == "history":
+                drop, added = v
+                out[key] = [*list(out.get(key) or ())[int(drop) :], *added]
+            else:
+                changed, gone = v
+                m = dict(out.get(key) or {})
+                m.update(changed)
+                for sk in gone:
+                    m.pop(sk, None)
+                out[key] = m
+        else:
+            out[k] = v
+    return out
+
+
+def wanted_versions(h: Mapping[str, Any]) -> set[tuple[str, int]]:
+    """The versions a head needs held in memory: each part's current, accepted and best."""
+    best = h.get("best_parts") or {}
+    out: set[tuple[str, int]] = set()
+    for ref, entry in (h.get("parts") or {}).items():
+        count, acc = entry[0], entry[1]
+        out.add((ref, int(count)))
+        if acc is not None:
+            out.add((ref, int(acc)))
+        b = best.get(ref)
+        if b is not None and 1 <= int(b) <= int(count):
+            out.add((ref, int(b)))
+    return out
+
+
+def resolve(h: Mapping[str, Any], versions: Mapping[tuple[str, int], VersionRow]) -> dict[str, Any]:
+    """A head as a state dict of the classic shape (``TaskState.from_dict`` reads it): each
+    part lists the versions in ``versions`` it needs (``wanted_versions``) and its ``count``."""
+    d = {k: v for k, v in h.items() if k not in ("parts", "artifacts")}
+    arts: dict[str, list[dict[str, Any]]] = {a: [] for a in h.get("artifacts") or ()}
+    wanted = wanted_versions(h)
+    by_ref: dict[str, list[int]] = {}
+    for ref, n in wanted:
+        by_ref.setdefault(ref, []).append(n)
+    for ref, entry in (h.get("parts") or {}).items():
+        count = int(entry[0])
+        artifact, name = split_ref(ref)
+        vs = []
+        for n in sorted(by_ref.get(ref, ())):
+            row = versions.get((ref, n))
+            if row is not None:
+                status = entry[2] if n == count and len(entry) > 2 else row[3]
+                vs.append({"n": n, "value": row[4], "cycle": row[2], "status": status})
+        arts.setdefault(artifact, []).append({"name": name, "count": count, "versions": vs})
+    d["artifacts"] = [{"name": a, "parts": ps} for a, ps in arts.items()]
+    return d
+
+
+def unwritten_versions(
+    state: TaskState, written: Mapping[tuple[str, int], str]
+) -> tuple[list[VersionRow], dict[tuple[str, int], str]]:
+    """Version rows to write — versions held in memory that ``written`` (``(ref, n) -> status``
+    as committed) lacks or has with another status — and the new ``written`` (only versions
+    held in memory: it stays as small as the state)."""
+    rows: list[VersionRow] = []
+    now: dict[tuple[str, int], str] = {}
+    for art in state.artifacts.values():
+        for p in art.parts.values():
+            ref = part_ref(art.name, p.name)
+            for n, v in p.known.items():
+                key = (ref, n)
+                if written.get(key) != v.status:
+                    rows.append((ref, n, v.cycle, v.status, v.value))
+                now[key] = v.status
+    return rows, now

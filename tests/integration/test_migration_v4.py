@@ -1,0 +1,93 @@
+"""A store written by the release before the append-only layout (SQLite schema v3, full states
+in every checkpoint) opens with today's code, migrates to v4 in place, reads back as it was,
+and its unfinished run resumes onto the new layout. The fixture was made by that release:
+``tests/data/v3_store/make_fixture.py`` says how."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.store._schema import SQLITE_MIGRATIONS
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "v3_store" / "loopwright.db"
+
+
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    db = tmp_path / "loopwright.db"
+    shutil.copy(FIXTURE, db)
+    raw = sqlite3.connect(db)
+    (version,) = raw.execute(
+        "SELECT value FROM loopwright_meta WHERE key='schema_version'"
+    ).fetchone()
+    raw.close()
+    assert version == "3"  # really the old layout
+    return db
+
+
+def test_a_v3_store_migrates_and_reads_back_as_it_was(old_store: Path) -> None:
+    raw = sqlite3.connect(old_store)
+    before = raw.execute(
+        "SELECT run_id, seq, state, record FROM checkpoints ORDER BY 1, 2"
+    ).fetchall()
+    raw.close()
+    with lw.Runtime(old_store) as rt:
+        assert rt.store.schema_version == len(SQLITE_MIGRATIONS) == 4  # type: ignore[attr-defined]
+        runs = {r.task_key: r for r in rt.store.list_runs()}
+        assert {k: (r.status, r.cycle) for k, r in runs.items()} == {
+            "accepted": ("accepted", 4),
+            "stopped": ("stopped", 6),
+            "parked": ("awaiting_approval", 2),
+        }
+        n = 0
+        for rec in runs.values():
+            for ck in rt.store.checkpoints(rec.run_id):
+                n += 1
+                assert ck.state["cycle"] == ck.cycle
+            done = rt.result(rec.run_id)
+            body = done.state.artifacts["doc"].parts["body"]
+            assert [v.value for v in body.versions][: rec.cycle + 1] == [
+                "",
+                *(f"draft {i}" for i in range(1, rec.cycle + 1)),
+            ]
+        assert n == len(before)  # every old checkpoint is still there
+    raw = sqlite3.connect(old_store)
+    after = raw.execute(
+        "SELECT run_id, seq, state, record FROM checkpoints ORDER BY 1, 2"
+    ).fetchall()
+    raw.close()
+    assert after == before  # migrated rows are kept byte for byte
+
+
+def test_a_parked_v3_run_resumes_onto_the_new_layout(old_store: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(FIXTURE.parent))
+    try:
+        import make_fixture as fx
+    finally:
+        sys.path.remove(str(FIXTURE.parent))
+    loop = lw.Loop(
+        name="fixture",
+        actor=fx.actor,
+        verifiers=[fx.check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+    )
+    with lw.Runtime(old_store, snapshot_every=2) as rt:
+        rec = rt.store.get_run("parked")
+        rt.answer(rec.run_id, "t1", by="ana")
+        r = rt.resume_sync(rec.run_id, loop)
+        assert (r.status, r.stop_reason) == ("accepted", "success")
+        body = r.state.artifacts["doc"].parts["body"]
+        assert [v.value for v in body.versions] == ["", "draft 1", "draft 2", "draft 4", "draft 5"]
+        # the old inline versions were written as rows by the first new commit
+        rows = rt.store._version_rows(rec.run_id, ref="doc/body")  # type: ignore[attr-defined]
+        assert [row[1] for row in rows] == [1, 2, 3, 4, 5]
+        new = [c for c in rt.store._checkpoint_rows(rec.run_id, latest=False) if c.base is not None]  # type: ignore[attr-defined]
+        assert any(c.seq != c.base for c in new)  # deltas now
+        assert rt.store.checkpoints(rec.run_id)[-1].task_state().values() == r.state.values()
