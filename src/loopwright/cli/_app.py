@@ -324,12 +324,14 @@ def runs(
     as_json: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    from .._contract import RUN_STATUSES
+    if status is not None:
+        from .._contract import RUN_STATUSES
 
-    if status is not None and status not in RUN_STATUSES:
-        raise ConfigError(
-            f"unknown status {status!r}; use one of: {', '.join(RUN_STATUSES)}", field="--status"
-        )
+        if status not in RUN_STATUSES:
+            raise ConfigError(
+                f"unknown status {status!r}; use one of: {', '.join(RUN_STATUSES)}",
+                field="--status",
+            )
     if limit is not None and limit < 1:
         raise ConfigError("must be at least 1", field="--limit")
     if limit is not None and all_:
