@@ -962,7 +962,7 @@ def test_postgres_leases_follow_the_server_clock(
 ) -> None:
     """Workers on hosts whose clocks disagree still agree on who holds a lease: expiry is set
     and compared on the database server's clock."""
-    from loopwright.store import postgres as pgmod
+    from loopwright.store import _sql as sqlmod  # the shared SQL core reads the writer's clock
 
     real = time.time
     skew = {"s": 0.0}
@@ -975,7 +975,7 @@ def test_postgres_leases_follow_the_server_clock(
         def time() -> float:
             return real() + skew["s"]
 
-    monkeypatch.setattr(pgmod, "time", SkewedTime())
+    monkeypatch.setattr(sqlmod, "time", SkewedTime())
     a, b = open_store(pg_url), open_store(pg_url)
     try:
         run_id = _create(a, "clock")

@@ -1,0 +1,991 @@
+"""One SQL core for both stores: the statements, the rules and the row planning.
+
+``SQLStore`` holds everything SQLite and PostgreSQL do alike — the SQL text (written once with
+``?`` and turned into the driver's placeholder when a backend class is made), fencing,
+commits and group commit, the journal and approval rules, feedback memory, the migrations
+runner and the parsing of rows. A backend sets the dialect (``_MARK``, ``_DB_NOW``,
+``_LOCKS``, ``_UNIQUE``, ``_REFUSED``, ``_DB_FAILURE``, ``_js``/``_jl``) and the hooks:
+connections and transactions (``_conn``, ``_tx``, ``_savepoint``, ``_executemany``), the
+batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by design.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .._errors import (
+    ApprovalError,
+    ConflictError,
+    RunNotFoundError,
+    StaleLeaseError,
+    StoreCorruptError,
+    StoreError,
+)
+from .._memory import MemoryNotFoundError
+from ._base import (
+    APPROVAL_COLS,
+    INSERT_CHECKPOINT_COLS,
+    INSERT_EVENT_COLS,
+    INSERT_REJECTED_COLS,
+    INSERT_VERSION_COLS,
+    Approval,
+    BatchRefused,
+    CheckpointRow,
+    CommitRequest,
+    Event,
+    JournalEntry,
+    NewApproval,
+    NewEvent,
+    RunRecord,
+    Store,
+    VersionRow,
+    approval_row,
+    batch_rows,
+    check_journal_expect,
+    checkpoint_row,
+    event_row,
+    run_cols,
+    version_row,
+)
+
+__all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
+
+RUN_COLS = (
+    "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
+    "tokens, seconds, spec_ref, loop_version, contract, task, packet, created_at, updated_at, "
+    "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
+    "held_out_passed"
+)
+JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
+# The journal's key: every statement below that finds one entry says ``JOURNAL_KEY``.
+JOURNAL_KEY = "run_id=? AND key=?"
+MEMORY_COLS = (
+    'memory_id, scope, scope_key, signal, strength, text, rule, source, "by", status, '
+    "created_at, updated_at, history"
+)
+MEMORY_STATUSES = ("active", "candidate", "forgotten")
+DECISIONS = ("approved", "answered", "denied", "expired", "cancelled")
+BOOLEAN_RUN_COLS = frozenset({"held_out_passed", "cancel_requested"})
+# Runnable by status: in progress, or parked with no pending request (decided, so it can go
+# on). Each store's claim adds its own lease condition.
+RUNNABLE_STATUS = (
+    "(r.status IN ('pending', 'running') OR (r.status = 'awaiting_approval' AND NOT EXISTS "
+    "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))"
+)
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether a lease owner named ``host:pid:…`` is a process on this host that no longer
+    exists. Lets a restarted process take over at once after a crash instead of waiting for
+    the lease to expire; owners on other hosts still wait for expiry."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) still answers kill(0): read its state.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+class Statements:
+    """The SQL of one dialect, built once per backend class: written with ``?`` placeholders,
+    given ``mark`` (the driver's), ``db_now`` (SQL for the server's clock in epoch seconds,
+    ``None`` where leases run on the writer's clock) and ``locks`` (whether row-locking
+    clauses exist; SQLite has one writer and needs none)."""
+
+    def __init__(self, mark: str, db_now: str | None, locks: bool) -> None:
+        self.mark = mark
+        self.db_now = db_now
+        # a lease expiry's value: a TTL added to the server's now, or an absolute time
+        self.expires = f"{db_now} + ?" if db_now else "?"
+        p = self.p
+
+        def lock(clause: str) -> str:
+            return f" {clause}" if locks else ""
+
+        self.run_by_id = p(f"SELECT {RUN_COLS} FROM runs WHERE run_id=?")
+        self.run_by_task_key = p(f"SELECT {RUN_COLS} FROM runs WHERE task_key=?")
+        self.run_by_prefix = p(
+            f"SELECT {RUN_COLS} FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2"
+        )
+        self.run_exists = p("SELECT 1 FROM runs WHERE run_id=?")
+        self.lock_run = p("SELECT 1 FROM runs WHERE run_id=?" + lock("FOR NO KEY UPDATE"))
+        self.insert_run = p(
+            "INSERT INTO runs(run_id, task_key, loop_name, project, status, spec_ref, "
+            "loop_version, contract, task, created_at, updated_at) "
+            "VALUES(?,?,?,?,'pending',?,?,?,?,?,?) "
+            f"ON CONFLICT DO NOTHING RETURNING {RUN_COLS}"
+        )
+        self.insert_first_checkpoint = p(
+            f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?, 0, 0, ?, NULL, 0, ?, 0)"
+        )
+        self.cancel = p("UPDATE runs SET cancel_requested=? WHERE run_id=?")
+        # --- leases
+        self.lease_row = p(
+            "SELECT lease_owner, lease_expires_at, fencing_token"
+            + (f", {db_now}" if db_now else "")
+            + " FROM runs WHERE run_id=?"
+            + lock("FOR NO KEY UPDATE")
+        )
+        self.take_lease = p(
+            "UPDATE runs SET lease_owner=?, lease_expires_at=?, fencing_token=? WHERE run_id=?"
+        )
+        self.renew_lease = p(
+            f"UPDATE runs SET lease_expires_at={self.expires} WHERE run_id=? AND fencing_token=?"
+        )
+        self.release_lease = p(
+            "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+            "WHERE run_id=? AND fencing_token=?"
+        )
+        # A fencing check that writes nothing but takes the write lock (SQLite) or the run's
+        # row lock (PostgreSQL) to the end of the transaction.
+        self.fence = p(
+            "UPDATE runs SET fencing_token=fencing_token WHERE run_id=? AND fencing_token=? "
+            "RETURNING fencing_token"
+        )
+        # --- checkpoints, versions, rejected digests, events
+        self.last_checkpoint = p(
+            "SELECT seq, COALESCE(base, seq) FROM checkpoints WHERE run_id=? "
+            "ORDER BY seq DESC LIMIT 1"
+        )
+        self.checkpoint_rows = p(
+            "SELECT seq, cycle, state, CASE WHEN ? OR seq=? THEN record END, created_at, "
+            "COALESCE(base, seq) FROM checkpoints WHERE run_id=? AND seq>=? ORDER BY seq"
+        )
+        self.versions = p("SELECT ref, n, cycle, status, value FROM versions WHERE run_id=?")
+        self.version_by_key = p(
+            "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? AND n=?"
+        )
+        self.versions_of_part = p(
+            "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? ORDER BY n"
+        )
+        self.all_versions = p(
+            "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? ORDER BY ref, n"
+        )
+        self.is_rejected = p("SELECT 1 FROM rejected WHERE run_id=? AND digest=?")
+        self.rejected = p("SELECT digest FROM rejected WHERE run_id=?")
+        self.insert_checkpoint = p(
+            f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?,?,?,?,?,?,?,?)"
+        )
+        # A version is written once; then only its status changes (and, after a rollback
+        # reused its number, its value: the rolled-back timeline's versions are not kept).
+        self.upsert_version = p(
+            f"INSERT INTO versions({INSERT_VERSION_COLS}) VALUES(?,?,?,?,?,?) "
+            "ON CONFLICT(run_id, ref, n) DO UPDATE SET cycle=excluded.cycle, "
+            "status=excluded.status, value=excluded.value"
+        )
+        self.insert_rejected = p(
+            f"INSERT INTO rejected({INSERT_REJECTED_COLS}) VALUES(?,?,?) ON CONFLICT DO NOTHING"
+        )
+        self.insert_event = p(f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(?,?,?,?,?)")
+        self.events = p(
+            "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
+            "ORDER BY id"
+        )
+        # --- journal
+        self.journal_status = p(f"SELECT status, attempts FROM journal WHERE {JOURNAL_KEY}")
+        self.insert_journal = p(
+            "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
+            "created_at, updated_at, fencing_token) VALUES(?,?,?,?,?,?,?,?,?,?) "
+            f"RETURNING {JOURNAL_COLS}"
+        )
+        self.update_journal = p(
+            "UPDATE journal SET kind=?, cycle=?, status=?, data=?, attempts=?, "
+            f"updated_at=?, fencing_token=? WHERE {JOURNAL_KEY} RETURNING {JOURNAL_COLS}"
+        )
+        # --- approvals
+        self.insert_approval = p(
+            f"INSERT INTO approvals({APPROVAL_COLS}) VALUES({','.join('?' * 17)})"
+        )
+        # The status guard makes a decision atomic: of two deciders, the second's UPDATE
+        # waits for the first's commit (or its write lock), then matches nothing.
+        self.decide = p(
+            "UPDATE approvals SET status=?, decided_by=?, decided_at=?, note=?, answer=? "
+            f"WHERE approval_id=? AND status='pending' RETURNING {APPROVAL_COLS}"
+        )
+        self.approval_status = p("SELECT status, decided_by FROM approvals WHERE approval_id=?")
+        # --- memory
+        self.insert_memory = p(f"INSERT INTO memory({MEMORY_COLS}) VALUES({','.join('?' * 13)})")
+        self.memory_for_update = p(
+            f"SELECT {MEMORY_COLS} FROM memory WHERE memory_id=?" + lock("FOR UPDATE")
+        )
+        self.set_memory_status = p(
+            "UPDATE memory SET status=?, updated_at=?, history=? WHERE memory_id=?"
+        )
+        # --- schema
+        self.schema_version = "SELECT value FROM loopwright_meta WHERE key='schema_version'"
+        self.set_schema_version = p(
+            "INSERT INTO loopwright_meta(key, value) VALUES('schema_version', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+        )
+
+    def p(self, text: str) -> str:
+        """``text`` written with ``?`` placeholders, in the driver's."""
+        return text if self.mark == "?" else text.replace("?", self.mark)
+
+    @functools.cache  # noqa: B019 - one instance per backend class, a few column sets each
+    def update_run(self, names: tuple[str, ...], returning: bool) -> str:
+        """A commit's ``UPDATE runs`` for these columns, fenced by the token; its parameters
+        are ``(*values, now, run_id, token)``."""
+        assignments = ", ".join(
+            f"{k}={self.expires}" if k == "lease_expires_at" else f"{k}=?" for k in names
+        )
+        return self.p(
+            f"UPDATE runs SET {assignments}, updated_at=? WHERE run_id=? AND fencing_token=?"
+            + (" RETURNING cancel_requested" if returning else "")
+        )
+
+
+def _where(conds: Sequence[tuple[str, Any]], mark: str) -> tuple[str, list[Any]]:
+    """`` WHERE a=? AND b=?`` for the pairs whose value is not None, and the arguments."""
+    given = [(col, val) for col, val in conds if val is not None]
+    if not given:
+        return "", []
+    return " WHERE " + " AND ".join(f"{col}={mark}" for col, _ in given), [v for _, v in given]
+
+
+class SQLStore(Store):
+    """The shared logic of the SQL stores; a backend supplies the dialect and the hooks."""
+
+    # --- the dialect --------------------------------------------------------------------
+    _MARK: ClassVar[str] = "?"  # the driver's placeholder
+    _DB_NOW: ClassVar[str | None] = None  # the server's clock for leases; None: the writer's
+    _LOCKS: ClassVar[bool] = False  # row-locking clauses (FOR ... UPDATE) exist
+    _UNIQUE: ClassVar[tuple[type[BaseException], ...]] = ()  # a duplicate key
+    # a value a one-pass commit_many refuses (retried commit by commit) ...
+    _REFUSED: ClassVar[tuple[type[BaseException], ...]] = ()
+    # ... and a failure of the database itself, which fails the whole batch
+    _DB_FAILURE: ClassVar[tuple[type[BaseException], ...]] = ()
+    _q: ClassVar[Statements]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._q = Statements(cls._MARK, cls._DB_NOW, cls._LOCKS)
+
+    @staticmethod
+    @abstractmethod
+    def _js(value: Any) -> Any:
+        """A JSON column's parameter."""
+
+    @staticmethod
+    @abstractmethod
+    def _jl(value: Any) -> Any:
+        """A JSON column's value as read (text to parse, or already parsed by the driver)."""
+
+    # --- the hooks ----------------------------------------------------------------------
+    @abstractmethod
+    def _conn(self) -> AbstractContextManager[Any]:
+        """A connection to read with."""
+
+    @abstractmethod
+    def _tx(self) -> AbstractContextManager[Any]:
+        """A connection in a write transaction, committed at the end (rolled back on error)."""
+
+    @abstractmethod
+    def _savepoint(self, conn: Any) -> AbstractContextManager[Any]:
+        """A savepoint in ``_tx``'s transaction, rolled back to on error."""
+
+    @abstractmethod
+    def _executemany(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement over many rows."""
+
+    @abstractmethod
+    def _fence_batch(self, conn: Any, run_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        """run_id → (fencing token, cancel flag) of ``commit_many``'s runs, read so that no
+        token changes until the transaction ends."""
+
+    def _version_keys(self, conn: Any, run_id: str, keys: Collection[tuple[str, int]]) -> list[Any]:
+        """Exactly these version rows (a backend may read them in one statement)."""
+        rows: list[Any] = []
+        for k in keys:  # each a primary-key lookup: as many as the state holds
+            rows.extend(conn.execute(self._q.version_by_key, (run_id, *k)))
+        return rows
+
+    def _lock_run(self, conn: Any, run_id: str) -> None:
+        """Order this transaction's event inserts after any in-flight write to the run (a
+        run's event ids stay in commit order); one writer at a time needs nothing."""
+        if self._LOCKS:
+            conn.execute(self._q.lock_run, (run_id,))
+
+    def _expiry(self, ttl_s: float) -> float:
+        """The parameter of a lease expiry ``ttl_s`` from now (see ``Statements.expires``)."""
+        return ttl_s if self._DB_NOW else time.time() + ttl_s
+
+    # --- rows ---------------------------------------------------------------------------
+    def _all(self, query: str, args: Sequence[Any]) -> list[Any]:
+        with self._conn() as conn:
+            return list(conn.execute(query, args).fetchall())
+
+    def _run(self, row: Sequence[Any]) -> RunRecord:
+        jl = self._jl
+        return RunRecord(
+            run_id=row[0],
+            task_key=row[1],
+            loop_name=row[2],
+            project=row[3],
+            status=row[4],
+            stop_reason=row[5],
+            cycle=row[6],
+            best_score=row[7],
+            cost_usd=row[8],
+            tokens=row[9],
+            seconds=row[10],
+            spec_ref=row[11],
+            loop_version=row[12],
+            contract=jl(row[13]),
+            task=jl(row[14]),
+            packet=None if row[15] is None else jl(row[15]),
+            created_at=row[16],
+            updated_at=row[17],
+            ended_at=row[18],
+            cancel_requested=bool(row[19]),
+            lease_owner=row[20],
+            lease_expires_at=row[21],
+            fencing_token=row[22],
+            last_seq=row[23],
+            held_out_passed=None if row[24] is None else bool(row[24]),
+        )
+
+    def _approval(self, row: Sequence[Any]) -> Approval:
+        r, jl = row, self._jl
+        return Approval(
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6], jl(r[7]), r[8], r[9], r[10], r[11],
+            r[12], r[13], r[14], r[15], None if r[16] is None else jl(r[16]),
+        )  # fmt: skip
+
+    def _journal(self, row: Sequence[Any]) -> JournalEntry:
+        r = row
+        return JournalEntry(r[0], r[1], r[2], r[3], r[4], self._jl(r[5]), r[6], r[7], r[8])
+
+    def _memory_dict(self, row: Sequence[Any]) -> dict[str, Any]:
+        jl = self._jl
+        return {
+            "memory_id": row[0],
+            "scope": row[1],
+            "scope_key": row[2],
+            "signal": row[3],
+            "strength": row[4],
+            "text": row[5],
+            "rule": None if row[6] is None else jl(row[6]),
+            "source": jl(row[7]),
+            "by": row[8],
+            "status": row[9],
+            "created_at": row[10],
+            "updated_at": row[11],
+            "history": jl(row[12]),
+        }
+
+    # --- schema -------------------------------------------------------------------------
+    def _apply_migrations(self, conn: Any, migrations: Sequence[Sequence[str]], what: str) -> None:
+        """Bring the schema forward to ``len(migrations)`` in the caller's transaction (its
+        ``loopwright_meta`` exists). ``what`` names the schema for an error: '<what> <n>,
+        newer than this loopwright understands'."""
+        row = conn.execute(self._q.schema_version).fetchone()
+        version = int(row[0]) if row else 0
+        latest = len(migrations)
+        if version > latest:
+            raise StoreCorruptError(
+                f"{what} {version}, newer than this loopwright understands ({latest}); "
+                "upgrade loopwright"
+            )
+        for statements in migrations[version:latest]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(self._q.set_schema_version, (str(latest),))
+
+    @property
+    def schema_version(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute(self._q.schema_version).fetchone()
+        return int(row[0]) if row else 0
+
+    # --- runs ---------------------------------------------------------------------------
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        task_key: str,
+        loop_name: str,
+        project: str,
+        spec_ref: str | None,
+        loop_version: str | None,
+        contract: dict[str, Any],
+        task: dict[str, Any],
+        initial_state: dict[str, Any],
+        initial_versions: Sequence[VersionRow] = (),
+    ) -> tuple[RunRecord, bool]:
+        now = time.time()
+        q, js = self._q, self._js
+        with self._tx() as conn:
+            # A concurrent creator of the same key makes this INSERT wait for its commit (or
+            # for the write lock), then do nothing; the SELECT then sees the winner's row.
+            row = conn.execute(
+                q.insert_run,
+                (
+                    run_id,
+                    task_key,
+                    loop_name,
+                    project,
+                    spec_ref,
+                    loop_version,
+                    js(contract),
+                    js(task),
+                    now,
+                    now,
+                ),
+            ).fetchone()
+            if row is None:
+                row = conn.execute(q.run_by_task_key, (task_key,)).fetchone()
+                if row is None:
+                    raise ConflictError(f"run id {run_id!r} is taken by another task key")
+                return self._run(row), False
+            conn.execute(q.insert_first_checkpoint, (run_id, js(initial_state), now))
+            if initial_versions:
+                self._executemany(
+                    conn, q.upsert_version, [version_row(run_id, v, js) for v in initial_versions]
+                )
+            conn.execute(
+                q.insert_event,
+                (run_id, 0, "run_created", now, js({"task_key": task_key, "loop": loop_name})),
+            )
+        return self._run(row), True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        q = self._q
+        with self._conn() as conn:
+            row = conn.execute(q.run_by_id, (run_id,)).fetchone()
+            if row is None:
+                row = conn.execute(q.run_by_task_key, (run_id,)).fetchone()
+            if row is None and run_id:
+                prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                rows = conn.execute(q.run_by_prefix, (prefix + "%",)).fetchall()
+                if len(rows) > 1:
+                    raise RunNotFoundError(
+                        f"run id prefix {run_id!r} is ambiguous; give more of it"
+                    )
+                row = rows[0] if rows else None
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+        return self._run(row)
+
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        loop_name: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        where, args = _where(
+            (("status", status), ("project", project), ("loop_name", loop_name)), self._MARK
+        )
+        query = f"SELECT {RUN_COLS} FROM runs{where} ORDER BY created_at DESC, run_id"
+        if limit is not None and limit >= 0:  # a negative limit is no limit
+            query += f" LIMIT {int(limit)}"
+        return [self._run(r) for r in self._all(query, args)]
+
+    # --- leases -------------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:
+        now = time.time()
+        with self._tx() as conn:
+            row = conn.execute(self._q.lease_row, (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            holder, expires, token, *server_now = row
+            if server_now:  # the lease clock is the server's
+                now = server_now[0]
+            if (
+                holder is not None
+                and holder != owner
+                and expires is not None
+                and expires > now
+                and not owner_is_dead(holder)
+            ):
+                raise ConflictError(
+                    f"run {run_id} is being executed by {holder} (lease for "
+                    f"{expires - now:.0f} s more)"
+                )
+            token += 1
+            conn.execute(self._q.take_lease, (owner, now + ttl_s, token, run_id))
+        return int(token)
+
+    def renew_lease(self, run_id: str, token: int, ttl_s: float) -> None:
+        with self._tx() as conn:
+            cur = conn.execute(self._q.renew_lease, (self._expiry(ttl_s), run_id, token))
+            if cur.rowcount != 1:
+                raise StaleLeaseError(f"run {run_id}: lease lost (token {token} is stale)")
+
+    def release_lease(self, run_id: str, token: int) -> None:
+        with self._tx() as conn:
+            conn.execute(self._q.release_lease, (run_id, token))
+
+    # --- checkpoints: reading -------------------------------------------------------------
+    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
+        with self._conn() as conn:
+            last = conn.execute(self._q.last_checkpoint, (run_id,)).fetchone()
+            if last is None:
+                return []
+            rows = conn.execute(
+                self._q.checkpoint_rows,
+                (not latest, last[0], run_id, last[1] if latest else -1),
+            ).fetchall()
+        jl = self._jl
+        return [
+            CheckpointRow(r[0], r[1], jl(r[2]), None if r[3] is None else jl(r[3]), r[4], r[5])
+            for r in rows
+        ]
+
+    def _version_rows(
+        self,
+        run_id: str,
+        *,
+        ref: str | None = None,
+        keys: Collection[tuple[str, int]] | None = None,
+    ) -> list[VersionRow]:
+        with self._conn() as conn:
+            rows: list[Any]
+            if keys is not None:
+                rows = self._version_keys(conn, run_id, keys)
+            elif ref is not None:
+                rows = conn.execute(self._q.versions_of_part, (run_id, ref)).fetchall()
+            else:
+                rows = conn.execute(self._q.all_versions, (run_id,)).fetchall()
+        jl = self._jl
+        return [(r[0], r[1], r[2], r[3], jl(r[4])) for r in rows]
+
+    def is_rejected(self, run_id: str, digest: str) -> bool:
+        with self._conn() as conn:
+            row = conn.execute(self._q.is_rejected, (run_id, digest)).fetchone()
+        return row is not None
+
+    def rejected_digests(self, run_id: str) -> list[str]:
+        return [r[0] for r in self._all(self._q.rejected, (run_id,))]
+
+    # --- checkpoints: writing -------------------------------------------------------------
+    def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        run: Mapping[str, Any],
+        approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
+        base: int | None = None,
+        versions: Sequence[VersionRow] = (),
+        rejected: Sequence[tuple[str, int]] = (),
+    ) -> bool:
+        now = time.time()
+        req = CommitRequest(
+            run_id,
+            token,
+            seq,
+            cycle,
+            state,
+            record,
+            events,
+            run,
+            [*([approval] if approval is not None else []), *approvals],
+            base,
+            versions,
+            rejected,
+        )
+        cols = self._run_cols(run, seq)
+        with self._tx() as conn:
+            return self._commit_in(conn, req, cols, now)
+
+    def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
+        """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
+        own — a stale one is reported and left out, the others commit.
+
+        Fast path: one fencing read for the whole batch that keeps every token as read until
+        the commit (SQLite: the write lock, held from BEGIN IMMEDIATE; PostgreSQL: the batch's
+        run rows locked ``FOR NO KEY UPDATE`` in run_id order, so two batches never deadlock),
+        then one ``executemany`` per table. A bad column set, a run twice in the batch, or a
+        value the database refuses (a duplicate checkpoint or request, a number out of range)
+        takes the slow path instead: one savepoint per commit, so each failure is its own
+        run's. A failure of the database itself (locked, disk full, a lost connection) fails
+        the whole batch, as one transaction."""
+        if not items:
+            return []
+        now = time.time()
+        try:  # a bad column set goes commit by commit, where it fails alone
+            cols = [self._run_cols(it.run, it.seq) for it in items]
+        except StoreError:
+            cols = None
+        if cols is not None and len({it.run_id for it in items}) == len(items):
+            try:
+                with self._tx() as conn:
+                    return self._commit_batch(conn, items, cols, now)
+            except BatchRefused:
+                pass  # nothing was written: commit by commit, below
+        out: list[bool | StoreError] = []
+        with self._tx() as conn:
+            for it in items:
+                try:
+                    with self._savepoint(conn):
+                        ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
+                except Exception as exc:  # rolled back to its savepoint; the others go on
+                    out.append(
+                        exc
+                        if isinstance(exc, StoreError)
+                        else StoreError(f"run {it.run_id}: commit failed: {exc}")
+                    )
+                    continue
+                out.append(ok)
+        return out
+
+    def _commit_batch(
+        self,
+        conn: Any,
+        items: Sequence[CommitRequest],
+        cols: Sequence[dict[str, Any]],
+        now: float,
+    ) -> list[bool | StoreError]:
+        q = self._q
+        owner = self._fence_batch(conn, [it.run_id for it in items])
+        rows = batch_rows(items, cols, owner, now, js=self._js)
+        try:
+            for names, updates in rows.updates.items():
+                self._executemany(conn, q.update_run(names, False), updates)
+            for statement, table in (
+                (q.insert_checkpoint, rows.checkpoints),
+                (q.insert_event, rows.events),
+                (q.insert_approval, rows.approvals),
+                (q.upsert_version, rows.versions),
+                (q.insert_rejected, rows.rejected),
+            ):
+                if table:
+                    self._executemany(conn, statement, table)
+        except self._DB_FAILURE:
+            raise  # the database, not a value (locked, disk full...): every commit fails
+        except self._REFUSED as exc:
+            raise BatchRefused(str(exc)) from exc
+        return rows.results
+
+    def _run_cols(self, run: Mapping[str, Any], seq: int) -> dict[str, Any]:
+        """A commit's run columns as the database takes them."""
+        cols = run_cols(run, seq)
+        if cols.get("packet") is not None:
+            cols["packet"] = self._js(cols["packet"])
+        for name in BOOLEAN_RUN_COLS & cols.keys():
+            if cols[name] is not None:
+                cols[name] = bool(cols[name])
+        if self._DB_NOW and cols.get("lease_expires_at") is not None:
+            # the caller's clock says when; what is kept is how long, from the server's now
+            cols["lease_expires_at"] = float(cols["lease_expires_at"]) - time.time()
+        return cols
+
+    def _commit_in(self, conn: Any, it: CommitRequest, cols: dict[str, Any], now: float) -> bool:
+        q, js = self._q, self._js
+        run_id, token = it.run_id, it.token
+        flag = conn.execute(
+            q.update_run(tuple(cols), True), (*cols.values(), now, run_id, token)
+        ).fetchone()
+        if flag is None:
+            raise StaleLeaseError(
+                f"run {run_id}: checkpoint refused, fencing token {token} is stale"
+            )
+        try:
+            conn.execute(q.insert_checkpoint, checkpoint_row(it, now, js))
+        except self._UNIQUE:
+            raise ConflictError(f"run {run_id}: checkpoint {it.seq} already written") from None
+        if it.events:
+            self._executemany(
+                conn, q.insert_event, [event_row(run_id, e, now, js) for e in it.events]
+            )
+        for a in it.approvals:
+            try:
+                conn.execute(q.insert_approval, approval_row(run_id, a, now, js))
+            except self._UNIQUE:
+                raise ConflictError(
+                    f"run {run_id}: approval request {a.approval_id!r} already exists"
+                ) from None
+        if it.versions:
+            self._executemany(
+                conn, q.upsert_version, [version_row(run_id, v, js) for v in it.versions]
+            )
+        if it.rejected:
+            self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
+        return bool(flag[0])
+
+    # --- events -------------------------------------------------------------------------
+    def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        if not events:
+            return
+        now = time.time()
+        with self._tx() as conn:
+            self._lock_run(conn, run_id)
+            self._executemany(
+                conn, self._q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
+            )
+
+    def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
+        jl = self._jl
+        return [
+            Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
+            for r in self._all(self._q.events, (run_id, after_id))
+        ]
+
+    # --- effect/retry journal -----------------------------------------------------------
+    def journal_put(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        key: str,
+        kind: str,
+        cycle: int,
+        status: str,
+        data: Mapping[str, Any],
+        attempts: int | None = None,
+        expect_status: str | None = None,
+        events: Sequence[NewEvent] = (),
+    ) -> JournalEntry:
+        q = self._q
+        now = time.time()
+        payload = self._js(dict(data))
+        with self._tx() as conn:
+            # As in commit: the fencing check is a guarded write inside the transaction, so no
+            # other executor can take the lease between the check and the writes below, and
+            # every journal writer of this run queues here (SQLite: the write lock is held;
+            # PostgreSQL: the run's row lock), so the read-check-write cannot interleave.
+            if conn.execute(q.fence, (run_id, token)).fetchone() is None:
+                if conn.execute(q.run_exists, (run_id,)).fetchone() is None:
+                    raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise StaleLeaseError(
+                    f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
+                )
+            existing = conn.execute(q.journal_status, (run_id, key)).fetchone()
+            check_journal_expect(
+                run_id, key, None if existing is None else existing[0], expect_status
+            )
+            if existing is None:
+                row = conn.execute(
+                    q.insert_journal,
+                    (
+                        run_id,
+                        key,
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        0 if attempts is None else attempts,
+                        now,
+                        now,
+                        token,
+                    ),
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    q.update_journal,
+                    (
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        existing[1] if attempts is None else attempts,
+                        now,
+                        token,
+                        run_id,
+                        key,
+                    ),
+                ).fetchone()
+            if events:
+                self._executemany(
+                    conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
+                )
+        return self._journal(row)
+
+    def journal(
+        self, run_id: str, *, kind: str | None = None, key: str | None = None
+    ) -> list[JournalEntry]:
+        where, args = _where((("run_id", run_id), ("kind", kind), ("key", key)), self._MARK)
+        query = f"SELECT {JOURNAL_COLS} FROM journal{where} ORDER BY created_at, key"
+        return [self._journal(r) for r in self._all(query, args)]
+
+    # --- approvals and cancellation ----------------------------------------------------
+    def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
+        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
+        query = f"SELECT {APPROVAL_COLS} FROM approvals{where} ORDER BY requested_at, approval_id"
+        return [self._approval(r) for r in self._all(query, args)]
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        now: float,
+        answer: Any = None,
+    ) -> Approval:
+        if status not in DECISIONS:
+            raise ApprovalError(f"unknown decision {status!r}")
+        q, js = self._q, self._js
+        with self._tx() as conn:
+            row = conn.execute(
+                q.decide,
+                (status, by, now, note, None if answer is None else js(answer), approval_id),
+            ).fetchone()
+            if row is None:
+                found = conn.execute(q.approval_status, (approval_id,)).fetchone()
+                if found is None:
+                    raise ApprovalError(f"no approval request {approval_id!r}")
+                raise ApprovalError(
+                    f"approval {approval_id} was already {found[0]}"
+                    + (f" by {found[1]}" if found[1] else "")
+                )
+            decided = self._approval(row)
+            self._lock_run(conn, decided.run_id)
+            conn.execute(
+                q.insert_event,
+                (
+                    decided.run_id,
+                    decided.cycle,
+                    "approval_decided",
+                    now,
+                    js(
+                        {"approval_id": approval_id, "status": status, "by": by, "note": note}
+                        | ({} if answer is None else {"answer": answer})
+                    ),
+                ),
+            )
+        return decided
+
+    def request_cancel(self, run_id: str) -> RunRecord:
+        with self._tx() as conn:
+            conn.execute(self._q.cancel, (True, run_id))
+        return self.get_run(run_id)
+
+    # --- feedback memory ---------------------------------------------------------------
+    def memory_add(self, item: Mapping[str, Any]) -> None:
+        values = _memory_values(item, self._js)
+        with self._tx() as conn:
+            try:
+                conn.execute(self._q.insert_memory, values)
+            except self._UNIQUE:
+                raise ConflictError(f"memory item {item['memory_id']!r} already exists") from None
+
+    def memory_query(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        memory_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where, args = _memory_where(scopes, status, memory_id, self._MARK)
+        query = f"SELECT {MEMORY_COLS} FROM memory"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY created_at DESC, memory_id DESC"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        return [self._memory_dict(r) for r in self._all(query, args)]
+
+    def memory_set_status(
+        self,
+        memory_id: str,
+        status: str,
+        *,
+        by: str,
+        now: float,
+        expect: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        if status not in MEMORY_STATUSES:
+            raise StoreError(
+                f"unknown memory status {status!r}; one of {', '.join(MEMORY_STATUSES)}"
+            )
+        with self._tx() as conn:
+            # FOR UPDATE where rows lock: two people deciding one item at once queue here.
+            row = conn.execute(self._q.memory_for_update, (memory_id,)).fetchone()
+            if row is None:
+                raise MemoryNotFoundError(f"no memory item {memory_id!r} in {self.url}")
+            item = self._memory_dict(row)
+            if item["status"] == status:
+                return item
+            if expect is not None and item["status"] not in expect:
+                raise ConflictError(
+                    f"memory item {item['memory_id']} is {item['status']}, "
+                    f"not {' or '.join(expect)}"
+                )
+            history = [*item["history"], {"status": status, "by": by, "at": now}]
+            conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))
+            item.update(status=status, updated_at=now, history=history)
+        return item
+
+
+def _memory_values(item: Mapping[str, Any], js: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """The row of a memory item (``MemoryItem.to_dict()`` keys); ``js`` makes JSON columns."""
+    try:
+        rule = item.get("rule")
+        return (
+            item["memory_id"],
+            item["scope"],
+            item.get("scope_key") or "",
+            item["signal"],
+            float(item["strength"]),
+            item["text"],
+            None if rule is None else js(rule),
+            js(dict(item.get("source") or {})),
+            item["by"],
+            item["status"],
+            float(item["created_at"]),
+            float(item["updated_at"]),
+            js(list(item.get("history") or [])),
+        )
+    except KeyError as exc:
+        raise StoreError(f"memory item lacks {exc.args[0]!r}") from None
+
+
+def _memory_where(
+    scopes: Sequence[tuple[str, str | None]] | None,
+    status: str | None,
+    memory_id: str | None,
+    mark: str,
+) -> tuple[list[str], list[Any]]:
+    """WHERE clauses and arguments of ``memory_query`` (``mark``: the driver's placeholder)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if scopes is not None:
+        ors = []
+        for scope, key in scopes:
+            if key is None:
+                ors.append(f"scope={mark}")
+                args.append(scope)
+            else:
+                ors.append(f"(scope={mark} AND scope_key={mark})")
+                args.extend((scope, key))
+        where.append("(" + " OR ".join(ors) + ")" if ors else "1=0")
+    if status is not None:
+        where.append(f"status={mark}")
+        args.append(status)
+    if memory_id is not None:
+        where.append(f"memory_id={mark}")
+        args.append(memory_id)
+    return where, args
