@@ -219,12 +219,15 @@ def test_runs_table_never_wraps_a_column(tmp_path: Path, columns: str | None) ->
     assert "\x1b[" not in r.stdout  # no colour codes in a pipe
 
 
-def test_approvals_at_80_columns_one_block_per_request(project: Path) -> None:
+def test_approvals_show_and_metrics_at_80_columns_keep_words_whole(project: Path) -> None:
     store = project / "s.db"
     (project / "t.json").write_text(
         json.dumps({"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 0}}})
     )
     assert cli("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
+    (project / "t2.json").write_text(json.dumps({"id": "t2", "stuck": True}))
+    assert cli("run", "loop.toml", "--task", "t2.json", cwd=project, store=store).returncode == 3
+
     r = _subprocess("approvals", store=store)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -233,6 +236,21 @@ def test_approvals_at_80_columns_one_block_per_request(project: Path) -> None:
     assert any(line.startswith("  what: ") for line in lines)
     assert any(line.startswith("  why:  ") for line in lines)
     assert all(len(line) <= 80 for line in lines), lines
+
+    stopped = json.loads(_subprocess("runs", "--status", "stopped", "--json", store=store).stdout)
+    shown = _subprocess("show", stopped[0]["run_id"], store=store).stdout.splitlines()
+    assert all(len(line) <= 80 for line in shown), shown
+    # The timeline as blocks: each verdict whole on its line, not folded into a sliver.
+    visible = [line for line in shown if line.startswith("  visible ")]
+    assert visible and all("check" in line for line in visible), shown
+    assert any(line.startswith("cycle 1  ") for line in shown)
+
+    metrics = _subprocess("metrics", store=store).stdout.splitlines()
+    assert all(len(line) <= 80 for line in metrics), metrics
+    first_cells = [line.split("│")[1].strip() for line in metrics if line.startswith("│")]
+    for name in ("cost_per_accepted_usd", "spend_after_last_improvement_frac"):
+        assert name in first_cells, metrics  # the whole name in its cell: not wrapped
+    assert any("definitions: docs/metrics.md" in line for line in metrics)
 
 
 # --- help text --------------------------------------------------------------------------------
