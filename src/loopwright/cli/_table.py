@@ -122,7 +122,10 @@ def render(
     lines.append("─" * min(sum(widths.values()) + len(GAP) * (len(widths) - 1), width))
     lines.extend(line(row) for row in rows)
     if hidden:
-        lines.append(cut(f"not shown at this width: {', '.join(hidden)} (--json shows all)", width))
+        import textwrap
+
+        note = f"hidden at this width: {', '.join(hidden)} (see --json)"
+        lines.extend(textwrap.wrap(note, width=max(width, 20), break_on_hyphens=False))
     out.write("\n".join(lines) + "\n")
 
 
