@@ -22,6 +22,7 @@ from ._exec import Execution as _Exec
 from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
+from ._redact import redact
 from ._state import TaskState
 from ._usage import Usage
 from .store import CommitRequest, NewApproval, NewEvent
@@ -358,15 +359,18 @@ class Checkpoints(RuntimeHost):
         rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
         ex.rejected_written = len(s.rejected)
         ex.head = head
+        # Invariant 9, the last net before the store: what the engine records about the cycle
+        # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
+        # task are the work itself and are not rewritten (the task was masked at creation).
         return CommitRequest(
             ex.run_id,
             ex.token,
             seq,
             s.cycle,
             state,
-            record,
-            list(ex.events),
-            cols,
+            None if record is None else redact(record),
+            [_masked(e) for e in ex.events],
+            redact(cols),
             reqs,
             base,
             rows,
@@ -411,6 +415,11 @@ class Checkpoints(RuntimeHost):
                 ex.pending_req = None
         self._committed(ex)
         return cancel
+
+
+def _masked(e: NewEvent) -> NewEvent:
+    data = redact(e.data)
+    return e if data is e.data else NewEvent(e.cycle, e.kind, data)
 
 
 def _unstage(ex: _Exec, req: CommitRequest) -> None:

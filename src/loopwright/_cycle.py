@@ -24,6 +24,7 @@ from ._loop import Loop
 from ._memory import rank, recall_scopes
 from ._proposal import Context, Proposal, Verdict
 from ._question import Question
+from ._redact import redact
 from ._state import Finding, PlanStep, TaskState, split_ref
 from ._usage import Usage
 from .store import NewEvent
@@ -289,6 +290,12 @@ class Cycle(RuntimeHost):
                     usage=verdict.usage,
                     checked=verdict.checked,
                 )
+            # Invariant 9: a secret in a finding or its evidence (a test's output, an echoed
+            # key) is masked before the state, the record or the actor's next context has it.
+            raw = verdict.to_dict()
+            masked = redact(raw)
+            if masked is not raw:
+                verdict = Verdict.from_dict(masked)
             (held if check.held_out else visible)[check.name] = verdict
             vu = verdict.usage or Usage()
             cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)

@@ -38,6 +38,7 @@ from ._loop import Loop
 from ._memory import FeedbackMemory
 from ._parking import Parking
 from ._people import Decisions
+from ._redact import redact
 from ._reversal import run_compensations
 from ._state import TaskState
 from ._usage import Usage
@@ -169,7 +170,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
         project: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create the run for ``task_key`` (or return the existing one) without executing it."""
-        task = dict(task or {})
+        # Invariant 9: fields named secret and shaped secrets never reach the store, so the
+        # run (actor included) works from the masked task, resumed or not.
+        task = dict(redact(dict(task or {})))
         key = task_key or str(task.get("task_key") or f"{loop.name}:{uuid.uuid4().hex}")
         proj = project if project is not None else str(task.get("project") or loop.project)
         init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))

@@ -25,6 +25,7 @@ from ._contract import Contract
 from ._effects import Effect, EffectCall, EffectResult
 from ._loop import Loop
 from ._proposal import Context, Verdict
+from ._redact import redact, redact_text
 from ._retry import ErrorClass, RetryPolicy
 from ._state import Digests, TaskState, part_ref
 from ._state_codec import FORMAT
@@ -114,15 +115,19 @@ NO_LOOP: Any = _NoLoop()
 
 
 def error_info(where: str, exc: BaseException) -> dict[str, Any]:
+    """An error as stored in events, the journal and packets, secrets masked (invariant 9)."""
     if isinstance(exc, CallTimeout):
-        return {"where": where, "type": "Timeout", "message": str(exc)}
+        return {"where": where, "type": "Timeout", "message": redact_text(str(exc))}
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return {
-        "where": where,
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(tb[-6:]),
-    }
+    out: dict[str, Any] = redact(
+        {
+            "where": where,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(tb[-6:]),
+        }
+    )
+    return out
 
 
 class GaveUp(Exception):
