@@ -368,9 +368,7 @@ class Checkpoints(RuntimeHost):
             seq,
             s.cycle,
             state,
-            None if record is None else redact(record),
-            [_masked(e) for e in ex.events],
-            redact(cols),
+            *_masked(record, ex.events, cols),
             reqs,
             base,
             rows,
@@ -417,9 +415,25 @@ class Checkpoints(RuntimeHost):
         return cancel
 
 
-def _masked(e: NewEvent) -> NewEvent:
-    data = redact(e.data)
-    return e if data is e.data else NewEvent(e.cycle, e.kind, data)
+def _masked(
+    record: dict[str, Any] | None, events: Sequence[NewEvent], cols: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[NewEvent], dict[str, Any]]:
+    """``record``, ``events`` and ``cols`` with secrets masked: one ``redact`` over all three
+    (its clean-case scan is one pass, so one call costs less than one per event)."""
+    datas = [e.data for e in events]
+    whole = [record, datas, cols]
+    out = redact(whole)
+    if out is whole:
+        return record, list(events), cols
+    rec, masked, c = out
+    return (
+        rec,
+        [
+            e if d is e.data else NewEvent(e.cycle, e.kind, d)
+            for e, d in zip(events, masked, strict=True)
+        ],
+        c,
+    )
 
 
 def _unstage(ex: _Exec, req: CommitRequest) -> None:

@@ -91,7 +91,8 @@ class Execution:
                 for n, v in p.known.items()
             }
             # earlier rejected digests stay in the store, asked about one at a time
-            s.rejected = Digests(s.rejected, lambda d: store.is_rejected(self.run_id, d))
+            if s.cycle > 0:  # at cycle 0 there are none to ask about
+                s.rejected = Digests(s.rejected, lambda d: store.is_rejected(self.run_id, d))
             self.rejected_written = len(s.rejected)
 
     def at(self, name: str) -> None:
