@@ -84,7 +84,7 @@ def test_dashboard_api_lists_every_version(long_run: tuple[str, str]) -> None:
     from loopwright.web import create_app
 
     url, run_id = long_run
-    c = TestClient(create_app(url, token="t" * 24, identity="ana"))
+    c = TestClient(create_app(url, token="t" * 24, identity="ana"), base_url="http://localhost")
     detail = c.get(f"/api/runs/{run_id}").json()
     [part] = detail["artifacts"]
     assert len(part["versions"]) == CYCLES + 1

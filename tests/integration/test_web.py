@@ -74,6 +74,7 @@ def make_parked_run(tmp: Path) -> tuple[str, str]:
 
 
 TOKEN = "test-token-0123456789"
+LOCAL = "http://127.0.0.1"  # the dashboard answers to loopback names (and --host) only
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def parked(tmp_path: Path) -> tuple[str, str]:
 
 @pytest.fixture
 def client(parked: tuple[str, str]) -> TestClient:
-    return TestClient(create_app(parked[0], token=TOKEN, identity="ana"))
+    return TestClient(create_app(parked[0], token=TOKEN, identity="ana"), base_url=LOCAL)
 
 
 def _sign_in(c: TestClient) -> str:
@@ -220,7 +221,7 @@ def test_api_shapes_and_bearer_decision(client: TestClient, parked: tuple[str, s
 
 
 def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
-    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True))
+    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
     assert c.get("/api/runs").status_code == 401
     assert c.get("/openapi.json").status_code == 401
     r = c.get("/", follow_redirects=False)
@@ -236,6 +237,60 @@ def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
 def test_token_must_be_given() -> None:
     with pytest.raises(ValueError):
         create_app(":memory:", token="")
+
+
+def test_a_rebound_host_name_reads_nothing(parked: tuple[str, str]) -> None:
+    """DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 sends
+    ``Host: evil.example``; the loopback dashboard (reads open) refuses it before any read."""
+    app = create_app(parked[0], token=TOKEN)
+    for base in ("http://evil.example:8321", "http://evil.example", "http://127.0.0.1.nip.io"):
+        c = TestClient(app, base_url=base)
+        for path in ("/", "/api/runs", f"/api/runs/{parked[1]}", "/approvals", "/openapi.json"):
+            r = c.get(path)
+            assert r.status_code == 400, (base, path, r.status_code)
+            assert parked[1] not in r.text and "webtests" not in r.text
+    for base in ("http://127.0.0.1:8321", "http://localhost:8321", "http://[::1]:8321"):
+        r = TestClient(app, base_url=base).get("/api/runs")
+        assert r.status_code == 200, base
+        assert r.json()[0]["run_id"] == parked[1]
+
+
+def test_the_given_host_is_allowed_and_still_needs_the_token(parked: tuple[str, str]) -> None:
+    """``loopwright ui --host 10.1.2.3 --allow-host dash.example``: those names are served,
+    reads still need the token there, and other names are refused."""
+    app = create_app(
+        parked[0],
+        token=TOKEN,
+        require_token_for_reads=True,
+        allowed_hosts=["10.1.2.3", "dash.example", "fd00::5"],
+    )
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for base in ("http://10.1.2.3:8321", "http://dash.example", "http://[fd00::5]:8321"):
+        c = TestClient(app, base_url=base)
+        assert c.get("/api/runs").status_code == 401, base
+        assert c.get("/api/runs", headers=bearer).status_code == 200, base
+    other = TestClient(app, base_url="http://10.1.2.4:8321")
+    assert other.get("/api/runs", headers=bearer).status_code == 400
+
+
+def test_host_names_are_checked() -> None:
+    from loopwright import ConfigError
+    from loopwright.web._app import allowed_host_names
+
+    names = allowed_host_names(["::1", "Dash.Example", "*.corp.example", "[fd00::1]"])
+    assert names == [
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "::1",
+        "dash.example",
+        "*.corp.example",
+        "fd00::1",
+        "[fd00::1]",
+    ]
+    for bad in ("*", "a*b.example", "http://x", "", "user@host"):
+        with pytest.raises(ConfigError, match="not a host name"):
+            allowed_host_names([bad])
 
 
 def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
@@ -256,7 +311,7 @@ def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
     store = str(tmp_path / "svg.db")
     with lw.Runtime(store) as rt:
         r = rt.run_sync(loop, {"task_key": "svg-1", "artifacts": {"panel": {"svg": ""}}})
-    client = TestClient(create_app(store, token="t0ken-12345"))
+    client = TestClient(create_app(store, token="t0ken-12345"), base_url=LOCAL)
     page = client.get(f"/runs/{r.run_id}").text
     assert (
         f'src="/runs/{r.run_id}/svg?ref=panel/svg&amp;v=2"' in page

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+import socket
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import ConfigError
 from ._app import app
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = ["ui"]
 
@@ -24,6 +28,35 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a busy port or an unknown host is one line
+    (uvicorn would log a traceback and exit 3)."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{port} is not a port (0-65535; 0 picks a free one)", field="--port")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"cannot listen on {host!r}: {exc}", field="--host") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        import errno
+
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} on {host} is in use (another `loopwright ui`?); pick another "
+                "with --port",
+                field="--port",
+            ) from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 @app.command()
 def ui(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
@@ -35,29 +68,66 @@ def ui(
         str | None,
         typer.Option("--as", help="Name decisions are recorded under ($LOOPWRIGHT_UI_IDENTITY)."),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="Another Host name the dashboard answers to (a proxy's or the machine's name; "
+            "repeatable). Loopback names and --host are always allowed.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the dashboard and HTTP API.
 
     Prints a sign-in token once unless $LOOPWRIGHT_UI_TOKEN is set; on a non-loopback --host
-    every page needs the token.
+    every page needs the token. Requests naming another Host are refused (DNS rebinding).
     """
     import secrets
 
     from ..store import resolve_store_url
 
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - the extra is installed
 
         from ..web import create_app
+        from ..web._app import allowed_host_names
+        from ..web._auth import check_token
     except ImportError as exc:
         raise ConfigError(
             f"the dashboard needs its extra: pip install 'loopwright[ui]' ({exc})", field="ui"
         ) from None
     token = os.environ.get("LOOPWRIGHT_UI_TOKEN") or secrets.token_urlsafe(24)
+    check_token(token, "$LOOPWRIGHT_UI_TOKEN")
     name = identity or os.environ.get("LOOPWRIGHT_UI_IDENTITY") or "operator"
     private = not _is_loopback(host)
+    names = [host, *(allow_host or [])]
+    if host in ("0.0.0.0", "::"):  # every interface: the machine's own names too
+        names += [socket.gethostname(), socket.getfqdn()]
+    hosts = allowed_host_names(names, field="--allow-host")
     url = resolve_store_url(store)
-    application = create_app(url, token=token, identity=name, require_token_for_reads=private)
+    sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
+    try:
+        application = create_app(
+            url, token=token, identity=name, require_token_for_reads=private, allowed_hosts=hosts
+        )
+        _serve(application, sock, host, url, name, token, private, hosts)
+    finally:
+        sock.close()
+
+
+def _serve(
+    application: FastAPI,
+    sock: socket.socket,
+    host: str,
+    url: str,
+    name: str,
+    token: str,
+    private: bool,
+    hosts: list[str],
+) -> None:
+    import uvicorn
+
+    port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     from .._redact import redact_text
 
@@ -68,5 +138,7 @@ def ui(
         typer.echo(f"sign-in token (shown once): {token}")
     if private:
         typer.echo("non-loopback host: every page and API call needs the token")
-    # No access log: a /login?token=… URL must not end up in it.
-    uvicorn.run(application, host=host, port=port, access_log=False, log_level="warning")
+    if private:
+        typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")
+    # No access log: a /login?token=… URL must not end up in it. The socket is already bound.
+    uvicorn.run(application, fd=sock.fileno(), access_log=False, log_level="warning")

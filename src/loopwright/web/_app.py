@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel
 from starlette.middleware.base import RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
@@ -28,7 +30,7 @@ from ..store import Approval, open_store
 from ._auth import COOKIE, Auth
 from ._views import artifacts_view, chart_points, chart_svg, is_svg, stop_words, timeline
 
-__all__ = ["create_app"]
+__all__ = ["LOOPBACK_HOSTS", "allowed_host_names", "create_app"]
 
 log = logging.getLogger("loopwright.web")
 HERE = Path(__file__).parent
@@ -37,6 +39,28 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 OPEN_PATHS = ("/login", "/static/")
+# The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
+# its own name (evil.example), so its requests carry that name and are refused before any read.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def allowed_host_names(extra: Iterable[str] = (), *, field: str = "allowed_hosts") -> list[str]:
+    """The loopback names plus ``extra`` (the ``--host`` given, ``--allow-host`` names), in
+    the form a ``Host`` header carries them: lower case, IPv6 addresses also in brackets, and
+    ``*.example.com`` for a domain's subdomains."""
+    names = list(LOOPBACK_HOSTS)
+    for raw in extra:
+        name = raw.strip().lower()
+        if name.startswith("[") and name.endswith("]"):
+            name = name[1:-1]
+        wildcard = name.startswith("*.") and "*" not in name[2:] and len(name) > 2
+        if not name or ("*" in name and not wildcard) or any(c in name for c in "/ @?#"):
+            raise ConfigError(
+                f"{raw!r} is not a host name (give a name, an address or *.domain)",
+                field=field,
+            )
+        names.extend([name, f"[{name}]"] if ":" in name else [name])
+    return list(dict.fromkeys(names))
 
 
 class Decision(BaseModel):
@@ -58,10 +82,13 @@ def create_app(
     token: str,
     identity: str = "operator",
     require_token_for_reads: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
-    every read when ``require_token_for_reads``); decisions are recorded as ``identity``."""
+    every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
+    Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400."""
     auth = Auth(token, identity, require_token_for_reads=require_token_for_reads)
+    hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
     # Swagger UI and ReDoc load their assets from a CDN: /docs is rendered here instead, from
     # the same OpenAPI document (served at /openapi.json), so nothing comes from the internet.
@@ -101,6 +128,9 @@ def create_app(
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["X-Frame-Options"] = "DENY"
         return response
+
+    # Added last, so outermost: a foreign Host is refused before the guard or any route runs.
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
 
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(

@@ -8,19 +8,29 @@ import threading
 
 from starlette.requests import Request
 
-__all__ = ["COOKIE", "Auth"]
+from .._errors import ConfigError
+
+__all__ = ["COOKIE", "MIN_TOKEN", "Auth", "check_token"]
 
 COOKIE = "lw_session"
+MIN_TOKEN = 8
+
+
+def check_token(token: str, field: str = "token") -> None:
+    """Refuse a token too short to guess-proof the dashboard (a user mistake: one line)."""
+    if not token or len(token) < MIN_TOKEN:
+        raise ConfigError(
+            f"the dashboard token must be at least {MIN_TOKEN} characters", field=field
+        )
 
 
 class Auth:
     """One token, one identity bound to it; in-memory sessions (a restart signs everyone out)."""
 
     def __init__(self, token: str, identity: str, *, require_token_for_reads: bool) -> None:
-        if not token or len(token) < 8:
-            raise ValueError("the dashboard token must be at least 8 characters")
+        check_token(token)
         if not identity.strip():
-            raise ValueError("the dashboard identity must not be empty")
+            raise ConfigError("must not be empty", field="identity")
         self._token = token.encode()
         self.identity = identity
         self.require_token_for_reads = require_token_for_reads
