@@ -18,6 +18,8 @@ CORE := $(VENV)/.core-$(SUM)
 FULL := $(VENV)/.test-$(SUM)
 # PostgreSQL tests run when LOOPWRIGHT_TEST_PG is set, or when a server answers here.
 TEST_PG := postgresql://postgres@127.0.0.1:5432/test
+# Test processes: one per core, at most 4 (each may start a Ray cluster); files stay whole.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: demo test lint typecheck clean
 
@@ -53,7 +55,7 @@ test: lint typecheck
 	else echo "PostgreSQL tests: skipped (no server answers at $(TEST_PG); or set LOOPWRIGHT_TEST_PG)"; fi; \
 	test -x /usr/bin/chromium || echo "browser tests: skipped (no /usr/bin/chromium: apt-get install chromium)"; \
 	command -v tesseract >/dev/null || echo "comic OCR check: skipped (no tesseract: apt-get install tesseract-ocr)"; \
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) .loopwright .mypy_cache .ruff_cache .pytest_cache
