@@ -151,7 +151,11 @@ from loopwright.store import open_store
 t1 = time.perf_counter()
 st = open_store(sys.argv[1])
 ck = st.latest_checkpoint(sys.argv[2])
-state = ck.task_state()
+if hasattr(ck, "task_state"):
+    state = ck.task_state()
+else:  # a release before the append-only layout (to compare with)
+    from loopwright import TaskState
+    state = TaskState.from_dict(ck.state)
 assert state.cycle == int(sys.argv[3]), state.cycle
 t2 = time.perf_counter()
 st.close()
