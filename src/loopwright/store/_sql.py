@@ -65,8 +65,15 @@ RUN_COLS = (
     "held_out_passed"
 )
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
-# The journal's key: every statement below that finds one entry says ``JOURNAL_KEY``.
+# The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds
+# ``journal_key(run_id, key)`` for it (to change the key, change these two).
 JOURNAL_KEY = "run_id=? AND key=?"
+
+
+def journal_key(run_id: str, key: str) -> tuple[str, ...]:
+    return (run_id, key)
+
+
 MEMORY_COLS = (
     'memory_id, scope, scope_key, signal, strength, text, rule, source, "by", status, '
     "created_at, updated_at, history"
@@ -408,6 +415,8 @@ class SQLStore(Store):
                 f"{what} {version}, newer than this loopwright understands ({latest}); "
                 "upgrade loopwright"
             )
+        if version == latest:
+            return  # nothing written: opening a current store costs no sync to disk
         for statements in migrations[version:latest]:
             for statement in statements:
                 conn.execute(statement)
@@ -780,7 +789,7 @@ class SQLStore(Store):
                 raise StaleLeaseError(
                     f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
                 )
-            existing = conn.execute(q.journal_status, (run_id, key)).fetchone()
+            existing = conn.execute(q.journal_status, journal_key(run_id, key)).fetchone()
             check_journal_expect(
                 run_id, key, None if existing is None else existing[0], expect_status
             )
@@ -811,8 +820,7 @@ class SQLStore(Store):
                         existing[1] if attempts is None else attempts,
                         now,
                         token,
-                        run_id,
-                        key,
+                        *journal_key(run_id, key),
                     ),
                 ).fetchone()
             if events:

@@ -1,7 +1,8 @@
 """The PostgreSQL store: the shared store for workers on many hosts (``loopwright[postgres]``).
 
-Same semantics as :class:`~loopwright.store.sqlite.SQLiteStore`, method for method; the store
-conformance suite (``tests/integration/test_store_conformance.py``) runs unchanged on both.
+Same semantics as :class:`~loopwright.store.sqlite.SQLiteStore`, method for method: the logic is
+``_sql.SQLStore``'s, and this module holds PostgreSQL's dialect. The store conformance suite
+(``tests/integration/test_store_conformance.py``) runs unchanged on both.
 
 - **Connections.** A ``psycopg_pool.ConnectionPool`` (autocommit connections; every write is one
   short explicit transaction, READ COMMITTED). The store is safe to share between threads.
