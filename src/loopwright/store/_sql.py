@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,13 +31,7 @@ from .._errors import (
 )
 from .._memory import MemoryNotFoundError
 from ._base import (
-    APPROVAL_COLS,
-    INSERT_CHECKPOINT_COLS,
-    INSERT_EVENT_COLS,
-    INSERT_REJECTED_COLS,
-    INSERT_VERSION_COLS,
     Approval,
-    BatchRefused,
     CheckpointRow,
     CommitRequest,
     Event,
@@ -47,11 +41,20 @@ from ._base import (
     RunRecord,
     Store,
     VersionRow,
+)
+from ._rows import (
+    APPROVAL_COLS,
+    INSERT_CHECKPOINT_COLS,
+    INSERT_EVENT_COLS,
+    INSERT_REJECTED_COLS,
+    INSERT_VERSION_COLS,
+    BatchRefused,
     approval_row,
     batch_rows,
-    check_journal_expect,
     checkpoint_row,
     event_row,
+    memory_values,
+    memory_where,
     run_cols,
     version_row,
 )
@@ -269,6 +272,26 @@ def _where(conds: Sequence[tuple[str, Any]], mark: str) -> tuple[str, list[Any]]
     if not given:
         return "", []
     return " WHERE " + " AND ".join(f"{col}={mark}" for col, _ in given), [v for _, v in given]
+
+
+def check_journal_expect(run_id: str, key: str, status: str | None, expect: str | None) -> None:
+    """``journal_put``'s ``expect_status``: ``""`` = the entry must not exist yet, a status =
+    it must exist with that status. ``status`` is the entry's (``None``: there is none)."""
+    if expect is None:
+        return
+    if expect == "":
+        if status is not None:
+            raise ConflictError(
+                f"run {run_id}: journal entry {key!r} already exists (status {status!r})"
+            )
+    elif status is None:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} does not exist (expected status {expect!r})"
+        )
+    elif status != expect:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} has status {status!r}, expected {expect!r}"
+        )
 
 
 class SQLStore(Store):
@@ -892,7 +915,7 @@ class SQLStore(Store):
 
     # --- feedback memory ---------------------------------------------------------------
     def memory_add(self, item: Mapping[str, Any]) -> None:
-        values = _memory_values(item, self._js)
+        values = memory_values(item, self._js)
         with self._tx() as conn:
             try:
                 conn.execute(self._q.insert_memory, values)
@@ -907,7 +930,7 @@ class SQLStore(Store):
         limit: int | None = None,
         memory_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        where, args = _memory_where(scopes, status, memory_id, self._MARK)
+        where, args = memory_where(scopes, status, memory_id, self._MARK)
         query = f"SELECT {MEMORY_COLS} FROM memory"
         if where:
             query += " WHERE " + " AND ".join(where)
@@ -946,54 +969,3 @@ class SQLStore(Store):
             conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))
             item.update(status=status, updated_at=now, history=history)
         return item
-
-
-def _memory_values(item: Mapping[str, Any], js: Callable[[Any], Any]) -> tuple[Any, ...]:
-    """The row of a memory item (``MemoryItem.to_dict()`` keys); ``js`` makes JSON columns."""
-    try:
-        rule = item.get("rule")
-        return (
-            item["memory_id"],
-            item["scope"],
-            item.get("scope_key") or "",
-            item["signal"],
-            float(item["strength"]),
-            item["text"],
-            None if rule is None else js(rule),
-            js(dict(item.get("source") or {})),
-            item["by"],
-            item["status"],
-            float(item["created_at"]),
-            float(item["updated_at"]),
-            js(list(item.get("history") or [])),
-        )
-    except KeyError as exc:
-        raise StoreError(f"memory item lacks {exc.args[0]!r}") from None
-
-
-def _memory_where(
-    scopes: Sequence[tuple[str, str | None]] | None,
-    status: str | None,
-    memory_id: str | None,
-    mark: str,
-) -> tuple[list[str], list[Any]]:
-    """WHERE clauses and arguments of ``memory_query`` (``mark``: the driver's placeholder)."""
-    where: list[str] = []
-    args: list[Any] = []
-    if scopes is not None:
-        ors = []
-        for scope, key in scopes:
-            if key is None:
-                ors.append(f"scope={mark}")
-                args.append(scope)
-            else:
-                ors.append(f"(scope={mark} AND scope_key={mark})")
-                args.extend((scope, key))
-        where.append("(" + " OR ".join(ors) + ")" if ors else "1=0")
-    if status is not None:
-        where.append(f"status={mark}")
-        args.append(status)
-    if memory_id is not None:
-        where.append(f"memory_id={mark}")
-        args.append(memory_id)
-    return where, args

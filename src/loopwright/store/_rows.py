@@ -1,0 +1,206 @@
+"""Row planning for the SQL stores (``_sql.SQLStore``): the rows a commit writes, table by
+table, in the column order of ``INSERT_*_COLS`` and ``APPROVAL_COLS`` (the statements of
+``_sql.Statements`` insert them), fencing a group commit, and what is checked before any SQL
+runs (the run columns a commit may set, a memory item's row). ``js`` makes a JSON column's
+parameter: text for SQLite, a ``Json`` for psycopg."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import StaleLeaseError, StoreError
+from ._base import CommitRequest, NewApproval, NewEvent, VersionRow
+
+Row = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class BatchRows:
+    """What ``commit_many``'s one-pass path writes: a result per commit (its cancel flag, or
+    why it was refused) and the rows of every accepted commit, table by table."""
+
+    results: list[bool | StoreError] = field(default_factory=list)
+    # run-row updates, grouped by the columns they set (one statement per group)
+    updates: dict[tuple[str, ...], list[Row]] = field(default_factory=dict)
+    checkpoints: list[Row] = field(default_factory=list)
+    events: list[Row] = field(default_factory=list)
+    approvals: list[Row] = field(default_factory=list)
+    versions: list[Row] = field(default_factory=list)
+    rejected: list[Row] = field(default_factory=list)
+
+
+class BatchRefused(Exception):
+    """The database refused a value of a one-pass ``commit_many`` (a duplicate key, a number
+    out of range...): nothing of the batch was written, and it is retried commit by commit so
+    that the refusal is only its own run's. Never raised out of ``commit_many``."""
+
+
+def batch_rows(
+    items: Sequence[CommitRequest],
+    cols: Sequence[dict[str, Any]],
+    owner: Mapping[str, tuple[int, Any]],
+    now: float,
+    *,
+    js: Callable[[Any], Any],
+) -> BatchRows:
+    """Fence each commit against ``owner`` (run_id → (fencing token, cancel flag), read under
+    the batch's write lock) and turn the accepted ones into rows; ``cols[i]`` are the run
+    columns of ``items[i]``, already checked. A run-row update's row is ``(*column values, now,
+    run_id, token)``, for ``... WHERE run_id=? AND fencing_token=?``; ``js`` makes a JSON
+    column's parameter (text for SQLite, a ``Json`` for psycopg)."""
+    out = BatchRows()
+    for it, cols_ in zip(items, cols, strict=True):
+        held = owner.get(it.run_id)
+        if held is None or held[0] != it.token:
+            out.results.append(
+                StaleLeaseError(
+                    f"run {it.run_id}: checkpoint refused, fencing token {it.token} is stale"
+                )
+            )
+            continue
+        out.updates.setdefault(tuple(cols_), []).append((*cols_.values(), now, it.run_id, it.token))
+        out.checkpoints.append(checkpoint_row(it, now, js))
+        out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
+        out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
+        out.versions.extend(version_row(it.run_id, v, js) for v in it.versions)
+        out.rejected.extend((it.run_id, d, c) for d, c in it.rejected)
+        out.results.append(bool(cols_.get("cancel_requested", held[1])))
+    return out
+
+
+# The rows of the tables a commit writes, in the column order of INSERT_CHECKPOINT_COLS,
+# INSERT_EVENT_COLS and APPROVAL_COLS (both stores).
+INSERT_CHECKPOINT_COLS = "run_id, seq, cycle, state, record, fencing_token, created_at, base"
+INSERT_VERSION_COLS = "run_id, ref, n, cycle, status, value"
+INSERT_REJECTED_COLS = "run_id, digest, cycle"
+INSERT_EVENT_COLS = "run_id, cycle, kind, ts, data"
+APPROVAL_COLS = (
+    "approval_id, run_id, cycle, kind, rule, what, why, evidence, diff, action_hash, status, "
+    "requested_at, expires_at, decided_by, decided_at, note, answer"
+)
+
+
+def checkpoint_row(it: CommitRequest, now: float, js: Callable[[Any], Any]) -> Row:
+    return (
+        it.run_id,
+        it.seq,
+        it.cycle,
+        js(it.state),
+        js(it.record) if it.record else None,
+        it.token,
+        now,
+        it.seq if it.base is None else it.base,
+    )
+
+
+def version_row(run_id: str, v: VersionRow, js: Callable[[Any], Any]) -> Row:
+    ref, n, cycle, status, value = v
+    return (run_id, ref, n, cycle, status, js(value))
+
+
+def event_row(run_id: str, e: NewEvent, now: float, js: Callable[[Any], Any]) -> Row:
+    return (run_id, e.cycle, e.kind, now, js(dict(e.data)))
+
+
+def approval_row(run_id: str, a: NewApproval, now: float, js: Callable[[Any], Any]) -> Row:
+    """A new request: pending, undecided."""
+    return (
+        a.approval_id,
+        run_id,
+        a.cycle,
+        a.kind,
+        a.rule,
+        a.what,
+        a.why,
+        js(a.evidence),
+        a.diff,
+        a.action_hash,
+        "pending",
+        now,
+        a.expires_at,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+# The run columns a commit may set (the rest are the store's own: identity, lease, times).
+UPDATABLE_RUN_COLS = frozenset(
+    {
+        "status",
+        "stop_reason",
+        "cycle",
+        "best_score",
+        "cost_usd",
+        "tokens",
+        "seconds",
+        "packet",
+        "ended_at",
+        "last_seq",
+        "lease_expires_at",
+        "held_out_passed",
+        "cancel_requested",
+    }
+)
+
+
+def run_cols(run: Mapping[str, Any], seq: int) -> dict[str, Any]:
+    """A commit's run columns, checked, with ``last_seq``: what each store then adapts."""
+    bad = set(run) - UPDATABLE_RUN_COLS
+    if bad:
+        raise StoreError(f"cannot update run columns {sorted(bad)}")
+    return {**run, "last_seq": seq}
+
+
+def memory_values(item: Mapping[str, Any], js: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """The row of a memory item (``MemoryItem.to_dict()`` keys); ``js`` makes JSON columns."""
+    try:
+        rule = item.get("rule")
+        return (
+            item["memory_id"],
+            item["scope"],
+            item.get("scope_key") or "",
+            item["signal"],
+            float(item["strength"]),
+            item["text"],
+            None if rule is None else js(rule),
+            js(dict(item.get("source") or {})),
+            item["by"],
+            item["status"],
+            float(item["created_at"]),
+            float(item["updated_at"]),
+            js(list(item.get("history") or [])),
+        )
+    except KeyError as exc:
+        raise StoreError(f"memory item lacks {exc.args[0]!r}") from None
+
+
+def memory_where(
+    scopes: Sequence[tuple[str, str | None]] | None,
+    status: str | None,
+    memory_id: str | None,
+    mark: str,
+) -> tuple[list[str], list[Any]]:
+    """WHERE clauses and arguments of ``memory_query`` (``mark``: the driver's placeholder)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if scopes is not None:
+        ors = []
+        for scope, key in scopes:
+            if key is None:
+                ors.append(f"scope={mark}")
+                args.append(scope)
+            else:
+                ors.append(f"(scope={mark} AND scope_key={mark})")
+                args.extend((scope, key))
+        where.append("(" + " OR ".join(ors) + ")" if ors else "1=0")
+    if status is not None:
+        where.append(f"status={mark}")
+        args.append(status)
+    if memory_id is not None:
+        where.append(f"memory_id={mark}")
+        args.append(memory_id)
+    return where, args
