@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +53,9 @@ class Check:
             raise ConfigError(f"{self.fn!r} is not callable", field="verifiers.fn")
         if not self.name:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
-        if self.weight < 0:
-            raise ConfigError("must not be negative", field=f"verifiers.{self.name}.weight")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ConfigError("must be positive", field=f"verifiers.{self.name}.timeout_s")
+        _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
+        if self.timeout_s is not None:
+            _check_number(self.timeout_s, f"verifiers.{self.name}.timeout_s", positive=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,8 +117,10 @@ class Loop:
                     f"names verifiers that are not visible checks of this loop: {missing}",
                     field="contract.success.required",
                 )
-        if self.actor_timeout_s is not None and self.actor_timeout_s <= 0:
-            raise ConfigError("must be positive", field="actor.timeout_s")
+        if self.actor_timeout_s is not None:
+            _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
+        if not isinstance(self.project, str):
+            raise ConfigError(f"must be a string, got {self.project!r}", field="project")
         effects = tuple(self.effects)
         for e in effects:
             if not isinstance(e, Effect):
@@ -170,6 +172,17 @@ class Loop:
     @property
     def held_out(self) -> tuple[Check, ...]:
         return tuple(c for c in self.verifiers if c.held_out)
+
+
+def _check_number(value: object, field: str, *, positive: bool) -> None:
+    """A finite number, > 0 or ≥ 0: NaN passes every comparison-based limit (a NaN weight
+    makes every score NaN, a NaN timeout never fires) and "ten" fails deep inside a run."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"must be a number, got {value!r}", field=field)
+    if not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {value!r}", field=field)
+    if value < 0 or (positive and value == 0):
+        raise ConfigError("must be positive" if positive else "must not be negative", field=field)
 
 
 def _identity(fn: object) -> tuple[str, str] | None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import math
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -113,6 +114,10 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             module = importlib.import_module(target)
     except SpecError:
         raise
+    except SystemExit as exc:  # would end the command silently, with the module's exit code
+        raise SpecError(
+            f"importing {target!r} called sys.exit({exc.code!r})", field=where
+        ) from None
     except Exception as exc:
         raise SpecError(
             f"cannot import {target!r}: {type(exc).__name__}: {exc}", field=where
@@ -135,6 +140,54 @@ def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
                 field=f"{where}.{key}" if where else key,
             )
     return data
+
+
+def _non_finite(data: Any) -> tuple[str, float] | None:
+    """The first NaN or infinity in the parsed spec (TOML has both literals) and its field:
+    none is a meaningful weight, timeout, budget or threshold (NaN compares false to every
+    limit, so a NaN budget never stops a run)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:  # iterative: a deeply nested table must not overflow the stack here
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        if isinstance(value, Mapping):
+            items = [(f"{where}.{k}" if where else str(k), v) for k, v in value.items()]
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)]))
+    return None
+
+
+def _text(data: Mapping[str, Any], key: str, where: str) -> str | None:
+    """``data[key]`` as a string (None when absent): a table or a number is refused, not
+    turned into its Python text."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise SpecError(f"must be a string, got {_kind(value)}", field=where)
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):  # bool("false") is True
+        raise SpecError(f"must be true or false, got {_kind(value)}", field=where)
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise SpecError(f"must be a number, got {_kind(value)}", field=where)
+    return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
 
 
 def _build(ref: str, options: Any, base: Path, where: str) -> Any:
@@ -161,12 +214,21 @@ def load_spec(path: str | Path) -> Loop:
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"no spec file at {p}", field="spec")
-    raw = p.read_bytes()
     try:
+        raw = p.read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SpecError(f"{p} is not valid TOML: {exc}", field="spec") from None
+    except RecursionError:
+        raise SpecError(f"{p} is nested too deeply to be a loop spec", field="spec") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read {p}: {exc.strerror or exc}", field="spec") from None
     _table(data, "", _TOP)
+    bad = _non_finite(data)
+    if bad is not None:
+        raise SpecError(f"must be a finite number, got {bad[1]}", field=bad[0])
+    for key in ("project", "description", "tasks"):
+        _text(data, key, key)
     base = p.resolve().parent
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -174,6 +236,7 @@ def load_spec(path: str | Path) -> Loop:
     actor_t = _table(data.get("actor"), "actor", _ACTOR) if "actor" in data else None
     if actor_t is None or "ref" not in actor_t:
         raise SpecError("is required: [actor] ref = 'file.py:function'", field="actor.ref")
+    actor_timeout = _number(actor_t, "timeout_s", "actor.timeout_s")
     actor = _build(actor_t["ref"], actor_t.get("options"), base, "actor")
     verifiers = data.get("verifiers", [])
     if not isinstance(verifiers, list):
@@ -184,16 +247,21 @@ def load_spec(path: str | Path) -> Loop:
         vt = _table(v, where, _VERIFIER)
         if "ref" not in vt:
             raise SpecError("is required", field=f"{where}.ref")
+        vname = _text(vt, "name", f"{where}.name")
+        held_out = _flag(vt, "held_out", f"{where}.held_out", False)
+        required = _flag(vt, "required", f"{where}.required", True)
+        weight = _number(vt, "weight", f"{where}.weight")
+        timeout_s = _number(vt, "timeout_s", f"{where}.timeout_s")
         fn = _build(vt["ref"], vt.get("options"), base, where)
         try:
             checks.append(
                 Check(
                     fn=fn,
-                    name=str(vt.get("name") or vt["ref"].rpartition(":")[2]),
-                    held_out=bool(vt.get("held_out", False)),
-                    required=bool(vt.get("required", True)),
-                    weight=float(vt.get("weight", 1.0)),
-                    timeout_s=vt.get("timeout_s"),
+                    name=vname or str(vt["ref"]).rpartition(":")[2],
+                    held_out=held_out,
+                    required=required,
+                    weight=1.0 if weight is None else float(weight),
+                    timeout_s=timeout_s,
                     retry=RetryPolicy.from_dict(vt["retry"], where=f"{where}.retry")
                     if "retry" in vt
                     else None,
@@ -232,8 +300,8 @@ def load_spec(path: str | Path) -> Loop:
             verifiers=checks,
             contract=contract,
             init=init,
-            actor_timeout_s=actor_t.get("timeout_s"),
-            project=str(data.get("project", "")),
+            actor_timeout_s=actor_timeout,
+            project=data.get("project") or "",
             version=hashlib.sha256(raw).hexdigest()[:16],
             spec_ref=str(p.resolve()),
             options={"tasks": str(base / data["tasks"])} if data.get("tasks") else {},

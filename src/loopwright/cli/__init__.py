@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         print("loopwright: interrupted; every finished cycle is checkpointed", file=sys.stderr)
         return 130
     except Exception as exc:
+        from ._damage import store_damage
+
+        damage = store_damage(exc)  # a row or table damaged after the store was opened
+        if damage is not None:
+            print(f"loopwright: error: {damage}", file=sys.stderr)
+            return 2
         if os.environ.get("LOOPWRIGHT_DEBUG"):
             raise
         print(

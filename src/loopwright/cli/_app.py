@@ -191,7 +191,7 @@ def run(
     5 escalated, 2 bad input, 1 internal error.
     """
     from .._spec import load_spec
-    from ._tasks import exit_code_for, load_tasks, task_key
+    from ._tasks import exit_code_for, load_tasks, task_keys
 
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
@@ -199,18 +199,28 @@ def run(
         raise ConfigError("--task-key needs exactly one task", field="--task-key")
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
-    keys = [key] if key else [task_key(loop.name, t, i) for i, t in enumerate(items)]
+    keys = [key] if key else task_keys(loop.name, items)
     if executor not in ("local", "ray"):
         raise ConfigError("must be 'local' or 'ray'", field="--executor")
     if ray_address is not None and executor != "ray":
         raise ConfigError("only applies with --executor ray", field="--ray-address")
+    held: dict[str, str] = {}  # runs another process holds: skipped here
     if executor == "ray":
         results = _execute_on_ray(spec, items, keys, store, ray_address, quiet=as_json)
     else:
-        results = _execute(loop, items, keys, store, concurrency, quiet=as_json)
+        results = _execute(loop, items, keys, store, concurrency, quiet=as_json, held=held)
     if as_json:
         _print_json([r.to_dict() for r in results])
-    raise typer.Exit(exit_code_for([r.status for r in results]))
+    code = exit_code_for([r.status for r in results if r.run_id not in held])
+    if held and code != 1:
+        # Not run here, so not done: exit 0 would read as "all accepted".
+        named = ", ".join(f"{run_id[:12]} ({held[run_id]})" for run_id in held)
+        raise ConfigError(
+            f"{len(held)} of {len(results)} run(s) are held by another process and were not "
+            f"run here: {named}; see `loopwright runs --status running`",
+            field="RUN",
+        )
+    raise typer.Exit(code)
 
 
 def _execute_on_ray(
@@ -254,7 +264,10 @@ def _execute(
     *,
     quiet: bool,
     title: str | None = None,
+    held: dict[str, str] | None = None,
 ) -> list[RunResult]:
+    """Create and drive the runs; ``held`` gets run id -> task key of each run skipped because
+    another process holds its lease."""
     import asyncio
 
     from rich.live import Live
@@ -281,7 +294,10 @@ def _execute(
                         return await rt.resume(run_id, loop)
                     except ConflictError as exc:
                         out.print(f"[yellow]skipped {run_id[:12]}: {exc}[/]")
-                        return rt.result(run_id)
+                        result = rt.result(run_id)
+                        if held is not None:
+                            held[run_id] = result.task_key
+                        return result
 
             return list(await asyncio.gather(*(one(r) for r in run_ids)))
 
@@ -529,10 +545,10 @@ def cancel(
     with Runtime(existing_store(store)) as rt:
         before = rt.store.get_run(run_id)
         if before.status in TERMINAL_STATUSES:
-            console().print(
-                f"run {before.run_id[:12]} already ended ({before.status}); nothing to cancel"
+            raise ConfigError(
+                f"run {before.run_id[:12]} already ended ({before.status}); nothing to cancel",
+                field="RUN",
             )
-            return
         rec = rt.cancel(before.run_id, by=by, loop=_loop_or_none(before))
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
         done = [e for e in rt.store.journal(rec.run_id, kind="effect") if e.status == "done"]

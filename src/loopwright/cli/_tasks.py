@@ -9,10 +9,19 @@ from typing import Any
 
 from .._errors import ConfigError
 
-__all__ = ["exit_code_for", "load_tasks", "task_key"]
+__all__ = ["TaskList", "exit_code_for", "load_tasks", "task_key", "task_keys"]
 
 
-def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> list[dict[str, Any]]:
+class TaskList(list[dict[str, Any]]):
+    """Tasks read from a file, with the line each came from (for errors that name lines)."""
+
+    def __init__(self, where: str, path: Path | None = None) -> None:
+        super().__init__()
+        self.where, self.path = where, path
+        self.lines: list[int] = []
+
+
+def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> TaskList:
     """Tasks from ``--task FILE`` (one JSON object), ``--tasks FILE.jsonl``, the spec's default
     task file, or one empty task."""
     if task is not None and tasks is not None:
@@ -21,35 +30,94 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> li
         data = _read_json(task, "--task")
         if not isinstance(data, dict):
             raise ConfigError(f"{task} must hold one JSON object", field="--task")
-        return [data]
+        one = TaskList("--task", task)
+        one.append(_checked(data, f"{task}", "--task"))
+        one.lines.append(1)
+        return one
     path = tasks or (Path(default) if default else None)
     if path is None:
-        return [{}]
+        empty = TaskList("task")
+        empty.append({})
+        empty.lines.append(0)
+        return empty
     where = "--tasks" if tasks is not None else "tasks (in the spec)"
     if not path.is_file():
         raise ConfigError(f"no task file at {path}", field=where)
-    out: list[dict[str, Any]] = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    out = TaskList(where, path)
+    for i, line in enumerate(_text(path, where).splitlines(), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_not_json)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{i}: not valid JSON ({exc.msg})", field=where) from None
+        except ValueError as exc:
+            raise ConfigError(f"{path}:{i}: not valid JSON ({exc})", field=where) from None
+        except RecursionError:
+            raise ConfigError(f"{path}:{i}: nested too deeply", field=where) from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}:{i}: each line must be a JSON object", field=where)
-        out.append(obj)
+        out.append(_checked(obj, f"{path}:{i}", where))
+        out.lines.append(i)
     if not out:
         raise ConfigError(f"{path} holds no tasks", field=where)
     return out
 
 
+def _text(path: Path, where: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})", field=where
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", field=where) from None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")  # json.loads takes NaN and Infinity
+
+
+# What names a run must be text (or a whole number): a table would be stored as its Python repr.
+_NAMING = ("task_key", "id", "task_id", "project")
+# Deeper tasks are refused here: the run's state, masking and store code walk values
+# recursively, and Python's stack ends near 1,000 levels (json.loads alone parses ~990).
+MAX_DEPTH = 100
+
+
+def _depth(value: Any) -> int:
+    deepest, level = 0, [(value, 1)]
+    while level:  # iterative: the check itself must not overflow the stack
+        v, d = level.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            level.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            level.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def _checked(task: dict[str, Any], at: str, where: str) -> dict[str, Any]:
+    if _depth(task) > MAX_DEPTH:
+        raise ConfigError(f"{at}: nested deeper than {MAX_DEPTH} levels", field=where)
+    for name in _NAMING:
+        value = task.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, str | int)):
+            kind = type(value).__name__
+            raise ConfigError(f"{at}: {name} must be a string, got {kind} {value!r}", field=where)
+    return task
+
+
 def _read_json(path: Path, where: str) -> Any:
     if not path.is_file():
         raise ConfigError(f"no file at {path}", field=where)
+    text = _text(path, where)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply", field=where) from None
+    except ValueError as exc:  # JSONDecodeError too
         raise ConfigError(f"{path} is not valid JSON ({exc})", field=where) from None
 
 
@@ -59,6 +127,24 @@ def task_key(loop_name: str, task: Mapping[str, Any], index: int, prefix: str = 
         return prefix + str(task["task_key"])
     ident = task.get("id") or task.get("task_id")
     return f"{prefix}{loop_name}:{ident if ident is not None else f'#{index + 1}'}"
+
+
+def task_keys(loop_name: str, tasks: list[dict[str, Any]]) -> list[str]:
+    """``task_key`` of each task; two tasks of one file with the same key are refused (they
+    would be one run, raced for by both), naming both lines."""
+    keys = [task_key(loop_name, t, i) for i, t in enumerate(tasks)]
+    lines = getattr(tasks, "lines", None) or [i + 1 for i in range(len(tasks))]
+    seen: dict[str, int] = {}
+    for key, line in zip(keys, lines, strict=True):
+        if key in seen:
+            path = getattr(tasks, "path", None) or "the tasks"
+            raise ConfigError(
+                f"{path}:{seen[key]} and {path}:{line} have the same task key {key!r}; "
+                "give each task its own task_key (or id)",
+                field=getattr(tasks, "where", "--tasks"),
+            )
+        seen[key] = line
+    return keys
 
 
 _SEVERITY = {"failed": 1, "escalated": 5, "awaiting_approval": 4, "stopped": 3, "cancelled": 3}

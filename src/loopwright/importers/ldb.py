@@ -192,17 +192,23 @@ def read_ldb(
     ``LdbFormatError`` naming the line."""
     p = Path(path_in)
     lab = label or default_label(p)
-    with p.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise LdbFormatError(
-                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
-                ) from None
-            yield convert_record(rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n))
+    n = 0
+    try:
+        with p.open(encoding="utf-8") as fh:
+            for n, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise LdbFormatError(
+                        f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
+                    ) from None
+                except RecursionError:
+                    raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
+                yield convert_record(rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n))
+    except UnicodeDecodeError as exc:  # raised while reading line n + 1
+        raise LdbFormatError(f"not UTF-8 text ({exc.reason})", path=str(p), line=n + 1) from None
 
 
 def import_ldb(

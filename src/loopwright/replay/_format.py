@@ -166,12 +166,22 @@ def read_traces(path: str | Path) -> Iterator[RunTrace]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such file: {p}", field="SOURCE")
-    with p.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE") from None
-            yield RunTrace.from_dict(data, where=f"{p}:{n}")
+    n = 0
+    try:
+        with p.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(
+                        f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE"
+                    ) from None
+                except RecursionError:
+                    raise ConfigError(f"{p}, line {n}: nested too deeply", field="SOURCE") from None
+                yield RunTrace.from_dict(data, where=f"{p}:{n}")
+    except UnicodeDecodeError as exc:  # raised while reading line n + 1
+        raise ConfigError(
+            f"{p}, line {n + 1}: not UTF-8 text ({exc.reason})", field="SOURCE"
+        ) from None

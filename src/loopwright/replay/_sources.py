@@ -174,8 +174,11 @@ def load_source(source: str, store: Store | None = None) -> list[RunTrace]:
         raise ConfigError(
             f"{source!r} is neither 'store' nor a file (run-trace or LDB JSONL)", field="SOURCE"
         )
-    with p.open(encoding="utf-8") as fh:
-        first = next((line for line in fh if line.strip()), "")
+    try:
+        with p.open(encoding="utf-8") as fh:
+            first = next((line for line in fh if line.strip()), "")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p} is not UTF-8 text ({exc.reason})", field="SOURCE") from None
     if f'"{TRACE_FORMAT}"' in first:
         return list(read_traces(p))
     if '"implementations"' in first and '"test_feedback"' in first:

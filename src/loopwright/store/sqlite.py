@@ -63,7 +63,9 @@ class SQLiteStore(SQLStore):
     def _jl(value: Any) -> Any:
         return loads(value)
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: str = "full") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, durability: str = "full", _aside: bool = True
+    ) -> None:
         if durability not in ("full", "process"):
             raise ConfigError("must be 'full' or 'process'", field="store.durability")
         self.path = Path(path)
@@ -78,6 +80,15 @@ class SQLiteStore(SQLStore):
             raise StoreError(
                 f"cannot create the store's folder {self.path.parent}: {exc}"
             ) from None
+        if self.path.is_file() and self.path.stat().st_size == 0:
+            # A store is never an empty file (see _create_aside): this one was truncated, or
+            # made by something else. Opening it would start over and rerun every effect.
+            raise StoreCorruptError(
+                f"store: {self.path} is an empty file, not a loopwright store (truncated?); "
+                "restore it from a backup, or name another store"
+            )
+        if _aside and str(self.path) not in ("", ":memory:") and not self.path.exists():
+            self._create_aside()
         try:
             self._db = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
@@ -99,6 +110,26 @@ class SQLiteStore(SQLStore):
             raise
 
     # --- setup --------------------------------------------------------------------------
+    def _create_aside(self) -> None:
+        """Build a new store under a temporary name and link it into place, so the store's
+        path never holds an empty file (SQLite creates one at connect) that another process
+        could take for a truncated store. A process that loses the race uses the winner's."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.new")
+        try:
+            SQLiteStore(tmp, durability=self.durability, _aside=False).close()
+            os.link(tmp, self.path)
+        except FileExistsError:
+            pass  # created meanwhile by another process
+        except (OSError, StoreError):
+            pass  # no hard links here, or no room: the store is created (or refused) in place
+        finally:
+            for leftover in (
+                tmp,
+                tmp.with_name(tmp.name + "-wal"),
+                tmp.with_name(tmp.name + "-shm"),
+            ):
+                leftover.unlink(missing_ok=True)
+
     def _refuse_foreign(self) -> None:
         # Before any PRAGMA that writes (journal_mode=WAL persists in the file): a database
         # loopwright did not create must be refused untouched.

@@ -168,8 +168,12 @@ def traces_url(endpoint: str, *, field: str = "endpoint") -> str:
     """The OTLP/HTTP traces URL for ``endpoint``: a bare ``http(s)://host:port`` (or one
     ending in ``/``) gets ``/v1/traces`` appended; a URL with a path is used as it is.
     ``ConfigError`` (naming ``field``) when it is not an http(s) URL."""
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0-65535
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"
+        raise ConfigError(f"{endpoint!r} is not a valid URL ({exc})", field=field) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(
             f"{endpoint!r} is not an http(s) URL (e.g. http://localhost:4318)", field=field
         )

@@ -1,0 +1,283 @@
+"""Every mistake gets one line on stderr and exit 2, never a traceback, and leaves the store as
+it was (issue 16 item 7): each case below was an "internal error" (exit 1), a silent exit 0,
+uvicorn's traceback (exit 3), or a value taken as something else. Real subprocesses, as a user
+(or the tester's attack scripts) drives the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import SPEC
+
+TASK = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
+
+
+def lw(
+    *args: str, cwd: Path, store: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
+    full.pop("LOOPWRIGHT_UI_TOKEN", None)
+    if store is not None:
+        full["LOOPWRIGHT_STORE"] = str(store)
+    full.update(env or {})
+    exe = Path(sys.executable).with_name("loopwright")
+    # A short limit: a case that is not refused (a dashboard that starts serving) fails here.
+    return subprocess.run(
+        [str(exe), *args],
+        check=False,
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def refused(r: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The one-line error of a refused command, checked: exit 2, one line, the words in it."""
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("loopwright: error: "), r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def dump(store: Path) -> list[str]:
+    """The store's whole content (schema and rows), to show a refused command changed none."""
+    con = sqlite3.connect(store)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def spec(project: Path, name: str, text: str) -> str:
+    (project / name).write_text(text)
+    return name
+
+
+def task_file(project: Path, *lines: object, name: str = "tasks.jsonl") -> str:
+    (project / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return name
+
+
+@pytest.fixture
+def accepted(project: Path) -> tuple[Path, str]:
+    """A store holding one accepted run: (store, run id)."""
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    r = lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
+    [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    return store, run["run_id"]
+
+
+# --- files that are not text, or nested too deeply ------------------------------------------
+def test_a_task_file_that_is_not_utf8(project: Path) -> None:
+    (project / "tasks.jsonl").write_bytes(b'{"id": "t\xff"}\n')
+    store = project / "s.db"
+    refused(lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store), "UTF-8")
+    (project / "t.json").write_bytes(b'{"id": "\xfe"}')
+    refused(lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store), "--task")
+    assert not store.exists()
+
+
+def test_a_trace_file_that_is_not_utf8(project: Path) -> None:
+    (project / "traces.jsonl").write_bytes(b'{"format": "loopwright.run-trace/1", "x": "\xff"}\n')
+    refused(lw("replay", "traces.jsonl", "--contract", "loop.toml", cwd=project), "UTF-8")
+    refused(lw("import", "ldb", "traces.jsonl", "--out", "o.jsonl", cwd=project), "UTF-8")
+    assert not (project / "o.jsonl").exists()
+
+
+def test_a_spec_nested_too_deeply(project: Path) -> None:
+    deep = SPEC + "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    refused(lw("check", spec(project, "deep.toml", deep), cwd=project), "nested too deeply")
+
+
+def test_a_task_nested_too_deeply(project: Path) -> None:
+    store = project / "s.db"
+    (project / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    refused(lw("run", "loop.toml", "--task", "deep.json", cwd=project, store=store), "deep")
+    # parsed by json, but deeper than the run's state and store code can walk
+    task_file(project, {**TASK, "x": json.loads("[" * 600 + "]" * 600)})
+    refused(lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store), ":1:")
+    assert not store.exists()
+
+
+# --- values of the wrong kind -----------------------------------------------------------------
+def test_a_timeout_that_is_text(project: Path) -> None:
+    name = spec(project, "ten.toml", SPEC.replace("timeout_s = 5", 'timeout_s = "ten"'))
+    refused(lw("check", name, cwd=project), "actor.timeout_s", "number")
+
+
+def test_a_task_file_that_is_a_number(project: Path) -> None:
+    name = spec(project, "t7.toml", "tasks = 7\n" + SPEC)
+    refused(lw("check", name, cwd=project), "tasks", "string")
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (SPEC.replace("timeout_s = 5", "timeout_s = nan"), "actor.timeout_s"),
+        (SPEC.replace('ref = "loopmod.py:check"', 'ref = "loopmod.py:check"\nweight = nan'),
+         "verifiers[0].weight"),
+        (SPEC.replace('ref = "loopmod.py:check"', 'ref = "loopmod.py:check"\ntimeout_s = nan'),
+         "verifiers[0].timeout_s"),
+        (SPEC.replace("max_cost_usd = 3.0", "max_cost_usd = inf"), "contract.budget.max_cost_usd"),
+    ],
+)  # fmt: skip
+def test_numbers_that_are_not_finite(project: Path, text: str, field: str) -> None:
+    """NaN compares false to every limit: a NaN weight makes every score NaN (the run burns
+    its budget), a NaN timeout never fires."""
+    name = spec(project, "nan.toml", text)
+    refused(lw("check", name, cwd=project), field, "finite")
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    refused(lw("run", name, "--task", "t.json", cwd=project, store=store), field)
+    assert not store.exists()
+
+
+def test_a_project_that_is_a_table(project: Path) -> None:
+    name = spec(project, "p.toml", 'project = "tests"\n' + SPEC.replace('project = "tests"\n', ""))
+    assert lw("check", name, cwd=project).returncode == 0
+    name = spec(project, "p.toml", SPEC.replace('project = "tests"', "project = {a = 1}"))
+    refused(lw("check", name, cwd=project), "project", "string")
+
+
+def test_a_task_key_that_is_an_object(project: Path) -> None:
+    store = project / "s.db"
+    task_file(project, {**TASK, "task_key": {"x": 1}})
+    refused(
+        lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store),
+        "tasks.jsonl:1",
+        "task_key",
+    )
+    assert not store.exists()
+
+
+def test_duplicate_task_keys_in_one_file(project: Path) -> None:
+    """They would be one run, raced for by two coroutines; the second line was dropped."""
+    store = project / "s.db"
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "id": "b"}, {**TASK, "id": "a"})
+    refused(
+        lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store),
+        "tasks.jsonl:1",
+        "tasks.jsonl:3",
+        "'e2e:a'",
+    )
+    assert not store.exists()
+
+
+def test_an_unknown_status_filter(accepted: tuple[Path, str], project: Path) -> None:
+    store, _ = accepted
+    refused(lw("runs", "--status", "bogus", cwd=project, store=store), "--status", "bogus")
+
+
+# --- the actor's module ending the process ----------------------------------------------------
+def test_sys_exit_while_importing_an_actor(project: Path) -> None:
+    (project / "exiting.py").write_text("import sys\nsys.exit(0)\n")
+    name = spec(project, "exit.toml", SPEC.replace("loopmod.py:actor", "exiting.py:actor"))
+    refused(lw("check", name, cwd=project), "actor.ref", "exiting.py", "sys.exit(0)")
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    refused(lw("run", name, "--task", "t.json", cwd=project, store=store), "exiting.py")
+    assert not store.exists()
+
+
+# --- commands with nothing to do --------------------------------------------------------------
+def test_cancel_of_an_ended_run(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    before = dump(store)
+    refused(lw("cancel", run_id, cwd=project, store=store), run_id[:12], "already ended")
+    assert dump(store) == before
+
+
+def test_run_that_skipped_runs_held_by_another_process(project: Path) -> None:
+    """Every run of the command held elsewhere: exit 0 read as "all accepted"."""
+    import loopwright as lw_api
+    from loopwright.store import open_store
+
+    store = project / "s.db"
+    loop = lw_api.load_spec(project / "loop.toml")
+    with open_store(str(store)) as st:
+        rt = lw_api.Runtime(st)
+        rec, _ = rt.create(loop, TASK, task_key="held-1")
+        # another host's live lease, for an hour: never taken over as a dead local owner's
+        st.acquire_lease(rec.run_id, "elsewhere.example:1:worker", 3600.0)
+    (project / "t.json").write_text(json.dumps(TASK))
+    r = lw("run", "loop.toml", "--task", "t.json", "--task-key", "held-1", cwd=project, store=store)
+    refused(r, rec.run_id[:12], "held-1", "another process")
+
+
+# --- the dashboard's start ----------------------------------------------------------------------
+def test_a_short_dashboard_token(project: Path) -> None:
+    r = lw("ui", "--port", "0", cwd=project, env={"LOOPWRIGHT_UI_TOKEN": "abc"})
+    refused(r, "LOOPWRIGHT_UI_TOKEN", "8 characters")
+
+
+def test_a_port_out_of_range(project: Path) -> None:
+    store = project / "s.db"
+    refused(lw("ui", "--port", "99999", cwd=project, store=store), "--port", "99999")
+    assert not store.exists()
+
+
+def test_a_busy_port(project: Path) -> None:
+    store = project / "s.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        refused(lw("ui", "--port", port, cwd=project, store=store), "--port", port, "in use")
+    assert not store.exists()
+
+
+def test_a_send_url_that_does_not_parse(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    refused(lw("trace", run_id, "--send", "http://[::1", cwd=project, store=store), "--send")
+
+
+# --- a damaged store ----------------------------------------------------------------------------
+def test_a_row_that_does_not_decode(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    con = sqlite3.connect(store)
+    con.execute("UPDATE runs SET task = '{not json' WHERE run_id = ?", (run_id,))
+    con.commit()
+    con.close()
+    before = dump(store)
+    for args in (("runs",), ("show", run_id), ("metrics",)):
+        refused(lw(*args, cwd=project, store=store), "store:", "table runs", run_id)
+    assert dump(store) == before
+
+
+def test_a_missing_table(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    con = sqlite3.connect(store)
+    con.execute("DROP TABLE approvals")
+    con.commit()
+    con.close()
+    before = dump(store)
+    for args in (("approvals",), ("show", run_id)):
+        refused(lw(*args, cwd=project, store=store), "store:", "approvals")
+    assert dump(store) == before
+
+
+def test_an_empty_store_file(project: Path) -> None:
+    """A truncated store was silently a new one: every effect would run again."""
+    store = project / "s.db"
+    store.touch()
+    (project / "t.json").write_text(json.dumps(TASK))
+    refused(lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store), "empty")
+    refused(lw("runs", cwd=project, store=store), "empty")
+    assert store.stat().st_size == 0
+    assert sorted(p.name for p in project.glob("s.db*")) == ["s.db"]
