@@ -72,6 +72,7 @@ def ui(
         list[str] | None,
         typer.Option(
             "--allow-host",
+            metavar="NAME",
             help="Another Host name the dashboard answers to (a proxy's or the machine's name; "
             "repeatable). Loopback names and --host are always allowed.",
         ),
