@@ -5,10 +5,11 @@ The loop spec (``loop.toml``) names these objects:
 * ``actor`` — replays the recorded attempts of an LDB run (``implementations[1:]``) in order;
   cycle 1 proposes no change, so the seed (``implementations[0]``) is judged first, as LDB did.
 * ``visible_tests`` — the visible tests (LDB's ``generated_test``) in the sandbox, 1 s per test
-  as in LDB's executor; its findings (the failing asserts with their actual outputs) go back to
+  as in LDB's executor (of CPU time here, of wall-clock time in LDB: verdicts do not depend on
+  the machine's load); its findings (the failing asserts with their actual outputs) go back to
   the actor.
-* ``hidden_tests`` — the benchmark's hidden ``check(candidate)`` tests, 10 s as in LDB's final
-  evaluation; held out: recorded beside the visible verdict, never shown to the actor.
+* ``hidden_tests`` — the benchmark's hidden ``check(candidate)`` tests, 10 s (CPU) as in LDB's
+  final evaluation; held out: recorded beside the visible verdict, never shown to the actor.
 * ``init`` — builds the initial state from a task produced by ``loopwright import ldb`` or,
   directly, from a raw LDB record.
 """
@@ -27,9 +28,7 @@ actor = ReplayActor(attempts_key="recorded.attempts", artifact="program", part="
 
 visible_tests = CommandVerifier(tests_key="visible_tests", test_timeout_s=1.0, name="visible_tests")
 
-hidden_tests = CommandVerifier(
-    tests_key="held_out.tests", test_timeout_s=10.0, timeout_s=30.0, name="hidden_tests"
-)
+hidden_tests = CommandVerifier(tests_key="held_out.tests", test_timeout_s=10.0, name="hidden_tests")
 
 
 def init(task: Mapping[str, Any]) -> lw.TaskState:

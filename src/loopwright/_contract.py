@@ -115,13 +115,19 @@ class Success:
         accept_parts: ``"when_clean"`` accepts (and protects) each part as soon as every visible
             verifier checked it without a finding; ``"on_success"`` accepts all parts only when
             the whole run succeeds.
+        allow_vacuous: accept a required check's vacuous pass (a verdict whose evidence says
+            ``vacuous``: it had nothing to check, e.g. no tests). Off by default: success is
+            refused, the verdict's finding says why, and the run ends by another rule.
     """
 
     min_score: float = 1.0
     required: tuple[str, ...] | None = None
     accept_parts: Literal["when_clean", "on_success"] = "when_clean"
+    allow_vacuous: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.allow_vacuous, bool):
+            raise ConfigError("must be true or false", field="contract.success.allow_vacuous")
         _names(self, "required", "contract.success.required")
         _num(self.min_score, "contract.success.min_score", allow_none=False)
         if not 0.0 <= self.min_score <= 1.0:
@@ -154,15 +160,27 @@ class NoProgress:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Budget:
     """Spend limits; ``None`` is unlimited. The engine never starts a cycle it can already tell
-    would cross one: the next cycle is projected at the mean of the cycles so far."""
+    would cross one: the next cycle is projected at the mean of the cycles so far.
+
+    ``max_cycles_key`` names a per-task cycle budget: a dotted path into the task (e.g.
+    ``"recorded.max_cycles"``, which ``loopwright import ldb`` writes from each recording). A
+    task holding a whole number ≥ 1 there runs under that cap, or under ``max_cycles`` if that
+    is lower (the contract's cap stays a cap); tasks without one run under ``max_cycles``."""
 
     max_cycles: int | None = None
     max_cost_usd: float | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    max_cycles_key: str | None = None
 
     def __post_init__(self) -> None:
         _num(self.max_cycles, "contract.budget.max_cycles", integer=True)
+        key = self.max_cycles_key
+        if key is not None and (not isinstance(key, str) or not key.strip(".")):
+            raise ConfigError(
+                f"must be a dotted key into the task, got {key!r}",
+                field="contract.budget.max_cycles_key",
+            )
         _num(self.max_cost_usd, "contract.budget.max_cost_usd")
         _num(self.max_tokens, "contract.budget.max_tokens", integer=True)
         _num(self.max_seconds, "contract.budget.max_seconds")
@@ -362,10 +380,13 @@ class Contract:
             return out
 
         mr = self.marginal_return
+        budget = sec(self.budget)
+        if budget["max_cycles_key"] is None:
+            del budget["max_cycles_key"]  # snapshots of contracts without one stay as they were
         return {
             "success": sec(self.success),
             "no_progress": sec(self.no_progress) if self.no_progress else None,
-            "budget": sec(self.budget),
+            "budget": budget,
             "marginal_return": None
             if mr is None
             else {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._contract import Contract, RiskRule
+from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
 from ._state import TaskState, match_any, split_ref
@@ -15,6 +16,7 @@ __all__ = [
     "aggregate_score",
     "budget_crossed",
     "budget_stop",
+    "cycle_cap",
     "improved",
     "marginal_stop",
     "remaining",
@@ -33,10 +35,32 @@ def _over(value: float, limit: float) -> bool:
     return value > limit + _SLACK * max(1.0, abs(limit))
 
 
+def cycle_cap(contract: Contract, state: TaskState) -> int | None:
+    """The run's cycle budget: the task's own (``budget.max_cycles_key``) when it has one,
+    capped by ``budget.max_cycles``; else ``budget.max_cycles``."""
+    b = contract.budget
+    if b.max_cycles_key is None:
+        return b.max_cycles
+    node: object = state.task
+    for key in b.max_cycles_key.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return b.max_cycles
+        node = node[key]
+    if node is None:
+        return b.max_cycles
+    if isinstance(node, bool) or not isinstance(node, int) or node < 1:
+        raise ConfigError(
+            f"the task's {b.max_cycles_key!r} must be a whole number >= 1, got {node!r}",
+            field="contract.budget.max_cycles_key",
+        )
+    return node if b.max_cycles is None else min(node, b.max_cycles)
+
+
 def remaining(contract: Contract, state: TaskState) -> Remaining:
     b, s = contract.budget, state.spent
+    cap = cycle_cap(contract, state)
     return Remaining(
-        cycles=None if b.max_cycles is None else max(0, b.max_cycles - state.cycle),
+        cycles=None if cap is None else max(0, cap - state.cycle),
         cost_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - s.cost_usd),
         tokens=None if b.max_tokens is None else max(0, b.max_tokens - s.tokens),
         seconds=None if b.max_seconds is None else max(0.0, b.max_seconds - s.seconds),
@@ -50,7 +74,8 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
     crosses a limit is not started ("never start a cycle it can already tell would cross").
     """
     b, s, n = contract.budget, state.spent, state.cycle
-    if b.max_cycles is not None and n >= b.max_cycles:
+    cap = cycle_cap(contract, state)
+    if cap is not None and n >= cap:
         return "budget_cycles"
     checks: tuple[tuple[float | None, float, str], ...] = (
         (b.max_cost_usd, s.cost_usd, "budget_cost"),
@@ -121,6 +146,8 @@ def success(
         names = {c.name for c in visible}
     if any(n not in verdicts or not verdicts[n].passed for n in names):
         return False
+    if not contract.success.allow_vacuous and any(verdicts[n].vacuous for n in names):
+        return False  # a check with nothing to check proves nothing
     return score >= contract.success.min_score
 
 

@@ -6,7 +6,7 @@ was not accepted.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -68,7 +68,33 @@ class Finishing(RuntimeHost):
         }
         if held_out:
             run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
+        else:
+            # A run ended before its cycle was judged (an escalation, a budget checked before
+            # the next cycle) keeps the held-out verdict of its last judged candidate:
+            # held_out_passed means that, whatever the stop.
+            last = self._last_held_out(ex)
+            if last is not None:
+                run["held_out_passed"] = int(last)
         self._commit(ex, record, run, approvals=approvals)
+
+    def _last_held_out(self, ex: _Exec) -> bool | None:
+        """Whether the last candidate every held-out check judged passed them all (``None``:
+        none was judged). Read from the run's ``verdict`` events, committed and pending."""
+        names = {c.name for c in getattr(ex.loop, "verifiers", ()) if c.held_out}
+        if not names:
+            return None
+        by_cycle: dict[int, dict[str, bool]] = {}
+        events: list[tuple[int, str, Mapping[str, Any]]] = [
+            (e.cycle, e.kind, e.data) for e in self.store.events(ex.run_id)
+        ]
+        events += [(e.cycle, e.kind, e.data) for e in ex.events]
+        for cycle, kind, data in events:
+            if kind == "verdict" and data.get("held_out") and data.get("verifier") in names:
+                by_cycle.setdefault(cycle, {})[str(data["verifier"])] = bool(data.get("passed"))
+        for cycle in sorted(by_cycle, reverse=True):
+            if set(by_cycle[cycle]) == names:
+                return all(by_cycle[cycle].values())
+        return None
 
     @property
     def memory(self) -> FeedbackMemory:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._contract import Contract
+from ._decide import cycle_cap
 from ._state import TaskState
 
 __all__ = ["build_packet", "explain"]
@@ -48,13 +49,14 @@ _WORDS = {
 }
 
 
-def explain(reason: str, contract: Contract) -> str:
-    """A stop reason in plain words, with the contract's numbers."""
+def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -> str:
+    """A stop reason in plain words, with the contract's numbers (``max_cycles``: the run's
+    own cycle cap, when the task carried one)."""
     b = contract.budget
     n = contract.no_progress.cycles if contract.no_progress else 0
     return _WORDS.get(reason, reason).format(
         n=n,
-        max_cycles=b.max_cycles,
+        max_cycles=max_cycles if max_cycles is not None else b.max_cycles,
         max_cost_usd=b.max_cost_usd,
         max_tokens=b.max_tokens,
         max_seconds=b.max_seconds,
@@ -85,7 +87,8 @@ def build_packet(
         )
     return {
         "stop_reason": reason,
-        "summary": explain(reason, contract) + (f" — {cause}" if cause else ""),
+        "summary": explain(reason, contract, max_cycles=cycle_cap(contract, state))
+        + (f" — {cause}" if cause else ""),
         "cause": cause,
         "owner": esc.owner,
         "route": esc.route,

@@ -178,6 +178,13 @@ class Verdict:
             return float(self.score)
         return 1.0 if self.passed else 0.0
 
+    @property
+    def vacuous(self) -> bool:
+        """Whether the check had nothing to check (``evidence["vacuous"]`` is true: a test
+        verifier with no tests). A contract refuses success on a vacuous pass unless
+        ``contract.success.allow_vacuous`` says otherwise."""
+        return self.evidence.get("vacuous") is True
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "passed": self.passed,

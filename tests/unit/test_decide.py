@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -161,3 +162,30 @@ def test_risk_reason_touches_findings_and_check() -> None:
 
     custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
     assert rules.risk_reason((custom,), s, same, {}, []) == (custom, "because")
+
+
+def test_a_task_carries_its_own_cycle_budget() -> None:
+    """``max_cycles_key``: the task's own cap, never above ``max_cycles``; tasks without one
+    (or a contract without the key) use ``max_cycles``; a bad value names the key."""
+    c = _contract(max_cycles=11, max_cycles_key="recorded.max_cycles")
+    nine = lw.TaskState(cycle=10, task={"recorded": {"max_cycles": 10}})
+    assert rules.cycle_cap(c, nine) == 10 and rules.budget_stop(c, nine) == "budget_cycles"
+    assert rules.remaining(c, lw.TaskState(cycle=4, task=nine.task)).cycles == 6
+    assert rules.cycle_cap(c, lw.TaskState(task={"recorded": {"max_cycles": 30}})) == 11
+    assert rules.cycle_cap(c, lw.TaskState(task={"recorded": {"max_cycles": None}})) == 11
+    assert rules.cycle_cap(c, lw.TaskState(task={})) == 11
+    assert rules.cycle_cap(_contract(max_cycles=11), nine) == 11
+    with pytest.raises(lw.ConfigError, match=r"recorded\.max_cycles"):
+        rules.cycle_cap(c, lw.TaskState(task={"recorded": {"max_cycles": "ten"}}))
+    assert lw.Contract.from_dict(c.to_dict()) == c
+    assert "max_cycles_key" not in _contract(max_cycles=3).to_dict()["budget"]
+
+
+def test_a_vacuous_pass_is_not_success_unless_allowed() -> None:
+    check = lw.Check(fn=lambda s, p: None, name="tests")
+    vacuous = {"tests": lw.Verdict(passed=True, evidence={"vacuous": True})}
+    assert not rules.success(_contract(max_cycles=3), [check], vacuous, 1.0)
+    allow = lw.Contract(success=lw.Success(allow_vacuous=True), budget=lw.Budget(max_cycles=3))
+    assert rules.success(allow, [check], vacuous, 1.0)
+    real = {"tests": lw.Verdict(passed=True, evidence={"passed": 1, "total": 1})}
+    assert rules.success(_contract(max_cycles=3), [check], real, 1.0)

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import io
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loopwright.importers import USD_PER_TOKEN, LdbFormatError, convert_record, import_ldb
+from loopwright import Contract
+from loopwright.importers import (
+    USD_PER_TOKEN,
+    LdbFormatError,
+    convert_record,
+    import_ldb,
+    import_ldb_report,
+)
 from loopwright.importers.ldb import default_label
+from loopwright.replay._simulate import simulate
+from loopwright.replay._sources import traces_from_ldb
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval"
 GPT35 = DATA / "gpt-3.5-turbo-0613" / "results.jsonl"
@@ -117,3 +127,81 @@ def test_duplicate_task_ids_are_refused(tmp_path: Path) -> None:
     src.write_text((json.dumps(record()) + "\n") * 2)
     with pytest.raises(ValueError, match="duplicate"):
         import_ldb(src, tmp_path / "o.jsonl")
+
+
+# --- round budgets, vacuous checks and the hidden script (issue 17) -------------------------
+
+
+def _write(tmp_path: Path, *records: dict[str, Any]) -> Path:
+    src = tmp_path / "runs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return src
+
+
+def _failing(task_id: str, rounds: int) -> dict[str, Any]:
+    return record(
+        task_id=task_id,
+        implementations=["def f(x): return 0"] * (rounds + 1),
+        test_feedback=[["assert f(1) == 1 # Real Execution Output: 0"]] * (rounds + 1),
+        is_passing=False,
+        is_solved=False,
+        debug_iter=rounds,
+    )
+
+
+def test_round_budget_is_read_from_the_recording(tmp_path: Path) -> None:
+    """A run that never passed used up its rounds (9 here, as many LDB runs did); a run that
+    passed gets the budget read off the file's others, or --rounds."""
+    src = _write(tmp_path, _failing("MBPP/1", 9), record())
+    report = import_ldb_report(src, tmp_path / "o.jsonl")
+    failing, passing = report.tasks
+    assert (failing["recorded"]["rounds"], failing["recorded"]["max_cycles"]) == (9, 10)
+    assert (passing["recorded"]["rounds"], passing["recorded"]["max_cycles"]) == (9, 10)
+    assert report.rounds == 9 and report.rounds_seen == {9: 1} and not report.warnings
+    # --rounds sets the passing runs' budget; a run that never passed keeps its own, with a word
+    report = import_ldb_report(src, tmp_path / "o.jsonl", rounds=10)
+    assert [t["recorded"]["max_cycles"] for t in report.tasks] == [10, 11]
+    assert any("other than --rounds 10" in w for w in report.warnings)
+    # every run passed and no --rounds: unknown, said so; the contract's max_cycles applies
+    only = import_ldb_report(_write(tmp_path, record()), tmp_path / "o.jsonl")
+    assert only.tasks[0]["recorded"]["max_cycles"] is None
+    assert any("unknown" in w for w in only.warnings)
+    with pytest.raises(ValueError, match="whole number"):
+        import_ldb(src, tmp_path / "o.jsonl", rounds=-1)
+
+
+def test_runs_with_different_budgets_keep_their_own(tmp_path: Path) -> None:
+    report = import_ldb_report(
+        _write(tmp_path, _failing("a", 9), _failing("b", 10), record()), io.StringIO()
+    )
+    assert [t["recorded"]["max_cycles"] for t in report.tasks] == [10, 11, 11]
+    assert any("different round budgets" in w for w in report.warnings)
+
+
+def test_tasks_without_visible_tests_are_counted_and_marked(tmp_path: Path) -> None:
+    vacuous = record(task_id="MBPP/2", generated_test=[], given_tests=["assert False"])
+    report = import_ldb_report(_write(tmp_path, vacuous, record()), io.StringIO())
+    assert report.vacuous == [report.tasks[0]["task_key"]]
+    assert report.tasks[0]["vacuous"] is True and "vacuous" not in report.tasks[1]
+    assert any("1 task(s) have no visible tests" in w for w in report.warnings)
+
+
+def test_mbpp_hidden_script_calls_check_once() -> None:
+    """MBPP's ``test`` already ends with ``check(f)``; appending another ran it twice."""
+    mbpp = convert_record(
+        record(test="def check(candidate):\n    assert candidate(1) == 1\n\ncheck(f)")
+    )
+    (script,) = mbpp["held_out"]["tests"]
+    assert script.count("check(f)") == 1
+    (script,) = convert_record(record())["held_out"]["tests"]
+    assert script.rstrip().endswith("check(f)") and script.count("check(f)") == 1
+
+
+def test_replay_of_a_nine_round_recording_stops_by_budget(tmp_path: Path) -> None:
+    """What-if replay under LDB's policy (per-task budgets): a 9-round run that never passed
+    ends ``budget_cycles`` where it was recorded, not ``censored``."""
+    policy = Path(__file__).resolve().parents[2] / "examples" / "code_repair" / "ldb_policy.toml"
+    contract = Contract.from_dict(tomllib.loads(policy.read_text())["contract"])
+    src = _write(tmp_path, _failing("MBPP/3", 9), record())
+    outcomes = [simulate(t, contract) for t in traces_from_ldb(src)]
+    assert [(o.reason, o.cycles) for o in outcomes] == [("budget_cycles", 10), ("success", 3)]

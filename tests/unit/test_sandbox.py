@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -46,7 +47,10 @@ def test_per_test_results_with_actual_output() -> None:
 def test_all_pass_and_vacuous() -> None:
     assert verdict("def f():\n    return 1\n", ["assert f() == 1"]).passed
     empty = verdict("def f():\n    return 1\n", [])
-    assert empty.passed and empty.evidence["vacuous"] is True
+    assert empty.passed and empty.evidence["vacuous"] is True and empty.vacuous
+    (note,) = empty.findings  # says why, without blocking the part
+    assert note.dimension == "vacuous" and note.severity == "warning"
+    assert "allow_vacuous" in note.message
 
 
 def test_syntax_error_fails_every_test() -> None:
@@ -72,6 +76,7 @@ def test_loop_that_disarms_the_test_timer_is_killed_at_the_wall_clock() -> None:
         "import signal\n"
         "def f():\n"
         "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "    signal.signal(signal.SIGPROF, signal.SIG_IGN)\n"
         "    while True:\n"
         "        pass\n"
     )
@@ -326,3 +331,114 @@ def test_check_says_where_candidate_code_runs(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(sandbox.ALLOW_UNISOLATED_ENV, "1")
     allowed = answer()
     assert allowed["status"] == "warn" and "WITHOUT namespace isolation" in allowed["answer"]
+
+
+# --- limits in CPU time (issue 17.4) -------------------------------------------------------
+
+
+def test_per_test_limit_is_cpu_time() -> None:
+    """A loop that never ends is stopped by the CPU-time limit, however long the wall-clock
+    backstop; a test that waits without computing is stopped by the backstop instead."""
+    spin = "def f():\n    while True:\n        pass\n"
+    r = run_tests(spin, ["assert f() == 1", "assert 1 == 1"], test_timeout_s=0.2, test_wall_s=600)
+    assert r.status == "completed" and r.n_passed == 1
+    assert r.tests[0].actual == "TIMEOUT" and "CPU-time limit" in (r.tests[0].error or "")
+    wait = "import time\ndef f():\n    time.sleep(3600)\n"
+    r = run_tests(wait, ["assert f() == 1", "assert 1 == 1"], test_timeout_s=0.2, test_wall_s=1)
+    assert r.status == "completed" and r.n_passed == 1
+    assert r.tests[0].actual == "TIMEOUT" and "wall-clock backstop" in (r.tests[0].error or "")
+
+
+def test_a_caught_timeout_fires_again() -> None:
+    """The timer repeats: a candidate that swallows the first TimeoutError and loops on is
+    stopped by the next one, not left to the wall-clock backstop."""
+    code = (
+        "def f():\n    try:\n        while True:\n            pass\n"
+        "    except BaseException:\n        pass\n    while True:\n        pass\n"
+    )
+    r = run_tests(code, ["assert f() == 1", "assert 1 == 1"], test_timeout_s=0.2, test_wall_s=600)
+    assert r.status == "completed" and r.n_passed == 1 and r.tests[0].actual == "TIMEOUT"
+
+
+def test_same_verdict_beside_a_cpu_bound_job() -> None:
+    """CPU time does not stretch under load: a program well inside its CPU limit passes with a
+    busy process beside it, as it does alone (no assertion on how long anything took)."""
+    code = "def f(n):\n    return sum(i * i for i in range(n))\n"
+    tests = [f"assert f(200000) == {sum(i * i for i in range(200000))}", "assert f(3) == 5"]
+    alone = run_tests(code, tests, test_timeout_s=5)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = run_tests(code, tests, test_timeout_s=5)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert alone.passed and loaded.passed
+    assert [t.passed for t in alone.tests] == [t.passed for t in loaded.tests]
+
+
+# --- vetted third-party packages (issue 17.3) -----------------------------------------------
+
+PKG = "sortedcontainers"  # pure Python, installed with hypothesis (a dev dependency)
+USE_PKG = f"import {PKG}\ndef f(x):\n    return list({PKG}.SortedList(x))\n"
+
+
+def test_an_allowed_package_is_importable_and_only_it() -> None:
+    pytest.importorskip(PKG)
+    pytest.importorskip("attr")
+    assert not run_tests(USE_PKG, ["assert f([2, 1]) == [1, 2]"]).passed
+    ok = run_tests(USE_PKG, ["assert f([2, 1]) == [1, 2]"], allow_packages=[PKG])
+    assert ok.passed, ok.to_dict()
+    other = run_tests("import attr\nx = 1", ["assert x == 1"], allow_packages=[PKG])
+    assert not other.passed and "No module named 'attr'" in (other.tests[0].actual or "")
+    assert verdict(USE_PKG, ["assert f([2, 1]) == [1, 2]"], allow_packages=[PKG]).passed
+
+
+def test_numpy_when_listed_not_otherwise() -> None:
+    pytest.importorskip("numpy", reason="numpy is not installed here (not a dependency)")
+    code = "import numpy as np\ndef f(n):\n    return int(np.arange(n).sum())\n"
+    assert run_tests(code, ["assert f(4) == 6"], allow_packages=["numpy"]).passed
+    no = run_tests(code, ["assert f(4) == 6"])
+    assert "No module named 'numpy'" in (no.tests[0].actual or "")
+    # numpy's own libraries are loaded before the hook; the candidate's ctypes calls are not
+    cdll = "import numpy, ctypes\ndef f():\n    return ctypes.CDLL(None).getpid()\n"
+    r = run_tests(cdll, ["assert f() > 0"], allow_packages=["numpy"])
+    assert not r.passed and "ctypes is not allowed" in (r.tests[0].actual or "")
+
+
+def test_with_a_package_allowed_the_sandbox_still_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = pytest.importorskip(PKG)
+    monkeypatch.setenv("LW_TEST_SECRET", "hunter2")
+    pkg_dir = os.path.dirname(os.path.realpath(str(mod.__file__)))
+    planted = os.path.join(pkg_dir, f"planted_{uuid.uuid4().hex}.py")
+    target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
+    code = (
+        f"import os, socket, {PKG}\n"
+        "def secret():\n    return os.environ.get('LW_TEST_SECRET', 'absent')\n"
+        "def net():\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\n    return 1\n"
+        f"def out():\n    open({str(target)!r}, 'w').write('x')\n    return 1\n"
+        f"def pkg():\n    open({planted!r}, 'w').write('x')\n    return 1\n"
+    )
+    tests = [
+        "assert secret() == 'hunter2'",
+        "assert net() == 1",
+        "assert out() == 1",
+        "assert pkg() == 1",
+    ]
+    r = run_tests(code, tests, allow_packages=[PKG])
+    assert r.status == "completed" and r.n_passed == 0
+    assert r.tests[0].actual == "absent"
+    assert "network access is not allowed" in (r.tests[1].actual or "")
+    assert "writing outside the sandbox directory" in (r.tests[2].actual or "")
+    assert "writing outside the sandbox directory" in (r.tests[3].actual or "")
+    assert not target.exists() and not os.path.exists(planted)
+
+
+def test_allow_packages_mistakes_are_config_errors() -> None:
+    with pytest.raises(lw.ConfigError, match="not installed"):
+        CommandVerifier(allow_packages=["no_such_package_xyz"])
+    with pytest.raises(lw.ConfigError, match="standard library"):
+        CommandVerifier(allow_packages=["json"])
+    with pytest.raises(lw.ConfigError, match="top-level module name"):
+        CommandVerifier(allow_packages=["numpy.linalg"])

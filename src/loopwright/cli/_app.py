@@ -741,25 +741,42 @@ def import_(
         str | None, typer.Option(help="Label in the task keys (default: from the file's path).")
     ] = None,
     usd_per_token: Annotated[float | None, typer.Option(help="Cost proxy per token.")] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            help="The recording's round budget (LDB's max_iters), for runs that passed "
+            "(default: read off the runs that never passed)."
+        ),
+    ] = None,
 ) -> None:
     """Turn recorded runs of other systems into tasks (``ldb``: LDB debugging traces)."""
     if kind != "ldb":
         raise ConfigError(f"unknown import kind {kind!r}; supported: ldb", field="KIND")
     try:
-        from ..importers.ldb import import_ldb
+        from ..importers.ldb import import_ldb_report
     except ImportError as exc:  # pragma: no cover - present in every install
         raise ConfigError(f"the LDB importer is unavailable: {exc}") from None
     if not source.is_file():
         raise ConfigError(f"no file at {source}", field="SOURCE")
     if usd_per_token is not None and usd_per_token < 0:
         raise ConfigError("must not be negative", field="--usd-per-token")
-    kwargs: dict[str, Any] = {"label": label}
+    if rounds is not None and rounds < 0:
+        raise ConfigError("must not be negative", field="--rounds")
+    kwargs: dict[str, Any] = {"label": label, "rounds": rounds}
     if usd_per_token is not None:
         kwargs["usd_per_token"] = usd_per_token
     try:
-        n = import_ldb(source, out, **kwargs)
+        report = import_ldb_report(source, out, **kwargs)
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
     from ._render import console
 
-    console().print(f"wrote {n} task(s) to {out}")
+    budget = "unknown" if report.rounds is None else f"{report.rounds} rounds"
+    console().print(
+        f"wrote {len(report.tasks)} task(s) to {out} (round budget: {budget}; "
+        f"no visible tests: {len(report.vacuous)})",
+        markup=False,
+        highlight=False,
+    )
+    for line in report.warnings:
+        console(stderr=True).print(f"warning: {line}", markup=False, highlight=False)

@@ -218,7 +218,10 @@ def run_detail(
     head.add_row("loop", f"{escape(rec.loop_name)} (project {escape(rec.project or '-')})")
     head.add_row("status", status_text(rec.status))
     if rec.stop_reason:
-        head.add_row("stopped because", explain(rec.stop_reason, contract))
+        # a per-task cap (budget.max_cycles_key) is the cycle count the run stopped at
+        own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
+        cap = rec.cycle if own else None
+        head.add_row("stopped because", explain(rec.stop_reason, contract, max_cycles=cap))
     head.add_row("cycles", str(rec.cycle))
     head.add_row("best score", _score(rec.best_score))
     head.add_row("spend", f"${rec.cost_usd:.4f}, {rec.tokens} tokens, {rec.seconds:.2f} s")

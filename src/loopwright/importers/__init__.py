@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
-from .ldb import USD_PER_TOKEN, LdbFormatError, convert_record, import_ldb, read_ldb
+from .ldb import (
+    USD_PER_TOKEN,
+    LdbFormatError,
+    LdbImport,
+    convert_record,
+    import_ldb,
+    import_ldb_report,
+    read_ldb,
+    read_ldb_report,
+)
 
-__all__ = ["USD_PER_TOKEN", "LdbFormatError", "convert_record", "import_ldb", "read_ldb"]
+__all__ = [
+    "USD_PER_TOKEN",
+    "LdbFormatError",
+    "LdbImport",
+    "convert_record",
+    "import_ldb",
+    "import_ldb_report",
+    "read_ldb",
+    "read_ldb_report",
+]

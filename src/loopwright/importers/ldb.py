@@ -13,6 +13,7 @@ into one task for the code-repair workload (``examples/code_repair``)::
         "attempts": [{"code": "<implementations[k]>", "usage": {...}, "feedback": [...]}, ...],
         "seed_feedback": [...],                      # test_feedback[0]
         "is_passing": true, "debug_iter": 3, "token_nums": 12397,
+        "rounds": 10, "max_cycles": 11,              # the recorded round budget (see below)
         "cost_proxy": {"tokens_per_attempt": ..., "usd_per_token": ..., "method": "..."},
         "source": {"file": "...", "line": 12, "label": "..."}
       },
@@ -21,6 +22,24 @@ into one task for the code-repair workload (``examples/code_repair``)::
         "recorded": {"is_solved": true}
       }
     }
+
+A task with no visible tests (MBPP has 18 per file: LDB's filter drops every given test)
+gets ``"vacuous": true``; the import summary (``LdbImport``) counts them and warns, since a
+check with nothing to check passes vacuously (see ``CommandVerifier``).
+
+**Round budget.** LDB stops at the first visible pass or after ``max_iters`` rounds, and
+``max_iters`` is not in the file (runs used 10 or 9). A run that never passed ran out of
+rounds, so its ``debug_iter`` *is* the budget; a run that passed only shows a lower bound.
+``recorded.rounds`` is therefore ``debug_iter`` for a run that never passed, and for one that
+passed: ``rounds=`` (``--rounds N``) when given, else the budget read off the file's runs that
+never passed (the largest, with a warning if they disagree), else unknown (``null``).
+``recorded.max_cycles`` = 1 (the seed) + ``rounds`` is the per-task cycle budget a contract
+reads with ``[contract.budget] max_cycles_key = "recorded.max_cycles"``, so a replayed run
+that never passes stops ``budget_cycles`` where its recording stopped, whatever its budget.
+
+**Hidden tests.** ``held_out.tests`` is ``test`` followed by ``check(<entry_point>)``, once: the
+MBPP files' ``test`` strings already end with that call (LDB ran it twice, doubling the time
+against the limit), so it is appended only when missing.
 
 Everything about the hidden tests lives under ``held_out`` (the held-out verifier reads it
 there). ``recorded.attempts`` are ``implementations[1:]``: attempt ``k`` is the program after
@@ -40,14 +59,25 @@ itself costs nothing here: it came from a separate generator run LDB does not ac
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ConfigError
 
-__all__ = ["USD_PER_TOKEN", "LdbFormatError", "convert_record", "import_ldb", "read_ldb"]
+__all__ = [
+    "USD_PER_TOKEN",
+    "LdbFormatError",
+    "LdbImport",
+    "convert_record",
+    "import_ldb",
+    "import_ldb_report",
+    "read_ldb",
+    "read_ldb_report",
+]
 
 USD_PER_TOKEN = 1.5e-6
 """Default price of one ``token_nums`` token (gpt-3.5-turbo-0613 input list price)."""
@@ -90,15 +120,34 @@ def _split_tokens(total: int, n: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(n)]
 
 
+def _hidden_script(test: str, entry: str) -> str:
+    """``test`` and one ``check(entry)`` call (MBPP's ``test`` already ends with it)."""
+    lines = [ln.strip() for ln in test.strip().splitlines()]
+    if lines and re.fullmatch(rf"check\(\s*{re.escape(entry)}\s*\)", lines[-1]):
+        return test if test.endswith("\n") else test + "\n"
+    return f"{test}\n\ncheck({entry})\n"
+
+
+def _check_rounds(rounds: int | None) -> None:
+    if rounds is not None and (
+        isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0
+    ):
+        raise ConfigError(f"must be a whole number >= 0, got {rounds!r}", field="rounds")
+
+
 def convert_record(
     rec: Mapping[str, Any],
     *,
     label: str = "ldb",
     usd_per_token: float = USD_PER_TOKEN,
     where: tuple[str, int] = ("<record>", 0),
+    rounds: int | None = None,
 ) -> dict[str, Any]:
-    """Convert one parsed LDB record into a task (see the module docstring)."""
+    """Convert one parsed LDB record into a task (see the module docstring); ``rounds`` is
+    the recording's round budget where known (used for a run that passed; a run that never
+    passed records its own)."""
     path, line = where
+    _check_rounds(rounds)
 
     def bad(msg: str) -> LdbFormatError:
         return LdbFormatError(msg, path=path, line=line)
@@ -141,6 +190,10 @@ def convert_record(
         raise ConfigError("must not be negative", field="usd_per_token")
     tokens = _split_tokens(rec["token_nums"], attempts_n)
     entry = rec["entry_point"]
+    # A run that never passed used up its rounds: debug_iter is its budget.
+    budget = debug_iter if not rec["is_passing"] else rounds
+    if budget is not None and budget < debug_iter:
+        budget = debug_iter  # a passing run shows at least this many rounds were allowed
     attempts = [
         {
             "code": impls[k],
@@ -162,12 +215,15 @@ def convert_record(
         "prompt": rec["prompt"],
         "artifacts": {"program": {"code": impls[0]}},
         "visible_tests": list(tests),
+        **({"vacuous": True} if not tests else {}),
         "recorded": {
             "attempts": attempts,
             "seed_feedback": list(feedback[0]),
             "is_passing": rec["is_passing"],
             "debug_iter": debug_iter,
             "token_nums": rec["token_nums"],
+            "rounds": budget,
+            "max_cycles": None if budget is None else budget + 1,
             "cost_proxy": {
                 "method": "token_nums split evenly over debug_iter attempts",
                 "tokens_per_attempt": tokens,
@@ -176,22 +232,34 @@ def convert_record(
             "source": {"file": path, "line": line, "label": label},
         },
         "held_out": {
-            "tests": [f"{rec['test']}\n\ncheck({entry})\n"],
+            "tests": [_hidden_script(rec["test"], entry)],
             "recorded": {"is_solved": rec["is_solved"]},
         },
     }
 
 
-def read_ldb(
-    path_in: str | Path,
-    *,
-    label: str | None = None,
-    usd_per_token: float = USD_PER_TOKEN,
-) -> Iterator[dict[str, Any]]:
-    """Yield one task per LDB line (blank lines are skipped); malformed lines raise
-    ``LdbFormatError`` naming the line."""
-    p = Path(path_in)
-    lab = label or default_label(p)
+@dataclass(slots=True)
+class LdbImport:
+    """What an import found: the tasks, and what the user should know about them.
+
+    Attributes:
+        tasks: the converted tasks, in file order.
+        vacuous: task keys with no visible tests (their visible check has nothing to check).
+        rounds: the round budget used for runs that passed (``--rounds`` or read off the file),
+            ``None`` when unknown.
+        rounds_seen: ``{debug_iter: count}`` over the runs that never passed.
+        warnings: one line each, for the import summary.
+    """
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    vacuous: list[str] = field(default_factory=list)
+    rounds: int | None = None
+    rounds_seen: dict[int, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _parse_lines(p: Path) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
     n = 0
     try:
         with p.open(encoding="utf-8") as fh:
@@ -199,31 +267,110 @@ def read_ldb(
                 if not raw.strip():
                     continue
                 try:
-                    rec = json.loads(raw)
+                    out.append((n, json.loads(raw)))
                 except json.JSONDecodeError as exc:
                     raise LdbFormatError(
                         f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
                     ) from None
                 except RecursionError:
                     raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
-                yield convert_record(rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n))
     except UnicodeDecodeError as exc:  # raised while reading line n + 1
         raise LdbFormatError(f"not UTF-8 text ({exc.reason})", path=str(p), line=n + 1) from None
+    return out
 
 
-def import_ldb(
+def _file_rounds(records: list[tuple[int, Any]]) -> Counter[int]:
+    """``debug_iter`` of the runs that never passed (each one's whole budget)."""
+    return Counter(
+        r["debug_iter"]
+        for _, r in records
+        if isinstance(r, Mapping)
+        and r.get("is_passing") is False
+        and isinstance(r.get("debug_iter"), int)
+        and not isinstance(r.get("debug_iter"), bool)
+    )
+
+
+def read_ldb_report(
+    path_in: str | Path,
+    *,
+    label: str | None = None,
+    usd_per_token: float = USD_PER_TOKEN,
+    rounds: int | None = None,
+) -> LdbImport:
+    """Read an LDB file into tasks with the import summary (``LdbImport``); malformed lines
+    raise ``LdbFormatError`` naming the line."""
+    _check_rounds(rounds)
+    p = Path(path_in)
+    lab = label or default_label(p)
+    records = _parse_lines(p)
+    seen = _file_rounds(records)
+    report = LdbImport(rounds_seen=dict(sorted(seen.items())))
+    if rounds is None and seen:
+        rounds = max(seen)
+        if len(seen) > 1:
+            report.warnings.append(
+                f"runs that never passed used different round budgets {dict(sorted(seen.items()))}; "
+                f"each keeps its own, runs that passed get {rounds} (set --rounds to choose)"
+            )
+    elif rounds is not None and any(k != rounds for k in seen):
+        other = sum(c for k, c in seen.items() if k != rounds)
+        report.warnings.append(
+            f"{other} run(s) that never passed recorded a round count other than --rounds "
+            f"{rounds} ({dict(sorted(seen.items()))}); each keeps its own, as recorded"
+        )
+    report.rounds = rounds
+    for n, rec in records:
+        task = convert_record(
+            rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n), rounds=rounds
+        )
+        report.tasks.append(task)
+        if task.get("vacuous"):
+            report.vacuous.append(task["task_key"])
+    if report.vacuous:
+        report.warnings.append(
+            f"{len(report.vacuous)} task(s) have no visible tests (e.g. "
+            f"{', '.join(report.vacuous[:3])}): their visible check has nothing to check, and "
+            "a contract refuses success on it unless contract.success.allow_vacuous = true"
+        )
+    if rounds is None:
+        report.warnings.append(
+            "the round budget is unknown (every run passed): runs keep no cycle budget of "
+            "their own; give --rounds N to record it"
+        )
+    return report
+
+
+def read_ldb(
+    path_in: str | Path,
+    *,
+    label: str | None = None,
+    usd_per_token: float = USD_PER_TOKEN,
+    rounds: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield one task per LDB line (blank lines are skipped); malformed lines raise
+    ``LdbFormatError`` naming the line. The whole file is read first: a passing run's round
+    budget is read off the file's other runs."""
+    yield from read_ldb_report(
+        path_in, label=label, usd_per_token=usd_per_token, rounds=rounds
+    ).tasks
+
+
+def import_ldb_report(
     path_in: str | Path,
     path_out: str | Path | IO[str],
     *,
     label: str | None = None,
     usd_per_token: float = USD_PER_TOKEN,
-) -> int:
-    """Convert the LDB JSONL file ``path_in`` into a tasks JSONL file; returns the task count.
+    rounds: int | None = None,
+) -> LdbImport:
+    """Convert the LDB JSONL file ``path_in`` into a tasks JSONL file; returns the summary.
 
     ``path_out`` may be a path or an open text stream. The whole input is validated before
     anything is written to a path, so a malformed line leaves no half-written output.
     """
-    tasks = list(read_ldb(path_in, label=label, usd_per_token=usd_per_token))
+    report = read_ldb_report(path_in, label=label, usd_per_token=usd_per_token, rounds=rounds)
+    tasks = report.tasks
     counts = Counter(t["task_key"] for t in tasks)
     dupes = sorted(k for k, c in counts.items() if c > 1)
     if dupes:
@@ -234,4 +381,20 @@ def import_ldb(
         Path(path_out).write_text(text, encoding="utf-8")
     else:
         path_out.write(text)
-    return len(tasks)
+    return report
+
+
+def import_ldb(
+    path_in: str | Path,
+    path_out: str | Path | IO[str],
+    *,
+    label: str | None = None,
+    usd_per_token: float = USD_PER_TOKEN,
+    rounds: int | None = None,
+) -> int:
+    """``import_ldb_report`` returning the task count."""
+    return len(
+        import_ldb_report(
+            path_in, path_out, label=label, usd_per_token=usd_per_token, rounds=rounds
+        ).tasks
+    )

@@ -732,6 +732,8 @@ def _to_toml(r: FitResult) -> str:
         for name in ("max_cycles", "max_cost_usd", "max_tokens", "max_seconds")
         if getattr(c.budget, name) is not None
     ]
+    if c.budget.max_cycles_key is not None:  # the runs' own caps still apply under the fit's
+        budget.append(("max_cycles_key", c.budget.max_cycles_key))
     if budget:
         lines += ["", "[contract.budget]"]
         lines += [f"{name} = {_toml_value(value)}" for name, value in budget]

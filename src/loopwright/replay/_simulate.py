@@ -14,7 +14,7 @@ success rule (effect calls are charged as recorded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _decide as rules
@@ -69,10 +69,28 @@ def _success(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
     names = set(contract.success.required or trace.required or c.verdicts)
     if any(n not in c.verdicts or not c.verdicts[n].get("passed") for n in names):
         return False
+    if not contract.success.allow_vacuous and any(c.verdicts[n].get("vacuous") for n in names):
+        return False
     return c.score >= contract.success.min_score
 
 
+def _own_budget(trace: RunTrace, contract: Contract) -> Contract:
+    """The contract with the run's own cycle cap (``budget.max_cycles_key``, capped by
+    ``max_cycles``), which the trace carries as ``recorded["max_cycles"]``."""
+    b = contract.budget
+    own = trace.recorded.get("max_cycles")
+    if b.max_cycles_key is None:
+        return contract
+    cap = own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
+    if cap is None:
+        cap = b.max_cycles
+    elif b.max_cycles is not None:
+        cap = min(cap, b.max_cycles)
+    return replace(contract, budget=replace(b, max_cycles=cap, max_cycles_key=None))
+
+
 def simulate(trace: RunTrace, contract: Contract) -> Outcome:
+    contract = _own_budget(trace, contract)
     s = TaskState()
     improved_at = 0
     spent_at_improvement = 0.0

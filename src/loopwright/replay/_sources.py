@@ -38,7 +38,9 @@ def _calls(record: dict[str, Any]) -> tuple[Call, ...]:
 def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     """The run as a trace; ``None`` for a run rolled back (its cycles are not one line)."""
     cycles: list[CycleTrace] = []
+    task: Any = None
     for ck in store.checkpoints(rec.run_id):
+        task = ck.state.get("task") if task is None else task
         r = ck.record
         if not r:
             continue
@@ -52,7 +54,14 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
             CycleTrace(
                 cycle=int(r["cycle"]),
                 calls=_calls(r),
-                verdicts={k: {"passed": v.passed, "score": v.value} for k, v in visible.items()},
+                verdicts={
+                    k: {
+                        "passed": v.passed,
+                        "score": v.value,
+                        **({"vacuous": True} if v.vacuous else {}),
+                    }
+                    for k, v in visible.items()
+                },
                 score=r.get("score"),
                 held_out_passed=all(held) if held else None,
                 refused=r.get("decision") == "refused",
@@ -94,12 +103,23 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
             "cost_usd": rec.cost_usd,
             "tokens": rec.tokens,
             "held_out_passed": rec.held_out_passed,
+            "max_cycles": _own_cap(rec, task),
             "loop": rec.loop_name,
             "project": rec.project,
         },
         tail=tail,
         source=f"store:{store.url}",
     )
+
+
+def _own_cap(rec: RunRecord, task: Any) -> int | None:
+    """The run's own cycle budget, read from its task at the recorded contract's
+    ``max_cycles_key`` (else ``recorded.max_cycles``, where ``import ldb`` writes it)."""
+    key = (rec.contract.get("budget") or {}).get("max_cycles_key") or "recorded.max_cycles"
+    node: Any = task
+    for part in str(key).split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) and node >= 1 else None
 
 
 def traces_from_store(
@@ -125,6 +145,7 @@ def traces_from_ldb(
             (a["feedback"], a["usage"]) for a in rec["attempts"]
         ]
         cycles = []
+        verdict_extra = {"vacuous": True} if n_tests == 0 else {}
         for k, (feedback, usage) in enumerate(programs, 1):
             score = 1.0 if n_tests == 0 else max(0.0, 1.0 - len(feedback) / n_tests)
             last = k == len(programs)
@@ -136,7 +157,9 @@ def traces_from_ldb(
                         Call("verifier:visible_tests"),
                         Call("verifier:hidden_tests"),
                     ),
-                    verdicts={"visible_tests": {"passed": not feedback, "score": score}},
+                    verdicts={
+                        "visible_tests": {"passed": not feedback, "score": score, **verdict_extra}
+                    },
                     score=score,
                     held_out_passed=bool(task["held_out"]["recorded"]["is_solved"])
                     if last
@@ -156,6 +179,7 @@ def traces_from_ldb(
                 "cost_usd": sum(float(u["cost_usd"]) for _, u in programs),
                 "tokens": sum(int(u["tokens"]) for _, u in programs),
                 "held_out_passed": bool(task["held_out"]["recorded"]["is_solved"]),
+                "max_cycles": rec.get("max_cycles"),
             },
             tail={"kind": "none"},
             source=f"ldb:{path}",

@@ -3,9 +3,21 @@
 Every call gets a fresh child interpreter (``python -I -S -B``) in a fresh temporary working
 directory, with an environment stripped to ``PATH`` and ``LANG``, and these limits:
 
-* **wall clock** — the parent kills the child's whole process group after ``timeout_s``;
-  each test also has its own ``test_timeout_s`` (an interval timer inside the child), so one
-  hanging test fails alone and the others still report;
+* **time** — each test has its own ``test_timeout_s`` of **CPU time** (``ITIMER_PROF`` inside
+  the child: user + system seconds of the process), so a slow-but-correct program gets the same
+  verdict on an idle and on a loaded machine, and one looping test fails alone (``TIMEOUT``)
+  while the others still report. A generous wall-clock backstop per test (``test_wall_s``,
+  default ``max(10 × test_timeout_s, test_timeout_s + 10)``) catches a test that waits without
+  computing (a sleep, a blocked read), and the parent kills the child's whole process group
+  after ``timeout_s`` (twice the sum of the backstops plus 10 s) whatever happens; the child's
+  ``RLIMIT_CPU`` is twice the sum of the per-test limits plus 10 s;
+* **packages** — ``-I -S``: no site-packages, so only the standard library imports, unless
+  ``allow_packages`` lists vetted third-party packages (``["numpy"]``): each is found in this
+  interpreter's environment (``package_paths``), linked from a directory of the work directory
+  that is the only site directory on ``sys.path``, bound read-only under ``bwrap`` (nothing
+  else of site-packages is in the sandbox), and imported before the audit hook goes in (numpy
+  loads its libraries with ``ctypes``; the candidate's own ``ctypes`` calls stay refused). A
+  package's dependencies must be listed too;
 * **resources** — ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` is
   ignored, so an oversized write fails with an error instead of killing the child),
   ``RLIMIT_NPROC``, ``RLIMIT_NOFILE`` and ``RLIMIT_CORE = 0``; they are set by the child itself
@@ -74,6 +86,7 @@ __all__ = [
     "SandboxResult",
     "SandboxUnavailableError",
     "TestResult",
+    "package_paths",
     "python_tests_verifier",
     "run_tests",
     "sandbox_boundary",
@@ -322,9 +335,12 @@ def hook(event, args):
     reason = why(event, args)
     if reason is not None:
         raise PermissionError("sandbox: " + reason)
+fired = [None]
 def alarm(signum, frame):
+    fired[0] = "wall" if signum == signal.SIGALRM else "cpu"
     raise TimeoutError("TIMEOUT")
 signal.signal(signal.SIGALRM, alarm)
+signal.signal(signal.SIGPROF, alarm)
 def clip(s):
     s = str(s)
     return s if len(s) <= MAX else s[:MAX] + "...[%d more characters]" % (len(s) - MAX)
@@ -351,12 +367,32 @@ def describe_(exc):
     return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
 def text(exc):
     return clip(str(exc) or type(exc).__name__)
-def timed(fn, seconds):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def timed(fn, seconds, wall):
+    # The limit is CPU time (ITIMER_PROF: this process's user + system time), so a verdict
+    # does not depend on how loaded the machine is; the wall-clock timer is a generous
+    # backstop for a candidate that waits without computing (sleep, a blocked read).
+    # Both timers repeat, so a candidate that catches the TimeoutError is hit again.
+    fired[0] = None
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05)
+    signal.setitimer(signal.ITIMER_REAL, wall, 0.5)
     try:
         return fn()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        disarm()
+def disarm():
+    while True:  # a timer may fire while it is being disarmed
+        try:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        except TimeoutError:
+            continue
+def limit_note():
+    if fired[0] == "cpu":
+        return " [CPU-time limit of %gs per test]" % per_test
+    if fired[0] == "wall":
+        return " [wall-clock backstop of %gs per test]" % per_wall
+    return ""
 def call_expr(test):
     try:
         tree = ast.parse(test)
@@ -370,6 +406,7 @@ def call_expr(test):
     return compile(ast.Expression(t), "<test>", "eval")
 preamble, code, tests = job["preamble"], job["code"], job["tests"]
 per_test = job["test_timeout_s"]
+per_wall = job["test_wall_s"]
 try:
     pre_c = compile(preamble, "<preamble>", "exec")
     code_c = compile(code, "<candidate>", "exec")
@@ -378,6 +415,15 @@ except BaseException as exc:
     pre_c = code_c = None
     compile_error = exc
 sys.dont_write_bytecode = True
+if job.get("site"):
+    sys.path.append(job["site"])  # the allowed packages, and nothing else installed
+    # Vetted code is imported before the hook: numpy loads its libraries with ctypes, which
+    # the hook refuses the candidate (a later ctypes call from it is still refused).
+    for name in job["preload"]:
+        try:
+            __import__(name)
+        except BaseException:
+            pass  # the candidate's own import reports it
 sys.addaudithook(hook)
 ns = {"__name__": "__sandbox__", "__builtins__": builtins}
 for i, test in enumerate(tests):
@@ -390,24 +436,27 @@ for i, test in enumerate(tests):
             exec(pre_c, ns)
             exec(code_c, ns)
             exec(test_c, ns)
-        timed(run_one, per_test)
+        timed(run_one, per_test, per_wall)
         emit({"i": i, "passed": True, "seconds": time.perf_counter() - t0})
         continue
     except BaseException as exc:
         error = describe(exc)
         if isinstance(exc, TimeoutError) and str(exc) == "TIMEOUT":
             actual = "TIMEOUT"
+            error = clip(error + limit_note())
         else:
             actual = text(exc) if not isinstance(exc, AssertionError) else None
     seconds = time.perf_counter() - t0
     expr = None if compile_error is not None else call_expr(test)
+    if actual == "TIMEOUT":
+        expr = None  # re-running the call would only time out again, at the same cost
     if expr is not None:
         try:
             def get_output():
                 exec(pre_c, ns)
                 exec(code_c, ns)
                 return eval(expr, ns)
-            actual = clip(timed(get_output, per_test))
+            actual = clip(timed(get_output, per_test, per_wall))
         except TimeoutError as exc:
             actual = "TIMEOUT" if str(exc) == "TIMEOUT" else text(exc)
         except BaseException as exc:
@@ -494,7 +543,73 @@ def _parents(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _bwrap_argv(bwrap: str, python: str, workdir: str) -> list[str]:
+def package_paths(names: Sequence[str], *, python: str | None = None) -> list[tuple[str, str]]:
+    """Where each allowed package lives: ``[(entry name, real path), ...]`` for the package
+    (or single module) and its companions in the same site directory (``<name>.libs``,
+    bundled shared libraries; ``<name>-*.dist-info``, its metadata). Found in this
+    interpreter's environment without importing anything; a name that is not installed, is
+    not a top-level module name, or is part of the standard library is a ``ConfigError``.
+    A package's own dependencies are not added: list them too."""
+    if isinstance(names, str):
+        names = [names]
+    if not names:
+        return []
+    if python is not None and os.path.realpath(python) != os.path.realpath(sys.executable):
+        raise ConfigError(
+            "allow_packages finds packages in this interpreter's environment; the sandbox's "
+            f"python ({python}) is another one",
+            field="allow_packages",
+        )
+    import importlib.machinery
+    import importlib.util
+
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    out: list[tuple[str, str]] = []
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(
+                f"{name!r} is not a top-level module name (e.g. 'numpy')", field="allow_packages"
+            )
+        spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
+        if spec is None:
+            raise ConfigError(
+                f"package {name!r} is not installed in {sys.prefix}", field="allow_packages"
+            )
+        locations = list(spec.submodule_search_locations or ())
+        path = os.path.realpath(locations[0] if locations else str(spec.origin))
+        site = os.path.dirname(path)
+        if site == stdlib or (site.startswith(stdlib + os.sep) and "site-packages" not in site):
+            raise ConfigError(
+                f"{name!r} is part of the standard library: it is always importable",
+                field="allow_packages",
+            )
+        entries = [(os.path.basename(path), path)]
+        with contextlib.suppress(OSError):
+            norm = name.lower().replace("-", "_")
+            for entry in sorted(os.listdir(site)):
+                low = entry.lower()
+                if low == f"{norm}.libs" or (
+                    low.startswith(f"{norm}-") and low.endswith(".dist-info")
+                ):
+                    entries.append((entry, os.path.realpath(os.path.join(site, entry))))
+        out += [e for e in entries if e not in out]
+    return out
+
+
+def _stage_packages(workdir: str, packages: Sequence[tuple[str, str]]) -> str | None:
+    """A directory in ``workdir`` holding one symbolic link per allowed entry: the only
+    site directory the child puts on ``sys.path``, so nothing else installed is importable
+    (under ``bwrap`` the targets are the only parts of site-packages bound at all)."""
+    if not packages:
+        return None
+    staged = os.path.join(workdir, ".packages")
+    os.mkdir(staged, 0o755)
+    for entry, path in packages:
+        os.symlink(path, os.path.join(staged, entry))
+    return staged
+
+
+def _bwrap_argv(bwrap: str, python: str, workdir: str, read_only: Sequence[str] = ()) -> list[str]:
     argv = [
         bwrap,
         "--unshare-pid",
@@ -514,7 +629,13 @@ def _bwrap_argv(bwrap: str, python: str, workdir: str) -> list[str]:
             argv += ["--ro-bind", d, d]
     argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     made: set[str] = {"/tmp", "/usr", "/proc", "/dev", *_SYSTEM_DIRS}
-    for path, mode in [(p, "--ro-bind") for p in _prefixes(python)] + [(workdir, "--bind")]:
+    prefixes = _prefixes(python)
+    # a package inside a prefix is already there (read-only, with the whole prefix)
+    extra = [p for p in read_only if not any(p.startswith(q + os.sep) for q in prefixes)]
+    binds = [(p, "--ro-bind") for p in [*prefixes, *extra]] + [(workdir, "--bind")]
+    for path, mode in binds:
+        if path in made:
+            continue
         for parent in _parents(path):
             if parent not in made:  # bwrap would copy the host's mode (/root is 0700)
                 argv += ["--perms", "0755", "--dir", parent]
@@ -541,9 +662,9 @@ def _unshare_argv(unshare: str) -> list[str]:
     ]
 
 
-def _wrap(boundary: str, python: str, workdir: str) -> list[str]:
+def _wrap(boundary: str, python: str, workdir: str, read_only: Sequence[str] = ()) -> list[str]:
     if boundary == "bwrap":
-        return _bwrap_argv(shutil.which("bwrap") or "bwrap", python, workdir)
+        return _bwrap_argv(shutil.which("bwrap") or "bwrap", python, workdir, read_only)
     if boundary == "unshare":
         return _unshare_argv(shutil.which("unshare") or "unshare")
     return []
@@ -651,6 +772,8 @@ def run_tests(
     isolate: bool = True,
     python: str | None = None,
     allow_unisolated: bool = False,
+    test_wall_s: float | None = None,
+    allow_packages: Sequence[str] = (),
 ) -> SandboxResult:
     """Run ``code`` and then each of ``tests`` in a sandboxed child interpreter.
 
@@ -658,9 +781,17 @@ def run_tests(
         code: the candidate program.
         tests: test snippets, usually one ``assert`` each; a multi-line script (a
             ``def check(candidate): ...`` followed by ``check(f)``) is one test.
-        timeout_s: wall-clock limit for the whole run; default: the sum of the per-test
-            timeouts plus 5 s of start-up slack.
-        test_timeout_s: per-test limit (LDB used 1 s for visible tests, 10 s for hidden ones).
+        timeout_s: wall-clock backstop for the whole run; default: twice the sum of the
+            per-test wall-clock backstops plus 10 s (only a candidate that waits without
+            computing gets near it).
+        test_timeout_s: per-test limit in CPU seconds (LDB used 1 s for visible tests, 10 s
+            for hidden ones, on the wall clock): CPU time does not stretch when the machine is
+            loaded, so the verdict does not depend on the load.
+        test_wall_s: per-test wall-clock backstop, for a test that waits without computing;
+            default: ``max(10 × test_timeout_s, test_timeout_s + 10)``.
+        allow_packages: top-level names of vetted third-party packages the candidate may
+            import (``["numpy"]``), found in this interpreter's environment and exposed
+            read-only (see ``package_paths``); nothing else of site-packages is visible.
         preamble: executed before ``code`` for every test (LDB: ``from typing import *``).
         limits: resource limits (``Limits()`` by default).
         isolate: run inside a namespace boundary (``sandbox_boundary``) and drop to
@@ -678,9 +809,17 @@ def run_tests(
     """
     limits = limits or Limits()
     tests = [str(t) for t in tests]
+    if test_wall_s is None:
+        test_wall_s = max(10.0 * test_timeout_s, test_timeout_s + 10.0)
     if timeout_s is None:
-        timeout_s = test_timeout_s * max(1, len(tests)) * 2 + 5.0
-    cpu_s = limits.cpu_s if limits.cpu_s is not None else int(timeout_s) + 1
+        timeout_s = test_wall_s * max(1, len(tests)) * 2 + 10.0
+    # The whole child's CPU: every test and its output re-run at their limit, plus start-up.
+    cpu_s = (
+        limits.cpu_s
+        if limits.cpu_s is not None
+        else int(test_timeout_s * max(1, len(tests)) * 2 + 10) + 1
+    )
+    packages = package_paths(allow_packages, python=python)
     python = python or sys.executable
     boundary = sandbox_boundary(isolate=isolate, allow_unisolated=allow_unisolated, python=python)
     ids = _nobody(python, boundary) if (isolate and os.geteuid() == 0) else None
@@ -689,6 +828,8 @@ def run_tests(
         "tests": tests,
         "preamble": preamble,
         "test_timeout_s": test_timeout_s,
+        "test_wall_s": test_wall_s,
+        "preload": [name for name, _ in packages if name.isidentifier()],
         "isolate": isolate,
         "boundary": boundary,
         "netns": boundary != "none",
@@ -710,7 +851,8 @@ def run_tests(
     try:
         if ids is not None:
             os.chown(workdir, ids[0], ids[1])
-        wrapper = _wrap(boundary, python, workdir)
+        job["site"] = _stage_packages(workdir, packages)
+        wrapper = _wrap(boundary, python, workdir, [path for _, path in packages])
         exe = os.path.realpath(python) if wrapper else python
         try:
             proc = subprocess.Popen(
@@ -846,8 +988,10 @@ class CommandVerifier:
     a dotted key such as ``"held_out.tests"`` reads a nested table). The verdict
     passes when every test passes; its score is the passed fraction; every failing test is a
     located finding (artifact, part, dimension ``"test"``) whose evidence carries the test, the
-    actual output and LDB's feedback line. No tests at all is a vacuous pass (``evidence``
-    says so). Calls are async (the sandbox runs in a worker thread), so many runs can verify
+    actual output and LDB's feedback line. No tests at all is a vacuous pass: ``evidence``
+    says ``vacuous`` (``Verdict.vacuous``), a warning finding says why, and the contract refuses
+    success on it unless ``contract.success.allow_vacuous = true``. Calls are async (the
+    sandbox runs in a worker thread), so many runs can verify
     concurrently.
     """
 
@@ -865,10 +1009,18 @@ class CommandVerifier:
         isolate: bool = True,
         allow_unisolated: bool = False,
         name: str = "",
+        test_wall_s: float | None = None,
+        allow_packages: Sequence[str] = (),
     ) -> None:
         if not isinstance(allow_unisolated, bool):
             raise ConfigError("must be true or false", field="allow_unisolated")
         self.allow_unisolated = allow_unisolated
+        self.test_wall_s = test_wall_s
+        # checked now: a package that is not installed is a spec error, not a failing test
+        package_paths(allow_packages)
+        self.allow_packages = (
+            (allow_packages,) if isinstance(allow_packages, str) else tuple(allow_packages)
+        )
         self.tests = None if tests is None else tuple(str(t) for t in tests)
         self.tests_key = tests_key
         self.artifact = artifact
@@ -903,9 +1055,22 @@ class CommandVerifier:
         """The verdict on ``state`` (synchronous)."""
         tests = self.tests_for(state)
         if not tests:
+            # Vacuously true, and marked so: the contract refuses success on it unless
+            # contract.success.allow_vacuous says otherwise; the finding says why.
+            where = "the verifier's tests" if self.tests is not None else f"task.{self.tests_key}"
             return Verdict(
                 passed=True,
                 score=1.0,
+                findings=(
+                    Finding(
+                        f"nothing to check: {where} holds no tests, so this pass is vacuous "
+                        "(success is refused on it unless contract.success.allow_vacuous = true)",
+                        self.artifact,
+                        self.part,
+                        "vacuous",
+                        severity="warning",
+                    ),
+                ),
                 evidence={"passed": 0, "total": 0, "vacuous": True},
                 checked=(part_ref(self.artifact, self.part),),
             )
@@ -918,6 +1083,8 @@ class CommandVerifier:
             limits=self.limits,
             isolate=self.isolate,
             allow_unisolated=self.allow_unisolated,
+            test_wall_s=self.test_wall_s,
+            allow_packages=self.allow_packages,
         )
         return self.verdict(result)
 
@@ -988,6 +1155,8 @@ def python_tests_verifier(
     isolate: bool = True,
     allow_unisolated: bool = False,
     name: str = "",
+    test_wall_s: float | None = None,
+    allow_packages: Sequence[str] = (),
 ) -> CommandVerifier:
     """A ``CommandVerifier`` from plain options (the form a loop spec's ``options`` table has):
 
@@ -995,8 +1164,11 @@ def python_tests_verifier(
     [[verifiers]]
     name = "visible_tests"
     ref = "loopwright.verifiers:python_tests_verifier"
-    options = { tests_key = "visible_tests", test_timeout_s = 1.0 }
+    options = { tests_key = "visible_tests", test_timeout_s = 1.0, allow_packages = ["numpy"] }
     ```
+
+    ``test_timeout_s`` is CPU seconds per test; ``allow_packages`` names vetted third-party
+    packages the candidate may import (``run_tests``).
     """
     return CommandVerifier(
         tests=tests,
@@ -1010,4 +1182,6 @@ def python_tests_verifier(
         isolate=isolate,
         allow_unisolated=allow_unisolated,
         name=name,
+        test_wall_s=test_wall_s,
+        allow_packages=allow_packages,
     )
