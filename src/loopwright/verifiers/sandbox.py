@@ -123,7 +123,8 @@ class Limits:
 
     Attributes:
         memory_mb: address-space limit (``RLIMIT_AS``).
-        cpu_s: CPU-seconds limit (``RLIMIT_CPU``); ``None`` means the wall-clock timeout + 1.
+        cpu_s: CPU-seconds limit of the whole child (``RLIMIT_CPU``); ``None`` means twice the
+            sum of the per-test CPU limits plus 10 s.
         file_mb: largest file the child may write (``RLIMIT_FSIZE``).
         processes: ``RLIMIT_NPROC`` (applies to the unprivileged user; root ignores it, which
             is why process creation is also refused by the audit hook).
