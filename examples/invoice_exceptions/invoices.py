@@ -91,8 +91,13 @@ def _append(entry: Mapping[str, Any]) -> None:
 def post_payment(
     invoice: str, vendor: str, amount: float, currency: str, *, key: str
 ) -> dict[str, Any]:
-    """Pay a corrected invoice (append it to the ledger). Not idempotent: paying twice pays
-    twice, which is why the engine journals it and reconciles before any retry."""
+    """Pay a corrected invoice (append it to the ledger). The ledger honours the idempotency
+    key as a payment provider does: a key it has seen is answered with the first payment, never
+    paid again. The engine also journals the call and reconciles before any retry, and a key
+    done by one run is never executed by another run of the same store."""
+    seen = _paid(key)
+    if seen is not None:
+        return seen
     entry = {
         "key": key,
         "type": "payment",

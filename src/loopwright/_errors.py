@@ -8,6 +8,7 @@ The tree::
     ├── StoreError                  the durable store failed or refused
     │   ├── StoreCorruptError       not a loopwright store, damaged, or a newer schema
     │   ├── ConflictError           an optimistic write lost a race
+    │   │   └── EffectKeyHeld       another run holds an effect's idempotency key
     │   └── StaleLeaseError         a write with an old fencing token (another executor owns the run)
     ├── RunNotFoundError            no run with that id or task key
     ├── MemoryNotFoundError         no feedback-memory item with that id (loopwright._memory)
@@ -23,6 +24,7 @@ __all__ = [
     "ApprovalError",
     "ConfigError",
     "ConflictError",
+    "EffectKeyHeld",
     "LoopwrightError",
     "RunNotFoundError",
     "SpecError",
@@ -68,6 +70,20 @@ class ConflictError(StoreError):
 
 class StaleLeaseError(StoreError):
     """A write carried a fencing token that is no longer current: another executor owns the run."""
+
+
+class EffectKeyHeld(ConflictError):
+    """Another run of the store holds this effect's idempotency key (it did the action, or
+    may be doing it): the journal write that would start it again wrote nothing."""
+
+    def __init__(
+        self, message: str, *, run_id: str, status: str, args_hash: str, result: object
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.status = status
+        self.args_hash = args_hash
+        self.result = result
 
 
 class RunNotFoundError(LoopwrightError, LookupError):

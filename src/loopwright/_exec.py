@@ -13,6 +13,7 @@ token:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import traceback
@@ -22,7 +23,8 @@ from typing import Any
 
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
-from ._effects import Effect, EffectCall, EffectResult
+from ._effects import Effect, EffectCall, EffectResult, _canon
+from ._errors import EffectKeyHeld
 from ._loop import Loop
 from ._proposal import Context, Verdict
 from ._redact import redact, redact_text
@@ -325,6 +327,13 @@ async def perform_effect(
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
     base = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    # A business key (``key=`` on the effect or the call) names the action, not the run: it is
+    # claimed store-wide, so no other run of this store performs it again (invariant 2).
+    claim = (
+        (eff.kind, ikey, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
+        if call.key or eff.key_fn is not None
+        else None
+    )
 
     def out(status: str, **kw: Any) -> EffectOutcome:
         return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
@@ -344,10 +353,32 @@ async def perform_effect(
                     cycle,
                     event,
                     {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
-                    | ({"cause": data["cause"]} if data.get("cause") else {}),
+                    | ({"cause": data["cause"]} if data.get("cause") else {})
+                    | ({"from_run": data["from_run"]} if data.get("from_run") else {}),
                 )
             ],
+            claim=claim,
         )
+
+    def held(h: EffectKeyHeld) -> EffectOutcome:
+        """Another run of the store holds the key: its recorded result when it did the same
+        action; otherwise a person decides (different arguments, or an outcome not known)."""
+        assert claim is not None
+        if h.status == "done" and h.args_hash == claim[2]:
+            put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            return out("done", result=h.result, reused=True, attempts=attempts)
+        if h.status == "done":
+            cause = (
+                f"{eff.name} ({ikey}) was done by run {h.run_id} with other arguments; the "
+                "same key with different arguments is not run — check which is right"
+            )
+        else:
+            cause = (
+                f"{eff.name} ({ikey}) is held by run {h.run_id}, whose attempt is {h.status} "
+                "(it may be doing it now, or have done it) — not run again here"
+            )
+        put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
+        return out("in_doubt", attempts=attempts, cause=cause)
 
     async def reconcile() -> tuple[str, Any]:
         """('done', result) | ('not_done', None) | ('error', message)."""
@@ -433,7 +464,11 @@ async def perform_effect(
             return out("failed", attempts=attempts, cause=cause)
         ex.at("before_effect_intent")
         attempts += 1
-        put("intent", {"first_at": first_at}, attempts, "effect_started")
+        try:
+            put("intent", {"first_at": first_at}, attempts, "effect_started")
+        except EffectKeyHeld as h:
+            attempts -= 1  # nothing was written
+            return held(h)
         ex.at("after_effect_intent")
         try:
             result, _secs = await call_user(

@@ -486,6 +486,7 @@ class Store(ABC):
         attempts: int | None = None,
         expect_status: str | None = None,
         events: Sequence[NewEvent] = (),
+        claim: tuple[str, str, str] | None = None,
     ) -> JournalEntry:
         """Insert or update the journal entry ``(run_id, key)`` and append ``events``, in one
         transaction. An update keeps ``created_at`` and sets ``updated_at`` to now;
@@ -493,7 +494,14 @@ class Store(ABC):
 
         ``expect_status`` guards the write: ``""`` means the entry must not exist yet, any
         other string means it must exist with exactly that status; otherwise ``ConflictError``.
-        A stale ``token`` raises ``StaleLeaseError``. Either error writes nothing."""
+        A stale ``token`` raises ``StaleLeaseError``. Either error writes nothing.
+
+        ``claim=(effect kind, idempotency key, hash of the arguments)`` makes the key the
+        store's, not the run's (invariant 2 per business action), in the same transaction:
+        an ``intent`` takes the key for this run — unless another run holds it (done, or not
+        known to have failed): then ``EffectKeyHeld`` says which run and how, and nothing is
+        written; any other status is recorded on this run's claim (``done`` with
+        ``data["result"]``; ``failed`` frees the key for another run)."""
 
     @abstractmethod
     def journal(

@@ -146,5 +146,15 @@ PG_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, digest)
         )""",
         "ALTER TABLE checkpoints ADD COLUMN base BIGINT",
+        """CREATE TABLE effect_keys (
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            status TEXT NOT NULL,
+            args_hash TEXT NOT NULL,
+            result JSON,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (kind, key)
+        )""",
     ],
 ]

@@ -149,5 +149,17 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "FROM checkpoints ORDER BY run_id, seq",
         "DROP TABLE checkpoints",
         "ALTER TABLE checkpoints_v4 RENAME TO checkpoints",
+        # Invariant 2 per business action: an effect's idempotency key is claimed store-wide
+        # (by kind), so a second run asking for a done key gets its recorded result.
+        """CREATE TABLE effect_keys (
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            status TEXT NOT NULL,
+            args_hash TEXT NOT NULL,
+            result TEXT,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (kind, key)
+        )""",
     ],
 ]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from .._errors import (
     ApprovalError,
     ConflictError,
+    EffectKeyHeld,
     RunNotFoundError,
     StaleLeaseError,
     StoreCorruptError,
@@ -241,6 +242,23 @@ class Statements:
         )
         self.set_memory_status = p(
             "UPDATE memory SET status=?, updated_at=?, history=? WHERE memory_id=?"
+        )
+        # --- effect keys, claimed store-wide (journal_put's ``claim``)
+        self.claim_key = p(
+            "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, updated_at) "
+            "VALUES(?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
+        )
+        self.effect_key = p(
+            "SELECT run_id, status, args_hash, result FROM effect_keys WHERE kind=? AND key=?"
+            + lock("FOR UPDATE")
+        )
+        self.take_key = p(
+            "UPDATE effect_keys SET run_id=?, status=?, args_hash=?, result=NULL, updated_at=? "
+            "WHERE kind=? AND key=? AND run_id=?"
+        )
+        self.settle_key = p(
+            "UPDATE effect_keys SET status=?, result=?, updated_at=? "
+            "WHERE kind=? AND key=? AND run_id=?"
         )
         # --- schema
         self.schema_version = "SELECT value FROM loopwright_meta WHERE key='schema_version'"
@@ -797,6 +815,7 @@ class SQLStore(Store):
         attempts: int | None = None,
         expect_status: str | None = None,
         events: Sequence[NewEvent] = (),
+        claim: tuple[str, str, str] | None = None,
     ) -> JournalEntry:
         q = self._q
         now = time.time()
@@ -816,6 +835,8 @@ class SQLStore(Store):
             check_journal_expect(
                 run_id, key, None if existing is None else existing[0], expect_status
             )
+            if claim is not None:
+                self._claim(conn, run_id, claim, status, data, now)
             if existing is None:
                 row = conn.execute(
                     q.insert_journal,
@@ -851,6 +872,40 @@ class SQLStore(Store):
                     conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
                 )
         return self._journal(row)
+
+    def _claim(
+        self,
+        conn: Any,
+        run_id: str,
+        claim: tuple[str, str, str],
+        status: str,
+        data: Mapping[str, Any],
+        now: float,
+    ) -> None:
+        """``journal_put``'s store-wide claim of an effect key, in its transaction."""
+        q = self._q
+        kind, key, args_hash = claim
+        if status == "intent":
+            conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now))
+            row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            if row[0] != run_id and row[1] == "failed":
+                # it never happened: the key is free for this run
+                conn.execute(q.take_key, (run_id, "claimed", args_hash, now, kind, key, row[0]))
+                row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            if row[0] != run_id:
+                raise EffectKeyHeld(
+                    f"effect key {kind}/{key} is held by run {row[0]} ({row[1]})",
+                    run_id=row[0],
+                    status=row[1],
+                    args_hash=row[2],
+                    result=self._jl(row[3]) if row[3] is not None else None,
+                )
+            return
+        result = data.get("result") if status == "done" else None
+        conn.execute(
+            q.settle_key,
+            (status, None if result is None else self._js(result), now, kind, key, run_id),
+        )
 
     def journal(
         self, run_id: str, *, kind: str | None = None, key: str | None = None

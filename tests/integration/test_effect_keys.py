@@ -1,0 +1,131 @@
+"""Invariant 2 per business action: an effect's idempotency key (``key=`` on the effect or the
+call) is the store's, not the run's. A second run of the same store asking for a done key gets
+the recorded result and says so; the same key with other arguments, or a key another run holds
+with an unknown outcome, is never run again here but goes to a person. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+TASK = {"artifacts": {"inv": {"amount": 0}}}
+
+
+class Bank:
+    """A counting payment receiver (thread-safe): how many times each key was executed."""
+
+    def __init__(self, gate: threading.Barrier | None = None) -> None:
+        self.calls: list[str] = []
+        self.lock = threading.Lock()
+        self.gate = gate
+
+    def pay(self, invoice: str, amount: float, key: str) -> dict[str, Any]:
+        with self.lock:
+            self.calls.append(key)
+        return {"paid": invoice, "amount": amount}
+
+
+def loop(bank: Bank, amount: float = 40.0) -> lw.Loop:
+    pay = lw.effect("spend", name="pay", key=lambda a: a["invoice"])(bank.pay)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"amount": amount}).edits,
+            effects=(pay.call(invoice="INV-7", amount=amount),),
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0)
+
+    return lw.Loop(
+        name="pay",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")
+
+
+def _events(rt: lw.Runtime, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == kind]
+
+
+def test_a_second_run_gets_the_recorded_result_and_says_so(url: str) -> None:
+    bank = Bank()
+    with lw.Runtime(url) as rt:
+        first = rt.run_sync(loop(bank), TASK, task_key="first")
+        second = rt.run_sync(loop(bank), TASK, task_key="second")
+        assert first.accepted and second.accepted
+        assert bank.calls == ["pay:INV-7"]  # executed once in the store
+        [reused] = _events(rt, second.run_id, "effect_reused")
+        assert reused["from_run"] == first.run_id
+        [note] = [n for n in second.state.notes if n.get("kind") == "effect"]
+        assert note["reused"] is True and note["result"] == {"paid": "INV-7", "amount": 40.0}
+        [entry] = rt.store.journal(second.run_id, kind="effect")
+        assert entry.status == "done" and entry.data["from_run"] == first.run_id
+
+
+def test_the_same_key_with_other_arguments_goes_to_a_person(url: str) -> None:
+    bank = Bank()
+    with lw.Runtime(url) as rt:
+        rt.run_sync(loop(bank, 40.0), TASK, task_key="first")
+        other = rt.run_sync(loop(bank, 99.0), TASK, task_key="second")
+        assert bank.calls == ["pay:INV-7"]
+        assert (other.status, other.stop_reason) == ("escalated", "escalated")
+        assert other.packet is not None
+        assert "other arguments" in other.packet["cause"]
+
+
+def test_a_key_whose_action_failed_is_free_for_another_run(url: str) -> None:
+    bank = Bank()
+    failing = Bank()
+
+    def refuse(invoice: str, amount: float, key: str) -> dict[str, Any]:
+        failing.calls.append(key)
+        raise lw.PermanentError("card declined")
+
+    with lw.Runtime(url) as rt:
+        bad = loop(bank)
+        bad.effects[0].fn = refuse  # the same declared effect, a receiver that refuses
+        r1 = rt.run_sync(bad, TASK, task_key="first")
+        assert r1.status == "escalated" and failing.calls == ["pay:INV-7"]
+        r2 = rt.run_sync(loop(bank), TASK, task_key="second")
+        assert r2.accepted and bank.calls == ["pay:INV-7"]
+
+
+def test_racing_runs_execute_a_key_once(url: str) -> None:
+    """Four runs in four threads (each its own runtime and connection) ask for the same key at
+    once: exactly one executes it; each other run gets its result or goes to a person."""
+    bank = Bank()
+    barrier = threading.Barrier(4)
+    results: list[Any] = [None] * 4
+
+    def one(i: int) -> None:
+        with lw.Runtime(url) as rt:
+            barrier.wait()
+            results[i] = rt.run_sync(loop(bank), TASK, task_key=f"race-{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert bank.calls == ["pay:INV-7"]
+    assert all(r is not None for r in results)
+    assert all(r.status in ("accepted", "escalated") for r in results)
+    assert sum(r.accepted for r in results) >= 1
