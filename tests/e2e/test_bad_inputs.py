@@ -148,6 +148,20 @@ def test_numbers_that_are_not_finite(project: Path, text: str, field: str) -> No
     assert not store.exists()
 
 
+def test_command_line_numbers_that_are_not_finite(project: Path) -> None:
+    """``--usd-per-token nan`` priced every imported task at NaN; ``--poll inf`` never polls.
+    (Click reports an option value it cannot convert as a usage error: exit 2, no traceback.)"""
+    ldb = Path(__file__).parents[1] / "data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
+    for args in (
+        ("import", "ldb", str(ldb), "--out", "o.jsonl", "--usd-per-token", "nan"),
+        ("worker", "--poll", "inf", "--once", "--store", "w.db"),
+    ):
+        r = lw(*args, cwd=project)
+        assert r.returncode == 2, r.stderr
+        assert "is not a valid number" in r.stderr and "Traceback" not in r.stderr
+    assert not (project / "o.jsonl").exists() and not (project / "w.db").exists()
+
+
 def test_a_project_that_is_a_table(project: Path) -> None:
     name = spec(project, "p.toml", 'project = "tests"\n' + SPEC.replace('project = "tests"\n', ""))
     assert lw("check", name, cwd=project).returncode == 0

@@ -10,6 +10,7 @@ layer, is left as it is.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,6 +35,13 @@ def _bool(value: Any) -> bool:
     return _BOOLS[str(value).strip().lower()]
 
 
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):  # "nan" and "inf" parse, but are no amount, share or interval
+        raise ValueError(value)
+    return number
+
+
 def lighten(command: Any) -> None:
     """Give each plain parameter of ``command`` and its subcommands a pydantic-free converter."""
     try:
@@ -45,7 +53,7 @@ def lighten(command: Any) -> None:
     class Plain(RuntimeParam):  # a frozen dataclass: no fields added, no decorator needed
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             kind, many = _plain(self.annotation) or (str, False)
-            convert = _bool if kind is bool else kind
+            convert: Any = _bool if kind is bool else _finite if kind is float else kind
             try:
                 values = [convert(v) for v in value] if many else [convert(value)]
             except (TypeError, ValueError, KeyError):
