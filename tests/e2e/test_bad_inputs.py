@@ -295,3 +295,22 @@ def test_an_empty_store_file(project: Path) -> None:
     refused(lw("runs", cwd=project, store=store), "empty")
     assert store.stat().st_size == 0
     assert sorted(p.name for p in project.glob("s.db*")) == ["s.db"]
+
+
+def test_a_message_of_several_lines_is_printed_on_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL's error text adds the statement and a caret on lines of their own."""
+    from loopwright import StoreError
+    from loopwright.cli import _app, main
+
+    def command(args: list[str]) -> object:
+        def run(**_: object) -> None:
+            raise StoreError('relation "approvals" does not exist\nLINE 1: SELECT\n       ^')
+
+        return run
+
+    monkeypatch.setattr(_app, "command_for", command)
+    assert main(["approvals"]) == 2
+    err = capsys.readouterr().err
+    assert err == 'loopwright: error: relation "approvals" does not exist LINE 1: SELECT ^\n'

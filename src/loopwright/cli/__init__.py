@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return exc.code if isinstance(exc.code, int) else 2
     except LoopwrightError as exc:
-        print(f"loopwright: error: {exc}", file=sys.stderr)
+        print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("loopwright: interrupted; every finished cycle is checkpointed", file=sys.stderr)
@@ -36,14 +36,21 @@ def main(argv: list[str] | None = None) -> int:
 
         damage = store_damage(exc)  # a row or table damaged after the store was opened
         if damage is not None:
-            print(f"loopwright: error: {damage}", file=sys.stderr)
+            print(f"loopwright: error: {_one_line(damage)}", file=sys.stderr)
             return 2
         if os.environ.get("LOOPWRIGHT_DEBUG"):
             raise
         print(
-            f"loopwright: internal error: {type(exc).__name__}: {exc} "
+            f"loopwright: internal error: {type(exc).__name__}: {_one_line(exc)} "
             "(set LOOPWRIGHT_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message on one line: a driver's error text can span several (PostgreSQL adds the
+    statement and a caret under it), and a mistake is reported in one line."""
+    text = str(exc)
+    return " ".join(text.split()) if "\n" in text else text
