@@ -28,7 +28,7 @@ from . import _state_codec as codec
 from ._checkpoint import Checkpoints
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._errors import ConfigError, StaleLeaseError
+from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
@@ -293,6 +293,14 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
             raise
         except ConfigError:
             raise  # a user mistake (e.g. resumed with the wrong loop): the run stays resumable
+        except StoreUnavailableError as exc:
+            # The store failed, not the run: nothing is marked failed (the write would fail too,
+            # or, after a dropped connection, end a healthy run). The run is as its last durable
+            # checkpoint has it; its lease expires and any worker, or `resume`, goes on.
+            raise StoreUnavailableError(
+                f"{exc} — run {rec.run_id} is left as its last checkpoint has it; resume it "
+                f"when the store is back (loopwright resume {rec.run_id})"
+            ) from exc
         except Exception as exc:
             if ex.lost:
                 raise

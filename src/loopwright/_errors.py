@@ -7,6 +7,8 @@ The tree::
     │   └── SpecError               a loop spec (TOML) that cannot be loaded
     ├── StoreError                  the durable store failed or refused
     │   ├── StoreCorruptError       not a loopwright store, damaged, or a newer schema
+    │   ├── StoreUnavailableError   the store failed for now (connection lost, locked, disk
+    │   │                           full): runs stay resumable, nothing is marked failed
     │   ├── ConflictError           an optimistic write lost a race
     │   │   └── EffectKeyHeld       another run holds an effect's idempotency key
     │   └── StaleLeaseError         a write with an old fencing token (another executor owns the run)
@@ -31,6 +33,7 @@ __all__ = [
     "StaleLeaseError",
     "StoreCorruptError",
     "StoreError",
+    "StoreUnavailableError",
 ]
 
 
@@ -62,6 +65,12 @@ class StoreError(LoopwrightError):
 
 class StoreCorruptError(StoreError):
     """The store file is not a loopwright store, is damaged, or was written by a newer version."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not be used just now (a dropped connection, a lock held too long, a full
+    disk): nothing of the failed write was kept. Not a run failure — the run is left as its last
+    durable checkpoint has it, to be resumed."""
 
 
 class ConflictError(StoreError):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ._engine import RunResult, Runtime
-from ._errors import ConfigError, LoopwrightError, StoreError
+from ._errors import ConfigError, LoopwrightError, StoreError, StoreUnavailableError
 from ._loop import Loop
 from ._spec import loop_of_run
 from .store import NewEvent, RunRecord
@@ -36,6 +36,8 @@ class WorkerStats:
     skipped: int = 0  # claimed but no loop for them here
     lost: int = 0  # lease lost to another worker mid-run
     errors: int = 0  # runs that failed with an internal error
+    interrupted: int = 0  # runs left resumable because the store failed under them
+    store_errors: int = 0  # claims that failed because the store did (the worker went on)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -44,6 +46,8 @@ class WorkerStats:
             "skipped": self.skipped,
             "lost": self.lost,
             "errors": self.errors,
+            "interrupted": self.interrupted,
+            "store_errors": self.store_errors,
         }
 
 
@@ -107,6 +111,9 @@ class Worker:
             return
         try:
             result = await self.runtime.resume(run_id, loop, token=token)
+        except StoreUnavailableError:
+            self.stats.interrupted += 1  # left resumable; its lease expires, then it is claimed
+            return
         except StoreError:
             self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
             return
@@ -137,9 +144,15 @@ class Worker:
             if free > 0 and not self._stopping:
                 now = time.monotonic()
                 self._no_loop = {k: t for k, t in self._no_loop.items() if t > now}
-                for run_id, token in store.claim_runs(
-                    self.runtime.owner, self.runtime.lease_ttl_s, limit=free
-                ):
+                try:
+                    taken = store.claim_runs(
+                        self.runtime.owner, self.runtime.lease_ttl_s, limit=free
+                    )
+                except StoreUnavailableError:
+                    # a dropped connection or a locked store: keep working, ask again later
+                    self.stats.store_errors += 1
+                    taken = []
+                for run_id, token in taken:
                     if run_id in self._no_loop:
                         store.release_lease(run_id, token)  # no loop for it here yet
                         continue

@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .._errors import ConfigError, StoreCorruptError, StoreError
+from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
 from ._pg_schema import PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
@@ -207,7 +207,12 @@ class PostgresStore(SQLStore):
             with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
-            raise StoreError(f"{self.url}: no database connection available ({exc})") from exc
+            raise StoreUnavailableError(
+                f"{self.url}: no database connection available ({exc})"
+            ) from exc
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            # a dropped connection, a server restart, a serialization failure: not the data
+            raise StoreUnavailableError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
 

@@ -13,6 +13,7 @@ the runs of a dead process of this host.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sqlite3
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigError, StoreCorruptError, StoreError
+from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
 from ._schema import SQLITE_MIGRATIONS
 from ._sql import RUNNABLE_STATUS, SQLStore, owner_is_dead
@@ -168,14 +169,34 @@ class SQLiteStore(SQLStore):
         # IMMEDIATE: take the write lock up front so two writers queue instead of deadlocking.
         with self._lock:
             db = self._db
-            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._failure(exc) from exc
             try:
                 yield db
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise self._failure(exc) from exc
                 raise
             else:
-                db.execute("COMMIT")
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    raise self._failure(exc) from exc
+
+    def _failure(self, exc: sqlite3.OperationalError) -> StoreError:
+        """A write that failed in the database, not on a value: damage (a missing table or
+        column) is corruption; anything else (locked past the busy timeout, disk full, an I/O
+        error) is the store being unavailable, and nothing of the write was kept."""
+        text = str(exc)
+        if any(w in text.lower() for w in ("no such table", "no such column", "malformed")):
+            return StoreCorruptError(f"{self.path} is damaged: {text}")
+        return StoreUnavailableError(f"{self.path}: {text}")
 
     @contextmanager
     def _savepoint(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
