@@ -118,8 +118,10 @@ class Cycle(RuntimeHost):
                 deadline=ex.deadline,
             )
         except OutOfTime as exc:
+            _bill(ex, "actor", exc.usage)
             return self._abort(ex, t0, "budget_time", cause=str(exc))
         except GaveUp as gave:
+            _bill(ex, "actor", gave.usage)
             return self._abort(
                 ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
@@ -264,10 +266,12 @@ class Cycle(RuntimeHost):
                     deadline=ex.deadline,
                 )
             except OutOfTime as exc:
+                _bill(ex, f"verifier:{check.name}", exc.usage)
                 return self._abort(
                     ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
             except GaveUp as gave:
+                _bill(ex, f"verifier:{check.name}", gave.usage)
                 return self._abort(
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
@@ -422,6 +426,13 @@ class Cycle(RuntimeHost):
         ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
         self._finish(ex, reason, **packet)
         return True
+
+
+def _bill(ex: _Exec, who: str, usage: Usage) -> None:
+    """Charge a call that never succeeded for what its attempts were billed (invariant 7)."""
+    if usage.cost_usd or usage.tokens:
+        ex.state.spent = ex.state.spent + Usage(usage.cost_usd, usage.tokens, 0.0)
+        ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
 
 
 def _fault(where: str, kind: str, message: str) -> dict[str, Any]:

@@ -143,6 +143,9 @@ class GaveUp(Exception):
         self.error = error
         self.attempts = attempts
         self.exc = exc
+        # What the failed attempts were billed (an attempt's error may carry ``usage``, as a
+        # model adapter's malformed reply does): charged to the run by the engine (invariant 7).
+        self.usage = Usage()
         super().__init__(f"{kind} after {attempts} attempt(s): {error.get('message')}")
 
 
@@ -151,6 +154,7 @@ class OutOfTime(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+        self.usage = Usage()  # as GaveUp.usage
 
 
 async def call_with_retry(
@@ -200,19 +204,34 @@ async def call_with_retry(
             if deadline is not None and time.time() + wait >= deadline:
                 raise OutOfTime(f"the time budget runs out during the backoff of {who}")
             await asyncio.sleep(wait)
+    billed = Usage()  # what this call's failed attempts cost (charged if it never succeeds)
+
+    def billing(err: GaveUp | OutOfTime) -> GaveUp | OutOfTime:
+        err.usage = billed
+        return err
+
     while True:
-        per_call = limit()
+        try:
+            per_call = limit()
+        except OutOfTime as err:
+            raise billing(err) from None
         try:
             return await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
+            cost = getattr(exc, "usage", None)
+            if isinstance(cost, Usage):
+                billed = billed + cost
             if (
                 isinstance(exc, CallTimeout)
                 and deadline is not None
                 and (timeout is None or (per_call is not None and per_call < timeout))
             ):
                 # The budget, not the call's own limit, cut it short.
-                raise OutOfTime(
-                    f"{who} was still working when the time budget ran out ({exc.seconds:g} s left)"
+                raise billing(
+                    OutOfTime(
+                        f"{who} was still working when the time budget ran out "
+                        f"({exc.seconds:g} s left)"
+                    )
                 ) from None
             failed += 1
             info = error_info(scope, exc)
@@ -253,12 +272,14 @@ async def call_with_retry(
                 ],
             )
             if out_of_time:
-                raise OutOfTime(
-                    f"{who} failed ({info['type']}: {info['message']}) with no time left in "
-                    "the budget for another attempt"
+                raise billing(
+                    OutOfTime(
+                        f"{who} failed ({info['type']}: {info['message']}) with no time left in "
+                        "the budget for another attempt"
+                    )
                 ) from exc
             if delay is None:
-                raise GaveUp(kind, error_info(scope, exc), failed, exc) from exc
+                raise billing(GaveUp(kind, error_info(scope, exc), failed, exc)) from exc
             ex.at(f"backoff:{scope}")
             await asyncio.sleep(delay)
 

@@ -146,11 +146,6 @@ def test_different_models_stay_different(server: FakeOpenAI) -> None:
     assert a.model_identity() != r.model_identity()  # an organisation is not a provider
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the engine to charge a given-up call's failed attempts (issue 16 item 8; "
-    "see the exception's `usage`): the adapter alone cannot know the last attempt",
-)
 def test_malformed_replies_that_use_up_the_retries_are_still_charged(
     tmp_path: Path, server: FakeOpenAI
 ) -> None:
