@@ -192,7 +192,7 @@ def test_ui_start_line_masks_the_store_password(
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
     monkeypatch.setenv("LOOPWRIGHT_UI_TOKEN", "t" * 32)
     url = f"postgresql://app:{URL_PASSWORD}@db.example:5432/loops"
-    code = main(["ui", "--store", url])
+    code = main(["ui", "--port", "0", "--store", url])  # any free port: nothing listens
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "postgresql://***@db.example:5432/loops" in out.out
