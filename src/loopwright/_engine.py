@@ -32,6 +32,7 @@ from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
+from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._loop import Loop
@@ -92,7 +93,7 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Runtime(Cycle, Checkpoints, Parking, Finishing, Decisions):
+class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a

@@ -124,5 +124,8 @@ class RuntimeHost:
             approvals: Sequence[NewApproval] = (),
         ) -> None: ...
 
+        @property
+        def memory(self) -> FeedbackMemory: ...  # _finishing.Finishing
+
         # _people.Decisions
         def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None: ...

@@ -341,6 +341,42 @@ def test_deltas_versions_and_digests_read_back_resolved(store: Store) -> None:
     ]
 
 
+def test_a_fork_is_created_whole_with_its_inheritance(store: Store) -> None:
+    """``create_run(forked_from=…)``: the link, the inherited journal entries (marked) and
+    the origin's rejected digests, in the one creating transaction."""
+    origin, token = _leased(store, "origin")
+    store.journal_put(
+        origin,
+        token,
+        key="effect:pay:1",
+        kind="effect",
+        cycle=1,
+        status="done",
+        data={"result": {"ok": True}},
+        attempts=1,
+    )
+    [entry] = store.journal(origin)
+    rec = _create(
+        store,
+        "fork",
+        initial_state={"cycle": 3},
+        forked_from=(origin, 3),
+        inherited=[entry],
+        initial_rejected=[("d1", 1), ("d2", 2)],
+    )
+    got = store.get_run(rec)
+    assert (got.forked_from, got.forked_at, got.cycle) == (origin, 3, 3)
+    assert got.to_dict()["forked_from"] == origin
+    [mine] = store.journal(rec)
+    assert (mine.key, mine.status, mine.data["inherited_from"]) == (
+        "effect:pay:1",
+        "done",
+        origin,
+    )
+    assert sorted(store.rejected_rows(rec)) == [("d1", 1), ("d2", 2)]
+    assert store.latest_checkpoint(rec).cycle == 3
+
+
 def test_commit_updates_the_run_columns(store: Store) -> None:
     run_id, token = _leased(store)
     packet = {"zeta": 1, "alpha": {"best": "x"}}

@@ -216,6 +216,8 @@ def run_detail(
     head.add_row("run", rec.run_id)
     head.add_row("task", escape(rec.task_key))
     head.add_row("loop", f"{escape(rec.loop_name)} (project {escape(rec.project or '-')})")
+    if rec.forked_from:
+        head.add_row("forked from", f"run {rec.forked_from} at cycle {rec.forked_at}")
     head.add_row("status", status_text(rec.status))
     if rec.stop_reason:
         # a per-task cap (budget.max_cycles_key) is the cycle count the run stopped at

@@ -145,9 +145,10 @@ def replay(traces: Sequence[RunTrace], contracts: Mapping[str, Contract]) -> Rep
     return Report(summarize("recorded", recorded, recorded), rows)
 
 
-def load_contract(path: str | Path) -> Contract:
+def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
     """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables.
-    Risk rules are dropped: replay does not replay a person's decisions."""
+    Risk rules are dropped unless ``keep_risk``: replay does not replay a person's decisions
+    (a fork runs them)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no contract file at {p}", field="--contract")
@@ -159,4 +160,6 @@ def load_contract(path: str | Path) -> Contract:
     if not isinstance(table, Mapping):
         raise ConfigError(f"{p}: [contract] must be a table", field="--contract")
     known = {"success", "no_progress", "budget", "marginal_return", "escalation"}
+    if keep_risk:
+        known.add("risk")
     return Contract.from_dict({k: v for k, v in table.items() if k in known})

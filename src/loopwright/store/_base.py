@@ -60,6 +60,8 @@ class RunRecord:
     fencing_token: int
     last_seq: int
     held_out_passed: bool | None = None
+    forked_from: str | None = None  # the run this one was forked from (``Runtime.fork``)
+    forked_at: int | None = None  # ... and the cycle whose state it started from
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +86,8 @@ class RunRecord:
             "ended_at": self.ended_at,
             "cancel_requested": self.cancel_requested,
             "held_out_passed": self.held_out_passed,
+            "forked_from": self.forked_from,
+            "forked_at": self.forked_at,
         }
 
 
@@ -281,9 +285,17 @@ class Store(ABC):
         task: dict[str, Any],
         initial_state: dict[str, Any],
         initial_versions: Sequence[VersionRow] = (),
+        forked_from: tuple[str, int] | None = None,
+        inherited: Sequence[JournalEntry] = (),
+        initial_rejected: Sequence[tuple[str, int]] = (),
     ) -> tuple[RunRecord, bool]:
-        """Create a run with its cycle-0 checkpoint (a full state, and its version rows), or
-        return the existing run with that ``task_key``. Returns ``(run, created)``."""
+        """Create a run with its first checkpoint (a full state, and its version rows), or
+        return the existing run with that ``task_key``. Returns ``(run, created)``.
+
+        A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
+        the origin's journal entries it inherits (``inherited``: done effects, kept under their
+        keys and marked inherited, so they are not done again) and the digests of proposals
+        the origin rejected up to that cycle (``initial_rejected``)."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:
@@ -298,8 +310,26 @@ class Store(ABC):
         project: str | None = None,
         loop_name: str | None = None,
         limit: int | None = None,
+        stop_reason: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first (by ``created_at``, then ``run_id``). ``search``: a
+        case-insensitive substring of the task key, loop, project, stop reason or packet, or a
+        run id prefix; ``after``: the ``(created_at, run_id)`` of the last run of the previous
+        page (keyset pagination)."""
+
+    @abstractmethod
+    def count_runs(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        loop_name: str | None = None,
+        stop_reason: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        """How many runs ``list_runs`` would return with these filters and no limit."""
 
     # --- leases -------------------------------------------------------------------------
     @abstractmethod
@@ -358,6 +388,10 @@ class Store(ABC):
     @abstractmethod
     def rejected_digests(self, run_id: str) -> list[str]:
         """Digests of the run's rejected proposals (a duplicate is no progress)."""
+
+    @abstractmethod
+    def rejected_rows(self, run_id: str) -> list[tuple[str, int]]:
+        """``(digest, cycle)`` of each rejected proposal of the run (a fork copies them)."""
 
     @abstractmethod
     def is_rejected(self, run_id: str, digest: str) -> bool:

@@ -146,6 +146,8 @@ PG_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, digest)
         )""",
         "ALTER TABLE checkpoints ADD COLUMN base BIGINT",
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN forked_at BIGINT",
         """CREATE TABLE effect_keys (
             kind TEXT NOT NULL,
             key TEXT NOT NULL,

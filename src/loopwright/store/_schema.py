@@ -149,6 +149,9 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "FROM checkpoints ORDER BY run_id, seq",
         "DROP TABLE checkpoints",
         "ALTER TABLE checkpoints_v4 RENAME TO checkpoints",
+        # a fork's origin: the run and the cycle whose state it started from
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN forked_at INTEGER",
         # Invariant 2 per business action: an effect's idempotency key is claimed store-wide
         # (by kind), so a second run asking for a done key gets its recorded result.
         """CREATE TABLE effect_keys (

@@ -66,7 +66,7 @@ RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
     "tokens, seconds, spec_ref, loop_version, contract, task, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
-    "held_out_passed"
+    "held_out_passed, forked_from, forked_at"
 )
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 # The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds
@@ -147,8 +147,9 @@ class Statements:
             "VALUES(?,?,?,?,'pending',?,?,?,?,?,?) "
             f"ON CONFLICT DO NOTHING RETURNING {RUN_COLS}"
         )
+        self.set_forked = p("UPDATE runs SET forked_from=?, forked_at=?, cycle=? WHERE run_id=?")
         self.insert_first_checkpoint = p(
-            f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?, 0, 0, ?, NULL, 0, ?, 0)"
+            f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?, 0, ?, ?, NULL, 0, ?, 0)"
         )
         self.cancel = p("UPDATE runs SET cancel_requested=? WHERE run_id=?")
         # --- leases
@@ -412,6 +413,8 @@ class SQLStore(Store):
             fencing_token=row[22],
             last_seq=row[23],
             held_out_passed=None if row[24] is None else bool(row[24]),
+            forked_from=row[25],
+            forked_at=row[26],
         )
 
     def _approval(self, row: Sequence[Any]) -> Approval:
@@ -483,6 +486,9 @@ class SQLStore(Store):
         task: dict[str, Any],
         initial_state: dict[str, Any],
         initial_versions: Sequence[VersionRow] = (),
+        forked_from: tuple[str, int] | None = None,
+        inherited: Sequence[JournalEntry] = (),
+        initial_rejected: Sequence[tuple[str, int]] = (),
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -509,15 +515,29 @@ class SQLStore(Store):
                 if row is None:
                     raise ConflictError(f"run id {run_id!r} is taken by another task key")
                 return self._run(row), False
-            conn.execute(q.insert_first_checkpoint, (run_id, js(initial_state), now))
+            # cycle 0, or for a fork the cycle whose state it starts from
+            first_cycle = int(initial_state.get("cycle") or 0)
+            conn.execute(q.insert_first_checkpoint, (run_id, first_cycle, js(initial_state), now))
             if initial_versions:
                 self._executemany(
                     conn, q.upsert_version, [version_row(run_id, v, js) for v in initial_versions]
                 )
-            conn.execute(
-                q.insert_event,
-                (run_id, 0, "run_created", now, js({"task_key": task_key, "loop": loop_name})),
-            )
+            created: dict[str, Any] = {"task_key": task_key, "loop": loop_name}
+            if forked_from is not None:
+                conn.execute(q.set_forked, (*forked_from, forked_from[1], run_id))
+                row = conn.execute(q.run_by_id, (run_id,)).fetchone()
+                created["forked_from"] = {"run": forked_from[0], "cycle": forked_from[1]}
+            for e in inherited:
+                data = {**e.data, "inherited_from": e.run_id}
+                conn.execute(
+                    q.insert_journal,
+                    (run_id, e.key, e.kind, e.cycle, e.status, js(data), e.attempts, now, now, 0),
+                )
+            if initial_rejected:
+                self._executemany(
+                    conn, q.insert_rejected, [(run_id, d, c) for d, c in initial_rejected]
+                )
+            conn.execute(q.insert_event, (run_id, 0, "run_created", now, js(created)))
         return self._run(row), True
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -545,14 +565,61 @@ class SQLStore(Store):
         project: str | None = None,
         loop_name: str | None = None,
         limit: int | None = None,
+        stop_reason: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        where, args = _where(
-            (("status", status), ("project", project), ("loop_name", loop_name)), self._MARK
-        )
+        where, args = self._runs_where(status, project, loop_name, stop_reason, search)
+        if after is not None:  # keyset pagination: the rows after (created_at, run_id)
+            m = self._MARK
+            where += (" AND " if where else " WHERE ") + (
+                f"(created_at < {m} OR (created_at = {m} AND run_id > {m}))"
+            )
+            args += [after[0], after[0], after[1]]
         query = f"SELECT {RUN_COLS} FROM runs{where} ORDER BY created_at DESC, run_id"
         if limit is not None and limit >= 0:  # a negative limit is no limit
             query += f" LIMIT {int(limit)}"
         return [self._run(r) for r in self._all(query, args)]
+
+    def count_runs(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        loop_name: str | None = None,
+        stop_reason: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        where, args = self._runs_where(status, project, loop_name, stop_reason, search)
+        return int(self._all(f"SELECT COUNT(*) FROM runs{where}", args)[0][0])
+
+    def _runs_where(
+        self,
+        status: str | None,
+        project: str | None,
+        loop_name: str | None,
+        stop_reason: str | None,
+        search: str | None,
+    ) -> tuple[str, list[Any]]:
+        where, args = _where(
+            (
+                ("status", status),
+                ("project", project),
+                ("loop_name", loop_name),
+                ("stop_reason", stop_reason),
+            ),
+            self._MARK,
+        )
+        if search:
+            # Case-insensitive substring of the task key, loop, project, stop reason or the
+            # packet (its cause and stop_cause), or a run id prefix; ! escapes LIKE's wildcards.
+            m = self._MARK
+            pat = search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+            cols = ("task_key", "loop_name", "project", "stop_reason", "CAST(packet AS TEXT)")
+            cond = " OR ".join(f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in cols)
+            where += (" AND " if where else " WHERE ") + f"({cond} OR run_id LIKE {m} ESCAPE '!')"
+            args += [f"%{pat}%"] * len(cols) + [f"{pat}%"]
+        return where, args
 
     # --- leases -------------------------------------------------------------------------
     def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:
@@ -627,6 +694,10 @@ class SQLStore(Store):
         with self._conn() as conn:
             row = conn.execute(self._q.is_rejected, (run_id, digest)).fetchone()
         return row is not None
+
+    def rejected_rows(self, run_id: str) -> list[tuple[str, int]]:
+        rows = self._all(self._q.p("SELECT digest, cycle FROM rejected WHERE run_id=?"), (run_id,))
+        return [(r[0], int(r[1])) for r in rows]
 
     def rejected_digests(self, run_id: str) -> list[str]:
         return [r[0] for r in self._all(self._q.rejected, (run_id,))]

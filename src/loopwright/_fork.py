@@ -1,0 +1,260 @@
+"""Time travel and a person's hand: fork a run at a cycle, and edit a part by hand.
+
+``Runtime.fork`` makes a new run whose state is an old run's state after cycle N (accepted parts
+stay accepted and protected), linked to its origin; the origin is untouched. Its effects done up
+to N are inherited (journaled under their keys in the fork, marked inherited, and — for business
+keys — held store-wide), so the fork never does them again. The fork is created in one store
+transaction, so a crash leaves either no fork or a whole one.
+
+``Runtime.edit`` gives a part a new version authored by a person: accepted by definition
+(over an accepted version too, recorded as an override), an ``edited`` event with the diff, a
+note the next context shows, and an ``edit`` signal in the task's feedback memory. Verifiers
+judge the state after the edit in the next cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ._contract import TERMINAL_STATUSES, Contract
+from ._errors import ConfigError, ConflictError
+from ._exec import NO_LOOP as _NO_LOOP
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._loop import Loop
+from ._state import TaskState, split_ref
+from ._state_codec import head, unwritten_versions
+from .store import Checkpoint, NewEvent, RunRecord
+
+__all__ = ["Forking", "what_changed"]
+
+
+class Forking(RuntimeHost):
+    """``fork`` and ``edit`` (mixed into ``Runtime``)."""
+
+    owner: str
+
+    def fork(
+        self,
+        run_id: str,
+        at_cycle: int,
+        *,
+        contract: Contract | None = None,
+        loop: Loop | None = None,
+        task_key: str | None = None,
+    ) -> RunRecord:
+        """A new run from the state ``run_id`` had after cycle ``at_cycle`` (0: its start),
+        linked to it (``forked_from``/``forked_at``). ``contract`` (else ``loop``'s, else the
+        origin's) governs it; ``loop`` names its loop (else the origin's). Run it with
+        ``resume``. The origin is not changed."""
+        rec = self.store.get_run(run_id)
+        if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
+            raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
+        ck = _concluded_at(self.store.checkpoints(rec.run_id), rec.run_id, at_cycle)
+        state = ck.task_state()
+        for _ref, part in state.iter_parts():
+            part.versions  # noqa: B018 - every version up to that cycle travels with the fork
+        state.pending = None
+        state.next_action = "resume"
+        state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
+        key = task_key or f"{rec.task_key}~fork-{uuid.uuid4().hex[:8]}"
+        state.task_key = key
+        rejected = [(d, c) for d, c in self.store.rejected_rows(rec.run_id) if c <= at_cycle]
+        inherited = [
+            e
+            for e in self.store.journal(rec.run_id, kind="effect")
+            if e.cycle <= at_cycle and e.status == "done"
+        ]
+        chosen = contract or (loop.contract if loop is not None else None)
+        new, created = self.store.create_run(
+            run_id=uuid.uuid4().hex[:16],
+            task_key=key,
+            loop_name=loop.name if loop is not None else rec.loop_name,
+            project=rec.project,
+            spec_ref=loop.spec_ref if loop is not None else rec.spec_ref,
+            loop_version=loop.version if loop is not None else rec.loop_version,
+            contract=chosen.to_dict() if chosen is not None else rec.contract,
+            task=rec.task,
+            initial_state=head(state),
+            initial_versions=unwritten_versions(state, {})[0],
+            forked_from=(rec.run_id, at_cycle),
+            inherited=inherited,
+            initial_rejected=rejected,
+        )
+        if not created:
+            raise ConfigError(f"task key {key!r} is taken by run {new.run_id}", field="task_key")
+        return new
+
+    def edit(
+        self,
+        run_id: str,
+        ref: str,
+        value: Any,
+        *,
+        by: str,
+        note: str | None = None,
+    ) -> RunRecord:
+        """A person's version of part ``ref`` (``artifact/part``): accepted, recorded (event
+        with the diff, a note for the next context, an ``edit`` memory signal in the task's
+        scope). An ended run is reopened so the loop continues from the edit (``resume``)."""
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigError("say who edits (a name)", field="by")
+        artifact, name = split_ref(ref)
+        rec = self.store.get_run(run_id)
+        if rec.status == "awaiting_approval":
+            raise ConfigError(
+                f"run {rec.run_id} is waiting for a decision on its request; decide it (approve, "
+                "deny or answer) and edit when it has moved on",
+                field="run",
+            )
+        try:
+            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+        except ConflictError:
+            raise ConflictError(
+                f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
+            ) from None
+        try:
+            ck = self.store.latest_checkpoint(rec.run_id)
+            ex = _Exec(
+                rec.run_id,
+                _NO_LOOP,
+                Contract.from_dict(rec.contract),
+                token,
+                ck.seq,
+                TaskState.from_dict(ck.state),
+            )
+            ex.adopt(self.store, ck.state)
+            s = ex.state
+            part = s.part(ref)
+            if part is None:
+                known = ", ".join(r for r, _p in s.iter_parts()) or "none"
+                raise ConfigError(
+                    f"no part {ref!r} in run {rec.run_id} (parts: {known})", field="part"
+                )
+            old, was = part.value, part.status
+            if old == value:
+                raise ConfigError("is the part's current value already", field="value")
+            s.set_part(artifact, name, value, s.cycle)
+            part = s.part(ref)
+            assert part is not None
+            part.current.status = "accepted"  # a person's version is accepted by definition
+            s.refresh_plan()
+            changed = what_changed(old, value)
+            override = was == "accepted"
+            what = {
+                "part": ref,
+                "version": part.count,
+                "by": by.strip(),
+                "note": note or "",
+                "changed": changed,
+                "override": override,
+            }
+            s.notes.append({"kind": "edit", **what})  # the next context shows it
+            ex.events.append(NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value)}))
+            reopen = rec.status in TERMINAL_STATUSES
+            run: dict[str, Any] = {}
+            if reopen:
+                s.next_action = "resume: the loop goes on from the person's edit"
+                run = {
+                    "status": "pending",
+                    "stop_reason": None,
+                    "packet": None,
+                    "ended_at": None,
+                    "held_out_passed": None,
+                    "cancel_requested": 0,
+                }
+            self._commit(
+                ex,
+                {"decision": "edit", "part": ref, "version": part.count, "by": by.strip()},
+                run,
+            )
+        finally:
+            self.store.release_lease(rec.run_id, token)
+        if self.memory_enabled and s.task_key:
+            text = f"{by.strip()} edited {ref}: changed {', '.join(changed) or 'the value'}"
+            if note:
+                text += f" ({note})"
+            # memory is best effort: the edit itself is committed
+            with contextlib.suppress(ConfigError):
+                self.memory.add(
+                    scope="task",
+                    scope_key=s.task_key,
+                    signal="edit",
+                    text=text,
+                    source={"run_id": rec.run_id, "part": ref, "version": part.count},
+                    by=by.strip(),
+                )
+        return self.store.get_run(rec.run_id)
+
+
+def _concluded_at(cks: list[Checkpoint], run_id: str, cycle: int) -> Checkpoint:
+    """The checkpoint that concluded ``cycle`` (the first one for cycle 0)."""
+    concluded = [
+        c
+        for c in cks
+        if c.seq == cks[0].seq
+        or (c.record and "proposal" in c.record and not c.state.get("pending"))
+    ]
+    found = [c for c in concluded if c.cycle == cycle]
+    if not found:
+        done = sorted({c.cycle for c in concluded})
+        raise ConfigError(
+            f"run {run_id} has no completed checkpoint for cycle {cycle} "
+            f"(it has cycles {done[0]}..{done[-1]})",
+            field="at_cycle",
+        )
+    return found[-1]
+
+
+_ID = re.compile(r"""\bid=["']([^"']+)["']""")
+
+
+def what_changed(old: Any, new: Any) -> list[str]:
+    """What a person changed: the fields of a mapping, the elements (by id) of an SVG, else the
+    lines of a text (as ``line N``)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = sorted({*old, *new}, key=str)
+        return [str(k) for k in keys if old.get(k) != new.get(k)]
+    if isinstance(old, str) and isinstance(new, str):
+        if "<svg" in old and "<svg" in new:
+            return _svg_changes(old, new)
+        a, b = old.splitlines(), new.splitlines()
+        out = []
+        for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(a=a, b=b).get_opcodes():
+            if tag != "equal":
+                out.append(f"line {i1 + 1}" if i2 - i1 <= 1 else f"lines {i1 + 1}-{i2}")
+        return out
+    return ["value"]
+
+
+def _svg_changes(old: str, new: str) -> list[str]:
+    """Ids of the SVG elements whose markup differs (added, removed or changed)."""
+
+    def elements(svg: str) -> dict[str, str]:
+        out = {}
+        for m in re.finditer(r"<[^<>]+>", svg):
+            idm = _ID.search(m.group(0))
+            if idm:
+                out[idm.group(1)] = m.group(0)
+        return out
+
+    a, b = elements(old), elements(new)
+    ids = [i for i in sorted({*a, *b}) if a.get(i) != b.get(i)]
+    return [f"#{i}" for i in ids] or ["the picture"]
+
+
+def _diff(old: Any, new: Any) -> str:
+    def lines(v: Any) -> list[str]:
+        text = v if isinstance(v, str) else json.dumps(v, indent=1, sort_keys=True, default=str)
+        return text.splitlines()
+
+    out = "\n".join(
+        difflib.unified_diff(lines(old), lines(new), "before", "after", lineterm="", n=1)
+    )
+    return out[:4000]

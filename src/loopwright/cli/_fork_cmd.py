@@ -1,0 +1,103 @@
+"""``loopwright fork`` and ``loopwright edit``: a new run from an earlier cycle, and a person's
+version of a part. Thin over ``Runtime.fork`` and ``Runtime.edit`` (``loopwright._fork``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._errors import ConfigError
+from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, app
+from ._stores import existing_store
+
+__all__ = ["edit", "fork"]
+
+
+@app.command(short_help="A new run from an earlier cycle of a run (the run is not changed).")
+def fork(
+    run_id: RunArg,
+    at_cycle: Annotated[
+        int, typer.Option("--at-cycle", help="Start from the state after this cycle (0: start).")
+    ],
+    contract: Annotated[
+        Path | None,
+        typer.Option(
+            "--contract",
+            metavar="FILE",
+            help="A contract TOML (a loop spec or [contract] tables) for the new run.",
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option("--spec", metavar="FILE", help="Run the fork with this loop spec."),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="The new run's task key (default: derived).")
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
+    accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
+    Run it with `loopwright resume`."""
+    from .._engine import Runtime
+    from .._spec import load_spec
+    from ..replay import load_contract
+    from ._render import console
+
+    if at_cycle < 0:
+        raise ConfigError("must be 0 or more", field="--at-cycle")
+    loop = load_spec(spec) if spec is not None else None
+    chosen = load_contract(contract, keep_risk=True) if contract is not None else None
+    with Runtime(existing_store(store)) as rt:
+        rec = rt.store.get_run(run_id)
+        new = rt.fork(rec.run_id, at_cycle, contract=chosen, loop=loop, task_key=key)
+    console().print(
+        f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
+        f"(task key {new.task_key})"
+    )
+    console().print(f"run it with: loopwright resume {new.run_id[:12]}")
+
+
+@app.command(short_help="A person's version of a part (accepted; the loop goes on from it).")
+def edit(
+    run_id: RunArg,
+    part: Annotated[str, typer.Argument(metavar="PART", help="The part: artifact/part.")],
+    by: ByOpt,
+    value: Annotated[
+        str | None,
+        typer.Option("--value", help="The new value (JSON if it parses as JSON, else text)."),
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", metavar="F", help="Read the new value from a file.")
+    ] = None,
+    note: NoteOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
+    and remembered as an `edit` signal for the task. An ended run is reopened."""
+    from .._engine import Runtime
+    from ._render import console
+
+    if (value is None) == (file is None):
+        raise ConfigError("give exactly one of --value and --file", field="--value")
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {file}: {exc}", field="--file") from None
+        new: Any = text
+    else:
+        assert value is not None
+        try:
+            new = json.loads(value)
+        except json.JSONDecodeError:
+            new = value
+    with Runtime(existing_store(store)) as rt:
+        rec = rt.store.get_run(run_id)
+        rec = rt.edit(rec.run_id, part, new, by=by, note=note)
+    console().print(f"run {rec.run_id[:12]}: {part} edited by {by}, now {rec.status}")
+    if rec.status == "pending":
+        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")

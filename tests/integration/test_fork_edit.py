@@ -1,0 +1,228 @@
+"""Issue 18: fork a run at a cycle (a new run from the old run's state after cycle N, linked to
+it, the old run untouched, inherited effects never done again; one transaction), and a
+person's edit (an accepted, person-authored version; an event with the diff; an ``edit`` memory
+signal in the task's scope; the loop continues from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.cli import main
+
+CYCLES = 8
+TASK = {
+    "goal": "three parts",
+    "artifacts": {"doc": {"a": "a0", "b": "b0", "c": "c0"}},
+    "plan": [{"id": "s1", "parts": ["doc/a"]}],
+}
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def notify(self, text: str, key: str) -> str:
+        self.calls.append(key)
+        return f"sent {text}"
+
+
+def make_loop(counter: Counter, max_cycles: int = CYCLES) -> lw.Loop:
+    notify = lw.effect("send", name="notify", key=lambda a: "team-once", requires_success=False)(
+        counter.notify
+    )
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        n = ctx.cycle
+        edits: dict[str, Any] = {"b": f"b{n}"}
+        if not ctx.is_accepted("doc", "a"):
+            edits["a"] = f"a{n}"
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", edits).edits,
+            effects=(notify.call(text="started"),),  # the same business action every cycle
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        v = state.values()["doc"]
+        findings = [lw.Finding("b is never right", "doc", "b")]
+        if v["a"] != "a2":
+            findings.append(lw.Finding("a is not a2", "doc", "a"))
+        return lw.Verdict(passed=False, score=1 - len(findings) / 3, findings=tuple(findings))
+
+    return lw.Loop(
+        name="forky",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=max_cycles)),
+        effects=[notify],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+    )
+
+
+def _state_at(rt: lw.Runtime, run_id: str, cycle: int) -> dict[str, Any]:
+    ck = [c for c in rt.store.checkpoints(run_id) if c.cycle == cycle and (c.record or c.seq == 0)]
+    return _comparable(ck[-1].task_state())
+
+
+def _comparable(s: lw.TaskState) -> dict[str, Any]:
+    d = s.to_dict()
+    for k in ("notes", "task_key", "pending", "next_action", "spent", "rejected"):
+        d.pop(k, None)
+    return d
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> tuple[Path, str, Counter]:
+    counter = Counter()
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(make_loop(counter), TASK, task_key="origin")
+        assert (r.status, r.cycles) == ("stopped", CYCLES)
+    assert counter.calls == ["notify:team-once"]  # a business action: once in the store
+    return db, r.run_id, counter
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 7])
+def test_a_fork_starts_from_the_origins_state_at_that_cycle(
+    origin: tuple[Path, str, Counter], n: int
+) -> None:
+    db, run_id, _ = origin
+    with lw.Runtime(db) as rt:
+        before = [(c.seq, c.state, c.record) for c in rt.store.checkpoints(run_id)]
+        fork = rt.fork(run_id, n)
+        assert (fork.forked_from, fork.forked_at, fork.status) == (run_id, n, "pending")
+        mine = rt.store.latest_checkpoint(fork.run_id).task_state()
+        assert _comparable(mine) == _state_at(rt, run_id, n)
+        assert mine.task_key == fork.task_key
+        # the origin is untouched
+        assert [(c.seq, c.state, c.record) for c in rt.store.checkpoints(run_id)] == before
+        assert rt.store.get_run(run_id).status == "stopped"
+
+
+def test_a_fork_goes_on_under_its_own_contract_and_never_redoes_an_inherited_effect(
+    origin: tuple[Path, str, Counter],
+) -> None:
+    db, run_id, counter = origin
+    with lw.Runtime(db) as rt:
+        longer = make_loop(counter, max_cycles=CYCLES + 4)
+        fork = rt.fork(run_id, 3, contract=longer.contract)
+        inherited = rt.store.journal(fork.run_id, kind="effect")
+        assert [e.data.get("inherited_from") for e in inherited] == [run_id]
+        r = rt.resume_sync(fork.run_id, longer)
+        assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", CYCLES + 4)
+        assert counter.calls == ["notify:team-once"]  # the inherited action was not done again
+        # the fork's own cycles start after the fork point
+        cycles = [
+            c.cycle
+            for c in rt.store.checkpoints(fork.run_id)
+            if c.record and "proposal" in c.record
+        ]
+        assert min(cycles) == 4
+
+
+def test_a_fork_is_one_transaction(origin: tuple[Path, str, Counter]) -> None:
+    db, run_id, _ = origin
+    with lw.Runtime(db) as rt:
+        store: Any = rt.store
+        real = store._executemany
+
+        def crash(*args: Any, **kw: Any) -> None:
+            raise RuntimeError("killed in the middle of the fork")
+
+        store._executemany = crash
+        with pytest.raises(RuntimeError):
+            rt.fork(run_id, 3, task_key="half")
+        store._executemany = real
+        with pytest.raises(lw.RunNotFoundError):
+            rt.store.get_run("half")  # nothing of it was kept
+        assert rt.fork(run_id, 3, task_key="half").task_key == "half"
+
+
+def test_fork_refuses_a_cycle_it_does_not_have(origin: tuple[Path, str, Counter]) -> None:
+    db, run_id, _ = origin
+    with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError, match="cycle 99"):
+        rt.fork(run_id, 99)
+
+
+def test_an_edit_is_accepted_recorded_remembered_and_the_loop_goes_on(
+    origin: tuple[Path, str, Counter],
+) -> None:
+    db, run_id, counter = origin
+    with lw.Runtime(db) as rt:
+        rec = rt.edit(run_id, "doc/b", "b by hand", by="ana", note="the right wording")
+        assert rec.status == "pending"  # the stopped run is reopened
+        st = rt.store.latest_checkpoint(run_id).task_state()
+        part = st.artifacts["doc"].parts["b"]
+        assert (part.value, part.status, part.count) == ("b by hand", "accepted", CYCLES + 2)
+        [ev] = [e.data for e in rt.store.events(run_id) if e.kind == "edited"]
+        assert ev["by"] == "ana" and ev["part"] == "doc/b" and "+b by hand" in ev["diff"]
+        [item] = [m for m in rt.memory.list(scope="task") if m.signal == "edit"]
+        assert item.scope_key == "origin" and "doc/b" in item.text
+        # the next cycle starts from the edit, and the actor may not overwrite it
+        seen: list[lw.Context] = []
+
+        def actor(ctx: lw.Context) -> lw.Proposal:
+            seen.append(ctx)
+            return lw.Proposal.edit("doc", {"b": "the actor's b"})
+
+        base = make_loop(counter, max_cycles=2)
+        loop = lw.Loop(
+            name=base.name,
+            actor=actor,
+            verifiers=base.verifiers,
+            contract=base.contract,
+            effects=base.effects,
+            approvals=base.approvals,
+        )
+        fresh, _ = rt.create(loop, TASK, task_key="fresh")
+        rt.edit(fresh.run_id, "doc/b", "b by hand", by="ana")
+        r = rt.resume_sync(fresh.run_id, loop)
+        assert seen[0].artifacts["doc"]["b"] == "b by hand"
+        assert seen[0].is_accepted("doc", "b")
+        assert any(n.get("kind") == "edit" and n.get("by") == "ana" for n in seen[0].notes)
+        assert r.state.values()["doc"]["b"] == "b by hand"  # refused to overwrite it
+
+
+def test_an_edit_of_a_structured_value_names_the_changed_fields(tmp_path: Path) -> None:
+    counter = Counter()
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        task = {"artifacts": {"doc": {"a": "a0", "b": "b0", "c": {"x": 1, "y": 2}}}}
+        r = rt.run_sync(make_loop(counter, max_cycles=1), task, task_key="t")
+        rt.edit(r.run_id, "doc/c", {"x": 1, "y": 3, "z": 0}, by="bo")
+        [ev] = [e.data for e in rt.store.events(r.run_id) if e.kind == "edited"]
+        assert ev["changed"] == ["y", "z"]
+
+
+def test_edit_mistakes_are_one_line_errors(origin: tuple[Path, str, Counter]) -> None:
+    db, run_id, _ = origin
+    with lw.Runtime(db) as rt:
+        with pytest.raises(lw.ConfigError, match="no part 'doc/zz'"):
+            rt.edit(run_id, "doc/zz", 1, by="ana")
+        with pytest.raises(lw.ConfigError, match="already"):
+            rt.edit(run_id, "doc/b", rt.result(run_id).state.values()["doc"]["b"], by="ana")
+        with pytest.raises(lw.ConfigError, match="by"):
+            rt.edit(run_id, "doc/b", "x", by=" ")
+        rt.store.acquire_lease(run_id, "someone-else:1:x", 60)
+        with pytest.raises(lw.ConflictError, match="executing elsewhere"):
+            rt.edit(run_id, "doc/b", "x", by="ana")
+
+
+def test_cli_fork_and_edit(
+    origin: tuple[Path, str, Counter], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, run_id, _ = origin
+    store = ["--store", str(db)]
+    assert main(["fork", run_id, "--at-cycle", "2", "--key", "branch", *store]) == 0
+    out = capsys.readouterr().out
+    assert "forked" in out and "branch" in out
+    value = tmp_path / "v.txt"
+    value.write_text("from a file")
+    assert main(["edit", run_id, "doc/c", "--file", str(value), "--by", "ana", *store]) == 0
+    assert main(["edit", run_id, "doc/c", "--value", "x", *store]) == 2  # --by is required
+    assert main(["fork", run_id, "--at-cycle", "-1", *store]) == 2
+    with lw.Runtime(db) as rt:
+        assert rt.store.get_run("branch").forked_from == run_id
+        assert rt.result(run_id).state.values()["doc"]["c"] == "from a file"
