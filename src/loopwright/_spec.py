@@ -216,7 +216,7 @@ def load_spec(path: str | Path) -> Loop:
         raise SpecError(f"no spec file at {p}", field="spec")
     try:
         raw = p.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))  # a byte-order mark is not a mistake
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SpecError(f"{p} is not valid TOML: {exc}", field="spec") from None
     except RecursionError:

@@ -256,6 +256,12 @@ def test_a_busy_port(project: Path) -> None:
     assert not store.exists()
 
 
+def test_a_dashboard_over_a_store_that_does_not_exist(project: Path) -> None:
+    store = project / "typo.db"
+    refused(lw("ui", "--port", "0", "--store", str(store), cwd=project), "no store", "typo.db")
+    assert not store.exists()
+
+
 def test_a_send_url_that_does_not_parse(accepted: tuple[Path, str], project: Path) -> None:
     store, run_id = accepted
     refused(lw("trace", run_id, "--send", "http://[::1", cwd=project, store=store), "--send")

@@ -66,7 +66,7 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> Ta
 
 def _text(path: Path, where: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not a mistake
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})", field=where

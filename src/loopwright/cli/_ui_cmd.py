@@ -10,6 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import app
+from ._stores import existing_store
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -85,8 +86,6 @@ def ui(
     """
     import secrets
 
-    from ..store import resolve_store_url
-
     try:
         import uvicorn  # noqa: F401 - the extra is installed
 
@@ -105,9 +104,9 @@ def ui(
     if host in ("0.0.0.0", "::"):  # every interface: the machine's own names too
         names += [socket.gethostname(), socket.getfqdn()]
     hosts = allowed_host_names(names, field="--allow-host")
-    url = resolve_store_url(store)
     sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
     try:
+        url = existing_store(store)  # a mistyped --store is refused, not created empty
         application = create_app(
             url, token=token, identity=name, require_token_for_reads=private, allowed_hosts=hosts
         )
