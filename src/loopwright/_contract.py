@@ -100,7 +100,9 @@ def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = Tru
         raise ConfigError(f"must be a number, got {value!r}", field=name)
     if integer and not isinstance(value, int):
         raise ConfigError(f"must be a whole number, got {value!r}", field=name)
-    if math.isnan(value) or value < 0:
+    if not math.isfinite(value):  # NaN passes every limit; an infinite one is None, unset
+        raise ConfigError(f"must be a finite number, got {value!r}", field=name)
+    if value < 0:
         raise ConfigError(f"must not be negative, got {value!r}", field=name)
 
 

@@ -103,6 +103,9 @@ def test_a_trace_file_that_is_not_utf8(project: Path) -> None:
 def test_a_spec_nested_too_deeply(project: Path) -> None:
     deep = SPEC + "x = " + "[" * 5000 + "]" * 5000 + "\n"
     refused(lw("check", spec(project, "deep.toml", deep), cwd=project), "nested too deeply")
+    # a contract file for replay
+    args = ("replay", "store", "--contract", "deep.toml", "--store", "none.db")
+    refused(lw(*args, cwd=project), "--contract", "nested too deeply")
 
 
 def test_a_task_nested_too_deeply(project: Path) -> None:

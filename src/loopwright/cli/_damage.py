@@ -29,7 +29,7 @@ _TABLES = {
 }
 # Driver errors that mean the schema or the file is damaged (not a lock, a full disk or a
 # dropped connection, which are OperationalError on SQLite and have other classes on PG).
-_MISSING = ("no such table", "no such column", "could not decode")
+_MISSING = ("no such table", "could not decode")
 _PG_DAMAGE = ("UndefinedTable", "UndefinedColumn", "DataCorrupted", "IndexCorrupted")
 
 

@@ -156,6 +156,10 @@ def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p} is not valid TOML: {exc}", field="--contract") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{p} is nested too deeply to be a contract", field="--contract"
+        ) from None
     table = data.get("contract", data)
     if not isinstance(table, Mapping):
         raise ConfigError(f"{p}: [contract] must be a table", field="--contract")
