@@ -15,7 +15,7 @@ from ._contract import status_for
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
-from ._packet import build_packet
+from ._packet import build_packet, stop_cause
 from ._usage import Usage
 from .store import NewApproval, NewEvent
 
@@ -55,9 +55,22 @@ class Finishing(RuntimeHost):
         ex.state.next_action = (
             "" if status == "accepted" else (packet or {}).get("recommended_action", "")
         )
+        # An accepted run has no packet: its sentence is derived from the record when shown
+        # (run_stop_cause), and written here into the stopped event.
+        said = (packet or {}).get("stop_cause") or stop_cause(
+            reason,
+            ex.contract,
+            cycle=ex.state.cycle,
+            best_score=ex.state.best_score,
+            max_cycles=rules.cycle_cap(ex.contract, ex.state),
+            cause=cause,
+            error=error,
+        )
         ex.events.append(
             NewEvent(
-                ex.state.cycle, "stopped", {"reason": reason, "status": status, "cause": cause}
+                ex.state.cycle,
+                "stopped",
+                {"reason": reason, "status": status, "cause": cause, "stop_cause": said},
             )
         )
         run: dict[str, Any] = {

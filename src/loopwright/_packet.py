@@ -6,13 +6,14 @@ everything accepted, beside the unresolved findings, the evidence and where the 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ._contract import Contract
 from ._decide import cycle_cap
 from ._state import TaskState
 
-__all__ = ["build_packet", "explain"]
+__all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause"]
 
 _ADVICE = {
     "no_progress": (
@@ -60,6 +61,148 @@ def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -
         max_cost_usd=b.max_cost_usd,
         max_tokens=b.max_tokens,
         max_seconds=b.max_seconds,
+    )
+
+
+CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= CAUSE_LIMIT else text[: CAUSE_LIMIT - 1] + "…"
+
+
+def stop_cause(
+    reason: str | None,
+    contract: Contract,
+    *,
+    cycle: int,
+    best_score: float | None = None,
+    best_cycle: int | None = None,
+    spent: Mapping[str, Any] | None = None,
+    max_cycles: int | None = None,
+    cause: str | None = None,
+    error: Mapping[str, Any] | None = None,
+    evidence: Mapping[str, Any] | None = None,
+    held_out_passed: bool | None = None,
+) -> str:
+    """Why a run ended, in one short sentence with its numbers: who denied what and why, which
+    call failed after how many attempts, which rule stopped it and at what values."""
+    if not reason:
+        return ""
+    b, sp = contract.budget, spent or {}
+    best = f"best score {_num(best_score)}" + (
+        f" at cycle {best_cycle}" if best_cycle is not None and best_score is not None else ""
+    )
+    # "after N cycles": a run escalated or cancelled mid-cycle has not concluded that cycle.
+    at = f"after {cycle} cycle" + ("" if cycle == 1 else "s")
+    if reason == "success":
+        # Counted from the contract alone, so a stored run reads the same sentence later.
+        req = contract.success.required
+        what = f"all {len(req)} required checks passed" if req else "every required check passed"
+        text = f"accepted at cycle {cycle}: {what}, score {_num(best_score)}"
+        if held_out_passed is False:
+            text += "; held-out checks failed"
+        return _clip(text)
+    if reason == "no_progress":
+        n = contract.no_progress.cycles if contract.no_progress else 0
+        return _clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
+    if reason == "budget_cycles":
+        cap = max_cycles if max_cycles is not None else b.max_cycles
+        return _clip(f"stopped {at}: the cycle budget of {cap} is used up; {best}")
+    if reason == "budget_cost":
+        return _clip(
+            f"stopped {at}: spent ${_num(sp.get('cost_usd'), '{:.4f}')} of the "
+            f"${b.max_cost_usd} cost budget, the next cycle would cross it; {best}"
+        )
+    if reason == "budget_tokens":
+        return _clip(
+            f"stopped {at}: used {sp.get('tokens', '-')} of {b.max_tokens} tokens, the next "
+            f"cycle would cross the budget; {best}"
+        )
+    if reason == "budget_time":
+        return _clip(
+            f"stopped {at}: ran {_num(sp.get('seconds'), '{:.1f}')} s of the {b.max_seconds} s "
+            f"time budget" + (f" ({cause})" if cause else "") + f"; {best}"
+        )
+    if reason == "marginal_return":
+        return _clip(f"stopped {at}: another cycle was not worth its expected cost; {best}")
+    if reason == "escalated":
+        appr = (evidence or {}).get("approval")
+        if isinstance(appr, Mapping) and appr.get("status") not in (None, "approved", "answered"):
+            who = appr.get("decided_by") or "a person"
+            note = f": {appr['note']}" if appr.get("note") else ""
+            return _clip(f"escalated {at}: {who} {appr.get('status')} {appr.get('what')}{note}")
+        if cause:
+            return _clip(f"escalated {at}: {cause}")
+        if error:
+            return _clip(
+                f"escalated {at}: {error.get('where', 'user code')} raised "
+                f"{error.get('type')}: {error.get('message')}"
+            )
+        return _clip(f"escalated to a person {at}")
+    if reason == "cancelled":
+        return _clip(f"cancelled {at}" + (f": {cause}" if cause else ""))
+    if reason == "error":
+        if error:
+            return _clip(
+                f"failed {at}: loopwright raised {error.get('type')}: {error.get('message')}"
+            )
+        return _clip(f"failed {at}: loopwright itself raised an error")
+    return _clip(f"{reason} {at}" + (f": {cause}" if cause else ""))
+
+
+class _RunLike(Protocol):
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def cycle(self) -> int: ...
+    @property
+    def best_score(self) -> float | None: ...
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def contract(self) -> dict[str, Any]: ...
+    @property
+    def packet(self) -> dict[str, Any] | None: ...
+    @property
+    def held_out_passed(self) -> bool | None: ...
+
+
+def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> str:
+    """The stop cause of a stored run: the packet's own when it carries one, else derived from
+    the record and packet (runs stored before the field existed). ``""`` for a run not ended."""
+    p = rec.packet if packet is None else packet
+    p = p or {}
+    if p.get("stop_cause"):
+        return str(p["stop_cause"])
+    if not rec.stop_reason:
+        return ""
+    best = p.get("best_candidate") or {}
+    try:
+        contract = Contract.from_dict(rec.contract)
+    except Exception:  # an older contract shape must not hide why the run stopped
+        return _clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
+    return stop_cause(
+        rec.stop_reason,
+        contract,
+        cycle=int(p.get("cycles", rec.cycle) or 0),
+        best_score=rec.best_score,
+        best_cycle=best.get("cycle"),
+        spent=p.get("spent")
+        or {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds},
+        cause=p.get("cause"),
+        error=p.get("error"),
+        evidence=p.get("evidence"),
+        held_out_passed=rec.held_out_passed,
     )
 
 
@@ -111,4 +254,16 @@ def build_packet(
         "spent": state.spent.to_dict(),
         "cycles": state.cycle,
         "trace": {"run_id": run_id, "show": f"loopwright show {run_id}"},
+        "stop_cause": stop_cause(
+            reason,
+            contract,
+            cycle=state.cycle,
+            best_score=state.best_score,
+            best_cycle=state.best_cycle,
+            spent=state.spent.to_dict(),
+            max_cycles=cycle_cap(contract, state),
+            cause=cause,
+            error=error,
+            evidence=evidence,
+        ),
     }

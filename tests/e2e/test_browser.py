@@ -7,6 +7,7 @@ temporary folder (the ones in docs/img/ are taken from the demo's runs, see docs
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -47,13 +48,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def _need_browser() -> None:
     if not Path(CHROMIUM).exists():
         _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
     if importlib.util.find_spec("playwright") is None:
         _unavailable("playwright is not installed: pip install -e '.[dev]'")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    _need_browser()
     store, run_id = _web_loop().make_parked_run(tmp_path)
+    with _serve(store, tmp_path) as base:
+        yield base, run_id
+
+
+@contextlib.contextmanager
+def _serve(store: str, tmp_path: Path) -> Iterator[str]:
+    """`loopwright ui` over ``store`` on a free loopback port; yields its base URL."""
     port = _free_port()
     env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": TOKEN, "LOOPWRIGHT_UI_IDENTITY": "ana"}
     # `loopwright ui`; importing _ui_cmd first registers the command whether or not the CLI's
@@ -79,7 +91,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
                         f"loopwright ui exited: {proc.stdout.read() if proc.stdout else ''}"
                     )
                 time.sleep(0.1)
-        yield base, run_id
+        yield base
     finally:
         proc.terminate()
         proc.wait(10)
@@ -88,7 +100,10 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def page(server: tuple[str, str]) -> Iterator[Any]:
+def page() -> Iterator[Any]:
+    """A Chromium page. Request it after the server fixture: Playwright's event loop must not
+    be running while that fixture drives a run synchronously."""
+    _need_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -102,7 +117,7 @@ def page(server: tuple[str, str]) -> Iterator[Any]:
 
 
 def test_approve_in_the_inbox_and_watch_the_run_finish(
-    page: Any, server: tuple[str, str], tmp_path: Path
+    server: tuple[str, str], page: Any, tmp_path: Path
 ) -> None:
     IMG = tmp_path
     base, run_id = server
@@ -125,7 +140,7 @@ def test_approve_in_the_inbox_and_watch_the_run_finish(
     assert page.locator("b", has_text="PO").count() == 0  # the note rendered as text
 
 
-def test_run_detail_shows_the_chart(page: Any, server: tuple[str, str], tmp_path: Path) -> None:
+def test_run_detail_shows_the_chart(server: tuple[str, str], page: Any, tmp_path: Path) -> None:
     IMG = tmp_path
     base, run_id = server
     page.goto(f"{base}/runs/{run_id}")
@@ -137,7 +152,7 @@ def test_run_detail_shows_the_chart(page: Any, server: tuple[str, str], tmp_path
     page.screenshot(path=str(IMG / "run-detail.png"), full_page=True)
 
 
-def test_request_without_token_is_refused(page: Any, server: tuple[str, str]) -> None:
+def test_request_without_token_is_refused(server: tuple[str, str], page: Any) -> None:
     base, _ = server
     page.goto(base + "/approvals")
     aid = page.locator("section.card.pending").first.get_attribute("data-approval-id")
@@ -145,3 +160,93 @@ def test_request_without_token_is_refused(page: Any, server: tuple[str, str]) ->
     assert r.status == 401
     r = page.request.post(f"{base}/approvals/{aid}/decide", form={"action": "approve"})
     assert r.status in (401, 403)
+
+
+# --- issue 19: stop causes, pages that scale, effects on the run page, cancel -----------------
+GENERATED = 300
+
+
+@pytest.fixture
+def many(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """Runs ended for four reasons, one denied (applied on its resume) and 300 generated runs
+    (never started); (base URL, reason -> run id)."""
+    _need_browser()
+    from loopwright.store import open_store
+
+    (tmp_path / "ended").mkdir()
+    store, ids = _web_loop()._ended_runs(tmp_path / "ended")
+    st = open_store(store)
+    for i in range(GENERATED):
+        st.create_run(
+            run_id=f"{i:04d}" + "cd" * 14,
+            task_key=f"bulk-{i:04d}",
+            loop_name="bulk",
+            project="gen",
+            spec_ref=None,
+            loop_version=None,
+            contract={"budget": {"max_cycles": 3}},
+            task={"artifacts": {}},
+            initial_state={"cycle": 0, "artifacts": {}},
+        )
+    st.close()
+    with _serve(store, tmp_path) as base:
+        yield base, ids
+
+
+def test_stop_causes_pages_search_and_effects(
+    many: tuple[str, dict[str, str]], page: Any, tmp_path: Path
+) -> None:
+    base, ids = many
+    # the newest runs are the generated ones: search the list for the ended runs
+    page.goto(base + "/")
+    page.fill("input[name=q]", "cap-1")
+    page.click("form.filters button")
+    row = page.locator(f'tr[data-run-id="{ids["budget_cycles"]}"]')
+    assert "the cycle budget of 2 is used up" in row.locator(".cause").inner_text()
+    assert page.locator("tr[data-run-id]").count() == 1
+    want = {
+        "success": "accepted at cycle 1",
+        "no_progress": "no-progress rule",
+        "escalated": "ValueError: model server",
+    }
+    for reason, words in want.items():
+        page.goto(f"{base}/?q={ids[reason][:8]}")
+        assert words in page.locator(f'tr[data-run-id="{ids[reason]}"] .cause').inner_text()
+        page.click(f'tr[data-run-id="{ids[reason]}"] a')
+        assert words in page.locator("#stop-cause").inner_text()
+    # the accepted invoice says what it paid, with which key, in how many attempts
+    page.goto(f"{base}/runs/{ids['success']}")
+    effects = page.locator("#effects + table.journal")
+    assert "INV-7" in effects.inner_text() and "done" in effects.inner_text()
+    page.select_option("select[name=kind]", "effect_done")
+    page.click("form.filters button")
+    kinds = page.locator("#event-log tr[data-kind]")
+    assert kinds.count() >= 1
+    assert {kinds.nth(i).get_attribute("data-kind") for i in range(kinds.count())} == {
+        "effect_done"
+    }
+    page.screenshot(path=str(tmp_path / "run-effects.png"), full_page=True)
+    # pages of 50, newest first, to the end
+    page.goto(base + "/")
+    seen: set[str] = set()
+    while True:
+        rows = page.locator("tr[data-run-id]")
+        seen |= {rows.nth(i).get_attribute("data-run-id") or "" for i in range(rows.count())}
+        nxt = page.locator("#next-page")
+        if nxt.count() == 0:
+            break
+        nxt.click()
+    assert len(seen) == GENERATED + len(ids)
+
+
+def test_cancel_from_the_run_page(server: tuple[str, str], page: Any) -> None:
+    base, run_id = server
+    r = page.request.post(f"{base}/runs/{run_id}/act", form={"action": "cancel"})
+    assert r.status in (401, 403)  # no token, no CSRF: refused
+    page.goto(f"{base}/login?next=/runs/{run_id}")
+    page.fill("input[name=token]", TOKEN)
+    page.click("form.login button")
+    page.wait_for_url(f"{base}/runs/{run_id}")
+    page.click("form.actions button[value=cancel]")
+    page.locator("#run-status .st-cancelled").wait_for(timeout=30_000)
+    assert "cancelled by ana" in page.locator("#stop-cause").inner_text()

@@ -10,6 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -328,3 +329,191 @@ def test_svg_parts_are_shown_as_inert_images(tmp_path: Path) -> None:
         client.get(f"/runs/{r.run_id}/svg", params={"ref": "panel/svg", "v": 9}).status_code == 404
     )
     assert client.get(f"/runs/{r.run_id}/svg", params={"ref": "nope/x", "v": 1}).status_code == 404
+
+
+# --- issue 19: stop causes, effects on the run page, pages that scale, cancel/resume ---------
+def _doc_loop(name: str, actor: Any, contract: lw.Contract, **kw: Any) -> lw.Loop:
+    def check(state: Any, proposal: Any) -> lw.Verdict:
+        ok = state.values()["doc"].get("a") == 1
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
+
+    return lw.Loop(name=name, actor=actor, verifiers=[check], contract=contract, **kw)
+
+
+def _ended_runs(tmp: Path) -> tuple[str, dict[str, str]]:
+    """A store with runs that ended for different reasons; (store, reason -> run id)."""
+    store, parked_id = make_parked_run(tmp)
+    fix = lw.Proposal.edit("doc", {"a": 1})
+    stuck = lw.Proposal.edit("doc", {"a": 0})
+
+    def down(ctx: lw.Context) -> lw.Proposal:
+        raise ValueError("model server at http://127.0.0.1:9 refused the connection")
+
+    bank: list[str] = []
+
+    def pay(invoice: str, amount: float) -> dict[str, Any]:
+        bank.append(invoice)
+        return {"paid": invoice, "ref": "tx-1"}
+
+    pay_fx = lw.effect("ledger", name="pay", key=lambda a: str(a["invoice"]))(pay)
+    paying = lw.Proposal(edits=fix.edits, effects=(pay_fx.call(invoice="INV-7", amount=12.5),))
+    cycles2 = lw.Contract(budget=lw.Budget(max_cycles=2))
+    loops = {
+        "success": (_doc_loop("ok", lambda c: paying, cycles2, effects=[pay_fx]), "inv-7"),
+        "budget_cycles": (_doc_loop("cap", lambda c: stuck, cycles2), "cap-1"),
+        "no_progress": (
+            _doc_loop(
+                "stall",
+                lambda c: lw.Proposal.edit("doc", {"b": c.cycle}),
+                lw.Contract(budget=lw.Budget(max_cycles=9), no_progress=lw.NoProgress(cycles=2)),
+            ),
+            "stall-1",
+        ),
+        "escalated": (
+            _doc_loop("down", down, cycles2, retry=lw.RetryPolicy(attempts=1)),
+            "down-1",
+        ),
+    }
+    ids = {}
+    task = {"artifacts": {"doc": {"a": 0, "b": 0}}}
+    with lw.Runtime(store) as rt:
+        for reason, (loop, key) in loops.items():
+            r = rt.run_sync(loop, {**task, "task_key": key})
+            assert r.stop_reason == reason, (reason, r.packet)
+            ids[reason] = r.run_id
+        rt.deny(parked_id, by="bea", note="the payee is unknown")
+    assert bank == ["INV-7"]
+    ids["denied"] = parked_id
+    return store, ids
+
+
+@pytest.fixture
+def ended(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    return _ended_runs(tmp_path)
+
+
+def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) -> None:
+    store, ids = ended
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    c.get(f"/runs/{ids['denied']}")  # a read resumes nothing: the denial is applied by a resume
+    with lw.Runtime(store) as rt:
+        rt.resume_sync(ids["denied"], lw.load_spec(Path(store).parent / "web.toml"))
+    want = {
+        "success": "accepted at cycle 1: every required check passed, score 1.00",
+        "budget_cycles": "stopped after 2 cycles: the cycle budget of 2 is used up",
+        "no_progress": "by the no-progress rule: no improvement in 2 cycles",
+        "escalated": "escalated after 0 cycles: the actor raised an exception (ValueError: model "
+        "server at http://127.0.0.1:9 refused the connection)",
+        "denied": "bea denied",
+    }
+    listing = c.get("/").text
+    api = {r["run_id"]: r for r in c.get("/api/runs").json()}
+    for reason, words in want.items():
+        rid = ids[reason]
+        assert words in listing, (reason, words)
+        head = c.get(f"/runs/{rid}").text
+        m = re.search(r'id="stop-cause">([^<]*)<', head)
+        assert m and words in m.group(1), (reason, m and m.group(1))
+        assert words in api[rid]["stop_cause"]
+        assert words in c.get(f"/api/runs/{rid}").json()["run"]["stop_cause"]
+    assert "the payee is unknown" in api[ids["denied"]]["stop_cause"]
+    # list endpoints carry summaries, not tasks or packets
+    assert not {"task", "contract", "packet"} & set(api[ids["success"]])
+    # the next action speaks of this page, not of a command
+    assert (
+        "loopwright show" not in c.get(f"/api/runs/{ids['escalated']}").json()["next_action_here"]
+    )
+
+
+def test_effect_journal_retries_and_events_on_the_run_page(
+    ended: tuple[str, dict[str, str]],
+) -> None:
+    store, ids = ended
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    page = c.get(f"/runs/{ids['success']}").text
+    effects = page.split('id="effects"')[1].split('id="retries"')[0]
+    assert "pay" in effects and "INV-7" in effects and "tx-1" in effects and ">done<" in effects
+    assert 'data-kind="effect_done"' in page and 'data-kind="stopped"' in page
+    only = c.get(f"/runs/{ids['success']}", params={"kind": "effect_done"}).text
+    log = only.split('id="event-log"')[1]
+    assert 'data-kind="effect_done"' in log and 'data-kind="stopped"' not in log
+    detail = c.get(f"/api/runs/{ids['success']}").json()
+    [entry] = [e for e in detail["journal"] if e["kind"] == "effect"]
+    assert (entry["status"], entry["attempts"], entry["in_doubt"]) == ("done", 1, False)
+    assert {e["kind"] for e in detail["events"]} >= {"effect_done", "stopped"}
+    down = c.get(f"/runs/{ids['escalated']}").text.split('id="retries"')[1]
+    assert "gave up" in down and "ValueError" in down
+
+
+def test_runs_pages_and_search_over_hundreds(tmp_path: Path) -> None:
+    from loopwright.store import open_store
+
+    store = str(tmp_path / "many.db")
+    st = open_store(store)
+    n = 230
+    for i in range(n):
+        st.create_run(
+            run_id=f"{i:04d}" + "ab" * 14,
+            task_key=f"invoice-{i:04d}",
+            loop_name="bulk" if i % 2 else "other",
+            project="p1" if i % 3 else "p2",
+            spec_ref=None,
+            loop_version=None,
+            contract={"budget": {"max_cycles": 3}},
+            task={"artifacts": {"doc": {"a": "x" * 200}}},
+            initial_state={"cycle": 0, "artifacts": {}},
+        )
+    st.close()
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    seen: list[str] = []
+    url: str | None = "/"
+    pages = 0
+    while url:
+        html = c.get(url).text
+        seen += re.findall(r'<tr data-run-id="([^"]+)"', html)
+        m = re.search(r'href="([^"]+)" rel="next"', html)
+        url = m.group(1).replace("&amp;", "&") if m else None
+        pages += 1
+    assert pages == 5 and len(seen) == n == len(set(seen))
+    assert f"{n} run(s) match" in c.get("/").text
+    # the API pages by cursor too, with the total
+    r = c.get("/api/runs", params={"limit": 100})
+    assert len(r.json()) == 100 and r.headers["x-total-count"] == str(n)
+    r2 = c.get("/api/runs", params={"limit": 100, "after": r.headers["x-next-cursor"]})
+    assert {x["run_id"] for x in r.json()}.isdisjoint(x["run_id"] for x in r2.json())
+    assert "task" not in r.json()[0]
+    # search: task key, run id prefix, loop, project
+    hit = c.get("/api/runs", params={"q": "invoice-0042"}).json()
+    assert [x["task_key"] for x in hit] == ["invoice-0042"]
+    assert [x["task_key"] for x in c.get("/api/runs", params={"q": "0100ab"}).json()] == [
+        "invoice-0100"
+    ]
+    bulk = c.get("/api/runs", params={"q": "BULK", "limit": 500})
+    assert bulk.headers["x-total-count"] == str(n // 2)
+    assert c.get("/", params={"q": "invoice-0042"}).text.count("<tr data-run-id=") == 1
+    assert c.get("/api/runs", params={"q": "100%"}).json() == []  # a wildcard is a character
+    assert c.get("/api/runs", params={"after": "garbage"}).status_code == 400
+
+
+def test_cancel_and_resume_from_the_page(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    assert c.post(f"/api/runs/{run_id}/cancel").status_code == 401
+    csrf = _sign_in(c)
+    page = c.get(f"/runs/{run_id}").text
+    assert 'value="cancel"' in page
+    # a parked run is resumed by a decision, not by the button
+    assert c.post(f"/runs/{run_id}/act", data={"csrf": csrf, "action": "resume"}).status_code == 409
+    assert c.post(f"/runs/{run_id}/act", data={"action": "cancel"}).status_code == 403
+    assert c.post(f"/api/runs/{run_id}/cancel").status_code == 403  # cookie without header
+    r = c.post(
+        f"/runs/{run_id}/act", data={"csrf": csrf, "action": "cancel"}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    rec = c.get(f"/api/runs/{run_id}").json()
+    assert rec["run"]["status"] == "cancelled"
+    assert "cancelled by ana" in rec["run"]["stop_cause"]
+    [ev] = [e for e in rec["events"] if e["kind"] == "cancel_requested"]
+    assert "ana" in ev["data"] and ev["ts"] > 0
+    again = c.post(f"/api/runs/{run_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert again.status_code == 409

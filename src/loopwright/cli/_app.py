@@ -363,7 +363,9 @@ def runs(
             total = len(records) if len(records) <= shown else _count_runs(st, filters)
             records = records[:shown]
     if as_json:
-        _print_json([r.to_dict() for r in records])
+        from .._packet import run_stop_cause
+
+        _print_json([{**r.to_dict(), "stop_cause": run_stop_cause(r)} for r in records])
         return
     from ._table import print_runs
 

@@ -206,7 +206,7 @@ def run_detail(
     from rich.panel import Panel
 
     from .._contract import Contract
-    from .._packet import explain
+    from .._packet import explain, run_stop_cause
 
     state = checkpoints[-1].task_state()
     contract = Contract.from_dict(rec.contract)
@@ -224,6 +224,7 @@ def run_detail(
         own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
         cap = rec.cycle if own else None
         head.add_row("stopped because", explain(rec.stop_reason, contract, max_cycles=cap))
+        head.add_row("why it stopped", escape(run_stop_cause(rec)))
     head.add_row("cycles", str(rec.cycle))
     head.add_row("best score", _score(rec.best_score))
     head.add_row("spend", f"${rec.cost_usd:.4f}, {rec.tokens} tokens, {rec.seconds:.2f} s")

@@ -45,6 +45,7 @@ class Col:
     flex: bool = False
     min_width: int = 0
     right: bool = False
+    sentence: bool = False  # cut at its end (a sentence reads from its start)
 
 
 Cell = tuple[str, str]  # plain text, and a style name from _ANSI (or "")
@@ -110,7 +111,8 @@ def render(
         parts = []
         for i, w in widths.items():
             text, style = cells[i]
-            text = cut(text, w) if len(text) > w else text
+            if len(text) > w:
+                text = text[: max(w - 1, 0)] + "…" if cols[i].sentence else cut(text, w)
             text = text.rjust(w) if cols[i].right else text.ljust(w)
             if colour and style in _ANSI:
                 text = f"\x1b[{_ANSI[style]}m{text}\x1b[0m"
@@ -161,7 +163,8 @@ _RUN_COLS = (
     Col("task", 0, flex=True, min_width=20),
     Col("loop", 7, flex=True, min_width=8),
     Col("status", 1),
-    Col("stop reason", 2),
+    Col("stop reason", 9),  # the sentence beside it says it too
+    Col("why it stopped", 2, flex=True, min_width=16, sentence=True),
     Col("cycles", 6, right=True),
     Col("best", 8, right=True),
     Col("cost $", 3, right=True),
@@ -192,6 +195,8 @@ def _ago(ts: float, now: float) -> str:
 
 def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = None) -> None:
     """The runs, one per line; ``total``: how many matched (more when only the newest show)."""
+    from .._packet import run_stop_cause
+
     now = time.time()
     rows = [
         (
@@ -200,6 +205,7 @@ def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = Non
             (r.loop_name, ""),
             (r.status, STATUS_STYLE.get(r.status, "")),
             (r.stop_reason or "-", ""),
+            (run_stop_cause(r) or "-", ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (f"{r.cost_usd:.3f}", ""),

@@ -331,6 +331,10 @@ class Store(ABC):
     ) -> int:
         """How many runs ``list_runs`` would return with these filters and no limit."""
 
+    def run_projects(self) -> list[str]:
+        """The distinct non-empty projects of the runs, sorted."""
+        return sorted({r.project for r in self.list_runs() if r.project})
+
     # --- leases -------------------------------------------------------------------------
     @abstractmethod
     def acquire_lease(self, run_id: str, owner: str, ttl_s: float) -> int:

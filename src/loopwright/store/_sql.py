@@ -593,6 +593,10 @@ class SQLStore(Store):
         where, args = self._runs_where(status, project, loop_name, stop_reason, search)
         return int(self._all(f"SELECT COUNT(*) FROM runs{where}", args)[0][0])
 
+    def run_projects(self) -> list[str]:
+        rows = self._all("SELECT DISTINCT project FROM runs WHERE project <> '' ORDER BY 1", [])
+        return [str(r[0]) for r in rows]
+
     def _runs_where(
         self,
         status: str | None,

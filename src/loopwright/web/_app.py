@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import jinja2
 from fastapi import FastAPI, Form, HTTPException, Request
@@ -26,9 +26,23 @@ from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._spec import loop_of_run
 from .._state import TaskState
-from ..store import Approval, open_store
+from ..store import Approval, NewEvent, RunRecord, open_store
 from ._auth import COOKIE, Auth
-from ._views import artifacts_view, chart_points, chart_svg, is_svg, stop_words, timeline
+from ._views import (
+    Cursor,
+    approval_summary,
+    artifacts_view,
+    chart_points,
+    chart_svg,
+    events_view,
+    is_svg,
+    journal_view,
+    next_action_here,
+    run_summary,
+    stop_cause_of,
+    stop_words,
+    timeline,
+)
 
 __all__ = ["LOOPBACK_HOSTS", "allowed_host_names", "create_app"]
 
@@ -39,6 +53,8 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 OPEN_PATHS = ("/login", "/static/")
+PAGE_SIZE = 50  # runs or approvals per page (and the API's default limit)
+MAX_PAGE = 500
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -68,6 +84,13 @@ class Decision(BaseModel):
 
     note: str | None = None
     answer: Any = None
+
+
+def _isotime(ts: float | None) -> str:
+    """A stored time (UTC seconds) as ``2026-12-01 06:44:03Z``."""
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
 def _safe_next(target: str | None) -> str:
@@ -105,6 +128,7 @@ def create_app(
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
     )
+    env.filters["isotime"] = _isotime
     templates = Jinja2Templates(env=env)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
@@ -189,6 +213,35 @@ def create_app(
             raise HTTPException(409, str(exc)) from exc
         return done, resume_later(a.run_id)
 
+    def act(run_id: str, how: str) -> tuple[RunRecord, str]:
+        """Cancel or resume a run as the dashboard's identity; the event log keeps who and
+        when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        if rec.status in TERMINAL_STATUSES:
+            raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
+        who = {"by": auth.identity}
+        if how == "cancel":
+            store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
+            try:
+                loop = loop_of_run(rec)
+            except ConfigError:
+                loop = None
+            try:
+                done = Runtime(store).cancel(rec.run_id, by=auth.identity, loop=loop)
+            except LoopwrightError as exc:
+                raise HTTPException(409, str(exc)) from exc
+            said = "cancelled" if done.status == "cancelled" else "cancellation requested"
+            return done, f"{said} by {auth.identity}"
+        if how == "resume":
+            if rec.status == "awaiting_approval":
+                raise HTTPException(409, "the run waits for a decision: approve or deny it first")
+            store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
+            return rec, f"resume requested by {auth.identity}: {resume_later(rec.run_id)}"
+        raise HTTPException(400, f"unknown action {how!r}")
+
     def run_payload(run_id: str) -> dict[str, Any]:
         try:
             rec = store.get_run(run_id)
@@ -197,6 +250,7 @@ def create_app(
         cks = store.checkpoints(rec.run_id)
         state = cks[-1].task_state() if cks else TaskState()
         nxt = state.next_step()
+        approvals = store.approvals(run_id=rec.run_id)
         return {
             "rec": rec,
             "state": state,
@@ -204,35 +258,107 @@ def create_app(
             "timeline": timeline(cks),
             "points": chart_points(cks),
             "artifacts": artifacts_view(state),
-            "approvals": store.approvals(run_id=rec.run_id),
+            "approvals": approvals,
             "stop_words": stop_words(rec),
+            "stop_cause": stop_cause_of(rec),
+            "next_here": next_action_here(rec, state, approvals),
             "terminal": rec.status in TERMINAL_STATUSES,
         }
+
+    def runs_query(
+        status: str | None,
+        stop_reason: str | None,
+        project: str | None,
+        q: str | None,
+        after: str | None,
+        limit: int,
+    ) -> tuple[list[RunRecord], str | None, int]:
+        """One page of runs newest first, the cursor of the next page (``None``: the last),
+        and how many match in all."""
+        try:
+            cur = Cursor.parse(after)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        limit = max(1, min(int(limit), MAX_PAGE))
+        flt: dict[str, Any] = {
+            "status": status or None,
+            "stop_reason": stop_reason or None,
+            "project": project or None,
+            "search": (q or "").strip() or None,
+        }
+        rows = store.list_runs(**flt, after=(cur.at, cur.key) if cur else None, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        nxt = Cursor(rows[-1].created_at, rows[-1].run_id).text() if more and rows else None
+        return rows, nxt, store.count_runs(**flt)
+
+    def approvals_query(
+        status: str | None, run_id: str | None, q: str | None, after: str | None, limit: int
+    ) -> tuple[list[Approval], str | None, int]:
+        """A page of approval requests, newest first (few enough to filter here)."""
+        try:
+            cur = Cursor.parse(after)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        limit = max(1, min(int(limit), MAX_PAGE))
+        rows = store.approvals(run_id=run_id or None, status=status or None)
+        needle = (q or "").strip().lower()
+        if needle:
+            rows = [
+                a
+                for a in rows
+                if a.approval_id.startswith(needle)
+                or a.run_id.startswith(needle)
+                or any(needle in (x or "").lower() for x in (a.what, a.why, a.rule, a.kind))
+            ]
+        rows.sort(key=lambda a: (-a.requested_at, a.approval_id))
+        total = len(rows)
+        if cur:
+            rows = [
+                a
+                for a in rows
+                if a.requested_at < cur.at or (a.requested_at == cur.at and a.approval_id > cur.key)
+            ]
+        page_rows = rows[:limit]
+        more = len(rows) > limit
+        nxt = (
+            Cursor(page_rows[-1].requested_at, page_rows[-1].approval_id).text()
+            if more and page_rows
+            else None
+        )
+        return page_rows, nxt, total
 
     # --- pages ---------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def runs_page(
-        request: Request, status: str = "", stop_reason: str = "", project: str = ""
+        request: Request,
+        status: str = "",
+        stop_reason: str = "",
+        project: str = "",
+        q: str = "",
+        after: str = "",
     ) -> HTMLResponse:
-        everything = store.list_runs()
-        runs = [
-            r
-            for r in everything
-            if (not status or r.status == status)
-            and (not stop_reason or r.stop_reason == stop_reason)
-            and (not project or r.project == project)
-        ]
+        runs, nxt, total = runs_query(status, stop_reason, project, q, after, PAGE_SIZE)
+        f = {"status": status, "stop_reason": stop_reason, "project": project, "q": q}
+        keep = {k: v for k, v in f.items() if v}
         return page(
             request,
             "runs.html",
             runs=runs,
+            total=total,
             words={r.run_id: stop_words(r) for r in runs},
+            causes={r.run_id: stop_cause_of(r) for r in runs},
             statuses=RUN_STATUSES,
             stop_reasons=STOP_REASONS,
-            projects=sorted({r.project for r in everything if r.project}),
-            f={"status": status, "stop_reason": stop_reason, "project": project},
+            projects=project_names(),
+            f=f,
+            first_url="/?" + urlencode(keep) if after else "",
+            next_url="/?" + urlencode({**keep, "after": nxt}) if nxt else "",
             terminal=TERMINAL_STATUSES,
         )
+
+    def project_names() -> list[str]:
+        return store.run_projects()  # one indexed query, not every run
 
     @app.get("/runs/{run_id}/svg", include_in_schema=False)
     def part_svg(run_id: str, ref: str, v: int = 0, cycle: int = 0) -> Response:
@@ -259,17 +385,48 @@ def create_app(
         )
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
-    def run_page(request: Request, run_id: str) -> HTMLResponse:
+    def run_page(request: Request, run_id: str, kind: str = "") -> HTMLResponse:
         data = run_payload(run_id)
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
+        rid = data["rec"].run_id
+        entries = journal_view(store.journal(rid))
+        events = events_view(store.events(rid))
+        data["effects"] = [e for e in entries if e["kind"] != "retry"]
+        data["retries"] = [e for e in entries if e["kind"] == "retry"]
+        data["event_kinds"] = sorted({e["kind"] for e in events})
+        data["events"] = [e for e in events if not kind or e["kind"] == kind]
+        data["event_kind"] = kind
         return page(request, "run.html", **data)
 
+    @app.post("/runs/{run_id}/act", include_in_schema=False)
+    def act_form(
+        request: Request, run_id: str, action: str = Form(...), csrf: str = Form("")
+    ) -> Response:
+        require_write(request)
+        if not auth.csrf_ok(request, csrf):
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        rec, msg = act(run_id, action)
+        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
+
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
-    def inbox_page(request: Request, done: str = "", msg: str = "") -> HTMLResponse:
-        pending = store.approvals(status="pending")
+    def inbox_page(
+        request: Request, done: str = "", msg: str = "", q: str = "", after: str = ""
+    ) -> HTMLResponse:
+        pending, nxt, total = approvals_query("pending", None, q, after, PAGE_SIZE)
         runs = {a.run_id: store.get_run(a.run_id) for a in pending}
         decided = [a for a in store.approvals() if a.status != "pending"][-10:][::-1]
-        return page(request, "inbox.html", pending=pending, runs=runs, decided=decided, msg=msg)
+        keep = {"q": q} if q else {}
+        return page(
+            request,
+            "inbox.html",
+            pending=pending,
+            total=total,
+            runs=runs,
+            decided=decided,
+            msg=msg,
+            q=q,
+            next_url="/approvals?" + urlencode({**keep, "after": nxt}) if nxt else "",
+        )
 
     @app.post("/approvals/{approval_id}/decide", include_in_schema=False)
     def decide_form(
@@ -322,7 +479,7 @@ def create_app(
             reasons=reasons.most_common(),
             reason_max=max(reasons.values(), default=1),
             days=sorted(days.items()),
-            projects=sorted({r.project for r in store.list_runs() if r.project}),
+            projects=store.run_projects(),
             f={"project": project, "since": since, "until": until},
             error=error,
         )
@@ -356,17 +513,39 @@ def create_app(
     # --- JSON API ------------------------------------------------------------------------
     @app.get("/api/runs", tags=["runs"])
     def api_runs(
-        status: str | None = None, stop_reason: str | None = None, project: str | None = None
+        response: Response,
+        status: str | None = None,
+        stop_reason: str | None = None,
+        project: str | None = None,
+        q: str | None = None,
+        after: str | None = None,
+        limit: int = PAGE_SIZE,
     ) -> list[dict[str, Any]]:
-        runs = store.list_runs(status=status or None, project=project or None)
-        out = []
-        for r in runs:
-            if stop_reason and r.stop_reason != stop_reason:
-                continue
-            d = r.to_dict()
-            d["stop_words"] = stop_words(r)
-            out.append(d)
-        return out
+        """Run summaries (no task, contract or packet: see ``/api/runs/{run_id}``), newest
+        first, ``limit`` at a time (at most 500). ``q`` searches the task key, run id prefix,
+        loop, project, stop reason and cause. The next page is ``after=`` the
+        ``X-Next-Cursor`` header (also in ``Link: rel="next"``); ``X-Total-Count`` counts all
+        matches."""
+        runs, nxt, total = runs_query(status, stop_reason, project, q, after, limit)
+        paged(
+            response,
+            "/api/runs",
+            nxt,
+            total,
+            status=status,
+            stop_reason=stop_reason,
+            project=project,
+            q=q,
+            limit=limit,
+        )
+        return [run_summary(r) for r in runs]
+
+    def paged(response: Response, path: str, nxt: str | None, total: int, **query: Any) -> None:
+        response.headers["X-Total-Count"] = str(total)
+        if nxt:
+            keep = {k: v for k, v in query.items() if v not in (None, "")}
+            response.headers["X-Next-Cursor"] = nxt
+            response.headers["Link"] = f'<{path}?{urlencode({**keep, "after": nxt})}>; rel="next"'
 
     @app.get("/api/runs/{run_id}", tags=["runs"])
     def api_run(run_id: str) -> dict[str, Any]:
@@ -374,10 +553,14 @@ def create_app(
         rec = data["rec"]
         run = rec.to_dict()
         run["stop_words"] = data["stop_words"]
+        run["stop_cause"] = data["stop_cause"]
         state: TaskState = data["state"]
         return {
             "run": run,
             "next_action": state.next_action,
+            "next_action_here": data["next_here"],
+            "journal": journal_view(store.journal(rec.run_id)),
+            "events": events_view(store.events(rec.run_id)),
             "plan": [s.to_dict() for s in state.plan],
             "timeline": data["timeline"],
             "chart": [
@@ -399,9 +582,39 @@ def create_app(
 
     @app.get("/api/approvals", tags=["approvals"])
     def api_approvals(
-        status: str | None = "pending", run_id: str | None = None
+        response: Response,
+        status: str | None = "pending",
+        run_id: str | None = None,
+        q: str | None = None,
+        after: str | None = None,
+        limit: int = PAGE_SIZE,
     ) -> list[dict[str, Any]]:
-        return [a.to_dict() for a in store.approvals(run_id=run_id, status=status or None)]
+        """Approval requests, newest first, paged like ``/api/runs``; ``q`` searches the
+        request id or run id prefix and what, why, rule and kind."""
+        rows, nxt, total = approvals_query(status, run_id, q, after, limit)
+        paged(
+            response, "/api/approvals", nxt, total, status=status, run_id=run_id, q=q, limit=limit
+        )
+        return [approval_summary(a) for a in rows]
+
+    @app.post("/api/runs/{run_id}/cancel", tags=["runs"])
+    def api_cancel(request: Request, run_id: str) -> dict[str, Any]:
+        """Cancel a run (recorded as the dashboard's identity)."""
+        return api_act(request, run_id, "cancel")
+
+    @app.post("/api/runs/{run_id}/resume", tags=["runs"])
+    def api_resume(request: Request, run_id: str) -> dict[str, Any]:
+        """Resume an interrupted run in the background, where its spec file is found."""
+        return api_act(request, run_id, "resume")
+
+    def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
+        require_write(request)
+        if not auth.bearer_ok(request) and not auth.csrf_ok(
+            request, request.headers.get("x-csrf-token")
+        ):
+            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+        rec, msg = act(run_id, how)
+        return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
     @app.get("/api/metrics", tags=["metrics"])
     def api_metrics(

@@ -8,17 +8,32 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from markupsafe import Markup, escape
 
 from .._contract import Contract
-from .._packet import explain
+from .._packet import explain, run_stop_cause
 from .._state import TaskState
-from ..store import Checkpoint, RunRecord
+from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
 
-__all__ = ["ChartPoint", "artifacts_view", "chart_points", "chart_svg", "stop_words", "timeline"]
+__all__ = [
+    "ChartPoint",
+    "Cursor",
+    "approval_summary",
+    "artifacts_view",
+    "chart_points",
+    "chart_svg",
+    "events_view",
+    "journal_view",
+    "next_action_here",
+    "run_summary",
+    "stop_cause_of",
+    "stop_words",
+    "timeline",
+]
 
 
 def short(value: Any, limit: int = 120) -> str:
@@ -263,6 +278,135 @@ def stop_words(rec: RunRecord) -> str:
         "running": "running",
         "pending": "waiting to start",
     }.get(rec.status, rec.status)
+
+
+def stop_cause_of(rec: RunRecord) -> str:
+    """Why the run ended, one sentence (``""`` while it has not)."""
+    try:
+        return run_stop_cause(rec)
+    except Exception:  # an odd stored packet must not break a list of runs
+        return rec.stop_reason or ""
+
+
+def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]) -> str:
+    """What the person on the run page should do next, in the page's own terms (the CLI's
+    advice names commands; here the buttons are on the page)."""
+    if any(a.status == "pending" for a in approvals):
+        return "Decide the request below: approve or deny it (you must be signed in)."
+    if rec.status == "accepted":
+        return "Nothing: the result is accepted. The accepted artifacts are listed below."
+    if rec.status in ("running", "pending"):
+        return "Nothing yet: the run is working; this page refreshes as it changes."
+    advice = str((rec.packet or {}).get("recommended_action") or state.next_action or "")
+    advice = advice.replace("can be inspected with `loopwright show`", "is shown below")
+    if rec.status in ("escalated", "stopped", "failed", "cancelled"):
+        return advice or "Review the escalation packet below."
+    return (advice + " Use Resume below to continue it.").strip()
+
+
+def run_summary(rec: RunRecord) -> dict[str, Any]:
+    """A run in a list: no task, contract or packet (those are in the run's own API)."""
+    return {
+        "run_id": rec.run_id,
+        "task_key": rec.task_key,
+        "loop_name": rec.loop_name,
+        "project": rec.project,
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "stop_cause": stop_cause_of(rec),
+        "stop_words": stop_words(rec),
+        "cycle": rec.cycle,
+        "best_score": rec.best_score,
+        "cost_usd": rec.cost_usd,
+        "tokens": rec.tokens,
+        "seconds": rec.seconds,
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+        "ended_at": rec.ended_at,
+        "cancel_requested": rec.cancel_requested,
+        "held_out_passed": rec.held_out_passed,
+    }
+
+
+def approval_summary(a: Approval) -> dict[str, Any]:
+    """An approval request in a list; its evidence and diff are in ``/api/runs/{run_id}``
+    only when small (a request's evidence can carry whole artifacts)."""
+    d = a.to_dict()
+    if len(json.dumps(d["evidence"], default=str)) > 4000:
+        d["evidence"] = {"omitted": "large: see /api/runs/" + a.run_id}
+    return d
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a page ends: the sort key (a time) and the id of its last row."""
+
+    at: float
+    key: str
+
+    def text(self) -> str:
+        return f"{self.at!r}_{self.key}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Cursor | None:
+        if not text:
+            return None
+        at, sep, key = text.partition("_")
+        try:
+            value = float(at)
+        except ValueError:
+            value = float("nan")
+        if not sep or not key or not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a page cursor (use the X-Next-Cursor given)")
+        return cls(value, key)
+
+
+def journal_view(entries: list[JournalEntry]) -> list[dict[str, Any]]:
+    """The effect/retry journal as rows: what, key, status, attempts and the result or error."""
+    rows = []
+    for e in entries:
+        d = e.data or {}
+        err = d.get("error")
+        if isinstance(err, dict):
+            err = f"{err.get('type')}: {err.get('message')}"
+        rows.append(
+            {
+                "kind": e.kind,
+                "name": str(d.get("name") or d.get("effect") or e.key),
+                "effect_kind": d.get("kind"),
+                "key": e.key,
+                "cycle": e.cycle,
+                "status": e.status,
+                "in_doubt": e.status == "in_doubt",
+                "attempts": e.attempts,
+                "args": short(d.get("args"), 160) if d.get("args") is not None else "",
+                "result": short(d.get("result"), 160) if d.get("result") is not None else "",
+                "cause": short(d.get("cause"), 200) if d.get("cause") else "",
+                "error": short(err, 200) if err else "",
+                "class": d.get("class") or "",
+                "wait_s": (
+                    max(0.0, float(d["next_at"]) - e.updated_at)
+                    if e.kind == "retry" and isinstance(d.get("next_at"), (int, float))
+                    else None
+                ),
+                "created_at": e.created_at,
+                "updated_at": e.updated_at,
+            }
+        )
+    return rows
+
+
+def events_view(events: list[Event]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": e.id,
+            "cycle": e.cycle,
+            "kind": e.kind,
+            "ts": e.ts,
+            "data": short(e.data, 240),
+        }
+        for e in events
+    ]
 
 
 def esc(text: str) -> Markup:

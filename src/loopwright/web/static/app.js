@@ -28,7 +28,7 @@
         var cell = tr.querySelector(".js-status");
         cell.textContent = "";
         cell.appendChild(label(r.status));
-        tr.querySelector(".js-words").textContent = r.stop_words;
+        tr.querySelector(".js-words").textContent = r.stop_cause || r.stop_words;
         tr.querySelector(".js-cycle").textContent = String(r.cycle);
       });
     }).catch(function () {}).then(function () { setTimeout(function () { pollRuns(table); }, 3000); });
