@@ -259,3 +259,50 @@ def test_sqlite_claims_take_over_a_dead_local_workers_runs_at_once(tmp_path: Pat
         claimed = st.claim_runs("claimer:1:c", 30, limit=5)
         assert [run_id for run_id, _ in claimed] == [dead_run]  # not the live one
         assert claimed[0][1] == st.get_run(dead_run).fencing_token
+
+
+def test_two_workers_on_postgres_survive_dropped_connections(pg_url: str, tmp_path: Path) -> None:
+    """Issue 16, item 5: the server drops every connection of the workers five times while they
+    drive 100 runs. Every run ends once (accepted), no effect runs twice, no run is `failed`,
+    and both workers are still running at the end (they drain on SIGTERM)."""
+    import uuid
+
+    import psycopg
+
+    n = 100
+    _create(pg_url, n)
+    app = f"lw-drop-{uuid.uuid4().hex[:8]}"
+    url = f"{pg_url}&application_name={app}"  # the test's own connections are not dropped
+    base = pg_url.split("?", maxsplit=1)[0]
+
+    def drop_all() -> None:
+        with psycopg.connect(base, autocommit=True) as c:
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name=%s",
+                (app,),
+            )
+
+    workers = [
+        _worker(url, tmp_path, "--concurrency", "8", "--lease-ttl", "3", sleep=0.005)
+        for _ in range(2)
+    ]
+    _ready(*workers)
+    for k in range(1, 6):
+        target = k * n // 7
+        _until(
+            f"{target} runs accepted",
+            lambda t=target: _statuses(pg_url).get("accepted", 0) >= t,
+            *workers,
+        )
+        drop_all()
+    final = _wait_all_ended(pg_url, n, *workers)
+    assert all(w.poll() is None for w in workers)  # both survived every drop
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+        w.wait()
+        assert w.returncode == 0, _output(w)[1]
+    assert final == Counter({"accepted": n}), final
+    paid = Counter(_effects(tmp_path))
+    assert max(paid.values()) == 1
+    assert set(paid) == {f"notify:t{i}" for i in range(n)}
