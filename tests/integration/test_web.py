@@ -517,3 +517,37 @@ def test_cancel_and_resume_from_the_page(parked: tuple[str, str]) -> None:
     assert "ana" in ev["data"] and ev["ts"] > 0
     again = c.post(f"/api/runs/{run_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
     assert again.status_code == 409
+
+
+def test_resume_is_recorded_and_approvals_page_and_search(parked: tuple[str, str]) -> None:
+    from loopwright.store import open_store
+
+    store, run_id = parked
+    st = open_store(store)
+    idle, _ = st.create_run(
+        run_id="f" * 16,
+        task_key="never-started",
+        loop_name="web",
+        project="webtests",
+        spec_ref=None,
+        loop_version=None,
+        contract={"budget": {"max_cycles": 3}},
+        task={"artifacts": {}},
+        initial_state={"cycle": 0, "artifacts": {}},
+    )
+    st.close()
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert c.post(f"/api/runs/{idle.run_id}/resume").status_code == 401
+    r = c.post(f"/api/runs/{idle.run_id}/resume", headers=bearer)
+    assert r.status_code == 200, r.text
+    assert "resume requested by ana" in r.json()["message"]
+    assert "no spec file here" in r.json()["message"]  # said, not failed silently
+    [ev] = [e for e in c.get(f"/api/runs/{idle.run_id}").json()["events"] if "resume" in e["kind"]]
+    assert ev["kind"] == "resume_requested" and "ana" in ev["data"]
+    # approvals: searched by run id prefix or text, paged with a total
+    hit = c.get("/api/approvals", params={"q": run_id[:6]})
+    assert [a["run_id"] for a in hit.json()] == [run_id] and hit.headers["x-total-count"] == "1"
+    assert c.get("/api/approvals", params={"q": "no such words"}).json() == []
+    assert "1 request(s) waiting" in c.get("/approvals", params={"q": "doc/pay"}).text
+    assert c.get("/api/approvals", params={"after": "x"}).status_code == 400
