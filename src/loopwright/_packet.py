@@ -191,10 +191,14 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         contract = Contract.from_dict(rec.contract)
     except Exception:  # an older contract shape must not hide why the run stopped
         return _clip(f"{rec.stop_reason}: {p.get('cause') or p.get('summary') or ''}".rstrip(": "))
+    cycle = int(p.get("cycles", rec.cycle) or 0)
+    # A per-task cap (budget.max_cycles_key) is the cycle count the run stopped at.
+    own_cap = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
     return stop_cause(
         rec.stop_reason,
         contract,
-        cycle=int(p.get("cycles", rec.cycle) or 0),
+        cycle=cycle,
+        max_cycles=cycle if own_cap else None,
         best_score=rec.best_score,
         best_cycle=best.get("cycle"),
         spent=p.get("spent")

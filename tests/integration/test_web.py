@@ -551,3 +551,24 @@ def test_resume_is_recorded_and_approvals_page_and_search(parked: tuple[str, str
     assert c.get("/api/approvals", params={"q": "no such words"}).json() == []
     assert "1 request(s) waiting" in c.get("/approvals", params={"q": "doc/pay"}).text
     assert c.get("/api/approvals", params={"after": "x"}).status_code == 400
+
+
+def test_a_stored_stop_cause_is_derived_alike_for_older_runs(
+    ended: tuple[str, dict[str, str]],
+) -> None:
+    """Runs stored before the field existed (no packet["stop_cause"]) read the same sentence."""
+    from loopwright._packet import run_stop_cause
+    from loopwright.store import open_store
+
+    store, ids = ended
+    st = open_store(store)
+    for reason in ("budget_cycles", "no_progress", "escalated"):
+        rec = st.get_run(ids[reason])
+        assert rec.packet and rec.packet["stop_cause"]
+        older = {k: v for k, v in rec.packet.items() if k != "stop_cause"}
+        assert run_stop_cause(rec, older) == rec.packet["stop_cause"], reason
+    accepted = st.get_run(ids["success"])
+    assert accepted.packet is None
+    [stopped] = [e for e in st.events(accepted.run_id) if e.kind == "stopped"]
+    assert run_stop_cause(accepted) == stopped.data["stop_cause"]
+    st.close()
