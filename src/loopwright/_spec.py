@@ -25,6 +25,10 @@ backoff_s = 0.5
 [[effects]]
 ref = "invoices.py:post_payment"      # an object declared with @loopwright.effect(kind)
 
+[model.limits]                        # every model-backed actor and verifier, per endpoint and
+max_concurrency = 4                   # model, shared by all runs in the process
+tokens_per_minute = 200000
+
 [[approvals]]                         # first matching rule decides
 kind = "spend"
 above = 10000                         # args["amount"] > 10000 (field = "amount" by default)
@@ -66,7 +70,10 @@ _TOP = {
     "retry",
     "effects",
     "approvals",
+    "model",
 }
+_MODEL = {"limits"}
+_MODEL_LIMITS = {"max_concurrency", "tokens_per_minute"}
 _ACTOR = {"ref", "timeout_s", "options"}
 _VERIFIER = {
     "name",
@@ -288,6 +295,8 @@ def load_spec(path: str | Path) -> Loop:
     if "init" in data:
         init = _build(data["init"], None, base, "init")
     effects = _effects(data.get("effects", []), base)
+    if "model" in data:
+        _model_limits(data["model"], [actor, *(c.fn for c in checks)])
     try:
         retry = RetryPolicy.from_dict(data["retry"]) if "retry" in data else RetryPolicy()
         approvals = ApprovalPolicy.from_rules(data.get("approvals"))
@@ -356,6 +365,24 @@ def loop_of_run(rec: RunRecord) -> Loop:
             field="spec",
         )
     return load_spec(rec.spec_ref)
+
+
+def _model_limits(table: Any, fns: list[Any]) -> None:
+    """``[model.limits]``: hold every model-backed callable (an adapter with ``use_limits``)
+    to these per-endpoint limits, shared by all runs in the process."""
+    limits = _table(_table(table, "model", _MODEL).get("limits", {}), "model.limits", _MODEL_LIMITS)
+    adapters = [fn for fn in fns if callable(getattr(fn, "use_limits", None))]
+    if limits and not adapters:
+        raise SpecError(
+            "applies to model adapters (loopwright.adapters), and the actor and verifiers are none",
+            field="model.limits",
+        )
+    for fn in adapters:
+        try:
+            fn.use_limits(**limits)
+        except ConfigError as exc:
+            message = str(exc).removeprefix(f"{exc.field}: ")
+            raise SpecError(message, field=f"model.limits.{exc.field}") from None
 
 
 def _as_spec_error(exc: ConfigError) -> SpecError:

@@ -27,6 +27,18 @@ script fails loudly.
 ``reject={"json_schema"}`` makes the server answer 400 to that ``response_format`` type (or
 ``"tools"``), as servers without structured outputs do.
 
+A request with ``"stream": true`` is answered as OpenAI streams: server-sent
+``chat.completion.chunk`` events, the content (or a tool call's arguments) in pieces of
+``Reply.chunk_chars`` characters, the usage in a last chunk when ``stream_options.include_usage``
+asks for it, then ``data: [DONE]``; ``Reply.cut_after`` breaks the stream off after that many
+pieces (a connection dropped mid-reply).
+
+For limits: ``in_flight`` is the number of chat requests being answered now and
+``max_in_flight`` the most there ever were at once; ``served_tokens`` adds up the usage of
+every reply sent. ``pause()`` holds every request that arrives (counted in flight) until
+``resume()``, so that a test can see how many a client lets through at once without timing
+anything; ``wait_in_flight(n)`` waits until ``n`` are.
+
 This module imports only the standard library: it works without the ``openai`` extra (the
 adapters that talk to it need that extra). The server's threads are daemons, so a process that
 forgets to ``stop()`` it still exits.
@@ -63,6 +75,8 @@ class Reply:
     error: str = "scripted failure"
     raw_body: bytes | None = None
     model: str | None = None  # the model name reported back (default: the one asked for)
+    chunk_chars: int = 8  # a streamed reply's text comes in pieces of this many characters
+    cut_after: int | None = None  # a streamed reply breaks off after this many pieces
 
 
 def ok(content: Any, **kw: Any) -> Reply:
@@ -152,6 +166,13 @@ class FakeOpenAI:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = 0
+        self._changed = threading.Condition(self._lock)
+        self._running = threading.Event()
+        self._running.set()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.served_prompt_tokens = 0
+        self.served_completion_tokens = 0
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> FakeOpenAI:
@@ -211,7 +232,46 @@ class FakeOpenAI:
         with self._lock:
             return sum(1 for q in self._queues for i in q.items if isinstance(i, Reply))
 
+    @property
+    def served_tokens(self) -> int:
+        """The tokens of every reply sent (prompt and completion), as their usage said."""
+        with self._lock:
+            return self.served_prompt_tokens + self.served_completion_tokens
+
+    def pause(self) -> None:
+        """Hold every chat request that arrives from now on (counted in flight) until
+        ``resume()``."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def wait_in_flight(self, n: int, timeout_s: float = 30.0) -> bool:
+        """Wait until at least ``n`` chat requests are in flight; whether they were."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.in_flight >= n, timeout_s)
+
     # --- answering ------------------------------------------------------------------------
+    def _enter(self) -> None:
+        with self._changed:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._changed.notify_all()
+        while not self._running.wait(0.05):  # paused: hold it, unless the server stops
+            if self._stopping.is_set():
+                return
+
+    def _leave(self) -> None:
+        with self._changed:
+            self.in_flight -= 1
+            self._changed.notify_all()
+
+    def _served(self, reply: Reply) -> None:
+        if reply.usage:
+            with self._lock:
+                self.served_prompt_tokens += reply.prompt_tokens
+                self.served_completion_tokens += reply.completion_tokens
+
     def _next(self, req: Request) -> Reply | None:
         with self._lock:
             self.requests.append(req)
@@ -270,6 +330,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, _error(404, f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
+        chat = self.path.rstrip("/").endswith("/chat/completions")
+        if chat:
+            self.fake._enter()
+        try:
+            self._post()
+        finally:
+            if chat:
+                self.fake._leave()
+
+    def _post(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
@@ -308,9 +378,78 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status >= 400:
             self._send(reply.status, _error(reply.status, reply.error), reply.headers)
             return
-        self._send(reply.status, self._completion(req, reply), reply.headers)
+        if req.body.get("stream"):
+            self._stream(req, reply)
+            return
+        self.fake._served(reply)
+        self._send(reply.status, json.dumps(self._completion(req, reply)).encode(), reply.headers)
 
-    def _completion(self, req: Request, reply: Reply) -> bytes:
+    def _stream(self, req: Request, reply: Reply) -> None:
+        """The reply as server-sent events, chunked; a cut stream ends without ``[DONE]`` or
+        the closing chunk, and closes the connection."""
+        whole = self._completion(req, reply)
+        message = whole["choices"][0]["message"]
+        calls = message.get("tool_calls")
+        text = calls[0]["function"]["arguments"] if calls else message.get("content")
+        size = max(1, reply.chunk_chars)
+        pieces = [text[i : i + size] for i in range(0, len(text), size)] if text else []
+        base = {
+            "id": whole["id"],
+            "object": "chat.completion.chunk",
+            "created": whole["created"],
+            "model": whole["model"],
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+            event = {**base, "choices": choices, **extra}
+            return f"data: {json.dumps(event)}\n\n".encode()
+
+        events = [chunk({"role": "assistant", "content": None if calls else ""})]
+        if message.get("refusal"):
+            events.append(chunk({"refusal": message["refusal"]}))
+        for i, piece in enumerate(pieces):
+            if calls:
+                fn: dict[str, Any] = {"arguments": piece}
+                if i == 0:
+                    fn["name"] = calls[0]["function"]["name"]
+                delta: dict[str, Any] = {
+                    "tool_calls": [{"index": 0, "id": calls[0]["id"], "function": fn}]
+                }
+            else:
+                delta = {"content": piece}
+            events.append(chunk(delta))
+        cut = reply.cut_after is not None
+        if cut:
+            events = events[: 1 + (reply.cut_after or 0)]
+        else:
+            events.append(chunk({}, whole["choices"][0]["finish_reason"]))
+            opts = req.body.get("stream_options") or {}
+            if "usage" in whole and isinstance(opts, dict) and opts.get("include_usage"):
+                usage_event = {**base, "choices": [], "usage": whole["usage"]}
+                events.append(f"data: {json.dumps(usage_event)}\n\n".encode())
+            events.append(b"data: [DONE]\n\n")
+            self.fake._served(reply)
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            if cut:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                self.wfile.flush()
+            if cut:
+                self.close_connection = True
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up
+
+    def _completion(self, req: Request, reply: Reply) -> dict[str, Any]:
         content = reply.content
         text = content if isinstance(content, str) or content is None else json.dumps(content)
         message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": reply.refusal}
@@ -342,4 +481,4 @@ class _Handler(BaseHTTPRequestHandler):
                 "total_tokens": reply.prompt_tokens + reply.completion_tokens,
                 "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
             }
-        return json.dumps(out).encode()
+        return out

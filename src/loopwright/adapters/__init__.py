@@ -9,6 +9,7 @@ against a rubric and returns a located ``Verdict``. Both talk to any chat-comple
 
 from __future__ import annotations
 
+from ._limits import Limits, limits_in_use
 from ._prices import Priced, PriceOverride, price_call
 from ._prompt import (
     CONTEXT_FIELDS,
@@ -22,7 +23,10 @@ from ._schema import PROPOSAL_SCHEMA, REVIEW_SCHEMA, MalformedReplyError, parse_
 from .openai_chat import (
     ACTOR_SYSTEM_PROMPT,
     DEFAULT_BASE_URL,
+    REPAIR_PROMPT,
     REVIEWER_SYSTEM_PROMPT,
+    AsyncChatActor,
+    AsyncChatReviewer,
     ChatActor,
     ChatReviewer,
     ModelReply,
@@ -35,17 +39,22 @@ __all__ = [
     "CONTEXT_FIELDS",
     "DEFAULT_BASE_URL",
     "PROPOSAL_SCHEMA",
+    "REPAIR_PROMPT",
     "REVIEWER_SYSTEM_PROMPT",
     "REVIEW_FIELDS",
     "REVIEW_SCHEMA",
+    "AsyncChatActor",
+    "AsyncChatReviewer",
     "ChatActor",
     "ChatReviewer",
+    "Limits",
     "MalformedReplyError",
     "ModelReply",
     "PriceOverride",
     "Priced",
     "ResponseFormat",
     "context_sections",
+    "limits_in_use",
     "normalise_base_url",
     "parse_reply",
     "price_call",

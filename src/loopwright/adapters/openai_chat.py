@@ -10,7 +10,14 @@ persisted, so the bound holds across restarts): timeouts, connection errors, 408
 (honouring ``Retry-After``, capped at ``max_retry_after_s``, default 120 s, and at the run's
 time left) and 5xx are transient; 401/403 need a person; other 4xx are permanent. A reply that
 is not JSON or does not fit the schema, and a 2xx whose body is empty or not JSON, raise
-``MalformedReplyError``, a ``TransientError``: it is sampled again.
+``MalformedReplyError``, a ``TransientError``: the engine's retry is a repair turn (the bad
+reply and its error shown back to the model, ``REPAIR_PROMPT``).
+
+**Many runs at once.** ``AsyncChatActor``/``AsyncChatReviewer`` use ``openai.AsyncOpenAI`` (one
+client per event loop) and are awaited by the engine. ``max_concurrency`` and
+``tokens_per_minute`` hold per ``(base_url, model)`` for every run in the process, sync or async
+(``_limits``). ``stream=True`` streams the reply; ``last_reply`` keeps its text and the first
+token's latency.
 
 **Secrets.** The API key is registered with ``loopwright._redact``; error messages and bodies
 (a 401 can echo the key), reviewer evidence and the HTTP client's log records are masked, and
@@ -26,8 +33,10 @@ makes spend disappear.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import hashlib
 import importlib.util
 import ipaddress
 import json
@@ -35,7 +44,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -47,6 +57,7 @@ from .._redact import redact, redact_text, register_secret
 from .._retry import PermanentError, retry_after_s, status_code
 from .._state import Finding, TaskState
 from .._usage import Usage
+from ._limits import Gate, Limits, _tighter, gate_for
 from ._prices import Priced, PriceOverride, price_call
 from ._prompt import (
     CONTEXT_FIELDS,
@@ -64,7 +75,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTOR_SYSTEM_PROMPT",
     "DEFAULT_BASE_URL",
+    "REPAIR_PROMPT",
     "REVIEWER_SYSTEM_PROMPT",
+    "AsyncChatActor",
+    "AsyncChatReviewer",
     "ChatActor",
     "ChatReviewer",
     "ModelReply",
@@ -120,6 +134,14 @@ Locate each finding: the "artifact" and "part" it concerns (exactly as named in 
 null for a problem of the whole artifact or run), a short "dimension" (what kind of problem), \
 a "message" that says what is wrong and what would fix it, and "severity": "error" for a \
 problem that must be fixed, "warning" for a suggestion."""
+
+REPAIR_PROMPT = """\
+Your last reply could not be used: {error}
+Reply again with one JSON object that fits the schema, and nothing else."""
+"""The user turn that follows a malformed reply (shown back as the assistant's turn) when the
+engine retries the same call: the model sees what was wrong instead of the same question."""
+
+_REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 _FORMAT_TAIL = """
 
@@ -307,6 +329,13 @@ class ModelReply:
         priced: where the price came from.
         finish_reason: why the model stopped.
         seconds: wall-clock time of the HTTP call(s).
+        text: the reply's text as received (credentials masked); for a stream that broke off,
+            what had arrived.
+        streamed: whether the reply was streamed.
+        first_token_s: seconds from sending the request to the first token of a streamed
+            reply (``None`` when not streamed or nothing arrived).
+        repair: whether the request was a repair turn (the last malformed reply and its error
+            shown back to the model).
     """
 
     data: dict[str, Any] | None
@@ -320,6 +349,10 @@ class ModelReply:
     priced: Priced
     finish_reason: str | None
     seconds: float
+    text: str | None = None
+    streamed: bool = False
+    first_token_s: float | None = None
+    repair: bool = False
 
 
 def _int(value: Any) -> int:
@@ -341,6 +374,22 @@ def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
             str(p.get("text", "")) for p in content if isinstance(p, Mapping)
         )  # some servers send content parts
     return (content if isinstance(content, str) else None), False
+
+
+_AsyncClients = weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, "tuple[openai.AsyncOpenAI, AsyncIterator[None]]"
+]
+
+
+def _async_clients() -> _AsyncClients:
+    return weakref.WeakKeyDictionary()
+
+
+async def _closer(client: openai.AsyncOpenAI) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await client.close()
 
 
 class _ChatModel:
@@ -365,6 +414,9 @@ class _ChatModel:
         extra_body: Mapping[str, Any] | None,
         name: str,
         max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+        stream: bool = False,
+        max_concurrency: int | None = None,
+        tokens_per_minute: int | None = None,
     ) -> None:
         if importlib.util.find_spec("openai") is None:  # fail when the spec loads, not mid-run
             raise ImportError(_NO_SDK)
@@ -393,6 +445,10 @@ class _ChatModel:
                 f"must be a finite number ≥ 0, got {max_retry_after_s!r}",
                 field="max_retry_after_s",
             )
+        if not isinstance(stream, bool):
+            raise ConfigError("must be true or false", field="stream")
+        self.stream = stream
+        self.limits = Limits.check(max_concurrency, tokens_per_minute)
         self.max_retry_after_s = float(max_retry_after_s)
         self.model = model.strip()
         # The client gets the URL as given; identity and display use the canonical spelling.
@@ -420,9 +476,12 @@ class _ChatModel:
         self.__name__ = name
         self.last_reply: ModelReply | None = None
         self._client: openai.OpenAI | None = None
+        self._aclients = _async_clients()
         self._lock = threading.Lock()
         self._unbilled: dict[str, Usage] = {}
+        self._repairs: dict[str, tuple[str, str, str]] = {}  # bill_to: (key, reply, error)
         self._warned: set[str] = set()
+        self._gate()  # the limits hold for every run in the process from now on
 
     # --- identity and pickling --------------------------------------------------------------
     def model_identity(self) -> tuple[str, str]:
@@ -439,11 +498,17 @@ class _ChatModel:
         state = dict(self.__dict__)
         state["_client"] = None
         state.pop("_lock", None)
+        state.pop("_aclients", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("stream", False)  # pickled by an older version
+        state.setdefault("limits", Limits())
+        state.setdefault("_repairs", {})
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._aclients = _async_clients()
+        self._gate()
         register_secret(self._api_key)  # a worker process masks it too
 
     # --- the call ---------------------------------------------------------------------------
@@ -464,6 +529,33 @@ class _ChatModel:
                     default_headers=headers or None,
                 )
             return self._client
+
+    async def _async_openai(self) -> openai.AsyncOpenAI:
+        """The async client of the running event loop: an ``httpx.AsyncClient`` belongs to the
+        loop it first ran on, and ``run_sync`` makes a loop per call. It is closed when its
+        loop shuts down (``asyncio.run`` closes the loop's async generators, ``_closer`` one)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            held = self._aclients.get(loop)
+            if held is not None:
+                return held[0]
+            try:
+                import openai
+            except ImportError as exc:  # pragma: no cover - the extra is in dev
+                raise ImportError(_NO_SDK) from exc
+            _mask_http_logs()
+            endpoint, headers = _without_userinfo(self._endpoint)
+            client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=endpoint,
+                timeout=self.timeout_s,
+                max_retries=0,  # the engine retries, under the loop's persisted policy
+                default_headers=headers or None,
+            )
+            closer = _closer(client)
+            self._aclients[loop] = (client, closer)
+        await closer.__anext__()  # registers it with the loop, to be closed at its shutdown
+        return client
 
     def _format_kwargs(self, mode: str) -> dict[str, Any]:
         if mode == "json_schema":
@@ -507,55 +599,120 @@ class _ChatModel:
             self._warned.add(key)
         _log.warning(message)
 
+    def _kwargs(self, mode: str) -> dict[str, Any]:
+        kwargs = self._format_kwargs(mode)
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        if self.stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}  # usage arrives in the last chunk
+        return kwargs
+
+    def _failed(self, exc: Exception, mode: str, budget_s: float | None) -> str:
+        """What a failed request means: the structured-output mode to step down to, or
+        ``exc`` raised (named, redacted, its ``Retry-After`` capped at ``max_retry_after_s``
+        and at ``budget_s``, the run's time left when known)."""
+        if type(exc).__name__ == "APIResponseValidationError":
+            raise MalformedReplyError(
+                f"the server's response is not a chat completion: {redact_text(str(exc))}"
+            ) from exc
+        if isinstance(exc, json.JSONDecodeError):
+            # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
+            # a proxy or a server hiccup, worth another sample like an HTML body.
+            raise MalformedReplyError(
+                "the server answered with an empty body or one that is not JSON"
+            ) from exc
+        lower = mode if mode in _FALLBACK else None
+        if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
+            _name_the_call(exc, self.model, self._endpoint)
+            _redact_exc(exc)
+            cap = getattr(self, "max_retry_after_s", DEFAULT_MAX_RETRY_AFTER_S)
+            _cap_retry_after(exc, cap if budget_s is None else min(cap, budget_s))
+            raise exc
+        mode = _FALLBACK[lower]
+        self.response_format = mode  # remembered for the next calls
+        _log.warning(
+            "%s at %s refused response_format=%r (%s); using %r",
+            self.model,
+            public_url(self.base_url),
+            lower,
+            redact_text(str(exc)),
+            mode,
+        )
+        return mode
+
+    def _broken_stream(self, exc: Exception, acc: _Stream) -> MalformedReplyError:
+        """A stream that broke off after it began: transient (sampled again), and what had
+        arrived is kept in ``last_reply.text``."""
+        partial = redact_text(acc.text() or "")
+        self.last_reply = ModelReply(
+            None, None, acc.model or self.model, self.response_format, 0, 0, 0, Usage(),
+            Priced(0.0, "unpriced", "the stream broke off"), None,
+            time.perf_counter() - acc.t0, text=partial, streamed=True,
+            first_token_s=acc.first_token_s,
+        )  # fmt: skip
+        return MalformedReplyError(
+            f"the reply stream broke off after {len(partial)} characters: {redact_text(str(exc))}",
+            partial,
+        )
+
     def _request(
         self, messages: list[dict[str, str]], budget_s: float | None = None
-    ) -> tuple[Any, str, float]:
-        """Send the request, stepping down the structured-output mode when the server says it
-        does not support it; returns ``(completion, mode used, seconds)``. A failure's
-        ``Retry-After`` is capped at ``max_retry_after_s`` and at ``budget_s`` (the run's time
-        left, when known)."""
+    ) -> tuple[Mapping[str, Any], str, float, float | None]:
+        """Send the request (sync client), stepping down the structured-output mode when the
+        server says it does not support it; returns ``(body, mode used, seconds, first-token
+        seconds)``, a streamed reply assembled into the body of a plain completion."""
         client = self._openai()
         mode = self.response_format
         t0 = time.perf_counter()
         while True:
-            kwargs = self._format_kwargs(mode)
-            if self.temperature is not None:
-                kwargs["temperature"] = self.temperature
-            if self.extra_body:
-                kwargs["extra_body"] = self.extra_body
             create: Callable[..., Any] = client.chat.completions.create
             try:
-                completion = create(model=self.model, messages=messages, **kwargs)
+                completion = create(model=self.model, messages=messages, **self._kwargs(mode))
             except Exception as exc:
-                if type(exc).__name__ == "APIResponseValidationError":
-                    raise MalformedReplyError(
-                        f"the server's response is not a chat completion: {redact_text(str(exc))}"
-                    ) from exc
-                if isinstance(exc, json.JSONDecodeError):
-                    # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
-                    # a proxy or a server hiccup, worth another sample like an HTML body.
-                    raise MalformedReplyError(
-                        "the server answered with an empty body or one that is not JSON"
-                    ) from exc
-                lower = mode if mode in _FALLBACK else None
-                if lower is None or status_code(exc) != 400 or not self._mentions(exc, mode):
-                    _name_the_call(exc, self.model, self._endpoint)
-                    _redact_exc(exc)
-                    cap = getattr(self, "max_retry_after_s", DEFAULT_MAX_RETRY_AFTER_S)
-                    _cap_retry_after(exc, cap if budget_s is None else min(cap, budget_s))
-                    raise
-                mode = _FALLBACK[lower]
-                self.response_format = mode  # remembered for the next calls
-                _log.warning(
-                    "%s at %s refused response_format=%r (%s); using %r",
-                    self.model,
-                    public_url(self.base_url),
-                    lower,
-                    redact_text(str(exc)),
-                    mode,
-                )
+                mode = self._failed(exc, mode, budget_s)
                 continue
-            return completion, mode, time.perf_counter() - t0
+            if not self.stream:
+                return _body_of(completion), mode, time.perf_counter() - t0, None
+            acc = _Stream(t0)
+            try:
+                for chunk in completion:
+                    acc.add(chunk)
+            except Exception as exc:
+                raise self._broken_stream(exc, acc) from exc
+            finally:
+                with contextlib.suppress(Exception):
+                    completion.close()
+            return acc.body(), mode, time.perf_counter() - t0, acc.first_token_s
+
+    async def _arequest(
+        self, messages: list[dict[str, str]], budget_s: float | None = None
+    ) -> tuple[Mapping[str, Any], str, float, float | None]:
+        """``_request`` with the async client, on the running event loop."""
+        client = await self._async_openai()
+        mode = self.response_format
+        t0 = time.perf_counter()
+        while True:
+            create: Callable[..., Any] = client.chat.completions.create
+            try:
+                completion = await create(model=self.model, messages=messages, **self._kwargs(mode))
+            except Exception as exc:
+                mode = self._failed(exc, mode, budget_s)
+                continue
+            if not self.stream:
+                return _body_of(completion), mode, time.perf_counter() - t0, None
+            acc = _Stream(t0)
+            try:
+                async for chunk in completion:
+                    acc.add(chunk)
+            except Exception as exc:
+                raise self._broken_stream(exc, acc) from exc
+            finally:
+                with contextlib.suppress(Exception):
+                    await completion.close()
+            return acc.body(), mode, time.perf_counter() - t0, acc.first_token_s
 
     @staticmethod
     def _mentions(exc: BaseException, mode: str) -> bool:
@@ -564,22 +721,93 @@ class _ChatModel:
             text += " " + json.dumps(getattr(exc, "body", None), default=str).lower()
         return any(word in text for word in _FORMAT_WORDS.get(mode, ()))
 
+    # --- limits and repair ------------------------------------------------------------------
+    def _gate(self) -> Gate | None:
+        return gate_for(self.base_url, _normalise_model(self.model), self.limits)
+
+    def use_limits(
+        self, *, max_concurrency: int | None = None, tokens_per_minute: int | None = None
+    ) -> None:
+        """Hold this endpoint to limits shared by every run in the process (the spec's
+        ``[model.limits]``); limits already set elsewhere for it stay if tighter."""
+        extra = Limits.check(max_concurrency, tokens_per_minute)
+        self.limits = Limits(
+            _tighter(self.limits.max_concurrency, extra.max_concurrency),
+            _tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
+        )
+        self._gate()
+
+    def _with_repair(
+        self, messages: list[dict[str, str]], bill_to: str
+    ) -> tuple[list[dict[str, str]], str]:
+        """``messages`` as they go out, and their key. When this run's last call with these
+        same messages got a malformed reply, that reply and what was wrong with it follow, so
+        that the model repairs it instead of being asked the same question blind."""
+        key = hashlib.sha256(json.dumps(messages, sort_keys=True, default=str).encode()).hexdigest()
+        with self._lock:
+            pending = self._repairs.get(bill_to)
+        if pending is None or pending[0] != key:
+            return messages, key
+        _, raw, reason = pending
+        return [
+            *messages,
+            {"role": "assistant", "content": raw},
+            {"role": "user", "content": REPAIR_PROMPT.format(error=reason)},
+        ], key
+
     def _complete(
         self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
     ) -> ModelReply:
-        """One call: request, usage and price, refusal or validated JSON. A malformed reply's
-        spend is kept under ``bill_to`` (the run) and added to that run's next good reply."""
-        completion, mode, seconds = self._request(messages, budget_s)
-        body = completion.model_dump() if hasattr(completion, "model_dump") else completion
-        if not isinstance(body, Mapping):
-            raise MalformedReplyError(
-                f"the server's response is not a chat completion: {type(body).__name__}"
-            )
+        """One call (sync): request, usage and price, refusal or validated JSON. A malformed
+        reply's spend is kept under ``bill_to`` (the run) and added to that run's next good
+        reply, and the run's next call with the same messages is a repair turn."""
+        sent, key = self._with_repair(messages, bill_to)
+        gate = self._gate()
+        if gate is not None:
+            gate.pace()
+            gate.acquire()
+        try:
+            body, mode, seconds, first = self._request(sent, budget_s)
+        finally:
+            if gate is not None:
+                gate.release()
+        return self._finish(body, mode, seconds, first, bill_to, key, gate, sent is not messages)
+
+    async def _acomplete(
+        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+    ) -> ModelReply:
+        """``_complete`` with the async client: waiting for a slot or for tokens never blocks
+        the event loop the other runs share."""
+        sent, key = self._with_repair(messages, bill_to)
+        gate = self._gate()
+        if gate is not None:
+            await gate.pace_async()
+            await gate.acquire_async()
+        try:
+            body, mode, seconds, first = await self._arequest(sent, budget_s)
+        finally:
+            if gate is not None:
+                gate.release()
+        return self._finish(body, mode, seconds, first, bill_to, key, gate, sent is not messages)
+
+    def _finish(
+        self,
+        body: Mapping[str, Any],
+        mode: str,
+        seconds: float,
+        first_token_s: float | None,
+        bill_to: str,
+        key: str,
+        gate: Gate | None,
+        repair: bool,
+    ) -> ModelReply:
         raw_usage = body.get("usage") or {}
         input_tokens = _int(raw_usage.get("prompt_tokens"))
         output_tokens = _int(raw_usage.get("completion_tokens"))
         cached = _int((raw_usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
         tokens = max(input_tokens + output_tokens, _int(raw_usage.get("total_tokens")))
+        if gate is not None:
+            gate.charge(tokens)
         if not raw_usage:
             self._warn_once(
                 f"usage:{self.model}",
@@ -610,9 +838,10 @@ class _ChatModel:
             if finish == "content_filter"
             else None
         )
+        text, _ = _text_of(message)
+        shown = redact_text(text) if text is not None else None
         data: dict[str, Any] | None = None
         if refusal is None:
-            text, _ = _text_of(message)
             try:
                 if not choices:
                     raise MalformedReplyError("the response has no choices")
@@ -626,6 +855,9 @@ class _ChatModel:
                 exc.usage = usage
                 exc.raw = redact_text(exc.raw)
                 _redact_exc(exc)
+                if text is not None:
+                    with self._lock:
+                        self._repairs[bill_to] = (key, exc.raw[:_REPAIR_CLIP], exc.reason)
                 self.last_reply = ModelReply(
                     None,
                     None,
@@ -638,10 +870,15 @@ class _ChatModel:
                     priced,
                     finish,
                     seconds,
+                    text=shown,
+                    streamed=self.stream,
+                    first_token_s=first_token_s,
+                    repair=repair,
                 )
                 raise exc from None
         with self._lock:
             carried = self._unbilled.pop(bill_to, None)
+            self._repairs.pop(bill_to, None)
         if carried is not None:
             usage = usage + carried
         reply = ModelReply(
@@ -656,6 +893,10 @@ class _ChatModel:
             priced,
             finish,
             seconds,
+            text=shown,
+            streamed=self.stream,
+            first_token_s=first_token_s,
+            repair=repair,
         )
         self.last_reply = reply
         return reply
@@ -663,6 +904,85 @@ class _ChatModel:
     def _carry(self, bill_to: str, usage: Usage) -> None:
         with self._lock:
             self._unbilled[bill_to] = self._unbilled.get(bill_to, Usage()) + usage
+
+
+def _body_of(completion: Any) -> Mapping[str, Any]:
+    body = completion.model_dump() if hasattr(completion, "model_dump") else completion
+    if not isinstance(body, Mapping):
+        raise MalformedReplyError(
+            f"the server's response is not a chat completion: {type(body).__name__}"
+        )
+    return cast(Mapping[str, Any], body)
+
+
+class _Stream:
+    """A streamed reply (``chat.completion.chunk`` events) assembled as it arrives: the text
+    so far (content, or a tool call's arguments), the first token's latency, and the usage the
+    last chunk carries."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.first_token_s: float | None = None
+        self.model: str | None = None
+        self.content: list[str] = []
+        self.arguments: list[str] = []
+        self.tool_name: str | None = None
+        self.refusal: list[str] = []
+        self.finish: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+        self.chosen = False
+
+    def add(self, chunk: Any) -> None:
+        data = chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
+        if not isinstance(data, Mapping):
+            return
+        self.model = data.get("model") or self.model
+        if isinstance(data.get("usage"), Mapping):
+            self.usage = data["usage"]
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, Mapping) or (choice.get("index") or 0) != 0:
+                continue
+            self.chosen = True
+            delta = choice.get("delta") or {}
+            pieces = [delta.get("content"), delta.get("refusal")]
+            if isinstance(delta.get("content"), str):
+                self.content.append(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                self.refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(fn, Mapping):
+                    self.tool_name = fn.get("name") or self.tool_name
+                    if isinstance(fn.get("arguments"), str):
+                        self.arguments.append(fn["arguments"])
+                        pieces.append(fn["arguments"])
+            if self.first_token_s is None and any(isinstance(p, str) and p for p in pieces):
+                self.first_token_s = time.perf_counter() - self.t0
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def text(self) -> str:
+        return "".join(self.arguments) if self.arguments else "".join(self.content)
+
+    def body(self) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.content) if self.content else None,
+            "refusal": "".join(self.refusal) or None,
+        }
+        if self.arguments or self.tool_name:
+            message["tool_calls"] = [
+                {
+                    "type": "function",
+                    "function": {"name": self.tool_name, "arguments": "".join(self.arguments)},
+                }
+            ]
+        choices = [{"index": 0, "message": message, "finish_reason": self.finish}]
+        return {
+            "model": self.model,
+            "choices": choices if self.chosen else [],
+            "usage": self.usage or {},
+        }
 
 
 class ChatActor(_ChatModel):
@@ -699,6 +1019,17 @@ class ChatActor(_ChatModel):
         name: the name shown for it.
         max_retry_after_s: the longest ``Retry-After`` honoured (default 120 s; the time
             budget left caps it too).
+        stream: stream the reply (``stream=True``); the text as it arrived and the first
+            token's latency are kept in ``last_reply``.
+        max_concurrency: the most requests in flight at once to this ``base_url`` and model,
+            across every run in the process (``None``: no limit).
+        tokens_per_minute: the most tokens a minute to this ``base_url`` and model, across
+            every run in the process (``None``: no limit).
+
+    A malformed reply is retried by the engine as a *repair turn*: the same run's next call
+    with the same context shows the model its bad reply and what was wrong with it
+    (``REPAIR_PROMPT``). ``AsyncChatActor`` is the same actor with the async client, for an
+    engine that awaits it.
     """
 
     _schema = PROPOSAL_SCHEMA
@@ -721,6 +1052,9 @@ class ChatActor(_ChatModel):
         extra_body: Mapping[str, Any] | None = None,
         name: str = "chat_actor",
         max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+        stream: bool = False,
+        max_concurrency: int | None = None,
+        tokens_per_minute: int | None = None,
     ) -> None:
         check_template(template, CONTEXT_FIELDS, "template")
         super().__init__(
@@ -736,6 +1070,9 @@ class ChatActor(_ChatModel):
             extra_body=extra_body,
             name=name,
             max_retry_after_s=max_retry_after_s,
+            stream=stream,
+            max_concurrency=max_concurrency,
+            tokens_per_minute=tokens_per_minute,
         )
         self.template = template
 
@@ -751,6 +1088,17 @@ class ChatActor(_ChatModel):
         reply = self._complete(
             self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
         )
+        return self._proposal_of(reply)
+
+    async def acall(self, ctx: Context) -> Proposal:
+        """``self(ctx)`` with the async client: awaiting a slot, tokens or the reply never
+        blocks the event loop."""
+        reply = await self._acomplete(
+            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+        )
+        return self._proposal_of(reply)
+
+    def _proposal_of(self, reply: ModelReply) -> Proposal:
         if reply.data is None:
             return Proposal(escalate=f"the model refused: {reply.refusal}", usage=reply.usage)
         return self.proposal(reply.data, reply.usage)
@@ -831,6 +1179,9 @@ class ChatReviewer(_ChatModel):
         dimension: str = "review",
         name: str = "review",
         max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+        stream: bool = False,
+        max_concurrency: int | None = None,
+        tokens_per_minute: int | None = None,
     ) -> None:
         if not isinstance(rubric, str) or not rubric.strip():
             raise ConfigError("a reviewer needs a rubric", field="rubric")
@@ -856,6 +1207,9 @@ class ChatReviewer(_ChatModel):
             extra_body=extra_body,
             name=name,
             max_retry_after_s=max_retry_after_s,
+            stream=stream,
+            max_concurrency=max_concurrency,
+            tokens_per_minute=tokens_per_minute,
         )
         self.rubric = rubric.strip()
         self.pass_score = float(pass_score)
@@ -879,7 +1233,15 @@ class ChatReviewer(_ChatModel):
 
     def __call__(self, state: TaskState, proposal: Proposal) -> Verdict:
         bill_to = state.task_key or "-"
-        reply = self._complete(self.messages(state, proposal), bill_to=bill_to)
+        return self._verdict_of(self._complete(self.messages(state, proposal), bill_to), state)
+
+    async def acall(self, state: TaskState, proposal: Proposal) -> Verdict:
+        """``self(state, proposal)`` with the async client."""
+        bill_to = state.task_key or "-"
+        reply = await self._acomplete(self.messages(state, proposal), bill_to)
+        return self._verdict_of(reply, state)
+
+    def _verdict_of(self, reply: ModelReply, state: TaskState) -> Verdict:
         if reply.data is None:
             raise PermanentError(f"the reviewer model refused to review: {reply.refusal}")
         return self.verdict(reply.data, state, reply.usage, reply)
@@ -913,6 +1275,10 @@ class ChatReviewer(_ChatModel):
             evidence["summary"] = summary
         if reply is not None:
             evidence["price"] = reply.priced.detail
+            if reply.first_token_s is not None:
+                evidence["first_token_s"] = round(reply.first_token_s, 4)
+            if reply.repair:
+                evidence["repair_turn"] = True
         return Verdict(
             passed=passed,
             score=score,
@@ -946,3 +1312,22 @@ class ChatReviewer(_ChatModel):
             severity=cast(Literal["error", "warning"], raw.get("severity") or "error"),
             evidence=evidence,
         )
+
+
+class AsyncChatActor(ChatActor):
+    """``ChatActor`` with ``openai.AsyncOpenAI``: ``await actor(ctx)``. The engine awaits it on
+    its event loop, so many runs in one process share one loop and their waits for the
+    endpoint's limits without a thread each. Same arguments as ``ChatActor``."""
+
+    async def __call__(self, ctx: Context) -> Proposal:  # type: ignore[override]
+        return await self.acall(ctx)
+
+
+class AsyncChatReviewer(ChatReviewer):
+    """``ChatReviewer`` with ``openai.AsyncOpenAI``: ``await reviewer(state, proposal)``. Same
+    arguments as ``ChatReviewer``."""
+
+    async def __call__(  # type: ignore[override]
+        self, state: TaskState, proposal: Proposal
+    ) -> Verdict:
+        return await self.acall(state, proposal)
