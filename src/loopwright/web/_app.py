@@ -55,6 +55,7 @@ CSP = (
 OPEN_PATHS = ("/login", "/static/")
 PAGE_SIZE = 50  # runs or approvals per page (and the API's default limit)
 MAX_PAGE = 500
+EVENTS_SHOWN = 500
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -394,7 +395,10 @@ def create_app(
         data["effects"] = [e for e in entries if e["kind"] != "retry"]
         data["retries"] = [e for e in entries if e["kind"] == "retry"]
         data["event_kinds"] = sorted({e["kind"] for e in events})
-        data["events"] = [e for e in events if not kind or e["kind"] == kind]
+        shown = [e for e in events if not kind or e["kind"] == kind]
+        # A run of thousands of cycles has tens of thousands of events: the newest few hundred
+        # here, the whole log in /api/runs/{id}.
+        data["events"], data["events_total"] = shown[-EVENTS_SHOWN:], len(shown)
         data["event_kind"] = kind
         return page(request, "run.html", **data)
 
