@@ -226,3 +226,30 @@ def test_cli_fork_and_edit(
     with lw.Runtime(db) as rt:
         assert rt.store.get_run("branch").forked_from == run_id
         assert rt.result(run_id).state.values()["doc"]["c"] == "from a file"
+
+
+def test_diff_shows_a_run_and_its_fork_side_by_side(
+    origin: tuple[Path, str, Counter], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, run_id, counter = origin
+    with lw.Runtime(db) as rt:
+        longer = make_loop(counter, max_cycles=CYCLES + 2)
+        fork = rt.fork(run_id, 3, contract=longer.contract, task_key="longer")
+        rt.resume_sync(fork.run_id, longer)
+    store = ["--store", str(db)]
+    assert main(["diff", run_id, "longer", "--json", *store]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["contract"] == {"budget.max_cycles": {"a": CYCLES, "b": CYCLES + 2}}
+    assert (doc["a"]["cycles"], doc["b"]["cycles"]) == (CYCLES, CYCLES + 2)
+    assert doc["b"]["forked_from"] == run_id and doc["b"]["forked_at"] == 3
+    assert [c["cycle"] for c in doc["scores"]] == list(range(1, CYCLES + 3))
+    # the fork's own cycles start after the fork point; before it, the history is the origin's
+    assert [c["b"] is None for c in doc["scores"]] == [True] * 3 + [False] * (CYCLES - 1)
+    parts = {p["part"]: p for p in doc["parts"]}
+    assert parts["doc/a"]["same"] and not parts["doc/b"]["same"]
+    assert main(["diff", run_id, "longer", *store]) == 0
+    text = capsys.readouterr().out
+    assert "budget.max_cycles: 8 -> 10" in text and "doc/b" in text
+    assert main(["diff", run_id, "nope", *store]) == 2

@@ -66,7 +66,10 @@ def _root(
 # Commands defined in other modules of this package, which register themselves on ``app``
 # when imported; `app_for` imports only the one a command line names.
 _ELSEWHERE = {
+    "diff": "_diff_cmd",
+    "edit": "_fork_cmd",
     "fit-stop": "_fit_cmd",
+    "fork": "_fork_cmd",
     "memory": "_memory_cmd",
     "metrics": "_metrics_cmd",
     "trace": "_observe",

@@ -1,0 +1,83 @@
+"""Two runs side by side (``loopwright diff``): what differs in their contracts, how their cycles
+went (score per cycle, spend), how and why they stopped, and their final artifacts part by part.
+
+Read from the store only; typically a run and its fork (``Runtime.fork``) or its rerun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .store import RunRecord, Store
+
+__all__ = ["compare_runs", "flatten"]
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"budget": {"max_cycles": 3}}`` as ``{"budget.max_cycles": 3}`` (lists kept whole)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
+    scores: dict[int, float | None] = {}
+    for ck in store.checkpoints(rec.run_id):
+        r = ck.record
+        if r and "proposal" in r:
+            scores[int(r.get("cycle", ck.cycle))] = r.get("score")
+    state = store.latest_checkpoint(rec.run_id).task_state()
+    parts = {}
+    for ref, p in state.iter_parts():
+        parts[ref] = {"value": p.value, "status": p.status, "versions": p.count}
+    packet = rec.packet or {}
+    return {
+        "run": rec.run_id,
+        "task_key": rec.task_key,
+        "loop": rec.loop_name,
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "stop_cause": packet.get("stop_cause") or packet.get("cause"),
+        "cycles": rec.cycle,
+        "best_score": rec.best_score,
+        "held_out_passed": rec.held_out_passed,
+        "cost_usd": rec.cost_usd,
+        "tokens": rec.tokens,
+        "seconds": rec.seconds,
+        "forked_from": rec.forked_from,
+        "forked_at": rec.forked_at,
+        "scores": scores,
+        "parts": parts,
+    }
+
+
+def compare_runs(store: Store, run_a: str, run_b: str) -> dict[str, Any]:
+    """Both runs (id, prefix or task key) and their differences, as JSON-ready data."""
+    a_rec, b_rec = store.get_run(run_a), store.get_run(run_b)
+    a, b = _side(store, a_rec), _side(store, b_rec)
+    ca, cb = flatten(a_rec.contract), flatten(b_rec.contract)
+    contract = {
+        k: {"a": ca.get(k), "b": cb.get(k)} for k in sorted({*ca, *cb}) if ca.get(k) != cb.get(k)
+    }
+    cycles = sorted({*a["scores"], *b["scores"]})
+    curve = [{"cycle": n, "a": a["scores"].get(n), "b": b["scores"].get(n)} for n in cycles]
+    parts = []
+    for ref in sorted({*a["parts"], *b["parts"]}):
+        pa, pb = a["parts"].get(ref), b["parts"].get(ref)
+        parts.append(
+            {
+                "part": ref,
+                "same": pa is not None and pb is not None and pa["value"] == pb["value"],
+                "a": pa,
+                "b": pb,
+            }
+        )
+    for side in (a, b):
+        del side["scores"], side["parts"]
+    return {"a": a, "b": b, "contract": contract, "scores": curve, "parts": parts}

@@ -1,0 +1,95 @@
+"""``loopwright diff RUN_A RUN_B``: two runs side by side (``loopwright._compare``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._stores import open_existing
+
+__all__ = ["diff"]
+
+_ROWS = 20  # score rows shown; longer runs are sampled evenly (all of them with --json)
+
+
+def _short(v: Any, n: int = 36) -> str:
+    text = v if isinstance(v, str) else repr(v)
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _money(v: float) -> str:
+    return f"${v:,.4f}"
+
+
+def _score(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.3f}"
+
+
+@app.command(short_help="Two runs side by side: contract, cycles, scores, spend, artifacts.")
+def diff(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="A run (id, prefix or task key).")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Another run, e.g. its fork.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare two runs: contract differences, cycles and score per cycle, spend, how each
+    stopped, and the final artifacts part by part."""
+    from .._compare import compare_runs
+    from ._render import console
+
+    with open_existing(store) as st:
+        doc = compare_runs(st, run_a, run_b)
+    if as_json:
+        _print_json(doc)
+        return
+    out = console()
+    a, b = doc["a"], doc["b"]
+    rows = [
+        ("run", a["run"], b["run"]),
+        ("task", a["task_key"], b["task_key"]),
+        ("status", a["status"], b["status"]),
+        ("stop", a["stop_reason"] or "-", b["stop_reason"] or "-"),
+        ("cycles", a["cycles"], b["cycles"]),
+        ("best score", _score(a["best_score"]), _score(b["best_score"])),
+        ("held-out", a["held_out_passed"], b["held_out_passed"]),
+        ("spend", _money(a["cost_usd"]), _money(b["cost_usd"])),
+        ("tokens", a["tokens"], b["tokens"]),
+    ]
+    if a["forked_from"] or b["forked_from"]:
+        rows.append(
+            (
+                "forked from",
+                f"{a['forked_from']}@{a['forked_at']}" if a["forked_from"] else "-",
+                f"{b['forked_from']}@{b['forked_at']}" if b["forked_from"] else "-",
+            )
+        )
+    width = max(len(r[0]) for r in rows)
+    for label, va, vb in rows:
+        out.print(f"{label:<{width}}  {_short(va, 30):<30}  {_short(vb, 30)}", markup=False)
+    out.print("")
+    if doc["contract"]:
+        out.print("contract differences:", markup=False)
+        for key, v in doc["contract"].items():
+            out.print(f"  {key}: {_short(v['a'])} -> {_short(v['b'])}", markup=False)
+    else:
+        out.print("contracts: the same", markup=False)
+    curve = doc["scores"]
+    if curve:
+        step = max(1, -(-len(curve) // _ROWS))
+        shown = curve[::step]
+        if shown[-1] is not curve[-1]:
+            shown.append(curve[-1])
+        out.print("", markup=False)
+        out.print(f"{'cycle':>6}  {'score A':>8}  {'score B':>8}", markup=False)
+        for c in shown:
+            out.print(f"{c['cycle']:>6}  {_score(c['a']):>8}  {_score(c['b']):>8}", markup=False)
+    out.print("", markup=False)
+    out.print("final artifacts:", markup=False)
+    for p in doc["parts"]:
+        mark = "=" if p["same"] else "≠"
+        va = "-" if p["a"] is None else f"{_short(p['a']['value'], 24)} ({p['a']['status']})"
+        vb = "-" if p["b"] is None else f"{_short(p['b']['value'], 24)} ({p['b']['status']})"
+        out.print(f"  {mark} {p['part']}: {va} | {vb}", markup=False)
