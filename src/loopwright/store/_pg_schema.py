@@ -148,6 +148,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE checkpoints ADD COLUMN base BIGINT",
         "ALTER TABLE runs ADD COLUMN forked_from TEXT",
         "ALTER TABLE runs ADD COLUMN forked_at BIGINT",
+        "CREATE INDEX runs_created_id ON runs(created_at, run_id)",
         """CREATE TABLE effect_keys (
             kind TEXT NOT NULL,
             key TEXT NOT NULL,

@@ -152,6 +152,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # a fork's origin: the run and the cycle whose state it started from
         "ALTER TABLE runs ADD COLUMN forked_from TEXT",
         "ALTER TABLE runs ADD COLUMN forked_at INTEGER",
+        # the runs list pages newest first by (created_at, run_id): no sort of the table
+        "CREATE INDEX runs_created ON runs(created_at, run_id)",
         # Invariant 2 per business action: an effect's idempotency key is claimed store-wide
         # (by kind), so a second run asking for a done key gets its recorded result.
         """CREATE TABLE effect_keys (
