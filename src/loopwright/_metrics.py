@@ -43,6 +43,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "time_to_accepted_s",
     "cycles_to_accepted",
     "revisions_per_accepted_part",
+    "edits_per_accepted_part",
     "cost_per_accepted_usd",
     "spend_after_last_improvement_usd",
     "spend_after_last_improvement_frac",
@@ -65,6 +66,8 @@ DEFINITIONS: dict[str, str] = {
     "cycles_to_accepted": "mean cycles run, accepted runs",
     "revisions_per_accepted_part": "versions before the accepted one, per accepted part the "
     "loop wrote",
+    "edits_per_accepted_part": "edits by a person (edited events) / the accepted parts "
+    "of revisions_per_accepted_part",
     "cost_per_accepted_usd": "all spend of the selected runs / accepted runs",
     "spend_after_last_improvement_usd": "spend after each run's last materially improving "
     "cycle (whole spend if none), summed",
@@ -124,6 +127,8 @@ class RunMetrics:
         accepted_parts: parts of the final state with an accepted version that the loop wrote
             (a version from cycle ≥ 1 at or before the accepted one).
         part_revisions: over those parts, the versions that precede the accepted one.
+        edits: person edits of the run (``edited`` events, ``Runtime.edit``), overrides of an
+            accepted version included.
         approvals: approval requests of the run, whatever their outcome.
         approval_waits_s: decided_at − requested_at of each request a person decided.
         failures: failure events by kind (``FAILURE_EVENTS`` and ``CRASH_RESUME``).
@@ -159,6 +164,7 @@ class RunMetrics:
     context_cycles: int
     context_reuse_cycles: int
     workflow_reused: bool | None
+    edits: int = 0
 
     @property
     def accepted(self) -> bool:
@@ -283,6 +289,7 @@ def run_metrics(
         context_cycles=context_cycles,
         context_reuse_cycles=reuse,
         workflow_reused=reused,
+        edits=sum(1 for e in events if e.kind == "edited"),
     )
 
 
@@ -407,6 +414,10 @@ class Metrics:
             before the latest accepted one): the versions that precede the accepted one,
             summed, divided by the number of such parts. A part accepted as first written
             counts 0; parts accepted untouched from the task are left out.
+        edits_per_accepted_part: ``edited`` events of the selected runs (each a version of a
+            part written by a person, overrides of an accepted version included) / the
+            accepted parts counted by ``revisions_per_accepted_part`` (a person's version is
+            accepted, so an edited part is one of them once a cycle has run).
         cost_per_accepted_usd: ``spend_usd`` / ``accepted`` (the spend of runs that did not
             end accepted is part of the price of those that did).
         spend_after_last_improvement_usd: summed over selected runs: ``cost_usd`` minus the
@@ -459,6 +470,7 @@ class Metrics:
     time_to_accepted_s: float | None
     cycles_to_accepted: float | None
     revisions_per_accepted_part: float | None
+    edits_per_accepted_part: float | None
     cost_per_accepted_usd: float | None
     spend_after_last_improvement_usd: float | None
     spend_after_last_improvement_frac: float | None
@@ -530,6 +542,11 @@ def summarize(
         "cycles_to_accepted": (sum(r.cycles for r in acc), len(acc), why_acc),
         "revisions_per_accepted_part": (
             sum(r.part_revisions for r in rows),
+            sum(r.accepted_parts for r in rows),
+            "no accepted part was written by a loop",
+        ),
+        "edits_per_accepted_part": (
+            sum(r.edits for r in rows),
             sum(r.accepted_parts for r in rows),
             "no accepted part was written by a loop",
         ),

@@ -250,3 +250,44 @@ def test_cancel_from_the_run_page(server: tuple[str, str], page: Any) -> None:
     page.click("form.actions button[value=cancel]")
     page.locator("#run-status .st-cancelled").wait_for(timeout=30_000)
     assert "cancelled by ana" in page.locator("#stop-cause").inner_text()
+
+
+@pytest.fixture
+def stopped_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The parked run with its payment change denied and applied (stopped), served."""
+    _need_browser()
+    import loopwright as lw
+
+    store, run_id = _web_loop().make_parked_run(tmp_path)
+    with lw.Runtime(store) as rt:
+        rt.deny(run_id, by="bea", note="not that payee")
+        rt.resume_sync(run_id, lw.load_spec(tmp_path / "web.toml"))
+    with _serve(store, tmp_path) as base:
+        yield base, run_id
+
+
+def test_edit_a_part_from_the_run_page(stopped_server: tuple[str, str], page: Any) -> None:
+    """A person edits a part of a stopped run on its page, resuming it: the loop goes on from
+    the person's version (accepted, not rewritten) and the page says who edited what."""
+    base, run_id = stopped_server
+    r = page.request.post(f"{base}/runs/{run_id}/edit", form={"ref": "doc/pay", "value": "10"})
+    assert r.status in (401, 403)  # no token, no CSRF: refused
+    page.goto(f"{base}/login?next=/runs/{run_id}")
+    page.fill("input[name=token]", TOKEN)
+    page.click("form.login button")
+    page.wait_for_url(f"{base}/runs/{run_id}")
+    form = page.locator('form.edit[data-ref="doc/pay"]')
+    part = page.locator("details.part", has=form)
+    if part.get_attribute("open") is None:  # a part of one version is shown folded
+        part.locator("summary").first.click()
+    form.locator("xpath=ancestor::details[1]/summary").click()  # "Edit"
+    form.locator("textarea[name=value]").fill("10")
+    form.locator("input[name=note]").fill("the PO says 10")
+    form.locator("input[name=resume]").check()
+    form.locator("button").click()
+    # The page reloads itself as the resumed run changes status, until it is accepted.
+    page.locator("#run-status .st-accepted").wait_for(timeout=120_000)
+    row = page.locator('#edits + table tr[data-part="doc/pay"]')
+    assert "ana" in row.inner_text() and "the PO says 10" in row.inner_text()
+    pay = page.locator("details.part", has=page.locator('form.edit[data-ref="doc/pay"]'))
+    assert "current accepted" in pay.locator("summary").first.inner_text()

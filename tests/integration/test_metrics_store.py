@@ -305,3 +305,27 @@ def test_cli_bad_input_is_a_one_line_error_exit_2(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"loopwright: error: {field}: ")
     assert "\n" not in err
+
+
+def test_a_persons_edits_are_counted_per_accepted_part(rt: lw.Runtime) -> None:
+    """The actor never gets c right; a person edits it by hand (twice: a slip, then the fix)
+    and the loop goes on to accepted: 2 edits over the 3 accepted parts."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": 1, "b": 2}, usage=lw.Usage(0.1))
+
+    loop = make_loop(actor, no_progress=lw.NoProgress(cycles=2))
+    first = rt.run_sync(loop, TASK, task_key="edited")
+    assert first.status != "accepted"
+    before = compute_metrics(rt.store)
+    assert before.edits_per_accepted_part == pytest.approx(0.0), before.basis
+    rt.edit(first.run_id, "doc/c", 30, by="ana", note="a slip")
+    rt.edit(first.run_id, "doc/c", 3, by="ana")
+    done = rt.resume_sync(first.run_id, loop)
+    assert done.status == "accepted", done.packet
+    m = compute_metrics(rt.store)
+    row = m.per_run[0]
+    assert row.edits == 2 and row.accepted_parts == 3
+    assert m.edits_per_accepted_part == pytest.approx(2 / 3)
+    assert m.basis["edits_per_accepted_part"] == (2, 3)
+    assert m.to_dict()["edits_per_accepted_part"] == pytest.approx(2 / 3)

@@ -572,3 +572,120 @@ def test_a_stored_stop_cause_is_derived_alike_for_older_runs(
     [stopped] = [e for e in st.events(accepted.run_id) if e.kind == "stopped"]
     assert run_stop_cause(accepted) == stopped.data["stop_cause"]
     st.close()
+
+
+# --- issue 18: a person edits a part from the dashboard or /api; forks are linked -------------
+def _denied_run(tmp: Path) -> tuple[str, str]:
+    """The parked run with its payment change denied and applied: it has ended (stopped)."""
+    store, run_id = make_parked_run(tmp)
+    with lw.Runtime(store) as rt:
+        rt.deny(run_id, by="bea", note="not that payee")
+        rec = rt.resume_sync(run_id, lw.load_spec(tmp / "web.toml"))
+    assert rec.status not in ("awaiting_approval", "accepted", "pending", "running"), rec.status
+    return store, run_id
+
+
+def test_edit_a_part_from_the_api_and_the_loop_goes_on(tmp_path: Path) -> None:
+    store, run_id = _denied_run(tmp_path)
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    url = f"/api/runs/{run_id}/parts/doc/pay"
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert c.post(url, json={"value": 10}).status_code == 401  # no token
+    _sign_in(c)
+    r = c.post(url, json={"value": 10})  # a cookie alone: the CSRF header is missing
+    assert r.status_code == 403 and "X-CSRF-Token" in r.json()["detail"]
+    # one-line errors, as JSON, for the person's mistakes
+    bad = {
+        c.post(url, content=b"{not json", headers=bearer): "must be JSON",
+        c.post(url, json={"note": "x"}, headers=bearer): '"value"',
+        c.post(url, json={"value": 10, "nope": 1}, headers=bearer): "unknown field(s) nope",
+        c.post(url, json={"value": 10, "resume": "yes"}, headers=bearer): "true or false",
+        c.post(f"/api/runs/{run_id}/parts/doc/nope", json={"value": 1}, headers=bearer): (
+            "no part 'doc/nope'"
+        ),
+    }
+    for resp, words in bad.items():
+        assert resp.status_code == 400, (words, resp.text)
+        detail = resp.json()["detail"]
+        assert isinstance(detail, str) and "\n" not in detail and words in detail, detail
+    assert (
+        c.post("/api/runs/nosuchrun/parts/doc/pay", json={"value": 1}, headers=bearer).status_code
+        == 404
+    )
+    assert c.get(f"/api/runs/{run_id}").json()["edits"] == []  # refused edits changed nothing
+    r = c.post(url, json={"value": 10, "note": "the PO says 10", "resume": True}, headers=bearer)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["edit"]["by"] == "ana" and out["edit"]["part"] == "doc/pay"
+    assert out["edit"]["changed"] == ["value"] and out["edit"]["note"] == "the PO says 10"
+    assert "edited by ana" in out["message"] and "resuming" in out["message"]
+    for t in c.app.state.resumes:  # type: ignore[attr-defined]
+        t.join(60)
+    rec = _wait_status(store, run_id, "accepted")
+    assert rec.status == "accepted", rec.packet
+    detail = c.get(f"/api/runs/{run_id}").json()
+    [pay] = [a for a in detail["artifacts"] if a["ref"] == "doc/pay"]
+    # the person's version stands: the loop went on from it and never wrote pay again
+    assert pay["status"] == "accepted" and pay["versions"][-1]["value"] == "10"
+    assert pay["versions"][-1]["n"] == out["edit"]["version"]
+    kinds = [e["kind"] for e in detail["events"]]
+    assert kinds.index("edited") < kinds.index("resume_requested")
+    assert not [a for a in detail["approvals"] if a["status"] == "pending"]  # pay not re-asked
+    page = c.get(f"/runs/{run_id}").text
+    edits = page.split('id="edits"')[1].split("</table>")[0]
+    assert "ana" in edits and "doc/pay" in edits and "the PO says 10" in edits
+
+
+def test_edit_from_the_run_page_needs_token_and_csrf(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    form = {"ref": "doc/title", "value": "Plain " + XSS, "note": "a person's title"}
+    assert "Save edit" not in c.get(f"/runs/{run_id}").text  # signed out: no form
+    assert c.post(f"/runs/{run_id}/edit", data=form).status_code == 401
+    csrf = _sign_in(c)
+    assert c.post(f"/runs/{run_id}/edit", data=form).status_code == 403  # no CSRF
+    assert c.post(f"/runs/{run_id}/edit", data={**form, "csrf": "forged"}).status_code == 403
+    # a run waiting for a decision is decided first: said in one line, nothing changed
+    waiting = c.post(f"/runs/{run_id}/edit", data={**form, "csrf": csrf})
+    assert waiting.status_code == 400 and "waiting for a decision" in waiting.json()["detail"]
+    with lw.Runtime(store) as rt:
+        rt.deny(run_id, by="bea")
+        rt.resume_sync(run_id, lw.load_spec(Path(store).parent / "web.toml"))
+    page = c.get(f"/runs/{run_id}").text
+    assert page.count("Save edit") == 4  # one per part: a, b, title, pay
+    # a JSON part takes JSON; a browser's CRLF line ends are the text's own
+    bad = c.post(f"/runs/{run_id}/edit", data={**form, "ref": "doc/a", "value": "{x", "csrf": csrf})
+    assert bad.status_code == 400 and "holds JSON" in bad.json()["detail"]
+    r = c.post(
+        f"/runs/{run_id}/edit",
+        data={**form, "value": "[1,\r\n2]", "ref": "doc/b", "csrf": csrf},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"].endswith("#edits")
+    r = c.post(f"/runs/{run_id}/edit", data={**form, "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    detail = c.get(f"/api/runs/{run_id}").json()
+    assert [(e["part"], e["by"]) for e in detail["edits"]] == [
+        ("doc/b", "ana"),
+        ("doc/title", "ana"),
+    ]
+    assert detail["run"]["status"] == "pending"  # reopened: Resume goes on from the edits
+    page = c.get(r.headers["location"]).text
+    assert "Resume the run to go on from it" in page
+    assert "Plain &lt;script&gt;" in page and "Plain <script>" not in page
+    [b] = [a for a in detail["artifacts"] if a["ref"] == "doc/b"]
+    assert b["versions"][-1]["value"] == "[1, 2]"
+
+
+def test_a_fork_links_to_its_origin(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    with lw.Runtime(store) as rt:
+        fork = rt.fork(run_id, 1)
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    page = c.get(f"/runs/{fork.run_id}").text
+    m = re.search(r'id="forked-from">run <a href="/runs/([0-9a-f]+)">', page)
+    assert m and m.group(1) == run_id and "at cycle 1" in page
+    assert 'id="forked-from"' not in c.get(f"/runs/{run_id}").text
+    listed = {r["run_id"]: r for r in c.get("/api/runs").json()}
+    assert (listed[fork.run_id]["forked_from"], listed[fork.run_id]["forked_at"]) == (run_id, 1)
+    assert listed[run_id]["forked_from"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -17,12 +18,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
-from .._errors import ConfigError, LoopwrightError, RunNotFoundError
+from .._errors import ConfigError, ConflictError, LoopwrightError, RunNotFoundError
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._spec import loop_of_run
 from .._state import TaskState
@@ -34,6 +36,7 @@ from ._views import (
     artifacts_view,
     chart_points,
     chart_svg,
+    edits_view,
     events_view,
     is_svg,
     journal_view,
@@ -171,6 +174,20 @@ def create_app(
         if not auth.signed_in(request):
             raise HTTPException(401, "token required", headers={"WWW-Authenticate": "Bearer"})
 
+    def require_form_write(request: Request, csrf: str) -> None:
+        """A page's form: signed in, with the page's CSRF token."""
+        require_write(request)
+        if not auth.csrf_ok(request, csrf):
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+
+    def require_api_write(request: Request) -> None:
+        """An API call: the bearer token, or a session cookie with its X-CSRF-Token."""
+        require_write(request)
+        if not auth.bearer_ok(request) and not auth.csrf_ok(
+            request, request.headers.get("x-csrf-token")
+        ):
+            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+
     def find_approval(approval_id: str) -> Approval:
         for a in store.approvals():
             if a.approval_id == approval_id:
@@ -242,6 +259,34 @@ def create_app(
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
             return rec, f"resume requested by {auth.identity}: {resume_later(rec.run_id)}"
         raise HTTPException(400, f"unknown action {how!r}")
+
+    def edit_part(
+        run_id: str, ref: str, value: Any, note: str | None, resume: bool
+    ) -> tuple[RunRecord, str]:
+        """A person's version of part ``ref``, as the dashboard's identity (``Runtime.edit``);
+        ``resume``: then resume the run in the background, where its spec file is found."""
+        try:
+            done = Runtime(store).edit(
+                run_id, ref, value, by=auth.identity, note=(note or "").strip() or None
+            )
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except ConflictError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        except LoopwrightError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        mine = edits_view(store.events(done.run_id))[-1:]
+        version = mine[0]["version"] if mine else "?"
+        msg = f"{ref} edited by {auth.identity} (version {version}, accepted)"
+        if resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
+            who = {"by": auth.identity}
+            store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
+            msg += f"; {resume_later(done.run_id)}"
+        elif done.status not in ("running", "awaiting_approval"):
+            msg += "; Resume the run to go on from it"
+        return done, msg
 
     def run_payload(run_id: str) -> dict[str, Any]:
         try:
@@ -391,7 +436,8 @@ def create_app(
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
         rid = data["rec"].run_id
         entries = journal_view(store.journal(rid))
-        events = events_view(store.events(rid))
+        raw = store.events(rid)
+        events = events_view(raw)
         data["effects"] = [e for e in entries if e["kind"] != "retry"]
         data["retries"] = [e for e in entries if e["kind"] == "retry"]
         data["event_kinds"] = sorted({e["kind"] for e in events})
@@ -399,6 +445,7 @@ def create_app(
         # A run of thousands of cycles has tens of thousands of events: the newest few hundred
         # here, the whole log in /api/runs/{id}.
         data["events"], data["events_total"] = shown[-EVENTS_SHOWN:], len(shown)
+        data["edits"] = edits_view(raw)
         data["event_kind"] = kind
         return page(request, "run.html", **data)
 
@@ -406,11 +453,35 @@ def create_app(
     def act_form(
         request: Request, run_id: str, action: str = Form(...), csrf: str = Form("")
     ) -> Response:
-        require_write(request)
-        if not auth.csrf_ok(request, csrf):
-            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        require_form_write(request, csrf)
         rec, msg = act(run_id, action)
         return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
+
+    @app.post("/runs/{run_id}/edit", include_in_schema=False)
+    def edit_form(
+        request: Request,
+        run_id: str,
+        ref: str = Form(...),
+        value: str = Form(...),
+        note: str = Form(""),
+        resume: str = Form(""),
+        csrf: str = Form(""),
+    ) -> Response:
+        require_form_write(request, csrf)
+        try:
+            ck = store.latest_checkpoint(store.get_run(run_id).run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        part = ck.task_state().part(ref)
+        # A browser sends a textarea's line ends as CRLF: a text part keeps its own.
+        new: Any = value.replace("\r\n", "\n")
+        if part is not None and not isinstance(part.value, str):
+            try:
+                new = json.loads(new)
+            except json.JSONDecodeError as exc:
+                raise HTTPException(400, f"{ref} holds JSON: the new value is not ({exc})") from exc
+        rec, msg = edit_part(run_id, ref, new, note, resume == "yes")
+        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}#edits", status_code=303)
 
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
     def inbox_page(
@@ -441,9 +512,7 @@ def create_app(
         note: str = Form(""),
         answer: str = Form(""),
     ) -> Response:
-        require_write(request)
-        if not auth.csrf_ok(request, csrf):
-            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        require_form_write(request, csrf)
         done, resumed = decide(approval_id, action, note, answer if action == "answer" else None)
         msg = f"{done.status} {done.approval_id} by {done.decided_by}; {resumed}"
         return RedirectResponse(f"/runs/{done.run_id}?msg={quote(msg)}", status_code=303)
@@ -581,6 +650,7 @@ def create_app(
                 for pv in data["artifacts"]
             ],
             "approvals": [a.to_dict() for a in data["approvals"]],
+            "edits": edits_view(store.events(rec.run_id)),
             "packet": rec.packet,
         }
 
@@ -612,13 +682,43 @@ def create_app(
         return api_act(request, run_id, "resume")
 
     def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
-        require_write(request)
-        if not auth.bearer_ok(request) and not auth.csrf_ok(
-            request, request.headers.get("x-csrf-token")
-        ):
-            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+        require_api_write(request)
         rec, msg = act(run_id, how)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+
+    @app.post("/api/runs/{run_id}/parts/{artifact}/{part}", tags=["runs"])
+    async def api_edit(request: Request, run_id: str, artifact: str, part: str) -> dict[str, Any]:
+        """A person's version of a part, as the dashboard's identity: JSON
+        ``{"value": ..., "note": "...", "resume": false}``. The version is accepted and
+        recorded (an ``edited`` event with the diff, an ``edit`` memory signal); an ended
+        run is reopened, and ``resume`` resumes it in the background."""
+        require_api_write(request)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(
+                400, 'the body must be JSON: {"value": ..., "note": "..."}'
+            ) from None
+        if not isinstance(body, dict) or "value" not in body:
+            raise HTTPException(400, 'the body must be a JSON object with "value"')
+        note, resume = body.get("note"), body.get("resume", False)
+        if note is not None and not isinstance(note, str):
+            raise HTTPException(400, "note must be text")
+        if not isinstance(resume, bool):
+            raise HTTPException(400, "resume must be true or false")
+        extra = sorted(set(body) - {"value", "note", "resume"})
+        if extra:
+            raise HTTPException(
+                400, f"unknown field(s) {', '.join(extra)}: give value, note, resume"
+            )
+        ref = f"{artifact}/{part}"
+        rec, msg = await run_in_threadpool(edit_part, run_id, ref, body["value"], note, resume)
+        done = store.get_run(rec.run_id)
+        return {
+            "run": run_summary(done),
+            "edit": edits_view(store.events(done.run_id))[-1],
+            "message": msg,
+        }
 
     @app.get("/api/metrics", tags=["metrics"])
     def api_metrics(
@@ -630,11 +730,7 @@ def create_app(
             raise HTTPException(400, str(exc)) from exc
 
     def api_decide(request: Request, approval_id: str, how: str, body: Decision) -> dict[str, Any]:
-        require_write(request)
-        if not auth.bearer_ok(request) and not auth.csrf_ok(
-            request, request.headers.get("x-csrf-token")
-        ):
-            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+        require_api_write(request)
         done, resumed = decide(approval_id, how, body.note, body.answer)
         return {"approval": done.to_dict(), "resume": resumed}
 

@@ -26,6 +26,8 @@ __all__ = [
     "artifacts_view",
     "chart_points",
     "chart_svg",
+    "edit_text",
+    "edits_view",
     "events_view",
     "journal_view",
     "next_action_here",
@@ -230,13 +232,17 @@ class PartView:
     ref: str
     status: str
     versions: list[dict[str, Any]] = field(default_factory=list)
+    edit: str = ""  # the current value as a person edits it (text, or JSON for other values)
+    text: bool = True  # whether the part is text (an edit is taken as typed) or JSON
 
 
 def artifacts_view(state: TaskState) -> list[PartView]:
     """Every part with its versions (accepted marked) and the diff of each to the one before."""
     out = []
     for ref, part in state.iter_parts():
-        pv = PartView(ref, part.status)
+        pv = PartView(
+            ref, part.status, edit=edit_text(part.value), text=isinstance(part.value, str)
+        )
         prev: Any = None
         for i, v in enumerate(part.versions):
             diff = ""
@@ -260,6 +266,32 @@ def artifacts_view(state: TaskState) -> list[PartView]:
             prev = v.value
         out.append(pv)
     return out
+
+
+def edit_text(value: Any) -> str:
+    """A part's value in the form the Edit box shows it: text as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=1, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def edits_view(events: list[Event]) -> list[dict[str, Any]]:
+    """Who edited what, oldest first: the run's ``edited`` events (``Runtime.edit``)."""
+    return [
+        {
+            "id": e.id,
+            "ts": e.ts,
+            "cycle": e.cycle,
+            "by": str(e.data.get("by") or "?"),
+            "part": str(e.data.get("part") or "?"),
+            "version": e.data.get("version"),
+            "changed": [str(c) for c in e.data.get("changed") or ()],
+            "note": str(e.data.get("note") or ""),
+            "override": bool(e.data.get("override")),
+        }
+        for e in events
+        if e.kind == "edited"
+    ]
 
 
 def is_svg(value: Any) -> bool:
@@ -325,6 +357,8 @@ def run_summary(rec: RunRecord) -> dict[str, Any]:
         "ended_at": rec.ended_at,
         "cancel_requested": rec.cancel_requested,
         "held_out_passed": rec.held_out_passed,
+        "forked_from": rec.forked_from,
+        "forked_at": rec.forked_at,
     }
 
 
