@@ -15,6 +15,7 @@ from loopwright.replay._fit import fit_stop
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT35 = ROOT / "tests/data/ldb/humaneval/gpt-3.5-turbo-0613/results.jsonl"
+GPT4O = ROOT / "tests/data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
 LDB_POLICY = ROOT / "examples/code_repair/ldb_policy.toml"
 
 
@@ -125,6 +126,10 @@ def test_cli_fit_stop_json_and_printed_toml(small_source: Path, tmp_path: Path) 
         (("--keep", "0"), "--keep"),
         (("--folds", "1"), "--folds"),
         (("--base", "missing.toml"), "--base"),
+        (("--optimise", "money"), "--optimise"),
+        (("--optimise", "time"), "--optimise"),  # LDB runs record no time
+        (("--kept", "hidden"), "--kept"),
+        (("--choose", "median"), "--choose"),
     ],
 )
 def test_cli_fit_stop_bad_input_is_one_line_and_exit_2(
@@ -141,3 +146,29 @@ def test_cli_fit_stop_missing_source(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [p.stderr.strip()]
     assert "SOURCE" in p.stderr
+
+
+def test_cli_pools_sources_and_compares_with_the_fixed_rule(tmp_path: Path) -> None:
+    """Both shared LDB files, pooled: attempts saved, held-out verdicts kept, the fold spread
+    and the best fixed no-progress rule in the report."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for src, dst in ((GPT35, a), (GPT4O, b)):  # every repaired run and 30 seeds that passed
+        runs = load_source(str(src))
+        seeds = [t for t in runs if len(t.cycles) == 1][:30]
+        write_traces([t for t in runs if len(t.cycles) > 1] + seeds, dst)
+    report = tmp_path / "r.json"
+    args = ("--optimise", "attempts", "--kept", "held-out", "--keep", "0.95", "--folds", "3")
+    p = cli("fit-stop", str(a), str(b), *args, "--report", str(report), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "beside the fixed rules" in p.stdout and "spread" in p.stdout
+    data = json.loads(report.read_text())
+    assert data["runs"] > 100 and data["sources"] == [str(a), str(b)]
+    assert data["optimise"] == "attempts" and data["kept_by"] == "held-out"
+    spread = data["cross_validation"]["spread"]
+    assert len(spread["rules_picked"]) == 3 and spread["validation"]["saved"]["sd"] is not None
+    fixed = data["fixed_rule"]
+    assert fixed["window"] in (1, 2, 3, 4, 5)
+    assert " ".join(fixed["verdict"].split()) in " ".join(p.stdout.split())
+    pooled = data["cross_validation"]["validation_pooled"]
+    assert pooled["held_out_kept"] <= pooled["reference_held_out"]
+    assert data["all_data"]["attempts"] < data["all_data"]["reference_attempts"]

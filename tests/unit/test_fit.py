@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import ClassVar
@@ -280,3 +281,81 @@ def test_hazard_stall_is_the_stall_the_engine_asks_about(
         (k, s) for k, row in enumerate(hazard, 1) for s, (_, n) in enumerate(row) if n and k > 1
     }
     assert counted == asked
+
+
+# --- objectives, the one-SE rule, the fixed-rule comparison -------------------------------------
+def with_held_out(t: RunTrace) -> RunTrace:
+    """The run with a held-out verdict per cycle: passed when the visible score is 1.0."""
+    cycles = tuple(
+        dataclasses.replace(c, held_out_passed=c.score is not None and c.score >= 1.0)
+        for c in t.cycles
+    )
+    held = bool(cycles[-1].held_out_passed)
+    return dataclasses.replace(t, cycles=cycles, recorded={**t.recorded, "held_out_passed": held})
+
+
+def test_fit_can_save_attempts_and_keep_held_out_verdicts() -> None:
+    traces = [with_held_out(t) for t in known_runs()]
+    r = fit_stop(traces, keep=1.0, optimise="attempts", keep_by="held-out")
+    a = r.all_data
+    assert a.reference_held_out == 40 and a.held_out_kept == 40
+    assert a.reference_attempts == 14 * 1 + 14 * 2 + 12 * 3 + 20 * 10
+    assert a.attempts == 78 + 20 * 2  # plateaus stop after 2 cycles
+    assert a.attempts_saved_share == pytest.approx(1 - 118 / 278)
+    assert r.optimise == "attempts" and r.report()["kept_by"] == "held-out"
+    with pytest.raises(ConfigError, match="--kept"):  # no held-out verdicts to keep
+        fit_stop(known_runs(), keep_by="held-out")
+
+
+def test_one_se_is_never_more_complex_than_best() -> None:
+    traces = known_runs()
+    best = fit_stop(traces, keep=0.98, choose="best")
+    one_se = fit_stop(traces, keep=0.98, choose="one-se")
+    cx = [
+        sum(v is not None for v in (p.no_progress_cycles, p.value_per_success_usd))
+        for p in (best.params, one_se.params)
+    ]
+    assert cx[1] <= cx[0]
+    assert (best.all_data.spend_saved_share or 0) >= (one_se.all_data.spend_saved_share or 0) - 0.2
+
+
+def test_a_fixed_no_progress_rule_as_good_as_the_fit_is_said_plainly() -> None:
+    # Plateaus are exactly what "stop after 1 cycle without fewer failing tests" catches.
+    r = fit_stop(known_runs(), keep=1.0, optimise="attempts")
+    fx = r.fixed
+    assert fx is not None and fx.window == 1 and fx.per_fold == (1, 1, 1, 1, 1)
+    assert fx.as_good and "A simple rule is as good" in fx.verdict
+    assert fx.validation_pooled.attempts == r.validation_pooled.attempts
+    assert [w for w, _ in fx.figures] == [1, 2, 3, 4, 5]
+    assert [f.attempts for _, f in fx.figures] == [78 + 20 * w for w in (2, 3, 4, 5, 6)]
+    rep = r.report()
+    json.dumps(rep)
+    assert rep["fixed_rule"]["as_good"] is True
+    spread = rep["cross_validation"]["spread"]
+    assert spread["distinct_families"] == len(set(spread["families"])) >= 1
+    assert spread["validation"]["kept"]["min"] == 1.0
+
+
+def test_the_fit_beating_every_fixed_rule_says_so() -> None:
+    # Hopeless runs that keep "improving" a little: no plateau rule stops them, a cycle cap does.
+    traces = [run(f"s{i}", [0.5, 1.0]) for i in range(20)] + [
+        run(f"h{i}", [0.1 + 0.05 * j for j in range(10)]) for i in range(10)
+    ]
+    r = fit_stop(traces, keep=1.0, optimise="attempts")
+    assert r.all_data.attempts == 20 * 2 + 10 * 2  # a cycle or cost cap at 2 cycles
+    assert r.fixed is not None and not r.fixed.as_good
+    assert r.fixed.verdict.startswith("The fit beats the best fixed rule")
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"optimise": "money"}, "--optimise"),
+        ({"choose": "median"}, "--choose"),
+        ({"keep_by": "hidden"}, "--kept"),
+        ({"optimise": "time"}, "--optimise"),  # no recorded seconds
+    ],
+)
+def test_bad_objective_is_a_config_error(kw: dict[str, str], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        fit_stop(known_runs(), **kw)  # type: ignore[arg-type]

@@ -14,18 +14,19 @@ from ._app import JsonOpt, StoreOpt, _print_json, app
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from ..replay._fit import FitResult
+    from ..replay._fit import Figures, FitResult
 
 __all__ = ["fit_stop_cmd"]
 
 
 @app.command("fit-stop", short_help="Fit a stop contract to recorded runs.")
 def fit_stop_cmd(
-    source: Annotated[
-        str,
+    sources: Annotated[
+        list[str],
         typer.Argument(
-            metavar="SOURCE",
-            help="A run-trace JSONL file, an LDB results file, or 'store' (runs in the store).",
+            metavar="SOURCE...",
+            help="Run-trace JSONL files, LDB results files, or 'store' (runs in the store); "
+            "several are pooled.",
         ),
     ],
     keep: Annotated[
@@ -55,34 +56,70 @@ def fit_stop_cmd(
             help="Write a PNG of accepted outcomes against spend (needs loopwright[plot]).",
         ),
     ] = None,
+    optimise: Annotated[
+        str, typer.Option("--optimise", help="What to save: attempts, spend or time.")
+    ] = "spend",
+    kept: Annotated[
+        str,
+        typer.Option(
+            "--kept", help="What --keep counts: accepted outcomes or held-out verdicts passed."
+        ),
+    ] = "accepted",
+    choose: Annotated[
+        str,
+        typer.Option(
+            "--choose",
+            help="one-se: the simplest candidate within one standard error of the best across "
+            "folds; best: the most saved.",
+        ),
+    ] = "one-se",
+    scale_free: Annotated[
+        bool,
+        typer.Option(
+            "--scale-free",
+            help="Search only plateau rules and cycle caps (no cost caps, no marginal return, "
+            "whose USD values hold only for cycles that cost the same): for other models' runs.",
+        ),
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit a stop contract: lowest cost per accepted outcome keeping --keep of them.
+    """Fit a stop contract: the most --optimise saved keeping --keep of the outcomes.
 
     Cross-validated by task; method and report: docs/fit-stop.md.
     """
     from ..replay import load_contract, load_source
-    from ..replay._fit import fit_stop, plot_frontier, split_folds
+    from ..replay._fit import (
+        Grid,
+        check_objective,
+        fit_stop,
+        plot_frontier,
+        split_folds,
+    )
     from ._render import console
 
     if not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
+    check_objective(optimise, kept, choose)
     base_contract = None
     if base is not None:
         try:
             base_contract = load_contract(base)
         except ConfigError as exc:
             raise ConfigError(_message(exc), field="--base") from None
-    if source in ("store", "runs"):
-        from ._stores import open_existing
+    traces = []
+    for source in sources:
+        if source in ("store", "runs"):
+            from ._stores import open_existing
 
-        with open_existing(store) as st:
-            traces = load_source(source, st)
-    else:
-        traces = load_source(source)
-    if not traces:
-        raise ConfigError(f"no runs in {source}", field="SOURCE")
+            with open_existing(store) as st:
+                got = load_source(source, st)
+        else:
+            got = load_source(source)
+        if not got:
+            raise ConfigError(f"no runs in {source}", field="SOURCE")
+        traces += got
+    source = " + ".join(sources)
     split_folds(traces, folds, seed)  # bad --folds fails here, before the progress bar
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -102,13 +139,22 @@ def fit_stop_cmd(
             bar.update(task, completed=done, total=total)
 
         result = fit_stop(
-            traces, keep=keep, folds=folds, seed=seed, base=base_contract, progress=progress
+            traces,
+            keep=keep,
+            folds=folds,
+            seed=seed,
+            base=base_contract,
+            progress=progress,
+            optimise=optimise,
+            choose=choose,
+            keep_by=kept,
+            grid=Grid(cost_quantiles=(), marginal_multiples=()) if scale_free else None,
         )
 
     toml_text = result.to_toml()
     _write(out, toml_text, "--out")
     if report is not None:
-        data = {**result.report(), "source": source, "contract_toml": toml_text}
+        data = {**result.report(), "source": source, "sources": sources, "contract_toml": toml_text}
         _write(report, json.dumps(data, indent=2) + "\n", "--report")
     if plot is not None:
         try:
@@ -119,7 +165,9 @@ def fit_stop_cmd(
                 f"cannot write {plot}: {exc.strerror or exc}", field="--plot"
             ) from None
     if as_json:
-        _print_json({**result.report(), "source": source, "contract_toml": toml_text})
+        _print_json(
+            {**result.report(), "source": source, "sources": sources, "contract_toml": toml_text}
+        )
         return
     con = console()
     con.print(_table(result))
@@ -127,8 +175,14 @@ def fit_stop_cmd(
         "[dim]pooled: every run judged once, by the contract picked without its fold; "
         "all runs: the contract written, picked on all of them[/]"
     )
-    for f in result.folds:
-        con.print(f"fold {f.fold + 1} picked on train: {f.params.describe()}")
+    sp = result.spread()
+    con.print(
+        f"rules picked by the {len(result.folds)} folds: {sp['distinct_rules']} distinct, "
+        f"{sp['distinct_families']} famil{'y' if sp['distinct_families'] == 1 else 'ies'}"
+    )
+    con.print(_fixed_table(result))
+    if result.fixed is not None:
+        con.print(result.fixed.verdict)
     con.print(
         f"chosen: [bold]{result.params.describe()}[/]"
         + ("" if result.feasible else " [yellow](no candidate kept enough)[/]")
@@ -166,18 +220,32 @@ def _usd(x: float | None) -> str:
     return "n/a" if x is None else f"${x:,.4f}"
 
 
+def _kept_label(r: FitResult) -> str:
+    return "held-out kept" if r.keep_by == "held-out" else "kept"
+
+
+def _kept_cell(f: Figures, keep_by: str) -> str:
+    if keep_by == "held-out":
+        return f"{_pct(f.held_out_kept_share)} ({f.held_out_kept}/{f.reference_held_out})"
+    return f"{_pct(f.kept_share)} ({f.accepted_kept}/{f.reference_accepted})"
+
+
 def _table(r: FitResult) -> Table:
     from rich.table import Table
 
     ref = "as recorded" if r.reference == "recorded" else "under --base"
+    o, kb = r.optimise, r.keep_by
     t = Table(
-        title=f"fit-stop: {r.runs} run(s) of {r.tasks} task(s); keep ≥ {r.keep:g} of the accepted "
-        f"outcomes {ref}; {len(r.folds)} folds by task (seed {r.seed}); train / validation",
+        title=f"fit-stop: {r.runs} run(s) of {r.tasks} task(s); keep ≥ {r.keep:g} of the "
+        f"{'held-out verdicts' if kb == 'held-out' else 'accepted outcomes'} {ref}; save "
+        f"{o}; choose {r.choose}; {len(r.folds)} folds by task (seed {r.seed}); "
+        "train / validation",
         title_justify="left",
     )
     t.add_column("fold", no_wrap=True)
-    t.add_column("kept", justify="right", no_wrap=True)
-    t.add_column("spend saved", justify="right", no_wrap=True)
+    t.add_column("rule picked on train")
+    t.add_column(_kept_label(r), justify="right", no_wrap=True)
+    t.add_column(f"{o} saved", justify="right", no_wrap=True)
     t.add_column("$ per accepted", justify="right", no_wrap=True)
 
     def pair(a: str, b: str) -> str:
@@ -187,39 +255,89 @@ def _table(r: FitResult) -> Table:
         tr, va = f.train, f.validation
         t.add_row(
             str(f.fold + 1),
-            pair(_pct(tr.kept_share), _pct(va.kept_share)),
-            pair(_pct(tr.spend_saved_share), _pct(va.spend_saved_share)),
+            f.params.describe(),
+            pair(_pct(tr.kept(kb)), _pct(va.kept(kb))),
+            pair(_pct(tr.saved_share(o)), _pct(va.saved_share(o))),
             pair(_usd(tr.cost_per_accepted_usd), _usd(va.cost_per_accepted_usd)),
         )
-    mt, mv = r.mean("train"), r.mean("validation")
+    sp = r.spread()["validation"]
     t.add_section()
     t.add_row(
-        "mean",
-        pair(_pct(mt["kept_share"]), _pct(mv["kept_share"])),
-        pair(_pct(mt["spend_saved_share"]), _pct(mv["spend_saved_share"])),
-        pair(_usd(mt["cost_per_accepted_usd"]), _usd(mv["cost_per_accepted_usd"])),
-        style="bold",
+        "spread",
+        "validation: sd (min–max)",
+        f"{_pct(sp['kept']['sd'])} ({_pct(sp['kept']['min'])}–{_pct(sp['kept']['max'])})",
+        f"{_pct(sp['saved']['sd'])} ({_pct(sp['saved']['min'])}–{_pct(sp['saved']['max'])})",
+        "",
     )
     p = r.validation_pooled
     t.add_row(
         "pooled",
-        f"{_pct(p.kept_share)} ({p.accepted_kept}/{p.reference_accepted})",
-        _pct(p.spend_saved_share),
+        "validation, each run once",
+        _kept_cell(p, kb),
+        _pct(p.saved_share(o)),
         _usd(p.cost_per_accepted_usd),
     )
     a = r.all_data
     t.add_section()
     t.add_row(
         "all runs",
-        f"{_pct(a.kept_share)} ({a.accepted_kept}/{a.reference_accepted})",
-        _pct(a.spend_saved_share),
+        r.params.describe(),
+        _kept_cell(a, kb),
+        _pct(a.saved_share(o)),
         _usd(a.cost_per_accepted_usd),
         style="bold green",
     )
+    c = r.spread()["chosen_by_fold"]
+    t.add_row(
+        "by fold",
+        "that rule, fold by fold: sd",
+        _pct(c["kept"]["sd"]),
+        _pct(c["saved"]["sd"]),
+        "",
+    )
     t.add_row(
         "reference",
-        f"{a.reference_accepted} accepted",
-        f"${a.reference_cost_usd:,.4f} spent",
+        f"{a.reference_attempts} attempts, ${a.reference_cost_usd:,.4f}",
+        f"{a.reference_held_out if kb == 'held-out' else a.reference_accepted}",
+        "",
         _usd(a.reference_cost_per_accepted_usd),
     )
+    return t
+
+
+def _fixed_table(r: FitResult) -> Table:
+    """The fit beside "stop after w cycles without fewer failing visible tests"."""
+    from rich.table import Table
+
+    o, kb = r.optimise, r.keep_by
+    t = Table(
+        title="beside the fixed rules: stop after w cycles without fewer failing visible tests "
+        "(* optimised)",
+        title_justify="left",
+    )
+    t.add_column("policy", no_wrap=True)
+    t.add_column("runs judged", no_wrap=True)
+    t.add_column(_kept_label(r), justify="right", no_wrap=True)
+    measures = ["attempts", "spend"] + (["time"] if o == "time" else [])
+    for m in measures:
+        t.add_column(f"{m} saved" + (" *" if m == o else ""), justify="right", no_wrap=True)
+
+    def row(name: str, judged: str, f: Figures, style: str | None = None) -> None:
+        t.add_row(
+            name,
+            judged,
+            _kept_cell(f, kb),
+            *(_pct(f.saved_share(m)) for m in measures),
+            style=style,
+        )
+
+    row("fit", "validation (pooled)", r.validation_pooled, "bold")
+    fx = r.fixed
+    if fx is not None:
+        picks = ",".join(str(w) for w in fx.per_fold)
+        row(f"best fixed (w per fold: {picks})", "validation (pooled)", fx.validation_pooled)
+        t.add_section()
+        row("fit", "all runs", r.all_data)
+        for w, f in fx.figures:
+            row(f"w={w}" + (" (best)" if w == fx.window else ""), "all runs", f)
     return t

@@ -1,21 +1,28 @@
-"""Fit a stop contract to recorded runs: the cheapest accepted outcome that keeps enough of them.
+"""Fit a stop contract to recorded runs: the most saved that keeps enough of the outcomes.
 
 ``fit_stop`` searches a grid of contract parameters — the no-progress window and delta, the cycle
 and cost budgets, the marginal-return value (its hazard table fitted on the training runs only) —
-for the lowest **cost per accepted outcome** among the contracts that keep at least ``keep`` of
-the accepted outcomes of a *reference*: the runs as recorded, or the ``base`` contract replayed.
-Every candidate is judged by ``simulate``, the engine's own decisions, so the figures are what
-``replay`` reports for the written contract.
+for the contract that saves the most of what the user optimises (``spend``, ``attempts`` or
+``time``) while keeping at least ``keep`` of a *reference*'s outcomes (accepted outcomes, or
+passed held-out verdicts): the runs as recorded, or the ``base`` contract replayed. Every
+candidate is judged by ``simulate``, the engine's own decisions, so the figures are what
+``replay`` reports for the written contract. Several sources are fitted as one pool of runs.
 
 Cross-validation is by task: the distinct ``task_key``\\ s are shuffled with ``seed`` and dealt
 into ``folds`` folds, so every run of one task lies in one fold. For each fold the search picks a
 contract on the other folds (train) and reports it on the held fold (validation). The contract
 returned is picked again on all runs, with the hazard table refitted on all of them.
 
-Choosing among candidates: feasible ones (kept share ≥ ``keep``) by lowest cost per accepted;
-exact ties by the higher kept share, then the fewer rules changed from the template, then the
-more lenient values (the grid is ordered lenient-first). With nothing feasible, the highest kept
-share wins (``FitResult.feasible`` is then false).
+Choosing among candidates (``choose="one-se"``, the default): the feasible ones (kept share ≥
+``keep``, pooled over the folds picked on) are scored by the share saved, pooled, and its
+standard error across those folds; among those within one standard error of the best, the one
+with the fewest rules wins, then the highest kept share, then the most saved. ``choose="best"``
+takes the most saved. With nothing feasible, the highest kept share wins (``FitResult.feasible``
+is then false).
+
+Beside the fit, the report judges the fixed rules "stop after w cycles without fewer failing
+visible tests" (w = 1..5) by the same criterion on the same folds, and says plainly when the
+best of them is as good (``FixedRule``).
 
 Grid values (cycle caps, cost quantiles, marginal values) are derived from all runs; the choice
 among them is what is cross-validated.
@@ -46,6 +53,7 @@ __all__ = [
     "Candidate",
     "Figures",
     "FitResult",
+    "FixedRule",
     "FoldResult",
     "Grid",
     "StopParams",
@@ -75,7 +83,7 @@ class Grid:
     """
 
     no_progress_cycles: tuple[int, ...] = (1, 2, 3, 4, 5)
-    min_deltas: tuple[float, ...] = (0.01, 0.05, 0.1)
+    min_deltas: tuple[float, ...] = (0.0, 0.01, 0.05, 0.1)
     max_cycles: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 50)
     cost_quantiles: tuple[float, ...] = (0.8, 0.9, 0.95, 1.0)
     marginal_multiples: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -127,17 +135,47 @@ class Figures:
     cost_usd: float
     reference_cost_usd: float
     stop_reasons: Mapping[str, int] = field(default_factory=dict)
+    attempts: int = 0  # cycles judged (one program each)
+    reference_attempts: int = 0
+    seconds: float = 0.0
+    reference_seconds: float = 0.0
+    held_out_kept: int = 0  # held-out verdict passed here and under the reference
+    reference_held_out: int = 0
 
     @property
     def kept_share(self) -> float:
         return self.accepted_kept / self.reference_accepted if self.reference_accepted else 1.0
 
     @property
+    def held_out_kept_share(self) -> float:
+        """Of the runs whose last judged candidate passed the held-out checks under the
+        reference, the share that still does."""
+        return self.held_out_kept / self.reference_held_out if self.reference_held_out else 1.0
+
+    @property
     def spend_saved_share(self) -> float | None:
         """1 − spend / the reference's spend (``None`` when the reference spent nothing)."""
-        if self.reference_cost_usd <= 0:
-            return None
-        return 1.0 - self.cost_usd / self.reference_cost_usd
+        return _saved(self.cost_usd, self.reference_cost_usd)
+
+    @property
+    def attempts_saved_share(self) -> float | None:
+        return _saved(self.attempts, self.reference_attempts)
+
+    @property
+    def time_saved_share(self) -> float | None:
+        return _saved(self.seconds, self.reference_seconds)
+
+    def saved_share(self, optimise: str) -> float | None:
+        """The share saved of what ``optimise`` names (``spend``, ``attempts``, ``time``)."""
+        return {
+            "spend": self.spend_saved_share,
+            "attempts": self.attempts_saved_share,
+            "time": self.time_saved_share,
+        }[optimise]
+
+    def kept(self, keep_by: str) -> float:
+        """The kept share that ``keep_by`` names (``accepted`` or ``held-out``)."""
+        return self.held_out_kept_share if keep_by == "held-out" else self.kept_share
 
     @property
     def cost_per_accepted_usd(self) -> float | None:
@@ -160,6 +198,12 @@ class Figures:
             self.cost_usd + other.cost_usd,
             self.reference_cost_usd + other.reference_cost_usd,
             dict(reasons),
+            self.attempts + other.attempts,
+            self.reference_attempts + other.reference_attempts,
+            self.seconds + other.seconds,
+            self.reference_seconds + other.reference_seconds,
+            self.held_out_kept + other.held_out_kept,
+            self.reference_held_out + other.reference_held_out,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,13 +213,26 @@ class Figures:
             "accepted_kept": self.accepted_kept,
             "reference_accepted": self.reference_accepted,
             "kept_share": self.kept_share,
+            "held_out_kept": self.held_out_kept,
+            "reference_held_out": self.reference_held_out,
+            "held_out_kept_share": self.held_out_kept_share,
             "cost_usd": self.cost_usd,
             "reference_cost_usd": self.reference_cost_usd,
             "spend_saved_share": self.spend_saved_share,
+            "attempts": self.attempts,
+            "reference_attempts": self.reference_attempts,
+            "attempts_saved_share": self.attempts_saved_share,
+            "seconds": self.seconds,
+            "reference_seconds": self.reference_seconds,
+            "time_saved_share": self.time_saved_share,
             "cost_per_accepted_usd": self.cost_per_accepted_usd,
             "reference_cost_per_accepted_usd": self.reference_cost_per_accepted_usd,
             "stop_reasons": dict(self.stop_reasons),
         }
+
+
+def _saved(used: float, reference: float) -> float | None:
+    return None if reference <= 0 else 1.0 - used / reference
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +263,14 @@ class Candidate:
     chosen: bool = False
 
 
-_MEAN_KEYS = ("kept_share", "spend_saved_share", "cost_per_accepted_usd")
+_MEAN_KEYS = (
+    "kept_share",
+    "held_out_kept_share",
+    "spend_saved_share",
+    "attempts_saved_share",
+    "time_saved_share",
+    "cost_per_accepted_usd",
+)
 
 
 def _mean(figs: Iterable[Figures]) -> dict[str, float | None]:
@@ -216,6 +280,29 @@ def _mean(figs: Iterable[Figures]) -> dict[str, float | None]:
         vals = [v for f in figs if (v := getattr(f, key)) is not None]
         out[key] = statistics.fmean(vals) if vals else None
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class FixedRule:
+    """The best fixed no-progress rule ("stop after ``window`` cycles without fewer failing
+    visible tests", w = 1..5) on the same runs, chosen by the same criterion on the same folds."""
+
+    window: int  # chosen on all runs
+    figures: tuple[tuple[int, Figures], ...]  # every window's figures on all runs
+    per_fold: tuple[int, ...]  # the window each fold picked on its training folds
+    validation_pooled: Figures
+    as_good: bool  # as good as the fit on held-out folds (within one SE), or better
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "per_fold": list(self.per_fold),
+            "all_runs": {str(w): f.to_dict() for w, f in self.figures},
+            "validation_pooled": self.validation_pooled.to_dict(),
+            "as_good": self.as_good,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass(frozen=True)
@@ -235,6 +322,31 @@ class FitResult:
     feasible: bool
     seconds: float
     evaluations: int
+    optimise: str = "spend"
+    choose: str = "one-se"
+    keep_by: str = "accepted"
+    chosen_per_fold: tuple[Figures, ...] = ()  # the contract written, on each fold's runs
+    families: tuple[str, ...] = ()  # the rules each fold's pick sets
+    fixed: FixedRule | None = None
+
+    def spread(self) -> dict[str, Any]:
+        """Fold-to-fold spread: the rules picked per fold, the held-out figures of those picks,
+        and the written contract's figures fold by fold (mean, sd, min, max)."""
+        o, kb = self.optimise, self.keep_by
+        return {
+            "rules_picked": [f.params.describe() for f in self.folds],
+            "distinct_rules": len({f.params for f in self.folds}),
+            "families": list(self.families),
+            "distinct_families": len(set(self.families)),
+            "validation": {
+                "kept": _spread(f.validation.kept(kb) for f in self.folds),
+                "saved": _spread(f.validation.saved_share(o) for f in self.folds),
+            },
+            "chosen_by_fold": {
+                "kept": _spread(f.kept(kb) for f in self.chosen_per_fold),
+                "saved": _spread(f.saved_share(o) for f in self.chosen_per_fold),
+            },
+        }
 
     def mean(self, split: str) -> dict[str, float | None]:
         """Mean over folds of ``train`` or ``validation`` kept share, spend saved, cost per
@@ -260,6 +372,9 @@ class FitResult:
             "folds": len(self.folds),
             "seed": self.seed,
             "reference": self.reference,
+            "optimise": self.optimise,
+            "choose": self.choose,
+            "kept_by": self.keep_by,
             "feasible": self.feasible,
             "candidates": len(self.candidates),
             "evaluations": self.evaluations,
@@ -271,7 +386,9 @@ class FitResult:
                 "per_fold": [f.to_dict() for f in self.folds],
                 "mean": {"train": self.mean("train"), "validation": self.mean("validation")},
                 "validation_pooled": self.validation_pooled.to_dict(),
+                "spread": self.spread(),
             },
+            "fixed_rule": None if self.fixed is None else self.fixed.to_dict(),
             "frontier": [
                 {**c.params.to_dict(), **_point(c.figures)} for c in self.candidates if c.frontier
             ],
@@ -307,43 +424,110 @@ def split_folds(traces: Sequence[RunTrace], folds: int, seed: int = 0) -> list[i
     return [fold_of_key[t.task_key] for t in traces]
 
 
-# --- the search -------------------------------------------------------------------------------
+# --- the search -------------------------------------------------------------------------------------
+OPTIMISE = ("spend", "attempts", "time")
+CHOOSE = ("one-se", "best")
+KEEP_BY = ("accepted", "held-out")
+_MEASURE = {"spend": 0, "attempts": 1, "time": 2}
+
+# Per fold: (spend, attempts, seconds, accepted, accepted and kept, held-out kept); the
+# reference's: (spend, attempts, seconds, accepted, held-out passed).
+_Sums = tuple[float, float, float, float, float, float]
+
+
 @dataclass(slots=True)
 class _Eval:
     """One candidate's outcomes on every run, with sums per fold."""
 
-    cost: list[float]
-    accepted: list[bool]
-    reasons: list[str]
-    fold_sums: list[tuple[float, int, int]]  # (cost, accepted, kept) per fold
-    total: tuple[float, int, int]
+    outcomes: list[Outcome]
+    fold_sums: list[_Sums]
 
 
 def _evaluate(
     traces: Sequence[RunTrace],
     contract: Contract,
-    ref_acc: Sequence[bool],
+    ref: Sequence[Outcome],
     fold_of: Sequence[int],
     k: int,
 ) -> _Eval:
-    cost = [0.0] * k
-    acc = [0] * k
-    kept = [0] * k
-    costs: list[float] = []
-    accs: list[bool] = []
-    reasons: list[str] = []
-    for t, r, f in zip(traces, ref_acc, fold_of, strict=True):
+    sums = [[0.0] * 6 for _ in range(k)]
+    outs: list[Outcome] = []
+    for t, r, f in zip(traces, ref, fold_of, strict=True):
         o = simulate(t, contract)
-        costs.append(o.cost_usd)
-        accs.append(o.accepted)
-        reasons.append(o.reason)
-        cost[f] += o.cost_usd
+        outs.append(o)
+        row = sums[f]
+        row[0] += o.cost_usd
+        row[1] += o.cycles
+        row[2] += o.seconds
         if o.accepted:
-            acc[f] += 1
-            if r:
-                kept[f] += 1
-    sums = list(zip(cost, acc, kept, strict=True))
-    return _Eval(costs, accs, reasons, sums, (sum(cost), sum(acc), sum(kept)))
+            row[3] += 1
+            row[4] += r.accepted
+        row[5] += bool(o.held_out_passed and r.held_out_passed)
+    return _Eval(outs, [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums])
+
+
+def _ref_sums(ref: Sequence[Outcome], fold_of: Sequence[int], k: int) -> list[_Sums]:
+    sums = [[0.0] * 6 for _ in range(k)]
+    for o, f in zip(ref, fold_of, strict=True):
+        row = sums[f]
+        row[0] += o.cost_usd
+        row[1] += o.cycles
+        row[2] += o.seconds
+        row[3] += o.accepted
+        row[4] += bool(o.held_out_passed)
+    return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums]
+
+
+@dataclass(frozen=True, slots=True)
+class _Score:
+    """A candidate judged on a set of folds: kept share, saved share (pooled over the folds),
+    and the standard error of the saved share across them."""
+
+    index: int
+    kept: float
+    saved: float
+    se: float
+
+
+def _score(
+    index: int,
+    sums: Sequence[_Sums],
+    ref: Sequence[_Sums],
+    folds: Sequence[int],
+    optimise: str,
+    keep_by: str,
+) -> _Score:
+    m = _MEASURE[optimise]
+    ki, ri = (5, 4) if keep_by == "held-out" else (4, 3)
+    ref_m = sum(ref[g][m] for g in folds)
+    ref_k = sum(ref[g][ri] for g in folds)
+    kept = sum(sums[g][ki] for g in folds) / ref_k if ref_k else 1.0
+    saved = 1.0 - sum(sums[g][m] for g in folds) / ref_m if ref_m > 0 else 0.0
+    per = [1.0 - sums[g][m] / ref[g][m] for g in folds if ref[g][m] > 0]
+    se = statistics.stdev(per) / math.sqrt(len(per)) if len(per) >= 2 else 0.0
+    return _Score(index, kept, saved, se)
+
+
+def _select(
+    scores: Sequence[_Score], keep: float, complexity: Sequence[int], choose: str
+) -> tuple[int, bool]:
+    """The chosen candidate's index, and whether it keeps enough.
+
+    ``best``: the feasible candidate (kept ≥ ``keep``) that saves the most. ``one-se``: among
+    the feasible candidates saving within one standard error (across folds) of the best, the
+    one with the fewest rules, then the highest kept share, then the most saved: differences
+    smaller than the fold-to-fold noise do not decide, simplicity and safety do.
+    """
+    feasible = [x for x in scores if x.kept >= keep - 1e-12]
+    if not feasible:
+        top = max(scores, key=lambda x: (x.kept, x.saved, -complexity[x.index], -x.index))
+        return top.index, False
+    top = max(feasible, key=lambda x: (x.saved, x.kept, -complexity[x.index], -x.index))
+    if choose == "best":
+        return top.index, True
+    band = [x for x in feasible if x.saved >= top.saved - top.se - 1e-12]
+    pick = min(band, key=lambda x: (complexity[x.index], -x.kept, -x.saved, x.index))
+    return pick.index, True
 
 
 def _quantile(sorted_vals: Sequence[float], q: float) -> float:
@@ -455,44 +639,36 @@ def _complexity(p: StopParams, template: Contract) -> int:
     )
 
 
-def _choose(
-    rows: Sequence[tuple[int, tuple[float, int, int]]],
-    ref_acc: int,
-    keep: float,
-    complexity: Sequence[int],
-) -> tuple[int, bool]:
-    """The index of the best candidate from (index, (cost, accepted, kept)); and feasibility."""
-
-    def kept_share(s: tuple[float, int, int]) -> float:
-        return s[2] / ref_acc if ref_acc else 1.0
-
-    def cpa(s: tuple[float, int, int]) -> float:
-        return s[0] / s[1] if s[1] else math.inf
-
-    feasible = [(i, s) for i, s in rows if kept_share(s) >= keep - 1e-12]
-    if not feasible:
-        best = max(rows, key=lambda r: (kept_share(r[1]), -cpa(r[1]), -complexity[r[0]], -r[0]))
-        return best[0], False
-    low = min(cpa(s) for _, s in feasible)
-    tied = [(i, s) for i, s in feasible if cpa(s) <= low * (1 + 1e-9) or cpa(s) == low]
-    best = min(tied, key=lambda r: (-kept_share(r[1]), complexity[r[0]], r[0]))
-    return best[0], True
+def _family(p: StopParams, template: Contract) -> str:
+    """Which rules a candidate sets (its values aside): what a fold's pick is compared by."""
+    names = []
+    if p.no_progress_cycles is not None:
+        names.append("no_progress")
+    if p.max_cycles != template.budget.max_cycles:
+        names.append("max_cycles")
+    if p.max_cost_usd != template.budget.max_cost_usd:
+        names.append("max_cost")
+    if p.value_per_success_usd is not None:
+        names.append("marginal_return")
+    return "+".join(names) or "(template)"
 
 
-def _figures(
-    ev: _Eval,
-    idx: Sequence[int],
-    ref_acc: Sequence[bool],
-    ref_cost: Sequence[float],
-) -> Figures:
+def _figures(ev: _Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
+    outs = ev.outcomes
     return Figures(
         runs=len(idx),
-        accepted=sum(1 for i in idx if ev.accepted[i]),
-        accepted_kept=sum(1 for i in idx if ev.accepted[i] and ref_acc[i]),
-        reference_accepted=sum(1 for i in idx if ref_acc[i]),
-        cost_usd=sum(ev.cost[i] for i in idx),
-        reference_cost_usd=sum(ref_cost[i] for i in idx),
-        stop_reasons=dict(Counter(ev.reasons[i] for i in idx)),
+        accepted=sum(1 for i in idx if outs[i].accepted),
+        accepted_kept=sum(1 for i in idx if outs[i].accepted and ref[i].accepted),
+        reference_accepted=sum(1 for i in idx if ref[i].accepted),
+        cost_usd=sum(outs[i].cost_usd for i in idx),
+        reference_cost_usd=sum(ref[i].cost_usd for i in idx),
+        stop_reasons=dict(Counter(outs[i].reason for i in idx)),
+        attempts=sum(outs[i].cycles for i in idx),
+        reference_attempts=sum(ref[i].cycles for i in idx),
+        seconds=sum(outs[i].seconds for i in idx),
+        reference_seconds=sum(ref[i].seconds for i in idx),
+        held_out_kept=sum(1 for i in idx if outs[i].held_out_passed and ref[i].held_out_passed),
+        reference_held_out=sum(1 for i in idx if ref[i].held_out_passed),
     )
 
 
@@ -509,6 +685,39 @@ def _frontier(points: Sequence[Figures]) -> set[int]:
     return out
 
 
+FIXED_WINDOWS = (1, 2, 3, 4, 5)
+
+
+def _fixed_params(w: int, template: Contract) -> StopParams:
+    """The rule "stop after ``w`` cycles without fewer failing visible tests": a plateau rule with
+    Δ 0 (any rise of the visible score, or a check passing first, is progress) under the
+    template's caps."""
+    return StopParams(w, 0.0, template.budget.max_cycles, template.budget.max_cost_usd, None)
+
+
+def check_objective(optimise: str, keep_by: str, choose: str) -> None:
+    """Refuse an unknown ``optimise``, ``keep_by`` or ``choose`` (the CLI's option names)."""
+    for value, allowed, option in (
+        (optimise, OPTIMISE, "--optimise"),
+        (keep_by, KEEP_BY, "--kept"),
+        (choose, CHOOSE, "--choose"),
+    ):
+        if value not in allowed:
+            raise ConfigError(f"must be one of {', '.join(allowed)}, got {value!r}", field=option)
+
+
+def _spread(values: Iterable[float | None]) -> dict[str, float | None]:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"mean": None, "sd": None, "min": None, "max": None}
+    return {
+        "mean": statistics.fmean(vals),
+        "sd": statistics.stdev(vals) if len(vals) >= 2 else 0.0,
+        "min": min(vals),
+        "max": max(vals),
+    }
+
+
 def fit_stop(
     traces: Sequence[RunTrace],
     *,
@@ -518,13 +727,16 @@ def fit_stop(
     base: Contract | None = None,
     grid: Grid | None = None,
     progress: Progress | None = None,
+    optimise: str = "spend",
+    choose: str = "one-se",
+    keep_by: str = "accepted",
 ) -> FitResult:
-    """Search stop-contract parameters for the lowest cost per accepted outcome that keeps at
-    least ``keep`` of the reference's accepted outcomes, cross-validated by task.
+    """Search stop-contract parameters for the one that saves the most of ``optimise`` while
+    keeping at least ``keep`` of the reference's outcomes, cross-validated by task.
 
     Args:
-        traces: recorded runs (``load_source``).
-        keep: the share of the reference's accepted outcomes to keep, in (0, 1].
+        traces: recorded runs (``load_source``; several sources may be pooled).
+        keep: the share of the reference's outcomes to keep, in (0, 1].
         folds: cross-validation folds (by task), at least 2.
         seed: the shuffle of tasks into folds.
         base: the reference contract, and the template of the result (its success rule, token
@@ -533,6 +745,12 @@ def fit_stop(
             read off the traces and the longest recorded run as the cycle cap.
         grid: the values searched (``Grid()``).
         progress: called with (done, total) evaluations as the search goes.
+        optimise: what to save: ``spend`` (USD), ``attempts`` (cycles judged) or ``time``
+            (recorded seconds).
+        choose: ``one-se`` (the simplest candidate within one standard error of the best,
+            across folds) or ``best`` (the most saved).
+        keep_by: what ``keep`` counts: ``accepted`` outcomes, or ``held-out`` verdicts passed
+            (the last judged candidate's).
     """
     t0 = time.perf_counter()
     traces = list(traces)
@@ -540,6 +758,7 @@ def fit_stop(
         raise ConfigError("no runs to fit on", field="SOURCE")
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
+    check_objective(optimise, keep_by, choose)
     grid = grid or Grid()
     fold_of = split_folds(traces, folds, seed)
     k = folds
@@ -553,15 +772,25 @@ def fit_stop(
     else:
         ref = [simulate(t, base) for t in traces]
         template = base
-    ref_acc = [o.accepted for o in ref]
-    ref_cost = [o.cost_usd for o in ref]
+    if optimise == "time" and sum(o.seconds for o in ref) <= 0:
+        raise ConfigError(
+            "the runs record no time (LDB files do not); use --optimise attempts or spend",
+            field="--optimise",
+        )
+    if keep_by == "held-out" and not any(o.held_out_passed for o in ref):
+        raise ConfigError(
+            "no run has a passed held-out verdict to keep; use --kept accepted", field="--kept"
+        )
+    ref_sums = _ref_sums(ref, fold_of, k)
     fold_idx = [[i for i in range(n) if fold_of[i] == f] for f in range(k)]
     all_idx = list(range(n))
+    all_folds = list(range(k))
 
     plain, marginal = _axes(traces, template, ref, grid)
+    fixed = [_fixed_params(w, template) for w in FIXED_WINDOWS]
     params = plain + marginal
     complexity = [_complexity(p, template) for p in params]
-    total = len(plain) + len(marginal) * (k + 1)
+    total = len(plain) + len(marginal) * (k + 1) + len(fixed)
     done = 0
 
     def tick() -> None:
@@ -589,72 +818,90 @@ def fit_stop(
     # evals[j][split]: candidate j's outcomes; split -1 = hazard on all runs (plain: the same
     # for every split).
     evals: list[dict[int, _Eval]] = []
-    usable: list[bool] = []
     for p in plain:
         c = _build(template, p, ())
-        if c is None:
-            evals.append({})
-            usable.append(False)
-            tick()
-            continue
-        ev = _evaluate(traces, c, ref_acc, fold_of, k)
-        evals.append(dict.fromkeys(range(-1, k), ev))
-        usable.append(True)
+        ev = None if c is None else _evaluate(traces, c, ref, fold_of, k)
+        evals.append({} if ev is None else dict.fromkeys(range(-1, k), ev))
         tick()
     for p in marginal:
         per: dict[int, _Eval] = {}
         for split in range(-1, k):
             c = _build(template, p, hazard(split, p.min_delta))
             if c is not None:
-                per[split] = _evaluate(traces, c, ref_acc, fold_of, k)
+                per[split] = _evaluate(traces, c, ref, fold_of, k)
             tick()
         evals.append(per)
-        usable.append(bool(per))
+    usable = [j for j in range(len(params)) if evals[j]]
 
-    # Cross-validation: pick on the training folds, report on the held one.
+    def pick(
+        pool: Sequence[int],
+        table: Sequence[Mapping[int, _Eval]],
+        split: int,
+        on: Sequence[int],
+        cx: Sequence[int],
+    ) -> tuple[int, bool]:
+        scores = [
+            _score(j, table[j][split].fold_sums, ref_sums, on, optimise, keep_by) for j in pool
+        ]
+        return _select(scores, keep, cx, choose)
+
+    # Cross-validation: pick on the training folds (their per-fold figures give the standard
+    # error), report on the held one.
     fold_results = []
     for f in range(k):
-        rows = []
-        for j, per in enumerate(evals):
-            if not usable[j]:
-                continue
-            ev = per[f]
-            c_all, a_all, k_all = ev.total
-            c_f, a_f, k_f = ev.fold_sums[f]
-            rows.append((j, (c_all - c_f, a_all - a_f, k_all - k_f)))
-        train_ref = sum(1 for i in all_idx if fold_of[i] != f and ref_acc[i])
-        j, _ = _choose(rows, train_ref, keep, complexity)
+        train_folds = [g for g in all_folds if g != f]
+        j, _ = pick(usable, evals, f, train_folds, complexity)
         ev = evals[j][f]
-        train_idx = [i for i in all_idx if fold_of[i] != f]
         fold_results.append(
             FoldResult(
                 fold=f,
                 tasks=len({traces[i].task_key for i in fold_idx[f]}),
                 params=params[j],
-                train=_figures(ev, train_idx, ref_acc, ref_cost),
-                validation=_figures(ev, fold_idx[f], ref_acc, ref_cost),
+                train=_figures(ev, [i for i in all_idx if fold_of[i] != f], ref),
+                validation=_figures(ev, fold_idx[f], ref),
             )
         )
 
     # All runs: pick again, hazard refitted on all of them.
-    rows = [(j, evals[j][-1].total) for j in range(len(params)) if usable[j]]
-    best, feasible = _choose(rows, sum(ref_acc), keep, complexity)
+    best, feasible = pick(usable, evals, -1, all_folds, complexity)
     p = params[best]
     contract = _build(
         template, p, hazard(-1, p.min_delta) if p.value_per_success_usd is not None else ()
     )
     assert contract is not None
-    usable_idx = [j for j in range(len(params)) if usable[j]]
-    figs = [_figures(evals[j][-1], all_idx, ref_acc, ref_cost) for j in usable_idx]
+    figs = [_figures(evals[j][-1], all_idx, ref) for j in usable]
     front = _frontier(figs)
     candidates = tuple(
         Candidate(params[j], figs[pos], frontier=pos in front, chosen=j == best)
-        for pos, j in enumerate(usable_idx)
+        for pos, j in enumerate(usable)
     )
-    return FitResult(
+    chosen_per_fold = [_figures(evals[best][-1], idx, ref) for idx in fold_idx]
+
+    # The best fixed no-progress rule, chosen by the same criterion on the same folds.
+    fixed_evals: list[dict[int, _Eval]] = []
+    for fp in fixed:
+        c = _build(template, fp, ())
+        assert c is not None
+        fixed_evals.append(dict.fromkeys(range(-1, k), _evaluate(traces, c, ref, fold_of, k)))
+        tick()
+    fixed_pool = list(range(len(fixed)))
+    fixed_cx = [1] * len(fixed)
+    fixed_folds = []
+    fixed_val: Figures | None = None
+    for f in range(k):
+        w, _ = pick(fixed_pool, fixed_evals, f, [g for g in all_folds if g != f], fixed_cx)
+        fixed_folds.append(FIXED_WINDOWS[w])
+        fv = _figures(fixed_evals[w][f], fold_idx[f], ref)
+        fixed_val = fv if fixed_val is None else fixed_val + fv
+    assert fixed_val is not None
+    w_all, _ = pick(fixed_pool, fixed_evals, -1, all_folds, fixed_cx)
+    fixed_figs = tuple(
+        (FIXED_WINDOWS[i], _figures(fixed_evals[i][-1], all_idx, ref)) for i in fixed_pool
+    )
+    result = FitResult(
         contract=contract,
         params=p,
-        all_data=_figures(evals[best][-1], all_idx, ref_acc, ref_cost),
+        all_data=_figures(evals[best][-1], all_idx, ref),
         folds=tuple(fold_results),
         candidates=candidates,
         keep=float(keep),
@@ -663,9 +910,58 @@ def fit_stop(
         runs=n,
         tasks=len({t.task_key for t in traces}),
         feasible=feasible,
-        seconds=time.perf_counter() - t0,
+        seconds=0.0,
         evaluations=total,
+        optimise=optimise,
+        choose=choose,
+        keep_by=keep_by,
+        chosen_per_fold=tuple(chosen_per_fold),
+        families=tuple(_family(fr.params, template) for fr in fold_results),
     )
+    fixed_rule = _compare_fixed(
+        result, FIXED_WINDOWS[w_all], fixed_figs, tuple(fixed_folds), fixed_val
+    )
+    return replace(result, fixed=fixed_rule, seconds=time.perf_counter() - t0)
+
+
+def _compare_fixed(
+    r: FitResult,
+    window: int,
+    figures: tuple[tuple[int, Figures], ...],
+    per_fold: tuple[int, ...],
+    validation: Figures,
+) -> FixedRule:
+    """The best fixed rule beside the fit, on held-out folds: "as good" when it keeps and
+    saves within one standard error (across the fit's validation folds) of the fit, or more."""
+    fit = r.validation_pooled
+    o, kb = r.optimise, r.keep_by
+    kept_se = _se(f.validation.kept(kb) for f in r.folds)
+    saved_se = _se(f.validation.saved_share(o) for f in r.folds)
+    fk, fs = fit.kept(kb), fit.saved_share(o) or 0.0
+    xk, xs = validation.kept(kb), validation.saved_share(o) or 0.0
+    as_good = xk >= fk - kept_se - 1e-12 and xs >= fs - saved_se - 1e-12
+    rule = f'"stop after {window} cycle(s) without fewer failing visible tests"'
+    what = "held-out verdicts" if kb == "held-out" else "accepted outcomes"
+    figs = (
+        f"on held-out folds it keeps {_pct(xk)} of {what} and saves {_pct(xs)} of {o}; the fit "
+        f"keeps {_pct(fk)} and saves {_pct(fs)} (one SE across folds: kept {_pct(kept_se)}, "
+        f"saved {_pct(saved_se)})"
+    )
+    if as_good and (xk > fk + kept_se or xs > fs + saved_se):
+        verdict = f"The simple rule {rule} is better than the fit: {figs}. Use the simple rule."
+    elif as_good:
+        verdict = (
+            f"A simple rule is as good: {rule} is within one standard error of the fit: {figs}. "
+            "Prefer the simple rule."
+        )
+    else:
+        verdict = f"The fit beats the best fixed rule {rule}: {figs}."
+    return FixedRule(window, figures, per_fold, validation, as_good, verdict)
+
+
+def _se(values: Iterable[float | None]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) >= 2 else 0.0
 
 
 # --- TOML -------------------------------------------------------------------------------------
