@@ -372,6 +372,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
                 return
 
     async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
+        # An effect renews this lease before it starts and names its holder in the intent.
+        ex.lease_ttl_s, ex.owner = self.lease_ttl_s, self.owner
         pend = ex.state.pending or {}
         if pend.get("stage") == "compensations":
             notes = await run_compensations(self.store, ex, pend)

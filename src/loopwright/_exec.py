@@ -15,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -24,7 +27,7 @@ from typing import Any
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._effects import Effect, EffectCall, EffectResult, _canon
-from ._errors import EffectKeyHeld
+from ._errors import EffectKeyHeld, StaleLeaseError
 from ._loop import Loop
 from ._proposal import Context, Verdict
 from ._redact import redact, redact_text
@@ -33,6 +36,7 @@ from ._state import Digests, TaskState, part_ref
 from ._state_codec import FORMAT
 from ._usage import Usage
 from .store import CommitRequest, JournalEntry, NewEvent, Store
+from .store._sql import owner_is_dead
 
 __all__ = [
     "NO_LOOP",
@@ -78,6 +82,11 @@ class Execution:
     rejected_written: int = 0
     base: int = 0
     since_base: int = 0
+    # The lease this execution holds: its TTL (renewed before each effect; None where the
+    # runtime did not say, e.g. a cancel from the CLI: the run row's expiry is read instead)
+    # and the owner's name (``host:pid:…``), recorded in an effect's intent.
+    lease_ttl_s: float | None = None
+    owner: str | None = None
 
     def adopt(self, store: Store, stored: Mapping[str, Any]) -> None:
         """Note what the store already holds of ``state``, loaded from ``stored`` (a resolved
@@ -323,6 +332,49 @@ def _jsonable(value: Any) -> Any:
 
 _DEFAULT_EFFECT_RETRY = RetryPolicy()
 
+# Of the lease left when an effect starts, the part kept back from its execution deadline
+# (capped): room for the result's write and for clocks that differ between hosts, so the
+# deadline passes before anyone else can claim the run.
+_LEASE_MARGIN = 0.1
+_LEASE_MARGIN_MAX_S = 5.0
+
+# Effect calls of this process still executing, by (run, journal key): a resume in this
+# process knows whether an earlier attempt here is still running. A sync call leaves only when
+# its thread returns (a timed-out thread runs on).
+_RUNNING: set[tuple[str, str]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def _tracked(fn: Callable[[], Any], mark: tuple[str, str]) -> Callable[[], Any]:
+    with _RUNNING_LOCK:
+        _RUNNING.add(mark)
+
+    def run() -> Any:
+        try:
+            return fn()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(mark)
+
+    return run
+
+
+def _holder(owner: Any, mark: tuple[str, str]) -> str:
+    """Whether the executor that wrote an intent can still be executing it: ``gone`` (a
+    process of this host that no longer exists, or this process with the call not running),
+    ``alive`` (a process of this host: running, stuck or frozen) or ``unknown`` (another host,
+    or not recorded)."""
+    if not isinstance(owner, str):
+        return "unknown"
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return "unknown"
+    if int(pid) == os.getpid():
+        with _RUNNING_LOCK:
+            return "alive" if mark in _RUNNING else "gone"
+    return "gone" if owner_is_dead(owner) else "alive"
+
 
 async def perform_effect(
     store: Store, ex: Execution, cycle: int, eff: Effect, call: EffectCall
@@ -333,6 +385,11 @@ async def perform_effect(
     outcome was never recorded (the process died, or the call failed in a way that may have
     acted) is in doubt: the reconcile hook decides; without one only an idempotent effect is
     run again, anything else ends in ``in_doubt`` for a person.
+
+    Under a frozen or stuck holder: the call starts only under a lease just renewed (fenced)
+    and gets an execution deadline inside it (``deadline_at`` in the intent), never starting
+    after it; an intent whose holder may still be executing it (its deadline not passed, or
+    its holder alive on this host) is settled only after that deadline, the hook asked again.
     """
     ikey = eff.key_for(ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
@@ -375,6 +432,7 @@ async def perform_effect(
                     event,
                     {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
                     | ({"cause": data["cause"]} if data.get("cause") else {})
+                    | ({"deadline_at": data["deadline_at"]} if data.get("deadline_at") else {})
                     | ({"from_run": data["from_run"]} if data.get("from_run") else {}),
                 )
             ],
@@ -428,6 +486,52 @@ async def perform_effect(
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
         return None
 
+    async def grace(doubt: JournalEntry) -> bool:
+        """Wait while an in-doubt attempt may still be executing elsewhere: until its deadline
+        (an intent without one: its time plus the lease TTL), unless its holder is known gone.
+        Returns whether it waited (the outside world is then asked again)."""
+        mark = (ex.run_id, jkey)
+        who = _holder(doubt.data.get("holder"), mark)
+        if who == "gone":
+            return False
+        until = doubt.data.get("deadline_at")
+        if not isinstance(until, (int, float)):
+            until = doubt.updated_at + (ex.lease_ttl_s or 60.0)
+        wait = float(until) - time.time()
+        if wait <= 0:
+            return False  # past its deadline a holder never starts the call
+        ex.events.append(
+            NewEvent(
+                cycle,
+                "effect_grace",
+                {
+                    "effect": eff.name,
+                    "key": ikey,
+                    "holder": doubt.data.get("holder"),
+                    "holder_alive": who == "alive",
+                    "until": until,
+                },
+            )
+        )
+        await asyncio.sleep(wait)
+        return True
+
+    def lease_room() -> float | None:
+        """How long a call starting now may run inside the lease, renewed first (a fenced
+        write: ``StaleLeaseError`` once another executor holds the run); ``None``: unbounded."""
+        if ex.lease_ttl_s is not None:
+            store.renew_lease(ex.run_id, ex.token, ex.lease_ttl_s)
+            left = ex.lease_ttl_s
+        else:  # the TTL is not known here: what the run row says is left of the lease
+            expires = store.get_run(ex.run_id).lease_expires_at
+            if expires is None:
+                return None
+            left = expires - time.time()
+        room = left - min(left * _LEASE_MARGIN, _LEASE_MARGIN_MAX_S)
+        if room <= 0:
+            raise StaleLeaseError(f"run {ex.run_id}: no time left in the lease to run {eff.name}")
+        return room
+
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     if entry is not None:
         if entry.status == "done":
@@ -463,6 +567,12 @@ async def perform_effect(
                 )
                 put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause)
+            # Not done (or idempotent): its holder may still be executing it (a frozen or
+            # stuck worker) — not run again before its deadline has passed.
+            if await grace(entry) and eff.reconcile_fn is not None:
+                settled = await by_reconcile("is in doubt", None)
+                if settled is not None:
+                    return settled
         elif entry.status == "waiting":
             wait = float(entry.data.get("next_at", 0.0)) - time.time()
             if wait > 0:
@@ -485,15 +595,29 @@ async def perform_effect(
             return out("failed", attempts=attempts, cause=cause)
         ex.at("before_effect_intent")
         attempts += 1
-        try:
-            put("intent", {"first_at": first_at}, attempts, "effect_started")
-        except EffectKeyHeld as h:
-            attempts -= 1  # nothing was written
-            return held(h)
-        ex.at("after_effect_intent")
+        while True:
+            # The deadline lies inside a lease renewed just now: the lease cannot pass to
+            # another executor before it, and the call never starts after it.
+            room = lease_room()
+            limit = room if eff.timeout_s is None else min(eff.timeout_s, room or eff.timeout_s)
+            deadline_at = None if limit is None else time.time() + limit
+            intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
+            try:
+                put("intent", intent, attempts, "effect_started")
+            except EffectKeyHeld as h:
+                attempts -= 1  # nothing was written
+                return held(h)
+            ex.at("after_effect_intent")
+            left = None if deadline_at is None else deadline_at - time.time()
+            if left is None or left > 0:
+                break
+            # Paused past the deadline before the call (a frozen process): another executor
+            # may hold the run by now; renew (fenced) and write a fresh intent first.
         try:
             result, _secs = await call_user(
-                eff.bind(call.args, ikey), timeout=eff.timeout_s, threaded=ex.threaded
+                _tracked(eff.bind(call.args, ikey), (ex.run_id, jkey)),
+                timeout=left,
+                threaded=ex.threaded,
             )
         except Exception as exc:
             unknown = False
