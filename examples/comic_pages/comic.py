@@ -441,6 +441,7 @@ def propose(ctx: lw.Context) -> lw.Proposal:
             publish.call(
                 project=str(task.get("project", "")),
                 pages={str(p): [panels[i] for i in ids] for p, ids in pages.items()},
+                edition=_edition(ctx),
             ),
         )
         notes.append("publish pages")
@@ -964,10 +965,20 @@ def _ocr_state(state: lw.TaskState) -> dict[str, Any]:
 
 
 # --- delivery: the publish effect ------------------------------------------------------------
-def export_dir(project: str) -> Path:
-    """``$COMIC_EXPORT_DIR/<project>``, else ``.loopwright/comic_exports/<project>``."""
+def export_dir(project: str, edition: str = "") -> Path:
+    """``$COMIC_EXPORT_DIR/<project>``, else ``.loopwright/comic_exports/<project>``; a fork's
+    edition in its own folder below."""
     root = Path(os.environ.get("COMIC_EXPORT_DIR") or ".loopwright/comic_exports")
-    return root / (project or "default")
+    out = root / (project or "default")
+    return out / edition if edition else out
+
+
+def _edition(ctx: lw.Context) -> str:
+    """``""`` for a run of the task; ``fork-<run id>`` for a fork (``loopwright fork``), whose
+    pages are a second version for comparison: published under their own key and folder, never
+    over the pages the origin published."""
+    forked = any(n.get("kind") == "fork" for n in ctx.notes)
+    return f"fork-{ctx.run_id[:12]}" if forked else ""
 
 
 def _page_svg(page: str, panels: Sequence[str]) -> str:
@@ -1004,15 +1015,20 @@ def _write_pdf(path: Path, pngs: Sequence[bytes]) -> None:
 
 @lw.effect(
     "publish",
-    key=lambda a: f"{a['project']}/pages-{'-'.join(sorted(a['pages']))}",
+    key=lambda a: (
+        f"{a['project']}/pages-{'-'.join(sorted(a['pages']))}"
+        + (f"@{a['edition']}" if a.get("edition") else "")
+    ),
     describe=lambda a: f"export pages {', '.join(sorted(a['pages']))} of {a['project']}",
 )
-def publish(project: str, pages: Mapping[str, Sequence[str]], *, key: str) -> dict[str, Any]:
+def publish(
+    project: str, pages: Mapping[str, Sequence[str]], *, key: str, edition: str = ""
+) -> dict[str, Any]:
     """Write one SVG and one PNG per page, one PDF (a page per comic page) and one HTML book,
     then a manifest (written last: its presence
     means the export is complete). Not idempotent in spirit: a second export is a second
     delivery, which the journal and ``reconcile`` prevent."""
-    out = export_dir(project)
+    out = export_dir(project, edition)
     out.mkdir(parents=True, exist_ok=True)
     files = []
     sections = []
@@ -1057,8 +1073,9 @@ def publish(project: str, pages: Mapping[str, Sequence[str]], *, key: str) -> di
 @publish.reconciler
 def _published(key: str) -> dict[str, Any] | None:
     # the engine's key is "<effect>:<key>" (and "~N" for a later generation)
-    project = key.split(":", 1)[-1].rsplit("/pages-", 1)[0]
-    manifest = export_dir(project) / "manifest.json"
+    project, _, rest = key.split(":", 1)[-1].rpartition("/pages-")
+    edition = rest.split("~", 1)[0].partition("@")[2]
+    manifest = export_dir(project, edition) / "manifest.json"
     if manifest.is_file():
         data: dict[str, Any] = json.loads(manifest.read_text())
         if data.get("key") == key:

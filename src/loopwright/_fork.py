@@ -28,6 +28,7 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._loop import Loop
+from ._proposal import Proposal
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import Checkpoint, NewEvent, RunRecord
@@ -102,17 +103,12 @@ class Forking(RuntimeHost):
     ) -> RunRecord:
         """A person's version of part ``ref`` (``artifact/part``): accepted, recorded (event
         with the diff, a note for the next context, an ``edit`` memory signal in the task's
-        scope). An ended run is reopened so the loop continues from the edit (``resume``)."""
+        scope). An ended run is reopened so the loop continues from the edit (``resume``); a run
+        parked on a request is edited beside it, except a part its parked proposal changes."""
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
         rec = self.store.get_run(run_id)
-        if rec.status == "awaiting_approval":
-            raise ConfigError(
-                f"run {rec.run_id} is waiting for a decision on its request; decide it (approve, "
-                "deny or answer) and edit when it has moved on",
-                field="run",
-            )
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         except ConflictError:
@@ -131,6 +127,21 @@ class Forking(RuntimeHost):
             )
             ex.adopt(self.store, ck.state)
             s = ex.state
+            # A run parked on a request can be edited beside it (its pending proposal is
+            # applied on top when decided), except a part that proposal itself changes.
+            held: dict[str, Any] = {}
+            if s.pending and "approval_id" in s.pending:
+                pend = s.pending.get("proposal") or {}
+                if not s.pending.get("question_only") and ref in {
+                    e.ref for e in Proposal.from_dict(pend).changes()
+                }:
+                    raise ConfigError(
+                        f"run {rec.run_id} waits for a decision on a change to {ref}: decide "
+                        "it (approve or deny) first, then edit",
+                        field="part",
+                    )
+                # the parked cycle's held-out verdicts wait in the latest record: keep them
+                held = {"held_out": (ck.record or {}).get("held_out") or {}}
             part = s.part(ref)
             if part is None:
                 known = ", ".join(r for r, _p in s.iter_parts()) or "none"
@@ -171,7 +182,7 @@ class Forking(RuntimeHost):
                 }
             self._commit(
                 ex,
-                {"decision": "edit", "part": ref, "version": part.count, "by": by.strip()},
+                {"decision": "edit", "part": ref, "version": part.count, "by": by.strip(), **held},
                 run,
             )
         finally:

@@ -645,9 +645,15 @@ def test_edit_from_the_run_page_needs_token_and_csrf(parked: tuple[str, str]) ->
     csrf = _sign_in(c)
     assert c.post(f"/runs/{run_id}/edit", data=form).status_code == 403  # no CSRF
     assert c.post(f"/runs/{run_id}/edit", data={**form, "csrf": "forged"}).status_code == 403
-    # a run waiting for a decision is decided first: said in one line, nothing changed
+    # a part the parked proposal changes waits for the decision: said in one line
     waiting = c.post(f"/runs/{run_id}/edit", data={**form, "csrf": csrf})
-    assert waiting.status_code == 400 and "waiting for a decision" in waiting.json()["detail"]
+    assert waiting.status_code == 400, waiting.text
+    assert "waits for a decision on a change to doc/title" in waiting.json()["detail"]
+    assert c.get(f"/api/runs/{run_id}").json()["edits"] == []
+    # another part is edited beside the request; the run still waits for its decision
+    beside = {**form, "ref": "doc/a", "value": "5", "csrf": csrf}
+    assert c.post(f"/runs/{run_id}/edit", data=beside, follow_redirects=False).status_code == 303
+    assert c.get(f"/api/runs/{run_id}").json()["run"]["status"] == "awaiting_approval"
     with lw.Runtime(store) as rt:
         rt.deny(run_id, by="bea")
         rt.resume_sync(run_id, lw.load_spec(Path(store).parent / "web.toml"))
@@ -666,6 +672,7 @@ def test_edit_from_the_run_page_needs_token_and_csrf(parked: tuple[str, str]) ->
     assert r.status_code == 303, r.text
     detail = c.get(f"/api/runs/{run_id}").json()
     assert [(e["part"], e["by"]) for e in detail["edits"]] == [
+        ("doc/a", "ana"),
         ("doc/b", "ana"),
         ("doc/title", "ana"),
     ]
