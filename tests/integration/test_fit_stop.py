@@ -172,3 +172,12 @@ def test_cli_pools_sources_and_compares_with_the_fixed_rule(tmp_path: Path) -> N
     pooled = data["cross_validation"]["validation_pooled"]
     assert pooled["held_out_kept"] <= pooled["reference_held_out"]
     assert data["all_data"]["attempts"] < data["all_data"]["reference_attempts"]
+
+
+def test_cli_scale_free_searches_no_usd_rules(small_source: Path, tmp_path: Path) -> None:
+    p = cli("fit-stop", str(small_source), "--folds", "2", "--scale-free", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    chosen = data["chosen"]["params"]
+    assert chosen["max_cost_usd"] is None and chosen["value_per_success_usd"] is None
+    assert all(f["max_cost_usd"] is None for f in data["frontier"])

@@ -359,3 +359,19 @@ def test_the_fit_beating_every_fixed_rule_says_so() -> None:
 def test_bad_objective_is_a_config_error(kw: dict[str, str], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         fit_stop(known_runs(), **kw)  # type: ignore[arg-type]
+
+
+def test_fit_can_save_time_and_search_scale_free_rules_only() -> None:
+    # Every cycle took 2 s: time saved is attempts saved.
+    traces = [
+        dataclasses.replace(t, cycles=tuple(dataclasses.replace(c, seconds=2.0) for c in t.cycles))
+        for t in known_runs()
+    ]
+    r = fit_stop(traces, keep=1.0, optimise="time")
+    assert r.all_data.reference_seconds == 2.0 * 278
+    assert r.all_data.time_saved_share == pytest.approx(r.all_data.attempts_saved_share)
+    free = fit_stop(traces, keep=1.0, grid=Grid(cost_quantiles=(), marginal_multiples=()))
+    assert all(
+        c.params.max_cost_usd is None and c.params.value_per_success_usd is None
+        for c in free.candidates
+    )
