@@ -40,14 +40,22 @@ CALLS_F = "assert f(1) == 1"
 PLAIN = ("assert 1 == 1", "assert len('ab') == 2")
 
 
+RETURNS_WRONG = {"surrogate_return"}  # f(1) != 1 without raising: harmless at module level
+
+
 @st.composite
-def programs(draw: st.DrawFn) -> tuple[str, bool | None]:
-    """(program, whether f(1) == 1 holds; None when the program does not compile)."""
+def programs(draw: st.DrawFn) -> tuple[str, bool | None, bool]:
+    """(program, whether f(1) == 1 holds (None when the program does not compile), whether the
+    program itself runs cleanly). The behaviour sits in f, or runs at module level (then every
+    test of the call meets it)."""
     if draw(st.integers(0, 5)) == 0:
-        return draw(st.sampled_from(SYNTAX_ERRORS)), None
+        return draw(st.sampled_from(SYNTAX_ERRORS)), None, False
     name = draw(st.sampled_from(sorted(BEHAVIOURS)))
     body, ok = BEHAVIOURS[name]
-    return f"def f(x):\n    {body}\n", ok
+    if draw(st.booleans()):
+        return f"def f(x):\n    {body}\n", ok, True
+    clean = ok or name in RETURNS_WRONG
+    return f"def f(x):\n    return x\ndef g(x):\n    {body}\ng(1)\n", clean, clean
 
 
 @settings(
@@ -61,9 +69,9 @@ def programs(draw: st.DrawFn) -> tuple[str, bool | None]:
     tests=st.lists(st.sampled_from([CALLS_F, *PLAIN]), min_size=1, max_size=4),
 )
 def test_harness_survives_and_every_test_has_its_own_verdict(
-    program: tuple[str, bool | None], tests: list[str]
+    program: tuple[str, bool | None, bool], tests: list[str]
 ) -> None:
-    code, f_ok = program
+    code, f_ok, clean = program
     r = run_tests(code, tests, test_timeout_s=0.2, allow_unisolated=True)
     assert r.status == "completed", (r.status, r.reason)
     assert [t.test for t in r.tests] == tests
@@ -79,7 +87,7 @@ def test_harness_survives_and_every_test_has_its_own_verdict(
         elif t.test == CALLS_F:
             assert t.passed == f_ok, t
         else:
-            assert t.passed, t  # whatever an earlier test of the call did
+            assert t.passed == clean, t  # whatever an earlier test of the call did
 
 
 def test_each_generated_behaviour_once_in_one_call() -> None:
@@ -98,3 +106,15 @@ def test_each_generated_behaviour_once_in_one_call() -> None:
     timeouts = [t for t in r.tests if t.actual == "TIMEOUT"]
     assert len(timeouts) == 2  # loop, nested_loop
     assert len(r.output) < 100_000  # the output's tail, not the 45 MB printed
+
+
+def test_output_of_earlier_tests_does_not_use_up_later_tests_file_limit() -> None:
+    """Found by the fuzzing: output.txt is shared by a call's tests, so 5 MB printed per test
+    once failed the fourth test with "File too large" (16 MB limit). Earlier output is cut to
+    its tail before each test; the tail the call reports is still the last thing printed."""
+    code = "def f(x):\n    print('x' * 5_000_000)\n    print('end', x)\n    return x\n"
+    tests = [f"assert f({i}) == {i}" for i in range(5)]
+    r = run_tests(code, tests, test_timeout_s=2.0, allow_unisolated=True)
+    assert r.status == "completed", (r.status, r.reason)
+    assert [t.passed for t in r.tests] == [True] * 5, [t.actual for t in r.tests]
+    assert r.output.endswith("end 4\n")

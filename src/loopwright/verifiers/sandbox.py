@@ -234,9 +234,21 @@ def emit(obj):
     out.write(json.dumps(obj) + "\n")
     out.flush()
 cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+cand_r = os.open("output.txt", os.O_RDONLY)
 os.dup2(cand, 1)
 os.dup2(cand, 2)
-os.close(cand)
+def trim_output():
+    # Each test gets the whole file-size limit: what earlier tests printed is cut to its tail
+    # (all the parent reads), or a chatty test would fail the later ones with EFBIG.
+    try:
+        size = os.fstat(cand).st_size
+        if size > 4 * MAX:
+            tail = os.pread(cand_r, MAX, size - MAX)
+            os.ftruncate(cand, 0)
+            os.lseek(cand, 0, os.SEEK_SET)  # shared with fds 1 and 2
+            os.write(cand, tail)
+    except BaseException:
+        pass
 devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
@@ -428,6 +440,7 @@ if job.get("site"):
 sys.addaudithook(hook)
 ns = {"__name__": "__sandbox__", "__builtins__": builtins}
 for i, test in enumerate(tests):
+    trim_output()
     t0 = time.perf_counter()
     try:
         if compile_error is not None:
