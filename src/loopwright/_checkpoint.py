@@ -379,6 +379,10 @@ class Checkpoints(RuntimeHost):
         # Durable: versions the engine no longer needs can leave memory (the store has them).
         ex.state.trim()
         ex.at("after_checkpoint")
+        if self._live is not None:
+            # Live tracing: the spans this durable commit started or completed go out now
+            # (trace/_live.py; it never raises into the run).
+            self._live.committed(ex.run_id)
         if self.on_progress is not None:
             with contextlib.suppress(Exception):
                 self.on_progress(self.store.get_run(ex.run_id))

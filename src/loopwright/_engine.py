@@ -111,6 +111,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         memory: bool = True,
         snapshot_every: int = 50,
         history_window: int = 20,
+        tracer_provider: Any | None = None,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
@@ -144,6 +145,12 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         self._memory: FeedbackMemory | None = None
         self._group: GroupCommitter | None = None
         self._recall_group: GroupRecall | None = None
+        # Live tracing (issue 20): spans go out through this OpenTelemetry TracerProvider, or
+        # one the OTEL_EXPORTER_OTLP_* variables configure; None when neither. Imported here,
+        # lazily: trace/_live imports opentelemetry only when tracing is configured.
+        from .trace._live import live_tracer
+
+        self._live = live_tracer(self.store, tracer_provider)
 
     def drain(self) -> None:
         """Finish the cycle in flight of every run, then stop before the next (graceful

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._question import Question
     from ._state import TaskState
     from ._usage import Usage
+    from .trace._live import LiveTracer
 
 __all__ = ["ProgressFn", "RuntimeHost"]
 
@@ -43,6 +44,7 @@ class RuntimeHost:
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None
+    _live: LiveTracer | None  # live tracing (trace/_live.py), when configured
 
     if TYPE_CHECKING:
         # _cycle.Cycle

@@ -1275,6 +1275,9 @@ class ChatReviewer(_ChatModel):
             evidence["summary"] = summary
         if reply is not None:
             evidence["price"] = reply.priced.detail
+            # The call's token split: what a trace's GenAI attributes report (usage has totals).
+            evidence["input_tokens"] = reply.input_tokens
+            evidence["output_tokens"] = reply.output_tokens
             if reply.first_token_s is not None:
                 evidence["first_token_s"] = round(reply.first_token_s, 4)
             if reply.repair:

@@ -1,5 +1,6 @@
 """Traces: a run's append-only events as JSON lines, as OpenTelemetry spans (OTLP/JSON, or
-sent to an OTLP/HTTP collector), and turned into eval cases and preference pairs.
+sent to an OTLP/HTTP collector, after the fact or live through the SDK while the run
+executes), and turned into eval cases and preference pairs.
 
 Everything here reads the store and nothing else; ``docs/trace.md`` documents every format.
 """
@@ -16,6 +17,7 @@ from ._exports import (
     preference_pairs,
 )
 from ._jsonl import TRACE_FORMAT, build_records, trace_records, write_jsonl
+from ._live import LiveTracer, live_tracer, provider_from_env
 from ._otlp import (
     OTLPExportError,
     OTLPExportResult,
@@ -34,6 +36,7 @@ __all__ = [
     "EVAL_CASE_FORMAT",
     "PAIR_FORMAT",
     "TRACE_FORMAT",
+    "LiveTracer",
     "OTLPExportError",
     "OTLPExportResult",
     "Span",
@@ -45,10 +48,12 @@ __all__ = [
     "eval_case",
     "eval_cases",
     "export_otlp",
+    "live_tracer",
     "otlp_message",
     "otlp_to_protobuf",
     "otlp_trace",
     "preference_pairs",
+    "provider_from_env",
     "run_spans",
     "span_id_for",
     "spans_to_otlp",

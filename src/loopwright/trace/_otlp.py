@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError
 from ..store import RunRecord, Store
-from ._spans import Span, run_spans
+from ._spans import Span, exported_attributes, is_client_span, run_spans
 
 __all__ = [
     "OTLPExportError",
@@ -96,13 +96,10 @@ def spans_to_otlp(
             "traceId": tid,
             "spanId": span_id_for(run.run_id, s.key),
             "name": s.name,
-            "kind": _SPAN_KIND_CLIENT if s.kind == "effect" else _SPAN_KIND_INTERNAL,
+            "kind": _SPAN_KIND_CLIENT if is_client_span(s) else _SPAN_KIND_INTERNAL,
             "startTimeUnixNano": str(_nanos(s.start)),
             "endTimeUnixNano": str(_nanos(s.end)),
-            "attributes": _attributes(
-                {**s.attributes, "loopwright.span.kind": s.kind}
-                | ({"loopwright.incomplete": True} if s.incomplete else {})
-            ),
+            "attributes": _attributes(exported_attributes(s)),
             "events": [
                 {
                     "timeUnixNano": str(_nanos(e.ts)),

@@ -28,7 +28,15 @@ from typing import Any, Literal
 
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 
-__all__ = ["Span", "SpanEvent", "build_spans", "run_spans"]
+__all__ = [
+    "APPROVAL_KINDS",
+    "Span",
+    "SpanEvent",
+    "build_spans",
+    "exported_attributes",
+    "is_client_span",
+    "run_spans",
+]
 
 SpanKind = Literal["run", "cycle", "actor", "verifier", "effect", "approval"]
 Status = Literal["unset", "ok", "error"]
@@ -50,7 +58,8 @@ _CLOSING = frozenset({"stopped", "rolled_back"})
 _EFFECT_END = frozenset(
     {"effect_done", "effect_failed", "effect_in_doubt", "effect_reconciled", "effect_reused"}
 )
-_APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
+APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
+_APPROVAL_KINDS = APPROVAL_KINDS
 _ERROR_STATUSES = frozenset({"escalated", "failed"})
 
 
@@ -98,6 +107,19 @@ class _Occurrence:
         return f"cycle/{self.cycle}#{self.index}"
 
 
+def exported_attributes(s: Span) -> dict[str, Any]:
+    """The attributes a span is exported with, offline (OTLP/JSON) and live (the SDK) alike:
+    its own, its kind, and ``loopwright.incomplete`` when it was still open."""
+    return {**s.attributes, "loopwright.span.kind": s.kind} | (
+        {"loopwright.incomplete": True} if s.incomplete else {}
+    )
+
+
+def is_client_span(s: Span) -> bool:
+    """Whether the span is a call out of the process (OTLP kind CLIENT): an effect."""
+    return s.kind == "effect"
+
+
 def run_spans(store: Store, run_id: str) -> tuple[RunRecord, list[Span]]:
     """The run (looked up by id, unique prefix or task key) and its span tree."""
     rec = store.get_run(run_id)
@@ -115,9 +137,18 @@ def build_spans(
     events: Sequence[Event],
     checkpoints: Sequence[Checkpoint],
     approvals: Sequence[Approval],
+    *,
+    first_seq: int = 1,
+    after_ts: float | None = None,
+    occurrences: Mapping[int, int] | None = None,
 ) -> list[Span]:
-    """The span tree of ``run``, parents before children (a pure function of its inputs)."""
-    occs, run_items, owner = _segment(run, events)
+    """The span tree of ``run``, parents before children (a pure function of its inputs).
+
+    A live tracer builds it from a window of the log: ``events`` then start at position
+    ``first_seq``, after an event at ``after_ts``, with ``occurrences[n]`` occurrences of cycle
+    ``n`` before them, and ``checkpoints``/``approvals`` are those of the window; the spans of
+    the window's cycles are then the same as in the whole log's tree."""
+    occs, run_items, owner = _segment(run, events, first_seq, after_ts, occurrences)
     _attach_records(occs, checkpoints)
     by_id = {a.approval_id: a for a in approvals}
     last_ts = max([run.created_at, *(e.ts for e in events)])
@@ -158,7 +189,11 @@ def build_spans(
 
 # --- segmentation ----------------------------------------------------------------------------
 def _segment(
-    run: RunRecord, events: Sequence[Event]
+    run: RunRecord,
+    events: Sequence[Event],
+    first_seq: int = 1,
+    after_ts: float | None = None,
+    occurrences: Mapping[int, int] | None = None,
 ) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence]]:
     """Split the event log into cycle occurrences and run-level events.
 
@@ -171,9 +206,9 @@ def _segment(
     open_: dict[int, _Occurrence] = {}
     waiting: dict[int, list[tuple[int, Event]]] = {}
     owner: dict[str, _Occurrence] = {}
-    counts: dict[int, int] = {}
-    last_ts = run.created_at
-    for seq, ev in enumerate(events, 1):
+    counts: dict[int, int] = dict(occurrences or {})
+    last_ts = run.created_at if after_ts is None else after_ts
+    for seq, ev in enumerate(events, first_seq):
         aid = str(ev.data.get("approval_id") or "")
         if ev.kind == "cycle_started":
             counts[ev.cycle] = counts.get(ev.cycle, 0) + 1
@@ -423,8 +458,14 @@ def _call_costs(calls: Mapping[str, Span], occ: _Occurrence) -> None:
             a["loopwright.verdict.findings"] = d.get("findings")
             a["gen_ai.evaluation.score.value"] = d.get("score")
             a["gen_ai.evaluation.score.label"] = "pass" if d.get("passed") else "fail"
-            usage = (verdicts.get(str(d.get("verifier"))) or {}).get("usage") or {}
-            _usage_attributes(a, usage)
+            full = verdicts.get(str(d.get("verifier"))) or {}
+            _usage_attributes(a, full.get("usage") or {})
+            # A model-backed verifier (ChatReviewer) names its model and the call's token
+            # split in the evidence: the GenAI attributes of a model call.
+            evidence = full.get("evidence") or {}
+            if isinstance(evidence.get("model"), str) and evidence["model"]:
+                a.setdefault("gen_ai.request.model", evidence["model"])
+            _usage_attributes(a, {k: evidence.get(k) for k in ("input_tokens", "output_tokens")})
 
 
 def _usage_attributes(a: dict[str, Any], usage: Mapping[str, Any]) -> None:
@@ -437,6 +478,8 @@ def _usage_attributes(a: dict[str, Any], usage: Mapping[str, Any]) -> None:
     for key in ("input_tokens", "output_tokens"):
         if usage.get(key) is not None:
             a[f"gen_ai.usage.{key}"] = int(usage[key])
+    if usage.get("model"):  # a usage that names the model it was spent on
+        a["gen_ai.request.model"] = str(usage["model"])
 
 
 # --- effects and approvals -------------------------------------------------------------------

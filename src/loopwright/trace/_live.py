@@ -1,0 +1,273 @@
+"""Live tracing: a run's spans sent through the OpenTelemetry SDK while the run executes.
+
+The engine calls ``LiveTracer.committed(run_id)`` after every durable commit. The tracer reads
+what the store gained since (events, the new checkpoint, approvals when they moved), rebuilds
+the spans still open with ``build_spans`` (the same function the offline ``otlp-json`` export
+uses, so names, structure and attributes have one source of truth; over a window of the log
+that starts where nothing but the run span was open, and over the whole log once, when the
+session ends) and turns them into SDK spans: a span is started when the tree first shows it
+(the parent's SDK span is then open, so the child gets its real parent) and ended, with its
+attributes, events and status, once the tree no longer marks it ``incomplete``. The SDK's ``BatchSpanProcessor`` and OTLP/HTTP
+exporter (retries, gzip, ``OTEL_EXPORTER_OTLP_*``) do the sending.
+
+Ids are the SDK's (random), not the offline export's derived ones: a live trace and an export
+agree on span names, parent/child structure, times and attributes. A run driven again after it
+parked (or in another process) gets a new ``run`` span for that session; spans an earlier
+session completed are not sent twice, those it sent incomplete are sent again, complete.
+
+Nothing here is imported by the engine unless tracing is configured, and ``opentelemetry`` is
+imported only then (the ``otel`` extra). A tracer failure is logged once and never fails a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._contract import TERMINAL_STATUSES
+from ..store import Approval, Checkpoint, Event, Store
+from ._otlp import _SCOPE, _nanos
+from ._spans import APPROVAL_KINDS, Span, build_spans, exported_attributes, is_client_span
+
+__all__ = ["LiveTracer", "live_tracer", "provider_from_env"]
+
+log = logging.getLogger("loopwright.trace")
+
+#: Statuses after which this session stops driving the run: every open span is ended.
+_PAUSED = frozenset({"awaiting_approval"})
+
+
+def provider_from_env(env: Mapping[str, str] | None = None) -> Any | None:
+    """A ``TracerProvider`` exporting over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (and ``OTEL_SDK_DISABLED`` is not true);
+    ``None`` otherwise, or (with a warning) when the ``otel`` extra is not installed. The
+    exporter reads its headers, compression, timeout and certificates from the standard
+    variables, the resource reads ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
+    env = os.environ if env is None else env
+    if str(env.get("OTEL_SDK_DISABLED", "")).strip().lower() == "true":
+        return None
+    if not (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    ):
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        log.warning(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but live tracing needs the otel extra "
+            "(pip install 'loopwright[otel]'): %s; no spans are sent",
+            exc,
+        )
+        return None
+    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME over these.
+    defaults = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "loopwright"}
+    provider = TracerProvider(resource=Resource.create(defaults))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
+
+
+_env_provider: list[Any] = []  # the process's provider from the environment, built once
+
+
+def live_tracer(store: Store, tracer_provider: Any | None = None) -> LiveTracer | None:
+    """The tracer for a ``Runtime``: on ``tracer_provider`` when given, else on the provider
+    the ``OTEL_*`` environment configures (one per process, shared by every ``Runtime``: one
+    export thread, flushed at exit by the SDK); ``None`` when neither is there."""
+    provider = tracer_provider
+    if provider is None:
+        if not _env_provider:
+            built = provider_from_env()
+            if built is None:
+                return None
+            _env_provider.append(built)
+        provider = _env_provider[0]
+    return LiveTracer(store, provider)
+
+
+@dataclass(slots=True)
+class _RunTrace:
+    """What the tracer holds for one run this session is driving."""
+
+    events: list[Event] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    approvals: list[Approval] = field(default_factory=list)
+    # When the session before this one last committed (``None``: no earlier session). A span
+    # that ended by then was sent by that session (if it was traced); one still open then, or
+    # completed by what happened between sessions (a decision), is sent by this one.
+    earlier_end: float | None = None
+    open: dict[str, Any] = field(default_factory=dict)  # span key -> SDK span
+    done: set[str] = field(default_factory=set)
+    # The window rebuilt at each commit: it starts after the last commit that left only the
+    # run span open (everything before it is sent), so a commit costs one cycle's events,
+    # not the whole log's. ``occurrences``: the cycle_started counts before the window.
+    ev_from: int = 0
+    ck_from: int = 0
+    occurrences: dict[int, int] = field(default_factory=dict)
+
+
+class LiveTracer:
+    """Sends a run's spans through an OpenTelemetry ``TracerProvider`` as the run commits."""
+
+    def __init__(self, store: Store, tracer_provider: Any) -> None:
+        from .. import __version__
+
+        self.store = store
+        self.provider = tracer_provider
+        self._tracer = tracer_provider.get_tracer(_SCOPE, __version__)
+        self._runs: dict[str, _RunTrace] = {}
+        self._lock = threading.Lock()  # runs may commit from several threads (workers)
+        self._failed = False
+
+    def committed(self, run_id: str) -> None:
+        """A commit of ``run_id`` is durable: send the spans it started or completed."""
+        try:
+            with self._lock:
+                self._update(run_id)
+        except Exception:  # a tracer must never fail a run
+            if not self._failed:
+                self._failed = True
+                log.warning("live tracing of run %s failed; it goes on", run_id, exc_info=True)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Export every ended span now (the provider's ``force_flush``)."""
+        return bool(self.provider.force_flush(timeout_millis))
+
+    # --- reading what the store gained --------------------------------------------------------
+    def _update(self, run_id: str) -> None:
+        store = self.store
+        rt = self._runs.get(run_id)
+        first = rt is None
+        if rt is None:
+            rt = self._runs[run_id] = _RunTrace()
+        new = store.events(run_id, after_id=rt.events[-1].id if rt.events else 0)
+        rt.events.extend(new)
+        latest = store.latest_checkpoint(run_id)
+        last = rt.checkpoints[-1].seq if rt.checkpoints else None
+        if last is None or latest.seq > last + 1:
+            # First sight, or several commits landed at once (a group commit): read them all.
+            rt.checkpoints = store.checkpoints(run_id)
+        elif latest.seq == last + 1:
+            rt.checkpoints.append(latest)
+        if first or any(e.kind in APPROVAL_KINDS for e in new):
+            rt.approvals = store.approvals(run_id=run_id)
+        if first:
+            rt.earlier_end = _earlier_session_end(rt.events)
+        rec = store.get_run(run_id)
+        ending = rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
+        if ending:  # the whole log once: the run span's events and what is left open
+            self._emit(rt, build_spans(rec, rt.events, rt.checkpoints, rt.approvals), True)
+            del self._runs[run_id]  # this session stops driving the run; a later one starts afresh
+            return
+        window = rt.events[rt.ev_from :]
+        ids = {str(e.data.get("approval_id")) for e in window if e.kind in APPROVAL_KINDS}
+        spans = build_spans(
+            rec,
+            window,
+            rt.checkpoints[rt.ck_from :],
+            [a for a in rt.approvals if a.approval_id in ids],
+            first_seq=rt.ev_from + 1,
+            after_ts=rt.events[rt.ev_from - 1].ts if rt.ev_from else None,
+            occurrences=rt.occurrences,
+        )
+        self._emit(rt, spans, False)
+        if set(rt.open) <= {"run"}:  # quiet: every span of the window is sent
+            for e in window:
+                if e.kind == "cycle_started":
+                    rt.occurrences[e.cycle] = rt.occurrences.get(e.cycle, 0) + 1
+            rt.ev_from, rt.ck_from = len(rt.events), len(rt.checkpoints)
+
+    # --- SDK spans ----------------------------------------------------------------------------
+    def _emit(self, rt: _RunTrace, spans: list[Span], ending: bool) -> None:
+        from opentelemetry import trace
+
+        for s in spans:
+            if s.key in rt.done:
+                continue
+            if s.key not in rt.open:
+                if s.parent is not None and s.parent not in rt.open:
+                    rt.done.add(s.key)  # under a span an earlier session sent: sent then too
+                    continue
+                if s.parent is not None and _sent_before(s, rt.earlier_end):
+                    rt.done.add(s.key)
+                    continue
+                ctx = (
+                    trace.set_span_in_context(rt.open[s.parent])
+                    if s.parent is not None
+                    else trace.set_span_in_context(trace.INVALID_SPAN)  # a root, not a child
+                )
+                rt.open[s.key] = self._tracer.start_span(
+                    s.name,
+                    context=ctx,
+                    kind=trace.SpanKind.CLIENT if is_client_span(s) else trace.SpanKind.INTERNAL,
+                    start_time=_nanos(s.start),
+                )
+        # End children before their parents (the SDK does not care; readers of a live
+        # stream see a parent only after what it contains).
+        for s in reversed(spans):
+            sdk = rt.open.get(s.key)
+            if sdk is None or (s.incomplete and not ending):
+                continue
+            _finish(sdk, s)
+            del rt.open[s.key]
+            rt.done.add(s.key)
+
+
+def _earlier_session_end(events: list[Event]) -> float | None:
+    """The time of the earlier session's last commit: of the last event before this session's
+    ``started``/``resumed`` that a person's decision between sessions did not write."""
+    starts = [i for i, e in enumerate(events) if e.kind in ("started", "resumed")]
+    if len(starts) < 2:
+        return None  # the run's first session
+    for e in reversed(events[: starts[-1]]):
+        if e.kind not in APPROVAL_KINDS and e.kind not in ("started", "resumed"):
+            return e.ts
+    return None
+
+
+def _sent_before(s: Span, earlier_end: float | None) -> bool:
+    """Whether ``s`` had ended when the earlier session last committed (it sent it then)."""
+    return earlier_end is not None and not s.incomplete and s.end <= earlier_end
+
+
+def _finish(sdk: Any, s: Span) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    sdk.set_attributes(_otel_attributes(exported_attributes(s)))
+    for ev in s.events:
+        sdk.add_event(ev.name, _otel_attributes(ev.attributes), timestamp=_nanos(ev.ts))
+    if s.status == "error":
+        sdk.set_status(Status(StatusCode.ERROR, s.status_message or None))
+    elif s.status == "ok":
+        sdk.set_status(Status(StatusCode.OK))
+    sdk.end(end_time=_nanos(s.end))
+
+
+def _otel_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as the SDK takes them: scalars and homogeneous lists of scalars; ``None``
+    and empty lists left out (as the offline export does), anything else as JSON text."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, str | bool | int | float):
+            out[k] = v
+        elif isinstance(v, list | tuple):
+            items = [x for x in v if x is not None]
+            if not items:
+                continue
+            kinds = {type(x) for x in items}
+            if len(kinds) == 1 and kinds <= {str, bool, int, float}:
+                out[k] = list(items)
+            else:
+                out[k] = json.dumps(items, sort_keys=True, default=str)
+        else:
+            out[k] = json.dumps(v, sort_keys=True, default=str)
+    return out
