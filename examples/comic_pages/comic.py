@@ -268,9 +268,38 @@ def _corrections(
     return out
 
 
+EDITED = re.compile(r"^edit:([\w-]+/figures)@v(\d+)$")
+RECOLOURABLE = ("coat", "hair", "accent")
+
+
+def _edited_colours(
+    notes: Sequence[Mapping[str, Any]], sheet: Mapping[str, Any], figures_of: Any
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(character, attribute) -> (colour, citation)`` from a person's edits of a panel's
+    ``figures`` (``loopwright edit RUN p4-1/figures``, the dashboard's Edit): the colours
+    that differ from the sheet, cited ``edit:p4-1/figures@v2``; the latest edit wins.
+    ``figures_of(ref, version)`` reads that version's figures."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for n in notes:
+        ref = str(n.get("part") or "")
+        if n.get("kind") != "edit" or not ref.endswith("/figures"):
+            continue
+        cite = f"edit:{ref}@v{n.get('version')}"
+        for fig in figures_of(ref, n.get("version")) or ():
+            who = fig.get("character")
+            for attr in RECOLOURABLE if who in sheet else ():
+                if fig.get(attr) and fig[attr] != sheet[who]["palette"].get(attr):
+                    out[(who, attr)] = (str(fig[attr]), cite)
+    return out
+
+
 def _draw(ctx: lw.Context, panel: Mapping[str, Any], fault: str | None) -> dict[str, Any]:
     sheet = _project(ctx.task)["sheet"]
     fixes = _corrections(ctx.memory)
+    # A person's recolouring of a figure in one panel holds for the panels drawn after it.
+    edited = _edited_colours(
+        ctx.notes, sheet, lambda ref, _v: ctx.artifacts.get(ref.split("/")[0], {}).get("figures")
+    )
     chars = list(panel["characters"])
     figures = []
     for i, who in enumerate(chars):
@@ -280,6 +309,10 @@ def _draw(ctx: lw.Context, panel: Mapping[str, Any], fault: str | None) -> dict[
                 f[attr] = colour
                 f.setdefault("corrections", []).append(cite)
                 f.setdefault("correction_texts", []).append(text)
+        for (c, attr), (colour, cite) in edited.items():
+            if c == who:
+                f[attr] = colour
+                f.setdefault("edits", []).append(cite)
         figures.append(f)
     dialogue = [dict(d) for d in panel["dialogue"]]
     bubbles = [_bubble(i, len(dialogue), d["speaker"]) for i, d in enumerate(dialogue)]
@@ -517,6 +550,7 @@ def identity(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
             if g.get("class") == "figure"
         }
         figs = {f["character"]: f for f in vals["figures"]}
+        by_person = _edited_here(state, pid)
         for who in panel["characters"]:
             g = groups.get(who)
             if g is None:
@@ -538,6 +572,10 @@ def identity(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
                 want = sheet[who]["palette"][attr]
                 have = el.get("fill")
                 ok_alt = _cited_colour(figs.get(who, {}), attr, _memory_texts(figs.get(who, {})))
+                # a colour a person painted here, or one a cited edit of theirs set
+                ok_alt = ok_alt or _edit_colour(state, figs.get(who, {}), attr)
+                if by_person:
+                    ok_alt = ok_alt or figs.get(who, {}).get(attr)
                 if have not in (want, ok_alt):
                     findings.append(
                         lw.Finding(
@@ -571,6 +609,38 @@ def identity(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
                         )
                     )
     return _verdict(state, findings, len(drawn))
+
+
+def _edited_here(state: lw.TaskState, pid: str) -> bool:
+    """Whether a person's version of the panel's figures is its current one."""
+    part = state.part(f"{pid}/figures")
+    return part is not None and any(
+        n.get("kind") == "edit"
+        and n.get("part") == f"{pid}/figures"
+        and n.get("version") == part.count
+        for n in state.notes
+    )
+
+
+def _edit_colour(state: lw.TaskState, fig: Mapping[str, Any], attr: str) -> str | None:
+    """The colour a person's edit that the figure cites gave its character (the verifier
+    reads the cited edit and that version of the part itself, not the actor's word)."""
+    for cite in fig.get("edits", ()):
+        m = EDITED.match(str(cite))
+        if m is None or attr not in RECOLOURABLE:
+            continue
+        ref, version = m.group(1), int(m.group(2))
+        recorded = any(
+            n.get("kind") == "edit" and n.get("part") == ref and n.get("version") == version
+            for n in state.notes
+        )
+        part = state.part(ref)
+        if not recorded or part is None or not 1 <= version <= len(part.versions):
+            continue
+        for f in part.versions[version - 1].value or ():
+            if f.get("character") == fig.get("character") and f.get(attr):
+                return str(f[attr])
+    return None
 
 
 def _memory_texts(fig: Mapping[str, Any]) -> dict[str, str]:

@@ -1,17 +1,20 @@
 """The walkthrough of examples/comic_pages/README.md ("Edit a panel, fork, compare"), command
-by command and offline: the creator rewrites one panel's dialogue and its balloon while the run
-is parked, the loop goes on from that version (the panel is not re-rendered, page 4 carries it,
-the pages are published once), and a fork from before the edit with a stricter contract makes a
-second version of the pages, published on its own, which `loopwright diff` compares."""
+by command and offline: the creator rewrites one panel's dialogue and recolours Mara's coat
+while the run is parked; the loop goes on from that version (the panel is not re-rendered,
+page 4 carries it, later panels follow the coat, the pages are published once), and a fork from
+before the edit with a stricter contract makes a second version of the pages, published on its
+own, which `loopwright diff` compares."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import loopwright as lw
 from loopwright.cli import main
 
 HERE = Path(__file__).resolve().parents[2] / "examples" / "comic_pages"
@@ -19,6 +22,7 @@ SPEC, STRICT = HERE / "loop.toml", HERE / "strict.toml"
 KEY, FORK = "lantern-harbor/pages-3-5", "lantern-harbor/pages-3-5/strict"
 ONE_EXPORT = ["publish:lantern-harbor/pages-3-4-5"]
 STORYBOARD_LINE = "Your father hid more than a key."
+BLUE, GREEN = "#1f4e9c", "#2e7d32"  # Mara's coat on the sheet, and as the creator paints it
 EDITED_LINE = "Your father hid more than a map."
 DIALOGUE = [
     {"speaker": "ilse", "text": EDITED_LINE},
@@ -48,6 +52,13 @@ def _versions(shown: dict[str, Any], ref: str) -> list[dict[str, Any]]:
     return versions
 
 
+def _mara(shown: dict[str, Any], panel: str) -> dict[str, Any]:
+    [mara] = [
+        f for f in _versions(shown, f"{panel}/figures")[-1]["value"] if f["character"] == "mara"
+    ]
+    return mara
+
+
 def test_edit_a_panel_mid_run_then_fork_before_the_edit_and_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,27 +74,46 @@ def test_edit_a_panel_mid_run_then_fork_before_the_edit_and_compare(
     assert parked["run"]["cycle"] == 9
     [drawn] = [v for v in _versions(parked, "p4-1/svg") if v["status"] == "accepted"][-1:]
     assert ">than a key.<" in drawn["value"]
+    assert _mara(parked, "p4-1")["coat"] == BLUE
 
-    # 2. The creator rewrites Ilse's line and its balloon by hand, the run still parked.
+    # 2. The creator rewrites Ilse's line and paints Mara's coat green, the run still parked.
     svg = tmp_path / "p4-1.svg"
-    svg.write_text(drawn["value"].replace(">than a key.<", ">than a map.<"))
+    painted, n = re.subn(
+        r'(data-character="mara">\s*<rect data-role="coat"[^>]*fill=")' + BLUE,
+        r"\g<1>" + GREEN,
+        drawn["value"].replace(">than a key.<", ">than a map.<"),
+    )
+    assert n == 1
+    svg.write_text(painted)
+    figures = [
+        {**f, "coat": GREEN} if f["character"] == "mara" else f
+        for f in _versions(parked, "p4-1/figures")[-1]["value"]
+    ]
     code, out = _lw(
         capsys, store, "edit", KEY, "p4-1/dialogue", "--by", "creator",
         "--note", "a map, not a key", "--value", json.dumps(DIALOGUE),
     )  # fmt: skip
     assert code == 0 and "edited by creator, now awaiting_approval" in out, out
     code, out = _lw(
-        capsys, store, "edit", KEY, "p4-1/svg", "--by", "creator", "--file", str(svg),
-        "--note", "the balloon says it too",
+        capsys, store, "edit", KEY, "p4-1/figures", "--by", "creator",
+        "--value", json.dumps(figures), "--note", "Mara's coat is green from here on",
     )  # fmt: skip
     assert code == 0, out
+    code, out = _lw(
+        capsys, store, "edit", KEY, "p4-1/svg", "--by", "creator", "--file", str(svg),
+        "--note", "the balloon and the coat, as I drew them",
+    )  # fmt: skip
+    assert code == 0, out
+    # p4-3, the panel the parked request draws, waits for the decision
+    code, _ = _lw(capsys, store, "edit", KEY, "p4-3/dialogue", "--by", "creator", "--value", "[]")
+    assert code == 2
     assert not folder.exists()  # nothing published while parked
 
     # 3. Approve the canon change and resume: the loop goes on from the creator's panel.
     code, out = _lw(capsys, store, "approve", KEY, "--by", "creator", "--resume")
     assert code == 0 and "accepted (success)" in out, out
     done = _show(capsys, store, KEY)
-    for ref in ("p4-1/dialogue", "p4-1/svg"):
+    for ref in ("p4-1/dialogue", "p4-1/figures", "p4-1/svg"):
         last = _versions(done, ref)[-1]
         assert (last["status"], last["cycle"]) == ("accepted", 9), ref  # the person's version
     assert _versions(done, "p4-1/svg")[-1]["value"] == svg.read_text()  # never re-rendered
@@ -91,11 +121,20 @@ def test_edit_a_panel_mid_run_then_fork_before_the_edit_and_compare(
     edited = [e for e in done["events"] if e["kind"] == "edited"]
     assert [(e["data"]["part"], e["data"]["by"]) for e in edited] == [
         ("p4-1/dialogue", "creator"),
+        ("p4-1/figures", "creator"),
         ("p4-1/svg", "creator"),
     ]
     assert all(e["data"]["override"] for e in edited)  # both were accepted before
+    assert done["run"]["held_out_passed"] is True
+    # later panels follow the creator's coat, citing the edit; p4-3, drawn before it, does not
+    for panel in ("p5-1", "p5-3"):
+        assert _mara(done, panel)["coat"] == GREEN, panel
+        assert _mara(done, panel)["edits"] == ["edit:p4-1/figures@v2"]
+        assert f'fill="{GREEN}"' in _versions(done, f"{panel}/svg")[-1]["value"]
+    assert _mara(done, "p4-3")["coat"] == BLUE
     page4 = (folder / "page-4.svg").read_text()
     assert ">than a map.<" in page4 and ">than a key.<" not in page4
+    assert GREEN in (folder / "page-5.svg").read_text()
     assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
     assert _lw(capsys, store, "resume", KEY)[0] in (0, 2)  # an accepted run: nothing to do
     assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
@@ -111,6 +150,7 @@ def test_edit_a_panel_mid_run_then_fork_before_the_edit_and_compare(
     fork = _show(capsys, store, FORK)
     assert (fork["run"]["forked_from"], fork["run"]["forked_at"]) == (done["run"]["run_id"], 8)
     assert _versions(fork, "p4-1/dialogue")[-1]["value"][0]["text"] == STORYBOARD_LINE
+    assert {_mara(fork, p)["coat"] for p in ("p4-1", "p5-1", "p5-3")} == {BLUE}
     assert not [e for e in fork["events"] if e["kind"] == "edited"]
     # its pages are a second version, in their own folder; the origin's are not published again
     assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
@@ -125,6 +165,46 @@ def test_edit_a_panel_mid_run_then_fork_before_the_edit_and_compare(
     assert diff["contract"]["success.min_score"] == {"a": 0.99, "b": 1.0}
     assert diff["contract"]["no_progress.cycles"] == {"a": 3, "b": 2}
     differ = sorted(p["part"] for p in diff["parts"] if not p["same"])
-    assert differ == ["p4-1/dialogue", "p4-1/svg", "page-4/assembly", "page-4/picture"]
+    assert differ == [
+        *("p4-1/dialogue", "p4-1/figures", "p4-1/svg"),
+        *("p5-1/figures", "p5-1/svg", "p5-3/figures", "p5-3/svg"),
+        *("page-4/assembly", "page-4/picture", "page-5/assembly", "page-5/picture"),
+    ]
     code, out = _lw(capsys, store, "diff", KEY, FORK)
     assert code == 0 and "p4-1/dialogue" in out and "success.min_score" in out
+
+
+def test_a_cited_edit_must_exist_for_its_colour_to_pass() -> None:
+    """The identity check reads the cited edit itself: a figure citing an edit that was never
+    made (or a version that does not set that colour) is a palette finding."""
+    loop = lw.load_spec(SPEC)
+    comic = loop.actor.__globals__  # the spec's module
+    task = json.loads((HERE / "tasks.jsonl").read_text().splitlines()[0])
+    state: lw.TaskState = comic["init"](task)
+    sheet = comic["_project"](task)["sheet"]
+    figs = [comic["_figure"](sheet, "mara", 200)]
+    figs[0]["coat"] = GREEN
+    state.set_part("p3-1", "figures", figs, 1)
+    state.set_part("p3-1", "svg", comic["render"]("p3-1", figs, [], []), 1)
+    for part in ("bubbles", "dialogue"):
+        state.set_part("p3-1", part, [], 1)
+
+    def palette(st: lw.TaskState) -> list[str]:
+        v = comic["identity"](st, lw.Proposal())
+        return [f.artifact for f in v.findings if f.dimension == "palette"]
+
+    assert palette(state) == ["p3-1"]  # green, and nobody asked for it
+    state.notes.append({"kind": "edit", "part": "p3-1/figures", "version": 1, "by": "creator"})
+    assert palette(state) == []  # the person painted it here
+    later = [{**comic["_figure"](sheet, "mara", 200), "coat": GREEN}]
+    state.set_part("p3-2", "figures", later, 2)
+    state.set_part("p3-2", "svg", comic["render"]("p3-2", later, [], []), 2)
+    for part in ("bubbles", "dialogue"):
+        state.set_part("p3-2", part, [], 2)
+    assert "p3-2" in palette(state)  # no citation
+    later[0]["edits"] = ["edit:p3-1/figures@v7"]  # a version that was never edited
+    state.set_part("p3-2", "figures", later, 2)
+    assert "p3-2" in palette(state)
+    later[0]["edits"] = ["edit:p3-1/figures@v1"]
+    state.set_part("p3-2", "figures", later, 2)
+    assert "p3-2" not in palette(state)
