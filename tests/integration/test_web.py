@@ -696,3 +696,18 @@ def test_a_fork_links_to_its_origin(parked: tuple[str, str]) -> None:
     listed = {r["run_id"]: r for r in c.get("/api/runs").json()}
     assert (listed[fork.run_id]["forked_from"], listed[fork.run_id]["forked_at"]) == (run_id, 1)
     assert listed[run_id]["forked_from"] is None
+
+
+def test_a_part_too_long_for_the_page_is_edited_from_the_cli(
+    parked: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopwright.web import _views
+
+    monkeypatch.setattr(_views, "EDIT_MAX_CHARS", 0)  # only doc/title ("" while parked) fits
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    _sign_in(c)
+    page = c.get(f"/runs/{run_id}").text
+    assert page.count("Too long to edit in the page") == 3
+    assert f"loopwright edit {run_id[:12]} doc/pay --file F" in page
+    assert page.count("Save edit") == 1

@@ -232,7 +232,7 @@ class PartView:
     ref: str
     status: str
     versions: list[dict[str, Any]] = field(default_factory=list)
-    edit: str = ""  # the current value as a person edits it (text, or JSON for other values)
+    edit: str | None = ""  # the current value as a person edits it (None: too long for a page)
     text: bool = True  # whether the part is text (an edit is taken as typed) or JSON
 
 
@@ -268,11 +268,17 @@ def artifacts_view(state: TaskState) -> list[PartView]:
     return out
 
 
-def edit_text(value: Any) -> str:
-    """A part's value in the form the Edit box shows it: text as it is, anything else as JSON."""
+EDIT_MAX_CHARS = 200_000  # a longer value is edited with `loopwright edit --file`, not a page
+
+
+def edit_text(value: Any) -> str | None:
+    """A part's value in the form the Edit box shows it: text as it is, anything else as JSON;
+    None when it is too long to put in a page (every part's box is in the run page)."""
     if isinstance(value, str):
-        return value
-    return json.dumps(value, indent=1, sort_keys=True, default=str, ensure_ascii=False)
+        text = value
+    else:
+        text = json.dumps(value, indent=1, sort_keys=True, default=str, ensure_ascii=False)
+    return text if len(text) <= EDIT_MAX_CHARS else None
 
 
 def edits_view(events: list[Event]) -> list[dict[str, Any]]:
