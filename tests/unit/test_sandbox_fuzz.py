@@ -33,6 +33,21 @@ BEHAVIOURS: dict[str, tuple[str, bool]] = {
     ),
     "surrogate_print": ("print('\\udcff')\n    return x", False),  # UnicodeEncodeError
     "surrogate_return": ("return '\\udcff'", False),
+    # an exception whose __str__ raises: once killed the harness (every later test "not finished")
+    "bad_str": (
+        "class E(Exception):\n        def __str__(self):\n            raise RuntimeError('no')\n"
+        "    raise E()",
+        False,
+    ),
+    "huge_message": ("raise ValueError('m' * 10_000_000)", False),
+    "exit": ("raise SystemExit", False),
+    "base_exception": ("raise BaseException", False),
+    "memory": ("y = 'x' * 2**31\n    return x", False),  # MemoryError under RLIMIT_AS
+    # stdout closed or replaced: the next tests of the call print (and pass) as before
+    "close_stdout": ("import sys\n    sys.stdout.close()\n    return x", True),
+    "replace_stdout": ("import io, sys\n    sys.stdout = io.StringIO()\n    return x", True),
+    "close_fds": ("import os\n    os.close(1)\n    os.close(2)\n    return x", True),
+    "print_after": ("print('still here')\n    return x", True),
 }
 SYNTAX_ERRORS = ("def f(x):\n    return x +\n", "def f(x)\n    return x\n", "\x00")
 

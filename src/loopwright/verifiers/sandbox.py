@@ -237,23 +237,33 @@ cand = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 cand_r = os.open("output.txt", os.O_RDONLY)
 os.dup2(cand, 1)
 os.dup2(cand, 2)
-def trim_output():
-    # Each test gets the whole file-size limit: what earlier tests printed is cut to its tail
-    # (all the parent reads), or a chatty test would fail the later ones with EFBIG.
+def reset_output():
+    # Each test starts with the output as the first one did (a test that closed or replaced
+    # stdout must not fail the next ones) and with the whole file-size limit: what earlier
+    # tests printed is cut to its tail (all the parent reads), or a chatty test would fail the
+    # later ones with EFBIG.
     try:
+        os.dup2(cand, 1)
+        os.dup2(cand, 2)
         size = os.fstat(cand).st_size
         if size > 4 * MAX:
             tail = os.pread(cand_r, MAX, size - MAX)
             os.ftruncate(cand, 0)
             os.lseek(cand, 0, os.SEEK_SET)  # shared with fds 1 and 2
             os.write(cand, tail)
+        global cand_out
+        if cand_out.closed:
+            cand_out = candidate_stdout()
+        sys.stdout = sys.stderr = cand_out
     except BaseException:
         pass
 devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(devnull, 0)
 os.close(devnull)
-sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
-sys.stderr = sys.stdout
+def candidate_stdout():
+    return io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), write_through=True)
+cand_out = candidate_stdout()
+sys.stdout = sys.stderr = cand_out
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 iso = {"boundary": job["boundary"], "network": "audit-hook", "user": "unchanged"}
 if job["netns"]:
@@ -379,7 +389,10 @@ def describe_(exc):
         tb = tb.tb_next
     return clip(type(exc).__name__ + where + (": " + msg if msg else ""))
 def text(exc):
-    return clip(str(exc) or type(exc).__name__)
+    try:
+        return clip(str(exc) or type(exc).__name__)
+    except BaseException:  # an exception whose __str__ raises must not kill the harness
+        return clip(type(exc).__name__)
 def timed(fn, seconds, wall):
     # The limit is CPU time (ITIMER_PROF: this process's user + system time), so a verdict
     # does not depend on how loaded the machine is; the wall-clock timer is a generous
@@ -440,7 +453,7 @@ if job.get("site"):
 sys.addaudithook(hook)
 ns = {"__name__": "__sandbox__", "__builtins__": builtins}
 for i, test in enumerate(tests):
-    trim_output()
+    reset_output()
     t0 = time.perf_counter()
     try:
         if compile_error is not None:
