@@ -34,6 +34,7 @@ import json
 import math
 import random
 import statistics
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -995,19 +996,25 @@ def _to_toml(r: FitResult) -> str:
     v = r.mean("validation")
     pooled = r.validation_pooled
     ref = "the runs as recorded" if r.reference == "recorded" else "the base contract"
+    o, kb = r.optimise, r.keep_by
+    what = "passed held-out verdicts" if kb == "held-out" else "accepted outcomes"
+    fx = r.fixed
     lines = [
         f"# Fitted by `loopwright fit-stop` ({FIT_FORMAT}) on {r.runs} run(s) of {r.tasks} "
-        f"task(s): the lowest cost per",
-        f"# accepted outcome keeping >= {r.keep:g} of the accepted outcomes of {ref}.",
+        f"task(s): the most {o} saved",
+        f"# keeping >= {r.keep:g} of the {what} of {ref} (choice: {r.choose}).",
         f"# Chosen: {r.params.describe()}"
         + ("" if r.feasible else "  (NO candidate kept enough; the best kept share is shown)"),
-        f"# All runs: kept {a.accepted_kept}/{a.reference_accepted} ({_pct(a.kept_share)}), "
-        f"spend saved {_pct(a.spend_saved_share)}, cost per accepted "
-        f"{_usd(a.cost_per_accepted_usd)} (reference {_usd(a.reference_cost_per_accepted_usd)}).",
-        f"# Validation ({len(r.folds)} folds by task, seed {r.seed}; mean over folds): kept "
-        f"{_pct(v['kept_share'])}, spend saved {_pct(v['spend_saved_share'])}, cost per "
-        f"accepted {_usd(v['cost_per_accepted_usd'])};",
-        f"# pooled: kept {_pct(pooled.kept_share)}, spend saved {_pct(pooled.spend_saved_share)}.",
+        f"# All runs: kept {_pct(a.kept(kb))}, {o} saved {_pct(a.saved_share(o))}, spend saved "
+        f"{_pct(a.spend_saved_share)}, cost per accepted {_usd(a.cost_per_accepted_usd)} "
+        f"(reference {_usd(a.reference_cost_per_accepted_usd)}).",
+        f"# Validation ({len(r.folds)} folds by task, seed {r.seed}), pooled: kept "
+        f"{_pct(pooled.kept(kb))}, {o} saved {_pct(pooled.saved_share(o))}; mean over folds: "
+        f"spend saved {_pct(v['spend_saved_share'])}.",
+    ]
+    if fx is not None:
+        lines += ["# " + line for line in textwrap.wrap(fx.verdict, 96)]
+    lines += [
         "# Risk rules are not fitted (replay does not replay a person's decisions).",
         "",
         "[contract.success]",
