@@ -208,3 +208,71 @@ def test_a_cited_edit_must_exist_for_its_colour_to_pass() -> None:
     later[0]["edits"] = ["edit:p3-1/figures@v1"]
     state.set_part("p3-2", "figures", later, 2)
     assert "p3-2" not in palette(state)
+
+
+def test_edit_a_panel_from_the_dashboard_while_parked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same edit from the run page's Edit boxes; the approval from the API resumes the run
+    in the background, which goes on from the creator's panel and publishes once."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    exports = tmp_path / "exports"
+    monkeypatch.setenv("COMIC_EXPORT_DIR", str(exports))
+    store = str(tmp_path / "comic.db")
+    loop = lw.load_spec(SPEC)
+    task = json.loads((HERE / "tasks.jsonl").read_text().splitlines()[0])
+    with lw.Runtime(store) as rt:
+        run_id = rt.run_sync(loop, task, task_key=KEY).run_id
+    token = "comic-token-0123456789"
+    c = TestClient(create_app(store, token=token, identity="creator"), base_url="http://127.0.0.1")
+    assert c.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+    page = c.get(f"/runs/{run_id}").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert csrf and 'data-ref="p4-1/dialogue"' in page
+    state = c.get(f"/api/runs/{run_id}").json()
+    assert state["run"]["status"] == "awaiting_approval"
+    # the API shortens long values: the panel as drawn comes from the store
+    with lw.Runtime(store) as rt:
+        drawn = rt.store.checkpoints(run_id)[-1].task_state().part("p4-1/svg")
+        assert drawn is not None
+        painted = str(drawn.value).replace(">than a key.<", ">than a map.<")
+    form = {"csrf": csrf.group(1), "note": "a map, not a key"}
+    for ref, value in (("p4-1/dialogue", json.dumps(DIALOGUE)), ("p4-1/svg", painted)):
+        # a browser sends a textarea's line ends as CRLF
+        r = c.post(
+            f"/runs/{run_id}/edit",
+            data={**form, "ref": ref, "value": value.replace("\n", "\r\n")},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303, r.text
+    [req] = c.get("/api/approvals").json()
+    ok = c.post(
+        f"/api/approvals/{req['approval_id']}/approve",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"note": "new canon"},
+    )
+    assert ok.status_code == 200, ok.text
+    for t in c.app.state.resumes:  # type: ignore[attr-defined]
+        t.join(120)
+    deadline = time.monotonic() + 120
+    while c.get(f"/api/runs/{run_id}").json()["run"]["status"] != "accepted":
+        assert time.monotonic() < deadline, "the resumed run did not finish"
+        time.sleep(0.1)
+    with lw.Runtime(store) as rt:
+        final = rt.store.checkpoints(run_id)[-1].task_state()
+    part = final.part("p4-1/svg")
+    assert part is not None and part.value == painted  # the creator's, not re-rendered
+    assert final.part("p4-1/dialogue").value == DIALOGUE  # type: ignore[union-attr]
+    folder = exports / "lantern-harbor"
+    assert ">than a map.<" in (folder / "page-4.svg").read_text()
+    assert (folder / "publish.log").read_text().splitlines() == ONE_EXPORT
+    edits = c.get(f"/api/runs/{run_id}").json()["edits"]
+    assert [(e["part"], e["by"]) for e in edits] == [
+        ("p4-1/dialogue", "creator"),
+        ("p4-1/svg", "creator"),
+    ]
