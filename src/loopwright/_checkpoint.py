@@ -27,7 +27,9 @@ from ._state import TaskState
 from ._usage import Usage
 from .store import CommitRequest, NewApproval, NewEvent
 
-__all__ = ["Checkpoints"]
+__all__ = ["NOTES_WINDOW", "Checkpoints"]
+
+NOTES_WINDOW = 100  # the newest notes a state keeps (invariant 8: they would grow every cycle)
 
 
 class Checkpoints(RuntimeHost):
@@ -347,6 +349,10 @@ class Checkpoints(RuntimeHost):
         digests. What the store will then hold is noted in ``ex`` now (``_unstage`` undoes it
         if the commit fails)."""
         s = ex.state
+        if len(s.notes) > NOTES_WINDOW:
+            # Notes (effect results, answers, edits...) are a window too: the state, and so the
+            # actor's context, keeps the newest; every one is in the events and records.
+            del s.notes[:-NOTES_WINDOW]
         head = codec.head(s)
         seq = ex.seq + 1
         if ex.head is None or ex.since_base + 1 >= self.snapshot_every:

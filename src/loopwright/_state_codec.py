@@ -44,6 +44,8 @@ VersionRow = tuple[str, int, int, str, Any]
 
 # Per-part maps whose deltas list only the changed keys.
 _MAP_KEYS = ("parts", "best_parts", "retries")
+# Windows that grow at the end and drop from the front: deltas carry only the new entries.
+_TAIL_KEYS = ("history", "notes")
 
 
 def head(state: TaskState) -> dict[str, Any]:
@@ -109,19 +111,23 @@ def delta(prev: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
             changed = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
             gone = [sk for sk in old if sk not in v]
             out[k + "$"] = [changed, gone]
-        elif k == "history" and isinstance(old, list) and isinstance(v, list):
-            out["history$"] = _tail(old, v)
+        elif k in _TAIL_KEYS and isinstance(old, list) and isinstance(v, list):
+            out[k + "$"] = _tail(old, v)
         else:
             out[k] = v
     return out
 
 
 def _tail(old: list[Any], new: list[Any]) -> list[Any]:
-    """``[drop, added]`` with ``old[drop:] + added == new``: a window that slid by a few."""
-    for added in range(min(len(new), 4) + 1):
-        keep = len(new) - added
-        if keep <= len(old) and old[len(old) - keep :] == new[:keep]:
-            return [len(old) - keep, new[keep:]]
+    """``[drop, added]`` with ``old[drop:] + added == new``: a window that dropped ``drop``
+    entries from its front and appended ``added`` (the common case costs one comparison of the
+    kept entries); anything else is a full replacement, ``[len(old), new]``."""
+    for drop in range(len(old) + 1):
+        keep = len(old) - drop
+        if keep > len(new) or (keep and old[drop] != new[0]):
+            continue
+        if old[drop:] == new[:keep]:
+            return [drop, new[keep:]]
     return [len(old), list(new)]
 
 
@@ -131,7 +137,7 @@ def apply_delta(base: Mapping[str, Any], d: Mapping[str, Any]) -> dict[str, Any]
     for k, v in d.items():
         if k.endswith("$"):
             key = k[:-1]
-            if key == "history":
+            if key in _TAIL_KEYS:
                 drop, added = v
                 out[key] = [*list(out.get(key) or ())[int(drop) :], *added]
             else:

@@ -284,3 +284,37 @@ def test_state_dicts_read_back_as_they_were_written() -> None:
     back = lw.TaskState.from_dict(json.loads(json.dumps(codec.resolve(h, found))))
     assert back.values() == s.values() and back.plan == s.plan
     assert codec.apply_delta(h, codec.delta(h, h)) == h
+
+
+def test_a_loop_with_an_effect_every_cycle_keeps_constant_checkpoints(tmp_path: Path) -> None:
+    """Effect results become notes every cycle: the notes are a window and their delta is the
+    new entries only, so a late checkpoint is as small as an early one."""
+    sent: list[str] = []
+    send = lw.effect("send", name="send", requires_success=False)(
+        lambda n: sent.append(n) or {"ok": n}
+    )
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", {"b": f"b{ctx.cycle}"}).edits,
+            effects=(send.call(n=f"m{ctx.cycle}"),),
+        )
+
+    loop = lw.Loop(
+        name="fx",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=300)),
+        effects=[send],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+    )
+    with lw.Runtime(f"sqlite:///{tmp_path / 'fx.db'}?durability=process") as rt:
+        r = rt.run_sync(loop, TASK, task_key="fx")
+        assert r.cycles == 300 and len(sent) == 300
+        from loopwright._checkpoint import NOTES_WINDOW
+
+        assert len(r.state.notes) == NOTES_WINDOW
+        rows = rt.store._checkpoint_rows(r.run_id, latest=False)  # type: ignore[attr-defined]
+        deltas = [len(json.dumps(row.state)) for row in rows if row.seq != row.base]
+        early, late = max(deltas[20:60]), max(deltas[-40:])
+        assert late <= early * 1.1 + 20, (early, late)
