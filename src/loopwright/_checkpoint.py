@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -23,7 +23,7 @@ from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._redact import redact
-from ._state import TaskState
+from ._state import TaskState, person_edit
 from ._usage import Usage
 from .store import CommitRequest, NewApproval, NewEvent
 
@@ -255,6 +255,20 @@ class Checkpoints(RuntimeHost):
             s.next_action = ""
             self._finish(ex, "success", record=record, held_out=held_d)
             return True
+        edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
+        if edited:
+            # A person's version fails a visible check: the actor may not overwrite it (it is
+            # accepted), so waiting would only spend the budget. The person decides.
+            self._finish(
+                ex,
+                "escalated",
+                record=record,
+                held_out=held_d,
+                cause="; ".join(edited)
+                + " — a person's edit is not overwritten by the loop: edit the part again, "
+                "roll back, or accept the run as it is",
+            )
+            return True
         reason: str | None = None
         if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
             reason = "no_progress"
@@ -423,6 +437,26 @@ class Checkpoints(RuntimeHost):
                 ex.pending_req = None
         self._committed(ex)
         return cancel
+
+
+def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
+    """For each part whose current version a person wrote and a visible check's error finding
+    touches: who edited it and what the check says."""
+    if not any(n.get("kind") == "edit" for n in s.notes):
+        return []
+    out: list[str] = []
+    for name, verdict in visible.items():
+        for f in verdict.findings:
+            if f.severity != "error" or f.artifact is None or f.part is None:
+                continue
+            ref = f"{f.artifact}/{f.part}"
+            note = person_edit(s, ref)
+            if note is not None:
+                out.append(
+                    f"{note.get('by')}'s version of {ref} (v{note.get('version')}) fails the "
+                    f"visible check {name}: {f.message}"
+                )
+    return out
 
 
 def _masked(

@@ -25,7 +25,7 @@ from ._memory import rank, recall_scopes
 from ._proposal import Context, Proposal, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import Finding, PlanStep, TaskState, split_ref
+from ._state import Finding, PlanStep, TaskState, person_edit, split_ref
 from ._usage import Usage
 from .store import NewEvent
 
@@ -407,6 +407,22 @@ class Cycle(RuntimeHost):
         cycle_usage: Usage,
     ) -> bool:
         s = ex.state
+        edits = [(ref, e) for ref in protected if (e := person_edit(s, ref)) is not None]
+        if edits:
+            # The loop would change what a person wrote: that is the person's call, not a
+            # cycle to retry until the budget runs out.
+            who = "; ".join(
+                f"{e.get('by')}'s version of {ref} (v{e.get('version')})" for ref, e in edits
+            )
+            ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the loop proposes to change {who} — a person's edit is not overwritten "
+                "by the loop: edit the part again, roll back, or approve an overwrite",
+                unverified=proposal.to_dict(),
+            )
         s.findings = [f for f in s.findings if f.dimension != "protected"] + [
             Finding(
                 f"{ref} is accepted and may not be changed",

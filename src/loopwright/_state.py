@@ -601,6 +601,18 @@ class TaskState:
         return state
 
 
+def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
+    """The ``edit`` note (``Runtime.edit``) of the person who wrote part ``ref``'s current
+    version, if a person did."""
+    part = s.part(ref)
+    if part is None:
+        return None
+    for note in reversed(s.notes):
+        if note.get("kind") == "edit" and note.get("part") == ref:
+            return dict(note) if note.get("version") == part.count else None
+    return None
+
+
 def _bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:
     return lambda: loader(ref)
 

@@ -253,3 +253,46 @@ def test_diff_shows_a_run_and_its_fork_side_by_side(
     text = capsys.readouterr().out
     assert "budget.max_cycles: 8 -> 10" in text and "doc/b" in text
     assert main(["diff", run_id, "nope", *store]) == 2
+
+
+@pytest.mark.parametrize("actor_touches_it", [False, True])
+def test_a_failing_edit_goes_back_to_the_person_not_overwritten(
+    tmp_path: Path, actor_touches_it: bool
+) -> None:
+    """A person's version that fails a visible check (the actor leaves it alone), or that the
+    loop would change (the actor proposes another value), is reported to the person: the run
+    escalates naming who and which part, the part keeps the person's value, and the budget is
+    not spent retrying."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if actor_touches_it or not ctx.is_accepted("doc", "b"):
+            return lw.Proposal.edit("doc", {"b": f"b{ctx.cycle}"})
+        return lw.Proposal(note="leave the person's b alone")
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        ok = state.values()["doc"]["b"] == "good"
+        findings = () if ok else (lw.Finding("b must be 'good'", "doc", "b"),)
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0, findings=findings)
+
+    loop = lw.Loop(
+        name="e",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"b": "b0"}}}, task_key="t")
+        rt.edit(rec.run_id, "doc/b", "bad by hand", by="ana")
+        r = rt.resume_sync(rec.run_id, loop)
+        assert (r.status, r.stop_reason) == ("escalated", "escalated")
+        assert r.cycles <= 1  # not six cycles of waiting
+        assert r.packet is not None
+        assert "ana's version of doc/b (v2)" in r.packet["cause"]
+        if not actor_touches_it:
+            assert "fails the visible check check: b must be 'good'" in r.packet["cause"]
+        assert r.state.values()["doc"]["b"] == "bad by hand"
+        if not actor_touches_it:
+            # edited again, correctly, the run goes on and is accepted
+            rt.edit(rec.run_id, "doc/b", "good", by="ana")
+            r = rt.resume_sync(rec.run_id, loop)
+            assert r.accepted and r.state.values()["doc"]["b"] == "good"
