@@ -296,3 +296,92 @@ def test_a_failing_edit_goes_back_to_the_person_not_overwritten(
             rt.edit(rec.run_id, "doc/b", "good", by="ana")
             r = rt.resume_sync(rec.run_id, loop)
             assert r.accepted and r.state.values()["doc"]["b"] == "good"
+
+
+# --- a fork's first cycle killed with SIGKILL --------------------------------------------------
+def _file_loop(log: str, max_cycles: int) -> lw.Loop:
+    """Two business effects counted in a file: one the same every cycle (done once, by the
+    origin), one per cycle; reconcile reads the file, so a killed intent is settled by it."""
+    import os
+
+    def _append(key: str) -> dict[str, Any]:
+        with open(log, "a") as fh:
+            fh.write(key + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return {"sent": key}
+
+    def _seen(key: str) -> dict[str, Any] | None:
+        path = Path(log)
+        lines = path.read_text().splitlines() if path.exists() else []
+        return {"sent": key} if key in lines else None
+
+    once = lw.effect("send", name="once", key=lambda a: "team", requires_success=False)(_append)
+    once.reconciler(_seen)
+    each = lw.effect("send", name="each", key=lambda a: f"c{a['n']}", requires_success=False)(
+        lambda n, key: _append(key)
+    )
+    each.reconciler(_seen)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", {"b": f"b{ctx.cycle}"}).edits,
+            effects=(once.call(), each.call(n=ctx.cycle)),
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "b"),))
+
+    return lw.Loop(
+        name="files",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=max_cycles)),
+        effects=[once, each],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="send", action="allow"),)),
+    )
+
+
+def _child_resume(db: str, log: str, run_id: str, kill_at: str) -> None:
+    import os
+    import signal
+
+    seen: dict[str, int] = {}
+
+    def on_phase(p: str) -> None:
+        seen[p] = seen.get(p, 0) + 1
+        if (p, seen[p]) == (kill_at, 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with lw.Runtime(db) as rt:
+        rt._on_phase = on_phase
+        rt.resume_sync(run_id, _file_loop(log, 6))
+
+
+@pytest.mark.parametrize("kill_at", ["after_effect_intent", "before_checkpoint"])
+def test_a_fork_killed_in_its_first_cycle_redoes_nothing(tmp_path: Path, kill_at: str) -> None:
+    import subprocess
+    import sys
+
+    db, log = str(tmp_path / "s.db"), str(tmp_path / "sent.log")
+    with lw.Runtime(db) as rt:
+        origin = rt.run_sync(_file_loop(log, 3), {"artifacts": {"doc": {"b": "b0"}}}, task_key="o")
+        fork = rt.fork(origin.run_id, 2, contract=_file_loop(log, 6).contract)
+    assert Path(log).read_text().splitlines() == ["once:team", "each:c1", "each:c2", "each:c3"]
+    here = str(Path(__file__).parent)
+    code = (
+        f"import sys; sys.path.insert(0, {here!r}); import test_fork_edit as t; "
+        f"t._child_resume({db!r}, {log!r}, {fork.run_id!r}, {kill_at!r})"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == -9, proc.stderr
+    with lw.Runtime(db) as rt:
+        r = rt.resume_sync(fork.run_id, _file_loop(log, 6))
+    assert (r.status, r.cycles) == ("stopped", 6)
+    # The inherited action is not done again, nor is c3: a business action the origin did
+    # (after the fork point, but with the same key and arguments) is held store-wide. The
+    # fork's own actions (c4..c6) once each, whatever the kill.
+    sent = Path(log).read_text().splitlines()
+    assert sent == ["once:team", "each:c1", "each:c2", "each:c3", "each:c4", "each:c5", "each:c6"]
