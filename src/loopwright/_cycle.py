@@ -21,7 +21,7 @@ from ._exec import GaveUp, OutOfTime, call_with_retry
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
-from ._memory import rank, recall_scopes
+from ._memory import memory_search, rank, recall_scopes
 from ._proposal import Context, Proposal, Verdict
 from ._question import Question
 from ._redact import redact
@@ -67,9 +67,9 @@ class Cycle(RuntimeHost):
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
-                rows = await self._recaller().fetch(scopes)
+                rows = await self._recaller().fetch(scopes, query)
             else:
-                rows = self.store.memory_query(scopes=scopes, status="active")
+                [rows] = self.store.memory_search([memory_search(scopes, query)])
             items = rank(rows, scopes=scopes, query=query)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()

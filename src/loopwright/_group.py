@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from ._memory import memory_search
 from .store import CommitRequest, Store
+from .store._base import MemorySearch
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
 Scopes = list[tuple[str, str | None]]
-_SCOPES_PER_QUERY = 200  # (scope, key) pairs in one query: far under any bound-parameter limit
 
 
 class GroupCommitter:
@@ -82,24 +83,27 @@ class GroupCommitter:
 
 
 class GroupRecall:
-    """Feedback-memory reads of the runs sharing one event loop: one query per loop turn.
+    """Feedback-memory reads of the runs sharing one event loop: one store call per loop turn.
 
     Every cycle's context carries the memory of its task and project, read when the cycle
     starts (so a correction a person adds is seen at the next cycle). A hundred runs each
     reading on their own would put a hundred blocking store round trips a turn on the event
-    loop; instead the first read of a turn schedules one query for the scopes of every run that
-    asks during that turn, and each run ranks its own rows. Same rows, same freshness.
+    loop; instead the first read of a turn schedules one ``memory_search`` call carrying the
+    search of every run that asks during that turn (one connection, one statement per run,
+    each ranked in the database). Same rows, same freshness.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.loop = asyncio.get_running_loop()
-        self._waiting: list[tuple[Scopes, asyncio.Future[list[dict[str, object]]]]] = []
+        self._waiting: list[tuple[MemorySearch, asyncio.Future[list[dict[str, object]]]]] = []
         self.queries = 0
 
-    def fetch(self, scopes: Scopes) -> asyncio.Future[list[dict[str, object]]]:
+    def fetch(self, scopes: Scopes, query: str = "") -> asyncio.Future[list[dict[str, object]]]:
+        """The items of ``scopes`` ranked for ``query``, best first (``_memory.rank`` takes
+        the first of each feedback)."""
         fut: asyncio.Future[list[dict[str, object]]] = self.loop.create_future()
-        self._waiting.append((scopes, fut))
+        self._waiting.append((memory_search(scopes, query), fut))
         if len(self._waiting) == 1:
             # after the callbacks already ready this turn: the other runs ask first
             self.loop.call_soon(self._flush)
@@ -108,21 +112,10 @@ class GroupRecall:
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
         try:
-            union = sorted(
-                {s for scopes, _ in waiting for s in scopes}, key=lambda s: (s[0], s[1] or "")
-            )
-            rows: list[dict[str, object]] = []
-            for i in range(0, len(union), _SCOPES_PER_QUERY):
-                rows.extend(
-                    self.store.memory_query(
-                        scopes=union[i : i + _SCOPES_PER_QUERY], status="active"
-                    )
-                )
-                self.queries += 1
-            by_scope: dict[tuple[object, object], list[dict[str, object]]] = {}
-            for r in rows:
-                by_scope.setdefault((r["scope"], r["scope_key"]), []).append(r)
-            results = [[r for s in scopes for r in by_scope.get(s, ())] for scopes, _ in waiting]
+            results = self.store.memory_search([search for search, _ in waiting])
+            self.queries += 1
+            if len(results) != len(waiting):
+                raise ValueError(f"{len(results)} answers to {len(waiting)} memory searches")
         except Exception as exc:  # every waiter learns it (recall is best effort there)
             for _, fut in waiting:
                 if not fut.done():

@@ -16,13 +16,13 @@ in the item's ``history`` with who made it and when.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import math
 import re
 import time
 import unicodedata
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from ._errors import ConfigError, LoopwrightError
 
 if TYPE_CHECKING:
-    from .store._base import Store
+    from .store._base import MemorySearch, Store
 
 __all__ = [
     "DEFAULT_STRENGTH",
@@ -81,10 +81,12 @@ RELEVANCE_FLOOR = 0.1
 """Relevance of an item that shares no word with the query (or of every item for an empty
 query): it still ranks by strength, below items that match."""
 
+MAX_QUERY_TERMS = 32
+"""Distinct query words searched for (the first ones): a cycle's query is its goal and its
+findings, and each word is one more index lookup."""
+
 PROPOSER = "loopwright:propose_global"
 """The ``by`` of global candidates created by ``propose_global``."""
-
-_SCOPE_RANK: dict[str, int] = {"task": 0, "project": 1, "global": 2}
 
 
 class MemoryNotFoundError(LoopwrightError, LookupError):
@@ -174,47 +176,31 @@ def feedback_key(text: str, rule: Mapping[str, Any] | None) -> tuple[str, str]:
     return normalise_text(text), canon
 
 
-def _terms(text: str) -> list[str]:
-    out = []
-    for word in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
-        if len(word) < 2 or word in _STOPWORDS:
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]  # crude plural folding: "colours" matches "colour"
-        out.append(word)
-    return out
+def query_terms(query: str) -> list[str]:
+    """The words of ``query`` worth searching for, once each, in order: stop words and
+    one-letter words say nothing about relevance. Plurals are folded by the store's stemmer."""
+    out: dict[str, None] = {}
+    for word in _WORD.findall(unicodedata.normalize("NFKC", query).casefold()):
+        if len(word) >= 2 and word not in _STOPWORDS:
+            out.setdefault(word)
+        if len(out) == MAX_QUERY_TERMS:
+            break
+    return list(out)
 
 
-def _item_terms(item: MemoryItem) -> list[str]:
-    rule = json.dumps(item.rule, default=str) if item.rule else ""
-    return _terms(f"{item.text} {rule}")
+def memory_search(
+    scopes: Iterable[tuple[str, str | None]], query: str, limit: int = 5
+) -> MemorySearch:
+    """The store search that ranks the feedback of ``scopes`` for ``query``. Asks for more
+    than ``limit``: the same feedback held in several scopes comes once (``rank``)."""
+    from .store._base import MemorySearch
 
-
-def _relevance(query: str, items: Sequence[MemoryItem]) -> list[float]:
-    """BM25 of each item against the query, scaled to [RELEVANCE_FLOOR, 1] (best match = 1)."""
-    q = set(_terms(query))
-    if not q or not items:
-        return [RELEVANCE_FLOOR] * len(items)
-    docs = [Counter(_item_terms(it)) for it in items]
-    n = len(docs)
-    avg_len = max(sum(sum(d.values()) for d in docs) / n, 1.0)
-    k1, b = 1.2, 0.75
-    raw = []
-    for d in docs:
-        length = sum(d.values())
-        score = 0.0
-        for term in q:
-            tf = d.get(term, 0)
-            if not tf:
-                continue
-            df = sum(1 for other in docs if term in other)
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg_len))
-        raw.append(score)
-    best = max(raw)
-    if best <= 0:
-        return [RELEVANCE_FLOOR] * n
-    return [RELEVANCE_FLOOR + (1 - RELEVANCE_FLOOR) * s / best for s in raw]
+    return MemorySearch(
+        scopes=[(s, k or "") for s, k in scopes],
+        terms=query_terms(query),
+        limit=2 * limit + 5,
+        floor=RELEVANCE_FLOOR,
+    )
 
 
 # --- validation ------------------------------------------------------------------------------
@@ -427,9 +413,10 @@ class FeedbackMemory:
     ) -> builtins.list[MemoryItem]:
         """The feedback to put in a context for task ``task_key`` of ``project``: active items of
         that task, of that project, and confirmed global ones — never another task's or
-        project's. Ranked by strength × relevance to ``query`` (BM25 over text and rule, with
-        a floor, so an empty query ranks by strength alone); on ties task scope comes before
-        project before global, then newer before older. The same feedback held in several
+        project's. Ranked in the store by strength × relevance to ``query`` (full-text
+        relevance over text and rule — FTS5 ``bm25()`` on SQLite, ``ts_rank`` on PostgreSQL —
+        with a floor, so an empty query ranks by strength alone); on ties task scope comes
+        before project before global, then newer before older. The same feedback held in several
         scopes is returned once, in its best-ranked scope."""
         if not isinstance(task_key, str):
             raise ConfigError("must be a string", field="task_key")
@@ -442,8 +429,14 @@ class FeedbackMemory:
         if limit == 0:
             return []
         scopes = recall_scopes(task_key, project)
-        rows = self.store.memory_query(scopes=scopes, status="active")
-        return rank(rows, scopes=scopes, query=query, limit=limit)
+        search = memory_search(scopes, query, limit)
+        while True:
+            [rows] = self.store.memory_search([search])
+            out = rank(rows, scopes=scopes, limit=limit)
+            if len(out) == limit or len(rows) < search.limit:
+                return out
+            # duplicates took the spare rows: ask for more
+            search = dataclasses.replace(search, limit=2 * search.limit)
 
 
 def recall_scopes(task_key: str, project: str) -> builtins.list[tuple[str, str | None]]:
@@ -461,30 +454,22 @@ def rank(
     rows: Iterable[Mapping[str, Any]],
     *,
     scopes: Iterable[tuple[str, str | None]],
-    query: str,
+    query: str = "",
     limit: int = 5,
 ) -> builtins.list[MemoryItem]:
-    """``FeedbackMemory.retrieve`` on rows already read: the items of ``scopes`` ranked by
-    strength × relevance to ``query``, the same feedback once, at most ``limit``."""
+    """``FeedbackMemory.retrieve`` on rows the store ranked already (``Store.memory_search``,
+    best first): the items of ``scopes``, the same feedback once (in its best-ranked scope),
+    at most ``limit``. ``query`` is unused (the store ranked for it), kept for callers."""
     allowed = set(scopes)
-    # Belt and braces: the store filtered already; nothing of another scope gets through.
-    items = [MemoryItem.from_dict(r) for r in rows if (r["scope"], r["scope_key"]) in allowed]
-    if not items or limit <= 0:
-        return []
-    relevance = _relevance(query, items)
-    ranked = sorted(
-        zip(items, relevance, strict=True),
-        key=lambda pair: (
-            -round(pair[0].strength * pair[1], 9),
-            _SCOPE_RANK[pair[0].scope],
-            -pair[0].strength,
-            -pair[0].updated_at,
-            pair[0].memory_id,
-        ),
-    )
     out: builtins.list[MemoryItem] = []
+    if limit <= 0:
+        return out
     seen: set[tuple[str, str]] = set()
-    for it, _ in ranked:
+    for r in rows:
+        # Belt and braces: the store filtered already; nothing of another scope gets through.
+        if (r["scope"], r["scope_key"]) not in allowed:
+            continue
+        it = MemoryItem.from_dict(r)
         key = feedback_key(it.text, it.rule)
         if key in seen:
             continue

@@ -338,3 +338,162 @@ def test_an_older_store_gains_the_memory_table_and_keeps_its_runs(backend: Backe
         mem = FeedbackMemory(s)
         mem.add(scope="project", scope_key="A", signal="correction", text="blue", by="ann")
         assert [it.text for it in mem.retrieve(task_key="old-key", project="A")] == ["blue"]
+
+
+# --- search in the store ------------------------------------------------------------------
+def _search(store: Store, scopes: list[tuple[str, str]], query: str, limit: int = 5) -> list[str]:
+    from loopwright._memory import RELEVANCE_FLOOR, query_terms
+    from loopwright.store._base import MemorySearch
+
+    [rows] = store.memory_search([MemorySearch(scopes, query_terms(query), limit, RELEVANCE_FLOOR)])
+    return [r["memory_id"] for r in rows]
+
+
+def test_search_ranks_in_the_store_on_each_backend(store: Store) -> None:
+    store.memory_add(_item("wings", strength=0.4, text="dragon wings shading"))
+    store.memory_add(_item("kerning", strength=0.6, text="typography kerning"))
+    store.memory_add(_item("rule", strength=0.4, text="x", rule={"palette": "blue"}))
+    store.memory_add(_item("other", scope="project", scope_key="B", text="dragon wings"))
+    store.memory_add(_item("gone", status="forgotten", text="dragon wings"))
+    a = [("project", "A")]
+    # a match first (plural folded by the stemmer), then the rest by strength
+    assert _search(store, a, "the dragons' wings look flat") == ["wings", "kerning", "rule"]
+    assert _search(store, a, "palettes")[0] == "rule"  # the rule is searched too
+    # no query: by strength; at equal strength and age, by id
+    assert _search(store, a, "") == ["kerning", "rule", "wings"]
+    assert _search(store, a, "dragon", limit=1) == ["wings"]
+    assert _search(store, [("project", "B"), ("task", "A")], "dragon") == ["other"]
+    assert _search(store, [], "dragon") == []
+    store.memory_set_status("wings", "forgotten", by="a", now=200.0)
+    assert _search(store, a, "dragon wings") == ["kerning", "rule"]
+    # several searches in one call, each answered on its own
+    from loopwright._memory import memory_search
+
+    got = store.memory_search(
+        [memory_search(a, "palette"), memory_search([("project", "B")], ""), memory_search([], "")]
+    )
+    assert [[r["memory_id"] for r in rows] for rows in got] == [["rule", "kerning"], ["other"], []]
+
+
+def test_items_stored_before_search_existed_are_found(backend: Backend) -> None:
+    """The migration that adds the full-text index fills it from the items already stored."""
+    before = len(backend.migrations) - 1
+    statements = [
+        "CREATE TABLE loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        *(s for m in backend.migrations[:before] for s in m),
+        f"INSERT INTO loopwright_meta(key, value) VALUES('schema_version', '{before}')",
+        "INSERT INTO memory(memory_id, scope, scope_key, signal, strength, text, rule, source, "
+        "\"by\", status, created_at, updated_at) VALUES('old', 'project', 'A', "
+        "'correction', 0.5, 'never crop the wings', NULL, '{}', 'ann', 'active', 1.0, 1.0)",
+        "INSERT INTO memory(memory_id, scope, scope_key, signal, strength, text, rule, source, "
+        "\"by\", status, created_at, updated_at) VALUES('old2', 'project', 'A', "
+        "'correction', 1.0, 'blue palette', NULL, '{}', 'ann', 'active', 1.0, 1.0)",
+    ]
+    backend.execute_all(statements)
+    with backend.open() as s:
+        assert _search(s, [("project", "A")], "wings") == ["old", "old2"]
+        FeedbackMemory(s).add(
+            scope="project", scope_key="A", signal="edit", text="wing tips", by="ann"
+        )
+        got = _search(s, [("project", "A")], "wing")
+        assert len(got) == 3
+        assert "old" in got[:2]  # both matches (the new one indexed by its insert) ...
+        assert got[2] == "old2"  # ... before the stronger item that does not match
+
+
+def test_the_sqlite_search_index_follows_status_changes(tmp_path: Path) -> None:
+    """The index's scope tag is written by triggers: an item is findable exactly while it is
+    active, whoever changes it (the store, or SQL run by hand)."""
+    from loopwright.store._schema import memory_tag
+    from loopwright.store.sqlite import SQLiteStore
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as s:
+        s.memory_add(_item("a", text="dragon wings"))
+        s.memory_add(_item("b", text="dragon tail"))
+        s.memory_add(_item("g", scope="global", scope_key="", status="candidate", text="dragon"))
+    tagged = f'tag : "{memory_tag("project", "A")}"'
+    glob = f'tag : "{memory_tag("global", "")}"'
+
+    def count(match: str) -> int:
+        db = sqlite3.connect(path)
+        try:
+            return int(db.execute("SELECT count(*) FROM memory_fts(?)", (match,)).fetchone()[0])
+        finally:
+            db.close()
+
+    assert (count(tagged), count(glob), count("dragon")) == (2, 0, 3)
+    with SQLiteStore(path) as s:
+        s.memory_set_status("a", "forgotten", by="x", now=1.0)
+        s.memory_set_status("g", "active", by="x", now=1.0)
+    assert (count(tagged), count(glob), count(f"wings AND {tagged}")) == (1, 1, 0)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE memory SET text='sea serpent' WHERE memory_id='b'")
+    db.execute("DELETE FROM memory WHERE memory_id='g'")
+    db.commit()
+    db.close()
+    assert (count(tagged), count(glob), count("dragon"), count("serpent")) == (1, 0, 1, 1)
+
+
+def test_the_pruned_search_equals_ranking_every_item(tmp_path: Path) -> None:
+    """The store skips matches and non-matches that cannot place; on random items and queries
+    its answer equals ranking every item of the scopes by the documented rule."""
+    import random
+
+    from loopwright._memory import RELEVANCE_FLOOR, query_terms
+    from loopwright.store._base import MemorySearch
+    from loopwright.store._schema import memory_tag
+    from loopwright.store.sqlite import SQLiteStore
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(40)]
+    scopes = [("task", "t1"), ("task", "t2"), ("project", "A"), ("project", "B"), ("global", "")]
+    with SQLiteStore(tmp_path / "s.db") as s:
+        for i in range(400):
+            scope, key = rng.choice(scopes)
+            s.memory_add(
+                _item(
+                    f"m{i:03d}",
+                    scope=scope,
+                    scope_key=key,
+                    status=rng.choice(["active"] * 4 + ["forgotten"]),
+                    strength=rng.choice([0.3, 0.4, 0.6, 1.0]),
+                    updated_at=float(rng.randrange(5)),
+                    text=" ".join(rng.choices(words[: rng.randrange(5, 40)], k=rng.randint(1, 8))),
+                )
+            )
+        db = sqlite3.connect(tmp_path / "s.db")
+        rows = {r["memory_id"]: r for r in s.memory_query(status="active")}
+        rowid = dict(db.execute("SELECT memory_id, rowid FROM memory").fetchall())
+        for _ in range(40):
+            pairs = rng.sample(scopes[:2], 1) + rng.sample(scopes[2:4], 1) + [scopes[4]]
+            terms = query_terms(" ".join(rng.choices(words, k=rng.randint(0, 6))))
+            limit = rng.randint(1, 12)
+            raw: dict[int, float] = {}
+            if terms:
+                tags = " OR ".join(f'"{memory_tag(a, b)}"' for a, b in pairs)
+                match = f"{{text rule}} : ({' OR '.join(terms)}) AND tag : ({tags})"
+                raw = dict(
+                    db.execute(
+                        "SELECT rowid, -bm25(memory_fts, 1.0, 1.0, 0.0) FROM memory_fts(?)",
+                        (match,),
+                    ).fetchall()
+                )
+            top = max(raw.values(), default=0.0)
+
+            def key(
+                r: dict[str, Any], raw: dict[int, float] = raw, top: float = top
+            ) -> tuple[Any, ...]:
+                got = raw.get(rowid[r["memory_id"]])
+                rel = RELEVANCE_FLOOR
+                if got is not None and top > 0:
+                    rel += (1 - RELEVANCE_FLOOR) * got / top
+                order = {"task": 0, "project": 1, "global": 2}[r["scope"]]
+                score = round(r["strength"] * rel, 9)
+                return (-score, order, -r["strength"], -r["updated_at"], r["memory_id"])
+
+            mine = [r for r in rows.values() if (r["scope"], r["scope_key"]) in pairs]
+            want = [r["memory_id"] for r in sorted(mine, key=key)[:limit]]
+            [got] = s.memory_search([MemorySearch(pairs, terms, limit, RELEVANCE_FLOOR)])
+            assert [r["memory_id"] for r in got] == want, (pairs, terms, limit)
+        db.close()

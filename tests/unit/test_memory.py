@@ -22,8 +22,8 @@ from loopwright._memory import (
     FeedbackMemory,
     MemoryItem,
     MemoryNotFoundError,
-    _relevance,
     feedback_key,
+    query_terms,
 )
 from loopwright.store.sqlite import SQLiteStore
 
@@ -194,13 +194,12 @@ def test_retrieve_filters_scopes_even_if_the_store_returned_more(
     mem.add(scope="project", scope_key="B", signal="correction", text="B's rule", by="a")
     mem.add(scope="task", scope_key="other", signal="correction", text="other task", by="a")
     mem.add(scope="project", scope_key="A", signal="edit", text="A's rule", by="a")
-    query = store.memory_query
 
-    def sloppy(**kw: Any) -> list[dict[str, Any]]:
-        kw.pop("scopes", None)  # a broken store: ignores the scope filter
-        return query(**kw)
+    def sloppy(searches: list[Any]) -> list[list[dict[str, Any]]]:
+        # a broken store: ignores the scope filter
+        return [store.memory_query(status="active") for _ in searches]
 
-    monkeypatch.setattr(store, "memory_query", sloppy)
+    monkeypatch.setattr(store, "memory_search", sloppy)
     assert _texts(mem.retrieve(task_key="t", project="A", query="rule")) == ["A's rule"]
 
 
@@ -301,15 +300,33 @@ def test_limit_and_duplicates_across_scopes(mem: FeedbackMemory) -> None:
     assert info.value.field == "limit"
 
 
-def test_relevance_is_floored_and_scaled() -> None:
-    items = [
-        MemoryItem("1", "task", "t", "edit", 0.4, "red dragon", None, {}, "a", "active", 1, 1),
-        MemoryItem("2", "task", "t", "edit", 0.4, "blue sky", None, {}, "a", "active", 1, 1),
+def test_plurals_match_and_a_match_outranks_a_stronger_non_match(mem: FeedbackMemory) -> None:
+    mem.add(scope="task", scope_key="t", signal="edit", text="red dragon", by="a")  # 0.4
+    mem.add(scope="task", scope_key="t", signal="accept", text="blue sky", by="a")  # 0.6
+    # the best match has relevance 1 (0.4 × 1 = 0.4), a non-match the floor (0.6 × 0.1)
+    assert RELEVANCE_FLOOR * 0.6 < 0.4
+    assert _texts(mem.retrieve(task_key="t", project="", query="dragons")) == [
+        "red dragon",
+        "blue sky",
     ]
-    assert _relevance("", items) == [RELEVANCE_FLOOR, RELEVANCE_FLOOR]
-    rel = _relevance("dragons", items)  # plural folding
-    assert rel[0] == pytest.approx(1.0)
-    assert rel[1] == RELEVANCE_FLOOR
+    assert _texts(mem.retrieve(task_key="t", project="", query="colours")) == [
+        "blue sky",  # no match at all: strength alone
+        "red dragon",
+    ]
+
+
+def test_the_better_match_ranks_first_at_equal_strength(mem: FeedbackMemory) -> None:
+    mem.add(scope="task", scope_key="t", signal="edit", text="dragon sky", by="a")
+    mem.add(scope="task", scope_key="t", signal="edit", text="dragon wings", by="a")
+    mem.add(scope="task", scope_key="t", signal="edit", text="sea shells", by="a")
+    got = mem.retrieve(task_key="t", project="", query="dragon wings")
+    assert _texts(got) == ["dragon wings", "dragon sky", "sea shells"]
+
+
+def test_query_terms_drop_stop_words_and_repeats() -> None:
+    assert query_terms("The dragon's WINGS, the dragon: a x") == ["dragon", "wings"]
+    assert query_terms("") == []
+    assert len(query_terms(" ".join(f"w{i}" for i in range(100)))) == 32
 
 
 def test_feedback_key_ignores_case_spacing_and_final_punctuation() -> None:
@@ -480,3 +497,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     assert err.startswith("loopwright: error: ")
     assert err.count("\n") == 1
     assert out == ""
+
+
+def test_many_duplicates_still_fill_the_limit(mem: FeedbackMemory) -> None:
+    # the same feedback in many wordings crowds the store's first rows; retrieve asks again
+    for i in range(30):
+        mem.add(
+            scope="project",
+            scope_key="A",
+            signal="correction",
+            text="Same  note" + "." * (i % 2),
+            by="a",
+        )
+    mem.add(scope="project", scope_key="A", signal="reflection", text="other one", by="a")
+    mem.add(scope="project", scope_key="A", signal="reflection", text="other two", by="a")
+    got = mem.retrieve(task_key="t", project="A", limit=3)
+    assert _texts(got)[1:] == ["other two", "other one"]  # newer first at equal score
+    assert got[0].text.startswith("Same  note")

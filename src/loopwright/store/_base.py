@@ -23,6 +23,7 @@ __all__ = [
     "CommitRequest",
     "Event",
     "JournalEntry",
+    "MemorySearch",
     "NewApproval",
     "NewEvent",
     "RunRecord",
@@ -231,6 +232,19 @@ class NewEvent:
     cycle: int
     kind: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySearch:
+    """One feedback-memory search (``Store.memory_search``): the active items of exactly
+    these ``(scope, scope_key)`` pairs, ranked by the database."""
+
+    scopes: Sequence[tuple[str, str]]
+    terms: Sequence[str]
+    """Query words (any may match); none: every item has the floor relevance."""
+    limit: int
+    floor: float
+    """Relevance of an item matching no term; a match's is scaled into [floor, 1]."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +607,14 @@ class Store(ABC):
         ``scopes``: only items whose ``(scope, scope_key)`` is one of these pairs (a ``None``
         key matches any key of that scope; an empty sequence matches nothing). ``status``,
         ``memory_id``: only items with exactly that value."""
+
+    @abstractmethod
+    def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
+        """Each search's items (dicts as ``memory_query``'s), best first, at most its
+        ``limit``, read in one go. Rank: ``strength × relevance`` (full-text relevance to the
+        terms, divided by the best match's in those scopes, scaled into [floor, 1]; rounded to
+        9 places), ties by scope (task, project, global), strength, newer ``updated_at``, then
+        ``memory_id``."""
 
     @abstractmethod
     def memory_set_status(

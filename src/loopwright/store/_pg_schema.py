@@ -159,5 +159,13 @@ PG_MIGRATIONS: list[list[str]] = [
             updated_at DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (kind, key)
         )""",
+        # Memory search, as SQLite's v4: a generated tsvector over text and rule (filled for
+        # the items already stored when the column is added, kept in step by the database),
+        # under a GIN index; the english configuration stems plurals and drops stop words.
+        "ALTER TABLE memory ADD COLUMN search tsvector GENERATED ALWAYS AS "
+        "(to_tsvector('english'::regconfig, text || ' ' || COALESCE(rule::text, ''))) STORED",
+        "CREATE INDEX memory_search ON memory USING GIN (search)",
+        "CREATE INDEX memory_strength ON memory(scope, scope_key, status, strength, updated_at, "
+        "memory_id DESC)",
     ],
 ]

@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-__all__ = ["SQLITE_MIGRATIONS"]
+__all__ = ["SQLITE_MIGRATIONS", "memory_tag"]
+
+_HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
+
+
+def memory_tag(scope: str, scope_key: str) -> str:
+    """The token that stands for one ``(scope, scope_key)`` in the memory search index: the
+    hex of ``scope:scope_key`` in digits only (9 escapes: 99 is 9, 90-95 are A-F), so the
+    tokenizer and its stemmer keep it whole and no two scopes share one."""
+    out = f"{scope}:{scope_key}".encode().hex().upper()
+    for old, new in _HEX_DIGITS:
+        out = out.replace(old, new)
+    return out
+
+
+def memory_tag_sql(row: str) -> str:
+    """``memory_tag`` in SQL, of the item in ``row``; empty unless the item is active."""
+    expr = f"hex({row}.scope || ':' || {row}.scope_key)"
+    for old, new in _HEX_DIGITS:
+        expr = f"replace({expr}, '{old}', '{new}')"
+    return f"CASE WHEN {row}.status = 'active' THEN {expr} ELSE '' END"
+
 
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
@@ -166,5 +187,31 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             updated_at REAL NOT NULL,
             PRIMARY KEY (kind, key)
         )""",
+        # Memory search (loopwright._memory.FeedbackMemory.retrieve): a contentless FTS5 index
+        # over each item's text and rule, plus a ``tag`` column holding one token for an active
+        # item's (scope, scope_key) — so the index itself keeps a search to its scopes, and no
+        # out-of-scope match is looked up or scored. Triggers keep it in step with the table
+        # (every writer, in its own transaction); the last statement fills it from the items
+        # already stored. The porter stemmer folds plurals ("colours" finds "colour");
+        # diacritics are kept, as casefold keeps them.
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(text, rule, tag, content='', "
+        "tokenize='porter unicode61 remove_diacritics 0')",
+        f"CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory BEGIN "
+        f"INSERT INTO memory_fts(rowid, text, rule, tag) "
+        f"VALUES (new.rowid, new.text, new.rule, {memory_tag_sql('new')}); END",
+        f"CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory BEGIN "
+        f"INSERT INTO memory_fts(memory_fts, rowid, text, rule, tag) "
+        f"VALUES ('delete', old.rowid, old.text, old.rule, {memory_tag_sql('old')}); END",
+        f"CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, rule, scope, scope_key, status "
+        f"ON memory BEGIN INSERT INTO memory_fts(memory_fts, rowid, text, rule, tag) "
+        f"VALUES ('delete', old.rowid, old.text, old.rule, {memory_tag_sql('old')}); "
+        f"INSERT INTO memory_fts(rowid, text, rule, tag) "
+        f"VALUES (new.rowid, new.text, new.rule, {memory_tag_sql('new')}); END",
+        f"INSERT INTO memory_fts(rowid, text, rule, tag) "
+        f"SELECT rowid, text, rule, {memory_tag_sql('memory')} FROM memory",
+        # The strongest, newest items of one scope without a sort: what fills the slots the
+        # matches leave (their relevance is the floor, so strength orders them).
+        "CREATE INDEX memory_strength ON memory(scope, scope_key, status, strength, updated_at, "
+        "memory_id DESC)",
     ],
 ]

@@ -37,6 +37,7 @@ from ._base import (
     CommitRequest,
     Event,
     JournalEntry,
+    MemorySearch,
     NewApproval,
     NewEvent,
     RunRecord,
@@ -59,6 +60,7 @@ from ._rows import (
     run_cols,
     version_row,
 )
+from ._schema import memory_tag
 
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 
@@ -1068,6 +1070,102 @@ class SQLStore(Store):
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         return [self._memory_dict(r) for r in self._all(query, args)]
+
+    def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
+        with self._conn() as conn:
+            return [
+                [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
+                for s in searches
+            ]
+
+    def _memory_search_sql(self, s: MemorySearch) -> tuple[str, list[Any]]:
+        """One search as one statement, all ranking in the database:
+
+        - ``hit``: every active match in the scopes with its raw relevance (the best one
+          scales the others, so all are scored — by the full-text index alone);
+        - ``bar``: the ``limit``-th best score among the ``4 × limit`` most relevant matches, a
+          lower bound of the final ``limit``-th score: a match whose relevance (an upper
+          bound of its score, strengths being at most 1) is under it cannot place, so only
+          the others are looked up in the table;
+        - per scope, the ``limit`` strongest items: a non-match ranks at the floor, by
+          strength, so no other non-match can place;
+        - the candidates ranked; whole rows read for the first ``limit`` only."""
+        m = self._MARK
+        pairs = [(scope, key) for scope, key in s.scopes]
+        if not pairs or s.limit <= 0:
+            return "SELECT * FROM memory WHERE 1=0", []
+        fts5 = self._MARK == "?"  # SQLite (FTS5); PostgreSQL's psycopg marks with %s
+        k = "rowid" if fts5 else "memory_id"  # the cheapest way back to a row
+        limit, floor = int(s.limit), float(s.floor)
+        cols = f"m.{k} AS k, m.strength, m.scope, m.updated_at, m.memory_id"
+        in_scope = "(" + " OR ".join([f"(m.scope={m} AND m.scope_key={m})"] * len(pairs)) + ")"
+        pair_args = [v for pair in pairs for v in pair]
+        ctes: list[str] = []
+        branches: list[str] = []
+        args: list[Any] = []
+        top = "0"
+        if s.terms:
+            if fts5:
+                # The tag column keeps the match to the scopes' active items, so no other
+                # match is scored; bm25() is lower for better matches; the tag weighs 0.
+                terms = " OR ".join(f'"{t}"' for t in s.terms)
+                tags = " OR ".join(f'"{memory_tag(scope, key)}"' for scope, key in pairs)
+                ctes.append(
+                    "hit AS MATERIALIZED (SELECT rowid AS k, -bm25(memory_fts, 1.0, 1.0, 0.0) "
+                    "AS raw FROM memory_fts WHERE memory_fts MATCH ?)"
+                )
+                args.append(f"{{text rule}} : ({terms}) AND tag : ({tags})")
+            else:
+                ctes.append(
+                    "hit AS MATERIALIZED (SELECT m.memory_id AS k, ts_rank(m.search, q) AS raw "
+                    f"FROM memory m, to_tsquery('english'::regconfig, {m}) q "
+                    f"WHERE m.search @@ q AND m.status='active' AND {in_scope})"
+                )
+                args += [" | ".join(f"'{t}'" for t in s.terms), *pair_args]
+            top = "(SELECT MAX(raw) FROM hit)"
+            rel = f"CASE WHEN t.top > 0 THEN {floor} + {1 - floor} * h.raw / t.top ELSE {floor} END"
+            ctes.append(f"t AS (SELECT {top} AS top)")
+            ctes.append(
+                f"bar AS (SELECT COALESCE((SELECT m.strength * {rel} AS score FROM "
+                f"(SELECT k, raw FROM hit ORDER BY raw DESC LIMIT {4 * limit}) h "
+                f"JOIN memory m ON m.{k} = h.k CROSS JOIN t "
+                f"WHERE m.status='active' AND {in_scope} "
+                f"ORDER BY score DESC LIMIT 1 OFFSET {limit - 1}), 0) AS bar)"
+            )
+            args += pair_args
+            branches.append(
+                # CROSS JOIN fixes SQLite's join order: the bar first, so that a match under
+                # it is dropped before its row is looked up.
+                f"SELECT {cols}, h.raw FROM t CROSS JOIN bar CROSS JOIN hit h "
+                f"CROSS JOIN memory m WHERE m.{k} = h.k AND {rel} >= bar.bar - 1e-9 "
+                f"AND m.status='active' AND {in_scope}"
+            )
+            args += pair_args
+        for scope, key in pairs:
+            branches.append(
+                f"SELECT * FROM (SELECT {cols}, 0.0 AS raw FROM memory m "
+                f"WHERE m.scope={m} AND m.scope_key={m} AND m.status='active' "
+                f"ORDER BY m.strength DESC, m.updated_at DESC, m.memory_id LIMIT {limit}) AS strongest"
+            )
+            args += [scope, key]
+        ctes.append(f"cand AS ({' UNION ALL '.join(branches)})")
+        order = "score DESC, scope_rank, strength DESC, updated_at DESC, memory_id"
+        query = (
+            f"WITH {', '.join(ctes)}, "
+            "best AS (SELECT k, strength, scope, updated_at, memory_id, MAX(raw) AS raw "
+            "FROM cand GROUP BY k, strength, scope, updated_at, memory_id), "
+            "ranked AS (SELECT k, strength, updated_at, memory_id, "
+            f"ROUND(CAST(strength * CASE WHEN top > 0 THEN {floor} + {1 - floor} * raw / top "
+            f"ELSE {floor} END AS NUMERIC), 9) AS score, "
+            "CASE scope WHEN 'task' THEN 0 WHEN 'project' THEN 1 ELSE 2 END AS scope_rank "
+            f"FROM best CROSS JOIN (SELECT {'t.top FROM t' if s.terms else '0 AS top'}) tt "
+            f"ORDER BY {order} LIMIT {limit}) "
+            f"SELECT {', '.join(f'm.{c.strip()}' for c in MEMORY_COLS.split(','))} "
+            f"FROM ranked JOIN memory m ON m.{k} = ranked.k "
+            "ORDER BY ranked.score DESC, ranked.scope_rank, ranked.strength DESC, "
+            "ranked.updated_at DESC, ranked.memory_id"
+        )
+        return query, args
 
     def memory_set_status(
         self,
