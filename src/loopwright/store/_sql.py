@@ -1072,11 +1072,29 @@ class SQLStore(Store):
         return [self._memory_dict(r) for r in self._all(query, args)]
 
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
+        out: list[list[dict[str, Any]]] = []
         with self._conn() as conn:
-            return [
-                [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
-                for s in searches
-            ]
+            for s in searches:
+                if not self._memory_in_scope(conn, s):
+                    out.append([])  # most loops keep no memory: one indexed probe a cycle
+                    continue
+                out.append(
+                    [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
+                )
+        return out
+
+    def _memory_in_scope(self, conn: Any, s: MemorySearch) -> bool:
+        """Whether any active item lies in the search's scopes (the scope index answers)."""
+        pairs = list(s.scopes)
+        if not pairs or s.limit <= 0:
+            return False
+        m = self._MARK
+        cond = " OR ".join([f"(scope={m} AND scope_key={m})"] * len(pairs))
+        row = conn.execute(
+            f"SELECT 1 FROM memory WHERE status='active' AND ({cond}) LIMIT 1",
+            [v for pair in pairs for v in pair],
+        ).fetchone()
+        return row is not None
 
     def _memory_search_sql(self, s: MemorySearch) -> tuple[str, list[Any]]:
         """One search as one statement, all ranking in the database:
