@@ -28,18 +28,17 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._loop import Loop
+from ._people import concluded_at
 from ._proposal import Proposal
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
-from .store import Checkpoint, NewEvent, RunRecord
+from .store import NewEvent, RunRecord
 
 __all__ = ["Forking", "what_changed"]
 
 
 class Forking(RuntimeHost):
     """``fork`` and ``edit`` (mixed into ``Runtime``)."""
-
-    owner: str
 
     def fork(
         self,
@@ -57,7 +56,7 @@ class Forking(RuntimeHost):
         rec = self.store.get_run(run_id)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
-        ck = _concluded_at(self.store.checkpoints(rec.run_id), rec.run_id, at_cycle)
+        ck = concluded_at(self.store.checkpoints(rec.run_id), rec.run_id, at_cycle, "at_cycle")
         state = ck.task_state()
         for _ref, part in state.iter_parts():
             part.versions  # noqa: B018 - every version up to that cycle travels with the fork
@@ -202,25 +201,6 @@ class Forking(RuntimeHost):
                     by=by.strip(),
                 )
         return self.store.get_run(rec.run_id)
-
-
-def _concluded_at(cks: list[Checkpoint], run_id: str, cycle: int) -> Checkpoint:
-    """The checkpoint that concluded ``cycle`` (the first one for cycle 0)."""
-    concluded = [
-        c
-        for c in cks
-        if c.seq == cks[0].seq
-        or (c.record and "proposal" in c.record and not c.state.get("pending"))
-    ]
-    found = [c for c in concluded if c.cycle == cycle]
-    if not found:
-        done = sorted({c.cycle for c in concluded})
-        raise ConfigError(
-            f"run {run_id} has no completed checkpoint for cycle {cycle} "
-            f"(it has cycles {done[0]}..{done[-1]})",
-            field="at_cycle",
-        )
-    return found[-1]
 
 
 _ID = re.compile(r"""\bid=["']([^"']+)["']""")

@@ -34,6 +34,7 @@ class RuntimeHost:
     """The attributes ``Runtime.__init__`` sets that the mixins read, and their cross calls."""
 
     store: Store
+    owner: str
     lease_ttl_s: float
     on_progress: ProgressFn | None
     group_commit: bool

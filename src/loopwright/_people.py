@@ -8,52 +8,24 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
+from ._host import RuntimeHost
 from ._loop import Loop
 from ._question import Question
 from ._reversal import offer_compensations
 from ._state import TaskState
-from .store import Approval, NewApproval, NewEvent, RunRecord, Store
+from .store import Approval, Checkpoint, NewEvent, RunRecord
 
-__all__ = ["Decisions"]
+__all__ = ["Decisions", "concluded_at"]
 
 
-class Decisions:
+class Decisions(RuntimeHost):
     """Requests, cancellation and rollback (mixed into ``Runtime``)."""
-
-    store: Store
-    owner: str
-    lease_ttl_s: float
-
-    if TYPE_CHECKING:
-
-        def _finish(
-            self,
-            ex: _Exec,
-            reason: str,
-            *,
-            record: dict[str, Any] | None = None,
-            cause: str | None = None,
-            error: dict[str, Any] | None = None,
-            held_out: dict[str, Any] | None = None,
-            evidence: dict[str, Any] | None = None,
-            unverified: dict[str, Any] | None = None,
-            approvals: Sequence[NewApproval] = (),
-        ) -> None: ...
-
-        def _commit(
-            self,
-            ex: _Exec,
-            record: dict[str, Any] | None,
-            run: dict[str, Any],
-            approval: NewApproval | None = None,
-            approvals: Sequence[NewApproval] = (),
-        ) -> bool: ...
 
     # --- decisions by people ---------------------------------------------------------------
     def pending_approval(self, run_id: str, approval_id: str | None = None) -> Approval:
@@ -316,23 +288,7 @@ class Decisions:
         self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
     ) -> None:
         cks = self.store.checkpoints(rec.run_id)
-        # The checkpoint that concluded that cycle (or the initial one for cycle 0) — not a
-        # status-only commit or an earlier rollback that carries the same cycle number.
-        concluded = [
-            c
-            for c in cks
-            if (c.seq == cks[0].seq)
-            or (c.record and "proposal" in c.record and not c.state.get("pending"))
-        ]
-        target = [c for c in concluded if c.cycle == to_cycle]
-        if not target:
-            done = sorted({c.cycle for c in concluded})
-            raise ConfigError(
-                f"run {rec.run_id} has no completed checkpoint for cycle {to_cycle} "
-                f"(it has cycles {done[0]}..{done[-1]})",
-                field="to_cycle",
-            )
-        old = TaskState.from_dict(target[-1].state)
+        old = TaskState.from_dict(concluded_at(cks, rec.run_id, to_cycle, "to_cycle").state)
         latest = self.store.latest_checkpoint(rec.run_id)
         cur = TaskState.from_dict(latest.state)
         stale = _open_requests(cur.pending)
@@ -401,6 +357,27 @@ class Decisions:
             approvals=reqs,
         )
         self._close_requests(stale, by=by, note="rolled back")
+
+
+def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:
+    """The checkpoint that concluded ``cycle`` (the initial one for cycle 0) — not a status-only
+    commit or an earlier rollback that carries the same cycle number. ``field`` names the
+    argument in the error when the run has no such cycle."""
+    concluded = [
+        c
+        for c in cks
+        if (c.seq == cks[0].seq)
+        or (c.record and "proposal" in c.record and not c.state.get("pending"))
+    ]
+    found = [c for c in concluded if c.cycle == cycle]
+    if not found:
+        done = sorted({c.cycle for c in concluded})
+        raise ConfigError(
+            f"run {run_id} has no completed checkpoint for cycle {cycle} "
+            f"(it has cycles {done[0]}..{done[-1]})",
+            field=field,
+        )
+    return found[-1]
 
 
 def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:
