@@ -66,6 +66,10 @@ class Auth:
         with self._lock:
             return self._sessions.get(sid)
 
+    def who(self, request: Request) -> str:
+        """The name an action of this request is recorded under."""
+        return self.identity
+
     def signed_in(self, request: Request) -> bool:
         return self.bearer_ok(request) or self.csrf_for(request) is not None
 
