@@ -1,5 +1,5 @@
 # The two commands of the quick start:
-#   make demo   the core package only (typer, rich, tenacity, orjson), then the offline demo;
+#   make demo   the core package only (typer, rich, orjson), then the offline demo;
 #   make test   everything the test suite needs (the `dev` extra), then lint, types and tests.
 # Each creates .venv if missing and installs again only when pyproject.toml changed. A venv
 # made by `make demo` is completed by `make test` (the extras are added to it).

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, Literal
 
-import tenacity
-
 from ._calls import CallTimeout
 from ._errors import ConfigError
 
@@ -295,9 +293,6 @@ def classify(exc: BaseException, extra: Sequence[Classifier] = ()) -> ErrorClass
 
 _FIELDS = ("attempts", "backoff_s", "max_backoff_s", "multiplier", "jitter", "deadline_s")
 
-# tenacity's wait strategies need a RetryCallState, which needs a retrying object; this one is
-# never run, it only anchors the states that carry our attempt numbers.
-_SCRATCH = tenacity.Retrying()
 _JITTER_RNG = random.Random()
 
 
@@ -391,19 +386,15 @@ class RetryPolicy:
         jitter reproducible."""
         if isinstance(failed, bool) or not isinstance(failed, int) or failed < 1:
             raise ValueError(f"failed must be a whole number ≥ 1, got {failed!r}")
-        # tenacity does the arithmetic only (its wait_exponential is exactly the formula above,
-        # with attempt_number - 1 as the exponent, overflow clamped to the cap). Its retry loop
-        # is not used: it counts attempts in memory, while ours are persisted in the run's store
-        # so that the bound holds across restarts; hence a standalone state with our count.
-        state = tenacity.RetryCallState(_SCRATCH, fn=None, args=(), kwargs={})
-        state.attempt_number = failed
-        wait = tenacity.wait_exponential(
-            multiplier=self.backoff_s, max=self.max_backoff_s, exp_base=self.multiplier, min=0
-        )
-        delay = float(wait(state))
+        # Our own arithmetic, not a retry library's: attempts are counted in the run's store
+        # (so the bound holds across restarts), which leaves a library only this formula, and
+        # the jitter must take ``rng``. An exponent too large for a float is the cap.
+        try:
+            delay = self.backoff_s * self.multiplier ** (failed - 1)
+        except OverflowError:
+            delay = self.max_backoff_s if self.backoff_s else 0.0
+        delay = min(delay, self.max_backoff_s)
         if self.jitter:
-            # tenacity's wait_random_exponential is the same full jitter but draws from the
-            # global ``random`` module, so it cannot take ``rng``: jitter is applied here.
             delay = (rng or _JITTER_RNG).uniform(0.0, delay)
         if exc is not None:
             asked = retry_after_s(exc)

@@ -316,6 +316,9 @@ def test_delay_grows_exponentially_and_is_capped() -> None:
 def test_delay_with_multiplier_one_is_constant_and_zero_backoff_is_zero() -> None:
     assert RetryPolicy(backoff_s=2, multiplier=1, jitter=False).delay_s(5) == 2.0
     assert RetryPolicy(backoff_s=0, max_backoff_s=0, jitter=False).delay_s(3) == 0.0
+    # an exponent too large for a float: the cap, or still nothing when there is no backoff
+    assert RetryPolicy(backoff_s=0, max_backoff_s=9, jitter=False).delay_s(10**6) == 0.0
+    assert RetryPolicy(backoff_s=1, max_backoff_s=9, jitter=False).delay_s(10**6) == 9.0
 
 
 def test_jitter_stays_within_bounds_and_is_reproducible() -> None:
