@@ -10,6 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import app
+from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
 from ._stores import existing_store
 
 if TYPE_CHECKING:
@@ -78,6 +79,18 @@ def ui(
             "repeatable). Loopback names and --host are always allowed.",
         ),
     ] = None,
+    notify: NotifyOpt = None,
+    notify_secret: NotifySecretOpt = None,
+    notify_run_ends: NotifyEndsOpt = False,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            metavar="URL",
+            help="The dashboard's URL as people reach it (behind a proxy), for the links in "
+            "notifications (default: http://HOST:PORT/).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the dashboard and HTTP API.
 
@@ -104,15 +117,35 @@ def ui(
     if host in ("0.0.0.0", "::"):  # every interface: the machine's own names too
         names += [socket.gethostname(), socket.getfqdn()]
     hosts = allowed_host_names(names, field="--allow-host")
+    notify_cfg = notify_config(notify, notify_secret, notify_run_ends, public_url)
     sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
     try:
         url = existing_store(store)  # a mistyped --store is refused, not created empty
+        if notify_cfg is not None and notify_cfg.link_base is None:
+            from dataclasses import replace
+
+            notify_cfg = replace(notify_cfg, link_base=_base_url(host, sock))
         application = create_app(
-            url, token=token, identity=name, require_token_for_reads=private, allowed_hosts=hosts
+            url,
+            token=token,
+            identity=name,
+            require_token_for_reads=private,
+            allowed_hosts=hosts,
+            notify=notify_cfg,
         )
+        if notify_cfg is not None:
+            typer.echo(notify_line(notify_cfg))
         _serve(application, sock, host, url, name, token, private, hosts)
     finally:
         sock.close()
+
+
+def _base_url(host: str, sock: socket.socket) -> str:
+    """The dashboard's URL for links: the machine's name when listening everywhere."""
+    if host in ("0.0.0.0", "::"):
+        host = socket.getfqdn()
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{sock.getsockname()[1]}"
 
 
 def _serve(
@@ -141,4 +174,11 @@ def _serve(
     if private:
         typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")
     # No access log: a /login?token=… URL must not end up in it. The socket is already bound.
-    uvicorn.run(application, fd=sock.fileno(), access_log=False, log_level="warning")
+    # Open event streams (/api/events) would hold a graceful shutdown forever: a few seconds.
+    uvicorn.run(
+        application,
+        fd=sock.fileno(),
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=3,
+    )

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
 
 if TYPE_CHECKING:
-    from .._engine import RunResult
+    from .._engine import RunResult, Runtime
+    from ..web._notify import NotifyConfig
 
 __all__ = ["worker"]
+
+NOTIFY_GRACE_S = 15.0  # at exit, time left to deliver the webhooks still queued
 
 
 @app.command(short_help="Claim runnable runs and drive them until stopped.")
@@ -31,6 +37,17 @@ def worker(
         int | None, typer.Option("--max-runs", help="Claim at most this many runs.")
     ] = None,
     as_json: JsonOpt = False,
+    notify: NotifyOpt = None,
+    notify_secret: NotifySecretOpt = None,
+    notify_run_ends: NotifyEndsOpt = False,
+    dashboard_url: Annotated[
+        str | None,
+        typer.Option(
+            "--dashboard-url",
+            metavar="URL",
+            help="The dashboard's URL (`loopwright ui`), for the links in notifications.",
+        ),
+    ] = None,
 ) -> None:
     """Claim runnable runs (new, interrupted, approved) and drive them.
 
@@ -48,6 +65,7 @@ def worker(
         raise ConfigError("must be at least 1", field="--concurrency")
     if lease_ttl <= 0 or poll <= 0:
         raise ConfigError("must be positive", field="--lease-ttl/--poll")
+    notify_cfg = notify_config(notify, notify_secret, notify_run_ends, dashboard_url)
     out = console(stderr=as_json)
 
     def report(r: RunResult) -> None:
@@ -57,7 +75,9 @@ def worker(
     # not kill it: note it until the event loop's handler replaces this one.
     early: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: early.append(signum))
-    with Runtime(store, lease_ttl_s=lease_ttl) as rt:
+    with Runtime(store, lease_ttl_s=lease_ttl) as rt, _notifying(rt, notify_cfg) as said:
+        if said:
+            out.print(said)
         w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
         stopping = False
 
@@ -91,3 +111,27 @@ def worker(
             f"worker done: {s.claimed} claimed; ended: {ended}; skipped {s.skipped}; "
             f"lost {s.lost}; errors {s.errors}"
         )
+
+
+@contextlib.contextmanager
+def _notifying(rt: Runtime, cfg: NotifyConfig | None) -> Iterator[str]:
+    """The store poller and webhook notifier (``--notify``) beside the worker's runs, on
+    threads of their own; yields the line to print (empty without ``--notify``)."""
+    if cfg is None:
+        yield ""
+        return
+    from ..web._feed import Feed
+    from ..web._notify import Notifier
+
+    feed, notifier = Feed(rt.store), Notifier(rt.store, cfg)
+    feed.listen(notifier)
+    notifier.start()
+    feed.start()
+    try:
+        yield notify_line(cfg)
+    finally:
+        feed.stop()
+        try:
+            feed.poll()  # one last look: requests raised as the last runs parked
+        finally:
+            notifier.stop(grace_s=NOTIFY_GRACE_S)

@@ -15,6 +15,7 @@ from typing import Any, Self, cast
 from .. import _state_codec as codec
 from .._errors import ConflictError, RunNotFoundError, StaleLeaseError, StoreError
 from .._state import PartStatus, TaskState, Version, VersionLoader
+from ._live import LiveStore
 
 __all__ = [
     "Approval",
@@ -279,7 +280,7 @@ class JournalEntry:
         }
 
 
-class Store(ABC):
+class Store(LiveStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
     url: str

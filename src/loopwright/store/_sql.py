@@ -44,6 +44,7 @@ from ._base import (
     Store,
     VersionRow,
 )
+from ._live import LiveSQL
 from ._rows import (
     APPROVAL_COLS,
     INSERT_CHECKPOINT_COLS,
@@ -315,7 +316,7 @@ def check_journal_expect(run_id: str, key: str, status: str | None, expect: str 
         )
 
 
-class SQLStore(Store):
+class SQLStore(LiveSQL, Store):
     """The shared logic of the SQL stores; a backend supplies the dialect and the hooks."""
 
     # --- the dialect --------------------------------------------------------------------

@@ -30,6 +30,8 @@ from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
 from ._auth import COOKIE, Auth
+from ._live import install_live
+from ._notify import NotifyConfig
 from ._views import (
     Cursor,
     approval_summary,
@@ -110,10 +112,12 @@ def create_app(
     identity: str = "operator",
     require_token_for_reads: bool = False,
     allowed_hosts: Iterable[str] = (),
+    notify: NotifyConfig | None = None,
 ) -> FastAPI:
     """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
     every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
-    Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400."""
+    Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
+    ``notify``: webhooks to post when a request appears (``_notify``)."""
     auth = Auth(token, identity, require_token_for_reads=require_token_for_reads)
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
@@ -159,6 +163,8 @@ def create_app(
 
     # Added last, so outermost: a foreign Host is refused before the guard or any route runs.
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
+    # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
+    install_live(app, store, notify=notify)
 
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(

@@ -1,4 +1,5 @@
-// loopwright dashboard: live status by polling the JSON API. No library, no inline script.
+// loopwright dashboard: live status by polling the JSON API where a browser lacks EventSource
+// (live.js). No library, no inline script.
 (function () {
   "use strict";
   var TERMINAL = ["accepted", "stopped", "escalated", "failed", "cancelled"];
@@ -44,6 +45,7 @@
     }).catch(function () { setTimeout(function () { pollRun(el); }, 5000); });
   }
   document.addEventListener("DOMContentLoaded", function () {
+    if (window.EventSource) { return; }  // live.js follows /api/events instead of polling
     var table = document.getElementById("runs");
     if (table) { setTimeout(function () { pollRuns(table); }, 3000); }
     var run = document.getElementById("run-status");

@@ -1,0 +1,66 @@
+"""The webhook options shared by ``loopwright ui`` and ``loopwright worker``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from ..web._notify import NotifyConfig
+
+__all__ = ["NotifyEndsOpt", "NotifyOpt", "NotifySecretOpt", "notify_config", "notify_line"]
+
+NotifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--notify",
+        metavar="URL",
+        envvar="LOOPWRIGHT_NOTIFY",
+        help="POST a JSON message to this webhook when a run asks for a decision "
+        "(chat tools' incoming webhooks accept it; repeatable; the environment variable "
+        "takes URLs separated by spaces and keeps them off the command line).",
+    ),
+]
+NotifySecretOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify-secret",
+        metavar="SECRET",
+        envvar="LOOPWRIGHT_NOTIFY_SECRET",
+        help="Sign webhook bodies with HMAC-SHA256 under this secret (prefer the environment "
+        "variable: a command line is visible to other users).",
+    ),
+]
+NotifyEndsOpt = Annotated[
+    bool,
+    typer.Option("--notify-run-ends", help="Also notify the --notify URLs when a run ends."),
+]
+
+
+def notify_config(
+    urls: list[str] | None, secret: str | None, run_ends: bool, link_base: str | None
+) -> NotifyConfig | None:
+    """The notifier's settings, or None without ``--notify`` (a bad URL: one line, exit 2)."""
+    from .._errors import ConfigError
+
+    if not urls:
+        if run_ends:
+            raise ConfigError("needs --notify URL", field="--notify-run-ends")
+        return None
+    from ..web._notify import NotifyConfig
+
+    return NotifyConfig.of(urls, secret=secret, link_base=link_base, run_ends=run_ends)
+
+
+def notify_line(cfg: NotifyConfig) -> str:
+    """What the command prints at start (hosts only: a webhook's path is a credential)."""
+    from ..web._notify import url_where
+
+    where = ", ".join(url_where(u) for u in cfg.urls)
+    signed = (
+        "signed (X-Loopwright-Signature)"
+        if cfg.secret
+        else "unsigned: set LOOPWRIGHT_NOTIFY_SECRET to sign them"
+    )
+    return f"webhooks: new approval requests{' and run ends' if cfg.run_ends else ''} to {where}, {signed}"

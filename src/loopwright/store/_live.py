@@ -1,0 +1,116 @@
+"""What the dashboard's live feed and webhook notifier read on each poll (``web/_feed.py``).
+
+Each look must stay cheap however many runs the store holds: open runs are found through the
+``runs_status`` index, new ones through ``runs_created``, pending requests through
+``approvals_status``; only the few rows that changed are then read in full.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+__all__ = ["OPEN_STATUSES", "ApprovalMark", "LiveSQL", "LiveStore", "RunMark"]
+
+if TYPE_CHECKING:
+    from ._base import Event
+
+# The statuses a run can still leave; a run in any other has ended.
+OPEN_STATUSES = ("pending", "running", "awaiting_approval")
+
+
+@dataclass(frozen=True, slots=True)
+class RunMark:
+    """Where a run stands, in the few columns two looks are compared on."""
+
+    run_id: str
+    status: str
+    cycle: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalMark:
+    """A pending approval request, without its (possibly large) evidence."""
+
+    approval_id: str
+    run_id: str
+    requested_at: float
+
+
+class LiveStore(ABC):
+    """The live feed's queries (mixed into ``Store``)."""
+
+    @abstractmethod
+    def run_marks(self, *, created_since: float) -> list[RunMark]:
+        """Every open run (pending, running, awaiting approval) and every run created at or
+        after ``created_since`` (an ended one included), in no particular order."""
+
+    @abstractmethod
+    def pending_approval_marks(self) -> list[ApprovalMark]:
+        """The pending approval requests, oldest first."""
+
+    @abstractmethod
+    def events_of_kind(self, run_id: str, kind: str) -> list[Event]:
+        """The run's events of one kind, oldest first."""
+
+
+@functools.cache
+def _in_dialect(mark: str, text: str) -> str:
+    return text if mark == "?" else text.replace("?", mark)
+
+
+_OPEN = ", ".join(f"'{s}'" for s in OPEN_STATUSES)
+_MARK_COLS = "run_id, status, cycle, created_at, updated_at"
+
+
+class LiveSQL(LiveStore):
+    """Mixed into ``SQLStore``: the same statements serve SQLite and PostgreSQL."""
+
+    _MARK: ClassVar[str]
+
+    if TYPE_CHECKING:
+
+        def _all(self, query: str, args: Sequence[Any]) -> list[Any]: ...
+        @staticmethod
+        def _jl(value: Any) -> Any: ...
+
+    def run_marks(self, *, created_since: float) -> list[RunMark]:
+        # Two index probes joined by UNION (an OR over two columns would scan the table).
+        rows = self._all(
+            _in_dialect(
+                self._MARK,
+                f"SELECT {_MARK_COLS} FROM runs WHERE status IN ({_OPEN}) "
+                f"UNION SELECT {_MARK_COLS} FROM runs WHERE created_at >= ?",
+            ),
+            [float(created_since)],
+        )
+        return [RunMark(str(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
+
+    def pending_approval_marks(self) -> list[ApprovalMark]:
+        rows = self._all(
+            _in_dialect(
+                self._MARK,
+                "SELECT approval_id, run_id, requested_at FROM approvals WHERE status = ? "
+                "ORDER BY requested_at, approval_id",
+            ),
+            ["pending"],
+        )
+        return [ApprovalMark(str(r[0]), str(r[1]), float(r[2])) for r in rows]
+
+    def events_of_kind(self, run_id: str, kind: str) -> list[Event]:
+        from ._base import Event
+
+        rows = self._all(
+            _in_dialect(
+                self._MARK,
+                "SELECT id, run_id, cycle, kind, ts, data FROM events "
+                "WHERE run_id = ? AND kind = ? ORDER BY id",
+            ),
+            [run_id, kind],
+        )
+        return [Event(r[0], r[1], r[2], r[3], r[4], self._jl(r[5])) for r in rows]

@@ -1,0 +1,187 @@
+"""Changes in the store, found by polling it from one background thread: new runs, runs that
+changed status or cycle, new and decided approval requests.
+
+Runs execute in other processes (``loopwright run``, workers), so the store is the only place
+to learn of them. Each look reads the open runs, the runs created lately and the pending
+requests through their indexes (``Store.run_marks``, ``pending_approval_marks``), compares them
+with the previous look, and reads in full only what changed. The dashboard's server-sent events
+(``_live``) and the webhook notifier (``_notify``) listen to the same feed. Stdlib only: a
+``loopwright worker`` runs it without the ui extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .._errors import RunNotFoundError
+from ..store import Approval, RunRecord, Store
+from ..store._live import RunMark
+
+__all__ = ["Change", "Feed"]
+
+log = logging.getLogger("loopwright.feed")
+# Runs created this long before the previous look are still read: a writer's clock may lag
+# this process's, and a run created and ended between two looks is seen only this way.
+CREATED_MARGIN_S = 120.0
+KEPT = 1000  # changes kept for server-sent event clients that reconnect (Last-Event-ID)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change. ``kind``: ``run`` (``run`` set; ``new`` for a run not seen before) or
+    ``approval`` (``approval`` set: pending when new, else decided or expired).
+    ``baseline``: a request already pending at the first look (only the notifier wants
+    those; they are not sent to browsers)."""
+
+    seq: int
+    kind: str
+    run: RunRecord | None = None
+    approval: Approval | None = None
+    new: bool = False
+    baseline: bool = False
+
+
+Listener = Callable[[Change], None]
+
+
+@dataclass
+class _Seen:
+    runs: dict[str, RunMark] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)  # approval id -> run id
+
+
+class Feed:
+    """Polls ``store`` every ``interval_s`` seconds in a daemon thread once started; listeners
+    are called on that thread (they must not block: the notifier queues)."""
+
+    def __init__(self, store: Store, *, interval_s: float = 1.0) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self._listeners: list[Listener] = []
+        self._recent: deque[Change] = deque(maxlen=KEPT)
+        self._seen: _Seen | None = None
+        self._seq = 0
+        self._last_look = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ready = threading.Event()  # set once the first look is done
+
+    def listen(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def after(self, seq: int) -> list[Change]:
+        """The kept changes after ``seq`` (browsers' view: no baseline entries)."""
+        with self._lock:
+            return [c for c in self._recent if c.seq > seq]
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="loopwright-feed", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # a store hiccup (locked, restarting): log it, look again later
+                log.exception("looking for changes in the store failed")
+            self._stop.wait(self.interval_s)
+
+    def poll(self) -> list[Change]:
+        """One look: the changes since the previous one (the first look only records where
+        things stand, apart from the baseline requests given to listeners)."""
+        now = time.time()
+        since = (self._last_look or now) - CREATED_MARGIN_S
+        marks = {m.run_id: m for m in self.store.run_marks(created_since=since)}
+        pending = {m.approval_id: m.run_id for m in self.store.pending_approval_marks()}
+        self._last_look = now
+        seen, changes = self._seen, []
+        if seen is None:
+            self._seen = _Seen(marks, pending)
+            for aid, rid in pending.items():
+                a = self._approval(rid, aid)
+                if a is not None:
+                    changes.append(self._change("approval", approval=a, baseline=True))
+            self._emit(changes)
+            self.ready.set()
+            return changes
+        for rid, m in marks.items():
+            old = seen.runs.get(rid)
+            if old is None or (old.status, old.cycle, old.updated_at) != (
+                m.status,
+                m.cycle,
+                m.updated_at,
+            ):
+                rec = self._run_record(rid)
+                if rec is not None:
+                    changes.append(self._change("run", run=rec, new=old is None))
+        for rid in seen.runs.keys() - marks.keys():
+            # Left the open set and created long ago: it ended (or was deleted).
+            rec = self._run_record(rid)
+            old = seen.runs[rid]
+            if rec is not None and (rec.status, rec.cycle) != (old.status, old.cycle):
+                changes.append(self._change("run", run=rec))
+        for aid in pending.keys() - seen.pending.keys():
+            a = self._approval(pending[aid], aid)
+            if a is not None:
+                changes.append(self._change("approval", approval=a, new=True))
+        for aid in seen.pending.keys() - pending.keys():
+            a = self._approval(seen.pending[aid], aid)
+            if a is not None:
+                changes.append(self._change("approval", approval=a))
+        self._seen = _Seen(marks, pending)
+        self._emit(changes)
+        return changes
+
+    def _change(
+        self,
+        kind: str,
+        *,
+        run: RunRecord | None = None,
+        approval: Approval | None = None,
+        new: bool = False,
+        baseline: bool = False,
+    ) -> Change:
+        self._seq += 1
+        return Change(self._seq, kind, run, approval, new, baseline)
+
+    def _emit(self, changes: list[Change]) -> None:
+        with self._lock:
+            self._recent.extend(c for c in changes if not c.baseline)
+        for c in changes:
+            for listener in self._listeners:
+                try:
+                    listener(c)
+                except Exception:
+                    log.exception("a listener of the live feed failed")
+
+    def _run_record(self, run_id: str) -> RunRecord | None:
+        try:
+            return self.store.get_run(run_id)
+        except RunNotFoundError:
+            return None
+
+    def _approval(self, run_id: str, approval_id: str) -> Approval | None:
+        return next(
+            (a for a in self.store.approvals(run_id=run_id) if a.approval_id == approval_id), None
+        )

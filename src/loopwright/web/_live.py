@@ -1,0 +1,125 @@
+"""Live updates for the dashboard: ``GET /api/events``, a server-sent event stream of what the
+store poller (``_feed``) finds, and the webhook notifier started beside it.
+
+Event types: ``run`` (a run summary as in ``/api/runs``, with ``"new": true`` for a run not
+seen before) and ``approval`` (a request without its evidence; ``status`` says whether it is
+new (pending) or was decided). Each event's ``id`` lets a reconnecting ``EventSource`` pick up
+where it left (``Last-Event-ID``) while the server still holds the changes after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..store import Approval, Store
+from ._feed import Change, Feed
+from ._notify import Notifier, NotifyConfig
+from ._views import run_summary
+
+__all__ = ["approval_brief", "install_live", "sse_message"]
+
+TICK_S = 0.25  # how often a stream looks at the feed's kept changes (in memory, no store read)
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+STREAM_S = 300.0  # a stream ends after this long; the browser reconnects with Last-Event-ID
+
+
+def approval_brief(a: Approval) -> dict[str, Any]:
+    """An approval request as the stream sends it: no evidence, no diff."""
+    d = a.to_dict()
+    for big in ("evidence", "diff", "answer", "action_hash"):
+        d.pop(big, None)
+    return d
+
+
+def sse_message(c: Change) -> str:
+    """One change in the ``text/event-stream`` format."""
+    data: Mapping[str, Any]
+    if c.run is not None:
+        data = {**run_summary(c.run), "new": c.new}
+    elif c.approval is not None:
+        data = {**approval_brief(c.approval), "new": c.new}
+    else:  # pragma: no cover - every change carries one or the other
+        data = {}
+    return f"id: {c.seq}\nevent: {c.kind}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+def install_live(
+    app: FastAPI,
+    store: Store,
+    *,
+    notify: NotifyConfig | None = None,
+    interval_s: float = 1.0,
+) -> Feed:
+    """Add ``/api/events`` to ``app`` and run the store poller (and the notifier, when
+    ``notify`` names URLs) while the app is served. Reads of ``/api/events`` are guarded like
+    every other ``/api`` read by the app's middleware."""
+    feed = Feed(store, interval_s=interval_s)
+    notifier = Notifier(store, notify) if notify is not None and notify.urls else None
+    if notifier is not None:
+        feed.listen(notifier)
+    app.state.feed = feed
+    app.state.notifier = notifier
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: FastAPI) -> AsyncIterator[Any]:
+        if notifier is not None:
+            notifier.start()
+        feed.start()
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            await run_in_threadpool(feed.stop)
+            if notifier is not None:
+                await run_in_threadpool(notifier.stop, 5.0)
+
+    app.router.lifespan_context = lifespan
+
+    @app.get("/api/events", tags=["live"], response_class=StreamingResponse)
+    async def api_events(request: Request) -> StreamingResponse:
+        """Server-sent events (``text/event-stream``): ``run`` for a new run or a run whose
+        status or cycle changed (the run's summary), ``approval`` for a new or decided request.
+        Reconnecting with ``Last-Event-ID`` resumes after that event when the server still
+        holds it."""
+        feed.start()  # served without lifespan (a test client): start on first use
+        start = feed.last_seq
+        try:
+            last = int(request.headers.get("last-event-id", ""))
+        except ValueError:
+            last = -1
+        if 0 <= last <= start:  # an id from another server process is larger: start fresh
+            start = last
+        return StreamingResponse(
+            _stream(request, feed, start),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    return feed
+
+
+async def _stream(request: Request, feed: Feed, cursor: int) -> AsyncIterator[str]:
+    yield "retry: 3000\n\n"
+    began = sent = time.monotonic()
+    while True:
+        for c in feed.after(cursor):
+            cursor = c.seq
+            sent = time.monotonic()
+            yield sse_message(c)
+        now = time.monotonic()
+        if now - began > STREAM_S or await request.is_disconnected():
+            return
+        if now - sent > KEEPALIVE_S:
+            sent = now
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(TICK_S)

@@ -1,0 +1,432 @@
+"""Webhook notifications: a signed JSON POST when a run asks a person for a decision (and,
+when asked for, when a run ends).
+
+The body carries a one-line ``text`` (what chat tools' incoming webhooks show: Slack,
+Mattermost, Rocket.Chat, Google Chat; Discord through its ``/slack`` URL) and the structured
+fields beside it. With a secret, ``X-Loopwright-Signature: sha256=<hex>`` is the HMAC-SHA256 of
+``<X-Loopwright-Timestamp>.<raw body>``: a receiver checks it with :func:`verify`, which also
+refuses a stale timestamp (a replayed request). The secret is held in memory only (never in
+the store, never in a log line), and so is the target URL (a chat webhook's URL is itself a
+credential): a delivery is recorded in the run's event log under a digest of the URL.
+
+Deliveries run on one thread per URL, retried with capped exponential backoff on a network
+error, a timeout, 408, 429 or 5xx; a failure is logged and never reaches the server's
+requests. A request is posted once per URL: a ``notified`` event on its run marks it
+delivered, so a restarted server does not post it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from .._contract import TERMINAL_STATUSES
+from .._errors import ConfigError, LoopwrightError
+from .._packet import run_stop_cause
+from ..store import Approval, NewEvent, RunRecord, Store
+from ._feed import Change
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "Notifier",
+    "NotifyConfig",
+    "approval_body",
+    "check_webhook_url",
+    "run_end_body",
+    "sign",
+    "url_where",
+    "verify",
+]
+
+log = logging.getLogger("loopwright.notify")
+SIGNATURE_HEADER = "X-Loopwright-Signature"
+TIMESTAMP_HEADER = "X-Loopwright-Timestamp"
+EVENT_HEADER = "X-Loopwright-Event"
+DELIVERY_HEADER = "X-Loopwright-Delivery"
+MARKER = "notified"  # the event kind recording a delivery
+TEXT_MAX = 300  # characters of what / why in the one-line text
+
+Post = Callable[[str, bytes, Mapping[str, str], float], int]
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp`` (Unix seconds)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify(
+    secret: str,
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    *,
+    tolerance_s: float = 300.0,
+    now: float | None = None,
+) -> bool:
+    """Whether ``signature`` (the ``X-Loopwright-Signature`` header) signs ``body`` (the raw
+    bytes received) at ``timestamp`` (the ``X-Loopwright-Timestamp`` header) with ``secret``,
+    and the timestamp is within ``tolerance_s`` of now. Compared in constant time."""
+    try:
+        at = int(timestamp)
+    except (TypeError, ValueError):
+        return False
+    if abs((time.time() if now is None else now) - at) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.encode())
+
+
+def check_webhook_url(url: str, field: str = "--notify") -> str:
+    """``url`` if it is an http(s) URL with a host; a user mistake otherwise (one line)."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"{url!r} is not an http(s) URL (http://host/path)", field=field)
+    return url.strip()
+
+
+def url_where(url: str) -> str:
+    """The URL without its path or query (where chat tools put the webhook's secret)."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        return "(an unparsable URL)"
+
+
+def target_id(url: str) -> str:
+    """What the event log records for a URL: a digest, not the URL."""
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """Where and how to notify. ``link_base``: the dashboard's URL as people reach it (the
+    messages link to it). ``run_ends``: also post when a run ends."""
+
+    urls: tuple[str, ...]
+    secret: str | None = field(default=None, repr=False)
+    link_base: str | None = None
+    run_ends: bool = False
+    attempts: int = 6
+    first_wait_s: float = 1.0
+    max_wait_s: float = 60.0
+    timeout_s: float = 10.0
+
+    @classmethod
+    def of(
+        cls,
+        urls: Iterable[str],
+        *,
+        secret: str | None = None,
+        link_base: str | None = None,
+        run_ends: bool = False,
+    ) -> NotifyConfig:
+        checked = tuple(dict.fromkeys(check_webhook_url(u) for u in urls))
+        if secret is not None and not secret.strip():
+            raise ConfigError("must not be empty", field="--notify-secret")
+        base = check_webhook_url(link_base, "--public-url").rstrip("/") if link_base else None
+        return cls(checked, secret or None, base, run_ends)
+
+
+def _one_line(text: str | None, limit: int = TEXT_MAX) -> str:
+    words = " ".join(str(text or "").split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _args_text(args: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={v if isinstance(v, str | int | float | bool) else json.dumps(v, default=str)}"
+        for k, v in args.items()
+    )
+
+
+def approval_body(a: Approval, run: RunRecord | None, link_base: str | None) -> dict[str, Any]:
+    """The JSON posted for a new approval request."""
+    ev = a.evidence or {}
+    effects: list[dict[str, Any]] = [
+        {"name": str(e.get("name")), "args": dict(e.get("args") or {})}
+        for e in ev.get("effects") or ()
+        if isinstance(e, Mapping)
+    ]
+    question = ev.get("question") if isinstance(ev.get("question"), Mapping) else None
+    summary = "; ".join(f"{e['name']}({_args_text(e['args'])})" for e in effects)
+    url = f"{link_base}/approvals?q={quote(a.approval_id)}" if link_base else None
+    kind = a.kind + (f" ({a.rule})" if a.rule else "")
+    task = f" ({run.task_key})" if run is not None else ""
+    text = (
+        f"{'Question' if question else 'Approval needed'}: {_one_line(a.what)} — "
+        f"run {a.run_id[:12]}{task}, {kind}"
+        + (f"; effects: {_one_line(summary, 200)}" if summary else "")
+        + (f"; expires {_iso(a.expires_at)}" if a.expires_at else "")
+        + (f" — {url}" if url else f" — loopwright show {a.run_id[:12]}")
+    )
+    return {
+        "text": text,
+        "event": "approval_requested",
+        "approval_id": a.approval_id,
+        "run_id": a.run_id,
+        "task_key": run.task_key if run else None,
+        "loop": run.loop_name if run else None,
+        "project": run.project if run else None,
+        "cycle": a.cycle,
+        "kind": a.kind,
+        "rule": a.rule,
+        "what": a.what,
+        "why": a.why,
+        "question": question.get("text") if question else None,
+        "effects": effects,
+        "summary": summary or None,
+        "requested_at": _iso(a.requested_at),
+        "expires_at": _iso(a.expires_at),
+        "url": url,
+    }
+
+
+def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
+    """The JSON posted when a run ends."""
+    url = f"{link_base}/runs/{quote(rec.run_id)}" if link_base else None
+    cause = run_stop_cause(rec) or rec.stop_reason or ""
+    text = (
+        f"Run {rec.run_id[:12]} ({rec.task_key}) {rec.status.replace('_', ' ')}"
+        + (f": {_one_line(cause)}" if cause else "")
+        + f" — {rec.cycle} cycle(s), ${rec.cost_usd:.4f}"
+        + (f" — {url}" if url else "")
+    )
+    return {
+        "text": text,
+        "event": "run_ended",
+        "run_id": rec.run_id,
+        "task_key": rec.task_key,
+        "loop": rec.loop_name,
+        "project": rec.project,
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "stop_cause": cause or None,
+        "cycles": rec.cycle,
+        "cost_usd": rec.cost_usd,
+        "ended_at": _iso(rec.ended_at),
+        "url": url,
+    }
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A webhook that answers with a redirect failed: urllib would resend the POST as a GET."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
+    """POST ``body``; the response's status (an HTTP error's too). Network errors raise."""
+    req = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    try:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
+            resp.read(65536)
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+
+
+def _retryable(status: int) -> bool:
+    return status in (408, 425, 429) or status >= 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    key: str  # what the marker records: "approval:<id>" or "run_ended:<id>"
+    run_id: str
+    cycle: int
+    event: str
+    make: Callable[[], dict[str, Any]]
+
+
+class _Target:
+    """One URL: its queue and delivery thread."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.id = target_id(url)
+        self.where = url_where(url)
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.queued: set[str] = set()  # never twice from one process
+        self.thread: threading.Thread | None = None
+
+
+class Notifier:
+    """A ``Feed`` listener posting webhooks; ``start`` its threads, ``stop`` them at exit."""
+
+    def __init__(self, store: Store, config: NotifyConfig, *, post: Post = http_post) -> None:
+        self.store = store
+        self.config = config
+        self._post = post
+        self._targets = [_Target(u) for u in config.urls]
+        self._stop = threading.Event()
+        self.delivered = 0  # counters for tests and the log
+        self.failed = 0
+
+    def start(self) -> None:
+        self._stop.clear()
+        for t in self._targets:
+            if t.thread is None:
+                t.thread = threading.Thread(
+                    target=self._deliver_all, args=(t,), name="loopwright-notify", daemon=True
+                )
+                t.thread.start()
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Stop the threads; ``grace_s``: first let them deliver what is queued for up to that
+        long (a process about to exit: a request raised in its last moments)."""
+        for t in self._targets:
+            t.jobs.put(None)  # after the queued jobs
+        deadline = time.monotonic() + grace_s
+        for t in self._targets:
+            if grace_s > 0 and t.thread is not None and t.thread is not threading.current_thread():
+                t.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._stop.set()  # ends a backoff wait at once
+        for t in self._targets:
+            if t.thread is not None and t.thread is not threading.current_thread():
+                t.thread.join(timeout=10)
+            t.thread = None
+
+    def drain(self) -> None:
+        """Deliver what is queued on this thread (a caller without ``start``: tests, tools)."""
+        for t in self._targets:
+            while True:
+                try:
+                    job = t.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    self._deliver(t, job)
+
+    def __call__(self, change: Change) -> None:
+        a, rec = change.approval, change.run
+        if a is not None and a.status == "pending" and (change.new or change.baseline):
+            base = self.config.link_base
+            self._queue(
+                _Job(
+                    f"approval:{a.approval_id}",
+                    a.run_id,
+                    a.cycle,
+                    "approval_requested",
+                    lambda: approval_body(a, self._run(a.run_id), base),
+                )
+            )
+        elif rec is not None and self.config.run_ends and rec.status in TERMINAL_STATUSES:
+            base = self.config.link_base
+            self._queue(
+                _Job(
+                    f"run_ended:{rec.run_id}",
+                    rec.run_id,
+                    rec.cycle,
+                    "run_ended",
+                    lambda: run_end_body(rec, base),
+                )
+            )
+
+    def _queue(self, job: _Job) -> None:
+        for t in self._targets:
+            if job.key not in t.queued:
+                t.queued.add(job.key)
+                t.jobs.put(job)
+
+    def _run(self, run_id: str) -> RunRecord | None:
+        try:
+            return self.store.get_run(run_id)
+        except LoopwrightError:
+            return None
+
+    def _deliver_all(self, t: _Target) -> None:
+        while not self._stop.is_set():
+            job = t.jobs.get()
+            if job is None or self._stop.is_set():
+                return
+            try:
+                self._deliver(t, job)
+            except Exception:  # the store went away mid-delivery: log, go on with the next
+                log.exception("notifying %s of %s failed", t.where, job.key)
+
+    def _done_before(self, t: _Target, job: _Job) -> bool:
+        return any(
+            e.data.get("target") == t.id and e.data.get("key") == job.key
+            for e in self.store.events_of_kind(job.run_id, MARKER)
+        )
+
+    def _deliver(self, t: _Target, job: _Job) -> None:
+        if self._done_before(t, job):
+            return
+        body = json.dumps(job.make(), ensure_ascii=False, separators=(",", ":")).encode()
+        cfg = self.config
+        for attempt in range(1, cfg.attempts + 1):
+            ts = str(int(time.time()))
+            headers = {
+                "Content-Type": "application/json",
+                "User-Agent": "loopwright-notify",
+                EVENT_HEADER: job.event,
+                DELIVERY_HEADER: job.key,
+                TIMESTAMP_HEADER: ts,
+            }
+            if cfg.secret:
+                headers[SIGNATURE_HEADER] = sign(cfg.secret, ts, body)
+            try:
+                status = self._post(t.url, body, headers, cfg.timeout_s)
+                error = f"HTTP {status}"
+            except (OSError, ValueError) as exc:  # refused, reset, timed out, bad response
+                status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
+            if 200 <= status < 300:
+                self.delivered += 1
+                self.store.append_events(
+                    job.run_id,
+                    [
+                        NewEvent(
+                            job.cycle,
+                            MARKER,
+                            {"key": job.key, "target": t.id, "attempts": attempt},
+                        )
+                    ],
+                )
+                return
+            if status and not _retryable(status):
+                break
+            if attempt < cfg.attempts:
+                wait = min(cfg.max_wait_s, cfg.first_wait_s * 2 ** (attempt - 1))
+                log.warning(
+                    "webhook %s for %s: %s (attempt %d of %d); retrying in %.0f s",
+                    t.where,
+                    job.key,
+                    error,
+                    attempt,
+                    cfg.attempts,
+                    wait,
+                )
+                if self._stop.wait(wait):
+                    return
+        self.failed += 1
+        log.warning("webhook %s for %s: gave up after %s", t.where, job.key, error)

@@ -1,0 +1,175 @@
+// loopwright dashboard: live updates from /api/events (server-sent events), without reloading.
+// The runs list updates its rows and inserts new runs, a run's page its status, every page
+// the approvals badge and a banner for each new request. No library, no inline script.
+(function () {
+  "use strict";
+  if (!window.EventSource) { return; }  // app.js polls instead
+  var root = document.documentElement;
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+  function label(s) { return el("span", "status st-" + s, s.replace(/_/g, " ")); }
+  function byAttr(scope, attr, value) {
+    var all = scope.querySelectorAll("[" + attr + "]");
+    for (var i = 0; i < all.length; i++) {
+      if (all[i].getAttribute(attr) === value) { return all[i]; }
+    }
+    return null;
+  }
+
+  function banner(kind, text, href, linkText) {
+    var box = document.getElementById("live-banner");
+    if (!box) {
+      box = el("div", "live-banner");
+      box.id = "live-banner";
+      box.setAttribute("role", "status");
+      var main = document.querySelector("main");
+      if (!main) { return; }
+      main.insertBefore(box, main.firstChild);
+    }
+    var p = el("p", "live-" + kind, text + " ");
+    if (href) {
+      var a = el("a", "", linkText);
+      a.href = href;
+      p.appendChild(a);
+    }
+    box.insertBefore(p, box.firstChild);
+    while (box.children.length > 5) { box.removeChild(box.lastChild); }
+  }
+
+  function setPending(delta) {
+    var badge = document.getElementById("pending-count");
+    if (!badge) {
+      var link = document.querySelector('header nav a[href="/approvals"]');
+      if (!link || delta <= 0) { return; }
+      badge = el("span", "badge", "0");
+      badge.id = "pending-count";
+      link.appendChild(document.createTextNode(" "));
+      link.appendChild(badge);
+    }
+    var n = Math.max(0, (parseInt(badge.textContent, 10) || 0) + delta);
+    badge.textContent = String(n);
+    badge.hidden = n === 0;
+  }
+
+  // --- the runs list -------------------------------------------------------------------
+  function unfiltered() {
+    var q = new URLSearchParams(window.location.search);
+    var any = false;
+    q.forEach(function (v) { if (v) { any = true; } });
+    return !any;  // the first page, no filter: where a new run belongs at the top
+  }
+  function updateRow(tr, r) {
+    tr.setAttribute("data-status", r.status);
+    var cell = tr.querySelector(".js-status");
+    if (cell) { cell.textContent = ""; cell.appendChild(label(r.status)); }
+    var words = tr.querySelector(".js-words .cause") || tr.querySelector(".js-words");
+    if (words) { words.textContent = r.stop_cause || r.stop_words || ""; }
+    var cycle = tr.querySelector(".js-cycle");
+    if (cycle) { cycle.textContent = String(r.cycle); }
+    tr.classList.add("live-changed");
+  }
+  function keepTicks(from, to) {
+    var ticked = from.querySelectorAll("input:checked");
+    for (var i = 0; i < ticked.length; i++) {
+      var same = to.querySelectorAll("input");
+      for (var j = 0; j < same.length; j++) {
+        if (same[j].name === ticked[i].name && same[j].value === ticked[i].value) { same[j].checked = true; }
+      }
+    }
+  }
+  function renderRow(table, r) {
+    // The row as the server renders it (its columns are the template's, not this file's):
+    // a new run's, or an ended run's with its end time and held-out verdict.
+    fetch(window.location.pathname + "?q=" + encodeURIComponent(r.run_id), {
+      credentials: "same-origin"
+    }).then(function (resp) { return resp.ok ? resp.text() : ""; }).then(function (html) {
+      if (!html) { return; }
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      var row = byAttr(doc, "data-run-id", r.run_id);
+      var body = table.tBodies[0];
+      if (!row || !body) { return; }
+      row = document.importNode(row, true);
+      var old = byAttr(table, "data-run-id", r.run_id);
+      if (old) {
+        if (old.getAttribute("data-status") !== row.getAttribute("data-status")) { return; }  // a later change won
+        keepTicks(old, row);
+        row.classList.add("live-changed");
+        old.parentNode.replaceChild(row, old);
+        return;
+      }
+      row.classList.add("live-new");
+      var empty = body.querySelector("td[colspan]");
+      if (empty && empty.parentNode) { body.removeChild(empty.parentNode); }
+      body.insertBefore(row, body.firstChild);
+    }).catch(function () {});
+  }
+  function onRunInList(table, r) {
+    var tr = byAttr(table, "data-run-id", r.run_id);
+    if (tr) {
+      var changed = tr.getAttribute("data-status") !== r.status;
+      updateRow(tr, r);
+      if (changed && r.ended_at) { renderRow(table, r); }
+    } else if (r["new"] && unfiltered()) {
+      renderRow(table, r);
+    }
+  }
+
+  // --- a run's page ----------------------------------------------------------------------
+  function onRunPage(head, r) {
+    if (head.getAttribute("data-run-id") !== r.run_id) { return; }
+    var was = head.getAttribute("data-status");
+    var seen = head.getAttribute("data-live-cycle");
+    if (was === r.status && seen === String(r.cycle)) { return; }
+    head.setAttribute("data-status", r.status);
+    head.setAttribute("data-live-cycle", String(r.cycle));
+    head.textContent = "";
+    head.appendChild(label(r.status));
+    var what = "This run is now " + r.status.replace(/_/g, " ") + " at cycle " + r.cycle +
+      (r.stop_cause ? ": " + r.stop_cause : "") + ".";
+    banner("run", what, window.location.pathname, "Show the latest");
+  }
+
+  // --- approval requests -------------------------------------------------------------------
+  function onApproval(a) {
+    var inbox = document.querySelector("section.card[data-approval-id]") ||
+      document.getElementById("inbox");
+    if (a.status === "pending") {
+      if (!a["new"]) { return; }
+      setPending(1);
+      banner("approval", "New approval request: " + a.what + " (run " + a.run_id.slice(0, 12) +
+        ", " + a.kind + ").", "/approvals?q=" + encodeURIComponent(a.approval_id), "Open it");
+      return;
+    }
+    setPending(-1);
+    var card = byAttr(document, "data-approval-id", a.approval_id);
+    var who = a.status + (a.decided_by ? " by " + a.decided_by : "");
+    if (card) {
+      card.classList.remove("pending");
+      card.classList.add("decided");
+      card.insertBefore(el("p", "flash live-decided", "Request " + who + "."), card.firstChild);
+      var buttons = card.querySelectorAll("button");
+      for (var i = 0; i < buttons.length; i++) { buttons[i].disabled = true; }
+    } else if (inbox) {
+      banner("decided", "Request " + a.what + " was " + who + ".", "/runs/" + a.run_id, "Open the run");
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var table = document.getElementById("runs");
+    var head = document.getElementById("run-status");
+    var es = new EventSource("/api/events");
+    es.addEventListener("open", function () { root.setAttribute("data-live", "on"); });
+    es.addEventListener("error", function () { root.setAttribute("data-live", "off"); });
+    es.addEventListener("run", function (e) {
+      var r = JSON.parse(e.data);
+      if (table) { onRunInList(table, r); }
+      if (head) { onRunPage(head, r); }
+    });
+    es.addEventListener("approval", function (e) { onApproval(JSON.parse(e.data)); });
+  });
+})();

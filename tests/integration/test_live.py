@@ -1,0 +1,351 @@
+"""Live updates and webhooks over real stores: the store poller (``web/_feed``), the signed
+webhook to a loopback listener with its retry, the server-sent event stream of a served app.
+
+Runs are driven by the web tests' small loop (it parks for approval on a payment change).
+Waits poll with generous deadlines only as a safety net; nothing asserts on elapsed time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.client
+import importlib.util
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright.store import open_store
+from loopwright.web import create_app
+from loopwright.web._feed import Feed
+from loopwright.web._notify import MARKER, Notifier, NotifyConfig, verify
+
+TOKEN = "live-token-0123456789"
+SECRET = "webhook-secret-for-tests"
+LOCAL = "http://127.0.0.1"
+TASK = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "title": "", "pay": 0}}}
+
+
+def _web() -> ModuleType:
+    path = Path(__file__).with_name("test_web.py")
+    spec = importlib.util.spec_from_file_location("_live_web_helpers", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+WEB = _web()
+
+
+def park(tmp: Path, store: str, key: str) -> str:
+    """Run the web tests' loop on ``store`` until it parks for approval; its run id."""
+    if not (tmp / "web.toml").exists():
+        (tmp / "webloop.py").write_text(WEB.LOOP_MODULE)
+        (tmp / "web.toml").write_text(WEB.SPEC)
+    loop = lw.load_spec(tmp / "web.toml")
+    with lw.Runtime(store) as rt:
+        res = rt.run_sync(loop, TASK, task_key=key)
+    assert res.status == "awaiting_approval"
+    return res.run_id
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+    """``check()``'s first truthy value, polled; fails naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "live.db")
+
+
+def test_feed_follows_new_runs_requests_and_decisions(store_url: str, tmp_path: Path) -> None:
+    st = open_store(store_url)
+    try:
+        feed = Feed(st)
+        assert feed.poll() == []  # the first look only records where things stand
+        run_id = park(tmp_path, store_url, "first")
+        got = {(c.kind, c.new): c for c in feed.poll()}
+        assert set(got) == {("run", True), ("approval", True)}
+        run, req = got["run", True].run, got["approval", True].approval
+        assert run is not None and run.run_id == run_id and run.status == "awaiting_approval"
+        assert req is not None and req.run_id == run_id and req.status == "pending"
+        assert feed.poll() == []  # nothing changed since
+        with lw.Runtime(store_url) as rt:
+            rt.approve(run_id, by="ana")
+            rt.resume_sync(run_id, lw.load_spec(tmp_path / "web.toml"))
+        changes = feed.poll()
+        kinds = {
+            (c.kind, c.run.status if c.run else c.approval.status if c.approval else "")
+            for c in changes
+        }
+        assert kinds == {("run", "accepted"), ("approval", "approved")}, kinds
+        # Browsers get the changes after the id they saw last; the first look gave none.
+        assert [c.seq for c in feed.after(0)] == [1, 2, *(c.seq for c in changes)]
+        # The marks: open runs and the runs created since; an ended old run is not read.
+        assert [m.run_id for m in st.run_marks(created_since=0)] == [run_id]
+        assert st.run_marks(created_since=time.time() + 3600) == []
+        assert st.pending_approval_marks() == []
+        # A second server starting now gets no request left to notify.
+        fresh = Feed(st)
+        assert fresh.poll() == []
+    finally:
+        st.close()
+
+
+class Listener:
+    """A loopback webhook receiver answering with the given statuses, then 200."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = list(statuses)
+        self.got: list[tuple[int, dict[str, str], bytes]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                status = outer.statuses.pop(0) if outer.statuses else 200
+                outer.got.append((status, dict(self.headers.items()), body))
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T0/B0/secretpath"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    lst = Listener([500])
+    try:
+        yield lst
+    finally:
+        lst.close()
+
+
+def _markers(store: str, run_id: str) -> list[dict[str, Any]]:
+    st = open_store(store)
+    try:
+        return [e.data for e in st.events_of_kind(run_id, MARKER)]
+    finally:
+        st.close()
+
+
+def test_webhook_signed_retried_and_sent_once(
+    listener: Listener, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    cfg = dataclasses.replace(
+        NotifyConfig.of([listener.url], secret=SECRET, link_base="http://dash.example:8321"),
+        first_wait_s=0.05,
+    )
+    app = create_app(store, token=TOKEN, notify=cfg)
+    with TestClient(app, base_url=LOCAL):  # the lifespan starts the poller and the notifier
+        run_id = park(tmp_path, store, "to-notify")  # as if another process ran it
+        until(lambda: len(listener.got) >= 2, "the webhook and its retry")
+        marks = until(lambda: _markers(store, run_id), "the delivery marker")
+    (first, _, body1), (second, headers, body) = listener.got[:2]
+    assert (first, second) == (500, 200) and body1 == body  # retried, the same message
+    assert verify(
+        SECRET, body, headers["X-Loopwright-Timestamp"], headers["X-Loopwright-Signature"]
+    )
+    assert headers["X-Loopwright-Event"] == "approval_requested"
+    msg = json.loads(body)
+    approval = open_store(store).approvals(run_id=run_id)[0]
+    assert msg["approval_id"] == approval.approval_id and msg["run_id"] == run_id
+    assert msg["kind"] == "risk" and msg["url"].startswith("http://dash.example:8321/approvals?q=")
+    assert msg["url"] in msg["text"] and msg["what"] == approval.what
+    assert len(listener.got) == 2  # delivered: not posted again
+    assert marks == [
+        {"key": f"approval:{approval.approval_id}", "target": marks[0]["target"], "attempts": 2}
+    ]
+    # Neither the secret nor the webhook's path reaches the store or the log.
+    every = json.dumps([e.to_dict() for e in open_store(store).events(run_id)])
+    logged = caplog.text
+    for secret in (SECRET, "secretpath"):
+        assert secret not in every and secret not in logged
+    assert "HTTP 500" in logged
+
+    # A restarted server finds the request delivered to this URL and posts nothing; a new URL
+    # still gets it (so the check above can fail).
+    posted: list[str] = []
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+        posted.append(url)
+        return 200
+
+    st = open_store(store)
+    try:
+        for urls in ([listener.url], ["http://elsewhere.example/hook"]):
+            feed = Feed(st)
+            notifier = Notifier(st, NotifyConfig.of(urls, secret=SECRET), post=post)
+            feed.listen(notifier)
+            feed.poll()
+            notifier.drain()
+        assert posted == ["http://elsewhere.example/hook"]
+    finally:
+        st.close()
+
+
+def test_webhook_gives_up_on_a_client_error_and_never_raises(tmp_path: Path) -> None:
+    store = str(tmp_path / "live.db")
+    run_id = park(tmp_path, store, "refused")
+    lst = Listener([404])
+    st = open_store(store)
+    try:
+        feed = Feed(st)
+        notifier = Notifier(st, NotifyConfig.of([lst.url]))
+        feed.listen(notifier)
+        feed.poll()  # the pending request is in the first look
+        notifier.drain()
+        assert [s for s, _, _ in lst.got] == [404]  # not retried: the receiver refused it
+        assert notifier.failed == 1 and st.events_of_kind(run_id, MARKER) == []
+        assert "X-Loopwright-Signature" not in lst.got[0][1]  # no secret: unsigned
+    finally:
+        st.close()
+        lst.close()
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[int]:
+    """``app`` under uvicorn on a free loopback port, in this process; yields the port."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        until(lambda: server.started, "uvicorn to start")
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def read_events(
+    resp: http.client.HTTPResponse, want: Callable[[str, dict[str, Any]], bool]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Events read from the stream until one satisfies ``want``."""
+    got: list[tuple[str, dict[str, Any]]] = []
+    kind = ""
+    while True:
+        line = resp.readline().decode()
+        if not line:
+            pytest.fail(f"the stream ended; events so far: {got}")
+        if line.startswith("event: "):
+            kind = line[7:].strip()
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            got.append((kind, data))
+            if want(kind, data):
+                return got
+
+
+def test_event_stream_sends_run_and_request_changes(tmp_path: Path) -> None:
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN)
+    with served(app) as port:
+        until(app.state.feed.ready.is_set, "the poller's first look")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("GET", "/api/events", headers={"Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        assert resp.readline() == b"retry: 3000\n"
+        run_id = park(tmp_path, store, "streamed")
+        got = read_events(resp, lambda k, d: k == "approval" and d["run_id"] == run_id)
+        runs = [d for k, d in got if k == "run"]
+        assert runs and runs[0]["run_id"] == run_id and runs[0]["new"] is True
+        assert "task" not in runs[0] and "evidence" not in got[-1][1]  # summaries only
+        assert got[-1][1]["status"] == "pending" and got[-1][1]["new"] is True
+        with lw.Runtime(store) as rt:
+            rt.deny(run_id, by="bea", note="no")
+        got = read_events(resp, lambda k, d: k == "approval" and d["status"] == "denied")
+        assert got[-1][1]["decided_by"] == "bea"
+        conn.close()
+
+
+def test_event_stream_needs_the_token_where_reads_do(tmp_path: Path) -> None:
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN, require_token_for_reads=True)
+    c = TestClient(app, base_url=LOCAL)
+    r = c.get("/api/events")
+    assert r.status_code == 401 and r.json() == {"detail": "token required"}
+    assert (
+        "/api/events"
+        in c.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()["paths"]
+    )
+
+
+def test_a_worker_notifies_the_requests_its_runs_raise(listener: Listener, tmp_path: Path) -> None:
+    """`loopwright worker --notify`: the run it drives parks; the request is posted (after one
+    500) before the worker exits, signed, linking to the dashboard named."""
+    import os
+    import subprocess
+    import sys
+
+    store = str(tmp_path / "live.db")
+    (tmp_path / "webloop.py").write_text(WEB.LOOP_MODULE)
+    (tmp_path / "web.toml").write_text(WEB.SPEC)
+    with lw.Runtime(store) as rt:
+        run_id = rt.create(lw.load_spec(tmp_path / "web.toml"), TASK, task_key="by-worker")[
+            0
+        ].run_id
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    env = {**os.environ, "LOOPWRIGHT_NOTIFY_SECRET": SECRET, "LOOPWRIGHT_NOTIFY": listener.url}
+    done = subprocess.run(
+        [exe, "worker", "--once", "--store", store, "--dashboard-url", "http://dash.example/"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "webhooks: new approval requests to http://127.0.0.1:" in done.stdout
+    assert "secretpath" not in done.stdout + done.stderr
+    assert [s for s, _, _ in listener.got] == [500, 200]
+    _, headers, body = listener.got[-1]
+    ts, sig = headers["X-Loopwright-Timestamp"], headers["X-Loopwright-Signature"]
+    assert verify(SECRET, body, ts, sig)
+    msg = json.loads(body)
+    assert msg["run_id"] == run_id and msg["url"].startswith("http://dash.example/approvals?q=")
+    assert _markers(store, run_id)[0]["attempts"] == 2

@@ -1,0 +1,171 @@
+"""Webhook signatures and bodies (loopwright.web._notify): what a receiver relies on."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from loopwright._errors import ConfigError
+from loopwright.store import Approval, RunRecord
+from loopwright.web._notify import (
+    NotifyConfig,
+    approval_body,
+    check_webhook_url,
+    run_end_body,
+    sign,
+    verify,
+)
+
+SECRET = "s3cret-for-tests"
+BODY = b'{"text":"Approval needed","approval_id":"ap-1"}'
+
+
+def test_signature_is_hmac_sha256_of_timestamp_dot_body() -> None:
+    want = hmac.new(SECRET.encode(), b"1700000000." + BODY, hashlib.sha256).hexdigest()
+    assert sign(SECRET, "1700000000", BODY) == "sha256=" + want
+
+
+def test_verify_accepts_the_signature_and_refuses_tampering() -> None:
+    ts = "1700000000"
+    sig = sign(SECRET, ts, BODY)
+    assert verify(SECRET, BODY, ts, sig, now=1700000010)
+    assert not verify(SECRET, BODY + b" ", ts, sig, now=1700000010)  # body changed
+    assert not verify("another-secret", BODY, ts, sig, now=1700000010)
+    assert not verify(SECRET, BODY, "1700000001", sig, now=1700000010)  # timestamp changed
+    assert not verify(SECRET, BODY, ts, sig.replace("sha256=", "sha1="), now=1700000010)
+    assert not verify(SECRET, BODY, "not-a-number", sig, now=1700000010)
+
+
+def test_verify_refuses_a_replay_outside_the_tolerance() -> None:
+    ts = "1700000000"
+    sig = sign(SECRET, ts, BODY)
+    assert verify(SECRET, BODY, ts, sig, now=1700000000 + 299)
+    assert not verify(SECRET, BODY, ts, sig, now=1700000000 + 301)
+    assert not verify(SECRET, BODY, ts, sig, now=1700000000 - 301)  # from the future
+    assert verify(SECRET, BODY, ts, sig, now=1700000000 + 3000, tolerance_s=3600)
+
+
+def test_verify_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    assert not verify(SECRET, BODY, "1700000000", "sha256=00", now=1700000000)
+    assert calls and calls[0][1] == b"sha256=00"
+
+
+def test_the_receiver_recipe_in_the_docs_verifies_a_real_signature() -> None:
+    """docs/ui.md's five lines, without loopwright, against what the notifier sends."""
+    ts = "1700000000"
+    headers = {"X-Loopwright-Timestamp": ts, "X-Loopwright-Signature": sign(SECRET, ts, BODY)}
+    raw, secret = BODY, SECRET.encode()
+    mac = hmac.new(secret, headers["X-Loopwright-Timestamp"].encode() + b"." + raw, "sha256")
+    ok = hmac.compare_digest("sha256=" + mac.hexdigest(), headers["X-Loopwright-Signature"])
+    assert ok
+
+
+def _approval(**kw: object) -> Approval:
+    base: dict[str, object] = {
+        "approval_id": "ap-0123456789",
+        "run_id": "ab" * 16,
+        "cycle": 2,
+        "kind": "risk",
+        "rule": "payment_change",
+        "what": "change doc/pay\nto 10",
+        "why": "touches doc/pay",
+        "evidence": {"effects": [{"name": "pay", "args": {"amount": 120.5, "payee": "ACME"}}]},
+        "diff": None,
+        "action_hash": "h",
+        "status": "pending",
+        "requested_at": 1700000000.0,
+        "expires_at": 1700003600.0,
+        "decided_by": None,
+        "decided_at": None,
+        "note": None,
+    }
+    base.update(kw)
+    return Approval(**base)  # type: ignore[arg-type]
+
+
+def _run(**kw: object) -> RunRecord:
+    base: dict[str, object] = {
+        "run_id": "ab" * 16,
+        "task_key": "INV-7",
+        "loop_name": "invoices",
+        "project": "ap",
+        "status": "awaiting_approval",
+        "stop_reason": None,
+        "cycle": 2,
+        "best_score": 0.5,
+        "cost_usd": 0.25,
+        "tokens": 10,
+        "seconds": 1.0,
+        "spec_ref": None,
+        "loop_version": None,
+        "contract": {},
+        "task": {},
+        "packet": None,
+        "created_at": 1700000000.0,
+        "updated_at": 1700000000.0,
+        "ended_at": None,
+        "cancel_requested": False,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "fencing_token": 1,
+        "last_seq": 1,
+    }
+    base.update(kw)
+    return RunRecord(**base)  # type: ignore[arg-type]
+
+
+def test_approval_body_is_a_chat_message_with_structured_fields() -> None:
+    body = approval_body(_approval(), _run(), "http://dash.example:8321")
+    assert body["event"] == "approval_requested"
+    url = "http://dash.example:8321/approvals?q=ap-0123456789"
+    assert body["url"] == url
+    text = body["text"]
+    assert "\n" not in text and text.endswith(url)
+    assert "change doc/pay to 10" in text and "INV-7" in text and "payment_change" in text
+    assert "pay(amount=120.5, payee=ACME)" in text
+    assert body["summary"] == "pay(amount=120.5, payee=ACME)"
+    assert body["effects"] == [{"name": "pay", "args": {"amount": 120.5, "payee": "ACME"}}]
+    assert body["expires_at"] == "2023-11-14T23:13:20Z"
+    assert (body["approval_id"], body["run_id"], body["kind"]) == (
+        "ap-0123456789",
+        "ab" * 16,
+        "risk",
+    )
+    json.dumps(body)  # all of it is JSON
+
+
+def test_approval_body_without_a_dashboard_names_the_command() -> None:
+    body = approval_body(_approval(evidence={}, expires_at=None), None, None)
+    assert body["url"] is None and body["summary"] is None
+    assert body["text"].endswith("loopwright show " + "ab" * 6)
+
+
+def test_run_end_body_says_how_it_ended() -> None:
+    rec = _run(status="escalated", stop_reason="escalated", packet={"stop_cause": "denied by bea"})
+    body = run_end_body(rec, "http://h:1")
+    assert body["event"] == "run_ended" and body["status"] == "escalated"
+    assert "denied by bea" in body["text"] and body["url"] == "http://h:1/runs/" + "ab" * 16
+
+
+def test_bad_urls_are_one_line_mistakes() -> None:
+    for bad in ("hooks.example.com/x", "ftp://h/x", "http://", ""):
+        with pytest.raises(ConfigError, match="not an http"):
+            check_webhook_url(bad)
+    with pytest.raises(ConfigError, match="must not be empty"):
+        NotifyConfig.of(["http://h/x"], secret=" ")
+
+
+def test_the_secret_is_not_in_the_config_repr() -> None:
+    cfg = NotifyConfig.of(["http://h/x", "http://h/x"], secret=SECRET)
+    assert SECRET not in repr(cfg) and cfg.urls == ("http://h/x",)
