@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ConflictError,
         EffectKeyHeld,
         LoopwrightError,
+        NotPermittedError,
         RunNotFoundError,
         SpecError,
         StaleLeaseError,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from ._loop import Check, Loop
     from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
     from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
-    from ._policy import ApprovalPolicy, PolicyRule
+    from ._policy import ApprovalPolicy, EarnedAuthority, PolicyRule
     from ._proposal import Context, Edit, Proposal, Remaining, Verdict
     from ._question import Question
     from ._retry import (
@@ -71,6 +72,7 @@ __all__ = [
     "ConflictError",
     "Context",
     "Contract",
+    "EarnedAuthority",
     "Edit",
     "Effect",
     "EffectCall",
@@ -87,6 +89,7 @@ __all__ = [
     "Metrics",
     "NeedsHumanError",
     "NoProgress",
+    "NotPermittedError",
     "Part",
     "PermanentError",
     "PlanStep",
@@ -125,11 +128,11 @@ _LAZY_FROM = {
     "._contract": "RUN_STATUSES STOP_REASONS Budget Contract Escalation MarginalReturn NoProgress RiskRule StopReason Success",
     "._effects": "EFFECT_KINDS Effect EffectCall EffectResult effect",
     "._engine": "RunResult Runtime",
-    "._errors": "ApprovalError ConfigError ConflictError LoopwrightError RunNotFoundError SpecError StaleLeaseError StoreCorruptError StoreError StoreUnavailableError EffectKeyHeld",
+    "._errors": "ApprovalError ConfigError ConflictError LoopwrightError RunNotFoundError SpecError StaleLeaseError StoreCorruptError StoreError StoreUnavailableError EffectKeyHeld NotPermittedError",
     "._loop": "Check Loop",
     "._memory": "DEFAULT_STRENGTH FeedbackMemory MemoryItem MemoryNotFoundError",
     "._metrics": "METRIC_NAMES Metrics RunMetrics compute_metrics",
-    "._policy": "ApprovalPolicy PolicyRule",
+    "._policy": "ApprovalPolicy EarnedAuthority PolicyRule",
     "._proposal": "Context Edit Proposal Remaining Verdict",
     "._question": "Question",
     "._retry": "NeedsHumanError PermanentError RetryPolicy TransientError classify",

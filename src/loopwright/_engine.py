@@ -25,6 +25,7 @@ from typing import Any
 
 from . import _decide as rules
 from . import _state_codec as codec
+from ._authority import note_policy
 from ._checkpoint import Checkpoints
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
@@ -176,8 +177,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         *,
         task_key: str | None = None,
         project: str | None = None,
+        by: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Create the run for ``task_key`` (or return the existing one) without executing it."""
+        """Create the run for ``task_key`` (or return the existing one) without executing it.
+        ``by``: the person starting it (the requester: with separation of duties they cannot
+        approve its requests)."""
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
         task = dict(redact(dict(task or {})))
@@ -197,7 +201,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()
-        return self.store.create_run(
+        made = self.store.create_run(
             run_id=uuid.uuid4().hex[:16],
             task_key=key,
             loop_name=loop.name,
@@ -208,7 +212,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
             task=task,
             initial_state=codec.head(state),
             initial_versions=codec.unwritten_versions(state, {})[0],
+            created_by=by.strip() if by and by.strip() else None,
         )
+        if made[1]:
+            note_policy(self.store, loop, by=by)
+        return made
 
     async def run(
         self,
@@ -217,10 +225,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         *,
         task_key: str | None = None,
         project: str | None = None,
+        by: str | None = None,
     ) -> RunResult:
         """Start (or, for an existing ``task_key``, continue) a run and drive it until it ends
-        or parks for approval."""
-        record, _ = self.create(loop, task, task_key=task_key, project=project)
+        or parks for approval. ``by``: who starts it (see ``create``)."""
+        record, _ = self.create(loop, task, task_key=task_key, project=project, by=by)
         return await self.resume(record.run_id, loop)
 
     def run_sync(
@@ -230,8 +239,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         *,
         task_key: str | None = None,
         project: str | None = None,
+        by: str | None = None,
     ) -> RunResult:
-        return _sync(self.run(loop, task, task_key=task_key, project=project))
+        return _sync(self.run(loop, task, task_key=task_key, project=project, by=by))
 
     async def run_many(
         self,

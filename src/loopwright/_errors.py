@@ -28,6 +28,7 @@ __all__ = [
     "ConflictError",
     "EffectKeyHeld",
     "LoopwrightError",
+    "NotPermittedError",
     "RunNotFoundError",
     "SpecError",
     "StaleLeaseError",
@@ -101,3 +102,8 @@ class RunNotFoundError(LoopwrightError, LookupError):
 
 class ApprovalError(LoopwrightError):
     """An approval decision that cannot be applied (unknown, or already decided)."""
+
+
+class NotPermittedError(LoopwrightError):
+    """A person tried what their roles, limits or the approval rule do not allow (refused and
+    recorded in the audit log; CLI exit 2, HTTP 403)."""

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ._authority import operate
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
@@ -48,12 +49,16 @@ class Forking(RuntimeHost):
         contract: Contract | None = None,
         loop: Loop | None = None,
         task_key: str | None = None,
+        by: str | None = None,
+        origin: str = "python",
     ) -> RunRecord:
         """A new run from the state ``run_id`` had after cycle ``at_cycle`` (0: its start),
         linked to it (``forked_from``/``forked_at``). ``contract`` (else ``loop``'s, else the
         origin's) governs it; ``loop`` names its loop (else the origin's). Run it with
-        ``resume``. The origin is not changed."""
+        ``resume``. The origin is not changed. ``by``: who forks it (an operator, in a store
+        with users; they are the new run's requester)."""
         rec = self.store.get_run(run_id)
+        operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
         ck = concluded_at(self.store.checkpoints(rec.run_id), rec.run_id, at_cycle, "at_cycle")
@@ -86,6 +91,7 @@ class Forking(RuntimeHost):
             forked_from=(rec.run_id, at_cycle),
             inherited=inherited,
             initial_rejected=rejected,
+            created_by=by.strip() if by and by.strip() else None,
         )
         if not created:
             raise ConfigError(f"task key {key!r} is taken by run {new.run_id}", field="task_key")
@@ -99,6 +105,7 @@ class Forking(RuntimeHost):
         *,
         by: str,
         note: str | None = None,
+        origin: str = "python",
     ) -> RunRecord:
         """A person's version of part ``ref`` (``artifact/part``): accepted, recorded (event
         with the diff, a note for the next context, an ``edit`` memory signal in the task's
@@ -108,6 +115,7 @@ class Forking(RuntimeHost):
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
         rec = self.store.get_run(run_id)
+        operate(self.store, by, "edit", f"run {rec.run_id}", origin=origin, part=ref, note=note)
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         except ConflictError:

@@ -95,6 +95,7 @@ class Parking(RuntimeHost):
             what=what,
             why=why,
             evidence={
+                "who": _who(needs),
                 "needs": needs,
                 "question": ask.to_dict() if ask is not None else None,
                 "findings": [f.to_dict() for v in visible.values() for f in v.findings],
@@ -241,3 +242,16 @@ def _diff(state: TaskState, proposal: Proposal) -> str:
         old = "∅" if p is None else repr(p.value)
         lines.append(f"- {e.ref}: {old}\n+ {e.ref}: {e.value!r}")
     return "\n".join(lines)
+
+
+def _who(needs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Who may decide a request that covers these needs: every role any of their rules
+    names, the most approvers any asks for, separation if any asks for it."""
+    rules = [n["who"] for n in needs if n.get("who")]
+    roles = sorted({str(r["role"]) for r in rules if r.get("role")})
+    return {
+        "role": ", ".join(roles) or None,
+        "roles": roles,
+        "approvers": max([int(r.get("approvers") or 1) for r in rules] or [1]),
+        "separate": any(bool(r.get("separate")) for r in rules),
+    }

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._authority import audit, check_decision, operate
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
@@ -65,17 +66,39 @@ class Decisions(RuntimeHost):
         return pending[0]
 
     def approve(
-        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+        self,
+        run_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+        approval_id: str | None = None,
+        origin: str = "python",
     ) -> Approval:
-        """Approve the run's pending request; ``resume`` then continues where it parked."""
-        return self._decide(run_id, "approved", by=by, note=note, approval_id=approval_id)
+        """Approve the run's pending request; ``resume`` then continues where it parked.
+
+        When the request's rule needs several approvers, this records ``by``'s vote and
+        returns the request still ``pending`` until enough distinct people have approved.
+        In a store with users, ``by`` must be a user allowed to decide it
+        (``NotPermittedError`` otherwise; docs/permissions.md). ``origin`` says from where,
+        for the audit log."""
+        return self._decide(
+            run_id, "approved", by=by, note=note, approval_id=approval_id, origin=origin
+        )
 
     def deny(
-        self, run_id: str, *, by: str, note: str | None = None, approval_id: str | None = None
+        self,
+        run_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+        approval_id: str | None = None,
+        origin: str = "python",
     ) -> Approval:
         """Deny the run's pending request (or decline its question); on ``resume`` the run
-        escalates."""
-        return self._decide(run_id, "denied", by=by, note=note, approval_id=approval_id)
+        escalates. One denial is final, whatever number of approvers the rule needs."""
+        return self._decide(
+            run_id, "denied", by=by, note=note, approval_id=approval_id, origin=origin
+        )
 
     def answer(
         self,
@@ -85,11 +108,18 @@ class Decisions(RuntimeHost):
         by: str,
         note: str | None = None,
         approval_id: str | None = None,
+        origin: str = "python",
     ) -> Approval:
         """Answer the run's pending question; the answer is validated against the question
         and reaches the next cycle's context when the run resumes."""
         return self._decide(
-            run_id, "answered", by=by, note=note, approval_id=approval_id, answer=answer
+            run_id,
+            "answered",
+            by=by,
+            note=note,
+            approval_id=approval_id,
+            answer=answer,
+            origin=origin,
         )
 
     def _decide(
@@ -101,10 +131,27 @@ class Decisions(RuntimeHost):
         note: str | None,
         approval_id: str | None,
         answer: Any = None,
+        origin: str = "python",
     ) -> Approval:
         if not by or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
-        req = self.pending_approval(run_id, approval_id)
+        who = by.strip()
+        try:
+            req = self.pending_approval(run_id, approval_id)
+        except ApprovalError as exc:
+            verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
+            audit(
+                self.store,
+                who,
+                verb,
+                f"run {run_id}",
+                outcome="refused",
+                origin=origin,
+                reason=str(exc),
+            )
+            raise
+        run = self.store.get_run(req.run_id)
+        rule = check_decision(self.store, req, run, who, status, origin=origin)
         if req.expires_at is not None and req.expires_at < time.time():
             with contextlib.suppress(ApprovalError):
                 self.store.decide_approval(
@@ -132,11 +179,40 @@ class Decisions(RuntimeHost):
                 f"request {req.approval_id} is a question ({question.get('text')}): answer it "
                 "(loopwright answer RUN TEXT), or deny it to escalate"
             )
+        target = f"request {req.approval_id}"
+        detail: dict[str, Any] = {"run": req.run_id, "kind": req.kind, "what": req.what}
+        detail["note"] = note
+        verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
+        needed = int(rule.get("approvers") or 1)
+        if status == "approved" and needed > 1:
+            votes = self.store.add_vote(req.approval_id, who, note=note, now=time.time())
+            names = [v.by for v in votes]
+            audit(
+                self.store,
+                who,
+                verb,
+                target,
+                origin=origin,
+                **detail,
+                votes=f"{len(names)} of {needed}",
+            )
+            if len(names) < needed:
+                return self.pending_approval(req.run_id, req.approval_id)
+            who = ", ".join(names)
+        else:
+            audit(self.store, who, verb, target, origin=origin, **detail)
         return self.store.decide_approval(
-            req.approval_id, status=status, by=by.strip(), note=note, now=time.time(), answer=answer
+            req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
         )
 
-    def cancel(self, run_id: str, *, by: str | None = None, loop: Loop | None = None) -> RunRecord:
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        by: str | None = None,
+        loop: Loop | None = None,
+        origin: str = "python",
+    ) -> RunRecord:
         """Cancel a run. A run executing elsewhere stops at its next cycle boundary; a parked or
         interrupted one is ended now, with its packet. With the ``loop``, the compensations of
         the run's completed effects are offered through the approval policy (they run on the
@@ -144,6 +220,7 @@ class Decisions(RuntimeHost):
         rec = self.store.get_run(run_id)
         if rec.status in TERMINAL_STATUSES:
             return rec
+        operate(self.store, by, "cancel", f"run {rec.run_id}", origin=origin)
         self.store.request_cancel(rec.run_id)
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
@@ -263,7 +340,13 @@ class Decisions(RuntimeHost):
                 )
 
     def rollback(
-        self, run_id: str, to_cycle: int, *, by: str, loop: Loop | None = None
+        self,
+        run_id: str,
+        to_cycle: int,
+        *,
+        by: str,
+        loop: Loop | None = None,
+        origin: str = "python",
     ) -> RunRecord:
         """Restore the artifacts (and findings, plan, best score) of cycle ``to_cycle``'s
         checkpoint and reopen the run; accounting, notes and history are kept. The
@@ -272,6 +355,7 @@ class Decisions(RuntimeHost):
         if not by or not by.strip():
             raise ConfigError("a rollback needs the name of who asked for it", field="by")
         rec = self.store.get_run(run_id)
+        operate(self.store, by, "rollback", f"run {rec.run_id}", origin=origin, to_cycle=to_cycle)
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         except ConflictError:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ._effects import EFFECT_KINDS
 from ._errors import ConfigError
 
-__all__ = ["Action", "ApprovalPolicy", "PolicyDecision", "PolicyRule"]
+__all__ = ["Action", "ApprovalPolicy", "EarnedAuthority", "PolicyDecision", "PolicyRule"]
 
 Action = Literal["allow", "require", "deny"]
 _ACTIONS = ("allow", "require", "deny")
@@ -44,6 +44,11 @@ class PolicyRule:
         when: a callable ``args -> bool`` for anything else.
         reason: why, in words, for the approval request.
         expires_after_s: a request this rule raises expires (and escalates) after this long.
+        role: only a person holding this role (as well as ``approver``) may decide a request
+            this rule raises (docs/permissions.md).
+        approvers: how many distinct people must approve (a denial by any one is final).
+        separate: separation of duties — the person who started the run or edited its parts
+            cannot decide. Implied by ``approvers`` of 2 or more.
     """
 
     kind: str
@@ -56,9 +61,25 @@ class PolicyRule:
     when: Condition | None = None
     reason: str = ""
     expires_after_s: float | None = None
+    role: str | None = None
+    approvers: int = 1
+    separate: bool = False
 
     def __post_init__(self) -> None:
         where = f"approvals.{self.name or self.kind}"
+        if self.role is not None and (not isinstance(self.role, str) or not self.role.strip()):
+            raise ConfigError("must be a role name", field=f"{where}.role")
+        if (
+            isinstance(self.approvers, bool)
+            or not isinstance(self.approvers, int)
+            or not 1 <= self.approvers <= 10
+        ):
+            raise ConfigError(
+                f"must be a whole number from 1 to 10, got {self.approvers!r}",
+                field=f"{where}.approvers",
+            )
+        if not isinstance(self.separate, bool):
+            raise ConfigError("must be true or false", field=f"{where}.separate")
         if not isinstance(self.kind, str) or not self.kind:
             raise ConfigError("every rule needs a kind ('*' for any)", field=f"{where}.kind")
         if self.action not in _ACTIONS:
@@ -117,6 +138,15 @@ class PolicyRule:
         verb = {"allow": "are allowed", "require": "need approval", "deny": "are denied"}
         return " ".join(parts) + f" {verb[self.action]} (rule {self.name})"
 
+    def who(self) -> dict[str, Any]:
+        """Who may decide a request this rule raises, as stored with the request."""
+        return {
+            "role": self.role,
+            "approvers": self.approvers,
+            "separate": self.separate or self.approvers > 1,
+            "field": self.field,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
@@ -124,6 +154,82 @@ class PolicyDecision:
     rule: str | None
     why: str
     expires_after_s: float | None = None
+    who: Mapping[str, Any] | None = None  # who may decide (``PolicyRule.who``); None: anyone
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EarnedAuthority:
+    """Authority a loop earns by its record (``[[authority]]`` in a spec; docs/permissions.md).
+
+    Once this loop (name and version) has had ``after`` actions of ``kind`` approved by people
+    with no denial, compensation or held-out failure since, its actions of that kind with
+    ``args[field] <= up_to`` that a rule sends to a person are approved by ``policy:earned``
+    instead, with the approvals that earned it as evidence. Any denial of that kind,
+    compensation of that kind, or held-out failure of an accepted run of the loop revokes it
+    at once; it is then earned again from zero.
+    """
+
+    kind: str
+    after: int
+    up_to: float
+    field: str = "amount"
+
+    def __post_init__(self) -> None:
+        where = f"authority.{self.kind}"
+        if not isinstance(self.kind, str) or not self.kind or self.kind == "*":
+            raise ConfigError("must name one effect kind", field=f"{where}.kind")
+        if isinstance(self.after, bool) or not isinstance(self.after, int) or self.after < 1:
+            raise ConfigError(
+                f"must be a whole number >= 1, got {self.after!r}", field=f"{where}.after"
+            )
+        if (
+            isinstance(self.up_to, bool)
+            or not isinstance(self.up_to, int | float)
+            or math.isnan(self.up_to)
+            or self.up_to < 0
+        ):
+            raise ConfigError(f"must be a number >= 0, got {self.up_to!r}", field=f"{where}.up_to")
+
+    def covers(self, kind: str, args: Mapping[str, Any]) -> bool:
+        """Whether an action of ``kind`` with ``args`` is within this grant's limit."""
+        value = args.get(self.field)
+        return (
+            kind == self.kind
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not math.isnan(value)
+            and value <= self.up_to
+        )
+
+    @classmethod
+    def from_tables(cls, tables: Any) -> tuple[EarnedAuthority, ...]:
+        """From the ``[[authority]]`` tables of a spec."""
+        if tables is None:
+            return ()
+        if isinstance(tables, Mapping) or not isinstance(tables, list | tuple):
+            raise ConfigError("must be an array of tables ([[authority]])", field="authority")
+        known = {"kind", "after", "up_to", "field"}
+        out = []
+        for i, t in enumerate(tables):
+            if not isinstance(t, Mapping):
+                raise ConfigError("must be a table", field=f"authority[{i}]")
+            extra = sorted(set(t) - known)
+            if extra:
+                raise ConfigError(
+                    f"unknown key {extra[0]!r}; expected one of {sorted(known)}",
+                    field=f"authority[{i}].{extra[0]}",
+                )
+            missing = sorted({"kind", "after", "up_to"} - set(t))
+            if missing:
+                raise ConfigError(f"missing {missing[0]!r}", field=f"authority[{i}]")
+            out.append(cls(**dict(t)))
+        kinds = [e.kind for e in out]
+        if len(set(kinds)) != len(kinds):
+            raise ConfigError("one [[authority]] table per kind", field="authority")
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "after": self.after, "up_to": self.up_to, "field": self.field}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +237,7 @@ class ApprovalPolicy:
     """Ordered rules; the first match decides (see the module docs for the defaults)."""
 
     rules: tuple[PolicyRule, ...] = ()
+    earned: tuple[EarnedAuthority, ...] = ()  # off unless given (docs/permissions.md)
 
     def __post_init__(self) -> None:
         names = [r.name for r in self.rules]
@@ -149,7 +256,11 @@ class ApprovalPolicy:
                 )
             if hit:
                 return PolicyDecision(
-                    rule.action, rule.name, rule.explain(kind, args), rule.expires_after_s
+                    rule.action,
+                    rule.name,
+                    rule.explain(kind, args),
+                    rule.expires_after_s,
+                    rule.who() if rule.action == "require" else None,
                 )
         return None
 
@@ -166,11 +277,21 @@ class ApprovalPolicy:
         )
         return PolicyDecision(action, None, why)
 
+    def earned_for(self, kind: str, args: Mapping[str, Any]) -> EarnedAuthority | None:
+        """The earned-authority grant that could cover this action, if the policy has one."""
+        for e in self.earned:
+            if e.covers(kind, args):
+                return e
+        return None
+
     @classmethod
-    def from_rules(cls, rules: Sequence[Mapping[str, Any]] | None) -> ApprovalPolicy:
-        """From the ``[[approvals]]`` tables of a spec."""
+    def from_rules(
+        cls, rules: Sequence[Mapping[str, Any]] | None, authority: Any = None
+    ) -> ApprovalPolicy:
+        """From the ``[[approvals]]`` (and ``[[authority]]``) tables of a spec."""
+        earned = EarnedAuthority.from_tables(authority)
         if rules is None:
-            return cls()
+            return cls(earned=earned)
         if isinstance(rules, Mapping) or not isinstance(rules, list | tuple):
             raise ConfigError("must be an array of tables ([[approvals]])", field="approvals")
         known = set(PolicyRule.__dataclass_fields__) - {"when"}
@@ -195,7 +316,7 @@ class ApprovalPolicy:
                     text = text[len(name) + 2 :]
                 leaf = name.rsplit(".", 1)[-1] if "." in name else ""
                 raise ConfigError(text, field=f"{where}.{leaf}" if leaf else where) from None
-        return cls(tuple(built))
+        return cls(tuple(built), earned)
 
     def to_list(self) -> list[dict[str, Any]]:
         return [
@@ -209,6 +330,9 @@ class ApprovalPolicy:
                 "outside": list(r.outside) if r.outside is not None else None,
                 "when": getattr(r.when, "__qualname__", None) if r.when else None,
                 "expires_after_s": r.expires_after_s,
+                "role": r.role,
+                "approvers": r.approvers,
+                "separate": r.separate,
             }
             for r in self.rules
-        ]
+        ] + [{"authority": e.to_dict()} for e in self.earned]

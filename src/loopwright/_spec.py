@@ -33,6 +33,13 @@ tokens_per_minute = 200000
 kind = "spend"
 above = 10000                         # args["amount"] > 10000 (field = "amount" by default)
 action = "require"                    # allow | require | deny
+approvers = 2                         # two distinct people (never the one who started it)
+role = "finance"                      # ... each holding this role (docs/permissions.md)
+
+[[authority]]                         # earned authority: after 5 clean approvals of spend,
+kind = "spend"                        # spends up to 1000 are approved by policy:earned
+after = 5
+up_to = 1000
 ```
 """
 
@@ -70,6 +77,7 @@ _TOP = {
     "retry",
     "effects",
     "approvals",
+    "authority",
     "model",
 }
 _MODEL = {"limits"}
@@ -299,7 +307,7 @@ def load_spec(path: str | Path) -> Loop:
         _model_limits(data["model"], [actor, *(c.fn for c in checks)])
     try:
         retry = RetryPolicy.from_dict(data["retry"]) if "retry" in data else RetryPolicy()
-        approvals = ApprovalPolicy.from_rules(data.get("approvals"))
+        approvals = ApprovalPolicy.from_rules(data.get("approvals"), data.get("authority"))
     except ConfigError as exc:
         raise _as_spec_error(exc) from None
     try:

@@ -5,6 +5,8 @@ signal in the task's scope; the loop continues from it)."""
 
 from __future__ import annotations
 
+import getpass
+
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +223,10 @@ def test_cli_fork_and_edit(
     value = tmp_path / "v.txt"
     value.write_text("from a file")
     assert main(["edit", run_id, "doc/c", "--file", str(value), "--by", "ana", *store]) == 0
-    assert main(["edit", run_id, "doc/c", "--value", "x", *store]) == 2  # --by is required
+    # without --by, an open store records the OS user (docs/permissions.md)
+    assert main(["edit", run_id, "doc/c", "--value", "x", *store]) == 0
+    assert f"edited by {getpass.getuser()}" in capsys.readouterr().out
+    assert main(["edit", run_id, "doc/c", "--file", str(value), "--by", "ana", *store]) == 0
     assert main(["fork", run_id, "--at-cycle", "-1", *store]) == 2
     with lw.Runtime(db) as rt:
         assert rt.store.get_run("branch").forked_from == run_id

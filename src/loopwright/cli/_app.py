@@ -66,6 +66,8 @@ def _root(
 # Commands defined in other modules of this package, which register themselves on ``app``
 # when imported; `app_for` imports only the one a command line names.
 _ELSEWHERE = {
+    "audit": "_people_cmd",
+    "authority": "_people_cmd",
     "diff": "_diff_cmd",
     "edit": "_fork_cmd",
     "fit-stop": "_fit_cmd",
@@ -76,6 +78,7 @@ _ELSEWHERE = {
     "export": "_observe",
     "replay": "_replay_cmd",
     "ui": "_ui_cmd",
+    "users": "_people_cmd",
     "worker": "_worker_cmd",
 }
 
@@ -282,8 +285,11 @@ def _execute(
     view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
     with Runtime(store, on_progress=view.update) as rt:
         run_ids: list[str] = []
+        from ._people_cmd import starter
+
+        who = starter(rt.store)
         for t, k in zip(items, keys, strict=True):
-            rec, _ = rt.create(loop, t, task_key=k)
+            rec, _ = rt.create(loop, t, task_key=k, by=who)
             run_ids.append(rec.run_id)
             view.update(rec)
         out = console(stderr=quiet)
@@ -450,7 +456,23 @@ def approvals(
 
 
 # --- decisions -------------------------------------------------------------------------------
-ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded with the decision).")]
+ByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        help="Who decides, in a store without users (default: your OS user). With users, "
+        "your --token says who.",
+    ),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="LOOPWRIGHT_TOKEN",
+        show_envvar=False,
+        help="Your token, in a store with users (default: $LOOPWRIGHT_TOKEN).",
+    ),
+]
 NoteOpt = Annotated[str | None, typer.Option("--note", help="Why, for the record.")]
 RequestOpt = Annotated[
     str | None,
@@ -461,63 +483,81 @@ RequestOpt = Annotated[
 @app.command(short_help="Approve a run's pending request.")
 def approve(
     run_id: RunArg,
-    by: ByOpt,
+    by: ByOpt = None,
     note: NoteOpt = None,
     request: RequestOpt = None,
     resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
-    """Approve a run's pending request; `loopwright resume RUN` then continues where it parked."""
-    _decide(run_id, "approve", by, note, resume_now, store, request)
+    """Approve a run's pending request; `loopwright resume RUN` then continues where it parked.
+    A request that needs several approvers stays pending until enough people approved it."""
+    _decide(run_id, "approve", by, note, resume_now, store, request, token=token)
 
 
 @app.command(short_help="Deny a run's pending request (or decline its question).")
 def deny(
     run_id: RunArg,
-    by: ByOpt,
+    by: ByOpt = None,
     note: NoteOpt = None,
     request: RequestOpt = None,
     resume_now: Annotated[bool, typer.Option("--resume", help="End the run now.")] = False,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Deny a run's pending request (or decline its question); on resume the run escalates."""
-    _decide(run_id, "deny", by, note, resume_now, store, request)
+    _decide(run_id, "deny", by, note, resume_now, store, request, token=token)
 
 
 @app.command(short_help="Answer a run's pending question.")
 def answer(
     run_id: RunArg,
     text: Annotated[str, typer.Argument(metavar="ANSWER", help="The answer to the question.")],
-    by: ByOpt,
+    by: ByOpt = None,
     note: NoteOpt = None,
     request: RequestOpt = None,
     resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Answer a run's pending question; the answer reaches the next cycle's context."""
-    _decide(run_id, "answer", by, note, resume_now, store, request, text)
+    _decide(run_id, "answer", by, note, resume_now, store, request, text, token=token)
 
 
 def _decide(
     run_id: str,
     how: str,
-    by: str,
+    by: str | None,
     note: str | None,
     resume_now: bool,
     store: str | None,
     request: str | None,
     text: str | None = None,
+    *,
+    token: str | None = None,
 ) -> None:
     from .._engine import Runtime
+    from ._people_cmd import acting_as
     from ._render import console
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
+        who = acting_as(rt.store, by, token, action=how)
         if how == "answer":
-            decided = rt.answer(rec.run_id, text, by=by, note=note, approval_id=request)
+            decided = rt.answer(
+                rec.run_id, text, by=who, note=note, approval_id=request, origin="cli"
+            )
         else:
             fn = rt.approve if how == "approve" else rt.deny
-            decided = fn(rec.run_id, by=by, note=note, approval_id=request)
+            decided = fn(rec.run_id, by=who, note=note, approval_id=request, origin="cli")
+        if decided.status == "pending":
+            votes = rt.store.votes(decided.approval_id)
+            need = int((decided.evidence.get("who") or {}).get("approvers") or 1)
+            console().print(
+                f"{who} approved {decided.approval_id} ({len(votes)} of {need} approvers); it "
+                "waits for another person"
+            )
+            return
         console().print(
             f"{decided.status} {decided.approval_id} for run {rec.run_id[:12]} by "
             f"{decided.decided_by}"
@@ -537,6 +577,7 @@ def cancel(
     run_id: RunArg,
     by: Annotated[str | None, typer.Option("--by", help="Who cancels (for the record).")] = None,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Cancel a run; the compensations of its completed effects are offered.
 
@@ -554,7 +595,10 @@ def cancel(
                 f"run {before.run_id[:12]} already ended ({before.status}); nothing to cancel",
                 field="RUN",
             )
-        rec = rt.cancel(before.run_id, by=by, loop=_loop_or_none(before))
+        from ._people_cmd import acting_as
+
+        who = acting_as(rt.store, by, token, action="cancel")
+        rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
         done = [e for e in rt.store.journal(rec.run_id, kind="effect") if e.status == "done"]
     console().print(
@@ -590,8 +634,9 @@ def rollback(
     to_cycle: Annotated[
         int, typer.Option("--to-cycle", help="Restore the artifacts of this cycle's checkpoint.")
     ],
-    by: ByOpt,
+    by: ByOpt = None,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Restore an earlier cycle's artifacts and reopen the run.
 
@@ -605,7 +650,10 @@ def rollback(
         raise ConfigError("must be 0 or more", field="--to-cycle")
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        rec = rt.rollback(rec.run_id, to_cycle, by=by, loop=_loop_or_none(rec))
+        from ._people_cmd import acting_as
+
+        who = acting_as(rt.store, by, token, action="rollback")
+        rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
     console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
     _print_offers(rec.run_id, offers)
@@ -630,14 +678,20 @@ def resume(
     ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """Continue an interrupted or parked-and-decided run from its last checkpoint."""
     if (run_id is None) == (not all_):
         raise ConfigError("give a RUN or --all (not both)", field="RUN")
+    from .._authority import operate
     from .._engine import Runtime
+    from ._people_cmd import acting_as
     from ._tasks import exit_code_for
 
     with Runtime(existing_store(store)) as rt:
+        if rt.store.has_users():  # an open store keeps resume as it was: no record per run
+            who = acting_as(rt.store, None, token, action="resume")
+            operate(rt.store, who, "resume", f"run {run_id or '--all'}", origin="cli")
         if run_id is not None:
             targets = [rt.store.get_run(run_id)]
         else:

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, app
+from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app
+from ._people_cmd import acting_as
 from ._stores import existing_store
 
 __all__ = ["edit", "fork"]
@@ -37,7 +38,9 @@ def fork(
     key: Annotated[
         str | None, typer.Option("--key", help="The new run's task key (default: derived).")
     ] = None,
+    by: ByOpt = None,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
     accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
@@ -53,7 +56,16 @@ def fork(
     chosen = load_contract(contract, keep_risk=True) if contract is not None else None
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        new = rt.fork(rec.run_id, at_cycle, contract=chosen, loop=loop, task_key=key)
+        who = acting_as(rt.store, by, token, action="fork")
+        new = rt.fork(
+            rec.run_id,
+            at_cycle,
+            contract=chosen,
+            loop=loop,
+            task_key=key,
+            by=who,
+            origin="cli",
+        )
     console().print(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
@@ -65,7 +77,7 @@ def fork(
 def edit(
     run_id: RunArg,
     part: Annotated[str, typer.Argument(metavar="PART", help="The part: artifact/part.")],
-    by: ByOpt,
+    by: ByOpt = None,
     value: Annotated[
         str | None,
         typer.Option("--value", help="The new value (JSON if it parses as JSON, else text)."),
@@ -75,6 +87,7 @@ def edit(
     ] = None,
     note: NoteOpt = None,
     store: StoreOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
@@ -97,7 +110,8 @@ def edit(
             new = value
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        rec = rt.edit(rec.run_id, part, new, by=by, note=note)
-    console().print(f"run {rec.run_id[:12]}: {part} edited by {by}, now {rec.status}")
+        who = acting_as(rt.store, by, token, action="edit")
+        rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
+    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
     if rec.status == "pending":
         console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")

@@ -25,10 +25,13 @@ from ._base import (
     Store,
     VersionRow,
 )
+from ._people import AuditRecord, AuthorityRecord, UserRecord, Vote
 
 __all__ = [
     "DEFAULT_STORE",
     "Approval",
+    "AuditRecord",
+    "AuthorityRecord",
     "Checkpoint",
     "CommitRequest",
     "Event",
@@ -37,7 +40,9 @@ __all__ = [
     "NewEvent",
     "RunRecord",
     "Store",
+    "UserRecord",
     "VersionRow",
+    "Vote",
     "open_store",
     "resolve_store_url",
 ]

@@ -16,6 +16,7 @@ from .. import _state_codec as codec
 from .._errors import ConflictError, RunNotFoundError, StaleLeaseError, StoreError
 from .._state import PartStatus, TaskState, Version, VersionLoader
 from ._live import LiveStore
+from ._people import PeopleStore
 
 __all__ = [
     "Approval",
@@ -64,6 +65,7 @@ class RunRecord:
     held_out_passed: bool | None = None
     forked_from: str | None = None  # the run this one was forked from (``Runtime.fork``)
     forked_at: int | None = None  # ... and the cycle whose state it started from
+    created_by: str | None = None  # who started it, when known (separation of duties)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +92,7 @@ class RunRecord:
             "held_out_passed": self.held_out_passed,
             "forked_from": self.forked_from,
             "forked_at": self.forked_at,
+            "created_by": self.created_by,
         }
 
 
@@ -280,7 +283,7 @@ class JournalEntry:
         }
 
 
-class Store(LiveStore, ABC):
+class Store(LiveStore, PeopleStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
     url: str
@@ -303,6 +306,7 @@ class Store(LiveStore, ABC):
         forked_from: tuple[str, int] | None = None,
         inherited: Sequence[JournalEntry] = (),
         initial_rejected: Sequence[tuple[str, int]] = (),
+        created_by: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
@@ -310,7 +314,8 @@ class Store(LiveStore, ABC):
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their
         keys and marked inherited, so they are not done again) and the digests of proposals
-        the origin rejected up to that cycle (``initial_rejected``)."""
+        the origin rejected up to that cycle (``initial_rejected``). ``created_by``: the
+        person who started it, when known (the requester, for separation of duties)."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:

@@ -13,6 +13,9 @@ Differences from the SQLite schema, each on purpose:
 
 from __future__ import annotations
 
+from ._blobs import BLOBS_PG
+from ._people_schema import PEOPLE_PG
+
 __all__ = ["PG_MIGRATIONS", "PG_TABLES"]
 
 # The tables loopwright creates; a schema holding any of them without ``loopwright_meta`` is
@@ -168,4 +171,8 @@ PG_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX memory_strength ON memory(scope, scope_key, status, strength, updated_at, "
         "memory_id DESC)",
     ],
+    # v4: people, as SQLite's v5 (docs/permissions.md).
+    PEOPLE_PG,
+    # v5: content-addressed blobs, as SQLite's v6 (store/_blobs.py).
+    BLOBS_PG,
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ._blobs import BLOBS_SQLITE
+from ._people_schema import PEOPLE_SQLITE
+
 __all__ = ["SQLITE_MIGRATIONS", "memory_tag"]
 
 _HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
@@ -214,4 +217,10 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX memory_strength ON memory(scope, scope_key, status, strength, updated_at, "
         "memory_id DESC)",
     ],
+    # v5: people (docs/permissions.md) — users and their token hashes, the votes of
+    # multi-person approvals, who started a run, and the append-only audit log.
+    PEOPLE_SQLITE,
+    # v6: content-addressed blobs (pictures a run makes; store/_blobs.py), in a step of their
+    # own.
+    BLOBS_SQLITE,
 ]

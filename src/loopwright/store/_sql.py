@@ -45,6 +45,7 @@ from ._base import (
     VersionRow,
 )
 from ._live import LiveSQL
+from ._people_sql import PeopleSQL
 from ._rows import (
     APPROVAL_COLS,
     INSERT_CHECKPOINT_COLS,
@@ -69,7 +70,7 @@ RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
     "tokens, seconds, spec_ref, loop_version, contract, task, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
-    "held_out_passed, forked_from, forked_at"
+    "held_out_passed, forked_from, forked_at, created_by"
 )
 JOURNAL_COLS = "run_id, key, kind, cycle, status, data, attempts, created_at, updated_at"
 # The journal's key: every statement that finds one entry says ``JOURNAL_KEY`` and binds
@@ -146,8 +147,8 @@ class Statements:
         self.lock_run = p("SELECT 1 FROM runs WHERE run_id=?" + lock("FOR NO KEY UPDATE"))
         self.insert_run = p(
             "INSERT INTO runs(run_id, task_key, loop_name, project, status, spec_ref, "
-            "loop_version, contract, task, created_at, updated_at) "
-            "VALUES(?,?,?,?,'pending',?,?,?,?,?,?) "
+            "loop_version, contract, task, created_at, updated_at, created_by) "
+            "VALUES(?,?,?,?,'pending',?,?,?,?,?,?,?) "
             f"ON CONFLICT DO NOTHING RETURNING {RUN_COLS}"
         )
         self.set_forked = p("UPDATE runs SET forked_from=?, forked_at=?, cycle=? WHERE run_id=?")
@@ -316,7 +317,7 @@ def check_journal_expect(run_id: str, key: str, status: str | None, expect: str 
         )
 
 
-class SQLStore(LiveSQL, Store):
+class SQLStore(LiveSQL, PeopleSQL, Store):
     """The shared logic of the SQL stores; a backend supplies the dialect and the hooks."""
 
     # --- the dialect --------------------------------------------------------------------
@@ -418,6 +419,7 @@ class SQLStore(LiveSQL, Store):
             held_out_passed=None if row[24] is None else bool(row[24]),
             forked_from=row[25],
             forked_at=row[26],
+            created_by=row[27],
         )
 
     def _approval(self, row: Sequence[Any]) -> Approval:
@@ -492,6 +494,7 @@ class SQLStore(LiveSQL, Store):
         forked_from: tuple[str, int] | None = None,
         inherited: Sequence[JournalEntry] = (),
         initial_rejected: Sequence[tuple[str, int]] = (),
+        created_by: str | None = None,
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -511,6 +514,7 @@ class SQLStore(LiveSQL, Store):
                     js(task),
                     now,
                     now,
+                    created_by,
                 ),
             ).fetchone()
             if row is None:

@@ -1,0 +1,364 @@
+"""People and authority: roles, who may decide a request, and authority a loop earns.
+
+The model (docs/permissions.md):
+
+- A store with no users is open: local use records the name given (or the OS user), as a
+  single-user embedded store should. Once a user is added, every decision and action names an
+  active user, and what they may do follows from their roles.
+- Roles: ``viewer`` reads; ``operator`` also cancels, resumes, rolls back, forks, reruns and
+  edits; ``approver`` also decides requests (optionally limited per effect kind and amount);
+  ``admin`` manages users and may operate. Any other role name is a label a rule can require
+  (``role = "finance"``): deciding such a request needs ``approver`` *and* that role.
+- A rule can require several distinct approvers and separation of duties: whoever started the
+  run or edited its parts cannot approve its requests.
+- Earned authority (``EarnedAuthority``): a loop's clean record of approvals by people turns a
+  kind of request into an automatic approval up to a limit, revoked at once by a denial, a
+  compensation or a held-out failure.
+
+Authentication (tokens) belongs to the interfaces; this module authorises *names*, so the
+Python API, the CLI and the dashboard enforce the same rules. Every attempt, allowed or
+refused, goes to the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import ConfigError, NotPermittedError
+from ._loop import Loop
+from ._policy import EarnedAuthority
+from .store import Approval, RunRecord, Store, UserRecord
+
+__all__ = [
+    "BUILTIN_ROLES",
+    "EARNED_BY",
+    "AuthorityStatus",
+    "audit",
+    "authority_status",
+    "check_decision",
+    "check_role_name",
+    "hash_token",
+    "new_token",
+    "note_policy",
+    "operate",
+    "permits",
+    "require",
+]
+
+EARNED_BY = "policy:earned"
+# What each built-in role may do; any other role is a label for approval rules.
+BUILTIN_ROLES: dict[str, frozenset[str]] = {
+    "viewer": frozenset({"read"}),
+    "operator": frozenset({"read", "operate"}),
+    "approver": frozenset({"read", "decide"}),
+    "admin": frozenset({"read", "operate", "admin"}),
+}
+_NEEDS = {"read": "viewer", "operate": "operator", "decide": "approver", "admin": "admin"}
+_ROLE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,39}")
+# Names loopwright itself decides under: never a person.
+_SYSTEM = frozenset({"loopwright", EARNED_BY})
+
+
+def new_token() -> str:
+    """A fresh token: 256 random bits, prefixed so a leaked one is recognisable."""
+    return "lw_" + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """What the store keeps of a token. A plain SHA-256 suffices (no salt, no slow hash): a
+    token is 256 random bits, not a password a dictionary could find."""
+    return hashlib.sha256(token.strip().encode()).hexdigest()
+
+
+def check_role_name(role: str) -> str:
+    """A role name as stored (lower case letters, digits, ``_.-``), else ``ConfigError``."""
+    name = role.strip().lower()
+    if not _ROLE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{role!r} is not a role name (lower-case letters, digits, '_', '.', '-')",
+            field="role",
+        )
+    return name
+
+
+def permits(user: UserRecord, permission: str) -> bool:
+    """Whether an active user's roles grant ``permission`` (read, operate, decide, admin)."""
+    return user.active and any(permission in BUILTIN_ROLES.get(r, ()) for r in user.roles)
+
+
+def audit(
+    store: Store,
+    actor: str,
+    action: str,
+    target: str,
+    *,
+    outcome: str = "allowed",
+    origin: str = "python",
+    **detail: Any,
+) -> None:
+    """Append one audit record (see ``Store.audit_put``)."""
+    store.audit_put(
+        actor=actor or "?",
+        action=action,
+        target=target,
+        outcome=outcome,
+        origin=origin,
+        detail={k: v for k, v in detail.items() if v is not None},
+        now=time.time(),
+    )
+
+
+def _refuse(store: Store, who: str, action: str, target: str, origin: str, why: str) -> None:
+    audit(store, who, action, target, outcome="refused", origin=origin, reason=why)
+    raise NotPermittedError(why)
+
+
+def require(
+    store: Store,
+    who: str,
+    permission: str,
+    *,
+    action: str,
+    target: str,
+    origin: str,
+    doing: str | None = None,
+) -> UserRecord | None:
+    """Check that ``who`` may do ``action`` (needing ``permission``) on ``target``; the user,
+    or ``None`` in an open store. A refusal is audited and raised as ``NotPermittedError``."""
+    if not store.has_users():
+        return None
+    user = store.get_user(who)
+    if user is None or not user.active:
+        state = "is not a user of this store" if user is None else "is revoked"
+        _refuse(store, who, action, target, origin, f"{who!r} {state}")
+    assert user is not None
+    if not permits(user, permission):
+        roles = ", ".join(user.roles) or "no role"
+        _refuse(
+            store,
+            who,
+            action,
+            target,
+            origin,
+            f"{who} ({roles}) may not {doing or action}: it needs the {_NEEDS[permission]} role",
+        )
+    return user
+
+
+def note_policy(store: Store, loop: Loop, *, by: str | None) -> None:
+    """Audit a loop's approval policy when a run starts under one this store has not seen for
+    the loop before (a policy change is who-may-approve-what changing)."""
+    if not store.has_users() and not loop.approvals.rules and not loop.approvals.earned:
+        return  # an open store and the default policy: nothing worth a record per run
+    policy = loop.approvals.to_list()
+    digest = hashlib.sha256(json.dumps(policy, sort_keys=True, default=str).encode()).hexdigest()
+    target = f"loop {loop.name}"
+    seen = [a for a in store.audit(target=target) if a.action == "policy"]
+    if seen and seen[-1].detail.get("digest") == digest[:16]:
+        return
+    audit(
+        store,
+        by or "loopwright",
+        "policy",
+        target,
+        origin="engine",
+        digest=digest[:16],
+        version=loop.version,
+        rules=policy,
+        previous=seen[-1].detail.get("digest") if seen else None,
+    )
+
+
+def operate(
+    store: Store, by: str | None, action: str, target: str, *, origin: str, **detail: Any
+) -> None:
+    """An operator's action (cancel, resume, rollback, fork, edit, rerun): refused unless
+    ``by`` may operate (in a store with users), and audited either way."""
+    who = (by or "").strip()
+    if store.has_users():
+        if not who:
+            _refuse(store, "?", action, target, origin, f"say who does the {action} (by=NAME)")
+        require(store, who, "operate", action=action, target=target, origin=origin)
+    audit(store, who or "(unnamed)", action, target, origin=origin, **detail)
+
+
+# --- decisions --------------------------------------------------------------------------------
+def _actions(req: Approval) -> list[tuple[str, float | None]]:
+    """The (effect kind, amount) pairs a request would let happen."""
+    ev = req.evidence or {}
+    if req.kind == "compensation":
+        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, "amount"))]
+    out = []
+    for need in ev.get("needs") or ():
+        if need.get("kind") == "effect":
+            amount = need.get("amount")
+            out.append((str(need.get("effect_kind") or "effect"), _number(amount)))
+    return out  # a risk or a question alone is no effect: kind limits do not apply
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value):
+        return float(value)
+    return None
+
+
+def _amount(args: Mapping[str, Any], field: str) -> float | None:
+    return _number(args.get(field))
+
+
+def requesters(store: Store, run: RunRecord) -> set[str]:
+    """Who asked for what a run's requests would do: whoever started it and whoever edited
+    its parts (separation of duties)."""
+    names = {run.created_by} if run.created_by else set()
+    names |= {str(e.data.get("by")) for e in store.events(run.run_id) if e.kind == "edited"}
+    return {n for n in names if n and n != "None"}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "any amount"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+
+
+def check_decision(
+    store: Store, req: Approval, run: RunRecord, who: str, status: str, *, origin: str
+) -> dict[str, Any]:
+    """Refuse (audited ``NotPermittedError``) a decision ``who`` may not make on ``req``;
+    returns the request's rule for who decides (``role``, ``approvers``, ``separate``)."""
+    rule = dict((req.evidence or {}).get("who") or {})
+    action = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
+    target = f"request {req.approval_id}"
+
+    def no(why: str) -> None:
+        _refuse(store, who, action, target, origin, why)
+
+    roles = [str(r) for r in rule.get("roles") or ([rule["role"]] if rule.get("role") else [])]
+    user = require(
+        store,
+        who,
+        "decide",
+        action=action,
+        target=target,
+        origin=origin,
+        doing=f"{action} requests",
+    )
+    if status == "denied":
+        return rule  # any approver may stop an action: roles, limits and who asked do not apply
+    if user is None and roles:
+        no(
+            f"request {req.approval_id} needs a person with the {' and '.join(roles)} role, and "
+            "this store has no users: add them (loopwright users add NAME --role approver "
+            f"--role {roles[0]})"
+        )
+    missing = [r for r in roles if user is not None and r not in user.roles]
+    if user is not None and missing:
+        no(
+            f"request {req.approval_id} needs the {' and '.join(missing)} role; {who} has "
+            f"{', '.join(user.roles)}"
+        )
+    if user is not None and user.limits:
+        for kind, amount in _actions(req):
+            if kind not in user.limits:
+                may = ", ".join(sorted(user.limits))
+                no(f"{who} may approve only {may} requests; this one is {kind}")
+            limit = user.limits[kind]
+            if limit is not None and (amount is None or amount > limit):
+                no(
+                    f"{who} may approve {kind} up to {_fmt(limit)}; this request is for "
+                    f"{_fmt(amount) if amount is not None else 'an unknown amount'}"
+                )
+    if rule.get("separate") or int(rule.get("approvers") or 1) > 1:
+        asked = requesters(store, run)
+        if who in asked:
+            no(
+                f"{who} started or edited run {run.run_id[:12]} and cannot approve its "
+                "requests (separation of duties): another person must"
+            )
+    return rule
+
+
+# --- earned authority -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AuthorityStatus:
+    """Where one loop stands on one grant: ``earned`` once ``clean`` reaches ``needed``."""
+
+    loop: str
+    version: str | None
+    grant: EarnedAuthority
+    clean: list[str]  # approval ids of the clean approvals by people since ``since``
+    since: float | None  # the last revocation (None: never revoked)
+    revoked_by: str | None  # what revoked it last, in words
+
+    @property
+    def earned(self) -> bool:
+        return len(self.clean) >= self.grant.after
+
+    @property
+    def needed(self) -> int:
+        return self.grant.after
+
+    def evidence(self) -> dict[str, Any]:
+        """What a decision by ``policy:earned`` records."""
+        return {
+            "loop": self.loop,
+            "version": self.version,
+            "grant": self.grant.to_dict(),
+            "approvals": self.clean[-self.grant.after :],
+            "clean_approvals": len(self.clean),
+            "window_from": self.since,
+            "last_revoked_by": self.revoked_by,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.evidence(),
+            "kind": self.grant.kind,
+            "earned": self.earned,
+            "needed": self.needed,
+        }
+
+
+def _kinds(evidence: Mapping[str, Any]) -> set[str]:
+    """The effect kinds a decided request was about."""
+    needs = evidence.get("needs") or ()
+    kinds = {str(n.get("effect_kind")) for n in needs if n.get("kind") == "effect"}
+    if evidence.get("kind") and "effect" in evidence:  # a compensation's request
+        kinds.add(str(evidence["kind"]))
+    return kinds
+
+
+def authority_status(
+    store: Store, loop: str, version: str | None, grants: Iterable[EarnedAuthority]
+) -> list[AuthorityStatus]:
+    """Each grant's standing for this loop, read from the store's record of it."""
+    record = store.authority_record(loop, version)
+    out = []
+    for g in grants:
+        revoked: list[tuple[float, str]] = []
+        approved: list[tuple[float, str]] = []
+        for aid, run_id, at, status, by, ev in record.decisions:
+            if g.kind not in _kinds(ev) or by in _SYSTEM:
+                continue
+            if status == "denied":
+                revoked.append((at, f"{by} denied request {aid} (run {run_id[:12]})"))
+            elif "needs" in ev:  # an approved action; approving a compensation earns nothing
+                approved.append((at, aid))
+        revoked += [
+            (at, f"a {k} action was compensated") for at, k in record.compensated if k == g.kind
+        ]
+        revoked += [
+            (at, "an accepted run failed its held-out checks") for at in record.held_out_failed
+        ]
+        last = max(revoked) if revoked else None
+        since = last[0] if last else None
+        clean = [aid for at, aid in sorted(approved) if since is None or at > since]
+        out.append(AuthorityStatus(loop, version, g, clean, since, last[1] if last else None))
+    return out

@@ -1,0 +1,348 @@
+"""``loopwright users``, ``authority`` and ``audit``, and who the CLI acts as.
+
+A store with no users is open: a command records ``--by`` (or the OS user). Once a user is
+added, commands that decide or change something need that person's token (``--token`` or
+``$LOOPWRIGHT_TOKEN``); the name recorded is the token's user, never a typed one
+(docs/permissions.md). Reads stay open: whoever can open the store file can read it anyway.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._authority import (
+    BUILTIN_ROLES,
+    audit,
+    authority_status,
+    check_role_name,
+    hash_token,
+    new_token,
+    permits,
+)
+from .._errors import ConfigError, NotPermittedError
+from ..store import Store, UserRecord
+from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
+from ._stores import open_existing
+
+__all__ = ["acting_as", "starter", "users_app"]
+
+
+users_app = new_typer(
+    help="People who may use the store: roles, approval limits and tokens (docs/permissions.md).",
+    short_help="Users, roles and tokens.",
+)
+app.add_typer(users_app, name="users")
+
+
+def acting_as(store: Store, by: str | None, token: str | None, *, action: str) -> str:
+    """The name a command acts under: the token's user in a store with users (a typed
+    ``--by`` must match it), else ``--by`` or the OS user."""
+    token = (token or "").strip() or None
+    if not store.has_users():
+        return (by or "").strip() or getpass.getuser()
+    if token is None:
+        audit(store, by or "(no token)", action, "cli", outcome="refused", origin="cli",
+              reason="no token")  # fmt: skip
+        raise NotPermittedError(
+            "this store has users: give your token (--token or LOOPWRIGHT_TOKEN; an admin "
+            "makes one with: loopwright users token NAME)"
+        )
+    user = store.user_by_token(hash_token(token))
+    if user is None:
+        audit(store, by or "(unknown token)", action, "cli", outcome="refused", origin="cli",
+              reason="unknown or revoked token")  # fmt: skip
+        raise NotPermittedError("the token is unknown or revoked")
+    if by and by.strip() and by.strip() != user.name:
+        raise ConfigError(
+            f"the token is {user.name}'s; decisions are recorded under it (drop --by)",
+            field="--by",
+        )
+    return user.name
+
+
+def starter(store: Store) -> str:
+    """Who starts runs from this command (their requester): the user of
+    ``$LOOPWRIGHT_TOKEN`` when it names one, else the OS user."""
+    token = os.environ.get("LOOPWRIGHT_TOKEN", "").strip()
+    user = store.user_by_token(hash_token(token)) if token and store.has_users() else None
+    return user.name if user is not None else getpass.getuser()
+
+
+def _limits(values: list[str] | None) -> dict[str, float | None]:
+    """``--limit spend=10000`` (most per request) or ``--limit publish`` (any amount)."""
+    out: dict[str, float | None] = {}
+    for raw in values or ():
+        kind, sep, amount = raw.partition("=")
+        kind = kind.strip()
+        if not kind:
+            raise ConfigError(f"{raw!r}: give KIND or KIND=AMOUNT", field="--limit")
+        if not sep:
+            out[kind] = None
+            continue
+        try:
+            value = float(amount.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{raw!r}: AMOUNT must be a number", field="--limit") from None
+        if not value >= 0:  # negative, or NaN
+            raise ConfigError(f"{raw!r}: AMOUNT must be 0 or more", field="--limit")
+        out[kind] = value
+    return out
+
+
+def _admin(store: Store, token: str | None, action: str, target: str) -> str:
+    """The admin doing a user change (anyone may add the first user, an admin)."""
+    who = acting_as(store, None, token, action=action)
+    if store.has_users():
+        user = store.get_user(who)
+        if user is None or not permits(user, "admin"):
+            audit(store, who, action, target, outcome="refused", origin="cli",
+                  reason="needs the admin role")  # fmt: skip
+            raise NotPermittedError(f"{who} may not {action}: it needs the admin role")
+    return who
+
+
+def _print_token(name: str, token: str) -> None:
+    # The token goes to stdout alone on its line (scripts capture it); the advice to stderr.
+    sys.stderr.write(f"token for {name} (shown once; only its hash is stored):\n")
+    sys.stdout.write(token + "\n")
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
+    role: Annotated[
+        list[str],
+        typer.Option(
+            "--role",
+            help="A role (repeat): viewer, operator, approver, admin, or a label rules name.",
+        ),
+    ],
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--limit",
+            metavar="KIND[=AMOUNT]",
+            help="An approver may approve only these kinds, up to AMOUNT each (repeat).",
+        ),
+    ] = None,
+    token: TokenOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Add a user and print their first token. The first user must be an admin; after that
+    only an admin (their token) adds users."""
+    name = name.strip()
+    if not name or len(name) > 64 or any(c in name for c in ",:\n\t") or name.startswith("policy"):
+        raise ConfigError(
+            "a user name is 1-64 characters, without ',', ':' or line breaks, and not "
+            "'policy…' (kept for loopwright's own decisions)",
+            field="NAME",
+        )
+    roles = sorted({check_role_name(r) for r in role})
+    limits = _limits(limit)
+    with open_existing(store) as st:
+        first = not st.has_users()
+        if first and "admin" not in roles:
+            raise ConfigError(
+                "the first user must be an admin (--role admin): no one else could add users",
+                field="--role",
+            )
+        by = _admin(st, token, "add user", f"user {name}")
+        if first:
+            by = getpass.getuser()
+        user = st.add_user(name, roles=roles, limits=limits, by=by, now=time.time())
+        secret = new_token()
+        st.set_token(name, hash_token(secret), now=time.time())
+        audit(st, by, "add user", f"user {name}", origin="cli", roles=roles, limits=limits)
+        audit(st, by, "issue token", f"user {name}", origin="cli")
+    _print_token(user.name, secret)
+    custom = [r for r in roles if r not in BUILTIN_ROLES]
+    if custom and not any(r in BUILTIN_ROLES for r in roles):
+        sys.stderr.write(
+            f"note: {', '.join(custom)} only label {name} for approval rules; add --role "
+            "viewer, operator or approver to let them use the store\n"
+        )
+
+
+@users_app.command("token")
+def users_token(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Whose token to replace.")],
+    token: TokenOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Print a new token for NAME (shown once); their earlier token stops working at once.
+    An admin may do it for anyone, a user for themself."""
+    with open_existing(store) as st:
+        who = acting_as(st, None, token, action="issue token")
+        me = st.get_user(who)
+        if who != name and (me is None or not permits(me, "admin")):
+            audit(st, who, "issue token", f"user {name}", outcome="refused", origin="cli",
+                  reason="needs the admin role")  # fmt: skip
+            raise NotPermittedError(f"{who} may replace only their own token (admins: anyone's)")
+        secret = new_token()
+        st.set_token(name, hash_token(secret), now=time.time())
+        audit(st, who, "issue token", f"user {name}", origin="cli")
+    _print_token(name, secret)
+
+
+@users_app.command("revoke")
+def users_revoke(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Who to revoke.")],
+    token: TokenOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Revoke NAME and their tokens, at once (their past decisions stay on record)."""
+    with open_existing(store) as st:
+        if not st.has_users():
+            raise ConfigError("this store has no users", field="NAME")
+        who = _admin(st, token, "revoke user", f"user {name}")
+        if name == who and sum(permits(u, "admin") for u in st.list_users()) <= 1:
+            raise ConfigError("you are the last admin: add another before revoking yourself")
+        st.revoke_user(name, now=time.time())
+        audit(st, who, "revoke user", f"user {name}", origin="cli")
+    print(f"revoked {name}: their tokens no longer work")
+
+
+def _user_line(u: UserRecord) -> dict[str, Any]:
+    limits = ", ".join(
+        f"{k} ≤ {v:,.0f}" if v is not None else k for k, v in sorted(u.limits.items())
+    )
+    return {
+        "name": u.name,
+        "roles": ", ".join(u.roles),
+        "may approve": limits or ("any" if "approver" in u.roles else "-"),
+        "status": "revoked" if u.revoked_at else "active",
+        "added": time.strftime("%Y-%m-%d %H:%M", time.localtime(u.created_at)),
+        "by": u.created_by,
+    }
+
+
+@users_app.command("list")
+def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
+    """List users, their roles and approval limits (tokens are never shown)."""
+    from rich.table import Table
+
+    from ._render import console
+
+    with open_existing(store) as st:
+        users = st.list_users()
+    if json_:
+        _print_json([u.to_dict() for u in users])
+        return
+    if not users:
+        console().print("no users: this store is open to local use (docs/permissions.md)")
+        return
+    table = Table(title=f"{len(users)} user(s)")
+    for col in ("name", "roles", "may approve", "status", "added", "by"):
+        table.add_column(col)
+    for u in users:
+        table.add_row(*_user_line(u).values())
+    console().print(table)
+
+
+@app.command(short_help="What each loop has earned (earned authority) and how close it is.")
+def authority(
+    spec: Annotated[
+        Path | None,
+        typer.Argument(metavar="[SPEC]", help="A loop spec (default: every loop in the store)."),
+    ] = None,
+    json_: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Per loop and effect kind: whether the loop has earned automatic approval, from which
+    approvals, since when, and what revoked it last. Off unless a spec has [[authority]]."""
+    from rich.table import Table
+
+    from .._spec import load_spec
+    from ._render import console
+
+    rows: list[dict[str, Any]] = []
+    with open_existing(store) as st:
+        loops = [load_spec(spec)] if spec is not None else []
+        if spec is None:
+            for _name, _version, ref in st.loop_versions():
+                if ref and Path(ref).exists():
+                    try:
+                        loops.append(load_spec(ref))
+                    except ConfigError:
+                        continue
+        seen = set()
+        for loop in loops:
+            if (loop.name, loop.version) in seen or not loop.approvals.earned:
+                continue
+            seen.add((loop.name, loop.version))
+            for a in authority_status(st, loop.name, loop.version, loop.approvals.earned):
+                rows.append(a.to_dict())
+    if json_:
+        _print_json(rows)
+        return
+    if not rows:
+        console().print(
+            "no earned authority: no loop here has [[authority]] in its spec (docs/permissions.md)"
+        )
+        return
+    table = Table(title="earned authority")
+    for col in ("loop", "kind", "up to", "earned", "clean approvals", "last revoked by"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            f"{r['loop']} ({(r['version'] or '-')[:8]})",
+            r["kind"],
+            f"{r['grant']['up_to']:,.0f}",
+            "[green]yes[/]" if r["earned"] else "no",
+            f"{r['clean_approvals']} of {r['needed']}",
+            r["last_revoked_by"] or "-",
+        )
+    console().print(table)
+
+
+@app.command("audit", short_help="The audit log: who did what, when, allowed or refused.")
+def audit_cmd(
+    after: Annotated[int, typer.Option("--after", help="Only records after this id.")] = 0,
+    actor: Annotated[str | None, typer.Option("--actor", help="Only this person's.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="One JSON object a line (an export).")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Every decision, edit, action, sign-in, token and user change and policy change, oldest
+    first. Append-only: nothing rewrites it (not even a rollback)."""
+    if limit is not None and limit < 1:
+        raise ConfigError("must be 1 or more", field="--limit")
+    with open_existing(store) as st:
+        records = st.audit(after=max(0, after), actor=actor, limit=limit)
+    if jsonl:
+        for r in records:
+            sys.stdout.write(json.dumps(r.to_dict(), default=str) + "\n")
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ._render import console
+
+    table = Table(title=f"{len(records)} audit record(s)")
+    for col in ("id", "when", "who", "did", "on", "outcome", "from", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        detail = r.detail.get("reason") or ", ".join(
+            f"{k}={v}" for k, v in r.detail.items() if k not in ("rules", "evidence")
+        )
+        table.add_row(
+            str(r.audit_id),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at)),
+            escape(r.actor),
+            escape(r.action),
+            escape(r.target),
+            "[red]refused[/]" if r.outcome == "refused" else r.outcome,
+            escape(r.origin),
+            escape(str(detail)[:200]),
+        )
+    console().print(table)

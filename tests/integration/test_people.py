@@ -1,0 +1,242 @@
+"""People, roles and earned authority (docs/permissions.md), on SQLite and PostgreSQL.
+
+Who may decide is enforced on names by the engine (every interface goes through it); tokens
+are the interfaces' business and are tested in tests/e2e/test_cli_people.py and the browser
+tests. Every attempt, allowed or refused, must reach the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright._authority import EARNED_BY, authority_status, hash_token
+
+PAID: list[str] = []
+
+
+def pay(invoice: str, amount: float, key: str) -> dict[str, Any]:
+    PAID.append(invoice)
+    return {"paid": invoice, "amount": amount}
+
+
+def refund(key: str, result: Any, args: Any) -> dict[str, Any]:
+    PAID.append(f"refund:{args['invoice']}")
+    return {"refunded": key}
+
+
+PAY = lw.effect("spend", name="pay", key=lambda a: a["invoice"], compensate=refund)(pay)
+EARNED = lw.EarnedAuthority(kind="spend", after=5, up_to=1000)
+
+
+def make_loop(rules: tuple[lw.PolicyRule, ...], earned: tuple[lw.EarnedAuthority, ...] = ()) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        inv = ctx.artifacts["inv"]
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"checked": True}).edits,
+            effects=(PAY.call(invoice=inv["invoice"], amount=inv["amount"]),),
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0)
+
+    return lw.Loop(
+        name="payer",
+        version="v1",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[PAY],
+        approvals=lw.ApprovalPolicy(rules, earned),
+    )
+
+
+FOUR_EYES = (
+    lw.PolicyRule(
+        kind="spend", above=20000, action="require", approvers=2, role="finance", name="large"
+    ),
+    lw.PolicyRule(kind="spend", action="require"),
+)
+
+
+def task(invoice: str, amount: float) -> dict[str, Any]:
+    return {"artifacts": {"inv": {"invoice": invoice, "amount": amount, "checked": False}}}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")
+
+
+def people(rt: lw.Runtime) -> None:
+    add = rt.store.add_user
+    now = time.time()
+    add("root", roles=["admin"], limits={}, by="test", now=now)
+    add("vic", roles=["viewer"], limits={}, by="root", now=now)
+    add("ana", roles=["approver", "finance"], limits={"spend": 10000.0}, by="root", now=now)
+    add("ben", roles=["approver", "finance"], limits={}, by="root", now=now)
+    add("cat", roles=["approver", "finance"], limits={}, by="root", now=now)
+    add("rita", roles=["approver", "finance", "operator"], limits={}, by="root", now=now)
+    add("otto", roles=["approver"], limits={}, by="root", now=now)
+
+
+def audit_lines(rt: lw.Runtime) -> list[tuple[str, str, str]]:
+    return [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
+
+
+def test_viewers_and_limited_approvers_are_refused_and_every_attempt_is_audited(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        people(rt)
+        small = rt.run_sync(make_loop(FOUR_EYES), task("INV-1", 500), task_key="small", by="rita")
+        assert small.status == "awaiting_approval"
+        with pytest.raises(lw.NotPermittedError, match="vic .viewer. may not approve"):
+            rt.approve(small.run_id, by="vic")
+        with pytest.raises(lw.NotPermittedError, match="is not a user"):
+            rt.approve(small.run_id, by="mallory")
+        done = rt.approve(small.run_id, by="ana", note="fine")
+        assert done.status == "approved" and done.decided_by == "ana"
+
+        big = rt.run_sync(make_loop(FOUR_EYES), task("INV-2", 50000), task_key="big", by="rita")
+        req = rt.pending_approval(big.run_id)
+        assert req.evidence["who"]["approvers"] == 2 and req.evidence["who"]["role"] == "finance"
+        with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
+            rt.approve(big.run_id, by="ana")
+        with pytest.raises(lw.NotPermittedError, match="needs the finance role"):
+            rt.approve(big.run_id, by="otto")
+        with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+            rt.approve(big.run_id, by="rita")  # she started it
+        first = rt.approve(big.run_id, by="ben")
+        assert first.status == "pending"  # one of two
+        with pytest.raises(lw.ConflictError, match="already approved"):
+            rt.approve(big.run_id, by="ben")
+        second = rt.approve(big.run_id, by="cat")
+        assert second.status == "approved" and second.decided_by == "ben, cat"
+        assert rt.resume_sync(big.run_id, make_loop(FOUR_EYES)).accepted
+
+        lines = audit_lines(rt)
+        refused = [line for line in lines if line[2] == "refused"]
+        assert ("vic", "approve", "refused") in refused
+        assert ("mallory", "approve", "refused") in refused
+        assert {("ana", "approve", "refused"), ("otto", "approve", "refused")} <= set(refused)
+        assert ("rita", "approve", "refused") in refused
+        allowed = [line for line in lines if line[2] == "allowed" and line[1] == "approve"]
+        assert [a[0] for a in allowed] == ["ana", "ben", "cat"]
+        # the audit log cannot be rewritten, not even by a rollback
+        count = len(lines)
+        rt.rollback(big.run_id, 0, by="rita", loop=make_loop(FOUR_EYES))
+        after = audit_lines(rt)
+        assert after[:count] == lines and after[-1] == ("rita", "rollback", "allowed")
+
+
+def test_operators_only_and_revoked_users_are_refused_at_once(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(make_loop(FOUR_EYES), task("INV-3", 10), task_key="t", by="rita")
+        with pytest.raises(lw.NotPermittedError, match="needs the operator role"):
+            rt.cancel(r.run_id, by="ana")
+        with pytest.raises(lw.NotPermittedError, match="say who"):
+            rt.cancel(r.run_id)
+        rt.store.set_token("ben", hash_token("ben-token"), now=time.time())
+        assert rt.store.user_by_token(hash_token("ben-token")).name == "ben"  # type: ignore[union-attr]
+        rt.store.revoke_user("ben", now=time.time())
+        assert rt.store.user_by_token(hash_token("ben-token")) is None
+        with pytest.raises(lw.NotPermittedError, match="revoked"):
+            rt.approve(r.run_id, by="ben")
+        rt.cancel(r.run_id, by="rita")
+        assert rt.store.get_run(r.run_id).status == "cancelled"
+
+
+def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")
+        with pytest.raises(lw.NotPermittedError, match="no users: add them"):
+            rt.approve(r.run_id, by="anyone")
+        # a denial by name still works in an open store, and is audited
+        rt.deny(r.run_id, by="anyone", note="not now")
+        assert ("anyone", "deny", "allowed") in audit_lines(rt)
+
+
+def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensation(
+    url: str,
+) -> None:
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (EARNED,))
+    with lw.Runtime(url) as rt:
+        for i in range(5):
+            r = rt.run_sync(loop, task(f"E-{i}", 100 + i), task_key=f"k{i}", by="sam")
+            assert r.status == "awaiting_approval"
+            rt.approve(r.run_id, by="ana")
+            assert rt.resume_sync(r.run_id, loop).accepted
+        [standing] = authority_status(rt.store, "payer", "v1", [EARNED])
+        assert standing.earned and len(standing.clean) == 5
+
+        sixth = rt.run_sync(loop, task("E-5", 900), task_key="k5", by="sam")
+        assert sixth.accepted  # no person asked
+        [auto] = rt.store.approvals(run_id=sixth.run_id)
+        assert auto.status == "approved" and auto.decided_by == EARNED_BY
+        ev = auto.evidence["earned"]
+        assert ev["clean_approvals"] == 5 and len(ev["approvals"]) == 5
+        assert ev["grant"] == {"kind": "spend", "after": 5, "up_to": 1000, "field": "amount"}
+        assert any(e.kind == "approved_by_earned_authority" for e in rt.store.events(sixth.run_id))
+        # above the limit still waits for a person
+        big = rt.run_sync(loop, task("E-big", 5000), task_key="big", by="sam")
+        assert big.status == "awaiting_approval"
+        rt.cancel(big.run_id, by="sam")
+
+        # one compensation revokes it: cancel the sixth's payment and run its refund
+        rt.rollback(sixth.run_id, 0, by="sam", loop=loop)
+        offer = rt.pending_approval(sixth.run_id)
+        assert offer.kind == "compensation"
+        rt.approve(sixth.run_id, by="ana")
+        rt.resume_sync(sixth.run_id, loop)
+        assert "refund:E-5" in PAID
+        [standing] = authority_status(rt.store, "payer", "v1", [EARNED])
+        assert not standing.earned and standing.clean == []
+        assert standing.revoked_by == "a spend action was compensated"
+
+        seventh = rt.run_sync(loop, task("E-7", 50), task_key="k7", by="sam")
+        assert seventh.status == "awaiting_approval"  # waits for a person again
+        assert rt.pending_approval(seventh.run_id).decided_by is None
+
+
+def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) -> None:
+    rules = (lw.PolicyRule(kind="spend", action="require"),)
+    loop = make_loop(rules, (lw.EarnedAuthority(kind="spend", after=1, up_to=1000),))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task("D-1", 10), task_key="d1")
+        rt.approve(r.run_id, by="ana")
+        rt.resume_sync(r.run_id, loop)
+        assert rt.run_sync(loop, task("D-2", 10), task_key="d2").accepted  # earned
+        r = rt.run_sync(loop, task("D-3", 2000), task_key="d3")  # above the limit
+        rt.deny(r.run_id, by="ben", note="no")
+        [standing] = authority_status(rt.store, "payer", "v1", loop.approvals.earned)
+        assert not standing.earned and standing.revoked_by.startswith("ben denied")  # type: ignore[union-attr]
+        assert rt.run_sync(loop, task("D-4", 10), task_key="d4").status == "awaiting_approval"
+
+        def fails(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+            return lw.Verdict(passed=False, score=0.0)
+
+        audited = make_loop(rules, loop.approvals.earned)
+        audited = lw.Loop(
+            name=audited.name,
+            version=audited.version,
+            actor=audited.actor,
+            verifiers=[*audited.verifiers, lw.Check(fn=fails, held_out=True, name="audit")],
+            contract=audited.contract,
+            effects=audited.effects,
+            approvals=audited.approvals,
+        )
+        rt.approve("d4", by="ana")
+        assert rt.resume_sync("d4", loop).accepted  # a clean approval after the denial...
+        res = rt.run_sync(audited, task("D-5", 10), task_key="d5")
+        assert res.accepted  # ...earns it again; this run's own held-out audit then fails
+        assert rt.store.get_run(res.run_id).held_out_passed is False
+        [standing] = authority_status(rt.store, "payer", "v1", loop.approvals.earned)
+        assert standing.revoked_by == "an accepted run failed its held-out checks"
