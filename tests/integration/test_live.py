@@ -79,7 +79,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(tmp_path / "live.db")
 
 
-def test_feed_follows_new_runs_requests_and_decisions(store_url: str, tmp_path: Path) -> None:
+def test_feed_follows_new_runs_requests_and_decisions(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     st = open_store(store_url)
     try:
         feed = Feed(st)
@@ -109,6 +111,16 @@ def test_feed_follows_new_runs_requests_and_decisions(store_url: str, tmp_path: 
         # A second server starting now gets no request left to notify.
         fresh = Feed(st)
         assert fresh.poll() == []
+        # An ended run reopened by a person's edit changes, but is not a new run (a feed that
+        # looks back no further than its first look has not seen it).
+        monkeypatch.setattr("loopwright.web._feed.CREATED_MARGIN_S", 0.0)
+        fresh = Feed(st)
+        assert fresh.poll() == [] and st.run_marks(created_since=time.time()) == []
+        with lw.Runtime(store_url) as rt:
+            rt.edit(run_id, "doc/pay", 11, by="ana", note="more")
+        (reopened,) = fresh.poll()
+        assert reopened.run is not None and reopened.run.run_id == run_id
+        assert reopened.run.status != "accepted" and not reopened.new
     finally:
         st.close()
 

@@ -159,13 +159,15 @@ def test_run_end_body_says_how_it_ended() -> None:
 
 
 def test_bad_urls_are_one_line_mistakes() -> None:
-    for bad in ("hooks.example.com/x", "ftp://h/x", "http://", ""):
-        with pytest.raises(ConfigError, match="not an http"):
+    for bad in ("hooks.example.com/T0/B0/secretpath", "ftp://h/secretpath", "http://", ""):
+        with pytest.raises(ConfigError, match="not an http") as err:
             check_webhook_url(bad)
+        assert "secretpath" not in str(err.value)  # a webhook's path is a credential
     with pytest.raises(ConfigError, match="must not be empty"):
         NotifyConfig.of(["http://h/x"], secret=" ")
 
 
 def test_the_secret_is_not_in_the_config_repr() -> None:
     cfg = NotifyConfig.of(["http://h/x", "http://h/x"], secret=SECRET)
-    assert SECRET not in repr(cfg) and cfg.urls == ("http://h/x",)
+    assert SECRET not in repr(cfg) and "http://h/x" not in repr(cfg)
+    assert cfg.urls == ("http://h/x",)

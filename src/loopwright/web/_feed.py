@@ -100,12 +100,16 @@ class Feed:
             thread.join(timeout=10)
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             try:
                 self.poll()
+                failures = 0
             except Exception:  # a store hiccup (locked, restarting): log it, look again later
-                log.exception("looking for changes in the store failed")
-            self._stop.wait(self.interval_s)
+                failures += 1
+                if failures == 1 or failures % 60 == 0:  # not once a second while it lasts
+                    log.exception("looking for changes in the store failed (%d times)", failures)
+            self._stop.wait(self.interval_s * min(2 ** max(failures - 1, 0), 30))
 
     def poll(self) -> list[Change]:
         """One look: the changes since the previous one (the first look only records where
@@ -134,7 +138,9 @@ class Feed:
             ):
                 rec = self._run_record(rid)
                 if rec is not None:
-                    changes.append(self._change("run", run=rec, new=old is None))
+                    # Not seen before: created since the last look, or an old run reopened.
+                    new = old is None and m.created_at >= since
+                    changes.append(self._change("run", run=rec, new=new))
         for rid in seen.runs.keys() - marks.keys():
             # Left the open set and created long ago: it ended (or was deleted).
             rec = self._run_record(rid)

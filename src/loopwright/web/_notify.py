@@ -22,6 +22,7 @@ import hmac
 import json
 import logging
 import queue
+import re
 import threading
 import time
 import urllib.error
@@ -97,7 +98,11 @@ def check_webhook_url(url: str, field: str = "--notify") -> str:
         host = None
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not host:
-        raise ConfigError(f"{url!r} is not an http(s) URL (http://host/path)", field=field)
+        # Only up to the host: a webhook's path is its credential (invariant 9).
+        head = re.match(r"[^/?#]*(//[^/?#]*)?", url.strip())
+        shown = head.group(0) if head else ""
+        shown += "/…" if len(url.strip()) > len(shown) else ""
+        raise ConfigError(f"{shown!r} is not an http(s) URL (http://host/path)", field=field)
     return url.strip()
 
 
@@ -120,7 +125,7 @@ class NotifyConfig:
     """Where and how to notify. ``link_base``: the dashboard's URL as people reach it (the
     messages link to it). ``run_ends``: also post when a run ends."""
 
-    urls: tuple[str, ...]
+    urls: tuple[str, ...] = field(repr=False)  # credentials, as the secret
     secret: str | None = field(default=None, repr=False)
     link_base: str | None = None
     run_ends: bool = False
@@ -400,6 +405,7 @@ class Notifier:
                 error = f"HTTP {status}"
             except (OSError, ValueError) as exc:  # refused, reset, timed out, bad response
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
+                error = error.replace(t.url, t.where)
             if 200 <= status < 300:
                 self.delivered += 1
                 self.store.append_events(
