@@ -100,6 +100,18 @@ def test_live_updates_without_reload_and_the_webhook(
     assert page.evaluate("window.__kept") == "same page"
     page.screenshot(path=str(tmp_path / "runs-live.png"), full_page=True)
 
+    # The inbox: a request decided elsewhere is marked on its card, its buttons disabled.
+    page.goto(base + "/approvals")
+    page.locator("html[data-live=on]").wait_for(timeout=WAIT_MS)
+    page.evaluate("window.__kept = 'inbox'")
+    other_req = page.locator("section.card.pending").first.get_attribute("data-approval-id")
+    in_thread(lambda: lw.Runtime(store).deny(other, by="bea", note="not now"))
+    decided = page.locator(f'section.card.decided[data-approval-id="{other_req}"]')
+    decided.wait_for(timeout=WAIT_MS)
+    assert "denied by bea" in decided.inner_text()
+    assert decided.locator("button:not([disabled])").count() == 0
+    assert page.evaluate("window.__kept") == "inbox"
+
     # A run's page: its status changes in place and a banner offers the details.
     page.goto(f"{base}/runs/{other}")
     page.locator("html[data-live=on]").wait_for(timeout=WAIT_MS)
