@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._modelcalls import current_sink, use_sink
+
 __all__ = ["CallTimeout", "call_user"]
 
 
@@ -83,8 +85,12 @@ os.register_at_fork(after_in_child=_threads.reset)  # multiprocessing, Ray
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
+    sink = current_sink()
 
     def target() -> Callable[[], None]:
+        # The call's own context gets one thing from the caller's: where the engine collects
+        # the model calls this attempt makes (``_modelcalls``).
+        use_sink(sink)
         try:
             result, exc = fn(*args), None
         except BaseException as e:

@@ -29,6 +29,7 @@ from ._contract import Contract
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
 from ._loop import Loop
+from ._modelcalls import MODEL_CALL, collecting
 from ._proposal import Context, Verdict
 from ._redact import redact, redact_text
 from ._retry import ErrorClass, RetryPolicy
@@ -224,8 +225,10 @@ async def call_with_retry(
             per_call = limit()
         except OutOfTime as err:
             raise billing(err) from None
+        made: list[dict[str, Any]] = []  # the model calls this attempt reports
         try:
-            return await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
+            with collecting(made):
+                got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
             cost = getattr(exc, "usage", None)
             if isinstance(cost, Usage):
@@ -267,6 +270,9 @@ async def call_with_retry(
                 },
                 attempts=failed,
                 events=[
+                    *_call_events(
+                        cycle, scope, failed, made, "retry" if delay is not None else "gave_up"
+                    ),
                     NewEvent(
                         cycle,
                         "retry" if delay is not None else "gave_up",
@@ -277,7 +283,7 @@ async def call_with_retry(
                             "error": f"{info['type']}: {info['message']}"[:500],
                             "delay_s": delay,
                         },
-                    )
+                    ),
                 ],
             )
             if out_of_time:
@@ -291,6 +297,20 @@ async def call_with_retry(
                 raise billing(GaveUp(kind, error_info(scope, exc), failed, exc)) from exc
             ex.at(f"backoff:{scope}")
             await asyncio.sleep(delay)
+            continue
+        # Committed with the cycle, before its proposal or verdict event.
+        ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
+        return got
+
+
+def _call_events(
+    cycle: int, scope: str, attempt: int, made: list[dict[str, Any]], outcome: str
+) -> list[NewEvent]:
+    """The ``model_call`` events of one attempt of a call (``_modelcalls``)."""
+    return [
+        NewEvent(cycle, MODEL_CALL, {"scope": scope, "attempt": attempt, "outcome": outcome, **m})
+        for m in made
+    ]
 
 
 # --- effects ---------------------------------------------------------------------------------

@@ -121,6 +121,7 @@ def _value(v: Any) -> Any:
 def _plain(span: Any, resource: Any) -> dict[str, Any]:
     return {
         "name": span.name,
+        "kind": span.kind,
         "span_id": span.span_id.hex(),
         "parent": span.parent_span_id.hex() or None,
         "trace_id": span.trace_id.hex(),
@@ -181,6 +182,7 @@ def test_spans_arrive_while_the_run_goes_and_equal_the_offline_export(
             actor=ChatActor(
                 "actor-m",
                 base_url=server.base_url,
+                provider="openai",  # the provider it stands for: gen_ai.provider.name
                 price=PriceOverride(input_per_mtok=1.0, output_per_mtok=2.0),
                 timeout_s=WAIT_S * 2,
             ),
@@ -276,6 +278,32 @@ def test_spans_arrive_while_the_run_goes_and_equal_the_offline_export(
     assert r1["loopwright.usage.total_tokens"] == 330
     assert r1["loopwright.cost_usd"] == pytest.approx((300 * 3.0 + 30 * 6.0) / 1e6)
     assert "gen_ai.evaluation.result" in review[0]["events"]
+    # Each request to a model: a CLIENT span under the call that made it, with the GenAI
+    # semantic-convention attributes and its cost (what the adapter reported, per request).
+    chats = [s for s in live if s["attributes"].get("gen_ai.operation.name") == "chat"]
+    assert sorted(s["name"] for s in chats) == ["chat actor-m"] * 2 + ["chat rev-m"] * 2
+    assert {s["kind"] for s in chats} == {3}  # SPAN_KIND_CLIENT
+    spans_by_id = {s["span_id"]: s for s in live}
+    c1 = next(
+        s for s in chats if s["name"] == "chat actor-m" and s["attributes"]["loopwright.cycle"] == 1
+    )
+    assert spans_by_id[c1["parent"]]["name"] == "invoke_agent live-doc"
+    ca = c1["attributes"]
+    assert ca["gen_ai.request.model"] == ca["gen_ai.response.model"] == "actor-m"
+    assert ca["gen_ai.provider.name"] == "openai"
+    assert (ca["gen_ai.usage.input_tokens"], ca["gen_ai.usage.output_tokens"]) == (1000, 100)
+    assert ca["loopwright.cost_usd"] == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    assert ca["gen_ai.response.finish_reasons"] == ["stop"]
+    assert ca["server.address"] == "localhost" and ca["loopwright.attempt"] == 1
+    assert c1["events"] == ["model_call"]
+    c2 = next(s for s in chats if s is not c1 and s["name"] == "chat actor-m")["attributes"]
+    assert (c2["gen_ai.usage.input_tokens"], c2["gen_ai.usage.output_tokens"]) == (2000, 200)
+    rv = next(s for s in chats if s["name"] == "chat rev-m")
+    assert spans_by_id[rv["parent"]]["name"] == "verify review"
+    assert rv["attributes"]["loopwright.cost_usd"] == pytest.approx((300 * 3.0 + 30 * 6.0) / 1e6)
+    # ... and the agent span sums its requests' token split
+    assert (a1["gen_ai.usage.input_tokens"], a1["gen_ai.usage.output_tokens"]) == (1000, 100)
+    assert a1["gen_ai.request.model"] == "actor-m"
     # loopwright's own: held-out marked, the stop reason on the run.
     audits = [s for s in live if s["name"] == "verify audit"]
     assert audits and all(s["attributes"]["loopwright.verifier.held_out"] for s in audits)

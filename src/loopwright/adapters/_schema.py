@@ -40,12 +40,15 @@ class MalformedReplyError(TransientError):
         usage: what the malformed reply cost (set by the adapter). The adapter also adds it
             to the same run's next successful call, so an engine that charges it here as well
             would count it twice.
+        reply: the call as the adapter saw it (its ``ModelReply``: what had arrived of a
+            stream that broke off), when the adapter sets it.
     """
 
     def __init__(self, reason: str, raw: str = "") -> None:
         self.reason = reason
         self.raw = raw[:2000]
         self.usage: Usage | None = None
+        self.reply: Any = None
         super().__init__(f"malformed model reply: {reason}")
 
     def __reduce__(self) -> tuple[type[MalformedReplyError], tuple[str, str], dict[str, Any]]:

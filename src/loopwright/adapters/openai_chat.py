@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError
+from .._modelcalls import record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
 from .._question import Question
 from .._redact import redact, redact_text, register_secret
@@ -647,16 +648,18 @@ class _ChatModel:
         """A stream that broke off after it began: transient (sampled again), and what had
         arrived is kept in ``last_reply.text``."""
         partial = redact_text(acc.text() or "")
-        self.last_reply = ModelReply(
+        self.last_reply = got = ModelReply(
             None, None, acc.model or self.model, self.response_format, 0, 0, 0, Usage(),
             Priced(0.0, "unpriced", "the stream broke off"), None,
             time.perf_counter() - acc.t0, text=partial, streamed=True,
             first_token_s=acc.first_token_s,
         )  # fmt: skip
-        return MalformedReplyError(
+        err = MalformedReplyError(
             f"the reply stream broke off after {len(partial)} characters: {redact_text(str(exc))}",
             partial,
         )
+        err.reply = got
+        return err
 
     def _request(
         self, messages: list[dict[str, str]], budget_s: float | None = None
@@ -766,12 +769,18 @@ class _ChatModel:
         if gate is not None:
             gate.pace()
             gate.acquire()
+        started = time.time()
         try:
             body, mode, seconds, first = self._request(sent, budget_s)
+        except Exception as exc:
+            self._report(sent, started, None, exc, sent is not messages)
+            raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(body, mode, seconds, first, bill_to, key, gate, sent is not messages)
+        return self._finish(
+            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+        )
 
     async def _acomplete(
         self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
@@ -783,12 +792,18 @@ class _ChatModel:
         if gate is not None:
             await gate.pace_async()
             await gate.acquire_async()
+        started = time.time()
         try:
             body, mode, seconds, first = await self._arequest(sent, budget_s)
+        except Exception as exc:
+            self._report(sent, started, None, exc, sent is not messages)
+            raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(body, mode, seconds, first, bill_to, key, gate, sent is not messages)
+        return self._finish(
+            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+        )
 
     def _finish(
         self,
@@ -800,6 +815,8 @@ class _ChatModel:
         key: str,
         gate: Gate | None,
         repair: bool,
+        sent: list[dict[str, str]] | None = None,
+        started_at: float | None = None,
     ) -> ModelReply:
         raw_usage = body.get("usage") or {}
         input_tokens = _int(raw_usage.get("prompt_tokens"))
@@ -858,7 +875,7 @@ class _ChatModel:
                 if text is not None:
                     with self._lock:
                         self._repairs[bill_to] = (key, exc.raw[:_REPAIR_CLIP], exc.reason)
-                self.last_reply = ModelReply(
+                self.last_reply = bad = ModelReply(
                     None,
                     None,
                     str(body.get("model") or self.model),
@@ -875,6 +892,9 @@ class _ChatModel:
                     first_token_s=first_token_s,
                     repair=repair,
                 )
+                exc.reply = bad
+                if sent is not None and started_at is not None:
+                    self._report(sent, started_at, bad, exc, repair)
                 raise exc from None
         with self._lock:
             carried = self._unbilled.pop(bill_to, None)
@@ -899,7 +919,43 @@ class _ChatModel:
             repair=repair,
         )
         self.last_reply = reply
+        if sent is not None and started_at is not None:
+            self._report(sent, started_at, reply, None, repair)
         return reply
+
+    def _report(
+        self,
+        sent: list[dict[str, str]],
+        started_at: float,
+        reply: ModelReply | None,
+        error: BaseException | None,
+        repair: bool,
+    ) -> None:
+        """Tell the engine what this call sent and got (``loopwright._modelcalls``): a no-op
+        unless an engine's actor or verifier call is collecting. The tokens and cost are this
+        request's own (a malformed reply's spend carried into a later call is not counted
+        again there)."""
+        if reply is None and error is not None:
+            reply = getattr(error, "reply", None)  # what had arrived of a broken stream
+        record_model_call(
+            model=self.model,
+            response_model=reply.model if reply is not None else None,
+            provider=self.provider or ("openai" if self._default_endpoint else None),
+            server=public_url(self.base_url),
+            prompt=sent,
+            reply=reply.text if reply is not None else None,
+            started_at=started_at,
+            seconds=reply.seconds if reply is not None else time.time() - started_at,
+            first_token_s=reply.first_token_s if reply is not None else None,
+            input_tokens=reply.input_tokens if reply is not None else None,
+            output_tokens=reply.output_tokens if reply is not None else None,
+            cost_usd=reply.priced.cost_usd if reply is not None else None,
+            finish_reason=reply.finish_reason if reply is not None else None,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            http_status=None if error is None else status_code(error),
+            repair=repair,
+            streamed=self.stream,
+        )
 
     def _carry(self, bill_to: str, usage: Usage) -> None:
         with self._lock:

@@ -10,7 +10,14 @@ timestamps, and approvals have ``requested_at``/``decided_at``. The tree is rebu
   occurrence of the same number), from its estimated start to the event that closed it
   (``decision``, or ``stopped``/``rolled_back``);
 * ``actor`` and one ``verifier`` span per verifier call, laid end to end from the cycle's start
-  with their recorded durations (their exact start times were not recorded);
+  with their recorded durations (their exact start times were not recorded; a call that made
+  model calls starts no later than its first one);
+* ``model`` — one per model call an actor or verifier reported (``model_call`` events, see
+  ``loopwright._modelcalls``), a child of that call's span, at its recorded start and latency,
+  with the GenAI semantic-convention attributes (``gen_ai.request.model``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.provider.name`` where known) and
+  its cost; the prompt and reply stay in the store (content capture is opt-in in the GenAI
+  conventions), the span event carries their sizes;
 * ``effect`` — one per idempotency key, from its first journal event to its outcome;
 * ``approval`` — one per request, from ``requested_at`` to ``decided_at``.
 
@@ -25,6 +32,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 
@@ -38,7 +46,7 @@ __all__ = [
     "run_spans",
 ]
 
-SpanKind = Literal["run", "cycle", "actor", "verifier", "effect", "approval"]
+SpanKind = Literal["run", "cycle", "actor", "verifier", "model", "effect", "approval"]
 Status = Literal["unset", "ok", "error"]
 
 #: Events that belong to the run as a whole, never to one cycle.
@@ -59,6 +67,9 @@ _EFFECT_END = frozenset(
     {"effect_done", "effect_failed", "effect_in_doubt", "effect_reconciled", "effect_reused"}
 )
 APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
+MODEL_CALL = "model_call"  # as ``loopwright._modelcalls.MODEL_CALL``
+#: Fields of a ``model_call`` event kept out of its span event: the content itself.
+_CONTENT = frozenset({"prompt", "reply"})
 _APPROVAL_KINDS = APPROVAL_KINDS
 _ERROR_STATUSES = frozenset({"escalated", "failed"})
 
@@ -116,8 +127,9 @@ def exported_attributes(s: Span) -> dict[str, Any]:
 
 
 def is_client_span(s: Span) -> bool:
-    """Whether the span is a call out of the process (OTLP kind CLIENT): an effect."""
-    return s.kind == "effect"
+    """Whether the span is a call out of the process (OTLP kind CLIENT): an effect or a model
+    call."""
+    return s.kind in ("effect", "model")
 
 
 def run_spans(store: Store, run_id: str) -> tuple[RunRecord, list[Span]]:
@@ -299,13 +311,16 @@ def _cycle_spans(
     durations: dict[str, float] = {}
     failures: dict[str, list[float]] = {}
     gave_up: dict[str, Event] = {}
-    for _, ev in items:
+    models: dict[str, list[tuple[int, Event]]] = {}
+    for seq, ev in items:
         scope = _scope_of(ev)
         if scope is None:
             continue
         if scope not in calls:
             calls[scope] = _call_span(run, occ, scope)
-        if ev.kind in ("proposal", "verdict"):
+        if ev.kind == MODEL_CALL:
+            models.setdefault(scope, []).append((seq, ev))
+        elif ev.kind in ("proposal", "verdict"):
             durations[scope] = float(ev.data.get("seconds") or 0.0)
         elif ev.kind in ("retry", "gave_up"):
             failures.setdefault(scope, []).append(ev.ts)
@@ -324,13 +339,23 @@ def _cycle_spans(
         span.start = span.end - durations.get(scope, 0.0)
         if scope in failures:
             span.start = min(span.start, failures[scope][0])
+        if scope in models:  # its model calls' recorded times are real: it spans them
+            starts = [_float(ev.data.get("started_at")) or ev.ts for _, ev in models[scope]]
+            ends = [
+                t + _float(ev.data.get("seconds"))
+                for t, (_, ev) in zip(starts, models[scope], strict=True)
+            ]
+            span.start = min(span.start, *starts)
+            span.end = min(span.end, max(span.start + durations.get(scope, 0.0), *ends))
         cursor = span.start
-    first_failed = bool(order) and order[0] in failures
+    # A failed call's start is known only from the model calls it reported, if any.
+    guessed = {sc for sc in failures if sc not in models}
+    first_failed = bool(order) and order[0] in guessed
     cycle.start = occ.prev_ts if first_failed else max(occ.prev_ts, min(cursor, t0))
     prev_end = cycle.start
     for scope in order:
         span = calls[scope]
-        span.start = prev_end if scope in failures else max(span.start, prev_end)
+        span.start = prev_end if scope in guessed else max(span.start, prev_end)
         span.end = max(span.end, span.start)
         prev_end = span.end
     for scope, span in calls.items():
@@ -344,12 +369,17 @@ def _cycle_spans(
         )
     _call_costs(calls, occ)
 
-    spans = [cycle, *(calls[sc] for sc in order)]
+    spans = [cycle]
+    for scope in order:
+        spans.append(calls[scope])
+        spans.extend(_model_spans(calls[scope], models.get(scope, ()), occ.cycle))
     effects = _effect_spans(cycle, items)
     waits = _approval_spans(cycle, approvals, items, last_ts)
     spans.extend(sorted([*waits, *effects], key=lambda s: (s.start, s.key)))
     for seq, ev in items:
         scope = _scope_of(ev)
+        if ev.kind == MODEL_CALL and scope is not None:
+            continue  # on its model span
         if scope is not None:
             target = calls[scope]
             target.events.append(_span_event(seq, ev))
@@ -393,7 +423,7 @@ def _scope_of(ev: Event) -> str | None:
         return "actor"
     if ev.kind == "verdict":
         return f"verifier:{ev.data.get('verifier')}"
-    if ev.kind in ("retry", "gave_up"):
+    if ev.kind in ("retry", "gave_up", MODEL_CALL):
         scope = str(ev.data.get("scope") or "")
         if scope == "actor" or scope.startswith("verifier:"):
             return scope
@@ -466,6 +496,98 @@ def _call_costs(calls: Mapping[str, Span], occ: _Occurrence) -> None:
             if isinstance(evidence.get("model"), str) and evidence["model"]:
                 a.setdefault("gen_ai.request.model", evidence["model"])
             _usage_attributes(a, {k: evidence.get(k) for k in ("input_tokens", "output_tokens")})
+
+
+def _float(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def _model_spans(call: Span, evs: Iterable[tuple[int, Event]], cycle: int) -> list[Span]:
+    """One ``model`` span per reported model call of ``call``, with the GenAI attributes; the
+    call span gets the tokens of them all and their model (when they share one) unless it
+    already names them (a reviewer's evidence)."""
+    out: list[Span] = []
+    tokens_in = tokens_out = 0
+    names: set[str] = set()
+    for i, (seq, ev) in enumerate(evs, 1):
+        d = ev.data
+        model = str(d.get("model") or "model")
+        start = _float(d.get("started_at")) or ev.ts
+        a: dict[str, Any] = {
+            "gen_ai.operation.name": str(d.get("operation") or "chat"),
+            "gen_ai.request.model": model,
+            "loopwright.cycle": cycle,
+            "loopwright.call.id": ev.id,
+            "loopwright.call.scope": str(d.get("scope") or ""),
+            "loopwright.attempt": d.get("attempt"),
+            "loopwright.call.outcome": d.get("outcome"),
+            "loopwright.seconds": _float(d.get("seconds")),
+        }
+        names.add(model)
+        if d.get("response_model"):
+            a["gen_ai.response.model"] = str(d["response_model"])
+        if d.get("provider"):
+            # the current name, and the one older backends read
+            a["gen_ai.provider.name"] = a["gen_ai.system"] = str(d["provider"])
+        host, port = _server(d.get("server"))
+        if host:
+            a["server.address"] = host
+        if port:
+            a["server.port"] = port
+        for key in ("input_tokens", "output_tokens"):
+            if isinstance(d.get(key), int):
+                a[f"gen_ai.usage.{key}"] = d[key]
+        tin, tout = d.get("input_tokens") or 0, d.get("output_tokens") or 0
+        tokens_in, tokens_out = tokens_in + int(tin), tokens_out + int(tout)
+        if d.get("input_tokens") is not None or d.get("output_tokens") is not None:
+            a["loopwright.usage.total_tokens"] = int(tin) + int(tout)
+        if d.get("cost_usd") is not None:
+            a["loopwright.cost_usd"] = _float(d["cost_usd"])
+        if d.get("finish_reason"):
+            a["gen_ai.response.finish_reasons"] = [str(d["finish_reason"])]
+        if d.get("first_token_s") is not None:
+            a["loopwright.first_token_s"] = _float(d["first_token_s"])
+        if d.get("repair"):
+            a["loopwright.repair_turn"] = True
+        if d.get("truncated"):
+            a["loopwright.call.truncated"] = True
+        span = Span(
+            key=f"{call.key}/model/{i}",
+            kind="model",
+            name=f"{a['gen_ai.operation.name']} {model}",
+            start=start,
+            end=start + _float(d.get("seconds")),
+            parent=call.key,
+            attributes=a,
+            events=[_span_event(seq, ev)],
+        )
+        if d.get("error"):
+            span.status = "error"
+            span.status_message = str(d["error"])
+            status = d.get("http_status")
+            a["error.type"] = str(status) if status else str(d["error"]).split(":", 1)[0]
+        else:
+            span.status = "ok"
+        out.append(span)
+    if out:
+        ca = call.attributes
+        if len(names) == 1:
+            ca.setdefault("gen_ai.request.model", next(iter(names)))
+        if "gen_ai.usage.input_tokens" not in ca:
+            ca["gen_ai.usage.input_tokens"] = tokens_in
+            ca["gen_ai.usage.output_tokens"] = tokens_out
+    return out
+
+
+def _server(url: Any) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` of an endpoint URL."""
+    if not isinstance(url, str) or not url:
+        return None, None
+    try:
+        parts = urlsplit(url)
+        return parts.hostname, parts.port
+    except ValueError:
+        return None, None
 
 
 def _usage_attributes(a: dict[str, Any], usage: Mapping[str, Any]) -> None:
@@ -631,6 +753,8 @@ def _run_attributes(run: RunRecord) -> dict[str, Any]:
 def _span_event(seq: int, ev: Event) -> SpanEvent:
     attrs: dict[str, Any] = {"loopwright.event.seq": seq, "loopwright.event.id": ev.id}
     for k, v in ev.data.items():
+        if ev.kind == MODEL_CALL and k in _CONTENT:
+            continue
         attrs[str(k)] = _plain(v)
     return SpanEvent(name=ev.kind, ts=ev.ts, attributes=attrs)
 

@@ -1,0 +1,376 @@
+"""Time and calls on the run page: the span waterfall and each model call's detail.
+
+The waterfall is the run's span tree from ``trace.build_spans`` — the model the OTLP export
+and live tracing use, so the page, ``trace --format otlp-json`` and a collector show the same
+spans, times, tokens and costs — drawn here as inline SVG: one row per span (run → cycle →
+actor / verifiers → model calls, effects, approval waits), a bar at its start and proportional
+to its duration, and its latency, tokens and cost. Every text is escaped here (span names hold
+loop, verifier, effect and model names, which users and models choose); nothing is scripted,
+so the dashboard's Content-Security-Policy stays as it is. A model-call row links to
+``/runs/{id}/calls/{event id}``: the prompt and raw reply the adapter recorded (masked and cut
+to size when stored, ``loopwright._modelcalls``), model, tokens, cost and latency; ``/api``
+serves the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup, escape
+
+from .._errors import RunNotFoundError
+from .._modelcalls import MODEL_CALL
+from ..store import Approval, Checkpoint, Event, RunRecord, Store
+from ..trace._spans import Span, build_spans
+
+__all__ = [
+    "MAX_CYCLES",
+    "Row",
+    "call_detail",
+    "call_summary",
+    "duration",
+    "install_waterfall",
+    "waterfall_html",
+    "waterfall_rows",
+    "waterfall_svg",
+]
+
+MAX_CYCLES = 30
+"""Cycles drawn on the page (the last ones); ``/api/runs/{id}/spans`` has them all."""
+
+# Geometry of the drawing, in SVG user units.
+_WIDTH, _LABEL_W, _NUM_W, _ROW_H, _TOP = 1100, 300, 210, 20, 24
+_BAR_W = _WIDTH - _LABEL_W - _NUM_W - 16
+_MIN_BAR = 1.0  # an instant still shows
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One span as the waterfall draws it; times in seconds from the run's start."""
+
+    key: str
+    kind: str
+    label: str
+    depth: int
+    offset_s: float
+    seconds: float
+    at: float
+    status: str
+    incomplete: bool
+    tokens: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: float | None
+    model: str | None
+    call_id: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
+
+
+def duration(seconds: float | None) -> str:
+    """``0.5 ms``, ``120 ms``, ``2.35 s``, ``3 min 4 s``, ``2 h 5 min``."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, float(seconds))
+    if s < 0.01:
+        return f"{s * 1000:.1f} ms"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.2f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+def _label(s: Span) -> str:
+    a = s.attributes
+    if s.kind == "cycle":
+        return f"cycle {a.get('loopwright.cycle')} · {_clock(s.start)}"
+    if s.kind == "actor":
+        return "actor"
+    if s.kind == "verifier":
+        held = " · held out" if a.get("loopwright.verifier.held_out") else ""
+        return f"verifier {a.get('loopwright.verifier.name')}{held}"
+    if s.kind == "model":
+        attempt = a.get("loopwright.attempt")
+        return f"{s.name}" + (f" · attempt {attempt}" if attempt else "")
+    if s.kind == "effect":
+        return f"effect {a.get('gen_ai.tool.name')} · {a.get('loopwright.effect.status')}"
+    if s.kind == "approval":
+        return (
+            f"approval {a.get('loopwright.approval.kind')} · {a.get('loopwright.approval.status')}"
+        )
+    return s.name
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def waterfall_rows(spans: Sequence[Span], *, max_cycles: int | None = MAX_CYCLES) -> list[Row]:
+    """The spans in drawing order (each followed by its children, depth first), of the last
+    ``max_cycles`` cycles (``None``: all) and whatever belongs to the run itself."""
+    if not spans:
+        return []
+    root = spans[0]
+    children: dict[str | None, list[Span]] = {}
+    for s in spans[1:]:
+        children.setdefault(s.parent, []).append(s)
+    top = children.get(root.key, [])
+    cycles = [s for s in top if s.kind == "cycle"]
+    if max_cycles is not None and len(cycles) > max_cycles:
+        hidden = {s.key for s in cycles[: len(cycles) - max_cycles]}
+        top = [s for s in top if s.key not in hidden]
+    origin = root.start
+    rows: list[Row] = []
+
+    def visit(s: Span, depth: int) -> None:
+        a = s.attributes
+        tin, tout = (
+            _int(a.get("gen_ai.usage.input_tokens")),
+            _int(a.get("gen_ai.usage.output_tokens")),
+        )
+        total = _int(a.get("loopwright.usage.total_tokens"))
+        if total is None and (tin is not None or tout is not None):
+            total = (tin or 0) + (tout or 0)
+        cost = a.get("loopwright.cost_usd")
+        rows.append(
+            Row(
+                key=s.key,
+                kind=s.kind,
+                label=_label(s),
+                depth=depth,
+                offset_s=max(0.0, s.start - origin),
+                seconds=max(0.0, s.end - s.start),
+                at=s.start,
+                status=s.status,
+                incomplete=s.incomplete,
+                tokens=total,
+                input_tokens=tin,
+                output_tokens=tout,
+                cost_usd=float(cost) if isinstance(cost, int | float) else None,
+                model=str(a["gen_ai.request.model"]) if a.get("gen_ai.request.model") else None,
+                call_id=_int(a.get("loopwright.call.id")) if s.kind == "model" else None,
+            )
+        )
+        for c in children.get(s.key, []) if s is not root else top:
+            visit(c, depth + 1)
+
+    visit(root, 0)
+    return rows
+
+
+def _figures(r: Row) -> str:
+    out = [duration(r.seconds)]
+    if r.tokens:
+        out.append(f"{r.tokens:,} tok")
+    if r.cost_usd:
+        out.append(f"${r.cost_usd:.4f}")
+    return " · ".join(out)
+
+
+def _tip(r: Row) -> str:
+    bits = [r.label, f"starts +{duration(r.offset_s)}", f"lasts {duration(r.seconds)}"]
+    if r.input_tokens is not None or r.output_tokens is not None:
+        bits.append(f"tokens in {r.input_tokens or 0:,} / out {r.output_tokens or 0:,}")
+    elif r.tokens:
+        bits.append(f"{r.tokens:,} tokens")
+    if r.cost_usd is not None:
+        bits.append(f"cost ${r.cost_usd:.6f}")
+    if r.status == "error":
+        bits.append("failed")
+    if r.incomplete:
+        bits.append("still open")
+    return "; ".join(bits)
+
+
+def waterfall_svg(rows: Sequence[Row], run_id: str) -> Markup:
+    """``rows`` as an inline SVG (no script, every text escaped); model calls link to their
+    detail page."""
+    if not rows:
+        return Markup('<p class="muted">No spans yet.</p>')
+    total = max([r.offset_s + r.seconds for r in rows] + [1e-3])
+    h = _TOP + len(rows) * _ROW_H + 8
+    x0 = _LABEL_W
+    parts = [
+        f'<svg class="waterfall" role="img" aria-labelledby="wf-title" viewBox="0 0 {_WIDTH} {h}" '
+        f'width="{_WIDTH}" height="{h}" xmlns="http://www.w3.org/2000/svg">',
+        '<title id="wf-title">Spans of the run: when each started, how long it took, its tokens '
+        "and cost</title>",
+    ]
+    for i in range(5):  # the time axis: 0, ¼, ½, ¾, all of it
+        x = x0 + _BAR_W * i / 4
+        parts.append(
+            f'<line class="wf-grid" x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{h - 4}"/>'
+            f'<text class="wf-tick" x="{x:.1f}" y="{_TOP - 10}" text-anchor="middle">'
+            f"+{escape(duration(total * i / 4))}</text>"
+        )
+    for i, r in enumerate(rows):
+        y = _TOP + i * _ROW_H
+        x = x0 + r.offset_s / total * _BAR_W
+        w = max(_MIN_BAR, r.seconds / total * _BAR_W)
+        w = min(w, x0 + _BAR_W - x + _MIN_BAR)
+        cls = f"wf-row wf-{r.kind}" + (" wf-error" if r.status == "error" else "")
+        cls += " wf-open" if r.incomplete else ""
+        row = (
+            f'<g class="{cls}" data-key="{escape(r.key)}" data-kind="{r.kind}" '
+            f'data-seconds="{r.seconds:.6f}">'
+            f"<title>{escape(_tip(r))}</title>"
+            f'<rect class="wf-band" x="0" y="{y}" width="{_WIDTH}" height="{_ROW_H}"/>'
+            f'<text class="wf-label" x="{6 + 12 * r.depth}" y="{y + 14}">'
+            f"{escape(_clip(r.label, 40 - 2 * r.depth))}</text>"
+            f'<rect class="wf-bar" x="{x:.2f}" y="{y + 4}" width="{w:.2f}" height="{_ROW_H - 8}"/>'
+            f'<text class="wf-num" x="{_WIDTH - 6}" y="{y + 14}" text-anchor="end">'
+            f"{escape(_figures(r))}</text></g>"
+        )
+        if r.call_id is not None:
+            href = f"/runs/{escape(run_id)}/calls/{r.call_id}"
+            row = f'<a class="wf-link" href="{href}">{row}</a>'
+        parts.append(row)
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _clip(text: str, limit: int) -> str:
+    limit = max(limit, 12)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def waterfall_html(
+    rec: RunRecord,
+    events: Sequence[Event],
+    checkpoints: Sequence[Checkpoint],
+    approvals: Sequence[Approval],
+) -> Markup:
+    """The run page's section: the SVG, and a line saying what is left out."""
+    spans = build_spans(rec, events, checkpoints, approvals)
+    rows = waterfall_rows(spans)
+    cycles = sum(1 for s in spans if s.kind == "cycle")
+    calls = sum(1 for s in spans if s.kind == "model")
+    note = (
+        f"The last {MAX_CYCLES} of {cycles} cycles; every span in "
+        f'<a href="/api/runs/{escape(rec.run_id)}/spans">the API</a>. '
+        if cycles > MAX_CYCLES
+        else ""
+    )
+    note += (
+        "Open a model call for its prompt and reply."
+        if calls
+        else "No model calls were recorded (the actor and verifiers are plain functions)."
+    )
+    return Markup(
+        f'<figure class="waterfall">{waterfall_svg(rows, rec.run_id)}'
+        f'<figcaption class="muted">Times from the run\'s start (cycle rows show the UTC '
+        f"time). {note}</figcaption></figure>"
+    )
+
+
+# --- model calls ------------------------------------------------------------------------------
+_SUMMARY_FIELDS = (
+    "scope",
+    "attempt",
+    "outcome",
+    "model",
+    "response_model",
+    "provider",
+    "server",
+    "started_at",
+    "seconds",
+    "first_token_s",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "finish_reason",
+    "http_status",
+    "error",
+    "repair",
+    "streamed",
+    "prompt_chars",
+    "reply_chars",
+    "truncated",
+)
+
+
+def call_summary(ev: Event) -> dict[str, Any]:
+    """A recorded model call without its prompt and reply."""
+    d = ev.data
+    out: dict[str, Any] = {"id": ev.id, "cycle": ev.cycle}
+    out.update({k: d.get(k) for k in _SUMMARY_FIELDS})
+    return out
+
+
+def call_detail(ev: Event) -> dict[str, Any]:
+    """A recorded model call with the prompt (``[{"role", "content"}]``) and raw reply."""
+    return {
+        **call_summary(ev),
+        "prompt": ev.data.get("prompt") or [],
+        "reply": ev.data.get("reply"),
+    }
+
+
+def _model_call(store: Store, run_id: str, call_id: int) -> tuple[RunRecord, Event]:
+    try:
+        rec = store.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    found = store.events(rec.run_id, after_id=call_id - 1)[:1] if call_id > 0 else []
+    if not found or found[0].id != call_id or found[0].kind != MODEL_CALL:
+        raise HTTPException(404, f"run {rec.run_id[:12]} has no model call {call_id}")
+    return rec, found[0]
+
+
+Page = Callable[..., HTMLResponse]
+
+
+def install_waterfall(app: FastAPI, store: Store, page: Page) -> None:
+    """Add the call-detail page and the ``/api`` routes for calls and spans to ``app``."""
+
+    @app.get("/runs/{run_id}/calls/{call_id}", response_class=HTMLResponse, include_in_schema=False)
+    def call_page(request: Request, run_id: str, call_id: int) -> HTMLResponse:
+        rec, ev = _model_call(store, run_id, call_id)
+        return page(request, "call.html", rec=rec, call=call_detail(ev), duration=duration)
+
+    @app.get("/api/runs/{run_id}/calls", tags=["runs"])
+    def api_calls(run_id: str) -> list[dict[str, Any]]:
+        """The run's recorded model calls, oldest first: model, tokens, cost, start and
+        latency, attempt and how it ended (``ok``, ``retry``, ``gave_up``); the prompt and
+        reply are in ``/api/runs/{run_id}/calls/{id}``."""
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return [call_summary(e) for e in store.events(rec.run_id) if e.kind == MODEL_CALL]
+
+    @app.get("/api/runs/{run_id}/calls/{call_id}", tags=["runs"])
+    def api_call(run_id: str, call_id: int) -> dict[str, Any]:
+        """One model call with the prompt and raw reply the adapter recorded (secrets
+        masked, cut to size with a marker)."""
+        return call_detail(_model_call(store, run_id, call_id)[1])
+
+    @app.get("/api/runs/{run_id}/spans", tags=["runs"])
+    def api_spans(run_id: str) -> list[dict[str, Any]]:
+        """The run's spans as the waterfall draws them (every cycle): kind, label, depth,
+        start (seconds from the run's start, and UTC), duration, tokens, cost, status and the
+        model call's id."""
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        spans = build_spans(
+            rec,
+            store.events(rec.run_id),
+            store.checkpoints(rec.run_id),
+            store.approvals(run_id=rec.run_id),
+        )
+        return [r.to_dict() for r in waterfall_rows(spans, max_cycles=None)]
