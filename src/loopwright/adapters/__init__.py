@@ -5,6 +5,10 @@ against a rubric and returns a located ``Verdict``. Both talk to any chat-comple
 (OpenAI, vLLM, Ollama, llama.cpp, LM Studio) through the ``openai`` SDK, imported on first use
 (``pip install 'loopwright[openai]'``). Retries are the engine's; cost is usage × price
 (``PriceOverride``, else ``genai-prices``, else 0). See ``docs/models.md``.
+
+``ImageModel`` generates pictures and repairs a region of one under a mask on an
+OpenAI-compatible images endpoint; ``ImageActor`` makes it an actor step. Pictures are stored
+as content-addressed blobs, a part holding their digest (``image_value``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,16 @@ from .openai_chat import (
     ResponseFormat,
     normalise_base_url,
 )
+from .openai_images import (
+    ImageActor,
+    ImageJob,
+    ImageModel,
+    ImagePrice,
+    ImageResult,
+    image_value,
+    is_image_value,
+    region_mask,
+)
 
 __all__ = [
     "ACTOR_SYSTEM_PROMPT",
@@ -47,6 +61,11 @@ __all__ = [
     "AsyncChatReviewer",
     "ChatActor",
     "ChatReviewer",
+    "ImageActor",
+    "ImageJob",
+    "ImageModel",
+    "ImagePrice",
+    "ImageResult",
     "Limits",
     "MalformedReplyError",
     "ModelReply",
@@ -54,10 +73,13 @@ __all__ = [
     "Priced",
     "ResponseFormat",
     "context_sections",
+    "image_value",
+    "is_image_value",
     "limits_in_use",
     "normalise_base_url",
     "parse_reply",
     "price_call",
+    "region_mask",
     "render_context",
     "render_review",
     "review_sections",

@@ -1,0 +1,100 @@
+"""Pictures kept as blobs (``adapters.openai_images``: a part holds ``{"image": "sha256:…",
+"media_type", …}``, the bytes are in the store's ``blobs`` table) shown as pictures.
+
+``/runs/{run_id}/blob/{digest}`` serves one, only when a version of a part of that run holds it
+(a digest from another run, or none at all, is a 404 like a missing run), only as a raster type
+(PNG, JPEG, GIF, WebP — never SVG or HTML, which could carry script), with ``nosniff`` and a
+policy that lets nothing load or run should it be opened on its own. Content-addressed, so it
+is cached for good. ``picture_url(run_id, value)`` is the URL to put in an ``<img>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import Response
+
+from .._errors import ConfigError, RunNotFoundError
+from ..store import Store
+from ..store._blobs import Blob, Blobs, is_digest
+
+__all__ = ["RASTER_TYPES", "is_picture", "picture_bytes", "picture_url", "register_picture_routes"]
+
+RASTER_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+PICTURE_CSP = "default-src 'none'; sandbox"
+
+
+def is_picture(value: Any) -> bool:
+    """Whether a part's value is a picture kept as a blob."""
+    return (
+        isinstance(value, Mapping)
+        and is_digest(value.get("image"))
+        and value.get("media_type") in RASTER_TYPES
+    )
+
+
+def picture_url(run_id: str, value: Any) -> str | None:
+    """Where the dashboard serves the picture ``value`` of run ``run_id`` (``None`` when the
+    value is not a picture)."""
+    if not is_picture(value):
+        return None
+    return f"/runs/{quote(run_id, safe='')}/blob/{value['image']}"
+
+
+def picture_bytes(store: Store, value: Any) -> tuple[bytes, str] | None:
+    """``(bytes, media type)`` of a picture value, read from the store; ``None`` when the value
+    is not a picture or its blob is missing."""
+    if not is_picture(value):
+        return None
+    blob = _blob(store, str(value["image"]))
+    if blob is None or blob.media_type not in RASTER_TYPES:
+        return None
+    return blob.data, blob.media_type
+
+
+def _blob(store: Store, digest: str) -> Blob | None:
+    try:
+        return Blobs(store).get(digest)
+    except ConfigError:  # a store that keeps no blobs has no pictures
+        return None
+
+
+def _holds(store: Store, run_id: str, digest: str) -> bool:
+    state = store.latest_checkpoint(run_id).task_state()
+    for _, part in state.iter_parts():
+        for v in part.versions:
+            if isinstance(v.value, Mapping) and v.value.get("image") == digest:
+                return True
+    return False
+
+
+def register_picture_routes(app: FastAPI, store: Store) -> None:
+    """``GET /runs/{run_id}/blob/{digest}`` (see the module's docstring)."""
+
+    @app.get("/runs/{run_id}/blob/{digest}", include_in_schema=False)
+    def run_blob(run_id: str, digest: str) -> Response:
+        if not is_digest(digest):
+            raise HTTPException(404, "not a picture digest (sha256:<64 hex digits>)")
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        if not _holds(store, rec.run_id, digest):
+            raise HTTPException(404, f"run {rec.run_id} holds no picture {digest}")
+        blob = _blob(store, digest)
+        if blob is None or blob.media_type not in RASTER_TYPES:
+            why = "is not in the store" if blob is None else "is not a raster picture"
+            raise HTTPException(404, f"{digest} {why}")
+        return Response(
+            blob.data,
+            media_type=blob.media_type,
+            headers={
+                "Content-Security-Policy": PICTURE_CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Content-Disposition": "inline",
+                "Cache-Control": "private, max-age=31536000, immutable",
+            },
+        )

@@ -1,0 +1,291 @@
+"""The image adapter (``loopwright.adapters.openai_images``) over real HTTP with the ``openai``
+SDK, against the loopback image server of ``tests/support/fake_images.py``: generation,
+references, masked repair (pixels outside the mask unchanged), pictures as content-addressed
+blobs in the store (SQLite and PostgreSQL), cost per picture, the engine's retries, the shared
+concurrency limit, and the dashboard's picture route."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fake_images import FakeImages, draw
+
+import loopwright as lw
+from loopwright.adapters import (
+    ImageActor,
+    ImageJob,
+    ImageModel,
+    ImagePrice,
+    MalformedReplyError,
+    _png,
+    is_image_value,
+    region_mask,
+)
+from loopwright.store import open_store
+from loopwright.store._blobs import Blobs
+
+W, H = 120, 90
+LAYOUT = "a quay at night\nbox 0.10,0.40,0.30,0.95 #1f4e9c\nbox 0.60,0.40,0.80,0.95 #7a2e2e"
+FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, jitter=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeImages]:
+    with FakeImages() as server:
+        yield server
+
+
+def _model(fake: FakeImages, tmp_path: Path, **kw: Any) -> ImageModel:
+    kw.setdefault("size", f"{W}x{H}")
+    kw.setdefault("timeout_s", 10)
+    kw.setdefault("store", str(tmp_path / "pictures.db"))
+    return ImageModel("fake-image-1", base_url=fake.base_url, **kw)
+
+
+def test_generate_stores_the_picture_once_by_its_digest(fake: FakeImages, tmp_path: Path) -> None:
+    model = _model(fake, tmp_path, price=0.04)
+    first = model.generate(LAYOUT)
+    again = model.generate(LAYOUT)
+    [req, _] = fake.of("generations")
+    assert (req.model, req.size, req.fields["response_format"]) == (
+        "fake-image-1",
+        "120x90",
+        "b64_json",
+    )
+    value = first.value
+    assert is_image_value(value)
+    assert value == {
+        "image": "sha256:" + hashlib.sha256(first.data).hexdigest(),
+        "media_type": "image/png",
+        "bytes": len(first.data),
+        "width": W,
+        "height": H,
+    }
+    assert again.value == value  # the same prompt draws the same bytes: one blob
+    store = open_store(str(tmp_path / "pictures.db"))
+    with store._conn() as conn:  # type: ignore[attr-defined]
+        assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 1
+    blob = Blobs(store).get(value["image"])
+    assert blob is not None and blob.data == first.data and blob.media_type == "image/png"
+    # the picture is what the server drew: the coat box where the layout put it
+    pic = _png.decode(first.data)
+    assert pic.pixel(int(0.2 * W), int(0.7 * H))[:3] == tuple(bytes.fromhex("1f4e9c"))
+    assert (first.endpoint, first.masked, first.references) == ("generations", False, 0)
+    assert first.usage.cost_usd == pytest.approx(0.04) and first.usage.tokens > 0
+
+
+def test_references_go_as_image_parts_of_an_unmasked_edit(fake: FakeImages, tmp_path: Path) -> None:
+    model = _model(fake, tmp_path)
+    sheet = model.generate("the character sheet\nbox 0.1,0.1,0.9,0.9 #5b3f8c")
+    page = model.generate("an accepted page\nbox 0,0,1,0.5 #cfd8dc")
+    panel = model.generate(LAYOUT, references=[sheet.value, page.value["image"]])
+    req = fake.requests[-1]
+    assert req.endpoint == "edits" and req.mask is None
+    assert req.images == [sheet.digest.removeprefix("sha256:"), page.digest.removeprefix("sha256:")]
+    assert req.image_fields == ["image[]", "image[]"]
+    assert (panel.endpoint, panel.masked, panel.references) == ("edits", False, 2)
+
+
+def test_masked_edit_changes_only_the_masked_region(fake: FakeImages, tmp_path: Path) -> None:
+    fake.miscolour = {"#1f4e9c": "#b71c1c"}  # the first picture gets the coat wrong
+    model = _model(fake, tmp_path)
+    drawn = model.generate(LAYOUT)
+    before = _png.decode(drawn.data)
+    coat = (int(0.2 * W), int(0.7 * H))
+    assert before.pixel(*coat)[:3] == tuple(bytes.fromhex("b71c1c"))
+    box = (0.08 * W, 0.38 * H, 0.32 * W, 0.97 * H)
+    mask = region_mask(W, H, [box])
+    fixed = model.edit(drawn.value, mask, LAYOUT)
+    req = fake.requests[-1]
+    assert (req.endpoint, req.image_fields) == ("edits", ["image"])
+    assert req.images == [drawn.digest.removeprefix("sha256:")]
+    assert req.mask == hashlib.sha256(mask).hexdigest()
+    after = _png.decode(fixed.data)
+    assert after.pixel(*coat)[:3] == tuple(bytes.fromhex("1f4e9c"))  # repaired
+    holes = _png.decode(mask)
+    changed = outside_changed = 0
+    for y in range(H):
+        for x in range(W):
+            same = after.pixel(x, y) == before.pixel(x, y)
+            if holes.pixel(x, y)[3] == 0:
+                changed += not same
+            else:
+                outside_changed += not same
+    assert outside_changed == 0  # every pixel outside the mask is the original's
+    assert changed > 0.5 * (box[2] - box[0]) * (box[3] - box[1])
+    assert fixed.masked and fixed.value != drawn.value
+    # a mask of another size is refused before anything is sent
+    sent = len(fake.requests)
+    with pytest.raises(lw.ConfigError, match="same size"):
+        model.edit(drawn.value, region_mask(W + 1, H, [box]), LAYOUT)
+    assert len(fake.requests) == sent
+
+
+def test_region_mask_is_transparent_exactly_inside_the_boxes() -> None:
+    mask = _png.decode(region_mask(10, 8, [(2, 1, 5, 3), (8.5, 6, 12, 9)]))
+    clear = {(x, y) for y in range(8) for x in range(10) if mask.pixel(x, y)[3] == 0}
+    assert clear == {(x, y) for x in range(2, 5) for y in range(1, 3)} | {
+        (x, y) for x in (8, 9) for y in (6, 7)
+    }
+
+
+def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_path: Path) -> None:
+    model = _model(fake, tmp_path, max_retry_after_s=5)
+    fake.fail(429, retry_after=30)
+    with pytest.raises(Exception) as caught:
+        model.generate(LAYOUT)
+    assert lw.classify(caught.value) == "transient"
+    assert lw.RetryPolicy(jitter=False).delay_s(1, caught.value) == pytest.approx(5)  # capped
+    assert "fake-image-1" in str(caught.value)  # named after the model it was about
+    for status, kind in ((503, "transient"), (401, "needs_human"), (400, "permanent")):
+        fake.fail(status)
+        with pytest.raises(Exception) as caught:
+            model.generate(LAYOUT)
+        assert lw.classify(caught.value) == kind, status
+    fake.fail(200)  # a 2xx without a picture
+    with pytest.raises(MalformedReplyError):
+        model.generate(LAYOUT)
+    assert lw.classify(MalformedReplyError("x")) == "transient"
+    assert model.generate(LAYOUT).value["width"] == W  # and it works again
+
+
+def _drawing_loop(model: ImageModel, retry: lw.RetryPolicy = FAST) -> lw.Loop:
+    def job(ctx: lw.Context) -> ImageJob | None:
+        if "panel" in ctx.artifacts and "art" in ctx.artifacts["panel"]:
+            return None
+        return ImageJob("panel", "art", LAYOUT, note="drew the panel")
+
+    def stored(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        part = state.part("panel/art")
+        ok = (
+            part is not None and is_image_value(part.value) and part.value["image"] in model.blobs()
+        )
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
+
+    return lw.Loop(
+        name="draw",
+        actor=ImageActor(model, job),
+        verifiers=[lw.Check(fn=stored)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=retry,
+    )
+
+
+def test_an_image_actor_step_in_a_run_retries_and_is_charged_per_picture(
+    fake: FakeImages, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "run.db")
+    model = _model(fake, tmp_path, price=ImagePrice(0.05), store=store)
+    fake.fail(503)  # the first attempt fails; the engine tries again
+    with lw.Runtime(store) as rt:
+        r = rt.run_sync(_drawing_loop(model), {"goal": "draw a panel"}, task_key="draw-1")
+        assert (r.status, r.stop_reason) == ("accepted", "success")
+        state = rt.store.checkpoints(r.run_id)[-1].task_state()
+    assert [q.status for q in fake.requests] == [503, 200]
+    assert r.spent.cost_usd == pytest.approx(0.05)  # one picture; the failed request costs nothing
+    part = state.part("panel/art")
+    assert part is not None and part.value["image"] == "sha256:" + str(fake.requests[-1].output)
+    assert "b64" not in str(part.value) and len(str(part.value)) < 300  # a reference, not bytes
+
+
+def test_unpriced_pictures_cost_nothing_and_warn_once(
+    fake: FakeImages, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _model(fake, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="loopwright.adapters"):
+        a = model.generate(LAYOUT)
+        model.generate(LAYOUT + " again")
+    assert a.usage.cost_usd == 0.0 and a.priced.source == "unpriced"
+    assert a.usage.tokens == len(LAYOUT.split()) + 1000  # the reply's usage still counts
+    assert sum("ImagePrice" in r.getMessage() for r in caplog.records) == 1
+    assert ImagePrice.coerce("0.02") == ImagePrice(0.02)
+    assert ImagePrice.coerce({"per_image_usd": 1}) == ImagePrice(1.0)
+    with pytest.raises(lw.ConfigError):
+        ImagePrice.coerce(-1)
+
+
+def test_concurrency_limit_holds_across_threads(tmp_path: Path) -> None:
+    with FakeImages(delay_s=0.05) as fake:
+        model = _model(fake, tmp_path, max_concurrency=2)
+        threads = [
+            threading.Thread(target=model.generate, args=(f"{LAYOUT} {i}",)) for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(fake.of("generations")) == 8
+        assert fake.peak <= 2
+
+
+def test_dashboard_serves_a_runs_picture_with_safe_headers(
+    fake: FakeImages, tmp_path: Path
+) -> None:
+    """``/runs/{id}/blob/{digest}`` (web/_pictures.py, registered by ``create_app``)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from loopwright.web._pictures import picture_url, register_picture_routes
+
+    store = str(tmp_path / "run.db")
+    model = _model(fake, tmp_path, store=store)
+    with lw.Runtime(store) as rt:
+        run_id = rt.run_sync(_drawing_loop(model), {"goal": "draw"}, task_key="draw-2").run_id
+        value = rt.store.checkpoints(run_id)[-1].task_state().part("panel/art").value  # type: ignore[union-attr]
+    other = model.save(_png.encode(2, 2, b"\x00" * 12))  # in the store, in no part of the run
+    svg = Blobs(open_store(store)).put(
+        b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/svg+xml"
+    )
+    app = FastAPI()
+    register_picture_routes(app, open_store(store))
+    c = TestClient(app)
+    url = picture_url(run_id, value)
+    assert url == f"/runs/{run_id}/blob/{value['image']}"
+    r = c.get(url)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "image/png"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "sandbox" in r.headers["content-security-policy"]
+    assert "immutable" in r.headers["cache-control"]
+    assert hashlib.sha256(r.content).hexdigest() == value["image"].removeprefix("sha256:")
+    for bad in (other["image"], svg, "sha256:" + "0" * 64, "nonsense"):
+        assert c.get(f"/runs/{run_id}/blob/{bad}").status_code == 404, bad
+    assert c.get(f"/runs/no-such-run/blob/{value['image']}").status_code == 404
+    assert picture_url(run_id, {"image": svg, "media_type": "image/svg+xml"}) is None
+
+
+@pytest.mark.postgres
+def test_blobs_on_postgresql() -> None:
+    url = os.environ.get("LOOPWRIGHT_TEST_PG")
+    if not url:
+        pytest.skip("LOOPWRIGHT_TEST_PG is not set")
+    import uuid
+
+    schema = f"blobs_{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema={schema}")
+    try:
+        blobs = Blobs(store)
+        data = _png.encode(3, 2, bytes(draw("x", 3, 2)))
+        digest = blobs.put(data, "image/png")
+        assert blobs.put(data, "image/png") == digest  # written once
+        got = blobs.get(digest)
+        assert got is not None and got.data == data and got.media_type == "image/png"
+        assert digest in blobs and blobs.get("sha256:" + "1" * 64) is None
+    finally:
+        with store._tx() as conn:  # type: ignore[attr-defined]
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        store.close()
