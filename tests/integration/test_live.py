@@ -28,6 +28,7 @@ import loopwright as lw
 from loopwright.store import open_store
 from loopwright.web import create_app
 from loopwright.web._feed import Feed
+from loopwright.web._live import Messages
 from loopwright.web._notify import MARKER, Notifier, NotifyConfig, verify
 
 TOKEN = "live-token-0123456789"
@@ -85,6 +86,8 @@ def test_feed_follows_new_runs_requests_and_decisions(
     st = open_store(store_url)
     try:
         feed = Feed(st)
+        stream = Messages()  # what /api/events sends
+        feed.listen(stream)
         assert feed.poll() == []  # the first look only records where things stand
         run_id = park(tmp_path, store_url, "first")
         got = {(c.kind, c.new): c for c in feed.poll()}
@@ -102,8 +105,11 @@ def test_feed_follows_new_runs_requests_and_decisions(
             for c in changes
         }
         assert kinds == {("run", "accepted"), ("approval", "approved")}, kinds
-        # Browsers get the changes after the id they saw last; the first look gave none.
-        assert [c.seq for c in feed.after(0)] == [1, 2, *(c.seq for c in changes)]
+        # Browsers get the changes after the id they saw last, as event-stream text.
+        sent = stream.after(0)
+        assert [seq for seq, _ in sent] == [1, 2, *(c.seq for c in changes)]
+        assert [seq for seq, _ in stream.after(2)] == [c.seq for c in changes]
+        assert sent[0][1].startswith("id: 1\nevent: run\ndata: {") and run_id in sent[0][1]
         # The marks: open runs and the runs created since; an ended old run is not read.
         assert [m.run_id for m in st.run_marks(created_since=0)] == [run_id]
         assert st.run_marks(created_since=time.time() + 3600) == []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,7 +27,6 @@ log = logging.getLogger("loopwright.feed")
 # Runs created this long before the previous look are still read: a writer's clock may lag
 # this process's, and a run created and ended between two looks is seen only this way.
 CREATED_MARGIN_S = 120.0
-KEPT = 1000  # changes kept for server-sent event clients that reconnect (Last-Event-ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +61,6 @@ class Feed:
         self.store = store
         self.interval_s = interval_s
         self._listeners: list[Listener] = []
-        self._recent: deque[Change] = deque(maxlen=KEPT)
         self._seen: _Seen | None = None
         self._seq = 0
         self._last_look = 0.0
@@ -74,15 +71,6 @@ class Feed:
 
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
-
-    @property
-    def last_seq(self) -> int:
-        return self._seq
-
-    def after(self, seq: int) -> list[Change]:
-        """The kept changes after ``seq`` (browsers' view: no baseline entries)."""
-        with self._lock:
-            return [c for c in self._recent if c.seq > seq]
 
     def start(self) -> None:
         with self._lock:
@@ -172,8 +160,6 @@ class Feed:
         return Change(self._seq, kind, run, approval, new, baseline)
 
     def _emit(self, changes: list[Change]) -> None:
-        with self._lock:
-            self._recent.extend(c for c in changes if not c.baseline)
         for c in changes:
             for listener in self._listeners:
                 try:

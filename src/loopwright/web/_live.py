@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,11 +27,12 @@ from ._feed import Change, Feed
 from ._notify import Notifier, NotifyConfig
 from ._views import run_summary
 
-__all__ = ["approval_brief", "install_live", "sse_message"]
+__all__ = ["Messages", "approval_brief", "install_live", "sse_message"]
 
 TICK_S = 0.25  # how often a stream looks at the feed's kept changes (in memory, no store read)
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 STREAM_S = 300.0  # a stream ends after this long; the browser reconnects with Last-Event-ID
+KEPT = 1000  # messages kept for browsers that reconnect (Last-Event-ID)
 
 
 def approval_brief(a: Approval) -> dict[str, Any]:
@@ -52,6 +55,28 @@ def sse_message(c: Change) -> str:
     return f"id: {c.seq}\nevent: {c.kind}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
+class Messages:
+    """A feed listener keeping the last ``KEPT`` changes as event-stream text (summaries of
+    about a kilobyte, not the records: a run's task can hold whole artifacts)."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[int, str]] = deque(maxlen=KEPT)
+        self._lock = threading.Lock()
+        self.last_seq = 0
+
+    def __call__(self, c: Change) -> None:
+        if c.baseline:  # requests pending before the first look are for the notifier only
+            return
+        text = sse_message(c)
+        with self._lock:
+            self._items.append((c.seq, text))
+            self.last_seq = c.seq
+
+    def after(self, seq: int) -> list[tuple[int, str]]:
+        with self._lock:
+            return [m for m in self._items if m[0] > seq]
+
+
 def install_live(
     app: FastAPI,
     store: Store,
@@ -63,10 +88,13 @@ def install_live(
     ``notify`` names URLs) while the app is served. Reads of ``/api/events`` are guarded like
     every other ``/api`` read by the app's middleware."""
     feed = Feed(store, interval_s=interval_s)
+    messages = Messages()
+    feed.listen(messages)
     notifier = Notifier(store, notify) if notify is not None and notify.urls else None
     if notifier is not None:
         feed.listen(notifier)
     app.state.feed = feed
+    app.state.messages = messages
     app.state.notifier = notifier
     inner = app.router.lifespan_context
 
@@ -92,7 +120,7 @@ def install_live(
         Reconnecting with ``Last-Event-ID`` resumes after that event when the server still
         holds it."""
         feed.start()  # served without lifespan (a test client): start on first use
-        start = feed.last_seq
+        start = messages.last_seq
         try:
             last = int(request.headers.get("last-event-id", ""))
         except ValueError:
@@ -100,7 +128,7 @@ def install_live(
         if 0 <= last <= start:  # an id from another server process is larger: start fresh
             start = last
         return StreamingResponse(
-            _stream(request, feed, start),
+            _stream(request, messages, start),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -108,14 +136,14 @@ def install_live(
     return feed
 
 
-async def _stream(request: Request, feed: Feed, cursor: int) -> AsyncIterator[str]:
+async def _stream(request: Request, messages: Messages, cursor: int) -> AsyncIterator[str]:
     yield "retry: 3000\n\n"
     began = sent = time.monotonic()
     while True:
-        for c in feed.after(cursor):
-            cursor = c.seq
+        for seq, text in messages.after(cursor):
+            cursor = seq
             sent = time.monotonic()
-            yield sse_message(c)
+            yield text
         now = time.monotonic()
         if now - began > STREAM_S or await request.is_disconnected():
             return
