@@ -51,6 +51,7 @@ __all__ = [
     "operate",
     "permits",
     "require",
+    "standings",
 ]
 
 EARNED_BY = "policy:earned"
@@ -225,7 +226,7 @@ def requesters(store: Store, run: RunRecord) -> set[str]:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "any amount"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
 def check_decision(
@@ -362,3 +363,30 @@ def authority_status(
         clean = [aid for at, aid in sorted(approved) if since is None or at > since]
         out.append(AuthorityStatus(loop, version, g, clean, since, last[1] if last else None))
     return out
+
+
+def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
+    """Every earned-authority grant's standing: for the loop specs given, else for each loop
+    with runs in the store whose spec file is here and has ``[[authority]]``."""
+    from pathlib import Path
+
+    from ._spec import load_spec
+
+    paths = list(specs) or [ref for _n, _v, ref in store.loop_versions() if ref]
+    out: list[AuthorityStatus] = []
+    seen: set[tuple[str, str | None]] = set()
+    for ref in paths:
+        if not specs and not Path(ref).exists():
+            continue
+        try:
+            loop = load_spec(ref)
+        except ConfigError:
+            if specs:
+                raise
+            continue  # a spec that no longer loads: nothing to say about it here
+        if (loop.name, loop.version) in seen or not loop.approvals.earned:
+            continue
+        seen.add((loop.name, loop.version))
+        out += authority_status(store, loop.name, loop.version, loop.approvals.earned)
+    return out
+

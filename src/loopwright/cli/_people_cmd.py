@@ -21,11 +21,11 @@ import typer
 from .._authority import (
     BUILTIN_ROLES,
     audit,
-    authority_status,
     check_role_name,
     hash_token,
     new_token,
     permits,
+    standings,
 )
 from .._errors import ConfigError, NotPermittedError
 from ..store import Store, UserRecord
@@ -260,26 +260,10 @@ def authority(
     approvals, since when, and what revoked it last. Off unless a spec has [[authority]]."""
     from rich.table import Table
 
-    from .._spec import load_spec
     from ._render import console
 
-    rows: list[dict[str, Any]] = []
     with open_existing(store) as st:
-        loops = [load_spec(spec)] if spec is not None else []
-        if spec is None:
-            for _name, _version, ref in st.loop_versions():
-                if ref and Path(ref).exists():
-                    try:
-                        loops.append(load_spec(ref))
-                    except ConfigError:
-                        continue
-        seen = set()
-        for loop in loops:
-            if (loop.name, loop.version) in seen or not loop.approvals.earned:
-                continue
-            seen.add((loop.name, loop.version))
-            for a in authority_status(st, loop.name, loop.version, loop.approvals.earned):
-                rows.append(a.to_dict())
+        rows = [a.to_dict() for a in standings(st, [str(spec)] if spec is not None else [])]
     if json_:
         _print_json(rows)
         return

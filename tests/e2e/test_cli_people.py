@@ -1,0 +1,109 @@
+"""People from the command line (docs/permissions.md): users and tokens, decisions under the
+token's user, refusals with one line and exit 2, the audit log, and the earned-authority
+walkthrough on the invoice workload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "invoice_exceptions"
+
+
+def lw_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Two invoice runs parked on their payment (earned.toml: every payment needs a person)."""
+    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    db = str(tmp_path / "s.db")
+    loop = lw.load_spec(EXAMPLE / "earned.toml")
+    tasks = [json.loads(line) for line in (EXAMPLE / "tasks.jsonl").read_text().splitlines()[:2]]
+    with lw.Runtime(db) as rt:
+        for t in tasks:
+            assert rt.run_sync(loop, t, task_key=str(t["id"]), by="clerk").status == (
+                "awaiting_approval"
+            )
+    return db
+
+
+def test_users_tokens_and_refusals(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = ("--store", store)
+    code, _, err = lw_cli(capsys, "users", "add", "ana", "--role", "approver", *s)
+    assert code == 2 and "first user must be an admin" in err
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    root = root.strip()
+    assert code == 0 and root.startswith("lw_")
+    code, _, err = lw_cli(capsys, "users", "add", "ana", "--role", "approver", *s)
+    assert code == 2 and "give your token" in err  # the store has users now
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", root)
+    tokens = {}
+    for name, roles in {"ana": ["approver", "--limit", "spend=5000"], "vic": ["viewer"],
+                        "ben": ["approver"]}.items():  # fmt: skip
+        code, out, _ = lw_cli(capsys, "users", "add", name, "--role", *roles, *s)
+        assert code == 0
+        tokens[name] = out.strip()
+    code, out, _ = lw_cli(capsys, "users", "list", "--json", *s)
+    listed = json.loads(out)
+    assert [u["name"] for u in listed] == ["ana", "ben", "root", "vic"]
+    assert all(tokens["ana"] not in json.dumps(u) for u in listed)  # never a token
+
+    with lw.Runtime(store) as rt:
+        runs = [r.run_id for r in rt.store.list_runs()]
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN")
+    code, _, err = lw_cli(capsys, "approve", runs[0], "--by", "ana", *s)
+    assert code == 2 and "give your token" in err  # a typed name is not enough
+    code, _, err = lw_cli(capsys, "approve", runs[0], "--token", tokens["vic"], *s)
+    assert code == 2 and "needs the approver role" in err
+    code, _, err = lw_cli(capsys, "approve", runs[0], "--token", tokens["ana"], "--by", "ben", *s)
+    assert code == 2 and "the token is ana's" in err
+    code, out, _ = lw_cli(capsys, "approve", runs[0], "--token", tokens["ana"], *s)
+    assert code == 0 and "by ana" in out
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", root)
+    code, _, _ = lw_cli(capsys, "users", "revoke", "ben", *s)
+    assert code == 0
+    code, _, err = lw_cli(capsys, "deny", runs[1], "--token", tokens["ben"], *s)
+    assert code == 2 and "unknown or revoked" in err
+    code, out, _ = lw_cli(capsys, "audit", "--jsonl", *s)
+    lines = [json.loads(line) for line in out.splitlines()]
+    seen = [(r["actor"], r["action"], r["outcome"]) for r in lines]
+    assert ("vic", "approve", "refused") in seen and ("ana", "approve", "allowed") in seen
+    assert ("root", "revoke user", "allowed") in seen and ("root", "add user", "allowed") in seen
+    assert any(r["action"] == "policy" for r in lines)  # the loop's policy, first seen
+    assert all(r["origin"] in ("cli", "engine", "python") for r in lines)
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert row["kind"] == "spend" and row["clean_approvals"] == 1 and not row["earned"]
+
+
+def test_the_walkthrough_earns_and_loses_authority(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "earned_authority.py"), "--store", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    batch2 = out.split("== batch 2")[1].split("== clerk")[0]
+    assert "paid on earned authority" in batch2  # small payments go through ...
+    assert "approved by ana refused" in batch2 and "cy + ben" in batch2  # ... large ones wait
+    assert "last revoked by: an accepted run failed its held-out checks" in batch2
+    assert out.rstrip().count("a spend action was compensated") == 1
+    with lw.Runtime(str(tmp_path / "store.db")) as rt:
+        earned = [a for a in rt.store.approvals() if a.decided_by == "policy:earned"]
+        assert earned and all(len(a.evidence["earned"]["approvals"]) == 5 for a in earned)
