@@ -367,3 +367,20 @@ def test_a_worker_notifies_the_requests_its_runs_raise(listener: Listener, tmp_p
     msg = json.loads(body)
     assert msg["run_id"] == run_id and msg["url"].startswith("http://dash.example/approvals?q=")
     assert _markers(store, run_id)[0]["attempts"] == 2
+
+
+def test_a_notification_link_survives_signing_in(tmp_path: Path) -> None:
+    """On a dashboard whose reads need the token, the webhook's link (/approvals?q=ID) leads
+    through the sign-in page back to that request, query included."""
+    store = str(tmp_path / "live.db")
+    run_id = park(tmp_path, store, "linked")
+    aid = open_store(store).approvals(run_id=run_id)[0].approval_id
+    c = TestClient(create_app(store, token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    r = c.get(f"/approvals?q={aid}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/login?next=/approvals%3Fq%3D{aid}"
+    r = c.post(
+        "/login", data={"token": TOKEN, "next": f"/approvals?q={aid}"}, follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == f"/approvals?q={aid}"
+    page = c.get(r.headers["location"]).text
+    assert f'data-approval-id="{aid}"' in page

@@ -151,7 +151,9 @@ def create_app(
             if path.startswith(("/api", "/docs", "/openapi", "/redoc")):
                 response: Response = JSONResponse({"detail": "token required"}, status_code=401)
             else:
-                response = RedirectResponse(f"/login?next={quote(path)}", status_code=303)
+                # The query too: a notification's link (/approvals?q=ID) survives signing in.
+                target = path + (f"?{request.url.query}" if request.url.query else "")
+                response = RedirectResponse(f"/login?next={quote(target)}", status_code=303)
         else:
             response = await call_next(request)
         if "content-security-policy" not in response.headers:  # the SVG route sets a stricter one
