@@ -17,6 +17,12 @@ canon facts with their sources, two accepted pages and a storyboard for pages 3-
   plus OCR when ``tesseract`` and a rasteriser are available).
 * ``publish`` — a ``publish`` effect: pages assembled from accepted panels, one SVG and PNG per page,
   one PDF and one HTML file, written at most once (journaled; ``reconcile`` reads the manifest).
+* ``--model`` mode (``model.toml``): ``propose_model`` has an image model draw each panel's
+  picture once (``loopwright.adapters.ImageModel``; the picture a blob in the store, its digest
+  in the ``art`` part) and repairs a region the ``picture`` check locates by a masked edit;
+  ``main`` is the command line (``python comic.py --model NAME …``).
+
+The drawing of the offline panels (backdrops, poses, balloon tails) is in ``comic_art.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import comic_art  # the drawing: backdrops, poses, balloon tails (a sibling module)
 
 import loopwright as lw
 
@@ -125,9 +133,23 @@ def _slot(i: int, n: int) -> int:
     return int(W * (i + 1) / (n + 1))
 
 
-def _figure(sheet: Mapping[str, Any], who: str, x: int) -> dict[str, Any]:
+def _figure(sheet: Mapping[str, Any], who: str, x: int, pose: str = "stand") -> dict[str, Any]:
     c = sheet[who]
-    return {"character": who, "x": x, **c["palette"], "features": list(c["features"])}
+    return {
+        "character": who,
+        "x": x,
+        **c["palette"],
+        "features": list(c["features"]),
+        "pose": pose,
+    }
+
+
+def _cast(panel: Mapping[str, Any]) -> list[str]:
+    """The panel's characters left to right: speakers in the order they speak (balloons are
+    read left to right, so their tails never cross), then the others."""
+    speakers = [str(d["speaker"]) for d in panel["dialogue"]]
+    order = [c for c in dict.fromkeys(speakers) if c in panel["characters"]]
+    return order + [c for c in panel["characters"] if c not in order]
 
 
 def _bubble(i: int, n: int, speaker: str) -> dict[str, Any]:
@@ -158,40 +180,56 @@ def _wrap(text: str, width: float, size: float) -> list[str]:
 
 
 def render(
-    panel_id: str, figures: Sequence[Any], bubbles: Sequence[Any], dialogue: Sequence[Any]
+    panel_id: str,
+    figures: Sequence[Any],
+    bubbles: Sequence[Any],
+    dialogue: Sequence[Any],
+    *,
+    location: str | None = None,
+    art: Mapping[str, Any] | None = None,
 ) -> str:
-    """The panel as SVG: background, figures (coat, head, hair, features), bubbles and text."""
+    """The panel as SVG: the backdrop of its storyboard location, the figures in their poses
+    (coat, sleeves, legs, face, hair, features), balloons with tails and their text, a frame.
+
+    With ``art`` (a picture from the image model, ``--model`` mode) the picture replaces the
+    backdrop and the figures: it is referenced by its digest (``lw-blob:sha256:…``, the bytes
+    stay in the store; ``publish`` inlines them), and each figure's face is marked with an
+    invisible circle where the layout put it, for the composition check."""
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-        f'viewBox="0 0 {W} {H}" data-panel="{panel_id}">',
-        f'<rect class="panel" x="0" y="0" width="{W}" height="{H}" fill="#cfd8dc" stroke="#000"/>',
-        f'<rect x="0" y="{H - 60}" width="{W}" height="60" fill="#455a64"/>',
+        f'viewBox="0 0 {W} {H}" data-panel="{panel_id}"'
+        + (f' data-location="{html.escape(location)}"' if location else "")
+        + ">",
     ]
-    for f in figures:
-        x, who = int(f["x"]), html.escape(str(f["character"]))
-        out.append(f'<g class="figure" data-character="{who}">')
+    if art is not None:
         out.append(
-            f'<rect data-role="coat" x="{x - 30}" y="{FACE_Y + FACE_R}" width="60" height="110" '
-            f'rx="12" fill="{f["coat"]}"/>'
+            f'<image data-role="art" href="{ART_HREF}{html.escape(str(art["image"]))}" x="0" '
+            f'y="0" width="{W}" height="{H}" preserveAspectRatio="none"/>'
         )
-        out.append(
-            f'<circle data-role="face" cx="{x}" cy="{FACE_Y}" r="{FACE_R}" fill="{f["skin"]}"/>'
-        )
-        out.append(
-            f'<path data-role="hair" d="M{x - FACE_R},{FACE_Y - 4} a{FACE_R},{FACE_R} 0 0,1 '
-            f'{2 * FACE_R},0 z" fill="{f["hair"]}"/>'
-        )
-        for feat in f.get("features", ()):
-            out.append(_feature(str(feat), x, str(f.get("accent", "#000"))))
-        out.append("</g>")
+        out += [
+            f'<circle data-role="face" cx="{int(f["x"])}" cy="{FACE_Y}" r="{FACE_R}" '
+            'fill="none" stroke="none"/>'
+            for f in figures
+        ]
+    else:
+        out += comic_art.backdrop(location or "", panel_id)
+    for f in figures if art is None else ():
+        feats = [
+            _feature(str(feat), int(f["x"]), str(f.get("accent", "#000")))
+            for feat in f.get("features", ())
+        ]
+        who = html.escape(str(f["character"]))
+        group = comic_art.figure({**f, "character": who}, str(f.get("pose") or "stand"))
+        out += [*group, *feats, "</g>"]
     lines = {str(d["speaker"]): str(d["text"]) for d in dialogue}
     for b in bubbles:
         x, y, w, h, size = b["x"], b["y"], b["w"], b["h"], float(b["font_size"])
         spk = html.escape(str(b["speaker"]))
         out.append(f'<g class="bubble" data-speaker="{spk}">')
+        out += comic_art.tail(b, figures)
         out.append(
-            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="14" fill="{b["fill"]}" '
-            'stroke="#000"/>'
+            f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="18" fill="{b["fill"]}" '
+            'stroke="#000" stroke-width="1.5"/>'
         )
         for k, line in enumerate(_wrap(lines.get(str(b["speaker"]), ""), w - 12, size)):
             out.append(
@@ -199,21 +237,31 @@ def render(
                 f'font-size="{size:g}" fill="{b["text_fill"]}">{html.escape(line)}</text>'
             )
         out.append("</g>")
+    out.append(
+        f'<rect class="panel" x="0" y="0" width="{W}" height="{H}" fill="none" stroke="#000" '
+        'stroke-width="4"/>'
+    )
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _feature(feat: str, x: int, accent: str) -> str:
     shapes = {
-        "scarf": f'<rect x="{x - 28}" y="{FACE_Y + FACE_R - 4}" width="56" height="10" fill="{accent}"/>',
-        "braid": f'<rect x="{x + FACE_R - 6}" y="{FACE_Y}" width="8" height="40" fill="#3b2314"/>',
-        "glasses": f'<rect x="{x - 16}" y="{FACE_Y - 6}" width="32" height="9" fill="none" stroke="{accent}"/>',
-        "cap": f'<rect x="{x - FACE_R}" y="{FACE_Y - FACE_R - 4}" width="{2 * FACE_R}" height="10" fill="#333"/>',
+        "scarf": f'<rect x="{x - 28}" y="{FACE_Y + FACE_R - 4}" width="56" height="10" rx="4" fill="{accent}"/>',
+        "braid": f'<rect x="{x + FACE_R - 6}" y="{FACE_Y}" width="8" height="40" rx="4" fill="#3b2314"/>',
+        "glasses": f'<rect x="{x - 16}" y="{FACE_Y - 4}" width="32" height="11" rx="4" fill="none" stroke="{accent}" stroke-width="2"/>',
+        "cap": f'<rect x="{x - FACE_R}" y="{FACE_Y - FACE_R - 4}" width="{2 * FACE_R}" height="10" rx="3" fill="#333"/>',
         "cane": f'<rect x="{x + 36}" y="{FACE_Y + 30}" width="5" height="100" fill="{accent}"/>',
         "bun": f'<circle cx="{x}" cy="{FACE_Y - FACE_R - 6}" r="9" fill="#e0e0e0"/>',
     }
     inner = shapes.get(feat, "")
     return f'<g data-feature="{html.escape(feat)}">{inner}</g>'
+
+
+def _location(task: Mapping[str, Any], pid: str) -> str | None:
+    """The storyboard location of a panel (its backdrop)."""
+    panel = next((p for p in _panels(task) if p["id"] == pid), None)
+    return str(panel["location"]) if panel and panel.get("location") else None
 
 
 # --- the actor -------------------------------------------------------------------------------
@@ -300,10 +348,10 @@ def _draw(ctx: lw.Context, panel: Mapping[str, Any], fault: str | None) -> dict[
     edited = _edited_colours(
         ctx.notes, sheet, lambda ref, _v: ctx.artifacts.get(ref.split("/")[0], {}).get("figures")
     )
-    chars = list(panel["characters"])
+    chars = _cast(panel)
     figures = []
     for i, who in enumerate(chars):
-        f = _figure(sheet, who, _slot(i, len(chars)))
+        f = _figure(sheet, who, _slot(i, len(chars)), (panel.get("poses") or {}).get(who, "stand"))
         for (c, attr), (colour, cite, text) in fixes.items():
             if c == who:
                 f[attr] = colour
@@ -344,11 +392,12 @@ def _repair(ctx: lw.Context, pid: str, cur: Mapping[str, Any]) -> dict[str, Any]
         if f.part == "figures":
             figures = [dict(x) for x in out.get("figures", cur["figures"])]
             if f.dimension == "missing_character":
-                chars = list(panel["characters"])
+                chars = _cast(panel)
                 figures = []
                 for i, who in enumerate(chars):
                     have = next((x for x in cur["figures"] if x["character"] == who), None)
-                    fig = dict(have) if have else _figure(sheet, who, 0)
+                    pose = (panel.get("poses") or {}).get(who, "stand")
+                    fig = dict(have) if have else _figure(sheet, who, 0, pose)
                     fig["x"] = _slot(i, len(chars))
                     for (c, attr), (colour, cite, text) in fixes.items():
                         if c == who and not have:
@@ -416,7 +465,9 @@ def propose(ctx: lw.Context) -> lw.Proposal:
                     changed = True
         if changed:
             cur = arts[pid]
-            svg = render(pid, figures, cur["bubbles"], cur["dialogue"])
+            svg = render(
+                pid, figures, cur["bubbles"], cur["dialogue"], location=_location(task, pid)
+            )
             edits += [lw.Edit(pid, "figures", figures), lw.Edit(pid, "svg", svg)]
             notes.append(f"repainted accepted {pid} after the creator's correction")
             usage = lw.Usage(cost_usd=0.02, tokens=900)
@@ -429,7 +480,13 @@ def propose(ctx: lw.Context) -> lw.Proposal:
         fixed = _repair(ctx, pid, cur)
         if fixed:
             merged = {**cur, **fixed}
-            svg = render(pid, merged["figures"], merged["bubbles"], merged["dialogue"])
+            svg = render(
+                pid,
+                merged["figures"],
+                merged["bubbles"],
+                merged["dialogue"],
+                location=_location(task, pid),
+            )
             edits += [lw.Edit(pid, k, v) for k, v in fixed.items()]
             edits.append(lw.Edit(pid, "svg", svg))
             notes.append(f"repaired {pid}: {', '.join(sorted(fixed))}")
@@ -440,11 +497,27 @@ def propose(ctx: lw.Context) -> lw.Proposal:
         if todo:
             panel = todo[0]
             drawn = _draw(ctx, panel, _faults(task).get(panel["id"]))
-            svg = render(panel["id"], drawn["figures"], drawn["bubbles"], drawn["dialogue"])
+            svg = render(
+                panel["id"],
+                drawn["figures"],
+                drawn["bubbles"],
+                drawn["dialogue"],
+                location=panel.get("location"),
+            )
             edits += [lw.Edit(panel["id"], k, v) for k, v in drawn.items()]
             edits.append(lw.Edit(panel["id"], "svg", svg))
             notes.append(f"drew {panel['id']} ({panel['action']})")
             usage = lw.Usage(cost_usd=0.06, tokens=2400)
+    return _assemble(ctx, edits, notes, usage)
+
+
+def _assemble(
+    ctx: lw.Context, edits: list[lw.Edit], notes: list[str], usage: lw.Usage
+) -> lw.Proposal:
+    """Steps 3 and 4 of both actors: assemble the pages whose panels are all accepted, and
+    once every page is, ask for the ``publish`` effect."""
+    task, arts, acc = ctx.task, ctx.artifacts, ctx.accepted
+    pages = _pages(task)
     # 3. Assemble pages whose panels are all accepted.
     assembled = set()
     for page, ids in pages.items():
@@ -949,6 +1022,323 @@ def proof(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     )
 
 
+# --- --model mode: an image model draws the panels ------------------------------------------
+ART_HREF = "lw-blob:"  # a panel's picture, by digest: the bytes are in the store
+ART_REF = re.compile(r'href="lw-blob:(sha256:[0-9a-f]{64})"')
+COLOUR_TOLERANCE = 60.0  # RGB distance within which a coat counts as the sheet's colour
+REGION_PAD = 6  # panel units added around a failing region before it is masked
+LOCATION_WORDS = {
+    "harbour_wall": "the stone harbour wall, the dark sea behind it, rain",
+    "net_shed": "outside a wooden net shed with fishing nets hung on it, a lit doorway, rain",
+    "quay": "the quay's edge, dark water filling most of the view, a breakwater far off",
+    "steps": "stone steps climbing up from the quay, a railing, a lit street lamp, rain",
+    "bollards": "the quay with a row of iron bollards, a mooring rope, the sea behind",
+    "moorings": "moored boats drifting loose on the dark water, rain",
+    "lantern_quay": "a quay lined with unlit lanterns on posts",
+}
+POSE_WORDS = {
+    "stand": "standing",
+    "run": "running",
+    "stop": "one arm held out to stop someone",
+    "look": "hand on the hip, staring out",
+    "point": "pointing ahead",
+    "hold_up": "holding a small brass key up high",
+}
+_IMAGE_MODELS: dict[tuple[str, ...], Any] = {}
+_COLOURS: dict[tuple[str, tuple[int, int, int, int]], str] = {}
+
+
+def image_model() -> Any:
+    """The ``ImageModel`` of ``--model`` mode, from the environment: ``COMIC_IMAGE_MODEL``
+    (required), ``COMIC_IMAGE_BASE_URL`` (else ``OPENAI_BASE_URL``), ``COMIC_IMAGE_API_KEY``
+    (else ``OPENAI_API_KEY``), ``COMIC_IMAGE_SIZE`` (default ``1536x1024``) and
+    ``COMIC_IMAGE_PRICE`` (dollars per picture). Pictures go to the store ``LOOPWRIGHT_STORE``
+    names (``comic.py --store`` sets it)."""
+    from loopwright.adapters import ImageModel
+
+    env = os.environ
+    model = env.get("COMIC_IMAGE_MODEL", "").strip()
+    if not model:
+        raise lw.ConfigError(
+            "--model mode needs an image model: comic.py --model NAME, or COMIC_IMAGE_MODEL",
+            field="COMIC_IMAGE_MODEL",
+        )
+    key = tuple(
+        env.get(k, "")
+        for k in (
+            "COMIC_IMAGE_MODEL", "COMIC_IMAGE_BASE_URL", "COMIC_IMAGE_API_KEY",
+            "COMIC_IMAGE_SIZE", "COMIC_IMAGE_PRICE", "LOOPWRIGHT_STORE",
+        )
+    )  # fmt: skip
+    if key not in _IMAGE_MODELS:
+        _IMAGE_MODELS[key] = ImageModel(
+            model,
+            base_url=env.get("COMIC_IMAGE_BASE_URL") or None,
+            api_key=env.get("COMIC_IMAGE_API_KEY") or None,
+            size=env.get("COMIC_IMAGE_SIZE") or "1536x1024",
+            price=env.get("COMIC_IMAGE_PRICE") or None,
+            name="comic_images",
+        )
+    return _IMAGE_MODELS[key]
+
+
+def _boxes(f: Mapping[str, Any]) -> list[tuple[str, tuple[int, int, int, int], str]]:
+    """Where a figure goes in the picture, in panel units: ``(role, box, colour)``."""
+    x = int(f["x"])
+    return [
+        ("coat", (x - 30, FACE_Y + FACE_R, x + 30, 258), str(f["coat"])),
+        ("face", (x - FACE_R, FACE_Y - FACE_R, x + FACE_R, FACE_Y + FACE_R), str(f["skin"])),
+        ("hair", (x - FACE_R, FACE_Y - FACE_R - 4, x + FACE_R, FACE_Y - 4), str(f["hair"])),
+    ]
+
+
+def art_prompt(task: Mapping[str, Any], panel: Mapping[str, Any], figures: Sequence[Any]) -> str:
+    """What the image model is asked to draw: the scene in words, the characters as on the
+    sheet (with their colours, poses and places), and a layout, one ``box x0,y0,x1,y1
+    #colour`` line per coat, face and hair in fractions of the picture."""
+    project = _project(task)
+    sheet = project["sheet"]
+    series = json.loads((HERE / "project" / "characters.json").read_text()).get("series", "")
+    where = LOCATION_WORDS.get(str(panel.get("location")), "a harbour at night")
+    lines = [
+        f'A comic panel of "{series}", page {panel["page"]}, panel {panel["id"]}: '
+        f"{panel['action']}.",
+        f"Setting: {where}, at night.",
+        "Flat colours and clean ink outlines. No text, no lettering, no speech balloons: keep "
+        "the top quarter of the picture plain sky, the balloons are added later.",
+        "Characters, as on the reference sheet:",
+    ]
+    for f in figures:
+        c = sheet[f["character"]]
+        pose = POSE_WORDS.get(str(f.get("pose") or "stand"), "standing")
+        lines.append(
+            f"- {c['name']}: {c['outfit']}; coat {f['coat']}, hair {f['hair']}, skin "
+            f"{f['skin']}; {pose}; {round(100 * int(f['x']) / W)}% from the left."
+        )
+    lines.append("Layout (x0,y0,x1,y1 as fractions of the width and height, and the colour):")
+    for f in figures:
+        for role, (x0, y0, x1, y1), colour in _boxes(f):
+            lines.append(
+                f"box {x0 / W:.3f},{y0 / H:.3f},{x1 / W:.3f},{y1 / H:.3f} {colour} "
+                f"({sheet[f['character']]['name']}'s {role})"
+            )
+    return "\n".join(lines)
+
+
+@cache
+def _sheet_png(path: str) -> bytes | None:
+    """An accepted page of the project as PNG, for a reference (None without a rasteriser)."""
+    if rasteriser_missing():
+        return None
+    return rasterise(Path(path).read_text())
+
+
+def _references(ctx: lw.Context, panel: Mapping[str, Any]) -> list[Any]:
+    """The reference pictures of a new panel: the accepted pages its characters' sheet entries
+    point to (rasterised), and the latest accepted panel picture of this run."""
+    sheet = _project(ctx.task)["sheet"]
+    base = HERE / str(ctx.task.get("project_dir") or "project")
+    refs: list[Any] = []
+    for who in dict.fromkeys(panel["characters"]):
+        png = _sheet_png(str(base / sheet[who]["reference"]))
+        if png is not None and png not in refs:
+            refs.append(png)
+    done = [p["id"] for p in _panels(ctx.task) if "art" in ctx.accepted.get(p["id"], {})]
+    if done:
+        refs.append(ctx.accepted[done[-1]]["art"])
+    return refs[:3]
+
+
+def _pixels(data: bytes) -> tuple[int, int, Any]:
+    """``(width, height, pixel(x, y) -> (r, g, b, ...))`` of a picture."""
+    try:
+        import io
+
+        from PIL import Image
+    except ImportError:
+        from loopwright.adapters import _png
+
+        pic = _png.decode(data)
+        return pic.width, pic.height, pic.pixel
+    im = Image.open(io.BytesIO(data)).convert("RGB")
+    return im.width, im.height, lambda x, y: im.getpixel((x, y))
+
+
+def _region_colour(data: bytes, box: Sequence[float]) -> str:
+    """The median colour of the middle of ``box`` (panel units) in the picture."""
+    width, height, pixel = _pixels(data)
+    sx, sy = width / W, height / H
+    x0, y0, x1, y1 = box
+    mx, my = (x1 - x0) * 0.2, (y1 - y0) * 0.2
+    xs = range(int((x0 + mx) * sx), max(int((x0 + mx) * sx) + 1, int((x1 - mx) * sx)), 2)
+    ys = range(int((y0 + my) * sy), max(int((y0 + my) * sy) + 1, int((y1 - my) * sy)), 2)
+    samples = [pixel(min(x, width - 1), min(y, height - 1))[:3] for y in ys for x in xs]
+    mid = [sorted(c[i] for c in samples)[len(samples) // 2] for i in range(3)]
+    return "#" + "".join(f"{v:02x}" for v in mid)
+
+
+def _distance(a: str, b: str) -> float:
+    pa, pb = bytes.fromhex(a.lstrip("#")), bytes.fromhex(b.lstrip("#"))
+    return float(sum((x - y) ** 2 for x, y in zip(pa, pb, strict=True)) ** 0.5)
+
+
+def picture(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    """``--model`` mode's identity check, on the picture itself: each figure's coat region (where
+    the layout put it) has the sheet's colour, or one a cited correction or edit asks for,
+    within ``COLOUR_TOLERANCE``. A miss is located: the panel's ``art`` and the region, which
+    the actor repaints under a mask."""
+    sheet = _project(state.task)["sheet"]
+    images = image_model()
+    findings: list[lw.Finding] = []
+    drawn = [(p, v) for p, v in _drawn(state) if v.get("art")]
+    for panel, vals in drawn:
+        pid = panel["id"]
+        data = b""
+        for fig in vals["figures"]:
+            who = fig["character"]
+            want = (
+                _cited_colour(fig, "coat", _memory_texts(fig))
+                or _edit_colour(state, fig, "coat")
+                or sheet[who]["palette"]["coat"]
+            )
+            _, box, _ = _boxes(fig)[0]
+            key = (str(vals["art"]["image"]), box)
+            if key not in _COLOURS:  # a picture never changes under its digest
+                data = data or images.load(vals["art"])
+                _COLOURS[key] = _region_colour(data, box)
+            have = _COLOURS[key]
+            gap = _distance(have, want)
+            if gap > COLOUR_TOLERANCE:
+                findings.append(
+                    lw.Finding(
+                        f"{sheet[who]['name']}'s coat looks {have} in the picture of {pid}; "
+                        f"the sheet says {want}",
+                        pid,
+                        "art",
+                        "palette",
+                        evidence={
+                            "character": who,
+                            "attribute": "coat",
+                            "expected": want,
+                            "actual": have,
+                            "distance": round(gap, 1),
+                            "region": list(box),
+                            "source": "characters.json",
+                        },
+                    )
+                )
+    flagged = {str(f.artifact) for f in findings}
+    score = 1.0 if not drawn else 1 - len(flagged) / len(drawn)
+    return lw.Verdict(
+        passed=not findings,
+        score=score,
+        findings=tuple(findings),
+        evidence={"panels_checked": len(drawn), "tolerance": COLOUR_TOLERANCE},
+        checked=tuple(
+            ref
+            for ref, _ in state.iter_parts()
+            if not (ref.partition("/")[0] in flagged and ref.partition("/")[2] in ("art", "svg"))
+        ),
+    )
+
+
+def _mask(images: Any, art: Mapping[str, Any], regions: Sequence[Sequence[float]]) -> bytes:
+    """The edit mask of a panel's picture: its failing regions (panel units, padded) open."""
+    from loopwright.adapters import region_mask
+
+    width, height, _ = _pixels(images.load(art))
+    sx, sy = width / W, height / H
+    boxes = [
+        (
+            (x0 - REGION_PAD) * sx,
+            (y0 - REGION_PAD) * sy,
+            (x1 + REGION_PAD) * sx,
+            (y1 + REGION_PAD) * sy,
+        )
+        for x0, y0, x1, y1 in regions
+    ]
+    return bytes(region_mask(width, height, boxes))
+
+
+def propose_model(ctx: lw.Context) -> lw.Proposal:
+    """The actor of ``--model`` mode: one bounded step per cycle. A drawn panel with located
+    findings is repaired locally — a failing region of its picture by a masked edit (nothing
+    else of the picture changes), its balloons or lines as in the offline mode — else the next
+    panel is drawn: its figures, balloons and lines as offline, its picture by the image model
+    from a prompt and the reference pictures. Accepted panels are never drawn again. Pages are
+    assembled and published as offline."""
+    images = image_model()
+    task, arts = ctx.task, ctx.artifacts
+    budget = ctx.remaining.seconds
+    edits: list[lw.Edit] = []
+    notes: list[str] = []
+    usage = lw.Usage()
+    open_panels = [p for p in _panels(task) if ctx.findings_for(p["id"]) and p["id"] in arts]
+    if open_panels:
+        panel = open_panels[0]
+        pid, cur = panel["id"], arts[panel["id"]]
+        found = ctx.findings_for(pid)
+        regions = [
+            f.evidence["region"] for f in found if f.part == "art" and f.evidence.get("region")
+        ]
+        fixed = _repair(ctx, pid, cur)
+        merged = {**cur, **fixed}
+        art = cur.get("art")
+        if regions and art:
+            why = "; ".join(f.message for f in found if f.part == "art")
+            prompt = art_prompt(task, panel, merged["figures"])
+            prompt += f"\nRepaint only the masked region, to fix: {why}."
+            result = images.edit(art, _mask(images, art, regions), prompt, budget_s=budget)
+            art, usage = result.value, usage + result.usage
+            edits.append(lw.Edit(pid, "art", art))
+            notes.append(f"repainted {len(regions)} region(s) of {pid} under a mask")
+        if fixed or edits:
+            edits += [lw.Edit(pid, k, v) for k, v in fixed.items()]
+            if fixed:
+                notes.append(f"repaired {pid}: {', '.join(sorted(fixed))}")
+            svg = render(
+                pid, merged["figures"], merged["bubbles"], merged["dialogue"],
+                location=panel.get("location"), art=art,
+            )  # fmt: skip
+            edits.append(lw.Edit(pid, "svg", svg))
+    if not edits:
+        todo = [p for p in _panels(task) if p["id"] not in arts]
+        if todo:
+            panel = todo[0]
+            drawn = _draw(ctx, panel, None)
+            result = images.generate(
+                art_prompt(task, panel, drawn["figures"]),
+                references=_references(ctx, panel),
+                budget_s=budget,
+            )
+            usage = usage + result.usage
+            edits += [lw.Edit(panel["id"], k, v) for k, v in drawn.items()]
+            edits.append(lw.Edit(panel["id"], "art", result.value))
+            svg = render(
+                panel["id"], drawn["figures"], drawn["bubbles"], drawn["dialogue"],
+                location=panel.get("location"), art=result.value,
+            )  # fmt: skip
+            edits.append(lw.Edit(panel["id"], "svg", svg))
+            notes.append(f"drew {panel['id']} with {images.model} ({panel['action']})")
+    return _assemble(ctx, edits, notes, usage)
+
+
+def inline_art(svg: str) -> str:
+    """``svg`` with each ``lw-blob:`` picture replaced by its bytes (a ``data:`` URL), read from
+    the store: what an exported page needs to stand on its own."""
+    if ART_HREF not in svg:
+        return svg
+    import base64
+
+    images = image_model()
+
+    def data_url(m: re.Match[str]) -> str:
+        data = images.load(m.group(1))
+        return f'href="data:image/png;base64,{base64.b64encode(data).decode()}"'
+
+    return ART_REF.sub(data_url, svg)
+
+
 # --- rasterising and OCR ---------------------------------------------------------------------
 OCR_MIN_RATIO = 0.6
 OCR_TIMEOUT_S = 20.0
@@ -1103,7 +1493,7 @@ def publish(
     files = []
     sections = []
     for page in sorted(pages, key=int):
-        svg = _page_svg(page, pages[page])
+        svg = inline_art(_page_svg(page, pages[page]))  # --model mode: the pictures inlined
         name = f"page-{page}.svg"
         (out / name).write_text(svg)
         files.append(name)
@@ -1151,3 +1541,42 @@ def _published(key: str) -> dict[str, Any] | None:
         if data.get("key") == key:
             return data
     return None
+
+
+# --- the command line: offline, or --model ---------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python examples/comic_pages/comic.py [--model NAME [--base-url URL] [--size WxH]
+    [--price USD]] [--store PATH] [LOOPWRIGHT ARGS...]``: a ``loopwright`` command with the
+    example's image model configured. Without arguments after the options it runs the example:
+    ``loop.toml`` offline, ``model.toml`` with ``--model``. Anything after them is a loopwright
+    command (``approve lantern-harbor/pages-3-5 --by you --resume``, ``show …``, ``ui``), run
+    with the same model and store — a resumed run needs the model again."""
+    import argparse
+
+    from loopwright.cli import main as loopwright
+
+    ap = argparse.ArgumentParser(prog="comic.py", description=main.__doc__)
+    ap.add_argument("--model", help="image model name (COMIC_IMAGE_MODEL): the --model mode")
+    ap.add_argument("--base-url", help="OpenAI-compatible endpoint (COMIC_IMAGE_BASE_URL)")
+    ap.add_argument("--size", help="picture size WIDTHxHEIGHT (COMIC_IMAGE_SIZE; 1536x1024)")
+    ap.add_argument("--price", help="dollars per picture (COMIC_IMAGE_PRICE)")
+    ap.add_argument("--store", help="the store (LOOPWRIGHT_STORE): runs and pictures")
+    opts, rest = ap.parse_known_args(argv)
+    for flag, name in (
+        ("model", "COMIC_IMAGE_MODEL"),
+        ("base_url", "COMIC_IMAGE_BASE_URL"),
+        ("size", "COMIC_IMAGE_SIZE"),
+        ("price", "COMIC_IMAGE_PRICE"),
+        ("store", "LOOPWRIGHT_STORE"),
+    ):
+        value = getattr(opts, flag)
+        if value:
+            os.environ[name] = value
+    model_mode = bool(os.environ.get("COMIC_IMAGE_MODEL"))
+    if not rest:
+        rest = ["run", str(HERE / ("model.toml" if model_mode else "loop.toml"))]
+    return int(loopwright(list(rest)) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
