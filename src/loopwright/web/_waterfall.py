@@ -342,15 +342,19 @@ def install_waterfall(app: FastAPI, store: Store, page: Page) -> None:
         return page(request, "call.html", rec=rec, call=call_detail(ev), duration=duration)
 
     @app.get("/api/runs/{run_id}/calls", tags=["runs"])
-    def api_calls(run_id: str) -> list[dict[str, Any]]:
-        """The run's recorded model calls, oldest first: model, tokens, cost, start and
-        latency, attempt and how it ended (``ok``, ``retry``, ``gave_up``); the prompt and
-        reply are in ``/api/runs/{run_id}/calls/{id}``."""
+    def api_calls(run_id: str, cycle: int | None = None) -> list[dict[str, Any]]:
+        """The run's recorded model calls (of one ``cycle`` if given), oldest first: model,
+        tokens, cost, start and latency, attempt and how it ended (``ok``, ``retry``,
+        ``gave_up``); the prompt and reply are in ``/api/runs/{run_id}/calls/{id}``."""
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        return [call_summary(e) for e in store.events(rec.run_id) if e.kind == MODEL_CALL]
+        return [
+            call_summary(e)
+            for e in store.events(rec.run_id)
+            if e.kind == MODEL_CALL and (cycle is None or e.cycle == cycle)
+        ]
 
     @app.get("/api/runs/{run_id}/calls/{call_id}", tags=["runs"])
     def api_call(run_id: str, call_id: int) -> dict[str, Any]:
