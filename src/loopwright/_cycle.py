@@ -356,7 +356,8 @@ class Cycle(RuntimeHost):
                     unverified=proposal.to_dict(),
                 )
             if d.action == "require":
-                if self._earned(ex, n, eff, c, d):
+                earned, standing = self._earned(ex, n, eff, c, d)
+                if earned:
                     continue  # approved by the loop's own record (docs/permissions.md)
                 who = dict(d.who or {})
                 needs.append(
@@ -366,7 +367,7 @@ class Cycle(RuntimeHost):
                         "effect_kind": eff.kind,
                         "amount": c.args.get(str(who.get("field") or "amount")),
                         "rule": d.rule,
-                        "why": d.why,
+                        "why": d.why + (f"; {standing}" if standing else ""),
                         "what": eff.describe(c.args),
                         "expires_after_s": d.expires_after_s,
                         "who": who or None,
@@ -405,17 +406,26 @@ class Cycle(RuntimeHost):
             ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls
         )
 
-    def _earned(self, ex: _Exec, n: int, eff: Effect, call: EffectCall, d: PolicyDecision) -> bool:
+    def _earned(
+        self, ex: _Exec, n: int, eff: Effect, call: EffectCall, d: PolicyDecision
+    ) -> tuple[bool, str | None]:
         """Whether the loop's record approves this action (earned authority): if so the
         decision is recorded, by ``policy:earned`` with its evidence, and the effect runs as
-        if allowed. Never for a rule that needs two or more people."""
+        if allowed. Never for a rule that needs two or more people. Otherwise, where a grant
+        covers the action, why it does not apply yet (said in the request a person sees)."""
         loop = ex.loop
         grant = loop.approvals.earned_for(eff.kind, call.args)
         if grant is None or int((d.who or {}).get("approvers") or 1) > 1:
-            return False
+            return False, None
         standing = authority_status(self.store, loop.name, loop.version, [grant])[0]
         if not standing.earned:
-            return False
+            said = (
+                f"earned authority for {eff.kind} up to {grant.up_to:g}: "
+                f"{len(standing.clean)} of {grant.after} clean approvals"
+            )
+            if standing.revoked_by:
+                said += f" since it was revoked ({standing.revoked_by})"
+            return False, said
         evidence = standing.evidence()
         what = eff.describe(call.args)
         aid = hashlib.sha256(
@@ -460,7 +470,7 @@ class Cycle(RuntimeHost):
                 {"approval_id": aid, "effect": eff.name, "what": what, "evidence": evidence},
             )
         )
-        return True
+        return True, None
 
     def _refuse(
         self,

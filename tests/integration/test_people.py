@@ -202,8 +202,12 @@ def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensati
         assert standing.revoked_by == "a spend action was compensated"
 
         seventh = rt.run_sync(loop, task("E-7", 50), task_key="k7", by="sam")
-        assert seventh.status == "awaiting_approval"  # waits for a person again
-        assert rt.pending_approval(seventh.run_id).decided_by is None
+        assert seventh.status == "awaiting_approval"  # waits for a person again, and says why
+        req = rt.pending_approval(seventh.run_id)
+        assert req.decided_by is None
+        assert "0 of 5 clean approvals since it was revoked (a spend action was compensated)" in (
+            req.why
+        )
 
 
 def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) -> None:
