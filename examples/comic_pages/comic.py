@@ -1323,6 +1323,16 @@ def propose_model(ctx: lw.Context) -> lw.Proposal:
     return _assemble(ctx, edits, notes, usage)
 
 
+def __getattr__(name: str) -> Any:
+    """``model_actor``, model.toml's actor: ``propose_model`` once an image model is
+    configured — so that loading the spec without one fails at once with one line naming what
+    is missing (exit 2), not a run that escalates in its first cycle."""
+    if name == "model_actor":
+        image_model()
+        return propose_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def inline_art(svg: str) -> str:
     """``svg`` with each ``lw-blob:`` picture replaced by its bytes (a ``data:`` URL), read from
     the store: what an exported page needs to stand on its own."""

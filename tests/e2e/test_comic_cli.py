@@ -55,8 +55,13 @@ def test_comic_model_mode_from_the_command_line(
     from support.fake_images import FakeImages
 
     monkeypatch.setenv("COMIC_EXPORT_DIR", str(tmp_path / "exports"))
+    monkeypatch.delenv("COMIC_IMAGE_MODEL", raising=False)
     store = tmp_path / "model.db"
     script = SPEC.with_name("comic.py")
+    # model.toml without a model: one line saying what is missing, nothing run
+    bare = cli("run", str(SPEC.with_name("model.toml")), cwd=tmp_path, store=store)
+    assert bare.returncode == 2 and "COMIC_IMAGE_MODEL" in bare.stderr, bare.stderr
+    assert len(bare.stderr.strip().splitlines()) == 1 and "Traceback" not in bare.stderr
     with FakeImages(miscolour={"#1f4e9c": "#b71c1c"}) as fake:
         model = [
             *("--model", "fake-image-1", "--base-url", fake.base_url),
