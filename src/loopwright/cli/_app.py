@@ -431,6 +431,8 @@ def approvals(
     """Approval requests waiting for a person, across runs."""
     with open_existing(store) as st:
         reqs = st.approvals(status=None if all_ else "pending")
+        people = st.has_users()
+        votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
     if as_json:
         _print_json([a.to_dict() for a in reqs])
         return
@@ -442,15 +444,26 @@ def approvals(
         what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")
         status = a.status + (f": {a.answer}" if a.answer is not None else "")
         head = f"run {a.run_id[:12]}  request {a.approval_id}  {a.kind}  {a.rule or '-'}  {status}"
-        blocks.append((head, [("what", what), ("why", a.why)]))
+        rows = [("what", what), ("why", a.why)]
+        rule = (a.evidence or {}).get("who") or {}
+        if rule.get("role") or int(rule.get("approvers") or 1) > 1:
+            need = int(rule.get("approvers") or 1)
+            said = f"{need} approver(s)" + (
+                f" with the {rule['role']} role" if rule.get("role") else ""
+            )
+            if votes[a.approval_id]:
+                said += f"; approved so far by {', '.join(votes[a.approval_id])}"
+            rows.append(("who", said))
+        blocks.append((head, rows))
     # One block per request: the prose wraps under its label instead of into narrow columns.
     print_blocks(f"{len(reqs)} request(s)", blocks)
     if reqs and not all_:
         first = reqs[0]
+        me = "--token T" if people else "--by NAME"
         how = (
-            f"loopwright answer {first.run_id[:12]} TEXT --by NAME"
+            f"loopwright answer {first.run_id[:12]} TEXT {me}"
             if first.kind == "question"
-            else f"loopwright approve {first.run_id[:12]} --by NAME [--note TEXT] (or deny)"
+            else f"loopwright approve {first.run_id[:12]} {me} [--note TEXT] (or deny)"
         )
         print(f"decide with: {how}\nthen: loopwright resume RUN")
 
