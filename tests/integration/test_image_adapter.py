@@ -19,6 +19,7 @@ from support.fake_images import FakeImages, draw
 
 import loopwright as lw
 from loopwright.adapters import (
+    AsyncImageActor,
     ImageActor,
     ImageJob,
     ImageModel,
@@ -229,6 +230,45 @@ def test_concurrency_limit_holds_across_threads(tmp_path: Path) -> None:
             t.join(60)
         assert len(fake.of("generations")) == 8
         assert fake.peak <= 2
+
+
+def test_async_calls_share_the_limit_and_draw_the_same_pictures(tmp_path: Path) -> None:
+    import asyncio
+
+    with FakeImages(delay_s=0.05) as fake:
+        model = _model(fake, tmp_path, max_concurrency=2)
+
+        async def many() -> list[Any]:
+            return list(await asyncio.gather(*(model.agenerate(f"{LAYOUT} {i}") for i in range(8))))
+
+        results = asyncio.run(many())
+        assert len(fake.of("generations")) == 8 and fake.peak <= 2
+        first = results[0]
+        box = (0.08 * W, 0.38 * H, 0.32 * W, 0.97 * H)
+        mask = region_mask(W, H, [box])
+        fixed = asyncio.run(model.aedit(first.value, mask, LAYOUT, references=[results[1].value]))
+        again = model.edit(first.value, mask, LAYOUT, references=[results[1].value])
+        assert fixed.value == again.value and fixed.masked and fixed.references == 1
+        assert fake.requests[-1].image_fields == ["image[]", "image[]"]  # the picture, a reference
+
+
+def test_an_async_image_actor_step_in_a_run(fake: FakeImages, tmp_path: Path) -> None:
+    store = str(tmp_path / "run.db")
+    model = _model(fake, tmp_path, price=ImagePrice(0.05), store=store)
+    loop = _drawing_loop(model)
+    loop = lw.Loop(
+        name="draw-async",
+        actor=AsyncImageActor(model, loop.actor.job),  # type: ignore[attr-defined]
+        verifiers=loop.verifiers,
+        contract=loop.contract,
+        retry=FAST,
+    )
+    fake.fail(429, retry_after=0.01)
+    with lw.Runtime(store) as rt:
+        r = rt.run_sync(loop, {"goal": "draw a panel"}, task_key="draw-async")
+    assert (r.status, r.stop_reason) == ("accepted", "success")
+    assert [q.status for q in fake.requests] == [429, 200]
+    assert r.spent.cost_usd == pytest.approx(0.05)
 
 
 def test_dashboard_serves_a_runs_picture_with_safe_headers(

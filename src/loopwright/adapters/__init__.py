@@ -38,6 +38,7 @@ from .openai_chat import (
     normalise_base_url,
 )
 from .openai_images import (
+    AsyncImageActor,
     ImageActor,
     ImageJob,
     ImageModel,
@@ -59,6 +60,7 @@ __all__ = [
     "REVIEW_SCHEMA",
     "AsyncChatActor",
     "AsyncChatReviewer",
+    "AsyncImageActor",
     "ChatActor",
     "ChatReviewer",
     "ImageActor",

@@ -29,6 +29,10 @@ timeouts transient, 401/403 need a person, other 4xx permanent); a 2xx without a
 process-wide per-endpoint limits of ``_limits`` (shared with the chat adapters on the same
 ``(base_url, model)``).
 
+**Many runs at once.** ``agenerate``/``aedit`` and ``AsyncImageActor`` use
+``openai.AsyncOpenAI`` (one client per event loop, as the chat adapters): waiting for the
+endpoint's slot or the picture never blocks the loop the runs share.
+
 **Cost** is per image: ``price=ImagePrice(per_image_usd)`` (or a number), else the reply's
 token usage priced by ``genai-prices`` (``gpt-image-1`` is priced by tokens), else 0 with one
 logged warning.
@@ -36,6 +40,7 @@ logged warning.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import importlib.util
@@ -61,7 +66,9 @@ from ._schema import MalformedReplyError
 from .openai_chat import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
+    _async_clients,
     _cap_retry_after,
+    _closer,
     _mask_http_logs,
     _name_the_call,
     _normalise_model,
@@ -77,6 +84,7 @@ if TYPE_CHECKING:
     from ..store._blobs import Blobs
 
 __all__ = [
+    "AsyncImageActor",
     "ImageActor",
     "ImageJob",
     "ImageModel",
@@ -310,6 +318,7 @@ class ImageModel:
         self._store = None if isinstance(store, str) or store is None else store
         self._blobs: Blobs | None = None
         self._client: openai.OpenAI | None = None
+        self._aclients = _async_clients()
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._gate()
@@ -337,13 +346,14 @@ class ImageModel:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_client", "_lock", "_blobs", "_store"):
+        for name in ("_client", "_aclients", "_lock", "_blobs", "_store"):
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._client, self._blobs, self._store = None, None, None
+        self._aclients = _async_clients()
         self._lock = threading.Lock()
         self._gate()
         register_secret(self._api_key)
@@ -409,6 +419,48 @@ class ImageModel:
         """``image`` with the region ``mask`` leaves transparent repainted from ``prompt``;
         the rest stays as it was (local repair)."""
         base = self.load(image)
+        files = self._edit_files(base, mask, [self.load(r) for r in references])
+        return self._call(
+            "edits", prompt, size, budget_s, masked=True, refs=len(references), **files
+        )
+
+    async def agenerate(
+        self,
+        prompt: str,
+        *,
+        references: Sequence[Any] = (),
+        size: str | None = None,
+        budget_s: float | None = None,
+    ) -> ImageResult:
+        """``generate`` with the async client."""
+        pictures = [await asyncio.to_thread(self.load, r) for r in references]
+        refs = [self._file(f"reference-{i}", data) for i, data in enumerate(pictures)]
+        if not refs:
+            return await self._acall("generations", prompt, size, budget_s, masked=False, refs=0)
+        return await self._acall(
+            "edits", prompt, size, budget_s, masked=False, refs=len(refs), image=refs
+        )
+
+    async def aedit(
+        self,
+        image: Any,
+        mask: bytes,
+        prompt: str,
+        *,
+        references: Sequence[Any] = (),
+        size: str | None = None,
+        budget_s: float | None = None,
+    ) -> ImageResult:
+        """``edit`` with the async client."""
+        base = await asyncio.to_thread(self.load, image)
+        pictures = [await asyncio.to_thread(self.load, r) for r in references]
+        files = self._edit_files(base, mask, pictures)
+        return await self._acall(
+            "edits", prompt, size, budget_s, masked=True, refs=len(pictures), **files
+        )
+
+    def _edit_files(self, base: bytes, mask: bytes, pictures: Sequence[bytes]) -> dict[str, Any]:
+        """The ``image`` and ``mask`` parts of a masked edit, the mask checked first."""
         if _media_type(mask) != "image/png":
             raise ConfigError("a mask is a PNG with an alpha channel", field="mask")
         if _media_type(base) == "image/png" and _png.size_of(base) != _png.size_of(mask):
@@ -418,17 +470,11 @@ class ImageModel:
                 field="mask",
             )
         files = [self._file("image", base)]
-        files += [self._file(f"reference-{i}", self.load(r)) for i, r in enumerate(references)]
-        return self._call(
-            "edits",
-            prompt,
-            size,
-            budget_s,
-            masked=True,
-            refs=len(files) - 1,
-            image=files if len(files) > 1 else files[0],
-            mask=("mask.png", mask, "image/png"),
-        )
+        files += [self._file(f"reference-{i}", data) for i, data in enumerate(pictures)]
+        return {
+            "image": files if len(files) > 1 else files[0],
+            "mask": ("mask.png", mask, "image/png"),
+        }
 
     @staticmethod
     def _file(name: str, data: bytes) -> tuple[str, bytes, str]:
@@ -452,6 +498,32 @@ class ImageModel:
                     default_headers=headers or None,
                 )
             return self._client
+
+    async def _async_openai(self) -> openai.AsyncOpenAI:
+        """The async client of the running event loop (an ``httpx`` async client belongs to
+        the loop it first ran on), closed when that loop shuts down — as the chat adapter's."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            held = self._aclients.get(loop)
+            if held is not None:
+                return held[0]
+            try:
+                import openai
+            except ImportError as exc:  # pragma: no cover - the extra is in dev
+                raise ImportError(_NO_SDK) from exc
+            _mask_http_logs()
+            endpoint, headers = _without_userinfo(self._endpoint)
+            client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=endpoint,
+                timeout=self.timeout_s,
+                max_retries=0,  # the engine retries, under the loop's persisted policy
+                default_headers=headers or None,
+            )
+            closer = _closer(client)
+            self._aclients[loop] = (client, closer)
+        await closer.__anext__()  # registers it with the loop, to be closed at its shutdown
+        return client
 
     def _kwargs(self, prompt: str, size: str | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": 1}
@@ -479,10 +551,8 @@ class ImageModel:
         refs: int,
         **files: Any,
     ) -> ImageResult:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ConfigError("an image needs a prompt", field="prompt")
+        kwargs = self._request(prompt, size, files)
         client = self._openai()
-        kwargs = {**self._kwargs(prompt, size), **files}
         send: Callable[..., Any] = (
             client.images.generate if endpoint == "generations" else client.images.edit
         )
@@ -500,6 +570,59 @@ class ImageModel:
             if gate is not None:
                 gate.release()
         seconds = time.perf_counter() - t0
+        return self._result(response, seconds, gate, endpoint, masked, refs, budget_s)
+
+    async def _acall(
+        self,
+        endpoint: Literal["generations", "edits"],
+        prompt: str,
+        size: str | None,
+        budget_s: float | None,
+        *,
+        masked: bool,
+        refs: int,
+        **files: Any,
+    ) -> ImageResult:
+        """``_call`` with the async client: waiting for a slot, for tokens or for the picture
+        never blocks the event loop; the store's write runs in a thread."""
+        kwargs = self._request(prompt, size, files)
+        client = await self._async_openai()
+        send: Callable[..., Any] = (
+            client.images.generate if endpoint == "generations" else client.images.edit
+        )
+        gate = self._gate()
+        if gate is not None:
+            await gate.pace_async()
+            await gate.acquire_async()
+        t0 = time.perf_counter()
+        try:
+            response = await send(**kwargs)
+        except Exception as exc:
+            self._failed(exc, budget_s)
+            raise  # pragma: no cover - _failed always raises
+        finally:
+            if gate is not None:
+                gate.release()
+        seconds = time.perf_counter() - t0
+        return await asyncio.to_thread(
+            self._result, response, seconds, gate, endpoint, masked, refs, budget_s
+        )
+
+    def _request(self, prompt: str, size: str | None, files: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError("an image needs a prompt", field="prompt")
+        return {**self._kwargs(prompt, size), **files}
+
+    def _result(
+        self,
+        response: Any,
+        seconds: float,
+        gate: Gate | None,
+        endpoint: Literal["generations", "edits"],
+        masked: bool,
+        refs: int,
+        budget_s: float | None,
+    ) -> ImageResult:
         body = response.model_dump() if hasattr(response, "model_dump") else response
         if not isinstance(body, Mapping):
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
@@ -681,6 +804,10 @@ class ImageActor:
             result = self.images.generate(
                 job.prompt, references=job.references, size=job.size, budget_s=budget
             )
+        return self._proposal(job, result)
+
+    @staticmethod
+    def _proposal(job: ImageJob, result: ImageResult) -> Proposal:
         edits = [Edit(job.artifact, job.part, result.value)]
         if job.then is not None:
             edits += list(job.then(result))
@@ -690,3 +817,26 @@ class ImageActor:
             note=job.note or f"{what} {job.artifact}/{job.part}",
             usage=result.usage,
         )
+
+
+class AsyncImageActor(ImageActor):
+    """``ImageActor`` with the async client: ``await actor(ctx)``. The engine awaits it on its
+    event loop, so many runs share one loop and the endpoint's limits without a thread each."""
+
+    async def __call__(self, ctx: Context) -> Proposal:  # type: ignore[override]
+        job = self.job(ctx)
+        if job is None:
+            return Proposal(note="nothing to draw")
+        budget = ctx.remaining.seconds
+        if job.mask is not None:
+            if job.base is None:
+                raise ConfigError("a masked repair needs the picture to repair", field="base")
+            result = await self.images.aedit(
+                job.base, job.mask, job.prompt, references=job.references, size=job.size,
+                budget_s=budget,
+            )  # fmt: skip
+        else:
+            result = await self.images.agenerate(
+                job.prompt, references=job.references, size=job.size, budget_s=budget
+            )
+        return self._proposal(job, result)
