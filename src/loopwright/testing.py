@@ -42,6 +42,10 @@ anything; ``wait_in_flight(n)`` waits until ``n`` are.
 This module imports only the standard library: it works without the ``openai`` extra (the
 adapters that talk to it need that extra). The server's threads are daemons, so a process that
 forgets to ``stop()`` it still exits.
+
+``FakeImages`` (loaded on first use, from ``loopwright._fake_images``) is the same for the images
+API: ``/v1/images/generations`` and ``/v1/images/edits`` with deterministic PNGs drawn from the
+prompt's layout and masks honoured (docs/images.md).
 """
 
 from __future__ import annotations
@@ -52,9 +56,22 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["FakeOpenAI", "Reply", "Request", "fail", "garbage", "ok", "slow"]
+if TYPE_CHECKING:
+    from ._fake_images import FakeImages
+
+__all__ = ["FakeImages", "FakeOpenAI", "Reply", "Request", "fail", "garbage", "ok", "slow"]
+
+
+def __getattr__(name: str) -> Any:
+    # the image server on first use: it brings loopwright's PNG code, which FakeOpenAI's users
+    # need not load
+    if name == "FakeImages":
+        from ._fake_images import FakeImages
+
+        return FakeImages
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
