@@ -204,7 +204,7 @@ def render(
     if art is not None:
         out.append(
             f'<image data-role="art" href="{ART_HREF}{html.escape(str(art["image"]))}" x="0" '
-            f'y="0" width="{W}" height="{H}" preserveAspectRatio="none"/>'
+            f'y="0" width="{W}" height="{H}" preserveAspectRatio="xMidYMid slice"/>'
         )
         out += [
             f'<circle data-role="face" cx="{int(f["x"])}" cy="{FACE_Y}" r="{FACE_R}" '
@@ -1082,6 +1082,24 @@ def image_model() -> Any:
     return _IMAGE_MODELS[key]
 
 
+def to_picture(
+    box: Sequence[float], width: float, height: float
+) -> tuple[float, float, float, float]:
+    """A box in panel units as pixels of a ``width`` x ``height`` picture shown in the panel as
+    ``preserveAspectRatio="xMidYMid slice"`` does: scaled to cover it, centred, the overflow cut
+    off (a 1536x1024 picture in a 400x300 panel loses a strip left and right, undistorted)."""
+    scale = max(W / width, H / height)
+    ox, oy = (width * scale - W) / 2, (height * scale - H) / 2
+    x0, y0, x1, y1 = box
+    return ((x0 + ox) / scale, (y0 + oy) / scale, (x1 + ox) / scale, (y1 + oy) / scale)
+
+
+def _requested_size() -> tuple[int, int]:
+    """The picture size asked for (``COMIC_IMAGE_SIZE``); the panel's when it is ``auto``."""
+    w, _, h = (os.environ.get("COMIC_IMAGE_SIZE") or "1536x1024").partition("x")
+    return (int(w), int(h)) if w.isdigit() and h.isdigit() else (W, H)
+
+
 def _boxes(f: Mapping[str, Any]) -> list[tuple[str, tuple[int, int, int, int], str]]:
     """Where a figure goes in the picture, in panel units: ``(role, box, colour)``."""
     x = int(f["x"])
@@ -1116,11 +1134,13 @@ def art_prompt(task: Mapping[str, Any], panel: Mapping[str, Any], figures: Seque
             f"{f['skin']}; {pose}; {round(100 * int(f['x']) / W)}% from the left."
         )
     lines.append("Layout (x0,y0,x1,y1 as fractions of the width and height, and the colour):")
+    width, height = _requested_size()
     for f in figures:
-        for role, (x0, y0, x1, y1), colour in _boxes(f):
+        for role, box, colour in _boxes(f):
+            x0, y0, x1, y1 = to_picture(box, width, height)
             lines.append(
-                f"box {x0 / W:.3f},{y0 / H:.3f},{x1 / W:.3f},{y1 / H:.3f} {colour} "
-                f"({sheet[f['character']]['name']}'s {role})"
+                f"box {x0 / width:.3f},{y0 / height:.3f},{x1 / width:.3f},{y1 / height:.3f} "
+                f"{colour} ({sheet[f['character']]['name']}'s {role})"
             )
     return "\n".join(lines)
 
@@ -1167,11 +1187,10 @@ def _pixels(data: bytes) -> tuple[int, int, Any]:
 def _region_colour(data: bytes, box: Sequence[float]) -> str:
     """The median colour of the middle of ``box`` (panel units) in the picture."""
     width, height, pixel = _pixels(data)
-    sx, sy = width / W, height / H
-    x0, y0, x1, y1 = box
+    x0, y0, x1, y1 = to_picture(box, width, height)
     mx, my = (x1 - x0) * 0.2, (y1 - y0) * 0.2
-    xs = range(int((x0 + mx) * sx), max(int((x0 + mx) * sx) + 1, int((x1 - mx) * sx)), 2)
-    ys = range(int((y0 + my) * sy), max(int((y0 + my) * sy) + 1, int((y1 - my) * sy)), 2)
+    xs = range(int(x0 + mx), max(int(x0 + mx) + 1, int(x1 - mx)), 2)
+    ys = range(int(y0 + my), max(int(y0 + my) + 1, int(y1 - my)), 2)
     samples = [pixel(min(x, width - 1), min(y, height - 1))[:3] for y in ys for x in xs]
     mid = [sorted(c[i] for c in samples)[len(samples) // 2] for i in range(3)]
     return "#" + "".join(f"{v:02x}" for v in mid)
@@ -1247,13 +1266,9 @@ def _mask(images: Any, art: Mapping[str, Any], regions: Sequence[Sequence[float]
     from loopwright.adapters import region_mask
 
     width, height, _ = _pixels(images.load(art))
-    sx, sy = width / W, height / H
     boxes = [
-        (
-            (x0 - REGION_PAD) * sx,
-            (y0 - REGION_PAD) * sy,
-            (x1 + REGION_PAD) * sx,
-            (y1 + REGION_PAD) * sy,
+        to_picture(
+            (x0 - REGION_PAD, y0 - REGION_PAD, x1 + REGION_PAD, y1 + REGION_PAD), width, height
         )
         for x0, y0, x1, y1 in regions
     ]

@@ -142,3 +142,34 @@ def test_model_mode_without_a_model_says_what_is_missing(monkeypatch: pytest.Mon
     monkeypatch.delenv("COMIC_IMAGE_MODEL", raising=False)
     with pytest.raises(lw.ConfigError, match="COMIC_IMAGE_MODEL"):
         lw.load_spec(SPEC)  # at once, not as a run that escalates
+
+
+def test_a_picture_of_another_shape_is_laid_out_and_repaired_uncropped(
+    env: Path, fake: FakeImages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 600x300 picture (2:1) in a 4:3 panel is shown cropped at the sides, not squeezed: the
+    layout the model is asked for, the check and the mask all use the same mapping."""
+    monkeypatch.setenv("COMIC_IMAGE_SIZE", "600x300")
+    loop = lw.load_spec(SPEC)
+    comic = loop.actor.__globals__
+    # the panel's centre is the picture's; 4:3 of 2:1 keeps the middle 400x300 at scale 1
+    assert comic["to_picture"]((0, 0, 400, 300), 600, 300) == (100, 0, 500, 300)
+    assert comic["to_picture"]((0, 0, 400, 300), 1536, 1024) == pytest.approx(
+        (768 - 1024 * 4 / 6, 0, 768 + 1024 * 4 / 6, 1024)
+    )
+    with lw.Runtime(str(env)) as rt:
+        r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])
+        rt.approve(r.run_id, by="creator")
+        done = rt.resume_sync(r.run_id, loop)
+        assert (done.status, done.stop_reason) == ("accepted", "success")
+        state = rt.store.checkpoints(r.run_id)[-1].task_state()
+        art = state.part("p3-1/art")
+        assert art is not None and len(art.versions) == 2
+        fixed = Blobs(rt.store).get(art.value["image"])
+        assert fixed is not None
+    assert [_panel(q) for q in fake.requests if q.mask is not None] == ["p3-1"]
+    after = _png.decode(fixed.data)
+    assert (after.width, after.height) == (600, 300)
+    mara = next(f for f in state.artifacts["p3-1"].values()["figures"] if f["character"] == "mara")
+    x0, y0, x1, y1 = comic["to_picture"]((mara["x"] - 30, 176, mara["x"] + 30, 258), 600, 300)
+    assert after.pixel(int((x0 + x1) / 2), int((y0 + y1) / 2))[:3] == _rgb(SHEET_BLUE)
