@@ -329,3 +329,16 @@ def test_blobs_on_postgresql() -> None:
         with store._tx() as conn:  # type: ignore[attr-defined]
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
         store.close()
+
+
+def test_a_pickled_model_keeps_its_store(fake: FakeImages, tmp_path: Path) -> None:
+    """What a Ray worker gets: the same endpoint and store (an SQLite Store object by its URL),
+    the API key still masked, no client or connection carried along."""
+    import pickle
+
+    store = open_store(str(tmp_path / "given.db"))
+    model = _model(fake, tmp_path, store=store, price=0.01)
+    copy = pickle.loads(pickle.dumps(model))
+    made = copy.generate(LAYOUT)
+    assert Blobs(store).get(made.digest) is not None  # written where the original writes
+    assert copy.model_identity() == model.model_identity()

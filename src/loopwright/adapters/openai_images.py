@@ -314,7 +314,12 @@ class ImageModel:
         self.limits = Limits.check(max_concurrency, tokens_per_minute)
         self.__name__ = name
         self.last_result: ImageResult | None = None
-        self._store_arg = store if isinstance(store, str) or store is None else None
+        # What another process (a Ray worker) opens: a URL or path as given, an SQLite store's
+        # URL; a PostgreSQL Store object keeps its password to itself, so there it is the
+        # process's store (LOOPWRIGHT_STORE) — pass a URL for workers.
+        self._store_arg = (
+            store if isinstance(store, str) or store is None else getattr(store, "url", None)
+        )
         self._store = None if isinstance(store, str) or store is None else store
         self._blobs: Blobs | None = None
         self._client: openai.OpenAI | None = None
