@@ -333,7 +333,7 @@ def test_blobs_on_postgresql() -> None:
 
 def test_a_pickled_model_keeps_its_store(fake: FakeImages, tmp_path: Path) -> None:
     """What a Ray worker gets: the same endpoint and store (an SQLite Store object by its URL),
-    the API key still masked, no client or connection carried along."""
+    no client or connection carried along."""
     import pickle
 
     store = open_store(str(tmp_path / "given.db"))
