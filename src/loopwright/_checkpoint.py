@@ -318,8 +318,13 @@ class Checkpoints(RuntimeHost):
             "lease_expires_at": time.time() + self.lease_ttl_s,
             **run,
         }
+        status = cols.get("status")
+        if status is not None and status == ex.row_status:
+            del cols["status"]  # only this lease's holder writes it: unchanged since
         reqs = [*([approval] if approval is not None else []), *approvals]
         req = self._stage(ex, record, cols, reqs)
+        if status is not None:
+            ex.row_status = status  # _unstage forgets it if the commit fails
         if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
             # Several runs share this loop: queue it into the next group commit; the run
             # waits for durability at its next durability point (``_settle``).
@@ -485,6 +490,7 @@ def _unstage(ex: _Exec, req: CommitRequest) -> None:
     memory and the digests ``req`` carried (written again where they were: harmless)."""
     ex.head = None
     ex.written = {}
+    ex.row_status = None
     ex.rejected_written -= len(req.rejected)
 
 

@@ -83,6 +83,9 @@ class Execution:
     rejected_written: int = 0
     base: int = 0
     since_base: int = 0
+    # The run row's status as this execution last wrote it (None: not known): a commit that
+    # would write it again leaves it out (an unchanged status still costs its index a page).
+    row_status: str | None = None
     # The lease this execution holds: its TTL (renewed before each effect; None where the
     # runtime did not say, e.g. a cancel from the CLI: the run row's expiry is read instead)
     # and the owner's name (``host:pid:…``), recorded in an effect's intent.
