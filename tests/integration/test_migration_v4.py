@@ -91,3 +91,27 @@ def test_a_parked_v3_run_resumes_onto_the_new_layout(old_store: Path) -> None:
         new = [c for c in rt.store._checkpoint_rows(rec.run_id, latest=False) if c.base is not None]  # type: ignore[attr-defined]
         assert any(c.seq != c.base for c in new)  # deltas now
         assert rt.store.checkpoints(rec.run_id)[-1].task_state().values() == r.state.values()
+
+
+def test_events_lose_autoincrement_and_keep_their_ids(old_store: Path) -> None:
+    """v7 rebuilds ``events`` without AUTOINCREMENT (its sqlite_sequence row was one more page
+    per commit): every event keeps its id, and new ones follow the largest."""
+    raw = sqlite3.connect(old_store)
+    before = raw.execute(
+        "SELECT id, run_id, cycle, kind, ts, data FROM events ORDER BY id"
+    ).fetchall()
+    raw.close()
+    with lw.Runtime(old_store) as rt:
+        run = next(r for r in rt.store.list_runs() if r.task_key == "parked")
+        rt.store.append_events(run.run_id, [lw.store.NewEvent(run.cycle, "note", {"x": 1})])
+        ids = [e.id for e in rt.store.events(run.run_id)]
+    raw = sqlite3.connect(old_store)
+    after = raw.execute(
+        "SELECT id, run_id, cycle, kind, ts, data FROM events ORDER BY id"
+    ).fetchall()
+    (sql,) = raw.execute("SELECT sql FROM sqlite_master WHERE name='events'").fetchone()
+    seq = raw.execute("SELECT name FROM sqlite_sequence WHERE name='events'").fetchall()
+    raw.close()
+    assert "AUTOINCREMENT" not in sql.upper() and seq == []
+    assert after[: len(before)] == before  # byte for byte, ids included
+    assert ids[-1] == max(r[0] for r in before) + 1  # the new event follows the largest id
