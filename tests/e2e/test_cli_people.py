@@ -96,6 +96,7 @@ def test_the_walkthrough_earns_and_loses_authority(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout

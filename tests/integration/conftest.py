@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,12 @@ def pg_url(pg_schema: tuple[str, str]) -> str:
     """A store URL (``…?schema=lw_…``) for a schema of this test's own, dropped afterwards."""
     base, schema = pg_schema
     return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL, once for an SQLite file and once for a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")

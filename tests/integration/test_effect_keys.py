@@ -6,11 +6,7 @@ with an unknown outcome, is never run again here but goes to a person. SQLite an
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 import loopwright as lw
 
@@ -51,14 +47,6 @@ def loop(bank: Bank, amount: float = 40.0) -> lw.Loop:
         effects=[pay],
         approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
     )
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 's.db'}"
-    else:
-        yield request.getfixturevalue("pg_url")
 
 
 def _events(rt: lw.Runtime, run_id: str, kind: str) -> list[dict[str, Any]]:

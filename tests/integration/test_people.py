@@ -8,8 +8,6 @@ tests. Every attempt, allowed or refused, must reach the audit log.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +32,9 @@ PAY = lw.effect("spend", name="pay", key=lambda a: a["invoice"], compensate=refu
 EARNED = lw.EarnedAuthority(kind="spend", after=5, up_to=1000)
 
 
-def make_loop(rules: tuple[lw.PolicyRule, ...], earned: tuple[lw.EarnedAuthority, ...] = ()) -> lw.Loop:
+def make_loop(
+    rules: tuple[lw.PolicyRule, ...], earned: tuple[lw.EarnedAuthority, ...] = ()
+) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         inv = ctx.artifacts["inv"]
         return lw.Proposal(
@@ -68,14 +68,6 @@ def task(invoice: str, amount: float) -> dict[str, Any]:
     return {"artifacts": {"inv": {"invoice": invoice, "amount": amount, "checked": False}}}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 's.db'}"
-    else:
-        yield request.getfixturevalue("pg_url")
-
-
 def people(rt: lw.Runtime) -> None:
     add = rt.store.add_user
     now = time.time()
@@ -97,7 +89,7 @@ def test_viewers_and_limited_approvers_are_refused_and_every_attempt_is_audited(
         people(rt)
         small = rt.run_sync(make_loop(FOUR_EYES), task("INV-1", 500), task_key="small", by="rita")
         assert small.status == "awaiting_approval"
-        with pytest.raises(lw.NotPermittedError, match="vic .viewer. may not approve"):
+        with pytest.raises(lw.NotPermittedError, match=r"vic \(viewer\) may not approve"):
             rt.approve(small.run_id, by="vic")
         with pytest.raises(lw.NotPermittedError, match="is not a user"):
             rt.approve(small.run_id, by="mallory")
