@@ -6,7 +6,6 @@ signal in the task's scope; the loop continues from it)."""
 from __future__ import annotations
 
 import getpass
-
 from pathlib import Path
 from typing import Any
 
