@@ -31,8 +31,14 @@ ReconcileFn = Callable[[str], Any | Awaitable[Any]]
 CompensateFn = Callable[[str, Any, Mapping[str, Any]], Any | Awaitable[Any]]
 
 
+# What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`` builds on
+# every call (keyword arguments make it construct an encoder each time), built once: the
+# proposal's digest runs it every cycle.
+_CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return _CANON.encode(value)
 
 
 @dataclass(frozen=True, slots=True)

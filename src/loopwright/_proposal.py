@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._effects import EffectCall
+from ._effects import EffectCall, _canon
 from ._question import Question
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage
 
 __all__ = ["Context", "Edit", "Proposal", "Remaining", "Verdict"]
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True, slots=True)
