@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -193,11 +194,18 @@ def memory_search(
 ) -> MemorySearch:
     """The store search that ranks the feedback of ``scopes`` for ``query``. Asks for more
     than ``limit``: the same feedback held in several scopes comes once (``rank``)."""
+    return _search(tuple((s, k or "") for s, k in scopes), query, limit)
+
+
+@functools.lru_cache(maxsize=256)
+def _search(scopes: tuple[tuple[str, str], ...], query: str, limit: int) -> MemorySearch:
+    # Every cycle asks again, mostly with the same scopes and query (the goal and the same
+    # findings): a search is immutable, so the same one is handed out again.
     from .store._base import MemorySearch
 
     return MemorySearch(
-        scopes=[(s, k or "") for s, k in scopes],
-        terms=query_terms(query),
+        scopes=scopes,
+        terms=tuple(query_terms(query)),
         limit=2 * limit + 5,
         floor=RELEVANCE_FLOOR,
     )
