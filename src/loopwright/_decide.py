@@ -212,6 +212,8 @@ def risk_reason(
     checks: Sequence[Check],
 ) -> tuple[RiskRule, str] | None:
     """The first risk rule this proposal triggers, with the reason in words."""
+    if not rules:  # most contracts declare none: nothing to gather
+        return None
     changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]
     visible_findings = [
         f
