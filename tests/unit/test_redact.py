@@ -118,7 +118,7 @@ def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
     import random
     import re
 
-    from loopwright._redact import _TRIGGERS, SECRET_FIELDS, _trie
+    from loopwright._redact import _TRIGGERS, SECRET_FIELDS, _trie, _triggered
 
     rng = random.Random(7)
     for words in (
@@ -138,3 +138,4 @@ def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
         for t in texts:
             assert (grouped.search(t) is None) == (flat.search(t) is None), (words, t)
             assert (quoted.search(t) is None) == (quoted_flat.search(t) is None), (words, t)
+            assert _triggered(t) == any(w in t for w in _TRIGGERS), t
