@@ -32,6 +32,7 @@ from ..store import Approval, NewEvent, RunRecord, open_store
 from ._auth import COOKIE, Auth
 from ._live import install_live
 from ._notify import NotifyConfig
+from ._pictures import register_picture_routes
 from ._views import (
     Cursor,
     approval_summary,
@@ -167,6 +168,7 @@ def create_app(
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
     install_live(app, store, notify=notify)
+    register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)
 
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(

@@ -88,6 +88,7 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
                 "ref": f"{e.get('artifact')}/{e.get('part')}",
                 "value": short(e.get("value"), 80),
                 "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
+                "picture": picture_digest(e.get("value")),  # a picture kept as a blob
             }
             for e in prop.get("edits") or ()
         ]
@@ -261,6 +262,8 @@ def artifacts_view(state: TaskState) -> list[PartView]:
                     "diff": diff,
                     # An SVG part (a drawn panel) is shown as a picture, through /runs/…/svg.
                     "svg": is_svg(v.value),
+                    # A picture kept as a blob (adapters.openai_images), through /runs/…/blob/…
+                    "picture": picture_digest(v.value),
                 }
             )
             prev = v.value
@@ -298,6 +301,13 @@ def edits_view(events: list[Event]) -> list[dict[str, Any]]:
         for e in events
         if e.kind == "edited"
     ]
+
+
+def picture_digest(value: Any) -> str | None:
+    """The digest of a picture part's blob (``/runs/{id}/blob/{digest}`` serves it), or None."""
+    from ._pictures import is_picture
+
+    return str(value["image"]) if is_picture(value) else None
 
 
 def is_svg(value: Any) -> bool:

@@ -1,0 +1,56 @@
+"""The dashboard shows a picture part (``adapters.openai_images``: a digest, the bytes in the
+store's blobs) as a picture: the run page's artifacts and timeline hold an ``<img>`` of
+``/runs/{id}/blob/{digest}``, which ``create_app`` serves to a signed-in reader only."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from support.fake_images import FakeImages
+
+import loopwright as lw
+from loopwright.adapters import ImageActor, ImageJob, ImageModel, is_image_value
+
+
+def test_run_page_shows_a_picture_part_as_a_picture(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    store = str(tmp_path / "run.db")
+    with FakeImages() as fake:
+        model = ImageModel("fake-image-1", base_url=fake.base_url, size="64x48", store=store)
+
+        def job(ctx: lw.Context) -> ImageJob | None:
+            done = "art" in ctx.artifacts.get("panel", {})
+            return None if done else ImageJob("panel", "art", "box 0.2,0.2,0.8,0.8 #1f4e9c")
+
+        def drawn(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+            part = state.part("panel/art")
+            return lw.Verdict(passed=part is not None and is_image_value(part.value))
+
+        loop = lw.Loop(
+            name="draw",
+            actor=ImageActor(model, job),
+            verifiers=[lw.Check(fn=drawn)],
+            contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        )
+        with lw.Runtime(store) as rt:
+            run_id = rt.run_sync(loop, {"goal": "draw"}, task_key="pic-1").run_id
+            part = rt.store.checkpoints(run_id)[-1].task_state().part("panel/art")
+            assert part is not None
+            digest = part.value["image"]
+    token = "pictures-token-0123456789"
+    app = create_app(store, token=token, require_token_for_reads=True)
+    c = TestClient(app, base_url="http://127.0.0.1")
+    url = f"/runs/{run_id}/blob/{digest}"
+    assert c.get(url, follow_redirects=False).status_code in (303, 401, 403)  # signed in only
+    assert c.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
+    page = c.get(f"/runs/{run_id}").text
+    imgs = re.findall(r'<img[^>]*src="([^"]+)"', page)
+    assert imgs.count(url) == 2, imgs  # the part's version, and the cycle's edit
+    r = c.get(url)
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    assert hashlib.sha256(r.content).hexdigest() == digest.removeprefix("sha256:")
