@@ -1079,14 +1079,41 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
         out: list[list[dict[str, Any]]] = []
         with self._conn() as conn:
+            # Several runs' searches (GroupRecall): one probe finds which of all their scopes
+            # hold active memory, instead of one probe per run.
+            live = self._memory_scopes_in_use(conn, searches) if len(searches) > 1 else None
             for s in searches:
-                if not self._memory_in_scope(conn, s):
+                if live is not None:
+                    found = s.limit > 0 and any((sc, k) in live for sc, k in s.scopes)
+                else:
+                    found = self._memory_in_scope(conn, s)
+                if not found:
                     out.append([])  # most loops keep no memory: one indexed probe a cycle
                     continue
                 out.append(
                     [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
                 )
         return out
+
+    def _memory_scopes_in_use(
+        self, conn: Any, searches: Sequence[MemorySearch]
+    ) -> set[tuple[str, str]]:
+        """Which of the searches' ``(scope, scope_key)`` pairs hold an active item."""
+        pairs = list(dict.fromkeys((sc, k) for s in searches for sc, k in s.scopes))
+        m = self._MARK
+        live: set[tuple[str, str]] = set()
+        for i in range(0, len(pairs), 400):  # under any build's limit on bound parameters
+            chunk = pairs[i : i + 400]
+            cond = " OR ".join([f"(scope={m} AND scope_key={m})"] * len(chunk))
+            live.update(
+                (r[0], r[1])
+                for r in conn.execute(
+                    f"SELECT DISTINCT scope, scope_key FROM memory WHERE status='active' "
+                    f"AND ({cond})",
+                    [v for pair in chunk for v in pair],
+                )
+            )
+        return live
 
     def _memory_in_scope(self, conn: Any, s: MemorySearch) -> bool:
         """Whether any active item lies in the search's scopes (the scope index answers)."""
