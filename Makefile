@@ -21,7 +21,7 @@ TEST_PG := postgresql://postgres@127.0.0.1:5432/test
 # Test processes: one per core, at most 4 (each may start a Ray cluster); files stay whole.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test lint typecheck clean screenshots
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "loopwright needs Python 3.11 or newer on PATH" >&2; exit 1; }
@@ -41,6 +41,10 @@ $(FULL): pyproject.toml | $(BIN)/python
 
 demo: $(CORE)
 	$(BIN)/loopwright demo
+
+# The dashboard screenshots in docs/img/ from fresh demo runs (Playwright, /usr/bin/chromium).
+screenshots: $(FULL)
+	$(BIN)/python docs/img/take_screenshots.py --out docs/img
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests bench examples

@@ -247,7 +247,9 @@ def test_cancel_from_the_run_page(server: tuple[str, str], page: Any) -> None:
     page.fill("input[name=token]", TOKEN)
     page.click("form.login button")
     page.wait_for_url(f"{base}/runs/{run_id}")
-    page.click("form.actions button[value=cancel]")
+    page.click("form.actions button[value=cancel]")  # to its confirmation step
+    page.wait_for_url(f"{base}/runs/{run_id}/confirm?action=cancel")
+    page.click("#confirm-form button[value=cancel]")
     page.locator("#run-status .st-cancelled").wait_for(timeout=30_000)
     assert "cancelled by ana" in page.locator("#stop-cause").inner_text()
 

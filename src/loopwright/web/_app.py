@@ -29,7 +29,10 @@ from .._metrics import METRIC_NAMES, compute_metrics
 from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
+from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth
+from ._cards import approval_card, register_card_routes, register_part_image_route
+from ._compare_view import register_compare
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._pictures import register_picture_routes
@@ -197,6 +200,10 @@ def create_app(
             request, request.headers.get("x-csrf-token")
         ):
             raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+
+    def voters(a: Approval) -> list[str]:
+        """Who approved a request that needs several approvers, so far."""
+        return [v.by for v in store.votes(a.approval_id)]
 
     def find_approval(approval_id: str) -> Approval:
         for a in store.approvals():
@@ -457,6 +464,12 @@ def create_app(
         data["events"], data["events_total"] = shown[-EVENTS_SHOWN:], len(shown)
         data["edits"] = edits_view(raw)
         data["event_kind"] = kind
+        data["cards"] = {
+            a.approval_id: approval_card(a, data["rec"], data["state"], votes=voters(a))
+            for a in data["approvals"]
+            if a.status == "pending"
+        }
+        data["reruns"] = [str(e.data.get("new_run")) for e in raw if e.kind == "rerun_requested"]
         return page(request, "run.html", **data)
 
     @app.post("/runs/{run_id}/act", include_in_schema=False)
@@ -499,6 +512,11 @@ def create_app(
     ) -> HTMLResponse:
         pending, nxt, total = approvals_query("pending", None, q, after, PAGE_SIZE)
         runs = {a.run_id: store.get_run(a.run_id) for a in pending}
+        states = {rid: store.latest_checkpoint(rid).task_state() for rid in runs}
+        cards = {
+            a.approval_id: approval_card(a, runs[a.run_id], states[a.run_id], votes=voters(a))
+            for a in pending
+        }
         decided = [a for a in store.approvals() if a.status != "pending"][-10:][::-1]
         keep = {"q": q} if q else {}
         return page(
@@ -507,6 +525,7 @@ def create_app(
             pending=pending,
             total=total,
             runs=runs,
+            cards=cards,
             decided=decided,
             msg=msg,
             q=q,
@@ -592,6 +611,15 @@ def create_app(
         resp = RedirectResponse("/", status_code=303)
         resp.delete_cookie(COOKIE, path="/")
         return resp
+
+    # Approval cards' images, run actions with confirmation, the comparison page (issue 19).
+    register_card_routes(app, store)
+    register_part_image_route(app, store)
+    register_actions(
+        app,
+        ActionDeps(store, auth, page, require_form_write, require_api_write, resume_later),
+    )
+    register_compare(app, store, page)
 
     # --- JSON API ------------------------------------------------------------------------
     @app.get("/api/runs", tags=["runs"])

@@ -1,0 +1,312 @@
+"""Run actions with a confirmation step: cancel, resume, roll back to a cycle, rerun with a
+changed contract — on the run page (a confirmation page, then a form with the session's CSRF
+token) and in the API (``POST /api/runs/{id}/rollback``, ``/rerun``). Each is recorded as an
+event with who (``Auth.who``) and when; a rerun is a fork (``Runtime.fork``) started in the
+background, linked both ways (``rerun_requested`` on the origin, ``rerun_of`` on the new run).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from .._authority import operate
+from .._compare import flatten
+from .._contract import TERMINAL_STATUSES, Contract
+from .._engine import Runtime
+from .._errors import ConfigError, LoopwrightError, NotPermittedError, RunNotFoundError
+from .._spec import loop_of_run
+from ..store import NewEvent, RunRecord, Store
+from ._auth import Auth
+from ._views import run_summary, timeline
+
+__all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
+
+
+def http_error(exc: LoopwrightError) -> HTTPException:
+    """A refused action as HTTP: 403 when the person may not, 409 when the run's state refuses."""
+    return HTTPException(403 if isinstance(exc, NotPermittedError) else 409, str(exc))
+
+
+def origin_of(request: Request) -> str:
+    """Where a request came from, for the audit log."""
+    return f"http {request.client.host if request.client else '?'}"
+
+
+ACTIONS = ("cancel", "resume", "rollback", "rerun")
+# The budget a person may change on a rerun from the page (any contract key through the API).
+BUDGET_FIELDS: dict[str, type] = {
+    "max_cycles": int,
+    "max_cost_usd": float,
+    "max_tokens": int,
+    "max_seconds": float,
+}
+
+
+@dataclass(frozen=True)
+class ActionDeps:
+    """What the actions need from the application (``create_app``'s own helpers)."""
+
+    store: Store
+    auth: Auth
+    page: Callable[..., HTMLResponse]
+    require_form_write: Callable[[Request, str], None]
+    require_api_write: Callable[[Request], None]
+    resume_later: Callable[[str], str]
+
+
+def merge_contract(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it table by table (a ``null`` clears a key; lists,
+    such as the risk rules, are replaced whole)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_contract(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _cycles(store: Store, run_id: str) -> list[int]:
+    """The cycles a run can be rolled back or forked to: 0 (its start) and each concluded one."""
+    rows = timeline(store.checkpoints(run_id))
+    return sorted({0, *(int(t["cycle"]) for t in rows if not t["parked"] and t["cycle"])})
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HTTPException(400, f"{name} must be a cycle number (0 or more)")
+    return value
+
+
+def register_actions(app: FastAPI, deps: ActionDeps) -> None:
+    store, auth = deps.store, deps.auth
+
+    def get(run_id: str) -> RunRecord:
+        try:
+            return store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+
+    def rollback(
+        run_id: str, to_cycle: int, who: str, origin: str, resume: bool
+    ) -> tuple[RunRecord, str]:
+        rec = get(run_id)
+        try:
+            loop = loop_of_run(rec)
+        except ConfigError:
+            loop = None  # compensations are offered only where the loop is known
+        try:
+            done = Runtime(store).rollback(rec.run_id, to_cycle, by=who, loop=loop, origin=origin)
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        except LoopwrightError as exc:  # not permitted (403), executing elsewhere (409)
+            raise http_error(exc) from exc
+        store.append_events(
+            done.run_id,
+            [NewEvent(done.cycle, "rollback_requested", {"by": who, "to_cycle": to_cycle})],
+        )
+        offers = store.approvals(run_id=done.run_id, status="pending")
+        msg = f"rolled back to cycle {to_cycle} by {who}, now {done.status.replace('_', ' ')}"
+        if offers:
+            msg += f"; {len(offers)} compensation request(s) to decide first"
+        elif resume:
+            try:
+                operate(store, who, "resume", f"run {done.run_id}", origin=origin)
+            except LoopwrightError as exc:
+                raise http_error(exc) from exc
+            store.append_events(
+                done.run_id, [NewEvent(done.cycle, "resume_requested", {"by": who})]
+            )
+            msg += f"; {deps.resume_later(done.run_id)}"
+        else:
+            msg += "; Resume it to go on"
+        return store.get_run(done.run_id), msg
+
+    def rerun(
+        run_id: str,
+        at_cycle: int,
+        changes: Mapping[str, Any],
+        who: str,
+        origin: str,
+        task_key: str | None,
+        start: bool,
+    ) -> tuple[RunRecord, str, dict[str, Any]]:
+        rec = get(run_id)
+        merged = merge_contract(rec.contract, changes)
+        try:
+            contract = Contract.from_dict(merged)
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(400, f"not a contract: {exc}") from exc
+        before, after = flatten(rec.contract), flatten(contract.to_dict())
+        changed = {
+            k: {"from": before.get(k), "to": after.get(k)}
+            for k in sorted({*before, *after})
+            if before.get(k) != after.get(k)
+        }
+        try:
+            new = Runtime(store).fork(
+                rec.run_id, at_cycle, contract=contract, task_key=task_key, by=who, origin=origin
+            )
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
+        what = {"by": who, "at_cycle": at_cycle, "changed": changed}
+        store.append_events(
+            rec.run_id, [NewEvent(rec.cycle, "rerun_requested", {**what, "new_run": new.run_id})]
+        )
+        store.append_events(
+            new.run_id, [NewEvent(new.cycle, "rerun_of", {**what, "from_run": rec.run_id})]
+        )
+        said = ", ".join(f"{k} {v['from']} → {v['to']}" for k, v in changed.items()) or "same"
+        msg = f"rerun of {rec.run_id[:12]} from cycle {at_cycle} by {who} (contract: {said})"
+        if start:
+            msg += f"; {deps.resume_later(new.run_id)}"
+        else:
+            msg += "; Resume it to start"
+        return store.get_run(new.run_id), msg, changed
+
+    # --- pages -------------------------------------------------------------------------
+    @app.get("/runs/{run_id}/confirm", response_class=HTMLResponse, include_in_schema=False)
+    def confirm_page(request: Request, run_id: str, action: str = "") -> HTMLResponse:
+        if action not in ACTIONS:
+            raise HTTPException(400, f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
+        rec = get(run_id)
+        budget = dict((rec.contract or {}).get("budget") or {})
+        return deps.page(
+            request,
+            "confirm.html",
+            rec=rec,
+            action=action,
+            terminal=rec.status in TERMINAL_STATUSES,
+            cycles=_cycles(store, rec.run_id),
+            budget={k: budget.get(k) for k in BUDGET_FIELDS},
+            pending=store.approvals(run_id=rec.run_id, status="pending"),
+        )
+
+    @app.post("/runs/{run_id}/rollback", include_in_schema=False)
+    def rollback_form(
+        request: Request,
+        run_id: str,
+        to_cycle: int = Form(...),
+        resume: str = Form(""),
+        csrf: str = Form(""),
+    ) -> Response:
+        deps.require_form_write(request, csrf)
+        rec, msg = rollback(
+            run_id,
+            _int(to_cycle, "to_cycle"),
+            auth.who(request),
+            origin_of(request),
+            resume == "yes",
+        )
+        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
+
+    @app.post("/runs/{run_id}/rerun", include_in_schema=False)
+    def rerun_form(
+        request: Request,
+        run_id: str,
+        at_cycle: int = Form(0),
+        max_cycles: str = Form(""),
+        max_cost_usd: str = Form(""),
+        max_tokens: str = Form(""),
+        max_seconds: str = Form(""),
+        start: str = Form(""),
+        csrf: str = Form(""),
+    ) -> Response:
+        deps.require_form_write(request, csrf)
+        given = {
+            "max_cycles": max_cycles,
+            "max_cost_usd": max_cost_usd,
+            "max_tokens": max_tokens,
+            "max_seconds": max_seconds,
+        }
+        budget: dict[str, Any] = {}
+        for name, raw in given.items():
+            raw = raw.strip()
+            try:
+                budget[name] = BUDGET_FIELDS[name](raw) if raw else None  # empty: no limit
+            except ValueError:
+                raise HTTPException(400, f"{name} must be a number, not {raw!r}") from None
+        new, msg, _ = rerun(
+            run_id,
+            _int(at_cycle, "at_cycle"),
+            {"budget": budget},
+            auth.who(request),
+            origin_of(request),
+            None,
+            start == "yes",
+        )
+        return RedirectResponse(f"/runs/{new.run_id}?msg={quote(msg)}", status_code=303)
+
+    # --- API ---------------------------------------------------------------------------
+    async def body_of(request: Request, shape: str) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(400, f"the body must be JSON: {shape}") from None
+        if not isinstance(body, dict):
+            raise HTTPException(400, f"the body must be a JSON object: {shape}")
+        return body
+
+    def only(body: Mapping[str, Any], allowed: set[str]) -> None:
+        extra = sorted(set(body) - allowed)
+        if extra:
+            raise HTTPException(
+                400, f"unknown field(s) {', '.join(extra)}: give {', '.join(sorted(allowed))}"
+            )
+
+    def flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+        value = body.get(name, default)
+        if not isinstance(value, bool):
+            raise HTTPException(400, f"{name} must be true or false")
+        return value
+
+    @app.post("/api/runs/{run_id}/rollback", tags=["runs"])
+    async def api_rollback(request: Request, run_id: str) -> dict[str, Any]:
+        """Roll a run back to a cycle: JSON ``{"to_cycle": N, "resume": false}``. The
+        artifacts of that cycle are restored and the run reopened; compensations of later
+        effects are offered as requests. Recorded with who and when."""
+        deps.require_api_write(request)
+        body = await body_of(request, '{"to_cycle": N, "resume": false}')
+        only(body, {"to_cycle", "resume"})
+        if "to_cycle" not in body:
+            raise HTTPException(400, 'give "to_cycle": the cycle to roll back to')
+        n = _int(body["to_cycle"], "to_cycle")
+        resume = flag(body, "resume", False)
+        rec, msg = await run_in_threadpool(
+            rollback, run_id, n, auth.who(request), origin_of(request), resume
+        )
+        return {"run": run_summary(rec), "message": msg}
+
+    @app.post("/api/runs/{run_id}/rerun", tags=["runs"])
+    async def api_rerun(request: Request, run_id: str) -> dict[str, Any]:
+        """Rerun a run with a changed contract: JSON ``{"at_cycle": 0, "contract": {"budget":
+        {"max_cycles": 10}}, "task_key": null, "start": true}``. A new run forked from
+        ``at_cycle`` (0: the start) under the origin's contract with ``contract`` laid over
+        it, started in the background unless ``start`` is false. Recorded on both runs."""
+        deps.require_api_write(request)
+        body = await body_of(request, '{"at_cycle": 0, "contract": {...}, "start": true}')
+        only(body, {"at_cycle", "contract", "task_key", "start"})
+        n = _int(body.get("at_cycle", 0), "at_cycle")
+        changes = body.get("contract") or {}
+        if not isinstance(changes, dict):
+            raise HTTPException(400, "contract must be a JSON object of contract tables")
+        key = body.get("task_key")
+        if key is not None and (not isinstance(key, str) or not key.strip()):
+            raise HTTPException(400, "task_key must be non-empty text")
+        start = flag(body, "start", True)
+        new, msg, changed = await run_in_threadpool(
+            rerun, run_id, n, changes, auth.who(request), origin_of(request), key, start
+        )
+        return {"run": run_summary(new), "changed": changed, "message": msg}
