@@ -469,3 +469,51 @@ def test_preference_pairs(world: World) -> None:
 def test_preference_pairs_bad_match(world: World) -> None:
     with world.store() as st, pytest.raises(lw.ConfigError, match="--match"):
         preference_pairs(st, match="nope")  # type: ignore[arg-type]
+
+
+def test_model_calls_export_as_genai_client_spans(tmp_path: Path) -> None:
+    """A run against the loopback fake OpenAI server: each request is a CLIENT span under the
+    call that made it, with the GenAI attributes and cost; the prompt and reply stay in the
+    store (the span event carries their sizes, never the text or a secret)."""
+    pytest.importorskip("openai")
+    from test_model_calls import SECRET, make_model_run
+
+    db, rid = make_model_run(tmp_path)
+    with lw.store.open_store(db) as st:
+        doc = otlp_trace(st, rid)
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    by_id = {s["spanId"]: s for s in spans}
+
+    def attrs(s: dict[str, Any]) -> dict[str, Any]:
+        return {a["key"]: next(iter(a["value"].values())) for a in s["attributes"]}
+
+    chats = [s for s in spans if attrs(s).get("gen_ai.operation.name") == "chat"]
+    assert [s["name"] for s in chats] == ["chat actor-m", "chat actor-m", "chat rev-m"]
+    assert {s["kind"] for s in chats} == {3}  # SPAN_KIND_CLIENT
+    failed, good, review = chats
+    assert [by_id[s["parentSpanId"]]["name"] for s in chats] == [
+        "invoke_agent doc-model",
+        "invoke_agent doc-model",
+        "verify review",
+    ]
+    assert failed["status"]["code"] == 2 and attrs(failed)["error.type"] == "503"
+    assert int(attrs(failed)["loopwright.attempt"]) == 1
+    g = attrs(good)
+    assert g["gen_ai.request.model"] == "actor-m" and int(g["loopwright.attempt"]) == 2
+    assert (int(g["gen_ai.usage.input_tokens"]), int(g["gen_ai.usage.output_tokens"])) == (
+        1000,
+        100,
+    )
+    assert g["loopwright.cost_usd"] == pytest.approx(0.0012)
+    assert int(attrs(review)["gen_ai.usage.output_tokens"]) == 30
+    # the failed attempt starts before the retried one, both inside the agent span
+    assert int(failed["startTimeUnixNano"]) < int(good["startTimeUnixNano"])
+    agent = by_id[good["parentSpanId"]]
+    assert int(agent["startTimeUnixNano"]) <= int(failed["startTimeUnixNano"])
+    assert int(good["endTimeUnixNano"]) <= int(agent["endTimeUnixNano"])
+    (ev,) = good["events"]
+    keys = {a["key"] for a in ev["attributes"]}
+    assert ev["name"] == "model_call" and {"prompt_chars", "reply_chars"} <= keys
+    assert not {"prompt", "reply"} & keys
+    text = json.dumps(doc)
+    assert SECRET not in text and "Helo wrld" not in text

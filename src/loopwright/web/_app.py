@@ -52,6 +52,7 @@ from ._views import (
     stop_words,
     timeline,
 )
+from ._waterfall import duration, install_waterfall, waterfall_html
 
 __all__ = ["LOOPBACK_HOSTS", "allowed_host_names", "create_app"]
 
@@ -141,6 +142,7 @@ def create_app(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
     )
     env.filters["isotime"] = _isotime
+    env.filters["duration"] = duration
     templates = Jinja2Templates(env=env)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
@@ -326,6 +328,7 @@ def create_app(
             "stop_cause": stop_cause_of(rec),
             "next_here": next_action_here(rec, state, approvals),
             "terminal": rec.status in TERMINAL_STATUSES,
+            "checkpoints": cks,
         }
 
     def runs_query(
@@ -464,6 +467,7 @@ def create_app(
         data["events"], data["events_total"] = shown[-EVENTS_SHOWN:], len(shown)
         data["edits"] = edits_view(raw)
         data["event_kind"] = kind
+        data["waterfall"] = waterfall_html(data["rec"], raw, data["checkpoints"], data["approvals"])
         data["cards"] = {
             a.approval_id: approval_card(a, data["rec"], data["state"], votes=voters(a))
             for a in data["approvals"]
@@ -620,6 +624,8 @@ def create_app(
         ActionDeps(store, auth, page, require_form_write, require_api_write, resume_later),
     )
     register_compare(app, store, page)
+
+    install_waterfall(app, store, page)  # a model call's page; /api/runs/{id}/calls, /spans
 
     # --- JSON API ------------------------------------------------------------------------
     @app.get("/api/runs", tags=["runs"])

@@ -77,6 +77,7 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
                 rows.append(
                     {
                         "cycle": rec.get("cycle"),
+                        "at": ck.created_at,  # when the cycle was committed
                         "parked": True,
                         "held_out": _verdicts(rec.get("held_out")),
                     }
@@ -96,6 +97,7 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "cycle": rec.get("cycle"),
+                "at": ck.created_at,  # when the cycle was committed
                 "parked": False,
                 "kind": prop.get("kind"),
                 "replace": list(prop.get("replace") or []),
