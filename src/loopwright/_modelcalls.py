@@ -130,7 +130,7 @@ def model_call_record(
         shown, cut = _cut(content, room)
         room -= min(len(content), max(room, 0))
         cut_any = cut_any or cut
-        kept.append({"role": str(m.get("role") or "user"), "content": shown})
+        kept.append({"role": redact_text(str(m.get("role") or "user")), "content": shown})
     reply_shown, reply_cut = (
         (None, False) if reply is None else _cut(redact_text(reply), REPLY_CHARS)
     )
@@ -154,11 +154,9 @@ def model_call_record(
         "prompt_chars": prompt_chars,
         "reply_chars": None if reply is None else len(reply),
         "truncated": cut_any or reply_cut,
-        "prompt": kept,
-        "reply": reply_shown,
     }
-    out: dict[str, Any] = redact(rec)
-    return out
+    out: dict[str, Any] = redact(rec)  # the prompt and reply are masked already: not scanned twice
+    return {**out, "prompt": kept, "reply": reply_shown}
 
 
 def record_model_call(**fields: Any) -> dict[str, Any] | None:
