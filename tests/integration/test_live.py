@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.client
-import importlib.util
 import json
 import socket
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.modules import load_sibling
 
 import loopwright as lw
 from loopwright.store import open_store
@@ -38,12 +38,7 @@ TASK = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "title": "", "pay": 0}}
 
 
 def _web() -> ModuleType:
-    path = Path(__file__).with_name("test_web.py")
-    spec = importlib.util.spec_from_file_location("_live_web_helpers", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_sibling(__file__, "test_web.py", "_live_web_helpers")
 
 
 WEB = _web()

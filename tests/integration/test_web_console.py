@@ -6,7 +6,6 @@ and the API), recorded with who; two runs compared side by side."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import re
 import struct
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.modules import load_sibling
 
 import loopwright as lw
 from loopwright.store import Approval, open_store
@@ -25,14 +25,7 @@ from loopwright.web._cards import ago, approval_card, compact, expiry, owner_wor
 
 
 def _load_test_web() -> ModuleType:
-    # by path: this module is also loaded from tests/e2e, where test_web is not importable
-    spec = importlib.util.spec_from_file_location(
-        "_web_console_base", Path(__file__).with_name("test_web.py")
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_sibling(__file__, "test_web.py", "_web_console_base")
 
 
 _web = _load_test_web()
@@ -502,3 +495,63 @@ def test_a_picture_kept_as_a_blob_is_shown_before_and_after(tmp_path: Path) -> N
         assert r.content == png and "sandbox" in r.headers["content-security-policy"]
     card = html.split('class="card pending"')[1].split("</section>")[0]
     assert '<table class="changes">' not in card  # the picture is shown, not its digest
+
+
+def test_with_people_only_an_operator_rolls_back_or_reruns(tmp_path: Path) -> None:
+    """In a store with users, rollback and rerun are recorded under the signed-in person and
+    need the operator role; a refusal is 403 and, like the success, in the audit log."""
+    import time
+
+    from loopwright._authority import hash_token
+
+    store, run_id = make_parked_run(tmp_path)
+    tokens = {"vic": "tok-vic-0123456789", "oscar": "tok-oscar-0123456789"}
+    with lw.Runtime(store) as rt:
+        for name, role in (("vic", "viewer"), ("oscar", "operator")):
+            rt.store.add_user(name, roles=[role], limits={}, by="test", now=time.time())
+            rt.store.set_token(name, hash_token(tokens[name]), now=time.time())
+    c = TestClient(create_app(store, token="server-token-0123456789"), base_url=LOCAL)
+
+    def post(name: str, action: str, body: dict[str, Any]) -> Any:
+        auth = {"Authorization": f"Bearer {tokens[name]}"}
+        return c.post(f"/api/runs/{run_id}/{action}", json=body, headers=auth)
+
+    assert post("vic", "rollback", {"to_cycle": 0}).status_code == 403
+    assert post("vic", "rerun", {"start": False}).status_code == 403
+    r = post("oscar", "rollback", {"to_cycle": 0})
+    assert r.status_code == 200 and "by oscar" in r.json()["message"]
+    r = post("oscar", "rerun", {"contract": {"budget": {"max_cycles": 3}}, "start": False})
+    assert r.status_code == 200
+    st = open_store(store)
+    mine = ("rollback_requested", "rerun_requested")
+    asked = [e.data["by"] for e in st.events(run_id) if e.kind in mine]
+    assert asked == ["oscar", "oscar"]
+    seen = {(a.actor, a.action, a.outcome) for a in st.audit()}
+    assert {("vic", "rollback", "refused"), ("vic", "fork", "refused")} <= seen
+    assert {("oscar", "rollback", "allowed"), ("oscar", "fork", "allowed")} <= seen
+    st.close()
+
+
+def test_the_card_says_who_decides_from_the_rule_and_the_votes(tmp_path: Path) -> None:
+    """The payment rule names a role and two approvers: the card says so, and after one
+    person's approval, who approved so far."""
+    import time
+
+    from loopwright._authority import hash_token
+
+    store, run_id = make_image_run(tmp_path, who={"role": "finance", "approvers": 2})
+    token = "tok-fay-0123456789"
+    with lw.Runtime(store) as rt:
+        rt.store.add_user("fay", roles=["approver", "finance"], limits={}, by="t", now=time.time())
+        rt.store.set_token("fay", hash_token(token), now=time.time())
+    c = TestClient(create_app(store, token="server-token-0123456789"), base_url=LOCAL)
+    auth = {"Authorization": f"Bearer {token}"}
+    meta = re.compile(r'<span class="owner">who decides: <strong>([^<]*)</strong>')
+    assert meta.findall(c.get("/approvals", headers=auth).text) == [
+        "role finance · 2 approvers · not who started or edited the run"
+    ]
+    aid = c.get("/api/approvals", headers=auth).json()[0]["approval_id"]
+    assert c.post(f"/api/approvals/{aid}/approve", json={}, headers=auth).status_code == 200
+    assert meta.findall(c.get(f"/runs/{run_id}", headers=auth).text) == [
+        "role finance · 2 approvers · not who started or edited the run · approved so far by fay"
+    ]

@@ -164,12 +164,21 @@ def _serve(
     shown = f"[{host}]" if ":" in host else host
     from .._redact import redact_text
 
+    # The dashboard's Auth knows whether the store has users (read once, at start).
+    auth = getattr(getattr(application, "state", None), "auth", None)
+    people = bool(getattr(auth, "users_mode", False))
+    who = "each person as themself" if people else f"decisions as {name!r}"
     typer.echo(  # the store URL's password masked, as every other command shows it
-        f"loopwright ui: http://{shown}:{port}/  (store {redact_text(url)}, decisions as {name!r})"
+        f"loopwright ui: http://{shown}:{port}/  (store {redact_text(url)}, {who})"
     )
-    if "LOOPWRIGHT_UI_TOKEN" not in os.environ:
+    if people:
+        typer.echo(
+            "this store has users: each person signs in with their own token "
+            "(loopwright users token NAME); every page needs a sign-in"
+        )
+    elif "LOOPWRIGHT_UI_TOKEN" not in os.environ:
         typer.echo(f"sign-in token (shown once): {token}")
-    if private:
+    if private and not people:
         typer.echo("non-loopback host: every page and API call needs the token")
     if private:
         typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")

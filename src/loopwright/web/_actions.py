@@ -21,23 +21,14 @@ from .._authority import operate
 from .._compare import flatten
 from .._contract import TERMINAL_STATUSES, Contract
 from .._engine import Runtime
-from .._errors import ConfigError, LoopwrightError, NotPermittedError, RunNotFoundError
+from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._spec import loop_of_run
 from ..store import NewEvent, RunRecord, Store
 from ._auth import Auth
+from ._http import http_error, origin_of
 from ._views import run_summary, timeline
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
-
-
-def http_error(exc: LoopwrightError) -> HTTPException:
-    """A refused action as HTTP: 403 when the person may not, 409 when the run's state refuses."""
-    return HTTPException(403 if isinstance(exc, NotPermittedError) else 409, str(exc))
-
-
-def origin_of(request: Request) -> str:
-    """Where a request came from, for the audit log."""
-    return f"http {request.client.host if request.client else '?'}"
 
 
 ACTIONS = ("cancel", "resume", "rollback", "rerun")

@@ -22,19 +22,27 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from .._authority import audit, operate
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
-from .._errors import ConfigError, ConflictError, LoopwrightError, RunNotFoundError
+from .._errors import (
+    ConfigError,
+    ConflictError,
+    LoopwrightError,
+    RunNotFoundError,
+)
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
 from ._actions import ActionDeps, register_actions
-from ._auth import COOKIE, Auth
+from ._auth import COOKIE, Auth, check_token
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
+from ._http import http_error, origin_of
 from ._live import install_live
 from ._notify import NotifyConfig
+from ._people_views import register_people_routes
 from ._pictures import register_picture_routes
 from ._views import (
     Cursor,
@@ -123,9 +131,10 @@ def create_app(
     every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
     Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
     ``notify``: webhooks to post when a request appears (``_notify``)."""
-    auth = Auth(token, identity, require_token_for_reads=require_token_for_reads)
+    check_token(token)  # before anything is opened: a bad token is one line
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
+    auth = Auth(token, identity, require_token_for_reads=require_token_for_reads, store=store)
     # Swagger UI and ReDoc load their assets from a CDN: /docs is rendered here instead, from
     # the same OpenAPI document (served at /openapi.json), so nothing comes from the internet.
     app = FastAPI(
@@ -180,10 +189,22 @@ def create_app(
             request=request,
             signed_in=auth.signed_in(request),
             csrf=auth.csrf_for(request) or "",
-            identity=auth.identity,
+            identity=auth.who(request) if auth.signed_in(request) else auth.identity,
+            users_mode=auth.users_mode,
+            can_decide=auth.may(request, "decide"),
+            can_operate=auth.may(request, "operate"),
+            can_admin=auth.may(request, "admin"),
             pending_count=len(store.approvals(status="pending")),
         )
         return templates.TemplateResponse(request, name, ctx)
+
+    def refused_csrf(request: Request) -> None:
+        """A signed-in person's write without the page's CSRF token: a forged request (or a
+        stale page); audited where people are."""
+        if auth.users_mode:
+            audit(store, auth.who(request), request.method, request.url.path,
+                  outcome="refused", origin=origin_of(request),
+                  reason="missing or wrong CSRF token")  # fmt: skip
 
     def require_write(request: Request) -> None:
         if not auth.signed_in(request):
@@ -193,6 +214,7 @@ def create_app(
         """A page's form: signed in, with the page's CSRF token."""
         require_write(request)
         if not auth.csrf_ok(request, csrf):
+            refused_csrf(request)
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
 
     def require_api_write(request: Request) -> None:
@@ -201,6 +223,7 @@ def create_app(
         if not auth.bearer_ok(request) and not auth.csrf_ok(
             request, request.headers.get("x-csrf-token")
         ):
+            refused_csrf(request)
             raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
 
     def voters(a: Approval) -> list[str]:
@@ -231,27 +254,37 @@ def create_app(
         t.start()
         return "the run is resuming"
 
-    def decide(approval_id: str, how: str, note: str | None, answer: Any) -> tuple[Approval, str]:
+    def decide(
+        request: Request, approval_id: str, how: str, note: str | None, answer: Any
+    ) -> tuple[Approval, str]:
+        """A decision by the signed-in person (the engine checks what they may decide)."""
         a = find_approval(approval_id)
         note = (note or "").strip() or None
         rt = Runtime(store)
+        by, where = auth.who(request), origin_of(request)
         try:
             if how == "approve":
-                done = rt.approve(a.run_id, by=auth.identity, note=note, approval_id=a.approval_id)
+                done = rt.approve(
+                    a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where
+                )
             elif how == "deny":
-                done = rt.deny(a.run_id, by=auth.identity, note=note, approval_id=a.approval_id)
+                done = rt.deny(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
             elif how == "answer":
                 done = rt.answer(
-                    a.run_id, answer, by=auth.identity, note=note, approval_id=a.approval_id
+                    a.run_id, answer, by=by, note=note, approval_id=a.approval_id, origin=where
                 )
             else:
                 raise HTTPException(400, f"unknown decision {how!r}")
         except LoopwrightError as exc:
-            raise HTTPException(409, str(exc)) from exc
+            raise http_error(exc) from exc
+        if done.status == "pending":  # one of several approvers
+            need = int((done.evidence.get("who") or {}).get("approvers") or 1)
+            votes = len(store.votes(done.approval_id))
+            return done, f"{votes} of {need} approvers so far: it waits for another person"
         return done, resume_later(a.run_id)
 
-    def act(run_id: str, how: str) -> tuple[RunRecord, str]:
-        """Cancel or resume a run as the dashboard's identity; the event log keeps who and
+    def act(request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
+        """Cancel or resume a run as the signed-in person; the event log keeps who and
         when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
         try:
             rec = store.get_run(run_id)
@@ -259,7 +292,13 @@ def create_app(
             raise HTTPException(404, str(exc)) from exc
         if rec.status in TERMINAL_STATUSES:
             raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
-        who = {"by": auth.identity}
+        by, where = auth.who(request), origin_of(request)
+        if how == "resume":  # cancel is checked (and audited) by the engine
+            try:
+                operate(store, by, "resume", f"run {rec.run_id}", origin=where)
+            except LoopwrightError as exc:
+                raise http_error(exc) from exc
+        who = {"by": by}
         if how == "cancel":
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
             try:
@@ -267,40 +306,46 @@ def create_app(
             except ConfigError:
                 loop = None
             try:
-                done = Runtime(store).cancel(rec.run_id, by=auth.identity, loop=loop)
+                done = Runtime(store).cancel(rec.run_id, by=by, loop=loop, origin=where)
             except LoopwrightError as exc:
-                raise HTTPException(409, str(exc)) from exc
+                raise http_error(exc) from exc
             said = "cancelled" if done.status == "cancelled" else "cancellation requested"
-            return done, f"{said} by {auth.identity}"
+            return done, f"{said} by {by}"
         if how == "resume":
             if rec.status == "awaiting_approval":
                 raise HTTPException(409, "the run waits for a decision: approve or deny it first")
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
-            return rec, f"resume requested by {auth.identity}: {resume_later(rec.run_id)}"
+            return rec, f"resume requested by {by}: {resume_later(rec.run_id)}"
         raise HTTPException(400, f"unknown action {how!r}")
 
     def edit_part(
-        run_id: str, ref: str, value: Any, note: str | None, resume: bool
+        request: Request, run_id: str, ref: str, value: Any, note: str | None, resume: bool
     ) -> tuple[RunRecord, str]:
-        """A person's version of part ``ref``, as the dashboard's identity (``Runtime.edit``);
+        """A person's version of part ``ref``, as the signed-in person (``Runtime.edit``);
         ``resume``: then resume the run in the background, where its spec file is found."""
+        by = auth.who(request)
         try:
             done = Runtime(store).edit(
-                run_id, ref, value, by=auth.identity, note=(note or "").strip() or None
+                run_id,
+                ref,
+                value,
+                by=by,
+                note=(note or "").strip() or None,
+                origin=origin_of(request),
             )
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
         except ConflictError as exc:
-            raise HTTPException(409, str(exc)) from exc
+            raise http_error(exc) from exc
         except ConfigError as exc:
             raise HTTPException(400, str(exc)) from exc
         except LoopwrightError as exc:
-            raise HTTPException(409, str(exc)) from exc
+            raise http_error(exc) from exc
         mine = edits_view(store.events(done.run_id))[-1:]
         version = mine[0]["version"] if mine else "?"
-        msg = f"{ref} edited by {auth.identity} (version {version}, accepted)"
+        msg = f"{ref} edited by {by} (version {version}, accepted)"
         if resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
-            who = {"by": auth.identity}
+            who = {"by": by}
             store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
             msg += f"; {resume_later(done.run_id)}"
         elif done.status not in ("running", "awaiting_approval"):
@@ -481,7 +526,7 @@ def create_app(
         request: Request, run_id: str, action: str = Form(...), csrf: str = Form("")
     ) -> Response:
         require_form_write(request, csrf)
-        rec, msg = act(run_id, action)
+        rec, msg = act(request, run_id, action)
         return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
 
     @app.post("/runs/{run_id}/edit", include_in_schema=False)
@@ -507,7 +552,7 @@ def create_app(
                 new = json.loads(new)
             except json.JSONDecodeError as exc:
                 raise HTTPException(400, f"{ref} holds JSON: the new value is not ({exc})") from exc
-        rec, msg = edit_part(run_id, ref, new, note, resume == "yes")
+        rec, msg = edit_part(request, run_id, ref, new, note, resume == "yes")
         return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}#edits", status_code=303)
 
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
@@ -546,8 +591,13 @@ def create_app(
         answer: str = Form(""),
     ) -> Response:
         require_form_write(request, csrf)
-        done, resumed = decide(approval_id, action, note, answer if action == "answer" else None)
-        msg = f"{done.status} {done.approval_id} by {done.decided_by}; {resumed}"
+        done, resumed = decide(
+            request, approval_id, action, note, answer if action == "answer" else None
+        )
+        if done.status == "pending":
+            msg = f"{auth.who(request)} approved {done.approval_id}; {resumed}"
+        else:
+            msg = f"{done.status} {done.approval_id} by {done.decided_by}; {resumed}"
         return RedirectResponse(f"/runs/{done.run_id}?msg={quote(msg)}", status_code=303)
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
@@ -593,18 +643,26 @@ def create_app(
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, token: str = "", next: str = "/") -> Response:
         if token:
-            return _sign_in(token, next)
+            return _sign_in(request, token, next)
         return page(request, "login.html", next=_safe_next(next), error="")
 
     @app.post("/login", include_in_schema=False)
-    def login_post(token: str = Form(""), next: str = Form("/")) -> Response:
-        return _sign_in(token, next)
+    def login_post(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
+        return _sign_in(request, token, next)
 
-    def _sign_in(token: str, target: str) -> Response:
-        if not auth.token_ok(token):
-            raise HTTPException(403, "wrong token")
+    def _sign_in(request: Request, token: str, target: str) -> Response:
+        name = auth.name_for(token.strip())
+        where = origin_of(request)
+        if auth.users_mode:  # sign-ins are audited where people are
+            who = name or "(unknown token)"
+            audit(store, who, "sign in", "dashboard", outcome="allowed" if name else "refused",
+                  origin=where)  # fmt: skip
+        if name is None:
+            raise HTTPException(403, "wrong, unknown or revoked token")
         resp = RedirectResponse(_safe_next(target), status_code=303)
-        resp.set_cookie(COOKIE, auth.new_session(), httponly=True, samesite="strict", path="/")
+        resp.set_cookie(
+            COOKIE, auth.new_session(token.strip()), httponly=True, samesite="strict", path="/"
+        )
         return resp
 
     @app.post("/logout", include_in_schema=False)
@@ -624,6 +682,7 @@ def create_app(
         ActionDeps(store, auth, page, require_form_write, require_api_write, resume_later),
     )
     register_compare(app, store, page)
+    register_people_routes(app, store, auth, page)  # /audit, /authority, /api/me (issue 21)
 
     install_waterfall(app, store, page)  # a model call's page; /api/runs/{id}/calls, /spans
 
@@ -727,7 +786,7 @@ def create_app(
 
     def api_act(request: Request, run_id: str, how: str) -> dict[str, Any]:
         require_api_write(request)
-        rec, msg = act(run_id, how)
+        rec, msg = act(request, run_id, how)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
     @app.post("/api/runs/{run_id}/parts/{artifact}/{part}", tags=["runs"])
@@ -756,7 +815,9 @@ def create_app(
                 400, f"unknown field(s) {', '.join(extra)}: give value, note, resume"
             )
         ref = f"{artifact}/{part}"
-        rec, msg = await run_in_threadpool(edit_part, run_id, ref, body["value"], note, resume)
+        rec, msg = await run_in_threadpool(
+            edit_part, request, run_id, ref, body["value"], note, resume
+        )
         done = store.get_run(rec.run_id)
         return {
             "run": run_summary(done),
@@ -775,7 +836,7 @@ def create_app(
 
     def api_decide(request: Request, approval_id: str, how: str, body: Decision) -> dict[str, Any]:
         require_api_write(request)
-        done, resumed = decide(approval_id, how, body.note, body.answer)
+        done, resumed = decide(request, approval_id, how, body.note, body.answer)
         return {"approval": done.to_dict(), "resume": resumed}
 
     @app.post("/api/approvals/{approval_id}/approve", tags=["approvals"])

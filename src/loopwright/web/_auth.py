@@ -1,14 +1,27 @@
-"""Token and session checks: constant-time token comparison, sessions with a CSRF token each."""
+"""Who is asking: tokens, sessions with a CSRF token each, and the signed-in person.
+
+Two modes, chosen per request by the store (docs/permissions.md):
+
+- a store with **no users**: one server token (printed by ``loopwright ui``) signs in, and
+  what is done is recorded under the server's ``--as`` name (the single-user default);
+- a store **with users**: each person signs in with their own token (``loopwright users
+  token NAME``); the server token no longer works, reads need a sign-in, and everything is
+  recorded under the signed-in user. A session remembers the token's hash and is checked
+  against the store on every request, so a revoked user or token is refused at once.
+"""
 
 from __future__ import annotations
 
 import hmac
 import secrets
 import threading
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from .._authority import hash_token, permits
 from .._errors import ConfigError
+from ..store import Store, UserRecord
 
 __all__ = ["COOKIE", "MIN_TOKEN", "Auth", "check_token"]
 
@@ -24,33 +37,80 @@ def check_token(token: str, field: str = "token") -> None:
         )
 
 
-class Auth:
-    """One token, one identity bound to it; in-memory sessions (a restart signs everyone out)."""
+@dataclass(frozen=True, slots=True)
+class _Session:
+    csrf: str
+    name: str
+    token_hash: str | None  # None: signed in with the server token (a store without users)
 
-    def __init__(self, token: str, identity: str, *, require_token_for_reads: bool) -> None:
+
+class Auth:
+    """Sign-in and identity for the dashboard; in-memory sessions (a restart signs everyone
+    out)."""
+
+    def __init__(
+        self,
+        token: str,
+        identity: str,
+        *,
+        require_token_for_reads: bool,
+        store: Store | None = None,
+    ) -> None:
         check_token(token)
         if not identity.strip():
             raise ConfigError("must not be empty", field="identity")
         self._token = token.encode()
         self.identity = identity
-        self.require_token_for_reads = require_token_for_reads
-        self._sessions: dict[str, str] = {}
+        self._reads = require_token_for_reads
+        self._store = store
+        self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
-    def token_ok(self, candidate: str | None) -> bool:
-        if not candidate:
-            return False
-        return hmac.compare_digest(candidate.encode(), self._token)
+    # --- the mode ------------------------------------------------------------------------
+    @property
+    def users_mode(self) -> bool:
+        return self._store is not None and self._store.has_users()
 
-    def bearer_ok(self, request: Request) -> bool:
+    @property
+    def require_token_for_reads(self) -> bool:
+        return self._reads or self.users_mode
+
+    @require_token_for_reads.setter
+    def require_token_for_reads(self, value: bool) -> None:
+        self._reads = value
+
+    # --- tokens --------------------------------------------------------------------------
+    def name_for(self, candidate: str | None) -> str | None:
+        """The name a token signs in as, or None for a wrong, unknown or revoked one."""
+        if not candidate:
+            return None
+        if self.users_mode:
+            assert self._store is not None
+            user = self._store.user_by_token(hash_token(candidate))
+            return user.name if user is not None else None
+        return self.identity if hmac.compare_digest(candidate.encode(), self._token) else None
+
+    def token_ok(self, candidate: str | None) -> bool:
+        return self.name_for(candidate) is not None
+
+    def _bearer(self, request: Request) -> str | None:
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
-        return scheme.lower() == "bearer" and self.token_ok(value.strip())
+        return self.name_for(value.strip()) if scheme.lower() == "bearer" else None
 
-    def new_session(self) -> str:
+    def bearer_ok(self, request: Request) -> bool:
+        return self._bearer(request) is not None
+
+    # --- sessions ------------------------------------------------------------------------
+    def new_session(self, token: str | None = None) -> str:
+        """A session for whoever ``token`` names (the server identity without one)."""
+        name = self.name_for(token) if token is not None else self.identity
+        if name is None:
+            raise ConfigError("wrong token", field="token")
         sid = secrets.token_urlsafe(32)
+        held = hash_token(token) if token is not None and self.users_mode else None
         with self._lock:
-            self._sessions[sid] = secrets.token_urlsafe(32)
+            self._sessions[sid] = _Session(secrets.token_urlsafe(32), name, held)
         return sid
 
     def end_session(self, request: Request) -> None:
@@ -58,23 +118,63 @@ class Auth:
         with self._lock:
             self._sessions.pop(sid, None)
 
-    def csrf_for(self, request: Request) -> str | None:
-        """The CSRF token of the request's session, or None without a valid session."""
+    def _session(self, request: Request) -> _Session | None:
         sid = request.cookies.get(COOKIE)
         if not sid:
             return None
         with self._lock:
-            return self._sessions.get(sid)
+            s = self._sessions.get(sid)
+        if s is None:
+            return None
+        users = self.users_mode
+        if users != (s.token_hash is not None) or (
+            users
+            and self._store is not None
+            and self._store.user_by_token(s.token_hash or "") is None
+        ):
+            # revoked, token replaced, or the store changed mode: the session is over
+            with self._lock:
+                self._sessions.pop(sid, None)
+            return None
+        return s
 
-    def who(self, request: Request) -> str:
-        """The name an action of this request is recorded under."""
-        return self.identity
+    def csrf_for(self, request: Request) -> str | None:
+        """The CSRF token of the request's session, or None without a valid session."""
+        s = self._session(request)
+        return s.csrf if s is not None else None
 
     def signed_in(self, request: Request) -> bool:
-        return self.bearer_ok(request) or self.csrf_for(request) is not None
+        return self.bearer_ok(request) or self._session(request) is not None
 
     def csrf_ok(self, request: Request, submitted: str | None) -> bool:
         expected = self.csrf_for(request)
         if expected is None or not submitted:
             return False
         return hmac.compare_digest(submitted.encode(), expected.encode())
+
+    # --- who -----------------------------------------------------------------------------
+    def who(self, request: Request) -> str:
+        """The name an action of this request is recorded under: the bearer's or the
+        session's user (the server identity when nobody is signed in; writes check that)."""
+        name = self._bearer(request)
+        if name is None:
+            s = self._session(request)
+            name = s.name if s is not None else None
+        return name or self.identity
+
+    def user(self, request: Request) -> UserRecord | None:
+        """The signed-in user, in a store with users."""
+        if not self.users_mode or not self.signed_in(request):
+            return None
+        assert self._store is not None
+        return self._store.get_user(self.who(request))
+
+    def may(self, request: Request, permission: str) -> bool:
+        """Whether the signed-in person may ``read``, ``operate``, ``decide`` or ``admin``
+        (anyone signed in may, in a store without users)."""
+        if not self.signed_in(request):
+            return False
+        if not self.users_mode:
+            return True
+        user = self.user(request)
+        return user is not None and permits(user, permission)

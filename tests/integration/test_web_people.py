@@ -1,0 +1,124 @@
+"""The dashboard with people (docs/permissions.md): each person signs in with their own token,
+decisions are recorded under them, roles decide what they may do, revocation is immediate,
+and every attempt reaches the audit log."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fastapi.testclient import TestClient
+from support.modules import load_sibling
+
+import loopwright as lw
+from loopwright._authority import hash_token
+from loopwright.web import create_app
+
+SERVER_TOKEN = "server-token-0123456789"
+LOCAL = "http://127.0.0.1"
+TOKENS = {"root": "tok-root-0123456789", "ana": "tok-ana-0123456789",
+          "vic": "tok-vic-0123456789", "oscar": "tok-oscar-0123456789"}  # fmt: skip
+ROLES = {"root": ["admin"], "ana": ["approver"], "vic": ["viewer"], "oscar": ["operator"]}
+
+
+def _web() -> ModuleType:
+    return load_sibling(__file__, "test_web.py", "_web_helpers_people")
+
+
+def add_people(store: str) -> None:
+    with lw.Runtime(store) as rt:
+        for name, roles in ROLES.items():
+            rt.store.add_user(name, roles=roles, limits={}, by="test", now=time.time())
+            rt.store.set_token(name, hash_token(TOKENS[name]), now=time.time())
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[TestClient, str, str]:
+    store, run_id = _web().make_parked_run(tmp_path)
+    add_people(store)
+    app = create_app(store, token=SERVER_TOKEN, identity="server")
+    return TestClient(app, base_url=LOCAL), store, run_id
+
+
+def sign_in(c: TestClient, name: str) -> str:
+    r = c.post("/login", data={"token": TOKENS[name], "next": "/approvals"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    m = re.search(r'name="csrf" value="([^"]+)"', c.get("/approvals").text)
+    assert m
+    return m.group(1)
+
+
+def bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[name]}"}
+
+
+def pending_id(store: str, run_id: str) -> str:
+    with lw.Runtime(store) as rt:
+        return rt.pending_approval(run_id).approval_id
+
+
+def test_each_person_signs_in_as_themselves_and_roles_decide_what_they_may_do(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    c, store, run_id = setup
+    aid = pending_id(store, run_id)
+    # once the store has users, the server's shared token no longer signs anyone in ...
+    assert c.post("/login", data={"token": SERVER_TOKEN}).status_code == 403
+    # ... and reading needs a sign-in
+    assert c.get("/api/runs").status_code == 401
+    assert c.get("/api/runs", headers=bearer("vic")).status_code == 200
+
+    csrf = sign_in(c, "vic")
+    inbox = c.get("/approvals").text
+    assert "vic may view this request but not decide it" in inbox
+    assert 'value="approve"' not in inbox
+    assert "may not cancel, resume, roll back or rerun" in c.get(f"/runs/{run_id}").text
+    forged = c.post(f"/approvals/{aid}/decide", data={"action": "approve", "csrf": csrf})
+    assert forged.status_code == 403 and "approver role" in forged.json()["detail"]
+    no_csrf = c.post(f"/approvals/{aid}/decide", data={"action": "approve"})
+    assert no_csrf.status_code == 403
+    api = c.post(f"/api/approvals/{aid}/approve", json={}, headers=bearer("vic"))
+    assert api.status_code == 403
+    cancel = c.post(f"/api/runs/{run_id}/cancel", headers=bearer("ana"))
+    assert cancel.status_code == 403 and "operator role" in cancel.json()["detail"]
+    assert c.get("/api/me", headers=bearer("ana")).json()["may"] == ["read", "decide"]
+
+    done = c.post(f"/api/approvals/{aid}/approve", json={"note": "ok"}, headers=bearer("ana"))
+    assert done.status_code == 200, done.text
+    assert done.json()["approval"]["decided_by"] == "ana"
+
+    rows = c.get("/api/audit", headers=bearer("vic")).json()
+    seen = [(r["actor"], r["action"], r["outcome"]) for r in rows]
+    assert ("(unknown token)", "sign in", "refused") in seen  # the server token
+    assert ("vic", "sign in", "allowed") in seen
+    assert seen.count(("vic", "approve", "refused")) == 2  # the form and the API
+    assert ("ana", "cancel", "refused") in seen
+    assert ("ana", "approve", "allowed") in seen
+    assert all(r["origin"].startswith("http") for r in rows if r["actor"] in ("vic", "ana"))
+    export = c.get("/api/audit?format=jsonl", headers=bearer("vic"))
+    assert export.headers["content-type"].startswith("application/x-ndjson")
+    assert len(export.text.strip().splitlines()) == len(rows)
+    assert "audit" in c.get("/audit").text
+
+
+def test_a_revoked_user_is_refused_at_once(setup: tuple[TestClient, str, str]) -> None:
+    c, store, run_id = setup
+    aid = pending_id(store, run_id)
+    sign_in(c, "ana")
+    assert c.get("/api/me").json()["name"] == "ana"
+    with lw.Runtime(store) as rt:
+        rt.store.revoke_user("ana", now=time.time())
+    assert c.get("/api/me").status_code == 401  # her session ended with her
+    r = c.post(f"/api/approvals/{aid}/approve", json={}, headers=bearer("ana"))
+    assert r.status_code == 401
+    assert c.post("/login", data={"token": TOKENS["ana"]}).status_code == 403
+
+
+def test_authority_page_and_api_answer(setup: tuple[TestClient, str, str]) -> None:
+    c, _store, _run = setup
+    assert c.get("/api/authority", headers=bearer("vic")).json() == []  # no [[authority]] here
+    sign_in(c, "vic")
+    assert "No loop here has" in c.get("/authority").text
