@@ -334,20 +334,8 @@ class Checkpoints(RuntimeHost):
             ex.events = []
             return False  # the cancel flag arrives with durability
         try:
-            cancel = self.store.commit(
-                ex.run_id,
-                ex.token,
-                seq=req.seq,
-                cycle=req.cycle,
-                state=req.state,
-                record=record,
-                events=ex.events,
-                run=cols,
-                approvals=reqs,
-                base=req.base,
-                versions=req.versions,
-                rejected=req.rejected,
-            )
+            # The request as staged: its record, events and columns are the masked ones.
+            cancel = self.store.commit_request(req)
         except BaseException:
             _unstage(ex, req)
             raise

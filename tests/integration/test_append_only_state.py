@@ -208,7 +208,7 @@ def test_a_failed_commit_is_written_whole_by_the_next(tmp_path: Path) -> None:
     build a delta on it (it writes a snapshot and every version held)."""
     db = tmp_path / "run.db"
     with lw.Runtime(db, snapshot_every=50) as rt:
-        real = rt.store.commit
+        real = rt.store.commit_request
         calls = {"n": 0}
 
         def flaky(*args: Any, **kw: Any) -> bool:
@@ -217,7 +217,7 @@ def test_a_failed_commit_is_written_whole_by_the_next(tmp_path: Path) -> None:
                 raise lw.StoreError("disk hiccup")
             return real(*args, **kw)
 
-        rt.store.commit = flaky  # type: ignore[method-assign]
+        rt.store.commit_request = flaky  # type: ignore[method-assign]
         with pytest.raises(lw.StoreError):
             rt.run_sync(make_loop(), TASK, task_key="k")
         rec = rt.store.get_run("k")

@@ -42,7 +42,7 @@ def test_an_unavailable_store_leaves_the_run_resumable(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     calls: list[int] = []
     with lw.Runtime(db) as rt:
-        real = rt.store.commit
+        real = rt.store.commit_request
         n = {"commits": 0}
 
         def flaky(*args: Any, **kw: Any) -> bool:
@@ -51,12 +51,12 @@ def test_an_unavailable_store_leaves_the_run_resumable(tmp_path: Path) -> None:
                 raise lw.StoreUnavailableError("disk I/O error (injected)")
             return real(*args, **kw)
 
-        rt.store.commit = flaky  # type: ignore[method-assign]
+        rt.store.commit_request = flaky  # type: ignore[method-assign]
         with pytest.raises(lw.StoreUnavailableError, match="resume it"):
             rt.run_sync(loop(calls), TASK, task_key="k")
         rec = rt.store.get_run("k")
         assert rec.status == "running" and rec.stop_reason is None  # not failed
-        rt.store.commit = real  # type: ignore[method-assign]
+        rt.store.commit_request = real  # type: ignore[method-assign]
         done = rt.resume_sync(rec.run_id, loop(calls))
     ref = _reference(tmp_path)
     assert (done.status, done.stop_reason, done.cycles) == (ref.status, ref.stop_reason, ref.cycles)

@@ -493,6 +493,24 @@ class Store(LiveStore, PeopleStore, ABC):
         ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
         requested for this run."""
 
+    def commit_request(self, it: CommitRequest) -> bool:
+        """``commit`` of one request built already (the engine's: its record, events and run
+        columns are the masked ones). Stores override it to skip building it again."""
+        return self.commit(
+            it.run_id,
+            it.token,
+            seq=it.seq,
+            cycle=it.cycle,
+            state=it.state,
+            record=it.record,
+            events=it.events,
+            run=it.run,
+            approvals=it.approvals,
+            base=it.base,
+            versions=it.versions,
+            rejected=it.rejected,
+        )
+
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Group commit: several runs' commits, ideally in one transaction (one sync to disk).
         Each is fenced on its own; the result per item is the cancel flag, or the
@@ -501,22 +519,7 @@ class Store(LiveStore, PeopleStore, ABC):
         out: list[bool | StoreError] = []
         for it in items:
             try:
-                out.append(
-                    self.commit(
-                        it.run_id,
-                        it.token,
-                        seq=it.seq,
-                        cycle=it.cycle,
-                        state=it.state,
-                        record=it.record,
-                        events=it.events,
-                        run=it.run,
-                        approvals=it.approvals,
-                        base=it.base,
-                        versions=it.versions,
-                        rejected=it.rejected,
-                    )
-                )
+                out.append(self.commit_request(it))
             except (StaleLeaseError, ConflictError) as exc:
                 out.append(exc)
         return out

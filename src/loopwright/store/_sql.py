@@ -750,6 +750,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         with self._tx() as conn:
             return self._commit_in(conn, req, cols, now)
 
+    def commit_request(self, it: CommitRequest) -> bool:
+        now = time.time()
+        cols = self._run_cols(it.run, it.seq)
+        with self._tx() as conn:
+            return self._commit_in(conn, it, cols, now)
+
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
         own — a stale one is reported and left out, the others commit.

@@ -1,0 +1,62 @@
+"""Invariant 9's last net on the store: the record, events and run columns a commit writes are
+the masked ones, whether the commit goes alone (one run) or in a group commit (several)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import loopwright as lw
+
+SECRET = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
+TASK = {"goal": "g", "artifacts": {"doc": {"body": ""}}}
+
+
+def _loop() -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        # The note is the actor's own text: the engine masks it before the store sees it.
+        return lw.Proposal(edits=(lw.Edit("doc", "body", f"d{ctx.cycle}"),), note=f"k {SECRET}")
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5)
+
+    return lw.Loop(
+        name="mask",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+def _raw(db: Path) -> bytes:
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def test_a_lone_commit_writes_the_masked_record_and_events(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(_loop(), TASK, task_key="k")
+        assert r.cycles == 3
+        ck = rt.store.latest_checkpoint(r.run_id)
+        assert ck.record is not None and ck.record["proposal"]["note"] == "k ***"
+        notes = [e.data.get("note") for e in rt.store.events(r.run_id) if e.kind == "proposal"]
+        assert notes == ["k ***"] * 3
+    assert SECRET.encode() not in _raw(db)
+
+
+def test_grouped_commits_write_the_masked_record_and_events(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+
+    async def both(rt: lw.Runtime) -> list[lw.RunResult]:
+        return list(
+            await asyncio.gather(*(rt.run(_loop(), TASK, task_key=f"k{i}") for i in range(2)))
+        )
+
+    with lw.Runtime(db) as rt:
+        results = asyncio.run(both(rt))
+        assert [r.cycles for r in results] == [3, 3]
+    assert SECRET.encode() not in _raw(db)
