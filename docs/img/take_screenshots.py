@@ -8,6 +8,8 @@ with Playwright and Debian's Chromium (/usr/bin/chromium):
     runs.png         the runs list            run-detail.png   a run's page
     inbox.png        approvals, with the picture card          compare.png  a run and its rerun
     metrics.png      the metrics page
+    authority.png    earned authority, and audit.png the audit log, of a store with users
+                     (examples/invoice_exceptions/earned_authority.py), signed in as its admin
 
 Usage: python docs/img/take_screenshots.py [--out docs/img]
 """
@@ -27,6 +29,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +162,76 @@ def _get(url: str) -> Any:
         return json.load(r)
 
 
+def _serve_ui(
+    exe: Path, store: str, tmp: str, env: Mapping[str, str]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``loopwright ui`` on ``store`` at a free port, once it answers: (server, base URL)."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(exe), "ui", "--port", str(port), "--store", store],
+        cwd=tmp,
+        env=dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(base + "/login", timeout=1).close()
+            return server, base
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.1)
+    server.terminate()
+    raise SystemExit(f"the dashboard at {base} did not answer")
+
+
+def _signed_in(pw: Any, base: str, path: str) -> tuple[Any, Any]:
+    """Chromium with one page signed in with TOKEN, at ``path``."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+    pg = browser.new_page(viewport={"width": 1360, "height": 900})
+    pg.goto(f"{base}/login?next={path}")
+    pg.fill("input[name=token]", TOKEN)
+    pg.click("form.login button")
+    pg.wait_for_url(base + path)
+    return browser, pg
+
+
+def people_shots(exe: Path, out: Path, tmp: str) -> None:
+    """authority.png and audit.png: the earned-authority walkthrough's store, with users."""
+    from playwright.sync_api import sync_playwright
+
+    from loopwright._authority import hash_token
+
+    where = Path(tmp) / "people"
+    example = HERE.parents[1] / "examples" / "invoice_exceptions" / "earned_authority.py"
+    env = {**os.environ, "INVOICE_LEDGER": str(Path(tmp) / "ledger.jsonl")}
+    subprocess.run(
+        [sys.executable, str(example), "--store", str(where)],
+        check=True,
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+    )
+    store = str(where / "store.db")
+    st = open_store(store)
+    st.set_token("root", hash_token(TOKEN), now=time.time())  # the admin signs in with it
+    st.close()
+    server, base = _serve_ui(exe, store, tmp, os.environ)
+    try:
+        with sync_playwright() as pw:
+            browser, pg = _signed_in(pw, base, "/authority")
+            for name, path in (("authority.png", "/authority"), ("audit.png", "/audit")):
+                resp = pg.goto(base + path)
+                if resp is None or resp.status != 200:
+                    raise SystemExit(f"{path}: {resp.status if resp else 'no response'}")
+                pg.screenshot(path=str(out / name), full_page=False)
+                print(f"wrote {out / name}")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -179,33 +252,12 @@ def main() -> None:
         )
         pictures = picture_run(store)
         origin = stopped_run(store)
-        port = _free_port()
         env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": TOKEN, "LOOPWRIGHT_UI_IDENTITY": "ana"}
-        server = subprocess.Popen(
-            [str(exe), "ui", "--port", str(port), "--store", store],
-            cwd=tmp,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
+        server, base = _serve_ui(exe, store, tmp, env)
         try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen(base + "/login", timeout=1).close()
-                    break
-                except (urllib.error.URLError, ConnectionError):
-                    time.sleep(0.1)
             again = rerun(base, origin)
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(
-                    executable_path=CHROMIUM, args=["--headless", "--no-sandbox"]
-                )
-                pg = browser.new_page(viewport={"width": 1360, "height": 900})
-                pg.goto(f"{base}/login?next=/")
-                pg.fill("input[name=token]", TOKEN)
-                pg.click("form.login button")
-                pg.wait_for_url(base + "/")
+                browser, pg = _signed_in(pw, base, "/")
                 args.out.mkdir(parents=True, exist_ok=True)
                 shots = {  # (path, whole page or the first screen)
                     "runs.png": ("/", False),
@@ -234,6 +286,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(10)
+        people_shots(exe, args.out, tmp)
 
 
 if __name__ == "__main__":

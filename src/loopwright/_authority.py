@@ -52,6 +52,7 @@ __all__ = [
     "permits",
     "require",
     "standings",
+    "why_not_approve",
 ]
 
 EARNED_BY = "policy:earned"
@@ -117,8 +118,11 @@ def audit(
     )
 
 
-def _refuse(store: Store, who: str, action: str, target: str, origin: str, why: str) -> None:
-    audit(store, who, action, target, outcome="refused", origin=origin, reason=why)
+def _refuse(
+    store: Store, who: str, action: str, target: str, origin: str, why: str, record: bool = True
+) -> None:
+    if record:  # a dry run (what a page may offer someone) is not an attempt
+        audit(store, who, action, target, outcome="refused", origin=origin, reason=why)
     raise NotPermittedError(why)
 
 
@@ -131,15 +135,17 @@ def require(
     target: str,
     origin: str,
     doing: str | None = None,
+    record: bool = True,
 ) -> UserRecord | None:
     """Check that ``who`` may do ``action`` (needing ``permission``) on ``target``; the user,
-    or ``None`` in an open store. A refusal is audited and raised as ``NotPermittedError``."""
+    or ``None`` in an open store. A refusal is audited (unless not ``record``) and raised as
+    ``NotPermittedError``."""
     if not store.has_users():
         return None
     user = store.get_user(who)
     if user is None or not user.active:
         state = "is not a user of this store" if user is None else "is revoked"
-        _refuse(store, who, action, target, origin, f"{who!r} {state}")
+        _refuse(store, who, action, target, origin, f"{who!r} {state}", record)
     assert user is not None
     if not permits(user, permission):
         roles = ", ".join(user.roles) or "no role"
@@ -150,6 +156,7 @@ def require(
             target,
             origin,
             f"{who} ({roles}) may not {doing or action}: it needs the {_NEEDS[permission]} role",
+            record,
         )
     return user
 
@@ -230,16 +237,24 @@ def _fmt(value: float | None) -> str:
 
 
 def check_decision(
-    store: Store, req: Approval, run: RunRecord, who: str, status: str, *, origin: str
+    store: Store,
+    req: Approval,
+    run: RunRecord,
+    who: str,
+    status: str,
+    *,
+    origin: str,
+    record: bool = True,
 ) -> dict[str, Any]:
-    """Refuse (audited ``NotPermittedError``) a decision ``who`` may not make on ``req``;
-    returns the request's rule for who decides (``role``, ``approvers``, ``separate``)."""
+    """Refuse (audited ``NotPermittedError``; not audited without ``record``) a decision
+    ``who`` may not make on ``req``; returns the request's rule for who decides (``role``,
+    ``approvers``, ``separate``)."""
     rule = dict((req.evidence or {}).get("who") or {})
     action = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
     target = f"request {req.approval_id}"
 
     def no(why: str) -> None:
-        _refuse(store, who, action, target, origin, why)
+        _refuse(store, who, action, target, origin, why, record)
 
     roles = [str(r) for r in rule.get("roles") or ([rule["role"]] if rule.get("role") else [])]
     user = require(
@@ -250,6 +265,7 @@ def check_decision(
         target=target,
         origin=origin,
         doing=f"{action} requests",
+        record=record,
     )
     if status == "denied":
         return rule  # any approver may stop an action: roles, limits and who asked do not apply
@@ -284,6 +300,19 @@ def check_decision(
                 "requests (separation of duties): another person must"
             )
     return rule
+
+
+def why_not_approve(store: Store, req: Approval, run: RunRecord, who: str) -> str | None:
+    """Why ``who`` may not approve ``req`` (the rule's roles, their limits, separation of
+    duties, a vote already given), or None when they may: what a page offers them, checked
+    without recording an attempt. The engine checks again when they decide."""
+    try:
+        check_decision(store, req, run, who, "approved", origin="", record=False)
+    except NotPermittedError as exc:
+        return str(exc)
+    if any(v.by == who for v in store.votes(req.approval_id)):
+        return f"{who} already approved it; it needs another person"
+    return None
 
 
 # --- earned authority -----------------------------------------------------------------------
@@ -389,4 +418,3 @@ def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
         seen.add((loop.name, loop.version))
         out += authority_status(store, loop.name, loop.version, loop.approvals.earned)
     return out
-

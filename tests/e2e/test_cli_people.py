@@ -108,3 +108,27 @@ def test_the_walkthrough_earns_and_loses_authority(tmp_path: Path) -> None:
     with lw.Runtime(str(tmp_path / "store.db")) as rt:
         earned = [a for a in rt.store.approvals() if a.decided_by == "policy:earned"]
         assert earned and all(len(a.evidence["earned"]["approvals"]) == 5 for a in earned)
+
+
+def test_the_first_user_may_come_before_the_first_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``users add`` on a store that does not exist yet creates it for its first user, an
+    admin, and says so; anything else leaves no file behind; the audit log of a narrow
+    terminal is one record a line."""
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    db = tmp_path / "new.db"
+    code, _, err = lw_cli(capsys, "users", "add", "ana", "--role", "approver", "--store", str(db))
+    assert code == 2 and "first user must be an admin" in err and not db.exists()
+    missing = tmp_path / "no-such-folder" / "s.db"
+    code, _, err = lw_cli(capsys, "users", "add", "root", "--role", "admin", "--store", str(missing))
+    assert code == 2 and "no folder" in err and not missing.parent.exists()
+    code, out, err = lw_cli(capsys, "users", "add", "root", "--role", "admin", "--store", str(db))
+    assert code == 0 and out.strip().startswith("lw_") and f"created the store {db}" in err
+    code, out, _ = lw_cli(capsys, "audit", "--store", str(db))
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0] == "2 audit record(s)"
+    records = [line.split() for line in lines[1:] if line.startswith(" ")]
+    assert [r[3:6] for r in records] == [["root", "add", "user"], ["root", "issue", "token"]]

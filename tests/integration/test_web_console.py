@@ -555,3 +555,41 @@ def test_the_card_says_who_decides_from_the_rule_and_the_votes(tmp_path: Path) -
     assert meta.findall(c.get(f"/runs/{run_id}", headers=auth).text) == [
         "role finance · 2 approvers · not who started or edited the run · approved so far by fay"
     ]
+
+
+def test_a_card_offers_approve_only_to_who_may_and_a_refusal_is_a_page(tmp_path: Path) -> None:
+    """fay may approve spend up to 100; the request pays 250: her card offers Deny only and
+    says why; a browser's forged approval gets a page saying why (403), an API call JSON."""
+    import time
+
+    from loopwright._authority import hash_token
+
+    store, run_id = make_image_run(tmp_path)
+    tokens = {"fay": "tok-fay-0123456789", "gus": "tok-gus-0123456789"}
+    with lw.Runtime(store) as rt:
+        rt.store.add_user("fay", roles=["approver"], limits={"spend": 100.0}, by="t", now=0.0)
+        rt.store.add_user("gus", roles=["approver"], limits={}, by="t", now=0.0)
+        for name, tok in tokens.items():
+            rt.store.set_token(name, hash_token(tok), now=time.time())
+    c = TestClient(create_app(store, token="server-token-0123456789"), base_url=LOCAL)
+    why = "fay may approve spend up to 100; this request is for 250"
+    r = c.post("/login", data={"token": tokens["fay"], "next": "/approvals"})
+    inbox = c.get("/approvals").text
+    assert why in inbox and 'value="approve"' not in inbox and 'value="deny"' in inbox
+    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox)
+    assert csrf
+    aid = c.get("/api/approvals").json()[0]["approval_id"]
+    form = {"action": "approve", "csrf": csrf.group(1)}
+    r = c.post(f"/approvals/{aid}/decide", data=form, headers={"Accept": "text/html"})
+    assert r.status_code == 403 and "text/html" in r.headers["content-type"]
+    assert "Not permitted" in r.text and why in r.text
+    r = c.post(f"/approvals/{aid}/decide", data=form)  # a script: the API's JSON
+    assert r.status_code == 403 and r.json()["detail"] == why
+    # gus has no limit: his card offers Approve
+    gus = TestClient(c.app, base_url=LOCAL)
+    gus.post("/login", data={"token": tokens["gus"], "next": "/approvals"})
+    page = gus.get(f"/runs/{run_id}").text
+    assert 'value="approve"' in page and why not in page
+    with lw.Runtime(store) as rt:
+        refused = [a for a in rt.store.audit(actor="fay") if a.action == "approve"]
+    assert [a.outcome for a in refused] == ["refused", "refused"]  # showing the card is not one

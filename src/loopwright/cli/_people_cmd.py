@@ -30,7 +30,7 @@ from .._authority import (
 from .._errors import ConfigError, NotPermittedError
 from ..store import Store, UserRecord
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
-from ._stores import open_existing
+from ._stores import open_existing, open_or_create
 
 __all__ = ["acting_as", "starter", "users_app"]
 
@@ -147,7 +147,14 @@ def users_add(
         )
     roles = sorted({check_role_name(r) for r in role})
     limits = _limits(limit)
-    with open_existing(store) as st:
+    # The first user (an admin) may come before the first run: then the store is created.
+    no_admin = "admin" not in roles
+    st, created = open_or_create(
+        store, "its first user must be an admin (--role admin)" if no_admin else None
+    )
+    with st:
+        if created:
+            sys.stderr.write(f"created the store {created}\n")
         first = not st.has_users()
         if first and "admin" not in roles:
             raise ConfigError(
@@ -312,21 +319,36 @@ def audit_cmd(
 
     from ._render import console
 
-    table = Table(title=f"{len(records)} audit record(s)")
-    for col in ("id", "when", "who", "did", "on", "outcome", "from", "detail"):
-        table.add_column(col, overflow="fold")
-    for r in records:
-        detail = r.detail.get("reason") or ", ".join(
+    out = console()
+
+    def detail_of(r: Any) -> str:
+        said = r.detail.get("reason") or ", ".join(
             f"{k}={v}" for k, v in r.detail.items() if k not in ("rules", "evidence")
         )
+        return escape(str(said)[:200])
+
+    def outcome_of(r: Any) -> str:
+        return "[red]refused[/]" if r.outcome == "refused" else r.outcome
+
+    if out.width < 120:  # a table of 8 columns folds every cell: one record a line instead
+        out.print(f"{len(records)} audit record(s)")
+        for r in records:
+            when = time.strftime("%m-%d %H:%M:%S", time.localtime(r.at))
+            head = f"{r.audit_id:>4} {when} {escape(r.actor)} {escape(r.action)} {escape(r.target)}"
+            out.print(f"{head}: {outcome_of(r)} ({escape(r.origin)}) {detail_of(r)}".rstrip())
+        return
+    table = Table(title=f"{len(records)} audit record(s)")
+    for col in ("id", "when", "who", "did", "on", "outcome", "from", "detail"):
+        table.add_column(col, overflow="fold", no_wrap=col not in ("on", "detail"))
+    for r in records:
         table.add_row(
             str(r.audit_id),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at)),
             escape(r.actor),
             escape(r.action),
             escape(r.target),
-            "[red]refused[/]" if r.outcome == "refused" else r.outcome,
+            outcome_of(r),
             escape(r.origin),
-            escape(str(detail)[:200]),
+            detail_of(r),
         )
-    console().print(table)
+    out.print(table)

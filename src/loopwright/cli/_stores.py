@@ -14,7 +14,7 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from ..store import Store
 
-__all__ = ["existing_store", "open_existing"]
+__all__ = ["existing_store", "open_existing", "open_or_create"]
 
 
 def _sqlite_file(url: str) -> str | None:
@@ -57,3 +57,19 @@ def open_existing(url: str | None) -> Store:
     from ..store import open_store
 
     return open_store(existing_store(url))
+
+
+def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Store, str | None]:
+    """``open_store`` for a command that may start a store (adding its first user, before any
+    run): the store and, when it was created now, the file it created (to say so).
+    ``refuse_new``: the reason this call may not create one (nothing is created then)."""
+    from ..store import open_store, resolve_store_url
+
+    resolved = resolve_store_url(url)
+    path = _sqlite_file(resolved)
+    new = path if path and path != ":memory:" and not Path(path).exists() else None
+    if new is not None and refuse_new:
+        raise ConfigError(f"no store at {new}: {refuse_new}")
+    if new is not None and not Path(new).parent.is_dir():
+        raise ConfigError(f"no folder {Path(new).parent} for the store {new}; create it first")
+    return open_store(resolved), new

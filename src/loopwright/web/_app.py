@@ -10,19 +10,21 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from .._authority import audit, operate
+from .._authority import audit, operate, why_not_approve
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import (
@@ -198,6 +200,37 @@ def create_app(
         )
         return templates.TemplateResponse(request, name, ctx)
 
+    # A browser's form post refused (403 may not, 409 the run's state, 400 a bad value): a page
+    # that says why, with a way back, instead of the API's JSON. API calls and scripts (no
+    # text/html in Accept) keep the JSON body.
+    titles = {400: "Not accepted", 403: "Not permitted", 404: "Not found", 409: "Not possible now"}
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused_page(request: Request, exc: StarletteHTTPException) -> Response:
+        browser = "text/html" in request.headers.get("accept", "")
+        if (
+            request.method != "POST"
+            or request.url.path.startswith("/api/")
+            or not browser
+            or exc.status_code not in titles
+        ):
+            return await http_exception_handler(request, exc)
+        referer = urlsplit(request.headers.get("referer", ""))
+        back = referer.path + (f"?{referer.query}" if referer.query else "")
+        if referer.netloc and referer.netloc != request.headers.get("host"):
+            back = "/"  # only ever back to this dashboard
+        resp = await run_in_threadpool(
+            page,
+            request,
+            "refused.html",
+            title=titles[exc.status_code],
+            detail=str(exc.detail),
+            status=exc.status_code,
+            back=_safe_next(back),
+        )
+        resp.status_code = exc.status_code
+        return resp
+
     def refused_csrf(request: Request) -> None:
         """A signed-in person's write without the page's CSRF token: a forged request (or a
         stale page); audited where people are."""
@@ -225,6 +258,24 @@ def create_app(
         ):
             refused_csrf(request)
             raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+
+    def blocked(
+        request: Request, pending: list[Approval], runs: dict[str, RunRecord]
+    ) -> dict[str, str]:
+        """Why the signed-in person may not approve each request they could otherwise decide
+        (their limits, the rule's role, separation of duties, a vote given): the card then
+        offers Deny only and says why. Only where people are; the engine checks again."""
+        if not auth.users_mode or not auth.may(request, "decide"):
+            return {}
+        who = auth.who(request)
+        out = {}
+        for a in pending:
+            if a.kind == "question":
+                continue
+            why = why_not_approve(store, a, runs[a.run_id], who)
+            if why:
+                out[a.approval_id] = why
+        return out
 
     def voters(a: Approval) -> list[str]:
         """Who approved a request that needs several approvers, so far."""
@@ -518,6 +569,9 @@ def create_app(
             for a in data["approvals"]
             if a.status == "pending"
         }
+        data["blocked"] = blocked(
+            request, [a for a in data["approvals"] if a.status == "pending"], {rid: data["rec"]}
+        )
         data["reruns"] = [str(e.data.get("new_run")) for e in raw if e.kind == "rerun_requested"]
         return page(request, "run.html", **data)
 
@@ -575,6 +629,7 @@ def create_app(
             total=total,
             runs=runs,
             cards=cards,
+            blocked=blocked(request, pending, runs),
             decided=decided,
             msg=msg,
             q=q,
