@@ -7,7 +7,7 @@ with Playwright and Debian's Chromium (/usr/bin/chromium):
 
     runs.png         the runs list            run-detail.png   a run's page
     inbox.png        approvals, with the picture card          compare.png  a run and its rerun
-    metrics.png      the metrics page
+    metrics.png      the metrics page              confirm.png  a rollback's confirmation
     authority.png    earned authority, and audit.png the audit log, of a store with users
                      (examples/invoice_exceptions/earned_authority.py), signed in as its admin
 
@@ -265,6 +265,7 @@ def main() -> None:
                     "inbox.png": ("/approvals", True),
                     "compare.png": (f"/compare?a={origin}&b={again}", True),
                     "metrics.png": ("/metrics", False),
+                    "confirm.png": (f"/runs/{origin}/confirm?action=rollback", True),
                 }
                 for name, (path, full) in shots.items():
                     resp = pg.goto(base + path)
