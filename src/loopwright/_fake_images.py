@@ -172,41 +172,50 @@ class FakeImages:
                 self._active -= 1
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        # A request stops counting as in flight before its reply is written: a client that
+        # reads the reply and sends its next request at once is never counted twice (the
+        # server's span for a request lies inside the client's).
         with self._in_flight():
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-            path = h.path.split("?")[0].rstrip("/")
-            try:
-                if path.endswith("/images/generations"):
-                    req, out = self._generate(json.loads(body or b"{}"))
-                elif path.endswith("/images/edits"):
-                    req, out = self._edit(h.headers.get("Content-Type", ""), body)
-                else:
-                    return self._send(h, 404, {"error": {"message": f"no route {path}"}})
-            except ValueError as exc:
-                return self._send(h, 400, {"error": {"message": str(exc), "type": "invalid"}})
-            with self._lock:
-                failure = self._failures.pop(0) if self._failures else None
-                self.requests.append(req)
-            if failure is not None:
-                status, retry_after = failure
-                req.status = status
-                headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
-                return self._send(h, status, {"error": {"message": "scripted failure"}}, headers)
-            req.output = _sha(out)
-            reply: dict[str, Any] = {
-                "created": 0,
-                "data": [{"b64_json": base64.b64encode(out).decode()}],
+            status, payload, headers = self._answer(h)
+        self._send(h, status, payload, headers)
+
+    def _answer(
+        self, h: BaseHTTPRequestHandler
+    ) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        path = h.path.split("?")[0].rstrip("/")
+        try:
+            if path.endswith("/images/generations"):
+                req, out = self._generate(json.loads(body or b"{}"))
+            elif path.endswith("/images/edits"):
+                req, out = self._edit(h.headers.get("Content-Type", ""), body)
+            else:
+                return 404, {"error": {"message": f"no route {path}"}}, None
+        except ValueError as exc:
+            return 400, {"error": {"message": str(exc), "type": "invalid"}}, None
+        with self._lock:
+            failure = self._failures.pop(0) if self._failures else None
+            self.requests.append(req)
+        if failure is not None:
+            status, retry_after = failure
+            req.status = status
+            headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+            return status, {"error": {"message": "scripted failure"}}, headers
+        req.output = _sha(out)
+        reply: dict[str, Any] = {
+            "created": 0,
+            "data": [{"b64_json": base64.b64encode(out).decode()}],
+        }
+        if self.usage:
+            tokens_in = len(req.prompt.split()) + 100 * len(req.images)
+            reply["usage"] = {
+                "input_tokens": tokens_in,
+                "output_tokens": 1000,
+                "total_tokens": tokens_in + 1000,
             }
-            if self.usage:
-                tokens_in = len(req.prompt.split()) + 100 * len(req.images)
-                reply["usage"] = {
-                    "input_tokens": tokens_in,
-                    "output_tokens": 1000,
-                    "total_tokens": tokens_in + 1000,
-                }
-            return self._send(h, 200, reply)
+        return 200, reply, None
 
     @staticmethod
     def _send(

@@ -71,11 +71,15 @@ def _serve(store: str, tmp_path: Path) -> Iterator[str]:
     # `loopwright ui`; importing _ui_cmd first registers the command whether or not the CLI's
     # _app wires it yet.
     launch = "from loopwright.cli import _ui_cmd, main; raise SystemExit(main())"
+    # The server's output goes to a file, not a pipe nobody reads while the test runs (a full
+    # pipe would stall the server); a failing test prints it.
+    log_path = tmp_path / "ui.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-c", launch, "ui", "--port", str(port), "--store", store],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -87,16 +91,14 @@ def _serve(store: str, tmp_path: Path) -> Iterator[str]:
                 break
             except (urllib.error.URLError, ConnectionError):
                 if proc.poll() is not None:
-                    pytest.fail(
-                        f"loopwright ui exited: {proc.stdout.read() if proc.stdout else ''}"
-                    )
+                    pytest.fail(f"loopwright ui exited: {log_path.read_text()}")
                 time.sleep(0.1)
         yield base
     finally:
         proc.terminate()
         proc.wait(10)
-        if proc.stdout:
-            proc.stdout.close()
+        log.close()
+        print(f"--- loopwright ui output ---\n{log_path.read_text()}")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -311,6 +312,31 @@ def test_event_stream_sends_run_and_request_changes(tmp_path: Path) -> None:
             rt.deny(run_id, by="bea", note="no")
         got = read_events(resp, lambda k, d: k == "approval" and d["status"] == "denied")
         assert got[-1][1]["decided_by"] == "bea"
+        conn.close()
+
+
+def test_a_change_found_while_a_page_loads_reaches_it(tmp_path: Path) -> None:
+    """A page carries the stream's position it was drawn at; connecting with ``?after=`` that
+    position gets a change the poller found between drawing and connecting (a browser on a
+    loaded machine connects seconds after the page was drawn)."""
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN)
+    with served(app) as port:
+        until(app.state.feed.ready.is_set, "the poller's first look")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("GET", "/")
+        html = conn.getresponse().read().decode()
+        m = re.search(r'data-live-after="(\d+)"', html)
+        assert m, html[:300]
+        drawn = int(m.group(1))
+        run_id = park(tmp_path, store, "while-loading")
+        until(lambda: app.state.messages.last_seq > drawn, "the poller finding the new run")
+        conn.request("GET", f"/api/events?after={drawn}", headers={"Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.readline() == b"retry: 3000\n"
+        got = read_events(resp, lambda k, d: k == "run" and d["run_id"] == run_id)
+        assert got[-1][1]["new"] is True
         conn.close()
 
 

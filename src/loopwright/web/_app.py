@@ -197,6 +197,9 @@ def create_app(
             can_operate=auth.may(request, "operate"),
             can_admin=auth.may(request, "admin"),
             pending_count=len(store.approvals(status="pending")),
+            # The live stream's position as this page is drawn: live.js asks for the changes
+            # after it, so one found between drawing and the browser connecting is not lost.
+            live_after=app.state.messages.last_seq,
         )
         return templates.TemplateResponse(request, name, ctx)
 

@@ -117,15 +117,16 @@ def install_live(
     async def api_events(request: Request) -> StreamingResponse:
         """Server-sent events (``text/event-stream``): ``run`` for a new run or a run whose
         status or cycle changed (the run's summary), ``approval`` for a new or decided request.
-        Reconnecting with ``Last-Event-ID`` resumes after that event when the server still
-        holds it."""
+        Reconnecting with ``Last-Event-ID`` (or connecting with ``?after=`` the position a page
+        was drawn at) resumes after that event when the server still holds it."""
         feed.start()  # served without lifespan (a test client): start on first use
         start = messages.last_seq
-        try:
-            last = int(request.headers.get("last-event-id", ""))
-        except ValueError:
-            last = -1
-        if 0 <= last <= start:  # an id from another server process is larger: start fresh
+        # Where to pick up: a reconnect's Last-Event-ID, else ``?after=`` (the position a page
+        # was drawn at, so a change found while it loaded is not missed).
+        last = _position(request.headers.get("last-event-id"))
+        if last < 0:
+            last = _position(request.query_params.get("after"))
+        if 0 <= last <= start:  # a position from another server process is larger: start fresh
             start = last
         return StreamingResponse(
             _stream(request, messages, start),
@@ -134,6 +135,13 @@ def install_live(
         )
 
     return feed
+
+
+def _position(text: str | None) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        return -1
 
 
 async def _stream(request: Request, messages: Messages, cursor: int) -> AsyncIterator[str]:

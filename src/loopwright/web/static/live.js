@@ -162,7 +162,10 @@
   document.addEventListener("DOMContentLoaded", function () {
     var table = document.getElementById("runs");
     var head = document.getElementById("run-status");
-    var es = new EventSource("/api/events");
+    // From the stream's position when the server drew this page: a change found while the
+    // page loaded is sent, not missed. A reconnect sends Last-Event-ID, which the server prefers.
+    var after = parseInt(root.getAttribute("data-live-after") || "", 10);
+    var es = new EventSource("/api/events" + (after >= 0 ? "?after=" + after : ""));
     es.addEventListener("open", function () { root.setAttribute("data-live", "on"); });
     es.addEventListener("error", function () { root.setAttribute("data-live", "off"); });
     es.addEventListener("run", function (e) {
