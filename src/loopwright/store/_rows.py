@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
+from .._record_codec import pack as pack_record
 from ._base import CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
@@ -88,7 +89,7 @@ def checkpoint_row(it: CommitRequest, now: float, js: Callable[[Any], Any]) -> R
         it.seq,
         it.cycle,
         js(it.state),
-        js(it.record) if it.record else None,
+        js(pack_record(it.record)) if it.record else None,
         it.token,
         now,
         it.seq if it.base is None else it.base,

@@ -31,6 +31,7 @@ from .._errors import (
     StoreError,
 )
 from .._memory import MemoryNotFoundError
+from .._record_codec import unpack as unpack_record
 from ._base import (
     Approval,
     CheckpointRow,
@@ -679,7 +680,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             ).fetchall()
         jl = self._jl
         return [
-            CheckpointRow(r[0], r[1], jl(r[2]), None if r[3] is None else jl(r[3]), r[4], r[5])
+            CheckpointRow(
+                r[0], r[1], jl(r[2]), None if r[3] is None else unpack_record(jl(r[3])), r[4], r[5]
+            )
             for r in rows
         ]
 

@@ -1,0 +1,168 @@
+"""A cycle's record as stored: the engine's record less the values that are their defaults.
+
+Most of a trivial cycle's record is defaults — a proposal with no plan, note, usage or
+effects, verdicts without evidence, findings of severity ``error`` raised by the verifier they
+sit under, calls that cost nothing — about 40 % of its bytes, written every cycle (issue 14:
+bytes per cycle). ``pack`` leaves them out before the store writes the row; ``unpack`` puts
+them back when it reads one, so every reader sees the record as the engine built it (same keys,
+same order). A value is left out only when it is its default *and of the default's type*
+(``0`` is not ``0.0``, ``False`` is not ``0``), so ``unpack(pack(r)) == r`` exactly; a record
+stored whole (before this, or not a cycle's) reads as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["pack", "unpack"]
+
+_KEEP = object()  # a key never left out
+
+# Each spec: the keys in the order the engine writes them, with the default left out.
+_RECORD: tuple[tuple[str, Any], ...] = (
+    ("cycle", _KEEP),
+    ("proposal", _KEEP),
+    ("digest", _KEEP),
+    ("duplicate", False),
+    ("visible", _KEEP),
+    ("held_out", {}),
+    ("score", _KEEP),
+    ("improved", _KEEP),
+    ("decision", _KEEP),
+    ("effects", []),
+    ("memory", []),
+    ("calls", _KEEP),
+    ("usage", _KEEP),
+)
+_PROPOSAL: tuple[tuple[str, Any], ...] = (  # Proposal.to_dict
+    ("kind", _KEEP),
+    ("edits", _KEEP),
+    ("replace", None),
+    ("plan", {}),
+    ("new_steps", []),
+    ("note", ""),
+    ("usage", None),
+    ("escalate", None),
+    ("effects", []),
+    ("question", None),
+)
+_VERDICT: tuple[tuple[str, Any], ...] = (  # Verdict.to_dict
+    ("passed", _KEEP),
+    ("score", _KEEP),
+    ("findings", _KEEP),
+    ("evidence", {}),
+    ("usage", None),
+    ("checked", None),
+)
+_FINDING: tuple[tuple[str, Any], ...] = (  # Finding.to_dict; "verifier": the verdict's name
+    ("message", _KEEP),
+    ("artifact", _KEEP),
+    ("part", _KEEP),
+    ("dimension", _KEEP),
+    ("severity", "error"),
+    ("verifier", _KEEP),
+    ("evidence", {}),
+)
+_CALL: tuple[tuple[str, Any], ...] = (("who", _KEEP), ("cost_usd", 0.0), ("tokens", 0))
+_USAGE: tuple[tuple[str, Any], ...] = (("cost_usd", 0.0), ("tokens", 0), ("seconds", 0.0))
+
+_DEFAULTS = {
+    id(spec): {k: d for k, d in spec if d is not _KEEP}
+    for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
+}
+
+
+def _is_cycle_record(rec: Mapping[str, Any]) -> bool:
+    return "proposal" in rec and "digest" in rec
+
+
+def pack(record: dict[str, Any]) -> dict[str, Any]:
+    """The record to store: a cycle's record less its default values (a new dict; the
+    record is not changed). Any other record is returned as it is."""
+    return _each_part(record, _drop, _pack_finding)
+
+
+def unpack(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as the engine built it from a stored one (``pack``'s inverse; a record
+    stored whole comes back equal to itself)."""
+    return _each_part(record, _fill, _unpack_finding)
+
+
+_Spec = tuple[tuple[str, Any], ...]
+
+
+def _each_part(
+    record: dict[str, Any],
+    one: Callable[[Mapping[str, Any], _Spec], dict[str, Any]],
+    finding: Callable[[str, Any], Any],
+) -> dict[str, Any]:
+    """``one`` applied to the record and each of its dicts with a spec (``finding`` to each
+    finding, with its verdict's name): the walk ``pack`` and ``unpack`` share."""
+    if not _is_cycle_record(record):
+        return record
+    out = one(record, _RECORD)
+    if isinstance(p := out.get("proposal"), dict):
+        out["proposal"] = one(p, _PROPOSAL)
+    for key in ("visible", "held_out"):
+        if isinstance(vs := out.get(key), dict):
+            out[key] = {name: _verdict(name, v, one, finding) for name, v in vs.items()}
+    if isinstance(calls := out.get("calls"), list):
+        out["calls"] = [one(c, _CALL) if isinstance(c, dict) else c for c in calls]
+    if isinstance(u := out.get("usage"), dict):
+        out["usage"] = one(u, _USAGE)
+    return out
+
+
+def _verdict(
+    name: str,
+    v: Any,
+    one: Callable[[Mapping[str, Any], _Spec], dict[str, Any]],
+    finding: Callable[[str, Any], Any],
+) -> Any:
+    if not isinstance(v, dict):
+        return v
+    out = one(v, _VERDICT)
+    if isinstance(fs := out.get("findings"), list):
+        out["findings"] = [finding(name, f) for f in fs]
+    return out
+
+
+def _pack_finding(name: str, f: Any) -> Any:
+    if not isinstance(f, dict):
+        return f
+    out = _drop(f, _FINDING)
+    if out.get("verifier") == name:  # the engine fills it with the verdict's name
+        del out["verifier"]
+    return out
+
+
+def _unpack_finding(name: str, f: Any) -> Any:
+    return _fill(f, _FINDING, verifier=name) if isinstance(f, dict) else f
+
+
+def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
+    defaults = _DEFAULTS[id(spec)]
+    return {
+        k: v
+        for k, v in d.items()
+        if k not in defaults or type(v) is not type(dflt := defaults[k]) or v != dflt
+    }
+
+
+def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:
+    """``d`` with each missing default back, in the spec's order (keys it does not know
+    follow, in their own order). ``also``: defaults of keys the spec keeps."""
+    out: dict[str, Any] = {}
+    for k, dflt in spec:
+        if k in d:
+            out[k] = d[k]
+        elif k in also:
+            out[k] = also[k]
+        elif dflt is not _KEEP:
+            out[k] = dflt.copy() if isinstance(dflt, dict | list) else dflt
+    if len(out) < len(d):
+        for k, v in d.items():
+            if k not in out:
+                out[k] = v
+    return out

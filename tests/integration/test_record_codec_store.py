@@ -1,0 +1,64 @@
+"""A real run's cycle records, written compact by the store and read back whole: every
+checkpoint's record equals, key for key and in order, the one the engine handed the store."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.store import _rows
+
+TASK = {"goal": "g", "artifacts": {"doc": {"body": "", "title": ""}}}
+
+
+def _loop() -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=(lw.Edit("doc", "body", f"d{ctx.cycle}"),),
+            note="why" if ctx.cycle % 2 else "",
+            usage=lw.Usage(0.001 * ctx.cycle, ctx.cycle, 0.0),
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        body = state.artifacts["doc"].values()["body"]
+        ok = body == "d4"
+        findings = () if ok else (lw.Finding("not yet", "doc", "body"),)
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.25, findings=findings)
+
+    def held(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, evidence={"n": 0})
+
+    return lw.Loop(
+        name="codec",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check"), lw.Check(fn=held, name="held", held_out=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=8)),
+    )
+
+
+def test_records_read_back_as_the_engine_built_them(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[dict[str, Any]] = []
+    pack = _rows.pack_record
+
+    def spy(record: dict[str, Any]) -> dict[str, Any]:
+        handed.append(copy.deepcopy(record))
+        return pack(record)
+
+    monkeypatch.setattr(_rows, "pack_record", spy)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(), TASK, task_key="codec")
+        assert (r.status, r.cycles) == ("accepted", 4), (r.stop_reason, r.cycles, r.packet)
+        stored = [c.record for c in rt.store.checkpoints(r.run_id) if c.record]
+    cycle_records = [h for h in handed if "proposal" in h]
+    assert len(cycle_records) == 4
+    # Every record handed over comes back, in order, exactly (types and key order included).
+    assert [json.dumps(s) for s in stored] == [json.dumps(h) for h in handed]
+    # The compact form is what was stored: the defaults are not in the row.
+    packed = [json.dumps(pack(h)) for h in cycle_records]
+    assert all(len(p) < len(json.dumps(h)) for p, h in zip(packed, cycle_records, strict=True))
