@@ -195,11 +195,28 @@ def test_an_image_actor_step_in_a_run_retries_and_is_charged_per_picture(
         r = rt.run_sync(_drawing_loop(model), {"goal": "draw a panel"}, task_key="draw-1")
         assert (r.status, r.stop_reason) == ("accepted", "success")
         state = rt.store.checkpoints(r.run_id)[-1].task_state()
+        calls = [e.data for e in rt.store.events(r.run_id) if e.kind == "model_call"]
     assert [q.status for q in fake.requests] == [503, 200]
+    _assert_image_calls(calls, fake, failed_status=503)
     assert r.spent.cost_usd == pytest.approx(0.05)  # one picture; the failed request costs nothing
     part = state.part("panel/art")
     assert part is not None and part.value["image"] == "sha256:" + str(fake.requests[-1].output)
     assert "b64" not in str(part.value) and len(str(part.value)) < 300  # a reference, not bytes
+
+
+def _assert_image_calls(calls: list[dict[str, Any]], fake: FakeImages, failed_status: int) -> None:
+    """Each request is a recorded model call, as a chat call is: the failed attempt with its
+    status, the good one with the prompt, the picture's digest, tokens and cost (what the
+    waterfall and the OpenTelemetry spans show)."""
+    assert [c["outcome"] for c in calls] == ["retry", "ok"]
+    failed, good = calls
+    assert failed["http_status"] == failed_status and failed["error"] and failed["reply"] is None
+    assert good["model"] == "fake-image-1" and good["operation"] == "generate_content"
+    assert good["prompt"] == [{"role": "user", "content": LAYOUT}]
+    assert f"sha256:{fake.requests[-1].output}" in good["reply"]
+    assert good["reply"].startswith("generation: image/png")
+    assert good["input_tokens"] == len(LAYOUT.split()) and good["output_tokens"] == 1000
+    assert good["cost_usd"] == pytest.approx(0.05) and good["error"] is None
 
 
 def test_unpriced_pictures_cost_nothing_and_warn_once(
@@ -266,8 +283,10 @@ def test_an_async_image_actor_step_in_a_run(fake: FakeImages, tmp_path: Path) ->
     fake.fail(429, retry_after=0.01)
     with lw.Runtime(store) as rt:
         r = rt.run_sync(loop, {"goal": "draw a panel"}, task_key="draw-async")
+        calls = [e.data for e in rt.store.events(r.run_id) if e.kind == "model_call"]
     assert (r.status, r.stop_reason) == ("accepted", "success")
     assert [q.status for q in fake.requests] == [429, 200]
+    _assert_image_calls(calls, fake, failed_status=429)
     assert r.spent.cost_usd == pytest.approx(0.05)
 
 

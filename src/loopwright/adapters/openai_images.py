@@ -56,8 +56,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import ConfigError
+from .._modelcalls import record_model_call
 from .._proposal import Context, Edit, Proposal
 from .._redact import redact_text, register_secret
+from .._retry import status_code
 from .._usage import Usage
 from . import _png
 from ._limits import Gate, Limits, _tighter, gate_for
@@ -208,6 +210,7 @@ class ImageResult:
         references: how many reference images went with it.
         revised_prompt: the prompt as the server rewrote it, when it says.
         seconds: wall-clock time of the HTTP call.
+        input_tokens / output_tokens: as the reply's ``usage`` says (0 when it says nothing).
     """
 
     value: dict[str, Any]
@@ -220,10 +223,25 @@ class ImageResult:
     references: int
     revised_prompt: str | None
     seconds: float
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     @property
     def digest(self) -> str:
         return str(self.value["image"])
+
+
+def _tokens(body: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The reply's input, output and total tokens (0 where it says nothing)."""
+    raw = body.get("usage")
+    if not isinstance(raw, Mapping):
+        return 0, 0, 0
+    input_tokens, output_tokens = _int(raw.get("input_tokens")), _int(raw.get("output_tokens"))
+    return (
+        input_tokens,
+        output_tokens,
+        max(input_tokens + output_tokens, _int(raw.get("total_tokens"))),
+    )
 
 
 def _int(value: Any) -> int:
@@ -565,17 +583,24 @@ class ImageModel:
         if gate is not None:
             gate.pace()
             gate.acquire()
-        t0 = time.perf_counter()
+        started_at, t0 = time.time(), time.perf_counter()
         try:
             response = send(**kwargs)
         except Exception as exc:
+            self._report(prompt, endpoint, masked, started_at, t0, None, exc)
             self._failed(exc, budget_s)
             raise  # pragma: no cover - _failed always raises
         finally:
             if gate is not None:
                 gate.release()
         seconds = time.perf_counter() - t0
-        return self._result(response, seconds, gate, endpoint, masked, refs, budget_s)
+        try:
+            result = self._result(response, seconds, gate, endpoint, masked, refs, budget_s)
+        except Exception as exc:
+            self._report(prompt, endpoint, masked, started_at, t0, None, exc)
+            raise
+        self._report(prompt, endpoint, masked, started_at, t0, result, None)
+        return result
 
     async def _acall(
         self,
@@ -599,18 +624,65 @@ class ImageModel:
         if gate is not None:
             await gate.pace_async()
             await gate.acquire_async()
-        t0 = time.perf_counter()
+        started_at, t0 = time.time(), time.perf_counter()
         try:
             response = await send(**kwargs)
         except Exception as exc:
+            self._report(prompt, endpoint, masked, started_at, t0, None, exc)
             self._failed(exc, budget_s)
             raise  # pragma: no cover - _failed always raises
         finally:
             if gate is not None:
                 gate.release()
         seconds = time.perf_counter() - t0
-        return await asyncio.to_thread(
-            self._result, response, seconds, gate, endpoint, masked, refs, budget_s
+        try:
+            result = await asyncio.to_thread(
+                self._result, response, seconds, gate, endpoint, masked, refs, budget_s
+            )
+        except Exception as exc:
+            self._report(prompt, endpoint, masked, started_at, t0, None, exc)
+            raise
+        self._report(prompt, endpoint, masked, started_at, t0, result, None)
+        return result
+
+    def _report(
+        self,
+        prompt: str,
+        endpoint: Literal["generations", "edits"],
+        masked: bool,
+        started_at: float,
+        t0: float,
+        result: ImageResult | None,
+        error: BaseException | None,
+    ) -> None:
+        """Tell the engine what this request sent and got (``loopwright._modelcalls``), as a
+        chat call does: a no-op unless an engine's actor or verifier call is collecting. The
+        reply is a line about the picture (its bytes are in the store under its digest)."""
+        what = "masked edit" if masked else ("edit" if endpoint == "edits" else "generation")
+        reply = None
+        if result is not None:
+            v = result.value
+            reply = (
+                f"{what}: {v.get('media_type')} {v.get('width')}x{v.get('height')}, "
+                f"{v.get('bytes')} bytes, {result.digest}"
+            )
+            if result.revised_prompt:
+                reply += f"\nrevised prompt: {result.revised_prompt}"
+        record_model_call(
+            model=self.model,
+            provider=self.provider or ("openai" if self._default_endpoint else None),
+            server=public_url(self.base_url),
+            operation="generate_content",
+            prompt=[{"role": "user", "content": prompt}],
+            reply=reply,
+            started_at=started_at,
+            seconds=result.seconds if result is not None else time.perf_counter() - t0,
+            input_tokens=result.input_tokens if result is not None else None,
+            output_tokens=result.output_tokens if result is not None else None,
+            cost_usd=result.usage.cost_usd if result is not None else None,
+            finish_reason=what if result is not None else None,
+            error=None if error is None else f"{type(error).__name__}: {redact_text(str(error))}",
+            http_status=None if error is None else status_code(error),
         )
 
     def _request(self, prompt: str, size: str | None, files: Mapping[str, Any]) -> dict[str, Any]:
@@ -633,9 +705,10 @@ class ImageModel:
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
         data, revised = self._picture(body, budget_s)
         usage, priced = self._cost(body, seconds, gate)
+        input_tokens, output_tokens, _ = _tokens(body)
         result = ImageResult(
             self.save(data), data, usage, priced, self.model, endpoint, masked, refs, revised,
-            seconds,
+            seconds, input_tokens, output_tokens,
         )  # fmt: skip
         self.last_result = result
         return result
@@ -695,11 +768,7 @@ class ImageModel:
     def _cost(
         self, body: Mapping[str, Any], seconds: float, gate: Gate | None
     ) -> tuple[Usage, Priced]:
-        raw = body.get("usage") if isinstance(body.get("usage"), Mapping) else {}
-        assert isinstance(raw, Mapping)
-        input_tokens = _int(raw.get("input_tokens"))
-        output_tokens = _int(raw.get("output_tokens"))
-        tokens = max(input_tokens + output_tokens, _int(raw.get("total_tokens")))
+        input_tokens, output_tokens, tokens = _tokens(body)
         if gate is not None:
             gate.charge(tokens)
         if self.price is not None:
