@@ -27,12 +27,14 @@ import math
 import re
 from typing import Any
 
+from ._errors import ConfigError
+
 try:  # a core dependency; the fallback keeps a --no-deps install working, only slower
     import orjson
 except ImportError:  # pragma: no cover - exercised only without orjson
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["dumps", "loads"]
+__all__ = ["NumberRangeError", "check_value", "dumps", "loads", "strict_loads"]
 
 _BIG_INT = re.compile(r"\d{19}")
 _BIG_INT_B = re.compile(rb"\d{19}")
@@ -83,3 +85,44 @@ def loads(text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:  # NaN/Infinity written by older versions
         return json.loads(text)
+
+
+class NumberRangeError(ValueError):
+    """A JSON number no stored value can hold: beyond a float's range (``1e999``) or an
+    integer of more digits than Python converts."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")  # json.loads takes NaN and Infinity
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NumberRangeError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # Python's limit on the digits of an int made from text
+        raise NumberRangeError(f"a number of {len(text):,} digits is too long") from None
+
+
+def strict_loads(text: str) -> Any:
+    """What a person typed, as strict JSON: ``ValueError`` (a ``json.JSONDecodeError`` for
+    text that is not JSON) for ``NaN`` and ``Infinity``, and ``NumberRangeError`` for a
+    number out of range — values the stores would otherwise write as ``null``."""
+    return json.loads(
+        text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
+    )
+
+
+def check_value(value: Any, *, field: str) -> None:
+    """Refuse (``ConfigError``) a value that is not strict JSON: a non-finite number, or
+    anything JSON cannot hold (sets, objects), which the stores would change on the way."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"the value must be JSON (finite numbers): {exc}", field=field) from None

@@ -114,12 +114,30 @@ _registered_fields: set[str] = set()
 _env_cache: list[Any] = [None, ()]
 
 
+# The dummy keys local servers are given (their docs' own examples: vLLM "EMPTY", Ollama
+# "ollama", LM Studio "lm-studio" / "not-needed", llama.cpp "sk-no-key-required"): no secret,
+# and masking one would mask that word in every model name and prompt ("ollama/llama3").
+PLACEHOLDER_KEYS = frozenset(
+    {
+        "empty", "ollama", "lm-studio", "lmstudio", "not-needed", "sk-no-key-required",
+        "no-key", "none", "dummy", "placeholder", "offline", "local", "sk-local", "sk-dummy",
+    }
+)  # fmt: skip
+
+
+def _placeholder(value: str) -> bool:
+    return value.lower() in PLACEHOLDER_KEYS
+
+
 def register_secret(value: str | None) -> None:
     """Mask ``value`` wherever it appears from now on (the adapters register their API keys).
-    Values shorter than ``MIN_SECRET_LEN`` and placeholders are ignored."""
-    if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_LEN and value != "not-needed":
+    Values shorter than ``MIN_SECRET_LEN`` and ``PLACEHOLDER_KEYS`` are ignored."""
+    if not isinstance(value, str):
+        return
+    value = value.strip()
+    if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
-            _registered.add(value.strip())
+            _registered.add(value)
 
 
 def register_secret_field(name: str) -> None:
@@ -159,7 +177,9 @@ def _env_secrets() -> tuple[str, ...]:
                 {
                     v
                     for k, v in os.environ.items()
-                    if len(v) >= MIN_SECRET_LEN and _ENV_NAME.search(k) is not None
+                    if len(v) >= MIN_SECRET_LEN
+                    and _ENV_NAME.search(k) is not None
+                    and not _placeholder(v.strip())
                 },
                 key=len,
                 reverse=True,
@@ -237,6 +257,8 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 def _triggered(low: str) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
     return any(t in low for t in _TRIGGER_IN) or _TRIGGER.search(low) is not None
+
+
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}
 
 

@@ -41,6 +41,12 @@ def test_registered_values_and_fields() -> None:
     register_secret("not-needed")  # the placeholder local servers get is no secret
     register_secret("abc")  # too short
     assert redact_text("key configured-key-abc, not-needed, abc") == "key ***, not-needed, abc"
+    # a local server's dummy key is not masked in the model names and prompts it appears in
+    for dummy in ("ollama", "EMPTY", "offline", "lm-studio"):
+        register_secret(dummy)
+    assert redact_text("ollama/llama3 offline-actor EMPTY lm-studio") == (
+        "ollama/llama3 offline-actor EMPTY lm-studio"
+    )
     register_secret_field("PIN-Code")
     assert redact({"pin_code": "1234", "pin": "1234"}) == {"pin_code": REDACTED, "pin": "1234"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -42,18 +43,28 @@ def run_demo(store: str | None, concurrency: int) -> None:
     )
     parked = [r for r in results if r.status == "awaiting_approval"]
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
-    out.print("\n[bold]Try next[/]")
-    out.print("  loopwright runs                      every run, its stop reason and spend")
-    out.print("  loopwright metrics                   cost per accepted outcome, spend after")
-    out.print("                                       the last improvement, and the rest")
+    # The commands as they work from here: with --store when the demo was given one.
+    where = f" --store {shlex.quote(store)}" if store else ""
+    steps: list[tuple[str, str]] = [
+        ("loopwright runs", "every run, its stop reason and spend"),
+        ("loopwright metrics", "cost per accepted outcome, spend after the last improvement"),
+    ]
     if stopped:
-        out.print(
-            f"  loopwright show {stopped[0].run_id[:12]}         why it stopped: its "
-            "escalation packet"
-        )
+        steps.append((f"loopwright show {stopped[0].run_id[:12]}", "why it stopped"))
     if parked:
         rid = parked[0].run_id[:12]
-        out.print("  loopwright approvals                 what is waiting for a person")
-        out.print(f"  loopwright approve {rid} --by you")
-        out.print(f"  loopwright resume {rid}")
-        out.print(f"  loopwright trace {rid} --format otlp-json   its OpenTelemetry spans")
+        steps += [
+            ("loopwright approvals", "what is waiting for a person"),
+            (f"loopwright approve {rid} --by you", ""),
+            (f"loopwright resume {rid}", ""),
+            (f"loopwright trace {rid} --format otlp-json", "its OpenTelemetry spans"),
+        ]
+    out.print("\n[bold]Try next[/]")
+    width = max(len(cmd + where) for cmd, _ in steps) + 2
+    for cmd, what in steps:
+        out.print(
+            f"  {cmd + where:<{width}}{what}".rstrip(),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -3,13 +3,13 @@ version of a part. Thin over ``Runtime.fork`` and ``Runtime.edit`` (``loopwright
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from .._errors import ConfigError
+from .._json import NumberRangeError, strict_loads
 from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app
 from ._people_cmd import acting_as
 from ._stores import existing_store
@@ -80,7 +80,10 @@ def edit(
     by: ByOpt = None,
     value: Annotated[
         str | None,
-        typer.Option("--value", help="The new value (JSON if it parses as JSON, else text)."),
+        typer.Option(
+            "--value",
+            help="The new value: JSON if it parses as JSON; else text, for a part holding text.",
+        ),
     ] = None,
     file: Annotated[
         Path | None, typer.Option("--file", metavar="F", help="Read the new value from a file.")
@@ -102,14 +105,26 @@ def edit(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {file}: {exc}", field="--file") from None
         new: Any = text
-    else:
-        assert value is not None
+    not_json: ValueError | None = None
+    if value is not None:
         try:
-            new = json.loads(value)
-        except json.JSONDecodeError:
-            new = value
+            new = strict_loads(value)
+        except NumberRangeError as exc:
+            raise ConfigError(f"{exc}: no part can hold it", field="--value") from None
+        except ValueError as exc:  # not JSON (NaN and Infinity are not): the text itself
+            new, not_json = value, exc
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
+        if not_json is not None:
+            # Text for a text part; a part holding a number, a list or an object keeps JSON
+            # (as the dashboard's Edit box does): "NaN" for a price is a typo, not a value.
+            now = rt.store.latest_checkpoint(rec.run_id).task_state().part(part)
+            if now is not None and not isinstance(now.value, str):
+                raise ConfigError(
+                    f"{part} holds JSON ({type(now.value).__name__}): {str(value)[:40]!r} is not "
+                    f"JSON ({not_json}); for text, give it as a JSON string",
+                    field="--value",
+                )
         who = acting_as(rt.store, by, token, action="edit")
         rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")

@@ -59,7 +59,7 @@ def metrics(
             raise ConfigError("give --since or --days, not both", field="--days")
         if not (math.isfinite(days) and days > 0):
             raise ConfigError("must be a positive number of days", field="--days")
-        start = time.time() - days * 86400.0
+        start = max(0.0, time.time() - days * 86400.0)  # more days than since 1970: all
     try:
         m = compute_metrics(
             existing_store(store),

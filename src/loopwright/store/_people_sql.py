@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._errors import ConfigError, ConflictError
 from ._base import Approval, NewApproval
 from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote
-from ._rows import APPROVAL_COLS, approval_row
+from ._rows import APPROVAL_COLS, approval_row, sql_int
 
 __all__ = ["PeopleSQL"]
 
@@ -216,7 +216,7 @@ class PeopleSQL(PeopleStore):
         target: str | None = None,
     ) -> list[AuditRecord]:
         where: list[str] = ["audit_id > ?"]
-        args: list[Any] = [after]
+        args: list[Any] = [sql_int(after)]
         if actor is not None:
             where.append("actor = ?")
             args.append(actor)
@@ -226,7 +226,7 @@ class PeopleSQL(PeopleStore):
         query = f"SELECT {_AUDIT_COLS} FROM audit WHERE {' AND '.join(where)} ORDER BY audit_id"
         if limit is not None:
             query += " LIMIT ?"
-            args.append(int(limit))
+            args.append(sql_int(limit))
         rows = self._all(self._p(query), args)
         return [AuditRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], self._jl(r[7])) for r in rows]
 

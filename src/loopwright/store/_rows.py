@@ -16,6 +16,14 @@ from ._base import CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
 
+SQL_INT_MAX = 2**63 - 1  # SQLite's and PostgreSQL's bigint
+
+
+def sql_int(n: int) -> int:
+    """``n`` within a bigint: a limit or position beyond it means "all" or "none" anyway, and
+    passed on as it is the database answers with an overflow (read as a damaged store)."""
+    return max(-SQL_INT_MAX, min(int(n), SQL_INT_MAX))
+
 
 @dataclass(slots=True)
 class BatchRows:

@@ -61,6 +61,7 @@ from ._rows import (
     memory_values,
     memory_where,
     run_cols,
+    sql_int,
     version_row,
 )
 from ._schema import memory_tag
@@ -586,7 +587,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             args += [after[0], after[0], after[1]]
         query = f"SELECT {RUN_COLS} FROM runs{where} ORDER BY created_at DESC, run_id"
         if limit is not None and limit >= 0:  # a negative limit is no limit
-            query += f" LIMIT {int(limit)}"
+            query += f" LIMIT {sql_int(limit)}"
         return [self._run(r) for r in self._all(query, args)]
 
     def count_runs(
@@ -1082,7 +1083,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY created_at DESC, memory_id DESC"
         if limit is not None:
-            query += f" LIMIT {int(limit)}"
+            query += f" LIMIT {sql_int(limit)}"
         return [self._memory_dict(r) for r in self._all(query, args)]
 
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -14,7 +13,11 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import FastAPI, Form, HTTPException, Request
-from fastapi.exception_handlers import http_exception_handler
+from fastapi.exception_handlers import (
+    http_exception_handler,
+    request_validation_exception_handler,
+)
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -33,6 +36,7 @@ from .._errors import (
     LoopwrightError,
     RunNotFoundError,
 )
+from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._spec import loop_of_run
 from .._state import TaskState
@@ -52,6 +56,7 @@ from ._views import (
     artifacts_view,
     chart_points,
     chart_svg,
+    decided_while_parked,
     edits_view,
     events_view,
     is_svg,
@@ -75,6 +80,27 @@ CSP = (
 OPEN_PATHS = ("/login", "/static/")
 PAGE_SIZE = 50  # runs or approvals per page (and the API's default limit)
 MAX_PAGE = 500
+RESUMING = "the run is resuming"
+
+
+def _validation_words(errors: Any) -> str:
+    """FastAPI's validation errors as one line a person reads: "to_cycle: Input should be a
+    valid integer"."""
+    try:
+        return "; ".join(
+            f"{e['loc'][-1]}: {e['msg']}" if e.get("loc") else str(e["msg"]) for e in errors
+        )
+    except (TypeError, KeyError, IndexError):
+        return "a value in the request is not valid"
+
+
+def page_size(limit: int) -> int:
+    """A list endpoint's ``limit``: 1 or more (400 otherwise), at most ``MAX_PAGE``."""
+    if limit < 1:
+        raise HTTPException(400, f"limit must be 1 or more (a page holds at most {MAX_PAGE})")
+    return min(limit, MAX_PAGE)
+
+
 EVENTS_SHOWN = 500
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
@@ -203,36 +229,59 @@ def create_app(
         )
         return templates.TemplateResponse(request, name, ctx)
 
-    # A browser's form post refused (403 may not, 409 the run's state, 400 a bad value): a page
-    # that says why, with a way back, instead of the API's JSON. API calls and scripts (no
-    # text/html in Accept) keep the JSON body.
-    titles = {400: "Not accepted", 403: "Not permitted", 404: "Not found", 409: "Not possible now"}
+    # A browser's page or form post refused (403 may not, 409 the run's state, 400 or 422 a bad
+    # value, 404 no such thing): a page that says why, with a way back, instead of the API's
+    # JSON. API calls and scripts (no text/html in Accept) keep the JSON body. Neither names
+    # where the store is (a visitor who may read pages need not learn its path).
+    titles = {
+        400: "Not accepted",
+        403: "Not permitted",
+        404: "Not found",
+        409: "Not possible now",
+        422: "Not accepted",
+    }
+    where = str(getattr(store, "url", "") or "")
 
-    @app.exception_handler(StarletteHTTPException)
-    async def refused_page(request: Request, exc: StarletteHTTPException) -> Response:
+    def hide_store(detail: Any) -> Any:
+        if isinstance(detail, str) and where and where in detail:
+            return detail.replace(where, "this store")
+        return detail
+
+    async def refused(request: Request, status: int, detail: Any) -> Response:
+        detail = hide_store(detail)
         browser = "text/html" in request.headers.get("accept", "")
-        if (
-            request.method != "POST"
-            or request.url.path.startswith("/api/")
-            or not browser
-            or exc.status_code not in titles
-        ):
-            return await http_exception_handler(request, exc)
+        if request.url.path.startswith("/api/") or not browser or status not in titles:
+            return await http_exception_handler(request, StarletteHTTPException(status, detail))
         referer = urlsplit(request.headers.get("referer", ""))
         back = referer.path + (f"?{referer.query}" if referer.query else "")
-        if referer.netloc and referer.netloc != request.headers.get("host"):
+        if not back or (referer.netloc and referer.netloc != request.headers.get("host")):
             back = "/"  # only ever back to this dashboard
         resp = await run_in_threadpool(
             page,
             request,
             "refused.html",
-            title=titles[exc.status_code],
-            detail=str(exc.detail),
-            status=exc.status_code,
+            title=titles[status],
+            detail=detail if isinstance(detail, str) else _validation_words(detail),
+            status=status,
             back=_safe_next(back),
         )
-        resp.status_code = exc.status_code
+        resp.status_code = status
         return resp
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused_page(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 401 or exc.headers:  # sign-in flows keep their own answer
+            exc.detail = hide_store(exc.detail)
+            return await http_exception_handler(request, exc)
+        return await refused(request, exc.status_code, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_value_page(request: Request, exc: RequestValidationError) -> Response:
+        if request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
+            "accept", ""
+        ):
+            return await request_validation_exception_handler(request, exc)
+        return await refused(request, 422, exc.errors())
 
     def refused_csrf(request: Request) -> None:
         """A signed-in person's write without the page's CSRF token: a forged request (or a
@@ -306,7 +355,7 @@ def create_app(
         t = threading.Thread(target=work, name=f"resume-{run_id[:12]}", daemon=True)
         app.state.resumes.append(t)
         t.start()
-        return "the run is resuming"
+        return RESUMING
 
     def decide(
         request: Request, approval_id: str, how: str, note: str | None, answer: Any
@@ -335,7 +384,10 @@ def create_app(
             need = int((done.evidence.get("who") or {}).get("approvers") or 1)
             votes = len(store.votes(done.approval_id))
             return done, f"{votes} of {need} approvers so far: it waits for another person"
-        return done, resume_later(a.run_id)
+        resumed = resume_later(a.run_id)
+        if how == "deny" and resumed == RESUMING:  # a denial ends the run: say so
+            resumed = "the run ends escalated to a person, as a denied request does"
+        return done, resumed
 
     def act(request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
         """Cancel or resume a run as the signed-in person; the event log keeps who and
@@ -366,7 +418,9 @@ def create_app(
             said = "cancelled" if done.status == "cancelled" else "cancellation requested"
             return done, f"{said} by {by}"
         if how == "resume":
-            if rec.status == "awaiting_approval":
+            if rec.status == "awaiting_approval" and any(
+                a.status == "pending" for a in store.approvals(run_id=rec.run_id)
+            ):
                 raise HTTPException(409, "the run waits for a decision: approve or deny it first")
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
             return rec, f"resume requested by {by}: {resume_later(rec.run_id)}"
@@ -423,7 +477,13 @@ def create_app(
             "points": chart_points(cks),
             "artifacts": artifacts_view(state),
             "approvals": approvals,
-            "stop_words": stop_words(rec),
+            "stop_words": (
+                "its request was decided; it waits to be resumed"
+                if (parked_done := decided_while_parked(rec, approvals)) is not None
+                else stop_words(rec)
+            ),
+            "resumable": rec.status not in TERMINAL_STATUSES
+            and (rec.status != "awaiting_approval" or parked_done is not None),
             "stop_cause": stop_cause_of(rec),
             "next_here": next_action_here(rec, state, approvals),
             "terminal": rec.status in TERMINAL_STATUSES,
@@ -444,7 +504,7 @@ def create_app(
             cur = Cursor.parse(after)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
-        limit = max(1, min(int(limit), MAX_PAGE))
+        limit = page_size(limit)
         flt: dict[str, Any] = {
             "status": status or None,
             "stop_reason": stop_reason or None,
@@ -465,7 +525,7 @@ def create_app(
             cur = Cursor.parse(after)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
-        limit = max(1, min(int(limit), MAX_PAGE))
+        limit = page_size(limit)
         rows = store.approvals(run_id=run_id or None, status=status or None)
         needle = (q or "").strip().lower()
         if needle:
@@ -601,13 +661,16 @@ def create_app(
             ck = store.latest_checkpoint(store.get_run(run_id).run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        part = ck.task_state().part(ref)
+        try:
+            part = ck.task_state().part(ref)
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
         # A browser sends a textarea's line ends as CRLF: a text part keeps its own.
         new: Any = value.replace("\r\n", "\n")
         if part is not None and not isinstance(part.value, str):
             try:
-                new = json.loads(new)
-            except json.JSONDecodeError as exc:
+                new = strict_loads(new)
+            except ValueError as exc:  # not JSON, NaN, or a number out of range
                 raise HTTPException(400, f"{ref} holds JSON: the new value is not ({exc})") from exc
         rec, msg = edit_part(request, run_id, ref, new, note, resume == "yes")
         return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}#edits", status_code=303)

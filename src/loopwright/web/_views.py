@@ -26,6 +26,7 @@ __all__ = [
     "artifacts_view",
     "chart_points",
     "chart_svg",
+    "decided_while_parked",
     "edit_text",
     "edits_view",
     "events_view",
@@ -343,6 +344,12 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
     advice names commands; here the buttons are on the page)."""
     if any(a.status == "pending" for a in approvals):
         return "Decide the request below: approve or deny it (you must be signed in)."
+    done = decided_while_parked(rec, approvals)
+    if done is not None:
+        return (
+            f"The request was {done.status} by {done.decided_by or 'someone'} elsewhere; the run "
+            "waits to carry that out. Use Resume below to continue it."
+        )
     if rec.status == "accepted":
         return "Nothing: the result is accepted. The accepted artifacts are listed below."
     if rec.status in ("running", "pending"):
@@ -352,6 +359,15 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
     if rec.status in ("escalated", "stopped", "failed", "cancelled"):
         return advice or "Review the escalation packet below."
     return (advice + " Use Resume below to continue it.").strip()
+
+
+def decided_while_parked(rec: RunRecord, approvals: list[Approval]) -> Approval | None:
+    """The latest decision of a run still parked with nothing pending: its request was
+    decided without resuming it (``loopwright approve`` without ``--resume``)."""
+    if rec.status != "awaiting_approval" or any(a.status == "pending" for a in approvals):
+        return None
+    decided = [a for a in approvals if a.decided_at is not None]
+    return max(decided, key=lambda a: a.decided_at or 0.0) if decided else None
 
 
 def run_summary(rec: RunRecord) -> dict[str, Any]:

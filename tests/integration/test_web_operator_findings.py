@@ -1,0 +1,154 @@
+"""What an operator met using the dashboard and CLI from outside (round 2's console test):
+values no part can hold refused in one line, a run whose request was decided elsewhere
+resumable from its page, errors as pages in a browser without the store's location, limits
+beyond a database integer, and the demo's next steps naming its store."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from support.modules import load_sibling
+
+import loopwright as lw
+from loopwright.web import create_app
+
+WEB = load_sibling(__file__, "test_web.py", "_operator_web_helpers")
+TOKEN, LOCAL = WEB.TOKEN, WEB.LOCAL
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> tuple[str, str]:
+    return WEB.make_parked_run(tmp_path)  # type: ignore[no-any-return]
+
+
+def _client(store: str) -> tuple[TestClient, str]:
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    return c, WEB._sign_in(c)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    return subprocess.run([exe, *args], check=False, cwd=cwd, capture_output=True, text=True)
+
+
+def test_values_no_part_can_hold_are_refused_everywhere(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    with lw.Runtime(store) as rt:
+        for bad in (float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}):
+            with pytest.raises(lw.ConfigError, match="must be JSON"):
+                rt.edit(run_id, "doc/a", bad, by="ana")
+    c, csrf = _client(store)
+    form = {"ref": "doc/a", "note": "", "csrf": csrf}
+    for typed, said in (
+        ("1e999", "out of range"),
+        ("NaN", "not a JSON value"),
+        ("-Infinity", "not a JSON value"),
+        ("9" * 5000, "5,000 digits"),
+    ):
+        r = c.post(f"/runs/{run_id}/edit", data={**form, "value": typed})
+        assert r.status_code == 400 and said in r.json()["detail"], (typed, r.text)
+    r = c.post(f"/runs/{run_id}/edit", data={**form, "ref": "noslash", "value": "1"})
+    assert r.status_code == 400 and "artifact/part" in r.json()["detail"]
+    assert c.get(f"/api/runs/{run_id}").json()["edits"] == []  # nothing stored
+    here = Path(store).parent
+    for typed, said in (("1e999", "out of range"), ("NaN", "holds JSON"), ("x", "holds JSON")):
+        p = _cli(
+            "edit", run_id, "doc/a", "--value", typed, "--by", "ana", "--store", store, cwd=here
+        )
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr, p.stderr
+    # a JSON value for a JSON part goes through
+    p = _cli("edit", run_id, "doc/a", "--value", "3", "--by", "ana", "--store", store, cwd=here)
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_request_decided_elsewhere_leaves_the_run_resumable_from_its_page(
+    parked: tuple[str, str],
+) -> None:
+    store, run_id = parked
+    c, csrf = _client(store)
+    page = c.get(f"/runs/{run_id}").text
+    assert 'value="resume"' not in page  # a pending request: decide it first
+    with lw.Runtime(store) as rt:
+        rt.approve(run_id, by="bea")  # from the CLI or code, without resuming
+    page = c.get(f"/runs/{run_id}").text
+    assert 'value="resume"' in page
+    assert "its request was decided; it waits to be resumed" in page
+    assert "approved by bea elsewhere" in page
+    r = c.post(
+        f"/runs/{run_id}/act", data={"action": "resume", "csrf": csrf}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    WEB._wait_status(store, run_id, "accepted")
+
+
+def test_a_denial_from_the_page_says_the_run_ends(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    c, csrf = _client(store)
+    [a] = c.get(f"/api/approvals?run_id={run_id}").json()
+    r = c.post(
+        f"/approvals/{a['approval_id']}/decide",
+        data={"action": "deny", "csrf": csrf},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    msg = re.sub(r"%20", " ", r.headers["location"])
+    assert "ends escalated" in msg and "resuming" not in msg
+    WEB._wait_status(store, run_id, "escalated")
+
+
+def test_errors_are_pages_in_a_browser_and_never_name_the_store(
+    parked: tuple[str, str],
+) -> None:
+    store, run_id = parked
+    c, csrf = _client(store)
+    r = c.get("/runs/nosuchrun", headers=HTML)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert 'id="refused-detail"' in r.text and "no run &#39;nosuchrun&#39; in this store" in r.text
+    assert store not in r.text
+    api = c.get("/api/runs/nosuchrun")
+    assert api.status_code == 404 and store not in api.text
+    assert api.json()["detail"] == "no run 'nosuchrun' in this store"
+    r = c.get("/compare?a=x&b=y&c=z", headers=HTML)
+    assert r.headers["content-type"].startswith("text/html")
+    bad = c.post(f"/runs/{run_id}/rollback", data={"to_cycle": "abc", "csrf": csrf}, headers=HTML)
+    assert bad.status_code == 422 and "to_cycle" in bad.text and "<html" in bad.text
+    assert c.post(f"/runs/{run_id}/rollback", data={"to_cycle": "abc", "csrf": csrf}).json()[
+        "detail"
+    ]  # a script keeps the JSON detail
+    assert c.get("/api/runs?limit=-5").status_code == 400
+    assert c.get("/api/runs?limit=100000000000").status_code == 200
+
+
+def test_limits_beyond_a_database_integer_and_days_before_1970(
+    parked: tuple[str, str],
+) -> None:
+    store, _ = parked
+    here = Path(store).parent
+    p = _cli("runs", "--limit", "9" * 25, "--store", store, cwd=here)
+    assert p.returncode == 0 and "damaged" not in p.stderr, p.stderr
+    p = _cli("metrics", "--days", "99999999999999", "--store", store, cwd=here)
+    assert p.returncode == 0 and "internal error" not in p.stderr, p.stderr
+    p = _cli("audit", "--after", "9" * 25, "--store", store, cwd=here)
+    assert "damaged" not in p.stderr and "internal error" not in p.stderr, p.stderr
+
+
+def test_the_demos_next_steps_work_as_printed_with_its_store(tmp_path: Path) -> None:
+    store = str(tmp_path / "elsewhere" / "demo.db")
+    (tmp_path / "elsewhere").mkdir()
+    p = _cli("demo", "--store", store, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = p.stdout.split("Try next", 1)[1].splitlines()[1:]
+    commands = [line.split("  ")[1].strip() for line in steps if line.startswith("  loopwright")]
+    assert commands and all(f"--store {store}" in cmd for cmd in commands), commands
+    for cmd in commands:
+        if cmd.split()[1] in ("runs", "show", "approvals", "trace"):  # the read-only ones
+            args = shlex.split(cmd)[1:]
+            r = _cli(*args, cwd=tmp_path)  # from another directory: the store is named
+            assert r.returncode == 0, (cmd, r.stderr)
