@@ -152,3 +152,41 @@ def test_the_demos_next_steps_work_as_printed_with_its_store(tmp_path: Path) -> 
             args = shlex.split(cmd)[1:]
             r = _cli(*args, cwd=tmp_path)  # from another directory: the store is named
             assert r.returncode == 0, (cmd, r.stderr)
+
+
+def test_a_judged_candidate_that_was_never_applied_is_on_the_timeline(tmp_path: Path) -> None:
+    """A run that stopped on a failed effect: the cycle that paid nothing is on the timeline
+    with its proposal, verdicts and spend, marked not applied, and the header says whose
+    held-out verdict it shows."""
+    fx = load_sibling(__file__, "test_effects_engine.py", "_operator_fx_helpers")
+    bank = fx.Payments()
+    bank.failures = [ValueError("card declined")]
+    pay = bank.effect(retry=fx.FAST)
+    actor = fx.Script(fx.LOOK, fx.with_effects(fx.FIX_ALL, pay.call(invoice="A-1", amount=5.0)))
+    store = str(tmp_path / "fx.db")
+    with lw.Runtime(store) as rt:
+        r = rt.run_sync(fx.make_loop(actor, [pay]), fx.TASK)
+    assert r.status == "escalated"
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    rows = c.get(f"/api/runs/{r.run_id}").json()["timeline"]
+    assert [(t["cycle"], t["unapplied"]) for t in rows] == [(1, False), (2, True)]
+    assert rows[1]["decision"] == "not applied: its effects did not complete"
+    assert [e["ref"] for e in rows[1]["edits"]] == ["doc/a", "doc/b", "doc/c"]
+    assert rows[1]["effects"] == ["pay"] and rows[1]["visible"]
+    page = c.get(f"/runs/{r.run_id}").text
+    assert 'class="unapplied"' in page
+    assert "not applied: its effects did not complete" in page
+
+
+def test_a_denied_cycle_shows_what_was_denied(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    with lw.Runtime(store) as rt:
+        rt.deny(run_id, by="bea")
+        rt.resume_sync(run_id, lw.load_spec(Path(store).parent / "web.toml"))
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    rows = c.get(f"/api/runs/{run_id}").json()["timeline"]
+    last = rows[-1]
+    assert last["unapplied"] and last["decision"] == "parked for approval: not applied yet"
+    assert "doc/pay" in [e["ref"] for e in last["edits"]]  # the change the person denied
+    page = c.get(f"/runs/{run_id}").text
+    assert f"the verdict on cycle {last['cycle']}'s candidate, which was not applied" in page

@@ -473,7 +473,15 @@ def create_app(
             "rec": rec,
             "state": state,
             "next_step": nxt,
-            "timeline": timeline(cks),
+            "timeline": (rows := timeline(cks)),
+            # An ended run's held-out verdict is its last judged candidate's (issue 17): say so
+            # when that candidate was never applied (a failed effect, a denied request).
+            "held_of_unapplied": rows[-1]["cycle"]
+            if rows
+            and rows[-1].get("unapplied")
+            and rows[-1].get("held_out")
+            and rec.status in TERMINAL_STATUSES
+            else None,
             "points": chart_points(cks),
             "artifacts": artifacts_view(state),
             "approvals": approvals,

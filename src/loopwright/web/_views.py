@@ -67,55 +67,92 @@ def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
-    """One row per concluded or parked cycle, oldest first."""
+    """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
+    completed (the run stopped on a failed effect before the cycle concluded). A parked or
+    unconcluded cycle's row shows its proposal and visible verdicts from the write-ahead state,
+    marked ``unapplied``: the candidate was judged but is not in the run's state."""
+    concluded = {
+        ck.record.get("cycle") for ck in checkpoints if ck.record and "proposal" in ck.record
+    }
     rows: list[dict[str, Any]] = []
     for ck in checkpoints:
         rec = ck.record
         if not rec:
             continue
         if "proposal" not in rec:
-            if rec.get("decision") == "parked":
-                rows.append(
-                    {
-                        "cycle": rec.get("cycle"),
-                        "at": ck.created_at,  # when the cycle was committed
-                        "parked": True,
-                        "held_out": _verdicts(rec.get("held_out")),
-                    }
-                )
+            decision = rec.get("decision")
+            if decision == "parked" or (
+                decision == "effects" and rec.get("cycle") not in concluded
+            ):
+                row = _unapplied_row(ck, rec, parked=decision == "parked")
+                if row is not None:
+                    rows.append(row)
             continue
-        prop = rec["proposal"] or {}
-        edits = [
-            {
-                "ref": f"{e.get('artifact')}/{e.get('part')}",
-                "value": short(e.get("value"), 80),
-                "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
-                "picture": picture_digest(e.get("value")),  # a picture kept as a blob
-            }
-            for e in prop.get("edits") or ()
-        ]
-        usage = rec.get("usage") or {}
-        rows.append(
-            {
-                "cycle": rec.get("cycle"),
-                "at": ck.created_at,  # when the cycle was committed
-                "parked": False,
-                "kind": prop.get("kind"),
-                "replace": list(prop.get("replace") or []),
-                "edits": edits,
-                "note": prop.get("note") or "",
-                "effects": [str(e.get("name")) for e in prop.get("effects") or ()],
-                "duplicate": bool(rec.get("duplicate")),
-                "visible": _verdicts(rec.get("visible")),
-                "held_out": _verdicts(rec.get("held_out")),
-                "score": rec.get("score"),
-                "improved": bool(rec.get("improved")),
-                "decision": rec.get("decision") or "-",
-                "cost_usd": float(usage.get("cost_usd") or 0.0),
-                "tokens": int(usage.get("tokens") or 0),
-            }
-        )
+        rows.append(_cycle_row(ck, rec))
     return rows
+
+
+def _unapplied_row(ck: Checkpoint, rec: dict[str, Any], *, parked: bool) -> dict[str, Any] | None:
+    pend = ck.state.get("pending") if isinstance(ck.state, dict) else None
+    if not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
+        if not parked:
+            return None
+        return {  # a store written before the write-ahead state held the proposal
+            "cycle": rec.get("cycle"),
+            "at": ck.created_at,
+            "parked": True,
+            "held_out": _verdicts(rec.get("held_out")),
+        }
+    row = _cycle_row(
+        ck,
+        {
+            "cycle": rec.get("cycle"),
+            "proposal": pend["proposal"],
+            "visible": pend.get("visible"),
+            "held_out": rec.get("held_out"),
+            "usage": pend.get("usage"),
+            "decision": "parked for approval: not applied yet"
+            if parked
+            else "not applied: its effects did not complete",
+        },
+    )
+    row["unapplied"] = True
+    for e in row["edits"]:
+        e["svg"] = False  # a proposed value, not a version of the run: shown as text
+    return row
+
+
+def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
+    prop = rec["proposal"] or {}
+    edits = [
+        {
+            "ref": f"{e.get('artifact')}/{e.get('part')}",
+            "value": short(e.get("value"), 80),
+            "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
+            "picture": picture_digest(e.get("value")),  # a picture kept as a blob
+        }
+        for e in prop.get("edits") or ()
+    ]
+    usage = rec.get("usage") or {}
+    return {
+        "cycle": rec.get("cycle"),
+        "at": ck.created_at,  # when the cycle was committed
+        "parked": False,
+        "unapplied": False,
+        "kind": prop.get("kind"),
+        "replace": list(prop.get("replace") or []),
+        "edits": edits,
+        "note": prop.get("note") or "",
+        "effects": [str(e.get("name")) for e in prop.get("effects") or ()],
+        "duplicate": bool(rec.get("duplicate")),
+        "visible": _verdicts(rec.get("visible")),
+        "held_out": _verdicts(rec.get("held_out")),
+        "score": rec.get("score"),
+        "improved": bool(rec.get("improved")),
+        "decision": rec.get("decision") or "-",
+        "cost_usd": float(usage.get("cost_usd") or 0.0),
+        "tokens": int(usage.get("tokens") or 0),
+    }
 
 
 @dataclass(frozen=True, slots=True)
