@@ -119,4 +119,8 @@ def test_live_updates_without_reload_and_the_webhook(
     in_thread(lambda: lw.Runtime(store).cancel(other, by="bea"))
     page.locator("#run-status .st-cancelled").wait_for(timeout=WAIT_MS)
     assert "cancelled" in page.locator("#live-banner .live-run").first.inner_text()
+    # the header drawn for the old status says it is out of date, not "where it stands: ..."
+    assert "cancelled by bea" in page.locator("#stop-cause").inner_text()
+    assert "changed after this page was drawn" in page.locator("#next-action").inner_text()
+    assert page.locator("#run-actions button:not([disabled])").count() == 0
     assert page.evaluate("window.__kept") == "run page"

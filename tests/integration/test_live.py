@@ -232,6 +232,46 @@ def test_webhook_signed_retried_and_sent_once(
         st.close()
 
 
+def test_requests_already_waiting_are_posted_as_one_message_when_many(tmp_path: Path) -> None:
+    """Turning notifications on over a store with many waiting requests posts one message
+    listing them, not one per request; a few still go one by one; a restart posts nothing."""
+    store = str(tmp_path / "live.db")
+    ids = [park(tmp_path, store, f"waiting-{i}") for i in range(7)]
+    posted: list[tuple[str, dict[str, Any]]] = []
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+        posted.append((headers["X-Loopwright-Event"], json.loads(body)))
+        return 200
+
+    st = open_store(store)
+    try:
+
+        def start(urls: list[str], posts: int) -> None:  # a server starting to notify
+            cfg = dataclasses.replace(
+                NotifyConfig.of(urls, link_base="http://dash.example"), baseline_posts=posts
+            )
+            feed = Feed(st)
+            notifier = Notifier(st, cfg, post=post)
+            feed.listen(notifier)
+            feed.poll()
+            notifier.drain()
+
+        start(["http://chat.example/hook"], 5)
+        [(event, msg)] = posted
+        assert event == "approvals_waiting" and msg["count"] == 7
+        assert msg["url"] == "http://dash.example/approvals" and msg["url"] in msg["text"]
+        assert sorted(a["run_id"] for a in msg["approvals"]) == sorted(ids)
+        for run_id in ids:  # each request counts as delivered to that URL
+            assert [m.get("summary") for m in _markers(store, run_id)] == [True]
+        posted.clear()
+        start(["http://chat.example/hook"], 5)  # a restart: nothing left to post
+        assert posted == []
+        start(["http://other.example/hook"], 10)  # few enough for this URL: one by one
+        assert [e for e, _ in posted] == ["approval_requested"] * 7
+    finally:
+        st.close()
+
+
 def test_webhook_gives_up_on_a_client_error_and_never_raises(tmp_path: Path) -> None:
     store = str(tmp_path / "live.db")
     run_id = park(tmp_path, store, "refused")

@@ -228,7 +228,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             try:
                 budget[name] = BUDGET_FIELDS[name](raw) if raw else None  # empty: no limit
             except ValueError:
-                raise HTTPException(400, f"{name} must be a number, not {raw!r}") from None
+                what = "a whole number" if BUDGET_FIELDS[name] is int else "a number"
+                raise HTTPException(400, f"{name} must be {what}, not {raw!r}") from None
         new, msg, _ = rerun(
             run_id,
             _int(at_cycle, "at_cycle"),

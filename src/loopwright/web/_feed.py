@@ -160,10 +160,19 @@ class Feed:
         return Change(self._seq, kind, run, approval, new, baseline)
 
     def _emit(self, changes: list[Change]) -> None:
-        for c in changes:
-            for listener in self._listeners:
+        # A listener with a ``baseline`` method gets the first look's baseline requests
+        # together (the notifier posts many as one message); the rest one change at a time.
+        base = [c for c in changes if c.baseline]
+        for listener in self._listeners:
+            together = getattr(listener, "baseline", None) if base else None
+            for c in changes if together is None else [c for c in changes if not c.baseline]:
                 try:
                     listener(c)
+                except Exception:
+                    log.exception("a listener of the live feed failed")
+            if together is not None:
+                try:
+                    together(base)
                 except Exception:
                     log.exception("a listener of the live feed failed")
 

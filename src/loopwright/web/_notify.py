@@ -49,6 +49,7 @@ __all__ = [
     "sign",
     "url_where",
     "verify",
+    "waiting_body",
 ]
 
 log = logging.getLogger("loopwright.notify")
@@ -56,6 +57,7 @@ SIGNATURE_HEADER = "X-Loopwright-Signature"
 TIMESTAMP_HEADER = "X-Loopwright-Timestamp"
 EVENT_HEADER = "X-Loopwright-Event"
 DELIVERY_HEADER = "X-Loopwright-Delivery"
+WAITING_LISTED = 50  # requests listed in one "already waiting" message
 MARKER = "notified"  # the event kind recording a delivery
 TEXT_MAX = 300  # characters of what / why in the one-line text
 
@@ -123,7 +125,9 @@ def target_id(url: str) -> str:
 @dataclass(frozen=True)
 class NotifyConfig:
     """Where and how to notify. ``link_base``: the dashboard's URL as people reach it (the
-    messages link to it). ``run_ends``: also post when a run ends."""
+    messages link to it). ``run_ends``: also post when a run ends. ``baseline_posts``: at most
+    this many requests already waiting when notifying begins are posted one by one; more go
+    as one message listing them."""
 
     urls: tuple[str, ...] = field(repr=False)  # credentials, as the secret
     secret: str | None = field(default=None, repr=False)
@@ -133,6 +137,7 @@ class NotifyConfig:
     first_wait_s: float = 1.0
     max_wait_s: float = 60.0
     timeout_s: float = 10.0
+    baseline_posts: int = 5
 
     @classmethod
     def of(
@@ -166,6 +171,23 @@ def _args_text(args: Mapping[str, Any]) -> str:
         f"{k}={v if isinstance(v, str | int | float | bool) else json.dumps(v, default=str)}"
         for k, v in args.items()
     )
+
+
+def waiting_body(requests: list[dict[str, Any]], link_base: str | None) -> dict[str, Any]:
+    """The JSON posted once for the requests already waiting when notifying began (when more
+    than ``NotifyConfig.baseline_posts``): how many, and each one's ``approval_body``
+    (the first ``WAITING_LISTED``)."""
+    url = f"{link_base}/approvals" if link_base else None
+    text = f"{len(requests)} approval requests were already waiting when notifications started" + (
+        f" — {url}" if url else " — loopwright approvals"
+    )
+    return {
+        "text": text,
+        "event": "approvals_waiting",
+        "count": len(requests),
+        "approvals": requests[:WAITING_LISTED],
+        "url": url,
+    }
 
 
 def approval_body(a: Approval, run: RunRecord | None, link_base: str | None) -> dict[str, Any]:
@@ -270,6 +292,9 @@ class _Job:
     cycle: int
     event: str
     make: Callable[[], dict[str, Any]]
+    # The requests already waiting when notifying began (``Notifier.baseline``): posted one by
+    # one when few, else as one message listing them.
+    covers: tuple[_Job, ...] = ()
 
 
 class _Target:
@@ -331,19 +356,34 @@ class Notifier:
                 if job is not None:
                     self._deliver(t, job)
 
+    def _approval_job(self, a: Approval) -> _Job:
+        base = self.config.link_base
+        return _Job(
+            f"approval:{a.approval_id}",
+            a.run_id,
+            a.cycle,
+            "approval_requested",
+            lambda: approval_body(a, self._run(a.run_id), base),
+        )
+
+    def baseline(self, changes: list[Change]) -> None:
+        """The requests pending at the feed's first look, together (``Feed`` hands a listener
+        with this method the whole first look): the ones not yet posted go one by one when
+        they are few, as one message listing them when there are more than
+        ``config.baseline_posts`` (turning notifications on over a store with 40 waiting
+        requests posts one message, not 40)."""
+        jobs = tuple(
+            self._approval_job(c.approval)
+            for c in changes
+            if c.approval is not None and c.approval.status == "pending"
+        )
+        if jobs:
+            self._queue(_Job("baseline", jobs[0].run_id, jobs[0].cycle, "", dict, covers=jobs))
+
     def __call__(self, change: Change) -> None:
         a, rec = change.approval, change.run
         if a is not None and a.status == "pending" and (change.new or change.baseline):
-            base = self.config.link_base
-            self._queue(
-                _Job(
-                    f"approval:{a.approval_id}",
-                    a.run_id,
-                    a.cycle,
-                    "approval_requested",
-                    lambda: approval_body(a, self._run(a.run_id), base),
-                )
-            )
+            self._queue(self._approval_job(a))
         elif rec is not None and self.config.run_ends and rec.status in TERMINAL_STATUSES:
             base = self.config.link_base
             self._queue(
@@ -385,17 +425,46 @@ class Notifier:
         )
 
     def _deliver(self, t: _Target, job: _Job) -> None:
+        if job.covers:
+            self._deliver_waiting(t, job.covers)
+            return
         if self._done_before(t, job):
             return
-        body = json.dumps(job.make(), ensure_ascii=False, separators=(",", ":")).encode()
+        attempts = self._send(t, job.key, job.event, job.make())
+        if attempts:
+            self._mark(t, job, attempts)
+
+    def _deliver_waiting(self, t: _Target, jobs: tuple[_Job, ...]) -> None:
+        left = [j for j in jobs if not self._done_before(t, j)]  # a restart: most were posted
+        if len(left) <= self.config.baseline_posts:
+            for j in left:
+                self._deliver(t, j)
+            return
+        body = waiting_body([j.make() for j in left], self.config.link_base)
+        attempts = self._send(t, f"waiting:{left[0].key}", "approvals_waiting", body)
+        if attempts:
+            for j in left:  # each is delivered: a later restart does not post it again
+                self._mark(t, j, attempts, summary=True)
+
+    def _mark(self, t: _Target, job: _Job, attempts: int, *, summary: bool = False) -> None:
+        self.delivered += 1
+        data: dict[str, Any] = {"key": job.key, "target": t.id, "attempts": attempts}
+        if summary:
+            data["summary"] = True
+        self.store.append_events(job.run_id, [NewEvent(job.cycle, MARKER, data)])
+
+    def _send(self, t: _Target, key: str, event: str, payload: dict[str, Any]) -> int:
+        """POST ``payload`` to ``t`` with retries: the attempts it took, 0 when it failed."""
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         cfg = self.config
+        error = ""
         for attempt in range(1, cfg.attempts + 1):
             ts = str(int(time.time()))
             headers = {
                 "Content-Type": "application/json",
                 "User-Agent": "loopwright-notify",
-                EVENT_HEADER: job.event,
-                DELIVERY_HEADER: job.key,
+                EVENT_HEADER: event,
+                DELIVERY_HEADER: key,
                 TIMESTAMP_HEADER: ts,
             }
             if cfg.secret:
@@ -407,18 +476,7 @@ class Notifier:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
                 error = error.replace(t.url, t.where)
             if 200 <= status < 300:
-                self.delivered += 1
-                self.store.append_events(
-                    job.run_id,
-                    [
-                        NewEvent(
-                            job.cycle,
-                            MARKER,
-                            {"key": job.key, "target": t.id, "attempts": attempt},
-                        )
-                    ],
-                )
-                return
+                return attempt
             if status and not _retryable(status):
                 break
             if attempt < cfg.attempts:
@@ -426,13 +484,14 @@ class Notifier:
                 log.warning(
                     "webhook %s for %s: %s (attempt %d of %d); retrying in %.0f s",
                     t.where,
-                    job.key,
+                    key,
                     error,
                     attempt,
                     cfg.attempts,
                     wait,
                 )
                 if self._stop.wait(wait):
-                    return
+                    return 0
         self.failed += 1
-        log.warning("webhook %s for %s: gave up after %s", t.where, job.key, error)
+        log.warning("webhook %s for %s: gave up after %s", t.where, key, error)
+        return 0

@@ -389,8 +389,13 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
         )
     if rec.status == "accepted":
         return "Nothing: the result is accepted. The accepted artifacts are listed below."
-    if rec.status in ("running", "pending"):
+    if rec.status == "running":
         return "Nothing yet: the run is working; this page refreshes as it changes."
+    if rec.status == "pending":
+        return (
+            "It waits to start or to go on (after an edit or a rollback): a worker picks it up, "
+            "or use Resume below."
+        )
     advice = str((rec.packet or {}).get("recommended_action") or state.next_action or "")
     advice = advice.replace("can be inspected with `loopwright show`", "is shown below")
     if rec.status in ("escalated", "stopped", "failed", "cancelled"):

@@ -132,6 +132,24 @@
     var what = "This run is now " + r.status.replace(/_/g, " ") + " at cycle " + r.cycle +
       (r.stop_cause ? ": " + r.stop_cause : "") + ".";
     banner("run", what, window.location.pathname, "Show the latest");
+    // The rest of the header was drawn for the old status: say so, rather than leave
+    // "where it stands" and the action buttons describing a run that has moved on.
+    var cause = document.getElementById("stop-cause");
+    if (cause) { cause.textContent = r.stop_cause || r.stop_words || r.status.replace(/_/g, " "); }
+    var next = document.getElementById("next-action");
+    if (next) {
+      next.textContent = "The run changed after this page was drawn: ";
+      var link = el("a", "", "show the latest");
+      link.href = window.location.pathname;
+      next.appendChild(link);
+      next.appendChild(document.createTextNode(" before acting on it."));
+    }
+    var actions = document.getElementById("run-actions");
+    if (actions) {
+      var buttons = actions.querySelectorAll("button");
+      for (var i = 0; i < buttons.length; i++) { buttons[i].disabled = true; }
+      actions.title = "The run changed: show the latest page to act on it";
+    }
   }
 
   // --- approval requests -------------------------------------------------------------------
