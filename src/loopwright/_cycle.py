@@ -383,7 +383,7 @@ class Cycle(RuntimeHost):
                     "kind": "question" if rule.ask else "risk",
                     "rule": rule.name,
                     "why": why,
-                    "what": rule.ask or f"apply the cycle-{n} proposal ({proposal.kind})",
+                    "what": rule.ask or f"apply the cycle-{n} proposal",
                     "expires_after_s": rule.expires_after_s,
                 }
             )

@@ -58,7 +58,7 @@ def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -
     return _WORDS.get(reason, reason).format(
         n=n,
         max_cycles=max_cycles if max_cycles is not None else b.max_cycles,
-        max_cost_usd=b.max_cost_usd,
+        max_cost_usd=_num(b.max_cost_usd),
         max_tokens=b.max_tokens,
         max_seconds=b.max_seconds,
     )
@@ -117,7 +117,7 @@ def stop_cause(
     if reason == "budget_cost":
         return _clip(
             f"stopped {at}: spent ${_num(sp.get('cost_usd'), '{:.4f}')} of the "
-            f"${b.max_cost_usd} cost budget, the next cycle would cross it; {best}"
+            f"${_num(b.max_cost_usd)} cost budget, the next cycle would cross it; {best}"
         )
     if reason == "budget_tokens":
         return _clip(

@@ -81,8 +81,10 @@ class Parking(RuntimeHost):
         if ask is None:
             what = "; ".join(str(x["what"]) for x in needs)
             if proposal.changes():
-                what += f" (cycle {n}: {proposal.kind} of "
-                what += f"{', '.join(e.ref for e in proposal.changes())})"
+                parts = ", ".join(e.ref for e in proposal.changes())
+                # "apply the cycle-2 proposal (edit of doc/pay)", not the cycle named twice
+                said = f"cycle-{n} proposal" in what
+                what += f" ({'' if said else f'cycle {n}: '}{proposal.kind} of {parts})"
         else:
             others = [str(x["what"]) for x in needs if x["kind"] != "question"]
             # Answering also approves what else the cycle needed a person for: say so.

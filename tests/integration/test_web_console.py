@@ -390,7 +390,7 @@ def test_rerun_from_the_page_starts_the_new_run(parked_client: tuple[TestClient,
         data={"csrf": csrf, "max_cycles": "lots"},
         follow_redirects=False,
     )
-    assert r.status_code == 400 and "must be a number" in r.json()["detail"]
+    assert r.status_code == 400 and "must be a whole number" in r.json()["detail"]
     r = c.post(
         f"/runs/{run_id}/rerun",
         data={"csrf": csrf, "at_cycle": "0", "max_cycles": "4", "max_cost_usd": "", "start": "yes"},
