@@ -114,9 +114,15 @@ def strict_loads(text: str) -> Any:
     """What a person typed, as strict JSON: ``ValueError`` (a ``json.JSONDecodeError`` for
     text that is not JSON) for ``NaN`` and ``Infinity``, and ``NumberRangeError`` for a
     number out of range — values the stores would otherwise write as ``null``."""
-    return json.loads(
-        text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
-    )
+    try:
+        return json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except RecursionError:  # '[' * 50_000: deeper than Python's stack
+        raise ValueError("nested too deeply to be a value") from None
 
 
 def check_value(value: Any, *, field: str) -> None:
@@ -124,5 +130,18 @@ def check_value(value: Any, *, field: str) -> None:
     anything JSON cannot hold (sets, objects), which the stores would change on the way."""
     try:
         json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        _str_keys(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ConfigError(f"the value must be JSON (finite numbers): {exc}", field=field) from None
+
+
+def _str_keys(value: Any) -> None:
+    """``json.dumps`` writes ``{1: "a"}`` as ``{"1": "a"}``: a value that changes on the way."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"object keys must be strings, not {type(k).__name__} {k!r}")
+            _str_keys(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _str_keys(v)

@@ -6,12 +6,16 @@ sit under, calls that cost nothing — about 40 % of its bytes, written every cy
 bytes per cycle). ``pack`` leaves them out before the store writes the row; ``unpack`` puts
 them back when it reads one, so every reader sees the record as the engine built it (same keys,
 same order). A value is left out only when it is its default *and of the default's type*
-(``0`` is not ``0.0``, ``False`` is not ``0``), so ``unpack(pack(r)) == r`` exactly; a record
-stored whole (before this, or not a cycle's) reads as it was.
+(``0`` is not ``0.0``, ``False`` is not ``0``, ``-0.0`` is not ``0.0``), so
+``unpack(pack(r)) == r`` exactly for the records the engine writes; a key the specs do not
+know is kept, after the known ones. A record stored whole (before this) reads with the same
+values, any field added since filled with its default; a record that is not a cycle's is
+stored and read as it is.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -67,6 +71,10 @@ _FINDING: tuple[tuple[str, Any], ...] = (  # Finding.to_dict; "verifier": the ve
 _CALL: tuple[tuple[str, Any], ...] = (("who", _KEEP), ("cost_usd", 0.0), ("tokens", 0))
 _USAGE: tuple[tuple[str, Any], ...] = (("cost_usd", 0.0), ("tokens", 0), ("seconds", 0.0))
 
+_KEYS = {
+    id(spec): frozenset(k for k, _ in spec)
+    for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
+}
 _DEFAULTS = {
     id(spec): {k: d for k, d in spec if d is not _KEEP}
     for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
@@ -146,7 +154,10 @@ def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
     return {
         k: v
         for k, v in d.items()
-        if k not in defaults or type(v) is not type(dflt := defaults[k]) or v != dflt
+        if k not in defaults
+        or type(v) is not type(dflt := defaults[k])
+        or v != dflt
+        or (type(v) is float and math.copysign(1.0, v) < 0.0)  # -0.0 == 0.0, but is not it
     }
 
 
@@ -161,8 +172,8 @@ def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:
             out[k] = also[k]
         elif dflt is not _KEEP:
             out[k] = dflt.copy() if isinstance(dflt, dict | list) else dflt
-    if len(out) < len(d):
-        for k, v in d.items():
-            if k not in out:
-                out[k] = v
+    known = _KEYS[id(spec)]
+    for k, v in d.items():
+        if k not in known:
+            out[k] = v
     return out

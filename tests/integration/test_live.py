@@ -380,6 +380,34 @@ def test_a_change_found_while_a_page_loads_reaches_it(tmp_path: Path) -> None:
         conn.close()
 
 
+def test_a_change_found_while_the_server_draws_a_page_is_after_its_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The position a page carries is taken when its request begins, so a change the poller
+    finds while the route reads the store is after it (the page may show the old state)."""
+    from loopwright.web import _app
+
+    store = str(tmp_path / "live.db")
+    run_id = park(tmp_path, store, "drawn-while-changing")
+    app = create_app(store, token=TOKEN)
+    feed = app.state.feed
+    feed.poll()  # the first look: where things stand
+    drawn_with = _app.timeline
+
+    def changed_meanwhile(*args: Any, **kw: Any) -> Any:
+        with lw.Runtime(store) as rt:
+            rt.cancel(run_id, by="bea")
+        feed.poll()  # the poller finds it while the page is being drawn
+        return drawn_with(*args, **kw)
+
+    monkeypatch.setattr(_app, "timeline", changed_meanwhile)
+    html = TestClient(app, base_url=LOCAL).get(f"/runs/{run_id}").text
+    m = re.search(r'data-live-after="(\d+)"', html)
+    assert m, html[:300]
+    later = [text for _, text in app.state.messages.after(int(m.group(1)))]
+    assert any("event: run" in t and run_id in t and "cancelled" in t for t in later), later
+
+
 def test_event_stream_needs_the_token_where_reads_do(tmp_path: Path) -> None:
     store = str(tmp_path / "live.db")
     open_store(store).close()

@@ -41,7 +41,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_values_no_part_can_hold_are_refused_everywhere(parked: tuple[str, str]) -> None:
     store, run_id = parked
     with lw.Runtime(store) as rt:
-        for bad in (float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}):
+        for bad in (float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}, {"a": {1: "b"}}):
             with pytest.raises(lw.ConfigError, match="must be JSON"):
                 rt.edit(run_id, "doc/a", bad, by="ana")
     c, csrf = _client(store)
@@ -186,7 +186,51 @@ def test_a_denied_cycle_shows_what_was_denied(parked: tuple[str, str]) -> None:
     c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
     rows = c.get(f"/api/runs/{run_id}").json()["timeline"]
     last = rows[-1]
-    assert last["unapplied"] and last["decision"] == "parked for approval: not applied yet"
+    assert last["unapplied"] and last["decision"] == "parked for approval: never applied"
     assert "doc/pay" in [e["ref"] for e in last["edits"]]  # the change the person denied
     page = c.get(f"/runs/{run_id}").text
     assert f"the verdict on cycle {last['cycle']}'s candidate, which was not applied" in page
+
+
+def test_a_parked_cycle_approved_later_is_not_shown_as_unapplied(parked: tuple[str, str]) -> None:
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    [waiting] = [t for t in c.get(f"/api/runs/{run_id}").json()["timeline"] if t["unapplied"]]
+    assert waiting["decision"] == "parked for approval: not applied yet"
+    with lw.Runtime(store) as rt:
+        rt.approve(run_id, by="bea")
+        rt.resume_sync(run_id, lw.load_spec(Path(store).parent / "web.toml"))
+    rows = c.get(f"/api/runs/{run_id}").json()["timeline"]
+    assert not [t for t in rows if t["unapplied"]]
+    n = waiting["cycle"]
+    # the parked marker, then the cycle as it concluded: its spend counted once
+    assert [(t["cycle"], t["parked"]) for t in rows if t["cycle"] == n] == [(n, True), (n, False)]
+
+
+def test_bodies_and_store_failures_answer_in_one_line_without_the_location(
+    parked: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, run_id = parked
+    c, csrf = _client(store)
+    h = {"X-CSRF-Token": csrf, "Content-Type": "application/json"}
+    url = f"/api/runs/{run_id}/parts/doc/a"
+    for body in ("[" * 50_000, '{"value": NaN}', '{"value": 1e999}', "\xff"):
+        r = c.post(url, content=body.encode("utf-8", "surrogateescape"), headers=h)
+        assert r.status_code == 400 and "the body must be JSON" in r.json()["detail"], body[:9]
+    r = c.post(f"/api/runs/{run_id}/rollback", content="[" * 50_000, headers=h)
+    assert r.status_code == 400
+    # A database that fails mid-decision: 503, and the driver's words (host, port) stay in the log
+    app_store = c.app.state.store  # type: ignore[attr-defined]
+
+    def down(*_: object, **__: object) -> None:
+        raise lw.StoreUnavailableError(
+            'postgresql://db.internal:5432/x: OperationalError: connection to server at "10.0.0.7"'
+        )
+
+    monkeypatch.setattr(app_store, "decide_approval", down)
+    [a] = c.get(f"/api/approvals?run_id={run_id}").json()
+    r = c.post(
+        f"/api/approvals/{a['approval_id']}/approve", json={}, headers={"X-CSRF-Token": csrf}
+    )
+    assert r.status_code == 503, r.text
+    assert "10.0.0.7" not in r.text and "db.internal" not in r.text

@@ -165,3 +165,33 @@ def test_a_trivial_cycle_stores_much_less() -> None:
     assert "duplicate" not in packed and "plan" not in packed["proposal"]
     assert len(json.dumps(packed)) < 0.6 * len(json.dumps(rec))
     assert json.dumps(codec.unpack(packed)) == json.dumps(rec)
+
+
+def test_unknown_keys_and_negative_zero_survive() -> None:
+    """A field added to a ``to_dict`` before the spec knows it is kept (after the known keys),
+    and ``-0.0`` is not taken for the ``0.0`` default."""
+    rec = {
+        "cycle": 1,
+        "proposal": {**lw.Proposal().to_dict(), "hint": "new field"},
+        "digest": "d",
+        "duplicate": False,
+        "visible": {
+            "check": {
+                **lw.Verdict(passed=False).to_dict(),
+                "findings": [{**Finding("m", verifier="check").to_dict(), "hint": 1}],
+            }
+        },
+        "held_out": {},
+        "score": 0.0,
+        "improved": False,
+        "decision": "revise",
+        "effects": [],
+        "memory": [],
+        "calls": [{"who": "actor", "cost_usd": -0.0, "tokens": 0}],
+        "usage": {"cost_usd": -0.0, "tokens": 0, "seconds": 0.0},
+        "extra_key": [1],
+    }
+    back = codec.unpack(json.loads(json.dumps(codec.pack(rec))))
+    assert back == rec and _typed(back) == _typed(rec)
+    assert str(back["calls"][0]["cost_usd"]) == "-0.0"
+    assert str(back["usage"]["cost_usd"]) == "-0.0"

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from .._json import NumberRangeError, strict_loads
+from .._json import strict_loads
 from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app
 from ._people_cmd import acting_as
 from ._stores import existing_store
@@ -109,9 +109,7 @@ def edit(
     if value is not None:
         try:
             new = strict_loads(value)
-        except NumberRangeError as exc:
-            raise ConfigError(f"{exc}: no part can hold it", field="--value") from None
-        except ValueError as exc:  # not JSON (NaN and Infinity are not): the text itself
+        except ValueError as exc:  # not JSON (NaN, Infinity, 1e999 are not): the text itself
             new, not_json = value, exc
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)

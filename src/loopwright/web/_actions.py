@@ -25,7 +25,7 @@ from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._spec import loop_of_run
 from ..store import NewEvent, RunRecord, Store
 from ._auth import Auth
-from ._http import http_error, origin_of
+from ._http import http_error, json_body, origin_of
 from ._views import run_summary, timeline
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
@@ -243,10 +243,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
 
     # --- API ---------------------------------------------------------------------------
     async def body_of(request: Request, shape: str) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(400, f"the body must be JSON: {shape}") from None
+        body = await json_body(request, shape)
         if not isinstance(body, dict):
             raise HTTPException(400, f"the body must be a JSON object: {shape}")
         return body

@@ -45,7 +45,7 @@ from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth, check_token
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
-from ._http import http_error, origin_of
+from ._http import http_error, json_body, origin_of
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
@@ -185,6 +185,9 @@ def create_app(
 
     @app.middleware("http")
     async def guard(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        # The live stream's position before the route reads the store: a page drawn from what
+        # it reads then asks for every change found after this moment (none is lost between).
+        request.state.live_after = app.state.messages.last_seq
         path = request.url.path
         if (
             auth.require_token_for_reads
@@ -223,9 +226,9 @@ def create_app(
             can_operate=auth.may(request, "operate"),
             can_admin=auth.may(request, "admin"),
             pending_count=len(store.approvals(status="pending")),
-            # The live stream's position as this page is drawn: live.js asks for the changes
-            # after it, so one found between drawing and the browser connecting is not lost.
-            live_after=app.state.messages.last_seq,
+            # The live stream's position when the request began (``guard``): live.js asks for
+            # the changes after it, so one found while the page is drawn is not lost.
+            live_after=getattr(request.state, "live_after", app.state.messages.last_seq),
         )
         return templates.TemplateResponse(request, name, ctx)
 
@@ -473,7 +476,7 @@ def create_app(
             "rec": rec,
             "state": state,
             "next_step": nxt,
-            "timeline": (rows := timeline(cks)),
+            "timeline": (rows := timeline(cks, ended=rec.status in TERMINAL_STATUSES)),
             # An ended run's held-out verdict is its last judged candidate's (issue 17): say so
             # when that candidate was never applied (a failed effect, a denied request).
             "held_of_unapplied": rows[-1]["cycle"]
@@ -925,12 +928,7 @@ def create_app(
         recorded (an ``edited`` event with the diff, an ``edit`` memory signal); an ended
         run is reopened, and ``resume`` resumes it in the background."""
         require_api_write(request)
-        try:
-            body = await request.json()
-        except ValueError:
-            raise HTTPException(
-                400, 'the body must be JSON: {"value": ..., "note": "..."}'
-            ) from None
+        body = await json_body(request, '{"value": ..., "note": "..."}')
         if not isinstance(body, dict) or "value" not in body:
             raise HTTPException(400, 'the body must be a JSON object with "value"')
         note, resume = body.get("note"), body.get("resume", False)

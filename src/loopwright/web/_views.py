@@ -66,11 +66,13 @@ def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
+def timeline(checkpoints: list[Checkpoint], *, ended: bool = False) -> list[dict[str, Any]]:
     """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
     completed (the run stopped on a failed effect before the cycle concluded). A parked or
     unconcluded cycle's row shows its proposal and visible verdicts from the write-ahead state,
-    marked ``unapplied``: the candidate was judged but is not in the run's state."""
+    marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
+    cycle that later concluded keeps a plain "parked" row; its concluded row follows).
+    ``ended``: the run has ended, so what was not applied never will be."""
     concluded = {
         ck.record.get("cycle") for ck in checkpoints if ck.record and "proposal" in ck.record
     }
@@ -81,10 +83,9 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
             continue
         if "proposal" not in rec:
             decision = rec.get("decision")
-            if decision == "parked" or (
-                decision == "effects" and rec.get("cycle") not in concluded
-            ):
-                row = _unapplied_row(ck, rec, parked=decision == "parked")
+            done = rec.get("cycle") in concluded
+            if decision == "parked" or (decision == "effects" and not done):
+                row = _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
                 if row is not None:
                     rows.append(row)
             continue
@@ -92,15 +93,18 @@ def timeline(checkpoints: list[Checkpoint]) -> list[dict[str, Any]]:
     return rows
 
 
-def _unapplied_row(ck: Checkpoint, rec: dict[str, Any], *, parked: bool) -> dict[str, Any] | None:
+def _unapplied_row(
+    ck: Checkpoint, rec: dict[str, Any], *, parked: bool, done: bool, ended: bool
+) -> dict[str, Any] | None:
     pend = ck.state.get("pending") if isinstance(ck.state, dict) else None
-    if not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
+    if done or not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
         if not parked:
             return None
-        return {  # a store written before the write-ahead state held the proposal
+        return {  # concluded later (its own row follows), or an older store: a plain marker
             "cycle": rec.get("cycle"),
             "at": ck.created_at,
             "parked": True,
+            "unapplied": False,
             "held_out": _verdicts(rec.get("held_out")),
         }
     row = _cycle_row(
@@ -111,9 +115,15 @@ def _unapplied_row(ck: Checkpoint, rec: dict[str, Any], *, parked: bool) -> dict
             "visible": pend.get("visible"),
             "held_out": rec.get("held_out"),
             "usage": pend.get("usage"),
-            "decision": "parked for approval: not applied yet"
-            if parked
-            else "not applied: its effects did not complete",
+            "decision": (
+                (
+                    "parked for approval: never applied"
+                    if ended
+                    else "parked for approval: not applied yet"
+                )
+                if parked
+                else "not applied: its effects did not complete"
+            ),
         },
     )
     row["unapplied"] = True
