@@ -150,15 +150,18 @@ def _unpack_finding(name: str, f: Any) -> Any:
 
 
 def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
-    defaults = _DEFAULTS[id(spec)]
-    return {
-        k: v
-        for k, v in d.items()
-        if k not in defaults
-        or type(v) is not type(dflt := defaults[k])
-        or v != dflt
-        or (type(v) is float and math.copysign(1.0, v) < 0.0)  # -0.0 == 0.0, but is not it
-    }
+    # A copy (in C), then a look at the few keys that have a default: every cycle, so cheap.
+    out = dict(d)
+    for k, dflt in _DEFAULTS[id(spec)].items():
+        v = out.get(k, _KEEP)
+        if (
+            v is not _KEEP
+            and type(v) is type(dflt)
+            and v == dflt
+            and not (type(v) is float and math.copysign(1.0, v) < 0.0)  # -0.0 is not 0.0
+        ):
+            del out[k]
+    return out
 
 
 def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:
