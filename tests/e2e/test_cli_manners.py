@@ -328,3 +328,26 @@ def test_runs_imports_neither_the_engine_nor_rich(tmp_path: Path) -> None:
     )
     heavy = {"loopwright._engine", "loopwright.web", "loopwright.adapters", "rich", "pydantic"}
     assert heavy.isdisjoint(mods), heavy & mods
+
+
+def test_memory_list_limit_is_the_newest_not_forgotten(tmp_path: Path) -> None:
+    """``memory list --limit N``: the store applies the limit, per status, and forgotten items
+    stay out unless asked for (so the N shown are the newest N one would see without it)."""
+    store = tmp_path / "mem.db"
+    st = open_store(str(store))
+    try:
+        mem = loopwright.FeedbackMemory(st)
+        made = [
+            mem.add(scope="project", scope_key="p", signal="correction", text=f"note {i}", by="ana")
+            for i in range(6)
+        ]
+        mem.forget(made[-1].memory_id, by="ana")  # the newest is forgotten
+    finally:
+        st.close()
+    r = cli("memory", "list", "--limit", "2", "--json", cwd=tmp_path, store=store)
+    assert r.returncode == 0, r.stderr
+    assert [it["text"] for it in json.loads(r.stdout)] == ["note 4", "note 3"]
+    r = cli(
+        "memory", "list", "--limit", "2", "--status", "all", "--json", cwd=tmp_path, store=store
+    )
+    assert [it["text"] for it in json.loads(r.stdout)] == ["note 5", "note 4"]

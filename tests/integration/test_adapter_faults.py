@@ -153,3 +153,20 @@ def test_malformed_replies_that_use_up_the_retries_are_still_charged(
     r, _ = _run(tmp_path, _actor(server))
     assert r.status == "escalated" and len(server.requests) == 3
     assert r.spent.tokens == 3 * 150
+
+
+def test_a_base_url_that_is_not_http_is_refused_when_the_adapter_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK takes ``localhost:8000/v1`` and fails each request as a retried "Connection
+    error" naming an URL that works; the adapters refuse it in one line instead."""
+    from loopwright.adapters import ImageModel
+
+    for bad in ("127.0.0.1:8765/v1", "ftp://x/v1", "http://", "localhost"):
+        with pytest.raises(lw.ConfigError, match="not an http"):
+            ChatActor("m", base_url=bad, api_key="k")
+        with pytest.raises(lw.ConfigError, match="not an http"):
+            ImageModel("m", base_url=bad, api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", "localhost:9/v1")
+    with pytest.raises(lw.ConfigError, match="OPENAI_BASE_URL"):
+        ChatActor("m", api_key="k")

@@ -325,6 +325,20 @@ def test_dashboard_serves_a_runs_picture_with_safe_headers(
     assert c.get(f"/runs/no-such-run/blob/{value['image']}").status_code == 404
     assert picture_url(run_id, {"image": svg, "media_type": "image/svg+xml"}) is None
 
+    # An SVG part placing the run's picture by digest (the comic's lettered panel) is shown with
+    # the picture in it: an SVG seen through <img> loads nothing from outside.
+    from loopwright.web._pictures import inline_blob_refs
+
+    st = open_store(store)
+    panel = (
+        "<svg xmlns='http://www.w3.org/2000/svg'>"
+        f'<image href="lw-blob:{value["image"]}"/><image href="lw-blob:{other["image"]}"/></svg>'
+    )
+    shown = inline_blob_refs(st, run_id, panel)
+    assert 'href="data:image/png;base64,' in shown  # the run's own picture
+    assert f'href="lw-blob:{other["image"]}"' in shown  # not this run's: left as it was
+    assert inline_blob_refs(st, run_id, "<svg/>") == "<svg/>"
+
 
 @pytest.mark.postgres
 def test_blobs_on_postgresql() -> None:

@@ -161,6 +161,20 @@ def _loopback(host: str) -> bool:
     return ip.is_loopback or ip.is_unspecified
 
 
+def endpoint_of(base_url: str | None) -> str:
+    """The endpoint as given (``base_url``, else ``OPENAI_BASE_URL``, else OpenAI's), refused
+    in one line unless it is an http(s) URL with a host: the SDK would take ``localhost:8000``
+    and fail every request as a retried "Connection error"."""
+    raw = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+    parts = urlsplit(raw)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{public_url(raw)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)",
+            field="base_url" if base_url else "OPENAI_BASE_URL",
+        )
+    return raw
+
+
 def normalise_base_url(url: str | None) -> str:
     """The endpoint a client talks to, in one canonical spelling: ``None`` is
     ``OPENAI_BASE_URL`` or OpenAI's default; the scheme and host are lower-cased, a default port
@@ -453,7 +467,7 @@ class _ChatModel:
         self.max_retry_after_s = float(max_retry_after_s)
         self.model = model.strip()
         # The client gets the URL as given; identity and display use the canonical spelling.
-        self._endpoint = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+        self._endpoint = endpoint_of(base_url)
         self.base_url = normalise_base_url(self._endpoint)
         self._default_endpoint = self.base_url == normalise_base_url(DEFAULT_BASE_URL)
         key = api_key or os.environ.get("OPENAI_API_KEY")

@@ -76,6 +76,7 @@ from .openai_chat import (
     _normalise_model,
     _redact_exc,
     _without_userinfo,
+    endpoint_of,
     normalise_base_url,
     public_url,
 )
@@ -305,7 +306,7 @@ class ImageModel:
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ConfigError("must be a table", field="extra_body")
         self.model = model.strip()
-        self._endpoint = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+        self._endpoint = endpoint_of(base_url)
         self.base_url = normalise_base_url(self._endpoint)
         self._default_endpoint = self.base_url == normalise_base_url(DEFAULT_BASE_URL)
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -680,7 +681,6 @@ class ImageModel:
             input_tokens=result.input_tokens if result is not None else None,
             output_tokens=result.output_tokens if result is not None else None,
             cost_usd=result.usage.cost_usd if result is not None else None,
-            finish_reason=what if result is not None else None,
             error=None if error is None else f"{type(error).__name__}: {redact_text(str(error))}",
             http_status=None if error is None else status_code(error),
         )

@@ -81,15 +81,26 @@ def list_(
     _choice(status, (*MEMORY_STATUSES, "all"), "--status")
     if limit is not None and limit < 0:
         raise ConfigError("must not be negative", field="--limit")
+    # The store applies the limit (a store of 100,000 items is not read to show 3); by
+    # default forgotten items are left out, so each other status is asked for on its own.
+    wanted: list[MemoryStatus | None] = (
+        [None]
+        if status == "all"
+        else [s for s in MEMORY_STATUSES if s != "forgotten"]
+        if status is None
+        else [cast("MemoryStatus", status)]
+    )
     with open_existing(store) as st:
         mem = FeedbackMemory(st)
-        items = mem.list(
-            scope=cast("Scope | None", scope),
-            scope_key=key,
-            status=None if status in (None, "all") else cast("MemoryStatus", status),
-        )
-    if status is None:
-        items = [it for it in items if it.status != "forgotten"]
+        items = [
+            it
+            for one in wanted
+            for it in mem.list(
+                scope=cast("Scope | None", scope), scope_key=key, status=one, limit=limit
+            )
+        ]
+    if len(wanted) > 1:  # newest first across the statuses asked for
+        items.sort(key=lambda it: it.created_at, reverse=True)
     if limit is not None:
         items = items[:limit]
     if as_json:

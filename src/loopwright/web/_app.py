@@ -49,7 +49,7 @@ from ._http import http_error, json_body, origin_of
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
-from ._pictures import register_picture_routes
+from ._pictures import inline_blob_refs, register_picture_routes
 from ._views import (
     Cursor,
     approval_summary,
@@ -612,10 +612,13 @@ def create_app(
         ):
             raise HTTPException(404, f"no SVG version {v} of {ref}")
         return Response(
-            str(part.versions[v - 1].value),
+            inline_blob_refs(store, data["rec"].run_id, str(part.versions[v - 1].value)),
             media_type="image/svg+xml",
             headers={
-                "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+                # data: images only: the run's own pictures, put in by inline_blob_refs
+                "Content-Security-Policy": (
+                    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
+                ),
                 "Cache-Control": "private, max-age=3600",
             },
         )

@@ -24,7 +24,7 @@ from .._errors import RunNotFoundError
 from .._proposal import Proposal
 from .._state import TaskState, match_any
 from ..store import Approval, RunRecord, Store
-from ._pictures import is_picture, picture_bytes
+from ._pictures import inline_blob_refs, is_picture, picture_bytes
 from ._views import is_svg
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 # An image opened on its own (not through <img>) is a document: nothing may load or run in it.
-IMAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+IMAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PNG_DATA_URL = "data:image/png;base64,"
 
@@ -290,16 +290,17 @@ def image_value(a: Approval, state: TaskState, ref: str, side: str) -> Any:
     raise HTTPException(400, "side must be before or after")
 
 
-def image_response(value: Any, store: Store) -> Response:
-    """An image part as an image: SVG, PNG or a picture kept as a blob, with its own type,
-    nothing allowed to run."""
+def image_response(value: Any, store: Store, run_id: str) -> Response:
+    """An image part as an image: SVG (its ``lw-blob:`` pictures that run ``run_id`` holds put
+    in), PNG or a picture kept as a blob, with its own type, nothing allowed to run."""
     headers = {
         "Content-Security-Policy": IMAGE_CSP,
         "X-Content-Type-Options": "nosniff",
         "Cache-Control": "private, max-age=60",
     }
     if is_svg(value):
-        return Response(str(value), media_type="image/svg+xml", headers=headers)
+        svg = inline_blob_refs(store, run_id, str(value))
+        return Response(svg, media_type="image/svg+xml", headers=headers)
     raw = png_bytes(value)
     if raw is not None:
         return Response(raw, media_type="image/png", headers=headers)
@@ -319,7 +320,7 @@ def register_card_routes(app: FastAPI, store: Store) -> None:
             raise HTTPException(404, f"no pending approval request {approval_id}")
         a = found[0]
         state = store.latest_checkpoint(a.run_id).task_state()
-        return image_response(image_value(a, state, ref, side), store)
+        return image_response(image_value(a, state, ref, side), store, a.run_id)
 
 
 def register_part_image_route(app: FastAPI, store: Store) -> None:
@@ -338,4 +339,4 @@ def register_part_image_route(app: FastAPI, store: Store) -> None:
         n = v or len(part.versions)
         if not 1 <= n <= len(part.versions):
             raise HTTPException(404, f"no version {n} of {ref}")
-        return image_response(part.versions[n - 1].value, store)
+        return image_response(part.versions[n - 1].value, store, rec.run_id)

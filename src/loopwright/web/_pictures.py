@@ -10,6 +10,8 @@ is cached for good. ``picture_url(run_id, value)`` is the URL to put in an ``<im
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -21,10 +23,23 @@ from .._errors import ConfigError, RunNotFoundError
 from ..store import Store
 from ..store._blobs import Blob, Blobs, is_digest
 
-__all__ = ["RASTER_TYPES", "is_picture", "picture_bytes", "picture_url", "register_picture_routes"]
+__all__ = [
+    "BLOB_HREF",
+    "RASTER_TYPES",
+    "inline_blob_refs",
+    "is_picture",
+    "picture_bytes",
+    "picture_url",
+    "register_picture_routes",
+]
 
 RASTER_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 PICTURE_CSP = "default-src 'none'; sandbox"
+# An SVG part may place a stored picture by its digest: <image href="lw-blob:sha256:…"/> (the
+# comic example's lettered panels). An SVG shown through <img> loads nothing from outside, so
+# the dashboard puts the bytes in as a data: URL.
+BLOB_HREF = "lw-blob:"
+_BLOB_REF = re.compile(r'((?:xlink:)?href=)"lw-blob:(sha256:[0-9a-f]{64})"')
 
 
 def is_picture(value: Any) -> bool:
@@ -53,6 +68,23 @@ def picture_bytes(store: Store, value: Any) -> tuple[bytes, str] | None:
     if blob is None or blob.media_type not in RASTER_TYPES:
         return None
     return blob.data, blob.media_type
+
+
+def inline_blob_refs(store: Store, run_id: str, svg: str) -> str:
+    """``svg`` with each ``lw-blob:`` picture that a part of run ``run_id`` holds replaced by
+    its bytes as a ``data:`` URL (raster types only); any other reference is left as it is
+    (and shows nothing)."""
+    if BLOB_HREF not in svg:
+        return svg
+
+    def inline(m: re.Match[str]) -> str:
+        blob = _blob(store, m.group(2)) if _holds(store, run_id, m.group(2)) else None
+        if blob is None or blob.media_type not in RASTER_TYPES:
+            return m.group(0)
+        data = base64.b64encode(blob.data).decode()
+        return f'{m.group(1)}"data:{blob.media_type};base64,{data}"'
+
+    return _BLOB_REF.sub(inline, svg)
 
 
 def _blob(store: Store, digest: str) -> Blob | None:
