@@ -482,16 +482,20 @@ async def perform_effect(
         put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
         return out("in_doubt", attempts=attempts, cause=cause)
 
-    async def reconcile() -> tuple[str, Any]:
-        """('done', result) | ('not_done', None) | ('error', message)."""
+    async def reconcile() -> tuple[str, Any, Usage | None]:
+        """('done', result, usage) | ('not_done', None, None) | ('error', message, None). A
+        hook that knows what the action cost returns ``EffectResult(value, usage=…)``: the
+        crashed attempt is then charged, as a finished one is."""
         assert eff.reconcile_fn is not None
         try:
             found, _ = await call_user(
                 eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
             )
         except Exception as exc:
-            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}"
-        return ("done", _jsonable(found)) if found is not None else ("not_done", None)
+            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}", None
+        if isinstance(found, EffectResult):  # it happened (even with no value): its cost
+            return "done", _jsonable(found.value), found.usage
+        return ("done", _jsonable(found), None) if found is not None else ("not_done", None, None)
 
     entry = found[0] if found else None
     attempts = entry.attempts if entry else 0
@@ -499,10 +503,13 @@ async def perform_effect(
     async def by_reconcile(doubt: str, info: dict[str, Any] | None) -> EffectOutcome | None:
         """The outcome when the reconcile hook settles it (done, or in doubt because the hook
         failed); ``None`` when the action did not happen and may run."""
-        verdict, value = await reconcile()
+        verdict, value, usage = await reconcile()
         if verdict == "done":
-            put("done", {"result": value, "reconciled": True}, None, "effect_reconciled")
-            return out("done", result=value, reconciled=True, attempts=attempts)
+            data = {"result": value, "reconciled": True}
+            if usage is not None:
+                data["usage"] = usage.to_dict()
+            put("done", data, None, "effect_reconciled")
+            return out("done", result=value, reconciled=True, attempts=attempts, usage=usage)
         if verdict == "error":
             cause = f"{eff.name} ({ikey}) {doubt}: {value}"
             put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")

@@ -419,6 +419,26 @@ def test_reconcile_done_after_a_raise_records_the_reconciled_result(rt: lw.Runti
     assert "effect_reconciled" in kinds(rt, r.run_id)
 
 
+def test_a_reconciler_reporting_the_cost_charges_the_settled_attempt(rt: lw.Runtime) -> None:
+    """The action happened but its reply was lost: a reconcile hook that knows the cost
+    returns ``EffectResult(value, usage=…)``; the value is recorded as the result (not its
+    repr) and the cost is charged to the cycle, as a finished attempt's is."""
+    bank = Payments()
+    bank.failures = [lw.TransientError("connection reset after commit")]
+    pay = bank.effect(
+        retry=lw.RetryPolicy(attempts=3, backoff_s=0.01),
+        reconcile=lambda key: lw.EffectResult({"ref": "tx-remote"}, usage=lw.Usage(0.5, 100)),
+    )
+    actor = Script(with_effects(FIX_ALL, pay.call(invoice="A-1", amount=5.0)))
+    r = rt.run_sync(make_loop(actor, [pay]), TASK)
+    assert r.accepted and len(bank.executed) == 1
+    [entry] = journal(rt, r.run_id).values()
+    assert entry.data["result"] == {"ref": "tx-remote"} and entry.data["usage"]["cost_usd"] == 0.5
+    out = records(rt, r.run_id)[-1]["effects"][0]
+    assert out["reconciled"] and out["usage"]["tokens"] == 100
+    assert r.spent.cost_usd == pytest.approx(0.5) and r.spent.tokens == 100
+
+
 def test_reconcile_hook_raising_leaves_the_effect_in_doubt(rt: lw.Runtime) -> None:
     bank = Payments()
     bank.failures = [lw.TransientError("timeout")]
