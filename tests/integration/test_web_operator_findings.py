@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from support.modules import load_sibling
 
 import loopwright as lw
+from loopwright.store import open_store
 from loopwright.web import create_app
 
 WEB = load_sibling(__file__, "test_web.py", "_operator_web_helpers")
@@ -176,6 +177,10 @@ def test_a_judged_candidate_that_was_never_applied_is_on_the_timeline(tmp_path: 
     page = c.get(f"/runs/{r.run_id}").text
     assert 'class="unapplied"' in page
     assert "not applied: its effects did not complete" in page
+    # a cycle that never concluded is no place to roll back or fork to
+    from loopwright.web._actions import _cycles
+
+    assert _cycles(open_store(store), r.run_id) == [0, 1]
 
 
 def test_a_denied_cycle_shows_what_was_denied(parked: tuple[str, str]) -> None:

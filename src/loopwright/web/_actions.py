@@ -68,7 +68,8 @@ def merge_contract(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
 def _cycles(store: Store, run_id: str) -> list[int]:
     """The cycles a run can be rolled back or forked to: 0 (its start) and each concluded one."""
     rows = timeline(store.checkpoints(run_id))
-    return sorted({0, *(int(t["cycle"]) for t in rows if not t["parked"] and t["cycle"])})
+    concluded = (t for t in rows if not t["parked"] and not t.get("unapplied") and t["cycle"])
+    return sorted({0, *(int(t["cycle"]) for t in concluded)})
 
 
 def _int(value: Any, name: str) -> int:
