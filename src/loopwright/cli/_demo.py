@@ -47,7 +47,7 @@ def run_demo(store: str | None, concurrency: int) -> None:
     where = f" --store {shlex.quote(store)}" if store else ""
     steps: list[tuple[str, str]] = [
         ("loopwright runs", "every run, its stop reason and spend"),
-        ("loopwright metrics", "cost per accepted outcome, spend after the last improvement"),
+        ("loopwright metrics", "cost per accepted outcome and the other metrics"),
     ]
     if stopped:
         steps.append((f"loopwright show {stopped[0].run_id[:12]}", "why it stopped"))
