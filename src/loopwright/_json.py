@@ -34,7 +34,14 @@ try:  # a core dependency; the fallback keeps a --no-deps install working, only 
 except ImportError:  # pragma: no cover - exercised only without orjson
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["NumberRangeError", "check_value", "dumps", "loads", "strict_loads"]
+__all__ = [
+    "NumberRangeError",
+    "check_value",
+    "dumps",
+    "loads",
+    "refuse_constant",
+    "strict_loads",
+]
 
 _BIG_INT = re.compile(r"\d{19}")
 _BIG_INT_B = re.compile(rb"\d{19}")
@@ -92,8 +99,9 @@ class NumberRangeError(ValueError):
     integer of more digits than Python converts."""
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")  # json.loads takes NaN and Infinity
+def refuse_constant(name: str) -> Any:
+    """``json.loads``'s ``parse_constant``: NaN and Infinity are not JSON values."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _finite_float(text: str) -> float:
@@ -117,7 +125,7 @@ def strict_loads(text: str) -> Any:
     try:
         return json.loads(
             text,
-            parse_constant=_refuse_constant,
+            parse_constant=refuse_constant,
             parse_float=_finite_float,
             parse_int=_bounded_int,
         )

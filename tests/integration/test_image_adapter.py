@@ -334,10 +334,11 @@ def test_dashboard_serves_a_runs_picture_with_safe_headers(
         "<svg xmlns='http://www.w3.org/2000/svg'>"
         f'<image href="lw-blob:{value["image"]}"/><image href="lw-blob:{other["image"]}"/></svg>'
     )
-    shown = inline_blob_refs(st, run_id, panel)
+    state = st.latest_checkpoint(run_id).task_state()
+    shown = inline_blob_refs(st, state, panel)
     assert 'href="data:image/png;base64,' in shown  # the run's own picture
     assert f'href="lw-blob:{other["image"]}"' in shown  # not this run's: left as it was
-    assert inline_blob_refs(st, run_id, "<svg/>") == "<svg/>"
+    assert inline_blob_refs(st, state, "<svg/>") == "<svg/>"
 
 
 @pytest.mark.postgres

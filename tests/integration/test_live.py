@@ -311,6 +311,29 @@ def served(app: Any) -> Iterator[int]:
         sock.close()
 
 
+@contextlib.contextmanager
+def streaming(tmp_path: Path) -> Iterator[tuple[str, Any, http.client.HTTPConnection]]:
+    """A fresh store served by the dashboard, once its poller has had its first look: the
+    store's path, the app and a connection to it."""
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN)
+    with served(app) as port:
+        until(app.state.feed.ready.is_set, "the poller's first look")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            yield store, app, conn
+        finally:
+            conn.close()
+
+
+def live_after(html: str) -> int:
+    """The stream position a page was drawn with."""
+    m = re.search(r'data-live-after="(\d+)"', html)
+    assert m, html[:300]
+    return int(m.group(1))
+
+
 def read_events(
     resp: http.client.HTTPResponse, want: Callable[[str, dict[str, Any]], bool]
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -331,12 +354,7 @@ def read_events(
 
 
 def test_event_stream_sends_run_and_request_changes(tmp_path: Path) -> None:
-    store = str(tmp_path / "live.db")
-    open_store(store).close()
-    app = create_app(store, token=TOKEN)
-    with served(app) as port:
-        until(app.state.feed.ready.is_set, "the poller's first look")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    with streaming(tmp_path) as (store, _, conn):
         conn.request("GET", "/api/events", headers={"Accept": "text/event-stream"})
         resp = conn.getresponse()
         assert resp.status == 200
@@ -352,24 +370,15 @@ def test_event_stream_sends_run_and_request_changes(tmp_path: Path) -> None:
             rt.deny(run_id, by="bea", note="no")
         got = read_events(resp, lambda k, d: k == "approval" and d["status"] == "denied")
         assert got[-1][1]["decided_by"] == "bea"
-        conn.close()
 
 
 def test_a_change_found_while_a_page_loads_reaches_it(tmp_path: Path) -> None:
     """A page carries the stream's position it was drawn at; connecting with ``?after=`` that
     position gets a change the poller found between drawing and connecting (a browser on a
     loaded machine connects seconds after the page was drawn)."""
-    store = str(tmp_path / "live.db")
-    open_store(store).close()
-    app = create_app(store, token=TOKEN)
-    with served(app) as port:
-        until(app.state.feed.ready.is_set, "the poller's first look")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    with streaming(tmp_path) as (store, app, conn):
         conn.request("GET", "/")
-        html = conn.getresponse().read().decode()
-        m = re.search(r'data-live-after="(\d+)"', html)
-        assert m, html[:300]
-        drawn = int(m.group(1))
+        drawn = live_after(conn.getresponse().read().decode())
         run_id = park(tmp_path, store, "while-loading")
         until(lambda: app.state.messages.last_seq > drawn, "the poller finding the new run")
         conn.request("GET", f"/api/events?after={drawn}", headers={"Accept": "text/event-stream"})
@@ -377,7 +386,6 @@ def test_a_change_found_while_a_page_loads_reaches_it(tmp_path: Path) -> None:
         assert resp.readline() == b"retry: 3000\n"
         got = read_events(resp, lambda k, d: k == "run" and d["run_id"] == run_id)
         assert got[-1][1]["new"] is True
-        conn.close()
 
 
 def test_a_change_found_while_the_server_draws_a_page_is_after_its_position(
@@ -402,9 +410,7 @@ def test_a_change_found_while_the_server_draws_a_page_is_after_its_position(
 
     monkeypatch.setattr(_app, "timeline", changed_meanwhile)
     html = TestClient(app, base_url=LOCAL).get(f"/runs/{run_id}").text
-    m = re.search(r'data-live-after="(\d+)"', html)
-    assert m, html[:300]
-    later = [text for _, text in app.state.messages.after(int(m.group(1)))]
+    later = [text for _, text in app.state.messages.after(live_after(html))]
     assert any("event: run" in t and run_id in t and "cancelled" in t for t in later), later
 
 

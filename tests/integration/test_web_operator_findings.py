@@ -137,7 +137,7 @@ def test_limits_beyond_a_database_integer_and_days_before_1970(
     p = _cli("metrics", "--days", "99999999999999", "--store", store, cwd=here)
     assert p.returncode == 0 and "internal error" not in p.stderr, p.stderr
     p = _cli("audit", "--after", "9" * 25, "--store", store, cwd=here)
-    assert "damaged" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert p.returncode == 0 and "0 audit record(s)" in p.stdout, p.stderr
 
 
 def test_the_demos_next_steps_work_as_printed_with_its_store(tmp_path: Path) -> None:

@@ -704,8 +704,8 @@ class ImageModel:
         if not isinstance(body, Mapping):
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
         data, revised = self._picture(body, budget_s)
-        usage, priced = self._cost(body, seconds, gate)
-        input_tokens, output_tokens, _ = _tokens(body)
+        input_tokens, output_tokens, tokens = _tokens(body)
+        usage, priced = self._cost(input_tokens, output_tokens, tokens, seconds, gate)
         result = ImageResult(
             self.save(data), data, usage, priced, self.model, endpoint, masked, refs, revised,
             seconds, input_tokens, output_tokens,
@@ -766,9 +766,8 @@ class ImageModel:
             ) from exc
 
     def _cost(
-        self, body: Mapping[str, Any], seconds: float, gate: Gate | None
+        self, input_tokens: int, output_tokens: int, tokens: int, seconds: float, gate: Gate | None
     ) -> tuple[Usage, Priced]:
-        input_tokens, output_tokens, tokens = _tokens(body)
         if gate is not None:
             gate.charge(tokens)
         if self.price is not None:

@@ -83,13 +83,11 @@ def list_(
         raise ConfigError("must not be negative", field="--limit")
     # The store applies the limit (a store of 100,000 items is not read to show 3); by
     # default forgotten items are left out, so each other status is asked for on its own.
-    wanted: list[MemoryStatus | None] = (
-        [None]
-        if status == "all"
-        else [s for s in MEMORY_STATUSES if s != "forgotten"]
-        if status is None
-        else [cast("MemoryStatus", status)]
-    )
+    wanted: list[MemoryStatus | None] = [cast("MemoryStatus", status)]
+    if status == "all":
+        wanted = [None]
+    elif status is None:
+        wanted = [s for s in MEMORY_STATUSES if s != "forgotten"]
     with open_existing(store) as st:
         mem = FeedbackMemory(st)
         items = [

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._json import refuse_constant
 
 __all__ = ["TaskList", "exit_code_for", "load_tasks", "task_key", "task_keys"]
 
@@ -48,7 +49,7 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> Ta
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_not_json)
+            obj = json.loads(line, parse_constant=refuse_constant)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{i}: not valid JSON ({exc.msg})", field=where) from None
         except ValueError as exc:
@@ -73,10 +74,6 @@ def _text(path: Path, where: str) -> str:
         ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", field=where) from None
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")  # json.loads takes NaN and Infinity
 
 
 # What names a run must be text (or a whole number): a table would be stored as its Python repr.
@@ -114,7 +111,7 @@ def _read_json(path: Path, where: str) -> Any:
         raise ConfigError(f"no file at {path}", field=where)
     text = _text(path, where)
     try:
-        return json.loads(text, parse_constant=_not_json)
+        return json.loads(text, parse_constant=refuse_constant)
     except RecursionError:
         raise ConfigError(f"{path} is nested too deeply", field=where) from None
     except ValueError as exc:  # JSONDecodeError too

@@ -250,10 +250,15 @@ def create_app(
             return detail.replace(where, "this store")
         return detail
 
+    def wants_page(request: Request) -> bool:
+        """A browser's request for a page (not the API, not a script)."""
+        return not request.url.path.startswith("/api/") and "text/html" in request.headers.get(
+            "accept", ""
+        )
+
     async def refused(request: Request, status: int, detail: Any) -> Response:
         detail = hide_store(detail)
-        browser = "text/html" in request.headers.get("accept", "")
-        if request.url.path.startswith("/api/") or not browser or status not in titles:
+        if not wants_page(request) or status not in titles:
             return await http_exception_handler(request, StarletteHTTPException(status, detail))
         referer = urlsplit(request.headers.get("referer", ""))
         back = referer.path + (f"?{referer.query}" if referer.query else "")
@@ -280,9 +285,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def bad_value_page(request: Request, exc: RequestValidationError) -> Response:
-        if request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
-            "accept", ""
-        ):
+        if not wants_page(request):
             return await request_validation_exception_handler(request, exc)
         return await refused(request, 422, exc.errors())
 
@@ -612,7 +615,7 @@ def create_app(
         ):
             raise HTTPException(404, f"no SVG version {v} of {ref}")
         return Response(
-            inline_blob_refs(store, data["rec"].run_id, str(part.versions[v - 1].value)),
+            inline_blob_refs(store, data["state"], str(part.versions[v - 1].value)),
             media_type="image/svg+xml",
             headers={
                 # data: images only: the run's own pictures, put in by inline_blob_refs

@@ -290,16 +290,16 @@ def image_value(a: Approval, state: TaskState, ref: str, side: str) -> Any:
     raise HTTPException(400, "side must be before or after")
 
 
-def image_response(value: Any, store: Store, run_id: str) -> Response:
-    """An image part as an image: SVG (its ``lw-blob:`` pictures that run ``run_id`` holds put
-    in), PNG or a picture kept as a blob, with its own type, nothing allowed to run."""
+def image_response(value: Any, store: Store, state: TaskState) -> Response:
+    """An image part as an image: SVG (its ``lw-blob:`` pictures that the run, in ``state``,
+    holds put in), PNG or a picture kept as a blob, with its own type, nothing allowed to run."""
     headers = {
         "Content-Security-Policy": IMAGE_CSP,
         "X-Content-Type-Options": "nosniff",
         "Cache-Control": "private, max-age=60",
     }
     if is_svg(value):
-        svg = inline_blob_refs(store, run_id, str(value))
+        svg = inline_blob_refs(store, state, str(value))
         return Response(svg, media_type="image/svg+xml", headers=headers)
     raw = png_bytes(value)
     if raw is not None:
@@ -320,7 +320,7 @@ def register_card_routes(app: FastAPI, store: Store) -> None:
             raise HTTPException(404, f"no pending approval request {approval_id}")
         a = found[0]
         state = store.latest_checkpoint(a.run_id).task_state()
-        return image_response(image_value(a, state, ref, side), store, a.run_id)
+        return image_response(image_value(a, state, ref, side), store, state)
 
 
 def register_part_image_route(app: FastAPI, store: Store) -> None:
@@ -333,10 +333,11 @@ def register_part_image_route(app: FastAPI, store: Store) -> None:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        part = store.latest_checkpoint(rec.run_id).task_state().part(ref)
+        state = store.latest_checkpoint(rec.run_id).task_state()
+        part = state.part(ref)
         if part is None or not part.versions:
             raise HTTPException(404, f"no part {ref}")
         n = v or len(part.versions)
         if not 1 <= n <= len(part.versions):
             raise HTTPException(404, f"no version {n} of {ref}")
-        return image_response(part.versions[n - 1].value, store, rec.run_id)
+        return image_response(part.versions[n - 1].value, store, state)

@@ -163,9 +163,10 @@ class Feed:
         # A listener with a ``baseline`` method gets the first look's baseline requests
         # together (the notifier posts many as one message); the rest one change at a time.
         base = [c for c in changes if c.baseline]
+        rest = [c for c in changes if not c.baseline]
         for listener in self._listeners:
             together = getattr(listener, "baseline", None) if base else None
-            for c in changes if together is None else [c for c in changes if not c.baseline]:
+            for c in changes if together is None else rest:
                 try:
                     listener(c)
                 except Exception:

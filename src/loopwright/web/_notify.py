@@ -428,8 +428,10 @@ class Notifier:
         if job.covers:
             self._deliver_waiting(t, job.covers)
             return
-        if self._done_before(t, job):
-            return
+        if not self._done_before(t, job):
+            self._post_job(t, job)
+
+    def _post_job(self, t: _Target, job: _Job) -> None:
         attempts = self._send(t, job.key, job.event, job.make())
         if attempts:
             self._mark(t, job, attempts)
@@ -438,7 +440,7 @@ class Notifier:
         left = [j for j in jobs if not self._done_before(t, j)]  # a restart: most were posted
         if len(left) <= self.config.baseline_posts:
             for j in left:
-                self._deliver(t, j)
+                self._post_job(t, j)  # known not posted: no second look at the store
             return
         body = waiting_body([j.make() for j in left], self.config.link_base)
         attempts = self._send(t, f"waiting:{left[0].key}", "approvals_waiting", body)

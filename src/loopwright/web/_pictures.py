@@ -20,6 +20,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response
 
 from .._errors import ConfigError, RunNotFoundError
+from .._state import TaskState
 from ..store import Store
 from ..store._blobs import Blob, Blobs, is_digest
 
@@ -70,15 +71,16 @@ def picture_bytes(store: Store, value: Any) -> tuple[bytes, str] | None:
     return blob.data, blob.media_type
 
 
-def inline_blob_refs(store: Store, run_id: str, svg: str) -> str:
-    """``svg`` with each ``lw-blob:`` picture that a part of run ``run_id`` holds replaced by
-    its bytes as a ``data:`` URL (raster types only); any other reference is left as it is
-    (and shows nothing)."""
+def inline_blob_refs(store: Store, state: TaskState, svg: str) -> str:
+    """``svg`` with each ``lw-blob:`` picture that a part of the run (its ``state``) holds
+    replaced by its bytes as a ``data:`` URL (raster types only); any other reference is left
+    as it is (and shows nothing)."""
     if BLOB_HREF not in svg:
         return svg
+    held = _held_digests(state)
 
     def inline(m: re.Match[str]) -> str:
-        blob = _blob(store, m.group(2)) if _holds(store, run_id, m.group(2)) else None
+        blob = _blob(store, m.group(2)) if m.group(2) in held else None
         if blob is None or blob.media_type not in RASTER_TYPES:
             return m.group(0)
         data = base64.b64encode(blob.data).decode()
@@ -94,13 +96,18 @@ def _blob(store: Store, digest: str) -> Blob | None:
         return None
 
 
+def _held_digests(state: TaskState) -> set[str]:
+    """The pictures some version of some part of the run holds."""
+    return {
+        str(v.value.get("image"))
+        for _, part in state.iter_parts()
+        for v in part.versions
+        if isinstance(v.value, Mapping) and v.value.get("image")
+    }
+
+
 def _holds(store: Store, run_id: str, digest: str) -> bool:
-    state = store.latest_checkpoint(run_id).task_state()
-    for _, part in state.iter_parts():
-        for v in part.versions:
-            if isinstance(v.value, Mapping) and v.value.get("image") == digest:
-                return True
-    return False
+    return digest in _held_digests(store.latest_checkpoint(run_id).task_state())
 
 
 def register_picture_routes(app: FastAPI, store: Store) -> None:

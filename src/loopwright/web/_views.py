@@ -115,21 +115,19 @@ def _unapplied_row(
             "visible": pend.get("visible"),
             "held_out": rec.get("held_out"),
             "usage": pend.get("usage"),
-            "decision": (
-                (
-                    "parked for approval: never applied"
-                    if ended
-                    else "parked for approval: not applied yet"
-                )
-                if parked
-                else "not applied: its effects did not complete"
-            ),
+            "decision": _why_unapplied(parked, ended),
         },
     )
     row["unapplied"] = True
     for e in row["edits"]:
         e["svg"] = False  # a proposed value, not a version of the run: shown as text
     return row
+
+
+def _why_unapplied(parked: bool, ended: bool) -> str:
+    if not parked:
+        return "not applied: its effects did not complete"
+    return "parked for approval: " + ("never applied" if ended else "not applied yet")
 
 
 def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
