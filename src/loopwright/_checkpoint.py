@@ -30,6 +30,9 @@ from .store import CommitRequest, NewApproval, NewEvent
 __all__ = ["NOTES_WINDOW", "Checkpoints"]
 
 NOTES_WINDOW = 100  # the newest notes a state keeps (invariant 8: they would grow every cycle)
+# A snapshot's part entries per cycle between snapshots, at most (``_stage``): with more parts
+# than ``snapshot_every`` × this, snapshots come every parts ÷ this checkpoints.
+SNAPSHOT_SHARE = 20
 
 
 class Checkpoints(RuntimeHost):
@@ -190,7 +193,7 @@ class Checkpoints(RuntimeHost):
         if improved:
             s.best_score = max(v for v in (old.best_score, score) if v is not None)
             s.best_cycle = n
-            s.best_parts = {ref: p.count for ref, p in s.iter_parts()}
+            s.mark_best()
             s.stall = 0
         elif decision == "asked":
             s.stall = old.stall  # waiting for an answer is not a cycle without progress
@@ -360,15 +363,34 @@ class Checkpoints(RuntimeHost):
             # Notes (effect results, answers, edits...) are a window too: the state, and so the
             # actor's context, keeps the newest; every one is in the events and records.
             del s.notes[:-NOTES_WINDOW]
-        head = codec.head(s)
         seq = ex.seq + 1
-        if ex.head is None or ex.since_base + 1 >= self.snapshot_every:
+        # Only the parts changed since the last checkpoint are looked at (invariant 8 with many
+        # parts); a snapshot walks them all, which also makes good anything changed in place
+        # behind the state's back (a verifier writing to the candidate).
+        changed = sorted(s.take_changes())
+        # A snapshot holds an entry per part: with many parts it comes less often, so that
+        # its share of each cycle stays about SNAPSHOT_SHARE entries (loading the latest state
+        # then reads as many bytes of deltas as of snapshot, at most).
+        every = self.snapshot_every
+        if ex.head is not None:
+            every = max(every, len(ex.head["parts"]) // SNAPSHOT_SHARE)
+        if ex.head is None or ex.since_base + 1 >= every:
+            s.reindex()
+            head = codec.head(s)
             state, base = head, None
             ex.base, ex.since_base = seq, 0
+            rows, ex.written = codec.unwritten_versions(s, ex.written)
+            ex.trim = None
         else:
-            state, base = codec.delta(ex.head, head), ex.base
+            head = codec.head(s, ex.head, changed)
+            hints: dict[str, list[str]] = {"parts": changed}
+            best = s.best_diff(ex.head["best_parts"])
+            if best is not None:
+                hints["best_parts"] = best
+            state, base = codec.delta(ex.head, head, hints), ex.base
             ex.since_base += 1
-        rows, ex.written = codec.unwritten_versions(s, ex.written)
+            rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
+            ex.trim = changed
         rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
         ex.rejected_written = len(s.rejected)
         ex.head = head
@@ -390,7 +412,7 @@ class Checkpoints(RuntimeHost):
 
     def _committed(self, ex: _Exec) -> None:
         # Durable: versions the engine no longer needs can leave memory (the store has them).
-        ex.state.trim()
+        ex.state.trim(ex.trim)
         ex.at("after_checkpoint")
         if self._live is not None:
             # Live tracing: the spans this durable commit started or completed go out now

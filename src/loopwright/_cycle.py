@@ -250,9 +250,8 @@ class Cycle(RuntimeHost):
         for check in loop.verifiers:
             subject = candidate
             if check.held_out:
-                private = private or TaskState.from_dict(
-                    json.loads(json.dumps(candidate.to_dict(held=True))),
-                    lambda ref: self.store.versions(ex.run_id, ref),
+                private = private or candidate.detached(
+                    lambda ref: self.store.versions(ex.run_id, ref)
                 )
                 subject = private
             where = f"verifier {check.name}"

@@ -8,7 +8,7 @@ from ._contract import Contract, RiskRule
 from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
-from ._state import TaskState, match_any, split_ref
+from ._state import TaskState, match_any, part_ref, split_ref
 from ._usage import Usage
 
 __all__ = [
@@ -163,23 +163,43 @@ def accept_clean_parts(
     visible verifier checked the part and found nothing (``when_clean``), or everything not
     flagged (``all_parts``, on success). Returns the newly accepted part references."""
     visible = [(c.name, verdicts[c.name]) for c in checks if not c.held_out and c.name in verdicts]
+    # Which parts the visible error findings touch, gathered once (``Finding.touches``): the
+    # loop below then looks only at parts not yet accepted, at a set lookup each.
+    everything = False
+    artifacts: set[str] = set()
+    refs: set[str] = set()
+    for _, v in visible:
+        for f in v.findings:
+            if f.severity != "error":
+                continue
+            if f.artifact is None:
+                everything = True
+            elif f.part is None:
+                artifacts.add(f.artifact)
+            else:
+                refs.add(part_ref(f.artifact, f.part))
+    if all_parts or everything or artifacts:
+        targets = state.open_refs()
+    else:
+        # Only these can change: flagged parts, and parts every visible verifier checked (a
+        # verdict that names what it checked names all it can accept).
+        targets = {r for r in refs if state.is_open(r)}
+        if visible and when_clean and all(v.passed or v.findings for _, v in visible):
+            checked = [v.checked for _, v in visible if v.checked is not None]
+            if len(checked) < len(visible):
+                targets = state.open_refs()
+            else:
+                both = set(checked[0]).intersection(*checked[1:])
+                targets |= {r for r in both if state.is_open(r)}
     accepted: list[str] = []
-    for ref, part in state.iter_parts():
-        version = part.current
-        if version.status == "accepted":
-            continue
-        artifact, name = split_ref(ref)
-        flagged = any(
-            f.severity == "error" and f.touches(artifact, name)
-            for _, v in visible
-            for f in v.findings
-        )
+    for ref in sorted(targets):
+        flagged = everything or ref in refs or (bool(artifacts) and split_ref(ref)[0] in artifacts)
         if all_parts and not flagged:
-            version.status = "accepted"
+            state.set_status(ref, "accepted")
             accepted.append(ref)
             continue
         if flagged:
-            version.status = "rejected"
+            state.set_status(ref, "rejected")
             continue
         if not visible or not when_clean:
             continue
@@ -187,7 +207,7 @@ def accept_clean_parts(
             (v.checked is None or ref in v.checked) and (v.passed or v.findings) for _, v in visible
         )
         if clean:
-            version.status = "accepted"
+            state.set_status(ref, "accepted")
             accepted.append(ref)
     return accepted
 

@@ -81,6 +81,8 @@ class Execution:
     head: dict[str, Any] | None = None
     written: dict[tuple[str, int], str] = field(default_factory=dict)
     rejected_written: int = 0
+    # The parts the last staged commit wrote (None: all, a snapshot): what ``trim`` looks at.
+    trim: list[str] | None = None
     base: int = 0
     since_base: int = 0
     # The run row's status as this execution last wrote it (None: not known): a commit that

@@ -161,9 +161,9 @@ class Forking(RuntimeHost):
             if old == value:
                 raise ConfigError("is the part's current value already", field="value")
             s.set_part(artifact, name, value, s.cycle)
+            s.set_status(ref, "accepted")  # a person's version is accepted by definition
             part = s.part(ref)
             assert part is not None
-            part.current.status = "accepted"  # a person's version is accepted by definition
             s.refresh_plan()
             changed = what_changed(old, value)
             override = was == "accepted"

@@ -385,6 +385,7 @@ class Decisions(RuntimeHost):
         self._retire_failures(ex)
         ex.adopt(self.store, latest.state)
         cur.artifacts = old.artifacts
+        cur.reindex()
         cur.attach(lambda ref: self.store.versions(rec.run_id, ref))
         ex.written = {}  # the restored versions are written again, as they were then
         cur.findings = old.findings

@@ -9,9 +9,10 @@ from this state.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from ._errors import ConfigError
 from ._usage import Usage
@@ -90,7 +91,7 @@ class Part:
     memory and per-cycle work do not grow with the number of cycles).
     """
 
-    __slots__ = ("_known", "count", "loader", "name")
+    __slots__ = ("_known", "count", "loader", "name", "owner")
 
     def __init__(
         self,
@@ -104,6 +105,9 @@ class Part:
         self._known: dict[int, Version] = {v.n: v for v in versions}
         self.count = count if count is not None else max(self._known, default=0)
         self.loader = loader
+        # The state that may change this part in place (copy on write: ``TaskState.fork``
+        # shares parts between the copies, and the first change in either copies the part).
+        self.owner: object | None = None
 
     def __repr__(self) -> str:
         return f"Part({self.name!r}, count={self.count}, known={sorted(self._known)})"
@@ -142,10 +146,15 @@ class Part:
     @property
     def accepted(self) -> Version | None:
         # The latest accepted version is always held in memory (see ``trim``).
-        for n in sorted(self._known, reverse=True):
-            if self._known[n].status == "accepted":
-                return self._known[n]
-        return None
+        known = self._known
+        cur = known.get(self.count)
+        if cur is not None and cur.status == "accepted":
+            return cur  # the common case, without looking at the others
+        found: Version | None = None
+        for n, v in known.items():
+            if v.status == "accepted" and (found is None or n > found.n):
+                found = v
+        return found
 
     def version(self, n: int) -> Version:
         if n not in self._known:
@@ -220,9 +229,51 @@ class Artifact:
 
     name: str
     parts: dict[str, Part] = field(default_factory=dict)
+    # The parts' current values, and the accepted values of those that have one, in part
+    # order: every cycle's context shows them, so they are kept up to date by
+    # ``TaskState.set_part`` / ``set_status`` and copied (a C-level dict copy) rather than
+    # rebuilt part by part. None: not built yet (or dropped by ``TaskState.reindex``).
+    _values: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _accepted: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def values(self) -> dict[str, Any]:
-        return {name: p.value for name, p in self.parts.items()}
+        vals = self._values
+        if vals is None or len(vals) != len(self.parts):
+            vals = self._values = {name: p.value for name, p in self.parts.items()}
+        return dict(vals)
+
+    def accepted_values(self) -> dict[str, Any]:
+        """The latest accepted value of each part that has one."""
+        acc = self._accepted
+        if acc is None:
+            acc = self._accepted = {
+                name: a.value for name, p in self.parts.items() if (a := p.accepted) is not None
+            }
+        return dict(acc)
+
+    def _noted(self, name: str, p: Part, *, value: bool, status: bool) -> None:
+        """Keep the cached values right after part ``name`` (now ``p``) changed."""
+        if value and self._values is not None:
+            self._values[name] = p.value  # a new part is the last one in both
+        acc, cache = p.accepted, self._accepted
+        if not status or cache is None:
+            return
+        if name in cache:
+            if acc is None:
+                del cache[name]
+            else:
+                cache[name] = acc.value
+        elif acc is not None:
+            if next(reversed(self.parts)) == name:
+                cache[name] = acc.value  # the last part: the cache stays in part order
+            else:
+                self._accepted = None  # rebuilt in part order when next read
+
+    def _forked(self) -> Artifact:
+        out = Artifact(self.name, dict(self.parts))
+        out._values = None if self._values is None else dict(self._values)
+        out._accepted = None if self._accepted is None else dict(self._accepted)
+        return out
 
     def to_dict(self, *, held: bool = False) -> dict[str, Any]:
         return {
@@ -389,6 +440,27 @@ class TaskState:
     pending: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
+    # Bookkeeping, not the state's value (never stored, never compared). Invariant 8 for
+    # states with many parts: a cycle's work follows the parts it changed, not how many there
+    # are. ``fork`` shares parts (copy on write: a part whose ``owner`` is this token may be
+    # changed in place, any other is copied first); ``_dirty`` names the parts changed since
+    # the engine last took them (``take_changes``: what the next checkpoint writes);
+    # ``_open`` lists every part whose current version may not be accepted (a superset: a
+    # part is appended when it becomes open and dropped when the list is next compacted;
+    # None: not computed yet). Append-only between compactions, it is shared by forks, like
+    # ``rejected``: a part another fork appended is checked against this state's parts.
+    _token: object = field(default_factory=object, init=False, repr=False, compare=False)
+    _dirty: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _open: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _open_size: int = field(default=0, init=False, repr=False, compare=False)
+    # Likewise the parts whose version count may differ from ``best_parts`` (None: any), and
+    # what the last ``mark_best`` changed, from which ``best_parts`` (``best_diff``).
+    _best_hint: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _best_size: int = field(default=0, init=False, repr=False, compare=False)
+    _best_diff: tuple[dict[str, int], dict[str, int], list[str]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
     # --- reading -------------------------------------------------------------------------
     def part(self, ref: str) -> Part | None:
         artifact, name = split_ref(ref)
@@ -405,13 +477,8 @@ class TaskState:
         return {name: art.values() for name, art in self.artifacts.items()}
 
     def accepted_values(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for art in self.artifacts.values():
-            for p in art.parts.values():
-                acc = p.accepted
-                if acc is not None:
-                    out.setdefault(art.name, {})[p.name] = acc.value
-        return out
+        """The accepted value of every part that has one: ``{artifact: {part: value}}``."""
+        return {name: acc for name, art in self.artifacts.items() if (acc := art.accepted_values())}
 
     def best_values(self) -> dict[str, dict[str, Any]]:
         """The best candidate so far: each part at the version it had in the best cycle."""
@@ -440,12 +507,113 @@ class TaskState:
         art = self.artifacts.setdefault(artifact, Artifact(artifact))
         p = art.parts.get(part)
         if p is None:
-            art.parts[part] = Part(part, [Version(1, value, cycle)])
-            return True
-        if p.value == value:
+            p = art.parts[part] = Part(part, [Version(1, value, cycle)])
+            p.owner = self._token
+        elif p.value == value:
             return False
-        p.add(value, cycle)
+        else:
+            p = self._own(art, part, p)
+            p.add(value, cycle)
+        art._noted(part, p, value=True, status=False)
+        ref = part_ref(artifact, part)
+        self._dirty.add(ref)
+        self._opened(ref)
+        hint = self._best_hint
+        if hint is not None:
+            hint.append(ref)
+            if len(hint) > 2 * self._best_size + 64:  # deduplicated once it doubled
+                self._best_hint = sorted(set(hint))
+                self._best_size = len(self._best_hint)
         return True
+
+    def mark_best(self) -> None:
+        """This is the best state so far: ``best_parts`` becomes every part's version count,
+        looking only at the parts changed since it was last set (a new dict: ``best_parts``
+        is replaced, never changed in place, so forks share it)."""
+        old, hint = self.best_parts, self._best_hint
+        if hint is None:
+            new = {ref: p.count for ref, p in self.iter_parts()}
+            self._best_diff = None
+        else:
+            new = dict(old)
+            changed = []
+            for ref in sorted(set(hint)):
+                p = self.part(ref)
+                if p is not None and new.get(ref) != p.count:
+                    new[ref] = p.count
+                    changed.append(ref)
+            self._best_diff = (old, new, changed)
+        self.best_parts = new
+        self._best_hint, self._best_size = [], 0
+
+    def best_diff(self, before: Mapping[str, int]) -> list[str] | None:
+        """The parts whose ``best_parts`` entries differ from ``before`` (an earlier
+        ``best_parts``), where the last ``mark_best`` made the current one from it (else
+        None: not known)."""
+        d = self._best_diff
+        if d is None or d[0] is not before or d[1] is not self.best_parts:
+            return None
+        return d[2]
+
+    def set_status(self, ref: str, status: PartStatus) -> None:
+        """Mark the current version of part ``ref`` (the engine's verdict on it)."""
+        artifact, name = split_ref(ref)
+        art = self.artifacts.get(artifact)
+        p = None if art is None else art.parts.get(name)
+        if art is None or p is None:
+            raise LookupError(f"no part {ref!r}")
+        if p.status == status:
+            return
+        p = self._own(art, name, p)
+        p.known[p.count].status = status
+        art._noted(name, p, value=False, status=True)
+        self._dirty.add(ref)
+        if status != "accepted":
+            self._opened(ref)
+
+    def _own(self, art: Artifact, name: str, p: Part) -> Part:
+        """``p`` (part ``name`` of ``art``), safe to change: copied first if shared."""
+        if p.owner is not self._token:
+            p = p.fork()
+            p.owner = self._token
+            art.parts[name] = p
+        return p
+
+    def open_refs(self) -> set[str]:
+        """The parts whose current version is not accepted."""
+        hint = self._open
+        if hint is None:
+            out = {ref for ref, p in self.iter_parts() if p.status != "accepted"}
+        else:
+            out = {ref for ref in hint if self.is_open(ref)}
+        self._open, self._open_size = sorted(out), len(out)
+        return out
+
+    def is_open(self, ref: str) -> bool:
+        """Whether part ``ref`` exists and its current version is not accepted."""
+        artifact, _, name = ref.partition("/")
+        art = self.artifacts.get(artifact)
+        p = None if art is None else art.parts.get(name)
+        return p is not None and p.status != "accepted"
+
+    def _opened(self, ref: str) -> None:
+        hint = self._open
+        if hint is not None:
+            hint.append(ref)
+            if len(hint) > 2 * self._open_size + 64:
+                self.open_refs()  # compacted once it doubled: a constant per change
+
+    def take_changes(self) -> set[str]:
+        """The parts changed (``set_part``, ``set_status``) since the last call."""
+        out, self._dirty = self._dirty, set()
+        return out
+
+    def reindex(self) -> None:
+        """Forget what is derived from the parts (recomputed when next needed): after parts
+        were changed other than through ``set_part`` / ``set_status``."""
+        self._open = self._best_hint = self._best_diff = None
+        for art in self.artifacts.values():
+            art._values = art._accepted = None
 
     def refresh_plan(self) -> None:
         """Mark steps whose parts are all accepted as done."""
@@ -461,36 +629,90 @@ class TaskState:
             if p.loader is None:
                 p.loader = _bind(loader, ref)
 
-    def trim(self) -> None:
+    def trim(self, refs: Iterable[str] | None = None) -> None:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
-        parts that can read the others from the store (invariant 8: bounded memory)."""
-        for ref, p in self.iter_parts():
-            b = self.best_parts.get(ref)
-            p.trim(() if b is None else (b,))
+        parts that can read the others from the store (invariant 8: bounded memory): of the
+        parts ``refs`` (those a commit changed), else of all."""
+        if refs is None:
+            for ref, p in self.iter_parts():
+                b = self.best_parts.get(ref)
+                p.trim(() if b is None else (b,))
+            return
+        for ref in refs:
+            q = self.part(ref)
+            if q is not None:
+                b = self.best_parts.get(ref)
+                q.trim(() if b is None else (b,))
 
     # --- copying -------------------------------------------------------------------------
     def fork(self) -> TaskState:
-        """An independent copy to build a cycle's candidate on: every container is new, and
-        so is each part's current version, the only one the engine ever changes (its status);
-        earlier versions are immutable history and shared, like part values and the task (JSON
-        data the engine never mutates). Equivalent to ``from_dict(to_dict())`` at a fraction of
-        its cost, which matters: a long run's parts hold many versions.
-        """
+        """An independent copy to build a cycle's candidate on: every container is new; the
+        parts are shared until one of the copies changes one (``set_part``, ``set_status``
+        copy it first), and part values, earlier versions and the task are immutable data
+        the engine never changes in place. Costs the same whatever the number of parts'
+        versions, and a C-level dict copy per artifact for the parts."""
+        self._token = object()  # from here on this state shares its parts too
+        out = self._like(
+            task=self.task,
+            artifacts={name: a._forked() for name, a in self.artifacts.items()},
+            plan=[PlanStep(s.id, s.title, s.depends_on, s.parts, s.status) for s in self.plan],
+            findings=list(self.findings),
+            notes=[dict(n) for n in self.notes],
+            # Replaced, never changed in place (``mark_best``): shared, like the hints below.
+            best_parts=self.best_parts,
+            # Shared, append-only: a copy per cycle would cost O(cycles) (invariant 8).
+            rejected=self.rejected,
+            pending=None if self.pending is None else dict(self.pending),
+            history=list(self.history),
+        )
+        out._dirty = set(self._dirty)
+        out._open, out._open_size = self._open, self._open_size
+        out._best_hint, out._best_size = self._best_hint, self._best_size
+        out._best_diff = self._best_diff
+        return out
+
+    def detached(self, loader: VersionLoader | None = None) -> TaskState:
+        """A copy that shares nothing its user could change with this one: what a held-out
+        verifier judges, so that nothing it does reaches the actor's next context (invariant
+        3). Each part is copied the first time the copy's user reads it (its versions, and
+        containers in their values by a JSON round trip; strings and numbers are immutable and
+        shared), so the copy costs what the verifier reads, not the number of parts; the
+        task's entries likewise. Findings, notes and the plan are copied at once. Older
+        versions are read through ``loader`` (fresh objects from the store); rejected digests
+        are answered (``in``) by this state's, never copied (they grow with the run)."""
+        findings, notes, pending, history, plan = json.loads(
+            json.dumps(
+                [
+                    [f.to_dict() for f in self.findings],
+                    self.notes,
+                    self.pending,
+                    self.history,
+                    [s.to_dict() for s in self.plan],
+                ]
+            )
+        )
+        rejected = self.rejected
+        return self._like(
+            task=_CopyOnRead(self.task, _json_copy),
+            artifacts={
+                name: Artifact(name, _CopyOnRead(a.parts, _part_copier(name, loader)))
+                for name, a in self.artifacts.items()
+            },
+            plan=[PlanStep.from_dict(s) for s in plan],
+            findings=[Finding.from_dict(f) for f in findings],
+            notes=notes,
+            best_parts=dict(self.best_parts),
+            rejected=Digests((), lookup=rejected.__contains__),
+            pending=pending,
+            history=history,
+        )
+
+    def _like(self, **containers: Any) -> TaskState:
+        """A state with this one's scalar fields (small lists copied) and ``containers``."""
         return TaskState(
             goal=self.goal,
             task_key=self.task_key,
             project=self.project,
-            task=self.task,
-            artifacts={
-                name: Artifact(
-                    a.name,
-                    {pn: p.fork() for pn, p in a.parts.items()},
-                )
-                for name, a in self.artifacts.items()
-            },
-            plan=[PlanStep(s.id, s.title, s.depends_on, s.parts, s.status) for s in self.plan],
-            findings=list(self.findings),
-            notes=[dict(n) for n in self.notes],
             next_action=self.next_action,
             retries=dict(self.retries),
             cycle=self.cycle,
@@ -498,14 +720,10 @@ class TaskState:
             score=self.score,
             best_score=self.best_score,
             best_cycle=self.best_cycle,
-            best_parts=dict(self.best_parts),
             stall=self.stall,
-            # Shared, append-only: a copy per cycle would cost O(cycles) (invariant 8).
-            rejected=self.rejected,
             approved=list(self.approved),
             passed_checks=list(self.passed_checks),
-            pending=None if self.pending is None else dict(self.pending),
-            history=list(self.history),
+            **containers,
         )
 
     # --- serialisation -------------------------------------------------------------------
@@ -611,6 +829,95 @@ def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
         if note.get("kind") == "edit" and note.get("part") == ref:
             return dict(note) if note.get("version") == part.count else None
     return None
+
+
+_V = TypeVar("_V")
+
+
+class _CopyOnRead(dict[str, _V]):
+    """A mapping of a ``TaskState.detached`` copy (an artifact's parts, the task): each entry
+    is replaced by ``copy(key, value)`` the first time it is read (``[]``, ``get``, ``items``,
+    ``values``, copies), so that nothing read through it is shared with the state it came
+    from, and the copy costs what its user reads. Written by hand: a lazy deep copy of our own
+    objects, which no copying library does."""
+
+    __slots__ = ("_copy", "_fresh")
+
+    def __init__(self, data: Mapping[str, _V], copy: Callable[[str, _V], _V]) -> None:
+        super().__init__(data)
+        self._copy = copy
+        self._fresh: set[str] = set()
+
+    def _take(self, key: str) -> _V:
+        v = dict.__getitem__(self, key)
+        if key not in self._fresh:
+            v = self._copy(key, v)
+            dict.__setitem__(self, key, v)
+            self._fresh.add(key)
+        return v
+
+    def _all(self) -> None:
+        for key in [k for k in dict.keys(self) if k not in self._fresh]:
+            self._take(key)
+
+    def __getitem__(self, key: str) -> _V:
+        return self._take(key)
+
+    def __setitem__(self, key: str, value: _V) -> None:
+        dict.__setitem__(self, key, value)
+        self._fresh.add(key)
+
+    def __iter__(self) -> Iterator[str]:
+        # Overridden so that dict(self) and {**self} copy through ``[]`` (CPython copies a
+        # dict subclass's storage directly only while its ``__iter__`` is dict's own).
+        return dict.__iter__(self)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._take(key) if dict.__contains__(self, key) else default
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return self._take(key)
+        self[key] = default
+        return default
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if dict.__contains__(self, key):
+            self._take(key)
+        self._fresh.discard(key)
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[str, _V]:
+        self._all()
+        return dict.popitem(self)
+
+    def values(self) -> Any:
+        self._all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._all()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, _V]:
+        self._all()
+        return dict(dict.items(self))
+
+
+def _json_copy(_key: str, value: Any) -> Any:
+    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+
+
+def _part_copier(artifact: str, loader: VersionLoader | None) -> Callable[[str, Part], Part]:
+    def copy(name: str, p: Part) -> Part:
+        """A copy of ``p`` that shares no changeable object with it."""
+        bound = p.loader if loader is None else _bind(loader, part_ref(artifact, name))
+        q = Part(p.name, count=p.count, loader=bound)
+        for n, v in p.known.items():
+            q.known[n] = Version(v.n, _json_copy(name, v.value), v.cycle, v.status)
+        return q
+
+    return copy
 
 
 def _bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:

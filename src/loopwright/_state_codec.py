@@ -20,16 +20,17 @@ checkpoint, which is the O(cycles) growth this module exists to avoid).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._state import TaskState, part_ref, split_ref
+from ._state import Part, TaskState, split_ref
 
 __all__ = [
     "FORMAT",
     "VersionRow",
     "apply_delta",
     "delta",
+    "fold",
     "head",
     "is_head",
     "resolve",
@@ -48,13 +49,23 @@ _MAP_KEYS = ("parts", "best_parts", "retries")
 _TAIL_KEYS = ("history", "notes")
 
 
-def head(state: TaskState) -> dict[str, Any]:
-    """The compact head of ``state``: no part values, no full history, no rejected digests."""
-    parts: dict[str, list[Any]] = {}
-    for ref, p in state.iter_parts():
-        acc = p.accepted
-        # the current version's status too: it can change after the version was written
-        parts[ref] = [p.count, None if acc is None else acc.n, p.status]
+def head(
+    state: TaskState, prev: Mapping[str, Any] | None = None, changed: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """The compact head of ``state``: no part values, no full history, no rejected digests.
+    With ``prev`` (the head of the last checkpoint) and ``changed`` (the parts changed since,
+    ``TaskState.take_changes``), only those parts are looked at: the others' entries are
+    ``prev``'s (a C-level dict copy), so the cost follows what the cycle changed."""
+    if prev is None or changed is None:
+        parts = {ref: _entry(p) for ref, p in state.iter_parts()}
+    else:
+        parts = dict(prev["parts"])
+        for ref in sorted(changed):
+            q = state.part(ref)
+            if q is None:
+                parts.pop(ref, None)
+            else:
+                parts[ref] = _entry(q)
     return {
         "format": FORMAT,
         "goal": state.goal,
@@ -75,13 +86,19 @@ def head(state: TaskState) -> dict[str, Any]:
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,
-        "best_parts": dict(state.best_parts),
+        "best_parts": state.best_parts,  # replaced, never changed in place (mark_best)
         "stall": state.stall,
         "approved": list(state.approved),
         "passed_checks": list(state.passed_checks),
         "pending": _copy(state.pending),
         "history": list(state.history),
     }
+
+
+def _entry(p: Part) -> list[Any]:
+    acc = p.accepted
+    # the current version's status too: it can change after the version was written
+    return [p.count, None if acc is None else acc.n, p.status]
 
 
 def _copy(value: Any) -> Any:
@@ -97,20 +114,33 @@ def is_head(d: Mapping[str, Any]) -> bool:
     return d.get("format") == FORMAT and "parts" in d
 
 
-def delta(prev: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """What changed from ``prev`` to ``new`` (both heads); ``apply_delta(prev, d) == new``."""
+def delta(
+    prev: Mapping[str, Any],
+    new: Mapping[str, Any],
+    hints: Mapping[str, Iterable[str]] | None = None,
+) -> dict[str, Any]:
+    """What changed from ``prev`` to ``new`` (both heads); ``apply_delta(prev, d) == new``.
+    ``hints``: for a per-part map (``parts``, ``best_parts``), the only keys whose entries can
+    differ — so that a cycle compares what it changed, not every part's entry."""
     out: dict[str, Any] = {}
     for k, v in new.items():
         if k not in prev:
             out[k] = v
             continue
         old = prev[k]
-        if old is v or old == v:
+        if old is v:
             continue
-        if k in _MAP_KEYS and isinstance(old, dict) and isinstance(v, dict):
-            changed = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
+        hint = None if hints is None else hints.get(k)
+        if hint is not None and isinstance(old, dict) and isinstance(v, dict):
+            keys = [r for r in sorted(hint) if old.get(r) != v.get(r)]
+            if keys:
+                out[k + "$"] = [{r: v[r] for r in keys if r in v}, [r for r in keys if r not in v]]
+        elif old == v:
+            continue
+        elif k in _MAP_KEYS and isinstance(old, dict) and isinstance(v, dict):
+            diff = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
             gone = [sk for sk in old if sk not in v]
-            out[k + "$"] = [changed, gone]
+            out[k + "$"] = [diff, gone]
         elif k in _TAIL_KEYS and isinstance(old, list) and isinstance(v, list):
             out[k + "$"] = _tail(old, v)
         else:
@@ -133,22 +163,34 @@ def _tail(old: list[Any], new: list[Any]) -> list[Any]:
 
 def apply_delta(base: Mapping[str, Any], d: Mapping[str, Any]) -> dict[str, Any]:
     """A new head: ``base`` with the delta ``d`` applied (``base`` is not changed)."""
+    return fold(base, [d])
+
+
+def fold(base: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``base`` with ``deltas`` applied in order (``base`` is not changed). Each per-part map
+    is copied once, then changed in place, so a chain of small deltas over a state with many
+    parts costs what the deltas hold, not their number times the parts."""
     out = dict(base)
-    for k, v in d.items():
-        if k.endswith("$"):
-            key = k[:-1]
-            if key in _TAIL_KEYS:
-                drop, added = v
-                out[key] = [*list(out.get(key) or ())[int(drop) :], *added]
+    own: set[str] = set()  # the maps already copied
+    for d in deltas:
+        for k, v in d.items():
+            if k.endswith("$"):
+                key = k[:-1]
+                if key in _TAIL_KEYS:
+                    drop, added = v
+                    out[key] = [*list(out.get(key) or ())[int(drop) :], *added]
+                else:
+                    changed, gone = v
+                    if key not in own:
+                        out[key] = dict(out.get(key) or {})
+                        own.add(key)
+                    m = out[key]
+                    m.update(changed)
+                    for sk in gone:
+                        m.pop(sk, None)
             else:
-                changed, gone = v
-                m = dict(out.get(key) or {})
-                m.update(changed)
-                for sk in gone:
-                    m.pop(sk, None)
-                out[key] = m
-        else:
-            out[k] = v
+                out[k] = v
+                own.discard(k)
     return out
 
 
@@ -191,19 +233,28 @@ def resolve(h: Mapping[str, Any], versions: Mapping[tuple[str, int], VersionRow]
 
 
 def unwritten_versions(
-    state: TaskState, written: Mapping[tuple[str, int], str]
+    state: TaskState,
+    written: Mapping[tuple[str, int], str],
+    changed: Iterable[str] | None = None,
 ) -> tuple[list[VersionRow], dict[tuple[str, int], str]]:
     """Version rows to write — versions held in memory that ``written`` (``(ref, n) -> status``
     as committed) lacks or has with another status — and the new ``written`` (only versions
-    held in memory: it stays as small as the state)."""
+    held in memory: it stays as small as the state). With ``changed`` (the parts changed since
+    ``written`` was made) only those parts are looked at, and ``written`` is updated in place
+    (it may then keep entries of versions since dropped from memory, until the next full
+    pass)."""
+    parts: Iterable[tuple[str, Part | None]]
+    if changed is not None and isinstance(written, dict):
+        now = written
+        parts = ((ref, state.part(ref)) for ref in sorted(changed))
+    else:
+        now = {}
+        parts = state.iter_parts()
     rows: list[VersionRow] = []
-    now: dict[tuple[str, int], str] = {}
-    for art in state.artifacts.values():
-        for p in art.parts.values():
-            ref = part_ref(art.name, p.name)
-            for n, v in p.known.items():
-                key = (ref, n)
-                if written.get(key) != v.status:
-                    rows.append((ref, n, v.cycle, v.status, v.value))
-                now[key] = v.status
+    for ref, q in parts:
+        for n, v in () if q is None else q.known.items():
+            key = (ref, n)
+            if written.get(key) != v.status:
+                rows.append((ref, n, v.cycle, v.status, v.value))
+            now[key] = v.status
     return rows, now

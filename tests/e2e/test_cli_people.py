@@ -122,7 +122,9 @@ def test_the_first_user_may_come_before_the_first_run(
     code, _, err = lw_cli(capsys, "users", "add", "ana", "--role", "approver", "--store", str(db))
     assert code == 2 and "first user must be an admin" in err and not db.exists()
     missing = tmp_path / "no-such-folder" / "s.db"
-    code, _, err = lw_cli(capsys, "users", "add", "root", "--role", "admin", "--store", str(missing))
+    code, _, err = lw_cli(
+        capsys, "users", "add", "root", "--role", "admin", "--store", str(missing)
+    )
     assert code == 2 and "no folder" in err and not missing.parent.exists()
     code, out, err = lw_cli(capsys, "users", "add", "root", "--role", "admin", "--store", str(db))
     assert code == 0 and out.strip().startswith("lw_") and f"created the store {db}" in err

@@ -160,19 +160,24 @@ def test_the_snapshot_interval_does_not_change_what_is_stored(k: int) -> None:
     assert reference(k) == reference(3)
 
 
-@settings(
+def crash_points(cycles: int) -> st.SearchStrategy[list[tuple[str, int]]]:
+    """One to three crashes, each at a phase boundary of one of ``cycles`` cycles."""
+    return st.lists(
+        st.tuples(st.sampled_from(PHASES), st.integers(min_value=1, max_value=cycles)),
+        min_size=1,
+        max_size=3,
+    )
+
+
+SLOW = settings(
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    k=st.integers(min_value=1, max_value=6),
-    crashes=st.lists(
-        st.tuples(st.sampled_from(PHASES), st.integers(min_value=1, max_value=CYCLES)),
-        min_size=1,
-        max_size=3,
-    ),
-)
+
+
+@SLOW
+@given(k=st.integers(min_value=1, max_value=6), crashes=crash_points(CYCLES))
 def test_a_run_crashed_anywhere_resumes_to_the_uninterrupted_state(
     k: int, crashes: list[tuple[str, int]]
 ) -> None:

@@ -455,7 +455,9 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
     assert "s3cret" not in seen and "k3y" not in seen
 
     server.script(fail(404, "The model `nope` does not exist"))  # a status error: same naming
-    with pytest.raises(Exception, match=r"model 'nope' at http://127\.0\.0\.1:\d+/v1: Error code: 404"):
+    with pytest.raises(
+        Exception, match=r"model 'nope' at http://127\.0\.0\.1:\d+/v1: Error code: 404"
+    ):
         ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
             [{"role": "user", "content": "hi"}], "run"
         )

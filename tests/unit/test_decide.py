@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
@@ -189,3 +189,100 @@ def test_a_vacuous_pass_is_not_success_unless_allowed() -> None:
     assert rules.success(allow, [check], vacuous, 1.0)
     real = {"tests": lw.Verdict(passed=True, evidence={"passed": 1, "total": 1})}
     assert rules.success(_contract(max_cycles=3), [check], real, 1.0)
+
+
+def _accept_every_part(
+    state: lw.TaskState,
+    checks: list[lw.Check],
+    verdicts: dict[str, lw.Verdict],
+    *,
+    all_parts: bool,
+    when_clean: bool,
+) -> list[str]:
+    """The rule as first written, looking at every part: the specification the faster
+    ``accept_clean_parts`` (which looks only at the parts that can change) must match."""
+    visible = [(c.name, verdicts[c.name]) for c in checks if not c.held_out and c.name in verdicts]
+    accepted: list[str] = []
+    for ref, part in list(state.iter_parts()):
+        if part.current.status == "accepted":
+            continue
+        artifact, name = ref.split("/")
+        flagged = any(
+            f.severity == "error" and f.touches(artifact, name)
+            for _, v in visible
+            for f in v.findings
+        )
+        if all_parts and not flagged:
+            state.set_status(ref, "accepted")
+            accepted.append(ref)
+        elif flagged:
+            state.set_status(ref, "rejected")
+        elif (
+            visible
+            and when_clean
+            and all(
+                (v.checked is None or ref in v.checked) and (v.passed or v.findings)
+                for _, v in visible
+            )
+        ):
+            state.set_status(ref, "accepted")
+            accepted.append(ref)
+    return sorted(accepted)
+
+
+_REFS = [f"{a}/{p}" for a in ("x", "y") for p in ("p0", "p1", "p2", "p3")]
+_finding = st.builds(
+    lambda where, sev: lw.Finding("f", *where, severity=sev),
+    st.sampled_from([tuple(r.split("/")) for r in _REFS])
+    | st.sampled_from([(None, None), ("x", None), ("y", None)]),
+    st.sampled_from(["error", "warning"]),
+)
+_verdict = st.builds(
+    lambda passed, findings, checked: lw.Verdict(
+        passed=passed, findings=tuple(findings), checked=checked
+    ),
+    st.booleans(),
+    st.lists(_finding, max_size=3),
+    st.none() | st.lists(st.sampled_from(_REFS), max_size=4).map(tuple),
+)
+
+
+@settings(max_examples=400)
+@given(
+    statuses=st.lists(
+        st.sampled_from(["candidate", "accepted", "rejected"]), min_size=8, max_size=8
+    ),
+    verdicts=st.lists(_verdict, min_size=1, max_size=3),
+    held=st.booleans(),
+    all_parts=st.booleans(),
+    when_clean=st.booleans(),
+    rounds=st.integers(min_value=1, max_value=3),
+)
+def test_accept_clean_parts_matches_the_rule_over_every_part(
+    statuses: list[str],
+    verdicts: list[lw.Verdict],
+    held: bool,
+    all_parts: bool,
+    when_clean: bool,
+    rounds: int,
+) -> None:
+    s = lw.TaskState.from_task(
+        {"artifacts": {"x": {f"p{i}": i for i in range(4)}, "y": {f"p{i}": i for i in range(4)}}}
+    )
+    for ref, status in zip(_REFS, statuses, strict=True):
+        s.set_status(ref, status)  # type: ignore[arg-type]
+    checks = [_check(f"v{i}") for i in range(len(verdicts))]
+    if held:
+        checks[-1] = _check(checks[-1].name, held_out=True)
+    by_name = {c.name: v for c, v in zip(checks, verdicts, strict=True)}
+    fast, slow = s.fork(), s.fork()
+    for _ in range(rounds):  # again on the result: the open parts' index is kept up to date
+        got = rules.accept_clean_parts(
+            fast, checks, by_name, all_parts=all_parts, when_clean=when_clean
+        )
+        want = _accept_every_part(slow, checks, by_name, all_parts=all_parts, when_clean=when_clean)
+        assert got == want
+        assert {r: p.status for r, p in fast.iter_parts()} == {
+            r: p.status for r, p in slow.iter_parts()
+        }
+        assert fast.open_refs() == {r for r, p in fast.iter_parts() if p.status != "accepted"}

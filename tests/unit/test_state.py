@@ -229,7 +229,7 @@ def test_fork_is_an_independent_copy(s: lw.TaskState) -> None:
     assert f.to_dict() == s.to_dict()
     # what the engine does to a candidate: new versions, current statuses, plan, lists
     for ref, p in list(f.iter_parts()):
-        p.current.status = "rejected" if p.current.status != "rejected" else "accepted"
+        f.set_status(ref, "rejected" if p.current.status != "rejected" else "accepted")
         art, part = split_ref(ref)
         f.set_part(art, part, {"new": ref}, 99)
     for step in f.plan:
@@ -255,9 +255,55 @@ def test_fork_shares_only_history_versions() -> None:
     for c in range(3):
         s.set_part("doc", "p", f"v{c}", c)
     f = s.fork()
+    # copy on write: shared until one side changes it, whatever the number of parts
+    assert f.artifacts["doc"].parts["p"] is s.artifacts["doc"].parts["p"]
+    f.set_status("doc/p", "accepted")
     old, new = s.artifacts["doc"].parts["p"].versions, f.artifacts["doc"].parts["p"].versions
-    assert old is not new
     assert [a is b for a, b in zip(old, new, strict=True)] == [True, True, False]
+    assert s.part("doc/p").status == "candidate"  # type: ignore[union-attr]
+    # the source copies too before it changes a part it now shares
+    g = s.fork()
+    s.set_part("doc", "p", "v9", 9)
+    assert g.part("doc/p").count == 3 and s.part("doc/p").count == 4  # type: ignore[union-attr]
+    assert f.part("doc/p").status == "accepted"  # type: ignore[union-attr]
+
+
+def test_changes_are_tracked_per_part() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"doc": {f"p{i}": i for i in range(50)}}})
+    s.take_changes()
+    assert s.open_refs() == {f"doc/p{i}" for i in range(50)}
+    f = s.fork()
+    f.set_part("doc", "p3", "new", 1)
+    f.set_status("doc/p7", "accepted")
+    f.set_status("doc/p8", "candidate")  # unchanged: not a change
+    assert f.take_changes() == {"doc/p3", "doc/p7"} and f.take_changes() == set()
+    assert "doc/p7" not in f.open_refs() and "doc/p7" in s.open_refs()
+    f.set_part("doc", "new", 1, 1)
+    assert f.take_changes() == {"doc/new"} and "doc/new" in f.open_refs()
+    with pytest.raises(LookupError):
+        f.set_status("doc/nope", "accepted")
+
+
+def test_detached_copy_shares_nothing_changeable() -> None:
+    s = lw.TaskState.from_task(
+        {"goal": "g", "x": {"y": [1]}, "artifacts": {"doc": {"a": {"k": [1, 2]}, "b": "text"}}}
+    )
+    s.findings.append(lw.Finding("f", "doc", "a", evidence={"e": [1]}))
+    s.notes.append({"kind": "note", "data": {"z": 1}})
+    s.rejected.append("d1")
+    before = json.dumps(s.to_dict())
+    d = s.detached()
+    # the rejected digests are asked about (``in``), never copied: they grow with the run
+    assert {**d.to_dict(), "rejected": ["d1"]} == s.to_dict() and "d1" in d.rejected
+    d.part("doc/a").value["k"].append(3)  # type: ignore[union-attr]
+    d.task["x"]["y"].append(2)
+    d.findings[0].evidence["e"].append(2)
+    d.notes[0]["data"]["z"] = 2
+    d.set_status("doc/b", "accepted")
+    d.set_part("doc", "b", "other", 5)
+    d.rejected.append("d2")
+    assert json.dumps(s.to_dict()) == before
+    assert "d1" in d.rejected and "d2" not in s.rejected
 
 
 def test_a_version_serialises_its_current_status() -> None:
@@ -271,3 +317,75 @@ def test_a_version_serialises_its_current_status() -> None:
     assert lw.TaskState.from_dict(s.to_dict()).to_dict() == s.to_dict()
     v.value = "replaced"  # by hand: not what the engine does, but never served stale
     assert v.to_dict()["value"] == "replaced"
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.integers(0, 5), st.integers(0, 3)),
+        st.tuples(st.just("status"), st.integers(0, 5), st.sampled_from(["accepted", "rejected"])),
+        st.tuples(st.just("fork"), st.just(0), st.just(0)),
+        st.tuples(st.just("best"), st.just(0), st.just(0)),
+        st.tuples(st.just("commit"), st.just(0), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@given(_OPS)
+def test_incremental_heads_match_a_full_walk(ops: list[tuple[str, int, Any]]) -> None:
+    """What a checkpoint built from the changed parts holds (head, delta, version rows) is
+    what a walk of every part gives, through forks, statuses and best-part marks."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"p0": 0, "p1": 1}}})
+    s.take_changes()
+    prev = codec.head(s)
+    _, written = codec.unwritten_versions(s, {})
+    s.open_refs()  # the open-parts index is then kept up to date, not recomputed
+    for op, i, arg in [*ops, ("commit", 0, 0)]:
+        if op == "set":
+            s.set_part("d", f"p{i}", arg, 1)
+        elif op == "status" and s.part(f"d/p{i}") is not None:
+            s.set_status(f"d/p{i}", arg)
+        elif op == "fork":
+            s = s.fork()
+        elif op == "best":
+            s.mark_best()
+        elif op == "commit":
+            changed = sorted(s.take_changes())
+            head = codec.head(s, prev, changed)
+            assert head == codec.head(s)
+            hints = {"parts": changed}
+            best = s.best_diff(prev["best_parts"])
+            if best is not None:
+                hints["best_parts"] = best
+            assert codec.apply_delta(prev, codec.delta(prev, head, hints)) == head
+            _, full = codec.unwritten_versions(s, {})
+            _, written = codec.unwritten_versions(s, written, changed)
+            assert {k: v for k, v in written.items() if k in full} == full
+            assert s.open_refs() == {r for r, p in s.iter_parts() if p.status != "accepted"}
+            assert s.values() == {"d": {n: p.value for n, p in s.artifacts["d"].parts.items()}}
+            assert list(s.accepted_values().get("d", {})) == [
+                n for n, p in s.artifacts["d"].parts.items() if p.accepted is not None
+            ]
+            prev = head
+
+
+def test_accepted_values_keep_part_order_however_parts_are_accepted() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"d": {"a": 1, "b": 2, "c": 3}}})
+    assert s.accepted_values() == {}
+    s.set_status("d/c", "accepted")
+    s.set_status("d/a", "accepted")
+    assert list(s.accepted_values()["d"]) == ["a", "c"]
+    s.set_part("d", "e", 5, 1)
+    s.set_status("d/e", "accepted")  # the newest part: appended in place
+    assert list(s.accepted_values()["d"]) == ["a", "c", "e"]
+    s.set_status("d/b", "accepted")
+    assert list(s.accepted_values()["d"]) == ["a", "b", "c", "e"]
+    s.set_part("d", "a", 10, 2)  # a new candidate version: the accepted one is still shown
+    assert s.accepted_values()["d"]["a"] == 1 and s.values()["d"]["a"] == 10
+    s.set_status("d/a", "accepted")
+    assert s.accepted_values()["d"]["a"] == 10
+    f = s.fork()
+    f.set_status("d/a", "rejected")  # the fork's cache only: v1 is its accepted version again
+    assert f.accepted_values()["d"]["a"] == 1 and s.accepted_values()["d"]["a"] == 10

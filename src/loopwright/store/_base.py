@@ -434,9 +434,9 @@ class Store(LiveStore, PeopleStore, ABC):
         rows = self._checkpoint_rows(run_id, latest=True)
         if not rows:
             raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
-        state: dict[str, Any] = {}
-        for r in rows:
-            state = r.state if r.seq == r.base else codec.apply_delta(state, r.state)
+        bases = [i for i, r in enumerate(rows) if r.seq == r.base]
+        first = bases[-1] if bases else -1
+        state = codec.fold(rows[first].state if bases else {}, [r.state for r in rows[first + 1 :]])
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
