@@ -164,3 +164,16 @@ def test_a_wide_run_crashed_anywhere_resumes_to_the_uninterrupted_state(
     db = Path(tempfile.mkdtemp(prefix="lw-wide-crash-")) / "run.db"
     run_with_crashes(db, k, crashes)
     assert outcome(db) == reference(50, full=True)
+
+
+def test_listing_checkpoints_resolves_each_state_when_read(tmp_path: Path) -> None:
+    db = tmp_path / "run.db"
+    with lw.Runtime(db, snapshot_every=2) as rt:
+        r = rt.run_sync(make_loop(), TASK, task_key="k")
+        cks = rt.store.checkpoints(r.run_id)
+        latest = rt.store.latest_checkpoint(r.run_id)
+    # read after the store is closed: what a state needs was read with the list
+    assert cks[-1].state == latest.state and cks[-1] == latest
+    assert [ck.state["cycle"] for ck in cks] == [ck.cycle for ck in cks]
+    counts = [len(ck.state["artifacts"][0]["parts"]) for ck in cks if ck.record]
+    assert counts == sorted(counts) and counts[-1] == 2 + FILLER + CYCLES

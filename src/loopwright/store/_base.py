@@ -7,8 +7,9 @@ the run's fencing token; a store must reject a write whose token is not the curr
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -96,18 +97,55 @@ class RunRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A checkpoint as read back: ``state`` is resolved (each part holds its current, accepted
-    and best versions and its ``count``); ``task_state()`` reads the others from the store."""
+    and best versions and its ``count``); ``task_state()`` reads the others from the store.
 
-    run_id: str
-    seq: int
-    cycle: int
-    state: dict[str, Any]
-    record: dict[str, Any] | None
-    created_at: float
-    loader: VersionLoader | None = field(default=None, compare=False, repr=False)
+    Read-only. ``state`` may be resolved when first read (``Store.checkpoints``: a long run
+    with many parts is listed without resolving every checkpoint's state)."""
+
+    __slots__ = ("_resolve", "_state", "created_at", "cycle", "loader", "record", "run_id", "seq")
+
+    def __init__(
+        self,
+        run_id: str,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any] | Callable[[], dict[str, Any]],
+        record: dict[str, Any] | None,
+        created_at: float,
+        loader: VersionLoader | None = None,
+    ) -> None:
+        self.run_id, self.seq, self.cycle = run_id, seq, cycle
+        self.record, self.created_at, self.loader = record, created_at, loader
+        self._state: dict[str, Any] | None = None
+        self._resolve: Callable[[], dict[str, Any]] | None = None
+        if callable(state):
+            self._resolve = state
+        else:
+            self._state = state
+
+    @property
+    def state(self) -> dict[str, Any]:
+        state = self._state
+        if state is None:
+            assert self._resolve is not None
+            state = self._state = self._resolve()
+            self._resolve = None
+        return state
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.run_id, self.seq, self.cycle, self.state, self.record, self.created_at)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(run_id={self.run_id!r}, seq={self.seq}, cycle={self.cycle})"
 
     def task_state(self) -> TaskState:
         """The state as a ``TaskState`` whose parts read older versions on demand."""
@@ -450,21 +488,36 @@ class Store(LiveStore, PeopleStore, ABC):
         return lambda ref: self.versions(run_id, ref)
 
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """All checkpoints of a run, oldest first, each state resolved as it was then."""
+        """All checkpoints of a run, oldest first, each state as it was then: resolved when
+        first read (from its snapshot and the deltas after it), so that listing a long run
+        with many parts costs its records, not every checkpoint's every part."""
         rows = self._checkpoint_rows(run_id, latest=False)
         loader = self._loader(run_id)
-        found: dict[tuple[str, int], VersionRow] | None = None
+        # every version, read now: a state may be read after the store is closed
+        found = {(v[0], v[1]): v for v in self._version_rows(run_id)} if rows else {}
+
+        def resolve(base: int, i: int) -> dict[str, Any]:
+            head = codec.fold(
+                rows[base].state if base >= 0 else {}, [r.state for r in rows[base + 1 : i + 1]]
+            )
+            return codec.resolve(head, found) if codec.is_head(head) else head
+
         out: list[Checkpoint] = []
-        head: dict[str, Any] = {}
-        for r in rows:
-            head = r.state if r.seq == r.base else codec.apply_delta(head, r.state)
-            if codec.is_head(head):
-                if found is None:
-                    found = {(v[0], v[1]): v for v in self._version_rows(run_id)}
-                state = codec.resolve(head, found)
-            else:
-                state = head
-            out.append(Checkpoint(run_id, r.seq, r.cycle, state, r.record, r.created_at, loader))
+        base = -1
+        for i, r in enumerate(rows):
+            if r.seq == r.base:
+                base = i
+            out.append(
+                Checkpoint(
+                    run_id,
+                    r.seq,
+                    r.cycle,
+                    functools.partial(resolve, base, i),
+                    r.record,
+                    r.created_at,
+                    loader,
+                )
+            )
         return out
 
     # --- checkpoints: writing -------------------------------------------------------------
