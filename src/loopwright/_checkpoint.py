@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -367,7 +367,7 @@ class Checkpoints(RuntimeHost):
         # Only the parts changed since the last checkpoint are looked at (invariant 8 with many
         # parts); a snapshot walks them all, which also makes good anything changed in place
         # behind the state's back (a verifier writing to the candidate).
-        changed = sorted(s.take_changes())
+        changed = s.take_changes()  # the codec reads them in sorted order
         # A snapshot holds an entry per part: with many parts it comes less often, so that
         # its share of each cycle stays about SNAPSHOT_SHARE entries (loading the latest state
         # then reads as many bytes of deltas as of snapshot, at most).
@@ -383,7 +383,7 @@ class Checkpoints(RuntimeHost):
             ex.trim = None
         else:
             head = codec.head(s, ex.head, changed)
-            hints: dict[str, list[str]] = {"parts": changed}
+            hints: dict[str, Collection[str]] = {"parts": changed}
             best = s.best_diff(ex.head["best_parts"])
             if best is not None:
                 hints["best_parts"] = best

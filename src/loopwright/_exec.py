@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,7 @@ class Execution:
     written: dict[tuple[str, int], str] = field(default_factory=dict)
     rejected_written: int = 0
     # The parts the last staged commit wrote (None: all, a snapshot): what ``trim`` looks at.
-    trim: list[str] | None = None
+    trim: Collection[str] | None = None
     base: int = 0
     since_base: int = 0
     # The run row's status as this execution last wrote it (None: not known): a commit that

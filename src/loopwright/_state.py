@@ -36,6 +36,7 @@ PartStatus = Literal["candidate", "accepted", "rejected"]
 VersionLoader = Callable[[str], Iterable["Version"]]
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
 _STEP_STATUSES = ("pending", "in_progress", "done", "blocked")
+_PART_STATUSES = ("candidate", "accepted", "rejected")
 
 
 def part_ref(artifact: str, part: str) -> str:
@@ -91,7 +92,7 @@ class Part:
     memory and per-cycle work do not grow with the number of cycles).
     """
 
-    __slots__ = ("_known", "count", "loader", "name", "owner")
+    __slots__ = ("_known", "_owner", "count", "loader", "name")
 
     def __init__(
         self,
@@ -107,7 +108,7 @@ class Part:
         self.loader = loader
         # The state that may change this part in place (copy on write: ``TaskState.fork``
         # shares parts between the copies, and the first change in either copies the part).
-        self.owner: object | None = None
+        self._owner: object | None = None
 
     def __repr__(self) -> str:
         return f"Part({self.name!r}, count={self.count}, known={sorted(self._known)})"
@@ -251,13 +252,18 @@ class Artifact:
             }
         return dict(acc)
 
-    def _noted(self, name: str, p: Part, *, value: bool, status: bool) -> None:
-        """Keep the cached values right after part ``name`` (now ``p``) changed."""
-        if value and self._values is not None:
-            self._values[name] = p.value  # a new part is the last one in both
-        acc, cache = p.accepted, self._accepted
-        if not status or cache is None:
+    def _value_changed(self, name: str, p: Part) -> None:
+        """Keep the cached values right after part ``name`` (now ``p``) got a version (a new
+        part is the last one in both; its new version is not accepted yet)."""
+        if self._values is not None:
+            self._values[name] = p.value
+
+    def _status_changed(self, name: str, p: Part) -> None:
+        """Keep the cached accepted values right after part ``name``'s status changed."""
+        cache = self._accepted
+        if cache is None:
             return
+        acc = p.accepted
         if name in cache:
             if acc is None:
                 del cache[name]
@@ -442,7 +448,7 @@ class TaskState:
 
     # Bookkeeping, not the state's value (never stored, never compared). Invariant 8 for
     # states with many parts: a cycle's work follows the parts it changed, not how many there
-    # are. ``fork`` shares parts (copy on write: a part whose ``owner`` is this token may be
+    # are. ``fork`` shares parts (copy on write: a part whose ``_owner`` is this token may be
     # changed in place, any other is copied first); ``_dirty`` names the parts changed since
     # the engine last took them (``take_changes``: what the next checkpoint writes);
     # ``_open`` lists every part whose current version may not be accepted (a superset: a
@@ -508,22 +514,19 @@ class TaskState:
         p = art.parts.get(part)
         if p is None:
             p = art.parts[part] = Part(part, [Version(1, value, cycle)])
-            p.owner = self._token
+            p._owner = self._token
         elif p.value == value:
             return False
         else:
             p = self._own(art, part, p)
             p.add(value, cycle)
-        art._noted(part, p, value=True, status=False)
+        art._value_changed(part, p)
         ref = part_ref(artifact, part)
         self._dirty.add(ref)
         self._opened(ref)
-        hint = self._best_hint
-        if hint is not None:
-            hint.append(ref)
-            if len(hint) > 2 * self._best_size + 64:  # deduplicated once it doubled
-                self._best_hint = sorted(set(hint))
-                self._best_size = len(self._best_hint)
+        if _logged(self._best_hint, ref, self._best_size):
+            self._best_hint = sorted(set(self._best_hint or ()))  # deduplicated
+            self._best_size = len(self._best_hint)
         return True
 
     def mark_best(self) -> None:
@@ -557,6 +560,8 @@ class TaskState:
 
     def set_status(self, ref: str, status: PartStatus) -> None:
         """Mark the current version of part ``ref`` (the engine's verdict on it)."""
+        if status not in _PART_STATUSES:
+            raise ConfigError(f"unknown part status {status!r} (one of {_PART_STATUSES})")
         artifact, name = split_ref(ref)
         art = self.artifacts.get(artifact)
         p = None if art is None else art.parts.get(name)
@@ -566,16 +571,16 @@ class TaskState:
             return
         p = self._own(art, name, p)
         p.known[p.count].status = status
-        art._noted(name, p, value=False, status=True)
+        art._status_changed(name, p)
         self._dirty.add(ref)
         if status != "accepted":
             self._opened(ref)
 
     def _own(self, art: Artifact, name: str, p: Part) -> Part:
         """``p`` (part ``name`` of ``art``), safe to change: copied first if shared."""
-        if p.owner is not self._token:
+        if p._owner is not self._token:
             p = p.fork()
-            p.owner = self._token
+            p._owner = self._token
             art.parts[name] = p
         return p
 
@@ -597,11 +602,8 @@ class TaskState:
         return p is not None and p.status != "accepted"
 
     def _opened(self, ref: str) -> None:
-        hint = self._open
-        if hint is not None:
-            hint.append(ref)
-            if len(hint) > 2 * self._open_size + 64:
-                self.open_refs()  # compacted once it doubled: a constant per change
+        if _logged(self._open, ref, self._open_size):
+            self.open_refs()  # compacts it
 
     def take_changes(self) -> set[str]:
         """The parts changed (``set_part``, ``set_status``) since the last call."""
@@ -633,16 +635,11 @@ class TaskState:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
         parts that can read the others from the store (invariant 8: bounded memory): of the
         parts ``refs`` (those a commit changed), else of all."""
-        if refs is None:
-            for ref, p in self.iter_parts():
+        parts = self.iter_parts() if refs is None else ((r, self.part(r)) for r in refs)
+        for ref, p in parts:
+            if p is not None:
                 b = self.best_parts.get(ref)
                 p.trim(() if b is None else (b,))
-            return
-        for ref in refs:
-            q = self.part(ref)
-            if q is not None:
-                b = self.best_parts.get(ref)
-                q.trim(() if b is None else (b,))
 
     # --- copying -------------------------------------------------------------------------
     def fork(self) -> TaskState:
@@ -691,7 +688,6 @@ class TaskState:
                 ]
             )
         )
-        rejected = self.rejected
         return self._like(
             task=_CopyOnRead(self.task, _json_copy),
             artifacts={
@@ -702,7 +698,7 @@ class TaskState:
             findings=[Finding.from_dict(f) for f in findings],
             notes=notes,
             best_parts=dict(self.best_parts),
-            rejected=Digests((), lookup=rejected.__contains__),
+            rejected=Digests((), lookup=self.rejected.__contains__),
             pending=pending,
             history=history,
         )
@@ -832,6 +828,17 @@ def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
 
 
 _V = TypeVar("_V")
+
+
+def _logged(log: list[str] | None, ref: str, size: int) -> bool:
+    """Note ``ref`` in a shared log of parts (``TaskState._open``, ``_best_hint``); True when
+    the log has doubled since it was last compacted to ``size`` entries and should be again
+    (a new list for this state: other forks keep theirs), which keeps the cost of a log a
+    constant per change."""
+    if log is None:
+        return False
+    log.append(ref)
+    return len(log) > 2 * size + 64
 
 
 class _CopyOnRead(dict[str, _V]):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +97,6 @@ def run_with_crashes(db: Path, k: int, crashes: list[tuple[str, int]]) -> None:
     raise AssertionError("unreachable")
 
 
-@pytest.fixture
-def every_checkpoint_full(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(_checkpoint, "SNAPSHOT_SHARE", 10**9)
-    yield
-
-
 _RUNS: dict[tuple[int, bool], dict[str, Any]] = {}
 
 
@@ -172,8 +165,11 @@ def test_listing_checkpoints_resolves_each_state_when_read(tmp_path: Path) -> No
         r = rt.run_sync(make_loop(), TASK, task_key="k")
         cks = rt.store.checkpoints(r.run_id)
         latest = rt.store.latest_checkpoint(r.run_id)
+        backwards = [ck.state for ck in reversed(rt.store.checkpoints(r.run_id))]
     # read after the store is closed: what a state needs was read with the list
     assert cks[-1].state == latest.state and cks[-1] == latest
     assert [ck.state["cycle"] for ck in cks] == [ck.cycle for ck in cks]
+    # read in order (each from the one before) or not: the same states
+    assert [ck.state for ck in cks] == backwards[::-1]
     counts = [len(ck.state["artifacts"][0]["parts"]) for ck in cks if ck.record]
     assert counts == sorted(counts) and counts[-1] == 2 + FILLER + CYCLES

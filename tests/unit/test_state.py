@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import loopwright as lw
+from loopwright import ConfigError
 from loopwright._state import match_any, split_ref
 
 
@@ -282,6 +283,8 @@ def test_changes_are_tracked_per_part() -> None:
     assert f.take_changes() == {"doc/new"} and "doc/new" in f.open_refs()
     with pytest.raises(LookupError):
         f.set_status("doc/nope", "accepted")
+    with pytest.raises(ConfigError, match="unknown part status 'done'"):
+        f.set_status("doc/p3", "done")  # type: ignore[arg-type]
 
 
 def test_detached_copy_shares_nothing_changeable() -> None:

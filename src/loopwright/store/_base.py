@@ -321,6 +321,14 @@ class JournalEntry:
         }
 
 
+def _folded(rows: Sequence[CheckpointRow], base: int, i: int) -> dict[str, Any]:
+    """The state of ``rows[i]``: the snapshot ``rows[base]`` (-1: none) with the deltas after
+    it up to ``i`` applied."""
+    return codec.fold(
+        rows[base].state if base >= 0 else {}, [r.state for r in rows[base + 1 : i + 1]]
+    )
+
+
 class Store(LiveStore, PeopleStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
@@ -473,8 +481,7 @@ class Store(LiveStore, PeopleStore, ABC):
         if not rows:
             raise RunNotFoundError(f"run {run_id!r} has no checkpoint in {self.url}")
         bases = [i for i, r in enumerate(rows) if r.seq == r.base]
-        first = bases[-1] if bases else -1
-        state = codec.fold(rows[first].state if bases else {}, [r.state for r in rows[first + 1 :]])
+        state = _folded(rows, bases[-1] if bases else -1, len(rows) - 1)
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
@@ -496,10 +503,15 @@ class Store(LiveStore, PeopleStore, ABC):
         # every version, read now: a state may be read after the store is closed
         found = {(v[0], v[1]): v for v in self._version_rows(run_id)} if rows else {}
 
+        last: list[Any] = [None, -1, {}]  # (base, i, head) of the last state read
+
         def resolve(base: int, i: int) -> dict[str, Any]:
-            head = codec.fold(
-                rows[base].state if base >= 0 else {}, [r.state for r in rows[base + 1 : i + 1]]
-            )
+            b, j, h = last
+            if b == base and j < i:  # read in order (most readers): from the last one
+                head = codec.fold(h, [r.state for r in rows[j + 1 : i + 1]])
+            else:
+                head = _folded(rows, base, i)
+            last[:] = [base, i, head]
             return codec.resolve(head, found) if codec.is_head(head) else head
 
         out: list[Checkpoint] = []
