@@ -33,6 +33,7 @@ import loopwright as lw
 from loopwright import _checkpoint, _cycle, _engine
 from loopwright import _state_codec as codec
 from loopwright.store import _sql
+from loopwright.store._base import CommitRequest
 
 TASK = {"goal": "a long loop", "artifacts": {"doc": {"body": "", "title": "a title"}}}
 
@@ -143,7 +144,8 @@ def instrument(ph: Phases) -> None:
     ph.wrap(_checkpoint, "_masked", "masked")
     ph.wrap(rt, "_commit", "commit_glue")
     ph.wrap(rt, "_stage", "commit_glue")
-    ph.wrap(_sql.SQLStore, "commit", "sql")
+    ph.wrap(_sql.SQLStore, "commit_request", "sql")
+    ph.wrap(_sql.SQLStore, "commit_many", "sql")
     ph.wrap(rt, "_committed", "committed")
 
 
@@ -184,20 +186,20 @@ def main(argv: list[str] | None = None) -> int:
             ph.undo()
         # The store taken away piece by piece (unwrapped): the cycle's commit, then the memory
         # read. The run's first and last commits (no cycle record) still go to the store.
-        commit, search = _sql.SQLStore.commit, _sql.SQLStore.memory_search
+        commit, search = _sql.SQLStore.commit_request, _sql.SQLStore.memory_search
 
-        def no_commit(self: Any, run_id: str, token: int, **kw: Any) -> bool:
-            if kw.get("record") is None or kw["run"].get("status") not in (None, "running"):
-                return bool(commit(self, run_id, token, **kw))
+        def no_commit(self: Any, it: CommitRequest) -> bool:
+            if it.record is None or it.run.get("status") not in (None, "running"):
+                return bool(commit(self, it))
             return False
 
         try:
-            _sql.SQLStore.commit = no_commit  # type: ignore[method-assign]
+            _sql.SQLStore.commit_request = no_commit  # type: ignore[method-assign]
             without_commit = cpu_per_cycle(rt, args.cycles, "no-commit", stored=False)
             _sql.SQLStore.memory_search = lambda self, s: [[] for _ in s]  # type: ignore[method-assign]
             without_store = cpu_per_cycle(rt, args.cycles, "no-store", stored=False)
         finally:
-            _sql.SQLStore.commit = commit  # type: ignore[method-assign]
+            _sql.SQLStore.commit_request = commit  # type: ignore[method-assign]
             _sql.SQLStore.memory_search = search  # type: ignore[method-assign]
     finally:
         rt.close()

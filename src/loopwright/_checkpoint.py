@@ -15,9 +15,9 @@ from typing import Any
 from . import _decide as rules
 from . import _state_codec as codec
 from ._cycle import _effect
+from ._effect_run import EffectOutcome, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
-from ._exec import EffectOutcome, perform_effect
 from ._exec import Execution as _Exec
 from ._group import GroupCommitter
 from ._host import RuntimeHost

@@ -25,7 +25,7 @@ from ._host import RuntimeHost
 from ._loop import Loop
 from ._memory import memory_search, rank, recall_scopes
 from ._policy import PolicyDecision
-from ._proposal import Context, Proposal, Verdict
+from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
 from ._redact import redact
 from ._state import Finding, PlanStep, TaskState, person_edit, split_ref
@@ -36,25 +36,36 @@ __all__ = ["HELD_OUT_KEY", "Cycle"]
 
 HELD_OUT_KEY = "held_out"
 
+_NOTHING = Usage()  # a call that reported no usage (Usage is immutable: one serves all)
+
 
 class Cycle(RuntimeHost):
     """The first half of a cycle: context, actor, verifiers, gates (mixed into ``Runtime``)."""
 
-    def _context(self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...]) -> Context:
+    def _context(
+        self,
+        ex: _Exec,
+        n: int,
+        memory: tuple[dict[str, Any], ...],
+        remaining: Remaining | None = None,
+    ) -> Context:
         s = ex.state
+        task = s.task
         return Context(
             run_id=ex.run_id,
             cycle=n,
             goal=s.goal,
             # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
             # held-out verifiers only; the actor never sees it (invariant 3).
-            task={k: v for k, v in s.task.items() if k != HELD_OUT_KEY},
+            task=dict(task)
+            if HELD_OUT_KEY not in task
+            else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
             artifacts=s.values(),
             accepted=s.accepted_values(),
             findings=tuple(s.findings),
             plan=tuple(s.plan),
             next_step=s.next_step(),
-            remaining=rules.remaining(ex.contract, s),
+            remaining=remaining if remaining is not None else rules.remaining(ex.contract, s),
             notes=tuple(s.notes),
             history=tuple(s.history),
             memory=memory,
@@ -102,10 +113,10 @@ class Cycle(RuntimeHost):
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
         ex.threaded = self._active > 1
-        rem = rules.remaining(contract, s).seconds
+        left = rules.remaining(contract, s)
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
-        ex.deadline = None if rem is None else time.time() + rem
-        ex.last_context = self._context(ex, n, await self._recall(ex))
+        ex.deadline = None if left.seconds is None else time.time() + left.seconds
+        ex.last_context = self._context(ex, n, await self._recall(ex), left)
         ex.last_visible = {}
         ex.at("before_actor")
         try:
@@ -141,11 +152,12 @@ class Cycle(RuntimeHost):
                     f"the actor returned {type(proposal).__name__}, expected Proposal",
                 ),
             )
-        usage = proposal.usage or Usage()
+        usage = proposal.usage or _NOTHING
         digest = proposal.digest()
-        cycle_usage = Usage(usage.cost_usd, usage.tokens, 0.0)
+        cycle_usage = usage if not usage.seconds else Usage(usage.cost_usd, usage.tokens, 0.0)
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
-        s.spent = s.spent + cycle_usage
+        if usage.cost_usd or usage.tokens:
+            s.spent = s.spent + cycle_usage
         ex.events.append(
             NewEvent(
                 n,
@@ -224,7 +236,11 @@ class Cycle(RuntimeHost):
                         "expires_after_s": ow.expires_after_s,
                     }
                 )
-        unknown = sorted({c.name for c in proposal.effects if loop.effect(c.name) is None})
+        unknown = (
+            sorted({c.name for c in proposal.effects if loop.effect(c.name) is None})
+            if proposal.effects
+            else None
+        )
         if unknown:
             return self._abort(
                 ex,
@@ -303,12 +319,14 @@ class Cycle(RuntimeHost):
             if masked is not raw:
                 verdict = Verdict.from_dict(masked)
             (held if check.held_out else visible)[check.name] = verdict
-            vu = verdict.usage or Usage()
-            cycle_usage = cycle_usage + Usage(vu.cost_usd, vu.tokens, 0.0)
+            vu = verdict.usage or _NOTHING
             ex.calls.append(
                 {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
             )
-            s.spent = s.spent + Usage(vu.cost_usd, vu.tokens, 0.0)
+            if vu.cost_usd or vu.tokens:
+                priced = Usage(vu.cost_usd, vu.tokens, 0.0)
+                cycle_usage = cycle_usage + priced
+                s.spent = s.spent + priced
             ex.events.append(
                 NewEvent(
                     n,

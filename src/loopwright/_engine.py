@@ -438,6 +438,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         else:
             self._commit_status(ex, "running")
         reflect = False
+        # A cycle that goes on has been through _conclude, which asked stop_before_cycle of
+        # this same state: asked again only after a reflection (it spends time).
+        decided = False
         while True:
             # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
             # cycle must be durable before the next starts (or its reflection is written).
@@ -447,6 +450,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
                 return
             if reflect:
                 reflect = False
+                decided = decided and ex.loop.reflector is None
                 await self._reflect(ex)
             if self._draining:
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
@@ -456,13 +460,13 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
                 )
                 ex.events = []
                 return
-            reason = rules.stop_before_cycle(ex.contract, ex.state)
+            reason = None if decided else rules.stop_before_cycle(ex.contract, ex.state)
             if reason is not None:
                 self._finish(ex, reason)
                 return
             if await self._cycle(ex):
                 return
-            reflect = True
+            reflect = decided = True
 
 
 def _compensating(store: Store, run_id: str) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from ._redact import redact, redact_text
@@ -31,9 +31,11 @@ __all__ = [
     "PROMPT_CHARS",
     "REPLY_CHARS",
     "TRUNCATED",
+    "close_sink",
     "collecting",
     "current_sink",
     "model_call_record",
+    "open_sink",
     "record_model_call",
     "use_sink",
 ]
@@ -64,6 +66,16 @@ def collecting(into: Sink) -> Iterator[Sink]:
         yield into
     finally:
         _sink.reset(token)
+
+
+def open_sink(into: Sink) -> Token[Sink | None]:
+    """``collecting`` without a generator, for the engine's hot path: collect into ``into``
+    until ``close_sink`` is given the token returned."""
+    return _sink.set(into)
+
+
+def close_sink(token: Token[Sink | None]) -> None:
+    _sink.reset(token)
 
 
 def current_sink() -> Sink | None:

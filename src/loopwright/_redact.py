@@ -25,6 +25,7 @@ not masked: see docs/security.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -256,7 +257,8 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 def _triggered(low: str) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
-    return any(t in low for t in _TRIGGER_IN) or _TRIGGER.search(low) is not None
+    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the three tests.
+    return "=" in low or "://" in low or "xox" in low or _TRIGGER.search(low) is not None
 
 
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}
@@ -319,7 +321,7 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     common case on the engine's write path (every commit), where walking the data in Python
     would cost more than the rest of a cycle. Unsure (not JSON, a value JSON would escape) is
     not clean."""
-    if orjson is None or any(('"' in v or "\\" in v or not v.isprintable()) for v in values):
+    if orjson is None or (values and _unsure(values)):
         return False
     try:
         text = orjson.dumps(obj).decode()
@@ -339,6 +341,12 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
             _field_patterns.clear()
         _field_patterns[fields] = pat
     return pat.search(low) is None
+
+
+@functools.lru_cache(maxsize=64)
+def _unsure(values: tuple[str, ...]) -> bool:
+    """Whether a secret value could be written differently in JSON text (escaped)."""
+    return any(('"' in v or "\\" in v or not v.isprintable()) for v in values)
 
 
 def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: bool) -> Any:

@@ -17,8 +17,9 @@ import time
 import uuid
 from typing import Any
 
+from ._effect_run import perform_effect
 from ._effects import Effect, EffectCall
-from ._exec import Execution, perform_effect
+from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
 from .store import NewApproval, NewEvent, Store

@@ -48,6 +48,54 @@ class _Locked:
         self._lock.release()
 
 
+class _Tx:
+    """One write transaction: the store's lock, BEGIN IMMEDIATE (the write lock up front, so
+    two writers queue instead of deadlocking), COMMIT or ROLLBACK. A class rather than a
+    generator context manager: every commit enters one."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._lock.acquire()
+        try:
+            store._db.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            store._lock.release()
+            if isinstance(exc, sqlite3.OperationalError):
+                raise store._failure(exc) from exc
+            raise
+        return store._db
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        store = self._store
+        db = store._db
+        try:
+            if exc is None:
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.Error as failed:
+                    # Nothing of it is kept, and no transaction is left open on the connection
+                    # (a refused COMMIT leaves one: the next BEGIN would fail).
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    if isinstance(failed, sqlite3.OperationalError):
+                        raise store._failure(failed) from failed
+                    raise
+                return
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise store._failure(exc) from exc
+        finally:
+            store._lock.release()
+
+
 class SQLiteStore(SQLStore):
     """A loopwright store in one SQLite file."""
 
@@ -56,9 +104,7 @@ class SQLiteStore(SQLStore):
     _REFUSED = (sqlite3.Error, OverflowError, ValueError, TypeError)
     _DB_FAILURE = (sqlite3.OperationalError,)  # locked, disk full...: not a value
 
-    @staticmethod
-    def _js(value: Any) -> str:
-        return dumps(value)
+    _js = staticmethod(dumps)
 
     @staticmethod
     def _jl(value: Any) -> Any:
@@ -164,30 +210,8 @@ class SQLiteStore(SQLStore):
     def _conn(self) -> _Locked:
         return self._reader
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE: take the write lock up front so two writers queue instead of deadlocking.
-        with self._lock:
-            db = self._db
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise self._failure(exc) from exc
-            try:
-                yield db
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise self._failure(exc) from exc
-                raise
-            else:
-                try:
-                    db.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
-                    raise self._failure(exc) from exc
+    def _tx(self) -> _Tx:
+        return _Tx(self)
 
     def _failure(self, exc: sqlite3.OperationalError) -> StoreError:
         """A write that failed in the database, not on a value: damage (a missing table or
@@ -212,7 +236,10 @@ class SQLiteStore(SQLStore):
     def _executemany(
         self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]
     ) -> None:
-        conn.executemany(sql, rows)
+        if len(rows) == 1:  # a cycle's one version or digest: execute costs less
+            conn.execute(sql, rows[0])
+        else:
+            conn.executemany(sql, rows)
 
     def _fence_batch(
         self, conn: sqlite3.Connection, run_ids: Sequence[str]

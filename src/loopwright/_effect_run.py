@@ -1,0 +1,410 @@
+"""Effects under the run's journal: ``perform_effect`` runs one requested effect at most once
+(invariant 2). Its intent is written under the run's fencing token before it runs and its
+result after, in the ``effect:<key>`` journal entry; a resumed run that finds an intent without
+a result reconciles it (the effect's own check, else ``in_doubt`` for a person) instead of
+running it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._calls import call_user
+from ._effects import Effect, EffectCall, EffectResult, _canon
+from ._errors import EffectKeyHeld, StaleLeaseError
+from ._exec import Execution, error_info
+from ._retry import RetryPolicy
+from ._usage import Usage
+from .store import JournalEntry, NewEvent, Store
+from .store._sql import owner_is_dead
+
+__all__ = ["EffectOutcome", "perform_effect"]
+
+
+@dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """How one requested effect ended in this cycle."""
+
+    name: str
+    kind: str
+    key: str
+    status: str  # done | failed | in_doubt
+    result: Any = None
+    reused: bool = False
+    reconciled: bool = False
+    attempts: int = 0
+    cause: str = ""
+    error: dict[str, Any] | None = None
+    usage: Usage | None = None  # what the call cost, to charge to this cycle
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "usage": self.usage.to_dict() if self.usage else None,
+            "name": self.name,
+            "kind": self.kind,
+            "key": self.key,
+            "status": self.status,
+            "result": self.result,
+            "reused": self.reused,
+            "reconciled": self.reconciled,
+            "attempts": self.attempts,
+            "cause": self.cause,
+            "error": self.error,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+_DEFAULT_EFFECT_RETRY = RetryPolicy()
+
+# Of the lease left when an effect starts, the part kept back from its execution deadline
+# (capped): room for the result's write and for clocks that differ between hosts, so the
+# deadline passes before anyone else can claim the run.
+_LEASE_MARGIN = 0.1
+_LEASE_MARGIN_MAX_S = 5.0
+
+# Effect calls of this process still executing, by (run, journal key): a resume in this
+# process knows whether an earlier attempt here is still running. A sync call leaves only when
+# its thread returns (a timed-out thread runs on).
+_RUNNING: set[tuple[str, str]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def _tracked(fn: Callable[[], Any], mark: tuple[str, str]) -> Callable[[], Any]:
+    with _RUNNING_LOCK:
+        _RUNNING.add(mark)
+
+    def run() -> Any:
+        try:
+            return fn()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(mark)
+
+    return run
+
+
+def _holder(owner: Any, mark: tuple[str, str]) -> str:
+    """Whether the executor that wrote an intent can still be executing it: ``gone`` (a
+    process of this host that no longer exists, or this process with the call not running),
+    ``alive`` (a process of this host: running, stuck or frozen) or ``unknown`` (another host,
+    or not recorded)."""
+    if not isinstance(owner, str):
+        return "unknown"
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return "unknown"
+    if int(pid) == os.getpid():
+        with _RUNNING_LOCK:
+            return "alive" if mark in _RUNNING else "gone"
+    return "gone" if owner_is_dead(owner) else "alive"
+
+
+async def perform_effect(
+    store: Store, ex: Execution, cycle: int, eff: Effect, call: EffectCall
+) -> EffectOutcome:
+    """Run one effect at most once, journaled: intent before, result after.
+
+    A key already ``done`` returns its recorded result without running. An attempt whose
+    outcome was never recorded (the process died, or the call failed in a way that may have
+    acted) is in doubt: the reconcile hook decides; without one only an idempotent effect is
+    run again, anything else ends in ``in_doubt`` for a person.
+
+    Under a frozen or stuck holder: the call starts only under a lease just renewed (fenced)
+    and gets an execution deadline inside it (``deadline_at`` in the intent), never starting
+    after it; an intent whose holder may still be executing it (its deadline not passed, or
+    its holder alive on this host) is settled only after that deadline, the hook asked again.
+    """
+    ikey = eff.key_for(ex.run_id, cycle, call)
+    found = store.journal(ex.run_id, key=f"effect:{ikey}")
+    # A compensated (undone) execution, or a failed one retired by a rollback, does not
+    # satisfy a new request for the same key: the request runs again as the key's next
+    # generation ("key~2"), itself at most once.
+    generation = 1
+    while found and found[0].status in ("compensated", "retired"):
+        generation += 1
+        found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
+    if generation > 1:
+        ikey = f"{ikey}~{generation}"
+    jkey = f"effect:{ikey}"
+    policy = eff.retry or _DEFAULT_EFFECT_RETRY
+    base = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    # A business key (``key=`` on the effect or the call) names the action, not the run: it is
+    # claimed store-wide, so no other run of this store performs it again (invariant 2).
+    claim = (
+        (eff.kind, ikey, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
+        if call.key or eff.key_fn is not None
+        else None
+    )
+
+    def out(status: str, **kw: Any) -> EffectOutcome:
+        return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
+
+    def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
+        return store.journal_put(
+            ex.run_id,
+            ex.token,
+            key=jkey,
+            kind="effect",
+            cycle=cycle,
+            status=status,
+            data={**base, **data},
+            attempts=attempts,
+            events=[
+                NewEvent(
+                    cycle,
+                    event,
+                    {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
+                    | ({"cause": data["cause"]} if data.get("cause") else {})
+                    | ({"deadline_at": data["deadline_at"]} if data.get("deadline_at") else {})
+                    | ({"from_run": data["from_run"]} if data.get("from_run") else {}),
+                )
+            ],
+            claim=claim,
+        )
+
+    def held(h: EffectKeyHeld) -> EffectOutcome:
+        """Another run of the store holds the key: its recorded result when it did the same
+        action; otherwise a person decides (different arguments, or an outcome not known)."""
+        assert claim is not None
+        if h.status == "done" and h.args_hash == claim[2]:
+            put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            return out("done", result=h.result, reused=True, attempts=attempts)
+        if h.status == "done":
+            cause = (
+                f"{eff.name} ({ikey}) was done by run {h.run_id} with other arguments; the "
+                "same key with different arguments is not run — check which is right"
+            )
+        else:
+            cause = (
+                f"{eff.name} ({ikey}) is held by run {h.run_id}, whose attempt is {h.status} "
+                "(it may be doing it now, or have done it) — not run again here"
+            )
+        put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
+        return out("in_doubt", attempts=attempts, cause=cause)
+
+    async def reconcile() -> tuple[str, Any, Usage | None]:
+        """('done', result, usage) | ('not_done', None, None) | ('error', message, None). A
+        hook that knows what the action cost returns ``EffectResult(value, usage=…)``: the
+        crashed attempt is then charged, as a finished one is."""
+        assert eff.reconcile_fn is not None
+        try:
+            found, _ = await call_user(
+                eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
+            )
+        except Exception as exc:
+            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}", None
+        if isinstance(found, EffectResult):  # it happened (even with no value): its cost
+            return "done", _jsonable(found.value), found.usage
+        return ("done", _jsonable(found), None) if found is not None else ("not_done", None, None)
+
+    entry = found[0] if found else None
+    attempts = entry.attempts if entry else 0
+
+    async def by_reconcile(doubt: str, info: dict[str, Any] | None) -> EffectOutcome | None:
+        """The outcome when the reconcile hook settles it (done, or in doubt because the hook
+        failed); ``None`` when the action did not happen and may run."""
+        verdict, value, usage = await reconcile()
+        if verdict == "done":
+            data = {"result": value, "reconciled": True}
+            if usage is not None:
+                data["usage"] = usage.to_dict()
+            put("done", data, None, "effect_reconciled")
+            return out("done", result=value, reconciled=True, attempts=attempts, usage=usage)
+        if verdict == "error":
+            cause = f"{eff.name} ({ikey}) {doubt}: {value}"
+            put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+            return out("in_doubt", attempts=attempts, cause=cause, error=info)
+        return None
+
+    async def grace(doubt: JournalEntry) -> bool:
+        """Wait while an in-doubt attempt may still be executing elsewhere: until its deadline
+        (an intent without one: its time plus the lease TTL), unless its holder is known gone.
+        Returns whether it waited (the outside world is then asked again)."""
+        mark = (ex.run_id, jkey)
+        who = _holder(doubt.data.get("holder"), mark)
+        if who == "gone":
+            return False
+        until = doubt.data.get("deadline_at")
+        if not isinstance(until, (int, float)):
+            until = doubt.updated_at + (ex.lease_ttl_s or 60.0)
+        wait = float(until) - time.time()
+        if wait <= 0:
+            return False  # past its deadline a holder never starts the call
+        ex.events.append(
+            NewEvent(
+                cycle,
+                "effect_grace",
+                {
+                    "effect": eff.name,
+                    "key": ikey,
+                    "holder": doubt.data.get("holder"),
+                    "holder_alive": who == "alive",
+                    "until": until,
+                },
+            )
+        )
+        await asyncio.sleep(wait)
+        return True
+
+    def lease_room() -> float | None:
+        """How long a call starting now may run inside the lease, renewed first (a fenced
+        write: ``StaleLeaseError`` once another executor holds the run); ``None``: unbounded."""
+        if ex.lease_ttl_s is not None:
+            store.renew_lease(ex.run_id, ex.token, ex.lease_ttl_s)
+            left = ex.lease_ttl_s
+        else:  # the TTL is not known here: what the run row says is left of the lease
+            expires = store.get_run(ex.run_id).lease_expires_at
+            if expires is None:
+                return None
+            left = expires - time.time()
+        room = left - min(left * _LEASE_MARGIN, _LEASE_MARGIN_MAX_S)
+        if room <= 0:
+            raise StaleLeaseError(f"run {ex.run_id}: no time left in the lease to run {eff.name}")
+        return room
+
+    first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    if entry is not None:
+        if entry.status == "done":
+            ex.events.append(NewEvent(cycle, "effect_reused", {"effect": eff.name, "key": ikey}))
+            # Done in this very cycle before a crash: its cost was never checkpointed, so it is
+            # charged now; done in an earlier cycle, it was charged then.
+            cost = entry.data.get("usage") if entry.cycle == cycle else None
+            return out(
+                "done",
+                result=entry.data.get("result"),
+                reused=True,
+                attempts=attempts,
+                usage=Usage.from_dict(cost) if cost else None,
+            )
+        if entry.status in ("failed", "in_doubt"):
+            return out(
+                entry.status,
+                attempts=attempts,
+                cause=str(entry.data.get("cause", "")),
+                error=entry.data.get("error"),
+            )
+        if entry.status == "intent":
+            # Started, never finished: did it happen?
+            if eff.reconcile_fn is not None:
+                settled = await by_reconcile("is in doubt", None)
+                if settled is not None:
+                    return settled
+            elif not eff.idempotent:
+                cause = (
+                    f"{eff.name} ({ikey}) started before a crash and its outcome was not "
+                    "recorded; it is not idempotent and has no reconcile hook, so it is not run "
+                    "again — check whether it happened"
+                )
+                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause)
+            # Not done (or idempotent): its holder may still be executing it (a frozen or
+            # stuck worker) — not run again before its deadline has passed.
+            if await grace(entry) and eff.reconcile_fn is not None:
+                settled = await by_reconcile("is in doubt", None)
+                if settled is not None:
+                    return settled
+        elif entry.status == "waiting":
+            wait = float(entry.data.get("next_at", 0.0)) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+    # Whether the latest attempt's outcome is unknown (it was interrupted by a crash).
+    unknown = entry is not None and entry.status == "intent"
+    while True:
+        if attempts >= policy.attempts:
+            if unknown:
+                # Interrupted attempts count against the bound (a crash loop must end), but
+                # an attempt that may have succeeded is in doubt, not failed.
+                cause = (
+                    f"{eff.name} ({ikey}) was interrupted {attempts} time(s), its retry bound; "
+                    "the last attempt's outcome is unknown — check whether it happened"
+                )
+                put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause)
+            cause = f"{eff.name} ({ikey}) gave up after {attempts} attempt(s)"
+            put("failed", {"cause": cause}, None, "effect_failed")
+            return out("failed", attempts=attempts, cause=cause)
+        ex.at("before_effect_intent")
+        attempts += 1
+        while True:
+            # The deadline lies inside a lease renewed just now: the lease cannot pass to
+            # another executor before it, and the call never starts after it.
+            room = lease_room()
+            limit = room if eff.timeout_s is None else min(eff.timeout_s, room or eff.timeout_s)
+            deadline_at = None if limit is None else time.time() + limit
+            intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
+            try:
+                put("intent", intent, attempts, "effect_started")
+            except EffectKeyHeld as h:
+                attempts -= 1  # nothing was written
+                return held(h)
+            ex.at("after_effect_intent")
+            left = None if deadline_at is None else deadline_at - time.time()
+            if left is None or left > 0:
+                break
+            # Paused past the deadline before the call (a frozen process): another executor
+            # may hold the run by now; renew (fenced) and write a fresh intent first.
+        try:
+            result, _secs = await call_user(
+                _tracked(eff.bind(call.args, ikey), (ex.run_id, jkey)),
+                timeout=left,
+                threaded=ex.threaded,
+            )
+        except Exception as exc:
+            unknown = False
+            kind = policy.classify(exc)
+            info = error_info(f"effect {eff.name}", exc)
+            if eff.reconcile_fn is not None:
+                # It may have acted before failing: ask the outside world before anything else.
+                settled = await by_reconcile("raised and is in doubt", info)
+                if settled is not None:
+                    return settled
+            elif kind == "transient" and not eff.idempotent:
+                cause = (
+                    f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "
+                    "is not idempotent and has no reconcile hook, so it is not retried"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            _, delay = policy.decide(exc, attempts, elapsed_s=time.time() - first_at)
+            if delay is None:
+                why = {
+                    "permanent": "a permanent error",
+                    "needs_human": "an error a person must resolve",
+                    "transient": f"a transient error, {attempts} attempt(s) spent",
+                }[kind]
+                cause = f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc}"
+                put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
+                return out("failed", attempts=attempts, cause=cause, error=info)
+            put(
+                "waiting",
+                {"first_at": first_at, "next_at": time.time() + delay, "error": info},
+                None,
+                "effect_retry",
+            )
+            ex.at("backoff:effect")
+            await asyncio.sleep(delay)
+            continue
+        ex.at("before_effect_result")
+        usage = None
+        if isinstance(result, EffectResult):
+            result, usage = result.value, result.usage
+        value = _jsonable(result)
+        data = {"result": value, "first_at": first_at}
+        if usage is not None:
+            data["usage"] = usage.to_dict()
+        put("done", data, None, "effect_done")
+        ex.at("after_effect_result")
+        return out("done", result=value, attempts=attempts, usage=usage)
