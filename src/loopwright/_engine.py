@@ -42,7 +42,7 @@ from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
 from ._reversal import run_compensations
-from ._state import TaskState
+from ._state import TaskState, _bind
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
@@ -82,11 +82,17 @@ class RunResult:
         }
 
 
-def _complete(state: TaskState) -> TaskState:
-    """Every version read into memory: a result outlives the store it came from (read once,
-    when a run returns; a running cycle never does this)."""
-    for _ref, p in state.iter_parts():
-        p.versions  # noqa: B018 - loads them
+def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
+    """A result's state, whose older versions are read when wanted — through the store, or
+    through its database opened again once the store is closed (``Store.lasting_loader``).
+    Where the database cannot be opened again (in memory), every version is read now."""
+    if not store.reopenable:
+        for _ref, p in state.iter_parts():
+            p.versions  # noqa: B018 - loads them
+        return state
+    loader = store.lasting_loader(run_id)
+    for ref, p in state.iter_parts():
+        p.loader = _bind(loader, ref)
     return state
 
 
@@ -362,7 +368,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
             best_score=rec.best_score,
             spent=Usage(rec.cost_usd, rec.tokens, rec.seconds),
             packet=rec.packet,
-            state=_complete(ck.task_state()),
+            state=_lasting(ck.task_state(), self.store, rec.run_id),
             held_out_passed=rec.held_out_passed,
         )
 

@@ -255,10 +255,21 @@ _TRIGGER_IN = ("=", "://", "xox")
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
+# Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``):
+# on text with none of them — a clean record — the regular expression never runs. Nine
+# substring tests in C cost about two thirds of one pass of the expression.
+_PREFILTER = ("aiza", "akia", "bearer", "gh", "github_pat_", "glpat-", "hf_", "passw", "sk-")
+
+
 def _triggered(low: str) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
     # ``_TRIGGER_IN`` spelled out: a generator here costs more than the three tests.
-    return "=" in low or "://" in low or "xox" in low or _TRIGGER.search(low) is not None
+    if "=" in low or "://" in low or "xox" in low:
+        return True
+    for needle in _PREFILTER:
+        if needle in low:
+            return _TRIGGER.search(low) is not None
+    return False
 
 
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}

@@ -4,9 +4,12 @@ recovery after a simulated crash, and classified retries of actors and verifiers
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -541,16 +544,25 @@ def test_intent_without_result_non_idempotent_escalates_in_doubt(rt: lw.Runtime)
     assert journal(rt, r.run_id)[f"effect:{ikey}"].status == "in_doubt"
 
 
+def _gone_holder() -> str:
+    """An executor of this host known not to be running the call: this process's owner name,
+    whose attempt is not among the calls executing here (``_effect_run._holder``)."""
+    return f"{socket.gethostname()}:{os.getpid()}:crashed"
+
+
 def test_intent_without_result_idempotent_runs_again(rt: lw.Runtime) -> None:
     bank = Payments()
     pay = bank.effect(idempotent=True)
-    r, loop, ikey = crashed_run(rt, bank, pay)
+    # Its holder is known gone: no grace period to wait out (that wait: the next test and
+    # test_frozen_holder), so the test waits for nothing.
+    r, loop, ikey = crashed_run(rt, bank, pay, holder=_gone_holder())
     out = rt.resume_sync(r.run_id, loop)
     assert out.accepted
     assert len(bank.executed) == 1
     assert bank.executed[0]["key"] == ikey
     entry = journal(rt, r.run_id)[f"effect:{ikey}"]
     assert (entry.status, entry.attempts) == ("done", 2)
+    assert not [e for e in rt.store.events(r.run_id) if e.kind == "effect_grace"]
 
 
 def test_intent_reconciled_as_done_is_not_executed(rt: lw.Runtime) -> None:
@@ -573,14 +585,22 @@ def test_intent_reconciled_as_done_is_not_executed(rt: lw.Runtime) -> None:
     assert any(n.get("result") == {"ref": "tx-before-crash"} for n in out.state.notes)
 
 
-def test_intent_reconciled_as_not_done_runs_once(rt: lw.Runtime) -> None:
-    bank = Payments()
-    pay = bank.effect(reconcile=lambda key: None)
-    r, loop, ikey = crashed_run(rt, bank, pay)
-    out = rt.resume_sync(r.run_id, loop)
-    assert out.accepted
-    assert len(bank.executed) == 1
-    assert journal(rt, r.run_id)[f"effect:{ikey}"].status == "done"
+def test_intent_reconciled_as_not_done_runs_once(store_path: Path) -> None:
+    # An intent of an unknown holder without a deadline: before the call runs again, the
+    # attempt is given the lease's TTL from its entry's time to finish elsewhere. A short TTL
+    # keeps that wait short; the outcome does not depend on how long it is.
+    with lw.Runtime(store_path, lease_ttl_s=2.0) as rt:
+        bank = Payments()
+        pay = bank.effect(reconcile=lambda key: None)
+        r, loop, ikey = crashed_run(rt, bank, pay)
+        written = journal(rt, r.run_id)[f"effect:{ikey}"].updated_at
+        out = rt.resume_sync(r.run_id, loop)
+        assert out.accepted
+        assert len(bank.executed) == 1
+        assert journal(rt, r.run_id)[f"effect:{ikey}"].status == "done"
+        [grace] = [e for e in rt.store.events(r.run_id) if e.kind == "effect_grace"]
+        assert grace.data["until"] == pytest.approx(written + 2.0)
+        assert grace.data["holder_alive"] is False
 
 
 def test_done_entry_from_before_a_crash_is_reused(rt: lw.Runtime) -> None:

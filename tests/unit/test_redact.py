@@ -145,3 +145,15 @@ def test_prefix_grouped_alternation_matches_exactly_the_words() -> None:
             assert (grouped.search(t) is None) == (flat.search(t) is None), (words, t)
             assert (quoted.search(t) is None) == (quoted_flat.search(t) is None), (words, t)
             assert _triggered(t) == any(w in t for w in _TRIGGERS), t
+
+
+def test_every_trigger_passes_the_substring_prefilter() -> None:
+    """``_triggered`` runs the expression only when one of ``_PREFILTER`` is in the text: a
+    trigger none of them is part of (one added later, say) would never be found."""
+    from loopwright._redact import _PREFILTER, _TRIGGER_IN, _TRIGGERS, _triggered
+
+    for t in _TRIGGERS:
+        assert t in _TRIGGER_IN or any(n in t for n in _PREFILTER), t
+        assert _triggered(f"a clean record around {t} and after"), t
+    for near in ("gh", "high", "passwo", "hf", "glpat", "github_pa", "sk", "aiz"):
+        assert not _triggered(f"nothing secret: {near}"), near

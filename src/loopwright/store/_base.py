@@ -494,6 +494,25 @@ class Store(LiveStore, PeopleStore, ABC):
     def _loader(self, run_id: str) -> VersionLoader:
         return lambda ref: self.versions(run_id, ref)
 
+    closed = False  # set by ``close``: a closed store reads nothing more
+
+    @property
+    def reopenable(self) -> bool:
+        """Whether ``reopen`` can open this store's database again (not one in memory)."""
+        return False
+
+    def reopen(self) -> Store | None:
+        """A new store over the same database, to read from after this one is closed;
+        ``None`` where there is none to open again (a database in memory)."""
+        return None
+
+    def lasting_loader(self, run_id: str) -> VersionLoader:
+        """Reads a run's versions through this store while it is open and, once it is closed,
+        through the same database opened again for the read (``reopen``): a run's result
+        reads its older versions when they are wanted, not all of them when the run ends
+        (invariant 8: a 5,000-cycle run of 50 KB values would otherwise end holding 250 MB)."""
+        return _LastingVersions(self, run_id)
+
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """All checkpoints of a run, oldest first, each state as it was then: resolved when
         first read (from its snapshot and the deltas after it), so that listing a long run
@@ -714,3 +733,27 @@ class Store(LiveStore, PeopleStore, ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _LastingVersions:
+    """``Store.lasting_loader``: a run's versions from its store, open or closed since."""
+
+    __slots__ = ("_run_id", "_store")
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self._store, self._run_id = store, run_id
+
+    def __call__(self, ref: str) -> list[Version]:
+        store = self._store
+        if not store.closed:
+            return store.versions(self._run_id, ref)
+        again = store.reopen()
+        if again is None:
+            raise StoreError(
+                f"{store.url} is closed and cannot be opened again: read older versions of "
+                f"{ref} before closing it"
+            )
+        try:
+            return again.versions(self._run_id, ref)
+        finally:
+            again.close()

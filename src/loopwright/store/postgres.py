@@ -125,6 +125,7 @@ class PostgresStore(SQLStore):
         schema: str | None = None,
     ) -> None:
         conninfo, self.url, own = _split_url(url)
+        self._source = url  # kept in memory only, for ``reopen`` (self.url drops credentials)
         self.schema = schema if schema is not None else own.get("schema") or None
         pool_min = pool_min if pool_min is not None else _int_option(own, "pool_min", 1)
         pool_max = pool_max if pool_max is not None else _int_option(own, "pool_max", 10)
@@ -289,3 +290,12 @@ class PostgresStore(SQLStore):
 
     def close(self) -> None:
         self._pool.close()
+        self.closed = True
+
+    @property
+    def reopenable(self) -> bool:
+        return True
+
+    def reopen(self) -> PostgresStore:
+        # One connection, for a read after close (``Store.lasting_loader``).
+        return PostgresStore(self._source, pool_min=0, pool_max=1, schema=self.schema)

@@ -293,3 +293,15 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self.closed = True
+
+    @property
+    def reopenable(self) -> bool:
+        return str(self.path) not in ("", ":memory:")
+
+    def reopen(self) -> SQLiteStore | None:
+        if not self.reopenable:
+            return None
+        if not self.path.exists():  # never a new, empty store where the old one was
+            raise StoreError(f"{self.path} no longer exists: its versions cannot be read")
+        return SQLiteStore(self.path, durability=self.durability)

@@ -1,0 +1,310 @@
+"""The peer workload: the same loop of N cycles in loopwright, Burr, LangGraph and DBOS, side by
+side with the plain-sqlite3 floor, on SQLite files in one folder.
+
+Usage:  python bench/peers.py [--sizes 200,2000] [--rounds 2] [--peers-python PATH] [--dir DIR]
+
+A cycle is what the issue that asked for this measures: an actor writes one small value, a
+verifier rejects it with one finding, and the state is durable before the next cycle starts
+(SQLite in WAL mode with ``synchronous=FULL`` everywhere: loopwright's default, set on the
+connection each peer is given). Each framework is used as its documentation shows:
+
+* **loopwright** — ``Runtime.run`` of a ``Loop`` (actor, one ``Check``, ``max_cycles=N``);
+* **Burr** — an application of two actions (act → verify → act …) with a ``SQLitePersister``
+  that saves the state after every step;
+* **LangGraph** — a ``StateGraph`` of the same two nodes compiled with a ``SqliteSaver``
+  (a checkpoint after every step);
+* **DBOS** — one workflow whose loop calls two steps per cycle, SQLite as the system database
+  (every step's output recorded);
+* **floor** — plain ``sqlite3``: one small row inserted and committed per cycle.
+
+Each measurement is its own process (one framework, one size), timed from the first cycle to
+the last (imports and set-up excluded), the rounds alternating the order (ABBA), so drift on a
+noisy machine reaches every side alike. The peers are not loopwright's dependencies: install
+them in another environment and name its interpreter with ``--peers-python`` (the frameworks
+it cannot import are left out, and said so). Printed: µs per cycle, its ratio to the floor of
+the same round, and the growth from the smallest size to the largest. Nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+FRAMEWORKS = ("floor", "loopwright", "burr", "langgraph", "dbos")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection at loopwright's default durability, for the peers that take one."""
+    db = sqlite3.connect(str(path), check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
+
+
+def floor(n: int, folder: Path) -> float:
+    db = sqlite3.connect(str(folder / "floor.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, cycle INTEGER, body TEXT)")
+    t0 = time.perf_counter()
+    for c in range(1, n + 1):
+        db.execute("BEGIN")
+        db.execute("INSERT INTO t(cycle, body) VALUES (?, ?)", (c, f"draft {c}"))
+        db.execute("COMMIT")
+    return time.perf_counter() - t0
+
+
+def loopwright(n: int, folder: Path) -> float:
+    import asyncio
+
+    import loopwright as lw
+
+    stamps: list[float] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        stamps.append(time.perf_counter())
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(
+            passed=False, score=0.5, findings=(lw.Finding("still open", "doc", "body"),)
+        )
+
+    loop = lw.Loop(
+        name="peers",
+        actor=actor,
+        verifiers=[lw.Check(fn=verify, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=n)),
+    )
+    task = {"goal": "a long loop", "artifacts": {"doc": {"body": ""}}}
+    with lw.Runtime(f"sqlite:///{folder / 'lw.db'}") as rt:
+        result = asyncio.run(rt.run(loop, task, task_key="peers"))
+        end = time.perf_counter()
+    assert result.cycles == n, result.to_dict()
+    # From the first actor call to the run's end (its last commit included).
+    return end - stamps[0]
+
+
+def burr(n: int, folder: Path) -> float:
+    from burr.core import ApplicationBuilder, State, default, expr
+    from burr.core.action import action
+    from burr.core.persistence import SQLitePersister
+
+    @action(reads=["cycle"], writes=["cycle", "doc"])
+    def act(state: State) -> State:
+        c = state["cycle"] + 1
+        return state.update(cycle=c, doc=f"draft {c}")
+
+    @action(reads=["doc"], writes=["score", "findings"])
+    def verify(state: State) -> State:
+        return state.update(score=0.5, findings=[{"message": "still open", "part": "doc"}])
+
+    @action(reads=[], writes=[])
+    def done(state: State) -> State:
+        return state
+
+    persister = SQLitePersister(str(folder / "burr.db"), connection=_connect(folder / "burr.db"))
+    persister.initialize()
+    app = (
+        ApplicationBuilder()
+        .with_actions(act=act, verify=verify, done=done)
+        .with_transitions(
+            ("act", "verify", default),
+            ("verify", "act", expr(f"cycle < {n}")),
+            ("verify", "done", default),
+        )
+        .with_state(cycle=0, doc="", score=0.0, findings=[])
+        .with_entrypoint("act")
+        .with_state_persister(persister)
+        .with_identifiers(app_id="peers")
+        .build()
+    )
+    t0 = time.perf_counter()
+    _, _, state = app.run(halt_after=["done"])
+    spent = time.perf_counter() - t0
+    assert state["cycle"] == n, state["cycle"]
+    return spent
+
+
+def langgraph(n: int, folder: Path) -> float:
+    from typing import TypedDict
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class S(TypedDict):
+        cycle: int
+        doc: str
+        score: float
+        findings: list[dict[str, str]]
+
+    def act(s: S) -> dict[str, Any]:
+        c = s["cycle"] + 1
+        return {"cycle": c, "doc": f"draft {c}"}
+
+    def verify(s: S) -> dict[str, Any]:
+        return {"score": 0.5, "findings": [{"message": "still open", "part": "doc"}]}
+
+    g = StateGraph(S)
+    g.add_node("act", act)
+    g.add_node("verify", verify)
+    g.add_edge(START, "act")
+    g.add_edge("act", "verify")
+    g.add_conditional_edges("verify", lambda s: "act" if s["cycle"] < n else END)
+    app = g.compile(checkpointer=SqliteSaver(_connect(folder / "langgraph.db")))
+    config: Any = {"configurable": {"thread_id": "peers"}, "recursion_limit": 2 * n + 10}
+    t0 = time.perf_counter()
+    out = app.invoke({"cycle": 0, "doc": "", "score": 0.0, "findings": []}, config)
+    spent = time.perf_counter() - t0
+    assert out["cycle"] == n, out["cycle"]
+    return spent
+
+
+def dbos(n: int, folder: Path) -> float:
+    from dbos import DBOS
+
+    DBOS(config={"name": "peers", "system_database_url": f"sqlite:///{folder / 'dbos.db'}"})
+
+    @DBOS.step()
+    def act(c: int) -> str:
+        return f"draft {c}"
+
+    @DBOS.step()
+    def verify(doc: str) -> dict[str, Any]:
+        return {"score": 0.5, "findings": [{"message": "still open", "part": "doc"}]}
+
+    @DBOS.workflow()
+    def run(cycles: int) -> int:
+        done = 0
+        for c in range(1, cycles + 1):
+            verify(act(c))
+            done = c
+        return done
+
+    DBOS.launch()
+    try:
+        t0 = time.perf_counter()
+        got = run(n)
+        spent = time.perf_counter() - t0
+    finally:
+        DBOS.destroy()
+    assert got == n, got
+    return spent
+
+
+MEASURE: dict[str, Callable[[int, Path], float]] = {
+    "floor": floor,
+    "loopwright": loopwright,
+    "burr": burr,
+    "langgraph": langgraph,
+    "dbos": dbos,
+}
+
+
+def worker(name: str, n: int) -> None:
+    """One measurement in this process; prints ``{"us": …}`` or ``{"missing": why}``."""
+    try:
+        fn = MEASURE[name]
+        with tempfile.TemporaryDirectory(prefix=f"lw-peers-{name}-") as d:
+            spent = fn(n, Path(d))
+    except ImportError as exc:
+        print(json.dumps({"missing": f"{type(exc).__name__}: {exc}"}))
+        return
+    print(json.dumps({"us": spent / n * 1e6}))
+
+
+def measure(python: str, name: str, n: int, folder: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if folder:
+        env["TMPDIR"] = folder
+    done = subprocess.run(
+        [python, str(HERE), "--worker", name, str(n)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"missing": f"exit {done.returncode}: {tail[0][:200]}"}
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="200,2000")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--peers-python", default=None, help="interpreter that has burr, langgraph, dbos"
+    )
+    ap.add_argument("--dir", default=None, help="where the databases go (default: temp)")
+    ap.add_argument("--worker", nargs=2, metavar=("NAME", "N"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker[0], int(args.worker[1]))
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    own = sys.executable
+    peers = args.peers_python or own
+    python = {"floor": own, "loopwright": own, "burr": peers, "langgraph": peers, "dbos": peers}
+    results: dict[tuple[str, int], list[float]] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    missing: dict[str, str] = {}
+    print(f"# Python {sys.version.split()[0]} · sqlite {sqlite3.sqlite_version} · peers: {peers}")
+    for n in sizes:
+        for r in range(args.rounds):
+            order = list(FRAMEWORKS) if r % 2 == 0 else list(reversed(FRAMEWORKS))
+            got: dict[str, float] = {}
+            for name in order:
+                if name in missing:
+                    continue
+                out = measure(python[name], name, n, args.dir)
+                if "missing" in out:
+                    missing[name] = out["missing"]
+                    continue
+                got[name] = out["us"]
+                results.setdefault((name, n), []).append(out["us"])
+            for name, us in got.items():
+                if "floor" in got:
+                    ratios.setdefault((name, n), []).append(us / got["floor"])
+    head = f"{'framework':<12}" + "".join(f"{f'{n} cycles':>22}" for n in sizes)
+    print(head)
+    print(f"{'':<12}" + "".join(f"{'µs/cycle  × floor':>22}" for _ in sizes))
+    for name in FRAMEWORKS:
+        if name in missing:
+            continue
+        row = f"{name:<12}"
+        for n in sizes:
+            us = statistics.median(results.get((name, n), [float("nan")]))
+            x = statistics.median(ratios.get((name, n), [float("nan")]))
+            row += f"{us:>14.0f}{x:>8.2f}"
+        print(row)
+    for name, why in missing.items():
+        print(f"# {name}: not measured ({why})")
+    lo, hi = sizes[0], sizes[-1]
+    for name in FRAMEWORKS:
+        if name in missing or name == "floor":
+            continue
+        a, b = results.get((name, lo)), results.get((name, hi))
+        if a and b:
+            print(f"growth_{name}={statistics.median(b) / statistics.median(a):.3f}")
+    if ("loopwright", hi) in ratios:
+        print(f"loopwright_x_floor_{hi}={statistics.median(ratios[('loopwright', hi)]):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
