@@ -29,7 +29,7 @@ from ._authority import note_policy
 from ._checkpoint import Checkpoints
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
+from ._errors import ConfigError, StaleLeaseError, StoreError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
@@ -42,7 +42,7 @@ from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
 from ._reversal import run_compensations
-from ._state import TaskState, _bind
+from ._state import TaskState, Version, VersionLoader
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
@@ -92,8 +92,33 @@ def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
         return state
     loader = store.lasting_loader(run_id)
     for ref, p in state.iter_parts():
-        p.loader = _bind(loader, ref)
+        p.loader = _AsOf(loader, ref, p.count, state.cycle)
     return state
+
+
+class _AsOf:
+    """A result's versions of one part as they were when the result was read. A rollback
+    that the run went on from writes its version numbers again (in later cycles): those are
+    refused rather than shown as this result's history."""
+
+    __slots__ = ("_count", "_cycle", "_loader", "_ref")
+
+    def __init__(self, loader: VersionLoader, ref: str, count: int, cycle: int) -> None:
+        self._loader, self._ref, self._count, self._cycle = loader, ref, count, cycle
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _AsOf:
+        return self  # a handle on the store, shared by copies (as a function would be)
+
+    def __call__(self) -> list[Version]:
+        versions = list(self._loader(self._ref))
+        again = [v.n for v in versions if v.n <= self._count and v.cycle > self._cycle]
+        if again:
+            raise StoreError(
+                f"{self._ref}: versions {again[:5]} were written again after this result was "
+                "read (the run was rolled back and went on): read the run again "
+                "(Runtime.result) for its versions now"
+            )
+        return versions
 
 
 def _owner() -> str:

@@ -5,6 +5,8 @@ open, through its database opened again once it is closed. Both stores."""
 
 from __future__ import annotations
 
+import copy
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,85 @@ def test_reading_after_the_file_is_gone_is_a_clear_error_and_makes_no_new_file(
     assert not path.exists()
     # what the run ended holding is still there
     assert body.value == f"draft {CYCLES}"
+
+
+def test_a_relative_store_path_reads_after_the_working_folder_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with lw.Runtime("sqlite:///runs.db") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    body = result.state.part("doc/body")
+    assert body is not None and len(body.versions) == CYCLES + 1
+    assert list(elsewhere.iterdir()) == []  # nothing opened or made here
+    copied = copy.deepcopy(result)  # copies share the reader
+    assert [v.value for v in copied.state.part("doc/body").versions] == [  # type: ignore[union-attr]
+        v.value for v in body.versions
+    ]
+
+
+def test_reading_a_closed_store_takes_no_lock_and_migrates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with lw.Runtime(f"sqlite:///{path}") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process writing: a read does not wait for it
+    try:
+        body = result.state.part("doc/body")
+        assert body is not None and len(body.versions) == CYCLES + 1
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def _until(tag: str, done: str) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"body": f"{tag} {ctx.cycle}"})
+
+    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        ok = state.values()["doc"]["body"] == done
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.5)
+
+    return lw.Loop(
+        name="result-versions",
+        actor=actor,
+        verifiers=[lw.Check(fn=verify, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
+    )
+
+
+def test_a_result_read_before_a_rollback_refuses_the_rewritten_versions(tmp_path: Path) -> None:
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        first = rt.run_sync(_until("A", "A 5"), TASK, task_key="k")
+        assert first.cycles == 5
+        rt.rollback(first.run_id, 2, by="alice")
+        # the run goes on from cycle 2's parts: its next versions take numbers 3, 4, …
+        rt.resume_sync(first.run_id, _until("B", "never"))
+        body = first.state.part("doc/body")
+        assert body is not None
+        with pytest.raises(StoreError, match="written again after this result was read"):
+            body.versions  # noqa: B018
+        again = rt.result(first.run_id).state.part("doc/body")
+        assert again is not None and len(again.versions) == again.count
+
+
+@pytest.mark.postgres
+def test_a_dropped_postgres_schema_is_an_error_not_a_new_store(pg_url: str) -> None:
+    import psycopg
+
+    with lw.Runtime(pg_url) as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    schema = pg_url.rsplit("schema=", 1)[1]
+    base = pg_url.split("?", maxsplit=1)[0]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    body = result.state.part("doc/body")
+    assert body is not None
+    with pytest.raises(StoreError, match="no longer holds the store"):
+        body.versions  # noqa: B018
+    with psycopg.connect(base, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (schema,)).fetchone()
+    assert found is None  # the read made no schema

@@ -743,6 +743,9 @@ class _LastingVersions:
     def __init__(self, store: Store, run_id: str) -> None:
         self._store, self._run_id = store, run_id
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _LastingVersions:
+        return self  # a handle on the store, shared by copies (as a function would be)
+
     def __call__(self, ref: str) -> list[Version]:
         store = self._store
         if not store.closed:

@@ -123,6 +123,7 @@ class PostgresStore(SQLStore):
         pool_min: int | None = None,
         pool_max: int | None = None,
         schema: str | None = None,
+        _read_only: bool = False,
     ) -> None:
         conninfo, self.url, own = _split_url(url)
         self._source = url  # kept in memory only, for ``reopen`` (self.url drops credentials)
@@ -142,7 +143,10 @@ class PostgresStore(SQLStore):
                 extra["connect_timeout"] = 10
             with psycopg.connect(conninfo, autocommit=True, **extra) as first:
                 self._configure(first)
-                self._migrate(first)
+                if _read_only:
+                    self._check_current(first)
+                else:
+                    self._migrate(first)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open store {self.url}: {type(exc).__name__}: {exc}") from exc
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
@@ -162,6 +166,19 @@ class PostgresStore(SQLStore):
         set_json_loads(loads, conn)
         if self.schema:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+
+    def _check_current(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """``reopen``'s store: the schema as it is — never created or migrated — refused
+        unless it holds a current loopwright store."""
+        try:
+            row = conn.execute(self._q.schema_version).fetchone()
+        except psycopg.errors.UndefinedTable:
+            row = None
+        if row is None or int(row[0]) != len(PG_MIGRATIONS):
+            raise StoreError(
+                f"{self.url}: schema {self.schema or 'default'!r} no longer holds the store "
+                "this state was read from: its versions cannot be read"
+            )
 
     def _migrate(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         with conn.transaction():
@@ -298,4 +315,6 @@ class PostgresStore(SQLStore):
 
     def reopen(self) -> PostgresStore:
         # One connection, for a read after close (``Store.lasting_loader``).
-        return PostgresStore(self._source, pool_min=0, pool_max=1, schema=self.schema)
+        return PostgresStore(
+            self._source, pool_min=0, pool_max=1, schema=self.schema, _read_only=True
+        )

@@ -111,14 +111,23 @@ class SQLiteStore(SQLStore):
         return loads(value)
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durability: str = "full", _aside: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        _aside: bool = True,
+        _read_only: bool = False,
     ) -> None:
         if durability not in ("full", "process"):
             raise ConfigError("must be 'full' or 'process'", field="store.durability")
         self.path = Path(path)
+        self._where = self.path.absolute()  # what ``reopen`` opens, whatever the cwd is then
         self.durability = durability
         self.url = f"sqlite:///{self.path}"
         self._lock = threading.RLock()
+        if _read_only:
+            self._open_read_only()
+            return
         if self.path.exists() and self.path.is_dir():
             raise ConfigError(f"{self.path} is a directory, not a store file", field="store")
         try:
@@ -157,6 +166,33 @@ class SQLiteStore(SQLStore):
             raise
 
     # --- setup --------------------------------------------------------------------------
+    def _open_read_only(self) -> None:
+        """``reopen``'s store: the file as it is (never created, never migrated, no lock
+        taken: SQLite opens it read-only), refused unless it is a current loopwright store."""
+        if not self.path.is_file():
+            raise StoreError(f"{self.path} no longer exists: its versions cannot be read")
+        try:
+            self._db = sqlite3.connect(
+                f"{self.path.as_uri()}?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=30.0,
+            )
+            self._reader = _Locked(self._lock, self._db)
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            row = self._db.execute(self._q.schema_version).fetchone()
+        except sqlite3.Error as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise StoreError(f"cannot read {self.path}: {exc}") from None
+        if row is None or int(row[0]) != len(SQLITE_MIGRATIONS):
+            self._db.close()
+            raise StoreError(
+                f"{self.path} is not the store this state was read from (schema version "
+                f"{row[0] if row else 'none'}): its versions cannot be read"
+            )
+
     def _create_aside(self) -> None:
         """Build a new store under a temporary name and link it into place, so the store's
         path never holds an empty file (SQLite creates one at connect) that another process
@@ -300,8 +336,7 @@ class SQLiteStore(SQLStore):
         return str(self.path) not in ("", ":memory:")
 
     def reopen(self) -> SQLiteStore | None:
+        # Read-only: never a new, empty store where the old one was, no migration, no lock.
         if not self.reopenable:
             return None
-        if not self.path.exists():  # never a new, empty store where the old one was
-            raise StoreError(f"{self.path} no longer exists: its versions cannot be read")
-        return SQLiteStore(self.path, durability=self.durability)
+        return SQLiteStore(self._where, durability=self.durability, _read_only=True)
