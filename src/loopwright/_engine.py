@@ -36,6 +36,7 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
+from ._json import dumps
 from ._loop import Loop
 from ._memory import FeedbackMemory
 from ._parking import Parking
@@ -82,11 +83,18 @@ class RunResult:
         }
 
 
+RESULT_HELD_BYTES = 8 * 2**20
+"""A run's result holds every version when they come to about this much at most (a result of
+such a run outlives its store); a larger one reads its older versions when they are wanted."""
+
+
 def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
-    """A result's state, whose older versions are read when wanted — through the store, or
-    through its database opened again once the store is closed (``Store.lasting_loader``).
-    Where the database cannot be opened again (in memory), every version is read now."""
-    if not store.reopenable:
+    """A result's state. Every version is read now when they are few (a result outlives the
+    store it came from) or the database cannot be opened again; otherwise older versions are
+    read when wanted — through the store, or through its database opened again read-only once
+    the store is closed (``Store.lasting_loader``) — so that a long run of large values does
+    not end with all of them in memory (invariant 8)."""
+    if not store.reopenable or _about_bytes(state) <= RESULT_HELD_BYTES:
         for _ref, p in state.iter_parts():
             p.versions  # noqa: B018 - loads them
         return state
@@ -94,6 +102,17 @@ def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
     for ref, p in state.iter_parts():
         p.loader = _AsOf(loader, ref, p.count, state.cycle)
     return state
+
+
+def _about_bytes(state: TaskState) -> int:
+    """What every version of every part comes to, about: each part's count times the size
+    of its current value (stops counting past ``RESULT_HELD_BYTES``)."""
+    total = 0
+    for _ref, p in state.iter_parts():
+        total += p.count * len(dumps(p.value))
+        if total > RESULT_HELD_BYTES:
+            break
+    return total
 
 
 class _AsOf:

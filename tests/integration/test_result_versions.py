@@ -1,7 +1,9 @@
 """A run's result reads its older versions when they are wanted (invariant 8 at the API's
-edge): the run ends holding each part's current and accepted versions only, and
-``result.state.part(ref).versions`` still lists every version — through the store while it is
-open, through its database opened again once it is closed. Both stores."""
+edge) once they come to more than ``RESULT_HELD_BYTES``: the run ends holding each part's
+current and accepted versions only, and ``result.state.part(ref).versions`` still lists every
+version — through the store while it is open, through its database opened again (read-only)
+once it is closed. A smaller run's result holds them all and outlives its store. Both stores.
+The lazy path is forced here by setting the bound to 0 (the values are small)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,13 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
-from loopwright import StoreError
+from loopwright import StoreError, _engine
+
+
+@pytest.fixture
+def lazy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 0)
+
 
 TASK = {"goal": "a long loop", "artifacts": {"doc": {"body": "", "title": "t"}}}
 CYCLES = 40
@@ -39,7 +47,9 @@ def _held(part: lw.Part) -> int:
     return len(part._known)  # the versions in memory now
 
 
-def test_a_result_holds_few_versions_and_reads_the_rest_open_or_closed(url: str) -> None:
+def test_a_result_holds_few_versions_and_reads_the_rest_open_or_closed(
+    url: str, lazy: None
+) -> None:
     rt = lw.Runtime(url)
     try:
         result = rt.run_sync(_loop(), TASK, task_key="k")
@@ -59,7 +69,7 @@ def test_a_result_holds_few_versions_and_reads_the_rest_open_or_closed(url: str)
 
 
 def test_reading_after_the_file_is_gone_is_a_clear_error_and_makes_no_new_file(
-    tmp_path: Path,
+    tmp_path: Path, lazy: None
 ) -> None:
     path = tmp_path / "gone.db"
     with lw.Runtime(f"sqlite:///{path}") as rt:
@@ -76,7 +86,7 @@ def test_reading_after_the_file_is_gone_is_a_clear_error_and_makes_no_new_file(
 
 
 def test_a_relative_store_path_reads_after_the_working_folder_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lazy: None
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with lw.Runtime("sqlite:///runs.db") as rt:
@@ -93,7 +103,9 @@ def test_a_relative_store_path_reads_after_the_working_folder_changed(
     ]
 
 
-def test_reading_a_closed_store_takes_no_lock_and_migrates_nothing(tmp_path: Path) -> None:
+def test_reading_a_closed_store_takes_no_lock_and_migrates_nothing(
+    tmp_path: Path, lazy: None
+) -> None:
     path = tmp_path / "s.db"
     with lw.Runtime(f"sqlite:///{path}") as rt:
         result = rt.run_sync(_loop(), TASK, task_key="k")
@@ -123,7 +135,9 @@ def _until(tag: str, done: str) -> lw.Loop:
     )
 
 
-def test_a_result_read_before_a_rollback_refuses_the_rewritten_versions(tmp_path: Path) -> None:
+def test_a_result_read_before_a_rollback_refuses_the_rewritten_versions(
+    tmp_path: Path, lazy: None
+) -> None:
     with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
         first = rt.run_sync(_until("A", "A 5"), TASK, task_key="k")
         assert first.cycles == 5
@@ -139,7 +153,7 @@ def test_a_result_read_before_a_rollback_refuses_the_rewritten_versions(tmp_path
 
 
 @pytest.mark.postgres
-def test_a_dropped_postgres_schema_is_an_error_not_a_new_store(pg_url: str) -> None:
+def test_a_dropped_postgres_schema_is_an_error_not_a_new_store(pg_url: str, lazy: None) -> None:
     import psycopg
 
     with lw.Runtime(pg_url) as rt:
@@ -155,3 +169,34 @@ def test_a_dropped_postgres_schema_is_an_error_not_a_new_store(pg_url: str) -> N
     with psycopg.connect(base, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (schema,)).fetchone()
     assert found is None  # the read made no schema
+
+
+def test_a_small_runs_result_holds_every_version_and_outlives_its_store(tmp_path: Path) -> None:
+    path = tmp_path / "small.db"
+    with lw.Runtime(f"sqlite:///{path}") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    for f in tmp_path.glob("small.db*"):
+        f.unlink()
+    body = result.state.part("doc/body")
+    assert body is not None and _held(body) == CYCLES + 1  # read when the run returned
+    assert [v.value for v in body.versions][-2:] == [f"draft {CYCLES - 1}", f"draft {CYCLES}"]
+
+
+def test_a_run_of_large_values_ends_holding_only_what_it_needs(tmp_path: Path) -> None:
+    big = "x" * (_engine.RESULT_HELD_BYTES // 8)  # 12 cycles of it: over the bound
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"body": f"{ctx.cycle} {big}"})
+
+    loop = lw.Loop(
+        name="result-versions",
+        actor=actor,
+        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
+    )
+    with lw.Runtime(f"sqlite:///{tmp_path / 'big.db'}") as rt:
+        result = rt.run_sync(loop, TASK, task_key="k")
+    body = result.state.part("doc/body")
+    assert body is not None and body.count == 13
+    assert _held(body) <= 3
+    assert [v.value.split(" ")[0] for v in body.versions[1:]] == [str(c) for c in range(1, 13)]
