@@ -97,6 +97,7 @@ def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
     if not store.reopenable or _about_bytes(state) <= RESULT_HELD_BYTES:
         for _ref, p in state.iter_parts():
             p.versions  # noqa: B018 - loads them
+            p.loader = None  # all held: the result needs no store (and can be pickled)
         return state
     loader = store.lasting_loader(run_id)
     for ref, p in state.iter_parts():

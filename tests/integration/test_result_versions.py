@@ -200,3 +200,14 @@ def test_a_run_of_large_values_ends_holding_only_what_it_needs(tmp_path: Path) -
     assert body is not None and body.count == 13
     assert _held(body) <= 3
     assert [v.value.split(" ")[0] for v in body.versions[1:]] == [str(c) for c in range(1, 13)]
+
+
+def test_a_small_runs_result_can_be_pickled(tmp_path: Path) -> None:
+    import pickle
+
+    with lw.Runtime(f"sqlite:///{tmp_path / 'p.db'}") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    back = pickle.loads(pickle.dumps(result))
+    assert back.to_dict() == result.to_dict()
+    body = back.state.part("doc/body")
+    assert body is not None and len(body.versions) == CYCLES + 1
