@@ -84,6 +84,8 @@ class Cycle(RuntimeHost):
                 rows = await self._recaller().fetch(scopes, query)
             else:
                 [rows] = self.store.memory_search([memory_search(scopes, query)])
+            if not rows:
+                return ()  # most loops keep no memory: nothing to rank
             items = rank(rows, scopes=scopes, query=query)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
