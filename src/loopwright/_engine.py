@@ -36,7 +36,6 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._json import dumps
 from ._loop import Loop
 from ._memory import FeedbackMemory
 from ._parking import Parking
@@ -46,6 +45,7 @@ from ._reversal import run_compensations
 from ._state import TaskState, Version, VersionLoader
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
+from .store._base import VERSION_COST
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -84,36 +84,32 @@ class RunResult:
 
 
 RESULT_HELD_BYTES = 8 * 2**20
-"""A run's result holds every version when they come to about this much at most (a result of
-such a run outlives its store); a larger one reads its older versions when they are wanted."""
+"""A run's result holds every version when that costs about this much memory at most (a
+result of such a run outlives its store); a larger one reads its older versions when wanted."""
 
 
 def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
-    """A result's state. Every version is read now when they are few (a result outlives the
-    store it came from) or the database cannot be opened again; otherwise older versions are
-    read when wanted — through the store, or through its database opened again read-only once
-    the store is closed (``Store.lasting_loader``) — so that a long run of large values does
-    not end with all of them in memory (invariant 8)."""
-    if not store.reopenable or _about_bytes(state) <= RESULT_HELD_BYTES:
-        for _ref, p in state.iter_parts():
-            p.versions  # noqa: B018 - loads them
+    """A result's state. Every version is read now, in one read, when holding them costs at
+    most ``RESULT_HELD_BYTES`` (the result then outlives the store it came from, and needs
+    none) or the database cannot be opened again; otherwise older versions are read when
+    wanted — through the store, or through its database opened again read-only once the
+    store is closed (``Store.lasting_loader``) — so that a long run of large values does not
+    end with all of them in memory (invariant 8)."""
+    reopenable = store.reopenable
+    # Their number alone can tell (no read): each costs VERSION_COST beside its value.
+    many = sum(p.count for _ref, p in state.iter_parts()) * VERSION_COST > RESULT_HELD_BYTES
+    held = None if many else store.versions_within(run_id, RESULT_HELD_BYTES)
+    if not reopenable and held is None:
+        held = store.versions_within(run_id, 2**62)  # cannot be read later: all of it now
+    if held is not None:
+        for ref, p in state.iter_parts():
+            p.fill(held.get(ref, ()))
             p.loader = None  # all held: the result needs no store (and can be pickled)
         return state
     loader = store.lasting_loader(run_id)
     for ref, p in state.iter_parts():
         p.loader = _AsOf(loader, ref, p.count, state.cycle)
     return state
-
-
-def _about_bytes(state: TaskState) -> int:
-    """What every version of every part comes to, about: each part's count times the size
-    of its current value (stops counting past ``RESULT_HELD_BYTES``)."""
-    total = 0
-    for _ref, p in state.iter_parts():
-        total += p.count * len(dumps(p.value))
-        if total > RESULT_HELD_BYTES:
-            break
-    return total
 
 
 class _AsOf:

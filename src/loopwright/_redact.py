@@ -314,7 +314,7 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     """
     values = _values()
     fields = SECRET_FIELDS
-    extra = {_key(f) for f in secret_fields} if secret_fields else set()
+    extra = {_key(f) for f in secret_fields}
     if _registered_fields or extra:
         with _lock:
             fields = SECRET_FIELDS | _registered_fields | extra

@@ -187,7 +187,12 @@ class Part:
                 f"part {self.name!r}: older versions are in the store and this state has no "
                 "loader (read it through the runtime or the store)"
             )
-        for v in self.loader():
+        self.fill(self.loader())
+
+    def fill(self, versions: Iterable[Version]) -> None:
+        """Hold ``versions`` (read from the store) beside those held already: afterwards every
+        version up to ``count`` is in memory, or ``LookupError`` says which are missing."""
+        for v in versions:
             if v.n <= self.count:  # a rollback's abandoned versions lie beyond the count
                 self._known.setdefault(v.n, v)  # held versions are newer truth (status)
         missing = [n for n in range(1, self.count + 1) if n not in self._known]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,71 @@ def test_a_small_runs_result_can_be_pickled(tmp_path: Path) -> None:
     assert back.to_dict() == result.to_dict()
     body = back.state.part("doc/body")
     assert body is not None and len(body.versions) == CYCLES + 1
+
+
+def _writes(values: list[str]) -> lw.Loop:
+    """A loop whose actor writes ``values`` in turn, one a cycle."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"body": values[ctx.cycle - 1]})
+
+    return lw.Loop(
+        name="result-versions",
+        actor=actor,
+        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=len(values))),
+    )
+
+
+def test_large_older_values_count_though_the_last_is_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 100_000)
+    values = [f"{i} " + "x" * 30_000 for i in range(5)] + [""]  # 150 KB before a last ""
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        result = rt.run_sync(_writes(values), TASK, task_key="k")
+        body = result.state.part("doc/body")
+        assert body is not None and body.count == 7
+        assert _held(body) <= 3  # not all: what they cost is over the bound
+        assert [v.value for v in body.versions][1:] == values
+
+
+def test_many_small_versions_count_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopwright.store._base import VERSION_COST
+
+    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 30 * VERSION_COST)
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        result = rt.run_sync(_writes([str(i) for i in range(40)]), TASK, task_key="k")
+    body = result.state.part("doc/body")
+    assert body is not None and _held(body) <= 3
+    assert [v.value for v in body.versions][1:] == [str(i) for i in range(40)]
+
+
+def test_a_small_result_is_read_in_one_read_not_one_per_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = {"artifacts": {"doc": {f"p{i}": "" for i in range(30)}}}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {f"p{i}": f"{ctx.cycle}" for i in range(30)})
+
+    loop = lw.Loop(
+        name="result-versions",
+        actor=actor,
+        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        run = rt.run_sync(loop, task, task_key="k")
+        per_part: list[str] = []
+        real = type(rt.store).versions
+
+        def counted(store: Any, run_id: str, ref: str) -> Any:
+            per_part.append(ref)
+            return real(store, run_id, ref)
+
+        monkeypatch.setattr(type(rt.store), "versions", counted)
+        result = rt.result(run.run_id)
+    assert per_part == []
+    parts = [p for _ref, p in result.state.iter_parts()]
+    assert len(parts) == 30 and all(p.loader is None and _held(p) == p.count for p in parts)

@@ -19,7 +19,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from .._errors import (
     ApprovalError,
@@ -32,7 +32,9 @@ from .._errors import (
 )
 from .._memory import MemoryNotFoundError
 from .._record_codec import unpack as unpack_record
+from .._state import PartStatus, Version
 from ._base import (
+    VERSION_COST,
     Approval,
     CheckpointRow,
     CommitRequest,
@@ -199,6 +201,17 @@ class Statements:
         )
         self.all_versions = p(
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? ORDER BY ref, n"
+        )
+        # A value's stored size: SQLite reads it with the row; PostgreSQL's is in the row's
+        # header (psycopg fetches a result whole, so the total is asked for first).
+        size = "length(value)" if mark == "?" else "pg_column_size(value)"
+        self.streams = mark == "?"
+        self.sized_versions = p(
+            f"SELECT ref, n, cycle, status, value, {size} FROM versions WHERE run_id=? "
+            "ORDER BY ref, n"
+        )
+        self.versions_size = p(
+            f"SELECT count(*), coalesce(sum({size}), 0) FROM versions WHERE run_id=?"
         )
         self.is_rejected = p("SELECT 1 FROM rejected WHERE run_id=? AND digest=?")
         self.rejected = p("SELECT digest FROM rejected WHERE run_id=?")
@@ -704,6 +717,28 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 rows = conn.execute(self._q.all_versions, (run_id,)).fetchall()
         jl = self._jl
         return [(r[0], r[1], r[2], r[3], jl(r[4])) for r in rows]
+
+    def versions_within(self, run_id: str, budget: int) -> dict[str, list[Version]] | None:
+        q, jl = self._q, self._jl
+        out: dict[str, list[Version]] = {}
+        total = 0
+        with self._conn() as conn:
+            if not q.streams:
+                # The driver fetches a result whole: its size is asked for first.
+                count, size = conn.execute(q.versions_size, (run_id,)).fetchone()
+                if int(size) + VERSION_COST * int(count) > budget:
+                    return None
+            rows = []
+            for row in conn.execute(q.sized_versions, (run_id,)):
+                total += int(row[5] or 0) + VERSION_COST
+                if total > budget:
+                    return None  # SQLite steps row by row: nothing more is read
+                rows.append(row)
+        for ref, n, cycle, status, value, _size in rows:  # decoded once known to fit
+            out.setdefault(ref, []).append(
+                Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
+            )
+        return out
 
     def is_rejected(self, run_id: str, digest: str) -> bool:
         with self._conn() as conn:
