@@ -228,13 +228,16 @@ def measure(python: str, name: str, n: int, folder: str | None) -> dict[str, Any
     env = dict(os.environ)
     if folder:
         env["TMPDIR"] = folder
-    done = subprocess.run(
-        [python, str(HERE), "--worker", name, str(n)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [python, str(HERE), "--worker", name, str(n)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+    except OSError as exc:  # no such interpreter
+        return {"missing": f"cannot run {python}: {exc.strerror}"}
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -243,10 +246,26 @@ def measure(python: str, name: str, n: int, folder: str | None) -> dict[str, Any
     return out
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"want cycle counts like 200,2000, not {text!r}")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes", default="200,2000")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--sizes", type=_sizes, default=[200, 2000])
+    ap.add_argument("--rounds", type=_positive, default=2)
     ap.add_argument(
         "--peers-python", default=None, help="interpreter that has burr, langgraph, dbos"
     )
@@ -256,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker[0], int(args.worker[1]))
         return 0
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes: list[int] = args.sizes
     own = sys.executable
     peers = args.peers_python or own
     python = {"floor": own, "loopwright": own, "burr": peers, "langgraph": peers, "dbos": peers}
@@ -296,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {name}: not measured ({why})")
     lo, hi = sizes[0], sizes[-1]
     for name in FRAMEWORKS:
-        if name in missing or name == "floor":
+        if name in missing or name == "floor" or lo == hi:
             continue
         a, b = results.get((name, lo)), results.get((name, hi))
         if a and b:

@@ -95,12 +95,13 @@ def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
     wanted — through the store, or through its database opened again read-only once the
     store is closed (``Store.lasting_loader``) — so that a long run of large values does not
     end with all of them in memory (invariant 8)."""
-    reopenable = store.reopenable
-    # Their number alone can tell (no read): each costs VERSION_COST beside its value.
-    many = sum(p.count for _ref, p in state.iter_parts()) * VERSION_COST > RESULT_HELD_BYTES
-    held = None if many else store.versions_within(run_id, RESULT_HELD_BYTES)
-    if not reopenable and held is None:
-        held = store.versions_within(run_id, 2**62)  # cannot be read later: all of it now
+    held: dict[str, list[Version]] | None
+    if not store.reopenable:
+        held = store.versions_within(run_id, None)  # cannot be read later: all of it now
+    elif sum(p.count for _ref, p in state.iter_parts()) * VERSION_COST > RESULT_HELD_BYTES:
+        held = None  # their number alone says so (each costs VERSION_COST): no read
+    else:
+        held = store.versions_within(run_id, RESULT_HELD_BYTES)
     if held is not None:
         for ref, p in state.iter_parts():
             p.fill(held.get(ref, ()))

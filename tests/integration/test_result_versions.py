@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,18 @@ TASK = {"goal": "a long loop", "artifacts": {"doc": {"body": "", "title": "t"}}}
 CYCLES = 40
 
 
-def _loop() -> lw.Loop:
+def _loop_of(
+    edit: Callable[[int], dict[str, Any]], cycles: int = CYCLES, done: str | None = None
+) -> lw.Loop:
+    """A loop whose actor edits ``doc`` with ``edit(cycle)``; its check flags the body every
+    cycle, or passes once the body is ``done``."""
+
     def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+        return lw.Proposal.edit("doc", edit(ctx.cycle))
 
     def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        if done is not None and state.values()["doc"]["body"] == done:
+            return lw.Verdict(passed=True, score=1.0)
         return lw.Verdict(
             passed=False, score=0.5, findings=(lw.Finding("still open", "doc", "body"),)
         )
@@ -40,8 +48,12 @@ def _loop() -> lw.Loop:
         name="result-versions",
         actor=actor,
         verifiers=[lw.Check(fn=verify, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=CYCLES)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
     )
+
+
+def _loop() -> lw.Loop:
+    return _loop_of(lambda c: {"body": f"draft {c}"})
 
 
 def _held(part: lw.Part) -> int:
@@ -121,19 +133,7 @@ def test_reading_a_closed_store_takes_no_lock_and_migrates_nothing(
 
 
 def _until(tag: str, done: str) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"body": f"{tag} {ctx.cycle}"})
-
-    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        ok = state.values()["doc"]["body"] == done
-        return lw.Verdict(passed=ok, score=1.0 if ok else 0.5)
-
-    return lw.Loop(
-        name="result-versions",
-        actor=actor,
-        verifiers=[lw.Check(fn=verify, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
-    )
+    return _loop_of(lambda c: {"body": f"{tag} {c}"}, 12, done)
 
 
 def test_a_result_read_before_a_rollback_refuses_the_rewritten_versions(
@@ -186,15 +186,7 @@ def test_a_small_runs_result_holds_every_version_and_outlives_its_store(tmp_path
 def test_a_run_of_large_values_ends_holding_only_what_it_needs(tmp_path: Path) -> None:
     big = "x" * (_engine.RESULT_HELD_BYTES // 8)  # 12 cycles of it: over the bound
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"body": f"{ctx.cycle} {big}"})
-
-    loop = lw.Loop(
-        name="result-versions",
-        actor=actor,
-        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
-    )
+    loop = _loop_of(lambda c: {"body": f"{c} {big}"}, 12)
     with lw.Runtime(f"sqlite:///{tmp_path / 'big.db'}") as rt:
         result = rt.run_sync(loop, TASK, task_key="k")
     body = result.state.part("doc/body")
@@ -216,16 +208,7 @@ def test_a_small_runs_result_can_be_pickled(tmp_path: Path) -> None:
 
 def _writes(values: list[str]) -> lw.Loop:
     """A loop whose actor writes ``values`` in turn, one a cycle."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"body": values[ctx.cycle - 1]})
-
-    return lw.Loop(
-        name="result-versions",
-        actor=actor,
-        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=len(values))),
-    )
+    return _loop_of(lambda c: {"body": values[c - 1]}, len(values))
 
 
 def test_large_older_values_count_though_the_last_is_small(
@@ -257,15 +240,7 @@ def test_a_small_result_is_read_in_one_read_not_one_per_part(
 ) -> None:
     task = {"artifacts": {"doc": {f"p{i}": "" for i in range(30)}}}
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {f"p{i}": f"{ctx.cycle}" for i in range(30)})
-
-    loop = lw.Loop(
-        name="result-versions",
-        actor=actor,
-        verifiers=[lw.Check(fn=_loop().verifiers[0].fn, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
+    loop = _loop_of(lambda c: {f"p{i}": f"{c}" for i in range(30)}, 3)
     with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
         run = rt.run_sync(loop, task, task_key="k")
         per_part: list[str] = []

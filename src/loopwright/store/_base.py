@@ -501,15 +501,16 @@ class Store(LiveStore, PeopleStore, ABC):
 
     closed = False  # set by ``close``: a closed store reads nothing more
 
-    def versions_within(self, run_id: str, budget: int) -> dict[str, list[Version]] | None:
+    def versions_within(self, run_id: str, budget: int | None) -> dict[str, list[Version]] | None:
         """Every version of a run by part, oldest first — or ``None`` when holding them would
         cost more than ``budget`` bytes (about: each value's stored size plus
-        ``VERSION_COST``). One read; a store that can stops reading at the budget."""
+        ``VERSION_COST``; ``None``: no bound). One read; a store that can stops reading at
+        the budget."""
         out: dict[str, list[Version]] = {}
         total = 0
         for ref, n, cycle, status, value in self._version_rows(run_id):
             total += len(dumps(value)) + VERSION_COST
-            if total > budget:
+            if budget is not None and total > budget:
                 return None
             out.setdefault(ref, []).append(Version(n, value, cycle, cast(PartStatus, status)))
         return out

@@ -718,12 +718,13 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         jl = self._jl
         return [(r[0], r[1], r[2], r[3], jl(r[4])) for r in rows]
 
-    def versions_within(self, run_id: str, budget: int) -> dict[str, list[Version]] | None:
+    def versions_within(self, run_id: str, budget: int | None) -> dict[str, list[Version]] | None:
         q, jl = self._q, self._jl
         out: dict[str, list[Version]] = {}
         total = 0
+        limit = float("inf") if budget is None else budget
         with self._conn() as conn:
-            if not q.streams:
+            if budget is not None and not q.streams:
                 # The driver fetches a result whole: its size is asked for first.
                 count, size = conn.execute(q.versions_size, (run_id,)).fetchone()
                 if int(size) + VERSION_COST * int(count) > budget:
@@ -731,7 +732,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             rows = []
             for row in conn.execute(q.sized_versions, (run_id,)):
                 total += int(row[5] or 0) + VERSION_COST
-                if total > budget:
+                if total > limit:
                     return None  # SQLite steps row by row: nothing more is read
                 rows.append(row)
         for ref, n, cycle, status, value, _size in rows:  # decoded once known to fit
