@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +111,27 @@ def outcome(db: Path) -> dict[str, Any]:
         }
 
 
-def run_with_crashes(db: Path, k: int, crashes: list[tuple[str, int]]) -> int:
-    """Run, crashing at each point in turn (a new runtime each time), then to the end.
-    Returns how many crashes happened."""
+def run_with_crashes(
+    db: Path,
+    k: int,
+    crashes: list[tuple[str, int]],
+    *,
+    make: Callable[[], lw.Loop] = make_loop,
+    task: dict[str, Any] = TASK,
+    cycles: int = CYCLES,
+) -> int:
+    """Run ``make()`` on ``task``, crashing at each point in turn (a new runtime each time),
+    then to the end (``cycles`` cycles). Returns how many crashes happened."""
     happened = 0
     for crash in [*crashes, None]:
         with lw.Runtime(db, snapshot_every=k, history_window=3) as rt:
             rt._on_phase = _hook(crash)
             try:
-                r = rt.run_sync(make_loop(), TASK, task_key="k")
+                r = rt.run_sync(make(), task, task_key="k")
             except Crash:
                 happened += 1
                 continue
-        assert r.cycles == CYCLES
+        assert r.cycles == cycles
         return happened
     raise AssertionError("unreachable")
 

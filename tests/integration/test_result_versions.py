@@ -255,3 +255,24 @@ def test_a_small_result_is_read_in_one_read_not_one_per_part(
     assert per_part == []
     parts = [p for _ref, p in result.state.iter_parts()]
     assert len(parts) == 30 and all(p.loader is None and _held(p) == p.count for p in parts)
+
+
+def test_a_closed_store_is_opened_again_once_for_all_the_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lazy: None
+) -> None:
+    from loopwright.store.sqlite import SQLiteStore
+
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+    opened: list[int] = []
+    real = SQLiteStore.reopen
+
+    def counted(store: SQLiteStore) -> SQLiteStore | None:
+        opened.append(1)
+        return real(store)
+
+    monkeypatch.setattr(SQLiteStore, "reopen", counted)
+    for ref in ("doc/body", "doc/title"):
+        part = result.state.part(ref)
+        assert part is not None and len(part.versions) == part.count
+    assert opened == [1]

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_append_only_state import SLOW, Crash, _hook, crash_points, outcome
+from test_append_only_state import SLOW, crash_points, outcome
+from test_append_only_state import run_with_crashes as crashing
 
 import loopwright as lw
 from loopwright import _checkpoint
@@ -85,16 +86,7 @@ def make_loop() -> lw.Loop:
 
 
 def run_with_crashes(db: Path, k: int, crashes: list[tuple[str, int]]) -> None:
-    for crash in [*crashes, None]:
-        with lw.Runtime(db, snapshot_every=k, history_window=3) as rt:
-            rt._on_phase = _hook(crash)
-            try:
-                r = rt.run_sync(make_loop(), TASK, task_key="k")
-            except Crash:
-                continue
-        assert r.cycles == CYCLES
-        return
-    raise AssertionError("unreachable")
+    crashing(db, k, crashes, make=make_loop, task=TASK, cycles=CYCLES)
 
 
 _RUNS: dict[tuple[int, bool], dict[str, Any]] = {}

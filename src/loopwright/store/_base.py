@@ -8,6 +8,7 @@ the run's fencing token; a store must reject a write whose token is not the curr
 from __future__ import annotations
 
 import functools
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -755,12 +756,15 @@ class Store(LiveStore, PeopleStore, ABC):
 
 
 class _LastingVersions:
-    """``Store.lasting_loader``: a run's versions from its store, open or closed since."""
+    """``Store.lasting_loader``: a run's versions from its store, open or closed since. Once
+    the store is closed, one read-only store is opened for all of the result's parts and
+    closed when the result is gone (not one per part read)."""
 
-    __slots__ = ("_run_id", "_store")
+    __slots__ = ("__weakref__", "_again", "_run_id", "_store")
 
     def __init__(self, store: Store, run_id: str) -> None:
         self._store, self._run_id = store, run_id
+        self._again: Store | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _LastingVersions:
         return self  # a handle on the store, shared by copies (as a function would be)
@@ -769,13 +773,13 @@ class _LastingVersions:
         store = self._store
         if not store.closed:
             return store.versions(self._run_id, ref)
-        again = store.reopen()
-        if again is None:
-            raise StoreError(
-                f"{store.url} is closed and cannot be opened again: read older versions of "
-                f"{ref} before closing it"
-            )
-        try:
-            return again.versions(self._run_id, ref)
-        finally:
-            again.close()
+        if self._again is None:
+            again = store.reopen()
+            if again is None:
+                raise StoreError(
+                    f"{store.url} is closed and cannot be opened again: read older versions "
+                    f"of {ref} before closing it"
+                )
+            self._again = again
+            weakref.finalize(self, again.close)
+        return self._again.versions(self._run_id, ref)
