@@ -1,6 +1,7 @@
 """Throughput of many concurrent runs in one process (group commit) against a plain commit floor.
 
 Usage:  python bench/concurrent_runs.py [--runs 100] [--cycles 50] [--dir DIR] [--pg URL] [--quick]
+                                        [--sweep 2,10]
 
 In the same process, on the same file system, one after the other:
 
@@ -21,6 +22,9 @@ Two more figures, same process, same disk, to read the ratio by:
 * **floor, the engine's rows** — plain ``sqlite3`` replaying, one transaction per cycle, exactly
   the rows the grouped engine wrote for each cycle (its run-row update, checkpoint with state and
   record, events): what committing this much data cycle by cycle costs with no engine at all.
+
+First, ``--sweep`` (default 2 and 10 concurrent runs, about 2,000 cycles each): grouped against
+one by one at low concurrency, where a batch holds few commits.
 
 With ``--pg URL`` the same pair runs against PostgreSQL (a fresh schema, dropped after; the
 floor is a psycopg loop of one-row transactions). The last line is
@@ -181,17 +185,39 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--pg", default=None, help="also measure PostgreSQL at this URL")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--sweep",
+        default="2,10",
+        help="also these numbers of concurrent runs (about 2,000 cycles each), grouped and "
+        "one by one: what grouping costs or buys at low concurrency ('' for none)",
+    )
     a = ap.parse_args()
     if a.quick:
-        a.runs, a.cycles = 20, 10
+        a.runs, a.cycles, a.sweep = 20, 10, ""
     n = a.runs * a.cycles
     print(
         f"loopwright {lw.__version__} · Python {platform.python_version()} · "
         f"{os.cpu_count()} CPUs · sqlite {sqlite3.sqlite_version}"
     )
     print(f"{a.runs} concurrent runs × {a.cycles} cycles = {n} cycles; floor: {n} single commits")
+    try:
+        sweep = [int(x) for x in a.sweep.split(",") if x.strip()]
+        if any(r < 1 for r in sweep):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(
+            f"--sweep: a comma-separated list of run counts >= 1, not {a.sweep!r}"
+        ) from None
     rows = []
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
+        for runs in sweep:
+            cycles = max(1, 2000 // runs)
+            w_g, n_g, _ = engine(f"sqlite:///{d}/sweep-g{runs}.db", runs, cycles)
+            w_1, n_1, _ = engine(f"sqlite:///{d}/sweep-1{runs}.db", runs, cycles, group=False)
+            print(
+                f"{runs:4d} concurrent runs × {cycles} cycles: grouped {n_g / w_g:6.0f} "
+                f"cycles/s, one by one {n_1 / w_1:6.0f} cycles/s ({w_1 / n_1 / (w_g / n_g):.2f}×)"
+            )
         wall_e, done, info = engine(f"sqlite:///{d}/engine.db", a.runs, a.cycles)
         wall_1, done_1, _ = engine(f"sqlite:///{d}/alone.db", a.runs, a.cycles, group=False)
         wall_f = floor_sqlite(Path(d) / "floor.db", n)

@@ -2,7 +2,8 @@
 
 Each run's commit is queued with a future; a committer task takes everything queued since its
 last batch and writes it with ``Store.commit_many`` in a thread — one transaction and one sync
-to disk for the whole batch — while the event loop goes on with the other runs. A run waits
+to disk for the whole batch — while the event loop goes on with the other runs (a batch of one
+is written on the event loop's thread: see ``_run``). A run waits
 for its future before anything that depends on the checkpoint being durable (the next cycle,
 an effect, its return), so "a cycle continues only once the batch holding its checkpoint is
 durable". Written by hand because the batching must follow our own durability points; no
@@ -51,7 +52,16 @@ class GroupCommitter:
             if not batch:
                 continue
             try:
-                results = await asyncio.to_thread(self.store.commit_many, [r for r, _ in batch])
+                reqs = [r for r, _ in batch]
+                # A batch of one amortises nothing, and a thread costs more than the overlap
+                # it buys: both threads run Python, so every statement hands the GIL across
+                # and back (bench/RESULTS.md: two concurrent runs took 1,050 µs a cycle with
+                # the hop, 740 µs without; and 100 runs gained too). Written here, at once.
+                results = (
+                    self.store.commit_many(reqs)
+                    if len(reqs) == 1
+                    else await asyncio.to_thread(self.store.commit_many, reqs)
+                )
             except BaseException as exc:  # the store failed: every waiter learns it
                 for _, fut in batch:
                     if not fut.done():

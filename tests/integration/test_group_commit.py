@@ -109,6 +109,50 @@ def test_a_stale_commit_in_a_batch_fails_alone(store_url: str) -> None:
         st.close()
 
 
+def test_a_batch_of_one_is_written_on_the_loop_and_a_larger_one_in_a_thread(
+    store_url: str,
+) -> None:
+    """A lone commit gains nothing from a thread (it only pays the GIL's hand-offs); a batch
+    of several goes to one, so the event loop runs the other runs meanwhile."""
+    import threading
+
+    loop = _loop()
+    with lw.Runtime(store_url) as rt:
+        ids = [rt.create(loop, _tasks(1)[0], task_key=f"t{i}")[0].run_id for i in range(4)]
+    st = open_store(store_url)
+    calls: list[tuple[bool, int]] = []
+    orig = st.commit_many
+
+    def commit_many(items: list[CommitRequest]) -> list[bool | lw.StoreError]:
+        calls.append((threading.get_ident() == loop_thread, len(items)))
+        return orig(items)
+
+    st.commit_many = commit_many  # type: ignore[method-assign]
+    loop_thread = threading.get_ident()
+    try:
+        tokens = {r: st.acquire_lease(r, f"x:1:{r}", 60) for r in ids}
+        state = st.latest_checkpoint(ids[0]).state
+
+        def req(run_id: str) -> CommitRequest:
+            return CommitRequest(
+                run_id, tokens[run_id], 1, 0, state, None, [NewEvent(0, "x", {})],
+                {"status": "running"},
+            )  # fmt: skip
+
+        async def main() -> list[bool]:
+            committer = _group.GroupCommitter(st)
+            first = await committer.submit(req(ids[0]))
+            rest = await asyncio.gather(*(committer.submit(req(r)) for r in ids[1:]))
+            await committer.close()
+            return [first, *rest]
+
+        assert asyncio.run(main()) == [False] * 4  # each committed, none cancelled
+        assert calls == [(True, 1), (False, 3)]
+        assert [st.latest_checkpoint(r).seq for r in ids] == [1] * 4
+    finally:
+        st.close()
+
+
 # --- found by review: one bad commit, a cancel during a parked cycle ------------------------
 POISON = {"a": 1, "b": 2, "c": 3}
 
