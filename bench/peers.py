@@ -2,6 +2,7 @@
 side with the plain-sqlite3 floor, on SQLite files in one folder.
 
 Usage:  python bench/peers.py [--sizes 200,2000] [--rounds 2] [--peers-python PATH] [--dir DIR]
+                              [--bare]
 
 A cycle is what the issue that asked for this measures: an actor writes one small value, a
 verifier rejects it with one finding, and the state is durable before the next cycle starts
@@ -16,6 +17,13 @@ connection each peer is given). Each framework is used as its documentation show
 * **DBOS** — one workflow whose loop calls two steps per cycle, SQLite as the system database
   (every step's output recorded);
 * **floor** — plain ``sqlite3``: one small row inserted and committed per cycle.
+
+With ``--bare`` the same loop runs **without persistence**, to compare the engines' own CPU (the
+issue's reference: Burr without a persister, LangGraph without a checkpointer): Burr and
+LangGraph are built without one; loopwright has no store-less mode, so its cycle commits and
+memory reads are replaced by no-ops (as ``cycle_phases.py`` does) — it still builds, masks and
+encodes every cycle's rows, so its figure is an upper bound on its own CPU. DBOS and the floor
+are nothing without their database and are left out.
 
 Each measurement is its own process (one framework, one size), timed from the first cycle to
 the last (imports and set-up excluded), the rounds alternating the order (ABBA), so drift on a
@@ -65,10 +73,22 @@ def floor(n: int, folder: Path) -> float:
     return time.perf_counter() - t0
 
 
-def loopwright(n: int, folder: Path) -> float:
+def loopwright(n: int, folder: Path, persist: bool = True) -> float:
     import asyncio
 
     import loopwright as lw
+    from loopwright.store import _sql
+
+    if not persist:  # the cycle commits and memory reads as no-ops (see the module's doc)
+        commit = _sql.SQLStore.commit_request
+
+        def no_commit(self: Any, it: Any) -> bool:
+            if it.record is None or it.run.get("status") not in (None, "running"):
+                return bool(commit(self, it))  # the run's first and last commits
+            return False
+
+        _sql.SQLStore.commit_request = no_commit  # type: ignore[method-assign]
+        _sql.SQLStore.memory_search = lambda self, s: [[] for _ in s]  # type: ignore[method-assign]
 
     stamps: list[float] = []
 
@@ -89,14 +109,18 @@ def loopwright(n: int, folder: Path) -> float:
     )
     task = {"goal": "a long loop", "artifacts": {"doc": {"body": ""}}}
     with lw.Runtime(f"sqlite:///{folder / 'lw.db'}") as rt:
-        result = asyncio.run(rt.run(loop, task, task_key="peers"))
+        try:
+            result = asyncio.run(rt.run(loop, task, task_key="peers"))
+        except LookupError:  # bare: the result reads versions no commit wrote
+            assert not persist and len(stamps) == n, len(stamps)
+        else:
+            assert result.cycles == n, result.to_dict()
         end = time.perf_counter()
-    assert result.cycles == n, result.to_dict()
     # From the first actor call to the run's end (its last commit included).
     return end - stamps[0]
 
 
-def burr(n: int, folder: Path) -> float:
+def burr(n: int, folder: Path, persist: bool = True) -> float:
     from burr.core import ApplicationBuilder, State, default, expr
     from burr.core.action import action
     from burr.core.persistence import SQLitePersister
@@ -114,9 +138,7 @@ def burr(n: int, folder: Path) -> float:
     def done(state: State) -> State:
         return state
 
-    persister = SQLitePersister(str(folder / "burr.db"), connection=_connect(folder / "burr.db"))
-    persister.initialize()
-    app = (
+    builder = (
         ApplicationBuilder()
         .with_actions(act=act, verify=verify, done=done)
         .with_transitions(
@@ -126,10 +148,14 @@ def burr(n: int, folder: Path) -> float:
         )
         .with_state(cycle=0, doc="", score=0.0, findings=[])
         .with_entrypoint("act")
-        .with_state_persister(persister)
         .with_identifiers(app_id="peers")
-        .build()
     )
+    if persist:
+        db = folder / "burr.db"
+        persister = SQLitePersister(str(db), connection=_connect(db))
+        persister.initialize()
+        builder = builder.with_state_persister(persister)
+    app = builder.build()
     t0 = time.perf_counter()
     _, _, state = app.run(halt_after=["done"])
     spent = time.perf_counter() - t0
@@ -137,7 +163,7 @@ def burr(n: int, folder: Path) -> float:
     return spent
 
 
-def langgraph(n: int, folder: Path) -> float:
+def langgraph(n: int, folder: Path, persist: bool = True) -> float:
     from typing import TypedDict
 
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -162,7 +188,9 @@ def langgraph(n: int, folder: Path) -> float:
     g.add_edge(START, "act")
     g.add_edge("act", "verify")
     g.add_conditional_edges("verify", lambda s: "act" if s["cycle"] < n else END)
-    app = g.compile(checkpointer=SqliteSaver(_connect(folder / "langgraph.db")))
+    app = g.compile(
+        checkpointer=SqliteSaver(_connect(folder / "langgraph.db")) if persist else None
+    )
     config: Any = {"configurable": {"thread_id": "peers"}, "recursion_limit": 2 * n + 10}
     t0 = time.perf_counter()
     out = app.invoke({"cycle": 0, "doc": "", "score": 0.0, "findings": []}, config)
@@ -203,7 +231,8 @@ def dbos(n: int, folder: Path) -> float:
     return spent
 
 
-MEASURE: dict[str, Callable[[int, Path], float]] = {
+BARE = ("loopwright", "burr", "langgraph")  # what runs without persistence (--bare)
+MEASURE: dict[str, Callable[..., float]] = {
     "floor": floor,
     "loopwright": loopwright,
     "burr": burr,
@@ -212,25 +241,25 @@ MEASURE: dict[str, Callable[[int, Path], float]] = {
 }
 
 
-def worker(name: str, n: int) -> None:
+def worker(name: str, n: int, persist: bool) -> None:
     """One measurement in this process; prints ``{"us": …}`` or ``{"missing": why}``."""
     try:
         fn = MEASURE[name]
         with tempfile.TemporaryDirectory(prefix=f"lw-peers-{name}-") as d:
-            spent = fn(n, Path(d))
+            spent = fn(n, Path(d)) if persist else fn(n, Path(d), persist=False)
     except ImportError as exc:
         print(json.dumps({"missing": f"{type(exc).__name__}: {exc}"}))
         return
     print(json.dumps({"us": spent / n * 1e6}))
 
 
-def measure(python: str, name: str, n: int, folder: str | None) -> dict[str, Any]:
+def measure(python: str, name: str, n: int, folder: str | None, bare: bool) -> dict[str, Any]:
     env = dict(os.environ)
     if folder:
         env["TMPDIR"] = folder
     try:
         done = subprocess.run(
-            [python, str(HERE), "--worker", name, str(n)],
+            [python, str(HERE), "--worker", name, str(n), *(["--bare"] if bare else [])],
             capture_output=True,
             text=True,
             env=env,
@@ -270,11 +299,18 @@ def main(argv: list[str] | None = None) -> int:
         "--peers-python", default=None, help="interpreter that has burr, langgraph, dbos"
     )
     ap.add_argument("--dir", default=None, help="where the databases go (default: temp)")
+    ap.add_argument(
+        "--bare",
+        action="store_true",
+        help="without persistence: the engines' own CPU (loopwright, Burr, LangGraph)",
+    )
     ap.add_argument("--worker", nargs=2, metavar=("NAME", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker[0], int(args.worker[1]))
+        worker(args.worker[0], int(args.worker[1]), persist=not args.bare)
         return 0
+    frameworks = BARE if args.bare else FRAMEWORKS
+    ref = "burr" if args.bare else "floor"  # what each row is divided by
     sizes: list[int] = args.sizes
     own = sys.executable
     peers = args.peers_python or own
@@ -285,24 +321,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# Python {sys.version.split()[0]} · sqlite {sqlite3.sqlite_version} · peers: {peers}")
     for n in sizes:
         for r in range(args.rounds):
-            order = list(FRAMEWORKS) if r % 2 == 0 else list(reversed(FRAMEWORKS))
+            order = list(frameworks) if r % 2 == 0 else list(reversed(frameworks))
             got: dict[str, float] = {}
             for name in order:
                 if name in missing:
                     continue
-                out = measure(python[name], name, n, args.dir)
+                out = measure(python[name], name, n, args.dir, args.bare)
                 if "missing" in out:
                     missing[name] = out["missing"]
                     continue
                 got[name] = out["us"]
                 results.setdefault((name, n), []).append(out["us"])
             for name, us in got.items():
-                if "floor" in got:
-                    ratios.setdefault((name, n), []).append(us / got["floor"])
+                if ref in got:
+                    ratios.setdefault((name, n), []).append(us / got[ref])
     head = f"{'framework':<12}" + "".join(f"{f'{n} cycles':>22}" for n in sizes)
     print(head)
-    print(f"{'':<12}" + "".join(f"{'µs/cycle  × floor':>22}" for _ in sizes))
-    for name in FRAMEWORKS:
+    print(f"{'':<12}" + "".join(f"{f'µs/cycle  × {ref}':>22}" for _ in sizes))
+    for name in frameworks:
         if name in missing:
             continue
         row = f"{name:<12}"
@@ -314,14 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, why in missing.items():
         print(f"# {name}: not measured ({why})")
     lo, hi = sizes[0], sizes[-1]
-    for name in FRAMEWORKS:
+    for name in frameworks:
         if name in missing or name == "floor" or lo == hi:
             continue
         a, b = results.get((name, lo)), results.get((name, hi))
         if a and b:
             print(f"growth_{name}={statistics.median(b) / statistics.median(a):.3f}")
     if ("loopwright", hi) in ratios:
-        print(f"loopwright_x_floor_{hi}={statistics.median(ratios[('loopwright', hi)]):.3f}")
+        print(f"loopwright_x_{ref}_{hi}={statistics.median(ratios[('loopwright', hi)]):.3f}")
     return 0
 
 
