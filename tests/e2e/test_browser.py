@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 
@@ -203,6 +204,7 @@ def test_stop_causes_pages_search_and_effects(
     page.goto(base + "/")
     page.fill("input[name=q]", "cap-1")
     page.click("form.filters button")
+    page.wait_for_url("**q=cap-1*")  # read the filtered page, not the one it replaces
     row = page.locator(f'tr[data-run-id="{ids["budget_cycles"]}"]')
     assert "the cycle budget of 2 is used up" in row.locator(".cause").inner_text()
     assert page.locator("tr[data-run-id]").count() == 1
@@ -222,6 +224,7 @@ def test_stop_causes_pages_search_and_effects(
     assert "INV-7" in effects.inner_text() and "done" in effects.inner_text()
     page.select_option("select[name=kind]", "effect_done")
     page.click("form.filters button")
+    page.wait_for_url("**kind=effect_done*")
     kinds = page.locator("#event-log tr[data-kind]")
     assert kinds.count() >= 1
     assert {kinds.nth(i).get_attribute("data-kind") for i in range(kinds.count())} == {
@@ -237,7 +240,9 @@ def test_stop_causes_pages_search_and_effects(
         nxt = page.locator("#next-page")
         if nxt.count() == 0:
             break
-        nxt.click()
+        # go to the link's address: a click returns before the next page replaces this one,
+        # and reading rows then would count the old page again
+        page.goto(urljoin(page.url, nxt.get_attribute("href") or ""))
     assert len(seen) == GENERATED + len(ids)
 
 
