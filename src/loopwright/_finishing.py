@@ -152,22 +152,21 @@ class Finishing(RuntimeHost):
         if not text or not str(text).strip():
             return
         try:
-            item = self.memory.add(
-                scope="task",
-                scope_key=s.task_key,
-                signal="reflection",
+            item, new = self.memory.reflect(
+                task_key=s.task_key,
                 text=str(text).strip()[:4000],  # a reflection is a short note, not a transcript
                 source={"run_id": ex.run_id, "cycle": s.cycle},
-                by="reflector",
+                keep=loop.reflections_kept,
             )
         except Exception as exc:  # memory is best effort: a failure never fails the run
             self.store.append_events(
                 ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
             )
             return
-        self.store.append_events(
-            ex.run_id, [NewEvent(s.cycle, "reflected", {"memory_id": item.memory_id})]
-        )
+        data: dict[str, Any] = {"memory_id": item.memory_id}
+        if not new:
+            data["again"] = True  # the same note as a kept one: nothing new was written
+        self.store.append_events(ex.run_id, [NewEvent(s.cycle, "reflected", data)])
 
 
 def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:

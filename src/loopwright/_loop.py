@@ -80,6 +80,9 @@ class Loop:
             was not accepted; its text is kept as a task-scoped reflection in feedback memory
             and reaches the next cycles' (and later runs of the task's) context. It sees
             visible verdicts only: nothing held-out enters memory.
+        reflections_kept: how many of a task's reflections stay active (the newest; the same
+            note is kept once); older ones are forgotten, so recall costs the same in a long
+            run's last cycle as in its first.
     """
 
     name: str
@@ -96,6 +99,7 @@ class Loop:
     approvals: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     reflector: ReflectFn | None = None
+    reflections_kept: int = 20
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -139,6 +143,9 @@ class Loop:
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
             raise ConfigError(f"{self.reflector!r} is not callable", field="reflector")
+        kept = self.reflections_kept
+        if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:
+            raise ConfigError(f"must be a positive integer, got {kept!r}", field="reflections_kept")
         # Never let the generator be the only judge of its own work: a model-backed check on
         # the actor's own model and endpoint needs an explicit allow_self_review=True.
         for c in checks:

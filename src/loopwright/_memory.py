@@ -86,6 +86,9 @@ MAX_QUERY_TERMS = 32
 """Distinct query words searched for (the first ones): a cycle's query is its goal and its
 findings, and each word is one more index lookup."""
 
+REFLECTOR = "reflector"
+"""The ``by`` of the reflections a loop's reflector writes (``FeedbackMemory.reflect``)."""
+
 PROPOSER = "loopwright:propose_global"
 """The ``by`` of global candidates created by ``propose_global``."""
 
@@ -317,6 +320,43 @@ class FeedbackMemory:
         )
         self.store.memory_add(item.to_dict())
         return item
+
+    def reflect(
+        self, *, task_key: str, text: str, source: Mapping[str, Any], keep: int
+    ) -> tuple[MemoryItem, bool]:
+        """Keep a reflector's note for ``task_key``; returns ``(item, new)``.
+
+        A reflector writes after every failed cycle, so a long run would otherwise pile up
+        reflections that every later cycle's recall ranks: the same note (normalised text)
+        is kept once (``new`` is False and nothing is written), and only the ``keep`` newest
+        of the task's reflections stay active: older ones are ``forgotten`` by the reflector
+        (kept for audit, never retrieved). A cycle's cost then stays the same however long
+        the run, and later runs of the task see the newest notes."""
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ConfigError(f"must be a positive integer (got {keep!r})", field="keep")
+        task_key = _check_name(task_key, "task_key")
+        mine = [
+            r
+            for r in self.store.memory_query(scopes=[("task", task_key)], status="active")
+            if r["signal"] == "reflection" and r["by"] == REFLECTOR
+        ]  # newest first; at most ``keep`` once this has run
+        norm = normalise_text(text)
+        for r in mine:
+            if normalise_text(r["text"]) == norm:
+                return MemoryItem.from_dict(r), False
+        item = self.add(
+            scope="task",
+            scope_key=task_key,
+            signal="reflection",
+            text=text,
+            source=source,
+            by=REFLECTOR,
+        )
+        for r in mine[keep - 1 :]:
+            self.store.memory_set_status(
+                r["memory_id"], "forgotten", by=REFLECTOR, now=self._clock(), expect=("active",)
+            )
+        return item, True
 
     def confirm(self, memory_id: str, *, by: str) -> MemoryItem:
         """A person confirms a candidate: it becomes ``active`` (and is retrieved from now on).

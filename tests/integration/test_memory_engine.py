@@ -4,6 +4,7 @@ after failed cycles, nothing held-out in memory or context, and the self-review 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -115,6 +116,52 @@ def test_a_reflection_from_a_failed_cycle_reaches_the_next_cycle(rt: lw.Runtime)
     other = Recorder()
     rt.run_sync(make_loop(other), task("r-2", "P"))
     assert not any(m["signal"] == "reflection" for c in other.contexts for m in c.memory)
+
+
+def test_a_long_run_keeps_its_newest_reflections_and_each_note_once(rt: lw.Runtime) -> None:
+    """A reflector writes after every failed cycle: only the ``reflections_kept`` newest stay
+    active (older ones are forgotten by the reflector, kept for audit), and the same note is
+    kept once, so what every later cycle's recall ranks stays the same size."""
+    notes = [f"note {i}: fix the named part" for i in range(7)]
+
+    def reflector(ctx: lw.Context, verdicts: Any) -> str:
+        return notes[min(ctx.cycle, 12) % 7] if ctx.cycle < 8 else notes[6]  # 6 repeats
+
+    def never(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, findings=(lw.Finding("still wrong", "doc", "a", "v"),))
+
+    seen: list[lw.Context] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    loop = lw.Loop(
+        name="mem",
+        actor=actor,
+        verifiers=[lw.Check(fn=never, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
+        reflector=reflector,
+        reflections_kept=3,
+    )
+    r = rt.run_sync(loop, task("long-1", "P"))
+    assert (r.stop_reason, r.cycles) == ("budget_cycles", 12)
+    mine = rt.memory.list(scope="task", scope_key="long-1")
+    # cycles 1..7 wrote notes 1..6 then 0; cycles 8..12 repeated note 6
+    active = {m.text: m for m in mine if m.status == "active"}
+    assert set(active) == {notes[0], notes[6], notes[5]}
+    forgotten = [m for m in mine if m.status == "forgotten"]
+    assert sorted(m.text for m in forgotten) == sorted(notes[1:5])
+    assert all(m.history[-1]["by"] == "reflector" for m in forgotten)
+    reflected = [e.data for e in rt.store.events(r.run_id) if e.kind == "reflected"]
+    # no reflection after the last cycle: the run ends there
+    assert [bool(d.get("again")) for d in reflected] == [False] * 7 + [True] * 4
+    assert {d["memory_id"] for d in reflected[7:]} == {active[notes[6]].memory_id}
+    # the last cycles were given the kept notes only
+    last = {m["text"] for m in seen[-1].memory if m["signal"] == "reflection"}
+    assert last == set(active)
+    with pytest.raises(lw.ConfigError, match="reflections_kept"):
+        dataclasses.replace(loop, reflections_kept=0)
 
 
 def test_nothing_held_out_reaches_memory_or_context(rt: lw.Runtime) -> None:

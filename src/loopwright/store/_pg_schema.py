@@ -175,4 +175,15 @@ PG_MIGRATIONS: list[list[str]] = [
     PEOPLE_PG,
     # v5: content-addressed blobs, as SQLite's v6 (store/_blobs.py).
     BLOBS_PG,
+    # v6: only active items' words in the search column, as SQLite's v8: the GIN index hands
+    # over every row holding a query word before the scope and status are checked, so a long
+    # run's forgotten reflections slowed every later recall.
+    [
+        "DROP INDEX memory_search",
+        "ALTER TABLE memory DROP COLUMN search",
+        "ALTER TABLE memory ADD COLUMN search tsvector GENERATED ALWAYS AS (CASE WHEN "
+        "status = 'active' THEN to_tsvector('english'::regconfig, text || ' ' || "
+        "COALESCE(rule::text, '')) END) STORED",
+        "CREATE INDEX memory_search ON memory USING GIN (search)",
+    ],
 ]

@@ -28,6 +28,20 @@ def memory_tag_sql(row: str) -> str:
     return f"CASE WHEN {row}.status = 'active' THEN {expr} ELSE '' END"
 
 
+def _fts_row(row: str, command: str) -> str:
+    """A statement adding the item in ``row`` to the memory search index, or with ``command``
+    'delete' taking it out (a contentless index is told the values it was given)."""
+    if command:
+        return (
+            "INSERT INTO memory_fts(memory_fts, rowid, text, rule, tag) "
+            f"SELECT '{command}', {row}.rowid, {row}.text, {row}.rule, {memory_tag_sql(row)}"
+        )
+    return (
+        "INSERT INTO memory_fts(rowid, text, rule, tag) "
+        f"SELECT {row}.rowid, {row}.text, {row}.rule, {memory_tag_sql(row)}"
+    )
+
+
 SQLITE_MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE runs (
@@ -240,5 +254,26 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "DROP TABLE events",
         "ALTER TABLE events_v7 RENAME TO events",
         "CREATE INDEX events_run ON events(run_id, id)",
+    ],
+    # v8: only active items' words in the memory search index. FTS5 reads a query word's
+    # whole list of rows, and bm25 counts them, whatever the tag narrows the match to: a long
+    # run's forgotten reflections made every later cycle's recall slower (≈ 0.7 ms at 3,000
+    # items). An item enters the index when it becomes active and leaves when it stops being.
+    [
+        "DROP TRIGGER memory_fts_insert",
+        "DROP TRIGGER memory_fts_delete",
+        "DROP TRIGGER memory_fts_update",
+        "CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory WHEN new.status = 'active' "
+        f"BEGIN {_fts_row('new', '')}; END",
+        "CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory WHEN old.status = 'active' "
+        f"BEGIN {_fts_row('old', 'delete')}; END",
+        "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, rule, scope, scope_key, status "
+        "ON memory BEGIN "
+        f"{_fts_row('old', 'delete')} WHERE old.status = 'active'; "
+        f"{_fts_row('new', '')} WHERE new.status = 'active'; END",
+        "INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')",
+        "INSERT INTO memory_fts(rowid, text, rule, tag) "
+        f"SELECT rowid, text, rule, {memory_tag_sql('memory')} FROM memory "
+        "WHERE status = 'active'",
     ],
 ]
