@@ -114,6 +114,8 @@ class Cycle(RuntimeHost):
         t0 = time.perf_counter()
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
+        if ex.retries:  # earlier cycles' failed attempts count no more: hold this cycle's only
+            ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
         ex.threaded = self._active > 1
         left = rules.remaining(contract, s)
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.

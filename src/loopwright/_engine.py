@@ -337,8 +337,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         nxt = ex.state.cycle + 1
         ex.retries = {
             e.key: e
-            for e in self.store.journal(rec.run_id, kind="retry")
-            if e.cycle == nxt and e.status != "retired"
+            for e in self.store.journal(rec.run_id, kind="retry", cycle=nxt)
+            if e.status != "retired"
         }
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1

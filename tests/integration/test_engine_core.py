@@ -495,3 +495,37 @@ def test_every_non_accepted_end_has_a_packet(rt: lw.Runtime, case: str) -> None:
     assert r.stop_reason in lw.STOP_REASONS
     assert rt.store.get_run(r.run_id).packet == r.packet
     assert_packet(r)
+
+
+def test_a_run_holds_the_retry_entries_of_its_current_cycle_only(rt: lw.Runtime) -> None:
+    """Each cycle's first actor call fails once (transient): what the execution holds of the
+    retry journal is that cycle's entry, not one more per earlier cycle (a long run with
+    flaky calls would otherwise grow it by one entry a cycle)."""
+    import gc
+
+    from loopwright._exec import Execution
+
+    held: list[list[str]] = []
+    calls: dict[int, int] = {}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls[ctx.cycle] = calls.get(ctx.cycle, 0) + 1
+        if calls[ctx.cycle] == 1:
+            raise lw.TransientError("503 from the model server")
+        [ex] = [o for o in gc.get_objects() if isinstance(o, Execution) and o.run_id == ctx.run_id]
+        held.append(sorted(ex.retries))
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def never(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, findings=(lw.Finding("no", "doc", "a", "v"),))
+
+    loop = lw.Loop(
+        name="flaky",
+        actor=actor,
+        verifiers=[lw.Check(fn=never, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+    )
+    r = rt.run_sync(loop, {"goal": "g", "artifacts": {"doc": {"a": 0}}})
+    assert (r.stop_reason, r.cycles) == ("budget_cycles", 6)
+    assert held == [[f"retry:actor:{n}"] for n in range(1, 7)]

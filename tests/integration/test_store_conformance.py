@@ -718,6 +718,11 @@ def test_journal_put_and_get(store: Store) -> None:
     assert [e.key for e in store.journal(run_id, kind="retry")] == ["step:a"]
     assert [e.status for e in store.journal(run_id, key="pay:1")] == ["done"]
     assert store.journal(run_id, key="nope") == []
+    _put(store, run_id, token, "step:b", kind="retry", cycle=2)
+    # a resume reads only the retry entries of the cycle it runs next
+    assert [e.key for e in store.journal(run_id, kind="retry", cycle=2)] == ["step:b"]
+    assert [e.key for e in store.journal(run_id, cycle=1)] == ["pay:1", "step:a"]
+    assert store.journal(run_id, kind="retry", cycle=3) == []
     assert [e.kind for e in store.events(run_id)][-1] == "effect_done"
 
 

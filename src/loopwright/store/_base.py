@@ -670,10 +670,15 @@ class Store(LiveStore, PeopleStore, ABC):
 
     @abstractmethod
     def journal(
-        self, run_id: str, *, kind: str | None = None, key: str | None = None
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        cycle: int | None = None,
     ) -> list[JournalEntry]:
-        """A run's journal entries (optionally of one ``kind`` or one ``key``), oldest first
-        (by ``created_at``, then ``key``)."""
+        """A run's journal entries (optionally of one ``kind``, one ``key``, one ``cycle``),
+        oldest first (by ``created_at``, then ``key``)."""
 
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod

@@ -185,5 +185,8 @@ PG_MIGRATIONS: list[list[str]] = [
         "status = 'active' THEN to_tsvector('english'::regconfig, text || ' ' || "
         "COALESCE(rule::text, '')) END) STORED",
         "CREATE INDEX memory_search ON memory USING GIN (search)",
+        # A resume reads the retry entries of the cycle it runs next, not all of the run's.
+        "DROP INDEX journal_kind",
+        "CREATE INDEX journal_kind ON journal(run_id, kind, cycle)",
     ],
 ]

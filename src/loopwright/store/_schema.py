@@ -259,6 +259,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # whole list of rows, and bm25 counts them, whatever the tag narrows the match to: a long
     # run's forgotten reflections made every later cycle's recall slower (≈ 0.7 ms at 3,000
     # items). An item enters the index when it becomes active and leaves when it stops being.
+    # And the journal's index by cycle too (the retry entries a resume reads).
     [
         "DROP TRIGGER memory_fts_insert",
         "DROP TRIGGER memory_fts_delete",
@@ -275,5 +276,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "INSERT INTO memory_fts(rowid, text, rule, tag) "
         f"SELECT rowid, text, rule, {memory_tag_sql('memory')} FROM memory "
         "WHERE status = 'active'",
+        # A resume reads the retry entries of the cycle it runs next, not all of the run's.
+        "DROP INDEX journal_kind",
+        "CREATE INDEX journal_kind ON journal(run_id, kind, cycle)",
     ],
 ]

@@ -1036,9 +1036,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         )
 
     def journal(
-        self, run_id: str, *, kind: str | None = None, key: str | None = None
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        cycle: int | None = None,
     ) -> list[JournalEntry]:
-        where, args = _where((("run_id", run_id), ("kind", kind), ("key", key)), self._MARK)
+        conds = (("run_id", run_id), ("kind", kind), ("key", key), ("cycle", cycle))
+        where, args = _where(conds, self._MARK)
         query = f"SELECT {JOURNAL_COLS} FROM journal{where} ORDER BY created_at, key"
         return [self._journal(r) for r in self._all(query, args)]
 
