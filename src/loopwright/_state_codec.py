@@ -47,6 +47,9 @@ VersionRow = tuple[str, int, int, str, Any]
 _MAP_KEYS = ("parts", "best_parts", "retries")
 # Windows that grow at the end and drop from the front: deltas carry only the new entries.
 _TAIL_KEYS = ("history", "notes")
+# Lists whose entries change in place or grow at the end (a plan gains steps as the actor adds
+# them): deltas carry the changed entries by position and the new ones.
+_LIST_KEYS = ("plan",)
 
 
 def head(
@@ -143,6 +146,8 @@ def delta(
             out[k + "$"] = [diff, gone]
         elif k in _TAIL_KEYS and isinstance(old, list) and isinstance(v, list):
             out[k + "$"] = _tail(old, v)
+        elif k in _LIST_KEYS and isinstance(old, list) and isinstance(v, list):
+            out[k + "@"] = _edits(old, v)
         else:
             out[k] = v
     return out
@@ -161,6 +166,14 @@ def _tail(old: list[Any], new: list[Any]) -> list[Any]:
     return [len(old), list(new)]
 
 
+def _edits(old: list[Any], new: list[Any]) -> list[Any]:
+    """``[keep, changed, added]`` with ``new`` = ``old[:keep]``, its entries at the positions
+    of ``changed`` (``[[i, entry], ...]``) replaced, then ``added``."""
+    keep = min(len(old), len(new))
+    changed = [[i, new[i]] for i in range(keep) if old[i] != new[i]]
+    return [keep, changed, new[keep:]]
+
+
 def apply_delta(base: Mapping[str, Any], d: Mapping[str, Any]) -> dict[str, Any]:
     """A new head: ``base`` with the delta ``d`` applied (``base`` is not changed)."""
     return fold(base, [d])
@@ -174,7 +187,13 @@ def fold(base: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]]) -> dict[s
     own: set[str] = set()  # the maps already copied
     for d in deltas:
         for k, v in d.items():
-            if k.endswith("$"):
+            if k.endswith("@"):
+                keep, changed, added = v
+                items = list(out.get(k[:-1]) or ())[: int(keep)]
+                for i, entry in changed:
+                    items[int(i)] = entry
+                out[k[:-1]] = [*items, *added]
+            elif k.endswith("$"):
                 key = k[:-1]
                 if key in _TAIL_KEYS:
                     drop, added = v

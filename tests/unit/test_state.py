@@ -392,3 +392,40 @@ def test_accepted_values_keep_part_order_however_parts_are_accepted() -> None:
     f = s.fork()
     f.set_status("d/a", "rejected")  # the fork's cache only: v1 is its accepted version again
     assert f.accepted_values()["d"]["a"] == 1 and s.accepted_values()["d"]["a"] == 10
+
+
+_STEP = st.fixed_dictionaries({"id": st.sampled_from("abcdef"), "status": st.sampled_from("tdx")})
+
+
+@given(st.lists(_STEP, max_size=8), st.lists(_STEP, max_size=8))
+def test_a_plan_delta_rebuilds_the_new_plan(old: list[Any], new: list[Any]) -> None:
+    """Any plan to any other (steps changed, added, dropped): the delta applied to the old
+    head gives the new one."""
+    from loopwright import _state_codec as codec
+
+    prev, head = {"plan": old, "cycle": 1}, {"plan": new, "cycle": 2}
+    assert codec.apply_delta(prev, codec.delta(prev, head)) == head
+    assert codec.fold(prev, [codec.delta(prev, head), codec.delta(head, prev)]) == prev
+
+
+def test_a_growing_plan_costs_a_cycle_its_new_and_changed_steps_only() -> None:
+    """An actor that adds a step each cycle and finishes the one before: each checkpoint
+    carries two steps, not the whole plan (which grew a cycle's checkpoint with the run)."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"p": 0}}})
+    prev = codec.head(s)
+    sizes = []
+    for c in range(1, 301):
+        if s.plan:
+            s.plan[-1].status = "done"
+        s.plan.append(lw.PlanStep(f"s{c}", f"step {c}: " + "x" * 60))
+        s.cycle = c
+        head = codec.head(s, prev, [])
+        d = codec.delta(prev, head)
+        assert codec.apply_delta(prev, d) == head
+        sizes.append(len(json.dumps(d)))
+        prev = head
+    assert len(prev["plan"]) == 300
+    # a few bytes more for longer step ids and positions; the whole plan would be 30 KB
+    assert max(sizes[-10:]) <= max(sizes[:10]) + 32
