@@ -39,7 +39,8 @@ class EffectOutcome:
     key: str
     status: str  # done | failed | in_doubt
     result: Any = None
-    reused: bool = False
+    reused: bool = False  # the result of another run's or an earlier cycle's execution
+    recovered: bool = False  # done by this attempt before a crash, read back from its journal
     reconciled: bool = False
     attempts: int = 0
     cause: str = ""
@@ -55,6 +56,7 @@ class EffectOutcome:
             "status": self.status,
             "result": self.result,
             "reused": self.reused,
+            "recovered": self.recovered,
             "reconciled": self.reconciled,
             "attempts": self.attempts,
             "cause": self.cause,
@@ -153,6 +155,10 @@ async def perform_effect(
         return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
 
     def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
+        if status == "done":
+            # The checkpoint this attempt of the cycle builds on (its effects' write-ahead):
+            # a resume after a crash builds on the same one, a rollback's redo on a later one.
+            data = {**data, "base_seq": ex.seq}
         return store.journal_put(
             ex.run_id,
             ex.token,
@@ -278,14 +284,32 @@ async def perform_effect(
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     if entry is not None:
         if entry.status == "done":
-            ex.events.append(NewEvent(cycle, "effect_reused", {"effect": eff.name, "key": ikey}))
+            # Done by this very attempt of the cycle before a crash: recovered, not reused
+            # (reuse is another run's or an earlier cycle's execution of the same key).
+            recovered = entry.cycle == cycle and entry.data.get("base_seq") == ex.seq
+            from_run = entry.data.get("from_run")
+            if recovered:
+                data = {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": "done"}
+                ex.events.append(
+                    NewEvent(
+                        cycle,
+                        "effect_recovered",
+                        data | ({"from_run": from_run} if from_run else {}),
+                    )
+                )
+            else:
+                ex.events.append(
+                    NewEvent(cycle, "effect_reused", {"effect": eff.name, "key": ikey})
+                )
             # Done in this very cycle before a crash: its cost was never checkpointed, so it is
             # charged now; done in an earlier cycle, it was charged then.
             cost = entry.data.get("usage") if entry.cycle == cycle else None
             return out(
                 "done",
                 result=entry.data.get("result"),
-                reused=True,
+                # a recovered result is still another run's when that run did the action
+                reused=not recovered or bool(from_run),
+                recovered=recovered,
                 attempts=attempts,
                 usage=Usage.from_dict(cost) if cost else None,
             )

@@ -60,8 +60,8 @@ PHASES = (
     "after_checkpoint",
 )
 # Dropped before comparing with the reference: wall time, ids, and how an effect outcome was
-# obtained (run, reused after a restart, reconciled, how many attempts) — its result stays.
-VOLATILE = {"seconds", "ts", "created_at", "run_id", "show", "reused", "reconciled", "attempts"}
+# obtained (run, recovered after a restart, reconciled, how many attempts) — its result stays.
+VOLATILE = {"seconds", "ts", "created_at", "run_id", "show", "recovered", "reconciled", "attempts"}
 
 
 # --- running the subprocess ----------------------------------------------------------------
@@ -495,11 +495,32 @@ def test_kill_at_phase_and_resume(
         assert got.effects_log.count(doubt) == (phase == "before_effect_result")
     else:
         assert escalated is None
+    # A result the killed process had journaled is recovered by the resume, not "reused": reuse
+    # is only where the uninterrupted run reused (cycle 5 asking again for cycle 4's keys), all
+    # of it unless the run escalated first.
+    reuses, ref_reuses = _reuses(got), _reuses(reference)
+    assert reuses == ref_reuses if escalated is None else set(reuses) <= set(ref_reuses)
+    recovered = [e.data["key"] for e in got.events if e.kind == "effect_recovered"]
+    if phase == "after_effect_result":
+        # The effects of the killed cycle done before the kill (the last one just before it).
+        assert recovered == {1: ["ledger:p0"], 12: ["ledger:p3", "mirror:p3", "notify:p3"]}[n]
+        outcomes = {
+            o["key"]: o
+            for ck in got.checkpoints
+            if ck.record and "proposal" in ck.record
+            for o in ck.record.get("effects") or ()
+        }
+        for key in recovered:
+            assert (outcomes[key]["recovered"], outcomes[key]["reused"]) == (True, False), key
     if not kill.terminal:
         # The next process ran under its own lease. (Its "started"/"resumed" event is written
         # with its first commit: a process killed before any commit leaves none.)
         owners = [e.data["owner"] for e in got.events if e.kind in ("started", "resumed")]
         assert owners[-1] != kill.owner and owners[:-1] in ([], [kill.owner]), owners
+
+
+def _reuses(snap: Snapshot) -> list[tuple[int, str]]:
+    return sorted((e.cycle, e.data["key"]) for e in snap.events if e.kind == "effect_reused")
 
 
 # --- random kills, several in a row ------------------------------------------------------------

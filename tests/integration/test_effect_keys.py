@@ -62,6 +62,9 @@ def test_a_second_run_gets_the_recorded_result_and_says_so(url: str) -> None:
         assert bank.calls == ["pay:INV-7"]  # executed once in the store
         [reused] = _events(rt, second.run_id, "effect_reused")
         assert reused["from_run"] == first.run_id
+        assert _events(rt, second.run_id, "effect_recovered") == []  # not this run's crash
+        [outcome] = rt.store.checkpoints(second.run_id)[-1].record["effects"]
+        assert (outcome["reused"], outcome["recovered"]) == (True, False)
         [note] = [n for n in second.state.notes if n.get("kind") == "effect"]
         assert note["reused"] is True and note["result"] == {"paid": "INV-7", "amount": 40.0}
         [entry] = rt.store.journal(second.run_id, kind="effect")

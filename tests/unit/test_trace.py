@@ -328,6 +328,28 @@ def test_events_of_no_cycle_go_to_the_run_and_rollback_redoes_a_cycle() -> None:
     assert event_seqs(spans) == list(range(1, len(log.events) + 1))
 
 
+def test_an_effect_recovered_after_a_crash_is_done_and_says_so() -> None:
+    log = Log().add(0, "run_created", 0.0).add(0, "started", 0.1)
+    log.add(1, "cycle_started", 1.0)
+    proposal(log, 1, 1.0, 0.1)
+    log.add(1, "effect_started", 2.0, effect="pay", kind="spend", key="pay:k", status="intent")
+    log.add(1, "effect_done", 2.1, effect="pay", kind="spend", key="pay:k", status="done")
+    # killed here; the resume reads the result back from the run's journal
+    log.add(1, "resumed", 3.0, owner="o2")
+    log.add(1, "effect_recovered", 3.1, effect="pay", kind="spend", key="pay:k", status="done")
+    log.add(1, "decision", 3.2, decision="accepted", score=1.0, best_score=1.0, improved=True)
+    log.add(1, "stopped", 3.3, reason="success", status="accepted", cause="")
+    rec = run_record(cycle=1, ended_at=T + 3.3)
+    spans = build_spans(rec, log.events, checkpoints(record(1, "accepted")), [])
+    assert_tree(spans)
+    [eff] = [sp for sp in spans if sp.kind == "effect"]
+    assert eff.end == T + 3.1
+    assert eff.attributes["loopwright.effect.status"] == "done"
+    assert eff.attributes["loopwright.effect.recovered"] is True
+    assert "loopwright.effect.reused" not in eff.attributes
+    assert eff.attributes["loopwright.effect.attempts"] == 1
+
+
 @st.composite
 def event_logs(draw: st.DrawFn) -> tuple[RunRecord, list[Event], list[Approval]]:
     """Random runs: cycles with random call durations, retries, approvals and effects, and

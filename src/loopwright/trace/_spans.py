@@ -64,7 +64,14 @@ RUN_KINDS = frozenset(
 #: Run-level events that end whatever cycle is still open.
 _CLOSING = frozenset({"stopped", "rolled_back"})
 _EFFECT_END = frozenset(
-    {"effect_done", "effect_failed", "effect_in_doubt", "effect_reconciled", "effect_reused"}
+    {
+        "effect_done",
+        "effect_failed",
+        "effect_in_doubt",
+        "effect_reconciled",
+        "effect_reused",
+        "effect_recovered",
+    }
 )
 APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
 MODEL_CALL = "model_call"  # as ``loopwright._modelcalls.MODEL_CALL``
@@ -650,6 +657,8 @@ def _effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span
             span.attributes["loopwright.effect.reused"] = True
         if final is not None and final.kind == "effect_reconciled":
             span.attributes["loopwright.effect.reconciled"] = True
+        if final is not None and final.kind == "effect_recovered":
+            span.attributes["loopwright.effect.recovered"] = True
         if status in ("failed", "in_doubt"):
             span.status = "error"
             span.status_message = str((final.data if final else {}).get("cause") or status)
