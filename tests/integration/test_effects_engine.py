@@ -4,6 +4,7 @@ recovery after a simulated crash, and classified retries of actors and verifiers
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -768,3 +769,41 @@ def test_an_effect_reports_its_cost_and_it_counts_once(rt: lw.Runtime) -> None:
     assert entry.data["result"] == {"sent": "A"}
     records = [c.record for c in rt.store.checkpoints(r.run_id) if c.record and "usage" in c.record]
     assert [rec["usage"]["cost_usd"] for rec in records] == [pytest.approx(0.25), 0.0]
+
+
+# --- show --json -------------------------------------------------------------------------------
+def _shown_cycles(store: Path, run_id: str, capsys: pytest.CaptureFixture[str]) -> list[Any]:
+    from loopwright.cli import main
+
+    assert main(["show", run_id, "--store", str(store), "--json"]) == 0
+    return list(json.loads(capsys.readouterr().out)["cycles"])
+
+
+def test_show_json_lists_a_cycle_with_effects_once(
+    rt: lw.Runtime, store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bank = Payments()
+    pay = bank.effect()
+    r = rt.run_sync(
+        make_loop(Script(with_effects(FIX_ALL, pay.call(invoice="A-1", amount=40.0))), [pay]), TASK
+    )
+    assert (r.status, r.cycles) == ("accepted", 1)
+    # Cycle 1 wrote its effects' write-ahead record, then its concluding one: shown once.
+    cycles = _shown_cycles(store_path, r.run_id, capsys)
+    assert [(c["cycle"], c["decision"]) for c in cycles] == [(1, "accepted")]
+    assert [o["key"] for o in cycles[0]["effects"]] == [bank.executed[0]["key"]]
+
+
+def test_show_json_keeps_the_write_ahead_of_a_cycle_stopped_in_its_effects(
+    rt: lw.Runtime, store_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bank = Payments()
+    bank.failures.append(lw.PermanentError("card declined"))
+    pay = bank.effect()
+    r = rt.run_sync(
+        make_loop(Script(with_effects(FIX_ALL, pay.call(invoice="A-1", amount=40.0))), [pay]), TASK
+    )
+    escalated(r)
+    # All there is of cycle 1: the record written before its effects ran.
+    cycles = _shown_cycles(store_path, r.run_id, capsys)
+    assert [(c["cycle"], c["decision"]) for c in cycles] == [(1, "effects")]

@@ -21,7 +21,7 @@ from ._stores import existing_store, open_existing
 if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
-    from ..store import RunRecord, Store
+    from ..store import Checkpoint, RunRecord, Store
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -409,7 +409,7 @@ def show(
             {
                 "run": rec.to_dict(),
                 "state": state.to_dict(),
-                "cycles": [c.record for c in cps if c.record],
+                "cycles": _shown_cycles(cps),
                 "approvals": [a.to_dict() for a in approvals],
                 "journal": [e.to_dict() for e in journal],
                 "events": [e.to_dict() for e in events],
@@ -420,6 +420,24 @@ def show(
 
     out = console()
     out.print(run_detail(rec, cps, approvals, journal, width=out.width))
+
+
+def _shown_cycles(cps: list[Checkpoint]) -> list[dict[str, Any]]:
+    """The checkpoints' records, oldest first, less the write-ahead record of a cycle's effects
+    once that cycle concluded: its concluding record follows and holds the same (the dashboard
+    shows one row too). A cycle stopped during its effects keeps its write-ahead record: it is
+    all there is of that cycle."""
+    concluded = {c.record.get("cycle") for c in cps if c.record and "proposal" in c.record}
+    return [
+        c.record
+        for c in cps
+        if c.record
+        and not (
+            c.record.get("decision") == "effects"
+            and "proposal" not in c.record
+            and c.record.get("cycle") in concluded
+        )
+    ]
 
 
 @app.command()
