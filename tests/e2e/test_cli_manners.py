@@ -10,9 +10,13 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from support.modules import load_sibling
 
 import loopwright
 from loopwright.cli import main
@@ -21,6 +25,10 @@ from loopwright.store import open_store
 from .conftest import cli
 
 RUN = "0123456789abcdef"
+# The PostgreSQL helpers of tests/integration (LOOPWRIGHT_TEST_PG; skip without it).
+_pg = load_sibling(
+    str(Path(__file__).parents[1] / "integration" / "conftest.py"), "conftest.py", "_pg_fixtures"
+)
 
 # Every command that only reads, or acts on runs or items that must already exist.
 NEEDS_A_STORE = [
@@ -126,6 +134,75 @@ def test_the_default_and_env_stores_are_refused_too(
     assert code == 2
     assert f"no store at {tmp_path}/env/s.db (from $LOOPWRIGHT_STORE)" in err
     assert not (tmp_path / "env").exists()
+
+
+@pytest.fixture
+def pg_typo() -> Iterator[tuple[str, str, str]]:
+    """``(store URL, schema, database)``: a schema that does not exist, dropped afterwards."""
+    base = _pg.pg_base_url()
+    schema = f"lw_typo_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}schema={schema}", schema, urlsplit(base).path[1:]
+    finally:
+        _pg.pg_drop_schema(base, schema)
+
+
+def _pg_schema_exists(url: str) -> bool:
+    import psycopg
+
+    base, _, schema = url.rpartition("schema=")
+    with psycopg.connect(base.rstrip("?&"), connect_timeout=10) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (schema,))
+        return found.fetchone() is not None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("args", NEEDS_A_STORE, ids=lambda a: " ".join(a[:2]))
+def test_a_missing_postgres_schema_is_refused_and_not_created(
+    args: tuple[str, ...],
+    pg_typo: tuple[str, str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, schema, database = pg_typo
+    contract = tmp_path / "contract.toml"
+    contract.write_text("[contract.budget]\nmax_cycles = 3\n")
+    argv = [str(contract) if a == "CONTRACT" else a for a in args]
+    code, out, err = _run_main([*argv, "--store", url], capsys, monkeypatch)
+    assert code == 2, (out, err)
+    assert err.startswith(f"loopwright: error: no schema {schema!r} in database {database!r}")
+    assert len(err.strip().splitlines()) == 1, err
+    assert not _pg_schema_exists(url)
+
+
+@pytest.mark.postgres
+def test_run_and_demo_still_create_a_postgres_schema(
+    project: Path,
+    pg_typo: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, _, _ = pg_typo
+    task = project / "t.json"
+    task.write_text(
+        json.dumps({"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}})
+    )
+    monkeypatch.chdir(project)
+    code, out, err = _run_main(
+        ["run", "loop.toml", "--task", str(task), "--store", url], capsys, monkeypatch
+    )
+    assert code == 0, (out, err)
+    code, out, err = _run_main(["runs", "--json", "--store", url], capsys, monkeypatch)
+    assert code == 0, err
+    assert [r["status"] for r in json.loads(out)] == ["accepted"]
+    demo_url = url.replace("lw_typo_", "lw_demo_")
+    try:
+        code, out, err = _run_main(["demo", "--store", demo_url], capsys, monkeypatch)
+        assert code == 0, (out, err)
+        assert _pg_schema_exists(demo_url)
+    finally:
+        _pg.pg_drop_schema(_pg.pg_base_url(), urlsplit(demo_url).query.rpartition("schema=")[2])
 
 
 # --- filters and values are checked ----------------------------------------------------------

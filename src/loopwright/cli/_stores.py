@@ -1,6 +1,7 @@
 """The store a command works on. Commands that only read (or act on runs that must already
-exist) refuse a store file that does not exist instead of creating it: a typo in ``--store``
-must not leave an empty store, or its folders, behind and report "0 run(s)"."""
+exist) refuse a store file, or a PostgreSQL schema, that does not exist instead of creating it:
+a typo in ``--store`` must not leave an empty store, or its folders, behind and report "0
+run(s)"."""
 
 from __future__ import annotations
 
@@ -30,24 +31,42 @@ def _sqlite_file(url: str) -> str | None:
     return parts.path[1:] if parts.path.startswith("/") else parts.path
 
 
+def _source(url: str | None) -> str:
+    if url:
+        return "--store"
+    return "$LOOPWRIGHT_STORE" if os.environ.get("LOOPWRIGHT_STORE") else "the default store"
+
+
+def _missing_pg_schema(url: str) -> tuple[str, str] | None:
+    """``(schema, database)`` when a PostgreSQL URL names a schema its database lacks."""
+    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+        return None
+    try:
+        from ..store.postgres import missing_schema
+    except ImportError:
+        return None  # psycopg is missing: opening the store says so
+    return missing_schema(url)
+
+
 def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
-    refused with a one-line error when it names an SQLite file that does not exist."""
+    refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
+    (``?schema=NAME``), that does not exist: opening either would create it."""
     from ..store import resolve_store_url
 
     resolved = resolve_store_url(url)
     path = _sqlite_file(resolved)
     if path and path != ":memory:" and not Path(path).exists():
-        source = (
-            "--store"
-            if url
-            else "$LOOPWRIGHT_STORE"
-            if os.environ.get("LOOPWRIGHT_STORE")
-            else "the default store"
-        )
         raise ConfigError(
-            f"no store at {path} (from {source}); check the path, or create one with "
+            f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"
+        )
+    missing = _missing_pg_schema(resolved)
+    if missing is not None:
+        schema, database = missing
+        raise ConfigError(
+            f"no schema {schema!r} in database {database!r} (from {_source(url)}); check "
+            "?schema= in the URL, or create the store with `loopwright run` or `loopwright demo`"
         )
     return resolved
 

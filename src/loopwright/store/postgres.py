@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
         "the PostgreSQL store needs psycopg 3 and psycopg_pool: pip install 'loopwright[postgres]'"
     ) from exc
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "missing_schema"]
 
 # The server's clock, as epoch seconds (what lease_expires_at holds).
 _DB_NOW = "extract(epoch from clock_timestamp())::double precision"
@@ -97,6 +97,29 @@ def _int_option(own: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, not {own[name]!r}", field="store") from None
 
 
+def _connect(conninfo: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """One direct autocommit connection, with a connect timeout unless the URL sets one."""
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        extra["connect_timeout"] = 10
+    return psycopg.connect(conninfo, autocommit=True, **extra)
+
+
+def missing_schema(url: str) -> tuple[str, str] | None:
+    """``(schema, database)`` when ``url`` names a schema (``?schema=NAME``) that its database
+    does not have, else ``None``; creates nothing (opening the store would create it)."""
+    conninfo, shown, own = _split_url(url)
+    schema = own.get("schema")
+    if not schema:
+        return None
+    try:
+        with _connect(conninfo) as conn:
+            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (schema,))
+            return None if found.fetchone() is not None else (schema, conn.info.dbname)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot open store {shown}: {type(exc).__name__}: {exc}") from exc
+
+
 class PostgresStore(SQLStore):
     """A loopwright store in a PostgreSQL database (one schema of it)."""
 
@@ -138,10 +161,7 @@ class PostgresStore(SQLStore):
         # Migrate on one direct connection first: a wrong URL fails at once with libpq's own
         # message, instead of after the pool's connection timeout.
         try:
-            extra: dict[str, Any] = {}
-            if "connect_timeout" not in conninfo_to_dict(conninfo):
-                extra["connect_timeout"] = 10
-            with psycopg.connect(conninfo, autocommit=True, **extra) as first:
+            with _connect(conninfo) as first:
                 self._configure(first)
                 if _read_only:
                     self._check_current(first)
