@@ -306,7 +306,7 @@ def _last_improvement(cps: Sequence[Checkpoint]) -> tuple[int | None, float]:
         summed += float((rec.get("usage") or {}).get("cost_usd") or 0.0)
         if rec.get("improved"):
             cycle = int(rec["cycle"])
-            spent = c.state.get("spent")
+            spent = c.fields.get("spent")
             through = float(spent["cost_usd"]) if isinstance(spent, Mapping) else summed
     return cycle, through
 
@@ -357,7 +357,7 @@ def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
                 cycles += 1
                 reuse += notes_at_start.get(int(rec["cycle"]), 0) > 0 or bool(rec.get("memory"))
             seen_first = True
-        previous = len(c.state.get("notes") or ())
+        previous = len(c.fields.get("notes") or ())
     return cycles, reuse
 
 

@@ -452,7 +452,7 @@ def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str)
         c
         for c in cks
         if (c.seq == cks[0].seq)
-        or (c.record and "proposal" in c.record and not c.state.get("pending"))
+        or (c.record and "proposal" in c.record and not c.fields.get("pending"))
     ]
     found = [c for c in concluded if c.cycle == cycle]
     if not found:

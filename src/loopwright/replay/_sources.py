@@ -40,7 +40,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     cycles: list[CycleTrace] = []
     task: Any = None
     for ck in store.checkpoints(rec.run_id):
-        task = ck.state.get("task") if task is None else task
+        task = ck.fields.get("task") if task is None else task
         r = ck.record
         if not r:
             continue

@@ -108,9 +108,20 @@ class Checkpoint:
     and best versions and its ``count``); ``task_state()`` reads the others from the store.
 
     Read-only. ``state`` may be resolved when first read (``Store.checkpoints``: a long run
-    with many parts is listed without resolving every checkpoint's state)."""
+    with many parts is listed without resolving every checkpoint's state). ``fields`` is the
+    state without its parts, for readers of many checkpoints that want only those."""
 
-    __slots__ = ("_resolve", "_state", "created_at", "cycle", "loader", "record", "run_id", "seq")
+    __slots__ = (
+        "_fields",
+        "_resolve",
+        "_state",
+        "created_at",
+        "cycle",
+        "loader",
+        "record",
+        "run_id",
+        "seq",
+    )
 
     def __init__(
         self,
@@ -121,6 +132,7 @@ class Checkpoint:
         record: dict[str, Any] | None,
         created_at: float,
         loader: VersionLoader | None = None,
+        fields: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.run_id, self.seq, self.cycle = run_id, seq, cycle
         self.record, self.created_at, self.loader = record, created_at, loader
@@ -130,6 +142,7 @@ class Checkpoint:
             self._resolve = state
         else:
             self._state = state
+        self._fields = fields
 
     @property
     def state(self) -> dict[str, Any]:
@@ -139,6 +152,21 @@ class Checkpoint:
             state = self._state = self._resolve()
             self._resolve = None
         return state
+
+    @property
+    def fields(self) -> Mapping[str, Any]:
+        """The state's own fields — ``pending``, ``notes``, ``spent``, ``best_score``,
+        ``cycle``, ``history``, ``plan``, ``task``... — without its parts (``artifacts`` and the
+        per-part maps ``parts``, ``best_parts``, ``retries``): read from the checkpoint's
+        delta chain, at the cost of the deltas, not of every part (a reader of every
+        checkpoint of a long run with many parts would otherwise resolve cycles × parts).
+        Read-only; the same values as ``state``'s."""
+        f = self._fields
+        if callable(f):
+            f = self._fields = f()
+        elif f is None:
+            f = self._fields = own_fields(self.state)
+        return f
 
     def _key(self) -> tuple[Any, ...]:
         return (self.run_id, self.seq, self.cycle, self.state, self.record, self.created_at)
@@ -156,6 +184,17 @@ class Checkpoint:
     def task_state(self) -> TaskState:
         """The state as a ``TaskState`` whose parts read older versions on demand."""
         return TaskState.from_dict(self.state, self.loader)
+
+
+#: What ``Checkpoint.fields`` leaves out: a state's parts (resolved) and its per-part maps
+#: (in a head, and as ``key$`` in a delta).
+_PART_KEYS = frozenset({"artifacts", "parts", "best_parts", "retries"})
+
+
+def own_fields(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` (a resolved state, a head or a delta) without its part entries (``_PART_KEYS``):
+    folding such deltas on such a head gives the fields of the next head (``codec.fold``)."""
+    return {k: v for k, v in d.items() if k.removesuffix("$") not in _PART_KEYS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,10 +485,13 @@ class Store(LiveStore, PeopleStore, ABC):
     # the row before; ``base`` is the seq of the snapshot it builds on. Version values are rows
     # of their own. See ``loopwright._state_codec``.
     @abstractmethod
-    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
-        """The run's raw rows, oldest first: all of them, or (``latest``) those from the latest
-        row's base on. ``record`` is parsed for the last row always, for others when not
-        ``latest``; ``base`` is the row's own seq for a full state."""
+    def _checkpoint_rows(
+        self, run_id: str, *, latest: bool, since: int | None = None
+    ) -> list[CheckpointRow]:
+        """The run's raw rows, oldest first: all of them, those from ``seq`` ``since`` on, or
+        (``latest``) those from the latest row's base on. ``record`` is parsed for the last
+        row always, for others when not ``latest``; ``base`` is the row's own seq for a full
+        state."""
 
     @abstractmethod
     def _version_rows(
@@ -536,13 +578,15 @@ class Store(LiveStore, PeopleStore, ABC):
     def checkpoints(self, run_id: str) -> list[Checkpoint]:
         """All checkpoints of a run, oldest first, each state as it was then: resolved when
         first read (from its snapshot and the deltas after it), so that listing a long run
-        with many parts costs its records, not every checkpoint's every part."""
+        with many parts costs its records, not every checkpoint's every part (nor does
+        reading their ``fields``)."""
         rows = self._checkpoint_rows(run_id, latest=False)
         loader = self._loader(run_id)
         # every version, read now: a state may be read after the store is closed
         found = {(v[0], v[1]): v for v in self._version_rows(run_id)} if rows else {}
 
         last: list[Any] = [None, -1, {}]  # (base, i, head) of the last state read
+        lite: list[Any] = [None, -1, {}]  # (base, i, fields) of the last fields read
 
         def resolve(base: int, i: int) -> dict[str, Any]:
             b, j, h = last
@@ -552,6 +596,14 @@ class Store(LiveStore, PeopleStore, ABC):
                 head = _folded(rows, base, i)
             last[:] = [base, i, head]
             return codec.resolve(head, found) if codec.is_head(head) else head
+
+        def fields(base: int, i: int) -> dict[str, Any]:
+            b, j, f = lite
+            if not (b == base and j < i):
+                j, f = base, own_fields(rows[base].state) if base >= 0 else {}
+            f = codec.fold(f, [own_fields(r.state) for r in rows[j + 1 : i + 1]])
+            lite[:] = [base, i, f]
+            return f
 
         out: list[Checkpoint] = []
         base = -1
@@ -567,9 +619,52 @@ class Store(LiveStore, PeopleStore, ABC):
                     r.record,
                     r.created_at,
                     loader,
+                    functools.partial(fields, base, i),
                 )
             )
         return out
+
+    def checkpoints_after(
+        self, run_id: str, seq: int, fields: Mapping[str, Any] | None = None
+    ) -> list[Checkpoint]:
+        """The run's checkpoints after ``seq``, oldest first, with their records and
+        ``fields``; a state is read from the store when first read. ``fields``: those of
+        checkpoint ``seq`` when the caller has them (the next ones are folded on from them,
+        so a reader following a run reads what it gained, not its snapshot again)."""
+        rows = self._checkpoint_rows(run_id, latest=False, since=seq + 1)
+        if rows and rows[0].seq != rows[0].base and fields is None:
+            # a delta on checkpoints not in hand: read its chain from the snapshot
+            chain = self._checkpoint_rows(run_id, latest=False, since=rows[0].base)
+            fields = codec.fold({}, [own_fields(r.state) for r in chain if r.seq <= seq])
+        loader = self._loader(run_id)
+        out: list[Checkpoint] = []
+        f: Mapping[str, Any] = fields or {}
+        for r in rows:
+            own = own_fields(r.state)
+            f = own if r.seq == r.base else codec.fold(f, [own])
+            out.append(
+                Checkpoint(
+                    run_id,
+                    r.seq,
+                    r.cycle,
+                    functools.partial(self._state_at, run_id, r.seq, r.base),
+                    r.record,
+                    r.created_at,
+                    loader,
+                    f,
+                )
+            )
+        return out
+
+    def _state_at(self, run_id: str, seq: int, base: int) -> dict[str, Any]:
+        """The resolved state of checkpoint ``seq`` (built on the snapshot ``base``)."""
+        rows = [r for r in self._checkpoint_rows(run_id, latest=False, since=base) if r.seq <= seq]
+        state = _folded(rows, 0, len(rows) - 1)
+        if codec.is_head(state):
+            keys = codec.wanted_versions(state)
+            found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
+            state = codec.resolve(state, found)
+        return state
 
     # --- checkpoints: writing -------------------------------------------------------------
     @abstractmethod

@@ -683,14 +683,16 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             conn.execute(self._q.release_lease, (run_id, token))
 
     # --- checkpoints: reading -------------------------------------------------------------
-    def _checkpoint_rows(self, run_id: str, *, latest: bool) -> list[CheckpointRow]:
+    def _checkpoint_rows(
+        self, run_id: str, *, latest: bool, since: int | None = None
+    ) -> list[CheckpointRow]:
         with self._conn() as conn:
             last = conn.execute(self._q.last_checkpoint, (run_id,)).fetchone()
             if last is None:
                 return []
+            first = last[1] if latest else -1 if since is None else since
             rows = conn.execute(
-                self._q.checkpoint_rows,
-                (not latest, last[0], run_id, last[1] if latest else -1),
+                self._q.checkpoint_rows, (not latest, last[0], run_id, first)
             ).fetchall()
         jl = self._jl
         return [

@@ -75,7 +75,6 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
         rec = ck.record
         if rec is None or i == 0:
             continue
-        before = checkpoints[i - 1].state
         n = int(rec.get("cycle", ck.cycle))
         decision = str(rec.get("decision", ""))
         if "proposal" in rec and decision in _CONCLUDED:
@@ -90,12 +89,12 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                     record=rec,
                     visible=dict(rec.get("visible") or {}),
                     held_out=dict(rec.get("held_out") or {}),
-                    before=start.before if start is not None else before,
+                    before=start.before if start is not None else checkpoints[i - 1].state,
                     after=ck.state,
                 )
             )
         elif decision in _MID_CYCLE and n not in waiting:
-            pend = ck.state.get("pending") or {}
+            pend = ck.fields.get("pending") or {}
             if "proposal" not in pend:
                 continue
             waiting[n] = _Cycle(
@@ -107,7 +106,7 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                 record=rec,
                 visible=dict(pend.get("visible") or {}),
                 held_out=dict(rec.get("held_out") or {}),
-                before=before,
+                before=checkpoints[i - 1].state,
                 after=None,
             )
         elif decision == "rollback":

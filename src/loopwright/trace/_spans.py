@@ -285,7 +285,7 @@ def _attach_records(occs: Sequence[_Occurrence], checkpoints: Sequence[Checkpoin
         if mid is None or "cycle" not in mid:
             continue
         n = int(mid["cycle"])
-        pend = ck.state.get("pending") or {}
+        pend = ck.fields.get("pending") or {}  # not every part of every checkpoint
         visible = mid.get("visible") or (pend.get("visible") if pend.get("cycle") == n else None)
         found = verdicts.setdefault(n, {})
         found.update(visible or {})

@@ -96,7 +96,7 @@ def timeline(checkpoints: list[Checkpoint], *, ended: bool = False) -> list[dict
 def _unapplied_row(
     ck: Checkpoint, rec: dict[str, Any], *, parked: bool, done: bool, ended: bool
 ) -> dict[str, Any] | None:
-    pend = ck.state.get("pending") if isinstance(ck.state, dict) else None
+    pend = ck.fields.get("pending")
     if done or not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
         if not parked:
             return None
@@ -178,8 +178,9 @@ def chart_points(checkpoints: list[Checkpoint]) -> list[ChartPoint]:
         rec = ck.record
         if not rec or "proposal" not in rec:
             continue
-        spent = (ck.state.get("spent") or {}).get("cost_usd") or 0.0
-        best = ck.state.get("best_score")
+        fields = ck.fields  # not every part of every checkpoint: a long run's chart
+        spent = (fields.get("spent") or {}).get("cost_usd") or 0.0
+        best = fields.get("best_score")
         cycle = int(rec.get("cycle") or ck.cycle)
         by_cycle[cycle] = ChartPoint(
             cycle, float(best or 0.0), float(spent), bool(rec.get("improved"))
