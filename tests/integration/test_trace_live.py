@@ -437,3 +437,174 @@ def test_a_parked_run_sends_each_session_and_ends_equal_to_the_export(
         assert effect.kind.name == "CLIENT" and _attrs(effect)["loopwright.effect.status"] == "done"
     else:
         assert "execute_tool pay" not in [s.name for s in live]
+
+
+# --- a long run: the tracer holds one window, and reads no state ----------------------------------
+@lw.effect("notify", name="ping", requires_success=False)
+def ping(n: int) -> dict[str, Any]:
+    return {"n": n}
+
+
+def _listed(attrs: Any) -> dict[str, Any]:
+    """SDK attributes as the export reads them (the SDK keeps a list as a tuple)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in (attrs or {}).items()}
+
+
+def _held(tracer: Any) -> int:
+    """Entries the tracer holds for the runs it follows: events, checkpoints, span keys..."""
+    n = 0
+    for run in tracer._runs.values():
+        for name in type(run).__slots__:
+            v = getattr(run, name)
+            n += len(v) if isinstance(v, list | set | dict) else len(getattr(v, "other", ()))
+    return n
+
+
+def test_a_long_run_is_traced_holding_one_window_and_equals_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: a cycle costs the same at cycle 5,000 as at cycle 5, traced too. What the
+    tracer holds stays the same from cycle to cycle (the windows sent are dropped), it
+    resolves no checkpoint's state (every part's versions) at a commit, and what it sends,
+    window by window, is still the export of the finished run: the same spans, times, events
+    and attributes — with retries, effects run in a write-ahead commit, and snapshots."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from loopwright import _state_codec as codec
+
+    resolved = [0]
+    real = codec.resolve
+
+    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        resolved[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(codec, "resolve", counting)
+    cycles, parts = 40, 12
+    held: dict[int, int] = {}
+    resolved_at: dict[int, int] = {}
+    calls: list[int] = []
+    runtime: list[lw.Runtime] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append(1)
+        tracer = runtime[0]._live
+        held[ctx.cycle], resolved_at[ctx.cycle] = _held(tracer), resolved[0]
+        if len(calls) % 7 == 3:
+            raise lw.TransientError("flaky")  # a retry event in the cycle's window
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", {f"p{ctx.cycle % parts}": f"v{ctx.cycle}"}).edits,
+            effects=(ping.call(n=ctx.cycle),) if ctx.cycle % 4 == 0 else (),
+            usage=lw.Usage(0.001, 10),
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        [edit] = proposal.changes()
+        found = (lw.Finding("open", "doc", edit.part, "t"),)
+        return lw.Verdict(passed=False, score=0.5, findings=found, checked=(edit.ref,))
+
+    loop = lw.Loop(
+        name="long",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check"), lw.Check(fn=audit, held_out=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+        effects=[ping],
+        retry=lw.RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.002),
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    task = {"goal": "g", "artifacts": {"doc": {f"p{i}": "" for i in range(parts)}}}
+    with lw.Runtime(str(tmp_path / "s.db"), tracer_provider=provider, snapshot_every=4) as rt:
+        runtime.append(rt)
+        r = rt.run_sync(loop, task)
+        assert (r.cycles, r.stop_reason) == (cycles, "budget_cycles")
+        doc = otlp_trace(rt.store, r.run_id)
+    assert not rt._live._runs  # the session ended: nothing held
+    # the same at cycle 40 as at cycle 3: nothing of the cycles sent is kept
+    assert {held[n] for n in range(3, cycles + 1)} == {held[3]}, held
+    # no state resolved at a commit (the engine resolves none either while it runs)
+    assert resolved_at[cycles] == resolved_at[2], resolved_at
+
+    live = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in live}
+    got = sorted(
+        (
+            s.name,
+            by_id[s.parent.span_id].name if s.parent else None,
+            (s.start_time, s.end_time),
+            [(e.name, e.timestamp, _listed(e.attributes)) for e in s.events],
+            _listed(s.attributes),
+        )
+        for s in live
+    )
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    off_id = {s["spanId"]: s for s in spans}
+    want = sorted(
+        (
+            s["name"],
+            off_id[s["parentSpanId"]]["name"] if "parentSpanId" in s else None,
+            (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])),
+            [
+                (
+                    e["name"],
+                    int(e["timeUnixNano"]),
+                    {a["key"]: _value_of(a["value"]) for a in e.get("attributes", [])},
+                )
+                for e in s["events"]
+            ],
+            {a["key"]: _value_of(a["value"]) for a in s["attributes"]},
+        )
+        for s in spans
+    )
+    assert len(got) == len(want) > 4 * cycles
+    assert [n for n, *_ in got if n == "execute_tool ping"] == ["execute_tool ping"] * 10
+    assert got == want
+
+
+def test_a_cycle_redone_after_a_rollback_is_sent_as_its_second_occurrence(
+    tmp_path: Path,
+) -> None:
+    """The tracer keeps how often each cycle started as a range plus exceptions (not an entry
+    a cycle): a cycle a rollback redoes, in the same runtime, is sent numbered as the export
+    numbers it."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    stop = [True]
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if stop[0] and ctx.cycle == 4:
+            return lw.Proposal(escalate="a person should look")
+        return lw.Proposal.edit("doc", {"title": f"v{ctx.cycle}"})
+
+    loop = lw.Loop(
+        name="redo",
+        actor=actor,
+        verifiers=[lw.Check(fn=spelling)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with lw.Runtime(str(tmp_path / "s.db"), tracer_provider=provider) as rt:
+        r = rt.run_sync(loop, TASK)
+        assert r.status == "escalated"
+        rt.rollback(r.run_id, 2, by="bob", loop=loop)
+        stop[0] = False
+        assert rt.resume_sync(r.run_id, loop).cycles == 6
+        doc = otlp_trace(rt.store, r.run_id)
+
+    def occurrence(attrs: Any) -> tuple[int, int]:
+        return (attrs["loopwright.cycle"], attrs["loopwright.cycle.occurrence"])
+
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    want = {
+        occurrence({a["key"]: _value_of(a["value"]) for a in s["attributes"]})
+        for s in spans
+        if s["name"].startswith("cycle ")
+    }
+    assert want == {(1, 1), (2, 1), (3, 1), (4, 1), (4, 2), (5, 1), (6, 1)}
+    cycles = [s for s in exporter.get_finished_spans() if s.name.startswith("cycle ")]
+    assert {occurrence(s.attributes) for s in cycles} == want

@@ -517,3 +517,21 @@ def test_jsonl_records_schema() -> None:
     assert [r["seq"] for r in rest] == list(range(1, len(events) + 1))
     assert [r["kind"] for r in rest] == [e.kind for e in events]
     assert [r["ts"] for r in rest] == sorted(r["ts"] for r in rest)
+
+
+def test_the_live_tracers_cycle_counts_hold_a_range_not_an_entry_a_cycle() -> None:
+    from loopwright.trace._live import _Counts
+
+    c = _Counts()
+    for n in range(1, 5001):
+        c.add(n)
+    assert not c.other and (c.lo, c.hi) == (1, 5000)  # 5,000 cycles: two numbers
+    c.add(4998)  # redone after a rollback
+    c.add(4998)
+    c.add(7000)  # a cycle after a gap
+    assert c.other == {4998: 3, 7000: 1}
+    assert [c.get(n) for n in (0, 1, 4997, 4998, 5000, 5001, 7000)] == [0, 1, 1, 3, 1, 0, 1]
+    fresh = _Counts()
+    fresh.add(41)  # a window that starts at cycle 41 (a fork's, a resumed run's)
+    fresh.add(42)
+    assert (fresh.lo, fresh.hi, fresh.other) == (41, 42, {})

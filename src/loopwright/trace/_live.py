@@ -1,11 +1,12 @@
 """Live tracing: a run's spans sent through the OpenTelemetry SDK while the run executes.
 
 The engine calls ``LiveTracer.committed(run_id)`` after every durable commit. The tracer reads
-what the store gained since (events, the new checkpoint, approvals when they moved), rebuilds
-the spans still open with ``build_spans`` (the same function the offline ``otlp-json`` export
-uses, so names, structure and attributes have one source of truth; over a window of the log
-that starts where nothing but the run span was open, and over the whole log once, when the
-session ends) and turns them into SDK spans: a span is started when the tree first shows it
+what the store gained since (events, the new checkpoints' records and ``fields``, approvals
+when they moved), rebuilds the spans still open with ``build_spans`` (the same function the
+offline ``otlp-json`` export uses, so names, structure and attributes have one source of
+truth; over a window of the log that starts where nothing but the run span was open — what
+came before is sent and dropped, so what a commit costs and what the tracer holds do not grow
+with the run) and turns them into SDK spans: a span is started when the tree first shows it
 (the parent's SDK span is then open, so the child gets its real parent) and ended, with its
 attributes, events and status, once the tree no longer marks it ``incomplete``. The SDK's ``BatchSpanProcessor`` and OTLP/HTTP
 exporter (retries, gzip, ``OTEL_EXPORTER_OTLP_*``) do the sending.
@@ -32,7 +33,14 @@ from typing import Any
 from .._contract import TERMINAL_STATUSES
 from ..store import Approval, Checkpoint, Event, Store
 from ._otlp import _SCOPE, _nanos
-from ._spans import APPROVAL_KINDS, Span, build_spans, exported_attributes, is_client_span
+from ._spans import (
+    APPROVAL_KINDS,
+    Span,
+    SpanEvent,
+    build_spans,
+    exported_attributes,
+    is_client_span,
+)
 
 __all__ = ["LiveTracer", "live_tracer", "provider_from_env"]
 
@@ -92,10 +100,38 @@ def live_tracer(store: Store, tracer_provider: Any | None = None) -> LiveTracer 
     return LiveTracer(store, provider)
 
 
+class _Counts:
+    """How many times each cycle has started before the window: the occurrence numbers of a
+    cycle redone after a rollback. Held as a range of cycles started once plus the exceptions,
+    so that a long run does not keep an entry per cycle."""
+
+    __slots__ = ("hi", "lo", "other")
+
+    def __init__(self) -> None:
+        self.lo, self.hi = 1, 0  # cycles lo..hi started once each (empty: hi < lo)
+        self.other: dict[int, int] = {}  # counts of the cycles outside that range, or not 1
+
+    def get(self, n: int) -> int:
+        return self.other.get(n, 1 if self.lo <= n <= self.hi else 0)
+
+    def add(self, n: int) -> None:
+        count = self.get(n) + 1
+        if count == 1 and self.hi < self.lo:
+            self.lo = self.hi = n
+        elif count == 1 and n == self.hi + 1 and n not in self.other:
+            self.hi = n
+        else:
+            self.other[n] = count
+
+
 @dataclass(slots=True)
 class _RunTrace:
-    """What the tracer holds for one run this session is driving."""
+    """What the tracer holds for one run this session is driving: the window of the log not
+    sent yet and what it needs to go on from there, never the whole log (invariant 8)."""
 
+    # The window rebuilt at each commit: it starts after the last commit that left only the
+    # run span open (everything before it is sent and dropped from here), so a commit costs
+    # one cycle's events and holds no more, not the whole log.
     events: list[Event] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
@@ -104,13 +140,20 @@ class _RunTrace:
     # completed by what happened between sessions (a decision), is sent by this one.
     earlier_end: float | None = None
     open: dict[str, Any] = field(default_factory=dict)  # span key -> SDK span
+    # Keys of the spans sent (or an earlier session sent): a cycle's while its window is
+    # rebuilt, the run's own (effects and approvals outside a cycle) for the whole session.
     done: set[str] = field(default_factory=set)
-    # The window rebuilt at each commit: it starts after the last commit that left only the
-    # run span open (everything before it is sent), so a commit costs one cycle's events,
-    # not the whole log's. ``occurrences``: the cycle_started counts before the window.
-    ev_from: int = 0
-    ck_from: int = 0
-    occurrences: dict[int, int] = field(default_factory=dict)
+    last_event: int = 0  # the id of the last event read
+    last_seq: int = -1  # the seq of the last checkpoint read, and its fields
+    last_fields: Mapping[str, Any] | None = None
+    # Where the window starts: its first event's position in the run's log, the time of the
+    # event before it, and the cycle_started counts before it.
+    first_seq: int = 1
+    after_ts: float | None = None
+    occurrences: _Counts = field(default_factory=_Counts)
+    # The run span's events and end as far as the windows sent go (it is sent at the end).
+    run_events: list[SpanEvent] = field(default_factory=list)
+    run_end: float = 0.0
 
 
 class LiveTracer:
@@ -147,42 +190,63 @@ class LiveTracer:
         first = rt is None
         if rt is None:
             rt = self._runs[run_id] = _RunTrace()
-        new = store.events(run_id, after_id=rt.events[-1].id if rt.events else 0)
+        new = store.events(run_id, after_id=rt.last_event)
+        if new:
+            rt.last_event = new[-1].id
         rt.events.extend(new)
-        latest = store.latest_checkpoint(run_id)
-        last = rt.checkpoints[-1].seq if rt.checkpoints else None
-        if last is None or latest.seq > last + 1:
-            # First sight, or several commits landed at once (a group commit): read them all.
-            rt.checkpoints = store.checkpoints(run_id)
-        elif latest.seq == last + 1:
-            rt.checkpoints.append(latest)
+        if first:
+            # The whole log once (the window starts at the run's start): every checkpoint's
+            # record and fields, none of their states.
+            cks = store.checkpoints(run_id)
+        else:
+            # What the commits since gained, each checkpoint's fields (``pending``) folded on
+            # from the last one's: no state resolved, no snapshot read again.
+            cks = store.checkpoints_after(run_id, rt.last_seq, rt.last_fields)
+        if cks:
+            rt.last_seq, rt.last_fields = cks[-1].seq, cks[-1].fields
+        rt.checkpoints.extend(cks)
         if first or any(e.kind in APPROVAL_KINDS for e in new):
             rt.approvals = store.approvals(run_id=run_id)
         if first:
             rt.earlier_end = _earlier_session_end(rt.events)
         rec = store.get_run(run_id)
         ending = rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
-        if ending:  # the whole log once: the run span's events and what is left open
-            self._emit(rt, build_spans(rec, rt.events, rt.checkpoints, rt.approvals), True)
-            del self._runs[run_id]  # this session stops driving the run; a later one starts afresh
-            return
-        window = rt.events[rt.ev_from :]
+        window = rt.events
         ids = {str(e.data.get("approval_id")) for e in window if e.kind in APPROVAL_KINDS}
         spans = build_spans(
             rec,
             window,
-            rt.checkpoints[rt.ck_from :],
+            rt.checkpoints,
             [a for a in rt.approvals if a.approval_id in ids],
-            first_seq=rt.ev_from + 1,
-            after_ts=rt.events[rt.ev_from - 1].ts if rt.ev_from else None,
-            occurrences=rt.occurrences,
+            first_seq=rt.first_seq,
+            after_ts=rt.after_ts,
+            occurrences={
+                e.cycle: rt.occurrences.get(e.cycle) for e in window if e.kind == "cycle_started"
+            },
         )
-        self._emit(rt, spans, False)
+        root = spans[0]
+        if ending:
+            # The run span is sent now, with its events of the windows already sent (the
+            # whole log's tree has them all: the windows split it where only it was open).
+            root.events[:0] = rt.run_events
+            root.events.sort(key=lambda e: (e.ts, e.attributes["loopwright.event.seq"]))
+            root.end = max(root.end, rt.run_end)
+        self._emit(rt, spans, ending)
+        if ending:
+            del self._runs[run_id]  # this session stops driving the run; a later one starts afresh
+            return
         if set(rt.open) <= {"run"}:  # quiet: every span of the window is sent
             for e in window:
                 if e.kind == "cycle_started":
-                    rt.occurrences[e.cycle] = rt.occurrences.get(e.cycle, 0) + 1
-            rt.ev_from, rt.ck_from = len(rt.events), len(rt.checkpoints)
+                    rt.occurrences.add(e.cycle)
+            rt.run_events.extend(root.events)
+            rt.run_end = max(rt.run_end, root.end)
+            rt.first_seq += len(window)
+            if window:
+                rt.after_ts = window[-1].ts
+            rt.events, rt.checkpoints = [], []
+            # a later window's cycles are other occurrences: their keys are new
+            rt.done = {k for k in rt.done if not k.startswith("cycle/")}
 
     # --- SDK spans ----------------------------------------------------------------------------
     def _emit(self, rt: _RunTrace, spans: list[Span], ending: bool) -> None:
