@@ -58,16 +58,6 @@ def rss_kb() -> int:
         return int(f.read().split()[1]) * 4
 
 
-def held(tracer: Any) -> int:
-    """Entries the tracer holds for the runs it follows (events, checkpoints, span keys...)."""
-    n = 0
-    for run in tracer._runs.values():
-        for name in type(run).__slots__:
-            v = getattr(run, name)
-            n += len(v) if isinstance(v, list | set | dict) else len(getattr(v, "other", ()))
-    return n
-
-
 def live(parts: int, cycles: int, off: bool) -> None:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import (
@@ -94,7 +84,7 @@ def live(parts: int, cycles: int, off: bool) -> None:
         cpu.append(time.thread_time())
         rss.append(rss_kb())
         if rts and rts[0]._live is not None and cycle in (tenth, cycles):
-            entries[cycle] = held(rts[0]._live)
+            entries[cycle] = rts[0]._live.held()
 
     folder = Path(tempfile.mkdtemp(prefix="lw-trace-"))
     url = f"sqlite:///{folder / 's.db'}?durability=process"

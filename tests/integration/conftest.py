@@ -70,3 +70,21 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 's.db'}"
     else:
         yield request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many times a stored head is resolved into a full state (every part's versions)."""
+    from typing import Any
+
+    from loopwright import _state_codec as codec
+
+    calls = [0]
+    real = codec.resolve
+
+    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(codec, "resolve", counting)
+    yield calls

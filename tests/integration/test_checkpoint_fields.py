@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright import _state_codec as codec
 from loopwright._metrics import run_metrics
 from loopwright._people import concluded_at
 from loopwright.replay._sources import trace_of_run
@@ -61,20 +60,6 @@ def _loop() -> lw.Loop:
 
 
 TASK = {"goal": "g", "artifacts": {"doc": {f"p{i}": "" for i in range(PARTS)}}}
-
-
-@pytest.fixture
-def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many times a stored head is resolved into a full state (every part's versions)."""
-    calls = [0]
-    real = codec.resolve
-
-    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        calls[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(codec, "resolve", counting)
-    yield calls
 
 
 @pytest.fixture

@@ -450,18 +450,8 @@ def _listed(attrs: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in (attrs or {}).items()}
 
 
-def _held(tracer: Any) -> int:
-    """Entries the tracer holds for the runs it follows: events, checkpoints, span keys..."""
-    n = 0
-    for run in tracer._runs.values():
-        for name in type(run).__slots__:
-            v = getattr(run, name)
-            n += len(v) if isinstance(v, list | set | dict) else len(getattr(v, "other", ()))
-    return n
-
-
 def test_a_long_run_is_traced_holding_one_window_and_equals_the_export(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, resolved: list[int]
 ) -> None:
     """Issue 14: a cycle costs the same at cycle 5,000 as at cycle 5, traced too. What the
     tracer holds stays the same from cycle to cycle (the windows sent are dropped), it
@@ -471,16 +461,6 @@ def test_a_long_run_is_traced_holding_one_window_and_equals_the_export(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from loopwright import _state_codec as codec
-
-    resolved = [0]
-    real = codec.resolve
-
-    def counting(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        resolved[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(codec, "resolve", counting)
     cycles, parts = 40, 12
     held: dict[int, int] = {}
     resolved_at: dict[int, int] = {}
@@ -490,7 +470,7 @@ def test_a_long_run_is_traced_holding_one_window_and_equals_the_export(
     def actor(ctx: lw.Context) -> lw.Proposal:
         calls.append(1)
         tracer = runtime[0]._live
-        held[ctx.cycle], resolved_at[ctx.cycle] = _held(tracer), resolved[0]
+        held[ctx.cycle], resolved_at[ctx.cycle] = tracer.held(), resolved[0]
         if len(calls) % 7 == 3:
             raise lw.TransientError("flaky")  # a retry event in the cycle's window
         return lw.Proposal(

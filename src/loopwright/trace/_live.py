@@ -183,6 +183,16 @@ class LiveTracer:
         """Export every ended span now (the provider's ``force_flush``)."""
         return bool(self.provider.force_flush(timeout_millis))
 
+    def held(self) -> int:
+        """How many entries (events, checkpoints, span keys, ...) the tracer holds for the runs
+        it follows: the same from cycle to cycle of a long run (tests and benchmarks read it)."""
+        n = 0
+        for run in self._runs.values():
+            for name in type(run).__slots__:
+                v = getattr(run, name)
+                n += len(v) if isinstance(v, list | set | dict) else len(getattr(v, "other", ()))
+        return n
+
     # --- reading what the store gained --------------------------------------------------------
     def _update(self, run_id: str) -> None:
         store = self.store
