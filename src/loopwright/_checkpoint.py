@@ -30,8 +30,8 @@ from .store import CommitRequest, NewApproval, NewEvent
 __all__ = ["NOTES_WINDOW", "Checkpoints"]
 
 NOTES_WINDOW = 100  # the newest notes a state keeps (invariant 8: they would grow every cycle)
-# A snapshot's part entries per cycle between snapshots, at most (``_stage``): with more parts
-# than ``snapshot_every`` × this, snapshots come every parts ÷ this checkpoints.
+# A snapshot's part and plan-step entries per cycle between snapshots, at most (``_stage``):
+# with more than ``snapshot_every`` × this, snapshots come every entries ÷ this checkpoints.
 SNAPSHOT_SHARE = 20
 
 
@@ -368,12 +368,15 @@ class Checkpoints(RuntimeHost):
         # parts); a snapshot walks them all, which also makes good anything changed in place
         # behind the state's back (a verifier writing to the candidate).
         changed = s.take_changes()  # the codec reads them in sorted order
+        steps = s.take_plan_changes()
         # A snapshot holds an entry per part: with many parts it comes less often, so that
         # its share of each cycle stays about SNAPSHOT_SHARE entries (loading the latest state
         # then reads as many bytes of deltas as of snapshot, at most).
         every = self.snapshot_every
         if ex.head is not None:
-            every = max(every, len(ex.head["parts"]) // SNAPSHOT_SHARE)
+            # (the plan's steps count too: a plan that gains a step a cycle grows the snapshot)
+            size = len(ex.head["parts"]) + len(ex.head["plan"])
+            every = max(every, size // SNAPSHOT_SHARE)
         if ex.head is None or ex.since_base + 1 >= every:
             s.reindex()
             head = codec.head(s)
@@ -382,8 +385,10 @@ class Checkpoints(RuntimeHost):
             rows, ex.written = codec.unwritten_versions(s, ex.written)
             ex.trim = None
         else:
-            head = codec.head(s, ex.head, changed)
-            hints: dict[str, Collection[str]] = {"parts": changed}
+            head = codec.head(s, ex.head, changed, steps)
+            hints: dict[str, Collection[Any]] = {"parts": changed}
+            if steps is not None:
+                hints["plan"] = steps
             best = s.best_diff(ex.head["best_parts"])
             if best is not None:
                 hints["best_parts"] = best

@@ -587,11 +587,8 @@ def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
 
 
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:
-    known = {s.id for s in state.plan}
     for step in proposal.new_steps:
-        if step.id not in known:
-            state.plan.append(PlanStep.from_dict(step.to_dict()))
+        state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
     for step_id, status in proposal.plan.items():
-        for s in state.plan:
-            if s.id == step_id and status in ("pending", "in_progress", "done", "blocked"):
-                s.status = status  # type: ignore[assignment]
+        if status in ("pending", "in_progress", "done", "blocked"):
+            state.set_step_status(step_id, status)  # type: ignore[arg-type]

@@ -362,9 +362,12 @@ class Finding:
         )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PlanStep:
-    """One step of the plan. A step that lists parts is done when all of them are accepted."""
+    """One step of the plan. A step that lists parts is done when all of them are accepted.
+
+    Immutable: the engine replaces a step whose status changes (``TaskState.set_step_status``),
+    so a state and its forks share their steps and a cycle copies none of them."""
 
     id: str
     title: str = ""
@@ -471,6 +474,10 @@ class TaskState:
     _best_diff: tuple[dict[str, int], dict[str, int], list[str]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # What is derived from the plan (``_PlanTrack``): positions by id, the steps changed
+    # since the next checkpoint last took them, where the first open step may be, and the
+    # open steps that wait on parts, so that a cycle's plan work follows what it changed.
+    _track: _PlanTrack | None = field(default=None, init=False, repr=False, compare=False)
 
     # --- reading -------------------------------------------------------------------------
     def part(self, ref: str) -> Part | None:
@@ -506,11 +513,22 @@ class TaskState:
 
     def next_step(self) -> PlanStep | None:
         """The first step not yet done whose dependencies are all done."""
-        done = set(self.completed_steps)
-        for s in self.plan:
-            if s.status in ("pending", "in_progress") and all(d in done for d in s.depends_on):
+        t = self._plan()
+        plan, ids = self.plan, t.ids
+        while t.lo < len(plan) and plan[t.lo].status == "done":
+            t.lo += 1  # the steps before are all done: no need to look at them again
+        for i in range(t.lo, len(plan)):
+            s = plan[i]
+            if s.status in ("pending", "in_progress") and all(
+                (j := ids.get(d)) is not None and plan[j].status == "done" for d in s.depends_on
+            ):
                 return s
         return None
+
+    def step(self, step_id: str) -> PlanStep | None:
+        """The plan's step ``step_id``."""
+        i = self._plan().ids.get(step_id)
+        return None if i is None else self.plan[i]
 
     # --- writing (engine only) -----------------------------------------------------------
     def set_part(self, artifact: str, part: str, value: Any, cycle: int) -> bool:
@@ -623,12 +641,80 @@ class TaskState:
             art._values = art._accepted = None
 
     def refresh_plan(self) -> None:
-        """Mark steps whose parts are all accepted as done."""
-        for s in self.plan:
-            if s.status != "done" and s.parts:
-                parts = [self.part(r) for r in s.parts]
-                if all(p is not None and p.status == "accepted" for p in parts):
-                    s.status = "done"
+        """Mark steps whose parts are all accepted as done (looking only at open steps that
+        list parts)."""
+        t = self._plan()
+        if t.watch is None:
+            t.watch = [i for i, s in enumerate(self.plan) if s.status != "done" and s.parts]
+        keep = []
+        for i in t.watch:
+            s = self.plan[i]
+            if s.status == "done":
+                continue
+            parts = [self.part(r) for r in s.parts]
+            if all(p is not None and p.status == "accepted" for p in parts):
+                self._replace_step(i, "done")
+            else:
+                keep.append(i)
+        t.watch = keep
+
+    def add_step(self, step: PlanStep) -> bool:
+        """Append ``step`` to the plan; False (nothing added) when a step has its id."""
+        t = self._plan()
+        if step.id in t.ids:
+            return False
+        self.plan.append(step)
+        self._plan()  # indexes it
+        return True
+
+    def set_step_status(self, step_id: str, status: StepStatus) -> bool:
+        """Set step ``step_id``'s status (a new step replaces it); False when there is no
+        such step. ``ConfigError`` for an unknown status."""
+        if status not in _STEP_STATUSES:
+            raise ConfigError(f"unknown step status {status!r}", field=f"plan.{step_id}")
+        i = self._plan().ids.get(step_id)
+        if i is None:
+            return False
+        if self.plan[i].status != status:
+            self._replace_step(i, status)
+        return True
+
+    def take_plan_changes(self) -> list[int] | None:
+        """The positions of the steps changed or added since the last call, in order (None:
+        not known — the plan was replaced or built anew; every step may have changed)."""
+        t = self._plan()
+        out = None if t.dirty is None else sorted(t.dirty.union(range(t.taken, len(self.plan))))
+        t.dirty, t.taken = set(), len(self.plan)
+        return out
+
+    def _replace_step(self, i: int, status: StepStatus) -> None:
+        t = self._plan()
+        old = self.plan[i]
+        self.plan[i] = PlanStep(old.id, old.title, old.depends_on, old.parts, status)
+        if t.dirty is not None:
+            t.dirty.add(i)
+        if status != "done":
+            t.lo = min(t.lo, i)
+            if t.watch is not None and old.parts and i not in t.watch:
+                t.watch = sorted([*t.watch, i])
+
+    def _plan(self) -> _PlanTrack:
+        """The plan's bookkeeping, made good for ``self.plan`` as it is: built anew when the
+        list was replaced, extended over steps appended to it."""
+        t = self._track
+        if t is None or t.seen is not self.plan:
+            t = self._track = _PlanTrack(self.plan)
+        plan = self.plan
+        if t.n != len(plan):
+            if t.n > len(plan):  # shortened in place: start again
+                t = self._track = _PlanTrack(plan)
+            for i in range(t.n, len(plan)):
+                s = plan[i]
+                t.ids.setdefault(s.id, i)
+                if t.watch is not None and s.status != "done" and s.parts:
+                    t.watch.append(i)
+            t.n = len(plan)
+        return t
 
     def attach(self, loader: VersionLoader) -> None:
         """Let parts that cannot yet read their older versions read them through ``loader``."""
@@ -657,7 +743,7 @@ class TaskState:
         out = self._like(
             task=self.task,
             artifacts={name: a._forked() for name, a in self.artifacts.items()},
-            plan=[PlanStep(s.id, s.title, s.depends_on, s.parts, s.status) for s in self.plan],
+            plan=list(self.plan),  # steps are immutable: shared
             findings=list(self.findings),
             notes=[dict(n) for n in self.notes],
             # Replaced, never changed in place (``mark_best``): shared, like the hints below.
@@ -671,6 +757,7 @@ class TaskState:
         out._open, out._open_size = self._open, self._open_size
         out._best_hint, out._best_size = self._best_hint, self._best_size
         out._best_diff = self._best_diff
+        out._track = self._plan().forked(out.plan)
         return out
 
     def detached(self, loader: VersionLoader | None = None) -> TaskState:
@@ -682,15 +769,9 @@ class TaskState:
         task's entries likewise. Findings, notes and the plan are copied at once. Older
         versions are read through ``loader`` (fresh objects from the store); rejected digests
         are answered (``in``) by this state's, never copied (they grow with the run)."""
-        findings, notes, pending, history, plan = json.loads(
+        findings, notes, pending, history = json.loads(
             json.dumps(
-                [
-                    [f.to_dict() for f in self.findings],
-                    self.notes,
-                    self.pending,
-                    self.history,
-                    [s.to_dict() for s in self.plan],
-                ]
+                [[f.to_dict() for f in self.findings], self.notes, self.pending, self.history]
             )
         )
         return self._like(
@@ -699,7 +780,7 @@ class TaskState:
                 name: Artifact(name, _CopyOnRead(a.parts, _part_copier(name, loader)))
                 for name, a in self.artifacts.items()
             },
-            plan=[PlanStep.from_dict(s) for s in plan],
+            plan=list(self.plan),  # immutable steps
             findings=[Finding.from_dict(f) for f in findings],
             notes=notes,
             best_parts=dict(self.best_parts),
@@ -833,6 +914,35 @@ def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
 
 
 _V = TypeVar("_V")
+
+
+@dataclass(slots=True)
+class _PlanTrack:
+    """What ``TaskState`` derives from its plan, for the list ``seen`` (a state whose plan
+    list is replaced starts a new one). Steps are only appended or replaced, never removed,
+    so positions stay valid."""
+
+    seen: list[PlanStep]
+    n: int = 0  # the steps indexed (``seen[:n]``)
+    ids: dict[str, int] = field(default_factory=dict)  # step id -> position
+    # Positions changed since ``take_plan_changes`` last ran (None: unknown, all), and how
+    # many steps there were then (those appended since are changes too).
+    dirty: set[int] | None = None
+    taken: int = 0
+    lo: int = 0  # no step before this position is open (``next_step`` starts here)
+    watch: list[int] | None = None  # open steps that list parts (``refresh_plan``; None: all)
+
+    def forked(self, plan: list[PlanStep]) -> _PlanTrack:
+        """This bookkeeping for ``plan``, a copy of ``seen`` (C-level copies of the index)."""
+        return _PlanTrack(
+            plan,
+            self.n,
+            dict(self.ids),
+            None if self.dirty is None else set(self.dirty),
+            self.taken,
+            self.lo,
+            None if self.watch is None else list(self.watch),
+        )
 
 
 def _logged(log: list[str] | None, ref: str, size: int) -> bool:

@@ -53,12 +53,17 @@ _LIST_KEYS = ("plan",)
 
 
 def head(
-    state: TaskState, prev: Mapping[str, Any] | None = None, changed: Iterable[str] | None = None
+    state: TaskState,
+    prev: Mapping[str, Any] | None = None,
+    changed: Iterable[str] | None = None,
+    steps: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """The compact head of ``state``: no part values, no full history, no rejected digests.
     With ``prev`` (the head of the last checkpoint) and ``changed`` (the parts changed since,
     ``TaskState.take_changes``), only those parts are looked at: the others' entries are
-    ``prev``'s (a C-level dict copy), so the cost follows what the cycle changed."""
+    ``prev``'s (a C-level dict copy), so the cost follows what the cycle changed. ``steps``
+    (the plan positions changed since, ``TaskState.take_plan_changes``) does the same for
+    the plan."""
     if prev is None or changed is None:
         parts = {ref: _entry(p) for ref, p in state.iter_parts()}
     else:
@@ -77,7 +82,7 @@ def head(
         "task": state.task,
         "artifacts": list(state.artifacts),
         "parts": parts,
-        "plan": [s.to_dict() for s in state.plan],
+        "plan": _plan(state, prev, steps),
         "findings": [f.to_dict() for f in state.findings],
         # Copies: the engine changes some of these in place between checkpoints, and a head
         # must keep what was committed for the next delta to be right.
@@ -96,6 +101,29 @@ def head(
         "pending": _copy(state.pending),
         "history": list(state.history),
     }
+
+
+def _plan(
+    state: TaskState, prev: Mapping[str, Any] | None, steps: Iterable[int] | None
+) -> list[dict[str, Any]]:
+    """The head's plan: ``prev``'s with the steps at ``steps`` written anew (the same list
+    when none changed), or every step's (no ``prev`` or ``steps``)."""
+    plan = state.plan
+    if prev is not None and steps is not None:
+        out: list[dict[str, Any]] = prev["plan"]
+        for i in steps:
+            if out is prev["plan"]:
+                out = list(out)
+            if i < len(out):
+                out[i] = plan[i].to_dict()
+            elif i == len(out):
+                out.append(plan[i].to_dict())
+            else:
+                break  # not the appended run it should be: write every step
+        else:
+            if len(out) == len(plan):
+                return out
+    return [s.to_dict() for s in plan]
 
 
 def _entry(p: Part) -> list[Any]:
@@ -120,11 +148,12 @@ def is_head(d: Mapping[str, Any]) -> bool:
 def delta(
     prev: Mapping[str, Any],
     new: Mapping[str, Any],
-    hints: Mapping[str, Iterable[str]] | None = None,
+    hints: Mapping[str, Iterable[Any]] | None = None,
 ) -> dict[str, Any]:
     """What changed from ``prev`` to ``new`` (both heads); ``apply_delta(prev, d) == new``.
     ``hints``: for a per-part map (``parts``, ``best_parts``), the only keys whose entries can
-    differ — so that a cycle compares what it changed, not every part's entry."""
+    differ, and for the plan the only positions — so that a cycle compares what it changed,
+    not every part's entry or every step."""
     out: dict[str, Any] = {}
     for k, v in new.items():
         if k not in prev:
@@ -134,7 +163,9 @@ def delta(
         if old is v:
             continue
         hint = None if hints is None else hints.get(k)
-        if hint is not None and isinstance(old, dict) and isinstance(v, dict):
+        if hint is not None and k in _LIST_KEYS and isinstance(old, list) and isinstance(v, list):
+            out[k + "@"] = _edits(old, v, hint)
+        elif hint is not None and isinstance(old, dict) and isinstance(v, dict):
             keys = [r for r in sorted(hint) if old.get(r) != v.get(r)]
             if keys:
                 out[k + "$"] = [{r: v[r] for r in keys if r in v}, [r for r in keys if r not in v]]
@@ -166,11 +197,13 @@ def _tail(old: list[Any], new: list[Any]) -> list[Any]:
     return [len(old), list(new)]
 
 
-def _edits(old: list[Any], new: list[Any]) -> list[Any]:
+def _edits(old: list[Any], new: list[Any], hint: Iterable[int] | None = None) -> list[Any]:
     """``[keep, changed, added]`` with ``new`` = ``old[:keep]``, its entries at the positions
-    of ``changed`` (``[[i, entry], ...]``) replaced, then ``added``."""
+    of ``changed`` (``[[i, entry], ...]``) replaced, then ``added``. ``hint``: the only
+    positions below ``len(old)`` whose entries can differ."""
     keep = min(len(old), len(new))
-    changed = [[i, new[i]] for i in range(keep) if old[i] != new[i]]
+    where = range(keep) if hint is None else (i for i in hint if i < keep)
+    changed = [[i, new[i]] for i in where if old[i] != new[i]]
     return [keep, changed, new[keep:]]
 
 

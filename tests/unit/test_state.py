@@ -93,14 +93,14 @@ def test_next_step_follows_dependencies() -> None:
     nxt = s.next_step()
     assert nxt is not None
     assert nxt.id == "s1"
-    s.plan[0].status = "done"
+    assert s.set_step_status("s1", "done")
     nxt = s.next_step()
     assert nxt is not None
     assert nxt.id == "s2"
-    s.plan[1].status = "blocked"
+    s.set_step_status("s2", "blocked")
     assert s.next_step() is None  # s3 waits for s2
-    s.plan[1].status = "done"
-    s.plan[2].status = "done"
+    s.set_step_status("s2", "done")
+    s.set_step_status("s3", "done")
     assert s.next_step() is None
     assert s.completed_steps == ["s1", "s2", "s3"]
 
@@ -233,8 +233,9 @@ def test_fork_is_an_independent_copy(s: lw.TaskState) -> None:
         f.set_status(ref, "rejected" if p.current.status != "rejected" else "accepted")
         art, part = split_ref(ref)
         f.set_part(art, part, {"new": ref}, 99)
-    for step in f.plan:
-        step.status = "done"
+    for step in list(f.plan):
+        f.set_step_status(step.id, "done")
+    f.add_step(lw.PlanStep("added-to-the-fork"))
     f.findings.append(lw.Finding("x"))
     f.notes.append({"kind": "note", "text": "n"})
     assert json.dumps(s.to_dict()) == before
@@ -408,7 +409,9 @@ def test_a_plan_delta_rebuilds_the_new_plan(old: list[Any], new: list[Any]) -> N
     assert codec.fold(prev, [codec.delta(prev, head), codec.delta(head, prev)]) == prev
 
 
-def test_a_growing_plan_costs_a_cycle_its_new_and_changed_steps_only() -> None:
+def test_a_growing_plan_costs_a_cycle_its_new_and_changed_steps_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An actor that adds a step each cycle and finishes the one before: each checkpoint
     carries two steps, not the whole plan (which grew a cycle's checkpoint with the run)."""
     from loopwright import _state_codec as codec
@@ -416,16 +419,107 @@ def test_a_growing_plan_costs_a_cycle_its_new_and_changed_steps_only() -> None:
     s = lw.TaskState.from_task({"artifacts": {"d": {"p": 0}}})
     prev = codec.head(s)
     sizes = []
+    s.take_plan_changes()
+    written = [0]
+    to_dict = lw.PlanStep.to_dict
+
+    def counted(step: lw.PlanStep) -> dict[str, Any]:
+        written[0] += 1
+        return to_dict(step)
+
+    monkeypatch.setattr(lw.PlanStep, "to_dict", counted)
     for c in range(1, 301):
         if s.plan:
-            s.plan[-1].status = "done"
-        s.plan.append(lw.PlanStep(f"s{c}", f"step {c}: " + "x" * 60))
+            s.set_step_status(s.plan[-1].id, "done")
+        s.add_step(lw.PlanStep(f"s{c}", f"step {c}: " + "x" * 60))
         s.cycle = c
-        head = codec.head(s, prev, [])
-        d = codec.delta(prev, head)
+        steps = s.take_plan_changes()
+        written[0] = 0
+        f = s.fork()  # a cycle's candidate shares the steps
+        assert all(a is b for a, b in zip(f.plan, s.plan, strict=True))
+        head = codec.head(s, prev, [], steps)
+        assert written[0] <= 2  # the step done and the step added, not the plan
+        assert head == codec.head(s)
+        d = codec.delta(prev, head, {"plan": steps or ()})
         assert codec.apply_delta(prev, d) == head
         sizes.append(len(json.dumps(d)))
         prev = head
     assert len(prev["plan"]) == 300
     # a few bytes more for longer step ids and positions; the whole plan would be 30 KB
     assert max(sizes[-10:]) <= max(sizes[:10]) + 32
+
+
+_PLAN_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 9), st.lists(st.integers(0, 9), max_size=2)),
+        st.tuples(
+            st.just("step"),
+            st.integers(0, 9),
+            st.sampled_from(["pending", "in_progress", "done", "blocked"]),
+        ),
+        st.tuples(st.just("part"), st.integers(0, 3), st.sampled_from(["accepted", "rejected"])),
+        st.tuples(st.just("refresh"), st.just(0), st.just(0)),
+        st.tuples(st.just("fork"), st.just(0), st.just(0)),
+        st.tuples(st.just("replace"), st.just(0), st.just(0)),
+        st.tuples(st.just("commit"), st.just(0), st.just(0)),
+    ),
+    max_size=50,
+)
+
+
+def _next_step_walk(s: lw.TaskState) -> lw.PlanStep | None:
+    done = {p.id for p in s.plan if p.status == "done"}
+    for p in s.plan:
+        if p.status in ("pending", "in_progress") and all(d in done for d in p.depends_on):
+            return p
+    return None
+
+
+@given(_PLAN_OPS)
+def test_the_plans_bookkeeping_matches_a_walk_of_every_step(
+    ops: list[tuple[str, int, Any]],
+) -> None:
+    """What a cycle derives from the plan by looking at what changed (the next step, steps
+    done by their parts, the checkpoint's plan and its delta) is what a walk of every step
+    gives, through forks, a plan list replaced (a rollback) and commits."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {f"p{i}": i for i in range(4)}}})
+    s.add_step(lw.PlanStep("s0", parts=("d/p0", "d/p1")))
+    s.take_changes(), s.take_plan_changes()
+    prev = codec.head(s)
+    for op, i, arg in [*ops, ("commit", 0, 0)]:
+        if op == "add":
+            parts = tuple(f"d/p{j % 4}" for j in arg)
+            deps = tuple(f"s{j}" for j in arg)
+            s.add_step(lw.PlanStep(f"s{i}", depends_on=deps, parts=parts))
+        elif op == "step":
+            s.set_step_status(f"s{i}", arg)
+        elif op == "part":
+            s.set_status(f"d/p{i}", arg)
+        elif op == "refresh":
+            want = [
+                p.status
+                if p.status == "done"
+                or not p.parts
+                or not all(s.part(r).status == "accepted" for r in p.parts)  # type: ignore[union-attr]
+                else "done"
+                for p in s.plan
+            ]
+            s.refresh_plan()
+            assert [p.status for p in s.plan] == want
+        elif op == "fork":
+            s = s.fork()
+        elif op == "replace":
+            s.plan = list(s.plan)
+        elif op == "commit":
+            changed, steps = sorted(s.take_changes()), s.take_plan_changes()
+            head = codec.head(s, prev, changed, steps)
+            assert head == codec.head(s)
+            hints: dict[str, Any] = {"parts": changed}
+            if steps is not None:
+                hints["plan"] = steps
+            assert codec.apply_delta(prev, codec.delta(prev, head, hints)) == head
+            prev = head
+        assert s.next_step() == _next_step_walk(s)
+        assert [s.step(p.id) for p in s.plan] == list(s.plan)
