@@ -421,8 +421,9 @@ class Checkpoints(RuntimeHost):
         ex.at("after_checkpoint")
         if self._live is not None:
             # Live tracing: the spans this durable commit started or completed go out now
-            # (trace/_live.py; it never raises into the run).
-            self._live.committed(ex.run_id)
+            # (trace/_live.py; it never raises into the run). What had ended by the commit
+            # this execution opened the run at was sent then; an operation ends its session.
+            self._live.committed(ex.run_id, opened_at=ex.opened_at, session_ends=ex.operation)
         if self.on_progress is not None:
             with contextlib.suppress(Exception):
                 self.on_progress(self.store.get_run(ex.run_id))

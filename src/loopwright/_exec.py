@@ -84,6 +84,19 @@ class Execution:
     # and the owner's name (``host:pid:…``), recorded in an effect's intent.
     lease_ttl_s: float | None = None
     owner: str | None = None
+    # The checkpoint this execution opened the run at (``seq`` when it was made): the last
+    # commit before it, an earlier session's or another operation's. The live tracer sends
+    # nothing that had ended by then (that session sent it).
+    opened_at: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.opened_at = self.seq
+
+    @property
+    def operation(self) -> bool:
+        """A person's operation on the run (rollback, cancel, edit: one commit under its own
+        lease), not a session driving it (``resume``)."""
+        return not self.grouped
 
     def adopt(self, store: Store, stored: Mapping[str, Any]) -> None:
         """Note what the store already holds of ``state``, loaded from ``stored`` (a resolved

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -587,4 +588,167 @@ def test_a_cycle_redone_after_a_rollback_is_sent_as_its_second_occurrence(
     }
     assert want == {(1, 1), (2, 1), (3, 1), (4, 1), (4, 2), (5, 1), (6, 1)}
     cycles = [s for s in exporter.get_finished_spans() if s.name.startswith("cycle ")]
-    assert {occurrence(s.attributes) for s in cycles} == want
+    # each once: the rollback's commit sends none of the cycles the first session sent
+    assert sorted(occurrence(s.attributes) for s in cycles) == sorted(want)
+
+
+# --- a person's operation through another traced runtime: nothing sent twice -------------------
+def _redo_loop(stop: list[bool]) -> lw.Loop:
+    """Escalates at cycle 4 while ``stop[0]``; else revises up to its budget of 6 cycles."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if stop[0] and ctx.cycle == 4:
+            return lw.Proposal(escalate="a person should look")
+        return lw.Proposal.edit("doc", {"title": f"v{ctx.cycle}"})
+
+    return lw.Loop(
+        name="redo",
+        actor=actor,
+        verifiers=[lw.Check(fn=spelling)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+    )
+
+
+def _offline(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The export's spans as ``_plain`` gives the received ones (the fields compared)."""
+    return [
+        {
+            "name": s["name"],
+            "span_id": s["spanId"],
+            "parent": s.get("parentSpanId"),
+            "events": [e["name"] for e in s["events"]],
+            "times": (int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])),
+            "attributes": {a["key"]: _value_of(a["value"]) for a in s["attributes"]},
+        }
+        for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    ]
+
+
+def _below_the_run(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Every span under a run span, complete: (name, parent's name, times, events, cycle,
+    occurrence). A span sent twice is there twice."""
+    by_id = {s["span_id"]: s for s in spans}
+    return sorted(
+        (
+            s["name"],
+            by_id.get(s["parent"], {}).get("name", "(a parent never sent)"),
+            s["times"],
+            s["events"],
+            s["attributes"].get("loopwright.cycle"),
+            s["attributes"].get("loopwright.cycle.occurrence"),
+        )
+        for s in spans
+        if s["parent"] and not s["attributes"].get("loopwright.incomplete")
+    )
+
+
+@pytest.fixture
+def sent(receiver: _Receiver) -> Iterator[TracerProvider]:
+    """A provider exporting to ``receiver`` only when flushed (never by a timer), shut down
+    before the receiver closes."""
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.url), schedule_delay_millis=600_000)
+    )
+    yield provider
+    provider.shutdown()
+
+
+def test_a_rollback_through_another_traced_runtime_sends_no_span_twice(
+    tmp_path: Path, receiver: _Receiver, sent: TracerProvider
+) -> None:
+    """A rollback commits through the runtime's tracer, which sees the run for the first time
+    and with no ``resumed`` of its own: what the session that ran the cycles sent must not be
+    sent again, by the rollback or by the session that redoes them. Over the three sessions
+    the spans received under a run span are the export's, each once, the redone cycles as
+    their second occurrences."""
+    provider = sent
+    db = str(tmp_path / "s.db")
+    stop = [True]
+    loop = _redo_loop(stop)
+    with lw.Runtime(db, tracer_provider=provider) as rt:
+        r = rt.run_sync(loop, TASK)
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    with lw.Runtime(db, tracer_provider=provider) as rt:
+        assert rt.rollback(r.run_id, 2, by="bob", loop=loop).status == "pending"
+    stop[0] = False
+    with lw.Runtime(db, tracer_provider=provider) as rt:
+        done = rt.resume_sync(r.run_id, loop)
+        assert (done.cycles, done.stop_reason) == (6, "budget_cycles")
+        offline = _offline(otlp_trace(rt.store, r.run_id))
+    assert provider.force_flush()
+    live = list(receiver.spans)
+
+    want = _below_the_run(offline)
+    # the escalated cycle 4 ended the first session unconcluded; the resume redid it
+    assert [o for n, *_, o in want if n == "cycle 4"] == [1, 2]
+    assert _below_the_run(live) == want
+    # One run span a session that committed: the first and the last complete, the rollback's
+    # sent when it ended, open (the run was pending then).
+    runs = [s for s in live if s["parent"] is None]
+    assert [s["attributes"]["loopwright.status"] for s in runs] == [
+        "escalated",
+        "pending",
+        "stopped",
+    ]
+    assert [bool(s["attributes"].get("loopwright.incomplete")) for s in runs] == [
+        False,
+        True,
+        False,
+    ]
+    last = {s["name"]: s for s in offline if s["parent"] is None}[runs[-1]["name"]]
+    assert (runs[-1]["times"], runs[-1]["events"]) == (last["times"], last["events"])
+
+
+def test_a_runtime_that_operated_on_a_run_does_not_follow_it_after(
+    tmp_path: Path, receiver: _Receiver, sent: TracerProvider
+) -> None:
+    """An operation is a session of one commit: the runtime that rolled a run back does not
+    hold it (nor its ``run`` span) open, so when another runtime has driven it on, a later
+    edit through the first sends none of that one's spans again."""
+    db = str(tmp_path / "s.db")
+    stop = [True]
+    loop = _redo_loop(stop)
+    with lw.Runtime(db, tracer_provider=sent) as rt:
+        r = rt.run_sync(loop, TASK)
+    with lw.Runtime(db, tracer_provider=sent) as person:
+        person.rollback(r.run_id, 2, by="bob", loop=loop)
+        stop[0] = False
+        with lw.Runtime(db, tracer_provider=sent) as rt:
+            assert rt.resume_sync(r.run_id, loop).stop_reason == "budget_cycles"
+        assert person.edit(r.run_id, "doc/body", "Edited.", by="bob").status == "pending"
+        held = dict(person._live._runs)
+        offline = _offline(otlp_trace(person.store, r.run_id))
+    assert sent.force_flush()
+    live = list(receiver.spans)
+    assert _below_the_run(live) == _below_the_run(offline)
+    runs = [s for s in live if s["parent"] is None]
+    assert [s["attributes"]["loopwright.status"] for s in runs] == [
+        "escalated",
+        "pending",
+        "stopped",
+        "pending",
+    ]
+    assert not held  # the edit's session ended with its commit
+
+
+def test_a_cancel_of_a_parked_run_through_another_runtime_sends_no_span_twice(
+    tmp_path: Path, receiver: _Receiver, sent: TracerProvider
+) -> None:
+    """A cancel commits through the runtime's tracer too, with no ``resumed`` of its own."""
+    db = str(tmp_path / "s.db")
+    loop = _paying_loop(fail_first=True)
+    with lw.Runtime(db, tracer_provider=sent) as rt:
+        parked = rt.run_sync(loop, TASK)
+    assert parked.status == "awaiting_approval"
+    with lw.Runtime(db, tracer_provider=sent) as rt:
+        assert rt.cancel(parked.run_id, by="carol", loop=loop).status == "cancelled"
+        offline = _offline(otlp_trace(rt.store, parked.run_id))
+    assert sent.force_flush()
+    live = list(receiver.spans)
+    # The spans the parking session sent complete are not sent again; the cycle the cancel
+    # closes is sent complete once. (Its request is closed after the cancel's commit, which
+    # no tracer sees: the approval span goes out as the park left it, open.)
+    got = Counter(n for n, *_ in _below_the_run(live))
+    assert got == {"cycle 1": 1, "invoke_agent pay-doc": 1, "verify spelling": 1, "verify audit": 1}
+    assert set(got) <= {n for n, *_ in _below_the_run(offline)}

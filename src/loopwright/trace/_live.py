@@ -1,10 +1,10 @@
 """Live tracing: a run's spans sent through the OpenTelemetry SDK while the run executes.
 
-The engine calls ``LiveTracer.committed(run_id)`` after every durable commit. The tracer reads
-what the store gained since (events, the new checkpoints' records and ``fields``, approvals
-when they moved), rebuilds the spans still open with ``build_spans`` (the same function the
-offline ``otlp-json`` export uses, so names, structure and attributes have one source of
-truth; over a window of the log that starts where nothing but the run span was open — what
+The engine calls ``LiveTracer.committed(run_id, opened_at=…)`` after every durable commit. The
+tracer reads what the store gained since (events, the new checkpoints' records and ``fields``,
+approvals when they moved), rebuilds the spans still open with ``build_spans`` (the same
+function the offline ``otlp-json`` export uses, so names, structure and attributes have one
+source of truth; over a window of the log that starts where nothing but the run span was open — what
 came before is sent and dropped, so what a commit costs and what the tracer holds do not grow
 with the run) and turns them into SDK spans: a span is started when the tree first shows it
 (the parent's SDK span is then open, so the child gets its real parent) and ended, with its
@@ -14,7 +14,11 @@ exporter (retries, gzip, ``OTEL_EXPORTER_OTLP_*``) do the sending.
 Ids are the SDK's (random), not the offline export's derived ones: a live trace and an export
 agree on span names, parent/child structure, times and attributes. A run driven again after it
 parked (or in another process) gets a new ``run`` span for that session; spans an earlier
-session completed are not sent twice, those it sent incomplete are sent again, complete.
+session completed are not sent twice, those it sent incomplete are sent again, complete. A
+person's operation through a traced ``Runtime`` (rollback, cancel, edit: one commit) is a
+session of its own: it sends what its commit completed and its ``run`` span, then ends. Where
+the earlier sessions ended is the commit the session opened the run at (``opened_at``, the
+engine says), not guessed from the log: an operation writes no ``started``/``resumed``.
 
 Nothing here is imported by the engine unless tracing is configured, and ``opentelemetry`` is
 imported only then (the ``otel`` extra). A tracer failure is logged once and never fails a run.
@@ -135,9 +139,10 @@ class _RunTrace:
     events: list[Event] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
-    # When the session before this one last committed (``None``: no earlier session). A span
-    # that ended by then was sent by that session (if it was traced); one still open then, or
-    # completed by what happened between sessions (a decision), is sent by this one.
+    # When the session before this one last committed: the checkpoint this session opened the
+    # run at (``None``: no earlier session). A span that ended by then was sent by that session
+    # (if it was traced); one still open then, or completed by what happened since (a
+    # decision, an effect's outcome journaled before a crash), is sent by this one.
     earlier_end: float | None = None
     open: dict[str, Any] = field(default_factory=dict)  # span key -> SDK span
     # Keys of the spans sent (or an earlier session sent): a cycle's while its window is
@@ -169,11 +174,18 @@ class LiveTracer:
         self._lock = threading.Lock()  # runs may commit from several threads (workers)
         self._failed = False
 
-    def committed(self, run_id: str) -> None:
-        """A commit of ``run_id`` is durable: send the spans it started or completed."""
+    def committed(
+        self, run_id: str, *, opened_at: int | None = None, session_ends: bool = False
+    ) -> None:
+        """A commit of ``run_id`` is durable: send the spans it started or completed.
+
+        ``opened_at``: the seq of the checkpoint the committing session opened the run at (the
+        last commit of the sessions before it, whose spans were sent then); ``None``: the
+        session's ``started``/``resumed`` event says. ``session_ends``: the session commits
+        no more (a person's operation): every span still open is ended and sent now."""
         try:
             with self._lock:
-                self._update(run_id)
+                self._update(run_id, opened_at, session_ends)
         except Exception:  # a tracer must never fail a run
             if not self._failed:
                 self._failed = True
@@ -194,7 +206,7 @@ class LiveTracer:
         return n
 
     # --- reading what the store gained --------------------------------------------------------
-    def _update(self, run_id: str) -> None:
+    def _update(self, run_id: str, opened_at: int | None, session_ends: bool) -> None:
         store = self.store
         rt = self._runs.get(run_id)
         first = rt is None
@@ -218,9 +230,9 @@ class LiveTracer:
         if first or any(e.kind in APPROVAL_KINDS for e in new):
             rt.approvals = store.approvals(run_id=run_id)
         if first:
-            rt.earlier_end = _earlier_session_end(rt.events)
+            rt.earlier_end = _earlier_session_end(rt.events, cks, opened_at)
         rec = store.get_run(run_id)
-        ending = rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
+        ending = session_ends or rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
         window = rt.events
         ids = {str(e.data.get("approval_id")) for e in window if e.kind in APPROVAL_KINDS}
         spans = build_spans(
@@ -294,9 +306,19 @@ class LiveTracer:
             rt.done.add(s.key)
 
 
-def _earlier_session_end(events: list[Event]) -> float | None:
-    """The time of the earlier session's last commit: of the last event before this session's
-    ``started``/``resumed`` that a person's decision between sessions did not write."""
+def _earlier_session_end(
+    events: list[Event], checkpoints: list[Checkpoint], opened_at: int | None
+) -> float | None:
+    """The time of the earlier session's last commit: the checkpoint this session opened the
+    run at (a commit's events share its time), ``None`` for the run's first (seq 0: only its
+    creation). Without ``opened_at``, the last event before this session's ``started``/
+    ``resumed`` that a person's decision between sessions did not write — which an operation
+    (rollback, cancel, edit) does not write, hence ``opened_at``."""
+    if opened_at is not None:
+        if opened_at <= 0:
+            return None
+        ck = next((c for c in reversed(checkpoints) if c.seq == opened_at), None)
+        return ck.created_at if ck is not None else None
     starts = [i for i, e in enumerate(events) if e.kind in ("started", "resumed")]
     if len(starts) < 2:
         return None  # the run's first session
