@@ -28,7 +28,14 @@ from ._policy import PolicyDecision
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import Finding, PlanStep, TaskState, person_edit, split_ref
+from ._state import (
+    STEP_STATUSES,
+    Finding,
+    PlanStep,
+    TaskState,
+    person_edit,
+    split_ref,
+)
 from ._usage import Usage
 from .store import NewApproval, NewEvent
 
@@ -590,5 +597,5 @@ def _apply_plan(state: TaskState, proposal: Proposal) -> None:
     for step in proposal.new_steps:
         state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
     for step_id, status in proposal.plan.items():
-        if status in ("pending", "in_progress", "done", "blocked"):
-            state.set_step_status(step_id, status)  # type: ignore[arg-type]
+        if status in STEP_STATUSES:  # an unknown status is ignored, as ever
+            state.set_step_status(step_id, status)

@@ -8,11 +8,12 @@ from this state.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, get_args
 
 from ._errors import ConfigError
 from ._usage import Usage
@@ -35,7 +36,7 @@ PartStatus = Literal["candidate", "accepted", "rejected"]
 # ref -> that part's versions (from the store): how a state reads versions it does not hold.
 VersionLoader = Callable[[str], Iterable["Version"]]
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
-_STEP_STATUSES = ("pending", "in_progress", "done", "blocked")
+STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
 _PART_STATUSES = ("candidate", "accepted", "rejected")
 
 
@@ -387,7 +388,7 @@ class PlanStep:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlanStep:
         status = d.get("status", "pending")
-        if status not in _STEP_STATUSES:
+        if status not in STEP_STATUSES:
             raise ConfigError(f"unknown step status {status!r}", field=f"plan.{d.get('id')}")
         return cls(
             id=str(d["id"]),
@@ -670,7 +671,7 @@ class TaskState:
     def set_step_status(self, step_id: str, status: StepStatus) -> bool:
         """Set step ``step_id``'s status (a new step replaces it); False when there is no
         such step. ``ConfigError`` for an unknown status."""
-        if status not in _STEP_STATUSES:
+        if status not in STEP_STATUSES:
             raise ConfigError(f"unknown step status {status!r}", field=f"plan.{step_id}")
         i = self._plan().ids.get(step_id)
         if i is None:
@@ -690,7 +691,7 @@ class TaskState:
     def _replace_step(self, i: int, status: StepStatus) -> None:
         t = self._plan()
         old = self.plan[i]
-        self.plan[i] = PlanStep(old.id, old.title, old.depends_on, old.parts, status)
+        self.plan[i] = dataclasses.replace(old, status=status)
         if t.dirty is not None:
             t.dirty.add(i)
         if status != "done":

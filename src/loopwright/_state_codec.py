@@ -110,16 +110,19 @@ def _plan(
     when none changed), or every step's (no ``prev`` or ``steps``)."""
     plan = state.plan
     if prev is not None and steps is not None:
-        out: list[dict[str, Any]] = prev["plan"]
-        for i in steps:
-            if out is prev["plan"]:
-                out = list(out)
-            if i < len(out):
-                out[i] = plan[i].to_dict()
-            elif i == len(out):
-                out.append(plan[i].to_dict())
-            else:
+        old: list[dict[str, Any]] = prev["plan"]
+        changed = list(steps)
+        if not changed and len(old) == len(plan):
+            return old  # the same list: the delta leaves the plan out
+        out = list(old)
+        for i in changed:
+            if i > len(out):
                 break  # not the appended run it should be: write every step
+            entry = plan[i].to_dict()
+            if i < len(out):
+                out[i] = entry
+            else:
+                out.append(entry)
         else:
             if len(out) == len(plan):
                 return out

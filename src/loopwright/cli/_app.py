@@ -427,7 +427,9 @@ def _shown_cycles(cps: list[Checkpoint]) -> list[dict[str, Any]]:
     once that cycle concluded: its concluding record follows and holds the same (the dashboard
     shows one row too). A cycle stopped during its effects keeps its write-ahead record: it is
     all there is of that cycle."""
-    concluded = {c.record.get("cycle") for c in cps if c.record and "proposal" in c.record}
+    from ..store._base import concluded_cycles
+
+    concluded = concluded_cycles(cps)
     return [
         c.record
         for c in cps

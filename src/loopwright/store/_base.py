@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -195,6 +195,13 @@ def own_fields(d: Mapping[str, Any]) -> dict[str, Any]:
     """``d`` (a resolved state, a head or a delta) without its part entries (``_PART_KEYS``):
     folding such deltas on such a head gives the fields of the next head (``codec.fold``)."""
     return {k: v for k, v in d.items() if k.removesuffix("$") not in _PART_KEYS}
+
+
+def concluded_cycles(checkpoints: Iterable[Checkpoint]) -> set[Any]:
+    """The cycles with a concluding record (one holding its proposal). A cycle's effects
+    write a record before they run (``decision: "effects"``, no proposal), and a parked
+    cycle one when it parks: a cycle not in this set stopped there."""
+    return {c.record.get("cycle") for c in checkpoints if c.record and "proposal" in c.record}
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,14 +174,12 @@ class LiveTracer:
         self._lock = threading.Lock()  # runs may commit from several threads (workers)
         self._failed = False
 
-    def committed(
-        self, run_id: str, *, opened_at: int | None = None, session_ends: bool = False
-    ) -> None:
+    def committed(self, run_id: str, *, opened_at: int, session_ends: bool = False) -> None:
         """A commit of ``run_id`` is durable: send the spans it started or completed.
 
         ``opened_at``: the seq of the checkpoint the committing session opened the run at (the
-        last commit of the sessions before it, whose spans were sent then); ``None``: the
-        session's ``started``/``resumed`` event says. ``session_ends``: the session commits
+        last commit of the sessions before it, whose spans were sent then; 0: none).
+        ``session_ends``: the session commits
         no more (a person's operation): every span still open is ended and sent now."""
         try:
             with self._lock:
@@ -206,7 +204,7 @@ class LiveTracer:
         return n
 
     # --- reading what the store gained --------------------------------------------------------
-    def _update(self, run_id: str, opened_at: int | None, session_ends: bool) -> None:
+    def _update(self, run_id: str, opened_at: int, session_ends: bool) -> None:
         store = self.store
         rt = self._runs.get(run_id)
         first = rt is None
@@ -230,7 +228,7 @@ class LiveTracer:
         if first or any(e.kind in APPROVAL_KINDS for e in new):
             rt.approvals = store.approvals(run_id=run_id)
         if first:
-            rt.earlier_end = _earlier_session_end(rt.events, cks, opened_at)
+            rt.earlier_end = _earlier_session_end(cks, opened_at)
         rec = store.get_run(run_id)
         ending = session_ends or rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
         window = rt.events
@@ -306,26 +304,15 @@ class LiveTracer:
             rt.done.add(s.key)
 
 
-def _earlier_session_end(
-    events: list[Event], checkpoints: list[Checkpoint], opened_at: int | None
-) -> float | None:
+def _earlier_session_end(checkpoints: list[Checkpoint], opened_at: int) -> float | None:
     """The time of the earlier session's last commit: the checkpoint this session opened the
     run at (a commit's events share its time), ``None`` for the run's first (seq 0: only its
-    creation). Without ``opened_at``, the last event before this session's ``started``/
-    ``resumed`` that a person's decision between sessions did not write — which an operation
-    (rollback, cancel, edit) does not write, hence ``opened_at``."""
-    if opened_at is not None:
-        if opened_at <= 0:
-            return None
-        ck = next((c for c in reversed(checkpoints) if c.seq == opened_at), None)
-        return ck.created_at if ck is not None else None
-    starts = [i for i, e in enumerate(events) if e.kind in ("started", "resumed")]
-    if len(starts) < 2:
-        return None  # the run's first session
-    for e in reversed(events[: starts[-1]]):
-        if e.kind not in APPROVAL_KINDS and e.kind not in ("started", "resumed"):
-            return e.ts
-    return None
+    creation). Not guessed from the log: an operation (rollback, cancel, edit) writes no
+    ``started``/``resumed``."""
+    if opened_at <= 0:
+        return None
+    ck = next((c for c in reversed(checkpoints) if c.seq == opened_at), None)
+    return ck.created_at if ck is not None else None
 
 
 def _sent_before(s: Span, earlier_end: float | None) -> bool:

@@ -18,6 +18,7 @@ from .._contract import Contract
 from .._packet import explain, run_stop_cause
 from .._state import TaskState
 from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
+from ..store._base import concluded_cycles
 
 __all__ = [
     "ChartPoint",
@@ -73,9 +74,7 @@ def timeline(checkpoints: list[Checkpoint], *, ended: bool = False) -> list[dict
     marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
     cycle that later concluded keeps a plain "parked" row; its concluded row follows).
     ``ended``: the run has ended, so what was not applied never will be."""
-    concluded = {
-        ck.record.get("cycle") for ck in checkpoints if ck.record and "proposal" in ck.record
-    }
+    concluded = concluded_cycles(checkpoints)
     rows: list[dict[str, Any]] = []
     for ck in checkpoints:
         rec = ck.record
