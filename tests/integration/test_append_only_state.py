@@ -195,6 +195,70 @@ def test_a_run_crashed_anywhere_resumes_to_the_uninterrupted_state(
     assert outcome(db) == reference(k)
 
 
+# --- the same with a plan that changes every cycle -----------------------------------------------
+# A checkpoint carries only the plan steps its cycle added or changed (the ``plan@`` delta): a
+# step added each cycle, the previous one started, the one before done, every fourth waiting
+# on part c (done by the engine when c is accepted, at cycle 6).
+def plan_actor(ctx: lw.Context) -> lw.Proposal:
+    base = actor(ctx)
+    n = ctx.cycle
+    status = {f"g{n - 1}": "in_progress"} if n >= 2 else {}
+    if n >= 3:
+        status[f"g{n - 2}"] = "done"
+    waits = ("doc/c",) if n % 4 == 0 else ()
+    return lw.Proposal(
+        edits=base.edits,
+        new_steps=(lw.PlanStep(id=f"g{n}", title=f"step {n}", parts=waits),),
+        plan=status,
+    )
+
+
+def make_plan_loop() -> lw.Loop:
+    return lw.Loop(
+        name="append-only-plan",
+        actor=plan_actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=CYCLES)),
+    )
+
+
+_PLAN_REFERENCE: dict[int, dict[str, Any]] = {}
+
+
+def plan_reference(k: int) -> dict[str, Any]:
+    if k not in _PLAN_REFERENCE:
+        db = Path(tempfile.mkdtemp(prefix="lw-plan-ref-")) / "ref.db"
+        assert run_with_crashes(db, k, [], make=make_plan_loop) == 0
+        _PLAN_REFERENCE[k] = outcome(db)
+    return _PLAN_REFERENCE[k]
+
+
+def test_the_plan_reference_run_changes_its_plan_every_cycle() -> None:
+    ref = plan_reference(3)
+    plan = {s["id"]: s for s in ref["state"]["plan"]}
+    assert list(plan) == ["s1", "s2", *(f"g{n}" for n in range(1, CYCLES + 1))]
+    assert plan["s1"]["status"] == "done" and plan["s2"]["status"] == "done"  # parts accepted
+    assert [plan[f"g{n}"]["status"] for n in range(1, CYCLES + 1)] == [
+        *["done"] * (CYCLES - 2),
+        "in_progress",
+        "pending",
+    ]
+    # each concluded cycle's stored state has the plan as it was then (cycle 5: g1..g5)
+    at5 = [s["id"] for s in ref["cycles"][5]["state"]["plan"]]
+    assert at5 == ["s1", "s2", "g1", "g2", "g3", "g4", "g5"]
+    assert plan_reference(1) == ref == plan_reference(50)
+
+
+@SLOW
+@given(k=st.integers(min_value=1, max_value=6), crashes=crash_points(CYCLES))
+def test_a_run_whose_plan_changes_every_cycle_resumes_to_the_uninterrupted_state(
+    k: int, crashes: list[tuple[str, int]]
+) -> None:
+    db = Path(tempfile.mkdtemp(prefix="lw-plan-crash-")) / "run.db"
+    run_with_crashes(db, k, crashes, make=make_plan_loop)
+    assert outcome(db) == plan_reference(k)
+
+
 def test_checkpoints_are_deltas_between_snapshots(tmp_path: Path) -> None:
     db = tmp_path / "run.db"
     with lw.Runtime(db, snapshot_every=4) as rt:
