@@ -60,3 +60,44 @@ def test_grouped_commits_write_the_masked_record_and_events(tmp_path: Path) -> N
         results = asyncio.run(both(rt))
         assert [r.cycles for r in results] == [3, 3]
     assert SECRET.encode() not in _raw(db)
+
+
+def test_the_net_masks_the_packed_record_and_every_column_that_is_not_a_number() -> None:
+    """``_masked`` hands the store the record in its stored form (defaults left out) and scans
+    the columns only when one is not a number: a secret in a string column (a packet, a stop
+    cause) is masked as before, numbers come back as they were."""
+    from loopwright._checkpoint import _masked
+    from loopwright._record_codec import pack, unpack
+    from loopwright.store import NewEvent
+
+    proposal = lw.Proposal(edits=(lw.Edit("doc", "body", "v"),), note=f"k {SECRET}")
+    record = {
+        "cycle": 1,
+        "proposal": proposal.to_dict(),
+        "digest": "d",
+        "duplicate": False,
+        "visible": {"check": lw.Verdict(passed=False, score=0.5).to_dict()},
+        "held_out": {},
+        "score": 0.5,
+        "improved": True,
+        "decision": "revise",
+        "effects": [],
+        "memory": [],
+        "calls": [{"who": "actor", "cost_usd": 0.0, "tokens": 0}],
+        "usage": {"cost_usd": 0.0, "tokens": 0, "seconds": 0.25},
+    }
+    events = [NewEvent(1, "proposal", {"note": f"k {SECRET}"}), NewEvent(1, "decision", {})]
+    numbers = {"cycle": 1, "best_score": None, "cost_usd": 0.0, "tokens": 3, "seconds": 0.5}
+    rec, evs, cols = _masked(record, events, numbers)
+    assert rec is not None and "held_out" not in rec and "duplicate" not in rec  # packed
+    assert unpack(rec)["proposal"]["note"] == "k ***"
+    assert rec == pack({**record, "proposal": {**record["proposal"], "note": "k ***"}})
+    assert [e.data for e in evs] == [{"note": "k ***"}, {}]
+    assert cols is numbers
+    clean = dict(record, proposal=lw.Proposal(edits=(lw.Edit("doc", "body", "v"),)).to_dict())
+    rec, evs, cols = _masked(clean, events[1:], numbers)
+    assert rec == pack(clean) and evs == events[1:] and cols is numbers
+    packet = {**numbers, "status": "escalated", "packet": {"stop_cause": f"saw {SECRET}"}}
+    rec, evs, cols = _masked(clean, events[1:], packet)
+    assert cols["packet"] == {"stop_cause": "saw ***"} and cols["tokens"] == 3
+    assert rec == pack(clean)

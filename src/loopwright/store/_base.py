@@ -305,7 +305,8 @@ class CommitRequest:
     ``state`` is a full head when ``base`` is None (a snapshot), else the delta from the
     previous checkpoint, which builds on the snapshot ``base``. ``versions`` are version rows
     to insert (or whose status to update); ``rejected`` are ``(digest, cycle)`` of proposals
-    rejected in this commit."""
+    rejected in this commit. ``packed``: ``record`` is already in its stored form
+    (``_record_codec.pack``, as the engine masks it), so the store writes it as it is."""
 
     run_id: str
     token: int
@@ -319,6 +320,7 @@ class CommitRequest:
     base: int | None = None
     versions: Sequence[VersionRow] = ()
     rejected: Sequence[tuple[str, int]] = ()
+    packed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
