@@ -7,6 +7,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+from support.records import cycle_record
+
 import loopwright as lw
 
 SECRET = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
@@ -70,22 +72,7 @@ def test_the_net_masks_the_packed_record_and_every_column_that_is_not_a_number()
     from loopwright._record_codec import pack, unpack
     from loopwright.store import NewEvent
 
-    proposal = lw.Proposal(edits=(lw.Edit("doc", "body", "v"),), note=f"k {SECRET}")
-    record = {
-        "cycle": 1,
-        "proposal": proposal.to_dict(),
-        "digest": "d",
-        "duplicate": False,
-        "visible": {"check": lw.Verdict(passed=False, score=0.5).to_dict()},
-        "held_out": {},
-        "score": 0.5,
-        "improved": True,
-        "decision": "revise",
-        "effects": [],
-        "memory": [],
-        "calls": [{"who": "actor", "cost_usd": 0.0, "tokens": 0}],
-        "usage": {"cost_usd": 0.0, "tokens": 0, "seconds": 0.25},
-    }
+    record = cycle_record(note=f"k {SECRET}")
     events = [NewEvent(1, "proposal", {"note": f"k {SECRET}"}), NewEvent(1, "decision", {})]
     numbers = {"cycle": 1, "best_score": None, "cost_usd": 0.0, "tokens": 3, "seconds": 0.5}
     rec, evs, cols = _masked(record, events, numbers)
@@ -94,7 +81,7 @@ def test_the_net_masks_the_packed_record_and_every_column_that_is_not_a_number()
     assert rec == pack({**record, "proposal": {**record["proposal"], "note": "k ***"}})
     assert [e.data for e in evs] == [{"note": "k ***"}, {}]
     assert cols is numbers
-    clean = dict(record, proposal=lw.Proposal(edits=(lw.Edit("doc", "body", "v"),)).to_dict())
+    clean = cycle_record()
     rec, evs, cols = _masked(clean, events[1:], numbers)
     assert rec == pack(clean) and evs == events[1:] and cols is numbers
     packet = {**numbers, "status": "escalated", "packet": {"stop_cause": f"saw {SECRET}"}}

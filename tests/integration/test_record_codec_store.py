@@ -1,5 +1,6 @@
-"""A real run's cycle records, written compact by the store and read back whole: every
-checkpoint's record equals, key for key and in order, the one the engine handed the store."""
+"""A real run's cycle records, written compact (packed by the engine before it masks them, or by
+the store) and read back whole: every checkpoint's record equals, key for key and in order, the
+one the engine built."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
+from loopwright import _checkpoint
 from loopwright.store import _rows
 
 TASK = {"goal": "g", "artifacts": {"doc": {"body": "", "title": ""}}}
@@ -50,6 +52,8 @@ def test_records_read_back_as_the_engine_built_them(
         handed.append(copy.deepcopy(record))
         return pack(record)
 
+    # Wherever a record is packed: the engine's cycle commits, the store's for the others.
+    monkeypatch.setattr(_checkpoint, "pack_record", spy)
     monkeypatch.setattr(_rows, "pack_record", spy)
     with lw.Runtime(url) as rt:
         r = rt.run_sync(_loop(), TASK, task_key="codec")

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.records import cycle_record
 
 import loopwright as lw
+from loopwright._record_codec import pack
 from loopwright.store import CommitRequest, NewApproval, NewEvent, Store, open_store
 from loopwright.store._schema import SQLITE_MIGRATIONS
 
@@ -452,24 +454,8 @@ def test_a_record_is_stored_packed_and_read_back_whole(store: Store) -> None:
     """The store writes a cycle's record in its stored form (``_record_codec.pack``) unless the
     request says it already is (``packed``: the engine packs it before masking it); either way
     a reader gets the record as the engine built it."""
-    from loopwright._record_codec import pack
-
     run_id, token = _leased(store)
-    record = {
-        "cycle": 1,
-        "proposal": lw.Proposal(edits=(lw.Edit("doc", "b", "v"),)).to_dict(),
-        "digest": "d",
-        "duplicate": False,
-        "visible": {"check": lw.Verdict(passed=False, score=0.5).to_dict()},
-        "held_out": {},
-        "score": 0.5,
-        "improved": True,
-        "decision": "revise",
-        "effects": [],
-        "memory": [],
-        "calls": [{"who": "actor", "cost_usd": 0.0, "tokens": 0}],
-        "usage": {"cost_usd": 0.0, "tokens": 0, "seconds": 0.25},
-    }
+    record = cycle_record()
     store.commit_request(_req(run_id, token, 1, record=record))
     store.commit_request(_req(run_id, token, 2, record=pack(record), packed=True))
     got = {c.seq: c.record for c in store.checkpoints(run_id) if c.seq}
