@@ -75,8 +75,8 @@ _KEYS = {
     id(spec): frozenset(k for k, _ in spec)
     for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 }
-_DEFAULTS = {
-    id(spec): {k: d for k, d in spec if d is not _KEEP}
+_DROPS = {
+    id(spec): tuple((k, d, type(d)) for k, d in spec if d is not _KEEP)
     for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 }
 
@@ -150,16 +150,14 @@ def _unpack_finding(name: str, f: Any) -> Any:
 
 
 def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
-    # A copy (in C), then a look at the few keys that have a default: every cycle, so cheap.
+    # A copy (in C), then a look at the few keys that have a default: every cycle, so cheap
+    # (``_KEEP``, a missing key's stand-in, is of no default's type).
     out = dict(d)
-    for k, dflt in _DEFAULTS[id(spec)].items():
+    for k, dflt, kind in _DROPS[id(spec)]:
         v = out.get(k, _KEEP)
-        if (
-            v is not _KEEP
-            and type(v) is type(dflt)
-            and v == dflt
-            and not (type(v) is float and math.copysign(1.0, v) < 0.0)  # -0.0 is not 0.0
-        ):
+        if type(v) is kind and v == dflt:
+            if kind is float and math.copysign(1.0, v) < 0.0:
+                continue  # -0.0 is not 0.0
             del out[k]
     return out
 
