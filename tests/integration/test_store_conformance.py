@@ -462,6 +462,21 @@ def test_a_record_is_stored_packed_and_read_back_whole(store: Store) -> None:
     assert got == {1: record, 2: record}
 
 
+def test_the_default_commit_request_gives_commit_the_whole_record(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that implements only ``commit`` (the base class's ``commit_request``) is handed
+    the record whole, as before ``CommitRequest.packed`` existed."""
+    run_id, token = _leased(store)
+    record = cycle_record()
+    seen: list[Any] = []
+    monkeypatch.setattr(store, "commit", lambda *a, **kw: seen.append(kw["record"]) or False)
+    req = _req(run_id, token, 1, record=pack(record), packed=True)
+    assert Store.commit_request(store, req) is False
+    assert Store.commit_request(store, _req(run_id, token, 2, record=record)) is False
+    assert seen == [record, record]
+
+
 def _spy_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record whether each commit_many took the one-pass batch or fell back."""
     seen: list[str] = []

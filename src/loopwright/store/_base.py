@@ -17,6 +17,7 @@ from typing import Any, Self, cast
 from .. import _state_codec as codec
 from .._errors import ConflictError, RunNotFoundError, StaleLeaseError, StoreError
 from .._json import dumps
+from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, TaskState, Version, VersionLoader
 from ._live import LiveStore
 from ._people import PeopleStore
@@ -703,14 +704,18 @@ class Store(LiveStore, PeopleStore, ABC):
 
     def commit_request(self, it: CommitRequest) -> bool:
         """``commit`` of one request built already (the engine's: its record, events and run
-        columns are the masked ones). Stores override it to skip building it again."""
+        columns are the masked ones). Stores override it to skip building it again; ``commit``
+        is given the record whole, as ever (a packed one is unpacked first)."""
+        record = it.record
+        if it.packed and record is not None:
+            record = unpack_record(record)
         return self.commit(
             it.run_id,
             it.token,
             seq=it.seq,
             cycle=it.cycle,
             state=it.state,
-            record=it.record,
+            record=record,
             events=it.events,
             run=it.run,
             approvals=it.approvals,
