@@ -136,15 +136,16 @@ def run_with_crashes(
     raise AssertionError("unreachable")
 
 
-_REFERENCE: dict[int, dict[str, Any]] = {}
+_REFERENCE: dict[tuple[Callable[[], lw.Loop], int], dict[str, Any]] = {}
 
 
-def reference(k: int) -> dict[str, Any]:
-    if k not in _REFERENCE:
+def reference(k: int, make: Callable[[], lw.Loop] = make_loop) -> dict[str, Any]:
+    """The outcome of an uninterrupted run of ``make()`` with snapshot interval ``k``."""
+    if (make, k) not in _REFERENCE:
         db = Path(tempfile.mkdtemp(prefix="lw-ref-")) / "ref.db"
-        assert run_with_crashes(db, k, []) == 0
-        _REFERENCE[k] = outcome(db)
-    return _REFERENCE[k]
+        assert run_with_crashes(db, k, [], make=make) == 0
+        _REFERENCE[make, k] = outcome(db)
+    return _REFERENCE[make, k]
 
 
 def test_the_reference_run_exercises_what_the_layout_must_keep() -> None:
@@ -222,19 +223,8 @@ def make_plan_loop() -> lw.Loop:
     )
 
 
-_PLAN_REFERENCE: dict[int, dict[str, Any]] = {}
-
-
-def plan_reference(k: int) -> dict[str, Any]:
-    if k not in _PLAN_REFERENCE:
-        db = Path(tempfile.mkdtemp(prefix="lw-plan-ref-")) / "ref.db"
-        assert run_with_crashes(db, k, [], make=make_plan_loop) == 0
-        _PLAN_REFERENCE[k] = outcome(db)
-    return _PLAN_REFERENCE[k]
-
-
 def test_the_plan_reference_run_changes_its_plan_every_cycle() -> None:
-    ref = plan_reference(3)
+    ref = reference(3, make_plan_loop)
     plan = {s["id"]: s for s in ref["state"]["plan"]}
     assert list(plan) == ["s1", "s2", *(f"g{n}" for n in range(1, CYCLES + 1))]
     assert plan["s1"]["status"] == "done" and plan["s2"]["status"] == "done"  # parts accepted
@@ -246,7 +236,7 @@ def test_the_plan_reference_run_changes_its_plan_every_cycle() -> None:
     # each concluded cycle's stored state has the plan as it was then (cycle 5: g1..g5)
     at5 = [s["id"] for s in ref["cycles"][5]["state"]["plan"]]
     assert at5 == ["s1", "s2", "g1", "g2", "g3", "g4", "g5"]
-    assert plan_reference(1) == ref == plan_reference(50)
+    assert reference(1, make_plan_loop) == ref == reference(50, make_plan_loop)
 
 
 @SLOW
@@ -256,7 +246,7 @@ def test_a_run_whose_plan_changes_every_cycle_resumes_to_the_uninterrupted_state
 ) -> None:
     db = Path(tempfile.mkdtemp(prefix="lw-plan-crash-")) / "run.db"
     run_with_crashes(db, k, crashes, make=make_plan_loop)
-    assert outcome(db) == plan_reference(k)
+    assert outcome(db) == reference(k, make_plan_loop)
 
 
 def test_checkpoints_are_deltas_between_snapshots(tmp_path: Path) -> None:

@@ -10,6 +10,9 @@ from pathlib import Path
 from support.records import cycle_record
 
 import loopwright as lw
+from loopwright._checkpoint import _masked
+from loopwright._record_codec import pack, unpack
+from loopwright.store import NewEvent
 
 SECRET = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
 TASK = {"goal": "g", "artifacts": {"doc": {"body": ""}}}
@@ -68,10 +71,6 @@ def test_the_net_masks_the_packed_record_and_every_column_that_is_not_a_number()
     """``_masked`` hands the store the record in its stored form (defaults left out) and scans
     the columns only when one is not a number: a secret in a string column (a packet, a stop
     cause) is masked as before, numbers come back as they were."""
-    from loopwright._checkpoint import _masked
-    from loopwright._record_codec import pack, unpack
-    from loopwright.store import NewEvent
-
     record = cycle_record(note=f"k {SECRET}")
     events = [NewEvent(1, "proposal", {"note": f"k {SECRET}"}), NewEvent(1, "decision", {})]
     numbers = {"cycle": 1, "best_score": None, "cost_usd": 0.0, "tokens": 3, "seconds": 0.5}

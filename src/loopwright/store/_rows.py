@@ -97,7 +97,7 @@ def checkpoint_row(it: CommitRequest, now: float, js: Callable[[Any], Any]) -> R
         it.seq,
         it.cycle,
         js(it.state),
-        (js(it.record) if it.packed else js(pack_record(it.record))) if it.record else None,
+        js(it.record if it.packed else pack_record(it.record)) if it.record else None,
         it.token,
         now,
         it.seq if it.base is None else it.base,
