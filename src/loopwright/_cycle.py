@@ -55,8 +55,11 @@ class Cycle(RuntimeHost):
         n: int,
         memory: tuple[dict[str, Any], ...],
         remaining: Remaining | None = None,
+        state: TaskState | None = None,
     ) -> Context:
-        s = ex.state
+        """What the actor of cycle ``n`` is shown: ``ex.state``'s, or ``state``'s (a cycle's
+        context rebuilt after a crash, for its reflection)."""
+        s = ex.state if state is None else state
         task = s.task
         return Context(
             run_id=ex.run_id,

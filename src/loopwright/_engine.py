@@ -8,8 +8,9 @@ cycle.
 This module holds the run lifecycle (create, run, resume, result, lease and heartbeat, the
 loop of cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam:
 ``_cycle`` (context → actor → verifiers), ``_checkpoint`` (effects → decide → commit),
-``_parking`` (approval requests and questions), ``_finishing`` (ending a run, reflection) and
-``_people`` (people's decisions, cancel, rollback).
+``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
+``_reflection`` (the reflector's note, owed across a crash) and ``_people`` (people's
+decisions, cancel, rollback).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ._memory import FeedbackMemory
 from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
+from ._reflection import Reflection
 from ._reversal import run_compensations
 from ._state import TaskState, Version, VersionLoader
 from ._usage import Usage
@@ -142,7 +144,7 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
+class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions):
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a
@@ -440,6 +442,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
         # An effect renews this lease before it starts and names its holder in the intent.
         ex.lease_ttl_s, ex.owner = self.lease_ttl_s, self.owner
         pend = ex.state.pending or {}
+        reflect = False
         if pend.get("stage") == "compensations":
             notes = await run_compensations(self.store, ex, pend)
             if notes is None:
@@ -483,9 +486,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Forking, Decisions):
             done = await self._settle_pending(ex)
             if done:
                 return
+            reflect = self._owed_reflection(ex)
         else:
+            # A process that died between a cycle's commit and its reflection owes it one.
+            reflect = self._owed_reflection(ex)
             self._commit_status(ex, "running")
-        reflect = False
         # A cycle that goes on has been through _conclude, which asked stop_before_cycle of
         # this same state: asked again only after a reflection (it spends time).
         decided = False

@@ -1,6 +1,5 @@
 """Finishing: ``_finish`` ends a run (status, stop reason, the packet for a person) in its
-last commit; ``_reflect`` writes the reflector's note into feedback memory after a cycle that
-was not accepted.
+last commit. Reflecting on a cycle is in ``_reflection``.
 """
 
 from __future__ import annotations
@@ -10,20 +9,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from ._calls import call_user
 from ._contract import status_for
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
-from ._usage import Usage
 from .store import NewApproval, NewEvent
 
 __all__ = ["Finishing"]
 
 
 class Finishing(RuntimeHost):
-    """Ending a run and reflecting on a cycle (mixed into ``Runtime``)."""
+    """Ending a run (mixed into ``Runtime``)."""
 
     def _finish(
         self,
@@ -115,67 +112,3 @@ class Finishing(RuntimeHost):
         if self._memory is None:
             self._memory = FeedbackMemory(self.store)
         return self._memory
-
-    async def _reflect(self, ex: _Exec) -> None:
-        """After a cycle that was not accepted, the loop's reflector writes a task-scoped
-        reflection into memory. It sees the cycle's context and its visible verdicts only."""
-        loop, s = ex.loop, ex.state
-        last = s.history[-1] if s.history else {}
-        if (
-            loop.reflector is None
-            or ex.last_context is None
-            or last.get("decision")
-            not in (
-                "revise",
-                "refused",
-            )
-        ):
-            return
-        rem = rules.remaining(ex.contract, s).seconds
-        t0 = time.perf_counter()
-        try:
-            text, _ = await call_user(
-                loop.reflector,
-                ex.last_context,
-                dict(ex.last_visible),
-                timeout=_reflect_timeout(loop.actor_timeout_s, rem),
-                threaded=ex.threaded,
-            )
-        except Exception as exc:
-            self.store.append_events(
-                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
-            )
-            return
-        finally:
-            # Reflecting is part of the run's time, finished or not (invariant 7).
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-        if not text or not str(text).strip():
-            return
-        try:
-            item, new = self.memory.reflect(
-                task_key=s.task_key,
-                text=str(text).strip()[:4000],  # a reflection is a short note, not a transcript
-                source={"run_id": ex.run_id, "cycle": s.cycle},
-                keep=loop.reflections_kept,
-            )
-        except Exception as exc:  # memory is best effort: a failure never fails the run
-            self.store.append_events(
-                ex.run_id, [NewEvent(s.cycle, "reflection_failed", {"error": str(exc)[:300]})]
-            )
-            return
-        data: dict[str, Any] = {"memory_id": item.memory_id}
-        if not new:
-            data["again"] = True  # the same note as a kept one: nothing new was written
-        self.store.append_events(ex.run_id, [NewEvent(s.cycle, "reflected", data)])
-
-
-def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:
-    """A reflector gets what the actor would (its timeout, the time left), 60 s by default:
-    a hung reflector must not hold a run forever."""
-    limit = _min(actor_s, remaining_s)
-    return max(0.001, limit) if limit is not None else 60.0
-
-
-def _min(a: float | None, b: float | None) -> float | None:
-    vals = [v for v in (a, b) if v is not None]
-    return min(vals) if vals else None

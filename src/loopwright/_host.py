@@ -2,9 +2,10 @@
 
 ``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: the cycle
 (``_cycle``), effects, decision and checkpoint (``_checkpoint``), parking for a person
-(``_parking``), finishing (``_finishing``) and people's decisions (``_people``). Each mixin
-derives from ``RuntimeHost`` so mypy knows what ``self`` holds; the method stubs below exist
-only for the type checker (the real methods live in the modules named beside them).
+(``_parking``), finishing (``_finishing``), reflection (``_reflection``) and people's
+decisions (``_people``). Each mixin derives from ``RuntimeHost`` so mypy knows what ``self``
+holds; the method stubs below exist only for the type checker (the real methods live in the
+modules named beside them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .store import NewApproval, RunRecord, Store
 if TYPE_CHECKING:
     from ._effects import EffectCall
     from ._exec import Execution as _Exec
-    from ._proposal import Proposal, Verdict
+    from ._proposal import Context, Proposal, Remaining, Verdict
     from ._question import Question
     from ._state import TaskState
     from ._usage import Usage
@@ -50,6 +51,15 @@ class RuntimeHost:
     if TYPE_CHECKING:
         # _cycle.Cycle
         def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool: ...
+
+        def _context(
+            self,
+            ex: _Exec,
+            n: int,
+            memory: tuple[dict[str, Any], ...],
+            remaining: Remaining | None = None,
+            state: TaskState | None = None,
+        ) -> Context: ...
 
         # _checkpoint.Checkpoints
         async def _apply(

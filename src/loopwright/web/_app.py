@@ -38,6 +38,7 @@ from .._errors import (
 )
 from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
+from .._reflection import REFLECTION_KEY
 from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
@@ -634,7 +635,8 @@ def create_app(
         entries = journal_view(store.journal(rid))
         raw = store.events(rid)
         events = events_view(raw)
-        data["effects"] = [e for e in entries if e["kind"] != "retry"]
+        # (the journal's ``reflection`` entry marks the last cycle reflected on: no effect)
+        data["effects"] = [e for e in entries if e["kind"] not in ("retry", REFLECTION_KEY)]
         data["retries"] = [e for e in entries if e["kind"] == "retry"]
         data["event_kinds"] = sorted({e["kind"] for e in events})
         shown = [e for e in events if not kind or e["kind"] == kind]

@@ -1,0 +1,236 @@
+"""A reflection survives a crash: a run that dies between a cycle's commit and that cycle's
+reflection reflects on it when resumed, from the context the actor had and the cycle's
+visible verdicts, and the run goes on as an uninterrupted one does (the next cycle's actor is
+shown the same notes). A reflection whose note was written just before the crash is not asked
+for a second time. Crashes are placed at phase boundaries (``Runtime._on_phase``) or in the
+store's write, by a ``BaseException`` no engine handler catches: nothing depends on timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.store import Store
+
+CYCLES = 6
+TASK = {"goal": "a doc the checker never accepts", "artifacts": {"doc": {"body": "b0"}}}
+
+
+class Crash(BaseException):
+    """A process death at a deterministic point: nothing after it is written."""
+
+
+def actor(ctx: lw.Context) -> lw.Proposal:
+    # The notes the actor is shown go into its work: a lost reflection changes the state.
+    seen = sorted(str(m["text"]) for m in ctx.memory)
+    return lw.Proposal.edit("doc", {"body": f"c{ctx.cycle} after {seen}"})
+
+
+def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    body = state.values()["doc"]["body"]
+    return lw.Verdict(
+        passed=False,
+        score=0.25,
+        findings=(lw.Finding(f"{body[:3]} is not right", "doc", "body", "content"),),
+    )
+
+
+class Reflector:
+    """Writes a note from what it is shown, and remembers every call it had."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self.calls = calls
+
+    def __call__(self, ctx: lw.Context, verdicts: Any) -> str:
+        seen = {
+            "cycle": ctx.cycle,
+            "artifacts": ctx.artifacts,
+            "findings": [f.message for f in ctx.findings],
+            "memory": sorted(str(m["text"]) for m in ctx.memory),
+            "verdicts": {
+                k: [f.message for f in v.findings] for k, v in sorted(dict(verdicts).items())
+            },
+        }
+        self.calls.append(seen)
+        return f"note on cycle {ctx.cycle}: {seen['verdicts']}"
+
+
+def make_loop(calls: list[dict[str, Any]]) -> lw.Loop:
+    return lw.Loop(
+        name="reflecting",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        reflector=Reflector(calls),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=CYCLES)),
+    )
+
+
+def _hook(crash: tuple[str, int] | None) -> Any:
+    seen: dict[str, int] = {}
+
+    def on_phase(phase: str) -> None:
+        seen[phase] = seen.get(phase, 0) + 1
+        if crash == (phase, seen[phase]):
+            raise Crash(f"{phase}:{seen[phase]}")
+
+    return on_phase
+
+
+def outcome(store: Store, run_id: str) -> dict[str, Any]:
+    """What a crash must not change: the final part value, the run's end, each cycle's
+    reflection (its note, and the cycle it is about) and how each was recorded."""
+    rec = store.get_run(run_id)
+    notes = sorted(
+        (int(m["source"]["cycle"]), str(m["text"]), str(m["status"]))
+        for m in store.memory_query(scopes=[("task", rec.task_key)])
+        if m["signal"] == "reflection"
+    )
+    reflected = sorted(e.cycle for e in store.events(run_id) if e.kind == "reflected")
+    state = store.latest_checkpoint(run_id).task_state()
+    return {
+        "end": (rec.status, rec.stop_reason, rec.cycle),
+        "body": state.values()["doc"]["body"],
+        "notes": notes,
+        "reflected": reflected,
+    }
+
+
+def run_crashing(db: Path, crash: tuple[str, int] | None) -> tuple[dict[str, Any], list[Any]]:
+    """Run the loop, crashing once at ``crash`` (a new runtime resumes it), to the end."""
+    calls: list[dict[str, Any]] = []
+    crashed = False
+    with lw.Runtime(db) as rt:
+        rt._on_phase = _hook(crash)
+        try:
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+        except Crash:
+            crashed = True
+    assert crashed == (crash is not None)
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        if crashed:
+            r = rt.resume_sync(rec.run_id, make_loop(calls))
+            assert r.cycles == CYCLES
+        return outcome(rt.store, rec.run_id), calls
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[Any]]:
+    out, calls = run_crashing(tmp_path_factory.mktemp("ref") / "ref.db", None)
+    # What the comparisons below rest on: every cycle but the last is reflected on, and each
+    # note reaches the next cycle's actor (its part value names it).
+    assert out["reflected"] == list(range(1, CYCLES))
+    assert [c["cycle"] for c in calls] == list(range(1, CYCLES))
+    assert "note on cycle 1" in calls[1]["memory"][0]
+    assert "note on cycle" in out["body"]
+    return out, calls
+
+
+# after_checkpoint N: 1 is the run's creation, N = k + 1 the commit of cycle k
+@pytest.mark.parametrize("n", range(2, CYCLES + 1))
+def test_a_run_killed_before_its_reflection_reflects_when_resumed(
+    tmp_path: Path, n: int, reference: tuple[dict[str, Any], list[Any]]
+) -> None:
+    out, calls = run_crashing(tmp_path / "s.db", ("after_checkpoint", n))
+    ref_out, ref_calls = reference
+    assert out == ref_out
+    # The reflector was shown what the uninterrupted run showed it, the crashed cycle too:
+    # the context the actor had (rebuilt from the checkpoint before the cycle) and the
+    # cycle's visible verdicts.
+    assert calls == ref_calls
+
+
+def test_a_note_written_before_the_crash_is_not_asked_for_again(
+    tmp_path: Path, reference: tuple[dict[str, Any], list[Any]]
+) -> None:
+    """The note of cycle 2 is in memory when the process dies, before the run records that it
+    reflected: resumed, the run records that note and does not call the reflector again."""
+    db = tmp_path / "s.db"
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        put = rt.store.journal_put
+
+        def dying_put(*args: Any, **kw: Any) -> Any:
+            if kw.get("kind") == "reflection" and kw.get("cycle") == 2:
+                raise Crash("after the note, before the mark")
+            return put(*args, **kw)
+
+        rt.store.journal_put = dying_put  # type: ignore[method-assign]
+        with pytest.raises(Crash):
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    assert [c["cycle"] for c in calls] == [1, 2]
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        rt.resume_sync(rec.run_id, make_loop(calls))
+        out = outcome(rt.store, rec.run_id)
+        again = [
+            e.data for e in rt.store.events(rec.run_id) if e.kind == "reflected" and e.cycle == 2
+        ]
+    assert [c["cycle"] for c in calls] == list(range(1, CYCLES))  # cycle 2: asked once
+    assert out == reference[0]
+    assert len(again) == 1 and again[0].get("recovered") is True
+
+
+def test_a_reflected_cycle_is_not_reflected_again_on_resume(
+    tmp_path: Path, reference: tuple[dict[str, Any], list[Any]]
+) -> None:
+    """Killed after the reflection of cycle 2 (before cycle 3 starts): nothing is owed, and
+    nothing is recorded twice."""
+    db = tmp_path / "s.db"
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        rt._on_phase = _hook(("before_actor", 3))
+        with pytest.raises(Crash):
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        rt.resume_sync(rec.run_id, make_loop(calls))
+        out = outcome(rt.store, rec.run_id)
+    assert [c["cycle"] for c in calls] == list(range(1, CYCLES))
+    assert out == reference[0]  # one ``reflected`` event a cycle
+
+
+def test_a_failing_reflectors_error_is_stored_masked(tmp_path: Path) -> None:
+    secret = "sk-" + "A1b2C3d4E5f6G7h8J9k0"
+
+    def failing(ctx: lw.Context, verdicts: Any) -> str:
+        raise RuntimeError(f"the model refused the key {secret}")
+
+    loop = lw.Loop(
+        name="failing-reflector",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        reflector=failing,
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        failed = [e.data for e in rt.store.events(r.run_id) if e.kind == "reflection_failed"]
+        marks = rt.store.journal(r.run_id, kind="reflection")
+    assert len(failed) == 2
+    assert all(
+        secret not in d["error"] and "the model refused the key" in d["error"] for d in failed
+    )
+    assert [(m.cycle, m.status) for m in marks] == [(2, "failed")]
+
+
+def test_the_reflection_mark_is_no_effect_on_the_run_page(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    db = tmp_path / "s.db"
+    run_crashing(db, None)
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        assert [m.kind for m in rt.store.journal(rec.run_id)] == ["reflection"]
+    token = "test-token-0123456789"
+    c = TestClient(create_app(str(db), token=token), base_url="http://127.0.0.1")
+    c.headers["Authorization"] = f"Bearer {token}"
+    page = c.get(f"/runs/{rec.run_id}").text
+    effects = page.split('id="effects"')[1].split('id="retries"')[0]
+    assert "No effects were performed." in effects
+    assert 'data-kind="reflected"' in page
