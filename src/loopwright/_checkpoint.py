@@ -26,7 +26,7 @@ from ._record_codec import pack as pack_record
 from ._redact import redact
 from ._state import TaskState, person_edit
 from ._usage import Usage
-from .store import CommitRequest, NewApproval, NewEvent
+from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
 __all__ = ["NOTES_WINDOW", "Checkpoints"]
 
@@ -308,6 +308,7 @@ class Checkpoints(RuntimeHost):
         run: dict[str, Any],
         approval: NewApproval | None = None,
         approvals: Sequence[NewApproval] = (),
+        closes: Sequence[ClosedApproval] = (),
     ) -> bool:
         if ex.lost:
             raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
@@ -326,7 +327,7 @@ class Checkpoints(RuntimeHost):
         if status is not None and status == ex.row_status:
             del cols["status"]  # only this lease's holder writes it: unchanged since
         reqs = [*([approval] if approval is not None else []), *approvals]
-        req = self._stage(ex, record, cols, reqs)
+        req = self._stage(ex, record, cols, reqs, closes)
         if status is not None:
             ex.row_status = status  # _unstage forgets it if the commit fails
         if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
@@ -354,6 +355,7 @@ class Checkpoints(RuntimeHost):
         record: dict[str, Any] | None,
         cols: dict[str, Any],
         reqs: Sequence[NewApproval],
+        closes: Sequence[ClosedApproval] = (),
     ) -> CommitRequest:
         """The commit of ``ex.state``: a delta from the last head (a full head every
         ``snapshot_every`` checkpoints), the versions not yet written, the new rejected
@@ -415,6 +417,7 @@ class Checkpoints(RuntimeHost):
             rows,
             rejected,
             packed=True,
+            closes=closes,
         )
 
     def _committed(self, ex: _Exec) -> None:

@@ -14,7 +14,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
-from .store import NewApproval, NewEvent
+from .store import ClosedApproval, NewApproval, NewEvent
 
 __all__ = ["Finishing"]
 
@@ -34,6 +34,7 @@ class Finishing(RuntimeHost):
         evidence: dict[str, Any] | None = None,
         unverified: dict[str, Any] | None = None,
         approvals: Sequence[NewApproval] = (),
+        closes: Sequence[ClosedApproval] = (),
     ) -> None:
         status = status_for(reason)
         packet = None
@@ -85,7 +86,7 @@ class Finishing(RuntimeHost):
             last = self._last_held_out(ex)
             if last is not None:
                 run["held_out_passed"] = int(last)
-        self._commit(ex, record, run, approvals=approvals)
+        self._commit(ex, record, run, approvals=approvals, closes=closes)
 
     def _last_held_out(self, ex: _Exec) -> bool | None:
         """Whether the last candidate every held-out check judged passed them all (``None``:

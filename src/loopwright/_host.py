@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
-from .store import NewApproval, RunRecord, Store
+from .store import ClosedApproval, NewApproval, RunRecord, Store
 
 if TYPE_CHECKING:
     from ._effects import EffectCall
@@ -103,6 +103,7 @@ class RuntimeHost:
             run: dict[str, Any],
             approval: NewApproval | None = None,
             approvals: Sequence[NewApproval] = (),
+            closes: Sequence[ClosedApproval] = (),
         ) -> bool: ...
 
         # _parking.Parking
@@ -135,6 +136,7 @@ class RuntimeHost:
             evidence: dict[str, Any] | None = None,
             unverified: dict[str, Any] | None = None,
             approvals: Sequence[NewApproval] = (),
+            closes: Sequence[ClosedApproval] = (),
         ) -> None: ...
 
         @property

@@ -20,7 +20,7 @@ from ._loop import Loop
 from ._question import Question
 from ._reversal import offer_compensations
 from ._state import TaskState
-from .store import Approval, Checkpoint, NewEvent, RunRecord
+from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord
 
 __all__ = ["Decisions", "concluded_at"]
 
@@ -309,16 +309,16 @@ class Decisions(RuntimeHost):
         )
         ex.state.pending = pend
         self._note_not_offered(ex, loop)
+        # Close what was waiting, in the commit that cancels: a cancelled run must not leave a
+        # decision open (offers of compensation are made afresh above).
         self._finish(
             ex,
             "cancelled",
             cause=cause,
             approvals=reqs,
             evidence={"effects_in_doubt": doubt} if doubt else None,
+            closes=_closing(stale, by=by or "loopwright", note="the run was cancelled"),
         )
-        # Close what was waiting: a cancelled run must not leave a decision open (offers of
-        # compensation are made afresh above).
-        self._close_requests(stale, by=by or "loopwright", note="the run was cancelled")
 
     def _note_not_offered(self, ex: _Exec, loop: Loop | None) -> None:
         if loop is None and any(
@@ -331,13 +331,6 @@ class Decisions(RuntimeHost):
                     {"why": "no loop was given, so the effects' compensations are unknown"},
                 )
             )
-
-    def _close_requests(self, ids: list[str], *, by: str, note: str) -> None:
-        for aid in ids:
-            with contextlib.suppress(ApprovalError):
-                self.store.decide_approval(
-                    aid, status="cancelled", by=by, note=note, now=time.time()
-                )
 
     def rollback(
         self,
@@ -440,8 +433,8 @@ class Decisions(RuntimeHost):
                 "cancel_requested": 0,  # a cancelled run rolled back is open again
             },
             approvals=reqs,
+            closes=_closing(stale, by=by, note="rolled back"),
         )
-        self._close_requests(stale, by=by, note="rolled back")
 
 
 def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:
@@ -471,3 +464,8 @@ def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:
     ids = [str(pending["approval_id"])] if pending.get("approval_id") else []
     ids += [str(o["approval_id"]) for o in pending.get("offers") or () if o.get("approval_id")]
     return ids
+
+
+def _closing(ids: list[str], *, by: str, note: str) -> list[ClosedApproval]:
+    """The requests ``ids`` closed (``cancelled``) by the commit that ends or rewinds a run."""
+    return [ClosedApproval(aid, by, note) for aid in ids]

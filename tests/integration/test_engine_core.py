@@ -473,6 +473,30 @@ def test_cancel_a_parked_run(rt: lw.Runtime) -> None:
     assert rt.cancel(r.run_id).status == "cancelled"  # idempotent
 
 
+def test_a_cancel_closes_the_request_in_the_commit_that_cancels(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No write after the cancel's commit is needed to close what was waiting: a process that
+    dies right after it (any later decision write raises here) leaves no request open, and
+    the commit carries the request's ``approval_decided`` event."""
+    r = _park(rt)
+    seq = rt.store.get_run(r.run_id).last_seq
+
+    def dies(*a: Any, **kw: Any) -> Any:
+        raise Crash("the process died after the cancel's commit")
+
+    monkeypatch.setattr(rt.store, "decide_approval", dies)
+    assert rt.cancel(r.run_id, by="erin").status == "cancelled"
+    [req] = rt.store.approvals(run_id=r.run_id)
+    assert (req.status, req.decided_by, req.note) == ("cancelled", "erin", "the run was cancelled")
+    last = rt.store.latest_checkpoint(r.run_id)
+    assert last.seq == seq + 1  # one commit: the cancel's
+    decided = [e for e in rt.store.events(r.run_id) if e.kind == "approval_decided"]
+    assert [(e.data["approval_id"], e.data["status"]) for e in decided] == [
+        (req.approval_id, "cancelled")
+    ]
+
+
 def test_cancel_a_pending_run_before_it_starts(rt: lw.Runtime) -> None:
     rec, _ = rt.create(make_loop(), TASK, task_key="never")
     assert rt.cancel(rec.run_id).status == "cancelled"

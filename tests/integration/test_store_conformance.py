@@ -24,7 +24,14 @@ from support.records import cycle_record
 
 import loopwright as lw
 from loopwright._record_codec import pack
-from loopwright.store import CommitRequest, NewApproval, NewEvent, Store, open_store
+from loopwright.store import (
+    ClosedApproval,
+    CommitRequest,
+    NewApproval,
+    NewEvent,
+    Store,
+    open_store,
+)
 from loopwright.store._schema import SQLITE_MIGRATIONS
 
 
@@ -475,6 +482,94 @@ def test_the_default_commit_request_gives_commit_the_whole_record(
     assert Store.commit_request(store, req) is False
     assert Store.commit_request(store, _req(run_id, token, 2, record=record)) is False
     assert seen == [record, record]
+
+
+def _closing_park(store: Store) -> tuple[str, int]:
+    """A parked run with requests ``c1`` (pending), ``c2`` (decided) and ``c3`` (pending),
+    its lease taken again, as a cancel takes it."""
+    run_id = _park(store, "closing", "c1", "c2", "c3")
+    store.decide_approval("c2", status="approved", by="ann", note="yes", now=5.0)
+    return run_id, store.acquire_lease(run_id, "me", 60)
+
+
+def _closed(store: Store, run_id: str) -> tuple[Any, ...]:
+    got = {a.approval_id: (a.status, a.decided_by, a.note) for a in store.approvals(run_id=run_id)}
+    events = [
+        (e.data["approval_id"], e.data["status"], e.data["by"], e.data["note"])
+        for e in store.events(run_id)
+        if e.kind == "approval_decided"
+    ]
+    return got, events
+
+
+CLOSED = (
+    {
+        "c1": ("cancelled", "carol", "the run was cancelled"),
+        "c2": ("approved", "ann", "yes"),
+        "c3": ("cancelled", "carol", "the run was cancelled"),
+    },
+    [
+        ("c2", "approved", "ann", "yes"),
+        ("c1", "cancelled", "carol", "the run was cancelled"),
+        ("c3", "cancelled", "carol", "the run was cancelled"),
+    ],
+)
+
+
+def test_a_commit_closes_pending_requests_in_its_transaction(store: Store) -> None:
+    """``CommitRequest.closes``: the pending requests named are cancelled with their
+    ``approval_decided`` events; one already decided stays as it was. A commit refused (a stale
+    token) closes nothing."""
+    run_id, token = _closing_park(store)
+    closes = [ClosedApproval(a, "carol", "the run was cancelled") for a in ("c1", "c2", "c3")]
+    store.acquire_lease(run_id, "me", 60)  # ``token`` is stale now
+    with pytest.raises(lw.StaleLeaseError):
+        store.commit_request(_req(run_id, token, 2, closes=closes))
+    assert [a.status for a in store.approvals(run_id=run_id)] == ["pending", "approved", "pending"]
+    token = store.acquire_lease(run_id, "me", 60)
+    store.commit_request(_req(run_id, token, 2, run={"status": "cancelled"}, closes=closes))
+    assert _closed(store, run_id) == CLOSED
+    assert store.get_run(run_id).status == "cancelled"
+
+
+def test_commit_many_closes_requests_and_commits_the_rest(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch with a commit that closes requests goes commit by commit (a cancel is rare);
+    every commit of it is written, the closures with theirs."""
+    seen = _spy_batches(store, monkeypatch)
+    run_id, token = _closing_park(store)
+    other, otok = _leased(store, "other")
+    closes = [ClosedApproval(a, "carol", "the run was cancelled") for a in ("c1", "c2", "c3")]
+    out = store.commit_many([_req(other, otok, 1), _req(run_id, token, 2, closes=closes)])
+    assert out == [False, False] and seen == []
+    assert _closed(store, run_id) == CLOSED
+    assert store.latest_checkpoint(other).seq == 1
+
+
+def test_the_default_commit_request_closes_requests_after_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that implements only ``commit`` (the base class's ``commit_request``) has the
+    requests closed after its commit, through ``decide_approval``."""
+    run_id, token = _closing_park(store)
+    closes = [ClosedApproval(a, "carol", "the run was cancelled") for a in ("c1", "c2", "c3")]
+    order: list[str] = []
+    commit, decide = store.commit, store.decide_approval
+
+    def spy_commit(*a: Any, **kw: Any) -> bool:
+        order.append("commit")
+        return commit(*a, **kw)
+
+    def spy_decide(aid: str, **kw: Any) -> Any:
+        order.append(aid)
+        return decide(aid, **kw)
+
+    monkeypatch.setattr(store, "commit", spy_commit)
+    monkeypatch.setattr(store, "decide_approval", spy_decide)
+    assert Store.commit_request(store, _req(run_id, token, 2, closes=closes)) is False
+    assert order == ["commit", "c1", "c2", "c3"]
+    assert _closed(store, run_id) == CLOSED
 
 
 def _spy_batches(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:

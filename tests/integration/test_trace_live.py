@@ -747,8 +747,16 @@ def test_a_cancel_of_a_parked_run_through_another_runtime_sends_no_span_twice(
     assert sent.force_flush()
     live = list(receiver.spans)
     # The spans the parking session sent complete are not sent again; the cycle the cancel
-    # closes is sent complete once. (Its request is closed after the cancel's commit, which
-    # no tracer sees: the approval span goes out as the park left it, open.)
+    # closes is sent complete once, and so is its approval span: the request is closed in the
+    # cancel's own commit, which the tracer sees.
     got = Counter(n for n, *_ in _below_the_run(live))
-    assert got == {"cycle 1": 1, "invoke_agent pay-doc": 1, "verify spelling": 1, "verify audit": 1}
+    assert got == {
+        "cycle 1": 1,
+        "invoke_agent pay-doc": 1,
+        "verify spelling": 1,
+        "verify audit": 1,
+        "approval effect": 1,
+    }
     assert set(got) <= {n for n, *_ in _below_the_run(offline)}
+    [sent_approval] = [s for s in _below_the_run(live) if s[0] == "approval effect"]
+    assert sent_approval in _below_the_run(offline)  # as the export has it: closed, cancelled

@@ -16,6 +16,7 @@ from .._errors import ConfigError
 from ._base import (
     Approval,
     Checkpoint,
+    ClosedApproval,
     CommitRequest,
     Event,
     JournalEntry,
@@ -33,6 +34,7 @@ __all__ = [
     "AuditRecord",
     "AuthorityRecord",
     "Checkpoint",
+    "ClosedApproval",
     "CommitRequest",
     "Event",
     "JournalEntry",

@@ -7,7 +7,9 @@ the run's fencing token; a store must reject a write whose token is not the curr
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -15,7 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
 from .. import _state_codec as codec
-from .._errors import ConflictError, RunNotFoundError, StaleLeaseError, StoreError
+from .._errors import (
+    ApprovalError,
+    ConflictError,
+    RunNotFoundError,
+    StaleLeaseError,
+    StoreError,
+)
 from .._json import dumps
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, TaskState, Version, VersionLoader
@@ -254,6 +262,17 @@ class NewApproval:
 
 
 @dataclass(frozen=True, slots=True)
+class ClosedApproval:
+    """A pending approval request that a commit closes (status ``cancelled``), in the
+    commit's transaction: a cancel or a rollback leaves no decision open on the run, even if
+    the process dies just after. A request already decided is left as it is."""
+
+    approval_id: str
+    by: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
 class Approval:
     approval_id: str
     run_id: str
@@ -307,7 +326,9 @@ class CommitRequest:
     previous checkpoint, which builds on the snapshot ``base``. ``versions`` are version rows
     to insert (or whose status to update); ``rejected`` are ``(digest, cycle)`` of proposals
     rejected in this commit. ``packed``: ``record`` is already in its stored form
-    (``_record_codec.pack``, as the engine masks it), so the store writes it as it is."""
+    (``_record_codec.pack``, as the engine masks it), so the store writes it as it is.
+    ``closes``: pending approval requests the commit closes, each with an
+    ``approval_decided`` event (a store overriding ``commit_request`` must honour it)."""
 
     run_id: str
     token: int
@@ -322,6 +343,7 @@ class CommitRequest:
     versions: Sequence[VersionRow] = ()
     rejected: Sequence[tuple[str, int]] = ()
     packed: bool = False
+    closes: Sequence[ClosedApproval] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -709,7 +731,7 @@ class Store(LiveStore, PeopleStore, ABC):
         record = it.record
         if it.packed and record is not None:
             record = unpack_record(record)
-        return self.commit(
+        flag = self.commit(
             it.run_id,
             it.token,
             seq=it.seq,
@@ -723,6 +745,14 @@ class Store(LiveStore, PeopleStore, ABC):
             versions=it.versions,
             rejected=it.rejected,
         )
+        # ``commit`` takes no closures: here they follow it (the built-in stores write them in
+        # its transaction).
+        for c in it.closes:
+            with contextlib.suppress(ApprovalError):
+                self.decide_approval(
+                    c.approval_id, status="cancelled", by=c.by, note=c.note, now=time.time()
+                )
+        return flag
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Group commit: several runs' commits, ideally in one transaction (one sync to disk).

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
 from .._record_codec import pack as pack_record
-from ._base import CommitRequest, NewApproval, NewEvent, VersionRow
+from ._base import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
 
@@ -134,6 +134,17 @@ def approval_row(run_id: str, a: NewApproval, now: float, js: Callable[[Any], An
         None,
         None,
     )
+
+
+def decided_event(
+    a: Approval, by: str, note: str | None, answer: Any, now: float, js: Callable[[Any], Any]
+) -> Row:
+    """The ``approval_decided`` event of a decision just written on request ``a``."""
+    data: dict[str, Any] = {"approval_id": a.approval_id, "status": a.status, "by": by}
+    data["note"] = note
+    if answer is not None:
+        data["answer"] = answer
+    return (a.run_id, a.cycle, "approval_decided", now, js(data))
 
 
 # The run columns a commit may set (the rest are the store's own: identity, lease, times).

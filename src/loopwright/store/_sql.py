@@ -59,6 +59,7 @@ from ._rows import (
     approval_row,
     batch_rows,
     checkpoint_row,
+    decided_event,
     event_row,
     memory_values,
     memory_where,
@@ -817,7 +818,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             cols = [self._run_cols(it.run, it.seq) for it in items]
         except StoreError:
             cols = None
-        if cols is not None and len({it.run_id for it in items}) == len(items):
+        # (a commit closing approval requests, a cancel's or a rollback's, is rare: it goes
+        # commit by commit, where its closures are written)
+        fast = not any(it.closes for it in items)
+        if fast and cols is not None and len({it.run_id for it in items}) == len(items):
             try:
                 with self._tx() as conn:
                     return self._commit_batch(conn, items, cols, now)
@@ -911,6 +915,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             )
         if it.rejected:
             self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
+        for c in it.closes:
+            row = conn.execute(
+                q.decide, ("cancelled", c.by, now, c.note, None, c.approval_id)
+            ).fetchone()
+            if row is not None:  # one already decided stays as it was
+                conn.execute(
+                    q.insert_event,
+                    decided_event(self._approval(row), c.by, c.note, None, now, js),
+                )
         return bool(flag[0])
 
     # --- events -------------------------------------------------------------------------
@@ -1084,19 +1097,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 )
             decided = self._approval(row)
             self._lock_run(conn, decided.run_id)
-            conn.execute(
-                q.insert_event,
-                (
-                    decided.run_id,
-                    decided.cycle,
-                    "approval_decided",
-                    now,
-                    js(
-                        {"approval_id": approval_id, "status": status, "by": by, "note": note}
-                        | ({} if answer is None else {"answer": answer})
-                    ),
-                ),
-            )
+            conn.execute(q.insert_event, decided_event(decided, by, note, answer, now, js))
         return decided
 
     def request_cancel(self, run_id: str) -> RunRecord:
