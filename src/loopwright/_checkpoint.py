@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -76,7 +77,7 @@ class Checkpoints(RuntimeHost):
                 ex.state.pending = {
                     "stage": "effects",
                     "cycle": n,
-                    "proposal": proposal.to_dict(),
+                    "proposal": proposal.to_stored_dict(),
                     "digest": digest,
                     "duplicate": duplicate,
                     "visible": {k: v.to_dict() for k, v in visible.items()},
@@ -412,7 +413,7 @@ class Checkpoints(RuntimeHost):
             s.cycle,
             state,
             *_masked(record, ex.events, cols),
-            reqs,
+            [_masked_request(a) for a in reqs] if reqs else reqs,
             base,
             rows,
             rejected,
@@ -516,6 +517,18 @@ def _masked(
         ],
         c,
     )
+
+
+def _masked_request(a: NewApproval) -> NewApproval:
+    """An approval request as stored and shown: what it asks, why, its evidence (the actor's
+    note, findings) and its diff, secrets masked. Its ``action_hash`` binds it to the exact
+    action whatever the display says."""
+    shown = (a.what, a.why, a.evidence, a.diff)
+    masked = redact(shown)
+    if masked is shown:
+        return a
+    what, why, evidence, diff = masked
+    return dataclasses.replace(a, what=what, why=why, evidence=evidence, diff=diff)
 
 
 def _unstage(ex: _Exec, req: CommitRequest) -> None:

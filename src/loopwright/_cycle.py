@@ -264,6 +264,25 @@ class Cycle(RuntimeHost):
                 f"(declared: {[e.name for e in loop.effects]})",
                 unverified=proposal.to_dict(),
             )
+        leaking: dict[str, set[str]] = {}
+        for c in proposal.effects:
+            names = c.secret_args()
+            if names:
+                leaking.setdefault(c.name, set()).update(names)
+        if leaking:
+            # Invariant 9 before invariant 2: an effect's arguments are journaled and shown for
+            # approval, so a call carrying a secret is not run; a person looks at why the actor
+            # put one there (the packet's copy of the proposal is masked with the record).
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause="the actor asked for effects with a secret in their arguments: "
+                + "; ".join(f"{k} ({', '.join(sorted(v))})" for k, v in sorted(leaking.items()))
+                + " — an effect takes credentials from its own configuration, not from the "
+                "proposal",
+                unverified=proposal.to_dict(),
+            )
         duplicate = digest in s.rejected
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}

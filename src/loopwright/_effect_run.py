@@ -22,6 +22,7 @@ from ._calls import call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
 from ._exec import Execution, error_info
+from ._redact import redact, redact_text
 from ._retry import RetryPolicy
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
@@ -65,7 +66,10 @@ class EffectOutcome:
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as it is recorded: JSON, secrets masked (invariant 9). An effect's result is
+    recorded, shown to the actor and reused by later runs of the key in this form, whether
+    it was just made or read back after a crash, so both see the same."""
+    return redact(json.loads(json.dumps(value, default=str)))
 
 
 _DEFAULT_EFFECT_RETRY = RetryPolicy()
@@ -152,6 +156,9 @@ async def perform_effect(
     )
 
     def out(status: str, **kw: Any) -> EffectOutcome:
+        # Invariant 9: a cause quotes an exception, which can quote what the call was given.
+        if kw.get("cause"):
+            kw["cause"] = redact_text(kw["cause"])
         return EffectOutcome(eff.name, eff.kind, ikey, status, **kw)
 
     def put(status: str, data: dict[str, Any], attempts: int | None, event: str) -> JournalEntry:
@@ -159,6 +166,9 @@ async def perform_effect(
             # The checkpoint this attempt of the cycle builds on (its effects' write-ahead):
             # a resume after a crash builds on the same one, a rollback's redo on a later one.
             data = {**data, "base_seq": ex.seq}
+        # Invariant 9: the journal entry, its event and the key's claim hold no secret (a
+        # result is masked where it is made, a cause or an error here).
+        data = redact({**base, **data})
         return store.journal_put(
             ex.run_id,
             ex.token,
@@ -166,7 +176,7 @@ async def perform_effect(
             kind="effect",
             cycle=cycle,
             status=status,
-            data={**base, **data},
+            data=data,
             attempts=attempts,
             events=[
                 NewEvent(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ConfigError
+from ._redact import redact
 from ._retry import RetryPolicy
 from ._usage import Usage
 
@@ -58,6 +59,18 @@ class EffectCall:
 
     def canonical(self) -> str:
         return _canon({"name": self.name, "args": dict(self.args), "key": self.key})
+
+    def secret_args(self) -> list[str]:
+        """The names of the arguments (and ``key``) that hold a secret (``redact`` would mask
+        them). An effect's arguments are journaled, shown for approval and used again after a
+        crash as they are, so a call holding one is not run (invariant 9): credentials belong
+        in the effect's own configuration."""
+        plain = json.loads(_canon({"args": dict(self.args), "key": self.key}))
+        masked = redact(plain)
+        if masked is plain:
+            return []
+        out = [str(k) for k, v in plain["args"].items() if masked["args"].get(k) != v]
+        return out + (["key"] if masked["key"] != plain["key"] else [])
 
 
 @dataclass(frozen=True, slots=True)

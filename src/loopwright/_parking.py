@@ -18,6 +18,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
+from ._redact import redact
 from ._state import TaskState
 from ._usage import Usage
 from .store import NewApproval, NewEvent
@@ -54,10 +55,10 @@ class Parking(RuntimeHost):
             "cycle": n,
             "rule": first.get("rule"),
             "kind": kind,
-            "question": ask.to_dict() if ask is not None else None,
+            "question": redact(ask.to_dict()) if ask is not None else None,
             # An actor's own question applies nothing; a risk rule's applies the proposal.
             "question_only": proposal.question is not None,
-            "proposal": proposal.to_dict(),
+            "proposal": proposal.to_stored_dict(),
             "digest": digest,
             "visible": {k: v.to_dict() for k, v in visible.items()},
             "usage": cycle_usage.to_dict(),

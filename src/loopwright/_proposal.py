@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from ._effects import EffectCall, _canon
 from ._question import Question
+from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage
 
@@ -123,6 +124,17 @@ class Proposal:
             "effects": [c.to_dict() for c in self.effects],
             "question": self.question.to_dict() if self.question else None,
         }
+
+    def to_stored_dict(self) -> dict[str, Any]:
+        """``to_dict`` with its free text (note, question, escalation) masked (invariant 9):
+        the form a waiting run keeps in its state, which the commit's redaction net does not
+        reach (it spares the work itself: edits, plan, effects). The digest covers none of
+        the masked fields, so a proposal read back matches its approval."""
+        d = self.to_dict()
+        for k in ("note", "escalate", "question"):
+            if d[k]:
+                d[k] = redact(d[k])
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Proposal:

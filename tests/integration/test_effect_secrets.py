@@ -1,0 +1,133 @@
+"""Invariant 9 on the effect path: what an effect is given, returns or raises, and what a
+waiting run keeps (the proposal's note, the approval request), reaches the store masked — or,
+for a secret in an effect's arguments, which are journaled and used again after a crash as
+they are, the effect is not run at all and a person is asked why the actor put one there.
+
+Secrets are planted in each place, then the database files are searched for them byte by byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from doc_loop import TARGET, TASK, fields
+
+import loopwright as lw
+
+SHAPED = "sk-planted-effect-0123456789abcdef"  # a key's shape: masked wherever it is
+URL_PW = "planted-url-pw-4411"  # masked as the password of a URL
+BY_NAME = "planted-by-name-9c0d"  # masked as the value of an argument named like a secret
+
+
+def _stored(tmp: Path, secrets: tuple[str, ...]) -> list[str]:
+    raw = b"".join(p.read_bytes() for p in tmp.iterdir() if p.name.startswith("s.db"))
+    return [s for s in secrets if s.encode() in raw]
+
+
+class Recorder:
+    """Effect functions that record their calls; ``ok`` echoes secrets back, ``boom`` raises
+    with one in its message."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def ok(self, to: str, token: str = "", url: str = "") -> dict[str, Any]:
+        self.calls.append(("ok", {"to": to, "token": token, "url": url}))
+        return {"echo": SHAPED, "login": f"https://ann:{URL_PW}@mail.example/"}
+
+    def boom(self, to: str) -> None:
+        self.calls.append(("boom", {"to": to}))
+        raise ValueError(f"the mail server refused key {SHAPED}")
+
+
+def _loop(rec: Recorder, actor: Any, action: str, **kw: Any) -> lw.Loop:
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="send", action=action, name="mail"),))
+    return lw.Loop(
+        name="mail",
+        actor=actor,
+        verifiers=[fields],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=kw.pop("max_cycles", 2))),
+        effects=[
+            lw.effect(kind="send", requires_success=False)(rec.ok),
+            lw.effect(kind="send", requires_success=False)(rec.boom),
+        ],
+        approvals=allow,
+        retry=lw.RetryPolicy(attempts=1),
+        **kw,
+    )
+
+
+def test_an_effect_call_with_a_secret_in_its_arguments_is_not_run(tmp_path: Path) -> None:
+    rec = Recorder()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", TARGET).edits,
+            effects=(
+                lw.EffectCall("ok", {"to": "ann", "url": f"https://ann:{URL_PW}@x.example/"}),
+                lw.EffectCall("ok", {"to": "bob", "token": BY_NAME}),
+                lw.EffectCall("ok", {"to": f"carol {SHAPED}"}),
+            ),
+        )
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(rec, actor, "allow"), TASK)
+        journal = rt.store.journal(r.run_id, kind="effect")
+    assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 0)
+    assert rec.calls == [] and journal == []  # nothing run, nothing journaled
+    cause = str((r.packet or {}).get("cause"))
+    assert "secret in their arguments: ok (to, token, url)" in cause
+    assert _stored(tmp_path, (SHAPED, URL_PW, BY_NAME)) == []
+
+
+def test_effect_results_errors_and_a_waiting_runs_text_are_stored_masked(tmp_path: Path) -> None:
+    rec = Recorder()
+    seen: list[tuple[Any, ...]] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(tuple(ctx.notes))
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", TARGET).edits,
+            note=f"sending with {SHAPED}",
+            effects=(lw.EffectCall("ok", {"to": "ann"}), lw.EffectCall("boom", {"to": "bob"})),
+        )
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        # one run performs both effects at once; one waits for a person first
+        now = rt.run_sync(_loop(rec, actor, "allow"), TASK, task_key="now")
+        parked = rt.run_sync(_loop(rec, actor, "require"), TASK, task_key="parked")
+        assert parked.status == "awaiting_approval"
+        [req] = rt.store.approvals(run_id=parked.run_id)
+        assert SHAPED not in repr(req) and "sending with ***" in repr(req.evidence)
+        rt.approve(parked.run_id, by="ann")
+        later = rt.resume_sync(parked.run_id, _loop(rec, actor, "require"))
+        journal = [e.data for r in (now, later) for e in rt.store.journal(r.run_id)]
+    # both runs ran both effects with their real arguments; ``boom`` failed and escalated
+    assert [c[0] for c in rec.calls] == ["ok", "boom", "ok", "boom"]
+    assert (now.stop_reason, later.stop_reason) == ("escalated", "escalated")
+    results = [d["result"] for d in journal if "result" in d]
+    assert results == [{"echo": "***", "login": "https://***@mail.example/"}] * 2
+    causes = [d["cause"] for d in journal if d.get("cause")]
+    assert len(causes) == 2 and all("refused key ***" in c for c in causes)
+    # what the run keeps is what it was told: the effect's note holds the masked result
+    notes = [n for r in (now, later) for n in r.state.notes if n.get("kind") == "effect"]
+    assert {str(n.get("result")) for n in notes if n.get("status") == "done"} == {str(results[0])}
+    assert _stored(tmp_path, (SHAPED, URL_PW)) == []
+
+
+def test_the_next_cycle_sees_the_result_as_it_was_stored(tmp_path: Path) -> None:
+    """Masked where it is made: the actor's next context shows the result as the store holds
+    it, so a run resumed from the store is told the same."""
+    rec = Recorder()
+    seen: list[Any] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append([n.get("result") for n in ctx.notes if n.get("kind") == "effect"])
+        return lw.Proposal(note="look", effects=(lw.EffectCall("ok", {"to": f"ann {ctx.cycle}"}),))
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(rec, actor, "allow", max_cycles=2), TASK)
+    assert r.cycles == 2 and len(rec.calls) == 2
+    assert seen[1] == [{"echo": "***", "login": "https://***@mail.example/"}]
+    assert _stored(tmp_path, (SHAPED, URL_PW)) == []
