@@ -442,7 +442,10 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         # An effect renews this lease before it starts and names its holder in the intent.
         ex.lease_ttl_s, ex.owner = self.lease_ttl_s, self.owner
         pend = ex.state.pending or {}
-        reflect = False
+        # Whether the last concluded cycle may be owed its reflection (a process that died
+        # between a cycle's commit and its reflection, or a cycle concluded just now by
+        # _settle_pending): asked once its commits are durable, at the first cycle boundary.
+        owed = False
         if pend.get("stage") == "compensations":
             notes = await run_compensations(self.store, ex, pend)
             if notes is None:
@@ -486,11 +489,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             done = await self._settle_pending(ex)
             if done:
                 return
-            reflect = self._owed_reflection(ex)
+            owed = True
         else:
-            # A process that died between a cycle's commit and its reflection owes it one.
-            reflect = self._owed_reflection(ex)
+            owed = True
             self._commit_status(ex, "running")
+        reflect = False
         # A cycle that goes on has been through _conclude, which asked stop_before_cycle of
         # this same state: asked again only after a reflection (it spends time).
         decided = False
@@ -501,6 +504,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             if await self._settle(ex):
                 self._cancel_now(ex, "cancellation requested")
                 return
+            if owed:
+                owed, reflect = False, self._owed_reflection(ex)
             if reflect:
                 reflect = False
                 decided = decided and ex.loop.reflector is None

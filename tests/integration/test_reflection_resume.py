@@ -7,6 +7,7 @@ store's write, by a ``BaseException`` no engine handler catches: nothing depends
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,55 @@ def test_the_reflection_mark_is_no_effect_on_the_run_page(tmp_path: Path) -> Non
     effects = page.split('id="effects"')[1].split('id="retries"')[0]
     assert "No effects were performed." in effects
     assert 'data-kind="reflected"' in page
+
+
+def _parking_loop(calls: list[dict[str, Any]]) -> lw.Loop:
+    """The reflecting loop, with cycle 2's proposal waiting for a person (a risk rule)."""
+
+    def asks(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        return "cycle 2 needs a person" if proposal.note == "park" else None
+
+    def parking_actor(ctx: lw.Context) -> lw.Proposal:
+        p = actor(ctx)
+        return lw.Proposal(edits=p.edits, note="park" if ctx.cycle == 2 else "")
+
+    loop = make_loop(calls)
+    return lw.Loop(
+        name="reflecting-parked",
+        actor=parking_actor,
+        verifiers=loop.verifiers,
+        reflector=loop.reflector,
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=4), risk=(lw.RiskRule(name="asks", check=asks),)
+        ),
+    )
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside-another-run"])
+def test_a_cycle_concluded_after_its_approval_is_reflected_on(tmp_path: Path, beside: bool) -> None:
+    """Cycle 2 waits for a person; approved, it concludes (not accepted) when the run resumes
+    and is reflected on like any other — also when the resume shares the event loop with
+    another run, where the conclusion's commit is grouped and durable only later."""
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        parked = rt.run_sync(_parking_loop(calls), TASK, task_key="k")
+        assert parked.status == "awaiting_approval"
+        assert [a.cycle for a in rt.store.approvals(run_id=parked.run_id)] == [2]
+        rt.approve(parked.run_id, by="ann")
+
+        async def both() -> lw.RunResult:
+            # the other run is under way first: the resume's commits are grouped with its
+            other = asyncio.create_task(rt.run(make_loop([]), TASK, task_key="other"))
+            await asyncio.sleep(0)
+            assert rt._active == 1
+            done = await rt.resume(parked.run_id, _parking_loop(calls))
+            await other
+            return done
+
+        done = (
+            asyncio.run(both()) if beside else rt.resume_sync(parked.run_id, _parking_loop(calls))
+        )
+        assert done.cycles == 4
+        out = outcome(rt.store, parked.run_id)
+    assert out["reflected"] == [1, 2, 3]
+    assert [c["cycle"] for c in calls] == [1, 2, 3]
