@@ -35,6 +35,7 @@ from typing import Any
 from ._errors import ConfigError, NotPermittedError
 from ._loop import Loop
 from ._policy import EarnedAuthority
+from ._redact import redact
 from .store import Approval, RunRecord, Store, UserRecord
 
 __all__ = [
@@ -113,7 +114,8 @@ def audit(
         target=target,
         outcome=outcome,
         origin=origin,
-        detail={k: v for k, v in detail.items() if v is not None},
+        # what an operator typed (a note, a reason) is stored masked (invariant 9)
+        detail=redact({k: v for k, v in detail.items() if v is not None}),
         now=time.time(),
     )
 

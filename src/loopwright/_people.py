@@ -18,6 +18,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._loop import Loop
 from ._question import Question
+from ._redact import redact, redact_text
 from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord
@@ -179,6 +180,12 @@ class Decisions(RuntimeHost):
                 f"request {req.approval_id} is a question ({question.get('text')}): answer it "
                 "(loopwright answer RUN TEXT), or deny it to escalate"
             )
+        # Invariant 9: what a person types is stored (the request, its event, the audit log, the
+        # run's notes, the actor's next context) masked like everything else.
+        if note:
+            note = redact_text(note)
+        if answer is not None:
+            answer = redact(answer)
         target = f"request {req.approval_id}"
         detail: dict[str, Any] = {"run": req.run_id, "kind": req.kind, "what": req.what}
         detail["note"] = note

@@ -1,7 +1,8 @@
-"""Invariant 9 on the effect path: what an effect is given, returns or raises, and what a
-waiting run keeps (the proposal's note, the approval request), reaches the store masked — or,
-for a secret in an effect's arguments, which are journaled and used again after a crash as
-they are, the effect is not run at all and a person is asked why the actor put one there.
+"""Invariant 9 where text enters the store outside a cycle's record: what an effect is given,
+returns or raises, what a waiting run keeps (the proposal's note, the approval request), and
+what a person types (an answer, a note) reaches the store masked — or, for a secret in an
+effect's arguments, which are journaled and used again after a crash as they are, the effect
+is not run at all and a person is asked why the actor put one there.
 
 Secrets are planted in each place, then the database files are searched for them byte by byte.
 """
@@ -130,4 +131,36 @@ def test_the_next_cycle_sees_the_result_as_it_was_stored(tmp_path: Path) -> None
         r = rt.run_sync(_loop(rec, actor, "allow", max_cycles=2), TASK)
     assert r.cycles == 2 and len(rec.calls) == 2
     assert seen[1] == [{"echo": "***", "login": "https://***@mail.example/"}]
+    assert _stored(tmp_path, (SHAPED, URL_PW)) == []
+
+
+def test_what_a_person_types_is_stored_masked(tmp_path: Path) -> None:
+    """An answer and an approval note holding a secret: the request, its event, the audit log
+    and the run's notes hold them masked, and the actor is told the masked answer."""
+    told: list[Any] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        told.extend(n.get("answer") for n in ctx.notes if n.get("kind") == "answer")
+        if ctx.cycle == 1:
+            return lw.Proposal(question=lw.Question("Which account?"))
+        return lw.Proposal.edit("doc", TARGET)
+
+    risk = (lw.RiskRule(name="touch_c", touches=("doc/c",), reason="c moves money"),)
+    loop = lw.Loop(
+        name="asks",
+        actor=actor,
+        verifiers=[fields],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4), risk=risk),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        rt.answer(r.run_id, f"the one with key {SHAPED}", by="ann")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval"
+        rt.approve(r.run_id, by="bob", note=f"fine, password={URL_PW}")
+        r = rt.resume_sync(r.run_id, loop)
+        decided = [(a.answer, a.note) for a in rt.store.approvals(run_id=r.run_id)]
+    assert r.status == "accepted"
+    assert decided == [("the one with key ***", None), (None, "fine, password=***")]
+    assert told and set(told) == {"the one with key ***"}
     assert _stored(tmp_path, (SHAPED, URL_PW)) == []
