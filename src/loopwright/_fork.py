@@ -32,6 +32,7 @@ from ._json import check_value
 from ._loop import Loop
 from ._people import concluded_at
 from ._proposal import Proposal
+from ._redact import redact
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import NewEvent, RunRecord
@@ -175,7 +176,10 @@ class Forking(RuntimeHost):
                 "changed": changed,
                 "override": override,
             }
-            s.notes.append({"kind": "edit", **what})  # the next context shows it
+            # The next context shows it; stored masked (invariant 9: a person's note, and what
+            # changed, can quote a secret). The value itself is the work, stored as given.
+            what = redact(what)
+            s.notes.append({"kind": "edit", **what})
             ex.events.append(NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value)}))
             reopen = rec.status in TERMINAL_STATUSES
             run: dict[str, Any] = {}

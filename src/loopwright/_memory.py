@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._errors import ConfigError, LoopwrightError
+from ._redact import redact, redact_text
 
 if TYPE_CHECKING:
     from .store._base import MemorySearch, Store
@@ -278,8 +279,10 @@ class FeedbackMemory:
             raise ConfigError("global scope takes no key", field="scope_key")
         if not isinstance(text, str):
             raise ConfigError("must be a string", field="text")
-        text = text.strip()
-        rule_obj = _check_json(rule, "rule")
+        # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
+        # (a correction quoting a key, a reflection echoing one) is masked first.
+        text = redact_text(text.strip())
+        rule_obj = redact(_check_json(rule, "rule"))
         if not text and not rule_obj:
             raise ConfigError("give the feedback as text or as a rule", field="text")
         if len(text) > MAX_TEXT_CHARS:
@@ -340,7 +343,7 @@ class FeedbackMemory:
             for r in self.store.memory_query(scopes=[("task", task_key)], status="active")
             if r["signal"] == "reflection" and r["by"] == REFLECTOR
         ]  # newest first; at most ``keep`` once this has run
-        norm = normalise_text(text)
+        norm = normalise_text(redact_text(text))  # as ``add`` would store it
         for r in mine:
             if normalise_text(r["text"]) == norm:
                 return MemoryItem.from_dict(r), False

@@ -164,3 +164,45 @@ def test_what_a_person_types_is_stored_masked(tmp_path: Path) -> None:
     assert decided == [("the one with key ***", None), (None, "fine, password=***")]
     assert told and set(told) == {"the one with key ***"}
     assert _stored(tmp_path, (SHAPED, URL_PW)) == []
+
+
+def test_feedback_and_an_edit_note_are_stored_masked(tmp_path: Path) -> None:
+    """A person's correction, a reflector's note echoing a key, and a person's edit note: what
+    memory keeps, indexes and shows later actors is masked, and so is the edit's note in the
+    run's notes. The same note reflected twice is still kept once."""
+
+    def reflector(ctx: lw.Context, verdicts: Any) -> str:
+        return f"the key {SHAPED} did not work"
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    loop = lw.Loop(
+        name="reflects",
+        actor=actor,
+        verifiers=[fields],
+        reflector=reflector,
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        rt.memory.add(
+            scope="project",
+            scope_key="p",
+            signal="correction",
+            text=f"connect with https://ann:{URL_PW}@db.example/",
+            rule={"password": BY_NAME},
+            by="ann",
+        )
+        rt.edit(r.run_id, "doc/b", 2, by="ann", note=f"token {SHAPED}")
+        notes = list(rt.store.latest_checkpoint(r.run_id).task_state().notes)
+        items = rt.store.memory_query()
+    reflections = [m for m in items if m["signal"] == "reflection"]
+    assert [m["text"] for m in reflections] == ["the key *** did not work"]  # kept once
+    [correction] = [m for m in items if m["signal"] == "correction"]
+    assert (correction["text"], correction["rule"]) == (
+        "connect with https://***@db.example/",
+        {"password": "***"},
+    )
+    assert [n["note"] for n in notes if n.get("kind") == "edit"] == ["token ***"]
+    assert _stored(tmp_path, (SHAPED, URL_PW, BY_NAME)) == []
