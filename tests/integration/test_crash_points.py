@@ -11,7 +11,8 @@ After each crashed-and-resumed run, against the store and the workload's files:
 
 * invariant 1: the run ends as the uninterrupted reference run ends (status, stop reason,
   cycles, score, spend, final state, per-cycle records and events); checkpoints are contiguous
-  and each cycle is concluded once;
+  and each cycle is concluded once; each cycle that went on is reflected on once, with the
+  reference's note (a kill between a cycle's commit and its reflection loses nothing);
 * invariant 2: the effects log has no duplicate line (no effect ran twice), and it holds
   exactly the keys journaled ``done``; an in-doubt ``ledger`` (reconcile hook) is reconciled,
   an in-doubt ``mirror`` (idempotent) is run again, an in-doubt ``notify`` (neither) ends the
@@ -48,7 +49,15 @@ from loopwright.store import NewEvent
 
 RUNNER = Path(__file__).resolve().parent / "crashpoints" / "runner.py"
 KEY = "crash-points-1"
-CYCLE_EVENTS = ("cycle_started", "proposal", "proposal_refused", "verdict", "decision", "stopped")
+CYCLE_EVENTS = (
+    "cycle_started",
+    "proposal",
+    "proposal_refused",
+    "verdict",
+    "decision",
+    "reflected",
+    "stopped",
+)
 PHASES = (
     "before_actor",
     "after_actor",
@@ -61,7 +70,11 @@ PHASES = (
 )
 # Dropped before comparing with the reference: wall time, ids, and how an effect outcome was
 # obtained (run, recovered after a restart, reconciled, how many attempts) — its result stays.
-VOLATILE = {"seconds", "ts", "created_at", "run_id", "show", "recovered", "reconciled", "attempts"}
+# (and the ids of memory items: the reflections' and those a record says the actor was shown)
+VOLATILE = {
+    *("seconds", "ts", "created_at", "run_id", "show", "recovered", "reconciled", "attempts"),
+    *("memory", "memory_id"),
+}
 
 
 # --- running the subprocess ----------------------------------------------------------------
@@ -182,6 +195,7 @@ class Snapshot:
     actor_calls: list[str]
     phases: Counter[str]
     phase_sequence: list[str]
+    reflections: list[tuple[int, str]]  # (cycle, note) of each reflection in memory
 
 
 def _snapshot(work: Path) -> Snapshot:
@@ -198,6 +212,11 @@ def _snapshot(work: Path) -> Snapshot:
             actor_calls=_lines(work / "actor.log"),
             phases=Counter(line.split()[1] for line in _lines(work / "phases.log")),
             phase_sequence=[line.split()[1] for line in _lines(work / "phases.log")],
+            reflections=sorted(
+                (int(m["source"]["cycle"]), str(m["text"]))
+                for m in rt.store.memory_query(scopes=[("task", KEY)])
+                if m["signal"] == "reflection"
+            ),
         )
 
 
@@ -324,6 +343,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
     assert any(e.kind == "proposal_refused" and e.cycle == wl.REFUSED_CYCLE for e in ref.events)
     # Cycle 5 asked again for the keys of p2 (done in cycle 4): reused, not run.
     assert sum(1 for e in ref.events if e.kind == "effect_reused" and e.cycle == 5) == 3
+    # Cycles 1-5 went on (cycle 3 refused): each reflected on once; cycle 6 ended the run.
+    assert [c for c, _ in ref.reflections] == [1, 2, 3, 4, 5]
+    assert [e.cycle for e in ref.events if e.kind == "reflected"] == [1, 2, 3, 4, 5]
     return ref
 
 
@@ -380,6 +402,8 @@ def _check_against_reference(got: Snapshot, ref: Snapshot, kills: int) -> None:
     assert final["artifacts"] == ref_final["artifacts"]  # values, versions, statuses
     assert _no_wall_time(final) == _no_wall_time(ref_final)
     assert sorted(got.effects_log) == sorted(ref.effects_log)
+    # Every cycle that went on was reflected on once, with the note an uninterrupted run wrote.
+    assert got.reflections == ref.reflections
     events = _cycle_events(got.events)
     assert events == _cycle_events(ref.events)
     per_cycle = Counter((c, k) for c, k, _ in events)
@@ -465,7 +489,8 @@ CASES = [
     ("before_checkpoint", 6, None),  # the refused cycle
     ("before_checkpoint", 12, None),  # the accepting commit
     ("after_checkpoint", 2, None),
-    ("after_checkpoint", 3, None),
+    ("after_checkpoint", 3, None),  # cycle 1 concluded, before its reflection
+    ("after_checkpoint", 6, None),  # the refused cycle 3, before its reflection
     ("after_checkpoint", 12, None),  # the run is already accepted when it dies
     ("backoff:actor", 1, None),
     ("backoff:effect", 1, None),

@@ -33,7 +33,8 @@ Files in ``$CP_DIR``:
   first write of mirror's key; a duplicate line is an effect executed twice;
 * ``mirror-attempts.log``: every real call of mirror;
 * ``actor.log``: one line ``<cycle>`` per actor call (``<cycle> <unix time>`` in the retry
-  modes).
+  modes);
+* ``reflector.log``: one line ``<cycle>`` per reflector call (every cycle that goes on).
 
 ``$CP_MODE`` selects a retry workload instead of ``main``:
 
@@ -206,6 +207,14 @@ def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     )
 
 
+def reflector(ctx: lw.Context, verdicts: Any) -> str:
+    """A note on each cycle that goes on, from what it is shown (logged per call): a kill
+    between a cycle's commit and its reflection must not lose the note."""
+    _append("reflector.log", str(ctx.cycle))
+    found = sorted(f.message for v in dict(verdicts).values() for f in v.findings)
+    return f"cycle {ctx.cycle}, {len(ctx.notes)} note(s): " + "; ".join(found or ["clean"])
+
+
 def actor_retry() -> lw.RetryPolicy:
     if mode() == "down":
         return lw.RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=1.0, jitter=False)
@@ -232,4 +241,5 @@ def build_loop() -> lw.Loop:
             )
         ),
         retry=actor_retry(),
+        reflector=reflector,
     )
