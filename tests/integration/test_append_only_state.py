@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.crash import Crash, phase_hook
 
 import loopwright as lw
 from loopwright import _state_codec as codec
@@ -63,21 +64,6 @@ def make_loop() -> lw.Loop:
         verifiers=[lw.Check(fn=check, name="check")],
         contract=lw.Contract(budget=lw.Budget(max_cycles=CYCLES)),
     )
-
-
-class Crash(BaseException):
-    """Raised at a phase boundary: no engine handler catches it, so nothing after it commits."""
-
-
-def _hook(crash: tuple[str, int] | None) -> Any:
-    seen: dict[str, int] = {}
-
-    def on_phase(phase: str) -> None:
-        seen[phase] = seen.get(phase, 0) + 1
-        if crash == (phase, seen[phase]):
-            raise Crash(f"{phase}:{seen[phase]}")
-
-    return on_phase
 
 
 def _no_time(value: Any) -> Any:
@@ -125,7 +111,7 @@ def run_with_crashes(
     happened = 0
     for crash in [*crashes, None]:
         with lw.Runtime(db, snapshot_every=k, history_window=3) as rt:
-            rt._on_phase = _hook(crash)
+            rt._on_phase = phase_hook(crash)
             try:
                 r = rt.run_sync(make(), task, task_key="k")
             except Crash:

@@ -12,16 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.crash import Crash, phase_hook
 
 import loopwright as lw
 from loopwright.store import Store
 
 CYCLES = 6
 TASK = {"goal": "a doc the checker never accepts", "artifacts": {"doc": {"body": "b0"}}}
-
-
-class Crash(BaseException):
-    """A process death at a deterministic point: nothing after it is written."""
 
 
 def actor(ctx: lw.Context) -> lw.Proposal:
@@ -69,17 +66,6 @@ def make_loop(calls: list[dict[str, Any]]) -> lw.Loop:
     )
 
 
-def _hook(crash: tuple[str, int] | None) -> Any:
-    seen: dict[str, int] = {}
-
-    def on_phase(phase: str) -> None:
-        seen[phase] = seen.get(phase, 0) + 1
-        if crash == (phase, seen[phase]):
-            raise Crash(f"{phase}:{seen[phase]}")
-
-    return on_phase
-
-
 def outcome(store: Store, run_id: str) -> dict[str, Any]:
     """What a crash must not change: the final part value, the run's end, each cycle's
     reflection (its note, and the cycle it is about) and how each was recorded."""
@@ -104,7 +90,7 @@ def run_crashing(db: Path, crash: tuple[str, int] | None) -> tuple[dict[str, Any
     calls: list[dict[str, Any]] = []
     crashed = False
     with lw.Runtime(db) as rt:
-        rt._on_phase = _hook(crash)
+        rt._on_phase = phase_hook(crash)
         try:
             rt.run_sync(make_loop(calls), TASK, task_key="k")
         except Crash:
@@ -183,7 +169,7 @@ def test_a_reflected_cycle_is_not_reflected_again_on_resume(
     db = tmp_path / "s.db"
     calls: list[dict[str, Any]] = []
     with lw.Runtime(db) as rt:
-        rt._on_phase = _hook(("before_actor", 3))
+        rt._on_phase = phase_hook(("before_actor", 3))
         with pytest.raises(Crash):
             rt.run_sync(make_loop(calls), TASK, task_key="k")
     with lw.Runtime(db) as rt:
