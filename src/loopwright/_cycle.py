@@ -383,6 +383,9 @@ class Cycle(RuntimeHost):
                     cause=f"crossed during verifier {check.name}",
                     unverified=proposal.to_dict(),
                 )
+        if held and len(held) == len(loop.held_out):
+            # every held-out check judged this candidate: what a later end reports (_finishing)
+            ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
         # Which requested effects run: those of an accepted cycle, and those declared to run
         # whatever the verdict.
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None

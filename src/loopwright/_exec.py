@@ -66,6 +66,10 @@ class Execution:
     grouped: bool = False  # driven by resume: may join group commits
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
+    # Whether the last candidate every held-out check judged passed them all, once known in
+    # this execution (``held_out_known``): what a run ended between judged cycles reports.
+    held_out_last: bool | None = None
+    held_out_known: bool = False
     # What the store holds of ``state`` (``loopwright._state_codec``): the last committed head
     # (None: the next checkpoint is a snapshot), the statuses of the versions held in memory
     # as written, how many rejected digests are written, and the snapshot deltas build on.

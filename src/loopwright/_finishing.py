@@ -19,6 +19,11 @@ from .store import ClosedApproval, NewApproval, NewEvent
 __all__ = ["Finishing"]
 
 
+# How many of the newest checkpoints a run ended without a judged candidate in this execution
+# looks at for its last held-out verdicts before reading its events.
+_RECENT = 16
+
+
 class Finishing(RuntimeHost):
     """Ending a run (mixed into ``Runtime``)."""
 
@@ -90,10 +95,19 @@ class Finishing(RuntimeHost):
 
     def _last_held_out(self, ex: _Exec) -> bool | None:
         """Whether the last candidate every held-out check judged passed them all (``None``:
-        none was judged). Read from the run's ``verdict`` events, committed and pending."""
+        none was judged): known from this execution's cycles, else read from the newest
+        checkpoints' records, else from the run's ``verdict`` events (a run whose recent
+        commits judged nothing). Invariant 8: the common ends read nothing of a long run's
+        past."""
         names = {c.name for c in getattr(ex.loop, "verifiers", ()) if c.held_out}
         if not names:
             return None
+        if ex.held_out_known:
+            return ex.held_out_last
+        for ck in reversed(self.store.checkpoints_after(ex.run_id, ex.seq - _RECENT)):
+            held = (ck.record or {}).get("held_out") or {}
+            if names <= set(held):
+                return all(bool(held[k].get("passed")) for k in names)
         by_cycle: dict[int, dict[str, bool]] = {}
         events: list[tuple[int, str, Mapping[str, Any]]] = [
             (e.cycle, e.kind, e.data) for e in self.store.events(ex.run_id)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from doc_loop import TASK, fields
+from support.crash import Crash, phase_hook
 
 import loopwright as lw
 
@@ -114,3 +116,58 @@ def test_task_held_out_key_never_reaches_the_actor(tmp_path: Path) -> None:
     assert r.held_out_passed is True
     assert seen
     assert all(CANARY not in s for s in seen)
+
+
+def _alternating(escalate_at: int) -> lw.Loop:
+    """A held-out check that passes odd cycles' candidates and fails even ones'; the actor
+    asks for a person at cycle ``escalate_at``, before anything is verified."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == escalate_at:
+            return lw.Proposal(escalate="a person must look")
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def hidden(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"]["a"] % 2 == 1)
+
+    return lw.Loop(
+        name="alternating",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="never"),
+            lw.Check(fn=hidden, name="hidden", held_out=True),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=20)),
+    )
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["in-process", "resumed"])
+@pytest.mark.parametrize("escalate_at", [4, 5])
+def test_a_run_ended_before_judging_reports_the_last_judged_candidate_reading_no_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resumed: bool, escalate_at: int
+) -> None:
+    """An end between judged cycles (an escalation) reports the held-out verdict of the last
+    judged candidate: cycle ``escalate_at - 1``'s. Invariant 8: it is known from the cycles
+    this execution judged, or after a restart from the newest checkpoints' records, never by
+    reading the run's whole event log."""
+    db = tmp_path / "s.db"
+    if resumed:
+        with lw.Runtime(db) as rt:
+            rt._on_phase = phase_hook(("before_actor", escalate_at))
+            with pytest.raises(Crash):
+                rt.run_sync(_alternating(escalate_at), TASK, task_key="k")
+    with lw.Runtime(db) as rt:
+        read: list[str] = []
+        events = rt.store.events
+        monkeypatch.setattr(
+            rt.store, "events", lambda *a, **kw: read.append("x") or events(*a, **kw)
+        )
+        if resumed:
+            [rec] = rt.store.list_runs()
+            r = rt.resume_sync(rec.run_id, _alternating(escalate_at))
+        else:
+            r = rt.run_sync(_alternating(escalate_at), TASK, task_key="k")
+        assert read == []
+        assert (r.stop_reason, r.cycles) == ("escalated", escalate_at - 1)
+        assert r.held_out_passed is ((escalate_at - 1) % 2 == 1)
+        assert rt.store.get_run(r.run_id).held_out_passed is r.held_out_passed
