@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright._authority import EARNED_BY, authority_status, hash_token
+from loopwright._authority import EARNED_BY, authority_status, hash_token, why_not_approve
 
 PAID: list[str] = []
 
@@ -82,6 +82,31 @@ def people(rt: lw.Runtime) -> None:
 
 def audit_lines(rt: lw.Runtime) -> list[tuple[str, str, str]]:
     return [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
+
+
+def test_who_edited_a_run_may_not_approve_its_requests(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Separation of duties covers an editor as it covers the starter, and is decided from
+    the audit log of the run's operations, not from the run's events (a long run's decision,
+    or an inbox listing its requests, would read them all)."""
+    with lw.Runtime(url) as rt:
+        people(rt)
+        rt.store.add_user("eve", roles=["approver", "finance", "operator"], limits={}, by="root", now=1.0)
+        big = rt.run_sync(make_loop(FOUR_EYES), task("INV-3", 50000), task_key="e", by="rita")
+        rt.edit(big.run_id, "inv/invoice", "INV-3b", by="eve", note="the invoice's real number")
+        read: list[str] = []
+        events = rt.store.events
+        monkeypatch.setattr(
+            rt.store, "events", lambda *a, **kw: read.append("x") or events(*a, **kw)
+        )
+        req = rt.pending_approval(big.run_id)
+        run = rt.store.get_run(big.run_id)
+        assert "separation of duties" in str(why_not_approve(rt.store, req, run, "eve"))
+        with pytest.raises(lw.NotPermittedError, match="eve started or edited run"):
+            rt.approve(big.run_id, by="eve")
+        assert rt.approve(big.run_id, by="ben").status == "pending"
+        assert read == []
 
 
 def test_viewers_and_limited_approvers_are_refused_and_every_attempt_is_audited(url: str) -> None:
