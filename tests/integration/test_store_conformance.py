@@ -744,6 +744,24 @@ def test_approvals_persist_and_are_decided_once(store: Store) -> None:
     assert decided[0].data["by"] == "zoe"
 
 
+def test_one_request_by_id_and_the_latest_decided(store: Store) -> None:
+    """``approval(id)`` reads one request; ``decided_approvals(n)`` the ``n`` decided requests
+    most recently requested, newest first, pending ones left out — as the base class's
+    defaults (which read every request) have them."""
+    run_id = _park(store, "k", "d1", "d2", "d3", "d4")
+    for aid, status in (("d1", "approved"), ("d2", "denied"), ("d4", "approved")):
+        store.decide_approval(aid, status=status, by="zoe", note=None, now=9.0)
+    got = store.approval("d2")
+    assert got is not None and (got.run_id, got.status, got.decided_by) == (run_id, "denied", "zoe")
+    assert store.approval("nope") is None
+    assert [a.approval_id for a in store.decided_approvals(10)] == ["d4", "d2", "d1"]
+    assert [a.approval_id for a in store.decided_approvals(2)] == ["d4", "d2"]
+    assert store.decided_approvals(0) == []
+    for n in (0, 2, 10):
+        assert Store.decided_approvals(store, n) == store.decided_approvals(n)
+    assert Store.approval(store, "d2") == got
+
+
 def test_answer_column_round_trips(store: Store) -> None:
     run_id = _park(store, "k", "q1")
     answer = {"choice": "b", "values": [1, 2.5, None], "nested": {"z": 1, "a": 2}}

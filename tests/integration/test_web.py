@@ -711,3 +711,54 @@ def test_a_part_too_long_for_the_page_is_edited_from_the_cli(
     assert page.count("Too long to edit in the page") == 3
     assert f"loopwright edit {run_id[:12]} doc/pay --file F" in page
     assert page.count("Save edit") == 1
+
+
+def test_the_inbox_lists_the_ten_latest_decisions_reading_ten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the pending requests, the ten decided ones most recently requested, newest first,
+    read as ten rows: the page costs the same in a store holding every decision ever made."""
+    from loopwright.store import NewApproval, open_store
+
+    path = str(tmp_path / "decided.db")
+    st = open_store(path)
+    ids = [f"req-{i:02d}" for i in range(14)]
+    for i, aid in enumerate(ids):
+        run_id = f"{i:04d}" + "cd" * 14
+        st.create_run(
+            run_id=run_id,
+            task_key=f"t-{i}",
+            loop_name="bulk",
+            project="",
+            spec_ref=None,
+            loop_version=None,
+            contract={"budget": {"max_cycles": 3}},
+            task={"artifacts": {"doc": {"a": 1}}},
+            initial_state={"cycle": 0, "artifacts": {}},
+        )
+        token = st.acquire_lease(run_id, "me", 60)
+        request = NewApproval(aid, 1, "risk", "r", f"do {aid}", "why", {}, None, "h", None)
+        st.commit(
+            run_id,
+            token,
+            seq=1,
+            cycle=1,
+            state={"cycle": 1},
+            record=None,
+            events=[],
+            run={"status": "awaiting_approval"},
+            approvals=[request],
+        )
+        if i != 13:  # the newest stays pending
+            st.decide_approval(aid, status="approved", by="ann", note=None, now=time.time())
+    st.close()
+    app = create_app(path, token=TOKEN)
+    read: list[Any] = []
+    monkeypatch.setattr(
+        "loopwright.store.sqlite.SQLiteStore.approvals",
+        lambda self, **kw: read.append(kw) or [],
+    )
+    page = TestClient(app, base_url=LOCAL).get("/approvals").text
+    shown = page.split("Recently decided")[1]
+    assert re.findall(r"do (req-\d\d)", shown) == [f"req-{i:02d}" for i in range(12, 2, -1)]
+    assert all(kw.get("status") == "pending" for kw in read)  # never every request

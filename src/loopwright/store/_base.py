@@ -824,6 +824,18 @@ class Store(LiveStore, PeopleStore, ABC):
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
         """Approval requests, oldest first."""
 
+    def approval(self, approval_id: str) -> Approval | None:
+        """One request by its id (``None``: no such request). This default reads them all;
+        the built-in stores read one row."""
+        return next((a for a in self.approvals() if a.approval_id == approval_id), None)
+
+    def decided_approvals(self, limit: int) -> list[Approval]:
+        """The ``limit`` decided requests most recently requested, newest first (what the
+        inbox shows under its pending ones). This default reads them all; the built-in stores
+        read ``limit`` rows."""
+        done = [a for a in self.approvals() if a.status != "pending"]
+        return done[::-1][:limit]
+
     @abstractmethod
     def decide_approval(
         self,

@@ -1069,6 +1069,21 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         query = f"SELECT {APPROVAL_COLS} FROM approvals{where} ORDER BY requested_at, approval_id"
         return [self._approval(r) for r in self._all(query, args)]
 
+    def approval(self, approval_id: str) -> Approval | None:
+        m = self._MARK
+        rows = self._all(
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE approval_id={m}", [approval_id]
+        )
+        return self._approval(rows[0]) if rows else None
+
+    def decided_approvals(self, limit: int) -> list[Approval]:
+        # Only ``limit`` rows are parsed; the scan for them stays in the database.
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE status <> 'pending' "
+            f"ORDER BY requested_at DESC, approval_id DESC LIMIT {self._MARK}"
+        )
+        return [self._approval(r) for r in self._all(query, [max(0, int(limit))])]
+
     def decide_approval(
         self,
         approval_id: str,

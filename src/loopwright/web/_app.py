@@ -341,10 +341,10 @@ def create_app(
         return [v.by for v in store.votes(a.approval_id)]
 
     def find_approval(approval_id: str) -> Approval:
-        for a in store.approvals():
-            if a.approval_id == approval_id:
-                return a
-        raise HTTPException(404, f"no approval request {approval_id}")
+        found = store.approval(approval_id)
+        if found is None:
+            raise HTTPException(404, f"no approval request {approval_id}")
+        return found
 
     def resume_later(run_id: str) -> str:
         try:
@@ -705,7 +705,7 @@ def create_app(
             a.approval_id: approval_card(a, runs[a.run_id], states[a.run_id], votes=voters(a))
             for a in pending
         }
-        decided = [a for a in store.approvals() if a.status != "pending"][-10:][::-1]
+        decided = store.decided_approvals(10)
         keep = {"q": q} if q else {}
         return page(
             request,
