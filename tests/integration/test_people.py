@@ -92,7 +92,9 @@ def test_who_edited_a_run_may_not_approve_its_requests(
     or an inbox listing its requests, would read them all)."""
     with lw.Runtime(url) as rt:
         people(rt)
-        rt.store.add_user("eve", roles=["approver", "finance", "operator"], limits={}, by="root", now=1.0)
+        rt.store.add_user(
+            "eve", roles=["approver", "finance", "operator"], limits={}, by="root", now=1.0
+        )
         big = rt.run_sync(make_loop(FOUR_EYES), task("INV-3", 50000), task_key="e", by="rita")
         rt.edit(big.run_id, "inv/invoice", "INV-3b", by="eve", note="the invoice's real number")
         read: list[str] = []

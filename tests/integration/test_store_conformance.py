@@ -746,8 +746,8 @@ def test_approvals_persist_and_are_decided_once(store: Store) -> None:
 
 def test_one_request_by_id_and_the_latest_decided(store: Store) -> None:
     """``approval(id)`` reads one request; ``decided_approvals(n)`` the ``n`` decided requests
-    most recently requested, newest first, pending ones left out — as the base class's
-    defaults (which read every request) have them."""
+    most recently requested, newest first, pending ones left out; ``count_approvals`` counts —
+    each as the base class's default (which reads every request) has it."""
     run_id = _park(store, "k", "d1", "d2", "d3", "d4")
     for aid, status in (("d1", "approved"), ("d2", "denied"), ("d4", "approved")):
         store.decide_approval(aid, status=status, by="zoe", note=None, now=9.0)
@@ -759,6 +759,9 @@ def test_one_request_by_id_and_the_latest_decided(store: Store) -> None:
     assert store.decided_approvals(0) == []
     for n in (0, 2, 10):
         assert Store.decided_approvals(store, n) == store.decided_approvals(n)
+    counts = [store.count_approvals(), store.count_approvals(status="pending")]
+    assert counts == [4, 1]
+    assert counts == [Store.count_approvals(store), Store.count_approvals(store, status="pending")]
     assert Store.approval(store, "d2") == got
 
 

@@ -717,7 +717,8 @@ def test_the_inbox_lists_the_ten_latest_decisions_reading_ten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under the pending requests, the ten decided ones most recently requested, newest first,
-    read as ten rows: the page costs the same in a store holding every decision ever made."""
+    read as ten rows, and the badge's count counted by the database: the page costs the same in
+    a store holding every decision ever made."""
     from loopwright.store import NewApproval, open_store
 
     path = str(tmp_path / "decided.db")
@@ -762,3 +763,4 @@ def test_the_inbox_lists_the_ten_latest_decisions_reading_ten(
     shown = page.split("Recently decided")[1]
     assert re.findall(r"do (req-\d\d)", shown) == [f"req-{i:02d}" for i in range(12, 2, -1)]
     assert all(kw.get("status") == "pending" for kw in read)  # never every request
+    assert '<span class="badge" id="pending-count">1</span>' in page  # counted, not listed

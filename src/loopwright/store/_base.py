@@ -829,6 +829,11 @@ class Store(LiveStore, PeopleStore, ABC):
         the built-in stores read one row."""
         return next((a for a in self.approvals() if a.approval_id == approval_id), None)
 
+    def count_approvals(self, *, status: str | None = None) -> int:
+        """How many requests there are (of one ``status``): what every page's badge shows.
+        This default reads them all; the built-in stores count in the database."""
+        return len(self.approvals(status=status))
+
     def decided_approvals(self, limit: int) -> list[Approval]:
         """The ``limit`` decided requests most recently requested, newest first (what the
         inbox shows under its pending ones). This default reads them all; the built-in stores

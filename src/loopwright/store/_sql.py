@@ -1076,6 +1076,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         )
         return self._approval(rows[0]) if rows else None
 
+    def count_approvals(self, *, status: str | None = None) -> int:
+        where, args = _where((("status", status),), self._MARK)
+        return int(self._all(f"SELECT COUNT(*) FROM approvals{where}", args)[0][0])
+
     def decided_approvals(self, limit: int) -> list[Approval]:
         # Only ``limit`` rows are parsed; the scan for them stays in the database.
         query = (

@@ -226,7 +226,7 @@ def create_app(
             can_decide=auth.may(request, "decide"),
             can_operate=auth.may(request, "operate"),
             can_admin=auth.may(request, "admin"),
-            pending_count=len(store.approvals(status="pending")),
+            pending_count=store.count_approvals(status="pending"),
             # The live stream's position when the request began (``guard``): live.js asks for
             # the changes after it, so one found while the page is drawn is not lost.
             live_after=getattr(request.state, "live_after", app.state.messages.last_seq),
