@@ -1143,6 +1143,51 @@ def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None
 
 
 @pytest.mark.postgres
+def test_postgres_a_decision_takes_the_run_before_the_request(pg_url: str) -> None:
+    """A commit locks the run's row, then the requests it closes (a cancel); a decision takes
+    them in the same order, so the two wait for each other instead of deadlocking. Held here:
+    the run's row, as a cancel's commit holds it. The decision must wait for it without
+    having taken the request's row."""
+    import psycopg
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with open_store(pg_url) as s:
+        run_id = _park(s, "k", "ap-lock")
+        with psycopg.connect(base.rstrip("?&"), autocommit=True) as locker:
+            locker.execute(f'SET search_path TO "{schema}"')
+            with locker.transaction():
+                locker.execute("SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE", (run_id,))
+                got: list[Any] = []
+                t = threading.Thread(
+                    target=lambda: got.append(
+                        s.decide_approval("ap-lock", status="approved", by="x", note=None, now=1.0)
+                    )
+                )
+                t.start()
+                # until the decision waits on a lock (a state, not a duration: the bound only
+                # stops a broken run from hanging)
+                waiting = 0
+                for _ in range(6000):
+                    waiting = locker.execute(  # backends this transaction blocks
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+                    ).fetchone()[0]
+                    if waiting or not t.is_alive():
+                        break
+                    threading.Event().wait(0.01)
+                assert waiting, "the decision did not wait for the run's row"
+                with psycopg.connect(base.rstrip("?&"), autocommit=True) as probe:
+                    probe.execute(f'SET search_path TO "{schema}"')
+                    with probe.transaction():  # the request's row is free: no lock was taken
+                        probe.execute(
+                            "SELECT 1 FROM approvals WHERE approval_id=%s FOR UPDATE NOWAIT",
+                            ("ap-lock",),
+                        )
+        t.join(timeout=60)
+        assert [a.status for a in got] == ["approved"]
+
+
+@pytest.mark.postgres
 def test_postgres_leases_follow_the_server_clock(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

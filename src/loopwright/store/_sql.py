@@ -256,6 +256,7 @@ class Statements:
             f"WHERE approval_id=? AND status='pending' RETURNING {APPROVAL_COLS}"
         )
         self.approval_status = p("SELECT status, decided_by FROM approvals WHERE approval_id=?")
+        self.approval_run = p("SELECT run_id FROM approvals WHERE approval_id=?")
         # --- memory
         self.insert_memory = p(f"INSERT INTO memory({MEMORY_COLS}) VALUES({','.join('?' * 13)})")
         self.memory_for_update = p(
@@ -1102,20 +1103,24 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             raise ApprovalError(f"unknown decision {status!r}")
         q, js = self._q, self._js
         with self._tx() as conn:
+            # The run's row first, then the request's: the order a commit takes them in (its
+            # fencing update, then the requests it closes), so a person deciding while a
+            # cancel commits waits for it instead of deadlocking with it (PostgreSQL).
+            owner = conn.execute(q.approval_run, (approval_id,)).fetchone()
+            if owner is None:
+                raise ApprovalError(f"no approval request {approval_id!r}")
+            self._lock_run(conn, owner[0])
             row = conn.execute(
                 q.decide,
                 (status, by, now, note, None if answer is None else js(answer), approval_id),
             ).fetchone()
             if row is None:
                 found = conn.execute(q.approval_status, (approval_id,)).fetchone()
-                if found is None:
-                    raise ApprovalError(f"no approval request {approval_id!r}")
                 raise ApprovalError(
                     f"approval {approval_id} was already {found[0]}"
                     + (f" by {found[1]}" if found[1] else "")
                 )
             decided = self._approval(row)
-            self._lock_run(conn, decided.run_id)
             conn.execute(q.insert_event, decided_event(decided, by, note, answer, now, js))
         return decided
 
