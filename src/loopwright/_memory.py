@@ -291,7 +291,7 @@ class FeedbackMemory:
                 "artifacts)",
                 field="text",
             )
-        source_obj = _check_json(source, "source") or {}
+        source_obj = redact(_check_json(source, "source") or {})
         if source_obj.get("held_out"):
             raise ConfigError(
                 "held-out verdicts never enter memory (source marked held_out)", field="source"

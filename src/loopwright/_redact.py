@@ -82,6 +82,25 @@ SECRET_FIELDS: frozenset[str] = frozenset(
 
 _ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.IGNORECASE)
 
+# A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
+# ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
+# ``OPENAI_API_KEY``, ``github_token``. (Not every ``*_key``: ``task_key`` is a name.)
+_SECRET_SUFFIXES = (
+    "_secret",
+    "_api_key",
+    "_apikey",
+    "_token",
+    "_access_key",
+    "_private_key",
+    "_secret_key",
+)
+
+
+def _secret_name(k: str, fields: frozenset[str]) -> bool:
+    """Whether normalised key ``k`` names a secret."""
+    return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
+
+
 # One pass finds every shaped secret; each alternative is a named group so that the replacement
 # keeps what is not secret (the scheme, the parameter name, the word "Bearer").
 _SHAPES = re.compile(
@@ -89,7 +108,11 @@ _SHAPES = re.compile(
     r"|(?P<query>[?&;](?i:api[_-]?key|key|token|access_token|auth|password|secret|sig|signature)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    r"|(?P<conn>\b(?i:password|passwd)\s*[=:]\s*)(?!\*\*\*)[^\s,;&\"'}]+"
+    r"|(?P<conn>\b(?i:password|passwd|api[_-]?key|secret[_-]?key|client[_-]?secret"
+    r"|access[_-]?token)['\"]?\s*[=:]\s*['\"]?)(?!\*\*\*)[^\s,;&\"'}]+"
+    r"|(?P<basic>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?i:basic)\s+)[A-Za-z0-9+/=]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+    r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{12,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
@@ -101,7 +124,7 @@ _SHAPES = re.compile(
 
 
 def _shape(m: re.Match[str]) -> str:
-    for group in ("url", "query", "bearer", "conn"):
+    for group in ("url", "query", "bearer", "conn", "basic"):
         kept = m.group(group)
         if kept is not None:
             return kept + (REDACTED + "@" if group == "url" else REDACTED)
@@ -206,6 +229,22 @@ _TRIGGERS = (
     "=",
     "password",
     "passwd",
+    "api_key",
+    "api-key",
+    "apikey",
+    "secret_key",
+    "secret-key",
+    "secretkey",
+    "client_secret",
+    "client-secret",
+    "clientsecret",
+    "access_token",
+    "access-token",
+    "accesstoken",
+    "authorization",
+    "private key-----",
+    "k_live_",
+    "k_test_",
     "bearer",
     "sk-",
     "ghp_",
@@ -256,9 +295,12 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
 # Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``):
-# on text with none of them — a clean record — the regular expression never runs. Nine
-# substring tests in C cost about two thirds of one pass of the expression.
-_PREFILTER = ("aiza", "akia", "bearer", "gh", "github_pat_", "glpat-", "hf_", "passw", "sk-")
+# on text with none of them — a clean record — the regular expression never runs. The
+# substring tests run in C; together they cost less than one pass of the expression.
+_PREFILTER = (
+    *("access", "aiza", "akia", "api", "authorization", "bearer", "gh", "github_pat_", "glpat-"),
+    *("hf_", "k_live_", "k_test_", "passw", "private key", "secret", "sk-"),
+)
 
 
 def _triggered(low: str) -> bool:
@@ -344,14 +386,33 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:
         return False
+    # a key that ends like a secret's name (``_SECRET_SUFFIXES``: ``github_token``), found by
+    # substring tests in C (a pattern trying every quote costs more than the rest of redact);
+    # a key holding ``passw`` is a trigger already
+    if 'token"' in low or 'secret"' in low:
+        return False
+    if 'key"' in low:
+        for end in _KEY_ENDS:
+            if end in low:
+                return False
     pat = _field_patterns.get(fields)
     if pat is None:
+        # a key that is a secret field (quoted; spaces around it allowed: ``_key`` strips them)
         names = sorted({v for f in fields for v in (f, f.replace("_", "-"))})
-        pat = re.compile('"(?:' + _trie(names) + ')"')
+        pat = re.compile(r'"\s*(?:' + _trie(names) + r')\s*"')
         if len(_field_patterns) > 64:
             _field_patterns.clear()
         _field_patterns[fields] = pat
     return pat.search(low) is None
+
+
+# The ``_SECRET_SUFFIXES`` ending in ``key`` as they end a key in lower-cased JSON text (``_``
+# or ``-``); those ending in ``token`` or ``secret`` are found by those words before a quote.
+_KEY_ENDS = tuple(
+    sorted(
+        {e + '"' for s in _SECRET_SUFFIXES if s.endswith("key") for e in (s, s.replace("_", "-"))}
+    )
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -368,7 +429,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     if isinstance(obj, Mapping):
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(obj.items()):
-            hide = masked or (isinstance(k, str) and _key(k) in fields)
+            hide = masked or (isinstance(k, str) and _secret_name(_key(k), fields))
             nv = _walk(v, values, fields, hide)
             nk = _text(k, values) if isinstance(k, str) and not masked else k
             if out is None and (nv is not v or nk is not k):
@@ -389,4 +450,11 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
         if changed is None:
             return obj
         return changed if isinstance(obj, list) else tuple(changed)
-    return obj
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    # Anything else (an exception, bytes, a dataclass, a date) is stored as its text (JSON's
+    # ``default=str``): that text is what is masked.
+    text = str(obj)
+    if masked:
+        return REDACTED if text else text
+    return _text(text, values)

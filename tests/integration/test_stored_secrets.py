@@ -9,12 +9,17 @@ Secrets are planted in each place, then the database files are searched for them
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from doc_loop import TARGET, TASK, fields
 
 import loopwright as lw
+from loopwright._redact import REDACTED
+from loopwright.cli import main
+from loopwright.trace import otlp_trace
 
 SHAPED = "sk-planted-effect-0123456789abcdef"  # a key's shape: masked wherever it is
 URL_PW = "planted-url-pw-4411"  # masked as the password of a URL
@@ -206,3 +211,61 @@ def test_feedback_and_an_edit_note_are_stored_masked(tmp_path: Path) -> None:
     )
     assert [n["note"] for n in notes if n.get("kind") == "edit"] == ["token ***"]
     assert _stored(tmp_path, (SHAPED, URL_PW, BY_NAME)) == []
+
+
+def test_objects_memory_sources_traces_and_cli_errors_are_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What is not text (an exception or an object in a verdict's evidence, an exception as a
+    finding's message) is stored as its text, masked; a memory item's source is masked; the
+    OpenTelemetry export masks what the store holds as given (a task key is a name, stored as
+    typed); the command line masks an error a user's factory raised with its options."""
+
+    class Conn:
+        def __repr__(self) -> str:
+            return f"Conn(dsn='postgresql://app:{URL_PW}@db.example/x')"
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        down = ConnectionError(f"cannot reach postgresql://app:{URL_PW}@db.example/x")
+        return lw.Verdict(
+            passed=False,
+            score=0.5,
+            findings=(lw.Finding(down, "doc", "a", "content"),),  # type: ignore[arg-type]
+            evidence={"error": down, "conn": Conn()},
+        )
+
+    loop = lw.Loop(
+        name="objects",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": ctx.cycle}),
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(loop, TASK, task_key=f"k-{SHAPED}")
+        rt.memory.add(
+            scope="task",
+            scope_key="t",
+            signal="correction",
+            text="see the source",
+            source={"url": f"https://u:{URL_PW}@h/x", "token": BY_NAME},
+            by="ann",
+        )
+        exported = json.dumps(otlp_trace(rt.store, r.run_id))
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", 2)  # no crash
+    assert _stored(tmp_path, (URL_PW, BY_NAME)) == []
+    assert SHAPED in "".join(p.read_text("latin-1") for p in tmp_path.glob("s.db*"))
+    assert SHAPED not in exported and f"k-{REDACTED}" in exported
+
+    (tmp_path / "badmod.py").write_text(
+        "def make(api_key, base_url):\n"
+        "    raise ValueError(f'cannot reach {base_url} with key {api_key}')\n"
+    )
+    (tmp_path / "bad.toml").write_text(
+        'name = "bad"\n[actor]\nref = "badmod.py:make"\n'
+        f'options = {{ api_key = "{SHAPED}", base_url = "https://u:{URL_PW}@h/" }}\n'
+    )
+    assert main(["check", str(tmp_path / "bad.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach https://***@h/ with key ***" in err
+    assert SHAPED not in err and URL_PW not in err

@@ -157,3 +157,89 @@ def test_every_trigger_passes_the_substring_prefilter() -> None:
         assert _triggered(f"a clean record around {t} and after"), t
     for near in ("gh", "high", "passwo", "hf", "glpat", "github_pa", "sk", "aiz"):
         assert not _triggered(f"nothing secret: {near}"), near
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "db_password",
+        "OPENAI_API_KEY",
+        "github_token",
+        "x-api-key",
+        "token ",
+        " Password",
+        "aws_secret",
+    ],
+)
+def test_keys_named_like_a_secret_are_masked_on_both_paths(key: str) -> None:
+    """A compound name (``db_password``, ``x-api-key``) or a name with spaces around it is a
+    secret field; the clean-case scan must agree with the walk, alone or beside a trigger."""
+    alone = {key: "planted-value-1"}
+    assert redact(alone) == {key: REDACTED}
+    beside = {key: "planted-value-1", "hint": "a=b"}
+    assert redact(beside) == {key: REDACTED, "hint": "a=b"}
+
+
+def test_names_that_are_not_secrets_stay() -> None:
+    data = {
+        "task_key": "invoice-7",
+        "cache_key": "abc1234567",
+        "max_tokens": "abcdefgh",
+        "tokens": 10,
+        "fencing_token": 3,  # a number under a secret name: a counter, kept
+    }
+    assert redact(data) is data
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (
+            "login {'user': 'app', 'password': 'planted-1'}",
+            "login {'user': 'app', 'password': '***'}",
+        ),
+        ('got {"password": "planted-2"}', 'got {"password": "***"}'),
+        ("api_key=planted-3 next", "api_key=*** next"),
+        ("client_secret: planted-4", "client_secret: ***"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic ***"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "***"),
+        ("key sk_live_abcdefghijklmnop1234 used", "key *** used"),
+    ],
+)
+def test_secrets_written_into_text_are_masked(text: str, want: str) -> None:
+    assert redact_text(text) == want
+
+
+@pytest.mark.parametrize(
+    "text", ["a basic understanding of things", "the api is rapid", "a secret garden", "token: 4"]
+)
+def test_ordinary_text_near_those_shapes_stays(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_objects_are_masked_as_the_text_they_are_stored_as() -> None:
+    """What is not JSON (an exception, bytes, an object) is stored as its text: that text is
+    masked; numbers, booleans and None stay."""
+
+    class Conn:
+        def __repr__(self) -> str:
+            return "Conn(dsn='postgresql://app:planted-5@db/x')"
+
+    got = redact(
+        {
+            "error": ConnectionError("cannot reach postgresql://app:planted-6@db/x"),
+            "conn": Conn(),
+            "password": b"planted-7",
+            "n": 3,
+            "ok": True,
+            "none": None,
+        }
+    )
+    assert got == {
+        "error": "cannot reach postgresql://***@db/x",
+        "conn": "Conn(dsn='postgresql://***@db/x')",
+        "password": REDACTED,
+        "n": 3,
+        "ok": True,
+        "none": None,
+    }

@@ -50,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The message on one line: a driver's error text can span several (PostgreSQL adds the
-    statement and a caret under it), and a mistake is reported in one line."""
-    text = str(exc)
+    """The message on one line, secrets masked: a driver's error text can span several
+    (PostgreSQL adds the statement and a caret under it), and a mistake is reported in one
+    line."""
+    from .._redact import redact_text
+
+    # (a user's factory or hook can quote what it was given: invariant 9 covers error text)
+    text = redact_text(str(exc))
     return " ".join(text.split()) if "\n" in text else text

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._contract import TERMINAL_STATUSES
+from .._redact import redact, redact_text
 from ..store import Approval, Checkpoint, Event, Store
 from ._otlp import _SCOPE, _nanos
 from ._spans import (
@@ -327,7 +328,8 @@ def _finish(sdk: Any, s: Span) -> None:
     for ev in s.events:
         sdk.add_event(ev.name, _otel_attributes(ev.attributes), timestamp=_nanos(ev.ts))
     if s.status == "error":
-        sdk.set_status(Status(StatusCode.ERROR, s.status_message or None))
+        msg = redact_text(s.status_message) if s.status_message else None
+        sdk.set_status(Status(StatusCode.ERROR, msg))
     elif s.status == "ok":
         sdk.set_status(Status(StatusCode.OK))
     sdk.end(end_time=_nanos(s.end))
@@ -337,7 +339,8 @@ def _otel_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """Attributes as the SDK takes them: scalars and homogeneous lists of scalars; ``None``
     and empty lists left out (as the offline export does), anything else as JSON text."""
     out: dict[str, Any] = {}
-    for k, v in attrs.items():
+    # A span leaves the engine: secrets masked (invariant 9), as in every export.
+    for k, v in redact(dict(attrs)).items():
         if v is None:
             continue
         if isinstance(v, str | bool | int | float):

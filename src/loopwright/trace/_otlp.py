@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError
+from .._redact import redact, redact_text
 from ..store import RunRecord, Store
 from ._spans import Span, exported_attributes, is_client_span, run_spans
 
@@ -109,7 +110,7 @@ def spans_to_otlp(
                 for e in s.events
             ],
             "status": {"code": _STATUS[s.status]}
-            | ({"message": s.status_message} if s.status_message else {}),
+            | ({"message": redact_text(s.status_message)} if s.status_message else {}),
         }
         if s.parent is not None:
             span["parentSpanId"] = span_id_for(run.run_id, s.parent)
@@ -139,9 +140,10 @@ def _nanos(ts: float) -> int:
 
 
 def _attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    # A trace leaves the engine: secrets masked (invariant 9), as in the JSON-lines trace.
     return [
         {"key": k, "value": _any_value(v)}
-        for k, v in attrs.items()
+        for k, v in redact(dict(attrs)).items()
         if v is not None and not (isinstance(v, list) and not v)
     ]
 
