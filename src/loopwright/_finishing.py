@@ -42,6 +42,10 @@ class Finishing(RuntimeHost):
         closes: Sequence[ClosedApproval] = (),
     ) -> None:
         status = status_for(reason)
+        if record is not None:
+            # the cycle ended the run: nothing is owed it after a restart (_reflection), even
+            # once a person's edit or rollback reopens the run
+            record = {**record, "ended": True}
         packet = None
         if status != "accepted":
             packet = build_packet(

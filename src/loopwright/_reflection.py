@@ -127,14 +127,25 @@ class Reflection(RuntimeHost):
         marks = self.store.journal(ex.run_id, key=REFLECTION_KEY)
         if marks and marks[0].cycle >= s.cycle:
             return False
+        if not marks and any(
+            e.cycle == s.cycle and e.kind in ("reflected", "reflection_failed")
+            for e in self.store.events(ex.run_id)
+        ):
+            # No mark at all: a run written before marks (its events say it reflected), or one
+            # owing its first reflection. Read once; every reflection from now on is marked.
+            return False
         cps = self.store.checkpoints_after(ex.run_id, ex.seq - _LOOKBACK)
         found = _cycle_commits(cps, s.cycle)
         if found is None:
             return False
         before, own = found
         record = own.record or {}
-        if record.get("decision") not in _REFLECTED or own.fields.get("pending"):
-            return False  # the cycle ended otherwise, or the run waits on it
+        if (
+            record.get("decision") not in _REFLECTED
+            or record.get("ended")
+            or own.fields.get("pending")
+        ):
+            return False  # the cycle ended otherwise, ended the run, or the run waits on it
         kept = self._kept_note(ex)
         if kept is not None:
             # The note was written, the mark was not: record it, do not ask for another.
@@ -171,18 +182,30 @@ class Reflection(RuntimeHost):
 
 def _cycle_commits(cps: list[Checkpoint], cycle: int) -> tuple[Checkpoint, Checkpoint] | None:
     """The checkpoint before cycle ``cycle`` began and the one that concluded it, found among
-    the newest checkpoints ``cps``: the newest with a record must be the cycle's (only
-    status-only commits may follow it, which have none), and the cycle's first commit (a
-    cycle that ran effects commits twice) must have one before it."""
-    i = max((j for j, c in enumerate(cps) if c.record is not None), default=-1)
+    the newest checkpoints ``cps``. Status-only commits (no record) and a person's edits (an
+    ``edit`` record, allowed on a run whose process died) are passed over: the newest other
+    record must be the cycle's conclusion, and the cycle's first commit (a cycle that ran
+    effects, or waited for a person, commits more than once) must have one before it."""
+    i = len(cps) - 1
+    while i >= 0 and _passed_over(cps[i].record):
+        i -= 1
     if i < 0 or (cps[i].record or {}).get("cycle") != cycle:
         return None
-    j = i
-    while j > 0 and (cps[j - 1].record or {}).get("cycle") == cycle:
+    first, j = i, i - 1
+    while j >= 0:
+        record = cps[j].record
+        if record is not None and record.get("cycle") == cycle:
+            first = j
+        elif not _passed_over(record):
+            break
         j -= 1
-    if j == 0:
+    if first == 0:
         return None
-    return cps[j - 1], cps[i]
+    return cps[first - 1], cps[i]
+
+
+def _passed_over(record: dict[str, Any] | None) -> bool:
+    return record is None or record.get("decision") == "edit"
 
 
 def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:

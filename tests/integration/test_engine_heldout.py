@@ -171,3 +171,45 @@ def test_a_run_ended_before_judging_reports_the_last_judged_candidate_reading_no
         assert (r.stop_reason, r.cycles) == ("escalated", escalate_at - 1)
         assert r.held_out_passed is ((escalate_at - 1) % 2 == 1)
         assert rt.store.get_run(r.run_id).held_out_passed is r.held_out_passed
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["in-process", "resumed"])
+def test_a_cycle_ended_after_its_held_out_judged_reports_its_own_verdict(
+    tmp_path: Path, resumed: bool
+) -> None:
+    """Every held-out check judged cycle 2's candidate, then a visible check raised and the
+    run escalated in that cycle: the run reports cycle 2's held-out verdict (passed), not
+    cycle 1's (failed) — also when cycle 2 ran in a process started after a crash."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def hidden(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"]["a"] == 2)
+
+    def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        if state.values()["doc"]["a"] == 2:
+            raise ValueError("the visible check broke")
+        return lw.Verdict(passed=False, score=0.1)
+
+    loop = lw.Loop(
+        name="ends-mid-cycle",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=hidden, name="hidden", held_out=True),
+            lw.Check(fn=visible, name="visible"),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
+    )
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        if resumed:
+            rt._on_phase = phase_hook(("before_actor", 2))
+            with pytest.raises(Crash):
+                rt.run_sync(loop, TASK, task_key="k")
+            with lw.Runtime(db) as again:
+                r = again.resume_sync(rt.store.list_runs()[0].run_id, loop)
+        else:
+            r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.held_out_passed is True

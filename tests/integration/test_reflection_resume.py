@@ -273,3 +273,60 @@ def test_a_cycle_concluded_after_its_approval_is_reflected_on(tmp_path: Path, be
         out = outcome(rt.store, parked.run_id)
     assert out["reflected"] == [1, 2, 3]
     assert [c["cycle"] for c in calls] == [1, 2, 3]
+
+
+def test_an_edit_before_the_resume_does_not_cancel_what_is_owed(
+    tmp_path: Path, reference: tuple[dict[str, Any], list[Any]]
+) -> None:
+    """Killed after cycle 2's commit; a person edits the run (allowed: nobody holds it) before
+    it is resumed. The resumed run still reflects on cycle 2, from cycle 2's own context (the
+    edit came after it)."""
+    db = tmp_path / "s.db"
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        rt._on_phase = phase_hook(("after_checkpoint", 3))  # 1 is the creation, 3 cycle 2's
+        with pytest.raises(Crash):
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        rt.edit(rec.run_id, "doc/body", "edited by a person", by="ann")
+        rt.resume_sync(rec.run_id, make_loop(calls))
+        reflected = sorted(e.cycle for e in rt.store.events(rec.run_id) if e.kind == "reflected")
+    # (the person's version of doc/body is accepted: the cycles after it go otherwise)
+    assert reflected[:2] == [1, 2] and reflected.count(2) == 1
+    assert [c["cycle"] for c in calls][:2] == [1, 2]
+    assert calls[1] == reference[1][1]  # what cycle 2's actor had, as uninterrupted
+
+
+def test_a_run_that_ended_and_was_reopened_owes_nothing(tmp_path: Path) -> None:
+    """The last cycle ended the run (its budget); a person's edit reopens it. The cycle that
+    ended the run was not reflected on and is not owed a reflection when it resumes."""
+    db = tmp_path / "s.db"
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(make_loop(calls), TASK, task_key="k")
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", CYCLES)
+        rt.edit(r.run_id, "doc/body", "edited by a person", by="ann")
+        rt.resume_sync(r.run_id, make_loop(calls))
+    assert [c["cycle"] for c in calls] == list(range(1, CYCLES))
+
+
+def test_a_run_without_marks_is_read_from_its_events(tmp_path: Path) -> None:
+    """A run stored before reflections were marked (here: its marks deleted) killed after it
+    reflected on cycle 2: its events say so, and cycle 2 is not reflected on again."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        rt._on_phase = phase_hook(("before_actor", 3))
+        with pytest.raises(Crash):
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("DELETE FROM journal WHERE kind = 'reflection'").rowcount == 1
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        rt.resume_sync(rec.run_id, make_loop(calls))
+        reflected = sorted(e.cycle for e in rt.store.events(rec.run_id) if e.kind == "reflected")
+    assert [c["cycle"] for c in calls] == [1, 2, 3, 4, 5]
+    assert reflected == [1, 2, 3, 4, 5]
