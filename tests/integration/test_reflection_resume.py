@@ -104,6 +104,17 @@ def run_crashing(db: Path, crash: tuple[str, int] | None) -> tuple[dict[str, Any
         return outcome(rt.store, rec.run_id), calls
 
 
+def crashed_at(db: Path, crash: tuple[str, int]) -> list[dict[str, Any]]:
+    """Run the loop into ``db`` until it crashes at ``crash``; the reflector's calls so far
+    (the list the resumed run's reflector goes on appending to)."""
+    calls: list[dict[str, Any]] = []
+    with lw.Runtime(db) as rt:
+        rt._on_phase = phase_hook(crash)
+        with pytest.raises(Crash):
+            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    return calls
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[Any]]:
     out, calls = run_crashing(tmp_path_factory.mktemp("ref") / "ref.db", None)
@@ -167,11 +178,7 @@ def test_a_reflected_cycle_is_not_reflected_again_on_resume(
     """Killed after the reflection of cycle 2 (before cycle 3 starts): nothing is owed, and
     nothing is recorded twice."""
     db = tmp_path / "s.db"
-    calls: list[dict[str, Any]] = []
-    with lw.Runtime(db) as rt:
-        rt._on_phase = phase_hook(("before_actor", 3))
-        with pytest.raises(Crash):
-            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    calls = crashed_at(db, ("before_actor", 3))
     with lw.Runtime(db) as rt:
         [rec] = rt.store.list_runs()
         rt.resume_sync(rec.run_id, make_loop(calls))
@@ -282,11 +289,7 @@ def test_an_edit_before_the_resume_does_not_cancel_what_is_owed(
     it is resumed. The resumed run still reflects on cycle 2, from cycle 2's own context (the
     edit came after it)."""
     db = tmp_path / "s.db"
-    calls: list[dict[str, Any]] = []
-    with lw.Runtime(db) as rt:
-        rt._on_phase = phase_hook(("after_checkpoint", 3))  # 1 is the creation, 3 cycle 2's
-        with pytest.raises(Crash):
-            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    calls = crashed_at(db, ("after_checkpoint", 3))  # 1 is the creation, 3 cycle 2's commit
     with lw.Runtime(db) as rt:
         [rec] = rt.store.list_runs()
         rt.edit(rec.run_id, "doc/body", "edited by a person", by="ann")
@@ -317,11 +320,7 @@ def test_a_run_without_marks_is_read_from_its_events(tmp_path: Path) -> None:
     import sqlite3
 
     db = tmp_path / "s.db"
-    calls: list[dict[str, Any]] = []
-    with lw.Runtime(db) as rt:
-        rt._on_phase = phase_hook(("before_actor", 3))
-        with pytest.raises(Crash):
-            rt.run_sync(make_loop(calls), TASK, task_key="k")
+    calls = crashed_at(db, ("before_actor", 3))
     with sqlite3.connect(db) as conn:
         assert conn.execute("DELETE FROM journal WHERE kind = 'reflection'").rowcount == 1
     with lw.Runtime(db) as rt:
