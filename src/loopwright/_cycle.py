@@ -387,11 +387,6 @@ class Cycle(RuntimeHost):
                     cause=f"crossed during verifier {check.name}",
                     unverified=proposal.to_dict(),
                 )
-            (held if check.held_out else visible)[check.name] = verdict
-            if check.held_out and len(held) == len(loop.held_out):
-                # every held-out check judged this candidate: what an end reports from now on,
-                # even one in this cycle (_finishing)
-                ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
         # Which requested effects run: those of an accepted cycle, and those declared to run
         # whatever the verdict.
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None

@@ -140,8 +140,12 @@ def decided_event(
     a: Approval, by: str, note: str | None, answer: Any, now: float, js: Callable[[Any], Any]
 ) -> Row:
     """The ``approval_decided`` event of a decision just written on request ``a``."""
-    data: dict[str, Any] = {"approval_id": a.approval_id, "status": a.status, "by": by}
-    data["note"] = note
+    data: dict[str, Any] = {
+        "approval_id": a.approval_id,
+        "status": a.status,
+        "by": by,
+        "note": note,
+    }
     if answer is not None:
         data["answer"] = answer
     return (a.run_id, a.cycle, "approval_decided", now, js(data))

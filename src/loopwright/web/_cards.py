@@ -315,10 +315,9 @@ def register_card_routes(app: FastAPI, store: Store) -> None:
 
     @app.get("/approvals/{approval_id}/image", include_in_schema=False)
     def approval_image(approval_id: str, ref: str, side: str = "after") -> Response:
-        found = [a for a in store.approvals(status="pending") if a.approval_id == approval_id]
-        if not found:
+        a = store.approval(approval_id)
+        if a is None or a.status != "pending":
             raise HTTPException(404, f"no pending approval request {approval_id}")
-        a = found[0]
         state = store.latest_checkpoint(a.run_id).task_state()
         return image_response(image_value(a, state, ref, side), store, state)
 
