@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 
+from . import _shapes as shapes
 from ._errors import ConfigError
 
 __all__ = [
@@ -308,6 +309,19 @@ class Escalation:
     route: str | None = None
     recommended_action: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("owner", "route", "recommended_action"):
+            shapes.optional(getattr(self, name), str, f"contract.escalation.{name}")
+
+
+# Contract's sections: name, type, may be None.
+_FIELDS: tuple[tuple[str, type, bool], ...] = (
+    ("success", Success, False),
+    ("no_progress", NoProgress, True),
+    ("budget", Budget, False),
+    ("marginal_return", MarginalReturn, True),
+    ("escalation", Escalation, False),
+)
 
 _SECTIONS: dict[str, type] = {
     "success": Success,
@@ -333,6 +347,23 @@ class Contract:
     escalation: Escalation = field(default_factory=Escalation)
 
     def __post_init__(self) -> None:
+        for name, typ, opt in _FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, typ) and not (opt and value is None):
+                hint = (
+                    f" (a mapping is read by Contract.from_dict, or pass {typ.__name__}(...))"
+                    if isinstance(value, Mapping)
+                    else ""
+                )
+                raise ConfigError(
+                    f"must be a {typ.__name__}{' or None' if opt else ''}, got "
+                    f"{type(value).__name__}{hint}",
+                    field=f"contract.{name}",
+                )
+        if type(self.risk) is not tuple:
+            object.__setattr__(self, "risk", shapes.tuple_of(self.risk, RiskRule, "contract.risk"))
+        else:
+            shapes.tuple_of(self.risk, RiskRule, "contract.risk")
         if not self.budget.bounded and self.no_progress is None and self.marginal_return is None:
             raise ConfigError(
                 "the contract has no exit besides success: set a budget (max_cycles, "

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _shapes as shapes
 from ._errors import ConfigError
 from ._redact import redact
 from ._retry import RetryPolicy
@@ -50,6 +51,15 @@ class EffectCall:
     args: Mapping[str, Any] = field(default_factory=dict)
     key: str | None = None
 
+    def __post_init__(self) -> None:
+        shapes.text(self.name, "EffectCall.name", empty=False)
+        if not isinstance(self.args, Mapping):
+            raise ConfigError(
+                f"must be a mapping of keyword arguments, got {type(self.args).__name__}",
+                field="EffectCall.args",
+            )
+        shapes.optional(self.key, str, "EffectCall.key")
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "args": dict(self.args), "key": self.key}
 
@@ -80,6 +90,9 @@ class EffectResult:
 
     value: Any = None
     usage: Usage | None = None
+
+    def __post_init__(self) -> None:
+        shapes.optional(self.usage, Usage, "EffectResult.usage")
 
 
 class Effect:

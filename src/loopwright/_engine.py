@@ -166,6 +166,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
+        if store is not None and not isinstance(store, Store | str):
+            raise ConfigError(
+                f"must be a Store, a path or a store URL, got {type(store).__name__}",
+                field="store",
+            )
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
         self.owner = owner or _owner()
@@ -248,6 +253,16 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             raise ConfigError(
                 f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
             )
+        for art in state.artifacts.values():
+            # checked before the run exists: a name "artifact/part" cannot split back into
+            # would fail the run's first load and leave it pending for ever
+            bad = [p for p in art.parts if not p] if art.name and "/" not in art.name else [""]
+            if bad:
+                raise ConfigError(
+                    "artifact and part names must be non-empty, and an artifact's name cannot "
+                    f"contain '/': artifact {art.name!r}",
+                    field="task.artifacts",
+                )
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()
@@ -410,7 +425,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             stop_reason=rec.stop_reason,
             cycles=rec.cycle,
             best_score=rec.best_score,
-            spent=Usage(rec.cost_usd, rec.tokens, rec.seconds),
+            spent=Usage._stored(rec.cost_usd, rec.tokens, rec.seconds),
             packet=rec.packet,
             state=_lasting(ck.task_state(), self.store, rec.run_id),
             held_out_passed=rec.held_out_passed,

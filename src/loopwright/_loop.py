@@ -106,6 +106,13 @@ class Loop:
             raise ConfigError("a loop needs a name", field="name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
+        if not isinstance(self.contract, Contract):
+            hint = (
+                " (build one with Contract.from_dict)" if isinstance(self.contract, Mapping) else ""
+            )
+            raise ConfigError(
+                f"must be a Contract, got {type(self.contract).__name__}{hint}", field="contract"
+            )
         checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in self.verifiers)
         names = [c.name for c in checks]
         dupes = sorted({n for n in names if names.count(n) > 1})

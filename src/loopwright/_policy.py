@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import _shapes as shapes
 from ._effects import EFFECT_KINDS
 from ._errors import ConfigError
 
@@ -240,6 +241,10 @@ class ApprovalPolicy:
     earned: tuple[EarnedAuthority, ...] = ()  # off unless given (docs/permissions.md)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", shapes.tuple_of(self.rules, PolicyRule, "approvals"))
+        object.__setattr__(
+            self, "earned", shapes.tuple_of(self.earned, EarnedAuthority, "approvals.earned")
+        )
         names = [r.name for r in self.rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

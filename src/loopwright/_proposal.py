@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import _shapes as shapes
 from ._effects import EffectCall, _canon
+from ._errors import ConfigError
 from ._question import Question
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
@@ -24,6 +26,15 @@ class Edit:
     artifact: str
     part: str
     value: Any
+
+    def __post_init__(self) -> None:
+        # an empty or slashed name cannot be told apart in "artifact/part": refused here, not
+        # as a failed commit with the run left running
+        a, p = self.artifact, self.part
+        if type(a) is not str or type(p) is not str or not a or not p or "/" in a:
+            shapes.text(a, "Edit.artifact", empty=False)
+            shapes.text(p, "Edit.part", empty=False)
+            raise ConfigError(f"must not contain '/', got {a!r}", field="Edit.artifact")
 
     @property
     def ref(self) -> str:
@@ -62,6 +73,48 @@ class Proposal:
     effects: tuple[EffectCall, ...] = ()
     question: Question | None = None
 
+    def __post_init__(self) -> None:
+        e = self.edits
+        if (  # an actor's usual proposal, in a few type tests (one is built every cycle)
+            type(e) is tuple
+            and (not e or (len(e) == 1 and type(e[0]) is Edit))
+            and not self.effects
+            and not self.new_steps
+            and self.replace is None
+            and not self.plan
+            and (self.usage is None or type(self.usage) is Usage)
+            and type(self.note) is str
+            and self.escalate is None
+            and self.question is None
+        ):
+            return
+        self._check_shapes()
+
+    def _check_shapes(self) -> None:
+        _set = object.__setattr__
+        _set(self, "edits", shapes.tuple_of(self.edits, Edit, "Proposal.edits"))
+        _set(self, "effects", shapes.tuple_of(self.effects, EffectCall, "Proposal.effects"))
+        _set(self, "new_steps", shapes.tuple_of(self.new_steps, PlanStep, "Proposal.new_steps"))
+        shapes.optional(self.usage, Usage, "Proposal.usage")
+        shapes.text(self.note, "Proposal.note")
+        shapes.optional(self.escalate, str, "Proposal.escalate")
+        shapes.optional(self.question, Question, "Proposal.question")
+        if self.replace is not None:
+            if not isinstance(self.replace, Mapping) or not all(
+                isinstance(v, Mapping) for v in self.replace.values()
+            ):
+                raise ConfigError(
+                    "must map artifact names to {part: value} mappings", field="Proposal.replace"
+                )
+            for artifact, parts in self.replace.items():
+                for part in parts:
+                    Edit(artifact, part, None)  # the same name rules as an edit
+        if self.plan and not (
+            isinstance(self.plan, Mapping)
+            and all(type(k) is str and type(v) is str for k, v in self.plan.items())
+        ):
+            raise ConfigError("must map step ids to statuses (strings)", field="Proposal.plan")
+
     @classmethod
     def edit(
         cls,
@@ -72,6 +125,11 @@ class Proposal:
         usage: Usage | None = None,
     ) -> Proposal:
         """Edits to several parts of one artifact: ``Proposal.edit("invoice", {"qty": 3})``."""
+        if not isinstance(parts, Mapping):
+            raise ConfigError(
+                f"takes a mapping {{part: value}}, got {type(parts).__name__}",
+                field="Proposal.edit",
+            )
         return cls(
             edits=tuple(Edit(artifact, k, v) for k, v in parts.items()), note=note, usage=usage
         )
@@ -172,12 +230,55 @@ class Verdict:
     checked: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        f, u, c = self.findings, self.usage, self.checked
+        if not (  # a verifier's usual verdict, in a few type tests (several are built a cycle)
+            type(self.passed) is bool
+            and type(f) is tuple
+            and (not f or (len(f) == 1 and type(f[0]) is Finding))
+            and type(self.evidence) is dict
+            and (u is None or type(u) is Usage)
+            and (c is None or type(c) is tuple)
+        ):
+            self._check_shapes()
         if self.score is not None and (
             not isinstance(self.score, int | float)
             or math.isnan(self.score)
             or not 0.0 <= self.score <= 1.0
         ):
             raise ValueError(f"Verdict.score must be in [0, 1], got {self.score!r}")
+
+    def _check_shapes(self) -> None:
+        p = self.passed
+        if type(p) is not bool:
+            # "false" is truthy: a verdict parsed from a model's text must not pass by accident
+            if type(p).__name__ in ("bool_", "bool") or (type(p) is int and p in (0, 1)):
+                object.__setattr__(self, "passed", bool(p))  # numpy's bool (bool_ before 2.0), 0, 1
+            else:
+                raise ConfigError(
+                    f"must be True or False, got {type(p).__name__}: {p!r:.60}",
+                    field="Verdict.passed",
+                )
+        if self.findings and (
+            type(self.findings) is not tuple or type(self.findings[0]) is not Finding
+        ):
+            object.__setattr__(
+                self, "findings", shapes.tuple_of(self.findings, Finding, "Verdict.findings")
+            )
+        elif len(self.findings) > 1:
+            shapes.tuple_of(self.findings, Finding, "Verdict.findings")
+        if not isinstance(self.evidence, Mapping):
+            raise ConfigError(
+                f"must be a mapping, got {type(self.evidence).__name__}", field="Verdict.evidence"
+            )
+        if self.usage is not None and type(self.usage) is not Usage:
+            shapes.optional(self.usage, Usage, "Verdict.usage")
+        if self.checked is not None and type(self.checked) is not tuple:
+            if isinstance(self.checked, str):
+                raise ConfigError(
+                    "takes a tuple of part references; wrap the single one: (ref,)",
+                    field="Verdict.checked",
+                )
+            object.__setattr__(self, "checked", tuple(self.checked))
 
     @property
     def value(self) -> float:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast, get_args
 
+from . import _shapes as shapes
 from ._errors import ConfigError
 from ._usage import Usage
 
@@ -326,6 +327,34 @@ class Finding:
     severity: Literal["error", "warning"] = "error"
     verifier: str = ""
     evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # a verifier that parsed a model's answer may pass None or a number: say so here, not
+        # a cycle later inside the engine (loopwright._shapes)
+        if (
+            type(self.message) is not str
+            or (self.artifact is not None and type(self.artifact) is not str)
+            or (self.part is not None and type(self.part) is not str)
+            or type(self.dimension) is not str
+            or type(self.verifier) is not str
+            or self.severity not in {"error", "warning"}
+            or (type(self.evidence) is not dict and not isinstance(self.evidence, Mapping))
+        ):
+            shapes.text(self.message, "Finding.message")
+            shapes.optional(self.artifact, str, "Finding.artifact")
+            shapes.optional(self.part, str, "Finding.part")
+            shapes.text(self.dimension, "Finding.dimension")
+            shapes.text(self.verifier, "Finding.verifier")
+            if self.severity not in ("error", "warning"):
+                raise ConfigError(
+                    f"must be 'error' or 'warning', got {self.severity!r}",
+                    field="Finding.severity",
+                )
+            if not isinstance(self.evidence, Mapping):
+                raise ConfigError(
+                    f"must be a mapping, got {type(self.evidence).__name__}",
+                    field="Finding.evidence",
+                )
 
     @property
     def ref(self) -> str | None:

@@ -216,8 +216,10 @@ def test_feedback_and_an_edit_note_are_stored_masked(tmp_path: Path) -> None:
 def test_objects_memory_sources_traces_and_cli_errors_are_masked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What is not text (an exception or an object in a verdict's evidence, an exception as a
-    finding's message) is stored as its text, masked; a memory item's source is masked; the
+    """What is not text (an exception or an object in a verdict's evidence) is stored as its
+    text, masked; an exception given as a finding's message is refused (Finding.message is
+    text), and the escalation that says so, which quotes it, is masked; a memory item's source
+    is masked; the
     OpenTelemetry export masks what the store holds as given (a task key is a name, stored as
     typed); the command line masks an error a user's factory raised with its options."""
 
@@ -230,9 +232,13 @@ def test_objects_memory_sources_traces_and_cli_errors_are_masked(
         return lw.Verdict(
             passed=False,
             score=0.5,
-            findings=(lw.Finding(down, "doc", "a", "content"),),  # type: ignore[arg-type]
+            findings=(lw.Finding(f"{down}", "doc", "a", "content"),),
             evidence={"error": down, "conn": Conn()},
         )
+
+    def exception_as_message(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        down = ConnectionError(f"cannot reach postgresql://app:{URL_PW}@db.example/x")
+        return lw.Verdict(passed=False, findings=(lw.Finding(down),))  # type: ignore[arg-type]
 
     loop = lw.Loop(
         name="objects",
@@ -252,7 +258,18 @@ def test_objects_memory_sources_traces_and_cli_errors_are_masked(
             by="ann",
         )
         exported = json.dumps(otlp_trace(rt.store, r.run_id))
+        refused = rt.run_sync(
+            lw.Loop(
+                name="message",
+                actor=lambda ctx: lw.Proposal.edit("doc", {"a": 1}),
+                verifiers=[lw.Check(fn=exception_as_message, name="check")],
+                contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+            ),
+            TASK,
+        )
     assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", 2)  # no crash
+    assert refused.status == "escalated" and refused.packet is not None
+    assert "Finding.message: must be a string, got ConnectionError" in refused.packet["cause"]
     assert _stored(tmp_path, (URL_PW, BY_NAME)) == []
     assert SHAPED in "".join(p.read_text("latin-1") for p in tmp_path.glob("s.db*"))
     assert SHAPED not in exported and f"k-{REDACTED}" in exported

@@ -32,6 +32,7 @@ def test_the_specs_follow_the_engines_dicts() -> None:
 # Values where a default and a look-alike differ only by type: 0 / 0.0 / False / "" / None.
 _tricky = st.sampled_from([0, 0.0, False, True, "", None, 1, 0.5, "x", [], {}])
 _text = st.text(max_size=8)
+_name = st.text(min_size=1, max_size=8)  # a part's name is never empty (Edit refuses it)
 _usage = st.builds(
     lambda c, t, s: {"cost_usd": c, "tokens": t, "seconds": s},
     st.sampled_from([0.0, 0, 0.25]),
@@ -67,7 +68,7 @@ def _verdict(draw: st.DrawFn) -> dict[str, Any]:
 def _record(draw: st.DrawFn) -> dict[str, Any]:
     proposal = lw.Proposal(
         edits=tuple(
-            lw.Edit("doc", p, v) for p, v in draw(st.lists(st.tuples(_text, _tricky), max_size=2))
+            lw.Edit("doc", p, v) for p, v in draw(st.lists(st.tuples(_name, _tricky), max_size=2))
         ),
         plan=draw(st.one_of(st.just({}), st.just({"s1": "done"}))),
         note=draw(st.sampled_from(["", "why", "***"])),

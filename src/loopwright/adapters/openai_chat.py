@@ -1382,7 +1382,7 @@ class ChatReviewer(_ChatModel):
             artifact=artifact,
             part=part,
             dimension=str(raw.get("dimension") or self.dimension),
-            severity=cast(Literal["error", "warning"], raw.get("severity") or "error"),
+            severity="warning" if raw.get("severity") == "warning" else "error",
             evidence=evidence,
         )
 

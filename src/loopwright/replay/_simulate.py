@@ -128,7 +128,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
                 crossed = rules.budget_crossed(contract, s.spent)
                 if crossed:
                     return end(crossed, note="crossed before the effects")
-            s.spent = s.spent + Usage(call.cost_usd, call.tokens, 0.0)
+            s.spent = s.spent + Usage._stored(call.cost_usd, call.tokens, 0.0)  # as recorded
             checked = (
                 call.who == "actor"
                 or (call.who.startswith("verifier:") and i != last_verifier)
@@ -159,7 +159,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             s.stall += 1
         s.passed_checks = sorted(set(s.passed_checks) | newly)
         s.cycle += 1
-        s.spent = s.spent + Usage(seconds=c.seconds)
+        s.spent = s.spent + Usage._stored(0.0, 0, c.seconds)
         held = c.held_out_passed
         if better:
             improved_at = s.cycle
@@ -173,7 +173,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             return end(reason)
     tail = str(trace.tail.get("kind", "none"))
     if tail == "escalated":
-        s.spent = s.spent + Usage(
+        s.spent = s.spent + Usage._stored(
             float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
         )
         return end("escalated", note="escalated mid-cycle, as recorded")
@@ -181,7 +181,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         # The recording crossed a budget mid-cycle after spending this much: the same calls
         # cross this contract's budget too, or what came next is unknown.
         before = s.spent
-        s.spent = s.spent + Usage(
+        s.spent = s.spent + Usage._stored(
             float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
         )
         crossed = rules.budget_crossed(contract, s.spent)

@@ -1,0 +1,63 @@
+"""Shape checks for the values user code builds (proposals, verdicts, findings, contracts).
+
+A wrong shape is said where it is made, as a ``ConfigError`` naming the field: inside an actor
+or verifier that is an exception the engine escalates with its message, where a shape accepted
+silently would fail cycles later inside the engine, blamed on loopwright. Each check takes the
+common shape in a type test or two: proposals and verdicts are built every cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._errors import ConfigError
+
+__all__ = ["optional", "text", "tuple_of"]
+
+
+def tuple_of(value: Any, kind: type, field: str) -> tuple[Any, ...]:
+    """``value`` as a tuple of ``kind`` items (a list or other iterable is fine)."""
+    if type(value) is tuple and all(isinstance(x, kind) for x in value):
+        return value
+    name = kind.__name__
+    if isinstance(value, kind):
+        raise ConfigError(
+            f"takes a tuple of {name}; wrap the single one: ({name}(...),)", field=field
+        )
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ConfigError(
+            f"must be a tuple of {name}, got {type(value).__name__}: {_short(value)}",
+            field=field,
+        )
+    items = tuple(value)
+    for x in items:
+        if not isinstance(x, kind):
+            raise ConfigError(
+                f"must hold {name} items, got {type(x).__name__}: {_short(x)}", field=field
+            )
+    return items
+
+
+def optional(value: Any, kind: type | tuple[type, ...], field: str) -> None:
+    """``value`` is ``None`` or a ``kind``."""
+    if value is not None and not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ConfigError(
+            f"must be {names} or None, got {type(value).__name__}: {_short(value)}", field=field
+        )
+
+
+def text(value: Any, field: str, *, empty: bool = True) -> None:
+    """``value`` is a string (non-empty unless ``empty``)."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"must be a string, got {type(value).__name__}: {_short(value)}", field=field
+        )
+    if not empty and not value:
+        raise ConfigError("must not be empty", field=field)
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."

@@ -1,0 +1,183 @@
+"""What user code builds is checked where it is built (loopwright._shapes): a wrong shape is a
+ConfigError naming the field, never a value that passes a check by accident or fails cycles
+later inside the engine."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import loopwright as lw
+from loopwright import ConfigError
+
+
+@pytest.mark.parametrize("passed", ["false", "true", "", None, 0.5, 2, [], {"passed": False}])
+def test_a_verdict_passes_only_on_a_boolean(passed: Any) -> None:
+    # "false" is truthy: a verdict parsed from a model's text must not be accepted by accident
+    with pytest.raises(ConfigError, match=r"Verdict.passed"):
+        lw.Verdict(passed=passed)
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [(True, True), (False, False), (1, True), (0, False), (np.bool_(False), False)],
+)
+def test_a_verdict_takes_numpy_booleans_and_0_or_1(given: Any, read: bool) -> None:
+    v = lw.Verdict(passed=given)
+    assert v.passed is read
+
+
+def test_verdict_containers() -> None:
+    f = lw.Finding("wrong", "doc", "n")
+    with pytest.raises(ConfigError, match=r"Verdict.findings: takes a tuple of Finding; wrap"):
+        lw.Verdict(passed=False, findings=f)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Verdict.findings: must hold Finding items, got str"):
+        lw.Verdict(passed=False, findings=("n is wrong",))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Verdict.usage"):
+        lw.Verdict(passed=True, usage={"cost_usd": 1})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Verdict.evidence"):
+        lw.Verdict(passed=True, evidence=["x"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Verdict.checked"):
+        lw.Verdict(passed=True, checked="doc/n")  # type: ignore[arg-type]
+    v = lw.Verdict(passed=False, findings=[f, f], checked=["doc/n"])  # type: ignore[arg-type]
+    assert v.findings == (f, f) and v.checked == ("doc/n",)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cost_usd": -1.0}, "cost_usd"),
+        ({"cost_usd": math.nan}, "cost_usd"),
+        ({"cost_usd": math.inf}, "cost_usd"),
+        ({"cost_usd": "0.5"}, "cost_usd"),
+        ({"cost_usd": True}, "cost_usd"),
+        ({"tokens": -1}, "tokens"),
+        ({"tokens": 1.5}, "tokens"),
+        ({"tokens": "3"}, "tokens"),
+        ({"tokens": False}, "tokens"),
+        ({"seconds": -0.5}, "seconds"),
+        ({"seconds": math.nan}, "seconds"),
+    ],
+)
+def test_usage_is_finite_and_not_negative(kwargs: dict[str, Any], field: str) -> None:
+    # invariant 7: a negative cost would let a run spend without limit; a NaN reached the store
+    with pytest.raises(ConfigError, match=f"Usage.{field}"):
+        lw.Usage(**kwargs)
+
+
+def test_usage_takes_numpy_numbers_as_plain_ones() -> None:
+    u = lw.Usage(np.float64(0.25), np.int64(3), np.float32(1.5))
+    assert (u.cost_usd, u.tokens, u.seconds) == (0.25, 3, 1.5)
+    assert type(u.cost_usd) is float and type(u.tokens) is int and type(u.seconds) is float
+    assert lw.Usage(1, 2, 3) + lw.Usage(0.5) == lw.Usage(1.5, 2, 3)
+
+
+def test_usage_as_stored_loads_whatever_an_older_release_wrote() -> None:
+    # a run stored before the check may hold a negative cost: it still loads
+    assert lw.Usage.from_dict({"cost_usd": -2.0, "tokens": -1}).cost_usd == -2.0
+
+
+def test_proposal_shapes() -> None:
+    e = lw.Edit("doc", "n", 1)
+    with pytest.raises(ConfigError, match=r"Proposal.edits: takes a tuple of Edit; wrap"):
+        lw.Proposal(edits=e)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.edits: must be a tuple of Edit, got dict"):
+        lw.Proposal(edits={"doc": 1})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.edits: must hold Edit items"):
+        lw.Proposal(edits=(e, ("doc", "m", 2)))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.usage"):
+        lw.Proposal(edits=(e,), usage={"cost_usd": 1})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.note"):
+        lw.Proposal(note=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.escalate"):
+        lw.Proposal(escalate=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.replace"):
+        lw.Proposal(replace={"doc": 5})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"Edit.part"):
+        lw.Proposal(replace={"doc": {"": 5}})
+    with pytest.raises(ConfigError, match=r"Proposal.plan"):
+        lw.Proposal(plan={"s1": None})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"Proposal.effects"):
+        lw.Proposal(effects=lw.EffectCall("pay"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Proposal.edit"):
+        lw.Proposal.edit("doc", [("n", 1)])  # type: ignore[arg-type]
+    assert lw.Proposal(edits=[e]).edits == (e,)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("artifact", "part", "field"),
+    [
+        ("", "n", "Edit.artifact"),
+        ("doc", "", "Edit.part"),
+        ("a/b", "n", "Edit.artifact"),
+        (None, "n", "Edit.artifact"),
+        ("doc", 3, "Edit.part"),
+    ],
+)
+def test_edit_names(artifact: Any, part: Any, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        lw.Proposal.edit(artifact, {part: 1})
+
+
+def test_an_edit_part_may_hold_a_slash() -> None:
+    # "doc/a/b" splits back into ("doc", "a/b"): only the artifact's name may not hold one
+    assert lw.Edit("doc", "a/b", 1).ref == "doc/a/b"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"message": None}, "Finding.message"),
+        ({"message": "m", "artifact": 5}, "Finding.artifact"),
+        ({"message": "m", "part": 5}, "Finding.part"),
+        ({"message": "m", "severity": "critical"}, "Finding.severity"),
+        ({"message": "m", "dimension": None}, "Finding.dimension"),
+        ({"message": "m", "evidence": "x"}, "Finding.evidence"),
+    ],
+)
+def test_finding_shapes(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        lw.Finding(**kwargs)
+
+
+def test_effect_call_and_result_shapes() -> None:
+    with pytest.raises(ConfigError, match=r"EffectCall.name"):
+        lw.EffectCall("")
+    with pytest.raises(ConfigError, match=r"EffectCall.args"):
+        lw.EffectCall("pay", [1])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"EffectCall.key"):
+        lw.EffectCall("pay", {}, 7)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"EffectResult.usage"):
+        lw.EffectResult(1, usage={"cost_usd": 1})  # type: ignore[arg-type]
+
+
+def test_contract_sections_are_typed() -> None:
+    budget = lw.Budget(max_cycles=3)
+    with pytest.raises(ConfigError, match=r"contract.budget: must be a Budget, got dict \(a map"):
+        lw.Contract(budget={"max_cycles": 3})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"contract.success: must be a Success, got float"):
+        lw.Contract(success=0.9, budget=budget)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"contract.no_progress: must be a NoProgress or None"):
+        lw.Contract(no_progress=2, budget=budget)  # type: ignore[arg-type]
+    rule = lw.RiskRule(name="r", touches=("doc/n",))
+    with pytest.raises(ConfigError, match=r"contract.risk: takes a tuple of RiskRule; wrap"):
+        lw.Contract(risk=rule, budget=budget)  # type: ignore[arg-type]
+    assert lw.Contract(risk=[rule], budget=budget).risk == (rule,)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"contract.escalation.owner"):
+        lw.Escalation(owner=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"approvals: takes a tuple of PolicyRule; wrap"):
+        lw.ApprovalPolicy(lw.PolicyRule(kind="spend", action="allow"))  # type: ignore[arg-type]
+
+
+def test_loop_and_runtime_arguments() -> None:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal()
+
+    for bad in (None, {"budget": {"max_cycles": 2}}):
+        with pytest.raises(ConfigError, match=r"contract: must be a Contract"):
+            lw.Loop(name="x", actor=actor, contract=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"store: must be a Store, a path or a store URL"):
+        lw.Runtime(5)  # type: ignore[arg-type]
