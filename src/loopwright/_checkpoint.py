@@ -16,7 +16,7 @@ from typing import Any
 from . import _decide as rules
 from . import _state_codec as codec
 from ._cycle import _effect
-from ._effect_run import EffectOutcome, perform_effect
+from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
 from ._exec import Execution as _Exec
@@ -55,8 +55,10 @@ class Checkpoints(RuntimeHost):
         calls: list[EffectCall],
         *,
         staged: bool = False,
+        keys: list[tuple[str, bool]] | None = None,
     ) -> bool:
-        """Run the cycle's effects (journaled, at most once), then conclude it."""
+        """Run the cycle's effects (journaled, at most once), then conclude it. ``keys``: the
+        calls' keys as a stored write-ahead fixed them (a resumed cycle)."""
         outcomes: list[EffectOutcome] = []
         if calls:
             # Never start an effect once a budget is crossed (invariant 7).
@@ -71,6 +73,10 @@ class Checkpoints(RuntimeHost):
                     unverified=proposal.to_dict(),
                 )
             if not staged:
+                # Each call's key is fixed here, as its journal entry will be named: a resume
+                # settles this key, whatever the loop's key function says by then (a deploy
+                # between a crash and its resume must not pay a second time).
+                keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
                 # Write-ahead: the cycle's proposal and verdicts are stored before any effect
                 # runs, so a crash during the effects resumes *this* proposal, never a new one
                 # with different arguments (which would be a second payment).
@@ -83,6 +89,7 @@ class Checkpoints(RuntimeHost):
                     "visible": {k: v.to_dict() for k, v in visible.items()},
                     "usage": cycle_usage.to_dict(),
                     "calls": [c.to_dict() for c in calls],
+                    "keys": [[k, business] for k, business in keys],
                     "spend": list(ex.calls),
                 }
                 cancel = self._commit(
@@ -99,7 +106,9 @@ class Checkpoints(RuntimeHost):
                     self._cancel_now(ex, "cancellation requested before the effects ran")
                     return True
             for i, c in enumerate(calls):
-                outcome = await perform_effect(self.store, ex, n, _effect(ex.loop, c), c)
+                outcome = await perform_effect(
+                    self.store, ex, n, _effect(ex.loop, c), c, fixed=keys[i] if keys else None
+                )
                 outcomes.append(outcome)
                 if outcome.usage is not None:
                     u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)

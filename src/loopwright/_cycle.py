@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -217,8 +218,19 @@ class Cycle(RuntimeHost):
         return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
 
     async def _evaluate(
-        self, ex: _Exec, n: int, proposal: Proposal, digest: str, t0: float, cycle_usage: Usage
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        t0: float,
+        cycle_usage: Usage,
+        *,
+        approved: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
+        """Verify the proposal and decide what it needs: a person (``_park``), or nothing
+        (``_apply``). ``approved``: what a person already approved for this cycle (it is judged
+        again after an edit made while it waited): not asked again."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
         # Accepted work is protected (invariant 6): without a policy rule for
@@ -441,6 +453,9 @@ class Cycle(RuntimeHost):
                     "expires_after_s": rule.expires_after_s,
                 }
             )
+        if approved and needs:
+            given = {_need_key(x) for x in approved}
+            needs = [x for x in needs if _need_key(x) not in given]
         if needs:
             ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
             return self._park(
@@ -572,6 +587,11 @@ class Cycle(RuntimeHost):
         ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
         self._finish(ex, reason, **packet)
         return True
+
+
+def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:
+    """What a request asked a person about: the same need judged again is the same key."""
+    return tuple(str(need.get(k)) for k in ("kind", "rule", "effect", "what"))
 
 
 def _bill(ex: _Exec, who: str, usage: Usage) -> None:

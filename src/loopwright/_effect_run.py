@@ -28,7 +28,7 @@ from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 from .store._sql import owner_is_dead
 
-__all__ = ["EffectOutcome", "perform_effect"]
+__all__ = ["EffectOutcome", "key_of", "perform_effect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +118,20 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     return "gone" if owner_is_dead(owner) else "alive"
 
 
+def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str, bool]:
+    """The call's idempotency key (without ``effect:``), and whether it is a business key (one
+    the call or the effect's ``key`` gives: it names the action store-wide)."""
+    return eff.key_for(run_id, cycle, call), bool(call.key or eff.key_fn is not None)
+
+
 async def perform_effect(
-    store: Store, ex: Execution, cycle: int, eff: Effect, call: EffectCall
+    store: Store,
+    ex: Execution,
+    cycle: int,
+    eff: Effect,
+    call: EffectCall,
+    *,
+    fixed: tuple[str, bool] | None = None,
 ) -> EffectOutcome:
     """Run one effect at most once, journaled: intent before, result after.
 
@@ -132,8 +144,12 @@ async def perform_effect(
     and gets an execution deadline inside it (``deadline_at`` in the intent), never starting
     after it; an intent whose holder may still be executing it (its deadline not passed, or
     its holder alive on this host) is settled only after that deadline, the hook asked again.
+
+    ``fixed``: the key, and whether it is a business key, as the cycle's write-ahead recorded
+    them (``key_of``): a resumed cycle settles the intent it journaled even when the loop's
+    key function changed between the crash and the resume.
     """
-    ikey = eff.key_for(ex.run_id, cycle, call)
+    ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
     # A compensated (undone) execution, or a failed one retired by a rollback, does not
     # satisfy a new request for the same key: the request runs again as the key's next
@@ -151,7 +167,7 @@ async def perform_effect(
     # claimed store-wide, so no other run of this store performs it again (invariant 2).
     claim = (
         (eff.kind, ikey, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
-        if call.key or eff.key_fn is not None
+        if business
         else None
     )
 

@@ -140,6 +140,14 @@ class Forking(RuntimeHost):
             # A run parked on a request can be edited beside it (its pending proposal is
             # applied on top when decided), except a part that proposal itself changes.
             held: dict[str, Any] = {}
+            if s.pending and s.pending.get("stage") == "effects":
+                # The process died while this cycle's effects ran: resuming applies the cycle's
+                # stored proposal, which would write over the person's version unasked.
+                raise ConflictError(
+                    f"run {rec.run_id} stopped during the effects of cycle "
+                    f"{s.pending.get('cycle')}: resume it to finish them (each is journaled, "
+                    "none runs twice), then edit"
+                )
             if s.pending and "approval_id" in s.pending:
                 pend = s.pending.get("proposal") or {}
                 if not s.pending.get("question_only") and ref in {
@@ -152,6 +160,9 @@ class Forking(RuntimeHost):
                     )
                 # the parked cycle's held-out verdicts wait in the latest record: keep them
                 held = {"held_out": (ck.record or {}).get("held_out") or {}}
+                # ...but they, and its visible verdicts, judged the state before this edit: the
+                # decided cycle is judged again (Parking._judge_again)
+                s.pending = {**s.pending, "edited": True}
             part = s.part(ref)
             if part is None:
                 known = ", ".join(r for r, _p in s.iter_parts()) or "none"

@@ -10,7 +10,7 @@ modules named beside them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._group import GroupCommitter, GroupRecall
@@ -61,6 +61,18 @@ class RuntimeHost:
             state: TaskState | None = None,
         ) -> Context: ...
 
+        async def _evaluate(
+            self,
+            ex: _Exec,
+            n: int,
+            proposal: Proposal,
+            digest: str,
+            t0: float,
+            cycle_usage: Usage,
+            *,
+            approved: Sequence[Mapping[str, Any]] = (),
+        ) -> bool: ...
+
         # _checkpoint.Checkpoints
         async def _apply(
             self,
@@ -77,6 +89,7 @@ class RuntimeHost:
             calls: list[EffectCall],
             *,
             staged: bool = False,
+            keys: list[tuple[str, bool]] | None = None,
         ) -> bool: ...
 
         def _conclude(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import _decide as rules
 from ._cycle import _candidate
 from ._effects import EffectCall
 from ._errors import ApprovalError, ConfigError, RunNotFoundError
@@ -202,7 +203,32 @@ class Parking(RuntimeHost):
                 decision="asked",
             )
         s.approved.append(str(pend["digest"]))
+        if pend.get("edited"):
+            return await self._judge_again(ex, pend, req.evidence.get("needs") or ())
         return await self._resume_cycle(ex, pend, staged=False)
+
+    async def _judge_again(
+        self, ex: _Exec, pend: Mapping[str, Any], approved: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """A person edited the run beside this request while it waited, so the stored verdicts
+        judged a state that is gone. The approved proposal is applied to the state as it is now
+        and verified again (the actor is not asked again); what the person approved is not
+        asked again, anything the new verdicts call for is."""
+        s, n = ex.state, int(pend["cycle"])
+        left = rules.remaining(ex.contract, s)
+        ex.deadline = None if left.seconds is None else time.time() + left.seconds
+        ex.events.append(
+            NewEvent(n, "judged_again", {"approval_id": pend.get("approval_id"), "why": "edited"})
+        )
+        return await self._evaluate(
+            ex,
+            n,
+            Proposal.from_dict(pend["proposal"]),
+            str(pend["digest"]),
+            time.perf_counter(),
+            Usage.from_dict(pend.get("usage")),
+            approved=approved,
+        )
 
     async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
@@ -222,6 +248,8 @@ class Parking(RuntimeHost):
                 "declare: resume it with the loop that started it",
                 field="effects",
             )
+        # the keys its write-ahead fixed; a write-ahead stored before they were: recomputed
+        stored = pend.get("keys") if staged else None
         return await self._apply(
             ex,
             n,
@@ -235,6 +263,7 @@ class Parking(RuntimeHost):
             bool(pend.get("duplicate", digest in s.rejected)),
             calls,
             staged=staged,
+            keys=[(str(k), bool(b)) for k, b in stored] if stored else None,
         )
 
 

@@ -1,0 +1,181 @@
+"""From an outside probe (helper-37): what a person does, and what a deploy changes, between a
+crash or a park and the resume must not undo the guarantees. A run that died during its
+effects refuses an edit until it is resumed (the resume applies the cycle's stored proposal);
+an effect's key is fixed by the cycle's write-ahead, so a changed key function cannot run an
+in-doubt payment again; an edit made beside a waiting request is judged before the decided
+cycle concludes (its stored verdicts judged a state that is gone)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.crash import Crash
+
+import loopwright as lw
+
+KeyFn = Callable[[dict[str, Any]], str] | None
+BY_INVOICE: KeyFn = lambda a: a["inv"]  # noqa: E731
+BY_INVOICE_AND_AMOUNT: KeyFn = lambda a: f"{a['inv']}/{a['amount']}"  # noqa: E731
+
+
+def _pay_loop(key: KeyFn, paid: list[str], *, crash: bool, reconcile: bool = False) -> lw.Loop:
+    """One cycle edits doc/a and pays invoice INV-7; ``crash``: the process dies in the payment,
+    after the outside world took it and before its result is journaled."""
+    dying = [crash]
+
+    @lw.effect(
+        "spend",
+        key=key,
+        reconcile=(lambda k: {"paid": "INV-7"} if paid else None) if reconcile else None,
+    )
+    def pay(inv: str, amount: int) -> dict[str, str]:
+        paid.append(inv)
+        if dying[0]:
+            dying[0] = False
+            raise Crash("died after paying")
+        return {"paid": inv}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.artifacts["doc"]["a"] == "draft":
+            return lw.Proposal(
+                edits=(lw.Edit("doc", "a", "done"),), effects=(pay.call(inv="INV-7", amount=120),)
+            )
+        return lw.Proposal(note="nothing to do")
+
+    return lw.Loop(
+        name="pay",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=s.values()["doc"]["a"] != "draft"))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        effects=(pay,),
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+
+
+TASK = {"artifacts": {"doc": {"a": "draft", "b": "B"}}}
+
+
+def _crash_in_payment(db: Path, key: KeyFn, paid: list[str], **kw: Any) -> str:
+    with lw.Runtime(db) as rt, pytest.raises(Crash):
+        rt.run_sync(_pay_loop(key, paid, crash=True, **kw), TASK, task_key="K")
+    with lw.Runtime(db) as rt:
+        return rt.store.get_run("K").run_id
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (BY_INVOICE, BY_INVOICE),
+        (BY_INVOICE, BY_INVOICE_AND_AMOUNT),  # a deploy changed the business key
+        (BY_INVOICE, None),  # ...or dropped it (the run-scoped default key)
+        (None, BY_INVOICE),  # ...or added one
+    ],
+)
+def test_a_changed_key_function_does_not_run_an_in_doubt_payment_again(
+    tmp_path: Path, before: KeyFn, after: KeyFn
+) -> None:
+    paid: list[str] = []
+    run_id = _crash_in_payment(tmp_path / "s.db", before, paid)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.resume_sync(run_id, _pay_loop(after, paid, crash=False))
+        journal = {e.key: e.status for e in rt.store.journal(run_id)}
+    assert paid == ["INV-7"]  # once, whatever the key function says now
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None and "its outcome was not recorded" in r.packet["cause"]
+    [(key, status)] = [(k, v) for k, v in journal.items() if k.startswith("effect:")]
+    assert status == "in_doubt"  # the intent journaled before the crash is the one settled
+    if before is BY_INVOICE:
+        assert key == "effect:pay:INV-7"
+
+
+def test_a_run_that_died_during_its_effects_refuses_an_edit_until_resumed(
+    tmp_path: Path,
+) -> None:
+    paid: list[str] = []
+    run_id = _crash_in_payment(tmp_path / "s.db", BY_INVOICE, paid, reconcile=True)
+    loop = _pay_loop(BY_INVOICE, paid, crash=False, reconcile=True)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        with pytest.raises(lw.ConflictError, match="stopped during the effects of cycle 1"):
+            rt.edit(run_id, "doc/a", "HUMAN", by="alice")
+        r = rt.resume_sync(run_id, loop)
+        assert (r.status, r.state.values()["doc"]["a"]) == ("accepted", "done")
+        rt.edit(run_id, "doc/a", "HUMAN", by="alice")  # now the person's version is the last
+        state = rt.store.latest_checkpoint(run_id).task_state()
+    assert paid == ["INV-7"]
+    part = state.part("doc/a")
+    assert part is not None and (part.value, part.status) == ("HUMAN", "accepted")
+
+
+TARGET = {"a": "A", "b": "B"}
+
+
+def _parked_loop(judged: list[dict[str, Any]]) -> lw.Loop:
+    """The actor fixes doc/a, which a risk rule asks a person about; the visible check wants
+    both parts right, the held-out one doc/b."""
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        have = state.values()["doc"]
+        judged.append(dict(have))
+        bad = tuple(
+            lw.Finding(f"{k} is {have[k]!r}", "doc", k, "content")
+            for k, v in TARGET.items()
+            if have[k] != v
+        )
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / 2, findings=bad)
+
+    return lw.Loop(
+        name="stale",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "A"}),
+        verifiers=[
+            lw.Check(fn=check, name="both"),
+            lw.Check(
+                fn=lambda s, p: lw.Verdict(passed=s.values()["doc"]["b"] == "B"),
+                name="b",
+                held_out=True,
+            ),
+        ],
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=3),
+            risk=(lw.RiskRule(name="touch_a", touches=("doc/a",)),),
+        ),
+    )
+
+
+def test_an_edit_beside_a_waiting_request_that_breaks_a_check_is_not_accepted(
+    tmp_path: Path,
+) -> None:
+    judged: list[dict[str, Any]] = []
+    loop = _parked_loop(judged)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "B"}}}, task_key="T")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/b", "WRONG", by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        kinds = [e.kind for e in rt.store.events(r.run_id)]
+    # before: accepted on the verdicts of the state before the edit, held_out_passed True
+    assert judged[-1] == {"a": "A", "b": "WRONG"}  # the approved proposal on the edited state
+    assert r.stop_reason != "success" and r.held_out_passed is False
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None and "a person's edit is not overwritten" in r.packet["cause"]
+    assert "judged_again" in kinds
+
+
+def test_an_edit_beside_a_waiting_request_is_judged_and_the_approval_is_not_asked_again(
+    tmp_path: Path,
+) -> None:
+    judged: list[dict[str, Any]] = []
+    loop = _parked_loop(judged)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "wrong"}}}, task_key="T")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/b", "B", by="alice")  # the person fixes the other part
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        requests = rt.store.approvals(run_id=r.run_id)
+    assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 1)
+    assert r.held_out_passed is True and judged[-1] == TARGET
+    assert len(requests) == 1  # the risk rule's need was approved: not asked a second time
