@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -428,3 +430,57 @@ def test_memory_list_limit_is_the_newest_not_forgotten(tmp_path: Path) -> None:
         "memory", "list", "--limit", "2", "--status", "all", "--json", cwd=tmp_path, store=store
     )
     assert [it["text"] for it in json.loads(r.stdout)] == ["note 5", "note 4"]
+
+
+def test_ctrl_c_during_a_run_says_what_was_kept_and_how_to_go_on(tmp_path: Path) -> None:
+    # Typer turns KeyboardInterrupt into a silent exit 130: the user was told nothing
+    marker = tmp_path / "actor-started"
+    (tmp_path / "slowmod.py").write_text(
+        "import pathlib, time\n"
+        "import loopwright as lw\n"
+        f"MARK = pathlib.Path({str(marker)!r})\n"
+        "def actor(ctx):\n"
+        "    if ctx.cycle == 2 and not MARK.exists():\n"
+        "        MARK.touch()\n"
+        "        time.sleep(600)  # interrupted by the test's SIGINT\n"
+        "    return lw.Proposal.edit('doc', {'n': ctx.cycle})\n"
+        "def check(state, proposal):\n"
+        "    return lw.Verdict(passed=state.values()['doc']['n'] >= 3)\n"
+    )
+    (tmp_path / "slow.toml").write_text(
+        # a timeout runs the actor in a thread: the first Ctrl-C stops the run at once (inline,
+        # asyncio's handler would wait for the actor to return, as for any blocking call)
+        'name = "slow"\n[actor]\nref = "slowmod.py:actor"\ntimeout_s = 600\n[[verifiers]]\n'
+        'ref = "slowmod.py:check"\n[contract.budget]\nmax_cycles = 5\n'
+    )
+    (tmp_path / "task.json").write_text('{"artifacts": {"doc": {"n": 0}}}')
+    env = {**os.environ, "LOOPWRIGHT_STORE": str(tmp_path / "s.db")}
+    env.pop("LOOPWRIGHT_DEBUG", None)
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    run = [exe, "run", "slow.toml", "--task", "task.json", "--task-key", "T"]
+    proc = subprocess.Popen(
+        run, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while not marker.exists():  # the actor of cycle 2 has started: cycle 1 is durable
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted; every finished cycle is checkpointed" in err
+    assert "loopwright resume RUN" in err and "Traceback" not in err
+    with open_store(str(tmp_path / "s.db")) as store:
+        assert store.get_run("T").cycle == 1
+    done = subprocess.run(
+        [exe, "resume", "T"],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

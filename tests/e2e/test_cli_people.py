@@ -134,3 +134,25 @@ def test_the_first_user_may_come_before_the_first_run(
     assert lines[0] == "2 audit record(s)"
     records = [line.split() for line in lines[1:] if line.startswith(" ")]
     assert [r[3:6] for r in records] == [["root", "add", "user"], ["root", "issue", "token"]]
+
+
+def test_a_store_without_users_or_authority_says_so_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    db = str(tmp_path / "s.db")
+    lw.Runtime(db).close()
+    code, out, _ = lw_cli(capsys, "authority", "--store", db)
+    # Rich read "[[authority]]" as markup and printed "[]"
+    assert code == 0 and "has [[authority]] in its spec" in " ".join(out.split())
+    code, _, err = lw_cli(capsys, "users", "token", "nosuch", "--store", db)
+    assert code == 2 and "this store has no users" in err  # was "root may replace only..."
+
+
+def test_a_token_for_a_user_who_does_not_exist_is_refused(
+    store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = ("--store", store)
+    assert lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)[0] == 0
+    code, _, err = lw_cli(capsys, "users", "token", "nosuch", *s)
+    assert code == 2 and "no user 'nosuch' in this store" in err

@@ -103,6 +103,42 @@ def test_garbage_file_is_refused(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(b"this is not")
 
 
+def test_a_store_in_a_folder_the_user_may_not_write_is_not_called_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite keeps a WAL store's -wal and -shm beside it: in a read-only folder even reading
+    # fails with "attempt to write a readonly database". (Tests run as root, which may write
+    # anywhere: the folder's permission and SQLite's answer are stood in for.)
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+
+    def readonly(self: SQLiteStore) -> None:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(SQLiteStore, "_configure", readonly)
+    with pytest.raises(lw.StoreCorruptError, match="not a usable loopwright store"):
+        SQLiteStore(path)  # a writable folder: the message stays (damage is possible)
+    monkeypatch.setattr("loopwright.store.sqlite.os.access", lambda p, mode: False)
+    with pytest.raises(lw.StoreError, match="is not writable by this user") as caught:
+        SQLiteStore(path)
+    assert not isinstance(caught.value, lw.StoreCorruptError)
+
+
+def test_an_in_memory_store_runs_a_loop() -> None:
+    # ":memory:" has no file for a WAL; it was refused with "cannot enable WAL"
+    loop = lw.Loop(
+        name="m",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"n": ctx.cycle}),
+        verifiers=[lambda s, p: lw.Verdict(passed=s.values()["doc"]["n"] >= 3)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5)),
+    )
+    with lw.Runtime(":memory:") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"n": 0}}})
+    assert (r.status, r.cycles) == ("accepted", 3)
+    part = r.state.part("doc/n")
+    assert part is not None and [v.value for v in part.versions] == [0, 1, 2, 3]
+
+
 def test_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(lw.ConfigError, match="directory"):
         SQLiteStore(tmp_path)

@@ -24,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         if exc.code is None:
             return 0
-        return exc.code if isinstance(exc.code, int) else 2
+        code = exc.code if isinstance(exc.code, int) else 2
+        if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
+            _interrupted()
+        return code
     except LoopwrightError as exc:
         print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("loopwright: interrupted; every finished cycle is checkpointed", file=sys.stderr)
+        _interrupted()
         return 130
     except Exception as exc:
         from ._damage import store_damage
@@ -47,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def _interrupted() -> None:
+    print(
+        "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs` "
+        "lists the run, `loopwright resume RUN` continues it",
+        file=sys.stderr,
+    )
 
 
 def _one_line(exc: BaseException) -> str:

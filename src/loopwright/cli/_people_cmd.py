@@ -187,6 +187,10 @@ def users_token(
     """Print a new token for NAME (shown once); their earlier token stops working at once.
     An admin may do it for anyone, a user for themself."""
     with open_existing(store) as st:
+        if not st.has_users():
+            raise ConfigError("this store has no users: add one with `loopwright users add`")
+        if st.get_user(name) is None:
+            raise ConfigError(f"no user {name!r} in this store", field="NAME")
         who = acting_as(st, None, token, action="issue token")
         me = st.get_user(who)
         if who != name and (me is None or not permits(me, "admin")):
@@ -276,7 +280,7 @@ def authority(
         return
     if not rows:
         console().print(
-            "no earned authority: no loop here has [[authority]] in its spec (docs/permissions.md)"
+            "no earned authority: no loop here has \\[\\[authority]] in its spec (docs/permissions.md)"
         )
         return
     table = Table(title="earned authority")

@@ -158,6 +158,15 @@ class SQLiteStore(SQLStore):
             self._migrate()
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            folder = self.path.absolute().parent
+            if "readonly" in str(exc) and not os.access(folder, os.W_OK):
+                # Not damage: SQLite keeps a WAL store's -wal and -shm files beside it, so
+                # even reading needs a folder this user may write in.
+                raise StoreError(
+                    f"cannot use store {self.path}: the folder {folder} is not writable by "
+                    "this user, and SQLite keeps the store's -wal and -shm files beside it "
+                    "(reading too); run as a user who may write there, or copy the store"
+                ) from None
             raise StoreCorruptError(
                 f"{self.path} is not a usable loopwright store ({exc})"
             ) from None
@@ -229,7 +238,8 @@ class SQLiteStore(SQLStore):
         db = self._db
         db.execute("PRAGMA busy_timeout = 30000")
         mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        # an in-memory store (tests, notebooks) has no file for a WAL: nothing to make durable
+        if str(mode).lower() != "wal" and str(self.path) not in ("", ":memory:"):
             raise StoreError(f"cannot enable WAL on {self.path} (got {mode})")
         sync = "FULL" if self.durability == "full" else "NORMAL"
         db.execute(f"PRAGMA synchronous = {sync}")
