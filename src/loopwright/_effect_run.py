@@ -154,7 +154,7 @@ async def perform_effect(
     # A compensated (undone) execution, or a failed one retired by a rollback, does not
     # satisfy a new request for the same key: the request runs again as the key's next
     # generation ("key~2"), itself at most once.
-    generation = 1
+    generation, action = 1, ikey
     while found and found[0].status in ("compensated", "retired"):
         generation += 1
         found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
@@ -162,11 +162,14 @@ async def perform_effect(
         ikey = f"{ikey}~{generation}"
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
-    base = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    if business:
+        base["action"] = action  # the claim's key, which a compensation frees
     # A business key (``key=`` on the effect or the call) names the action, not the run: it is
-    # claimed store-wide, so no other run of this store performs it again (invariant 2).
+    # claimed store-wide, so no other run of this store performs it again (invariant 2). The
+    # claim names the action whatever the generation: one undone and done again is done.
     claim = (
-        (eff.kind, ikey, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
+        (eff.kind, action, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
         if business
         else None
     )

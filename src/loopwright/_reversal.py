@@ -181,7 +181,10 @@ async def run_compensations(
         if outcome.status == "done":
             # The original is undone: a later request with its key runs again (next generation).
             orig = store.journal(ex.run_id, key=f"effect:{key}")
+            action = orig[0].data.get("action") if orig else None
             if orig:
+                # ...and so may another run: the store-wide claim of a business key is freed
+                # (a run-scoped key has no claim; the update finds no row)
                 store.journal_put(
                     ex.run_id,
                     ex.token,
@@ -190,6 +193,7 @@ async def run_compensations(
                     cycle=orig[0].cycle,
                     status="compensated",
                     data={**orig[0].data, "compensation": outcome.result},
+                    claim=(eff.kind, str(action), "") if action else None,
                 )
         notes.append(
             {**base, "status": outcome.status, "result": outcome.result, "cause": outcome.cause}

@@ -327,6 +327,59 @@ def test_rollback_restores_artifacts_and_compensates_once(rt: lw.Runtime) -> Non
     assert len(bank.refunds) == 1
 
 
+def test_an_undone_payment_frees_its_business_key_for_another_run(rt: lw.Runtime) -> None:
+    # From an outside probe (helper-37): the store-wide claim stayed "done" after the refund,
+    # so another run asking to pay the invoice got the refunded payment's result, and nothing
+    # was paid.
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    first = make_loop(
+        Script(
+            lw.Proposal(
+                edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
+            ),
+            lw.Proposal(question=PO),
+        ),
+        effects=[pay],
+        approvals=allow,
+    )
+    r = rt.run_sync(first, TASK)
+    assert r.status == "awaiting_approval" and len(bank.paid) == 1
+    rt.cancel(r.run_id, by="ops", loop=first)
+    assert rt.resume_sync(r.run_id, first).status == "cancelled"
+    assert len(bank.refunds) == 1  # undone
+    second = make_loop(
+        Script(lw.Proposal(effects=(pay.call(invoice="A-1", amount=40.0),)), FIX_ALL),
+        effects=[pay],
+        approvals=allow,
+    )
+    other = rt.run_sync(second, TASK)
+    assert other.accepted
+    assert len(bank.paid) == 2  # paid again, by the other run: the first one was refunded
+    [done] = [e for e in rt.store.journal(other.run_id, kind="effect") if e.status == "done"]
+    assert "from_run" not in done.data
+
+
+def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
+    # The next generation of an undone key ("pay:A-1~2") claims the action again, so another
+    # run asking for the invoice gets that payment's result
+    bank = Bank()
+    pay = bank.effect()
+    loop = make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    rt.rollback(r.run_id, 1, by="ops", loop=loop)
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"]
+    rt.approve(r.run_id, by="fin", approval_id=req.approval_id)
+    assert rt.resume_sync(r.run_id, loop).accepted
+    assert (len(bank.paid), len(bank.refunds)) == (2, 1)
+    other = rt.run_sync(make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY), TASK)
+    assert other.accepted
+    assert len(bank.paid) == 2  # the invoice stands paid once: reused, not paid a third time
+    [reused] = [e for e in rt.store.journal(other.run_id, kind="effect") if e.status == "done"]
+    assert reused.data["from_run"] == r.run_id
+
+
 def test_rollback_to_a_missing_cycle_names_the_cycles(rt: lw.Runtime) -> None:
     bank = Bank()
     pay = bank.effect()

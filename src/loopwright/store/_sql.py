@@ -1032,8 +1032,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         if status == "intent":
             conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now))
             row = conn.execute(q.effect_key, (kind, key)).fetchone()
-            if row[0] != run_id and row[1] == "failed":
-                # it never happened: the key is free for this run
+            if row[1] in ("failed", "compensated"):
+                # it never happened, or was undone: the key is free; taken (by its own run too)
+                # so that no other run takes it while this attempt is in flight
                 conn.execute(q.take_key, (run_id, "claimed", args_hash, now, kind, key, row[0]))
                 row = conn.execute(q.effect_key, (kind, key)).fetchone()
             if row[0] != run_id:
