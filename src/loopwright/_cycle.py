@@ -233,6 +233,7 @@ class Cycle(RuntimeHost):
         again after an edit made while it waited): not asked again."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
+        given = {_need_key(x) for x in approved}
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
         protected = [
@@ -422,23 +423,26 @@ class Cycle(RuntimeHost):
                     unverified=proposal.to_dict(),
                 )
             if d.action == "require":
+                who = dict(d.who or {})
+                need = {
+                    "kind": "effect",
+                    "effect": eff.name,
+                    "effect_kind": eff.kind,
+                    "amount": c.args.get(str(who.get("field") or "amount")),
+                    "rule": d.rule,
+                    "why": d.why,
+                    "what": eff.describe(c.args),
+                    "expires_after_s": d.expires_after_s,
+                    "who": who or None,
+                }
+                if given and _need_key(need) in given:
+                    continue  # a person approved it already (judged again after an edit)
                 earned, standing = self._earned(ex, n, eff, c, d)
                 if earned:
                     continue  # approved by the loop's own record (docs/permissions.md)
-                who = dict(d.who or {})
-                needs.append(
-                    {
-                        "kind": "effect",
-                        "effect": eff.name,
-                        "effect_kind": eff.kind,
-                        "amount": c.args.get(str(who.get("field") or "amount")),
-                        "rule": d.rule,
-                        "why": d.why + (f"; {standing}" if standing else ""),
-                        "what": eff.describe(c.args),
-                        "expires_after_s": d.expires_after_s,
-                        "who": who or None,
-                    }
-                )
+                if standing:
+                    need["why"] = f"{d.why}; {standing}"
+                needs.append(need)
         # An approval covers the one cycle it was given for (it resumes that cycle directly);
         # the same action proposed again later is asked about again, never waved through.
         hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
@@ -453,11 +457,12 @@ class Cycle(RuntimeHost):
                     "expires_after_s": rule.expires_after_s,
                 }
             )
-        if approved and needs:
-            given = {_need_key(x) for x in approved}
+        if given:
             needs = [x for x in needs if _need_key(x) not in given]
         if needs:
-            ask = Question(str(hit[0].ask)) if hit is not None and hit[0].ask else None
+            # the rule's question, unless its answer is among what was approved already
+            asked = hit is not None and any(x["kind"] == "question" for x in needs)
+            ask = Question(str(hit[0].ask)) if asked and hit is not None and hit[0].ask else None
             return self._park(
                 ex,
                 n,
@@ -470,6 +475,7 @@ class Cycle(RuntimeHost):
                 cycle_usage,
                 ask=ask,
                 calls=calls,
+                approved=approved,
             )
         return await self._apply(
             ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls

@@ -65,7 +65,8 @@ class EffectCall:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EffectCall:
-        return cls(str(d["name"]), dict(d.get("args") or {}), d.get("key"))
+        # as recorded (a waiting run's calls): checked when the actor made them
+        return shapes.stored(cls, str(d["name"]), dict(d.get("args") or {}), d.get("key"))
 
     def canonical(self) -> str:
         return _canon({"name": self.name, "args": dict(self.args), "key": self.key})

@@ -134,6 +134,7 @@ class RuntimeHost:
             *,
             ask: Question | None = None,
             calls: list[EffectCall] | None = None,
+            approved: Sequence[Mapping[str, Any]] = (),
         ) -> bool: ...
 
         # _finishing.Finishing

@@ -315,27 +315,33 @@ def _regressions(
     cps: Sequence[Checkpoint],
 ) -> tuple[int, int, list[tuple[int, tuple[str, ...]]]]:
     """(checked cycles, verified cycles, regressions) over the run's concluded cycles."""
-    earlier: list[tuple[int, frozenset[str]]] = []  # (cycle, checks passed), not rolled back
+    # Each check's first passing cycle among the cycles kept (not rolled back): a check passed
+    # before this cycle iff it is here. One pass over the run (invariant 8 for readers: the
+    # union of every earlier cycle's checks, taken afresh per cycle, made this O(cycles²)).
+    first: dict[str, int] = {}
+    earlier: list[int] = []  # the kept verified cycles so far
     checked = verified = 0
     found: list[tuple[int, tuple[str, ...]]] = []
     for c in cps:
         rec = c.record or {}
         if rec.get("decision") == "rollback":
             to = int(rec.get("to_cycle") or 0)
-            earlier = [(n, p) for n, p in earlier if n <= to]
+            earlier = [n for n in earlier if n <= to]
+            first = {k: n for k, n in first.items() if n <= to}
             continue
         visible = rec.get("visible") or {}
         if not _concluded(rec) or not visible:
             continue
         n = int(rec["cycle"])
-        passed = frozenset(k for k, v in visible.items() if (v or {}).get("passed"))
+        passed = [k for k, v in visible.items() if (v or {}).get("passed")]
         if earlier:
             checked += 1
-            before = frozenset().union(*(p for _, p in earlier))
-            broken = tuple(sorted(k for k in visible if k in before and k not in passed))
+            broken = tuple(sorted(k for k in visible if k in first and k not in passed))
             if broken:
                 found.append((n, broken))
-        earlier.append((n, passed))
+        for k in passed:
+            first.setdefault(k, n)
+        earlier.append(n)
         verified += 1
     return checked, verified, found
 

@@ -44,6 +44,7 @@ class Parking(RuntimeHost):
         *,
         ask: Question | None = None,
         calls: list[EffectCall] | None = None,
+        approved: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
         """Park the run mid-cycle with one request covering everything that needs a person."""
         s = ex.state
@@ -66,6 +67,8 @@ class Parking(RuntimeHost):
             "calls": [c.to_dict() for c in calls or ()],
             "spend": list(ex.calls),
         }
+        if approved:  # judged again and parked again: what people approved before still holds
+            s.pending["approved"] = [dict(x) for x in approved]
         s.next_action = (
             f"waiting for an answer to question {approval_id}"
             if ask is not None
@@ -136,11 +139,8 @@ class Parking(RuntimeHost):
         if pend.get("stage") == "effects":
             s.pending = None
             return await self._resume_cycle(ex, pend, staged=True)
-        reqs = [
-            a
-            for a in self.store.approvals(run_id=ex.run_id)
-            if a.approval_id == pend.get("approval_id")
-        ]
+        found = self.store.approval(str(pend.get("approval_id")))
+        reqs = [found] if found is not None and found.run_id == ex.run_id else []
         if not reqs:
             raise RunNotFoundError(
                 f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
@@ -204,7 +204,8 @@ class Parking(RuntimeHost):
             )
         s.approved.append(str(pend["digest"]))
         if pend.get("edited"):
-            return await self._judge_again(ex, pend, req.evidence.get("needs") or ())
+            approved = [*(pend.get("approved") or ()), *(req.evidence.get("needs") or ())]
+            return await self._judge_again(ex, pend, approved)
         return await self._resume_cycle(ex, pend, staged=False)
 
     async def _judge_again(

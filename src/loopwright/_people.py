@@ -33,11 +33,20 @@ class Decisions(RuntimeHost):
     def pending_approval(self, run_id: str, approval_id: str | None = None) -> Approval:
         """The run's pending request (``approval_id`` picks one when several are pending)."""
         rec = self.store.get_run(run_id)
-        every = self.store.approvals(run_id=rec.run_id)
         if approval_id is not None:
             if not approval_id.strip():
                 raise ConfigError("must name a request (its id or a prefix)", field="request")
-            found = [a for a in every if a.approval_id.startswith(approval_id.strip())]
+            exact = self.store.approval(approval_id.strip())
+            found = (
+                [exact]
+                if exact is not None and exact.run_id == rec.run_id
+                # a prefix (people type a few characters): the run's requests are read
+                else [
+                    a
+                    for a in self.store.approvals(run_id=rec.run_id)
+                    if a.approval_id.startswith(approval_id.strip())
+                ]
+            )
             if not found:
                 raise ApprovalError(f"run {rec.run_id} has no request {approval_id!r}")
             if len(found) > 1:
@@ -49,8 +58,10 @@ class Decisions(RuntimeHost):
                     + (f" by {req.decided_by}" if req.decided_by else "")
                 )
             return req
-        pending = [a for a in every if a.status == "pending"]
+        # (invariant 8: a run asked something every cycle has thousands of decided requests)
+        pending = self.store.approvals(run_id=rec.run_id, status="pending")
         if not pending:
+            every = self.store.approvals(run_id=rec.run_id)  # only to say why: an error
             if every:
                 last = every[-1]
                 raise ApprovalError(

@@ -32,9 +32,10 @@ class Edit:
         # as a failed commit with the run left running
         a, p = self.artifact, self.part
         if type(a) is not str or type(p) is not str or not a or not p or "/" in a:
-            shapes.text(a, "Edit.artifact", empty=False)
+            shapes.text(a, "Edit.artifact", empty=False)  # a str subclass (StrEnum) is fine
             shapes.text(p, "Edit.part", empty=False)
-            raise ConfigError(f"must not contain '/', got {a!r}", field="Edit.artifact")
+            if "/" in a:
+                raise ConfigError(f"must not contain '/', got {a!r}", field="Edit.artifact")
 
     @property
     def ref(self) -> str:
@@ -196,16 +197,22 @@ class Proposal:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Proposal:
-        return cls(
-            edits=tuple(Edit(e["artifact"], e["part"], e["value"]) for e in d.get("edits", ())),
-            replace=d.get("replace"),
-            plan=dict(d.get("plan") or {}),
-            new_steps=tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
-            note=str(d.get("note", "")),
-            usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
-            escalate=d.get("escalate"),
-            effects=tuple(EffectCall.from_dict(c) for c in d.get("effects") or ()),
-            question=Question.from_dict(d["question"]) if d.get("question") else None,
+        """A proposal as recorded (a waiting run's, a trace's): not checked again, so what an
+        older release stored still loads."""
+        return shapes.stored(
+            cls,
+            tuple(
+                shapes.stored(Edit, e["artifact"], e["part"], e["value"])
+                for e in d.get("edits", ())
+            ),
+            d.get("replace"),
+            dict(d.get("plan") or {}),
+            tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
+            str(d.get("note", "")),
+            Usage.from_dict(d["usage"]) if d.get("usage") else None,
+            d.get("escalate"),
+            tuple(EffectCall.from_dict(c) for c in d.get("effects") or ()),
+            Question.from_dict(d["question"]) if d.get("question") else None,
         )
 
 

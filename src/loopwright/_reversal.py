@@ -69,6 +69,12 @@ def offer_compensations(
     for e in done:
         name = str(e.data.get("name"))
         ikey = e.key.removeprefix("effect:")
+        owner = e.data.get("from_run") or e.data.get("inherited_from")
+        if owner:
+            # Another run did it (this one reused its result, or a fork inherited it): undoing
+            # it here would undo that run's action. It is listed; that run can undo it.
+            irreversible.append(f"{name} ({ikey}): done by run {owner}, not by this run")
+            continue
         eff = loop.effect(name)
         if eff is None or eff.compensate_fn is None:
             irreversible.append(f"{name} ({ikey})")

@@ -8,12 +8,35 @@ common shape in a type test or two: proposals and verdicts are built every cycle
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ._errors import ConfigError
 
-__all__ = ["optional", "text", "tuple_of"]
+__all__ = ["optional", "stored", "text", "tuple_of"]
+
+T = TypeVar("T")
+
+
+def stored(cls: type[T], *values: Any) -> T:
+    """An instance of the frozen dataclass ``cls`` from its field values as recorded (a store,
+    a trace), in field order: not checked again, so what an older release accepted (a finding
+    of severity "info", an effect key that is a number) still loads."""
+    obj = object.__new__(cls)
+    for name, value in zip(_names(cls), values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def tuple_of(value: Any, kind: type, field: str) -> tuple[Any, ...]:

@@ -337,7 +337,8 @@ class Finding:
             or (self.part is not None and type(self.part) is not str)
             or type(self.dimension) is not str
             or type(self.verifier) is not str
-            or self.severity not in {"error", "warning"}
+            or self.severity
+            not in ("error", "warning")  # a tuple: an unhashable value is refused too
             or (type(self.evidence) is not dict and not isinstance(self.evidence, Mapping))
         ):
             shapes.text(self.message, "Finding.message")
@@ -381,14 +382,15 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Finding:
-        return cls(
-            message=str(d["message"]),
-            artifact=d.get("artifact"),
-            part=d.get("part"),
-            dimension=str(d.get("dimension", "general")),
-            severity=cast(Literal["error", "warning"], d.get("severity", "error")),
-            verifier=str(d.get("verifier", "")),
-            evidence=dict(d.get("evidence") or {}),
+        return shapes.stored(  # as recorded: checked when it was made
+            cls,
+            str(d["message"]),
+            d.get("artifact"),
+            d.get("part"),
+            str(d.get("dimension", "general")),
+            d.get("severity", "error"),
+            str(d.get("verifier", "")),
+            dict(d.get("evidence") or {}),
         )
 
 
@@ -479,7 +481,7 @@ class TaskState:
     best_parts: dict[str, int] = field(default_factory=dict)
     stall: int = 0
     rejected: list[str] = field(default_factory=Digests)
-    approved: list[str] = field(default_factory=list)
+    approved: list[str] = field(default_factory=list)  # the newest; every one is a request
     passed_checks: list[str] = field(default_factory=list)
     pending: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)

@@ -179,3 +179,75 @@ def test_an_edit_beside_a_waiting_request_is_judged_and_the_approval_is_not_aske
     assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 1)
     assert r.held_out_passed is True and judged[-1] == TARGET
     assert len(requests) == 1  # the risk rule's need was approved: not asked a second time
+
+
+def _asking_loop(paid: list[float], *, ask: str | None) -> lw.Loop:
+    """A risk rule on doc/a (a question when ``ask``), and a payment that needs a person and
+    runs only in an accepted cycle: it becomes due when an edit beside the request makes the
+    cycle pass."""
+
+    @lw.effect("spend", name="pay")
+    def pay(amount: float) -> dict[str, bool]:
+        paid.append(amount)
+        return {"ok": True}
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        have = state.values()["doc"]
+        bad = tuple(
+            lw.Finding(f"{k} wrong", "doc", k, "content") for k, v in TARGET.items() if have[k] != v
+        )
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / 2, findings=bad)
+
+    return lw.Loop(
+        name="asking",
+        actor=lambda ctx: lw.Proposal(
+            edits=(lw.Edit("doc", "a", "A"),), effects=(pay.call(amount=10.0),)
+        ),
+        verifiers=[check],
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=3),
+            risk=(lw.RiskRule(name="touch_a", touches=("doc/a",), ask=ask),),
+        ),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require", name="spend"),)),
+    )
+
+
+def test_an_answered_question_is_not_asked_again_when_the_cycle_is_judged_again(
+    tmp_path: Path,
+) -> None:
+    # From review (helper-40): the answered question's need was filtered out, but the question
+    # itself was still derived from the rule, so the run asked it again
+    paid: list[float] = []
+    loop = _asking_loop(paid, ask="Which PO governs?")
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "wrong"}}}, task_key="T")
+        rt.edit(r.run_id, "doc/b", "B", by="alice")
+        rt.answer(r.run_id, "PO-1", by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval"  # the payment, now due, needs a person
+        [new] = rt.store.approvals(run_id=r.run_id, status="pending")
+        assert (new.kind, [x["kind"] for x in new.evidence["needs"]]) == ("effect", ["effect"])
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+    assert (r.status, paid) == ("accepted", [10.0])
+
+
+def test_what_people_approved_holds_across_two_edits_and_two_requests(tmp_path: Path) -> None:
+    # From review (helper-40): only the latest request's needs counted as approved, so after a
+    # second edit the first request's risk rule was asked again
+    paid: list[float] = []
+    loop = _asking_loop(paid, ask=None)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(
+            loop, {"artifacts": {"doc": {"a": "x", "b": "wrong", "c": 0}}}, task_key="T"
+        )
+        rt.edit(r.run_id, "doc/b", "B", by="alice")
+        rt.approve(r.run_id, by="bob")  # the risk rule
+        r = rt.resume_sync(r.run_id, loop)  # judged again: passes, the payment is due
+        rt.edit(r.run_id, "doc/c", 1, by="alice")
+        rt.approve(r.run_id, by="bob")  # the payment
+        r = rt.resume_sync(r.run_id, loop)
+        kinds = sorted(a.kind for a in rt.store.approvals(run_id=r.run_id))
+    assert (r.status, paid) == ("accepted", [10.0])
+    assert kinds == ["effect", "risk"]  # two requests, none asked twice

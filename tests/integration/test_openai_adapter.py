@@ -419,6 +419,17 @@ def test_reviewer_locates_findings_it_can_and_widens_the_rest(server: FakeOpenAI
     assert not low.passed and "score 0.5" in low.findings[0].message
 
 
+def test_a_reply_naming_a_part_badly_is_malformed_not_a_crash() -> None:
+    # From review (helper-40): Edit refuses "doc/a" as an artifact's name; in a reply that fit
+    # the schema this raised ConfigError (the run escalated) instead of asking for a repair
+    for edit in (
+        {"artifact": "doc/a", "part": "x", "value": 1},
+        {"artifact": "doc", "part": "", "value": 1},
+    ):
+        with pytest.raises(MalformedReplyError, match=r"\$\.edits: Edit\."):
+            ChatActor.proposal({"edits": [edit]})
+
+
 def test_reply_parsing_and_validation() -> None:
     assert parse_reply('```json\n{"edits": []}\n```', PROPOSAL_SCHEMA) == {"edits": []}
     assert parse_reply('<think>hmm {"a"}</think>\n{"edits": []}', PROPOSAL_SCHEMA) == {"edits": []}

@@ -380,6 +380,28 @@ def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime
     assert reused.data["from_run"] == r.run_id
 
 
+def test_a_rollback_never_undoes_what_another_run_did(rt: lw.Runtime) -> None:
+    # From review (helper-40): run B reused run A's payment of A-1; rolling B back offered to
+    # refund it, which refunded A's payment, and B's redo then reused the refunded result
+    bank = Bank()
+    pay = bank.effect()
+    first = rt.run_sync(make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY), TASK)
+    assert first.accepted and len(bank.paid) == 1
+    loop = make_loop(staged_actor(pay), effects=[pay], approvals=PAY_ONLY)
+    b = rt.run_sync(loop, TASK)
+    [reused] = [e for e in rt.store.journal(b.run_id, kind="effect") if e.status == "done"]
+    assert reused.data["from_run"] == first.run_id and len(bank.paid) == 1
+    rec = rt.rollback(b.run_id, 1, by="ops", loop=loop)
+    assert [a for a in rt.store.approvals(run_id=b.run_id) if a.status == "pending"] == []
+    [ev] = events(rt, b.run_id, "rolled_back")
+    assert ev["offers"] == 0
+    assert ev["irreversible"] == [f"pay (pay:A-1): done by run {first.run_id}, not by this run"]
+    assert rec.status != "awaiting_approval"
+    out = rt.resume_sync(b.run_id, loop)
+    assert out.accepted
+    assert (len(bank.paid), bank.refunds) == (1, [])  # A's payment stands, once
+
+
 def test_rollback_to_a_missing_cycle_names_the_cycles(rt: lw.Runtime) -> None:
     bank = Bank()
     pay = bank.effect()

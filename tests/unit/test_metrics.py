@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright._metrics import (
@@ -193,6 +195,58 @@ def test_a_rollback_forgets_what_passed_after_its_target() -> None:
     )
     m = metrics_of(cps=cps)
     assert (m.regression_checked_cycles, m.regressions) == (3, ())
+
+
+def _regressions_by_definition(
+    steps: list[tuple[str, int, dict[str, bool]]],
+) -> tuple[int, int, list[tuple[int, tuple[str, ...]]]]:
+    """The metric as defined, naively: a check regresses in a cycle when it fails there and
+    passed in a kept earlier cycle (rolled-back cycles are forgotten)."""
+    kept: list[tuple[int, dict[str, bool]]] = []
+    checked = verified = 0
+    found: list[tuple[int, tuple[str, ...]]] = []
+    for kind, n, visible in steps:
+        if kind == "rollback":
+            kept = [(m, v) for m, v in kept if m <= n]
+            continue
+        if kept:
+            checked += 1
+            before = {k for _m, v in kept for k, ok in v.items() if ok}
+            broken = tuple(sorted(k for k, ok in visible.items() if not ok and k in before))
+            if broken:
+                found.append((n, broken))
+        kept.append((n, visible))
+        verified += 1
+    return checked, verified, found
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.dictionaries(st.sampled_from("abc"), st.booleans(), min_size=1),
+            st.integers(min_value=0, max_value=6),  # a rollback to that cycle
+        ),
+        max_size=14,
+    )
+)
+def test_regressions_in_one_pass_equal_the_definition(script: list[Any]) -> None:
+    rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    steps: list[tuple[str, int, dict[str, bool]]] = []
+    n = 0
+    for item in script:
+        if isinstance(item, int):
+            to = min(item, n)
+            rows.append(({"decision": "rollback", "to_cycle": to, "by": "ann"}, {}))
+            steps.append(("rollback", to, {}))
+            n = to
+        else:
+            n += 1
+            rows.append((cycle(n, item), {}))
+            steps.append(("cycle", n, item))
+    m = metrics_of(cps=checkpoints(*rows))
+    checked, verified, found = _regressions_by_definition(steps)
+    assert (m.regression_checked_cycles, m.verified_cycles) == (checked, verified)
+    assert m.regressions == tuple(found)
 
 
 # --- context reuse --------------------------------------------------------------------------

@@ -181,3 +181,27 @@ def test_loop_and_runtime_arguments() -> None:
             lw.Loop(name="x", actor=actor, contract=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"store: must be a Store, a path or a store URL"):
         lw.Runtime(5)  # type: ignore[arg-type]
+
+
+def test_what_an_older_release_stored_loads_as_it_was() -> None:
+    # From review (helper-40): the checks ran in from_dict too, so a stored finding of
+    # severity "info" or an effect call whose key was a number stopped a run from loading
+    f = lw.Finding.from_dict({"message": "style", "severity": "info"})
+    assert f.severity == "info"  # type: ignore[comparison-overlap]
+    c = lw.EffectCall.from_dict({"name": "pay", "args": {"amount": 5}, "key": 42})
+    assert c.key == 42  # type: ignore[comparison-overlap]
+    p = lw.Proposal.from_dict(
+        {"edits": [{"artifact": "doc", "part": "", "value": 1}], "effects": [c.to_dict()]}
+    )
+    assert p.edits[0].part == "" and p.effects == (c,)
+
+
+def test_names_may_be_string_subclasses() -> None:
+    # From review (helper-40): a StrEnum part name was refused as "must not contain '/'"
+    import enum
+
+    class Part(enum.StrEnum):
+        QTY = "qty"
+
+    assert lw.Proposal.edit("invoice", {Part.QTY: 3}).edits[0].ref == "invoice/qty"
+    assert lw.Edit(np.str_("doc"), "n", 1).ref == "doc/n"

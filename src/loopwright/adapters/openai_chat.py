@@ -1188,8 +1188,12 @@ class ChatActor(_ChatModel):
             except ConfigError as exc:
                 raise MalformedReplyError(f"$.question: {exc}", json.dumps(q)) from None
         escalate = data.get("escalate")
+        try:
+            edits = tuple(Edit(e["artifact"], e["part"], e["value"]) for e in data["edits"])
+        except ConfigError as exc:  # "doc/a" as an artifact's name, an empty part: repairable
+            raise MalformedReplyError(f"$.edits: {exc}", json.dumps(data["edits"])) from None
         return Proposal(
-            edits=tuple(Edit(e["artifact"], e["part"], e["value"]) for e in data["edits"]),
+            edits=edits,
             note=str(data.get("note") or ""),
             escalate=escalate.strip() if isinstance(escalate, str) and escalate.strip() else None,
             question=question,

@@ -803,9 +803,10 @@ class Store(LiveStore, PeopleStore, ABC):
         ``claim=(effect kind, idempotency key, hash of the arguments)`` makes the key the
         store's, not the run's (invariant 2 per business action), in the same transaction:
         an ``intent`` takes the key for this run — unless another run holds it (done, or not
-        known to have failed): then ``EffectKeyHeld`` says which run and how, and nothing is
-        written; any other status is recorded on this run's claim (``done`` with
-        ``data["result"]``; ``failed`` frees the key for another run)."""
+        known to have failed or been undone): then ``EffectKeyHeld`` says which run and how,
+        and nothing is written; any other status is recorded on this run's claim (``done``
+        with ``data["result"]``; ``failed`` and ``compensated`` free the key: an intent of any
+        run, its own included, takes it back as ``claimed``)."""
 
     @abstractmethod
     def journal(
