@@ -109,6 +109,16 @@ def test_who_edited_a_run_may_not_approve_its_requests(
             rt.approve(big.run_id, by="eve")
         assert rt.approve(big.run_id, by="ben").status == "pending"
         assert read == []
+        # the audit log is filtered by action in the database (the run's approvals, one a
+        # cycle in a long run, are not read to find its editors)
+        target = f"run {big.run_id}"
+        rt.store.audit_put(
+            actor="ops", action="cancel", target=target, outcome="refused", origin="test",
+            detail={}, now=2.0,
+        )  # fmt: skip
+        edits = rt.store.audit(target=target, action="edit")
+        assert [(a.actor, a.action) for a in edits] == [("eve", "edit")]
+        assert {a.action for a in rt.store.audit(target=target)} == {"edit", "cancel"}
 
 
 def test_viewers_and_limited_approvers_are_refused_and_every_attempt_is_audited(url: str) -> None:

@@ -177,8 +177,10 @@ class PeopleStore:
         limit: int | None = None,
         actor: str | None = None,
         target: str | None = None,
+        action: str | None = None,
     ) -> list[AuditRecord]:
-        """Audit records with ids above ``after``, oldest first."""
+        """Audit records with ids above ``after`` (of one ``actor``, ``target``, ``action``),
+        oldest first."""
         return []
 
     def loop_versions(self) -> list[tuple[str, str | None, str | None]]:

@@ -214,6 +214,7 @@ class PeopleSQL(PeopleStore):
         limit: int | None = None,
         actor: str | None = None,
         target: str | None = None,
+        action: str | None = None,
     ) -> list[AuditRecord]:
         where: list[str] = ["audit_id > ?"]
         args: list[Any] = [sql_int(after)]
@@ -223,6 +224,9 @@ class PeopleSQL(PeopleStore):
         if target is not None:
             where.append("target = ?")
             args.append(target)
+        if action is not None:
+            where.append("action = ?")
+            args.append(action)
         query = f"SELECT {_AUDIT_COLS} FROM audit WHERE {' AND '.join(where)} ORDER BY audit_id"
         if limit is not None:
             query += " LIMIT ?"
