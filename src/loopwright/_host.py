@@ -18,8 +18,9 @@ from ._memory import FeedbackMemory
 from .store import ClosedApproval, NewApproval, RunRecord, Store
 
 if TYPE_CHECKING:
-    from ._effects import EffectCall
+    from ._effects import Effect, EffectCall
     from ._exec import Execution as _Exec
+    from ._policy import PolicyDecision
     from ._proposal import Context, Proposal, Remaining, Verdict
     from ._question import Question
     from ._state import TaskState
@@ -120,6 +121,10 @@ class RuntimeHost:
         ) -> bool: ...
 
         # _parking.Parking
+        def _earned(
+            self, ex: _Exec, n: int, eff: Effect, call: EffectCall, d: PolicyDecision
+        ) -> tuple[bool, str | None]: ...
+
         def _park(
             self,
             ex: _Exec,

@@ -1,22 +1,28 @@
 """Parking a run for a person and coming back: ``_park`` stores the cycle mid-way with one
 approval request (or question); ``_settle_pending`` decides what a resumed parked run does;
-``_resume_cycle`` finishes the stored cycle without asking its verifiers again.
+``_resume_cycle`` finishes the stored cycle without asking its verifiers again, and
+``_judge_again`` asks them again when a person edited the run while it waited. ``_earned``
+approves an effect on the loop's own record instead of parking (earned authority).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
+from ._authority import EARNED_BY, audit, authority_status
 from ._cycle import _candidate
-from ._effects import EffectCall
+from ._effects import Effect, EffectCall
 from ._errors import ApprovalError, ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
+from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
@@ -266,6 +272,72 @@ class Parking(RuntimeHost):
             staged=staged,
             keys=[(str(k), bool(b)) for k, b in stored] if stored else None,
         )
+
+    def _earned(
+        self, ex: _Exec, n: int, eff: Effect, call: EffectCall, d: PolicyDecision
+    ) -> tuple[bool, str | None]:
+        """Whether the loop's record approves this action (earned authority): if so the
+        decision is recorded, by ``policy:earned`` with its evidence, and the effect runs as
+        if allowed. Never for a rule that needs two or more people. Otherwise, where a grant
+        covers the action, why it does not apply yet (said in the request a person sees)."""
+        loop = ex.loop
+        grant = loop.approvals.earned_for(eff.kind, call.args)
+        if grant is None or int((d.who or {}).get("approvers") or 1) > 1:
+            return False, None
+        standing = authority_status(self.store, loop.name, loop.version, [grant])[0]
+        if not standing.earned:
+            said = (
+                f"earned authority for {eff.kind} up to {grant.up_to:g}: "
+                f"{len(standing.clean)} of {grant.after} clean approvals"
+            )
+            if standing.revoked_by:
+                said += f" since it was revoked ({standing.revoked_by})"
+            return False, said
+        evidence = standing.evidence()
+        what = eff.describe(call.args)
+        aid = hashlib.sha256(
+            json.dumps(
+                [ex.run_id, n, eff.name, call.to_dict()], sort_keys=True, default=str
+            ).encode()
+        ).hexdigest()[:12]
+        need = {"kind": "effect", "effect": eff.name, "effect_kind": eff.kind, "rule": d.rule}
+        self.store.grant_approval(
+            ex.run_id,
+            NewApproval(
+                approval_id=aid,
+                cycle=n,
+                kind="effect",
+                rule=d.rule,
+                what=what,
+                why=f"{d.why}; approved on earned authority ({len(standing.clean)} clean "
+                f"approvals of {eff.kind}, limit {grant.up_to:g})",
+                evidence={"needs": [need], "effects": [call.to_dict()], "earned": evidence},
+                diff=None,
+                action_hash=aid,
+                expires_at=None,
+            ),
+            by=EARNED_BY,
+            note="earned authority",
+            now=time.time(),
+        )
+        audit(
+            self.store,
+            EARNED_BY,
+            "approve",
+            f"request {aid}",
+            origin="engine",
+            run=ex.run_id,
+            what=what,
+            evidence=evidence,
+        )
+        ex.events.append(
+            NewEvent(
+                n,
+                "approved_by_earned_authority",
+                {"approval_id": aid, "effect": eff.name, "what": what, "evidence": evidence},
+            )
+        )
+        return True, None
 
 
 def _diff(state: TaskState, proposal: Proposal) -> str:
