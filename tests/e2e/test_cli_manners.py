@@ -474,13 +474,5 @@ def test_ctrl_c_during_a_run_says_what_was_kept_and_how_to_go_on(tmp_path: Path)
     assert "loopwright resume RUN" in err and "Traceback" not in err
     with open_store(str(tmp_path / "s.db")) as store:
         assert store.get_run("T").cycle == 1
-    done = subprocess.run(
-        [exe, "resume", "T"],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli("resume", "T", cwd=tmp_path, store=tmp_path / "s.db")
     assert done.returncode == 0, done.stderr

@@ -144,18 +144,27 @@ def _parked_loop(judged: list[dict[str, Any]]) -> lw.Loop:
     )
 
 
+def _edited_while_waiting(
+    tmp_path: Path, judged: list[dict[str, Any]], b: str, edited: str
+) -> tuple[lw.RunResult, list[str], int]:
+    """A run parked on the risk rule, doc/b edited beside its request, the request approved
+    and the run resumed: its result, its events' kinds and how many requests it made."""
+    loop = _parked_loop(judged)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": b}}}, task_key="T")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/b", edited, by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        kinds = [e.kind for e in rt.store.events(r.run_id)]
+        return r, kinds, len(rt.store.approvals(run_id=r.run_id))
+
+
 def test_an_edit_beside_a_waiting_request_that_breaks_a_check_is_not_accepted(
     tmp_path: Path,
 ) -> None:
     judged: list[dict[str, Any]] = []
-    loop = _parked_loop(judged)
-    with lw.Runtime(tmp_path / "s.db") as rt:
-        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "B"}}}, task_key="T")
-        assert r.status == "awaiting_approval"
-        rt.edit(r.run_id, "doc/b", "WRONG", by="alice")
-        rt.approve(r.run_id, by="bob")
-        r = rt.resume_sync(r.run_id, loop)
-        kinds = [e.kind for e in rt.store.events(r.run_id)]
+    r, kinds, _ = _edited_while_waiting(tmp_path, judged, "B", "WRONG")
     # before: accepted on the verdicts of the state before the edit, held_out_passed True
     assert judged[-1] == {"a": "A", "b": "WRONG"}  # the approved proposal on the edited state
     assert r.stop_reason != "success" and r.held_out_passed is False
@@ -168,17 +177,10 @@ def test_an_edit_beside_a_waiting_request_is_judged_and_the_approval_is_not_aske
     tmp_path: Path,
 ) -> None:
     judged: list[dict[str, Any]] = []
-    loop = _parked_loop(judged)
-    with lw.Runtime(tmp_path / "s.db") as rt:
-        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "wrong"}}}, task_key="T")
-        assert r.status == "awaiting_approval"
-        rt.edit(r.run_id, "doc/b", "B", by="alice")  # the person fixes the other part
-        rt.approve(r.run_id, by="bob")
-        r = rt.resume_sync(r.run_id, loop)
-        requests = rt.store.approvals(run_id=r.run_id)
+    r, _, requests = _edited_while_waiting(tmp_path, judged, "wrong", "B")  # the person fixes b
     assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 1)
     assert r.held_out_passed is True and judged[-1] == TARGET
-    assert len(requests) == 1  # the risk rule's need was approved: not asked a second time
+    assert requests == 1  # the risk rule's need was approved: not asked a second time
 
 
 def _asking_loop(paid: list[float], *, ask: str | None) -> lw.Loop:
