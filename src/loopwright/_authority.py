@@ -235,12 +235,12 @@ def requesters(store: Store, run: RunRecord) -> set[str]:
     if type(store).audit is PeopleStore.audit:
         names |= {str(e.data.get("by")) for e in store.events(run.run_id) if e.kind == "edited"}
     else:
-        names |= {
-            a.actor
-            # filtered in the database: a run decided every cycle has thousands of approvals
-            for a in store.audit(target=f"run {run.run_id}", action="edit")
-            if a.outcome == "allowed"
-        }
+        target = f"run {run.run_id}"
+        try:  # filtered in the database: the run's other operations are not read
+            records = store.audit(target=target, action="edit")
+        except TypeError:  # a store of one's own written before ``action=``
+            records = store.audit(target=target)
+        names |= {a.actor for a in records if a.action == "edit" and a.outcome == "allowed"}
     return {n for n in names if n and n != "None"}
 
 

@@ -9,6 +9,7 @@ decide). The helpers that build the candidate state live here too.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -424,6 +425,8 @@ class Cycle(RuntimeHost):
                 need = {
                     "kind": "effect",
                     "effect": eff.name,
+                    # the call as its digest sees it: the same after a JSON round trip
+                    "call": hashlib.sha256(c.canonical().encode()).hexdigest()[:16],
                     "effect_kind": eff.kind,
                     "amount": c.args.get(str(who.get("field") or "amount")),
                     "rule": d.rule,
@@ -527,8 +530,12 @@ class Cycle(RuntimeHost):
 
 
 def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:
-    """What a request asked a person about: the same need judged again is the same key."""
-    return tuple(str(need.get(k)) for k in ("kind", "rule", "effect", "what"))
+    """What a request asked a person about: the same need judged again is the same key (an
+    effect's by its call's canonical form: its description is of the arguments as given, and
+    a proposal read back from the store has lists for tuples, strings for integer keys)."""
+    return tuple(
+        str(need.get(k)) for k in ("kind", "rule", "effect", "call" if need.get("call") else "what")
+    )
 
 
 def _bill(ex: _Exec, who: str, usage: Usage) -> None:

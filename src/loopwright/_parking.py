@@ -301,6 +301,9 @@ class Parking(RuntimeHost):
             ).encode()
         ).hexdigest()[:12]
         need = {"kind": "effect", "effect": eff.name, "effect_kind": eff.kind, "rule": d.rule}
+        # the same grant again (the cycle judged again after an edit, or rerun after a crash):
+        # one approval, one audit record
+        granted_before = self.store.approval(aid) is not None
         self.store.grant_approval(
             ex.run_id,
             NewApproval(
@@ -320,16 +323,17 @@ class Parking(RuntimeHost):
             note="earned authority",
             now=time.time(),
         )
-        audit(
-            self.store,
-            EARNED_BY,
-            "approve",
-            f"request {aid}",
-            origin="engine",
-            run=ex.run_id,
-            what=what,
-            evidence=evidence,
-        )
+        if not granted_before:
+            audit(
+                self.store,
+                EARNED_BY,
+                "approve",
+                f"request {aid}",
+                origin="engine",
+                run=ex.run_id,
+                what=what,
+                evidence=evidence,
+            )
         ex.events.append(
             NewEvent(
                 n,

@@ -153,7 +153,8 @@ class Proposal:
         """Every part write this proposal asks for, replacements expanded into edits."""
         out = list(self.edits)
         for artifact, parts in (self.replace or {}).items():
-            out.extend(Edit(artifact, k, v) for k, v in parts.items())
+            # names checked when the proposal was made (a stored one loads as written)
+            out.extend(shapes.stored(Edit, artifact, k, v) for k, v in parts.items())
         return out
 
     def digest(self) -> str:

@@ -183,7 +183,11 @@ async def run_compensations(
             timeout_s=eff.timeout_s,
         )
         call = EffectCall(comp.name, {"compensates": key}, key=key)
-        outcome = await perform_effect(store, ex, cycle, comp, call)
+        # A run undoes its own execution: the compensation's key is this run's, never claimed
+        # store-wide (another run's refund of the same invoice is not this one's).
+        outcome = await perform_effect(
+            store, ex, cycle, comp, call, fixed=(comp.key_for(ex.run_id, cycle, call), False)
+        )
         if outcome.status == "done":
             # The original is undone: a later request with its key runs again (next generation).
             orig = store.journal(ex.run_id, key=f"effect:{key}")

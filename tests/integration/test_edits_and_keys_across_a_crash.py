@@ -7,6 +7,7 @@ cycle concludes (its stored verdicts judged a state that is gone)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,65 @@ def test_what_people_approved_holds_across_two_edits_and_two_requests(tmp_path: 
         kinds = sorted(a.kind for a in rt.store.approvals(run_id=r.run_id))
     assert (r.status, paid) == ("accepted", [10.0])
     assert kinds == ["effect", "risk"]  # two requests, none asked twice
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"amount": 10.0, "items": ("x", "y")}, {"amount": 10.0, "meta": {1: "a"}}],
+)
+def test_an_approved_payment_is_not_asked_again_whatever_its_arguments_look_like_stored(
+    tmp_path: Path, args: dict[str, Any]
+) -> None:
+    # From review (helper-41): a need was known by its description, which differs once the
+    # proposal is read back from the store (a list for a tuple, "1" for the key 1)
+    paid: list[dict[str, Any]] = []
+
+    @lw.effect("spend", name="pay")
+    def pay(**kw: Any) -> dict[str, bool]:
+        paid.append(kw)
+        return {"ok": True}
+
+    loop = lw.Loop(
+        name="args",
+        actor=lambda ctx: lw.Proposal(
+            edits=(lw.Edit("doc", "a", "A"),), effects=(pay.call(**args),)
+        ),
+        verifiers=[lambda s, p: lw.Verdict(passed=s.values()["doc"]["a"] == "A")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require", name="spend"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "c": 0}}}, task_key="T")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/c", 1, by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        requests = rt.store.approvals(run_id=r.run_id)
+    assert (r.status, len(requests), len(paid)) == ("accepted", 1, 1)
+
+
+def test_earned_authority_is_recorded_once_when_a_cycle_is_judged_again(tmp_path: Path) -> None:
+    # From review (helper-41): judged again, the payment was granted on earned authority again
+    # (one approval row, but a second audit record of the engine approving it)
+    paid: list[float] = []
+    earned = lw.ApprovalPolicy(
+        (lw.PolicyRule(kind="spend", action="require", name="spend"),),
+        earned=(lw.EarnedAuthority(kind="spend", after=1, up_to=100),),
+    )
+    plain = _asking_loop(paid, ask=None)
+    no_risk = dataclasses.replace(plain, contract=lw.Contract(budget=lw.Budget(max_cycles=3)))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        first = dataclasses.replace(no_risk, approvals=earned)
+        r0 = rt.run_sync(first, {"artifacts": {"doc": {"a": "x", "b": "B"}}}, task_key="T0")
+        rt.approve(r0.run_id, by="bob")  # the one clean approval authority is earned after
+        assert rt.resume_sync(r0.run_id, first).accepted
+        loop = dataclasses.replace(plain, approvals=earned)
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "B", "c": 0}}}, task_key="T")
+        assert r.status == "awaiting_approval"  # the risk rule; the payment was earned
+        rt.edit(r.run_id, "doc/c", 1, by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        engine = [a for a in rt.store.audit() if a.actor == "policy:earned"]
+    assert r.accepted and paid == [10.0, 10.0]
+    assert len(engine) == 1

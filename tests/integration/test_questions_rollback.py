@@ -361,6 +361,68 @@ def test_an_undone_payment_frees_its_business_key_for_another_run(rt: lw.Runtime
     assert "from_run" not in done.data
 
 
+def test_each_run_refunds_its_own_payment(rt: lw.Runtime) -> None:
+    # From review (helper-41): a compensation's key was claimed store-wide, so a second run's
+    # refund of the same invoice reused the first run's refund, and refunded nothing
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+
+    def paying() -> lw.Loop:
+        return make_loop(
+            Script(
+                lw.Proposal(
+                    edits=(lw.Edit("doc", "a", 1),),
+                    effects=(pay.call(invoice="A-1", amount=40.0),),
+                ),
+                lw.Proposal(question=PO),
+            ),
+            effects=[pay],
+            approvals=allow,
+        )
+
+    for n in (1, 2):
+        loop = paying()
+        r = rt.run_sync(loop, TASK)
+        assert r.status == "awaiting_approval" and len(bank.paid) == n
+        rt.cancel(r.run_id, by="ops", loop=loop)
+        assert rt.resume_sync(r.run_id, loop).status == "cancelled"
+        assert len(bank.refunds) == n  # this run's payment, refunded by this run
+    assert [tx for _k, tx, _a in bank.refunds] == [{"tx": "tx-1"}, {"tx": "tx-2"}]
+
+
+def test_a_fork_undoes_what_it_did_and_names_the_run_that_did_the_rest(rt: lw.Runtime) -> None:
+    # From review (helper-41): a fork of a fork named its parent as the payment's owner
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+
+    def step(ctx: lw.Context) -> lw.Proposal:
+        invoice = f"A-{len(bank.paid) + 1}"
+        return lw.Proposal(
+            edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice=invoice, amount=40.0),)
+        )
+
+    origin = rt.run_sync(
+        make_loop(Script(step, step, lw.Proposal(question=PO)), effects=[pay], approvals=allow),
+        TASK,
+    )
+    loop = make_loop(Script(step, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    fork = rt.fork(origin.run_id, 1)
+    assert rt.resume_sync(fork.run_id, loop).status == "awaiting_approval"  # pays A-3
+    rt.cancel(fork.run_id, by="ops", loop=loop)
+    out = rt.resume_sync(fork.run_id, loop)
+    assert [k for k, _r, _a in bank.refunds] == ["pay:A-3"]  # its own, not the origin's A-1
+    mine = f"pay (pay:A-1): done by run {origin.run_id}, not by this run"
+    assert out.packet is not None
+    assert [c["effect"] for c in out.packet["compensations"]] == ["pay", mine]
+    again = rt.fork(fork.run_id, 1)  # a fork of the fork: the origin did A-1, still
+    rt.cancel(again.run_id, by="ops", loop=loop)
+    last = rt.resume_sync(again.run_id, loop)
+    assert last.packet is not None
+    assert [c["effect"] for c in last.packet["compensations"]] == [mine]
+
+
 def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
     # The next generation of an undone key ("pay:A-1~2") claims the action again, so another
     # run asking for the invoice gets that payment's result

@@ -552,7 +552,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 row = conn.execute(q.run_by_id, (run_id,)).fetchone()
                 created["forked_from"] = {"run": forked_from[0], "cycle": forked_from[1]}
             for e in inherited:
-                data = {**e.data, "inherited_from": e.run_id}
+                # the run that did it: a fork of a fork names the origin, not its parent
+                data = {**e.data, "inherited_from": e.data.get("inherited_from") or e.run_id}
                 conn.execute(
                     q.insert_journal,
                     (run_id, e.key, e.kind, e.cycle, e.status, js(data), e.attempts, now, now, 0),
