@@ -435,7 +435,7 @@ class Cycle(RuntimeHost):
                     "expires_after_s": d.expires_after_s,
                     "who": who or None,
                 }
-                if given and _need_key(need) in given:
+                if given and _approved(need, given):
                     continue  # a person approved it already (judged again after an edit)
                 earned, standing = self._earned(ex, n, eff, c, d)
                 if earned:
@@ -458,7 +458,7 @@ class Cycle(RuntimeHost):
                 }
             )
         if given:
-            needs = [x for x in needs if _need_key(x) not in given]
+            needs = [x for x in needs if not _approved(x, given)]
         if needs:
             # the rule's question, unless its answer is among what was approved already
             asked = hit is not None and any(x["kind"] == "question" for x in needs)
@@ -533,9 +533,17 @@ def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:
     """What a request asked a person about: the same need judged again is the same key (an
     effect's by its call's canonical form: its description is of the arguments as given, and
     a proposal read back from the store has lists for tuples, strings for integer keys)."""
-    return tuple(
-        str(need.get(k)) for k in ("kind", "rule", "effect", "call" if need.get("call") else "what")
-    )
+    base = tuple(str(need.get(k)) for k in ("kind", "rule", "effect"))
+    call = need.get("call")
+    return (*base, "call", str(call)) if call else (*base, "what", str(need.get("what")))
+
+
+def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
+    """Whether a person approved ``need`` already: by its call, or by its description when
+    the approval was asked before needs carried their call (a run parked across an upgrade)."""
+    if _need_key(need) in given:
+        return True
+    return bool(need.get("call")) and _need_key({**need, "call": None}) in given
 
 
 def _bill(ex: _Exec, who: str, usage: Usage) -> None:

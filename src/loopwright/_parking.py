@@ -302,8 +302,11 @@ class Parking(RuntimeHost):
         ).hexdigest()[:12]
         need = {"kind": "effect", "effect": eff.name, "effect_kind": eff.kind, "rule": d.rule}
         # the same grant again (the cycle judged again after an edit, or rerun after a crash):
-        # one approval, one audit record
-        granted_before = self.store.approval(aid) is not None
+        # one approval, one audit record (looked up: a crash may fall between the two writes)
+        audited = any(
+            a.actor == EARNED_BY
+            for a in self.store.audit(target=f"request {aid}", action="approve")
+        )
         self.store.grant_approval(
             ex.run_id,
             NewApproval(
@@ -323,7 +326,7 @@ class Parking(RuntimeHost):
             note="earned authority",
             now=time.time(),
         )
-        if not granted_before:
+        if not audited:
             audit(
                 self.store,
                 EARNED_BY,

@@ -8,6 +8,8 @@ cycle concludes (its stored verdicts judged a state that is gone)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -313,6 +315,72 @@ def test_earned_authority_is_recorded_once_when_a_cycle_is_judged_again(tmp_path
         rt.edit(r.run_id, "doc/c", 1, by="alice")
         rt.approve(r.run_id, by="bob")
         r = rt.resume_sync(r.run_id, loop)
+        engine = [a for a in rt.store.audit() if a.actor == "policy:earned"]
+    assert r.accepted and paid == [10.0, 10.0]
+    assert len(engine) == 1
+
+
+def test_a_request_stored_before_needs_carried_their_call_still_counts_as_approved(
+    tmp_path: Path,
+) -> None:
+    # From review (helper-42): a run parked across the upgrade has requests whose effect needs
+    # name no call; judged again, the payment was asked about a second time
+    paid: list[float] = []
+    loop = _asking_loop(paid, ask=None)
+    loop = dataclasses.replace(loop, contract=lw.Contract(budget=lw.Budget(max_cycles=3)))
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "B", "c": 0}}}, task_key="T")
+        [req] = rt.store.approvals(run_id=r.run_id)
+        assert [n["kind"] for n in req.evidence["needs"]] == ["effect"]
+    with sqlite3.connect(db) as conn:  # the request as the release before stored it
+        evidence = dict(req.evidence)
+        evidence["needs"] = [{k: v for k, v in n.items() if k != "call"} for n in evidence["needs"]]
+        conn.execute(
+            "UPDATE approvals SET evidence=? WHERE approval_id=?",
+            (json.dumps(evidence), req.approval_id),
+        )
+    with lw.Runtime(db) as rt:
+        rt.edit(r.run_id, "doc/c", 1, by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        requests = rt.store.approvals(run_id=r.run_id)
+    assert (r.status, len(requests), paid) == ("accepted", 1, [10.0])
+
+
+def test_earned_authority_rerun_after_a_crash_between_grant_and_audit_is_audited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From review (helper-42): the audit was skipped whenever the approval existed, so a crash
+    # between the two writes left an engine approval with no audit record
+    import loopwright._parking as parking
+
+    paid: list[float] = []
+    earned = lw.ApprovalPolicy(
+        (lw.PolicyRule(kind="spend", action="require", name="spend"),),
+        earned=(lw.EarnedAuthority(kind="spend", after=1, up_to=100),),
+    )
+    plain = _asking_loop(paid, ask=None)
+    loop = dataclasses.replace(
+        plain, contract=lw.Contract(budget=lw.Budget(max_cycles=3)), approvals=earned
+    )
+    task = {"artifacts": {"doc": {"a": "x", "b": "B"}}}
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        r0 = rt.run_sync(loop, task, task_key="T0")
+        rt.approve(r0.run_id, by="bob")  # the clean approval authority is earned after
+        assert rt.resume_sync(r0.run_id, loop).accepted
+    real = parking.audit
+
+    def dies(*args: Any, **kw: Any) -> None:
+        monkeypatch.setattr(parking, "audit", real)
+        raise Crash("died between the grant and its audit record")
+
+    monkeypatch.setattr(parking, "audit", dies)
+    with lw.Runtime(db) as rt, pytest.raises(Crash):
+        rt.run_sync(loop, task, task_key="T")
+    with lw.Runtime(db) as rt:
+        r = rt.resume_sync(rt.store.get_run("T").run_id, loop)
         engine = [a for a in rt.store.audit() if a.actor == "policy:earned"]
     assert r.accepted and paid == [10.0, 10.0]
     assert len(engine) == 1
