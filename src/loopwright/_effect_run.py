@@ -311,7 +311,17 @@ async def perform_effect(
         return room
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
-    if entry is not None:
+    # Another run's result, reused by an earlier cycle of this one: the claim is asked again at
+    # the intent below, since that run may have undone it since (a refund frees the key).
+    # Reused again while it stands; done here once the key is free.
+    stale = (
+        entry is not None
+        and entry.status == "done"
+        and business
+        and bool(entry.data.get("from_run"))
+        and not (entry.cycle == cycle and entry.data.get("base_seq") == ex.seq)
+    )
+    if entry is not None and not stale:
         if entry.status == "done":
             # Done by this very attempt of the cycle before a crash: recovered, not reused
             # (reuse is another run's or an earlier cycle's execution of the same key).

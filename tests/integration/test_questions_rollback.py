@@ -423,6 +423,41 @@ def test_a_fork_undoes_what_it_did_and_names_the_run_that_did_the_rest(rt: lw.Ru
     assert [c["effect"] for c in last.packet["compensations"]] == [mine]
 
 
+def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
+    rt: lw.Runtime,
+) -> None:
+    # Run B reused run A's payment of A-1 (cycle 1). A is cancelled and refunds it. When B asks
+    # for A-1 again (cycle 3), its reused copy no longer stands: B pays. While A's payment
+    # stood, asking again reused it.
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    paying = lw.Proposal(
+        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
+    )
+    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    a = rt.run_sync(a_loop, TASK)
+    b_loop = make_loop(
+        Script(paying, lw.Proposal(question=PO), paying, paying, lw.Proposal(question=PO), paying),
+        effects=[pay],
+        approvals=allow,
+        max_cycles=8,
+    )
+    b = rt.run_sync(b_loop, TASK)
+    assert (a.status, b.status, len(bank.paid)) == ("awaiting_approval",) * 2 + (1,)
+    rt.answer(b.run_id, "PO-1", by="ann")
+    b = rt.resume_sync(b.run_id, b_loop)  # cycles 3 and 4 ask for A-1 again: A's stands
+    assert b.status == "awaiting_approval" and len(bank.paid) == 1
+    rt.cancel(a.run_id, by="ops", loop=a_loop)
+    assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
+    assert len(bank.refunds) == 1  # A's payment, undone
+    rt.answer(b.run_id, "PO-2", by="ann")
+    b = rt.resume_sync(b.run_id, b_loop)  # cycle 6 asks again: the key is free, B pays
+    assert len(bank.paid) == 2
+    [entry] = [e for e in rt.store.journal(b.run_id, kind="effect") if e.key == "effect:pay:A-1"]
+    assert entry.status == "done" and "from_run" not in entry.data
+
+
 def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
     # The next generation of an undone key ("pay:A-1~2") claims the action again, so another
     # run asking for the invoice gets that payment's result
