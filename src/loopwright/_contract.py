@@ -360,10 +360,7 @@ class Contract:
                     f"{type(value).__name__}{hint}",
                     field=f"contract.{name}",
                 )
-        if type(self.risk) is not tuple:
-            object.__setattr__(self, "risk", shapes.tuple_of(self.risk, RiskRule, "contract.risk"))
-        else:
-            shapes.tuple_of(self.risk, RiskRule, "contract.risk")
+        object.__setattr__(self, "risk", shapes.tuple_of(self.risk, RiskRule, "contract.risk"))
         if not self.budget.bounded and self.no_progress is None and self.marginal_return is None:
             raise ConfigError(
                 "the contract has no exit besides success: set a budget (max_cycles, "

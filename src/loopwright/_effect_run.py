@@ -314,18 +314,23 @@ async def perform_effect(
     # Another run's result, reused by an earlier cycle of this one: the claim is asked again at
     # the intent below, since that run may have undone it since (a refund frees the key).
     # Reused again while it stands; done here once the key is free.
+    # Done by this very attempt of the cycle before a crash: recovered, not reused (reuse is
+    # another run's or an earlier cycle's execution of the same key).
+    recovered = (
+        entry is not None
+        and entry.status == "done"
+        and entry.cycle == cycle
+        and entry.data.get("base_seq") == ex.seq
+    )
     stale = (
         entry is not None
         and entry.status == "done"
         and business
         and bool(entry.data.get("from_run"))
-        and not (entry.cycle == cycle and entry.data.get("base_seq") == ex.seq)
+        and not recovered
     )
     if entry is not None and not stale:
         if entry.status == "done":
-            # Done by this very attempt of the cycle before a crash: recovered, not reused
-            # (reuse is another run's or an earlier cycle's execution of the same key).
-            recovered = entry.cycle == cycle and entry.data.get("base_seq") == ex.seq
             from_run = entry.data.get("from_run")
             if recovered:
                 data = {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": "done"}

@@ -256,8 +256,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         for art in state.artifacts.values():
             # checked before the run exists: a name "artifact/part" cannot split back into
             # would fail the run's first load and leave it pending for ever
-            bad = [p for p in art.parts if not p] if art.name and "/" not in art.name else [""]
-            if bad:
+            if not art.name or "/" in art.name or not all(art.parts):
                 raise ConfigError(
                     "artifact and part names must be non-empty, and an artifact's name cannot "
                     f"contain '/': artifact {art.name!r}",

@@ -145,13 +145,11 @@ class Parking(RuntimeHost):
         if pend.get("stage") == "effects":
             s.pending = None
             return await self._resume_cycle(ex, pend, staged=True)
-        found = self.store.approval(str(pend.get("approval_id")))
-        reqs = [found] if found is not None and found.run_id == ex.run_id else []
-        if not reqs:
+        req = self.store.approval(str(pend.get("approval_id")))
+        if req is None or req.run_id != ex.run_id:
             raise RunNotFoundError(
                 f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
             )
-        req = reqs[0]
         if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
             with contextlib.suppress(ApprovalError):
                 req = self.store.decide_approval(

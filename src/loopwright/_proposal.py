@@ -266,20 +266,14 @@ class Verdict:
                     f"must be True or False, got {type(p).__name__}: {p!r:.60}",
                     field="Verdict.passed",
                 )
-        if self.findings and (
-            type(self.findings) is not tuple or type(self.findings[0]) is not Finding
-        ):
-            object.__setattr__(
-                self, "findings", shapes.tuple_of(self.findings, Finding, "Verdict.findings")
-            )
-        elif len(self.findings) > 1:
-            shapes.tuple_of(self.findings, Finding, "Verdict.findings")
+        object.__setattr__(
+            self, "findings", shapes.tuple_of(self.findings, Finding, "Verdict.findings")
+        )
         if not isinstance(self.evidence, Mapping):
             raise ConfigError(
                 f"must be a mapping, got {type(self.evidence).__name__}", field="Verdict.evidence"
             )
-        if self.usage is not None and type(self.usage) is not Usage:
-            shapes.optional(self.usage, Usage, "Verdict.usage")
+        shapes.optional(self.usage, Usage, "Verdict.usage")
         if self.checked is not None and type(self.checked) is not tuple:
             if isinstance(self.checked, str):
                 raise ConfigError(

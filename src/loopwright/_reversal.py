@@ -193,8 +193,8 @@ async def run_compensations(
             orig = store.journal(ex.run_id, key=f"effect:{key}")
             action = orig[0].data.get("action") if orig else None
             if orig:
-                # ...and so may another run: the store-wide claim of a business key is freed
-                # (a run-scoped key has no claim; the update finds no row)
+                # ...and so may another run: the store-wide claim of a business key (the
+                # ``action`` its journal entry names) is freed
                 store.journal_put(
                     ex.run_id,
                     ex.token,

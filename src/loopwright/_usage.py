@@ -8,6 +8,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+from . import _shapes as shapes
 from ._errors import ConfigError
 
 __all__ = ["Usage"]
@@ -51,11 +52,7 @@ class Usage:
     def _stored(cls, cost_usd: float, tokens: int, seconds: float) -> Usage:
         """A usage as recorded (a store, a trace, a sum of checked usages): not checked again,
         so what an older release accepted still loads."""
-        u = object.__new__(cls)
-        object.__setattr__(u, "cost_usd", cost_usd)
-        object.__setattr__(u, "tokens", tokens)
-        object.__setattr__(u, "seconds", seconds)
-        return u
+        return shapes.stored(cls, cost_usd, tokens, seconds)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage._stored(
