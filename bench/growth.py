@@ -1,7 +1,7 @@
 """Does a cycle cost the same late in a run as early, with the features that add something
 every cycle? (invariant 8, beyond the trivial loop of ``long_runs.py``)
 
-Usage:  python bench/growth.py [--sizes 300,3000] [--scenarios reflector,flaky,plan]
+Usage:  python bench/growth.py [--sizes 300,3000] [--scenarios reflector,flaky,plan,approval]
 
 Each scenario is one ``Runtime.run`` of N cycles on the embedded SQLite store (WAL,
 ``synchronous=FULL``; a fresh database per run) of a loop whose verifier rejects every cycle,
@@ -12,7 +12,9 @@ with one feature that writes something every cycle:
 * **flaky** — the actor's first attempt of each cycle fails with a transient error and is
   retried (the retry journal);
 * **plan** — the actor adds a plan step each cycle and marks the previous one done (the plan
-  grows with the run).
+  grows with the run);
+* **approval** — a risk rule sends every cycle's proposal to a person: the run parks, the
+  script approves and resumes it (``Runtime.approve``, ``Runtime.resume``), once a cycle.
 
 Per scenario and size it prints CPU µs a cycle over the second tenth of the run ("early"; the
 first holds one-off costs) and over the last tenth ("late"), their ratio, and database bytes a
@@ -34,7 +36,7 @@ from typing import Any
 
 import loopwright as lw
 
-SCENARIOS = ("reflector", "flaky", "plan")
+SCENARIOS = ("reflector", "flaky", "plan", "approval")
 
 
 def _never(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
@@ -67,11 +69,12 @@ def make_loop(scenario: str, n: int, stamps: list[float]) -> lw.Loop:
         extra["reflector"] = reflector
     if scenario == "flaky":
         extra["retry"] = lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False)
+    risk = (lw.RiskRule(name="touch", touches=("doc/body",)),) if scenario == "approval" else ()
     return lw.Loop(
         name=f"growth-{scenario}",
         actor=actor,
         verifiers=[lw.Check(fn=_never, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=n)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=n), risk=risk),
         **extra,
     )
 
@@ -90,7 +93,11 @@ def run(scenario: str, n: int, folder: Path) -> dict[str, float]:
     with lw.Runtime(path) as rt:
         rt.create(make_loop(scenario, n, []), {"goal": "warm"}, task_key="warm")
         empty = _db_bytes(path)
-        r = asyncio.run(rt.run(make_loop(scenario, n, stamps), task, task_key="bench"))
+        loop = make_loop(scenario, n, stamps)
+        r = asyncio.run(rt.run(loop, task, task_key="bench"))
+        while r.status == "awaiting_approval":  # the approval scenario: a person says yes
+            rt.approve(r.run_id, by="bench")
+            r = asyncio.run(rt.resume(r.run_id, loop))
         if (r.cycles, r.stop_reason) != (n, "budget_cycles"):
             raise RuntimeError(f"benchmark run ended unexpectedly: {r.to_dict()}")
     grown = _db_bytes(path) - empty

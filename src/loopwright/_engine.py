@@ -90,16 +90,20 @@ RESULT_HELD_BYTES = 8 * 2**20
 result of such a run outlives its store); a larger one reads its older versions when wanted."""
 
 
-def _lasting(state: TaskState, store: Store, run_id: str) -> TaskState:
-    """A result's state. Every version is read now, in one read, when holding them costs at
-    most ``RESULT_HELD_BYTES`` (the result then outlives the store it came from, and needs
-    none) or the database cannot be opened again; otherwise older versions are read when
-    wanted — through the store, or through its database opened again read-only once the
-    store is closed (``Store.lasting_loader``) — so that a long run of large values does not
-    end with all of them in memory (invariant 8)."""
+def _lasting(state: TaskState, store: Store, run_id: str, *, ended: bool) -> TaskState:
+    """A result's state. Every version is read now, in one read, when the run has ended and
+    holding them costs at most ``RESULT_HELD_BYTES`` (the result then outlives the store it
+    came from, and needs none), or when the database cannot be opened again; otherwise older
+    versions are read when wanted — through the store, or through its database opened again
+    read-only once the store is closed (``Store.lasting_loader``) — so that a long run of
+    large values does not end with all of them in memory, and a run that waits for a person
+    every cycle does not read its whole history at each wait (invariant 8). Pickled, a
+    result reads what it does not hold (``_AsOf.__reduce__``), so it crosses processes."""
     held: dict[str, list[Version]] | None
     if not store.reopenable:
         held = store.versions_within(run_id, None)  # cannot be read later: all of it now
+    elif not ended:
+        held = None  # it will be resumed from this store: read older versions if wanted
     elif sum(p.count for _ref, p in state.iter_parts()) * VERSION_COST > RESULT_HELD_BYTES:
         held = None  # their number alone says so (each costs VERSION_COST): no read
     else:
@@ -128,6 +132,13 @@ class _AsOf:
     def __deepcopy__(self, memo: dict[int, Any]) -> _AsOf:
         return self  # a handle on the store, shared by copies (as a function would be)
 
+    def __copy__(self) -> _AsOf:
+        return self
+
+    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
+        # A store's connection does not cross processes: the versions, read now, do.
+        return _Read, (tuple(self()),)
+
     def __call__(self) -> list[Version]:
         versions = list(self._loader(self._ref))
         again = [v.n for v in versions if v.n <= self._count and v.cycle > self._cycle]
@@ -138,6 +149,21 @@ class _AsOf:
                 "(Runtime.result) for its versions now"
             )
         return versions
+
+
+class _Read:
+    """A part's versions read already: what a pickled lazy result's loader becomes."""
+
+    __slots__ = ("_versions",)
+
+    def __init__(self, versions: tuple[Version, ...]) -> None:
+        self._versions = versions
+
+    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
+        return _Read, (self._versions,)
+
+    def __call__(self) -> list[Version]:
+        return list(self._versions)
 
 
 def _owner() -> str:
@@ -426,7 +452,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             best_score=rec.best_score,
             spent=Usage._stored(rec.cost_usd, rec.tokens, rec.seconds),
             packet=rec.packet,
-            state=_lasting(ck.task_state(), self.store, rec.run_id),
+            state=_lasting(
+                ck.task_state(), self.store, rec.run_id, ended=rec.status in TERMINAL_STATUSES
+            ),
             held_out_passed=rec.held_out_passed,
         )
 

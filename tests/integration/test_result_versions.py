@@ -8,6 +8,7 @@ The lazy path is forced here by setting the bound to 0 (the values are small).""
 from __future__ import annotations
 
 import copy
+import pickle
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -196,8 +197,6 @@ def test_a_run_of_large_values_ends_holding_only_what_it_needs(tmp_path: Path) -
 
 
 def test_a_small_runs_result_can_be_pickled(tmp_path: Path) -> None:
-    import pickle
-
     with lw.Runtime(f"sqlite:///{tmp_path / 'p.db'}") as rt:
         result = rt.run_sync(_loop(), TASK, task_key="k")
     back = pickle.loads(pickle.dumps(result))
@@ -276,3 +275,64 @@ def test_a_closed_store_is_opened_again_once_for_all_the_parts(
         part = result.state.part(ref)
         assert part is not None and len(part.versions) == part.count
     assert opened == [1]
+
+
+def _asked(cycles: int) -> lw.Loop:
+    """Every cycle's proposal touches doc/body, which a risk rule sends to a person."""
+    return lw.Loop(
+        name="asked",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="c")],
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=cycles),
+            risk=(lw.RiskRule(name="touch", touches=("doc/body",)),),
+        ),
+    )
+
+
+def test_a_waiting_runs_result_reads_no_older_versions(tmp_path: Path) -> None:
+    # A run that waits for a person every cycle returns a result at every wait: reading its
+    # every version there made each wait cost more than the last (invariant 8).
+    loop = _asked(100)
+    with lw.Runtime(f"sqlite:///{tmp_path / 'w.db'}") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        for _ in range(12):
+            rt.approve(r.run_id, by="bob")
+            r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval"
+        reads: list[Any] = []
+        within = rt.store.versions_within
+
+        def spy(*a: Any) -> Any:
+            reads.append(a)
+            return within(*a)
+
+        rt.store.versions_within = spy  # type: ignore[method-assign]
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval" and reads == []
+        body = r.state.part("doc/body")
+        assert body is not None and body.count == 14 and _held(body) <= 3
+        # still every version when asked, through the store
+        assert [v.value for v in body.versions] == ["", *(f"draft {c}" for c in range(1, 14))]
+        back = pickle.loads(pickle.dumps(r))  # a lazy result crosses processes (Ray)
+    body = back.state.part("doc/body")
+    assert body is not None and [v.value for v in body.versions][-1] == "draft 13"
+    assert len(body.versions) == 14
+
+
+def test_a_large_runs_result_pickles_with_every_version(tmp_path: Path, lazy: None) -> None:
+    # Over the bound the result reads older versions when wanted; pickled, it reads them then
+    # (a store's connection cannot cross processes), and the copy needs no store.
+    db = tmp_path / "big.db"
+    with lw.Runtime(f"sqlite:///{db}") as rt:
+        result = rt.run_sync(_loop(), TASK, task_key="k")
+        body = result.state.part("doc/body")
+        assert body is not None and _held(body) <= 3
+        data = pickle.dumps(result)
+    db.unlink()  # the copy reads nothing from the store
+    back = pickle.loads(data)
+    body = back.state.part("doc/body")
+    assert body is not None and len(body.versions) == CYCLES + 1
+    assert body.versions[CYCLES].value == f"draft {CYCLES}"
+    assert pickle.loads(pickle.dumps(back)).to_dict() == back.to_dict()
