@@ -203,12 +203,16 @@ class Checkpoints(RuntimeHost):
         improved = (
             not duplicate
             and decision is None
-            and rules.improved(old.best_score, score, delta, bool(newly))
+            and rules.improved(old.progress_score, score, delta, bool(newly))
         )
-        if improved:
-            s.best_score = max(v for v in (old.best_score, score) if v is not None)
-            s.best_cycle = n
+        if decision is None and not duplicate and rules.better(old.best_score, score):
+            # The best candidate is the best by score, whatever moved the no-progress level:
+            # a rise under min_delta is kept, a required check passing at a lower score is not.
+            s.best_score, s.best_cycle = score, n
             s.mark_best()
+        if improved:
+            if score is not None and (old.progress_score is None or score > old.progress_score):
+                s.progress_score = score
             s.stall = 0
         elif decision == "asked":
             s.stall = old.stall  # waiting for an answer is not a cycle without progress

@@ -213,15 +213,24 @@ def accept_clean_parts(
 
 
 def improved(
-    best: float | None, score: float | None, min_delta: float, newly_passing: bool
+    level: float | None, score: float | None, min_delta: float, newly_passing: bool
 ) -> bool:
-    """A material improvement: the best visible score rises by at least ``min_delta``, or a
-    required check that had never passed passes now."""
+    """A material improvement: the visible score rises above ``level`` (what the last material
+    improvement reached; the baseline before any is 0) by at least ``min_delta``, or a
+    required check that had never passed passes now. A rise of exactly ``min_delta`` counts,
+    whatever the floats' rounding (0.7 - 0.6 is 0.0999…)."""
     if newly_passing:
         return True
     if score is None:
         return False
-    return best is None or (score > best and score - best >= min_delta)
+    base = 0.0 if level is None else level
+    return score > base and score - base >= min_delta - _SLACK * max(1.0, abs(min_delta))
+
+
+def better(best: float | None, score: float | None) -> bool:
+    """The candidate scored ``score`` is the run's best so far (a higher visible score than
+    ``best``; on a tie the earlier candidate stays the best)."""
+    return score is not None and (best is None or score > best)
 
 
 def risk_reason(

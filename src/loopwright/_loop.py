@@ -128,6 +128,22 @@ class Loop:
                     f"names verifiers that are not visible checks of this loop: {missing}",
                     field="contract.success.required",
                 )
+        if visible and not sum(c.weight for c in checks if not c.held_out):
+            raise ConfigError(
+                "the visible checks' weights add up to 0: the run would have no score, and "
+                "could neither succeed nor show progress (give one of them a weight above 0)",
+                field="verifiers",
+            )
+        con = self.contract
+        if not con.budget.bounded and con.no_progress is None and con.marginal_return is not None:
+            # Snapshots of such contracts still load (the refusal is where a loop is built).
+            raise ConfigError(
+                "a marginal_return rule is the contract's only exit besides success, and it "
+                "stops a run only once its cycles cost money: a loop whose cycles report no "
+                "cost would never stop; add a budget (max_cycles or max_seconds) or a "
+                "no_progress rule beside it",
+                field="contract.marginal_return",
+            )
         if self.actor_timeout_s is not None:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):

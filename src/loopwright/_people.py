@@ -405,6 +405,7 @@ class Decisions(RuntimeHost):
         cur.best_score = old.best_score
         cur.best_cycle = old.best_cycle
         cur.best_parts = old.best_parts
+        cur.progress_score = old.progress_score
         cur.passed_checks = old.passed_checks
         # Approvals granted after the checkpoint go with it: redoing an undone action needs a
         # person again.

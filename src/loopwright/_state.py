@@ -479,6 +479,9 @@ class TaskState:
     best_score: float | None = None
     best_cycle: int = 0
     best_parts: dict[str, int] = field(default_factory=dict)
+    # What the last material improvement reached: the level the next must beat by the
+    # no-progress rule's min_delta (``best_score`` follows every rise; this only material ones).
+    progress_score: float | None = None
     stall: int = 0
     rejected: list[str] = field(default_factory=Digests)
     approved: list[str] = field(default_factory=list)  # the newest; every one is a request
@@ -834,6 +837,7 @@ class TaskState:
             score=self.score,
             best_score=self.best_score,
             best_cycle=self.best_cycle,
+            progress_score=self.progress_score,
             stall=self.stall,
             approved=list(self.approved),
             passed_checks=list(self.passed_checks),
@@ -862,6 +866,7 @@ class TaskState:
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
             "best_parts": self.best_parts,
+            "progress_score": self.progress_score,
             "stall": self.stall,
             "rejected": self.rejected,
             "approved": self.approved,
@@ -892,6 +897,8 @@ class TaskState:
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),
             best_parts=dict(d.get("best_parts") or {}),
+            # a state stored before it existed: its best score was moved by material rises only
+            progress_score=d["progress_score"] if "progress_score" in d else d.get("best_score"),
             stall=int(d.get("stall", 0)),
             rejected=Digests(d.get("rejected", ())),
             approved=list(d.get("approved", ())),

@@ -95,6 +95,7 @@ def head(
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,
         "best_parts": state.best_parts,  # replaced, never changed in place (mark_best)
+        "progress_score": state.progress_score,
         "stall": state.stall,
         "approved": list(state.approved),
         "passed_checks": list(state.passed_checks),

@@ -9,7 +9,7 @@ P(success at cycle ``k`` | no success before, ``stall``) — exactly what ``marg
 before cycle ``k`` with ``MarginalReturn.p_success(k, stall)``.
 
 The stall is computed as the engine and ``simulate`` compute it: a cycle improves when
-``loopwright._decide.improved(best, score, min_delta, newly_passing)`` holds on the recorded
+``loopwright._decide.improved(level, score, min_delta, newly_passing)`` holds on the recorded
 scores (and the proposal was neither a duplicate nor refused/asked); otherwise the stall grows
 by one (a cycle that parked with a question leaves it as it is). The engine uses the
 contract's ``no_progress.min_delta``, or ``0.0`` when the contract has no ``no_progress`` rule:

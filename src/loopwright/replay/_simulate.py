@@ -148,10 +148,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         better = (
             not c.duplicate
             and decided
-            and rules.improved(s.best_score, c.score, delta, bool(newly))
+            and rules.improved(s.progress_score, c.score, delta, bool(newly))
         )
+        if not c.duplicate and decided and rules.better(s.best_score, c.score):
+            s.best_score = c.score  # the best by score, as the engine keeps it
         if better:
-            s.best_score = max(v for v in (s.best_score, c.score) if v is not None)
+            if c.score is not None and (s.progress_score is None or c.score > s.progress_score):
+                s.progress_score = c.score
             s.stall = 0
         elif c.asked:
             pass

@@ -1,0 +1,154 @@
+"""The best candidate and material progress, kept apart (from an outside probe, helper-44).
+
+The packet's best candidate is the best by visible score — every rise is kept, ties keep the
+earlier — while the no-progress rule measures rises against what the last *material*
+improvement reached (``progress_score``), from a baseline of 0, a rise of exactly
+``min_delta`` counting despite float rounding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright import ConfigError
+
+TASK: dict[str, Any] = {"goal": "score", "artifacts": {"doc": {"v": 0}}}
+
+
+def _scripted(
+    scores: Sequence[float],
+    *,
+    passes: Sequence[bool] | None = None,
+    no_progress: lw.NoProgress | None = None,
+    min_score: float = 1.0,
+) -> lw.Loop:
+    """Cycle k writes v=k; its check scores ``scores[k-1]`` (and passes as ``passes`` says)."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"v": ctx.cycle}, usage=lw.Usage(cost_usd=0.1))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        k = state.values()["doc"]["v"]
+        ok = bool(passes[k - 1]) if passes else False
+        found = () if ok else (lw.Finding("not yet", "doc", "v"),)
+        return lw.Verdict(passed=ok, score=scores[k - 1], findings=found)
+
+    return lw.Loop(
+        name="scripted",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        contract=lw.Contract(
+            success=lw.Success(min_score=min_score),
+            no_progress=no_progress,
+            budget=lw.Budget(max_cycles=len(scores)),
+        ),
+    )
+
+
+def _improved(rt: lw.Runtime, run_id: str) -> list[bool]:
+    return [bool(ck.record["improved"]) for ck in rt.store.checkpoints(run_id) if ck.record]
+
+
+def test_a_rise_under_min_delta_is_still_the_best_candidate(tmp_path: Path) -> None:
+    loop = _scripted([0.5, 0.58, 0.3], no_progress=lw.NoProgress(cycles=5, min_delta=0.1))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [True, False, False]  # 0.58 is not material
+    assert r.stop_reason == "budget_cycles" and r.best_score == 0.58
+    best = r.packet["best_candidate"]
+    assert (best["cycle"], best["score"], best["artifacts"]["doc"]["v"]) == (2, 0.58, 2)
+
+
+def test_a_check_passing_at_a_lower_score_does_not_take_the_best_label(tmp_path: Path) -> None:
+    # cycle 2 passes the (required) check for the first time — material progress — at a lower
+    # score than cycle 1's; the best candidate stays cycle 1's, with its own score
+    loop = _scripted([0.9, 0.6, 0.1], passes=[False, True, False], min_score=0.95)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [True, True, False]
+    best = r.packet["best_candidate"]
+    assert (best["cycle"], best["score"], best["artifacts"]["doc"]["v"]) == (1, 0.9, 1)
+    assert r.best_score == 0.9
+
+
+def test_ties_keep_the_earlier_candidate(tmp_path: Path) -> None:
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_scripted([0.4, 0.7, 0.7, 0.2]), TASK, task_key="k")
+    assert r.packet["best_candidate"]["cycle"] == 2
+
+
+def test_a_rise_of_exactly_min_delta_is_progress(tmp_path: Path) -> None:
+    # 0.7 - 0.6 is 0.09999999999999998 in floats
+    loop = _scripted([0.6, 0.7, 0.7, 0.7], no_progress=lw.NoProgress(cycles=2, min_delta=0.1))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [True, True, False, False]
+    assert (r.stop_reason, r.cycles) == ("no_progress", 4)
+
+
+def test_the_baseline_is_zero_a_first_score_of_zero_is_no_progress(tmp_path: Path) -> None:
+    loop = _scripted([0.0, 0.0, 0.0, 0.0], no_progress=lw.NoProgress(cycles=2))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [False, False]
+        m = lw.compute_metrics(rt.store)
+    assert (r.stop_reason, r.cycles) == ("no_progress", 2)
+    # there is still a best candidate to hand over (the first, at 0)
+    assert r.packet["best_candidate"]["cycle"] == 1 and r.best_score == 0.0
+    # "a run with no improving cycle counts its whole spend" (docs/metrics.md)
+    assert m.value("spend_after_last_improvement_usd") == pytest.approx(0.2)
+    assert m.value("spend_after_last_improvement_frac") == pytest.approx(1.0)
+
+
+def test_creeping_rises_are_material_once_they_add_up(tmp_path: Path) -> None:
+    # measured from the last material level (0.5), not from the best: 0.55 then 0.6 adds up
+    loop = _scripted([0.5, 0.55, 0.6, 0.6], no_progress=lw.NoProgress(cycles=2, min_delta=0.1))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [True, False, True, False]
+    assert r.best_score == 0.6 and r.stop_reason == "budget_cycles"
+
+
+def test_visible_checks_weighing_nothing_are_refused() -> None:
+    with pytest.raises(ConfigError, match="weights add up to 0"):
+        lw.Loop(
+            name="w",
+            actor=lambda ctx: lw.Proposal(),
+            verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="c", weight=0)],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        )
+    # one of two at 0 is an unscored check beside a scored one: allowed
+    lw.Loop(
+        name="w",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="c", weight=0),
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="d"),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+def test_a_marginal_return_rule_alone_is_refused_where_a_loop_is_built() -> None:
+    mr = lw.MarginalReturn(value_per_success_usd=2.0)
+    contract = lw.Contract(marginal_return=mr)  # a contract (a stored snapshot) still builds
+    assert lw.Contract.from_dict({"marginal_return": {"value_per_success_usd": 2.0}}) == contract
+    with pytest.raises(ConfigError, match="only exit besides success") as e:
+        lw.Loop(name="m", actor=lambda ctx: lw.Proposal(), contract=contract)
+    assert e.value.field == "contract.marginal_return"
+    lw.Loop(
+        name="m",
+        actor=lambda ctx: lw.Proposal(),
+        contract=lw.Contract(marginal_return=mr, budget=lw.Budget(max_cycles=50)),
+    )
+
+
+def test_a_state_stored_before_progress_score_reads_its_best_score() -> None:
+    # the best score of such a state moved at material rises only: the same level as before
+    s = lw.TaskState.from_dict({"best_score": 0.5, "best_cycle": 2})
+    assert s.progress_score == 0.5
+    assert lw.TaskState.from_dict({**s.to_dict(), "best_score": 0.7}).progress_score == 0.5
