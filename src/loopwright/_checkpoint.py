@@ -225,6 +225,7 @@ class Checkpoints(RuntimeHost):
         s.cycle = n
         s.score = score
         s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
+        s.held_out_spent = old.held_out_spent
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).
         keep = max(0, self.history_window - 1)

@@ -74,7 +74,9 @@ class Cycle(RuntimeHost):
             findings=tuple(s.findings),
             plan=tuple(s.plan),
             next_step=s.next_step(),
-            remaining=remaining if remaining is not None else rules.remaining(ex.contract, s),
+            remaining=remaining
+            if remaining is not None
+            else rules.remaining(ex.contract, s, shown=True),
             notes=tuple(s.notes),
             history=tuple(s.history),
             memory=memory,
@@ -129,7 +131,9 @@ class Cycle(RuntimeHost):
         left = rules.remaining(contract, s)
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if left.seconds is None else time.time() + left.seconds
-        ex.last_context = self._context(ex, n, await self._recall(ex), left)
+        hidden = s.held_out_spent  # what held-out checks spent is not shown (invariant 3)
+        shown = None if hidden.cost_usd or hidden.tokens else left
+        ex.last_context = self._context(ex, n, await self._recall(ex), shown)
         ex.last_visible = {}
         ex.at("before_actor")
         try:
@@ -375,6 +379,8 @@ class Cycle(RuntimeHost):
                 priced = Usage(vu.cost_usd, vu.tokens, 0.0)
                 cycle_usage = cycle_usage + priced
                 s.spent = s.spent + priced
+                if check.held_out:
+                    s.held_out_spent = s.held_out_spent + priced
             ex.events.append(
                 NewEvent(
                     n,

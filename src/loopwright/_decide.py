@@ -56,8 +56,16 @@ def cycle_cap(contract: Contract, state: TaskState) -> int | None:
     return node if b.max_cycles is None else min(node, b.max_cycles)
 
 
-def remaining(contract: Contract, state: TaskState) -> Remaining:
+def remaining(contract: Contract, state: TaskState, *, shown: bool = False) -> Remaining:
+    """The budget left before the next cycle. ``shown``: as an actor or reflector is shown it,
+    without what held-out checks spent (their cost and tokens can tell their verdicts;
+    invariant 3) — the contract still counts it."""
     b, s = contract.budget, state.spent
+    hidden = state.held_out_spent
+    if shown and (hidden.cost_usd or hidden.tokens):
+        s = Usage._stored(
+            max(0.0, s.cost_usd - hidden.cost_usd), max(0, s.tokens - hidden.tokens), s.seconds
+        )
     cap = cycle_cap(contract, state)
     return Remaining(
         cycles=None if cap is None else max(0, cap - state.cycle),

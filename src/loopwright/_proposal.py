@@ -343,7 +343,7 @@ class Context:
         findings: open findings from visible verifiers of the previous cycle.
         plan: the plan's steps with their status.
         next_step: the first step not yet done whose dependencies are done.
-        remaining: budget left.
+        remaining: budget left (without what held-out checks spent: invariant 3).
         notes: human decisions and answers addressed to the actor.
         history: one line per earlier cycle: score, decision, proposal kind.
         memory: feedback memory retrieved for this task and project (corrections,

@@ -159,7 +159,7 @@ class Reflection(RuntimeHost):
             for row in self.store.memory_query(memory_id=mid)
         )
         ex.last_context = self._context(
-            ex, s.cycle, shown, rules.remaining(ex.contract, state), state=state
+            ex, s.cycle, shown, rules.remaining(ex.contract, state, shown=True), state=state
         )
         ex.last_visible = {
             str(k): Verdict.from_dict(v) for k, v in (record.get("visible") or {}).items()

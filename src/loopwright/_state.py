@@ -475,6 +475,9 @@ class TaskState:
 
     cycle: int = 0
     spent: Usage = field(default_factory=Usage)
+    # The priced part of ``spent`` that held-out checks spent: counted by the contract, left
+    # out of what the actor is shown (a model reviewer's cost can tell its verdict).
+    held_out_spent: Usage = field(default_factory=Usage)
     score: float | None = None
     best_score: float | None = None
     best_cycle: int = 0
@@ -834,6 +837,7 @@ class TaskState:
             retries=dict(self.retries),
             cycle=self.cycle,
             spent=self.spent,
+            held_out_spent=self.held_out_spent,
             score=self.score,
             best_score=self.best_score,
             best_cycle=self.best_cycle,
@@ -862,6 +866,7 @@ class TaskState:
             "retries": self.retries,
             "cycle": self.cycle,
             "spent": self.spent.to_dict(),
+            "held_out_spent": _priced(self.held_out_spent),
             "score": self.score,
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
@@ -893,6 +898,7 @@ class TaskState:
             retries=dict(d.get("retries") or {}),
             cycle=int(d.get("cycle", 0)),
             spent=Usage.from_dict(d.get("spent")),
+            held_out_spent=_held_out_spent(d.get("held_out_spent")),
             score=d.get("score"),
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),
@@ -1079,6 +1085,18 @@ def _part_copier(artifact: str, loader: VersionLoader | None) -> Callable[[str, 
         return q
 
     return copy
+
+
+def _priced(u: Usage) -> list[Any] | None:
+    """A held-out spend as stored: ``[cost_usd, tokens]``, or None for none (most runs)."""
+    return [u.cost_usd, u.tokens] if u.cost_usd or u.tokens else None
+
+
+def _held_out_spent(stored: Any) -> Usage:
+    if not stored:
+        return Usage()
+    cost, tokens = stored
+    return Usage._stored(cost, tokens, 0.0)
 
 
 def _bind(loader: VersionLoader, ref: str) -> Callable[[], Iterable[Version]]:

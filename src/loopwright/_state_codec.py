@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._state import Part, TaskState, split_ref
+from ._state import Part, TaskState, _priced, split_ref
 
 __all__ = [
     "FORMAT",
@@ -91,6 +91,7 @@ def head(
         "retries": dict(state.retries),
         "cycle": state.cycle,
         "spent": state.spent.to_dict(),
+        "held_out_spent": _priced(state.held_out_spent),
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,

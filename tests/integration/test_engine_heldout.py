@@ -213,3 +213,46 @@ def test_a_cycle_ended_after_its_held_out_judged_reports_its_own_verdict(
             r = rt.run_sync(loop, TASK, task_key="k")
     assert (r.status, r.stop_reason) == ("escalated", "escalated")
     assert r.held_out_passed is True
+
+
+def _reviewed(verdicts: list[bool], seen: list[float | None]) -> lw.Loop:
+    """A held-out reviewer whose cost follows its verdict (as a model's would: a failing
+    review writes more); the actor records the budget it is shown."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.remaining.cost_usd)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle}, usage=lw.Usage(cost_usd=0.01))
+
+    def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "a"),))
+
+    def reviewer(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        ok = verdicts[state.cycle]
+        return lw.Verdict(passed=ok, usage=lw.Usage(cost_usd=0.002 if ok else 0.0123, tokens=9))
+
+    return lw.Loop(
+        name="reviewed",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=visible, name="v"),
+            lw.Check(fn=reviewer, name="r", held_out=True),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4, max_cost_usd=1.0, max_tokens=1000)),
+    )
+
+
+def test_what_held_out_checks_spend_is_not_shown_to_the_actor(tmp_path: Path) -> None:
+    # Invariant 3: the budget the actor is shown must not move with held-out verdicts.
+    shown: dict[str, list[float | None]] = {"pass": [], "fail": []}
+    spent = {}
+    for name, verdicts in (("pass", [True] * 5), ("fail", [False] * 5)):
+        with lw.Runtime(tmp_path / f"{name}.db") as rt:
+            r = rt.run_sync(_reviewed(verdicts, shown[name]), TASK, task_key="k")
+            spent[name] = r.spent
+            state = rt.store.latest_checkpoint(r.run_id).task_state()
+        assert state.held_out_spent.tokens == 4 * 9  # stored: a resumed run hides it too
+    assert shown["pass"] == shown["fail"] == pytest.approx([1.0, 0.99, 0.98, 0.97])
+    # the contract still counts every cent and token
+    assert spent["pass"].cost_usd == pytest.approx(4 * 0.012)
+    assert spent["fail"].cost_usd == pytest.approx(4 * 0.0223)
+    assert spent["fail"].tokens == 4 * 9
