@@ -30,7 +30,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_value
 from ._loop import Loop
-from ._people import concluded_at
+from ._people import concluded_at, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref
@@ -196,6 +196,7 @@ class Forking(RuntimeHost):
             run: dict[str, Any] = {}
             if reopen:
                 s.next_action = "resume: the loop goes on from the person's edit"
+                retire_failures(self.store, ex, effects=False)
                 run = {
                     "status": "pending",
                     "stop_reason": None,

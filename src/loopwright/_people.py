@@ -21,7 +21,7 @@ from ._question import Question
 from ._redact import redact, redact_text
 from ._reversal import offer_compensations
 from ._state import TaskState
-from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord
+from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
 
 __all__ = ["Decisions", "concluded_at"]
 
@@ -288,22 +288,7 @@ class Decisions(RuntimeHost):
         return out
 
     def _retire_failures(self, ex: _Exec) -> None:
-        """A rollback gives the redone cycles a fresh start: spent retry bounds of the cycle
-        to come and failed effects (which a person chose to redo) no longer count."""
-        nxt = ex.state.cycle + 1
-        for e in self.store.journal(ex.run_id):
-            retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
-            if retry or (e.kind == "effect" and e.status == "failed"):
-                self.store.journal_put(
-                    ex.run_id,
-                    ex.token,
-                    key=e.key,
-                    kind=e.kind,
-                    cycle=e.cycle,
-                    status="retired",
-                    data={**e.data, "retired_from": e.status},
-                    attempts=0 if retry else None,
-                )
+        retire_failures(self.store, ex, effects=True)
 
     def _cancel_now(self, ex: _Exec, cause: str, *, by: str | None = None) -> None:
         pend0 = ex.state.pending or {}
@@ -454,6 +439,27 @@ class Decisions(RuntimeHost):
             approvals=reqs,
             closes=_closing(stale, by=by, note="rolled back"),
         )
+
+
+def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
+    """A person's rollback or edit gives the cycle to come a fresh start: the spent retry
+    bounds of the cycles from it no longer count, nor (``effects``: a rollback, whose person
+    chose to redo them) failed effects. A run that gave up on its actor and was reopened by an
+    edit would otherwise give up again at once, without a call."""
+    nxt = ex.state.cycle + 1
+    for e in store.journal(ex.run_id):
+        retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
+        if retry or (effects and e.kind == "effect" and e.status == "failed"):
+            store.journal_put(
+                ex.run_id,
+                ex.token,
+                key=e.key,
+                kind=e.kind,
+                cycle=e.cycle,
+                status="retired",
+                data={**e.data, "retired_from": e.status},
+                attempts=0 if retry else None,
+            )
 
 
 def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:

@@ -389,3 +389,36 @@ def test_a_fork_killed_in_its_first_cycle_redoes_nothing(tmp_path: Path, kill_at
     # fork's own actions (c4..c6) once each, whatever the kill.
     sent = Path(log).read_text().splitlines()
     assert sent == ["once:team", "each:c1", "each:c2", "each:c3", "each:c4", "each:c5", "each:c6"]
+
+
+def test_an_edit_reopens_a_run_that_gave_up_on_its_actor_to_a_fresh_start(
+    tmp_path: Path,
+) -> None:
+    # From an outside probe (helper-46): the run escalated because the actor's retries were
+    # spent; a person edited it and resumed — and it escalated again at once, no call made,
+    # the spent bound of the cycle to come still on record.
+    calls: list[int] = []
+    broken = [True]
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append(ctx.cycle)
+        if broken[0]:
+            raise lw.TransientError("503 from the model server")
+        return lw.Proposal.edit("doc", {"b": "fixed"})
+
+    loop = lw.Loop(
+        name="gave-up",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+    )
+    task = {"goal": "g", "artifacts": {"doc": {"a": "x", "b": "y"}}}
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, task, task_key="k")
+        assert (r.status, len(calls)) == ("escalated", 2)
+        rt.edit(r.run_id, "doc/a", "person's", by="ann")
+        broken[0] = False
+        r = rt.resume_sync(r.run_id, loop)
+    assert len(calls) == 3  # the actor is asked again
+    assert r.status == "accepted" and r.state.values()["doc"] == {"a": "person's", "b": "fixed"}
