@@ -124,7 +124,8 @@ def _contract(c: dict[str, Any], n_cycles: int) -> lw.Contract:
             "value_per_success_usd": c["marginal"],
             "hazard": [[list(x) for x in row] for row in c["hazard"]],
         }
-    if not data["budget"] and not data.get("no_progress") and "marginal_return" not in data:
+    if not data["budget"] and not data.get("no_progress"):
+        # an exit that stops whatever the cycles cost (a loop refuses a marginal_return alone)
         data["budget"]["max_cycles"] = n_cycles + 2
     return lw.Contract.from_dict(data)
 
