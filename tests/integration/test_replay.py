@@ -4,6 +4,7 @@ agrees exactly with re-running the loop under it (property-based)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from loopwright.replay import (
     Call,
     CycleTrace,
     RunTrace,
+    fit_stop,
     load_contract,
     load_source,
     read_traces,
@@ -215,3 +217,106 @@ def test_replay_agrees_with_rerunning_the_loop(
             outcome.accepted,
         )
         assert mirrored.cost_usd == pytest.approx(outcome.cost_usd)
+
+
+# --- what a run recorded after its last concluded cycle, and what the engine knew ------------
+def _scripted(
+    name: str,
+    costs: list[float],
+    verdicts: list[tuple[bool, float]],
+    contract: lw.Contract,
+    *,
+    extra: Sequence[lw.Check] = (),
+) -> lw.Loop:
+    """A loop whose cycle ``n`` actor call costs ``costs[n-1]`` and whose check ``main``
+    returns ``verdicts[n-1]`` (passed, score); ``extra`` checks are added after it."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit(
+            "doc", {"x": f"v{ctx.cycle}"}, usage=lw.Usage(cost_usd=costs[ctx.cycle - 1])
+        )
+
+    def main(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        passed, score = verdicts[state.cycle]
+        return lw.Verdict(passed=passed, score=score)
+
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[lw.Check(fn=main, name="main"), *extra],
+        contract=contract,
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
+def _runs(path: Path, loops: dict[str, lw.Loop]) -> list[RunTrace]:
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        for key, loop in loops.items():
+            rt.run_sync(loop, {"artifacts": {"doc": {"x": "v0"}}}, task_key=key)
+        return sorted(traces_from_store(rt.store), key=lambda t: t.task_key)
+
+
+def test_a_censored_run_counts_at_its_recorded_cost(tmp_path: Path) -> None:
+    """A run stopped mid-cycle by a cost cap, replayed without the cap, goes on past its
+    recording (censored): it spent its whole recorded cost, the runaway call included, so no
+    contract is credited with saving it (it was counted at $0.01 of its $5.01)."""
+    capped = lw.Contract(budget=lw.Budget(max_cycles=5, max_cost_usd=1.0))
+    ok = [(False, 0.5), (True, 1.0)]
+    traces = _runs(
+        tmp_path / "s.db",
+        {
+            "ok1": _scripted("c", [0.1, 0.1], ok, capped),
+            "ok2": _scripted("c", [0.1, 0.1], ok, capped),
+            "runaway": _scripted("c", [0.01, 5.0], [(False, 0.3)] * 2, capped),
+        },
+    )
+    runaway = traces[2]
+    assert runaway.recorded["stop_reason"] == "budget_cost" and len(runaway.cycles) == 1
+    assert runaway.tail["kind"] == "crossed"
+    uncapped = lw.Contract(budget=lw.Budget(max_cycles=5))
+    report = replay(traces, {"uncapped": uncapped, "capped": capped})
+    (totals, outs), (same, same_outs) = report.contracts
+    assert outs[2].reason == "censored" and not outs[2].accepted
+    assert outs[2].cost_usd == pytest.approx(5.01)
+    assert outs[2].spend_after_last_improvement_usd == pytest.approx(5.0)
+    assert totals.cost_usd == pytest.approx(report.recorded.cost_usd) == pytest.approx(5.41)
+    # under its own contract it ends as recorded
+    assert (same_outs[2].reason, same_outs[2].cost_usd) == ("budget_cost", pytest.approx(5.01))
+    assert same.cost_usd == pytest.approx(5.41)
+    # fit-stop's objective counts it so too: nothing here can be saved (the $5 is one call)
+    fit = fit_stop(traces, keep=1.0, folds=2, seed=0)
+    assert fit.all_data.cost_usd == pytest.approx(5.41)
+    assert fit.all_data.spend_saved_share == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("kind", ["parked", "unfinished", "crossed", "none"])
+def test_every_censored_end_counts_the_whole_recorded_spend(kind: str) -> None:
+    tail = {"kind": kind, "cost_usd": 0.3, "tokens": 30, "seconds": 2.0}
+    trace = RunTrace(
+        run_id="r",
+        task_key="r",
+        cycles=(
+            CycleTrace(
+                cycle=1,
+                calls=(Call("actor", 0.1, 10),),
+                verdicts={"v": {"passed": False, "score": 0.2}},
+                score=0.2,
+                seconds=1.0,
+            ),
+        ),
+        required=("v",),
+        recorded={
+            "status": "stopped",
+            "stop_reason": "x",
+            "cycles": 1,
+            "cost_usd": 0.4,
+            "tokens": 40,
+        },
+        tail=tail if kind != "none" else {"kind": "none"},
+    )
+    o = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=9)))
+    assert (o.reason, o.cycles, o.accepted) == ("censored", 1, False)
+    # "none": the recorded totals hold spend the cycles do not list (an old record's effects)
+    assert (o.cost_usd, o.tokens) == (pytest.approx(0.4), 40)
+    if kind != "none":
+        assert o.seconds == pytest.approx(3.0)

@@ -71,11 +71,12 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 improved=r.get("improved"),
             )
         )
-    spent_cost = sum(c.cost_usd for c in cycles)
-    spent_tokens = sum(c.tokens for c in cycles)
-    extra = {
-        "cost_usd": max(0.0, rec.cost_usd - spent_cost),
-        "tokens": max(0, rec.tokens - spent_tokens),
+    # What the run spent after its last concluded cycle: the calls of a cycle it never
+    # concluded (and, in seconds, time spent outside the cycles' own records).
+    extra: dict[str, Any] = {
+        "cost_usd": max(0.0, rec.cost_usd - sum(c.cost_usd for c in cycles)),
+        "tokens": max(0, rec.tokens - sum(c.tokens for c in cycles)),
+        "seconds": max(0.0, rec.seconds - sum(c.seconds for c in cycles)),
     }
     cause = str((rec.packet or {}).get("cause") or "")
     if rec.status == "awaiting_approval":
