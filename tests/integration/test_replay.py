@@ -320,3 +320,81 @@ def test_every_censored_end_counts_the_whole_recorded_spend(kind: str) -> None:
     assert (o.cost_usd, o.tokens) == (pytest.approx(0.4), 40)
     if kind != "none":
         assert o.seconds == pytest.approx(3.0)
+
+
+def test_checks_the_loop_does_not_require_are_judged_as_the_engine_judged_them(
+    tmp_path: Path,
+) -> None:
+    """Replay takes the required checks from the loop's ``Check.required`` flags (the cycle
+    records note the others), not from the recorded contract: a run accepted by the engine is
+    accepted when replayed under its own contract, and a check that is not required passing
+    for the first time is no progress."""
+
+    def style(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # advisory, never passes
+        return lw.Verdict(passed=False, score=0.0)
+
+    def lint(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # passes from cycle 2 on
+        return lw.Verdict(passed=state.cycle >= 1, score=0.5)
+
+    accepts = lw.Contract(success=lw.Success(min_score=0.5), budget=lw.Budget(max_cycles=4))
+    plateau = lw.Contract(
+        no_progress=lw.NoProgress(cycles=1, min_delta=0.0), budget=lw.Budget(max_cycles=4)
+    )
+    loops = {
+        "accepts": _scripted(
+            "a",
+            [0.0] * 4,
+            [(False, 0.0), (True, 1.0), (True, 1.0), (True, 1.0)],
+            accepts,
+            extra=[lw.Check(fn=style, name="style", required=False)],
+        ),
+        "plateau": _scripted(
+            "p",
+            [0.0] * 4,
+            [(False, 0.5)] * 4,
+            plateau,
+            extra=[lw.Check(fn=lint, name="lint", required=False)],
+        ),
+    }
+    path = tmp_path / "s.db"
+    traces = _runs(path, loops)
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        recs = {r.task_key: r for r in rt.store.list_runs()}
+        assert (recs["accepts"].stop_reason, recs["accepts"].cycle) == ("success", 2)
+        assert (recs["plateau"].stop_reason, recs["plateau"].cycle) == ("no_progress", 2)
+        ck = [c for c in rt.store.checkpoints(recs["accepts"].run_id) if c.record][-1]
+    a = simulate(traces[0], accepts)
+    assert (a.reason, a.cycles, a.accepted) == ("success", 2, True)
+    p = simulate(traces[1], plateau)
+    assert (p.reason, p.cycles) == ("no_progress", 2)
+    # what the engine knew: the cycle records name the checks it does not require
+    assert ck.record["not_required"] == ["style"]
+    assert [t.required for t in traces] == [("main",), ("main",)]
+    # the fit's template keeps the engine's success rule: the runs' required checks
+    assert fit_stop(traces, keep=0.5, folds=2).contract.success.required == ("main",)
+
+
+def test_the_recorded_contracts_named_checks_are_the_fits_success_rule(tmp_path: Path) -> None:
+    """Without a base, fit-stop's success rule names the checks the recorded contract named,
+    not every check the loop requires (a run accepted as recorded stays accepted)."""
+
+    def other(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # required, never passes
+        return lw.Verdict(passed=False, score=1.0)
+
+    named = lw.Contract(success=lw.Success(required=("main",)), budget=lw.Budget(max_cycles=3))
+    loops = {
+        k: _scripted(
+            "n",
+            [0.1] * 3,
+            [(False, 1.0), (True, 1.0), (True, 1.0)],
+            named,
+            extra=[lw.Check(fn=other, name="other")],
+        )
+        for k in ("t1", "t2")
+    }
+    traces = _runs(tmp_path / "s.db", loops)
+    assert [t.required for t in traces] == [("main", "other")] * 2
+    assert [t.recorded["success_required"] for t in traces] == [["main"]] * 2
+    fit = fit_stop(traces, keep=1.0, folds=2)
+    assert fit.contract.success.required == ("main",)
+    assert fit.all_data.accepted == 2

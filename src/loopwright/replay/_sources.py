@@ -39,6 +39,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     """The run as a trace; ``None`` for a run rolled back (its cycles are not one line)."""
     cycles: list[CycleTrace] = []
     task: Any = None
+    visible_names: dict[str, None] = {}  # every visible check judged, in order
+    optional: set[str] = set()  # ... and those the loop did not require
     for ck in store.checkpoints(rec.run_id):
         task = ck.fields.get("task") if task is None else task
         r = ck.record
@@ -49,6 +51,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         if "proposal" not in r:
             continue
         visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
+        visible_names.update(dict.fromkeys(visible))
+        optional.update(str(x) for x in r.get("not_required") or ())
         held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
         cycles.append(
             CycleTrace(
@@ -91,23 +95,30 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         tail = {"kind": "unfinished", **extra}
     else:
         tail = {"kind": "none"}
-    required = tuple(rec.contract.get("success", {}).get("required") or ())
+    # The loop's required checks (``Check.required``), as the engine judged progress with
+    # them. A record written before cycles noted the checks the loop does not require
+    # (``not_required``) reads as every visible check required, the ``Check`` default.
+    required = tuple(n for n in visible_names if n not in optional)
+    recorded: dict[str, Any] = {
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "cycles": rec.cycle,
+        "cost_usd": rec.cost_usd,
+        "tokens": rec.tokens,
+        "held_out_passed": rec.held_out_passed,
+        "max_cycles": _own_cap(rec, task),
+        "loop": rec.loop_name,
+        "project": rec.project,
+    }
+    listed = (rec.contract.get("success") or {}).get("required")
+    if listed:  # the recorded contract's own success rule named its checks
+        recorded["success_required"] = [str(x) for x in listed]
     return RunTrace(
         run_id=rec.run_id,
         task_key=rec.task_key,
         cycles=tuple(cycles),
         required=required,
-        recorded={
-            "status": rec.status,
-            "stop_reason": rec.stop_reason,
-            "cycles": rec.cycle,
-            "cost_usd": rec.cost_usd,
-            "tokens": rec.tokens,
-            "held_out_passed": rec.held_out_passed,
-            "max_cycles": _own_cap(rec, task),
-            "loop": rec.loop_name,
-            "project": rec.project,
-        },
+        recorded=recorded,
         tail=tail,
         source=f"store:{store.url}",
     )
