@@ -4,6 +4,7 @@ agrees exactly with re-running the loop under it (property-based)."""
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
+import loopwright._exec as exec_mod
 from loopwright.replay import (
     Call,
     CycleTrace,
@@ -398,3 +400,45 @@ def test_the_recorded_contracts_named_checks_are_the_fits_success_rule(tmp_path:
     fit = fit_stop(traces, keep=1.0, folds=2)
     assert fit.contract.success.required == ("main",)
     assert fit.all_data.accepted == 2
+
+
+def test_a_run_out_of_time_mid_cycle_replays_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose time budget ran out in the middle of a cycle (before a verifier could be
+    called) is recognised as stopped mid-cycle whatever its cause reads: replayed under its
+    own contract, or one with less time, it stops by ``budget_time`` at its recorded cost;
+    with more time, it is censored at its recorded cost. (The deadline is passed by moving
+    the engine's call clock, not by waiting: no test depends on timing.)"""
+    late = [0.0]
+    real = exec_mod.time
+    monkeypatch.setattr(exec_mod, "time", types.SimpleNamespace(time=lambda: real.time() + late[0]))
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            late[0] = 1e6  # the deadline has passed by the time the verifier is called
+        return lw.Proposal.edit("doc", {"x": f"v{ctx.cycle}"}, usage=lw.Usage(cost_usd=0.1))
+
+    def vis(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.2)
+
+    timed = lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=100.0))
+    loop = lw.Loop(name="t", actor=actor, verifiers=[lw.Check(fn=vis)], contract=timed)
+    path = tmp_path / "s.db"
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"x": "v0"}}}, task_key="t")
+        assert (r.stop_reason, r.cycles) == ("budget_time", 1)
+        assert r.spent.cost_usd == pytest.approx(0.2)
+        assert not str((r.packet or {}).get("cause")).startswith("crossed")
+        (trace,) = list(traces_from_store(rt.store))
+    for contract in (timed, lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=50.0))):
+        o = simulate(trace, contract)
+        assert (o.reason, o.cycles, o.cost_usd) == ("budget_time", 1, pytest.approx(0.2))
+    more = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=200.0)))
+    assert (more.reason, more.cost_usd) == ("censored", pytest.approx(0.2))
+    report = replay([trace], {"own": timed})
+    assert report.contracts[0][0].cost_usd == pytest.approx(report.recorded.cost_usd)
+    assert report.contracts[0][0].stop_reasons == report.recorded.stop_reasons
+    # recognised by the cycle it started and never concluded, not by the words of its cause
+    assert trace.tail["kind"] == "crossed" and trace.tail["reason"] == "budget_time"
+    assert trace.tail["max_seconds"] == 100.0

@@ -186,11 +186,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
     if tail == "escalated":
         return end("escalated", note="escalated mid-cycle, as recorded")
     if tail == "crossed":
-        # The recording crossed a budget mid-cycle after spending this much: the same calls
-        # cross this contract's budget too, or what came next is unknown.
-        crossed = rules.budget_crossed(contract, s.spent)
+        # The recording stopped by a budget mid-cycle after spending this much: the same calls
+        # cross this contract's budget too, or its time runs out as soon, or what came next is
+        # unknown.
+        crossed = rules.budget_crossed(contract, s.spent) or _out_of_time(contract, trace)
         if crossed:
-            return end(crossed, note="crossed mid-cycle, as recorded")
+            how = "out of time" if crossed == "budget_time" else "crossed"
+            return end(crossed, note=f"{how} mid-cycle, as recorded")
     if tail == "cancelled":
         return end("cancelled", note="cancelled, as recorded")
     # Censored: counted as not accepted, at no less than its recorded spend — this contract
@@ -212,3 +214,16 @@ def _number(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return 0.0
+
+
+def _out_of_time(contract: Contract, trace: RunTrace) -> str | None:
+    """``budget_time`` when the recording ran out of time mid-cycle and this contract allows
+    no more time than the recorded one did: the spend before that cycle is the same, so its
+    deadline comes no later (the recorded seconds alone cannot tell: the engine stops at a
+    deadline, or before a backoff that would pass it, not when a sum crosses the limit)."""
+    if trace.tail.get("reason") != "budget_time":
+        return None
+    mine, theirs = contract.budget.max_seconds, trace.tail.get("max_seconds")
+    if mine is None or isinstance(theirs, bool) or not isinstance(theirs, int | float):
+        return None
+    return "budget_time" if mine <= theirs else None

@@ -82,15 +82,18 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         "tokens": max(0, rec.tokens - sum(c.tokens for c in cycles)),
         "seconds": max(0.0, rec.seconds - sum(c.seconds for c in cycles)),
     }
-    cause = str((rec.packet or {}).get("cause") or "")
     if rec.status == "awaiting_approval":
         tail = {"kind": "parked", **extra}
     elif rec.status == "cancelled":
         tail = {"kind": "cancelled", **extra}
     elif rec.status in ("escalated", "failed"):
         tail = {"kind": "escalated", **extra}  # user code, a person or an effect ended it
-    elif rec.status == "stopped" and cause.startswith("crossed"):
-        tail = {"kind": "crossed", **extra}  # a budget crossed between calls of a cycle
+    elif rec.status == "stopped" and _stopped_mid_cycle(store, rec):
+        # A budget crossed between the calls of a cycle, or its time ran out during one.
+        tail = {"kind": "crossed", "reason": rec.stop_reason, **extra}
+        budget = rec.contract.get("budget") or {}
+        if rec.stop_reason == "budget_time" and budget.get("max_seconds") is not None:
+            tail["max_seconds"] = budget["max_seconds"]
     elif rec.status in ("running", "pending"):
         tail = {"kind": "unfinished", **extra}
     else:
@@ -122,6 +125,20 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         tail=tail,
         source=f"store:{store.url}",
     )
+
+
+# The stops a budget makes in the middle of a cycle (``_decide.budget_crossed``, and the time
+# budget's deadline); ``budget_cycles`` is only ever decided between cycles.
+_MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
+
+
+def _stopped_mid_cycle(store: Store, rec: RunRecord) -> bool:
+    """Whether a budget stopped the run inside a cycle: the run started a cycle (its
+    ``cycle_started`` event) that it never concluded (``rec.cycle`` counts concluded ones).
+    A stop between cycles starts none."""
+    if rec.stop_reason not in _MID_CYCLE_BUDGETS:
+        return False
+    return any(e.kind == "cycle_started" and e.cycle > rec.cycle for e in store.events(rec.run_id))
 
 
 def _own_cap(rec: RunRecord, task: Any) -> int | None:
