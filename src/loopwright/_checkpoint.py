@@ -261,6 +261,12 @@ class Checkpoints(RuntimeHost):
                 cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
             ).to_dict(),
         }
+        # The visible checks the loop does not require (``Check.required=False``): replay
+        # needs them to judge success and progress as this cycle was judged. Only when there
+        # are some, so the common record (every check required) costs nothing more.
+        optional = [c.name for c in loop.visible if not c.required]
+        if optional:
+            record["not_required"] = optional
         ex.events.append(
             NewEvent(
                 n,

@@ -4,6 +4,8 @@ agrees exactly with re-running the loop under it (property-based)."""
 from __future__ import annotations
 
 import json
+import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
+import loopwright._exec as exec_mod
 from loopwright.replay import (
     Call,
     CycleTrace,
     RunTrace,
+    fit_stop,
     load_contract,
     load_source,
     read_traces,
@@ -216,3 +220,226 @@ def test_replay_agrees_with_rerunning_the_loop(
             outcome.accepted,
         )
         assert mirrored.cost_usd == pytest.approx(outcome.cost_usd)
+
+
+# --- what a run recorded after its last concluded cycle, and what the engine knew ------------
+def _scripted(
+    name: str,
+    costs: list[float],
+    verdicts: list[tuple[bool, float]],
+    contract: lw.Contract,
+    *,
+    extra: Sequence[lw.Check] = (),
+) -> lw.Loop:
+    """A loop whose cycle ``n`` actor call costs ``costs[n-1]`` and whose check ``main``
+    returns ``verdicts[n-1]`` (passed, score); ``extra`` checks are added after it."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit(
+            "doc", {"x": f"v{ctx.cycle}"}, usage=lw.Usage(cost_usd=costs[ctx.cycle - 1])
+        )
+
+    def main(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        passed, score = verdicts[state.cycle]
+        return lw.Verdict(passed=passed, score=score)
+
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[lw.Check(fn=main, name="main"), *extra],
+        contract=contract,
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
+def _runs(path: Path, loops: dict[str, lw.Loop]) -> list[RunTrace]:
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        for key, loop in loops.items():
+            rt.run_sync(loop, {"artifacts": {"doc": {"x": "v0"}}}, task_key=key)
+        return sorted(traces_from_store(rt.store), key=lambda t: t.task_key)
+
+
+def test_a_censored_run_counts_at_its_recorded_cost(tmp_path: Path) -> None:
+    """A run stopped mid-cycle by a cost cap, replayed without the cap, goes on past its
+    recording (censored): it spent its whole recorded cost, the runaway call included, so no
+    contract is credited with saving it (it was counted at $0.01 of its $5.01)."""
+    capped = lw.Contract(budget=lw.Budget(max_cycles=5, max_cost_usd=1.0))
+    ok = [(False, 0.5), (True, 1.0)]
+    traces = _runs(
+        tmp_path / "s.db",
+        {
+            "ok1": _scripted("c", [0.1, 0.1], ok, capped),
+            "ok2": _scripted("c", [0.1, 0.1], ok, capped),
+            "runaway": _scripted("c", [0.01, 5.0], [(False, 0.3)] * 2, capped),
+        },
+    )
+    runaway = traces[2]
+    assert runaway.recorded["stop_reason"] == "budget_cost" and len(runaway.cycles) == 1
+    assert runaway.tail["kind"] == "crossed"
+    uncapped = lw.Contract(budget=lw.Budget(max_cycles=5))
+    report = replay(traces, {"uncapped": uncapped, "capped": capped})
+    (totals, outs), (same, same_outs) = report.contracts
+    assert outs[2].reason == "censored" and not outs[2].accepted
+    assert outs[2].cost_usd == pytest.approx(5.01)
+    assert outs[2].spend_after_last_improvement_usd == pytest.approx(5.0)
+    assert totals.cost_usd == pytest.approx(report.recorded.cost_usd) == pytest.approx(5.41)
+    # under its own contract it ends as recorded
+    assert (same_outs[2].reason, same_outs[2].cost_usd) == ("budget_cost", pytest.approx(5.01))
+    assert same.cost_usd == pytest.approx(5.41)
+    # fit-stop's objective counts it so too: nothing here can be saved (the $5 is one call)
+    fit = fit_stop(traces, keep=1.0, folds=2, seed=0)
+    assert fit.all_data.cost_usd == pytest.approx(5.41)
+    assert fit.all_data.spend_saved_share == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("kind", ["parked", "unfinished", "crossed", "none"])
+def test_every_censored_end_counts_the_whole_recorded_spend(kind: str) -> None:
+    tail = {"kind": kind, "cost_usd": 0.3, "tokens": 30, "seconds": 2.0}
+    trace = RunTrace(
+        run_id="r",
+        task_key="r",
+        cycles=(
+            CycleTrace(
+                cycle=1,
+                calls=(Call("actor", 0.1, 10),),
+                verdicts={"v": {"passed": False, "score": 0.2}},
+                score=0.2,
+                seconds=1.0,
+            ),
+        ),
+        required=("v",),
+        recorded={
+            "status": "stopped",
+            "stop_reason": "x",
+            "cycles": 1,
+            "cost_usd": 0.4,
+            "tokens": 40,
+        },
+        tail=tail if kind != "none" else {"kind": "none"},
+    )
+    o = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=9)))
+    assert (o.reason, o.cycles, o.accepted) == ("censored", 1, False)
+    # "none": the recorded totals hold spend the cycles do not list (an old record's effects)
+    assert (o.cost_usd, o.tokens) == (pytest.approx(0.4), 40)
+    if kind != "none":
+        assert o.seconds == pytest.approx(3.0)
+
+
+def test_checks_the_loop_does_not_require_are_judged_as_the_engine_judged_them(
+    tmp_path: Path,
+) -> None:
+    """Replay takes the required checks from the loop's ``Check.required`` flags (the cycle
+    records note the others), not from the recorded contract: a run accepted by the engine is
+    accepted when replayed under its own contract, and a check that is not required passing
+    for the first time is no progress."""
+
+    def style(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # advisory, never passes
+        return lw.Verdict(passed=False, score=0.0)
+
+    def lint(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # passes from cycle 2 on
+        return lw.Verdict(passed=state.cycle >= 1, score=0.5)
+
+    accepts = lw.Contract(success=lw.Success(min_score=0.5), budget=lw.Budget(max_cycles=4))
+    plateau = lw.Contract(
+        no_progress=lw.NoProgress(cycles=1, min_delta=0.0), budget=lw.Budget(max_cycles=4)
+    )
+    loops = {
+        "accepts": _scripted(
+            "a",
+            [0.0] * 4,
+            [(False, 0.0), (True, 1.0), (True, 1.0), (True, 1.0)],
+            accepts,
+            extra=[lw.Check(fn=style, name="style", required=False)],
+        ),
+        "plateau": _scripted(
+            "p",
+            [0.0] * 4,
+            [(False, 0.5)] * 4,
+            plateau,
+            extra=[lw.Check(fn=lint, name="lint", required=False)],
+        ),
+    }
+    path = tmp_path / "s.db"
+    traces = _runs(path, loops)
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        recs = {r.task_key: r for r in rt.store.list_runs()}
+        assert (recs["accepts"].stop_reason, recs["accepts"].cycle) == ("success", 2)
+        assert (recs["plateau"].stop_reason, recs["plateau"].cycle) == ("no_progress", 2)
+        ck = [c for c in rt.store.checkpoints(recs["accepts"].run_id) if c.record][-1]
+    a = simulate(traces[0], accepts)
+    assert (a.reason, a.cycles, a.accepted) == ("success", 2, True)
+    p = simulate(traces[1], plateau)
+    assert (p.reason, p.cycles) == ("no_progress", 2)
+    # what the engine knew: the cycle records name the checks it does not require
+    assert ck.record["not_required"] == ["style"]
+    assert [t.required for t in traces] == [("main",), ("main",)]
+    # the fit's template keeps the engine's success rule: the runs' required checks
+    assert fit_stop(traces, keep=0.5, folds=2).contract.success.required == ("main",)
+
+
+def test_the_recorded_contracts_named_checks_are_the_fits_success_rule(tmp_path: Path) -> None:
+    """Without a base, fit-stop's success rule names the checks the recorded contract named,
+    not every check the loop requires (a run accepted as recorded stays accepted)."""
+
+    def other(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:  # required, never passes
+        return lw.Verdict(passed=False, score=1.0)
+
+    named = lw.Contract(success=lw.Success(required=("main",)), budget=lw.Budget(max_cycles=3))
+    loops = {
+        k: _scripted(
+            "n",
+            [0.1] * 3,
+            [(False, 1.0), (True, 1.0), (True, 1.0)],
+            named,
+            extra=[lw.Check(fn=other, name="other")],
+        )
+        for k in ("t1", "t2")
+    }
+    traces = _runs(tmp_path / "s.db", loops)
+    assert [t.required for t in traces] == [("main", "other")] * 2
+    assert [t.recorded["success_required"] for t in traces] == [["main"]] * 2
+    fit = fit_stop(traces, keep=1.0, folds=2)
+    assert fit.contract.success.required == ("main",)
+    assert fit.all_data.accepted == 2
+
+
+def test_a_run_out_of_time_mid_cycle_replays_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose time budget ran out in the middle of a cycle (before a verifier could be
+    called) is recognised as stopped mid-cycle whatever its cause reads: replayed under its
+    own contract, or one with less time, it stops by ``budget_time`` at its recorded cost;
+    with more time, it is censored at its recorded cost. (The deadline is passed by moving
+    the engine's call clock, not by waiting: no test depends on timing.)"""
+    late = [0.0]
+    real = exec_mod.time
+    monkeypatch.setattr(exec_mod, "time", types.SimpleNamespace(time=lambda: real.time() + late[0]))
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            late[0] = 1e6  # the deadline has passed by the time the verifier is called
+        return lw.Proposal.edit("doc", {"x": f"v{ctx.cycle}"}, usage=lw.Usage(cost_usd=0.1))
+
+    def vis(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.2)
+
+    timed = lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=100.0))
+    loop = lw.Loop(name="t", actor=actor, verifiers=[lw.Check(fn=vis)], contract=timed)
+    path = tmp_path / "s.db"
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"x": "v0"}}}, task_key="t")
+        assert (r.stop_reason, r.cycles) == ("budget_time", 1)
+        assert r.spent.cost_usd == pytest.approx(0.2)
+        assert not str((r.packet or {}).get("cause")).startswith("crossed")
+        (trace,) = list(traces_from_store(rt.store))
+    for contract in (timed, lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=50.0))):
+        o = simulate(trace, contract)
+        assert (o.reason, o.cycles, o.cost_usd) == ("budget_time", 1, pytest.approx(0.2))
+    more = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=5, max_seconds=200.0)))
+    assert (more.reason, more.cost_usd) == ("censored", pytest.approx(0.2))
+    report = replay([trace], {"own": timed})
+    assert report.contracts[0][0].cost_usd == pytest.approx(report.recorded.cost_usd)
+    assert report.contracts[0][0].stop_reasons == report.recorded.stop_reasons
+    # recognised by the cycle it started and never concluded, not by the words of its cause
+    assert trace.tail["kind"] == "crossed" and trace.tail["reason"] == "budget_time"
+    assert trace.tail["max_seconds"] == 100.0

@@ -537,9 +537,10 @@ def _quantile(sorted_vals: Sequence[float], q: float) -> float:
 
 
 def _infer_success(traces: Sequence[RunTrace]) -> Success:
-    """Without a base: the trace's shared ``required`` checks, and the lowest final score among
-    the runs recorded as accepted (1.0 when none)."""
-    reqs = {t.required for t in traces}
+    """Without a base: the checks the recorded contracts' success rule named
+    (``recorded.success_required``), else the traces' ``required`` checks, when all runs share
+    them; and the lowest final score among the runs recorded as accepted (1.0 when none)."""
+    reqs = {_success_required(t) for t in traces}
     required = next(iter(reqs)) if len(reqs) == 1 and next(iter(reqs)) else None
     finals = [
         t.cycles[-1].score
@@ -548,6 +549,13 @@ def _infer_success(traces: Sequence[RunTrace]) -> Success:
     ]
     min_score = min(1.0, max(0.0, min(s for s in finals if s is not None))) if finals else 1.0
     return Success(min_score=min_score, required=required)
+
+
+def _success_required(t: RunTrace) -> tuple[str, ...]:
+    listed = t.recorded.get("success_required")
+    if isinstance(listed, list | tuple) and listed:
+        return tuple(str(x) for x in listed)
+    return t.required
 
 
 def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract | None:

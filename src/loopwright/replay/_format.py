@@ -16,13 +16,15 @@ One JSON object per line, one line per run::
         "held_out_passed": null,              # null: not judged / unknown
         "refused": false, "duplicate": false, "asked": false,
         "seconds": 1.2, "improved": true}],      # improved: as the recording decided
-     "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0}}   # after the last cycle
+     "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
 effects): the engine checks budgets between calls, so replay must too. ``tail`` says how the
 recorded run ended after its last concluded cycle when that was not a decision of the contract:
-``escalated`` (the actor or user code ended it mid-cycle), ``crossed`` (a budget crossed
-mid-cycle), ``parked`` (waiting for a person), ``cancelled``, or ``none``.
+``escalated`` (the actor or user code ended it mid-cycle), ``crossed`` (a budget stopped it
+mid-cycle; ``reason``: which, and for ``budget_time`` ``max_seconds``: the recorded limit),
+``parked`` (waiting for a person), ``cancelled``, ``unfinished`` or ``none``; its ``cost_usd``,
+``tokens`` and ``seconds``: what that unfinished cycle spent.
 """
 
 from __future__ import annotations

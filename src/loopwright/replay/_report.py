@@ -82,7 +82,7 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
                 cycles=int(r.get("cycles", len(t.cycles))),
                 cost_usd=cost,
                 tokens=int(r.get("tokens", sum(c.tokens for c in t.cycles))),
-                seconds=sum(c.seconds for c in t.cycles),
+                seconds=sum(c.seconds for c in t.cycles) + _tail_seconds(t),
                 accepted=r.get("status") == "accepted",
                 held_out_passed=r.get("held_out_passed"),
                 best_score=best,
@@ -91,6 +91,14 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
             )
         )
     return out
+
+
+def _tail_seconds(t: RunTrace) -> float:
+    """The recorded seconds after the last concluded cycle (a cycle it never concluded)."""
+    if t.tail.get("kind", "none") == "none":
+        return 0.0
+    x = t.tail.get("seconds")
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else 0.0
 
 
 def summarize(

@@ -5,7 +5,8 @@ order, with the engine's own rules (``loopwright._decide``): before a cycle, the
 the marginal-return rule; inside it, a budget crossed between priced calls; at its end,
 success, then no progress, then the budgets again. It can only stop *earlier* than the record
 or at the same cycle; a contract that would have gone on past the recorded end is reported as
-``censored`` (the record does not say what the next cycle would have brought), never guessed.
+``censored`` (the record does not say what the next cycle would have brought), never guessed,
+and counted at its whole recorded cost (it would have spent all of it, and more).
 
 Not replayed: risk pauses and approvals (a person's decision; the recorded continuation is
 assumed), the time an approval took, and whether an effect would have run under a different
@@ -14,6 +15,7 @@ success rule (effect calls are charged as recorded).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -175,26 +177,56 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         if reason is not None:
             return end(reason)
     tail = str(trace.tail.get("kind", "none"))
-    if tail == "escalated":
+    if tail != "none":
+        # What the recording spent after its last concluded cycle, in a cycle it never
+        # concluded: whatever ends the run now, that much was spent (the same calls, in the
+        # same state), and a contract that would go on spends it too.
         s.spent = s.spent + Usage._stored(
-            float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
+            _number(trace.tail.get("cost_usd")),
+            int(_number(trace.tail.get("tokens"))),
+            _number(trace.tail.get("seconds")),
         )
+    if tail == "escalated":
         return end("escalated", note="escalated mid-cycle, as recorded")
     if tail == "crossed":
-        # The recording crossed a budget mid-cycle after spending this much: the same calls
-        # cross this contract's budget too, or what came next is unknown.
-        before = s.spent
-        s.spent = s.spent + Usage._stored(
-            float(trace.tail.get("cost_usd", 0.0)), int(trace.tail.get("tokens", 0)), 0.0
-        )
-        crossed = rules.budget_crossed(contract, s.spent)
+        # The recording stopped by a budget mid-cycle after spending this much: the same calls
+        # cross this contract's budget too, or its time runs out as soon, or what came next is
+        # unknown.
+        crossed = rules.budget_crossed(contract, s.spent) or _out_of_time(contract, trace)
         if crossed:
-            return end(crossed, note="crossed mid-cycle, as recorded")
-        s.spent = before
+            how = "out of time" if crossed == "budget_time" else "crossed"
+            return end(crossed, note=f"{how} mid-cycle, as recorded")
     if tail == "cancelled":
         return end("cancelled", note="cancelled, as recorded")
+    # Censored: counted as not accepted, at no less than its recorded spend — this contract
+    # would have spent all of it, and more on cycles the recording does not have.
+    s.spent = s.spent + Usage._stored(
+        max(0.0, _number(trace.recorded.get("cost_usd")) - s.spent.cost_usd),
+        max(0, int(_number(trace.recorded.get("tokens"))) - s.spent.tokens),
+        0.0,
+    )
     recorded = trace.recorded.get("stop_reason") or trace.recorded.get("status") or "its end"
     return end(
         "censored",
         note=f"the recording ends after cycle {s.cycle} ({recorded}); this contract would go on",
     )
+
+
+def _number(value: Any) -> float:
+    """A recorded amount (0.0 when absent or not a number)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return 0.0
+
+
+def _out_of_time(contract: Contract, trace: RunTrace) -> str | None:
+    """``budget_time`` when the recording ran out of time mid-cycle and this contract allows
+    no more time than the recorded one did: the spend before that cycle is the same, so its
+    deadline comes no later (the recorded seconds alone cannot tell: the engine stops at a
+    deadline, or before a backoff that would pass it, not when a sum crosses the limit)."""
+    if trace.tail.get("reason") != "budget_time":
+        return None
+    mine, theirs = contract.budget.max_seconds, trace.tail.get("max_seconds")
+    if mine is None or isinstance(theirs, bool) or not isinstance(theirs, int | float):
+        return None
+    return "budget_time" if mine <= theirs else None

@@ -39,6 +39,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     """The run as a trace; ``None`` for a run rolled back (its cycles are not one line)."""
     cycles: list[CycleTrace] = []
     task: Any = None
+    visible_names: dict[str, None] = {}  # every visible check judged, in order
+    optional: set[str] = set()  # ... and those the loop did not require
     for ck in store.checkpoints(rec.run_id):
         task = ck.fields.get("task") if task is None else task
         r = ck.record
@@ -49,6 +51,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         if "proposal" not in r:
             continue
         visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
+        visible_names.update(dict.fromkeys(visible))
+        optional.update(str(x) for x in r.get("not_required") or ())
         held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
         cycles.append(
             CycleTrace(
@@ -71,45 +75,70 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 improved=r.get("improved"),
             )
         )
-    spent_cost = sum(c.cost_usd for c in cycles)
-    spent_tokens = sum(c.tokens for c in cycles)
-    extra = {
-        "cost_usd": max(0.0, rec.cost_usd - spent_cost),
-        "tokens": max(0, rec.tokens - spent_tokens),
+    # What the run spent after its last concluded cycle: the calls of a cycle it never
+    # concluded (and, in seconds, time spent outside the cycles' own records).
+    extra: dict[str, Any] = {
+        "cost_usd": max(0.0, rec.cost_usd - sum(c.cost_usd for c in cycles)),
+        "tokens": max(0, rec.tokens - sum(c.tokens for c in cycles)),
+        "seconds": max(0.0, rec.seconds - sum(c.seconds for c in cycles)),
     }
-    cause = str((rec.packet or {}).get("cause") or "")
     if rec.status == "awaiting_approval":
         tail = {"kind": "parked", **extra}
     elif rec.status == "cancelled":
         tail = {"kind": "cancelled", **extra}
     elif rec.status in ("escalated", "failed"):
         tail = {"kind": "escalated", **extra}  # user code, a person or an effect ended it
-    elif rec.status == "stopped" and cause.startswith("crossed"):
-        tail = {"kind": "crossed", **extra}  # a budget crossed between calls of a cycle
+    elif rec.status == "stopped" and _stopped_mid_cycle(store, rec):
+        # A budget crossed between the calls of a cycle, or its time ran out during one.
+        tail = {"kind": "crossed", "reason": rec.stop_reason, **extra}
+        budget = rec.contract.get("budget") or {}
+        if rec.stop_reason == "budget_time" and budget.get("max_seconds") is not None:
+            tail["max_seconds"] = budget["max_seconds"]
     elif rec.status in ("running", "pending"):
         tail = {"kind": "unfinished", **extra}
     else:
         tail = {"kind": "none"}
-    required = tuple(rec.contract.get("success", {}).get("required") or ())
+    # The loop's required checks (``Check.required``), as the engine judged progress with
+    # them. A record written before cycles noted the checks the loop does not require
+    # (``not_required``) reads as every visible check required, the ``Check`` default.
+    required = tuple(n for n in visible_names if n not in optional)
+    recorded: dict[str, Any] = {
+        "status": rec.status,
+        "stop_reason": rec.stop_reason,
+        "cycles": rec.cycle,
+        "cost_usd": rec.cost_usd,
+        "tokens": rec.tokens,
+        "held_out_passed": rec.held_out_passed,
+        "max_cycles": _own_cap(rec, task),
+        "loop": rec.loop_name,
+        "project": rec.project,
+    }
+    listed = (rec.contract.get("success") or {}).get("required")
+    if listed:  # the recorded contract's own success rule named its checks
+        recorded["success_required"] = [str(x) for x in listed]
     return RunTrace(
         run_id=rec.run_id,
         task_key=rec.task_key,
         cycles=tuple(cycles),
         required=required,
-        recorded={
-            "status": rec.status,
-            "stop_reason": rec.stop_reason,
-            "cycles": rec.cycle,
-            "cost_usd": rec.cost_usd,
-            "tokens": rec.tokens,
-            "held_out_passed": rec.held_out_passed,
-            "max_cycles": _own_cap(rec, task),
-            "loop": rec.loop_name,
-            "project": rec.project,
-        },
+        recorded=recorded,
         tail=tail,
         source=f"store:{store.url}",
     )
+
+
+# The stops a budget makes in the middle of a cycle (``_decide.budget_crossed``, and the time
+# budget's deadline); ``budget_cycles`` is only ever decided between cycles.
+_MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
+
+
+def _stopped_mid_cycle(store: Store, rec: RunRecord) -> bool:
+    """Whether a budget stopped the run inside a cycle: the run started a cycle (its
+    ``cycle_started`` event) that it never concluded (``rec.cycle`` counts concluded ones).
+    A stop between cycles starts none."""
+    if rec.stop_reason not in _MID_CYCLE_BUDGETS:
+        return False
+    return any(e.kind == "cycle_started" and e.cycle > rec.cycle for e in store.events(rec.run_id))
 
 
 def _own_cap(rec: RunRecord, task: Any) -> int | None:
