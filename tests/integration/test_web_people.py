@@ -122,3 +122,30 @@ def test_authority_page_and_api_answer(setup: tuple[TestClient, str, str]) -> No
     assert c.get("/api/authority", headers=bearer("vic")).json() == []  # no [[authority]] here
     sign_in(c, "vic")
     assert "No loop here has" in c.get("/authority").text
+
+
+def test_a_refused_cancel_writes_nothing_but_its_audit_record(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A person who may not cancel (a viewer, an approver) is refused with 403, the run's event
+    log gets no ``cancel_requested`` and the audit log one refused record per attempt (the
+    engine's); an operator's cancel is recorded in both."""
+    c, store, run_id = setup
+    csrf = sign_in(c, "vic")
+    form = c.post(f"/runs/{run_id}/act", data={"action": "cancel", "csrf": csrf})
+    assert form.status_code == 403
+    for name in ("vic", "ana"):
+        r = c.post(f"/api/runs/{run_id}/cancel", headers=bearer(name))
+        assert r.status_code == 403 and "operator role" in r.json()["detail"]
+    with lw.Runtime(store) as rt:
+        assert [e for e in rt.store.events(run_id) if e.kind == "cancel_requested"] == []
+        assert rt.store.get_run(run_id).status == "awaiting_approval"
+        cancels = [(a.actor, a.outcome) for a in rt.store.audit() if a.action == "cancel"]
+    assert cancels == [("vic", "refused"), ("vic", "refused"), ("ana", "refused")]
+
+    r = c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar"))
+    assert r.status_code == 200, r.text
+    with lw.Runtime(store) as rt:
+        asked = [e.data for e in rt.store.events(run_id) if e.kind == "cancel_requested"]
+        assert asked == [{"by": "oscar"}]
+        assert [a.outcome for a in rt.store.audit() if a.actor == "oscar"] == ["allowed"]

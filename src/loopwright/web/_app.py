@@ -27,13 +27,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from .._authority import audit, operate, why_not_approve
+from .._authority import audit, operate, require, why_not_approve
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import (
     ConfigError,
     ConflictError,
     LoopwrightError,
+    NotPermittedError,
     RunNotFoundError,
 )
 from .._json import strict_loads
@@ -396,6 +397,16 @@ def create_app(
             resumed = "the run ends escalated to a person, as a denied request does"
         return done, resumed
 
+    def may_operate(by: str, action: str, run_id: str, where: str) -> bool:
+        """Whether ``by`` may do ``action`` on the run, asked without recording anything (the
+        action itself is checked and audited where it is done)."""
+        try:
+            require(store, by, "operate", action=action, target=f"run {run_id}", origin=where,
+                    record=False)  # fmt: skip
+        except NotPermittedError:
+            return False
+        return True
+
     def act(request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
         """Cancel or resume a run as the signed-in person; the event log keeps who and
         when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
@@ -413,7 +424,10 @@ def create_app(
                 raise http_error(exc) from exc
         who = {"by": by}
         if how == "cancel":
-            store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
+            # The request is written only when it may be made: a refused cancel leaves the run's
+            # log as it was, and is audited once, by the engine (below), as every refusal is.
+            if may_operate(by, "cancel", rec.run_id, where):
+                store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
             try:
                 loop = loop_of_run(rec)
             except ConfigError:
