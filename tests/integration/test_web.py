@@ -166,7 +166,7 @@ def test_mutations_need_the_token(client: TestClient) -> None:
     assert client.post(f"/api/approvals/{aid}/approve").status_code == 401
     bad = {"Authorization": "Bearer wrong-token-0000000"}
     assert client.post(f"/api/approvals/{aid}/approve", headers=bad).status_code == 401
-    assert client.get("/login?token=wrong").status_code == 403
+    assert client.post("/login", data={"token": "wrong-token-0000"}).status_code == 403
     assert client.get("/api/approvals").json()[0]["status"] == "pending"
 
 
@@ -232,8 +232,49 @@ def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
     assert c.get("/static/app.js").status_code == 200
     ok = c.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"})
     assert ok.status_code == 200
-    c.get(f"/login?token={TOKEN}")
+    c.post("/login", data={"token": TOKEN})
     assert c.get("/").status_code == 200
+
+
+def test_a_token_in_a_link_signs_nobody_in(parked: tuple[str, str]) -> None:
+    """GET /login?token= (which an <img> on any page could request) shows the form and signs
+    nobody in, even with the right token; the form's POST does."""
+    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    r = c.get(f"/login?token={TOKEN}&next=/approvals", follow_redirects=False)
+    assert r.status_code == 400 and "a token in a link does not sign in" in r.text
+    assert "set-cookie" not in r.headers and not c.cookies
+    assert c.get("/api/runs").status_code == 401
+    r = c.post("/login", data={"token": TOKEN, "next": "/approvals"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/approvals"
+    assert c.get("/api/runs").status_code == 200
+
+
+def test_a_sign_in_from_another_site_is_refused(parked: tuple[str, str]) -> None:
+    """Login CSRF: another site's form posting the right token (its owner's) would sign the
+    operator's browser in as them. A browser says where a POST comes from: another site's is
+    refused, this dashboard's own form (or a client that is no browser) signs in."""
+    app = create_app(parked[0], token=TOKEN)
+    form = {"token": TOKEN}
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "http://127.0.0.1:9999"},  # another port: another origin
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1"},
+    ):
+        c = TestClient(app, base_url=LOCAL)
+        r = c.post("/login", data=form, headers=headers, follow_redirects=False)
+        assert r.status_code == 403 and "another site" in r.json()["detail"], headers
+        assert not c.cookies, headers
+    for headers in (
+        {"Origin": "http://127.0.0.1"},
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.1"},
+        {"Sec-Fetch-Site": "none"},
+        {},
+    ):
+        c = TestClient(app, base_url=LOCAL)
+        r = c.post("/login", data=form, headers=headers, follow_redirects=False)
+        assert r.status_code == 303 and c.cookies.get("lw_session"), headers
 
 
 def test_token_must_be_given() -> None:

@@ -198,7 +198,8 @@ def _serve(
         typer.echo("non-loopback host: every page and API call needs the token")
     if private:
         typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")
-    # No access log: a /login?token=… URL must not end up in it. The socket is already bound.
+    # No access log: a token in a URL (an old /login?token= link) must not end up in it. The
+    # socket is already bound.
     # Open event streams (/api/events) would hold a graceful shutdown forever: a few seconds.
     uvicorn.run(
         application,

@@ -6,7 +6,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -44,7 +45,7 @@ from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
 from ._actions import ActionDeps, register_actions
-from ._auth import COOKIE, Auth, check_token
+from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
 from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of
@@ -847,25 +848,52 @@ def create_app(
             error=error,
         )
 
+    def record_refused(source: str, reason: str, counted: int) -> None:
+        if auth.users_mode:  # sign-ins are audited where people are
+            audit(store, "(unknown token)", "sign in", "dashboard", outcome="refused",
+                  origin=source, reason=reason, counted=counted or None)  # fmt: skip
+
+    sign_ins = RefusedSignIns(record_refused)
+    app.state.sign_ins = sign_ins
+    inner_lifespan = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: FastAPI) -> AsyncIterator[Any]:
+        try:
+            async with inner_lifespan(a) as state:
+                yield state
+        finally:  # the refused sign-ins counted and not yet recorded
+            await run_in_threadpool(sign_ins.flush)
+
+    app.router.lifespan_context = lifespan
+
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, token: str = "", next: str = "/") -> Response:
+        # Sign-in is a POST from this page's form. A token in a link (GET /login?token=) signs
+        # nobody in and records nothing: an <img> on any page could send one (login CSRF, and a
+        # refused sign-in recorded per request), and a URL lands in history and logs.
+        error = "Paste the token in the form: a token in a link does not sign in." if token else ""
+        resp = page(request, "login.html", next=_safe_next(next), error=error)
         if token:
-            return _sign_in(request, token, next)
-        return page(request, "login.html", next=_safe_next(next), error="")
+            resp.status_code = 400
+        return resp
 
     @app.post("/login", include_in_schema=False)
     def login_post(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
         return _sign_in(request, token, next)
 
     def _sign_in(request: Request, token: str, target: str) -> Response:
-        name = auth.name_for(token.strip())
         where = origin_of(request)
-        if auth.users_mode:  # sign-ins are audited where people are
-            who = name or "(unknown token)"
-            audit(store, who, "sign in", "dashboard", outcome="allowed" if name else "refused",
-                  origin=where)  # fmt: skip
+        elsewhere = cross_site(request)
+        if elsewhere is not None:  # another site's form signing this browser in (login CSRF)
+            sign_ins.refused(where, f"sign-in from another site ({elsewhere})")
+            raise HTTPException(403, "a sign-in from another site is refused: use this page")
+        name = auth.name_for(token.strip())
         if name is None:
+            sign_ins.refused(where, "wrong, unknown or revoked token")
             raise HTTPException(403, "wrong, unknown or revoked token")
+        if auth.users_mode:  # sign-ins are audited where people are
+            audit(store, name, "sign in", "dashboard", outcome="allowed", origin=where)
         resp = RedirectResponse(_safe_next(target), status_code=303)
         resp.set_cookie(
             COOKIE, auth.new_session(token.strip()), httponly=True, samesite="strict", path="/"
