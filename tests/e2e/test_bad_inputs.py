@@ -259,6 +259,14 @@ def test_a_busy_port(project: Path) -> None:
     assert not store.exists()
 
 
+def test_a_body_limit_that_is_no_size(project: Path) -> None:
+    store = project / "s.db"
+    for given in ("0", "-1", "0.0001"):
+        r = lw("ui", "--port", "0", "--max-body-mib", given, cwd=project, store=store)
+        refused(r, "--max-body-mib")
+    assert not store.exists()
+
+
 def test_a_dashboard_over_a_store_that_does_not_exist(project: Path) -> None:
     store = project / "typo.db"
     refused(lw("ui", "--port", "0", "--store", str(store), cwd=project), "no store", "typo.db")

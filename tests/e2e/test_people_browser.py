@@ -88,3 +88,54 @@ def test_two_people_decide_as_themselves_and_a_viewer_cannot(tmp_path: Path) -> 
         assert decided[runs[0]] == "ana" and decided[runs[1]] == "ben"
         refused = [a for a in rt.store.audit(actor="vic") if a.outcome == "refused"]
         assert len(refused) == 2
+
+
+def test_another_site_cannot_sign_the_browser_in(tmp_path: Path) -> None:
+    """Login CSRF, in Chromium: a page on another origin whose form posts a user's token to
+    /login, and whose <img> asks /login?token=, leaves the browser signed out; the audit log
+    gets one refused record (the cross-site post), none for the link."""
+    import http.server
+    import threading
+
+    _need_browser()
+    store, _ = _setup(tmp_path)
+    from playwright.sync_api import sync_playwright
+
+    with _serve(store, tmp_path) as base, sync_playwright() as pw:
+        evil = (
+            f'<form id="f" method="post" action="{base}/login">'
+            f'<input name="token" value="{TOKENS["vic"]}"><input name="next" value="/api/me">'
+            "</form>"  # posted once the link's answer came (not an image: onerror)
+            f'<img src="{base}/login?token={TOKENS["vic"]}" onerror="f.submit()" onload="f.submit()">'
+        ).encode()
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(evil)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--headless", "--no-sandbox"]
+            )
+            pg = browser.new_context().new_page()
+            pg.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+            pg.wait_for_url(f"{base}/login")  # the form posted: answered 403
+            assert "another site" in pg.content()
+            assert pg.context.cookies() == []
+            pg.goto(f"{base}/api/me")
+            assert '"token required"' in pg.content() or "401" in pg.content()
+        finally:
+            other.shutdown()
+            other.server_close()
+    with lw.Runtime(store) as rt:
+        rows = [a for a in rt.store.audit() if a.action == "sign in"]
+    assert [(a.actor, a.outcome) for a in rows] == [("(unknown token)", "refused")]
+    assert "another site" in str(rows[0].detail["reason"])

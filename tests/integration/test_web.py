@@ -76,6 +76,7 @@ def make_parked_run(tmp: Path) -> tuple[str, str]:
 
 TOKEN = "test-token-0123456789"
 LOCAL = "http://127.0.0.1"  # the dashboard answers to loopback names (and --host) only
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -165,7 +166,7 @@ def test_mutations_need_the_token(client: TestClient) -> None:
     assert client.post(f"/api/approvals/{aid}/approve").status_code == 401
     bad = {"Authorization": "Bearer wrong-token-0000000"}
     assert client.post(f"/api/approvals/{aid}/approve", headers=bad).status_code == 401
-    assert client.get("/login?token=wrong").status_code == 403
+    assert client.post("/login", data={"token": "wrong-token-0000"}).status_code == 403
     assert client.get("/api/approvals").json()[0]["status"] == "pending"
 
 
@@ -231,8 +232,49 @@ def test_reads_need_the_token_when_configured(parked: tuple[str, str]) -> None:
     assert c.get("/static/app.js").status_code == 200
     ok = c.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"})
     assert ok.status_code == 200
-    c.get(f"/login?token={TOKEN}")
+    c.post("/login", data={"token": TOKEN})
     assert c.get("/").status_code == 200
+
+
+def test_a_token_in_a_link_signs_nobody_in(parked: tuple[str, str]) -> None:
+    """GET /login?token= (which an <img> on any page could request) shows the form and signs
+    nobody in, even with the right token; the form's POST does."""
+    c = TestClient(create_app(parked[0], token=TOKEN, require_token_for_reads=True), base_url=LOCAL)
+    r = c.get(f"/login?token={TOKEN}&next=/approvals", follow_redirects=False)
+    assert r.status_code == 400 and "a token in a link does not sign in" in r.text
+    assert "set-cookie" not in r.headers and not c.cookies
+    assert c.get("/api/runs").status_code == 401
+    r = c.post("/login", data={"token": TOKEN, "next": "/approvals"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/approvals"
+    assert c.get("/api/runs").status_code == 200
+
+
+def test_a_sign_in_from_another_site_is_refused(parked: tuple[str, str]) -> None:
+    """Login CSRF: another site's form posting the right token (its owner's) would sign the
+    operator's browser in as them. A browser says where a POST comes from: another site's is
+    refused, this dashboard's own form (or a client that is no browser) signs in."""
+    app = create_app(parked[0], token=TOKEN)
+    form = {"token": TOKEN}
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "http://127.0.0.1:9999"},  # another port: another origin
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1"},
+    ):
+        c = TestClient(app, base_url=LOCAL)
+        r = c.post("/login", data=form, headers=headers, follow_redirects=False)
+        assert r.status_code == 403 and "another site" in r.json()["detail"], headers
+        assert not c.cookies, headers
+    for headers in (
+        {"Origin": "http://127.0.0.1"},
+        {"Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.1"},
+        {"Sec-Fetch-Site": "none"},
+        {},
+    ):
+        c = TestClient(app, base_url=LOCAL)
+        r = c.post("/login", data=form, headers=headers, follow_redirects=False)
+        assert r.status_code == 303 and c.cookies.get("lw_session"), headers
 
 
 def test_token_must_be_given() -> None:
@@ -596,7 +638,7 @@ def test_edit_a_part_from_the_api_and_the_loop_goes_on(tmp_path: Path) -> None:
     assert r.status_code == 403 and "X-CSRF-Token" in r.json()["detail"]
     # one-line errors, as JSON, for the person's mistakes
     bad = {
-        c.post(url, content=b"{not json", headers=bearer): "must be JSON",
+        c.post(url, content=b"{not json", headers={**bearer, **JSON}): "must be JSON",
         c.post(url, json={"note": "x"}, headers=bearer): '"value"',
         c.post(url, json={"value": 10, "nope": 1}, headers=bearer): "unknown field(s) nope",
         c.post(url, json={"value": 10, "resume": "yes"}, headers=bearer): "true or false",
@@ -764,3 +806,138 @@ def test_the_inbox_lists_the_ten_latest_decisions_reading_ten(
     assert re.findall(r"do (req-\d\d)", shown) == [f"req-{i:02d}" for i in range(12, 2, -1)]
     assert all(kw.get("status") == "pending" for kw in read)  # never every request
     assert '<span class="badge" id="pending-count">1</span>' in page  # counted, not listed
+
+
+# --- request bodies: a limit, the type each endpoint takes, who asks before the body is read ---
+class _Body:
+    """An ASGI ``receive`` handing out ``chunk`` bytes ``chunks`` times; counts what was read."""
+
+    def __init__(self, chunk: bytes, chunks: int) -> None:
+        self.chunk, self.left, self.read = chunk, chunks, 0
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.left <= 0:  # all sent: what a server says next is that the client left
+            return {"type": "http.disconnect"}
+        self.left -= 1
+        self.read += len(self.chunk)
+        return {"type": "http.request", "body": self.chunk, "more_body": self.left > 0}
+
+
+def _asgi_post(app: Any, path: str, body: _Body, headers: dict[str, str]) -> tuple[int, Any]:
+    """POST ``path`` to ``app`` at the ASGI level (the body streamed from ``body``): the status
+    and the JSON answer."""
+    import asyncio
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (k.lower().encode(), v.encode()) for k, v in {"host": "127.0.0.1", **headers}.items()
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(app(scope, body, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    raw = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], json.loads(raw) if raw.startswith(b"{") else raw.decode()
+
+
+def test_a_body_over_the_limit_is_refused_unread(parked: tuple[str, str]) -> None:
+    """A declared length over the limit is 413 before anything reads the body (or asks who
+    sends it); a body streamed without a length is cut at the limit: 413, the rest unread."""
+    store, _ = parked
+    app = create_app(store, token=TOKEN, max_body=64 * 1024)
+    [a] = TestClient(app, base_url=LOCAL).get("/api/approvals").json()
+    url = f"/api/approvals/{a['approval_id']}/approve"
+    json_type = {"Content-Type": "application/json"}
+    huge = _Body(b" " * 65536, 3200)  # 200 MiB, if anyone read it
+    status, answer = _asgi_post(app, url, huge, {**json_type, "Content-Length": str(200 << 20)})
+    assert status == 413 and "64 KiB" in answer["detail"]
+    assert huge.read == 0
+    # chunked, from someone who may decide: read until the limit passes, then refused
+    streamed = _Body(b" " * 16384, 12800)
+    bearer = {"Authorization": f"Bearer {TOKEN}", "Transfer-Encoding": "chunked"}
+    status, answer = _asgi_post(app, url, streamed, {**json_type, **bearer})
+    assert status == 413 and "64 KiB" in answer["detail"], answer
+    assert streamed.read <= 64 * 1024 + 16384
+    # within the limit, the same request is decided
+    c = TestClient(app, base_url=LOCAL)
+    ok = c.post(url, json={"note": "x" * 1000}, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert ok.status_code == 200, ok.text
+    # the default is 1 MiB
+    big = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
+    r = big.post(url, content=b" " * (1024 * 1024 + 1), headers=json_type)
+    assert r.status_code == 413 and "1 MiB" in r.json()["detail"]
+    with pytest.raises(lw.ConfigError):
+        create_app(store, token=TOKEN, max_body=0)
+
+
+def test_a_write_is_refused_before_its_body_is_read(client: TestClient) -> None:
+    """Without a token, a write's body is never read (nor parsed): 401 first, for the API's
+    decisions and the pages' forms alike."""
+    [a] = client.get("/api/approvals").json()
+    for how in ("approve", "deny", "answer"):
+        body = _Body(b" " * 65536, 8)  # 512 KiB, under the limit
+        status, _ = _asgi_post(
+            client.app,
+            f"/api/approvals/{a['approval_id']}/{how}",
+            body,
+            {"Content-Type": "application/json", "Content-Length": str(8 * 65536)},
+        )
+        assert (status, body.read) == (401, 0), how
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    for path in (f"/approvals/{a['approval_id']}/decide", "/runs/x/rollback", "/logout"):
+        body = _Body(b"a" * 65536, 8)
+        status, _ = _asgi_post(client.app, path, body, {**form, "Content-Length": str(8 * 65536)})
+        assert (status, body.read) == (401, 0), path
+    # signed in, a decision's body is still checked as before
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post(f"/api/approvals/{a['approval_id']}/answer", headers=bearer)
+    assert r.status_code == 422
+    r = client.post(f"/api/approvals/{a['approval_id']}/deny", json={"note": 5}, headers=bearer)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "note"]
+    assert client.get("/api/approvals").json()[0]["status"] == "pending"
+    schema = client.get("/openapi.json").json()["paths"]
+    body_of = schema["/api/approvals/{approval_id}/answer"]["post"]["requestBody"]
+    assert body_of["required"] and "answer" in str(body_of["content"]["application/json"])
+
+
+def test_a_write_takes_its_own_content_type_only(client: TestClient) -> None:
+    """``text/plain`` (what any page may send without a CORS preflight) and other types are
+    415 on a write with a body: the API takes JSON, the pages' forms a form."""
+    csrf = _sign_in(client)
+    [a] = client.get("/api/approvals").json()
+    aid = a["approval_id"]
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for kind in ("text/plain", "application/x-www-form-urlencoded", ""):
+        r = client.post(
+            f"/api/approvals/{aid}/approve",
+            content=b'{"note": "forged"}',
+            headers={**bearer, "Content-Type": kind},
+        )
+        assert r.status_code == 415 and "application/json" in r.json()["detail"], kind
+    r = client.post(
+        f"/approvals/{aid}/decide",
+        content=f"action=approve&csrf={csrf}".encode(),
+        headers={"Content-Type": "text/plain"},
+    )
+    assert r.status_code == 415 and "form" in r.json()["detail"]
+    r = client.post(f"/approvals/{aid}/decide", json={"action": "approve", "csrf": csrf})
+    assert r.status_code == 415
+    assert client.get("/api/approvals").json()[0]["status"] == "pending"
+    # a write without a body needs no type; JSON with a charset is JSON
+    r = client.post(f"/api/approvals/{aid}/deny", headers=bearer)
+    assert r.status_code == 200, r.text

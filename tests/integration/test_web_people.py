@@ -122,3 +122,95 @@ def test_authority_page_and_api_answer(setup: tuple[TestClient, str, str]) -> No
     assert c.get("/api/authority", headers=bearer("vic")).json() == []  # no [[authority]] here
     sign_in(c, "vic")
     assert "No loop here has" in c.get("/authority").text
+
+
+def test_a_refused_cancel_writes_nothing_but_its_audit_record(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A person who may not cancel (a viewer, an approver) is refused with 403, the run's event
+    log gets no ``cancel_requested`` and the audit log one refused record per attempt (the
+    engine's); an operator's cancel is recorded in both."""
+    c, store, run_id = setup
+    csrf = sign_in(c, "vic")
+    form = c.post(f"/runs/{run_id}/act", data={"action": "cancel", "csrf": csrf})
+    assert form.status_code == 403
+    for name in ("vic", "ana"):
+        r = c.post(f"/api/runs/{run_id}/cancel", headers=bearer(name))
+        assert r.status_code == 403 and "operator role" in r.json()["detail"]
+    with lw.Runtime(store) as rt:
+        assert [e for e in rt.store.events(run_id) if e.kind == "cancel_requested"] == []
+        assert rt.store.get_run(run_id).status == "awaiting_approval"
+        cancels = [(a.actor, a.outcome) for a in rt.store.audit() if a.action == "cancel"]
+    assert cancels == [("vic", "refused"), ("vic", "refused"), ("ana", "refused")]
+
+    r = c.post(f"/api/runs/{run_id}/cancel", headers=bearer("oscar"))
+    assert r.status_code == 200, r.text
+    with lw.Runtime(store) as rt:
+        asked = [e.data for e in rt.store.events(run_id) if e.kind == "cancel_requested"]
+        assert asked == [{"by": "oscar"}]
+        assert [a.outcome for a in rt.store.audit() if a.actor == "oscar"] == ["allowed"]
+
+
+def test_refused_sign_ins_are_recorded_once_per_source_and_window(tmp_path: Path) -> None:
+    """Anyone who reaches the sign-in page can try tokens: the first refusal from a source in a
+    window is recorded, the others counted and their count recorded with the next record (or
+    when the server stops); a token in a link records nothing. The window's clock is the
+    test's, so nothing here depends on time."""
+    store, _ = _web().make_parked_run(tmp_path)
+    add_people(store)
+    app = create_app(store, token=SERVER_TOKEN, identity="server")
+    now = [1000.0]
+    app.state.sign_ins.clock = lambda: now[0]
+
+    def refused() -> list[dict[str, object]]:
+        with lw.Runtime(store) as rt:
+            return [
+                {"origin": a.origin, **a.detail}
+                for a in rt.store.audit()
+                if a.action == "sign in" and a.outcome == "refused"
+            ]
+
+    with TestClient(app, base_url=LOCAL) as c:
+        for i in range(30):  # what an <img> on any page could send
+            r = c.get(f"/login?token=junk-{i}", headers={"Origin": "http://evil.example"})
+            assert r.status_code == 400 and not c.cookies
+        assert refused() == []
+        for i in range(30):
+            assert c.post("/login", data={"token": f"junk-{i}"}).status_code == 403
+        cross = c.post(
+            "/login", data={"token": TOKENS["vic"]}, headers={"Origin": "http://x.example"}
+        )
+        assert cross.status_code == 403
+        rows = refused()
+        assert len(rows) == 1 and rows[0]["reason"] == "wrong, unknown or revoked token"
+        assert rows[0]["origin"] == "http testclient" and "counted" not in rows[0]
+
+        now[0] += app.state.sign_ins.window_s  # the next window
+        assert c.post("/login", data={"token": "junk"}).status_code == 403
+        rows = refused()
+        assert len(rows) == 2 and rows[1]["counted"] == 30  # 29 wrong tokens, 1 cross-site
+        for _ in range(3):
+            assert c.post("/login", data={"token": "junk"}).status_code == 403
+        assert len(refused()) == 2
+        assert c.post("/login", data={"token": TOKENS["vic"]}).status_code == 200  # signed in
+    rows = refused()  # the server stopped: what was counted is recorded
+    assert len(rows) == 3 and rows[2]["counted"] == 3
+    with lw.Runtime(store) as rt:
+        allowed = [
+            a.actor for a in rt.store.audit() if a.action == "sign in" and a.outcome == "allowed"
+        ]
+    assert allowed == ["vic"]
+
+
+def test_refused_sign_in_windows_are_bounded() -> None:
+    """Many sources: the oldest window closes (its count recorded) and memory stays bounded."""
+    from loopwright.web._auth import RefusedSignIns
+
+    written: list[tuple[str, str, int]] = []
+    log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=2)
+    for source in ("a", "a", "a", "b", "c"):
+        log.refused(source, "wrong")
+    assert written == [("a", "wrong", 0), ("b", "wrong", 0), ("c", "wrong", 0),
+                       ("a", written[3][1], 2)]  # fmt: skip
+    log.flush()
+    assert len(written) == 4

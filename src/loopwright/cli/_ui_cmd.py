@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from typing import TYPE_CHECKING, Annotated
@@ -91,6 +92,15 @@ def ui(
             "notifications (default: http://HOST:PORT/).",
         ),
     ] = None,
+    max_body_mib: Annotated[
+        float,
+        typer.Option(
+            "--max-body-mib",
+            metavar="MIB",
+            help="The largest request body accepted, in MiB (default 1); a larger one is "
+            "answered 413 without being read.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Serve the dashboard and HTTP API.
 
@@ -117,6 +127,11 @@ def ui(
     if host in ("0.0.0.0", "::"):  # every interface: the machine's own names too
         names += [socket.gethostname(), socket.getfqdn()]
     hosts = allowed_host_names(names, field="--allow-host")
+    max_body = int(max_body_mib * 1024 * 1024) if math.isfinite(max_body_mib) else 0
+    if max_body < 1024:
+        raise ConfigError(
+            f"{max_body_mib} MiB is not a body limit (at least 0.001 MiB)", field="--max-body-mib"
+        )
     notify_cfg = notify_config(notify, notify_secret, notify_run_ends, public_url)
     sock = _listen(host, port)  # before the store is opened: a refused start touches nothing
     try:
@@ -132,6 +147,7 @@ def ui(
             require_token_for_reads=private,
             allowed_hosts=hosts,
             notify=notify_cfg,
+            max_body=max_body,
         )
         if notify_cfg is not None:
             typer.echo(notify_line(notify_cfg))
@@ -182,7 +198,8 @@ def _serve(
         typer.echo("non-loopback host: every page and API call needs the token")
     if private:
         typer.echo(f"answers to Host: {', '.join(hosts)} (add names with --allow-host)")
-    # No access log: a /login?token=… URL must not end up in it. The socket is already bound.
+    # No access log: a token in a URL (an old /login?token= link) must not end up in it. The
+    # socket is already bound.
     # Open event streams (/api/events) would hold a graceful shutdown forever: a few seconds.
     uvicorn.run(
         application,

@@ -6,7 +6,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -21,19 +22,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from .._authority import audit, operate, why_not_approve
+from .._authority import audit, operate, require, why_not_approve
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import (
     ConfigError,
     ConflictError,
     LoopwrightError,
+    NotPermittedError,
     RunNotFoundError,
 )
 from .._json import strict_loads
@@ -43,10 +45,10 @@ from .._spec import loop_of_run
 from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, open_store
 from ._actions import ActionDeps, register_actions
-from ._auth import COOKIE, Auth, check_token
+from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
-from ._http import http_error, json_body, origin_of
+from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
@@ -79,6 +81,13 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 OPEN_PATHS = ("/login", "/static/")
+# The largest request body read (``loopwright ui --max-body-mib``): a larger one is answered 413
+# before anything reads it. A request, a note, an edited part fit many times over; a picture
+# part edited by hand may not: raise it for that.
+MAX_BODY = 1024 * 1024
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+JSON_TYPE = "application/json"
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 PAGE_SIZE = 50  # runs or approvals per page (and the API's default limit)
 MAX_PAGE = 500
 RESUMING = "the run is resuming"
@@ -141,6 +150,32 @@ def _isotime(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
 
 
+def _wrong_type(request: Request) -> JSONResponse | None:
+    """A write refused before its body is read (415) when the body is not of the type its
+    endpoint takes: JSON for ``/api``, a form for the pages. A body of another type
+    (``text/plain``) is what a page elsewhere can send without a CORS preflight; no endpoint
+    here takes one."""
+    declared = request.headers.get("content-length")
+    has_body = (declared is not None and declared.strip() not in ("", "0")) or (
+        "transfer-encoding" in request.headers
+    )
+    if request.method not in WRITES or not has_body:
+        return None
+    given = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if request.url.path.startswith("/api/"):
+        if given == JSON_TYPE or (given.startswith("application/") and given.endswith("+json")):
+            return None
+        wanted = f"JSON ({JSON_TYPE})"
+    else:
+        if given in FORM_TYPES:
+            return None
+        wanted = f"a form ({' or '.join(FORM_TYPES)})"
+    return JSONResponse(
+        {"detail": f"this endpoint takes {wanted}, not {given or 'a body without a type'}"},
+        status_code=415,
+    )
+
+
 def _safe_next(target: str | None) -> str:
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
         return "/"
@@ -155,12 +190,15 @@ def create_app(
     require_token_for_reads: bool = False,
     allowed_hosts: Iterable[str] = (),
     notify: NotifyConfig | None = None,
+    max_body: int = MAX_BODY,
 ) -> FastAPI:
     """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
     every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
     Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
-    ``notify``: webhooks to post when a request appears (``_notify``)."""
+    ``notify``: webhooks to post when a request appears (``_notify``). A request body over
+    ``max_body`` bytes is answered 413 without being read."""
     check_token(token)  # before anything is opened: a bad token is one line
+    check_body_limit(max_body)
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
     auth = Auth(token, identity, require_token_for_reads=require_token_for_reads, store=store)
@@ -190,13 +228,28 @@ def create_app(
         # it reads then asks for every change found after this moment (none is lost between).
         request.state.live_after = app.state.messages.last_seq
         path = request.url.path
-        if (
+        early = _wrong_type(request)  # before anything reads the body
+        if early is not None:
+            response: Response = early
+        elif (
+            request.method in WRITES
+            and not path.startswith(OPEN_PATHS)
+            and not auth.signed_in(request)
+        ):
+            # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
+            # body; the route checks the rest (the CSRF token, what the person may do).
+            response = JSONResponse(
+                {"detail": "token required"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        elif (
             auth.require_token_for_reads
             and not path.startswith(OPEN_PATHS)
             and not auth.signed_in(request)
         ):
             if path.startswith(("/api", "/docs", "/openapi", "/redoc")):
-                response: Response = JSONResponse({"detail": "token required"}, status_code=401)
+                response = JSONResponse({"detail": "token required"}, status_code=401)
             else:
                 # The query too: a notification's link (/approvals?q=ID) survives signing in.
                 target = path + (f"?{request.url.query}" if request.url.query else "")
@@ -210,6 +263,8 @@ def create_app(
         response.headers["X-Frame-Options"] = "DENY"
         return response
 
+    # A body over ``max_body``: 413, declared or found as it streams, the rest never read.
+    app.add_middleware(BodyLimit, max_body=max_body)
     # Added last, so outermost: a foreign Host is refused before the guard or any route runs.
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
@@ -396,6 +451,16 @@ def create_app(
             resumed = "the run ends escalated to a person, as a denied request does"
         return done, resumed
 
+    def may_operate(by: str, action: str, run_id: str, where: str) -> bool:
+        """Whether ``by`` may do ``action`` on the run, asked without recording anything (the
+        action itself is checked and audited where it is done)."""
+        try:
+            require(store, by, "operate", action=action, target=f"run {run_id}", origin=where,
+                    record=False)  # fmt: skip
+        except NotPermittedError:
+            return False
+        return True
+
     def act(request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
         """Cancel or resume a run as the signed-in person; the event log keeps who and
         when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
@@ -413,7 +478,10 @@ def create_app(
                 raise http_error(exc) from exc
         who = {"by": by}
         if how == "cancel":
-            store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
+            # The request is written only when it may be made: a refused cancel leaves the run's
+            # log as it was, and is audited once, by the engine (below), as every refusal is.
+            if may_operate(by, "cancel", rec.run_id, where):
+                store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
             try:
                 loop = loop_of_run(rec)
             except ConfigError:
@@ -780,25 +848,52 @@ def create_app(
             error=error,
         )
 
+    def record_refused(source: str, reason: str, counted: int) -> None:
+        if auth.users_mode:  # sign-ins are audited where people are
+            audit(store, "(unknown token)", "sign in", "dashboard", outcome="refused",
+                  origin=source, reason=reason, counted=counted or None)  # fmt: skip
+
+    sign_ins = RefusedSignIns(record_refused)
+    app.state.sign_ins = sign_ins
+    inner_lifespan = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: FastAPI) -> AsyncIterator[Any]:
+        try:
+            async with inner_lifespan(a) as state:
+                yield state
+        finally:  # the refused sign-ins counted and not yet recorded
+            await run_in_threadpool(sign_ins.flush)
+
+    app.router.lifespan_context = lifespan
+
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, token: str = "", next: str = "/") -> Response:
+        # Sign-in is a POST from this page's form. A token in a link (GET /login?token=) signs
+        # nobody in and records nothing: an <img> on any page could send one (login CSRF, and a
+        # refused sign-in recorded per request), and a URL lands in history and logs.
+        error = "Paste the token in the form: a token in a link does not sign in." if token else ""
+        resp = page(request, "login.html", next=_safe_next(next), error=error)
         if token:
-            return _sign_in(request, token, next)
-        return page(request, "login.html", next=_safe_next(next), error="")
+            resp.status_code = 400
+        return resp
 
     @app.post("/login", include_in_schema=False)
     def login_post(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
         return _sign_in(request, token, next)
 
     def _sign_in(request: Request, token: str, target: str) -> Response:
-        name = auth.name_for(token.strip())
         where = origin_of(request)
-        if auth.users_mode:  # sign-ins are audited where people are
-            who = name or "(unknown token)"
-            audit(store, who, "sign in", "dashboard", outcome="allowed" if name else "refused",
-                  origin=where)  # fmt: skip
+        elsewhere = cross_site(request)
+        if elsewhere is not None:  # another site's form signing this browser in (login CSRF)
+            sign_ins.refused(where, f"sign-in from another site ({elsewhere})")
+            raise HTTPException(403, "a sign-in from another site is refused: use this page")
+        name = auth.name_for(token.strip())
         if name is None:
+            sign_ins.refused(where, "wrong, unknown or revoked token")
             raise HTTPException(403, "wrong, unknown or revoked token")
+        if auth.users_mode:  # sign-ins are audited where people are
+            audit(store, name, "sign in", "dashboard", outcome="allowed", origin=where)
         resp = RedirectResponse(_safe_next(target), status_code=303)
         resp.set_cookie(
             COOKIE, auth.new_session(token.strip()), httponly=True, samesite="strict", path="/"
@@ -969,25 +1064,71 @@ def create_app(
         except LoopwrightError as exc:
             raise HTTPException(400, str(exc)) from exc
 
-    def api_decide(request: Request, approval_id: str, how: str, body: Decision) -> dict[str, Any]:
-        require_api_write(request)
-        done, resumed = decide(request, approval_id, how, body.note, body.answer)
+    async def api_decide(
+        request: Request, approval_id: str, how: str, *, required: bool
+    ) -> dict[str, Any]:
+        # Who is asking first: a request that may not decide is refused before its body is
+        # read (FastAPI would read and parse a declared body before the function runs).
+        await run_in_threadpool(require_api_write, request)
+        body = await decision_of(request, required=required)
+        done, resumed = await run_in_threadpool(
+            decide, request, approval_id, how, body.note, body.answer
+        )
         return {"approval": done.to_dict(), "resume": resumed}
 
-    @app.post("/api/approvals/{approval_id}/approve", tags=["approvals"])
-    def api_approve(
-        request: Request, approval_id: str, body: Decision | None = None
-    ) -> dict[str, Any]:
-        return api_decide(request, approval_id, "approve", body or Decision())
+    async def decision_of(request: Request, *, required: bool) -> Decision:
+        """The request's ``Decision`` (empty or ``null``: none given, unless ``required``)."""
+        raw = await request.body()
+        data = await json_body(request, '{"note": "...", "answer": ...}') if raw.strip() else None
+        if data is None:
+            if not required:
+                return Decision()
+            raise RequestValidationError(
+                [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+            )
+        try:
+            return Decision.model_validate(data)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            ) from None
 
-    @app.post("/api/approvals/{approval_id}/deny", tags=["approvals"])
-    def api_deny(
-        request: Request, approval_id: str, body: Decision | None = None
-    ) -> dict[str, Any]:
-        return api_decide(request, approval_id, "deny", body or Decision())
+    def decision_schema(required: bool) -> dict[str, Any]:
+        """The OpenAPI request body of a decision (read by the endpoint itself, after the
+        token is checked)."""
+        schema = Decision.model_json_schema()
+        return {
+            "requestBody": {
+                "required": required,
+                "content": {JSON_TYPE: {"schema": schema}},
+            }
+        }
 
-    @app.post("/api/approvals/{approval_id}/answer", tags=["approvals"])
-    def api_answer(request: Request, approval_id: str, body: Decision) -> dict[str, Any]:
-        return api_decide(request, approval_id, "answer", body)
+    @app.post(
+        "/api/approvals/{approval_id}/approve",
+        tags=["approvals"],
+        openapi_extra=decision_schema(False),
+    )
+    async def api_approve(request: Request, approval_id: str) -> dict[str, Any]:
+        """Approve a request as the token's person: JSON ``{"note": "..."}`` (optional)."""
+        return await api_decide(request, approval_id, "approve", required=False)
+
+    @app.post(
+        "/api/approvals/{approval_id}/deny",
+        tags=["approvals"],
+        openapi_extra=decision_schema(False),
+    )
+    async def api_deny(request: Request, approval_id: str) -> dict[str, Any]:
+        """Deny a request as the token's person: JSON ``{"note": "..."}`` (optional)."""
+        return await api_decide(request, approval_id, "deny", required=False)
+
+    @app.post(
+        "/api/approvals/{approval_id}/answer",
+        tags=["approvals"],
+        openapi_extra=decision_schema(True),
+    )
+    async def api_answer(request: Request, approval_id: str) -> dict[str, Any]:
+        """Answer a question: JSON ``{"answer": ..., "note": "..."}``."""
+        return await api_decide(request, approval_id, "answer", required=True)
 
     return app

@@ -15,7 +15,10 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
@@ -23,7 +26,7 @@ from .._authority import hash_token, permits
 from .._errors import ConfigError
 from ..store import Store, UserRecord
 
-__all__ = ["COOKIE", "MIN_TOKEN", "Auth", "check_token"]
+__all__ = ["COOKIE", "MIN_TOKEN", "Auth", "RefusedSignIns", "check_token", "cross_site"]
 
 COOKIE = "lw_session"
 MIN_TOKEN = 8
@@ -178,3 +181,85 @@ class Auth:
             return True
         user = self.user(request)
         return user is not None and permits(user, permission)
+
+
+def cross_site(request: Request) -> str | None:
+    """Why a request comes from another site's page, or None. A browser says where a request
+    comes from (``Sec-Fetch-Site``; else ``Origin``, sent with every cross-origin POST); a
+    client that says neither (a script, curl) is no other site's page."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return None if site in ("same-origin", "none") else f"a {site[:20]} request"
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    if (
+        origin == "null"
+        or urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()
+    ):
+        return f"a request from {origin[:100]}"
+    return None
+
+
+@dataclass(slots=True)
+class _Window:
+    start: float
+    counted: int = 0
+
+
+class RefusedSignIns:
+    """Refused sign-ins, audited once per source and window. Anyone who reaches the sign-in
+    page can try a token, so one record per attempt would let them fill the append-only audit
+    log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
+    later ones are counted, and their count is recorded with the source's next record (its
+    first refusal after the window) or when the server stops (``flush``). ``record(source,
+    reason, counted)`` writes one record; ``clock`` is monotonic seconds."""
+
+    WINDOW_S = 600.0
+    MAX_SOURCES = 4096
+
+    def __init__(
+        self,
+        record: Callable[[str, str, int], None],
+        *,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_sources: int = MAX_SOURCES,
+    ) -> None:
+        self._record = record
+        self.window_s = window_s
+        self.clock = clock
+        self._max = max_sources
+        self._windows: dict[str, _Window] = {}  # oldest window first
+        self._lock = threading.Lock()
+
+    def refused(self, source: str, reason: str) -> None:
+        """A sign-in from ``source`` refused for ``reason``: recorded, or counted."""
+        now = self.clock()
+        out: list[tuple[str, str, int]] = []
+        with self._lock:
+            w = self._windows.get(source)
+            if w is not None and now - w.start < self.window_s:
+                w.counted += 1
+                return
+            self._windows.pop(source, None)
+            self._windows[source] = _Window(now)
+            out.append((source, reason, w.counted if w is not None else 0))
+            while len(self._windows) > self._max:  # many sources: the oldest window closes
+                old = next(iter(self._windows))
+                gone = self._windows.pop(old)
+                if gone.counted:
+                    out.append((old, COUNTED, gone.counted))
+        for args in out:
+            self._record(*args)
+
+    def flush(self) -> None:
+        """Record the counts not yet recorded (the server stops)."""
+        with self._lock:
+            held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
+            self._windows.clear()
+        for source, n in held:
+            self._record(source, COUNTED, n)
+
+
+COUNTED = "refused sign-ins counted since the last record from here"

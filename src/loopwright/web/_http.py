@@ -6,12 +6,21 @@ import logging
 from typing import Any
 
 from fastapi import HTTPException
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import LoopwrightError, NotPermittedError, StoreCorruptError, StoreUnavailableError
+from .._errors import (
+    ConfigError,
+    LoopwrightError,
+    NotPermittedError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 from .._json import strict_loads
 
-__all__ = ["http_error", "json_body", "origin_of"]
+__all__ = ["BodyLimit", "check_body_limit", "http_error", "json_body", "origin_of", "size_words"]
 
 log = logging.getLogger("loopwright.web")
 
@@ -39,3 +48,89 @@ async def json_body(request: Request, shape: str) -> Any:
         return strict_loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
+
+
+def size_words(n: int) -> str:
+    """A byte count as people read it: ``1 MiB``, ``64 KiB``, ``100 bytes``."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} bytes"
+
+
+def check_body_limit(max_body: int) -> None:
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise ConfigError(f"{max_body!r} is not a body size (1 byte or more)", field="max_body")
+
+
+class _TooLarge(StarletteHTTPException):
+    """Raised by ``receive`` once a body passes the limit: a route reading it answers 413 through
+    the usual handlers; ``BodyLimit`` answers it when nothing else did."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(413, detail)
+
+
+class BodyLimit:
+    """Every request's body held to ``max_body`` bytes (ASGI middleware). A declared
+    ``Content-Length`` over it is answered 413 at once, before any route runs or a byte of the
+    body is read; a body sent without one (chunked) is counted as it is read and refused the
+    moment it passes the limit, the rest unread. Nothing reads a request body but through
+    ``receive``, so no route, form parser or JSON decoder sees more than ``max_body``."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        check_body_limit(max_body)
+        self.app = app
+        self.max_body = max_body
+        self.detail = (
+            f"the request body is larger than this server accepts ({size_words(max_body)})"
+        )
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, status: int = 413, detail: str = ""
+    ) -> None:
+        headers = {"Connection": "close", "X-Content-Type-Options": "nosniff"}
+        body = {"detail": detail or self.detail}
+        await JSONResponse(body, status, headers=headers)(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None and not declared.strip().isdigit():
+            await self._refuse(scope, receive, send, 400, "Content-Length is not a number")
+            return
+        if declared is not None and int(declared) > self.max_body:
+            await self._refuse(scope, receive, send)  # before anything reads a byte of it
+            return
+        read = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > self.max_body:
+                    raise _TooLarge(self.detail)
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, watched)
+        except Exception as exc:
+            if started or not _over(exc):
+                raise
+            await self._refuse(scope, receive, send)
+
+
+def _over(exc: BaseException) -> bool:
+    """Whether ``exc`` is the limit's alone (a middleware's task group may wrap it)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_over(e) for e in exc.exceptions)
+    return isinstance(exc, _TooLarge)
