@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import loopwright as lw
 from loopwright import _redact
 from loopwright._redact import REDACTED, redact, redact_text, register_secret, register_secret_field
 
@@ -243,3 +244,61 @@ def test_objects_are_masked_as_the_text_they_are_stored_as() -> None:
         "ok": True,
         "none": None,
     }
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "github_token ",
+        "stripe_secret\t",
+        "aws_access_key ",
+        "x_api-key",
+        "Session-Token\n",
+        " db_SECRET_KEY\x0b",
+        "token\xa0",
+        "id_token\u3000 ",
+        "passwort",
+    ],
+)
+def test_keys_with_spaces_after_them_are_masked(key: str) -> None:
+    """The JSON fast path found a key ending like a secret's name only right before its closing
+    quote: ``github_token `` (what ``_key`` strips after it) was declared clean and stored raw,
+    and an effect call holding it was run. Now every key the walk masks is masked."""
+    assert redact({key: "planted-value-1"}) == {key: REDACTED}
+    assert redact([{"ok": 1}, {"nested": {key: "planted-value-1"}}]) == [
+        {"ok": 1},
+        {"nested": {key: REDACTED}},
+    ]
+    call = lw.EffectCall("publish", {"creds": {key: "planted-value-1"}})
+    assert call.secret_args() == ["creds"]
+
+
+def test_the_fast_path_never_passes_a_key_the_walk_masks() -> None:
+    """``_clean`` is a pre-filter: for every key ``_secret_name`` flags (any case, ``-`` or
+    ``_``, whitespace of every kind around it, a registered field's name) it must answer "not
+    clean", so the walk masks the value."""
+    import random
+
+    from loopwright._redact import _SECRET_SUFFIXES, _clean, _key, _secret_name
+
+    register_secret_field("pin code")
+    fields = _redact.SECRET_FIELDS | {"pin code"}
+    names = [*fields, *(f"db{s}" for s in _SECRET_SUFFIXES), "db_passwd_x", "tokens", "task_key"]
+    spaces = ["", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\xa0", "\u2028", "\u3000"]
+    rng = random.Random(9)
+    checked = 0
+    for _ in range(4000):
+        name = rng.choice(names)
+        name = "".join(
+            c.upper() if rng.random() < 0.3 else c for c in name.replace("_", rng.choice("_-"))
+        )
+        key = "".join(rng.choices(spaces, k=rng.randint(0, 2))) + name
+        key += "".join(rng.choices(spaces, k=rng.randint(0, 2)))
+        data = {"usage": {"tokens": 3}, "rows": [{"id": "x", key: "planted-value-2"}]}
+        if _secret_name(_key(key), fields):
+            checked += 1
+            assert not _clean(data, (), fields), repr(key)
+            assert redact(data)["rows"][0][key] == REDACTED, repr(key)
+        else:
+            assert redact(data) is data, repr(key)
+    assert checked > 3000
