@@ -197,3 +197,33 @@ def test_ui_start_line_masks_the_store_password(
     assert code == 0, out.err
     assert "postgresql://***@db.example:5432/loops" in out.out
     assert URL_PASSWORD not in out.out + out.err
+
+
+def test_a_base_url_password_echoed_by_the_server_is_not_stored(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``user:password@`` in a ``base_url`` is sent as a Basic header, but neither the password
+    nor the header's token was registered as a secret: a server echoing them in its error body
+    had them stored (the packet, the journal, the model_call events). Now both are masked."""
+    import base64
+
+    password = "planted-base-pw-3e7c"
+    token = base64.b64encode(f"bob:{password}".encode()).decode()
+    server.script(
+        fail(400, f"bad request from bob:{password}; header was 'Basic {token}'"), model="m"
+    )
+    url = f"http://bob:{password}@127.0.0.1:{server.port}/v1"
+    actor = ChatActor("m", base_url=url, api_key="unused-key-value-1", timeout_s=5)
+    loop = lw.Loop(
+        name="echo",
+        actor=actor,
+        verifiers=[],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, _task(), task_key="echo")
+    assert r.status == "escalated"
+    assert "bob:***" in str(r.packet) and "Basic ***" in str(r.packet)
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+    assert password.encode() not in raw and token.rstrip("=").encode() not in raw
