@@ -8,13 +8,16 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``; values of at least
   ``MIN_SECRET_LEN`` characters, so that ``DEBUG_KEY=1`` does not mask every "1"); values
   registered with ``register_secret`` (the model adapters register their API keys);
-  credentials in URLs (``scheme://user:pw@host`` → ``scheme://***@host``) and credential-like
-  query parameters (``?api_key=…``); well-known key shapes (``sk-…``, ``Bearer …``, GitHub,
-  Slack, AWS, Google, Hugging Face and GitLab tokens) and ``password=…`` in connection strings;
+  credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
+  ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
+  ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
+  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, JWTs); ``password=…``
+  (``DB_PASSWORD=…``), ``github_token=…`` and ``{'token': '…'}`` written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
-  ``secret``, … — ``SECRET_FIELDS``), plus the names given as ``secret_fields`` or registered
-  with ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a
-  key are kept (a fencing ``token`` is a counter, not a credential).
+  ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
+  and the spaces around it, plus the names given as ``secret_fields`` or registered with
+  ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a key
+  are kept (a fencing ``token`` is a counter, not a credential).
 
 It is meant to run on every write, so it is cheap: patterns are compiled once, the environment's
 secret values are cached until the environment changes, and a string is scanned by one regular
@@ -104,31 +107,49 @@ def _secret_name(k: str, fields: frozenset[str]) -> bool:
 # One pass finds every shaped secret; each alternative is a named group so that the replacement
 # keeps what is not secret (the scheme, the parameter name, the word "Bearer").
 _SHAPES = re.compile(
-    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)[^/\s@:]*:[^/\s@]*@"
-    r"|(?P<query>[?&;](?i:api[_-]?key|key|token|access_token|auth|password|secret|sig|signature)=)"
+    # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
+    # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
+    # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
+    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
+    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
+    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
+    r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    r"|(?P<conn>\b(?i:password|passwd|api[_-]?key|secret[_-]?key|client[_-]?secret"
+    # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
+    # whole (possessive) so that an already masked value stays as it is
+    r"|(?P<auth>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
+    # the name: a prefix of the variable's name does not hide it)
+    r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
     r"|access[_-]?token)['\"]?\s*[=:]\s*['\"]?)(?!\*\*\*)[^\s,;&\"'}]+"
-    r"|(?P<basic>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?i:basic)\s+)[A-Za-z0-9+/=]{8,}"
+    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
+    r"|(?P<kv>(?i:token|secret)['\"]?\s*=\s*['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"[^\s,;&\"'}]+"
+    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)['\"]\s*:\s*['\"])"
+    r"(?!\*\*\*)[^'\"]+"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{12,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|\bAIza[0-9A-Za-z_-]{35}"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # a JSON Web Token: header and payload are base64 JSON objects (``eyJ`` is ``{"``)
+    r"|\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
 )
 
 
 def _shape(m: re.Match[str]) -> str:
-    for group in ("url", "query", "bearer", "conn", "basic"):
-        kept = m.group(group)
-        if kept is not None:
-            return kept + (REDACTED + "@" if group == "url" else REDACTED)
-    return REDACTED
+    group = m.lastgroup  # the kept part's name (each alternative has at most one)
+    if group is None:
+        return REDACTED
+    return m.group(group) + (REDACTED + "@" if group == "url" else REDACTED)
 
 
 _lock = threading.Lock()
@@ -241,6 +262,13 @@ _TRIGGERS = (
     "access_token",
     "access-token",
     "accesstoken",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "token'",
+    'token"',
+    "secret'",
+    'secret"',
     "authorization",
     "private key-----",
     "k_live_",
@@ -255,9 +283,11 @@ _TRIGGERS = (
     "github_pat_",
     "xox",
     "akia",
+    "asia",
     "aiza",
     "hf_",
     "glpat-",
+    "eyj",
 )
 
 
@@ -290,7 +320,7 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN = ("=", "://", "xox")
+_TRIGGER_IN = ("=", "://", "xox", "token'", 'token"')
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
@@ -298,15 +328,16 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
-    *("access", "aiza", "akia", "api", "authorization", "bearer", "gh", "github_pat_", "glpat-"),
-    *("hf_", "k_live_", "k_test_", "passw", "private key", "secret", "sk-"),
+    *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "passw", "private key", "secret"),
+    "sk-",
 )
 
 
 def _triggered(low: str) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
-    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the three tests.
-    if "=" in low or "://" in low or "xox" in low:
+    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the five tests.
+    if "=" in low or "://" in low or "xox" in low or "token'" in low or 'token"' in low:
         return True
     for needle in _PREFILTER:
         if needle in low:

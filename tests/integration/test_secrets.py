@@ -227,3 +227,19 @@ def test_a_base_url_password_echoed_by_the_server_is_not_stored(
     assert "bob:***" in str(r.packet) and "Basic ***" in str(r.packet)
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
     assert password.encode() not in raw and token.rstrip("=").encode() not in raw
+
+
+def test_a_store_url_password_parameter_is_masked_in_cli_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--store 'postgresql://…?sslpassword=X'`` printed X in the error that the store could
+    not be opened (and a file path the same way in "no store at …")."""
+    secret = "planted-sslpw-6d1a"
+    for url in (
+        f"postgresql://app@127.0.0.1:1/loops?sslpassword={secret}&connect_timeout=5",
+        f"{tmp_path}/missing.db?sslpassword={secret}",
+    ):
+        assert main(["runs", "--store", url]) != 0
+        out = capsys.readouterr()
+        assert "sslpassword=***" in out.err, out.err
+        assert secret not in out.out + out.err

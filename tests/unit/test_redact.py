@@ -302,3 +302,52 @@ def test_the_fast_path_never_passes_a_key_the_walk_masks() -> None:
         else:
             assert redact(data) is data, repr(key)
     assert checked > 3000
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("DB_PASSWORD=planted-1 next", "DB_PASSWORD=*** next"),
+        ("PGPASSWORD=planted-1", "PGPASSWORD=***"),
+        ("failed: {'token': 'planted-value-2'}", "failed: {'token': '***'}"),
+        ("failed: {'secret': 'planted-value-2'}", "failed: {'secret': '***'}"),
+        ('got {"github_token": "planted-value-2"}', 'got {"github_token": "***"}'),
+        ("Cfg(token='planted-value-3', n=1)", "Cfg(token='***', n=1)"),
+        ("github_token=planted3 DB", "github_token=*** DB"),
+        ("Authorization: Token planted-value-4", "Authorization: Token ***"),
+        ("authorization='Digest planted-value-4'", "authorization='Digest ***'"),
+        ("aws_secret_access_key=planted/value+5", "aws_secret_access_key=***"),
+        ("aws_secret_access_key: planted/value+5", "aws_secret_access_key: ***"),
+        ("postgresql://h/db?sslpassword=planted-6", "postgresql://h/db?sslpassword=***"),
+        ("https://h/cb?refresh_token=planted-6&x=1", "https://h/cb?refresh_token=***&x=1"),
+        ("https://h/x?db_secret=planted-6", "https://h/x?db_secret=***"),
+        (
+            "git clone https://Zq8plantedValue42@github.com/o/r",
+            "git clone https://***@github.com/o/r",
+        ),
+        ("https://u:p@planted7@host/x", "https://***@host/x"),
+        ("ASIAABCDEFGHIJKLMNOP", REDACTED),
+        ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "jwt ***"),
+    ],
+)
+def test_more_secrets_written_into_text_are_masked(text: str, want: str) -> None:
+    """Each of these was stored in clear (an error message, a note, a CLI error)."""
+    assert redact_text(text) == want
+    assert redact_text(want) == want  # masking twice changes nothing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "stale fencing token=7",
+        "UPDATE runs SET fencing_token=? WHERE run_id=?",
+        "max_tokens=800 and tokens: 12",
+        "Authorization: Bearer ***",
+        "postgresql://postgres@127.0.0.1:5432/test",
+        "git@github.com:o/r.git and https://john.doe@example.com/",
+        "shipping to Asia and the token's scope",
+        "{'tokens': 'many', 'secrets': 'none'}",
+    ],
+)
+def test_ordinary_text_near_the_new_shapes_stays(text: str) -> None:
+    assert redact_text(text) == text
