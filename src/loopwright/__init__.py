@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._policy import ApprovalPolicy, EarnedAuthority, PolicyRule
     from ._proposal import Context, Edit, Proposal, Remaining, Verdict
     from ._question import Question
+    from ._redact import register_secret, register_secret_field
     from ._retry import (
         NeedsHumanError,
         PermanentError,
@@ -120,6 +121,8 @@ __all__ = [
     "compute_metrics",
     "effect",
     "load_spec",
+    "register_secret",
+    "register_secret_field",
 ]
 
 # `import loopwright` stays cheap (the CLI and short scripts start fast): each name is imported
@@ -135,6 +138,7 @@ _LAZY_FROM = {
     "._policy": "ApprovalPolicy EarnedAuthority PolicyRule",
     "._proposal": "Context Edit Proposal Remaining Verdict",
     "._question": "Question",
+    "._redact": "register_secret register_secret_field",
     "._retry": "NeedsHumanError PermanentError RetryPolicy TransientError classify",
     "._spec": "load_spec",
     "._state": "Artifact Finding Part PlanStep TaskState Version",

@@ -8,13 +8,16 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``; values of at least
   ``MIN_SECRET_LEN`` characters, so that ``DEBUG_KEY=1`` does not mask every "1"); values
   registered with ``register_secret`` (the model adapters register their API keys);
-  credentials in URLs (``scheme://user:pw@host`` → ``scheme://***@host``) and credential-like
-  query parameters (``?api_key=…``); well-known key shapes (``sk-…``, ``Bearer …``, GitHub,
-  Slack, AWS, Google, Hugging Face and GitLab tokens) and ``password=…`` in connection strings;
+  credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
+  ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
+  ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
+  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, JWTs); ``password=…``
+  (``DB_PASSWORD=…``), ``github_token=…`` and ``{'token': '…'}`` written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
-  ``secret``, … — ``SECRET_FIELDS``), plus the names given as ``secret_fields`` or registered
-  with ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a
-  key are kept (a fencing ``token`` is a counter, not a credential).
+  ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
+  and the spaces around it, plus the names given as ``secret_fields`` or registered with
+  ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a key
+  are kept (a fencing ``token`` is a counter, not a credential).
 
 It is meant to run on every write, so it is cheap: patterns are compiled once, the environment's
 secret values are cached until the environment changes, and a string is scanned by one regular
@@ -104,31 +107,49 @@ def _secret_name(k: str, fields: frozenset[str]) -> bool:
 # One pass finds every shaped secret; each alternative is a named group so that the replacement
 # keeps what is not secret (the scheme, the parameter name, the word "Bearer").
 _SHAPES = re.compile(
-    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)[^/\s@:]*:[^/\s@]*@"
-    r"|(?P<query>[?&;](?i:api[_-]?key|key|token|access_token|auth|password|secret|sig|signature)=)"
+    # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
+    # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
+    # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
+    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
+    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
+    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
+    r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    r"|(?P<conn>\b(?i:password|passwd|api[_-]?key|secret[_-]?key|client[_-]?secret"
+    # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
+    # whole (possessive) so that an already masked value stays as it is
+    r"|(?P<auth>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
+    # the name: a prefix of the variable's name does not hide it)
+    r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
     r"|access[_-]?token)['\"]?\s*[=:]\s*['\"]?)(?!\*\*\*)[^\s,;&\"'}]+"
-    r"|(?P<basic>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?i:basic)\s+)[A-Za-z0-9+/=]{8,}"
+    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
+    r"|(?P<kv>(?i:token|secret)['\"]?\s*=\s*['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"[^\s,;&\"'}]+"
+    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)['\"]\s*:\s*['\"])"
+    r"(?!\*\*\*)[^'\"]+"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{12,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|\bAIza[0-9A-Za-z_-]{35}"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # a JSON Web Token: header and payload are base64 JSON objects (``eyJ`` is ``{"``)
+    r"|\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
 )
 
 
 def _shape(m: re.Match[str]) -> str:
-    for group in ("url", "query", "bearer", "conn", "basic"):
-        kept = m.group(group)
-        if kept is not None:
-            return kept + (REDACTED + "@" if group == "url" else REDACTED)
-    return REDACTED
+    group = m.lastgroup  # the kept part's name (each alternative has at most one)
+    if group is None:
+        return REDACTED
+    return m.group(group) + (REDACTED + "@" if group == "url" else REDACTED)
 
 
 _lock = threading.Lock()
@@ -241,6 +262,13 @@ _TRIGGERS = (
     "access_token",
     "access-token",
     "accesstoken",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "token'",
+    'token"',
+    "secret'",
+    'secret"',
     "authorization",
     "private key-----",
     "k_live_",
@@ -255,9 +283,11 @@ _TRIGGERS = (
     "github_pat_",
     "xox",
     "akia",
+    "asia",
     "aiza",
     "hf_",
     "glpat-",
+    "eyj",
 )
 
 
@@ -290,7 +320,7 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN = ("=", "://", "xox")
+_TRIGGER_IN = ("=", "://", "xox", "token'", 'token"')
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
@@ -298,15 +328,16 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
-    *("access", "aiza", "akia", "api", "authorization", "bearer", "gh", "github_pat_", "glpat-"),
-    *("hf_", "k_live_", "k_test_", "passw", "private key", "secret", "sk-"),
+    *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "passw", "private key", "secret"),
+    "sk-",
 )
 
 
 def _triggered(low: str) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
-    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the three tests.
-    if "=" in low or "://" in low or "xox" in low:
+    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the five tests.
+    if "=" in low or "://" in low or "xox" in low or "token'" in low or 'token"' in low:
         return True
     for needle in _PREFILTER:
         if needle in low:
@@ -365,54 +396,68 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     return _walk(obj, values, fields, False)
 
 
-_field_patterns: dict[frozenset[str], re.Pattern[str]] = {}
+_key_patterns: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]] | None] = {}
+
+# What ``_key`` strips after a key, as it reads in *reversed* JSON text: whitespace as it is, or
+# an escape backwards (``\t`` is ``t\``, ``\u001c`` is ``c100u\``); any escape is taken, to
+# err towards the full check.
+_SPACE_REVERSED = r"(?:\s|[a-z]\\|[0-9a-f]{4}u\\)*"
+
+
+def _key_patterns_of(fields: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+    """Two expressions that find, in *reversed* lower-cased JSON text with ``-`` read as ``_``,
+    every mapping key ``_secret_name`` flags by its name or ending (the names of ``fields``,
+    which hold every ``_SECRET_SUFFIXES`` without its ``_``): the first right before the key's
+    closing quote, the second also with what ``_key`` strips between them (slower: used only
+    where the text holds such a character).
+
+    Reversed, because in compact JSON every key, and nothing else outside a string, is followed
+    by ``":``: read backwards the expression starts with the two characters ``:"`` and is tried
+    at keys only, about a third of the places a pattern starting with ``"`` is tried at. What
+    precedes the name is not looked at (``xtoken`` is taken too: the walk decides). None when a
+    name is written differently in JSON (a quote, a backslash, a control character): no fast
+    path then."""
+    if fields in _key_patterns:
+        return _key_patterns[fields]
+    pats = None
+    if all(f and '"' not in f and "\\" not in f and f.isprintable() for f in fields):
+        names = _trie(n[::-1] for n in fields | {s[1:] for s in _SECRET_SUFFIXES})
+        pats = (re.compile(f':"(?:{names})'), re.compile(f':"{_SPACE_REVERSED}(?:{names})'))
+    if len(_key_patterns) > 64:
+        _key_patterns.clear()
+    _key_patterns[fields] = pats
+    return pats
 
 
 def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     """Whether ``obj`` surely holds nothing to mask, decided on its JSON text in a few passes
     in C: no trigger of a shape, no secret value, no key named like a secret field. This is the
     common case on the engine's write path (every commit), where walking the data in Python
-    would cost more than the rest of a cycle. Unsure (not JSON, a value JSON would escape) is
-    not clean."""
+    would cost more than the rest of a cycle. It is a conservative pre-filter: every key that
+    ``_walk`` would mask (spaces or tabs around it, any case, ``-`` for ``_``) makes it answer
+    no, and so does anything it is unsure of (not JSON, a value JSON would escape)."""
     if orjson is None or (values and _unsure(values)):
+        return False
+    pats = _key_patterns_of(fields)
+    if pats is None:
         return False
     try:
         text = orjson.dumps(obj).decode()
     except (TypeError, ValueError):
         return False
     low = text.lower()
-    if _triggered(low):
+    # a key holding ``passw`` is a secret's name wherever it is
+    if _triggered(low) or "passw" in low:
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:
         return False
-    # a key that ends like a secret's name (``_SECRET_SUFFIXES``: ``github_token``), found by
-    # substring tests in C (a pattern trying every quote costs more than the rest of redact);
-    # a key holding ``passw`` is a trigger already
-    if 'token"' in low or 'secret"' in low:
-        return False
-    if 'key"' in low:
-        for end in _KEY_ENDS:
-            if end in low:
-                return False
-    pat = _field_patterns.get(fields)
-    if pat is None:
-        # a key that is a secret field (quoted; spaces around it allowed: ``_key`` strips them)
-        names = sorted({v for f in fields for v in (f, f.replace("_", "-"))})
-        pat = re.compile(r'"\s*(?:' + _trie(names) + r')\s*"')
-        if len(_field_patterns) > 64:
-            _field_patterns.clear()
-        _field_patterns[fields] = pat
-    return pat.search(low) is None
-
-
-# The ``_SECRET_SUFFIXES`` ending in ``key`` as they end a key in lower-cased JSON text (``_``
-# or ``-``); those ending in ``token`` or ``secret`` are found by those words before a quote.
-_KEY_ENDS = tuple(
-    sorted(
-        {e + '"' for s in _SECRET_SUFFIXES if s.endswith("key") for e in (s, s.replace("_", "-"))}
-    )
-)
+    if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
+        low = low.replace("-", "_")
+    # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
+    # escapes every other ASCII space) or a character beyond ASCII.
+    spaced = "\\" in low or ' ":' in low or not low.isascii()
+    return pats[spaced].search(low[::-1]) is None
 
 
 @functools.lru_cache(maxsize=64)

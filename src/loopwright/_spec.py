@@ -4,6 +4,8 @@
 name = "invoice-exceptions"
 project = "accounts-payable"
 tasks = "tasks.jsonl"                 # default task file, relative to this spec
+secret_fields = ["iban", "pin"]       # task (and evidence, argument) fields holding secrets:
+                                      # their values are masked (docs/security.md)
 
 [actor]
 ref = "invoices.py:propose"           # file.py:attr (relative to the spec) or package.module:attr
@@ -60,6 +62,7 @@ from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
+from ._redact import register_secret_field
 from ._retry import RetryPolicy
 from .store import RunRecord
 
@@ -70,6 +73,7 @@ _TOP = {
     "project",
     "description",
     "tasks",
+    "secret_fields",
     "actor",
     "verifiers",
     "contract",
@@ -183,6 +187,17 @@ def _text(data: Mapping[str, Any], key: str, where: str) -> str | None:
     return value
 
 
+def _secret_fields(data: Mapping[str, Any]) -> list[str]:
+    """``secret_fields``: the names of mapping keys (a task's fields, an effect's arguments,
+    evidence) whose values are secrets, besides those named like one (``password``, …)."""
+    value = data.get("secret_fields", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise SpecError(
+            "must be an array of field names (non-empty strings)", field="secret_fields"
+        )
+    return value
+
+
 def _flag(data: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
     value = data.get(key, default)
     if not isinstance(value, bool):  # bool("false") is True
@@ -244,6 +259,10 @@ def load_spec(path: str | Path) -> Loop:
         raise SpecError(f"must be a finite number, got {bad[1]}", field=bad[0])
     for key in ("project", "description", "tasks"):
         _text(data, key, key)
+    for field in _secret_fields(data):
+        # before anything else runs: the run's task, records and effect arguments are masked
+        # by these names in this process (every process that loads the spec registers them)
+        register_secret_field(field)
     base = p.resolve().parent
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():

@@ -10,6 +10,7 @@ output is grepped for them: the run results, the logs, ``show --json``, ``runs -
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -197,3 +198,80 @@ def test_ui_start_line_masks_the_store_password(
     assert code == 0, out.err
     assert "postgresql://***@db.example:5432/loops" in out.out
     assert URL_PASSWORD not in out.out + out.err
+
+
+def test_a_base_url_password_echoed_by_the_server_is_not_stored(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``user:password@`` in a ``base_url`` is sent as a Basic header, but neither the password
+    nor the header's token was registered as a secret: a server echoing them in its error body
+    had them stored (the packet, the journal, the model_call events). Now both are masked."""
+    import base64
+
+    password = "planted-base-pw-3e7c"
+    token = base64.b64encode(f"bob:{password}".encode()).decode()
+    server.script(
+        fail(400, f"bad request from bob:{password}; header was 'Basic {token}'"), model="m"
+    )
+    url = f"http://bob:{password}@127.0.0.1:{server.port}/v1"
+    actor = ChatActor("m", base_url=url, api_key="unused-key-value-1", timeout_s=5)
+    loop = lw.Loop(
+        name="echo",
+        actor=actor,
+        verifiers=[],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, _task(), task_key="echo")
+    assert r.status == "escalated"
+    assert "bob:***" in str(r.packet) and "Basic ***" in str(r.packet)
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+    assert password.encode() not in raw and token.rstrip("=").encode() not in raw
+
+
+def test_secret_fields_of_a_spec_mask_the_task_of_loopwright_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A spec's ``secret_fields`` (docs/security.md: declare the task fields that hold secrets
+    by name) reach the store masked through ``loopwright run``; before, the key was refused as
+    unknown and there was no way to declare one in a spec."""
+    monkeypatch.setattr(_redact, "_registered_fields", set())
+    secret = "DE44500105175407324931"
+    (tmp_path / "code.py").write_text(
+        "import loopwright as lw\n"
+        "def propose(ctx):\n"
+        "    return lw.Proposal.edit('doc', {'a': 1})\n"
+        "def check(state, proposal):\n"
+        "    return lw.Verdict(passed=True, score=1.0)\n"
+    )
+    (tmp_path / "loop.toml").write_text(
+        'name = "pay"\nsecret_fields = ["iban"]\n[actor]\nref = "code.py:propose"\n'
+        '[[verifiers]]\nref = "code.py:check"\n[contract.budget]\nmax_cycles = 2\n'
+    )
+    task = tmp_path / "t.json"
+    task.write_text(json.dumps({"iban": secret, "artifacts": {"doc": {"a": 0}}}))
+    db = tmp_path / "s.db"
+    code = main(["run", str(tmp_path / "loop.toml"), "--task", str(task), "--store", str(db)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+    assert secret.encode() not in raw and secret not in out.out + out.err
+    shown = _cli(capsys, "runs", "--json", "--store", str(db))
+    assert json.loads(shown)[0]["status"] == "accepted"
+
+
+def test_a_store_url_password_parameter_is_masked_in_cli_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--store 'postgresql://…?sslpassword=X'`` printed X in the error that the store could
+    not be opened (and a file path the same way in "no store at …")."""
+    secret = "planted-sslpw-6d1a"
+    for url in (
+        f"postgresql://app@127.0.0.1:1/loops?sslpassword={secret}&connect_timeout=5",
+        f"{tmp_path}/missing.db?sslpassword={secret}",
+    ):
+        assert main(["runs", "--store", url]) != 0
+        out = capsys.readouterr()
+        assert "sslpassword=***" in out.err, out.err
+        assert secret not in out.out + out.err

@@ -286,3 +286,42 @@ def test_objects_memory_sources_traces_and_cli_errors_are_masked(
     err = capsys.readouterr().err
     assert "cannot reach https://***@h/ with key ***" in err
     assert SHAPED not in err and URL_PW not in err
+
+
+def test_keys_with_a_space_after_the_name_are_masked_and_stop_an_effect(tmp_path: Path) -> None:
+    """A key named like a secret with a space or tab after its name (``"github_token "``) was
+    passed over by the fast path of the masking: the task, a finding's evidence and an effect's
+    arguments were stored in clear, and the effect ran. Now the task and the evidence are
+    stored masked, and the call holding the key is not run."""
+    in_task, in_evidence, in_args = "planted-task-2c1f", "planted-evidence-8a", "planted-arg-51e0"
+    rec = Recorder()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        pay = (lw.EffectCall("ok", {"to": {"stripe_secret\t": in_args}}),)
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", TARGET).edits, effects=pay if "pay" in ctx.task else ()
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        finding = lw.Finding("f", "doc", "a", "value", evidence={"aws_access_key ": in_evidence})
+        return lw.Verdict(passed=False, score=0.5, findings=(finding,))
+
+    base = _loop(rec, actor, "allow")
+    loop = lw.Loop(
+        name="spaces",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=base.contract,
+        effects=base.effects,
+        approvals=base.approvals,
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        paid = rt.run_sync(loop, {**TASK, "pay": 1, "creds": {"github_token ": in_task}})
+        checked = rt.run_sync(loop, TASK)
+        stored_task = rt.store.get_run(paid.run_id).task
+    assert (paid.status, paid.stop_reason, paid.cycles) == ("escalated", "escalated", 0)
+    assert rec.calls == []
+    assert "secret in their arguments: ok (to)" in str((paid.packet or {}).get("cause"))
+    assert stored_task["creds"] == {"github_token ": REDACTED}
+    assert checked.cycles == 2  # the verifier's evidence was recorded twice
+    assert _stored(tmp_path, (in_task, in_evidence, in_args)) == []

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import loopwright as lw
 from loopwright import _redact
 from loopwright._redact import REDACTED, redact, redact_text, register_secret, register_secret_field
 
@@ -243,3 +244,110 @@ def test_objects_are_masked_as_the_text_they_are_stored_as() -> None:
         "ok": True,
         "none": None,
     }
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "github_token ",
+        "stripe_secret\t",
+        "aws_access_key ",
+        "x_api-key",
+        "Session-Token\n",
+        " db_SECRET_KEY\x0b",
+        "token\xa0",
+        "id_token\u3000 ",
+        "passwort",
+    ],
+)
+def test_keys_with_spaces_after_them_are_masked(key: str) -> None:
+    """The JSON fast path found a key ending like a secret's name only right before its closing
+    quote: ``github_token `` (what ``_key`` strips after it) was declared clean and stored raw,
+    and an effect call holding it was run. Now every key the walk masks is masked."""
+    assert redact({key: "planted-value-1"}) == {key: REDACTED}
+    assert redact([{"ok": 1}, {"nested": {key: "planted-value-1"}}]) == [
+        {"ok": 1},
+        {"nested": {key: REDACTED}},
+    ]
+    call = lw.EffectCall("publish", {"creds": {key: "planted-value-1"}})
+    assert call.secret_args() == ["creds"]
+
+
+def test_the_fast_path_never_passes_a_key_the_walk_masks() -> None:
+    """``_clean`` is a pre-filter: for every key ``_secret_name`` flags (any case, ``-`` or
+    ``_``, whitespace of every kind around it, a registered field's name) it must answer "not
+    clean", so the walk masks the value."""
+    import random
+
+    from loopwright._redact import _SECRET_SUFFIXES, _clean, _key, _secret_name
+
+    register_secret_field("pin code")
+    fields = _redact.SECRET_FIELDS | {"pin code"}
+    names = [*fields, *(f"db{s}" for s in _SECRET_SUFFIXES), "db_passwd_x", "tokens", "task_key"]
+    spaces = ["", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\xa0", "\u2028", "\u3000"]
+    rng = random.Random(9)
+    checked = 0
+    for _ in range(4000):
+        name = rng.choice(names)
+        name = "".join(
+            c.upper() if rng.random() < 0.3 else c for c in name.replace("_", rng.choice("_-"))
+        )
+        key = "".join(rng.choices(spaces, k=rng.randint(0, 2))) + name
+        key += "".join(rng.choices(spaces, k=rng.randint(0, 2)))
+        data = {"usage": {"tokens": 3}, "rows": [{"id": "x", key: "planted-value-2"}]}
+        if _secret_name(_key(key), fields):
+            checked += 1
+            assert not _clean(data, (), fields), repr(key)
+            assert redact(data)["rows"][0][key] == REDACTED, repr(key)
+        else:
+            assert redact(data) is data, repr(key)
+    assert checked > 3000
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("DB_PASSWORD=planted-1 next", "DB_PASSWORD=*** next"),
+        ("PGPASSWORD=planted-1", "PGPASSWORD=***"),
+        ("failed: {'token': 'planted-value-2'}", "failed: {'token': '***'}"),
+        ("failed: {'secret': 'planted-value-2'}", "failed: {'secret': '***'}"),
+        ('got {"github_token": "planted-value-2"}', 'got {"github_token": "***"}'),
+        ("Cfg(token='planted-value-3', n=1)", "Cfg(token='***', n=1)"),
+        ("github_token=planted3 DB", "github_token=*** DB"),
+        ("Authorization: Token planted-value-4", "Authorization: Token ***"),
+        ("authorization='Digest planted-value-4'", "authorization='Digest ***'"),
+        ("aws_secret_access_key=planted/value+5", "aws_secret_access_key=***"),
+        ("aws_secret_access_key: planted/value+5", "aws_secret_access_key: ***"),
+        ("postgresql://h/db?sslpassword=planted-6", "postgresql://h/db?sslpassword=***"),
+        ("https://h/cb?refresh_token=planted-6&x=1", "https://h/cb?refresh_token=***&x=1"),
+        ("https://h/x?db_secret=planted-6", "https://h/x?db_secret=***"),
+        (
+            "git clone https://Zq8plantedValue42@github.com/o/r",
+            "git clone https://***@github.com/o/r",
+        ),
+        ("https://u:p@planted7@host/x", "https://***@host/x"),
+        ("ASIAABCDEFGHIJKLMNOP", REDACTED),
+        ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "jwt ***"),
+    ],
+)
+def test_more_secrets_written_into_text_are_masked(text: str, want: str) -> None:
+    """Each of these was stored in clear (an error message, a note, a CLI error)."""
+    assert redact_text(text) == want
+    assert redact_text(want) == want  # masking twice changes nothing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "stale fencing token=7",
+        "UPDATE runs SET fencing_token=? WHERE run_id=?",
+        "max_tokens=800 and tokens: 12",
+        "Authorization: Bearer ***",
+        "postgresql://postgres@127.0.0.1:5432/test",
+        "git@github.com:o/r.git and https://john.doe@example.com/",
+        "shipping to Asia and the token's scope",
+        "{'tokens': 'many', 'secrets': 'none'}",
+    ],
+)
+def test_ordinary_text_near_the_new_shapes_stays(text: str) -> None:
+    assert redact_text(text) == text

@@ -176,3 +176,23 @@ def test_verifier_not_a_table_and_bad_timeout(tmp_path: Path) -> None:
     assert _err(_spec(tmp_path, text)).field == "verifiers[0]"
     text = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\ntimeout_s = -1\n\n', 1)
     assert "timeout_s" in str(_err(_spec(tmp_path, text)))
+
+
+def test_secret_fields_are_registered_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/security.md said "declare task fields that hold secrets by name", but a spec had no
+    ``secret_fields`` (an unknown key) and ``register_secret_field`` was not public. A spec's
+    names are registered when it is loaded (the run's task is masked by them)."""
+    from loopwright import _redact
+
+    monkeypatch.setattr(_redact, "_registered_fields", set())
+    assert lw.register_secret_field is _redact.register_secret_field
+    assert lw.register_secret is _redact.register_secret
+    task = {"IBAN": "DE44500105175407324931", "pin": "4711-planted", "goal": "pay"}
+    assert _redact.redact(task) == task
+    lw.load_spec(_spec(tmp_path, 'secret_fields = ["iban", "PIN"]\n' + GOOD))
+    assert _redact.redact(task) == {"IBAN": "***", "pin": "***", "goal": "pay"}
+    for bad in ('"iban"', "[1]", '[""]'):
+        err = _err(_spec(tmp_path, f"secret_fields = {bad}\n" + GOOD))
+        assert err.field == "secret_fields", err

@@ -286,13 +286,17 @@ def _redact_exc(exc: BaseException) -> None:
 
 def _without_userinfo(endpoint: str) -> tuple[str, dict[str, str]]:
     """``user:password@`` taken out of the URL (the HTTP client logs every request's URL) and
-    sent as the Basic ``Authorization`` header httpx would have made of it."""
+    sent as the Basic ``Authorization`` header httpx would have made of it. The password (as
+    written and decoded) and the header's token are registered secrets: a server that echoes
+    either in an error body has it masked like the API key."""
     parts = urlsplit(endpoint)
     if parts.username is None and parts.password is None:
         return endpoint, {}
     netloc = parts.netloc.rpartition("@")[2]
     pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     token = base64.b64encode(pair.encode()).decode()
+    for secret in (parts.password, unquote(parts.password or ""), token):
+        register_secret(secret)
     return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 

@@ -38,6 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
+from .._redact import redact_text
 from ._pg_schema import PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
 
@@ -84,7 +85,9 @@ def _split_url(url: str) -> tuple[str, str, dict[str, str]]:
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}:***@{host}" if ":" in user else netloc
-    shown = urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
+    # a password given as a parameter (libpq's ``?sslpassword=``, ``?password=``) masked too
+    shown_query = redact_text("?" + urlencode(query))[1:]
+    shown = urlunsplit(parts._replace(netloc=netloc, query=shown_query))
     return conninfo, shown, own
 
 
