@@ -5,6 +5,7 @@ error message is redacted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,72 @@ def test_a_base_url_that_is_not_http_is_refused_when_the_adapter_is_made(
     monkeypatch.setenv("OPENAI_BASE_URL", "localhost:9/v1")
     with pytest.raises(lw.ConfigError, match="OPENAI_BASE_URL"):
         ChatActor("m", api_key="k")
+
+
+def _body(content: Any, usage: Any = None, *, raw_usage: str | None = None) -> Reply:
+    """A 200 whose chat completion carries ``usage`` as given (``raw_usage``: spliced in as
+    text, for JSON's ``NaN``)."""
+    body: dict[str, Any] = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "actor-m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": json.dumps(content)},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    text = json.dumps(body)
+    if raw_usage is not None:
+        text = text[:-1] + f', "usage": {raw_usage}}}'
+    return Reply(raw_body=text.encode(), headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("usage", "raw_usage"),
+    [
+        ({"prompt_tokens": 2**63, "completion_tokens": 1}, None),
+        ({"prompt_tokens": 1e300, "completion_tokens": 1e300}, None),
+        ({"prompt_tokens": 10**30, "completion_tokens": 5}, None),
+        ("lots", None),
+        ({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": "x"}, None),
+        (None, '{"prompt_tokens": NaN, "completion_tokens": Infinity}'),
+        ({"prompt_tokens": "1000", "completion_tokens": "100"}, None),
+    ],
+)
+def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
+    tmp_path: Path,
+    server: FakeOpenAI,
+    caplog: pytest.LogCaptureFixture,
+    usage: Any,
+    raw_usage: str | None,
+) -> None:
+    """A server's usage is untrusted: 2**63 tokens failed the run's commit (OverflowError,
+    the run left ``running``), a string or NaN escalated the run naming a Python exception;
+    each unusable count is 0 now, with the one-time usage warning."""
+    server.script(_body(FIX, usage, raw_usage=raw_usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens < 2**40
+    assert any("usage" in m for m in caplog.messages), caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [({}, 0), ({"total_tokens": 5000}, 5000), ({"prompt_tokens": None}, 0)],
+)
+def test_usage_that_cannot_be_priced_is_warned_of(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture, usage: Any, tokens: int
+) -> None:
+    """``usage: {}`` and a bare ``total_tokens`` cost 0 silently before."""
+    server.script(_body(FIX, usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        reply = _actor(server)._complete(MSG, "run")
+    assert reply.usage.tokens == tokens and reply.usage.cost_usd == 0.0
+    assert any("usage" in m or "total_tokens" in m for m in caplog.messages), caplog.messages

@@ -370,10 +370,71 @@ class ModelReply:
     repair: bool = False
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+_MAX_CALL_TOKENS = 2**40
+"""The largest token count one call's ``usage`` may report (about 1.1 trillion, far beyond any
+model): a larger one is the server's bug, counted as no usage (``_usage_of``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """A response's ``usage`` as read: the counts, and what was wrong with it (a warning)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    tokens: int = 0
+    problem: str | None = None
+
+
+def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
+    """``usage[name]`` as a token count; 0, noted in ``bad``, when present but not a finite
+    number in [0, ``_MAX_CALL_TOKENS``] (a string, NaN, 2**63: the server's usage is not
+    trusted with the store)."""
+    value = usage.get(name)
+    if value is None:
         return 0
-    return max(0, int(value))
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= _MAX_CALL_TOKENS  # NaN too
+    ):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        bad.append(f"{name}={shown}")
+        return 0
+    return int(value)
+
+
+def _usage_of(body: Mapping[str, Any]) -> _Counts:
+    """The token counts of a response's ``usage``. Unusable numbers count 0 and are named in
+    ``problem``: a server's usage is untrusted, and no value of it may fail the call (an
+    AttributeError) or the run's commit (a count past SQLite's INTEGER)."""
+    raw = body.get("usage")
+    if raw is None or (isinstance(raw, Mapping) and not raw):
+        return _Counts(problem="returned no usage")
+    if not isinstance(raw, Mapping):
+        return _Counts(problem=f"returned usage that is not an object ({type(raw).__name__})")
+    if all(raw.get(k) is None for k in _USAGE_KEYS):
+        return _Counts(problem="returned no usage")
+    bad: list[str] = []
+    inp = _count(raw, "prompt_tokens", bad)
+    out = _count(raw, "completion_tokens", bad)
+    details = raw.get("prompt_tokens_details")
+    cached = 0
+    if isinstance(details, Mapping):
+        cached = min(_count(details, "cached_tokens", bad), inp)
+    elif details is not None:
+        bad.append(f"prompt_tokens_details={type(details).__name__}")
+    total = _count(raw, "total_tokens", bad)
+    if bad:
+        return _Counts(inp, out, cached, max(inp + out, total),
+                       f"returned unusable usage ({', '.join(bad)}), counted as 0")  # fmt: skip
+    if total and not (inp or out):
+        # tokens counted (max_tokens, limits), but nothing to price them by
+        return _Counts(0, 0, 0, total, "returned only total_tokens, which cannot be priced")
+    return _Counts(inp, out, cached, max(inp + out, total))
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
@@ -832,18 +893,16 @@ class _ChatModel:
         sent: list[dict[str, str]] | None = None,
         started_at: float | None = None,
     ) -> ModelReply:
-        raw_usage = body.get("usage") or {}
-        input_tokens = _int(raw_usage.get("prompt_tokens"))
-        output_tokens = _int(raw_usage.get("completion_tokens"))
-        cached = _int((raw_usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
-        tokens = max(input_tokens + output_tokens, _int(raw_usage.get("total_tokens")))
+        counts = _usage_of(body)
+        input_tokens, output_tokens = counts.input_tokens, counts.output_tokens
+        cached, tokens = counts.cached_tokens, counts.tokens
         if gate is not None:
             gate.charge(tokens)
-        if not raw_usage:
+        if counts.problem is not None:
             self._warn_once(
                 f"usage:{self.model}",
-                f"{self.model} at {public_url(self.base_url)} returned no usage: its tokens and cost are "
-                "not accounted",
+                f"{self.model} at {public_url(self.base_url)} {counts.problem}: its tokens and "
+                "cost are not fully accounted",
             )
         priced = price_call(
             self.model,
@@ -977,7 +1036,11 @@ class _ChatModel:
 
 
 def _body_of(completion: Any) -> Mapping[str, Any]:
-    body = completion.model_dump() if hasattr(completion, "model_dump") else completion
+    # warnings=False: a field of the wrong type (usage 1e300 where an int is declared) is read
+    # by ``_usage_of``; pydantic's serializer warning would be an error under ``-W error``
+    body = (
+        completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+    )
     if not isinstance(body, Mapping):
         raise MalformedReplyError(
             f"the server's response is not a chat completion: {type(body).__name__}"
@@ -1003,7 +1066,7 @@ class _Stream:
         self.chosen = False
 
     def add(self, chunk: Any) -> None:
-        data = chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
+        data = chunk.model_dump(warnings=False) if hasattr(chunk, "model_dump") else chunk
         if not isinstance(data, Mapping):
             return
         self.model = data.get("model") or self.model
