@@ -23,9 +23,9 @@ from typing import Any
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._loop import Loop
-from ._modelcalls import MODEL_CALL, close_sink, open_sink
+from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
 from ._proposal import Context, Verdict
-from ._redact import redact, redact_text
+from ._redact import redact
 from ._retry import ErrorClass, RetryPolicy
 from ._state import Digests, TaskState, part_ref
 from ._state_codec import FORMAT
@@ -141,18 +141,16 @@ NO_LOOP: Any = _NoLoop()
 
 
 def error_info(where: str, exc: BaseException) -> dict[str, Any]:
-    """An error as stored in events, the journal and packets, secrets masked (invariant 9)."""
+    """An error as stored in events, the journal and packets, secrets masked (invariant 9).
+    Its message and traceback are cut to ``ERROR_CHARS`` each (``clip_masked``: masked in time
+    bounded by the limit, only a head kept): a 10 MB error body is neither stored in every
+    copy nor scanned whole by the redaction net."""
     if isinstance(exc, CallTimeout):
-        return {"where": where, "type": "Timeout", "message": redact_text(str(exc))}
+        return {"where": where, "type": "Timeout", "message": clip_masked(str(exc))}
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    out: dict[str, Any] = redact(
-        {
-            "where": where,
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(tb[-6:]),
-        }
-    )
+    out: dict[str, Any] = redact({"where": where, "type": type(exc).__name__})
+    out["message"] = clip_masked(str(exc))
+    out["traceback"] = clip_masked("".join(tb[-6:]))
     return out
 
 

@@ -240,3 +240,47 @@ def test_usage_that_cannot_be_priced_is_warned_of(
         reply = _actor(server)._complete(MSG, "run")
     assert reply.usage.tokens == tokens and reply.usage.cost_usd == 0.0
     assert any("usage" in m or "total_tokens" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_huge_error_body_is_stored_cut(tmp_path: Path, server: FakeOpenAI) -> None:
+    """Three 500s with a 10 MB error message made a 130 MiB store (the message in the packet,
+    the journal, the checkpoint, events) and seconds of regex per copy; it is cut now."""
+    big = "x" * 2_000_000
+    server.script(fail(500, big), fail(500, big), fail(500, big))
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        events = rt.store.events(r.run_id)
+        journal = rt.store.journal(r.run_id)
+    assert r.status == "escalated"
+    assert len(json.dumps(r.packet, default=str)) < 60_000
+    assert all(len(json.dumps(e.data, default=str)) < 60_000 for e in events)
+    assert all(len(json.dumps(j.data, default=str)) < 60_000 for j in journal)
+    assert "more characters" in json.dumps(r.packet, default=str)
+
+
+def test_a_reviewers_huge_texts_are_cut(server: FakeOpenAI) -> None:
+    state = lw.TaskState.from_task(TASK)
+    reviewer = ChatReviewer("judge", base_url=server.base_url, rubric="r")
+    v = reviewer.verdict(
+        {
+            "score": 0.1,
+            "passed": False,
+            "summary": "y" * 2_000_000,
+            "findings": [
+                {"artifact": "doc", "part": "title", "message": "z" * 2_000_000},
+                {"artifact": "g" * 100_000, "dimension": "d" * 100_000, "message": "m"},
+            ],
+        },
+        state,
+    )
+    assert all(len(f.message) < 5_000 for f in v.findings)
+    assert len(v.evidence["summary"]) < 5_000
+    assert len(v.findings[1].dimension) < 300
+    assert len(v.findings[1].evidence["located_as"]) < 300

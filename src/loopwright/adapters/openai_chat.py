@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError
-from .._modelcalls import record_model_call
+from .._modelcalls import ERROR_CHARS, clip_masked, record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
 from .._question import Question
 from .._redact import redact, redact_text, register_secret
@@ -142,6 +142,7 @@ Reply again with one JSON object that fits the schema, and nothing else."""
 """The user turn that follows a malformed reply (shown back as the assistant's turn) when the
 engine retries the same call: the model sees what was wrong instead of the same question."""
 
+_NAME_CHARS = 200  # a reviewer's dimension or unknown location, as kept
 _REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 _FORMAT_TAIL = """
@@ -269,18 +270,34 @@ def _normalise_model(model: str) -> str:
     return model.removesuffix(":latest")
 
 
+def _clipped(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string longer than ``ERROR_CHARS`` cut to a masked head
+    (``clip_masked``), so that masking the rest scans a bounded amount: a server's 10 MB error
+    message took seconds per regex pass and was stored whole in every copy of the error."""
+    if isinstance(value, str):
+        return clip_masked(value) if len(value) > ERROR_CHARS else value
+    if depth > 20:
+        return value
+    if isinstance(value, dict):
+        return {k: _clipped(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_clipped(v, depth + 1) for v in value)
+    return value
+
+
 def _redact_exc(exc: BaseException) -> None:
-    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key);
-    its type, status and headers stay as they are for the engine's classification."""
+    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key),
+    their long texts cut (``_clipped``); its type, status and headers stay as they are for the
+    engine's classification."""
     with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
-        args = redact(list(exc.args))
+        args = redact(_clipped(list(exc.args)))
         if args != list(exc.args):
             exc.args = tuple(args)
         for attr in ("message", "body"):
             value = getattr(exc, attr, None)
             if isinstance(value, str | dict | list):
-                masked = redact(value)
-                if masked is not value:
+                masked = redact(_clipped(value))
+                if masked != value:
                     setattr(exc, attr, masked)
 
 
@@ -692,7 +709,7 @@ class _ChatModel:
         and at ``budget_s``, the run's time left when known)."""
         if type(exc).__name__ == "APIResponseValidationError":
             raise MalformedReplyError(
-                f"the server's response is not a chat completion: {redact_text(str(exc))}"
+                f"the server's response is not a chat completion: {clip_masked(str(exc))}"
             ) from exc
         if isinstance(exc, json.JSONDecodeError):
             # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
@@ -714,7 +731,7 @@ class _ChatModel:
             self.model,
             public_url(self.base_url),
             lower,
-            redact_text(str(exc)),
+            clip_masked(str(exc), 500),
             mode,
         )
         return mode
@@ -730,7 +747,7 @@ class _ChatModel:
             first_token_s=acc.first_token_s,
         )  # fmt: skip
         err = MalformedReplyError(
-            f"the reply stream broke off after {len(partial)} characters: {redact_text(str(exc))}",
+            f"the reply stream broke off after {len(partial)} characters: {clip_masked(str(exc))}",
             partial,
         )
         err.reply = got
@@ -1392,7 +1409,9 @@ class ChatReviewer(_ChatModel):
     ) -> Verdict:
         """A located ``Verdict`` from a reply that fits ``REVIEW_SCHEMA``."""
         score = float(data["score"])
-        summary = str(data.get("summary") or "").strip()
+        # a reviewer's texts are stored in the state, events and the actor's next context:
+        # cut like an error's (a 2 MB finding message was stored whole)
+        summary = clip_masked(str(data.get("summary") or "").strip())
         findings = [self._finding(f, state) for f in data["findings"]]
         errors = any(f.severity == "error" for f in findings)
         passed = bool(data["passed"]) and score >= self.pass_score and not errors
@@ -1432,23 +1451,25 @@ class ChatReviewer(_ChatModel):
         evidence: dict[str, Any] = {"reviewer": self.model}
         art = state.artifacts.get(artifact) if artifact else None
         if artifact is not None and art is None:
-            evidence["located_as"] = f"{artifact}/{part}" if part else artifact
+            evidence["located_as"] = clip_masked(
+                f"{artifact}/{part}" if part else artifact, _NAME_CHARS
+            )
             artifact, part = None, None
         elif art is not None and part is not None and part not in art.parts:
-            evidence["located_as"] = f"{artifact}/{part}"
+            evidence["located_as"] = clip_masked(f"{artifact}/{part}", _NAME_CHARS)
             part = None
         elif artifact is None and part is not None:
             owners = [a.name for a in state.artifacts.values() if part in a.parts]
             if len(owners) == 1:  # "part" alone, unambiguous: locate it
                 artifact = owners[0]
             else:
-                evidence["located_as"] = part
+                evidence["located_as"] = clip_masked(part, _NAME_CHARS)
                 part = None
         return Finding(
-            message=redact_text(str(raw["message"])),
+            message=clip_masked(str(raw["message"])),
             artifact=artifact,
             part=part,
-            dimension=str(raw.get("dimension") or self.dimension),
+            dimension=clip_masked(str(raw.get("dimension") or self.dimension), _NAME_CHARS),
             severity="warning" if raw.get("severity") == "warning" else "error",
             evidence=evidence,
         )
