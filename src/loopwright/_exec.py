@@ -205,20 +205,27 @@ async def call_with_retry(
     entry = ex.retries.get(key) if ex.retries else None
     failed = entry.attempts if entry else 0
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
+    # failed attempt: charged when the call ends, whether it succeeds or not, even after a
+    # restart in between (invariant 7).
+    billed = _billed(entry.data.get("billed")) if entry is not None else _NOTHING
     if entry is not None:
         if entry.status == "gave_up" or failed >= policy.attempts:
-            raise GaveUp(
+            spent = GaveUp(
                 entry.data.get("class", "transient"),
                 dict(entry.data.get("error") or {"message": "attempts spent before a restart"}),
                 failed,
                 None,
             )
+            spent.usage = billed
+            raise spent
         wait = float(entry.data.get("next_at", 0.0)) - time.time()
         if wait > 0:  # killed during the backoff: wait out only what is left of it
             if deadline is not None and time.time() + wait >= deadline:
-                raise OutOfTime(f"the time budget runs out during the backoff of {who}")
+                late = OutOfTime(f"the time budget runs out during the backoff of {who}")
+                late.usage = billed
+                raise late
             await asyncio.sleep(wait)
-    billed = Usage()  # what this call's failed attempts cost (charged if it never succeeds)
 
     while True:
         per_call = timeout
@@ -260,6 +267,9 @@ async def call_with_retry(
         close_sink(sink)
         # Committed with the cycle, before its proposal or verdict event.
         ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
+        if billed.cost_usd or billed.tokens:  # the failed attempts before this one
+            ex.state.spent = ex.state.spent + billed
+            ex.calls.append({"who": scope, "cost_usd": billed.cost_usd, "tokens": billed.tokens})
         return got
 
 
@@ -284,8 +294,8 @@ async def _failed_attempt(
     its events, then either the backoff is waited out (returns what the failed attempts cost
     so far) or ``GaveUp`` / ``OutOfTime`` is raised, carrying that cost."""
     cost = getattr(exc, "usage", None)
-    if isinstance(cost, Usage):
-        billed = billed + cost
+    if isinstance(cost, Usage) and (cost.cost_usd or cost.tokens):
+        billed = billed + Usage._stored(cost.cost_usd, cost.tokens, 0.0)
 
     def billing(err: GaveUp | OutOfTime) -> GaveUp | OutOfTime:
         err.usage = billed
@@ -324,6 +334,7 @@ async def _failed_attempt(
             "next_at": next_at,
             "class": kind,
             "error": {k: v for k, v in info.items() if k != "traceback"},
+            "billed": {"cost_usd": billed.cost_usd, "tokens": billed.tokens},
         },
         attempts=failed,
         events=[
@@ -353,6 +364,16 @@ async def _failed_attempt(
     ex.at(f"backoff:{scope}")
     await asyncio.sleep(delay)
     return billed
+
+
+_NOTHING = Usage()
+
+
+def _billed(data: Any) -> Usage:
+    """The failed attempts' cost as journaled (none in an entry written before it was)."""
+    if not isinstance(data, Mapping):
+        return _NOTHING
+    return Usage._stored(float(data.get("cost_usd") or 0.0), int(data.get("tokens") or 0), 0.0)
 
 
 def _call_events(

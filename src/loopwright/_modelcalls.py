@@ -36,6 +36,7 @@ __all__ = [
     "close_sink",
     "collecting",
     "current_sink",
+    "engine_charges_failures",
     "model_call_record",
     "open_sink",
     "record_model_call",
@@ -109,6 +110,14 @@ def close_sink(token: Token[Sink | None]) -> None:
 def current_sink() -> Sink | None:
     """Where reports go now (``None``: nowhere); ``call_user`` hands it to its thread."""
     return _sink.get()
+
+
+def engine_charges_failures() -> bool:
+    """Whether this is an engine's actor or verifier call (a sink collects its model calls).
+    The engine then charges each failed attempt's ``usage`` (an exception's ``.usage``, a
+    malformed reply's), journaled with the attempt so that a restart keeps it: an adapter must
+    not carry that spend into a later reply as well."""
+    return _sink.get() is not None
 
 
 def use_sink(sink: Sink | None) -> None:

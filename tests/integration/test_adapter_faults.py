@@ -284,3 +284,108 @@ def test_a_reviewers_huge_texts_are_cut(server: FakeOpenAI) -> None:
     assert len(v.evidence["summary"]) < 5_000
     assert len(v.findings[1].dimension) < 300
     assert len(v.findings[1].evidence["located_as"]) < 300
+
+
+# --- spend that must not go missing (invariant 7) -------------------------------------------
+
+CALL = 150  # tokens of each scripted reply (120 prompt + 30 completion)
+
+
+def _judged(server: FakeOpenAI, actor: ChatActor) -> lw.Loop:
+    judge = ChatReviewer(
+        "judge-m",
+        base_url=server.base_url,
+        rubric="r",
+        timeout_s=5,
+        price=PriceOverride(input_per_mtok=1.0, output_per_mtok=2.0),
+    )
+    return lw.Loop(
+        name="judged",
+        actor=actor,
+        verifiers=[lw.Check(fn=title), lw.Check(fn=judge, name="review")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2)),
+        retry=FAST,
+    )
+
+
+def test_a_reply_that_fits_the_schema_but_makes_no_proposal_is_charged(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``doc/a`` as an artifact fits the schema and is refused by Edit: that reply's tokens (and
+    any carried before it) were dropped; now it is a repair turn and both replies are paid."""
+    bad = {"edits": [{"artifact": "doc/a", "part": "title", "value": "x"}]}
+    server.script(ok(bad), ok(FIX))
+    r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 2 * CALL
+    assert "Your last reply could not be used" in server.requests[1].text
+
+
+def test_a_reviewer_refusal_is_charged(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.script(ok(FIX), model="actor-m")
+    server.script(Reply(refusal="I will not review this"), model="judge-m")
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_judged(server, _actor(server)), TASK)
+    assert r.status == "escalated" and "refused" in str(r.packet)
+    assert r.spent.tokens == 2 * CALL  # the actor's reply and the refused review
+
+
+def test_a_reviewer_score_of_nan_is_a_malformed_reply_and_charged(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``score: NaN`` passed the schema (every comparison with NaN is false), then Verdict
+    refused it: a permanent error, the run escalated and the call's cost lost."""
+    nan = '{"score": NaN, "passed": true, "summary": "s", "findings": []}'
+    server.script(ok(FIX), model="actor-m")
+    server.script(
+        ok(nan),
+        ok({"score": 1.0, "passed": True, "summary": "ok", "findings": []}),
+        model="judge-m",
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_judged(server, _actor(server)), TASK)
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 3 * CALL
+
+
+def test_a_malformed_replys_spend_survives_a_crash_in_the_backoff(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """The malformed reply's spend lived only in the adapter's memory until the next good reply:
+    a process killed during the backoff lost it. The engine journals it with the attempt now."""
+    from support.crash import Crash, phase_hook
+
+    server.script(ok({"edits": "all"}), ok(FIX))
+    db = str(tmp_path / "s.db")
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(db) as rt:
+        rt._on_phase = phase_hook(("backoff:actor", 1))
+        with pytest.raises(Crash):
+            rt.run_sync(loop, TASK)
+    fresh = lw.Loop(  # a new process: a new adapter, nothing carried in memory
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        r = rt.resume_sync(rec.run_id, fresh)
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 2 * CALL and len(server.requests) == 2
+
+
+def test_outside_an_engine_a_malformed_replys_spend_is_carried(server: FakeOpenAI) -> None:
+    server.script(ok({"edits": "all"}), ok(FIX))
+    actor = _actor(server)
+    with pytest.raises(MalformedReplyError) as caught:
+        actor._complete(MSG, "run")
+    assert caught.value.usage is not None and caught.value.usage.tokens == CALL
+    assert actor._complete(MSG, "run").usage.tokens == 2 * CALL

@@ -12,6 +12,7 @@ retries it under the loop's retry policy.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,9 +38,10 @@ class MalformedReplyError(TransientError):
     Attributes:
         reason: what was wrong, naming the JSON path at fault.
         raw: the start of the reply as received (at most 2,000 characters).
-        usage: what the malformed reply cost (set by the adapter). The adapter also adds it
-            to the same run's next successful call, so an engine that charges it here as well
-            would count it twice.
+        usage: what the malformed reply cost (set by the adapter). Inside an engine call the
+            engine charges it (journaled with the failed attempt); outside one the adapter also
+            adds it to the same ``bill_to``'s next successful call, so a caller that charges it
+            here as well would count it twice.
         reply: the call as the adapter saw it (its ``ModelReply``: what had arrived of a
             stream that broke off), when the adapter sets it.
     """
@@ -148,6 +150,9 @@ def validate(value: Any, schema: Mapping[str, Any], path: str = "$") -> list[str
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: must be one of {list(schema['enum'])}, got {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value) and wanted is not None:
+            # JSON's NaN passes every comparison below (all false): a typed number is finite
+            return [f"{path}: must be a finite number, got {value}"]
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{path}: must be ≥ {schema['minimum']}, got {value}")
         if "maximum" in schema and value > schema["maximum"]:

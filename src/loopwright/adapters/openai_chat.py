@@ -27,8 +27,9 @@ gateway's provider prefix (``openai/gpt-4o`` is ``gpt-4o``).
 
 **Cost** comes from the response's ``usage`` times a price (``_prices``): the user's
 ``PriceOverride``, else ``genai-prices``, else 0 with one logged warning. The tokens and cost of
-a malformed reply are carried over into the same run's next successful call, so a retry never
-makes spend disappear.
+a malformed reply ride on its exception (``usage``): inside a run the engine charges them,
+journaled with the failed attempt; outside one they are carried over into the same
+``bill_to``'s next successful call. Either way a retry never makes spend disappear.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError
-from .._modelcalls import ERROR_CHARS, clip_masked, record_model_call
+from .._modelcalls import ERROR_CHARS, clip_masked, engine_charges_failures, record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
 from .._question import Question
 from .._redact import redact, redact_text, register_secret
@@ -84,6 +85,7 @@ __all__ = [
     "ChatReviewer",
     "ModelReply",
     "ResponseFormat",
+    "ReviewRefusedError",
     "normalise_base_url",
 ]
 
@@ -851,7 +853,11 @@ class _ChatModel:
         ], key
 
     def _complete(
-        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+        self,
+        messages: list[dict[str, str]],
+        bill_to: str,
+        budget_s: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
         """One call (sync): request, usage and price, refusal or validated JSON. A malformed
         reply's spend is kept under ``bill_to`` (the run) and added to that run's next good
@@ -871,11 +877,25 @@ class _ChatModel:
             if gate is not None:
                 gate.release()
         return self._finish(
-            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+            body,
+            mode,
+            seconds,
+            first,
+            bill_to,
+            key,
+            gate,
+            sent is not messages,
+            sent,
+            started,
+            usable,
         )
 
     async def _acomplete(
-        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+        self,
+        messages: list[dict[str, str]],
+        bill_to: str,
+        budget_s: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
         """``_complete`` with the async client: waiting for a slot or for tokens never blocks
         the event loop the other runs share."""
@@ -894,7 +914,17 @@ class _ChatModel:
             if gate is not None:
                 gate.release()
         return self._finish(
-            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+            body,
+            mode,
+            seconds,
+            first,
+            bill_to,
+            key,
+            gate,
+            sent is not messages,
+            sent,
+            started,
+            usable,
         )
 
     def _finish(
@@ -909,7 +939,14 @@ class _ChatModel:
         repair: bool,
         sent: list[dict[str, str]] | None = None,
         started_at: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
+        """The reply of a request: usage and price, refusal, or JSON that fits the schema and
+        that ``usable`` accepts (it builds the proposal or verdict and raises
+        ``MalformedReplyError`` or ``ConfigError`` when the reply cannot make one). A malformed
+        reply raises ``MalformedReplyError`` carrying its ``usage``; outside an engine call
+        that spend is also carried into the same ``bill_to``'s next good reply (inside one the
+        engine charges it, journaled with the failed attempt)."""
         counts = _usage_of(body)
         input_tokens, output_tokens = counts.input_tokens, counts.output_tokens
         cached, tokens = counts.cached_tokens, counts.tokens
@@ -953,12 +990,15 @@ class _ChatModel:
                 if not choices:
                     raise MalformedReplyError("the response has no choices")
                 data = parse_reply(text, self._schema)
+                if usable is not None:
+                    _usable(usable, data, text)
             except MalformedReplyError as exc:
                 if finish == "length":
                     exc = MalformedReplyError(
                         f"the reply was cut off at the token limit; {exc.reason}", exc.raw
                     )
-                self._carry(bill_to, usage)
+                if not engine_charges_failures():
+                    self._carry(bill_to, usage)
                 exc.usage = usage
                 exc.raw = redact_text(exc.raw)
                 _redact_exc(exc)
@@ -1050,6 +1090,20 @@ class _ChatModel:
     def _carry(self, bill_to: str, usage: Usage) -> None:
         with self._lock:
             self._unbilled[bill_to] = self._unbilled.get(bill_to, Usage()) + usage
+
+
+def _usable(
+    usable: Callable[[dict[str, Any]], object], data: dict[str, Any], text: str | None
+) -> None:
+    """``usable(data)``, a reply that fits the schema but makes no proposal or verdict (an
+    edit naming ``doc/a``, a question refused) raised as ``MalformedReplyError``: repairable,
+    and its spend kept like any malformed reply's."""
+    try:
+        usable(data)
+    except MalformedReplyError:
+        raise
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise MalformedReplyError(f"the reply cannot be used: {exc}", text or "") from None
 
 
 def _body_of(completion: Any) -> Mapping[str, Any]:
@@ -1236,7 +1290,10 @@ class ChatActor(_ChatModel):
 
     def __call__(self, ctx: Context) -> Proposal:
         reply = self._complete(
-            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+            self.messages(ctx),
+            bill_to=ctx.run_id,
+            budget_s=ctx.remaining.seconds,
+            usable=self.proposal,
         )
         return self._proposal_of(reply)
 
@@ -1244,7 +1301,10 @@ class ChatActor(_ChatModel):
         """``self(ctx)`` with the async client: awaiting a slot, tokens or the reply never
         blocks the event loop."""
         reply = await self._acomplete(
-            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+            self.messages(ctx),
+            bill_to=ctx.run_id,
+            budget_s=ctx.remaining.seconds,
+            usable=self.proposal,
         )
         return self._proposal_of(reply)
 
@@ -1279,6 +1339,13 @@ class ChatActor(_ChatModel):
             question=question,
             usage=usage,
         )
+
+
+class ReviewRefusedError(PermanentError):
+    """The reviewer model refused to review (or the provider's filter stopped it): permanent,
+    the run escalates. ``usage`` is what the refused call cost; the engine charges it."""
+
+    usage: Usage | None = None
 
 
 class ChatReviewer(_ChatModel):
@@ -1387,17 +1454,24 @@ class ChatReviewer(_ChatModel):
 
     def __call__(self, state: TaskState, proposal: Proposal) -> Verdict:
         bill_to = state.task_key or "-"
-        return self._verdict_of(self._complete(self.messages(state, proposal), bill_to), state)
+        reply = self._complete(
+            self.messages(state, proposal), bill_to, usable=lambda data: self.verdict(data, state)
+        )
+        return self._verdict_of(reply, state)
 
     async def acall(self, state: TaskState, proposal: Proposal) -> Verdict:
         """``self(state, proposal)`` with the async client."""
         bill_to = state.task_key or "-"
-        reply = await self._acomplete(self.messages(state, proposal), bill_to)
+        reply = await self._acomplete(
+            self.messages(state, proposal), bill_to, usable=lambda data: self.verdict(data, state)
+        )
         return self._verdict_of(reply, state)
 
     def _verdict_of(self, reply: ModelReply, state: TaskState) -> Verdict:
         if reply.data is None:
-            raise PermanentError(f"the reviewer model refused to review: {reply.refusal}")
+            refused = ReviewRefusedError(f"the reviewer model refused to review: {reply.refusal}")
+            refused.usage = reply.usage  # charged like the actor's refusal (the engine bills it)
+            raise refused
         return self.verdict(reply.data, state, reply.usage, reply)
 
     def verdict(
