@@ -309,7 +309,8 @@ async def _failed_attempt(
         # The budget, not the call's own limit, cut it short.
         raise billing(
             OutOfTime(
-                f"{who} was still working when the time budget ran out ({exc.seconds:g} s left)"
+                f"{who} was still working when the time budget ran out (the call was given "
+                f"the {exc.seconds:g} s the budget had left)"
             )
         ) from None
     failed += 1

@@ -389,3 +389,41 @@ def test_outside_an_engine_a_malformed_replys_spend_is_carried(server: FakeOpenA
         actor._complete(MSG, "run")
     assert caught.value.usage is not None and caught.value.usage.tokens == CALL
     assert actor._complete(MSG, "run").usage.tokens == 2 * CALL
+
+
+def test_a_reply_nested_too_deep_is_malformed_not_a_crash(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """Content nested 100,000 deep raised RecursionError from the JSON parser: the run
+    escalated naming it. It is a malformed reply now (a repair turn), as is one past 200."""
+    deep = '{"edits": [{"artifact": "doc", "part": "title", "value": %s}]}'
+    server.script(
+        ok(deep % ("[" * 100_000 + "]" * 100_000)), ok(deep % ("[" * 300 + "]" * 300)), ok(FIX)
+    )
+    r, events = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    errors = [e.data["error"] for e in events if e.kind == "retry"]
+    assert len(errors) == 2 and all("nested deeper than 200" in e for e in errors), errors
+
+
+def test_the_time_budget_message_says_what_the_call_was_given(tmp_path: Path) -> None:
+    """It read "(4.99979 s left)": the seconds the call was given, not the time left."""
+    import asyncio
+
+    async def hangs(ctx: lw.Context) -> lw.Proposal:
+        await asyncio.Event().wait()  # never set: only the budget ends it
+        raise AssertionError
+
+    loop = lw.Loop(
+        name="slow",
+        actor=hangs,
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2, max_seconds=0.2)
+        ),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+    assert r.stop_reason == "budget_time"
+    assert "s left)" not in str(r.packet) and "the budget had left" in str(r.packet)

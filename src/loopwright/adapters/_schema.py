@@ -182,6 +182,24 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
+MAX_DEPTH = 200
+"""The deepest nesting of arrays and objects a reply may have (its edit values included)."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` deep (without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -210,16 +228,24 @@ def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
     if text is None or not text.strip():
         raise MalformedReplyError("the reply is empty", text or "")
     parsed: list[Any] = []
+    too_deep = False
     for candidate in _candidates(text):
         try:
             parsed.append(json.loads(candidate))
         except ValueError:
             continue
+        except RecursionError:  # nested past the interpreter's stack: not a usable reply
+            too_deep = True
+            continue
         if isinstance(parsed[-1], dict):
             break
     if not parsed:
-        raise MalformedReplyError("the reply is not JSON", text)
+        why = f"nested deeper than {MAX_DEPTH} levels" if too_deep else "not JSON"
+        raise MalformedReplyError(f"the reply is {why}", text)
     data = parsed[-1] if isinstance(parsed[-1], dict) else parsed[0]
+    if _deeper_than(data, MAX_DEPTH):
+        # the engine stores and hashes the values: a reply nested past it is refused here
+        raise MalformedReplyError(f"the reply is nested deeper than {MAX_DEPTH} levels", text)
     errors = validate(data, schema)
     if errors:
         shown = "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
