@@ -23,9 +23,9 @@ from typing import Any
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._loop import Loop
-from ._modelcalls import MODEL_CALL, close_sink, open_sink
+from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
 from ._proposal import Context, Verdict
-from ._redact import redact, redact_text
+from ._redact import redact
 from ._retry import ErrorClass, RetryPolicy
 from ._state import Digests, TaskState, part_ref
 from ._state_codec import FORMAT
@@ -141,18 +141,16 @@ NO_LOOP: Any = _NoLoop()
 
 
 def error_info(where: str, exc: BaseException) -> dict[str, Any]:
-    """An error as stored in events, the journal and packets, secrets masked (invariant 9)."""
+    """An error as stored in events, the journal and packets, secrets masked (invariant 9).
+    Its message and traceback are cut to ``ERROR_CHARS`` each (``clip_masked``: masked in time
+    bounded by the limit, only a head kept): a 10 MB error body is neither stored in every
+    copy nor scanned whole by the redaction net."""
     if isinstance(exc, CallTimeout):
-        return {"where": where, "type": "Timeout", "message": redact_text(str(exc))}
+        return {"where": where, "type": "Timeout", "message": clip_masked(str(exc))}
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    out: dict[str, Any] = redact(
-        {
-            "where": where,
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(tb[-6:]),
-        }
-    )
+    out: dict[str, Any] = redact({"where": where, "type": type(exc).__name__})
+    out["message"] = clip_masked(str(exc))
+    out["traceback"] = clip_masked("".join(tb[-6:]))
     return out
 
 
@@ -207,20 +205,27 @@ async def call_with_retry(
     entry = ex.retries.get(key) if ex.retries else None
     failed = entry.attempts if entry else 0
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
+    # failed attempt: charged when the call ends, whether it succeeds or not, even after a
+    # restart in between (invariant 7).
+    billed = _billed(entry.data.get("billed")) if entry is not None else _NOTHING
     if entry is not None:
         if entry.status == "gave_up" or failed >= policy.attempts:
-            raise GaveUp(
+            spent = GaveUp(
                 entry.data.get("class", "transient"),
                 dict(entry.data.get("error") or {"message": "attempts spent before a restart"}),
                 failed,
                 None,
             )
+            spent.usage = billed
+            raise spent
         wait = float(entry.data.get("next_at", 0.0)) - time.time()
         if wait > 0:  # killed during the backoff: wait out only what is left of it
             if deadline is not None and time.time() + wait >= deadline:
-                raise OutOfTime(f"the time budget runs out during the backoff of {who}")
+                late = OutOfTime(f"the time budget runs out during the backoff of {who}")
+                late.usage = billed
+                raise late
             await asyncio.sleep(wait)
-    billed = Usage()  # what this call's failed attempts cost (charged if it never succeeds)
 
     while True:
         per_call = timeout
@@ -262,6 +267,9 @@ async def call_with_retry(
         close_sink(sink)
         # Committed with the cycle, before its proposal or verdict event.
         ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
+        if billed.cost_usd or billed.tokens:  # the failed attempts before this one
+            ex.state.spent = ex.state.spent + billed
+            ex.calls.append({"who": scope, "cost_usd": billed.cost_usd, "tokens": billed.tokens})
         return got
 
 
@@ -286,8 +294,8 @@ async def _failed_attempt(
     its events, then either the backoff is waited out (returns what the failed attempts cost
     so far) or ``GaveUp`` / ``OutOfTime`` is raised, carrying that cost."""
     cost = getattr(exc, "usage", None)
-    if isinstance(cost, Usage):
-        billed = billed + cost
+    if isinstance(cost, Usage) and (cost.cost_usd or cost.tokens):
+        billed = billed + Usage._stored(cost.cost_usd, cost.tokens, 0.0)
 
     def billing(err: GaveUp | OutOfTime) -> GaveUp | OutOfTime:
         err.usage = billed
@@ -301,7 +309,8 @@ async def _failed_attempt(
         # The budget, not the call's own limit, cut it short.
         raise billing(
             OutOfTime(
-                f"{who} was still working when the time budget ran out ({exc.seconds:g} s left)"
+                f"{who} was still working when the time budget ran out (the call was given "
+                f"the {exc.seconds:g} s the budget had left)"
             )
         ) from None
     failed += 1
@@ -326,6 +335,7 @@ async def _failed_attempt(
             "next_at": next_at,
             "class": kind,
             "error": {k: v for k, v in info.items() if k != "traceback"},
+            "billed": {"cost_usd": billed.cost_usd, "tokens": billed.tokens},
         },
         attempts=failed,
         events=[
@@ -355,6 +365,16 @@ async def _failed_attempt(
     ex.at(f"backoff:{scope}")
     await asyncio.sleep(delay)
     return billed
+
+
+_NOTHING = Usage()
+
+
+def _billed(data: Any) -> Usage:
+    """The failed attempts' cost as journaled (none in an entry written before it was)."""
+    if not isinstance(data, Mapping):
+        return _NOTHING
+    return Usage._stored(float(data.get("cost_usd") or 0.0), int(data.get("tokens") or 0), 0.0)
 
 
 def _call_events(

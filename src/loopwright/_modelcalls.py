@@ -27,13 +27,16 @@ from typing import Any
 from ._redact import redact, redact_text
 
 __all__ = [
+    "ERROR_CHARS",
     "MODEL_CALL",
     "PROMPT_CHARS",
     "REPLY_CHARS",
     "TRUNCATED",
+    "clip_masked",
     "close_sink",
     "collecting",
     "current_sink",
+    "engine_charges_failures",
     "model_call_record",
     "open_sink",
     "record_model_call",
@@ -51,6 +54,32 @@ REPLY_CHARS = 16_000
 
 TRUNCATED = "…[truncated: {n} more characters]"
 """Appended where a prompt message or a reply was cut."""
+
+ERROR_CHARS = 4_000
+"""The most characters of an error's text the engine stores (its message, its traceback, a
+model call's error, a reviewer's finding or summary): a server may answer with a 10 MB error
+body, and every copy of it (packet, journal, events) would be stored whole and scanned whole by
+the redaction net."""
+
+CLIPPED = "…[cut: {n} more characters]"
+"""Appended where ``clip_masked`` cut a text."""
+
+
+def clip_masked(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` masked (``redact_text``) and cut to ``limit`` characters, the cut marked, in
+    time bounded by ``limit`` whatever its length: the redaction net runs over the first
+    ``2 * limit`` characters only. Only a head is ever kept (a tail could start inside a secret
+    whose beginning was cut off), and it is the head of that masked window shortened by what
+    masking took out of it: so a secret (up to ``limit`` characters long) that straddles the
+    cut is masked whole before the cut, and none that straddles the window's end (begun past
+    the kept part) can show its beginning."""
+    if len(text) <= limit:
+        return redact_text(text)
+    window = text[: 2 * limit]
+    masked = redact_text(window)
+    keep = max(0, limit - max(0, len(window) - len(masked)))
+    return masked[:keep] + CLIPPED.format(n=len(text) - keep)
+
 
 Sink = list[dict[str, Any]]
 
@@ -81,6 +110,14 @@ def close_sink(token: Token[Sink | None]) -> None:
 def current_sink() -> Sink | None:
     """Where reports go now (``None``: nowhere); ``call_user`` hands it to its thread."""
     return _sink.get()
+
+
+def engine_charges_failures() -> bool:
+    """Whether this is an engine's actor or verifier call (a sink collects its model calls).
+    The engine then charges each failed attempt's ``usage`` (an exception's ``.usage``, a
+    malformed reply's), journaled with the attempt so that a restart keeps it: an adapter must
+    not carry that spend into a later reply as well."""
+    return _sink.get() is not None
 
 
 def use_sink(sink: Sink | None) -> None:
@@ -160,7 +197,7 @@ def model_call_record(
         "cost_usd": cost_usd,
         "finish_reason": finish_reason,
         "http_status": http_status,
-        "error": None if error is None else error[:1000],
+        "error": None if error is None else clip_masked(error, 1000),
         "repair": repair,
         "streamed": streamed,
         "prompt_chars": prompt_chars,

@@ -11,7 +11,13 @@ from typing import Any
 from . import _shapes as shapes
 from ._errors import ConfigError
 
-__all__ = ["Usage"]
+__all__ = ["MAX_TOKENS", "Usage"]
+
+MAX_TOKENS = 2**53
+"""The most tokens one ``Usage`` may report: far beyond any real call, and the largest whole
+number a float (and a JSON reader such as the dashboard's) holds exactly. A larger count is
+refused where it is made, so no reported value can fail a commit (SQLite's INTEGER stops at
+2**63 - 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +26,8 @@ class Usage:
 
     Attributes:
         cost_usd: money spent, in US dollars (a finite number ≥ 0).
-        tokens: model tokens (input + output), or a documented proxy (a whole number ≥ 0).
+        tokens: model tokens (input + output), or a documented proxy (a whole number ≥ 0, at
+            most ``MAX_TOKENS``).
         seconds: wall-clock seconds of the call (a finite number ≥ 0).
 
     Invariant 7 (budget honesty) rests on these: a negative cost would let a run spend without
@@ -40,7 +47,7 @@ class Usage:
             and type(t) is int
             and (type(s) is float or type(s) is int)
             and 0 <= c < math.inf
-            and t >= 0
+            and 0 <= t <= MAX_TOKENS
             and 0 <= s < math.inf
         ):
             return
@@ -91,4 +98,13 @@ def _count(value: Any) -> int:
         n = None
     if n is None or isinstance(value, bool) or n < 0:
         raise ConfigError(f"must be a whole number ≥ 0, got {value!r}", field="Usage.tokens")
+    if n > MAX_TOKENS:
+        raise ConfigError(
+            f"must be at most 2**53 (MAX_TOKENS), got {_short(n)}", field="Usage.tokens"
+        )
     return n
+
+
+def _short(n: int) -> str:
+    # str() of an int past 4,300 digits raises: say its size instead
+    return str(n) if n.bit_length() <= 100 else f"about 2**{n.bit_length() - 1}"

@@ -5,6 +5,7 @@ error message is redacted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,259 @@ def test_a_base_url_that_is_not_http_is_refused_when_the_adapter_is_made(
     monkeypatch.setenv("OPENAI_BASE_URL", "localhost:9/v1")
     with pytest.raises(lw.ConfigError, match="OPENAI_BASE_URL"):
         ChatActor("m", api_key="k")
+
+
+def _body(content: Any, usage: Any = None, *, raw_usage: str | None = None) -> Reply:
+    """A 200 whose chat completion carries ``usage`` as given (``raw_usage``: spliced in as
+    text, for JSON's ``NaN``)."""
+    body: dict[str, Any] = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "actor-m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": json.dumps(content)},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    text = json.dumps(body)
+    if raw_usage is not None:
+        text = text[:-1] + f', "usage": {raw_usage}}}'
+    return Reply(raw_body=text.encode(), headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("usage", "raw_usage"),
+    [
+        ({"prompt_tokens": 2**63, "completion_tokens": 1}, None),
+        ({"prompt_tokens": 1e300, "completion_tokens": 1e300}, None),
+        ({"prompt_tokens": 10**30, "completion_tokens": 5}, None),
+        ("lots", None),
+        ({"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": "x"}, None),
+        (None, '{"prompt_tokens": NaN, "completion_tokens": Infinity}'),
+        ({"prompt_tokens": "1000", "completion_tokens": "100"}, None),
+    ],
+)
+def test_unusable_usage_from_the_server_counts_as_none_and_is_warned_of(
+    tmp_path: Path,
+    server: FakeOpenAI,
+    caplog: pytest.LogCaptureFixture,
+    usage: Any,
+    raw_usage: str | None,
+) -> None:
+    """A server's usage is untrusted: 2**63 tokens failed the run's commit (OverflowError,
+    the run left ``running``), a string or NaN escalated the run naming a Python exception;
+    each unusable count is 0 now, with the one-time usage warning."""
+    server.script(_body(FIX, usage, raw_usage=raw_usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens < 2**40
+    assert any("usage" in m for m in caplog.messages), caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [({}, 0), ({"total_tokens": 5000}, 5000), ({"prompt_tokens": None}, 0)],
+)
+def test_usage_that_cannot_be_priced_is_warned_of(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture, usage: Any, tokens: int
+) -> None:
+    """``usage: {}`` and a bare ``total_tokens`` cost 0 silently before."""
+    server.script(_body(FIX, usage))
+    with caplog.at_level("WARNING", logger="loopwright.adapters"):
+        reply = _actor(server)._complete(MSG, "run")
+    assert reply.usage.tokens == tokens and reply.usage.cost_usd == 0.0
+    assert any("usage" in m or "total_tokens" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_huge_error_body_is_stored_cut(tmp_path: Path, server: FakeOpenAI) -> None:
+    """Three 500s with a 10 MB error message made a 130 MiB store (the message in the packet,
+    the journal, the checkpoint, events) and seconds of regex per copy; it is cut now."""
+    big = "x" * 2_000_000
+    server.script(fail(500, big), fail(500, big), fail(500, big))
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+        events = rt.store.events(r.run_id)
+        journal = rt.store.journal(r.run_id)
+    assert r.status == "escalated"
+    assert len(json.dumps(r.packet, default=str)) < 60_000
+    assert all(len(json.dumps(e.data, default=str)) < 60_000 for e in events)
+    assert all(len(json.dumps(j.data, default=str)) < 60_000 for j in journal)
+    assert "more characters" in json.dumps(r.packet, default=str)
+
+
+def test_a_reviewers_huge_texts_are_cut(server: FakeOpenAI) -> None:
+    state = lw.TaskState.from_task(TASK)
+    reviewer = ChatReviewer("judge", base_url=server.base_url, rubric="r")
+    v = reviewer.verdict(
+        {
+            "score": 0.1,
+            "passed": False,
+            "summary": "y" * 2_000_000,
+            "findings": [
+                {"artifact": "doc", "part": "title", "message": "z" * 2_000_000},
+                {"artifact": "g" * 100_000, "dimension": "d" * 100_000, "message": "m"},
+            ],
+        },
+        state,
+    )
+    assert all(len(f.message) < 5_000 for f in v.findings)
+    assert len(v.evidence["summary"]) < 5_000
+    assert len(v.findings[1].dimension) < 300
+    assert len(v.findings[1].evidence["located_as"]) < 300
+
+
+# --- spend that must not go missing (invariant 7) -------------------------------------------
+
+CALL = 150  # tokens of each scripted reply (120 prompt + 30 completion)
+
+
+def _judged(server: FakeOpenAI, actor: ChatActor) -> lw.Loop:
+    judge = ChatReviewer(
+        "judge-m",
+        base_url=server.base_url,
+        rubric="r",
+        timeout_s=5,
+        price=PriceOverride(input_per_mtok=1.0, output_per_mtok=2.0),
+    )
+    return lw.Loop(
+        name="judged",
+        actor=actor,
+        verifiers=[lw.Check(fn=title), lw.Check(fn=judge, name="review")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2)),
+        retry=FAST,
+    )
+
+
+def test_a_reply_that_fits_the_schema_but_makes_no_proposal_is_charged(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``doc/a`` as an artifact fits the schema and is refused by Edit: that reply's tokens (and
+    any carried before it) were dropped; now it is a repair turn and both replies are paid."""
+    bad = {"edits": [{"artifact": "doc/a", "part": "title", "value": "x"}]}
+    server.script(ok(bad), ok(FIX))
+    r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 2 * CALL
+    assert "Your last reply could not be used" in server.requests[1].text
+
+
+def test_a_reviewer_refusal_is_charged(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.script(ok(FIX), model="actor-m")
+    server.script(Reply(refusal="I will not review this"), model="judge-m")
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_judged(server, _actor(server)), TASK)
+    assert r.status == "escalated" and "refused" in str(r.packet)
+    assert r.spent.tokens == 2 * CALL  # the actor's reply and the refused review
+
+
+def test_a_reviewer_score_of_nan_is_a_malformed_reply_and_charged(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """``score: NaN`` passed the schema (every comparison with NaN is false), then Verdict
+    refused it: a permanent error, the run escalated and the call's cost lost."""
+    nan = '{"score": NaN, "passed": true, "summary": "s", "findings": []}'
+    server.script(ok(FIX), model="actor-m")
+    server.script(
+        ok(nan),
+        ok({"score": 1.0, "passed": True, "summary": "ok", "findings": []}),
+        model="judge-m",
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_judged(server, _actor(server)), TASK)
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 3 * CALL
+
+
+def test_a_malformed_replys_spend_survives_a_crash_in_the_backoff(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """The malformed reply's spend lived only in the adapter's memory until the next good reply:
+    a process killed during the backoff lost it. The engine journals it with the attempt now."""
+    from support.crash import Crash, phase_hook
+
+    server.script(ok({"edits": "all"}), ok(FIX))
+    db = str(tmp_path / "s.db")
+    loop = lw.Loop(
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(db) as rt:
+        rt._on_phase = phase_hook(("backoff:actor", 1))
+        with pytest.raises(Crash):
+            rt.run_sync(loop, TASK)
+    fresh = lw.Loop(  # a new process: a new adapter, nothing carried in memory
+        name="faults",
+        actor=_actor(server),
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3)),
+        retry=FAST,
+    )
+    with lw.Runtime(db) as rt:
+        [rec] = rt.store.list_runs()
+        r = rt.resume_sync(rec.run_id, fresh)
+    assert r.status == "accepted", r.packet
+    assert r.spent.tokens == 2 * CALL and len(server.requests) == 2
+
+
+def test_outside_an_engine_a_malformed_replys_spend_is_carried(server: FakeOpenAI) -> None:
+    server.script(ok({"edits": "all"}), ok(FIX))
+    actor = _actor(server)
+    with pytest.raises(MalformedReplyError) as caught:
+        actor._complete(MSG, "run")
+    assert caught.value.usage is not None and caught.value.usage.tokens == CALL
+    assert actor._complete(MSG, "run").usage.tokens == 2 * CALL
+
+
+def test_a_reply_nested_too_deep_is_malformed_not_a_crash(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """Content nested 100,000 deep raised RecursionError from the JSON parser: the run
+    escalated naming it. It is a malformed reply now (a repair turn), as is one past 200."""
+    deep = '{"edits": [{"artifact": "doc", "part": "title", "value": %s}]}'
+    server.script(
+        ok(deep % ("[" * 100_000 + "]" * 100_000)), ok(deep % ("[" * 300 + "]" * 300)), ok(FIX)
+    )
+    r, events = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    errors = [e.data["error"] for e in events if e.kind == "retry"]
+    assert len(errors) == 2 and all("nested deeper than 200" in e for e in errors), errors
+
+
+def test_the_time_budget_message_says_what_the_call_was_given(tmp_path: Path) -> None:
+    """It read "(4.99979 s left)": the seconds the call was given, not the time left."""
+    import asyncio
+
+    async def hangs(ctx: lw.Context) -> lw.Proposal:
+        await asyncio.Event().wait()  # never set: only the budget ends it
+        raise AssertionError
+
+    loop = lw.Loop(
+        name="slow",
+        actor=hangs,
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2, max_seconds=0.2)
+        ),
+        retry=FAST,
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+    assert r.stop_reason == "budget_time"
+    assert "s left)" not in str(r.packet) and "the budget had left" in str(r.packet)

@@ -205,3 +205,11 @@ def test_names_may_be_string_subclasses() -> None:
 
     assert lw.Proposal.edit("invoice", {Part.QTY: 3}).edits[0].ref == "invoice/qty"
     assert lw.Edit(np.str_("doc"), "n", 1).ref == "doc/n"
+
+
+@pytest.mark.parametrize("tokens", [2**53 + 1, 2**63, 10**400])
+def test_usage_tokens_are_bounded_so_no_count_can_fail_a_commit(tokens: int) -> None:
+    # 2**63 tokens reached SQLite's INTEGER at the cycle's commit: OverflowError, run left running
+    with pytest.raises(ConfigError, match=r"Usage\.tokens.*at most 2\*\*53"):
+        lw.Usage(0.0, tokens)
+    assert lw.Usage(0.0, 2**53).tokens == 2**53

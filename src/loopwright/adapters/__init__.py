@@ -35,6 +35,7 @@ from .openai_chat import (
     ChatReviewer,
     ModelReply,
     ResponseFormat,
+    ReviewRefusedError,
     normalise_base_url,
 )
 from .openai_images import (
@@ -74,6 +75,7 @@ __all__ = [
     "PriceOverride",
     "Priced",
     "ResponseFormat",
+    "ReviewRefusedError",
     "context_sections",
     "image_value",
     "is_image_value",

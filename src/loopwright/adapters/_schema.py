@@ -12,6 +12,7 @@ retries it under the loop's retry policy.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,9 +38,10 @@ class MalformedReplyError(TransientError):
     Attributes:
         reason: what was wrong, naming the JSON path at fault.
         raw: the start of the reply as received (at most 2,000 characters).
-        usage: what the malformed reply cost (set by the adapter). The adapter also adds it
-            to the same run's next successful call, so an engine that charges it here as well
-            would count it twice.
+        usage: what the malformed reply cost (set by the adapter). Inside an engine call the
+            engine charges it (journaled with the failed attempt); outside one the adapter also
+            adds it to the same ``bill_to``'s next successful call, so a caller that charges it
+            here as well would count it twice.
         reply: the call as the adapter saw it (its ``ModelReply``: what had arrived of a
             stream that broke off), when the adapter sets it.
     """
@@ -148,6 +150,9 @@ def validate(value: Any, schema: Mapping[str, Any], path: str = "$") -> list[str
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: must be one of {list(schema['enum'])}, got {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value) and wanted is not None:
+            # JSON's NaN passes every comparison below (all false): a typed number is finite
+            return [f"{path}: must be a finite number, got {value}"]
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{path}: must be ≥ {schema['minimum']}, got {value}")
         if "maximum" in schema and value > schema["maximum"]:
@@ -175,6 +180,24 @@ def _json_type(value: Any) -> str:
         if _is(value, name) and not (name == "integer" and isinstance(value, float)):
             return name
     return type(value).__name__
+
+
+MAX_DEPTH = 200
+"""The deepest nesting of arrays and objects a reply may have (its edit values included)."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` deep (without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
@@ -205,16 +228,24 @@ def parse_reply(text: str | None, schema: Mapping[str, Any]) -> dict[str, Any]:
     if text is None or not text.strip():
         raise MalformedReplyError("the reply is empty", text or "")
     parsed: list[Any] = []
+    too_deep = False
     for candidate in _candidates(text):
         try:
             parsed.append(json.loads(candidate))
         except ValueError:
             continue
+        except RecursionError:  # nested past the interpreter's stack: not a usable reply
+            too_deep = True
+            continue
         if isinstance(parsed[-1], dict):
             break
     if not parsed:
-        raise MalformedReplyError("the reply is not JSON", text)
+        why = f"nested deeper than {MAX_DEPTH} levels" if too_deep else "not JSON"
+        raise MalformedReplyError(f"the reply is {why}", text)
     data = parsed[-1] if isinstance(parsed[-1], dict) else parsed[0]
+    if _deeper_than(data, MAX_DEPTH):
+        # the engine stores and hashes the values: a reply nested past it is refused here
+        raise MalformedReplyError(f"the reply is nested deeper than {MAX_DEPTH} levels", text)
     errors = validate(data, schema)
     if errors:
         shown = "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")

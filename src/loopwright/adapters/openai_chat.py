@@ -27,8 +27,9 @@ gateway's provider prefix (``openai/gpt-4o`` is ``gpt-4o``).
 
 **Cost** comes from the response's ``usage`` times a price (``_prices``): the user's
 ``PriceOverride``, else ``genai-prices``, else 0 with one logged warning. The tokens and cost of
-a malformed reply are carried over into the same run's next successful call, so a retry never
-makes spend disappear.
+a malformed reply ride on its exception (``usage``): inside a run the engine charges them,
+journaled with the failed attempt; outside one they are carried over into the same
+``bill_to``'s next successful call. Either way a retry never makes spend disappear.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError
-from .._modelcalls import record_model_call
+from .._modelcalls import ERROR_CHARS, clip_masked, engine_charges_failures, record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
 from .._question import Question
 from .._redact import redact, redact_text, register_secret
@@ -84,6 +85,7 @@ __all__ = [
     "ChatReviewer",
     "ModelReply",
     "ResponseFormat",
+    "ReviewRefusedError",
     "normalise_base_url",
 ]
 
@@ -142,6 +144,7 @@ Reply again with one JSON object that fits the schema, and nothing else."""
 """The user turn that follows a malformed reply (shown back as the assistant's turn) when the
 engine retries the same call: the model sees what was wrong instead of the same question."""
 
+_NAME_CHARS = 200  # a reviewer's dimension or unknown location, as kept
 _REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 _FORMAT_TAIL = """
@@ -269,18 +272,34 @@ def _normalise_model(model: str) -> str:
     return model.removesuffix(":latest")
 
 
+def _clipped(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string longer than ``ERROR_CHARS`` cut to a masked head
+    (``clip_masked``), so that masking the rest scans a bounded amount: a server's 10 MB error
+    message took seconds per regex pass and was stored whole in every copy of the error."""
+    if isinstance(value, str):
+        return clip_masked(value) if len(value) > ERROR_CHARS else value
+    if depth > 20:
+        return value
+    if isinstance(value, dict):
+        return {k: _clipped(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_clipped(v, depth + 1) for v in value)
+    return value
+
+
 def _redact_exc(exc: BaseException) -> None:
-    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key);
-    its type, status and headers stay as they are for the engine's classification."""
+    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key),
+    their long texts cut (``_clipped``); its type, status and headers stay as they are for the
+    engine's classification."""
     with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
-        args = redact(list(exc.args))
+        args = redact(_clipped(list(exc.args)))
         if args != list(exc.args):
             exc.args = tuple(args)
         for attr in ("message", "body"):
             value = getattr(exc, attr, None)
             if isinstance(value, str | dict | list):
-                masked = redact(value)
-                if masked is not value:
+                masked = redact(_clipped(value))
+                if masked != value:
                     setattr(exc, attr, masked)
 
 
@@ -374,10 +393,71 @@ class ModelReply:
     repair: bool = False
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+_MAX_CALL_TOKENS = 2**40
+"""The largest token count one call's ``usage`` may report (about 1.1 trillion, far beyond any
+model): a larger one is the server's bug, counted as no usage (``_usage_of``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Counts:
+    """A response's ``usage`` as read: the counts, and what was wrong with it (a warning)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    tokens: int = 0
+    problem: str | None = None
+
+
+def _count(usage: Mapping[str, Any], name: str, bad: list[str]) -> int:
+    """``usage[name]`` as a token count; 0, noted in ``bad``, when present but not a finite
+    number in [0, ``_MAX_CALL_TOKENS``] (a string, NaN, 2**63: the server's usage is not
+    trusted with the store)."""
+    value = usage.get(name)
+    if value is None:
         return 0
-    return max(0, int(value))
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= _MAX_CALL_TOKENS  # NaN too
+    ):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        bad.append(f"{name}={shown}")
+        return 0
+    return int(value)
+
+
+def _usage_of(body: Mapping[str, Any]) -> _Counts:
+    """The token counts of a response's ``usage``. Unusable numbers count 0 and are named in
+    ``problem``: a server's usage is untrusted, and no value of it may fail the call (an
+    AttributeError) or the run's commit (a count past SQLite's INTEGER)."""
+    raw = body.get("usage")
+    if raw is None or (isinstance(raw, Mapping) and not raw):
+        return _Counts(problem="returned no usage")
+    if not isinstance(raw, Mapping):
+        return _Counts(problem=f"returned usage that is not an object ({type(raw).__name__})")
+    if all(raw.get(k) is None for k in _USAGE_KEYS):
+        return _Counts(problem="returned no usage")
+    bad: list[str] = []
+    inp = _count(raw, "prompt_tokens", bad)
+    out = _count(raw, "completion_tokens", bad)
+    details = raw.get("prompt_tokens_details")
+    cached = 0
+    if isinstance(details, Mapping):
+        cached = min(_count(details, "cached_tokens", bad), inp)
+    elif details is not None:
+        bad.append(f"prompt_tokens_details={type(details).__name__}")
+    total = _count(raw, "total_tokens", bad)
+    if bad:
+        return _Counts(inp, out, cached, max(inp + out, total),
+                       f"returned unusable usage ({', '.join(bad)}), counted as 0")  # fmt: skip
+    if total and not (inp or out):
+        # tokens counted (max_tokens, limits), but nothing to price them by
+        return _Counts(0, 0, 0, total, "returned only total_tokens, which cannot be priced")
+    return _Counts(inp, out, cached, max(inp + out, total))
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
@@ -635,7 +715,7 @@ class _ChatModel:
         and at ``budget_s``, the run's time left when known)."""
         if type(exc).__name__ == "APIResponseValidationError":
             raise MalformedReplyError(
-                f"the server's response is not a chat completion: {redact_text(str(exc))}"
+                f"the server's response is not a chat completion: {clip_masked(str(exc))}"
             ) from exc
         if isinstance(exc, json.JSONDecodeError):
             # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
@@ -657,7 +737,7 @@ class _ChatModel:
             self.model,
             public_url(self.base_url),
             lower,
-            redact_text(str(exc)),
+            clip_masked(str(exc), 500),
             mode,
         )
         return mode
@@ -673,7 +753,7 @@ class _ChatModel:
             first_token_s=acc.first_token_s,
         )  # fmt: skip
         err = MalformedReplyError(
-            f"the reply stream broke off after {len(partial)} characters: {redact_text(str(exc))}",
+            f"the reply stream broke off after {len(partial)} characters: {clip_masked(str(exc))}",
             partial,
         )
         err.reply = got
@@ -777,7 +857,11 @@ class _ChatModel:
         ], key
 
     def _complete(
-        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+        self,
+        messages: list[dict[str, str]],
+        bill_to: str,
+        budget_s: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
         """One call (sync): request, usage and price, refusal or validated JSON. A malformed
         reply's spend is kept under ``bill_to`` (the run) and added to that run's next good
@@ -797,11 +881,25 @@ class _ChatModel:
             if gate is not None:
                 gate.release()
         return self._finish(
-            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+            body,
+            mode,
+            seconds,
+            first,
+            bill_to,
+            key,
+            gate,
+            sent is not messages,
+            sent,
+            started,
+            usable,
         )
 
     async def _acomplete(
-        self, messages: list[dict[str, str]], bill_to: str, budget_s: float | None = None
+        self,
+        messages: list[dict[str, str]],
+        bill_to: str,
+        budget_s: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
         """``_complete`` with the async client: waiting for a slot or for tokens never blocks
         the event loop the other runs share."""
@@ -820,7 +918,17 @@ class _ChatModel:
             if gate is not None:
                 gate.release()
         return self._finish(
-            body, mode, seconds, first, bill_to, key, gate, sent is not messages, sent, started
+            body,
+            mode,
+            seconds,
+            first,
+            bill_to,
+            key,
+            gate,
+            sent is not messages,
+            sent,
+            started,
+            usable,
         )
 
     def _finish(
@@ -835,19 +943,24 @@ class _ChatModel:
         repair: bool,
         sent: list[dict[str, str]] | None = None,
         started_at: float | None = None,
+        usable: Callable[[dict[str, Any]], object] | None = None,
     ) -> ModelReply:
-        raw_usage = body.get("usage") or {}
-        input_tokens = _int(raw_usage.get("prompt_tokens"))
-        output_tokens = _int(raw_usage.get("completion_tokens"))
-        cached = _int((raw_usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
-        tokens = max(input_tokens + output_tokens, _int(raw_usage.get("total_tokens")))
+        """The reply of a request: usage and price, refusal, or JSON that fits the schema and
+        that ``usable`` accepts (it builds the proposal or verdict and raises
+        ``MalformedReplyError`` or ``ConfigError`` when the reply cannot make one). A malformed
+        reply raises ``MalformedReplyError`` carrying its ``usage``; outside an engine call
+        that spend is also carried into the same ``bill_to``'s next good reply (inside one the
+        engine charges it, journaled with the failed attempt)."""
+        counts = _usage_of(body)
+        input_tokens, output_tokens = counts.input_tokens, counts.output_tokens
+        cached, tokens = counts.cached_tokens, counts.tokens
         if gate is not None:
             gate.charge(tokens)
-        if not raw_usage:
+        if counts.problem is not None:
             self._warn_once(
                 f"usage:{self.model}",
-                f"{self.model} at {public_url(self.base_url)} returned no usage: its tokens and cost are "
-                "not accounted",
+                f"{self.model} at {public_url(self.base_url)} {counts.problem}: its tokens and "
+                "cost are not fully accounted",
             )
         priced = price_call(
             self.model,
@@ -881,12 +994,15 @@ class _ChatModel:
                 if not choices:
                     raise MalformedReplyError("the response has no choices")
                 data = parse_reply(text, self._schema)
+                if usable is not None:
+                    _usable(usable, data, text)
             except MalformedReplyError as exc:
                 if finish == "length":
                     exc = MalformedReplyError(
                         f"the reply was cut off at the token limit; {exc.reason}", exc.raw
                     )
-                self._carry(bill_to, usage)
+                if not engine_charges_failures():
+                    self._carry(bill_to, usage)
                 exc.usage = usage
                 exc.raw = redact_text(exc.raw)
                 _redact_exc(exc)
@@ -980,8 +1096,26 @@ class _ChatModel:
             self._unbilled[bill_to] = self._unbilled.get(bill_to, Usage()) + usage
 
 
+def _usable(
+    usable: Callable[[dict[str, Any]], object], data: dict[str, Any], text: str | None
+) -> None:
+    """``usable(data)``, a reply that fits the schema but makes no proposal or verdict (an
+    edit naming ``doc/a``, a question refused) raised as ``MalformedReplyError``: repairable,
+    and its spend kept like any malformed reply's."""
+    try:
+        usable(data)
+    except MalformedReplyError:
+        raise
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise MalformedReplyError(f"the reply cannot be used: {exc}", text or "") from None
+
+
 def _body_of(completion: Any) -> Mapping[str, Any]:
-    body = completion.model_dump() if hasattr(completion, "model_dump") else completion
+    # warnings=False: a field of the wrong type (usage 1e300 where an int is declared) is read
+    # by ``_usage_of``; pydantic's serializer warning would be an error under ``-W error``
+    body = (
+        completion.model_dump(warnings=False) if hasattr(completion, "model_dump") else completion
+    )
     if not isinstance(body, Mapping):
         raise MalformedReplyError(
             f"the server's response is not a chat completion: {type(body).__name__}"
@@ -1007,7 +1141,7 @@ class _Stream:
         self.chosen = False
 
     def add(self, chunk: Any) -> None:
-        data = chunk.model_dump() if hasattr(chunk, "model_dump") else chunk
+        data = chunk.model_dump(warnings=False) if hasattr(chunk, "model_dump") else chunk
         if not isinstance(data, Mapping):
             return
         self.model = data.get("model") or self.model
@@ -1160,7 +1294,10 @@ class ChatActor(_ChatModel):
 
     def __call__(self, ctx: Context) -> Proposal:
         reply = self._complete(
-            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+            self.messages(ctx),
+            bill_to=ctx.run_id,
+            budget_s=ctx.remaining.seconds,
+            usable=self.proposal,
         )
         return self._proposal_of(reply)
 
@@ -1168,7 +1305,10 @@ class ChatActor(_ChatModel):
         """``self(ctx)`` with the async client: awaiting a slot, tokens or the reply never
         blocks the event loop."""
         reply = await self._acomplete(
-            self.messages(ctx), bill_to=ctx.run_id, budget_s=ctx.remaining.seconds
+            self.messages(ctx),
+            bill_to=ctx.run_id,
+            budget_s=ctx.remaining.seconds,
+            usable=self.proposal,
         )
         return self._proposal_of(reply)
 
@@ -1203,6 +1343,13 @@ class ChatActor(_ChatModel):
             question=question,
             usage=usage,
         )
+
+
+class ReviewRefusedError(PermanentError):
+    """The reviewer model refused to review (or the provider's filter stopped it): permanent,
+    the run escalates. ``usage`` is what the refused call cost; the engine charges it."""
+
+    usage: Usage | None = None
 
 
 class ChatReviewer(_ChatModel):
@@ -1311,17 +1458,24 @@ class ChatReviewer(_ChatModel):
 
     def __call__(self, state: TaskState, proposal: Proposal) -> Verdict:
         bill_to = state.task_key or "-"
-        return self._verdict_of(self._complete(self.messages(state, proposal), bill_to), state)
+        reply = self._complete(
+            self.messages(state, proposal), bill_to, usable=lambda data: self.verdict(data, state)
+        )
+        return self._verdict_of(reply, state)
 
     async def acall(self, state: TaskState, proposal: Proposal) -> Verdict:
         """``self(state, proposal)`` with the async client."""
         bill_to = state.task_key or "-"
-        reply = await self._acomplete(self.messages(state, proposal), bill_to)
+        reply = await self._acomplete(
+            self.messages(state, proposal), bill_to, usable=lambda data: self.verdict(data, state)
+        )
         return self._verdict_of(reply, state)
 
     def _verdict_of(self, reply: ModelReply, state: TaskState) -> Verdict:
         if reply.data is None:
-            raise PermanentError(f"the reviewer model refused to review: {reply.refusal}")
+            refused = ReviewRefusedError(f"the reviewer model refused to review: {reply.refusal}")
+            refused.usage = reply.usage  # charged like the actor's refusal (the engine bills it)
+            raise refused
         return self.verdict(reply.data, state, reply.usage, reply)
 
     def verdict(
@@ -1333,7 +1487,9 @@ class ChatReviewer(_ChatModel):
     ) -> Verdict:
         """A located ``Verdict`` from a reply that fits ``REVIEW_SCHEMA``."""
         score = float(data["score"])
-        summary = str(data.get("summary") or "").strip()
+        # a reviewer's texts are stored in the state, events and the actor's next context:
+        # cut like an error's (a 2 MB finding message was stored whole)
+        summary = clip_masked(str(data.get("summary") or "").strip())
         findings = [self._finding(f, state) for f in data["findings"]]
         errors = any(f.severity == "error" for f in findings)
         passed = bool(data["passed"]) and score >= self.pass_score and not errors
@@ -1373,23 +1529,25 @@ class ChatReviewer(_ChatModel):
         evidence: dict[str, Any] = {"reviewer": self.model}
         art = state.artifacts.get(artifact) if artifact else None
         if artifact is not None and art is None:
-            evidence["located_as"] = f"{artifact}/{part}" if part else artifact
+            evidence["located_as"] = clip_masked(
+                f"{artifact}/{part}" if part else artifact, _NAME_CHARS
+            )
             artifact, part = None, None
         elif art is not None and part is not None and part not in art.parts:
-            evidence["located_as"] = f"{artifact}/{part}"
+            evidence["located_as"] = clip_masked(f"{artifact}/{part}", _NAME_CHARS)
             part = None
         elif artifact is None and part is not None:
             owners = [a.name for a in state.artifacts.values() if part in a.parts]
             if len(owners) == 1:  # "part" alone, unambiguous: locate it
                 artifact = owners[0]
             else:
-                evidence["located_as"] = part
+                evidence["located_as"] = clip_masked(part, _NAME_CHARS)
                 part = None
         return Finding(
-            message=redact_text(str(raw["message"])),
+            message=clip_masked(str(raw["message"])),
             artifact=artifact,
             part=part,
-            dimension=str(raw.get("dimension") or self.dimension),
+            dimension=clip_masked(str(raw.get("dimension") or self.dimension), _NAME_CHARS),
             severity="warning" if raw.get("severity") == "warning" else "error",
             evidence=evidence,
         )

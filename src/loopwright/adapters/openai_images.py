@@ -246,9 +246,15 @@ def _tokens(body: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # a server's usage is untrusted: NaN, infinity or 2**63 count 0 rather than fail the call
+    # or the run's commit (as the chat adapters' ``_usage_of``)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= 2**40  # NaN too
+    ):
         return 0
-    return max(0, int(value))
+    return int(value)
 
 
 class ImageModel:

@@ -1,0 +1,48 @@
+"""Error texts the engine stores are cut to ERROR_CHARS (loopwright._modelcalls.clip_masked):
+masked in bounded time, only a head kept, and a cut never leaves part of a secret unmasked."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwright._exec import error_info
+from loopwright._modelcalls import ERROR_CHARS, clip_masked
+from loopwright._redact import register_secret
+
+SECRET = "Zq8vSECRETvalue4711xyz"
+
+
+@pytest.fixture(autouse=True)
+def _secret() -> None:
+    register_secret(SECRET)
+
+
+def test_a_short_text_is_masked_whole() -> None:
+    assert clip_masked(f"key {SECRET} here") == "key *** here"
+
+
+@pytest.mark.parametrize("at", [ERROR_CHARS - 5, ERROR_CHARS - 1, ERROR_CHARS, 2 * ERROR_CHARS - 5])
+def test_a_secret_across_the_cut_or_the_window_never_shows_a_part(at: int) -> None:
+    text = "x" * at + SECRET + "y" * (10 * ERROR_CHARS)
+    out = clip_masked(text)
+    assert len(out) <= ERROR_CHARS + 60
+    for n in range(4, len(SECRET) + 1):
+        assert SECRET[:n] not in out
+    assert "more characters" in out
+
+
+def test_masking_in_the_head_does_not_let_a_later_secret_in() -> None:
+    # masks shorten the window: what is kept of it must not reach a secret cut by its end
+    head = (SECRET + " ") * (ERROR_CHARS // (len(SECRET) + 1))
+    text = head + "x" * (2 * ERROR_CHARS - len(head) - 5) + SECRET + "y" * ERROR_CHARS
+    out = clip_masked(text)
+    assert SECRET[:4] not in out
+
+
+def test_an_error_with_a_huge_message_is_stored_cut() -> None:
+    try:
+        raise RuntimeError("boom " + "x" * 10_000_000)
+    except RuntimeError as exc:
+        info = error_info("actor", exc)
+    assert info["message"].startswith("boom ") and len(info["message"]) < ERROR_CHARS + 60
+    assert len(info["traceback"]) < ERROR_CHARS + 60
