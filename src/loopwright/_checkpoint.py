@@ -193,7 +193,8 @@ class Checkpoints(RuntimeHost):
                 when_clean=contract.success.accept_parts == "when_clean",
             )
             s.refresh_plan()
-        required = {c.name for c in loop.visible if c.required}
+        # the checks success needs: those flagged required, or all when none is (as success)
+        required = {c.name for c in loop.visible if c.required} or {c.name for c in loop.visible}
         newly = sorted(
             k
             for k, v in visible.items()

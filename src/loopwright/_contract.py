@@ -372,6 +372,16 @@ class Contract:
         if len(names) != len(set(names)):
             raise ConfigError("risk rule names must be unique", field="contract.risk")
 
+    @property
+    def marginal_return_only(self) -> bool:
+        """The only exit besides success is a marginal_return rule, which stops a run only once
+        its cycles cost money: a loop refuses such a contract (a snapshot of one still loads)."""
+        return (
+            not self.budget.bounded
+            and self.no_progress is None
+            and self.marginal_return is not None
+        )
+
     # --- (de)serialisation --------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Contract:

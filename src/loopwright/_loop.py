@@ -134,8 +134,7 @@ class Loop:
                 "could neither succeed nor show progress (give one of them a weight above 0)",
                 field="verifiers",
             )
-        con = self.contract
-        if not con.budget.bounded and con.no_progress is None and con.marginal_return is not None:
+        if self.contract.marginal_return_only:
             # Snapshots of such contracts still load (the refusal is where a loop is built).
             raise ConfigError(
                 "a marginal_return rule is the contract's only exit besides success, and it "

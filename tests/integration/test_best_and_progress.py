@@ -152,3 +152,35 @@ def test_a_state_stored_before_progress_score_reads_its_best_score() -> None:
     s = lw.TaskState.from_dict({"best_score": 0.5, "best_cycle": 2})
     assert s.progress_score == 0.5
     assert lw.TaskState.from_dict({**s.to_dict(), "best_score": 0.7}).progress_score == 0.5
+
+
+def test_with_no_check_flagged_required_every_visible_check_counts(tmp_path: Path) -> None:
+    # Success then needs every visible check to pass, and so a check passing for the first
+    # time is progress (it was none; replay counted it: the two disagreed on such loops).
+    from loopwright.replay import simulate, traces_from_store
+
+    def a(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.cycle >= 1, score=0.5)  # passes from cycle 2
+
+    def b(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("no", "doc", "v"),))
+
+    contract = lw.Contract(
+        no_progress=lw.NoProgress(cycles=1, min_delta=0.0), budget=lw.Budget(max_cycles=5)
+    )
+    loop = lw.Loop(
+        name="optional",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"v": ctx.cycle}),
+        verifiers=[
+            lw.Check(fn=a, name="a", required=False),
+            lw.Check(fn=b, name="b", required=False),
+        ],
+        contract=contract,
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert _improved(rt, r.run_id) == [True, True, False]
+        (trace,) = list(traces_from_store(rt.store))
+    assert (r.stop_reason, r.cycles) == ("no_progress", 3)
+    o = simulate(trace, contract)
+    assert (o.reason, o.cycles) == ("no_progress", 3)

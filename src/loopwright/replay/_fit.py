@@ -569,7 +569,7 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
             prior_failures=prior.prior_failures if prior else 3.0,
         )
     try:
-        return Contract(
+        built = Contract(
             success=template.success,
             no_progress=None
             if p.no_progress_cycles is None
@@ -580,6 +580,7 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
         )
     except ConfigError:
         return None  # no exit besides success
+    return None if built.marginal_return_only else built  # a loop refuses it
 
 
 def _axes(
