@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,11 +21,11 @@ from ._calls import call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
 from ._exec import Execution, error_info
+from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
-from .store._sql import owner_is_dead
 
 __all__ = ["EffectOutcome", "key_of", "perform_effect"]
 
@@ -106,13 +105,10 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     process of this host that no longer exists, or this process with the call not running),
     ``alive`` (a process of this host: running, stuck or frozen) or ``unknown`` (another host,
     or not recorded)."""
-    if not isinstance(owner, str):
+    pid = local_pid(owner) if isinstance(owner, str) else None
+    if pid is None:  # another host, another pid namespace, or an owner not named so
         return "unknown"
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return "unknown"
-    if int(pid) == os.getpid():
+    if pid == os.getpid():
         with _RUNNING_LOCK:
             return "alive" if mark in _RUNNING else "gone"
     return "gone" if owner_is_dead(owner) else "alive"

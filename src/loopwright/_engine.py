@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._loop import Loop
 from ._memory import FeedbackMemory
+from ._owners import owner_name
 from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
@@ -167,7 +167,7 @@ class _Read:
 
 
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return owner_name()
 
 
 class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions):

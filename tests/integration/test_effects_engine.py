@@ -17,6 +17,7 @@ import pytest
 from doc_loop import TARGET, TASK, fields
 
 import loopwright as lw
+from loopwright._owners import PROCESS_SPACE
 
 FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.02)
 ONCE = lw.RetryPolicy(attempts=1)
@@ -548,7 +549,7 @@ def test_intent_without_result_non_idempotent_escalates_in_doubt(rt: lw.Runtime)
 def _gone_holder() -> str:
     """An executor of this host known not to be running the call: this process's owner name,
     whose attempt is not among the calls executing here (``_effect_run._holder``)."""
-    return f"{socket.gethostname()}:{os.getpid()}:crashed"
+    return f"{socket.gethostname()}:{os.getpid()}:crashed:{PROCESS_SPACE}"
 
 
 def test_intent_without_result_idempotent_runs_again(rt: lw.Runtime) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
+from loopwright._owners import PROCESS_SPACE
 from loopwright.store import NewApproval, NewEvent, open_store
 from loopwright.store._schema import SQLITE_MIGRATIONS
 from loopwright.store.sqlite import SQLiteStore
@@ -224,10 +225,14 @@ def test_live_owner_holds_the_lease(store_path: Path) -> None:
     host = socket.gethostname()
     with SQLiteStore(store_path) as s:
         run_id = _create(s)
-        s.acquire_lease(run_id, f"{host}:{os.getpid()}:other", 60)  # this process is alive
+        s.acquire_lease(
+            run_id, f"{host}:{os.getpid()}:other:{PROCESS_SPACE}", 60
+        )  # this process is alive
         with pytest.raises(lw.ConflictError, match="being executed"):
-            s.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
-        s.acquire_lease(run_id, f"{host}:{os.getpid()}:other", 60)  # the holder may re-take
+            s.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
+        s.acquire_lease(
+            run_id, f"{host}:{os.getpid()}:other:{PROCESS_SPACE}", 60
+        )  # the holder may re-take
 
 
 def test_lease_of_a_dead_pid_on_this_host_is_taken_over(store_path: Path) -> None:
@@ -236,14 +241,14 @@ def test_lease_of_a_dead_pid_on_this_host_is_taken_over(store_path: Path) -> Non
     host = socket.gethostname()
     with SQLiteStore(store_path) as s:
         run_id = _create(s)
-        t1 = s.acquire_lease(run_id, f"{host}:{proc.pid}:dead", 3600)
-        t2 = s.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+        t1 = s.acquire_lease(run_id, f"{host}:{proc.pid}:dead:{PROCESS_SPACE}", 3600)
+        t2 = s.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
         assert t2 == t1 + 1
         # an owner on another host is not judged by local pids: it must expire first
         s.release_lease(run_id, t2)
-        s.acquire_lease(run_id, f"elsewhere-{host}:{proc.pid}:x", 3600)
+        s.acquire_lease(run_id, f"elsewhere-{host}:{proc.pid}:x:{PROCESS_SPACE}", 3600)
         with pytest.raises(lw.ConflictError):
-            s.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+            s.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
 
 
 def test_expired_lease_is_taken_over(store_path: Path) -> None:

@@ -23,6 +23,7 @@ import pytest
 from support.records import cycle_record
 
 import loopwright as lw
+from loopwright._owners import PROCESS_SPACE
 from loopwright._record_codec import pack
 from loopwright.store import (
     ClosedApproval,
@@ -937,13 +938,32 @@ def test_lease_of_a_dead_local_process_is_taken_over(store: Store) -> None:
     proc.wait()
     host = socket.gethostname()
     run_id = _create(store)
-    t1 = store.acquire_lease(run_id, f"{host}:{proc.pid}:dead", 3600)
-    t2 = store.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+    t1 = store.acquire_lease(run_id, f"{host}:{proc.pid}:dead:{PROCESS_SPACE}", 3600)
+    t2 = store.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
     assert t2 == t1 + 1
     store.release_lease(run_id, t2)
-    store.acquire_lease(run_id, f"elsewhere-{host}:{proc.pid}:x", 3600)  # not judged locally
+    store.acquire_lease(run_id, f"elsewhere-{host}:{proc.pid}:x:{PROCESS_SPACE}", 3600)
     with pytest.raises(lw.ConflictError):
-        store.acquire_lease(run_id, f"{host}:{os.getpid()}:me", 60)
+        store.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
+
+
+def test_a_dead_looking_pid_of_another_pid_namespace_waits_out_its_lease(store: Store) -> None:
+    # From an outside probe (helper-45): two containers with one hostname. A pid that is no
+    # process here may be a live worker in the other namespace, inside a payment: taking its
+    # run over at once paid twice. Its name's space differs, so it waits for the lease.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    host = socket.gethostname()
+    run_id = _create(store)
+    for other in (
+        f"{host}:{proc.pid}:live:another-space",  # same host name, another pid namespace
+        f"{host}:{proc.pid}:old",  # a name from before names carried their space
+    ):
+        t = store.acquire_lease(run_id, other, 3600)
+        with pytest.raises(lw.ConflictError):
+            store.acquire_lease(run_id, f"{host}:{os.getpid()}:me:{PROCESS_SPACE}", 60)
+        assert store.claim_runs(f"{host}:{os.getpid()}:c:{PROCESS_SPACE}", 60, limit=5) == []
+        store.release_lease(run_id, t)
 
 
 # --- claiming runnable runs -------------------------------------------------------------------

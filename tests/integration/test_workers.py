@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
+from loopwright._owners import PROCESS_SPACE
 
 HERE = Path(__file__).resolve().parent / "workers"
 SPEC = HERE / "loop.toml"
@@ -254,8 +255,8 @@ def test_sqlite_claims_take_over_a_dead_local_workers_runs_at_once(tmp_path: Pat
     probe.wait()  # a pid that existed and is gone
     with lw.Runtime(store) as rt:
         st = rt.store
-        st.acquire_lease(dead_run, f"{socket.gethostname()}:{probe.pid}:w", 600)
-        st.acquire_lease(live_run, f"{socket.gethostname()}:{os.getpid()}:w", 600)
+        st.acquire_lease(dead_run, f"{socket.gethostname()}:{probe.pid}:w:{PROCESS_SPACE}", 600)
+        st.acquire_lease(live_run, f"{socket.gethostname()}:{os.getpid()}:w:{PROCESS_SPACE}", 600)
         claimed = st.claim_runs("claimer:1:c", 30, limit=5)
         assert [run_id for run_id, _ in claimed] == [dead_run]  # not the live one
         assert claimed[0][1] == st.get_run(dead_run).fencing_token

@@ -12,13 +12,10 @@ batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by de
 from __future__ import annotations
 
 import functools
-import os
-import socket
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from .._errors import (
@@ -31,6 +28,7 @@ from .._errors import (
     StoreError,
 )
 from .._memory import MemoryNotFoundError
+from .._owners import owner_is_dead
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, Version
 from ._base import (
@@ -100,31 +98,6 @@ RUNNABLE_STATUS = (
     "(r.status IN ('pending', 'running') OR (r.status = 'awaiting_approval' AND NOT EXISTS "
     "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))"
 )
-
-
-def owner_is_dead(owner: str) -> bool:
-    """Whether a lease owner named ``host:pid:…`` is a process on this host that no longer
-    exists. Lets a restarted process take over at once after a crash instead of waiting for
-    the lease to expire; owners on other hosts still wait for expiry."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    # A zombie (killed, not yet reaped by its parent) still answers kill(0): read its state.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
 
 class Statements:
