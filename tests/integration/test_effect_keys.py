@@ -120,3 +120,34 @@ def test_racing_runs_execute_a_key_once(url: str) -> None:
     assert all(r is not None for r in results)
     assert all(r.status in ("accepted", "escalated") for r in results)
     assert sum(r.accepted for r in results) >= 1
+
+
+def test_a_key_an_earlier_release_did_is_claimed_by_the_upgrade(url: str) -> None:
+    # From an outside probe (helper-45): a store written before keys were claimed store-wide
+    # (SQLite v3, PostgreSQL v2) was migrated with effect_keys empty, so a run of the new
+    # release paid again an invoice the old one had paid. The store is put back as such an
+    # upgrade left it: the claim gone, the journal entry without its "action", the schema
+    # before the backfill.
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+    from loopwright.store._schema import SQLITE_MIGRATIONS
+
+    bank = Bank()
+    pg = url.startswith("postgres")
+    before = len(PG_MIGRATIONS if pg else SQLITE_MIGRATIONS) - 1
+    strip = "(data::jsonb - 'action')::json" if pg else "json_remove(data, '$.action')"
+    with lw.Runtime(url) as rt:
+        first = rt.run_sync(loop(bank), TASK, task_key="first")
+        with rt.store._tx() as conn:  # type: ignore[attr-defined]
+            conn.execute("DELETE FROM effect_keys")
+            conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
+            conn.execute(
+                f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'"
+            )
+        [entry] = rt.store.journal(first.run_id, kind="effect")
+        assert "action" not in entry.data
+    with lw.Runtime(url) as rt:  # opening it migrates: the backfill
+        second = rt.run_sync(loop(bank), TASK, task_key="second")
+        assert second.accepted
+        assert bank.calls == ["pay:INV-7"]  # paid once, by the earlier release
+        [reused] = _events(rt, second.run_id, "effect_reused")
+        assert reused["from_run"] == first.run_id

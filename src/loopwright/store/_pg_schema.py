@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ._blobs import BLOBS_PG
 from ._people_schema import PEOPLE_PG
+from ._schema import BACKFILL_CLAIMS
 
 __all__ = ["PG_MIGRATIONS", "PG_TABLES"]
 
@@ -189,4 +190,6 @@ PG_MIGRATIONS: list[list[str]] = [
         "DROP INDEX journal_kind",
         "CREATE INDEX journal_kind ON journal(run_id, kind, cycle)",
     ],
+    # v7: the effect keys runs did before v3 claimed keys store-wide, as SQLite's v9.
+    [BACKFILL_CLAIMS],
 ]

@@ -5,7 +5,11 @@ from __future__ import annotations
 from ._blobs import BLOBS_SQLITE
 from ._people_schema import PEOPLE_SQLITE
 
-__all__ = ["SQLITE_MIGRATIONS", "memory_tag"]
+__all__ = ["BACKFILL_CLAIMS", "SQLITE_MIGRATIONS", "memory_tag"]
+
+# A migration step run in Python, not SQL (``SQLStore._backfill_claims``): the effect keys
+# runs of an earlier release did, claimed store-wide.
+BACKFILL_CLAIMS = "-- loopwright: claim the effect keys done before keys were claimed"
 
 _HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
 
@@ -280,4 +284,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "DROP INDEX journal_kind",
         "CREATE INDEX journal_kind ON journal(run_id, kind, cycle)",
     ],
+    # v9: the effect keys runs did before v4 claimed keys store-wide (effect_keys came empty:
+    # an invoice an earlier release paid was paid again after the upgrade).
+    [BACKFILL_CLAIMS],
 ]

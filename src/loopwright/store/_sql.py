@@ -12,12 +12,14 @@ batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by de
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, cast
 
+from .._effects import _canon as canon
 from .._errors import (
     ApprovalError,
     ConflictError,
@@ -65,7 +67,7 @@ from ._rows import (
     sql_int,
     version_row,
 )
-from ._schema import memory_tag
+from ._schema import BACKFILL_CLAIMS, memory_tag
 
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 
@@ -458,8 +460,55 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             return  # nothing written: opening a current store costs no sync to disk
         for statements in migrations[version:latest]:
             for statement in statements:
-                conn.execute(statement)
+                if statement == BACKFILL_CLAIMS:
+                    self._backfill_claims(conn)
+                else:
+                    conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))
+
+    def _backfill_claims(self, conn: Any) -> None:
+        """A migration step: claim store-wide the effect keys that runs of an earlier release
+        did (or may be doing) before keys were claimed — ``done`` with its result, an intent
+        not settled as ``claimed`` — so that no run of this release does them again
+        (invariant 2 across an upgrade). A key claimed already is left as it is; a key that
+        was undone or failed is not claimed. Keys that named their run are claimed too: no
+        other run asks for them."""
+        rows = conn.execute(
+            "SELECT run_id, key, status, data FROM journal WHERE kind='effect' "
+            "AND status IN ('done', 'intent', 'in_doubt') ORDER BY created_at, run_id, key"
+        ).fetchall()
+        now = time.time()
+        insert = self._q.p(
+            "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, result, updated_at) "
+            "VALUES(?,?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
+        )
+        for run_id, key, status, raw in rows:
+            data = self._jl(raw) if raw is not None else {}
+            if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+                continue
+            if data.get("from_run"):
+                continue  # a copy of another run's action: that run's entry claims it
+            action = data.get("action")
+            if not isinstance(action, str):
+                action = str(key).removeprefix("effect:")
+                head, sep, gen = action.rpartition("~")
+                if sep and gen.isdigit():
+                    action = head  # an undone action's later generation names the action
+            args_hash = hashlib.sha256(canon(data.get("args") or {}).encode()).hexdigest()[:24]
+            done = status == "done"
+            result = data.get("result") if done else None
+            conn.execute(
+                insert,
+                (
+                    data["kind"],
+                    action,
+                    run_id,
+                    "done" if done else "claimed",
+                    args_hash,
+                    None if result is None else self._js(result),
+                    now,
+                ),
+            )
 
     @property
     def schema_version(self) -> int:
