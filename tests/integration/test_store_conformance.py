@@ -1142,6 +1142,45 @@ def test_postgres_url_options_and_password_redaction(pg_schema: tuple[str, str])
 
 
 @pytest.mark.postgres
+def test_postgres_ends_a_transaction_a_frozen_process_left_idle(pg_url: str) -> None:
+    # From an outside probe (helper-45): a worker SIGSTOPped inside a commit kept its row
+    # locks, so its runs were neither taken over when its lease expired nor cancellable. The
+    # server now ends such a transaction; here the "frozen" one is a connection of the store
+    # that begins, locks a run, and does nothing more.
+    import psycopg
+
+    from loopwright.store.postgres import PostgresStore
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with pytest.raises(lw.ConfigError, match="idle_tx_timeout_s"):
+        PostgresStore(f"{pg_url}&idle_tx_timeout_s=-1")
+    with PostgresStore(f"{pg_url}&idle_tx_timeout_s=1", pool_min=0, pool_max=2) as s:
+        run_id = _create(s)
+        with s._pool.connection() as frozen:
+            assert frozen.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("1s",)
+            frozen.execute("BEGIN")
+            frozen.execute("SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE", (run_id,))
+            with psycopg.connect(base.rstrip("?&"), autocommit=True) as other:
+                other.execute(f'SET search_path TO "{schema}"')
+                # waits for the server to end the idle transaction: an event, not a duration
+                # (the bound is only there so that a regression fails instead of hanging)
+                for _ in range(600):
+                    try:
+                        other.execute(
+                            "SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE NOWAIT", (run_id,)
+                        )
+                        break
+                    except psycopg.errors.LockNotAvailable:
+                        time.sleep(0.1)
+                else:
+                    pytest.fail("the idle transaction kept its lock")
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                frozen.execute("SELECT 1")  # its transaction, and session, were ended
+    with open_store(pg_url) as s, s._pool.connection() as conn:  # type: ignore[attr-defined]
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("15s",)
+
+
+@pytest.mark.postgres
 def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None:
     import psycopg
 

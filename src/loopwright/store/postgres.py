@@ -64,7 +64,7 @@ _RUNNABLE = (
     f"AND {RUNNABLE_STATUS}"
 )
 
-_OWN_PARAMS = frozenset({"schema", "pool_min", "pool_max"})
+_OWN_PARAMS = frozenset({"schema", "pool_min", "pool_max", "idle_tx_timeout_s"})
 _LOCK_CLASS = 0x4C57  # "LW": the advisory-lock namespace of loopwright migrations
 
 
@@ -156,6 +156,12 @@ class PostgresStore(SQLStore):
         self.schema = schema if schema is not None else own.get("schema") or None
         pool_min = pool_min if pool_min is not None else _int_option(own, "pool_min", 1)
         pool_max = pool_max if pool_max is not None else _int_option(own, "pool_max", 10)
+        # A process frozen inside a transaction (SIGSTOP, a VM pause) holds its row locks: its
+        # runs could not be taken over nor cancelled when its lease expired. The server ends
+        # such a transaction (rolled back whole) after this long idle in it; 0: never.
+        self.idle_tx_timeout_s = _int_option(own, "idle_tx_timeout_s", 15)
+        if self.idle_tx_timeout_s < 0:
+            raise ConfigError("idle_tx_timeout_s must be 0 or more", field="store")
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
                 f"need 0 <= pool_min <= pool_max and pool_max >= 1 (got {pool_min}, {pool_max})",
@@ -189,6 +195,11 @@ class PostgresStore(SQLStore):
         set_json_loads(loads, conn)
         if self.schema:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        conn.execute(
+            sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+                sql.Literal(f"{self.idle_tx_timeout_s}s")
+            )
+        )
 
     def _check_current(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """``reopen``'s store: the schema as it is — never created or migrated — refused
