@@ -307,6 +307,7 @@ async def perform_effect(
         return room
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
+    not_done = False
     # Another run's result, reused by an earlier cycle of this one: the claim is asked again at
     # the intent below, since that run may have undone it since (a refund frees the key).
     # Reused again while it stands; done here once the key is free.
@@ -366,6 +367,7 @@ async def perform_effect(
                 settled = await by_reconcile("is in doubt", None)
                 if settled is not None:
                     return settled
+                not_done = True  # the hook says it did not happen (asked again after grace)
             elif not eff.idempotent:
                 cause = (
                     f"{eff.name} ({ikey}) started before a crash and its outcome was not "
@@ -384,8 +386,9 @@ async def perform_effect(
             wait = float(entry.data.get("next_at", 0.0)) - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-    # Whether the latest attempt's outcome is unknown (it was interrupted by a crash).
-    unknown = entry is not None and entry.status == "intent"
+    # Whether the latest attempt's outcome is unknown (interrupted by a crash, and no reconcile
+    # hook said it did not happen).
+    unknown = entry is not None and entry.status == "intent" and not not_done
     while True:
         if attempts >= policy.attempts:
             if unknown:

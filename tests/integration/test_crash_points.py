@@ -674,3 +674,19 @@ def test_idempotent_effect_killed_in_doubt_to_its_bound_is_not_failed(tmp_path: 
     cause = str(crashed.result["packet"] and crashed.result["packet"]["cause"])
     assert entry.status == "in_doubt" and "gave up" not in cause, (entry.status, cause)
     assert "interrupted 3 time(s)" in cause
+
+
+def test_an_effect_a_reconcile_hook_says_never_happened_fails_at_its_bound(
+    tmp_path: Path,
+) -> None:
+    # From an outside probe (helper-45): ledger:p0 (reconcile hook, 3 attempts) is killed
+    # after each of its three intents, before it is called. Its hook says each time that it did
+    # not happen, so at the bound the outcome is known: it failed — not "in doubt, check
+    # whether it happened", with its key held as if it might have.
+    crashed = _crash_and_resume(tmp_path, [("after_effect_intent", 1)] * 3)
+    got = _snapshot(tmp_path)
+    assert got.effects_log == []  # it never happened
+    entry = got.journal["effect:ledger:p0"]
+    cause = str(crashed.result["packet"] and crashed.result["packet"]["cause"])
+    assert (entry.status, entry.attempts) == ("failed", 3), (entry.status, cause)
+    assert "gave up after 3 attempt(s)" in cause and "unknown" not in cause
