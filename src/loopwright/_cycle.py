@@ -19,7 +19,7 @@ from . import _decide as rules
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import GaveUp, OutOfTime, call_with_retry
+from ._exec import GaveUp, OutOfTime, call_with_retry, held_out_scope
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
@@ -555,7 +555,10 @@ def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
 def _bill(ex: _Exec, who: str, usage: Usage) -> None:
     """Charge a call that never succeeded for what its attempts were billed (invariant 7)."""
     if usage.cost_usd or usage.tokens:
-        ex.state.spent = ex.state.spent + Usage(usage.cost_usd, usage.tokens, 0.0)
+        priced = Usage(usage.cost_usd, usage.tokens, 0.0)
+        ex.state.spent = ex.state.spent + priced
+        if held_out_scope(ex.loop, who):  # not shown to the actor (invariant 3)
+            ex.state.held_out_spent = ex.state.held_out_spent + priced
         ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
 
 

@@ -203,6 +203,16 @@ async def call_with_retry(
     who = "the actor" if scope == "actor" else scope.replace(":", " ", 1)
     key = f"retry:{scope}:{cycle}"
     entry = ex.retries.get(key) if ex.retries else None
+    # A call that succeeded after failed attempts, which were charged with the checkpoint
+    # that followed ``base_seq``: once that is committed (a cycle judged again after a wait,
+    # a resume) this is a new call, its earlier failures neither charged again nor counted;
+    # if it never was (a crash first), the cycle is redone and still owes them.
+    if (
+        entry is not None
+        and entry.status == "settled"
+        and ex.seq > int(entry.data.get("base_seq", -1))
+    ):
+        entry = None
     failed = entry.attempts if entry else 0
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
@@ -269,8 +279,30 @@ async def call_with_retry(
         ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
         if billed.cost_usd or billed.tokens:  # the failed attempts before this one
             ex.state.spent = ex.state.spent + billed
+            if held_out_scope(ex.loop, scope):  # not shown to the actor (invariant 3)
+                ex.state.held_out_spent = ex.state.held_out_spent + billed
             ex.calls.append({"who": scope, "cost_usd": billed.cost_usd, "tokens": billed.tokens})
+        if entry is not None or failed:
+            # Charged with the next checkpoint: recorded, so that this call asked again (the
+            # cycle judged again after a wait) does not charge or count them twice.
+            settled = ex.retries.get(key) or entry
+            ex.retries[key] = store.journal_put(
+                ex.run_id,
+                ex.token,
+                key=key,
+                kind="retry",
+                cycle=cycle,
+                status="settled",
+                data={**(settled.data if settled else {}), "base_seq": ex.seq},
+                attempts=failed,
+            )
         return got
+
+
+def held_out_scope(loop: Loop, scope: str) -> bool:
+    """Whether ``scope`` (``call_with_retry``'s) is a held-out verifier's call."""
+    name = scope.removeprefix("verifier:")
+    return name != scope and any(c.held_out and c.name == name for c in loop.verifiers)
 
 
 async def _failed_attempt(

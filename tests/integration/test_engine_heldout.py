@@ -256,3 +256,41 @@ def test_what_held_out_checks_spend_is_not_shown_to_the_actor(tmp_path: Path) ->
     assert spent["pass"].cost_usd == pytest.approx(4 * 0.012)
     assert spent["fail"].cost_usd == pytest.approx(4 * 0.0223)
     assert spent["fail"].tokens == 4 * 9
+
+
+class _Malformed(ConnectionError):
+    """A reply that could not be used: transient, its cost on the exception (as an adapter's)."""
+
+
+def test_a_held_out_checks_failed_attempts_are_not_shown_to_the_actor(tmp_path: Path) -> None:
+    # From a review (helper-51): the cost of a held-out reviewer's malformed first reply,
+    # charged when its retry succeeds, reached Context.remaining.
+    seen: list[float | None] = []
+    tries = [0]
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.remaining.cost_usd)
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def visible(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "a"),))
+
+    def reviewer(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        tries[0] += 1
+        if tries[0] == 1:
+            bad = _Malformed("malformed review")
+            bad.usage = lw.Usage(cost_usd=0.25, tokens=10)  # type: ignore[attr-defined]
+            raise bad
+        return lw.Verdict(passed=True, usage=lw.Usage(cost_usd=0.01, tokens=1))
+
+    loop = lw.Loop(
+        name="r",
+        actor=actor,
+        verifiers=[lw.Check(fn=visible, name="v"), lw.Check(fn=reviewer, name="r", held_out=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2, max_cost_usd=1.0)),
+        retry=lw.RetryPolicy(attempts=3, backoff_s=0.0, jitter=False),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert seen == [1.0, 1.0]
+    assert r.spent.cost_usd == pytest.approx(0.27)  # the contract counts all of it

@@ -8,6 +8,7 @@ tests. Every attempt, allowed or refused, must reach the audit log.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -273,3 +274,50 @@ def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) 
         assert rt.store.get_run(res.run_id).held_out_passed is False
         [standing] = authority_status(rt.store, "payer", "v1", loop.approvals.earned)
         assert standing.revoked_by == "an accepted run failed its held-out checks"
+
+
+def test_a_cycle_judged_again_after_an_edit_charges_its_failed_attempts_once(
+    tmp_path: Path,
+) -> None:
+    # From a review (helper-51): a verifier's failed attempt (a malformed reply's $1) was
+    # charged when its retry succeeded and again when the parked cycle was judged again after
+    # a person's edit; the judged-again call also started with the spent attempts counted.
+    from loopwright._usage import Usage
+
+    calls = [0]
+
+    class Malformed(ConnectionError):
+        pass
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        calls[0] += 1
+        if calls[0] == 1:
+            bad = Malformed("bad reply")
+            bad.usage = Usage(cost_usd=1.0, tokens=1000)  # type: ignore[attr-defined]
+            raise bad
+        have = state.values()["doc"]
+        found = tuple(
+            lw.Finding(f"{k} is {have[k]!r}", "doc", k, "content")
+            for k, v in {"a": "A", "b": "B"}.items()
+            if have[k] != v
+        )
+        return lw.Verdict(passed=not found, score=1 - len(found) / 2, findings=found)
+
+    loop = lw.Loop(
+        name="judged-again",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "A"}),
+        verifiers=[lw.Check(fn=check, name="both")],
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=3),
+            risk=(lw.RiskRule(name="touch_a", touches=("doc/a",)),),
+        ),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "wrong"}}}, task_key="T")
+        assert r.status == "awaiting_approval" and r.spent.cost_usd == 1.0
+        rt.edit(r.run_id, "doc/b", "B", by="alice")
+        rt.approve(r.run_id, by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+    assert r.status == "accepted" and calls[0] == 3  # judged again: one more call
+    assert (r.spent.cost_usd, r.spent.tokens) == (1.0, 1000)
