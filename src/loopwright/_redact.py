@@ -131,7 +131,8 @@ _SHAPES = re.compile(
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
     r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)['\"]\s*:\s*['\"])"
     r"(?!\*\*\*)[^'\"]+"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+    # a key cut before its END line (text clipped for storage) is masked to the end of it
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|\bsk-[A-Za-z0-9_-]{12,}"
     r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
@@ -446,8 +447,11 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     except (TypeError, ValueError):
         return False
     low = text.lower()
+    # Inside a JSON string a quote reads ``\"``: a string quoting a mapping ({"token": …} in
+    # an error message) is tested as the text it holds, as ``_text`` will read it.
+    quoted = low.replace('\\"', '"') if '\\"' in low else low
     # a key holding ``passw`` is a secret's name wherever it is
-    if _triggered(low) or "passw" in low:
+    if _triggered(quoted) or "passw" in low:
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:

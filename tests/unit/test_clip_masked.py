@@ -7,7 +7,7 @@ import pytest
 
 from loopwright._exec import error_info
 from loopwright._modelcalls import ERROR_CHARS, clip_masked
-from loopwright._redact import register_secret
+from loopwright._redact import redact_text, register_secret
 
 SECRET = "Zq8vSECRETvalue4711xyz"
 
@@ -46,3 +46,16 @@ def test_an_error_with_a_huge_message_is_stored_cut() -> None:
         info = error_info("actor", exc)
     assert info["message"].startswith("boom ") and len(info["message"]) < ERROR_CHARS + 60
     assert len(info["traceback"]) < ERROR_CHARS + 60
+
+
+@pytest.mark.parametrize("at", [0, 400, 900, 1990])
+def test_a_private_key_longer_than_the_window_is_not_kept_in_part(at: int) -> None:
+    # From a review (helper-51): a PEM key longer than the masked window, begun before the
+    # cut, had no END line in the window, was not masked, and its first lines were kept.
+    body = "\n".join(["MIIEowIBAAKCAQEA" + "Q" * 48] * 60)
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    out = clip_masked("x" * at + pem + " after", 1000)
+    assert "MIIEow" not in out and "QQQQ" not in out
+    assert len(out) <= 1000 + 40
+    # a key cut before its END line, alone, is masked to the end too
+    assert "MIIEow" not in redact_text(pem[:500])

@@ -351,3 +351,25 @@ def test_more_secrets_written_into_text_are_masked(text: str, want: str) -> None
 )
 def test_ordinary_text_near_the_new_shapes_stays(text: str) -> None:
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'server replied {"token": "s3cr3tVALUE9876"}',
+        'config {"secret": "abcdEFGH12345678"} refused',
+        '{"github_token": "abcdEFGH12345678"}',
+        '{"app_secret": "abcdEFGH12345678"}',
+        '{"id_token": "abcdEFGH12345678"}',
+        '{"x-auth-token": "abcdEFGH12345678"}',
+        '{"Token": "abcdEFGH12345678"}',
+        "{'token': 'abcdEFGH12345678'}",
+    ],
+)
+def test_a_string_in_a_structure_is_masked_as_the_same_string_alone(text: str) -> None:
+    # From a review (helper-51): the fast path read the structure's JSON text, where a quote
+    # inside a string is ``\"``: '{"token": …}' quoted in a message passed as clean.
+    alone = redact_text(text)
+    assert "abcdEFGH12345678" not in alone and "s3cr3tVALUE9876" not in alone
+    assert redact([text]) == [alone]
+    assert redact({"finding": {"message": text}}) == {"finding": {"message": alone}}
