@@ -475,15 +475,22 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         other run asks for them."""
         rows = conn.execute(
             "SELECT run_id, key, status, data FROM journal WHERE kind='effect' "
-            "AND status IN ('done', 'intent', 'in_doubt') ORDER BY created_at, run_id, key"
+            "ORDER BY created_at, run_id, key"
         ).fetchall()
+        # an undone (or retired) action's next generation is key~2, key~3, ...
+        undone = {(r, k) for r, k, st, _d in rows if st in ("compensated", "retired")}
         now = time.time()
         insert = self._q.p(
             "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, result, updated_at) "
             "VALUES(?,?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
         )
         for run_id, key, status, raw in rows:
-            data = self._jl(raw) if raw is not None else {}
+            if status not in ("done", "intent", "in_doubt"):
+                continue
+            try:
+                data = self._jl(raw) if raw is not None else {}
+            except ValueError:
+                continue  # not what any release wrote: nothing to claim by
             if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
                 continue
             if data.get("from_run"):
@@ -492,8 +499,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             if not isinstance(action, str):
                 action = str(key).removeprefix("effect:")
                 head, sep, gen = action.rpartition("~")
-                if sep and gen.isdigit():
-                    action = head  # an undone action's later generation names the action
+                if sep and gen.isdigit() and (run_id, f"effect:{head}") in undone:
+                    action = head  # a later generation of an undone action names the action
             args_hash = hashlib.sha256(canon(data.get("args") or {}).encode()).hexdigest()[:24]
             done = status == "done"
             result = data.get("result") if done else None
