@@ -148,6 +148,16 @@ def test_fork_refuses_a_cycle_it_does_not_have(origin: tuple[Path, str, Counter]
         rt.fork(run_id, 99)
 
 
+def test_fork_refuses_a_contract_a_loop_would_refuse(origin: tuple[Path, str, Counter]) -> None:
+    db, run_id, _ = origin
+    only = lw.Contract(marginal_return=lw.MarginalReturn(value_per_success_usd=1.0))
+    with lw.Runtime(db) as rt:
+        before = len(rt.store.list_runs())
+        with pytest.raises(lw.ConfigError, match="only exit besides success"):
+            rt.fork(run_id, 1, contract=only)
+        assert len(rt.store.list_runs()) == before  # nothing created
+
+
 def test_an_edit_is_accepted_recorded_remembered_and_the_loop_goes_on(
     origin: tuple[Path, str, Counter],
 ) -> None:
