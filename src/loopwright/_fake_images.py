@@ -14,7 +14,8 @@ every other pixel is the input's, unchanged.
 Scripting: ``miscolour={"#1f4e9c": "#b71c1c"}`` paints the first generated picture that asks
 for the one colour with the other (a model getting a coat wrong; edits are never miscoloured);
 ``fail(status, times=1, retry_after=None)`` answers the next requests with an error;
-``delay_s`` holds each request (to see concurrency). ``requests`` logs what was asked (the
+``delay_s`` holds each request (to see concurrency); ``trickle_s`` sends each reply's body a byte
+at a time, that far apart (a server slow mid-reply: the client's timeout test). ``requests`` logs what was asked (the
 SHA-256 of every image and mask sent), ``peak`` the most requests in flight at once.
 
 Run it by hand (the comic example's ``--model`` mode without a model):
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -105,9 +107,11 @@ class FakeImages:
         miscolour: dict[str, str] | None = None,
         delay_s: float = 0.0,
         usage: bool = True,
+        trickle_s: float = 0.0,
     ) -> None:
         self.miscolour = {k.lower(): v.lower() for k, v in (miscolour or {}).items()}
         self.delay_s = delay_s
+        self.trickle_s = trickle_s
         self.usage = usage
         self.requests: list[ImageRequest] = []
         self.peak = 0
@@ -116,6 +120,7 @@ class FakeImages:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     # --- scripting ----------------------------------------------------------------------------
     def fail(self, status: int, *, times: int = 1, retry_after: float | None = None) -> None:
@@ -148,6 +153,7 @@ class FakeImages:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # a trickling reply stops
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -177,7 +183,8 @@ class FakeImages:
         # server's span for a request lies inside the client's).
         with self._in_flight():
             status, payload, headers = self._answer(h)
-        self._send(h, status, payload, headers)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
+            self._send(h, status, payload, headers)
 
     def _answer(
         self, h: BaseHTTPRequestHandler
@@ -217,8 +224,8 @@ class FakeImages:
             }
         return 200, reply, None
 
-    @staticmethod
     def _send(
+        self,
         h: BaseHTTPRequestHandler,
         status: int,
         payload: dict[str, Any],
@@ -231,7 +238,15 @@ class FakeImages:
         for k, v in (headers or {}).items():
             h.send_header(k, v)
         h.end_headers()
-        h.wfile.write(data)
+        if not self.trickle_s:
+            h.wfile.write(data)
+            return
+        for i in range(len(data)):
+            if i and self._stopping.wait(self.trickle_s):
+                h.close_connection = True
+                return
+            h.wfile.write(data[i : i + 1])
+            h.wfile.flush()
 
     @staticmethod
     def _size(size: Any) -> tuple[int, int]:

@@ -17,9 +17,10 @@ model was shown. Point ``ChatActor``/``ChatReviewer`` (or any OpenAI client) at 
 
 Replies (``Reply``; helpers ``ok``, ``fail``, ``slow``, ``garbage``) carry the content (a dict
 or list is sent as JSON text, a string as is), the ``usage`` numbers, an HTTP status with
-headers (``Retry-After``), a delay (longer than a client's timeout to test timeouts), a refusal,
-or raw bytes. A queue is chosen per request: the most specific one whose ``model`` matches and
-whose ``when`` text occurs in the request's messages. A callable in a queue (``Request ->
+headers (``Retry-After``), a delay (longer than a client's timeout to test timeouts), a body
+trickled a byte at a time (``trickle_s``: valid headers at once, then a reply that takes its
+time to arrive), a refusal, or raw bytes. A queue is chosen per request: the most specific one
+whose ``model`` matches and whose ``when`` text occurs in the request's messages. A callable in a queue (``Request ->
 Reply``) answers every request that reaches it and is never used up: a small rule-based "model".
 A request no queue answers gets 418 (a permanent error that names the model), so a missing
 script fails loudly.
@@ -35,9 +36,10 @@ pieces (a connection dropped mid-reply).
 
 For limits: ``in_flight`` is the number of chat requests being answered now and
 ``max_in_flight`` the most there ever were at once; ``served_tokens`` adds up the usage of
-every reply sent. ``pause()`` holds every request that arrives (counted in flight) until
-``resume()``, so that a test can see how many a client lets through at once without timing
-anything; ``wait_in_flight(n)`` waits until ``n`` are.
+every reply sent. ``sent_in_full`` counts the answers written to their last byte (a trickled
+one whose client gave up, or that ``stop()`` ended, is not). ``pause()`` holds every request
+that arrives (counted in flight) until ``resume()``, so that a test can see how many a client
+lets through at once without timing anything; ``wait_in_flight(n)`` waits until ``n`` are.
 
 This module imports only the standard library: it works without the ``openai`` extra (the
 adapters that talk to it need that extra). The server's threads are daemons, so a process that
@@ -94,6 +96,7 @@ class Reply:
     model: str | None = None  # the model name reported back (default: the one asked for)
     chunk_chars: int = 8  # a streamed reply's text comes in pieces of this many characters
     cut_after: int | None = None  # a streamed reply breaks off after this many pieces
+    trickle_s: float = 0.0  # the body (a stream's events too) sent a byte at a time, this apart
 
 
 def ok(content: Any, **kw: Any) -> Reply:
@@ -190,6 +193,7 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self.served_prompt_tokens = 0
         self.served_completion_tokens = 0
+        self.sent_in_full = 0
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> FakeOpenAI:
@@ -306,6 +310,10 @@ class FakeOpenAI:
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
+    def _sent(self) -> None:
+        with self._lock:
+            self.sent_in_full += 1
+
     def _new_id(self) -> int:
         with self._lock:
             self._ids += 1
@@ -325,7 +333,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        trickle_s: float = 0.0,
+    ) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -333,9 +347,23 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(body)
+            if self._write(body, trickle_s):
+                self.fake._sent()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (its timeout): nothing to answer
+
+    def _write(self, data: bytes, trickle_s: float, chunked: bool = False) -> bool:
+        """Write ``data`` (as one HTTP chunk when ``chunked``), or a byte at a time
+        ``trickle_s`` apart (each its own chunk); whether all of it was written before the
+        server stopped."""
+        pieces = [data[i : i + 1] for i in range(len(data))] if trickle_s else [data]
+        for i, piece in enumerate(pieces):
+            if i and self.fake._stopping.wait(trickle_s):
+                self.close_connection = True  # stopped mid-body: the connection is no use
+                return False
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece)
+            self.wfile.flush()
+        return True
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
@@ -399,7 +427,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(req, reply)
             return
         self.fake._served(reply)
-        self._send(reply.status, json.dumps(self._completion(req, reply)).encode(), reply.headers)
+        body = json.dumps(self._completion(req, reply)).encode()
+        self._send(reply.status, body, reply.headers, reply.trickle_s)
 
     def _stream(self, req: Request, reply: Reply) -> None:
         """The reply as server-sent events, chunked; a cut stream ends without ``[DONE]`` or
@@ -457,12 +486,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
             for event in events:
-                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-                self.wfile.flush()
+                if not self._write(event, reply.trickle_s, chunked=True):
+                    return  # the server stopped
             if cut:
                 self.close_connection = True
                 return
             self.wfile.write(b"0\r\n\r\n")
+            self.fake._sent()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up
 

@@ -163,6 +163,34 @@ def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_pat
     assert model.generate(LAYOUT).value["width"] == W  # and it works again
 
 
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_timeout_bounds_the_whole_request_not_each_read(
+    fake: FakeImages, tmp_path: Path, run: str
+) -> None:
+    # The picture's JSON a byte every 0.2 s (many minutes in all; no read waits 0.5 s): cut off
+    # at timeout_s as a timeout, transient. The future's limit only keeps a regression from
+    # hanging the suite.
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = _model(fake, tmp_path, timeout_s=0.5)
+    fake.trickle_s = 0.2
+
+    def call() -> Any:
+        return model.generate(LAYOUT) if run == "sync" else asyncio.run(model.agenerate(LAYOUT))
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        with pytest.raises(Exception) as caught:
+            pool.submit(call).result(timeout=30)
+    finally:
+        pool.shutdown(wait=False)
+    assert type(caught.value).__name__ == "APITimeoutError", repr(caught.value)
+    assert lw.classify(caught.value) == "transient"
+    fake.trickle_s = 0.001  # slow, but all of it within timeout_s=10
+    assert _model(fake, tmp_path).generate(LAYOUT).value["width"] == W
+
+
 def _drawing_loop(model: ImageModel, retry: lw.RetryPolicy = FAST) -> lw.Loop:
     def job(ctx: lw.Context) -> ImageJob | None:
         if "panel" in ctx.artifacts and "art" in ctx.artifacts["panel"]:

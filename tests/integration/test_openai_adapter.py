@@ -9,6 +9,7 @@ one call, reviewer findings reaching the next request, and a held-out reviewer's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import loopwright as lw
 from loopwright.adapters import (
     PROPOSAL_SCHEMA,
     REVIEW_SCHEMA,
+    AsyncChatActor,
     ChatActor,
     ChatReviewer,
     MalformedReplyError,
@@ -196,6 +198,43 @@ def test_timeout_is_retried(tmp_path: Path, server: FakeOpenAI) -> None:
     assert "APITimeoutError" in retry["error"] and retry["class"] == "transient"
     reqs = server.requests
     assert reqs[1].at - reqs[0].at < 2.0  # the client gave up; it did not wait for the reply
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_timeout_bounds_the_whole_request_not_each_read(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor], stream: bool
+) -> None:
+    # Valid headers at once, then the body a byte every 0.2 s: all of it would take a minute,
+    # and no single read waits longer than timeout_s. The request is cut off at timeout_s as a
+    # timeout (transient), retried by the engine, and the trickle never reaches its end.
+    server.script(ok(FIX_TITLE, trickle_s=0.2), ok(FIX_TITLE), ok(FIX_BODY))
+    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=0.5, stream=stream)
+    # the engine's own limit on the call: what ended it before the fix
+    loop = dataclasses.replace(_loop(actor), actor_timeout_s=15.0)
+    r, events = _run(tmp_path, loop)
+    assert r.accepted and len(server.requests) == 3
+    (retry,) = _retries(events)
+    assert retry["class"] == "transient" and retry["attempt"] == 1
+    if stream:  # a stream that breaks off is the adapter's broken stream, the timeout its cause
+        assert retry["error"].startswith("MalformedReplyError: malformed model reply: the reply")
+        assert "stream broke off after 0 characters: Request timed out." in retry["error"]
+    else:
+        assert retry["error"].startswith("APITimeoutError: model 'actor-m'")
+    assert server.sent_in_full == 2  # the two replies after it; the trickled one never ended
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_reply_that_trickles_in_within_timeout_s_is_used(
+    tmp_path: Path, server: FakeOpenAI, kind: type[ChatActor], stream: bool
+) -> None:
+    # the first reply a byte a millisecond (many reads, each short), the whole in time
+    server.script(ok(FIX_TITLE, trickle_s=0.001, chunk_chars=10_000), ok(FIX_BODY))
+    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=30, stream=stream)
+    r, events = _run(tmp_path, _loop(actor))
+    assert r.accepted and len(server.requests) == 2 and not _retries(events)
+    assert server.sent_in_full == 2
 
 
 def test_visible_reviewer_findings_reach_the_next_request(

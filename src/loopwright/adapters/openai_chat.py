@@ -618,12 +618,17 @@ class _ChatModel:
                     import openai
                 except ImportError as exc:  # pragma: no cover - the extra is in dev
                     raise ImportError(_NO_SDK) from exc
+                from ._deadline import http_client
+
                 _mask_http_logs()
                 endpoint, headers = _without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
                     base_url=endpoint,
+                    # timeout= bounds each network step (connect, each read) only; the client
+                    # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
+                    http_client=http_client(self.timeout_s),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
@@ -642,12 +647,15 @@ class _ChatModel:
                 import openai
             except ImportError as exc:  # pragma: no cover - the extra is in dev
                 raise ImportError(_NO_SDK) from exc
+            from ._deadline import async_http_client
+
             _mask_http_logs()
             endpoint, headers = _without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=endpoint,
-                timeout=self.timeout_s,
+                timeout=self.timeout_s,  # each network step; the client: the whole request
+                http_client=async_http_client(self.timeout_s),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
                 default_headers=headers or None,
             )
@@ -1212,7 +1220,9 @@ class ChatActor(_ChatModel):
         template: a callable ``Context -> str``, or a format string over ``CONTEXT_FIELDS``;
             default: every section under a heading.
         temperature: sampling temperature (``None``: the server's default).
-        timeout_s: per-request timeout; a timeout is a transient failure the engine retries.
+        timeout_s: the most one HTTP request may take, its reply's body included (and each
+            network step: connecting, each read); a timeout is a transient failure the engine
+            retries (docs/models.md, "What timeout_s bounds").
         price: ``PriceOverride`` (or ``{input_per_mtok, output_per_mtok}``, ``"in,out"``) in
             dollars per million tokens; default: ``genai-prices``, else 0.
         provider: a ``genai-prices`` provider id to price by (``"openai"``, ``"groq"``) when

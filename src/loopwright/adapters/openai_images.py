@@ -271,7 +271,9 @@ class ImageModel:
         response_format: ``"b64_json"`` (the picture in the reply), ``"url"`` (fetched), or
             ``None`` to send none; default: none for ``gpt-image-*`` models (which always reply
             with base64 and refuse the field), ``b64_json`` for others.
-        timeout_s: per-request timeout (a timeout is transient).
+        timeout_s: the most one request to the images API may take, its reply's body
+            included, as the chat adapters' (a timeout is transient); a picture fetched from a
+            ``url`` reply is bounded per read only.
         price: ``ImagePrice`` or dollars per picture; default: ``genai-prices`` by tokens.
         provider: a ``genai-prices`` provider id for a proxy the table does not know.
         extra_body: extra request fields.
@@ -518,12 +520,17 @@ class ImageModel:
                     import openai
                 except ImportError as exc:  # pragma: no cover - the extra is in dev
                     raise ImportError(_NO_SDK) from exc
+                from ._deadline import http_client
+
                 _mask_http_logs()
                 endpoint, headers = _without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
                     base_url=endpoint,
+                    # timeout= bounds each network step (connect, each read) only; the client
+                    # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
+                    http_client=http_client(self.timeout_s),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
@@ -541,12 +548,15 @@ class ImageModel:
                 import openai
             except ImportError as exc:  # pragma: no cover - the extra is in dev
                 raise ImportError(_NO_SDK) from exc
+            from ._deadline import async_http_client
+
             _mask_http_logs()
             endpoint, headers = _without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=endpoint,
-                timeout=self.timeout_s,
+                timeout=self.timeout_s,  # each network step; the client: the whole request
+                http_client=async_http_client(self.timeout_s),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
                 default_headers=headers or None,
             )
