@@ -203,15 +203,11 @@ async def call_with_retry(
     who = "the actor" if scope == "actor" else scope.replace(":", " ", 1)
     key = f"retry:{scope}:{cycle}"
     entry = ex.retries.get(key) if ex.retries else None
-    # A call that succeeded after failed attempts, which were charged with the checkpoint
-    # that followed ``base_seq``: once that is committed (a cycle judged again after a wait,
-    # a resume) this is a new call, its earlier failures neither charged again nor counted;
-    # if it never was (a crash first), the cycle is redone and still owes them.
-    if (
-        entry is not None
-        and entry.status == "settled"
-        and ex.seq > int(entry.data.get("base_seq", -1))
-    ):
+    # A call that succeeded after failed attempts, charged with its cycle's checkpoint: once
+    # that is committed (a cycle judged again after a wait) this is a new call, its earlier
+    # failures neither charged again nor counted; if it never was (a crash first: a resume's
+    # status commit records no cycle), the cycle is redone and still owes them.
+    if entry is not None and entry.status == "settled" and _charged(store, ex, entry):
         entry = None
     failed = entry.attempts if entry else 0
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
@@ -297,6 +293,19 @@ async def call_with_retry(
                 attempts=failed,
             )
         return got
+
+
+def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
+    """Whether a checkpoint after a settled retry entry's ``base_seq`` recorded its cycle (the
+    spend of the call's failed attempts committed with it). Read only for a settled entry
+    asked for again: a few checkpoints, those since the settle."""
+    base = int(entry.data.get("base_seq", -1))
+    if ex.seq <= base:
+        return False
+    return any(
+        ck.record is not None and ck.record.get("cycle") == entry.cycle
+        for ck in store.checkpoints_after(ex.run_id, base)
+    )
 
 
 def held_out_scope(loop: Loop, scope: str) -> bool:

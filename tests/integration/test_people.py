@@ -321,3 +321,58 @@ def test_a_cycle_judged_again_after_an_edit_charges_its_failed_attempts_once(
         r = rt.resume_sync(r.run_id, loop)
     assert r.status == "accepted" and calls[0] == 3  # judged again: one more call
     assert (r.spent.cost_usd, r.spent.tokens) == (1.0, 1000)
+
+
+@pytest.mark.parametrize(
+    ("who", "crash"), [("verifier", ("before_checkpoint", 2)), ("actor", ("after_actor", 1))]
+)
+def test_failed_attempts_are_charged_when_the_cycle_is_redone_after_a_crash(
+    tmp_path: Path, who: str, crash: tuple[str, int]
+) -> None:
+    # From a review (helper-53): the call succeeded after a $1 failed attempt, the process
+    # died before the cycle's commit, and the resume's status commit made the settled entry
+    # look charged: the $1 was never charged (invariant 7).
+    from support.crash import Crash, phase_hook
+
+    from loopwright._usage import Usage
+
+    calls = [0]
+
+    class Malformed(ConnectionError):
+        pass
+
+    def flaky() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            bad = Malformed("bad reply")
+            bad.usage = Usage(cost_usd=1.0, tokens=1000)  # type: ignore[attr-defined]
+            raise bad
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if who == "actor":
+            flaky()
+        return lw.Proposal.edit("doc", {"a": "A"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        if who == "verifier":
+            flaky()
+        return lw.Verdict(passed=True, score=1.0)
+
+    loop = lw.Loop(
+        name="redone",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="v")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        retry=lw.RetryPolicy(attempts=3, backoff_s=0.0, jitter=False),
+    )
+    task = {"artifacts": {"doc": {"a": "x"}}}
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        rt._on_phase = phase_hook(crash)
+        with pytest.raises(Crash):
+            rt.run_sync(loop, task, task_key="k")
+        [rec] = rt.store.list_runs()
+        assert rec.cost_usd == 0.0  # the cycle's commit never happened
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.resume_sync(rec.run_id, loop)
+    assert r.status == "accepted"
+    assert (r.spent.cost_usd, r.spent.tokens) == (1.0, 1000)  # charged once, not lost

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -70,6 +71,8 @@ from ._rows import (
 from ._schema import BACKFILL_CLAIMS, memory_tag
 
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
+
+_log = logging.getLogger("loopwright.store")
 
 RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
@@ -490,7 +493,14 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             try:
                 data = self._jl(raw) if raw is not None else {}
             except ValueError:
-                continue  # not what any release wrote: nothing to claim by
+                # not what any release wrote: nothing to claim by, said once per row
+                _log.warning(
+                    "run %s: effect journal entry %s is not readable JSON; its key is not "
+                    "claimed store-wide (check whether the action happened)",
+                    run_id,
+                    key,
+                )
+                continue
             if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
                 continue
             if data.get("from_run"):
