@@ -279,6 +279,13 @@ class FeedbackMemory:
             raise ConfigError("global scope takes no key", field="scope_key")
         if not isinstance(text, str):
             raise ConfigError("must be a string", field="text")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "is not valid text (it holds a lone surrogate, which UTF-8 cannot store)",
+                field="text",
+            ) from None
         # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
         # (a correction quoting a key, a reflection echoing one) is masked first.
         text = redact_text(text.strip())

@@ -21,10 +21,13 @@ from . import _decide as rules
 from ._calls import call_user
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
+from ._modelcalls import clip_masked
 from ._proposal import Verdict
 from ._redact import redact_text
 from ._usage import Usage
 from .store import Checkpoint, NewEvent
+
+REFLECTION_CHARS = 4000  # a reflection kept as a note: what is past it is cut (and said)
 
 __all__ = ["REFLECTION_KEY", "Reflection"]
 
@@ -68,13 +71,19 @@ class Reflection(RuntimeHost):
         finally:
             # Reflecting is part of the run's time, finished or not (invariant 7).
             s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
-        if not text or not str(text).strip():
+        if text is not None and not isinstance(text, str):
+            bad = TypeError(f"the reflector returned {type(text).__name__}, expected str or None")
+            self._mark_reflection(ex, "failed", bad)
+            return
+        if not text or not text.strip():
             self._mark_reflection(ex, "empty")
             return
         try:
             item, new = self.memory.reflect(
                 task_key=s.task_key,
-                text=str(text).strip()[:4000],  # a reflection is a short note, not a transcript
+                # a reflection is a short note, not a transcript: masked, then cut (a secret
+                # cut first could keep a part too short to be recognised)
+                text=clip_masked(text.strip(), REFLECTION_CHARS),
                 source={"run_id": ex.run_id, "cycle": s.cycle},
                 keep=loop.reflections_kept,
             )

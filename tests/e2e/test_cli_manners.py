@@ -476,3 +476,24 @@ def test_ctrl_c_during_a_run_says_what_was_kept_and_how_to_go_on(tmp_path: Path)
         assert store.get_run("T").cycle == 1
     done = cli("resume", "T", cwd=tmp_path, store=tmp_path / "s.db")
     assert done.returncode == 0, done.stderr
+
+
+def test_memory_add_with_a_mistyped_store_leaves_no_store_behind(tmp_path: Path) -> None:
+    # From an outside probe (helper-54): the correction went into a new store at the typo,
+    # its folders created, and nothing said so.
+    typo = tmp_path / "missing" / "dir" / "x.db"
+    r = cli("memory", "add", "hi", "--scope", "project", "--key", "p", "--by", "x",
+            cwd=tmp_path, store=typo)  # fmt: skip
+    assert r.returncode == 2 and "no folder" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "missing").exists()
+    new = tmp_path / "new.db"  # a folder that exists: memory may come before any run
+    r = cli("memory", "add", "hi", "--scope", "project", "--key", "p", "--by", "x",
+            cwd=tmp_path, store=new)  # fmt: skip
+    assert r.returncode == 0 and f"created the store {new}" in r.stderr
+
+
+def test_memory_text_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    r = cli("memory", "add", "bad \udcff", "--scope", "task", "--key", "k", "--by", "x",
+            cwd=tmp_path, store=tmp_path / "s.db")  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "lone surrogate" in r.stderr and "internal error" not in r.stderr

@@ -603,7 +603,10 @@ def test_flaky_actor_retries_and_finishes(tmp_path: Path) -> None:
     assert [c for c, _ in calls].count(1) == 3  # two transient failures, then success
     got = _snapshot(tmp_path)
     entry = got.journal["retry:actor:1"]
-    assert (entry.attempts, entry.status) == (2, "waiting")
+    assert (entry.attempts, entry.status) == (
+        2,
+        "settled",
+    )  # succeeded: its failed attempts charged once
     retries = [e for e in got.events if e.kind == "retry" and e.data["scope"] == "actor"]
     assert [e.data["attempt"] for e in retries] == [1, 2]
     assert got.phases["backoff:actor"] == 2

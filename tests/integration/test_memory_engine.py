@@ -336,3 +336,30 @@ def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -
         for ctx in a.contexts:
             texts = {m["text"] for m in ctx.memory}
             assert texts == {f"task {i} note", f"project {project} rule"}, (i, texts)
+
+
+def test_a_long_reflection_is_masked_before_it_is_cut(rt: lw.Runtime) -> None:
+    # From an outside probe (helper-54): cut to 4,000 characters first, a key across the cut
+    # kept a part too short to be recognised, stored and shown to every later actor.
+    key = "sk-proj-" + "ABCDEFGHIJKLMNOPQRSTUVWX1234"
+    note = "a" * 3986 + " " + key
+
+    actor = Recorder()
+    r = rt.run_sync(make_loop(actor, reflector=lambda ctx, v: note), task("long-1", "P"))
+    texts = [m["text"] for c in actor.contexts for m in c.memory if m["signal"] == "reflection"]
+    assert texts and all("sk-proj-" not in t and "ABCDE" not in t for t in texts)
+    stored = [i.text for i in lw.FeedbackMemory(rt.store).list(scope="task", scope_key="long-1")]
+    assert stored and not any("sk-proj" in t for t in stored)
+    assert r.status == "accepted"
+
+
+@pytest.mark.parametrize("returned", [{"note": "x"}, 7, b"bytes note", ["a"], float("nan")])
+def test_a_reflector_returning_something_else_than_text_is_a_failed_reflection(
+    rt: lw.Runtime, returned: Any
+) -> None:
+    actor = Recorder()
+    r = rt.run_sync(make_loop(actor, reflector=lambda ctx, v: returned), task("odd-1", "P"))
+    assert r.status == "accepted"
+    assert not any(m["signal"] == "reflection" for c in actor.contexts for m in c.memory)
+    failed = [e.data for e in rt.store.events(r.run_id) if e.kind == "reflection_failed"]
+    assert failed and "expected str or None" in str(failed[0])

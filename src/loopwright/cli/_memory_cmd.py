@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import sys
 import time
 from typing import Annotated, Any, cast
 
@@ -22,7 +23,7 @@ from .._memory import (
     Signal,
 )
 from ._app import JsonOpt, StoreOpt, _print_json, app, new_typer
-from ._stores import open_existing
+from ._stores import open_existing, open_or_create
 
 __all__ = ["memory_app"]
 
@@ -168,9 +169,12 @@ def add(
             raise ConfigError(f"not JSON: {exc.msg}", field="--rule") from None
         if not isinstance(rule_obj, dict):
             raise ConfigError("must be a JSON object", field="--rule")
-    from ..store import open_store
-
-    with open_store(store) as st:
+    # A mistyped --store must not leave a new store nobody reads: a missing folder is refused,
+    # and a store created now (memory may come before any run) is said.
+    st, created = open_or_create(store)
+    with st:
+        if created:
+            sys.stderr.write(f"created the store {created}\n")
         try:
             it = FeedbackMemory(st).add(
                 scope=cast("Scope", scope),
