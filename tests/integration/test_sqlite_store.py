@@ -119,6 +119,12 @@ def test_a_store_in_a_folder_the_user_may_not_write_is_not_called_damaged(
     monkeypatch.setattr(SQLiteStore, "_configure", readonly)
     with pytest.raises(lw.StoreCorruptError, match="not a usable loopwright store"):
         SQLiteStore(path)  # a writable folder: the message stays (damage is possible)
+    # the file (not its folder) read-only: from an outside probe (helper-54), it was "not a
+    # usable loopwright store"
+    monkeypatch.setattr("loopwright.store.sqlite.os.access", lambda p, mode: p != path)
+    with pytest.raises(lw.StoreError, match="the file is not writable") as caught:
+        SQLiteStore(path)
+    assert not isinstance(caught.value, lw.StoreCorruptError)
     monkeypatch.setattr("loopwright.store.sqlite.os.access", lambda p, mode: False)
     with pytest.raises(lw.StoreError, match="is not writable by this user") as caught:
         SQLiteStore(path)

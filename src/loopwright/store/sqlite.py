@@ -167,6 +167,13 @@ class SQLiteStore(SQLStore):
                     "this user, and SQLite keeps the store's -wal and -shm files beside it "
                     "(reading too); run as a user who may write there, or copy the store"
                 ) from None
+            if "readonly" in str(exc) and not os.access(self.path, os.W_OK):
+                # Not damage either: opening a store may write (WAL mode, a migration).
+                raise StoreError(
+                    f"cannot use store {self.path}: the file is not writable by this user "
+                    "(opening a store may write to it: its WAL mode, a schema migration); "
+                    "run as a user who may write it, or copy the store"
+                ) from None
             raise StoreCorruptError(
                 f"{self.path} is not a usable loopwright store ({exc})"
             ) from None
