@@ -556,3 +556,22 @@ def test_a_run_holds_the_retry_entries_of_its_current_cycle_only(rt: lw.Runtime)
     r = rt.run_sync(loop, {"goal": "g", "artifacts": {"doc": {"a": 0}}})
     assert (r.stop_reason, r.cycles) == ("budget_cycles", 6)
     assert held == [[f"retry:actor:{n}"] for n in range(1, 7)]
+
+
+def test_a_task_key_of_another_loop_or_project_is_refused(rt: lw.Runtime) -> None:
+    # From an outside probe (helper-54): a run of another loop in another project with the same
+    # task key silently returned that project's ended run (and would have driven it with this
+    # loop's actor): the key names one task store-wide.
+    first = rt.run_sync(make_loop(fixer), {**TASK, "project": "A"}, task_key="T-1")
+    other = lw.Loop(
+        name="other",
+        actor=fixer,
+        verifiers=[fields],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    with pytest.raises(lw.ConflictError, match="task key 'T-1' is run"):
+        rt.run_sync(other, {**TASK, "project": "B"}, task_key="T-1")
+    with pytest.raises(lw.ConflictError, match="in project 'A'"):
+        rt.run_sync(make_loop(fixer), {**TASK, "project": "B"}, task_key="T-1")
+    again = rt.run_sync(make_loop(fixer), {**TASK, "project": "A"}, task_key="T-1")
+    assert again.run_id == first.run_id  # the same loop and project: the same run, as before
