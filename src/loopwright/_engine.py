@@ -29,7 +29,7 @@ from ._authority import note_policy
 from ._checkpoint import Checkpoints
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._errors import ConfigError, ConflictError, StaleLeaseError, StoreError, StoreUnavailableError
+from ._errors import ConfigError, StaleLeaseError, StoreError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
@@ -305,13 +305,16 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             created_by=by.strip() if by and by.strip() else None,
         )
         rec, created = made
-        if not created and (rec.loop_name, rec.project) != (loop.name, proj):
+        named = project is not None or bool(task.get("project"))  # not a loop's default
+        if not created and (rec.loop_name != loop.name or (named and rec.project != proj)):
             # The key names one task store-wide: another loop's or project's run is not this
             # one's to continue (its actor, contract and memory scope are not these).
-            raise ConflictError(
+            raise ConfigError(
                 f"task key {key!r} is run {rec.run_id} of loop {rec.loop_name!r} in project "
                 f"{rec.project!r}, not of loop {loop.name!r} in project {proj!r}: give this "
-                "task another task_key"
+                "task another task_key, or continue that run with its own loop "
+                "(`loopwright resume`)",
+                field="task_key",
             )
         if created:
             note_policy(self.store, loop, by=by)

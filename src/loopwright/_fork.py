@@ -30,12 +30,12 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_value
 from ._loop import Loop
-from ._people import concluded_at, retire_failures
+from ._people import concluded_at, refuse_rewritten, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
-from .store import Checkpoint, NewEvent, RunRecord
+from .store import NewEvent, RunRecord
 
 __all__ = ["Forking", "what_changed"]
 
@@ -65,7 +65,7 @@ class Forking(RuntimeHost):
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
         cks = self.store.checkpoints(rec.run_id)
         ck = concluded_at(cks, rec.run_id, at_cycle, "at_cycle")
-        _refuse_abandoned(cks, rec.run_id, at_cycle)
+        refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")
         state = ck.task_state()
         for _ref, part in state.iter_parts():
             part.versions  # noqa: B018 - every version up to that cycle travels with the fork
@@ -235,26 +235,6 @@ class Forking(RuntimeHost):
                     by=by.strip(),
                 )
         return self.store.get_run(rec.run_id)
-
-
-def _refuse_abandoned(cks: list[Checkpoint], run_id: str, at_cycle: int) -> None:
-    """A rollback writes its version numbers again once the run goes on (a cycle, an edit), so
-    a cycle it abandoned then no longer reads as it was (storage.md, "Limits"): refused, not
-    forked from values it never had. Cycles numbers go on after a rollback."""
-    for i, c in enumerate(cks):
-        rec = c.record or {}
-        to = rec.get("to_cycle")
-        if rec.get("decision") != "rollback" or not isinstance(to, int):
-            continue
-        if to < at_cycle <= c.cycle and any(
-            later.record and later.record.get("decision") != "rollback" for later in cks[i + 1 :]
-        ):
-            raise ConfigError(
-                f"cycle {at_cycle} of run {run_id} was abandoned by a rollback to cycle {to}, "
-                "and the run wrote its versions again since: fork at cycle "
-                f"{to} or earlier, or at a cycle after the rollback",
-                field="at_cycle",
-            )
 
 
 _ID = re.compile(r"""\bid=["']([^"']+)["']""")

@@ -23,7 +23,7 @@ from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
 
-__all__ = ["Decisions", "concluded_at"]
+__all__ = ["Decisions", "concluded_at", "refuse_rewritten"]
 
 
 class Decisions(RuntimeHost):
@@ -368,7 +368,9 @@ class Decisions(RuntimeHost):
         self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
     ) -> None:
         cks = self.store.checkpoints(rec.run_id)
-        old = TaskState.from_dict(concluded_at(cks, rec.run_id, to_cycle, "to_cycle").state)
+        target = concluded_at(cks, rec.run_id, to_cycle, "to_cycle")
+        refuse_rewritten(self.store, rec.run_id, target, "to_cycle")
+        old = TaskState.from_dict(target.state)
         latest = self.store.latest_checkpoint(rec.run_id)
         cur = TaskState.from_dict(latest.state)
         stale = _open_requests(cur.pending)
@@ -459,6 +461,25 @@ def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
                 status="retired",
                 data={**e.data, "retired_from": e.status},
                 attempts=0 if retry else None,
+            )
+
+
+def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> None:
+    """A rollback writes its version numbers again once the run goes on (a cycle, an edit): a
+    cycle it abandoned then reads, through those numbers, values it never had (storage.md,
+    "Limits"). Forking from it or rolling back to it is refused; a rollback rolled forward
+    writes the versions back as they were (their cycles), so it is not."""
+    state = TaskState.from_dict(ck.state)
+    for ref, part in state.iter_parts():
+        again = [
+            v.n for v in store.versions(run_id, ref) if v.n <= part.count and v.cycle > ck.cycle
+        ]
+        if again:
+            raise ConfigError(
+                f"cycle {ck.cycle} of run {run_id} was abandoned by a rollback, and {ref}'s "
+                f"versions {again[:5]} were written again since: it no longer reads as it was; "
+                "choose a cycle before the rollback's target or after it",
+                field=field,
             )
 
 

@@ -569,9 +569,15 @@ def test_a_task_key_of_another_loop_or_project_is_refused(rt: lw.Runtime) -> Non
         verifiers=[fields],
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
     )
-    with pytest.raises(lw.ConflictError, match="task key 'T-1' is run"):
+    with pytest.raises(lw.ConfigError, match="task key 'T-1' is run"):
         rt.run_sync(other, {**TASK, "project": "B"}, task_key="T-1")
-    with pytest.raises(lw.ConflictError, match="in project 'A'"):
+    with pytest.raises(lw.ConfigError, match="in project 'A'"):
         rt.run_sync(make_loop(fixer), {**TASK, "project": "B"}, task_key="T-1")
     again = rt.run_sync(make_loop(fixer), {**TASK, "project": "A"}, task_key="T-1")
     assert again.run_id == first.run_id  # the same loop and project: the same run, as before
+    # no project named (run_many, a worker, the CLI take none): the key's run, as before
+    # (review, helper-55: a run started with project= could no longer be continued)
+    assert rt.run_sync(make_loop(fixer), TASK, task_key="T-1").run_id == first.run_id
+    named = rt.run_sync(make_loop(fixer), TASK, task_key="T-2", project="acme")
+    [many] = asyncio.run(rt.run_many(make_loop(fixer), [TASK], key_of=lambda t, i: "T-2"))
+    assert many.run_id == named.run_id

@@ -734,29 +734,35 @@ def test_cancel_runs_a_compensation_the_policy_allows_without_asking(rt: lw.Runt
 def test_a_fork_of_a_cycle_a_rollback_abandoned_is_refused_once_versions_are_rewritten(
     rt: lw.Runtime,
 ) -> None:
-    # From an outside probe (helper-54): a rollback writes its version numbers again as the
-    # run goes on, so the abandoned cycle 2 read the redo's values; fork --at-cycle 2 started
-    # from a state cycle 2 never had.
+    # From an outside probe (helper-54) and a review (helper-55): a rollback writes its version
+    # numbers again as the run goes on, so the abandoned cycle 2 read the redo's values; fork
+    # --at-cycle 2 started from, and rollback 2 restored, a state cycle 2 never had.
     n = [0]
-    broken = [True]
+    down = {3, 4}  # the cycles whose model is down, once each: the run escalates before them
 
     def writer(ctx: lw.Context) -> lw.Proposal:
-        if broken[0] and ctx.cycle == 3:
-            raise ValueError("the model is down")  # permanent: the run escalates at cycle 2
+        if ctx.cycle in down:
+            down.discard(ctx.cycle)
+            raise ValueError("the model is down")  # permanent: the run escalates
         n[0] += 1
         return lw.Proposal.edit("doc", {"a": 100 + n[0]})  # never right: every cycle a version
 
-    loop = make_loop(writer, max_cycles=6)
+    loop = make_loop(writer, max_cycles=8)
     r = rt.run_sync(loop, TASK)
     assert (r.status, r.cycles) == ("escalated", 2)
     rt.rollback(r.run_id, 1, by="ops")
-    rt.rollback(r.run_id, 2, by="ops")  # rolled forward: nothing written since, still readable
-    forked = rt.fork(r.run_id, 2)
-    assert rt.result(forked.run_id).state.values()["doc"]["a"] == 102
+    rt.rollback(r.run_id, 2, by="ops")  # rolled forward: cycle 2's versions as they were
+    down.discard(3)
+    r = rt.resume_sync(r.run_id, loop)  # goes on from cycle 2 with new version numbers
+    assert (r.status, r.cycles) == ("escalated", 3)
+    assert rt.result(rt.fork(r.run_id, 2).run_id).state.values()["doc"]["a"] == 102
     rt.rollback(r.run_id, 1, by="ops")
-    broken[0] = False
     again = rt.resume_sync(r.run_id, loop)  # the run goes on: doc/a's version 2 written again
-    assert again.cycles > 2
-    with pytest.raises(lw.ConfigError, match="abandoned by a rollback to cycle 1"):
+    assert again.cycles > 4
+    with pytest.raises(lw.ConfigError, match="abandoned by a rollback"):
         rt.fork(r.run_id, 2)
+    with pytest.raises(lw.ConfigError, match="abandoned by a rollback"):
+        rt.rollback(r.run_id, 2, by="ops")
     assert rt.result(rt.fork(r.run_id, 1).run_id).state.values()["doc"]["a"] == 101
+    last = again.cycles  # a cycle after the rollback forks as it is
+    assert rt.result(rt.fork(r.run_id, last).run_id).state.values() == again.state.values()
