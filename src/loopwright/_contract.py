@@ -382,6 +382,18 @@ class Contract:
             and self.marginal_return is not None
         )
 
+    def refuse_marginal_return_only(self) -> None:
+        """Where a run is given this contract (a loop built, a fork): ``ConfigError`` when
+        ``marginal_return_only``."""
+        if self.marginal_return_only:
+            raise ConfigError(
+                "a marginal_return rule is the contract's only exit besides success, and it "
+                "stops a run only once its cycles cost money: a loop whose cycles report no "
+                "cost would never stop; add a budget (max_cycles or max_seconds) or a "
+                "no_progress rule beside it",
+                field="contract.marginal_return",
+            )
+
     # --- (de)serialisation --------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Contract:

@@ -19,7 +19,7 @@ from . import _decide as rules
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import GaveUp, OutOfTime, call_with_retry, held_out_scope
+from ._exec import GaveUp, OutOfTime, call_with_retry, charge
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
@@ -149,10 +149,10 @@ class Cycle(RuntimeHost):
                 deadline=ex.deadline,
             )
         except OutOfTime as exc:
-            _bill(ex, "actor", exc.usage)
+            charge(ex, "actor", exc.usage)
             return self._abort(ex, t0, "budget_time", cause=str(exc))
         except GaveUp as gave:
-            _bill(ex, "actor", gave.usage)
+            charge(ex, "actor", gave.usage)
             return self._abort(
                 ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
@@ -332,12 +332,12 @@ class Cycle(RuntimeHost):
                     deadline=ex.deadline,
                 )
             except OutOfTime as exc:
-                _bill(ex, f"verifier:{check.name}", exc.usage)
+                charge(ex, f"verifier:{check.name}", exc.usage)
                 return self._abort(
                     ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
             except GaveUp as gave:
-                _bill(ex, f"verifier:{check.name}", gave.usage)
+                charge(ex, f"verifier:{check.name}", gave.usage)
                 return self._abort(
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
@@ -550,16 +550,6 @@ def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
     if _need_key(need) in given:
         return True
     return bool(need.get("call")) and _need_key({**need, "call": None}) in given
-
-
-def _bill(ex: _Exec, who: str, usage: Usage) -> None:
-    """Charge a call that never succeeded for what its attempts were billed (invariant 7)."""
-    if usage.cost_usd or usage.tokens:
-        priced = Usage(usage.cost_usd, usage.tokens, 0.0)
-        ex.state.spent = ex.state.spent + priced
-        if held_out_scope(ex.loop, who):  # not shown to the actor (invariant 3)
-            ex.state.held_out_spent = ex.state.held_out_spent + priced
-        ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
 
 
 def _fault(where: str, kind: str, message: str) -> dict[str, Any]:

@@ -273,11 +273,7 @@ async def call_with_retry(
         close_sink(sink)
         # Committed with the cycle, before its proposal or verdict event.
         ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
-        if billed.cost_usd or billed.tokens:  # the failed attempts before this one
-            ex.state.spent = ex.state.spent + billed
-            if held_out_scope(ex.loop, scope):  # not shown to the actor (invariant 3)
-                ex.state.held_out_spent = ex.state.held_out_spent + billed
-            ex.calls.append({"who": scope, "cost_usd": billed.cost_usd, "tokens": billed.tokens})
+        charge(ex, scope, billed)  # the failed attempts before this one
         if entry is not None or failed:
             # Charged with the next checkpoint: recorded, so that this call asked again (the
             # cycle judged again after a wait) does not charge or count them twice.
@@ -306,6 +302,17 @@ def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
         ck.record is not None and ck.record.get("cycle") == entry.cycle
         for ck in store.checkpoints_after(ex.run_id, base)
     )
+
+
+def charge(ex: Execution, who: str, usage: Usage) -> None:
+    """Charge ``who``'s failed attempts (what they were billed) to the run (invariant 7): the
+    spend, the held-out share the actor is not shown (invariant 3), the cycle's priced calls."""
+    if usage.cost_usd or usage.tokens:
+        priced = Usage(usage.cost_usd, usage.tokens, 0.0)
+        ex.state.spent = ex.state.spent + priced
+        if held_out_scope(ex.loop, who):
+            ex.state.held_out_spent = ex.state.held_out_spent + priced
+        ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
 
 
 def held_out_scope(loop: Loop, scope: str) -> bool:

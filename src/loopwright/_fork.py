@@ -81,12 +81,8 @@ class Forking(RuntimeHost):
             if e.cycle <= at_cycle and e.status == "done"
         ]
         chosen = contract or (loop.contract if loop is not None else None)
-        if chosen is not None and chosen.marginal_return_only:
-            raise ConfigError(  # as a loop refuses it: free cycles would never stop
-                "a marginal_return rule is the contract's only exit besides success: add a "
-                "budget (max_cycles or max_seconds) or a no_progress rule beside it",
-                field="contract.marginal_return",
-            )
+        if chosen is not None:
+            chosen.refuse_marginal_return_only()  # as a loop refuses it
         new, created = self.store.create_run(
             run_id=uuid.uuid4().hex[:16],
             task_key=key,

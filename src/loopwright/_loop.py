@@ -134,15 +134,7 @@ class Loop:
                 "could neither succeed nor show progress (give one of them a weight above 0)",
                 field="verifiers",
             )
-        if self.contract.marginal_return_only:
-            # Snapshots of such contracts still load (the refusal is where a loop is built).
-            raise ConfigError(
-                "a marginal_return rule is the contract's only exit besides success, and it "
-                "stops a run only once its cycles cost money: a loop whose cycles report no "
-                "cost would never stop; add a budget (max_cycles or max_seconds) or a "
-                "no_progress rule beside it",
-                field="contract.marginal_return",
-            )
+        self.contract.refuse_marginal_return_only()  # snapshots of one still load
         if self.actor_timeout_s is not None:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):
