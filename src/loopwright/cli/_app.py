@@ -8,7 +8,7 @@ module imports only Typer at load time; each command imports what it needs when 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,6 +21,7 @@ from ._stores import existing_store, open_existing
 if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
+    from .._state import TaskState
     from ..store import Checkpoint, RunRecord, Store
 
 
@@ -396,30 +397,101 @@ def show(
     """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
     with open_existing(store) as st:
         rec = st.get_run(run_id)
+        if as_json:
+            # written as it is read: a long run's versions and records a page at a time
+            _write_show_json(st, rec)
+            return
         cps = st.checkpoints(rec.run_id)
         approvals = st.approvals(run_id=rec.run_id)
         journal = st.journal(rec.run_id)
-        events = st.events(rec.run_id) if as_json else []
-        # every version of every part, read from the store's version rows while it is open
-        state = cps[-1].task_state()
-        for _ref, part in state.iter_parts():
-            part.versions  # noqa: B018 - loads them
-    if as_json:
-        _print_json(
-            {
-                "run": rec.to_dict(),
-                "state": state.to_dict(),
-                "cycles": _shown_cycles(cps),
-                "approvals": [a.to_dict() for a in approvals],
-                "journal": [e.to_dict() for e in journal],
-                "events": [e.to_dict() for e in events],
-            }
-        )
-        return
     from ._render import console, run_detail
 
     out = console()
     out.print(run_detail(rec, cps, approvals, journal, width=out.width))
+
+
+def _write_show_json(st: Store, rec: RunRecord) -> None:
+    """``show --json``: the run, its latest state with every version of every part, every
+    cycle's record, its approvals, journal and events — the document ``json.dumps`` would
+    print, written while the versions and records are read page by page."""
+    from ._json_stream import Lazy, Open, write_json
+
+    run_id = rec.run_id
+    state = st.latest_checkpoint(run_id).task_state()
+    doc = state.to_dict(held=True)
+    doc["artifacts"] = Open(
+        [
+            Open(
+                {
+                    "name": a["name"],
+                    "parts": Open(
+                        [_lazy_part(st, run_id, state, a["name"], p["name"]) for p in a["parts"]]
+                    ),
+                }
+            )
+            for a in doc["artifacts"]
+        ]
+    )
+    write_json(
+        Open(
+            {
+                "run": rec.to_dict(),
+                "state": Open(doc),
+                "cycles": Lazy(_shown_records(st, run_id)),
+                "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
+                "journal": [e.to_dict() for e in st.journal(run_id)],
+                "events": Lazy(e.to_dict() for e in st.iter_events(run_id)),
+            }
+        ),
+        sys.stdout.write,
+    )
+    sys.stdout.write("\n")
+
+
+def _lazy_part(st: Store, run_id: str, state: TaskState, artifact: str, name: str) -> Any:
+    """A part as ``Part.to_dict`` writes it, its versions read as they are written."""
+    from ._json_stream import Lazy, Open
+
+    return Open({"name": name, "versions": Lazy(_part_versions(st, run_id, state, artifact, name))})
+
+
+def _part_versions(
+    st: Store, run_id: str, state: TaskState, artifact: str, name: str
+) -> Iterator[dict[str, Any]]:
+    """One part's versions up to its count, the ones the state holds as it holds them (their
+    status may be newer than the row's)."""
+    from .._state import part_ref
+
+    held = state.artifacts[artifact].parts[name]
+    n = 1  # the next version to write: a gap in the rows is filled as ``Part.versions`` fills it
+    for v in st.iter_versions(run_id, part_ref(artifact, name)):
+        if v.n > held.count:
+            break  # a rollback's abandoned versions lie beyond the count
+        for gap in range(n, v.n):
+            yield held.version(gap).to_dict()
+        yield held.known.get(v.n, v).to_dict()
+        n = v.n + 1
+    for gap in range(n, held.count + 1):  # held, not yet in the rows
+        yield held.version(gap).to_dict()
+
+
+def _shown_records(st: Store, run_id: str) -> Iterator[dict[str, Any]]:
+    """``_shown_cycles`` of the stored records, read twice a page at a time: first which
+    cycles concluded, then the records to show."""
+    concluded = {r.get("cycle") for _s, _c, r in st.iter_records(run_id) if r and "proposal" in r}
+    for _s, _c, r in st.iter_records(run_id):
+        if r and not _wrote_ahead_of(r, concluded):
+            yield r
+
+
+def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:
+    """A cycle's effects' write-ahead record, once that cycle concluded (its concluding
+    record follows and holds the same)."""
+    return (
+        record.get("decision") == "effects"
+        and "proposal" not in record
+        and record.get("cycle") in concluded
+    )
 
 
 def _shown_cycles(cps: list[Checkpoint]) -> list[dict[str, Any]]:
@@ -430,16 +502,7 @@ def _shown_cycles(cps: list[Checkpoint]) -> list[dict[str, Any]]:
     from ..store._base import concluded_cycles
 
     concluded = concluded_cycles(cps)
-    return [
-        c.record
-        for c in cps
-        if c.record
-        and not (
-            c.record.get("decision") == "effects"
-            and "proposal" not in c.record
-            and c.record.get("cycle") in concluded
-        )
-    ]
+    return [c.record for c in cps if c.record and not _wrote_ahead_of(c.record, concluded)]
 
 
 @app.command()

@@ -12,7 +12,7 @@ import functools
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -553,6 +553,22 @@ class Store(LiveStore, PeopleStore, ABC):
             Version(n, value, cycle, cast(PartStatus, status))
             for _r, n, cycle, status, value in self._version_rows(run_id, ref=ref)
         ]
+
+    def iter_versions(self, run_id: str, ref: str) -> Iterator[Version]:
+        """Every version of one part, oldest first, as ``versions`` returns them; a store that
+        can reads them a page at a time, so a reader writing them out holds one page."""
+        yield from self.versions(run_id, ref)
+
+    def iter_events(self, run_id: str) -> Iterator[Event]:
+        """The run's events, oldest first, as ``events`` returns them; a store that can reads
+        them a page at a time."""
+        yield from self.events(run_id)
+
+    def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+        """Every checkpoint's ``(seq, cycle, record)``, oldest first, without its state; a
+        store that can reads them a page at a time."""
+        for c in self.checkpoints(run_id):
+            yield c.seq, c.cycle, c.record
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint:
         """The newest checkpoint, its state resolved (``TaskState.from_dict`` reads it): one

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, cast
 
@@ -178,6 +178,14 @@ class Statements:
         self.versions_of_part = p(
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? ORDER BY n"
         )
+        self.version_page = p(
+            "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? AND n>? "
+            "ORDER BY n LIMIT ?"
+        )
+        self.record_page = p(
+            "SELECT seq, cycle, record FROM checkpoints WHERE run_id=? AND seq>? ORDER BY seq "
+            "LIMIT ?"
+        )
         self.all_versions = p(
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? ORDER BY ref, n"
         )
@@ -211,6 +219,10 @@ class Statements:
         self.events = p(
             "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
             "ORDER BY id"
+        )
+        self.event_page = p(
+            "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
+            "ORDER BY id LIMIT ?"
         )
         # --- journal
         self.journal_status = p(f"SELECT status, attempts FROM journal WHERE {JOURNAL_KEY}")
@@ -761,6 +773,41 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 rows = conn.execute(self._q.all_versions, (run_id,)).fetchall()
         jl = self._jl
         return [(r[0], r[1], r[2], r[3], jl(r[4])) for r in rows]
+
+    # Pages of a long run read in order of the primary key, each one indexed range: an export
+    # holds one page, and a page is small enough that a run being written beside it waits
+    # for nothing.
+    PAGE = 32
+
+    def iter_versions(self, run_id: str, ref: str) -> Iterator[Version]:
+        after, jl = 0, self._jl
+        while True:
+            rows = self._all(self._q.version_page, (run_id, ref, after, self.PAGE))
+            for _r, n, cycle, status, value in rows:
+                yield Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][1])
+
+    def iter_events(self, run_id: str) -> Iterator[Event]:
+        after, jl = 0, self._jl
+        while True:
+            rows = self._all(self._q.event_page, (run_id, after, self.PAGE))
+            for r in rows:
+                yield Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][0])
+
+    def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+        after, jl = -1, self._jl
+        while True:
+            rows = self._all(self._q.record_page, (run_id, after, self.PAGE))
+            for seq, cycle, rec in rows:
+                yield int(seq), int(cycle), None if rec is None else unpack_record(jl(rec))
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][0])
 
     def versions_within(self, run_id: str, budget: int | None) -> dict[str, list[Version]] | None:
         q, jl = self._q, self._jl
