@@ -446,6 +446,7 @@ class Checkpoints(RuntimeHost):
             rejected,
             packed=True,
             closes=closes,
+            forget_rejected_after=ex.forget_rejected_after,
         )
 
     def _committed(self, ex: _Exec) -> None:

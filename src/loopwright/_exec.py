@@ -76,6 +76,9 @@ class Execution:
     head: dict[str, Any] | None = None
     written: dict[tuple[str, int], str] = field(default_factory=dict)
     rejected_written: int = 0
+    # A rollback's: the digests rejected in cycles after this one no longer count (its commit
+    # forgets them, so the cycles redone may try them again, as a fork at that cycle may).
+    forget_rejected_after: int | None = None
     # The parts the last staged commit wrote (None: all, a snapshot): what ``trim`` looks at.
     trim: Collection[str] | None = None
     base: int = 0

@@ -345,7 +345,8 @@ class Decisions(RuntimeHost):
         origin: str = "python",
     ) -> RunRecord:
         """Restore the artifacts (and findings, plan, best score) of cycle ``to_cycle``'s
-        checkpoint and reopen the run; accounting, notes and history are kept. The
+        checkpoint and reopen the run; accounting, notes and history are kept; what the
+        cycles after it rejected is forgotten (they may be tried again). The
         compensations of effects completed after that cycle are offered through the approval
         policy (``loop`` names them) and run on the next ``resume``."""
         if not by or not by.strip():
@@ -397,6 +398,9 @@ class Decisions(RuntimeHost):
         # Approvals granted after the checkpoint go with it: redoing an undone action needs a
         # person again.
         cur.approved = old.approved
+        # What the cycles after it rejected is forgotten with them: the cycles redone may try
+        # it again (the commit deletes those rows; a fork at that cycle copies none of them).
+        ex.forget_rejected_after = to_cycle
         cur.stall = 0
         cur.notes.append(
             {"kind": "rollback", "to_cycle": to_cycle, "from_cycle": cur.cycle, "by": by}

@@ -328,7 +328,9 @@ class CommitRequest:
     rejected in this commit. ``packed``: ``record`` is already in its stored form
     (``_record_codec.pack``, as the engine masks it), so the store writes it as it is.
     ``closes``: pending approval requests the commit closes, each with an
-    ``approval_decided`` event (a store overriding ``commit_request`` must honour it)."""
+    ``approval_decided`` event (a store overriding ``commit_request`` must honour it).
+    ``forget_rejected_after``: a rollback's cycle — digests rejected after it are forgotten
+    (before this commit's own ``rejected`` are added)."""
 
     run_id: str
     token: int
@@ -344,6 +346,7 @@ class CommitRequest:
     rejected: Sequence[tuple[str, int]] = ()
     packed: bool = False
     closes: Sequence[ClosedApproval] = ()
+    forget_rejected_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

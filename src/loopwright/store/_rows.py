@@ -38,6 +38,7 @@ class BatchRows:
     approvals: list[Row] = field(default_factory=list)
     versions: list[Row] = field(default_factory=list)
     rejected: list[Row] = field(default_factory=list)
+    forgotten: list[Row] = field(default_factory=list)  # (run, cycle): a rollback's
 
 
 class BatchRefused(Exception):
@@ -74,6 +75,8 @@ def batch_rows(
         out.events.extend(event_row(it.run_id, e, now, js) for e in it.events)
         out.approvals.extend(approval_row(it.run_id, a, now, js) for a in it.approvals)
         out.versions.extend(version_row(it.run_id, v, js) for v in it.versions)
+        if it.forget_rejected_after is not None:
+            out.forgotten.append((it.run_id, it.forget_rejected_after))
         out.rejected.extend((it.run_id, d, c) for d, c in it.rejected)
         out.results.append(bool(cols_.get("cancel_requested", held[1])))
     return out

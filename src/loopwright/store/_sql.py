@@ -202,6 +202,7 @@ class Statements:
         )
         self.is_rejected = p("SELECT 1 FROM rejected WHERE run_id=? AND digest=?")
         self.rejected = p("SELECT digest FROM rejected WHERE run_id=?")
+        self.forget_rejected = p("DELETE FROM rejected WHERE run_id=? AND cycle>?")
         self.insert_checkpoint = p(
             f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?,?,?,?,?,?,?,?)"
         )
@@ -949,6 +950,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 (q.insert_event, rows.events),
                 (q.insert_approval, rows.approvals),
                 (q.upsert_version, rows.versions),
+                (q.forget_rejected, rows.forgotten),
                 (q.insert_rejected, rows.rejected),
             ):
                 if table:
@@ -1001,6 +1003,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             self._executemany(
                 conn, q.upsert_version, [version_row(run_id, v, js) for v in it.versions]
             )
+        if it.forget_rejected_after is not None:
+            conn.execute(q.forget_rejected, (run_id, it.forget_rejected_after))
         if it.rejected:
             self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
         for c in it.closes:
