@@ -5,8 +5,6 @@ no progress while its score rose, and stopped ``no_progress`` with an older best
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import loopwright as lw
 from loopwright.store import open_store
 
@@ -45,8 +43,7 @@ def _decisions(url: str, run_id: str, after: int) -> list[tuple[int, bool, bool]
         ]
 
 
-def test_a_rolled_back_run_redoes_its_cycles_as_a_fork_does(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'runs.db'}?durability=process"
+def test_a_rolled_back_run_redoes_its_cycles_as_a_fork_does(url: str) -> None:
     task = {"artifacts": {"doc": dict.fromkeys(PARTS, "bad")}}
     loop = _loop()
     with lw.Runtime(url) as rt:
