@@ -20,6 +20,7 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
 from ._exec import Execution as _Exec
+from ._exec import calls_usage
 from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -53,7 +54,6 @@ class Checkpoints(RuntimeHost):
         visible: dict[str, Verdict],
         held: dict[str, Verdict],
         t0: float,
-        cycle_usage: Usage,
         candidate: TaskState,
         duplicate: bool,
         calls: list[EffectCall],
@@ -91,7 +91,7 @@ class Checkpoints(RuntimeHost):
                     "digest": digest,
                     "duplicate": duplicate,
                     "visible": {k: v.to_dict() for k, v in visible.items()},
-                    "usage": cycle_usage.to_dict(),
+                    "usage": calls_usage(ex.calls).to_dict(),
                     "calls": [c.to_dict() for c in calls],
                     "keys": [[k, business] for k, business in keys],
                     "spend": list(ex.calls),
@@ -119,7 +119,6 @@ class Checkpoints(RuntimeHost):
                     ex.calls.append(
                         {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
                     )
-                    cycle_usage = cycle_usage + u
                     ex.state.spent = ex.state.spent + u
                 stop: tuple[str, str] | None = None
                 if outcome.status != "done":
@@ -156,7 +155,6 @@ class Checkpoints(RuntimeHost):
             visible,
             held,
             t0,
-            cycle_usage,
             candidate=candidate,
             duplicate=duplicate,
             effects=[o.to_dict() for o in outcomes],
@@ -171,14 +169,14 @@ class Checkpoints(RuntimeHost):
         visible: dict[str, Verdict],
         held: dict[str, Verdict],
         t0: float,
-        cycle_usage: Usage,
         *,
         candidate: TaskState | None = None,
         duplicate: bool = False,
         decision: str | None = None,
         effects: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """Decide the cycle by the contract and commit it. Returns True when the run ended."""
+        """Decide the cycle by the contract and commit it. Returns True when the run ended.
+        What the cycle cost is what its priced calls (``ex.calls``) cost."""
         old, loop, contract = ex.state, ex.loop, ex.contract
         s = candidate if candidate is not None else old
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None
@@ -243,6 +241,7 @@ class Checkpoints(RuntimeHost):
         ex.state = s
         ex.last_visible = visible
         held_d = {k: v.to_dict() for k, v in held.items()}
+        priced = calls_usage(ex.calls)
         record = {
             "cycle": n,
             "proposal": proposal.to_dict(),
@@ -258,8 +257,10 @@ class Checkpoints(RuntimeHost):
             "memory": [m["memory_id"] for m in (ex.last_context.memory if ex.last_context else ())],
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
             "calls": list(ex.calls),
+            # All of them: a call's failed attempts and a judgement made again cost too (the
+            # cycle's figure in show, the dashboard and a trace adds up to the run's spend).
             "usage": Usage(
-                cycle_usage.cost_usd, cycle_usage.tokens, s.spent.seconds - old.spent.seconds
+                priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds
             ).to_dict(),
         }
         # The visible checks the loop does not require (``Check.required=False``): replay

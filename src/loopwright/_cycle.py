@@ -19,7 +19,7 @@ from . import _decide as rules
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import GaveUp, OutOfTime, call_with_retry, charge
+from ._exec import GaveUp, OutOfTime, call_with_retry, charge, priced_dict
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
@@ -171,10 +171,9 @@ class Cycle(RuntimeHost):
             )
         usage = proposal.usage or _NOTHING
         digest = proposal.digest()
-        cycle_usage = usage if not usage.seconds else Usage(usage.cost_usd, usage.tokens, 0.0)
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
         if usage.cost_usd or usage.tokens:
-            s.spent = s.spent + cycle_usage
+            s.spent = s.spent + Usage(usage.cost_usd, usage.tokens, 0.0)
         ex.events.append(
             NewEvent(
                 n,
@@ -216,8 +215,8 @@ class Cycle(RuntimeHost):
                 "what": q.text,
                 "expires_after_s": None,
             }
-            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, cycle_usage, ask=q)
-        return await self._evaluate(ex, n, proposal, digest, t0, cycle_usage)
+            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, ask=q)
+        return await self._evaluate(ex, n, proposal, digest, t0)
 
     async def _evaluate(
         self,
@@ -226,7 +225,6 @@ class Cycle(RuntimeHost):
         proposal: Proposal,
         digest: str,
         t0: float,
-        cycle_usage: Usage,
         *,
         approved: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
@@ -246,7 +244,7 @@ class Cycle(RuntimeHost):
         if protected:
             ow = loop.approvals.match("overwrite_accepted", "edit", {"parts": protected})
             if ow is None:
-                return self._refuse(ex, n, proposal, digest, protected, t0, cycle_usage)
+                return self._refuse(ex, n, proposal, digest, protected, t0)
             if ow.action == "deny":
                 return self._abort(
                     ex,
@@ -377,7 +375,6 @@ class Cycle(RuntimeHost):
             )
             if vu.cost_usd or vu.tokens:
                 priced = Usage(vu.cost_usd, vu.tokens, 0.0)
-                cycle_usage = cycle_usage + priced
                 s.spent = s.spent + priced
                 if check.held_out:
                     s.held_out_spent = s.held_out_spent + priced
@@ -392,6 +389,9 @@ class Cycle(RuntimeHost):
                         "score": verdict.value,
                         "findings": len(verdict.findings),
                         "seconds": secs,
+                        # what this judgement cost: a trace sums a verifier's judgements (a
+                        # cycle judged again after a person's edit pays twice)
+                        **({"usage": priced_dict(vu)} if vu.cost_usd or vu.tokens else {}),
                     },
                 )
             )
@@ -478,13 +478,12 @@ class Cycle(RuntimeHost):
                 held,
                 needs,
                 t0,
-                cycle_usage,
                 ask=ask,
                 calls=calls,
                 approved=approved,
             )
         return await self._apply(
-            ex, n, proposal, digest, visible, held, t0, cycle_usage, candidate, duplicate, calls
+            ex, n, proposal, digest, visible, held, t0, candidate, duplicate, calls
         )
 
     def _refuse(
@@ -495,7 +494,6 @@ class Cycle(RuntimeHost):
         digest: str,
         protected: list[str],
         t0: float,
-        cycle_usage: Usage,
     ) -> bool:
         s = ex.state
         edits = [(ref, e) for ref in protected if (e := person_edit(s, ref)) is not None]
@@ -525,7 +523,7 @@ class Cycle(RuntimeHost):
         ]
         ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
         return self._conclude(
-            ex, n, proposal, digest, {}, {}, t0, cycle_usage, decision="refused", duplicate=True
+            ex, n, proposal, digest, {}, {}, t0, decision="refused", duplicate=True
         )
 
     def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,6 +318,22 @@ def charge(ex: Execution, who: str, usage: Usage) -> None:
         ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
 
 
+def priced_dict(usage: Usage) -> dict[str, Any]:
+    """A call's cost and tokens as an event records them."""
+    return {"cost_usd": usage.cost_usd, "tokens": usage.tokens}
+
+
+def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
+    """What a cycle's priced calls (``_Exec.calls``) cost together, failed attempts and a
+    judgement made again included: the cycle record's ``usage``."""
+    total = Usage(0.0, 0, 0.0)
+    for c in calls:
+        cost, tokens = c.get("cost_usd") or 0.0, c.get("tokens") or 0
+        if cost or tokens:
+            total = total + Usage(float(cost), int(tokens), 0.0)
+    return total
+
+
 def held_out_scope(loop: Loop, scope: str) -> bool:
     """Whether ``scope`` (``call_with_retry``'s) is a held-out verifier's call."""
     name = scope.removeprefix("verifier:")
@@ -345,8 +361,10 @@ async def _failed_attempt(
     its events, then either the backoff is waited out (returns what the failed attempts cost
     so far) or ``GaveUp`` / ``OutOfTime`` is raised, carrying that cost."""
     cost = getattr(exc, "usage", None)
+    attempt: Usage | None = None
     if isinstance(cost, Usage) and (cost.cost_usd or cost.tokens):
-        billed = billed + Usage._stored(cost.cost_usd, cost.tokens, 0.0)
+        attempt = Usage._stored(cost.cost_usd, cost.tokens, 0.0)
+        billed = billed + attempt
 
     def billing(err: GaveUp | OutOfTime) -> GaveUp | OutOfTime:
         err.usage = billed
@@ -400,6 +418,8 @@ async def _failed_attempt(
                     "class": kind,
                     "error": f"{info['type']}: {info['message']}"[:500],
                     "delay_s": delay,
+                    # what this attempt was billed: its call's span in a trace counts it
+                    **({"usage": priced_dict(attempt)} if attempt is not None else {}),
                 },
             ),
         ],

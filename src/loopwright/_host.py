@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from ._proposal import Context, Proposal, Remaining, Verdict
     from ._question import Question
     from ._state import TaskState
-    from ._usage import Usage
     from .trace._live import LiveTracer
 
 __all__ = ["ProgressFn", "RuntimeHost"]
@@ -69,7 +68,6 @@ class RuntimeHost:
             proposal: Proposal,
             digest: str,
             t0: float,
-            cycle_usage: Usage,
             *,
             approved: Sequence[Mapping[str, Any]] = (),
         ) -> bool: ...
@@ -84,7 +82,6 @@ class RuntimeHost:
             visible: dict[str, Verdict],
             held: dict[str, Verdict],
             t0: float,
-            cycle_usage: Usage,
             candidate: TaskState,
             duplicate: bool,
             calls: list[EffectCall],
@@ -102,7 +99,6 @@ class RuntimeHost:
             visible: dict[str, Verdict],
             held: dict[str, Verdict],
             t0: float,
-            cycle_usage: Usage,
             *,
             candidate: TaskState | None = None,
             duplicate: bool = False,
@@ -135,7 +131,6 @@ class RuntimeHost:
             held: dict[str, Verdict],
             needs: list[dict[str, Any]],
             t0: float,
-            cycle_usage: Usage,
             *,
             ask: Question | None = None,
             calls: list[EffectCall] | None = None,

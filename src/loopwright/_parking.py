@@ -21,6 +21,7 @@ from ._cycle import _candidate
 from ._effects import Effect, EffectCall
 from ._errors import ApprovalError, ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
+from ._exec import calls_usage
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -46,7 +47,6 @@ class Parking(RuntimeHost):
         held: dict[str, Verdict],
         needs: list[dict[str, Any]],
         t0: float,
-        cycle_usage: Usage,
         *,
         ask: Question | None = None,
         calls: list[EffectCall] | None = None,
@@ -69,7 +69,7 @@ class Parking(RuntimeHost):
             "proposal": proposal.to_stored_dict(),
             "digest": digest,
             "visible": {k: v.to_dict() for k, v in visible.items()},
-            "usage": cycle_usage.to_dict(),
+            "usage": calls_usage(ex.calls).to_dict(),
             "calls": [c.to_dict() for c in calls or ()],
             "spend": list(ex.calls),
         }
@@ -203,7 +203,6 @@ class Parking(RuntimeHost):
                 {},
                 {},
                 time.perf_counter(),
-                Usage.from_dict(pend.get("usage")),
                 decision="asked",
             )
         s.approved.append(str(pend["digest"]))
@@ -231,7 +230,6 @@ class Parking(RuntimeHost):
             Proposal.from_dict(pend["proposal"]),
             str(pend["digest"]),
             time.perf_counter(),
-            Usage.from_dict(pend.get("usage")),
             approved=approved,
         )
 
@@ -263,7 +261,6 @@ class Parking(RuntimeHost):
             visible,
             held,
             time.perf_counter(),
-            Usage.from_dict(pend.get("usage")),
             _candidate(s, proposal, n),
             bool(pend.get("duplicate", digest in s.rejected)),
             calls,

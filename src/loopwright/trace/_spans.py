@@ -375,6 +375,16 @@ def _cycle_spans(
             0 if scope in gave_up else 1
         )
     _call_costs(calls, occ)
+    if occ.record is None and calls:
+        # A cycle the run ended inside (an actor that gave up) has no record: what its
+        # calls were billed is its cost.
+        c = cycle.attributes
+        c["loopwright.cost_usd"] = sum(
+            _float(s.attributes.get("loopwright.cost_usd")) for s in calls.values()
+        )
+        c["loopwright.usage.total_tokens"] = sum(
+            int(_float(s.attributes.get("loopwright.usage.total_tokens"))) for s in calls.values()
+        )
 
     spans = [cycle]
     for scope in order:
@@ -472,14 +482,27 @@ def _call_span(run: RunRecord, occ: _Occurrence, scope: str) -> Span:
 
 
 def _call_costs(calls: Mapping[str, Span], occ: _Occurrence) -> None:
-    """What each call reported: the proposal's and verdicts' fields, costs where recorded."""
+    """What each call reported: the proposal's and verdicts' fields, costs where recorded.
+    A call's cost is all it was billed: its failed attempts (``retry``/``gave_up`` events
+    carry theirs) and each judgement (a verifier judging again after a person's edit pays
+    again; a ``verdict`` event carries its own), so the spans add up to the run's spend."""
     verdicts = occ.verdicts
+    billed: dict[str, list[float]] = {}  # scope -> [cost, tokens] of failed attempts, judgements
+    judged: set[str] = set()
     for _, ev in occ.items:
         scope = _scope_of(ev)
+        d = ev.data
+        if scope is not None and ev.kind in ("retry", "gave_up", "verdict"):
+            own = d.get("usage")
+            if isinstance(own, Mapping):
+                b = billed.setdefault(scope, [0.0, 0.0])
+                b[0] += _float(own.get("cost_usd"))
+                b[1] += _float(own.get("tokens"))
+                if ev.kind == "verdict":
+                    judged.add(scope)
         if scope is None or ev.kind not in ("proposal", "verdict"):
             continue
         a = calls[scope].attributes
-        d = ev.data
         if ev.kind == "proposal":
             a["loopwright.proposal.kind"] = d.get("kind")
             a["loopwright.proposal.digest"] = d.get("digest")
@@ -496,13 +519,20 @@ def _call_costs(calls: Mapping[str, Span], occ: _Occurrence) -> None:
             a["gen_ai.evaluation.score.value"] = d.get("score")
             a["gen_ai.evaluation.score.label"] = "pass" if d.get("passed") else "fail"
             full = verdicts.get(str(d.get("verifier"))) or {}
-            _usage_attributes(a, full.get("usage") or {})
+            if scope not in judged:  # a verdict event of an older store: the record's usage
+                _usage_attributes(a, full.get("usage") or {})
             # A model-backed verifier (ChatReviewer) names its model and the call's token
             # split in the evidence: the GenAI attributes of a model call.
             evidence = full.get("evidence") or {}
             if isinstance(evidence.get("model"), str) and evidence["model"]:
                 a.setdefault("gen_ai.request.model", evidence["model"])
             _usage_attributes(a, {k: evidence.get(k) for k in ("input_tokens", "output_tokens")})
+    for scope, (cost, tokens) in billed.items():
+        a = calls[scope].attributes
+        a["loopwright.cost_usd"] = _float(a.get("loopwright.cost_usd")) + cost
+        a["loopwright.usage.total_tokens"] = int(
+            _float(a.get("loopwright.usage.total_tokens")) + tokens
+        )
 
 
 def _float(v: Any) -> float:
