@@ -5,6 +5,8 @@ no progress while its score rose, and stopped ``no_progress`` with an older best
 
 from __future__ import annotations
 
+import pytest
+
 import loopwright as lw
 from loopwright.store import open_store
 
@@ -64,3 +66,26 @@ def test_a_rolled_back_run_redoes_its_cycles_as_a_fork_does(url: str) -> None:
     with open_store(url) as st:
         cycles = sorted(c for _d, c in st.rejected_rows(first.run_id))
     assert all(c <= 1 or c > 3 for c in cycles), cycles
+
+
+def test_show_puts_a_rollback_and_an_edit_in_the_timeline(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``loopwright show`` (text) lists who rolled the run back and who edited which part,
+    where it happened: before, the redone cycles and the edit's effect came out of nowhere."""
+    from loopwright.cli import main
+
+    task = {"artifacts": {"doc": dict.fromkeys(PARTS, "bad")}}
+    with lw.Runtime(url) as rt:
+        first = rt.run_sync(_loop(), task, task_key="shown")
+        rt.rollback(first.run_id, 1, by="dave")
+        rt.edit(first.run_id, "doc/c", "good", by="carol")
+    for columns in ("200", "70"):  # the wide table and the narrow blocks
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("COLUMNS", columns)
+            assert main(["show", first.run_id, "--store", url]) == 0
+        out = capsys.readouterr().out
+        assert "rolled back by dave" in out
+        assert "back to cycle 1" in out
+        assert "edited by carol" in out
+        assert "edit: doc/c v" in out

@@ -78,6 +78,22 @@ def _detail_table(title: str) -> Table:
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
 
 
+_BY_PEOPLE = ("edit", "rollback")
+
+
+def _person_row(
+    cycle: int, rec: dict[str, Any]
+) -> tuple[str, list[str], list[str], list[str], str, str, str]:
+    """A person's edit or rollback between cycles, in the timeline where it happened (a
+    redone cycle after a rollback, or a cycle after an edit, reads as what it is)."""
+    who = escape(str(rec.get("by") or "?"))
+    if rec.get("decision") == "edit":
+        what = [f"edit: {escape(str(rec.get('part')))} v{rec.get('version')}"]
+        return (str(cycle), what, [], [], "-", f"[cyan]edited by {who}[/]", "-")
+    what = [f"back to cycle {rec.get('to_cycle')}"]
+    return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
+
+
 def _timeline(checkpoints: list[Checkpoint], width: int) -> Any:
     """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
     else one block per cycle (four prose columns in 80 would each be a sliver)."""
@@ -92,6 +108,8 @@ def _timeline(checkpoints: list[Checkpoint], width: int) -> Any:
                 rows.append(
                     (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
                 )
+            elif rec and rec.get("decision") in _BY_PEOPLE:
+                rows.append(_person_row(ck.cycle, rec))
             continue
         prop = rec["proposal"]
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
