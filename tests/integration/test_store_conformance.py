@@ -1181,6 +1181,68 @@ def test_postgres_ends_a_transaction_a_frozen_process_left_idle(pg_url: str) -> 
 
 
 @pytest.mark.postgres
+def test_postgres_ends_a_transaction_left_idle_after_a_batch_write(pg_url: str) -> None:
+    # From an outside probe (helper-56): frozen right after a commit's several-row INSERT
+    # (events, rejected digests), the session stayed idle in transaction for good: psycopg's
+    # executemany pipelines, and after a pipeline the server does not arm the timeout. The
+    # store's batch writes now go as plain statements.
+    import psycopg
+
+    from loopwright.store._rows import event_row
+    from loopwright.store.postgres import PostgresStore
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with PostgresStore(f"{pg_url}&idle_tx_timeout_s=1", pool_min=0, pool_max=2) as s:
+        run_id = _create(s)
+        events = [NewEvent(0, "note", {"i": i}) for i in range(3)]
+        with s._pool.connection() as frozen:
+            frozen.execute("BEGIN")
+            frozen.execute("SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE", (run_id,))
+            rows = [event_row(run_id, e, time.time(), s._js) for e in events]
+            s._executemany(frozen, s._q.insert_event, rows)
+            with psycopg.connect(base.rstrip("?&"), autocommit=True) as other:
+                other.execute(f'SET search_path TO "{schema}"')
+                for _ in range(300):  # an event, not a duration (see the test above)
+                    try:
+                        other.execute(
+                            "SELECT 1 FROM runs WHERE run_id=%s FOR UPDATE NOWAIT", (run_id,)
+                        )
+                        break
+                    except psycopg.errors.LockNotAvailable:
+                        time.sleep(0.1)
+                else:
+                    pytest.fail("the transaction left idle after a batch write kept its lock")
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                frozen.execute("SELECT 1")
+
+
+def test_postgres_batch_writes_are_multi_row_statements_with_executemany_semantics() -> None:
+    from loopwright.store.postgres import MAX_PARAMS, multi_row
+
+    ins = "INSERT INTO t(a, b) VALUES(%s,%s) ON CONFLICT DO NOTHING"
+    [(sql, args)] = list(multi_row(ins, [(1, 2), (3, 4), (5, 6)]))
+    assert sql == "INSERT INTO t(a, b) VALUES (%s,%s), (%s,%s), (%s,%s) ON CONFLICT DO NOTHING"
+    assert args == [1, 2, 3, 4, 5, 6]
+    # an upsert keeps the last row of a key, as three upserts in turn would
+    up = (
+        "INSERT INTO versions(run_id, ref, n, value) VALUES(%s,%s,%s,%s) "
+        "ON CONFLICT(run_id, ref, n) DO UPDATE SET value=excluded.value"
+    )
+    [(sql, args)] = list(
+        multi_row(up, [("r", "a", 1, "x"), ("r", "b", 1, "y"), ("r", "a", 1, "z")])
+    )
+    assert sql.count("(%s,%s,%s,%s)") == 2
+    assert args == ["r", "a", 1, "z", "r", "b", 1, "y"]
+    # large batches are cut under the protocol's parameter limit
+    many = list(multi_row(ins, [(i, i) for i in range(MAX_PARAMS)]))
+    assert len(many) == 2 and sum(len(a) for _s, a in many) == 2 * MAX_PARAMS
+    # anything else (an UPDATE), or one row, goes as it is
+    upd = "UPDATE runs SET x=%s WHERE run_id=%s"
+    assert list(multi_row(upd, [(1, "a"), (2, "b")])) == [(upd, (1, "a")), (upd, (2, "b"))]
+    assert list(multi_row(ins, [(1, 2)])) == [(ins, (1, 2))]
+
+
+@pytest.mark.postgres
 def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None:
     import psycopg
 

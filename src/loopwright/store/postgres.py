@@ -30,6 +30,7 @@ Same semantics as :class:`~loopwright.store.sqlite.SQLiteStore`, method for meth
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -279,8 +280,13 @@ class PostgresStore(SQLStore):
     def _executemany(
         self, conn: psycopg.Connection[Any], sql: str, rows: Sequence[Sequence[Any]]
     ) -> None:
-        with conn.cursor() as cur:
-            cur.executemany(sql, rows)  # pipelined: a handful of round trips, not one per row
+        # Not psycopg's executemany: it pipelines, and after a pipeline the server does not arm
+        # ``idle_in_transaction_session_timeout`` (PostgreSQL 15, psycopg 3.3), so a worker
+        # frozen right after one (SIGSTOP, a VM pause) held its runs' row locks for good. An
+        # INSERT's rows go as one multi-row statement (one round trip, as the pipeline was);
+        # anything else row by row.
+        for statement, args in multi_row(sql, rows):
+            conn.execute(statement, args)
 
     def _fence_batch(
         self, conn: psycopg.Connection[Any], run_ids: Sequence[str]
@@ -352,3 +358,35 @@ class PostgresStore(SQLStore):
         return PostgresStore(
             self._source, pool_min=0, pool_max=1, schema=self.schema, _read_only=True
         )
+
+
+_VALUES = re.compile(r"VALUES\s*(\(\s*%s(?:\s*,\s*%s)*\s*\))", re.IGNORECASE)
+_CONFLICT = re.compile(
+    r"INSERT INTO \w+\s*\(([^)]*)\)\s*VALUES.*ON CONFLICT\s*\(([^)]*)\)\s*DO UPDATE",
+    re.IGNORECASE | re.DOTALL,
+)
+MAX_PARAMS = 30_000  # per statement (the protocol allows 65,535)
+
+
+def multi_row(sql: str, rows: Sequence[Sequence[Any]]) -> Iterator[tuple[str, Sequence[Any]]]:
+    """The statements that do what ``executemany(sql, rows)`` does, each sent on its own: an
+    ``INSERT ... VALUES (%s, ...)`` as multi-row INSERTs, anything else once a row. An upsert
+    keeps the last of rows with the same conflict key, as executing them in turn would (a
+    multi-row ``DO UPDATE`` may not touch a row twice)."""
+    m = _VALUES.search(sql)
+    if m is None or len(rows) < 2:
+        for r in rows:
+            yield sql, r
+        return
+    c = _CONFLICT.search(sql)
+    if c is not None:
+        cols = [x.strip() for x in c.group(1).split(",")]
+        key = [cols.index(x.strip()) for x in c.group(2).split(",")]
+        last = {tuple(r[i] for i in key): r for r in rows}
+        rows = list(last.values())
+    group = m.group(1)
+    per = max(1, MAX_PARAMS // max(1, len(rows[0])))
+    for i in range(0, len(rows), per):
+        chunk = rows[i : i + per]
+        values = "VALUES " + ", ".join([group] * len(chunk))
+        yield sql[: m.start()] + values + sql[m.end() :], [v for r in chunk for v in r]
