@@ -287,4 +287,15 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # v9: the effect keys runs did before v4 claimed keys store-wide (effect_keys came empty:
     # an invoice an earlier release paid was paid again after the upgrade).
     [BACKFILL_CLAIMS],
+    # v10: one run's requests by status, in order. ``approvals(run_id=X, status='pending')``
+    # (every approve, deny and resume) and the claim's NOT EXISTS read only that run's rows;
+    # with no ANALYZE statistics the planner took approvals_status (status, requested_at) for
+    # its ORDER BY and read every pending request of the store. This index serves both the
+    # equality and the order, so it wins whatever the statistics; it replaces approvals_run,
+    # its prefix. (IF [NOT] EXISTS: a step run again, as a test of v9 does, changes nothing.)
+    [
+        "CREATE INDEX IF NOT EXISTS approvals_run_status ON approvals(run_id, status, "
+        "requested_at, approval_id)",
+        "DROP INDEX IF EXISTS approvals_run",
+    ],
 ]
