@@ -88,3 +88,119 @@ def test_one_runs_pending_requests_are_read_by_their_own_index(tmp_path: Path) -
         text = "\n".join(str(r[-1]) for r in plan)
         assert "approvals_run_status (run_id=? AND status=?)" in text, text
         assert "TEMP B-TREE" not in text, text
+
+
+def _claim_steps(store: SQLiteStore) -> tuple[list[tuple[str, int]], int]:
+    """A claim of one run, and the SQLite VM steps it took (a count of the rows it read)."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    store._db.set_progress_handler(count, 1)
+    try:
+        got = store.claim_runs("worker", 30, limit=1)
+    finally:
+        store._db.set_progress_handler(None, 1)
+    return got, steps[0]
+
+
+def test_a_claim_reads_no_more_when_more_runs_wait_for_a_person(tmp_path: Path) -> None:
+    # Parked runs with a pending request, older than the one runnable run, used to be read
+    # (and their approvals probed) by every claim: the work grew with them. Now a claim costs
+    # the same with 10 or 200 of them waiting, and with 0 or 200 finished runs.
+    costs = []
+    for parked in (10, 200):
+        with SQLiteStore(tmp_path / f"s{parked}.db") as s:
+            for i in range(parked):
+                _park(s, _create(s, f"p{i}"))
+            for i in range(parked):  # finished runs, never candidates
+                rid = _create(s, f"d{i}")
+                token = s.acquire_lease(rid, "me", 60)
+                s.commit(
+                    rid, token, seq=1, cycle=1, state={"cycle": 1}, record=None,
+                    events=[], run={"status": "accepted"},
+                )  # fmt: skip
+                s.release_lease(rid, token)
+            ready = _create(s, "ready")
+            got, steps = _claim_steps(s)
+            assert [r for r, _ in got] == [ready]
+            costs.append(steps)
+    assert costs[1] < costs[0] * 1.5, costs
+
+
+def test_a_parked_run_is_claimable_once_its_last_request_is_decided(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "s.db") as s:
+        rid = _create(s, "k")
+        _park(s, rid, n=2)
+        assert s.claim_runs("w", 30) == []
+        s.decide_approval(f"ap-{rid}-0", status="approved", by="p", note=None, now=1.0)
+        assert s.claim_runs("w", 30) == []  # one request still pending
+        s.decide_approval(f"ap-{rid}-1", status="denied", by="p", note=None, now=2.0)
+        [(got, _)] = s.claim_runs("w", 30)
+        assert got == rid
+
+
+def test_a_claim_passes_over_more_than_a_batch_of_live_local_leases(tmp_path: Path) -> None:
+    # Candidates come in batches; leases of this host held by live processes are refused in
+    # Python. A batch refused whole must not end the claim: the free run after it is taken.
+    import os
+    import socket
+
+    from loopwright._owners import PROCESS_SPACE
+
+    live = f"{socket.gethostname()}:{os.getpid()}:x:{PROCESS_SPACE}"
+    with SQLiteStore(tmp_path / "s.db") as s:
+        held = [_create(s, f"h{i:02}") for i in range(40)]
+        for rid in held:
+            s.acquire_lease(rid, live, 600)
+        free = _create(s, "free")
+        with s._tx() as db:  # the free run is the newest: every held one comes first
+            db.execute("UPDATE runs SET updated_at = 1 WHERE run_id <> ?", (free,))
+        assert [r for r, _ in s.claim_runs("w", 30, limit=5)] == [free]
+
+
+def test_the_approvals_inbox_reads_one_page_in_the_store(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # /api/approvals and the inbox used to read every request of the store, then filter, sort
+    # and slice in Python. Now the store pages them (keyset, newest first) and counts them.
+    from fastapi.testclient import TestClient
+
+    from loopwright.store._base import Store
+    from loopwright.web import create_app
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as s:
+        runs = [_create(s, f"k{i}") for i in range(7)]
+        for r in runs:
+            _park(s, r)
+        with s._tx() as db:  # two share a time: the id breaks the tie
+            db.execute("UPDATE approvals SET requested_at = 5 WHERE run_id IN (?, ?)", runs[:2])
+            db.execute("UPDATE approvals SET why = 'Needs Ana' WHERE run_id = ?", (runs[3],))
+        want = Store.page_approvals(s, status="pending", limit=100)  # the default, in Python
+        assert len(want) == 7
+        assert Store.page_approvals(s, search="needs ANA", limit=100) == [
+            a for a in want if a.run_id == runs[3]
+        ]
+
+    def store_wide(self: SQLiteStore, *, run_id: str | None = None, status: str | None = None):  # type: ignore[no-untyped-def]
+        assert run_id is not None, "every request of the store read for one page"
+        return real(self, run_id=run_id, status=status)
+
+    real = SQLiteStore.approvals
+    monkeypatch.setattr(SQLiteStore, "approvals", store_wide)
+    client = TestClient(create_app(str(path), token="t" * 24), base_url="http://127.0.0.1")
+    got, url = [], "/api/approvals?limit=3"
+    while url:
+        r = client.get(url)
+        assert r.status_code == 200, r.text
+        assert r.headers["X-Total-Count"] == "7"
+        assert len(r.json()) <= 3
+        got += [a["approval_id"] for a in r.json()]
+        nxt = r.headers.get("X-Next-Cursor")
+        url = f"/api/approvals?limit=3&after={nxt}" if nxt else ""
+    assert got == [a.approval_id for a in want]
+    r = client.get("/api/approvals?q=needs%20ana")
+    assert [a["run_id"] for a in r.json()] == [runs[3]]
+    assert r.headers["X-Total-Count"] == "1"
+    assert client.get("/approvals").status_code == 200
