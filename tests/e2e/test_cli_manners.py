@@ -83,7 +83,7 @@ def _fill(path: Path, n: int) -> list[str]:
                 initial_state={"cycle": 0},
             )
             ids.append(rec.run_id)
-    runs = json.loads(_subprocess("runs", "--json", store=path).stdout)
+    runs = json.loads(_subprocess("runs", "--json", "--all", store=path).stdout)
     assert len(runs) == n
     return [r["run_id"] for r in runs]
 
@@ -267,8 +267,9 @@ def test_runs_shows_the_newest_50_and_says_how_many_more(tmp_path: Path) -> None
 
     few = _subprocess("runs", "--limit", "3", store=store).stdout.splitlines()
     assert few[-1] == "… 54 more (use --limit N or --all)"
-    # Scripts get every run from --json unless they ask for fewer.
-    assert len(json.loads(_subprocess("runs", "--json", store=store).stdout)) == 57
+    # --json is bounded as the table is (stderr says how many more); --all gives every run.
+    assert len(json.loads(_subprocess("runs", "--json", store=store).stdout)) == 50
+    assert len(json.loads(_subprocess("runs", "--json", "--all", store=store).stdout)) == 57
     assert len(json.loads(_subprocess("runs", "--json", "--limit", "3", store=store).stdout)) == 3
 
 
@@ -497,3 +498,28 @@ def test_memory_text_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> Non
             cwd=tmp_path, store=tmp_path / "s.db")  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert "lone surrogate" in r.stderr and "internal error" not in r.stderr
+
+
+def test_runs_json_is_bounded_like_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `runs --json` printed every run of the store (81 MB at 50,000 runs): now the newest 50,
+    # as the table, with how many more on stderr; --limit and --all as the table's.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as st:
+        for i in range(53):
+            st.create_run(
+                run_id=f"run-{i:03}", task_key=f"k{i}", loop_name="l", project="",
+                spec_ref=None, loop_version=None, contract={"budget": {"max_cycles": 1}},
+                task={"x": i}, initial_state={"cycle": 0},
+            )  # fmt: skip
+    code, out, err = _run_main(["runs", "--json", "--store", url], capsys, monkeypatch)
+    assert code == 0, err
+    assert len(json.loads(out)) == 50
+    assert "3 more run(s) not listed; use --limit N or --all" in err
+    code, out, err = _run_main(
+        ["runs", "--json", "--limit", "2", "--store", url], capsys, monkeypatch
+    )
+    assert len(json.loads(out)) == 2 and "51 more run(s)" in err
+    code, out, err = _run_main(["runs", "--json", "--all", "--store", url], capsys, monkeypatch)
+    assert len(json.loads(out)) == 53 and "more run" not in err

@@ -60,8 +60,14 @@ def test_a_v3_store_migrates_and_reads_back_as_it_was(old_store: Path) -> None:
     after = raw.execute(
         "SELECT run_id, seq, state, record FROM checkpoints ORDER BY 1, 2"
     ).fetchall()
+    indexes = {
+        r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE tbl_name='approvals'")
+    }
     raw.close()
     assert after == before  # migrated rows are kept byte for byte
+    # v10: one run's requests by (run_id, status, order); the old prefix index is gone
+    assert "approvals_run_status" in indexes
+    assert "approvals_run" not in indexes
 
 
 def test_a_parked_v3_run_resumes_onto_the_new_layout(old_store: Path) -> None:

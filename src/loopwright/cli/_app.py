@@ -340,8 +340,8 @@ def runs(
     limit: Annotated[
         int | None,
         typer.Option(
-            help=f"At most this many, newest first (default: {RUNS_SHOWN} in the table, "
-            "every run with --json).",
+            help=f"At most this many, newest first (default: {RUNS_SHOWN}, in the table and "
+            "with --json; stderr says how many more there are).",
             show_default=False,
         ),
     ] = None,
@@ -362,7 +362,8 @@ def runs(
         raise ConfigError("must be at least 1", field="--limit")
     if limit is not None and all_:
         raise ConfigError("give --limit or --all, not both", field="--all")
-    shown = None if all_ or (as_json and limit is None) else (limit or RUNS_SHOWN)
+    # Bounded by default, --json too (a store of 50,000 runs printed 81 MB): --all for every run.
+    shown = None if all_ else (limit or RUNS_SHOWN)
     filters: dict[str, Any] = {"status": status, "project": project, "loop_name": loop}
     with open_existing(store) as st:
         if shown is None:
@@ -376,6 +377,11 @@ def runs(
         from .._packet import run_stop_cause
 
         _print_json([{**r.to_dict(), "stop_cause": run_stop_cause(r)} for r in records])
+        if total > len(records):
+            typer.echo(
+                f"{total - len(records)} more run(s) not listed; use --limit N or --all",
+                err=True,
+            )
         return
     from ._table import print_runs
 

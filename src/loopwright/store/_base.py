@@ -409,6 +409,20 @@ def _folded(rows: Sequence[CheckpointRow], base: int, i: int) -> dict[str, Any]:
     )
 
 
+def approvals_matching(rows: list[Approval], search: str | None) -> list[Approval]:
+    """The requests ``search`` finds (``Store.page_approvals``), in their order."""
+    needle = (search or "").strip().lower()
+    if not needle:
+        return list(rows)
+    return [
+        a
+        for a in rows
+        if a.approval_id.lower().startswith(needle)
+        or a.run_id.lower().startswith(needle)
+        or any(needle in (x or "").lower() for x in (a.what, a.why, a.rule, a.kind))
+    ]
+
+
 class Store(LiveStore, PeopleStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
@@ -849,10 +863,38 @@ class Store(LiveStore, PeopleStore, ABC):
         the built-in stores read one row."""
         return next((a for a in self.approvals() if a.approval_id == approval_id), None)
 
-    def count_approvals(self, *, status: str | None = None) -> int:
-        """How many requests there are (of one ``status``): what every page's badge shows.
-        This default reads them all; the built-in stores count in the database."""
-        return len(self.approvals(status=status))
+    def count_approvals(
+        self, *, status: str | None = None, run_id: str | None = None, search: str | None = None
+    ) -> int:
+        """How many requests there are (of one ``status``, one run, matching ``search`` as
+        ``page_approvals`` does): what every page's badge shows. This default reads them all;
+        the built-in stores count in the database."""
+        return len(approvals_matching(self.approvals(run_id=run_id, status=status), search))
+
+    def page_approvals(
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> list[Approval]:
+        """One page of requests, newest first (``requested_at`` descending, then
+        ``approval_id``): those after the keyset ``after`` (``(requested_at, approval_id)`` of
+        the last row of the page before), at most ``limit``. ``search``: a case-insensitive
+        prefix of the request's or the run's id, or a substring of its what, why, rule or
+        kind. This default reads them all; the built-in stores read one page."""
+        rows = approvals_matching(self.approvals(run_id=run_id, status=status), search)
+        rows.sort(key=lambda a: (-a.requested_at, a.approval_id))
+        if after is not None:
+            at, key = after
+            rows = [
+                a
+                for a in rows
+                if a.requested_at < at or (a.requested_at == at and a.approval_id > key)
+            ]
+        return rows[: max(0, limit)]
 
     def decided_approvals(self, limit: int) -> list[Approval]:
         """The ``limit`` decided requests most recently requested, newest first (what the

@@ -1169,9 +1169,52 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         )
         return self._approval(rows[0]) if rows else None
 
-    def count_approvals(self, *, status: str | None = None) -> int:
-        where, args = _where((("status", status),), self._MARK)
+    def count_approvals(
+        self, *, status: str | None = None, run_id: str | None = None, search: str | None = None
+    ) -> int:
+        where, args = self._approvals_where(status, run_id, search)
         return int(self._all(f"SELECT COUNT(*) FROM approvals{where}", args)[0][0])
+
+    def page_approvals(
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> list[Approval]:
+        where, args = self._approvals_where(status, run_id, search)
+        if after is not None:  # keyset pagination: the rows after (requested_at, approval_id)
+            m = self._MARK
+            where += (" AND " if where else " WHERE ") + (
+                f"(requested_at < {m} OR (requested_at = {m} AND approval_id > {m}))"
+            )
+            args += [after[0], after[0], after[1]]
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals{where} "
+            f"ORDER BY requested_at DESC, approval_id LIMIT {sql_int(max(0, limit))}"
+        )
+        return [self._approval(r) for r in self._all(query, args)]
+
+    def _approvals_where(
+        self, status: str | None, run_id: str | None, search: str | None
+    ) -> tuple[str, list[Any]]:
+        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
+        needle = (search or "").strip().lower()
+        if needle:
+            # as approvals_matching: an id prefix (either id), or a substring of the words;
+            # ! escapes LIKE's wildcards
+            m = self._MARK
+            pat = needle.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+            words = ("what", "why", "rule", "kind")
+            cond = " OR ".join(
+                [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
+                + [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in words]
+            )
+            where += (" AND " if where else " WHERE ") + f"({cond})"
+            args += [f"{pat}%"] * 2 + [f"%{pat}%"] * len(words)
+        return where, args
 
     def decided_approvals(self, limit: int) -> list[Approval]:
         # Only ``limit`` rows are parsed; the scan for them stays in the database.

@@ -26,8 +26,8 @@ from typing import Any
 
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
-from ._schema import SQLITE_MIGRATIONS
-from ._sql import RUNNABLE_STATUS, SQLStore, owner_is_dead
+from ._schema import CLAIMABLE_SQLITE, SQLITE_MIGRATIONS
+from ._sql import SQLStore, owner_is_dead
 
 __all__ = ["SQLiteStore", "owner_is_dead"]
 
@@ -322,21 +322,35 @@ class SQLiteStore(SQLStore):
         # (as ``acquire_lease`` treats it): its runs need not wait out the TTL.
         host = f"{socket.gethostname()}:"
         with self._tx() as db:
-            candidates = db.execute(
-                "SELECT run_id, fencing_token, lease_owner, lease_expires_at FROM runs r WHERE "
-                "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
-                f"OR substr(lease_owner, 1, ?) = ?) AND {RUNNABLE_STATUS} "
-                "ORDER BY updated_at, run_id",
-                (now, len(host), host),
-            ).fetchall()
-            rows = [
-                (run_id, token)
-                for run_id, token, lease_owner, expires in candidates
-                if lease_owner is None
-                or expires is None
-                or expires < now
-                or owner_is_dead(str(lease_owner))
-            ][: int(limit)]
+            # Candidates in claim order, a batch at a time, from the partial index of runnable
+            # runs: a claim reads ``limit`` free runs plus the live leases it passes over
+            # (held by workers), not every open run. A live local lease is free only if its
+            # process is dead (checked here, in Python): a batch all refused reads the next.
+            size = max(int(limit), 16)
+            rows: list[tuple[str, int]] = []
+            after: tuple[float, str] | None = None
+            while len(rows) < limit:
+                keyset = "" if after is None else "AND (updated_at, run_id) > (?, ?) "
+                batch = db.execute(
+                    "SELECT run_id, fencing_token, lease_owner, lease_expires_at, updated_at "
+                    f"FROM runs INDEXED BY runs_claimable WHERE {CLAIMABLE_SQLITE} "
+                    "AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
+                    f"OR substr(lease_owner, 1, ?) = ?) {keyset}"
+                    "ORDER BY updated_at, run_id LIMIT ?",
+                    (now, len(host), host, *(after or ()), size),
+                ).fetchall()
+                rows += [
+                    (run_id, token)
+                    for run_id, token, lease_owner, expires, _ in batch
+                    if lease_owner is None
+                    or expires is None
+                    or expires < now
+                    or owner_is_dead(str(lease_owner))
+                ]
+                if len(batch) < size:
+                    break
+                after = (batch[-1][4], batch[-1][0])
+            rows = rows[: int(limit)]
             db.executemany(
                 self._q.take_lease,
                 [(owner, now + ttl_s, token + 1, run_id) for run_id, token in rows],

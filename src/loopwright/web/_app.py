@@ -603,30 +603,22 @@ def create_app(
     def approvals_query(
         status: str | None, run_id: str | None, q: str | None, after: str | None, limit: int
     ) -> tuple[list[Approval], str | None, int]:
-        """A page of approval requests, newest first (few enough to filter here)."""
+        """A page of approval requests, newest first: one page read and a COUNT, in the
+        store (not every request filtered here)."""
         try:
             cur = Cursor.parse(after)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
         limit = page_size(limit)
-        rows = store.approvals(run_id=run_id or None, status=status or None)
-        needle = (q or "").strip().lower()
-        if needle:
-            rows = [
-                a
-                for a in rows
-                if a.approval_id.startswith(needle)
-                or a.run_id.startswith(needle)
-                or any(needle in (x or "").lower() for x in (a.what, a.why, a.rule, a.kind))
-            ]
-        rows.sort(key=lambda a: (-a.requested_at, a.approval_id))
-        total = len(rows)
-        if cur:
-            rows = [
-                a
-                for a in rows
-                if a.requested_at < cur.at or (a.requested_at == cur.at and a.approval_id > cur.key)
-            ]
+        flt: dict[str, Any] = {
+            "status": status or None,
+            "run_id": run_id or None,
+            "search": (q or "").strip() or None,
+        }
+        rows = store.page_approvals(
+            **flt, after=(cur.at, cur.key) if cur else None, limit=limit + 1
+        )
+        total = store.count_approvals(**flt)
         page_rows = rows[:limit]
         more = len(rows) > limit
         nxt = (
