@@ -242,3 +242,23 @@ def test_the_metrics_page_lists_runs_once(tmp_path: Path, reads: dict[str, int])
     assert page.status_code == 200, page.text
     assert "Cost per accepted outcome by day" in page.text
     assert reads["list_runs"] == 1
+
+
+def test_a_forks_cycles_are_fitted_at_the_cycle_and_stall_it_went_on_from(
+    tmp_path: Path,
+) -> None:
+    from loopwright.replay import fit_hazard
+
+    loop = make_loop(one_fix_per_cycle([]))
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        a = rt.run_sync(loop, TASK, task_key="A")
+        rt.resume_sync(rt.fork(a.run_id, at_cycle=2, task_key="A~2").run_id, loop)
+        (fork,) = [t for t in traces_from_store(rt.store) if t.task_key == "A~2"]
+    # the fork's one cycle is its cycle 3, after no stall: where the engine asks p_success(3, 0)
+    table = fit_hazard([fork], max_cycles=4, max_stall=1)
+    assert [[list(cell) for cell in row] for row in table] == [
+        [[0, 0], [0, 0]],
+        [[0, 0], [0, 0]],
+        [[1, 1], [0, 0]],
+        [[0, 0], [0, 0]],
+    ]
