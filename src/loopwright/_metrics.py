@@ -21,6 +21,7 @@ from typing import Any
 
 from ._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from ._errors import ConfigError
+from ._inherited import inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store, open_store
 
 __all__ = [
@@ -82,7 +83,7 @@ DEFINITIONS: dict[str, str] = {
     "approvals_per_accepted": "approval requests (any outcome) / accepted runs",
     "approval_wait_s": "mean seconds from request to a person's decision",
     "context_reuse_rate": "cycles whose context carried a note from earlier (answer, approval, "
-    "effect result, rollback) / cycles after the first",
+    "edit, effect result, rollback, compensation) / cycles after the first",
     "workflow_reuse_rate": "runs whose loop name and version had an accepted run before they "
     "were created / runs with a known version",
     REVIEW_COST_METRIC: "reviews decided by a person x cost per review / accepted runs",
@@ -114,11 +115,15 @@ class RunMetrics:
 
     Attributes:
         cycles: the run's cycle counter (cycles started and concluded, asked and refused ones
-            included; a rollback does not lower it).
+            included; a rollback does not lower it); a fork's own: less the cycle it was forked
+            at (``inherited_cycles``).
+        cost_usd: the run's own spend: its ``cost_usd``, less for a fork what it inherited
+            (``inherited_usd``, counted in the run it was forked from), so that each dollar
+            counts once across runs.
         last_improvement_cycle: the last concluded cycle whose record says ``improved``; None
-            when no cycle improved.
-        spend_after_last_improvement_usd: ``cost_usd`` minus the cumulative spend checkpointed
-            with that cycle (the whole ``cost_usd`` when no cycle improved).
+            when no cycle improved (a fork: none of its own).
+        spend_after_last_improvement_usd: the run's own spend after that cycle (the whole of
+            its own spend when no cycle of its own improved).
         verified_cycles: concluded cycles with at least one visible verdict.
         regression_checked_cycles: verified cycles with an earlier verified cycle that was not
             undone by a rollback.
@@ -136,6 +141,9 @@ class RunMetrics:
         context_reuse_cycles: of those, cycles whose context carried at least one note.
         workflow_reused: whether an accepted run of the same loop name and version ended
             before this run was created; None when the run's loop version is unknown.
+        inherited_usd, inherited_cycles, inherited_best_score: what a fork started from (its
+            origin's spend, cycle counter and best score at the fork point; 0, 0 and None for
+            a run that is not a fork).
     """
 
     run_id: str
@@ -165,6 +173,9 @@ class RunMetrics:
     context_reuse_cycles: int
     workflow_reused: bool | None
     edits: int = 0
+    inherited_usd: float = 0.0
+    inherited_cycles: int = 0
+    inherited_best_score: float | None = None
 
     @property
     def accepted(self) -> bool:
@@ -186,8 +197,11 @@ class RunMetrics:
 
     @property
     def progress(self) -> float:
-        """The best visible score reached (0 when no cycle was scored)."""
-        return self.best_score if self.best_score is not None else 0.0
+        """The best visible score reached (0 when no cycle was scored); a fork's rise above
+        the best score it inherited (0 when it reached no higher)."""
+        best = self.best_score if self.best_score is not None else 0.0
+        base = self.inherited_best_score if self.inherited_best_score is not None else 0.0
+        return max(0.0, best - base)
 
     @property
     def progress_per_usd(self) -> float | None:
@@ -250,7 +264,10 @@ def run_metrics(
     name and version (any project, any time; :func:`compute_metrics` looks it up).
     """
     cps = sorted(checkpoints, key=lambda c: c.seq)
-    last_cycle, through = _last_improvement(cps)
+    # A fork's row counts on from its origin's spend and cycle; its own figures are its row's
+    # less what it inherited (its first checkpoint's state: docs/metrics.md, Forks).
+    inh = inherited(run, cps[0].fields if cps and cps[0].seq == 0 else None)
+    last_cycle, through = _last_improvement(cps, inh.cost_usd)
     checked, verified, regressions = _regressions(cps)
     context_cycles, reuse = _context_reuse(cps)
     parts, revisions = _revisions(cps[-1].state if cps else {})
@@ -272,8 +289,8 @@ def run_metrics(
         stop_reason=run.stop_reason,
         created_at=run.created_at,
         ended_at=run.ended_at,
-        cycles=run.cycle,
-        cost_usd=run.cost_usd,
+        cycles=max(0, run.cycle - inh.cycle),
+        cost_usd=max(0.0, run.cost_usd - inh.cost_usd),
         best_score=run.best_score,
         held_out_passed=run.held_out_passed,
         last_improvement_cycle=last_cycle,
@@ -290,14 +307,18 @@ def run_metrics(
         context_reuse_cycles=reuse,
         workflow_reused=reused,
         edits=sum(1 for e in events if e.kind == "edited"),
+        inherited_usd=inh.cost_usd,
+        inherited_cycles=inh.cycle,
+        inherited_best_score=inh.best_score,
     )
 
 
-def _last_improvement(cps: Sequence[Checkpoint]) -> tuple[int | None, float]:
-    """The last improving cycle and the cumulative spend checkpointed with it."""
+def _last_improvement(cps: Sequence[Checkpoint], start: float = 0.0) -> tuple[int | None, float]:
+    """The last improving cycle and the cumulative spend checkpointed with it; ``start`` (what
+    a fork inherited) when no cycle of the run's own improved."""
     cycle: int | None = None
-    through = 0.0
-    summed = 0.0  # fallback for states without ``spent``: the cycles' own usage
+    through = start
+    summed = start  # fallback for states without ``spent``: the cycles' own usage
     for c in cps:
         rec = c.record
         if not _concluded(rec):
@@ -346,6 +367,20 @@ def _regressions(
     return checked, verified, found
 
 
+#: The notes that count as context reused (docs/metrics.md): a person's answer, approval
+#: decision or edit, an effect's result, a rollback or a compensation. Bookkeeping notes (a
+#: fork's ``{"kind": "fork"}``) do not.
+REUSED_NOTES = frozenset({"answer", "approval", "edit", "effect", "rollback", "compensation"})
+
+
+def _reused_notes(fields: Mapping[str, Any]) -> int:
+    return sum(
+        1
+        for n in fields.get("notes") or ()
+        if isinstance(n, Mapping) and n.get("kind") in REUSED_NOTES
+    )
+
+
 def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
     """(cycles after the first concluded one, those whose context carried a note or an item
     of feedback memory)."""
@@ -356,14 +391,19 @@ def _context_reuse(cps: Sequence[Checkpoint]) -> tuple[int, int]:
     for c in cps:
         rec = c.record or {}
         n = rec.get("cycle")
-        if isinstance(n, int) and n not in notes_at_start:
+        if rec.get("decision") == "rollback":
+            # The cycles after the one rolled back to are done again, under the same numbers:
+            # each redone cycle's context is the state before its own first commit.
+            to = int(rec.get("to_cycle") or 0)
+            notes_at_start = {k: v for k, v in notes_at_start.items() if k <= to}
+        elif isinstance(n, int) and n not in notes_at_start:
             notes_at_start[n] = previous  # the cycle's first commit: its context came before
         if _concluded(rec):
             if seen_first:
                 cycles += 1
                 reuse += notes_at_start.get(int(rec["cycle"]), 0) > 0 or bool(rec.get("memory"))
             seen_first = True
-        previous = len(c.fields.get("notes") or ())
+        previous = _reused_notes(c.fields)
     return cycles, reuse
 
 
@@ -424,6 +464,8 @@ class Metrics:
             part written by a person, overrides of an accepted version included) / the
             accepted parts counted by ``revisions_per_accepted_part`` (a person's version is
             accepted, so an edited part is one of them once a cycle has run).
+        spend_usd: the selected runs' own spend (a fork's ``cost_usd`` less what it
+            inherited from its origin: each dollar once).
         cost_per_accepted_usd: ``spend_usd`` / ``accepted`` (the spend of runs that did not
             end accepted is part of the price of those that did).
         spend_after_last_improvement_usd: summed over selected runs: ``cost_usd`` minus the
@@ -456,9 +498,9 @@ class Metrics:
         approval_wait_s: mean of ``decided_at − requested_at`` over requests a person decided
             (approved, denied or answered; expired, cancelled and pending ones are left out).
         context_reuse_rate: concluded cycles whose context carried at least one note from
-            before the cycle started (a person's answer or approval decision, an effect's
-            result, a rollback or compensation record) / concluded cycles that are not their
-            run's first. Findings and cycle history, which every later cycle carries, do not
+            before the cycle started (a person's answer, approval decision or edit, an
+            effect's result, a rollback or compensation record: ``REUSED_NOTES``; not a fork's
+            own note) / concluded cycles that are not their run's first. Findings and cycle history, which every later cycle carries, do not
             count. Feedback memory, once it exists, will add its notes here.
         workflow_reuse_rate: selected runs whose (loop name, loop version) had an accepted run
             (any project) that ended before the run was created / selected runs with a loop
@@ -674,19 +716,18 @@ def compute_metrics(
         raise ConfigError("must be a non-negative amount", field="review_cost_usd")
     st = store if isinstance(store, Store) else open_store(_url(store))
     try:
-        runs = [
-            r
-            for r in st.list_runs(status=status, project=project, loop_name=loop)
-            if (t0 is None or r.created_at >= t0) and (t1 is None or r.created_at <= t1)
-        ]
-        proven = _proven(st, {r.loop_name for r in runs})
+        # The selection, window included, is the database's: a window reads only its runs.
+        runs = st.list_runs(status=status, project=project, loop_name=loop, since=t0, until=t1)
+        proven = st.first_accepted(sorted({r.loop_name for r in runs}))
         rows = [
             run_metrics(
                 r,
                 st.checkpoints(r.run_id),
                 st.events(r.run_id),
                 st.approvals(run_id=r.run_id),
-                workflow_proven_at=proven.get((r.loop_name, r.loop_version)),
+                workflow_proven_at=None
+                if r.loop_version is None
+                else proven.get((r.loop_name, r.loop_version)),
             )
             for r in runs
         ]
@@ -699,15 +740,3 @@ def compute_metrics(
 
 def _url(store: str | os.PathLike[str] | None) -> str | None:
     return os.fspath(store) if store is not None else None
-
-
-def _proven(store: Store, loops: Iterable[str]) -> dict[tuple[str, str | None], float]:
-    """(loop name, version) → when its first accepted run ended, over the whole store."""
-    first: dict[tuple[str, str | None], float] = {}
-    for name in sorted(loops):
-        for r in store.list_runs(status="accepted", loop_name=name):
-            if r.ended_at is None or r.loop_version is None:
-                continue
-            key = (r.loop_name, r.loop_version)
-            first[key] = min(first.get(key, r.ended_at), r.ended_at)
-    return first

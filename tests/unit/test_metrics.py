@@ -88,7 +88,10 @@ def checkpoints(*items: tuple[dict[str, Any] | None, dict[str, Any]]) -> list[Ch
 
 
 def spent(cost: float, notes: int = 0) -> dict[str, Any]:
-    return {"spent": {"cost_usd": cost, "tokens": 0, "seconds": 0.0}, "notes": [{}] * notes}
+    return {
+        "spent": {"cost_usd": cost, "tokens": 0, "seconds": 0.0},
+        "notes": [{"kind": "answer"}] * notes,
+    }
 
 
 def events(*kinds: str) -> list[Event]:

@@ -25,6 +25,11 @@ recorded run ended after its last concluded cycle when that was not a decision o
 mid-cycle; ``reason``: which, and for ``budget_time`` ``max_seconds``: the recorded limit),
 ``parked`` (waiting for a person), ``cancelled``, ``unfinished`` or ``none``; its ``cost_usd``,
 ``tokens`` and ``seconds``: what that unfinished cycle spent.
+
+A fork (``Runtime.fork``) adds ``start``: the accounting it inherited from the run it was forked
+from (``cycle``, ``cost_usd``, ``tokens``, ``seconds``, ``best_score``, ``progress_score``,
+``stall``, ``passed_checks``). Its contract goes on from there; its ``recorded`` figures and its
+cycles are its own (what it inherited is not counted again).
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ class RunTrace:
     recorded: Mapping[str, Any] = field(default_factory=dict)
     tail: Mapping[str, Any] = field(default_factory=lambda: {"kind": "none"})
     source: str = ""
+    # A fork's starting point: the accounting it inherited (``_inherited.Inherited.to_dict``);
+    # empty for a run that started from its task.
+    start: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +115,7 @@ class RunTrace:
                 for c in self.cycles
             ],
             "tail": dict(self.tail),
+            **({"start": dict(self.start)} if self.start else {}),
         }
 
     @classmethod
@@ -146,6 +155,7 @@ class RunTrace:
                 recorded=dict(d.get("recorded") or {}),
                 tail=dict(d.get("tail") or {"kind": "none"}),
                 source=str(d.get("source", "")),
+                start=dict(d.get("start") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"malformed run trace: {exc!r}", field=where) from None

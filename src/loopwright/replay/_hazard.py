@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from .. import _decide as rules
 from .._contract import Budget, Contract, Success
 from .._errors import ConfigError
+from .._inherited import NOTHING, Inherited
 from ._format import RunTrace
 from ._simulate import _success
 
@@ -66,10 +67,13 @@ def fit_hazard(
     trials = [[0] * (max_stall + 1) for _ in range(max_cycles)]
     for trace in traces:
         required = set(trace.required or ())
-        best: float | None = None
-        passed: set[str] = set()
-        stall = 0
-        for k, c in enumerate(trace.cycles, 1):
+        # a fork goes on from the cycle, level and stall it inherited, as the engine asks
+        # ``p_success(k, stall)`` of it (``RunTrace.start``; nothing for other runs)
+        inh = Inherited.from_dict(trace.start) if trace.start else NOTHING
+        best: float | None = inh.progress_score
+        passed: set[str] = set(inh.passed_checks)
+        stall = inh.stall
+        for k, c in enumerate(trace.cycles, inh.cycle + 1):
             row, col = min(k, max_cycles) - 1, min(stall, max_stall)
             trials[row][col] += 1
             if _success(judge, trace, c):

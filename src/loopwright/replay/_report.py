@@ -11,6 +11,7 @@ from typing import Any
 
 from .._contract import Contract
 from .._errors import ConfigError
+from .._inherited import Inherited
 from ._format import RunTrace
 from ._simulate import Outcome, simulate
 
@@ -63,9 +64,10 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
     for t in traces:
         r = t.recorded
         cost = float(r.get("cost_usd", sum(c.cost_usd for c in t.cycles)))
-        spent = last = 0.0
+        spent = last = 0.0  # the run's own spend (a fork's, less what it inherited)
         last_cycle = 0
-        best: float | None = None
+        # a fork rises above the best it inherited
+        best: float | None = Inherited.from_dict(t.start).best_score if t.start else None
         for c in t.cycles:
             spent += c.cost_usd
             rose = c.score is not None and (best is None or c.score > best)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import _decide as rules
 from .._contract import Contract
+from .._inherited import NOTHING, Inherited
 from .._state import TaskState
 from .._usage import Usage
 from ._format import CycleTrace, RunTrace
@@ -93,9 +94,20 @@ def _own_budget(trace: RunTrace, contract: Contract) -> Contract:
 
 def simulate(trace: RunTrace, contract: Contract) -> Outcome:
     contract = _own_budget(trace, contract)
-    s = TaskState()
+    # A fork goes on from the accounting it inherited, as the engine does (budgets, plateau
+    # and marginal return count it), and reports its own figures (what it inherited counts in
+    # its origin's trace, once).
+    inh = Inherited.from_dict(trace.start) if trace.start else NOTHING
+    s = TaskState(
+        cycle=inh.cycle,
+        spent=Usage._stored(inh.cost_usd, inh.tokens, inh.seconds),
+        best_score=inh.best_score,
+        progress_score=inh.progress_score,
+        stall=inh.stall,
+        passed_checks=list(inh.passed_checks),
+    )
     improved_at = 0
-    spent_at_improvement = 0.0
+    spent_at_improvement = inh.cost_usd
     held: bool | None = None
     required = set(trace.required or ())
     delta = contract.no_progress.min_delta if contract.no_progress else 0.0
@@ -105,10 +117,10 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             run_id=trace.run_id,
             task_key=trace.task_key,
             reason=reason,
-            cycles=s.cycle,
-            cost_usd=s.spent.cost_usd,
-            tokens=s.spent.tokens,
-            seconds=s.spent.seconds,
+            cycles=s.cycle - inh.cycle,
+            cost_usd=max(0.0, s.spent.cost_usd - inh.cost_usd),
+            tokens=max(0, s.spent.tokens - inh.tokens),
+            seconds=max(0.0, s.spent.seconds - inh.seconds),
             accepted=accepted,
             held_out_passed=held,
             best_score=s.best_score,
@@ -200,9 +212,9 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         return end("cancelled", note="cancelled, as recorded")
     # Censored: counted as not accepted, at no less than its recorded spend — this contract
     # would have spent all of it, and more on cycles the recording does not have.
-    s.spent = s.spent + Usage._stored(
-        max(0.0, _number(trace.recorded.get("cost_usd")) - s.spent.cost_usd),
-        max(0, int(_number(trace.recorded.get("tokens"))) - s.spent.tokens),
+    s.spent = s.spent + Usage._stored(  # recorded figures are the run's own: compare alike
+        max(0.0, _number(trace.recorded.get("cost_usd")) - (s.spent.cost_usd - inh.cost_usd)),
+        max(0, int(_number(trace.recorded.get("tokens"))) - (s.spent.tokens - inh.tokens)),
         0.0,
     )
     recorded = trace.recorded.get("stop_reason") or trace.recorded.get("status") or "its end"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._inherited import NOTHING, inherited
 from .._proposal import Verdict
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
 from ..store import RunRecord, Store
@@ -41,7 +42,10 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     task: Any = None
     visible_names: dict[str, None] = {}  # every visible check judged, in order
     optional: set[str] = set()  # ... and those the loop did not require
+    inh = NOTHING
     for ck in store.checkpoints(rec.run_id):
+        if ck.seq == 0:  # a fork's first checkpoint: the accounting it inherited
+            inh = inherited(rec, ck.fields)
         task = ck.fields.get("task") if task is None else task
         r = ck.record
         if not r:
@@ -77,10 +81,13 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         )
     # What the run spent after its last concluded cycle: the calls of a cycle it never
     # concluded (and, in seconds, time spent outside the cycles' own records).
+    # A fork's own figures: its row's less what it inherited (counted in its origin's trace).
+    own_cost = max(0.0, rec.cost_usd - inh.cost_usd)
+    own_tokens = max(0, rec.tokens - inh.tokens)
     extra: dict[str, Any] = {
-        "cost_usd": max(0.0, rec.cost_usd - sum(c.cost_usd for c in cycles)),
-        "tokens": max(0, rec.tokens - sum(c.tokens for c in cycles)),
-        "seconds": max(0.0, rec.seconds - sum(c.seconds for c in cycles)),
+        "cost_usd": max(0.0, own_cost - sum(c.cost_usd for c in cycles)),
+        "tokens": max(0, own_tokens - sum(c.tokens for c in cycles)),
+        "seconds": max(0.0, rec.seconds - inh.seconds - sum(c.seconds for c in cycles)),
     }
     if rec.status == "awaiting_approval":
         tail = {"kind": "parked", **extra}
@@ -105,9 +112,9 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     recorded: dict[str, Any] = {
         "status": rec.status,
         "stop_reason": rec.stop_reason,
-        "cycles": rec.cycle,
-        "cost_usd": rec.cost_usd,
-        "tokens": rec.tokens,
+        "cycles": max(0, rec.cycle - inh.cycle),
+        "cost_usd": own_cost,
+        "tokens": own_tokens,
         "held_out_passed": rec.held_out_passed,
         "max_cycles": _own_cap(rec, task),
         "loop": rec.loop_name,
@@ -124,6 +131,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         recorded=recorded,
         tail=tail,
         source=f"store:{store.url}",
+        start=inh.to_dict() if inh != NOTHING else {},
     )
 
 

@@ -473,11 +473,14 @@ class Store(LiveStore, PeopleStore, ABC):
         stop_reason: str | None = None,
         search: str | None = None,
         after: tuple[float, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first (by ``created_at``, then ``run_id``). ``search``: a
         case-insensitive substring of the task key, loop, project, stop reason or packet, or a
         run id prefix; ``after``: the ``(created_at, run_id)`` of the last run of the previous
-        page (keyset pagination)."""
+        page (keyset pagination); ``since``/``until``: epoch seconds, ``since ≤ created_at ≤
+        until`` (either optional), selected by the database, so a window reads only its runs."""
 
     @abstractmethod
     def count_runs(
@@ -494,6 +497,18 @@ class Store(LiveStore, PeopleStore, ABC):
     def run_projects(self) -> list[str]:
         """The distinct non-empty projects of the runs, sorted."""
         return sorted({r.project for r in self.list_runs() if r.project})
+
+    def first_accepted(self, loop_names: Sequence[str]) -> dict[tuple[str, str], float]:
+        """(loop name, loop version) → the earliest ``ended_at`` of an accepted run of it, over
+        the whole store, for the loops named (runs without a version or an end are left out)."""
+        first: dict[tuple[str, str], float] = {}
+        for name in sorted(set(loop_names)):
+            for r in self.list_runs(status="accepted", loop_name=name):
+                if r.ended_at is None or r.loop_version is None:
+                    continue
+                key = (r.loop_name, r.loop_version)
+                first[key] = min(first.get(key, r.ended_at), r.ended_at)
+        return first
 
     # --- leases -------------------------------------------------------------------------
     @abstractmethod

@@ -134,7 +134,12 @@ class Statements:
             "VALUES(?,?,?,?,'pending',?,?,?,?,?,?,?) "
             f"ON CONFLICT DO NOTHING RETURNING {RUN_COLS}"
         )
-        self.set_forked = p("UPDATE runs SET forked_from=?, forked_at=?, cycle=? WHERE run_id=?")
+        # A fork's row starts where its state does: the cycle, spend and best score it
+        # inherits (its budget goes on counting them; metrics subtract them: _inherited.py).
+        self.set_forked = p(
+            "UPDATE runs SET forked_from=?, forked_at=?, cycle=?, cost_usd=?, tokens=?, "
+            "seconds=?, best_score=? WHERE run_id=?"
+        )
         self.insert_first_checkpoint = p(
             f"INSERT INTO checkpoints({INSERT_CHECKPOINT_COLS}) VALUES(?, 0, ?, ?, NULL, 0, ?, 0)"
         )
@@ -600,9 +605,21 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 )
             created: dict[str, Any] = {"task_key": task_key, "loop": loop_name}
             if forked_from is not None:
-                conn.execute(q.set_forked, (*forked_from, forked_from[1], run_id))
+                spent = initial_state.get("spent") or {}
+                cost = float(spent.get("cost_usd") or 0.0)
+                tokens = int(spent.get("tokens") or 0)
+                seconds = float(spent.get("seconds") or 0.0)
+                best = initial_state.get("best_score")
+                conn.execute(
+                    q.set_forked,
+                    (*forked_from, forked_from[1], cost, tokens, seconds, best, run_id),
+                )
                 row = conn.execute(q.run_by_id, (run_id,)).fetchone()
-                created["forked_from"] = {"run": forked_from[0], "cycle": forked_from[1]}
+                created["forked_from"] = {
+                    "run": forked_from[0],
+                    "cycle": forked_from[1],
+                    "inherited": {"cost_usd": cost, "tokens": tokens, "seconds": seconds},
+                }
             for e in inherited:
                 # the run that did it: a fork of a fork names the origin, not its parent
                 data = {**e.data, "inherited_from": e.data.get("inherited_from") or e.run_id}
@@ -645,8 +662,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         stop_reason: str | None = None,
         search: str | None = None,
         after: tuple[float, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
         where, args = self._runs_where(status, project, loop_name, stop_reason, search)
+        m = self._MARK
+        for bound, op in ((since, ">="), (until, "<=")):
+            if bound is not None:  # the window, selected by the database (index runs_created)
+                where += (" AND " if where else " WHERE ") + f"created_at {op} {m}"
+                args.append(float(bound))
         if after is not None:  # keyset pagination: the rows after (created_at, run_id)
             m = self._MARK
             where += (" AND " if where else " WHERE ") + (
@@ -673,6 +697,19 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def run_projects(self) -> list[str]:
         rows = self._all("SELECT DISTINCT project FROM runs WHERE project <> '' ORDER BY 1", [])
         return [str(r[0]) for r in rows]
+
+    def first_accepted(self, loop_names: Sequence[str]) -> dict[tuple[str, str], float]:
+        names = sorted(set(loop_names))
+        if not names:
+            return {}
+        m = self._MARK
+        rows = self._all(
+            "SELECT loop_name, loop_version, MIN(ended_at) FROM runs WHERE status = 'accepted' "
+            f"AND loop_name IN ({', '.join([m] * len(names))}) AND loop_version IS NOT NULL "
+            "AND ended_at IS NOT NULL GROUP BY loop_name, loop_version",
+            names,
+        )
+        return {(str(r[0]), str(r[1])): float(r[2]) for r in rows}
 
     def _runs_where(
         self,

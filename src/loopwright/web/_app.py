@@ -820,9 +820,10 @@ def create_app(
             )
         except LoopwrightError as exc:
             error, m = str(exc), compute_metrics(store)
-        runs = store.list_runs(project=project or None)
+        # By day, over the runs the metrics selected (already read: no second listing); a
+        # fork's own spend, as the metrics count it.
         days: dict[str, list[float]] = {}
-        for r in runs:
+        for r in m.per_run:
             d = days.setdefault(time.strftime("%Y-%m-%d", time.localtime(r.created_at)), [0.0, 0.0])
             d[0] += r.cost_usd
             d[1] += r.status == "accepted"

@@ -1,0 +1,96 @@
+"""What a fork inherited from the run it was forked from, read from the fork's first checkpoint.
+
+``Runtime.fork`` starts a run from another run's state after cycle N, ``spent`` included: the
+fork's budget contract goes on counting the spend, cycles and time its origin had reached, so
+the fork's run row (``cost_usd``, ``tokens``, ``seconds``, ``cycle``) is cumulative along its
+line. Outcome metrics and replay count each dollar, cycle and point of score once: a fork's own
+figures are its run row's less what it inherited, and what it inherited is the state its first
+checkpoint (seq 0, written in the fork's one creating transaction) holds. A run that is not a
+fork inherited nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .store import RunRecord
+
+__all__ = ["NOTHING", "Inherited", "inherited"]
+
+
+@dataclass(frozen=True, slots=True)
+class Inherited:
+    """The engine's accounting a fork started from (all zero / empty for any other run)."""
+
+    cycle: int = 0
+    cost_usd: float = 0.0
+    tokens: int = 0
+    seconds: float = 0.0
+    best_score: float | None = None
+    progress_score: float | None = None
+    stall: int = 0
+    passed_checks: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cycle": self.cycle,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+            "best_score": self.best_score,
+            "progress_score": self.progress_score,
+            "stall": self.stall,
+            "passed_checks": list(self.passed_checks),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Inherited:
+        def num(key: str) -> float:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+        def score(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        return cls(
+            cycle=int(num("cycle")),
+            cost_usd=num("cost_usd"),
+            tokens=int(num("tokens")),
+            seconds=num("seconds"),
+            best_score=score("best_score"),
+            progress_score=score("progress_score"),
+            stall=int(num("stall")),
+            passed_checks=tuple(str(x) for x in d.get("passed_checks") or ()),
+        )
+
+
+NOTHING = Inherited()
+
+
+def inherited(run: RunRecord, first_state: Mapping[str, Any] | None) -> Inherited:
+    """What ``run`` inherited, given its first checkpoint's state (``Checkpoint.fields`` of
+    seq 0 will do: parts are not needed). ``NOTHING`` for a run that is not a fork."""
+    if run.forked_from is None or not first_state:
+        return NOTHING
+    spent = first_state.get("spent")
+    cost, tokens, seconds = 0.0, 0, 0.0
+    if isinstance(spent, Mapping):
+        cost = float(spent.get("cost_usd") or 0.0)
+        tokens = int(spent.get("tokens") or 0)
+        seconds = float(spent.get("seconds") or 0.0)
+    cycle = first_state.get("cycle")
+    return Inherited.from_dict(
+        {
+            "cycle": cycle if isinstance(cycle, int) else (run.forked_at or 0),
+            "cost_usd": cost,
+            "tokens": tokens,
+            "seconds": seconds,
+            "best_score": first_state.get("best_score"),
+            "progress_score": first_state.get("progress_score"),
+            "stall": first_state.get("stall"),
+            "passed_checks": first_state.get("passed_checks"),
+        }
+    )
