@@ -443,3 +443,67 @@ def test_a_run_out_of_time_mid_cycle_replays_as_recorded(
     # recognised by the cycle it started and never concluded, not by the words of its cause
     assert trace.tail["kind"] == "crossed" and trace.tail["reason"] == "budget_time"
     assert trace.tail["max_seconds"] == 100.0
+
+
+def test_a_run_a_person_reopened_replays_as_the_person_had_it_go_on(tmp_path: Path) -> None:
+    """A run stops (no progress), a person edits the part it was stuck on, and the resumed run
+    is accepted. Under its own contract replay goes on past the stop, as the person had the
+    run go on, and reproduces the recorded outcome; a contract that stops it sooner stops it
+    there (the person never saw that stop). Before, replay under the run's own contract ended
+    it at the stop: `accepted_lost: 1` (outside probe, helper-58)."""
+    parts = ("a", "b", "c")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        doc = ctx.artifacts["doc"]
+        # fixes a and b, then is stuck on c (a wrong value each cycle); once c is a person's
+        # (accepted), it proposes nothing
+        todo = [p for p in ("a", "b") if doc.get(p) != "good"]
+        if todo:
+            return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=lw.Usage(0.1, 10))
+        if ctx.is_accepted("doc", "c"):
+            return lw.Proposal(usage=lw.Usage(0.1, 10))
+        return lw.Proposal.edit("doc", {"c": f"try {ctx.cycle}"}, usage=lw.Usage(0.1, 10))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        doc = state.artifacts["doc"].values()
+        bad = [lw.Finding(f"{p} is bad", "doc", p) for p in parts if doc.get(p) != "good"]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / len(parts), findings=tuple(bad))
+
+    contract = lw.Contract(
+        success=lw.Success(min_score=1.0),
+        no_progress=lw.NoProgress(cycles=2),
+        budget=lw.Budget(max_cycles=10),
+    )
+    loop = lw.Loop(name="rescued", actor=actor, verifiers=[check], contract=contract)
+    path = tmp_path / "s.db"
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": dict.fromkeys(parts, "bad")}}, task_key="r")
+        assert (r.stop_reason, r.cycles) == ("no_progress", 4)
+        rt.edit(r.run_id, "doc/c", "good", by="carol")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles) == ("accepted", 5), (r.stop_reason, r.state.findings)
+    with lw.store.open_store(str(path)) as st:
+        [trace] = traces_from_store(st)
+    assert [c.reopened for c in trace.cycles] == [False, False, False, True, False]
+    same = simulate(trace, contract)
+    assert (same.reason, same.accepted, same.cycles) == ("success", True, 5)
+    assert same.cost_usd == pytest.approx(r.spent.cost_usd)
+    report = replay([trace], {"same": contract})
+    assert report.contracts[0][0].accepted_lost == 0
+    # a contract that stops it before the person's edit: the edit never happens
+    sooner = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=3)))
+    assert (sooner.reason, sooner.cycles) == ("budget_cycles", 3)
+    # a budget the edit's cycle would cross still stops it after the reopening, as the engine
+    capped = simulate(trace, replace_budget(contract, max_cycles=4))
+    assert (capped.reason, capped.cycles) == ("budget_cycles", 4)
+    # the mark goes through the trace file
+    out = tmp_path / "t.jsonl"
+    write_traces([trace], out)
+    [back] = read_traces(out)
+    assert back == trace
+
+
+def replace_budget(contract: lw.Contract, **budget: Any) -> lw.Contract:
+    from dataclasses import replace
+
+    return replace(contract, budget=replace(contract.budget, **budget))

@@ -15,7 +15,8 @@ One JSON object per line, one line per run::
         "score": 0.8,                         # the aggregate visible score as recorded
         "held_out_passed": null,              # null: not judged / unknown
         "refused": false, "duplicate": false, "asked": false,
-        "seconds": 1.2, "improved": true}],      # improved: as the recording decided
+        "seconds": 1.2, "improved": true,     # improved: as the recording decided
+        "reopened": false}],                  # true: it ended the run, a person reopened it
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
@@ -66,6 +67,9 @@ class CycleTrace:
     asked: bool = False
     seconds: float = 0.0
     improved: bool | None = None  # as the recording decided (None: not recorded)
+    # This cycle ended the run and a person reopened it (an edit of the ended run): replay
+    # goes on past an end here, as the person had the run go on.
+    reopened: bool = False
 
     @property
     def cost_usd(self) -> float:
@@ -111,6 +115,7 @@ class RunTrace:
                     "asked": c.asked,
                     "seconds": c.seconds,
                     "improved": c.improved,
+                    **({"reopened": True} if c.reopened else {}),
                 }
                 for c in self.cycles
             ],
@@ -144,6 +149,7 @@ class RunTrace:
                     asked=bool(c.get("asked", False)),
                     seconds=float(c.get("seconds", 0.0)),
                     improved=c.get("improved"),
+                    reopened=bool(c.get("reopened", False)),
                 )
                 for c in d.get("cycles") or ()
             )

@@ -181,6 +181,11 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         if better:
             improved_at = s.cycle
             spent_at_improvement = s.spent.cost_usd
+        if c.reopened:
+            # The recording ended here and a person had it go on (an edit): whatever this
+            # contract decides at this cycle's end, it goes on too; the checks before the next
+            # cycle still apply, as they do to the engine after the edit.
+            continue
         if ok:
             return end("success", accepted=True)
         if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:

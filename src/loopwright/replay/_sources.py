@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     visible_names: dict[str, None] = {}  # every visible check judged, in order
     optional: set[str] = set()  # ... and those the loop did not require
     inh = NOTHING
+    ended = False  # the last concluded cycle ended the run
     for ck in store.checkpoints(rec.run_id):
         if ck.seq == 0:  # a fork's first checkpoint: the accounting it inherited
             inh = inherited(rec, ck.fields)
@@ -52,8 +54,14 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
             continue
         if r.get("decision") == "rollback":
             return None
+        if r.get("decision") == "edit" and cycles and ended:
+            # a person's edit reopened the run its last cycle had ended: a decision of the
+            # person's, which replay takes as recorded
+            cycles[-1] = replace(cycles[-1], reopened=True)
+            ended = False
         if "proposal" not in r:
             continue
+        ended = bool(r.get("ended"))
         visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
         visible_names.update(dict.fromkeys(visible))
         optional.update(str(x) for x in r.get("not_required") or ())
