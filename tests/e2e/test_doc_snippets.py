@@ -265,3 +265,25 @@ def test_concepts_match_the_package() -> None:
     assert [r[0] for r in metrics] == list(lw.METRIC_NAMES)
     signals = _table("docs/concepts.md", "## The feedback hierarchy")
     assert {r[0]: float(r[1]) for r in signals} == dict(lw.DEFAULT_STRENGTH)
+
+
+def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
+    """docs/models.md's FakeOpenAI example reads as a whole script (it imports everything
+    itself), so a reader pastes it alone: it used `spelling` from the page's first block."""
+    [block] = [
+        b
+        for b in PYTHON
+        if b.page == "docs/models.md"
+        and "from loopwright.testing import FakeOpenAI, fail" in b.code
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPWRIGHT_", "OPENAI_"))}
+    r = subprocess.run(
+        [sys.executable, "-c", block.code],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -11,16 +11,30 @@ import sys
 
 __all__ = ["main"]
 
+# Whether the interrupted command may hold a run (`_interrupted` then points at `runs` and
+# `resume`): a command that starts runs clears it until it created the first one.
+_RUNS: dict[str, bool] = {"may_exist": True}
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (documented in README.md)."""
-    from .._errors import LoopwrightError
-    from ._app import command_for
-
     args = sys.argv[1:] if argv is None else list(argv)
+    bad = _not_text(args)
+    if bad is not None:
+        print(f"loopwright: error: {bad}", file=sys.stderr)
+        return 2
+    _RUNS["may_exist"] = False  # Ctrl-C while the modules load: no run has started
     try:
+        from .._errors import LoopwrightError
+        from ._app import command_for
+
+        command = command_for(args)
+        _RUNS["may_exist"] = True
         # Click's standalone mode prints usage errors itself and exits with 2.
-        command_for(args)(args=args, prog_name="loopwright")
+        command(args=args, prog_name="loopwright")
+    except KeyboardInterrupt:
+        _interrupted()
+        return 130
     except SystemExit as exc:
         if exc.code is None:
             return 0
@@ -31,9 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     except LoopwrightError as exc:
         print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        _interrupted()
-        return 130
     except Exception as exc:
         from ._damage import store_damage
 
@@ -52,12 +63,49 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _not_text(args: list[str]) -> str | None:
+    """Why an argument is not text (a byte that is not UTF-8, which Python keeps as a lone
+    surrogate): nothing can store, compare or print it. None when every one is text."""
+    for n, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            try:  # the bytes as given (\xff), else the code point (\ud800)
+                raw = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:
+                raw = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+            return (
+                f"argument {n} ('{_clip(raw)}') is not valid text (it holds a lone surrogate: "
+                "a byte that is not UTF-8); give it as UTF-8 text"
+            )
+    return None
+
+
 def _interrupted() -> None:
+    if not _RUNS["may_exist"]:
+        print("loopwright: interrupted", file=sys.stderr)
+        return
     print(
         "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs` "
         "lists the run, `loopwright resume RUN` continues it",
         file=sys.stderr,
     )
+
+
+ECHO_MAX = 80  # the most of one long word (a pasted blob given as a run id) a message repeats
+
+
+def _clip(text: str) -> str:
+    """``text`` with each word longer than twice ``ECHO_MAX`` cut short in its middle (with
+    how much was left out): a message names what it was given, not all of it."""
+    import re
+
+    def cut(m: re.Match[str]) -> str:
+        word = m.group(0)
+        left = len(word) - ECHO_MAX
+        return f"{word[: ECHO_MAX - 10]}…({left} more characters)…{word[-10:]}"
+
+    return re.sub(rf"\S{{{ECHO_MAX * 2 + 1},}}", cut, text)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -67,5 +115,5 @@ def _one_line(exc: BaseException) -> str:
     from .._redact import redact_text
 
     # (a user's factory or hook can quote what it was given: invariant 9 covers error text)
-    text = redact_text(str(exc))
+    text = _clip(redact_text(str(exc)))
     return " ".join(text.split()) if "\n" in text else text

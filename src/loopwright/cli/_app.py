@@ -129,17 +129,47 @@ def _command_name(info: Any) -> str | None:
     return info.callback.__name__.replace("_", "-") if info.callback else None
 
 
+def _store_given(value: str | None) -> str | None:
+    """``--store ""`` is a mistake (an unset variable), not a request for the default store."""
+    if value is not None and not value.strip():
+        raise ConfigError(
+            "is empty; give a store URL or path, or leave --store out for the default",
+            field="--store",
+        )
+    return value
+
+
 StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
         metavar="URL",
         help="Store URL or path (default: $LOOPWRIGHT_STORE or ./.loopwright/loopwright.db).",
+        callback=_store_given,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+RUN_REF_MAX = 512  # the longest run id, prefix or task key a RUN argument may be
+
+
+def run_ref(value: Any) -> Any:
+    """A RUN argument (or a list of them) no longer than ``RUN_REF_MAX``: a longer one (a
+    pasted blob) names no run, and is not looked up (SQLite refuses long LIKE patterns)."""
+    from .._errors import RunNotFoundError
+
+    for one in value if isinstance(value, list) else [value]:
+        if isinstance(one, str) and len(one) > RUN_REF_MAX:
+            raise RunNotFoundError(
+                f"no run {one!r}: a run id, prefix or task key is at most {RUN_REF_MAX} characters"
+            )
+    return value
+
+
 RunArg = Annotated[
-    str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix, or its task key).")
+    str,
+    typer.Argument(
+        metavar="RUN", help="Run id (or a unique prefix, or its task key).", callback=run_ref
+    ),
 ]
 
 
@@ -200,6 +230,7 @@ def run(
     from .._spec import load_spec
     from ._tasks import exit_code_for, load_tasks, task_keys
 
+    _runs_may_exist(False)
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
     if key and len(items) != 1:
@@ -291,6 +322,7 @@ def _execute(
         who = starter(rt.store)
         for t, k in zip(items, keys, strict=True):
             rec, _ = rt.create(loop, t, task_key=k, by=who)
+            _runs_may_exist(True)
             run_ids.append(rec.run_id)
             view.update(rec)
         out = console(stderr=quiet)
@@ -320,6 +352,13 @@ def _execute(
             records = [rt.store.get_run(r.run_id) for r in results]
             out.print(summary_table(records))
     return results
+
+
+def _runs_may_exist(flag: bool) -> None:
+    """Say whether a Ctrl-C now leaves a run behind (what ``main`` then points at)."""
+    from . import _RUNS
+
+    _RUNS["may_exist"] = flag
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -558,12 +597,27 @@ def approvals(
 
 
 # --- decisions -------------------------------------------------------------------------------
+NAME_MAX = 64  # the longest person's name: `loopwright users add` allows as long
+
+
+def by_name(value: str | None) -> str | None:
+    """A ``--by`` name no longer than a user's name may be."""
+    if value is not None and len(value.strip()) > NAME_MAX:
+        raise ConfigError(
+            f"a name is at most {NAME_MAX} characters (as `loopwright users add` allows); "
+            f"this one has {len(value.strip())}",
+            field="--by",
+        )
+    return value
+
+
 ByOpt = Annotated[
     str | None,
     typer.Option(
         "--by",
         help="Who decides, in a store without users (default: your OS user). With users, "
         "your --token says who.",
+        callback=by_name,
     ),
 ]
 TokenOpt = Annotated[
@@ -677,7 +731,10 @@ def _decide(
 @app.command(short_help="Cancel a run; compensations of its effects are offered.")
 def cancel(
     run_id: RunArg,
-    by: Annotated[str | None, typer.Option("--by", help="Who cancels (for the record).")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who cancels (for the record).", callback=by_name),
+    ] = None,
     store: StoreOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -768,7 +825,9 @@ def resume(
     run_id: Annotated[
         str | None,
         typer.Argument(
-            metavar="RUN", help="Run id (or a unique prefix, or its task key); or give --all."
+            metavar="RUN",
+            help="Run id (or a unique prefix, or its task key); or give --all.",
+            callback=run_ref,
         ),
     ] = None,
     all_: Annotated[
@@ -890,6 +949,9 @@ def demo(
     """
     from ._demo import run_demo
 
+    if concurrency < 1:
+        raise ConfigError("must be at least 1", field="--concurrency")
+    _runs_may_exist(False)
     run_demo(store, concurrency)
 
 
@@ -926,8 +988,15 @@ def import_(
     kwargs: dict[str, Any] = {"label": label, "rounds": rounds}
     if usd_per_token is not None:
         kwargs["usd_per_token"] = usd_per_token
+    import io
+
+    text = io.StringIO()  # written to --out once there are tasks: none leaves no file
+    report = import_ldb_report(source, text, **kwargs)
+    if not report.tasks:
+        raise ConfigError(f"no tasks in {source}", field="SOURCE")
     try:
-        report = import_ldb_report(source, out, **kwargs)
+        out.parent.mkdir(parents=True, exist_ok=True)  # --out .loopwright/tasks.jsonl
+        out.write_text(text.getvalue(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
     from ._render import console

@@ -51,6 +51,13 @@ def store_damage(exc: BaseException) -> StoreCorruptError | None:
             f"store: a stored value in {where}{_row(frames, table)} is damaged ({exc.msg}); "
             "the store is corrupt: restore it from a backup"
         )
+    if type(exc) in (ValueError, TypeError) and frames[-1][0] in _TABLES:
+        # a row reader found a value of the wrong kind (text where a number belongs)
+        table = _TABLES[frames[-1][0]]
+        return StoreCorruptError(
+            f"store: a stored value in table {table}{_row(frames, table)} is damaged ({exc}); "
+            "the store is corrupt: restore it from a backup"
+        )
     if _driver_damage(exc):
         return StoreCorruptError(
             f"store: {exc}; the store is damaged (or was changed by something other than "

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, _print_json, app, run_ref
 from ._stores import open_existing
 
 __all__ = ["diff"]
@@ -30,8 +30,14 @@ def _score(v: Any) -> str:
 
 @app.command(short_help="Two runs side by side: contract, cycles, scores, spend, artifacts.")
 def diff(
-    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="A run (id, prefix or task key).")],
-    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Another run, e.g. its fork.")],
+    run_a: Annotated[
+        str,
+        typer.Argument(metavar="RUN_A", help="A run (id, prefix or task key).", callback=run_ref),
+    ],
+    run_b: Annotated[
+        str,
+        typer.Argument(metavar="RUN_B", help="Another run, e.g. its fork.", callback=run_ref),
+    ],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

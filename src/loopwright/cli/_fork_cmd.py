@@ -56,6 +56,15 @@ def fork(
     chosen = load_contract(contract, keep_risk=True) if contract is not None else None
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
+        if loop is not None and loop.name != rec.loop_name:
+            # Another loop's actor, contract and memory scope are not this run's (its state
+            # would be labelled that loop, in this run's project): as a task key is refused.
+            raise ConfigError(
+                f"{spec} is loop {loop.name!r}, not run {rec.run_id}'s loop "
+                f"{rec.loop_name!r} (project {rec.project!r}): fork with that loop's spec, or "
+                f"start a new run of {loop.name!r} with `loopwright run`",
+                field="--spec",
+            )
         who = acting_as(rt.store, by, token, action="fork")
         new = rt.fork(
             rec.run_id,

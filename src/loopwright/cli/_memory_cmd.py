@@ -22,7 +22,7 @@ from .._memory import (
     Scope,
     Signal,
 )
-from ._app import JsonOpt, StoreOpt, _print_json, app, new_typer
+from ._app import JsonOpt, StoreOpt, _print_json, app, by_name, new_typer
 from ._stores import open_existing, open_or_create
 
 __all__ = ["memory_app"]
@@ -33,7 +33,9 @@ memory_app = new_typer(
 )
 app.add_typer(memory_app, name="memory")
 
-ByOpt = Annotated[str, typer.Option("--by", help="Who decides (a person's name).")]
+ByOpt = Annotated[
+    str, typer.Option("--by", help="Who decides (a person's name).", callback=by_name)
+]
 
 
 def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
@@ -144,7 +146,8 @@ def add(
         typer.Option("--signal", help=f"What kind of feedback: {', '.join(MEMORY_SIGNALS)}."),
     ] = "correction",
     by: Annotated[
-        str | None, typer.Option("--by", help="Who gives it (default: your user name).")
+        str | None,
+        typer.Option("--by", help="Who gives it (default: your user name).", callback=by_name),
     ] = None,
     strength: Annotated[
         float | None,

@@ -39,11 +39,21 @@ NotifyEndsOpt = Annotated[
 
 
 def notify_config(
-    urls: list[str] | None, secret: str | None, run_ends: bool, link_base: str | None
+    urls: list[str] | None,
+    secret: str | None,
+    run_ends: bool,
+    link_base: str | None,
+    link_option: str = "--public-url",
 ) -> NotifyConfig | None:
-    """The notifier's settings, or None without ``--notify`` (a bad URL: one line, exit 2)."""
+    """The notifier's settings, or None without ``--notify`` (a bad URL: one line, exit 2).
+    ``link_base`` (the dashboard's URL, from ``link_option``) must be an http(s) URL even
+    without ``--notify``: it is checked when given."""
     from .._errors import ConfigError
 
+    if link_base is not None:
+        from ..web._notify import check_webhook_url
+
+        check_webhook_url(link_base, link_option)
     if not urls:
         if run_ends:
             raise ConfigError("needs --notify URL", field="--notify-run-ends")

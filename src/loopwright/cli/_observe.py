@@ -16,7 +16,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from .._errors import ConfigError
-from ._app import RunArg, StoreOpt, app, new_typer
+from ._app import RunArg, StoreOpt, app, new_typer, run_ref
 from ._stores import open_existing
 
 __all__ = ["export_app", "trace"]
@@ -35,13 +35,14 @@ ProjectOpt = Annotated[str | None, typer.Option("--project", help="Only runs of 
 LoopOpt = Annotated[str | None, typer.Option("--loop", help="Only runs of this loop.")]
 RunsOpt = Annotated[
     list[str] | None,
-    typer.Option("--run", help="Only this run (repeatable; it must have ended)."),
+    typer.Option("--run", help="Only this run (repeatable; it must have ended).", callback=run_ref),
 ]
 
 
 @contextlib.contextmanager
-def _output(out: Path | None) -> Iterator[IO[str]]:
-    """Standard output, or ``out`` opened for writing (a failure to open it is bad input)."""
+def _output(out: Path | None, option: str = "--out") -> Iterator[IO[str]]:
+    """Standard output, or ``out`` opened for writing (a failure to open it is bad input,
+    of ``option``)."""
     if out is None:
         yield sys.stdout
         return
@@ -49,7 +50,7 @@ def _output(out: Path | None) -> Iterator[IO[str]]:
         out.parent.mkdir(parents=True, exist_ok=True)  # e.g. --out .loopwright/run.json
         fh = out.open("w", encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field=option) from None
     with fh:
         yield fh
 

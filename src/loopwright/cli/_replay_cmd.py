@@ -61,7 +61,10 @@ def replay_cmd(
     if not traces:
         raise ConfigError(f"{source}: no runs to replay", field="SOURCE")
     if save_traces is not None:
-        write_traces(traces, save_traces)
+        from ._observe import _output
+
+        with _output(save_traces, "--save-traces") as fh:  # as --out: a folder is made
+            write_traces(traces, fh)
     report = replay(traces, contracts)
     if as_json:
         _print_json(report.to_dict())

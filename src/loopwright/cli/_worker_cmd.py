@@ -63,9 +63,13 @@ def worker(
 
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
+    if max_runs is not None and max_runs < 1:
+        raise ConfigError("must be at least 1", field="--max-runs")
     if lease_ttl <= 0 or poll <= 0:
         raise ConfigError("must be positive", field="--lease-ttl/--poll")
-    notify_cfg = notify_config(notify, notify_secret, notify_run_ends, dashboard_url)
+    notify_cfg = notify_config(
+        notify, notify_secret, notify_run_ends, dashboard_url, "--dashboard-url"
+    )
     out = console(stderr=as_json)
 
     def report(r: RunResult) -> None:

@@ -403,7 +403,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             return list(conn.execute(query, args).fetchall())
 
     def _run(self, row: Sequence[Any]) -> RunRecord:
-        jl = self._jl
+        # The numbers as numbers: a value SQLite kept as written ('abc' in cycle) is damage,
+        # raised here (ValueError, TypeError) for the CLI to say so, not deep in a report.
+        jl, n, x = self._jl, int, float
         return RunRecord(
             run_id=row[0],
             task_key=row[1],
@@ -411,24 +413,24 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             project=row[3],
             status=row[4],
             stop_reason=row[5],
-            cycle=row[6],
-            best_score=row[7],
-            cost_usd=row[8],
-            tokens=row[9],
-            seconds=row[10],
+            cycle=n(row[6]),
+            best_score=None if row[7] is None else x(row[7]),
+            cost_usd=x(row[8]),
+            tokens=n(row[9]),
+            seconds=x(row[10]),
             spec_ref=row[11],
             loop_version=row[12],
             contract=jl(row[13]),
             task=jl(row[14]),
             packet=None if row[15] is None else jl(row[15]),
-            created_at=row[16],
-            updated_at=row[17],
+            created_at=x(row[16]),
+            updated_at=x(row[17]),
             ended_at=row[18],
             cancel_requested=bool(row[19]),
             lease_owner=row[20],
             lease_expires_at=row[21],
-            fencing_token=row[22],
-            last_seq=row[23],
+            fencing_token=n(row[22]),
+            last_seq=n(row[23]),
             held_out_passed=None if row[24] is None else bool(row[24]),
             forked_from=row[25],
             forked_at=row[26],

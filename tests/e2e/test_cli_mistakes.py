@@ -1,0 +1,213 @@
+"""More mistakes that get one line and exit 2 (an outside probe, helper fix/cli): each was an
+"internal error" (exit 1), a hang, a silent exit 0, a traceback, or a value taken as another.
+Real subprocesses, as in ``test_bad_inputs``."""
+
+from __future__ import annotations
+
+import importlib.abc
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_bad_inputs import TASK, dump, lw, refused
+
+OTHER_SPEC = """
+name = "other"
+project = "elsewhere"
+[actor]
+ref = "loopmod.py:actor"
+[[verifiers]]
+ref = "loopmod.py:check"
+[contract.budget]
+max_cycles = 2
+"""
+
+
+@pytest.fixture
+def accepted(project: Path) -> tuple[Path, str]:
+    """A store holding one accepted run: (store, run id)."""
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    r = lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
+    [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    return store, run["run_id"]
+
+
+def test_demo_concurrency_below_one(project: Path) -> None:
+    """`demo --concurrency 0` hung for ever with 25 runs pending; -1 was an internal error."""
+    store = project / "d.db"
+    for n in ("0", "-1"):
+        refused(lw("demo", "--concurrency", n, cwd=project, store=store), "--concurrency")
+    assert not store.exists()
+
+
+def test_arguments_that_are_not_utf8(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    before = dump(store)
+    bad = os.fsdecode(b"\xff\xfe")  # as Python holds such an argument
+    for args in (
+        ("show", bad),
+        ("approve", run_id, "--by", bad),
+        ("runs", "--project", bad),
+        ("users", "add", bad, "--role", "viewer"),
+    ):
+        line = refused(lw(*args, cwd=project, store=store), "not valid text", "UTF-8")
+        assert "\\xff" in line
+    assert dump(store) == before
+
+
+def test_a_very_long_run_argument(accepted: tuple[Path, str], project: Path) -> None:
+    """SQLite refused the prefix lookup's LIKE pattern (internal error); shorter, the whole
+    blob was echoed in the message."""
+    store, _ = accepted
+    before = dump(store)
+    for n in (40_000, 60_000):
+        for cmd in ("show", "cancel", "trace"):
+            line = refused(lw(cmd, "a" * n, cwd=project, store=store), "no run")
+            assert len(line) < 400, len(line)
+    line = refused(lw("export", "eval-cases", "--run", "b" * 60_000, cwd=project, store=store))
+    assert "no run" in line and len(line) < 400
+    assert dump(store) == before
+
+
+def test_replay_save_traces_like_out(accepted: tuple[Path, str], project: Path) -> None:
+    store, _ = accepted
+    (project / "c2.toml").write_text("[contract.budget]\nmax_cycles = 2\n")
+    args = ("replay", "store", "--contract", "c2.toml", "--save-traces")
+    r = lw(*args, "new/dir/t.jsonl", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
+    assert len((project / "new/dir/t.jsonl").read_text().splitlines()) == 1
+    (project / "adir").mkdir()
+    refused(lw(*args, "adir", cwd=project, store=store), "--save-traces", "Is a directory")
+
+
+def test_worker_max_runs_below_one(accepted: tuple[Path, str], project: Path) -> None:
+    store, _ = accepted
+    for n in ("0", "-1"):
+        refused(lw("worker", "--once", "--max-runs", n, cwd=project, store=store), "--max-runs")
+
+
+def test_fork_with_another_loops_spec(accepted: tuple[Path, str], project: Path) -> None:
+    """The fork was labelled the other loop, in the old run's project."""
+    store, run_id = accepted
+    (project / "other.toml").write_text(OTHER_SPEC)
+    before = dump(store)
+    args = ("fork", run_id, "--at-cycle", "0", "--spec", "other.toml")
+    refused(lw(*args, cwd=project, store=store), "--spec", "'other'", "'e2e'")
+    assert dump(store) == before
+    r = lw("fork", run_id, "--at-cycle", "0", "--spec", "loop.toml", cwd=project, store=store)
+    assert r.returncode == 0, r.stderr
+
+
+class _Interrupting(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, *_: Any) -> None:
+        if name == "loopwright.cli._app":
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_cli_loads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C in the first fraction of a second was a KeyboardInterrupt traceback."""
+    from loopwright.cli import main
+
+    monkeypatch.delitem(sys.modules, "loopwright.cli._app", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Interrupting(), *sys.meta_path])
+    assert main(["runs"]) == 130
+    assert capsys.readouterr().err == "loopwright: interrupted\n"
+
+
+def test_ctrl_c_while_building_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopwright.cli import _app, main
+
+    def command_for(args: list[str]) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_app, "command_for", command_for)
+    assert main(["runs"]) == 130
+    assert capsys.readouterr().err == "loopwright: interrupted\n"
+
+
+def test_ctrl_c_before_a_run_exists(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`loopwright runs` lists no run that was never created."""
+    import loopwright._spec
+    from loopwright.cli import main
+
+    def load_spec(path: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loopwright._spec, "load_spec", load_spec)
+    (project / "t.json").write_text(json.dumps(TASK))
+    store = project / "s.db"
+    assert main(["run", str(project / "loop.toml"), "--task", str(project / "t.json"),
+                 "--store", str(store)]) == 130  # fmt: skip
+    assert capsys.readouterr().err.strip() == "loopwright: interrupted"
+    assert not store.exists()
+
+
+def test_a_run_row_with_a_number_that_is_text(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    con = sqlite3.connect(store)
+    con.execute("UPDATE runs SET cycle = 'abc' WHERE run_id = ?", (run_id,))
+    con.commit()
+    con.close()
+    before = dump(store)
+    for args in (("runs",), ("runs", "--json"), ("show", run_id), ("metrics",)):
+        refused(lw(*args, cwd=project, store=store), "store:", "table runs", run_id, "damaged")
+    assert dump(store) == before
+
+
+def test_dashboard_urls_that_are_not_http(accepted: tuple[Path, str], project: Path) -> None:
+    store, _ = accepted
+    refused(
+        lw("ui", "--public-url", "not a url", "--port", "1", cwd=project, store=store),
+        "--public-url",
+        "http",
+    )
+    refused(
+        lw("worker", "--once", "--dashboard-url", "ftp://x", cwd=project, store=store),
+        "--dashboard-url",
+        "http",
+    )
+
+
+def test_an_empty_store_option(accepted: tuple[Path, str], project: Path) -> None:
+    """`--store ""` (an unset variable) was the default store."""
+    for args in (("runs",), ("show", "x")):
+        refused(lw(*args, "--store", "", cwd=project), "--store", "empty")
+    assert not (project / ".loopwright").exists()
+
+
+def test_a_by_name_longer_than_a_user_name(accepted: tuple[Path, str], project: Path) -> None:
+    store, run_id = accepted
+    before = dump(store)
+    long = "n" * 20_000
+    for args in (
+        ("approve", run_id, "--by", long),
+        ("cancel", run_id, "--by", long),
+        ("memory", "add", "a note", "--scope", "global", "--by", long),
+    ):
+        line = refused(lw(*args, cwd=project, store=store), "--by", "64")
+        assert len(line) < 300
+    assert dump(store) == before
+    # 64 is as long as `users add` allows: still a name
+    r = lw("memory", "add", "a note", "--scope", "global", "--by", "n" * 64, cwd=project,
+           store=store)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+
+def test_import_of_a_file_without_tasks(project: Path) -> None:
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
+        (project / name).write_text(text)
+        refused(lw("import", "ldb", name, "--out", "o.jsonl", cwd=project), "no tasks", name)
+    assert not (project / "o.jsonl").exists()
