@@ -195,3 +195,33 @@ def test_a_v7_store_counts_its_pending_requests_when_it_migrates(pg_url: str) ->
         assert s.claim_runs("w", 30, limit=5) == []
         s.decide_approval(f"ap-{two}-0", status="approved", by="p", note=None, now=3.0)
         assert [r for r, _ in s.claim_runs("w", 30, limit=5)] == [two]
+
+
+@pytest.mark.postgres
+def test_the_count_is_kept_whoever_writes_the_requests(pg_url: str) -> None:
+    # The triggers fire for any writer: here a session whose search_path does not name the
+    # store's schema, inserting, moving and deleting requests by hand.
+    import psycopg
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with open_store(pg_url) as s:
+        a, b = _create(s, "a"), _create(s, "b")
+        with psycopg.connect(base.rstrip("?&"), autocommit=True) as conn:
+            conn.execute("SET search_path TO public")
+            cols = "approval_id, run_id, cycle, kind, what, why, evidence, action_hash, status"
+            conn.execute(
+                f'INSERT INTO "{schema}".approvals({cols}, requested_at) VALUES '
+                "('x1', %s, 1, 'effect', 'w', 'y', '{}', 'h', 'pending', 1), "
+                "('x2', %s, 1, 'effect', 'w', 'y', '{}', 'h', 'pending', 2), "
+                "('x3', %s, 1, 'effect', 'w', 'y', '{}', 'h', 'approved', 3)",
+                (a, a, b),
+            )
+            conn.execute(
+                f"UPDATE \"{schema}\".approvals SET run_id = %s WHERE approval_id = 'x2'", (b,)
+            )
+            conn.execute(
+                f"UPDATE \"{schema}\".approvals SET status = 'pending' WHERE approval_id = 'x3'"
+            )
+            conn.execute(f"DELETE FROM \"{schema}\".approvals WHERE approval_id = 'x1'")
+        counts = dict(s._all("SELECT run_id, open_requests FROM runs", []))  # type: ignore[attr-defined]
+        assert counts == {a: 0, b: 2}

@@ -34,19 +34,21 @@ CLAIMABLE_PG = (
 
 # The trigger function keeping ``runs.open_requests``: a request that becomes pending (inserted
 # so, or moved to another run) counts on its run, one that stops being pending (decided,
-# deleted, moved) no longer does. ``SET search_path FROM CURRENT``: ``runs`` is the store's own
-# table whatever search_path the session writing approvals has.
+# deleted, moved) no longer does. ``runs`` is named in the schema of the approvals table that
+# fired (TG_TABLE_SCHEMA), not looked up on the writing session's search_path.
 _OPEN_REQUESTS_FN = """CREATE OR REPLACE FUNCTION loopwright_open_requests() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+LANGUAGE plpgsql AS $fn$
 BEGIN
     IF TG_OP <> 'INSERT' THEN
         IF OLD.status = 'pending' THEN
-            UPDATE runs SET open_requests = open_requests - 1 WHERE run_id = OLD.run_id;
+            EXECUTE format('UPDATE %I.runs SET open_requests = open_requests - 1 '
+                           'WHERE run_id = $1', TG_TABLE_SCHEMA) USING OLD.run_id;
         END IF;
     END IF;
     IF TG_OP <> 'DELETE' THEN
         IF NEW.status = 'pending' THEN
-            UPDATE runs SET open_requests = open_requests + 1 WHERE run_id = NEW.run_id;
+            EXECUTE format('UPDATE %I.runs SET open_requests = open_requests + 1 '
+                           'WHERE run_id = $1', TG_TABLE_SCHEMA) USING NEW.run_id;
         END IF;
     END IF;
     RETURN NULL;
