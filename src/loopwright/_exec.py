@@ -326,12 +326,12 @@ def priced_dict(usage: Usage) -> dict[str, Any]:
 def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
     """What a cycle's priced calls (``_Exec.calls``) cost together, failed attempts and a
     judgement made again included: the cycle record's ``usage``."""
-    total = Usage(0.0, 0, 0.0)
+    # summed in call order, as the cycle's Usage was added up call by call (the same floats)
+    cost, tokens = 0.0, 0
     for c in calls:
-        cost, tokens = c.get("cost_usd") or 0.0, c.get("tokens") or 0
-        if cost or tokens:
-            total = total + Usage(float(cost), int(tokens), 0.0)
-    return total
+        cost += c.get("cost_usd") or 0.0
+        tokens += c.get("tokens") or 0
+    return Usage._stored(cost, tokens, 0.0)
 
 
 def held_out_scope(loop: Loop, scope: str) -> bool:

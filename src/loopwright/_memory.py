@@ -458,13 +458,24 @@ class FeedbackMemory:
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
             raise ConfigError("must be a non-negative integer", field="limit")
-        scopes: builtins.list[tuple[str, str | None]] | None = None
-        if scope is not None:
-            scopes = [(scope, scope_key)]
-        elif scope_key is not None:
-            scopes = [(s, scope_key) for s in MEMORY_SCOPES]
+        scopes = _list_scopes(scope, scope_key)
         rows = self.store.memory_query(scopes=scopes, status=status, limit=limit)
         return [MemoryItem.from_dict(r) for r in rows]
+
+    def count(
+        self,
+        *,
+        scope: Scope | None = None,
+        scope_key: str | None = None,
+        status: MemoryStatus | None = None,
+    ) -> int:
+        """How many items ``list`` with the same filters returns without a limit (counted
+        in the store)."""
+        if scope is not None:
+            _check_choice(scope, MEMORY_SCOPES, "scope")
+        if status is not None:
+            _check_choice(status, MEMORY_STATUSES, "status")
+        return self.store.memory_count(scopes=_list_scopes(scope, scope_key), status=status)
 
     def retrieve(
         self, *, task_key: str, project: str, query: str = "", limit: int = 5
@@ -536,3 +547,14 @@ def rank(
         if len(out) == limit:
             break
     return out
+
+
+def _list_scopes(
+    scope: str | None, scope_key: str | None
+) -> builtins.list[tuple[str, str | None]] | None:
+    """``memory_query``'s scopes for ``FeedbackMemory.list``'s filters."""
+    if scope is not None:
+        return [(scope, scope_key)]
+    if scope_key is not None:
+        return [(s, scope_key) for s in MEMORY_SCOPES]
+    return None

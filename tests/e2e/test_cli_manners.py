@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -523,3 +524,100 @@ def test_runs_json_is_bounded_like_the_table(
     assert len(json.loads(out)) == 2 and "51 more run(s)" in err
     code, out, err = _run_main(["runs", "--json", "--all", "--store", url], capsys, monkeypatch)
     assert len(json.loads(out)) == 53 and "more run" not in err
+
+
+def _parked(url: str, n: int) -> list[str]:
+    """``n`` runs, each parked on one pending request; the requests' ids, oldest first."""
+    from loopwright.store import NewApproval
+
+    ids = []
+    with open_store(url) as st:
+        for i in range(n):
+            rec, _ = st.create_run(
+                run_id=f"run-{i:03}", task_key=f"k{i}", loop_name="l", project="",
+                spec_ref=None, loop_version=None, contract={"budget": {"max_cycles": 1}},
+                task={"x": i}, initial_state={"cycle": 0},
+            )  # fmt: skip
+            token = st.acquire_lease(rec.run_id, "me", 60)
+            st.commit(
+                rec.run_id, token, seq=1, cycle=1, state={"cycle": 1}, record={"cycle": 1},
+                events=[], run={"cycle": 1, "status": "awaiting_approval"},
+                approvals=[NewApproval(
+                    approval_id=f"ap-{i:03}", cycle=1, kind="effect", rule=None, what="pay",
+                    why="over limit", evidence={}, diff=None, action_hash="h", expires_at=None,
+                )],
+            )  # fmt: skip
+            st.release_lease(rec.run_id, token)
+            ids.append(f"ap-{i:03}")
+    return ids
+
+
+def test_approvals_are_bounded_like_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `approvals` printed every pending request of the store (and read them all, with their
+    # evidence): now the newest 50, one page and a COUNT in the store, with how many more on
+    # stderr; --limit N for fewer or more, --limit 0 for every one.
+    from loopwright.store.sqlite import SQLiteStore
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    ids = _parked(url, 53)
+    newest = ids[::-1]
+    real = SQLiteStore.approvals
+
+    def one_run_only(self: SQLiteStore, **kw: Any) -> Any:
+        assert kw.get("run_id") is not None, "every request of the store read for one page"
+        return real(self, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(SQLiteStore, "approvals", one_run_only)
+        code, out, err = _run_main(["approvals", "--json", "--store", url], capsys, monkeypatch)
+        assert code == 0, err
+        assert [a["approval_id"] for a in json.loads(out)] == newest[:50]
+        assert "3 more request(s) not listed; use --limit N, or --limit 0 for every one" in err
+        code, out, err = _run_main(["approvals", "--store", url], capsys, monkeypatch)
+        assert code == 0, err
+        assert out.splitlines()[0] == "53 request(s), the newest 50 shown"
+        assert sum(line.startswith("run ") for line in out.splitlines()) == 50
+        assert "3 more request(s)" in err
+    code, out, err = _run_main(
+        ["approvals", "--json", "--limit", "2", "--store", url], capsys, monkeypatch
+    )
+    assert [a["approval_id"] for a in json.loads(out)] == newest[:2] and "51 more" in err
+    code, out, err = _run_main(
+        ["approvals", "--json", "--limit", "0", "--store", url], capsys, monkeypatch
+    )
+    assert [a["approval_id"] for a in json.loads(out)] == newest and "more" not in err
+    code, out, err = _run_main(["approvals", "--limit", "-1", "--store", url], capsys, monkeypatch)
+    assert code == 2 and "--limit" in err
+
+
+def test_memory_list_is_bounded_like_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `memory list` printed every item of the store: now the newest 50 (counted in the store
+    # when there are more), with how many more on stderr; --limit 0 for every one.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as st:
+        mem = loopwright.FeedbackMemory(st)
+        made = [
+            mem.add(scope="project", scope_key="p", signal="correction", text=f"n{i}", by="ana")
+            for i in range(54)
+        ]
+        mem.forget(made[0].memory_id, by="ana")  # not shown, nor counted, by default
+    code, out, err = _run_main(["memory", "list", "--json", "--store", url], capsys, monkeypatch)
+    assert code == 0, err
+    assert [it["text"] for it in json.loads(out)] == [f"n{i}" for i in range(53, 3, -1)]
+    assert "3 more item(s) not listed; use --limit N, or --limit 0 for every one" in err
+    code, out, err = _run_main(["memory", "list", "--store", url], capsys, monkeypatch)
+    assert "feedback memory (53, the newest 50 shown)" in out and "3 more item(s)" in err
+    code, out, err = _run_main(
+        ["memory", "list", "--json", "--limit", "0", "--store", url], capsys, monkeypatch
+    )
+    assert len(json.loads(out)) == 53 and "more" not in err
+    code, out, err = _run_main(
+        ["memory", "list", "--json", "--status", "all", "--limit", "0", "--store", url],
+        capsys,
+        monkeypatch,
+    )
+    assert len(json.loads(out)) == 54

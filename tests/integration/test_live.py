@@ -479,3 +479,38 @@ def test_a_notification_link_survives_signing_in(tmp_path: Path) -> None:
     assert r.status_code == 303 and r.headers["location"] == f"/approvals?q={aid}"
     page = c.get(r.headers["location"]).text
     assert f'data-approval-id="{aid}"' in page
+
+
+def test_the_poller_reads_nothing_while_nobody_uses_the_dashboard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each look reads every open run and pending request (90 ms a second at 50,000 runs): the
+    # served dashboard looked once a second with nobody connected. Now it looks at start, then
+    # only while a page or stream is in use; a change made meanwhile is still found, after the
+    # position the next page is drawn at.
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN)
+    feed = app.state.feed
+    feed.interval_s = 0.01
+    looks: list[float] = []
+    real = type(feed.store).run_marks
+
+    def counted(self: Any, **kw: Any) -> Any:
+        looks.append(time.monotonic())
+        return real(self, **kw)
+
+    monkeypatch.setattr(type(feed.store), "run_marks", counted)
+    with TestClient(app, base_url=LOCAL) as client:  # the lifespan starts the poller
+        until(feed.ready.is_set, "the poller's first look")
+        time.sleep(0.5)  # fifty intervals, nobody connected
+        assert len(looks) == 1, len(looks)
+        run_id = park(tmp_path, store, "while-idle")
+        time.sleep(0.2)
+        assert len(looks) == 1, len(looks)
+        page = client.get("/")  # a page: the poller wakes
+        assert page.status_code == 200, page.status_code
+        after = live_after(page.text)  # the position the page was drawn at
+        until(lambda: len(looks) > 2, "the poller to look again")
+        sent = until(lambda: app.state.messages.after(after), "the change made while idle")
+        assert any(run_id in text for _, text in sent), sent

@@ -363,6 +363,7 @@ def _runs_may_exist(flag: bool) -> None:
 
 # --- reading ---------------------------------------------------------------------------------
 RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
+APPROVALS_SHOWN = 50  # ``approvals``' default --limit, for the same reason
 
 
 @app.command()
@@ -555,12 +556,39 @@ def approvals(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
     all_: Annotated[bool, typer.Option("--all", help="Decided ones too.")] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            help=f"At most this many, newest first (default: {APPROVALS_SHOWN}, in the list "
+            "and with --json; 0: every one; stderr says how many more there are).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Approval requests waiting for a person, across runs."""
+    """Approval requests waiting for a person, across runs, newest first."""
+    if limit is not None and limit < 0:
+        raise ConfigError("must be 0 (every request) or more", field="--limit")
+    # Bounded by default, --json too: one page and a COUNT in the store, not every request
+    # of a store where thousands wait. --limit 0 for every one.
+    shown = APPROVALS_SHOWN if limit is None else limit
+    status = None if all_ else "pending"
     with open_existing(store) as st:
-        reqs = st.approvals(status=None if all_ else "pending")
+        if shown:
+            reqs = st.page_approvals(status=status, limit=shown + 1)
+            total = len(reqs) if len(reqs) <= shown else st.count_approvals(status=status)
+            reqs = reqs[:shown]
+        else:
+            reqs = st.approvals(status=status)
+            reqs.sort(key=lambda a: (-a.requested_at, a.approval_id))
+            total = len(reqs)
         people = st.has_users()
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
+    more = total - len(reqs)
+    if more > 0:
+        typer.echo(
+            f"{more} more request(s) not listed; use --limit N, or --limit 0 for every one",
+            err=True,
+        )
     if as_json:
         _print_json([a.to_dict() for a in reqs])
         return
@@ -584,7 +612,8 @@ def approvals(
             rows.append(("who", said))
         blocks.append((head, rows))
     # One block per request: the prose wraps under its label instead of into narrow columns.
-    print_blocks(f"{len(reqs)} request(s)", blocks)
+    title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
+    print_blocks(title, blocks)
     if reqs and not all_:
         first = reqs[0]
         me = "--token T" if people else "--by NAME"

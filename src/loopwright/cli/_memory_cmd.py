@@ -36,6 +36,7 @@ app.add_typer(memory_app, name="memory")
 ByOpt = Annotated[
     str, typer.Option("--by", help="Who decides (a person's name).", callback=by_name)
 ]
+ITEMS_SHOWN = 50  # ``memory list``'s default --limit
 
 
 def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
@@ -75,7 +76,15 @@ def list_(
             "--status", help="active, candidate, forgotten or all (default: all but forgotten)."
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            help=f"At most this many, newest first (default: {ITEMS_SHOWN}, in the list and "
+            "with --json; 0: every one; stderr says how many more there are).",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -83,7 +92,11 @@ def list_(
     _choice(scope, MEMORY_SCOPES, "--scope")
     _choice(status, (*MEMORY_STATUSES, "all"), "--status")
     if limit is not None and limit < 0:
-        raise ConfigError("must not be negative", field="--limit")
+        raise ConfigError("must be 0 (every item) or more", field="--limit")
+    # Bounded by default, --json too (a long run's reflections fill a store): --limit 0 for
+    # every item. One more than shown is read: only then are the items counted.
+    shown = ITEMS_SHOWN if limit is None else limit
+    limit = shown + 1 if shown else None
     # The store applies the limit (a store of 100,000 items is not read to show 3); by
     # default forgotten items are left out, so each other status is asked for on its own.
     wanted: list[MemoryStatus | None] = [cast("MemoryStatus", status)]
@@ -93,17 +106,20 @@ def list_(
         wanted = [s for s in MEMORY_STATUSES if s != "forgotten"]
     with open_existing(store) as st:
         mem = FeedbackMemory(st)
-        items = [
-            it
-            for one in wanted
-            for it in mem.list(
-                scope=cast("Scope | None", scope), scope_key=key, status=one, limit=limit
-            )
-        ]
-    if len(wanted) > 1:  # newest first across the statuses asked for
-        items.sort(key=lambda it: it.created_at, reverse=True)
-    if limit is not None:
-        items = items[:limit]
+        filters: dict[str, Any] = {"scope": cast("Scope | None", scope), "scope_key": key}
+        items = [it for one in wanted for it in mem.list(**filters, status=one, limit=limit)]
+        if len(wanted) > 1:  # newest first across the statuses asked for
+            items.sort(key=lambda it: (it.created_at, it.memory_id), reverse=True)
+        total = len(items)
+        if shown and total > shown:
+            total = sum(mem.count(**filters, status=one) for one in wanted)
+            items = items[:shown]
+    more = total - len(items)
+    if more > 0:
+        typer.echo(
+            f"{more} more item(s) not listed; use --limit N, or --limit 0 for every one",
+            err=True,
+        )
     if as_json:
         _print_json([it.to_dict() for it in items])
         return
@@ -121,7 +137,8 @@ def list_(
             fields.append(("rule", json.dumps(it.rule)))
         blocks.append((head, fields))
     # One block per item: the feedback wraps under its label instead of into narrow columns.
-    print_blocks(f"feedback memory ({len(items)})", blocks)
+    title = f"feedback memory ({total}" + (f", the newest {len(items)} shown)" if more else ")")
+    print_blocks(title, blocks)
 
 
 def _age(seconds: float) -> str:

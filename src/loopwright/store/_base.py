@@ -959,6 +959,16 @@ class Store(LiveStore, PeopleStore, ABC):
         key matches any key of that scope; an empty sequence matches nothing). ``status``,
         ``memory_id``: only items with exactly that value."""
 
+    def memory_count(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+    ) -> int:
+        """How many items ``memory_query`` with these filters would return, unbounded. This
+        default reads them all; the built-in stores count in the database."""
+        return len(self.memory_query(scopes=scopes, status=status))
+
     @abstractmethod
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
         """Each search's items (dicts as ``memory_query``'s), best first, at most its

@@ -1329,6 +1329,16 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             query += f" LIMIT {sql_int(limit)}"
         return [self._memory_dict(r) for r in self._all(query, args)]
 
+    def memory_count(
+        self,
+        *,
+        scopes: Sequence[tuple[str, str | None]] | None = None,
+        status: str | None = None,
+    ) -> int:
+        where, args = memory_where(scopes, status, None, self._MARK)
+        query = "SELECT COUNT(*) FROM memory" + (" WHERE " + " AND ".join(where) if where else "")
+        return int(self._all(query, args)[0][0])
+
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
         out: list[list[dict[str, Any]]] = []
         with self._conn() as conn:

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
 from .._redact import redact_text
-from ._pg_schema import PG_MIGRATIONS, PG_TABLES
+from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
 
 try:
@@ -60,10 +60,8 @@ __all__ = ["PostgresStore", "missing_schema"]
 _DB_NOW = "extract(epoch from clock_timestamp())::double precision"
 # Runnable: free (no owner, no expiry, or expired) and either in progress or parked with no
 # pending request (SQLiteStore.claim_runs also frees a dead local owner's runs).
-_RUNNABLE = (
-    "(r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s) "
-    f"AND {RUNNABLE_STATUS}"
-)
+_FREE = "(r.lease_owner IS NULL OR r.lease_expires_at IS NULL OR r.lease_expires_at < %(now)s)"
+_RUNNABLE = f"{_FREE} AND {RUNNABLE_STATUS}"
 
 _OWN_PARAMS = frozenset({"schema", "pool_min", "pool_max", "idle_tx_timeout_s"})
 _LOCK_CLASS = 0x4C57  # "LW": the advisory-lock namespace of loopwright migrations
@@ -324,18 +322,22 @@ class PostgresStore(SQLStore):
                 now = float(row[0])
             args = {"now": now, "limit": int(limit), "owner": owner, "expires": now + ttl_s}
             # 1. Lock up to `limit` candidates, skipping rows another claimer (or a commit)
-            #    holds: claimers never wait for each other.
+            #    holds: claimers never wait for each other. Read in claim order from the
+            #    partial index of runs runnable by status (its WHERE, CLAIMABLE_PG, is a term
+            #    here as is): `limit` free runs plus the live leases passed over, not every
+            #    open run sorted and every parked run's approvals probed.
             picked = [
                 r[0]
                 for r in conn.execute(
-                    f"SELECT r.run_id FROM runs r WHERE {_RUNNABLE} "
+                    f"SELECT r.run_id FROM runs r WHERE {CLAIMABLE_PG} AND {_FREE} "
                     "ORDER BY r.updated_at, r.run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
                     args,
                 )
             ]
             if not picked:
                 return []
-            # 2. Re-check under the locks with a fresh snapshot (READ COMMITTED), then claim.
+            # 2. Re-check under the locks with a fresh snapshot (READ COMMITTED), then claim:
+            #    the approvals themselves asked, not only the count the triggers keep.
             rows = conn.execute(
                 "UPDATE runs r SET lease_owner=%(owner)s, lease_expires_at=%(expires)s, "
                 f"fencing_token=r.fencing_token + 1 WHERE r.run_id = ANY(%(ids)s) AND {_RUNNABLE} "

@@ -227,6 +227,11 @@ def create_app(
         # The live stream's position before the route reads the store: a page drawn from what
         # it reads then asks for every change found after this moment (none is lost between).
         request.state.live_after = app.state.messages.last_seq
+        # The poller looks at the store only while the dashboard is in use: wake it. Changes
+        # made while it slept are found by its next look (it compares with its last), after
+        # this position: none is lost.
+        if app.state.messages.touch():
+            app.state.feed.wake()
         path = request.url.path
         early = _wrong_type(request)  # before anything reads the body
         if early is not None:

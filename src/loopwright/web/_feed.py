@@ -55,7 +55,14 @@ class _Seen:
 
 class Feed:
     """Polls ``store`` every ``interval_s`` seconds in a daemon thread once started; listeners
-    are called on that thread (they must not block: the notifier queues)."""
+    are called on that thread (they must not block: the notifier queues).
+
+    A listener with an ``active()`` method (the dashboard's stream, ``_live.Messages``) wants
+    looks only while it says so: when no listener wants them, the thread makes no look at all
+    (each reads every open run and pending request: 90 ms a second at 50,000 runs, with nobody
+    watching). It keeps what it saw last: the first look after (``wake``) compares with it, so
+    every change made meanwhile is still found, as it would have been one look at a time. The
+    first look is made at start whatever listens: the state later looks compare with."""
 
     def __init__(self, store: Store, *, interval_s: float = 1.0) -> None:
         self.store = store
@@ -66,7 +73,10 @@ class Feed:
         self._last_look = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._nudge = threading.Event()  # cuts the wait short: stop, or wake
+        self._poll_lock = threading.Lock()  # one look at a time (the thread's, a last one)
         self._thread: threading.Thread | None = None
+        self.looks = 0  # looks made (store reads of every open run)
         self.ready = threading.Event()  # set once the first look is done
 
     def listen(self, listener: Listener) -> None:
@@ -77,6 +87,7 @@ class Feed:
             if self._thread is not None:
                 return
             self._stop.clear()
+            self._nudge.clear()
             self._thread = threading.Thread(target=self._run, name="loopwright-feed", daemon=True)
             self._thread.start()
 
@@ -84,24 +95,44 @@ class Feed:
         with self._lock:
             thread, self._thread = self._thread, None
         self._stop.set()
+        self._nudge.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
+
+    def wake(self) -> None:
+        """Look now (a listener became active after a while without one)."""
+        self._nudge.set()
+
+    def wanted(self) -> bool:
+        """Whether a listener wants looks now: one without ``active()`` always does."""
+        for listener in self._listeners:
+            active = getattr(listener, "active", None)
+            if active is None or active():
+                return True
+        return False
 
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
-                self.poll()
+                if self._seen is None or self.wanted():
+                    self.poll()
                 failures = 0
             except Exception:  # a store hiccup (locked, restarting): log it, look again later
                 failures += 1
                 if failures == 1 or failures % 60 == 0:  # not once a second while it lasts
                     log.exception("looking for changes in the store failed (%d times)", failures)
-            self._stop.wait(self.interval_s * min(2 ** max(failures - 1, 0), 30))
+            self._nudge.wait(self.interval_s * min(2 ** max(failures - 1, 0), 30))
+            self._nudge.clear()
 
     def poll(self) -> list[Change]:
         """One look: the changes since the previous one (the first look only records where
         things stand, apart from the baseline requests given to listeners)."""
+        with self._poll_lock:
+            self.looks += 1
+            return self._look()
+
+    def _look(self) -> list[Change]:
         now = time.time()
         since = (self._last_look or now) - CREATED_MARGIN_S
         marks = {m.run_id: m for m in self.store.run_marks(created_since=since)}

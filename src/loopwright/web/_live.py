@@ -33,6 +33,9 @@ TICK_S = 0.25  # how often a stream looks at the feed's kept changes (in memory,
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 STREAM_S = 300.0  # a stream ends after this long; the browser reconnects with Last-Event-ID
 KEPT = 1000  # messages kept for browsers that reconnect (Last-Event-ID)
+# The store is polled while a stream is open and this long after the last request or stream:
+# a page drawn asks for its stream within seconds, a browser reconnects after 3.
+IDLE_S = 60.0
 
 
 def approval_brief(a: Approval) -> dict[str, Any]:
@@ -63,6 +66,29 @@ class Messages:
         self._items: deque[tuple[int, str]] = deque(maxlen=KEPT)
         self._lock = threading.Lock()
         self.last_seq = 0
+        self._streams = 0  # open event streams
+        self._last_use = float("-inf")  # monotonic time of the last request or stream end
+
+    def active(self) -> bool:
+        """Whether the dashboard is in use: the feed looks at the store only then."""
+        with self._lock:
+            return self._streams > 0 or time.monotonic() - self._last_use < IDLE_S
+
+    def touch(self) -> bool:
+        """A request was served (or a stream ended); True when the dashboard was idle."""
+        with self._lock:
+            idle = self._streams == 0 and time.monotonic() - self._last_use >= IDLE_S
+            self._last_use = time.monotonic()
+            return idle
+
+    def stream_opened(self) -> None:
+        with self._lock:
+            self._streams += 1
+
+    def stream_closed(self) -> None:
+        with self._lock:
+            self._streams -= 1
+            self._last_use = time.monotonic()
 
     def __call__(self, c: Change) -> None:
         if c.baseline:  # requests pending before the first look are for the notifier only
@@ -145,17 +171,21 @@ def _position(text: str | None) -> int:
 
 
 async def _stream(request: Request, messages: Messages, cursor: int) -> AsyncIterator[str]:
-    yield "retry: 3000\n\n"
-    began = sent = time.monotonic()
-    while True:
-        for seq, text in messages.after(cursor):
-            cursor = seq
-            sent = time.monotonic()
-            yield text
-        now = time.monotonic()
-        if now - began > STREAM_S or await request.is_disconnected():
-            return
-        if now - sent > KEEPALIVE_S:
-            sent = now
-            yield ": keep-alive\n\n"
-        await asyncio.sleep(TICK_S)
+    messages.stream_opened()
+    try:
+        yield "retry: 3000\n\n"
+        began = sent = time.monotonic()
+        while True:
+            for seq, text in messages.after(cursor):
+                cursor = seq
+                sent = time.monotonic()
+                yield text
+            now = time.monotonic()
+            if now - began > STREAM_S or await request.is_disconnected():
+                return
+            if now - sent > KEEPALIVE_S:
+                sent = now
+                yield ": keep-alive\n\n"
+            await asyncio.sleep(TICK_S)
+    finally:
+        messages.stream_closed()
