@@ -99,16 +99,22 @@ def _statements(store: Store) -> Iterator[list[tuple[str, Any]]]:
 
 
 def _claim_cost(store: Store) -> tuple[list[str], int, set[str]]:
-    """A claim of one run; then the rows its candidate query reads, and what it reads them by
-    (EXPLAIN ANALYZE of the same statement, rolled back)."""
+    """A claim of one run; then the rows its candidate queries read, and what they read them
+    by (EXPLAIN ANALYZE of the same statements, rolled back)."""
     with _statements(store) as seen:
         got = [r for r, _ in store.claim_runs("worker", 30, limit=1, now=1e12)]
-    [(query, args)] = [(q, a) for q, a in seen if "SKIP LOCKED" in str(q)]
+    # the candidates: runs runnable by status, and runs in progress whose lease lapsed
+    locking = [(q, a) for q, a in seen if "SKIP LOCKED" in str(q)]
+    assert len(locking) == 2, locking
+    read, names = 0, set()
     with store._conn() as conn, conn.transaction(force_rollback=True):  # type: ignore[attr-defined]
         conn.execute("ANALYZE runs")
         conn.execute("ANALYZE approvals")
-        [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, args).fetchone()
-    return got, _rows_read(plan["Plan"]), _names(plan["Plan"])
+        for query, args in locking:
+            [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, args).fetchone()
+            read += _rows_read(plan["Plan"])
+            names |= _names(plan["Plan"])
+    return got, read, names
 
 
 @pytest.mark.postgres
@@ -128,7 +134,8 @@ def test_a_pg_claim_reads_no_more_when_more_runs_wait_for_a_person(pg_url: str) 
                 ready = _create(s, "ready")
                 got, read, names = _claim_cost(s)
                 assert got == [ready]
-                assert "runs_claimable" in names, names
+                if parked == 400:  # (a table of 21 rows is read whole, as it should be)
+                    assert "runs_claimable" in names, names
                 assert "approvals" not in names, names  # no request probed
                 costs.append(read)
         finally:

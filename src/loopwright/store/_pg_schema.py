@@ -25,12 +25,13 @@ __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
 # someone else's and is refused untouched.
 PG_TABLES = frozenset({"runs", "checkpoints", "events", "approvals", "journal", "memory"})
 
-# Runnable by status (``PostgresStore.claim_runs``): in progress, or parked with no pending
-# request. The WHERE of the partial index runs_claimable, and a term of the claim's query as is
-# (the planner uses a partial index when the query's conditions imply its WHERE).
-CLAIMABLE_PG = (
-    "(status IN ('pending', 'running') OR (status = 'awaiting_approval' AND open_requests = 0))"
-)
+# Runnable by status (``PostgresStore.claim_runs``), but for a run in progress: waiting to
+# start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
+# term of the claim's query as is (the planner uses a partial index when the query's
+# conditions imply its WHERE). A ``running`` run is not in it: its every commit moves
+# ``updated_at``, which would move its index entry (and rule out a HOT update) every cycle; the
+# few running runs a claim may take over (a lapsed lease) are read by status instead.
+CLAIMABLE_PG = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
 
 # The trigger function keeping ``runs.open_requests``: a request that becomes pending (inserted
 # so, or moved to another run) counts on its run, one that stops being pending (decided,

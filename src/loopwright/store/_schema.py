@@ -11,12 +11,13 @@ __all__ = ["BACKFILL_CLAIMS", "CLAIMABLE_SQLITE", "SQLITE_MIGRATIONS", "memory_t
 # runs of an earlier release did, claimed store-wide.
 BACKFILL_CLAIMS = "-- loopwright: claim the effect keys done before keys were claimed"
 
-# Runnable by status (``Store.claim_runs``) on SQLite: in progress, or parked with no pending
-# request. The WHERE of the partial index runs_claimable, and a term of the claim's query as is
-# (SQLite uses a partial index only for a query that states its condition).
-CLAIMABLE_SQLITE = (
-    "(status IN ('pending', 'running') OR (status = 'awaiting_approval' AND open_requests = 0))"
-)
+# Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to
+# start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
+# term of the claim's query as is (SQLite uses a partial index only for a query that states its
+# condition). A ``running`` run is not in it: its every commit moves ``updated_at``, and so
+# would move its entry (one more index page written every cycle, on the engine's hot path);
+# the few running runs a claim may take over (a lapsed lease) are read by status instead.
+CLAIMABLE_SQLITE = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
 
 _HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
 

@@ -326,14 +326,18 @@ class PostgresStore(SQLStore):
             #    partial index of runs runnable by status (its WHERE, CLAIMABLE_PG, is a term
             #    here as is): `limit` free runs plus the live leases passed over, not every
             #    open run sorted and every parked run's approvals probed.
-            picked = [
-                r[0]
+            #    Runs in progress whose lease lapsed are not in that index (every commit would
+            #    move them there): the few running runs are read by status.
+            found = [
+                (r[1], r[0])
+                for where in (CLAIMABLE_PG, "r.status = 'running'")
                 for r in conn.execute(
-                    f"SELECT r.run_id FROM runs r WHERE {CLAIMABLE_PG} AND {_FREE} "
+                    f"SELECT r.run_id, r.updated_at FROM runs r WHERE {where} AND {_FREE} "
                     "ORDER BY r.updated_at, r.run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
                     args,
                 )
             ]
+            picked = [run_id for _at, run_id in sorted(found)[: int(limit)]]
             if not picked:
                 return []
             # 2. Re-check under the locks with a fresh snapshot (READ COMMITTED), then claim:

@@ -327,30 +327,45 @@ class SQLiteStore(SQLStore):
             # (held by workers), not every open run. A live local lease is free only if its
             # process is dead (checked here, in Python): a batch all refused reads the next.
             size = max(int(limit), 16)
-            rows: list[tuple[str, int]] = []
-            after: tuple[float, str] | None = None
-            while len(rows) < limit:
-                keyset = "" if after is None else "AND (updated_at, run_id) > (?, ?) "
-                batch = db.execute(
-                    "SELECT run_id, fencing_token, lease_owner, lease_expires_at, updated_at "
-                    f"FROM runs INDEXED BY runs_claimable WHERE {CLAIMABLE_SQLITE} "
-                    "AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
-                    f"OR substr(lease_owner, 1, ?) = ?) {keyset}"
-                    "ORDER BY updated_at, run_id LIMIT ?",
-                    (now, len(host), host, *(after or ()), size),
-                ).fetchall()
-                rows += [
-                    (run_id, token)
-                    for run_id, token, lease_owner, expires, _ in batch
+            free = (
+                "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
+                "OR substr(lease_owner, 1, ?) = ?)"
+            )
+            cols = "SELECT updated_at, run_id, fencing_token, lease_owner, lease_expires_at "
+
+            def taken(batch: list[Any]) -> list[tuple[Any, str, int]]:
+                return [
+                    (at, run_id, token)
+                    for at, run_id, token, lease_owner, expires in batch
                     if lease_owner is None
                     or expires is None
                     or expires < now
                     or owner_is_dead(str(lease_owner))
                 ]
+
+            # Runs in progress whose lease lapsed, or whose process here died: few (those
+            # running now, or left by a crash), read by status.
+            found = taken(
+                db.execute(
+                    f"{cols}FROM runs WHERE status = 'running' AND {free}",
+                    (now, len(host), host),
+                ).fetchall()
+            )
+            waiting: list[tuple[Any, str, int]] = []
+            after: tuple[float, str] | None = None
+            while len(waiting) < limit:
+                keyset = "" if after is None else "AND (updated_at, run_id) > (?, ?) "
+                batch = db.execute(
+                    f"{cols}FROM runs INDEXED BY runs_claimable WHERE {CLAIMABLE_SQLITE} "
+                    f"AND {free} {keyset}ORDER BY updated_at, run_id LIMIT ?",
+                    (now, len(host), host, *(after or ()), size),
+                ).fetchall()
+                waiting += taken(batch)
                 if len(batch) < size:
                     break
-                after = (batch[-1][4], batch[-1][0])
-            rows = rows[: int(limit)]
+                after = (batch[-1][0], batch[-1][1])
+            # both in claim order: the oldest first
+            rows = [(r, t) for _at, r, t in sorted(found + waiting)[: int(limit)]]
             db.executemany(
                 self._q.take_lease,
                 [(owner, now + ttl_s, token + 1, run_id) for run_id, token in rows],
