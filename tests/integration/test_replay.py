@@ -507,3 +507,36 @@ def replace_budget(contract: lw.Contract, **budget: Any) -> lw.Contract:
     from dataclasses import replace
 
     return replace(contract, budget=replace(contract.budget, **budget))
+
+
+def test_a_reopened_run_the_engine_stopped_again_at_once_replays_to_that_stop(
+    tmp_path: Path,
+) -> None:
+    """Stopped by its cycle budget, edited, resumed: the engine stops it again before any new
+    cycle. Replay goes on past the reopened end and makes the checks before the next cycle,
+    as the engine did (it said ``censored``: review of the reopening, helper-65)."""
+    parts = ("a", "b", "c", "d")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        doc = ctx.artifacts["doc"]
+        todo = [p for p in parts if doc.get(p) != "good"] or ["a"]
+        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=lw.Usage(0.1, 100))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        doc = state.artifacts["doc"].values()
+        bad = [lw.Finding(f"{p} bad", "doc", p) for p in parts if doc.get(p) != "good"]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / len(parts), findings=tuple(bad))
+
+    contract = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2))
+    loop = lw.Loop(name="cap", actor=actor, verifiers=[check], contract=contract)
+    path = tmp_path / "s.db"
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": dict.fromkeys(parts, "bad")}}, task_key="c")
+        rt.edit(r.run_id, "doc/c", "good", by="bob")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
+    with lw.store.open_store(str(path)) as st:
+        [trace] = traces_from_store(st)
+    assert trace.cycles[-1].reopened
+    o = simulate(trace, contract)
+    assert (o.reason, o.cycles, o.cost_usd) == ("budget_cycles", 2, pytest.approx(0.2))

@@ -193,6 +193,12 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         reason = rules.stop_before_cycle(contract, s)
         if reason is not None:
             return end(reason)
+    if trace.cycles and trace.cycles[-1].reopened:
+        # reopened after its last recorded cycle: the checks before the next cycle, which the
+        # engine made when the run was resumed (a budget spent stops it there again)
+        reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            return end(reason)
     tail = str(trace.tail.get("kind", "none"))
     if tail != "none":
         # What the recording spent after its last concluded cycle, in a cycle it never
