@@ -200,7 +200,9 @@ async def perform_effect(
                     {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
                     | ({"cause": data["cause"]} if data.get("cause") else {})
                     | ({"deadline_at": data["deadline_at"]} if data.get("deadline_at") else {})
-                    | ({"from_run": data["from_run"]} if data.get("from_run") else {}),
+                    | ({"from_run": data["from_run"]} if data.get("from_run") else {})
+                    # what it cost, on the event of its doing (a trace's effect span counts it)
+                    | ({"usage": data["usage"]} if status == "done" and data.get("usage") else {}),
                 )
             ],
             claim=claim,

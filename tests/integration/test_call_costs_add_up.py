@@ -70,6 +70,39 @@ def _loop(fail_first: int, *, attempts: int = 3, risky: bool = False) -> lw.Loop
 TASK = {"artifacts": {"doc": dict.fromkeys(PARTS, "bad")}}
 
 
+@lw.effect("publish", name="pub")
+def pub(doc: str, *, key: str) -> lw.EffectResult:
+    return lw.EffectResult({"ok": doc}, usage=lw.Usage(cost_usd=0.2, tokens=200))
+
+
+@lw.effect("publish", name="refused")
+def refused(doc: str, *, key: str) -> None:
+    raise lw.PermanentError("the receiver refused it")
+
+
+def _effect_loop(*effects: lw.Effect) -> lw.Loop:
+    """Fixes a part a cycle; the cycle that fixes the last one also runs ``effects``."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        doc = ctx.artifacts["doc"]
+        todo = [p for p in PARTS if doc.get(p) not in GOOD] or ["a"]
+        last = len(todo) == 1
+        return lw.Proposal(
+            edits=(lw.Edit("doc", todo[0], "good"),),
+            effects=tuple(e.call(doc="x") for e in effects) if last else (),
+            usage=lw.Usage(0.1, 100),
+        )
+
+    return lw.Loop(
+        name="effects",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        effects=[pub, refused],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="publish", action="allow"),)),
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=4)),
+    )
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     path = tmp_path_factory.mktemp("costs") / "store.db"
@@ -86,6 +119,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
         rt.edit(r.run_id, "doc/a", "fine", by="bob", note="by hand")
         rt.approve(r.run_id, by="alice")
         out["judged_again"] = rt.resume_sync(r.run_id, loop).run_id
+        # an effect that reports what it cost; then one that runs before a refused one (the
+        # run ends inside that cycle, which so has no record)
+        for name, effects in (("effect", (pub,)), ("effect_failed", (pub, refused))):
+            r = rt.run_sync(_effect_loop(*effects), TASK, task_key=name)
+            assert r.status == ("accepted" if name == "effect" else "escalated"), r.stop_reason
+            out[name] = r.run_id
     yield path, out
 
 
@@ -93,7 +132,7 @@ def _concluded(st: Store, run_id: str) -> list[dict[str, object]]:
     return [c.record for c in st.checkpoints(run_id) if c.record and "proposal" in c.record]
 
 
-@pytest.mark.parametrize("name", ["retried", "gave_up", "judged_again"])
+@pytest.mark.parametrize("name", ["retried", "gave_up", "judged_again", "effect", "effect_failed"])
 def test_call_and_cycle_spans_add_up_to_the_run(
     runs: tuple[Path, dict[str, str]], name: str
 ) -> None:

@@ -375,22 +375,22 @@ def _cycle_spans(
             0 if scope in gave_up else 1
         )
     _call_costs(calls, occ)
-    if occ.record is None and calls:
-        # A cycle the run ended inside (an actor that gave up) has no record: what its
-        # calls were billed is its cost.
-        c = cycle.attributes
-        c["loopwright.cost_usd"] = sum(
-            _float(s.attributes.get("loopwright.cost_usd")) for s in calls.values()
-        )
-        c["loopwright.usage.total_tokens"] = sum(
-            int(_float(s.attributes.get("loopwright.usage.total_tokens"))) for s in calls.values()
-        )
 
     spans = [cycle]
     for scope in order:
         spans.append(calls[scope])
         spans.extend(_model_spans(calls[scope], models.get(scope, ()), occ.cycle))
     effects = _effect_spans(cycle, items)
+    if occ.record is None and (calls or effects):
+        # A cycle the run ended inside (an actor that gave up, a failed effect) has no
+        # record: what its calls and effects were billed is its cost.
+        c, billed = cycle.attributes, [*calls.values(), *effects]
+        c["loopwright.cost_usd"] = sum(
+            _float(s.attributes.get("loopwright.cost_usd")) for s in billed
+        )
+        c["loopwright.usage.total_tokens"] = sum(
+            int(_float(s.attributes.get("loopwright.usage.total_tokens"))) for s in billed
+        )
     waits = _approval_spans(cycle, approvals, items, last_ts)
     spans.extend(sorted([*waits, *effects], key=lambda s: (s.start, s.key)))
     for seq, ev in items:
@@ -696,6 +696,14 @@ def _effect_spans(parent: Span, items: Iterable[tuple[int, Event]]) -> list[Span
         elif status == "done":
             span.status = "ok"
         span.events = [_span_event(seq, ev) for seq, ev in evs]
+        # what it cost: on the event of its doing (done or reconciled; a result recovered or
+        # reused after it was charged where it was done)
+        billed = [ev.data["usage"] for _, ev in evs if isinstance(ev.data.get("usage"), Mapping)]
+        if billed:
+            span.attributes["loopwright.cost_usd"] = sum(_float(u.get("cost_usd")) for u in billed)
+            span.attributes["loopwright.usage.total_tokens"] = int(
+                sum(_float(u.get("tokens")) for u in billed)
+            )
         out.append(span)
     return out
 
