@@ -335,6 +335,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
 
     # --- the dialect --------------------------------------------------------------------
     _MARK: ClassVar[str] = "?"  # the driver's placeholder
+    # The SQL function that lowercases text for a case-insensitive search, as Python's
+    # str.lower does (SQLite's LOWER folds only ASCII: the SQLite store registers its own).
+    _LOWER: ClassVar[str] = "LOWER"
     _DB_NOW: ClassVar[str | None] = None  # the server's clock for leases; None: the writer's
     _LOCKS: ClassVar[bool] = False  # row-locking clauses (FOR ... UPDATE) exist
     _UNIQUE: ClassVar[tuple[type[BaseException], ...]] = ()  # a duplicate key
@@ -736,7 +739,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             m = self._MARK
             pat = search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
             cols = ("task_key", "loop_name", "project", "stop_reason", "CAST(packet AS TEXT)")
-            cond = " OR ".join(f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in cols)
+            low = self._LOWER
+            cond = " OR ".join(f"{low}({c}) LIKE {m} ESCAPE '!'" for c in cols)
             where += (" AND " if where else " WHERE ") + f"({cond} OR run_id LIKE {m} ESCAPE '!')"
             args += [f"%{pat}%"] * len(cols) + [f"{pat}%"]
         return where, args
@@ -1247,9 +1251,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             m = self._MARK
             pat = needle.replace("!", "!!").replace("%", "!%").replace("_", "!_")
             words = ("what", "why", "rule", "kind")
+            low = self._LOWER
             cond = " OR ".join(
-                [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
-                + [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in words]
+                [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
+                + [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in words]
             )
             where += (" AND " if where else " WHERE ") + f"({cond})"
             args += [f"{pat}%"] * 2 + [f"%{pat}%"] * len(words)
