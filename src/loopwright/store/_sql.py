@@ -925,6 +925,23 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         with self._tx() as conn:
             return self._commit_in(conn, req, cols, now)
 
+    def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
+        with self._tx() as conn:
+            self._forget_rejected_in(conn, run_id, after_cycle, keep)
+
+    def _forget_rejected_in(
+        self, conn: Any, run_id: str, after_cycle: int, keep: Collection[str]
+    ) -> None:
+        if not keep:
+            conn.execute(self._q.forget_rejected, (run_id, after_cycle))
+            return
+        m = self._MARK
+        conn.execute(
+            f"DELETE FROM rejected WHERE run_id={m} AND cycle>{m} "
+            f"AND digest NOT IN ({', '.join([m] * len(keep))})",
+            (run_id, after_cycle, *keep),
+        )
+
     def commit_request(self, it: CommitRequest) -> bool:
         now = time.time()
         cols = self._run_cols(it.run, it.seq)
@@ -1047,7 +1064,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 conn, q.upsert_version, [version_row(run_id, v, js) for v in it.versions]
             )
         if it.forget_rejected_after is not None:
-            conn.execute(q.forget_rejected, (run_id, it.forget_rejected_after))
+            self._forget_rejected_in(conn, run_id, it.forget_rejected_after, ())
         if it.rejected:
             self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
         for c in it.closes:
