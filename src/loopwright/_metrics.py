@@ -23,6 +23,7 @@ from ._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from ._errors import ConfigError
 from ._inherited import inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store, open_store
+from .store._base import with_newer
 
 __all__ = [
     "CRASH_RESUME",
@@ -717,7 +718,15 @@ def compute_metrics(
     st = store if isinstance(store, Store) else open_store(_url(store))
     try:
         # The selection, window included, is the database's: a window reads only its runs.
-        runs = st.list_runs(status=status, project=project, loop_name=loop, since=t0, until=t1)
+        # (a store whose list_runs predates since/until: its runs are windowed here)
+        flt: dict[str, Any] = {"status": status, "project": project, "loop_name": loop}
+        runs = with_newer(st.list_runs, flt, {"since": t0, "until": t1})
+        if runs is None:
+            runs = [
+                r
+                for r in st.list_runs(**flt)
+                if (t0 is None or r.created_at >= t0) and (t1 is None or r.created_at <= t1)
+            ]
         proven = st.first_accepted(sorted({r.loop_name for r in runs}))
         rows = [
             run_metrics(

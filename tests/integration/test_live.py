@@ -514,3 +514,21 @@ def test_the_poller_reads_nothing_while_nobody_uses_the_dashboard(
         until(lambda: len(looks) > 2, "the poller to look again")
         sent = until(lambda: app.state.messages.after(after), "the change made while idle")
         assert any(run_id in text for _, text in sent), sent
+
+
+def test_a_health_probe_does_not_keep_the_poller_looking(tmp_path: Path) -> None:
+    # Every request woke the poller and kept it looking for a minute: a liveness probe every
+    # few seconds kept it looking for good, with nobody using the dashboard. /healthz is the
+    # probes' path: open (even with tokens required for reads), and no use of the dashboard.
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN, require_token_for_reads=True)
+    messages = app.state.messages
+    with TestClient(app, base_url=LOCAL) as client:
+        assert not messages.active()
+        for _ in range(3):
+            r = client.get("/healthz")
+            assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert not messages.active()  # the poller stays asleep
+        client.get("/login")  # a person at the dashboard: it wakes
+        assert messages.active()

@@ -6,6 +6,7 @@ runs). Pinned by the rows the claim's statement reads (EXPLAIN ANALYZE), never a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -103,8 +104,9 @@ def _claim_cost(store: Store) -> tuple[list[str], int, set[str]]:
     by (EXPLAIN ANALYZE of the same statements, rolled back)."""
     with _statements(store) as seen:
         got = [r for r, _ in store.claim_runs("worker", 30, limit=1, now=1e12)]
-    # the candidates: runs runnable by status, and runs in progress whose lease lapsed
-    locking = [(q, a) for q, a in seen if "SKIP LOCKED" in str(q)]
+    # the candidates (runs runnable by status, and runs in progress whose lease lapsed), read
+    # in one statement, then the chosen ones locked
+    locking = [(q, a) for q, a in seen if str(q).startswith("(SELECT") or "SKIP LOCKED" in str(q)]
     assert len(locking) == 2, locking
     read, names = 0, set()
     with store._conn() as conn, conn.transaction(force_rollback=True):  # type: ignore[attr-defined]
@@ -232,3 +234,74 @@ def test_the_count_is_kept_whoever_writes_the_requests(pg_url: str) -> None:
             conn.execute(f"DELETE FROM \"{schema}\".approvals WHERE approval_id = 'x1'")
         counts = dict(s._all("SELECT run_id, open_requests FROM runs", []))  # type: ignore[attr-defined]
         assert counts == {a: 0, b: 2}
+
+
+@pytest.mark.postgres
+def test_a_claim_locks_no_run_it_will_not_take(pg_url: str) -> None:
+    # A claim of one read two kinds of candidates (runs runnable by status, runs in progress
+    # whose lease lapsed) and locked up to `limit` of each to its commit, taking only the
+    # oldest: a second claimer, meanwhile, skipped the other and came back empty though that
+    # run was free. Claimer A is held between its locks and its claim.
+    with open_store(pg_url) as a, open_store(pg_url) as b:
+        older = _create(a, "P")  # pending
+        newer = _create(a, "R")  # in progress, its lease lapsed (claims at now=1e12)
+        token = a.acquire_lease(newer, "crashed-worker", 30)
+        a.commit(
+            newer, token, seq=1, cycle=1, state={"cycle": 1}, record=None, events=[],
+            run={"status": "running"},
+        )  # fmt: skip
+        paused, go = threading.Event(), threading.Event()
+        real = a._tx  # type: ignore[attr-defined]
+
+        class Hold:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def execute(self, query: Any, args: Any = None) -> Any:
+                if str(query).startswith("UPDATE runs r SET lease_owner"):
+                    paused.set()
+                    go.wait(30)
+                return self._conn.execute(query, args)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._conn, name)
+
+        @contextmanager
+        def held() -> Iterator[Any]:
+            with real() as conn:
+                yield Hold(conn)
+
+        a._tx = held  # type: ignore[attr-defined]
+        got: dict[str, Any] = {}
+        claimer = threading.Thread(
+            target=lambda: got.setdefault("A", a.claim_runs("A", 30, limit=1, now=1e12))
+        )
+        claimer.start()
+        try:
+            assert paused.wait(30), "claimer A never reached its claim"
+            got["B"] = b.claim_runs("B", 30, limit=1, now=1e12)
+        finally:
+            go.set()
+            claimer.join(30)
+        assert [r for r, _ in got["A"]] == [older]
+        assert [r for r, _ in got["B"]] == [newer]
+
+
+@pytest.mark.postgres
+def test_a_claim_passes_over_runs_locked_elsewhere_and_takes_the_next(pg_url: str) -> None:
+    # Candidates are read without a lock: one another transaction holds is passed over and
+    # the next one read in its place, in claim order, until `limit` are taken.
+    import psycopg
+
+    base, _, schema = pg_url.rpartition("schema=")
+    with open_store(pg_url) as s:
+        ids = [_create(s, f"k{i}") for i in range(5)]
+        with psycopg.connect(base.rstrip("?&")) as other:
+            other.execute(f'SET search_path TO "{schema}"')
+            other.execute(
+                "SELECT run_id FROM runs WHERE run_id = ANY(%s) FOR UPDATE", ([ids[0], ids[2]],)
+            )
+            got = [r for r, _ in s.claim_runs("w", 30, limit=2, now=1e12)]
+            assert got == [ids[1], ids[3]]
+            other.rollback()
+        assert [r for r, _ in s.claim_runs("w2", 30, limit=5, now=1e12)] == [ids[0], ids[2], ids[4]]

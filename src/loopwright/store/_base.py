@@ -409,6 +409,22 @@ def _folded(rows: Sequence[CheckpointRow], base: int, i: int) -> dict[str, Any]:
     )
 
 
+def with_newer(fn: Callable[..., Any], kwargs: Mapping[str, Any], newer: Mapping[str, Any]) -> Any:
+    """``fn(**kwargs)`` plus the keywords of ``newer`` that are set (not None), or None when a
+    store's method has an older signature (a ``TypeError`` naming one of them): the caller
+    then applies them itself. Keywords a release added to a Store method are passed so, and
+    only when used, so a third-party store written against the older method keeps working."""
+    extra = {k: v for k, v in newer.items() if v is not None}
+    if not extra:
+        return fn(**kwargs)
+    try:
+        return fn(**kwargs, **extra)
+    except TypeError as exc:
+        if not any(f"'{k}'" in str(exc) for k in extra):
+            raise
+        return None
+
+
 def approvals_matching(rows: list[Approval], search: str | None) -> list[Approval]:
     """The requests ``search`` finds (``Store.page_approvals``), in their order."""
     needle = (search or "").strip().lower()
@@ -776,6 +792,14 @@ class Store(LiveStore, PeopleStore, ABC):
         """``commit`` of one request built already (the engine's: its record, events and run
         columns are the masked ones). Stores override it to skip building it again; ``commit``
         is given the record whole, as ever (a packed one is unpacked first)."""
+        if it.forget_rejected_after is not None and (
+            type(self).forget_rejected is Store.forget_rejected
+        ):  # refused before anything is written, not after the commit
+            raise StoreError(
+                f"{type(self).__name__} implements neither commit_request nor "
+                "forget_rejected: a rollback's commit cannot forget what the abandoned "
+                "cycles rejected (docs/storage.md)"
+            )
         record = it.record
         if it.packed and record is not None:
             record = unpack_record(record)
@@ -794,13 +818,27 @@ class Store(LiveStore, PeopleStore, ABC):
             rejected=it.rejected,
         )
         # ``commit`` takes no closures: here they follow it (the built-in stores write them in
-        # its transaction).
+        # its transaction), as does a rollback's forgetting (``forget_rejected``; this
+        # commit's own rejected digests are kept).
+        if it.forget_rejected_after is not None:
+            self.forget_rejected(
+                it.run_id, it.forget_rejected_after, keep=[d for d, _c in it.rejected]
+            )
         for c in it.closes:
             with contextlib.suppress(ApprovalError):
                 self.decide_approval(
                     c.approval_id, status="cancelled", by=c.by, note=c.note, now=time.time()
                 )
         return flag
+
+    def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
+        """Forget the run's rejected digests of the cycles after ``after_cycle`` (a
+        rollback's, ``CommitRequest.forget_rejected_after``), but those in ``keep``. The
+        default ``commit_request`` calls it just after ``commit``, keeping that commit's own
+        rejected digests; a store that implements only ``commit`` must implement it too (its
+        rollbacks are refused otherwise). The built-in stores forget in the commit's
+        transaction."""
+        raise NotImplementedError(f"{type(self).__name__}.forget_rejected")
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Group commit: several runs' commits, ideally in one transaction (one sync to disk).

@@ -335,6 +335,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
 
     # --- the dialect --------------------------------------------------------------------
     _MARK: ClassVar[str] = "?"  # the driver's placeholder
+    # The SQL function that lowercases text for a case-insensitive search, as Python's
+    # str.lower does (SQLite's LOWER folds only ASCII: the SQLite store registers its own).
+    _LOWER: ClassVar[str] = "LOWER"
     _DB_NOW: ClassVar[str | None] = None  # the server's clock for leases; None: the writer's
     _LOCKS: ClassVar[bool] = False  # row-locking clauses (FOR ... UPDATE) exist
     _UNIQUE: ClassVar[tuple[type[BaseException], ...]] = ()  # a duplicate key
@@ -736,7 +739,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             m = self._MARK
             pat = search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
             cols = ("task_key", "loop_name", "project", "stop_reason", "CAST(packet AS TEXT)")
-            cond = " OR ".join(f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in cols)
+            low = self._LOWER
+            cond = " OR ".join(f"{low}({c}) LIKE {m} ESCAPE '!'" for c in cols)
             where += (" AND " if where else " WHERE ") + f"({cond} OR run_id LIKE {m} ESCAPE '!')"
             args += [f"%{pat}%"] * len(cols) + [f"{pat}%"]
         return where, args
@@ -921,6 +925,23 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         with self._tx() as conn:
             return self._commit_in(conn, req, cols, now)
 
+    def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
+        with self._tx() as conn:
+            self._forget_rejected_in(conn, run_id, after_cycle, keep)
+
+    def _forget_rejected_in(
+        self, conn: Any, run_id: str, after_cycle: int, keep: Collection[str]
+    ) -> None:
+        if not keep:
+            conn.execute(self._q.forget_rejected, (run_id, after_cycle))
+            return
+        m = self._MARK
+        conn.execute(
+            f"DELETE FROM rejected WHERE run_id={m} AND cycle>{m} "
+            f"AND digest NOT IN ({', '.join([m] * len(keep))})",
+            (run_id, after_cycle, *keep),
+        )
+
     def commit_request(self, it: CommitRequest) -> bool:
         now = time.time()
         cols = self._run_cols(it.run, it.seq)
@@ -1043,7 +1064,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 conn, q.upsert_version, [version_row(run_id, v, js) for v in it.versions]
             )
         if it.forget_rejected_after is not None:
-            conn.execute(q.forget_rejected, (run_id, it.forget_rejected_after))
+            self._forget_rejected_in(conn, run_id, it.forget_rejected_after, ())
         if it.rejected:
             self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
         for c in it.closes:
@@ -1247,9 +1268,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             m = self._MARK
             pat = needle.replace("!", "!!").replace("%", "!%").replace("_", "!_")
             words = ("what", "why", "rule", "kind")
+            low = self._LOWER
             cond = " OR ".join(
-                [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
-                + [f"LOWER({c}) LIKE {m} ESCAPE '!'" for c in words]
+                [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
+                + [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in words]
             )
             where += (" AND " if where else " WHERE ") + f"({cond})"
             args += [f"{pat}%"] * 2 + [f"%{pat}%"] * len(words)

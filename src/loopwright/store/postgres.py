@@ -321,23 +321,52 @@ class PostgresStore(SQLStore):
                 assert row is not None
                 now = float(row[0])
             args = {"now": now, "limit": int(limit), "owner": owner, "expires": now + ttl_s}
-            # 1. Lock up to `limit` candidates, skipping rows another claimer (or a commit)
-            #    holds: claimers never wait for each other. Read in claim order from the
-            #    partial index of runs runnable by status (its WHERE, CLAIMABLE_PG, is a term
-            #    here as is): `limit` free runs plus the live leases passed over, not every
-            #    open run sorted and every parked run's approvals probed.
-            #    Runs in progress whose lease lapsed are not in that index (every commit would
-            #    move them there): the few running runs are read by status.
-            found = [
-                (r[1], r[0])
-                for where in (CLAIMABLE_PG, "r.status = 'running'")
-                for r in conn.execute(
-                    f"SELECT r.run_id, r.updated_at FROM runs r WHERE {where} AND {_FREE} "
-                    "ORDER BY r.updated_at, r.run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED",
-                    args,
-                )
-            ]
-            picked = [run_id for _at, run_id in sorted(found)[: int(limit)]]
+            # 1. Choose, then lock: the `limit` oldest candidates are read without a lock,
+            #    then locked, skipping rows another claimer (or a commit) holds: claimers
+            #    never wait for each other. A row skipped, or no longer free, is passed over
+            #    and the next candidates are read in its place, until `limit` are locked or
+            #    none is left. So no row is locked that this claim will not take (a row
+            #    locked to the commit and not claimed would be skipped by a concurrent
+            #    claimer, which could come back empty while a free run waits).
+            #    Candidates are read in claim order from the partial index of runs runnable
+            #    by status (its WHERE, CLAIMABLE_PG, is a term here as is): `limit` free runs
+            #    plus those passed over, not every open run sorted and every parked run's
+            #    approvals probed. Runs in progress whose lease lapsed are not in that index
+            #    (every commit would move them there): the few running runs are read by
+            #    status.
+            picked: list[str] = []
+            passed: list[str] = []
+            while len(picked) < limit:
+                need = int(limit) - len(picked)
+                scan = args | {"need": need, "skip": picked + passed}
+                chosen = [
+                    r[0]
+                    for r in conn.execute(
+                        " UNION ALL ".join(
+                            f"(SELECT r.run_id, r.updated_at FROM runs r WHERE {where} "
+                            f"AND {_FREE} AND r.run_id <> ALL(%(skip)s) "
+                            "ORDER BY r.updated_at, r.run_id LIMIT %(need)s)"
+                            for where in (CLAIMABLE_PG, "r.status = 'running'")
+                        )
+                        + " ORDER BY 2, 1 LIMIT %(need)s",
+                        scan,
+                    )
+                ]
+                if not chosen:
+                    break
+                locked = {
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT r.run_id FROM runs r WHERE r.run_id = ANY(%(ids)s) AND {_FREE} "
+                        f"AND ({CLAIMABLE_PG} OR r.status = 'running') "
+                        "FOR UPDATE SKIP LOCKED",
+                        args | {"ids": chosen},
+                    )
+                }
+                picked += [r for r in chosen if r in locked]
+                passed += [r for r in chosen if r not in locked]
+                if len(chosen) < need:  # no candidate left to read
+                    break
             if not picked:
                 return []
             # 2. Re-check under the locks with a fresh snapshot (READ COMMITTED), then claim:

@@ -96,10 +96,23 @@ class _Tx:
             store._lock.release()
 
 
+def _lower(value: Any) -> Any:
+    """``lw_lower``: text lowercased as Python's ``str.lower`` does (every script, not only
+    ASCII as SQLite's LOWER), so a search finds 'Überweisung' by 'überweisung' here as on
+    PostgreSQL and in the Store defaults; anything else (NULL, numbers, blobs) unchanged."""
+    return value.lower() if isinstance(value, str) else value
+
+
+def _functions(db: sqlite3.Connection) -> None:
+    """The SQL functions the store's statements use, registered on a new connection."""
+    db.create_function("lw_lower", 1, _lower, deterministic=True)
+
+
 class SQLiteStore(SQLStore):
     """A loopwright store in one SQLite file."""
 
     _MARK = "?"
+    _LOWER = "lw_lower"  # registered on every connection by _functions
     _UNIQUE = (sqlite3.IntegrityError,)
     _REFUSED = (sqlite3.Error, OverflowError, ValueError, TypeError)
     _DB_FAILURE = (sqlite3.OperationalError,)  # locked, disk full...: not a value
@@ -153,6 +166,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         self._reader = _Locked(self._lock, self._db)
         try:
+            _functions(self._db)
             self._refuse_foreign()
             self._configure()
             self._migrate()
@@ -196,6 +210,7 @@ class SQLiteStore(SQLStore):
                 timeout=30.0,
             )
             self._reader = _Locked(self._lock, self._db)
+            _functions(self._db)
             self._db.execute("PRAGMA busy_timeout = 30000")
             row = self._db.execute(self._q.schema_version).fetchone()
         except sqlite3.Error as exc:

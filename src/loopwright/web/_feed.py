@@ -61,8 +61,11 @@ class Feed:
     looks only while it says so: when no listener wants them, the thread makes no look at all
     (each reads every open run and pending request: 90 ms a second at 50,000 runs, with nobody
     watching). It keeps what it saw last: the first look after (``wake``) compares with it, so
-    every change made meanwhile is still found, as it would have been one look at a time. The
-    first look is made at start whatever listens: the state later looks compare with."""
+    whatever differs then is found (a new run, a run's new status or cycle, a request pending
+    now, one seen pending and decided since), not each step taken meanwhile: a change that
+    came and went while nobody watched (a request opened and decided then) is not found,
+    though looks once a second might have seen it. The first look is made at start whatever
+    listens: the state later looks compare with."""
 
     def __init__(self, store: Store, *, interval_s: float = 1.0) -> None:
         self.store = store
