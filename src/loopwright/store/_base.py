@@ -415,6 +415,8 @@ def with_newer(fn: Callable[..., Any], kwargs: Mapping[str, Any], newer: Mapping
     then applies them itself. Keywords a release added to a Store method are passed so, and
     only when used, so a third-party store written against the older method keeps working."""
     extra = {k: v for k, v in newer.items() if v is not None}
+    if extra.keys() & kwargs.keys():
+        raise TypeError(f"with_newer: {sorted(extra.keys() & kwargs.keys())} given twice")
     if not extra:
         return fn(**kwargs)
     try:

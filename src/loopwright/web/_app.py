@@ -628,7 +628,8 @@ def create_app(
             **flt, after=(cur.at, cur.key) if cur else None, limit=limit + 1
         )
         # (a store whose count_approvals predates run_id/search: counted by the default)
-        total = with_newer(store.count_approvals, {"status": flt["status"]}, flt)
+        newer = {"run_id": flt["run_id"], "search": flt["search"]}
+        total = with_newer(store.count_approvals, {"status": flt["status"]}, newer)
         if total is None:
             total = Store.count_approvals(store, **flt)
         page_rows = rows[:limit]
