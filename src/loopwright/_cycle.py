@@ -19,7 +19,7 @@ from . import _decide as rules
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import GaveUp, OutOfTime, call_with_retry, charge, priced_dict
+from ._exec import GaveUp, OutOfTime, OverBudget, call_with_retry, charge, priced_dict
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
@@ -149,10 +149,13 @@ class Cycle(RuntimeHost):
                 deadline=ex.deadline,
             )
         except OutOfTime as exc:
-            charge(ex, "actor", exc.usage)
+            charge(ex, "actor", exc.billed)
             return self._abort(ex, t0, "budget_time", cause=str(exc))
+        except OverBudget as over:
+            charge(ex, "actor", over.billed)
+            return self._abort(ex, t0, over.reason, cause=str(over))
         except GaveUp as gave:
-            charge(ex, "actor", gave.usage)
+            charge(ex, "actor", gave.billed)
             return self._abort(
                 ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
@@ -330,12 +333,17 @@ class Cycle(RuntimeHost):
                     deadline=ex.deadline,
                 )
             except OutOfTime as exc:
-                charge(ex, f"verifier:{check.name}", exc.usage)
+                charge(ex, f"verifier:{check.name}", exc.billed)
                 return self._abort(
                     ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
+            except OverBudget as over:
+                charge(ex, f"verifier:{check.name}", over.billed)
+                return self._abort(
+                    ex, t0, over.reason, cause=str(over), unverified=proposal.to_dict()
+                )
             except GaveUp as gave:
-                charge(ex, f"verifier:{check.name}", gave.usage)
+                charge(ex, f"verifier:{check.name}", gave.billed)
                 return self._abort(
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )

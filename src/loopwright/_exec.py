@@ -22,6 +22,7 @@ from typing import Any
 
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
+from ._decide import budget_crossed
 from ._loop import Loop
 from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
 from ._proposal import Context, Verdict
@@ -37,6 +38,7 @@ __all__ = [
     "Execution",
     "GaveUp",
     "OutOfTime",
+    "OverBudget",
     "call_with_retry",
 ]
 
@@ -167,9 +169,10 @@ class GaveUp(Exception):
         self.error = error
         self.attempts = attempts
         self.exc = exc
-        # What the failed attempts were billed (an attempt's error may carry ``usage``, as a
-        # model adapter's malformed reply does): charged to the run by the engine (invariant 7).
-        self.usage = Usage()
+        # What the failed attempts were billed, one entry an attempt that was (an attempt's
+        # error may carry ``usage``, as a model adapter's malformed reply does): charged to the
+        # run by the engine (invariant 7).
+        self.billed: tuple[Usage, ...] = ()
         super().__init__(f"{kind} after {attempts} attempt(s): {error.get('message')}")
 
 
@@ -178,7 +181,18 @@ class OutOfTime(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.usage = Usage()  # as GaveUp.usage
+        self.billed: tuple[Usage, ...] = ()  # as GaveUp.billed
+
+
+class OverBudget(Exception):
+    """What a call's failed attempts were billed crossed the run's cost or token budget
+    (``reason``: which), so the call is not tried again: at most the one call in flight may
+    overshoot a budget (invariant 7). A budget stop, not a failure."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.billed: tuple[Usage, ...] = ()  # as GaveUp.billed
 
 
 async def call_with_retry(
@@ -217,8 +231,13 @@ async def call_with_retry(
     # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
     # failed attempt: charged when the call ends, whether it succeeds or not, even after a
     # restart in between (invariant 7).
-    billed = _billed(entry.data.get("billed")) if entry is not None else _NOTHING
+    billed = _billed(entry.data) if entry is not None else ()
     if entry is not None:
+        stop = entry.data.get("budget") if entry.status == "gave_up" else None
+        if isinstance(stop, str):  # its failed attempts had crossed a budget (_failed_attempt)
+            over = OverBudget(stop, _over_message(who, stop))
+            over.billed = billed
+            raise over
         if entry.status == "gave_up" or failed >= policy.attempts:
             spent = GaveUp(
                 entry.data.get("class", "transient"),
@@ -226,13 +245,13 @@ async def call_with_retry(
                 failed,
                 None,
             )
-            spent.usage = billed
+            spent.billed = billed
             raise spent
         wait = float(entry.data.get("next_at", 0.0)) - time.time()
         if wait > 0:  # killed during the backoff: wait out only what is left of it
             if deadline is not None and time.time() + wait >= deadline:
                 late = OutOfTime(f"the time budget runs out during the backoff of {who}")
-                late.usage = billed
+                late.billed = billed
                 raise late
             await asyncio.sleep(wait)
 
@@ -242,7 +261,7 @@ async def call_with_retry(
             left = deadline - time.time()
             if left <= 0:
                 late = OutOfTime(f"the time budget ran out before {who} could be called")
-                late.usage = billed
+                late.billed = billed
                 raise late
             per_call = left if timeout is None else min(timeout, left)
         made: list[dict[str, Any]] = []  # the model calls this attempt reports
@@ -307,15 +326,24 @@ def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     )
 
 
-def charge(ex: Execution, who: str, usage: Usage) -> None:
-    """Charge ``who``'s failed attempts (what they were billed) to the run (invariant 7): the
-    spend, the held-out share the actor is not shown (invariant 3), the cycle's priced calls."""
-    if usage.cost_usd or usage.tokens:
-        priced = Usage(usage.cost_usd, usage.tokens, 0.0)
-        ex.state.spent = ex.state.spent + priced
-        if held_out_scope(ex.loop, who):
-            ex.state.held_out_spent = ex.state.held_out_spent + priced
-        ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
+def charge(ex: Execution, who: str, billed: Iterable[Usage]) -> None:
+    """Charge ``who``'s failed attempts (what each was billed) to the run (invariant 7): the
+    spend, the held-out share the actor is not shown (invariant 3), the cycle's priced calls
+    (one a billed attempt, in order: the budget was checked after each, and replay checks the
+    cycle's calls one by one)."""
+    held = held_out_scope(ex.loop, who)
+    for usage in billed:
+        if usage.cost_usd or usage.tokens:
+            priced = Usage(usage.cost_usd, usage.tokens, 0.0)
+            ex.state.spent = ex.state.spent + priced
+            if held:
+                ex.state.held_out_spent = ex.state.held_out_spent + priced
+            ex.calls.append({"who": who, "cost_usd": usage.cost_usd, "tokens": usage.tokens})
+
+
+def _over_message(who: str, reason: str) -> str:
+    what = "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
+    return f"what the failed attempts of {who} were billed crossed the {what} budget"
 
 
 def priced_dict(usage: Usage) -> dict[str, Any]:
@@ -352,22 +380,22 @@ async def _failed_attempt(
     made: list[dict[str, Any]],
     failed: int,
     first_at: float,
-    billed: Usage,
+    billed: tuple[Usage, ...],
     timeout: float | None,
     per_call: float | None,
     deadline: float | None,
-) -> Usage:
+) -> tuple[Usage, ...]:
     """One failed attempt of ``call_with_retry``'s call (``failed`` before it): journaled with
     its events, then either the backoff is waited out (returns what the failed attempts cost
-    so far) or ``GaveUp`` / ``OutOfTime`` is raised, carrying that cost."""
+    so far) or ``GaveUp`` / ``OutOfTime`` / ``OverBudget`` is raised, carrying that cost."""
     cost = getattr(exc, "usage", None)
     attempt: Usage | None = None
     if isinstance(cost, Usage) and (cost.cost_usd or cost.tokens):
         attempt = Usage._stored(cost.cost_usd, cost.tokens, 0.0)
-        billed = billed + attempt
+        billed = (*billed, attempt)
 
-    def billing(err: GaveUp | OutOfTime) -> GaveUp | OutOfTime:
-        err.usage = billed
+    def billing(err: GaveUp | OutOfTime | OverBudget) -> GaveUp | OutOfTime | OverBudget:
+        err.billed = billed
         return err
 
     if (
@@ -383,13 +411,27 @@ async def _failed_attempt(
             )
         ) from None
     failed += 1
+    total = _NOTHING
+    for u in billed:
+        total = total + u
     info = error_info(scope, exc)
     kind, delay = policy.decide(exc, failed, elapsed_s=time.time() - first_at)
+    over: str | None = None
     if delay is not None and deadline is not None and time.time() + delay >= deadline:
         delay = None  # no time for another attempt; the run ends by its time budget
         out_of_time = True
     else:
         out_of_time = False
+        if delay is not None and attempt is not None:
+            # Invariant 7: at most the call in flight overshoots a budget. What the failed
+            # attempts were billed counts before another is made (charged in this order when
+            # the call ends: replay checks the cycle's calls the same way).
+            spent = ex.state.spent
+            for u in billed:
+                spent = spent + Usage(u.cost_usd, u.tokens, 0.0)
+            over = budget_crossed(ex.contract, spent)
+            if over is not None:
+                delay = None
     status = "gave_up" if delay is None else "waiting"
     next_at = time.time() + (delay or 0.0)
     ex.retries[key] = store.journal_put(
@@ -404,7 +446,9 @@ async def _failed_attempt(
             "next_at": next_at,
             "class": kind,
             "error": {k: v for k, v in info.items() if k != "traceback"},
-            "billed": {"cost_usd": billed.cost_usd, "tokens": billed.tokens},
+            "billed": {"cost_usd": total.cost_usd, "tokens": total.tokens},
+            "each": [[u.cost_usd, u.tokens] for u in billed],
+            **({"budget": over} if over is not None else {}),
         },
         attempts=failed,
         events=[
@@ -418,6 +462,7 @@ async def _failed_attempt(
                     "class": kind,
                     "error": f"{info['type']}: {info['message']}"[:500],
                     "delay_s": delay,
+                    **({"budget": over} if over is not None else {}),
                     # what this attempt was billed: its call's span in a trace counts it
                     **({"usage": priced_dict(attempt)} if attempt is not None else {}),
                 },
@@ -431,6 +476,8 @@ async def _failed_attempt(
                 "the budget for another attempt"
             )
         ) from exc
+    if over is not None:
+        raise billing(OverBudget(over, _over_message(who, over))) from exc
     if delay is None:
         raise billing(GaveUp(kind, error_info(scope, exc), failed, exc)) from exc
     ex.at(f"backoff:{scope}")
@@ -441,11 +488,17 @@ async def _failed_attempt(
 _NOTHING = Usage()
 
 
-def _billed(data: Any) -> Usage:
-    """The failed attempts' cost as journaled (none in an entry written before it was)."""
-    if not isinstance(data, Mapping):
-        return _NOTHING
-    return Usage._stored(float(data.get("cost_usd") or 0.0), int(data.get("tokens") or 0), 0.0)
+def _billed(data: Mapping[str, Any]) -> tuple[Usage, ...]:
+    """What each failed attempt was billed, as journaled: ``each``, or the total ``billed``
+    as one (an entry written before attempts were listed), or none (before either was)."""
+    each = data.get("each")
+    if isinstance(each, list):
+        return tuple(Usage._stored(float(c or 0.0), int(t or 0), 0.0) for c, t in each)
+    total = data.get("billed")
+    if not isinstance(total, Mapping):
+        return ()
+    u = Usage._stored(float(total.get("cost_usd") or 0.0), int(total.get("tokens") or 0), 0.0)
+    return (u,) if u.cost_usd or u.tokens else ()
 
 
 def _call_events(

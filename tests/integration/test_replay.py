@@ -3,9 +3,11 @@ agrees exactly with re-running the loop under it (property-based)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import types
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -540,3 +542,96 @@ def test_a_reopened_run_the_engine_stopped_again_at_once_replays_to_that_stop(
     assert trace.cycles[-1].reopened
     o = simulate(trace, contract)
     assert (o.reason, o.cycles, o.cost_usd) == ("budget_cycles", 2, pytest.approx(0.2))
+
+
+# --- a cycle that ended the run mid-way, reopened by a person -------------------------------
+def _midway(fail: tuple[int, ...], contract: lw.Contract, *, risky: bool = False) -> lw.Loop:
+    """Fixes one of parts a, b, c a cycle; the actor's calls in ``fail`` fail billed $0.05;
+    ``risky``: touching b needs a person's approval."""
+    n = itertools.count(1)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if next(n) in fail:
+            e = lw.TransientError("busy")
+            e.usage = lw.Usage(cost_usd=0.05, tokens=50)  # type: ignore[attr-defined]
+            raise e
+        doc = ctx.artifacts["doc"]
+        todo = [p for p in "abc" if doc.get(p) != "good"] or ["a"]
+        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=lw.Usage(0.1, 100))
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        doc = state.artifacts["doc"].values()
+        bad = [x for x in "abc" if doc.get(x) != "good"]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / 3, usage=lw.Usage(0.01, 10))
+
+    risk = (lw.RiskRule(name="b", touches=("doc/b",)),) if risky else ()
+    return lw.Loop(
+        name="midway",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=replace(contract, risk=risk),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+    )
+
+
+def _reopened_midway(path: Path, cap: float | None) -> list[RunTrace]:
+    """Runs that ended inside cycle 2 (an approval denied; the actor giving up), then a person
+    fixed b by hand and resumed them."""
+    contract = lw.Contract(
+        success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=6, max_cost_usd=cap)
+    )
+    task = {"artifacts": {"doc": dict.fromkeys("abc", "bad")}}
+    with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
+        loop = _midway((), contract, risky=True)
+        r = rt.run_sync(loop, task, task_key="denied")
+        assert r.status == "awaiting_approval"
+        rt.deny(r.run_id, by="alice", note="no")
+        assert rt.resume_sync(r.run_id, loop).status == "escalated"
+        rt.edit(r.run_id, "doc/b", "good", by="bob")
+        rt.resume_sync(r.run_id, loop)
+        loop = _midway((2, 3), contract)
+        r = rt.run_sync(loop, task, task_key="gave_up")
+        assert r.status == "escalated"
+        rt.edit(r.run_id, "doc/b", "good", by="bob")
+        rt.resume_sync(r.run_id, loop)
+        return sorted(traces_from_store(rt.store), key=lambda t: t.task_key)
+
+
+def test_a_cycle_ended_midway_and_reopened_replays_at_its_recorded_cost(tmp_path: Path) -> None:
+    """What the cycle that ended the run spent (before the person reopened it) is in the
+    trace, before the cycle the resumed run made in its place: replay under the recorded
+    contract spends what the run spent (it was $0.22 of $0.33: review)."""
+    denied, gave_up = _reopened_midway(tmp_path / "s.db", None)
+    for t, aborted in ((denied, 0.11), (gave_up, 0.10)):
+        assert t.recorded["status"] == "accepted" and t.tail["kind"] == "none"
+        head = t.cycles[1].calls[0]
+        assert (head.who, head.cost_usd) == ("aborted", pytest.approx(aborted))
+        again = RunTrace.from_dict(json.loads(json.dumps(t.to_dict())))
+        for trace in (t, again):
+            out = simulate(trace, lw.Contract.from_dict(_stored_contract(tmp_path, t)))
+            assert (out.reason, out.cycles, out.accepted) == ("success", 2, True)
+            assert out.cost_usd == pytest.approx(t.recorded["cost_usd"])
+            assert out.tokens == t.recorded["tokens"]
+    # a contract that stops sooner stops there: the aborted spend counted, no cycle more
+    tight = lw.Contract(
+        success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=6, max_cost_usd=0.25)
+    )
+    out = simulate(gave_up, tight)
+    assert (out.reason, out.cycles, out.cost_usd) == ("budget_cost", 1, pytest.approx(0.21))
+
+
+def test_a_reopened_run_stopped_before_its_next_cycle_replays_so(tmp_path: Path) -> None:
+    """Reopened after a mid-way end, the resumed run stopped before another cycle (its budget
+    projected to cross): the trace's ``reopened`` tail, replayed to that stop at that cost
+    (it read as crossed mid-cycle, and replayed as censored)."""
+    _, gave_up = _reopened_midway(tmp_path / "s.db", 0.4)
+    assert gave_up.recorded["stop_reason"] == "budget_cost"
+    assert gave_up.tail["kind"] == "reopened"
+    out = simulate(gave_up, lw.Contract.from_dict(_stored_contract(tmp_path, gave_up)))
+    assert (out.reason, out.cycles) == ("budget_cost", 1)
+    assert out.cost_usd == pytest.approx(gave_up.recorded["cost_usd"])
+
+
+def _stored_contract(tmp_path: Path, t: RunTrace) -> dict[str, Any]:
+    with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}?durability=process") as rt:
+        return dict(rt.store.get_run(t.run_id).contract)

@@ -20,12 +20,18 @@ One JSON object per line, one line per run::
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
-effects): the engine checks budgets between calls, so replay must too. ``tail`` says how the
-recorded run ended after its last concluded cycle when that was not a decision of the contract:
+effects; a failed attempt that was billed is a call of its own, before the attempt after it):
+the engine checks budgets between calls, so replay must too. A first call ``{"who":
+"aborted"}`` is what the run spent, after the cycle before, in a cycle that ended the run
+mid-way (an approval denied, a call given up, a budget crossed between calls) before a person
+reopened it (an edit) and the run was resumed: that cycle was never concluded, the one
+recorded here is the one the resumed run made in its place. ``tail`` says how the recorded run
+ended after its last concluded cycle when that was not a decision of the contract:
 ``escalated`` (the actor or user code ended it mid-cycle), ``crossed`` (a budget stopped it
 mid-cycle; ``reason``: which, and for ``budget_time`` ``max_seconds``: the recorded limit),
-``parked`` (waiting for a person), ``cancelled``, ``unfinished`` or ``none``; its ``cost_usd``,
-``tokens`` and ``seconds``: what that unfinished cycle spent.
+``parked`` (waiting for a person), ``cancelled``, ``unfinished``, ``reopened`` (a cycle ended
+it mid-way, a person reopened it, and the resumed run stopped before another cycle) or
+``none``; its ``cost_usd``, ``tokens`` and ``seconds``: what that unfinished cycle spent.
 
 A fork (``Runtime.fork``) adds ``start``: the accounting it inherited from the run it was forked
 from (``cycle``, ``cost_usd``, ``tokens``, ``seconds``, ``best_score``, ``progress_score``,
@@ -43,9 +49,21 @@ from typing import IO, Any
 
 from .._errors import ConfigError
 
-__all__ = ["TRACE_FORMAT", "Call", "CycleTrace", "RunTrace", "read_traces", "write_traces"]
+__all__ = [
+    "ABORTED",
+    "TRACE_FORMAT",
+    "Call",
+    "CycleTrace",
+    "RunTrace",
+    "read_traces",
+    "write_traces",
+]
 
 TRACE_FORMAT = "loopwright.run-trace/1"
+
+#: ``Call.who`` of the spend of a cycle that ended the run mid-way, reopened by a person: the
+#: first call of the cycle the resumed run concluded in its place.
+ABORTED = "aborted"
 
 
 @dataclass(frozen=True, slots=True)

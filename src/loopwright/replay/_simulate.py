@@ -24,7 +24,7 @@ from .._contract import Contract
 from .._inherited import NOTHING, Inherited
 from .._state import TaskState
 from .._usage import Usage
-from ._format import CycleTrace, RunTrace
+from ._format import ABORTED, CycleTrace, RunTrace
 
 __all__ = ["Outcome", "simulate"]
 
@@ -133,6 +133,19 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         reason = rules.stop_before_cycle(contract, s)
         if reason is not None:
             return end(reason)
+        if c.calls and c.calls[0].who == ABORTED:
+            # A cycle that ended the recording mid-way, which a person reopened: its spend
+            # counts (the same calls, in the same state), a budget it crosses stops the run
+            # there; else the person had the run go on, as recorded, and the checks before the
+            # next cycle apply, as they did to the engine when the run was resumed.
+            gone, c = c.calls[0], replace(c, calls=c.calls[1:])
+            s.spent = s.spent + Usage._stored(gone.cost_usd, gone.tokens, 0.0)
+            crossed = rules.budget_crossed(contract, s.spent)
+            if crossed:
+                return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
+            reason = rules.stop_before_cycle(contract, s)
+            if reason is not None:
+                return end(reason)
         # Priced calls in order, with the engine's checks between them.
         verifier_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("verifier:")]
         effect_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("effect:")]
@@ -221,6 +234,15 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             return end(crossed, note=f"{how} mid-cycle, as recorded")
     if tail == "cancelled":
         return end("cancelled", note="cancelled, as recorded")
+    if tail == "reopened":
+        # A cycle ended the recording mid-way, a person reopened it and the resumed run
+        # stopped before another cycle: as in a cycle's head (above).
+        crossed = rules.budget_crossed(contract, s.spent)
+        if crossed:
+            return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
+        reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            return end(reason)
     # Censored: counted as not accepted, at no less than its recorded spend — this contract
     # would have spent all of it, and more on cycles the recording does not have.
     s.spent = s.spent + Usage._stored(  # recorded figures are the run's own: compare alike

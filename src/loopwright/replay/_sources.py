@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,10 @@ from .._inherited import NOTHING, inherited
 from .._proposal import Verdict
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
 from ..store import RunRecord, Store
-from ._format import TRACE_FORMAT, Call, CycleTrace, RunTrace, read_traces
+from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, read_traces
+
+# Below this a difference of recorded dollar sums is the floats' rounding, not a call.
+_EPS = 1e-9
 
 __all__ = ["load_source", "trace_of_run", "traces_from_ldb", "traces_from_store"]
 
@@ -45,9 +49,14 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     optional: set[str] = set()  # ... and those the loop did not require
     inh = NOTHING
     ended = False  # the last concluded cycle ended the run
+    # What the run had spent after its last concluded cycle (its checkpoint's ``spent``; None
+    # where a checkpoint does not say): a concluded cycle's checkpoint that spent more than its
+    # own calls on top of it had a cycle end the run mid-way in between, reopened by a person.
+    after: tuple[float, int] | None = None
     for ck in store.checkpoints(rec.run_id):
         if ck.seq == 0:  # a fork's first checkpoint: the accounting it inherited
             inh = inherited(rec, ck.fields)
+            after = _spent(ck.fields)
         task = ck.fields.get("task") if task is None else task
         r = ck.record
         if not r:
@@ -62,6 +71,15 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         if "proposal" not in r:
             continue
         ended = bool(r.get("ended"))
+        calls = _calls(r)
+        now = _spent(ck.fields)
+        if after is not None and now is not None:
+            # in the order the engine added them up: the cycles before, then this cycle's calls
+            cost = now[0] - math.fsum((after[0], *(c.cost_usd for c in calls)))
+            tokens = now[1] - after[1] - sum(c.tokens for c in calls)
+            if cost > _EPS or tokens > 0:
+                calls = (Call(ABORTED, max(0.0, cost), max(0, tokens)), *calls)
+        after = now
         visible = {k: Verdict.from_dict(v) for k, v in (r.get("visible") or {}).items()}
         visible_names.update(dict.fromkeys(visible))
         optional.update(str(x) for x in r.get("not_required") or ())
@@ -69,7 +87,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         cycles.append(
             CycleTrace(
                 cycle=int(r["cycle"]),
-                calls=_calls(r),
+                calls=calls,
                 verdicts={
                     k: {
                         "passed": v.passed,
@@ -111,6 +129,10 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
             tail["max_seconds"] = budget["max_seconds"]
     elif rec.status in ("running", "pending"):
         tail = {"kind": "unfinished", **extra}
+    elif extra["cost_usd"] > _EPS or extra["tokens"] > 0:
+        # A cycle ended the run mid-way, a person reopened it, and it ended before another
+        # cycle concluded (the checks before the next cycle stopped it)
+        tail = {"kind": "reopened", **extra}
     else:
         tail = {"kind": "none"}
     # The loop's required checks (``Check.required``), as the engine judged progress with
@@ -148,13 +170,33 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
 _MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
 
 
+def _spent(fields: Mapping[str, Any]) -> tuple[float, int] | None:
+    """A checkpoint state's ``spent`` (cost, tokens); None where it does not say."""
+    spent = fields.get("spent")
+    if not isinstance(spent, Mapping):
+        return None
+    try:
+        return float(spent.get("cost_usd") or 0.0), int(spent.get("tokens") or 0)
+    except (TypeError, ValueError):
+        return None
+
+
 def _stopped_mid_cycle(store: Store, rec: RunRecord) -> bool:
     """Whether a budget stopped the run inside a cycle: the run started a cycle (its
     ``cycle_started`` event) that it never concluded (``rec.cycle`` counts concluded ones).
-    A stop between cycles starts none."""
+    A stop between cycles starts none; nor does a cycle that had ended the run before a
+    person's edit reopened it (its spend is the trace's ``aborted`` call or ``reopened`` tail)."""
     if rec.stop_reason not in _MID_CYCLE_BUDGETS:
         return False
-    return any(e.kind == "cycle_started" and e.cycle > rec.cycle for e in store.events(rec.run_id))
+    started = ended = False
+    for e in store.events(rec.run_id):
+        if e.kind == "cycle_started" and e.cycle > rec.cycle:
+            started, ended = True, False
+        elif e.kind == "stopped" and started:
+            ended = True
+        elif e.kind == "edited" and ended:
+            started = ended = False
+    return started
 
 
 def _own_cap(rec: RunRecord, task: Any) -> int | None:
