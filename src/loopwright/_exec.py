@@ -234,6 +234,10 @@ async def call_with_retry(
     billed = _billed(entry.data) if entry is not None else ()
     if entry is not None:
         stop = entry.data.get("budget") if entry.status == "gave_up" else None
+        if stop == "budget_time":  # it failed with no time left for another attempt
+            late = OutOfTime(f"{who} failed with no time left in the budget for another attempt")
+            late.billed = billed
+            raise late
         if isinstance(stop, str):  # its failed attempts had crossed a budget (_failed_attempt)
             over = OverBudget(stop, _over_message(who, stop))
             over.billed = billed
@@ -448,6 +452,9 @@ async def _failed_attempt(
             "error": {k: v for k, v in info.items() if k != "traceback"},
             "billed": {"cost_usd": total.cost_usd, "tokens": total.tokens},
             "each": [[u.cost_usd, u.tokens] for u in billed],
+            # why it was not tried again, when a budget said so: a restart before the stop's
+            # commit stops the same way (out of time, not given up)
+            **({"budget": "budget_time"} if out_of_time else {}),
             **({"budget": over} if over is not None else {}),
         },
         attempts=failed,

@@ -176,3 +176,49 @@ def test_replay_of_failed_attempts_agrees_with_rerunning(
 ) -> None:
     loose = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5))
     _replay_agrees(tmp_path, fails, loose, _cost(cap))
+
+
+def test_a_restart_after_a_failure_with_no_time_left_stops_by_the_time_budget(
+    tmp_path: Path,
+) -> None:
+    """A call failed with no time left in the budget for its backoff: the run stops by the
+    time budget. A restart before that stop was committed read the journal's ``gave_up`` as a
+    call given up, and ended the run ``escalated`` (a helper found it); now ``budget_time``."""
+    from loopwright._exec import OutOfTime, call_with_retry
+
+    loop, _ = _loop(
+        {2: 0.01},
+        lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_seconds=60.0)),
+    )
+    # a backoff longer than the whole time budget: no time for another attempt
+    loop = lw.Loop(
+        name=loop.name,
+        actor=loop.actor,
+        verifiers=list(loop.verifiers),
+        contract=loop.contract,
+        retry=lw.RetryPolicy(attempts=4, backoff_s=3600.0, max_backoff_s=3600.0, jitter=False),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        assert r.stop_reason == "budget_time"
+        (entry,) = [e for e in rt.store.journal(r.run_id) if e.key == "retry:actor:2"]
+        assert entry.status == "gave_up" and entry.data["budget"] == "budget_time"
+        ex = types.SimpleNamespace(retries={entry.key: entry})
+
+        def never(*_: object) -> None:
+            raise AssertionError("called again with no time left")
+
+        with pytest.raises(OutOfTime) as got:
+            asyncio.run(
+                call_with_retry(
+                    rt.store,
+                    ex,  # type: ignore[arg-type]
+                    scope="actor",
+                    cycle=2,
+                    policy=loop.retry,
+                    fn=never,
+                    args=(),
+                    timeout=None,
+                )
+            )
+        assert [u.cost_usd for u in got.value.billed] == [0.01]
