@@ -112,35 +112,41 @@ def test_a_held_out_check_is_not_retried_past_the_budget(tmp_path: Path) -> None
         assert r.spent.cost_usd == pytest.approx(0.11 + 0.4)
 
 
+def _ask_again(rt: lw.Runtime, loop: lw.Loop, entry: object) -> None:
+    """The actor's call of cycle 2 asked again, as after a restart, with ``entry`` journaled
+    for it: whatever the journal says must stop it before the actor is called."""
+    from loopwright._exec import call_with_retry
+
+    def never(*_: object) -> None:
+        raise AssertionError("called again although the journal says it stopped")
+
+    asyncio.run(
+        call_with_retry(
+            rt.store,
+            types.SimpleNamespace(retries={entry.key: entry}),  # type: ignore[attr-defined,arg-type]
+            scope="actor",
+            cycle=2,
+            policy=loop.retry,
+            fn=never,
+            args=(),
+            timeout=None,
+        )
+    )
+
+
 def test_a_restart_after_the_crossing_stops_by_the_budget(tmp_path: Path) -> None:
     """The journal says the failed attempts crossed the budget: a call asked again after a
     restart (the stop not yet committed when the process died) stops by the budget, the
     attempts billed once, instead of ending the run as given up."""
-    from loopwright._exec import OverBudget, call_with_retry
+    from loopwright._exec import OverBudget
 
     loop, _ = _loop({2: 0.5}, _cost(0.3))
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK)
         (entry,) = [e for e in rt.store.journal(r.run_id) if e.key == "retry:actor:2"]
         assert entry.status == "gave_up" and entry.data["budget"] == "budget_cost"
-        ex = types.SimpleNamespace(retries={entry.key: entry})
-
-        def never(*_: object) -> None:
-            raise AssertionError("called again past the budget")
-
         with pytest.raises(OverBudget) as got:
-            asyncio.run(
-                call_with_retry(
-                    rt.store,
-                    ex,  # type: ignore[arg-type]
-                    scope="actor",
-                    cycle=2,
-                    policy=loop.retry,
-                    fn=never,
-                    args=(),
-                    timeout=None,
-                )
-            )
+            _ask_again(rt, loop, entry)
         assert got.value.reason == "budget_cost"
         assert [u.cost_usd for u in got.value.billed] == [0.5]
 
@@ -184,7 +190,7 @@ def test_a_restart_after_a_failure_with_no_time_left_stops_by_the_time_budget(
     """A call failed with no time left in the budget for its backoff: the run stops by the
     time budget. A restart before that stop was committed read the journal's ``gave_up`` as a
     call given up, and ended the run ``escalated`` (a helper found it); now ``budget_time``."""
-    from loopwright._exec import OutOfTime, call_with_retry
+    from loopwright._exec import OutOfTime
 
     loop, _ = _loop(
         {2: 0.01},
@@ -203,22 +209,6 @@ def test_a_restart_after_a_failure_with_no_time_left_stops_by_the_time_budget(
         assert r.stop_reason == "budget_time"
         (entry,) = [e for e in rt.store.journal(r.run_id) if e.key == "retry:actor:2"]
         assert entry.status == "gave_up" and entry.data["budget"] == "budget_time"
-        ex = types.SimpleNamespace(retries={entry.key: entry})
-
-        def never(*_: object) -> None:
-            raise AssertionError("called again with no time left")
-
         with pytest.raises(OutOfTime) as got:
-            asyncio.run(
-                call_with_retry(
-                    rt.store,
-                    ex,  # type: ignore[arg-type]
-                    scope="actor",
-                    cycle=2,
-                    policy=loop.retry,
-                    fn=never,
-                    args=(),
-                    timeout=None,
-                )
-            )
+            _ask_again(rt, loop, entry)
         assert [u.cost_usd for u in got.value.billed] == [0.01]

@@ -17,6 +17,7 @@ import pytest
 import loopwright as lw
 from loopwright.cli import _app
 from loopwright.store import open_store
+from loopwright.store._base import concluded_cycles
 
 VALUE_BYTES = 24_000
 
@@ -48,7 +49,11 @@ def _whole_document(url: str, run_id: str) -> dict[str, Any]:
         return {
             "run": rec.to_dict(),
             "state": state.to_dict(),
-            "cycles": _app._shown_cycles(cps),
+            "cycles": [  # less a concluded cycle's effects' write-ahead record
+                c.record
+                for c in cps
+                if c.record and not _app._wrote_ahead_of(c.record, concluded_cycles(cps))
+            ],
             "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
             "journal": [e.to_dict() for e in st.journal(run_id)],
             "events": [e.to_dict() for e in st.events(run_id)],

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
     from .._state import TaskState
-    from ..store import Checkpoint, RunRecord, Store
+    from ..store import RunRecord, Store
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -522,8 +522,10 @@ def _part_versions(
 
 
 def _shown_records(st: Store, run_id: str) -> Iterator[dict[str, Any]]:
-    """``_shown_cycles`` of the stored records, read twice a page at a time: first which
-    cycles concluded, then the records to show."""
+    """The stored records, oldest first, less the write-ahead record of a cycle's effects once
+    that cycle concluded (its concluding record follows and holds the same; the dashboard
+    shows one row too), read twice a page at a time: first which cycles concluded, then the
+    records to show."""
     concluded = {r.get("cycle") for _s, _c, r in st.iter_records(run_id) if r and "proposal" in r}
     for _s, _c, r in st.iter_records(run_id):
         if r and not _wrote_ahead_of(r, concluded):
@@ -538,17 +540,6 @@ def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:
         and "proposal" not in record
         and record.get("cycle") in concluded
     )
-
-
-def _shown_cycles(cps: list[Checkpoint]) -> list[dict[str, Any]]:
-    """The checkpoints' records, oldest first, less the write-ahead record of a cycle's effects
-    once that cycle concluded: its concluding record follows and holds the same (the dashboard
-    shows one row too). A cycle stopped during its effects keeps its write-ahead record: it is
-    all there is of that cycle."""
-    from ..store._base import concluded_cycles
-
-    concluded = concluded_cycles(cps)
-    return [c.record for c in cps if c.record and not _wrote_ahead_of(c.record, concluded)]
 
 
 @app.command()
