@@ -136,3 +136,61 @@ def test_show_json_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
     # of values, decoded and encoded: under 6 MB however long the run)
     assert peaks[160] < 6_000_000, peaks
     assert peaks[160] < 1.5 * peaks[40] + 1_000_000, peaks
+
+
+def _shown_text(url: str, run_id: str) -> tuple[str, int]:
+    """(what ``loopwright show`` printed, peak bytes allocated while it read and printed)."""
+    sink = _Sink()
+    sink.parts = []
+    old = sys.stdout
+    sys.stdout = sink
+    tracemalloc.start()
+    try:
+        _app.show(run_id, store=url, as_json=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        sys.stdout = old
+    return "".join(sink.parts or ()), peak
+
+
+def test_show_text_is_what_every_checkpoint_showed(edited_run: tuple[str, str]) -> None:
+    """The text view reads the records and the latest state, not every checkpoint: it prints
+    what it printed from every checkpoint's record and the last state."""
+    from loopwright.cli._render import console, run_detail
+
+    url, run_id = edited_run
+    text, _peak = _shown_text(url, run_id)
+    with open_store(url) as st:
+        rec = st.get_run(run_id)
+        cps = st.checkpoints(run_id)
+        reference = run_detail(
+            rec,
+            cps[-1].task_state(),
+            [(c.cycle, c.record) for c in cps],
+            st.approvals(run_id=run_id),
+            st.journal(run_id),
+            width=console().width,
+        )
+    out = console()
+    with out.capture() as captured:
+        out.print(reference)
+    assert text == captured.get()
+    assert "edited by carol" in text and "rolled back by ops" in text
+
+
+def test_show_text_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
+    """``loopwright show`` (the text view) held every checkpoint's state, each with every
+    version (123 MB for 1,000 cycles of 20 KB values): its peak is now about a page of
+    records and the timeline's rows, whatever the run's length."""
+    peaks = {}
+    for cycles in (40, 160):
+        url = f"sqlite:///{tmp_path / f't{cycles}.db'}?durability=process"
+        with lw.Runtime(url) as rt:
+            r = rt.run_sync(_loop(cycles), {"artifacts": {"doc": {"body": ""}}}, task_key="w")
+        text, peak = _shown_text(url, r.run_id)
+        assert f"cycle {cycles}" in text or f"│ {cycles} " in text  # the last cycle is shown
+        peaks[cycles] = peak
+    # 160 cycles of versions and records are 7.7 MB; a page of records is 0.8 MB
+    assert peaks[160] < 4_000_000, peaks
+    assert peaks[160] < 1.5 * peaks[40] + 1_000_000, peaks

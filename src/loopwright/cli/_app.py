@@ -447,13 +447,21 @@ def show(
             # written as it is read: a long run's versions and records a page at a time
             _write_show_json(st, rec)
             return
-        cps = st.checkpoints(rec.run_id)
-        approvals = st.approvals(run_id=rec.run_id)
-        journal = st.journal(rec.run_id)
-    from ._render import console, run_detail
+        from ._render import console, run_detail
 
-    out = console()
-    out.print(run_detail(rec, cps, approvals, journal, width=out.width))
+        out = console()
+        # The latest state (its parts' current values) and the records read a page at a time,
+        # each made a timeline row as it is read: not every checkpoint's state (every version
+        # of a long run at once), nor every record (each holds its proposal's values).
+        shown = run_detail(
+            rec,
+            st.latest_checkpoint(rec.run_id).task_state(),
+            ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
+            st.approvals(run_id=rec.run_id),
+            st.journal(rec.run_id),
+            width=out.width,
+        )
+    out.print(shown)
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:

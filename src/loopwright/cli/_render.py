@@ -12,10 +12,12 @@ from rich.table import Table
 from ._table import STATUS_STYLE
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Group
 
     from .._state import TaskState
-    from ..store import Approval, Checkpoint, JournalEntry, RunRecord
+    from ..store import Approval, JournalEntry, RunRecord
 
 __all__ = ["run_detail", "summary_table"]
 
@@ -94,22 +96,23 @@ def _person_row(
     return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
 
 
-def _timeline(checkpoints: list[Checkpoint], width: int) -> Any:
+def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) -> Any:
     """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
-    else one block per cycle (four prose columns in 80 would each be a sliver)."""
+    else one block per cycle (four prose columns in 80 would each be a sliver). ``records``:
+    each checkpoint's ``(cycle, record)``, oldest first (a store's ``iter_records``: the
+    records alone, not every state with every version of every part)."""
     from rich.console import Group
     from rich.text import Text
 
     rows: list[tuple[str, list[str], list[str], list[str], str, str, str]] = []
-    for ck in checkpoints:
-        rec = ck.record
+    for cycle_of, rec in records:
         if not rec or "proposal" not in rec:
             if rec and rec.get("decision") == "parked":
                 rows.append(
                     (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
                 )
             elif rec and rec.get("decision") in _BY_PEOPLE:
-                rows.append(_person_row(ck.cycle, rec))
+                rows.append(_person_row(cycle_of, rec))
             continue
         prop = rec["proposal"]
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
@@ -215,18 +218,21 @@ def _effects(journal: list[JournalEntry]) -> Table | None:
 
 def run_detail(
     rec: RunRecord,
-    checkpoints: list[Checkpoint],
+    state: TaskState,
+    records: Iterable[tuple[int, dict[str, Any] | None]],
     approvals: list[Approval],
     journal: list[JournalEntry] | None = None,
     width: int = 80,
 ) -> Group:
+    """``loopwright show``: the run, its plan, timeline (from ``records``, each checkpoint's
+    ``(cycle, record)``), its parts' current values (``state``: the latest), effects,
+    approvals and packet."""
     from rich.console import Group
     from rich.panel import Panel
 
     from .._contract import Contract
     from .._packet import explain, run_stop_cause
 
-    state = checkpoints[-1].task_state()
     contract = Contract.from_dict(rec.contract)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -261,7 +267,7 @@ def run_detail(
     plan = _plan(state)
     if plan is not None:
         items.append(plan)
-    items.append(_timeline(checkpoints, width))
+    items.append(_timeline(records, width))
     items.append(_artifacts(state))
     effects = _effects(journal or [])
     if effects is not None:
