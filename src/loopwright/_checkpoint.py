@@ -430,6 +430,20 @@ class Checkpoints(RuntimeHost):
             ex.trim = changed
         rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
         ex.rejected_written = len(s.rejected)
+        cleared: list[str] = []
+        if ex.retries and record is not None:
+            # A call's billing journaled ahead of its cycle (``call_with_retry``) is charged by
+            # this commit, which records the cycle: the entry goes with it, so the journal does
+            # not grow a row a billed call (read back, it would count as charged anyway). One
+            # that also counts failed attempts stays, as the record of invariant 4's bound.
+            n = record.get("cycle")
+            cleared = [
+                k
+                for k, e in ex.retries.items()
+                if e.status == "settled" and e.cycle == n and not e.attempts
+            ]
+            for k in cleared:
+                del ex.retries[k]
         ex.head = head
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
@@ -448,6 +462,7 @@ class Checkpoints(RuntimeHost):
             packed=True,
             closes=closes,
             forget_rejected_after=ex.forget_rejected_after,
+            cleared=cleared,
         )
 
     def _committed(self, ex: _Exec) -> None:

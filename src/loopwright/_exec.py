@@ -233,6 +233,18 @@ async def call_with_retry(
     # restart in between (invariant 7).
     billed = _billed(entry.data) if entry is not None else ()
     if entry is not None:
+        if billed and entry.status == "settled":
+            # owed by a cycle killed before its commit (a billed call that succeeded, failed
+            # attempts): charged first; past a budget, no new call is made (invariant 7: a
+            # crash loop ends by its budget, not by the money it was never charged)
+            owed = ex.state.spent
+            for u in billed:
+                owed = owed + Usage(u.cost_usd, u.tokens, 0.0)
+            crossed = budget_crossed(ex.contract, owed)
+            if crossed is not None:
+                over = OverBudget(crossed, _owed_message(who, crossed))
+                over.billed = billed
+                raise over
         stop = entry.data.get("budget") if entry.status == "gave_up" else None
         if stop == "budget_time":  # it failed with no time left for another attempt
             late = OutOfTime(f"{who} failed with no time left in the budget for another attempt")
@@ -300,10 +312,17 @@ async def call_with_retry(
         # Committed with the cycle, before its proposal or verdict event.
         ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
         charge(ex, scope, billed)  # the failed attempts before this one
-        if entry is not None or failed:
+        paid = _paid(got[0])
+        if entry is not None or failed or paid is not None:
             # Charged with the next checkpoint: recorded, so that this call asked again (the
-            # cycle judged again after a wait) does not charge or count them twice.
+            # cycle judged again after a wait) does not charge or count them twice. A billed
+            # call is journaled before its cycle commits: the provider billed it, so a cycle
+            # killed before its commit still owes it when redone (read back by ``_billed``).
             settled = ex.retries.get(key) or entry
+            data = {**(settled.data if settled else {}), "base_seq": ex.seq}
+            if paid is not None:
+                data["each"] = [[u.cost_usd, u.tokens] for u in billed]
+                data["ok"] = [paid.cost_usd, paid.tokens]
             ex.retries[key] = store.journal_put(
                 ex.run_id,
                 ex.token,
@@ -311,10 +330,27 @@ async def call_with_retry(
                 kind="retry",
                 cycle=cycle,
                 status="settled",
-                data={**(settled.data if settled else {}), "base_seq": ex.seq},
+                data=data,
                 attempts=failed,
             )
         return got
+
+
+def _paid(got: Any) -> Usage | None:
+    """What a call that succeeded was billed (an actor's proposal, a verifier's verdict), if
+    anything."""
+    usage = getattr(got, "usage", None)
+    if isinstance(usage, Usage) and (usage.cost_usd or usage.tokens):
+        return usage
+    return None
+
+
+def _owed_message(who: str, reason: str) -> str:
+    what = "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
+    return (
+        f"what {who} was billed in this cycle before the process stopped (a restart) crossed "
+        f"the {what} budget"
+    )
 
 
 def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
@@ -496,11 +532,14 @@ _NOTHING = Usage()
 
 
 def _billed(data: Mapping[str, Any]) -> tuple[Usage, ...]:
-    """What each failed attempt was billed, as journaled: ``each``, or the total ``billed``
-    as one (an entry written before attempts were listed), or none (before either was)."""
+    """What each earlier attempt was billed, as journaled: ``each`` (and ``ok``, the attempt
+    that succeeded in a cycle that was never committed), or the total ``billed`` as one (an
+    entry written before attempts were listed), or none (before either was)."""
     each = data.get("each")
+    ok = data.get("ok")
     if isinstance(each, list):
-        return tuple(Usage._stored(float(c or 0.0), int(t or 0), 0.0) for c, t in each)
+        rows = [*each, ok] if isinstance(ok, list) else each
+        return tuple(Usage._stored(float(c or 0.0), int(t or 0), 0.0) for c, t in rows)
     total = data.get("billed")
     if not isinstance(total, Mapping):
         return ()

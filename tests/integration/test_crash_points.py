@@ -43,6 +43,7 @@ from typing import Any
 
 import pytest
 from crashpoints import workload as wl
+from support.crash import less_owed
 
 import loopwright as lw
 from loopwright.store import NewEvent
@@ -193,6 +194,7 @@ class Snapshot:
     effects_log: list[str]
     mirror_calls: Counter[str]
     actor_calls: list[str]
+    verifier_calls: list[str]
     phases: Counter[str]
     phase_sequence: list[str]
     reflections: list[tuple[int, str]]  # (cycle, note) of each reflection in memory
@@ -210,6 +212,7 @@ def _snapshot(work: Path) -> Snapshot:
             effects_log=_lines(work / "effects.log"),
             mirror_calls=Counter(_lines(work / "mirror-attempts.log")),
             actor_calls=_lines(work / "actor.log"),
+            verifier_calls=_lines(work / "verifier.log"),
             phases=Counter(line.split()[1] for line in _lines(work / "phases.log")),
             phase_sequence=[line.split()[1] for line in _lines(work / "phases.log")],
             reflections=sorted(
@@ -388,19 +391,39 @@ def _check_effects(got: Snapshot, kills: list[Kill]) -> set[str]:
     return unresolved
 
 
+def _owed(got: Snapshot, ref: Snapshot) -> tuple[float, int]:
+    """What the calls made beyond the uninterrupted run's were billed: the actor's
+    (0.01, 10 + cycle each; its one failing call is made once in both) and the check's
+    (0.001, 1 each). A kill lands at a phase, after a call's billing was journaled."""
+    extra = Counter(c.split()[0] for c in got.actor_calls) - Counter(
+        c.split()[0] for c in ref.actor_calls
+    )
+    checks = len(got.verifier_calls) - len(ref.verifier_calls)
+    assert checks >= 0
+    cost = 0.01 * sum(extra.values()) + 0.001 * checks
+    tokens = sum((10 + int(c)) * k for c, k in extra.items()) + checks
+    return cost, tokens
+
+
 def _check_against_reference(got: Snapshot, ref: Snapshot, kills: int) -> None:
     """Invariant 1: the crashed run ends exactly where the uninterrupted one ended."""
     run, rr = got.run, ref.run
     assert (run.status, run.stop_reason, run.cycle) == (rr.status, rr.stop_reason, rr.cycle)
+    # Invariant 7: what the uninterrupted run spent, and what the calls of cycles killed
+    # before their commit were billed (charged when the cycle was redone).
+    owed_cost, owed_tokens = _owed(got, ref)
     assert (run.best_score, run.tokens, run.held_out_passed) == (
         rr.best_score,
-        rr.tokens,
+        rr.tokens + owed_tokens,
         rr.held_out_passed,
     )
-    assert run.cost_usd == pytest.approx(rr.cost_usd)
+    assert run.cost_usd == pytest.approx(rr.cost_usd + owed_cost)
     final, ref_final = got.checkpoints[-1].state, ref.checkpoints[-1].state
     assert final["artifacts"] == ref_final["artifacts"]  # values, versions, statuses
-    assert _no_wall_time(final) == _no_wall_time(ref_final)
+    spent, ref_spent = final["spent"], ref_final["spent"]
+    assert spent["cost_usd"] == pytest.approx(ref_spent["cost_usd"] + owed_cost)
+    assert spent["tokens"] == ref_spent["tokens"] + owed_tokens
+    assert _no_wall_time({**final, "spent": None}) == _no_wall_time({**ref_final, "spent": None})
     assert sorted(got.effects_log) == sorted(ref.effects_log)
     # Every cycle that went on was reflected on once, with the note an uninterrupted run wrote.
     assert got.reflections == ref.reflections
@@ -418,11 +441,19 @@ def _check_against_reference(got: Snapshot, ref: Snapshot, kills: int) -> None:
     assert 2 <= got.journal[f"effect:mirror:{wl.FLAKY_EFFECT_KEY}"].attempts <= 3
 
 
+def _less_owed(record: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """``less_owed``, each call charged for a killed attempt the actor's or the check's."""
+    kept, owed = less_owed(record, ref)
+    for c in owed:
+        assert (c["who"], c["cost_usd"]) in (("actor", 0.01), ("verifier:fields", 0.001)), c
+    return kept
+
+
 def _check_run(got: Snapshot, ref: Snapshot, kills: list[Kill]) -> str | None:
     """Every invariant of one crashed-and-resumed run; returns the escalated key, if any."""
     records = _check_checkpoints(got.checkpoints)
     ref_records = _check_checkpoints(ref.checkpoints)
-    assert _no_wall_time(records) == {
+    assert {n: _no_wall_time(_less_owed(r, ref_records[n])) for n, r in records.items()} == {
         n: _no_wall_time(r) for n, r in ref_records.items() if n in records
     }
     accepted = _check_accepted_kept(got.checkpoints)

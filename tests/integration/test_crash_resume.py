@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.crash import less_owed
 
 import loopwright as lw
 
@@ -245,20 +246,47 @@ def test_sigkill_and_resume_equals_uninterrupted(
             ref["run"].stop_reason,
             ref["run"].cycle,
         ), where
+        # Every cycle's record as the uninterrupted run's, less what a redone cycle was charged
+        # for the calls of its killed attempt (invariant 7: the provider billed them).
+        records = _check_checkpoints(got["checkpoints"])
+        assert records.keys() == ref_records.keys(), where
+        shown: dict[int, Any] = {}
+        owed: list[Any] = []
+        for n, r in records.items():
+            shown[n], charged = less_owed(r, ref_records[n])
+            owed += charged
+        assert _no_wall_time(shown) == _no_wall_time(ref_records), where
+        # each actor call made again was charged for the one the kill interrupted
+        calls = Counter(Path(str(db) + ".calls").read_text().split())
+        again = sum(c - 1 for c in calls.values())
+        assert sum(1 for c in owed if c["who"] == "actor") == again, where
+        owed_cost = sum(c["cost_usd"] for c in owed)
+        owed_tokens = sum(c["tokens"] for c in owed)
+
         assert (run.best_score, run.held_out_passed, run.tokens) == (
             ref["run"].best_score,
             ref["run"].held_out_passed,
-            ref["run"].tokens,
+            ref["run"].tokens + owed_tokens,
         ), where
-        assert run.cost_usd == pytest.approx(ref["run"].cost_usd), where
-        assert _no_wall_time(run.packet) == _no_wall_time(ref["run"].packet), where
+        assert run.cost_usd == pytest.approx(ref["run"].cost_usd + owed_cost), where
+        packet, ref_packet = run.packet or {}, ref["run"].packet or {}
+        if "spent" in ref_packet:
+            assert packet["spent"]["cost_usd"] == pytest.approx(
+                ref_packet["spent"]["cost_usd"] + owed_cost
+            ), where
+            assert packet["spent"]["tokens"] == ref_packet["spent"]["tokens"] + owed_tokens
+        assert _no_wall_time({**packet, "spent": None}) == _no_wall_time(
+            {**ref_packet, "spent": None}
+        ), where
 
         final = got["checkpoints"][-1].state
         assert final["artifacts"] == ref_final["artifacts"], where  # values, versions, statuses
-        assert _no_wall_time(final) == _no_wall_time(ref_final), where
-
-        records = _check_checkpoints(got["checkpoints"])
-        assert _no_wall_time(records) == _no_wall_time(ref_records), where
+        assert final["spent"]["cost_usd"] == pytest.approx(
+            ref_final["spent"]["cost_usd"] + owed_cost
+        ), where
+        assert _no_wall_time({**final, "spent": None}) == _no_wall_time(
+            {**ref_final, "spent": None}
+        ), where
         assert _check_accepted_kept(got["checkpoints"]) >= 2, where
 
         events = _cycle_events(got["events"])
@@ -274,5 +302,4 @@ def test_sigkill_and_resume_equals_uninterrupted(
         assert sum(1 for e in got["events"] if e.kind == "resumed") >= 1, where
         # Cycles whose actor ran more than once: a kill after the actor interrupted them in
         # flight and the resumed process did them again, committing them once.
-        calls = Counter(Path(str(db) + ".calls").read_text().split())
         assert any(c > 1 for c in calls.values()), f"{where}: no cycle was done again"

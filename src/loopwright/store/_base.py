@@ -330,7 +330,10 @@ class CommitRequest:
     ``closes``: pending approval requests the commit closes, each with an
     ``approval_decided`` event (a store overriding ``commit_request`` must honour it).
     ``forget_rejected_after``: a rollback's cycle — digests rejected after it are forgotten
-    (before this commit's own ``rejected`` are added)."""
+    (before this commit's own ``rejected`` are added). ``cleared``: journal keys of the run
+    this commit makes moot (a call's billing, journaled ahead of the cycle that charges it),
+    deleted with it; a store may keep them (the engine reads such an entry as charged once a
+    later checkpoint records its cycle), but then the journal grows a row a billed call."""
 
     run_id: str
     token: int
@@ -347,6 +350,7 @@ class CommitRequest:
     packed: bool = False
     closes: Sequence[ClosedApproval] = ()
     forget_rejected_after: int | None = None
+    cleared: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)

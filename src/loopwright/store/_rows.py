@@ -39,6 +39,7 @@ class BatchRows:
     versions: list[Row] = field(default_factory=list)
     rejected: list[Row] = field(default_factory=list)
     forgotten: list[Row] = field(default_factory=list)  # (run, cycle): a rollback's
+    cleared: list[Row] = field(default_factory=list)  # (run, key): journal entries made moot
 
 
 class BatchRefused(Exception):
@@ -78,6 +79,7 @@ def batch_rows(
         if it.forget_rejected_after is not None:
             out.forgotten.append((it.run_id, it.forget_rejected_after))
         out.rejected.extend((it.run_id, d, c) for d, c in it.rejected)
+        out.cleared.extend((it.run_id, k) for k in it.cleared)
         out.results.append(bool(cols_.get("cancel_requested", held[1])))
     return out
 

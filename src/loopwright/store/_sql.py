@@ -232,6 +232,7 @@ class Statements:
         )
         # --- journal
         self.journal_status = p(f"SELECT status, attempts FROM journal WHERE {JOURNAL_KEY}")
+        self.clear_journal = p(f"DELETE FROM journal WHERE {JOURNAL_KEY}")
         self.insert_journal = p(
             "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
             "created_at, updated_at, fencing_token) VALUES(?,?,?,?,?,?,?,?,?,?) "
@@ -1012,6 +1013,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 (q.upsert_version, rows.versions),
                 (q.forget_rejected, rows.forgotten),
                 (q.insert_rejected, rows.rejected),
+                (q.clear_journal, rows.cleared),
             ):
                 if table:
                     self._executemany(conn, statement, table)
@@ -1067,6 +1069,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             self._forget_rejected_in(conn, run_id, it.forget_rejected_after, ())
         if it.rejected:
             self._executemany(conn, q.insert_rejected, [(run_id, d, c) for d, c in it.rejected])
+        if it.cleared:
+            self._executemany(conn, q.clear_journal, [journal_key(run_id, k) for k in it.cleared])
         for c in it.closes:
             row = conn.execute(
                 q.decide, ("cancelled", c.by, now, c.note, None, c.approval_id)

@@ -34,7 +34,8 @@ Files in ``$CP_DIR``:
 * ``mirror-attempts.log``: every real call of mirror;
 * ``actor.log``: one line ``<cycle>`` per actor call (``<cycle> <unix time>`` in the retry
   modes);
-* ``reflector.log``: one line ``<cycle>`` per reflector call (every cycle that goes on).
+* ``reflector.log``: one line ``<cycle>`` per reflector call (every cycle that goes on);
+* ``verifier.log``: one line per call of the visible check (each billed 0.001, 1 token).
 
 ``$CP_MODE`` selects a retry workload instead of ``main``:
 
@@ -187,6 +188,7 @@ def actor(ctx: lw.Context) -> lw.Proposal:
 
 def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     """Visible: every part must equal its target; findings are located."""
+    _append("verifier.log", "1")
     have = state.values()[ARTIFACT]
     findings = tuple(
         lw.Finding(

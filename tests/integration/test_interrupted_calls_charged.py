@@ -1,0 +1,188 @@
+"""A billed call whose cycle is killed before its commit is charged when the cycle is redone
+(invariant 7: spend is accounted from every call; the provider billed it). Before, only
+failed attempts were journaled: a process killed after the actor's answer re-asked it on
+resume and charged once what was billed twice, and a crash loop spent without limit under
+any budget. The journal entry that carries the billing goes with the commit that charges
+it, so the journal does not grow a row a cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.crash import Crash, phase_hook
+
+import loopwright as lw
+from loopwright.replay import simulate, traces_from_store
+
+PARTS = ("a", "b", "c")
+TASK: dict[str, object] = {"artifacts": {"doc": dict.fromkeys(PARTS, "bad")}}
+ACTOR = lw.Usage(cost_usd=0.1, tokens=100)
+CHECK = lw.Usage(cost_usd=0.01, tokens=10)
+
+
+def _loop(calls: list[str], max_cost: float = 10.0) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append("actor")
+        doc = ctx.artifacts["doc"]
+        todo = [p for p in PARTS if doc.get(p) != "good"] or ["a"]
+        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=ACTOR)
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        calls.append("check")
+        doc = state.artifacts["doc"].values()
+        bad = [x for x in PARTS if doc.get(x) != "good"]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / len(PARTS), usage=CHECK)
+
+    return lw.Loop(
+        name="billed",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0),
+            budget=lw.Budget(max_cycles=6, max_cost_usd=max_cost),
+        ),
+    )
+
+
+def _crashed_then_resumed(url: str, crash: tuple[str, int]) -> tuple[lw.RunResult, lw.Runtime]:
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(crash)
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    again = lw.Runtime(url)
+    return again.resume_sync(run_id, _loop(calls)), again
+
+
+def _reference(url: str) -> lw.RunResult:
+    with lw.Runtime(url) as rt:
+        return rt.run_sync(_loop([]), TASK, task_key="k")
+
+
+@pytest.mark.parametrize(
+    ("crash", "redone", "owed"),
+    [
+        # cycle 2's actor answered; the check not yet asked
+        (("after_actor", 2), 2, ACTOR),
+        # cycle 1's actor and check answered (the first checkpoint is the run's start); the
+        # cycle not committed
+        (("before_checkpoint", 2), 1, ACTOR + CHECK),
+    ],
+)
+def test_a_cycle_killed_before_its_commit_still_owes_its_calls(
+    url: str, tmp_path: Path, crash: tuple[str, int], redone: int, owed: lw.Usage
+) -> None:
+    ref = _reference(f"sqlite:///{tmp_path / 'ref.db'}")
+    got, rt = _crashed_then_resumed(url, crash)
+    try:
+        assert (got.status, got.stop_reason, got.cycles) == (ref.status, ref.stop_reason, 3)
+        # what the uninterrupted run spent, and the calls the killed cycle was billed for
+        assert got.spent.cost_usd == pytest.approx(ref.spent.cost_usd + owed.cost_usd)
+        assert got.spent.tokens == ref.spent.tokens + owed.tokens
+        # the redone cycle's record lists them as calls: its usage, the events and the
+        # trace add up to the run's spend; replay under the contract agrees
+        records = [c.record for c in rt.store.checkpoints(got.run_id) if c.record]
+        (again,) = [r for r in records if r.get("cycle") == redone and "proposal" in r]
+        # each call owed is charged just before the call asked again in its place
+        assert [(c["who"], c["cost_usd"]) for c in again["calls"]] == (
+            [("actor", 0.1), ("actor", 0.1), ("verifier:check", 0.01)]
+            if owed == ACTOR
+            else [
+                ("actor", 0.1),
+                ("actor", 0.1),
+                ("verifier:check", 0.01),
+                ("verifier:check", 0.01),
+            ]
+        )
+        assert sum(r["usage"]["cost_usd"] for r in records if "usage" in r) == pytest.approx(
+            got.spent.cost_usd
+        )
+        (trace,) = list(traces_from_store(rt.store))
+        out = simulate(trace, _loop([]).contract)
+        assert out.cost_usd == pytest.approx(got.spent.cost_usd)
+        # the billing entries went with the commits that charged them
+        assert [e.key for e in rt.store.journal(got.run_id, kind="retry")] == []
+    finally:
+        rt.close()
+
+
+def test_an_uninterrupted_run_leaves_no_billing_rows(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop([]), TASK, task_key="k")
+        assert (r.status, r.cycles) == ("accepted", 3)
+        assert r.spent.cost_usd == pytest.approx(3 * (ACTOR.cost_usd + CHECK.cost_usd))
+        assert rt.store.journal(r.run_id) == []
+
+
+def test_a_crash_loop_ends_by_its_budget(tmp_path: Path) -> None:
+    """A process killed after the actor's answer of cycle 2, again and again: each restart
+    owes what the killed one was billed, and once that crosses the budget the run stops
+    without asking the actor again (before: charged nothing, asked for ever)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls, max_cost=0.45), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    # cycle 1 spent 0.11; every restart's actor call of cycle 2 is 0.1 more
+    for _ in range(2):
+        with lw.Runtime(url) as rt:
+            rt._on_phase = phase_hook(("after_actor", 1))
+            with pytest.raises(Crash):
+                rt.resume_sync(run_id, _loop(calls, max_cost=0.45))
+    asked = calls.count("actor")
+    assert asked == 4  # cycle 1, then cycle 2 three times (each killed)
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(run_id, _loop(calls, max_cost=0.45))
+        # 0.11 + 3 × 0.1 owed = 0.41, under 0.45: asked a fourth time, then over the budget
+        assert calls.count("actor") == asked + 1
+        assert (r.status, r.stop_reason) == ("stopped", "budget_cost")
+        assert r.spent.cost_usd == pytest.approx(0.11 + 4 * 0.1)
+    # killed once more at its fourth ask of cycle 2 instead: the owed 0.41 + 0.1 are over
+    # 0.45 before a fifth call could be made
+    url2 = f"sqlite:///{tmp_path / 't.db'}"
+    calls2: list[str] = []
+    with lw.Runtime(url2) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls2, max_cost=0.35), TASK, task_key="k")
+        run2 = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url2) as rt:
+        rt._on_phase = phase_hook(("after_actor", 1))
+        with pytest.raises(Crash):
+            rt.resume_sync(run2, _loop(calls2, max_cost=0.35))
+    with lw.Runtime(url2) as rt:
+        r = rt.resume_sync(run2, _loop(calls2, max_cost=0.35))
+        # 0.11 + 0.2 owed = 0.31 < 0.35 ... asked once more (0.41): over
+        assert (r.stop_reason, calls2.count("actor")) == ("budget_cost", 4)
+        assert r.spent.cost_usd == pytest.approx(0.41)
+
+
+def test_grouped_commits_take_the_billing_rows_with_them(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several runs on one event loop commit in batches (``commit_many``'s one-pass path):
+    each run's billing entries go with the batch that charges them."""
+    import asyncio
+
+    from loopwright import _group
+
+    batched: list[int] = []
+    close = _group.GroupCommitter.close
+
+    async def counted(self: _group.GroupCommitter) -> None:
+        await close(self)
+        batched.append(self.batches)
+
+    monkeypatch.setattr(_group.GroupCommitter, "close", counted)
+    tasks = [{**TASK, "task_key": f"g{i}"} for i in range(6)]
+    with lw.Runtime(url, group_commit=True) as rt:
+        got = asyncio.run(rt.run_many(_loop([]), tasks, concurrency=6))
+        assert [(r.status, r.cycles) for r in got] == [("accepted", 3)] * 6
+        assert sum(batched) > 0  # batched, not one by one
+        for r in got:
+            assert r.spent.cost_usd == pytest.approx(0.33)
+            assert rt.store.journal(r.run_id) == []
