@@ -108,7 +108,9 @@ def marginal_stop(contract: Contract, state: TaskState) -> str | None:
         return None
     expected_cost = state.spent.cost_usd / n
     p = mr.p_success(n + 1, state.stall)
-    return "marginal_return" if p * mr.value_per_success_usd < expected_cost else None
+    # Strictly below, beyond the sum's rounding (as budgets): three $0.10 cycles average
+    # $0.10000000000000002, and a cycle worth exactly its cost goes on.
+    return "marginal_return" if _over(expected_cost, p * mr.value_per_success_usd) else None
 
 
 def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
