@@ -147,8 +147,8 @@ class Success:
 class NoProgress:
     """A plateau exit: stop when the best visible score has not risen by ``min_delta`` (and no
     failing required check started passing) for ``cycles`` consecutive cycles. A proposal
-    identical to an earlier rejected one, or one refused for touching accepted work, is a cycle
-    without progress."""
+    identical to an earlier rejected one (its writes of a part's current value left out), or one
+    refused for touching accepted work, is a cycle without progress."""
 
     cycles: int = 2
     min_delta: float = 0.01

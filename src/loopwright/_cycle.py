@@ -299,7 +299,10 @@ class Cycle(RuntimeHost):
                 "proposal",
                 unverified=proposal.to_dict(),
             )
-        duplicate = digest in s.rejected
+        # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
+        duplicate = (
+            digest in s.rejected or rules.effective_digest(s, proposal, digest) in s.rejected
+        )
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
