@@ -107,6 +107,13 @@ def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = Tru
         raise ConfigError(f"must not be negative, got {value!r}", field=name)
 
 
+def _count(value: Any) -> bool:
+    """A whole number of runs (``2.0`` from a JSON tool counts; ``1.5`` and ``true`` do not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or value.is_integer()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Success:
     """When the work is done.
@@ -229,6 +236,8 @@ class MarginalReturn:
             for row in self.hazard:
                 cells = []
                 for cell in row:
+                    if len(cell) != 2 or not all(_count(x) for x in cell):
+                        raise ValueError(cell)  # int() read 1.5 as 1, and true as 1
                     succ, trials = (int(cell[0]), int(cell[1]))
                     if succ < 0 or trials < succ:
                         raise ValueError(cell)
