@@ -380,6 +380,7 @@ class Cycle(RuntimeHost):
                 # every held-out check judged this candidate: what an end reports from now on,
                 # even one in this cycle (_finishing)
                 ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
+                ex.held_out_verdicts = {k: v.to_dict() for k, v in held.items()}
             vu = verdict.usage or _NOTHING
             ex.calls.append(
                 {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
