@@ -305,6 +305,11 @@ class RiskRule:
                 f"rule {self.name!r} needs 'touches', 'findings' or 'check'",
                 field=f"contract.risk.{self.name}",
             )
+        # the request's "why" in every view: 5 was stored as "5", a list as its repr (None,
+        # which a snapshot may hold, is no reason: the rule's own words are used)
+        if self.reason is None:
+            object.__setattr__(self, "reason", "")
+        shapes.text(self.reason, f"contract.risk.{self.name}.reason")
         _num(self.expires_after_s, f"contract.risk.{self.name}.expires_after_s")
         if self.ask is not None and (not isinstance(self.ask, str) or not self.ask.strip()):
             raise ConfigError("must be the question's text", field=f"contract.risk.{self.name}.ask")
