@@ -221,6 +221,9 @@ class Checkpoints(RuntimeHost):
         if not ok and not duplicate and decision != "asked":
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
             s.rejected.append(digest)
+            effective = rules.effective_digest(old, proposal, digest)
+            if effective != digest and effective not in s.rejected:
+                s.rejected.append(effective)  # what it changed, however it was written
         s.cycle = n
         s.score = score
         s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)

@@ -107,6 +107,13 @@ def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = Tru
         raise ConfigError(f"must not be negative, got {value!r}", field=name)
 
 
+def _count(value: Any) -> bool:
+    """A whole number of runs (``2.0`` from a JSON tool counts; ``1.5`` and ``true`` do not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or value.is_integer()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Success:
     """When the work is done.
@@ -147,8 +154,8 @@ class Success:
 class NoProgress:
     """A plateau exit: stop when the best visible score has not risen by ``min_delta`` (and no
     failing required check started passing) for ``cycles`` consecutive cycles. A proposal
-    identical to an earlier rejected one, or one refused for touching accepted work, is a cycle
-    without progress."""
+    identical to an earlier rejected one (its writes of a part's current value left out), or one
+    refused for touching accepted work, is a cycle without progress."""
 
     cycles: int = 2
     min_delta: float = 0.01
@@ -229,6 +236,8 @@ class MarginalReturn:
             for row in self.hazard:
                 cells = []
                 for cell in row:
+                    if len(cell) != 2 or not all(_count(x) for x in cell):
+                        raise ValueError(cell)  # int() read 1.5 as 1, and true as 1
                     succ, trials = (int(cell[0]), int(cell[1]))
                     if succ < 0 or trials < succ:
                         raise ValueError(cell)
@@ -296,6 +305,11 @@ class RiskRule:
                 f"rule {self.name!r} needs 'touches', 'findings' or 'check'",
                 field=f"contract.risk.{self.name}",
             )
+        # the request's "why" in every view: 5 was stored as "5", a list as its repr (None,
+        # which a snapshot may hold, is no reason: the rule's own words are used)
+        if self.reason is None:
+            object.__setattr__(self, "reason", "")
+        shapes.text(self.reason, f"contract.risk.{self.name}.reason")
         _num(self.expires_after_s, f"contract.risk.{self.name}.expires_after_s")
         if self.ask is not None and (not isinstance(self.ask, str) or not self.ask.strip()):
             raise ConfigError("must be the question's text", field=f"contract.risk.{self.name}.ask")

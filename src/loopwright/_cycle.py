@@ -299,7 +299,10 @@ class Cycle(RuntimeHost):
                 "proposal",
                 unverified=proposal.to_dict(),
             )
-        duplicate = digest in s.rejected
+        # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
+        duplicate = (
+            digest in s.rejected or rules.effective_digest(s, proposal, digest) in s.rejected
+        )
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
@@ -377,6 +380,7 @@ class Cycle(RuntimeHost):
                 # every held-out check judged this candidate: what an end reports from now on,
                 # even one in this cycle (_finishing)
                 ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
+                ex.held_out_verdicts = {k: v.to_dict() for k, v in held.items()}
             vu = verdict.usage or _NOTHING
             ex.calls.append(
                 {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}

@@ -17,6 +17,7 @@ __all__ = [
     "budget_crossed",
     "budget_stop",
     "cycle_cap",
+    "effective_digest",
     "improved",
     "marginal_stop",
     "remaining",
@@ -108,7 +109,9 @@ def marginal_stop(contract: Contract, state: TaskState) -> str | None:
         return None
     expected_cost = state.spent.cost_usd / n
     p = mr.p_success(n + 1, state.stall)
-    return "marginal_return" if p * mr.value_per_success_usd < expected_cost else None
+    # Strictly below, beyond the sum's rounding (as budgets): three $0.10 cycles average
+    # $0.10000000000000002, and a cycle worth exactly its cost goes on.
+    return "marginal_return" if _over(expected_cost, p * mr.value_per_success_usd) else None
 
 
 def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
@@ -218,6 +221,21 @@ def accept_clean_parts(
             state.set_status(ref, "accepted")
             accepted.append(ref)
     return accepted
+
+
+def effective_digest(state: TaskState, proposal: Proposal, digest: str) -> str:
+    """The digest of what ``proposal`` changes in ``state`` (``digest`` is its own): writes of
+    a part's current value left out, a replacement read as the writes it makes. A rejected
+    proposal sent again with a cosmetic change (an unchanged part written again, its artifact
+    replaced by the same values) matches it, so it is no progress: before, it was judged as new,
+    and a reviewer's drift on the same content counted as a material improvement."""
+    changes = proposal.changes()
+    kept = tuple(e for e in changes if (p := state.part(e.ref)) is None or p.value != e.value)
+    if proposal.replace is None and len(kept) == len(changes):
+        return digest  # the common proposal: nothing to leave out, hashed once
+    return Proposal(
+        edits=kept, plan=proposal.plan, new_steps=proposal.new_steps, effects=proposal.effects
+    ).digest()
 
 
 def improved(

@@ -72,6 +72,7 @@ class Execution:
     # this execution (``held_out_known``): what a run ended between judged cycles reports.
     held_out_last: bool | None = None
     held_out_known: bool = False
+    held_out_verdicts: dict[str, Any] | None = None  # those verdicts (stored form): the packet's
     # What the store holds of ``state`` (``loopwright._state_codec``): the last committed head
     # (None: the next checkpoint is a snapshot), the statuses of the versions held in memory
     # as written, how many rejected digests are written, and the snapshot deltas build on.

@@ -47,6 +47,11 @@ class Finishing(RuntimeHost):
             # once a person's edit or rollback reopens the run
             record = {**record, "ended": True}
         packet = None
+        # A run ended before its cycle was judged (an escalation, a denial, a budget checked
+        # before the next cycle) reports the held-out verdicts of its last judged candidate:
+        # held_out_passed means that, whatever the stop, and the packet shows the verdicts
+        # behind it (they read {} beside held_out_passed false).
+        last, last_verdicts = (None, None) if held_out else self._last_held_out(ex)
         if status != "accepted":
             packet = build_packet(
                 reason,
@@ -56,7 +61,7 @@ class Finishing(RuntimeHost):
                 cause=cause,
                 error=error,
                 evidence=evidence,
-                held_out=held_out,
+                held_out=held_out or last_verdicts,
                 unverified=unverified,
             )
         ex.state.next_action = (
@@ -88,30 +93,27 @@ class Finishing(RuntimeHost):
         }
         if held_out:
             run["held_out_passed"] = int(all(v.get("passed") for v in held_out.values()))
-        else:
-            # A run ended before its cycle was judged (an escalation, a budget checked before
-            # the next cycle) keeps the held-out verdict of its last judged candidate:
-            # held_out_passed means that, whatever the stop.
-            last = self._last_held_out(ex)
-            if last is not None:
-                run["held_out_passed"] = int(last)
+        elif last is not None:
+            run["held_out_passed"] = int(last)
         self._commit(ex, record, run, approvals=approvals, closes=closes)
 
-    def _last_held_out(self, ex: _Exec) -> bool | None:
+    def _last_held_out(self, ex: _Exec) -> tuple[bool | None, dict[str, Any] | None]:
         """Whether the last candidate every held-out check judged passed them all (``None``:
-        none was judged): known from this execution's cycles, else read from the newest
-        checkpoints' records, else from the run's ``verdict`` events (a run whose recent
-        commits judged nothing). Invariant 8: the common ends read nothing of a long run's
-        past."""
+        none was judged), with those verdicts when they are at hand: known from this
+        execution's cycles, else read from the newest checkpoints' records, else from the
+        run's ``verdict`` events (a run whose recent commits judged nothing: the pass alone).
+        Invariant 8: the common ends read nothing of a long run's past."""
         names = {c.name for c in getattr(ex.loop, "verifiers", ()) if c.held_out}
         if not names:
-            return None
+            return None, None
         if ex.held_out_known:
-            return ex.held_out_last
+            return ex.held_out_last, ex.held_out_verdicts
         for ck in reversed(self.store.checkpoints_after(ex.run_id, ex.seq - _RECENT)):
             held = (ck.record or {}).get("held_out") or {}
             if names <= set(held):
-                return all(bool(held[k].get("passed")) for k in names)
+                return all(bool(held[k].get("passed")) for k in names), {
+                    k: held[k] for k in sorted(names)
+                }
         by_cycle: dict[int, dict[str, bool]] = {}
         events: list[tuple[int, str, Mapping[str, Any]]] = [
             (e.cycle, e.kind, e.data) for e in self.store.events(ex.run_id)
@@ -122,8 +124,8 @@ class Finishing(RuntimeHost):
                 by_cycle.setdefault(cycle, {})[str(data["verifier"])] = bool(data.get("passed"))
         for cycle in sorted(by_cycle, reverse=True):
             if set(by_cycle[cycle]) == names:
-                return all(by_cycle[cycle].values())
-        return None
+                return all(by_cycle[cycle].values()), None
+        return None, None
 
     @property
     def memory(self) -> FeedbackMemory:

@@ -58,9 +58,9 @@ def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -
     return _WORDS.get(reason, reason).format(
         n=n,
         max_cycles=max_cycles if max_cycles is not None else b.max_cycles,
-        max_cost_usd=_num(b.max_cost_usd),
+        max_cost_usd=_usd(b.max_cost_usd),
         max_tokens=b.max_tokens,
-        max_seconds=b.max_seconds,
+        max_seconds=_secs(b.max_seconds),
     )
 
 
@@ -69,6 +69,32 @@ CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def _usd(v: Any) -> str:
+    """A budget in dollars: cents when it is a whole number of them, else its own digits (a
+    $0.004 budget read "$0.00", beside the $0.0030 that stopped the run)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "-"
+    return f"{v:.2f}" if abs(v * 100 - round(v * 100)) < 1e-9 else f"{v:.6g}"
+
+
+def _secs(v: Any) -> str:
+    """Seconds with the digits that tell a short run from none ("ran 0.0 s of the 0.05 s")."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "-"
+    return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
+
+
+def _beyond(spent: Any, limit: float | int | None) -> str | None:
+    """How a budget stands once it stopped a run: ``"crossed"`` (a call in flight went past
+    it), ``"used up"`` (reached), or ``None`` (the next cycle's projection would cross it)."""
+    if limit is None or not isinstance(spent, (int, float)) or isinstance(spent, bool):
+        return None
+    slack = 1e-9 * max(1.0, abs(limit))
+    if spent > limit + slack:
+        return "crossed"
+    return "used up" if spent >= limit - slack else None
 
 
 def _clip(text: str) -> str:
@@ -114,19 +140,31 @@ def stop_cause(
     if reason == "budget_cycles":
         cap = max_cycles if max_cycles is not None else b.max_cycles
         return _clip(f"stopped {at}: the cycle budget of {cap} is used up; {best}")
-    if reason == "budget_cost":
+    if reason in ("budget_cost", "budget_tokens"):
+        # The budget as it stands: crossed by a call in flight (``cause`` says which), reached,
+        # or still short of it by less than the next cycle is projected to cost.
+        tokens = reason == "budget_tokens"
+        limit = b.max_tokens if tokens else b.max_cost_usd
+        used = sp.get("tokens") if tokens else sp.get("cost_usd")
+        stand = _beyond(used, limit)
+        how = "the next cycle would cross it"
+        if stand == "used up":
+            how = "it is used up"
+        elif stand == "crossed":
+            # the engine's cause names the call: "crossed during verifier v"
+            how = cause if cause and cause.startswith("crossed") else "a call crossed it"
+        if tokens:
+            return _clip(
+                f"stopped {at}: used {used if used is not None else '-'} of {limit} "
+                f"tokens, {how}; {best}"
+            )
         return _clip(
-            f"stopped {at}: spent ${_num(sp.get('cost_usd'), '{:.4f}')} of the "
-            f"${_num(b.max_cost_usd)} cost budget, the next cycle would cross it; {best}"
-        )
-    if reason == "budget_tokens":
-        return _clip(
-            f"stopped {at}: used {sp.get('tokens', '-')} of {b.max_tokens} tokens, the next "
-            f"cycle would cross the budget; {best}"
+            f"stopped {at}: spent ${_num(used, '{:.4f}')} of the ${_usd(limit)} cost budget, "
+            f"{how}; {best}"
         )
     if reason == "budget_time":
         return _clip(
-            f"stopped {at}: ran {_num(sp.get('seconds'), '{:.1f}')} s of the {b.max_seconds} s "
+            f"stopped {at}: ran {_secs(sp.get('seconds'))} s of the {_secs(b.max_seconds)} s "
             f"time budget" + (f" ({cause})" if cause else "") + f"; {best}"
         )
     if reason == "marginal_return":

@@ -161,6 +161,41 @@ def test_identical_rejected_proposal_counts_as_no_progress(rt: lw.Runtime) -> No
     assert_packet(r)
 
 
+def test_a_rejected_proposal_sent_again_dressed_differently_is_no_progress(
+    rt: lw.Runtime,
+) -> None:
+    """An actor oscillating between two rejected versions, each sent again with a cosmetic
+    change: an unchanged part written too, the artifact replaced by the same values. Each was
+    judged as a new proposal, so a reviewer whose score of the same content drifts up (a
+    model's) credited it as an improvement and the plateau rule never fired (the run went on
+    to its cycle budget); now each is a duplicate, as the identical proposal is."""
+    judged = [0]
+
+    def drifting(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged[0] += 1  # the same content scores a little higher each time it is judged
+        return lw.Verdict(passed=False, score=min(0.9, 0.3 + 0.05 * judged[0]))
+
+    def oscillating(ctx: lw.Context) -> lw.Proposal:
+        a = 1 if ctx.cycle % 2 else 2
+        if ctx.cycle <= 2:
+            return lw.Proposal.edit("doc", {"a": a})
+        if ctx.cycle % 2:
+            return lw.Proposal.edit("doc", {"a": a, "b": 0})  # b is 0 already
+        return lw.Proposal(replace={"doc": {"a": a, "b": 0, "c": 0}})
+
+    loop = make_loop(oscillating, (drifting,), no_progress=lw.NoProgress(cycles=2), max_cycles=9)
+    r = rt.run_sync(loop, TASK)
+    assert (r.stop_reason, r.cycles) == ("no_progress", 4)
+    recs = records(rt, r.run_id)
+    assert [(rec["duplicate"], rec["improved"]) for rec in recs] == [
+        (False, True),
+        (False, True),
+        (True, False),
+        (True, False),
+    ]
+    assert (r.best_score, assert_packet(r)["best_candidate"]["cycle"]) == (0.4, 2)
+
+
 def test_stall_counts_cycles_without_enough_improvement(rt: lw.Runtime) -> None:
     # cycle 1 only looks (score 0, the baseline: no rise), then each cycle fixes one part:
     # +1/3 score, below a min_delta of 0.7

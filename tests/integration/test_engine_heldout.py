@@ -171,6 +171,9 @@ def test_a_run_ended_before_judging_reports_the_last_judged_candidate_reading_no
         assert (r.stop_reason, r.cycles) == ("escalated", escalate_at - 1)
         assert r.held_out_passed is ((escalate_at - 1) % 2 == 1)
         assert rt.store.get_run(r.run_id).held_out_passed is r.held_out_passed
+        # the packet shows the verdict behind it (it read {} beside held_out_passed)
+        assert r.packet is not None
+        assert r.packet["held_out"]["hidden"]["passed"] is r.held_out_passed
 
 
 @pytest.mark.parametrize("resumed", [False, True], ids=["in-process", "resumed"])
@@ -213,6 +216,23 @@ def test_a_cycle_ended_after_its_held_out_judged_reports_its_own_verdict(
             r = rt.run_sync(loop, TASK, task_key="k")
     assert (r.status, r.stop_reason) == ("escalated", "escalated")
     assert r.held_out_passed is True
+    assert r.packet is not None and r.packet["held_out"]["hidden"]["passed"] is True
+
+
+def test_a_denied_cycle_shows_its_held_out_verdicts_in_the_packet(tmp_path: Path) -> None:
+    """A person denied the parked cycle: the run escalates with held_out_passed false (that
+    cycle's held-out verdict, stored with it), and the packet carries the verdict and its
+    findings for the person taking over (it had an empty ``held_out``)."""
+    risk = (lw.RiskRule(name="any", touches=("doc/*",)),)
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_loop(Spy(), risk), TASK, task_key="k")
+        assert r.status == "awaiting_approval"
+        rt.deny(r.run_id, by="ann", note="no")
+        r = rt.resume_sync(r.run_id, _loop(Spy(), risk))
+    assert (r.stop_reason, r.held_out_passed) == ("escalated", False)
+    assert r.packet is not None
+    assert r.packet["held_out"]["audit"]["passed"] is False
+    assert CANARY in r.packet["held_out"]["audit"]["findings"][0]["message"]
 
 
 def _reviewed(verdicts: list[bool], seen: list[float | None]) -> lw.Loop:

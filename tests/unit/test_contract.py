@@ -84,6 +84,41 @@ def test_marginal_return_round_trips_and_estimates_from_its_table() -> None:
     assert bad.field == "contract.marginal_return.hazard"
 
 
+@pytest.mark.parametrize("cell", [[1.5, 2], [True, 2], [1, 2, 3], ["1", 2]])
+def test_a_hazard_count_that_is_not_a_whole_number_is_refused(cell: list[Any]) -> None:
+    """int() read 1.5 as 1 and true as 1, and a third number was dropped: the table the run
+    used was not the one written."""
+    bad = _err(
+        lw.Contract.from_dict,
+        {"marginal_return": {"value_per_success_usd": 1, "hazard": [[cell]]}, "budget": {}},
+    )
+    assert bad.field == "contract.marginal_return.hazard"
+    # whole numbers written as floats (a JSON tool's) still read
+    c = lw.Contract.from_dict(
+        {"marginal_return": {"value_per_success_usd": 1, "hazard": [[[1.0, 2.0]]]}}
+    )
+    assert c.marginal_return is not None and c.marginal_return.hazard == (((1, 2),),)
+
+
+@pytest.mark.parametrize("reason", [5, ["why"]])
+def test_a_risk_rules_reason_must_be_text(reason: Any) -> None:
+    """The reason is the approval request's "why": a number or a list was stored as its
+    repr instead of being named as the mistake."""
+    bad = _err(
+        lw.Contract.from_dict,
+        {
+            "risk": [{"name": "n", "touches": "doc/*", "reason": reason}],
+            "budget": {"max_cycles": 1},
+        },
+    )
+    assert bad.field == "contract.risk.n.reason"
+    # a snapshot's null still loads: no reason of its own
+    rule = lw.Contract.from_dict(
+        {"risk": [{"name": "n", "touches": "doc/*", "reason": None}], "budget": {"max_cycles": 1}}
+    ).risk[0]
+    assert rule.reason == ""
+
+
 def test_marginal_return_alone_is_an_exit() -> None:
     c = lw.Contract.from_dict({"marginal_return": {"value_per_success_usd": 1.0}})
     assert c.marginal_return is not None and c.marginal_return.p_success(3, 1) == 0.25

@@ -51,6 +51,18 @@ def test_float_sums_do_not_cross_a_budget_they_only_reach() -> None:
     assert rules.budget_stop(c, _spent(3, spent)) == "budget_cost"
 
 
+def test_a_cycle_worth_exactly_its_cost_is_not_stopped_by_rounding() -> None:
+    """P x value == expected cost goes on (the rule is strictly below). Three $0.10 cycles
+    average $0.10000000000000002, which read as "below" stopped a run that the contract said
+    to continue, at P = 0.25 and a value of $0.40."""
+    c = lw.Contract(
+        marginal_return=lw.MarginalReturn(value_per_success_usd=0.4), budget=lw.Budget(max_cycles=9)
+    )
+    spent = lw.Usage(0.1) + lw.Usage(0.1) + lw.Usage(0.1)
+    assert rules.marginal_stop(c, _spent(3, spent)) is None
+    assert rules.marginal_stop(c, _spent(3, spent + lw.Usage(0.01))) == "marginal_return"
+
+
 def test_budget_crossed() -> None:
     c = _contract(max_cost_usd=1.0, max_tokens=10)
     assert rules.budget_crossed(c, lw.Usage(1.0, 10)) is None
