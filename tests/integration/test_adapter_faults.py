@@ -427,3 +427,32 @@ def test_the_time_budget_message_says_what_the_call_was_given(tmp_path: Path) ->
         r = rt.run_sync(loop, TASK)
     assert r.stop_reason == "budget_time"
     assert "s left)" not in str(r.packet) and "the budget had left" in str(r.packet)
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        # it read "api_key: *** API key for OpenAI: set OPENAI_API_KEY or pass api_key= ***
+        # base_url= ...": the redaction net took the words after "api_key:" for the key
+        ('model = "gpt-4o-mini"', "OpenAI's endpoint needs an API key (api_key): set"),
+        # these raised the URL parser's ValueError, naming no field
+        ('model = "m", base_url = "http://127.0.0.1:99999/v1"', "base_url: 'http://127.0"),
+        ('model = "m", base_url = "http://[::1:8000/v1"', "base_url: 'http://[::1:8000/v1' is"),
+    ],
+)
+def test_an_adapter_config_mistake_reads_plainly_on_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, shown: str
+) -> None:
+    from loopwright.cli import main
+
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(TASK) + "\n")
+    spec = tmp_path / "loop.toml"
+    spec.write_text(
+        'name = "cfg"\ntasks = "tasks.jsonl"\n[actor]\nref = "loopwright.adapters:ChatActor"\n'
+        f"options = {{ {options} }}\n[contract.success]\nmin_score = 1.0\n"
+        "[contract.budget]\nmax_cycles = 1\n"
+    )
+    assert main(["check", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert shown in " ".join(err.split()), err
+    assert "***" not in err and "Traceback" not in err

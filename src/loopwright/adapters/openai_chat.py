@@ -169,13 +169,31 @@ def endpoint_of(base_url: str | None) -> str:
     in one line unless it is an http(s) URL with a host: the SDK would take ``localhost:8000``
     and fail every request as a retried "Connection error"."""
     raw = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
-    parts = urlsplit(raw)
+    field = "base_url" if base_url else "OPENAI_BASE_URL"
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError as exc:  # "http://[::1:8000/v1", "http://host:99999/v1"
+        # public_url cannot parse it either: the redaction net masks a password in it
+        raise ConfigError(f"{redact_text(raw)!r} is not a valid URL: {exc}", field=field) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ConfigError(
             f"{public_url(raw)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)",
-            field="base_url" if base_url else "OPENAI_BASE_URL",
+            field=field,
         )
     return raw
+
+
+def no_api_key() -> ConfigError:
+    """The error for OpenAI's own endpoint without a key. Its text never puts a word right
+    after "api_key:" or "api_key=": the redaction net every shown error goes through would
+    mask that word as the key's value ("api_key: *** API key for OpenAI ...")."""
+    err = ConfigError(
+        "OpenAI's endpoint needs an API key (api_key): set OPENAI_API_KEY, pass the api_key "
+        "argument, or pass base_url for a local server"
+    )
+    err.field = "api_key"
+    return err
 
 
 def normalise_base_url(url: str | None) -> str:
@@ -557,11 +575,7 @@ class _ChatModel:
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if self._default_endpoint:
-                raise ConfigError(
-                    "no API key for OpenAI: set OPENAI_API_KEY or pass api_key= "
-                    "(or base_url= for a local server)",
-                    field="api_key",
-                )
+                raise no_api_key()
             key = "not-needed"  # local servers (Ollama, vLLM without --api-key) ignore it
         self._api_key = key
         register_secret(key)  # masked wherever it might be echoed (a 401 body, a log line)
