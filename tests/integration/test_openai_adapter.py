@@ -224,6 +224,35 @@ def test_timeout_bounds_the_whole_request_not_each_read(
     assert server.sent_in_full == 2  # the two replies after it; the trickled one never ended
 
 
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_no_request_outlives_the_engines_call(server: FakeOpenAI, kind: type[ChatActor]) -> None:
+    """The engine gave up on a sync call at its timeout, but the call went on in its thread: its
+    request (bounded by the adapter's timeout_s only) was answered in full, billed, and counted
+    nowhere, while the engine's retry sent another beside it. Requests are now bounded by the
+    time the engine's call has left, and none is sent once it has none."""
+    import asyncio
+    import time
+
+    from loopwright._calls import within_deadline
+
+    server.script(ok(FIX_TITLE))
+    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=60)
+
+    def call() -> lw.Proposal:
+        got = actor(_ctx())
+        return asyncio.run(got) if asyncio.iscoroutine(got) else got  # type: ignore[arg-type]
+
+    with within_deadline(time.monotonic() - 1), pytest.raises(TimeoutError, match="ran out"):
+        call()
+    assert server.requests == []  # never sent
+    sent: list[Any] = []
+    real = actor._kwargs
+    actor._kwargs = lambda mode: sent.append(real(mode)) or sent[-1]  # type: ignore[method-assign]
+    with within_deadline(time.monotonic() + 5):
+        assert call().edits[0].value == FIX_TITLE["edits"][0]["value"]
+    assert 0 < sent[0]["timeout"] <= 5  # each network step too, not the adapter's 60 s
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
 def test_a_reply_that_trickles_in_within_timeout_s_is_used(

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .._calls import call_deadline
 from .._errors import ConfigError
 from .._modelcalls import ERROR_CHARS, clip_masked, engine_charges_failures, record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
@@ -722,6 +723,19 @@ class _ChatModel:
 
     def _kwargs(self, mode: str) -> dict[str, Any]:
         kwargs = self._format_kwargs(mode)
+        deadline = call_deadline()
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                # the engine has given up on this call (a sync one goes on in its thread):
+                # a request sent now would be answered and billed with nobody to count it
+                raise TimeoutError(  # named by _failed, as the client's errors are
+                    "the engine's time for this call ran out before the request was sent"
+                )
+            if left < self.timeout_s:
+                # each network step too (the sync client blocks in its reads): the request is
+                # cut, its connection closed, when the engine gives up on the call
+                kwargs["timeout"] = left
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         if self.extra_body:
