@@ -58,7 +58,7 @@ def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -
     return _WORDS.get(reason, reason).format(
         n=n,
         max_cycles=max_cycles if max_cycles is not None else b.max_cycles,
-        max_cost_usd=_num(b.max_cost_usd),
+        max_cost_usd=_dollars(b.max_cost_usd),
         max_tokens=b.max_tokens,
         max_seconds=b.max_seconds,
     )
@@ -69,6 +69,13 @@ CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def _dollars(v: Any) -> str:
+    """A budget in dollars: cents, or the digits a smaller one needs (a local model priced per
+    token gets budgets like $0.0025, which read "$0.00")."""
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    return f"{v:.3g}" if number and 0 < abs(v) < 1 and round(v, 2) != v else _num(v)
 
 
 def _clip(text: str) -> str:
@@ -117,7 +124,7 @@ def stop_cause(
     if reason == "budget_cost":
         return _clip(
             f"stopped {at}: spent ${_num(sp.get('cost_usd'), '{:.4f}')} of the "
-            f"${_num(b.max_cost_usd)} cost budget, the next cycle would cross it; {best}"
+            f"${_dollars(b.max_cost_usd)} cost budget, the next cycle would cross it; {best}"
         )
     if reason == "budget_tokens":
         return _clip(

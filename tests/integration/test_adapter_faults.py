@@ -456,3 +456,26 @@ def test_an_adapter_config_mistake_reads_plainly_on_the_cli(
     err = capsys.readouterr().err
     assert shown in " ".join(err.split()), err
     assert "***" not in err and "Traceback" not in err
+
+
+def test_a_sub_cent_cost_budget_reads_as_itself_in_the_packet(tmp_path: Path) -> None:
+    """A local model priced per token gets budgets like $0.0025: it read "the cost budget
+    ($0.00) would be crossed" (and $0.005 as $0.01)."""
+
+    def costly(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "title", "Helo!"),), usage=lw.Usage(0.003))
+
+    for budget, shown in ((0.0025, "$0.0025"), (0.005, "$0.005"), (0.25, "$0.25")):
+        loop = lw.Loop(
+            name="cents",
+            actor=costly,
+            verifiers=[lw.Check(fn=title)],
+            contract=lw.Contract(
+                success=lw.Success(min_score=1.0),
+                budget=lw.Budget(max_cycles=200, max_cost_usd=budget),
+            ),
+        )
+        with lw.Runtime(str(tmp_path / f"{budget}.db")) as rt:
+            r = rt.run_sync(loop, TASK)
+        assert r.stop_reason == "budget_cost"
+        assert f"cost budget ({shown})" in r.packet["summary"], r.packet["summary"]
