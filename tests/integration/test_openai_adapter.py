@@ -540,3 +540,15 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
         ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
             [{"role": "user", "content": "hi"}], "run"
         )
+
+
+def test_an_actor_models_note_is_clipped_like_a_reviewers_summary(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """A 6 MB note was stored whole, twice per cycle (the proposal event and the checkpoint)."""
+    server.script(ok({**FIX_TITLE, "note": "n" * 200_000}), ok(FIX_BODY))
+    r, events = _run(tmp_path, _loop(_actor(server)))
+    assert r.accepted
+    notes = [e.data["note"] for e in events if e.kind == "proposal"]
+    assert notes[0].startswith("nnnn") and 4_000 <= len(notes[0]) < 4_100, len(notes[0])
+    assert (tmp_path / "s.db").stat().st_size < 1_000_000

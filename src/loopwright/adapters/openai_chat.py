@@ -1376,7 +1376,9 @@ class ChatActor(_ChatModel):
             raise MalformedReplyError(f"$.edits: {exc}", json.dumps(data["edits"])) from None
         return Proposal(
             edits=edits,
-            note=str(data.get("note") or ""),
+            # a model's note is clipped as a reviewer's summary is: stored with the proposal
+            # (its event, the checkpoint), whatever size the model chose to write
+            note=clip_masked(str(data.get("note") or "")),
             escalate=escalate.strip() if isinstance(escalate, str) and escalate.strip() else None,
             question=question,
             usage=usage,
