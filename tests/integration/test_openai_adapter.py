@@ -487,6 +487,23 @@ def test_reviewer_locates_findings_it_can_and_widens_the_rest(server: FakeOpenAI
     assert not low.passed and "score 0.5" in low.findings[0].message
 
 
+def test_a_review_keeps_a_bounded_number_of_findings(server: FakeOpenAI) -> None:
+    """20,000 findings from a reviewer were kept whole: 6 MB stored a cycle, all of them in the
+    actor's next prompt. The first are kept, the rest counted in one finding, and one error
+    among those dropped still fails the verdict."""
+    keep = 100  # MAX_REVIEW_FINDINGS, as docs/models.md says
+    state = lw.TaskState.from_task(TASK)
+    many = [{"part": "body", "message": f"m{i}", "severity": "warning"} for i in range(20_000)]
+    v = _reviewer(server).verdict({"score": 0.9, "passed": True, "findings": many}, state)
+    assert v.passed and len(v.findings) == keep + 1
+    assert v.findings[-1].severity == "warning"
+    assert f"listed {20_000 - keep} more findings" in v.findings[-1].message
+    late_error = [*many, {"part": "body", "message": "wrong"}]
+    v = _reviewer(server).verdict({"score": 0.9, "passed": True, "findings": late_error}, state)
+    assert not v.passed and v.findings[-1].severity == "error"
+    assert len(v.findings) == keep + 1
+
+
 def test_a_reply_naming_a_part_badly_is_malformed_not_a_crash() -> None:
     # From review (helper-40): Edit refuses "doc/a" as an artifact's name; in a reply that fit
     # the schema this raised ConfigError (the run escalated) instead of asking for a repair

@@ -146,6 +146,9 @@ Reply again with one JSON object that fits the schema, and nothing else."""
 engine retries the same call: the model sees what was wrong instead of the same question."""
 
 _NAME_CHARS = 200  # a reviewer's dimension or unknown location, as kept
+MAX_REVIEW_FINDINGS = 100
+"""The most findings of one review kept (each in the state, the events and the actor's next
+prompt); the rest are counted in one finding."""
 _REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 _FORMAT_TAIL = """
@@ -1530,8 +1533,23 @@ class ChatReviewer(_ChatModel):
         # a reviewer's texts are stored in the state, events and the actor's next context:
         # cut like an error's (a 2 MB finding message was stored whole)
         summary = clip_masked(str(data.get("summary") or "").strip())
-        findings = [self._finding(f, state) for f in data["findings"]]
-        errors = any(f.severity == "error" for f in findings)
+        raw = data["findings"]
+        # a reviewer listing 20,000 findings stored 6 MB a cycle and sent them all to the actor
+        findings = [self._finding(f, state) for f in raw[:MAX_REVIEW_FINDINGS]]
+        # every finding counts, kept or not: one is an error unless it says "warning" (_finding)
+        errors = any(f.get("severity") != "warning" for f in raw if isinstance(f, Mapping))
+        if len(raw) > MAX_REVIEW_FINDINGS:
+            dropped = raw[MAX_REVIEW_FINDINGS:]
+            findings.append(
+                Finding(
+                    f"the reviewer listed {len(dropped)} more findings, not kept (the first "
+                    f"{MAX_REVIEW_FINDINGS} are)",
+                    dimension=self.dimension,
+                    severity="error"
+                    if any(f.get("severity") != "warning" for f in dropped)
+                    else "warning",
+                )
+            )
         passed = bool(data["passed"]) and score >= self.pass_score and not errors
         if not passed and not errors:
             why = summary or f"score {score:g} (passing needs {self.pass_score:g})"
