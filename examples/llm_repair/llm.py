@@ -80,9 +80,27 @@ def _env(name: str, default: str | None = None, *, fallback: str | None = None) 
     return value if value not in (None, "") else default
 
 
+def _flag(name: str) -> bool:
+    """A yes/no variable; anything else is refused, naming it ("maybe" read as no)."""
+    value = (_env(name, "0") or "0").strip().lower()
+    if value not in ("0", "1", "true", "false", "yes", "no"):
+        raise lw.ConfigError(f"must be 1 or 0 (true/false, yes/no), got {value!r}", field=name)
+    return value in ("1", "true", "yes")
+
+
+def _seconds(name: str, fallback: str | None) -> float:
+    """A timeout variable, refused naming it unless a number ("could not convert string to
+    float: 'abc'" named none)."""
+    value = _env(name, "120", fallback=fallback) or "120"
+    try:
+        return float(value)
+    except ValueError:
+        raise lw.ConfigError(f"must be a number of seconds, got {value!r}", field=name) from None
+
+
 def offline() -> bool:
     """``LOOPWRIGHT_OFFLINE=1``: answer from rule-based models on a loopback server."""
-    return (_env("LOOPWRIGHT_OFFLINE", "0") or "0").lower() in ("1", "true", "yes")
+    return _flag("LOOPWRIGHT_OFFLINE")
 
 
 def _settings(prefix: str, model_default: str) -> dict[str, Any]:
@@ -93,7 +111,7 @@ def _settings(prefix: str, model_default: str) -> dict[str, Any]:
         "model": _env(f"{prefix}MODEL", model_default),
         "api_key": _env(f"{prefix}API_KEY", fallback=fb and f"{fb}API_KEY"),
         "price": _env(f"{prefix}PRICE", fallback=fb and f"{fb}PRICE"),
-        "timeout_s": float(_env(f"{prefix}TIMEOUT_S", "120", fallback=fb and f"{fb}TIMEOUT_S")),
+        "timeout_s": _seconds(f"{prefix}TIMEOUT_S", fb and f"{fb}TIMEOUT_S"),
         "response_format": _env(f"{prefix}FORMAT", "json_schema", fallback=fb and f"{fb}FORMAT"),
     }
     if offline():
@@ -116,7 +134,7 @@ def reviewer(**options: Any) -> ChatReviewer:
     endpoint, key, price and format, never its model)."""
     s = _settings("LOOPWRIGHT_REVIEWER_", DEFAULT_REVIEWER_MODEL)
     model = s.pop("model")
-    allow = _env("LOOPWRIGHT_ALLOW_SELF_REVIEW", "0") in ("1", "true", "yes")
+    allow = _flag("LOOPWRIGHT_ALLOW_SELF_REVIEW")
     return ChatReviewer(model, rubric=RUBRIC, allow_self_review=allow, **{**s, **options})
 
 

@@ -10,12 +10,36 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._modelcalls import current_sink, use_sink
 
-__all__ = ["CallTimeout", "call_user"]
+__all__ = ["CallTimeout", "call_deadline", "call_user", "within_deadline"]
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "loopwright_call_deadline", default=None
+)
+
+
+def call_deadline() -> float | None:
+    """The ``time.monotonic()`` at which the engine gives up on the actor or verifier call
+    running in this context (its timeout, or the time budget left), or ``None``.
+
+    A model adapter bounds its requests by it: a sync call the engine abandoned keeps its
+    thread, and a request left running there would be answered, and billed, after the engine
+    had moved on (its retry sent another beside it), its usage counted nowhere."""
+    return _deadline.get()
+
+
+@contextlib.contextmanager
+def within_deadline(deadline: float | None) -> Iterator[None]:
+    """Run the block as a call that must end by ``deadline`` (``time.monotonic()``)."""
+    token = _deadline.set(deadline)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
 
 
 class CallTimeout(Exception):
@@ -86,11 +110,13 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
     sink = current_sink()
+    deadline = call_deadline()
 
     def target() -> Callable[[], None]:
-        # The call's own context gets one thing from the caller's: where the engine collects
-        # the model calls this attempt makes (``_modelcalls``).
+        # The call's own context gets two things from the caller's: where the engine collects
+        # the model calls this attempt makes (``_modelcalls``), and when it gives up on it.
         use_sink(sink)
+        _deadline.set(deadline)
         try:
             result, exc = fn(*args), None
         except BaseException as e:
@@ -135,6 +161,7 @@ async def call_user(
     abandoned.
     """
     t0 = time.perf_counter()
+    token = _deadline.set(None if timeout is None else time.monotonic() + timeout)
     try:
         if timeout is None and threaded and not _is_async(fn):
             result = await _in_daemon_thread(fn, *args)
@@ -154,4 +181,6 @@ async def call_user(
                 )
     except TimeoutError:
         raise CallTimeout(timeout or 0.0) from None
+    finally:
+        _deadline.reset(token)
     return result, time.perf_counter() - t0

@@ -164,3 +164,25 @@ def test_offline_mode_needs_no_server(tmp_path: Path, monkeypatch: pytest.Monkey
     )
     assert [c["cycle"] for c in shown["cycles"]] == [1, 2]
     assert {p.name for p in tmp_path.iterdir()} <= {"s.db", "s.db-wal", "s.db-shm"}
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "shown"),
+    [
+        # it read "could not convert string to float: 'abc'", naming no variable
+        ("LOOPWRIGHT_LLM_TIMEOUT_S", "abc", "LOOPWRIGHT_LLM_TIMEOUT_S: must be a number"),
+        ("LOOPWRIGHT_REVIEWER_TIMEOUT_S", "1m", "LOOPWRIGHT_REVIEWER_TIMEOUT_S: must be a number"),
+        # these were read as "no" without a word: a run against Ollama instead of offline
+        ("LOOPWRIGHT_OFFLINE", "on", "LOOPWRIGHT_OFFLINE: must be 1 or 0"),
+        ("LOOPWRIGHT_ALLOW_SELF_REVIEW", "maybe", "LOOPWRIGHT_ALLOW_SELF_REVIEW: must be 1 or 0"),
+    ],
+)
+def test_a_mistyped_variable_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str, value: str, shown: str
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LOOPWRIGHT_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(var, value)
+    r = cli("check", str(EXAMPLE / "loop.toml"), cwd=tmp_path)
+    assert r.returncode == 2 and shown in r.stderr, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr

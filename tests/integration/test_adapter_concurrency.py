@@ -243,6 +243,18 @@ def test_the_token_bucket_waits_off_what_replies_overdrew() -> None:
     assert gate.tokens_per_minute == 600
 
 
+def test_a_reply_claiming_huge_usage_holds_the_endpoint_a_minute_at_most() -> None:
+    """A server's usage of 2**40 tokens (a count the adapter accepts) overdrew the bucket so far
+    that every later request to the endpoint, from every run in the process, waited years."""
+    now = [0.0]
+    gate = Gate(clock=lambda: now[0])
+    gate.tighten(Limits(tokens_per_minute=600))
+    gate.charge(2**40)
+    assert 0 < gate.wait_s() <= 60.1
+    now[0] = 61.0
+    assert gate.wait_s() == 0
+
+
 def test_a_cancelled_waiter_gives_its_slot_on() -> None:
     gate = Gate()
     gate.tighten(Limits(max_concurrency=1))

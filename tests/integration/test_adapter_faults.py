@@ -427,3 +427,55 @@ def test_the_time_budget_message_says_what_the_call_was_given(tmp_path: Path) ->
         r = rt.run_sync(loop, TASK)
     assert r.stop_reason == "budget_time"
     assert "s left)" not in str(r.packet) and "the budget had left" in str(r.packet)
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        # it read "api_key: *** API key for OpenAI: set OPENAI_API_KEY or pass api_key= ***
+        # base_url= ...": the redaction net took the words after "api_key:" for the key
+        ('model = "gpt-4o-mini"', "OpenAI's endpoint needs an API key (api_key): set"),
+        # these raised the URL parser's ValueError, naming no field
+        ('model = "m", base_url = "http://127.0.0.1:99999/v1"', "base_url: 'http://127.0"),
+        ('model = "m", base_url = "http://[::1:8000/v1"', "base_url: 'http://[::1:8000/v1' is"),
+    ],
+)
+def test_an_adapter_config_mistake_reads_plainly_on_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, shown: str
+) -> None:
+    from loopwright.cli import main
+
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(TASK) + "\n")
+    spec = tmp_path / "loop.toml"
+    spec.write_text(
+        'name = "cfg"\ntasks = "tasks.jsonl"\n[actor]\nref = "loopwright.adapters:ChatActor"\n'
+        f"options = {{ {options} }}\n[contract.success]\nmin_score = 1.0\n"
+        "[contract.budget]\nmax_cycles = 1\n"
+    )
+    assert main(["check", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert shown in " ".join(err.split()), err
+    assert "***" not in err and "Traceback" not in err
+
+
+def test_a_sub_cent_cost_budget_reads_as_itself_in_the_packet(tmp_path: Path) -> None:
+    """A local model priced per token gets budgets like $0.0025: it read "the cost budget
+    ($0.00) would be crossed" (and $0.005 as $0.01)."""
+
+    def costly(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "title", "Helo!"),), usage=lw.Usage(0.003))
+
+    for budget, shown in ((0.0025, "$0.0025"), (0.005, "$0.005"), (0.25, "$0.25")):
+        loop = lw.Loop(
+            name="cents",
+            actor=costly,
+            verifiers=[lw.Check(fn=title)],
+            contract=lw.Contract(
+                success=lw.Success(min_score=1.0),
+                budget=lw.Budget(max_cycles=200, max_cost_usd=budget),
+            ),
+        )
+        with lw.Runtime(str(tmp_path / f"{budget}.db")) as rt:
+            r = rt.run_sync(loop, TASK)
+        assert r.stop_reason == "budget_cost"
+        assert f"cost budget ({shown})" in r.packet["summary"], r.packet["summary"]

@@ -224,6 +224,35 @@ def test_timeout_bounds_the_whole_request_not_each_read(
     assert server.sent_in_full == 2  # the two replies after it; the trickled one never ended
 
 
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_no_request_outlives_the_engines_call(server: FakeOpenAI, kind: type[ChatActor]) -> None:
+    """The engine gave up on a sync call at its timeout, but the call went on in its thread: its
+    request (bounded by the adapter's timeout_s only) was answered in full, billed, and counted
+    nowhere, while the engine's retry sent another beside it. Requests are now bounded by the
+    time the engine's call has left, and none is sent once it has none."""
+    import asyncio
+    import time
+
+    from loopwright._calls import within_deadline
+
+    server.script(ok(FIX_TITLE))
+    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=60)
+
+    def call() -> lw.Proposal:
+        got = actor(_ctx())
+        return asyncio.run(got) if asyncio.iscoroutine(got) else got  # type: ignore[arg-type]
+
+    with within_deadline(time.monotonic() - 1), pytest.raises(TimeoutError, match="ran out"):
+        call()
+    assert server.requests == []  # never sent
+    sent: list[Any] = []
+    real = actor._kwargs
+    actor._kwargs = lambda mode: sent.append(real(mode)) or sent[-1]  # type: ignore[method-assign]
+    with within_deadline(time.monotonic() + 5):
+        assert call().edits[0].value == FIX_TITLE["edits"][0]["value"]
+    assert 0 < sent[0]["timeout"] <= 5  # each network step too, not the adapter's 60 s
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
 def test_a_reply_that_trickles_in_within_timeout_s_is_used(
@@ -458,6 +487,23 @@ def test_reviewer_locates_findings_it_can_and_widens_the_rest(server: FakeOpenAI
     assert not low.passed and "score 0.5" in low.findings[0].message
 
 
+def test_a_review_keeps_a_bounded_number_of_findings(server: FakeOpenAI) -> None:
+    """20,000 findings from a reviewer were kept whole: 6 MB stored a cycle, all of them in the
+    actor's next prompt. The first are kept, the rest counted in one finding, and one error
+    among those dropped still fails the verdict."""
+    keep = 100  # MAX_REVIEW_FINDINGS, as docs/models.md says
+    state = lw.TaskState.from_task(TASK)
+    many = [{"part": "body", "message": f"m{i}", "severity": "warning"} for i in range(20_000)]
+    v = _reviewer(server).verdict({"score": 0.9, "passed": True, "findings": many}, state)
+    assert v.passed and len(v.findings) == keep + 1
+    assert v.findings[-1].severity == "warning"
+    assert f"listed {20_000 - keep} more findings" in v.findings[-1].message
+    late_error = [*many, {"part": "body", "message": "wrong"}]
+    v = _reviewer(server).verdict({"score": 0.9, "passed": True, "findings": late_error}, state)
+    assert not v.passed and v.findings[-1].severity == "error"
+    assert len(v.findings) == keep + 1
+
+
 def test_a_reply_naming_a_part_badly_is_malformed_not_a_crash() -> None:
     # From review (helper-40): Edit refuses "doc/a" as an artifact's name; in a reply that fit
     # the schema this raised ConfigError (the run escalated) instead of asking for a repair
@@ -511,3 +557,15 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
         ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
             [{"role": "user", "content": "hi"}], "run"
         )
+
+
+def test_an_actor_models_note_is_clipped_like_a_reviewers_summary(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """A 6 MB note was stored whole, twice per cycle (the proposal event and the checkpoint)."""
+    server.script(ok({**FIX_TITLE, "note": "n" * 200_000}), ok(FIX_BODY))
+    r, events = _run(tmp_path, _loop(_actor(server)))
+    assert r.accepted
+    notes = [e.data["note"] for e in events if e.kind == "proposal"]
+    assert notes[0].startswith("nnnn") and 4_000 <= len(notes[0]) < 4_100, len(notes[0])
+    assert (tmp_path / "s.db").stat().st_size < 1_000_000

@@ -175,3 +175,26 @@ def test_an_idle_thread_holds_no_result() -> None:
             break
         time.sleep(0.01)
     assert ref[0]() is None
+
+
+def test_the_call_knows_when_the_engine_gives_up_on_it() -> None:
+    """A model adapter bounds its requests by it: a sync call the engine abandoned went on in
+    its thread, its request answered (and billed) after the engine had moved on."""
+    from loopwright._calls import call_deadline
+
+    async def in_async() -> float | None:
+        return call_deadline()
+
+    async def go() -> list[tuple[float, float | None, float]]:
+        seen = []
+        for fn, timeout in ((call_deadline, 5.0), (in_async, 5.0), (call_deadline, None)):
+            before = time.monotonic()
+            got, _ = await call_user(fn, timeout=timeout, threaded=True)
+            seen.append((before, got, time.monotonic()))
+        return seen
+
+    (b1, sync, a1), (b2, coro, a2), (_, none, _) = asyncio.run(go())
+    assert sync is not None and b1 + 5.0 <= sync <= a1 + 5.0  # in the call's own thread
+    assert coro is not None and b2 + 5.0 <= coro <= a2 + 5.0
+    assert none is None  # no timeout, no deadline
+    assert call_deadline() is None  # nothing left behind in the caller's context

@@ -29,6 +29,8 @@ import anyio
 import httpx2
 import openai
 
+from .._calls import call_deadline
+
 __all__ = ["async_http_client", "http_client"]
 
 _DEADLINE = "loopwright.deadline"  # a request's extension: time.monotonic() it must end by
@@ -37,7 +39,7 @@ _DEADLINE = "loopwright.deadline"  # a request's extension: time.monotonic() it 
 def _late(request: httpx2.Request, timeout_s: float) -> httpx2.ReadTimeout:
     return httpx2.ReadTimeout(
         f"the request took longer than timeout_s={timeout_s:g} s (its whole time, the reply's "
-        "body included)",
+        "body included) or than the engine's time for the call",
         request=request,
     )
 
@@ -108,6 +110,15 @@ class _AsyncClient(openai.DefaultAsyncHttpxClient):
                 asyncio.get_running_loop().create_task(self.aclose())
 
 
+def _deadline(timeout_s: float) -> float:
+    """When a request sent now must have ended: ``timeout_s`` from now, or sooner when the
+    engine gives up on the call it belongs to (``call_deadline``: an abandoned sync call's
+    request must not run on, to be answered and billed with nobody to count it)."""
+    deadline = time.monotonic() + timeout_s
+    engine = call_deadline()
+    return deadline if engine is None else min(deadline, engine)
+
+
 def _deadline_of(response: httpx2.Response) -> float | None:
     deadline = response.request.extensions.get(_DEADLINE)
     return deadline if isinstance(deadline, float) else None
@@ -117,7 +128,7 @@ def http_client(timeout_s: float) -> httpx2.Client:
     """The SDK's default sync HTTP client, each request of which ends within ``timeout_s``."""
 
     def start(request: httpx2.Request) -> None:
-        request.extensions[_DEADLINE] = time.monotonic() + timeout_s
+        request.extensions[_DEADLINE] = _deadline(timeout_s)
 
     def bound(response: httpx2.Response) -> None:
         deadline = _deadline_of(response)
@@ -133,7 +144,7 @@ def async_http_client(timeout_s: float) -> httpx2.AsyncClient:
     """The SDK's default async HTTP client, each request of which ends within ``timeout_s``."""
 
     async def start(request: httpx2.Request) -> None:
-        request.extensions[_DEADLINE] = time.monotonic() + timeout_s
+        request.extensions[_DEADLINE] = _deadline(timeout_s)
 
     async def bound(response: httpx2.Response) -> None:
         deadline = _deadline_of(response)

@@ -8,8 +8,10 @@ limits on one key, the tighter one holds (no caller ever sees more than it asked
 
 The token limit is a bucket of ``tokens_per_minute`` refilled continuously: a request waits
 while the bucket is empty (at or below 0), and each reply's actual tokens are taken out of it
-afterwards (a reply may overdraw it, and the next requests wait the overdraft off). Token
-counts are only known after the fact, so this bounds the rate over time, not a single call.
+afterwards (a reply may overdraw it, and the next requests wait the overdraft off, by at most
+one minute's tokens: a reply's usage is the server's word, and one claiming 2**40 tokens held
+every later request to the endpoint, in every run, for years). Token counts are only known
+after the fact, so this bounds the rate over time, not a single call.
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ class Gate:
         with self._lock:
             self._refill()
             if self.tokens_per_minute is not None:
-                self._level -= max(0, tokens)
+                floor = -float(self.tokens_per_minute)  # a minute's wait at most (the docstring)
+                self._level = max(floor, self._level - max(0, tokens))
 
     def pace(self) -> None:
         while (wait := self.wait_s()) > 0:

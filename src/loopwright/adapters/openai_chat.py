@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .._calls import call_deadline
 from .._errors import ConfigError
 from .._modelcalls import ERROR_CHARS, clip_masked, engine_charges_failures, record_model_call
 from .._proposal import Context, Edit, Proposal, Verdict
@@ -145,6 +146,9 @@ Reply again with one JSON object that fits the schema, and nothing else."""
 engine retries the same call: the model sees what was wrong instead of the same question."""
 
 _NAME_CHARS = 200  # a reviewer's dimension or unknown location, as kept
+MAX_REVIEW_FINDINGS = 100
+"""The most findings of one review kept (each in the state, the events and the actor's next
+prompt); the rest are counted in one finding."""
 _REPAIR_CLIP = 2000  # characters of the bad reply shown back (MalformedReplyError.raw's length)
 
 _FORMAT_TAIL = """
@@ -169,13 +173,31 @@ def endpoint_of(base_url: str | None) -> str:
     in one line unless it is an http(s) URL with a host: the SDK would take ``localhost:8000``
     and fail every request as a retried "Connection error"."""
     raw = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
-    parts = urlsplit(raw)
+    field = "base_url" if base_url else "OPENAI_BASE_URL"
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError as exc:  # "http://[::1:8000/v1", "http://host:99999/v1"
+        # public_url cannot parse it either: the redaction net masks a password in it
+        raise ConfigError(f"{redact_text(raw)!r} is not a valid URL: {exc}", field=field) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ConfigError(
             f"{public_url(raw)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)",
-            field="base_url" if base_url else "OPENAI_BASE_URL",
+            field=field,
         )
     return raw
+
+
+def no_api_key() -> ConfigError:
+    """The error for OpenAI's own endpoint without a key. Its text never puts a word right
+    after "api_key:" or "api_key=": the redaction net every shown error goes through would
+    mask that word as the key's value ("api_key: *** API key for OpenAI ...")."""
+    err = ConfigError(
+        "OpenAI's endpoint needs an API key (api_key): set OPENAI_API_KEY, pass the api_key "
+        "argument, or pass base_url for a local server"
+    )
+    err.field = "api_key"
+    return err
 
 
 def normalise_base_url(url: str | None) -> str:
@@ -557,11 +579,7 @@ class _ChatModel:
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if self._default_endpoint:
-                raise ConfigError(
-                    "no API key for OpenAI: set OPENAI_API_KEY or pass api_key= "
-                    "(or base_url= for a local server)",
-                    field="api_key",
-                )
+                raise no_api_key()
             key = "not-needed"  # local servers (Ollama, vLLM without --api-key) ignore it
         self._api_key = key
         register_secret(key)  # masked wherever it might be echoed (a 401 body, a log line)
@@ -708,6 +726,19 @@ class _ChatModel:
 
     def _kwargs(self, mode: str) -> dict[str, Any]:
         kwargs = self._format_kwargs(mode)
+        deadline = call_deadline()
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                # the engine has given up on this call (a sync one goes on in its thread):
+                # a request sent now would be answered and billed with nobody to count it
+                raise TimeoutError(  # named by _failed, as the client's errors are
+                    "the engine's time for this call ran out before the request was sent"
+                )
+            if left < self.timeout_s:
+                # each network step too (the sync client blocks in its reads): the request is
+                # cut, its connection closed, when the engine gives up on the call
+                kwargs["timeout"] = left
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         if self.extra_body:
@@ -1348,7 +1379,9 @@ class ChatActor(_ChatModel):
             raise MalformedReplyError(f"$.edits: {exc}", json.dumps(data["edits"])) from None
         return Proposal(
             edits=edits,
-            note=str(data.get("note") or ""),
+            # a model's note is clipped as a reviewer's summary is: stored with the proposal
+            # (its event, the checkpoint), whatever size the model chose to write
+            note=clip_masked(str(data.get("note") or "")),
             escalate=escalate.strip() if isinstance(escalate, str) and escalate.strip() else None,
             question=question,
             usage=usage,
@@ -1500,8 +1533,23 @@ class ChatReviewer(_ChatModel):
         # a reviewer's texts are stored in the state, events and the actor's next context:
         # cut like an error's (a 2 MB finding message was stored whole)
         summary = clip_masked(str(data.get("summary") or "").strip())
-        findings = [self._finding(f, state) for f in data["findings"]]
-        errors = any(f.severity == "error" for f in findings)
+        raw = data["findings"]
+        # a reviewer listing 20,000 findings stored 6 MB a cycle and sent them all to the actor
+        findings = [self._finding(f, state) for f in raw[:MAX_REVIEW_FINDINGS]]
+        # every finding counts, kept or not: one is an error unless it says "warning" (_finding)
+        errors = any(f.get("severity") != "warning" for f in raw if isinstance(f, Mapping))
+        if len(raw) > MAX_REVIEW_FINDINGS:
+            dropped = raw[MAX_REVIEW_FINDINGS:]
+            findings.append(
+                Finding(
+                    f"the reviewer listed {len(dropped)} more findings, not kept (the first "
+                    f"{MAX_REVIEW_FINDINGS} are)",
+                    dimension=self.dimension,
+                    severity="error"
+                    if any(f.get("severity") != "warning" for f in dropped)
+                    else "warning",
+                )
+            )
         passed = bool(data["passed"]) and score >= self.pass_score and not errors
         if not passed and not errors:
             why = summary or f"score {score:g} (passing needs {self.pass_score:g})"

@@ -77,6 +77,7 @@ from .openai_chat import (
     _redact_exc,
     _without_userinfo,
     endpoint_of,
+    no_api_key,
     normalise_base_url,
     public_url,
 )
@@ -320,11 +321,7 @@ class ImageModel:
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if self._default_endpoint:
-                raise ConfigError(
-                    "no API key for OpenAI: set OPENAI_API_KEY or pass api_key= "
-                    "(or base_url= for a local server)",
-                    field="api_key",
-                )
+                raise no_api_key()
             key = "not-needed"
         self._api_key = key
         register_secret(key)
