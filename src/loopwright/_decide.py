@@ -229,10 +229,21 @@ def effective_digest(state: TaskState, proposal: Proposal, digest: str) -> str:
     proposal sent again with a cosmetic change (an unchanged part written again, its artifact
     replaced by the same values) matches it, so it is no progress: before, it was judged as new,
     and a reviewer's drift on the same content counted as a material improvement."""
+    if proposal.replace is None:
+        # The common proposal, every write a change: its own digest, found without building
+        # anything (this runs once or twice every cycle).
+        artifacts = state.artifacts
+        for e in proposal.edits:
+            art = artifacts.get(e.artifact)
+            p = None if art is None else art.parts.get(e.part)
+            if p is not None and p.value == e.value:
+                break
+        else:
+            return digest
     changes = proposal.changes()
     kept = tuple(e for e in changes if (p := state.part(e.ref)) is None or p.value != e.value)
     if proposal.replace is None and len(kept) == len(changes):
-        return digest  # the common proposal: nothing to leave out, hashed once
+        return digest  # nothing to leave out after all (a value whose == and != disagree)
     return Proposal(
         edits=kept, plan=proposal.plan, new_steps=proposal.new_steps, effects=proposal.effects
     ).digest()

@@ -458,6 +458,7 @@ async def _failed_attempt(
     info = error_info(scope, exc)
     kind, delay = policy.decide(exc, failed, elapsed_s=time.time() - first_at)
     over: str | None = None
+    waited = delay  # the wait the policy asked for (a Retry-After), for the message
     if delay is not None and deadline is not None and time.time() + delay >= deadline:
         delay = None  # no time for another attempt; the run ends by its time budget
         out_of_time = True
@@ -514,10 +515,12 @@ async def _failed_attempt(
         ],
     )
     if out_of_time:
+        left = max(0.0, (deadline or 0.0) - time.time())
         raise billing(
             OutOfTime(
-                f"{who} failed ({info['type']}: {info['message']}) with no time left in "
-                "the budget for another attempt"
+                f"{who} failed ({info['type']}: {info['message']}); another attempt would "
+                f"start after a wait of {waited or 0.0:.3g} s, and the time budget has "
+                f"{left:.3g} s left"
             )
         ) from exc
     if over is not None:

@@ -207,6 +207,10 @@ def test_a_restart_after_a_failure_with_no_time_left_stops_by_the_time_budget(
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK)
         assert r.stop_reason == "budget_time"
+        # why, in numbers: the wait asked for against the time left (it read "no time left",
+        # though most of the minute was: a helper's probe with a long Retry-After)
+        cause = str((r.packet or {}).get("cause"))
+        assert "a wait of 3.6e+03 s" in cause and "s left" in cause, cause
         (entry,) = [e for e in rt.store.journal(r.run_id) if e.key == "retry:actor:2"]
         assert entry.status == "gave_up" and entry.data["budget"] == "budget_time"
         with pytest.raises(OutOfTime) as got:
