@@ -99,6 +99,14 @@ class Worker:
         try:
             rec = store.get_run(run_id)
             loop = self._loop_for(rec)
+        except StoreUnavailableError:
+            # The store failed, not the run: no skip (that would keep the run from this
+            # worker for 30 s). Hand the lease back if the store answers again, so any
+            # worker claims the run at once; otherwise it expires.
+            self.stats.interrupted += 1
+            with contextlib.suppress(StoreError):
+                store.release_lease(run_id, token)
+            return
         except LoopwrightError as exc:
             self.stats.skipped += 1
             self._no_loop[run_id] = time.monotonic() + 30.0
@@ -154,7 +162,12 @@ class Worker:
                     taken = []
                 for run_id, token in taken:
                     if run_id in self._no_loop:
-                        store.release_lease(run_id, token)  # no loop for it here yet
+                        # no loop for it here yet; a store that fails now lets the lease
+                        # expire instead of ending the worker
+                        try:
+                            store.release_lease(run_id, token)
+                        except StoreError:
+                            self.stats.store_errors += 1
                         continue
                     claimed.append((run_id, token))
             for run_id, token in claimed:
