@@ -1089,6 +1089,13 @@ def test_a_newer_schema_is_refused(backend: Backend) -> None:
         backend.open()
 
 
+def test_a_schema_version_that_is_no_number_is_damage(backend: Backend) -> None:
+    backend.open().close()
+    backend.execute("UPDATE loopwright_meta SET value='x' WHERE key='schema_version'")
+    with pytest.raises(lw.StoreCorruptError, match="'x', not a number: the store is damaged"):
+        backend.open()
+
+
 def test_request_cancel_of_an_unknown_run(store: Store) -> None:
     with pytest.raises(lw.RunNotFoundError):
         store.request_cancel("nope")
