@@ -53,8 +53,8 @@ def test_a_store_failure_reading_the_claimed_run_is_no_skip(
 
         monkeypatch.setattr(rt.store, "get_run", drops_once)
         w = Worker(rt, loops={"w": LOOP}, concurrency=1, poll_s=0.01)
-        first = asyncio.run(w.run(once=True))
-        assert first.skipped == 0 and first.interrupted == 1
+        first = asyncio.run(w.run(max_runs=1))  # this claim only
+        assert first.claimed == 1 and first.skipped == 0 and first.interrupted == 1
         assert w._no_loop == {}  # not kept from this worker for 30 s
         after = real(rec.run_id)
         assert after.lease_owner is None  # handed back: claimable at once
