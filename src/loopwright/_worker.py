@@ -17,12 +17,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._engine import RunResult, Runtime
 from ._errors import ConfigError, LoopwrightError, StoreError, StoreUnavailableError
 from ._loop import Loop
 from ._spec import loop_of_run
 from .store import NewEvent, RunRecord
+from .store._base import with_newer
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -80,6 +82,7 @@ class Worker:
         self._stopping = False
         self._specs: dict[tuple[str, str | None], Loop] = {}
         self._no_loop: dict[str, float] = {}  # run id -> when it may be tried again
+        self._driving: set[str] = set()  # runs this worker drives now: never claimed again
 
     def stop(self) -> None:
         """Graceful shutdown: claim nothing more; runs finish their cycle in flight."""
@@ -95,10 +98,24 @@ class Worker:
         return self._specs[key]
 
     async def _drive(self, run_id: str, token: int) -> None:
+        try:
+            await self._drive_run(run_id, token)
+        finally:
+            self._driving.discard(run_id)
+
+    async def _drive_run(self, run_id: str, token: int) -> None:
         store = self.runtime.store
         try:
             rec = store.get_run(run_id)
             loop = self._loop_for(rec)
+        except StoreUnavailableError:
+            # The store failed, not the run: no skip (that would keep the run from this
+            # worker for 30 s). Hand the lease back if the store answers again, so any
+            # worker claims the run at once; otherwise it expires.
+            self.stats.interrupted += 1
+            with contextlib.suppress(StoreError):
+                store.release_lease(run_id, token)
+            return
         except LoopwrightError as exc:
             self.stats.skipped += 1
             self._no_loop[run_id] = time.monotonic() + 30.0
@@ -144,21 +161,37 @@ class Worker:
             if free > 0 and not self._stopping:
                 now = time.monotonic()
                 self._no_loop = {k: t for k, t in self._no_loop.items() if t > now}
+                claim: dict[str, Any] = {
+                    "owner": self.runtime.owner,
+                    "ttl_s": self.runtime.lease_ttl_s,
+                    "limit": free,
+                }
                 try:
-                    taken = store.claim_runs(
-                        self.runtime.owner, self.runtime.lease_ttl_s, limit=free
+                    # Not the runs it drives: frozen past their leases (SIGSTOP, a VM pause),
+                    # this worker would otherwise take them over from itself on waking,
+                    # fencing their cycles in flight only to do them again.
+                    taken = with_newer(
+                        store.claim_runs, claim, {"exclude": frozenset(self._driving) or None}
                     )
+                    if taken is None:  # a store whose claim_runs takes no exclude
+                        taken = store.claim_runs(**claim)
                 except StoreUnavailableError:
                     # a dropped connection or a locked store: keep working, ask again later
                     self.stats.store_errors += 1
                     taken = []
                 for run_id, token in taken:
                     if run_id in self._no_loop:
-                        store.release_lease(run_id, token)  # no loop for it here yet
+                        # no loop for it here yet; a store that fails now lets the lease
+                        # expire instead of ending the worker
+                        try:
+                            store.release_lease(run_id, token)
+                        except StoreError:
+                            self.stats.store_errors += 1
                         continue
                     claimed.append((run_id, token))
             for run_id, token in claimed:
                 self.stats.claimed += 1
+                self._driving.add(run_id)  # until _drive ends
                 active.add(asyncio.create_task(self._drive(run_id, token)))
             if not active:
                 done_claiming = self._stopping or (

@@ -986,6 +986,21 @@ def test_claim_takes_pending_and_expired_runs(store: Store) -> None:
     assert store.claim_runs("w3", 30, limit=0, now=now + 100) == []
 
 
+def test_claim_passes_over_the_runs_it_is_told_to_exclude(store: Store) -> None:
+    now = time.time()
+    mine, token = _leased(store, "mine")
+    _commit(store, mine, token, 1)  # running, its lease about to lapse
+    pending = _create(store, "pending")
+    later = now + 3600  # every lease has lapsed by then
+    assert store.claim_runs("w1", 30, limit=5, now=later, exclude={mine}) == [(pending, 1)]
+    assert store.claim_runs("w1", 30, limit=5, now=later + 60, exclude=[mine, pending]) == []
+    assert store.get_run(mine).fencing_token == token  # untouched
+    assert [r for r, _ in store.claim_runs("w2", 30, limit=5, now=later + 60)] == [
+        mine,
+        pending,
+    ]
+
+
 def test_claim_picks_only_runnable_runs(store: Store) -> None:
     now = time.time()
     free = _create(store, "free")
@@ -1086,6 +1101,13 @@ def test_a_newer_schema_is_refused(backend: Backend) -> None:
     backend.open().close()
     backend.execute("UPDATE loopwright_meta SET value='999' WHERE key='schema_version'")
     with pytest.raises(lw.StoreCorruptError, match="newer"):
+        backend.open()
+
+
+def test_a_schema_version_that_is_no_number_is_damage(backend: Backend) -> None:
+    backend.open().close()
+    backend.execute("UPDATE loopwright_meta SET value='x' WHERE key='schema_version'")
+    with pytest.raises(lw.StoreCorruptError, match="'x', not a number: the store is damaged"):
         backend.open()
 
 

@@ -540,10 +540,19 @@ class Store(LiveStore, PeopleStore, ABC):
 
     @abstractmethod
     def claim_runs(
-        self, owner: str, ttl_s: float, *, limit: int = 1, now: float | None = None
+        self,
+        owner: str,
+        ttl_s: float,
+        *,
+        limit: int = 1,
+        now: float | None = None,
+        exclude: Collection[str] | None = None,
     ) -> list[tuple[str, int]]:
         """Atomically claim up to ``limit`` runnable runs for ``owner``; returns
-        ``(run_id, fencing_token)`` for each, oldest ``updated_at`` first.
+        ``(run_id, fencing_token)`` for each, oldest ``updated_at`` first. Runs named in
+        ``exclude`` are never claimed: a worker names those it is driving, so that after a
+        freeze longer than their leases it does not take its own runs over (fencing its own
+        cycles in flight, to do them again).
 
         Runnable: status ``pending`` or ``running``, or ``awaiting_approval`` with no pending
         approval request (decided, so the run can go on); and the lease free (no owner, no

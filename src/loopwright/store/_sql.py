@@ -476,7 +476,13 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         ``loopwright_meta`` exists). ``what`` names the schema for an error: '<what> <n>,
         newer than this loopwright understands'."""
         row = conn.execute(self._q.schema_version).fetchone()
-        version = int(row[0]) if row else 0
+        try:
+            version = int(row[0]) if row else 0
+        except ValueError:
+            # a version no loopwright wrote: damage, said so, never migrated over
+            raise StoreCorruptError(
+                f"{what} {row[0]!r}, not a number: the store is damaged (loopwright_meta)"
+            ) from None
         latest = len(migrations)
         if version > latest:
             raise StoreCorruptError(

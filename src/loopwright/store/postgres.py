@@ -311,10 +311,17 @@ class PostgresStore(SQLStore):
 
     # --- leases -------------------------------------------------------------------------
     def claim_runs(
-        self, owner: str, ttl_s: float, *, limit: int = 1, now: float | None = None
+        self,
+        owner: str,
+        ttl_s: float,
+        *,
+        limit: int = 1,
+        now: float | None = None,
+        exclude: Collection[str] | None = None,
     ) -> list[tuple[str, int]]:
         if limit <= 0:
             return []
+        excluded = list(exclude or ())
         with self._tx() as conn:
             if now is None:  # the server's clock: hosts' clocks may disagree
                 row = conn.execute(f"SELECT {_DB_NOW}").fetchone()
@@ -338,7 +345,7 @@ class PostgresStore(SQLStore):
             passed: list[str] = []
             while len(picked) < limit:
                 need = int(limit) - len(picked)
-                scan = args | {"need": need, "skip": picked + passed}
+                scan = args | {"need": need, "skip": picked + passed + excluded}
                 chosen = [
                     r[0]
                     for r in conn.execute(

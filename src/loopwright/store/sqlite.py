@@ -19,7 +19,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -326,10 +326,17 @@ class SQLiteStore(SQLStore):
 
     # --- leases -------------------------------------------------------------------------
     def claim_runs(
-        self, owner: str, ttl_s: float, *, limit: int = 1, now: float | None = None
+        self,
+        owner: str,
+        ttl_s: float,
+        *,
+        limit: int = 1,
+        now: float | None = None,
+        exclude: Collection[str] | None = None,
     ) -> list[tuple[str, int]]:
         if limit <= 0:
             return []
+        excluded = frozenset(exclude or ())
         now = time.time() if now is None else now
         # One IMMEDIATE transaction: the write lock is held from the choice to the claim, so
         # concurrent claimers (other connections, other processes) queue and never overlap.
@@ -352,10 +359,13 @@ class SQLiteStore(SQLStore):
                 return [
                     (at, run_id, token)
                     for at, run_id, token, lease_owner, expires in batch
-                    if lease_owner is None
-                    or expires is None
-                    or expires < now
-                    or owner_is_dead(str(lease_owner))
+                    if run_id not in excluded
+                    and (
+                        lease_owner is None
+                        or expires is None
+                        or expires < now
+                        or owner_is_dead(str(lease_owner))
+                    )
                 ]
 
             # Runs in progress whose lease lapsed, or whose process here died: few (those
