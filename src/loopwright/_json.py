@@ -39,6 +39,7 @@ __all__ = [
     "check_value",
     "dumps",
     "loads",
+    "not_text",
     "refuse_constant",
     "strict_loads",
 ]
@@ -144,12 +145,26 @@ def check_value(value: Any, *, field: str) -> None:
 
 
 def _str_keys(value: Any) -> None:
-    """``json.dumps`` writes ``{1: "a"}`` as ``{"1": "a"}``: a value that changes on the way."""
-    if isinstance(value, dict):
+    """``json.dumps`` writes ``{1: "a"}`` as ``{"1": "a"}``: a value that changes on the way.
+    A string holding a lone surrogate (JSON's ``"\\ud800"``) is stored escaped, but is no
+    text: every page, API answer or export that prints it as UTF-8 would fail on it."""
+    if isinstance(value, str):
+        not_text(value)
+    elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"object keys must be strings, not {type(k).__name__} {k!r}")
+            not_text(k)
             _str_keys(v)
     elif isinstance(value, list | tuple):
         for v in value:
             _str_keys(v)
+
+
+def not_text(text: str) -> None:
+    """``ValueError`` when ``text`` holds a lone surrogate (it cannot be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
+        raise ValueError(f"the text holds a lone surrogate ({bad}), which is not text") from None

@@ -49,7 +49,7 @@ from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
-from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of
+from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of, text_field
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
@@ -238,6 +238,13 @@ def create_app(
         if path not in PROBE_PATHS and app.state.messages.touch():
             app.state.feed.wake()
         early = _wrong_type(request)  # before anything reads the body
+        if early is None and (
+            "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items())
+        ):
+            # No id, filter or search holds one; PostgreSQL refuses it in a query (a 500).
+            early = JSONResponse(
+                {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
+            )
         if early is not None:
             response: Response = early
         elif (
@@ -433,7 +440,9 @@ def create_app(
     ) -> tuple[Approval, str]:
         """A decision by the signed-in person (the engine checks what they may decide)."""
         a = find_approval(approval_id)
-        note = (note or "").strip() or None
+        note = text_field((note or "").strip() or None, "note")
+        if isinstance(answer, str):
+            text_field(answer, "answer")
         rt = Runtime(store)
         by, where = auth.who(request), origin_of(request)
         try:
@@ -516,13 +525,14 @@ def create_app(
         """A person's version of part ``ref``, as the signed-in person (``Runtime.edit``);
         ``resume``: then resume the run in the background, where its spec file is found."""
         by = auth.who(request)
+        note = text_field((note or "").strip() or None, "note")
         try:
             done = Runtime(store).edit(
                 run_id,
                 ref,
                 value,
                 by=by,
-                note=(note or "").strip() or None,
+                note=note,
                 origin=origin_of(request),
             )
         except RunNotFoundError as exc:
