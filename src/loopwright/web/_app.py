@@ -115,6 +115,8 @@ def page_size(limit: int) -> int:
 
 
 EVENTS_SHOWN = 500
+CYCLES_SHOWN = 200  # a run page's timeline: its newest cycles
+VERSIONS_SHOWN = 50  # a run page's versions of each part: the newest
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -554,7 +556,9 @@ def create_app(
             msg += "; Resume the run to go on from it"
         return done, msg
 
-    def run_payload(run_id: str) -> dict[str, Any]:
+    def run_payload(run_id: str, *, newest: int | None = None) -> dict[str, Any]:
+        """What a run's page and ``/api/runs/{id}`` show; ``newest``: of each part's versions,
+        only that many (the page's), the API lists every one."""
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
@@ -577,7 +581,7 @@ def create_app(
             and rec.status in TERMINAL_STATUSES
             else None,
             "points": chart_points(cks),
-            "artifacts": artifacts_view(state),
+            "artifacts": artifacts_view(state, newest=newest),
             "approvals": approvals,
             "stop_words": (
                 "its request was decided; it waits to be resumed"
@@ -717,8 +721,12 @@ def create_app(
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(request: Request, run_id: str, kind: str = "") -> HTMLResponse:
-        data = run_payload(run_id)
+        data = run_payload(run_id, newest=VERSIONS_SHOWN)
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
+        # A run of thousands of cycles: its newest cycles here (as its newest events), every
+        # one in /api/runs/{id} and `loopwright show`, so the page stays the same size.
+        data["timeline_total"] = len(data["timeline"])
+        data["timeline"] = data["timeline"][-CYCLES_SHOWN:]
         rid = data["rec"].run_id
         entries = journal_view(store.journal(rid))
         raw = store.events(rid)
