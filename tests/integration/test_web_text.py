@@ -122,3 +122,17 @@ def test_a_nul_in_a_path_or_query_is_400(parked: tuple[TestClient, str, str]) ->
         r = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 400, (path, r.status_code, r.text[:200])
         assert "NUL" in r.json()["detail"]
+
+
+def test_a_malformed_part_ref_in_a_picture_link_is_400(
+    parked: tuple[TestClient, str, str],
+) -> None:
+    """``/runs/{id}/svg`` and ``/image`` read ``ref`` from the link: one that is not
+    ``artifact/part`` was the state's ConfigError, a 500."""
+    client, run_id, _ = parked
+    for route in ("svg", "image"):
+        for ref in ("", "memo", "/memo", "doc/"):
+            r = client.get(f"/runs/{run_id}/{route}", params={"ref": ref, "v": 1})
+            assert r.status_code == 400, (route, ref, r.status_code)
+            assert "artifact/part" in r.json()["detail"]
+        assert client.get(f"/runs/{run_id}/{route}", params={"ref": "doc/nope"}).status_code == 404

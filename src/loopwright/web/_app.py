@@ -698,7 +698,10 @@ def create_app(
         through <img>; the response also forbids everything but inline styles, and sandboxes
         it should someone open it directly."""
         data = run_payload(run_id)
-        part = data["state"].part(ref)
+        try:
+            part = data["state"].part(ref)
+        except ConfigError as exc:  # not artifact/part: a bad link, not a server error
+            raise HTTPException(400, str(exc)) from exc
         if part is not None and cycle and not v:  # the version written in that cycle
             v = next((x.n for x in reversed(part.versions) if x.cycle == cycle), 0)
         if (
