@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 __all__ = [
     "NumberRangeError",
+    "check_text",
     "check_value",
     "dumps",
     "loads",
@@ -159,6 +160,20 @@ def _str_keys(value: Any) -> None:
     elif isinstance(value, list | tuple):
         for v in value:
             _str_keys(v)
+
+
+def check_text(text: Any, *, field: str) -> None:
+    """Refuse (``ConfigError``) a person's text that a store cannot keep in a column: a NUL
+    character (PostgreSQL's text refuses it) or a lone surrogate (no page, export or answer
+    can print it; the audit log that records it cannot be changed)."""
+    if not isinstance(text, str):
+        return
+    if "\x00" in text:
+        raise ConfigError("holds a NUL character, which the store does not keep", field=field)
+    try:
+        not_text(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
 
 
 def not_text(text: str) -> None:

@@ -71,6 +71,24 @@ def test_runtime_edit_refuses_a_lone_surrogate(tmp_path: Path) -> None:
             rt.edit(res.run_id, "doc/memo", ["ok", "\ud800"], by="ana")
 
 
+@pytest.mark.parametrize("note", ["a\ud800b", "a\x00b"], ids=["surrogate", "nul"])
+def test_runtime_refuses_a_note_that_is_not_storable_text(tmp_path: Path, note: str) -> None:
+    """Python reaches the same check: on SQLite such a note was kept, in the append-only audit
+    log too, whose page then answered 500 for good."""
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+        for decide in (rt.deny, rt.approve):
+            with pytest.raises(lw.ConfigError, match="note"):
+                decide(res.run_id, by="ana", note=note)
+        with pytest.raises(lw.ConfigError, match="note"):
+            rt.edit(res.run_id, "doc/memo", "x", by="ana", note=note)
+        [a] = rt.store.approvals(run_id=res.run_id)
+        assert a.status == "pending"
+        assert repr(note)[1:-1] not in repr(rt.store.audit())  # refused before it is recorded
+    client = TestClient(create_app(str(tmp_path / "s.db"), token=TOKEN), base_url=LOCAL)
+    assert client.get("/audit").status_code == 200
+
+
 @pytest.mark.parametrize(
     "note",
     ['"a\\ud800b"', '"a\\u0000b"'],
