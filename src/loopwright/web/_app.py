@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import RequestResponseEndpoint
@@ -142,7 +142,10 @@ def allowed_host_names(extra: Iterable[str] = (), *, field: str = "allowed_hosts
 
 
 class Decision(BaseModel):
-    """A decision posted to the API. ``answer`` is for questions only."""
+    """A decision posted to the API. ``answer`` is for questions only. Another field is
+    refused, not dropped: ``{"reason": "..."}`` would have decided with no note."""
+
+    model_config = ConfigDict(extra="forbid")
 
     note: str | None = None
     answer: Any = None
