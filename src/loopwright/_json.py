@@ -40,6 +40,7 @@ __all__ = [
     "check_value",
     "dumps",
     "loads",
+    "lone_surrogate",
     "not_text",
     "refuse_constant",
     "strict_loads",
@@ -61,14 +62,28 @@ def _default(obj: Any) -> Any:
 
 def _finite(value: Any) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (only on the rare path that
-    ``json`` encodes, so that NaN is ``null`` there too)."""
+    ``json`` encodes, so that NaN is ``null`` there too) and every lone surrogate in a string
+    by U+FFFD: half an emoji a model wrote (``"\\ud83d"``) is no text, and stored as it is it
+    made every page, answer and ``show`` that prints the run fail to encode."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _whole_text(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {_whole_text(k) if isinstance(k, str) else k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def _whole_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a surrogate pair joined into its character, a lone
+    surrogate replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _std_dumps(value: Any) -> str:
@@ -81,7 +96,7 @@ def dumps(value: Any) -> str:
         return _std_dumps(value)
     try:
         return orjson.dumps(value, default=_default, option=_OPTS).decode()
-    except TypeError:  # a big int, a non-str key...: the standard library handles them
+    except TypeError:  # a big int, a non-str key, a lone surrogate: the standard library's way
         return _std_dumps(value)
 
 
@@ -174,6 +189,24 @@ def check_text(text: Any, *, field: str) -> None:
         not_text(text)
     except ValueError as exc:
         raise ConfigError(str(exc), field=field) from None
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate (escaped: ``\\ud83d``) in a string, key or item of ``value``;
+    None when every string is text."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            bad = next((c for c in v if 0xD800 <= ord(c) <= 0xDFFF), None)
+            if bad is not None:
+                return bad.encode("utf-8", "backslashreplace").decode("ascii")
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return None
 
 
 def not_text(text: str) -> None:
