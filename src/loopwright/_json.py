@@ -15,9 +15,10 @@ the arguments read back from the write-ahead checkpoint.
 
 One difference is deliberate: ``NaN`` and ``±Infinity`` are not JSON, and are written as
 ``null`` on every path (PostgreSQL's json type refuses them; older versions wrote ``NaN`` into
-SQLite, which still reads back). A plain ``Enum`` member (neither ``int`` nor ``str``) is written
-as its value, where ``json`` wrote ``str(member)``; effect arguments cannot hold one (they must
-be strict JSON).
+SQLite, which still reads back). So is a lone surrogate in a string (half an emoji, JSON's
+``"\\ud83d"``), which is not text: written as U+FFFD, a surrogate pair as its character.
+A plain ``Enum`` member (neither ``int`` nor ``str``) is written as its value, where ``json``
+wrote ``str(member)``; effect arguments cannot hold one (they must be strict JSON).
 """
 
 from __future__ import annotations
