@@ -120,3 +120,27 @@ def test_dashboard_run_page_stays_bounded(long_run: tuple[str, str]) -> None:
     for line in re.findall(r'<polyline class="\w+" points="([^"]*)"', chart):
         assert len(line.split()) <= 640  # at most a point a pixel of the chart's width
     assert len(page) < 600_000
+
+
+def test_a_part_picture_reads_the_latest_state_only(long_run: tuple[str, str]) -> None:
+    """Each SVG thumbnail of a run page is a request to /runs/{id}/svg: it read the whole run
+    as the page does (every checkpoint, the timeline, every version's diff), 1 s a thumbnail
+    at 3,000 cycles."""
+    pytest.importorskip("fastapi")
+    from typing import Any
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    url, run_id = long_run
+    app = create_app(url, token="t" * 24, identity="ana")
+
+    def every_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a picture read every checkpoint of the run")
+
+    app.state.store.checkpoints = every_checkpoint
+    c = TestClient(app, base_url="http://localhost")
+    r = c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "v": CYCLES})
+    assert r.status_code == 404 and "no SVG version" in r.json()["detail"]  # text, not SVG
+    assert c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "cycle": 7}).status_code == 404

@@ -700,9 +700,15 @@ def create_app(
         """One version of an SVG part as an image. Browsers never run scripts in an SVG shown
         through <img>; the response also forbids everything but inline styles, and sandboxes
         it should someone open it directly."""
-        data = run_payload(run_id)
         try:
-            part = data["state"].part(ref)
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        # The latest state only (each thumbnail of a run page asks): not every checkpoint, the
+        # timeline and every version's diff, as the run's page reads them.
+        state = store.latest_checkpoint(rec.run_id).task_state()
+        try:
+            part = state.part(ref)
         except ConfigError as exc:  # not artifact/part: a bad link, not a server error
             raise HTTPException(400, str(exc)) from exc
         if part is not None and cycle and not v:  # the version written in that cycle
@@ -714,7 +720,7 @@ def create_app(
         ):
             raise HTTPException(404, f"no SVG version {v} of {ref}")
         return Response(
-            inline_blob_refs(store, data["state"], str(part.versions[v - 1].value)),
+            inline_blob_refs(store, state, str(part.versions[v - 1].value)),
             media_type="image/svg+xml",
             headers={
                 # data: images only: the run's own pictures, put in by inline_blob_refs
