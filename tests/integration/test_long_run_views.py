@@ -144,3 +144,26 @@ def test_a_part_picture_reads_the_latest_state_only(long_run: tuple[str, str]) -
     r = c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "v": CYCLES})
     assert r.status_code == 404 and "no SVG version" in r.json()["detail"]  # text, not SVG
     assert c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "cycle": 7}).status_code == 404
+
+
+def test_dashboard_comparison_stays_bounded(long_run: tuple[str, str]) -> None:
+    """Two long runs compared drew a dot per cycle of each and listed every cycle's scores:
+    1.1 MB for runs of 3,000 and 4,000 cycles."""
+    pytest.importorskip("fastapi")
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+    from loopwright.web._compare_view import SCORES_SHOWN
+
+    url, run_id = long_run
+    c = TestClient(create_app(url, token="t" * 24, identity="ana"), base_url="http://localhost")
+    page = c.get("/compare", params={"a": run_id, "b": run_id}).text
+    assert f"{CYCLES} cycle(s) as numbers (the last {SCORES_SHOWN};" in page
+    chart = page.split('<svg class="sparkline"', 1)[1].split("</svg>", 1)[0]
+    assert "<circle" not in chart
+    for line in re.findall(r'<polyline class="run-\w" data-run="\w" points="([^"]*)"', chart):
+        assert len(line.split()) <= 640
+    assert len(page) < 200_000
+    assert len(c.get("/api/compare", params={"a": run_id, "b": run_id}).json()["scores"]) == CYCLES

@@ -22,6 +22,7 @@ from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
 from ..store._base import concluded_cycles
 
 __all__ = [
+    "CHART_DOTS",
     "ChartPoint",
     "Cursor",
     "approval_summary",
@@ -34,6 +35,7 @@ __all__ = [
     "events_view",
     "journal_view",
     "next_action_here",
+    "per_pixel",
     "run_summary",
     "stop_cause_of",
     "stop_words",
@@ -192,7 +194,7 @@ T = TypeVar("T")
 CHART_DOTS = 200  # cycles drawn with a dot each on a run's chart
 
 
-def _per_pixel(series: list[T], px: Callable[[T], float]) -> list[T]:
+def per_pixel(series: list[T], px: Callable[[T], float]) -> list[T]:
     """The first item of ``series`` (in cycle order) and the last in each pixel column ``px``
     puts the items in: what a line through every one of them draws, a point a pixel."""
     out: list[T] = []
@@ -265,7 +267,7 @@ def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
     parts.append(
         f'<text class="tick" x="{left + pw / 2:.1f}" y="{h - 4}" text-anchor="middle">cycle</text>'
     )
-    series = _per_pixel(
+    series = per_pixel(
         [(min_cycle, 0.0, 0.0), *((p.cycle, p.best, p.spent) for p in points)], lambda t: x(t[0])
     )
     score_pts = " ".join(f"{x(c):.1f},{ys(b):.1f}" for c, b, _ in series)
@@ -276,7 +278,7 @@ def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
     # last cycle (one a pixel), so a run of thousands of cycles draws a chart of bounded size.
     dotted = points
     if len(points) > CHART_DOTS:
-        keep = {id(p) for p in _per_pixel([p for p in points if p.improved], lambda p: x(p.cycle))}
+        keep = {id(p) for p in per_pixel([p for p in points if p.improved], lambda p: x(p.cycle))}
         dotted = [p for p in points if id(p) in keep or p is points[-1]]
     for p in dotted:
         parts.append(
