@@ -79,3 +79,27 @@ def test_effect_arguments_holding_a_lone_surrogate_are_refused() -> None:
     with pytest.raises(lw.ConfigError, match="lone surrogate"):
         pay.call(vendor="ACME", extra={"k": [HALF]})
     assert pay.call(vendor="ACME 😀").args == {"vendor": "ACME 😀"}
+
+
+def test_a_part_name_holding_a_lone_surrogate_is_refused_and_the_run_ends(url: str) -> None:
+    """A part's name is a column of the store: the commit failed with UnicodeEncodeError out
+    of run_sync and left the run running for good."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {f"k{HALF}": 1})
+
+    loop = lw.Loop(
+        name="half-name",
+        actor=actor,
+        verifiers=[lw.Check(fn=_check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(url) as rt:
+        res = rt.run_sync(loop, {"artifacts": {"doc": {"body": ""}}}, task_key="t")
+        assert res.status == "escalated"
+        assert rt.store.get_run(res.run_id).status == "escalated"
+    with pytest.raises(lw.ConfigError, match=r"Edit\.part"):
+        lw.Edit("doc", f"k{HALF}", 1)
+    with pytest.raises(lw.ConfigError, match=r"Edit\.artifact"):
+        lw.Proposal(replace={f"d{HALF}": {"k": 1}})
+    assert lw.Edit("döc", "k😀", 1).ref == "döc/k😀"
