@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _shapes as shapes
 from ._errors import ConfigError
+from ._json import lone_surrogate
 from ._redact import redact
 from ._retry import RetryPolicy
 from ._usage import Usage
@@ -177,6 +178,11 @@ class Effect:
             json.dumps(args, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"arguments must be JSON values: {exc}", field=self.name) from exc
+        bad = lone_surrogate(args)
+        if bad is not None:  # stored as U+FFFD: the key computed again after a restart would differ
+            raise ConfigError(
+                f"arguments must be text: one holds a lone surrogate ({bad})", field=self.name
+            )
         return EffectCall(self.name, args, key)
 
     # --- decorators for the hooks -------------------------------------------------------------

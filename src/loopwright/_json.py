@@ -15,9 +15,10 @@ the arguments read back from the write-ahead checkpoint.
 
 One difference is deliberate: ``NaN`` and ``±Infinity`` are not JSON, and are written as
 ``null`` on every path (PostgreSQL's json type refuses them; older versions wrote ``NaN`` into
-SQLite, which still reads back). A plain ``Enum`` member (neither ``int`` nor ``str``) is written
-as its value, where ``json`` wrote ``str(member)``; effect arguments cannot hold one (they must
-be strict JSON).
+SQLite, which still reads back). So is a lone surrogate in a string (half an emoji, JSON's
+``"\\ud83d"``), which is not text: written as U+FFFD, a surrogate pair as its character.
+A plain ``Enum`` member (neither ``int`` nor ``str``) is written as its value, where ``json``
+wrote ``str(member)``; effect arguments cannot hold one (they must be strict JSON).
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 __all__ = [
     "NumberRangeError",
+    "check_text",
     "check_value",
     "dumps",
     "loads",
+    "lone_surrogate",
+    "not_text",
     "refuse_constant",
     "strict_loads",
 ]
@@ -59,14 +63,28 @@ def _default(obj: Any) -> Any:
 
 def _finite(value: Any) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (only on the rare path that
-    ``json`` encodes, so that NaN is ``null`` there too)."""
+    ``json`` encodes, so that NaN is ``null`` there too) and every lone surrogate in a string
+    by U+FFFD: half an emoji a model wrote (``"\\ud83d"``) is no text, and stored as it is it
+    made every page, answer and ``show`` that prints the run fail to encode."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _whole_text(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {_whole_text(k) if isinstance(k, str) else k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def _whole_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a surrogate pair joined into its character, a lone
+    surrogate replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _std_dumps(value: Any) -> str:
@@ -79,7 +97,7 @@ def dumps(value: Any) -> str:
         return _std_dumps(value)
     try:
         return orjson.dumps(value, default=_default, option=_OPTS).decode()
-    except TypeError:  # a big int, a non-str key...: the standard library handles them
+    except TypeError:  # a big int, a non-str key, a lone surrogate: the standard library's way
         return _std_dumps(value)
 
 
@@ -144,12 +162,58 @@ def check_value(value: Any, *, field: str) -> None:
 
 
 def _str_keys(value: Any) -> None:
-    """``json.dumps`` writes ``{1: "a"}`` as ``{"1": "a"}``: a value that changes on the way."""
-    if isinstance(value, dict):
+    """``json.dumps`` writes ``{1: "a"}`` as ``{"1": "a"}``: a value that changes on the way.
+    A string holding a lone surrogate (JSON's ``"\\ud800"``) is stored escaped, but is no
+    text: every page, API answer or export that prints it as UTF-8 would fail on it."""
+    if isinstance(value, str):
+        not_text(value)
+    elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"object keys must be strings, not {type(k).__name__} {k!r}")
+            not_text(k)
             _str_keys(v)
     elif isinstance(value, list | tuple):
         for v in value:
             _str_keys(v)
+
+
+def check_text(text: Any, *, field: str) -> None:
+    """Refuse (``ConfigError``) a person's text that a store cannot keep in a column: a NUL
+    character (PostgreSQL's text refuses it) or a lone surrogate (no page, export or answer
+    can print it; the audit log that records it cannot be changed)."""
+    if not isinstance(text, str):
+        return
+    if "\x00" in text:
+        raise ConfigError("holds a NUL character, which the store does not keep", field=field)
+    try:
+        not_text(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate (escaped: ``\\ud83d``) in a string, key or item of ``value``;
+    None when every string is text."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            bad = next((c for c in v if 0xD800 <= ord(c) <= 0xDFFF), None)
+            if bad is not None:
+                return bad.encode("utf-8", "backslashreplace").decode("ascii")
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return None
+
+
+def not_text(text: str) -> None:
+    """``ValueError`` when ``text`` holds a lone surrogate (it cannot be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
+        raise ValueError(f"the text holds a lone surrogate ({bad}), which is not text") from None

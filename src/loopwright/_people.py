@@ -16,6 +16,7 @@ from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
+from ._json import check_text
 from ._loop import Loop
 from ._question import Question
 from ._redact import redact, redact_text
@@ -148,6 +149,9 @@ class Decisions(RuntimeHost):
         if not by or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
         who = by.strip()
+        check_text(note, field="note")  # before anything is recorded: the audit log keeps it
+        if isinstance(answer, str):
+            check_text(answer, field="answer")
         try:
             req = self.pending_approval(run_id, approval_id)
         except ApprovalError as exc:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from . import _shapes as shapes
 from ._effects import EffectCall, _canon
 from ._errors import ConfigError
+from ._json import not_text
 from ._question import Question
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
@@ -36,6 +37,14 @@ class Edit:
             shapes.text(p, "Edit.part", empty=False)
             if "/" in a:
                 raise ConfigError(f"must not contain '/', got {a!r}", field="Edit.artifact")
+        if not (a.isascii() and p.isascii()):
+            # A name is a column of the store: one holding a lone surrogate (half an emoji)
+            # failed the commit and left the run running.
+            for name, where in ((a, "Edit.artifact"), (p, "Edit.part")):
+                try:
+                    not_text(name)
+                except ValueError as exc:
+                    raise ConfigError(str(exc), field=where) from None
 
     @property
     def ref(self) -> str:

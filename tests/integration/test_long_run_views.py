@@ -89,3 +89,81 @@ def test_dashboard_api_lists_every_version(long_run: tuple[str, str]) -> None:
     [part] = detail["artifacts"]
     assert len(part["versions"]) == CYCLES + 1
     assert len(detail["timeline"]) >= CYCLES
+
+
+def test_dashboard_run_page_stays_bounded(long_run: tuple[str, str]) -> None:
+    """The page lists the newest cycles and versions (the API every one) and draws the chart
+    with a point a pixel: it was 3 MB at 3,000 cycles, a timeline row and a version a cycle."""
+    pytest.importorskip("fastapi")
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+    from loopwright.web._app import CYCLES_SHOWN, VERSIONS_SHOWN
+    from loopwright.web._views import CHART_DOTS
+
+    url, run_id = long_run
+    c = TestClient(create_app(url, token="t" * 24, identity="ana"), base_url="http://localhost")
+    r = c.get(f"/runs/{run_id}")
+    assert r.status_code == 200
+    page = r.text
+    assert f"The last {CYCLES_SHOWN} of {CYCLES} cycles" in page
+    assert f"The newest {VERSIONS_SHOWN} of {CYCLES + 1} versions" in page
+    assert f"{CYCLES + 1} version(s)" in page
+    timeline = page.split('<table class="timeline">', 1)[1].split("</table>", 1)[0]
+    assert timeline.count("<tr") == CYCLES_SHOWN + 1  # and the header
+    assert f"<td>{CYCLES}<br>" in timeline and f"<td>{CYCLES - CYCLES_SHOWN}<br>" not in timeline
+    assert page.count('<pre class="diff">') <= VERSIONS_SHOWN
+    chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
+    assert chart.count('class="score-dot"') <= CHART_DOTS
+    for line in re.findall(r'<polyline class="\w+" points="([^"]*)"', chart):
+        assert len(line.split()) <= 640  # at most a point a pixel of the chart's width
+    assert len(page) < 600_000
+
+
+def test_a_part_picture_reads_the_latest_state_only(long_run: tuple[str, str]) -> None:
+    """Each SVG thumbnail of a run page is a request to /runs/{id}/svg: it read the whole run
+    as the page does (every checkpoint, the timeline, every version's diff), 1 s a thumbnail
+    at 3,000 cycles."""
+    pytest.importorskip("fastapi")
+    from typing import Any
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    url, run_id = long_run
+    app = create_app(url, token="t" * 24, identity="ana")
+
+    def every_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a picture read every checkpoint of the run")
+
+    app.state.store.checkpoints = every_checkpoint
+    c = TestClient(app, base_url="http://localhost")
+    r = c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "v": CYCLES})
+    assert r.status_code == 404 and "no SVG version" in r.json()["detail"]  # text, not SVG
+    assert c.get(f"/runs/{run_id}/svg", params={"ref": "doc/body", "cycle": 7}).status_code == 404
+
+
+def test_dashboard_comparison_stays_bounded(long_run: tuple[str, str]) -> None:
+    """Two long runs compared drew a dot per cycle of each and listed every cycle's scores:
+    1.1 MB for runs of 3,000 and 4,000 cycles."""
+    pytest.importorskip("fastapi")
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+    from loopwright.web._compare_view import SCORES_SHOWN
+
+    url, run_id = long_run
+    c = TestClient(create_app(url, token="t" * 24, identity="ana"), base_url="http://localhost")
+    page = c.get("/compare", params={"a": run_id, "b": run_id}).text
+    assert f"{CYCLES} cycle(s) as numbers (the last {SCORES_SHOWN};" in page
+    chart = page.split('<svg class="sparkline"', 1)[1].split("</svg>", 1)[0]
+    assert "<circle" not in chart
+    for line in re.findall(r'<polyline class="run-\w" data-run="\w" points="([^"]*)"', chart):
+        assert len(line.split()) <= 640
+    assert len(page) < 200_000
+    assert len(c.get("/api/compare", params={"a": run_id, "b": run_id}).json()["scores"]) == CYCLES

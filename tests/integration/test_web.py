@@ -941,3 +941,26 @@ def test_a_write_takes_its_own_content_type_only(client: TestClient) -> None:
     # a write without a body needs no type; JSON with a charset is JSON
     r = client.post(f"/api/approvals/{aid}/deny", headers=bearer)
     assert r.status_code == 200, r.text
+
+
+def test_a_decision_with_an_unknown_field_is_refused_not_decided(
+    client: TestClient, parked: tuple[str, str]
+) -> None:
+    """``{"reason": "..."}`` (not ``note``) denied the request with no note: the person's
+    reason silently lost, on the audit log and the escalation too."""
+    [a] = client.get("/api/approvals").json()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for how in ("deny", "approve"):
+        r = client.post(
+            f"/api/approvals/{a['approval_id']}/{how}",
+            json={"reason": "wrong vendor", "by": "mallory"},
+            headers=auth,
+        )
+        assert r.status_code == 422, r.text
+        assert "reason" in r.text and "by" in r.text
+    [still] = client.get("/api/approvals").json()
+    assert still["status"] == "pending"
+    r = client.post(
+        f"/api/approvals/{a['approval_id']}/deny", json={"note": "wrong vendor"}, headers=auth
+    )
+    assert r.json()["approval"]["note"] == "wrong vendor"

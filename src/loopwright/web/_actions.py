@@ -25,7 +25,7 @@ from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._spec import loop_of_run
 from ..store import NewEvent, RunRecord, Store
 from ._auth import Auth
-from ._http import http_error, json_body, origin_of
+from ._http import http_error, json_body, origin_of, text_field
 from ._views import run_summary, timeline
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
@@ -131,6 +131,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         task_key: str | None,
         start: bool,
     ) -> tuple[RunRecord, str, dict[str, Any]]:
+        text_field(task_key, "task_key")
         rec = get(run_id)
         merged = merge_contract(rec.contract, changes)
         try:

@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.base import RequestResponseEndpoint
@@ -49,7 +49,7 @@ from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
 from ._cards import approval_card, register_card_routes, register_part_image_route
 from ._compare_view import register_compare
-from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of
+from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of, text_field
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
@@ -115,6 +115,8 @@ def page_size(limit: int) -> int:
 
 
 EVENTS_SHOWN = 500
+CYCLES_SHOWN = 200  # a run page's timeline: its newest cycles
+VERSIONS_SHOWN = 50  # a run page's versions of each part: the newest
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -140,7 +142,10 @@ def allowed_host_names(extra: Iterable[str] = (), *, field: str = "allowed_hosts
 
 
 class Decision(BaseModel):
-    """A decision posted to the API. ``answer`` is for questions only."""
+    """A decision posted to the API. ``answer`` is for questions only. Another field is
+    refused, not dropped: ``{"reason": "..."}`` would have decided with no note."""
+
+    model_config = ConfigDict(extra="forbid")
 
     note: str | None = None
     answer: Any = None
@@ -238,6 +243,13 @@ def create_app(
         if path not in PROBE_PATHS and app.state.messages.touch():
             app.state.feed.wake()
         early = _wrong_type(request)  # before anything reads the body
+        if early is None and (
+            "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items())
+        ):
+            # No id, filter or search holds one; PostgreSQL refuses it in a query (a 500).
+            early = JSONResponse(
+                {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
+            )
         if early is not None:
             response: Response = early
         elif (
@@ -433,7 +445,9 @@ def create_app(
     ) -> tuple[Approval, str]:
         """A decision by the signed-in person (the engine checks what they may decide)."""
         a = find_approval(approval_id)
-        note = (note or "").strip() or None
+        note = text_field((note or "").strip() or None, "note")
+        if isinstance(answer, str):
+            text_field(answer, "answer")
         rt = Runtime(store)
         by, where = auth.who(request), origin_of(request)
         try:
@@ -516,13 +530,14 @@ def create_app(
         """A person's version of part ``ref``, as the signed-in person (``Runtime.edit``);
         ``resume``: then resume the run in the background, where its spec file is found."""
         by = auth.who(request)
+        note = text_field((note or "").strip() or None, "note")
         try:
             done = Runtime(store).edit(
                 run_id,
                 ref,
                 value,
                 by=by,
-                note=(note or "").strip() or None,
+                note=note,
                 origin=origin_of(request),
             )
         except RunNotFoundError as exc:
@@ -544,7 +559,9 @@ def create_app(
             msg += "; Resume the run to go on from it"
         return done, msg
 
-    def run_payload(run_id: str) -> dict[str, Any]:
+    def run_payload(run_id: str, *, newest: int | None = None) -> dict[str, Any]:
+        """What a run's page and ``/api/runs/{id}`` show; ``newest``: of each part's versions,
+        only that many (the page's), the API lists every one."""
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
@@ -567,7 +584,7 @@ def create_app(
             and rec.status in TERMINAL_STATUSES
             else None,
             "points": chart_points(cks),
-            "artifacts": artifacts_view(state),
+            "artifacts": artifacts_view(state, newest=newest),
             "approvals": approvals,
             "stop_words": (
                 "its request was decided; it waits to be resumed"
@@ -683,8 +700,17 @@ def create_app(
         """One version of an SVG part as an image. Browsers never run scripts in an SVG shown
         through <img>; the response also forbids everything but inline styles, and sandboxes
         it should someone open it directly."""
-        data = run_payload(run_id)
-        part = data["state"].part(ref)
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        # The latest state only (each thumbnail of a run page asks): not every checkpoint, the
+        # timeline and every version's diff, as the run's page reads them.
+        state = store.latest_checkpoint(rec.run_id).task_state()
+        try:
+            part = state.part(ref)
+        except ConfigError as exc:  # not artifact/part: a bad link, not a server error
+            raise HTTPException(400, str(exc)) from exc
         if part is not None and cycle and not v:  # the version written in that cycle
             v = next((x.n for x in reversed(part.versions) if x.cycle == cycle), 0)
         if (
@@ -694,7 +720,7 @@ def create_app(
         ):
             raise HTTPException(404, f"no SVG version {v} of {ref}")
         return Response(
-            inline_blob_refs(store, data["state"], str(part.versions[v - 1].value)),
+            inline_blob_refs(store, state, str(part.versions[v - 1].value)),
             media_type="image/svg+xml",
             headers={
                 # data: images only: the run's own pictures, put in by inline_blob_refs
@@ -707,8 +733,12 @@ def create_app(
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(request: Request, run_id: str, kind: str = "") -> HTMLResponse:
-        data = run_payload(run_id)
+        data = run_payload(run_id, newest=VERSIONS_SHOWN)
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
+        # A run of thousands of cycles: its newest cycles here (as its newest events), every
+        # one in /api/runs/{id} and `loopwright show`, so the page stays the same size.
+        data["timeline_total"] = len(data["timeline"])
+        data["timeline"] = data["timeline"][-CYCLES_SHOWN:]
         rid = data["rec"].run_id
         entries = journal_view(store.journal(rid))
         raw = store.events(rid)

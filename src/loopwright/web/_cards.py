@@ -20,7 +20,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response
 
-from .._errors import RunNotFoundError
+from .._errors import ConfigError, RunNotFoundError
 from .._proposal import Proposal
 from .._state import TaskState, match_any
 from ..store import Approval, RunRecord, Store
@@ -333,7 +333,10 @@ def register_part_image_route(app: FastAPI, store: Store) -> None:
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
         state = store.latest_checkpoint(rec.run_id).task_state()
-        part = state.part(ref)
+        try:
+            part = state.part(ref)
+        except ConfigError as exc:  # not artifact/part: a bad link, not a server error
+            raise HTTPException(400, str(exc)) from exc
         if part is None or not part.versions:
             raise HTTPException(404, f"no part {ref}")
         n = v or len(part.versions)

@@ -17,7 +17,7 @@ from .._compare import compare_runs, flatten
 from .._errors import LoopwrightError, RunNotFoundError
 from ..store import Store
 from ._cards import compact, image_kind
-from ._views import stop_cause_of, stop_words
+from ._views import CHART_DOTS, per_pixel, stop_cause_of, stop_words
 
 __all__ = ["compare_doc", "part_diff", "register_compare", "score_curves_svg"]
 
@@ -33,6 +33,9 @@ def part_diff(a: Any, b: Any, name_a: str = "A", name_b: str = "B") -> str:
     la = [] if a is None else _lines(a)
     lb = [] if b is None else _lines(b)
     return "\n".join(difflib.unified_diff(la, lb, name_a, name_b, lineterm="", n=2))
+
+
+SCORES_SHOWN = 200  # cycles listed as numbers under the comparison's chart
 
 
 def score_curves_svg(curve: list[dict[str, Any]], w: int = 640, h: int = 170) -> Markup:
@@ -71,9 +74,11 @@ def score_curves_svg(curve: list[dict[str, Any]], w: int = 640, h: int = 170) ->
         pts = [(int(c["cycle"]), float(c[side])) for c in curve if c.get(side) is not None]
         if not pts:
             continue
-        line = " ".join(f"{x(c):.1f},{y(v):.1f}" for c, v in pts)
+        # A point a pixel, and a dot a cycle only while they fit: two runs of thousands of
+        # cycles drew 1 MB of circles.
+        line = " ".join(f"{x(c):.1f},{y(v):.1f}" for c, v in per_pixel(pts, lambda p: x(p[0])))
         out.append(f'<polyline class="{cls}" data-run="{side}" points="{line}"/>')
-        for c, v in pts:
+        for c, v in pts if len(pts) <= CHART_DOTS else ():
             out.append(
                 f'<circle class="{cls}" cx="{x(c):.1f}" cy="{y(v):.1f}" r="2.5">'
                 f"<title>run {side.upper()} cycle {c}: {v:.3f}</title></circle>"
@@ -136,7 +141,11 @@ def register_compare(app: FastAPI, store: Store, page: Callable[..., HTMLRespons
     ) -> HTMLResponse:
         ra, rb = pick(a, b, run)
         doc = compare_doc(store, ra, rb)
-        return page(request, "compare.html", d=doc, curve=score_curves_svg(doc["scores"]))
+        curve = score_curves_svg(doc["scores"])
+        # The newest cycles as numbers (every one in /api/compare), as a run page's timeline.
+        scores_total = len(doc["scores"])
+        doc["scores"] = doc["scores"][-SCORES_SHOWN:]
+        return page(request, "compare.html", d=doc, curve=curve, scores_total=scores_total)
 
     @app.get("/api/compare", tags=["runs"])
     def api_compare(a: str, b: str) -> dict[str, Any]:

@@ -18,9 +18,17 @@ from .._errors import (
     StoreCorruptError,
     StoreUnavailableError,
 )
-from .._json import strict_loads
+from .._json import not_text, strict_loads
 
-__all__ = ["BodyLimit", "check_body_limit", "http_error", "json_body", "origin_of", "size_words"]
+__all__ = [
+    "BodyLimit",
+    "check_body_limit",
+    "http_error",
+    "json_body",
+    "origin_of",
+    "size_words",
+    "text_field",
+]
 
 log = logging.getLogger("loopwright.web")
 
@@ -45,9 +53,41 @@ async def json_body(request: Request, shape: str) -> Any:
     nested past Python's stack); 400 naming the ``shape`` expected otherwise."""
     raw = await request.body()
     try:
-        return strict_loads(raw.decode("utf-8"))
+        body = strict_loads(raw.decode("utf-8"))
+        _all_text(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
+    return body
+
+
+def _all_text(value: Any) -> None:
+    """``ValueError`` for a string (or key) holding a lone surrogate (JSON's ``"\\udfff"``):
+    stored, it would make every page and API answer showing it fail to encode."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            not_text(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def text_field(value: str | None, field: str) -> str | None:
+    """A person's text kept in a column of the store (a note, a task key): 400 when it holds a
+    NUL character (PostgreSQL's text columns refuse one: the store's error, a 409, before) or
+    a lone surrogate (not text)."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        raise HTTPException(400, f"{field} holds a NUL character, which the store does not keep")
+    try:
+        not_text(value)
+    except ValueError as exc:
+        raise HTTPException(400, f"{field}: {exc}") from None
+    return value
 
 
 def size_words(n: int) -> str:

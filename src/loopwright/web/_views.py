@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from markupsafe import Markup, escape
 
@@ -21,6 +22,7 @@ from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
 from ..store._base import concluded_cycles
 
 __all__ = [
+    "CHART_DOTS",
     "ChartPoint",
     "Cursor",
     "approval_summary",
@@ -33,6 +35,7 @@ __all__ = [
     "events_view",
     "journal_view",
     "next_action_here",
+    "per_pixel",
     "run_summary",
     "stop_cause_of",
     "stop_words",
@@ -187,6 +190,25 @@ def chart_points(checkpoints: list[Checkpoint]) -> list[ChartPoint]:
     return [by_cycle[c] for c in sorted(by_cycle)]
 
 
+T = TypeVar("T")
+CHART_DOTS = 200  # cycles drawn with a dot each on a run's chart
+
+
+def per_pixel(series: list[T], px: Callable[[T], float]) -> list[T]:
+    """The first item of ``series`` (in cycle order) and the last in each pixel column ``px``
+    puts the items in: what a line through every one of them draws, a point a pixel."""
+    out: list[T] = []
+    last_col: int | None = None
+    for item in series:
+        col = round(px(item))
+        if col == last_col and len(out) > 1:
+            out[-1] = item
+        else:
+            out.append(item)
+        last_col = col
+    return out
+
+
 def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
     """Best score (left axis, 0–1) and cumulative spend (right axis) per cycle; the last
     material improvement is marked and the spend after it shaded."""
@@ -245,12 +267,20 @@ def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
     parts.append(
         f'<text class="tick" x="{left + pw / 2:.1f}" y="{h - 4}" text-anchor="middle">cycle</text>'
     )
-    series = [(min_cycle, 0.0, 0.0), *((p.cycle, p.best, p.spent) for p in points)]
+    series = per_pixel(
+        [(min_cycle, 0.0, 0.0), *((p.cycle, p.best, p.spent) for p in points)], lambda t: x(t[0])
+    )
     score_pts = " ".join(f"{x(c):.1f},{ys(b):.1f}" for c, b, _ in series)
     spend_pts = " ".join(f"{x(c):.1f},{yc(s):.1f}" for c, _, s in series)
     parts.append(f'<polyline class="score" points="{score_pts}"/>')
     parts.append(f'<polyline class="spend" points="{spend_pts}"/>')
-    for p in points:
+    # A dot a cycle while they fit; past CHART_DOTS cycles, the material improvements and the
+    # last cycle (one a pixel), so a run of thousands of cycles draws a chart of bounded size.
+    dotted = points
+    if len(points) > CHART_DOTS:
+        keep = {id(p) for p in per_pixel([p for p in points if p.improved], lambda p: x(p.cycle))}
+        dotted = [p for p in points if id(p) in keep or p is points[-1]]
+    for p in dotted:
         parts.append(
             f'<circle class="score-dot" cx="{x(p.cycle):.1f}" cy="{ys(p.best):.1f}" r="3">'
             f"<title>cycle {p.cycle}: best {p.best:.3f}, spent ${p.spent:.4f}</title></circle>"
@@ -283,17 +313,21 @@ class PartView:
     versions: list[dict[str, Any]] = field(default_factory=list)
     edit: str | None = ""  # the current value as a person edits it (None: too long for a page)
     text: bool = True  # whether the part is text (an edit is taken as typed) or JSON
+    older: int = 0  # versions before the ones listed (a long run's page lists the newest)
 
 
-def artifacts_view(state: TaskState) -> list[PartView]:
-    """Every part with its versions (accepted marked) and the diff of each to the one before."""
+def artifacts_view(state: TaskState, *, newest: int | None = None) -> list[PartView]:
+    """Every part with its versions (accepted marked) and the diff of each to the one before;
+    ``newest``: only that many of each part's newest versions (the rest counted in ``older``)."""
     out = []
     for ref, part in state.iter_parts():
         pv = PartView(
             ref, part.status, edit=edit_text(part.value), text=isinstance(part.value, str)
         )
-        prev: Any = None
-        for i, v in enumerate(part.versions):
+        skip = max(0, len(part.versions) - newest) if newest is not None else 0
+        pv.older = skip
+        prev: Any = part.versions[skip - 1].value if skip else None
+        for i, v in enumerate(part.versions[skip:], skip):
             diff = ""
             if i:
                 diff = "\n".join(

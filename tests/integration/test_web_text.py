@@ -1,0 +1,156 @@
+"""Text the stores cannot keep, sent to the dashboard's API, is a 400 that changes nothing.
+
+A lone surrogate (JSON's ``"\\udfff"``) was stored by an edit, after which the run's page and
+``/api/runs/{id}`` answered 500 for good (nothing can encode it as UTF-8); in a decision's note
+or a rerun's task key it was a 500. A NUL character in a note or task key was PostgreSQL's
+``DataError`` as a 409; in a path or query (an id, a filter, a search) a 500 on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import loopwright as lw
+from loopwright.web import create_app
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+LOCAL = "http://127.0.0.1"
+
+
+def _actor(ctx: lw.Context) -> lw.Proposal:
+    return lw.Proposal.edit("doc", {"pay": 10})
+
+
+def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+
+
+LOOP = lw.Loop(
+    name="text",
+    actor=_actor,
+    verifiers=[lw.Check(fn=_check)],
+    contract=lw.Contract(
+        budget=lw.Budget(max_cycles=3),
+        risk=(lw.RiskRule(name="pay", touches=("doc/pay",)),),
+    ),
+)
+
+
+@pytest.fixture
+def parked(url: str) -> tuple[TestClient, str, str]:
+    """A client over a store (SQLite, PostgreSQL) holding a run parked on one request."""
+    with lw.Runtime(url) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+    assert res.status == "awaiting_approval"
+    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    [a] = client.get("/api/approvals").json()
+    return client, res.run_id, a["approval_id"]
+
+
+def test_a_lone_surrogate_in_an_edit_is_refused_and_the_run_page_still_renders(
+    parked: tuple[TestClient, str, str],
+) -> None:
+    client, run_id, _ = parked
+    for body in ('{"value": "a\\udfffb"}', '{"value": {"\\udfff": 1}}'):
+        r = client.post(f"/api/runs/{run_id}/parts/doc/memo", content=body, headers=AUTH)
+        assert r.status_code == 400, r.text
+        assert "lone surrogate (\\udfff)" in r.json()["detail"]
+    assert client.get(f"/runs/{run_id}").status_code == 200
+    assert client.get(f"/api/runs/{run_id}").json()["edits"] == []
+
+
+def test_runtime_edit_refuses_a_lone_surrogate(tmp_path: Path) -> None:
+    """The CLI's `edit --value '"\\ud800"'` and Python reach the same check."""
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+        with pytest.raises(lw.ConfigError, match="lone surrogate"):
+            rt.edit(res.run_id, "doc/memo", ["ok", "\ud800"], by="ana")
+
+
+@pytest.mark.parametrize("note", ["a\ud800b", "a\x00b"], ids=["surrogate", "nul"])
+def test_runtime_refuses_a_note_that_is_not_storable_text(tmp_path: Path, note: str) -> None:
+    """Python reaches the same check: on SQLite such a note was kept, in the append-only audit
+    log too, whose page then answered 500 for good."""
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+        for decide in (rt.deny, rt.approve):
+            with pytest.raises(lw.ConfigError, match="note"):
+                decide(res.run_id, by="ana", note=note)
+        with pytest.raises(lw.ConfigError, match="note"):
+            rt.edit(res.run_id, "doc/memo", "x", by="ana", note=note)
+        [a] = rt.store.approvals(run_id=res.run_id)
+        assert a.status == "pending"
+        assert repr(note)[1:-1] not in repr(rt.store.audit())  # refused before it is recorded
+    client = TestClient(create_app(str(tmp_path / "s.db"), token=TOKEN), base_url=LOCAL)
+    assert client.get("/audit").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "note",
+    ['"a\\ud800b"', '"a\\u0000b"'],
+    ids=["surrogate", "nul"],
+)
+def test_a_note_that_is_not_storable_text_leaves_the_request_pending(
+    parked: tuple[TestClient, str, str], note: str
+) -> None:
+    client, run_id, approval_id = parked
+    for how in ("deny", "approve"):
+        r = client.post(
+            f"/api/approvals/{approval_id}/{how}", content=f'{{"note": {note}}}', headers=AUTH
+        )
+        assert r.status_code == 400, r.text
+    r = client.post(
+        f"/api/runs/{run_id}/parts/doc/memo", content=f'{{"value": "x", "note": {note}}}',
+        headers=AUTH,
+    )  # fmt: skip
+    assert r.status_code == 400, r.text
+    [a] = client.get(f"/api/approvals?run_id={run_id}&status=").json()
+    assert a["status"] == "pending"
+    assert client.get(f"/api/runs/{run_id}").json()["edits"] == []
+
+
+@pytest.mark.parametrize("key", ['"k\\ud800"', '"k\\u0000"'], ids=["surrogate", "nul"])
+def test_a_rerun_task_key_that_is_not_storable_text_is_refused(
+    parked: tuple[TestClient, str, str], key: str
+) -> None:
+    client, run_id, _ = parked
+    body = f'{{"at_cycle": 0, "task_key": {key}, "start": false}}'
+    r = client.post(f"/api/runs/{run_id}/rerun", content=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    assert len(client.get("/api/runs").json()) == 1
+
+
+def test_a_nul_in_a_path_or_query_is_400(parked: tuple[TestClient, str, str]) -> None:
+    client, run_id, _ = parked
+    for path in (
+        "/api/runs/%00",
+        "/runs/ab%00",
+        "/api/runs?q=%00",
+        "/api/runs?status=%00",
+        "/?project=a%00",
+        "/approvals?q=%00",
+        "/api/approvals?run_id=%00",
+        "/api/audit?actor=%00",
+        f"/api/compare?a={run_id}&b=%00",
+    ):
+        r = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 400, (path, r.status_code, r.text[:200])
+        assert "NUL" in r.json()["detail"]
+
+
+def test_a_malformed_part_ref_in_a_picture_link_is_400(
+    parked: tuple[TestClient, str, str],
+) -> None:
+    """``/runs/{id}/svg`` and ``/image`` read ``ref`` from the link: one that is not
+    ``artifact/part`` was the state's ConfigError, a 500."""
+    client, run_id, _ = parked
+    for route in ("svg", "image"):
+        for ref in ("", "memo", "/memo", "doc/"):
+            r = client.get(f"/runs/{run_id}/{route}", params={"ref": ref, "v": 1})
+            assert r.status_code == 400, (route, ref, r.status_code)
+            assert "artifact/part" in r.json()["detail"]
+        assert client.get(f"/runs/{run_id}/{route}", params={"ref": "doc/nope"}).status_code == 404
