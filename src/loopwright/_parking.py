@@ -188,7 +188,9 @@ class Parking(RuntimeHost):
                 ex,
                 "escalated",
                 cause=f"{'question' if pend.get('question') else 'approval'} {req.status}{who}"
-                + (f": {req.note}" if req.note else ""),
+                # the note's start: the whole of it is in the evidence (a note may be long, and
+                # the cause is shown in lists and in the packet's summary)
+                + (f": {_brief(req.note)}" if req.note else ""),
                 evidence={"approval": req.to_dict()},
             )
             return True
@@ -362,3 +364,11 @@ def _who(needs: list[dict[str, Any]]) -> dict[str, Any]:
         "approvers": max([int(r.get("approvers") or 1) for r in rules] or [1]),
         "separate": any(bool(r.get("separate")) for r in rules),
     }
+
+
+NOTE_IN_CAUSE = 500
+
+
+def _brief(text: str) -> str:
+    """The start of a person's note, for a stop cause."""
+    return text if len(text) <= NOTE_IN_CAUSE else text[: NOTE_IN_CAUSE - 1] + "…"

@@ -964,3 +964,25 @@ def test_a_decision_with_an_unknown_field_is_refused_not_decided(
         f"/api/approvals/{a['approval_id']}/deny", json={"note": "wrong vendor"}, headers=auth
     )
     assert r.json()["approval"]["note"] == "wrong vendor"
+
+
+def test_a_long_decision_note_is_shown_cut(client: TestClient, parked: tuple[str, str]) -> None:
+    """A note may be long (up to the body limit): the inbox's decided list and the run page
+    show its start, not all of it (ten such notes made a 10 MB inbox); the API keeps it."""
+    _store, run_id = parked
+    csrf = _sign_in(client)
+    [a] = client.get("/api/approvals").json()
+    note = "why " + "x" * 200_000
+    r = client.post(
+        f"/approvals/{a['approval_id']}/decide",
+        data={"csrf": csrf, "action": "deny", "note": note},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    for t in client.app.state.resumes:  # type: ignore[attr-defined]
+        t.join(30)
+    assert client.get("/api/approvals?status=denied").json()[0]["note"] == note
+    for path in ("/approvals", f"/runs/{run_id}"):
+        page = client.get(path).text
+        assert "why xxx" in page, path
+        assert len(page) < 100_000, (path, len(page))
