@@ -186,3 +186,40 @@ def test_grouped_commits_take_the_billing_rows_with_them(
         for r in got:
             assert r.spent.cost_usd == pytest.approx(0.33)
             assert rt.store.journal(r.run_id) == []
+
+
+def test_the_trace_of_a_redone_cycle_adds_up_to_its_spend(tmp_path: Path) -> None:
+    """The calls a killed cycle lost are charged by the redone one, and its trace shows them:
+    a ``retry`` event each carries what it was billed, so the actor's span counts every answer
+    it was billed for (before: the cycle span read $0.40 over calls adding up to $0.20; the
+    answers of a cycle killed twice had no event at all)."""
+    from loopwright.trace import run_spans
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:  # cycle 2 killed a second time, after its actor answered
+        rt._on_phase = phase_hook(("after_actor", 1))
+        with pytest.raises(Crash):
+            rt.resume_sync(run_id, _loop(calls))
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(run_id, _loop(calls))
+        assert (r.status, r.cycles) == ("accepted", 3)
+        assert r.spent.cost_usd == pytest.approx(0.33 + 2 * ACTOR.cost_usd)
+        _, spans = run_spans(rt.store, run_id)
+    cycles = [s for s in spans if s.name.startswith("cycle ")]
+    by_parent: dict[str | None, float] = {}
+    for s in spans:
+        if s.name.startswith(("invoke_agent", "verify")):
+            by_parent[s.parent] = by_parent.get(s.parent, 0.0) + float(
+                s.attributes.get("loopwright.cost_usd") or 0.0
+            )
+    got = [(c.name, round(by_parent.get(c.key, 0.0), 6)) for c in cycles]
+    want = [(c.name, round(float(c.attributes["loopwright.cost_usd"]), 6)) for c in cycles]
+    assert got == want
+    assert want[1] == ("cycle 2", 0.31)  # three answers of the actor, one check
+    assert sum(v for _, v in got) == pytest.approx(r.spent.cost_usd)
