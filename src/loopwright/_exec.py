@@ -402,6 +402,17 @@ def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     )
 
 
+def owes(store: Store, ex: Execution, entry: JournalEntry) -> bool:
+    """Whether a retry entry holds billing its cycle has not been charged: a billed answer or
+    failed attempts of a cycle not yet recorded (a ``settled`` one's cycle not committed
+    since; a ``waiting`` one's call not ended)."""
+    if not _billed(entry.data):
+        return False
+    return entry.status == "waiting" or (
+        entry.status == "settled" and not _charged(store, ex, entry)
+    )
+
+
 def charge(ex: Execution, who: str, billed: Iterable[Usage]) -> None:
     """Charge ``who``'s failed attempts (what each was billed) to the run (invariant 7): the
     spend, the held-out share the actor is not shown (invariant 3), the cycle's priced calls

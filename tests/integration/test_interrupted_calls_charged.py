@@ -223,3 +223,27 @@ def test_the_trace_of_a_redone_cycle_adds_up_to_its_spend(tmp_path: Path) -> Non
     assert got == want
     assert want[1] == ("cycle 2", 0.31)  # three answers of the actor, one check
     assert sum(v for _, v in got) == pytest.approx(r.spent.cost_usd)
+
+
+def test_a_rollback_after_a_kill_keeps_what_the_killed_cycle_owes(url: str) -> None:
+    """A run killed after cycle 2's actor answered, then rolled back by a person before it
+    was resumed: the rollback gives the cycle a fresh retry bound but the answer was billed,
+    so the cycle redone still charges it (before: the rollback retired its billing entry and
+    the $0.10 was charged nowhere)."""
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        rt.rollback(run_id, 1, by="ann")
+        r = rt.resume_sync(run_id, _loop(calls))
+        assert (r.status, r.cycles) == ("accepted", 3)
+        assert r.spent.cost_usd == pytest.approx(0.33 + ACTOR.cost_usd)
+        assert r.spent.tokens == 330 + ACTOR.tokens
+        # listed in the redone cycle's record, before the call asked again in its place
+        records = [c.record for c in rt.store.checkpoints(run_id) if c.record]
+        (again,) = [x for x in records if x.get("cycle") == 2 and "proposal" in x]
+        assert [c["who"] for c in again["calls"]] == ["actor", "actor", "verifier:check"]
+        assert rt.store.journal(run_id, kind="retry") == []
