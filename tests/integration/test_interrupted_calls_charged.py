@@ -223,6 +223,10 @@ def test_the_trace_of_a_redone_cycle_adds_up_to_its_spend(tmp_path: Path) -> Non
     assert got == want
     assert want[1] == ("cycle 2", 0.31)  # three answers of the actor, one check
     assert sum(v for _, v in got) == pytest.approx(r.spent.cost_usd)
+    # the crashes count as such in the metrics, not once more as retries
+    with lw.Runtime(url) as rt:
+        (row,) = lw.compute_metrics(rt.store).per_run
+    assert row.failures == {"crash_resume": 2}
 
 
 def test_a_rollback_after_a_kill_keeps_what_the_killed_cycle_owes(url: str) -> None:
