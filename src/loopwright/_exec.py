@@ -404,12 +404,12 @@ def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
 
 def owes(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     """Whether a retry entry holds billing its cycle has not been charged: a billed answer or
-    failed attempts of a cycle not yet recorded (a ``settled`` one's cycle not committed
-    since; a ``waiting`` one's call not ended)."""
+    failed attempts of a cycle not yet recorded (a ``settled`` or ``gave_up`` one's cycle
+    not committed since; a ``waiting`` one's call not ended)."""
     if not _billed(entry.data):
         return False
     return entry.status == "waiting" or (
-        entry.status == "settled" and not _charged(store, ex, entry)
+        entry.status in ("settled", "gave_up") and not _charged(store, ex, entry)
     )
 
 

@@ -459,13 +459,19 @@ def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
     edit would otherwise give up again at once, without a call."""
     nxt = ex.state.cycle + 1
     # A run that did not end (killed mid-cycle, then rolled back) may still owe what the
-    # killed cycle's calls were billed (a billed answer, failed attempts in their backoff):
+    # killed cycle's calls were billed (a billed answer, failed attempts in their backoff or
+    # given up on before the stop's commit):
     # that entry keeps its billing, with a fresh bound, for the cycle redone to charge. A run
     # that ended was charged by the commit that ended it.
     ended = store.get_run(ex.run_id).status in TERMINAL_STATUSES
     for e in store.journal(ex.run_id):
         retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
-        if retry and not ended and e.status in ("settled", "waiting") and owes(store, ex, e):
+        if (
+            retry
+            and not ended
+            and e.status in ("settled", "waiting", "gave_up")
+            and owes(store, ex, e)
+        ):
             store.journal_put(
                 ex.run_id,
                 ex.token,

@@ -251,3 +251,38 @@ def test_a_rollback_after_a_kill_keeps_what_the_killed_cycle_owes(url: str) -> N
         (again,) = [x for x in records if x.get("cycle") == 2 and "proposal" in x]
         assert [c["who"] for c in again["calls"]] == ["actor", "actor", "verifier:check"]
         assert rt.store.journal(run_id, kind="retry") == []
+
+
+def test_a_rollback_after_a_kill_keeps_the_bill_of_a_call_given_up_on(url: str) -> None:
+    """The actor's billed failed attempt was given up on and the process died before the
+    stop's commit; a person rolled the run back instead of resuming it: the redone cycle
+    still charges the attempt (before: retired with the rest, charged nowhere)."""
+    failing = [True]
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if failing:
+            failing.clear()
+            err = lw.PermanentError("refused")
+            err.usage = lw.Usage(cost_usd=0.05, tokens=50)  # type: ignore[attr-defined]
+            raise err
+        return lw.Proposal.edit("doc", {"a": "good", "b": "good", "c": "good"}, usage=ACTOR)
+
+    def loop() -> lw.Loop:
+        base = _loop([])
+        return lw.Loop(
+            name=base.name, actor=actor, verifiers=base.verifiers, contract=base.contract
+        )
+
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 2))  # the escalation's commit
+        with pytest.raises(Crash):
+            rt.run_sync(loop(), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        assert rt.store.get_run(run_id).status == "running"
+        rt.rollback(run_id, 0, by="ann")
+        r = rt.resume_sync(run_id, loop())
+        assert (r.status, r.cycles) == ("accepted", 1)
+        assert r.spent.cost_usd == pytest.approx(0.05 + ACTOR.cost_usd + CHECK.cost_usd)
+        assert r.spent.tokens == 50 + ACTOR.tokens + CHECK.tokens
+        assert rt.store.journal(run_id, kind="retry") == []
