@@ -241,6 +241,10 @@ async def call_with_retry(
             owed = ex.state.spent
             for u in billed:
                 owed = owed + Usage(u.cost_usd, u.tokens, 0.0)
+            # Their answers were lost with the killed cycle's events: a ``retry`` event each,
+            # committed with whatever ends this cycle, carries what it was billed, so the
+            # call's span (and the trace) adds up to the spend charged here.
+            ex.events.extend(_lost_events(cycle, scope, entry))
             crossed = budget_crossed(ex.contract, owed)
             if crossed is not None:
                 over = OverBudget(crossed, _owed_message(who, crossed))
@@ -324,6 +328,9 @@ async def call_with_retry(
             if paid is not None:
                 data["each"] = [[u.cost_usd, u.tokens] for u in billed]
                 data["ok"] = [paid.cost_usd, paid.tokens]
+                # answers charged here without an event of their own (killed again, the
+                # events written above are lost with this cycle too)
+                data["lost"] = _lost(entry.data) if entry is not None else []
             ex.retries[key] = store.journal_put(
                 ex.run_id,
                 ex.token,
@@ -346,6 +353,34 @@ def _paid(got: Any) -> Usage | None:
     return None
 
 
+def _lost(data: Mapping[str, Any]) -> list[Any]:
+    """The answers of earlier killed attempts of a call, as journaled: ``lost`` and ``ok``."""
+    lost = data.get("lost")
+    ok = data.get("ok")
+    return [*(lost if isinstance(lost, list) else ()), *([ok] if isinstance(ok, list) else ())]
+
+
+def _lost_events(cycle: int, scope: str, entry: JournalEntry) -> list[NewEvent]:
+    """A ``retry`` event for each answer of ``scope``'s call a killed cycle lost (billed,
+    charged again by the redone cycle), with its usage."""
+    return [
+        NewEvent(
+            cycle,
+            "retry",
+            {
+                "scope": scope,
+                "attempt": entry.attempts,
+                "class": "transient",
+                "error": "the process stopped before the cycle committed its answer",
+                "delay_s": 0.0,
+                "interrupted": True,
+                "usage": {"cost_usd": float(c or 0.0), "tokens": int(t or 0)},
+            },
+        )
+        for c, t in _lost(entry.data)
+    ]
+
+
 def _owed_message(who: str, reason: str) -> str:
     what = "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
     return (
@@ -364,6 +399,17 @@ def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
     return any(
         ck.record is not None and ck.record.get("cycle") == entry.cycle
         for ck in store.checkpoints_after(ex.run_id, base)
+    )
+
+
+def owes(store: Store, ex: Execution, entry: JournalEntry) -> bool:
+    """Whether a retry entry holds billing its cycle has not been charged: a billed answer or
+    failed attempts of a cycle not yet recorded (a ``settled`` or ``gave_up`` one's cycle
+    not committed since; a ``waiting`` one's call not ended)."""
+    if not _billed(entry.data):
+        return False
+    return entry.status == "waiting" or (
+        entry.status in ("settled", "gave_up") and not _charged(store, ex, entry)
     )
 
 

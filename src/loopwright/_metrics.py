@@ -429,7 +429,10 @@ def _failures(events: Sequence[Event]) -> dict[str, int]:
     running = handed_off = False
     for e in sorted(events, key=lambda e: e.id):
         if e.kind in FAILURE_EVENTS:
-            counts[e.kind] += 1
+            # an answer lost with a killed cycle (its bill carried to the redone one) is the
+            # crash's, counted once as such below
+            if not (e.kind == "retry" and e.data.get("interrupted")):
+                counts[e.kind] += 1
         elif e.kind in ("started", "resumed"):
             if e.kind == "resumed" and running and not handed_off:
                 counts[CRASH_RESUME] += 1

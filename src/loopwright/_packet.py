@@ -76,7 +76,10 @@ def _usd(v: Any) -> str:
     $0.004 budget read "$0.00", beside the $0.0030 that stopped the run)."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return "-"
-    return f"{v:.2f}" if abs(v * 100 - round(v * 100)) < 1e-9 else f"{v:.6g}"
+    if abs(v * 100 - round(v * 100)) < 1e-9:
+        return f"{v:.2f}"
+    # fixed point, not ``g``: $2500.125 read "$2500.12" and $1,000,000.001 "$1e+06"
+    return f"{v:.6f}".rstrip("0") if abs(v) >= 1e-6 else f"{v:.3g}"
 
 
 def _secs(v: Any) -> str:

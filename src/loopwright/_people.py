@@ -15,6 +15,7 @@ from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
+from ._exec import owes
 from ._host import RuntimeHost
 from ._json import check_text
 from ._loop import Loop
@@ -451,15 +452,41 @@ class Decisions(RuntimeHost):
         )
 
 
+# What a retry entry kept for its billing forgets of its bound: a fresh start, as retired.
+_FRESH = frozenset({"first_at", "next_at", "budget", "class", "error"})
+
+
 def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
     """A person's rollback or edit gives the cycle to come a fresh start: the spent retry
     bounds of the cycles from it no longer count, nor (``effects``: a rollback, whose person
     chose to redo them) failed effects. A run that gave up on its actor and was reopened by an
     edit would otherwise give up again at once, without a call."""
     nxt = ex.state.cycle + 1
+    # A run that did not end (killed mid-cycle, then rolled back) may still owe what the
+    # killed cycle's calls were billed (a billed answer, failed attempts in their backoff or
+    # given up on before the stop's commit):
+    # that entry keeps its billing, with a fresh bound, for the cycle redone to charge. A run
+    # that ended was charged by the commit that ended it.
+    ended = store.get_run(ex.run_id).status in TERMINAL_STATUSES
     for e in store.journal(ex.run_id):
         retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
-        if retry or (effects and e.kind == "effect" and e.status == "failed"):
+        if (
+            retry
+            and not ended
+            and e.status in ("settled", "waiting", "gave_up")
+            and owes(store, ex, e)
+        ):
+            store.journal_put(
+                ex.run_id,
+                ex.token,
+                key=e.key,
+                kind=e.kind,
+                cycle=e.cycle,
+                status="settled",
+                data={k: v for k, v in e.data.items() if k not in _FRESH},
+                attempts=0,
+            )
+        elif retry or (effects and e.kind == "effect" and e.status == "failed"):
             store.journal_put(
                 ex.run_id,
                 ex.token,

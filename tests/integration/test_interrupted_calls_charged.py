@@ -186,3 +186,103 @@ def test_grouped_commits_take_the_billing_rows_with_them(
         for r in got:
             assert r.spent.cost_usd == pytest.approx(0.33)
             assert rt.store.journal(r.run_id) == []
+
+
+def test_the_trace_of_a_redone_cycle_adds_up_to_its_spend(tmp_path: Path) -> None:
+    """The calls a killed cycle lost are charged by the redone one, and its trace shows them:
+    a ``retry`` event each carries what it was billed, so the actor's span counts every answer
+    it was billed for (before: the cycle span read $0.40 over calls adding up to $0.20; the
+    answers of a cycle killed twice had no event at all)."""
+    from loopwright.trace import run_spans
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:  # cycle 2 killed a second time, after its actor answered
+        rt._on_phase = phase_hook(("after_actor", 1))
+        with pytest.raises(Crash):
+            rt.resume_sync(run_id, _loop(calls))
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(run_id, _loop(calls))
+        assert (r.status, r.cycles) == ("accepted", 3)
+        assert r.spent.cost_usd == pytest.approx(0.33 + 2 * ACTOR.cost_usd)
+        _, spans = run_spans(rt.store, run_id)
+    cycles = [s for s in spans if s.name.startswith("cycle ")]
+    by_parent: dict[str | None, float] = {}
+    for s in spans:
+        if s.name.startswith(("invoke_agent", "verify")):
+            by_parent[s.parent] = by_parent.get(s.parent, 0.0) + float(
+                s.attributes.get("loopwright.cost_usd") or 0.0
+            )
+    got = [(c.name, round(by_parent.get(c.key, 0.0), 6)) for c in cycles]
+    want = [(c.name, round(float(c.attributes["loopwright.cost_usd"]), 6)) for c in cycles]
+    assert got == want
+    assert want[1] == ("cycle 2", 0.31)  # three answers of the actor, one check
+    assert sum(v for _, v in got) == pytest.approx(r.spent.cost_usd)
+    # the crashes count as such in the metrics, not once more as retries
+    with lw.Runtime(url) as rt:
+        (row,) = lw.compute_metrics(rt.store).per_run
+    assert row.failures == {"crash_resume": 2}
+
+
+def test_a_rollback_after_a_kill_keeps_what_the_killed_cycle_owes(url: str) -> None:
+    """A run killed after cycle 2's actor answered, then rolled back by a person before it
+    was resumed: the rollback gives the cycle a fresh retry bound but the answer was billed,
+    so the cycle redone still charges it (before: the rollback retired its billing entry and
+    the $0.10 was charged nowhere)."""
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        rt.rollback(run_id, 1, by="ann")
+        r = rt.resume_sync(run_id, _loop(calls))
+        assert (r.status, r.cycles) == ("accepted", 3)
+        assert r.spent.cost_usd == pytest.approx(0.33 + ACTOR.cost_usd)
+        assert r.spent.tokens == 330 + ACTOR.tokens
+        # listed in the redone cycle's record, before the call asked again in its place
+        records = [c.record for c in rt.store.checkpoints(run_id) if c.record]
+        (again,) = [x for x in records if x.get("cycle") == 2 and "proposal" in x]
+        assert [c["who"] for c in again["calls"]] == ["actor", "actor", "verifier:check"]
+        assert rt.store.journal(run_id, kind="retry") == []
+
+
+def test_a_rollback_after_a_kill_keeps_the_bill_of_a_call_given_up_on(url: str) -> None:
+    """The actor's billed failed attempt was given up on and the process died before the
+    stop's commit; a person rolled the run back instead of resuming it: the redone cycle
+    still charges the attempt (before: retired with the rest, charged nowhere)."""
+    failing = [True]
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if failing:
+            failing.clear()
+            err = lw.PermanentError("refused")
+            err.usage = lw.Usage(cost_usd=0.05, tokens=50)  # type: ignore[attr-defined]
+            raise err
+        return lw.Proposal.edit("doc", {"a": "good", "b": "good", "c": "good"}, usage=ACTOR)
+
+    def loop() -> lw.Loop:
+        base = _loop([])
+        return lw.Loop(
+            name=base.name, actor=actor, verifiers=base.verifiers, contract=base.contract
+        )
+
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 2))  # the escalation's commit
+        with pytest.raises(Crash):
+            rt.run_sync(loop(), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        assert rt.store.get_run(run_id).status == "running"
+        rt.rollback(run_id, 0, by="ann")
+        r = rt.resume_sync(run_id, loop())
+        assert (r.status, r.cycles) == ("accepted", 1)
+        assert r.spent.cost_usd == pytest.approx(0.05 + ACTOR.cost_usd + CHECK.cost_usd)
+        assert r.spent.tokens == 50 + ACTOR.tokens + CHECK.tokens
+        assert rt.store.journal(run_id, kind="retry") == []

@@ -46,3 +46,12 @@ def test_a_crossed_or_reached_budget_is_not_called_a_projection() -> None:
     assert "it is used up" in exact
     ahead = _cause("budget_tokens", lw.Budget(max_tokens=29), {"tokens": 20})
     assert "used 20 of 29 tokens, the next cycle would cross it" in ahead
+
+
+def test_a_large_budget_not_in_whole_cents_reads_as_itself() -> None:
+    """A budget that is not whole cents read with six significant digits: $2500.125 as
+    "$2500.12" (less than it is) and $1,000,000.001 as "$1e+06"."""
+    for budget, shown in ((2500.125, "$2500.125"), (1e6 + 0.001, "$1000000.001")):
+        text = explain("budget_cost", lw.Contract(budget=lw.Budget(max_cost_usd=budget)))
+        assert shown in text, text
+    assert "$0.0025" in explain("budget_cost", lw.Contract(budget=lw.Budget(max_cost_usd=0.0025)))
