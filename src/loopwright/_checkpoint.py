@@ -20,7 +20,7 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage
+from ._exec import calls_usage, settle_owed
 from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -177,6 +177,7 @@ class Checkpoints(RuntimeHost):
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended.
         What the cycle cost is what its priced calls (``ex.calls``) cost."""
+        settle_owed(self.store, ex, n)  # a call killed after its answer and not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
         s = candidate if candidate is not None else old
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None
@@ -445,8 +446,19 @@ class Checkpoints(RuntimeHost):
                 for k, e in ex.retries.items()
                 if e.status == "settled" and e.cycle == n and not e.attempts
             ]
-            for k in cleared:
-                del ex.retries[k]
+        elif ex.retries and cols.get("ended_at") is not None:
+            # A run ended inside (or before) the cycle after its last checkpoint: what that
+            # cycle's calls were billed is charged (``settle_owed``, ``call_with_retry``) and
+            # the entries go with this commit; left, a run reopened later (an edit) would
+            # charge them again, its cycle never recorded.
+            n = s.cycle + 1
+            cleared = [
+                k
+                for k, e in ex.retries.items()
+                if e.status == "settled" and e.cycle == n and k in ex.asked
+            ]
+        for k in cleared:
+            del ex.retries[k]
         ex.head = head
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the

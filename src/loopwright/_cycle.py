@@ -125,6 +125,7 @@ class Cycle(RuntimeHost):
         t0 = time.perf_counter()
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
+        ex.asked = set()
         if ex.retries:  # earlier cycles' failed attempts count no more: hold this cycle's only
             ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
         ex.threaded = self._active > 1

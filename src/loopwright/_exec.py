@@ -59,6 +59,9 @@ class Execution:
     events: list[NewEvent] = field(default_factory=list)
     record: dict[str, Any] | None = None  # the loaded checkpoint's record (a parked cycle's)
     retries: dict[str, JournalEntry] = field(default_factory=dict)
+    # The ``retries`` keys this cycle asked for again (``call_with_retry``): their journaled
+    # billing is charged there; any other of the cycle's is owed (``settle_owed``).
+    asked: set[str] = field(default_factory=set)
     phase: PhaseHook | None = None
     deadline: float | None = None  # wall clock at which the time budget runs out (this cycle)
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
@@ -221,6 +224,7 @@ async def call_with_retry(
     who = "the actor" if scope == "actor" else scope.replace(":", " ", 1)
     key = f"retry:{scope}:{cycle}"
     entry = ex.retries.get(key) if ex.retries else None
+    ex.asked.add(key)  # what its entry owes is charged here (or by the caller, raised)
     # A call that succeeded after failed attempts, charged with its cycle's checkpoint: once
     # that is committed (a cycle judged again after a wait) this is a new call, its earlier
     # failures neither charged again nor counted; if it never was (a crash first: a resume's
@@ -342,6 +346,24 @@ async def call_with_retry(
                 attempts=failed,
             )
         return got
+
+
+def settle_owed(store: Store, ex: Execution, cycle: int) -> None:
+    """Charge what calls of ``cycle`` were billed before a restart when this execution did
+    not ask them again (invariant 7): a redone cycle that stopped before a verifier killed
+    after its answer (a budget crossed by the actor's owed calls), or skipped it (a proposal
+    refused or repeated), still owes that verifier's calls; the entry then goes with the
+    commit like any other (before: never charged, and left in the journal)."""
+    for key, e in list(ex.retries.items()):
+        if e.cycle != cycle or key in ex.asked or e.status == "retired":
+            continue
+        billed = _billed(e.data)
+        if not billed or (e.status == "settled" and _charged(store, ex, e)):
+            continue
+        ex.asked.add(key)
+        scope = key.removeprefix("retry:").rpartition(":")[0]
+        ex.events.extend(_lost_events(cycle, scope, e))  # the trace adds them up too
+        charge(ex, scope, billed)
 
 
 def _paid(got: Any) -> Usage | None:

@@ -11,6 +11,7 @@ from typing import Any
 from . import _decide as rules
 from ._contract import status_for
 from ._exec import Execution as _Exec
+from ._exec import settle_owed
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
@@ -42,6 +43,10 @@ class Finishing(RuntimeHost):
         closes: Sequence[ClosedApproval] = (),
     ) -> None:
         status = status_for(reason)
+        if record is None:
+            # ended inside (or before) a cycle never recorded: what its calls were billed
+            # before a restart is charged though they were not asked again (invariant 7)
+            settle_owed(self.store, ex, ex.state.cycle + 1)
         if record is not None:
             # the cycle ended the run: nothing is owed it after a restart (_reflection), even
             # once a person's edit or rollback reopens the run

@@ -123,7 +123,7 @@ def _ask_again(rt: lw.Runtime, loop: lw.Loop, entry: object) -> None:
     asyncio.run(
         call_with_retry(
             rt.store,
-            types.SimpleNamespace(retries={entry.key: entry}),  # type: ignore[attr-defined,arg-type]
+            types.SimpleNamespace(retries={entry.key: entry}, asked=set()),  # type: ignore[attr-defined,arg-type]
             scope="actor",
             cycle=2,
             policy=loop.retry,

@@ -7,6 +7,7 @@ it, so the journal does not grow a row a cycle."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,94 @@ def test_a_rollback_after_a_kill_keeps_the_bill_of_a_call_given_up_on(url: str) 
         assert r.spent.cost_usd == pytest.approx(0.05 + ACTOR.cost_usd + CHECK.cost_usd)
         assert r.spent.tokens == 50 + ACTOR.tokens + CHECK.tokens
         assert rt.store.journal(run_id, kind="retry") == []
+
+
+def _dear_loop(calls: list[str]) -> lw.Loop:
+    """Cycle 1 is cheap; from cycle 2 the actor's call costs 0.5 (a budget of 0.9): the
+    actor's owed calls can cross the budget before the check is asked again."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append("actor")
+        doc = ctx.artifacts["doc"]
+        todo = [p for p in PARTS if doc.get(p) != "good"] or ["a"]
+        cost = 0.01 if ctx.cycle == 1 else 0.5
+        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=lw.Usage(cost, 1))
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        calls.append("check")
+        doc = state.artifacts["doc"].values()
+        bad = [x for x in PARTS if doc.get(x) != "good"]
+        return lw.Verdict(passed=not bad, score=1 - len(bad) / len(PARTS), usage=CHECK)
+
+    return lw.Loop(
+        name="dear",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0),
+            budget=lw.Budget(max_cycles=6, max_cost_usd=0.9),
+        ),
+    )
+
+
+def test_a_call_not_asked_again_in_the_redone_cycle_is_still_charged(url: str) -> None:
+    """The check of cycle 2 answered (0.01, journaled), then the process died, twice; the
+    third process finds the actor's two owed calls over the budget and stops before asking
+    the check again. The check's owed call is charged too, and no billing row is left
+    (before: 0.01 never charged, its row left in the journal for good)."""
+    calls: list[str] = []
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 3))  # cycle 2 answered, not committed
+        with pytest.raises(Crash):
+            rt.run_sync(_dear_loop(calls), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        # the actor asked again (0.5 more), the check's owed call crosses the budget: the
+        # stop's own commit is where this process dies
+        rt._on_phase = phase_hook(("before_checkpoint", 2))
+        with pytest.raises(Crash):
+            rt.resume_sync(run_id, _dear_loop(calls))
+    assert calls == ["actor", "check", "actor", "check", "actor"]
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(run_id, _dear_loop(calls))
+        assert calls[5:] == []  # the actor's owed 1.0 is over the budget: nothing asked
+        assert (r.status, r.stop_reason) == ("stopped", "budget_cost")
+        # cycle 1 (0.01 + 0.01), the actor's two calls of cycle 2, the check's one
+        assert r.spent.cost_usd == pytest.approx(0.02 + 1.0 + 0.01)
+        assert r.spent.tokens == (1 + 10) + 2 + 10
+        assert rt.store.get_run(run_id).cost_usd == pytest.approx(1.03)
+        assert [e.key for e in rt.store.journal(run_id, kind="retry")] == []
+
+
+def test_a_run_cancelled_while_its_process_was_dead_is_charged_its_calls(url: str) -> None:
+    """Killed after cycle 2's actor and check answered; a person cancels the run before it
+    is resumed: the cycle is never redone, but its two calls were billed and are charged."""
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 3))  # cycle 2 answered
+        with pytest.raises(Crash):
+            rt.run_sync(_loop([]), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+    with lw.Runtime(url) as rt:
+        rt.store.request_cancel(run_id)
+        r = rt.resume_sync(run_id, _loop([]))
+        assert r.status == "cancelled"
+        assert r.spent.cost_usd == pytest.approx(2 * (ACTOR.cost_usd + CHECK.cost_usd))
+        assert r.spent.tokens == 2 * (ACTOR.tokens + CHECK.tokens)
+        assert [e.key for e in rt.store.journal(run_id, kind="retry")] == []
+        # each charged answer has its retry event: the calls' spans and the run span's
+        # events add up to the spend (the cycle never redone has no span of its own: its
+        # events arrive with no cycle_started, and go to the run, docs/trace.md)
+        from loopwright.trace import run_spans
+
+        _, spans = run_spans(rt.store, run_id)
+    calls = sum(
+        float(s.attributes.get("loopwright.cost_usd") or 0.0)
+        for s in spans
+        if s.name.startswith(("invoke_agent", "verify"))
+    )
+    (root,) = [s for s in spans if s.parent is None]
+    lost = [e.attributes for e in root.events if e.name == "retry"]
+    assert all(a.get("interrupted") for a in lost) and len(lost) == 2
+    usage = [u if isinstance(u, dict) else json.loads(u) for u in (a["usage"] for a in lost)]
+    assert calls == pytest.approx(ACTOR.cost_usd + CHECK.cost_usd)  # cycle 1's
+    assert calls + sum(u["cost_usd"] for u in usage) == pytest.approx(r.spent.cost_usd)
