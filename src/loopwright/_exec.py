@@ -32,6 +32,7 @@ from ._state import Digests, TaskState, part_ref
 from ._state_codec import FORMAT
 from ._usage import Usage
 from .store import CommitRequest, JournalEntry, NewEvent, Store
+from .store._base import with_newer
 
 __all__ = [
     "NO_LOOP",
@@ -335,16 +336,20 @@ async def call_with_retry(
                 # answers charged here without an event of their own (killed again, the
                 # events written above are lost with this cycle too)
                 data["lost"] = _lost(entry.data) if entry is not None else []
-            ex.retries[key] = store.journal_put(
-                ex.run_id,
-                ex.token,
-                key=key,
-                kind="retry",
-                cycle=cycle,
-                status="settled",
-                data=data,
-                attempts=failed,
-            )
+            put: dict[str, Any] = {
+                "run_id": ex.run_id,
+                "token": ex.token,
+                "key": key,
+                "kind": "retry",
+                "cycle": cycle,
+                "status": "settled",
+                "data": data,
+                "attempts": failed,
+            }
+            # A bill must outlive the process, not the machine: the cycle's commit syncs it
+            # (a store written before ``lazy`` was a keyword writes it as any other).
+            wrote = with_newer(store.journal_put, put, {"lazy": True})
+            ex.retries[key] = wrote if wrote is not None else store.journal_put(**put)
         return got
 
 

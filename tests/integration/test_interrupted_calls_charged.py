@@ -378,3 +378,44 @@ def test_a_run_cancelled_while_its_process_was_dead_is_charged_its_calls(url: st
     usage = [u if isinstance(u, dict) else json.loads(u) for u in (a["usage"] for a in lost)]
     assert calls == pytest.approx(ACTOR.cost_usd + CHECK.cost_usd)  # cycle 1's
     assert calls + sum(u["cost_usd"] for u in usage) == pytest.approx(r.spent.cost_usd)
+
+
+def test_a_bill_is_written_without_waiting_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's bill must outlive the process, not the machine (the cycle's commit syncs it):
+    SQLite writes it with ``synchronous=NORMAL`` and goes back to FULL at once, so every other
+    write of the store stays as durable as before, a failed one too."""
+    from loopwright._errors import StoreError
+    from loopwright.store import sqlite as lite
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    said: list[str] = []
+    with lw.Runtime(url) as rt:
+        db = rt.store._db  # type: ignore[attr-defined]
+        real = db.execute
+
+        class Spy:
+            def __getattr__(self, name: str) -> object:
+                return getattr(db, name)
+
+            def execute(self, sql: str, *args: object) -> object:
+                if "synchronous" in sql:
+                    said.append(sql)
+                return real(sql, *args)
+
+        monkeypatch.setattr(rt.store, "_db", Spy())
+        r = rt.run_sync(_loop([]), TASK, task_key="k")
+        assert (r.status, r.cycles) == ("accepted", 3)
+        # six billed calls (three cycles of an actor and a check), each written lazily
+        assert said == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"] * 6
+        assert real("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        # a lazy write the database refuses leaves the store FULL too
+        with pytest.raises(StoreError), lite._Tx(rt.store, lazy=True) as conn:  # type: ignore[arg-type]
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+        assert real("PRAGMA synchronous").fetchone()[0] == 2
+    # a store opened for process durability is NORMAL throughout: nothing to switch
+    with lw.Runtime(f"sqlite:///{tmp_path / 'p.db'}?durability=process") as rt:
+        r = rt.run_sync(_loop([]), TASK, task_key="k")
+        assert r.status == "accepted"
+        assert rt.store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # type: ignore[attr-defined]

@@ -892,9 +892,12 @@ class Store(LiveStore, PeopleStore, ABC):
         expect_status: str | None = None,
         events: Sequence[NewEvent] = (),
         claim: tuple[str, str, str] | None = None,
+        lazy: bool = False,
     ) -> JournalEntry:
         """Insert or update the journal entry ``(run_id, key)`` and append ``events``, in one
-        transaction. An update keeps ``created_at`` and sets ``updated_at`` to now;
+        transaction. ``lazy``: the write must survive the process, not the machine (a call's
+        bill, written ahead of the commit that records it: that commit syncs both), so a store
+        may commit it without waiting for the disk; a store may also ignore it. An update keeps ``created_at`` and sets ``updated_at`` to now;
         ``attempts=None`` keeps the stored count (0 for a new entry).
 
         ``expect_status`` guards the write: ``""`` means the entry must not exist yet, any

@@ -371,6 +371,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def _tx(self) -> AbstractContextManager[Any]:
         """A connection in a write transaction, committed at the end (rolled back on error)."""
 
+    def _tx_lazy(self) -> AbstractContextManager[Any]:
+        """``_tx`` for a write that must survive the process, not the machine
+        (``journal_put(lazy=True)``); a backend may commit it without waiting for the disk."""
+        return self._tx()
+
     @abstractmethod
     def _savepoint(self, conn: Any) -> AbstractContextManager[Any]:
         """A savepoint in ``_tx``'s transaction, rolled back to on error."""
@@ -1121,11 +1126,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         expect_status: str | None = None,
         events: Sequence[NewEvent] = (),
         claim: tuple[str, str, str] | None = None,
+        lazy: bool = False,
     ) -> JournalEntry:
         q = self._q
         now = time.time()
         payload = self._js(dict(data))
-        with self._tx() as conn:
+        with self._tx_lazy() if lazy else self._tx() as conn:
             # As in commit: the fencing check is a guarded write inside the transaction, so no
             # other executor can take the lease between the check and the writes below, and
             # every journal writer of this run queues here (SQLite: the write lock is held;

@@ -51,20 +51,30 @@ class _Locked:
 class _Tx:
     """One write transaction: the store's lock, BEGIN IMMEDIATE (the write lock up front, so
     two writers queue instead of deadlocking), COMMIT or ROLLBACK. A class rather than a
-    generator context manager: every commit enters one."""
+    generator context manager: every commit enters one. ``lazy``: committed with
+    ``synchronous=NORMAL`` on a FULL store (in WAL mode the commit is in the log, safe from a
+    crash of the process; the next FULL commit syncs it to disk with its own)."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("_lazy", "_store")
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteStore, lazy: bool = False) -> None:
         self._store = store
+        self._lazy = lazy and store.durability == "full"
 
     def __enter__(self) -> sqlite3.Connection:
         store = self._store
         store._lock.acquire()
         try:
+            if self._lazy:
+                store._db.execute("PRAGMA synchronous = NORMAL")
             store._db.execute("BEGIN IMMEDIATE")
         except BaseException as exc:
-            store._lock.release()
+            try:
+                if self._lazy:
+                    with contextlib.suppress(sqlite3.Error):
+                        store._db.execute("PRAGMA synchronous = FULL")
+            finally:
+                store._lock.release()
             if isinstance(exc, sqlite3.OperationalError):
                 raise store._failure(exc) from exc
             raise
@@ -93,7 +103,13 @@ class _Tx:
             if isinstance(exc, sqlite3.OperationalError):
                 raise store._failure(exc) from exc
         finally:
-            store._lock.release()
+            if self._lazy:  # back to FULL whatever happened, before another writer runs
+                try:
+                    db.execute("PRAGMA synchronous = FULL")
+                finally:
+                    store._lock.release()
+            else:
+                store._lock.release()
 
 
 def _lower(value: Any) -> Any:
@@ -280,6 +296,9 @@ class SQLiteStore(SQLStore):
 
     def _tx(self) -> _Tx:
         return _Tx(self)
+
+    def _tx_lazy(self) -> _Tx:
+        return _Tx(self, lazy=True)
 
     def _failure(self, exc: sqlite3.OperationalError) -> StoreError:
         """A write that failed in the database, not on a value: damage (a missing table or
