@@ -419,3 +419,28 @@ def test_a_bill_is_written_without_waiting_for_the_disk(
         r = rt.run_sync(_loop([]), TASK, task_key="k")
         assert r.status == "accepted"
         assert rt.store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # type: ignore[attr-defined]
+
+
+def test_a_store_whose_journal_put_predates_lazy_is_served(tmp_path: Path) -> None:
+    """A third-party store written before ``lazy`` was a keyword of ``journal_put``: the
+    bill is written all the same (without it), and charged once."""
+    from typing import Any
+
+    from loopwright.store.sqlite import SQLiteStore
+
+    class Older(SQLiteStore):
+        def journal_put(self, run_id: str, token: int, **kw: Any) -> Any:  # type: ignore[override]
+            if "lazy" in kw:
+                raise TypeError("journal_put() got an unexpected keyword argument 'lazy'")
+            return super().journal_put(run_id, token, **kw)
+
+    store = Older(str(tmp_path / "s.db"))
+    with lw.Runtime(store) as rt:
+        rt._on_phase = phase_hook(("after_actor", 2))
+        with pytest.raises(Crash):
+            rt.run_sync(_loop([]), TASK, task_key="k")
+        run_id = rt.store.list_runs()[0].run_id
+        assert [e.key for e in rt.store.journal(run_id)] == ["retry:actor:2"]
+    with lw.Runtime(Older(str(tmp_path / "s.db"))) as rt:
+        r = rt.resume_sync(run_id, _loop([]))
+        assert r.spent.cost_usd == pytest.approx(0.33 + ACTOR.cost_usd)
