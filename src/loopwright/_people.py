@@ -470,33 +470,28 @@ def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
     ended = store.get_run(ex.run_id).status in TERMINAL_STATUSES
     for e in store.journal(ex.run_id):
         retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
-        if (
+        owed = (
             retry
             and not ended
             and e.status in ("settled", "waiting", "gave_up")
             and owes(store, ex, e)
-        ):
-            store.journal_put(
-                ex.run_id,
-                ex.token,
-                key=e.key,
-                kind=e.kind,
-                cycle=e.cycle,
-                status="settled",
-                data={k: v for k, v in e.data.items() if k not in _FRESH},
-                attempts=0,
-            )
+        )
+        if owed:  # a fresh bound, the billing kept: the cycle redone charges it
+            status, data = "settled", {k: v for k, v in e.data.items() if k not in _FRESH}
         elif retry or (effects and e.kind == "effect" and e.status == "failed"):
-            store.journal_put(
-                ex.run_id,
-                ex.token,
-                key=e.key,
-                kind=e.kind,
-                cycle=e.cycle,
-                status="retired",
-                data={**e.data, "retired_from": e.status},
-                attempts=0 if retry else None,
-            )
+            status, data = "retired", {**e.data, "retired_from": e.status}
+        else:
+            continue
+        store.journal_put(
+            ex.run_id,
+            ex.token,
+            key=e.key,
+            kind=e.kind,
+            cycle=e.cycle,
+            status=status,
+            data=data,
+            attempts=0 if retry else None,
+        )
 
 
 def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> None:

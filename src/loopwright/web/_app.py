@@ -47,7 +47,12 @@ from ..store import Approval, NewEvent, RunRecord, Store, open_store
 from ..store._base import with_newer
 from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
-from ._cards import approval_card, register_card_routes, register_part_image_route
+from ._cards import (
+    approval_card,
+    latest_part,
+    register_card_routes,
+    register_part_image_route,
+)
 from ._compare_view import register_compare
 from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of, text_field
 from ._live import install_live
@@ -700,17 +705,7 @@ def create_app(
         """One version of an SVG part as an image. Browsers never run scripts in an SVG shown
         through <img>; the response also forbids everything but inline styles, and sandboxes
         it should someone open it directly."""
-        try:
-            rec = store.get_run(run_id)
-        except RunNotFoundError as exc:
-            raise HTTPException(404, str(exc)) from exc
-        # The latest state only (each thumbnail of a run page asks): not every checkpoint, the
-        # timeline and every version's diff, as the run's page reads them.
-        state = store.latest_checkpoint(rec.run_id).task_state()
-        try:
-            part = state.part(ref)
-        except ConfigError as exc:  # not artifact/part: a bad link, not a server error
-            raise HTTPException(400, str(exc)) from exc
+        state, part = latest_part(store, run_id, ref)
         if part is not None and cycle and not v:  # the version written in that cycle
             v = next((x.n for x in reversed(part.versions) if x.cycle == cycle), 0)
         if (

@@ -22,7 +22,7 @@ from fastapi.responses import Response
 
 from .._errors import ConfigError, RunNotFoundError
 from .._proposal import Proposal
-from .._state import TaskState, match_any
+from .._state import Part, TaskState, match_any
 from ..store import Approval, RunRecord, Store
 from ._pictures import inline_blob_refs, is_picture, picture_bytes
 from ._views import is_svg
@@ -322,21 +322,29 @@ def register_card_routes(app: FastAPI, store: Store) -> None:
         return image_response(image_value(a, state, ref, side), store, state)
 
 
+def latest_part(store: Store, run_id: str, ref: str) -> tuple[TaskState, Part | None]:
+    """A run's latest state and its part ``ref`` (None: no such part), for a picture link:
+    the latest state only (each thumbnail of a run page asks), not every checkpoint, the
+    timeline and every version's diff as the run's page reads them. An unknown run is a 404,
+    a ref that is not artifact/part a 400 (a bad link, not a server error)."""
+    try:
+        rec = store.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    state = store.latest_checkpoint(rec.run_id).task_state()
+    try:
+        return state, state.part(ref)
+    except ConfigError as exc:
+        raise HTTPException(400, str(exc)) from exc
+
+
 def register_part_image_route(app: FastAPI, store: Store) -> None:
     """``/runs/{id}/image?ref=&v=``: a version of an image part (SVG or PNG; latest when no
     ``v``), under the same script-free policy."""
 
     @app.get("/runs/{run_id}/image", include_in_schema=False)
     def part_image(run_id: str, ref: str, v: int = 0) -> Response:
-        try:
-            rec = store.get_run(run_id)
-        except RunNotFoundError as exc:
-            raise HTTPException(404, str(exc)) from exc
-        state = store.latest_checkpoint(rec.run_id).task_state()
-        try:
-            part = state.part(ref)
-        except ConfigError as exc:  # not artifact/part: a bad link, not a server error
-            raise HTTPException(400, str(exc)) from exc
+        state, part = latest_part(store, run_id, ref)
         if part is None or not part.versions:
             raise HTTPException(404, f"no part {ref}")
         n = v or len(part.versions)
