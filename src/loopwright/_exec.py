@@ -243,14 +243,11 @@ async def call_with_retry(
             # owed by a cycle killed before its commit (a billed call that succeeded, failed
             # attempts): charged first; past a budget, no new call is made (invariant 7: a
             # crash loop ends by its budget, not by the money it was never charged)
-            owed = ex.state.spent
-            for u in billed:
-                owed = owed + Usage(u.cost_usd, u.tokens, 0.0)
             # Their answers were lost with the killed cycle's events: a ``retry`` event each,
             # committed with whatever ends this cycle, carries what it was billed, so the
             # call's span (and the trace) adds up to the spend charged here.
             ex.events.extend(_lost_events(cycle, scope, entry))
-            crossed = budget_crossed(ex.contract, owed)
+            crossed = _crossed_with(ex, billed)
             if crossed is not None:
                 over = OverBudget(crossed, _owed_message(who, crossed))
                 over.billed = billed
@@ -409,11 +406,18 @@ def _lost_events(cycle: int, scope: str, entry: JournalEntry) -> list[NewEvent]:
 
 
 def _owed_message(who: str, reason: str) -> str:
-    what = "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
     return (
         f"what {who} was billed in this cycle before the process stopped (a restart) crossed "
-        f"the {what} budget"
+        f"the {_budget_word(reason)} budget"
     )
+
+
+def _crossed_with(ex: Execution, billed: Iterable[Usage]) -> str | None:
+    """The budget the run's spend would cross once ``billed`` is charged too, if any."""
+    spent = ex.state.spent
+    for u in billed:
+        spent = spent + Usage(u.cost_usd, u.tokens, 0.0)
+    return budget_crossed(ex.contract, spent)
 
 
 def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:
@@ -456,8 +460,13 @@ def charge(ex: Execution, who: str, billed: Iterable[Usage]) -> None:
 
 
 def _over_message(who: str, reason: str) -> str:
-    what = "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
-    return f"what the failed attempts of {who} were billed crossed the {what} budget"
+    return (
+        f"what the failed attempts of {who} were billed crossed the {_budget_word(reason)} budget"
+    )
+
+
+def _budget_word(reason: str) -> str:
+    return "cost" if reason == "budget_cost" else "token" if reason == "budget_tokens" else "time"
 
 
 def priced_dict(usage: Usage) -> dict[str, Any]:
@@ -541,10 +550,7 @@ async def _failed_attempt(
             # Invariant 7: at most the call in flight overshoots a budget. What the failed
             # attempts were billed counts before another is made (charged in this order when
             # the call ends: replay checks the cycle's calls the same way).
-            spent = ex.state.spent
-            for u in billed:
-                spent = spent + Usage(u.cost_usd, u.tokens, 0.0)
-            over = budget_crossed(ex.contract, spent)
+            over = _crossed_with(ex, billed)
             if over is not None:
                 delay = None
     status = "gave_up" if delay is None else "waiting"

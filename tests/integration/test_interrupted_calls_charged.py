@@ -8,6 +8,7 @@ it, so the journal does not grow a row a cycle."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,18 @@ ACTOR = lw.Usage(cost_usd=0.1, tokens=100)
 CHECK = lw.Usage(cost_usd=0.01, tokens=10)
 
 
-def _loop(calls: list[str], max_cost: float = 10.0) -> lw.Loop:
+def _loop(
+    calls: list[str],
+    max_cost: float = 10.0,
+    *,
+    name: str = "billed",
+    actor_usage: Callable[[int], lw.Usage] = lambda _cycle: ACTOR,
+) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         calls.append("actor")
         doc = ctx.artifacts["doc"]
         todo = [p for p in PARTS if doc.get(p) != "good"] or ["a"]
-        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=ACTOR)
+        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=actor_usage(ctx.cycle))
 
     def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
         calls.append("check")
@@ -36,7 +43,7 @@ def _loop(calls: list[str], max_cost: float = 10.0) -> lw.Loop:
         return lw.Verdict(passed=not bad, score=1 - len(bad) / len(PARTS), usage=CHECK)
 
     return lw.Loop(
-        name="billed",
+        name=name,
         actor=actor,
         verifiers=[lw.Check(fn=check, name="check")],
         contract=lw.Contract(
@@ -292,28 +299,8 @@ def test_a_rollback_after_a_kill_keeps_the_bill_of_a_call_given_up_on(url: str) 
 def _dear_loop(calls: list[str]) -> lw.Loop:
     """Cycle 1 is cheap; from cycle 2 the actor's call costs 0.5 (a budget of 0.9): the
     actor's owed calls can cross the budget before the check is asked again."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        calls.append("actor")
-        doc = ctx.artifacts["doc"]
-        todo = [p for p in PARTS if doc.get(p) != "good"] or ["a"]
-        cost = 0.01 if ctx.cycle == 1 else 0.5
-        return lw.Proposal.edit("doc", {todo[0]: "good"}, usage=lw.Usage(cost, 1))
-
-    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        calls.append("check")
-        doc = state.artifacts["doc"].values()
-        bad = [x for x in PARTS if doc.get(x) != "good"]
-        return lw.Verdict(passed=not bad, score=1 - len(bad) / len(PARTS), usage=CHECK)
-
-    return lw.Loop(
-        name="dear",
-        actor=actor,
-        verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(
-            success=lw.Success(min_score=1.0),
-            budget=lw.Budget(max_cycles=6, max_cost_usd=0.9),
-        ),
+    return _loop(
+        calls, 0.9, name="dear", actor_usage=lambda n: lw.Usage(0.01 if n == 1 else 0.5, 1)
     )
 
 
