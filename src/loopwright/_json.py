@@ -102,14 +102,30 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text; integers of any size come back exact."""
+    """Parse JSON text; integers of any size come back exact. A lone surrogate escaped in the
+    text (``"\\ud83d"``, kept by releases before they were refused) comes back as U+FFFD:
+    read as it is, nothing could print it, and every page, answer and ``show`` of its run
+    failed to encode."""
     big = _BIG_INT.search(text) if isinstance(text, str) else _BIG_INT_B.search(text)
     if orjson is None or big:
-        return json.loads(text)
+        return _texts(json.loads(text))
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:  # NaN/Infinity written by older versions
-        return json.loads(text)
+    except orjson.JSONDecodeError:  # NaN/Infinity or a lone surrogate, from older versions
+        return _texts(json.loads(text))
+
+
+def _texts(value: Any) -> Any:
+    """``value`` with each string (and key) holding a lone surrogate made whole (U+FFFD); the
+    other values as they are (a stored NaN reads back as NaN). Only on the standard library's
+    path, which ``orjson`` leaves for these rare texts."""
+    if isinstance(value, str):
+        return _whole_text(value)
+    if isinstance(value, dict):
+        return {_whole_text(k): _texts(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_texts(v) for v in value]
+    return value
 
 
 class NumberRangeError(ValueError):

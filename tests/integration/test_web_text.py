@@ -154,3 +154,37 @@ def test_a_malformed_part_ref_in_a_picture_link_is_400(
             assert r.status_code == 400, (route, ref, r.status_code)
             assert "artifact/part" in r.json()["detail"]
         assert client.get(f"/runs/{run_id}/{route}", params={"ref": "doc/nope"}).status_code == 404
+
+
+def test_a_lone_surrogate_an_older_release_stored_is_shown_as_u_fffd(tmp_path: Path) -> None:
+    """Such text already in a store (releases before it was refused kept it, JSON-escaped, in
+    a version, an event, an audit record) made the run's page, ``/api/runs/{id}`` and
+    ``/audit`` answer 500 for good. It now reads back as U+FFFD."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    with lw.Runtime(url) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    [a] = client.get("/api/approvals").json()
+    r = client.post(f"/api/approvals/{a['approval_id']}/approve", json={"note": "ok"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    bad = '"a\\ud83db"'  # as the JSON text of an older release held it
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute(f"UPDATE versions SET value = '{bad}' WHERE ref = 'doc/memo'")
+        db.execute(
+            "UPDATE events SET data = substr(data, 1, length(data) - 1) || ?"
+            " WHERE data LIKE '{%}' AND data != '{}'",
+            (f',"x":{bad}}}',),
+        )
+        # the audit log is append-only: an older release's record is one more row
+        db.execute(
+            "INSERT INTO audit (at, actor, action, target, outcome, origin, detail)"
+            " SELECT at, actor, action, target, outcome, origin,"
+            " substr(detail, 1, length(detail) - 1) || ? FROM audit",
+            (f',"x":{bad}}}',),
+        )
+    for path in (f"/runs/{res.run_id}", f"/api/runs/{res.run_id}", "/audit", "/api/audit"):
+        r = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200, (path, r.text[:300])
+        assert "a\ufffdb" in r.text or "a\\ufffdb" in r.text, path

@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +106,29 @@ def test_an_effect_key_survives_the_write_ahead_round_trip() -> None:
 def test_unicode_round_trips() -> None:
     value = {"é": "✓ 漢字 \u2028", "emoji": "🙂"}
     assert _json.loads(_json.dumps(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('"a\\ud83db"', "a\ufffdb"),  # a lone high surrogate, escaped
+        ('{"\\udfff": ["x\\udc00"]}', {"\ufffd": ["x\ufffd"]}),  # in a key and a list
+        ('"\\ud83d\\ude00"', "\U0001f600"),  # a pair is its character
+        ('{"n": 123456789012345678901234567890, "s": "\\ud800"}', None),  # big int path too
+    ],
+)
+def test_loads_makes_a_stored_lone_surrogate_whole(text: str, expected: object) -> None:
+    """Releases before lone surrogates were refused stored them escaped; read back as they
+    were, no page or answer could encode them (500 for good on the run's page)."""
+    got = _json.loads(text)
+    if expected is None:
+        assert got == {"n": 123456789012345678901234567890, "s": "\ufffd"}
+    else:
+        assert got == expected
+    assert _json.dumps(got).encode("utf-8")  # printable again
+
+
+def test_loads_keeps_a_stored_nan() -> None:
+    """Only text is repaired on that path: a NaN written by an older version reads as NaN."""
+    got = _json.loads('{"x": NaN, "s": "\\ud83d"}')
+    assert math.isnan(got["x"]) and got["s"] == "\ufffd"
