@@ -128,7 +128,18 @@ class Loop:
                     f"names verifiers that are not visible checks of this loop: {missing}",
                     field="contract.success.required",
                 )
-        if visible and not sum(c.weight for c in checks if not c.held_out):
+        if not visible:
+            raise ConfigError(
+                "a loop needs at least one visible check: without one no proposal can be "
+                "accepted or show progress, and every run would spend its whole budget"
+                + (
+                    " (held-out checks are never shown to the actor nor decide success)"
+                    if checks
+                    else ""
+                ),
+                field="verifiers",
+            )
+        if not sum(c.weight for c in checks if not c.held_out):
             raise ConfigError(
                 "the visible checks' weights add up to 0: the run would have no score, and "
                 "could neither succeed nor show progress (give one of them a weight above 0)",

@@ -133,16 +133,21 @@ def test_visible_checks_weighing_nothing_are_refused() -> None:
     )
 
 
+def _ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+
+
 def test_a_marginal_return_rule_alone_is_refused_where_a_loop_is_built() -> None:
     mr = lw.MarginalReturn(value_per_success_usd=2.0)
     contract = lw.Contract(marginal_return=mr)  # a contract (a stored snapshot) still builds
     assert lw.Contract.from_dict({"marginal_return": {"value_per_success_usd": 2.0}}) == contract
     with pytest.raises(ConfigError, match="only exit besides success") as e:
-        lw.Loop(name="m", actor=lambda ctx: lw.Proposal(), contract=contract)
+        lw.Loop(name="m", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=contract)
     assert e.value.field == "contract.marginal_return"
     lw.Loop(
         name="m",
         actor=lambda ctx: lw.Proposal(),
+        verifiers=[_ok],
         contract=lw.Contract(marginal_return=mr, budget=lw.Budget(max_cycles=50)),
     )
 

@@ -105,11 +105,18 @@ def _runs(
     ]
     results = []
     with lw.Runtime(str(db)) as rt:
-        for name, a, vs in (("echo", echo, []), ("leak", actor, checks)):
+        for name, a, vs in (
+            ("echo", echo, [lw.Check(fn=_passes, name="ok")]),
+            ("leak", actor, checks),
+        ):
             loop = lw.Loop(name=name, actor=a, verifiers=vs, contract=contract, retry=retry)
             results.append(rt.run_sync(loop, _task(), task_key=name))
         states = [r.state.to_dict() for r in results]  # read while the store is open
     return db, results, states
+
+
+def _passes(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)  # never reached: the echo actor's call fails
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -218,7 +225,7 @@ def test_a_base_url_password_echoed_by_the_server_is_not_stored(
     loop = lw.Loop(
         name="echo",
         actor=actor,
-        verifiers=[],
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
         contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
         retry=lw.RetryPolicy(attempts=1),
     )

@@ -19,6 +19,10 @@ def _actor(ctx: lw.Context) -> lw.Proposal:
     return lw.Proposal()
 
 
+def _ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+
+
 @lw.effect("spend")
 def pay(invoice: str, amount: float) -> dict[str, Any]:
     return {"paid": invoice, "amount": amount}
@@ -209,7 +213,9 @@ def test_describe() -> None:
 # --- loops ------------------------------------------------------------------------------------
 def test_loop_accepts_effects_and_finds_them_by_name() -> None:
     other = lw.effect("notify", name="ping")(lambda: None)
-    loop = lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, other])
+    loop = lw.Loop(
+        name="l", actor=_actor, verifiers=[_ok], contract=_contract(), effects=[pay, other]
+    )
     assert loop.effects == (pay, other)
     assert loop.effect("ping") is other
     assert loop.effect("nope") is None
@@ -218,23 +224,25 @@ def test_loop_accepts_effects_and_finds_them_by_name() -> None:
 def test_loop_rejects_duplicate_effect_names() -> None:
     twin = lw.effect("spend", name="pay")(lambda: None)
     with pytest.raises(lw.ConfigError, match=r"unique: \['pay'\]") as err:
-        lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, twin])
+        lw.Loop(name="l", actor=_actor, verifiers=[_ok], contract=_contract(), effects=[pay, twin])
     assert err.value.field == "effects"
 
 
 @pytest.mark.parametrize("bad", [pay.fn, "pay", pay.call(invoice="A", amount=1)])
 def test_loop_rejects_non_effect_objects(bad: Any) -> None:
     with pytest.raises(lw.ConfigError, match="not an Effect") as err:
-        lw.Loop(name="l", actor=_actor, contract=_contract(), effects=[pay, bad])
+        lw.Loop(name="l", actor=_actor, verifiers=[_ok], contract=_contract(), effects=[pay, bad])
     assert err.value.field == "effects"
 
 
 def test_loop_rejects_a_non_policy_and_a_non_retry() -> None:
     with pytest.raises(lw.ConfigError) as err:
-        lw.Loop(name="l", actor=_actor, contract=_contract(), approvals=[])  # type: ignore[arg-type]
+        lw.Loop(name="l", actor=_actor, verifiers=[_ok], contract=_contract(), approvals=[])  # type: ignore[arg-type]
     assert err.value.field == "approvals"
     with pytest.raises(lw.ConfigError) as err:
-        lw.Loop(name="l", actor=_actor, contract=_contract(), retry={"attempts": 2})  # type: ignore[arg-type]
+        lw.Loop(
+            name="l", actor=_actor, verifiers=[_ok], contract=_contract(), retry={"attempts": 2}
+        )  # type: ignore[arg-type]
     assert err.value.field == "retry"
 
 
@@ -245,3 +253,15 @@ def test_proposal_digest_binds_the_effects() -> None:
     assert a.digest() != lw.Proposal().digest()
     assert a.kind == "effects"
     assert lw.Proposal.from_dict(a.to_dict()) == a
+
+
+@pytest.mark.parametrize("held_out", [(), (True,)])
+def test_a_loop_without_a_visible_check_is_refused(held_out: tuple[bool, ...]) -> None:
+    """Nothing could accept a proposal or show progress: every run spent its whole budget
+    (``budget_cycles`` after max_cycles), with no word of why. A held-out check alone does
+    not count: it never decides success."""
+    checks = [lw.Check(fn=_ok, name="h", held_out=True) for _ in held_out]
+    with pytest.raises(lw.ConfigError, match="at least one visible check") as err:
+        lw.Loop(name="l", actor=_actor, verifiers=checks, contract=_contract())
+    assert err.value.field == "verifiers"
+    assert ("held-out" in str(err.value)) == bool(held_out)
