@@ -420,6 +420,61 @@ def test_an_eval_case_replays_to_the_same_outcome(world: World, name: str, tmp_p
     assert r.state.accepted_values() == case["accepted_artifacts"]
 
 
+def _one_a_cycle(target: dict[str, int]) -> Callable[[lw.Context], lw.Proposal]:
+    """Fixes the first wrong field each cycle (cycle n's proposal depends only on its state)."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        wrong = sorted(f.part for f in ctx.findings)[:1]
+        return lw.Proposal.edit(
+            "doc", {k: target[k] for k in wrong} or {"a": 1}, usage=lw.Usage(0.01, 10)
+        )
+
+    return actor
+
+
+def test_an_eval_case_of_a_fork_replays_from_its_task(tmp_path: Path) -> None:
+    """A fork's case carries the cycles it inherited (its origin's up to the fork point, along
+    a fork of a fork too): replayed from ``case["task"]`` under its contract, it ends as the
+    fork did, where it used to escalate at its first cycle (no recorded proposal for it)."""
+    nine = lw.Loop(
+        name="tr",
+        project="traces",
+        actor=_one_a_cycle(TARGET),
+        verifiers=[fields],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=9), no_progress=lw.NoProgress(cycles=5)),
+    )
+    with lw.Runtime(str(tmp_path / "runs.db")) as rt:
+        origin = rt.run_sync(nine, TASK, task_key="origin")
+        assert (origin.status, origin.cycles) == ("accepted", 3)
+        fork = rt.fork(origin.run_id, 1)
+        rt.resume_sync(fork.run_id, nine)
+        again = rt.fork(fork.run_id, 2)  # a fork of the fork, at one of its own cycles
+        rt.resume_sync(again.run_id, nine)
+        cases = {c["run_id"]: c for c in eval_cases(rt.store)}
+    for run, at, origin_id in ((fork, 1, origin.run_id), (again, 2, fork.run_id)):
+        case = cases[run.run_id]
+        assert case["forked_from"] == {"run_id": origin_id, "cycle": at}
+        assert [c["cycle"] for c in case["inherited_cycles"]] == list(range(1, at + 1))
+        assert [c["cycle"] for c in case["cycles"]] == list(range(at + 1, 4))
+        replay = lw.Loop(
+            name="tr",
+            project="traces",
+            actor=case_actor(case),
+            verifiers=[fields],
+            contract=lw.Contract.from_dict(case["contract"]),
+        )
+        with lw.Runtime(str(tmp_path / f"replay-{at}.db")) as rt:
+            r = rt.run_sync(replay, case["task"], task_key="replay")
+            replayed = [c.record for c in rt.store.checkpoints(r.run_id) if c.record]
+        assert (r.status, r.stop_reason, r.cycles) == (case["status"], case["stop_reason"], 3)
+        assert [(x["cycle"], x["decision"], x["score"]) for x in replayed if "proposal" in x] == [
+            (c["cycle"], c["decision"], c["score"])
+            for c in case["inherited_cycles"] + case["cycles"]
+        ]
+        assert r.state.accepted_values() == case["accepted_artifacts"]
+        assert r.spent.cost_usd == pytest.approx(case["spent"]["cost_usd"])
+
+
 # --- preference pairs ------------------------------------------------------------------------
 def test_preference_pairs(world: World) -> None:
     with world.store() as st:
