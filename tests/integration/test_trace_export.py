@@ -231,9 +231,10 @@ def _proto_parse(doc: dict[str, Any]) -> Any:
 
     conv = json.loads(json.dumps(doc))
     for span in conv["resourceSpans"][0]["scopeSpans"][0]["spans"]:
-        for k in ("traceId", "spanId", "parentSpanId"):
-            if k in span:
-                span[k] = base64.b64encode(bytes.fromhex(span[k])).decode()
+        for obj in (span, *span.get("links", ())):
+            for k in ("traceId", "spanId", "parentSpanId"):
+                if k in obj:
+                    obj[k] = base64.b64encode(bytes.fromhex(obj[k])).decode()
     return json_format.Parse(json.dumps(conv), ExportTraceServiceRequest())
 
 
@@ -354,6 +355,35 @@ def test_export_otlp_reports_a_refusal_and_an_unreachable_collector(world: World
             export_otlp(st, world.runs["ok"], "localhost:4318")
         with pytest.raises(lw.RunNotFoundError):
             export_otlp(st, "no-such-run", "http://127.0.0.1:9")
+
+
+def test_a_forks_trace_names_and_links_its_origin(tmp_path: Path) -> None:
+    """A fork's OTLP trace is its own, its run span carrying the lineage (the run and cycle it
+    was forked from) and a span link to its origin's run span; a run that is no fork has
+    neither."""
+    loop = make_loop(script(WRONG, FIX_B, FULL))
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        origin = rt.run_sync(loop, TASK, task_key="origin")
+        fork = rt.fork(origin.run_id, 1)
+        rt.resume_sync(fork.run_id, loop)
+        docs = {r: otlp_trace(rt.store, r) for r in (origin.run_id, fork.run_id)}
+    roots = {}
+    for run, doc in docs.items():
+        [root] = [
+            sp
+            for sp in _proto_parse(doc).resource_spans[0].scope_spans[0].spans
+            if not sp.parent_span_id
+        ]
+        roots[run] = root
+    attrs = {a.key: a.value for a in roots[fork.run_id].attributes}
+    assert attrs["loopwright.run.forked_from"].string_value == origin.run_id
+    assert attrs["loopwright.run.forked_at"].int_value == 1
+    [link] = roots[fork.run_id].links
+    assert link.trace_id == roots[origin.run_id].trace_id != roots[fork.run_id].trace_id
+    assert link.span_id == roots[origin.run_id].span_id
+    assert {a.key: a.value.int_value for a in link.attributes} == {"loopwright.run.forked_at": 1}
+    mine = {a.key for a in roots[origin.run_id].attributes}
+    assert "loopwright.run.forked_from" not in mine and not roots[origin.run_id].links
 
 
 # --- eval cases ------------------------------------------------------------------------------

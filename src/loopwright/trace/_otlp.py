@@ -114,6 +114,16 @@ def spans_to_otlp(
         }
         if s.parent is not None:
             span["parentSpanId"] = span_id_for(run.run_id, s.parent)
+        elif run.forked_from:
+            # A fork is a trace of its own, linked to its origin's run span (the ids are
+            # derived from run ids, so the link holds whenever either is exported).
+            span["links"] = [
+                {
+                    "traceId": trace_id_for(run.forked_from),
+                    "spanId": span_id_for(run.forked_from, "run"),
+                    "attributes": _attributes({"loopwright.run.forked_at": run.forked_at}),
+                }
+            ]
         out.append(span)
     return {
         "resourceSpans": [
