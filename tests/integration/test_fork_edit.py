@@ -6,6 +6,7 @@ signal in the task's scope; the loop continues from it)."""
 from __future__ import annotations
 
 import getpass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,18 @@ def test_fork_refuses_a_contract_a_loop_would_refuse(origin: tuple[Path, str, Co
         before = len(rt.store.list_runs())
         with pytest.raises(lw.ConfigError, match="only exit besides success"):
             rt.fork(run_id, 1, contract=only)
+        assert len(rt.store.list_runs()) == before  # nothing created
+
+
+def test_fork_refuses_another_loop(origin: tuple[Path, str, Counter]) -> None:
+    """``Runtime.fork(loop=...)`` of another loop is refused, as ``fork --spec`` refuses it: it
+    made a run labelled that loop in this run's project, from this run's state."""
+    db, run_id, counter = origin
+    other = replace(make_loop(counter), name="other", project="elsewhere")
+    with lw.Runtime(db) as rt:
+        before = len(rt.store.list_runs())
+        with pytest.raises(lw.ConfigError, match=r"not run \w+'s loop 'forky'"):
+            rt.fork(run_id, 1, loop=other)
         assert len(rt.store.list_runs()) == before  # nothing created
 
 
