@@ -6,12 +6,13 @@ Read from the store only; typically a run and its fork (``Runtime.fork``) or its
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from .store import RunRecord, Store
 
-__all__ = ["compare_runs", "flatten"]
+__all__ = ["compare_runs", "contract_changes", "flatten", "merge_contract"]
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -24,6 +25,26 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+def merge_contract(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it table by table (a ``null`` clears a key; lists,
+    such as the risk rules, are replaced whole)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_contract(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def contract_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Each setting (``budget.max_cycles``) that differs: ``{"from": ..., "to": ...}``."""
+    a, b = flatten(before), flatten(after)
+    return {k: {"from": a.get(k), "to": b.get(k)} for k in sorted({*a, *b}) if a.get(k) != b.get(k)}
 
 
 def _side(store: Store, rec: RunRecord) -> dict[str, Any]:

@@ -63,6 +63,14 @@ class Forking(RuntimeHost):
         operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
+        if loop is not None and loop.name != rec.loop_name:
+            # Another loop's actor, contract and memory scope are not this run's: its state
+            # would be labelled that loop, in this run's project (as `loopwright fork --spec`).
+            raise ConfigError(
+                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}: fork "
+                f"with that loop, or start a new run of {loop.name!r}",
+                field="loop",
+            )
         cks = self.store.checkpoints(rec.run_id)
         ck = concluded_at(cks, rec.run_id, at_cycle, "at_cycle")
         refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")

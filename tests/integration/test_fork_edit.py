@@ -6,6 +6,7 @@ signal in the task's scope; the loop continues from it)."""
 from __future__ import annotations
 
 import getpass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,18 @@ def test_fork_refuses_a_contract_a_loop_would_refuse(origin: tuple[Path, str, Co
         before = len(rt.store.list_runs())
         with pytest.raises(lw.ConfigError, match="only exit besides success"):
             rt.fork(run_id, 1, contract=only)
+        assert len(rt.store.list_runs()) == before  # nothing created
+
+
+def test_fork_refuses_another_loop(origin: tuple[Path, str, Counter]) -> None:
+    """``Runtime.fork(loop=...)`` of another loop is refused, as ``fork --spec`` refuses it: it
+    made a run labelled that loop in this run's project, from this run's state."""
+    db, run_id, counter = origin
+    other = replace(make_loop(counter), name="other", project="elsewhere")
+    with lw.Runtime(db) as rt:
+        before = len(rt.store.list_runs())
+        with pytest.raises(lw.ConfigError, match=r"not run \w+'s loop 'forky'"):
+            rt.fork(run_id, 1, loop=other)
         assert len(rt.store.list_runs()) == before  # nothing created
 
 
@@ -432,3 +445,52 @@ def test_an_edit_reopens_a_run_that_gave_up_on_its_actor_to_a_fresh_start(
         r = rt.resume_sync(r.run_id, loop)
     assert len(calls) == 3  # the actor is asked again
     assert r.status == "accepted" and r.state.values()["doc"] == {"a": "person's", "b": "fixed"}
+
+
+def test_cli_fork_contract_file_changes_only_what_it_sets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fork --contract`` with a budget-only file keeps the run's risk rules and success rule
+    (the whole contract was replaced: the fork changed a guarded part without asking anyone)
+    and says what it changed; ``risk = []`` still clears the rules, as the file says."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": "a1"} if ctx.cycle == 1 else {"b": f"b{ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5)
+
+    guarded = lw.Loop(
+        name="guarded",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(
+            success=lw.Success(min_score=0.9),
+            budget=lw.Budget(max_cycles=4),
+            risk=(lw.RiskRule(name="b-needs-ok", touches=("doc/b",), reason="b is the amount"),),
+        ),
+    )
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt:
+        first = rt.run_sync(guarded, TASK, task_key="guarded")
+    assert (first.status, first.cycles) == ("awaiting_approval", 1)  # cycle 2 touches doc/b
+    budget = tmp_path / "budget.toml"
+    budget.write_text("[contract.budget]\nmax_cycles = 9\n")
+    store = ["--store", str(db)]
+    args = ["fork", "guarded", "--at-cycle", "1", "--contract", str(budget)]
+    assert main([*args, "--key", "more", *store]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    with lw.Runtime(db) as rt:
+        contract = rt.store.get_run("more").contract
+        more = rt.resume_sync("more", guarded)
+    assert more.status == "awaiting_approval"  # doc/b still needs a person
+    assert [r["name"] for r in contract["risk"]] == ["b-needs-ok"]
+    assert contract["success"]["min_score"] == 0.9
+    assert contract["budget"]["max_cycles"] == 9
+    assert "budget.max_cycles 4 -> 9" in said
+    cleared = tmp_path / "norisk.toml"
+    cleared.write_text("[contract]\nrisk = []\n")
+    assert main(["fork", "guarded", "--at-cycle", "1", "--contract", str(cleared), *store]) == 0
+    with lw.Runtime(db) as rt:
+        [bare] = [r for r in rt.store.list_runs() if r.task_key.startswith("guarded~fork")]
+        assert bare.contract["risk"] == [] and bare.contract["budget"]["max_cycles"] == 4

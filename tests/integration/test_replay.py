@@ -91,6 +91,41 @@ def test_traces_round_trip_through_the_file_format(tmp_path: Path) -> None:
         list(read_traces(bad))
 
 
+@pytest.mark.parametrize(
+    ("where", "value", "said"),
+    [
+        ("recorded.cost_usd", "abc", "recorded.cost_usd must be a number"),
+        ("recorded.cost_usd", float("nan"), "recorded.cost_usd must be a number"),
+        ("recorded.tokens", 1.5, "recorded.tokens must be a whole number"),
+        ("recorded.held_out_passed", "yes", "recorded.held_out_passed must be true, false"),
+        ("cycle.score", float("inf"), "score must be a number or null"),
+        ("cycle.seconds", "1", "seconds must be a number"),
+        ("cycle.improved", "no", "improved must be true, false or null"),
+        ("tail.cost_usd", -1, "tail.cost_usd must be a number, 0 or more"),
+    ],
+)
+def test_a_bad_number_in_a_trace_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, value: Any, said: str
+) -> None:
+    """A run-trace file holding text or NaN where replay adds or compares numbers is refused
+    where it is read, naming the line and the field: it was an internal error (ValueError)
+    later, or NaN totals (and ``NaN`` in --json, which is not JSON)."""
+    from loopwright.cli import main
+
+    [first] = load_source(str(FILES[1]))[:1]
+    doc = first.to_dict()
+    doc["tail"] = {"kind": "crossed", "cost_usd": 0.1, "tokens": 1, "seconds": 1.0}
+    part, key = where.split(".")
+    (doc["cycles"][0] if part == "cycle" else doc[part])[key] = value
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(doc) + "\n")  # NaN and Infinity as Python's json writes them
+    with pytest.raises(lw.ConfigError, match=said):
+        list(read_traces(bad))
+    assert main(["replay", str(bad), "--contract", str(LDB_POLICY)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{bad}:1: malformed run trace: " in err and said in err
+
+
 # --- replay agrees with re-running the loop ---------------------------------------------------
 cycle_st = st.fixed_dictionaries(
     {

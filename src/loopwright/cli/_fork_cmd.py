@@ -28,7 +28,8 @@ def fork(
         typer.Option(
             "--contract",
             metavar="FILE",
-            help="A contract TOML (a loop spec or [contract] tables) for the new run.",
+            help="A contract TOML (a loop spec or [contract] tables) laid over RUN's contract "
+            "(or --spec's) table by table: what it does not set stays.",
         ),
     ] = None,
     spec: Annotated[
@@ -45,15 +46,17 @@ def fork(
     """Fork RUN at a cycle: a new run whose state is RUN's after that cycle (accepted parts stay
     accepted), linked to it. Effects RUN did up to that cycle are inherited, never done again.
     Run it with `loopwright resume`."""
+    from .._compare import contract_changes, merge_contract
+    from .._contract import Contract
     from .._engine import Runtime
     from .._spec import load_spec
-    from ..replay import load_contract
+    from ..replay._report import contract_tables
     from ._render import console
 
     if at_cycle < 0:
         raise ConfigError("must be 0 or more", field="--at-cycle")
     loop = load_spec(spec) if spec is not None else None
-    chosen = load_contract(contract, keep_risk=True) if contract is not None else None
+    tables = contract_tables(contract, keep_risk=True) if contract is not None else None
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         if loop is not None and loop.name != rec.loop_name:
@@ -65,6 +68,13 @@ def fork(
                 f"start a new run of {loop.name!r} with `loopwright run`",
                 field="--spec",
             )
+        # The file changes what it sets: a budget-only file keeps the run's success rule and
+        # its risk rules (replacing the whole contract dropped the approvals silently).
+        base = loop.contract.to_dict() if loop is not None else rec.contract
+        chosen = loop.contract if loop is not None else None
+        if tables is not None:
+            chosen = Contract.from_dict(merge_contract(base, tables))
+        changed = contract_changes(rec.contract, chosen.to_dict() if chosen else rec.contract)
         who = acting_as(rt.store, by, token, action="fork")
         new = rt.fork(
             rec.run_id,
@@ -79,6 +89,8 @@ def fork(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
     )
+    said = "; ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in changed.items())
+    console().print(f"contract: {said or 'unchanged'}")
     console().print(f"run it with: loopwright resume {new.run_id[:12]}")
 
 

@@ -7,11 +7,10 @@ Importing this module registers the commands on the application.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated
 
 import typer
 
@@ -103,7 +102,7 @@ def trace(
     Spans: run → cycle → actor / verifier / effect / approval. --send posts them to an
     OTLP/HTTP collector.
     """
-    from ..trace import export_otlp, otlp_trace, trace_records, traces_url, write_jsonl
+    from ..trace import export_otlp, trace_records, traces_url, write_jsonl, write_otlp
 
     if fmt is not None and fmt not in _FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use jsonl or otlp-json", field="--format")
@@ -124,9 +123,7 @@ def trace(
                     n = write_jsonl(trace_records(st, rec.run_id), fh)
                     what = f"{n} line(s)"
                 else:
-                    doc = otlp_trace(st, rec.run_id)
-                    fh.write(json.dumps(doc, separators=(",", ":")) + "\n")
-                    what = f"{_span_count(doc)} span(s)"
+                    what = f"{write_otlp(st, rec.run_id, fh)} span(s)"
             if out is not None:
                 _note(f"wrote {what} of run {rec.run_id} to {out}")
         if send is not None:
@@ -141,10 +138,6 @@ def trace(
                 f"sent {res.spans} span(s) of run {rec.run_id} to {res.url}: HTTP {res.status}"
                 + (f", {res.rejected_spans} rejected: {res.message}" if res.rejected_spans else "")
             )
-
-
-def _span_count(doc: dict[str, Any]) -> int:
-    return sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
 
 
 @export_app.command("eval-cases")

@@ -42,6 +42,7 @@ cycles are its own (what it inherited is not counted again).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,35 +155,86 @@ class RunTrace:
         try:
             cycles = tuple(
                 CycleTrace(
-                    cycle=int(c["cycle"]),
+                    cycle=_count(c["cycle"], "cycle"),
                     calls=tuple(
-                        Call(str(x["who"]), float(x.get("cost_usd", 0.0)), int(x.get("tokens", 0)))
+                        Call(
+                            str(x["who"]),
+                            _amount(x.get("cost_usd", 0.0), "calls[].cost_usd"),
+                            _count(x.get("tokens", 0), "calls[].tokens"),
+                        )
                         for x in c.get("calls") or ()
                     ),
                     verdicts={str(k): dict(v) for k, v in (c.get("verdicts") or {}).items()},
-                    score=None if c.get("score") is None else float(c["score"]),
-                    held_out_passed=c.get("held_out_passed"),
+                    score=_score(c.get("score")),
+                    held_out_passed=_flag(c.get("held_out_passed"), "held_out_passed"),
                     refused=bool(c.get("refused", False)),
                     duplicate=bool(c.get("duplicate", False)),
                     asked=bool(c.get("asked", False)),
-                    seconds=float(c.get("seconds", 0.0)),
-                    improved=c.get("improved"),
+                    seconds=_amount(c.get("seconds", 0.0), "seconds"),
+                    improved=_flag(c.get("improved"), "improved"),
                     reopened=bool(c.get("reopened", False)),
                 )
                 for c in d.get("cycles") or ()
             )
+            recorded = dict(d.get("recorded") or {})
+            tail = dict(d.get("tail") or {"kind": "none"})
+            # What replay adds up and compares: a number that is text or NaN is a bad file,
+            # said here, not a ValueError (or a NaN total) later.
+            for name, part, keys in (
+                ("recorded", recorded, _RECORDED_NUMBERS),
+                ("tail", tail, _TAIL_NUMBERS),
+            ):
+                for key, check in keys.items():
+                    if part.get(key) is not None:
+                        check(part[key], f"{name}.{key}")
+            _flag(recorded.get("held_out_passed"), "recorded.held_out_passed")
             return cls(
                 run_id=str(d["run_id"]),
                 task_key=str(d.get("task_key", d["run_id"])),
                 cycles=cycles,
                 required=tuple(str(x) for x in d.get("required") or ()),
-                recorded=dict(d.get("recorded") or {}),
-                tail=dict(d.get("tail") or {"kind": "none"}),
+                recorded=recorded,
+                tail=tail,
                 source=str(d.get("source", "")),
                 start=dict(d.get("start") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"malformed run trace: {exc!r}", field=where) from None
+            said = str(exc) if type(exc) is ValueError else repr(exc)
+            raise ConfigError(f"malformed run trace: {said}", field=where) from None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _amount(value: Any, what: str) -> float:
+    if _finite(value) and value >= 0:
+        return float(value)
+    raise ValueError(f"{what} must be a number, 0 or more, got {value!r}")
+
+
+def _count(value: Any, what: str) -> int:
+    if _finite(value) and value >= 0 and value == int(value):
+        return int(value)
+    raise ValueError(f"{what} must be a whole number, 0 or more, got {value!r}")
+
+
+def _score(value: Any) -> float | None:
+    if value is None:
+        return None
+    if _finite(value):
+        return float(value)
+    raise ValueError(f"score must be a number or null, got {value!r}")
+
+
+def _flag(value: Any, what: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"{what} must be true, false or null, got {value!r}")
+
+
+_RECORDED_NUMBERS = {"cycles": _count, "cost_usd": _amount, "tokens": _count, "max_cycles": _count}
+_TAIL_NUMBERS = {"cost_usd": _amount, "tokens": _count, "seconds": _amount, "max_seconds": _amount}
 
 
 def write_traces(traces: Iterable[RunTrace], out: str | Path | IO[str]) -> int:

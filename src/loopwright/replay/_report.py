@@ -159,6 +159,12 @@ def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
     """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables.
     Risk rules are dropped unless ``keep_risk``: replay does not replay a person's decisions
     (a fork runs them)."""
+    return Contract.from_dict(contract_tables(path, keep_risk=keep_risk))
+
+
+def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, Any]:
+    """The contract tables a TOML file gives (as ``load_contract`` reads them), only those it
+    gives: to lay over another contract (``loopwright fork --contract``)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no contract file at {p}", field="--contract")
@@ -176,4 +182,4 @@ def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
     known = {"success", "no_progress", "budget", "marginal_return", "escalation"}
     if keep_risk:
         known.add("risk")
-    return Contract.from_dict({k: v for k, v in table.items() if k in known})
+    return {k: v for k, v in table.items() if k in known}

@@ -29,6 +29,7 @@ from ._otlp import (
     spans_to_otlp,
     trace_id_for,
     traces_url,
+    write_otlp,
 )
 from ._spans import Span, SpanEvent, build_spans, run_spans
 
@@ -61,4 +62,5 @@ __all__ = [
     "trace_records",
     "traces_url",
     "write_jsonl",
+    "write_otlp",
 ]

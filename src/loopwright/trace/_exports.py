@@ -20,6 +20,7 @@ from typing import Any, Literal
 from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
+from .._people import concluded_at
 from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
@@ -190,6 +191,10 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
         "held_out_keys": [HELD_OUT_KEY] if HELD_OUT_KEY in rec.task else [],
         "contract": rec.contract,
         "initial_artifacts": initial.values(),
+        "forked_from": (
+            {"run_id": rec.forked_from, "cycle": rec.forked_at} if rec.forked_from else None
+        ),
+        "inherited_cycles": _inherited_cycles(store, rec),
         "cycles": [_case_cycle(rec, c) for c in _cycles(cps)],
         "status": rec.status,
         "stop_reason": rec.stop_reason,
@@ -225,6 +230,29 @@ def _case_cycle(run: RunRecord, c: _Cycle) -> dict[str, Any]:
     }
 
 
+def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
+    """The cycles a fork started from: its origin's up to the fork point (the origin's own
+    inherited ones first, along a fork of a fork), each with the ``run_id`` that ran it, so the
+    case replays from its task. The origin's cycles are read as they stood when the fork was
+    made: a rollback of the origin after that rewrote them."""
+    if not run.forked_from or run.forked_at is None:
+        return []
+    origin = store.get_run(run.forked_from)
+    cks = store.checkpoints(origin.run_id)
+    then = [c for c in cks if c.created_at <= run.created_at]
+    try:  # the checkpoint the fork started from, as at the fork (else, clocks aside, the last)
+        start = concluded_at(then or cks, origin.run_id, run.forked_at, "forked_at")
+    except ConfigError:
+        start = concluded_at(cks, origin.run_id, run.forked_at, "forked_at")
+    upto = [c for c in cks if c.seq <= start.seq]
+    # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
+    own = {c.cycle: c for c in _cycles(upto) if c.concluded and c.cycle <= run.forked_at}
+    return [
+        *(c for c in _inherited_cycles(store, origin) if c["cycle"] not in own),
+        *({"run_id": origin.run_id, **_case_cycle(origin, own[n])} for n in sorted(own)),
+    ]
+
+
 def _decision(a: Approval) -> dict[str, Any]:
     return {
         "approval_id": a.approval_id,
@@ -245,8 +273,12 @@ def _decision(a: Approval) -> dict[str, Any]:
 
 def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
     """An actor replaying an eval case: cycle ``n`` proposes what the case's cycle ``n``
-    proposed (the last occurrence, after a rollback); past the recording it escalates."""
-    by_cycle = {int(c["cycle"]): c["proposal"] for c in case.get("cycles") or ()}
+    proposed (the last occurrence, after a rollback; for a fork, the cycles it inherited
+    first); past the recording it escalates."""
+    by_cycle = {
+        int(c["cycle"]): c["proposal"]
+        for c in [*(case.get("inherited_cycles") or ()), *(case.get("cycles") or ())]
+    }
 
     def actor(ctx: Context) -> Proposal:
         recorded = by_cycle.get(ctx.cycle)

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import IO, Any, Literal
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError
@@ -38,6 +38,7 @@ __all__ = [
     "spans_to_otlp",
     "trace_id_for",
     "traces_url",
+    "write_otlp",
 ]
 
 # OTLP enum values (opentelemetry/proto/trace/v1/trace.proto).
@@ -88,33 +89,34 @@ def spans_to_otlp(
     run: RunRecord, spans: Sequence[Span], *, service_name: str = "loopwright"
 ) -> dict[str, Any]:
     """Encode a span tree (``build_spans``) as an OTLP/JSON ``ExportTraceServiceRequest``."""
+    tid = trace_id_for(run.run_id)
+    return _request(run, [_otlp_span(run, tid, s) for s in spans], service_name)
+
+
+def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "loopwright") -> int:
+    """Write the run's ``otlp_trace`` document to ``out`` (the same bytes as
+    ``json.dumps(doc, separators=(",", ":"))``, then a newline), a span at a time: the
+    document is never built, so a long run's export holds its spans, not their JSON twice
+    over. Returns how many spans were written."""
+    rec, spans = run_spans(store, run_id)
+    tid = trace_id_for(rec.run_id)
+    # The envelope with no spans, cut where they go: `"spans":[]` cannot occur inside a JSON
+    # string (its quotes would be escaped), so the cut is the list's place.
+    head, tail = _dumps(_request(rec, [], service_name)).split('"spans":[]')
+    out.write(head + '"spans":[')
+    for i, s in enumerate(spans):
+        out.write(("," if i else "") + _dumps(_otlp_span(rec, tid, s)))
+    out.write("]" + tail + "\n")
+    return len(spans)
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _request(run: RunRecord, spans: list[dict[str, Any]], service_name: str) -> dict[str, Any]:
     from .. import __version__
 
-    tid = trace_id_for(run.run_id)
-    out = []
-    for s in spans:
-        span: dict[str, Any] = {
-            "traceId": tid,
-            "spanId": span_id_for(run.run_id, s.key),
-            "name": s.name,
-            "kind": _SPAN_KIND_CLIENT if is_client_span(s) else _SPAN_KIND_INTERNAL,
-            "startTimeUnixNano": str(_nanos(s.start)),
-            "endTimeUnixNano": str(_nanos(s.end)),
-            "attributes": _attributes(exported_attributes(s)),
-            "events": [
-                {
-                    "timeUnixNano": str(_nanos(e.ts)),
-                    "name": e.name,
-                    "attributes": _attributes(e.attributes),
-                }
-                for e in s.events
-            ],
-            "status": {"code": _STATUS[s.status]}
-            | ({"message": redact_text(s.status_message)} if s.status_message else {}),
-        }
-        if s.parent is not None:
-            span["parentSpanId"] = span_id_for(run.run_id, s.parent)
-        out.append(span)
     return {
         "resourceSpans": [
             {
@@ -127,10 +129,45 @@ def spans_to_otlp(
                         }
                     )
                 },
-                "scopeSpans": [{"scope": {"name": _SCOPE, "version": __version__}, "spans": out}],
+                "scopeSpans": [{"scope": {"name": _SCOPE, "version": __version__}, "spans": spans}],
             }
         ]
     }
+
+
+def _otlp_span(run: RunRecord, tid: str, s: Span) -> dict[str, Any]:
+    span: dict[str, Any] = {
+        "traceId": tid,
+        "spanId": span_id_for(run.run_id, s.key),
+        "name": s.name,
+        "kind": _SPAN_KIND_CLIENT if is_client_span(s) else _SPAN_KIND_INTERNAL,
+        "startTimeUnixNano": str(_nanos(s.start)),
+        "endTimeUnixNano": str(_nanos(s.end)),
+        "attributes": _attributes(exported_attributes(s)),
+        "events": [
+            {
+                "timeUnixNano": str(_nanos(e.ts)),
+                "name": e.name,
+                "attributes": _attributes(e.attributes),
+            }
+            for e in s.events
+        ],
+        "status": {"code": _STATUS[s.status]}
+        | ({"message": redact_text(s.status_message)} if s.status_message else {}),
+    }
+    if s.parent is not None:
+        span["parentSpanId"] = span_id_for(run.run_id, s.parent)
+    elif run.forked_from:
+        # A fork is a trace of its own, linked to its origin's run span (the ids are
+        # derived from run ids, so the link holds whenever either is exported).
+        span["links"] = [
+            {
+                "traceId": trace_id_for(run.forked_from),
+                "spanId": span_id_for(run.forked_from, "run"),
+                "attributes": _attributes({"loopwright.run.forked_at": run.forked_at}),
+            }
+        ]
+    return span
 
 
 def _nanos(ts: float) -> int:

@@ -788,6 +788,9 @@ def _run_attributes(run: RunRecord) -> dict[str, Any]:
     }
     if run.stop_reason:
         a["loopwright.stop_reason"] = run.stop_reason
+    if run.forked_from:  # the lineage: a fork's own trace names the run and cycle it came from
+        a["loopwright.run.forked_from"] = run.forked_from
+        a["loopwright.run.forked_at"] = run.forked_at
     if run.loop_version:
         a["loopwright.loop.version"] = run.loop_version
     if run.best_score is not None:

@@ -7,7 +7,6 @@ background, linked both ways (``rerun_requested`` on the origin, ``rerun_of`` on
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import operate
-from .._compare import flatten
+from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, Contract
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
@@ -51,18 +50,6 @@ class ActionDeps:
     require_form_write: Callable[[Request, str], None]
     require_api_write: Callable[[Request], None]
     resume_later: Callable[[str], str]
-
-
-def merge_contract(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``changes`` laid over it table by table (a ``null`` clears a key; lists,
-    such as the risk rules, are replaced whole)."""
-    out = copy.deepcopy(dict(base))
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_contract(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def _cycles(store: Store, run_id: str) -> list[int]:
@@ -140,12 +127,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             raise HTTPException(400, str(exc)) from exc
         except (TypeError, ValueError) as exc:
             raise HTTPException(400, f"not a contract: {exc}") from exc
-        before, after = flatten(rec.contract), flatten(contract.to_dict())
-        changed = {
-            k: {"from": before.get(k), "to": after.get(k)}
-            for k in sorted({*before, *after})
-            if before.get(k) != after.get(k)
-        }
+        changed = contract_changes(rec.contract, contract.to_dict())
         try:
             new = Runtime(store).fork(
                 rec.run_id, at_cycle, contract=contract, task_key=task_key, by=who, origin=origin
