@@ -249,6 +249,22 @@ def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
     assert loopwright.__version__ == importlib.metadata.version("loopwright")
 
 
+def test_python_dash_m_loopwright(tmp_path: Path) -> None:
+    """`python -m loopwright` (an environment whose scripts are not on PATH) said "No module
+    named loopwright.__main__"; it is the same command, exit codes included."""
+    env = {**os.environ, "LOOPWRIGHT_STORE": str(tmp_path / "none.db")}
+    ok = subprocess.run(
+        [sys.executable, "-m", "loopwright", "--version"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert (ok.returncode, ok.stdout) == (0, f"loopwright {loopwright.__version__}\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "loopwright", "runs"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("loopwright: error: no store at")
+
+
 # --- listings: short by default, and readable at 80 columns, piped ---------------------------
 def test_runs_shows_the_newest_50_and_says_how_many_more(tmp_path: Path) -> None:
     store = tmp_path / "s.db"
