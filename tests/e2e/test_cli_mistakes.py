@@ -155,6 +155,22 @@ def test_ctrl_c_before_a_run_exists(
     assert not store.exists()
 
 
+def test_ctrl_c_in_a_command_that_drives_no_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C in `check` (or fit-stop, metrics...) said "every finished cycle is checkpointed
+    ... `loopwright resume RUN` continues it": no run was started, so there is none to resume."""
+    import loopwright._spec
+    from loopwright.cli import main
+
+    def load_spec(path: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loopwright._spec, "load_spec", load_spec)
+    assert main(["check", str(project / "loop.toml")]) == 130
+    assert capsys.readouterr().err == "loopwright: interrupted\n"
+
+
 def test_a_run_row_with_a_number_that_is_text(accepted: tuple[Path, str], project: Path) -> None:
     store, run_id = accepted
     con = sqlite3.connect(store)

@@ -14,6 +14,9 @@ __all__ = ["main"]
 # Whether the interrupted command may hold a run (`_interrupted` then points at `runs` and
 # `resume`): a command that starts runs clears it until it created the first one.
 _RUNS: dict[str, bool] = {"may_exist": True}
+# The commands that drive runs: Ctrl-C in any other (runs, metrics, fit-stop, trace...) leaves
+# no cycle behind, so pointing at `resume` would send a person looking for a run to continue.
+DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         from ._app import command_for
 
         command = command_for(args)
-        _RUNS["may_exist"] = True
+        _RUNS["may_exist"] = bool(args) and args[0] in DRIVES_RUNS
         # Click's standalone mode prints usage errors itself and exits with 2.
         command(args=args, prog_name="loopwright")
     except KeyboardInterrupt:
