@@ -287,3 +287,37 @@ def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_replay_table_is_what_the_command_prints(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/replay.md's table is the output of the command above it: it still showed the figures
+    from before the no-progress rule measured from the last material improvement (140
+    accepted, 272 cycles, $2.23) when the command printed 137, 257, $1.89."""
+    from loopwright.cli import main
+
+    [block] = [b for b in ALL if b.page == "docs/replay.md" and b.lang == "console"]
+    words = shlex.split(re.sub(r"\\\n", " ", block.code).strip().removeprefix("$ "))
+    monkeypatch.chdir(ROOT)
+    assert main([*words[1:], "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    columns = [out["recorded"], *out["contracts"]]
+    rows = {r[0]: r[1:] for r in _table("docs/replay.md", "# What-if replay")}
+    base = out["recorded"]["cost_usd"]
+    for shown, fig in zip(zip(*rows.values(), strict=True), columns, strict=True):
+        doc = dict(zip(rows, shown, strict=True))
+        lost = f" ({fig['accepted_lost']} lost)" if fig["accepted_lost"] else ""
+        assert doc["accepted"] == f"{fig['accepted']}{lost}"
+        assert doc["held-out passed"] == str(fig["held_out_passed"])
+        assert doc["false successes"] == str(fig["false_successes"])
+        assert doc["cycles (attempts)"] == str(fig["cycles"])
+        saved = 1 - fig["cost_usd"] / base
+        spend = f"${fig['cost_usd']:.2f}" + (f" ({saved:.1%} saved)" if saved else "")
+        assert doc["spend"].replace(" %", "%") == spend
+        assert doc["cost_per_accepted_usd"] == f"${fig['cost_per_accepted_usd']:.4f}"
+        after = f"${fig['spend_after_last_improvement_usd']:.2f}"
+        frac = f"({fig['spend_after_last_improvement_frac']:.0%})"
+        assert doc["spend_after_last_improvement"].replace(" %", "%") == f"{after} {frac}"
+        reasons = dict(x.rsplit(" ", 1) for x in doc["stop reasons"].split(", "))
+        assert {k: int(v) for k, v in reasons.items()} == fig["stop_reasons"]
