@@ -227,3 +227,32 @@ def test_import_of_a_file_without_tasks(project: Path) -> None:
         (project / name).write_text(text)
         refused(lw("import", "ldb", name, "--out", "o.jsonl", cwd=project), "no tasks", name)
     assert not (project / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
+    created: bool,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`run --executor ray` interrupted after its runs were created said only "interrupted",
+    though they were there to resume (the local executor points at `runs` and `resume`)."""
+    import loopwright as lw
+    import loopwright.executors
+    from loopwright.cli import main
+
+    def run_on_ray(spec: Path, tasks: list[Any], keys: list[str], url: str, **_: Any) -> None:
+        if created:  # the driver creates every run before Ray starts
+            with lw.Runtime(url) as rt:
+                for task, key in zip(tasks, keys, strict=True):
+                    rt.create(lw.load_spec(spec), task, task_key=key)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loopwright.executors, "run_on_ray", run_on_ray)
+    (project / "t.json").write_text(json.dumps(TASK))
+    args = ["run", str(project / "loop.toml"), "--task", str(project / "t.json")]
+    code = main([*args, "--executor", "ray", "--store", str(project / "s.db")])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert ("`loopwright resume RUN` continues it" in err) is created, err

@@ -283,6 +283,11 @@ def _execute_on_ray(
         results = run_on_ray(
             spec, items, keys, resolve_store_url(store), address=address, on_result=report
         )
+    except KeyboardInterrupt:
+        # The runs are created in the driver, in order, before Ray starts: whether the first
+        # exists says whether Ctrl-C left runs to resume.
+        _runs_may_exist(_has_run(store, keys[0]))
+        raise
     except RayBatchError as exc:
         for run_id, why in exc.failures.items():
             console(stderr=True).print(f"[red]run {run_id[:12]} failed on Ray: {why}[/]")
@@ -291,6 +296,18 @@ def _execute_on_ray(
         with open_store(store) as st:
             out.print(summary_table([st.get_run(r.run_id) for r in results]))
     return results
+
+
+def _has_run(store: str | None, key: str) -> bool:
+    """Whether the store holds a run of task ``key`` (asked after a Ctrl-C: any failure to
+    tell is "no", never an error in place of the interruption)."""
+    from ..store import open_store
+
+    try:
+        with open_store(existing_store(store)) as st:
+            return st.get_run(key).task_key == key
+    except Exception:
+        return False
 
 
 def _execute(
