@@ -208,6 +208,31 @@ def test_run_and_demo_still_create_a_postgres_schema(
         _pg.pg_drop_schema(_pg.pg_base_url(), urlsplit(demo_url).query.rpartition("schema=")[2])
 
 
+@pytest.mark.postgres
+def test_a_postgres_url_with_an_empty_host(
+    project: Path,
+    pg_typo: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq's `postgresql:///DB?host=…` (an empty host: the local socket, or the host as a
+    parameter) was sent to libpq as `postgresql:/DB?host=…`: "invalid connection option"."""
+    url, schema, database = pg_typo
+    base = urlsplit(url)
+    params = {"host": base.hostname or "", "port": str(base.port or 5432)}
+    params |= {"user": base.username or "", "password": base.password or ""}
+    query = "&".join(f"{k}={v}" for k, v in params.items() if v)
+    empty_host = f"postgresql:///{database}?{query}&schema={schema}"
+    task = project / "t.json"
+    task.write_text(json.dumps({"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}))
+    monkeypatch.chdir(project)
+    argv = ["run", "loop.toml", "--task", str(task), "--store", empty_host]
+    code, out, err = _run_main(argv, capsys, monkeypatch)
+    assert code == 0, (out, err)
+    code, out, err = _run_main(["runs", "--json", "--store", url], capsys, monkeypatch)
+    assert [r["status"] for r in json.loads(out)] == ["accepted"], err
+
+
 # --- filters and values are checked ----------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "listed"),
