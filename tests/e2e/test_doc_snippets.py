@@ -321,3 +321,38 @@ def test_the_replay_table_is_what_the_command_prints(
         assert doc["spend_after_last_improvement"].replace(" %", "%") == f"{after} {frac}"
         reasons = dict(x.rsplit(" ", 1) for x in doc["stop reasons"].split(", "))
         assert {k: int(v) for k, v in reasons.items()} == fig["stop_reasons"]
+
+
+def test_the_fixed_rules_of_the_fit_stop_example_are_what_replay_gives() -> None:
+    """docs/fit-stop.md prints the main case's output; its fixed-rule rows ("stop after w cycles
+    without fewer failing visible tests", all runs) are cheap to recompute, and they had gone
+    stale (w=5 kept 295/297, now 294) when no-progress began to count from the last material
+    improvement. The fit itself takes too long to rerun here."""
+    from loopwright.replay import load_source, simulate
+
+    [block] = [b for b in ALL if b.page == "docs/fit-stop.md" and "w=5 (best)" in b.code]
+    row = re.compile(
+        r"│ w=(\d)\D.*?│ all runs\s*│ ([\d.]+)% \((\d+)/(\d+)\) │\s*([\d.]+)% │\s*([\d.]+)%"
+    )
+    shown = {int(m[0]): m[1:] for m in row.findall(block.code)}
+    assert sorted(shown) == [1, 2, 3, 4, 5]
+    sources = re.findall(r"tests/data/ldb/\S+\.jsonl", block.code.splitlines()[0] + block.code)
+    traces = [t for s in dict.fromkeys(sources) for t in load_source(str(ROOT / s))]
+    assert len(traces) == 328
+    cap = max(len(t.cycles) for t in traces)
+    reference = [simulate(t, lw.Contract(success=lw.Success(min_score=1.0, required=("visible_tests",)), budget=lw.Budget(max_cycles=cap))) for t in traces]  # fmt: skip
+    ref_held = sum(bool(o.held_out_passed) for o in reference)
+    ref_cycles = sum(len(t.cycles) for t in traces)
+    ref_cost = sum(o.cost_usd for o in reference)
+    for w, (kept, held, of, saved, spend) in shown.items():
+        contract = lw.Contract(
+            success=lw.Success(min_score=1.0, required=("visible_tests",)),
+            no_progress=lw.NoProgress(cycles=w, min_delta=0.0),
+            budget=lw.Budget(max_cycles=cap),
+        )
+        outs = [simulate(t, contract) for t in traces]
+        n = sum(bool(o.held_out_passed) for o in outs)
+        assert (int(held), int(of)) == (n, ref_held), f"w={w}"
+        assert kept == f"{n / ref_held:.1%}"[:-1]
+        assert saved == f"{1 - sum(o.cycles for o in outs) / ref_cycles:.1%}"[:-1], f"w={w}"
+        assert spend == f"{1 - sum(o.cost_usd for o in outs) / ref_cost:.1%}"[:-1], f"w={w}"
