@@ -256,3 +256,55 @@ def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
     assert code == 130
     err = capsys.readouterr().err
     assert ("`loopwright resume RUN` continues it" in err) is created, err
+
+
+TWICE_ACTOR = """
+import os, signal
+import loopwright as lw
+
+def actor(ctx):
+    if ctx.cycle == 2:  # an impatient person: Ctrl-C, and again at once
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    return lw.Proposal.edit("doc", {"n": ctx.cycle})
+
+def check(state, proposal):
+    return lw.Verdict(passed=False, score=state.artifacts["doc"].values()["n"] / 100)
+"""
+
+
+def test_ctrl_c_twice_winds_the_runs_down_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second Ctrl-C landed in the middle of the first one's winding down, where asyncio
+    raises KeyboardInterrupt for it wherever it lands: a process printed asyncio's tracebacks
+    ("Task exception was never retrieved"); here, in one process, it was still pending and
+    interrupted the next command (`resume` exited 130). Now the first cancels the runs, later
+    ones are ignored, the lease is released and the run resumes."""
+    import signal
+    import sqlite3
+
+    from loopwright.cli import main
+
+    (tmp_path / "twice.py").write_text(TWICE_ACTOR)
+    spec = (
+        "name = 'twice'\n[actor]\nref = 'twice.py:actor'\n[[verifiers]]\nref = 'twice.py:check'\n"
+    )
+    (tmp_path / "loop.toml").write_text(spec + "[contract.budget]\nmax_cycles = 50\n")
+    (tmp_path / "t.json").write_text(json.dumps({"artifacts": {"doc": {"n": 0}}}))
+    store = tmp_path / "s.db"
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["run", "loop.toml", "--task", "t.json", "--task-key", "k", "--store", str(store)]
+        assert main(args) == 130
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert err.startswith("loopwright: interrupted; every finished cycle is checkpointed"), err
+    with sqlite3.connect(store) as con:
+        [(status, owner, cycle)] = con.execute(
+            "SELECT status, lease_owner, cycle FROM runs"
+        ).fetchall()
+    assert (status, owner) == ("running", None) and cycle < 50  # released: nothing holds it
+    assert main(["resume", "k", "--store", str(store)]) == 3  # on to its cycle budget

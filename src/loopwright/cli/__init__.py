@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -36,14 +37,14 @@ def main(argv: list[str] | None = None) -> int:
         # Click's standalone mode prints usage errors itself and exits with 2.
         command(args=args, prog_name="loopwright")
     except KeyboardInterrupt:
-        _interrupted()
+        _interrupted(argv is None)
         return 130
     except SystemExit as exc:
         if exc.code is None:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
         if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
-            _interrupted()
+            _interrupted(argv is None)
         return code
     except LoopwrightError as exc:
         print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
@@ -84,7 +85,12 @@ def _not_text(args: list[str]) -> str | None:
     return None
 
 
-def _interrupted() -> None:
+def _interrupted(process: bool) -> None:
+    if process:  # the command is the process: more Ctrl-C while it ends change nothing
+        import signal
+
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _RUNS["may_exist"]:
         print("loopwright: interrupted", file=sys.stderr)
         return

@@ -328,6 +328,7 @@ def _execute(
     from rich.live import Live
 
     from .._engine import Runtime
+    from ._interrupt import run_async
     from ._live import LiveView
     from ._render import console, summary_table
 
@@ -362,7 +363,7 @@ def _execute(
 
         with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
             view.live = live
-            results = asyncio.run(go())
+            results = run_async(go())
             live.update(view.render())
         out.print()
         if not quiet:
@@ -765,7 +766,9 @@ def _decide(
             + (f": {decided.answer!r}" if decided.answer is not None else "")
         )
         if resume_now:
-            result = rt.resume_sync(rec.run_id, _loop_for(rec))
+            from ._interrupt import run_async
+
+            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
             console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             from ._tasks import exit_code_for
 
@@ -891,6 +894,7 @@ def resume(
         raise ConfigError("give a RUN or --all (not both)", field="RUN")
     from .._authority import operate
     from .._engine import Runtime
+    from ._interrupt import run_async
     from ._people_cmd import acting_as
     from ._tasks import exit_code_for
 
@@ -915,7 +919,7 @@ def resume(
                 out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
                 continue
             try:
-                res = rt.resume_sync(rec.run_id, loop)
+                res = run_async(rt.resume(rec.run_id, loop))
             except ConflictError as exc:
                 if run_id is not None:
                     raise
