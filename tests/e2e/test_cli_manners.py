@@ -392,6 +392,23 @@ def test_help_shows_brackets_and_plain_flags(
     assert "Run id (or a unique prefix, or its task key)" in help_of("approve")
 
 
+def test_arguments_are_named_as_the_readme_names_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright run` said "Missing argument 'spec'" and `authority` showed "[[SPEC]]", where
+    every other command (and the README) says RUN, SOURCE, SPEC."""
+    for args, usage in (
+        (("run",), "run [OPTIONS] {SPEC}"),
+        (("check",), "check [OPTIONS] {SPEC}"),
+        (("import",), "import [OPTIONS] {KIND} {SOURCE}"),
+        (("authority",), "authority [OPTIONS] [SPEC]"),
+    ):
+        code, out, _ = _run_main([*args, "--help"], capsys, monkeypatch)
+        assert code == 0 and f"Usage: loopwright {usage}\n" in out, out
+    code, _, err = _run_main(["run"], capsys, monkeypatch)
+    assert code == 2 and "Missing argument 'SPEC'" in err
+
+
 def test_every_argument_and_option_has_help() -> None:
     from typer.main import get_command
 

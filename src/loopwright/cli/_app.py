@@ -201,7 +201,7 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
 # --- run -------------------------------------------------------------------------------------
 @app.command()
 def run(
-    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
     task: Annotated[Path | None, typer.Option("--task", help="One task, a JSON file.")] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="Many tasks, JSON lines.")] = None,
     key: Annotated[
@@ -953,7 +953,7 @@ def _resumable(store: Store, rec: RunRecord) -> bool:
 # --- checking and demo ---------------------------------------------------------------------
 @app.command()
 def check(
-    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
     strict: Annotated[bool, typer.Option(help="Exit 2 on warnings too.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -1006,8 +1006,8 @@ def demo(
 
 @app.command("import", short_help="Turn recorded runs of other systems into tasks.")
 def import_(
-    kind: Annotated[str, typer.Argument(help="What to import: ldb.")],
-    source: Annotated[Path, typer.Argument(help="The file to import.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="What to import: ldb.")],
+    source: Annotated[Path, typer.Argument(metavar="SOURCE", help="The file to import.")],
     out: Annotated[Path, typer.Option("--out", help="Where to write tasks (JSON lines).")],
     label: Annotated[
         str | None, typer.Option(help="Label in the task keys (default: from the file's path).")
