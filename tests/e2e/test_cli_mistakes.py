@@ -308,3 +308,23 @@ def test_ctrl_c_twice_winds_the_runs_down_once(
         ).fetchall()
     assert (status, owner) == ("running", None) and cycle < 50  # released: nothing holds it
     assert main(["resume", "k", "--store", str(store)]) == 3  # on to its cycle budget
+
+
+def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
+    """`resume --all` that could resume none of its runs (the spec moved) printed "skipped" and
+    exited 0, which reads as "all accepted"; `run` exits 2 for runs it did not run."""
+    from loopwright import Runtime, load_spec
+
+    store = project / "s.db"
+    other = project / "other"
+    other.mkdir()
+    (other / "loopmod.py").write_text((project / "loopmod.py").read_text())
+    (other / "loop.toml").write_text((project / "loop.toml").read_text().replace("e2e", "moved"))
+    with Runtime(str(store)) as rt:
+        rt.create(load_spec(project / "loop.toml"), TASK, task_key="stays")
+        rt.create(load_spec(other / "loop.toml"), TASK, task_key="goes")
+    (other / "loop.toml").unlink()  # the second run's spec is gone
+    r = lw("resume", "--all", cwd=project, store=store)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "skipped" in r.stdout and "(goes)" in r.stderr and "Traceback" not in r.stderr
+    assert "(stays): accepted" in r.stdout

@@ -910,6 +910,7 @@ def resume(
         from ._render import console
 
         out = console(stderr=as_json)
+        skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
         for rec in targets:
             try:
                 loop = _loop_for(rec)
@@ -917,6 +918,7 @@ def resume(
                 if run_id is not None:
                     raise
                 out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             try:
                 res = run_async(rt.resume(rec.run_id, loop))
@@ -924,6 +926,7 @@ def resume(
                 if run_id is not None:
                     raise
                 out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             results.append(res)
             out.print(
@@ -933,7 +936,14 @@ def resume(
             out.print("nothing to resume")
     if as_json:
         _print_json([r.to_dict() for r in results])
-    raise typer.Exit(exit_code_for([r.status for r in results]))
+    code = exit_code_for([r.status for r in results])
+    if skipped and code != 1:
+        raise ConfigError(
+            f"{len(skipped)} of {len(targets)} run(s) were skipped, not resumed (why: above): "
+            + ", ".join(skipped),
+            field="--all",
+        )
+    raise typer.Exit(code)
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:
