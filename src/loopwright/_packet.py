@@ -269,9 +269,13 @@ def build_packet(
     builtin = _ADVICE.get(reason, "Review the run.")
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
     if error is not None and reason == "escalated":
+        # An ended run is returned as it is by `resume` and by a rerun of its task key: going
+        # on needs it reopened at its last checkpoint.
         advice = (
             f"Fix the {error.get('where', 'user code')} error ({error.get('type')}: "
-            f"{error.get('message')}) and resume or rerun."
+            f"{error.get('message')}), then reopen the run at its last cycle and resume it: "
+            f"`loopwright rollback {run_id[:12]} --to-cycle {state.cycle} --by NAME`, then "
+            f"`loopwright resume {run_id[:12]}`."
         )
     return {
         "stop_reason": reason,

@@ -208,6 +208,31 @@ def test_run_and_demo_still_create_a_postgres_schema(
         _pg.pg_drop_schema(_pg.pg_base_url(), urlsplit(demo_url).query.rpartition("schema=")[2])
 
 
+@pytest.mark.postgres
+def test_a_postgres_url_with_an_empty_host(
+    project: Path,
+    pg_typo: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq's `postgresql:///DB?host=…` (an empty host: the local socket, or the host as a
+    parameter) was sent to libpq as `postgresql:/DB?host=…`: "invalid connection option"."""
+    url, schema, database = pg_typo
+    base = urlsplit(url)
+    params = {"host": base.hostname or "", "port": str(base.port or 5432)}
+    params |= {"user": base.username or "", "password": base.password or ""}
+    query = "&".join(f"{k}={v}" for k, v in params.items() if v)
+    empty_host = f"postgresql:///{database}?{query}&schema={schema}"
+    task = project / "t.json"
+    task.write_text(json.dumps({"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}))
+    monkeypatch.chdir(project)
+    argv = ["run", "loop.toml", "--task", str(task), "--store", empty_host]
+    code, out, err = _run_main(argv, capsys, monkeypatch)
+    assert code == 0, (out, err)
+    code, out, err = _run_main(["runs", "--json", "--store", url], capsys, monkeypatch)
+    assert [r["status"] for r in json.loads(out)] == ["accepted"], err
+
+
 # --- filters and values are checked ----------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "listed"),
@@ -247,6 +272,22 @@ def test_version(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
     assert code == 0
     assert out == f"loopwright {importlib.metadata.version('loopwright')}\n"
     assert loopwright.__version__ == importlib.metadata.version("loopwright")
+
+
+def test_python_dash_m_loopwright(tmp_path: Path) -> None:
+    """`python -m loopwright` (an environment whose scripts are not on PATH) said "No module
+    named loopwright.__main__"; it is the same command, exit codes included."""
+    env = {**os.environ, "LOOPWRIGHT_STORE": str(tmp_path / "none.db")}
+    ok = subprocess.run(
+        [sys.executable, "-m", "loopwright", "--version"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert (ok.returncode, ok.stdout) == (0, f"loopwright {loopwright.__version__}\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "loopwright", "runs"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("loopwright: error: no store at")
 
 
 # --- listings: short by default, and readable at 80 columns, piped ---------------------------
@@ -349,6 +390,23 @@ def test_help_shows_brackets_and_plain_flags(
     assert "--json Print JSON" in runs_help
     assert "<bool>" not in runs_help
     assert "Run id (or a unique prefix, or its task key)" in help_of("approve")
+
+
+def test_arguments_are_named_as_the_readme_names_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright run` said "Missing argument 'spec'" and `authority` showed "[[SPEC]]", where
+    every other command (and the README) says RUN, SOURCE, SPEC."""
+    for args, usage in (
+        (("run",), "run [OPTIONS] {SPEC}"),
+        (("check",), "check [OPTIONS] {SPEC}"),
+        (("import",), "import [OPTIONS] {KIND} {SOURCE}"),
+        (("authority",), "authority [OPTIONS] [SPEC]"),
+    ):
+        code, out, _ = _run_main([*args, "--help"], capsys, monkeypatch)
+        assert code == 0 and f"Usage: loopwright {usage}\n" in out, out
+    code, _, err = _run_main(["run"], capsys, monkeypatch)
+    assert code == 2 and "Missing argument 'SPEC'" in err
 
 
 def test_every_argument_and_option_has_help() -> None:

@@ -155,6 +155,22 @@ def test_ctrl_c_before_a_run_exists(
     assert not store.exists()
 
 
+def test_ctrl_c_in_a_command_that_drives_no_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C in `check` (or fit-stop, metrics...) said "every finished cycle is checkpointed
+    ... `loopwright resume RUN` continues it": no run was started, so there is none to resume."""
+    import loopwright._spec
+    from loopwright.cli import main
+
+    def load_spec(path: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loopwright._spec, "load_spec", load_spec)
+    assert main(["check", str(project / "loop.toml")]) == 130
+    assert capsys.readouterr().err == "loopwright: interrupted\n"
+
+
 def test_a_run_row_with_a_number_that_is_text(accepted: tuple[Path, str], project: Path) -> None:
     store, run_id = accepted
     con = sqlite3.connect(store)
@@ -211,3 +227,104 @@ def test_import_of_a_file_without_tasks(project: Path) -> None:
         (project / name).write_text(text)
         refused(lw("import", "ldb", name, "--out", "o.jsonl", cwd=project), "no tasks", name)
     assert not (project / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
+    created: bool,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`run --executor ray` interrupted after its runs were created said only "interrupted",
+    though they were there to resume (the local executor points at `runs` and `resume`)."""
+    import loopwright as lw
+    import loopwright.executors
+    from loopwright.cli import main
+
+    def run_on_ray(spec: Path, tasks: list[Any], keys: list[str], url: str, **_: Any) -> None:
+        if created:  # the driver creates every run before Ray starts
+            with lw.Runtime(url) as rt:
+                for task, key in zip(tasks, keys, strict=True):
+                    rt.create(lw.load_spec(spec), task, task_key=key)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loopwright.executors, "run_on_ray", run_on_ray)
+    (project / "t.json").write_text(json.dumps(TASK))
+    args = ["run", str(project / "loop.toml"), "--task", str(project / "t.json")]
+    code = main([*args, "--executor", "ray", "--store", str(project / "s.db")])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert ("`loopwright resume RUN` continues it" in err) is created, err
+
+
+TWICE_ACTOR = """
+import os, signal
+import loopwright as lw
+
+def actor(ctx):
+    if ctx.cycle == 2:  # an impatient person: Ctrl-C, and again at once
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    return lw.Proposal.edit("doc", {"n": ctx.cycle})
+
+def check(state, proposal):
+    return lw.Verdict(passed=False, score=state.artifacts["doc"].values()["n"] / 100)
+"""
+
+
+def test_ctrl_c_twice_winds_the_runs_down_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second Ctrl-C landed in the middle of the first one's winding down, where asyncio
+    raises KeyboardInterrupt for it wherever it lands: a process printed asyncio's tracebacks
+    ("Task exception was never retrieved"); here, in one process, it was still pending and
+    interrupted the next command (`resume` exited 130). Now the first cancels the runs, later
+    ones are ignored, the lease is released and the run resumes."""
+    import signal
+    import sqlite3
+
+    from loopwright.cli import main
+
+    (tmp_path / "twice.py").write_text(TWICE_ACTOR)
+    spec = (
+        "name = 'twice'\n[actor]\nref = 'twice.py:actor'\n[[verifiers]]\nref = 'twice.py:check'\n"
+    )
+    (tmp_path / "loop.toml").write_text(spec + "[contract.budget]\nmax_cycles = 50\n")
+    (tmp_path / "t.json").write_text(json.dumps({"artifacts": {"doc": {"n": 0}}}))
+    store = tmp_path / "s.db"
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["run", "loop.toml", "--task", "t.json", "--task-key", "k", "--store", str(store)]
+        assert main(args) == 130
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert err.startswith("loopwright: interrupted; every finished cycle is checkpointed"), err
+    with sqlite3.connect(store) as con:
+        [(status, owner, cycle)] = con.execute(
+            "SELECT status, lease_owner, cycle FROM runs"
+        ).fetchall()
+    assert (status, owner) == ("running", None) and cycle < 50  # released: nothing holds it
+    assert main(["resume", "k", "--store", str(store)]) == 3  # on to its cycle budget
+
+
+def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
+    """`resume --all` that could resume none of its runs (the spec moved) printed "skipped" and
+    exited 0, which reads as "all accepted"; `run` exits 2 for runs it did not run."""
+    from loopwright import Runtime, load_spec
+
+    store = project / "s.db"
+    other = project / "other"
+    other.mkdir()
+    (other / "loopmod.py").write_text((project / "loopmod.py").read_text())
+    (other / "loop.toml").write_text((project / "loop.toml").read_text().replace("e2e", "moved"))
+    with Runtime(str(store)) as rt:
+        rt.create(load_spec(project / "loop.toml"), TASK, task_key="stays")
+        rt.create(load_spec(other / "loop.toml"), TASK, task_key="goes")
+    (other / "loop.toml").unlink()  # the second run's spec is gone
+    r = lw("resume", "--all", cwd=project, store=store)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "skipped" in r.stdout and "(goes)" in r.stderr and "Traceback" not in r.stderr
+    assert "(stays): accepted" in r.stdout

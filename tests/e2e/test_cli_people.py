@@ -110,6 +110,25 @@ def test_the_walkthrough_earns_and_loses_authority(tmp_path: Path) -> None:
         assert earned and all(len(a.evidence["earned"]["approvals"]) == 5 for a in earned)
 
 
+def test_the_first_user_in_a_fresh_checkout_makes_the_default_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/permissions.md begins with `loopwright users add root --role admin`, "before any
+    run": in a folder without ./.loopwright it said "no folder .loopwright ... create it first",
+    though `run` makes that folder itself. A folder named by --store is still refused."""
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = lw_cli(capsys, "users", "add", "ana", "--role", "approver")
+    assert code == 2 and "first user must be an admin" in err
+    assert not (tmp_path / ".loopwright").exists()
+    code, out, err = lw_cli(capsys, "users", "add", "root", "--role", "admin")
+    assert code == 0 and out.strip().startswith("lw_"), err
+    assert "created the store .loopwright/loopwright.db" in err
+    code, out, _ = lw_cli(capsys, "users", "list")
+    assert code == 0 and "root" in out
+
+
 def test_the_first_user_may_come_before_the_first_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -287,3 +287,72 @@ def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_replay_table_is_what_the_command_prints(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/replay.md's table is the output of the command above it: it still showed the figures
+    from before the no-progress rule measured from the last material improvement (140
+    accepted, 272 cycles, $2.23) when the command printed 137, 257, $1.89."""
+    from loopwright.cli import main
+
+    [block] = [b for b in ALL if b.page == "docs/replay.md" and b.lang == "console"]
+    words = shlex.split(re.sub(r"\\\n", " ", block.code).strip().removeprefix("$ "))
+    monkeypatch.chdir(ROOT)
+    assert main([*words[1:], "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    columns = [out["recorded"], *out["contracts"]]
+    rows = {r[0]: r[1:] for r in _table("docs/replay.md", "# What-if replay")}
+    base = out["recorded"]["cost_usd"]
+    for shown, fig in zip(zip(*rows.values(), strict=True), columns, strict=True):
+        doc = dict(zip(rows, shown, strict=True))
+        lost = f" ({fig['accepted_lost']} lost)" if fig["accepted_lost"] else ""
+        assert doc["accepted"] == f"{fig['accepted']}{lost}"
+        assert doc["held-out passed"] == str(fig["held_out_passed"])
+        assert doc["false successes"] == str(fig["false_successes"])
+        assert doc["cycles (attempts)"] == str(fig["cycles"])
+        saved = 1 - fig["cost_usd"] / base
+        spend = f"${fig['cost_usd']:.2f}" + (f" ({saved:.1%} saved)" if saved else "")
+        assert doc["spend"].replace(" %", "%") == spend
+        assert doc["cost_per_accepted_usd"] == f"${fig['cost_per_accepted_usd']:.4f}"
+        after = f"${fig['spend_after_last_improvement_usd']:.2f}"
+        frac = f"({fig['spend_after_last_improvement_frac']:.0%})"
+        assert doc["spend_after_last_improvement"].replace(" %", "%") == f"{after} {frac}"
+        reasons = dict(x.rsplit(" ", 1) for x in doc["stop reasons"].split(", "))
+        assert {k: int(v) for k, v in reasons.items()} == fig["stop_reasons"]
+
+
+def test_the_fixed_rules_of_the_fit_stop_example_are_what_replay_gives() -> None:
+    """docs/fit-stop.md prints the main case's output; its fixed-rule rows ("stop after w cycles
+    without fewer failing visible tests", all runs) are cheap to recompute, and they had gone
+    stale (w=5 kept 295/297, now 294) when no-progress began to count from the last material
+    improvement. The fit itself takes too long to rerun here."""
+    from loopwright.replay import load_source, simulate
+
+    [block] = [b for b in ALL if b.page == "docs/fit-stop.md" and "w=5 (best)" in b.code]
+    row = re.compile(
+        r"│ w=(\d)\D.*?│ all runs\s*│ ([\d.]+)% \((\d+)/(\d+)\) │\s*([\d.]+)% │\s*([\d.]+)%"
+    )
+    shown = {int(m[0]): m[1:] for m in row.findall(block.code)}
+    assert sorted(shown) == [1, 2, 3, 4, 5]
+    sources = re.findall(r"tests/data/ldb/\S+\.jsonl", block.code.splitlines()[0] + block.code)
+    traces = [t for s in dict.fromkeys(sources) for t in load_source(str(ROOT / s))]
+    assert len(traces) == 328
+    cap = max(len(t.cycles) for t in traces)
+    reference = [simulate(t, lw.Contract(success=lw.Success(min_score=1.0, required=("visible_tests",)), budget=lw.Budget(max_cycles=cap))) for t in traces]  # fmt: skip
+    ref_held = sum(bool(o.held_out_passed) for o in reference)
+    ref_cycles = sum(len(t.cycles) for t in traces)
+    ref_cost = sum(o.cost_usd for o in reference)
+    for w, (kept, held, of, saved, spend) in shown.items():
+        contract = lw.Contract(
+            success=lw.Success(min_score=1.0, required=("visible_tests",)),
+            no_progress=lw.NoProgress(cycles=w, min_delta=0.0),
+            budget=lw.Budget(max_cycles=cap),
+        )
+        outs = [simulate(t, contract) for t in traces]
+        n = sum(bool(o.held_out_passed) for o in outs)
+        assert (int(held), int(of)) == (n, ref_held), f"w={w}"
+        assert kept == f"{n / ref_held:.1%}"[:-1]
+        assert saved == f"{1 - sum(o.cycles for o in outs) / ref_cycles:.1%}"[:-1], f"w={w}"
+        assert spend == f"{1 - sum(o.cost_usd for o in outs) / ref_cost:.1%}"[:-1], f"w={w}"

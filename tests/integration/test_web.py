@@ -462,8 +462,13 @@ def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) ->
     # list endpoints carry summaries, not tasks or packets
     assert not {"task", "contract", "packet"} & set(api[ids["success"]])
     # the next action speaks of this page, not of a command
+    here = c.get(f"/api/runs/{ids['escalated']}").json()["next_action_here"]
+    assert "loopwright show" not in here
+    # the error's way on (roll back, resume) is the page's button, not the CLI's commands
+    assert "Roll back to a cycle below (cycle 0), resumed after" in here, here
     assert (
-        "loopwright show" not in c.get(f"/api/runs/{ids['escalated']}").json()["next_action_here"]
+        "loopwright rollback" not in here
+        and "loopwright rollback" in (c.get(f"/api/runs/{ids['escalated']}").json()["next_action"])
     )
 
 

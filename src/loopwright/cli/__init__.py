@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -14,6 +15,9 @@ __all__ = ["main"]
 # Whether the interrupted command may hold a run (`_interrupted` then points at `runs` and
 # `resume`): a command that starts runs clears it until it created the first one.
 _RUNS: dict[str, bool] = {"may_exist": True}
+# The commands that drive runs: Ctrl-C in any other (runs, metrics, fit-stop, trace...) leaves
+# no cycle behind, so pointing at `resume` would send a person looking for a run to continue.
+DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,18 +33,18 @@ def main(argv: list[str] | None = None) -> int:
         from ._app import command_for
 
         command = command_for(args)
-        _RUNS["may_exist"] = True
+        _RUNS["may_exist"] = bool(args) and args[0] in DRIVES_RUNS
         # Click's standalone mode prints usage errors itself and exits with 2.
         command(args=args, prog_name="loopwright")
     except KeyboardInterrupt:
-        _interrupted()
+        _interrupted(argv is None)
         return 130
     except SystemExit as exc:
         if exc.code is None:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
         if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
-            _interrupted()
+            _interrupted(argv is None)
         return code
     except LoopwrightError as exc:
         print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
@@ -81,7 +85,12 @@ def _not_text(args: list[str]) -> str | None:
     return None
 
 
-def _interrupted() -> None:
+def _interrupted(process: bool) -> None:
+    if process:  # the command is the process: more Ctrl-C while it ends change nothing
+        import signal
+
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _RUNS["may_exist"]:
         print("loopwright: interrupted", file=sys.stderr)
         return

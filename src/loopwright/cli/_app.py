@@ -201,7 +201,7 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
 # --- run -------------------------------------------------------------------------------------
 @app.command()
 def run(
-    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
     task: Annotated[Path | None, typer.Option("--task", help="One task, a JSON file.")] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="Many tasks, JSON lines.")] = None,
     key: Annotated[
@@ -283,6 +283,11 @@ def _execute_on_ray(
         results = run_on_ray(
             spec, items, keys, resolve_store_url(store), address=address, on_result=report
         )
+    except KeyboardInterrupt:
+        # The runs are created in the driver, in order, before Ray starts: whether the first
+        # exists says whether Ctrl-C left runs to resume.
+        _runs_may_exist(_has_run(store, keys[0]))
+        raise
     except RayBatchError as exc:
         for run_id, why in exc.failures.items():
             console(stderr=True).print(f"[red]run {run_id[:12]} failed on Ray: {why}[/]")
@@ -291,6 +296,18 @@ def _execute_on_ray(
         with open_store(store) as st:
             out.print(summary_table([st.get_run(r.run_id) for r in results]))
     return results
+
+
+def _has_run(store: str | None, key: str) -> bool:
+    """Whether the store holds a run of task ``key`` (asked after a Ctrl-C: any failure to
+    tell is "no", never an error in place of the interruption)."""
+    from ..store import open_store
+
+    try:
+        with open_store(existing_store(store)) as st:
+            return st.get_run(key).task_key == key
+    except Exception:
+        return False
 
 
 def _execute(
@@ -311,6 +328,7 @@ def _execute(
     from rich.live import Live
 
     from .._engine import Runtime
+    from ._interrupt import run_async
     from ._live import LiveView
     from ._render import console, summary_table
 
@@ -345,7 +363,7 @@ def _execute(
 
         with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
             view.live = live
-            results = asyncio.run(go())
+            results = run_async(go())
             live.update(view.render())
         out.print()
         if not quiet:
@@ -748,7 +766,9 @@ def _decide(
             + (f": {decided.answer!r}" if decided.answer is not None else "")
         )
         if resume_now:
-            result = rt.resume_sync(rec.run_id, _loop_for(rec))
+            from ._interrupt import run_async
+
+            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
             console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
             from ._tasks import exit_code_for
 
@@ -874,6 +894,7 @@ def resume(
         raise ConfigError("give a RUN or --all (not both)", field="RUN")
     from .._authority import operate
     from .._engine import Runtime
+    from ._interrupt import run_async
     from ._people_cmd import acting_as
     from ._tasks import exit_code_for
 
@@ -889,6 +910,7 @@ def resume(
         from ._render import console
 
         out = console(stderr=as_json)
+        skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
         for rec in targets:
             try:
                 loop = _loop_for(rec)
@@ -896,13 +918,15 @@ def resume(
                 if run_id is not None:
                     raise
                 out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             try:
-                res = rt.resume_sync(rec.run_id, loop)
+                res = run_async(rt.resume(rec.run_id, loop))
             except ConflictError as exc:
                 if run_id is not None:
                     raise
                 out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
                 continue
             results.append(res)
             out.print(
@@ -912,7 +936,14 @@ def resume(
             out.print("nothing to resume")
     if as_json:
         _print_json([r.to_dict() for r in results])
-    raise typer.Exit(exit_code_for([r.status for r in results]))
+    code = exit_code_for([r.status for r in results])
+    if skipped and code != 1:
+        raise ConfigError(
+            f"{len(skipped)} of {len(targets)} run(s) were skipped, not resumed (why: above): "
+            + ", ".join(skipped),
+            field="--all",
+        )
+    raise typer.Exit(code)
 
 
 def _resumable(store: Store, rec: RunRecord) -> bool:
@@ -932,7 +963,7 @@ def _resumable(store: Store, rec: RunRecord) -> bool:
 # --- checking and demo ---------------------------------------------------------------------
 @app.command()
 def check(
-    spec: Annotated[Path, typer.Argument(help="The loop spec (TOML).")],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
     strict: Annotated[bool, typer.Option(help="Exit 2 on warnings too.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -985,8 +1016,8 @@ def demo(
 
 @app.command("import", short_help="Turn recorded runs of other systems into tasks.")
 def import_(
-    kind: Annotated[str, typer.Argument(help="What to import: ldb.")],
-    source: Annotated[Path, typer.Argument(help="The file to import.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="What to import: ldb.")],
+    source: Annotated[Path, typer.Argument(metavar="SOURCE", help="The file to import.")],
     out: Annotated[Path, typer.Option("--out", help="Where to write tasks (JSON lines).")],
     label: Annotated[
         str | None, typer.Option(help="Label in the task keys (default: from the file's path).")

@@ -262,7 +262,7 @@ def users_list(json_: JsonOpt = False, store: StoreOpt = None) -> None:
 def authority(
     spec: Annotated[
         Path | None,
-        typer.Argument(metavar="[SPEC]", help="A loop spec (default: every loop in the store)."),
+        typer.Argument(metavar="SPEC", help="A loop spec (default: every loop in the store)."),
     ] = None,
     json_: JsonOpt = False,
     store: StoreOpt = None,

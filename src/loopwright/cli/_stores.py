@@ -89,6 +89,9 @@ def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Stor
     new = path if path and path != ":memory:" and not Path(path).exists() else None
     if new is not None and refuse_new:
         raise ConfigError(f"no store at {new}: {refuse_new}")
-    if new is not None and not Path(new).parent.is_dir():
+    # A folder named by --store or $LOOPWRIGHT_STORE may be a typo; the default store's folder
+    # (./.loopwright) is loopwright's own, made as `run` makes it.
+    default = _source(url) == "the default store"
+    if new is not None and not default and not Path(new).parent.is_dir():
         raise ConfigError(f"no folder {Path(new).parent} for the store {new}; create it first")
     return open_store(resolved), new

@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
@@ -79,15 +79,23 @@ def _split_url(url: str) -> tuple[str, str, dict[str, str]]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     own = {k: v for k, v in query if k in _OWN_PARAMS}
     rest = urlencode([(k, v) for k, v in query if k not in _OWN_PARAMS])
-    conninfo = urlunsplit(parts._replace(query=rest))
+    conninfo = _join(parts, parts.netloc, rest)
     netloc = parts.netloc
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}:***@{host}" if ":" in user else netloc
     # a password given as a parameter (libpq's ``?sslpassword=``, ``?password=``) masked too
     shown_query = redact_text("?" + urlencode(query))[1:]
-    shown = urlunsplit(parts._replace(netloc=netloc, query=shown_query))
+    shown = _join(parts, netloc, shown_query)
     return conninfo, shown, own
+
+
+def _join(parts: SplitResult, netloc: str, query: str) -> str:
+    """The URL again, with ``//`` kept when the host is empty: ``urlunsplit`` turns libpq's
+    ``postgresql:///db`` (the local socket, or ``?host=``) into ``postgresql:/db``, which libpq
+    refuses."""
+    url = f"{parts.scheme}://{netloc}{parts.path}"
+    return url + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def _int_option(own: Mapping[str, str], name: str, default: int) -> int:

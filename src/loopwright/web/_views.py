@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -440,6 +441,12 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
         )
     advice = str((rec.packet or {}).get("recommended_action") or state.next_action or "")
     advice = advice.replace("can be inspected with `loopwright show`", "is shown below")
+    # an error's advice names the rollback and resume commands; here they are buttons
+    advice = re.sub(
+        r"`loopwright rollback \S+ --to-cycle (\d+) --by NAME`, then `loopwright resume \S+`",
+        r"Roll back to a cycle below (cycle \1), resumed after",
+        advice,
+    )
     if rec.status in ("escalated", "stopped", "failed", "cancelled"):
         return advice or "Review the escalation packet below."
     return (advice + " Use Resume below to continue it.").strip()
