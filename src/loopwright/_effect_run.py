@@ -20,7 +20,7 @@ from typing import Any
 from ._calls import call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
-from ._exec import Execution, error_info
+from ._exec import Execution, error_info, exc_text
 from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
@@ -238,7 +238,7 @@ async def perform_effect(
                 eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
             )
         except Exception as exc:
-            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}", None
+            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc_text(exc)}", None
         if isinstance(found, EffectResult):  # it happened (even with no value): its cost
             return "done", _jsonable(found.value), found.usage
         return ("done", _jsonable(found), None) if found is not None else ("not_done", None, None)
@@ -454,7 +454,9 @@ async def perform_effect(
                     "needs_human": "an error a person must resolve",
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
-                cause = f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc}"
+                cause = (
+                    f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
+                )
                 put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(

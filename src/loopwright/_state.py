@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast, get_args
 
+from . import _json
 from . import _shapes as shapes
 from ._errors import ConfigError
 from ._usage import Usage
@@ -29,6 +30,7 @@ __all__ = [
     "StepStatus",
     "TaskState",
     "Version",
+    "copied_on_read",
     "part_ref",
     "split_ref",
 ]
@@ -1072,7 +1074,14 @@ class _CopyOnRead(dict[str, _V]):
 
 
 def _json_copy(_key: str, value: Any) -> Any:
-    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+    return _json.loads(_json.dumps(value)) if isinstance(value, dict | list) else value
+
+
+def copied_on_read(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (a part's values, the task) as user code is handed them: each list or dict
+    copied the first time it is read, so that changing what was read in place changes
+    nothing of the run's state, and the copy costs what is read."""
+    return _CopyOnRead(values, _json_copy)
 
 
 def _part_copier(artifact: str, loader: VersionLoader | None) -> Callable[[str, Part], Part]:
