@@ -68,7 +68,22 @@ def _jsonable(value: Any) -> Any:
     """``value`` as it is recorded: JSON, secrets masked (invariant 9). An effect's result is
     recorded, shown to the actor and reused by later runs of the key in this form, whether
     it was just made or read back after a crash, so both see the same."""
-    return redact(json.loads(json.dumps(value, default=str)))
+    try:
+        text = json.dumps(value, default=_text)
+    except (ValueError, RecursionError) as exc:
+        # The action is done whatever its result looks like: it is recorded done (never run
+        # again), with what says why its result could not be (a value that contains itself).
+        text = json.dumps({"unrecordable_result": f"{type(value).__name__}: {exc}"})
+    return redact(json.loads(text))
+
+
+def _text(obj: Any) -> str:
+    """``str(obj)`` for a result's part JSON cannot hold, or its type's name when even that
+    raises (user code's object: it must not fail a recorded action)."""
+    try:
+        return str(obj)
+    except Exception:
+        return f"<{type(obj).__name__}>"
 
 
 _DEFAULT_EFFECT_RETRY = RetryPolicy()

@@ -269,3 +269,54 @@ def test_a_verdict_score_out_of_range_is_a_config_error(tmp_path: Path, score: A
     assert r.stop_reason == "escalated"
     assert r.packet is not None
     assert "(ConfigError: Verdict.score: must be a number in [0, 1]" in r.packet["cause"]
+
+
+class _Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no text")
+
+    __str__ = __repr__
+
+
+def _receipt_containing_itself() -> Any:
+    receipt: dict[str, Any] = {"id": "pay-1"}
+    receipt["self"] = receipt
+    return receipt
+
+
+@pytest.mark.parametrize(
+    ("receipt", "recorded"),
+    [
+        # both were an exception out of run_sync after the payment, the run failed/error
+        (_receipt_containing_itself, {"unrecordable_result": "dict: Circular reference detected"}),
+        (lambda: {"id": "pay-1", "at": _Unshowable()}, {"id": "pay-1", "at": "<_Unshowable>"}),
+    ],
+)
+def test_an_effect_result_json_cannot_hold_is_recorded_done_once(
+    tmp_path: Path, receipt: Callable[[], Any], recorded: Any
+) -> None:
+    paid: list[str] = []
+
+    @lw.effect("spend", key=lambda a: a["invoice"])
+    def pay(invoice: str, *, key: str) -> Any:
+        paid.append(key)
+        return receipt()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("inv", "qty", 1),), effects=(pay.call(invoice="INV-7"),))
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        again = rt.run_sync(loop, TASK, task_key="k2")  # another run asking the same key
+        [entry] = [e for e in rt.store.journal(r.run_id) if e.key.startswith("effect:")]
+    assert (r.status, again.status, paid) == ("accepted", "accepted", ["pay:INV-7"])
+    assert entry.status == "done"
+    assert entry.data["result"] == recorded
