@@ -320,3 +320,30 @@ def test_an_effect_result_json_cannot_hold_is_recorded_done_once(
     assert (r.status, again.status, paid) == ("accepted", "accepted", ["pay:INV-7"])
     assert entry.status == "done"
     assert entry.data["result"] == recorded
+
+
+def test_an_actor_changing_a_persons_accepted_list_in_place_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    judged: list[Any] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if not ctx.is_accepted("inv", "lines"):
+            return lw.Proposal(escalate="which lines?")  # a person answers with an edit
+        ctx.accepted["inv"]["lines"].append("loop")  # in place, never proposed
+        ctx.artifacts["inv"]["lines"].append("loop")
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged.append(list(state.artifacts["inv"].values()["lines"]))
+        return lw.Verdict(passed=False, score=0.5)
+
+    loop = _loop(actor, verifier, cycles=3)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.stop_reason == "escalated"
+        rt.edit(r.run_id, "inv/lines", ["alice's"], by="alice")  # reopens the run
+        r = rt.resume_sync(r.run_id, loop)
+    assert judged == [["alice's"]] * 3
+    assert r.state.values()["inv"]["lines"] == ["alice's"]
+    assert r.state.part("inv/lines").status == "accepted"
