@@ -344,6 +344,20 @@ async def perform_effect(
         and not recovered
     )
     if entry is not None and not stale:
+        done_args = entry.data.get("args") if entry.status == "done" else None
+        if done_args is not None and _canon(done_args) != _canon(base["args"]):
+            # This run did the action with other arguments (an earlier cycle, or an earlier
+            # call of this proposal): as when another run did (``held``), a person decides
+            # which is right; the journal keeps the execution that happened.
+            cause = (
+                f"{eff.name} ({ikey}) was done by this run in cycle {entry.cycle} with other "
+                "arguments; the same key with different arguments is not run — check which "
+                "is right"
+            )
+            ex.events.append(
+                NewEvent(cycle, "effect_args_differ", {"effect": eff.name, "key": ikey})
+            )
+            return out("in_doubt", attempts=attempts, cause=cause)
         if entry.status == "done":
             from_run = entry.data.get("from_run")
             if recovered:

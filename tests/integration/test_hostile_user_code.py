@@ -347,3 +347,41 @@ def test_an_actor_changing_a_persons_accepted_list_in_place_changes_nothing(
     assert judged == [["alice's"]] * 3
     assert r.state.values()["inv"]["lines"] == ["alice's"]
     assert r.state.part("inv/lines").status == "accepted"
+
+
+@pytest.mark.parametrize("same_cycle", [True, False])
+def test_a_key_this_run_did_asked_again_with_other_arguments_escalates(
+    tmp_path: Path, same_cycle: bool
+) -> None:
+    # It was answered "done" with the first call's result: the actor asked to pay 2.0, the run
+    # said it was paid, and had paid 1.0 (another run asking the same escalated already).
+    paid: list[float] = []
+
+    @lw.effect("spend", key=lambda a: a["invoice"], requires_success=False)
+    def pay(invoice: str, amount: float, *, key: str) -> dict[str, float]:
+        paid.append(amount)
+        return {"paid": amount}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if same_cycle:
+            calls = (pay.call(invoice="INV-7", amount=1.0), pay.call(invoice="INV-7", amount=2.0))
+        else:
+            calls = (pay.call(invoice="INV-7", amount=float(ctx.cycle)),)
+        return lw.Proposal(edits=(lw.Edit("inv", "qty", ctx.cycle),), effects=calls)
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        [entry] = [e for e in rt.store.journal(r.run_id) if e.key.startswith("effect:")]
+    assert paid == [1.0]
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert "was done by this run in cycle 1 with other arguments" in r.packet["cause"]
+    assert (entry.status, entry.data["result"]) == ("done", {"paid": 1.0})
