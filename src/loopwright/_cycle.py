@@ -73,10 +73,8 @@ class Cycle(RuntimeHost):
         # Nothing in a context is the state's own object: an actor that changes what it was
         # shown in place (appends to a part's list, edits a note) changes its copy, never the
         # run's state, whose next commit would not hold the change (docs/concepts.md).
-        findings, notes, history = _json.loads(
-            _json.dumps(
-                [[f.to_dict() if f.evidence else None for f in s.findings], s.notes, s.history]
-            )
+        findings, notes, history = _json.round_trip(
+            [[f.to_dict() if f.evidence else None for f in s.findings], s.notes, s.history]
         )
         return Context(
             run_id=ex.run_id,

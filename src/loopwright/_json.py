@@ -45,6 +45,7 @@ __all__ = [
     "not_text",
     "owned_copy",
     "refuse_constant",
+    "round_trip",
     "strict_loads",
 ]
 
@@ -100,6 +101,17 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value, default=_default, option=_OPTS).decode()
     except TypeError:  # a big int, a non-str key, a lone surrogate: the standard library's way
         return _std_dumps(value)
+
+
+def round_trip(value: Any) -> Any:
+    """``loads(dumps(value))``: ``value`` as a store reads it back, in new objects. Text orjson
+    wrote back to orjson, without ``loads``'s search for long integers (orjson writes none)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(orjson.dumps(value, default=_default, option=_OPTS))
+        except TypeError:  # a big int, a non-str key, a lone surrogate
+            pass
+    return loads(_std_dumps(value))
 
 
 def _strict_default(obj: Any) -> Any:
