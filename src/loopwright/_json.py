@@ -135,7 +135,8 @@ def owned_copy(value: Any) -> Any:
     try:
         if orjson is None:
             raise TypeError("no orjson")
-        return loads(orjson.dumps(value, default=_strict_default, option=_OPTS))
+        # orjson's own text holds no long integer (it refuses them): no search for one
+        return orjson.loads(orjson.dumps(value, default=_strict_default, option=_OPTS))
     except TypeError:  # refused, or a big int, a lone surrogate, a cycle: json says which
         pass
     try:

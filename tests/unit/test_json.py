@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +106,30 @@ def test_an_effect_key_survives_the_write_ahead_round_trip() -> None:
 def test_unicode_round_trips() -> None:
     value = {"é": "✓ 漢字 \u2028", "emoji": "🙂"}
     assert _json.loads(_json.dumps(value)) == value
+
+
+def test_owned_copy_is_what_a_store_reads_back_and_shares_nothing() -> None:
+    owned_copy = _json.owned_copy
+    inner = [1]
+    value = {"t": (1, inner), "k": {2: "a"}, "n": float("nan"), "big": 10**30, "s": "\ud83d"}
+    copy = owned_copy(value)
+    assert copy == {"t": [1, [1]], "k": {"2": "a"}, "n": None, "big": 10**30, "s": "\ufffd"}
+    copy["t"][1].append(2)
+    assert inner == [1]
+    looped: list[object] = []
+    looped.append(looped)
+    for bad, why in (
+        ({1, 2}, "set"),
+        (b"x", "bytes"),
+        (dt.date(2020, 1, 1), "date"),
+        ({(1, 2): "a"}, "keys must be str"),
+        (looped, "contains itself"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            owned_copy({"v": bad})
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_owned_copy_equals_the_stores_round_trip(value: Any) -> None:
+    assert _json.owned_copy(value) == _json.loads(_json.dumps(value))
