@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
+from . import _json
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import GaveUp, OutOfTime, OverBudget, call_with_retry, charge, priced_dict
+from ._exec import (
+    GaveUp,
+    OutOfTime,
+    OverBudget,
+    call_with_retry,
+    charge,
+    error_info,
+    priced_dict,
+)
 from ._group import GroupRecall
 from ._host import RuntimeHost
 from ._loop import Loop
@@ -32,6 +40,8 @@ from ._state import (
     Finding,
     PlanStep,
     TaskState,
+    Version,
+    copied_on_read,
     person_edit,
     split_ref,
 )
@@ -60,25 +70,36 @@ class Cycle(RuntimeHost):
         context rebuilt after a crash, for its reflection)."""
         s = ex.state if state is None else state
         task = s.task
+        # Nothing in a context is the state's own object: an actor that changes what it was
+        # shown in place (appends to a part's list, edits a note) changes its copy, never the
+        # run's state, whose next commit would not hold the change (docs/concepts.md).
+        findings, notes, history = _json.round_trip(
+            [[f.to_dict() if f.evidence else None for f in s.findings], s.notes, s.history]
+        )
         return Context(
             run_id=ex.run_id,
             cycle=n,
             goal=s.goal,
             # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
             # held-out verifiers only; the actor never sees it (invariant 3).
-            task=dict(task)
-            if HELD_OUT_KEY not in task
-            else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
-            artifacts=s.values(),
-            accepted=s.accepted_values(),
-            findings=tuple(s.findings),
+            task=copied_on_read(
+                task
+                if HELD_OUT_KEY not in task
+                else {k: v for k, v in task.items() if k != HELD_OUT_KEY}
+            ),
+            artifacts={name: copied_on_read(values) for name, values in s.values().items()},
+            accepted={name: copied_on_read(values) for name, values in s.accepted_values().items()},
+            findings=tuple(
+                f if d is None else Finding.from_dict(d)
+                for f, d in zip(s.findings, findings, strict=True)
+            ),
             plan=tuple(s.plan),
             next_step=s.next_step(),
             remaining=remaining
             if remaining is not None
             else rules.remaining(ex.contract, s, shown=True),
-            notes=tuple(s.notes),
-            history=tuple(s.history),
+            notes=tuple(notes),
+            history=tuple(history),
             memory=memory,
         )
 
@@ -172,6 +193,18 @@ class Cycle(RuntimeHost):
                     "TypeError",
                     f"the actor returned {type(proposal).__name__}, expected Proposal",
                 ),
+            )
+        try:
+            # From here on the engine holds its own copy: what the actor keeps (and may still
+            # change) never reaches the state, and what is judged is what is stored.
+            proposal = proposal.owned()
+        except ConfigError as exc:
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the actor returned a value that cannot be stored: {exc}",
+                error=_fault("actor", "ConfigError", str(exc)),
             )
         usage = proposal.usage or _NOTHING
         digest = proposal.digest()
@@ -307,22 +340,26 @@ class Cycle(RuntimeHost):
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
-        # Held-out checks judge a private copy, so nothing they do to the state can reach the
-        # actor's next context (invariant 3 holds even against a misbehaving verifier).
+
+        # Verifiers judge copies (each part copied as it is read), so a verifier that changes
+        # what it judges changes neither the work committed nor the state's values. Held-out
+        # checks judge a private copy, so nothing they do can reach the actor's next context
+        # (invariant 3 holds even against a misbehaving verifier); the visible ones share one.
+        def loader(ref: str) -> list[Version]:
+            return self.store.versions(ex.run_id, ref)
+
         private: TaskState | None = None
-        # ...and their own copy of the proposal, whose values the candidate shares.
-        proposal_copy = (
-            Proposal.from_dict(json.loads(json.dumps(proposal.to_dict())))
-            if loop.held_out
-            else proposal
-        )
+        public: TaskState | None = None
+        # ...and copies of the proposal, whose values the candidate shares.
+        shown: Proposal | None = None
+        hidden: Proposal | None = None
         for check in loop.verifiers:
-            subject = candidate
             if check.held_out:
-                private = private or candidate.detached(
-                    lambda ref: self.store.versions(ex.run_id, ref)
-                )
-                subject = private
+                private = subject = private or candidate.detached(loader)
+                hidden = judged = hidden or proposal.owned()
+            else:
+                public = subject = public or candidate.detached(loader)
+                shown = judged = shown or proposal.owned()
             where = f"verifier {check.name}"
             try:
                 verdict, secs = await call_with_retry(
@@ -332,7 +369,7 @@ class Cycle(RuntimeHost):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=(subject, proposal_copy if check.held_out else proposal),
+                    args=(subject, judged),
                     timeout=check.timeout_s,
                     deadline=ex.deadline,
                 )
@@ -464,7 +501,26 @@ class Cycle(RuntimeHost):
                 needs.append(need)
         # An approval covers the one cycle it was given for (it resumes that cycle directly);
         # the same action proposed again later is asked about again, never waved through.
-        hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+        # a rule's own check judges copies too (what it changes is not committed)
+        judging = any(callable(r.check) for r in contract.risk)
+        try:
+            hit = rules.risk_reason(
+                contract.risk,
+                candidate.detached(loader) if judging else candidate,
+                proposal.owned() if judging else proposal,
+                visible,
+                loop.verifiers,
+            )
+        except rules.RiskCheckFailed as failed:
+            error = error_info(f"risk rule {failed.rule}", failed.error)
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"{failed}: {error['message']}",
+                error=error,
+                unverified=proposal.to_dict(),
+            )
         if hit is not None:
             rule, why = hit
             needs.append(

@@ -12,6 +12,7 @@ from ._state import TaskState, match_any, part_ref, split_ref
 from ._usage import Usage
 
 __all__ = [
+    "RiskCheckFailed",
     "accept_clean_parts",
     "aggregate_score",
     "budget_crossed",
@@ -297,10 +298,22 @@ def risk_reason(
             if hit_f:
                 return rule, rule.reason or "; ".join(f.message for f in hit_f[:3])
         if rule.check is not None and callable(rule.check):
-            why = rule.check(state, proposal, verdicts)
-            if why:
-                return rule, str(why)
+            try:
+                why = rule.check(state, proposal, verdicts)
+                if why:
+                    return rule, str(why)
+            except Exception as exc:  # user code: the engine escalates, naming the rule
+                raise RiskCheckFailed(rule.name, exc) from exc
     return None
+
+
+class RiskCheckFailed(Exception):
+    """A risk rule's own check raised ``error`` (user code, like a verifier that raised)."""
+
+    def __init__(self, rule: str, error: Exception) -> None:
+        super().__init__(f"the check of risk rule {rule!r} raised {type(error).__name__}")
+        self.rule = rule
+        self.error = error
 
 
 def _changes(state: TaskState, ref: str) -> bool:

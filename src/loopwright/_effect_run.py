@@ -20,7 +20,7 @@ from typing import Any
 from ._calls import call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
-from ._exec import Execution, error_info
+from ._exec import Execution, error_info, exc_text
 from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
@@ -68,7 +68,22 @@ def _jsonable(value: Any) -> Any:
     """``value`` as it is recorded: JSON, secrets masked (invariant 9). An effect's result is
     recorded, shown to the actor and reused by later runs of the key in this form, whether
     it was just made or read back after a crash, so both see the same."""
-    return redact(json.loads(json.dumps(value, default=str)))
+    try:
+        text = json.dumps(value, default=_text)
+    except (ValueError, RecursionError) as exc:
+        # The action is done whatever its result looks like: it is recorded done (never run
+        # again), with what says why its result could not be (a value that contains itself).
+        text = json.dumps({"unrecordable_result": f"{type(value).__name__}: {exc}"})
+    return redact(json.loads(text))
+
+
+def _text(obj: Any) -> str:
+    """``str(obj)`` for a result's part JSON cannot hold, or its type's name when even that
+    raises (user code's object: it must not fail a recorded action)."""
+    try:
+        return str(obj)
+    except Exception:
+        return f"<{type(obj).__name__}>"
 
 
 _DEFAULT_EFFECT_RETRY = RetryPolicy()
@@ -238,7 +253,7 @@ async def perform_effect(
                 eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
             )
         except Exception as exc:
-            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc}", None
+            return "error", f"the reconcile hook raised {type(exc).__name__}: {exc_text(exc)}", None
         if isinstance(found, EffectResult):  # it happened (even with no value): its cost
             return "done", _jsonable(found.value), found.usage
         return ("done", _jsonable(found), None) if found is not None else ("not_done", None, None)
@@ -329,6 +344,20 @@ async def perform_effect(
         and not recovered
     )
     if entry is not None and not stale:
+        done_args = entry.data.get("args") if entry.status == "done" else None
+        if done_args is not None and _canon(done_args) != _canon(base["args"]):
+            # This run did the action with other arguments (an earlier cycle, or an earlier
+            # call of this proposal): as when another run did (``held``), a person decides
+            # which is right; the journal keeps the execution that happened.
+            cause = (
+                f"{eff.name} ({ikey}) was done by this run in cycle {entry.cycle} with other "
+                "arguments; the same key with different arguments is not run — check which "
+                "is right"
+            )
+            ex.events.append(
+                NewEvent(cycle, "effect_args_differ", {"effect": eff.name, "key": ikey})
+            )
+            return out("in_doubt", attempts=attempts, cause=cause)
         if entry.status == "done":
             from_run = entry.data.get("from_run")
             if recovered:
@@ -454,7 +483,9 @@ async def perform_effect(
                     "needs_human": "an error a person must resolve",
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
-                cause = f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc}"
+                cause = (
+                    f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
+                )
                 put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(

@@ -103,7 +103,9 @@ class Effect:
     Attributes:
         fn: performs the action; called with the call's arguments as keywords, plus ``key=``
             (the idempotency key) when it accepts a ``key`` parameter — pass it on to APIs that
-            take an idempotency key. Sync or async. Its return value is recorded (JSON).
+            take an idempotency key. Sync or async. Its return value is recorded (JSON;
+            an object JSON cannot hold as its ``str``; a result that contains itself as a
+            note saying so: the action is recorded done whatever it returned).
         kind: ``publish``, ``spend``, ``send``, ``overwrite_accepted``, ``share_private`` or a
             kind of your own; the approval policy decides by kind and arguments.
         idempotent: running it twice has the effect of running it once. Only an idempotent

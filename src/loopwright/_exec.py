@@ -41,6 +41,7 @@ __all__ = [
     "OutOfTime",
     "OverBudget",
     "call_with_retry",
+    "exc_text",
 ]
 
 PhaseHook = Callable[[str], None]
@@ -150,16 +151,25 @@ class _NoLoop:
 NO_LOOP: Any = _NoLoop()
 
 
+def exc_text(exc: BaseException) -> str:
+    """``str(exc)``, or what says it could not be had: an exception raised by user code whose
+    ``__str__`` raises is still the user's failure to record, not the engine's."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"<str() of this {type(exc).__name__} raised {type(inner).__name__}>"
+
+
 def error_info(where: str, exc: BaseException) -> dict[str, Any]:
     """An error as stored in events, the journal and packets, secrets masked (invariant 9).
     Its message and traceback are cut to ``ERROR_CHARS`` each (``clip_masked``: masked in time
     bounded by the limit, only a head kept): a 10 MB error body is neither stored in every
     copy nor scanned whole by the redaction net."""
     if isinstance(exc, CallTimeout):
-        return {"where": where, "type": "Timeout", "message": clip_masked(str(exc))}
+        return {"where": where, "type": "Timeout", "message": clip_masked(exc_text(exc))}
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     out: dict[str, Any] = redact({"where": where, "type": type(exc).__name__})
-    out["message"] = clip_masked(str(exc))
+    out["message"] = clip_masked(exc_text(exc))
     out["traceback"] = clip_masked("".join(tb[-6:]))
     return out
 

@@ -43,7 +43,9 @@ __all__ = [
     "loads",
     "lone_surrogate",
     "not_text",
+    "owned_copy",
     "refuse_constant",
+    "round_trip",
     "strict_loads",
 ]
 
@@ -99,6 +101,51 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value, default=_default, option=_OPTS).decode()
     except TypeError:  # a big int, a non-str key, a lone surrogate: the standard library's way
         return _std_dumps(value)
+
+
+def round_trip(value: Any) -> Any:
+    """``loads(dumps(value))``: ``value`` as a store reads it back, in new objects. Text orjson
+    wrote back to orjson, without ``loads``'s search for long integers (orjson writes none)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(orjson.dumps(value, default=_default, option=_OPTS))
+        except TypeError:  # a big int, a non-str key, a lone surrogate
+            pass
+    return loads(_std_dumps(value))
+
+
+def _strict_default(obj: Any) -> Any:
+    if isinstance(obj, float):  # numpy.float64 and other float subclasses
+        return float(obj)
+    if isinstance(obj, tuple):  # namedtuples
+        return list(obj)
+    raise TypeError(f"a value of type {type(obj).__name__} is not JSON")
+
+
+def owned_copy(value: Any) -> Any:
+    """``value`` as a store gives it back — lists for tuples, ``None`` for a non-finite
+    number, ``"1"`` for the key ``1``, U+FFFD for a lone surrogate — in new objects that share
+    nothing with ``value``; ``ValueError`` naming what JSON cannot hold (a set, bytes, a
+    datetime, any other object or key, a value that contains itself), which ``dumps`` would
+    write as its ``str``.
+
+    What user code hands the engine is kept as this copy: what is judged is what is stored
+    and read back after a crash, and nothing the user still holds (and may change later, from
+    a thread) is shared with the run's state."""
+    try:
+        if orjson is None:
+            raise TypeError("no orjson")
+        # orjson's own text holds no long integer (it refuses them): no search for one
+        return orjson.loads(orjson.dumps(value, default=_strict_default, option=_OPTS))
+    except TypeError:  # refused, or a big int, a lone surrogate, a cycle: json says which
+        pass
+    try:
+        text = json.dumps(_finite(value), separators=(",", ":"), default=_strict_default)
+    except RecursionError:
+        raise ValueError("it is nested too deeply, or contains itself") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    return loads(text)
 
 
 def loads(text: str | bytes) -> Any:

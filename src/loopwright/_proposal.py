@@ -11,7 +11,7 @@ from typing import Any, Literal
 from . import _shapes as shapes
 from ._effects import EffectCall, _canon
 from ._errors import ConfigError
-from ._json import not_text
+from ._json import not_text, owned_copy
 from ._question import Question
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
@@ -178,6 +178,55 @@ class Proposal:
             body["effects"] = [c.canonical() for c in self.effects]
         return hashlib.sha256(_canon(body).encode()).hexdigest()[:32]
 
+    def owned(self) -> Proposal:
+        """This proposal as the engine keeps it: each value an ``owned_copy`` (what the store
+        will read back, sharing nothing with the objects the actor still holds), and a plain
+        ``Proposal`` whatever class the actor built. A value JSON cannot hold is a
+        ``ConfigError`` naming its part or effect argument: stored as its ``str``, it would
+        be judged as one thing and kept as another."""
+        try:
+            edits, replace, args = owned_copy(
+                [
+                    [e.value for e in self.edits],
+                    self.replace,
+                    [c.args for c in self.effects],
+                ]
+            )
+        except ValueError:
+            raise self._not_json() from None
+        return shapes.stored(
+            Proposal,
+            tuple(
+                shapes.stored(Edit, e.artifact, e.part, v)
+                for e, v in zip(self.edits, edits, strict=True)
+            ),
+            replace,
+            dict(self.plan),
+            tuple(self.new_steps),
+            str(self.note),
+            self.usage,
+            None if self.escalate is None else str(self.escalate),
+            tuple(
+                shapes.stored(EffectCall, c.name, a, c.key)
+                for c, a in zip(self.effects, args, strict=True)
+            ),
+            self.question,
+        )
+
+    def _not_json(self) -> ConfigError:
+        """The first value of this proposal that ``owned_copy`` refuses, named."""
+        values: list[tuple[str, Any]] = [(f"the value of {e.ref}", e.value) for e in self.edits]
+        for artifact, parts in (self.replace or {}).items():
+            values += [(f"the value of {part_ref(artifact, k)}", v) for k, v in parts.items()]
+        for c in self.effects:
+            values += [(f"argument {k!r} of effect {c.name}", v) for k, v in c.args.items()]
+        for where, value in values:
+            try:
+                owned_copy(value)
+            except ValueError as exc:
+                return ConfigError(f"{where} cannot be stored as JSON: {exc}", field="Proposal")
+        return ConfigError("a value cannot be stored as JSON", field="Proposal")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -259,10 +308,15 @@ class Verdict:
             self._check_shapes()
         if self.score is not None and (
             not isinstance(self.score, int | float)
+            or isinstance(self.score, bool)
             or math.isnan(self.score)
             or not 0.0 <= self.score <= 1.0
         ):
-            raise ValueError(f"Verdict.score must be in [0, 1], got {self.score!r}")
+            # a user's mistake, named (a ConfigError is a ValueError, as this was before)
+            raise ConfigError(
+                f"must be a number in [0, 1], got {type(self.score).__name__}: {self.score!r:.60}",
+                field="Verdict.score",
+            )
 
     def _check_shapes(self) -> None:
         p = self.passed

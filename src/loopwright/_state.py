@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast, get_args
 
+from . import _json
 from . import _shapes as shapes
 from ._errors import ConfigError
 from ._usage import Usage
@@ -29,6 +30,7 @@ __all__ = [
     "StepStatus",
     "TaskState",
     "Version",
+    "copied_on_read",
     "part_ref",
     "split_ref",
 ]
@@ -243,17 +245,24 @@ class Artifact:
     # rebuilt part by part. None: not built yet (or dropped by ``TaskState.reindex``).
     _values: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _accepted: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    # A detached copy's original (``TaskState.detached``): its values are copied from there in
+    # one JSON round trip when first read, not part by part. Forgotten once a part changes.
+    _source: Artifact | None = field(default=None, init=False, repr=False, compare=False)
 
     def values(self) -> dict[str, Any]:
         vals = self._values
-        if vals is None or len(vals) != len(self.parts):
+        if vals is None and self._source is not None:
+            vals = self._values = _json.round_trip(self._source.values())
+        elif vals is None or len(vals) != len(self.parts):
             vals = self._values = {name: p.value for name, p in self.parts.items()}
         return dict(vals)
 
     def accepted_values(self) -> dict[str, Any]:
         """The latest accepted value of each part that has one."""
         acc = self._accepted
-        if acc is None:
+        if acc is None and self._source is not None:
+            acc = self._accepted = _json.round_trip(self._source.accepted_values())
+        elif acc is None:
             acc = self._accepted = {
                 name: a.value for name, p in self.parts.items() if (a := p.accepted) is not None
             }
@@ -262,11 +271,13 @@ class Artifact:
     def _value_changed(self, name: str, p: Part) -> None:
         """Keep the cached values right after part ``name`` (now ``p``) got a version (a new
         part is the last one in both; its new version is not accepted yet)."""
+        self._source = None
         if self._values is not None:
             self._values[name] = p.value
 
     def _status_changed(self, name: str, p: Part) -> None:
         """Keep the cached accepted values right after part ``name``'s status changed."""
+        self._source = None
         cache = self._accepted
         if cache is None:
             return
@@ -676,7 +687,7 @@ class TaskState:
         were changed other than through ``set_part`` / ``set_status``."""
         self._open = self._best_hint = self._best_diff = None
         for art in self.artifacts.values():
-            art._values = art._accepted = None
+            art._values = art._accepted = art._source = None
 
     def refresh_plan(self) -> None:
         """Mark steps whose parts are all accepted as done (looking only at open steps that
@@ -814,10 +825,7 @@ class TaskState:
         )
         return self._like(
             task=_CopyOnRead(self.task, _json_copy),
-            artifacts={
-                name: Artifact(name, _CopyOnRead(a.parts, _part_copier(name, loader)))
-                for name, a in self.artifacts.items()
-            },
+            artifacts={name: _detached_artifact(a, loader) for name, a in self.artifacts.items()},
             plan=list(self.plan),  # immutable steps
             findings=[Finding.from_dict(f) for f in findings],
             notes=notes,
@@ -1024,7 +1032,19 @@ class _CopyOnRead(dict[str, _V]):
         return v
 
     def _all(self) -> None:
-        for key in [k for k in dict.keys(self) if k not in self._fresh]:
+        stale = [k for k in dict.keys(self) if k not in self._fresh]
+        if self._copy is _json_copy and stale:
+            # Values: every container copied in one JSON round trip, not one each (an actor
+            # that puts the whole context in a prompt reads every part, every cycle).
+            get = dict.__getitem__
+            held = [k for k in stale if isinstance(get(self, k), dict | list)]
+            if held:
+                copies = _json.round_trip([get(self, k) for k in held])
+                for k, v in zip(held, copies, strict=True):
+                    dict.__setitem__(self, k, v)
+            self._fresh.update(stale)
+            return
+        for key in stale:
             self._take(key)
 
     def __getitem__(self, key: str) -> _V:
@@ -1071,8 +1091,21 @@ class _CopyOnRead(dict[str, _V]):
         return dict(dict.items(self))
 
 
+def _detached_artifact(a: Artifact, loader: VersionLoader | None) -> Artifact:
+    out = Artifact(a.name, _CopyOnRead(a.parts, _part_copier(a.name, loader)))
+    out._source = a
+    return out
+
+
 def _json_copy(_key: str, value: Any) -> Any:
-    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+    return _json.round_trip(value) if isinstance(value, dict | list) else value
+
+
+def copied_on_read(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (a part's values, the task) as user code is handed them: each list or dict
+    copied the first time it is read, so that changing what was read in place changes
+    nothing of the run's state, and the copy costs what is read."""
+    return _CopyOnRead(values, _json_copy)
 
 
 def _part_copier(artifact: str, loader: VersionLoader | None) -> Callable[[str, Part], Part]:

@@ -132,3 +132,30 @@ def test_loads_keeps_a_stored_nan() -> None:
     """Only text is repaired on that path: a NaN written by an older version reads as NaN."""
     got = _json.loads('{"x": NaN, "s": "\\ud83d"}')
     assert math.isnan(got["x"]) and got["s"] == "\ufffd"
+
+
+def test_owned_copy_is_what_a_store_reads_back_and_shares_nothing() -> None:
+    owned_copy = _json.owned_copy
+    inner = [1]
+    value = {"t": (1, inner), "k": {2: "a"}, "n": float("nan"), "big": 10**30, "s": "\ud83d"}
+    copy = owned_copy(value)
+    assert copy == {"t": [1, [1]], "k": {"2": "a"}, "n": None, "big": 10**30, "s": "\ufffd"}
+    copy["t"][1].append(2)
+    assert inner == [1]
+    looped: list[object] = []
+    looped.append(looped)
+    for bad, why in (
+        ({1, 2}, "set"),
+        (b"x", "bytes"),
+        (dt.date(2020, 1, 1), "date"),
+        ({(1, 2): "a"}, "keys must be str"),
+        (looped, "contains itself"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            owned_copy({"v": bad})
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_owned_copy_equals_the_stores_round_trip(value: Any) -> None:
+    assert _json.owned_copy(value) == _json.loads(_json.dumps(value))

@@ -310,6 +310,46 @@ def test_detached_copy_shares_nothing_changeable() -> None:
     assert "d1" in d.rejected and "d2" not in s.rejected
 
 
+def test_a_detached_copys_values_are_copies_and_follow_its_own_changes() -> None:
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"a": [1], "b": "text"}}})
+    s.set_status("doc/a", "accepted")
+    d = s.detached()
+    # read in one go (copied from the original in one round trip), changed in place: only
+    # the copy changes
+    d.artifacts["doc"].values()["a"].append(2)
+    d.artifacts["doc"].accepted_values()["a"].append(3)
+    d.values()["doc"]["a"].append(4)
+    assert s.values() == {"doc": {"a": [1], "b": "text"}}
+    assert s.accepted_values() == {"doc": {"a": [1]}}
+    # a part the copy writes is what its values say from then on (not the original's)
+    e = s.detached()
+    e.set_part("doc", "b", "mine", 2)
+    assert e.values() == {"doc": {"a": [1], "b": "mine"}}
+    assert s.values()["doc"]["b"] == "text"
+    f = s.detached()
+    f.set_status("doc/b", "accepted")
+    assert f.accepted_values() == {"doc": {"a": [1], "b": "text"}}
+    assert s.accepted_values() == {"doc": {"a": [1]}}
+
+
+def test_values_copied_on_read_share_nothing_however_read() -> None:
+    from loopwright._state import copied_on_read
+
+    src = {"a": [1], "b": {"k": [2]}, "c": "text"}
+    for read in (
+        lambda m: m["a"],
+        lambda m: m.get("a"),
+        lambda m: dict(m)["a"],
+        lambda m: {**m}["a"],
+        lambda m: m.copy()["a"],
+        lambda m: dict(m.items())["a"],
+        lambda m: next(iter(m.values())),
+        lambda m: json.loads(json.dumps(m)) and m["a"],
+    ):
+        read(copied_on_read(src)).append(9)
+    assert src == {"a": [1], "b": {"k": [2]}, "c": "text"}
+
+
 def test_a_version_serialises_its_current_status() -> None:
     s = lw.TaskState()
     s.set_part("doc", "p", "v1", 1)

@@ -1,0 +1,387 @@
+"""User code that changes in place what it was given, keeps what it returned, returns values
+JSON cannot hold, or raises in odd ways, end to end on a SQLite file.
+
+What a run judged must be what it stored: an actor or verifier that mutates a list it was
+shown must change neither the run's state nor what the next cycle sees (the store would not
+hold the change, so a resumed run would differ from an uninterrupted one), and a value the
+store would write as its ``str`` is refused, named, instead of judged as one thing and kept as
+another. Each failure of user code is the user's: the run escalates with a message, never
+``failed`` with a traceback out of ``run_sync``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+TASK: dict[str, Any] = {
+    "meta": {"source": "po"},
+    "artifacts": {"inv": {"lines": [], "qty": 0}},
+}
+
+
+def _loop(
+    actor: Callable[[lw.Context], Any],
+    verifier: Callable[..., Any],
+    *,
+    held_out: bool = False,
+    cycles: int = 4,
+    risk: tuple[lw.RiskRule, ...] = (),
+) -> lw.Loop:
+    checks = [lw.Check(fn=verifier, name="check")]
+    if held_out:
+        checks.append(lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="h", held_out=True))
+    return lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=checks,
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles), risk=risk),
+    )
+
+
+def _plain(ctx: lw.Context) -> dict[str, Any]:
+    return json.loads(json.dumps({"artifacts": ctx.artifacts, "task": ctx.task}))
+
+
+def test_an_actor_changing_its_context_in_place_changes_nothing_stored_or_shown(
+    tmp_path: Path,
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(_plain(ctx))
+        if ctx.cycle == 1:
+            return lw.Proposal.edit("inv", {"lines": [1, 2], "qty": 1})
+        # hostile: change in place what it was shown, then propose something else
+        ctx.artifacts["inv"]["lines"].append(99)
+        ctx.task["meta"]["source"] = "changed"
+        ctx.history[0]["score"] = 1.0
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    judged: list[Any] = []
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        lines = state.artifacts["inv"].values()["lines"]
+        judged.append(list(lines))
+        # passes only on the lines the actor wrote in place, never proposed
+        return lw.Verdict(passed=lines == [1, 2, 99], score=0.5)
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier), TASK, task_key="k")
+    # nothing the actor changed in place was judged, shown again or stored
+    assert judged == [[1, 2]] * 4
+    assert [s["artifacts"]["inv"]["lines"] for s in seen] == [[], [1, 2], [1, 2], [1, 2]]
+    assert {s["task"]["meta"]["source"] for s in seen} == {"po"}
+    assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+    assert r.state.values()["inv"]["lines"] == [1, 2]
+    assert r.state.history[0]["score"] == 0.5
+    assert TASK["meta"]["source"] == "po"
+
+
+def test_an_actor_keeping_what_it_returned_cannot_change_it_afterwards(tmp_path: Path) -> None:
+    kept: list[list[int]] = []
+    seen: list[list[int]] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(list(ctx.artifacts["inv"]["lines"]))
+        if ctx.cycle == 1:
+            kept.append([1])
+            return lw.Proposal.edit("inv", {"lines": kept[0]})
+        kept[0].append(ctx.cycle)  # as a thread it left running would, after the return
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5)
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, cycles=3), TASK, task_key="k")
+    assert seen == [[], [1], [1]]
+    assert r.state.values()["inv"]["lines"] == [1]
+
+
+@pytest.mark.parametrize("held_out", [False, True])
+def test_a_verifier_changing_what_it_judges_changes_nothing_committed(
+    tmp_path: Path, held_out: bool
+) -> None:
+    seen: list[list[int]] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(list(ctx.artifacts["inv"]["lines"]))
+        return lw.Proposal.edit("inv", {"lines": [ctx.cycle]})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        state.artifacts["inv"].values()["lines"].append("verifier")
+        proposal.edits[0].value.append("verifier")
+        return lw.Verdict(passed=False, score=0.5)
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, held_out=held_out, cycles=3), TASK, task_key="k")
+    assert seen == [[], [1], [2]]
+    assert r.state.values()["inv"]["lines"] == [3]
+
+
+def test_a_risk_check_changing_the_candidate_changes_nothing_committed(tmp_path: Path) -> None:
+    def grabby(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        state.artifacts["inv"].values()["lines"].append("rule")
+        return None
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"lines": [ctx.cycle]})
+
+    rule = lw.RiskRule(name="grabby", check=grabby)
+    loop = _loop(actor, lambda s, p: lw.Verdict(passed=False, score=0.5), cycles=2, risk=(rule,))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert r.stop_reason == "budget_cycles"
+    assert r.state.values()["inv"]["lines"] == [2]
+
+
+class _RaisingEq:
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparing me")
+
+    __hash__ = object.__hash__
+
+
+def _contains_itself() -> list[Any]:
+    x: list[Any] = []
+    x.append(x)
+    return x
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ({1, 2}, "set"),  # was stored as the text "{1, 2}" and accepted
+        (b"\x00", "bytes"),
+        ({(1, 2): "a"}, "keys must be str"),  # was stored as {"(1, 2)": "a"}
+        (_RaisingEq(), "_RaisingEq"),  # was a RuntimeError out of run_sync
+        (_contains_itself(), "contains itself"),  # was a ValueError out of run_sync
+    ],
+)
+@pytest.mark.parametrize("held_out", [False, True])
+def test_a_value_json_cannot_hold_escalates_naming_the_part(
+    tmp_path: Path, value: Any, why: str, held_out: bool
+) -> None:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": 1, "lines": value})
+
+    loop = _loop(actor, lambda s, p: lw.Verdict(passed=True), held_out=held_out)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert "the value of inv/lines cannot be stored as JSON" in r.packet["cause"]
+    assert why in r.packet["cause"]
+    assert r.state.values()["inv"] == {"lines": [], "qty": 0}
+
+
+def test_an_effect_argument_json_cannot_hold_is_named(tmp_path: Path) -> None:
+    @lw.effect("notify")
+    def notify(to: str, extra: Any) -> str:
+        raise AssertionError("never run")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        call = lw.EffectCall("notify", {"to": "ops", "extra": [1]})
+        call.args["extra"].append({2})  # changed after the call was checked
+        return lw.Proposal(effects=(call,))
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[notify],
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert r.stop_reason == "escalated"
+    assert r.packet is not None
+    assert "argument 'extra' of effect notify cannot be stored as JSON" in r.packet["cause"]
+
+
+def test_what_was_judged_is_what_is_stored(tmp_path: Path) -> None:
+    judged: list[Any] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"lines": (1, float("nan"), "\ud83d", {2: "a"})})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged.append(state.artifacts["inv"].values()["lines"])
+        return lw.Verdict(passed=True)
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier), TASK, task_key="k")
+    assert r.status == "accepted"
+    assert judged == [r.state.values()["inv"]["lines"]] == [[1, None, "\ufffd", {"2": "a"}]]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_an_exception_whose_str_raises_escalates(tmp_path: Path) -> None:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        raise _Unprintable()
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, lambda s, p: lw.Verdict(passed=True)), TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert "_Unprintable: <str() of this _Unprintable raised RuntimeError>" in r.packet["cause"]
+
+
+def test_a_risk_check_that_raises_escalates_naming_the_rule(tmp_path: Path) -> None:
+    def broken(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        raise KeyError("vendor")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    rule = lw.RiskRule(name="vendor_change", check=broken)
+    loop = _loop(actor, lambda s, p: lw.Verdict(passed=True), risk=(rule,))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert r.packet["cause"] == "the check of risk rule 'vendor_change' raised KeyError: 'vendor'"
+    assert r.packet["error"]["where"] == "risk rule vendor_change"
+    assert r.state.values()["inv"]["qty"] == 0
+
+
+@pytest.mark.parametrize("score", [1.5, -0.1, float("nan"), "0.5", True])
+def test_a_verdict_score_out_of_range_is_a_config_error(tmp_path: Path, score: Any) -> None:
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=score)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": 1})
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier), TASK, task_key="k")
+    assert r.stop_reason == "escalated"
+    assert r.packet is not None
+    assert "(ConfigError: Verdict.score: must be a number in [0, 1]" in r.packet["cause"]
+
+
+class _Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no text")
+
+    __str__ = __repr__
+
+
+def _receipt_containing_itself() -> Any:
+    receipt: dict[str, Any] = {"id": "pay-1"}
+    receipt["self"] = receipt
+    return receipt
+
+
+@pytest.mark.parametrize(
+    ("receipt", "recorded"),
+    [
+        # both were an exception out of run_sync after the payment, the run failed/error
+        (_receipt_containing_itself, {"unrecordable_result": "dict: Circular reference detected"}),
+        (lambda: {"id": "pay-1", "at": _Unshowable()}, {"id": "pay-1", "at": "<_Unshowable>"}),
+    ],
+)
+def test_an_effect_result_json_cannot_hold_is_recorded_done_once(
+    tmp_path: Path, receipt: Callable[[], Any], recorded: Any
+) -> None:
+    paid: list[str] = []
+
+    @lw.effect("spend", key=lambda a: a["invoice"])
+    def pay(invoice: str, *, key: str) -> Any:
+        paid.append(key)
+        return receipt()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("inv", "qty", 1),), effects=(pay.call(invoice="INV-7"),))
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        again = rt.run_sync(loop, TASK, task_key="k2")  # another run asking the same key
+        [entry] = [e for e in rt.store.journal(r.run_id) if e.key.startswith("effect:")]
+    assert (r.status, again.status, paid) == ("accepted", "accepted", ["pay:INV-7"])
+    assert entry.status == "done"
+    assert entry.data["result"] == recorded
+
+
+def test_an_actor_changing_a_persons_accepted_list_in_place_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    judged: list[Any] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if not ctx.is_accepted("inv", "lines"):
+            return lw.Proposal(escalate="which lines?")  # a person answers with an edit
+        ctx.accepted["inv"]["lines"].append("loop")  # in place, never proposed
+        ctx.artifacts["inv"]["lines"].append("loop")
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged.append(list(state.artifacts["inv"].values()["lines"]))
+        return lw.Verdict(passed=False, score=0.5)
+
+    loop = _loop(actor, verifier, cycles=3)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.stop_reason == "escalated"
+        rt.edit(r.run_id, "inv/lines", ["alice's"], by="alice")  # reopens the run
+        r = rt.resume_sync(r.run_id, loop)
+    assert judged == [["alice's"]] * 3
+    assert r.state.values()["inv"]["lines"] == ["alice's"]
+    assert r.state.part("inv/lines").status == "accepted"
+
+
+@pytest.mark.parametrize("same_cycle", [True, False])
+def test_a_key_this_run_did_asked_again_with_other_arguments_escalates(
+    tmp_path: Path, same_cycle: bool
+) -> None:
+    # It was answered "done" with the first call's result: the actor asked to pay 2.0, the run
+    # said it was paid, and had paid 1.0 (another run asking the same escalated already).
+    paid: list[float] = []
+
+    @lw.effect("spend", key=lambda a: a["invoice"], requires_success=False)
+    def pay(invoice: str, amount: float, *, key: str) -> dict[str, float]:
+        paid.append(amount)
+        return {"paid": amount}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if same_cycle:
+            calls = (pay.call(invoice="INV-7", amount=1.0), pay.call(invoice="INV-7", amount=2.0))
+        else:
+            calls = (pay.call(invoice="INV-7", amount=float(ctx.cycle)),)
+        return lw.Proposal(edits=(lw.Edit("inv", "qty", ctx.cycle),), effects=calls)
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        [entry] = [e for e in rt.store.journal(r.run_id) if e.key.startswith("effect:")]
+    assert paid == [1.0]
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert "was done by this run in cycle 1 with other arguments" in r.packet["cause"]
+    assert (entry.status, entry.data["result"]) == ("done", {"paid": 1.0})
