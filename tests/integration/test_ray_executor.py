@@ -289,6 +289,8 @@ def test_a_spec_the_workers_cannot_load_fails_the_batch_clearly(
 name = "unreachable"
 [actor]
 ref = "{WORK.parent / "driver_only.py"}:idle"
+[[verifiers]]
+ref = "{WORK.parent / "driver_only.py"}:judge"
 [contract.budget]
 max_cycles = 1
 """,
