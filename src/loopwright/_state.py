@@ -480,6 +480,7 @@ class TaskState:
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     plan: list[PlanStep] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    # A note is never changed in place once here: heads and forks share the entries.
     notes: list[dict[str, Any]] = field(default_factory=list)
     next_action: str = ""
     retries: dict[str, int] = field(default_factory=dict)
@@ -794,7 +795,7 @@ class TaskState:
             artifacts={name: a._forked() for name, a in self.artifacts.items()},
             plan=list(self.plan),  # steps are immutable: shared
             findings=list(self.findings),
-            notes=[dict(n) for n in self.notes],
+            notes=list(self.notes),  # entries are never changed in place: shared
             # Replaced, never changed in place (``mark_best``): shared, like the hints below.
             best_parts=self.best_parts,
             # Shared, append-only: a copy per cycle would cost O(cycles) (invariant 8).

@@ -84,9 +84,11 @@ def head(
         "parts": parts,
         "plan": _plan(state, prev, steps),
         "findings": [f.to_dict() for f in state.findings],
-        # Copies: the engine changes some of these in place between checkpoints, and a head
-        # must keep what was committed for the next delta to be right.
-        "notes": _copy(state.notes),
+        # A note, once in the state, is never changed in place (as a history entry): the
+        # list is copied, its entries shared. A deep copy here cost O(notes) every commit, up
+        # to NOTES_WINDOW (a loop that parks for a person every 25 cycles: more each cycle
+        # until cycle 2,500; an effect every cycle: about a third of the cycle's calls).
+        "notes": list(state.notes),
         "next_action": state.next_action,
         "retries": dict(state.retries),
         "cycle": state.cycle,
@@ -100,6 +102,8 @@ def head(
         "stall": state.stall,
         "approved": list(state.approved),
         "passed_checks": list(state.passed_checks),
+        # A copy: the engine changes the pending entry in place between checkpoints, and a
+        # head must keep what was committed for the next delta to be right.
         "pending": _copy(state.pending),
         "history": list(state.history),
     }

@@ -1230,6 +1230,17 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         conds = (("run_id", run_id), ("kind", kind), ("key", key), ("cycle", cycle))
         where, args = _where(conds, self._MARK)
         query = f"SELECT {JOURNAL_COLS} FROM journal{where} ORDER BY created_at, key"
+        if kind is not None and key is None:
+            # The keys from the index on (run_id, kind, cycle), then the rows by primary key:
+            # asked for whole rows, SQLite read the run's every entry through the primary key
+            # instead, so a resume's look for the next cycle's retry entries grew with the
+            # run's effects (one entry a cycle).
+            m = self._MARK
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} AND key IN "
+                f"(SELECT key FROM journal{where}) ORDER BY created_at, key"
+            )
+            args = [run_id, *args]
         return [self._journal(r) for r in self._all(query, args)]
 
     # --- approvals and cancellation ----------------------------------------------------
