@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from . import _json
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -70,12 +69,11 @@ class Cycle(RuntimeHost):
         context rebuilt after a crash, for its reflection)."""
         s = ex.state if state is None else state
         task = s.task
-        # Nothing in a context is the state's own object: an actor that changes what it was
-        # shown in place (appends to a part's list, edits a note) changes its copy, never the
-        # run's state, whose next commit would not hold the change (docs/concepts.md).
-        findings, notes, history = _json.round_trip(
-            [[f.to_dict() if f.evidence else None for f in s.findings], s.notes, s.history]
-        )
+        # A part's values and the task are copied as they are read: an actor that changes what
+        # it was shown in place (appends to a part's list, the common case) changes its copy,
+        # never the run's state, whose next commit would not hold the change. Findings, notes
+        # and history entries are shared, read-only by contract (docs/concepts.md): copying
+        # them every cycle cost about a tenth of a trivial cycle (bench/RESULTS.md).
         return Context(
             run_id=ex.run_id,
             cycle=n,
@@ -89,17 +87,14 @@ class Cycle(RuntimeHost):
             ),
             artifacts={name: copied_on_read(values) for name, values in s.values().items()},
             accepted={name: copied_on_read(values) for name, values in s.accepted_values().items()},
-            findings=tuple(
-                f if d is None else Finding.from_dict(d)
-                for f, d in zip(s.findings, findings, strict=True)
-            ),
+            findings=tuple(s.findings),
             plan=tuple(s.plan),
             next_step=s.next_step(),
             remaining=remaining
             if remaining is not None
             else rules.remaining(ex.contract, s, shown=True),
-            notes=tuple(notes),
-            history=tuple(history),
+            notes=tuple(s.notes),
+            history=tuple(s.history),
             memory=memory,
         )
 
@@ -358,7 +353,7 @@ class Cycle(RuntimeHost):
                 private = subject = private or candidate.detached(loader)
                 hidden = judged = hidden or proposal.owned()
             else:
-                public = subject = public or candidate.detached(loader)
+                public = subject = public or candidate.detached(loader, light=True)
                 shown = judged = shown or proposal.owned()
             where = f"verifier {check.name}"
             try:
