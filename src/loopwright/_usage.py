@@ -74,6 +74,16 @@ class Usage:
         _set(obj, "seconds", self.seconds + other.seconds)
         return obj
 
+    def add_seconds(self, seconds: float) -> Usage:
+        """``self + Usage(seconds=seconds)`` for a measured duration (a ``perf_counter``
+        difference: finite and ≥ 0), without building and checking that usage: every cycle
+        adds its duration."""
+        obj = object.__new__(Usage)
+        _set(obj, "cost_usd", self.cost_usd + 0.0)  # as __add__ with a cost of 0.0
+        _set(obj, "tokens", self.tokens + 0)
+        _set(obj, "seconds", self.seconds + seconds)
+        return obj
+
     def to_dict(self) -> dict[str, Any]:
         return {"cost_usd": self.cost_usd, "tokens": self.tokens, "seconds": self.seconds}
 
