@@ -452,6 +452,33 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
         text = orjson.dumps(obj).decode()
     except (TypeError, ValueError):
         return False
+    # The same text, with the same secret values and field names, was found clean already:
+    # a verifier's verdict often repeats from cycle to cycle while the work is not done.
+    if _clean_texts.get(text) == (values, fields):
+        return True
+    if not _clean_text(text, values, fields, pats):
+        return False
+    if len(text) <= _CLEAN_TEXT_MAX:
+        if len(_clean_texts) >= _CLEAN_TEXTS:
+            _clean_texts.clear()
+        _clean_texts[text] = (values, fields)  # what it was found clean under
+    return True
+
+
+# JSON texts ``_clean`` found clean, each with the (values, fields) it was checked against: at
+# most ``_CLEAN_TEXTS`` of at most ``_CLEAN_TEXT_MAX`` characters (under 1 MB).
+_CLEAN_TEXTS = 256
+_CLEAN_TEXT_MAX = 2048
+_clean_texts: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _clean_text(
+    text: str,
+    values: tuple[str, ...],
+    fields: frozenset[str],
+    pats: tuple[re.Pattern[str], re.Pattern[str]],
+) -> bool:
+    """``_clean``'s decision on the JSON text of the data."""
     low = text.lower()
     # Inside a JSON string a quote reads ``\"``: a string quoting a mapping ({"token": …} in
     # an error message) is tested as the text it holds, as ``_text`` will read it.
