@@ -10,6 +10,7 @@ import os
 import queue
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -149,6 +150,22 @@ def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> No
         fut.set_result(result)
 
 
+# Types whose instances are never awaitable (what actors and verifiers return: a proposal, a
+# verdict): known after one look, so the common call skips ``inspect.isawaitable``'s ABC test.
+# Awaitability is a property of the type (``__await__``), but for generators (a flag of the
+# code object), which are never added.
+_PLAIN: set[type] = set()
+
+
+def _awaitable(result: Any) -> bool:
+    if inspect.isawaitable(result):
+        return True
+    kind = type(result)
+    if kind is not types.GeneratorType and len(_PLAIN) < 256:
+        _PLAIN.add(kind)
+    return False
+
+
 async def call_user(
     fn: Callable[..., Any], *args: Any, timeout: float | None, threaded: bool = False
 ) -> tuple[Any, float]:
@@ -169,7 +186,7 @@ async def call_user(
                 result = await result
         elif timeout is None:
             result = fn(*args)
-            if inspect.isawaitable(result):
+            if type(result) not in _PLAIN and _awaitable(result):
                 result = await result
         elif _is_async(fn):
             result = await asyncio.wait_for(fn(*args), timeout)

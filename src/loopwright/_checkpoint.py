@@ -228,7 +228,7 @@ class Checkpoints(RuntimeHost):
                 s.rejected.append(effective)  # what it changed, however it was written
         s.cycle = n
         s.score = score
-        s.spent = old.spent + Usage(seconds=time.perf_counter() - t0)
+        s.spent = old.spent.add_seconds(time.perf_counter() - t0)
         s.held_out_spent = old.held_out_spent
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).

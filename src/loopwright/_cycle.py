@@ -592,7 +592,7 @@ class Cycle(RuntimeHost):
 
     def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:
         """End the run in the middle of a cycle: charge the cycle's time so far, then finish."""
-        ex.state.spent = ex.state.spent + Usage(seconds=time.perf_counter() - t0)
+        ex.state.spent = ex.state.spent.add_seconds(time.perf_counter() - t0)
         self._finish(ex, reason, **packet)
         return True
 

@@ -28,7 +28,6 @@ from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
 from ._state import TaskState
-from ._usage import Usage
 from .store import NewApproval, NewEvent
 
 __all__ = ["Parking"]
@@ -54,7 +53,7 @@ class Parking(RuntimeHost):
     ) -> bool:
         """Park the run mid-cycle with one request covering everything that needs a person."""
         s = ex.state
-        s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+        s.spent = s.spent.add_seconds(time.perf_counter() - t0)
         approval_id = uuid.uuid4().hex[:12]
         first = needs[0]
         kind = "question" if ask is not None else str(first["kind"])

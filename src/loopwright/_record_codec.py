@@ -75,10 +75,6 @@ _KEYS = {
     id(spec): frozenset(k for k, _ in spec)
     for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 }
-_DROPS = {
-    id(spec): tuple((k, d, type(d)) for k, d in spec if d is not _KEEP)
-    for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
-}
 
 
 def _is_cycle_record(rec: Mapping[str, Any]) -> bool:
@@ -150,16 +146,40 @@ def _unpack_finding(name: str, f: Any) -> Any:
 
 
 def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
-    # A copy (in C), then a look at the few keys that have a default: every cycle, so cheap
-    # (``_KEEP``, a missing key's stand-in, is of no default's type).
-    out = dict(d)
-    for k, dflt, kind in _DROPS[id(spec)]:
-        v = out.get(k, _KEEP)
-        if type(v) is kind and v == dflt:
-            if kind is float and math.copysign(1.0, v) < 0.0:
-                continue  # -0.0 is not 0.0
-            del out[k]
-    return out
+    return _DROPPERS[id(spec)](d)
+
+
+def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A function that copies a mapping (in C) and deletes the keys of ``spec`` that hold their
+    default, of the default's type: ``-0.0`` is not ``0.0`` (``_KEEP``, a missing key's
+    stand-in, is of no default's type). It runs for each dict of every cycle's record, so its
+    tests are written out for the spec, as ``dataclasses`` writes ``__init__``: a generic loop
+    over the spec cost three times as much."""
+    env: dict[str, Any] = {"_KEEP": _KEEP, "_copysign": math.copysign}
+    lines = ["def drop(d):", "    out = dict(d)"]
+    for i, (k, dflt) in enumerate(spec):
+        if dflt is _KEEP:
+            continue
+        kind = type(dflt)
+        env[f"_d{i}"], env[f"_t{i}"] = dflt, kind
+        if dflt is None or kind is bool:
+            test = f"v is _d{i}"  # singletons
+        elif kind in (dict, list) and not dflt:
+            test = f"type(v) is _t{i} and not v"
+        elif kind is float:
+            test = f"type(v) is float and v == _d{i} and _copysign(1.0, v) > 0.0"
+        else:
+            test = f"type(v) is _t{i} and v == _d{i}"
+        lines += [f"    v = out.get({k!r}, _KEEP)", f"    if {test}:", f"        del out[{k!r}]"]
+    lines.append("    return out")
+    exec("\n".join(lines), env)  # built from the specs above, nothing else
+    fn: Callable[[Mapping[str, Any]], dict[str, Any]] = env["drop"]
+    return fn
+
+
+_DROPPERS = {
+    id(spec): _dropper(spec) for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
+}
 
 
 def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:

@@ -335,14 +335,16 @@ _PREFILTER = (
 )
 
 
-def _triggered(low: str) -> bool:
-    """Whether lower-cased ``low`` contains one of ``_TRIGGERS``."""
+def _triggered(low: str, *, passw: bool = False) -> bool:
+    """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
+    text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
+    for ``passw`` answers on the clean text, the common case, without reading it again)."""
     # ``_TRIGGER_IN`` spelled out: a generator here costs more than the five tests.
     if "=" in low or "://" in low or "xox" in low or "token'" in low or 'token"' in low:
         return True
     for needle in _PREFILTER:
         if needle in low:
-            return _TRIGGER.search(low) is not None
+            return _TRIGGER.search(low) is not None or (passw and "passw" in low)
     return False
 
 
@@ -379,6 +381,9 @@ def redact_text(text: str) -> str:
     return _text(text, _values())
 
 
+_NO_FIELDS: frozenset[str] = frozenset()
+
+
 def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     """A copy of ``obj`` (JSON-like data) with secrets masked; see the module docstring.
 
@@ -388,7 +393,8 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     """
     values = _values()
     fields = SECRET_FIELDS
-    extra = {_key(f) for f in secret_fields}
+    # (no set built for the engine's calls, which name no field: two a cycle)
+    extra = {_key(f) for f in secret_fields} if secret_fields != () else _NO_FIELDS
     if _registered_fields or extra:
         with _lock:
             fields = SECRET_FIELDS | _registered_fields | extra
@@ -446,6 +452,33 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
         text = orjson.dumps(obj).decode()
     except (TypeError, ValueError):
         return False
+    # The same text, with the same secret values and field names, was found clean already:
+    # a verifier's verdict often repeats from cycle to cycle while the work is not done.
+    if _clean_texts.get(text) == (values, fields):
+        return True
+    if not _clean_text(text, values, fields, pats):
+        return False
+    if len(text) <= _CLEAN_TEXT_MAX:
+        if len(_clean_texts) >= _CLEAN_TEXTS:
+            _clean_texts.clear()
+        _clean_texts[text] = (values, fields)  # what it was found clean under
+    return True
+
+
+# JSON texts ``_clean`` found clean, each with the (values, fields) it was checked against: at
+# most ``_CLEAN_TEXTS`` of at most ``_CLEAN_TEXT_MAX`` characters (under 1 MB).
+_CLEAN_TEXTS = 256
+_CLEAN_TEXT_MAX = 2048
+_clean_texts: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _clean_text(
+    text: str,
+    values: tuple[str, ...],
+    fields: frozenset[str],
+    pats: tuple[re.Pattern[str], re.Pattern[str]],
+) -> bool:
+    """``_clean``'s decision on the JSON text of the data."""
     low = text.lower()
     # Inside a JSON string a quote reads ``\"``: a string quoting a mapping ({"token": …} in
     # an error message) is tested as the text it holds, as ``_text`` will read it.
@@ -453,8 +486,9 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     quoted = (
         low.replace('\\"', '"') if '\\"' in low and ("token" in low or "secret" in low) else low
     )
-    # a key holding ``passw`` is a secret's name wherever it is
-    if _triggered(quoted) or "passw" in low:
+    # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
+    # ``low`` does: only a backslash before a quote is dropped)
+    if _triggered(quoted, passw=True):
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:

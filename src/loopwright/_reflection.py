@@ -24,7 +24,6 @@ from ._host import RuntimeHost
 from ._modelcalls import clip_masked
 from ._proposal import Verdict
 from ._redact import redact_text
-from ._usage import Usage
 from .store import Checkpoint, NewEvent
 
 REFLECTION_CHARS = 4000  # a reflection kept as a note: what is past it is cut (and said)
@@ -70,7 +69,7 @@ class Reflection(RuntimeHost):
             return
         finally:
             # Reflecting is part of the run's time, finished or not (invariant 7).
-            s.spent = s.spent + Usage(seconds=time.perf_counter() - t0)
+            s.spent = s.spent.add_seconds(time.perf_counter() - t0)
         if text is not None and not isinstance(text, str):
             bad = TypeError(f"the reflector returned {type(text).__name__}, expected str or None")
             self._mark_reflection(ex, "failed", bad)

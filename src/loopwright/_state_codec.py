@@ -154,6 +154,9 @@ def is_head(d: Mapping[str, Any]) -> bool:
     return d.get("format") == FORMAT and "parts" in d
 
 
+_ABSENT = object()  # a key the earlier head lacks
+
+
 def delta(
     prev: Mapping[str, Any],
     new: Mapping[str, Any],
@@ -165,13 +168,14 @@ def delta(
     not every part's entry or every step."""
     out: dict[str, Any] = {}
     for k, v in new.items():
-        if k not in prev:
-            out[k] = v
-            continue
-        old = prev[k]
+        # (every cycle, for each of the head's keys: most are the same object as before)
+        old = prev.get(k, _ABSENT)
         if old is v:
             continue
-        hint = None if hints is None else hints.get(k)
+        if old is _ABSENT:
+            out[k] = v
+            continue
+        hint = hints.get(k) if hints else None
         if hint is not None and k in _LIST_KEYS and isinstance(old, list) and isinstance(v, list):
             out[k + "@"] = _edits(old, v, hint)
         elif hint is not None and isinstance(old, dict) and isinstance(v, dict):

@@ -8,10 +8,11 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _shapes as shapes
 from ._errors import ConfigError
 
 __all__ = ["MAX_TOKENS", "Usage"]
+
+_set = object.__setattr__  # what a frozen dataclass's __init__ calls
 
 MAX_TOKENS = 2**53
 """The most tokens one ``Usage`` may report: far beyond any real call, and the largest whole
@@ -59,14 +60,29 @@ class Usage:
     def _stored(cls, cost_usd: float, tokens: int, seconds: float) -> Usage:
         """A usage as recorded (a store, a trace, a sum of checked usages): not checked again,
         so what an older release accepted still loads."""
-        return shapes.stored(cls, cost_usd, tokens, seconds)
+        # (``shapes.stored`` written out: a cycle adds up usages a few times)
+        obj = object.__new__(cls)
+        _set(obj, "cost_usd", cost_usd)
+        _set(obj, "tokens", tokens)
+        _set(obj, "seconds", seconds)
+        return obj
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage._stored(
-            self.cost_usd + other.cost_usd,
-            self.tokens + other.tokens,
-            self.seconds + other.seconds,
-        )
+        obj = object.__new__(Usage)
+        _set(obj, "cost_usd", self.cost_usd + other.cost_usd)
+        _set(obj, "tokens", self.tokens + other.tokens)
+        _set(obj, "seconds", self.seconds + other.seconds)
+        return obj
+
+    def add_seconds(self, seconds: float) -> Usage:
+        """``self + Usage(seconds=seconds)`` for a measured duration (a ``perf_counter``
+        difference: finite and ≥ 0), without building and checking that usage: every cycle
+        adds its duration."""
+        obj = object.__new__(Usage)
+        _set(obj, "cost_usd", self.cost_usd + 0.0)  # as __add__ with a cost of 0.0
+        _set(obj, "tokens", self.tokens + 0)
+        _set(obj, "seconds", self.seconds + seconds)
+        return obj
 
     def to_dict(self) -> dict[str, Any]:
         return {"cost_usd": self.cost_usd, "tokens": self.tokens, "seconds": self.seconds}

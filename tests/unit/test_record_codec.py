@@ -196,3 +196,35 @@ def test_unknown_keys_and_negative_zero_survive() -> None:
     assert back == rec and _typed(back) == _typed(rec)
     assert str(back["calls"][0]["cost_usd"]) == "-0.0"
     assert str(back["usage"]["cost_usd"]) == "-0.0"
+
+
+def _reference_drop(d: dict[str, Any], spec: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """What ``_drop`` means, written as the plain loop over the spec: a key goes when it holds
+    its default, of the default's type, and is not ``-0.0``."""
+    out = dict(d)
+    for k, dflt in spec:
+        if dflt is codec._KEEP or k not in out:
+            continue
+        v = out[k]
+        if type(v) is type(dflt) and v == dflt and not (type(v) is float and str(v) == "-0.0"):
+            del out[k]
+    return out
+
+
+_SPECS = [codec._RECORD, codec._PROPOSAL, codec._VERDICT, codec._FINDING, codec._CALL, codec._USAGE]
+_odd = st.sampled_from([0, 0.0, -0.0, False, True, "", "error", "x", None, [], {}, [0], {"a": 1}])
+
+
+@given(st.sampled_from(_SPECS), st.data())
+def test_the_written_out_drop_is_the_specs_rule(
+    spec: tuple[tuple[str, Any], ...], data: st.DataObject
+) -> None:
+    """``_drop`` runs a function written from each spec (every cycle, for each dict of the
+    record): it leaves out exactly what the spec's rule says, for any value under any key."""
+    keys = [k for k, _ in spec] + ["unknown"]
+    d = data.draw(st.dictionaries(st.sampled_from(keys), _odd, max_size=len(keys)))
+    got = codec._drop(d, spec)
+    want = _reference_drop(d, spec)
+    assert got == want and list(got) == list(want)
+    assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+    assert [str(v) for v in got.values()] == [str(v) for v in want.values()]  # -0.0 kept

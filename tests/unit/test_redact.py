@@ -373,3 +373,25 @@ def test_a_string_in_a_structure_is_masked_as_the_same_string_alone(text: str) -
     assert "abcdEFGH12345678" not in alone and "s3cr3tVALUE9876" not in alone
     assert redact([text]) == [alone]
     assert redact({"finding": {"message": text}}) == {"finding": {"message": alone}}
+
+
+def test_a_text_found_clean_is_checked_again_once_a_secret_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The clean scan remembers texts it found clean (a verdict repeats every cycle), but only
+    under the secrets and field names it checked them against: a value registered, an
+    environment secret set or a field name registered since makes it read the text again."""
+    verdict = {"passed": False, "findings": [{"message": "still open zq81-wk44-pm07"}]}
+    assert redact(verdict) is verdict  # clean: the same object back
+    assert redact(verdict) is verdict  # remembered: still clean
+    register_secret("zq81-wk44-pm07")
+    assert redact(verdict)["findings"][0]["message"] == f"still open {REDACTED}"
+    again = {"passed": False, "findings": [{"message": "still open vx33-hh21-kk90"}]}
+    assert redact(again) is again
+    monkeypatch.setenv("PAYMENT_API_KEY", "vx33-hh21-kk90")
+    assert redact(again)["findings"][0]["message"] == f"still open {REDACTED}"
+    keyed = {"passed": True, "evidence": {"pin_code": "4411-9982"}}
+    assert redact(keyed) is keyed
+    register_secret_field("pin_code")
+    assert redact(keyed)["evidence"]["pin_code"] == REDACTED
+    assert _redact._clean_texts  # the cache is what was exercised, not a fresh scan only
