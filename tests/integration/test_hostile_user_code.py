@@ -61,7 +61,6 @@ def test_an_actor_changing_its_context_in_place_changes_nothing_stored_or_shown(
         # hostile: change in place what it was shown, then propose something else
         ctx.artifacts["inv"]["lines"].append(99)
         ctx.task["meta"]["source"] = "changed"
-        ctx.history[0]["score"] = 1.0
         return lw.Proposal.edit("inv", {"qty": ctx.cycle})
 
     judged: list[Any] = []
@@ -80,7 +79,6 @@ def test_an_actor_changing_its_context_in_place_changes_nothing_stored_or_shown(
     assert {s["task"]["meta"]["source"] for s in seen} == {"po"}
     assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
     assert r.state.values()["inv"]["lines"] == [1, 2]
-    assert r.state.history[0]["score"] == 0.5
     assert TASK["meta"]["source"] == "po"
 
 
