@@ -8,23 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from support.effect_loops import noted_loop
+
 import loopwright as lw
 
 
 def _effect_run(tmp_path: Path, cycles: int) -> tuple[lw.Runtime, str]:
-    @lw.effect("notify", key=lambda a: f"n-{a['n']}", requires_success=False)
-    def notify(n: int, *, key: str) -> dict[str, Any]:
-        return {"sent": n}
-
-    loop = lw.Loop(
-        name="noted",
-        actor=lambda ctx: lw.Proposal(
-            edits=(lw.Edit("doc", "body", ctx.cycle),), effects=(notify.call(n=ctx.cycle),)
-        ),
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="c")],
-        effects=(notify,),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-    )
+    loop = noted_loop(cycles)
     rt = lw.Runtime(tmp_path / f"s{cycles}.db", memory=False)
     r = rt.run_sync(loop, {"artifacts": {"doc": {"body": 0}}}, task_key="T")
     assert r.cycles == cycles

@@ -13,6 +13,8 @@ import pstats
 from pathlib import Path
 from typing import Any
 
+from support.effect_loops import noted_loop
+
 import loopwright as lw
 from loopwright._checkpoint import NOTES_WINDOW
 
@@ -77,20 +79,7 @@ def test_a_cycle_costs_the_same_with_many_notes_as_with_few(tmp_path: Path) -> N
 
 def test_notes_survive_the_store_as_they_are(tmp_path: Path) -> None:
     """Heads share the notes' entries with the state: what is loaded is what was kept."""
-
-    @lw.effect("notify", key=lambda a: f"n-{a['n']}", requires_success=False)
-    def notify(n: int, *, key: str) -> dict[str, Any]:
-        return {"sent": n}
-
-    loop = lw.Loop(
-        name="noted",
-        actor=lambda ctx: lw.Proposal(
-            edits=(lw.Edit("doc", "body", ctx.cycle),), effects=(notify.call(n=ctx.cycle),)
-        ),
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="c")],
-        effects=(notify,),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=NOTES_WINDOW + 7)),
-    )
+    loop = noted_loop(NOTES_WINDOW + 7)
     with lw.Runtime(tmp_path / "s.db", snapshot_every=5) as rt:
         r = rt.run_sync(loop, {"artifacts": {"doc": {"body": 0}}}, task_key="T")
         loaded = rt.store.latest_checkpoint(r.run_id).task_state()
