@@ -57,3 +57,18 @@ def test_verdict_value_and_round_trip() -> None:
         checked=("d/x",),
     )
     assert lw.Verdict.from_dict(v.to_dict()) == v
+
+
+def test_owned_shares_only_what_cannot_change_or_be_stored_otherwise() -> None:
+    """The engine's copy of a proposal: a proposal of immutable values that a store gives back
+    as they are is its own copy; anything else is copied as the store will read it back."""
+    plain = lw.Proposal(edits=(lw.Edit("doc", "a", "text"), lw.Edit("doc", "b", 3)), note="n")
+    assert plain.owned() is plain
+    listed = lw.Proposal.edit("doc", {"lines": [1, 2]})
+    copy = listed.owned()
+    assert copy is not listed and copy == listed
+    assert copy.edits[0].value is not listed.edits[0].value
+    odd = lw.Proposal.edit("doc", {"x": float("nan"), "t": "a\ud83db", "n": 10**30})
+    stored = odd.owned()
+    assert stored is not odd
+    assert {e.part: e.value for e in stored.edits} == {"x": None, "t": "a\ufffdb", "n": 10**30}
