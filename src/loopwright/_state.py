@@ -817,7 +817,11 @@ class TaskState:
         shared), so the copy costs what the verifier reads, not the number of parts; the
         task's entries likewise. Findings, notes and the plan are copied at once. Older
         versions are read through ``loader`` (fresh objects from the store); rejected digests
-        are answered (``in``) by this state's, never copied (they grow with the run)."""
+        are answered (``in``) by this state's, never copied (they grow with the run).
+
+        Not a snapshot: a part not yet read is read from this state when first read, so the
+        copy is valid while this state does not change — for the checks of one cycle, which
+        run before the candidate is committed or changed. Never keep one past a commit."""
         if light:
             # What visible checks judge, every cycle: the parts and the task copied as read
             # (what a check is most likely to change, and what is committed); findings, notes
