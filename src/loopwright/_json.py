@@ -40,6 +40,7 @@ __all__ = [
     "check_text",
     "check_value",
     "dumps",
+    "is_text",
     "loads",
     "lone_surrogate",
     "not_text",
@@ -79,14 +80,21 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _whole_text(text: str) -> str:
-    """``text`` as UTF-8 can hold it: a surrogate pair joined into its character, a lone
-    surrogate replaced by U+FFFD."""
+def is_text(text: str) -> bool:
+    """Whether UTF-8 can hold ``text`` as it is (no lone surrogate, no unjoined pair)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+        return False
+    return True
+
+
+def _whole_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a surrogate pair joined into its character, a lone
+    surrogate replaced by U+FFFD."""
+    if is_text(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _std_dumps(value: Any) -> str:

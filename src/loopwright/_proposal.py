@@ -11,7 +11,7 @@ from typing import Any, Literal
 from . import _shapes as shapes
 from ._effects import EffectCall, _canon
 from ._errors import ConfigError
-from ._json import not_text, owned_copy
+from ._json import is_text, not_text, owned_copy
 from ._question import Question
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
@@ -292,16 +292,8 @@ def _settled(value: Any) -> bool:
     integer, a finite float, a boolean or None."""
     kind = type(value)
     if kind is str:
-        return value.isascii() or not _lone(value)
+        return value.isascii() or is_text(value)
     return kind is int or kind is bool or value is None or (kind is float and math.isfinite(value))
-
-
-def _lone(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)
