@@ -26,6 +26,7 @@ from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
+from ._record_codec import refer_versions
 from ._redact import redact
 from ._state import TaskState, person_edit
 from ._usage import Usage
@@ -461,6 +462,10 @@ class Checkpoints(RuntimeHost):
         for k in cleared:
             del ex.retries[k]
         ex.head = head
+        if record is not None and rows:
+            # A large edit value is the new version's value: stored there only (its edit names
+            # it), so a cycle writes its new work once (_record_codec, issue 14's bytes).
+            record = refer_versions(record, rows)
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
         # task are the work itself and are not rewritten (the task was masked at creation).

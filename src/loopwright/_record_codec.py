@@ -16,10 +16,10 @@ stored and read as it is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["pack", "unpack"]
+__all__ = ["fill_versions", "pack", "refer_versions", "referred_versions", "unpack"]
 
 _KEEP = object()  # a key never left out
 
@@ -198,3 +198,95 @@ def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:
         if k not in known:
             out[k] = v
     return out
+
+
+# --- an edit's value, stored once -------------------------------------------------------------
+# An edit's value is also the value of the version it makes, written in the same commit: a
+# record holding it too stored each cycle's new work twice (a 5 KB draft a cycle wrote 10 KB,
+# and the redaction net scanned it twice). A large one is stored in the version only; the edit
+# names it (``{"artifact", "part", "version"}``, no ``"value"``: an edit never lacks one
+# otherwise) and the store puts the value back when it reads the record. A rollback, which lets
+# a run write those version numbers again, first writes the values back into the records of the
+# cycles it abandons (``SQLStore._inline_versions_in``), so a record keeps what was proposed.
+# Small values stay in the record: naming a version costs about as many bytes, and a read.
+REFER_MIN_CHARS = 256  # a text's length from which its edit names the version
+
+
+def refer_versions(
+    record: dict[str, Any], rows: Sequence[tuple[str, int, int, str, Any]]
+) -> dict[str, Any]:
+    """``record`` with each large edit value that is (the same object as) the value of a
+    version row written with it replaced by that version's number; the record itself is not
+    changed (a new record is returned where an edit was replaced)."""
+    p = record.get("proposal")
+    if type(p) is not dict:
+        return record
+    # Every cycle asks, and most edits are short texts: the test is written out, no call an
+    # edit (a trivial cycle's cost, bench/README.md "Instructions, not seconds").
+    for e in p.get("edits") or ():
+        v: Any = e.get("value") if type(e) is dict else None
+        t = type(v)
+        if (t is str and len(v) >= REFER_MIN_CHARS) or ((t is dict or t is list) and v):
+            return _referred(record, p, rows)
+    return record
+
+
+def _referable(value: Any) -> bool:
+    kind = type(value)
+    if kind is str:
+        return len(value) >= REFER_MIN_CHARS
+    return (kind is dict or kind is list) and bool(value)
+
+
+def _referred(
+    record: dict[str, Any],
+    p: dict[str, Any],
+    rows: Sequence[tuple[str, int, int, str, Any]],
+) -> dict[str, Any]:
+    made = {(ref, id(value)): n for ref, n, _cycle, _status, value in rows}
+    new: list[Any] = []
+    hit = False
+    for e in p["edits"]:
+        n = None
+        if type(e) is dict and _referable(v := e.get("value")):
+            n = made.get((f"{e.get('artifact')}/{e.get('part')}", id(v)))
+        if n is None:
+            new.append(e)
+        else:
+            new.append({"artifact": e["artifact"], "part": e["part"], "version": n})
+            hit = True
+    return {**record, "proposal": {**p, "edits": new}} if hit else record
+
+
+def _refs(record: Mapping[str, Any]) -> list[tuple[int, str, int]]:
+    p = record.get("proposal")
+    edits = p.get("edits") if isinstance(p, dict) else None
+    if not isinstance(edits, list):
+        return []
+    return [
+        (i, f"{e.get('artifact')}/{e.get('part')}", e["version"])
+        for i, e in enumerate(edits)
+        if isinstance(e, dict) and "value" not in e and type(e.get("version")) is int
+    ]
+
+
+def referred_versions(record: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The ``(ref, n)`` of the versions ``record``'s edits name instead of holding a value."""
+    return [(ref, n) for _i, ref, n in _refs(record)]
+
+
+def fill_versions(record: dict[str, Any], values: Mapping[tuple[str, int], Any]) -> dict[str, Any]:
+    """``record`` with each edit that names a version given its value back (its proposal
+    replaced in place: the record is one just read or unpacked). A version the store lacks
+    (damage) leaves the edit as stored."""
+    refs = _refs(record)
+    if not refs:
+        return record
+    p = record["proposal"]
+    edits = list(p["edits"])  # the list may be shared with a record being written
+    for i, ref, n in refs:
+        if (ref, n) in values:
+            e = edits[i]
+            edits[i] = {"artifact": e["artifact"], "part": e["part"], "value": values[ref, n]}
+    record["proposal"] = {**p, "edits": edits}
+    return record

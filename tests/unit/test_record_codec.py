@@ -228,3 +228,61 @@ def test_the_written_out_drop_is_the_specs_rule(
     assert got == want and list(got) == list(want)
     assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
     assert [str(v) for v in got.values()] == [str(v) for v in want.values()]  # -0.0 kept
+
+
+_BIG = "x" * codec.REFER_MIN_CHARS
+
+
+def _edits(*values: Any) -> dict[str, Any]:
+    return {
+        "cycle": 3,
+        "proposal": {
+            "kind": "edit",
+            "edits": [{"artifact": "a", "part": f"p{i}", "value": v} for i, v in enumerate(values)],
+        },
+        "digest": "d",
+    }
+
+
+def test_a_large_edit_value_names_the_version_written_with_it() -> None:
+    big, small, listed = _BIG + "1", "short", [1, 2]
+    rec = _edits(big, small, listed, _BIG[:-1])
+    rows = [("a/p0", 4, 3, "candidate", big), ("a/p1", 2, 3, "candidate", small),
+            ("a/p2", 7, 3, "candidate", listed), ("a/p3", 1, 3, "candidate", _BIG[:-1])]  # fmt: skip
+    stored = codec.refer_versions(rec, rows)
+    assert (
+        stored["proposal"]["edits"]
+        == [
+            {"artifact": "a", "part": "p0", "version": 4},
+            {"artifact": "a", "part": "p1", "value": "short"},  # small: kept
+            {"artifact": "a", "part": "p2", "version": 7},
+            {"artifact": "a", "part": "p3", "value": _BIG[:-1]},  # one character short of the size
+        ]
+    )
+    assert rec == _edits(big, small, listed, _BIG[:-1])  # the engine's record is not changed
+    assert codec.referred_versions(stored) == [("a/p0", 4), ("a/p2", 7)]
+    back = codec.fill_versions(
+        json.loads(json.dumps(stored)), {("a/p0", 4): big, ("a/p2", 7): listed}
+    )
+    assert back == rec
+
+
+def test_an_edit_names_only_a_version_holding_that_very_value() -> None:
+    big = _BIG + "2"
+    equal_copy = big[:-1] + big[-1:]  # equal, another object (what was applied may differ)
+    assert equal_copy == big and equal_copy is not big
+    rec = _edits(big)
+    for rows in (
+        [],
+        [("a/p0", 4, 3, "candidate", equal_copy)],
+        [("a/other", 4, 3, "candidate", big)],  # another part's version
+    ):
+        assert codec.refer_versions(rec, rows) is rec
+    assert codec.refer_versions(rec, [("a/p0", 4, 3, "candidate", big)]) is not rec
+
+
+def test_a_version_the_store_lacks_leaves_the_edit_as_stored() -> None:
+    rows = [("a/p0", 9, 3, "candidate", _BIG)]
+    stored = codec.refer_versions(_edits(_BIG), rows)
+    again = codec.fill_versions(json.loads(json.dumps(stored)), {})
+    assert again["proposal"]["edits"] == [{"artifact": "a", "part": "p0", "version": 9}]

@@ -25,6 +25,7 @@ from .._errors import (
     StoreError,
 )
 from .._json import dumps
+from .._record_codec import fill_versions
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, TaskState, Version, VersionLoader
 from ._live import LiveStore
@@ -818,6 +819,10 @@ class Store(LiveStore, PeopleStore, ABC):
         record = it.record
         if it.packed and record is not None:
             record = unpack_record(record)
+        if record is not None and it.versions:
+            # ``commit`` is given the record whole: an edit that names a version written with
+            # it (``_record_codec.refer_versions``) holds its value again.
+            record = fill_versions(record, {(v[0], v[1]): v[4] for v in it.versions})
         flag = self.commit(
             it.run_id,
             it.token,

@@ -32,6 +32,7 @@ from .._errors import (
 )
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
+from .._record_codec import fill_versions, referred_versions
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, Version
 from ._base import (
@@ -187,6 +188,13 @@ class Statements:
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? AND n>? "
             "ORDER BY n LIMIT ?"
         )
+        # Records that may name versions (``_record_codec.refer_versions``): a rollback writes
+        # their values back in (the text may also match inside a value: the reader checks).
+        self.records_naming_versions = p(
+            "SELECT seq, record FROM checkpoints WHERE run_id=? AND cycle>? "
+            + ("AND CAST(record AS TEXT) LIKE ?" if mark == "?" else "AND record::text LIKE ?")
+        )
+        self.set_record = p("UPDATE checkpoints SET record=? WHERE run_id=? AND seq=?")
         self.record_page = p(
             "SELECT seq, cycle, record FROM checkpoints WHERE run_id=? AND seq>? ORDER BY seq "
             "LIMIT ?"
@@ -804,13 +812,27 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             rows = conn.execute(
                 self._q.checkpoint_rows, (not latest, last[0], run_id, first)
             ).fetchall()
-        jl = self._jl
+            jl = self._jl
+            records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
+            self._fill_versions(conn, run_id, records)
         return [
-            CheckpointRow(
-                r[0], r[1], jl(r[2]), None if r[3] is None else unpack_record(jl(r[3])), r[4], r[5]
-            )
-            for r in rows
+            CheckpointRow(r[0], r[1], jl(r[2]), rec, r[4], r[5])
+            for r, rec in zip(rows, records, strict=True)
         ]
+
+    def _fill_versions(
+        self, conn: Any, run_id: str, records: Sequence[dict[str, Any] | None]
+    ) -> None:
+        """Give the edits of ``records`` that name a version (``_record_codec``) their values,
+        read in ``conn`` (the transaction the records were read in)."""
+        keys = {k for rec in records if rec is not None for k in referred_versions(rec)}
+        if not keys:
+            return
+        jl = self._jl
+        values = {(r[0], int(r[1])): jl(r[4]) for r in self._version_keys(conn, run_id, keys)}
+        for rec in records:
+            if rec is not None:
+                fill_versions(rec, values)
 
     def _version_rows(
         self,
@@ -858,9 +880,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
         after, jl = -1, self._jl
         while True:
-            rows = self._all(self._q.record_page, (run_id, after, self.PAGE))
-            for seq, cycle, rec in rows:
-                yield int(seq), int(cycle), None if rec is None else unpack_record(jl(rec))
+            with self._conn() as conn:
+                rows = conn.execute(self._q.record_page, (run_id, after, self.PAGE)).fetchall()
+                records = [None if r[2] is None else unpack_record(jl(r[2])) for r in rows]
+                self._fill_versions(conn, run_id, records)
+            for (seq, cycle, _raw), rec in zip(rows, records, strict=True):
+                yield int(seq), int(cycle), rec
             if len(rows) < self.PAGE:
                 return
             after = int(rows[-1][0])
@@ -954,6 +979,23 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             (run_id, after_cycle, *keep),
         )
 
+    def _inline_versions_in(self, conn: Any, run_id: str, after_cycle: int) -> None:
+        """The records of the cycles after ``after_cycle`` hold their edits' values again
+        instead of naming versions (a rollback's: those numbers are written again after it).
+        Read and rewritten in ``conn``; once per rollback, over the cycles it abandons."""
+        q, jl, js = self._q, self._jl, self._js
+        rows = conn.execute(
+            q.records_naming_versions, (run_id, after_cycle, '%"version":%')
+        ).fetchall()
+        for seq, raw in rows:
+            rec = jl(raw)
+            keys = referred_versions(rec)
+            if not keys:
+                continue  # the text matched inside a value: nothing is named
+            found = self._version_keys(conn, run_id, keys)
+            fill_versions(rec, {(r[0], int(r[1])): jl(r[4]) for r in found})
+            conn.execute(q.set_record, (js(rec), run_id, seq))
+
     def commit_request(self, it: CommitRequest) -> bool:
         now = time.time()
         cols = self._run_cols(it.run, it.seq)
@@ -981,7 +1023,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             cols = None
         # (a commit closing approval requests, a cancel's or a rollback's, is rare: it goes
         # commit by commit, where its closures are written)
-        fast = not any(it.closes for it in items)
+        # (and a rollback's, which rewrites the records it abandons)
+        fast = not any(it.closes or it.forget_rejected_after is not None for it in items)
         if fast and cols is not None and len({it.run_id for it in items}) == len(items):
             try:
                 with self._tx() as conn:
@@ -1072,6 +1115,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 raise ConflictError(
                     f"run {run_id}: approval request {a.approval_id!r} already exists"
                 ) from None
+        if it.forget_rejected_after is not None:
+            # A rollback: the run will write the abandoned cycles' version numbers again, so
+            # their records take back the values they name first (before this commit's rows).
+            self._inline_versions_in(conn, run_id, it.forget_rejected_after)
         if it.versions:
             self._executemany(
                 conn, q.upsert_version, [version_row(run_id, v, js) for v in it.versions]

@@ -1,0 +1,158 @@
+"""A large edit value is stored once: in the version its edit made, which the cycle's record
+names (``_record_codec.refer_versions``). Every reader still sees the record as the engine built
+it, and a rollback, which lets the run write those version numbers again, keeps what the
+abandoned cycles proposed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright.store import Store
+from loopwright.store.sqlite import SQLiteStore
+
+TASK = {"goal": "long drafts", "artifacts": {"doc": {"body": "", "title": "t"}}}
+SIZE = 3_000  # characters of each draft: over the size from which a record names the version
+
+
+def draft(tag: str, cycle: int) -> str:
+    head = f"{tag} draft {cycle}: "
+    return (head + "lorem ipsum dolor sit amet " * (SIZE // 27 + 1))[:SIZE]
+
+
+def _loop(tag: str, cycles: int, proposed: list[str], done: str | None = None) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        value = draft(tag, ctx.cycle)
+        proposed.append(value)
+        # a small part beside it stays in the record
+        return lw.Proposal.edit("doc", {"body": value, "title": f"{tag}{ctx.cycle}"})
+
+    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        if state.values()["doc"]["body"] == done:
+            return lw.Verdict(passed=True, score=1.0)
+        # both parts flagged: neither is accepted (an accepted part's edit is refused)
+        findings = (lw.Finding("open", "doc", "body"), lw.Finding("open", "doc", "title"))
+        return lw.Verdict(passed=False, score=0.5, findings=findings)
+
+    return lw.Loop(
+        name="drafts",
+        actor=actor,
+        verifiers=[lw.Check(fn=verify, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+def _raw_records(store: Store, run_id: str) -> list[str]:
+    """The record column as the database holds it."""
+    mark = store._MARK  # type: ignore[attr-defined]
+    with store._conn() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute(
+            f"SELECT record FROM checkpoints WHERE run_id={mark} AND record IS NOT NULL",
+            (run_id,),
+        ).fetchall()
+    return [r[0] if isinstance(r[0], str) else str(r[0]) for r in rows]
+
+
+def _bodies(store: Store, run_id: str) -> dict[int, list[tuple[str, Any]]]:
+    """Each cycle's edits as read back: cycle -> [(part, value)], from ``iter_records``."""
+    out: dict[int, list[tuple[str, Any]]] = {}
+    for _seq, cycle, rec in store.iter_records(run_id):
+        if rec is not None and "proposal" in rec:
+            out.setdefault(cycle, []).extend(
+                (e["part"], e["value"]) for e in rec["proposal"]["edits"]
+            )
+    return out
+
+
+def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str) -> None:
+    proposed: list[str] = []
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("A", 4, proposed), TASK, task_key="k")
+        assert r.cycles == 4
+        raw = _raw_records(rt.store, r.run_id)
+        # before: each record held its 3,000-character draft beside the version holding it
+        assert raw and all(len(text) < SIZE for text in raw)
+        assert not any("lorem ipsum" in text for text in raw)
+        expect = {c: [("body", proposed[c - 1]), ("title", f"A{c}")] for c in range(1, 5)}
+        assert _bodies(rt.store, r.run_id) == expect
+        # the checkpoint reader (show, fork, replay) gives the same records
+        from_checkpoints = {
+            ck.cycle: [(e["part"], e["value"]) for e in ck.record["proposal"]["edits"]]
+            for ck in rt.store.checkpoints(r.run_id)
+            if ck.record is not None and "proposal" in ck.record
+        }
+        assert from_checkpoints == expect
+        body = r.state.part("doc/body")
+        assert body is not None
+        assert [v.value for v in body.versions][1:] == proposed
+
+
+def test_a_rollback_keeps_what_the_abandoned_cycles_proposed(url: str) -> None:
+    first: list[str] = []
+    again: list[str] = []
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("A", 8, first, done=draft("A", 5)), TASK, task_key="k")
+        assert (r.cycles, r.stop_reason) == (5, "success")
+        rt.rollback(r.run_id, 2, by="alice")
+        # the run goes on from cycle 2's parts: its new drafts (cycles 6-8) take version numbers
+        # 3, 4, 5 again
+        rt.resume_sync(r.run_id, _loop("B", 8, again))
+        assert len(again) == 3
+        seen: dict[str, list[int]] = {}
+        for _seq, cycle, rec in rt.store.iter_records(r.run_id):
+            if rec is None or "proposal" not in rec:
+                continue
+            body = rec["proposal"]["edits"][0]["value"]
+            seen.setdefault(body[:1], []).append(cycle)
+            assert body == draft(body[:1], cycle)  # what that cycle proposed, not a later value
+        assert seen == {"A": [1, 2, 3, 4, 5], "B": [6, 7, 8]}
+        part = rt.result(r.run_id).state.part("doc/body")
+        assert part is not None and part.value == again[-1]
+
+
+class CommitOnly(SQLiteStore):
+    """A store implementing only ``commit`` (the base class's ``commit_request``)."""
+
+    commit_request = Store.commit_request
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.given: list[dict[str, Any]] = []
+
+    def commit(self, run_id: str, token: int, **kw: Any) -> bool:  # type: ignore[override]
+        if kw.get("record") is not None:
+            self.given.append(kw["record"])
+        return super().commit(run_id, token, **kw)
+
+
+def test_a_store_implementing_only_commit_is_given_whole_records(tmp_path: Path) -> None:
+    store = CommitOnly(tmp_path / "c.db")
+    proposed: list[str] = []
+    with lw.Runtime(store, group_commit=False) as rt:
+        rt.run_sync(_loop("A", 3, proposed), TASK, task_key="k")
+    cycles = [rec for rec in store.given if "proposal" in rec]
+    assert [rec["proposal"]["edits"][0] for rec in cycles] == [
+        {"artifact": "doc", "part": "body", "value": v} for v in proposed
+    ]
+
+
+@pytest.mark.parametrize("size", [10, 255])
+def test_small_values_stay_in_the_record(tmp_path: Path, size: int) -> None:
+    def loop() -> lw.Loop:
+        def actor(ctx: lw.Context) -> lw.Proposal:
+            return lw.Proposal.edit("doc", {"body": str(ctx.cycle) * size})
+
+        return lw.Loop(
+            name="small",
+            actor=actor,
+            verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.1), name="c")],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        )
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop(), TASK, task_key="k")
+        raw = _raw_records(rt.store, r.run_id)
+    assert sum(("1" * size) in text for text in raw) == 1
