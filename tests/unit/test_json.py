@@ -45,6 +45,30 @@ def test_big_integers_stay_exact_both_ways() -> None:
     assert _json.loads(b'{"n":123456789012345678901}') == {"n": 123456789012345678901}
 
 
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(min_value=-(10**40), max_value=10**40),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.text(alphabet="0123456789a é\u2028"),
+        )
+    )
+)
+def test_every_integer_reads_back_exact_whatever_surrounds_it(values: list[Any]) -> None:
+    for text in (_json.dumps(values), json.dumps(values)):
+        back = _json.loads(text)
+        assert back == values
+        assert [type(v) for v in back] == [type(v) for v in values]
+        assert _json.loads(text.encode()) == values
+
+
+def test_the_digit_run_test_reads_nineteen_digits_in_a_row_only() -> None:
+    assert _json._may_hold_big_int("x" * 1000 + "1234567890123456789")
+    assert _json._may_hold_big_int(b"[1234567890123456789]")
+    assert not _json._may_hold_big_int("[123456789012345678, 1.2345678901234567]")
+    assert not _json._may_hold_big_int("é" * 19 + "\udc80" + "12345678 9012345678901")
+
+
 def test_objects_json_cannot_write_become_their_str_as_before() -> None:
     @dataclasses.dataclass
     class Thing:
