@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     out = {n: measure(n) for n in sizes}
     keys = ["calls", "events built from", "spans built", "store rows", "statements"]
     keys += ["vm_steps_k", "ms"]
-    print(f"{'first commit of the resumed session':<36}" + "".join(f"{f'N={n}':>12}" for n in sizes))
+    print(
+        f"{'first commit of the resumed session':<36}" + "".join(f"{f'N={n}':>12}" for n in sizes)
+    )
     for k in keys:
         print(f"{k:<36}" + "".join(f"{out[n].get(k, 0):>12}" for n in sizes))
     a, b = out[sizes[0]]["calls"], out[sizes[-1]]["calls"]
