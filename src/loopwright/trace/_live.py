@@ -303,14 +303,17 @@ class LiveTracer:
         earlier event opened is still open (a cycle with no ``cycle_started`` of its own
         after it, an approval request answered after it, one still pending). Before it, every
         span had ended when the earlier sessions last committed (they sent it) but the run
-        span: its events there are read with their positions (the run-level kinds only),
-        and so is how many events came before. ``None``: no such place (the whole log is
-        read then)."""
+        span: its events there (the kinds a cycle seldom writes, kept where the whole log's
+        tree places them) are read with their positions, and so is how many events came
+        before. ``None``: no such place (the whole log is read then)."""
         store = self.store
         cks = store.checkpoints_after(run_id, opened_at - 1)
         if not cks or cks[0].seq != opened_at:
             return None
         earlier_end = cks[0].created_at
+        # This session's commits' times (a clock behind the earlier session's must not make
+        # one of its own decisions the place to start from)
+        own = {c.created_at for c in cks[1:]}
         # requests still pending: the window must start before each was made
         answered = {a.approval_id for a in store.approvals(run_id=run_id, status="pending")}
         asked: set[str] = set()
@@ -326,6 +329,7 @@ class LiveTracer:
                 if (
                     ev.kind == "decision"
                     and ev.ts <= earlier_end
+                    and ev.ts not in own
                     and needed <= started
                     and answered <= asked
                 ):
@@ -348,12 +352,12 @@ class LiveTracer:
         # The checkpoints the window's commits wrote: after the one the cut's commit wrote (a
         # commit's events carry its checkpoint's time).
         back = 2
-        while not any(c.created_at == cut.ts for c in cks):
+        while not any(c.created_at == cut.ts and c.seq <= opened_at for c in cks):
             if cks[0].seq <= 0:
                 return None
             cks = store.checkpoints_after(run_id, max(opened_at - back, 0) - 1)
             back *= 2
-        at = max(c.seq for c in cks if c.created_at == cut.ts)
+        at = max(c.seq for c in cks if c.created_at == cut.ts and c.seq <= opened_at)
         window = tail[::-1]
         first_id = window[0].id if window else cut.id + 1
         count, before = store.event_positions(run_id, before_id=first_id, skip=IN_CYCLE_KINDS)
