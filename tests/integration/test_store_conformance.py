@@ -744,6 +744,10 @@ def test_the_log_read_from_its_end(store: Store) -> None:
     assert [(p, e.data["at"]) for p, e in run_level] == [(4, 1), (7, 2), (10, 3), (13, 2), (16, 3)]
     assert store.cycle_starts(run_id, before_id=ids[-1] + 1, cycles={2, 3, 9}) == {2: 2, 3: 2}
     assert store.event_positions(run_id, before_id=ids[0], skip=skip) == (0, [])
+    assert store.event_positions(run_id, before_id=ids[3], skip=()) == (
+        3,
+        list(zip([1, 2, 3], evs[:3], strict=True)),
+    )
     # open at its decision, not after it; ``next_start``: the next start of that cycle or later
     assert store.in_cycle(run_id, event_id=ids[2], cycle=1)
     assert not store.in_cycle(run_id, event_id=ids[3], cycle=1)

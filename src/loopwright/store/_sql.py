@@ -1143,13 +1143,14 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         [(count,)] = self._all(self._q.count_events, (run_id, before_id))
         if not count:
             return 0, []
-        marks = ", ".join("?" * len(skip)) or "NULL"
+        marks = ", ".join("?" * len(skip))
         rows = self._all(
             self._q.p(
                 "SELECT t.pos, e.id, e.run_id, e.cycle, e.kind, e.ts, e.data FROM ("
                 "SELECT id, kind, row_number() OVER (ORDER BY id) AS pos FROM events "
-                f"WHERE run_id=? AND id<?) t JOIN events e ON e.id=t.id "
-                f"WHERE t.kind NOT IN ({marks}) ORDER BY e.id"
+                "WHERE run_id=? AND id<?) t JOIN events e ON e.id=t.id "
+                + (f"WHERE t.kind NOT IN ({marks}) " if skip else "")
+                + "ORDER BY e.id"
             ),
             (run_id, before_id, *sorted(skip)),
         )
