@@ -702,6 +702,60 @@ def test_events_in_order(store: Store) -> None:
     assert all(isinstance(e.ts, float) for e in events)
 
 
+def test_the_log_read_from_its_end(store: Store) -> None:
+    """What a live tracer of a resumed session reads of a long log (trace/_live.py): its end
+    backwards a page at a time, how many events come before a place with the positions of
+    some kinds among them, and how often cycles started before it — as the whole log says
+    (the base class's defaults, which read it all)."""
+    run_id, token = _leased(store)
+    other, other_token = _leased(store, "k2")
+    for seq, n in enumerate((1, 2, 3, 2, 3), 1):  # cycles 2 and 3 redone (a rollback's)
+        _commit(store, other, other_token, seq, events=[NewEvent(n, "cycle_started")])
+        _commit(
+            store,
+            run_id,
+            token,
+            seq,
+            cycle=n,
+            events=[NewEvent(n, "cycle_started"), NewEvent(n, "decision", {"n": n})],
+        )
+        store.append_events(run_id, [NewEvent(n, "resumed", {"at": n})])
+    evs = store.events(run_id)
+    ids = [e.id for e in evs]
+    assert store.events_tail(run_id, before_id=None, limit=4) == evs[::-1][:4]
+    assert store.events_tail(run_id, before_id=ids[5], limit=100) == evs[:5][::-1]
+    assert store.events_tail(run_id, before_id=ids[0], limit=3) == []
+    for at in (ids[0], ids[7], ids[-1] + 1):
+        got = store.event_positions(run_id, before_id=at, skip={"cycle_started", "decision"})
+        assert got == Store.event_positions(
+            store, run_id, before_id=at, skip={"cycle_started", "decision"}
+        )
+        assert got[0] == sum(1 for i in ids if i < at)
+        starts = store.cycle_starts(run_id, before_id=at, cycles={2, 3, 9})
+        assert starts == Store.cycle_starts(store, run_id, before_id=at, cycles={2, 3, 9})
+        for n in (1, 2, 3, 9):
+            kw = {"event_id": at, "cycle": n}
+            assert store.in_cycle(run_id, **kw) == Store.in_cycle(store, run_id, **kw)
+            kw = {"after_id": ids[1], "before_id": at, "cycle": n}
+            assert store.next_start(run_id, **kw) == Store.next_start(store, run_id, **kw)
+    skip = {"cycle_started", "decision", "run_created"}
+    count, run_level = store.event_positions(run_id, before_id=ids[-1] + 1, skip=skip)
+    assert count == len(evs) == 16
+    assert [(p, e.data["at"]) for p, e in run_level] == [(4, 1), (7, 2), (10, 3), (13, 2), (16, 3)]
+    assert store.cycle_starts(run_id, before_id=ids[-1] + 1, cycles={2, 3, 9}) == {2: 2, 3: 2}
+    assert store.event_positions(run_id, before_id=ids[0], skip=skip) == (0, [])
+    assert store.event_positions(run_id, before_id=ids[3], skip=()) == (
+        3,
+        list(zip([1, 2, 3], evs[:3], strict=True)),
+    )
+    # open at its decision, not after it; ``next_start``: the next start of that cycle or later
+    assert store.in_cycle(run_id, event_id=ids[2], cycle=1)
+    assert not store.in_cycle(run_id, event_id=ids[3], cycle=1)
+    assert store.next_start(run_id, after_id=ids[3], before_id=ids[-1], cycle=2) == 2
+    assert store.next_start(run_id, after_id=ids[9], before_id=ids[-1], cycle=2) == 2
+    assert store.next_start(run_id, after_id=ids[-2], before_id=ids[-1], cycle=1) is None
+
+
 # --- approvals ---------------------------------------------------------------------------------
 def test_approvals_persist_and_are_decided_once(store: Store) -> None:
     run_id = _park(store, "k", "ap1", "ap2")

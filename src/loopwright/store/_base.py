@@ -881,6 +881,60 @@ class Store(LiveStore, PeopleStore, ABC):
     def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
         """A run's events in order."""
 
+    # A reader that follows a long run from its end (the live tracer of a resumed session,
+    # trace/_live.py) reads what it needs of the log's start through these five, not the
+    # whole log. These defaults read the whole log; the built-in stores ask for what is
+    # needed (the end of the log by its index; counts and a few rows for the rest).
+    def events_tail(self, run_id: str, *, before_id: int | None, limit: int) -> list[Event]:
+        """Up to ``limit`` of the run's events with an id below ``before_id`` (``None``: any),
+        newest first: its log read backwards, a page at a time."""
+        evs = [e for e in self.events(run_id) if before_id is None or e.id < before_id]
+        return evs[::-1][:limit]
+
+    def event_positions(
+        self, run_id: str, *, before_id: int, skip: Collection[str]
+    ) -> tuple[int, list[tuple[int, Event]]]:
+        """How many of the run's events have an id below ``before_id``, and those among them
+        not of the kinds in ``skip``, with their 1-based positions in the run's log, oldest
+        first."""
+        evs = [e for e in self.events(run_id) if e.id < before_id]
+        return len(evs), [(i, e) for i, e in enumerate(evs, 1) if e.kind not in skip]
+
+    def in_cycle(self, run_id: str, *, event_id: int, cycle: int) -> bool:
+        """Whether an occurrence of ``cycle`` is open at the event ``event_id``: of the
+        events before it, the last ``cycle_started`` or ``decision`` of that cycle, or
+        ``stopped``/``rolled_back``, is a ``cycle_started``."""
+        last = None
+        for e in self.events(run_id):
+            if e.id >= event_id:
+                break
+            if e.kind in ("stopped", "rolled_back") or (
+                e.cycle == cycle and e.kind in ("cycle_started", "decision")
+            ):
+                last = e.kind
+        return last == "cycle_started"
+
+    def next_start(self, run_id: str, *, after_id: int, before_id: int, cycle: int) -> int | None:
+        """The cycle of the first ``cycle_started`` between the events ``after_id`` and
+        ``before_id`` (both left out) of ``cycle`` or a later one; ``None``: none."""
+        for e in self.events(run_id, after_id=after_id):
+            if e.id >= before_id:
+                break
+            if e.kind == "cycle_started" and e.cycle >= cycle:
+                return e.cycle
+        return None
+
+    def cycle_starts(
+        self, run_id: str, *, before_id: int, cycles: Collection[int]
+    ) -> dict[int, int]:
+        """How many times each of ``cycles`` started (``cycle_started`` events) before the
+        event ``before_id``; a cycle that never did is left out."""
+        out: dict[int, int] = {}
+        for e in self.events(run_id):
+            if e.id < before_id and e.kind == "cycle_started" and e.cycle in cycles:
+                out[e.cycle] = out.get(e.cycle, 0) + 1
+        return out
+
     # --- effect/retry journal -----------------------------------------------------------
     @abstractmethod
     def journal_put(

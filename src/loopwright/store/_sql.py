@@ -74,6 +74,8 @@ from ._schema import BACKFILL_CLAIMS, memory_tag
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 
 _log = logging.getLogger("loopwright.store")
+#: Above every event id (both backends' ids are 64-bit integers): "no upper bound".
+_NO_ID = 2**63 - 1
 
 RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
@@ -233,6 +235,20 @@ class Statements:
         self.events = p(
             "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
             "ORDER BY id"
+        )
+        self.event_tail = p(
+            "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id<? "
+            "ORDER BY id DESC LIMIT ?"
+        )
+        self.count_events = p("SELECT count(*) FROM events WHERE run_id=? AND id<?")
+        self.next_start = p(
+            "SELECT cycle FROM events WHERE run_id=? AND id>? AND id<? "
+            "AND kind='cycle_started' AND cycle>=? ORDER BY id LIMIT 1"
+        )
+        self.cycle_mark = p(
+            "SELECT kind FROM events WHERE run_id=? AND id<? AND (kind IN ('stopped', "
+            "'rolled_back') OR (cycle=? AND kind IN ('cycle_started', 'decision'))) "
+            "ORDER BY id DESC LIMIT 1"
         )
         self.event_page = p(
             "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
@@ -1157,6 +1173,63 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
             for r in self._all(self._q.events, (run_id, after_id))
         ]
+
+    def events_tail(self, run_id: str, *, before_id: int | None, limit: int) -> list[Event]:
+        jl = self._jl
+        below = _NO_ID if before_id is None else before_id
+        return [
+            Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
+            for r in self._all(self._q.event_tail, (run_id, below, limit))
+        ]
+
+    def event_positions(
+        self, run_id: str, *, before_id: int, skip: Collection[str]
+    ) -> tuple[int, list[tuple[int, Event]]]:
+        # The count walks the (run_id, id) index only; the positions are numbered there too
+        # and only the rows not skipped are read whole.
+        [(count,)] = self._all(self._q.count_events, (run_id, before_id))
+        if not count:
+            return 0, []
+        marks = ", ".join("?" * len(skip))
+        rows = self._all(
+            self._q.p(
+                "SELECT t.pos, e.id, e.run_id, e.cycle, e.kind, e.ts, e.data FROM ("
+                "SELECT id, kind, row_number() OVER (ORDER BY id) AS pos FROM events "
+                "WHERE run_id=? AND id<?) t JOIN events e ON e.id=t.id "
+                + (f"WHERE t.kind NOT IN ({marks}) " if skip else "")
+                + "ORDER BY e.id"
+            ),
+            (run_id, before_id, *sorted(skip)),
+        )
+        jl = self._jl
+        return int(count), [
+            (int(r[0]), Event(r[1], r[2], r[3], r[4], r[5], jl(r[6]))) for r in rows
+        ]
+
+    def in_cycle(self, run_id: str, *, event_id: int, cycle: int) -> bool:
+        # Backwards on the (run_id, id) index from the event: a few rows, those of its cycle.
+        rows = self._all(self._q.cycle_mark, (run_id, event_id, cycle))
+        return bool(rows) and rows[0][0] == "cycle_started"
+
+    def next_start(self, run_id: str, *, after_id: int, before_id: int, cycle: int) -> int | None:
+        # Forwards on the (run_id, id) index from the event: to the next cycle's start.
+        rows = self._all(self._q.next_start, (run_id, after_id, before_id, cycle))
+        return int(rows[0][0]) if rows else None
+
+    def cycle_starts(
+        self, run_id: str, *, before_id: int, cycles: Collection[int]
+    ) -> dict[int, int]:
+        if not cycles:
+            return {}
+        marks = ", ".join("?" * len(cycles))
+        rows = self._all(
+            self._q.p(
+                "SELECT cycle, count(*) FROM events WHERE run_id=? AND id<? "
+                f"AND kind='cycle_started' AND cycle IN ({marks}) GROUP BY cycle"
+            ),
+            (run_id, before_id, *sorted(cycles)),
+        )
+        return {int(c): int(n) for c, n in rows}
 
     # --- effect/retry journal -----------------------------------------------------------
     def journal_put(

@@ -40,11 +40,14 @@ from ..store import Approval, Checkpoint, Event, Store
 from ._otlp import _SCOPE, _nanos
 from ._spans import (
     APPROVAL_KINDS,
+    IN_CYCLE_KINDS,
+    RUN_KINDS,
     Span,
     SpanEvent,
     build_spans,
     exported_attributes,
     is_client_span,
+    span_event,
 )
 
 __all__ = ["LiveTracer", "live_tracer", "provider_from_env"]
@@ -53,6 +56,9 @@ log = logging.getLogger("loopwright.trace")
 
 #: Statuses after which this session stops driving the run: every open span is ended.
 _PAUSED = frozenset({"awaiting_approval"})
+#: Events read at first, and at most, at a time when a resumed session looks back from the
+#: log's end (a page twice the last while it looks on).
+_TAIL_PAGE = (16, 256)
 
 
 def provider_from_env(env: Mapping[str, str] | None = None) -> Any | None:
@@ -208,32 +214,33 @@ class LiveTracer:
     def _update(self, run_id: str, opened_at: int, session_ends: bool) -> None:
         store = self.store
         rt = self._runs.get(run_id)
-        first = rt is None
         if rt is None:
-            rt = self._runs[run_id] = _RunTrace()
-        new = store.events(run_id, after_id=rt.last_event)
-        if new:
-            rt.last_event = new[-1].id
-        rt.events.extend(new)
-        if first:
-            # The whole log once (the window starts at the run's start): every checkpoint's
-            # record and fields, none of their states.
-            cks = store.checkpoints(run_id)
+            rt = self._runs[run_id] = self._open(run_id, opened_at)
+            new = rt.events
+            asked = True
         else:
+            new = store.events(run_id, after_id=rt.last_event)
+            if new:
+                rt.last_event = new[-1].id
+            rt.events.extend(new)
             # What the commits since gained, each checkpoint's fields (``pending``) folded on
             # from the last one's: no state resolved, no snapshot read again.
             cks = store.checkpoints_after(run_id, rt.last_seq, rt.last_fields)
-        if cks:
-            rt.last_seq, rt.last_fields = cks[-1].seq, cks[-1].fields
-        rt.checkpoints.extend(cks)
-        if first or any(e.kind in APPROVAL_KINDS for e in new):
-            rt.approvals = store.approvals(run_id=run_id)
-        if first:
-            rt.earlier_end = _earlier_session_end(cks, opened_at)
-        rec = store.get_run(run_id)
-        ending = session_ends or rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
+            if cks:
+                rt.last_seq, rt.last_fields = cks[-1].seq, cks[-1].fields
+            rt.checkpoints.extend(cks)
+            asked = any(e.kind in APPROVAL_KINDS for e in new)
         window = rt.events
         ids = {str(e.data.get("approval_id")) for e in window if e.kind in APPROVAL_KINDS}
+        if asked:
+            # The requests the window names, each read by its id: not every request the run
+            # ever made (a run that parks every 25 cycles makes one more each time).
+            found = (store.approval(i) for i in sorted(ids))
+            rt.approvals = sorted(
+                (a for a in found if a is not None), key=lambda a: (a.requested_at, a.approval_id)
+            )
+        rec = store.get_run(run_id)
+        ending = session_ends or rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
         spans = build_spans(
             rec,
             window,
@@ -268,6 +275,131 @@ class LiveTracer:
             rt.events, rt.checkpoints = [], []
             # a later window's cycles are other occurrences: their keys are new
             rt.done = {k for k in rt.done if not k.startswith("cycle/")}
+
+    def _open(self, run_id: str, opened_at: int) -> _RunTrace:
+        """What a session needs to follow a run from its first commit: for a run that earlier
+        sessions drove, the window from where the log last left only the run span open
+        before this session opened it (``_resumed``); else (a new run, or no such place) the
+        whole log, every checkpoint's record and fields and none of their states."""
+        if opened_at > 0:
+            rt = self._resumed(run_id, opened_at)
+            if rt is not None:
+                return rt
+        store = self.store
+        rt = _RunTrace()
+        rt.events = store.events(run_id)
+        if rt.events:
+            rt.last_event = rt.events[-1].id
+        rt.checkpoints = store.checkpoints(run_id)
+        if rt.checkpoints:
+            rt.last_seq, rt.last_fields = rt.checkpoints[-1].seq, rt.checkpoints[-1].fields
+        rt.earlier_end = _earlier_session_end(rt.checkpoints, opened_at)
+        return rt
+
+    def _resumed(self, run_id: str, opened_at: int) -> _RunTrace | None:
+        """The window of a session that opened the run at checkpoint ``opened_at``, read from
+        the log's end backwards (invariant 8: what a resume costs does not grow with the
+        run): it starts after the last ``decision`` committed by then past which nothing an
+        earlier event opened is still open (a cycle with no ``cycle_started`` of its own
+        after it, an approval request answered after it, one still pending). Before it, every
+        span had ended when the earlier sessions last committed (they sent it) but the run
+        span: its events there (the kinds a cycle seldom writes, kept where the whole log's
+        tree places them) are read with their positions, and so is how many events came
+        before. ``None``: no such place (the whole log is read then)."""
+        store = self.store
+        cks = store.checkpoints_after(run_id, opened_at - 1)
+        if not cks or cks[0].seq != opened_at:
+            return None
+        earlier_end = cks[0].created_at
+        # This session's commits' times (a clock behind the earlier session's must not make
+        # one of its own decisions the place to start from)
+        own = {c.created_at for c in cks[1:]}
+        # requests still pending: the window must start before each was made
+        answered = {a.approval_id for a in store.approvals(run_id=run_id, status="pending")}
+        asked: set[str] = set()
+        started: set[int] = set()
+        needed: set[int] = set()
+        tail: list[Event] = []  # newest first
+        cut: Event | None = None
+        below: int | None = None
+        size = _TAIL_PAGE[0]
+        while cut is None:
+            page = store.events_tail(run_id, before_id=below, limit=size)
+            for ev in page:
+                if (
+                    ev.kind == "decision"
+                    and ev.ts <= earlier_end
+                    and ev.ts not in own
+                    and needed <= started
+                    and answered <= asked
+                ):
+                    cut = ev
+                    break
+                tail.append(ev)
+                if ev.kind == "cycle_started":
+                    started.add(ev.cycle)
+                elif ev.kind not in RUN_KINDS:
+                    needed.add(ev.cycle)
+                aid = ev.data.get("approval_id")
+                if ev.kind in APPROVAL_KINDS and aid:
+                    (asked if ev.kind == "approval_requested" else answered).add(str(aid))
+            if cut is None and len(page) < size:
+                return None  # the log's start: no such place
+            if page:
+                below = page[-1].id
+            size = min(2 * size, _TAIL_PAGE[1])
+        assert cut is not None
+        # The checkpoints the window's commits wrote: after the one the cut's commit wrote (a
+        # commit's events carry its checkpoint's time).
+        back = 2
+        while not any(c.created_at == cut.ts and c.seq <= opened_at for c in cks):
+            if cks[0].seq <= 0:
+                return None
+            cks = store.checkpoints_after(run_id, max(opened_at - back, 0) - 1)
+            back *= 2
+        at = max(c.seq for c in cks if c.created_at == cut.ts and c.seq <= opened_at)
+        window = tail[::-1]
+        first_id = window[0].id if window else cut.id + 1
+        count, before = store.event_positions(run_id, before_id=first_id, skip=IN_CYCLE_KINDS)
+        rolled = [ev.id for _, ev in before if ev.kind == "rolled_back"]
+        rt = _RunTrace(
+            events=window,
+            checkpoints=[c for c in cks if c.seq > at],
+            earlier_end=earlier_end,
+            last_event=window[-1].id if window else cut.id,
+            last_seq=cks[-1].seq,
+            last_fields=cks[-1].fields,
+            first_seq=count + 1,
+            after_ts=cut.ts,
+            run_events=[
+                span_event(seq, ev)
+                for seq, ev in before
+                if ev.kind in RUN_KINDS or self._loose(run_id, ev, first_id, rolled)
+            ],
+            run_end=cut.ts,
+        )
+        # A cycle the window starts that started before too (redone after a rollback): its
+        # occurrence number counts those. Without a rollback, cycles before the cut are not
+        # after it.
+        again = {e.cycle for e in window if e.kind == "cycle_started"}
+        again = again if rolled else {n for n in again if n <= cut.cycle}
+        rt.occurrences.other.update(store.cycle_starts(run_id, before_id=first_id, cycles=again))
+        return rt
+
+    def _loose(self, run_id: str, ev: Event, first_id: int, rolled: list[int]) -> bool:
+        """Whether ``ev`` (before the window, of a kind a cycle seldom writes) is on the run
+        span, as the whole log's tree places it: no occurrence of its cycle open at it, and
+        none started after it that claims it (its journal written ahead of the cycle's
+        first commit). Each answer is a few rows of the log around ``ev``."""
+        store = self.store
+        if store.in_cycle(run_id, event_id=ev.id, cycle=ev.cycle):
+            return False
+        if any(r > ev.id for r in rolled):  # cycle numbers went back after it: count them
+            at = store.cycle_starts(run_id, before_id=ev.id, cycles={ev.cycle})
+            then = store.cycle_starts(run_id, before_id=first_id, cycles={ev.cycle})
+            return then.get(ev.cycle, 0) == at.get(ev.cycle, 0)
+        after = store.next_start(run_id, after_id=ev.id, before_id=first_id, cycle=ev.cycle)
+        return after != ev.cycle
 
     # --- SDK spans ----------------------------------------------------------------------------
     def _emit(self, rt: _RunTrace, spans: list[Span], ending: bool) -> None:

@@ -38,12 +38,15 @@ from ..store import Approval, Checkpoint, Event, RunRecord, Store
 
 __all__ = [
     "APPROVAL_KINDS",
+    "IN_CYCLE_KINDS",
+    "RUN_KINDS",
     "Span",
     "SpanEvent",
     "build_spans",
     "exported_attributes",
     "is_client_span",
     "run_spans",
+    "span_event",
 ]
 
 SpanKind = Literal["run", "cycle", "actor", "verifier", "model", "effect", "approval"]
@@ -74,6 +77,27 @@ _EFFECT_END = frozenset(
     }
 )
 APPROVAL_KINDS = frozenset({"approval_requested", "approval_decided", "still_waiting"})
+#: Events written inside a cycle, many a run (one or more each cycle), or claimed by an effect
+#: or approval span: never on the run span but where a run's journal outlived its cycle. A
+#: reader of the run span's events alone (a resumed live tracer) leaves them unread.
+IN_CYCLE_KINDS = frozenset(
+    {
+        "cycle_started",
+        "proposal",
+        "verdict",
+        "decision",
+        "proposal_refused",
+        "model_call",
+        "retry",
+        "gave_up",
+        "effect_started",
+        "effect_retry",
+        "effect_grace",
+        "effect_args_differ",
+        *_EFFECT_END,
+        *APPROVAL_KINDS,
+    }
+)
 MODEL_CALL = "model_call"  # as ``loopwright._modelcalls.MODEL_CALL``
 #: Fields of a ``model_call`` event kept out of its span event: the content itself.
 _CONTENT = frozenset({"prompt", "reply"})
@@ -807,6 +831,12 @@ def _span_event(seq: int, ev: Event) -> SpanEvent:
             continue
         attrs[str(k)] = _plain(v)
     return SpanEvent(name=ev.kind, ts=ev.ts, attributes=attrs)
+
+
+def span_event(seq: int, ev: Event) -> SpanEvent:
+    """The span event of the store event ``ev`` at position ``seq`` of its run's log, as the
+    tree places it (a live tracer rebuilds the run span's from the log's run-level events)."""
+    return _span_event(seq, ev)
 
 
 def _evaluation_event(ev: Event) -> SpanEvent:
