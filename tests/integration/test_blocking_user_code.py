@@ -269,3 +269,39 @@ def test_the_process_exits_with_a_call_that_never_returns(
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"ended escalated {where}"
     assert "Traceback" not in p.stderr
+
+
+# --- effects' reconcile hooks ----------------------------------------------------------------
+def test_a_reconcile_hook_that_blocks_is_bounded_by_the_lease(
+    tmp_path: Path, gate: threading.Event
+) -> None:
+    """An effect without ``timeout_s`` is bounded by its lease; before, its reconcile hook was
+    not (called inline, no timeout): one that blocked hung the run for good."""
+
+    def reconcile(key: str) -> Any:
+        gate.wait(_SAFETY)
+        return {"ref": "found late"}
+
+    def pay(invoice: str, key: str) -> Any:
+        raise lw.TransientError("connection reset after commit")
+
+    eff = lw.effect("spend", name="pay", reconcile=reconcile)(pay)
+    call = eff.call(invoice="A-1")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=lw.Proposal.edit("inv", {"qty": 1}).edits, effects=(call,))
+
+    loop = lw.Loop(
+        name="blocking",
+        actor=actor,
+        verifiers=[lw.Check(fn=_good, name="good")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db", lease_ttl_s=0.2) as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        [entry] = rt.store.journal(r.run_id, kind="effect")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert entry.status == "in_doubt"
+    assert "the reconcile hook timed out (no result after" in entry.data["cause"]
