@@ -283,6 +283,8 @@ def risk_reason(
     """The first risk rule this proposal triggers, with the reason in words. A rule's own
     ``check`` is called here, inline (the engine calls it off the event loop, under a
     timeout: ``risk_steps`` and ``Cycle._risk``)."""
+    if not rules:  # most contracts declare none: not even the steps' generator is made
+        return None
     for rule, why in risk_steps(rules, state, proposal, verdicts, checks):
         if why is None:
             check = rule.check
