@@ -33,7 +33,9 @@ def _good(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
 
 
-def _fix(ctx: lw.Context) -> lw.Proposal:
+async def _fix(ctx: lw.Context) -> lw.Proposal:
+    # async: it ends in its first step, before the tiny timeout can fire however loaded the
+    # machine (a sync one, in a thread, could be timed out itself)
     return lw.Proposal.edit("inv", {"qty": 1})
 
 
@@ -42,6 +44,7 @@ def _loop(
     *,
     risk: tuple[lw.RiskRule, ...] = (),
     actor_timeout_s: float | None = 0.05,
+    effects: tuple[lw.Effect, ...] = (),
     **budget: Any,
 ) -> lw.Loop:
     return lw.Loop(
@@ -51,6 +54,8 @@ def _loop(
         contract=lw.Contract(budget=lw.Budget(**(budget or {"max_cycles": 3})), risk=risk),
         actor_timeout_s=actor_timeout_s,
         retry=lw.RetryPolicy(attempts=1),
+        effects=effects,
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
     )
 
 
@@ -103,6 +108,28 @@ def _rows(rt: lw.Runtime, run_id: str) -> tuple[Any, ...]:
     return run.status, run.stop_reason, cps, events, approvals
 
 
+def _run_then_release(
+    rt: lw.Runtime,
+    loop: lw.Loop,
+    gate: threading.Event,
+    done: threading.Event,
+    delivered: _Deliveries,
+) -> tuple[lw.RunResult, tuple[Any, ...], tuple[Any, ...]]:
+    """Run ``loop`` on a live event loop until it ends (a call blocked on ``gate`` was given
+    up on), then release the call and let its late answer reach the same event loop: the
+    result, and what the store held before and after the late answer."""
+
+    async def main() -> tuple[lw.RunResult, tuple[Any, ...], tuple[Any, ...]]:
+        r = await rt.run(loop, TASK, task_key="k")
+        before, n = _rows(rt, r.run_id), len(delivered.seen)
+        gate.set()
+        await asyncio.to_thread(done.wait, _SAFETY)
+        await delivered.until(n + 1)
+        return r, before, _rows(rt, r.run_id)
+
+    return asyncio.run(main())
+
+
 # --- risk rules' own checks ------------------------------------------------------------------
 def test_a_risk_check_that_blocks_escalates_naming_the_rule_and_its_late_answer_is_ignored(
     tmp_path: Path, gate: threading.Event, delivered: _Deliveries
@@ -119,16 +146,8 @@ def test_a_risk_check_that_blocks_escalates_naming_the_rule_and_its_late_answer_
 
     rule = lw.RiskRule(name="vendor_check", check=blocks)
 
-    async def main(rt: lw.Runtime) -> tuple[lw.RunResult, tuple[Any, ...], tuple[Any, ...]]:
-        r = await rt.run(_loop(risk=(rule,)), TASK, task_key="k")
-        before, n = _rows(rt, r.run_id), len(delivered.seen)
-        gate.set()
-        await asyncio.to_thread(done.wait, _SAFETY)
-        await delivered.until(n + 1)
-        return r, before, _rows(rt, r.run_id)
-
     with lw.Runtime(tmp_path / "s.db") as rt:
-        r, before, after = asyncio.run(main(rt))
+        r, before, after = _run_then_release(rt, _loop(risk=(rule,)), gate, done, delivered)
     assert (r.status, r.stop_reason) == ("escalated", "escalated")
     assert r.packet is not None
     assert r.packet["cause"].startswith("the check of risk rule 'vendor_check' timed out")
@@ -197,16 +216,8 @@ def test_a_timed_out_sync_actors_late_proposal_is_never_applied(
         done.set()
         return lw.Proposal.edit("inv", {"qty": 1})  # what the verifier would accept
 
-    async def main(rt: lw.Runtime) -> tuple[lw.RunResult, tuple[Any, ...], tuple[Any, ...]]:
-        r = await rt.run(_loop(actor), TASK, task_key="k")
-        before, n = _rows(rt, r.run_id), len(delivered.seen)
-        gate.set()
-        await asyncio.to_thread(done.wait, _SAFETY)
-        await delivered.until(n + 1)
-        return r, before, _rows(rt, r.run_id)
-
     with lw.Runtime(tmp_path / "s.db") as rt:
-        r, before, after = asyncio.run(main(rt))
+        r, before, after = _run_then_release(rt, _loop(actor), gate, done, delivered)
         assert (r.status, r.stop_reason) == ("escalated", "escalated")
         assert r.packet is not None and r.packet["error"]["type"] == "Timeout"
         late = delivered.seen[-1]
@@ -226,9 +237,10 @@ forever = threading.Event()  # never set: the blocked calls never return
 def good(state, proposal):
     return lw.Verdict(passed=True)
 
-def actor(ctx):
-    if which == "actor":
-        forever.wait()
+def stuck(ctx):
+    forever.wait()
+
+async def fix(ctx):  # ends before its tiny timeout can fire
     return lw.Proposal.edit("inv", {"qty": 1})
 
 def check(state, proposal, verdicts):
@@ -237,7 +249,7 @@ def check(state, proposal, verdicts):
 risk = (lw.RiskRule(name="stuck", check=check),) if which == "risk" else ()
 loop = lw.Loop(
     name="exit",
-    actor=actor,
+    actor=stuck if which == "actor" else fix,
     verifiers=[good],
     contract=lw.Contract(budget=lw.Budget(max_cycles=2), risk=risk),
     actor_timeout_s=0.05,
@@ -288,19 +300,11 @@ def test_a_reconcile_hook_that_blocks_is_bounded_by_the_lease(
     eff = lw.effect("spend", name="pay", reconcile=reconcile)(pay)
     call = eff.call(invoice="A-1")
 
-    def actor(ctx: lw.Context) -> lw.Proposal:
+    async def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(edits=lw.Proposal.edit("inv", {"qty": 1}).edits, effects=(call,))
 
-    loop = lw.Loop(
-        name="blocking",
-        actor=actor,
-        verifiers=[lw.Check(fn=_good, name="good")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[eff],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
-    )
     with lw.Runtime(tmp_path / "s.db", lease_ttl_s=0.2) as rt:
-        r = rt.run_sync(loop, TASK, task_key="k")
+        r = rt.run_sync(_loop(actor, effects=(eff,)), TASK, task_key="k")
         [entry] = rt.store.journal(r.run_id, kind="effect")
     assert (r.status, r.stop_reason) == ("escalated", "escalated")
     assert entry.status == "in_doubt"
