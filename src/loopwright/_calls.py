@@ -16,7 +16,14 @@ from typing import Any
 
 from ._modelcalls import current_sink, use_sink
 
-__all__ = ["CallTimeout", "call_deadline", "call_user", "within_deadline"]
+__all__ = [
+    "HOOK_TIMEOUT_S",
+    "CallTimeout",
+    "call_deadline",
+    "call_user",
+    "hook_timeout",
+    "within_deadline",
+]
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "loopwright_call_deadline", default=None
@@ -201,3 +208,16 @@ async def call_user(
     finally:
         _deadline.reset(token)
     return result, time.perf_counter() - t0
+
+
+HOOK_TIMEOUT_S = 60.0
+"""The timeout of a hook the loop gives none of its own (a reflector, a risk rule's check)
+when the actor has none either and the run has no time budget."""
+
+
+def hook_timeout(actor_s: float | None, remaining_s: float | None) -> float:
+    """What a hook of the loop without a timeout of its own (the reflector, a risk rule's
+    check) is given: what the actor would be (its timeout, the time budget left), else
+    ``HOOK_TIMEOUT_S``: a hook that hangs must not hold a run forever."""
+    vals = [v for v in (actor_s, remaining_s) if v is not None]
+    return max(0.001, min(vals)) if vals else HOOK_TIMEOUT_S

@@ -8,7 +8,7 @@ contract's parts are small frozen value objects; ``Contract.from_dict`` builds t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 
@@ -262,7 +262,7 @@ class MarginalReturn:
         return (succ + a) / (trials + a + b)
 
 
-RiskCheck = Callable[..., "str | None"]
+RiskCheck = Callable[..., "str | Awaitable[str | None] | None"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -274,8 +274,11 @@ class RiskRule:
         touches: glob patterns on ``artifact/part``: a proposal changing a matching part pauses.
         findings: finding dimensions (from visible verifiers) that pause, e.g.
             ``"conflicting_evidence"``.
-        check: a callable ``(state, proposal, verdicts) -> str | None`` returning a reason to
-            pause, or a ``"module:attr"`` / ``"file.py:attr"`` reference to one.
+        check: a callable ``(state, proposal, verdicts) -> str | None`` (sync or async)
+            returning a reason to pause, or a ``"module:attr"`` / ``"file.py:attr"`` reference
+            to one. It is called as the loop's reflector is: off the event loop, under the
+            actor's timeout or the time budget left (60 s when neither is set); one that
+            raises or times out escalates the run, naming the rule (docs/concepts.md).
         reason: why this needs a person, in words.
         expires_after_s: a request not decided within this many seconds expires (escalates).
         ask: instead of a yes/no approval, park with this question for a person; the answer is

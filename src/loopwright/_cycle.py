@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
+from ._calls import CallTimeout, call_user, hook_timeout
+from ._contract import RiskRule
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -499,13 +501,12 @@ class Cycle(RuntimeHost):
         # a rule's own check judges copies too (what it changes is not committed)
         judging = any(callable(r.check) for r in contract.risk)
         try:
-            hit = rules.risk_reason(
-                contract.risk,
-                candidate.detached(loader) if judging else candidate,
-                proposal.owned() if judging else proposal,
-                visible,
-                loop.verifiers,
-            )
+            if judging:
+                hit = await self._risk(ex, candidate.detached(loader), proposal.owned(), visible)
+            else:
+                hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+        except OutOfTime as exc:
+            return self._abort(ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict())
         except rules.RiskCheckFailed as failed:
             error = error_info(f"risk rule {failed.rule}", failed.error)
             return self._abort(
@@ -589,6 +590,50 @@ class Cycle(RuntimeHost):
         return self._conclude(
             ex, n, proposal, digest, {}, {}, t0, decision="refused", duplicate=True
         )
+
+    async def _risk(
+        self, ex: _Exec, state: TaskState, proposal: Proposal, visible: dict[str, Verdict]
+    ) -> tuple[RiskRule, str] | None:
+        """``rules.risk_reason``, each rule's own check called as the reflector is (in a
+        thread when sync, under ``hook_timeout``: the actor's timeout or the time budget
+        left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed`` (the
+        check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget ran
+        out before or during the check: a ``budget_time`` stop). A check abandoned after its
+        timeout may still return, in its thread: nothing waits for what it says."""
+        loop = ex.loop
+        for rule, why in rules.risk_steps(
+            ex.contract.risk, state, proposal, visible, loop.verifiers
+        ):
+            if why is None:
+                check = rule.check
+                assert callable(check)  # risk_steps asks only a rule with a check to call
+                left = None if ex.deadline is None else ex.deadline - time.time()
+                who = f"the check of risk rule {rule.name!r}"
+                if left is not None and left <= 0:
+                    raise OutOfTime(f"the time budget ran out before {who} could be called")
+                limit = hook_timeout(loop.actor_timeout_s, left)
+                try:
+                    # the verdicts as a dict of its own: a check left running changes no
+                    # mapping of the cycle's
+                    got, _ = await call_user(
+                        check,
+                        state,
+                        proposal,
+                        dict(visible),
+                        timeout=limit,
+                        threaded=ex.threaded,
+                    )
+                except CallTimeout as exc:
+                    if left is not None and left <= limit:  # the budget's end cut it off
+                        raise OutOfTime(f"the time budget ran out during {who}") from None
+                    raise rules.RiskCheckFailed(rule.name, exc) from None
+                except Exception as exc:  # user code: the run escalates, naming the rule
+                    raise rules.RiskCheckFailed(rule.name, exc) from exc
+                if not got:
+                    continue
+                why = str(got)
+            return rule, why
+        return None
 
     def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:
         """End the run in the middle of a cycle: charge the cycle's time so far, then finish."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from ._calls import CallTimeout
 from ._contract import Contract, RiskRule
 from ._errors import ConfigError
 from ._loop import Check
@@ -23,6 +24,7 @@ __all__ = [
     "marginal_stop",
     "remaining",
     "risk_reason",
+    "risk_steps",
     "stop_before_cycle",
     "success",
 ]
@@ -278,9 +280,38 @@ def risk_reason(
     verdicts: dict[str, Verdict],
     checks: Sequence[Check],
 ) -> tuple[RiskRule, str] | None:
-    """The first risk rule this proposal triggers, with the reason in words."""
-    if not rules:  # most contracts declare none: nothing to gather
+    """The first risk rule this proposal triggers, with the reason in words. A rule's own
+    ``check`` is called here, inline (the engine calls it off the event loop, under a
+    timeout: ``risk_steps`` and ``Cycle._risk``)."""
+    if not rules:  # most contracts declare none: not even the steps' generator is made
         return None
+    for rule, why in risk_steps(rules, state, proposal, verdicts, checks):
+        if why is None:
+            check = rule.check
+            assert callable(check)  # risk_steps asks only a rule with a check to call
+            try:
+                got = check(state, proposal, verdicts)
+            except Exception as exc:  # user code: the engine escalates, naming the rule
+                raise RiskCheckFailed(rule.name, exc) from exc
+            if not got:
+                continue
+            why = str(got)
+        return rule, why
+    return None
+
+
+def risk_steps(
+    rules: Sequence[RiskRule],
+    state: TaskState,
+    proposal: Proposal,
+    verdicts: dict[str, Verdict],
+    checks: Sequence[Check],
+) -> Iterator[tuple[RiskRule, str | None]]:
+    """The rules in order, as far as they go: ``(rule, reason)`` where a rule's patterns are
+    triggered (the first such is the answer), ``(rule, None)`` where its own ``check`` must be
+    asked (a reason from it is the answer; none: go on to the next)."""
+    if not rules:  # most contracts declare none: nothing to gather
+        return
     changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]
     visible_findings = [
         f
@@ -292,26 +323,23 @@ def risk_reason(
         if rule.touches:
             hit = [r for r in changed if match_any(r, rule.touches)]
             if hit:
-                return rule, rule.reason or f"the proposal changes {', '.join(hit)}"
+                yield rule, rule.reason or f"the proposal changes {', '.join(hit)}"
+                return
         if rule.findings:
             hit_f = [f for f in visible_findings if f.dimension in rule.findings]
             if hit_f:
-                return rule, rule.reason or "; ".join(f.message for f in hit_f[:3])
+                yield rule, rule.reason or "; ".join(f.message for f in hit_f[:3])
+                return
         if rule.check is not None and callable(rule.check):
-            try:
-                why = rule.check(state, proposal, verdicts)
-                if why:
-                    return rule, str(why)
-            except Exception as exc:  # user code: the engine escalates, naming the rule
-                raise RiskCheckFailed(rule.name, exc) from exc
-    return None
+            yield rule, None
 
 
 class RiskCheckFailed(Exception):
     """A risk rule's own check raised ``error`` (user code, like a verifier that raised)."""
 
     def __init__(self, rule: str, error: Exception) -> None:
-        super().__init__(f"the check of risk rule {rule!r} raised {type(error).__name__}")
+        what = "timed out" if isinstance(error, CallTimeout) else f"raised {type(error).__name__}"
+        super().__init__(f"the check of risk rule {rule!r} {what}")
         self.rule = rule
         self.error = error
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._calls import call_user
+from ._calls import CallTimeout, call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
@@ -249,9 +249,13 @@ async def perform_effect(
         crashed attempt is then charged, as a finished one is."""
         assert eff.reconcile_fn is not None
         try:
+            # bounded as the effect's own call is (its timeout, inside the lease): a hook
+            # that hangs must not hold the run, nor act after its lease is gone
             found, _ = await call_user(
-                eff.reconcile_fn, ikey, timeout=eff.timeout_s, threaded=ex.threaded
+                eff.reconcile_fn, ikey, timeout=call_limit(), threaded=ex.threaded
             )
+        except CallTimeout as exc:
+            return "error", f"the reconcile hook timed out ({exc})", None
         except Exception as exc:
             return "error", f"the reconcile hook raised {type(exc).__name__}: {exc_text(exc)}", None
         if isinstance(found, EffectResult):  # it happened (even with no value): its cost
@@ -322,6 +326,12 @@ async def perform_effect(
         if room <= 0:
             raise StaleLeaseError(f"run {ex.run_id}: no time left in the lease to run {eff.name}")
         return room
+
+    def call_limit() -> float | None:
+        """The timeout of a call of the effect (or its reconcile hook) starting now: its own
+        ``timeout_s``, within ``lease_room``; ``None``: unbounded."""
+        room = lease_room()
+        return room if eff.timeout_s is None else min(eff.timeout_s, room or eff.timeout_s)
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     not_done = False
@@ -439,8 +449,7 @@ async def perform_effect(
         while True:
             # The deadline lies inside a lease renewed just now: the lease cannot pass to
             # another executor before it, and the call never starts after it.
-            room = lease_room()
-            limit = room if eff.timeout_s is None else min(eff.timeout_s, room or eff.timeout_s)
+            limit = call_limit()
             deadline_at = None if limit is None else time.time() + limit
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
             try:

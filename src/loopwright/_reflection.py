@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from . import _decide as rules
-from ._calls import call_user
+from ._calls import call_user, hook_timeout
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._modelcalls import clip_masked
@@ -61,7 +61,7 @@ class Reflection(RuntimeHost):
                 loop.reflector,
                 ex.last_context,
                 dict(ex.last_visible),
-                timeout=_reflect_timeout(loop.actor_timeout_s, rem),
+                timeout=hook_timeout(loop.actor_timeout_s, rem),
                 threaded=ex.threaded,
             )
         except Exception as exc:
@@ -214,15 +214,3 @@ def _cycle_commits(cps: list[Checkpoint], cycle: int) -> tuple[Checkpoint, Check
 
 def _passed_over(record: dict[str, Any] | None) -> bool:
     return record is None or record.get("decision") == "edit"
-
-
-def _reflect_timeout(actor_s: float | None, remaining_s: float | None) -> float:
-    """A reflector gets what the actor would (its timeout, the time left), 60 s by default:
-    a hung reflector must not hold a run forever."""
-    limit = _min(actor_s, remaining_s)
-    return max(0.001, limit) if limit is not None else 60.0
-
-
-def _min(a: float | None, b: float | None) -> float | None:
-    vals = [v for v in (a, b) if v is not None]
-    return min(vals) if vals else None

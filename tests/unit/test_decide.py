@@ -298,3 +298,19 @@ def test_accept_clean_parts_matches_the_rule_over_every_part(
             r: p.status for r, p in slow.iter_parts()
         }
         assert fast.open_refs() == {r for r, p in fast.iter_parts() if p.status != "accepted"}
+
+
+def test_risk_steps_ask_a_rules_check_only_until_a_rule_is_hit() -> None:
+    """What the engine walks to call each rule's check off the event loop: in order, a
+    check's rule yielded without a reason, nothing after the first rule hit."""
+    s = lw.TaskState.from_task({"artifacts": {"inv": {"payment": 1}}})
+    cand = lw.TaskState.from_dict(s.to_dict())
+    cand.set_part("inv", "payment", 2, 1)
+    prop = lw.Proposal.edit("inv", {"payment": 2})
+    asked = lw.RiskRule(name="asked", check=lambda st_, p, v: None)
+    touch = lw.RiskRule(name="pay", touches=("*/payment",))
+    never = lw.RiskRule(name="never", check=lambda st_, p, v: "unreached")
+    steps = list(rules.risk_steps((asked, touch, never), cand, prop, {}, []))
+    assert [(r.name, why is None) for r, why in steps] == [("asked", True), ("pay", False)]
+    assert rules.risk_reason((asked, touch, never), cand, prop, {}, [])[0] is touch  # type: ignore[index]
+    assert list(rules.risk_steps((), cand, prop, {}, [])) == []
