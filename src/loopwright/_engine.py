@@ -36,6 +36,7 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
+from ._keys import check_key, fit_key
 from ._loop import Loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
@@ -266,7 +267,13 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
         task = dict(redact(dict(task or {})))
-        key = task_key or str(task.get("task_key") or f"{loop.name}:{uuid.uuid4().hex}")
+        if task_key is not None:
+            key = check_key(task_key)
+        elif task.get("task_key") is not None:
+            given = task["task_key"]
+            key = check_key(str(given) if isinstance(given, int) else given, "task.task_key")
+        else:
+            key = fit_key(loop.name, f":{uuid.uuid4().hex}")
         proj = project if project is not None else str(task.get("project") or loop.project)
         init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
         try:

@@ -1,0 +1,68 @@
+"""A demanding user's inputs at the CLI, as subprocesses: task keys that break the rule of keys
+(exit 2, one line, file:line for a task file), `loopwright check` reading the task file as
+`run` would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .test_bad_inputs import dump, lw, refused, task_file
+
+TASK = {"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
+
+
+def test_run_refuses_a_bad_task_key_naming_the_rule(project: Path) -> None:
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    r = lw("run", "loop.toml", "--task", "t.json", "--task-key", "t0", cwd=project, store=store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = dump(store)
+    for key, words in [
+        ("", "must not be empty"),
+        (" t1", "must not begin or end with whitespace"),
+        ("a\nb", "control character (U+000A"),
+        ("x" * 300, "at most 256 characters"),
+    ]:
+        r = lw("run", "loop.toml", "--task", "t.json", "--task-key", key, cwd=project, store=store)
+        refused(r, "--task-key:", words)
+    refused(lw("show", "a\x1bb", cwd=project, store=store), "RUN:", "control character")
+    assert dump(store) == before
+
+
+def test_run_names_the_line_of_a_bad_key_in_a_task_file(project: Path) -> None:
+    store = project / "s.db"
+    name = task_file(project, {**TASK, "id": 1}, {**TASK, "task_key": "t\u202eb"})
+    r = lw("run", "loop.toml", "--tasks", name, cwd=project, store=store)
+    refused(r, f"{name}:2:", "bidirectional control (U+202E")
+    assert not store.exists() or 'INSERT INTO "runs"' not in "\n".join(dump(store))
+
+
+def test_check_reads_the_task_file_as_run_would(project: Path) -> None:
+    spec = (project / "loop.toml").read_text()
+    (project / "with_tasks.toml").write_text('tasks = "tasks.jsonl"\n' + spec)
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "id": "b"})
+    ok = lw("check", "with_tasks.toml", "--json", cwd=project)
+    assert ok.returncode == 0, ok.stderr
+    answers = {a["question"]: a for a in json.loads(ok.stdout)["answers"]}
+    assert "2 task(s) in" in answers["Which tasks would it run?"]["answer"]
+
+    # each mistake: exit 2, one line naming file:line, whatever the spec's answers
+    (project / "tasks.jsonl").write_text(json.dumps(TASK) + "\n{not json\n")
+    refused(lw("check", "with_tasks.toml", cwd=project), "tasks.jsonl:2:", "not valid JSON")
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "task_key": ""})
+    refused(lw("check", "with_tasks.toml", cwd=project), "tasks.jsonl:2:", "must not be empty")
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "id": "b"}, {**TASK, "id": "a"})
+    refused(
+        lw("check", "with_tasks.toml", cwd=project),
+        "tasks.jsonl:1 and",
+        "tasks.jsonl:3 have the same task key 'e2e:a'",
+    )
+    # --tasks names another file than the spec's; without a task file nothing changes
+    other = task_file(
+        project, {**TASK, "task_key": "ok"}, {**TASK, "task_key": "ok"}, name="o.jsonl"
+    )
+    refused(lw("check", "loop.toml", "--tasks", other, cwd=project), "o.jsonl:1 and")
+    plain = lw("check", "loop.toml", "--json", cwd=project)
+    assert plain.returncode == 0, plain.stderr
+    assert "Which tasks would it run?" not in plain.stdout
