@@ -37,7 +37,7 @@ from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._keys import check_key, fit_key
-from ._loop import Loop
+from ._loop import Loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
@@ -313,7 +313,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         )
         rec, created = made
         named = project is not None or bool(task.get("project"))  # not a loop's default
-        if not created and (rec.loop_name != loop.name or (named and rec.project != proj)):
+        if not created and (
+            other_loop(loop, rec.loop_name, rec.spec_ref) or (named and rec.project != proj)
+        ):
             # The key names one task store-wide: another loop's or project's run is not this
             # one's to continue (its actor, contract and memory scope are not these).
             raise ConfigError(
@@ -375,6 +377,17 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         rec = self.store.get_run(run_id)
+        if other_loop(loop, rec.loop_name, rec.spec_ref):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            # Another loop's actor, verifiers and contract would go on with this run's state (as
+            # a fork with another loop is refused); a renamed spec is the same file: let through.
+            raise ConfigError(
+                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
+                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
+                f"loop, or start a new run of {loop.name!r}",
+                field="loop",
+            )
         if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
             if token is not None:
                 self.store.release_lease(rec.run_id, token)

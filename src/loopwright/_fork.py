@@ -30,7 +30,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_text, check_value
 from ._keys import check_key, fit_key
-from ._loop import Loop
+from ._loop import Loop, other_loop
 from ._people import concluded_at, refuse_rewritten, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
@@ -65,7 +65,7 @@ class Forking(RuntimeHost):
         operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
-        if loop is not None and loop.name != rec.loop_name:
+        if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's: its state
             # would be labelled that loop, in this run's project (as `loopwright fork --spec`).
             raise ConfigError(
