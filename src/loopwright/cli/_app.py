@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
     from .._state import TaskState
-    from ..store import RunRecord, Store
+    from ..store import Approval, RunRecord, Store
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -630,14 +630,34 @@ def approvals(
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        first = reqs[0]
-        me = "--token T" if people else "--by NAME"
+        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME"))
+
+
+def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
+    """What to type next under `loopwright approvals`: for one request, its own commands; for
+    several, one form with RUN and ID to take from the list (naming only the newest request's
+    run read as if it were the only one), and one command that continues them all."""
+    if total == 1:
+        a = reqs[0]
+        run = a.run_id[:12]
         how = (
-            f"loopwright answer {first.run_id[:12]} TEXT {me}"
-            if first.kind == "question"
-            else f"loopwright approve {first.run_id[:12]} {me} [--note TEXT] (or deny)"
+            f"loopwright answer {run} TEXT {me}"
+            if a.kind == "question"
+            else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
         )
-        print(f"decide with: {how}\nthen: loopwright resume RUN")
+        return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
+    forms = []
+    if any(a.kind != "question" for a in reqs):
+        forms.append(f"loopwright approve RUN --request ID {me} [--note TEXT] (or deny)")
+    if any(a.kind == "question" for a in reqs):
+        forms.append(f"loopwright answer RUN TEXT --request ID {me}")
+    return (
+        f"decide each of the {total} requests with: "
+        + "; ".join(forms)
+        + " — RUN and ID as listed above\n"
+        "then: loopwright resume --all (continues every run whose requests are decided), "
+        "or add --resume to each decision"
+    )
 
 
 # --- decisions -------------------------------------------------------------------------------
