@@ -1,15 +1,13 @@
 """A demanding user's inputs at the CLI, as subprocesses: task keys that break the rule of keys
 (exit 2, one line, file:line for a task file), `loopwright check` reading the task file as
-`run` would, the hint of `loopwright approvals` when several runs wait, and the advice of a run
-an actor escalated (it said "start a new run", which returns the ended run as it is)."""
+`run` would, and the hint of `loopwright approvals` when several runs wait (the advice of a run
+an actor escalated is tested in test_escalation_advice.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from .conftest import cli
 from .test_bad_inputs import dump, lw, refused, task_file
 
 TASK = {"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
@@ -108,50 +106,3 @@ def test_the_approvals_hint_for_one_request_names_its_run(project: Path) -> None
         == f"decide with: loopwright approve {run_id[:12]} --by NAME [--note TEXT] (or deny)"
     )
     assert hint[1].startswith(f"then: loopwright resume {run_id[:12]}")
-
-
-ESCALATING = """
-import loopwright as lw
-
-def actor(ctx):
-    if ctx.cycle == {at}:
-        return lw.Proposal(escalate="two invoices with the same number: which one is paid?")
-    return lw.Proposal.edit("doc", {{"n": ctx.cycle}})
-
-def check(state, proposal):
-    n = state.artifacts["doc"].values()["n"]
-    return lw.Verdict(passed=n >= 3, score=min(1.0, n / 3))
-"""
-
-ESCALATING_SPEC = """
-name = "advice"
-[actor]
-ref = "esc.py:actor"
-[[verifiers]]
-ref = "esc.py:check"
-[contract.budget]
-max_cycles = 6
-"""
-
-
-def test_the_advice_of_an_actor_escalation_reopens_and_finishes_the_run(tmp_path: Path) -> None:
-    (tmp_path / "esc.py").write_text(ESCALATING.format(at=2))
-    (tmp_path / "loop.toml").write_text(ESCALATING_SPEC)
-    (tmp_path / "t.json").write_text(json.dumps({"artifacts": {"doc": {"n": 0}}}))
-    store = tmp_path / "s.db"
-    first = cli(
-        "run", "loop.toml", "--task", "t.json", "--task-key", "k", cwd=tmp_path, store=store
-    )
-    assert first.returncode == 5, first.stderr
-    shown = json.loads(cli("show", "k", "--json", cwd=tmp_path, store=store).stdout)
-    advice = shown["run"]["packet"]["recommended_action"]
-    assert "start a new run" not in advice
-    # the person resolved it (the actor no longer asks); the advice's commands, literally
-    (tmp_path / "esc.py").write_text(ESCALATING.format(at=-1))
-    commands = re.findall(r"`loopwright ([^`]+)`", advice)
-    assert [c.split()[0] for c in commands] == ["rollback", "resume"]
-    for command in commands:
-        r = cli(*command.replace("NAME", "ann").split(), cwd=tmp_path, store=store)
-        assert r.returncode == 0, r.stderr
-    done = json.loads(cli("show", "k", "--json", cwd=tmp_path, store=store).stdout)
-    assert (done["run"]["status"], done["run"]["cycle"]) == ("accepted", 3)
