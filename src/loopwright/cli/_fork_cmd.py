@@ -56,6 +56,10 @@ def fork(
 
     if at_cycle < 0:
         raise ConfigError("must be 0 or more", field="--at-cycle")
+    if key is not None:
+        from .._keys import check_key
+
+        check_key(key, "--key")  # the rule of task keys, named by this command's option
     loop = load_spec(spec) if spec is not None else None
     tables = contract_tables(contract, keep_risk=True) if contract is not None else None
     with Runtime(existing_store(store)) as rt:
