@@ -36,7 +36,8 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._loop import Loop
+from ._keys import check_key, fit_key
+from ._loop import Loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
@@ -266,7 +267,13 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
         task = dict(redact(dict(task or {})))
-        key = task_key or str(task.get("task_key") or f"{loop.name}:{uuid.uuid4().hex}")
+        if task_key is not None:
+            key = check_key(task_key)
+        elif task.get("task_key") is not None:
+            given = task["task_key"]
+            key = check_key(str(given) if isinstance(given, int) else given, "task.task_key")
+        else:
+            key = fit_key(loop.name, f":{uuid.uuid4().hex}")
         proj = project if project is not None else str(task.get("project") or loop.project)
         init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
         try:
@@ -306,7 +313,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         )
         rec, created = made
         named = project is not None or bool(task.get("project"))  # not a loop's default
-        if not created and (rec.loop_name != loop.name or (named and rec.project != proj)):
+        if not created and (
+            other_loop(loop, rec.loop_name, rec.spec_ref) or (named and rec.project != proj)
+        ):
             # The key names one task store-wide: another loop's or project's run is not this
             # one's to continue (its actor, contract and memory scope are not these).
             raise ConfigError(
@@ -368,6 +377,17 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
         rec = self.store.get_run(run_id)
+        if other_loop(loop, rec.loop_name, rec.spec_ref):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            # Another loop's actor, verifiers and contract would go on with this run's state (as
+            # a fork with another loop is refused); a renamed spec is the same file: let through.
+            raise ConfigError(
+                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
+                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
+                f"loop, or start a new run of {loop.name!r}",
+                field="loop",
+            )
         if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
             if token is not None:
                 self.store.release_lease(rec.run_id, token)

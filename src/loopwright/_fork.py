@@ -29,7 +29,8 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_text, check_value
-from ._loop import Loop
+from ._keys import check_key, fit_key
+from ._loop import Loop, other_loop
 from ._people import concluded_at, refuse_rewritten, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
@@ -59,11 +60,12 @@ class Forking(RuntimeHost):
         origin's) governs it; ``loop`` names its loop (else the origin's). Run it with
         ``resume``. The origin is not changed. ``by``: who forks it (an operator, in a store
         with users; they are the new run's requester)."""
+        given = check_key(task_key) if task_key is not None else None
         rec = self.store.get_run(run_id)
         operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
-        if loop is not None and loop.name != rec.loop_name:
+        if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's: its state
             # would be labelled that loop, in this run's project (as `loopwright fork --spec`).
             raise ConfigError(
@@ -80,7 +82,7 @@ class Forking(RuntimeHost):
         state.pending = None
         state.next_action = "resume"
         state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
-        key = task_key or f"{rec.task_key}~fork-{uuid.uuid4().hex[:8]}"
+        key = given or fit_key(rec.task_key, f"~fork-{uuid.uuid4().hex[:8]}")
         state.task_key = key
         rejected = [(d, c) for d, c in self.store.rejected_rows(rec.run_id) if c <= at_cycle]
         inherited = [

@@ -15,7 +15,7 @@ from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
 from ._state import TaskState
 
-__all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn"]
+__all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn", "other_loop"]
 
 ActorFn = Callable[[Context], Proposal | Awaitable[Proposal]]
 VerifierFn = Callable[[TaskState, Proposal], Verdict | Awaitable[Verdict]]
@@ -227,3 +227,14 @@ def _identity(fn: object) -> tuple[str, str] | None:
     except Exception:
         return None
     return (str(ident[0]), str(ident[1])) if isinstance(ident, tuple) and len(ident) == 2 else None
+
+
+def other_loop(loop: Loop, loop_name: str, spec_ref: str | None) -> bool:
+    """Whether ``loop`` is not the loop a run recorded (``loop_name``, ``spec_ref``): a loop is
+    the same by its name, or, renamed, by the spec file it was loaded from (the run's
+    ``spec_ref``: an edited spec keeps its path, and the CLI resumes from it). A loop's
+    ``version`` (the spec's hash) is not asked: it changes with any edit of the spec, a
+    raised budget as much as a new actor."""
+    if loop.name == loop_name:
+        return False
+    return not (loop.spec_ref is not None and loop.spec_ref == spec_ref)

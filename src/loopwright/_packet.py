@@ -29,8 +29,7 @@ _ADVICE = {
     "budget_time": "The time budget is spent. Review the best candidate; raise "
     "contract.budget.max_seconds or make the actor faster.",
     "marginal_return": "Another cycle was not worth its expected cost. Review the best candidate.",
-    "escalated": "A person must decide: read the reason and evidence, then fix the input, "
-    "answer the question or resolve the conflict, and start a new run.",
+    # the escalated run's own advice, with the commands that reopen it: build_packet
     "cancelled": "The run was cancelled. Resume work from the best candidate if it is still needed.",
     "error": "loopwright itself failed. Report the error with the trace; the last checkpoint "
     "is intact and the run can be inspected with `loopwright show`.",
@@ -267,6 +266,15 @@ def build_packet(
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
     builtin = _ADVICE.get(reason, "Review the run.")
+    if reason == "escalated":
+        # Not "start a new run": `loopwright run` with the task key, and `resume`, return the
+        # ended run as it is; going on needs it reopened at its last checkpoint.
+        builtin = (
+            "A person must decide: read the reason and evidence, then fix the input, answer "
+            "the question or resolve the conflict; to go on with this run, reopen it at its "
+            f"last cycle and resume it: `loopwright rollback {run_id[:12]} --to-cycle "
+            f"{state.cycle} --by NAME`, then `loopwright resume {run_id[:12]}`."
+        )
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
     if error is not None and reason == "escalated":
         # An ended run is returned as it is by `resume` and by a rerun of its task key: going

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
     from .._state import TaskState
-    from ..store import RunRecord, Store
+    from ..store import Approval, RunRecord, Store
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -149,19 +149,16 @@ StoreOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-RUN_REF_MAX = 512  # the longest run id, prefix or task key a RUN argument may be
 
 
 def run_ref(value: Any) -> Any:
-    """A RUN argument (or a list of them) no longer than ``RUN_REF_MAX``: a longer one (a
-    pasted blob) names no run, and is not looked up (SQLite refuses long LIKE patterns)."""
-    from .._errors import RunNotFoundError
+    """A RUN argument (or a list of them) checked as every lookup is (``_keys.check_lookup``:
+    a long pasted blob, or a control character, names no run and is refused, not looked up)."""
+    from .._keys import check_lookup
 
     for one in value if isinstance(value, list) else [value]:
-        if isinstance(one, str) and len(one) > RUN_REF_MAX:
-            raise RunNotFoundError(
-                f"no run {one!r}: a run id, prefix or task key is at most {RUN_REF_MAX} characters"
-            )
+        if isinstance(one, str):
+            check_lookup(one, "RUN")
     return value
 
 
@@ -227,17 +224,18 @@ def run(
     Exit code (the most serious outcome wins): 0 all accepted, 3 stopped, 4 awaiting approval,
     5 escalated, 2 bad input, 1 internal error.
     """
+    from .._keys import check_key
     from .._spec import load_spec
     from ._tasks import exit_code_for, load_tasks, task_keys
 
     _runs_may_exist(False)
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
-    if key and len(items) != 1:
+    if key is not None and len(items) != 1:
         raise ConfigError("--task-key needs exactly one task", field="--task-key")
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
-    keys = [key] if key else task_keys(loop.name, items)
+    keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)
     if executor not in ("local", "ray"):
         raise ConfigError("must be 'local' or 'ray'", field="--executor")
     if ray_address is not None and executor != "ray":
@@ -632,14 +630,34 @@ def approvals(
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        first = reqs[0]
-        me = "--token T" if people else "--by NAME"
+        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME"))
+
+
+def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
+    """What to type next under `loopwright approvals`: for one request, its own commands; for
+    several, one form with RUN and ID to take from the list (naming only the newest request's
+    run read as if it were the only one), and one command that continues them all."""
+    if total == 1:
+        a = reqs[0]
+        run = a.run_id[:12]
         how = (
-            f"loopwright answer {first.run_id[:12]} TEXT {me}"
-            if first.kind == "question"
-            else f"loopwright approve {first.run_id[:12]} {me} [--note TEXT] (or deny)"
+            f"loopwright answer {run} TEXT {me}"
+            if a.kind == "question"
+            else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
         )
-        print(f"decide with: {how}\nthen: loopwright resume RUN")
+        return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
+    forms = []
+    if any(a.kind != "question" for a in reqs):
+        forms.append(f"loopwright approve RUN --request ID {me} [--note TEXT] (or deny)")
+    if any(a.kind == "question" for a in reqs):
+        forms.append(f"loopwright answer RUN TEXT --request ID {me}")
+    return (
+        f"decide each of the {total} requests with: "
+        + "; ".join(forms)
+        + " — RUN and ID as listed above\n"
+        "then: loopwright resume --all (continues every run whose requests are decided), "
+        "or add --resume to each decision"
+    )
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -966,17 +984,38 @@ def check(
     spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
     strict: Annotated[bool, typer.Option(help="Exit 2 on warnings too.")] = False,
     as_json: JsonOpt = False,
+    task: Annotated[
+        Path | None, typer.Option("--task", help="Check this task file (one JSON object).")
+    ] = None,
+    tasks: Annotated[
+        Path | None,
+        typer.Option("--tasks", help="Check this task file (JSON lines) instead of the spec's."),
+    ] = None,
 ) -> None:
     """Validate a spec without running it; say what it leaves open.
 
     Answers: what done means, how progress is checked independently, what ends a stalled or
-    unsafe run, what an accepted outcome may cost, who owns the unresolved exception.
+    unsafe run, what an accepted outcome may cost, who owns the unresolved exception. The task
+    file (--task, --tasks, or the spec's `tasks`) is read as `loopwright run` would read it: a
+    line that is not a JSON object, a bad task key or two tasks with one key exits 2, naming
+    file:line.
     """
     from .._spec import load_spec
     from ._check import review
+    from ._tasks import load_tasks, task_keys
 
     loop = load_spec(spec)
+    items = load_tasks(task, tasks, loop.options.get("tasks"))
+    task_keys(loop.name, items)  # as `run` derives and checks them, before anything runs
     answers = review(loop)
+    if items.path is not None:
+        answers.append(
+            {
+                "question": "Which tasks would it run?",
+                "status": "ok",
+                "answer": f"{len(items)} task(s) in {items.path}, each with its own valid key",
+            }
+        )
     warnings = [a for a in answers if a["status"] == "warn"]
     if as_json:
         _print_json({"spec": str(spec), "valid": True, "answers": answers})

@@ -49,17 +49,22 @@ def fork(
     from .._compare import contract_changes, merge_contract
     from .._contract import Contract
     from .._engine import Runtime
+    from .._loop import other_loop
     from .._spec import load_spec
     from ..replay._report import contract_tables
     from ._render import console
 
     if at_cycle < 0:
         raise ConfigError("must be 0 or more", field="--at-cycle")
+    if key is not None:
+        from .._keys import check_key
+
+        check_key(key, "--key")  # the rule of task keys, named by this command's option
     loop = load_spec(spec) if spec is not None else None
     tables = contract_tables(contract, keep_risk=True) if contract is not None else None
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        if loop is not None and loop.name != rec.loop_name:
+        if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's (its state
             # would be labelled that loop, in this run's project): as a task key is refused.
             raise ConfigError(

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._json import refuse_constant
+from .._keys import check_key
 
 __all__ = ["TaskList", "exit_code_for", "load_tasks", "task_key", "task_keys"]
 
@@ -120,25 +121,28 @@ def _read_json(path: Path, where: str) -> Any:
 
 def task_key(loop_name: str, task: Mapping[str, Any], index: int, prefix: str = "") -> str:
     """``task_key`` from the task, else ``<loop>:<id>``, else ``<loop>:#<line>``."""
-    if task.get("task_key"):
+    if task.get("task_key") is not None:
         return prefix + str(task["task_key"])
     ident = task.get("id") or task.get("task_id")
     return f"{prefix}{loop_name}:{ident if ident is not None else f'#{index + 1}'}"
 
 
 def task_keys(loop_name: str, tasks: list[dict[str, Any]]) -> list[str]:
-    """``task_key`` of each task; two tasks of one file with the same key are refused (they
-    would be one run, raced for by both), naming both lines."""
+    """``task_key`` of each task, each checked by the rule of task keys (``_keys.check_key``);
+    two tasks of one file with the same key are refused (they would be one run, raced for by
+    both), naming both lines."""
     keys = [task_key(loop_name, t, i) for i, t in enumerate(tasks)]
     lines = getattr(tasks, "lines", None) or [i + 1 for i in range(len(tasks))]
+    path = getattr(tasks, "path", None) or "the tasks"
+    where = getattr(tasks, "where", "--tasks")
     seen: dict[str, int] = {}
     for key, line in zip(keys, lines, strict=True):
+        check_key(key, where, at=f"{path}:{line}" if line else "")
         if key in seen:
-            path = getattr(tasks, "path", None) or "the tasks"
             raise ConfigError(
                 f"{path}:{seen[key]} and {path}:{line} have the same task key {key!r}; "
                 "give each task its own task_key (or id)",
-                field=getattr(tasks, "where", "--tasks"),
+                field=where,
             )
         seen[key] = line
     return keys

@@ -30,6 +30,7 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
+from .._keys import check_lookup
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
 from .._record_codec import fill_versions, referred_versions
@@ -676,6 +677,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         return self._run(row), True
 
     def get_run(self, run_id: str) -> RunRecord:
+        check_lookup(run_id)  # PostgreSQL refuses a NUL, both stores a lone surrogate: alike
         q = self._q
         with self._conn() as conn:
             row = conn.execute(q.run_by_id, (run_id,)).fetchone()

@@ -21,10 +21,11 @@ from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, Contract
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
+from .._keys import check_key
 from .._spec import loop_of_run
 from ..store import NewEvent, RunRecord, Store
 from ._auth import Auth
-from ._http import http_error, json_body, origin_of, text_field
+from ._http import http_error, json_body, origin_of
 from ._views import run_summary, timeline
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
@@ -118,7 +119,6 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         task_key: str | None,
         start: bool,
     ) -> tuple[RunRecord, str, dict[str, Any]]:
-        text_field(task_key, "task_key")
         rec = get(run_id)
         merged = merge_contract(rec.contract, changes)
         try:
@@ -276,8 +276,11 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         if not isinstance(changes, dict):
             raise HTTPException(400, "contract must be a JSON object of contract tables")
         key = body.get("task_key")
-        if key is not None and (not isinstance(key, str) or not key.strip()):
-            raise HTTPException(400, "task_key must be non-empty text")
+        if key is not None:
+            try:
+                check_key(key)  # the rule of task keys, before anything is looked up
+            except ConfigError as exc:
+                raise HTTPException(400, str(exc)) from None
         start = flag(body, "start", True)
         new, msg, changed = await run_in_threadpool(
             rerun, run_id, n, changes, auth.who(request), origin_of(request), key, start

@@ -365,6 +365,12 @@ def create_app(
             return await http_exception_handler(request, exc)
         return await refused(request, exc.status_code, exc.detail)
 
+    @app.exception_handler(ConfigError)
+    async def bad_input_page(request: Request, exc: ConfigError) -> Response:
+        # A mistake in what was sent that only the core could tell (a run id or task key that
+        # breaks the rule of keys, looked up by any page or API): 400, not a server error.
+        return await refused(request, 400, str(exc))
+
     @app.exception_handler(RequestValidationError)
     async def bad_value_page(request: Request, exc: RequestValidationError) -> Response:
         if not wants_page(request):

@@ -1,0 +1,95 @@
+"""The rule a task key (and any run identifier a person types) must keep, in one place.
+
+A task key names one task store-wide: it is a column both stores index, a word in every
+listing and a path segment of the dashboard. A key is refused, with a ``ConfigError`` naming
+the field and the rule broken, when it is
+
+- not text;
+- empty, only whitespace, or only invisible characters (format characters such as U+200B);
+- begins or ends with whitespace (``" t1"`` and ``"t1"`` would be two tasks that print alike);
+- longer than ``MAX_KEY_CHARS`` characters (PostgreSQL's index refuses long keys, SQLite
+  takes them: the stores would differ);
+- holds a control character (U+0000–U+001F, U+007F–U+009F: PostgreSQL refuses NUL, and a
+  newline or an escape sequence breaks one-line output), a line or paragraph separator
+  (U+2028, U+2029), a bidirectional control (U+202A–U+202E, U+2066–U+2069: the key would print
+  as another), or a lone surrogate (not text; neither store can write it).
+
+Anything else is a valid key: letters of any script, digits, punctuation, inner spaces, emoji
+(joiners included). docs/concepts.md states the rule for users.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from ._errors import ConfigError
+
+__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "fit_key"]
+
+MAX_KEY_CHARS = 256
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_REFUSED_CATEGORIES = frozenset(("Cc", "Cs", "Zl", "Zp"))
+
+
+def _bad_char(text: str) -> str | None:
+    """Why ``text`` breaks the character rule, or None."""
+    if text.isprintable():  # the common case, in C: no Cc, Cs, Zl, Zp (nor Cf, Co, Cn, Zs)
+        return None
+    for i, ch in enumerate(text):
+        if ch in _BIDI or unicodedata.category(ch) in _REFUSED_CATEGORIES:
+            what = "a bidirectional control" if ch in _BIDI else "a control character"
+            if unicodedata.category(ch) == "Cs":
+                what = "a lone surrogate"
+            return f"must not hold {what} (U+{ord(ch):04X} at position {i + 1})"
+    return None
+
+
+def _broken(value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"must be text, not {type(value).__name__}"
+    if not value.strip():
+        return "must not be empty or only whitespace"
+    if value != value.strip():
+        return "must not begin or end with whitespace"
+    if len(value) > MAX_KEY_CHARS:
+        return f"must be at most {MAX_KEY_CHARS} characters (got {len(value)})"
+    why = _bad_char(value)
+    if (
+        why is None
+        and not value.isprintable()
+        and all(unicodedata.category(ch)[0] in "CZ" for ch in value)
+    ):
+        return "must hold a visible character (it is only format characters or spaces)"
+    return why
+
+
+def check_key(value: object, field: str = "task_key", *, at: str = "") -> str:
+    """``value`` as a task key, or a ``ConfigError`` naming ``field`` and the rule it breaks.
+    ``at``: where the value came from (``tasks.jsonl:3``), put first in the message."""
+    why = _broken(value)
+    if why is None:
+        return value  # type: ignore[return-value]  # _broken checked it is a str
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    where = f"{at}: " if at else ""
+    raise ConfigError(f"{where}task key {shown} {why}", field=field)
+
+
+def check_lookup(value: str, field: str = "run") -> None:
+    """A run id or task key given to find a run: refused (``ConfigError``) only for what no
+    store can look up alike — a character the rule refuses, or more than ``MAX_KEY_CHARS``
+    characters — so a run whose older key breaks the whitespace rule is still found by it."""
+    if len(value) > MAX_KEY_CHARS:
+        raise ConfigError(
+            f"no run has this id or key: a run id or task key is at most {MAX_KEY_CHARS} "
+            f"characters (got {len(value)})",
+            field=field,
+        )
+    why = _bad_char(value)
+    if why is not None:
+        raise ConfigError(f"no run has this id or key: a run id or task key {why}", field=field)
+
+
+def fit_key(base: str, suffix: str) -> str:
+    """A derived key ``base + suffix`` (a fork's ``~fork-…``) cut to ``MAX_KEY_CHARS``: the
+    suffix, which makes it unique, is kept whole."""
+    return base[: max(0, MAX_KEY_CHARS - len(suffix))].rstrip() + suffix

@@ -1,0 +1,110 @@
+"""A demanding user's inputs at the CLI, as subprocesses: task keys that break the rule of keys
+(exit 2, one line, file:line for a task file), `loopwright check` reading the task file as
+`run` would, and the hint of `loopwright approvals` when several runs wait (the advice of a run
+an actor escalated is tested in test_escalation_advice.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .test_bad_inputs import dump, lw, refused, task_file
+
+TASK = {"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
+PARKS = {"artifacts": {"doc": {"a": 1, "b": 2, "c": 3, "pay": 0}}}  # fixes pay: a risk rule
+
+
+def test_run_refuses_a_bad_task_key_naming_the_rule(project: Path) -> None:
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(TASK))
+    r = lw("run", "loop.toml", "--task", "t.json", "--task-key", "t0", cwd=project, store=store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = dump(store)
+    for key, words in [
+        ("", "must not be empty"),
+        (" t1", "must not begin or end with whitespace"),
+        ("a\nb", "control character (U+000A"),
+        ("x" * 300, "at most 256 characters"),
+    ]:
+        r = lw("run", "loop.toml", "--task", "t.json", "--task-key", key, cwd=project, store=store)
+        refused(r, "--task-key:", words)
+    refused(lw("show", "a\x1bb", cwd=project, store=store), "RUN:", "control character")
+    r = lw("fork", "t0", "--at-cycle", "0", "--key", "", "--by", "ann", cwd=project, store=store)
+    refused(r, "--key:", "must not be empty")
+    assert dump(store) == before
+
+
+def test_run_names_the_line_of_a_bad_key_in_a_task_file(project: Path) -> None:
+    store = project / "s.db"
+    name = task_file(project, {**TASK, "id": 1}, {**TASK, "task_key": "t\u202eb"})
+    r = lw("run", "loop.toml", "--tasks", name, cwd=project, store=store)
+    refused(r, f"{name}:2:", "bidirectional control (U+202E")
+    assert not store.exists() or 'INSERT INTO "runs"' not in "\n".join(dump(store))
+
+
+def test_check_reads_the_task_file_as_run_would(project: Path) -> None:
+    spec = (project / "loop.toml").read_text()
+    (project / "with_tasks.toml").write_text('tasks = "tasks.jsonl"\n' + spec)
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "id": "b"})
+    ok = lw("check", "with_tasks.toml", "--json", cwd=project)
+    assert ok.returncode == 0, ok.stderr
+    answers = {a["question"]: a for a in json.loads(ok.stdout)["answers"]}
+    assert "2 task(s) in" in answers["Which tasks would it run?"]["answer"]
+
+    # each mistake: exit 2, one line naming file:line, whatever the spec's answers
+    (project / "tasks.jsonl").write_text(json.dumps(TASK) + "\n{not json\n")
+    refused(lw("check", "with_tasks.toml", cwd=project), "tasks.jsonl:2:", "not valid JSON")
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "task_key": ""})
+    refused(lw("check", "with_tasks.toml", cwd=project), "tasks.jsonl:2:", "must not be empty")
+    task_file(project, {**TASK, "id": "a"}, {**TASK, "id": "b"}, {**TASK, "id": "a"})
+    refused(
+        lw("check", "with_tasks.toml", cwd=project),
+        "tasks.jsonl:1 and",
+        "tasks.jsonl:3 have the same task key 'e2e:a'",
+    )
+    # --tasks names another file than the spec's; without a task file nothing changes
+    other = task_file(
+        project, {**TASK, "task_key": "ok"}, {**TASK, "task_key": "ok"}, name="o.jsonl"
+    )
+    refused(lw("check", "loop.toml", "--tasks", other, cwd=project), "o.jsonl:1 and")
+    plain = lw("check", "loop.toml", "--json", cwd=project)
+    assert plain.returncode == 0, plain.stderr
+    assert "Which tasks would it run?" not in plain.stdout
+
+
+def test_the_approvals_hint_with_several_runs_says_how_to_decide_each(project: Path) -> None:
+    store = project / "s.db"
+    task_file(project, {**PARKS, "id": 1}, {**PARKS, "id": 2})
+    assert (
+        lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store).returncode == 4
+    )
+    pending = json.loads(lw("approvals", "--json", cwd=project, store=store).stdout)
+    assert len({a["run_id"] for a in pending}) == 2
+    shown = lw("approvals", cwd=project, store=store)
+    assert shown.returncode == 0, shown.stderr
+    hint = shown.stdout.strip().splitlines()[-2:]
+    # not one run's command, as if it were the only one waiting
+    assert not any(a["run_id"][:12] in " ".join(hint) for a in pending), hint
+    assert "decide each of the 2 requests with: loopwright approve RUN --request ID" in hint[0]
+    assert hint[1].startswith("then: loopwright resume --all")
+    # the hint, followed for each request as listed, finishes both runs
+    for a in pending:
+        r = lw("approve", a["run_id"], "--request", a["approval_id"], "--by", "ann",
+               cwd=project, store=store)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    assert lw("resume", "--all", cwd=project, store=store).returncode == 0
+    runs = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    assert [r["status"] for r in runs] == ["accepted", "accepted"]
+
+
+def test_the_approvals_hint_for_one_request_names_its_run(project: Path) -> None:
+    store = project / "s.db"
+    (project / "t.json").write_text(json.dumps(PARKS))
+    assert lw("run", "loop.toml", "--task", "t.json", cwd=project, store=store).returncode == 4
+    run_id = json.loads(lw("approvals", "--json", cwd=project, store=store).stdout)[0]["run_id"]
+    hint = lw("approvals", cwd=project, store=store).stdout.strip().splitlines()[-2:]
+    assert (
+        hint[0]
+        == f"decide with: loopwright approve {run_id[:12]} --by NAME [--note TEXT] (or deny)"
+    )
+    assert hint[1].startswith(f"then: loopwright resume {run_id[:12]}")
