@@ -12,7 +12,7 @@ import dataclasses
 import operator
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _decide as rules
 from . import _state_codec as codec
@@ -27,7 +27,7 @@ from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
 from ._redact import redact
-from ._state import TaskState, person_edit
+from ._state import Digests, TaskState, person_edit
 from ._usage import Usage
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
@@ -433,8 +433,9 @@ class Checkpoints(RuntimeHost):
             ex.since_base += 1
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed
-        rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
-        ex.rejected_written = len(s.rejected)
+        digests = cast(Digests, s.rejected)  # ``_Exec.adopt`` made it one
+        rejected = [(d, s.cycle) for d in digests.after(ex.rejected_written)]
+        ex.rejected_written = digests.total
         cleared: list[str] = []
         if ex.retries and record is not None:
             # A call's billing journaled ahead of its cycle (``call_with_retry``) is charged by
@@ -484,6 +485,8 @@ class Checkpoints(RuntimeHost):
     def _committed(self, ex: _Exec) -> None:
         # Durable: versions the engine no longer needs can leave memory (the store has them).
         ex.state.trim(ex.trim)
+        if ex.pending_commit is None:  # every digest staged is written: older ones may go
+            cast(Digests, ex.state.rejected).durable(ex.rejected_written)
         ex.at("after_checkpoint")
         if self._live is not None:
             # Live tracing: the spans this durable commit started or completed go out now

@@ -440,18 +440,33 @@ class PlanStep:
         )
 
 
+REJECTED_WINDOW = 128
+"""The newest rejected digests a live state holds in memory (at most twice this many, trimmed
+in one step); older ones are asked about from the store, one indexed read each."""
+
+
 class Digests(list[str]):
     """The digests of rejected proposals: a list (in order) that answers ``in`` from a set,
-    so the duplicate check costs the same at cycle 5,000 as at cycle 5. A state loaded from a
-    store holds only the digests added since, and asks ``lookup`` (an indexed read) about the
-    others: loading a state never reads them all."""
+    so the duplicate check costs the same at cycle 5,000 as at cycle 5. Memory stays bounded
+    too (invariant 8): once ``lookup`` (an indexed read of the store) is attached, the digests
+    the store holds (``durable``) beyond the newest ``REJECTED_WINDOW`` leave memory, and
+    ``in`` asks ``lookup`` about any digest not held. A state loaded from a store holds only
+    the digests added since (``stored``: the store may hold others). The list holds the
+    digests from ``total - len(self)`` on; ``after(n)``: those added after the first ``n``."""
 
     def __init__(
-        self, items: Iterable[str] = (), lookup: Callable[[str], bool] | None = None
+        self,
+        items: Iterable[str] = (),
+        lookup: Callable[[str], bool] | None = None,
+        *,
+        stored: bool = True,
     ) -> None:
         super().__init__(items)
         self._set = set(self)
         self.lookup = lookup
+        # whether ``lookup`` may know a digest not in memory (asked only then)
+        self._ask = lookup is not None and stored
+        self._gone = 0  # how many of the first digests left memory (the store holds them)
 
     def append(self, item: str) -> None:
         super().append(item)
@@ -460,7 +475,31 @@ class Digests(list[str]):
     def __contains__(self, item: object) -> bool:
         if item in self._set:
             return True
-        return self.lookup is not None and isinstance(item, str) and self.lookup(item)
+        return self._ask and isinstance(item, str) and self.lookup is not None and self.lookup(item)
+
+    @property
+    def total(self) -> int:
+        """How many digests were added, those that left memory included."""
+        return self._gone + len(self)
+
+    def after(self, n: int) -> list[str]:
+        """The digests added after the first ``n`` (never ones that left memory: only digests
+        the store holds leave it, and ``n`` counts those written)."""
+        return self[max(0, n - self._gone) :]
+
+    def durable(self, n: int) -> None:
+        """The store holds the first ``n`` digests: past twice the window, those of them older
+        than the newest ``REJECTED_WINDOW`` leave memory (a step per ``REJECTED_WINDOW``
+        appends, so O(1) a digest), and ``in`` asks the store from then on."""
+        if self.lookup is None or len(self) < 2 * REJECTED_WINDOW:
+            return
+        drop = min(n - self._gone, len(self) - REJECTED_WINDOW)
+        if drop <= 0:
+            return
+        del self[:drop]
+        self._set = set(self)
+        self._gone += drop
+        self._ask = True
 
 
 @dataclass(slots=True)
