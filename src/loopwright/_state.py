@@ -444,15 +444,20 @@ REJECTED_WINDOW = 128
 """The newest rejected digests a live state holds in memory (at most twice this many, trimmed
 in one step); older ones are asked about from the store, one indexed read each."""
 
+_FILTER_BITS = 1 << 17  # 16 KiB: under 2 % of misses asked about at 10,000 digests let go
+_FILTER_MASK = _FILTER_BITS - 1
+
 
 class Digests(list[str]):
     """The digests of rejected proposals: a list (in order) that answers ``in`` from a set,
     so the duplicate check costs the same at cycle 5,000 as at cycle 5. Memory stays bounded
     too (invariant 8): once ``lookup`` (an indexed read of the store) is attached, the digests
-    the store holds (``durable``) beyond the newest ``REJECTED_WINDOW`` leave memory, and
-    ``in`` asks ``lookup`` about any digest not held. A state loaded from a store holds only
-    the digests added since (``stored``: the store may hold others). The list holds the
-    digests from ``total - len(self)`` on; ``after(n)``: those added after the first ``n``."""
+    the store holds (``durable``) beyond the newest ``REJECTED_WINDOW`` leave memory. ``in``
+    asks ``lookup`` about a digest not held only where the store may have it: a digest that
+    left memory sets two bits of a fixed-size filter (a Bloom filter, 16 KiB), and one whose
+    bits are not both set never left it; a state loaded from a store (``stored``: it holds
+    only the digests added since) asks about every one. The list holds the digests from
+    ``total - len(self)`` on; ``after(n)``: those added after the first ``n``."""
 
     def __init__(
         self,
@@ -464,9 +469,10 @@ class Digests(list[str]):
         super().__init__(items)
         self._set = set(self)
         self.lookup = lookup
-        # whether ``lookup`` may know a digest not in memory (asked only then)
-        self._ask = lookup is not None and stored
+        # whether the store may hold digests this process never added (asked about each miss)
+        self._loaded = lookup is not None and stored
         self._gone = 0  # how many of the first digests left memory (the store holds them)
+        self._filter: bytearray | None = None  # those digests' bits (none left: None)
 
     def append(self, item: str) -> None:
         super().append(item)
@@ -475,7 +481,18 @@ class Digests(list[str]):
     def __contains__(self, item: object) -> bool:
         if item in self._set:
             return True
-        return self._ask and isinstance(item, str) and self.lookup is not None and self.lookup(item)
+        if self.lookup is None or not isinstance(item, str):
+            return False
+        if not self._loaded:
+            f = self._filter
+            if f is None:
+                return False  # every digest is held
+            # (a process's own string hash: the filter never leaves the process)
+            h = hash(item)
+            a, b = h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
+            if not (f[a >> 3] >> (a & 7)) & 1 or not (f[b >> 3] >> (b & 7)) & 1:
+                return False  # never let go of: not rejected
+        return self.lookup(item)
 
     @property
     def total(self) -> int:
@@ -490,16 +507,23 @@ class Digests(list[str]):
     def durable(self, n: int) -> None:
         """The store holds the first ``n`` digests: past twice the window, those of them older
         than the newest ``REJECTED_WINDOW`` leave memory (a step per ``REJECTED_WINDOW``
-        appends, so O(1) a digest), and ``in`` asks the store from then on."""
+        appends, so O(1) a digest), their bits set in the filter."""
         if self.lookup is None or len(self) < 2 * REJECTED_WINDOW:
             return
         drop = min(n - self._gone, len(self) - REJECTED_WINDOW)
         if drop <= 0:
             return
+        f = self._filter
+        if f is None:
+            f = self._filter = bytearray(_FILTER_BITS >> 3)
+        for d in self[:drop]:
+            h = hash(d)
+            a, b = h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
+            f[a >> 3] |= 1 << (a & 7)
+            f[b >> 3] |= 1 << (b & 7)
         del self[:drop]
         self._set = set(self)
         self._gone += drop
-        self._ask = True
 
 
 @dataclass(slots=True)

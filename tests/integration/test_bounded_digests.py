@@ -79,22 +79,38 @@ def test_memory_holds_a_window_of_the_digests_not_every_one(
 ) -> None:
     # A rejected proposal's digest (≈ 120 bytes with its list and set slots) was kept for the
     # life of the process: 2,000 rejected cycles held 2,000 of them. Now as many at 2,000 as
-    # at 200: at most twice the window, the others in the store.
+    # at 600: at most twice the window, and a filter of fixed size; the others in the store,
+    # which is asked about a new proposal only where the filter cannot rule it out.
     seen = live_digests(monkeypatch)
     held = {}
-    for n in (200, 2000):
+    for n in (200, 600, 2000):
         with lw.Runtime(f"sqlite:///{tmp_path}/r{n}.db?durability=process") as rt:
+            asked = [0]
+            ask = rt.store.is_rejected
+
+            def counting(
+                run_id: str, digest: str, asked: list[int] = asked, ask: Any = ask
+            ) -> bool:
+                asked[0] += 1
+                return bool(ask(run_id, digest))
+
+            rt.store.is_rejected = counting  # type: ignore[method-assign]
             r = rt.run_sync(make_loop(n), TASK, task_key="k")
             assert r.cycles == n
             d = seen[-1].state.rejected
             assert isinstance(d, Digests)
             assert len(rt.store.rejected_digests(r.run_id)) == n - len(REPEATS)
-            held[n] = (len(d), sys.getsizeof(d) + sys.getsizeof(d._set))
+            f = getattr(d, "_filter", None)
+            size = sys.getsizeof(d) + sys.getsizeof(d._set) + (0 if f is None else len(f))
+            held[n] = (len(d), size, asked[0])
     assert held[200][0] == 200 - len(REPEATS)  # under twice the window: all still held
-    assert held[2000][1] <= held[200][1] * 1.1, held  # the containers' bytes do not grow
+    assert held[2000][1] <= held[600][1] * 1.1, held  # the bytes held do not grow
     window = state_mod.REJECTED_WINDOW
     assert window <= held[2000][0] < 2 * window
     assert d.total == 2000 - len(REPEATS)
+    # Asked only where the filter's bits say "maybe" (≈ 0.1 % of about 3,500 checks once
+    # 1,750 digests left memory: a couple; a store read a check would be 3,500).
+    assert held[200][2] == 0 and held[2000][2] <= 20, held
 
 
 @pytest.fixture
