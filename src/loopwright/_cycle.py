@@ -330,8 +330,10 @@ class Cycle(RuntimeHost):
                 unverified=proposal.to_dict(),
             )
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
-        duplicate = (
-            digest in s.rejected or rules.effective_digest(s, proposal, digest) in s.rejected
+        rejected = s.rejected
+        duplicate = digest in rejected or (
+            (effective := rules.effective_digest(s, proposal, digest)) != digest
+            and effective in rejected
         )
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}

@@ -131,7 +131,7 @@ class Execution:
             s.rejected = Digests(
                 s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=s.cycle > 0
             )
-            self.rejected_written = s.rejected.total
+            self.rejected_written = len(s.rejected)
         else:  # every digest is in memory; the first commit writes them all
             s.rejected = Digests(
                 s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=False

@@ -457,7 +457,11 @@ class Digests(list[str]):
     left memory sets two bits of a fixed-size filter (a Bloom filter, 16 KiB), and one whose
     bits are not both set never left it; a state loaded from a store (``stored``: it holds
     only the digests added since) asks about every one. The list holds the digests from
-    ``total - len(self)`` on; ``after(n)``: those added after the first ``n``."""
+    ``gone`` on; ``since(n)``: those added after the first ``n``."""
+
+    # (class defaults: most states never let a digest go; a verifier's copy is made a cycle)
+    gone = 0  # how many of the first digests left memory (the store holds them)
+    _filter: bytearray | None = None  # those digests' bits (none left: None)
 
     def __init__(
         self,
@@ -469,10 +473,9 @@ class Digests(list[str]):
         super().__init__(items)
         self._set = set(self)
         self.lookup = lookup
-        # whether the store may hold digests this process never added (asked about each miss)
-        self._loaded = lookup is not None and stored
-        self._gone = 0  # how many of the first digests left memory (the store holds them)
-        self._filter: bytearray | None = None  # those digests' bits (none left: None)
+        # What a digest not held needs: 0 nothing (no store, or none let go of), 1 the
+        # filter's bits, 2 the store's answer (it may hold digests this process never added).
+        self._mode = 0 if lookup is None else 2 if stored else 0
 
     def append(self, item: str) -> None:
         super().append(item)
@@ -481,36 +484,34 @@ class Digests(list[str]):
     def __contains__(self, item: object) -> bool:
         if item in self._set:
             return True
-        if self.lookup is None or not isinstance(item, str):
+        mode = self._mode
+        if not mode or not isinstance(item, str):
             return False
-        if not self._loaded:
-            f = self._filter
-            if f is None:
-                return False  # every digest is held
+        if mode == 1:
             # (a process's own string hash: the filter never leaves the process)
+            f = self._filter
+            assert f is not None  # (mode 1: some digests left memory)
             h = hash(item)
             a, b = h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
             if not (f[a >> 3] >> (a & 7)) & 1 or not (f[b >> 3] >> (b & 7)) & 1:
                 return False  # never let go of: not rejected
-        return self.lookup(item)
+        lookup = self.lookup
+        assert lookup is not None  # (modes 1 and 2 have one)
+        return lookup(item)
 
-    @property
-    def total(self) -> int:
-        """How many digests were added, those that left memory included."""
-        return self._gone + len(self)
-
-    def after(self, n: int) -> list[str]:
+    def since(self, n: int) -> tuple[list[str], int]:
         """The digests added after the first ``n`` (never ones that left memory: only digests
-        the store holds leave it, and ``n`` counts those written)."""
-        return self[max(0, n - self._gone) :]
+        the store holds leave it, and ``n`` counts those written), and how many were added."""
+        gone = self.gone
+        return self[n - gone :], gone + len(self)
 
     def durable(self, n: int) -> None:
-        """The store holds the first ``n`` digests: past twice the window, those of them older
-        than the newest ``REJECTED_WINDOW`` leave memory (a step per ``REJECTED_WINDOW``
-        appends, so O(1) a digest), their bits set in the filter."""
-        if self.lookup is None or len(self) < 2 * REJECTED_WINDOW:
+        """The store holds the first ``n`` digests: past twice the window (the caller asks),
+        those of them older than the newest ``REJECTED_WINDOW`` leave memory (a step per
+        ``REJECTED_WINDOW`` appends, so O(1) a digest), their bits set in the filter."""
+        if self.lookup is None:
             return
-        drop = min(n - self._gone, len(self) - REJECTED_WINDOW)
+        drop = min(n - self.gone, len(self) - REJECTED_WINDOW)
         if drop <= 0:
             return
         f = self._filter
@@ -523,7 +524,9 @@ class Digests(list[str]):
             f[b >> 3] |= 1 << (b & 7)
         del self[:drop]
         self._set = set(self)
-        self._gone += drop
+        self.gone += drop
+        if self._mode == 0:
+            self._mode = 1
 
 
 @dataclass(slots=True)

@@ -272,10 +272,10 @@ def test_rejected_digests_past_the_window_are_asked_about_only_where_they_may_be
         d.append(name)
         store.add(name)
         if i % 7 == 0:
-            d.durable(d.total)  # a commit
-    d.durable(d.total)
-    assert REJECTED_WINDOW <= len(d) < 2 * REJECTED_WINDOW and d.total == 5000
-    assert d.after(4990) == names[4990:]
+            d.durable(d.gone + len(d))  # a commit
+    d.durable(d.gone + len(d))
+    assert REJECTED_WINDOW <= len(d) < 2 * REJECTED_WINDOW and d.gone + len(d) == 5000
+    assert d.since(4990) == (names[4990:], 5000)
     assert all(n in d for n in names) and asked == names[: 5000 - len(d)]
     asked.clear()
     others = [f"new-{i}" for i in range(5000)]
