@@ -12,9 +12,10 @@ import dataclasses
 import operator
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _decide as rules
+from . import _state as state_mod
 from . import _state_codec as codec
 from ._cycle import _effect
 from ._effect_run import EffectOutcome, key_of, perform_effect
@@ -28,7 +29,7 @@ from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
 from ._record_codec import refer_versions
 from ._redact import redact
-from ._state import TaskState, person_edit
+from ._state import Digests, TaskState, person_edit
 from ._usage import Usage
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
@@ -434,8 +435,12 @@ class Checkpoints(RuntimeHost):
             ex.since_base += 1
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed
-        rejected = [(d, s.cycle) for d in s.rejected[ex.rejected_written :]]
-        ex.rejected_written = len(s.rejected)
+        digests = s.rejected
+        if isinstance(digests, Digests):  # ``_Exec.adopt`` made it one
+            added, ex.rejected_written = digests.since(ex.rejected_written)
+        else:
+            added, ex.rejected_written = digests[ex.rejected_written :], len(digests)
+        rejected = [(d, s.cycle) for d in added]
         cleared: list[str] = []
         if ex.retries and record is not None:
             # A call's billing journaled ahead of its cycle (``call_with_retry``) is charged by
@@ -489,6 +494,10 @@ class Checkpoints(RuntimeHost):
     def _committed(self, ex: _Exec) -> None:
         # Durable: versions the engine no longer needs can leave memory (the store has them).
         ex.state.trim(ex.trim)
+        digests = ex.state.rejected
+        if len(digests) >= 2 * state_mod.REJECTED_WINDOW and ex.pending_commit is None:
+            # every digest staged is written: the older ones may leave memory
+            cast(Digests, digests).durable(ex.rejected_written)
         ex.at("after_checkpoint")
         if self._live is not None:
             # Live tracing: the spans this durable commit started or completed go out now

@@ -110,9 +110,10 @@ class Cycle(RuntimeHost):
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
-                rows = await self._recaller().fetch(scopes, query)
+                rows = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
             else:
-                [rows] = self.store.memory_search([memory_search(scopes, query)])
+                search = memory_search(scopes, query, ranked=ex.loop.recall_ranked)
+                [rows] = self.store.memory_search([search])
             if not rows:
                 return ()  # most loops keep no memory: nothing to rank
             items = rank(rows, scopes=scopes, query=query)
@@ -331,8 +332,10 @@ class Cycle(RuntimeHost):
                 unverified=proposal.to_dict(),
             )
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
-        duplicate = (
-            digest in s.rejected or rules.effective_digest(s, proposal, digest) in s.rejected
+        rejected = s.rejected
+        duplicate = digest in rejected or (
+            (effective := rules.effective_digest(s, proposal, digest)) != digest
+            and effective in rejected
         )
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}

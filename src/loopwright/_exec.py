@@ -126,10 +126,16 @@ class Execution:
                 for p in a.parts.values()
                 for n, v in p.known.items()
             }
-            # earlier rejected digests stay in the store, asked about one at a time
-            if s.cycle > 0:  # at cycle 0 there are none to ask about
-                s.rejected = Digests(s.rejected, lambda d: store.is_rejected(self.run_id, d))
+            # earlier rejected digests stay in the store, asked about one at a time (at cycle
+            # 0 there are none to ask about until some leave memory: ``Digests.durable``)
+            s.rejected = Digests(
+                s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=s.cycle > 0
+            )
             self.rejected_written = len(s.rejected)
+        else:  # every digest is in memory; the first commit writes them all
+            s.rejected = Digests(
+                s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=False
+            )
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ._memory import memory_search
+from ._memory import RECALL_RANKED, memory_search
 from .store import CommitRequest, Store
 from .store._base import MemorySearch
 
@@ -109,11 +109,13 @@ class GroupRecall:
         self._waiting: list[tuple[MemorySearch, asyncio.Future[list[dict[str, object]]]]] = []
         self.queries = 0
 
-    def fetch(self, scopes: Scopes, query: str = "") -> asyncio.Future[list[dict[str, object]]]:
+    def fetch(
+        self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED
+    ) -> asyncio.Future[list[dict[str, object]]]:
         """The items of ``scopes`` ranked for ``query``, best first (``_memory.rank`` takes
-        the first of each feedback)."""
+        the first of each feedback); ``ranked``: ``memory_search``'s."""
         fut: asyncio.Future[list[dict[str, object]]] = self.loop.create_future()
-        self._waiting.append((memory_search(scopes, query), fut))
+        self._waiting.append((memory_search(scopes, query, ranked=ranked), fut))
         if len(self._waiting) == 1:
             # after the callbacks already ready this turn: the other runs ask first
             self.loop.call_soon(self._flush)

@@ -10,6 +10,7 @@ from typing import Any
 from ._contract import Contract
 from ._effects import Effect
 from ._errors import ConfigError
+from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy
 from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
@@ -83,6 +84,10 @@ class Loop:
         reflections_kept: how many of a task's reflections stay active (the newest; the same
             note is kept once); older ones are forgotten, so recall costs the same in a long
             run's last cycle as in its first.
+        recall_ranked: how many of the items matching a cycle's recall query are scored for
+            relevance: the newest (``_memory.RECALL_RANKED``, 1,000), so the recall costs the
+            same however many match; an older match ranks as one matching no word (by
+            strength). None scores every match (each costs the recall ≈ 6 µs, every cycle).
     """
 
     name: str
@@ -100,6 +105,7 @@ class Loop:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     reflector: ReflectFn | None = None
     reflections_kept: int = 20
+    recall_ranked: int | None = RECALL_RANKED
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -171,6 +177,7 @@ class Loop:
         kept = self.reflections_kept
         if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:
             raise ConfigError(f"must be a positive integer, got {kept!r}", field="reflections_kept")
+        check_ranked(self.recall_ranked, "recall_ranked")
         # Never let the generator be the only judge of its own work: a model-backed check on
         # the actor's own model and endpoint needs an explicit allow_self_review=True.
         for c in checks:

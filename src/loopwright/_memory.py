@@ -83,6 +83,12 @@ RELEVANCE_FLOOR = 0.1
 """Relevance of an item that shares no word with the query (or of every item for an empty
 query): it still ranks by strength, below items that match."""
 
+RECALL_RANKED: int | None = 1_000
+"""The most matches a recall scores for relevance (``Loop(recall_ranked=...)``,
+``FeedbackMemory.retrieve(ranked=...)``): the newest, so a recall costs the same however many
+items share a word with the query; an older match ranks as an item matching none (by strength,
+at the floor). None scores every match: a recall's cost then grows with them (≈ 6 µs each)."""
+
 MAX_QUERY_TERMS = 32
 """Distinct query words searched for (the first ones): a cycle's query is its goal and its
 findings, and each word is one more index lookup."""
@@ -194,15 +200,21 @@ def query_terms(query: str) -> list[str]:
 
 
 def memory_search(
-    scopes: Iterable[tuple[str, str | None]], query: str, limit: int = 5
+    scopes: Iterable[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = RECALL_RANKED,
 ) -> MemorySearch:
-    """The store search that ranks the feedback of ``scopes`` for ``query``. Asks for more
-    than ``limit``: the same feedback held in several scopes comes once (``rank``)."""
-    return _search(tuple((s, k or "") for s, k in scopes), query, limit)
+    """The store search that ranks the feedback of ``scopes`` for ``query`` (the newest
+    ``ranked`` matches scored: ``RECALL_RANKED``). Asks for more than ``limit``: the same
+    feedback held in several scopes comes once (``rank``)."""
+    return _search(tuple((s, k or "") for s, k in scopes), query, limit, ranked)
 
 
 @functools.lru_cache(maxsize=256)
-def _search(scopes: tuple[tuple[str, str], ...], query: str, limit: int) -> MemorySearch:
+def _search(
+    scopes: tuple[tuple[str, str], ...], query: str, limit: int, ranked: int | None
+) -> MemorySearch:
     # Every cycle asks again, mostly with the same scopes and query (the goal and the same
     # findings): a search is immutable, so the same one is handed out again.
     from .store._base import MemorySearch
@@ -212,7 +224,17 @@ def _search(scopes: tuple[tuple[str, str], ...], query: str, limit: int) -> Memo
         terms=tuple(query_terms(query)),
         limit=2 * limit + 5,
         floor=RELEVANCE_FLOOR,
+        ranked=ranked,
     )
+
+
+def check_ranked(value: object, name: str = "ranked") -> int | None:
+    """``value`` as a cap on the matches a recall scores: a positive integer, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be a positive integer or None, got {value!r}", field=name)
+    return value
 
 
 # --- validation ------------------------------------------------------------------------------
@@ -478,7 +500,13 @@ class FeedbackMemory:
         return self.store.memory_count(scopes=_list_scopes(scope, scope_key), status=status)
 
     def retrieve(
-        self, *, task_key: str, project: str, query: str = "", limit: int = 5
+        self,
+        *,
+        task_key: str,
+        project: str,
+        query: str = "",
+        limit: int = 5,
+        ranked: int | None = RECALL_RANKED,
     ) -> builtins.list[MemoryItem]:
         """The feedback to put in a context for task ``task_key`` of ``project``: active items of
         that task, of that project, and confirmed global ones — never another task's or
@@ -486,7 +514,8 @@ class FeedbackMemory:
         relevance over text and rule — FTS5 ``bm25()`` on SQLite, ``ts_rank`` on PostgreSQL —
         with a floor, so an empty query ranks by strength alone); on ties task scope comes
         before project before global, then newer before older. The same feedback held in several
-        scopes is returned once, in its best-ranked scope."""
+        scopes is returned once, in its best-ranked scope. ``ranked``: how many matches are
+        scored for relevance, the newest (``RECALL_RANKED``; None: every one)."""
         if not isinstance(task_key, str):
             raise ConfigError("must be a string", field="task_key")
         if not isinstance(project, str):
@@ -498,7 +527,7 @@ class FeedbackMemory:
         if limit == 0:
             return []
         scopes = recall_scopes(task_key, project)
-        search = memory_search(scopes, query, limit)
+        search = memory_search(scopes, query, limit, check_ranked(ranked))
         while True:
             [rows] = self.store.memory_search([search])
             out = rank(rows, scopes=scopes, limit=limit)

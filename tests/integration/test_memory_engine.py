@@ -363,3 +363,46 @@ def test_a_reflector_returning_something_else_than_text_is_a_failed_reflection(
     assert not any(m["signal"] == "reflection" for c in actor.contexts for m in c.memory)
     failed = [e.data for e in rt.store.events(r.run_id) if e.kind == "reflection_failed"]
     assert failed and "expected str or None" in str(failed[0])
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_the_loops_recall_cap_reaches_the_store(rt: lw.Runtime, together: bool) -> None:
+    """``Loop(recall_ranked=...)``: how many matches each cycle's recall scores, alone or read
+    together with other runs' (``GroupRecall``); the default ``RECALL_RANKED``, None for all."""
+    from loopwright._memory import RECALL_RANKED
+
+    rt.memory.add(scope="project", scope_key="A", signal="correction", text="doc rule", by="ana")
+    seen: list[int | None] = []
+    orig = rt.store.memory_search
+
+    def spying(searches: Any) -> Any:
+        seen.extend(s.ranked for s in searches)
+        return orig(searches)
+
+    rt.store.memory_search = spying  # type: ignore[method-assign]
+    try:
+        for ranked in (7, None, RECALL_RANKED):
+            kw = {} if ranked == RECALL_RANKED else {"recall_ranked": ranked}
+            n = 2 if together else 1
+
+            async def go(kw: dict[str, Any] = kw, n: int = n, ranked: Any = ranked) -> None:
+                await asyncio.gather(
+                    *(
+                        rt.run(make_loop(Recorder(), **kw), task(f"{ranked}-{together}-{i}", "A"))
+                        for i in range(n)
+                    )
+                )
+
+            seen.clear()
+            asyncio.run(go())
+            assert seen and set(seen) == {ranked}, (ranked, seen)
+    finally:
+        del rt.store.memory_search
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "10"])
+def test_a_recall_cap_must_be_a_positive_integer_or_none(bad: Any) -> None:
+    with pytest.raises(lw.ConfigError, match="recall_ranked"):
+        make_loop(Recorder(), recall_ranked=bad)
+    with pytest.raises(lw.ConfigError, match="ranked"):
+        lw.Runtime(":memory:").memory.retrieve(task_key="t", project="", ranked=bad)

@@ -341,12 +341,37 @@ def test_an_older_store_gains_the_memory_table_and_keeps_its_runs(backend: Backe
 
 
 # --- search in the store ------------------------------------------------------------------
-def _search(store: Store, scopes: list[tuple[str, str]], query: str, limit: int = 5) -> list[str]:
+def _search(
+    store: Store,
+    scopes: list[tuple[str, str]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = None,
+) -> list[str]:
     from loopwright._memory import RELEVANCE_FLOOR, query_terms
     from loopwright.store._base import MemorySearch
 
-    [rows] = store.memory_search([MemorySearch(scopes, query_terms(query), limit, RELEVANCE_FLOOR)])
+    search = MemorySearch(scopes, query_terms(query), limit, RELEVANCE_FLOOR, ranked)
+    [rows] = store.memory_search([search])
     return [r["memory_id"] for r in rows]
+
+
+def test_a_capped_search_scores_only_the_newest_matches_on_each_backend(store: Store) -> None:
+    # ``ranked``: the newest matches are scored for relevance, an older one ranks as a
+    # non-match (the floor, by strength). The oldest item matches best: scored, it comes
+    # first; past the cap, among the non-matches (at the floor: by strength, then id).
+    store.memory_add(_item("best", text="dragon wings dragon wings", created_at=1.0))
+    for i in range(4):
+        store.memory_add(_item(f"n{i}", text=f"dragon wings sketch {i} pose", created_at=2.0 + i))
+    store.memory_add(_item("none", strength=0.9, text="typography", created_at=9.0))
+    a = [("project", "A")]
+    every = _search(store, a, "dragon wings", limit=10)
+    assert every[0] == "best" and every[-1] == "none"
+    assert _search(store, a, "dragon wings", limit=10, ranked=5) == every  # all 5 scored
+    capped = _search(store, a, "dragon wings", limit=10, ranked=4)
+    assert capped[4:] == ["best", "none"] and sorted(capped[:4]) == ["n0", "n1", "n2", "n3"]
+    one = _search(store, a, "dragon wings", limit=10, ranked=1)
+    assert one == ["n3", "best", "n0", "n1", "n2", "none"]
 
 
 def test_search_ranks_in_the_store_on_each_backend(store: Store) -> None:
@@ -510,6 +535,7 @@ def test_the_pruned_search_equals_ranking_every_item(tmp_path: Path) -> None:
             pairs = rng.sample(scopes[:2], 1) + rng.sample(scopes[2:4], 1) + [scopes[4]]
             terms = query_terms(" ".join(rng.choices(words, k=rng.randint(0, 6))))
             limit = rng.randint(1, 12)
+            ranked = rng.choice([None, None, 1, 3, 10, 1000])  # the newest scored, or all
             raw: dict[int, float] = {}
             if terms:
                 tags = " OR ".join(f'"{memory_tag(a, b)}"' for a, b in pairs)
@@ -520,6 +546,8 @@ def test_the_pruned_search_equals_ranking_every_item(tmp_path: Path) -> None:
                         (match,),
                     ).fetchall()
                 )
+                if ranked is not None:
+                    raw = {k: raw[k] for k in sorted(raw, reverse=True)[:ranked]}
             top = max(raw.values(), default=0.0)
 
             def key(
@@ -535,6 +563,42 @@ def test_the_pruned_search_equals_ranking_every_item(tmp_path: Path) -> None:
 
             mine = [r for r in rows.values() if (r["scope"], r["scope_key"]) in pairs]
             want = [r["memory_id"] for r in sorted(mine, key=key)[:limit]]
-            [got] = s.memory_search([MemorySearch(pairs, terms, limit, RELEVANCE_FLOOR)])
-            assert [r["memory_id"] for r in got] == want, (pairs, terms, limit)
+            [got] = s.memory_search([MemorySearch(pairs, terms, limit, RELEVANCE_FLOOR, ranked)])
+            assert [r["memory_id"] for r in got] == want, (pairs, terms, limit, ranked)
         db.close()
+
+
+def test_a_recall_costs_the_same_with_150_or_1500_matches_once_capped(tmp_path: Path) -> None:
+    # FTS5's bm25() reads every match's row: a recall scoring every match grew with them
+    # (≈ 35 VM steps and a statement a match, every cycle). Capped, FTS5 hands the matches out
+    # newest first and stops: the same work at 150 and at 1,500.
+    from loopwright.store.sqlite import SQLiteStore
+
+    cost: dict[tuple[int, int | None], tuple[int, int]] = {}
+    for n in (150, 1500):
+        with SQLiteStore(tmp_path / f"m{n}.db") as s:
+            for i in range(n):
+                s.memory_add(
+                    _item(f"m{i:05d}", scope="task", scope_key="t", text=f"fix the title {i}")
+                )
+            mem = FeedbackMemory(s)
+            for ranked in (100, None):
+                steps, statements = [0], [0]
+
+                def step(steps: list[int] = steps) -> int:
+                    steps[0] += 1
+                    return 0
+
+                s._db.set_progress_handler(step, 1)
+                s._db.set_trace_callback(lambda _q, n=statements: n.__setitem__(0, n[0] + 1))
+                try:
+                    got = mem.retrieve(task_key="t", project="", query="title", ranked=ranked)
+                finally:
+                    s._db.set_progress_handler(None, 1)
+                    s._db.set_trace_callback(None)
+                assert len(got) == 5
+                cost[n, ranked] = (steps[0], statements[0])
+    assert cost[1500, None][0] > 5 * cost[150, None][0], cost  # what the measure sees
+    assert cost[1500, 100][0] <= 1.1 * cost[150, 100][0], cost
+    # FTS5's own reads: a few more in a bigger index (its segments), not one a match
+    assert cost[1500, 100][1] <= 1.5 * cost[150, 100][1] < cost[1500, None][1] / 5, cost

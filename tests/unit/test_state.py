@@ -252,6 +252,44 @@ def test_fork_shares_the_append_only_rejected_digests() -> None:
     assert back.rejected == ["d"] and "d" in back.rejected
 
 
+def test_rejected_digests_past_the_window_are_asked_about_only_where_they_may_be() -> None:
+    # Memory holds the newest digests; the store (here a set, counting what it is asked) the
+    # ones let go. Every digest rejected is still found; one never rejected is ruled out by
+    # the filter without asking, but where its bits collide (rare); a state loaded from a
+    # store asks about every digest it does not hold.
+    from loopwright._state import REJECTED_WINDOW, Digests
+
+    store: set[str] = set()
+    asked: list[str] = []
+
+    def lookup(d: str) -> bool:
+        asked.append(d)
+        return d in store
+
+    d = Digests(lookup=lookup, stored=False)
+    names = [f"rejected-{i}" for i in range(5000)]
+    for i, name in enumerate(names):
+        d.append(name)
+        store.add(name)
+        if i % 7 == 0:
+            d.durable(d.gone + len(d))  # a commit
+    d.durable(d.gone + len(d))
+    assert REJECTED_WINDOW <= len(d) < 2 * REJECTED_WINDOW and d.gone + len(d) == 5000
+    assert d.since(4990) == (names[4990:], 5000)
+    assert all(n in d for n in names) and asked == names[: 5000 - len(d)]
+    asked.clear()
+    others = [f"new-{i}" for i in range(5000)]
+    assert not any(n in d for n in others)
+    assert len(asked) < 100  # 0.5 % expected
+    loaded = Digests(lookup=lookup)  # stored=True: the store may hold any
+    asked.clear()
+    assert names[0] in loaded and "new-0" not in loaded and asked == [names[0], "new-0"]
+    plain = Digests(["a"])  # no store: only what it holds
+    assert "a" in plain and "b" not in plain
+    plain.durable(1)
+    assert plain == ["a"]
+
+
 def test_fork_shares_only_history_versions() -> None:
     s = lw.TaskState()
     for c in range(3):

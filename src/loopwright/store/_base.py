@@ -372,6 +372,9 @@ class MemorySearch:
     limit: int
     floor: float
     """Relevance of an item matching no term; a match's is scaled into [floor, 1]."""
+    ranked: int | None = None
+    """The most matches scored for relevance: the newest (the last added); an older match
+    ranks as an item matching no term. None: every match (its cost grows with them)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1566,7 +1566,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         """One search as one statement, all ranking in the database:
 
         - ``hit``: every active match in the scopes with its raw relevance (the best one
-          scales the others, so all are scored — by the full-text index alone);
+          scales the others, so all are scored — by the full-text index alone), or the newest
+          ``s.ranked`` of them (older matches then rank as non-matches);
         - ``bar``: the ``limit``-th best score among the ``4 × limit`` most relevant matches, a
           lower bound of the final ``limit``-th score: a match whose relevance (an upper
           bound of its score, strengths being at most 1) is under it cannot place, so only
@@ -1594,17 +1595,31 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 # match is scored; bm25() is lower for better matches; the tag weighs 0.
                 terms = " OR ".join(f'"{t}"' for t in s.terms)
                 tags = " OR ".join(f'"{memory_tag(scope, key)}"' for scope, key in pairs)
+                # Capped, FTS5 hands the matches out newest first (rowid order, which it
+                # keeps) and stops after ``ranked``: bm25() reads only those rows.
+                cap = "" if s.ranked is None else f" ORDER BY rowid DESC LIMIT {int(s.ranked)}"
                 ctes.append(
                     "hit AS MATERIALIZED (SELECT rowid AS k, -bm25(memory_fts, 1.0, 1.0, 0.0) "
-                    "AS raw FROM memory_fts WHERE memory_fts MATCH ?)"
+                    f"AS raw FROM memory_fts WHERE memory_fts MATCH ?{cap})"
                 )
                 args.append(f"{{text rule}} : ({terms}) AND tag : ({tags})")
             else:
-                ctes.append(
-                    "hit AS MATERIALIZED (SELECT m.memory_id AS k, ts_rank(m.search, q) AS raw "
+                # Capped, ts_rank() reads only the newest ``ranked`` matches' vectors.
+                match = (
                     f"FROM memory m, to_tsquery('english'::regconfig, {m}) q "
-                    f"WHERE m.search @@ q AND m.status='active' AND {in_scope})"
+                    f"WHERE m.search @@ q AND m.status='active' AND {in_scope}"
                 )
+                if s.ranked is None:
+                    ctes.append(
+                        "hit AS MATERIALIZED (SELECT m.memory_id AS k, ts_rank(m.search, q) "
+                        f"AS raw {match})"
+                    )
+                else:
+                    ctes.append(
+                        "hit AS MATERIALIZED (SELECT c.k, ts_rank(c.search, c.q) AS raw FROM "
+                        f"(SELECT m.memory_id AS k, m.search, q {match} ORDER BY m.created_at "
+                        f"DESC, m.memory_id DESC LIMIT {int(s.ranked)}) c)"
+                    )
                 args += [" | ".join(f"'{t}'" for t in s.terms), *pair_args]
             top = "(SELECT MAX(raw) FROM hit)"
             rel = f"CASE WHEN t.top > 0 THEN {floor} + {1 - floor} * h.raw / t.top ELSE {floor} END"
