@@ -645,11 +645,26 @@ class Store(LiveStore, PeopleStore, ABC):
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
-            state = codec.resolve(state, found)
+            state = codec.resolve(state, found, self._task_reader(run_id))
         last = rows[-1]
         return Checkpoint(
             run_id, last.seq, last.cycle, state, last.record, last.created_at, self._loader(run_id)
         )
+
+    def _task_reader(self, run_id: str, *, now: bool = False) -> Callable[[], Any]:
+        """The run's task, for a head that does not hold it (``codec.resolve``): read once,
+        when first asked (``now``: read at once, as a state may be read after the store is
+        closed)."""
+        held: list[Any] = []
+
+        def task() -> Any:
+            if not held:
+                held.append(self.get_run(run_id).task)
+            return held[0]
+
+        if now:
+            task()
+        return task
 
     def _loader(self, run_id: str) -> VersionLoader:
         return lambda ref: self.versions(run_id, ref)
@@ -696,6 +711,7 @@ class Store(LiveStore, PeopleStore, ABC):
         loader = self._loader(run_id)
         # every version, read now: a state may be read after the store is closed
         found = {(v[0], v[1]): v for v in self._version_rows(run_id)} if rows else {}
+        task = self._task_reader(run_id, now=bool(rows))
 
         last: list[Any] = [None, -1, {}]  # (base, i, head) of the last state read
         lite: list[Any] = [None, -1, {}]  # (base, i, fields) of the last fields read
@@ -707,7 +723,7 @@ class Store(LiveStore, PeopleStore, ABC):
             else:
                 head = _folded(rows, base, i)
             last[:] = [base, i, head]
-            return codec.resolve(head, found) if codec.is_head(head) else head
+            return codec.resolve(head, found, task) if codec.is_head(head) else head
 
         def fields(base: int, i: int) -> dict[str, Any]:
             b, j, f = lite
@@ -775,7 +791,7 @@ class Store(LiveStore, PeopleStore, ABC):
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
-            state = codec.resolve(state, found)
+            state = codec.resolve(state, found, self._task_reader(run_id))
         return state
 
     # --- checkpoints: writing -------------------------------------------------------------
