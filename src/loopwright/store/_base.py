@@ -166,11 +166,12 @@ class Checkpoint:
     @property
     def fields(self) -> Mapping[str, Any]:
         """The state's own fields — ``pending``, ``notes``, ``spent``, ``best_score``,
-        ``cycle``, ``history``, ``plan``, ``task``... — without its parts (``artifacts`` and the
+        ``cycle``, ``history``, ``plan``... — without its parts (``artifacts`` and the
         per-part maps ``parts``, ``best_parts``, ``retries``): read from the checkpoint's
         delta chain, at the cost of the deltas, not of every part (a reader of every
         checkpoint of a long run with many parts would otherwise resolve cycles × parts).
-        Read-only; the same values as ``state``'s."""
+        Read-only; the same values as ``state``'s. No ``task``: the run's row holds it
+        (``RunRecord.task``), but in a checkpoint written before heads stopped carrying it."""
         f = self._fields
         if callable(f):
             f = self._fields = f()
@@ -651,6 +652,11 @@ class Store(LiveStore, PeopleStore, ABC):
             run_id, last.seq, last.cycle, state, last.record, last.created_at, self._loader(run_id)
         )
 
+    def _known_task(self, run_id: str) -> tuple[Any] | None:
+        """The run's task if this store read it lately (a run's task never changes), else
+        ``None``: a store that keeps none reads the run's row."""
+        return None
+
     def _task_reader(self, run_id: str, *, now: bool = False) -> Callable[[], Any]:
         """The run's task, for a head that does not hold it (``codec.resolve``): read once,
         when first asked (``now``: read at once, as a state may be read after the store is
@@ -659,7 +665,8 @@ class Store(LiveStore, PeopleStore, ABC):
 
         def task() -> Any:
             if not held:
-                held.append(self.get_run(run_id).task)
+                known = self._known_task(run_id)
+                held.append(self.get_run(run_id).task if known is None else known[0])
             return held[0]
 
         if now:
