@@ -20,7 +20,7 @@ checkpoint, which is the O(cycles) growth this module exists to avoid).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._state import Part, TaskState, _priced, split_ref
@@ -79,7 +79,9 @@ def head(
         "goal": state.goal,
         "task_key": state.task_key,
         "project": state.project,
-        "task": state.task,
+        # The task is not here: it never changes in a run and the run's row holds it (as
+        # masked at creation); a store puts it back when it resolves a head (``resolve``).
+        # Held here, a task with a large document in it was written again by every snapshot.
         "artifacts": list(state.artifacts),
         "parts": parts,
         "plan": _plan(state, prev, steps),
@@ -274,10 +276,18 @@ def wanted_versions(h: Mapping[str, Any]) -> set[tuple[str, int]]:
     return out
 
 
-def resolve(h: Mapping[str, Any], versions: Mapping[tuple[str, int], VersionRow]) -> dict[str, Any]:
+def resolve(
+    h: Mapping[str, Any],
+    versions: Mapping[tuple[str, int], VersionRow],
+    task: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
     """A head as a state dict of the classic shape (``TaskState.from_dict`` reads it): each
-    part lists the versions in ``versions`` it needs (``wanted_versions``) and its ``count``."""
+    part lists the versions in ``versions`` it needs (``wanted_versions``) and its ``count``.
+    ``task`` gives the run's task, for a head that does not hold it (``head``: none since
+    schema 4's heads stopped carrying it; an older head keeps its own)."""
     d = {k: v for k, v in h.items() if k not in ("parts", "artifacts")}
+    if "task" not in d and task is not None:
+        d["task"] = task()
     arts: dict[str, list[dict[str, Any]]] = {a: [] for a in h.get("artifacts") or ()}
     wanted = wanted_versions(h)
     by_ref: dict[str, list[int]] = {}

@@ -57,7 +57,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         if ck.seq == 0:  # a fork's first checkpoint: the accounting it inherited
             inh = inherited(rec, ck.fields)
             after = _spent(ck.fields)
-        task = ck.fields.get("task") if task is None else task
+        # (a head holds no task since schema 4: the run's row does)
+        task = ck.fields.get("task", rec.task) if task is None else task
         r = ck.record
         if not r:
             continue

@@ -166,11 +166,12 @@ class Checkpoint:
     @property
     def fields(self) -> Mapping[str, Any]:
         """The state's own fields — ``pending``, ``notes``, ``spent``, ``best_score``,
-        ``cycle``, ``history``, ``plan``, ``task``... — without its parts (``artifacts`` and the
+        ``cycle``, ``history``, ``plan``... — without its parts (``artifacts`` and the
         per-part maps ``parts``, ``best_parts``, ``retries``): read from the checkpoint's
         delta chain, at the cost of the deltas, not of every part (a reader of every
         checkpoint of a long run with many parts would otherwise resolve cycles × parts).
-        Read-only; the same values as ``state``'s."""
+        Read-only; the same values as ``state``'s. No ``task``: the run's row holds it
+        (``RunRecord.task``), but in a checkpoint written before heads stopped carrying it."""
         f = self._fields
         if callable(f):
             f = self._fields = f()
@@ -648,11 +649,32 @@ class Store(LiveStore, PeopleStore, ABC):
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
-            state = codec.resolve(state, found)
+            state = codec.resolve(state, found, self._task_reader(run_id))
         last = rows[-1]
         return Checkpoint(
             run_id, last.seq, last.cycle, state, last.record, last.created_at, self._loader(run_id)
         )
+
+    def _known_task(self, run_id: str) -> tuple[Any] | None:
+        """The run's task if this store read it lately (a run's task never changes), else
+        ``None``: a store that keeps none reads the run's row."""
+        return None
+
+    def _task_reader(self, run_id: str, *, now: bool = False) -> Callable[[], Any]:
+        """The run's task, for a head that does not hold it (``codec.resolve``): read once,
+        when first asked (``now``: read at once, as a state may be read after the store is
+        closed)."""
+        held: list[Any] = []
+
+        def task() -> Any:
+            if not held:
+                known = self._known_task(run_id)
+                held.append(self.get_run(run_id).task if known is None else known[0])
+            return held[0]
+
+        if now:
+            task()
+        return task
 
     def _loader(self, run_id: str) -> VersionLoader:
         return lambda ref: self.versions(run_id, ref)
@@ -699,6 +721,7 @@ class Store(LiveStore, PeopleStore, ABC):
         loader = self._loader(run_id)
         # every version, read now: a state may be read after the store is closed
         found = {(v[0], v[1]): v for v in self._version_rows(run_id)} if rows else {}
+        task = self._task_reader(run_id, now=bool(rows))
 
         last: list[Any] = [None, -1, {}]  # (base, i, head) of the last state read
         lite: list[Any] = [None, -1, {}]  # (base, i, fields) of the last fields read
@@ -710,7 +733,7 @@ class Store(LiveStore, PeopleStore, ABC):
             else:
                 head = _folded(rows, base, i)
             last[:] = [base, i, head]
-            return codec.resolve(head, found) if codec.is_head(head) else head
+            return codec.resolve(head, found, task) if codec.is_head(head) else head
 
         def fields(base: int, i: int) -> dict[str, Any]:
             b, j, f = lite
@@ -778,7 +801,7 @@ class Store(LiveStore, PeopleStore, ABC):
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
             found = {(v[0], v[1]): v for v in self._version_rows(run_id, keys=keys)}
-            state = codec.resolve(state, found)
+            state = codec.resolve(state, found, self._task_reader(run_id))
         return state
 
     # --- checkpoints: writing -------------------------------------------------------------

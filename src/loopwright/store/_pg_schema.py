@@ -23,7 +23,9 @@ __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
 
 # The tables loopwright creates; a schema holding any of them without ``loopwright_meta`` is
 # someone else's and is refused untouched.
-PG_TABLES = frozenset({"runs", "checkpoints", "events", "approvals", "journal", "memory"})
+PG_TABLES = frozenset(
+    {"runs", "checkpoints", "events", "approvals", "journal", "memory", "run_tasks"}
+)
 
 # Runnable by status (``PostgresStore.claim_runs``), but for a run in progress: waiting to
 # start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
@@ -252,4 +254,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "WHERE r2.run_id = r.run_id AND r.open_requests IS DISTINCT FROM COALESCE(p.n, 0)",
         f"CREATE INDEX IF NOT EXISTS runs_claimable ON runs(updated_at, run_id) WHERE {CLAIMABLE_PG}",
     ],
+    # v9: a run's task in a table of its own, as SQLite's v12 (one SQL core reads it there; a
+    # TOASTed task was not copied by an update here, but the queries are the same).
+    ["CREATE TABLE IF NOT EXISTS run_tasks (run_id TEXT PRIMARY KEY, task JSON NOT NULL)"],
 ]

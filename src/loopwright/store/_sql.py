@@ -70,17 +70,19 @@ from ._rows import (
     sql_int,
     version_row,
 )
-from ._schema import BACKFILL_CLAIMS, memory_tag
+from ._schema import BACKFILL_CLAIMS, RUN_TASK, memory_tag
 
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 
 _log = logging.getLogger("loopwright.store")
 #: Above every event id (both backends' ids are 64-bit integers): "no upper bound".
 _NO_ID = 2**63 - 1
+#: Run tasks a store keeps at hand, the runs read last (``SQLStore._known_task``).
+_TASKS_KEPT = 64
 
 RUN_COLS = (
     "run_id, task_key, loop_name, project, status, stop_reason, cycle, best_score, cost_usd, "
-    "tokens, seconds, spec_ref, loop_version, contract, task, packet, created_at, updated_at, "
+    f"tokens, seconds, spec_ref, loop_version, contract, {RUN_TASK}, packet, created_at, updated_at, "
     "ended_at, cancel_requested, lease_owner, lease_expires_at, fencing_token, last_seq, "
     "held_out_passed, forked_from, forked_at, created_by"
 )
@@ -136,8 +138,9 @@ class Statements:
             "INSERT INTO runs(run_id, task_key, loop_name, project, status, spec_ref, "
             "loop_version, contract, task, created_at, updated_at, created_by) "
             "VALUES(?,?,?,?,'pending',?,?,?,?,?,?,?) "
-            f"ON CONFLICT DO NOTHING RETURNING {RUN_COLS}"
+            "ON CONFLICT DO NOTHING RETURNING run_id"
         )
+        self.insert_run_task = p("INSERT INTO run_tasks(run_id, task) VALUES(?, ?)")
         # A fork's row starts where its state does: the cycle, spend and best score it
         # inherits (its budget goes on counting them; metrics subtract them: _inherited.py).
         self.set_forked = p(
@@ -440,7 +443,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         # The numbers as numbers: a value SQLite kept as written ('abc' in cycle) is damage,
         # raised here (ValueError, TypeError) for the CLI to say so, not deep in a report.
         jl, n, x = self._jl, int, float
-        return RunRecord(
+        rec = RunRecord(
             run_id=row[0],
             task_key=row[1],
             loop_name=row[2],
@@ -470,6 +473,20 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             forked_at=row[26],
             created_by=row[27],
         )
+        # A run's task never changes: kept for the states this store resolves next
+        # (``Store._known_task``), so reading a run's checkpoints reads its row no more.
+        tasks = self._tasks
+        tasks[rec.run_id] = (rec.task,)
+        if len(tasks) > _TASKS_KEPT:
+            tasks.pop(next(iter(tasks), ""), None)  # the oldest (threads may race: no raise)
+        return rec
+
+    def _known_task(self, run_id: str) -> tuple[Any] | None:
+        return self._tasks.get(run_id)
+
+    @functools.cached_property
+    def _tasks(self) -> dict[str, tuple[Any]]:
+        return {}
 
     def _approval(self, row: Sequence[Any]) -> Approval:
         r, jl = row, self._jl
@@ -627,12 +644,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     spec_ref,
                     loop_version,
                     js(contract),
-                    js(task),
+                    "null",  # the task is in run_tasks (RUN_TASK)
                     now,
                     now,
                     created_by,
                 ),
             ).fetchone()
+            if row is not None:
+                conn.execute(q.insert_run_task, (run_id, js(task)))
+                row = conn.execute(q.run_by_id, (run_id,)).fetchone()
             if row is None:
                 row = conn.execute(q.run_by_task_key, (task_key,)).fetchone()
                 if row is None:
