@@ -338,23 +338,16 @@ class Cycle(RuntimeHost):
 
         # Verifiers judge copies (each part copied as it is read), so a verifier that changes
         # what it judges changes neither the work committed nor the state's values. Held-out
-        # checks judge a private copy, so nothing they do can reach the actor's next context
-        # (invariant 3 holds even against a misbehaving verifier); the visible ones share one.
+        # checks judge a fuller copy, so nothing they do can reach the actor's next context
+        # (invariant 3 holds even against a misbehaving verifier). Each check has its own: one
+        # that changed a shared copy would have the next check judge values never stored.
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        private: TaskState | None = None
-        public: TaskState | None = None
-        # ...and copies of the proposal, whose values the candidate shares.
-        shown: Proposal | None = None
-        hidden: Proposal | None = None
         for check in loop.verifiers:
-            if check.held_out:
-                private = subject = private or candidate.detached(loader)
-                hidden = judged = hidden or proposal.owned()
-            else:
-                public = subject = public or candidate.detached(loader, light=True)
-                shown = judged = shown or proposal.owned()
+            # ...and a copy of the proposal, whose values the candidate shares.
+            subject = candidate.detached(loader, light=not check.held_out)
+            judged = proposal.owned()
             where = f"verifier {check.name}"
             try:
                 verdict, secs = await call_with_retry(
