@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from . import _decide as rules
@@ -150,7 +151,8 @@ class Cycle(RuntimeHost):
         ex.deadline = None if left.seconds is None else time.time() + left.seconds
         hidden = s.held_out_spent  # what held-out checks spent is not shown (invariant 3)
         shown = None if hidden.cost_usd or hidden.tokens else left
-        ex.last_context = self._context(ex, n, await self._recall(ex), shown)
+        memory = await self._recall(ex)
+        ex.last_context = self._context(ex, n, memory, shown)
         ex.last_visible = {}
         ex.at("before_actor")
         try:
@@ -164,6 +166,8 @@ class Cycle(RuntimeHost):
                 args=(ex.last_context,),
                 timeout=loop.actor_timeout_s,
                 deadline=ex.deadline,
+                # a retry is shown the state afresh, not what the failed attempt changed of it
+                again=lambda: (self._context(ex, n, memory, shown),),
             )
         except OutOfTime as exc:
             charge(ex, "actor", exc.billed)
@@ -344,10 +348,12 @@ class Cycle(RuntimeHost):
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        for check in loop.verifiers:
+        def copies(light: bool) -> tuple[TaskState, Proposal]:
             # ...and a copy of the proposal, whose values the candidate shares.
-            subject = candidate.detached(loader, light=not check.held_out)
-            judged = proposal.owned()
+            return candidate.detached(loader, light=light), proposal.owned()
+
+        for check in loop.verifiers:
+            light = not check.held_out
             where = f"verifier {check.name}"
             try:
                 verdict, secs = await call_with_retry(
@@ -357,9 +363,10 @@ class Cycle(RuntimeHost):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=(subject, judged),
+                    args=copies(light),
                     timeout=check.timeout_s,
                     deadline=ex.deadline,
+                    again=partial(copies, light),  # a retry judges fresh copies
                 )
             except OutOfTime as exc:
                 charge(ex, f"verifier:{check.name}", exc.billed)

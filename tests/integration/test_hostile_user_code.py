@@ -165,6 +165,46 @@ def test_a_verifier_changing_what_it_judges_changes_nothing_the_next_verifier_ju
     assert r.state.values()["inv"]["lines"] == [2]
 
 
+def test_a_retried_attempt_is_not_shown_what_the_failed_one_changed(tmp_path: Path) -> None:
+    # The attempts of a call shared its arguments: an actor that appended to its context and
+    # then failed transiently appended twice; a verifier judged its failed attempt's changes.
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        lines = ctx.artifacts["inv"]["lines"]
+        lines.append(ctx.cycle)
+        if len(tried) < 1:
+            tried.append("actor")
+            raise ConnectionError("flaky model")
+        return lw.Proposal.edit("inv", {"lines": lines})
+
+    tried: list[str] = []
+    judged: list[Any] = []
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged.append((list(state.values()["inv"]["lines"]), list(proposal.edits[0].value)))
+        state.artifacts["inv"].values()["lines"].append("half")
+        part = state.part("inv/lines")
+        assert part is not None
+        part.value.append("half")
+        proposal.edits[0].value.append("half")
+        if len(tried) < 2:
+            tried.append("verifier")
+            raise ConnectionError("flaky check")
+        return lw.Verdict(passed=False, score=0.5)
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert tried == ["actor", "verifier"]
+    assert judged == [([1], [1]), ([1], [1])]
+    assert r.state.values()["inv"]["lines"] == [1]
+
+
 def test_a_verifier_cannot_add_to_the_plan_of_the_proposal_it_judges(tmp_path: Path) -> None:
     # A proposal of scalar edits is its own copy (Proposal.owned); its empty plan was a dict a
     # verifier could fill: the record then held a plan change never applied, and the parked
