@@ -2,13 +2,15 @@
 
 Hypothesis draws short runs of a loop whose user code misbehaves — an actor that proposes
 nested lists and dicts, changes its context in place and keeps (then changes) what it returned;
-a first verifier that changes in place everything it was given, the proposal's plan included —
+a first verifier that changes in place everything it was given, the proposal's plan included;
+both failing transiently once, after their changes, in the cycles where they misbehave —
 and a sequence of what people and processes do between executions: resume in a fresh
 ``Runtime``, approve a parked cycle (with or without a person's edit of another part first),
 edit, roll back to a cycle, fork at a cycle with another contract.
 
 Asserted:
 
+- no actor is shown a change made in place (by an earlier cycle, or by its failed attempt);
 - every verifier of one judgement (visible or held-out, before or after the meddler) was shown
   the same values, through ``values()`` and through the parts alike;
 - what the last judgement of a (part, version, cycle made) was shown is what a fresh
@@ -74,6 +76,15 @@ class World:
         # (run, cycle): rolled back to that cycle after the judgements before it in ``judged``
         self.rollbacks: list[tuple[int, str, int]] = []
         self.kept: list[Any] = []
+        self.tries: dict[tuple[str, int, str], int] = {}  # (run, cycle, who): calls
+        self.dirty: list[int] = []  # cycles whose actor was shown a change made in place
+
+    def flaky(self, n: int, who: str) -> bool:
+        """Whether this call should fail (transiently) after changing what it was given: the
+        first call of each of ``who``'s misbehaving cycles (a retry follows)."""
+        key = (self.run, n, who)
+        self.tries[key] = self.tries.get(key, 0) + 1
+        return self.mutate_ctx[(n - 1) % len(self.mutate_ctx)] and self.tries[key] == 1
 
     # --- the actor: nested values, changes what it was shown, keeps what it returned ------
     def actor(self, ctx: lw.Context) -> lw.Proposal:
@@ -81,6 +92,10 @@ class World:
         for kept in self.kept:  # what it returned earlier, changed afterwards
             kept.append(f"later {n}")
         kind = self.kinds[(n - 1) % len(self.kinds)]
+        shown = json.dumps([ctx.artifacts, ctx.accepted, ctx.task])
+        if any(mark in shown for mark in ('"ctx"', '"task"', '"accepted"')):
+            self.dirty.append(n)
+        flaky = self.flaky(n, "actor")
         if self.mutate_ctx[(n - 1) % len(self.mutate_ctx)]:
             ctx.artifacts["doc"]["a"].append("ctx")
             ctx.artifacts["doc"]["b"]["k"].append("ctx")
@@ -89,6 +104,8 @@ class World:
                 for v in values.values():
                     if isinstance(v, list):
                         v.append("accepted")
+        if flaky:
+            raise ConnectionError("a model call failed after the context was changed")
         if kind == "scalar_c":  # the risk rule parks it
             return lw.Proposal.edit("doc", {"c": n})
         if kind == "plan":
@@ -115,8 +132,10 @@ class World:
         )
 
     def meddler(self, state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        self.passes += 1
-        self._record("meddler", state, proposal)
+        flaky = self.flaky(state.cycle + 1, "meddler")
+        if not flaky:
+            self.passes += 1
+            self._record("meddler", state, proposal)
         # changes in place everything it was given
         for _ref, p in state.iter_parts():
             if isinstance(p.value, list):
@@ -133,6 +152,8 @@ class World:
         with contextlib.suppress(TypeError):  # immutable: nothing to change
             proposal.plan["s2"] = "done"  # type: ignore[index]
         state.task.setdefault("meddled", True)
+        if flaky:  # the retry must judge what will be stored, not what this attempt changed
+            raise ConnectionError("a check failed after changing what it judges")
         return lw.Verdict(
             passed=False,
             score=0.5,
@@ -160,6 +181,7 @@ class World:
                 lw.Check(fn=self.hidden, name="hidden", held_out=True),
             ],
             contract=self.contract(cycles=cycles, risk=risk),
+            retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
         )
 
     @staticmethod
@@ -295,6 +317,7 @@ def example(url: str, kinds: list[str], mutate_ctx: list[bool], ops: list[Any]) 
     world = World(kinds, mutate_ctx)
     runs = play(url, world, ops)
     compared = assert_judged_is_stored(url, world, runs)
+    assert world.dirty == []  # no actor was shown a change made in place (by it, earlier)
     assert world.judged and compared  # the run judged, and what it judged was compared
 
 
