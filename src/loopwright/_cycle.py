@@ -41,6 +41,7 @@ from ._state import (
     PlanStep,
     TaskState,
     Version,
+    VersionLoader,
     copied_on_read,
     person_edit,
     split_ref,
@@ -98,6 +99,12 @@ class Cycle(RuntimeHost):
             history=tuple(s.history),
             memory=memory,
         )
+
+    def _fresh_context(
+        self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...], left: Remaining | None
+    ) -> tuple[Context]:
+        """A retried actor's arguments: the context built again."""
+        return (self._context(ex, n, memory, left),)
 
     async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
         """Feedback memory for this task and project (never another project's). Runs sharing
@@ -167,7 +174,7 @@ class Cycle(RuntimeHost):
                 timeout=loop.actor_timeout_s,
                 deadline=ex.deadline,
                 # a retry is shown the state afresh, not what the failed attempt changed of it
-                again=lambda: (self._context(ex, n, memory, shown),),
+                again=partial(self._fresh_context, ex, n, memory, shown),
             )
         except OutOfTime as exc:
             charge(ex, "actor", exc.billed)
@@ -348,10 +355,6 @@ class Cycle(RuntimeHost):
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        def copies(light: bool) -> tuple[TaskState, Proposal]:
-            # ...and a copy of the proposal, whose values the candidate shares.
-            return candidate.detached(loader, light=light), proposal.owned()
-
         for check in loop.verifiers:
             light = not check.held_out
             where = f"verifier {check.name}"
@@ -363,10 +366,10 @@ class Cycle(RuntimeHost):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=copies(light),
+                    args=_copies(candidate, loader, proposal, light),
                     timeout=check.timeout_s,
                     deadline=ex.deadline,
-                    again=partial(copies, light),  # a retry judges fresh copies
+                    again=partial(_copies, candidate, loader, proposal, light),  # a retry's own
                 )
             except OutOfTime as exc:
                 charge(ex, f"verifier:{check.name}", exc.billed)
@@ -643,6 +646,14 @@ def _tag(f: Finding, verifier: str) -> Finding:
     return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
 
 
+def _copies(
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool
+) -> tuple[TaskState, Proposal]:
+    """A verifier's arguments: its own copies of the candidate and of the proposal (whose
+    values the candidate shares)."""
+    return candidate.detached(loader, light=light), proposal.owned()
+
+
 def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
     """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
     candidate = state.fork()
@@ -655,6 +666,8 @@ def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:
     for step in proposal.new_steps:
         state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
+    if not proposal.plan:
+        return  # most proposals (the default plan is a mappingproxy: its items cost more)
     for step_id, status in proposal.plan.items():
         if status in STEP_STATUSES:  # an unknown status is ignored, as ever
             state.set_step_status(step_id, status)

@@ -180,7 +180,7 @@ class Proposal:
         body: dict[str, Any] = {
             "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
             "replace": _canon(self.replace) if self.replace else None,
-            "plan": sorted(self.plan.items()),
+            "plan": sorted(self.plan.items()) if self.plan else [],
             "new_steps": [s.to_dict() for s in self.new_steps],
         }
         if self.effects:  # an approval is bound to the exact actions too (invariant 2)
@@ -256,7 +256,7 @@ class Proposal:
                 {"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits
             ],
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
-            "plan": dict(self.plan),
+            "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
             "new_steps": [s.to_dict() for s in self.new_steps],
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
