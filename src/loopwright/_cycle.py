@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from . import _decide as rules
+from . import _json
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -506,7 +507,8 @@ class Cycle(RuntimeHost):
                 contract.risk,
                 candidate.detached(loader) if judging else candidate,
                 proposal.owned() if judging else proposal,
-                visible,
+                # the verdicts too: changed in place, they would decide the cycle and be stored
+                _verdict_copies(visible) if judging else visible,
                 loop.verifiers,
             )
         except rules.RiskCheckFailed as failed:
@@ -652,6 +654,12 @@ def _copies(
     """A verifier's arguments: its own copies of the candidate and of the proposal (whose
     values the candidate shares)."""
     return candidate.detached(loader, light=light), proposal.owned()
+
+
+def _verdict_copies(verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
+    """A risk rule's check's own copy of the verdicts, as the record will hold them."""
+    raw = _json.round_trip({k: v.to_dict() for k, v in verdicts.items()})
+    return {k: Verdict.from_dict(v) for k, v in raw.items()}
 
 
 def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:

@@ -257,6 +257,28 @@ def test_a_risk_check_changing_the_candidate_changes_nothing_committed(tmp_path:
     assert r.state.values()["inv"]["lines"] == [2]
 
 
+def test_a_risk_check_changing_the_verdicts_it_is_shown_decides_nothing(tmp_path: Path) -> None:
+    # A rule's check was handed the engine's own verdicts: replacing a failed one accepted the
+    # run, and the record said the check had passed.
+    def sneaky(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        verdicts["check"] = lw.Verdict(passed=True, score=1.0)
+        verdicts["check"].evidence["added"] = True
+        return None
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.1, findings=(lw.Finding("no", "inv", "qty"),))
+
+    rule = lw.RiskRule(name="sneaky", check=sneaky)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, cycles=2, risk=(rule,)), TASK, task_key="k")
+        records = [ck.record for ck in rt.store.checkpoints(r.run_id) if ck.record]
+    assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+    assert [rec["visible"]["check"]["passed"] for rec in records] == [False, False]
+
+
 class _RaisingEq:
     def __eq__(self, other: object) -> bool:
         raise RuntimeError("no comparing me")
