@@ -12,9 +12,11 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from . import _decide as rules
+from . import _json
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
 from ._effects import Effect, EffectCall
@@ -42,6 +44,7 @@ from ._state import (
     PlanStep,
     TaskState,
     Version,
+    VersionLoader,
     copied_on_read,
     person_edit,
     split_ref,
@@ -100,6 +103,12 @@ class Cycle(RuntimeHost):
             memory=memory,
         )
 
+    def _fresh_context(
+        self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...], left: Remaining | None
+    ) -> tuple[Context]:
+        """A retried actor's arguments: the context built again."""
+        return (self._context(ex, n, memory, left),)
+
     async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
         """Feedback memory for this task and project (never another project's). Runs sharing
         this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
@@ -153,7 +162,8 @@ class Cycle(RuntimeHost):
         ex.deadline = None if left.seconds is None else time.time() + left.seconds
         hidden = s.held_out_spent  # what held-out checks spent is not shown (invariant 3)
         shown = None if hidden.cost_usd or hidden.tokens else left
-        ex.last_context = self._context(ex, n, await self._recall(ex), shown)
+        memory = await self._recall(ex)
+        ex.last_context = self._context(ex, n, memory, shown)
         ex.last_visible = {}
         ex.at("before_actor")
         try:
@@ -167,6 +177,8 @@ class Cycle(RuntimeHost):
                 args=(ex.last_context,),
                 timeout=loop.actor_timeout_s,
                 deadline=ex.deadline,
+                # a retry is shown the state afresh, not what the failed attempt changed of it
+                again=partial(self._fresh_context, ex, n, memory, shown),
             )
         except OutOfTime as exc:
             charge(ex, "actor", exc.billed)
@@ -343,23 +355,14 @@ class Cycle(RuntimeHost):
 
         # Verifiers judge copies (each part copied as it is read), so a verifier that changes
         # what it judges changes neither the work committed nor the state's values. Held-out
-        # checks judge a private copy, so nothing they do can reach the actor's next context
-        # (invariant 3 holds even against a misbehaving verifier); the visible ones share one.
+        # checks judge a fuller copy, so nothing they do can reach the actor's next context
+        # (invariant 3 holds even against a misbehaving verifier). Each check has its own: one
+        # that changed a shared copy would have the next check judge values never stored.
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        private: TaskState | None = None
-        public: TaskState | None = None
-        # ...and copies of the proposal, whose values the candidate shares.
-        shown: Proposal | None = None
-        hidden: Proposal | None = None
         for check in loop.verifiers:
-            if check.held_out:
-                private = subject = private or candidate.detached(loader)
-                hidden = judged = hidden or proposal.owned()
-            else:
-                public = subject = public or candidate.detached(loader, light=True)
-                shown = judged = shown or proposal.owned()
+            light = not check.held_out
             where = f"verifier {check.name}"
             try:
                 verdict, secs = await call_with_retry(
@@ -369,9 +372,10 @@ class Cycle(RuntimeHost):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=(subject, judged),
+                    args=_copies(candidate, loader, proposal, light),
                     timeout=check.timeout_s,
                     deadline=ex.deadline,
+                    again=partial(_copies, candidate, loader, proposal, light),  # a retry's own
                 )
             except OutOfTime as exc:
                 charge(ex, f"verifier:{check.name}", exc.billed)
@@ -505,7 +509,13 @@ class Cycle(RuntimeHost):
         judging = any(callable(r.check) for r in contract.risk)
         try:
             if judging:
-                hit = await self._risk(ex, candidate.detached(loader), proposal.owned(), visible)
+                hit = await self._risk(
+                    ex,
+                    candidate.detached(loader),
+                    proposal.owned(),
+                    # the verdicts too: changed in place, they would decide the cycle and be stored
+                    _verdict_copies(visible),
+                )
             else:
                 hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
         except OutOfTime as exc:
@@ -691,6 +701,20 @@ def _tag(f: Finding, verifier: str) -> Finding:
     return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
 
 
+def _copies(
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool
+) -> tuple[TaskState, Proposal]:
+    """A verifier's arguments: its own copies of the candidate and of the proposal (whose
+    values the candidate shares)."""
+    return candidate.detached(loader, light=light), proposal.owned()
+
+
+def _verdict_copies(verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
+    """A risk rule's check's own copy of the verdicts, as the record will hold them."""
+    raw = _json.round_trip({k: v.to_dict() for k, v in verdicts.items()})
+    return {k: Verdict.from_dict(v) for k, v in raw.items()}
+
+
 def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
     """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
     candidate = state.fork()
@@ -703,6 +727,8 @@ def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:
     for step in proposal.new_steps:
         state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
+    if not proposal.plan:
+        return  # most proposals (the default plan is a mappingproxy: its items cost more)
     for step_id, status in proposal.plan.items():
         if status in STEP_STATUSES:  # an unknown status is ignored, as ever
             state.set_step_status(step_id, status)

@@ -227,8 +227,11 @@ async def call_with_retry(
     args: tuple[Any, ...],
     timeout: float | None,
     deadline: float | None = None,
+    again: Callable[[], tuple[Any, ...]] | None = None,
 ) -> tuple[Any, float]:
-    """Call ``fn(*args)`` under ``policy`` with attempts persisted in the run's journal.
+    """Call ``fn(*args)`` under ``policy`` with attempts persisted in the run's journal;
+    each attempt after the first is given ``again()`` when there is one (fresh copies: what a
+    failed attempt changed in place of what it was given is not seen by the next).
 
     Raises ``GaveUp`` once the call is not to be tried again (a permanent or needs-human
     error, the attempts or the policy's deadline spent), and ``OutOfTime`` when the run's time
@@ -309,6 +312,8 @@ async def call_with_retry(
             got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
             close_sink(sink)
+            if again is not None:
+                args = again()
             billed = await _failed_attempt(
                 store,
                 ex,

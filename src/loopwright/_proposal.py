@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from . import _shapes as shapes
@@ -18,6 +20,12 @@ from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage
 
 __all__ = ["Context", "Edit", "Proposal", "Remaining", "Verdict"]
+
+# A proposal's plan when it has none: one immutable empty mapping, shared. A proposal that
+# ``owned`` gives back as its own copy is handed to verifiers and kept by the engine; with an
+# empty dict of its own, a verifier (or the actor, later) could add step statuses to it that
+# nobody judged, which the record and a resumed parked cycle then applied.
+_NO_PLAN: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +83,8 @@ class Proposal:
 
     edits: tuple[Edit, ...] = ()
     replace: Mapping[str, Mapping[str, Any]] | None = None
-    plan: Mapping[str, str] = field(default_factory=dict)
+    # (a C callable that returns ``_NO_PLAN``: a dataclass refuses a mapping as a default)
+    plan: Mapping[str, str] = field(default_factory=itertools.repeat(_NO_PLAN).__next__)
     new_steps: tuple[PlanStep, ...] = ()
     note: str = ""
     usage: Usage | None = None
@@ -171,7 +180,7 @@ class Proposal:
         body: dict[str, Any] = {
             "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
             "replace": _canon(self.replace) if self.replace else None,
-            "plan": sorted(self.plan.items()),
+            "plan": sorted(self.plan.items()) if self.plan else [],
             "new_steps": [s.to_dict() for s in self.new_steps],
         }
         if self.effects:  # an approval is bound to the exact actions too (invariant 2)
@@ -187,7 +196,8 @@ class Proposal:
         if (
             type(self) is Proposal
             and self.replace is None
-            and not (self.effects or self.plan or self.new_steps)
+            and self.plan is _NO_PLAN  # an empty dict of the actor's own could still change
+            and not (self.effects or self.new_steps)
             and self.question is None
             and type(self.note) is str
             and (self.escalate is None or type(self.escalate) is str)
@@ -246,7 +256,7 @@ class Proposal:
                 {"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits
             ],
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
-            "plan": dict(self.plan),
+            "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
             "new_steps": [s.to_dict() for s in self.new_steps],
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
@@ -277,7 +287,7 @@ class Proposal:
                 for e in d.get("edits", ())
             ),
             d.get("replace"),
-            dict(d.get("plan") or {}),
+            dict(d["plan"]) if d.get("plan") else _NO_PLAN,
             tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
             str(d.get("note", "")),
             Usage.from_dict(d["usage"]) if d.get("usage") else None,

@@ -124,6 +124,123 @@ def test_a_verifier_changing_what_it_judges_changes_nothing_committed(
     assert r.state.values()["inv"]["lines"] == [3]
 
 
+@pytest.mark.parametrize("held_out", [False, True])
+def test_a_verifier_changing_what_it_judges_changes_nothing_the_next_verifier_judges(
+    tmp_path: Path, held_out: bool
+) -> None:
+    # Checks of the same kind shared one copy: the second judged the first one's changes, a
+    # value never stored.
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"lines": [ctx.cycle]})
+
+    def meddler(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        state.artifacts["inv"].values()["lines"].append("values")
+        part = state.part("inv/lines")
+        assert part is not None
+        part.value.append("part")
+        proposal.edits[0].value.append("proposal")
+        return lw.Verdict(passed=False, score=0.5)
+
+    seen: list[Any] = []
+
+    def looker(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        part = state.part("inv/lines")
+        assert part is not None
+        seen.append((state.values()["inv"]["lines"], part.value, proposal.edits[0].value))
+        return lw.Verdict(passed=False, score=0.5)
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=meddler, name="meddler", held_out=held_out),
+            lw.Check(fn=looker, name="looker", held_out=held_out),
+            *([lw.Check(fn=lambda s, p: lw.Verdict(passed=False), name="v")] if held_out else []),
+        ],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert seen == [([1], [1], [1]), ([2], [2], [2])]
+    assert r.state.values()["inv"]["lines"] == [2]
+
+
+def test_a_retried_attempt_is_not_shown_what_the_failed_one_changed(tmp_path: Path) -> None:
+    # The attempts of a call shared its arguments: an actor that appended to its context and
+    # then failed transiently appended twice; a verifier judged its failed attempt's changes.
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        lines = ctx.artifacts["inv"]["lines"]
+        lines.append(ctx.cycle)
+        if len(tried) < 1:
+            tried.append("actor")
+            raise ConnectionError("flaky model")
+        return lw.Proposal.edit("inv", {"lines": lines})
+
+    tried: list[str] = []
+    judged: list[Any] = []
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        judged.append((list(state.values()["inv"]["lines"]), list(proposal.edits[0].value)))
+        state.artifacts["inv"].values()["lines"].append("half")
+        part = state.part("inv/lines")
+        assert part is not None
+        part.value.append("half")
+        proposal.edits[0].value.append("half")
+        if len(tried) < 2:
+            tried.append("verifier")
+            raise ConnectionError("flaky check")
+        return lw.Verdict(passed=False, score=0.5)
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert tried == ["actor", "verifier"]
+    assert judged == [([1], [1]), ([1], [1])]
+    assert r.state.values()["inv"]["lines"] == [1]
+
+
+def test_a_verifier_cannot_add_to_the_plan_of_the_proposal_it_judges(tmp_path: Path) -> None:
+    # A proposal of scalar edits is its own copy (Proposal.owned); its empty plan was a dict a
+    # verifier could fill: the record then held a plan change never applied, and the parked
+    # cycle, once approved, applied it unjudged.
+    task = {**TASK, "plan": [{"id": "s1", "title": "first"}]}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    refused: list[str] = []
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        try:
+            proposal.plan["s1"] = "done"  # type: ignore[index]
+        except TypeError as exc:
+            refused.append(type(exc).__name__)
+        return lw.Verdict(passed=False, score=0.5)
+
+    rule = lw.RiskRule(name="qty", touches=("inv/qty",))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, cycles=1, risk=(rule,)), task, task_key="k")
+        assert r.status == "awaiting_approval"
+        rt.approve(r.run_id, by="ann")
+        r = rt.resume_sync(r.run_id, _loop(actor, verifier, cycles=1, risk=(rule,)))
+        record = rt.store.latest_checkpoint(r.run_id).record or {}
+    assert refused == ["TypeError"]
+    assert [s.status for s in r.state.plan] == ["pending"]
+    assert record["proposal"]["plan"] == {}
+    # the actor's own empty plan is copied, not kept: filling it later changes nothing
+    mine: dict[str, str] = {}
+    p = lw.Proposal(edits=(lw.Edit("inv", "qty", 1),), plan=mine)
+    owned = p.owned()
+    mine["s1"] = "done"
+    assert dict(owned.plan) == {}
+
+
 def test_a_risk_check_changing_the_candidate_changes_nothing_committed(tmp_path: Path) -> None:
     def grabby(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
         state.artifacts["inv"].values()["lines"].append("rule")
@@ -138,6 +255,28 @@ def test_a_risk_check_changing_the_candidate_changes_nothing_committed(tmp_path:
         r = rt.run_sync(loop, TASK, task_key="k")
     assert r.stop_reason == "budget_cycles"
     assert r.state.values()["inv"]["lines"] == [2]
+
+
+def test_a_risk_check_changing_the_verdicts_it_is_shown_decides_nothing(tmp_path: Path) -> None:
+    # A rule's check was handed the engine's own verdicts: replacing a failed one accepted the
+    # run, and the record said the check had passed.
+    def sneaky(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        verdicts["check"] = lw.Verdict(passed=True, score=1.0)
+        verdicts["check"].evidence["added"] = True
+        return None
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"qty": ctx.cycle})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.1, findings=(lw.Finding("no", "inv", "qty"),))
+
+    rule = lw.RiskRule(name="sneaky", check=sneaky)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, cycles=2, risk=(rule,)), TASK, task_key="k")
+        records = [ck.record for ck in rt.store.checkpoints(r.run_id) if ck.record]
+    assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+    assert [rec["visible"]["check"]["passed"] for rec in records] == [False, False]
 
 
 class _RaisingEq:

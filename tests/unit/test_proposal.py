@@ -72,3 +72,12 @@ def test_owned_shares_only_what_cannot_change_or_be_stored_otherwise() -> None:
     stored = odd.owned()
     assert stored is not odd
     assert {e.part: e.value for e in stored.edits} == {"x": None, "t": "a\ufffdb", "n": 10**30}
+    # its plan is shared only while it is the immutable default: an empty dict of the actor's
+    # own (which it, or a verifier handed the proposal, could still fill) is copied
+    with pytest.raises(TypeError):
+        plain.plan["s1"] = "done"  # type: ignore[index]
+    mine: dict[str, str] = {}
+    planless = lw.Proposal(edits=(lw.Edit("doc", "a", "text"),), plan=mine)
+    assert planless.owned() is not planless and planless.owned().plan is not mine
+    back = lw.Proposal.from_dict(plain.to_dict())
+    assert back.owned() is back and back == plain
