@@ -282,7 +282,8 @@ def test_a_send_url_that_does_not_parse(accepted: tuple[Path, str], project: Pat
 def test_a_row_that_does_not_decode(accepted: tuple[Path, str], project: Path) -> None:
     store, run_id = accepted
     con = sqlite3.connect(store)
-    con.execute("UPDATE runs SET task = '{not json' WHERE run_id = ?", (run_id,))
+    # (a run's task is in run_tasks since schema 12; it is read with the run's row)
+    con.execute("UPDATE run_tasks SET task = '{not json' WHERE run_id = ?", (run_id,))
     con.commit()
     con.close()
     before = dump(store)
