@@ -470,7 +470,9 @@ class Checkpoints(RuntimeHost):
         if record is not None and rows:
             # A large edit value is the new version's value: stored there only (its edit names
             # it), so a cycle writes its new work once (_record_codec, issue 14's bytes).
-            record = refer_versions(record, rows)
+            # One holding what the redaction net masks stays in the record (masked below): the
+            # record would read the version's value back, unmasked (invariant 9).
+            record = refer_versions(record, rows, _unmasked)
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
         # task are the work itself and are not rewritten (the task was masked at creation).
@@ -595,6 +597,12 @@ def _masked(
         ],
         c,
     )
+
+
+def _unmasked(value: Any) -> bool:
+    """Whether the redaction net leaves ``value`` as it is (nothing in it to mask)."""
+    whole = [value]
+    return redact(whole) is whole
 
 
 def _masked_request(a: NewApproval) -> NewApproval:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -509,12 +509,10 @@ class Cycle(RuntimeHost):
         judging = any(callable(r.check) for r in contract.risk)
         try:
             if judging:
+                # (the verdicts too: changed in place, they would decide the cycle and be
+                # stored; each rule's check its own, as each verifier)
                 hit = await self._risk(
-                    ex,
-                    candidate.detached(loader),
-                    proposal.owned(),
-                    # the verdicts too: changed in place, they would decide the cycle and be stored
-                    _verdict_copies(visible),
+                    ex, partial(_risk_copies, candidate, loader, proposal, visible)
                 )
             else:
                 hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
@@ -605,19 +603,27 @@ class Cycle(RuntimeHost):
         )
 
     async def _risk(
-        self, ex: _Exec, state: TaskState, proposal: Proposal, visible: dict[str, Verdict]
+        self, ex: _Exec, copies: Callable[[], tuple[TaskState, Proposal, dict[str, Verdict]]]
     ) -> tuple[RiskRule, str] | None:
         """``rules.risk_reason``, each rule's own check called as the reflector is (in a
         thread when sync, under ``hook_timeout``: the actor's timeout or the time budget
         left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed`` (the
         check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget ran
         out before or during the check: a ``budget_time`` stop). A check abandoned after its
-        timeout may still return, in its thread: nothing waits for what it says."""
+        timeout may still return, in its thread: nothing waits for what it says. Each check
+        is shown copies of its own (``copies``): what one changes in place, the next rule's
+        check does not judge (the first is shown those the rules' patterns were read from,
+        before any check ran)."""
         loop = ex.loop
+        state, proposal, visible = copies()
+        fresh = True  # the copies not yet shown to a check
         for rule, why in rules.risk_steps(
             ex.contract.risk, state, proposal, visible, loop.verifiers
         ):
             if why is None:
+                if not fresh:
+                    state, proposal, visible = copies()
+                fresh = False
                 check = rule.check
                 assert callable(check)  # risk_steps asks only a rule with a check to call
                 left = None if ex.deadline is None else ex.deadline - time.time()
@@ -707,6 +713,14 @@ def _copies(
     """A verifier's arguments: its own copies of the candidate and of the proposal (whose
     values the candidate shares)."""
     return candidate.detached(loader, light=light), proposal.owned()
+
+
+def _risk_copies(
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, visible: Mapping[str, Verdict]
+) -> tuple[TaskState, Proposal, dict[str, Verdict]]:
+    """A risk rule's check's arguments: its own copies of the candidate, the proposal and the
+    verdicts."""
+    return candidate.detached(loader), proposal.owned(), _verdict_copies(visible)
 
 
 def _verdict_copies(verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:

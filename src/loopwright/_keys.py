@@ -78,6 +78,10 @@ def check_lookup(value: str, field: str = "run") -> None:
     """A run id or task key given to find a run: refused (``ConfigError``) only for what no
     store can look up alike — a character the rule refuses, or more than ``MAX_KEY_CHARS``
     characters — so a run whose older key breaks the whitespace rule is still found by it."""
+    if not isinstance(value, str):  # (the API's callers: a None or a number is a mistake)
+        raise ConfigError(
+            f"must be a run id or task key (text), not {type(value).__name__}", field=field
+        )
     if len(value) > MAX_KEY_CHARS:
         raise ConfigError(
             f"no run has this id or key: a run id or task key is at most {MAX_KEY_CHARS} "

@@ -234,7 +234,12 @@ def check_ranked(value: object, name: str = "ranked") -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"must be a positive integer or None, got {value!r}", field=name)
+    if value > _MAX_RANKED:  # the stores' LIMIT is a 64-bit integer: refused there, mid-run
+        raise ConfigError(f"must be at most {_MAX_RANKED} (None: no cap), got {value}", field=name)
     return value
+
+
+_MAX_RANKED = 2**63 - 1
 
 
 # --- validation ------------------------------------------------------------------------------

@@ -213,11 +213,15 @@ REFER_MIN_CHARS = 256  # a text's length from which its edit names the version
 
 
 def refer_versions(
-    record: dict[str, Any], rows: Sequence[tuple[str, int, int, str, Any]]
+    record: dict[str, Any],
+    rows: Sequence[tuple[str, int, int, str, Any]],
+    clean: Callable[[Any], bool] | None = None,
 ) -> dict[str, Any]:
     """``record`` with each large edit value that is (the same object as) the value of a
     version row written with it replaced by that version's number; the record itself is not
-    changed (a new record is returned where an edit was replaced)."""
+    changed (a new record is returned where an edit was replaced). ``clean``: whether a value
+    may be named (the engine's: nothing in it the redaction net masks, so the record reads
+    back as it was stored); one it refuses stays in the record, to be masked there."""
     p = record.get("proposal")
     if type(p) is not dict:
         return record
@@ -227,7 +231,7 @@ def refer_versions(
         v: Any = e.get("value") if type(e) is dict else None
         t = type(v)
         if (t is str and len(v) >= REFER_MIN_CHARS) or ((t is dict or t is list) and v):
-            return _referred(record, p, rows)
+            return _referred(record, p, rows, clean)
     return record
 
 
@@ -242,6 +246,7 @@ def _referred(
     record: dict[str, Any],
     p: dict[str, Any],
     rows: Sequence[tuple[str, int, int, str, Any]],
+    clean: Callable[[Any], bool] | None,
 ) -> dict[str, Any]:
     made = {(ref, id(value)): n for ref, n, _cycle, _status, value in rows}
     new: list[Any] = []
@@ -250,6 +255,8 @@ def _referred(
         n = None
         if type(e) is dict and _referable(v := e.get("value")):
             n = made.get((f"{e.get('artifact')}/{e.get('part')}", id(v)))
+            if n is not None and clean is not None and not clean(v):
+                n = None  # it holds a secret: masked in the record, as any other value
         if n is None:
             new.append(e)
         else:

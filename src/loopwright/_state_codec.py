@@ -29,6 +29,7 @@ __all__ = [
     "FORMAT",
     "VersionRow",
     "apply_delta",
+    "copy_json",
     "delta",
     "fold",
     "head",
@@ -150,6 +151,9 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
+
+
+copy_json = _copy  # (the stores' name for it: a run's task they keep, handed out as copies)
 
 
 def is_head(d: Mapping[str, Any]) -> bool:

@@ -156,3 +156,32 @@ def test_small_values_stay_in_the_record(tmp_path: Path, size: int) -> None:
         r = rt.run_sync(loop(), TASK, task_key="k")
         raw = _raw_records(rt.store, r.run_id)
     assert sum(("1" * size) in text for text in raw) == 1
+
+
+def test_an_edit_value_holding_a_secret_is_masked_in_the_record(url: str) -> None:
+    # The redaction net masks what the engine records (invariant 9); a value the record named
+    # in its version read back unmasked: a short object with a password field, or a long text
+    # with a key in it (part values, the work itself, are not rewritten: the version keeps it).
+    key = "ghp_" + "a" * 36
+    long_text = draft("S", 1)[:400] + f" token {key}"
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        conn = {"host": "db", "password": "hunter2-very-secret"}
+        return lw.Proposal.edit("doc", {"body": long_text, "title": conn})
+
+    loop = lw.Loop(
+        name="secrets",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.1), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        edits = _bodies(rt.store, r.run_id)[1]
+        raw = _raw_records(rt.store, r.run_id)
+    shown = dict(edits)
+    assert shown["title"] == {"host": "db", "password": "***"}
+    assert key not in shown["body"] and shown["body"].startswith("S draft 1")
+    assert not any("hunter2" in text or key in text for text in raw)
+    # the work itself is kept as given
+    assert r.state.values()["doc"]["body"] == long_text

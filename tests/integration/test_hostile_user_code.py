@@ -257,6 +257,43 @@ def test_a_risk_check_changing_the_candidate_changes_nothing_committed(tmp_path:
     assert r.state.values()["inv"]["lines"] == [2]
 
 
+def test_a_risk_check_changing_what_it_is_shown_hides_nothing_from_the_next_rule(
+    tmp_path: Path,
+) -> None:
+    # The rules' checks shared one copy of the candidate, the proposal and the verdicts: a
+    # first check that emptied them had the next rule judge values never proposed, and a
+    # change that rule parks was applied without a person.
+    seen: list[Any] = []
+
+    def tidy(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        proposal.edits[0].value.clear()
+        state.artifacts["inv"].values()["lines"].clear()
+        verdicts["check"].findings[0].evidence["tidied"] = True
+        return None
+
+    def gate(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        shown = (
+            proposal.edits[0].value,
+            state.values()["inv"]["lines"],
+            verdicts["check"].findings[0].evidence,
+        )
+        seen.append(shown)
+        return "a person looks at every line" if shown[0] else None
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("inv", {"lines": [ctx.cycle]})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.1, findings=(lw.Finding("no", "inv", "lines"),))
+
+    rules = (lw.RiskRule(name="tidy", check=tidy), lw.RiskRule(name="gate", check=gate))
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(actor, verifier, cycles=2, risk=rules), TASK, task_key="k")
+    assert seen == [([1], [1], {})]
+    assert r.status == "awaiting_approval"
+    assert r.state.values()["inv"]["lines"] == []
+
+
 def test_a_risk_check_changing_the_verdicts_it_is_shown_decides_nothing(tmp_path: Path) -> None:
     # A rule's check was handed the engine's own verdicts: replacing a failed one accepted the
     # run, and the record said the check had passed.

@@ -400,9 +400,17 @@ def test_the_loops_recall_cap_reaches_the_store(rt: lw.Runtime, together: bool) 
         del rt.store.memory_search
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "10"])
+# (2**63: past the stores' 64-bit LIMIT, which refused it mid-run, IntegrityError)
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "10", 2**63])
 def test_a_recall_cap_must_be_a_positive_integer_or_none(bad: Any) -> None:
     with pytest.raises(lw.ConfigError, match="recall_ranked"):
         make_loop(Recorder(), recall_ranked=bad)
     with pytest.raises(lw.ConfigError, match="ranked"):
         lw.Runtime(":memory:").memory.retrieve(task_key="t", project="", ranked=bad)
+
+
+def test_the_largest_recall_cap_is_taken_by_the_store() -> None:
+    memory = lw.Runtime(":memory:").memory
+    memory.add(scope="task", scope_key="t", signal="correction", text="cite sources", by="ann")
+    found = memory.retrieve(task_key="t", project="", query="cite", ranked=2**63 - 1)
+    assert [m.text for m in found] == ["cite sources"]

@@ -77,3 +77,20 @@ def test_the_runs_row_written_every_cycle_does_not_hold_the_task(url: str) -> No
         assert [x.task for x in store.list_runs() if x.run_id == r.run_id] == [TASK]
         fork = rt.fork(r.run_id, at_cycle=1, task_key="k-fork")
         assert fork.task == TASK and store.get_run(fork.run_id).task == TASK
+
+
+def test_a_task_read_is_the_readers_own(url: str) -> None:
+    # The store keeps the tasks of the runs it read last (a run's task never changes): what
+    # it hands out is a copy, so a reader changing it changes neither the store's nor another
+    # reader's (before, the RunRecord's task was the one kept, and every state resolved from
+    # the store shared it: a resume works from the state latest_checkpoint resolves).
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(2), TASK, task_key="k")
+        rt.store.get_run(r.run_id).task["goal"] = "changed by a reader"
+        first = rt.store.latest_checkpoint(r.run_id).state["task"]
+        assert first == TASK
+        first["goal"] = "changed by another reader"
+        assert rt.store.latest_checkpoint(r.run_id).state["task"] == TASK
+        assert rt.store.checkpoints(r.run_id)[-1].state["task"] == TASK
+        assert rt.result(r.run_id).state.task == TASK
+        assert rt.store.get_run(r.run_id).task == TASK

@@ -657,20 +657,22 @@ class Store(LiveStore, PeopleStore, ABC):
 
     def _known_task(self, run_id: str) -> tuple[Any] | None:
         """The run's task if this store read it lately (a run's task never changes), else
-        ``None``: a store that keeps none reads the run's row."""
+        ``None``: a store that keeps none reads the run's row. The store's own: the reader
+        below hands out copies."""
         return None
 
     def _task_reader(self, run_id: str, *, now: bool = False) -> Callable[[], Any]:
         """The run's task, for a head that does not hold it (``codec.resolve``): read once,
         when first asked (``now``: read at once, as a state may be read after the store is
-        closed)."""
+        closed). Each state is given its own copy (its containers): a reader changing one
+        state's task changes neither another's nor the task the store keeps."""
         held: list[Any] = []
 
         def task() -> Any:
             if not held:
                 known = self._known_task(run_id)
                 held.append(self.get_run(run_id).task if known is None else known[0])
-            return held[0]
+            return codec.copy_json(held[0])
 
         if now:
             task()

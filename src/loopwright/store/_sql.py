@@ -36,6 +36,7 @@ from .._owners import owner_is_dead
 from .._record_codec import fill_versions, referred_versions
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, Version
+from .._state_codec import copy_json
 from ._base import (
     VERSION_COST,
     Approval,
@@ -475,8 +476,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         )
         # A run's task never changes: kept for the states this store resolves next
         # (``Store._known_task``), so reading a run's checkpoints reads its row no more.
+        # (a copy: the record's task is its reader's, who may change it)
         tasks = self._tasks
-        tasks[rec.run_id] = (rec.task,)
+        tasks[rec.run_id] = (copy_json(rec.task),)
         if len(tasks) > _TASKS_KEPT:
             tasks.pop(next(iter(tasks), ""), None)  # the oldest (threads may race: no raise)
         return rec
