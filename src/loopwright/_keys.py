@@ -75,22 +75,29 @@ def check_key(value: object, field: str = "task_key", *, at: str = "") -> str:
 
 
 def check_lookup(value: str, field: str = "run") -> None:
-    """A run id or task key given to find a run: refused (``ConfigError``) only for what no
-    store can look up alike — a character the rule refuses, or more than ``MAX_KEY_CHARS``
-    characters — so a run whose older key breaks the whitespace rule is still found by it."""
+    """A run id or task key given to find a run: refused (``ConfigError``) only for what a
+    store cannot look up alike — not text, a NUL (PostgreSQL refuses one in a query), a lone
+    surrogate (neither store can encode one). A key the rule of new keys refuses otherwise
+    (too long, a newline, padded) is looked up: a run an older release stored with such a key
+    is still found by it, and any other is simply not found."""
     if not isinstance(value, str):  # (the API's callers: a None or a number is a mistake)
         raise ConfigError(
             f"must be a run id or task key (text), not {type(value).__name__}", field=field
         )
-    if len(value) > MAX_KEY_CHARS:
+    if "\x00" in value:
+        i = value.index("\x00")
         raise ConfigError(
-            f"no run has this id or key: a run id or task key is at most {MAX_KEY_CHARS} "
-            f"characters (got {len(value)})",
+            f"a run id or task key must not hold a control character (U+0000 at position {i + 1})",
             field=field,
         )
-    why = _bad_char(value)
-    if why is not None:
-        raise ConfigError(f"no run has this id or key: a run id or task key {why}", field=field)
+    if not value.isprintable():
+        for i, ch in enumerate(value):
+            if "\ud800" <= ch <= "\udfff":
+                raise ConfigError(
+                    "a run id or task key must not hold a lone surrogate "
+                    f"(U+{ord(ch):04X} at position {i + 1})",
+                    field=field,
+                )
 
 
 def fit_key(base: str, suffix: str) -> str:
