@@ -30,7 +30,7 @@ from .._errors import (
     StoreCorruptError,
     StoreError,
 )
-from .._keys import check_lookup
+from .._keys import MAX_KEY_CHARS, check_lookup
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
 from .._record_codec import fill_versions, referred_versions
@@ -705,7 +705,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             row = conn.execute(q.run_by_id, (run_id,)).fetchone()
             if row is None:
                 row = conn.execute(q.run_by_task_key, (run_id,)).fetchone()
-            if row is None and run_id:
+            # (a prefix of a run id is short: a long one is no prefix, and SQLite refuses a
+            # LIKE pattern of 50,000 bytes)
+            if row is None and run_id and len(run_id) <= MAX_KEY_CHARS:
                 prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
                 rows = conn.execute(q.run_by_prefix, (prefix + "%",)).fetchall()
                 if len(rows) > 1:
@@ -714,7 +716,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     )
                 row = rows[0] if rows else None
         if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+            shown = repr(run_id) if len(run_id) <= 80 else f"{run_id[:60]!r}… ({len(run_id)} chars)"
+            raise RunNotFoundError(f"no run {shown} in {self.url}")
         return self._run(row)
 
     def list_runs(
