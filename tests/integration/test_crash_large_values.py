@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 from bigkills import workload as bw
+from crashpoints.killpoint import PHASES
 from support.crash import less_owed
 
 import loopwright as lw
@@ -50,16 +51,6 @@ from loopwright.cli import main as cli_main
 RUNNER = Path(__file__).resolve().parent / "bigkills" / "runner.py"
 KEY = "big-kills-1"
 ROLLBACK_TO = 2
-PHASES = (
-    "before_actor",
-    "after_actor",
-    "before_effect_intent",
-    "after_effect_intent",
-    "before_effect_result",
-    "after_effect_result",
-    "before_checkpoint",
-    "after_checkpoint",
-)
 # Differ between two runs of the same loop: ids, wall times, leases, and how an effect's
 # outcome was obtained (run, or reconciled after a kill; its result stays).
 VOLATILE = frozenset(
@@ -409,44 +400,39 @@ def _ids(cases: list[list[Step]]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("steps", _phase_cases(), ids=_ids(_phase_cases()))
-def test_kills_and_resume_with_large_values(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    backend: str,
-    steps: list[Step],
-    references: dict[str, Snapshot],
-) -> None:
-    url = _url(request, tmp_path, backend)
-    _play(url, tmp_path, steps)
-    _check(_snapshot(url, tmp_path), references["plain"])
-    # a cycle redone after a kill stores its values once too: its record names the versions
-    assert _naming_versions(url) == list(range(1, bw.DONE + 1))
+CASES = [("plain", c) for c in _phase_cases()] + [("rollback", c) for c in _rollback_cases()]
+# the layout each reference ends with: which cycles' records name versions
+NAMING = {"plain": list(range(1, bw.DONE + 1)), "rollback": [1, 2, 6, 7, 8]}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("steps", _rollback_cases(), ids=_ids(_rollback_cases()))
-def test_kills_around_a_rollback_keep_what_abandoned_cycles_proposed(
+@pytest.mark.parametrize(
+    ("reference", "steps"),
+    CASES,
+    ids=[f"{r}-{i}" for (r, _), i in zip(CASES, _ids([c for _, c in CASES]), strict=True)],
+)
+def test_kills_and_resume_end_as_the_uninterrupted_run(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     backend: str,
+    reference: str,
     steps: list[Step],
     references: dict[str, Snapshot],
 ) -> None:
     url = _url(request, tmp_path, backend)
     _play(url, tmp_path, steps)
     got = _snapshot(url, tmp_path)
-    _check(got, references["rollback"])
-    assert _naming_versions(url) == [1, 2, 6, 7, 8]
-    # cycles 3-5 were abandoned: their records still read the drafts 3-5 they proposed, not
-    # the drafts cycles 6-8 wrote since under the same version numbers
-    records = _concluded(got.records)
-    for cycle in range(ROLLBACK_TO + 1, bw.DONE + 1):
-        assert _edits(records[cycle])["body"] == bw.body(cycle, cycle)
-        assert _edits(records[cycle + bw.DONE - ROLLBACK_TO])["body"] == bw.body(
-            cycle + bw.DONE - ROLLBACK_TO, cycle
-        )
+    _check(got, references[reference])
+    # a cycle redone after a kill stores its values once too: its record names the versions
+    assert _naming_versions(url) == NAMING[reference]
+    if reference == "rollback":
+        # cycles 3-5 were abandoned: their records still read the drafts 3-5 they proposed,
+        # not the drafts cycles 6-8 wrote since under the same version numbers
+        records = _concluded(got.records)
+        for cycle in range(ROLLBACK_TO + 1, bw.DONE + 1):
+            assert _edits(records[cycle])["body"] == bw.body(cycle, cycle)
+            later = cycle + bw.DONE - ROLLBACK_TO
+            assert _edits(records[later])["body"] == bw.body(later, cycle)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
