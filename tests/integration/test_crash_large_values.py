@@ -131,7 +131,9 @@ def _play(url: str, work: Path, steps: list[Step]) -> None:
 
 
 def _naming_versions(url: str) -> list[int]:
-    """The cycles whose record, as the database holds it, names a version (holds no value)."""
+    """The cycles whose record, as the database holds it, names the versions of both large
+    edits (text and dict) instead of holding their values; any other record holds every
+    value (none names one and holds the other, none names the small counter's)."""
     with lw.Runtime(url) as rt:
         store: Any = rt.store
         run_id = store.get_run(KEY).run_id
@@ -141,11 +143,16 @@ def _naming_versions(url: str) -> list[int]:
                 "AND record IS NOT NULL ORDER BY seq",
                 (run_id,),
             ).fetchall()
-    return [
-        int(cycle)
-        for cycle, raw in rows
-        if '"version"' in (raw if isinstance(raw, str) else json.dumps(raw))
-    ]
+    out = []
+    for cycle, raw in rows:
+        rec = json.loads(raw) if isinstance(raw, str) else raw
+        edits = (rec.get("proposal") or {}).get("edits") or []
+        named = sorted(e["part"] for e in edits if "version" in e)
+        assert named in ([], ["body", "notes"]), (cycle, named)
+        if named:
+            assert all(set(e) == {"artifact", "part", "version"} for e in edits if "version" in e)
+            out.append(int(cycle))
+    return out
 
 
 # --- reading back ----------------------------------------------------------------------------
