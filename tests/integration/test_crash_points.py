@@ -43,6 +43,7 @@ from typing import Any
 
 import pytest
 from crashpoints import workload as wl
+from crashpoints.killpoint import PHASES
 from support.crash import less_owed
 
 import loopwright as lw
@@ -58,16 +59,6 @@ CYCLE_EVENTS = (
     "decision",
     "reflected",
     "stopped",
-)
-PHASES = (
-    "before_actor",
-    "after_actor",
-    "before_effect_intent",
-    "after_effect_intent",
-    "before_effect_result",
-    "after_effect_result",
-    "before_checkpoint",
-    "after_checkpoint",
 )
 # Dropped before comparing with the reference: wall time, ids, and how an effect outcome was
 # obtained (run, recovered after a restart, reconciled, how many attempts) — its result stays.

@@ -9,6 +9,18 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+# The phase boundaries of a cycle the engine reports (``Runtime._on_phase``), in order.
+PHASES = (
+    "before_actor",
+    "after_actor",
+    "before_effect_intent",
+    "after_effect_intent",
+    "before_effect_result",
+    "after_effect_result",
+    "before_checkpoint",
+    "after_checkpoint",
+)
+
 
 def kill_point(var: str) -> tuple[str, int] | None:
     """``PHASE:N`` from environment variable ``var``: the N-th time phase ``PHASE`` is reached."""
