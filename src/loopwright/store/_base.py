@@ -668,14 +668,17 @@ class Store(LiveStore, PeopleStore, ABC):
         state's task changes neither another's nor the task the store keeps."""
         held: list[Any] = []
 
+        def fetch() -> None:
+            known = self._known_task(run_id)
+            held.append(self.get_run(run_id).task if known is None else known[0])
+
         def task() -> Any:
             if not held:
-                known = self._known_task(run_id)
-                held.append(self.get_run(run_id).task if known is None else known[0])
+                fetch()
             return codec.copy_json(held[0])
 
         if now:
-            task()
+            fetch()  # (read, not copied: no state asked for it yet)
         return task
 
     def _loader(self, run_id: str) -> VersionLoader:

@@ -78,7 +78,8 @@ __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 _log = logging.getLogger("loopwright.store")
 #: Above every event id (both backends' ids are 64-bit integers): "no upper bound".
 _NO_ID = 2**63 - 1
-#: Run tasks a store keeps at hand, the runs read last (``SQLStore._known_task``).
+#: Run tasks a store keeps at hand, of the runs it read (the first read leaves first;
+#: ``SQLStore._known_task``).
 _TASKS_KEPT = 64
 
 RUN_COLS = (
@@ -478,6 +479,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         # (``Store._known_task``), so reading a run's checkpoints reads its row no more.
         # (a copy: the record's task is its reader's, who may change it)
         tasks = self._tasks
+        if rec.run_id in tasks:
+            return rec  # kept already (copied once: a run row is read every commit by some)
         tasks[rec.run_id] = (copy_json(rec.task),)
         if len(tasks) > _TASKS_KEPT:
             tasks.pop(next(iter(tasks), ""), None)  # the oldest (threads may race: no raise)
@@ -1030,14 +1033,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         rows = conn.execute(
             q.records_naming_versions, (run_id, after_cycle, '%"version":%')
         ).fetchall()
-        for seq, raw in rows:
-            rec = jl(raw)
-            keys = referred_versions(rec)
-            if not keys:
-                continue  # the text matched inside a value: nothing is named
-            found = self._version_keys(conn, run_id, keys)
-            fill_versions(rec, {(r[0], int(r[1])): jl(r[4]) for r in found})
-            conn.execute(q.set_record, (js(rec), run_id, seq))
+        # (the text may match inside a value: a record naming nothing is left as it is)
+        named = [(seq, rec) for seq, raw in rows if referred_versions(rec := jl(raw))]
+        if named:
+            self._fill_versions(conn, run_id, [rec for _seq, rec in named])
+            self._executemany(conn, q.set_record, [(js(rec), run_id, seq) for seq, rec in named])
 
     def commit_request(self, it: CommitRequest) -> bool:
         now = time.time()
