@@ -364,6 +364,7 @@ class Cycle(RuntimeHost):
         for check in loop.verifiers:
             light = not check.held_out
             where = f"verifier {check.name}"
+            own = partial(_copies, candidate, loader, proposal, light)  # this check's copies
             try:
                 verdict, secs = await call_with_retry(
                     self.store,
@@ -372,10 +373,10 @@ class Cycle(RuntimeHost):
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
-                    args=_copies(candidate, loader, proposal, light),
+                    args=own(),
                     timeout=check.timeout_s,
                     deadline=ex.deadline,
-                    again=partial(_copies, candidate, loader, proposal, light),  # a retry's own
+                    again=own,  # a retry's own
                 )
             except OutOfTime as exc:
                 charge(ex, f"verifier:{check.name}", exc.billed)

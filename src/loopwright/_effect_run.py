@@ -248,12 +248,12 @@ async def perform_effect(
         hook that knows what the action cost returns ``EffectResult(value, usage=…)``: the
         crashed attempt is then charged, as a finished one is."""
         assert eff.reconcile_fn is not None
+        # bounded as the effect's own call is (its timeout, inside the lease): a hook that
+        # hangs must not hold the run, nor act after its lease is gone. Asked before the hook
+        # is called, as for the call itself: a lease lost there is the engine's, not the hook's
+        limit = call_limit()
         try:
-            # bounded as the effect's own call is (its timeout, inside the lease): a hook
-            # that hangs must not hold the run, nor act after its lease is gone
-            found, _ = await call_user(
-                eff.reconcile_fn, ikey, timeout=call_limit(), threaded=ex.threaded
-            )
+            found, _ = await call_user(eff.reconcile_fn, ikey, timeout=limit, threaded=ex.threaded)
         except CallTimeout as exc:
             return "error", f"the reconcile hook timed out ({exc})", None
         except Exception as exc:

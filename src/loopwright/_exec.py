@@ -119,23 +119,21 @@ class Execution:
         the layout before v4 holds every version inline: its first commit writes them all."""
         s = self.state
         s.attach(lambda ref: store.versions(self.run_id, ref))
-        if stored.get("format") == FORMAT:
+        current = stored.get("format") == FORMAT
+        # Earlier rejected digests stay in the store, asked about one at a time (at cycle 0
+        # there are none to ask about until some leave memory: ``Digests.durable``). A state
+        # of the layout before v4 holds every digest: its first commit writes them all.
+        s.rejected = Digests(
+            s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=current and s.cycle > 0
+        )
+        if current:
             self.written = {
                 (part_ref(a.name, p.name), n): v.status
                 for a in s.artifacts.values()
                 for p in a.parts.values()
                 for n, v in p.known.items()
             }
-            # earlier rejected digests stay in the store, asked about one at a time (at cycle
-            # 0 there are none to ask about until some leave memory: ``Digests.durable``)
-            s.rejected = Digests(
-                s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=s.cycle > 0
-            )
             self.rejected_written = len(s.rejected)
-        else:  # every digest is in memory; the first commit writes them all
-            s.rejected = Digests(
-                s.rejected, lambda d: store.is_rejected(self.run_id, d), stored=False
-            )
 
     def at(self, name: str) -> None:
         """A phase boundary of the cycle (the crash-point tests kill the process here)."""

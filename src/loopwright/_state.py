@@ -448,6 +448,12 @@ _FILTER_BITS = 1 << 17  # 16 KiB: under 2 % of misses asked about at 10,000 dige
 _FILTER_MASK = _FILTER_BITS - 1
 
 
+def _filter_bits(digest: str) -> tuple[int, int]:
+    """The two bits of the digest filter that stand for ``digest`` (set and tested alike)."""
+    h = hash(digest)
+    return h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
+
+
 class Digests(list[str]):
     """The digests of rejected proposals: a list (in order) that answers ``in`` from a set,
     so the duplicate check costs the same at cycle 5,000 as at cycle 5. Memory stays bounded
@@ -491,8 +497,7 @@ class Digests(list[str]):
             # (a process's own string hash: the filter never leaves the process)
             f = self._filter
             assert f is not None  # (mode 1: some digests left memory)
-            h = hash(item)
-            a, b = h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
+            a, b = _filter_bits(item)
             if not (f[a >> 3] >> (a & 7)) & 1 or not (f[b >> 3] >> (b & 7)) & 1:
                 return False  # never let go of: not rejected
         lookup = self.lookup
@@ -518,8 +523,7 @@ class Digests(list[str]):
         if f is None:
             f = self._filter = bytearray(_FILTER_BITS >> 3)
         for d in self[:drop]:
-            h = hash(d)
-            a, b = h & _FILTER_MASK, (h >> 17) & _FILTER_MASK
+            a, b = _filter_bits(d)
             f[a >> 3] |= 1 << (a & 7)
             f[b >> 3] |= 1 << (b & 7)
         del self[:drop]
