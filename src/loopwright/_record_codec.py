@@ -209,7 +209,10 @@ def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:
 # a run write those version numbers again, first writes the values back into the records of the
 # cycles it abandons (``SQLStore._inline_versions_in``), so a record keeps what was proposed.
 # Small values stay in the record: naming a version costs about as many bytes, and a read.
+# A ``replace`` proposal's parts are plain values, with no dict to mark: a named one is left as
+# null in ``"replace"`` (its order kept) and listed under ``"replace_versions"``.
 REFER_MIN_CHARS = 256  # a text's length from which its edit names the version
+REPLACE_VERSIONS = "replace_versions"  # a proposal's key: {artifact: {part: version}}
 
 
 def refer_versions(
@@ -232,6 +235,8 @@ def refer_versions(
         t = type(v)
         if (t is str and len(v) >= REFER_MIN_CHARS) or ((t is dict or t is list) and v):
             return _referred(record, p, rows, clean)
+    if p.get("replace"):  # rare: a whole artifact rewritten
+        return _referred(record, p, rows, clean)
     return record
 
 
@@ -249,20 +254,47 @@ def _referred(
     clean: Callable[[Any], bool] | None,
 ) -> dict[str, Any]:
     made = {(ref, id(value)): n for ref, n, _cycle, _status, value in rows}
+
+    def named(artifact: Any, part: Any, v: Any) -> int | None:
+        if not _referable(v):
+            return None
+        n = made.get((f"{artifact}/{part}", id(v)))
+        if n is not None and clean is not None and not clean(v):
+            return None  # it holds a secret: masked in the record, as any other value
+        return n
+
+    out = dict(p)
     new: list[Any] = []
     hit = False
-    for e in p["edits"]:
-        n = None
-        if type(e) is dict and _referable(v := e.get("value")):
-            n = made.get((f"{e.get('artifact')}/{e.get('part')}", id(v)))
-            if n is not None and clean is not None and not clean(v):
-                n = None  # it holds a secret: masked in the record, as any other value
+    for e in p.get("edits") or ():
+        n = named(e.get("artifact"), e.get("part"), e.get("value")) if type(e) is dict else None
         if n is None:
             new.append(e)
         else:
             new.append({"artifact": e["artifact"], "part": e["part"], "version": n})
             hit = True
-    return {**record, "proposal": {**p, "edits": new}} if hit else record
+    if hit:
+        out["edits"] = new
+    # A replacement's part has no dict of its own to mark, so its value is left as null (the
+    # parts keep their order) and ``replace_versions`` says which versions hold them.
+    replace, versions = p.get("replace"), {}
+    if type(replace) is dict:
+        for artifact, parts in replace.items():
+            if type(parts) is not dict:
+                continue
+            got = {k: n for k, v in parts.items() if (n := named(artifact, k, v)) is not None}
+            if got:
+                versions[artifact] = got
+    if versions:
+        assert type(replace) is dict  # (for mypy: only a dict's parts are named)
+        out["replace"] = {
+            a: {k: None if k in versions.get(a, ()) else v for k, v in parts.items()}
+            if a in versions
+            else parts
+            for a, parts in replace.items()
+        }
+        out[REPLACE_VERSIONS] = versions
+    return {**record, "proposal": out} if hit or versions else record
 
 
 def _refs(record: Mapping[str, Any]) -> list[tuple[int, str, int]]:
@@ -277,23 +309,57 @@ def _refs(record: Mapping[str, Any]) -> list[tuple[int, str, int]]:
     ]
 
 
+def _replace_refs(record: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """``(artifact, part, n)`` of each replaced part whose value version ``n`` holds."""
+    p = record.get("proposal")
+    named = p.get(REPLACE_VERSIONS) if isinstance(p, dict) else None
+    if not isinstance(named, dict):
+        return []
+    return [
+        (a, k, n)
+        for a, parts in named.items()
+        if isinstance(parts, dict)
+        for k, n in parts.items()
+        if type(n) is int
+    ]
+
+
 def referred_versions(record: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """The ``(ref, n)`` of the versions ``record``'s edits name instead of holding a value."""
-    return [(ref, n) for _i, ref, n in _refs(record)]
+    """The ``(ref, n)`` of the versions ``record``'s edits and replacements name instead of
+    holding a value."""
+    return [(ref, n) for _i, ref, n in _refs(record)] + [
+        (f"{a}/{k}", n) for a, k, n in _replace_refs(record)
+    ]
 
 
 def fill_versions(record: dict[str, Any], values: Mapping[tuple[str, int], Any]) -> dict[str, Any]:
     """``record`` with each edit that names a version given its value back (its proposal
     replaced in place: the record is one just read or unpacked). A version the store lacks
     (damage) leaves the edit as stored."""
-    refs = _refs(record)
-    if not refs:
+    refs, replaced = _refs(record), _replace_refs(record)
+    if not (refs or replaced):
         return record
-    p = record["proposal"]
-    edits = list(p["edits"])  # the list may be shared with a record being written
-    for i, ref, n in refs:
-        if (ref, n) in values:
-            e = edits[i]
-            edits[i] = {"artifact": e["artifact"], "part": e["part"], "value": values[ref, n]}
-    record["proposal"] = {**p, "edits": edits}
+    p = record["proposal"] = dict(record["proposal"])  # may be shared with a record written
+    if refs:
+        edits = p["edits"] = list(p["edits"])
+        for i, ref, n in refs:
+            if (ref, n) in values:
+                e = edits[i]
+                edits[i] = {"artifact": e["artifact"], "part": e["part"], "value": values[ref, n]}
+    if replaced:
+        replace = p["replace"] = {
+            a: dict(parts) if isinstance(parts, dict) else parts
+            for a, parts in (p.get("replace") or {}).items()
+        }
+        left: dict[str, dict[str, int]] = {}
+        for a, k, n in replaced:
+            parts = replace.get(a)
+            if isinstance(parts, dict) and (f"{a}/{k}", n) in values:
+                parts[k] = values[f"{a}/{k}", n]
+            else:
+                left.setdefault(a, {})[k] = n
+        if left:
+            p[REPLACE_VERSIONS] = left
+        else:
+            del p[REPLACE_VERSIONS]
     return record

@@ -23,12 +23,15 @@ def draft(tag: str, cycle: int) -> str:
     return (head + "lorem ipsum dolor sit amet " * (SIZE // 27 + 1))[:SIZE]
 
 
-def _loop(tag: str, cycles: int, proposed: list[str], done: str | None = None) -> lw.Loop:
+def _loop(
+    tag: str, cycles: int, proposed: list[str], done: str | None = None, replace: bool = False
+) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         value = draft(tag, ctx.cycle)
         proposed.append(value)
         # a small part beside it stays in the record
-        return lw.Proposal.edit("doc", {"body": value, "title": f"{tag}{ctx.cycle}"})
+        parts = {"body": value, "title": f"{tag}{ctx.cycle}"}
+        return lw.Proposal(replace={"doc": parts}) if replace else lw.Proposal.edit("doc", parts)
 
     def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         if state.values()["doc"]["body"] == done:
@@ -56,21 +59,30 @@ def _raw_records(store: Store, run_id: str) -> list[str]:
     return [r[0] if isinstance(r[0], str) else str(r[0]) for r in rows]
 
 
-def _bodies(store: Store, run_id: str) -> dict[int, list[tuple[str, Any]]]:
-    """Each cycle's edits as read back: cycle -> [(part, value)], from ``iter_records``."""
-    out: dict[int, list[tuple[str, Any]]] = {}
-    for _seq, cycle, rec in store.iter_records(run_id):
-        if rec is not None and "proposal" in rec:
-            out.setdefault(cycle, []).extend(
-                (e["part"], e["value"]) for e in rec["proposal"]["edits"]
-            )
+def _written(proposal: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A recorded proposal's part writes, ``[(part, value)]``: its edits, then its
+    replacements (and no key the engine does not write)."""
+    assert "replace_versions" not in proposal  # the store's own note, never read back
+    out = [(e["part"], e["value"]) for e in proposal["edits"]]
+    for parts in (proposal.get("replace") or {}).values():
+        out.extend(parts.items())
     return out
 
 
-def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str) -> None:
+def _bodies(store: Store, run_id: str) -> dict[int, list[tuple[str, Any]]]:
+    """Each cycle's part writes as read back: cycle -> [(part, value)], from ``iter_records``."""
+    out: dict[int, list[tuple[str, Any]]] = {}
+    for _seq, cycle, rec in store.iter_records(run_id):
+        if rec is not None and "proposal" in rec:
+            out.setdefault(cycle, []).extend(_written(rec["proposal"]))
+    return out
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["edit", "replace"])
+def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str, replace: bool) -> None:
     proposed: list[str] = []
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(_loop("A", 4, proposed), TASK, task_key="k")
+        r = rt.run_sync(_loop("A", 4, proposed, replace=replace), TASK, task_key="k")
         assert r.cycles == 4
         raw = _raw_records(rt.store, r.run_id)
         # before: each record held its 3,000-character draft beside the version holding it
@@ -80,7 +92,7 @@ def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str) -> Non
         assert _bodies(rt.store, r.run_id) == expect
         # the checkpoint reader (show, fork, replay) gives the same records
         from_checkpoints = {
-            ck.cycle: [(e["part"], e["value"]) for e in ck.record["proposal"]["edits"]]
+            ck.cycle: _written(ck.record["proposal"])
             for ck in rt.store.checkpoints(r.run_id)
             if ck.record is not None and "proposal" in ck.record
         }
@@ -90,22 +102,24 @@ def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str) -> Non
         assert [v.value for v in body.versions][1:] == proposed
 
 
-def test_a_rollback_keeps_what_the_abandoned_cycles_proposed(url: str) -> None:
+@pytest.mark.parametrize("replace", [False, True], ids=["edit", "replace"])
+def test_a_rollback_keeps_what_the_abandoned_cycles_proposed(url: str, replace: bool) -> None:
     first: list[str] = []
     again: list[str] = []
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(_loop("A", 8, first, done=draft("A", 5)), TASK, task_key="k")
+        loop = _loop("A", 8, first, done=draft("A", 5), replace=replace)
+        r = rt.run_sync(loop, TASK, task_key="k")
         assert (r.cycles, r.stop_reason) == (5, "success")
         rt.rollback(r.run_id, 2, by="alice")
         # the run goes on from cycle 2's parts: its new drafts (cycles 6-8) take version numbers
         # 3, 4, 5 again
-        rt.resume_sync(r.run_id, _loop("B", 8, again))
+        rt.resume_sync(r.run_id, _loop("B", 8, again, replace=replace))
         assert len(again) == 3
         seen: dict[str, list[int]] = {}
         for _seq, cycle, rec in rt.store.iter_records(r.run_id):
             if rec is None or "proposal" not in rec:
                 continue
-            body = rec["proposal"]["edits"][0]["value"]
+            body = dict(_written(rec["proposal"]))["body"]
             seen.setdefault(body[:1], []).append(cycle)
             assert body == draft(body[:1], cycle)  # what that cycle proposed, not a later value
         assert seen == {"A": [1, 2, 3, 4, 5], "B": [6, 7, 8]}

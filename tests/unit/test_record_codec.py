@@ -286,3 +286,48 @@ def test_a_version_the_store_lacks_leaves_the_edit_as_stored() -> None:
     stored = codec.refer_versions(_edits(_BIG), rows)
     again = codec.fill_versions(json.loads(json.dumps(stored)), {})
     assert again["proposal"]["edits"] == [{"artifact": "a", "part": "p0", "version": 9}]
+
+
+def _replacing(parts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cycle": 2,
+        "proposal": {"kind": "replace", "edits": [], "replace": {"a": parts, "b": {"q": 1}}},
+        "digest": "d",
+    }
+
+
+def test_a_large_replaced_value_names_its_version_and_keeps_the_parts_order() -> None:
+    big, listed, small = _BIG + "r", [3, 4], "short"
+    rec = _replacing({"p0": big, "p1": small, "p2": listed})
+    rows = [("a/p0", 5, 2, "candidate", big), ("a/p1", 5, 2, "candidate", small),
+            ("a/p2", 2, 2, "candidate", listed), ("b/q", 8, 2, "candidate", 1)]  # fmt: skip
+    stored = codec.refer_versions(rec, rows)
+    assert stored["proposal"]["replace"] == {"a": {"p0": None, "p1": "short", "p2": None},
+                                             "b": {"q": 1}}  # fmt: skip
+    assert stored["proposal"]["replace_versions"] == {"a": {"p0": 5, "p2": 2}}
+    assert rec == _replacing({"p0": big, "p1": small, "p2": listed})  # not changed
+    assert codec.referred_versions(stored) == [("a/p0", 5), ("a/p2", 2)]
+    read = codec.unpack(json.loads(json.dumps(codec.pack(stored))))
+    back = codec.fill_versions(read, {("a/p0", 5): big, ("a/p2", 2): listed})
+    whole = codec.unpack(codec.pack(rec))  # the record as any reader sees one stored whole
+    assert back == whole
+    assert list(back["proposal"]) == list(whole["proposal"])  # no key of the store's left
+    assert list(back["proposal"]["replace"]["a"]) == ["p0", "p1", "p2"]
+
+
+def test_a_replaced_value_the_store_lacks_stays_named() -> None:
+    rows = [("a/p0", 5, 2, "candidate", _BIG), ("a/p1", 6, 2, "candidate", [1])]
+    stored = codec.refer_versions(_replacing({"p0": _BIG, "p1": [1]}), rows)
+    again = codec.fill_versions(json.loads(json.dumps(stored)), {("a/p1", 6): [1]})
+    assert again["proposal"]["replace"]["a"] == {"p0": None, "p1": [1]}
+    assert again["proposal"]["replace_versions"] == {"a": {"p0": 5}}
+
+
+def test_a_replaced_value_the_clean_test_refuses_stays_in_the_record() -> None:
+    secret, plain = _BIG + "secret", _BIG + "plain"
+    rows = [("a/p0", 1, 2, "candidate", secret), ("a/p1", 1, 2, "candidate", plain)]
+    stored = codec.refer_versions(
+        _replacing({"p0": secret, "p1": plain}), rows, lambda v: "secret" not in v
+    )
+    assert stored["proposal"]["replace"]["a"] == {"p0": secret, "p1": None}
+    assert stored["proposal"]["replace_versions"] == {"a": {"p1": 1}}

@@ -1031,9 +1031,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         Read and rewritten in ``conn``; once per rollback, over the cycles it abandons."""
         q, jl, js = self._q, self._jl, self._js
         rows = conn.execute(
-            q.records_naming_versions, (run_id, after_cycle, '%"version":%')
+            q.records_naming_versions, (run_id, after_cycle, "%version%")
         ).fetchall()
-        # (the text may match inside a value: a record naming nothing is left as it is)
+        # (an edit's "version", a replacement's "replace_versions"; the text may match inside
+        # a value: a record naming nothing is left as it is)
         named = [(seq, rec) for seq, raw in rows if referred_versions(rec := jl(raw))]
         if named:
             self._fill_versions(conn, run_id, [rec for _seq, rec in named])
