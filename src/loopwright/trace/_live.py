@@ -18,7 +18,9 @@ session completed are not sent twice, those it sent incomplete are sent again, c
 person's operation through a traced ``Runtime`` (rollback, cancel, edit: one commit) is a
 session of its own: it sends what its commit completed and its ``run`` span, then ends. Where
 the earlier sessions ended is the commit the session opened the run at (``opened_at``, the
-engine says), not guessed from the log: an operation writes no ``started``/``resumed``.
+engine says), not guessed from the log: an operation writes no ``started``/``resumed``. What
+they sent is what the log up to that commit's last event showed complete: judged by the log's
+order, never by comparing times (sessions on hosts whose clocks disagree write the same log).
 
 Nothing here is imported by the engine unless tracing is configured, and ``opentelemetry`` is
 imported only then (the ``otel`` extra). A tracer failure is logged once and never fails a run.
@@ -31,12 +33,12 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._contract import TERMINAL_STATUSES
 from .._redact import redact, redact_text
-from ..store import Approval, Checkpoint, Event, Store
+from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ._otlp import _SCOPE, _nanos
 from ._spans import (
     APPROVAL_KINDS,
@@ -146,11 +148,15 @@ class _RunTrace:
     events: list[Event] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
-    # When the session before this one last committed: the checkpoint this session opened the
-    # run at (``None``: no earlier session). A span that ended by then was sent by that session
-    # (if it was traced); one still open then, or completed by what happened since (a
-    # decision, an effect's outcome journaled before a crash), is sent by this one.
-    earlier_end: float | None = None
+    # The id of the last event the sessions before this one had when they last committed (the
+    # commit this session opened the run at; 0: no earlier session), and the keys of the spans
+    # the log up to it showed complete: they sent those (if traced). A span still open there,
+    # or completed by what came after in the log (a decision, an effect's outcome journaled
+    # before a crash, a person's answer), is sent by this one. Order, not time: this session's
+    # clock may be behind or ahead of theirs. ``sent`` is judged at the first commit and
+    # dropped with the window it was judged on.
+    seen: int = 0
+    sent: set[str] = field(default_factory=set)
     open: dict[str, Any] = field(default_factory=dict)  # span key -> SDK span
     # Keys of the spans sent (or an earlier session sent): a cycle's while its window is
     # rebuilt, the run's own (effects and approvals outside a cycle) for the whole session.
@@ -214,6 +220,7 @@ class LiveTracer:
     def _update(self, run_id: str, opened_at: int, session_ends: bool) -> None:
         store = self.store
         rt = self._runs.get(run_id)
+        fresh = rt is None
         if rt is None:
             rt = self._runs[run_id] = self._open(run_id, opened_at)
             new = rt.events
@@ -241,16 +248,20 @@ class LiveTracer:
             )
         rec = store.get_run(run_id)
         ending = session_ends or rec.status in TERMINAL_STATUSES or rec.status in _PAUSED
+        approvals = [a for a in rt.approvals if a.approval_id in ids]
+        occurrences = {
+            e.cycle: rt.occurrences.get(e.cycle) for e in window if e.kind == "cycle_started"
+        }
+        if fresh and rt.seen:
+            rt.sent = self._sent_earlier(rec, rt, approvals, occurrences, opened_at)
         spans = build_spans(
             rec,
             window,
             rt.checkpoints,
-            [a for a in rt.approvals if a.approval_id in ids],
+            approvals,
             first_seq=rt.first_seq,
             after_ts=rt.after_ts,
-            occurrences={
-                e.cycle: rt.occurrences.get(e.cycle) for e in window if e.kind == "cycle_started"
-            },
+            occurrences=occurrences,
         )
         root = spans[0]
         if ending:
@@ -273,8 +284,10 @@ class LiveTracer:
             if window:
                 rt.after_ts = window[-1].ts
             rt.events, rt.checkpoints = [], []
-            # a later window's cycles are other occurrences: their keys are new
+            # a later window's cycles are other occurrences: their keys are new; its events
+            # all came after what the earlier sessions had
             rt.done = {k for k in rt.done if not k.startswith("cycle/")}
+            rt.sent = set()
 
     def _open(self, run_id: str, opened_at: int) -> _RunTrace:
         """What a session needs to follow a run from its first commit: for a run that earlier
@@ -293,7 +306,7 @@ class LiveTracer:
         rt.checkpoints = store.checkpoints(run_id)
         if rt.checkpoints:
             rt.last_seq, rt.last_fields = rt.checkpoints[-1].seq, rt.checkpoints[-1].fields
-        rt.earlier_end = _earlier_session_end(rt.checkpoints, opened_at)
+        rt.seen = _last_seen(rt.events, rt.checkpoints, opened_at)
         return rt
 
     def _resumed(self, run_id: str, opened_at: int) -> _RunTrace | None:
@@ -310,10 +323,12 @@ class LiveTracer:
         cks = store.checkpoints_after(run_id, opened_at - 1)
         if not cks or cks[0].seq != opened_at:
             return None
-        earlier_end = cks[0].created_at
-        # This session's commits' times (a clock behind the earlier session's must not make
-        # one of its own decisions the place to start from)
-        own = {c.created_at for c in cks[1:]}
+        # The events a commit writes carry its checkpoint's time (one ``now``): the newest event
+        # with the time of the commit this session opened the run at is the last the earlier
+        # sessions had. A tag matched, not a clock compared: this session's clock may be
+        # behind or ahead of theirs. (A commit that wrote no event: the whole log is read.)
+        stamp = cks[0].created_at
+        seen: int | None = None
         # requests still pending: the window must start before each was made
         answered = {a.approval_id for a in store.approvals(run_id=run_id, status="pending")}
         asked: set[str] = set()
@@ -326,10 +341,11 @@ class LiveTracer:
         while cut is None:
             page = store.events_tail(run_id, before_id=below, limit=size)
             for ev in page:
+                if seen is None and ev.ts == stamp:
+                    seen = ev.id
                 if (
                     ev.kind == "decision"
-                    and ev.ts <= earlier_end
-                    and ev.ts not in own
+                    and seen is not None  # at or before the last event the earlier sessions had
                     and needed <= started
                     and answered <= asked
                 ):
@@ -348,7 +364,7 @@ class LiveTracer:
             if page:
                 below = page[-1].id
             size = min(2 * size, _TAIL_PAGE[1])
-        assert cut is not None
+        assert cut is not None and seen is not None
         # The checkpoints the window's commits wrote: after the one the cut's commit wrote (a
         # commit's events carry its checkpoint's time).
         back = 2
@@ -365,7 +381,7 @@ class LiveTracer:
         rt = _RunTrace(
             events=window,
             checkpoints=[c for c in cks if c.seq > at],
-            earlier_end=earlier_end,
+            seen=seen,
             last_event=window[-1].id if window else cut.id,
             last_seq=cks[-1].seq,
             last_fields=cks[-1].fields,
@@ -385,6 +401,35 @@ class LiveTracer:
         again = again if rolled else {n for n in again if n <= cut.cycle}
         rt.occurrences.other.update(store.cycle_starts(run_id, before_id=first_id, cycles=again))
         return rt
+
+    def _sent_earlier(
+        self,
+        rec: RunRecord,
+        rt: _RunTrace,
+        approvals: list[Approval],
+        occurrences: Mapping[int, int],
+        opened_at: int,
+    ) -> set[str]:
+        """The keys of the window's spans the earlier sessions sent: those complete in the
+        tree of the window's events up to the last they had (``rt.seen``), as the last of
+        them built it at its last commit (a request answered after it still waiting there)."""
+        had = [e for e in rt.events if e.id <= rt.seen]
+        if not had:
+            return set()
+        answered = {str(e.data.get("approval_id")) for e in had if e.kind == "approval_decided"}
+        spans = build_spans(
+            rec,
+            had,
+            [c for c in rt.checkpoints if c.seq <= opened_at],
+            [
+                a if a.approval_id in answered else replace(a, status="pending", decided_at=None)
+                for a in approvals
+            ],
+            first_seq=rt.first_seq,
+            after_ts=rt.after_ts,
+            occurrences=occurrences,
+        )
+        return {s.key for s in spans[1:] if not s.incomplete}
 
     def _loose(self, run_id: str, ev: Event, first_id: int, rolled: list[int]) -> bool:
         """Whether ``ev`` (before the window, of a kind a cycle seldom writes) is on the run
@@ -412,8 +457,8 @@ class LiveTracer:
                 if s.parent is not None and s.parent not in rt.open:
                     rt.done.add(s.key)  # under a span an earlier session sent: sent then too
                     continue
-                if s.parent is not None and _sent_before(s, rt.earlier_end):
-                    rt.done.add(s.key)
+                if s.parent is not None and s.key in rt.sent:
+                    rt.done.add(s.key)  # an earlier session sent it complete
                     continue
                 ctx = (
                     trace.set_span_in_context(rt.open[s.parent])
@@ -437,20 +482,16 @@ class LiveTracer:
             rt.done.add(s.key)
 
 
-def _earlier_session_end(checkpoints: list[Checkpoint], opened_at: int) -> float | None:
-    """The time of the earlier session's last commit: the checkpoint this session opened the
-    run at (a commit's events share its time), ``None`` for the run's first (seq 0: only its
-    creation). Not guessed from the log: an operation (rollback, cancel, edit) writes no
-    ``started``/``resumed``."""
+def _last_seen(events: list[Event], checkpoints: list[Checkpoint], opened_at: int) -> int:
+    """The id of the last event the earlier sessions had at their last commit, the checkpoint
+    this session opened the run at (0 for the run's first, seq 0: no earlier session; not
+    guessed from the log: an operation writes no ``started``/``resumed``). A commit's events
+    carry its checkpoint's time: the last event of the latest commit up to ``opened_at`` that
+    wrote any (times matched as tags, never compared: clocks of hosts may disagree)."""
     if opened_at <= 0:
-        return None
-    ck = next((c for c in reversed(checkpoints) if c.seq == opened_at), None)
-    return ck.created_at if ck is not None else None
-
-
-def _sent_before(s: Span, earlier_end: float | None) -> bool:
-    """Whether ``s`` had ended when the earlier session last committed (it sent it then)."""
-    return earlier_end is not None and not s.incomplete and s.end <= earlier_end
+        return 0
+    stamps = {c.created_at for c in checkpoints if c.seq <= opened_at}
+    return max((e.id for e in events if e.ts in stamps), default=0)
 
 
 def _finish(sdk: Any, s: Span) -> None:
