@@ -1629,23 +1629,35 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 )
                 args.append(f"{{text rule}} : ({terms}) AND tag : ({tags})")
             else:
-                # Capped, ts_rank() reads only the newest ``ranked`` matches' vectors.
+                tsq = " | ".join(f"'{t}'" for t in s.terms)
                 match = (
                     f"FROM memory m, to_tsquery('english'::regconfig, {m}) q "
-                    f"WHERE m.search @@ q AND m.status='active' AND {in_scope}"
+                    f"WHERE m.search @@ q AND m.status='active'"
                 )
                 if s.ranked is None:
                     ctes.append(
                         "hit AS MATERIALIZED (SELECT m.memory_id AS k, ts_rank(m.search, q) "
-                        f"AS raw {match})"
+                        f"AS raw {match} AND {in_scope})"
                     )
+                    args += [tsq, *pair_args]
                 else:
+                    # Capped, the newest ``ranked`` matches of each scope (memory_recent, one
+                    # index walk per scope that stops at the cap; an OR of scopes would make
+                    # the planner read every match and sort them), then the newest of those;
+                    # ts_rank() reads only their vectors.
+                    cap = f"ORDER BY created_at DESC, k DESC LIMIT {int(s.ranked)}"
+                    per_scope = " UNION ALL ".join(
+                        [
+                            f"(SELECT m.memory_id AS k, m.created_at, m.search, q {match} "
+                            f"AND m.scope={m} AND m.scope_key={m} {cap})"
+                        ]
+                        * len(pairs)
+                    )
                     ctes.append(
                         "hit AS MATERIALIZED (SELECT c.k, ts_rank(c.search, c.q) AS raw FROM "
-                        f"(SELECT m.memory_id AS k, m.search, q {match} ORDER BY m.created_at "
-                        f"DESC, m.memory_id DESC LIMIT {int(s.ranked)}) c)"
+                        f"(SELECT * FROM ({per_scope}) u {cap}) c)"
                     )
-                args += [" | ".join(f"'{t}'" for t in s.terms), *pair_args]
+                    args += [v for pair in pairs for v in (tsq, *pair)]
             top = "(SELECT MAX(raw) FROM hit)"
             rel = f"CASE WHEN t.top > 0 THEN {floor} + {1 - floor} * h.raw / t.top ELSE {floor} END"
             ctes.append(f"t AS (SELECT {top} AS top)")
