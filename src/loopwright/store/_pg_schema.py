@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ._blobs import BLOBS_PG
 from ._people_schema import PEOPLE_PG
-from ._schema import BACKFILL_CLAIMS
+from ._schema import BACKFILL_CLAIMS, EVENTS_NOTIFIED_SQL
 
 __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
 
@@ -268,4 +268,6 @@ PG_MIGRATIONS: list[list[str]] = [
         "CREATE INDEX IF NOT EXISTS memory_recent ON memory(scope, scope_key, "
         "created_at DESC, memory_id DESC) WHERE status = 'active'"
     ],
+    # v11: a webhook delivery reads its run's delivery markers only, as SQLite's v13.
+    [EVENTS_NOTIFIED_SQL],
 ]
