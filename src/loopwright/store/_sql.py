@@ -1661,22 +1661,27 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             top = "(SELECT MAX(raw) FROM hit)"
             rel = f"CASE WHEN t.top > 0 THEN {floor} + {1 - floor} * h.raw / t.top ELSE {floor} END"
             ctes.append(f"t AS (SELECT {top} AS top)")
+            # A hit is an active item of the scopes: on SQLite the check is belt and braces
+            # over the FTS5 index. On PostgreSQL the same statement's snapshot filtered it
+            # already, and left out: without statistics the planner took the check for very
+            # selective and read every row of the scopes to join them to the hits.
+            again, again_args = (
+                (f"AND m.status='active' AND {in_scope}", pair_args) if fts5 else ("", [])
+            )
             ctes.append(
                 f"bar AS (SELECT COALESCE((SELECT m.strength * {rel} AS score FROM "
                 f"(SELECT k, raw FROM hit ORDER BY raw DESC LIMIT {4 * limit}) h "
-                f"JOIN memory m ON m.{k} = h.k CROSS JOIN t "
-                f"WHERE m.status='active' AND {in_scope} "
+                f"JOIN memory m ON m.{k} = h.k CROSS JOIN t WHERE 1=1 {again} "
                 f"ORDER BY score DESC LIMIT 1 OFFSET {limit - 1}), 0) AS bar)"
             )
-            args += pair_args
+            args += again_args
             branches.append(
                 # CROSS JOIN fixes SQLite's join order: the bar first, so that a match under
                 # it is dropped before its row is looked up.
                 f"SELECT {cols}, h.raw FROM t CROSS JOIN bar CROSS JOIN hit h "
-                f"CROSS JOIN memory m WHERE m.{k} = h.k AND {rel} >= bar.bar - 1e-9 "
-                f"AND m.status='active' AND {in_scope}"
+                f"CROSS JOIN memory m WHERE m.{k} = h.k AND {rel} >= bar.bar - 1e-9 {again}"
             )
-            args += pair_args
+            args += again_args
         for scope, key in pairs:
             branches.append(
                 f"SELECT * FROM (SELECT {cols}, 0.0 AS raw FROM memory m "
