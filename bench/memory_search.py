@@ -5,6 +5,7 @@
     .venv/bin/python bench/memory_search.py --sizes 1000,10000 --queries 100
     .venv/bin/python bench/memory_search.py --store postgresql://postgres@127.0.0.1:5432/bench
     .venv/bin/python bench/memory_search.py --json out.json
+    .venv/bin/python bench/memory_search.py --reads [--store postgresql://…]   # ~1 min; counts
 
 Method (bench/README.md): one store grows through the public API (``FeedbackMemory.add``,
 global items confirmed with ``confirm``) to each size in turn; items are notes of 4-16 words
@@ -15,6 +16,15 @@ asks with: a goal and a few findings, 12-30 words from the same vocabulary, for 
 of a random project, ``limit=5``. After 20 warm-up queries, ``--queries`` are timed one by one
 (``time.perf_counter``, and ``time.process_time`` for the CPU this process spent, which a
 busy shared machine does not inflate); reported: p50 and p95 of each per size.
+
+``--reads``: what one capped recall (``recall_ranked``, 1,000) reads as the items matching
+its query grow, in counts rather than time: ``--sizes`` items in one task's scope, every one
+matching the query (written in bulk through the store's insert statement, plus 200 that do
+not match in its project and global scopes); then one ``memory_search`` statement: SQLite's VM
+steps (a progress handler) and CPU ms (median of 20); PostgreSQL's ``EXPLAIN (ANALYZE,
+BUFFERS)`` after ``ANALYZE`` (the statistics autovacuum keeps): rows of ``memory`` read, by the
+``hit`` CTE and in all, and shared buffers. bm25()'s IDF on SQLite counts every row holding a
+query word inside FTS5: VM steps do not see it, CPU does.
 """
 
 from __future__ import annotations
@@ -98,6 +108,93 @@ def measure(
     return [one() for _ in range(queries)]
 
 
+def _rows_read(node: dict[str, Any], inside: bool = False) -> tuple[int, int]:
+    """(rows of ``memory`` read by the ``hit`` CTE, in all) in an EXPLAIN ANALYZE plan."""
+    inside = inside or node.get("Subplan Name") == "CTE hit"
+    hit = every = 0
+    if node.get("Relation Name") == "memory":
+        n = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+        n = (n + node.get("Rows Removed by Index Recheck", 0)) * node.get("Actual Loops", 1)
+        every, hit = n, n if inside else 0
+    for child in node.get("Plans", ()):
+        h, e = _rows_read(child, inside)
+        hit, every = hit + h, every + e
+    return hit, every
+
+
+def reads(url: str, sizes: list[int]) -> list[dict[str, Any]]:
+    """``--reads``: one capped recall's reads at each number of matching items."""
+    from loopwright._memory import memory_search, recall_scopes
+    from loopwright.store._rows import memory_values
+
+    pg = url.startswith("postgres")
+    scopes = recall_scopes("p0/t0", "p0")
+    search = memory_search(scopes, "dragon wings", limit=5)
+    out: list[dict[str, Any]] = []
+    with open_store(url) as store:
+        s: Any = store  # the SQL store's internals: its connection and statements
+        if store.memory_query(limit=1):
+            raise SystemExit(f"memory_search: error: {url} holds memory items already")
+
+        def item(i: int, scope: str, key: str, text: str) -> tuple[Any, ...]:
+            return memory_values(
+                {
+                    "memory_id": f"m{i:07d}", "scope": scope, "scope_key": key,
+                    "signal": "correction", "strength": 0.3 + (i * 7919 % 70) / 100,
+                    "text": text, "rule": None, "source": {}, "by": "bench",
+                    "status": "active", "created_at": float(i), "updated_at": float(i),
+                    "history": [],
+                },
+                s._js,
+            )  # fmt: skip
+
+        rows = [item(10**6 + i, *scopes[i % 2 * 2], f"plain note {i}") for i in range(200)]
+        have = 0
+        for size in sizes:
+            rows += [item(i, "task", "p0/t0", f"dragon wing note {i}") for i in range(have, size)]
+            have = size
+            with s._tx() as conn:
+                if pg:
+                    with conn.cursor() as cur:
+                        cur.executemany(s._q.insert_memory, rows)
+                    conn.execute("ANALYZE memory")
+                else:
+                    conn.executemany(s._q.insert_memory, rows)
+            rows = []
+            query, args = s._memory_search_sql(search)
+            row: dict[str, Any] = {"matching": size}
+            if pg:
+                with s._conn() as conn:
+                    [[plan]] = conn.execute(
+                        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, args
+                    ).fetchone()
+                top = plan["Plan"]
+                row["hit_rows_read"], row["rows_read"] = _rows_read(top)
+                row["buffers"] = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+                row["ms"] = round(plan["Execution Time"], 2)
+            else:
+                steps = [0]
+
+                def step(steps: list[int] = steps) -> int:
+                    steps[0] += 1
+                    return 0
+
+                s._db.set_progress_handler(step, 1)
+                try:
+                    s._db.execute(query, args).fetchall()
+                finally:
+                    s._db.set_progress_handler(None, 1)
+                cpu = []
+                for _ in range(20):
+                    c0 = time.process_time()
+                    s._db.execute(query, args).fetchall()
+                    cpu.append((time.process_time() - c0) * 1000)
+                row["vm_steps"], row["cpu_ms"] = steps[0], round(statistics.median(cpu), 2)
+            print("  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+            out.append(row)
+    return out
+
+
 def p95(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=20, method="inclusive")[-1]
 
@@ -115,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Zipf ranks left to stop words (0: every word follows Zipf from rank 1)",
     )
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument(
+        "--reads", action="store_true", help="what one capped recall reads (counts, not time)"
+    )
     args = ap.parse_args(argv)
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
@@ -128,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.reads:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = reads(args.store or str(Path(tmp) / "memory.db"), sizes)
+        if args.json:
+            args.json.write_text(json.dumps(got, indent=2) + "\n")
+        return 0
     rng = random.Random(args.seed)
     words = Words(rng, args.stopword_ranks)
     results: list[dict[str, Any]] = []

@@ -602,3 +602,173 @@ def test_a_recall_costs_the_same_with_150_or_1500_matches_once_capped(tmp_path: 
     assert cost[1500, 100][0] <= 1.1 * cost[150, 100][0], cost
     # FTS5's own reads: a few more in a bigger index (its segments), not one a match
     assert cost[1500, 100][1] <= 1.5 * cost[150, 100][1] < cost[1500, None][1] / 5, cost
+
+
+def _reference(
+    store: Store, pairs: list[tuple[str, str]], terms: list[str], ranked: int | None, limit: int
+) -> tuple[list[str], int]:
+    """The documented rule over every item, with each backend's own relevance (bm25 over all of
+    FTS5's matches; ts_rank) read without any cap: the newest ``ranked`` matches keep theirs.
+    Also how many in-scope items match."""
+    from loopwright._memory import RELEVANCE_FLOOR
+    from loopwright.store._schema import memory_tag
+
+    active = [
+        r for r in store.memory_query(status="active") if (r["scope"], r["scope_key"]) in pairs
+    ]
+    if store.url.startswith("sqlite"):
+        db = store._db  # type: ignore[attr-defined]
+        tags = " OR ".join(f'"{memory_tag(a, b)}"' for a, b in pairs)
+        match = f"{{text rule}} : ({' OR '.join(terms)}) AND tag : ({tags})"
+        got = db.execute(
+            "SELECT m.memory_id, -bm25(memory_fts, 1.0, 1.0, 0.0) FROM memory_fts(?) f "
+            "JOIN memory m ON m.rowid = f.rowid ORDER BY f.rowid DESC",
+            (match,),
+        ).fetchall()
+    else:
+        with store._conn() as conn:  # type: ignore[attr-defined]
+            got = conn.execute(
+                "SELECT memory_id, ts_rank(search, q) FROM memory, "
+                "to_tsquery('english'::regconfig, %s) q WHERE search @@ q "
+                "ORDER BY created_at DESC, memory_id DESC",
+                (" | ".join(f"'{t}'" for t in terms),),
+            ).fetchall()
+    in_scope = {r["memory_id"] for r in active}
+    newest = [k for k, _ in got if k in in_scope]
+    keep = set(newest if ranked is None else newest[:ranked])
+    raw = {k: float(v) for k, v in got if k in keep}
+    top = max(raw.values(), default=0.0)
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        rel = RELEVANCE_FLOOR
+        if r["memory_id"] in raw and top > 0:
+            rel += (1 - RELEVANCE_FLOOR) * raw[r["memory_id"]] / top
+        order = {"task": 0, "project": 1, "global": 2}[r["scope"]]
+        return (-round(r["strength"] * rel, 9), order, -r["strength"], -r["updated_at"],
+                r["memory_id"])  # fmt: skip
+
+    return [r["memory_id"] for r in sorted(active, key=key)[:limit]], len(newest)
+
+
+def test_a_capped_search_equals_the_uncapped_rule_around_the_cap(store: Store) -> None:
+    """The capped search reads the newest ``ranked`` matches scope by scope (PostgreSQL's
+    ``memory_recent``) and merges them: its answer is the rule applied to every item, at caps
+    below, at and above the number of matches, with matches interleaved across scopes, ties on
+    ``created_at`` and items of other scopes and statuses around."""
+    import random
+
+    from loopwright._memory import query_terms
+
+    rng = random.Random(11)
+    scopes = [("task", "t1"), ("project", "A"), ("global", ""), ("project", "B")]
+    words = ["dragon", "wings", "scale", "claw", "tail", "sky"]
+    for i in range(240):
+        scope, key = scopes[i % 4] if i % 5 else rng.choice(scopes)
+        store.memory_add(
+            _item(
+                f"m{i:03d}",
+                scope=scope,
+                scope_key=key,
+                status="forgotten" if i % 13 == 0 else "active",
+                strength=rng.choice([0.3, 0.6, 1.0]),
+                created_at=float(i // 3),  # ties: three items a second
+                updated_at=float(rng.randrange(4)),
+                text=" ".join(rng.choices(words, k=rng.randint(1, 5)))
+                + (" plain note" if i % 2 else ""),
+            )
+        )
+    pairs = [("task", "t1"), ("project", "A"), ("global", "")]
+    for query in ("dragon", "wings claw", "sky tail scale"):
+        terms = query_terms(query)
+        _, n = _reference(store, pairs, terms, None, 1)
+        assert n > 60  # matches in every scope
+        for ranked in (1, 2, n // 3, n // 2, n - 1, n, n + 1, 1000, None):
+            for limit in (1, 5, 17):
+                want, _ = _reference(store, pairs, terms, ranked, limit)
+                got = _search(store, pairs, query, limit=limit, ranked=ranked)
+                assert got == want, (query, ranked, limit)
+
+
+def _hit_rows_read(plan: dict[str, Any]) -> int:
+    """Rows of ``memory`` the ``hit`` CTE of a search's plan read (EXPLAIN ANALYZE)."""
+
+    def walk(node: dict[str, Any], inside: bool) -> int:
+        inside = inside or node.get("Subplan Name") == "CTE hit"
+        own = 0
+        if inside and node.get("Relation Name") == "memory":
+            read = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            read += node.get("Rows Removed by Index Recheck", 0)
+            own = read * node.get("Actual Loops", 1)
+        return own + sum(walk(child, inside) for child in node.get("Plans", []))
+
+    return walk(plan["Plan"], False)
+
+
+@pytest.mark.postgres
+def test_a_capped_search_reads_the_same_rows_at_1500_or_6000_matches_on_postgres(
+    pg_url: str,
+) -> None:
+    # The GIN index hands over every match in no order: a capped search read and sorted all of
+    # them to keep the newest ``ranked`` (v10's memory_recent walks each scope newest first and
+    # stops). Rows read, from the plan: the same at both sizes, and about the cap.
+    from loopwright._memory import RELEVANCE_FLOOR, query_terms
+    from loopwright.store._base import MemorySearch
+    from loopwright.store._rows import memory_values
+
+    ranked = 100
+    pairs = (("task", "t1"), ("project", "A"), ("global", ""))
+    search = MemorySearch(pairs, tuple(query_terms("dragon wings")), 15, RELEVANCE_FLOOR, ranked)
+    read: dict[int, int] = {}
+    s = open_store(pg_url)
+    try:
+        done = 0
+        for n in (1500, 6000):
+            items = [
+                _item(
+                    f"m{i:05d}",
+                    scope=pairs[i % 3][0] if i % 2 else "project",
+                    scope_key=pairs[i % 3][1] if i % 2 else "B",  # another project's matches
+                    created_at=float(i),
+                    text=f"dragon wings note {i}",
+                )
+                for i in range(done, n)
+            ]
+            done = n
+            with s._tx() as conn, conn.cursor() as cur:  # type: ignore[attr-defined]
+                cur.executemany(
+                    s._q.insert_memory,  # type: ignore[attr-defined]
+                    [memory_values(it, s._js) for it in items],  # type: ignore[attr-defined]
+                )
+            with s._conn() as conn:  # type: ignore[attr-defined]
+                conn.execute("ANALYZE memory")  # the statistics autovacuum keeps
+                query, args = s._memory_search_sql(search)  # type: ignore[attr-defined]
+                [[plan]] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, args).fetchone()
+            read[n] = _hit_rows_read(plan)
+    finally:
+        s.close()
+    # (at 1,500 the planner may still take the GIN index: the whole table is a few pages)
+    assert read[6000] <= min(read[1500], 3 * ranked), read
+
+
+@pytest.mark.postgres
+def test_a_v9_postgres_store_gains_memory_recent_and_the_step_can_run_again(pg_url: str) -> None:
+    with open_store(pg_url) as s:
+        s.memory_add(_item("old", text="dragon wings"))
+        with s._tx() as conn:  # type: ignore[attr-defined]  # as v9 left it
+            conn.execute("DROP INDEX memory_recent")
+            conn.execute("UPDATE loopwright_meta SET value = '9' WHERE key = 'schema_version'")
+    with open_store(pg_url) as s:
+        assert s.schema_version == len(PG_MIGRATIONS)  # type: ignore[attr-defined]
+        [step] = [m for m in PG_MIGRATIONS if any("memory_recent" in x for x in m)]
+        assert PG_MIGRATIONS.index(step) == 9  # v10
+        with s._tx() as conn:  # type: ignore[attr-defined]
+            for statement in step:
+                conn.execute(statement)  # IF NOT EXISTS: a second run changes nothing
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+                )
+            ]
+        assert names.count("memory_recent") == 1
+        assert _search(s, [("project", "A")], "dragon", ranked=10) == ["old"]

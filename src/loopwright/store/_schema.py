@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from ._blobs import BLOBS_SQLITE
+from ._live import NOTIFIED
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
     "BACKFILL_CLAIMS",
     "CLAIMABLE_SQLITE",
+    "EVENTS_NOTIFIED_SQL",
     "RUN_TASK",
     "RUN_TASKS_SQL",
     "SQLITE_MIGRATIONS",
@@ -20,6 +22,13 @@ __all__ = [
 RUN_TASKS_SQL = "CREATE TABLE IF NOT EXISTS run_tasks (run_id TEXT PRIMARY KEY, task TEXT NOT NULL)"
 RUN_TASK = (
     "COALESCE((SELECT t.task FROM run_tasks t WHERE t.run_id = runs.run_id), runs.task) AS task"
+)
+
+# The webhook notifier's delivery markers (``web/_notify.py``) by run, as a partial index:
+# ``LiveSQL.events_of_kind`` states the kind as a literal for it, as a partial index needs.
+# SQLite's v13, PostgreSQL's v11.
+EVENTS_NOTIFIED_SQL = (
+    f"CREATE INDEX IF NOT EXISTS events_notified ON events(run_id, id) WHERE kind = '{NOTIFIED}'"
 )
 
 # A migration step run in Python, not SQL (``SQLStore._backfill_claims``): the effect keys
@@ -353,4 +362,9 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # cost ≈ 4 ms of CPU a cycle, copied with the cycle's counters. Runs created before keep
     # their task in ``runs.task`` (read when this table has none).
     [RUN_TASKS_SQL],
+    # v13: a webhook delivery reads its run's delivery markers only. "Was this posted?" read
+    # every event of the run (``events_run``) to keep the few ``notified`` ones, so a delivery
+    # cost grew with the run's log (a long run: thousands of events per delivery). A partial
+    # index holds just those markers; other events pay nothing for it (not written to it).
+    [EVENTS_NOTIFIED_SQL],
 ]

@@ -1630,42 +1630,59 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 )
                 args.append(f"{{text rule}} : ({terms}) AND tag : ({tags})")
             else:
-                # Capped, ts_rank() reads only the newest ``ranked`` matches' vectors.
+                tsq = " | ".join(f"'{t}'" for t in s.terms)
                 match = (
                     f"FROM memory m, to_tsquery('english'::regconfig, {m}) q "
-                    f"WHERE m.search @@ q AND m.status='active' AND {in_scope}"
+                    f"WHERE m.search @@ q AND m.status='active'"
                 )
                 if s.ranked is None:
                     ctes.append(
                         "hit AS MATERIALIZED (SELECT m.memory_id AS k, ts_rank(m.search, q) "
-                        f"AS raw {match})"
+                        f"AS raw {match} AND {in_scope})"
                     )
+                    args += [tsq, *pair_args]
                 else:
+                    # Capped, the newest ``ranked`` matches of each scope (memory_recent, one
+                    # index walk per scope that stops at the cap; an OR of scopes would make
+                    # the planner read every match and sort them), then the newest of those;
+                    # ts_rank() reads only their vectors.
+                    cap = f"ORDER BY created_at DESC, k DESC LIMIT {int(s.ranked)}"
+                    per_scope = " UNION ALL ".join(
+                        [
+                            f"(SELECT m.memory_id AS k, m.created_at, m.search, q {match} "
+                            f"AND m.scope={m} AND m.scope_key={m} {cap})"
+                        ]
+                        * len(pairs)
+                    )
                     ctes.append(
                         "hit AS MATERIALIZED (SELECT c.k, ts_rank(c.search, c.q) AS raw FROM "
-                        f"(SELECT m.memory_id AS k, m.search, q {match} ORDER BY m.created_at "
-                        f"DESC, m.memory_id DESC LIMIT {int(s.ranked)}) c)"
+                        f"(SELECT * FROM ({per_scope}) u {cap}) c)"
                     )
-                args += [" | ".join(f"'{t}'" for t in s.terms), *pair_args]
+                    args += [v for pair in pairs for v in (tsq, *pair)]
             top = "(SELECT MAX(raw) FROM hit)"
             rel = f"CASE WHEN t.top > 0 THEN {floor} + {1 - floor} * h.raw / t.top ELSE {floor} END"
             ctes.append(f"t AS (SELECT {top} AS top)")
+            # A hit is an active item of the scopes: on SQLite the check is belt and braces
+            # over the FTS5 index. On PostgreSQL the same statement's snapshot filtered it
+            # already, and left out: without statistics the planner took the check for very
+            # selective and read every row of the scopes to join them to the hits.
+            again, again_args = (
+                (f"AND m.status='active' AND {in_scope}", pair_args) if fts5 else ("", [])
+            )
             ctes.append(
                 f"bar AS (SELECT COALESCE((SELECT m.strength * {rel} AS score FROM "
                 f"(SELECT k, raw FROM hit ORDER BY raw DESC LIMIT {4 * limit}) h "
-                f"JOIN memory m ON m.{k} = h.k CROSS JOIN t "
-                f"WHERE m.status='active' AND {in_scope} "
+                f"JOIN memory m ON m.{k} = h.k CROSS JOIN t WHERE 1=1 {again} "
                 f"ORDER BY score DESC LIMIT 1 OFFSET {limit - 1}), 0) AS bar)"
             )
-            args += pair_args
+            args += again_args
             branches.append(
                 # CROSS JOIN fixes SQLite's join order: the bar first, so that a match under
                 # it is dropped before its row is looked up.
                 f"SELECT {cols}, h.raw FROM t CROSS JOIN bar CROSS JOIN hit h "
-                f"CROSS JOIN memory m WHERE m.{k} = h.k AND {rel} >= bar.bar - 1e-9 "
-                f"AND m.status='active' AND {in_scope}"
+                f"CROSS JOIN memory m WHERE m.{k} = h.k AND {rel} >= bar.bar - 1e-9 {again}"
             )
-            args += pair_args
+            args += again_args
         for scope, key in pairs:
             branches.append(
                 f"SELECT * FROM (SELECT {cols}, 0.0 AS raw FROM memory m "

@@ -36,6 +36,7 @@ from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
 from ..store import Approval, NewEvent, RunRecord, Store
+from ..store._live import NOTIFIED
 from ._feed import Change
 
 __all__ = [
@@ -58,7 +59,7 @@ TIMESTAMP_HEADER = "X-Loopwright-Timestamp"
 EVENT_HEADER = "X-Loopwright-Event"
 DELIVERY_HEADER = "X-Loopwright-Delivery"
 WAITING_LISTED = 50  # requests listed in one "already waiting" message
-MARKER = "notified"  # the event kind recording a delivery
+MARKER = NOTIFIED  # the event kind recording a delivery
 TEXT_MAX = 300  # characters of what / why in the one-line text
 
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
@@ -418,11 +419,17 @@ class Notifier:
             except Exception:  # the store went away mid-delivery: log, go on with the next
                 log.exception("notifying %s of %s failed", t.where, job.key)
 
+    def _done_keys(self, t: _Target, run_id: str) -> set[str]:
+        """The keys already delivered to ``t`` for this run, from its ``notified`` markers (a
+        partial index of the store holds just those: the run's log is not read)."""
+        return {
+            str(e.data.get("key"))
+            for e in self.store.events_of_kind(run_id, MARKER)
+            if e.data.get("target") == t.id
+        }
+
     def _done_before(self, t: _Target, job: _Job) -> bool:
-        return any(
-            e.data.get("target") == t.id and e.data.get("key") == job.key
-            for e in self.store.events_of_kind(job.run_id, MARKER)
-        )
+        return job.key in self._done_keys(t, job.run_id)
 
     def _deliver(self, t: _Target, job: _Job) -> None:
         if job.covers:
@@ -437,7 +444,11 @@ class Notifier:
             self._mark(t, job, attempts)
 
     def _deliver_waiting(self, t: _Target, jobs: tuple[_Job, ...]) -> None:
-        left = [j for j in jobs if not self._done_before(t, j)]  # a restart: most were posted
+        done: dict[str, set[str]] = {}  # each run's delivered keys, read once for the batch
+        for j in jobs:
+            if j.run_id not in done:
+                done[j.run_id] = self._done_keys(t, j.run_id)
+        left = [j for j in jobs if j.key not in done[j.run_id]]  # a restart: most were posted
         if len(left) <= self.config.baseline_posts:
             for j in left:
                 self._post_job(t, j)  # known not posted: no second look at the store
