@@ -255,11 +255,11 @@ def _referred(
 ) -> dict[str, Any]:
     made = {(ref, id(value)): n for ref, n, _cycle, _status, value in rows}
 
-    def named(artifact: Any, part: Any, v: Any) -> int | None:
+    def named(artifact: Any, part: Any, v: Any, where: Any = None) -> int | None:
         if not _referable(v):
             return None
         n = made.get((f"{artifact}/{part}", id(v)))
-        if n is not None and clean is not None and not clean(v):
+        if n is not None and clean is not None and not clean(v if where is None else where):
             return None  # it holds a secret: masked in the record, as any other value
         return n
 
@@ -282,7 +282,14 @@ def _referred(
         for artifact, parts in replace.items():
             if type(parts) is not dict:
                 continue
-            got = {k: n for k, v in parts.items() if (n := named(artifact, k, v)) is not None}
+            # A replaced value sits under its names in the record: one the net reads as a
+            # secret's (a part ``token``, an artifact ``credentials``) masks it whatever it
+            # holds, so the clean test is given the value under them (invariant 9).
+            got = {
+                k: n
+                for k, v in parts.items()
+                if (n := named(artifact, k, v, {artifact: {k: v}})) is not None
+            }
             if got:
                 versions[artifact] = got
     if versions:

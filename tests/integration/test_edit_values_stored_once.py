@@ -199,3 +199,58 @@ def test_an_edit_value_holding_a_secret_is_masked_in_the_record(url: str) -> Non
     assert not any("hunter2" in text or key in text for text in raw)
     # the work itself is kept as given
     assert r.state.values()["doc"]["body"] == long_text
+
+
+@pytest.mark.parametrize(
+    ("artifact", "part"), [("doc", "token"), ("credentials", "body")], ids=["part", "artifact"]
+)
+def test_a_replaced_value_under_a_secret_name_is_masked_in_the_record(
+    url: str, artifact: str, part: str
+) -> None:
+    # In ``"replace"`` a value sits under its part's name, inside its artifact's: a name the
+    # redaction net reads as a secret's (``token``, ``credentials``) masks the value in the
+    # record, whatever it holds. Named in its version instead, the record read the plain
+    # value back into show, exports and traces (invariant 9).
+    value = draft("T", 1)  # plain text: nothing in it the net would mask on its own
+    task = {"goal": "keys", "artifacts": {artifact: {part: ""}}}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(replace={artifact: {part: value}})
+
+    loop = lw.Loop(
+        name="secret-names",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.1), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task, task_key="k")
+        rec = next(rec for _s, c, rec in rt.store.iter_records(r.run_id) if c == 1)
+        ck = next(ck for ck in rt.store.checkpoints(r.run_id) if ck.cycle == 1)
+    assert rec is not None and ck.record is not None
+    for read in (rec, ck.record):
+        assert read["proposal"]["replace"][artifact][part] == "***"
+        assert "replace_versions" not in read["proposal"]
+    assert r.state.values()[artifact][part] == value  # the work itself is kept as given
+
+
+def test_a_store_implementing_only_commit_is_given_masked_replaced_values(
+    tmp_path: Path,
+) -> None:
+    store = CommitOnly(tmp_path / "c.db")
+    value = draft("T", 1)
+    task = {"goal": "keys", "artifacts": {"doc": {"api_key": ""}}}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(replace={"doc": {"api_key": value}})
+
+    loop = lw.Loop(
+        name="secret-names",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.1), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(store, group_commit=False) as rt:
+        rt.run_sync(loop, task, task_key="k")
+    given = [rec for rec in store.given if "proposal" in rec]
+    assert [rec["proposal"]["replace"] for rec in given] == [{"doc": {"api_key": "***"}}]

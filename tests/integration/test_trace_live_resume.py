@@ -10,6 +10,7 @@ run resumed by a new process is traced as the export has it: each span once, non
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -34,6 +35,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from test_trace_live import _below_the_run, _offline, _Receiver, _redo_loop
 
 import loopwright as lw
+from loopwright.store._base import CheckpointRow
+from loopwright.store.sqlite import SQLiteStore
 from loopwright.trace import _live, otlp_trace
 
 _KILL_IN_EFFECT = "LW_TEST_KILL_IN_EFFECT_OF_CYCLE"
@@ -584,3 +587,34 @@ def test_live_times_equal_the_exports_where_a_clock_steps_back(tmp_path: Path) -
     got = _below_the_run(_received(exporter.get_finished_spans()))
     want = _below_the_run(offline)
     assert [(g[0], *g[2:]) for g in got] == [(w[0], *w[2:]) for w in want]
+
+
+class _LaterCheckpointTimes(SQLiteStore):
+    """A store of another make that stamps a commit's checkpoint a moment after its events
+    (two ``time.time()`` readings: the events written first): nothing in the ``Store``
+    contract says a commit's events carry its checkpoint's time."""
+
+    def _checkpoint_rows(self, run_id: str, **kw: Any) -> list[CheckpointRow]:
+        return [
+            dataclasses.replace(r, created_at=r.created_at + 0.001)
+            for r in super()._checkpoint_rows(run_id, **kw)
+        ]
+
+
+def test_a_store_whose_events_do_not_carry_the_checkpoints_time_sends_each_span_once(
+    tmp_path: Path,
+) -> None:
+    """Where no event carries its commit's checkpoint time, what the earlier session had is
+    judged by time, as before the log's order was used: its cycles are not sent again."""
+    store = _LaterCheckpointTimes(tmp_path / "s.db")
+    provider, exporter = _provider()
+    with lw.Runtime(store, tracer_provider=provider) as rt:
+        r = rt.run_sync(_loop(5, lambda c: rt.drain() if c == 3 else None), TASK)
+    assert r.cycles == 3
+    with lw.Runtime(store, tracer_provider=provider) as rt:
+        done = rt.resume_sync(r.run_id, _loop(5))
+        assert done.cycles == 5
+        offline = _offline(otlp_trace(rt.store, r.run_id))
+    sent = Counter(g[0] for g in _spans_sent(_received(exporter.get_finished_spans())))
+    want = Counter(w[0] for w in _spans_sent(offline))
+    assert sent == want

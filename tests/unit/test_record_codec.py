@@ -327,7 +327,24 @@ def test_a_replaced_value_the_clean_test_refuses_stays_in_the_record() -> None:
     secret, plain = _BIG + "secret", _BIG + "plain"
     rows = [("a/p0", 1, 2, "candidate", secret), ("a/p1", 1, 2, "candidate", plain)]
     stored = codec.refer_versions(
-        _replacing({"p0": secret, "p1": plain}), rows, lambda v: "secret" not in v
+        _replacing({"p0": secret, "p1": plain}), rows, lambda v: "secret" not in json.dumps(v)
     )
     assert stored["proposal"]["replace"]["a"] == {"p0": secret, "p1": None}
     assert stored["proposal"]["replace_versions"] == {"a": {"p1": 1}}
+
+
+def test_a_replaced_value_is_tested_clean_under_its_names() -> None:
+    # In the record a replaced value sits under its artifact's and part's names, which the
+    # redaction net reads too (a part named ``token`` is masked whatever it holds).
+    other = _BIG + "x"
+    rows = [("a/token", 1, 2, "candidate", _BIG), ("a/p1", 2, 2, "candidate", other)]
+    given: list[Any] = []
+
+    def clean(v: Any) -> bool:
+        given.append(v)
+        return "token" not in json.dumps(v)
+
+    stored = codec.refer_versions(_replacing({"token": _BIG, "p1": other}), rows, clean)
+    assert stored["proposal"]["replace"]["a"] == {"token": _BIG, "p1": None}
+    assert stored["proposal"]["replace_versions"] == {"a": {"p1": 2}}
+    assert given == [{"a": {"token": _BIG}}, {"a": {"p1": other}}]

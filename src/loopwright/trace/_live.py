@@ -487,11 +487,19 @@ def _last_seen(events: list[Event], checkpoints: list[Checkpoint], opened_at: in
     this session opened the run at (0 for the run's first, seq 0: no earlier session; not
     guessed from the log: an operation writes no ``started``/``resumed``). A commit's events
     carry its checkpoint's time: the last event of the latest commit up to ``opened_at`` that
-    wrote any (times matched as tags, never compared: clocks of hosts may disagree)."""
+    wrote any (times matched as tags, never compared: clocks of hosts may disagree). Where no
+    event carries a commit's time (a store that stamps them apart), the last event no later
+    than that checkpoint: judged by time, as before."""
     if opened_at <= 0:
         return 0
     stamps = {c.created_at for c in checkpoints if c.seq <= opened_at}
-    return max((e.id for e in events if e.ts in stamps), default=0)
+    seen = max((e.id for e in events if e.ts in stamps), default=0)
+    if seen or not events:
+        return seen
+    # No event carries a commit's time: a store of another make (the ``Store`` contract does
+    # not ask for it) stamps them apart. Judged by time then, as where clocks agree.
+    end = next((c.created_at for c in reversed(checkpoints) if c.seq == opened_at), None)
+    return 0 if end is None else max((e.id for e in events if e.ts <= end), default=0)
 
 
 def _finish(sdk: Any, s: Span) -> None:
