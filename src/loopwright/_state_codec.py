@@ -139,9 +139,11 @@ def _plan(
 
 
 def _entry(p: Part) -> list[Any]:
-    acc = p.accepted
+    cur = p.known[p.count]
+    # (the current version accepted: the latest accepted, without ``Part.accepted``'s call)
+    acc = cur if cur.status == "accepted" else p.accepted
     # the current version's status too: it can change after the version was written
-    return [p.count, None if acc is None else acc.n, p.status]
+    return [p.count, None if acc is None else acc.n, cur.status]
 
 
 def _copy(value: Any) -> Any:
