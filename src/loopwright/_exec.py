@@ -335,9 +335,11 @@ async def call_with_retry(
             close_sink(sink)
             raise
         close_sink(sink)
-        # Committed with the cycle, before its proposal or verdict event.
-        ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
-        charge(ex, scope, billed)  # the failed attempts before this one
+        # (most calls report no model call and had no billed failed attempt: nothing to do)
+        if made:  # committed with the cycle, before its proposal or verdict event
+            ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
+        if billed:
+            charge(ex, scope, billed)  # the failed attempts before this one
         paid = _paid(got[0])
         if entry is not None or failed or paid is not None:
             # Charged with the next checkpoint: recorded, so that this call asked again (the
