@@ -44,6 +44,11 @@ APPROVED_WINDOW = 20
 # with more than ``snapshot_every`` × this, snapshots come every entries ÷ this checkpoints.
 SNAPSHOT_SHARE = 20
 
+# What ``_evaluate`` found of a cycle's verdicts, handed to ``_conclude`` (which would
+# otherwise find it again from the same inputs): the visible score, whether the cycle
+# succeeds, and the proposal's effective digest (None: not computed).
+Judged = tuple[float | None, bool, str | None]
+
 
 class Checkpoints(RuntimeHost):
     """Effects, the cycle's decision and its commit (mixed into ``Runtime``)."""
@@ -63,9 +68,11 @@ class Checkpoints(RuntimeHost):
         *,
         staged: bool = False,
         keys: list[tuple[str, bool]] | None = None,
+        judged: Judged | None = None,
     ) -> bool:
         """Run the cycle's effects (journaled, at most once), then conclude it. ``keys``: the
-        calls' keys as a stored write-ahead fixed them (a resumed cycle)."""
+        calls' keys as a stored write-ahead fixed them (a resumed cycle). ``judged``: what
+        ``_evaluate`` found of these verdicts, handed on to ``_conclude``."""
         outcomes: list[EffectOutcome] = []
         if calls:
             # Never start an effect once a budget is crossed (invariant 7).
@@ -161,6 +168,7 @@ class Checkpoints(RuntimeHost):
             candidate=candidate,
             duplicate=duplicate,
             effects=[o.to_dict() for o in outcomes],
+            judged=judged,
         )
 
     def _conclude(
@@ -177,14 +185,22 @@ class Checkpoints(RuntimeHost):
         duplicate: bool = False,
         decision: str | None = None,
         effects: list[dict[str, Any]] | None = None,
+        judged: Judged | None = None,
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended.
-        What the cycle cost is what its priced calls (``ex.calls``) cost."""
-        settle_owed(self.store, ex, n)  # a call killed after its answer and not asked again
+        What the cycle cost is what its priced calls (``ex.calls``) cost. ``judged``: the
+        score, success and effective digest (None: not asked) ``_evaluate`` found of the
+        same verdicts, proposal and state, not computed again."""
+        if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
+            settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
         s = candidate if candidate is not None else old
-        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
-        ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+        effective: str | None = None
+        if judged is not None and decision is None:
+            score, ok, effective = judged
+        else:
+            score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+            ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
         if decision is None:
             s.findings = [f for v in visible.values() for f in v.findings]
             rules.accept_clean_parts(
@@ -225,7 +241,8 @@ class Checkpoints(RuntimeHost):
         if not ok and not duplicate and decision != "asked":
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
             s.rejected.append(digest)
-            effective = rules.effective_digest(old, proposal, digest)
+            if effective is None:
+                effective = rules.effective_digest(old, proposal, digest)
             if effective != digest and effective not in s.rejected:
                 s.rejected.append(effective)  # what it changed, however it was written
         s.cycle = n

@@ -345,6 +345,7 @@ class Cycle(RuntimeHost):
             )
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
         rejected = s.rejected
+        effective: str | None = None  # what the proposal changes, once asked (``_conclude``)
         duplicate = digest in rejected or (
             (effective := rules.effective_digest(s, proposal, digest)) != digest
             and effective in rejected
@@ -560,7 +561,17 @@ class Cycle(RuntimeHost):
                 approved=approved,
             )
         return await self._apply(
-            ex, n, proposal, digest, visible, held, t0, candidate, duplicate, calls
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            t0,
+            candidate,
+            duplicate,
+            calls,
+            judged=(score, ok, effective),
         )
 
     def _refuse(
