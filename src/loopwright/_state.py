@@ -638,6 +638,8 @@ class TaskState:
 
     def next_step(self) -> PlanStep | None:
         """The first step not yet done whose dependencies are all done."""
+        if not self.plan:
+            return None  # most loops keep no plan: no bookkeeping to look at (twice a cycle)
         t = self._plan()
         plan, ids = self.plan, t.ids
         while t.lo < len(plan) and plan[t.lo].status == "done":
@@ -773,6 +775,8 @@ class TaskState:
     def refresh_plan(self) -> None:
         """Mark steps whose parts are all accepted as done (looking only at open steps that
         list parts)."""
+        if not self.plan:
+            return  # nothing to mark (the bookkeeping is made good when next asked)
         t = self._plan()
         if t.watch is None:
             t.watch = [i for i, s in enumerate(self.plan) if s.status != "done" and s.parts]
