@@ -212,7 +212,8 @@ class Checkpoints(RuntimeHost):
             )
             s.refresh_plan()
         # the checks success needs: those flagged required, or all when none is (as success)
-        required = {c.name for c in loop.visible if c.required} or {c.name for c in loop.visible}
+        checks = loop.visible  # (a tuple built each time it is asked: once here)
+        required = {c.name for c in checks if c.required} or {c.name for c in checks}
         newly = sorted(
             k
             for k, v in visible.items()
@@ -290,7 +291,7 @@ class Checkpoints(RuntimeHost):
         # The visible checks the loop does not require (``Check.required=False``): replay
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
-        optional = [c.name for c in loop.visible if not c.required]
+        optional = [c.name for c in checks if not c.required]
         if optional:
             record["not_required"] = optional
         ex.events.append(
