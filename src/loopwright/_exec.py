@@ -500,9 +500,11 @@ def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
     judgement made again included: the cycle record's ``usage``."""
     # summed in call order, as the cycle's Usage was added up call by call (the same floats)
     cost, tokens = 0.0, 0
-    for c in calls:
-        cost += c.get("cost_usd") or 0.0
-        tokens += c.get("tokens") or 0
+    for c in calls:  # (every cycle: ``in`` and subscripts, no call a key; adding 0 is a no-op)
+        if "cost_usd" in c and (cost_usd := c["cost_usd"]):
+            cost += cost_usd
+        if "tokens" in c and (n := c["tokens"]):
+            tokens += n
     return Usage._stored(cost, tokens, 0.0)
 
 

@@ -671,7 +671,7 @@ class TaskState:
             p = self._own(art, part, p)
             p.add(value, cycle)
         art._value_changed(part, p)
-        ref = part_ref(artifact, part)
+        ref = f"{artifact}/{part}"  # (``part_ref``)
         self._dirty.add(ref)
         self._opened(ref)
         if _logged(self._best_hint, ref, self._best_size):

@@ -334,7 +334,7 @@ def unwritten_versions(
     parts: Iterable[tuple[str, Part | None]]
     if changed is not None and isinstance(written, dict):
         now = written
-        parts = ((ref, state.part(ref)) for ref in sorted(changed))
+        parts = [(ref, state.part(ref)) for ref in sorted(changed)]
     else:
         now = {}
         parts = state.iter_parts()
@@ -342,7 +342,7 @@ def unwritten_versions(
     for ref, q in parts:
         for n, v in () if q is None else q.known.items():
             key = (ref, n)
-            if written.get(key) != v.status:
+            if key not in written or written[key] != v.status:  # (a status is never None)
                 rows.append((ref, n, v.cycle, v.status, v.value))
             now[key] = v.status
     return rows, now
