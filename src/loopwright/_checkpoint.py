@@ -44,6 +44,11 @@ APPROVED_WINDOW = 20
 # with more than ``snapshot_every`` × this, snapshots come every entries ÷ this checkpoints.
 SNAPSHOT_SHARE = 20
 
+# What ``_evaluate`` found of a cycle's verdicts, handed to ``_conclude`` (which would
+# otherwise find it again from the same inputs): the visible score, whether the cycle
+# succeeds, and the proposal's effective digest (None: not computed).
+Judged = tuple[float | None, bool, str | None]
+
 
 class Checkpoints(RuntimeHost):
     """Effects, the cycle's decision and its commit (mixed into ``Runtime``)."""
@@ -63,9 +68,11 @@ class Checkpoints(RuntimeHost):
         *,
         staged: bool = False,
         keys: list[tuple[str, bool]] | None = None,
+        judged: Judged | None = None,
     ) -> bool:
         """Run the cycle's effects (journaled, at most once), then conclude it. ``keys``: the
-        calls' keys as a stored write-ahead fixed them (a resumed cycle)."""
+        calls' keys as a stored write-ahead fixed them (a resumed cycle). ``judged``: what
+        ``_evaluate`` found of these verdicts, handed on to ``_conclude``."""
         outcomes: list[EffectOutcome] = []
         if calls:
             # Never start an effect once a budget is crossed (invariant 7).
@@ -161,6 +168,7 @@ class Checkpoints(RuntimeHost):
             candidate=candidate,
             duplicate=duplicate,
             effects=[o.to_dict() for o in outcomes],
+            judged=judged,
         )
 
     def _conclude(
@@ -177,14 +185,22 @@ class Checkpoints(RuntimeHost):
         duplicate: bool = False,
         decision: str | None = None,
         effects: list[dict[str, Any]] | None = None,
+        judged: Judged | None = None,
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended.
-        What the cycle cost is what its priced calls (``ex.calls``) cost."""
-        settle_owed(self.store, ex, n)  # a call killed after its answer and not asked again
+        What the cycle cost is what its priced calls (``ex.calls``) cost. ``judged``: the
+        score, success and effective digest (None: not asked) ``_evaluate`` found of the
+        same verdicts, proposal and state, not computed again."""
+        if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
+            settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
         s = candidate if candidate is not None else old
-        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
-        ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+        effective: str | None = None
+        if judged is not None and decision is None:
+            score, ok, effective = judged
+        else:
+            score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+            ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
         if decision is None:
             s.findings = [f for v in visible.values() for f in v.findings]
             rules.accept_clean_parts(
@@ -196,7 +212,8 @@ class Checkpoints(RuntimeHost):
             )
             s.refresh_plan()
         # the checks success needs: those flagged required, or all when none is (as success)
-        required = {c.name for c in loop.visible if c.required} or {c.name for c in loop.visible}
+        checks = loop.visible  # (a tuple built each time it is asked: once here)
+        required = {c.name for c in checks if c.required} or {c.name for c in checks}
         newly = sorted(
             k
             for k, v in visible.items()
@@ -225,7 +242,8 @@ class Checkpoints(RuntimeHost):
         if not ok and not duplicate and decision != "asked":
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
             s.rejected.append(digest)
-            effective = rules.effective_digest(old, proposal, digest)
+            if effective is None:
+                effective = rules.effective_digest(old, proposal, digest)
             if effective != digest and effective not in s.rejected:
                 s.rejected.append(effective)  # what it changed, however it was written
         s.cycle = n
@@ -273,7 +291,7 @@ class Checkpoints(RuntimeHost):
         # The visible checks the loop does not require (``Check.required=False``): replay
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
-        optional = [c.name for c in loop.visible if not c.required]
+        optional = [c.name for c in checks if not c.required]
         if optional:
             record["not_required"] = optional
         ex.events.append(
@@ -346,7 +364,8 @@ class Checkpoints(RuntimeHost):
     ) -> bool:
         if ex.lost:
             raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
-        ex.at("before_checkpoint")
+        if ex.phase is not None:  # (a phase hook is set by the crash tests only)
+            ex.at("before_checkpoint")
         s = ex.state
         cols = {
             "cycle": s.cycle,
@@ -500,7 +519,8 @@ class Checkpoints(RuntimeHost):
         if len(digests) >= 2 * state_mod.REJECTED_WINDOW and ex.pending_commit is None:
             # every digest staged is written: the older ones may leave memory
             cast(Digests, digests).durable(ex.rejected_written)
-        ex.at("after_checkpoint")
+        if ex.phase is not None:  # (a phase hook is set by the crash tests only)
+            ex.at("after_checkpoint")
         if self._live is not None:
             # Live tracing: the spans this durable commit started or completed go out now
             # (trace/_live.py; it never raises into the run). What had ended by the commit
@@ -566,7 +586,8 @@ def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
     return out
 
 
-_NUMBERS = (int, float, bool)
+# The types of a run column ``redact`` has nothing to mask in (it never masks a number).
+_PLAIN = frozenset((int, float, bool, type(None)))
 
 
 def _masked(
@@ -581,7 +602,7 @@ def _masked(
     if record is not None:
         record = pack_record(record)
     datas = [e.data for e in events]
-    plain = all(v is None or type(v) in _NUMBERS for v in cols.values())
+    plain = _PLAIN.issuperset(map(type, cols.values()))  # (a C loop: no call a column)
     whole = [record, datas, None if plain else cols]
     out = redact(whole)
     if out is whole:

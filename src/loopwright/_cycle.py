@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -53,6 +54,8 @@ from ._usage import Usage
 from .store import NewEvent
 
 __all__ = ["HELD_OUT_KEY", "Cycle"]
+
+_VERIFIER = operator.attrgetter("verifier")
 
 HELD_OUT_KEY = "held_out"
 
@@ -165,7 +168,8 @@ class Cycle(RuntimeHost):
         memory = await self._recall(ex)
         ex.last_context = self._context(ex, n, memory, shown)
         ex.last_visible = {}
-        ex.at("before_actor")
+        if ex.phase is not None:  # (a phase hook is set by the crash tests only)
+            ex.at("before_actor")
         try:
             proposal, secs = await call_with_retry(
                 self.store,
@@ -191,7 +195,8 @@ class Cycle(RuntimeHost):
             return self._abort(
                 ex, t0, "escalated", cause=_gave_up("the actor", gave), error=gave.error
             )
-        ex.at("after_actor")
+        if ex.phase is not None:  # (a phase hook is set by the crash tests only)
+            ex.at("after_actor")
         if not isinstance(proposal, Proposal):
             return self._abort(
                 ex,
@@ -280,7 +285,7 @@ class Cycle(RuntimeHost):
         again after an edit made while it waited): not asked again."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
-        given = {_need_key(x) for x in approved}
+        given = {_need_key(x) for x in approved} if approved else set()
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
         protected = [
@@ -345,6 +350,7 @@ class Cycle(RuntimeHost):
             )
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
         rejected = s.rejected
+        effective: str | None = None  # what the proposal changes, once asked (``_conclude``)
         duplicate = digest in rejected or (
             (effective := rules.effective_digest(s, proposal, digest)) != digest
             and effective in rejected
@@ -403,7 +409,8 @@ class Cycle(RuntimeHost):
                         where, "TypeError", f"returned {type(verdict).__name__}, expected Verdict"
                     ),
                 )
-            if verdict.findings and any(not f.verifier for f in verdict.findings):
+            # (some finding has no verifier named; a C loop, no call a finding)
+            if verdict.findings and not all(map(_VERIFIER, verdict.findings)):
                 verdict = Verdict(
                     passed=verdict.passed,
                     score=verdict.score,
@@ -463,8 +470,11 @@ class Cycle(RuntimeHost):
         # whatever the verdict.
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None
         ok = rules.success(contract, loop.verifiers, visible, score)
-        calls = [c for c in proposal.effects if ok or not _effect(loop, c).requires_success]
-        held_back = [c.name for c in proposal.effects if c not in calls]
+        calls: list[EffectCall] = []
+        held_back: list[str] = []
+        if proposal.effects:  # (most proposals ask for none: nothing to walk)
+            calls = [c for c in proposal.effects if ok or not _effect(loop, c).requires_success]
+            held_back = [c.name for c in proposal.effects if c not in calls]
         if held_back:
             ex.events.append(
                 NewEvent(n, "effects_held", {"effects": held_back, "why": "cycle not accepted"})
@@ -560,7 +570,17 @@ class Cycle(RuntimeHost):
                 approved=approved,
             )
         return await self._apply(
-            ex, n, proposal, digest, visible, held, t0, candidate, duplicate, calls
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            t0,
+            candidate,
+            duplicate,
+            calls,
+            judged=(score, ok, effective),
         )
 
     def _refuse(

@@ -335,9 +335,11 @@ async def call_with_retry(
             close_sink(sink)
             raise
         close_sink(sink)
-        # Committed with the cycle, before its proposal or verdict event.
-        ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
-        charge(ex, scope, billed)  # the failed attempts before this one
+        # (most calls report no model call and had no billed failed attempt: nothing to do)
+        if made:  # committed with the cycle, before its proposal or verdict event
+            ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))
+        if billed:
+            charge(ex, scope, billed)  # the failed attempts before this one
         paid = _paid(got[0])
         if entry is not None or failed or paid is not None:
             # Charged with the next checkpoint: recorded, so that this call asked again (the
@@ -498,9 +500,11 @@ def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
     judgement made again included: the cycle record's ``usage``."""
     # summed in call order, as the cycle's Usage was added up call by call (the same floats)
     cost, tokens = 0.0, 0
-    for c in calls:
-        cost += c.get("cost_usd") or 0.0
-        tokens += c.get("tokens") or 0
+    for c in calls:  # (every cycle: ``in`` and subscripts, no call a key; adding 0 is a no-op)
+        if "cost_usd" in c and (cost_usd := c["cost_usd"]):
+            cost += cost_usd
+        if "tokens" in c and (n := c["tokens"]):
+            tokens += n
     return Usage._stored(cost, tokens, 0.0)
 
 

@@ -88,6 +88,7 @@ class RuntimeHost:
             *,
             staged: bool = False,
             keys: list[tuple[str, bool]] | None = None,
+            judged: tuple[float | None, bool, str | None] | None = None,
         ) -> bool: ...
 
         def _conclude(
@@ -104,6 +105,7 @@ class RuntimeHost:
             duplicate: bool = False,
             decision: str | None = None,
             effects: list[dict[str, Any]] | None = None,
+            judged: tuple[float | None, bool, str | None] | None = None,
         ) -> bool: ...
 
         def _commit(

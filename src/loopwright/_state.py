@@ -150,9 +150,8 @@ class Part:
     @property
     def accepted(self) -> Version | None:
         # The latest accepted version is always held in memory (see ``trim``).
-        known = self._known
-        cur = known.get(self.count)
-        if cur is not None and cur.status == "accepted":
+        known, count = self._known, self.count
+        if count in known and (cur := known[count]).status == "accepted":
             return cur  # the common case, without looking at the others
         found: Version | None = None
         for n, v in known.items():
@@ -600,9 +599,16 @@ class TaskState:
 
     # --- reading -------------------------------------------------------------------------
     def part(self, ref: str) -> Part | None:
-        artifact, name = split_ref(ref)
-        art = self.artifacts.get(artifact)
-        return None if art is None else art.parts.get(name)
+        # (several times a cycle: ``split_ref``'s test and the look-ups written out, no call)
+        artifact, sep, name = ref.partition("/")
+        if not sep or not artifact or not name:
+            split_ref(ref)  # raises, naming the reference
+        arts = self.artifacts
+        if artifact in arts:
+            parts = arts[artifact].parts
+            if name in parts:
+                return parts[name]
+        return None
 
     def iter_parts(self) -> Iterator[tuple[str, Part]]:
         for art in self.artifacts.values():
@@ -632,6 +638,8 @@ class TaskState:
 
     def next_step(self) -> PlanStep | None:
         """The first step not yet done whose dependencies are all done."""
+        if not self.plan:
+            return None  # most loops keep no plan: no bookkeeping to look at (twice a cycle)
         t = self._plan()
         plan, ids = self.plan, t.ids
         while t.lo < len(plan) and plan[t.lo].status == "done":
@@ -657,13 +665,13 @@ class TaskState:
         if p is None:
             p = art.parts[part] = Part(part, [Version(1, value, cycle)])
             p._owner = self._token
-        elif p.value == value:
+        elif p._known[p.count].value == value:  # (``p.value``)
             return False
         else:
             p = self._own(art, part, p)
             p.add(value, cycle)
         art._value_changed(part, p)
-        ref = part_ref(artifact, part)
+        ref = f"{artifact}/{part}"  # (``part_ref``)
         self._dirty.add(ref)
         self._opened(ref)
         if _logged(self._best_hint, ref, self._best_size):
@@ -709,10 +717,10 @@ class TaskState:
         p = None if art is None else art.parts.get(name)
         if art is None or p is None:
             raise LookupError(f"no part {ref!r}")
-        if p.status == status:
+        if p._known[p.count].status == status:  # (``p.status``)
             return
         p = self._own(art, name, p)
-        p.known[p.count].status = status
+        p._known[p.count].status = status
         art._status_changed(name, p)
         self._dirty.add(ref)
         if status != "accepted":
@@ -739,9 +747,14 @@ class TaskState:
     def is_open(self, ref: str) -> bool:
         """Whether part ``ref`` exists and its current version is not accepted."""
         artifact, _, name = ref.partition("/")
-        art = self.artifacts.get(artifact)
-        p = None if art is None else art.parts.get(name)
-        return p is not None and p.status != "accepted"
+        arts = self.artifacts
+        if artifact not in arts:
+            return False
+        parts = arts[artifact].parts
+        if name not in parts:
+            return False
+        p = parts[name]
+        return p._known[p.count].status != "accepted"  # (``p.status``, without the call)
 
     def _opened(self, ref: str) -> None:
         if _logged(self._open, ref, self._open_size):
@@ -762,6 +775,8 @@ class TaskState:
     def refresh_plan(self) -> None:
         """Mark steps whose parts are all accepted as done (looking only at open steps that
         list parts)."""
+        if not self.plan:
+            return  # nothing to mark (the bookkeeping is made good when next asked)
         t = self._plan()
         if t.watch is None:
             t.watch = [i for i, s in enumerate(self.plan) if s.status != "done" and s.parts]

@@ -139,9 +139,11 @@ def _plan(
 
 
 def _entry(p: Part) -> list[Any]:
-    acc = p.accepted
+    cur = p.known[p.count]
+    # (the current version accepted: the latest accepted, without ``Part.accepted``'s call)
+    acc = cur if cur.status == "accepted" else p.accepted
     # the current version's status too: it can change after the version was written
-    return [p.count, None if acc is None else acc.n, p.status]
+    return [p.count, None if acc is None else acc.n, cur.status]
 
 
 def _copy(value: Any) -> Any:
@@ -160,9 +162,6 @@ def is_head(d: Mapping[str, Any]) -> bool:
     return d.get("format") == FORMAT and "parts" in d
 
 
-_ABSENT = object()  # a key the earlier head lacks
-
-
 def delta(
     prev: Mapping[str, Any],
     new: Mapping[str, Any],
@@ -173,30 +172,39 @@ def delta(
     differ, and for the plan the only positions — so that a cycle compares what it changed,
     not every part's entry or every step."""
     out: dict[str, Any] = {}
+    # Every cycle, for each of the head's keys (most the same object as before, the rest
+    # mostly equal): tests written out with ``in``, subscripts and ``type``, no call a key.
     for k, v in new.items():
-        # (every cycle, for each of the head's keys: most are the same object as before)
-        old = prev.get(k, _ABSENT)
-        if old is v:
-            continue
-        if old is _ABSENT:
+        if k not in prev:
             out[k] = v
             continue
-        hint = hints.get(k) if hints else None
-        if hint is not None and k in _LIST_KEYS and isinstance(old, list) and isinstance(v, list):
+        old = prev[k]
+        if old is v:
+            continue
+        hint = hints[k] if hints and k in hints else None
+        if hint is not None and k in _LIST_KEYS and type(old) is list and type(v) is list:
             out[k + "@"] = _edits(old, v, hint)
-        elif hint is not None and isinstance(old, dict) and isinstance(v, dict):
-            keys = [r for r in sorted(hint) if old.get(r) != v.get(r)]
-            if keys:
-                out[k + "$"] = [{r: v[r] for r in keys if r in v}, [r for r in keys if r not in v]]
+        elif hint is not None and type(old) is dict and type(v) is dict:
+            upd: dict[str, Any] = {}
+            gone: list[Any] = []
+            for r in sorted(hint):  # (a key missing on either side reads as None)
+                if r in v:
+                    nv = v[r]
+                    if (old[r] != nv) if r in old else nv is not None:
+                        upd[r] = nv
+                elif r in old and old[r] is not None:
+                    gone.append(r)
+            if upd or gone:
+                out[k + "$"] = [upd, gone]
         elif old == v:
             continue
-        elif k in _MAP_KEYS and isinstance(old, dict) and isinstance(v, dict):
+        elif k in _MAP_KEYS and type(old) is dict and type(v) is dict:
             diff = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
             gone = [sk for sk in old if sk not in v]
             out[k + "$"] = [diff, gone]
-        elif k in _TAIL_KEYS and isinstance(old, list) and isinstance(v, list):
+        elif k in _TAIL_KEYS and type(old) is list and type(v) is list:
             out[k + "$"] = _tail(old, v)
-        elif k in _LIST_KEYS and isinstance(old, list) and isinstance(v, list):
+        elif k in _LIST_KEYS and type(old) is list and type(v) is list:
             out[k + "@"] = _edits(old, v)
         else:
             out[k] = v
@@ -207,13 +215,14 @@ def _tail(old: list[Any], new: list[Any]) -> list[Any]:
     """``[drop, added]`` with ``old[drop:] + added == new``: a window that dropped ``drop``
     entries from its front and appended ``added`` (the common case costs one comparison of the
     kept entries); anything else is a full replacement, ``[len(old), new]``."""
-    for drop in range(len(old) + 1):
-        keep = len(old) - drop
-        if keep > len(new) or (keep and old[drop] != new[0]):
+    n_old, n_new = len(old), len(new)
+    for drop in range(n_old + 1):
+        keep = n_old - drop
+        if keep > n_new or (keep and old[drop] != new[0]):
             continue
         if old[drop:] == new[:keep]:
             return [drop, new[keep:]]
-    return [len(old), list(new)]
+    return [n_old, list(new)]
 
 
 def _edits(old: list[Any], new: list[Any], hint: Iterable[int] | None = None) -> list[Any]:
@@ -325,7 +334,7 @@ def unwritten_versions(
     parts: Iterable[tuple[str, Part | None]]
     if changed is not None and isinstance(written, dict):
         now = written
-        parts = ((ref, state.part(ref)) for ref in sorted(changed))
+        parts = [(ref, state.part(ref)) for ref in sorted(changed)]
     else:
         now = {}
         parts = state.iter_parts()
@@ -333,7 +342,7 @@ def unwritten_versions(
     for ref, q in parts:
         for n, v in () if q is None else q.known.items():
             key = (ref, n)
-            if written.get(key) != v.status:
+            if key not in written or written[key] != v.status:  # (a status is never None)
                 rows.append((ref, n, v.cycle, v.status, v.value))
             now[key] = v.status
     return rows, now

@@ -601,3 +601,39 @@ def test_the_plans_bookkeeping_matches_a_walk_of_every_step(
             prev = head
         assert s.next_step() == _next_step_walk(s)
         assert [s.step(p.id) for p in s.plan] == list(s.plan)
+
+
+# (a head's entries are never None: a part's list, a version number)
+_ENTRY = st.one_of(st.lists(st.integers(0, 3), max_size=3), st.integers(0, 3))
+_PARTS = st.dictionaries(st.sampled_from(["d/a", "d/b", "e/c", "e/d"]), _ENTRY, max_size=4)
+_HIST = st.lists(st.integers(0, 4), max_size=6)
+
+
+@given(_PARTS, _PARTS, _HIST, _HIST, st.booleans(), st.booleans())
+def test_a_delta_with_hints_rebuilds_the_new_head(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    h_old: list[int],
+    h_new: list[int],
+    share: bool,
+    drop_key: bool,
+) -> None:
+    """Per-part maps compared only at the hinted keys (every key that differs, missing
+    keys among them), windows that slide or are replaced, keys the
+    earlier head lacks, objects shared with it: the delta applied gives the new head."""
+    from loopwright import _state_codec as codec
+
+    prev = {"parts": old, "best_parts": dict(old), "history": h_old, "cycle": 1, "goal": "g"}
+    head = {
+        "parts": new,
+        "best_parts": old if share else dict(new),
+        "history": h_new,
+        "cycle": 2,
+        "goal": "g",
+        "stall": 0,
+    }
+    if drop_key:
+        del prev["goal"]
+    hints = {"parts": set(old) | set(new), "best_parts": set(old) | set(new)}
+    for d in (codec.delta(prev, head, hints), codec.delta(prev, head)):
+        assert codec.apply_delta(prev, d) == head

@@ -1148,9 +1148,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             conn.execute(q.insert_checkpoint, checkpoint_row(it, now, js))
         except self._UNIQUE:
             raise ConflictError(f"run {run_id}: checkpoint {it.seq} already written") from None
-        if it.events:
+        if it.events:  # (``event_row`` written out: four a cycle)
             self._executemany(
-                conn, q.insert_event, [event_row(run_id, e, now, js) for e in it.events]
+                conn,
+                q.insert_event,
+                [(run_id, e.cycle, e.kind, now, js(dict(e.data))) for e in it.events],
             )
         for a in it.approvals:
             try:
