@@ -11,6 +11,7 @@ formats and exactly how pairs are formed.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -365,11 +366,31 @@ def preference_pairs(
                         _add(pairs, seen, "state", ch, rj)
     if match in ("hindsight", "both"):
         for cands in per_run:
-            for i, rj in enumerate(cands):
-                later = next((c for c in cands[i + 1 :] if _prefers(c, rj)), None)
-                if later is not None:
-                    _add(pairs, seen, "hindsight", later, rj)
+            for rj, later in _next_better(cands):
+                _add(pairs, seen, "hindsight", later, rj)
     return [dict(redact(p)) for p in pairs]
+
+
+def _next_better(cands: Sequence[_Candidate]) -> Iterator[tuple[_Candidate, _Candidate]]:
+    """Each candidate of one run with the first later one that ``_prefers`` over it, in order.
+
+    Only a candidate ranked 1 or 2 can be preferred, and only over a lower rank: each
+    candidate looks among the later ones of a higher rank (their positions, by bisection),
+    not at every later candidate — a long run whose score stopped improving has thousands of
+    cycles with no better one after them, which made this quadratic."""
+    at_least: dict[int, list[int]] = {1: [], 2: []}
+    for i, c in enumerate(cands):
+        for r in (1, 2):
+            if c.rank is not None and c.rank >= r:
+                at_least[r].append(i)
+    for i, rj in enumerate(cands):
+        if rj.rank is None or rj.rank >= 2:
+            continue
+        above = at_least[rj.rank + 1]
+        for j in above[bisect.bisect_right(above, i) :]:
+            if _prefers(cands[j], rj):  # the first of another change (digest)
+                yield rj, cands[j]
+                break
 
 
 def _add(
