@@ -1,0 +1,96 @@
+"""What the read paths of a long run read: a window, not the whole run (counted, not timed;
+bench/read_paths.py measures time and memory at 2,000 and 20,000 cycles)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright._modelcalls import MODEL_CALL
+from loopwright.store import NewEvent, Store
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from loopwright.web import create_app  # noqa: E402
+
+TOKEN = "t" * 32
+LOCAL = "http://127.0.0.1"
+CYCLES = 120
+
+
+def long_loop(cycles: int) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {f"p{ctx.cycle % 3}": f"draft {ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p0"),))
+
+    return lw.Loop(
+        name="long",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+TASK = {"goal": "long", "artifacts": {"doc": {"p0": "", "p1": "", "p2": ""}}}
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, int]:
+    """(store, run id, id of a model call recorded before the run's first cycle)."""
+    db = str(tmp_path_factory.mktemp("long") / "long.db")
+    loop = long_loop(CYCLES)
+    with lw.Runtime(db) as rt:
+        rec, _new = rt.create(loop, TASK, task_key="long")
+        rt.store.append_events(
+            rec.run_id, [NewEvent(0, MODEL_CALL, {"scope": "actor", "model": "m", "prompt": []})]
+        )
+        call = rt.store.events(rec.run_id)[-1].id
+        result = rt.run_sync(loop, TASK, task_key="long")
+    assert result.cycles == CYCLES
+    return db, result.run_id, call
+
+
+class Counting:
+    """Counts the events a store returns, however asked (a list or a page at a time)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events = 0
+        for name in ("events", "events_tail"):
+            real = getattr(store, name)
+
+            def counted(*a: Any, _real: Any = real, **k: Any) -> Any:
+                out = _real(*a, **k)
+                self.events += len(out)
+                return out
+
+            monkeypatch.setattr(store, name, counted)
+        real_iter = store.iter_events
+
+        def iter_counted(*a: Any, **k: Any) -> Iterator[Any]:
+            for e in real_iter(*a, **k):
+                self.events += 1
+                yield e
+
+        monkeypatch.setattr(store, "iter_events", iter_counted)
+
+
+@pytest.mark.parametrize("path", ["/api/runs/{rid}/calls/{call}", "/runs/{rid}/calls/{call}"])
+def test_a_model_call_of_a_long_runs_first_cycle_reads_one_event(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """It read every event after the call (the whole log, for a call of an early cycle)."""
+    db, rid, call = long_run
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    count = Counting(client.app.state.store, monkeypatch)  # type: ignore[attr-defined]
+    got = client.get(path.format(rid=rid, call=call))
+    assert got.status_code == 200
+    assert count.events <= 1  # was every event after it: > 4 a cycle
+    # an id that is not a model call of the run: 404, as before
+    assert client.get(path.format(rid=rid, call=call + 1)).status_code == 404
