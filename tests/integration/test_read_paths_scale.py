@@ -14,9 +14,9 @@ from loopwright._modelcalls import MODEL_CALL
 from loopwright.store import NewEvent, Store
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from loopwright.web import create_app  # noqa: E402
+from loopwright.web import create_app
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -94,3 +94,77 @@ def test_a_model_call_of_a_long_runs_first_cycle_reads_one_event(
     assert count.events <= 1  # was every event after it: > 4 a cycle
     # an id that is not a model call of the run: 404, as before
     assert client.get(path.format(rid=rid, call=call + 1)).status_code == 404
+
+
+class CountingRows:
+    """Counts the checkpoint and version rows a store reads."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.checkpoints = 0
+        self.versions = 0
+        real_ck, real_v = store._checkpoint_rows, store._version_rows  # type: ignore[attr-defined]
+
+        def ck_rows(*a: Any, **k: Any) -> Any:
+            out = real_ck(*a, **k)
+            self.checkpoints += len(out)
+            return out
+
+        def v_rows(*a: Any, **k: Any) -> Any:
+            out = real_v(*a, **k)
+            self.versions += len(out)
+            return out
+
+        monkeypatch.setattr(store, "_checkpoint_rows", ck_rows)
+        monkeypatch.setattr(store, "_version_rows", v_rows)
+
+
+def test_a_fork_at_an_early_cycle_reads_that_cycle_not_the_run(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It read every checkpoint of the run and every version of every part (14 s and 280 MB
+    for a fork at cycle 5 of 20,000 cycles)."""
+    db, rid, _call = long_run
+    with lw.Runtime(db) as rt:
+        full = rt.store.checkpoints(rid)
+        count = CountingRows(rt.store, monkeypatch)
+        new = rt.fork(rid, 2, by="ann")
+        read = count.checkpoints
+        state = rt.store.latest_checkpoint(new.run_id).task_state()
+    # the snapshot before cycle 2 and the rows up to it (each read at most twice), not 120+
+    assert read <= 10, read
+    then = next(c for c in full if c.cycle == 2 and c.record and "proposal" in c.record)
+    assert state.values() == then.task_state().values()
+    assert new.forked_at == 2
+
+
+def test_a_rollback_to_an_early_cycle_reads_that_cycle_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "r.db")
+    loop = long_loop(CYCLES)
+    with lw.Runtime(db) as rt:
+        rid = rt.run_sync(loop, TASK, task_key="r").run_id
+        then = (
+            next(
+                c
+                for c in rt.store.checkpoints(rid)
+                if c.cycle == 3 and c.record and "proposal" in c.record
+            )
+            .task_state()
+            .values()
+        )
+        count = CountingRows(rt.store, monkeypatch)
+        rt.rollback(rid, 3, by="ann")
+        target_rows = count.checkpoints
+        assert rt.store.latest_checkpoint(rid).task_state().values() == then
+    # the target's rows, and the latest state's (from its snapshot: up to 50 rows)
+    assert target_rows <= 10 + 2 * 50, target_rows
+    assert target_rows < CYCLES
+
+
+def test_a_fork_at_a_cycle_the_run_has_not_says_which_it_has(
+    long_run: tuple[str, str, int],
+) -> None:
+    db, rid, _call = long_run
+    with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError, match=rf"cycles 0\.\.{CYCLES}"):
+        rt.fork(rid, CYCLES + 5, by="ann")
