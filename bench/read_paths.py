@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -156,7 +155,12 @@ def cli_paths(rid: str, d: Path, n: int) -> list[tuple[str, list[str], bool]]:
 
 def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int]:
     p = subprocess.run(
-        ["/usr/bin/time", "-f", "%e %M", *cmd], env=env, cwd=cwd, capture_output=True, text=True
+        ["/usr/bin/time", "-f", "%e %M", *cmd],
+        check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
     )
     wall, rss = p.stderr.strip().splitlines()[-1].split()
     return float(wall), int(rss) / 1024, p.returncode
@@ -267,15 +271,15 @@ def main() -> None:
         if not only or "web" in only:
             # in a child process: each size's app and store from a fresh interpreter
             code = (
-                "import json, sys; sys.path.insert(0, sys.argv[3]); import read_paths as r; "
+                "import json, sys; sys.path.insert(0, sys.argv[4]); import read_paths as r; "
                 "from pathlib import Path; "
                 "print(json.dumps(r.measure_web(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])))"
             )
             p = subprocess.run(
-                [
+                [  # argv: the store, the size, the tree's src, this directory
                     sys.executable,
                     "-c",
-                    code.replace("sys.argv[3]); import", "sys.argv[4]); import"),
+                    code,
                     str(db),
                     str(n),
                     a.src,
@@ -284,6 +288,7 @@ def main() -> None:
                 capture_output=True,
                 text=True,
                 env={**os.environ, "PYTHONPATH": a.src},
+                check=False,
             )
             sys.stderr.write(p.stderr)
             res.update(json.loads(p.stdout.strip().splitlines()[-1]))
