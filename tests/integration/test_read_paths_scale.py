@@ -168,3 +168,22 @@ def test_a_fork_at_a_cycle_the_run_has_not_says_which_it_has(
     db, rid, _call = long_run
     with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError, match=rf"cycles 0\.\.{CYCLES}"):
         rt.fork(rid, CYCLES + 5, by="ann")
+
+
+def test_a_long_runs_calls_are_listed_from_the_log_a_page_at_a_time(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/api/runs/{id}/calls`` held every event of the run at once (105 MB at 20,000
+    cycles) to list its model calls."""
+    db, rid, call = long_run
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    store = client.app.state.store  # type: ignore[attr-defined]
+
+    def whole_log(*a: Any, **k: Any) -> Any:
+        raise AssertionError("read the whole log at once")
+
+    monkeypatch.setattr(store, "events", whole_log)
+    got = client.get(f"/api/runs/{rid}/calls")
+    assert got.status_code == 200
+    assert [c["id"] for c in got.json()] == [call]
+    assert client.get(f"/api/runs/{rid}/calls?cycle=3").json() == []

@@ -352,9 +352,9 @@ def install_waterfall(app: FastAPI, store: Store, page: Page) -> None:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        return [
+        return [  # the log a page at a time: a long run's events are not all held at once
             call_summary(e)
-            for e in store.events(rec.run_id)
+            for e in store.iter_events(rec.run_id)
             if e.kind == MODEL_CALL and (cycle is None or e.cycle == cycle)
         ]
 
