@@ -21,7 +21,8 @@ Then per size:
   TestClient: wall seconds of one request, then the ``tracemalloc`` peak of a second one.
 
 ``--src`` runs another tree's ``src`` (``git archive`` of a commit) to compare. The last lines
-give, per path, ``time_ratio`` and ``mem_ratio`` (largest size ÷ smallest): about 10 is
+give, per path, ``cpu_ratio`` (CPU seconds, user + system: steadier than wall time on
+a shared machine) and ``mem_ratio`` (largest size ÷ smallest): about 10 is
 linear in the run's length, more is worse than linear, about 1 is a window.
 """
 
@@ -153,17 +154,17 @@ def cli_paths(rid: str, d: Path, n: int) -> list[tuple[str, list[str], bool]]:
     ]
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int]:
+def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, float, int]:
     p = subprocess.run(
-        ["/usr/bin/time", "-f", "%e %M", *cmd],
+        ["/usr/bin/time", "-f", "%e %M %U %S", *cmd],
         check=False,
         env=env,
         cwd=cwd,
         capture_output=True,
         text=True,
     )
-    wall, rss = p.stderr.strip().splitlines()[-1].split()
-    return float(wall), int(rss) / 1024, p.returncode
+    wall, rss, user, system = p.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(rss) / 1024, float(user) + float(system), p.returncode
 
 
 def copy_of(db: Path, d: str) -> str:
@@ -186,16 +187,16 @@ def measure_cli(db: Path, d: Path, n: int, src: str, only: set[str] | None) -> d
             continue
         with tempfile.TemporaryDirectory() as tmp:
             path = copy_of(db, tmp) if copy else str(db)
-            wall, rss, rc = timed([*py, *(a.replace("{db}", path) for a in args)], env, tmp)
-        out[name] = {"s": wall, "mb": rss, "rc": rc}
+            wall, rss, cpu, rc = timed([*py, *(a.replace("{db}", path) for a in args)], env, tmp)
+        out[name] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
         print(f"{n} {name} {out[name]}", file=sys.stderr)
     if not only or "resume" in only:
         with tempfile.TemporaryDirectory() as tmp:
             path = copy_of(db, tmp)
             back = [*py, "rollback", rid, "--to-cycle", "10", "--store", path, "--by", "ann"]
             subprocess.run(back, env=env, cwd=tmp, capture_output=True, check=True)
-            wall, rss, rc = timed([*py, "resume", rid, "--store", path], env, tmp)
-        out["resume"] = {"s": wall, "mb": rss, "rc": rc}
+            wall, rss, cpu, rc = timed([*py, "resume", rid, "--store", path], env, tmp)
+        out["resume"] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
         print(f"{n} resume {out['resume']}", file=sys.stderr)
     return out
 
@@ -234,9 +235,9 @@ def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for route in web_routes(rid, db):
         url = route.format(rid=rid)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         got = client.get(url)
-        wall = time.perf_counter() - t
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
         tracemalloc.start()
         client.get(url)
         peak = tracemalloc.get_traced_memory()[1]
@@ -244,6 +245,7 @@ def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
         name = "GET " + route.replace("{rid}", "RUN")
         out[name] = {
             "s": round(wall, 3),
+            "cpu": round(cpu, 3),
             "mb": round(peak / 2**20, 2),
             "status": got.status_code,
             "bytes": len(got.content),
@@ -295,17 +297,17 @@ def main() -> None:
         results[n] = res
     lo, hi = min(sizes), max(sizes)
     print(
-        f"{'path':<46} {'s@' + str(lo):>9} {'s@' + str(hi):>9} {'time_ratio':>10} "
+        f"{'path':<46} {'cpu@' + str(lo):>10} {'cpu@' + str(hi):>10} {'cpu_ratio':>9} "
         f"{'MB@' + str(lo):>9} {'MB@' + str(hi):>9} {'mem_ratio':>9}"
     )
     for name in results[lo]:
         x, y = results[lo][name], results[hi].get(name)
         if y is None:
             continue
-        tr = y["s"] / x["s"] if x["s"] else float("nan")
+        tr = y["cpu"] / x["cpu"] if x["cpu"] else float("nan")
         mr = y["mb"] / x["mb"] if x["mb"] else float("nan")
         print(
-            f"{name:<46} {x['s']:>9.3f} {y['s']:>9.3f} {tr:>10.1f} {x['mb']:>9.1f} "
+            f"{name:<46} {x['cpu']:>10.3f} {y['cpu']:>10.3f} {tr:>9.1f} {x['mb']:>9.1f} "
             f"{y['mb']:>9.1f} {mr:>9.1f}"
         )
     if a.json:
