@@ -3,6 +3,7 @@ bench/read_paths.py measures time and memory at 2,000 and 20,000 cycles)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,27 @@ def test_a_long_runs_calls_are_listed_from_the_log_a_page_at_a_time(
     assert got.status_code == 200
     assert [c["id"] for c in got.json()] == [call]
     assert client.get(f"/api/runs/{rid}/calls?cycle=3").json() == []
+
+
+def test_trace_jsonl_of_a_long_run_reads_the_log_a_page_at_a_time(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``loopwright trace`` held every event of the run at once (155 MB at 20,000 cycles); the
+    lines are the same as ``trace_records``'s."""
+    from loopwright.cli import main
+    from loopwright.store.sqlite import SQLiteStore
+    from loopwright.trace import trace_records
+
+    db, rid, _call = long_run
+    with lw.Runtime(db) as rt:
+        want = trace_records(rt.store, rid)
+
+    def whole_log(*a: Any, **k: Any) -> Any:
+        raise AssertionError("read the whole log at once")
+
+    monkeypatch.setattr(SQLiteStore, "events", whole_log)
+    out = tmp_path / "t.jsonl"
+    assert main(["trace", rid, "--store", db, "--out", str(out)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert got == json.loads(json.dumps(want, default=str))
+    assert got[0]["data"]["events"] == len(got) - 1
