@@ -212,3 +212,28 @@ def test_trace_jsonl_of_a_long_run_reads_the_log_a_page_at_a_time(
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert got == json.loads(json.dumps(want, default=str))
     assert got[0]["data"]["events"] == len(got) - 1
+
+
+def test_an_eval_case_of_a_long_run_holds_one_state_at_a_time(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export eval-cases`` (and ``preference-pairs``) kept every checkpoint's state, each
+    cycle's before and after (428 MB for a run of 20,000 cycles)."""
+    from loopwright.trace import eval_case, preference_pairs
+
+    db, rid, _call = long_run
+    with lw.Runtime(db) as rt:
+        got: list[Any] = []
+        real = rt.store.checkpoints
+
+        def kept(run_id: str) -> Any:
+            got.append(real(run_id))
+            return got[-1]
+
+        monkeypatch.setattr(rt.store, "checkpoints", kept)
+        case = eval_case(rt.store, rid)
+        preference_pairs(rt.store, run_ids=[rid])
+    assert len(case["cycles"]) == CYCLES
+    for cks in got:
+        held = sum(1 for c in cks if c._state is not None)  # resolved and kept
+        assert held <= 2, held  # the initial and the final state; was every one

@@ -21,7 +21,7 @@ def _cand(i: int, rank: int | None, digest: str) -> Any:
         record={"improved": rank == 1},
         visible={},
         held_out={},
-        before={},
+        context={},
         after=None,
     )
     return _exports._Candidate(None, cyc, {}, f"ctx{i}", rank)  # type: ignore[arg-type]

@@ -163,6 +163,14 @@ class Checkpoint:
             self._resolve = None
         return state
 
+    def read_state(self) -> dict[str, Any]:
+        """``state``, not kept by the checkpoint when it was not read yet: a reader of every
+        checkpoint of a long run holds one state at a time, not all of them."""
+        if self._state is not None:
+            return self._state
+        assert self._resolve is not None
+        return self._resolve()
+
     @property
     def fields(self) -> Mapping[str, Any]:
         """The state's own fields — ``pending``, ``notes``, ``spent``, ``best_score``,
