@@ -12,7 +12,9 @@ from loopwright.trace import _exports
 
 
 def _cand(i: int, rank: int | None, digest: str) -> Any:
-    cyc = _exports._Cycle(
+    # (``before`` in trees before a cycle kept the actor's context instead of the state)
+    ctx = "context" if "context" in _exports._Cycle.__dataclass_fields__ else "before"
+    cyc = _exports._Cycle(  # type: ignore[call-arg]
         cycle=i,
         proposal={},
         digest=digest,
@@ -21,7 +23,7 @@ def _cand(i: int, rank: int | None, digest: str) -> Any:
         record={"improved": rank == 1},
         visible={},
         held_out={},
-        context={},
+        **{ctx: {}},
         after=None,
     )
     return _exports._Candidate(None, cyc, {}, f"ctx{i}", rank)  # type: ignore[arg-type]
