@@ -237,3 +237,29 @@ def test_an_eval_case_of_a_long_run_holds_one_state_at_a_time(
     for cks in got:
         held = sum(1 for c in cks if c._state is not None)  # resolved and kept
         assert held <= 2, held  # the initial and the final state; was every one
+
+
+@pytest.mark.parametrize("action", ["rollback", "rerun"])
+def test_the_confirmation_page_of_a_long_run_asks_for_a_number_not_a_list(
+    long_run: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """Roll back / Rerun listed every concluded cycle as an option (20,001 at 20,000 cycles,
+    every checkpoint read to list them); a long run gets a cycle number box."""
+    from loopwright.web import _actions
+
+    db, rid, _call = long_run
+    monkeypatch.setattr(_actions, "CYCLES_LISTED", CYCLES // 2, raising=False)
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL)
+    store = client.app.state.store  # type: ignore[attr-defined]
+
+    def every(*a: Any, **k: Any) -> Any:
+        raise AssertionError("read every checkpoint")
+
+    monkeypatch.setattr(store, "checkpoints", every)
+    page = client.get(
+        f"/runs/{rid}/confirm?action={action}", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert page.status_code == 200
+    assert "<option" not in page.text
+    name = "to_cycle" if action == "rollback" else "at_cycle"
+    assert f'name="{name}" type="number" min="0" max="{CYCLES}"' in page.text
