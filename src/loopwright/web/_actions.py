@@ -58,9 +58,10 @@ CYCLES_LISTED = 500
 options, and every checkpoint read to make them); a cycle it has not is refused on post."""
 
 
-def _cycles(store: Store, rec: RunRecord) -> list[int] | None:
+def _cycles(store: Store, run_id: str) -> list[int] | None:
     """The cycles a run can be rolled back or forked to: 0 (its start) and each concluded one;
-    ``None`` for a run of more than ``CYCLES_LISTED`` cycles (nothing read)."""
+    ``None`` for a run of more than ``CYCLES_LISTED`` cycles (no checkpoint read)."""
+    rec = store.get_run(run_id)
     if rec.cycle > CYCLES_LISTED:
         return None
     rows = timeline(store.checkpoints(rec.run_id))
@@ -172,7 +173,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             rec=rec,
             action=action,
             terminal=rec.status in TERMINAL_STATUSES,
-            cycles=_cycles(store, rec),
+            cycles=_cycles(store, rec.run_id),
             budget={k: budget.get(k) for k in BUDGET_FIELDS},
             pending=store.approvals(run_id=rec.run_id, status="pending"),
         )
