@@ -31,7 +31,7 @@ from ._host import RuntimeHost
 from ._json import check_text, check_value
 from ._keys import check_key, fit_key
 from ._loop import Loop, other_loop
-from ._people import concluded_at, refuse_rewritten, retire_failures
+from ._people import concluded_in, refuse_rewritten, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref
@@ -73,8 +73,7 @@ class Forking(RuntimeHost):
                 f"with that loop, or start a new run of {loop.name!r}",
                 field="loop",
             )
-        cks = self.store.checkpoints(rec.run_id)
-        ck = concluded_at(cks, rec.run_id, at_cycle, "at_cycle")
+        ck = concluded_in(self.store, rec.run_id, at_cycle, "at_cycle")
         refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")
         state = ck.task_state()
         for _ref, part in state.iter_parts():

@@ -25,7 +25,7 @@ from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
 
-__all__ = ["Decisions", "concluded_at", "refuse_rewritten"]
+__all__ = ["Decisions", "concluded_at", "concluded_in", "refuse_rewritten"]
 
 
 class Decisions(RuntimeHost):
@@ -373,8 +373,7 @@ class Decisions(RuntimeHost):
     def _rollback(
         self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
     ) -> None:
-        cks = self.store.checkpoints(rec.run_id)
-        target = concluded_at(cks, rec.run_id, to_cycle, "to_cycle")
+        target = concluded_in(self.store, rec.run_id, to_cycle, "to_cycle")
         refuse_rewritten(self.store, rec.run_id, target, "to_cycle")
         old = TaskState.from_dict(target.state)
         latest = self.store.latest_checkpoint(rec.run_id)
@@ -501,9 +500,12 @@ def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> N
     writes the versions back as they were (their cycles), so it is not."""
     state = TaskState.from_dict(ck.state)
     for ref, part in state.iter_parts():
-        again = [
-            v.n for v in store.versions(run_id, ref) if v.n <= part.count and v.cycle > ck.cycle
-        ]
+        again = []
+        for v in store.iter_versions(run_id, ref):  # oldest first, a page at a time
+            if v.n > part.count:
+                break  # not the versions a long run wrote after the target
+            if v.cycle > ck.cycle:
+                again.append(v.n)
         if again:
             raise ConfigError(
                 f"cycle {ck.cycle} of run {run_id} was abandoned by a rollback, and {ref}'s "
@@ -511,6 +513,16 @@ def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> N
                 "choose a cycle before the rollback's target or after it",
                 field=field,
             )
+
+
+def concluded_in(store: Store, run_id: str, cycle: int, field: str) -> Checkpoint:
+    """``concluded_at`` among the run's first checkpoint and those of ``cycle``
+    (``Store.checkpoints_at``): a fork or rollback to an early cycle of a long run reads that
+    cycle's checkpoints, not every one; every one only to say which cycles the run has."""
+    try:
+        return concluded_at(store.checkpoints_at(run_id, cycle), run_id, cycle, field)
+    except ConfigError:
+        return concluded_at(store.checkpoints(run_id), run_id, cycle, field)
 
 
 def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:

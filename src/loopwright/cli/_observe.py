@@ -102,7 +102,7 @@ def trace(
     Spans: run → cycle → actor / verifier / effect / approval. --send posts them to an
     OTLP/HTTP collector.
     """
-    from ..trace import export_otlp, trace_records, traces_url, write_jsonl, write_otlp
+    from ..trace import export_otlp, iter_trace_records, traces_url, write_jsonl, write_otlp
 
     if fmt is not None and fmt not in _FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use jsonl or otlp-json", field="--format")
@@ -120,7 +120,7 @@ def trace(
         if send is None or out is not None or fmt is not None:
             with _output(out) as fh:
                 if (fmt or "jsonl") == "jsonl":
-                    n = write_jsonl(trace_records(st, rec.run_id), fh)
+                    n = write_jsonl(iter_trace_records(st, rec.run_id), fh)  # paged
                     what = f"{n} line(s)"
                 else:
                     what = f"{write_otlp(st, rec.run_id, fh)} span(s)"

@@ -163,6 +163,14 @@ class Checkpoint:
             self._resolve = None
         return state
 
+    def read_state(self) -> dict[str, Any]:
+        """``state``, not kept by the checkpoint when it was not read yet: a reader of every
+        checkpoint of a long run holds one state at a time, not all of them."""
+        if self._state is not None:
+            return self._state
+        assert self._resolve is not None
+        return self._resolve()
+
     @property
     def fields(self) -> Mapping[str, Any]:
         """The state's own fields — ``pending``, ``notes``, ``spent``, ``best_score``,
@@ -586,12 +594,18 @@ class Store(LiveStore, PeopleStore, ABC):
     # of their own. See ``loopwright._state_codec``.
     @abstractmethod
     def _checkpoint_rows(
-        self, run_id: str, *, latest: bool, since: int | None = None
+        self, run_id: str, *, latest: bool, since: int | None = None, until: int | None = None
     ) -> list[CheckpointRow]:
-        """The run's raw rows, oldest first: all of them, those from ``seq`` ``since`` on, or
-        (``latest``) those from the latest row's base on. ``record`` is parsed for the last
-        row always, for others when not ``latest``; ``base`` is the row's own seq for a full
-        state."""
+        """The run's raw rows, oldest first: all of them, those from ``seq`` ``since`` on (up
+        to ``until`` when given), or (``latest``) those from the latest row's base on.
+        ``record`` is parsed for the last row always, for others when not ``latest``; ``base``
+        is the row's own seq for a full state."""
+
+    def _cycle_marks(self, run_id: str, cycle: int) -> list[tuple[int, int]]:
+        """``(seq, base)`` of the run's first checkpoint and of those of ``cycle``, oldest
+        first (a store that can asks for them alone)."""
+        rows = self._checkpoint_rows(run_id, latest=False)
+        return [(r.seq, r.base) for i, r in enumerate(rows) if i == 0 or r.cycle == cycle]
 
     @abstractmethod
     def _version_rows(
@@ -799,9 +813,40 @@ class Store(LiveStore, PeopleStore, ABC):
             )
         return out
 
+    def checkpoints_at(self, run_id: str, cycle: int) -> list[Checkpoint]:
+        """The run's first checkpoint and those that carry cycle number ``cycle``, oldest
+        first, as ``checkpoints`` gives them (a state is read when first read): what a fork's
+        or a rollback's target is chosen among (``concluded_at``), read from each one's
+        snapshot on, not a long run's every checkpoint."""
+        loader = self._loader(run_id)
+        out: list[Checkpoint] = []
+        for seq, base in self._cycle_marks(run_id, cycle):
+            rows = self._checkpoint_rows(run_id, latest=False, since=base, until=seq)
+            if not rows or rows[-1].seq != seq:
+                continue
+            fields = codec.fold(own_fields(rows[0].state), [own_fields(r.state) for r in rows[1:]])
+            r = rows[-1]
+            out.append(
+                Checkpoint(
+                    run_id,
+                    r.seq,
+                    r.cycle,
+                    functools.partial(self._state_at, run_id, r.seq, base),
+                    r.record,
+                    r.created_at,
+                    loader,
+                    fields,
+                )
+            )
+        return out
+
     def _state_at(self, run_id: str, seq: int, base: int) -> dict[str, Any]:
         """The resolved state of checkpoint ``seq`` (built on the snapshot ``base``)."""
-        rows = [r for r in self._checkpoint_rows(run_id, latest=False, since=base) if r.seq <= seq]
+        rows = [
+            r
+            for r in self._checkpoint_rows(run_id, latest=False, since=base, until=seq)
+            if r.seq <= seq
+        ]
         state = _folded(rows, 0, len(rows) - 1)
         if codec.is_head(state):
             keys = codec.wanted_versions(state)

@@ -185,6 +185,17 @@ class Statements:
             "SELECT seq, cycle, state, CASE WHEN ? OR seq=? THEN record END, created_at, "
             "COALESCE(base, seq) FROM checkpoints WHERE run_id=? AND seq>=? ORDER BY seq"
         )
+        self.checkpoint_range = p(
+            "SELECT seq, cycle, state, CASE WHEN ? OR seq=? THEN record END, created_at, "
+            "COALESCE(base, seq) FROM checkpoints WHERE run_id=? AND seq>=? AND seq<=? "
+            "ORDER BY seq"
+        )
+        # The run's first checkpoint and those of one cycle, without their states or records
+        # (a fork's or rollback's target among a long run's checkpoints).
+        self.cycle_marks = p(
+            "SELECT seq, COALESCE(base, seq) FROM checkpoints WHERE run_id=? AND (cycle=? OR "
+            "seq=(SELECT min(seq) FROM checkpoints WHERE run_id=?)) ORDER BY seq"
+        )
         self.versions = p("SELECT ref, n, cycle, status, value FROM versions WHERE run_id=?")
         self.version_by_key = p(
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? AND n=?"
@@ -848,22 +859,32 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
 
     # --- checkpoints: reading -------------------------------------------------------------
     def _checkpoint_rows(
-        self, run_id: str, *, latest: bool, since: int | None = None
+        self, run_id: str, *, latest: bool, since: int | None = None, until: int | None = None
     ) -> list[CheckpointRow]:
         with self._conn() as conn:
             last = conn.execute(self._q.last_checkpoint, (run_id,)).fetchone()
             if last is None:
                 return []
             first = last[1] if latest else -1 if since is None else since
-            rows = conn.execute(
-                self._q.checkpoint_rows, (not latest, last[0], run_id, first)
-            ).fetchall()
+            if until is not None and not latest:
+                rows = conn.execute(
+                    self._q.checkpoint_range, (True, last[0], run_id, first, until)
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    self._q.checkpoint_rows, (not latest, last[0], run_id, first)
+                ).fetchall()
             jl = self._jl
             records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
             self._fill_versions(conn, run_id, records)
         return [
             CheckpointRow(r[0], r[1], jl(r[2]), rec, r[4], r[5])
             for r, rec in zip(rows, records, strict=True)
+        ]
+
+    def _cycle_marks(self, run_id: str, cycle: int) -> list[tuple[int, int]]:
+        return [
+            (int(r[0]), int(r[1])) for r in self._all(self._q.cycle_marks, (run_id, cycle, run_id))
         ]
 
     def _fill_versions(

@@ -16,7 +16,7 @@ from ._exports import (
     eval_cases,
     preference_pairs,
 )
-from ._jsonl import TRACE_FORMAT, build_records, trace_records, write_jsonl
+from ._jsonl import TRACE_FORMAT, build_records, iter_trace_records, trace_records, write_jsonl
 from ._live import LiveTracer, live_tracer, provider_from_env
 from ._otlp import (
     OTLPExportError,
@@ -49,6 +49,7 @@ __all__ = [
     "eval_case",
     "eval_cases",
     "export_otlp",
+    "iter_trace_records",
     "live_tracer",
     "otlp_message",
     "otlp_to_protobuf",

@@ -11,6 +11,7 @@ formats and exactly how pairs are formed.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -49,7 +50,10 @@ PairMatch = Literal["state", "hindsight", "both"]
 # --- the cycles of a run ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class _Cycle:
-    """A cycle of a run as its checkpoints recorded it, with the state it started from."""
+    """A cycle of a run as its checkpoints recorded it: what the actor was shown before it
+    (``context``, ``_actor_context``) and the part values after it (``after``; ``None`` for a
+    cycle that never concluded). Not the states themselves: a long run's every state held
+    at once was 400 MB at 20,000 cycles."""
 
     cycle: int
     proposal: dict[str, Any]
@@ -59,8 +63,8 @@ class _Cycle:
     record: dict[str, Any]
     visible: dict[str, Any]
     held_out: dict[str, Any]
-    before: dict[str, Any]
-    after: dict[str, Any] | None
+    context: dict[str, Any]
+    after: dict[str, dict[str, Any]] | None
 
 
 def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
@@ -72,6 +76,15 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
     """
     out: list[_Cycle] = []
     waiting: dict[int, _Cycle] = {}
+    seen: list[Any] = [-1, None]  # the last checkpoint's context: each is read once, in order
+
+    def context(i: int) -> dict[str, Any]:
+        if seen[0] != i:
+            # read, not kept by the checkpoint: the list holds every checkpoint of the run
+            seen[:] = [i, _actor_context(checkpoints[i].read_state())]
+        ctx: dict[str, Any] = seen[1]
+        return ctx
+
     for i, ck in enumerate(checkpoints):
         rec = ck.record
         if rec is None or i == 0:
@@ -90,8 +103,8 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                     record=rec,
                     visible=dict(rec.get("visible") or {}),
                     held_out=dict(rec.get("held_out") or {}),
-                    before=start.before if start is not None else checkpoints[i - 1].state,
-                    after=ck.state,
+                    context=start.context if start is not None else context(i - 1),
+                    after=context(i)["artifacts"],
                 )
             )
         elif decision in _MID_CYCLE and n not in waiting:
@@ -107,7 +120,7 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                 record=rec,
                 visible=dict(pend.get("visible") or {}),
                 held_out=dict(rec.get("held_out") or {}),
-                before=checkpoints[i - 1].state,
+                context=context(i - 1),
                 after=None,
             )
         elif decision == "rollback":
@@ -217,7 +230,7 @@ def _case_cycle(run: RunRecord, c: _Cycle) -> dict[str, Any]:
         "cycle": c.cycle,
         "concluded": c.concluded,
         "decision": c.decision,
-        "context_id": context_id(run.loop_name, _actor_context(c.before)),
+        "context_id": context_id(run.loop_name, c.context),
         "proposal": c.proposal,
         "digest": c.digest,
         "duplicate": bool(rec.get("duplicate", False)),
@@ -325,7 +338,7 @@ def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate
     for rec in runs:
         cands = []
         for c in _cycles(store.checkpoints(rec.run_id)):
-            ctx = _actor_context(c.before)
+            ctx = c.context
             cands.append(_Candidate(rec, c, ctx, context_id(rec.loop_name, ctx), _rank(c)))
         out.append(cands)
     return out
@@ -365,11 +378,31 @@ def preference_pairs(
                         _add(pairs, seen, "state", ch, rj)
     if match in ("hindsight", "both"):
         for cands in per_run:
-            for i, rj in enumerate(cands):
-                later = next((c for c in cands[i + 1 :] if _prefers(c, rj)), None)
-                if later is not None:
-                    _add(pairs, seen, "hindsight", later, rj)
+            for rj, later in _next_better(cands):
+                _add(pairs, seen, "hindsight", later, rj)
     return [dict(redact(p)) for p in pairs]
+
+
+def _next_better(cands: Sequence[_Candidate]) -> Iterator[tuple[_Candidate, _Candidate]]:
+    """Each candidate of one run with the first later one that ``_prefers`` over it, in order.
+
+    Only a candidate ranked 1 or 2 can be preferred, and only over a lower rank: each
+    candidate looks among the later ones of a higher rank (their positions, by bisection),
+    not at every later candidate — a long run whose score stopped improving has thousands of
+    cycles with no better one after them, which made this quadratic."""
+    at_least: dict[int, list[int]] = {1: [], 2: []}
+    for i, c in enumerate(cands):
+        for r in (1, 2):
+            if c.rank is not None and c.rank >= r:
+                at_least[r].append(i)
+    for i, rj in enumerate(cands):
+        if rj.rank is None or rj.rank >= 2:
+            continue
+        above = at_least[rj.rank + 1]
+        for j in above[bisect.bisect_right(above, i) :]:
+            if _prefers(cands[j], rj):  # the first of another change (digest)
+                yield rj, cands[j]
+                break
 
 
 def _add(
@@ -385,7 +418,7 @@ def _add(
     if ident in seen:
         return
     seen.add(ident)
-    base = TaskState.from_dict(rejected.cycle.before).values()
+    base = rejected.cycle.context["artifacts"]  # the values TaskState(before).values() gives
     pairs.append(
         {
             "format": PAIR_FORMAT,
@@ -420,7 +453,7 @@ def _side(c: _Candidate, base: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _net_edits(
-    base: dict[str, dict[str, Any]], after: dict[str, Any] | None
+    base: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]] | None
 ) -> list[dict[str, Any]]:
     """The part values that differ between the pair's context and the state after this
     proposal's cycle: what it changed, counted from the context (for a hindsight pair's
@@ -428,7 +461,7 @@ def _net_edits(
     if after is None:
         return []
     out = []
-    for art, parts in TaskState.from_dict(after).values().items():
+    for art, parts in after.items():
         for part, value in parts.items():
             old = base.get(art, {})
             if part not in old or old[part] != value:

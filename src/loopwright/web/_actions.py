@@ -53,9 +53,18 @@ class ActionDeps:
     resume_later: Callable[[str], str]
 
 
-def _cycles(store: Store, run_id: str) -> list[int]:
-    """The cycles a run can be rolled back or forked to: 0 (its start) and each concluded one."""
-    rows = timeline(store.checkpoints(run_id))
+CYCLES_LISTED = 500
+"""A run of more cycles is given a cycle number box, not a list of every cycle (20,000
+options, and every checkpoint read to make them); a cycle it has not is refused on post."""
+
+
+def _cycles(store: Store, run_id: str) -> list[int] | None:
+    """The cycles a run can be rolled back or forked to: 0 (its start) and each concluded one;
+    ``None`` for a run of more than ``CYCLES_LISTED`` cycles (no checkpoint read)."""
+    rec = store.get_run(run_id)
+    if rec.cycle > CYCLES_LISTED:
+        return None
+    rows = timeline(store.checkpoints(rec.run_id))
     concluded = (t for t in rows if not t["parked"] and not t.get("unapplied") and t["cycle"])
     return sorted({0, *(int(t["cycle"]) for t in concluded)})
 

@@ -324,7 +324,9 @@ def _model_call(store: Store, run_id: str, call_id: int) -> tuple[RunRecord, Eve
         rec = store.get_run(run_id)
     except RunNotFoundError as exc:
         raise HTTPException(404, str(exc)) from exc
-    found = store.events(rec.run_id, after_id=call_id - 1)[:1] if call_id > 0 else []
+    # the one event at or before the id (not every event after it: a call of a long run's
+    # first cycle read the whole log)
+    found = store.events_tail(rec.run_id, before_id=call_id + 1, limit=1) if call_id > 0 else []
     if not found or found[0].id != call_id or found[0].kind != MODEL_CALL:
         raise HTTPException(404, f"run {rec.run_id[:12]} has no model call {call_id}")
     return rec, found[0]
@@ -350,9 +352,9 @@ def install_waterfall(app: FastAPI, store: Store, page: Page) -> None:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        return [
+        return [  # the log a page at a time: a long run's events are not all held at once
             call_summary(e)
-            for e in store.events(rec.run_id)
+            for e in store.iter_events(rec.run_id)
             if e.kind == MODEL_CALL and (cycle is None or e.cycle == cycle)
         ]
 

@@ -1,0 +1,318 @@
+"""Read paths on long runs: what each costs at 2,000 and at 20,000 cycles, and the ratio.
+
+Usage:  python bench/read_paths.py [--sizes 2000,20000] [--dir DIR] [--only show,fork_5,web]
+            [--src PATH] [--json OUT]
+
+One run per size, written as a user would (the loop below: five parts, every cycle rejected
+with located findings, one part accepted at cycle 7, a ``send`` effect that needs a person's
+approval at cycle 2 — the run parks, is approved and resumed —, a reflector's note every 50
+cycles, three people's corrections in feedback memory) on the embedded SQLite store, into
+``DIR`` (kept: a second call with the same ``--dir`` measures the same runs; ~70 s to write
+20,000 cycles).
+
+Then per size:
+
+* each CLI read path in its own process (``/usr/bin/time``: wall seconds and peak RSS; the
+  interpreter and imports alone are ~30 MB): ``show``, ``show --json``, ``trace`` (jsonl,
+  otlp-json), ``runs``, ``export eval-cases`` / ``preference-pairs``, ``metrics``,
+  ``replay store``, ``diff``, and on a copy of the store ``fork --at-cycle 5``,
+  ``rollback --to-cycle 10`` and ``resume`` after that rollback;
+* each dashboard route that takes a run, and the lists, in process through Starlette's
+  TestClient: wall seconds of one request, then the ``tracemalloc`` peak of a second one.
+
+``--src`` runs another tree's ``src`` (``git archive`` of a commit) to compare. The last lines
+give, per path, ``cpu_ratio`` (CPU seconds, user + system: steadier than wall time on
+a shared machine) and ``mem_ratio`` (largest size ÷ smallest): about 10 is
+linear in the run's length, more is worse than linear, about 1 is a window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+WORK = """
+from typing import Any
+import loopwright as lw
+
+PARTS = [f"p{i}" for i in range(5)]
+
+
+@lw.effect("send", key=lambda a: f"notify/{a['to']}", requires_success=False)
+def notify(to: str, text: str, *, key: str) -> dict[str, Any]:
+    return {"sent": key}
+
+
+def propose(ctx: lw.Context) -> lw.Proposal:
+    c = ctx.cycle
+    part, val = PARTS[c % 4], f"value {c} " + "x" * 40
+    if c == 7:
+        part, val = "p4", "ok"
+    p = lw.Proposal.edit("doc", {part: val}, usage=lw.Usage(cost_usd=0.0001, tokens=50))
+    if c == 3:
+        return lw.Proposal(edits=p.edits, usage=p.usage,
+                           effects=(notify.call(to="ann", text="started"),))
+    return p
+
+
+def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    vals = state.artifacts["doc"].values()
+    n = sum(1 for v in vals.values() if v)
+    bad = tuple(lw.Finding("not yet", "doc", p, "text") for p in PARTS if vals.get(p) != "ok")
+    return lw.Verdict(passed=False, score=min(0.9, n / 10), findings=bad)
+
+
+def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+"""
+
+SPEC = """
+name = "long-probe"
+project = "probe"
+[actor]
+ref = "work.py:propose"
+[[verifiers]]
+name = "check"
+ref = "work.py:check"
+[[verifiers]]
+name = "audit"
+ref = "work.py:audit"
+held_out = true
+[[effects]]
+ref = "work.py:notify"
+[[approvals]]
+kind = "send"
+action = "require"
+reason = "a message leaves the building"
+[contract.budget]
+max_cycles = {n}
+"""
+
+MAKE = """
+import dataclasses, sys
+import loopwright as lw
+n, db, spec = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+loop = dataclasses.replace(
+    lw.load_spec(spec),
+    reflector=lambda ctx, *a, **k: f"note at {ctx.cycle}" if ctx.cycle % 50 == 0 else None,
+)
+with lw.Runtime(db) as rt:
+    task = {"goal": "probe", "artifacts": {"doc": {f"p{i}": "" for i in range(5)}}}
+    r = rt.run_sync(loop, task, task_key=f"probe-{n}")
+    rt.approve(r.run_id, by="ann", note="ok")
+    r = rt.resume_sync(r.run_id, loop)
+    assert r.cycles == n, r
+    for i in range(3):
+        lw.FeedbackMemory(rt.store).add(scope="task", scope_key=f"probe-{n}",
+                                        signal="correction", text=f"note {i}", by="ann")
+"""
+
+REPLAY = "[contract.budget]\nmax_cycles = 100\n[contract.no_progress]\ncycles = 5\n"
+
+
+def make_run(n: int, d: Path, src: str) -> Path:
+    db = d / f"run{n}.db"
+    if db.exists():
+        return db
+    (d / "work.py").write_text(WORK)
+    (d / f"loop{n}.toml").write_text(SPEC.format(n=n))
+    (d / "replay.toml").write_text(REPLAY)
+    env = {**os.environ, "PYTHONPATH": src}
+    t = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", MAKE, str(n), str(db), str(d / f"loop{n}.toml")], env=env, check=True
+    )
+    print(f"# wrote {n} cycles in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return db
+
+
+def cli_paths(rid: str, d: Path, n: int) -> list[tuple[str, list[str], bool]]:
+    """(name, arguments, on a copy of the store)."""
+    s = ["--store", "{db}"]
+    return [
+        ("show", ["show", rid, *s], False),
+        ("show_json", ["show", rid, *s, "--json"], False),
+        ("trace_jsonl", ["trace", rid, *s], False),
+        ("trace_otlp", ["trace", rid, *s, "--format", "otlp-json"], False),
+        ("runs", ["runs", *s], False),
+        ("eval_cases", ["export", "eval-cases", *s], False),
+        ("pref_pairs", ["export", "preference-pairs", *s], False),
+        ("metrics", ["metrics", *s, "--json"], False),
+        ("replay", ["replay", "store", *s, "--contract", str(d / "replay.toml"), "--json"], False),
+        ("diff", ["diff", rid, rid, *s], False),
+        ("fork_5", ["fork", rid, "--at-cycle", "5", *s, "--by", "ann"], True),
+        ("rollback_10", ["rollback", rid, "--to-cycle", "10", *s, "--by", "ann"], True),
+    ]
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, float, int]:
+    p = subprocess.run(
+        ["/usr/bin/time", "-f", "%e %M %U %S", *cmd],
+        check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    wall, rss, user, system = p.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(rss) / 1024, float(user) + float(system), p.returncode
+
+
+def copy_of(db: Path, d: str) -> str:
+    out = os.path.join(d, "copy.db")
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(out)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    return out
+
+
+def measure_cli(db: Path, d: Path, n: int, src: str, only: set[str] | None) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": src, "COLUMNS": "150"}
+    rid = sqlite3.connect(db).execute("SELECT run_id FROM runs LIMIT 1").fetchone()[0]
+    py = [sys.executable, "-m", "loopwright"]
+    out: dict[str, Any] = {}
+    for name, args, copy in cli_paths(rid, d, n):
+        if only and name not in only:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            path = copy_of(db, tmp) if copy else str(db)
+            wall, rss, cpu, rc = timed([*py, *(a.replace("{db}", path) for a in args)], env, tmp)
+        out[name] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
+        print(f"{n} {name} {out[name]}", file=sys.stderr)
+    if not only or "resume" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = copy_of(db, tmp)
+            back = [*py, "rollback", rid, "--to-cycle", "10", "--store", path, "--by", "ann"]
+            subprocess.run(back, env=env, cwd=tmp, capture_output=True, check=True)
+            wall, rss, cpu, rc = timed([*py, "resume", rid, "--store", path], env, tmp)
+        out["resume"] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
+        print(f"{n} resume {out['resume']}", file=sys.stderr)
+    return out
+
+
+def web_routes(rid: str, db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    ev = con.execute("SELECT min(id) FROM events WHERE run_id=?", (rid,)).fetchone()[0]
+    con.close()
+    return [
+        "/",
+        "/runs/{rid}",
+        "/runs/{rid}?kind=verdict",
+        "/api/runs/{rid}",
+        "/api/runs/{rid}/calls",
+        "/api/runs/{rid}/spans",
+        f"/runs/{{rid}}/calls/{ev}",
+        f"/api/runs/{{rid}}/calls/{ev}",
+        "/compare?a={rid}&b={rid}",
+        "/api/compare?a={rid}&b={rid}",
+        "/runs/{rid}/confirm?action=rollback&cycle=10",
+        "/api/runs",
+        "/approvals",
+        "/metrics",
+        "/api/metrics",
+    ]
+
+
+def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
+    sys.path.insert(0, src)
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    rid = sqlite3.connect(db).execute("SELECT run_id FROM runs LIMIT 1").fetchone()[0]
+    client = TestClient(create_app(str(db), token="t" * 32), base_url="http://127.0.0.1")
+    out: dict[str, Any] = {}
+    for route in web_routes(rid, db):
+        url = route.format(rid=rid)
+        t, c = time.perf_counter(), time.process_time()
+        got = client.get(url)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        tracemalloc.start()
+        client.get(url)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        name = "GET " + route.replace("{rid}", "RUN")
+        out[name] = {
+            "s": round(wall, 3),
+            "cpu": round(cpu, 3),
+            "mb": round(peak / 2**20, 2),
+            "status": got.status_code,
+            "bytes": len(got.content),
+        }
+        print(f"{n} {name} {out[name]}", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="2000,20000")
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--only", default="", help="comma-separated path names; 'web' for the routes")
+    ap.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src"))
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    only = {s for s in a.only.split(",") if s} or None
+    d = a.dir or Path(tempfile.mkdtemp(prefix="read_paths-"))
+    d.mkdir(parents=True, exist_ok=True)
+    results: dict[int, dict[str, Any]] = {}
+    for n in sizes:
+        db = make_run(n, d, a.src)
+        res = measure_cli(db, d, n, a.src, only)
+        if not only or "web" in only:
+            # in a child process: each size's app and store from a fresh interpreter
+            code = (
+                "import json, sys; sys.path.insert(0, sys.argv[4]); import read_paths as r; "
+                "from pathlib import Path; "
+                "print(json.dumps(r.measure_web(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])))"
+            )
+            p = subprocess.run(
+                [  # argv: the store, the size, the tree's src, this directory
+                    sys.executable,
+                    "-c",
+                    code,
+                    str(db),
+                    str(n),
+                    a.src,
+                    str(Path(__file__).parent),
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": a.src},
+                check=False,
+            )
+            sys.stderr.write(p.stderr)
+            res.update(json.loads(p.stdout.strip().splitlines()[-1]))
+        results[n] = res
+    lo, hi = min(sizes), max(sizes)
+    print(
+        f"{'path':<46} {'cpu@' + str(lo):>10} {'cpu@' + str(hi):>10} {'cpu_ratio':>9} "
+        f"{'MB@' + str(lo):>9} {'MB@' + str(hi):>9} {'mem_ratio':>9}"
+    )
+    for name in results[lo]:
+        x, y = results[lo][name], results[hi].get(name)
+        if y is None:
+            continue
+        tr = y["cpu"] / x["cpu"] if x["cpu"] else float("nan")
+        mr = y["mb"] / x["mb"] if x["mb"] else float("nan")
+        print(
+            f"{name:<46} {x['cpu']:>10.3f} {y['cpu']:>10.3f} {tr:>9.1f} {x['mb']:>9.1f} "
+            f"{y['mb']:>9.1f} {mr:>9.1f}"
+        )
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
