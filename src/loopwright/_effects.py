@@ -18,10 +18,13 @@ from typing import Any
 
 from . import _shapes as shapes
 from ._errors import ConfigError
-from ._json import lone_surrogate
+from ._json import lone_surrogate, round_trip
 from ._redact import redact
 from ._retry import RetryPolicy
 from ._usage import Usage
+
+# An effect argument of these types cannot be changed in place (``Effect.bind``).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 __all__ = ["EFFECT_KINDS", "Effect", "EffectCall", "EffectResult", "effect"]
 
@@ -215,8 +218,12 @@ class Effect:
         return f"{self.kind}: {self.name}({shown})"
 
     def bind(self, args: Mapping[str, Any], key: str) -> Callable[[], Any]:
-        """A no-argument callable performing the call (passing ``key=`` when it is wanted)."""
+        """A no-argument callable performing the call (passing ``key=`` when it is wanted).
+        The call gets its own copy of the arguments: one it changes in place would otherwise
+        change the proposal the cycle records (and judged), as a verifier's would."""
         kwargs = dict(args)
+        if not all(type(v) in _SCALARS for v in kwargs.values()):  # (the others: immutable)
+            kwargs = round_trip(kwargs)
         if self._wants_key:
             kwargs["key"] = key
         fn = self.fn
