@@ -206,3 +206,19 @@ def test_metrics_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
                 tracemalloc.stop()
         assert m.per_run[0].cycles == cycles
     assert peaks[160] < 2 * peaks[40], peaks
+
+
+def test_iter_fields_pages_are_what_checkpoints_give(url: str) -> None:
+    """The paged ``iter_fields`` of the SQL stores gives each checkpoint's record and fields as
+    ``Store.iter_fields`` (over ``checkpoints``) does: across pages, snapshots, a rollback and a
+    person's edit."""
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_long_loop(75), {"artifacts": {"doc": {}}}, task_key="paged")
+        rt.rollback(r.run_id, 40, by="dave")
+        rt.edit(r.run_id, "doc/p1", "by hand", by="ana")
+        paged = list(rt.store.iter_fields(r.run_id))
+        whole = list(Store.iter_fields(rt.store, r.run_id))
+    assert len(paged) > 2 * 32
+    assert [(s, c, rec, dict(f)) for s, c, rec, f in paged] == [
+        (s, c, rec, dict(f)) for s, c, rec, f in whole
+    ]
