@@ -183,9 +183,11 @@ def test_a_cycle_redone_after_a_rollback_carries_the_rollback_note(tmp_path: Pat
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
-    """Run rows built from the database, and runs whose checkpoints were read."""
+    """Run rows built from the database, and runs whose checkpoints were read (whole, or
+    streamed: ``iter_fields``)."""
     counts = {"run_rows": 0, "checkpoints": 0, "list_runs": 0}
     run, checkpoints, list_runs = SQLStore._run, SQLStore.checkpoints, SQLStore.list_runs
+    iter_fields = SQLStore.iter_fields
 
     def counted_run(self: SQLStore, row: Any) -> Any:
         counts["run_rows"] += 1
@@ -195,12 +197,17 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
         counts["checkpoints"] += 1
         return checkpoints(self, *a, **kw)
 
+    def counted_fields(self: SQLStore, *a: Any, **kw: Any) -> Any:
+        counts["checkpoints"] += 1
+        return iter_fields(self, *a, **kw)
+
     def counted_list(self: SQLStore, *a: Any, **kw: Any) -> Any:
         counts["list_runs"] += 1
         return list_runs(self, *a, **kw)
 
     monkeypatch.setattr(SQLStore, "_run", counted_run)
     monkeypatch.setattr(SQLStore, "checkpoints", counted_checkpoints)
+    monkeypatch.setattr(SQLStore, "iter_fields", counted_fields)
     monkeypatch.setattr(SQLStore, "list_runs", counted_list)
     yield counts
 

@@ -463,21 +463,23 @@ def show(
             # written as it is read: a long run's versions and records a page at a time
             _write_show_json(st, rec)
             return
-        from ._render import console, run_detail
+        from ._render import console, run_detail_parts
 
         out = console()
         # The latest state (its parts' current values) and the records read a page at a time,
         # each made a timeline row as it is read: not every checkpoint's state (every version
-        # of a long run at once), nor every record (each holds its proposal's values).
-        shown = run_detail(
+        # of a long run at once), nor every record (each holds its proposal's values). Each
+        # part is printed as it is made, the timeline a chunk of rows at a time: rich renders
+        # a renderable whole (one table of a 20,000-cycle run's rows took 160 MB).
+        for shown in run_detail_parts(
             rec,
             st.latest_checkpoint(rec.run_id).task_state(),
             ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
             st.approvals(run_id=rec.run_id),
             st.journal(rec.run_id),
             width=out.width,
-        )
-    out.print(shown)
+        ):
+            out.print(shown)
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:

@@ -3,6 +3,7 @@ plain, faster tables of ``_table``)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -12,14 +13,14 @@ from rich.table import Table
 from ._table import STATUS_STYLE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     from rich.console import Group
 
     from .._state import TaskState
     from ..store import Approval, JournalEntry, RunRecord
 
-__all__ = ["run_detail", "summary_table"]
+__all__ = ["TIMELINE_CHUNK", "run_detail", "run_detail_parts", "summary_table"]
 
 
 def status_text(status: str) -> str:
@@ -96,23 +97,22 @@ def _person_row(
     return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
 
 
-def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) -> Any:
-    """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
-    else one block per cycle (four prose columns in 80 would each be a sliver). ``records``:
-    each checkpoint's ``(cycle, record)``, oldest first (a store's ``iter_records``: the
-    records alone, not every state with every version of every part)."""
-    from rich.console import Group
-    from rich.text import Text
+_Row = tuple[str, list[str], list[str], list[str], str, str, str]
 
-    rows: list[tuple[str, list[str], list[str], list[str], str, str, str]] = []
+#: Timeline rows rendered as one table: a longer run's timeline is printed as tables of this
+#: many rows, each rendered and written before the next is read (rich renders a table whole:
+#: a 20,000-cycle run's one table took 160 MB).
+TIMELINE_CHUNK = 200
+
+
+def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iterator[_Row]:
+    """Each timeline row, as ``records`` is read."""
     for cycle_of, rec in records:
         if not rec or "proposal" not in rec:
             if rec and rec.get("decision") == "parked":
-                rows.append(
-                    (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
-                )
+                yield (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
             elif rec and rec.get("decision") in _BY_PEOPLE:
-                rows.append(_person_row(cycle_of, rec))
+                yield _person_row(cycle_of, rec)
             continue
         prop = rec["proposal"]
         parts = [f"{e['artifact']}/{e['part']}" for e in prop.get("edits", ())]
@@ -128,19 +128,43 @@ def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) 
                 for k, v in d.items()
             ]
 
-        rows.append(
-            (
-                str(rec["cycle"]),
-                what,
-                verdicts(rec.get("visible", {})),
-                verdicts(rec.get("held_out", {})),
-                _score(rec.get("score")),
-                escape(str(rec.get("decision", "-"))),
-                f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
-            )
+        yield (
+            str(rec["cycle"]),
+            what,
+            verdicts(rec.get("visible", {})),
+            verdicts(rec.get("held_out", {})),
+            _score(rec.get("score")),
+            escape(str(rec.get("decision", "-"))),
+            f"{rec.get('usage', {}).get('cost_usd', 0):.3f}",
         )
+
+
+def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) -> Iterator[Any]:
+    """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
+    else one block per cycle (four prose columns in 80 would each be a sliver). ``records``:
+    each checkpoint's ``(cycle, record)``, oldest first (a store's ``iter_records``: the
+    records alone, not every state with every version of every part). Yields one renderable
+    per ``TIMELINE_CHUNK`` rows (the first titled "Timeline", the next ones "Timeline,
+    continued"), read from ``records`` as it is asked for: a reader printing each one holds a
+    chunk, however long the run."""
+    rows = _timeline_rows(records)
+    first = True
+    while True:
+        chunk = list(itertools.islice(rows, TIMELINE_CHUNK))
+        if not chunk and not first:
+            return
+        yield _timeline_chunk(chunk, width, first)
+        first = False
+        if len(chunk) < TIMELINE_CHUNK:
+            return
+
+
+def _timeline_chunk(rows: list[_Row], width: int, first: bool) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
     if width >= _WIDE:
-        t = _detail_table("Timeline")
+        t = _detail_table("Timeline" if first else "Timeline, continued")
         t.add_column("cycle", justify="right", no_wrap=True)
         for col in ("proposal", "visible verdicts", "held-out verdicts"):
             t.add_column(col, overflow="fold")
@@ -157,7 +181,7 @@ def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) 
                 cost,
             )
         return t
-    blocks: list[Any] = [Text("Timeline", style="italic")]
+    blocks: list[Any] = [Text("Timeline", style="italic")] if first else []
     for cycle, what, vis, held, score, decision, cost in rows:
         spent = "" if cost == "-" else f"  score {score}  ${cost}"
         blocks.append(f"[bold]cycle {cycle}[/]  {decision}{spent}")
@@ -226,8 +250,22 @@ def run_detail(
 ) -> Group:
     """``loopwright show``: the run, its plan, timeline (from ``records``, each checkpoint's
     ``(cycle, record)``), its parts' current values (``state``: the latest), effects,
-    approvals and packet."""
+    approvals and packet — ``run_detail_parts`` as one renderable."""
     from rich.console import Group
+
+    return Group(*run_detail_parts(rec, state, records, approvals, journal, width))
+
+
+def run_detail_parts(
+    rec: RunRecord,
+    state: TaskState,
+    records: Iterable[tuple[int, dict[str, Any] | None]],
+    approvals: list[Approval],
+    journal: list[JournalEntry] | None = None,
+    width: int = 80,
+) -> Iterator[Any]:
+    """``run_detail``'s renderables one by one, ``records`` read as the timeline's are asked
+    for: printing each as it comes holds one chunk of a long run's timeline, not all of it."""
     from rich.panel import Panel
 
     from .._contract import Contract
@@ -263,15 +301,15 @@ def run_detail(
         )
     if state.next_action:
         head.add_row("next action", escape(state.next_action))
-    items: list[Any] = [Panel(head, title="Run", title_align="left")]
+    yield Panel(head, title="Run", title_align="left")
     plan = _plan(state)
     if plan is not None:
-        items.append(plan)
-    items.append(_timeline(records, width))
-    items.append(_artifacts(state))
+        yield plan
+    yield from _timeline(records, width)
+    yield _artifacts(state)
     effects = _effects(journal or [])
     if effects is not None:
-        items.append(effects)
+        yield effects
     for a in approvals:
         body = (
             f"[bold]{escape(a.what)}[/]\nwhy: {escape(a.why)}\nstatus: {a.status}"
@@ -280,7 +318,7 @@ def run_detail(
             + (f" — {escape(a.note)}" if a.note else "")
             + (f"\n{escape(a.diff)}" if a.diff else "")
         )
-        items.append(
+        yield (
             Panel(
                 body,
                 title=f"approval {a.approval_id} ({escape(a.rule or a.kind)})",
@@ -306,12 +344,11 @@ def run_detail(
             )
         best = p.get("best_candidate", {})
         lines.append(f"best candidate: cycle {best.get('cycle')} score {_score(best.get('score'))}")
-        items.append(
+        yield (
             Panel(
                 "\n".join(lines), title="Escalation packet", title_align="left", border_style="red"
             )
         )
-    return Group(*items)
 
 
 def console(stderr: bool = False) -> Console:

@@ -652,6 +652,15 @@ class Store(LiveStore, PeopleStore, ABC):
         for c in self.checkpoints(run_id):
             yield c.seq, c.cycle, c.record
 
+    def iter_fields(
+        self, run_id: str
+    ) -> Iterator[tuple[int, int, dict[str, Any] | None, Mapping[str, Any]]]:
+        """Every checkpoint's ``(seq, cycle, record, fields)``, oldest first: ``fields`` as
+        ``Checkpoint.fields`` reads them (folded along the delta chain, no parts); a store
+        that can reads them a page at a time, so a reader of a long run holds one page."""
+        for c in self.checkpoints(run_id):
+            yield c.seq, c.cycle, c.record, c.fields
+
     def latest_checkpoint(self, run_id: str) -> Checkpoint:
         """The newest checkpoint, its state resolved (``TaskState.from_dict`` reads it): one
         snapshot, the deltas after it and the versions it holds, whatever the run's length."""

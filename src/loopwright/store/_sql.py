@@ -37,6 +37,7 @@ from .._record_codec import fill_versions, referred_versions
 from .._record_codec import unpack as unpack_record
 from .._state import PartStatus, Version
 from .._state_codec import copy_json
+from .._state_codec import fold as codec_fold
 from ._base import (
     VERSION_COST,
     Approval,
@@ -50,6 +51,7 @@ from ._base import (
     RunRecord,
     Store,
     VersionRow,
+    own_fields,
 )
 from ._live import LiveSQL
 from ._people_sql import PeopleSQL
@@ -217,6 +219,10 @@ class Statements:
         self.record_page = p(
             "SELECT seq, cycle, record FROM checkpoints WHERE run_id=? AND seq>? ORDER BY seq "
             "LIMIT ?"
+        )
+        self.state_page = p(
+            "SELECT seq, cycle, state, record, COALESCE(base, seq) FROM checkpoints "
+            "WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?"
         )
         self.all_versions = p(
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? ORDER BY ref, n"
@@ -940,6 +946,26 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             rows = self._all(self._q.event_page, (run_id, after, self.PAGE))
             for r in rows:
                 yield Event(r[0], r[1], r[2], r[3], r[4], jl(r[5]))
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][0])
+
+    def iter_fields(
+        self, run_id: str
+    ) -> Iterator[tuple[int, int, dict[str, Any] | None, Mapping[str, Any]]]:
+        # A page of rows at a time, each row's fields folded on the last one's (as
+        # ``checkpoints`` folds them): no version values, no part read.
+        after, jl = -1, self._jl
+        f: Mapping[str, Any] = {}
+        while True:
+            with self._conn() as conn:
+                rows = conn.execute(self._q.state_page, (run_id, after, self.PAGE)).fetchall()
+                records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
+                self._fill_versions(conn, run_id, records)
+            for (seq, cycle, state, _raw, base), rec in zip(rows, records, strict=True):
+                own = own_fields(jl(state))
+                f = own if int(seq) == int(base) else codec_fold(f, [own])
+                yield int(seq), int(cycle), rec, f
             if len(rows) < self.PAGE:
                 return
             after = int(rows[-1][0])
