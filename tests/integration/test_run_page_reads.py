@@ -23,18 +23,30 @@ SHORT, LONG = 300, 1200
 WINDOW = 200  # checkpoints the page reads (CHECKPOINTS_READ, made small for quick runs)
 
 
+PARTS = (("doc", "p0"), ("doc", "p1"), ("doc", "p2"), ("ops", "gate"))
+ASKED = 60  # a run asked to approve an edit at cycles 2 and 50 (one before the waterfall's)
+
+
 def _loop(cycles: int) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle in (2, 50):
+            return lw.Proposal.edit("ops", {"gate": ctx.cycle})
         return lw.Proposal.edit("doc", {f"p{ctx.cycle % 3}": f"draft {ctx.cycle}"})
 
+    # every part open (a part with no finding is accepted, and then not to be changed)
+    open_parts = tuple(lw.Finding("open", *ref) for ref in PARTS)
+
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p0"),))
+        return lw.Verdict(passed=False, score=0.5, findings=open_parts)
 
     return lw.Loop(
         name="long",
         actor=actor,
         verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=cycles),
+            risk=(lw.RiskRule(name="gate", touches=("ops/gate",)),),
+        ),
     )
 
 
@@ -43,9 +55,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, str]]
     db = str(tmp_path_factory.mktemp("page") / "page.db")
     out: dict[int, str] = {}
     with lw.Runtime(db) as rt:
-        for n in (40, SHORT, LONG):
-            task = {"goal": f"g{n}", "artifacts": {"doc": {"p0": "", "p1": "", "p2": ""}}}
+        for n in (40, ASKED, SHORT, LONG):
+            task = {
+                "goal": f"g{n}",
+                "artifacts": {"doc": {"p0": "", "p1": "", "p2": ""}, "ops": {"gate": 0}},
+            }
             result = rt.run_sync(_loop(n), task, task_key=f"k{n}")
+            while result.status == "awaiting_approval":  # (a run of 40 stops before cycle 50)
+                rt.approve(result.run_id, by="bob")
+                result = rt.resume_sync(result.run_id, _loop(n))
             assert result.cycles == n
             out[n] = result.run_id
     return db, out
@@ -140,13 +158,18 @@ def _page(db: str, rid: str, query: str = "", *, whole: bool = False) -> str:
 
 
 @pytest.mark.parametrize("query", ["", "?kind=verdict", "?kind=decision"])
+@pytest.mark.parametrize("n", [40, ASKED])
 def test_a_short_runs_page_is_what_the_whole_log_draws(
-    runs: tuple[str, dict[int, str]], query: str
+    runs: tuple[str, dict[int, str]], query: str, n: int
 ) -> None:
-    """A run within the page's window (40 cycles: more than the waterfall draws) is drawn
-    exactly as from every checkpoint and event."""
+    """A run within the page's window (more cycles than the waterfall draws; one with a
+    request approved before the waterfall's cycles and one within) is drawn exactly as from
+    every checkpoint and event."""
     db, rid = runs
-    assert _page(db, rid[40], query) == _page(db, rid[40], query, whole=True)
+    page = _page(db, rid[n], query)
+    assert page == _page(db, rid[n], query, whole=True)
+    if n == ASKED:
+        assert page.count('data-kind="approval"') == 1  # the one of cycle 50, in its cycle
 
 
 def test_a_long_runs_windowed_page_draws_the_newest_cycles_as_the_whole_log_does(

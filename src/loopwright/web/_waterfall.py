@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
-from ..trace._spans import Span, build_spans
+from ..trace._spans import APPROVAL_KINDS, Span, build_spans
 
 __all__ = [
     "MAX_CYCLES",
@@ -307,11 +307,14 @@ def waterfall_html(
     only cover it), of a run with ``cycles_total`` cycle starts in all."""
     if window is not None and window.after_ts is not None:
         cut = window.after_ts
+        # the requests the window's events name (as the live tracer passes them): one made
+        # before it would be drawn on the run's own row
+        named = {str(e.data.get("approval_id")) for e in window.events if e.kind in APPROVAL_KINDS}
         spans = build_spans(
             rec,
             window.events,
             [c for c in checkpoints if c.created_at > cut],  # the window's commits
-            approvals,
+            [a for a in approvals if a.approval_id in named],
             first_seq=window.first_seq,
             after_ts=cut,
             occurrences=window.occurrences,
