@@ -1,7 +1,7 @@
 """Read paths on long runs: what each costs at 2,000 and at 20,000 cycles, and the ratio.
 
 Usage:  python bench/read_paths.py [--sizes 2000,20000] [--dir DIR] [--only show,fork_5,web]
-            [--src PATH] [--json OUT]
+            [--src PATH] [--json OUT] [--routes '/runs/{rid},/runs/{rid}?kind=verdict']
 
 One run per size, written as a user would (the loop below: five parts, every cycle rejected
 with located findings, one part accepted at cycle 7, a ``send`` effect that needs a person's
@@ -233,7 +233,10 @@ def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
     rid = sqlite3.connect(db).execute("SELECT run_id FROM runs LIMIT 1").fetchone()[0]
     client = TestClient(create_app(str(db), token="t" * 32), base_url="http://127.0.0.1")
     out: dict[str, Any] = {}
+    keep = {r for r in os.environ.get("READ_PATHS_ROUTES", "").split(",") if r}
     for route in web_routes(rid, db):
+        if keep and route not in keep:
+            continue
         url = route.format(rid=rid)
         t, c = time.perf_counter(), time.process_time()
         got = client.get(url)
@@ -261,6 +264,9 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated path names; 'web' for the routes")
     ap.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--routes", default="", help="only these dashboard routes, as listed ('/runs/{rid}')"
+    )
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     only = {s for s in a.only.split(",") if s} or None
@@ -289,7 +295,7 @@ def main() -> None:
                 ],
                 capture_output=True,
                 text=True,
-                env={**os.environ, "PYTHONPATH": a.src},
+                env={**os.environ, "PYTHONPATH": a.src, "READ_PATHS_ROUTES": a.routes},
                 check=False,
             )
             sys.stderr.write(p.stderr)

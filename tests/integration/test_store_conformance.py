@@ -1426,3 +1426,33 @@ def test_postgres_leases_follow_the_server_clock(
     finally:
         a.close()
         b.close()
+
+
+def test_a_run_pages_counts_and_kinds_read_in_the_store(store: Store) -> None:
+    """The run page's counts by kind and its events of some kinds (the newest ``limit``,
+    oldest first) are what the base class's defaults, reading the whole log, say; another
+    run's events are not counted."""
+    run_id, token = _leased(store)
+    other, other_token = _leased(store, "k2")
+    for seq, n in enumerate((1, 2, 3, 2), 1):
+        _commit(store, other, other_token, seq, events=[NewEvent(n, "cycle_started")])
+        _commit(
+            store,
+            run_id,
+            token,
+            seq,
+            cycle=n,
+            events=[NewEvent(n, "cycle_started"), NewEvent(n, "decision", {"n": n})],
+        )
+        store.append_events(run_id, [NewEvent(n, "edited", {"at": n})])
+    counts = store.event_counts(run_id)
+    assert counts == Store.event_counts(store, run_id)
+    assert counts["cycle_started"] == counts["decision"] == counts["edited"] == 4
+    assert sum(counts.values()) == len(store.events(run_id))
+    assert store.event_counts("no-such-run") == {}
+    for kinds in ({"edited"}, {"edited", "decision"}, {"nothing"}, set()):
+        for limit in (None, 0, 1, 3, 100):
+            got = store.events_of_kinds(run_id, kinds, limit=limit)
+            assert got == Store.events_of_kinds(store, run_id, kinds, limit=limit)
+    newest = store.events_of_kinds(run_id, {"edited"}, limit=2)
+    assert [e.data["at"] for e in newest] == [3, 2]

@@ -800,7 +800,8 @@ class Store(LiveStore, PeopleStore, ABC):
         rows = self._checkpoint_rows(run_id, latest=False, since=seq + 1)
         if rows and rows[0].seq != rows[0].base and fields is None:
             # a delta on checkpoints not in hand: read its chain from the snapshot
-            chain = self._checkpoint_rows(run_id, latest=False, since=rows[0].base)
+            # (up to ``seq``: not the rows above, read again)
+            chain = self._checkpoint_rows(run_id, latest=False, since=rows[0].base, until=seq)
             fields = codec.fold({}, [own_fields(r.state) for r in chain if r.seq <= seq])
         loader = self._loader(run_id)
         out: list[Checkpoint] = []
@@ -975,6 +976,22 @@ class Store(LiveStore, PeopleStore, ABC):
         newest first: its log read backwards, a page at a time."""
         evs = [e for e in self.events(run_id) if before_id is None or e.id < before_id]
         return evs[::-1][:limit]
+
+    def event_counts(self, run_id: str) -> dict[str, int]:
+        """How many events of each kind the run's log holds (a run page's counts and kind
+        list, without reading the log into Python)."""
+        out: dict[str, int] = {}
+        for e in self.iter_events(run_id):
+            out[e.kind] = out.get(e.kind, 0) + 1
+        return out
+
+    def events_of_kinds(
+        self, run_id: str, kinds: Collection[str], *, limit: int | None = None
+    ) -> list[Event]:
+        """The run's newest ``limit`` (``None``: all) events of the kinds in ``kinds``,
+        oldest first."""
+        evs = [e for e in self.iter_events(run_id) if e.kind in kinds]
+        return evs if limit is None else evs[len(evs) - limit :] if limit > 0 else []
 
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]

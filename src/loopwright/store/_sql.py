@@ -1259,6 +1259,28 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             for r in self._all(self._q.event_tail, (run_id, below, limit))
         ]
 
+    def event_counts(self, run_id: str) -> dict[str, int]:
+        rows = self._all(
+            self._q.p("SELECT kind, count(*) FROM events WHERE run_id=? GROUP BY kind"), (run_id,)
+        )
+        return {str(k): int(n) for k, n in rows}
+
+    def events_of_kinds(
+        self, run_id: str, kinds: Collection[str], *, limit: int | None = None
+    ) -> list[Event]:
+        if not kinds or (limit is not None and limit <= 0):
+            return []
+        marks = ", ".join("?" * len(kinds))
+        # newest first on the (run_id, id) index, only the kinds' rows decoded
+        sql = (
+            "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? "
+            f"AND kind IN ({marks}) ORDER BY id DESC" + ("" if limit is None else " LIMIT ?")
+        )
+        args: tuple[Any, ...] = (run_id, *sorted(kinds))
+        rows = self._all(self._q.p(sql), args if limit is None else (*args, limit))
+        jl = self._jl
+        return [Event(r[0], r[1], r[2], r[3], r[4], jl(r[5])) for r in reversed(rows)]
+
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]
     ) -> tuple[int, list[tuple[int, Event]]]:

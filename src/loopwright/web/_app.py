@@ -76,7 +76,7 @@ from ._views import (
     stop_words,
     timeline,
 )
-from ._waterfall import duration, install_waterfall, waterfall_html
+from ._waterfall import MAX_CYCLES, duration, install_waterfall, log_window, waterfall_html
 
 __all__ = ["LOOPBACK_HOSTS", "allowed_host_names", "create_app"]
 
@@ -122,6 +122,9 @@ def page_size(limit: int) -> int:
 EVENTS_SHOWN = 500
 CYCLES_SHOWN = 200  # a run page's timeline: its newest cycles
 VERSIONS_SHOWN = 50  # a run page's versions of each part: the newest
+# A run page reads the newest this many checkpoints (its timeline and chart), not a long run's
+# every one: the timeline's CYCLES_SHOWN cycles and more fit in it.
+CHECKPOINTS_READ = 1000
 # The Host names a loopback dashboard answers to. A DNS-rebinding page reaches 127.0.0.1 under
 # its own name (evil.example), so its requests carry that name and are refused before any read.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -570,22 +573,44 @@ def create_app(
             msg += "; Resume the run to go on from it"
         return done, msg
 
-    def run_payload(run_id: str, *, newest: int | None = None) -> dict[str, Any]:
+    def run_payload(
+        run_id: str, *, newest: int | None = None, window: int | None = None
+    ) -> dict[str, Any]:
         """What a run's page and ``/api/runs/{id}`` show; ``newest``: of each part's versions,
-        only that many (the page's), the API lists every one."""
+        only that many (the page's), the API lists every one; ``window``: of the checkpoints,
+        the newest that many (the page's: ``windowed`` says whether some were left out)."""
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        cks = store.checkpoints(rec.run_id)
-        state = cks[-1].task_state() if cks else TaskState()
+        windowed = False
+        if window is None:
+            cks = store.checkpoints(rec.run_id)
+            state = cks[-1].task_state() if cks else TaskState()
+        else:
+            try:
+                last = store.latest_checkpoint(rec.run_id)
+            except RunNotFoundError:
+                cks, state = [], TaskState()
+            else:
+                # records and fields of the window, no state but the newest one's
+                cks = store.checkpoints_after(rec.run_id, max(last.seq - window, -1))
+                windowed = bool(cks) and last.seq - window >= 0
+                state = last.task_state()
         nxt = state.next_step()
         approvals = store.approvals(run_id=rec.run_id)
         return {
             "rec": rec,
             "state": state,
             "next_step": nxt,
-            "timeline": (rows := timeline(cks, ended=rec.status in TERMINAL_STATUSES)),
+            # (a windowed page lists the newest CYCLES_SHOWN: only those rows are built)
+            "timeline": (
+                rows := timeline(
+                    cks,
+                    ended=rec.status in TERMINAL_STATUSES,
+                    newest=CYCLES_SHOWN if windowed else None,
+                )
+            ),
             # An ended run's held-out verdict is its last judged candidate's (issue 17): say so
             # when that candidate was never applied (a failed effect, a denied request).
             "held_of_unapplied": rows[-1]["cycle"]
@@ -608,6 +633,7 @@ def create_app(
             "next_here": next_action_here(rec, state, approvals),
             "terminal": rec.status in TERMINAL_STATUSES,
             "checkpoints": cks,
+            "windowed": windowed,
         }
 
     def runs_query(
@@ -734,27 +760,40 @@ def create_app(
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(request: Request, run_id: str, kind: str = "") -> HTMLResponse:
-        data = run_payload(run_id, newest=VERSIONS_SHOWN)
+        # What the page draws, not the whole run: the newest CHECKPOINTS_READ checkpoints
+        # (timeline, chart), the log's end (events, waterfall) and counts read in the store;
+        # a long run's every cycle and event are in /api/runs/{id} and `loopwright show`.
+        data = run_payload(run_id, newest=VERSIONS_SHOWN, window=CHECKPOINTS_READ)
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
-        # A run of thousands of cycles: its newest cycles here (as its newest events), every
-        # one in /api/runs/{id} and `loopwright show`, so the page stays the same size.
         data["timeline_total"] = len(data["timeline"])
         data["timeline"] = data["timeline"][-CYCLES_SHOWN:]
         rid = data["rec"].run_id
         entries = journal_view(store.journal(rid))
-        raw = store.events(rid)
-        events = events_view(raw)
+        counts = store.event_counts(rid)
         # (the journal's ``reflection`` entry marks the last cycle reflected on: no effect)
         data["effects"] = [e for e in entries if e["kind"] not in ("retry", REFLECTION_KEY)]
         data["retries"] = [e for e in entries if e["kind"] == "retry"]
-        data["event_kinds"] = sorted({e["kind"] for e in events})
-        shown = [e for e in events if not kind or e["kind"] == kind]
-        # A run of thousands of cycles has tens of thousands of events: the newest few hundred
-        # here, the whole log in /api/runs/{id}.
-        data["events"], data["events_total"] = shown[-EVENTS_SHOWN:], len(shown)
-        data["edits"] = edits_view(raw)
+        data["event_kinds"] = sorted(counts)
+        if kind:
+            shown = store.events_of_kinds(rid, {kind}, limit=EVENTS_SHOWN)
+        else:
+            shown = store.events_tail(rid, before_id=None, limit=EVENTS_SHOWN)[::-1]
+        data["events"] = events_view(shown)
+        data["events_total"] = counts.get(kind, 0) if kind else sum(counts.values())
+        data["edits"] = edits_view(store.events_of_kinds(rid, {"edited"}))
         data["event_kind"] = kind
-        data["waterfall"] = waterfall_html(data["rec"], raw, data["checkpoints"], data["approvals"])
+        win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
+        cks = data["checkpoints"]
+        if data["windowed"] and (win.after_ts is None or cks[0].created_at > win.after_ts):
+            cks = store.checkpoints_after(rid, -1)  # the drawn cycles reach before the window
+        data["waterfall"] = waterfall_html(
+            data["rec"],
+            win.events,
+            cks,
+            data["approvals"],
+            window=win,
+            cycles_total=counts.get("cycle_started", 0),
+        )
         data["cards"] = {
             a.approval_id: approval_card(a, data["rec"], data["state"], votes=voters(a))
             for a in data["approvals"]
@@ -763,7 +802,8 @@ def create_app(
         data["blocked"] = blocked(
             request, [a for a in data["approvals"] if a.status == "pending"], {rid: data["rec"]}
         )
-        data["reruns"] = [str(e.data.get("new_run")) for e in raw if e.kind == "rerun_requested"]
+        reruns = store.events_of_kinds(rid, {"rerun_requested"})
+        data["reruns"] = [str(e.data.get("new_run")) for e in reruns]
         return page(request, "run.html", **data)
 
     @app.post("/runs/{run_id}/act", include_in_schema=False)

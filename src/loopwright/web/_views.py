@@ -71,16 +71,21 @@ def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def timeline(checkpoints: list[Checkpoint], *, ended: bool = False) -> list[dict[str, Any]]:
+def timeline(
+    checkpoints: list[Checkpoint], *, ended: bool = False, newest: int | None = None
+) -> list[dict[str, Any]]:
     """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
     completed (the run stopped on a failed effect before the cycle concluded). A parked or
     unconcluded cycle's row shows its proposal and visible verdicts from the write-ahead state,
     marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
     cycle that later concluded keeps a plain "parked" row; its concluded row follows).
-    ``ended``: the run has ended, so what was not applied never will be."""
+    ``ended``: the run has ended, so what was not applied never will be. ``newest``: only
+    the last that many rows (built from the end: a checkpoint gives a row at most)."""
     concluded = concluded_cycles(checkpoints)
     rows: list[dict[str, Any]] = []
-    for ck in checkpoints:
+    for ck in checkpoints if newest is None else reversed(checkpoints):
+        if newest is not None and len(rows) >= newest:
+            break
         rec = ck.record
         if not rec:
             continue
@@ -93,7 +98,7 @@ def timeline(checkpoints: list[Checkpoint], *, ended: bool = False) -> list[dict
                     rows.append(row)
             continue
         rows.append(_cycle_row(ck, rec))
-    return rows
+    return rows if newest is None else rows[::-1]
 
 
 def _unapplied_row(

@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
-from ..trace._spans import Span, build_spans
+from ..trace._spans import APPROVAL_KINDS, RUN_KINDS, Span, build_spans
 
 __all__ = [
     "MAX_CYCLES",
@@ -247,16 +247,103 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@dataclass(slots=True)
+class LogWindow:
+    """The end of a run's log from just after a ``decision`` with ``cycles`` cycles started
+    after it (``build_spans``' window, as the live tracer reads one): ``events`` start at
+    position ``first_seq``, after an event at ``after_ts`` (``None``: the whole log)."""
+
+    events: list[Event]
+    first_seq: int = 1
+    after_ts: float | None = None
+    occurrences: dict[int, int] | None = None
+
+
+#: Events read at first, and at most, at a time when the page reads the log from its end.
+_TAIL_PAGE = (64, 1024)
+
+
+def log_window(store: Store, run_id: str, cycles: int, total: int) -> LogWindow:
+    """The log from the last ``decision`` before the newest ``cycles`` cycle starts on, read
+    backwards a page at a time: what draws the last ``cycles`` cycles, the same spans as the
+    whole log's tree (nothing of a cycle before the cut is in the window). ``total``: how
+    many events the log holds (its positions). The whole log when there is no such place."""
+    tail: list[Event] = []  # newest first
+    started = 0
+    # As the live tracer's window (trace/_live.py): no cycle of the window begun before the cut
+    # (an effect journaled after its cycle's decision) and no request answered in it asked
+    # before it.
+    begun: set[int] = set()
+    needed: set[int] = set()
+    asked: set[str] = set()
+    answered: set[str] = set()
+    below: int | None = None
+    size = _TAIL_PAGE[0]
+    while True:
+        page = store.events_tail(run_id, before_id=below, limit=size)
+        for ev in page:
+            if (
+                ev.kind == "decision"
+                and started >= cycles
+                and needed <= begun
+                and answered <= asked
+            ):
+                window = tail[::-1]
+                again = {e.cycle for e in window if e.kind == "cycle_started"}
+                first_id = window[0].id if window else ev.id + 1
+                return LogWindow(
+                    window,
+                    first_seq=total - len(window) + 1,
+                    after_ts=ev.ts,
+                    occurrences=store.cycle_starts(run_id, before_id=first_id, cycles=again),
+                )
+            tail.append(ev)
+            if ev.kind == "cycle_started":
+                started += 1
+                begun.add(ev.cycle)
+            elif ev.kind not in RUN_KINDS:
+                needed.add(ev.cycle)
+            aid = ev.data.get("approval_id")
+            if ev.kind in APPROVAL_KINDS and aid:
+                (asked if ev.kind == "approval_requested" else answered).add(str(aid))
+        if len(page) < size:
+            return LogWindow(tail[::-1])  # the log's start: all of it
+        below = page[-1].id
+        size = min(2 * size, _TAIL_PAGE[1])
+
+
 def waterfall_html(
     rec: RunRecord,
     events: Sequence[Event],
     checkpoints: Sequence[Checkpoint],
     approvals: Sequence[Approval],
+    *,
+    window: LogWindow | None = None,
+    cycles_total: int | None = None,
 ) -> Markup:
-    """The run page's section: the SVG, and a line saying what is left out."""
-    spans = build_spans(rec, events, checkpoints, approvals)
+    """The run page's section: the SVG, and a line saying what is left out. ``window``: the
+    log's end read by ``log_window`` (then ``events`` is ignored and ``checkpoints`` need
+    only cover it), of a run with ``cycles_total`` cycle starts in all."""
+    if window is not None and window.after_ts is not None:
+        cut = window.after_ts
+        # the requests the window's events name (as the live tracer passes them): one made
+        # before it would be drawn on the run's own row
+        named = {str(e.data.get("approval_id")) for e in window.events if e.kind in APPROVAL_KINDS}
+        spans = build_spans(
+            rec,
+            window.events,
+            [c for c in checkpoints if c.created_at > cut],  # the window's commits
+            [a for a in approvals if a.approval_id in named],
+            first_seq=window.first_seq,
+            after_ts=cut,
+            occurrences=window.occurrences,
+        )
+    else:
+        spans = build_spans(rec, window.events if window else events, checkpoints, approvals)
     rows = waterfall_rows(spans)
     cycles = sum(1 for s in spans if s.kind == "cycle")
+    if window is not None and cycles_total is not None:
+        cycles = max(cycles, cycles_total)
     calls = sum(1 for s in spans if s.kind == "model")
     note = (
         f"The last {MAX_CYCLES} of {cycles} cycles; every span in "
