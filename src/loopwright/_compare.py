@@ -49,10 +49,11 @@ def contract_changes(
 
 def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
     scores: dict[int, float | None] = {}
-    for ck in store.checkpoints(rec.run_id):
-        r = ck.record
+    # the records alone, a page at a time: not every checkpoint with its state (266 MB at
+    # 20,000 cycles)
+    for _seq, cycle, r in store.iter_records(rec.run_id):
         if r and "proposal" in r:
-            scores[int(r.get("cycle", ck.cycle))] = r.get("score")
+            scores[int(r.get("cycle", cycle))] = r.get("score")
     state = store.latest_checkpoint(rec.run_id).task_state()
     parts = {}
     for ref, p in state.iter_parts():

@@ -76,3 +76,36 @@ def test_otlp_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
                 tracemalloc.stop()
         assert n > 2 * cycles
     assert peaks[400] < 2 * peaks[100], peaks
+
+
+def test_diff_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
+    """``loopwright diff`` (``compare_runs``) reads the runs' records a page at a time, not
+    every checkpoint (266 MB at 20,000 cycles): four times the cycles, not four times the
+    memory (a score per cycle is all that grows). Same document as the checkpoints give."""
+    from loopwright._compare import compare_runs
+
+    peaks: dict[int, int] = {}
+    for cycles in (100, 400):
+        url = f"sqlite:///{tmp_path / f'd{cycles}.db'}?durability=process"
+        with lw.Runtime(url) as rt:
+            r = rt.run_sync(_long_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
+            rt.rollback(r.run_id, cycles // 2, by="dave")
+            rt.fork(r.run_id, at_cycle=cycles // 4, task_key="w~")
+        with open_store(url) as st:
+            compare_runs(st, "w", "w~")  # warm: statements prepared, modules imported
+            tracemalloc.start()
+            try:
+                doc = compare_runs(st, "w", "w~")
+                peaks[cycles] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            want = {
+                int(c.record.get("cycle", c.cycle)): c.record.get("score")
+                for c in st.checkpoints(r.run_id)
+                if c.record and "proposal" in c.record
+            }
+        assert {s["cycle"]: s["a"] for s in doc["scores"] if s["a"] is not None} == {
+            k: v for k, v in want.items() if v is not None
+        }
+        assert len(doc["scores"]) == cycles
+    assert peaks[400] < 2 * peaks[100], peaks
