@@ -991,7 +991,8 @@ class Store(LiveStore, PeopleStore, ABC):
         """The run's newest ``limit`` (``None``: all) events of the kinds in ``kinds``,
         oldest first."""
         evs = [e for e in self.iter_events(run_id) if e.kind in kinds]
-        return evs if limit is None else evs[len(evs) - limit :] if limit > 0 else []
+        # (max: a limit over the count must not make the slice's start negative, from the end)
+        return evs if limit is None else evs[max(0, len(evs) - limit) :] if limit > 0 else []
 
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]
