@@ -1,13 +1,17 @@
 """Review of the long-run read paths (run page window, fork/rollback by cycle, metrics in
-one pass): each test here failed on the tree it was written against."""
+one pass): each test here failed on the tree before its fix."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 import loopwright as lw
+from loopwright._people import concluded_at, concluded_in
+from loopwright.store._base import CheckpointRow
+from loopwright.store.sqlite import SQLiteStore
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
@@ -40,11 +44,11 @@ def _run(db: str, cycles: int) -> str:
 
 
 def test_a_windowed_run_page_says_where_every_cycle_is(
-    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run longer than the page's window: the timeline's note was cut after "of N;" (its
     paragraph never closed, no link), though docs/ui.md says it links to the API."""
-    db = str(tmp_path / "w.db")  # type: ignore[operator]
+    db = str(tmp_path / "w.db")
     rid = _run(db, 12)
     monkeypatch.setattr(_app, "CHECKPOINTS_READ", 5)
     monkeypatch.setattr(_app, "CYCLES_SHOWN", 3)
@@ -52,3 +56,41 @@ def test_a_windowed_run_page_says_where_every_cycle_is(
     note = page.split("<h2>Timeline</h2>", 1)[1].split("<table", 1)[0]
     assert re.search(r"The last 3 cycles of 12; every one in <a href=\"/api/runs/", note), note
     assert note.strip().endswith("</p>"), note
+
+
+class _OlderCheckpointRows(SQLiteStore):
+    """A third-party store written against ``_checkpoint_rows`` before ``until`` (docs/
+    storage.md: a store whose method has the older signature is served all the same)."""
+
+    def _checkpoint_rows(  # type: ignore[override]
+        self, run_id: str, *, latest: bool, since: int | None = None
+    ) -> list[CheckpointRow]:
+        return super()._checkpoint_rows(run_id, latest=latest, since=since)
+
+
+def test_fork_rollback_and_later_checkpoints_on_a_store_without_until(tmp_path: Path) -> None:
+    """Fork, rollback (``checkpoints_at``) and ``checkpoints_after`` passed ``until`` to every
+    store: one written before it raised TypeError (a traceback from ``loopwright rollback``).
+    Now it is read without it, and the same checkpoints are chosen as by the built-in store."""
+    db = tmp_path / "o.db"
+    rid = _run(str(db), 9)
+    store = _OlderCheckpointRows(db)
+    try:
+        rt = lw.Runtime(store)
+        picked = {n: concluded_in(store, rid, n, "at_cycle") for n in (0, 4, 9)}
+        whole = store.checkpoints(rid)
+        for n, ck in picked.items():
+            assert ck.seq == concluded_at(whole, rid, n, "at_cycle").seq
+            assert ck.state == concluded_at(whole, rid, n, "at_cycle").state
+        after = store.checkpoints_after(rid, 5)  # a delta chain read up to seq 5
+        assert [(c.seq, dict(c.fields)) for c in after] == [
+            (c.seq, dict(c.fields)) for c in whole if c.seq > 5
+        ]
+        fork = rt.fork(rid, at_cycle=4, task_key="k~4")
+        assert store.latest_checkpoint(fork.run_id).cycle == 4
+        rt.rollback(rid, 3, by="dave")
+        back = store.latest_checkpoint(rid)
+        assert back.record is not None and back.record.get("decision") == "rollback"
+        assert back.state["artifacts"] == concluded_at(whole, rid, 3, "x").state["artifacts"]
+    finally:
+        store.close()
