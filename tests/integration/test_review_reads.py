@@ -94,3 +94,17 @@ def test_fork_rollback_and_later_checkpoints_on_a_store_without_until(tmp_path: 
         assert back.state["artifacts"] == concluded_at(whole, rid, 3, "x").state["artifacts"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("call_id", [2**63 - 1, 2**63, 2**70])
+def test_a_call_id_past_the_databases_integers_is_not_found(tmp_path: Path, call_id: int) -> None:
+    """The call page asked the store for events before ``call_id + 1``: past the bigint the
+    databases hold, the driver failed and the page answered 500. It is a 404, as any id the
+    run has no model call at."""
+    db = str(tmp_path / "c.db")
+    rid = _run(db, 2)
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
+    for path in (f"/runs/{rid}/calls/{call_id}", f"/api/runs/{rid}/calls/{call_id}"):
+        got = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert got.status_code == 404, (path, got.status_code, got.text[:200])
+        assert "has no model call" in got.text
