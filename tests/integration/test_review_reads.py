@@ -108,3 +108,18 @@ def test_a_call_id_past_the_databases_integers_is_not_found(tmp_path: Path, call
         got = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
         assert got.status_code == 404, (path, got.status_code, got.text[:200])
         assert "has no model call" in got.text
+
+
+@pytest.mark.parametrize("cycle", [2**63, 2**70])
+def test_a_cycle_past_the_databases_integers_is_refused_clearly(tmp_path: Path, cycle: int) -> None:
+    """Fork and rollback chose their target in Python over every checkpoint; asked in SQL
+    (``checkpoints_at``) a cycle past SQLite's integers raised OverflowError, a traceback
+    from ``loopwright rollback --to-cycle`` and the dashboard. It is the ConfigError any
+    cycle the run has not gets, naming the run's cycles."""
+    db = str(tmp_path / "b.db")
+    rid = _run(db, 2)
+    with lw.Runtime(db) as rt:
+        with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
+            rt.rollback(rid, cycle, by="dave")
+        with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
+            rt.fork(rid, at_cycle=cycle, task_key="k~big")
