@@ -97,11 +97,11 @@ def test_fork_rollback_and_later_checkpoints_on_a_store_without_until(tmp_path: 
 
 
 @pytest.mark.parametrize("call_id", [2**63 - 1, 2**63, 2**70])
-def test_a_call_id_past_the_databases_integers_is_not_found(tmp_path: Path, call_id: int) -> None:
+def test_a_call_id_past_the_databases_integers_is_not_found(url: str, call_id: int) -> None:
     """The call page asked the store for events before ``call_id + 1``: past the bigint the
     databases hold, the driver failed and the page answered 500. It is a 404, as any id the
     run has no model call at."""
-    db = str(tmp_path / "c.db")
+    db = url
     rid = _run(db, 2)
     client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
     for path in (f"/runs/{rid}/calls/{call_id}", f"/api/runs/{rid}/calls/{call_id}"):
@@ -111,12 +111,12 @@ def test_a_call_id_past_the_databases_integers_is_not_found(tmp_path: Path, call
 
 
 @pytest.mark.parametrize("cycle", [2**63, 2**70])
-def test_a_cycle_past_the_databases_integers_is_refused_clearly(tmp_path: Path, cycle: int) -> None:
+def test_a_cycle_past_the_databases_integers_is_refused_clearly(url: str, cycle: int) -> None:
     """Fork and rollback chose their target in Python over every checkpoint; asked in SQL
     (``checkpoints_at``) a cycle past SQLite's integers raised OverflowError, a traceback
     from ``loopwright rollback --to-cycle`` and the dashboard. It is the ConfigError any
     cycle the run has not gets, naming the run's cycles."""
-    db = str(tmp_path / "b.db")
+    db = url
     rid = _run(db, 2)
     with lw.Runtime(db) as rt:
         with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
