@@ -123,3 +123,10 @@ def test_a_cycle_past_the_databases_integers_is_refused_clearly(url: str, cycle:
             rt.rollback(rid, cycle, by="dave")
         with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
             rt.fork(rid, at_cycle=cycle, task_key="k~big")
+    # the dashboard's API: a 400 naming the run's cycles, not a 500
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path, body in (("rollback", {"to_cycle": cycle}), ("rerun", {"at_cycle": cycle})):
+        got = client.post(f"/api/runs/{rid}/{path}", json=body, headers=auth)
+        assert got.status_code == 400, (path, got.status_code, got.text[:200])
+        assert "has no completed checkpoint" in got.text
