@@ -1456,3 +1456,9 @@ def test_a_run_pages_counts_and_kinds_read_in_the_store(store: Store) -> None:
             assert got == Store.events_of_kinds(store, run_id, kinds, limit=limit)
     newest = store.events_of_kinds(run_id, {"edited"}, limit=2)
     assert [e.data["at"] for e in newest] == [3, 2]
+    # a limit over the kinds' count (below twice it: where a negative slice start cut some)
+    # gives every one of them, in the store and in the base class
+    every = [e for e in store.events(run_id) if e.kind == "edited"]
+    for limit in (4, 5, 7, 8):
+        assert store.events_of_kinds(run_id, {"edited"}, limit=limit) == every
+        assert Store.events_of_kinds(store, run_id, {"edited"}, limit=limit) == every

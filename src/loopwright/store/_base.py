@@ -601,6 +601,18 @@ class Store(LiveStore, PeopleStore, ABC):
         ``record`` is parsed for the last row always, for others when not ``latest``; ``base``
         is the row's own seq for a full state."""
 
+    def _rows_between(self, run_id: str, since: int, until: int) -> list[CheckpointRow]:
+        """``_checkpoint_rows`` from ``since`` up to ``until``; a store whose method predates
+        ``until`` (docs/storage.md: older signatures are served) is read from ``since`` on
+        and cut here."""
+        kwargs = {"run_id": run_id, "latest": False, "since": since}
+        rows: list[CheckpointRow] | None = with_newer(
+            self._checkpoint_rows, kwargs, {"until": until}
+        )
+        if rows is None:
+            rows = self._checkpoint_rows(run_id, latest=False, since=since)
+        return [r for r in rows if r.seq <= until]
+
     def _cycle_marks(self, run_id: str, cycle: int) -> list[tuple[int, int]]:
         """``(seq, base)`` of the run's first checkpoint and of those of ``cycle``, oldest
         first (a store that can asks for them alone)."""
@@ -801,8 +813,8 @@ class Store(LiveStore, PeopleStore, ABC):
         if rows and rows[0].seq != rows[0].base and fields is None:
             # a delta on checkpoints not in hand: read its chain from the snapshot
             # (up to ``seq``: not the rows above, read again)
-            chain = self._checkpoint_rows(run_id, latest=False, since=rows[0].base, until=seq)
-            fields = codec.fold({}, [own_fields(r.state) for r in chain if r.seq <= seq])
+            chain = self._rows_between(run_id, rows[0].base, seq)
+            fields = codec.fold({}, [own_fields(r.state) for r in chain])
         loader = self._loader(run_id)
         out: list[Checkpoint] = []
         f: Mapping[str, Any] = fields or {}
@@ -831,7 +843,7 @@ class Store(LiveStore, PeopleStore, ABC):
         loader = self._loader(run_id)
         out: list[Checkpoint] = []
         for seq, base in self._cycle_marks(run_id, cycle):
-            rows = self._checkpoint_rows(run_id, latest=False, since=base, until=seq)
+            rows = self._rows_between(run_id, base, seq)
             if not rows or rows[-1].seq != seq:
                 continue
             fields = codec.fold(own_fields(rows[0].state), [own_fields(r.state) for r in rows[1:]])
@@ -852,11 +864,7 @@ class Store(LiveStore, PeopleStore, ABC):
 
     def _state_at(self, run_id: str, seq: int, base: int) -> dict[str, Any]:
         """The resolved state of checkpoint ``seq`` (built on the snapshot ``base``)."""
-        rows = [
-            r
-            for r in self._checkpoint_rows(run_id, latest=False, since=base, until=seq)
-            if r.seq <= seq
-        ]
+        rows = self._rows_between(run_id, base, seq)
         state = _folded(rows, 0, len(rows) - 1)
         if codec.is_head(state):
             keys = codec.wanted_versions(state)
@@ -991,7 +999,8 @@ class Store(LiveStore, PeopleStore, ABC):
         """The run's newest ``limit`` (``None``: all) events of the kinds in ``kinds``,
         oldest first."""
         evs = [e for e in self.iter_events(run_id) if e.kind in kinds]
-        return evs if limit is None else evs[len(evs) - limit :] if limit > 0 else []
+        # (max: a limit over the count must not make the slice's start negative, from the end)
+        return evs if limit is None else evs[max(0, len(evs) - limit) :] if limit > 0 else []
 
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]

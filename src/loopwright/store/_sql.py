@@ -889,9 +889,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         ]
 
     def _cycle_marks(self, run_id: str, cycle: int) -> list[tuple[int, int]]:
-        return [
-            (int(r[0]), int(r[1])) for r in self._all(self._q.cycle_marks, (run_id, cycle, run_id))
-        ]
+        # (sql_int: a cycle past the bigint, asked for, is one the run has not, not an
+        # overflow: the caller says which cycles the run has)
+        args = (run_id, sql_int(cycle), run_id)
+        return [(int(r[0]), int(r[1])) for r in self._all(self._q.cycle_marks, args)]
 
     def _fill_versions(
         self, conn: Any, run_id: str, records: Sequence[dict[str, Any] | None]

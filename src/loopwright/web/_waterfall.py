@@ -26,6 +26,7 @@ from markupsafe import Markup, escape
 from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
+from ..store._rows import SQL_INT_MAX
 from ..trace._spans import APPROVAL_KINDS, RUN_KINDS, Span, build_spans
 
 __all__ = [
@@ -413,7 +414,12 @@ def _model_call(store: Store, run_id: str, call_id: int) -> tuple[RunRecord, Eve
         raise HTTPException(404, str(exc)) from exc
     # the one event at or before the id (not every event after it: a call of a long run's
     # first cycle read the whole log)
-    found = store.events_tail(rec.run_id, before_id=call_id + 1, limit=1) if call_id > 0 else []
+    # (an id past the databases' bigint names no event: asked, it failed the request with 500)
+    found = (
+        store.events_tail(rec.run_id, before_id=call_id + 1, limit=1)
+        if 0 < call_id < SQL_INT_MAX
+        else []
+    )
     if not found or found[0].id != call_id or found[0].kind != MODEL_CALL:
         raise HTTPException(404, f"run {rec.run_id[:12]} has no model call {call_id}")
     return rec, found[0]

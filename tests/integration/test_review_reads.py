@@ -1,0 +1,132 @@
+"""Review of the long-run read paths (run page window, fork/rollback by cycle, metrics in
+one pass): each test here failed on the tree before its fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright._people import concluded_at, concluded_in
+from loopwright.store._base import CheckpointRow
+from loopwright.store.sqlite import SQLiteStore
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient
+
+from loopwright.web import _app, create_app
+
+TOKEN = "t" * 32
+LOCAL = "http://127.0.0.1"
+
+
+def _loop(cycles: int) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"p": f"draft {ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p"),))
+
+    return lw.Loop(
+        name="review",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+def _run(db: str, cycles: int) -> str:
+    with lw.Runtime(db) as rt:
+        task = {"goal": "g", "artifacts": {"doc": {"p": ""}}}
+        return rt.run_sync(_loop(cycles), task, task_key="k").run_id
+
+
+def test_a_windowed_run_page_says_where_every_cycle_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run longer than the page's window: the timeline's note was cut after "of N;" (its
+    paragraph never closed, no link), though docs/ui.md says it links to the API."""
+    db = str(tmp_path / "w.db")
+    rid = _run(db, 12)
+    monkeypatch.setattr(_app, "CHECKPOINTS_READ", 5)
+    monkeypatch.setattr(_app, "CYCLES_SHOWN", 3)
+    page = TestClient(create_app(db, token=TOKEN), base_url=LOCAL).get(f"/runs/{rid}").text
+    note = page.split("<h2>Timeline</h2>", 1)[1].split("<table", 1)[0]
+    assert re.search(r"The last 3 cycles of 12; every one in <a href=\"/api/runs/", note), note
+    assert note.strip().endswith("</p>"), note
+
+
+class _OlderCheckpointRows(SQLiteStore):
+    """A third-party store written against ``_checkpoint_rows`` before ``until`` (docs/
+    storage.md: a store whose method has the older signature is served all the same)."""
+
+    def _checkpoint_rows(  # type: ignore[override]
+        self, run_id: str, *, latest: bool, since: int | None = None
+    ) -> list[CheckpointRow]:
+        return super()._checkpoint_rows(run_id, latest=latest, since=since)
+
+
+def test_fork_rollback_and_later_checkpoints_on_a_store_without_until(tmp_path: Path) -> None:
+    """Fork, rollback (``checkpoints_at``) and ``checkpoints_after`` passed ``until`` to every
+    store: one written before it raised TypeError (a traceback from ``loopwright rollback``).
+    Now it is read without it, and the same checkpoints are chosen as by the built-in store."""
+    db = tmp_path / "o.db"
+    rid = _run(str(db), 9)
+    store = _OlderCheckpointRows(db)
+    try:
+        rt = lw.Runtime(store)
+        picked = {n: concluded_in(store, rid, n, "at_cycle") for n in (0, 4, 9)}
+        whole = store.checkpoints(rid)
+        for n, ck in picked.items():
+            assert ck.seq == concluded_at(whole, rid, n, "at_cycle").seq
+            assert ck.state == concluded_at(whole, rid, n, "at_cycle").state
+        after = store.checkpoints_after(rid, 5)  # a delta chain read up to seq 5
+        assert [(c.seq, dict(c.fields)) for c in after] == [
+            (c.seq, dict(c.fields)) for c in whole if c.seq > 5
+        ]
+        fork = rt.fork(rid, at_cycle=4, task_key="k~4")
+        assert store.latest_checkpoint(fork.run_id).cycle == 4
+        rt.rollback(rid, 3, by="dave")
+        back = store.latest_checkpoint(rid)
+        assert back.record is not None and back.record.get("decision") == "rollback"
+        assert back.state["artifacts"] == concluded_at(whole, rid, 3, "x").state["artifacts"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("call_id", [2**63 - 1, 2**63, 2**70])
+def test_a_call_id_past_the_databases_integers_is_not_found(url: str, call_id: int) -> None:
+    """The call page asked the store for events before ``call_id + 1``: past the bigint the
+    databases hold, the driver failed and the page answered 500. It is a 404, as any id the
+    run has no model call at."""
+    db = url
+    rid = _run(db, 2)
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
+    for path in (f"/runs/{rid}/calls/{call_id}", f"/api/runs/{rid}/calls/{call_id}"):
+        got = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert got.status_code == 404, (path, got.status_code, got.text[:200])
+        assert "has no model call" in got.text
+
+
+@pytest.mark.parametrize("cycle", [2**63, 2**70])
+def test_a_cycle_past_the_databases_integers_is_refused_clearly(url: str, cycle: int) -> None:
+    """Fork and rollback chose their target in Python over every checkpoint; asked in SQL
+    (``checkpoints_at``) a cycle past SQLite's integers raised OverflowError, a traceback
+    from ``loopwright rollback --to-cycle`` and the dashboard. It is the ConfigError any
+    cycle the run has not gets, naming the run's cycles."""
+    db = url
+    rid = _run(db, 2)
+    with lw.Runtime(db) as rt:
+        with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
+            rt.rollback(rid, cycle, by="dave")
+        with pytest.raises(lw.ConfigError, match=r"has no completed checkpoint .*cycles 0\.\.2"):
+            rt.fork(rid, at_cycle=cycle, task_key="k~big")
+    # the dashboard's API: a 400 naming the run's cycles, not a 500
+    client = TestClient(create_app(db, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path, body in (("rollback", {"to_cycle": cycle}), ("rerun", {"at_cycle": cycle})):
+        got = client.post(f"/api/runs/{rid}/{path}", json=body, headers=auth)
+        assert got.status_code == 400, (path, got.status_code, got.text[:200])
+        assert "has no completed checkpoint" in got.text
