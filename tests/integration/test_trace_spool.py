@@ -47,9 +47,13 @@ def test_no_usable_temporary_directory_still_exports(
 
 
 class _Full(io.StringIO):
-    """A temporary file on a full disk: every write fails with ENOSPC."""
+    """A temporary file on a full disk: every write fails with ENOSPC, and so does its close
+    (a text file's close flushes what it could not write, and fails again)."""
 
     def write(self, s: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
 

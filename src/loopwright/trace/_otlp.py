@@ -11,6 +11,7 @@ hex, times as decimal strings of nanoseconds, enums as integers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib
 import io
@@ -109,7 +110,8 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
     # string (its quotes would be escaped), so the cut is the list's place.
     head, tail = _dumps(_request(rec, [], service_name)).split('"spans":[]')
     n = 0
-    with _spool() as rest:
+    rest = _spool()
+    try:
         for s in iter_spans(store, rec):
             if s.parent is None:  # the run span, yielded last
                 _spooled(rest.seek, 0)  # (flushes what is buffered: a full disk shows here)
@@ -118,6 +120,11 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
             else:
                 _spooled(rest.write, "," + _dumps(_otlp_span(rec, tid, s)))
             n += 1
+    finally:
+        # A full disk fails the close's flush of what it could not write again: the error
+        # raised already says so (and a close raising here would replace it).
+        with contextlib.suppress(OSError):
+            rest.close()
     out.write("]" + tail + "\n")
     return n
 
