@@ -1,6 +1,6 @@
 """``trace --format otlp-json`` keeps the spans written before the run span in a temporary
 file (``write_otlp``): a machine with no usable temporary directory (a container with a
-read-only root, ``TMPDIR`` naming a missing directory) still gets its trace, and a temporary
+read-only root: no writable ``TMPDIR``, /tmp, /var/tmp or working directory) still gets its trace, and a temporary
 directory that fills up is a clear error naming it, not an internal error."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def test_no_usable_temporary_directory_still_exports(
     url, run_id = _run(tmp_path)
     with open_store(url) as st:
         want = json.dumps(otlp_trace(st, run_id), separators=(",", ":")) + "\n"
-    # what TMPDIR naming a missing directory (or a read-only root) gives tempfile
+    # the temporary directory tempfile settles on, gone (no candidate was usable: a read-only
+    # root; a temporary file there fails as it would)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     with open_store(url) as st:
         out = io.StringIO()

@@ -131,8 +131,8 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
 
 def _spool() -> IO[str]:
     """Where the spans before the run span wait: a temporary file, or memory where no
-    temporary directory is usable (a read-only root, ``TMPDIR`` naming a missing directory):
-    their JSON, a fraction of the tree the export held before it streamed."""
+    temporary directory is usable (a read-only root: no writable ``TMPDIR``, /tmp, /var/tmp
+    or working directory): their JSON, a fraction of the tree held before it streamed."""
     try:
         return tempfile.TemporaryFile("w+", encoding="utf-8")
     except OSError:
