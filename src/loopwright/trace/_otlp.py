@@ -11,15 +11,17 @@ hex, times as decimal strings of nanoseconds, enums as integers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib
+import io
 import json
 import math
 import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 from urllib.parse import urlsplit
@@ -108,17 +110,44 @@ def write_otlp(store: Store, run_id: str, out: IO[str], *, service_name: str = "
     # string (its quotes would be escaped), so the cut is the list's place.
     head, tail = _dumps(_request(rec, [], service_name)).split('"spans":[]')
     n = 0
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as rest:
+    rest = _spool()
+    try:
         for s in iter_spans(store, rec):
             if s.parent is None:  # the run span, yielded last
+                _spooled(rest.seek, 0)  # (flushes what is buffered: a full disk shows here)
                 out.write(head + '"spans":[' + _dumps(_otlp_span(rec, tid, s)))
-                rest.seek(0)
                 shutil.copyfileobj(rest, out)
             else:
-                rest.write("," + _dumps(_otlp_span(rec, tid, s)))
+                _spooled(rest.write, "," + _dumps(_otlp_span(rec, tid, s)))
             n += 1
+    finally:
+        # A full disk fails the close's flush of what it could not write again: the error
+        # raised already says so (and a close raising here would replace it).
+        with contextlib.suppress(OSError):
+            rest.close()
     out.write("]" + tail + "\n")
     return n
+
+
+def _spool() -> IO[str]:
+    """Where the spans before the run span wait: a temporary file, or memory where no
+    temporary directory is usable (a read-only root: no writable ``TMPDIR``, /tmp, /var/tmp
+    or working directory): their JSON, a fraction of the tree held before it streamed."""
+    try:
+        return tempfile.TemporaryFile("w+", encoding="utf-8")
+    except OSError:
+        return io.StringIO()
+
+
+def _spooled(op: Callable[[Any], Any], arg: Any) -> None:
+    # A temporary directory that fills up is the machine's, not an internal error: say which.
+    try:
+        op(arg)
+    except OSError as exc:
+        raise LoopwrightError(
+            f"cannot keep the trace's spans in the temporary directory "
+            f"{tempfile.gettempdir()}: {exc.strerror or exc}; set TMPDIR to one with room"
+        ) from None
 
 
 def _dumps(doc: Any) -> str:
