@@ -198,21 +198,7 @@ def build_spans(
     by_id = {a.approval_id: a for a in approvals}
     last_ts = max([run.created_at, *(e.ts for e in events)])
 
-    root = Span(
-        key="run",
-        kind="run",
-        name=f"run {run.loop_name}",
-        start=run.created_at,
-        end=max(last_ts, run.ended_at or 0.0),
-        parent=None,
-        attributes=_run_attributes(run),
-        incomplete=run.ended_at is None,
-    )
-    if run.status in _ERROR_STATUSES:
-        root.status = "error"
-        root.status_message = str((run.packet or {}).get("cause") or run.stop_reason or "")
-    elif run.status == "accepted":
-        root.status = "ok"
+    root = _run_span(run, last_ts)
     spans: list[Span] = [root]
     for occ in occs:
         tied = [by_id[a] for a, o in owner.items() if o is occ and a in by_id]
@@ -799,6 +785,26 @@ def _claimed(ev: Event, approvals: Sequence[Approval]) -> bool:
 
 
 # --- attributes, events, fitting -------------------------------------------------------------
+def _run_span(run: RunRecord, last_ts: float) -> Span:
+    """The run's own span (the root of its tree): from its creation to its last event or end."""
+    root = Span(
+        key="run",
+        kind="run",
+        name=f"run {run.loop_name}",
+        start=run.created_at,
+        end=max(last_ts, run.ended_at or 0.0),
+        parent=None,
+        attributes=_run_attributes(run),
+        incomplete=run.ended_at is None,
+    )
+    if run.status in _ERROR_STATUSES:
+        root.status = "error"
+        root.status_message = str((run.packet or {}).get("cause") or run.stop_reason or "")
+    elif run.status == "accepted":
+        root.status = "ok"
+    return root
+
+
 def _run_attributes(run: RunRecord) -> dict[str, Any]:
     a: dict[str, Any] = {
         "gen_ai.conversation.id": run.run_id,
@@ -1002,21 +1008,7 @@ def iter_spans(store: Store, run: RunRecord) -> Iterator[Span]:
     # the position by which every event an occurrence holds has been read
     ready = [max([*occ[4], p.closed[i]]) for i, occ in enumerate(p.occs)]
     run_seqs = set(p.run_items)
-    root = Span(
-        key="run",
-        kind="run",
-        name=f"run {run.loop_name}",
-        start=run.created_at,
-        end=max(p.last_ts, run.ended_at or 0.0),
-        parent=None,
-        attributes=_run_attributes(run),
-        incomplete=run.ended_at is None,
-    )
-    if run.status in _ERROR_STATUSES:
-        root.status = "error"
-        root.status_message = str((run.packet or {}).get("cause") or run.stop_reason or "")
-    elif run.status == "accepted":
-        root.status = "ok"
+    root = _run_span(run, p.last_ts)
     held: dict[int, Event] = {}
     own: dict[int, Event] = {}
     records_left = True
