@@ -309,30 +309,30 @@ def _referred(
         out["edits"] = new
     # A replacement's part has no dict of its own to mark, so its value is left as null (the
     # parts keep their order) and ``replace_versions`` says which versions hold them.
-    replace, versions = p.get("replace"), {}
+    replace = p.get("replace")
+    versions: dict[str, dict[str, int]] = {}
     if type(replace) is dict:
+        kept: dict[str, Any] = {}
         for artifact, parts in replace.items():
-            if type(parts) is not dict:
-                continue
             # A replaced value sits under its names in the record: one the net reads as a
             # secret's (a part ``token``, an artifact ``credentials``) masks it whatever it
             # holds, so the clean test is given the value under them (invariant 9).
-            got = {
-                k: n
-                for k, v in parts.items()
-                if (n := named(artifact, k, v, {artifact: {k: v}})) is not None
-            }
+            got = (
+                {
+                    k: n
+                    for k, v in parts.items()
+                    if (n := named(artifact, k, v, {artifact: {k: v}})) is not None
+                }
+                if type(parts) is dict
+                else None
+            )
             if got:
                 versions[artifact] = got
-    if versions:
-        assert type(replace) is dict  # (for mypy: only a dict's parts are named)
-        out["replace"] = {
-            a: {k: None if k in versions.get(a, ()) else v for k, v in parts.items()}
-            if a in versions
-            else parts
-            for a, parts in replace.items()
-        }
-        out[REPLACE_VERSIONS] = versions
+                parts = {k: None if k in got else v for k, v in parts.items()}
+            kept[artifact] = parts
+        if versions:
+            out["replace"] = kept
+            out[REPLACE_VERSIONS] = versions
     return {**record, "proposal": out} if hit or versions else record
 
 
