@@ -702,14 +702,13 @@ def test_events_in_order(store: Store) -> None:
     assert all(isinstance(e.ts, float) for e in events)
 
 
-def test_the_log_read_from_its_end(store: Store) -> None:
-    """What a live tracer of a resumed session reads of a long log (trace/_live.py): its end
-    backwards a page at a time, how many events come before a place with the positions of
-    some kinds among them, and how often cycles started before it — as the whole log says
-    (the base class's defaults, which read it all)."""
+def _two_runs_log(store: Store, cycles: tuple[int, ...], between: str) -> str:
+    """A run whose checkpoint ``seq`` is at cycle ``cycles[seq - 1]`` (a cycle started and
+    decided), each followed by an event of kind ``between`` outside a commit; another run's
+    cycle starts interleaved with it. Returns the first run's id."""
     run_id, token = _leased(store)
     other, other_token = _leased(store, "k2")
-    for seq, n in enumerate((1, 2, 3, 2, 3), 1):  # cycles 2 and 3 redone (a rollback's)
+    for seq, n in enumerate(cycles, 1):
         _commit(store, other, other_token, seq, events=[NewEvent(n, "cycle_started")])
         _commit(
             store,
@@ -719,7 +718,16 @@ def test_the_log_read_from_its_end(store: Store) -> None:
             cycle=n,
             events=[NewEvent(n, "cycle_started"), NewEvent(n, "decision", {"n": n})],
         )
-        store.append_events(run_id, [NewEvent(n, "resumed", {"at": n})])
+        store.append_events(run_id, [NewEvent(n, between, {"at": n})])
+    return run_id
+
+
+def test_the_log_read_from_its_end(store: Store) -> None:
+    """What a live tracer of a resumed session reads of a long log (trace/_live.py): its end
+    backwards a page at a time, how many events come before a place with the positions of
+    some kinds among them, and how often cycles started before it — as the whole log says
+    (the base class's defaults, which read it all)."""
+    run_id = _two_runs_log(store, (1, 2, 3, 2, 3), "resumed")  # 2 and 3 redone (a rollback's)
     evs = store.events(run_id)
     ids = [e.id for e in evs]
     assert store.events_tail(run_id, before_id=None, limit=4) == evs[::-1][:4]
@@ -1432,19 +1440,7 @@ def test_a_run_pages_counts_and_kinds_read_in_the_store(store: Store) -> None:
     """The run page's counts by kind and its events of some kinds (the newest ``limit``,
     oldest first) are what the base class's defaults, reading the whole log, say; another
     run's events are not counted."""
-    run_id, token = _leased(store)
-    other, other_token = _leased(store, "k2")
-    for seq, n in enumerate((1, 2, 3, 2), 1):
-        _commit(store, other, other_token, seq, events=[NewEvent(n, "cycle_started")])
-        _commit(
-            store,
-            run_id,
-            token,
-            seq,
-            cycle=n,
-            events=[NewEvent(n, "cycle_started"), NewEvent(n, "decision", {"n": n})],
-        )
-        store.append_events(run_id, [NewEvent(n, "edited", {"at": n})])
+    run_id = _two_runs_log(store, (1, 2, 3, 2), "edited")
     counts = store.event_counts(run_id)
     assert counts == Store.event_counts(store, run_id)
     assert counts["cycle_started"] == counts["decision"] == counts["edited"] == 4
