@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.printed import shown_text
 
 import loopwright as lw
 from loopwright.cli import _app
@@ -138,29 +139,13 @@ def test_show_json_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
     assert peaks[160] < 1.5 * peaks[40] + 1_000_000, peaks
 
 
-def _shown_text(url: str, run_id: str) -> tuple[str, int]:
-    """(what ``loopwright show`` printed, peak bytes allocated while it read and printed)."""
-    sink = _Sink()
-    sink.parts = []
-    old = sys.stdout
-    sys.stdout = sink
-    tracemalloc.start()
-    try:
-        _app.show(run_id, store=url, as_json=False)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        sys.stdout = old
-    return "".join(sink.parts or ()), peak
-
-
 def test_show_text_is_what_every_checkpoint_showed(edited_run: tuple[str, str]) -> None:
     """The text view reads the records and the latest state, not every checkpoint: it prints
     what it printed from every checkpoint's record and the last state."""
     from loopwright.cli._render import console, run_detail
 
     url, run_id = edited_run
-    text, _peak = _shown_text(url, run_id)
+    text, _peak = shown_text(url, run_id)
     with open_store(url) as st:
         rec = st.get_run(run_id)
         cps = st.checkpoints(run_id)
@@ -188,7 +173,7 @@ def test_show_text_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
         url = f"sqlite:///{tmp_path / f't{cycles}.db'}?durability=process"
         with lw.Runtime(url) as rt:
             r = rt.run_sync(_loop(cycles), {"artifacts": {"doc": {"body": ""}}}, task_key="w")
-        text, peak = _shown_text(url, r.run_id)
+        text, peak = shown_text(url, r.run_id)
         assert f"cycle {cycles}" in text or f"│ {cycles} " in text  # the last cycle is shown
         peaks[cycles] = peak
     # 160 cycles of versions and records are 7.7 MB; a page of records is 0.8 MB

@@ -5,16 +5,14 @@ memory it takes does not grow with the run (rich renders a table whole: one tabl
 
 from __future__ import annotations
 
-import io
 import re
-import sys
-import tracemalloc
 from pathlib import Path
 
 import pytest
+from support.printed import shown_text
 
 import loopwright as lw
-from loopwright.cli import _app, _render
+from loopwright.cli import _render
 
 CHUNK = 25
 
@@ -32,30 +30,6 @@ def _loop(cycles: int) -> lw.Loop:
         verifiers=[lw.Check(fn=check, name="check")],
         contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
     )
-
-
-class _Sink(io.TextIOBase):
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, s: str) -> int:
-        self.parts.append(s)
-        return len(s)
-
-
-def _shown(url: str, run_id: str) -> tuple[str, int]:
-    """(what ``loopwright show`` printed, peak bytes allocated while it read and printed)."""
-    sink = _Sink()
-    old = sys.stdout
-    sys.stdout = sink
-    tracemalloc.start()
-    try:
-        _app.show(run_id, store=url, as_json=False)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        sys.stdout = old
-    return "".join(sink.parts), peak
 
 
 def _run(tmp_path: Path, cycles: int) -> tuple[str, str]:
@@ -76,8 +50,8 @@ def test_show_memory_does_not_grow_with_the_timeline(
     texts: dict[int, str] = {}
     for cycles in (100, 400):
         url, run_id = _run(tmp_path, cycles)
-        _shown(url, run_id)  # warm: modules imported, statements prepared
-        texts[cycles], peaks[cycles] = _shown(url, run_id)
+        shown_text(url, run_id)  # warm: modules imported, statements prepared
+        texts[cycles], peaks[cycles] = shown_text(url, run_id)
     # four times the cycles, not four times the memory (before: the whole timeline at once)
     assert peaks[400] < 2 * peaks[100], peaks
     for cycles, text in texts.items():
@@ -97,8 +71,8 @@ def test_a_narrow_timeline_in_chunks_is_the_timeline_at_once(
     each start with the header, and a run shorter than a chunk prints as before."""
     monkeypatch.setenv("COLUMNS", "80")
     url, run_id = _run(tmp_path, 60)
-    whole, _peak = _shown(url, run_id)
+    whole, _peak = shown_text(url, run_id)
     monkeypatch.setattr(_render, "TIMELINE_CHUNK", 7)
-    chunked, _peak = _shown(url, run_id)
+    chunked, _peak = shown_text(url, run_id)
     assert chunked == whole
     assert whole.count("Timeline") == 1
