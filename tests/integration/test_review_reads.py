@@ -130,3 +130,15 @@ def test_a_cycle_past_the_databases_integers_is_refused_clearly(url: str, cycle:
         got = client.post(f"/api/runs/{rid}/{path}", json=body, headers=auth)
         assert got.status_code == 400, (path, got.status_code, got.text[:200])
         assert "has no completed checkpoint" in got.text
+
+
+@pytest.mark.parametrize("kind", ["not-a-kind", "Cycle_Started"])
+def test_a_run_page_filtered_to_a_kind_the_log_lacks_lists_none(url: str, kind: str) -> None:
+    """``?kind=`` names a kind the log does not hold: the page lists no event (a NUL never
+    reaches the page: the app refuses it with 400 first)."""
+    rid = _run(url, 2)
+    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL, raise_server_exceptions=False)
+    got = client.get(f"/runs/{rid}", params={"kind": kind})
+    assert got.status_code == 200, got.text[:300]
+    assert "cycle_started" in got.text  # the kind list is still there
+    assert f"No events of kind {kind}." in got.text

@@ -775,12 +775,16 @@ def create_app(
         data["retries"] = [e for e in entries if e["kind"] == "retry"]
         data["event_kinds"] = sorted(counts)
         if kind:
-            shown = store.events_of_kinds(rid, {kind}, limit=EVENTS_SHOWN)
+            # (a kind the log lacks is not asked of the database: it has none to show)
+            shown = store.events_of_kinds(rid, {kind}, limit=EVENTS_SHOWN) if kind in counts else []
         else:
             shown = store.events_tail(rid, before_id=None, limit=EVENTS_SHOWN)[::-1]
         data["events"] = events_view(shown)
         data["events_total"] = counts.get(kind, 0) if kind else sum(counts.values())
-        data["edits"] = edits_view(store.events_of_kinds(rid, {"edited"}))
+        # the person's edits and the reruns asked for, in one read (none where the log has none)
+        noted = [k for k in ("edited", "rerun_requested") if k in counts]
+        extra = store.events_of_kinds(rid, set(noted)) if noted else []
+        data["edits"] = edits_view([e for e in extra if e.kind == "edited"])
         data["event_kind"] = kind
         win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
         cks = data["checkpoints"]
@@ -802,8 +806,7 @@ def create_app(
         data["blocked"] = blocked(
             request, [a for a in data["approvals"] if a.status == "pending"], {rid: data["rec"]}
         )
-        reruns = store.events_of_kinds(rid, {"rerun_requested"})
-        data["reruns"] = [str(e.data.get("new_run")) for e in reruns]
+        data["reruns"] = [str(e.data.get("new_run")) for e in extra if e.kind == "rerun_requested"]
         return page(request, "run.html", **data)
 
     @app.post("/runs/{run_id}/act", include_in_schema=False)
