@@ -518,18 +518,18 @@ class Digests(list[str]):
         drop = min(n - self.gone, len(self) - REJECTED_WINDOW)
         if drop <= 0:
             return
-        f = self._filter
-        if f is None:
-            f = self._filter = bytearray(_FILTER_BITS >> 3)
-        for d in self[:drop]:
-            a, b = _filter_bits(d)
-            f[a >> 3] |= 1 << (a & 7)
-            f[b >> 3] |= 1 << (b & 7)
+        if self._mode != 2:  # (mode 2 asks the store of every digest not held: no filter)
+            f = self._filter
+            if f is None:
+                f = self._filter = bytearray(_FILTER_BITS >> 3)
+            for d in self[:drop]:
+                a, b = _filter_bits(d)
+                f[a >> 3] |= 1 << (a & 7)
+                f[b >> 3] |= 1 << (b & 7)
+            self._mode = 1
         del self[:drop]
         self._set = set(self)
         self.gone += drop
-        if self._mode == 0:
-            self._mode = 1
 
 
 @dataclass(slots=True)

@@ -637,3 +637,17 @@ def test_a_delta_with_hints_rebuilds_the_new_head(
     hints = {"parts": set(old) | set(new), "best_parts": set(old) | set(new)}
     for d in (codec.delta(prev, head, hints), codec.delta(prev, head)):
         assert codec.apply_delta(prev, d) == head
+
+
+def test_digests_that_ask_the_store_build_no_filter() -> None:
+    """A state read from a store asks the store of every digest it does not hold: the bits of
+    those it lets go of would never be read, so none are kept."""
+    from loopwright._state import REJECTED_WINDOW, Digests
+
+    asked: list[str] = []
+    held = [f"d{i}" for i in range(3 * REJECTED_WINDOW)]
+    d = Digests(held, lambda x: asked.append(x) is None and x in held, stored=True)
+    d.durable(len(held))
+    assert d.gone > 0 and d._filter is None
+    assert "d0" in d and asked == ["d0"]  # let go of: the store's answer
+    assert "nope" not in d and asked == ["d0", "nope"]
