@@ -139,7 +139,7 @@ def test_a_risk_check_that_blocks_escalates_naming_the_rule_and_its_late_answer_
     def blocks(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
         gate.wait(_SAFETY)
         # released after the run gave up: change everything it was given, ask to park
-        state.artifacts["inv"].values()["qty"] = 99
+        state.set_part("inv", "qty", 99, 99)
         verdicts.clear()
         done.set()
         return "park it" if gate.is_set() else None
