@@ -454,11 +454,8 @@ class Checkpoints(RuntimeHost):
             ex.since_base += 1
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed
-        digests = s.rejected
-        if isinstance(digests, Digests):  # ``_Exec.adopt`` made it one
-            added, ex.rejected_written = digests.since(ex.rejected_written)
-        else:
-            added, ex.rejected_written = digests[ex.rejected_written :], len(digests)
+        # (``_Exec.adopt`` made it a Digests: every execution is adopted before it commits)
+        added, ex.rejected_written = cast(Digests, s.rejected).since(ex.rejected_written)
         rejected = [(d, s.cycle) for d in added]
         cleared: list[str] = []
         if ex.retries and record is not None:

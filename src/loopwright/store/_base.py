@@ -598,8 +598,9 @@ class Store(LiveStore, PeopleStore, ABC):
     ) -> list[CheckpointRow]:
         """The run's raw rows, oldest first: all of them, those from ``seq`` ``since`` on (up
         to ``until`` when given), or (``latest``) those from the latest row's base on.
-        ``record`` is parsed for the last row always, for others when not ``latest``; ``base``
-        is the row's own seq for a full state."""
+        ``record`` is parsed for the last row always, for others when neither ``latest`` nor
+        ``until`` is given (a range is read for its states and its last row's record: a store
+        may give the others' too); ``base`` is the row's own seq for a full state."""
 
     def _rows_between(self, run_id: str, since: int, until: int) -> list[CheckpointRow]:
         """``_checkpoint_rows`` from ``since`` up to ``until``; a store whose method predates

@@ -874,7 +874,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             first = last[1] if latest else -1 if since is None else since
             if until is not None and not latest:
                 rows = conn.execute(
-                    self._q.checkpoint_range, (True, last[0], run_id, first, until)
+                    # (a range's callers read its states and its last row's record only:
+                    # the others are neither decoded nor given their versions)
+                    self._q.checkpoint_range,
+                    (False, until, run_id, first, until),
                 ).fetchall()
             else:
                 rows = conn.execute(
