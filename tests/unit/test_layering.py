@@ -1,0 +1,139 @@
+"""The engine core imports no backend, adapter or interface (docs/architecture.md), and every
+module is on that page's map. Read from the source with ``ast``: what a module imports at its
+top level is what importing it costs and what it depends on."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "loopwright"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+# The store's protocol: what the engine may know of a store. Backends are everything else.
+PROTOCOL = {
+    "loopwright.store",
+    "loopwright.store._base",
+    "loopwright.store._people",
+    "loopwright.store._live",
+}
+THIRD_PARTY_CORE = {"orjson"}  # the core's one dependency on the import path
+# Imported inside a function, only when asked for: live tracing, when a provider is given.
+LAZY = {"loopwright.trace._live"}
+# Test support that lives at the top level but is never imported by the engine.
+NOT_CORE = {"_fake_images.py", "testing.py", "__main__.py"}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, *, top_level: bool) -> set[str]:
+    """Absolute names a module imports, at its top level or only inside functions and classes
+    (``if TYPE_CHECKING:`` blocks are neither: they cost nothing at run time)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    return _imports_in(path.read_text(encoding="utf-8"), package, top_level=top_level)
+
+
+def _imports_in(source: str, package: str, *, top_level: bool) -> set[str]:
+    tree = ast.parse(source)
+    top = {id(n) for n in tree.body}
+    typing_only = {
+        id(sub)
+        for n in tree.body
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+        for sub in ast.walk(n)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only or (id(node) in top) != top_level:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                found.add(node.module or "")
+                continue
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            if node.module:
+                found.add(".".join([*base, node.module]))
+            else:  # ``from . import x``: x is a module of that package
+                found.update(".".join([*base, a.name]) for a in node.names)
+    return found
+
+
+def _core_modules() -> list[Path]:
+    return sorted(p for p in SRC.glob("*.py") if p.name not in NOT_CORE)
+
+
+# The core: the package itself and the modules directly under it (not its subpackages).
+CORE = {"loopwright"} | {f"loopwright.{p.stem}" for p in SRC.glob("*.py") if p.stem != "__init__"}
+
+
+def _is_core(name: str) -> bool:
+    return name in CORE
+
+
+def _allowed(name: str) -> bool:
+    root = name.split(".", maxsplit=1)[0]
+    return root in STDLIB or root in THIRD_PARTY_CORE or _is_core(name) or name in PROTOCOL
+
+
+@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: p.name)
+def test_the_core_imports_no_backend_adapter_or_interface(path: Path) -> None:
+    bad = {n for n in _imports(path, top_level=True) if not _allowed(n)}
+    assert not bad, f"{path.name} imports {sorted(bad)} at its top level"
+    late = {n for n in _imports(path, top_level=False) if not _allowed(n) and n not in LAZY}
+    assert not late, f"{path.name} imports {sorted(late)} inside a function"
+
+
+PROTOCOL_FILES = sorted(
+    SRC / "store" / ("__init__.py" if n == "loopwright.store" else f"{n.rsplit('.', 1)[1]}.py")
+    for n in PROTOCOL
+)
+
+
+@pytest.mark.parametrize("path", PROTOCOL_FILES, ids=lambda p: p.name)
+def test_the_store_protocol_imports_no_backend(path: Path) -> None:
+    everything = _imports(path, top_level=True) | _imports(path, top_level=False)
+    backends = {"loopwright.store.sqlite", "loopwright.store.postgres", "psycopg"}
+    if path.name != "__init__.py":  # open_store picks a backend, lazily, by the URL
+        assert not (everything & backends), f"{path.name} imports a backend"
+    bad = {n for n in _imports(path, top_level=True) if not _allowed(n)}
+    assert not bad, f"{path.name} imports {sorted(bad)} at its top level"
+
+
+def test_the_rule_catches_a_backend_import() -> None:
+    """The check itself can fail: a core module importing the SQLite store, a subpackage or a
+    web framework is caught; one importing another core module or the protocol is not."""
+    source = (
+        "from .store.sqlite import SQLiteStore\nfrom . import web\nimport fastapi\n"
+        "from . import _state\nfrom .store import Store\nfrom ._json import dumps\n"
+        "def f():\n    from .adapters import openai_chat\n"
+    )
+    found = _imports_in(source, "loopwright", top_level=True)
+    assert _imports_in(source, "loopwright", top_level=False) == {"loopwright.adapters"}
+    assert {n for n in found if not _allowed(n)} == {
+        "loopwright.store.sqlite",
+        "loopwright.web",
+        "fastapi",
+    }
+
+
+def test_every_module_is_on_the_map() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    missing = [
+        str(p.relative_to(SRC))
+        for p in sorted(SRC.rglob("*.py"))
+        if f"`{p.relative_to(SRC).as_posix()}`" not in text
+    ]
+    assert not missing, f"docs/architecture.md does not name {missing}"
