@@ -495,3 +495,42 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
     low.asked = []
     assert not _redact._triggered(low, passw=True)
     assert {"aiza", "authorization", "eyj", "xox", "token'"} <= set(low.asked)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        {
+            *_redact.SECRET_FIELDS,
+            *(s[1:] for s in _redact._SECRET_SUFFIXES),
+            *(s for s in _redact._SECRET_SUFFIXES),
+        }
+    ),
+)
+def test_every_secret_name_is_a_trigger_or_an_unseen_word(name: str) -> None:
+    """The clean scan skips the key pattern on a plain text (no escape, no space before a
+    closing quote, ASCII) with no trigger and none of ``_UNSEEN``: every secret field's name,
+    as a key (``_`` or ``-``, any case, with a prefix), must then hold one or the other."""
+    for spelled in (name, name.replace("_", "-"), "db_" + name, "X-" + name.upper()):
+        low = json.dumps({spelled: "v"}, separators=(",", ":")).lower()
+        assert _redact._triggered(low, passw=True) or _redact._named_unseen(low), spelled
+
+
+def test_a_clean_plain_record_is_not_searched_for_secret_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clean record written plainly (no escapes, ASCII) holds no trigger and none of the
+    names no trigger stands for: the key pattern's pass over its reversed text is skipped
+    (it was a quarter of the clean scan); one that holds such a name is still searched."""
+
+    class _NoSearch:
+        def search(self, text: str) -> None:
+            raise AssertionError("the key pattern ran")
+
+    pats = (_NoSearch(), _NoSearch())
+    monkeypatch.setattr(_redact, "_key_patterns", {_redact.SECRET_FIELDS: pats})
+    _redact._clean_texts.clear()
+    record = {"cycle": 18, "decision": "revise", "findings": [{"message": "still open"}]}
+    assert redact(record) is record
+    with pytest.raises(AssertionError, match="key pattern ran"):
+        redact({"cycle": 19, "session_note": "kept"})
