@@ -7,6 +7,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _ascii
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -177,6 +178,24 @@ class Proposal:
 
     def digest(self) -> str:
         """A hash of what the proposal changes (not its note or usage): identical proposals match."""
+        if not (self.replace or self.plan or self.new_steps or self.effects):
+            edits = self.edits
+            if all(type(e.value) is str and type(e.artifact) is str for e in edits):
+                # The common proposal, text edits only: the canonical text written out as the
+                # JSON encoder below writes it (sorted keys; each string by the encoder's own
+                # ASCII escaping, the value's canonical text escaped again), without building
+                # the body and walking it. A part name is ``str`` whenever its artifact's is
+                # not a subclass (``Edit`` allows a ``StrEnum``): tested all the same.
+                rows = sorted(
+                    (e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str
+                )
+                if len(rows) == len(edits):
+                    text = (
+                        '{"edits":['
+                        + ",".join(f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows)
+                        + '],"new_steps":[],"plan":[],"replace":null}'
+                    )
+                    return hashlib.sha256(text.encode()).hexdigest()[:32]
         body: dict[str, Any] = {
             "edits": sorted((e.artifact, e.part, _canon(e.value)) for e in self.edits),
             "replace": _canon(self.replace) if self.replace else None,

@@ -395,3 +395,142 @@ def test_a_text_found_clean_is_checked_again_once_a_secret_is_known(
     register_secret_field("pin_code")
     assert redact(keyed)["evidence"]["pin_code"] == REDACTED
     assert _redact._clean_texts  # the cache is what was exercised, not a fresh scan only
+
+
+# Pieces the generated data is made of: every trigger, the shapes' markers, secret-named keys
+# and their endings, the characters the clean scan gates on (z, j, x, ', backslash, quote),
+# and ordinary record words.
+_FRAGMENTS = (
+    *_redact._TRIGGERS,
+    *_redact._PREFILTER,
+    *sorted(_redact.SECRET_FIELDS),
+    *_redact._SECRET_SUFFIXES,
+    *("token", "secret", "Bearer ", "Authorization: Basic ", "sk-", "ghp_", "AKIA", "eyJ"),
+    *("aBcDeFgHiJkLmNoPqRsTuV0123456789", "user:pw@", "https://", "?api_key=", "="),
+    *("z", "j", "x", "'", '"', "\\", '\\"', " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
+    *("cycle", "score", "draft 18", "doc/body", "held_out", "tokens", "0.5", "6.7e-6"),
+)
+
+
+def _joined(parts: list[str]) -> str:
+    return "".join(parts)
+
+
+def _reference_triggered(low: str, passw: bool) -> bool:
+    return any(w in low for w in _redact._TRIGGERS) or (passw and "passw" in low)
+
+
+def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    texts = st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=3), max_size=8).map(_joined)
+
+    @settings(max_examples=600, deadline=None)
+    @given(texts, st.booleans())
+    def check(text: str, passw: bool) -> None:
+        low = text.lower()
+        assert _redact._triggered(low, passw=passw) == _reference_triggered(low, passw)
+
+    check()
+
+
+def test_the_clean_scan_masks_exactly_what_the_walk_does() -> None:
+    """``redact`` on generated JSON-like data built from the net's own patterns (triggers,
+    secret-named keys, escapes, the characters the clean scan tests first) returns what the
+    full walk returns: the clean scan passes nothing the walk would mask, and leaves clean
+    data as it is (the same object)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    text = st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=3), max_size=6).map(_joined)
+    leaf = text | st.integers() | st.floats(allow_nan=False) | st.booleans() | st.none()
+    data = st.recursive(
+        leaf,
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(text, kids, max_size=3),
+        max_leaves=12,
+    )
+
+    @settings(max_examples=800, deadline=None)
+    @given(data)
+    def check(obj: object) -> None:
+        values = _redact._values()
+        want = _redact._walk(obj, values, _redact.SECRET_FIELDS, False)
+        got = redact(obj)
+        assert got == want
+        if want == obj and not isinstance(obj, str):
+            assert got is obj or _redact._clean(obj, values, _redact.SECRET_FIELDS) is False
+
+    _redact._clean_texts.clear()
+    check()
+
+
+class _Asked(str):
+    """A text that notes every substring it is asked whether it holds."""
+
+    asked: list[str]
+
+    def __contains__(self, needle: object) -> bool:
+        self.asked.append(str(needle))
+        return str.__contains__(self, needle)  # type: ignore[operator]
+
+
+def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lacks() -> None:
+    """The clean scan's substring tests are one pass over the record each: the needles that
+    hold a character the engine's records lack (``z``: ``aiza``, ``authorization``; ``j``:
+    ``eyj``; ``x``: ``xox``; ``'``: ``token'``) are searched only once a one-character test
+    finds that character."""
+    record = json.dumps(
+        {"cycle": 18, "decision": "revise", "findings": [{"message": "still open"}]},
+        separators=(",", ":"),
+    )
+    low = _Asked(record.lower())
+    low.asked = []
+    assert not _redact._triggered(low, passw=True)
+    for needle in ("aiza", "authorization", "eyj", "xox", "token'"):
+        assert needle not in low.asked, needle
+    assert {"z", "j", "x", "'"} <= set(low.asked)
+    # a record with those characters is searched for them
+    low = _Asked('{"z":"j","x":"\'"}')
+    low.asked = []
+    assert not _redact._triggered(low, passw=True)
+    assert {"aiza", "authorization", "eyj", "xox", "token'"} <= set(low.asked)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        {
+            *_redact.SECRET_FIELDS,
+            *(s[1:] for s in _redact._SECRET_SUFFIXES),
+            *(s for s in _redact._SECRET_SUFFIXES),
+        }
+    ),
+)
+def test_every_secret_name_is_a_trigger_or_an_unseen_word(name: str) -> None:
+    """The clean scan skips the key pattern on a plain text (no escape, no space before a
+    closing quote, ASCII) with no trigger and none of ``_UNSEEN``: every secret field's name,
+    as a key (``_`` or ``-``, any case, with a prefix), must then hold one or the other."""
+    for spelled in (name, name.replace("_", "-"), "db_" + name, "X-" + name.upper()):
+        low = json.dumps({spelled: "v"}, separators=(",", ":")).lower()
+        assert _redact._triggered(low, passw=True) or _redact._named_unseen(low), spelled
+
+
+def test_a_clean_plain_record_is_not_searched_for_secret_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clean record written plainly (no escapes, ASCII) holds no trigger and none of the
+    names no trigger stands for: the key pattern's pass over its reversed text is skipped
+    (it was a quarter of the clean scan); one that holds such a name is still searched."""
+
+    class _NoSearch:
+        def search(self, text: str) -> None:
+            raise AssertionError("the key pattern ran")
+
+    pats = (_NoSearch(), _NoSearch())
+    monkeypatch.setattr(_redact, "_key_patterns", {_redact.SECRET_FIELDS: pats})
+    _redact._clean_texts.clear()
+    record = {"cycle": 18, "decision": "revise", "findings": [{"message": "still open"}]}
+    assert redact(record) is record
+    with pytest.raises(AssertionError, match="key pattern ran"):
+        redact({"cycle": 19, "session_note": "kept"})
