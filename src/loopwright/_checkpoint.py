@@ -22,7 +22,7 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage, settle_owed
+from ._exec import calls_usage, memory_shown, settle_owed
 from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -105,6 +105,7 @@ class Checkpoints(RuntimeHost):
                     "calls": [c.to_dict() for c in calls],
                     "keys": [[k, business] for k, business in keys],
                     "spend": list(ex.calls),
+                    "memory": memory_shown(ex),
                 }
                 cancel = self._commit(
                     ex,
@@ -279,7 +280,7 @@ class Checkpoints(RuntimeHost):
             "decision": decision,
             "effects": effects or [],
             # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
-            "memory": [m["memory_id"] for m in (ex.last_context.memory if ex.last_context else ())],
+            "memory": memory_shown(ex),
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
             "calls": list(ex.calls),
             # All of them: a call's failed attempts and a judgement made again cost too (the

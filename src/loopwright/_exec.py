@@ -72,6 +72,9 @@ class Execution:
     pending_req: CommitRequest | None = None  # what that commit carries (restored if it fails)
     grouped: bool = False  # driven by resume: may join group commits
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
+    # A cycle finished from its write-ahead or parked entry (its actor ran in an earlier
+    # process): the ids of the feedback memory that actor was shown, as the entry stored them.
+    shown_memory: list[str] = field(default_factory=list)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
     # Whether the last candidate every held-out check judged passed them all, once known in
     # this execution (``held_out_known``): what a run ended between judged cycles reports.
@@ -493,6 +496,15 @@ def _budget_word(reason: str) -> str:
 def priced_dict(usage: Usage) -> dict[str, Any]:
     """A call's cost and tokens as an event records them."""
     return {"cost_usd": usage.cost_usd, "tokens": usage.tokens}
+
+
+def memory_shown(ex: Execution) -> list[str]:
+    """The ids of the feedback memory the cycle's actor was shown (its record's ``memory``,
+    what ``context_reuse_rate`` counts): from its context, or, for a cycle finished from its
+    write-ahead or parked entry after its actor ran in an earlier process, from that entry."""
+    if ex.last_context is not None:
+        return [str(m["memory_id"]) for m in ex.last_context.memory]
+    return list(ex.shown_memory)
 
 
 def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:

@@ -21,7 +21,7 @@ from ._cycle import _candidate
 from ._effects import Effect, EffectCall
 from ._errors import ApprovalError, ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage
+from ._exec import calls_usage, memory_shown
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -71,6 +71,7 @@ class Parking(RuntimeHost):
             "usage": calls_usage(ex.calls).to_dict(),
             "calls": [c.to_dict() for c in calls or ()],
             "spend": list(ex.calls),
+            "memory": memory_shown(ex),
         }
         if approved:  # judged again and parked again: what people approved before still holds
             s.pending["approved"] = [dict(x) for x in approved]
@@ -194,6 +195,7 @@ class Parking(RuntimeHost):
             )
             return True
         ex.calls = list(pend.get("spend") or ())
+        ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         if pend.get("question_only"):
             # The actor asked; nothing of its proposal is applied. The answer is in the notes.
             return self._conclude(
@@ -237,6 +239,7 @@ class Parking(RuntimeHost):
     async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
         ex.calls = list(pend.get("spend") or ())
+        ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         s = ex.state
         n = int(pend["cycle"])
         proposal = Proposal.from_dict(pend["proposal"])

@@ -518,11 +518,28 @@ def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> N
 def concluded_in(store: Store, run_id: str, cycle: int, field: str) -> Checkpoint:
     """``concluded_at`` among the run's first checkpoint and those of ``cycle``
     (``Store.checkpoints_at``): a fork or rollback to an early cycle of a long run reads that
-    cycle's checkpoints, not every one; every one only to say which cycles the run has."""
+    cycle's checkpoints, not every one. A cycle the run has not concluded is refused with the
+    range it has, read from its records and fields a page at a time (``Store.iter_fields``):
+    listing every checkpoint read every version of the run too (124 MB for a fork to a cycle
+    past the end of a 4,810-cycle run, against 39 MB at 200 cycles)."""
     try:
         return concluded_at(store.checkpoints_at(run_id, cycle), run_id, cycle, field)
     except ConfigError:
+        pass
+    lo: int | None = None
+    hi: int | None = None
+    for i, (_seq, n, rec, fields) in enumerate(store.iter_fields(run_id)):
+        if i == 0 or (rec and "proposal" in rec and not fields.get("pending")):
+            lo = n if lo is None else min(lo, n)
+            hi = n if hi is None else max(hi, n)
+            if n == cycle:  # not among checkpoints_at's (a store of its own): as before
+                return concluded_at(store.checkpoints(run_id), run_id, cycle, field)
+    if lo is None:  # no checkpoint at all: as before
         return concluded_at(store.checkpoints(run_id), run_id, cycle, field)
+    raise ConfigError(
+        f"run {run_id} has no completed checkpoint for cycle {cycle} (it has cycles {lo}..{hi})",
+        field=field,
+    )
 
 
 def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:
