@@ -104,7 +104,14 @@ def test_the_streamed_documents_are_the_documents_built_whole(
     with open_store(url) as st:
         runs = st.list_runs()
         assert len(runs) > 5
+        assert type(st).iter_checkpoints is not Store.iter_checkpoints  # the paged read
         for rec in runs:
+            # the paged checkpoints are the listed ones: seq, cycle, record, time, fields, state
+            paged, listed = list(st.iter_checkpoints(rec.run_id)), st.checkpoints(rec.run_id)
+            assert [(c.seq, c.cycle, c.record, c.created_at, dict(c.fields)) for c in paged] == [
+                (c.seq, c.cycle, c.record, c.created_at, dict(c.fields)) for c in listed
+            ]
+            assert [c.state for c in paged[-3:]] == [c.state for c in listed[-3:]]
             got = client.get(f"/api/runs/{rec.run_id}")
             assert got.status_code == 200
             assert got.headers["content-type"] == "application/json"
