@@ -18,7 +18,10 @@ Then per size:
   ``replay store``, ``diff``, and on a copy of the store ``fork --at-cycle 5``,
   ``rollback --to-cycle 10`` and ``resume`` after that rollback;
 * each dashboard route that takes a run, and the lists, in process through Starlette's
-  TestClient: wall seconds of one request, then the ``tracemalloc`` peak of a second one.
+  TestClient: wall seconds of one request, then the ``tracemalloc`` peak of a second one
+  (the client keeps the whole body: a streamed response's bytes count there), and
+  ``served_mb``, the peak of a third one called on the app with each chunk of the body
+  dropped as it is sent (what the server holds, as a socket would take it).
 
 ``--src`` runs another tree's ``src`` (``git archive`` of a commit) to compare. The last lines
 give, per path, ``cpu_ratio`` (CPU seconds, user + system: steadier than wall time on
@@ -39,6 +42,8 @@ import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 WORK = """
 from typing import Any
@@ -212,6 +217,7 @@ def web_routes(rid: str, db: Path) -> list[str]:
         "/api/runs/{rid}",
         "/api/runs/{rid}/calls",
         "/api/runs/{rid}/spans",
+        "/api/runs/{rid}/parts/doc/p0/versions",
         f"/runs/{{rid}}/calls/{ev}",
         f"/api/runs/{{rid}}/calls/{ev}",
         "/compare?a={rid}&b={rid}",
@@ -222,6 +228,41 @@ def web_routes(rid: str, db: Path) -> list[str]:
         "/metrics",
         "/api/metrics",
     ]
+
+
+async def _drained(app: Any, url: str) -> int:
+    """GET ``url`` of ``app`` (ASGI) with each chunk of the body counted and dropped: what
+    the server holds to answer, without a client keeping the body (as a socket would)."""
+    path, _, query = url.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    size, asked = [0], [False]
+
+    async def receive() -> dict[str, Any]:
+        if not asked[0]:
+            asked[0] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            size[0] += len(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return size[0]
 
 
 def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
@@ -245,11 +286,17 @@ def measure_web(db: Path, n: int, src: str) -> dict[str, Any]:
         client.get(url)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+        # the server's own: the response's chunks dropped as sent (TestClient keeps the body)
+        tracemalloc.start()
+        anyio.run(_drained, client.app, url)
+        served = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
         name = "GET " + route.replace("{rid}", "RUN")
         out[name] = {
             "s": round(wall, 3),
             "cpu": round(cpu, 3),
             "mb": round(peak / 2**20, 2),
+            "served_mb": round(served / 2**20, 2),
             "status": got.status_code,
             "bytes": len(got.content),
         }
@@ -304,7 +351,8 @@ def main() -> None:
     lo, hi = min(sizes), max(sizes)
     print(
         f"{'path':<46} {'cpu@' + str(lo):>10} {'cpu@' + str(hi):>10} {'cpu_ratio':>9} "
-        f"{'MB@' + str(lo):>9} {'MB@' + str(hi):>9} {'mem_ratio':>9}"
+        f"{'MB@' + str(lo):>9} {'MB@' + str(hi):>9} {'mem_ratio':>9} "
+        f"{'served@' + str(lo):>11} {'served@' + str(hi):>11}"
     )
     for name in results[lo]:
         x, y = results[lo][name], results[hi].get(name)
@@ -312,9 +360,11 @@ def main() -> None:
             continue
         tr = y["cpu"] / x["cpu"] if x["cpu"] else float("nan")
         mr = y["mb"] / x["mb"] if x["mb"] else float("nan")
+        # (dashboard routes: the tracemalloc peak of serving it, the body dropped as sent)
+        served = f" {x['served_mb']:>11.2f} {y['served_mb']:>11.2f}" if "served_mb" in x else ""
         print(
             f"{name:<46} {x['cpu']:>10.3f} {y['cpu']:>10.3f} {tr:>9.1f} {x['mb']:>9.1f} "
-            f"{y['mb']:>9.1f} {mr:>9.1f}"
+            f"{y['mb']:>9.1f} {mr:>9.1f}{served}"
         )
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))

@@ -554,12 +554,37 @@ def test_a_delivery_reads_as_much_however_long_the_runs_log(store_url: str, tmp_
     each delivery cost more the longer the run. The markers have a partial index of their
     own: a request of a run with 2,000 more events costs a delivery the same store work (VM
     steps on SQLite, rows read on PostgreSQL) — and a restart still posts nothing twice."""
+    _delivery_costs(store_url, tmp_path, lambda i: ("note", {"i": i}))
+
+
+def test_a_delivery_reads_as_much_however_many_requests_its_run_had_posted(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The markers' partial index held every marker of the run, and a delivery read them all:
+    a run with 2,000 requests posted before cost a delivery 2,000 marker rows (SQLite: ~16,000
+    VM steps; PostgreSQL: 2,001 rows). The markers are indexed by key too: the same work."""
+    from loopwright.web._notify import target_id
+
+    target = target_id(HOOK)
+    _delivery_costs(
+        store_url, tmp_path, lambda i: (MARKER, {"key": f"approval:old-{i}", "target": target})
+    )
+
+
+HOOK = "http://chat.example/hook"
+
+
+def _delivery_costs(
+    store_url: str, tmp_path: Path, filler: Callable[[int], tuple[str, dict[str, Any]]]
+) -> None:
+    """Deliver a request of a short run and of one with 2,000 more ``filler`` events, twice
+    (the second time as a restarted server); each delivery's store work is the same."""
     from loopwright.store import NewEvent
 
     short, long = park(tmp_path, store_url, "short-log"), park(tmp_path, store_url, "long-log")
     st = open_store(store_url)
     try:
-        st.append_events(long, [NewEvent(1, "note", {"i": i}) for i in range(2000)])
+        st.append_events(long, [NewEvent(1, *filler(i)) for i in range(2000)])
         posted: list[str] = []
 
         def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
@@ -570,7 +595,7 @@ def test_a_delivery_reads_as_much_however_long_the_runs_log(store_url: str, tmp_
         sqlite = not store_url.startswith("postgresql")
         for _ in range(2):  # then as a restarted server: nothing is posted again
             feed = Feed(st)
-            notifier = Notifier(st, NotifyConfig.of(["http://chat.example/hook"]), post=post)
+            notifier = Notifier(st, NotifyConfig.of([HOOK]), post=post)
             feed.listen(lambda c: None)  # the first look's requests come as new ones
             feed.poll()
             for run_id in (short, long):

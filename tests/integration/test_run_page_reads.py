@@ -80,6 +80,7 @@ class Reads:
             "events_of_kinds": "events",
             "_checkpoint_rows": "checkpoints",
             "_version_rows": "versions",
+            "versions_page": "versions",
         }
         for name, what in lists.items():
             real = getattr(store, name, None)
@@ -117,16 +118,18 @@ def test_the_run_page_reads_as_much_at_four_times_the_length(
 ) -> None:
     """It read every checkpoint (and version) and every event, and built every cycle's spans to
     draw 30: ~4x the rows at 4x the cycles. Now the newest checkpoints, the log's end and
-    counts: the same at both lengths."""
+    counts: the same at both lengths. Versions too: the newest state's parts loaded every
+    version (versions 310 -> 1,210) to list the newest VERSIONS_SHOWN of each."""
     db, rid = runs
     monkeypatch.setattr(_app, "CHECKPOINTS_READ", WINDOW, raising=False)
     monkeypatch.setattr(_app, "EVENTS_SHOWN", 100)  # fewer than the short run's verdicts
     short = _reads(db, rid[SHORT], monkeypatch, query)
     long = _reads(db, rid[LONG], monkeypatch, query)
-    # (versions still grow: the newest state holds every version of each part; not here)
-    for what in ("events", "checkpoints"):
+    for what in ("events", "checkpoints", "versions"):
         assert long[what] <= short[what] + 20, (what, short, long)  # was ~4x
     assert long["checkpoints"] <= 3 * WINDOW  # the window and two snapshot chains
+    # each part's newest VERSIONS_SHOWN and the one before (its diff), and those the state holds
+    assert long["versions"] <= len(PARTS) * (_app.VERSIONS_SHOWN + 1) + 3 * len(PARTS)
 
 
 def _section(page: str, start: str, end: str) -> str:
@@ -192,3 +195,64 @@ def test_a_long_runs_windowed_page_draws_the_newest_cycles_as_the_whole_log_does
     assert len(rows_w) > 50 and rows_w[-50:] == rows_a[-50:]
     assert "A long run: its last" in windowed and f'href="/api/runs/{rid[SHORT]}"' in windowed
     assert "A long run: its last" not in whole
+
+
+def _parts(page: str) -> str:
+    return _section(page, "<h2>Artifacts</h2>", "<h2")
+
+
+def test_a_parts_newest_versions_are_read_alone_and_every_one_is_paged(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page lists each part's newest VERSIONS_SHOWN: it read them alone (and the one
+    before, for the diff), not the part's every version, and draws them as from every one;
+    the API pages through every version, whole, on both stores."""
+    with lw.Runtime(url) as rt:
+        task = {
+            "goal": "g",
+            "artifacts": {"doc": {"p0": "", "p1": "", "p2": ""}, "ops": {"gate": 0}},
+        }
+        result = rt.run_sync(_loop(40), task, task_key="versions")
+        while result.status == "awaiting_approval":
+            rt.approve(result.run_id, by="bob")
+            result = rt.resume_sync(result.run_id, _loop(40))
+        rid = result.run_id
+        held = rt.store.latest_checkpoint(rid).task_state()
+        every = {ref: [v.to_dict() for v in p.versions] for ref, p in held.iter_parts()}
+    assert len(every["doc/p0"]) > 10
+    monkeypatch.setattr(_app, "VERSIONS_SHOWN", 5)
+    client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
+    store = client.app.state.store  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as mp:
+        reads = Reads(store, mp)
+        page = client.get(f"/runs/{rid}")
+    assert page.status_code == 200
+    # 5 and the one before of the three long parts, the gate's 1, and the versions held
+    assert reads.n["versions"] <= 3 * 6 + 1 + 3 * len(PARTS), reads.n
+    real = _app.artifacts_view
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            _app, "artifacts_view", lambda state, newest=None, read=None: real(state, newest=newest)
+        )
+        whole = client.get(f"/runs/{rid}")
+    assert _parts(page.text) == _parts(whole.text)
+    assert "The newest 5 of" in page.text
+    assert f'href="/api/runs/{rid}/parts/doc/p0/versions"' in page.text
+    for ref, versions in every.items():
+        got: list[dict[str, Any]] = []
+        link = f"/api/runs/{rid}/parts/{ref}/versions?limit=4"
+        while True:
+            r = client.get(link)
+            assert r.status_code == 200, r.text
+            assert r.headers["X-Total-Count"] == str(len(versions))
+            got += r.json()
+            if "X-Next-Cursor" not in r.headers:
+                break
+            link = r.headers["Link"].split(">", 1)[0].lstrip("<")
+            assert f"after={r.headers['X-Next-Cursor']}" in link
+        assert got == versions, ref
+    for bad in ("after=-1", "limit=0", "after=x"):
+        r = client.get(f"/api/runs/{rid}/parts/doc/p0/versions?{bad}")
+        assert r.status_code in (400, 422), (bad, r.status_code)
+    assert client.get(f"/api/runs/{rid}/parts/doc/nope/versions").status_code == 404
+    assert client.get("/api/runs/nope/parts/doc/p0/versions").status_code == 404

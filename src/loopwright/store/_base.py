@@ -654,6 +654,18 @@ class Store(LiveStore, PeopleStore, ABC):
         can reads them a page at a time, so a reader writing them out holds one page."""
         yield from self.versions(run_id, ref)
 
+    def versions_page(self, run_id: str, ref: str, *, after: int, limit: int) -> list[Version]:
+        """Up to ``limit`` stored versions of one part numbered above ``after``, oldest first
+        (a rollback's abandoned versions, above a part's ``count``, included: the caller
+        bounds by the count it holds); a store that can reads only those rows."""
+        out: list[Version] = []
+        for v in self.iter_versions(run_id, ref):
+            if v.n > after:
+                out.append(v)
+                if len(out) >= limit:
+                    break
+        return out
+
     def iter_events(self, run_id: str) -> Iterator[Event]:
         """The run's events, oldest first, as ``events`` returns them; a store that can reads
         them a page at a time."""
@@ -673,6 +685,13 @@ class Store(LiveStore, PeopleStore, ABC):
         that can reads them a page at a time, so a reader of a long run holds one page."""
         for c in self.checkpoints(run_id):
             yield c.seq, c.cycle, c.record, c.fields
+
+    def iter_checkpoints(self, run_id: str) -> Iterator[Checkpoint]:
+        """Every checkpoint, oldest first, with its record, ``created_at`` and ``fields`` (a
+        state is read from the store when first read): ``checkpoints`` for a reader of each
+        one's record and fields in turn; a store that can reads them a page at a time, so
+        the reader holds a page, not the run."""
+        yield from self.checkpoints(run_id)
 
     def latest_checkpoint(self, run_id: str) -> Checkpoint:
         """The newest checkpoint, its state resolved (``TaskState.from_dict`` reads it): one

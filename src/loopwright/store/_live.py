@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ["NOTIFIED", "OPEN_STATUSES", "ApprovalMark", "LiveSQL", "LiveStore", "RunMark"]
+__all__ = [
+    "NOTIFIED",
+    "OPEN_STATUSES",
+    "ApprovalMark",
+    "LiveSQL",
+    "LiveStore",
+    "RunMark",
+    "notified_key_index",
+]
 
 if TYPE_CHECKING:
     from ._base import Event
@@ -62,6 +70,15 @@ class LiveStore(ABC):
     def events_of_kind(self, run_id: str, kind: str) -> list[Event]:
         """The run's events of one kind, oldest first."""
 
+    def was_notified(self, run_id: str, key: str, target: str) -> bool:
+        """Whether the run holds a ``notified`` marker of ``key`` for ``target`` (one webhook
+        delivery's "was this posted?"). A store that can reads the markers of that key only,
+        however many the run holds."""
+        return any(
+            e.data.get("key") == key and e.data.get("target") == target
+            for e in self.events_of_kind(run_id, NOTIFIED)
+        )
+
 
 @functools.cache
 def _in_dialect(mark: str, text: str) -> str:
@@ -71,6 +88,18 @@ def _in_dialect(mark: str, text: str) -> str:
 _OPEN = ", ".join(f"'{s}'" for s in OPEN_STATUSES)
 _MARK_COLS = "run_id, status, cycle, created_at, updated_at"
 _MARKERS = f"WHERE run_id = ? AND kind = '{NOTIFIED}' ORDER BY id"
+# A marker's key as the index ``events_notified_key`` holds it (``NOTIFIED_KEY_SQLITE``,
+# ``NOTIFIED_KEY_PG``): a query names the same expression, and the index's condition literally.
+_MARKER_KEY = {"?": "json_extract(data, '$.key')", "%s": "(data->>'key')"}
+
+
+def notified_key_index(mark: str) -> str:
+    """The partial index of the delivery markers by run and key, in the dialect of ``mark``:
+    "was this request posted?" reads the markers of one key, not every one of the run."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS events_notified_key ON events(run_id, {_MARKER_KEY[mark]}) "
+        f"WHERE kind = '{NOTIFIED}'"
+    )
 
 
 class LiveSQL(LiveStore):
@@ -124,3 +153,16 @@ class LiveSQL(LiveStore):
             args,
         )
         return [Event(r[0], r[1], r[2], r[3], r[4], self._jl(r[5])) for r in rows]
+
+    def was_notified(self, run_id: str, key: str, target: str) -> bool:
+        # The markers of this key (one per target it was posted to), by the partial index
+        # events_notified_key: as many rows however many requests the run had posted.
+        rows = self._all(
+            _in_dialect(
+                self._MARK,
+                f"SELECT data FROM events WHERE run_id = ? AND kind = '{NOTIFIED}' "
+                f"AND {_MARKER_KEY[self._MARK]} = ?",
+            ),
+            [run_id, key],
+        )
+        return any(self._jl(r[0]).get("target") == target for r in rows)

@@ -16,6 +16,7 @@ Differences from the SQLite schema, each on purpose:
 from __future__ import annotations
 
 from ._blobs import BLOBS_PG
+from ._live import notified_key_index
 from ._people_schema import PEOPLE_PG
 from ._schema import BACKFILL_CLAIMS, EVENTS_NOTIFIED_SQL
 
@@ -270,4 +271,6 @@ PG_MIGRATIONS: list[list[str]] = [
     ],
     # v11: a webhook delivery reads its run's delivery markers only, as SQLite's v13.
     [EVENTS_NOTIFIED_SQL],
+    # v12: and only the markers of its own key, as SQLite's v14.
+    [notified_key_index("%s")],
 ]

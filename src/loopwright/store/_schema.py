@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._blobs import BLOBS_SQLITE
-from ._live import NOTIFIED
+from ._live import NOTIFIED, notified_key_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
@@ -367,4 +367,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # cost grew with the run's log (a long run: thousands of events per delivery). A partial
     # index holds just those markers; other events pay nothing for it (not written to it).
     [EVENTS_NOTIFIED_SQL],
+    # v14: a webhook delivery reads the markers of its own key. v13's index held the run's
+    # markers, and "was this request posted?" read every one of them: a run with thousands
+    # of requests posted paid thousands of rows a delivery. This one holds them by key too.
+    [notified_key_index("?")],
 ]

@@ -41,6 +41,7 @@ from .._state_codec import fold as codec_fold
 from ._base import (
     VERSION_COST,
     Approval,
+    Checkpoint,
     CheckpointRow,
     CommitRequest,
     Event,
@@ -222,6 +223,10 @@ class Statements:
         )
         self.state_page = p(
             "SELECT seq, cycle, state, record, COALESCE(base, seq) FROM checkpoints "
+            "WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?"
+        )
+        self.checkpoint_page = p(
+            "SELECT seq, cycle, state, record, COALESCE(base, seq), created_at FROM checkpoints "
             "WHERE run_id=? AND seq>? ORDER BY seq LIMIT ?"
         )
         self.all_versions = p(
@@ -944,6 +949,14 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 return
             after = int(rows[-1][1])
 
+    def versions_page(self, run_id: str, ref: str, *, after: int, limit: int) -> list[Version]:
+        jl = self._jl
+        rows = self._all(self._q.version_page, (run_id, ref, after, limit))
+        return [
+            Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
+            for _r, n, cycle, status, value in rows
+        ]
+
     def iter_events(self, run_id: str) -> Iterator[Event]:
         after, jl = 0, self._jl
         while True:
@@ -970,6 +983,34 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 own = own_fields(jl(state))
                 f = own if int(seq) == int(base) else codec_fold(f, [own])
                 yield int(seq), int(cycle), rec, f
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][0])
+
+    def iter_checkpoints(self, run_id: str) -> Iterator[Checkpoint]:
+        # As ``iter_fields``, with each row's created_at: a Checkpoint whose state is read
+        # when first read (from its snapshot), whose fields are folded as the pages come.
+        after, jl = -1, self._jl
+        f: Mapping[str, Any] = {}
+        loader = self._loader(run_id)
+        while True:
+            with self._conn() as conn:
+                rows = conn.execute(self._q.checkpoint_page, (run_id, after, self.PAGE)).fetchall()
+                records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
+                self._fill_versions(conn, run_id, records)
+            for (seq, cycle, state, _raw, base, at), rec in zip(rows, records, strict=True):
+                own = own_fields(jl(state))
+                f = own if int(seq) == int(base) else codec_fold(f, [own])
+                yield Checkpoint(
+                    run_id,
+                    int(seq),
+                    int(cycle),
+                    functools.partial(self._state_at, run_id, int(seq), int(base)),
+                    rec,
+                    at,
+                    loader,
+                    f,
+                )
             if len(rows) < self.PAGE:
                 return
             after = int(rows[-1][0])

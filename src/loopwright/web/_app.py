@@ -19,7 +19,13 @@ from fastapi.exception_handlers import (
     request_validation_exception_handler,
 )
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -42,7 +48,7 @@ from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._reflection import REFLECTION_KEY
 from .._spec import loop_of_run
-from .._state import TaskState
+from .._state import TaskState, Version
 from ..store import Approval, NewEvent, RunRecord, Store, open_store
 from ..store._base import with_newer
 from ._actions import ActionDeps, register_actions
@@ -59,6 +65,7 @@ from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
 from ._pictures import inline_blob_refs, register_picture_routes
+from ._run_json import run_document
 from ._views import (
     Cursor,
     approval_summary,
@@ -620,7 +627,14 @@ def create_app(
             and rec.status in TERMINAL_STATUSES
             else None,
             "points": chart_points(cks),
-            "artifacts": artifacts_view(state, newest=newest),
+            # (the page's newest versions of each part read alone, not a part's every one)
+            "artifacts": artifacts_view(
+                state,
+                newest=newest,
+                read=lambda ref, after, limit: store.versions_page(
+                    rec.run_id, ref, after=after, limit=limit
+                ),
+            ),
             "approvals": approvals,
             "stop_words": (
                 "its request was decided; it waits to be resumed"
@@ -1043,39 +1057,37 @@ def create_app(
             response.headers["X-Next-Cursor"] = nxt
             response.headers["Link"] = f'<{path}?{urlencode({**keep, "after": nxt})}>; rel="next"'
 
-    @app.get("/api/runs/{run_id}", tags=["runs"])
-    def api_run(run_id: str) -> dict[str, Any]:
-        data = run_payload(run_id)
-        rec = data["rec"]
+    @app.get("/api/runs/{run_id}", tags=["runs"], response_class=JSONResponse)
+    def api_run(run_id: str) -> Response:
+        """The whole run: ``run``, ``next_action``, ``next_action_here``, ``journal``,
+        ``events``, ``plan``, ``timeline``, ``chart``, ``artifacts`` (every version),
+        ``approvals``, ``edits``, ``packet``. Streamed: written as the store's pages are
+        read, so a long run's document is never held whole (its bytes are the same)."""
+        try:
+            rec = store.get_run(run_id)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        try:
+            state = store.latest_checkpoint(rec.run_id).task_state()
+        except RunNotFoundError:
+            state = TaskState()
+        approvals = store.approvals(run_id=rec.run_id)
         run = rec.to_dict()
-        run["stop_words"] = data["stop_words"]
-        run["stop_cause"] = data["stop_cause"]
-        state: TaskState = data["state"]
-        return {
+        parked_done = decided_while_parked(rec, approvals)
+        run["stop_words"] = (
+            "its request was decided; it waits to be resumed"
+            if parked_done is not None
+            else stop_words(rec)
+        )
+        run["stop_cause"] = stop_cause_of(rec)
+        head = {
             "run": run,
             "next_action": state.next_action,
-            "next_action_here": data["next_here"],
-            "journal": journal_view(store.journal(rec.run_id)),
-            "events": events_view(store.events(rec.run_id)),
-            "plan": [s.to_dict() for s in state.plan],
-            "timeline": data["timeline"],
-            "chart": [
-                {
-                    "cycle": p.cycle,
-                    "best_score": p.best,
-                    "spent_usd": p.spent,
-                    "improved": p.improved,
-                }
-                for p in data["points"]
-            ],
-            "artifacts": [
-                {"ref": pv.ref, "status": pv.status, "versions": pv.versions}
-                for pv in data["artifacts"]
-            ],
-            "approvals": [a.to_dict() for a in data["approvals"]],
-            "edits": edits_view(store.events(rec.run_id)),
-            "packet": rec.packet,
+            "next_action_here": next_action_here(rec, state, approvals),
         }
+        return StreamingResponse(
+            run_document(store, rec, head, state, approvals), media_type="application/json"
+        )
 
     @app.get("/api/approvals", tags=["approvals"])
     def api_approvals(
@@ -1108,6 +1120,51 @@ def create_app(
         require_api_write(request)
         rec, msg = act(request, run_id, how)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
+
+    @app.get("/api/runs/{run_id}/parts/{artifact}/{part}/versions", tags=["runs"])
+    def api_versions(
+        response: Response,
+        run_id: str,
+        artifact: str,
+        part: str,
+        after: int = 0,
+        limit: int = PAGE_SIZE,
+    ) -> list[dict[str, Any]]:
+        """One part's versions, oldest first, ``limit`` at a time (at most 500), each whole:
+        ``{"n", "value", "cycle", "status"}``. The next page is ``after=`` the last ``n``
+        given (the ``X-Next-Cursor`` header, also in ``Link: rel="next"``); ``X-Total-Count``
+        is the part's number of versions. The run page lists a part's newest versions and
+        links here for the others; only the page's rows are read, however long the run."""
+        if after < 0:
+            raise HTTPException(400, "after must be 0 or more (the n of the last version given)")
+        limit = page_size(limit)
+        ref = f"{artifact}/{part}"
+        try:
+            rec = store.get_run(run_id)
+            held = store.latest_checkpoint(rec.run_id).task_state().part(ref)
+        except RunNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        if held is None:
+            raise HTTPException(404, f"run {rec.run_id} has no part {ref}")
+        count = held.count
+        last = min(count, after + limit)
+        got: dict[int, Version] = {}
+        if last > after:
+            got = {
+                v.n: v
+                for v in store.versions_page(rec.run_id, ref, after=after, limit=last - after)
+                if v.n <= count
+            }
+        got.update((n, v) for n, v in held.known.items() if after < n <= last)
+        nxt = str(last) if last < count else None
+        paged(
+            response,
+            f"/api/runs/{quote(rec.run_id)}/parts/{quote(artifact)}/{quote(part)}/versions",
+            nxt,
+            count,
+            limit=limit,
+        )
+        return [dict(got[n].to_dict()) for n in range(after + 1, last + 1) if n in got]
 
     @app.post("/api/runs/{run_id}/parts/{artifact}/{part}", tags=["runs"])
     async def api_edit(request: Request, run_id: str, artifact: str, part: str) -> dict[str, Any]:

@@ -429,7 +429,9 @@ class Notifier:
         }
 
     def _done_before(self, t: _Target, job: _Job) -> bool:
-        return job.key in self._done_keys(t, job.run_id)
+        # the markers of this key only (a partial index by run and key): a run with thousands
+        # of requests posted costs a delivery as much as one with a single request
+        return self.store.was_notified(job.run_id, job.key, t.id)
 
     def _deliver(self, t: _Target, job: _Job) -> None:
         if job.covers:

@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 
 from .._contract import Contract
 from .._packet import explain, run_stop_cause
-from .._state import TaskState
+from .._state import Part, TaskState, Version
 from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
 from ..store._base import concluded_cycles
 
@@ -28,6 +28,7 @@ __all__ = [
     "Cursor",
     "approval_summary",
     "artifacts_view",
+    "chart_point",
     "chart_points",
     "chart_svg",
     "decided_while_parked",
@@ -41,6 +42,8 @@ __all__ = [
     "stop_cause_of",
     "stop_words",
     "timeline",
+    "timeline_row",
+    "version_views",
 ]
 
 
@@ -86,19 +89,25 @@ def timeline(
     for ck in checkpoints if newest is None else reversed(checkpoints):
         if newest is not None and len(rows) >= newest:
             break
-        rec = ck.record
-        if not rec:
-            continue
-        if "proposal" not in rec:
-            decision = rec.get("decision")
-            done = rec.get("cycle") in concluded
-            if decision == "parked" or (decision == "effects" and not done):
-                row = _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
-                if row is not None:
-                    rows.append(row)
-            continue
-        rows.append(_cycle_row(ck, rec))
+        row = timeline_row(ck, concluded, ended=ended)
+        if row is not None:
+            rows.append(row)
     return rows if newest is None else rows[::-1]
+
+
+def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[str, Any] | None:
+    """``ck``'s row of the timeline (``timeline``), if it has one; ``concluded``: the run's
+    ``concluded_cycles``."""
+    rec = ck.record
+    if not rec:
+        return None
+    if "proposal" not in rec:
+        decision = rec.get("decision")
+        done = rec.get("cycle") in concluded
+        if decision == "parked" or (decision == "effects" and not done):
+            return _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
+        return None
+    return _cycle_row(ck, rec)
 
 
 def _unapplied_row(
@@ -183,17 +192,22 @@ def chart_points(checkpoints: list[Checkpoint]) -> list[ChartPoint]:
     """Best score and cumulative spend after each concluded cycle (the last checkpoint wins)."""
     by_cycle: dict[int, ChartPoint] = {}
     for ck in checkpoints:
-        rec = ck.record
-        if not rec or "proposal" not in rec:
-            continue
-        fields = ck.fields  # not every part of every checkpoint: a long run's chart
-        spent = (fields.get("spent") or {}).get("cost_usd") or 0.0
-        best = fields.get("best_score")
-        cycle = int(rec.get("cycle") or ck.cycle)
-        by_cycle[cycle] = ChartPoint(
-            cycle, float(best or 0.0), float(spent), bool(rec.get("improved"))
-        )
+        point = chart_point(ck)
+        if point is not None:
+            by_cycle[point.cycle] = point
     return [by_cycle[c] for c in sorted(by_cycle)]
+
+
+def chart_point(ck: Checkpoint) -> ChartPoint | None:
+    """``ck``'s point of the chart (``chart_points``): a concluded cycle's, else ``None``."""
+    rec = ck.record
+    if not rec or "proposal" not in rec:
+        return None
+    fields = ck.fields  # not every part of every checkpoint: a long run's chart
+    spent = (fields.get("spent") or {}).get("cost_usd") or 0.0
+    best = fields.get("best_score")
+    cycle = int(rec.get("cycle") or ck.cycle)
+    return ChartPoint(cycle, float(best or 0.0), float(spent), bool(rec.get("improved")))
 
 
 T = TypeVar("T")
@@ -322,41 +336,73 @@ class PartView:
     older: int = 0  # versions before the ones listed (a long run's page lists the newest)
 
 
-def artifacts_view(state: TaskState, *, newest: int | None = None) -> list[PartView]:
+# ``read(ref, after, limit)``: up to ``limit`` stored versions of a part numbered above
+# ``after``, oldest first (``Store.versions_page`` of one run).
+VersionReader = Callable[[str, int, int], Iterable[Version]]
+
+
+def artifacts_view(
+    state: TaskState, *, newest: int | None = None, read: VersionReader | None = None
+) -> list[PartView]:
     """Every part with its versions (accepted marked) and the diff of each to the one before;
-    ``newest``: only that many of each part's newest versions (the rest counted in ``older``)."""
+    ``newest``: only that many of each part's newest versions (the rest counted in ``older``),
+    read with ``read`` when given (those and the one before them, not the part's every one)."""
     out = []
     for ref, part in state.iter_parts():
         pv = PartView(
             ref, part.status, edit=edit_text(part.value), text=isinstance(part.value, str)
         )
-        skip = max(0, len(part.versions) - newest) if newest is not None else 0
+        skip = max(0, part.count - newest) if newest is not None else 0
         pv.older = skip
-        prev: Any = part.versions[skip - 1].value if skip else None
-        for i, v in enumerate(part.versions[skip:], skip):
-            diff = ""
-            if i:
-                diff = "\n".join(
-                    difflib.unified_diff(
-                        _render(prev), _render(v.value), f"v{i}", f"v{i + 1}", lineterm="", n=1
-                    )
-                )
-            pv.versions.append(
-                {
-                    "n": v.n,
-                    "cycle": v.cycle,
-                    "status": v.status,
-                    "value": short(v.value, 200),
-                    "diff": diff,
-                    # An SVG part (a drawn panel) is shown as a picture, through /runs/…/svg.
-                    "svg": is_svg(v.value),
-                    # A picture kept as a blob (adapters.openai_images), through /runs/…/blob/…
-                    "picture": picture_digest(v.value),
-                }
-            )
-            prev = v.value
+        # versions skip.. (the one before the first shown, for its diff), or every one
+        shown = _newest_versions(ref, part, skip, read) if skip else part.versions
+        prev: Any = shown[0].value if skip else None
+        pv.versions.extend(version_views(shown[1:] if skip else shown, skip, prev))
         out.append(pv)
     return out
+
+
+def version_views(versions: Iterable[Version], first: int, prev: Any) -> Iterator[dict[str, Any]]:
+    """Each of ``versions`` (a part's, oldest first, the first of them at 0-based index
+    ``first``, ``prev`` the value of the one before it) as the page and the API list it,
+    with its diff to the one before."""
+    for i, v in enumerate(versions, first):
+        diff = ""
+        if i:
+            diff = "\n".join(
+                difflib.unified_diff(
+                    _render(prev), _render(v.value), f"v{i}", f"v{i + 1}", lineterm="", n=1
+                )
+            )
+        yield {
+            "n": v.n,
+            "cycle": v.cycle,
+            "status": v.status,
+            "value": short(v.value, 200),
+            "diff": diff,
+            # An SVG part (a drawn panel) is shown as a picture, through /runs/…/svg.
+            "svg": is_svg(v.value),
+            # A picture kept as a blob (adapters.openai_images), through /runs/…/blob/…
+            "picture": picture_digest(v.value),
+        }
+        prev = v.value
+
+
+def _newest_versions(ref: str, part: Part, first: int, read: VersionReader | None) -> list[Version]:
+    """The part's versions ``first``..``count``, oldest first: those it holds and the rest
+    read with ``read`` (held versions are the newer truth, as ``Part.fill`` keeps them);
+    every version read, as ``Part.versions`` reads them, without ``read`` or when the store
+    lacks one of them."""
+    count, known = part.count, part.known
+    wanted = range(first, count + 1)
+    if read is not None and any(n not in known for n in wanted):
+        got = {v.n: v for v in read(ref, first - 1, count - first + 1) if v.n <= count}
+        got.update((n, v) for n, v in known.items() if first <= n <= count)
+        if all(n in got for n in wanted):
+            return [got[n] for n in wanted]
+    elif read is not None:
+        return [known[n] for n in wanted]
+    return part.versions[first - 1 :]
 
 
 EDIT_MAX_CHARS = 200_000  # a longer value is edited with `loopwright edit --file`, not a page

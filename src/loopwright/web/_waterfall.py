@@ -14,20 +14,22 @@ serves the same.
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from markupsafe import Markup, escape
 
 from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ..store._rows import SQL_INT_MAX
-from ..trace._spans import APPROVAL_KINDS, RUN_KINDS, Span, build_spans
+from ..trace._spans import APPROVAL_KINDS, RUN_KINDS, Span, build_spans, iter_spans
+from ._run_json import CHUNK_CHARS, dump
 
 __all__ = [
     "MAX_CYCLES",
@@ -36,6 +38,8 @@ __all__ = [
     "call_summary",
     "duration",
     "install_waterfall",
+    "iter_waterfall_rows",
+    "span_rows_json",
     "waterfall_html",
     "waterfall_rows",
     "waterfall_svg",
@@ -133,43 +137,82 @@ def waterfall_rows(spans: Sequence[Span], *, max_cycles: int | None = MAX_CYCLES
     if max_cycles is not None and len(cycles) > max_cycles:
         hidden = {s.key for s in cycles[: len(cycles) - max_cycles]}
         top = [s for s in top if s.key not in hidden]
-    origin = root.start
     rows: list[Row] = []
+    origin = root.start
 
     def visit(s: Span, depth: int) -> None:
-        a = s.attributes
-        tin, tout = (
-            _int(a.get("gen_ai.usage.input_tokens")),
-            _int(a.get("gen_ai.usage.output_tokens")),
-        )
-        total = _int(a.get("loopwright.usage.total_tokens"))
-        if total is None and (tin is not None or tout is not None):
-            total = (tin or 0) + (tout or 0)
-        cost = a.get("loopwright.cost_usd")
-        rows.append(
-            Row(
-                key=s.key,
-                kind=s.kind,
-                label=_label(s),
-                depth=depth,
-                offset_s=max(0.0, s.start - origin),
-                seconds=max(0.0, s.end - s.start),
-                at=s.start,
-                status=s.status,
-                incomplete=s.incomplete,
-                tokens=total,
-                input_tokens=tin,
-                output_tokens=tout,
-                cost_usd=float(cost) if isinstance(cost, int | float) else None,
-                model=str(a["gen_ai.request.model"]) if a.get("gen_ai.request.model") else None,
-                call_id=_int(a.get("loopwright.call.id")) if s.kind == "model" else None,
-            )
-        )
+        rows.append(_row(s, depth, origin))
         for c in children.get(s.key, []) if s is not root else top:
             visit(c, depth + 1)
 
     visit(root, 0)
     return rows
+
+
+def _row(s: Span, depth: int, origin: float) -> Row:
+    """``s`` as a row at ``depth``, its times from ``origin`` (the run's start)."""
+    a = s.attributes
+    tin, tout = (
+        _int(a.get("gen_ai.usage.input_tokens")),
+        _int(a.get("gen_ai.usage.output_tokens")),
+    )
+    total = _int(a.get("loopwright.usage.total_tokens"))
+    if total is None and (tin is not None or tout is not None):
+        total = (tin or 0) + (tout or 0)
+    cost = a.get("loopwright.cost_usd")
+    return Row(
+        key=s.key,
+        kind=s.kind,
+        label=_label(s),
+        depth=depth,
+        offset_s=max(0.0, s.start - origin),
+        seconds=max(0.0, s.end - s.start),
+        at=s.start,
+        status=s.status,
+        incomplete=s.incomplete,
+        tokens=total,
+        input_tokens=tin,
+        output_tokens=tout,
+        cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        model=str(a["gen_ai.request.model"]) if a.get("gen_ai.request.model") else None,
+        call_id=_int(a.get("loopwright.call.id")) if s.kind == "model" else None,
+    )
+
+
+def iter_waterfall_rows(spans: Iterable[Span], origin: float) -> Iterator[Row]:
+    """``waterfall_rows(..., max_cycles=None)`` of a tree given as ``trace.iter_spans`` gives
+    it — each subtree of the run span whole, parents first, **the run span last** — in the
+    same order but for the run span's row, which comes last here too (its end is known
+    last): each subtree's rows as soon as it is read. ``origin``: the run span's start (the
+    run's creation), the rows' times are from it."""
+    group: list[Span] = []
+    keys: set[str] = set()
+
+    def rows_of(group: list[Span], keys: set[str], origin: float) -> Iterator[Row]:
+        children: dict[str | None, list[Span]] = {}
+        for s in group:
+            children.setdefault(s.parent, []).append(s)
+
+        def visit(s: Span, depth: int) -> Iterator[Row]:
+            yield _row(s, depth, origin)
+            for c in children.get(s.key, []):
+                yield from visit(c, depth + 1)
+
+        for s in group:
+            if s.parent not in keys:
+                yield from visit(s, 1)
+
+    for s in spans:
+        if s.parent is None:  # the run span: every subtree has come
+            if group:
+                yield from rows_of(group, keys, origin)
+            yield _row(s, 0, origin)
+            return
+        if s.parent not in keys and group:
+            yield from rows_of(group, keys, origin)
+            group, keys = [], set()
+        group.append(s)
+        keys.add(s.key)
 
 
 def _figures(r: Row) -> str:
@@ -457,19 +500,35 @@ def install_waterfall(app: FastAPI, store: Store, page: Page) -> None:
         masked, cut to size with a marker)."""
         return call_detail(_model_call(store, run_id, call_id)[1])
 
-    @app.get("/api/runs/{run_id}/spans", tags=["runs"])
-    def api_spans(run_id: str) -> list[dict[str, Any]]:
+    @app.get("/api/runs/{run_id}/spans", tags=["runs"], response_class=JSONResponse)
+    def api_spans(run_id: str) -> Response:
         """The run's spans as the waterfall draws them (every cycle): kind, label, depth,
         start (seconds from the run's start, and UTC), duration, tokens, cost, status and the
-        model call's id."""
+        model call's id. Built a cycle at a time from the log read in pages
+        (``trace.iter_spans``), not the run's whole tree: the run's own row comes first but is
+        known last, so the others wait in a temporary file (on disk past 256 KB)."""
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
-        spans = build_spans(
-            rec,
-            store.events(rec.run_id),
-            store.checkpoints(rec.run_id),
-            store.approvals(run_id=rec.run_id),
-        )
-        return [r.to_dict() for r in waterfall_rows(spans, max_cycles=None)]
+        return StreamingResponse(span_rows_json(store, rec), media_type="application/json")
+
+
+def span_rows_json(store: Store, rec: RunRecord) -> Iterator[str]:
+    """``/api/runs/{id}/spans``: the JSON of every row (``waterfall_rows(..., max_cycles=None)``),
+    the bytes ``JSONResponse`` wrote of the list, from ``trace.iter_spans``."""
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_CHARS, mode="w+", encoding="utf-8") as f:
+        last: Row | None = None
+        for row in iter_waterfall_rows(iter_spans(store, rec), rec.created_at):
+            if last is not None:
+                f.write("," + dump(last.to_dict()))
+            last = row
+        assert last is not None and last.depth == 0  # the run span, last
+        yield "[" + dump(last.to_dict())
+        f.seek(0)
+        while chunk := f.read(CHUNK_CHARS):
+            yield chunk
+    yield "]"
+
+
+SPOOL_CHARS = 256 * 1024  # a run's span rows kept in memory up to this, then on disk
