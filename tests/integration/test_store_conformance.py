@@ -275,6 +275,42 @@ def test_list_runs_filters_and_order(store: Store) -> None:
     assert store.list_runs(project="none") == []
 
 
+def test_a_listing_keeps_none_of_the_runs_tasks(backend: Backend, store: Store) -> None:
+    """A run's task is kept (for the states the store resolves next) when the run is looked
+    up, not for every row of a listing: ``list_runs`` of many runs copied and kept each
+    task."""
+    for i in range(20):
+        _create(store, f"k{i}", task={"i": i})
+    listing = backend.open()  # a store that created none of them
+    try:
+        kept = listing._tasks  # type: ignore[attr-defined]
+        assert len(listing.list_runs()) == 20
+        assert len(kept) == 0  # before: 20
+        assert listing.get_run("run-k3").task == {"i": 3}
+        assert list(kept) == ["run-k3"]
+    finally:
+        listing.close()
+
+
+class _Racing(dict[str, Any]):
+    """A kept-task dict another thread changes while it is walked (iterating it raises)."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("dictionary changed size during iteration")
+
+
+def test_letting_a_kept_task_go_survives_a_concurrent_change(store: Store) -> None:
+    """The oldest kept task is let go while another thread may change the dict: what that
+    raises (RuntimeError; KeyError when the key is gone already) fails no lookup."""
+    racing = _Racing()
+    store.__dict__["_tasks"] = racing
+    for i in range(70):
+        _create(store, f"k{i}")
+    for i in range(70):
+        assert store.get_run(f"run-k{i}").task_key == f"k{i}"  # before: RuntimeError
+    assert len(racing) == 70  # nothing let go while every walk raised
+
+
 # --- checkpoints, commits, events ----------------------------------------------------------
 def test_checkpoints_latest_by_index_and_in_order(store: Store) -> None:
     run_id, token = _leased(store)
