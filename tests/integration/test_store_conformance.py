@@ -387,6 +387,56 @@ def test_deltas_versions_and_digests_read_back_resolved(store: Store) -> None:
     ]
 
 
+def _one_cycle_chain(store: Store, key: str, marks: int) -> str:
+    """A run whose ``marks`` checkpoints after its first are all of cycle 1, deltas on the
+    first (a long cycle's parks and effects): every one shares its snapshot."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"p": "v0"}}})
+    prev = codec.head(s)
+    rows, written = codec.unwritten_versions(s, {})
+    run_id = _create(store, key, initial_state=prev, initial_versions=rows)
+    token = store.acquire_lease(run_id, "me", 60)
+    for seq in range(1, marks + 1):
+        s.set_part("doc", "p", f"v{seq}", 1)
+        s.cycle, s.stall = 1, seq
+        h = codec.head(s)
+        rows, written = codec.unwritten_versions(s, written)
+        delta = codec.delta(prev, h)
+        _commit(store, run_id, token, seq, cycle=1, state=delta, base=0, versions=rows)
+        prev = h
+    return run_id
+
+
+def test_checkpoints_of_a_cycle_read_their_shared_chain_once(store: Store) -> None:
+    """``checkpoints_at`` read the delta chain from the snapshot again for every checkpoint
+    built on it (rows read grew with the square of a cycle's checkpoints): it is read once,
+    and each checkpoint's record alone. The checkpoints are those ``checkpoints`` gives."""
+    read: list[int] = []
+    rows_of = store._checkpoint_rows  # type: ignore[attr-defined]
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        got = rows_of(*args, **kw)
+        read.append(len(got))
+        return got
+
+    store._checkpoint_rows = counted  # type: ignore[attr-defined]
+    counts = {}
+    for marks in (4, 16):
+        run_id = _one_cycle_chain(store, f"k{marks}", marks)
+        read.clear()
+        picked = store.checkpoints_at(run_id, 1)
+        counts[marks] = sum(read)
+        whole = store.checkpoints(run_id)
+        assert [c.seq for c in picked] == list(range(marks + 1))
+        assert [(c.seq, c.cycle, c.record, dict(c.fields)) for c in picked] == [
+            (c.seq, c.cycle, c.record, dict(c.fields)) for c in whole
+        ]
+        assert [c.state for c in picked[::5]] == [c.state for c in whole[::5]]
+    # one chain and a row a checkpoint: 9 and 33 rows (before: 15 and 153)
+    assert counts[16] <= 4 * counts[4], counts
+
+
 def test_a_fork_is_created_whole_with_its_inheritance(store: Store) -> None:
     """``create_run(forked_from=…)``: the link, the inherited journal entries (marked) and
     the origin's rejected digests, in the one creating transaction."""
