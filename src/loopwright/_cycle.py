@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -516,17 +516,12 @@ class Cycle(RuntimeHost):
                 needs.append(need)
         # An approval covers the one cycle it was given for (it resumes that cycle directly);
         # the same action proposed again later is asked about again, never waved through.
-        # a rule's own check judges copies too (what it changes is not committed)
-        judging = any(callable(r.check) for r in contract.risk)
         try:
-            if judging:
-                # (the verdicts too: changed in place, they would decide the cycle and be
-                # stored; each rule's check its own, as each verifier)
-                hit = await self._risk(
-                    ex, partial(_risk_copies, candidate, loader, proposal, visible)
-                )
-            else:
-                hit = rules.risk_reason(contract.risk, candidate, proposal, visible, loop.verifiers)
+            hit = (
+                await self._risk(ex, candidate, proposal, visible, loader)
+                if contract.risk
+                else None
+            )
         except OutOfTime as exc:
             return self._abort(ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict())
         except rules.RiskCheckFailed as failed:
@@ -624,27 +619,28 @@ class Cycle(RuntimeHost):
         )
 
     async def _risk(
-        self, ex: _Exec, copies: Callable[[], tuple[TaskState, Proposal, dict[str, Verdict]]]
+        self,
+        ex: _Exec,
+        candidate: TaskState,
+        proposal: Proposal,
+        visible: dict[str, Verdict],
+        loader: VersionLoader,
     ) -> tuple[RiskRule, str] | None:
-        """``rules.risk_reason``, each rule's own check called as the reflector is (in a
-        thread when sync, under ``hook_timeout``: the actor's timeout or the time budget
-        left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed`` (the
-        check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget ran
-        out before or during the check: a ``budget_time`` stop). A check abandoned after its
-        timeout may still return, in its thread: nothing waits for what it says. Each check
-        is shown copies of its own (``copies``): what one changes in place, the next rule's
-        check does not judge (the first is shown those the rules' patterns were read from,
-        before any check ran)."""
+        """The first risk rule this proposal triggers, with the reason in words: the rules'
+        patterns read (``rules.risk_steps``), each rule's own check called as the reflector
+        is (in a thread when sync, under ``hook_timeout``: the actor's timeout or the time
+        budget left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed``
+        (the check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget
+        ran out before or during the check: a ``budget_time`` stop). A check abandoned after
+        its timeout may still return, in its thread: nothing waits for what it says. Each
+        check is shown copies of its own (``_risk_copies``, made only for a check): what one
+        changes in place, neither the cycle nor the next rule's check judges."""
         loop = ex.loop
-        state, proposal, visible = copies()
-        fresh = True  # the copies not yet shown to a check
         for rule, why in rules.risk_steps(
-            ex.contract.risk, state, proposal, visible, loop.verifiers
+            ex.contract.risk, candidate, proposal, visible, loop.verifiers
         ):
             if why is None:
-                if not fresh:
-                    state, proposal, visible = copies()
-                fresh = False
+                state, mine, verdicts = _risk_copies(candidate, loader, proposal, visible)
                 check = rule.check
                 assert callable(check)  # risk_steps asks only a rule with a check to call
                 left = None if ex.deadline is None else ex.deadline - time.time()
@@ -653,13 +649,12 @@ class Cycle(RuntimeHost):
                     raise OutOfTime(f"the time budget ran out before {who} could be called")
                 limit = hook_timeout(loop.actor_timeout_s, left)
                 try:
-                    # the verdicts as a dict of its own: a check left running changes no
-                    # mapping of the cycle's
+                    # copies of its own: a check left running changes nothing of the cycle's
                     got, _ = await call_user(
                         check,
                         state,
-                        proposal,
-                        dict(visible),
+                        mine,
+                        verdicts,
                         timeout=limit,
                         threaded=ex.threaded,
                     )

@@ -23,7 +23,6 @@ __all__ = [
     "improved",
     "marginal_stop",
     "remaining",
-    "risk_reason",
     "risk_steps",
     "stop_before_cycle",
     "success",
@@ -273,33 +272,6 @@ def better(best: float | None, score: float | None) -> bool:
     return score is not None and (best is None or score > best)
 
 
-def risk_reason(
-    rules: Sequence[RiskRule],
-    state: TaskState,
-    proposal: Proposal,
-    verdicts: dict[str, Verdict],
-    checks: Sequence[Check],
-) -> tuple[RiskRule, str] | None:
-    """The first risk rule this proposal triggers, with the reason in words. A rule's own
-    ``check`` is called here, inline (the engine calls it off the event loop, under a
-    timeout: ``risk_steps`` and ``Cycle._risk``)."""
-    if not rules:  # most contracts declare none: not even the steps' generator is made
-        return None
-    for rule, why in risk_steps(rules, state, proposal, verdicts, checks):
-        if why is None:
-            check = rule.check
-            assert callable(check)  # risk_steps asks only a rule with a check to call
-            try:
-                got = check(state, proposal, verdicts)
-            except Exception as exc:  # user code: the engine escalates, naming the rule
-                raise RiskCheckFailed(rule.name, exc) from exc
-            if not got:
-                continue
-            why = str(got)
-        return rule, why
-    return None
-
-
 def risk_steps(
     rules: Sequence[RiskRule],
     state: TaskState,
@@ -309,7 +281,9 @@ def risk_steps(
 ) -> Iterator[tuple[RiskRule, str | None]]:
     """The rules in order, as far as they go: ``(rule, reason)`` where a rule's patterns are
     triggered (the first such is the answer), ``(rule, None)`` where its own ``check`` must be
-    asked (a reason from it is the answer; none: go on to the next)."""
+    asked (a reason from it is the answer; none: go on to the next). The engine
+    (``Cycle._risk``) asks each check, shown copies of its own; all that is read here of the
+    arguments is read before the first step."""
     if not rules:  # most contracts declare none: nothing to gather
         return
     changed = [e.ref for e in proposal.changes() if _changes(state, e.ref)]

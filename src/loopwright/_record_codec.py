@@ -84,7 +84,7 @@ def _is_cycle_record(rec: Mapping[str, Any]) -> bool:
 def pack(record: dict[str, Any]) -> dict[str, Any]:
     """The record to store: a cycle's record less its default values (a new dict; the
     record is not changed). Any other record is returned as it is."""
-    # ``_each_part(record, _drop, _pack_finding)`` written out with each spec's dropper: it
+    # ``unpack``'s walk (``_each_part``) written out with each spec's dropper: it
     # runs every cycle (a trivial cycle's record is a dozen dicts), the generic walk cost two
     # calls a dict more. The records it packs are the engine's: plain dicts and lists.
     if "proposal" not in record or "digest" not in record:
@@ -169,10 +169,6 @@ def _unpack_finding(name: str, f: Any) -> Any:
     return _fill(f, _FINDING, verifier=name) if isinstance(f, dict) else f
 
 
-def _drop(d: Mapping[str, Any], spec: _Spec) -> dict[str, Any]:
-    return _DROPPERS[id(spec)](d)
-
-
 def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """A function that copies a mapping (in C) and deletes the keys of ``spec`` that hold their
     default, of the default's type: ``-0.0`` is not ``0.0`` (a missing key is passed over). It
@@ -206,11 +202,8 @@ def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     return fn
 
 
-_DROPPERS = {
-    id(spec): _dropper(spec) for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
-}
 _DROP_RECORD, _DROP_PROPOSAL, _DROP_VERDICT, _DROP_FINDING, _DROP_CALL, _DROP_USAGE = (
-    _DROPPERS[id(spec)] for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
+    _dropper(spec) for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 )
 
 

@@ -275,6 +275,42 @@ def test_list_runs_filters_and_order(store: Store) -> None:
     assert store.list_runs(project="none") == []
 
 
+def test_a_listing_keeps_none_of_the_runs_tasks(backend: Backend, store: Store) -> None:
+    """A run's task is kept (for the states the store resolves next) when the run is looked
+    up, not for every row of a listing: ``list_runs`` of many runs copied and kept each
+    task."""
+    for i in range(20):
+        _create(store, f"k{i}", task={"i": i})
+    listing = backend.open()  # a store that created none of them
+    try:
+        kept = listing._tasks  # type: ignore[attr-defined]
+        assert len(listing.list_runs()) == 20
+        assert len(kept) == 0  # before: 20
+        assert listing.get_run("run-k3").task == {"i": 3}
+        assert list(kept) == ["run-k3"]
+    finally:
+        listing.close()
+
+
+class _Racing(dict[str, Any]):
+    """A kept-task dict another thread changes while it is walked (iterating it raises)."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("dictionary changed size during iteration")
+
+
+def test_letting_a_kept_task_go_survives_a_concurrent_change(store: Store) -> None:
+    """The oldest kept task is let go while another thread may change the dict: what that
+    raises (RuntimeError; KeyError when the key is gone already) fails no lookup."""
+    racing = _Racing()
+    store.__dict__["_tasks"] = racing
+    for i in range(70):
+        _create(store, f"k{i}")
+    for i in range(70):
+        assert store.get_run(f"run-k{i}").task_key == f"k{i}"  # before: RuntimeError
+    assert len(racing) == 70  # nothing let go while every walk raised
+
+
 # --- checkpoints, commits, events ----------------------------------------------------------
 def test_checkpoints_latest_by_index_and_in_order(store: Store) -> None:
     run_id, token = _leased(store)
@@ -349,6 +385,56 @@ def test_deltas_versions_and_digests_read_back_resolved(store: Store) -> None:
         (7, "rejected"),
         (8, "accepted"),
     ]
+
+
+def _one_cycle_chain(store: Store, key: str, marks: int) -> str:
+    """A run whose ``marks`` checkpoints after its first are all of cycle 1, deltas on the
+    first (a long cycle's parks and effects): every one shares its snapshot."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"doc": {"p": "v0"}}})
+    prev = codec.head(s)
+    rows, written = codec.unwritten_versions(s, {})
+    run_id = _create(store, key, initial_state=prev, initial_versions=rows)
+    token = store.acquire_lease(run_id, "me", 60)
+    for seq in range(1, marks + 1):
+        s.set_part("doc", "p", f"v{seq}", 1)
+        s.cycle, s.stall = 1, seq
+        h = codec.head(s)
+        rows, written = codec.unwritten_versions(s, written)
+        delta = codec.delta(prev, h)
+        _commit(store, run_id, token, seq, cycle=1, state=delta, base=0, versions=rows)
+        prev = h
+    return run_id
+
+
+def test_checkpoints_of_a_cycle_read_their_shared_chain_once(store: Store) -> None:
+    """``checkpoints_at`` read the delta chain from the snapshot again for every checkpoint
+    built on it (rows read grew with the square of a cycle's checkpoints): it is read once,
+    and each checkpoint's record alone. The checkpoints are those ``checkpoints`` gives."""
+    read: list[int] = []
+    rows_of = store._checkpoint_rows  # type: ignore[attr-defined]
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        got = rows_of(*args, **kw)
+        read.append(len(got))
+        return got
+
+    store._checkpoint_rows = counted  # type: ignore[attr-defined]
+    counts = {}
+    for marks in (4, 16):
+        run_id = _one_cycle_chain(store, f"k{marks}", marks)
+        read.clear()
+        picked = store.checkpoints_at(run_id, 1)
+        counts[marks] = sum(read)
+        whole = store.checkpoints(run_id)
+        assert [c.seq for c in picked] == list(range(marks + 1))
+        assert [(c.seq, c.cycle, c.record, dict(c.fields)) for c in picked] == [
+            (c.seq, c.cycle, c.record, dict(c.fields)) for c in whole
+        ]
+        assert [c.state for c in picked[::5]] == [c.state for c in whole[::5]]
+    # one chain and a row a checkpoint: 9 and 33 rows (before: 15 and 153)
+    assert counts[16] <= 4 * counts[4], counts
 
 
 def test_a_fork_is_created_whole_with_its_inheritance(store: Store) -> None:

@@ -144,36 +144,46 @@ def test_warnings_do_not_reject() -> None:
     assert rules.accept_clean_parts(s, [_check("v")], v, all_parts=False) == ["doc/a"]
 
 
-def test_risk_reason_touches_findings_and_check() -> None:
+def _hit(
+    risk: tuple[lw.RiskRule, ...],
+    state: lw.TaskState,
+    prop: lw.Proposal,
+    verdicts: dict[str, lw.Verdict],
+    checks: list[lw.Check],
+) -> tuple[lw.RiskRule, str] | None:
+    """The rule the patterns hit (the last step, with its reason), as the engine reads it."""
+    steps = list(rules.risk_steps(risk, state, prop, verdicts, checks))
+    if steps and steps[-1][1] is not None:
+        return steps[-1][0], str(steps[-1][1])
+    return None
+
+
+def test_risk_steps_touches_findings_and_check() -> None:
     s = lw.TaskState.from_task({"artifacts": {"inv": {"payment": 1, "qty": 1}}})
     cand = lw.TaskState.from_dict(s.to_dict())
     cand.set_part("inv", "payment", 2, 1)
     prop = lw.Proposal.edit("inv", {"payment": 2})
     touch = lw.RiskRule(name="pay", touches=("*/payment",))
-    hit = rules.risk_reason((touch,), cand, prop, {}, [])
+    hit = _hit((touch,), cand, prop, {}, [])
     assert hit is not None
     assert hit[0].name == "pay"
     assert "inv/payment" in hit[1]
     # a proposal re-stating an unchanged value does not trigger it
     same = lw.Proposal.edit("inv", {"qty": 1})
-    assert rules.risk_reason((touch,), s, same, {}, []) is None
+    assert _hit((touch,), s, same, {}, []) is None
 
     conflict = lw.RiskRule(name="c", findings=("conflicting_evidence",))
     checks = [_check("v"), _check("h", held_out=True)]
     f = lw.Finding("po says 3, receipt says 4", "inv", "qty", "conflicting_evidence")
-    assert rules.risk_reason(
-        (conflict,), s, same, {"v": lw.Verdict(passed=False, findings=(f,))}, checks
-    )
+    assert _hit((conflict,), s, same, {"v": lw.Verdict(passed=False, findings=(f,))}, checks)
     # a held-out finding never parks a run (it would reveal the held-out check)
     assert (
-        rules.risk_reason(
-            (conflict,), s, same, {"h": lw.Verdict(passed=False, findings=(f,))}, checks
-        )
-        is None
+        _hit((conflict,), s, same, {"h": lw.Verdict(passed=False, findings=(f,))}, checks) is None
     )
 
     custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
-    assert rules.risk_reason((custom,), s, same, {}, []) == (custom, "because")
+    # a rule's own check is asked (the engine calls it: Cycle._risk)
+    assert list(rules.risk_steps((custom,), s, same, {}, [])) == [(custom, None)]
 
 
 def test_a_task_carries_its_own_cycle_budget() -> None:
@@ -312,5 +322,4 @@ def test_risk_steps_ask_a_rules_check_only_until_a_rule_is_hit() -> None:
     never = lw.RiskRule(name="never", check=lambda st_, p, v: "unreached")
     steps = list(rules.risk_steps((asked, touch, never), cand, prop, {}, []))
     assert [(r.name, why is None) for r, why in steps] == [("asked", True), ("pay", False)]
-    assert rules.risk_reason((asked, touch, never), cand, prop, {}, [])[0] is touch  # type: ignore[index]
     assert list(rules.risk_steps((), cand, prop, {}, [])) == []

@@ -861,26 +861,42 @@ class Store(LiveStore, PeopleStore, ABC):
         or a rollback's target is chosen among (``concluded_at``), read from each one's
         snapshot on, not a long run's every checkpoint."""
         loader = self._loader(run_id)
-        out: list[Checkpoint] = []
-        for seq, base in self._cycle_marks(run_id, cycle):
-            rows = self._rows_between(run_id, base, seq)
-            if not rows or rows[-1].seq != seq:
-                continue
-            fields = codec.fold(own_fields(rows[0].state), [own_fields(r.state) for r in rows[1:]])
-            r = rows[-1]
-            out.append(
-                Checkpoint(
+        marks = self._cycle_marks(run_id, cycle)
+        chains: dict[int, list[int]] = {}  # the marks built on each snapshot
+        for seq, base in marks:
+            chains.setdefault(base, []).append(seq)
+        found: dict[int, Checkpoint] = {}
+        for base, seqs in chains.items():
+            # the chain read once up to its last mark: each mark's fields folded on from the
+            # one before's (a range gives its last row's record: another mark's is read alone)
+            last = max(seqs)
+            rows = self._rows_between(run_id, base, last)
+            at = {r.seq: i for i, r in enumerate(rows)}
+            fields: dict[str, Any] = {}
+            done = -1
+            for seq in sorted(seqs):
+                i = at.get(seq)
+                if i is None:
+                    continue
+                deltas = [own_fields(r.state) for r in rows[max(done, 0) + 1 : i + 1]]
+                fields = codec.fold(own_fields(rows[0].state) if done < 0 else fields, deltas)
+                done = i
+                r = rows[i]
+                record = r.record
+                if record is None and seq != last:
+                    alone = self._rows_between(run_id, seq, seq)
+                    record = alone[-1].record if alone and alone[-1].seq == seq else None
+                found[seq] = Checkpoint(
                     run_id,
                     r.seq,
                     r.cycle,
                     functools.partial(self._state_at, run_id, r.seq, base),
-                    r.record,
+                    record,
                     r.created_at,
                     loader,
                     fields,
                 )
-            )
-        return out
+        return [found[seq] for seq, _base in marks if seq in found]
 
     def _state_at(self, run_id: str, seq: int, base: int) -> dict[str, Any]:
         """The resolved state of checkpoint ``seq`` (built on the snapshot ``base``)."""

@@ -11,6 +11,7 @@ batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by de
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -467,7 +468,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         # The numbers as numbers: a value SQLite kept as written ('abc' in cycle) is damage,
         # raised here (ValueError, TypeError) for the CLI to say so, not deep in a report.
         jl, n, x = self._jl, int, float
-        rec = RunRecord(
+        return RunRecord(
             run_id=row[0],
             task_key=row[1],
             loop_name=row[2],
@@ -497,15 +498,22 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             forked_at=row[26],
             created_by=row[27],
         )
-        # A run's task never changes: kept for the states this store resolves next
-        # (``Store._known_task``), so reading a run's checkpoints reads its row no more.
-        # (a copy: the record's task is its reader's, who may change it)
+
+    def _keep_task(self, rec: RunRecord) -> RunRecord:
+        """``rec``, its task kept for the states this store resolves next (a run's task never
+        changes: ``Store._known_task``), so reading a run's checkpoints reads its row no
+        more. A run looked up (``get_run``) or created here, not every row of a listing."""
         tasks = self._tasks
         if rec.run_id in tasks:
-            return rec  # kept already (copied once: a run row is read every commit by some)
+            return rec  # kept already (copied once: some read a run's row every commit)
+        # a copy: the record's task is its reader's, who may change it
         tasks[rec.run_id] = (copy_json(rec.task),)
         if len(tasks) > _TASKS_KEPT:
-            tasks.pop(next(iter(tasks), ""), None)  # the oldest (threads may race: no raise)
+            # The oldest let go. Another thread may change the dict meanwhile: iterating it
+            # then raises RuntimeError, and the key may be gone already (KeyError); what is
+            # kept is only a cache, so either is let pass.
+            with contextlib.suppress(RuntimeError, KeyError):
+                del tasks[next(iter(tasks), "")]
         return rec
 
     def _known_task(self, run_id: str) -> tuple[Any] | None:
@@ -684,7 +692,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 row = conn.execute(q.run_by_task_key, (task_key,)).fetchone()
                 if row is None:
                     raise ConflictError(f"run id {run_id!r} is taken by another task key")
-                return self._run(row), False
+                return self._keep_task(self._run(row)), False
             # cycle 0, or for a fork the cycle whose state it starts from
             first_cycle = int(initial_state.get("cycle") or 0)
             conn.execute(q.insert_first_checkpoint, (run_id, first_cycle, js(initial_state), now))
@@ -721,7 +729,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     conn, q.insert_rejected, [(run_id, d, c) for d, c in initial_rejected]
                 )
             conn.execute(q.insert_event, (run_id, 0, "run_created", now, js(created)))
-        return self._run(row), True
+        return self._keep_task(self._run(row)), True
 
     def get_run(self, run_id: str) -> RunRecord:
         check_lookup(run_id)  # PostgreSQL refuses a NUL, both stores a lone surrogate: alike
@@ -743,7 +751,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         if row is None:
             shown = repr(run_id) if len(run_id) <= 80 else f"{run_id[:60]!r}… ({len(run_id)} chars)"
             raise RunNotFoundError(f"no run {shown} in {self.url}")
-        return self._run(row)
+        return self._keep_task(self._run(row))
 
     def list_runs(
         self,

@@ -51,6 +51,7 @@ from ._spans import (
     is_client_span,
     span_event,
 )
+from ._window import read_window
 
 __all__ = ["LiveTracer", "live_tracer", "provider_from_env"]
 
@@ -329,42 +330,20 @@ class LiveTracer:
         # behind or ahead of theirs. (A commit that wrote no event: the whole log is read.)
         stamp = cks[0].created_at
         seen: int | None = None
+
+        def had(ev: Event) -> bool:  # at or before the last event the earlier sessions had
+            nonlocal seen
+            if seen is None and ev.ts == stamp:
+                seen = ev.id
+            return seen is not None
+
         # requests still pending: the window must start before each was made
-        answered = {a.approval_id for a in store.approvals(run_id=run_id, status="pending")}
-        asked: set[str] = set()
-        started: set[int] = set()
-        needed: set[int] = set()
-        tail: list[Event] = []  # newest first
-        cut: Event | None = None
-        below: int | None = None
-        size = _TAIL_PAGE[0]
-        while cut is None:
-            page = store.events_tail(run_id, before_id=below, limit=size)
-            for ev in page:
-                if seen is None and ev.ts == stamp:
-                    seen = ev.id
-                if (
-                    ev.kind == "decision"
-                    and seen is not None  # at or before the last event the earlier sessions had
-                    and needed <= started
-                    and answered <= asked
-                ):
-                    cut = ev
-                    break
-                tail.append(ev)
-                if ev.kind == "cycle_started":
-                    started.add(ev.cycle)
-                elif ev.kind not in RUN_KINDS:
-                    needed.add(ev.cycle)
-                aid = ev.data.get("approval_id")
-                if ev.kind in APPROVAL_KINDS and aid:
-                    (asked if ev.kind == "approval_requested" else answered).add(str(aid))
-            if cut is None and len(page) < size:
-                return None  # the log's start: no such place
-            if page:
-                below = page[-1].id
-            size = min(2 * size, _TAIL_PAGE[1])
-        assert cut is not None and seen is not None
+        pending = {a.approval_id for a in store.approvals(run_id=run_id, status="pending")}
+        read = read_window(store, run_id, page=_TAIL_PAGE, pending=pending, ready=had)
+        cut, window = read.cut, read.events
+        if cut is None:
+            return None  # the log's start: no such place
+        assert seen is not None
         # The checkpoints the window's commits wrote: after the one the cut's commit wrote (a
         # commit's events carry its checkpoint's time).
         back = 2
@@ -374,7 +353,6 @@ class LiveTracer:
             cks = store.checkpoints_after(run_id, max(opened_at - back, 0) - 1)
             back *= 2
         at = max(c.seq for c in cks if c.created_at == cut.ts and c.seq <= opened_at)
-        window = tail[::-1]
         first_id = window[0].id if window else cut.id + 1
         count, before = store.event_positions(run_id, before_id=first_id, skip=IN_CYCLE_KINDS)
         rolled = [ev.id for _, ev in before if ev.kind == "rolled_back"]

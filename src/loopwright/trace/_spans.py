@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -193,10 +193,9 @@ def build_spans(
     ``first_seq``, after an event at ``after_ts``, with ``occurrences[n]`` occurrences of cycle
     ``n`` before them, and ``checkpoints``/``approvals`` are those of the window; the spans of
     the window's cycles are then the same as in the whole log's tree."""
-    occs, run_items, owner = _segment(run, events, first_seq, after_ts, occurrences)
+    occs, run_items, owner, last_ts = _segment(run, events, first_seq, after_ts, occurrences)
     _attach_records(occs, checkpoints)
     by_id = {a.approval_id: a for a in approvals}
-    last_ts = max([run.created_at, *(e.ts for e in events)])
 
     root = _run_span(run, last_ts)
     spans: list[Span] = [root]
@@ -219,65 +218,107 @@ def build_spans(
 
 
 # --- segmentation ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Plan:
+    """Where each event goes, by position only (no event held): ``_segment`` fills it with
+    the events, ``iter_spans`` with the events of a cycle at a time."""
+
+    count: int = 0
+    #: the latest of the events' times and the run's creation
+    last_ts: float = 0.0
+    #: per occurrence: cycle, index, seq of its ``cycle_started``, prev_ts, item seqs in the
+    #: order they were placed; and in ``closed`` the seq of what closed it (``None``: open)
+    occs: list[tuple[int, int, int, float, list[int]]] = field(default_factory=list)
+    closed: list[int | None] = field(default_factory=list)
+    run_items: list[int] = field(default_factory=list)
+    owner: dict[str, int] = field(default_factory=dict)
+
+
+def _plan(
+    run: RunRecord,
+    events: Iterable[Event],
+    first_seq: int = 1,
+    after_ts: float | None = None,
+    occurrences: Mapping[int, int] | None = None,
+) -> _Plan:
+    """Where each event of the log (or of a window of it, as ``build_spans`` takes one) goes,
+    by position, the events read once.
+
+    Journal events (retries, effects) are written when they happen, before the commit that
+    carries their cycle's ``cycle_started``: events of a cycle with no open occurrence wait for
+    the next ``cycle_started`` of that number, and go to the run when none comes. A
+    ``cycle_started`` of a cycle still open (a lost commit) leaves the earlier occurrence open.
+    """
+    occs: list[tuple[int, int, int, float, list[int]]] = []
+    closed: list[int | None] = []
+    run_items: list[int] = []
+    owner: dict[str, int] = {}
+    open_: dict[int, int] = {}
+    waiting: dict[int, list[int]] = {}
+    counts: dict[int, int] = dict(occurrences or {})
+    last_ts = run.created_at if after_ts is None else after_ts
+    top = run.created_at
+    seq = first_seq - 1  # the last position (its count from 1)
+    for seq, ev in enumerate(events, first_seq):
+        top = max(top, ev.ts)
+        aid = str(ev.data.get("approval_id") or "")
+        if ev.kind == "cycle_started":
+            counts[ev.cycle] = counts.get(ev.cycle, 0) + 1
+            open_.pop(ev.cycle, None)
+            items = [*waiting.pop(ev.cycle, []), seq]
+            occs.append((ev.cycle, counts[ev.cycle], seq, last_ts, items))
+            closed.append(None)
+            open_[ev.cycle] = len(occs) - 1
+        elif ev.kind in _APPROVAL_KINDS and aid in owner:
+            occs[owner[aid]][4].append(seq)
+        elif ev.kind in RUN_KINDS:
+            run_items.append(seq)
+            if ev.kind in _CLOSING:
+                for i in open_.values():
+                    closed[i] = seq
+                open_.clear()
+        elif ev.cycle in open_:
+            i = open_[ev.cycle]
+            occs[i][4].append(seq)
+            if ev.kind == "approval_requested" and aid:
+                owner[aid] = i
+            elif ev.kind == "decision":
+                closed[i] = seq
+                del open_[ev.cycle]
+        else:
+            waiting.setdefault(ev.cycle, []).append(seq)
+            continue
+        last_ts = max(last_ts, ev.ts)
+    for items in waiting.values():
+        run_items.extend(items)
+    run_items.sort()
+    return _Plan(seq, top, occs, closed, run_items, owner)
+
+
 def _segment(
     run: RunRecord,
     events: Sequence[Event],
     first_seq: int = 1,
     after_ts: float | None = None,
     occurrences: Mapping[int, int] | None = None,
-) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence]]:
-    """Split the event log into cycle occurrences and run-level events.
-
-    Journal events (retries, effects) are written when they happen, before the commit that
-    carries their cycle's ``cycle_started``: events of a cycle with no open occurrence wait for
-    the next ``cycle_started`` of that number, and go to the run when none comes.
-    """
-    occs: list[_Occurrence] = []
-    run_items: list[tuple[int, Event]] = []
-    open_: dict[int, _Occurrence] = {}
-    waiting: dict[int, list[tuple[int, Event]]] = {}
-    owner: dict[str, _Occurrence] = {}
-    counts: dict[int, int] = dict(occurrences or {})
-    last_ts = run.created_at if after_ts is None else after_ts
-    for seq, ev in enumerate(events, first_seq):
-        aid = str(ev.data.get("approval_id") or "")
-        if ev.kind == "cycle_started":
-            counts[ev.cycle] = counts.get(ev.cycle, 0) + 1
-            if ev.cycle in open_:  # an occurrence nothing closed (a lost commit): leave it open
-                del open_[ev.cycle]
-            occ = _Occurrence(
-                cycle=ev.cycle,
-                index=counts[ev.cycle],
-                started=ev,
-                prev_ts=last_ts,
-                items=[*waiting.pop(ev.cycle, []), (seq, ev)],
-            )
-            occs.append(occ)
-            open_[ev.cycle] = occ
-        elif ev.kind in _APPROVAL_KINDS and aid in owner:
-            owner[aid].items.append((seq, ev))
-        elif ev.kind in RUN_KINDS:
-            run_items.append((seq, ev))
-            if ev.kind in _CLOSING:
-                for occ in open_.values():
-                    occ.closed_by = (seq, ev)
-                open_.clear()
-        elif ev.cycle in open_:
-            occ = open_[ev.cycle]
-            occ.items.append((seq, ev))
-            if ev.kind == "approval_requested" and aid:
-                owner[aid] = occ
-            elif ev.kind == "decision":
-                occ.closed_by = (seq, ev)
-                del open_[ev.cycle]
-        else:
-            waiting.setdefault(ev.cycle, []).append((seq, ev))
-            continue
-        last_ts = max(last_ts, ev.ts)
-    for items in waiting.values():
-        run_items.extend(items)
-    run_items.sort(key=lambda it: it[0])
-    return occs, run_items, owner
+) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence], float]:
+    """Split the event log into cycle occurrences and run-level events: ``_plan``'s places,
+    filled with the events; and the time of the last (the run's creation's if later)."""
+    p = _plan(run, events, first_seq, after_ts, occurrences)
+    o = first_seq  # events[s - o]: the event at position s
+    occs = [
+        _Occurrence(
+            cycle=cycle,
+            index=index,
+            started=events[first - o],
+            prev_ts=prev_ts,
+            items=[(s, events[s - o]) for s in seqs],
+            closed_by=None if closed is None else (closed, events[closed - o]),
+        )
+        for (cycle, index, first, prev_ts, seqs), closed in zip(p.occs, p.closed, strict=True)
+    ]
+    run_items = [(s, events[s - o]) for s in p.run_items]
+    return occs, run_items, {aid: occs[i] for aid, i in p.owner.items()}, p.last_ts
 
 
 def _attach_records(occs: Sequence[_Occurrence], checkpoints: Sequence[Checkpoint]) -> None:
@@ -286,24 +327,43 @@ def _attach_records(occs: Sequence[_Occurrence], checkpoints: Sequence[Checkpoin
     and give every occurrence the full verdicts of its cycle (for their usage): from that
     record, or for a cycle that parked or ran effects and has not concluded, from the
     mid-cycle record (held-out) and the checkpoint's ``pending`` entry (visible)."""
-    records = [c.record for c in checkpoints if c.record is not None and "proposal" in c.record]
-    decided = [o for o in occs if o.closed_by is not None and o.closed_by[1].kind == "decision"]
-    for occ, rec in zip(decided, records, strict=False):
-        if int(rec.get("cycle", -1)) == occ.cycle:
-            occ.record = rec
+    records = (c.record for c in checkpoints if c.record is not None and "proposal" in c.record)
+    verdicts = _verdicts((ck.record, ck.fields) for ck in checkpoints)
+    for occ in occs:
+        _take_record(occ, records)
+        occ.verdicts = verdicts.get(occ.cycle, {})
+
+
+def _take_record(occ: _Occurrence, records: Iterator[dict[str, Any]]) -> None:
+    """The next of ``records`` (the cycle records that hold a proposal, in order) is the
+    record of ``occ`` when a ``decision`` closed it (every ``decision`` event is committed
+    together with exactly one such record), if it is of ``occ``'s cycle."""
+    if occ.closed_by is None or occ.closed_by[1].kind != "decision":
+        return
+    rec = next(records, None)
+    if rec is not None and int(rec.get("cycle", -1)) == occ.cycle:
+        occ.record = rec
+
+
+def _verdicts(
+    rows: Iterable[tuple[dict[str, Any] | None, Mapping[str, Any]]],
+    keep: Callable[[Any], Any] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """The full verdicts of every cycle from its checkpoints' records and fields (``rows``):
+    the cycle's record's, or for a cycle that parked or ran effects and has not concluded,
+    the mid-cycle record's held-out verdicts and the checkpoint's ``pending`` entry's visible
+    ones. ``keep``: what of each verdict is kept (all of it when ``None``)."""
     verdicts: dict[int, dict[str, Any]] = {}
-    for ck in checkpoints:
-        mid = ck.record
+    for mid, fields in rows:
         if mid is None or "cycle" not in mid:
             continue
         n = int(mid["cycle"])
-        pend = ck.fields.get("pending") or {}  # not every part of every checkpoint
+        pend = fields.get("pending") or {}  # not every part of every checkpoint
         visible = mid.get("visible") or (pend.get("visible") if pend.get("cycle") == n else None)
         found = verdicts.setdefault(n, {})
-        found.update(visible or {})
-        found.update(mid.get("held_out") or {})
-    for occ in occs:
-        occ.verdicts = verdicts.get(occ.cycle, {})
+        for name, v in [*(visible or {}).items(), *(mid.get("held_out") or {}).items()]:
+            found[name] = v if keep is None else keep(v)
+    return verdicts
 
 
 # --- spans of one cycle ----------------------------------------------------------------------
@@ -894,79 +954,12 @@ def _fit(spans: Sequence[Span]) -> None:
 
 
 # --- the tree a window at a time -------------------------------------------------------------
-@dataclass(slots=True)
-class _Plan:
-    """Where each event goes, as ``_segment`` places it, by position only (no event held)."""
-
-    count: int = 0
-    last_ts: float = 0.0
-    #: per occurrence: cycle, index, seq of its ``cycle_started``, prev_ts, item seqs in
-    #: ``_segment``'s order; and in ``closed`` the seq of what closed it (or 0)
-    occs: list[tuple[int, int, int, float, list[int]]] = field(default_factory=list)
-    closed: list[int] = field(default_factory=list)
-    run_items: list[int] = field(default_factory=list)
-    owner: dict[str, int] = field(default_factory=dict)
-
-
-def _plan(run: RunRecord, events: Iterable[Event]) -> _Plan:
-    """``_segment`` over the log read once, keeping positions: its exact rules."""
-    p = _Plan(last_ts=run.created_at)
-    open_: dict[int, int] = {}
-    waiting: dict[int, list[int]] = {}
-    counts: dict[int, int] = {}
-    last_ts = run.created_at
-    for seq, ev in enumerate(events, 1):
-        p.count = seq
-        p.last_ts = max(p.last_ts, ev.ts)
-        aid = str(ev.data.get("approval_id") or "")
-        if ev.kind == "cycle_started":
-            counts[ev.cycle] = counts.get(ev.cycle, 0) + 1
-            open_.pop(ev.cycle, None)
-            items = [*waiting.pop(ev.cycle, []), seq]
-            p.occs.append((ev.cycle, counts[ev.cycle], seq, last_ts, items))
-            p.closed.append(0)
-            open_[ev.cycle] = len(p.occs) - 1
-        elif ev.kind in _APPROVAL_KINDS and aid in p.owner:
-            p.occs[p.owner[aid]][4].append(seq)
-        elif ev.kind in RUN_KINDS:
-            p.run_items.append(seq)
-            if ev.kind in _CLOSING:
-                for i in open_.values():
-                    p.closed[i] = seq
-                open_.clear()
-        elif ev.cycle in open_:
-            i = open_[ev.cycle]
-            p.occs[i][4].append(seq)
-            if ev.kind == "approval_requested" and aid:
-                p.owner[aid] = i
-            elif ev.kind == "decision":
-                p.closed[i] = seq
-                del open_[ev.cycle]
-        else:
-            waiting.setdefault(ev.cycle, []).append(seq)
-            continue
-        last_ts = max(last_ts, ev.ts)
-    for items in waiting.values():
-        p.run_items.extend(items)
-    p.run_items.sort()
-    return p
-
-
 def _all_verdicts(store: Store, run_id: str) -> dict[int, dict[str, Any]]:
     """``_attach_records``'s verdicts of every cycle, the checkpoints read a page at a time,
     each verdict cut to what ``_call_costs`` reads of it (its findings are most of it: 20 MB
     at 6,000 cycles whole)."""
-    verdicts: dict[int, dict[str, Any]] = {}
-    for _seq, _cycle, mid, fields in store.iter_fields(run_id):
-        if mid is None or "cycle" not in mid:
-            continue
-        n = int(mid["cycle"])
-        pend = fields.get("pending") or {}
-        visible = mid.get("visible") or (pend.get("visible") if pend.get("cycle") == n else None)
-        found = verdicts.setdefault(n, {})
-        for name, v in [*(visible or {}).items(), *(mid.get("held_out") or {}).items()]:
-            found[name] = _costed(v)
-    return verdicts
+    rows = ((mid, fields) for _seq, _cycle, mid, fields in store.iter_fields(run_id))
+    return _verdicts(rows, _costed)
 
 
 _EVIDENCE_READ = ("model", "input_tokens", "output_tokens")
@@ -1006,30 +999,22 @@ def iter_spans(store: Store, run: RunRecord) -> Iterator[Span]:
         if aid in by_id:
             tied.setdefault(i, []).append(by_id[aid])
     # the position by which every event an occurrence holds has been read
-    ready = [max([*occ[4], p.closed[i]]) for i, occ in enumerate(p.occs)]
+    ready = [max([*occ[4], p.closed[i] or 0]) for i, occ in enumerate(p.occs)]
     run_seqs = set(p.run_items)
     root = _run_span(run, p.last_ts)
     held: dict[int, Event] = {}
     own: dict[int, Event] = {}
-    records_left = True
     nxt = 0
 
     def build(i: int) -> list[Span]:
-        nonlocal records_left
         cycle, index, first, prev_ts, seqs = p.occs[i]
         items = [(s, held.pop(s)) for s in seqs]
         occ = _Occurrence(
             cycle=cycle, index=index, started=dict(items)[first], prev_ts=prev_ts, items=items
         )
-        if closed := p.closed[i]:
+        if (closed := p.closed[i]) is not None:
             occ.closed_by = (closed, own[closed] if closed in own else dict(items)[closed])
-        # _attach_records: the n-th occurrence a decision closed has the n-th proposal record
-        if occ.closed_by is not None and occ.closed_by[1].kind == "decision" and records_left:
-            rec = next(records, None)
-            if rec is None:
-                records_left = False
-            elif int(rec.get("cycle", -1)) == occ.cycle:
-                occ.record = rec
+        _take_record(occ, records)
         occ.verdicts = verdicts.get(cycle, {})
         spans = _cycle_spans(run, occ, tied.get(i, []), p.last_ts)
         for s in spans:

@@ -28,7 +28,8 @@ from .._errors import RunNotFoundError
 from .._modelcalls import MODEL_CALL
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ..store._rows import SQL_INT_MAX
-from ..trace._spans import APPROVAL_KINDS, RUN_KINDS, Span, build_spans, iter_spans
+from ..trace._spans import APPROVAL_KINDS, Span, build_spans, iter_spans
+from ..trace._window import read_window
 from ._run_json import CHUNK_CHARS, dump
 
 __all__ = [
@@ -309,51 +310,22 @@ _TAIL_PAGE = (64, 1024)
 
 def log_window(store: Store, run_id: str, cycles: int, total: int) -> LogWindow:
     """The log from the last ``decision`` before the newest ``cycles`` cycle starts on, read
-    backwards a page at a time: what draws the last ``cycles`` cycles, the same spans as the
-    whole log's tree (nothing of a cycle before the cut is in the window). ``total``: how
-    many events the log holds (its positions). The whole log when there is no such place."""
-    tail: list[Event] = []  # newest first
-    started = 0
-    # As the live tracer's window (trace/_live.py): no cycle of the window begun before the cut
-    # (an effect journaled after its cycle's decision) and no request answered in it asked
-    # before it.
-    begun: set[int] = set()
-    needed: set[int] = set()
-    asked: set[str] = set()
-    answered: set[str] = set()
-    below: int | None = None
-    size = _TAIL_PAGE[0]
-    while True:
-        page = store.events_tail(run_id, before_id=below, limit=size)
-        for ev in page:
-            if (
-                ev.kind == "decision"
-                and started >= cycles
-                and needed <= begun
-                and answered <= asked
-            ):
-                window = tail[::-1]
-                again = {e.cycle for e in window if e.kind == "cycle_started"}
-                first_id = window[0].id if window else ev.id + 1
-                return LogWindow(
-                    window,
-                    first_seq=total - len(window) + 1,
-                    after_ts=ev.ts,
-                    occurrences=store.cycle_starts(run_id, before_id=first_id, cycles=again),
-                )
-            tail.append(ev)
-            if ev.kind == "cycle_started":
-                started += 1
-                begun.add(ev.cycle)
-            elif ev.kind not in RUN_KINDS:
-                needed.add(ev.cycle)
-            aid = ev.data.get("approval_id")
-            if ev.kind in APPROVAL_KINDS and aid:
-                (asked if ev.kind == "approval_requested" else answered).add(str(aid))
-        if len(page) < size:
-            return LogWindow(tail[::-1])  # the log's start: all of it
-        below = page[-1].id
-        size = min(2 * size, _TAIL_PAGE[1])
+    backwards a page at a time (``read_window``, as the live tracer reads its window): what
+    draws the last ``cycles`` cycles, the same spans as the whole log's tree (nothing of a
+    cycle before the cut is in the window). ``total``: how many events the log holds (its
+    positions). The whole log when there is no such place."""
+    read = read_window(store, run_id, page=_TAIL_PAGE, cycles=cycles)
+    window, cut = read.events, read.cut
+    if cut is None:
+        return LogWindow(window)
+    again = {e.cycle for e in window if e.kind == "cycle_started"}
+    first_id = window[0].id if window else cut.id + 1
+    return LogWindow(
+        window,
+        first_seq=total - len(window) + 1,
+        after_ts=cut.ts,
+        occurrences=store.cycle_starts(run_id, before_id=first_id, cycles=again),
+    )
 
 
 def waterfall_html(
