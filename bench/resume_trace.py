@@ -93,14 +93,14 @@ def measure(n: int) -> dict[str, float]:
 
             conn.set_progress_handler(step, 1000)
             conn.set_trace_callback(lambda sql: work.update({"statements": on[0]}))
-        real_build = _live.build_spans
+        real_build = _live.build_window
 
         def build(*a: Any, **k: Any) -> Any:
-            spans = real_build(*a, **k)
+            spans, after = real_build(*a, **k)
             if on[0]:
                 work["events built from"] += len(a[1])
                 work["spans built"] += len(spans)
-            return spans
+            return spans, after
 
         real_committed = tracer.committed
 
@@ -120,11 +120,11 @@ def measure(n: int) -> dict[str, float]:
                 on[0] = False
 
         tracer.committed = committed  # type: ignore[method-assign]
-        _live.build_spans = build
+        _live.build_window = build
         try:
             done = rt.resume_sync(r.run_id, loop(n + 1))
         finally:
-            _live.build_spans = real_build
+            _live.build_window = real_build
     if done.cycles != n + 1:
         raise RuntimeError(f"the resume ended unexpectedly: {done.to_dict()}")
     return dict(work)

@@ -11,6 +11,8 @@ run resumed by a new process is traced as the export has it: each span once, non
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import os
 import signal
 import subprocess
@@ -37,7 +39,7 @@ from test_trace_live import _below_the_run, _offline, _Receiver, _redo_loop
 import loopwright as lw
 from loopwright.store._base import CheckpointRow
 from loopwright.store.sqlite import SQLiteStore
-from loopwright.trace import _live, otlp_trace
+from loopwright.trace import _live, otlp_trace, write_otlp
 
 _KILL_IN_EFFECT = "LW_TEST_KILL_IN_EFFECT_OF_CYCLE"
 TASK: dict[str, Any] = {"goal": "g", "artifacts": {"doc": {f"p{i}": "" for i in range(4)}}}
@@ -146,14 +148,14 @@ def _first_commit_work(db: Path, n: int, snapshot_every: int) -> Counter[str]:
                 return got
 
             setattr(store, name, read)
-        real_build = _live.build_spans
+        real_build = _live.build_window
 
         def build(*a: Any, **k: Any) -> Any:
-            spans = real_build(*a, **k)
+            spans, after = real_build(*a, **k)
             if counting[0]:
                 work["events built from"] += len(a[1])
                 work["spans built"] += len(spans)
-            return spans
+            return spans, after
 
         real_committed = tracer.committed
 
@@ -165,11 +167,11 @@ def _first_commit_work(db: Path, n: int, snapshot_every: int) -> Counter[str]:
                 counting[0] = False
 
         tracer.committed = committed  # type: ignore[method-assign]
-        _live.build_spans = build
+        _live.build_window = build
         try:
             done = rt.resume_sync(r.run_id, _loop(n + 1))
         finally:
-            _live.build_spans = real_build
+            _live.build_window = real_build
     assert (done.cycles, done.stop_reason) == (n + 1, "budget_cycles")
     assert exporter.get_finished_spans()  # the session did send
     return work
@@ -453,30 +455,10 @@ def _clock(offset: float) -> Iterator[None]:
 
 
 def _spans_sent(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """``_below_the_run`` but the times: where a session's clock steps back, the times live
-    tracing gives a cycle after a quiet commit are not yet the export's (its start is the
-    later of the events before it, which a window read from the log's end does not know)."""
-    return sorted((n, parent, *rest) for n, parent, _times, *rest in _below_the_run(spans))
-
-
-def _untimed(sent: Any) -> list[tuple[Any, ...]]:
-    """What ``_sent`` gives but the times (see ``_spans_sent``)."""
-    return sorted(
-        (
-            name,
-            parent,
-            sorted(  # (the run span's in the order of their times)
-                (
-                    (e, {k: v for k, v in a.items() if k != "loopwright.event.ts"})
-                    for e, _, a in evs
-                ),
-                key=lambda ev: (ev[1].get("loopwright.event.seq", 0), ev[0]),
-            ),
-            attrs,
-            status,
-        )
-        for name, parent, _times, evs, attrs, status in sent
-    )
+    """Every span sent complete under a run span, times included (``_below_the_run``): where
+    a session's clock steps back, live tracing and the export start a cycle no earlier than
+    the event placed before it, a time a window of the log carries or reads with it."""
+    return _below_the_run(spans)
 
 
 def _received(spans: Any) -> list[dict[str, Any]]:
@@ -505,10 +487,11 @@ def test_sessions_on_clocks_that_disagree_send_each_span_once(
     """Each session drives the run on a clock of its own (hours behind or ahead of the one
     before), drained after its second cycle (an effect every third cycle: some sessions open
     the run after one), the last to the end. Over all sessions the spans sent complete under
-    a run span are the export's, each once: none taken for sent because its times are
-    older than the earlier session's last commit, none sent again because they are newer.
+    a run span are the export's, times included, each once: none taken for sent because its
+    times are older than the earlier session's last commit, none sent again because they are
+    newer.
     And wherever a session opened the run, the window read from the log's end sends what
-    the whole log's rebuild sends."""
+    the whole log's rebuild sends, times included."""
     db = str(tmp_path / "s.db")
     provider, exporter = _provider()
     budget = 2 * len(offsets) + 1
@@ -535,8 +518,8 @@ def test_sessions_on_clocks_that_disagree_send_each_span_once(
         }
         assert [(g[0], *g[2:]) for g in got] == [(w[0], *w[2:]) for w in want]
         for seq in range(1, rt.store.get_run(run_id).last_seq + 1):
-            window = _untimed(_sent(rt.store, run_id, seq, None))
-            assert window == _untimed(_sent(rt.store, run_id, seq, monkeypatch)), seq
+            window = _sent(rt.store, run_id, seq, None)
+            assert window == _sent(rt.store, run_id, seq, monkeypatch), seq
 
 
 @pytest.mark.parametrize("offset", [3600, -3600], ids=["ahead", "behind"])
@@ -545,7 +528,7 @@ def test_a_rollback_on_another_clock_between_sessions_sends_each_span_once(
 ) -> None:
     """A person rolls the run back from a host whose clock is an hour off; the session that
     redoes the cycles runs on the first host's clock. Over the three sessions the spans sent
-    complete under a run span are the export's, each once (the redone cycles as their second
+    complete under a run span are the export's, times included, each once (the redone cycles as their second
     occurrences)."""
     db = str(tmp_path / "s.db")
     provider, exporter = _provider()
@@ -566,13 +549,6 @@ def test_a_rollback_on_another_clock_between_sessions_sends_each_span_once(
     assert _spans_sent(_received(exporter.get_finished_spans())) == _spans_sent(offline)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: after a quiet commit (and from a window read from the log's end) live "
-    "tracing starts the next cycle no earlier than the last event's time; the export, no "
-    "earlier than the latest time of the events before it: where a clock steps back they "
-    "differ (which spans are sent does not)",
-)
 def test_live_times_equal_the_exports_where_a_clock_steps_back(tmp_path: Path) -> None:
     """A run resumed on a clock an hour behind: the times of the spans sent live are the
     export's, as they are where clocks agree."""
@@ -587,6 +563,63 @@ def test_live_times_equal_the_exports_where_a_clock_steps_back(tmp_path: Path) -
     got = _below_the_run(_received(exporter.get_finished_spans()))
     want = _below_the_run(offline)
     assert [(g[0], *g[2:]) for g in got] == [(w[0], *w[2:]) for w in want]
+
+
+def test_live_times_equal_the_exports_over_clocks_stepping_back_and_forward_and_a_rollback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is created on a host two hours behind; sessions follow on hosts that step the
+    clock forward, back and forward again (each drained after a cycle or two, every time
+    after the run's creation: no time is held at its start), one escalates, and a person rolls
+    it back from a host between them; the last session redoes the cycles. Every span sent
+    complete under a run span is the export's, times included, each once; and wherever a
+    session opened the run, the window read from the log's end sends what the whole log's
+    rebuild sends, times included."""
+    db = str(tmp_path / "s.db")
+    provider, exporter = _provider()
+    escalate = [False]
+
+    def loop(budget: int, drain_at: int, rt: lw.Runtime) -> lw.Loop:
+        base = _loop(budget, lambda c: rt.drain() if c == drain_at else None)
+
+        def actor(ctx: lw.Context) -> lw.Proposal:
+            if escalate[0] and ctx.cycle == 7:
+                return lw.Proposal(escalate="a person should look")
+            return base.actor(ctx)
+
+        return dataclasses.replace(base, actor=actor)
+
+    run_id = ""
+    for offset, drain_at in [(-7200, 2), (0, 4), (-3600, 5), (-1800, 0)]:
+        escalate[0] = drain_at == 0
+        with _clock(offset), lw.Runtime(db, tracer_provider=provider) as rt:
+            lp = loop(9, drain_at, rt)
+            r = rt.resume_sync(run_id, lp) if run_id else rt.run_sync(lp, TASK)
+        run_id = r.run_id
+    assert (r.status, r.cycles) == ("escalated", 6), r.to_dict()
+    escalate[0] = False
+    with _clock(-5400), lw.Runtime(db, tracer_provider=provider) as rt:
+        assert rt.rollback(run_id, 4, by="bob", loop=loop(9, 0, rt)).status == "pending"
+    with _clock(-600), lw.Runtime(db, tracer_provider=provider) as rt:
+        done = rt.resume_sync(run_id, loop(9, 0, rt))
+        assert (done.cycles, done.stop_reason) == (9, "budget_cycles"), done.to_dict()
+        offline = _offline(otlp_trace(rt.store, run_id))
+    want = _spans_sent(offline)
+    assert [o for n, *_, o in want if n == "cycle 7"] == [1, 2]  # redone after the rollback
+    # the export keeps the steps: cycle 5 (an hour behind) starts before cycle 4 (on the
+    # clock ahead) and cycle 6 (half an hour behind), not held at the latest time before it
+    start = {(n, o): times[0] for n, _parent, times, _events, _c, o in want}
+    assert start["cycle 5", 1] < min(start["cycle 4", 1], start["cycle 6", 1])
+    got = _spans_sent(_received(exporter.get_finished_spans()))
+    assert [(g[0], *g[2:]) for g in got] == [(w[0], *w[2:]) for w in want]
+    with lw.Runtime(db) as rt:
+        for seq in range(1, rt.store.get_run(run_id).last_seq + 1):
+            window = _sent(rt.store, run_id, seq, None)
+            assert window == _sent(rt.store, run_id, seq, monkeypatch), seq
+        # the export streamed a page at a time places the cycles as the document built whole
+        out = io.StringIO()
+        write_otlp(rt.store, run_id, out)
+        assert json.loads(out.getvalue()) == otlp_trace(rt.store, run_id)
 
 
 class _LaterCheckpointTimes(SQLiteStore):

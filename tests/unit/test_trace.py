@@ -24,6 +24,7 @@ from loopwright.trace import (
     traces_url,
 )
 from loopwright.trace._otlp import _any_value, _nanos
+from loopwright.trace._spans import build_window
 
 T = 1_800_000_000.0  # a fixed epoch, so expected times are exact
 
@@ -535,3 +536,82 @@ def test_the_live_tracers_cycle_counts_hold_a_range_not_an_entry_a_cycle() -> No
     fresh.add(41)  # a window that starts at cycle 41 (a fork's, a resumed run's)
     fresh.add(42)
     assert (fresh.lo, fresh.hi, fresh.other) == (41, 42, {})
+
+
+# --- a host's clock that steps back: the time rule is local ------------------------------------
+def _drained_then_behind(behind: float) -> Log:
+    """Cycle 1 committed at +100 s on the first host, drained; resumed on a host ``behind``
+    seconds behind it, whose cycle 2 starts its actor (0.5 s) after the resume."""
+    log = Log().add(0, "run_created", 0.0).add(0, "started", 0.1)
+    log.add(1, "cycle_started", 100.0)
+    proposal(log, 1, 100.0, 0.2)
+    log.add(1, "decision", 100.0, decision="revise", improved=False)
+    log.add(1, "stopped", 100.0, reason="drained", status="running", cause=None)
+    log.add(1, "resumed", 110.0 - behind)
+    log.add(2, "cycle_started", 111.0 - behind)
+    proposal(log, 2, 111.0 - behind, 0.5)
+    log.add(2, "decision", 111.0 - behind, decision="revise", improved=False)
+    return log
+
+
+def test_a_cycle_after_a_clock_step_back_keeps_its_own_times() -> None:
+    """A cycle starts no earlier than the event placed before it (here the ``resumed`` of
+    the host behind), not the latest time before it: the cycles of a host whose clock is
+    behind are not all held at the earlier host's last time, zero seconds long."""
+    log = _drained_then_behind(50.0)
+    s = by_key(build_spans(run_record(status="running"), log.events, checkpoints(), []))
+    assert (s["cycle/2#1"].start, s["cycle/2#1"].end) == (T + 60.5, T + 61.0)
+    assert (s["cycle/2#1/actor"].start, s["cycle/2#1/actor"].end) == (T + 60.5, T + 61.0)
+    # where clocks agree the rule is the one it was (the latest time is the last one)
+    log = _drained_then_behind(0.0)
+    s = by_key(build_spans(run_record(status="running"), log.events, checkpoints(), []))
+    assert (s["cycle/2#1"].start, s["cycle/2#1"].end) == (T + 110.5, T + 111.0)
+
+
+@st.composite
+def stepping_logs(draw: st.DrawFn) -> tuple[RunRecord, list[Event], list[int]]:
+    """Sessions of one to three cycles each on a host of its own (its clock a random offset
+    from the first's, back or forward), each ended by a drain (``stopped``), some cycles
+    retried before their first commit; and the positions after each drain (where only the
+    run span is open: a live tracer's windows start there)."""
+    log = Log().add(0, "run_created", 0.0).add(0, "started", 0.01)
+    now, c, cuts = 0.01, 0, []
+    for k in range(draw(st.integers(1, 4))):
+        offset = 0.0 if k == 0 else draw(st.sampled_from([-3.0, -1.0, 0.0, 1.0, 4.0]))
+        if k:
+            log.add(c, "resumed", now + offset)
+        for _ in range(draw(st.integers(1, 3))):
+            c += 1
+            durations = draw(st.lists(st.floats(0.0, 0.5), min_size=1, max_size=3))
+            if draw(st.booleans()):  # journaled before the cycle's first commit
+                log.add(c, "retry", now + offset + 0.01, scope="actor", attempt=1)
+            now += 0.05 + sum(durations)
+            log.add(c, "cycle_started", now + offset)
+            proposal(log, c, now + offset, durations[0], f"d{c}")
+            for j, d in enumerate(durations[1:]):
+                verdict(log, c, now + offset, f"v{j}", d)
+            log.add(c, "decision", now + offset, decision="revise", improved=False)
+        log.add(c, "stopped", now + offset, reason="drained", status="running", cause=None)
+        cuts.append(len(log.events))
+    return run_record(status="running", cycle=c), log.events, cuts
+
+
+@given(stepping_logs())
+def test_windows_of_a_log_whose_clocks_step_give_the_whole_logs_times(
+    data: tuple[RunRecord, list[Event], list[int]],
+) -> None:
+    """Built a window at a time (as a live tracer does, each window after the time
+    ``build_window`` gave for the one before), every span below the run has the times it
+    has in the whole log's tree, however the hosts' clocks stepped back or forward."""
+    rec, events, cuts = data
+    whole = {s.key: (s.start, s.end) for s in build_spans(rec, events, [], []) if s.kind != "run"}
+    pieces: dict[str, tuple[float, float]] = {}
+    after: float | None = None
+    begin = 0
+    for cut in cuts:
+        spans, after = build_window(
+            rec, events[begin:cut], [], [], first_seq=begin + 1, after_ts=after
+        )
+        pieces.update({s.key: (s.start, s.end) for s in spans if s.kind != "run"})
+        begin = cut
+    assert pieces == whole

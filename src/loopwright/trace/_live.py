@@ -2,14 +2,16 @@
 
 The engine calls ``LiveTracer.committed(run_id, opened_at=…)`` after every durable commit. The
 tracer reads what the store gained since (events, the new checkpoints' records and ``fields``,
-approvals when they moved), rebuilds the spans still open with ``build_spans`` (the same
-function the offline ``otlp-json`` export uses, so names, structure and attributes have one
-source of truth; over a window of the log that starts where nothing but the run span was open — what
-came before is sent and dropped, so what a commit costs and what the tracer holds do not grow
-with the run) and turns them into SDK spans: a span is started when the tree first shows it
-(the parent's SDK span is then open, so the child gets its real parent) and ended, with its
-attributes, events and status, once the tree no longer marks it ``incomplete``. The SDK's ``BatchSpanProcessor`` and OTLP/HTTP
-exporter (retries, gzip, ``OTEL_EXPORTER_OTLP_*``) do the sending.
+approvals when they moved), rebuilds the spans still open with ``build_window`` (that is
+``build_spans``, the function the offline ``otlp-json`` export uses, so names, structure,
+attributes and times have one source of truth; over a window of the log that starts where
+nothing but the run span was open — what came before is sent and dropped, so what a commit
+costs and what the tracer holds do not grow with the run; the one time a window's first cycle
+needs from before it, the last placed event's, is carried from window to window) and turns
+them into SDK spans: a span is started when the tree first shows it (the parent's SDK span is
+then open, so the child gets its real parent) and ended, with its attributes, events and
+status, once the tree no longer marks it ``incomplete``. The SDK's ``BatchSpanProcessor`` and
+OTLP/HTTP exporter (retries, gzip, ``OTEL_EXPORTER_OTLP_*``) do the sending.
 
 Ids are the SDK's (random), not the offline export's derived ones: a live trace and an export
 agree on span names, parent/child structure, times and attributes. A run driven again after it
@@ -46,8 +48,9 @@ from ._spans import (
     RUN_KINDS,
     Span,
     SpanEvent,
-    build_spans,
+    build_window,
     exported_attributes,
+    fit_spans,
     is_client_span,
     span_event,
 )
@@ -166,7 +169,9 @@ class _RunTrace:
     last_seq: int = -1  # the seq of the last checkpoint read, and its fields
     last_fields: Mapping[str, Any] | None = None
     # Where the window starts: its first event's position in the run's log, the time of the
-    # event before it, and the cycle_started counts before it.
+    # last event placed before it (a window's first cycle starts no earlier: the export's
+    # rule, a value carried from window to window, never a maximum over the log before), and
+    # the cycle_started counts before it.
     first_seq: int = 1
     after_ts: float | None = None
     occurrences: _Counts = field(default_factory=_Counts)
@@ -255,7 +260,7 @@ class LiveTracer:
         }
         if fresh and rt.seen:
             rt.sent = self._sent_earlier(rec, rt, approvals, occurrences, opened_at)
-        spans = build_spans(
+        spans, next_ts = build_window(
             rec,
             window,
             rt.checkpoints,
@@ -269,8 +274,9 @@ class LiveTracer:
             # The run span is sent now, with its events of the windows already sent (the
             # whole log's tree has them all: the windows split it where only it was open).
             root.events[:0] = rt.run_events
-            root.events.sort(key=lambda e: (e.ts, e.attributes["loopwright.event.seq"]))
             root.end = max(root.end, rt.run_end)
+            fit_spans([root])  # those read from the log start no earlier than the run
+            root.events.sort(key=lambda e: (e.ts, e.attributes["loopwright.event.seq"]))
         self._emit(rt, spans, ending)
         if ending:
             del self._runs[run_id]  # this session stops driving the run; a later one starts afresh
@@ -282,8 +288,8 @@ class LiveTracer:
             rt.run_events.extend(root.events)
             rt.run_end = max(rt.run_end, root.end)
             rt.first_seq += len(window)
-            if window:
-                rt.after_ts = window[-1].ts
+            # the next cycle starts no earlier than the last event placed (as in the export)
+            rt.after_ts = next_ts
             rt.events, rt.checkpoints = [], []
             # a later window's cycles are other occurrences: their keys are new; its events
             # all came after what the earlier sessions had
@@ -356,6 +362,11 @@ class LiveTracer:
         first_id = window[0].id if window else cut.id + 1
         count, before = store.event_positions(run_id, before_id=first_id, skip=IN_CYCLE_KINDS)
         rolled = [ev.id for _, ev in before if ev.kind == "rolled_back"]
+        run_events = [
+            span_event(seq, ev)
+            for seq, ev in before
+            if ev.kind in RUN_KINDS or self._loose(run_id, ev, first_id, rolled)
+        ]
         rt = _RunTrace(
             events=window,
             checkpoints=[c for c in cks if c.seq > at],
@@ -365,12 +376,11 @@ class LiveTracer:
             last_fields=cks[-1].fields,
             first_seq=count + 1,
             after_ts=cut.ts,
-            run_events=[
-                span_event(seq, ev)
-                for seq, ev in before
-                if ev.kind in RUN_KINDS or self._loose(run_id, ev, first_id, rolled)
-            ],
-            run_end=cut.ts,
+            run_events=run_events,
+            # the run span ends no earlier than its events (one may be later than the cut's
+            # where a clock stepped back since); a later event of a cycle before the cut is
+            # not read (the export's run span ends no earlier than it: see docs/trace.md)
+            run_end=max([cut.ts, *(e.ts for e in run_events)]),
         )
         # A cycle the window starts that started before too (redone after a rollback): its
         # occurrence number counts those. Without a rollback, cycles before the cut are not
@@ -395,7 +405,7 @@ class LiveTracer:
         if not had:
             return set()
         answered = {str(e.data.get("approval_id")) for e in had if e.kind == "approval_decided"}
-        spans = build_spans(
+        spans, _ = build_window(
             rec,
             had,
             [c for c in rt.checkpoints if c.seq <= opened_at],

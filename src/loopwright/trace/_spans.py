@@ -44,7 +44,9 @@ __all__ = [
     "Span",
     "SpanEvent",
     "build_spans",
+    "build_window",
     "exported_attributes",
+    "fit_spans",
     "is_client_span",
     "iter_spans",
     "run_spans",
@@ -190,10 +192,39 @@ def build_spans(
     """The span tree of ``run``, parents before children (a pure function of its inputs).
 
     A live tracer builds it from a window of the log: ``events`` then start at position
-    ``first_seq``, after an event at ``after_ts``, with ``occurrences[n]`` occurrences of cycle
-    ``n`` before them, and ``checkpoints``/``approvals`` are those of the window; the spans of
-    the window's cycles are then the same as in the whole log's tree."""
-    occs, run_items, owner, last_ts = _segment(run, events, first_seq, after_ts, occurrences)
+    ``first_seq``, after an event placed at ``after_ts`` (see ``build_window``), with
+    ``occurrences[n]`` occurrences of cycle ``n`` before them, and ``checkpoints``/
+    ``approvals`` are those of the window; the spans of the window's cycles are then the same
+    as in the whole log's tree, times included."""
+    return build_window(
+        run,
+        events,
+        checkpoints,
+        approvals,
+        first_seq=first_seq,
+        after_ts=after_ts,
+        occurrences=occurrences,
+    )[0]
+
+
+def build_window(
+    run: RunRecord,
+    events: Sequence[Event],
+    checkpoints: Sequence[Checkpoint],
+    approvals: Sequence[Approval],
+    *,
+    first_seq: int = 1,
+    after_ts: float | None = None,
+    occurrences: Mapping[int, int] | None = None,
+) -> tuple[list[Span], float]:
+    """``build_spans``, and the time a window that follows this one starts after (its
+    ``after_ts``): that of the last event placed here (not one that waits for its cycle's
+    first commit), or ``after_ts`` when none was. A cycle starts no earlier than the event
+    placed before it: one value, carried from window to window, never a maximum over the
+    log before it."""
+    occs, run_items, owner, last_ts, next_ts = _segment(
+        run, events, first_seq, after_ts, occurrences
+    )
     _attach_records(occs, checkpoints)
     by_id = {a.approval_id: a for a in approvals}
 
@@ -214,7 +245,7 @@ def build_spans(
         s.attributes.setdefault("gen_ai.conversation.id", run.run_id)
     _fit(spans)
     root.events.sort(key=lambda e: (e.ts, e.attributes["loopwright.event.seq"]))
-    return spans
+    return spans, next_ts
 
 
 # --- segmentation ----------------------------------------------------------------------------
@@ -232,6 +263,9 @@ class _Plan:
     closed: list[int | None] = field(default_factory=list)
     run_items: list[int] = field(default_factory=list)
     owner: dict[str, int] = field(default_factory=dict)
+    #: the time of the last event placed (``after_ts`` where none was): where the window
+    #: that follows starts after
+    next_ts: float = 0.0
 
 
 def _plan(
@@ -243,6 +277,12 @@ def _plan(
 ) -> _Plan:
     """Where each event of the log (or of a window of it, as ``build_spans`` takes one) goes,
     by position, the events read once.
+
+    Each occurrence's ``prev_ts`` is the time of the last event placed before its
+    ``cycle_started`` (the run's creation for the first): the previous commit's, or a journal
+    entry's. The last one, not the latest: where a host's clock steps back (a session resumed
+    on a host whose clock is behind) a maximum would hold every cycle after the step at the
+    earlier host's time, and would make a window of the log depend on all of it before.
 
     Journal events (retries, effects) are written when they happen, before the commit that
     carries their cycle's ``cycle_started``: events of a cycle with no open occurrence wait for
@@ -288,11 +328,11 @@ def _plan(
         else:
             waiting.setdefault(ev.cycle, []).append(seq)
             continue
-        last_ts = max(last_ts, ev.ts)
+        last_ts = ev.ts  # the last event placed: a commit's time, or a journal entry's
     for items in waiting.values():
         run_items.extend(items)
     run_items.sort()
-    return _Plan(seq, top, occs, closed, run_items, owner)
+    return _Plan(seq, top, occs, closed, run_items, owner, last_ts)
 
 
 def _segment(
@@ -301,9 +341,10 @@ def _segment(
     first_seq: int = 1,
     after_ts: float | None = None,
     occurrences: Mapping[int, int] | None = None,
-) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence], float]:
+) -> tuple[list[_Occurrence], list[tuple[int, Event]], dict[str, _Occurrence], float, float]:
     """Split the event log into cycle occurrences and run-level events: ``_plan``'s places,
-    filled with the events; and the time of the last (the run's creation's if later)."""
+    filled with the events; the latest time (the run's creation's if later); and the time of
+    the last event placed (``after_ts`` where none was)."""
     p = _plan(run, events, first_seq, after_ts, occurrences)
     o = first_seq  # events[s - o]: the event at position s
     occs = [
@@ -318,7 +359,8 @@ def _segment(
         for (cycle, index, first, prev_ts, seqs), closed in zip(p.occs, p.closed, strict=True)
     ]
     run_items = [(s, events[s - o]) for s in p.run_items]
-    return occs, run_items, {aid: occs[i] for aid, i in p.owner.items()}, p.last_ts
+    owner = {aid: occs[i] for aid, i in p.owner.items()}
+    return occs, run_items, owner, p.last_ts, p.next_ts
 
 
 def _attach_records(occs: Sequence[_Occurrence], checkpoints: Sequence[Checkpoint]) -> None:
@@ -927,6 +969,13 @@ def _plain(v: Any) -> Any:
     if isinstance(v, list | tuple) and all(isinstance(x, str | bool | int | float) for x in v):
         return list(v)
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def fit_spans(spans: Sequence[Span]) -> None:
+    """``build_spans``'s last step on spans put together elsewhere (a live tracer's run span
+    with the events of windows sent earlier): children inside their parents, each event
+    inside its span, its recorded time kept beside it where it moved."""
+    _fit(spans)
 
 
 def _fit(spans: Sequence[Span]) -> None:
