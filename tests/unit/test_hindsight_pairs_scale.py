@@ -24,6 +24,12 @@ def _cand(i: int, rank: int | None, digest: str) -> Any:
         visible={},
         held_out={},
         **{ctx: {}},
+        # (trees after stop 38 also carry the context's id)
+        **(
+            {"context_id": f"ctx{i}"}
+            if "context_id" in _exports._Cycle.__dataclass_fields__
+            else {}
+        ),
         after=None,
     )
     return _exports._Candidate(None, cyc, {}, f"ctx{i}", rank)  # type: ignore[arg-type]

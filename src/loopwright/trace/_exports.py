@@ -14,9 +14,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
@@ -63,29 +63,40 @@ class _Cycle:
     record: dict[str, Any]
     visible: dict[str, Any]
     held_out: dict[str, Any]
-    context: dict[str, Any]
+    #: the context itself, kept only where the caller asked for it (``keep=True``)
+    context: dict[str, Any] | None
+    context_id: str
     after: dict[str, dict[str, Any]] | None
 
 
-def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
-    """Every cycle of the run that produced a proposal, in order.
+def _cycles(checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool) -> list[_Cycle]:
+    """Every cycle of the run that produced a proposal, in order, the checkpoints read once
+    in order (a store's ``iter_checkpoints`` holds a page of them, not the run).
 
     A concluded cycle has one record with its proposal and verdicts; a cycle that parked (or
     stopped during its effects) and never concluded keeps its proposal and visible verdicts in
     the checkpoint's ``pending`` entry and its held-out verdicts in the mid-cycle record.
+    ``keep=False`` (an eval case, which needs only the context's identity) keeps neither the
+    context nor the values after a cycle: a long run's cycles then hold their records alone.
     """
     out: list[_Cycle] = []
     waiting: dict[int, _Cycle] = {}
-    seen: list[Any] = [-1, None]  # the last checkpoint's context: each is read once, in order
+    # the contexts of the last two checkpoints read (i - 1 and i), each read once, in order:
+    # index -> (context or None, its id)
+    seen: dict[int, tuple[dict[str, Any], str]] = {}
+    cks: dict[int, Checkpoint] = {}  # the previous checkpoint and this one
 
-    def context(i: int) -> dict[str, Any]:
-        if seen[0] != i:
-            # read, not kept by the checkpoint: the list holds every checkpoint of the run
-            seen[:] = [i, _actor_context(checkpoints[i].read_state())]
-        ctx: dict[str, Any] = seen[1]
-        return ctx
+    def context(i: int) -> tuple[dict[str, Any], str]:
+        if i not in seen:
+            ctx = _actor_context(cks[i].read_state())
+            seen[i] = (ctx, context_id(loop_name, ctx))
+            for old in [k for k in seen if k < i - 1]:
+                del seen[old]
+        return seen[i]
 
     for i, ck in enumerate(checkpoints):
+        cks[i] = ck
+        cks.pop(i - 2, None)
         rec = ck.record
         if rec is None or i == 0:
             continue
@@ -93,6 +104,7 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
         decision = str(rec.get("decision", ""))
         if "proposal" in rec and decision in _CONCLUDED:
             start = waiting.pop(n, None)
+            before = (start.context, start.context_id) if start is not None else context(i - 1)
             out.append(
                 _Cycle(
                     cycle=n,
@@ -103,8 +115,9 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                     record=rec,
                     visible=dict(rec.get("visible") or {}),
                     held_out=dict(rec.get("held_out") or {}),
-                    context=start.context if start is not None else context(i - 1),
-                    after=context(i)["artifacts"],
+                    context=before[0] if keep else None,
+                    context_id=before[1],
+                    after=context(i)[0]["artifacts"] if keep else None,
                 )
             )
         elif decision in _MID_CYCLE and n not in waiting:
@@ -120,7 +133,8 @@ def _cycles(checkpoints: Sequence[Checkpoint]) -> list[_Cycle]:
                 record=rec,
                 visible=dict(pend.get("visible") or {}),
                 held_out=dict(rec.get("held_out") or {}),
-                context=context(i - 1),
+                context=context(i - 1)[0] if keep else None,
+                context_id=context(i - 1)[1],
                 after=None,
             )
         elif decision == "rollback":
@@ -188,9 +202,16 @@ def eval_cases(
 def eval_case(store: Store, run_id: str) -> dict[str, Any]:
     """The run (id, unique prefix or task key) as a replayable eval case."""
     rec = store.get_run(run_id)
-    cps = store.checkpoints(rec.run_id)
-    initial = TaskState.from_dict(cps[0].state)
-    final = TaskState.from_dict(cps[-1].state)
+    ends: list[Checkpoint] = []  # the first checkpoint and the last, as they are read
+
+    def each() -> Iterator[Checkpoint]:
+        for ck in store.iter_checkpoints(rec.run_id):
+            ends[1:] = [ck]  # the first stays; the last is replaced
+            yield ck
+
+    cycles = [_case_cycle(c) for c in _cycles(each(), rec.loop_name, keep=False)]
+    initial = TaskState.from_dict(ends[0].state)
+    final = TaskState.from_dict(ends[-1].state)
     case = {
         "format": EVAL_CASE_FORMAT,
         "case_id": rec.run_id,
@@ -208,7 +229,7 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
             {"run_id": rec.forked_from, "cycle": rec.forked_at} if rec.forked_from else None
         ),
         "inherited_cycles": _inherited_cycles(store, rec),
-        "cycles": [_case_cycle(rec, c) for c in _cycles(cps)],
+        "cycles": cycles,
         "status": rec.status,
         "stop_reason": rec.stop_reason,
         "best_score": rec.best_score,
@@ -224,13 +245,13 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
     return dict(redact(case))
 
 
-def _case_cycle(run: RunRecord, c: _Cycle) -> dict[str, Any]:
+def _case_cycle(c: _Cycle) -> dict[str, Any]:
     rec = c.record
     return {
         "cycle": c.cycle,
         "concluded": c.concluded,
         "decision": c.decision,
-        "context_id": context_id(run.loop_name, c.context),
+        "context_id": c.context_id,
         "proposal": c.proposal,
         "digest": c.digest,
         "duplicate": bool(rec.get("duplicate", False)),
@@ -259,10 +280,14 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
         start = concluded_at(cks, origin.run_id, run.forked_at, "forked_at")
     upto = [c for c in cks if c.seq <= start.seq]
     # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
-    own = {c.cycle: c for c in _cycles(upto) if c.concluded and c.cycle <= run.forked_at}
+    own = {
+        c.cycle: c
+        for c in _cycles(upto, origin.loop_name, keep=False)
+        if c.concluded and c.cycle <= run.forked_at
+    }
     return [
         *(c for c in _inherited_cycles(store, origin) if c["cycle"] not in own),
-        *({"run_id": origin.run_id, **_case_cycle(origin, own[n])} for n in sorted(own)),
+        *({"run_id": origin.run_id, **_case_cycle(own[n])} for n in sorted(own)),
     ]
 
 
@@ -337,9 +362,11 @@ def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate
     out = []
     for rec in runs:
         cands = []
-        for c in _cycles(store.checkpoints(rec.run_id)):
-            ctx = c.context
-            cands.append(_Candidate(rec, c, ctx, context_id(rec.loop_name, ctx), _rank(c)))
+        # checkpoints(), not a page at a time: a pair holds the contexts of its two cycles,
+        # and the states of one listing share their part values (one copy of each version)
+        for c in _cycles(store.checkpoints(rec.run_id), rec.loop_name, keep=True):
+            ctx = cast(dict[str, Any], c.context)  # kept: keep=True
+            cands.append(_Candidate(rec, c, ctx, c.context_id, _rank(c)))
         out.append(cands)
     return out
 
@@ -418,7 +445,7 @@ def _add(
     if ident in seen:
         return
     seen.add(ident)
-    base = rejected.cycle.context["artifacts"]  # the values TaskState(before).values() gives
+    base = rejected.context["artifacts"]  # the values TaskState(before).values() gives
     pairs.append(
         {
             "format": PAIR_FORMAT,
