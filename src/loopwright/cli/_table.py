@@ -193,6 +193,15 @@ def _ago(ts: float, now: float) -> str:
     return f"{int(d)}s ago"
 
 
+def _interrupted(r: RunRecord, now: float) -> str | None:
+    """A run left ``running`` by a process that died: its lease ran out and nobody took it.
+    (The status stays ``running`` until a worker or ``resume`` takes the run over; this
+    host's clock judges the lease, which on PostgreSQL the server's clock sets: a hint.)"""
+    if r.status != "running" or r.lease_expires_at is None or r.lease_expires_at >= now:
+        return None
+    return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: loopwright resume"
+
+
 def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = None) -> None:
     """The runs, one per line; ``total``: how many matched (more when only the newest show)."""
     from .._packet import run_stop_cause
@@ -205,7 +214,7 @@ def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = Non
             (r.loop_name, ""),
             (r.status, STATUS_STYLE.get(r.status, "")),
             (r.stop_reason or "-", ""),
-            (run_stop_cause(r) or "-", ""),
+            (run_stop_cause(r) or _interrupted(r, now) or "-", ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (f"{r.cost_usd:.3f}", ""),

@@ -1,0 +1,54 @@
+"""``loopwright runs``: a run whose process died says so (its status stays ``running``
+until someone takes it over, which was all the table said)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.cli._table import print_runs
+from loopwright.store import RunRecord
+
+
+def _record(tmp_path: Path) -> RunRecord:
+    loop = lw.Loop(
+        name="one",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="ok")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        result = rt.run_sync(loop, {"goal": "g", "artifacts": {"doc": {"p": ""}}}, task_key="k")
+        return rt.store.get_run(result.run_id)
+
+
+@pytest.mark.parametrize(
+    ("status", "expires_in", "hint"),
+    [
+        ("running", -600.0, True),  # its lease ran out ten minutes ago: nobody holds it
+        ("running", 600.0, False),  # held: a process is driving it
+        ("running", None, False),
+        ("awaiting_approval", -600.0, False),  # parked runs hold no lease by design
+    ],
+)
+def test_a_running_run_whose_lease_ran_out_is_called_interrupted(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    status: str,
+    expires_in: float | None,
+    hint: bool,
+) -> None:
+    rec = _record(tmp_path)
+    expires = None if expires_in is None else time.time() + expires_in
+    run = dataclasses.replace(
+        rec, status=status, stop_reason=None, ended_at=None, lease_expires_at=expires
+    )
+    print_runs([run], 1, width=400)
+    out = capsys.readouterr().out
+    said = re.search(r"interrupted\? its lease ran out \d+m ago: loopwright resume", out)
+    assert (said is not None) is hint, out
