@@ -7,6 +7,7 @@ Importing this module registers the commands on the application.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -157,9 +158,13 @@ def eval_cases_cmd(
     from ..trace import eval_cases, write_jsonl
 
     with open_existing(store) as st:
-        cases = list(eval_cases(st, project=project, loop_name=loop, run_ids=run))
-    with _output(out) as fh:
-        n = write_jsonl(cases, fh)
+        # One case at a time (a case holds its run's every cycle; a store's every case held
+        # at once grew with the store). The first is built before --out is opened, so a run
+        # that has not ended is refused without leaving a file behind.
+        cases = eval_cases(st, project=project, loop_name=loop, run_ids=run)
+        first = next(cases, None)
+        with _output(out) as fh:
+            n = write_jsonl(itertools.chain(() if first is None else (first,), cases), fh)
     _note(f"wrote {n} eval case(s)" + (f" to {out}" if out is not None else ""))
 
 
