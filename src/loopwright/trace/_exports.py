@@ -15,7 +15,8 @@ import bisect
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from .._contract import TERMINAL_STATUSES
@@ -63,13 +64,18 @@ class _Cycle:
     record: dict[str, Any]
     visible: dict[str, Any]
     held_out: dict[str, Any]
-    #: the context itself, kept only where the caller asked for it (``keep=True``)
+    #: the context itself and the values after the cycle, kept only where the caller asked
+    #: for them (``keep``)
     context: dict[str, Any] | None
     context_id: str
     after: dict[str, dict[str, Any]] | None
+    #: the position of the checkpoint it was found at: which cycle this is, across two reads
+    at: int = 0
 
 
-def _cycles(checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool) -> list[_Cycle]:
+def _cycles(
+    checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool | AbstractSet[int]
+) -> list[_Cycle]:
     """Every cycle of the run that produced a proposal, in order, the checkpoints read once
     in order (a store's ``iter_checkpoints`` holds a page of them, not the run).
 
@@ -77,8 +83,16 @@ def _cycles(checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool) ->
     stopped during its effects) and never concluded keeps its proposal and visible verdicts in
     the checkpoint's ``pending`` entry and its held-out verdicts in the mid-cycle record.
     ``keep=False`` (an eval case, which needs only the context's identity) keeps neither the
-    context nor the values after a cycle: a long run's cycles then hold their records alone.
+    context nor the values after a cycle: a long run's cycles then hold their records alone;
+    a set keeps them for the cycles found at those positions (``at``; preference pairs ask for
+    the cycles their pairs hold), and for cycles that parked (few: their context is read
+    before the position of the record that concludes them).
     """
+    parked = keep is not False
+
+    def wanted(i: int) -> bool:
+        return keep if isinstance(keep, bool) else i in keep
+
     out: list[_Cycle] = []
     waiting: dict[int, _Cycle] = {}
     # the contexts of the last two checkpoints read (i - 1 and i), each read once, in order:
@@ -115,9 +129,10 @@ def _cycles(checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool) ->
                     record=rec,
                     visible=dict(rec.get("visible") or {}),
                     held_out=dict(rec.get("held_out") or {}),
-                    context=before[0] if keep else None,
+                    context=before[0] if wanted(i) else None,
                     context_id=before[1],
-                    after=context(i)[0]["artifacts"] if keep else None,
+                    after=context(i)[0]["artifacts"] if wanted(i) else None,
+                    at=i,
                 )
             )
         elif decision in _MID_CYCLE and n not in waiting:
@@ -133,9 +148,10 @@ def _cycles(checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool) ->
                 record=rec,
                 visible=dict(pend.get("visible") or {}),
                 held_out=dict(rec.get("held_out") or {}),
-                context=context(i - 1)[0] if keep else None,
+                context=context(i - 1)[0] if parked else None,
                 context_id=context(i - 1)[1],
                 after=None,
+                at=i,
             )
         elif decision == "rollback":
             out.extend(waiting.values())
@@ -168,6 +184,28 @@ def context_id(loop_name: str, context: dict[str, Any]) -> str:
     return _hash({"loop": loop_name, "context": context})
 
 
+#: Runs listed at a time to find the ended ones (a run's row holds its task and packet: tens
+#: of KB each, a store's every row at once grew with the store).
+_RUNS_PAGE = 10
+
+
+def _ended_ids(
+    store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
+) -> list[str]:
+    """``_ended``'s runs, oldest first, by id alone: the store's runs listed a page at a time."""
+    if run_ids:
+        return [r.run_id for r in _ended(store, project, loop_name, run_ids)]
+    keys: list[tuple[float, str]] = []
+    after: tuple[float, str] | None = None
+    while True:
+        page = store.list_runs(project=project, loop_name=loop_name, limit=_RUNS_PAGE, after=after)
+        keys.extend((r.created_at, r.run_id) for r in page if r.status in TERMINAL_STATUSES)
+        if len(page) < _RUNS_PAGE:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
+    return [run_id for _at, run_id in sorted(keys)]
+
+
 def _ended(
     store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
 ) -> list[RunRecord]:
@@ -195,8 +233,8 @@ def eval_cases(
 ) -> Iterator[dict[str, Any]]:
     """One eval case per ended run (oldest first), optionally of one project or loop, or of
     the given runs (each must have ended)."""
-    for rec in _ended(store, project, loop_name, run_ids):
-        yield eval_case(store, rec.run_id)
+    for run_id in _ended_ids(store, project, loop_name, run_ids):
+        yield eval_case(store, run_id)
 
 
 def eval_case(store: Store, run_id: str) -> dict[str, Any]:
@@ -332,7 +370,7 @@ def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
 class _Candidate:
     run: RunRecord
     cycle: _Cycle
-    context: dict[str, Any]
+    context: dict[str, Any] | None  # read again for the cycles a pair holds (``_with_values``)
     context_id: str
     rank: int | None
 
@@ -359,16 +397,40 @@ def _prefers(chosen: _Candidate, rejected: _Candidate) -> bool:
 
 
 def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate]]:
-    out = []
-    for rec in runs:
-        cands = []
-        # checkpoints(), not a page at a time: a pair holds the contexts of its two cycles,
-        # and the states of one listing share their part values (one copy of each version)
-        for c in _cycles(store.checkpoints(rec.run_id), rec.loop_name, keep=True):
-            ctx = cast(dict[str, Any], c.context)  # kept: keep=True
-            cands.append(_Candidate(rec, c, ctx, c.context_id, _rank(c)))
-        out.append(cands)
-    return out
+    """Every run's cycles as candidates, by the identity of their contexts only: the contexts
+    and values of the few a pair holds are read again afterwards (``_with_values``), not kept
+    for every cycle of every run."""
+    return [
+        [
+            _Candidate(rec, c, None, c.context_id, _rank(c))
+            for c in _cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=False)
+        ]
+        for rec in runs
+    ]
+
+
+def _with_values(
+    store: Store, picked: Sequence[tuple[str, _Candidate, _Candidate]]
+) -> list[tuple[str, _Candidate, _Candidate]]:
+    """The picked pairs, their candidates given the context and values of their cycles (each
+    run read once more, keeping them for those cycles alone)."""
+    wanted: dict[str, set[int]] = {}
+    runs: dict[str, RunRecord] = {}
+    for _match, ch, rj in picked:
+        for side in (ch, rj):
+            wanted.setdefault(side.run.run_id, set()).add(side.cycle.at)
+            runs[side.run.run_id] = side.run
+    full: dict[tuple[str, int], _Cycle] = {}
+    for run_id, ats in wanted.items():
+        for cyc in _cycles(store.iter_checkpoints(run_id), runs[run_id].loop_name, keep=ats):
+            if cyc.at in ats:
+                full[(run_id, cyc.at)] = cyc
+
+    def filled(c: _Candidate) -> _Candidate:
+        cyc = full[(c.run.run_id, c.cycle.at)]
+        return replace(c, cycle=cyc, context=cyc.context)
+
+    return [(match, filled(ch), filled(rj)) for match, ch, rj in picked]
 
 
 def preference_pairs(
@@ -390,7 +452,7 @@ def preference_pairs(
     if match not in ("state", "hindsight", "both"):
         raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
     per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
-    pairs: list[dict[str, Any]] = []
+    picked: list[tuple[str, _Candidate, _Candidate]] = []
     seen: set[tuple[str, str, str]] = set()
     if match in ("state", "both"):
         groups: dict[str, list[_Candidate]] = {}
@@ -402,12 +464,12 @@ def preference_pairs(
             for ch in group:
                 for rj in group:
                     if _prefers(ch, rj):
-                        _add(pairs, seen, "state", ch, rj)
+                        _pick(picked, seen, "state", ch, rj)
     if match in ("hindsight", "both"):
         for cands in per_run:
             for rj, later in _next_better(cands):
-                _add(pairs, seen, "hindsight", later, rj)
-    return [dict(redact(p)) for p in pairs]
+                _pick(picked, seen, "hindsight", later, rj)
+    return [dict(redact(_pair(*p))) for p in _with_values(store, picked)]
 
 
 def _next_better(cands: Sequence[_Candidate]) -> Iterator[tuple[_Candidate, _Candidate]]:
@@ -432,32 +494,37 @@ def _next_better(cands: Sequence[_Candidate]) -> Iterator[tuple[_Candidate, _Can
                 break
 
 
-def _add(
-    pairs: list[dict[str, Any]],
+def _pick(
+    picked: list[tuple[str, _Candidate, _Candidate]],
     seen: set[tuple[str, str, str]],
     match: str,
     chosen: _Candidate,
     rejected: _Candidate,
 ) -> None:
-    """Append one pair in the rejected proposal's context, unless that context already has a
+    """Pick one pair in the rejected proposal's context, unless that context already has a
     pair of the same two changes."""
     ident = (rejected.context_id, chosen.cycle.digest, rejected.cycle.digest)
     if ident in seen:
         return
     seen.add(ident)
-    base = rejected.context["artifacts"]  # the values TaskState(before).values() gives
-    pairs.append(
-        {
-            "format": PAIR_FORMAT,
-            "pair_id": _hash([match, *ident], 16),
-            "match": match,
-            "loop_name": rejected.run.loop_name,
-            "context_id": rejected.context_id,
-            "context": rejected.context,
-            "chosen": _side(chosen, base),
-            "rejected": _side(rejected, base),
-        }
-    )
+    picked.append((match, chosen, rejected))
+
+
+def _pair(match: str, chosen: _Candidate, rejected: _Candidate) -> dict[str, Any]:
+    """A picked pair as written, its candidates' contexts and values read (``_with_values``)."""
+    ident = (rejected.context_id, chosen.cycle.digest, rejected.cycle.digest)
+    context = cast(dict[str, Any], rejected.context)
+    base = context["artifacts"]  # the values TaskState(before).values() gives
+    return {
+        "format": PAIR_FORMAT,
+        "pair_id": _hash([match, *ident], 16),
+        "match": match,
+        "loop_name": rejected.run.loop_name,
+        "context_id": rejected.context_id,
+        "context": context,
+        "chosen": _side(chosen, base),
+        "rejected": _side(rejected, base),
+    }
 
 
 def _side(c: _Candidate, base: dict[str, dict[str, Any]]) -> dict[str, Any]:
