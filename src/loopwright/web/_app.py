@@ -802,8 +802,10 @@ def create_app(
         data["event_kind"] = kind
         win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
         cks = data["checkpoints"]
-        if data["windowed"] and (win.after_ts is None or cks[0].created_at > win.after_ts):
-            cks = store.checkpoints_after(rid, -1)  # the drawn cycles reach before the window
+        if data["windowed"] and (win.after_ts is None or win.checkpoints(cks) is None):
+            # the drawn cycles reach before the checkpoints read (the cut's commit is not
+            # among them: found by order, a host's clock may have stepped back since)
+            cks = store.checkpoints_after(rid, -1)
         data["waterfall"] = waterfall_html(
             data["rec"],
             win.events,
