@@ -1123,7 +1123,9 @@ def create_app(
         rec, msg = act(request, run_id, how)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
-    @app.get("/api/runs/{run_id}/parts/{artifact}/{part}/versions", tags=["runs"])
+    # ``part:path``: a part's name may hold a slash (an artifact's may not), and the run page
+    # links here with it as written
+    @app.get("/api/runs/{run_id}/parts/{artifact}/{part:path}/versions", tags=["runs"])
     def api_versions(
         response: Response,
         run_id: str,
