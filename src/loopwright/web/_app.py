@@ -802,8 +802,10 @@ def create_app(
         data["event_kind"] = kind
         win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
         cks = data["checkpoints"]
-        if data["windowed"] and (win.after_ts is None or cks[0].created_at > win.after_ts):
-            cks = store.checkpoints_after(rid, -1)  # the drawn cycles reach before the window
+        if data["windowed"] and (win.after_ts is None or win.checkpoints(cks) is None):
+            # the drawn cycles reach before the checkpoints read (the cut's commit is not
+            # among them: found by order, a host's clock may have stepped back since)
+            cks = store.checkpoints_after(rid, -1)
         data["waterfall"] = waterfall_html(
             data["rec"],
             win.events,
@@ -1121,7 +1123,9 @@ def create_app(
         rec, msg = act(request, run_id, how)
         return {"run": run_summary(store.get_run(rec.run_id)), "message": msg}
 
-    @app.get("/api/runs/{run_id}/parts/{artifact}/{part}/versions", tags=["runs"])
+    # ``part:path``: a part's name may hold a slash (an artifact's may not), and the run page
+    # links here with it as written
+    @app.get("/api/runs/{run_id}/parts/{artifact}/{part:path}/versions", tags=["runs"])
     def api_versions(
         response: Response,
         run_id: str,

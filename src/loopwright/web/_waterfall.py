@@ -302,6 +302,26 @@ class LogWindow:
     first_seq: int = 1
     after_ts: float | None = None
     occurrences: dict[int, int] | None = None
+    #: the cycle of the ``decision`` the window starts after (its commit's checkpoint is the
+    #: last before the window's: ``window_checkpoints``)
+    cut_cycle: int | None = None
+
+    def checkpoints(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint] | None:
+        """Of ``checkpoints`` (a run's, oldest first), those the window's commits wrote: the
+        ones after the cut's commit's (the last whose time is the cut's, a tag matched, and
+        whose record concludes the cut's cycle). By order, not time: a host's clock may have
+        stepped back after the cut. ``None`` when the cut's commit is not among them."""
+        at = None
+        for i, c in enumerate(checkpoints):
+            rec = c.record
+            if (
+                c.created_at == self.after_ts
+                and rec is not None
+                and "proposal" in rec
+                and rec.get("cycle") == self.cut_cycle
+            ):
+                at = i
+        return None if at is None else list(checkpoints[at + 1 :])
 
 
 #: Events read at first, and at most, at a time when the page reads the log from its end.
@@ -325,6 +345,7 @@ def log_window(store: Store, run_id: str, cycles: int, total: int) -> LogWindow:
         first_seq=total - len(window) + 1,
         after_ts=cut.ts,
         occurrences=store.cycle_starts(run_id, before_id=first_id, cycles=again),
+        cut_cycle=cut.cycle,
     )
 
 
@@ -345,10 +366,12 @@ def waterfall_html(
         # the requests the window's events name (as the live tracer passes them): one made
         # before it would be drawn on the run's own row
         named = {str(e.data.get("approval_id")) for e in window.events if e.kind in APPROVAL_KINDS}
+        # the window's commits' (those timed after the cut where the cut's is not given)
+        own = window.checkpoints(checkpoints)
         spans = build_spans(
             rec,
             window.events,
-            [c for c in checkpoints if c.created_at > cut],  # the window's commits
+            [c for c in checkpoints if c.created_at > cut] if own is None else own,
             [a for a in approvals if a.approval_id in named],
             first_seq=window.first_seq,
             after_ts=cut,
