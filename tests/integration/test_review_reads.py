@@ -142,3 +142,35 @@ def test_a_run_page_filtered_to_a_kind_the_log_lacks_lists_none(url: str, kind: 
     assert got.status_code == 200, got.text[:300]
     assert "cycle_started" in got.text  # the kind list is still there
     assert f"No events of kind {kind}." in got.text
+
+
+def test_checkpoints_of_a_cycle_across_snapshots_rollbacks_and_a_fork(url: str) -> None:
+    """``checkpoints_at`` reads each snapshot's chain once for the marks built on it: with a
+    snapshot every two checkpoints and rollbacks adding checkpoints of one cycle on several
+    snapshots, every cycle's checkpoints are those ``checkpoints`` gives (seq, record, fields,
+    time, state), and so are a fork's."""
+
+    def same(store: lw.Store, rid: str) -> int:
+        whole = store.checkpoints(rid)
+        cycles = sorted({c.cycle for c in whole})
+        widest = 0
+        for n in [*cycles, 10**6]:
+            picked = store.checkpoints_at(rid, n)
+            want = [c for i, c in enumerate(whole) if i == 0 or c.cycle == n]
+            assert [(c.seq, c.cycle, c.record, dict(c.fields), c.created_at) for c in picked] == [
+                (c.seq, c.cycle, c.record, dict(c.fields), c.created_at) for c in want
+            ], n
+            assert [c.state for c in picked] == [c.state for c in want], n
+            widest = max(widest, len(picked))
+        return widest
+
+    with lw.Runtime(url, snapshot_every=2) as rt:
+        task = {"goal": "g", "artifacts": {"doc": {"p": ""}}}
+        rid = rt.run_sync(_loop(6), task, task_key="k").run_id
+        for to in (3, 5, 2):
+            rt.rollback(rid, to, by="dave")
+            rt.resume_sync(rid, _loop(9))
+        assert same(rt.store, rid) >= 4  # one cycle's checkpoints on several snapshots
+        fork = rt.fork(rid, at_cycle=3, task_key="k~3")
+        rt.resume_sync(fork.run_id, _loop(9))
+        same(rt.store, fork.run_id)
