@@ -8,6 +8,8 @@ import json
 import tracemalloc
 from pathlib import Path
 
+from support.long_loops import rejecting_loop
+
 import loopwright as lw
 from loopwright.trace import eval_case
 
@@ -15,20 +17,7 @@ PARTS = 16  # a context shows every part: the more parts, the more a kept contex
 
 
 def _loop(cycles: int) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit(
-            "doc", {f"p{ctx.cycle % PARTS}": f"draft {ctx.cycle} " + "x" * 1000}
-        )
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p0"),))
-
-    return lw.Loop(
-        name="long",
-        actor=actor,
-        verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-    )
+    return rejecting_loop(cycles, lambda n: {f"p{n % PARTS}": f"draft {n} " + "x" * 1000})
 
 
 def _case(tmp_path: Path, cycles: int) -> tuple[int, int]:

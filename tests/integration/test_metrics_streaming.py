@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TARGET, TASK, fields
+from support.long_loops import rejecting_loop
 
 import loopwright as lw
 from loopwright._metrics import compute_metrics, run_metrics, summarize
@@ -170,19 +171,10 @@ VALUE_BYTES = 4_000
 def _long_loop(cycles: int) -> lw.Loop:
     """Five parts written in turn with 4 KB values, a located finding each cycle, a
     reviewer's note now and then: a run whose rows grow with every cycle."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        value = f"{ctx.cycle:06d}" + "x" * VALUE_BYTES
-        return lw.Proposal.edit("doc", {f"p{ctx.cycle % 5}": value}, usage=lw.Usage(0.01, 10))
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p0"),))
-
-    return lw.Loop(
-        name="long",
-        actor=actor,
-        verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    return rejecting_loop(
+        cycles,
+        lambda n: {f"p{n % 5}": f"{n:06d}" + "x" * VALUE_BYTES},
+        usage=lw.Usage(0.01, 10),
     )
 
 

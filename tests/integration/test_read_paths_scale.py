@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.long_loops import rejecting_loop
 
 import loopwright as lw
 from loopwright._modelcalls import MODEL_CALL
@@ -25,18 +26,7 @@ CYCLES = 120
 
 
 def long_loop(cycles: int) -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {f"p{ctx.cycle % 3}": f"draft {ctx.cycle}"})
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "p0"),))
-
-    return lw.Loop(
-        name="long",
-        actor=actor,
-        verifiers=[lw.Check(fn=check, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-    )
+    return rejecting_loop(cycles, lambda n: {f"p{n % 3}": f"draft {n}"})
 
 
 TASK = {"goal": "long", "artifacts": {"doc": {"p0": "", "p1": "", "p2": ""}}}
