@@ -580,30 +580,25 @@ def create_app(
             msg += "; Resume the run to go on from it"
         return done, msg
 
-    def run_payload(
-        run_id: str, *, newest: int | None = None, window: int | None = None
-    ) -> dict[str, Any]:
-        """What a run's page and ``/api/runs/{id}`` show; ``newest``: of each part's versions,
-        only that many (the page's), the API lists every one; ``window``: of the checkpoints,
-        the newest that many (the page's: ``windowed`` says whether some were left out)."""
+    def run_payload(run_id: str) -> dict[str, Any]:
+        """What a run's page shows: of each part's versions, the newest ``VERSIONS_SHOWN``
+        (``/api/runs/{id}``, streamed by ``_run_json``, lists every one); of the checkpoints,
+        the newest ``CHECKPOINTS_READ`` (``windowed`` says whether some were left out)."""
+        newest, window = VERSIONS_SHOWN, CHECKPOINTS_READ
         try:
             rec = store.get_run(run_id)
         except RunNotFoundError as exc:
             raise HTTPException(404, str(exc)) from exc
         windowed = False
-        if window is None:
-            cks = store.checkpoints(rec.run_id)
-            state = cks[-1].task_state() if cks else TaskState()
+        try:
+            last = store.latest_checkpoint(rec.run_id)
+        except RunNotFoundError:
+            cks, state = [], TaskState()
         else:
-            try:
-                last = store.latest_checkpoint(rec.run_id)
-            except RunNotFoundError:
-                cks, state = [], TaskState()
-            else:
-                # records and fields of the window, no state but the newest one's
-                cks = store.checkpoints_after(rec.run_id, max(last.seq - window, -1))
-                windowed = bool(cks) and last.seq - window >= 0
-                state = last.task_state()
+            # records and fields of the window, no state but the newest one's
+            cks = store.checkpoints_after(rec.run_id, max(last.seq - window, -1))
+            windowed = bool(cks) and last.seq - window >= 0
+            state = last.task_state()
         nxt = state.next_step()
         approvals = store.approvals(run_id=rec.run_id)
         return {
@@ -777,7 +772,7 @@ def create_app(
         # What the page draws, not the whole run: the newest CHECKPOINTS_READ checkpoints
         # (timeline, chart), the log's end (events, waterfall) and counts read in the store;
         # a long run's every cycle and event are in /api/runs/{id} and `loopwright show`.
-        data = run_payload(run_id, newest=VERSIONS_SHOWN, window=CHECKPOINTS_READ)
+        data = run_payload(run_id)
         data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
         data["timeline_total"] = len(data["timeline"])
         data["timeline"] = data["timeline"][-CYCLES_SHOWN:]

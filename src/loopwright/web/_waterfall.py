@@ -303,7 +303,7 @@ class LogWindow:
     after_ts: float | None = None
     occurrences: dict[int, int] | None = None
     #: the cycle of the ``decision`` the window starts after (its commit's checkpoint is the
-    #: last before the window's: ``window_checkpoints``)
+    #: last before the window's: ``LogWindow.checkpoints``)
     cut_cycle: int | None = None
 
     def checkpoints(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint] | None:
