@@ -74,7 +74,7 @@ class _Cycle:
 
 
 def _cycles(
-    checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: bool | AbstractSet[int]
+    checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: AbstractSet[int] | None
 ) -> list[_Cycle]:
     """Every cycle of the run that produced a proposal, in order, the checkpoints read once
     in order (a store's ``iter_checkpoints`` holds a page of them, not the run).
@@ -82,21 +82,18 @@ def _cycles(
     A concluded cycle has one record with its proposal and verdicts; a cycle that parked (or
     stopped during its effects) and never concluded keeps its proposal and visible verdicts in
     the checkpoint's ``pending`` entry and its held-out verdicts in the mid-cycle record.
-    ``keep=False`` (an eval case, which needs only the context's identity) keeps neither the
-    context nor the values after a cycle: a long run's cycles then hold their records alone;
-    a set keeps them for the cycles found at those positions (``at``; preference pairs ask for
-    the cycles their pairs hold), and for cycles that parked (few: their context is read
-    before the position of the record that concludes them).
+    ``keep=None`` (an eval case, and the search for preference pairs, which need only the
+    contexts' identities) keeps neither a context nor the values after a cycle: a long run's
+    cycles then hold their records alone. A set keeps them for the cycles found at those
+    positions (``at``: the cycles preference pairs hold, read again) and reads no other
+    cycle's context (their ``context_id`` is then empty), but for cycles that parked (few:
+    their context is read before the position of the record that concludes them).
     """
-    parked = keep is not False
-
-    def wanted(i: int) -> bool:
-        return keep if isinstance(keep, bool) else i in keep
 
     out: list[_Cycle] = []
     waiting: dict[int, _Cycle] = {}
     # the contexts of the last two checkpoints read (i - 1 and i), each read once, in order:
-    # index -> (context or None, its id)
+    # index -> (context, its id)
     seen: dict[int, tuple[dict[str, Any], str]] = {}
     cks: dict[int, Checkpoint] = {}  # the previous checkpoint and this one
 
@@ -118,7 +115,13 @@ def _cycles(
         decision = str(rec.get("decision", ""))
         if "proposal" in rec and decision in _CONCLUDED:
             start = waiting.pop(n, None)
-            before = (start.context, start.context_id) if start is not None else context(i - 1)
+            wanted = keep is not None and i in keep
+            if start is not None:
+                before: tuple[dict[str, Any] | None, str] = (start.context, start.context_id)
+            elif keep is None or wanted:
+                before = context(i - 1)
+            else:
+                before = (None, "")
             out.append(
                 _Cycle(
                     cycle=n,
@@ -129,9 +132,9 @@ def _cycles(
                     record=rec,
                     visible=dict(rec.get("visible") or {}),
                     held_out=dict(rec.get("held_out") or {}),
-                    context=before[0] if wanted(i) else None,
+                    context=before[0] if wanted else None,
                     context_id=before[1],
-                    after=context(i)[0]["artifacts"] if wanted(i) else None,
+                    after=context(i)[0]["artifacts"] if wanted else None,
                     at=i,
                 )
             )
@@ -148,7 +151,7 @@ def _cycles(
                 record=rec,
                 visible=dict(pend.get("visible") or {}),
                 held_out=dict(rec.get("held_out") or {}),
-                context=context(i - 1)[0] if parked else None,
+                context=context(i - 1)[0] if keep is not None else None,
                 context_id=context(i - 1)[1],
                 after=None,
                 at=i,
@@ -247,7 +250,7 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
             ends[1:] = [ck]  # the first stays; the last is replaced
             yield ck
 
-    cycles = [_case_cycle(c) for c in _cycles(each(), rec.loop_name, keep=False)]
+    cycles = [_case_cycle(c) for c in _cycles(each(), rec.loop_name, keep=None)]
     initial = TaskState.from_dict(ends[0].state)
     final = TaskState.from_dict(ends[-1].state)
     case = {
@@ -320,7 +323,7 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
     # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
     own = {
         c.cycle: c
-        for c in _cycles(upto, origin.loop_name, keep=False)
+        for c in _cycles(upto, origin.loop_name, keep=None)
         if c.concluded and c.cycle <= run.forked_at
     }
     return [
@@ -403,7 +406,7 @@ def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate
     return [
         [
             _Candidate(rec, c, None, c.context_id, _rank(c))
-            for c in _cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=False)
+            for c in _cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=None)
         ]
         for rec in runs
     ]
