@@ -343,6 +343,12 @@ _PREFILTER_J = ("eyj",)
 _PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
 
 
+def _confirmed(low: str, passw: bool) -> bool:
+    """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
+    only then, never on the clean path)."""
+    return _TRIGGER.search(low) is not None or (passw and "passw" in low)
+
+
 def _triggered(low: str, *, passw: bool = False) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
     text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
@@ -359,13 +365,13 @@ def _triggered(low: str, *, passw: bool = False) -> bool:
         return True
     for needle in _PREFILTER_REST:
         if needle in low:
-            return _TRIGGER.search(low) is not None or (passw and "passw" in low)
+            return _confirmed(low, passw)
     if "z" in low:
         for needle in _PREFILTER_Z:
             if needle in low:
-                return _TRIGGER.search(low) is not None or (passw and "passw" in low)
+                return _confirmed(low, passw)
     if "j" in low and "eyj" in low:
-        return _TRIGGER.search(low) is not None or (passw and "passw" in low)
+        return _confirmed(low, passw)
     return False
 
 
