@@ -948,14 +948,13 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     PAGE = 32
 
     def iter_versions(self, run_id: str, ref: str) -> Iterator[Version]:
-        after, jl = 0, self._jl
+        after = 0
         while True:
-            rows = self._all(self._q.version_page, (run_id, ref, after, self.PAGE))
-            for _r, n, cycle, status, value in rows:
-                yield Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
-            if len(rows) < self.PAGE:
+            page = self.versions_page(run_id, ref, after=after, limit=self.PAGE)
+            yield from page
+            if len(page) < self.PAGE:
                 return
-            after = int(rows[-1][1])
+            after = page[-1].n
 
     def versions_page(self, run_id: str, ref: str, *, after: int, limit: int) -> list[Version]:
         jl = self._jl
@@ -975,53 +974,50 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 return
             after = int(rows[-1][0])
 
-    def iter_fields(
-        self, run_id: str
-    ) -> Iterator[tuple[int, int, dict[str, Any] | None, Mapping[str, Any]]]:
-        # A page of rows at a time, each row's fields folded on the last one's (as
-        # ``checkpoints`` folds them): no version values, no part read.
+    def _folded_pages(
+        self, run_id: str, query: str
+    ) -> Iterator[tuple[Sequence[Any], dict[str, Any] | None, Mapping[str, Any]]]:
+        """The rows of ``query`` (``seq, cycle, state, record, base``, then any more columns)
+        a page at a time, each with its record (its versions filled) and its fields folded on
+        the last row's (as ``checkpoints`` folds them): no version values, no part read."""
         after, jl = -1, self._jl
         f: Mapping[str, Any] = {}
         while True:
             with self._conn() as conn:
-                rows = conn.execute(self._q.state_page, (run_id, after, self.PAGE)).fetchall()
+                rows = conn.execute(query, (run_id, after, self.PAGE)).fetchall()
                 records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
                 self._fill_versions(conn, run_id, records)
-            for (seq, cycle, state, _raw, base), rec in zip(rows, records, strict=True):
-                own = own_fields(jl(state))
-                f = own if int(seq) == int(base) else codec_fold(f, [own])
-                yield int(seq), int(cycle), rec, f
+            for row, rec in zip(rows, records, strict=True):
+                own = own_fields(jl(row[2]))
+                f = own if int(row[0]) == int(row[4]) else codec_fold(f, [own])
+                yield row, rec, f
             if len(rows) < self.PAGE:
                 return
             after = int(rows[-1][0])
 
+    def iter_fields(
+        self, run_id: str
+    ) -> Iterator[tuple[int, int, dict[str, Any] | None, Mapping[str, Any]]]:
+        for row, rec, f in self._folded_pages(run_id, self._q.state_page):
+            yield int(row[0]), int(row[1]), rec, f
+
     def iter_checkpoints(self, run_id: str) -> Iterator[Checkpoint]:
         # As ``iter_fields``, with each row's created_at: a Checkpoint whose state is read
         # when first read (from its snapshot), whose fields are folded as the pages come.
-        after, jl = -1, self._jl
-        f: Mapping[str, Any] = {}
         loader = self._loader(run_id)
-        while True:
-            with self._conn() as conn:
-                rows = conn.execute(self._q.checkpoint_page, (run_id, after, self.PAGE)).fetchall()
-                records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
-                self._fill_versions(conn, run_id, records)
-            for (seq, cycle, state, _raw, base, at), rec in zip(rows, records, strict=True):
-                own = own_fields(jl(state))
-                f = own if int(seq) == int(base) else codec_fold(f, [own])
-                yield Checkpoint(
-                    run_id,
-                    int(seq),
-                    int(cycle),
-                    functools.partial(self._state_at, run_id, int(seq), int(base)),
-                    rec,
-                    at,
-                    loader,
-                    f,
-                )
-            if len(rows) < self.PAGE:
-                return
-            after = int(rows[-1][0])
+        for (seq, cycle, _state, _raw, base, at), rec, f in self._folded_pages(
+            run_id, self._q.checkpoint_page
+        ):
+            yield Checkpoint(
+                run_id,
+                int(seq),
+                int(cycle),
+                functools.partial(self._state_at, run_id, int(seq), int(base)),
+                rec,
+                at,
+                loader,
+                f,
+            )
 
     def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
         after, jl = -1, self._jl
