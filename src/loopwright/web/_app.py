@@ -48,7 +48,7 @@ from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._reflection import REFLECTION_KEY
 from .._spec import loop_of_run
-from .._state import TaskState, Version
+from .._state import TaskState
 from ..store import Approval, NewEvent, RunRecord, Store, open_store
 from ..store._base import with_newer
 from ._actions import ActionDeps, register_actions
@@ -75,6 +75,7 @@ from ._views import (
     decided_while_parked,
     edits_view,
     events_view,
+    held_or_stored,
     is_svg,
     journal_view,
     next_action_here,
@@ -796,18 +797,15 @@ def create_app(
         data["edits"] = edits_view([e for e in extra if e.kind == "edited"])
         data["event_kind"] = kind
         win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
-        cks = data["checkpoints"]
-        if data["windowed"] and (win.after_ts is None or win.checkpoints(cks) is None):
-            # the drawn cycles reach before the checkpoints read (the cut's commit is not
-            # among them: found by order, a host's clock may have stepped back since)
-            cks = store.checkpoints_after(rid, -1)
         data["waterfall"] = waterfall_html(
             data["rec"],
             win.events,
-            cks,
+            data["checkpoints"],
             data["approvals"],
             window=win,
             cycles_total=counts.get("cycle_started", 0),
+            # (where the window reaches before the newest checkpoints read: every one)
+            read_all=(lambda: store.checkpoints_after(rid, -1)) if data["windowed"] else None,
         )
         data["cards"] = {
             a.approval_id: approval_card(a, data["rec"], data["state"], votes=voters(a))
@@ -1147,14 +1145,12 @@ def create_app(
             raise HTTPException(404, f"run {rec.run_id} has no part {ref}")
         count = held.count
         last = min(count, after + limit)
-        got: dict[int, Version] = {}
-        if last > after:
-            got = {
-                v.n: v
-                for v in store.versions_page(rec.run_id, ref, after=after, limit=last - after)
-                if v.n <= count
-            }
-        got.update((n, v) for n, v in held.known.items() if after < n <= last)
+        got = held_or_stored(
+            held,
+            lambda: store.versions_page(rec.run_id, ref, after=after, limit=last - after),
+            after,
+            last,
+        )
         nxt = str(last) if last < count else None
         paged(
             response,
@@ -1163,7 +1159,7 @@ def create_app(
             count,
             limit=limit,
         )
-        return [dict(got[n].to_dict()) for n in range(after + 1, last + 1) if n in got]
+        return [dict(v.to_dict()) for v in got]
 
     @app.post("/api/runs/{run_id}/parts/{artifact}/{part}", tags=["runs"])
     async def api_edit(request: Request, run_id: str, artifact: str, part: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from ._views import (
     ChartPoint,
     chart_point,
     edits_view,
-    events_view,
+    event_view,
+    held_or_stored,
     journal_view,
     timeline_row,
     version_views,
@@ -61,16 +62,9 @@ def _array(items: Iterable[Any]) -> Iterator[str]:
 
 
 def _versions(store: Store, run_id: str, ref: str, part: Part) -> Iterator[Version]:
-    """Every version of ``part`` up to its count, oldest first, read a page at a time; those
-    the state holds are the newer truth (as ``Part.fill`` keeps them)."""
-    known, count = part.known, part.count
-    if all(n in known for n in range(1, count + 1)):
-        yield from (known[n] for n in range(1, count + 1))
-        return
-    for v in store.iter_versions(run_id, ref):
-        if v.n > count:  # a rollback's abandoned versions
-            break
-        yield known.get(v.n, v)
+    """Every version of ``part`` up to its count, oldest first, read a page at a time
+    (``held_or_stored``: those the state holds are the newer truth)."""
+    return held_or_stored(part, lambda: store.iter_versions(run_id, ref))
 
 
 def _artifacts(store: Store, run_id: str, state: TaskState) -> Iterator[str]:
@@ -98,7 +92,7 @@ def run_document(
     yield dump(head)[:-1]
     yield ',"journal":' + dump(journal_view(store.journal(rid)))
     yield ',"events":'
-    yield from _array(e for page in _pages(store.iter_events(rid)) for e in events_view(page))
+    yield from _array(map(event_view, store.iter_events(rid)))
     yield ',"plan":' + dump([s.to_dict() for s in state.plan])
     # the cycles with a concluding record first (a small int each): a row needs to know
     concluded = {r.get("cycle") for _s, _c, r in store.iter_records(rid) if r and "proposal" in r}
@@ -126,14 +120,3 @@ def run_document(
     yield ',"approvals":' + dump([a.to_dict() for a in approvals])
     yield ',"edits":' + dump(edits_view(store.events_of_kinds(rid, {"edited"})))
     yield ',"packet":' + dump(rec.packet) + "}"
-
-
-def _pages(events: Iterable[Any], size: int = ITEMS_A_CHUNK) -> Iterator[list[Any]]:
-    page: list[Any] = []
-    for e in events:
-        page.append(e)
-        if len(page) >= size:
-            yield page
-            page = []
-    if page:
-        yield page

@@ -34,7 +34,9 @@ __all__ = [
     "decided_while_parked",
     "edit_text",
     "edits_view",
+    "event_view",
     "events_view",
+    "held_or_stored",
     "journal_view",
     "next_action_here",
     "per_pixel",
@@ -390,19 +392,42 @@ def version_views(versions: Iterable[Version], first: int, prev: Any) -> Iterato
 
 def _newest_versions(ref: str, part: Part, first: int, read: VersionReader | None) -> list[Version]:
     """The part's versions ``first``..``count``, oldest first: those it holds and the rest
-    read with ``read`` (held versions are the newer truth, as ``Part.fill`` keeps them);
-    every version read, as ``Part.versions`` reads them, without ``read`` or when the store
-    lacks one of them."""
-    count, known = part.count, part.known
-    wanted = range(first, count + 1)
-    if read is not None and any(n not in known for n in wanted):
-        got = {v.n: v for v in read(ref, first - 1, count - first + 1) if v.n <= count}
-        got.update((n, v) for n, v in known.items() if first <= n <= count)
-        if all(n in got for n in wanted):
-            return [got[n] for n in wanted]
-    elif read is not None:
-        return [known[n] for n in wanted]
+    read with ``read`` (``held_or_stored``); every version read, as ``Part.versions`` reads
+    them, without ``read`` or when the store lacks one of them."""
+    count = part.count
+    if read is not None:
+        got = list(held_or_stored(part, lambda: read(ref, first - 1, count - first + 1), first - 1))
+        if len(got) == count - first + 1:
+            return got
     return part.versions[first - 1 :]
+
+
+def held_or_stored(
+    part: Part, read: Callable[[], Iterable[Version]], after: int = 0, last: int | None = None
+) -> Iterator[Version]:
+    """The versions of ``part`` numbered ``after + 1`` to ``last`` (its count when ``None``),
+    oldest first: those it holds, and for the others those ``read()`` gives (stored versions,
+    oldest first; read only when one is not held). Held versions are the newer truth (a held
+    version's status is the state's, as ``Part.fill`` keeps them); a rollback's abandoned
+    versions, above the count, are never given, nor is a version neither holds."""
+    known = part.known
+    last = part.count if last is None else min(last, part.count)
+    wanted = range(after + 1, last + 1)
+    if all(n in known for n in wanted):
+        yield from (known[n] for n in wanted)
+        return
+    n = after + 1  # the next number to give
+    for v in read():
+        if v.n > last:
+            break
+        if v.n < n:
+            continue
+        for held in range(n, v.n):  # (held, not stored: given all the same)
+            if held in known:
+                yield known[held]
+        yield known.get(v.n, v)
+        n = v.n + 1
+    yield from (known[m] for m in range(n, last + 1) if m in known)
 
 
 EDIT_MAX_CHARS = 200_000  # a longer value is edited with `loopwright edit --file`, not a page
@@ -606,17 +631,12 @@ def journal_view(entries: list[JournalEntry]) -> list[dict[str, Any]]:
     return rows
 
 
+def event_view(e: Event) -> dict[str, Any]:
+    return {"id": e.id, "cycle": e.cycle, "kind": e.kind, "ts": e.ts, "data": short(e.data, 240)}
+
+
 def events_view(events: list[Event]) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": e.id,
-            "cycle": e.cycle,
-            "kind": e.kind,
-            "ts": e.ts,
-            "data": short(e.data, 240),
-        }
-        for e in events
-    ]
+    return [event_view(e) for e in events]
 
 
 def esc(text: str) -> Markup:

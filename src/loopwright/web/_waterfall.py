@@ -310,7 +310,10 @@ class LogWindow:
         """Of ``checkpoints`` (a run's, oldest first), those the window's commits wrote: the
         ones after the cut's commit's (the last whose time is the cut's, a tag matched, and
         whose record concludes the cut's cycle). By order, not time: a host's clock may have
-        stepped back after the cut. ``None`` when the cut's commit is not among them."""
+        stepped back after the cut. ``None`` when the cut's commit is not among them, or the
+        window is the whole log (it has no cut)."""
+        if self.after_ts is None:
+            return None
         at = None
         for i, c in enumerate(checkpoints):
             rec = c.record
@@ -357,17 +360,25 @@ def waterfall_html(
     *,
     window: LogWindow | None = None,
     cycles_total: int | None = None,
+    read_all: Callable[[], Sequence[Checkpoint]] | None = None,
 ) -> Markup:
     """The run page's section: the SVG, and a line saying what is left out. ``window``: the
     log's end read by ``log_window`` (then ``events`` is ignored and ``checkpoints`` need
-    only cover it), of a run with ``cycles_total`` cycle starts in all."""
+    only cover it), of a run with ``cycles_total`` cycle starts in all. ``read_all``: the
+    run's every checkpoint, read when ``checkpoints`` (the newest) may not cover the window:
+    there is none, or the cut's commit is not among them."""
+    own = None if window is None else window.checkpoints(checkpoints)
+    if own is None and read_all is not None:
+        # the drawn cycles may reach before the checkpoints given (the cut's commit is not
+        # among them: found by order, a host's clock may have stepped back since)
+        checkpoints = read_all()
+        own = None if window is None else window.checkpoints(checkpoints)
     if window is not None and window.after_ts is not None:
         cut = window.after_ts
         # the requests the window's events name (as the live tracer passes them): one made
         # before it would be drawn on the run's own row
         named = {str(e.data.get("approval_id")) for e in window.events if e.kind in APPROVAL_KINDS}
-        # the window's commits' (those timed after the cut where the cut's is not given)
-        own = window.checkpoints(checkpoints)
+        # the window's commits' (those timed after the cut where the cut's is not found)
         spans = build_spans(
             rec,
             window.events,
