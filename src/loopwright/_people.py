@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ._authority import audit, check_decision, operate
 from ._contract import TERMINAL_STATUSES, Contract
@@ -526,41 +526,73 @@ def concluded_in(store: Store, run_id: str, cycle: int, field: str) -> Checkpoin
         return concluded_at(store.checkpoints_at(run_id, cycle), run_id, cycle, field)
     except ConfigError:
         pass
-    lo: int | None = None
-    hi: int | None = None
-    for i, (_seq, n, rec, fields) in enumerate(store.iter_fields(run_id)):
-        if i == 0 or (rec and "proposal" in rec and not fields.get("pending")):
-            lo = n if lo is None else min(lo, n)
-            hi = n if hi is None else max(hi, n)
-            if n == cycle:  # not among checkpoints_at's (a store of its own): as before
-                return concluded_at(store.checkpoints(run_id), run_id, cycle, field)
-    if lo is None:  # no checkpoint at all: as before
+    found, done = _concluding((_Fields(*r) for r in store.iter_fields(run_id)), cycle)
+    if found is not None or done is None:
+        # concluded, but not among checkpoints_at's (a store of its own); or no checkpoint at
+        # all: as before
         return concluded_at(store.checkpoints(run_id), run_id, cycle, field)
-    raise ConfigError(
-        f"run {run_id} has no completed checkpoint for cycle {cycle} (it has cycles {lo}..{hi})",
-        field=field,
-    )
+    raise _not_concluded(run_id, cycle, done, field)
 
 
 def concluded_at(cks: Sequence[Checkpoint], run_id: str, cycle: int, field: str) -> Checkpoint:
     """The checkpoint that concluded ``cycle`` (the initial one for cycle 0) — not a status-only
     commit or an earlier rollback that carries the same cycle number. ``field`` names the
     argument in the error when the run has no such cycle."""
-    concluded = [
-        c
-        for c in cks
-        if (c.seq == cks[0].seq)
-        or (c.record and "proposal" in c.record and not c.fields.get("pending"))
-    ]
-    found = [c for c in concluded if c.cycle == cycle]
-    if not found:
-        done = sorted({c.cycle for c in concluded})
-        raise ConfigError(
-            f"run {run_id} has no completed checkpoint for cycle {cycle} "
-            f"(it has cycles {done[0]}..{done[-1]})",
-            field=field,
-        )
-    return found[-1]
+    found, done = _concluding(cks, cycle)
+    if found is None:
+        raise _not_concluded(run_id, cycle, done, field)
+    return found
+
+
+class _Concluding(Protocol):
+    """What ``_concluding`` reads of a checkpoint."""
+
+    @property
+    def cycle(self) -> int: ...
+    @property
+    def record(self) -> dict[str, Any] | None: ...
+    @property
+    def fields(self) -> Mapping[str, Any]: ...
+
+
+class _Fields(NamedTuple):
+    """A row of ``Store.iter_fields``, read as a checkpoint."""
+
+    seq: int
+    cycle: int
+    record: dict[str, Any] | None
+    fields: Mapping[str, Any]
+
+
+_C = TypeVar("_C", bound=_Concluding)
+
+
+def _concluding(cks: Iterable[_C], cycle: int) -> tuple[_C | None, tuple[int, int] | None]:
+    """Of a run's checkpoints (oldest first), the last that concluded ``cycle`` (``None``:
+    none did), and the first and last cycles concluded (``None``: no checkpoint). The first
+    checkpoint concludes its cycle (the initial one, cycle 0); another does when its record
+    holds the cycle's proposal and its state is not parked (``pending``: its ``fields`` are
+    read only then)."""
+    found: _C | None = None
+    done: tuple[int, int] | None = None
+    for i, c in enumerate(cks):
+        rec = c.record
+        if i == 0 or (rec and "proposal" in rec and not c.fields.get("pending")):
+            n = c.cycle
+            done = (n, n) if done is None else (min(done[0], n), max(done[1], n))
+            if n == cycle:
+                found = c
+    return found, done
+
+
+def _not_concluded(
+    run_id: str, cycle: int, done: tuple[int, int] | None, field: str
+) -> ConfigError:
+    has = "no checkpoint" if done is None else f"cycles {done[0]}..{done[1]}"
+    return ConfigError(
+        f"run {run_id} has no completed checkpoint for cycle {cycle} (it has {has})",
+        field=field,
+    )
 
 
 def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:

@@ -174,3 +174,12 @@ def test_checkpoints_of_a_cycle_across_snapshots_rollbacks_and_a_fork(url: str) 
         fork = rt.fork(rid, at_cycle=3, task_key="k~3")
         rt.resume_sync(fork.run_id, _loop(9))
         same(rt.store, fork.run_id)
+
+
+def test_a_cycle_among_no_checkpoints_is_refused_by_name() -> None:
+    """``concluded_at`` of no checkpoints (its error's range taken from the first and last
+    cycles concluded) failed with IndexError; it says the run has no checkpoint, as a
+    ConfigError naming the argument."""
+    with pytest.raises(lw.ConfigError, match=r"for cycle 3 \(it has no checkpoint\)") as got:
+        concluded_at([], "r1", 3, "to_cycle")
+    assert got.value.field == "to_cycle"

@@ -632,13 +632,12 @@ def create_app(
                 ),
             ),
             "approvals": approvals,
-            "stop_words": (
-                "its request was decided; it waits to be resumed"
-                if (parked_done := decided_while_parked(rec, approvals)) is not None
-                else stop_words(rec)
-            ),
+            "stop_words": stop_words(rec, approvals),
             "resumable": rec.status not in TERMINAL_STATUSES
-            and (rec.status != "awaiting_approval" or parked_done is not None),
+            and (
+                rec.status != "awaiting_approval"
+                or decided_while_parked(rec, approvals) is not None
+            ),
             "stop_cause": stop_cause_of(rec),
             "next_here": next_action_here(rec, state, approvals),
             "terminal": rec.status in TERMINAL_STATUSES,
@@ -1068,12 +1067,7 @@ def create_app(
             state = TaskState()
         approvals = store.approvals(run_id=rec.run_id)
         run = rec.to_dict()
-        parked_done = decided_while_parked(rec, approvals)
-        run["stop_words"] = (
-            "its request was decided; it waits to be resumed"
-            if parked_done is not None
-            else stop_words(rec)
-        )
+        run["stop_words"] = stop_words(rec, approvals)
         run["stop_cause"] = stop_cause_of(rec)
         head = {
             "run": run,

@@ -473,8 +473,12 @@ def is_svg(value: Any) -> bool:
     return isinstance(value, str) and value.lstrip()[:200].lower().startswith(("<svg", "<?xml"))
 
 
-def stop_words(rec: RunRecord) -> str:
-    """The run's state or stop reason in plain words."""
+def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
+    """The run's state or stop reason in plain words; given its ``approvals``, a run parked
+    whose request was decided elsewhere (``decided_while_parked``) says it waits to be
+    resumed."""
+    if approvals is not None and decided_while_parked(rec, approvals) is not None:
+        return "its request was decided; it waits to be resumed"
     if rec.stop_reason:
         try:
             return explain(rec.stop_reason, Contract.from_dict(rec.contract))
