@@ -33,6 +33,7 @@ from loopwright.store import (
     Store,
     open_store,
 )
+from loopwright.store._live import NOTIFIED, LiveStore
 from loopwright.store._schema import SQLITE_MIGRATIONS
 
 
@@ -786,6 +787,38 @@ def test_events_in_order(store: Store) -> None:
     assert [e.kind for e in store.events(run_id, after_id=events[3].id)] == ["d", "e"]
     assert store.events(run_id, after_id=events[-1].id) == []
     assert all(isinstance(e.ts, float) for e in events)
+
+
+def test_was_notified_answers_for_its_run_key_and_target_only(store: Store) -> None:
+    """A webhook delivery's "was this posted?" (``web/_notify.py``): false until a
+    ``notified`` marker of the key for the target is in the run's log, then true for that run,
+    key and target only: not another target, another key (one that begins as it does, too),
+    another run, nor an event of another kind holding the same key and target. The store's
+    indexed read answers as the protocol's default (every marker of the run read) does."""
+    run_id, other = _create(store, "k"), _create(store, "k2")
+    asked = [
+        (run_id, "approval:ap-1", "t1"),
+        (run_id, "approval:ap-1", "t2"),
+        (run_id, "approval:ap-10", "t1"),
+        (run_id, "approval:ap-", "t1"),
+        (other, "approval:ap-1", "t1"),
+    ]
+
+    def answers() -> list[bool]:
+        got = [store.was_notified(*a) for a in asked]
+        assert got == [LiveStore.was_notified(store, *a) for a in asked]
+        return got
+
+    assert answers() == [False] * 5
+    same = {"key": "approval:ap-1", "target": "t1", "attempts": 1}
+    store.append_events(run_id, [NewEvent(1, "tick", dict(same))])  # not a marker
+    assert answers() == [False] * 5
+    store.append_events(run_id, [NewEvent(1, NOTIFIED, dict(same))])
+    assert answers() == [True, False, False, False, False]
+    # a summary's marker (one post for many requests) marks its key as delivered too
+    summary = {"key": "approval:ap-10", "target": "t1", "attempts": 2, "summary": True}
+    store.append_events(run_id, [NewEvent(1, NOTIFIED, summary)])
+    assert answers() == [True, False, True, False, False]
 
 
 def _two_runs_log(store: Store, cycles: tuple[int, ...], between: str) -> str:
