@@ -17,12 +17,12 @@ from typing import Any, cast
 from . import _decide as rules
 from . import _state as state_mod
 from . import _state_codec as codec
-from ._cycle import _effect
 from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import StaleLeaseError
 from ._exec import Execution as _Exec
 from ._exec import calls_usage, memory_shown, settle_owed
+from ._gates import _effect
 from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict

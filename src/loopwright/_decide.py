@@ -282,7 +282,7 @@ def risk_steps(
     """The rules in order, as far as they go: ``(rule, reason)`` where a rule's patterns are
     triggered (the first such is the answer), ``(rule, None)`` where its own ``check`` must be
     asked (a reason from it is the answer; none: go on to the next). The engine
-    (``Cycle._risk``) asks each check, shown copies of its own; all that is read here of the
+    (``Gates._risk``) asks each check, shown copies of its own; all that is read here of the
     arguments is read before the first step."""
     if not rules:  # most contracts declare none: nothing to gather
         return

@@ -182,7 +182,7 @@ def test_risk_steps_touches_findings_and_check() -> None:
     )
 
     custom = lw.RiskRule(name="x", check=lambda st_, p, v: "because")
-    # a rule's own check is asked (the engine calls it: Cycle._risk)
+    # a rule's own check is asked (the engine calls it: Gates._risk)
     assert list(rules.risk_steps((custom,), s, same, {}, [])) == [(custom, None)]
 
 

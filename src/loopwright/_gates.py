@@ -1,0 +1,243 @@
+"""What a cycle's proposal needs before it is applied, asked by ``Cycle._evaluate``: accepted
+work is protected (invariant 6: the proposal refused, or a person asked), each effect is put to
+the approval policy, and the contract's risk rules (their checks called with copies of their
+own); what a person approved already for the cycle is not asked again (``_need_key``).
+
+``Gates`` is the base of ``_cycle.Cycle``: each method here is called only when there is
+something to ask (accepted parts touched, effects, risk rules), so a plain cycle calls none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import _decide as rules
+from . import _json
+from ._calls import CallTimeout, call_user, hook_timeout
+from ._contract import RiskRule
+from ._effects import Effect, EffectCall
+from ._errors import ConfigError
+from ._exec import Execution as _Exec
+from ._exec import OutOfTime
+from ._host import RuntimeHost
+from ._loop import Loop
+from ._proposal import Proposal, Verdict
+from ._state import Finding, TaskState, VersionLoader, person_edit, split_ref
+from .store import NewEvent
+
+__all__ = ["Gates"]
+
+
+class Gates(RuntimeHost):
+    """The approval and risk checks of a cycle (the base of ``Cycle``)."""
+
+    def _protected(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        protected: list[str],
+        needs: list[dict[str, Any]],
+        t0: float,
+    ) -> bool | None:
+        """Accepted work is protected (invariant 6): without a policy rule for
+        overwrite_accepted the proposal is refused and the actor told why. ``None``: the
+        proposal goes on (allowed, or a person's approval added to ``needs``); else what
+        ``_cycle`` returns (the cycle concluded as refused, or the run ended)."""
+        ow = ex.loop.approvals.match("overwrite_accepted", "edit", {"parts": protected})
+        if ow is not None:
+            if ow.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"overwriting accepted {', '.join(protected)} is denied: {ow.why}",
+                    unverified=proposal.to_dict(),
+                )
+            if ow.action == "require":
+                needs.append(
+                    {
+                        "kind": "overwrite_accepted",
+                        "rule": ow.rule,
+                        "why": ow.why,
+                        "what": f"overwrite accepted {', '.join(protected)}",
+                        "expires_after_s": ow.expires_after_s,
+                    }
+                )
+            return None
+        # no rule for it: refused, the actor told why (a person's edit: the run escalates)
+        s = ex.state
+        edits = [(ref, e) for ref in protected if (e := person_edit(s, ref)) is not None]
+        if edits:
+            # The loop would change what a person wrote: that is the person's call, not a
+            # cycle to retry until the budget runs out.
+            who = "; ".join(
+                f"{e.get('by')}'s version of {ref} (v{e.get('version')})" for ref, e in edits
+            )
+            ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause=f"the loop proposes to change {who} — a person's edit is not overwritten "
+                "by the loop: edit the part again, roll back, or approve an overwrite",
+                unverified=proposal.to_dict(),
+            )
+        s.findings = [f for f in s.findings if f.dimension != "protected"] + [
+            Finding(
+                f"{ref} is accepted and may not be changed",
+                *split_ref(ref),
+                dimension="protected",
+                verifier="loopwright",
+            )
+            for ref in protected
+        ]
+        ex.events.append(NewEvent(n, "proposal_refused", {"parts": protected}))
+        return self._conclude(
+            ex, n, proposal, digest, {}, {}, t0, decision="refused", duplicate=True
+        )
+
+    def _effect_needs(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        calls: list[EffectCall],
+        given: set[tuple[str, ...]],
+        needs: list[dict[str, Any]],
+        t0: float,
+    ) -> bool:
+        """Each of the effects to run put to the approval policy: a denied one ends the run
+        (``True``); one a person must approve is added to ``needs``, unless approved already
+        (``given``) or by the loop's own record (``_earned``)."""
+        loop = ex.loop
+        for c in calls:
+            eff = _effect(loop, c)
+            d = loop.approvals.decide(eff.kind, eff.name, c.args)
+            if d.action == "deny":
+                return self._abort(
+                    ex,
+                    t0,
+                    "escalated",
+                    cause=f"{eff.describe(c.args)} is denied by the approval policy: {d.why}",
+                    evidence={"effect": c.to_dict(), "rule": d.rule},
+                    unverified=proposal.to_dict(),
+                )
+            if d.action == "require":
+                who = dict(d.who or {})
+                need = {
+                    "kind": "effect",
+                    "effect": eff.name,
+                    # the call as its digest sees it: the same after a JSON round trip
+                    "call": hashlib.sha256(c.canonical().encode()).hexdigest()[:16],
+                    "effect_kind": eff.kind,
+                    "amount": c.args.get(str(who.get("field") or "amount")),
+                    "rule": d.rule,
+                    "why": d.why,
+                    "what": eff.describe(c.args),
+                    "expires_after_s": d.expires_after_s,
+                    "who": who or None,
+                }
+                if given and _approved(need, given):
+                    continue  # a person approved it already (judged again after an edit)
+                earned, standing = self._earned(ex, n, eff, c, d)
+                if earned:
+                    continue  # approved by the loop's own record (docs/permissions.md)
+                if standing:
+                    need["why"] = f"{d.why}; {standing}"
+                needs.append(need)
+        return False
+
+    async def _risk(
+        self,
+        ex: _Exec,
+        candidate: TaskState,
+        proposal: Proposal,
+        visible: dict[str, Verdict],
+        loader: VersionLoader,
+    ) -> tuple[RiskRule, str] | None:
+        """The first risk rule this proposal triggers, with the reason in words: the rules'
+        patterns read (``rules.risk_steps``), each rule's own check called as the reflector
+        is (in a thread when sync, under ``hook_timeout``: the actor's timeout or the time
+        budget left), so a check that blocks cannot hold the run. Raises ``RiskCheckFailed``
+        (the check raised or timed out: the run escalates) or ``OutOfTime`` (the time budget
+        ran out before or during the check: a ``budget_time`` stop). A check abandoned after
+        its timeout may still return, in its thread: nothing waits for what it says. Each
+        check is shown copies of its own (``_risk_copies``, made only for a check): what one
+        changes in place, neither the cycle nor the next rule's check judges."""
+        loop = ex.loop
+        for rule, why in rules.risk_steps(
+            ex.contract.risk, candidate, proposal, visible, loop.verifiers
+        ):
+            if why is None:
+                state, mine, verdicts = _risk_copies(candidate, loader, proposal, visible)
+                check = rule.check
+                assert callable(check)  # risk_steps asks only a rule with a check to call
+                left = None if ex.deadline is None else ex.deadline - time.time()
+                who = f"the check of risk rule {rule.name!r}"
+                if left is not None and left <= 0:
+                    raise OutOfTime(f"the time budget ran out before {who} could be called")
+                limit = hook_timeout(loop.actor_timeout_s, left)
+                try:
+                    # copies of its own: a check left running changes nothing of the cycle's
+                    got, _ = await call_user(
+                        check,
+                        state,
+                        mine,
+                        verdicts,
+                        timeout=limit,
+                        threaded=ex.threaded,
+                    )
+                except CallTimeout as exc:
+                    if left is not None and left <= limit:  # the budget's end cut it off
+                        raise OutOfTime(f"the time budget ran out during {who}") from None
+                    raise rules.RiskCheckFailed(rule.name, exc) from None
+                except Exception as exc:  # user code: the run escalates, naming the rule
+                    raise rules.RiskCheckFailed(rule.name, exc) from exc
+                if not got:
+                    continue
+                why = str(got)
+            return rule, why
+        return None
+
+
+def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:
+    """What a request asked a person about: the same need judged again is the same key (an
+    effect's by its call's canonical form: its description is of the arguments as given, and
+    a proposal read back from the store has lists for tuples, strings for integer keys)."""
+    base = tuple(str(need.get(k)) for k in ("kind", "rule", "effect"))
+    call = need.get("call")
+    return (*base, "call", str(call)) if call else (*base, "what", str(need.get("what")))
+
+
+def _approved(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
+    """Whether a person approved ``need`` already: by its call, or by its description when
+    the approval was asked before needs carried their call (a run parked across an upgrade)."""
+    if _need_key(need) in given:
+        return True
+    return bool(need.get("call")) and _need_key({**need, "call": None}) in given
+
+
+def _effect(loop: Loop, call: EffectCall) -> Effect:
+    eff = loop.effect(call.name)
+    if eff is None:  # checked when the proposal arrived; a resumed run checks it again
+        raise ConfigError(f"this loop declares no effect {call.name!r}", field="effects")
+    return eff
+
+
+def _risk_copies(
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, visible: Mapping[str, Verdict]
+) -> tuple[TaskState, Proposal, dict[str, Verdict]]:
+    """A risk rule's check's arguments: its own copies of the candidate, the proposal and the
+    verdicts."""
+    return candidate.detached(loader), proposal.owned(), _verdict_copies(visible)
+
+
+def _verdict_copies(verdicts: Mapping[str, Verdict]) -> dict[str, Verdict]:
+    """A risk rule's check's own copy of the verdicts, as the record will hold them."""
+    raw = _json.round_trip({k: v.to_dict() for k, v in verdicts.items()})
+    return {k: Verdict.from_dict(v) for k, v in raw.items()}
