@@ -17,7 +17,6 @@ import asyncio
 import cProfile
 import json
 import os
-import pstats
 import tempfile
 
 from long_runs import TASK, Stamps, make_loop
@@ -40,10 +39,19 @@ def profile(n: int) -> dict[str, tuple[int, float]]:
         raise RuntimeError(f"benchmark run ended unexpectedly: {r.to_dict()}")
     home = os.path.dirname(lw.__file__)
     out: dict[str, tuple[int, float]] = {}
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    for (path, line, name), (_cc, calls, own, _cum, _callers) in stats.items():
-        where = os.path.relpath(path, home) if "loopwright" in path else os.path.basename(path)
-        out[f"{where}:{line}({name})"] = (calls, own)
+    # Summed over getstats()'s entries, one per code object: pstats keys functions by
+    # (file, line, name) and keeps only the last of those that share one (the record codec's
+    # generated `<string>:1(drop)` functions), which made the total drift between runs.
+    for entry in prof.getstats():
+        code = entry.code
+        if isinstance(code, str):  # a built-in: cProfile gives its description
+            key = f"~:0({code})"
+        else:
+            path = code.co_filename
+            where = os.path.relpath(path, home) if "loopwright" in path else os.path.basename(path)
+            key = f"{where}:{code.co_firstlineno}({code.co_name})"
+        calls, own = out.get(key, (0, 0.0))
+        out[key] = (calls + entry.callcount, own + entry.inlinetime)
     return out
 
 
