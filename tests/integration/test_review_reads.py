@@ -183,3 +183,75 @@ def test_a_cycle_among_no_checkpoints_is_refused_by_name() -> None:
     with pytest.raises(lw.ConfigError, match=r"for cycle 3 \(it has no checkpoint\)") as got:
         concluded_at([], "r1", 3, "to_cycle")
     assert got.value.field == "to_cycle"
+
+
+@lw.effect("spend", name="pay", requires_success=False)
+def _pay(amount: int) -> dict[str, int]:
+    return {"paid": amount}
+
+
+def _slashed(cycles: int, park_at: int | None = None) -> lw.Loop:
+    """Two parts, one named with a slash; a payment a person approves at ``park_at``."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        pay = (_pay.call(amount=500),) if ctx.cycle == park_at else ()
+        return lw.Proposal(
+            edits=(lw.Edit("doc", "a/b", f"draft {ctx.cycle}"), lw.Edit("doc", "c", ctx.cycle)),
+            effects=pay,
+        )
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        open_ = (lw.Finding("open", "doc", "a/b"), lw.Finding("open", "doc", "c"))
+        return lw.Verdict(passed=False, score=0.5, findings=open_)
+
+    return lw.Loop(
+        name="slashed",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        effects=[_pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require", name="big"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+def test_the_paged_reads_at_every_page_boundary(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``iter_fields``, ``iter_checkpoints`` (one paged reader, ``_folded_pages``) and
+    ``iter_versions`` (through ``versions_page``) give what ``checkpoints`` and ``versions``
+    give whole, with pages of 1, 2 and 3 rows and of exactly the rows' number and one either
+    side of it (the last page full, then an empty one): fields folded across pages on
+    snapshots every two checkpoints, rollbacks, a fork, a cycle parked for a person, a part
+    whose name holds a slash, and a rollback's abandoned versions above a part's count."""
+    task = {"goal": "g", "artifacts": {"doc": {"a/b": "", "c": 0}}}
+    with lw.Runtime(url, snapshot_every=2) as rt:
+        rid = rt.run_sync(_slashed(9, park_at=4), task, task_key="k").run_id
+        assert rt.store.get_run(rid).status == "awaiting_approval"
+        rt.approve(rid, by="alice")
+        rt.resume_sync(rid, _slashed(9))
+        rt.rollback(rid, 6, by="dave")
+        rt.resume_sync(rid, _slashed(12))
+        fork = rt.fork(rid, at_cycle=5, task_key="k~5").run_id
+        rt.resume_sync(fork, _slashed(8))
+        rt.rollback(rid, 3, by="dave")  # versions above the count abandoned, not resumed
+        store = rt.store
+        for run_id in (rid, fork):
+            whole = store.checkpoints(run_id)
+            assert any(c.fields.get("pending") for c in whole) == (run_id == rid)
+            versions = {ref: store.versions(run_id, ref) for ref in ("doc/a/b", "doc/c")}
+            if run_id == rid:  # the last rollback left versions above the part's count
+                part = store.latest_checkpoint(rid).task_state().part("doc/a/b")
+                assert part is not None and versions["doc/a/b"][-1].n > part.count
+            sizes = {len(whole), *(len(vs) for vs in versions.values())}
+            pages = {1, 2, 3, *sizes, *(n - 1 for n in sizes), *(n + 1 for n in sizes)}
+            assert min(sizes) > 4, sizes  # every read crosses pages
+            for page in sorted(pages):
+                monkeypatch.setattr(store, "PAGE", page, raising=False)
+                assert [(s, n, r, dict(f)) for s, n, r, f in store.iter_fields(run_id)] == [
+                    (c.seq, c.cycle, c.record, dict(c.fields)) for c in whole
+                ], page
+                paged = list(store.iter_checkpoints(run_id))
+                assert [
+                    (c.seq, c.cycle, c.record, dict(c.fields), c.created_at) for c in paged
+                ] == [(c.seq, c.cycle, c.record, dict(c.fields), c.created_at) for c in whole], page
+                assert [c.state for c in paged] == [c.state for c in whole], page
+                for ref, vs in versions.items():
+                    assert list(store.iter_versions(run_id, ref)) == vs, (page, ref)
