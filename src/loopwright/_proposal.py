@@ -14,6 +14,7 @@ from typing import Any, Literal
 from . import _shapes as shapes
 from ._effects import EffectCall, _canon
 from ._errors import ConfigError
+from ._frozen import quick_init
 from ._json import is_text, not_text, owned_copy
 from ._question import Question
 from ._redact import redact
@@ -29,6 +30,7 @@ __all__ = ["Context", "Edit", "Proposal", "Remaining", "Verdict"]
 _NO_PLAN: Mapping[str, str] = MappingProxyType({})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Edit:
     """A new value for one named part of one artifact: the unit of local repair."""
@@ -60,6 +62,7 @@ class Edit:
         return part_ref(self.artifact, self.part)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Proposal:
     """An actor's proposal for one cycle.
@@ -325,6 +328,7 @@ def _settled(value: Any) -> bool:
     return kind is int or kind is bool or value is None or (kind is float and math.isfinite(value))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A verifier's judgement of the candidate state after a proposal.
@@ -431,6 +435,7 @@ class Verdict:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Remaining:
     """Budget left before this cycle; ``None`` means unlimited."""
@@ -441,6 +446,7 @@ class Remaining:
     seconds: float | None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Context:
     """What an actor sees at the start of a cycle. Built from the state alone, never from

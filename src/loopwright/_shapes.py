@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ._errors import ConfigError
+from ._frozen import twin_of
 
 __all__ = ["optional", "stored", "text", "tuple_of"]
 
@@ -23,10 +24,18 @@ def stored(cls: type[T], *values: Any) -> T:
     """An instance of the frozen dataclass ``cls`` from its field values as recorded (a store,
     a trace), in field order: not checked again, so what an older release accepted (a finding
     of severity "info", an effect key that is a number) still loads."""
-    obj = object.__new__(cls)
+    twin = twin_of(cls)
+    if twin is None:
+        obj = object.__new__(cls)
+        for name, value in zip(_names(cls), values, strict=True):
+            object.__setattr__(obj, name, value)
+        return obj
+    # built as its twin (``_frozen.quick_init``): plain attribute stores, then its own class
+    built = object.__new__(twin)
     for name, value in zip(_names(cls), values, strict=True):
-        object.__setattr__(obj, name, value)
-    return obj
+        setattr(built, name, value)
+    built.__class__ = cls
+    return cast(T, built)
 
 
 _NAMES: dict[type, tuple[str, ...]] = {}

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, cast, get_args
 from . import _json
 from . import _shapes as shapes
 from ._errors import ConfigError
+from ._frozen import quick_init
 from ._usage import Usage
 
 __all__ = [
@@ -315,6 +316,7 @@ class Artifact:
         return cls(name, {p.name: p for p in parts})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A located problem: which artifact, which part, which dimension, and what is wrong.

@@ -6,9 +6,10 @@ import math
 import numbers
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ._errors import ConfigError
+from ._frozen import quick_init, twin_of
 
 __all__ = ["MAX_TOKENS", "Usage"]
 
@@ -21,6 +22,7 @@ refused where it is made, so no reported value can fail a commit (SQLite's INTEG
 2**63 - 1)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Spend of one call (or a sum of calls).
@@ -61,28 +63,37 @@ class Usage:
         """A usage as recorded (a store, a trace, a sum of checked usages): not checked again,
         so what an older release accepted still loads."""
         # (``shapes.stored`` written out: a cycle adds up usages a few times)
-        obj = object.__new__(cls)
-        _set(obj, "cost_usd", cost_usd)
-        _set(obj, "tokens", tokens)
-        _set(obj, "seconds", seconds)
-        return obj
+        if cls is not Usage:  # a subclass: its own layout
+            sub = object.__new__(cls)
+            _set(sub, "cost_usd", cost_usd)
+            _set(sub, "tokens", tokens)
+            _set(sub, "seconds", seconds)
+            return sub
+        obj = _new(_TWIN)
+        obj.cost_usd = cost_usd
+        obj.tokens = tokens
+        obj.seconds = seconds
+        obj.__class__ = Usage
+        return cast(Usage, obj)
 
     def __add__(self, other: Usage) -> Usage:
-        obj = object.__new__(Usage)
-        _set(obj, "cost_usd", self.cost_usd + other.cost_usd)
-        _set(obj, "tokens", self.tokens + other.tokens)
-        _set(obj, "seconds", self.seconds + other.seconds)
-        return obj
+        obj = _new(_TWIN)
+        obj.cost_usd = self.cost_usd + other.cost_usd
+        obj.tokens = self.tokens + other.tokens
+        obj.seconds = self.seconds + other.seconds
+        obj.__class__ = Usage
+        return cast(Usage, obj)
 
     def add_seconds(self, seconds: float) -> Usage:
         """``self + Usage(seconds=seconds)`` for a measured duration (a ``perf_counter``
         difference: finite and ≥ 0), without building and checking that usage: every cycle
         adds its duration."""
-        obj = object.__new__(Usage)
-        _set(obj, "cost_usd", self.cost_usd + 0.0)  # as __add__ with a cost of 0.0
-        _set(obj, "tokens", self.tokens + 0)
-        _set(obj, "seconds", self.seconds + seconds)
-        return obj
+        obj = _new(_TWIN)
+        obj.cost_usd = self.cost_usd + 0.0  # as __add__ with a cost of 0.0
+        obj.tokens = self.tokens + 0
+        obj.seconds = self.seconds + seconds
+        obj.__class__ = Usage
+        return cast(Usage, obj)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cost_usd": self.cost_usd, "tokens": self.tokens, "seconds": self.seconds}
@@ -96,6 +107,11 @@ class Usage:
             int(data.get("tokens", 0)),
             float(data.get("seconds", 0.0)),
         )
+
+
+_new = object.__new__
+# Usage's twin (``_frozen.quick_init``): the engine's sums built with plain attribute stores.
+_TWIN: Any = twin_of(Usage)
 
 
 def _amount(value: Any, name: str) -> float:

@@ -24,6 +24,7 @@ from .._errors import (
     StaleLeaseError,
     StoreError,
 )
+from .._frozen import quick_init
 from .._json import dumps
 from .._record_codec import fill_versions
 from .._record_codec import unpack as unpack_record
@@ -328,6 +329,7 @@ class Approval:
 VersionRow = tuple[str, int, int, str, Any]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CommitRequest:
     """One run's cycle commit, for ``Store.commit_many`` (the arguments of ``commit``).
@@ -363,6 +365,7 @@ class CommitRequest:
     cleared: Sequence[str] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewEvent:
     cycle: int
