@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -201,8 +202,15 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         self.store: Store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
         self.owner = owner or _owner()
-        if lease_ttl_s <= 0:
-            raise ConfigError("must be positive", field="lease_ttl_s")
+        if (
+            isinstance(lease_ttl_s, bool)
+            or not isinstance(lease_ttl_s, int | float)
+            or not 0 < lease_ttl_s < math.inf
+        ):  # (a NaN lease never ran out: every comparison with it is false)
+            raise ConfigError(
+                f"must be a positive, finite number of seconds, got {lease_ttl_s!r}",
+                field="lease_ttl_s",
+            )
         self.lease_ttl_s = lease_ttl_s
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ConfigError("must be a whole number of checkpoints", field="snapshot_every")
@@ -264,6 +272,11 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         """Create the run for ``task_key`` (or return the existing one) without executing it.
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
+        _check_loop(loop)
+        if task is not None and not isinstance(task, Mapping):
+            raise ConfigError(
+                f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
+            )
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
         task = dict(redact(dict(task or {})))
@@ -363,6 +376,15 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         key_of: Callable[[Mapping[str, Any], int], str] | None = None,
     ) -> list[RunResult]:
         """Run many tasks concurrently in this process (at most ``concurrency`` at once)."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise ConfigError(
+                f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
+            )
+        if isinstance(tasks, Mapping | str | bytes) or not isinstance(tasks, Iterable):
+            raise ConfigError(
+                f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
+            )
+        _check_loop(loop)
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
@@ -376,6 +398,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
+        _check_loop(loop)
         rec = self.store.get_run(run_id)
         if other_loop(loop, rec.loop_name, rec.spec_ref):
             if token is not None:
@@ -614,3 +637,10 @@ def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     coro.close()
     raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
+
+
+def _check_loop(loop: Any) -> None:
+    """A ``Loop`` given where one is expected, else a ``ConfigError`` saying what was given
+    (not an ``AttributeError`` from deep inside the run)."""
+    if not isinstance(loop, Loop):
+        raise ConfigError(f"must be a loopwright.Loop, got {type(loop).__name__}", field="loop")

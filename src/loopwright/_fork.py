@@ -37,6 +37,7 @@ from ._redact import redact
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import NewEvent, RunRecord
+from .store._base import with_newer
 
 __all__ = ["Forking", "what_changed"]
 
@@ -76,8 +77,6 @@ class Forking(RuntimeHost):
         ck = concluded_in(self.store, rec.run_id, at_cycle, "at_cycle")
         refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")
         state = ck.task_state()
-        for _ref, part in state.iter_parts():
-            part.versions  # noqa: B018 - every version up to that cycle travels with the fork
         state.pending = None
         state.next_action = "resume"
         state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
@@ -92,22 +91,36 @@ class Forking(RuntimeHost):
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_marginal_return_only()  # as a loop refuses it
-        new, created = self.store.create_run(
-            run_id=uuid.uuid4().hex[:16],
-            task_key=key,
-            loop_name=loop.name if loop is not None else rec.loop_name,
-            project=rec.project,
-            spec_ref=loop.spec_ref if loop is not None else rec.spec_ref,
-            loop_version=loop.version if loop is not None else rec.loop_version,
-            contract=chosen.to_dict() if chosen is not None else rec.contract,
-            task=rec.task,
-            initial_state=head(state),
-            initial_versions=unwritten_versions(state, {})[0],
-            forked_from=(rec.run_id, at_cycle),
-            inherited=inherited,
-            initial_rejected=rejected,
-            created_by=by.strip() if by and by.strip() else None,
+        args: dict[str, Any] = {
+            "run_id": uuid.uuid4().hex[:16],
+            "task_key": key,
+            "loop_name": loop.name if loop is not None else rec.loop_name,
+            "project": rec.project,
+            "spec_ref": loop.spec_ref if loop is not None else rec.spec_ref,
+            "loop_version": loop.version if loop is not None else rec.loop_version,
+            "contract": chosen.to_dict() if chosen is not None else rec.contract,
+            "task": rec.task,
+            "initial_state": head(state),
+            "initial_versions": unwritten_versions(state, {})[0],
+            "forked_from": (rec.run_id, at_cycle),
+            "inherited": inherited,
+            "initial_rejected": rejected,
+            "created_by": by.strip() if by and by.strip() else None,
+        }
+        # Every version up to that cycle travels with the fork: the store copies its rows
+        # (the versions held in memory written over them), none read into Python — a fork of
+        # a long run held its every version (19.7 MiB at 2,000 cycles of 20 KB values, 2.3
+        # at 200). A store whose create_run predates copy_versions is given them all.
+        copies = [(rec.run_id, ref, part.count) for ref, part in state.iter_parts()]
+        made: tuple[RunRecord, bool] | None = with_newer(
+            self.store.create_run, args, {"copy_versions": copies or None}
         )
+        if made is None:
+            for _ref, part in state.iter_parts():
+                part.versions  # noqa: B018 - read from the store
+            args["initial_versions"] = unwritten_versions(state, {})[0]
+            made = self.store.create_run(**args)
+        new, created = made
         if not created:
             raise ConfigError(f"task key {key!r} is taken by run {new.run_id}", field="task_key")
         return new

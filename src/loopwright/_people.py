@@ -354,8 +354,13 @@ class Decisions(RuntimeHost):
         cycles after it rejected is forgotten (they may be tried again). The
         compensations of effects completed after that cycle are offered through the approval
         policy (``loop`` names them) and run on the next ``resume``."""
-        if not by or not by.strip():
+        if not isinstance(by, str) or not by.strip():
             raise ConfigError("a rollback needs the name of who asked for it", field="by")
+        if isinstance(to_cycle, bool) or not isinstance(to_cycle, int):
+            # (a number out of range is refused below, naming the run's cycles)
+            raise ConfigError(
+                f"must be a cycle number, got {type(to_cycle).__name__}", field="to_cycle"
+            )
         rec = self.store.get_run(run_id)
         operate(self.store, by, "rollback", f"run {rec.run_id}", origin=origin, to_cycle=to_cycle)
         try:

@@ -50,6 +50,10 @@ def part_ref(artifact: str, part: str) -> str:
 
 def split_ref(ref: str) -> tuple[str, str]:
     """Split ``artifact/part`` into its two names."""
+    if not isinstance(ref, str):
+        raise ConfigError(
+            f"a part reference is text that looks like 'artifact/part', not {type(ref).__name__}"
+        )
     artifact, sep, part = ref.partition("/")
     if not sep or not artifact or not part:
         raise ConfigError(f"part reference {ref!r} must look like 'artifact/part'")

@@ -7,7 +7,6 @@ Importing this module registers the commands on the application.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -155,16 +154,18 @@ def eval_cases_cmd(
     with its visible and held-out verdicts, the stop reason, the human decisions and the final
     accepted artifacts.
     """
-    from ..trace import eval_cases, write_jsonl
+    from ..trace import ended_run_ids, write_eval_case
 
     with open_existing(store) as st:
-        # One case at a time (a case holds its run's every cycle; a store's every case held
-        # at once grew with the store). The first is built before --out is opened, so a run
-        # that has not ended is refused without leaving a file behind.
-        cases = eval_cases(st, project=project, loop_name=loop, run_ids=run)
-        first = next(cases, None)
+        # One case at a time, each written as its cycles are read (a case holds its run's
+        # every cycle; a store's every case held at once grew with the store). The runs are
+        # listed before --out is opened, so a run that has not ended is refused without
+        # leaving a file behind.
+        ids = ended_run_ids(st, project=project, loop_name=loop, run_ids=run)
         with _output(out) as fh:
-            n = write_jsonl(itertools.chain(() if first is None else (first,), cases), fh)
+            for run_id in ids:
+                write_eval_case(st, run_id, fh)
+    n = len(ids)
     _note(f"wrote {n} eval case(s)" + (f" to {out}" if out is not None else ""))
 
 

@@ -485,9 +485,16 @@ class Store(LiveStore, PeopleStore, ABC):
         inherited: Sequence[JournalEntry] = (),
         initial_rejected: Sequence[tuple[str, int]] = (),
         created_by: str | None = None,
+        copy_versions: Sequence[tuple[str, str, int]] = (),
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
+
+        ``copy_versions`` (a fork's: ``(origin_run_id, ref, upto)`` each) copies the origin's
+        stored versions 1..``upto`` of part ``ref`` to the new run, in the same transaction,
+        before ``initial_versions`` are written over them (``LookupError`` when one is
+        missing). A store whose ``create_run`` predates it is given every version in
+        ``initial_versions`` instead (``Runtime.fork`` asks through ``with_newer``).
 
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their

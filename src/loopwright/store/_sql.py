@@ -211,6 +211,18 @@ class Statements:
             "SELECT ref, n, cycle, status, value FROM versions WHERE run_id=? AND ref=? AND n>? "
             "ORDER BY n LIMIT ?"
         )
+        # A fork's versions of a part, copied from its origin's rows in the database (none
+        # read into Python), and the numbers then held, to name any missing.
+        self.copy_versions = p(
+            f"INSERT INTO versions({INSERT_VERSION_COLS}) SELECT ?, ref, n, cycle, status, "
+            "value FROM versions WHERE run_id=? AND ref=? AND n BETWEEN 1 AND ?"
+        )
+        self.count_versions_upto = p(
+            "SELECT count(*) FROM versions WHERE run_id=? AND ref=? AND n BETWEEN 1 AND ?"
+        )
+        self.version_numbers_upto = p(
+            "SELECT n FROM versions WHERE run_id=? AND ref=? AND n BETWEEN 1 AND ? ORDER BY n"
+        )
         # Records that may name versions (``_record_codec.refer_versions``): a rollback writes
         # their values back in (the text may also match inside a value: the reader checks).
         self.records_naming_versions = p(
@@ -663,6 +675,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         inherited: Sequence[JournalEntry] = (),
         initial_rejected: Sequence[tuple[str, int]] = (),
         created_by: str | None = None,
+        copy_versions: Sequence[tuple[str, str, int]] = (),
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -696,6 +709,16 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             # cycle 0, or for a fork the cycle whose state it starts from
             first_cycle = int(initial_state.get("cycle") or 0)
             conn.execute(q.insert_first_checkpoint, (run_id, first_cycle, js(initial_state), now))
+            for origin, ref, upto in copy_versions:
+                conn.execute(q.copy_versions, (run_id, origin, ref, upto))
+                got = conn.execute(q.count_versions_upto, (run_id, ref, upto)).fetchone()
+                if int(got[0]) < upto:  # (as Part.fill says it, for a store missing rows)
+                    held = {
+                        int(r[0]) for r in conn.execute(q.version_numbers_upto, (run_id, ref, upto))
+                    }
+                    missing = [n for n in range(1, upto + 1) if n not in held]
+                    raise LookupError(f"part {ref!r}: versions {missing[:5]} are missing")
+            # after the copies: the versions held in memory are the newer truth (their status)
             if initial_versions:
                 self._executemany(
                     conn, q.upsert_version, [version_row(run_id, v, js) for v in initial_versions]

@@ -12,9 +12,11 @@ from ._exports import (
     PAIR_FORMAT,
     case_actor,
     context_id,
+    ended_run_ids,
     eval_case,
     eval_cases,
     preference_pairs,
+    write_eval_case,
 )
 from ._jsonl import TRACE_FORMAT, build_records, iter_trace_records, trace_records, write_jsonl
 from ._live import LiveTracer, live_tracer, provider_from_env
@@ -46,6 +48,7 @@ __all__ = [
     "build_spans",
     "case_actor",
     "context_id",
+    "ended_run_ids",
     "eval_case",
     "eval_cases",
     "export_otlp",
@@ -62,6 +65,7 @@ __all__ = [
     "trace_id_for",
     "trace_records",
     "traces_url",
+    "write_eval_case",
     "write_jsonl",
     "write_otlp",
 ]

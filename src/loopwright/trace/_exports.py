@@ -12,12 +12,14 @@ formats and exactly how pairs are formed.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import IO, Any, Literal, cast
 
 from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
@@ -27,15 +29,18 @@ from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store
+from ._otlp import _spool, _spooled
 
 __all__ = [
     "EVAL_CASE_FORMAT",
     "PAIR_FORMAT",
     "case_actor",
     "context_id",
+    "ended_run_ids",
     "eval_case",
     "eval_cases",
     "preference_pairs",
+    "write_eval_case",
 ]
 
 EVAL_CASE_FORMAT = "loopwright.eval_case/1"
@@ -76,8 +81,16 @@ class _Cycle:
 def _cycles(
     checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: AbstractSet[int] | None
 ) -> list[_Cycle]:
+    """``_iter_cycles`` as a list."""
+    return list(_iter_cycles(checkpoints, loop_name, keep=keep))
+
+
+def _iter_cycles(
+    checkpoints: Iterable[Checkpoint], loop_name: str, *, keep: AbstractSet[int] | None
+) -> Iterator[_Cycle]:
     """Every cycle of the run that produced a proposal, in order, the checkpoints read once
-    in order (a store's ``iter_checkpoints`` holds a page of them, not the run).
+    in order (a store's ``iter_checkpoints`` holds a page of them, not the run), each yielded
+    as soon as it is known (a reader that keeps less of a cycle than its record holds less).
 
     A concluded cycle has one record with its proposal and verdicts; a cycle that parked (or
     stopped during its effects) and never concluded keeps its proposal and visible verdicts in
@@ -90,7 +103,6 @@ def _cycles(
     their context is read before the position of the record that concludes them).
     """
 
-    out: list[_Cycle] = []
     waiting: dict[int, _Cycle] = {}
     # the contexts of the last two checkpoints read (i - 1 and i), each read once, in order:
     # index -> (context, its id)
@@ -122,7 +134,7 @@ def _cycles(
                 before = context(i - 1)
             else:
                 before = (None, "")
-            out.append(
+            yield (
                 _Cycle(
                     cycle=n,
                     proposal=dict(rec["proposal"]),
@@ -157,10 +169,9 @@ def _cycles(
                 at=i,
             )
         elif decision == "rollback":
-            out.extend(waiting.values())
+            yield from waiting.values()
             waiting.clear()
-    out.extend(waiting.values())
-    return out
+    yield from waiting.values()
 
 
 def _actor_context(state: dict[str, Any]) -> dict[str, Any]:
@@ -236,24 +247,75 @@ def eval_cases(
 ) -> Iterator[dict[str, Any]]:
     """One eval case per ended run (oldest first), optionally of one project or loop, or of
     the given runs (each must have ended)."""
-    for run_id in _ended_ids(store, project, loop_name, run_ids):
+    for run_id in ended_run_ids(store, project=project, loop_name=loop_name, run_ids=run_ids):
         yield eval_case(store, run_id)
+
+
+def ended_run_ids(
+    store: Store,
+    *,
+    project: str | None = None,
+    loop_name: str | None = None,
+    run_ids: Sequence[str] | None = None,
+) -> list[str]:
+    """The ids of the runs ``eval_cases`` makes cases of, oldest first (``ConfigError`` when
+    one of ``run_ids`` has not ended)."""
+    return _ended_ids(store, project, loop_name, run_ids)
 
 
 def eval_case(store: Store, run_id: str) -> dict[str, Any]:
     """The run (id, unique prefix or task key) as a replayable eval case."""
-    rec = store.get_run(run_id)
+    cycles: list[dict[str, Any]] = []
+    before, after = _case_halves(store, store.get_run(run_id), cycles.append)
+    return dict(redact({**before, "cycles": cycles, **after}))
+
+
+def write_eval_case(store: Store, run_id: str, out: IO[str]) -> None:
+    """Write ``eval_case(store, run_id)`` to ``out`` as one line, the bytes ``write_jsonl``
+    writes for it, its cycles as they are read: the case is not held (a 5,000-cycle run's case
+    peaked at 109 MB to write 8 MB). Its cycles wait in a temporary file until the end of the
+    case, known last, is (as ``write_otlp``'s spans). Each piece is masked on its own, as the
+    whole case is (a mask follows a key's name, and none of the case's own keys is one)."""
+    spool = _spool()
+    try:
+        sep = ""
+
+        def each(c: dict[str, Any]) -> None:
+            nonlocal sep
+            _spooled(spool.write, sep + _line(redact(c)))
+            sep = ","
+
+        before, after = _case_halves(store, store.get_run(run_id), each)
+        _spooled(spool.seek, 0)  # (flushes what is buffered: a full disk shows here)
+        out.write(_line(redact(before))[:-1] + ',"cycles":[')
+        shutil.copyfileobj(spool, out)
+        out.write("]," + _line(redact(after))[1:] + "\n")
+    finally:
+        with contextlib.suppress(OSError):  # (as write_otlp: the error raised says it)
+            spool.close()
+
+
+def _line(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"), default=str)  # as write_jsonl
+
+
+def _case_halves(
+    store: Store, rec: RunRecord, each: Callable[[dict[str, Any]], None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An eval case of ``rec`` without its masks: the fields before ``cycles`` and those
+    after, each cycle given to ``each`` as it is read, in order."""
     ends: list[Checkpoint] = []  # the first checkpoint and the last, as they are read
 
-    def each() -> Iterator[Checkpoint]:
+    def read() -> Iterator[Checkpoint]:
         for ck in store.iter_checkpoints(rec.run_id):
             ends[1:] = [ck]  # the first stays; the last is replaced
             yield ck
 
-    cycles = [_case_cycle(c) for c in _cycles(each(), rec.loop_name, keep=None)]
+    for c in _iter_cycles(read(), rec.loop_name, keep=None):
+        each(_case_cycle(c))
     initial = TaskState.from_dict(ends[0].state)
     final = TaskState.from_dict(ends[-1].state)
-    case = {
+    before = {
         "format": EVAL_CASE_FORMAT,
         "case_id": rec.run_id,
         "run_id": rec.run_id,
@@ -270,7 +332,8 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
             {"run_id": rec.forked_from, "cycle": rec.forked_at} if rec.forked_from else None
         ),
         "inherited_cycles": _inherited_cycles(store, rec),
-        "cycles": cycles,
+    }
+    after = {
         "status": rec.status,
         "stop_reason": rec.stop_reason,
         "best_score": rec.best_score,
@@ -283,7 +346,7 @@ def eval_case(store: Store, run_id: str) -> dict[str, Any]:
         "ended_at": rec.ended_at,
         "escalation": rec.packet,
     }
-    return dict(redact(case))
+    return before, after
 
 
 def _case_cycle(c: _Cycle) -> dict[str, Any]:
@@ -402,14 +465,28 @@ def _prefers(chosen: _Candidate, rejected: _Candidate) -> bool:
 def _candidates(store: Store, runs: Sequence[RunRecord]) -> list[list[_Candidate]]:
     """Every run's cycles as candidates, by the identity of their contexts only: the contexts
     and values of the few a pair holds are read again afterwards (``_with_values``), not kept
-    for every cycle of every run."""
+    for every cycle of every run — nor their records (``_bare``), which that read gives too."""
     return [
         [
-            _Candidate(rec, c, None, c.context_id, _rank(c))
-            for c in _cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=None)
+            _Candidate(rec, _bare(c), None, c.context_id, _rank(c))
+            for c in _iter_cycles(store.iter_checkpoints(rec.run_id), rec.loop_name, keep=None)
         ]
         for rec in runs
     ]
+
+
+# (shared by every bare cycle, never written to: a dict each was a third of what one held)
+_IMPROVED: dict[str, Any] = {"improved": True}
+_NOTHING: dict[str, Any] = {}
+
+
+def _bare(c: _Cycle) -> _Cycle:
+    """What the search for pairs reads of a cycle (its rank, digest, context and position),
+    without its proposal, verdicts and record: a long run's every record was held for the
+    search (44 MB at 5,000 cycles of six findings each, for no pair written). A picked pair's
+    cycles are read again whole (``_with_values``)."""
+    record = _IMPROVED if c.record.get("improved") else _NOTHING
+    return replace(c, proposal=_NOTHING, record=record, visible=_NOTHING, held_out=_NOTHING)
 
 
 def _with_values(
@@ -425,7 +502,7 @@ def _with_values(
             runs[side.run.run_id] = side.run
     full: dict[tuple[str, int], _Cycle] = {}
     for run_id, ats in wanted.items():
-        for cyc in _cycles(store.iter_checkpoints(run_id), runs[run_id].loop_name, keep=ats):
+        for cyc in _iter_cycles(store.iter_checkpoints(run_id), runs[run_id].loop_name, keep=ats):
             if cyc.at in ats:
                 full[(run_id, cyc.at)] = cyc
 

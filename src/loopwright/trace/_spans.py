@@ -394,7 +394,9 @@ def _verdicts(
     """The full verdicts of every cycle from its checkpoints' records and fields (``rows``):
     the cycle's record's, or for a cycle that parked or ran effects and has not concluded,
     the mid-cycle record's held-out verdicts and the checkpoint's ``pending`` entry's visible
-    ones. ``keep``: what of each verdict is kept (all of it when ``None``)."""
+    ones. ``keep``: what of each verdict is kept (all of it when ``None``); a verdict of which
+    it keeps nothing is left out, as is a cycle left with none (a reader's ``.get(...) or
+    {}`` reads them alike: a long run's every cycle held a dict of empty dicts)."""
     verdicts: dict[int, dict[str, Any]] = {}
     for mid, fields in rows:
         if mid is None or "cycle" not in mid:
@@ -402,9 +404,15 @@ def _verdicts(
         n = int(mid["cycle"])
         pend = fields.get("pending") or {}  # not every part of every checkpoint
         visible = mid.get("visible") or (pend.get("visible") if pend.get("cycle") == n else None)
-        found = verdicts.setdefault(n, {})
+        found = verdicts.pop(n, {})
         for name, v in [*(visible or {}).items(), *(mid.get("held_out") or {}).items()]:
-            found[name] = v if keep is None else keep(v)
+            kept = v if keep is None else keep(v)
+            if keep is None or kept:
+                found[name] = kept
+            else:  # nothing kept: as if it were not there (a later one replaces an earlier)
+                found.pop(name, None)
+        if found or keep is None:
+            verdicts[n] = found
     return verdicts
 
 
@@ -1019,11 +1027,13 @@ def _costed(v: Any) -> Any:
     if not isinstance(v, Mapping):
         return v
     out: dict[str, Any] = {}
-    if "usage" in v:
+    if v.get("usage"):  # (none, or an empty one: ``_call_costs`` reads them alike)
         out["usage"] = v["usage"]
     evidence = v.get("evidence")
     if isinstance(evidence, Mapping):
-        out["evidence"] = {k: evidence[k] for k in _EVIDENCE_READ if k in evidence}
+        read = {k: evidence[k] for k in _EVIDENCE_READ if k in evidence}
+        if read:  # (none: as if there were no evidence, for ``_call_costs``)
+            out["evidence"] = read
     elif evidence is not None:
         out["evidence"] = evidence
     return out

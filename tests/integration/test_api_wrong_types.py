@@ -1,0 +1,76 @@
+"""Wrong types given to the public API's run calls are a ``ConfigError`` naming the argument,
+raised before anything is written: not a ``TypeError`` or ``AttributeError`` from deep inside
+the engine (a caller catching ``LoopwrightError`` let those through), and a NaN lease, which
+never ran out, is refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+
+def _loop() -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "body"),))
+
+    return lw.Loop(
+        name="types",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+TASK = {"artifacts": {"doc": {"body": "x"}}}
+
+CALLS: dict[str, tuple[str, Callable[[lw.Runtime, str], Any]]] = {
+    "task is a list": ("task", lambda rt, rid: rt.run_sync(_loop(), [1, 2], task_key="t1")),
+    "loop is a string": ("loop", lambda rt, rid: rt.run_sync("types", TASK, task_key="t2")),  # type: ignore[arg-type]
+    "resume without a loop": ("loop", lambda rt, rid: rt.resume_sync(rid, None)),  # type: ignore[arg-type]
+    "run_many of None": (
+        "tasks",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), None)),  # type: ignore[arg-type]
+    ),
+    "run_many of one task (a mapping)": (
+        "tasks",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), TASK)),
+    ),
+    "run_many at concurrency 'x'": (
+        "concurrency",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK], concurrency="x")),  # type: ignore[arg-type]
+    ),
+    "rollback to no cycle": (
+        "to_cycle",
+        lambda rt, rid: rt.rollback(rid, None, by="ann"),  # type: ignore[arg-type]
+    ),
+    "rollback by a number": ("by", lambda rt, rid: rt.rollback(rid, 1, by=5)),  # type: ignore[arg-type]
+    "edit of part 5": ("", lambda rt, rid: rt.edit(rid, 5, "v", by="ann")),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALLS))
+def test_a_wrong_type_is_a_config_error_and_nothing_changes(tmp_path: Path, case: str) -> None:
+    field, call = CALLS[case]
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        done = rt.run_sync(_loop(), TASK, task_key="kept")
+        before = [(r.run_id, r.status, r.cycle) for r in rt.store.list_runs()]
+        with pytest.raises(lw.ConfigError) as err:
+            call(rt, done.run_id)
+        assert err.value.field == (field or None), err.value
+        assert [(r.run_id, r.status, r.cycle) for r in rt.store.list_runs()] == before
+
+
+@pytest.mark.parametrize("ttl", [float("nan"), float("inf"), "60", True])
+def test_a_lease_must_be_a_finite_number_of_seconds(tmp_path: Path, ttl: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Runtime(str(tmp_path / "s.db"), lease_ttl_s=ttl)
+    assert err.value.field == "lease_ttl_s"
