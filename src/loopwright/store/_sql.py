@@ -973,19 +973,24 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def iter_versions(self, run_id: str, ref: str) -> Iterator[Version]:
         after = 0
         while True:
-            page = self.versions_page(run_id, ref, after=after, limit=self.PAGE)
-            yield from page
-            if len(page) < self.PAGE:
+            taken = 0
+            for v in self._decoded_versions(run_id, ref, after, self.PAGE):
+                taken, after = taken + 1, v.n
+                yield v
+            if taken < self.PAGE:
                 return
-            after = page[-1].n
 
     def versions_page(self, run_id: str, ref: str, *, after: int, limit: int) -> list[Version]:
+        return list(self._decoded_versions(run_id, ref, after, limit))
+
+    def _decoded_versions(self, run_id: str, ref: str, after: int, limit: int) -> Iterator[Version]:
+        # Decoded one at a time as they are taken: a reader walking every version of a part
+        # (``iter_versions``) holds one page of rows and one decoded value, not a page of both.
         jl = self._jl
-        rows = self._all(self._q.version_page, (run_id, ref, after, limit))
-        return [
-            Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
-            for _r, n, cycle, status, value in rows
-        ]
+        for _r, n, cycle, status, value in self._all(
+            self._q.version_page, (run_id, ref, after, limit)
+        ):
+            yield Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
 
     def iter_events(self, run_id: str) -> Iterator[Event]:
         after, jl = 0, self._jl
