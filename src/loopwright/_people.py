@@ -505,16 +505,12 @@ def refuse_rewritten(store: Store, run_id: str, ck: Checkpoint, field: str) -> N
     writes the versions back as they were (their cycles), so it is not."""
     state = TaskState.from_dict(ck.state)
     for ref, part in state.iter_parts():
-        again = []
-        for v in store.iter_versions(run_id, ref):  # oldest first, a page at a time
-            if v.n > part.count:
-                break  # not the versions a long run wrote after the target
-            if v.cycle > ck.cycle:
-                again.append(v.n)
+        # numbers above the part's count are the versions a long run wrote after the target
+        again = store.written_after(run_id, ref, upto=part.count, cycle=ck.cycle, limit=5)
         if again:
             raise ConfigError(
                 f"cycle {ck.cycle} of run {run_id} was abandoned by a rollback, and {ref}'s "
-                f"versions {again[:5]} were written again since: it no longer reads as it was; "
+                f"versions {again} were written again since: it no longer reads as it was; "
                 "choose a cycle before the rollback's target or after it",
                 field=field,
             )

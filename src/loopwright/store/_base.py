@@ -676,6 +676,21 @@ class Store(LiveStore, PeopleStore, ABC):
                     break
         return out
 
+    def written_after(
+        self, run_id: str, ref: str, *, upto: int, cycle: int, limit: int
+    ) -> list[int]:
+        """Up to ``limit`` numbers, lowest first, of the part's versions numbered 1 to ``upto``
+        whose stored version was written by a cycle after ``cycle`` (a rollback's numbers
+        written again: ``refuse_rewritten``); a store that can answers from the rows' numbers
+        and cycles, reading no value."""
+        out: list[int] = []
+        for v in self.iter_versions(run_id, ref):  # oldest first, a page at a time
+            if v.n > upto or len(out) >= limit:
+                break
+            if v.cycle > cycle:
+                out.append(v.n)
+        return out
+
     def iter_events(self, run_id: str) -> Iterator[Event]:
         """The run's events, oldest first, as ``events`` returns them; a store that can reads
         them a page at a time."""

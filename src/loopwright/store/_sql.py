@@ -223,6 +223,12 @@ class Statements:
         self.version_numbers_upto = p(
             "SELECT n FROM versions WHERE run_id=? AND ref=? AND n BETWEEN 1 AND ? ORDER BY n"
         )
+        # A part's version numbers written again after a cycle (``Store.written_after``): read
+        # from the primary key's range and the rows' cycles, no value.
+        self.written_after = p(
+            "SELECT n FROM versions WHERE run_id=? AND ref=? AND n BETWEEN 1 AND ? AND cycle>? "
+            "ORDER BY n LIMIT ?"
+        )
         # Records that may name versions (``_record_codec.refer_versions``): a rollback writes
         # their values back in (the text may also match inside a value: the reader checks).
         self.records_naming_versions = p(
@@ -979,6 +985,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 yield v
             if taken < self.PAGE:
                 return
+
+    def written_after(
+        self, run_id: str, ref: str, *, upto: int, cycle: int, limit: int
+    ) -> list[int]:
+        rows = self._all(self._q.written_after, (run_id, ref, upto, cycle, limit))
+        return [int(r[0]) for r in rows]
 
     def versions_page(self, run_id: str, ref: str, *, after: int, limit: int) -> list[Version]:
         return list(self._decoded_versions(run_id, ref, after, limit))
