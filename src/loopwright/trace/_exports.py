@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hashlib
+import itertools
 import json
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,7 +25,7 @@ from typing import IO, Any, Literal, cast
 from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
-from .._people import concluded_at
+from .._people import concluded_at, concluded_in
 from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
@@ -376,17 +377,20 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
     if not run.forked_from or run.forked_at is None:
         return []
     origin = store.get_run(run.forked_from)
-    cks = store.checkpoints(origin.run_id)
-    then = [c for c in cks if c.created_at <= run.created_at]
+    # The fork point among the origin's first checkpoint and those of its cycle (a fork early
+    # in a long run reads those, not the origin's every checkpoint), then the checkpoints up to
+    # it a page at a time: what comes after the fork point is not read.
+    marks = store.checkpoints_at(origin.run_id, run.forked_at)
+    then = [c for c in marks if c.created_at <= run.created_at]
     try:  # the checkpoint the fork started from, as at the fork (else, clocks aside, the last)
-        start = concluded_at(then or cks, origin.run_id, run.forked_at, "forked_at")
+        start = concluded_at(then or marks, origin.run_id, run.forked_at, "forked_at")
     except ConfigError:
-        start = concluded_at(cks, origin.run_id, run.forked_at, "forked_at")
-    upto = [c for c in cks if c.seq <= start.seq]
+        start = concluded_in(store, origin.run_id, run.forked_at, "forked_at")
+    upto = itertools.takewhile(lambda c: c.seq <= start.seq, store.iter_checkpoints(origin.run_id))
     # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
     own = {
         c.cycle: c
-        for c in _cycles(upto, origin.loop_name, keep=None)
+        for c in _iter_cycles(upto, origin.loop_name, keep=None)
         if c.concluded and c.cycle <= run.forked_at
     }
     return [
