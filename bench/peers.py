@@ -13,9 +13,13 @@ connection each peer is given). Each framework is used as its documentation show
 * **Burr** — an application of two actions (act → verify → act …) with a ``SQLitePersister``
   that saves the state after every step;
 * **LangGraph** — a ``StateGraph`` of the same two nodes compiled with a ``SqliteSaver``
-  (a checkpoint after every step);
+  (a checkpoint after every step). Its default durability, ``"async"``, writes a step's
+  checkpoint while the next step runs, so the state is not durable before the next cycle starts;
+  the row ``langgraph_sync`` runs it with ``durability="sync"``, which waits, as the others do;
 * **DBOS** — one workflow whose loop calls two steps per cycle, SQLite as the system database
-  (every step's output recorded);
+  (every step's output recorded). DBOS opens that database itself and leaves SQLite's default
+  rollback journal (four fsyncs a step where WAL takes one), so the file is made in WAL mode
+  first (the mode is kept in the file); its ``synchronous`` is SQLite's default, FULL;
 * **floor** — plain ``sqlite3``: one small row inserted and committed per cycle.
 
 With ``--bare`` the same loop runs **without persistence**, to compare the engines' own CPU (the
@@ -25,12 +29,14 @@ memory reads are replaced by no-ops (as ``cycle_phases.py`` does) — it still b
 encodes every cycle's rows, so its figure is an upper bound on its own CPU. DBOS and the floor
 are nothing without their database and are left out.
 
-Each measurement is its own process (one framework, one size), timed from the first cycle to
-the last (imports and set-up excluded), the rounds alternating the order (ABBA), so drift on a
-noisy machine reaches every side alike. The peers are not loopwright's dependencies: install
-them in another environment and name its interpreter with ``--peers-python`` (the frameworks
-it cannot import are left out, and said so). Printed: µs per cycle, its ratio to the floor of
-the same round, and the growth from the smallest size to the largest. Nothing here is a test.
+Each measurement is its own process (one framework, one size), timed from the call that runs
+the loop to its return (``Runtime.run``, ``app.run``, ``invoke``, the workflow; imports and
+set-up — opening the store, creating tables — excluded), the rounds alternating the order
+(ABBA), so drift on a noisy machine reaches every side alike. The peers are not loopwright's
+dependencies: install them in another environment and name its interpreter with
+``--peers-python`` (the frameworks it cannot import are left out, and said so). Printed: µs per
+cycle, its ratio to the floor of the same round, and the growth from the smallest size to the
+largest. Nothing here is a test.
 """
 
 from __future__ import annotations
@@ -49,7 +55,19 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-FRAMEWORKS = ("floor", "loopwright", "burr", "langgraph", "dbos")
+Span = tuple[float, float]  # seconds: wall, and CPU of the whole process (all its threads)
+
+
+def _now() -> Span:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t0: Span) -> Span:
+    t1 = _now()
+    return t1[0] - t0[0], t1[1] - t0[1]
+
+
+FRAMEWORKS = ("floor", "loopwright", "burr", "langgraph", "langgraph_sync", "dbos")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -60,20 +78,20 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def floor(n: int, folder: Path) -> float:
+def floor(n: int, folder: Path) -> Span:
     db = sqlite3.connect(str(folder / "floor.db"), isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, cycle INTEGER, body TEXT)")
-    t0 = time.perf_counter()
+    t0 = _now()
     for c in range(1, n + 1):
         db.execute("BEGIN")
         db.execute("INSERT INTO t(cycle, body) VALUES (?, ?)", (c, f"draft {c}"))
         db.execute("COMMIT")
-    return time.perf_counter() - t0
+    return _since(t0)
 
 
-def loopwright(n: int, folder: Path, persist: bool = True) -> float:
+def loopwright(n: int, folder: Path, persist: bool = True) -> Span:
     import asyncio
 
     import loopwright as lw
@@ -108,19 +126,25 @@ def loopwright(n: int, folder: Path, persist: bool = True) -> float:
         contract=lw.Contract(budget=lw.Budget(max_cycles=n)),
     )
     task = {"goal": "a long loop", "artifacts": {"doc": {"body": ""}}}
+    begun: list[Span] = []
+
+    async def run(rt: lw.Runtime) -> lw.RunResult:
+        begun.append(_now())
+        return await rt.run(loop, task, task_key="peers")
+
     with lw.Runtime(f"sqlite:///{folder / 'lw.db'}") as rt:
         try:
-            result = asyncio.run(rt.run(loop, task, task_key="peers"))
+            result = asyncio.run(run(rt))
         except LookupError:  # bare: the result reads versions no commit wrote
             assert not persist and len(stamps) == n, len(stamps)
         else:
             assert result.cycles == n, result.to_dict()
-        end = time.perf_counter()
-    # From the first actor call to the run's end (its last commit included).
-    return end - stamps[0]
+        # From the call of run() to its end, as for the peers (app.run, invoke, the workflow):
+        # the run's creation, lease and first commit count, as a peer's first checkpoint does.
+        return _since(begun[0])
 
 
-def burr(n: int, folder: Path, persist: bool = True) -> float:
+def burr(n: int, folder: Path, persist: bool = True) -> Span:
     from burr.core import ApplicationBuilder, State, default, expr
     from burr.core.action import action
     from burr.core.persistence import SQLitePersister
@@ -156,14 +180,14 @@ def burr(n: int, folder: Path, persist: bool = True) -> float:
         persister.initialize()
         builder = builder.with_state_persister(persister)
     app = builder.build()
-    t0 = time.perf_counter()
+    t0 = _now()
     _, _, state = app.run(halt_after=["done"])
-    spent = time.perf_counter() - t0
+    spent = _since(t0)
     assert state["cycle"] == n, state["cycle"]
     return spent
 
 
-def langgraph(n: int, folder: Path, persist: bool = True) -> float:
+def langgraph(n: int, folder: Path, persist: bool = True, durability: str = "async") -> Span:
     from typing import TypedDict
 
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -188,21 +212,37 @@ def langgraph(n: int, folder: Path, persist: bool = True) -> float:
     g.add_edge(START, "act")
     g.add_edge("act", "verify")
     g.add_conditional_edges("verify", lambda s: "act" if s["cycle"] < n else END)
-    app = g.compile(
-        checkpointer=SqliteSaver(_connect(folder / "langgraph.db")) if persist else None
-    )
+    saver = SqliteSaver(_connect(folder / "langgraph.db")) if persist else None
+    if saver is not None:
+        saver.setup()  # its tables: set-up, as Burr's initialize() and DBOS's launch()
+    app = g.compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "peers"}, "recursion_limit": 2 * n + 10}
-    t0 = time.perf_counter()
-    out = app.invoke({"cycle": 0, "doc": "", "score": 0.0, "findings": []}, config)
-    spent = time.perf_counter() - t0
+    # LangGraph's default durability, "async", writes a step's checkpoint while the next step
+    # runs (all are durable when invoke returns); "sync" waits for it before the next step, as
+    # the others do (langgraph_sync).
+    more: Any = {"durability": durability} if persist else {}
+    t0 = _now()
+    out = app.invoke({"cycle": 0, "doc": "", "score": 0.0, "findings": []}, config, **more)
+    spent = _since(t0)
     assert out["cycle"] == n, out["cycle"]
     return spent
 
 
-def dbos(n: int, folder: Path) -> float:
+def langgraph_sync(n: int, folder: Path) -> Span:
+    """LangGraph with ``durability="sync"``: each step's checkpoint durable before the next."""
+    return langgraph(n, folder, durability="sync")
+
+
+def dbos(n: int, folder: Path) -> Span:
     from dbos import DBOS
 
-    DBOS(config={"name": "peers", "system_database_url": f"sqlite:///{folder / 'dbos.db'}"})
+    # DBOS opens its own SQLite engine and leaves the journal in its default mode (DELETE: a
+    # rollback journal, three or four fsyncs a commit where WAL takes one). journal_mode=WAL is
+    # kept in the file, so the database is made in WAL mode before DBOS opens it; synchronous is
+    # SQLite's default, FULL, which DBOS does not change: the same setting as everyone else's.
+    db = folder / "dbos.db"
+    _connect(db).close()
+    DBOS(config={"name": "peers", "system_database_url": f"sqlite:///{db}"})
 
     @DBOS.step()
     def act(c: int) -> str:
@@ -222,27 +262,32 @@ def dbos(n: int, folder: Path) -> float:
 
     DBOS.launch()
     try:
-        t0 = time.perf_counter()
+        t0 = _now()
         got = run(n)
-        spent = time.perf_counter() - t0
+        spent = _since(t0)
     finally:
         DBOS.destroy()
     assert got == n, got
+    with sqlite3.connect(str(db)) as check:
+        mode = check.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal", mode
     return spent
 
 
 BARE = ("loopwright", "burr", "langgraph")  # what runs without persistence (--bare)
-MEASURE: dict[str, Callable[..., float]] = {
+MEASURE: dict[str, Callable[..., Span]] = {
     "floor": floor,
     "loopwright": loopwright,
     "burr": burr,
     "langgraph": langgraph,
+    "langgraph_sync": langgraph_sync,
     "dbos": dbos,
 }
 
 
 def worker(name: str, n: int, persist: bool) -> None:
-    """One measurement in this process; prints ``{"us": …}`` or ``{"missing": why}``."""
+    """One measurement in this process; prints ``{"us": …, "cpu_us": …}`` (a cycle's wall and
+    CPU µs) or ``{"missing": why}``."""
     try:
         fn = MEASURE[name]
         with tempfile.TemporaryDirectory(prefix=f"lw-peers-{name}-") as d:
@@ -250,7 +295,7 @@ def worker(name: str, n: int, persist: bool) -> None:
     except ImportError as exc:
         print(json.dumps({"missing": f"{type(exc).__name__}: {exc}"}))
         return
-    print(json.dumps({"us": spent / n * 1e6}))
+    print(json.dumps({"us": spent[0] / n * 1e6, "cpu_us": spent[1] / n * 1e6}))
 
 
 def measure(python: str, name: str, n: int, folder: str | None, bare: bool) -> dict[str, Any]:
@@ -314,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes: list[int] = args.sizes
     own = sys.executable
     peers = args.peers_python or own
-    python = {"floor": own, "loopwright": own, "burr": peers, "langgraph": peers, "dbos": peers}
+    python = dict.fromkeys(FRAMEWORKS, peers) | {"floor": own, "loopwright": own}
     results: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
     ratios: dict[tuple[str, int], list[float]] = {}
     missing: dict[str, str] = {}
     print(f"# Python {sys.version.split()[0]} · sqlite {sqlite3.sqlite_version} · peers: {peers}")
@@ -332,20 +378,31 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 got[name] = out["us"]
                 results.setdefault((name, n), []).append(out["us"])
+                cpu.setdefault((name, n), []).append(out["cpu_us"])
             for name, us in got.items():
                 if ref in got:
                     ratios.setdefault((name, n), []).append(us / got[ref])
-    head = f"{'framework':<12}" + "".join(f"{f'{n} cycles':>22}" for n in sizes)
+    head = f"{'framework':<16}" + "".join(f"{f'{n} cycles':>22}" for n in sizes)
     print(head)
-    print(f"{'':<12}" + "".join(f"{f'µs/cycle  × {ref}':>22}" for _ in sizes))
+    print(f"{'':<16}" + "".join(f"{f'µs/cycle  × {ref}':>22}" for _ in sizes))
     for name in frameworks:
         if name in missing:
             continue
-        row = f"{name:<12}"
+        row = f"{name:<16}"
         for n in sizes:
             us = statistics.median(results.get((name, n), [float("nan")]))
             x = statistics.median(ratios.get((name, n), [float("nan")]))
             row += f"{us:>14.0f}{x:>8.2f}"
+        print(row)
+    # CPU of the measuring process over the same window (its background threads included: a
+    # checkpointer's writer, DBOS's own): what a busy machine's queue for a core does not blur.
+    print(f"{'CPU µs/cycle':<16}" + "".join(f"{f'{n} cycles':>22}" for n in sizes))
+    for name in frameworks:
+        if name in missing:
+            continue
+        row = f"{name:<16}"
+        for n in sizes:
+            row += f"{statistics.median(cpu.get((name, n), [float('nan')])):>22.0f}"
         print(row)
     for name, why in missing.items():
         print(f"# {name}: not measured ({why})")
