@@ -650,6 +650,9 @@ class _ChatModel:
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
+                # Its pooled connections are closed when this object goes, not left to the
+                # garbage collector (an unclosed socket, whichever code is running then).
+                weakref.finalize(self, self._client.close)
             return self._client
 
     async def _async_openai(self) -> openai.AsyncOpenAI:

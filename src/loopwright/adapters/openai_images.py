@@ -51,6 +51,7 @@ import os
 import threading
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -531,6 +532,9 @@ class ImageModel:
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
+                # Its pooled connections are closed when this object goes, not left to the
+                # garbage collector (an unclosed socket, whichever code is running then).
+                weakref.finalize(self, self._client.close)
             return self._client
 
     async def _async_openai(self) -> openai.AsyncOpenAI:
