@@ -329,8 +329,11 @@ def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -
         del rt.store.memory_search
     assert [r.status for r in results] == ["accepted"] * 6
     cycles = sum(len(a.contexts) for a in actors)
-    assert len(queries) < cycles / 2  # read together, not one query per cycle
-    assert max(queries) > 1  # a call carried several runs' searches
+    # Read together: a call carried several runs' searches, so there were fewer calls than
+    # cycles. How many calls depends on how the runs' commits interleave on the writer thread
+    # (machine load): a bound on their number (it was < cycles / 2) failed once in CI at 9 of 18.
+    assert max(queries) > 1
+    assert len(queries) < cycles
     for i, a in enumerate(actors):
         project = "A" if i % 2 == 0 else "B"
         for ctx in a.contexts:
