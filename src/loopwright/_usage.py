@@ -69,31 +69,19 @@ class Usage:
             _set(sub, "tokens", tokens)
             _set(sub, "seconds", seconds)
             return sub
-        obj = _new(_TWIN)
-        obj.cost_usd = cost_usd
-        obj.tokens = tokens
-        obj.seconds = seconds
-        obj.__class__ = Usage
-        return cast(Usage, obj)
+        return _plain(cost_usd, tokens, seconds)
 
     def __add__(self, other: Usage) -> Usage:
-        obj = _new(_TWIN)
-        obj.cost_usd = self.cost_usd + other.cost_usd
-        obj.tokens = self.tokens + other.tokens
-        obj.seconds = self.seconds + other.seconds
-        obj.__class__ = Usage
-        return cast(Usage, obj)
+        return _plain(
+            self.cost_usd + other.cost_usd, self.tokens + other.tokens, self.seconds + other.seconds
+        )
 
     def add_seconds(self, seconds: float) -> Usage:
         """``self + Usage(seconds=seconds)`` for a measured duration (a ``perf_counter``
         difference: finite and ≥ 0), without building and checking that usage: every cycle
         adds its duration."""
-        obj = _new(_TWIN)
-        obj.cost_usd = self.cost_usd + 0.0  # as __add__ with a cost of 0.0
-        obj.tokens = self.tokens + 0
-        obj.seconds = self.seconds + seconds
-        obj.__class__ = Usage
-        return cast(Usage, obj)
+        # as __add__ with a cost of 0.0
+        return _plain(self.cost_usd + 0.0, self.tokens + 0, self.seconds + seconds)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cost_usd": self.cost_usd, "tokens": self.tokens, "seconds": self.seconds}
@@ -112,6 +100,16 @@ class Usage:
 _new = object.__new__
 # Usage's twin (``_frozen.quick_init``): the engine's sums built with plain attribute stores.
 _TWIN: Any = twin_of(Usage)
+
+
+def _plain(cost_usd: float, tokens: int, seconds: float) -> Usage:
+    """A ``Usage`` of these checked amounts, built as its twin with plain attribute stores."""
+    obj = _new(_TWIN)
+    obj.cost_usd = cost_usd
+    obj.tokens = tokens
+    obj.seconds = seconds
+    obj.__class__ = Usage
+    return cast(Usage, obj)
 
 
 def _amount(value: Any, name: str) -> float:
