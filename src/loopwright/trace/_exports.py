@@ -204,10 +204,15 @@ def context_id(loop_name: str, context: dict[str, Any]) -> str:
 _RUNS_PAGE = 10
 
 
-def _ended_ids(
-    store: Store, project: str | None, loop_name: str | None, run_ids: Sequence[str] | None
+def ended_run_ids(
+    store: Store,
+    *,
+    project: str | None = None,
+    loop_name: str | None = None,
+    run_ids: Sequence[str] | None = None,
 ) -> list[str]:
-    """``_ended``'s runs, oldest first, by id alone: the store's runs listed a page at a time."""
+    """The ids of the runs ``eval_cases`` makes cases of, oldest first (``ConfigError`` when
+    one of ``run_ids`` has not ended), by id alone: the store's runs listed a page at a time."""
     if run_ids:
         return [r.run_id for r in _ended(store, project, loop_name, run_ids)]
     keys: list[tuple[float, str]] = []
@@ -250,18 +255,6 @@ def eval_cases(
     the given runs (each must have ended)."""
     for run_id in ended_run_ids(store, project=project, loop_name=loop_name, run_ids=run_ids):
         yield eval_case(store, run_id)
-
-
-def ended_run_ids(
-    store: Store,
-    *,
-    project: str | None = None,
-    loop_name: str | None = None,
-    run_ids: Sequence[str] | None = None,
-) -> list[str]:
-    """The ids of the runs ``eval_cases`` makes cases of, oldest first (``ConfigError`` when
-    one of ``run_ids`` has not ended)."""
-    return _ended_ids(store, project, loop_name, run_ids)
 
 
 def eval_case(store: Store, run_id: str) -> dict[str, Any]:
