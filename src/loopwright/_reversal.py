@@ -22,7 +22,7 @@ from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
-from .store import NewApproval, NewEvent, Store
+from .store import JournalEntry, NewApproval, NewEvent, Store
 
 __all__ = ["offer_compensations", "run_compensations"]
 
@@ -44,23 +44,20 @@ def offer_compensations(
         return None, []  # which effects can be undone is known only to the loop
     keep = keep or []
     offered = {str(o["key"]) for o in keep}
-    journal = store.journal(run_id, kind="effect")
-    # A compensation that ran but whose original was not yet marked (a crash in between)
-    # still counts: never offer to undo twice.
-    undone = {
-        (e.data.get("args") or {}).get("compensates")
-        for e in journal
-        if str(e.data.get("name", "")).endswith(".compensate") and e.status == "done"
-    }
-    done = [
+    # The effects after the point (a range of the journal's index by cycle), not the run's
+    # every entry: a long run rolled back by a few cycles reads those cycles' entries.
+    after = store.journal_where(run_id, kind="effect", after_cycle=after_cycle)
+    maybe = [
         e
-        for e in journal
+        for e in after
         if e.status == "done"
-        and e.cycle > after_cycle
-        and not str(e.data.get("name", "")).endswith(".compensate")
-        and e.key.removeprefix("effect:") not in undone
+        and not _is_compensation(e)
         and e.key.removeprefix("effect:") not in offered
     ]
+    # A compensation that ran but whose original was not yet marked (a crash in between)
+    # still counts: never offer to undo twice.
+    undone = _undone(store, run_id, maybe, after)
+    done = [e for e in maybe if e.key.removeprefix("effect:") not in undone]
     if not done and not keep:
         return None, []
     offers: list[dict[str, Any]] = list(keep)
@@ -139,6 +136,45 @@ def offer_compensations(
         "offered_at": time.time(),
     }
     return pending, requests
+
+
+def _is_compensation(e: JournalEntry) -> bool:
+    return str(e.data.get("name", "")).endswith(".compensate")
+
+
+def _undone(
+    store: Store, run_id: str, originals: list[JournalEntry], known: list[JournalEntry]
+) -> set[Any]:
+    """The keys (without ``effect:``) that a done compensation names as undone, of those among
+    ``known`` and of ``originals``'s own, read by key: ``run_compensations`` journals the
+    compensation of ``<name>`` ``<key>`` under ``effect:<name>.compensate:<key>``, and a try
+    after a failed (retired) one under ``~2``, ``~3``... A compensation's cycle says nothing of
+    its original's (a rollback's runs at the cycle rolled back to, below the one it undoes)."""
+    seen = {e.key: e for e in known}
+    # each original's chain of compensation keys: (first key, generation)
+    chains = {
+        f"effect:{e.data.get('name')}.compensate:{e.key.removeprefix('effect:')}": 1
+        for e in originals
+    }
+
+    def at(first: str, gen: int) -> str:
+        return first if gen == 1 else f"{first}~{gen}"
+
+    while chains:
+        missing = [at(k, g) for k, g in chains.items() if at(k, g) not in seen]
+        if missing:
+            seen.update((e.key, e) for e in store.journal_where(run_id, keys=missing))
+        nxt: dict[str, int] = {}
+        for first, gen in chains.items():
+            found = seen.get(at(first, gen))
+            if found is not None and found.status in ("compensated", "retired"):
+                nxt[first] = gen + 1  # the key's next generation, as ``perform_effect`` tries
+        chains = nxt
+    return {
+        (e.data.get("args") or {}).get("compensates")
+        for e in seen.values()
+        if _is_compensation(e) and e.status == "done"
+    }
 
 
 def _undo(fn: Any, ikey: str, result: Any, args: Any, /, **_: Any) -> Any:

@@ -1155,6 +1155,34 @@ class Store(LiveStore, PeopleStore, ABC):
         """A run's journal entries (optionally of one ``kind``, one ``key``, one ``cycle``),
         oldest first (by ``created_at``, then ``key``)."""
 
+    def journal_where(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        after_cycle: int | None = None,
+        statuses: Collection[str] | None = None,
+        keys: Collection[str] | None = None,
+    ) -> list[JournalEntry]:
+        """The run's journal entries that match every filter given (of ``kind``, of a cycle
+        above ``after_cycle``, with one of ``statuses``, under one of ``keys``), oldest first
+        as ``journal`` gives them: what a rollback or a cancel reads (the effects after its
+        point, their compensations by key, the entries in flight), not the long run's every
+        entry; a store that can reads only those rows. This default reads ``journal`` (by
+        key when ``keys`` are given) and filters."""
+        if keys is not None:
+            found = [e for k in dict.fromkeys(keys) for e in self.journal(run_id, key=k)]
+            found.sort(key=lambda e: (e.created_at, e.key))
+        else:
+            found = self.journal(run_id, kind=kind)
+        return [
+            e
+            for e in found
+            if (kind is None or e.kind == kind)
+            and (after_cycle is None or e.cycle > after_cycle)
+            and (statuses is None or e.status in statuses)
+        ]
+
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:

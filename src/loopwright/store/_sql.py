@@ -1551,6 +1551,53 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             args = [run_id, *args]
         return [self._journal(r) for r in self._all(query, args)]
 
+    def journal_where(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        after_cycle: int | None = None,
+        statuses: Collection[str] | None = None,
+        keys: Collection[str] | None = None,
+    ) -> list[JournalEntry]:
+        m = self._MARK
+        conds: list[str] = []
+        args: list[Any] = [run_id]
+        if kind is not None:
+            conds.append(f"kind={m}")
+            args.append(kind)
+        if after_cycle is not None:
+            conds.append(f"cycle>{m}")
+            args.append(int(after_cycle))
+        if statuses is not None:
+            wanted = list(dict.fromkeys(statuses))
+            if not wanted:
+                return []
+            conds.append(f"status IN ({','.join([m] * len(wanted))})")
+            args.extend(wanted)
+        where = "".join(f" AND {c}" for c in conds)
+        if keys is None:
+            # As ``journal`` does: the keys from the index on (run_id, kind, cycle) (a cycle's
+            # range of it when ``after_cycle`` is given), then the rows by primary key.
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} AND key IN "
+                f"(SELECT key FROM journal WHERE run_id={m}{where}) ORDER BY created_at, key"
+            )
+            rows = self._all(query, [run_id, *args])
+        else:
+            rows = []
+            wanted_keys = list(dict.fromkeys(keys))
+            for i in range(0, len(wanted_keys), 400):  # under SQLite's bound on parameters
+                chunk = wanted_keys[i : i + 400]
+                query = (
+                    f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} "
+                    f"AND key IN ({','.join([m] * len(chunk))}){where} ORDER BY created_at, key"
+                )
+                rows.extend(self._all(query, [run_id, *chunk, *args[1:]]))
+            if len(wanted_keys) > 400:
+                rows.sort(key=lambda r: (r[7], r[1]))
+        return [self._journal(r) for r in rows]
+
     # --- approvals and cancellation ----------------------------------------------------
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
         where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
