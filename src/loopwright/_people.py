@@ -269,8 +269,9 @@ class Decisions(RuntimeHost):
         """Effects started and never finished (a crash mid-effects), marked in doubt: what
         ends or rewinds the run must say so, never drop them silently."""
         out = []
-        for e in self.store.journal(ex.run_id, kind="effect"):
-            if e.status in ("intent", "waiting"):
+        # (read by status: a long run's done effects are not read to find the few in flight)
+        for e in self.store.journal_where(ex.run_id, kind="effect", statuses=_IN_FLIGHT):
+            if e.status in _IN_FLIGHT:
                 cause = f"{e.data.get('name')} ({e.key.removeprefix('effect:')}) {why}"
                 self.store.journal_put(
                     ex.run_id,
@@ -329,8 +330,8 @@ class Decisions(RuntimeHost):
         )
 
     def _note_not_offered(self, ex: _Exec, loop: Loop | None) -> None:
-        if loop is None and any(
-            e.status == "done" for e in self.store.journal(ex.run_id, kind="effect")
+        if loop is None and self.store.journal_where(
+            ex.run_id, kind="effect", statuses=("done",), limit=1
         ):
             ex.events.append(
                 NewEvent(
@@ -456,6 +457,8 @@ class Decisions(RuntimeHost):
         )
 
 
+# An effect started and not finished (a crash mid-effects): what ends or rewinds a run marks.
+_IN_FLIGHT = ("intent", "waiting")
 # What a retry entry kept for its billing forgets of its bound: a fresh start, as retired.
 _FRESH = frozenset({"first_at", "next_at", "budget", "class", "error"})
 
@@ -472,7 +475,13 @@ def retire_failures(store: Store, ex: _Exec, *, effects: bool) -> None:
     # that entry keeps its billing, with a fresh bound, for the cycle redone to charge. A run
     # that ended was charged by the commit that ended it.
     ended = store.get_run(ex.run_id).status in TERMINAL_STATUSES
-    for e in store.journal(ex.run_id):
+    # The retry entries of the cycles from ``nxt`` (the journal's index by cycle) and the
+    # failed effects, not the run's every entry: a long run's done effects are not read.
+    found = store.journal_where(ex.run_id, kind="retry", after_cycle=nxt - 1)
+    if effects:
+        found += store.journal_where(ex.run_id, kind="effect", statuses=("failed",))
+        found.sort(key=lambda e: (e.created_at, e.key))
+    for e in found:
         retry = e.kind == "retry" and e.cycle >= nxt and e.status != "retired"
         owed = (
             retry

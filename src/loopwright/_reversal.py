@@ -22,7 +22,7 @@ from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
-from .store import JournalEntry, NewApproval, NewEvent, Store
+from .store import Approval, JournalEntry, NewApproval, NewEvent, Store
 
 __all__ = ["offer_compensations", "run_compensations"]
 
@@ -188,8 +188,15 @@ async def run_compensations(
 ) -> list[dict[str, Any]] | None:
     """Run the allowed and approved compensations; ``None`` while a decision is still
     pending. Returns one note per offer (and per irreversible effect)."""
-    decided = {a.approval_id: a for a in store.approvals(run_id=ex.run_id)}
     offers = list(pend.get("offers") or ())
+    # The offers' own requests, each by its id: not the run's every request (a long run asked
+    # something every cycle has thousands).
+    decided: dict[str, Approval] = {}
+    for o in offers:
+        aid = o.get("approval_id")
+        found = store.approval(str(aid)) if aid else None
+        if found is not None and found.run_id == ex.run_id:
+            decided[found.approval_id] = found
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
         if o["action"] == "require" and req is not None and req.status == "pending":

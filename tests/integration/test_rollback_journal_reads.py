@@ -6,6 +6,8 @@ cycles after the point (the journal's index by cycle) and the compensations by t
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -206,7 +208,7 @@ def test_offers_are_those_the_whole_journal_gave(url: str) -> None:
 
 def test_journal_where_answers_as_the_protocol_default(url: str) -> None:
     """The SQL stores' query against the protocol's filter over ``journal``, for each filter
-    and their combinations."""
+    and their combinations (and a limit)."""
     with open_store(url) as store:
         run_id = _scenario(store)
         keys = [
@@ -219,15 +221,92 @@ def test_journal_where_answers_as_the_protocol_default(url: str) -> None:
         for kind in (None, "effect", "retry"):
             for after_cycle in (None, -1, 0, 3, 4, 9):
                 for st in statuses:
-                    for ks in (None, *keys):
-                        got = store.journal_where(
-                            run_id, kind=kind, after_cycle=after_cycle, statuses=st, keys=ks
-                        )
-                        want = Store.journal_where(
-                            store, run_id, kind=kind, after_cycle=after_cycle, statuses=st, keys=ks
-                        )
-                        assert got == want, (kind, after_cycle, st, ks)
+                    for ks, lim in itertools.product((None, *keys), (None, 1, 3)):
+                        filters: dict[str, Any] = {
+                            "kind": kind,
+                            "after_cycle": after_cycle,
+                            "statuses": st,
+                            "keys": ks,
+                            "limit": lim,
+                        }
+                        got = store.journal_where(run_id, **filters)
+                        want = Store.journal_where(store, run_id, **filters)
+                        assert got == want, filters
                         checked += bool(got)
         assert checked > 50
         assert store.journal_where("run-none", kind="effect", after_cycle=0) == []
     assert _base.Store.journal_where is not _sql.SQLStore.journal_where
+
+
+def test_a_rollback_reads_no_entry_of_the_cycles_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Journal entries decoded by a whole rollback by two cycles (the effects in flight, the
+    failed ones and spent retries it retires, the offers): 150 and 1,500 at 50 and 500
+    cycles of one effect each before, the offers' two entries now; then the resume runs the
+    two compensations and marks their originals."""
+    decoded: dict[int, int] = {}
+    for cycles in (50, 500):
+        url = f"sqlite:///{tmp_path / f'r{cycles}.db'}?durability=process"
+        loop = _paying_loop(cycles)
+        with lw.Runtime(url) as rt:
+            r = rt.run_sync(loop, {"artifacts": {"doc": {}}}, task_key="w")
+            with monkeypatch.context() as m:
+                m.setattr(_sql, "JournalEntry", _Counted)
+                _Counted.made[0] = 0
+                rt.rollback(r.run_id, cycles - 2, by="dave", loop=loop)
+                decoded[cycles] = _Counted.made[0]
+            rt.resume_sync(r.run_id, loop)
+            j = {e.key: e.status for e in rt.store.journal(r.run_id, kind="effect")}
+            assert j[f"effect:pay:I-{cycles}"] == "compensated"
+            assert j[f"effect:pay.compensate:pay:I-{cycles}"] == "done"
+            assert j[f"effect:pay:I-{cycles - 2}"] == "done"
+    assert decoded == {50: 2, 500: 2}, decoded
+
+
+def test_a_resume_reads_the_offers_requests_not_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume that runs a rollback's compensations reads the offers' requests by id: it
+    read the run's every request, one a cycle here (each payment needs a person): 11 and 41
+    at 10 and 40 cycles before, the one offer's now."""
+    built: dict[int, int] = {}
+
+    class CountedApproval(_base.Approval):
+        made: ClassVar[list[int]] = [0]
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            CountedApproval.made[0] += 1
+            super().__init__(*args, **kwargs)
+
+    asking = lw.ApprovalPolicy(
+        (
+            lw.PolicyRule(kind="spend", effect="pay.compensate", action="require", name="r"),
+            lw.PolicyRule(kind="spend", effect="pay", action="require", name="p"),
+        )
+    )
+    for cycles in (10, 40):
+        url = f"sqlite:///{tmp_path / f'a{cycles}.db'}?durability=process"
+        loop = dataclasses.replace(_paying_loop(cycles), approvals=asking)
+        with lw.Runtime(url) as rt:
+            r = rt.run_sync(loop, {"artifacts": {"doc": {}}}, task_key="w")
+            while r.status == "awaiting_approval":
+                rt.approve(r.run_id, by="ann")
+                r = rt.resume_sync(r.run_id, loop)
+            assert r.cycles == cycles
+            assert len(rt.store.approvals(run_id=r.run_id)) == cycles
+            rt.rollback(r.run_id, cycles - 1, by="dave", loop=loop)
+            rt.approve(r.run_id, by="ann")  # the refund of the last payment
+            with monkeypatch.context() as m:
+                m.setattr(_sql, "Approval", CountedApproval)
+                CountedApproval.made[0] = 0
+                rt.resume_sync(
+                    r.run_id,
+                    dataclasses.replace(
+                        loop, contract=lw.Contract(budget=lw.Budget(max_cycles=cycles - 1))
+                    ),
+                )
+                built[cycles] = CountedApproval.made[0]
+            j = {e.key: e.status for e in rt.store.journal(r.run_id, kind="effect")}
+            assert j[f"effect:pay:I-{cycles}"] == "compensated"
+    assert built == {10: 1, 40: 1}, built

@@ -1163,25 +1163,28 @@ class Store(LiveStore, PeopleStore, ABC):
         after_cycle: int | None = None,
         statuses: Collection[str] | None = None,
         keys: Collection[str] | None = None,
+        limit: int | None = None,
     ) -> list[JournalEntry]:
         """The run's journal entries that match every filter given (of ``kind``, of a cycle
         above ``after_cycle``, with one of ``statuses``, under one of ``keys``), oldest first
-        as ``journal`` gives them: what a rollback or a cancel reads (the effects after its
-        point, their compensations by key, the entries in flight), not the long run's every
-        entry; a store that can reads only those rows. This default reads ``journal`` (by
-        key when ``keys`` are given) and filters."""
+        as ``journal`` gives them, at most ``limit`` (the oldest): what a rollback or a cancel
+        reads (the effects after its point, their compensations by key, the entries in
+        flight, the failed ones), not the long run's every entry; a store that can reads
+        only those rows. This default reads ``journal`` (by key when ``keys`` are given) and
+        filters."""
         if keys is not None:
             found = [e for k in dict.fromkeys(keys) for e in self.journal(run_id, key=k)]
             found.sort(key=lambda e: (e.created_at, e.key))
         else:
             found = self.journal(run_id, kind=kind)
-        return [
+        out = [
             e
             for e in found
             if (kind is None or e.kind == kind)
             and (after_cycle is None or e.cycle > after_cycle)
             and (statuses is None or e.status in statuses)
         ]
+        return out if limit is None else out[: max(limit, 0)]
 
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod

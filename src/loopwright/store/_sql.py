@@ -1559,8 +1559,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         after_cycle: int | None = None,
         statuses: Collection[str] | None = None,
         keys: Collection[str] | None = None,
+        limit: int | None = None,
     ) -> list[JournalEntry]:
         m = self._MARK
+        if limit is not None and limit <= 0:
+            return []
         conds: list[str] = []
         args: list[Any] = [run_id]
         if kind is not None:
@@ -1582,6 +1585,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             query = (
                 f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} AND key IN "
                 f"(SELECT key FROM journal WHERE run_id={m}{where}) ORDER BY created_at, key"
+                + ("" if limit is None else f" LIMIT {int(limit)}")
             )
             rows = self._all(query, [run_id, *args])
         else:
@@ -1596,6 +1600,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 rows.extend(self._all(query, [run_id, *chunk, *args[1:]]))
             if len(wanted_keys) > 400:
                 rows.sort(key=lambda r: (r[7], r[1]))
+            rows = rows if limit is None else rows[:limit]
         return [self._journal(r) for r in rows]
 
     # --- approvals and cancellation ----------------------------------------------------
