@@ -538,8 +538,8 @@ def create_app(
             said = "cancelled" if done.status == "cancelled" else "cancellation requested"
             return done, f"{said} by {by}"
         if how == "resume":
-            if rec.status == "awaiting_approval" and any(
-                a.status == "pending" for a in store.approvals(run_id=rec.run_id)
+            if rec.status == "awaiting_approval" and store.approvals(
+                run_id=rec.run_id, status="pending"
             ):
                 raise HTTPException(409, "the run waits for a decision: approve or deny it first")
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
@@ -570,7 +570,8 @@ def create_app(
             raise HTTPException(400, str(exc)) from exc
         except LoopwrightError as exc:
             raise http_error(exc) from exc
-        mine = edits_view(store.events(done.run_id))[-1:]
+        # the run's last ``edited`` event (this edit's), not its whole log
+        mine = edits_view(store.events_of_kinds(done.run_id, ("edited",), limit=1))
         version = mine[0]["version"] if mine else "?"
         msg = f"{ref} edited by {by} (version {version}, accepted)"
         if resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
@@ -1182,7 +1183,7 @@ def create_app(
         done = store.get_run(rec.run_id)
         return {
             "run": run_summary(done),
-            "edit": edits_view(store.events(done.run_id))[-1],
+            "edit": edits_view(store.events_of_kinds(done.run_id, ("edited",), limit=1))[-1],
             "message": msg,
         }
 
