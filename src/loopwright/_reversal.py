@@ -148,8 +148,11 @@ def _undone(
     """The keys (without ``effect:``) that a done compensation names as undone, of those among
     ``known`` and of ``originals``'s own, read by key: ``run_compensations`` journals the
     compensation of ``<name>`` ``<key>`` under ``effect:<name>.compensate:<key>``, and a try
-    after a failed (retired) one under ``~2``, ``~3``... A compensation's cycle says nothing of
-    its original's (a rollback's runs at the cycle rolled back to, below the one it undoes)."""
+    after a failed (retired) one under ``~2``, ``~3``... It journals one at the run's cycle
+    then, at or after its original's (a rollback keeps the cycle counter), so one of an effect
+    after the point is among ``known`` already; the read by key (one query of the primary key,
+    most often finding nothing) does not rely on that, so a journal that says otherwise still
+    never has an effect undone twice."""
     seen = {e.key: e for e in known}
     # each original's chain of compensation keys: (first key, generation)
     chains = {

@@ -16,6 +16,7 @@ import pytest
 import loopwright as lw
 from loopwright._reversal import offer_compensations
 from loopwright.store import JournalEntry, Store, _base, _sql, open_store
+from loopwright.store.sqlite import SQLiteStore
 
 ALLOW = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
 
@@ -147,10 +148,13 @@ def _scenario(store: Store) -> str:
     put("pay:J", 2, "done")
     put("pay:B", 2, "done")
     put("pay:C", 3, "done")
-    comp("pay:C", 1, "done")  # a rollback's, at the cycle it went back to: below C's
+    # The engine journals a compensation at the run's cycle then, at or after its original's
+    # (a rollback keeps the cycle counter); these below it are a journal that says otherwise
+    # anyway, which the offers read by key still see.
+    comp("pay:C", 1, "done")
     put("pay:D", 4, "done")
     comp("pay:D", 2, "retired")  # failed, retired by a rollback: the next try is ~2
-    comp("pay:D", 3, "done", gen=2)  # (rollbacks to cycles 2 and 3: below D's)
+    comp("pay:D", 3, "done", gen=2)
     put("pay:E", 5, "done")
     comp("pay:E", 5, "failed")  # not undone: offered again
     put("pay:F", 6, "compensated")
@@ -310,3 +314,42 @@ def test_a_resume_reads_the_offers_requests_not_the_runs(
             j = {e.key: e.status for e in rt.store.journal(r.run_id, kind="effect")}
             assert j[f"effect:pay:I-{cycles}"] == "compensated"
     assert built == {10: 1, 40: 1}, built
+
+
+class _OwnStore(SQLiteStore):
+    """A store of one's own written before ``journal_where``: the protocol's default serves it
+    (its ``journal``, filtered)."""
+
+    journal_where = Store.journal_where
+
+
+def test_a_store_without_journal_where_rolls_back_and_compensates_alike(tmp_path: Path) -> None:
+    """The same rollbacks, offers and compensations on a store served by the protocol's
+    default as on the built-in one: twice back, the second over the first's compensations."""
+    seen: list[Any] = []
+    for own in (False, True):
+        db = tmp_path / f"s{own}.db"
+        store: Store = _OwnStore(db) if own else SQLiteStore(db)
+        try:
+            rt = lw.Runtime(store)
+            loop = _paying_loop(8)
+            r = rt.run_sync(loop, {"artifacts": {"doc": {}}}, task_key="w")
+            rt.rollback(r.run_id, 6, by="dave", loop=loop)
+            rt.resume_sync(r.run_id, loop)  # refunds 7 and 8 (at cycle 8: the budget's end)
+            rt.rollback(r.run_id, 4, by="dave", loop=loop)
+            pend = store.latest_checkpoint(r.run_id).state["pending"]
+            rt.resume_sync(r.run_id, loop)
+            j = {e.key: e.status for e in store.journal(r.run_id, kind="effect")}
+            seen.append(([o["key"] for o in pend["offers"]], j))
+        finally:
+            store.close()
+    assert seen[0] == seen[1]
+    offers, j = seen[0]
+    # the second rollback offers what the first did not undo; each refund ran once
+    assert offers == ["pay:I-5", "pay:I-6"], offers
+    assert [k for k, v in j.items() if v == "compensated"] == [
+        f"effect:pay:I-{n}" for n in (5, 6, 7, 8)
+    ]
+    assert sorted(k for k in j if ".compensate:" in k) == [
+        f"effect:pay.compensate:pay:I-{n}" for n in (5, 6, 7, 8)
+    ]
