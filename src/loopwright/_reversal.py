@@ -22,7 +22,7 @@ from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
-from .store import Approval, JournalEntry, NewApproval, NewEvent, Store
+from .store import JournalEntry, NewApproval, NewEvent, Store
 
 __all__ = ["offer_compensations", "run_compensations"]
 
@@ -193,13 +193,14 @@ async def run_compensations(
     pending. Returns one note per offer (and per irreversible effect)."""
     offers = list(pend.get("offers") or ())
     # The offers' own requests, each by its id: not the run's every request (a long run asked
-    # something every cycle has thousands).
-    decided: dict[str, Approval] = {}
-    for o in offers:
-        aid = o.get("approval_id")
-        found = store.approval(str(aid)) if aid else None
-        if found is not None and found.run_id == ex.run_id:
-            decided[found.approval_id] = found
+    # something every cycle has thousands). A store whose ``approval`` is the protocol's (it
+    # reads them all) is read once, as before.
+    ids = {str(o["approval_id"]) for o in offers if o.get("approval_id")}
+    if type(store).approval is Store.approval:
+        found = [a for a in store.approvals(run_id=ex.run_id) if a.approval_id in ids]
+    else:
+        found = [a for a in map(store.approval, sorted(ids)) if a is not None]
+    decided = {a.approval_id: a for a in found if a.run_id == ex.run_id}
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
         if o["action"] == "require" and req is not None and req.status == "pending":
