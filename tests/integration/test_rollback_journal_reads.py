@@ -316,20 +316,20 @@ def test_a_resume_reads_the_offers_requests_not_the_runs(
     assert built == {10: 1, 40: 1}, built
 
 
-class _OwnStore(SQLiteStore):
-    """A store of one's own written before ``journal_where``: the protocol's default serves it
-    (its ``journal``, filtered)."""
-
-    journal_where = Store.journal_where
-
-
 def test_a_store_without_journal_where_rolls_back_and_compensates_alike(tmp_path: Path) -> None:
     """The same rollbacks, offers and compensations on a store served by the protocol's
     default as on the built-in one: twice back, the second over the first's compensations."""
+
+    class OwnStore(SQLiteStore):
+        """A store of one's own written before ``journal_where``: the protocol's default
+        serves it (its ``journal``, filtered)."""
+
+        journal_where = Store.journal_where
+
     seen: list[Any] = []
     for own in (False, True):
         db = tmp_path / f"s{own}.db"
-        store: Store = _OwnStore(db) if own else SQLiteStore(db)
+        store: Store = OwnStore(db) if own else SQLiteStore(db)
         try:
             rt = lw.Runtime(store)
             loop = _paying_loop(8)
