@@ -83,11 +83,11 @@ class Forking(RuntimeHost):
         key = given or fit_key(rec.task_key, f"~fork-{uuid.uuid4().hex[:8]}")
         state.task_key = key
         rejected = [(d, c) for d, c in self.store.rejected_rows(rec.run_id) if c <= at_cycle]
-        inherited = [
-            e
-            for e in self.store.journal(rec.run_id, kind="effect")
-            if e.cycle <= at_cycle and e.status == "done"
-        ]
+        # the done effects up to that cycle, read by status and cycle (the journal's index by
+        # cycle): not the origin's whole effects journal, filtered here (invariant 8)
+        inherited = self.store.journal_where(
+            rec.run_id, kind="effect", statuses=("done",), upto_cycle=at_cycle
+        )
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_marginal_return_only()  # as a loop refuses it

@@ -42,12 +42,9 @@ class Decisions(RuntimeHost):
             found = (
                 [exact]
                 if exact is not None and exact.run_id == rec.run_id
-                # a prefix (people type a few characters): the run's requests are read
-                else [
-                    a
-                    for a in self.store.approvals(run_id=rec.run_id)
-                    if a.approval_id.startswith(approval_id.strip())
-                ]
+                # a prefix (people type a few characters): two of the run's requests with it
+                # tell one from several (invariant 8: not the run's every request)
+                else self.store.approvals_by_prefix(rec.run_id, approval_id.strip(), limit=2)
             )
             if not found:
                 raise ApprovalError(f"run {rec.run_id} has no request {approval_id!r}")
@@ -63,9 +60,10 @@ class Decisions(RuntimeHost):
         # (invariant 8: a run asked something every cycle has thousands of decided requests)
         pending = self.store.approvals(run_id=rec.run_id, status="pending")
         if not pending:
-            every = self.store.approvals(run_id=rec.run_id)  # only to say why: an error
+            # only to say why (an error): the run's last request, newest first, one row
+            every = self.store.page_approvals(run_id=rec.run_id, limit=1)
             if every:
-                last = every[-1]
+                last = every[0]
                 raise ApprovalError(
                     f"run {rec.run_id}: request {last.approval_id} was already {last.status}"
                     + (f" by {last.decided_by}" if last.decided_by else "")

@@ -476,7 +476,7 @@ def show(
             st.latest_checkpoint(rec.run_id).task_state(),
             ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
             st.approvals(run_id=rec.run_id),
-            st.journal(rec.run_id),
+            st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
         ):
             out.print(shown)
@@ -827,14 +827,20 @@ def cancel(
         who = acting_as(rt.store, by, token, action="cancel")
         rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
         offers = rt.store.approvals(run_id=rec.run_id, status="pending")
-        done = [e for e in rt.store.journal(rec.run_id, kind="effect") if e.status == "done"]
+        # counted, only when told (a run started from Python): not the run's every done
+        # effect read to print their number (invariant 8)
+        done = (
+            rt.store.count_journal(rec.run_id, kind="effect", statuses=("done",))
+            if rec.status == "cancelled" and not before.spec_ref
+            else 0
+        )
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
         + ("" if rec.status == "cancelled" else " (cancellation requested)")
     )
-    if rec.status == "cancelled" and done and not before.spec_ref:
+    if done:
         console().print(
-            f"[yellow]{len(done)} completed effect(s) not offered for compensation: the run was "
+            f"[yellow]{done} completed effect(s) not offered for compensation: the run was "
             "started from Python; use Runtime.cancel(run, loop=...)[/]"
         )
     _print_offers(rec.run_id, offers)

@@ -1164,14 +1164,15 @@ class Store(LiveStore, PeopleStore, ABC):
         statuses: Collection[str] | None = None,
         keys: Collection[str] | None = None,
         limit: int | None = None,
+        upto_cycle: int | None = None,
     ) -> list[JournalEntry]:
         """The run's journal entries that match every filter given (of ``kind``, of a cycle
-        above ``after_cycle``, with one of ``statuses``, under one of ``keys``), oldest first
-        as ``journal`` gives them, at most ``limit`` (the oldest): what a rollback or a cancel
-        reads (the effects after its point, their compensations by key, the entries in
-        flight, the failed ones), not the long run's every entry; a store that can reads
-        only those rows. This default reads ``journal`` (by key when ``keys`` are given) and
-        filters."""
+        above ``after_cycle`` and at most ``upto_cycle``, with one of ``statuses``, under one
+        of ``keys``), oldest first as ``journal`` gives them, at most ``limit`` (the oldest):
+        what a rollback, a cancel or a fork reads (the effects after its point, their
+        compensations by key, the entries in flight, the failed ones, the done effects up to
+        a fork's cycle), not the long run's every entry; a store that can reads only those
+        rows. This default reads ``journal`` (by key when ``keys`` are given) and filters."""
         if keys is not None:
             found = [e for k in dict.fromkeys(keys) for e in self.journal(run_id, key=k)]
             found.sort(key=lambda e: (e.created_at, e.key))
@@ -1182,9 +1183,18 @@ class Store(LiveStore, PeopleStore, ABC):
             for e in found
             if (kind is None or e.kind == kind)
             and (after_cycle is None or e.cycle > after_cycle)
+            and (upto_cycle is None or e.cycle <= upto_cycle)
             and (statuses is None or e.status in statuses)
         ]
         return out if limit is None else out[: max(limit, 0)]
+
+    def count_journal(
+        self, run_id: str, *, kind: str | None = None, statuses: Collection[str] | None = None
+    ) -> int:
+        """How many of the run's journal entries are of ``kind`` with one of ``statuses``
+        (what ``loopwright cancel`` tells of the done effects it could not offer to undo);
+        the built-in stores count in the database. This default reads ``journal_where``."""
+        return len(self.journal_where(run_id, kind=kind, statuses=statuses))
 
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod
@@ -1195,6 +1205,16 @@ class Store(LiveStore, PeopleStore, ABC):
         """One request by its id (``None``: no such request). This default reads them all;
         the built-in stores read one row."""
         return next((a for a in self.approvals() if a.approval_id == approval_id), None)
+
+    def approvals_by_prefix(
+        self, run_id: str, prefix: str, *, limit: int | None = None
+    ) -> list[Approval]:
+        """The run's requests whose id starts with ``prefix`` (case as given), oldest first
+        as ``approvals`` gives them, at most ``limit``: what a person's few typed characters
+        name (``limit=2`` tells one from several). This default reads the run's every
+        request; the built-in stores read the matching rows."""
+        found = [a for a in self.approvals(run_id=run_id) if a.approval_id.startswith(prefix)]
+        return found if limit is None else found[: max(limit, 0)]
 
     def count_approvals(
         self, *, status: str | None = None, run_id: str | None = None, search: str | None = None

@@ -1560,25 +1560,16 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         statuses: Collection[str] | None = None,
         keys: Collection[str] | None = None,
         limit: int | None = None,
+        upto_cycle: int | None = None,
     ) -> list[JournalEntry]:
-        m = self._MARK
         if limit is not None and limit <= 0:
             return []
-        conds: list[str] = []
-        args: list[Any] = [run_id]
-        if kind is not None:
-            conds.append(f"kind={m}")
-            args.append(kind)
-        if after_cycle is not None:
-            conds.append(f"cycle>{m}")
-            args.append(int(after_cycle))
-        if statuses is not None:
-            wanted = list(dict.fromkeys(statuses))
-            if not wanted:
-                return []
-            conds.append(f"status IN ({','.join([m] * len(wanted))})")
-            args.extend(wanted)
-        where = "".join(f" AND {c}" for c in conds)
+        found = self._journal_conds(kind, after_cycle, upto_cycle, statuses)
+        if found is None:
+            return []
+        m = self._MARK
+        where, args = found
+        args = [run_id, *args]
         if keys is None:
             # As ``journal`` does: the keys from the index on (run_id, kind, cycle) (a cycle's
             # range of it when ``after_cycle`` is given), then the rows by primary key.
@@ -1603,6 +1594,45 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             rows = rows if limit is None else rows[:limit]
         return [self._journal(r) for r in rows]
 
+    def _journal_conds(
+        self,
+        kind: str | None,
+        after_cycle: int | None,
+        upto_cycle: int | None,
+        statuses: Collection[str] | None,
+    ) -> tuple[str, list[Any]] | None:
+        """``journal_where``'s filters as `` AND ...`` conditions and their arguments
+        (``None``: no entry can match, an empty ``statuses``)."""
+        m = self._MARK
+        conds: list[str] = []
+        args: list[Any] = []
+        if kind is not None:
+            conds.append(f"kind={m}")
+            args.append(kind)
+        if after_cycle is not None:
+            conds.append(f"cycle>{m}")
+            args.append(int(after_cycle))
+        if upto_cycle is not None:
+            conds.append(f"cycle<={m}")
+            args.append(int(upto_cycle))
+        if statuses is not None:
+            wanted = list(dict.fromkeys(statuses))
+            if not wanted:
+                return None
+            conds.append(f"status IN ({','.join([m] * len(wanted))})")
+            args.extend(wanted)
+        return "".join(f" AND {c}" for c in conds), args
+
+    def count_journal(
+        self, run_id: str, *, kind: str | None = None, statuses: Collection[str] | None = None
+    ) -> int:
+        found = self._journal_conds(kind, None, None, statuses)
+        if found is None:
+            return 0
+        where, args = found
+        query = f"SELECT COUNT(*) FROM journal WHERE run_id={self._MARK}{where}"
+        return int(self._all(query, [run_id, *args])[0][0])
+
     # --- approvals and cancellation ----------------------------------------------------
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
         where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
@@ -1615,6 +1645,21 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             f"SELECT {APPROVAL_COLS} FROM approvals WHERE approval_id={m}", [approval_id]
         )
         return self._approval(rows[0]) if rows else None
+
+    def approvals_by_prefix(
+        self, run_id: str, prefix: str, *, limit: int | None = None
+    ) -> list[Approval]:
+        if limit is not None and limit <= 0:
+            return []
+        m = self._MARK
+        # The run's rows through its index, only those of the prefix decoded: the first
+        # characters compared as typed (LIKE ignores ASCII case on SQLite; startswith did not)
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE run_id={m} "
+            f"AND substr(approval_id, 1, CAST({m} AS INTEGER))={m} ORDER BY requested_at, approval_id"
+            + ("" if limit is None else f" LIMIT {int(limit)}")
+        )
+        return [self._approval(r) for r in self._all(query, [run_id, len(prefix), prefix])]
 
     def count_approvals(
         self, *, status: str | None = None, run_id: str | None = None, search: str | None = None
