@@ -36,7 +36,7 @@ from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
-from .store import NewEvent, RunRecord
+from .store import JournalEntry, NewEvent, RunRecord
 from .store._base import with_newer
 
 __all__ = ["Forking", "what_changed"]
@@ -84,10 +84,14 @@ class Forking(RuntimeHost):
         state.task_key = key
         rejected = [(d, c) for d, c in self.store.rejected_rows(rec.run_id) if c <= at_cycle]
         # the done effects up to that cycle, read by status and cycle (the journal's index by
-        # cycle): not the origin's whole effects journal, filtered here (invariant 8)
-        inherited = self.store.journal_where(
-            rec.run_id, kind="effect", statuses=("done",), upto_cycle=at_cycle
+        # cycle): not the origin's whole effects journal, filtered here (invariant 8). A store
+        # whose journal_where predates upto_cycle gives the done ones; the cycle is cut here.
+        done: dict[str, Any] = {"run_id": rec.run_id, "kind": "effect", "statuses": ("done",)}
+        inherited: list[JournalEntry] | None = with_newer(
+            self.store.journal_where, done, {"upto_cycle": at_cycle}
         )
+        if inherited is None:
+            inherited = [e for e in self.store.journal_where(**done) if e.cycle <= at_cycle]
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_marginal_return_only()  # as a loop refuses it

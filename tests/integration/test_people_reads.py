@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +18,8 @@ from test_rollback_journal_reads import PAY, _Counted, _paying_loop, _scenario
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store import NewApproval, Store, _base, _sql, open_store
+from loopwright.store import JournalEntry, NewApproval, Store, _base, _sql, open_store
+from loopwright.store.sqlite import SQLiteStore
 
 
 class _CountedApproval(_base.Approval):
@@ -256,3 +258,38 @@ def test_a_fork_reads_the_done_effects_up_to_its_cycle(
             assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
             assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
     assert decoded == {50: 3, 500: 3}, decoded
+
+
+def test_a_store_whose_journal_where_predates_upto_cycle_forks_alike(tmp_path: Path) -> None:
+    """A store of one's own whose ``journal_where`` has the older signature (no
+    ``upto_cycle``) is served all the same: the fork cuts the cycles itself."""
+
+    class OwnStore(SQLiteStore):
+        def journal_where(  # type: ignore[override]
+            self,
+            run_id: str,
+            *,
+            kind: str | None = None,
+            after_cycle: int | None = None,
+            statuses: Collection[str] | None = None,
+            keys: Collection[str] | None = None,
+            limit: int | None = None,
+        ) -> list[JournalEntry]:
+            return super().journal_where(
+                run_id,
+                kind=kind,
+                after_cycle=after_cycle,
+                statuses=statuses,
+                keys=keys,
+                limit=limit,
+            )
+
+    store = OwnStore(tmp_path / "own.db")
+    try:
+        rt = lw.Runtime(store)
+        r = rt.run_sync(_paying_loop(8), {"artifacts": {"doc": {}}}, task_key="w")
+        new = rt.fork(r.run_id, 3)
+        got = store.journal(new.run_id, kind="effect")
+        assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
+    finally:
+        store.close()
