@@ -82,7 +82,14 @@ class Forking(RuntimeHost):
         state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
         key = given or fit_key(rec.task_key, f"~fork-{uuid.uuid4().hex[:8]}")
         state.task_key = key
-        rejected = [(d, c) for d, c in self.store.rejected_rows(rec.run_id) if c <= at_cycle]
+        # the rejections up to that cycle (a store whose rejected_rows predates upto_cycle
+        # gives them all, cut here)
+        kept: list[tuple[str, int]] | None = with_newer(
+            self.store.rejected_rows, {"run_id": rec.run_id}, {"upto_cycle": at_cycle}
+        )
+        if kept is None:
+            kept = self.store.rejected_rows(rec.run_id)
+        rejected = [(d, c) for d, c in kept if c <= at_cycle]
         # the done effects up to that cycle, read by status and cycle (the journal's index by
         # cycle): not the origin's whole effects journal, filtered here (invariant 8). A store
         # whose journal_where predates upto_cycle gives the done ones; the cycle is cut here.

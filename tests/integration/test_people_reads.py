@@ -242,27 +242,43 @@ def test_show_reads_the_effects_not_the_retry_entries(
 def test_a_fork_reads_the_done_effects_up_to_its_cycle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fork at cycle 3 of a run with an effect a cycle inherits the three done before it:
-    it decoded the origin's whole effects journal to keep them (50 and 500 entries at 50
-    and 500 cycles); the three now."""
+    """A fork at cycle 3 of a run with an effect a cycle, every proposal rejected, inherits
+    the three done effects and the three rejections before it: it decoded the origin's whole
+    effects journal (50 and 500 entries at 50 and 500 cycles) and read its every rejection
+    (50 and 500 rows) to keep them; the three of each now."""
     decoded: dict[int, int] = {}
+    rejections: dict[int, int] = {}
+    real = _sql.SQLStore.rejected_rows
+    read: list[int] = []
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> list[tuple[str, int]]:
+        rows = real(self, *args, **kwargs)
+        read.append(len(rows))
+        return rows
+
     for cycles in (50, 500):
         with lw.Runtime(f"sqlite:///{tmp_path / f'f{cycles}.db'}?durability=process") as rt:
             r = rt.run_sync(_paying_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
+            assert len(rt.store.rejected_rows(r.run_id)) == cycles
+            read.clear()
             with monkeypatch.context() as m:
                 m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql.SQLStore, "rejected_rows", counted)
                 _Counted.made[0] = 0
                 new = rt.fork(r.run_id, 3)
                 decoded[cycles] = _Counted.made[0]
+                rejections[cycles] = sum(read)
             got = rt.store.journal(new.run_id, kind="effect")
             assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
             assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
+            assert sorted(c for _d, c in rt.store.rejected_rows(new.run_id)) == [1, 2, 3]
     assert decoded == {50: 3, 500: 3}, decoded
+    assert rejections == {50: 3, 500: 3}, rejections
 
 
 def test_a_store_whose_journal_where_predates_upto_cycle_forks_alike(tmp_path: Path) -> None:
-    """A store of one's own whose ``journal_where`` has the older signature (no
-    ``upto_cycle``) is served all the same: the fork cuts the cycles itself."""
+    """A store of one's own whose ``journal_where`` and ``rejected_rows`` have the older
+    signatures (no ``upto_cycle``) is served all the same: the fork cuts the cycles itself."""
 
     class OwnStore(SQLiteStore):
         def journal_where(  # type: ignore[override]
@@ -284,6 +300,9 @@ def test_a_store_whose_journal_where_predates_upto_cycle_forks_alike(tmp_path: P
                 limit=limit,
             )
 
+        def rejected_rows(self, run_id: str) -> list[tuple[str, int]]:  # type: ignore[override]
+            return super().rejected_rows(run_id)
+
     store = OwnStore(tmp_path / "own.db")
     try:
         rt = lw.Runtime(store)
@@ -291,5 +310,6 @@ def test_a_store_whose_journal_where_predates_upto_cycle_forks_alike(tmp_path: P
         new = rt.fork(r.run_id, 3)
         got = store.journal(new.run_id, kind="effect")
         assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
+        assert sorted(c for _d, c in store.rejected_rows(new.run_id)) == [1, 2, 3]
     finally:
         store.close()

@@ -645,8 +645,9 @@ class Store(LiveStore, PeopleStore, ABC):
         """Digests of the run's rejected proposals (a duplicate is no progress)."""
 
     @abstractmethod
-    def rejected_rows(self, run_id: str) -> list[tuple[str, int]]:
-        """``(digest, cycle)`` of each rejected proposal of the run (a fork copies them)."""
+    def rejected_rows(self, run_id: str, *, upto_cycle: int | None = None) -> list[tuple[str, int]]:
+        """``(digest, cycle)`` of each rejected proposal of the run (of a cycle at most
+        ``upto_cycle``: those a fork at that cycle copies)."""
 
     @abstractmethod
     def is_rejected(self, run_id: str, digest: str) -> bool:

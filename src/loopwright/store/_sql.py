@@ -1100,8 +1100,13 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             row = conn.execute(self._q.is_rejected, (run_id, digest)).fetchone()
         return row is not None
 
-    def rejected_rows(self, run_id: str) -> list[tuple[str, int]]:
-        rows = self._all(self._q.p("SELECT digest, cycle FROM rejected WHERE run_id=?"), (run_id,))
+    def rejected_rows(self, run_id: str, *, upto_cycle: int | None = None) -> list[tuple[str, int]]:
+        query = "SELECT digest, cycle FROM rejected WHERE run_id=?"
+        args: list[Any] = [run_id]
+        if upto_cycle is not None:  # a fork's: not a long run's every rejection read
+            query += " AND cycle<=?"
+            args.append(int(upto_cycle))
+        rows = self._all(self._q.p(query), args)
         return [(r[0], int(r[1])) for r in rows]
 
     def rejected_digests(self, run_id: str) -> list[str]:
