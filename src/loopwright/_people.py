@@ -328,7 +328,9 @@ class Decisions(RuntimeHost):
         )
 
     def _note_not_offered(self, ex: _Exec, loop: Loop | None) -> None:
-        if loop is None and self.store.journal_where(
+        # whether there is one: the first row found (journal_where's limit=1 is the oldest,
+        # which the database found by sorting every done effect: 44 ms at 20,000)
+        if loop is None and self.store.count_journal(
             ex.run_id, kind="effect", statuses=("done",), limit=1
         ):
             ex.events.append(

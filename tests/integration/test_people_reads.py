@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 from collections.abc import Collection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -60,8 +61,8 @@ def test_cancel_counts_the_done_effects_it_cannot_offer(
 ) -> None:
     """``loopwright cancel`` of a run started from Python says how many done effects it did
     not offer to undo: it decoded the run's every effect entry to count them (50 and 500 at
-    50 and 500 cycles); the count is the database's now, and the one entry decoded is the
-    cancel's own (the effects in flight, by status)."""
+    50 and 500 cycles); the count is the database's now, as is whether any is left (the
+    cancel's note that compensations were not offered): no entry is decoded."""
     decoded: dict[int, int] = {}
     for cycles in (50, 500):
         db = str(tmp_path / f"c{cycles}.db")
@@ -78,7 +79,7 @@ def test_cancel_counts_the_done_effects_it_cannot_offer(
             decoded[cycles] = _Counted.made[0]
         out = capsys.readouterr().out
         assert f"{cycles - 1} completed effect(s) not offered for compensation" in out, out
-    assert decoded == {50: 1, 500: 1}, decoded
+    assert decoded == {50: 0, 500: 0}, decoded
 
 
 def _asked_run(rt: lw.Runtime, cycles: int) -> tuple[str, str]:
@@ -196,9 +197,13 @@ def test_journal_where_up_to_a_cycle_and_count_journal_answer_as_the_default(url
             assert all(e.cycle <= upto for e in got) if upto is not None else True
             checked += bool(got)
         assert checked > 20
-        for kind, st in itertools.product((None, "effect", "retry"), (None, ["done"], [])):
-            n = store.count_journal(run_id, kind=kind, statuses=st)
-            assert n == Store.count_journal(store, run_id, kind=kind, statuses=st), (kind, st)
+        for kind, st, lim in itertools.product(
+            (None, "effect", "retry"), (None, ["done"], []), (None, 0, 1, 3)
+        ):
+            n = store.count_journal(run_id, kind=kind, statuses=st, limit=lim)
+            want = Store.count_journal(store, run_id, kind=kind, statuses=st, limit=lim)
+            assert n == want, (kind, st, lim)
+        assert store.count_journal(run_id, kind="effect", statuses=["done"], limit=3) == 3
         assert store.count_journal(run_id, kind="effect", statuses=["done"]) == 13
         assert store.count_journal("run-none") == 0
     assert _base.Store.count_journal is not _sql.SQLStore.count_journal
@@ -313,3 +318,36 @@ def test_a_store_whose_journal_where_predates_upto_cycle_forks_alike(tmp_path: P
         assert sorted(c for _d, c in store.rejected_rows(new.run_id)) == [1, 2, 3]
     finally:
         store.close()
+
+
+def test_whether_a_done_effect_is_left_is_one_row(tmp_path: Path) -> None:
+    """A cancel or a rollback without its loop notes that compensations were not offered when
+    the run has a done effect. It asked ``journal_where(..., limit=1)``, the oldest one, which
+    the database found by sorting every done effect of the run; it asks for the first row
+    found now. SQLite VM steps (deterministic: the rows it reads) at 50 and 500 cycles: 1,292
+    and 12,542 before, 30 at both now."""
+    steps: dict[int, int] = {}
+    for cycles in (50, 500):
+        with lw.Runtime(f"sqlite:///{tmp_path / f'n{cycles}.db'}?durability=process") as rt:
+            r = rt.run_sync(_paying_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
+            ex = SimpleNamespace(run_id=r.run_id, events=[], state=SimpleNamespace(cycle=cycles))
+            store = rt.store
+            assert isinstance(store, SQLiteStore)
+            count = [0]
+
+            def step(count: list[int] = count) -> int:
+                count[0] += 1
+                return 0
+
+            rt._note_not_offered(ex, None)  # type: ignore[arg-type]  # statements prepared
+            ex.events.clear()
+            store._db.set_progress_handler(step, 1)
+            try:
+                rt._note_not_offered(ex, None)  # type: ignore[arg-type]
+            finally:
+                store._db.set_progress_handler(None, 1)
+            steps[cycles] = count[0]
+            assert [e.kind for e in ex.events] == ["compensations_not_offered"]
+            rt._note_not_offered(ex, _paying_loop(cycles))  # with the loop: nothing noted
+            assert len(ex.events) == 1
+    assert steps[500] == steps[50], steps

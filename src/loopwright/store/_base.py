@@ -1190,12 +1190,19 @@ class Store(LiveStore, PeopleStore, ABC):
         return out if limit is None else out[: max(limit, 0)]
 
     def count_journal(
-        self, run_id: str, *, kind: str | None = None, statuses: Collection[str] | None = None
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        statuses: Collection[str] | None = None,
+        limit: int | None = None,
     ) -> int:
-        """How many of the run's journal entries are of ``kind`` with one of ``statuses``
-        (what ``loopwright cancel`` tells of the done effects it could not offer to undo);
-        the built-in stores count in the database. This default reads ``journal_where``."""
-        return len(self.journal_where(run_id, kind=kind, statuses=statuses))
+        """How many of the run's journal entries are of ``kind`` with one of ``statuses``,
+        counted up to ``limit`` (``limit=1``: whether there is one): what ``loopwright
+        cancel`` tells of the done effects it could not offer to undo, whether a cancel or a
+        rollback without its loop left any; the built-in stores count in the database and
+        stop at ``limit``. This default reads ``journal_where``."""
+        return len(self.journal_where(run_id, kind=kind, statuses=statuses, limit=limit))
 
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod

@@ -1629,14 +1629,21 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         return "".join(f" AND {c}" for c in conds), args
 
     def count_journal(
-        self, run_id: str, *, kind: str | None = None, statuses: Collection[str] | None = None
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        statuses: Collection[str] | None = None,
+        limit: int | None = None,
     ) -> int:
         found = self._journal_conds(kind, None, None, statuses)
-        if found is None:
+        if found is None or (limit is not None and limit <= 0):
             return 0
         where, args = found
-        query = f"SELECT COUNT(*) FROM journal WHERE run_id={self._MARK}{where}"
-        return int(self._all(query, [run_id, *args])[0][0])
+        rows = f"SELECT 1 FROM journal WHERE run_id={self._MARK}{where}"
+        if limit is not None:  # the first rows found, in no order: no sort, no whole scan
+            rows += f" LIMIT {int(limit)}"
+        return int(self._all(f"SELECT COUNT(*) FROM ({rows}) AS found", [run_id, *args])[0][0])
 
     # --- approvals and cancellation ----------------------------------------------------
     def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
