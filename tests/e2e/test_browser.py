@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +89,9 @@ def _serve(store: str, tmp_path: Path) -> Iterator[str]:
             try:
                 urllib.request.urlopen(base + "/login", timeout=1).close()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            # OSError: refused or reset (URLError, ConnectionError), and a reply slower than
+            # the 1 s timeout on a loaded machine, raised as a bare TimeoutError
+            except OSError:
                 if proc.poll() is not None:
                     pytest.fail(f"loopwright ui exited: {log_path.read_text()}")
                 time.sleep(0.1)
