@@ -501,7 +501,8 @@ class Store(LiveStore, PeopleStore, ABC):
         transaction, the origin's done effect entries (``kind="effect"``, ``status="done"``)
         of cycles up to ``upto_cycle``, written as ``inherited`` writes them (their data with
         ``inherited_from``: the origin's own when set, else the origin's run id), none read
-        into Python. A store whose ``create_run`` predates it is given them as ``inherited``.
+        into Python (not with ``inherited`` too: one key each). A store whose ``create_run``
+        predates it is given them as ``inherited``.
 
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their
