@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import pytest
 from test_rollback_journal_reads import _Counted, _paying_loop
 
 import loopwright as lw
-from loopwright.store import Store, _sql, open_store
+from loopwright.store import JournalEntry, Store, _sql, open_store
+from loopwright.store.sqlite import SQLiteStore
 
 # (key, kind, cycle, status, data) of the origin's journal: what a fork at cycle 5 inherits
 # is the done effects of cycles up to 5, nothing else.
@@ -187,3 +189,41 @@ def test_a_late_fork_decodes_no_entry(tmp_path: Path, monkeypatch: pytest.Monkey
             assert len(got) == cycles
             assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
     assert decoded == {50: 0, 500: 0}, decoded
+
+
+def test_a_store_older_in_both_forks_alike(tmp_path: Path) -> None:
+    """A store of one's own whose ``create_run`` predates ``copy_effects`` and whose
+    ``journal_where`` predates ``upto_cycle``: the fork reads the done effects and cuts the
+    cycles itself, and gives them as ``inherited``."""
+
+    class OwnStore(SQLiteStore):
+        def create_run(self, **kw: Any) -> Any:  # type: ignore[override]
+            if "copy_effects" in kw:
+                raise TypeError("create_run() got an unexpected keyword argument 'copy_effects'")
+            return super().create_run(**kw)
+
+        def journal_where(  # type: ignore[override]
+            self,
+            run_id: str,
+            *,
+            kind: str | None = None,
+            after_cycle: int | None = None,
+            statuses: Collection[str] | None = None,
+            keys: Collection[str] | None = None,
+            limit: int | None = None,
+        ) -> list[JournalEntry]:
+            return super().journal_where(
+                run_id, kind=kind, after_cycle=after_cycle, statuses=statuses, keys=keys,
+                limit=limit,
+            )  # fmt: skip
+
+    store = OwnStore(tmp_path / "own.db")
+    try:
+        rt = lw.Runtime(store)
+        r = rt.run_sync(_paying_loop(8), {"artifacts": {"doc": {}}}, task_key="w")
+        new = rt.fork(r.run_id, 3)
+        got = store.journal(new.run_id, kind="effect")
+        assert [e.key for e in got] == [f"effect:pay:I-{n}" for n in (1, 2, 3)]
+        assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
+    finally:
+        store.close()
