@@ -1,5 +1,5 @@
-"""``loopwright cancel`` and a fork at cycle 3 of a long run that did an effect every cycle:
-what they read.
+"""``loopwright cancel``, a fork at cycle 3 and a late fork of a long run that did an effect
+every cycle: what they read.
 
 Usage:  python bench/people_reads.py [--sizes 2000,20000] [--dir DIR] [--src PATH ...]
             [--json OUT]
@@ -11,8 +11,9 @@ approve, so the run waits (it can be cancelled) with ``size - 1`` done effects. 
 ``--src`` tree (``git archive`` of a commit; default: this tree's ``src``), size and
 operation, in a process of its own, on a copy of the store: ``loopwright cancel RUN`` (the
 run was started from Python: it says how many done effects it did not offer to undo) and
-``Runtime.fork(RUN, 3)`` (which inherits the three done effects up to cycle 3; ``told``: how
-many the cancel said it did not offer, how many the fork inherited). Each row gives
+``Runtime.fork(RUN, 3)`` (which inherits the three done effects up to cycle 3) and, as
+``late``, ``Runtime.fork(RUN, size - 2)`` (which inherits ``size - 2``; ``told``: how many the
+cancel said it did not offer, how many the fork inherited). Each row gives
 the journal entries the store decoded (``JournalEntry`` made by the SQL core:
 deterministic), the ``tracemalloc`` peak of the operation, and its CPU seconds. The last lines
 give, per tree and operation, the ratio of the largest size to the smallest: about the ratio
@@ -110,19 +111,19 @@ with lw.Runtime(url) as rt:
             assert main(["cancel", run.run_id, "--by", "bench", "--store", url]) == 0
         told = said.getvalue().split("completed effect")[0].split()[-1]
     else:
-        new = rt.fork(run.run_id, 3)
+        new = rt.fork(run.run_id, 3 if op == "fork" else n - 2)
     cpu = time.process_time() - cpu
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     _sql.JournalEntry = base
-    if op == "fork":  # what it inherited, read after the measure
+    if op != "cancel":  # what it inherited, read after the measure
         told = len(rt.store.journal(new.run_id, kind="effect"))
 print(json.dumps({"decoded": made[0], "peak_kb": peak // 1024, "cpu_s": round(cpu, 4),
                   "told": told}))
 """
 
 
-OPS = ("cancel", "fork")
+OPS = ("cancel", "fork", "late")
 
 
 def main() -> None:

@@ -486,6 +486,7 @@ class Store(LiveStore, PeopleStore, ABC):
         initial_rejected: Sequence[tuple[str, int]] = (),
         created_by: str | None = None,
         copy_versions: Sequence[tuple[str, str, int]] = (),
+        copy_effects: tuple[str, int] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
@@ -495,6 +496,13 @@ class Store(LiveStore, PeopleStore, ABC):
         before ``initial_versions`` are written over them (``LookupError`` when one is
         missing). A store whose ``create_run`` predates it is given every version in
         ``initial_versions`` instead (``Runtime.fork`` asks through ``with_newer``).
+
+        ``copy_effects`` (a fork's: ``(origin_run_id, upto_cycle)``) copies, in the same
+        transaction, the origin's done effect entries (``kind="effect"``, ``status="done"``)
+        of cycles up to ``upto_cycle``, written as ``inherited`` writes them (their data with
+        ``inherited_from``: the origin's own when set, else the origin's run id), none read
+        into Python (not with ``inherited`` too: one key each). A store whose ``create_run``
+        predates it is given them as ``inherited``.
 
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their

@@ -233,3 +233,49 @@ def memory_where(
         where.append(f"memory_id={mark}")
         args.append(memory_id)
     return where, args
+
+
+# A fork's inherited journal entry keeps the origin's data with ``inherited_from`` set to the
+# run that did the effect: the origin's ``inherited_from`` when it is truthy (a fork of a
+# fork names the first run), else the origin's run id -- ``{**data, "inherited_from":
+# data.get("inherited_from") or run_id}``, computed by the database over the origin's row
+# (``copy_effects``), the key kept in place when present, appended when not (SQLite's
+# ``json_set``; PostgreSQL's ``json`` column keeps its text, so it is appended as text, and a
+# falsy value replaced through ``json_each`` in the keys' order: ``jsonb`` would reorder them).
+_SQLITE_TRUTHY = (
+    "CASE json_type(data, '$.inherited_from') WHEN 'true' THEN 1 "
+    "WHEN 'integer' THEN json_extract(data, '$.inherited_from') <> 0 "
+    "WHEN 'real' THEN json_extract(data, '$.inherited_from') <> 0 "
+    "WHEN 'text' THEN json_extract(data, '$.inherited_from') <> '' "
+    "WHEN 'array' THEN json_array_length(data, '$.inherited_from') > 0 "
+    "WHEN 'object' THEN json_extract(data, '$.inherited_from') <> '{}' ELSE 0 END"
+)
+_SQLITE_INHERITED = (
+    f"CASE WHEN {_SQLITE_TRUTHY} THEN data ELSE json_set(data, '$.inherited_from', run_id) END"
+)
+_PG_TRUTHY = (
+    "CASE json_typeof(data->'inherited_from') "
+    "WHEN 'string' THEN (data->>'inherited_from') <> '' "
+    "WHEN 'number' THEN (data->>'inherited_from')::numeric <> 0 "
+    "WHEN 'boolean' THEN (data->>'inherited_from')::boolean "
+    "WHEN 'array' THEN json_array_length(data->'inherited_from') > 0 "
+    "WHEN 'object' THEN EXISTS (SELECT 1 FROM json_object_keys(data->'inherited_from')) "
+    "ELSE false END"
+)
+_PG_INHERITED = (
+    f"CASE WHEN {_PG_TRUTHY} THEN data "
+    "WHEN json_typeof(data->'inherited_from') IS NULL THEN "
+    "CASE WHEN EXISTS (SELECT 1 FROM json_object_keys(data)) "
+    "THEN (left(rtrim(data::text, E' \\t\\n\\r'), -1) || ',\"inherited_from\":' "
+    "|| to_json(run_id)::text || '}')::json "
+    "ELSE ('{\"inherited_from\":' || to_json(run_id)::text || '}')::json END "
+    "ELSE (SELECT json_object_agg(e.key, CASE WHEN e.key = 'inherited_from' "
+    "THEN to_json(run_id) ELSE e.value END ORDER BY e.n) "
+    "FROM json_each(data) WITH ORDINALITY AS e(key, value, n)) END"
+)
+
+
+def inherited_data(mark: str) -> str:
+    """The SQL of an origin journal row's ``data`` as its fork inherits it (the row's own
+    ``run_id`` and ``data`` columns), in the dialect of ``mark``."""
+    return _SQLITE_INHERITED if mark == "?" else _PG_INHERITED

@@ -69,6 +69,7 @@ from ._rows import (
     checkpoint_row,
     decided_event,
     event_row,
+    inherited_data,
     memory_values,
     memory_where,
     run_cols,
@@ -308,6 +309,15 @@ class Statements:
             "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
             "created_at, updated_at, fencing_token) VALUES(?,?,?,?,?,?,?,?,?,?) "
             f"RETURNING {JOURNAL_COLS}"
+        )
+        # A fork's inherited entries, copied from its origin's rows in the database (none
+        # read into Python): the done effects up to the fork's cycle, marked inherited
+        # (``_rows.inherited_data``), as ``create_run``'s ``inherited`` writes them.
+        self.copy_effects = p(
+            "INSERT INTO journal(run_id, key, kind, cycle, status, data, attempts, "
+            f"created_at, updated_at, fencing_token) SELECT ?, key, kind, cycle, status, "
+            f"{inherited_data(mark)}, attempts, ?, ?, 0 FROM journal WHERE run_id=? "
+            "AND kind='effect' AND cycle<=? AND status='done'"
         )
         self.update_journal = p(
             "UPDATE journal SET kind=?, cycle=?, status=?, data=?, attempts=?, "
@@ -682,6 +692,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         initial_rejected: Sequence[tuple[str, int]] = (),
         created_by: str | None = None,
         copy_versions: Sequence[tuple[str, str, int]] = (),
+        copy_effects: tuple[str, int] | None = None,
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -753,6 +764,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     q.insert_journal,
                     (run_id, e.key, e.kind, e.cycle, e.status, js(data), e.attempts, now, now, 0),
                 )
+            if copy_effects is not None:
+                origin, upto = copy_effects
+                conn.execute(q.copy_effects, (run_id, now, now, origin, int(upto)))
             if initial_rejected:
                 self._executemany(
                     conn, q.insert_rejected, [(run_id, d, c) for d, c in initial_rejected]
