@@ -82,14 +82,6 @@ class Forking(RuntimeHost):
         state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
         key = given or fit_key(rec.task_key, f"~fork-{uuid.uuid4().hex[:8]}")
         state.task_key = key
-        # the rejections up to that cycle (a store whose rejected_rows predates upto_cycle
-        # gives them all, cut here)
-        kept: list[tuple[str, int]] | None = with_newer(
-            self.store.rejected_rows, {"run_id": rec.run_id}, {"upto_cycle": at_cycle}
-        )
-        if kept is None:
-            kept = self.store.rejected_rows(rec.run_id)
-        rejected = [(d, c) for d, c in kept if c <= at_cycle]
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_marginal_return_only()  # as a loop refuses it
@@ -106,24 +98,30 @@ class Forking(RuntimeHost):
             "initial_versions": unwritten_versions(state, {})[0],
             "forked_from": (rec.run_id, at_cycle),
             "inherited": (),
-            "initial_rejected": rejected,
+            "initial_rejected": (),
             "created_by": by.strip() if by and by.strip() else None,
         }
         # Every version up to that cycle travels with the fork: the store copies its rows
         # (the versions held in memory written over them), none read into Python — a fork of
         # a long run held its every version (19.7 MiB at 2,000 cycles of 20 KB values, 2.3
         # at 200). So do the done effects up to it, marked inherited (a late fork of a run of
-        # 20,000 effects decoded 19,998 entries, 38.6 MB). A store whose create_run predates
-        # copy_effects is given them as ``inherited``; one that predates copy_versions too,
-        # every version.
+        # 20,000 effects decoded 19,998 entries, 38.6 MB), and the digests it rejected up to
+        # it (19,998 rows read and written back). A store whose create_run predates
+        # copy_effects and copy_rejected is given them as ``inherited`` and
+        # ``initial_rejected``; one that predates copy_versions too, every version.
         copies = [(rec.run_id, ref, part.count) for ref, part in state.iter_parts()]
         made: tuple[RunRecord, bool] | None = with_newer(
             self.store.create_run,
             args,
-            {"copy_versions": copies or None, "copy_effects": (rec.run_id, at_cycle)},
+            {
+                "copy_versions": copies or None,
+                "copy_effects": (rec.run_id, at_cycle),
+                "copy_rejected": (rec.run_id, at_cycle),
+            },
         )
         if made is None:
             args["inherited"] = self._inherited(rec.run_id, at_cycle)
+            args["initial_rejected"] = self._rejected(rec.run_id, at_cycle)
             made = with_newer(self.store.create_run, args, {"copy_versions": copies or None})
         if made is None:
             for _ref, part in state.iter_parts():
@@ -134,6 +132,17 @@ class Forking(RuntimeHost):
         if not created:
             raise ConfigError(f"task key {key!r} is taken by run {new.run_id}", field="task_key")
         return new
+
+    def _rejected(self, run_id: str, at_cycle: int) -> list[tuple[str, int]]:
+        """The digests ``run_id`` rejected up to ``at_cycle``, for a store whose
+        ``create_run`` cannot copy them (one whose rejected_rows predates upto_cycle gives
+        them all, cut here)."""
+        kept: list[tuple[str, int]] | None = with_newer(
+            self.store.rejected_rows, {"run_id": run_id}, {"upto_cycle": at_cycle}
+        )
+        if kept is None:
+            kept = self.store.rejected_rows(run_id)
+        return [(d, c) for d, c in kept if c <= at_cycle]
 
     def _inherited(self, run_id: str, at_cycle: int) -> list[JournalEntry]:
         """The done effects of ``run_id`` up to ``at_cycle``, for a store whose ``create_run``

@@ -160,6 +160,10 @@ def test_a_fork_through_the_runtime_writes_the_rows_of_the_older_path(
             old = rt.fork(o, n, task_key=f"old-{o}-{n}").run_id
             assert _rows(rt.store, new) == _rows(rt.store, old), (o, n)
             assert len(_rows(rt.store, new)) == n
+            # the rejected digests too (copy_rejected), every proposal of this loop rejected
+            rejected = sorted(rt.store.rejected_rows(new))
+            assert rejected == sorted(rt.store.rejected_rows(old)), (o, n)
+            assert sorted(c for _d, c in rejected) == list(range(1, n + 1)), (o, n)
         monkeypatch.undo()
         # the fork of the fork names the first run for the effects it did up to cycle 8
         named = {
@@ -175,20 +179,38 @@ def test_a_fork_through_the_runtime_writes_the_rows_of_the_older_path(
 
 def test_a_late_fork_decodes_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Journal entries decoded by a fork at the last cycle of runs of 50 and 500 cycles of
-    one effect each: 50 and 500 before (every done effect it inherits), none now."""
+    one effect each: 50 and 500 before (every done effect it inherits), none now; and the
+    rejected digests read into Python to be written back (every proposal rejected): 50 and
+    500 before, none now (``copy_rejected``)."""
     decoded: dict[int, int] = {}
+    rejections: dict[int, int] = {}
+    real = _sql.SQLStore.rejected_rows
+    read: list[int] = []
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> list[tuple[str, int]]:
+        rows = real(self, *args, **kwargs)
+        read.append(len(rows))
+        return rows
+
     for cycles in (50, 500):
         with lw.Runtime(f"sqlite:///{tmp_path / f'l{cycles}.db'}?durability=process") as rt:
             r = rt.run_sync(_paying_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
+            read.clear()
             with monkeypatch.context() as m:
                 m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql.SQLStore, "rejected_rows", counted)
                 _Counted.made[0] = 0
                 new = rt.fork(r.run_id, cycles)
                 decoded[cycles] = _Counted.made[0]
+                rejections[cycles] = sum(read)
             got = rt.store.journal(new.run_id, kind="effect")
             assert len(got) == cycles
             assert all(e.status == "done" and e.data["inherited_from"] == r.run_id for e in got)
+            origin = sorted(rt.store.rejected_rows(r.run_id))
+            assert len(origin) == cycles
+            assert sorted(rt.store.rejected_rows(new.run_id)) == origin
     assert decoded == {50: 0, 500: 0}, decoded
+    assert rejections == {50: 0, 500: 0}, rejections
 
 
 def test_a_store_older_in_both_forks_alike(tmp_path: Path) -> None:

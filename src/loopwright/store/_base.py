@@ -487,6 +487,7 @@ class Store(LiveStore, PeopleStore, ABC):
         created_by: str | None = None,
         copy_versions: Sequence[tuple[str, str, int]] = (),
         copy_effects: tuple[str, int] | None = None,
+        copy_rejected: tuple[str, int] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
@@ -503,6 +504,11 @@ class Store(LiveStore, PeopleStore, ABC):
         ``inherited_from``: the origin's own when set, else the origin's run id), none read
         into Python (not with ``inherited`` too: one key each). A store whose ``create_run``
         predates it is given them as ``inherited``.
+
+        ``copy_rejected`` (a fork's: ``(origin_run_id, upto_cycle)``) copies, in the same
+        transaction, the digests the origin rejected up to ``upto_cycle``, as
+        ``initial_rejected`` writes them, none read into Python. A store whose ``create_run``
+        predates it is given them as ``initial_rejected``.
 
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their

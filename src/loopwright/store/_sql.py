@@ -279,6 +279,13 @@ class Statements:
         self.insert_rejected = p(
             f"INSERT INTO rejected({INSERT_REJECTED_COLS}) VALUES(?,?,?) ON CONFLICT DO NOTHING"
         )
+        # A fork's rejected digests, copied from its origin's rows in the database (a late
+        # fork of a long run read every one into Python and wrote it back). SQLite reads an
+        # upsert after INSERT ... SELECT only when the SELECT has a WHERE clause, as here.
+        self.copy_rejected = p(
+            f"INSERT INTO rejected({INSERT_REJECTED_COLS}) SELECT ?, digest, cycle FROM rejected "
+            "WHERE run_id=? AND cycle<=? ON CONFLICT DO NOTHING"
+        )
         self.insert_event = p(f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES(?,?,?,?,?)")
         self.events = p(
             "SELECT id, run_id, cycle, kind, ts, data FROM events WHERE run_id=? AND id>? "
@@ -693,6 +700,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         created_by: str | None = None,
         copy_versions: Sequence[tuple[str, str, int]] = (),
         copy_effects: tuple[str, int] | None = None,
+        copy_rejected: tuple[str, int] | None = None,
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -771,6 +779,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 self._executemany(
                     conn, q.insert_rejected, [(run_id, d, c) for d, c in initial_rejected]
                 )
+            if copy_rejected is not None:
+                origin, upto = copy_rejected
+                conn.execute(q.copy_rejected, (run_id, origin, int(upto)))
             conn.execute(q.insert_event, (run_id, 0, "run_created", now, js(created)))
         return self._keep_task(self._run(row)), True
 
