@@ -512,7 +512,7 @@ class Checkpoints(RuntimeHost):
 
     def _committed(self, ex: _Exec) -> None:
         # Durable: versions the engine no longer needs can leave memory (the store has them).
-        ex.state.trim(ex.trim)
+        ex.state.trim(ex.trim, ex.loader)
         digests = ex.state.rejected
         if len(digests) >= 2 * state_mod.REJECTED_WINDOW and ex.pending_commit is None:
             # every digest staged is written: the older ones may leave memory

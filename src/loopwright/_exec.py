@@ -28,7 +28,7 @@ from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
 from ._proposal import Context, Verdict
 from ._redact import redact
 from ._retry import ErrorClass, RetryPolicy
-from ._state import Digests, TaskState, part_ref
+from ._state import Digests, TaskState, Version, part_ref
 from ._state_codec import FORMAT
 from ._usage import Usage
 from .store import CommitRequest, JournalEntry, NewEvent, Store
@@ -92,6 +92,9 @@ class Execution:
     forget_rejected_after: int | None = None
     # The parts the last staged commit wrote (None: all, a snapshot): what ``trim`` looks at.
     trim: Collection[str] | None = None
+    # How the state's parts read their older versions from the store (``adopt``): given to
+    # parts made after it, once committed (``TaskState.trim``).
+    loader: Callable[[str], Iterable[Version]] | None = None
     base: int = 0
     since_base: int = 0
     # The run row's status as this execution last wrote it (None: not known): a commit that
@@ -121,7 +124,8 @@ class Execution:
         checkpoint state), and let its parts read older versions from the store. A state of
         the layout before v4 holds every version inline: its first commit writes them all."""
         s = self.state
-        s.attach(lambda ref: store.versions(self.run_id, ref))
+        self.loader = lambda ref: store.versions(self.run_id, ref)
+        s.attach(self.loader)
         current = stored.get("format") == FORMAT
         # Earlier rejected digests stay in the store, asked about one at a time (at cycle 0
         # there are none to ask about until some leave memory: ``Digests.durable``). A state

@@ -862,13 +862,18 @@ class TaskState:
             if p.loader is None:
                 p.loader = _bind(loader, ref)
 
-    def trim(self, refs: Iterable[str] | None = None) -> None:
+    def trim(self, refs: Iterable[str] | None = None, loader: VersionLoader | None = None) -> None:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
         parts that can read the others from the store (invariant 8: bounded memory): of the
-        parts ``refs`` (those a commit changed), else of all."""
+        parts ``refs`` (those a commit changed), else of all. ``loader``: the store's, now
+        that it holds these parts' versions: a part made since the state was loaded (an
+        actor's edit of a part the task did not have) reads its older versions through it,
+        and so is trimmed too (without one it held every version it ever had)."""
         parts = self.iter_parts() if refs is None else ((r, self.part(r)) for r in refs)
         for ref, p in parts:
             if p is not None:
+                if p.loader is None and loader is not None:
+                    p.loader = _bind(loader, ref)
                 b = self.best_parts.get(ref)
                 p.trim(() if b is None else (b,))
 

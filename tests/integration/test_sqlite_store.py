@@ -348,3 +348,39 @@ def test_commit_reports_cancellation_and_refuses_unknown_columns(store_path: Pat
                 events=[],
                 run={"task_key": "hijack"},
             )
+
+
+def test_a_store_on_a_read_only_file_system_is_not_called_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From an outside probe (stop 40), a store on a read-only mount: SQLite cannot open its
+    # -wal and -shm files there and says "unable to open database file" (not "readonly"), which
+    # was reported as "not a usable loopwright store" (StoreCorruptError); and a new store
+    # there failed with a bare OSError (EROFS) from removing a temporary name that was never
+    # made. (Tests run as root on a writable disk: SQLite's answer and the folder's state are
+    # stood in for.)
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+
+    def cannot_open(self: SQLiteStore) -> None:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(SQLiteStore, "_configure", cannot_open)
+    monkeypatch.setattr("loopwright.store.sqlite.os.access", lambda p, mode: False)
+    with pytest.raises(lw.StoreError, match="is not writable by this user") as caught:
+        SQLiteStore(path)
+    assert not isinstance(caught.value, lw.StoreCorruptError)
+    assert "read-only file system" in str(caught.value)
+    monkeypatch.undo()
+
+    real_unlink = Path.unlink
+
+    def erofs(self: Path, missing_ok: bool = False) -> None:
+        if self.name.endswith((".new", ".new-wal", ".new-shm")):
+            raise OSError(30, "Read-only file system", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", erofs)
+    new = tmp_path / "new.db"
+    SQLiteStore(new).close()  # the cleanup of names never made does not fail the open
+    assert new.is_file()

@@ -24,8 +24,8 @@ def _sqlite_file(url: str) -> str | None:
     if "://" not in url:
         return url
     parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        return None
+    if parts.scheme != "sqlite" or "#" in url:
+        return None  # (a '#' in an SQLite URL: ``open_store`` refuses it, saying why)
     if parts.netloc:
         return parts.netloc + parts.path
     return parts.path[1:] if parts.path.startswith("/") else parts.path

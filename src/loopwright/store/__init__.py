@@ -74,6 +74,14 @@ def open_store(url: str | None = None) -> Store:
             raise ConfigError(
                 f"{url!r} names no file; use sqlite:///path/to/store.db", field="store"
             )
+        if "#" in url:
+            # urlsplit reads "#..." as a fragment and drops it: the store would be opened (and
+            # created) at the path cut there, beside the one the user named
+            raise ConfigError(
+                f"{url!r}: '#' ends the path of a URL, so this names another file; give "
+                "the store as a plain file path instead (a path is read as it is)",
+                field="store",
+            )
         query = parse_qs(parts.query)
         unknown = set(query) - {"durability"}
         if unknown:

@@ -179,6 +179,12 @@ class SQLiteStore(SQLStore):
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
             )
         except sqlite3.Error as exc:
+            folder = self.path.absolute().parent
+            if not os.access(folder, os.W_OK):
+                raise StoreError(
+                    f"cannot open store {self.path}: {exc} (the folder {folder} is not "
+                    "writable by this user, or is on a read-only file system)"
+                ) from None
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         self._reader = _Locked(self._lock, self._db)
         try:
@@ -189,13 +195,16 @@ class SQLiteStore(SQLStore):
         except sqlite3.DatabaseError as exc:
             self._db.close()
             folder = self.path.absolute().parent
-            if "readonly" in str(exc) and not os.access(folder, os.W_OK):
+            text = str(exc)
+            if ("readonly" in text or "unable to open" in text) and not os.access(folder, os.W_OK):
                 # Not damage: SQLite keeps a WAL store's -wal and -shm files beside it, so
-                # even reading needs a folder this user may write in.
+                # even reading needs a folder this user may write in (on a read-only file
+                # system SQLite says "unable to open database file").
                 raise StoreError(
                     f"cannot use store {self.path}: the folder {folder} is not writable by "
-                    "this user, and SQLite keeps the store's -wal and -shm files beside it "
-                    "(reading too); run as a user who may write there, or copy the store"
+                    "this user (or is on a read-only file system), and SQLite keeps the "
+                    "store's -wal and -shm files beside it (reading too); run as a user who "
+                    "may write there, or copy the store"
                 ) from None
             if "readonly" in str(exc) and not os.access(self.path, os.W_OK):
                 # Not damage either: opening a store may write (WAL mode, a migration).
@@ -258,7 +267,10 @@ class SQLiteStore(SQLStore):
                 tmp.with_name(tmp.name + "-wal"),
                 tmp.with_name(tmp.name + "-shm"),
             ):
-                leftover.unlink(missing_ok=True)
+                # (on a read-only file system, removing a name never made fails with EROFS,
+                # not ENOENT: the store is then refused in place, saying why)
+                with contextlib.suppress(OSError):
+                    leftover.unlink(missing_ok=True)
 
     def _refuse_foreign(self) -> None:
         # Before any PRAGMA that writes (journal_mode=WAL persists in the file): a database

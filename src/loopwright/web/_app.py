@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -335,6 +336,7 @@ def create_app(
         404: "Not found",
         409: "Not possible now",
         422: "Not accepted",
+        503: "Store unavailable",
     }
     where = str(getattr(store, "url", "") or "")
 
@@ -381,6 +383,21 @@ def create_app(
         # A mistake in what was sent that only the core could tell (a run id or task key that
         # breaks the rule of keys, looked up by any page or API): 400, not a server error.
         return await refused(request, 400, str(exc))
+
+    @app.exception_handler(sqlite3.DatabaseError)
+    async def store_failed_page(request: Request, exc: sqlite3.DatabaseError) -> Response:
+        # Damage found only when a page reads that part of the file (a page overwritten:
+        # "database disk image is malformed"), or the file failing under a read: the store
+        # failed, not the server. One line in the log (it names the file), 503 for the visitor,
+        # as `loopwright show` says it in one line; not a 500 with a traceback.
+        from ..cli._damage import store_damage
+
+        damage = store_damage(exc)
+        log.warning("the store failed: %s", damage if damage is not None else exc)
+        what = "is damaged" if damage is not None else "failed"
+        return await refused(
+            request, 503, f"the store {what}; the server's log says why (restore it from a backup)"
+        )
 
     @app.exception_handler(RequestValidationError)
     async def bad_value_page(request: Request, exc: RequestValidationError) -> Response:
