@@ -12,7 +12,8 @@ process it also counted whatever else ran Python code during the window (xdist's
 thread, a server or feed thread an earlier test left behind): 650-670 a cycle with one such
 thread, over the bound, where 3.11 (per-thread ``setprofile``) counted the cycle's alone. The
 child has no thread but the run's (``group_commit=False``), no coverage tracer and a fixed
-hash seed: the same count every time (3.11: 530.6, 3.12: 486.6 at that commit, counted through
+hash seed: the same count every time but for a few tenths of a call that the run's random id
+moves (3.11: 530.6, 3.12: 486.6 at that commit, counted through
 ``pstats``, which keeps one of the functions that share a file, line and name; summed over every
 code object, as now, 3.11 counts 553.6 at 9d72ec9)."""
 
@@ -116,7 +117,10 @@ def test_the_count_ignores_other_threads_of_the_test_process(tmp_path: Path) -> 
     finally:
         stop.set()
         t.join()
-    assert loud == quiet
+    # The run's random id moves the count by a few tenths of a call a cycle (``_json``'s text
+    # checks of the ids' digits: 559.56 against 559.60 in one suite run, which failed an
+    # equality); a thread counted with the run would add hundreds.
+    assert abs(loud - quiet) <= 2, (loud, quiet)
 
 
 if __name__ == "__main__":
