@@ -76,28 +76,30 @@ class Cycle(Gates):
         # never the run's state, whose next commit would not hold the change. Findings, notes
         # and history entries are shared, read-only by contract (docs/concepts.md): copying
         # them every cycle cost about a tenth of a trivial cycle (bench/RESULTS.md).
+        # Every field by position, in Context's order (a class called with its thirteen
+        # keywords goes through a dict of them: about a microsecond a cycle more).
         return Context(
-            run_id=ex.run_id,
-            cycle=n,
-            goal=s.goal,
+            ex.run_id,
+            n,
+            s.goal,
             # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
             # held-out verifiers only; the actor never sees it (invariant 3).
-            task=copied_on_read(
+            copied_on_read(
                 task
                 if HELD_OUT_KEY not in task
                 else {k: v for k, v in task.items() if k != HELD_OUT_KEY}
             ),
-            artifacts={name: copied_on_read(values) for name, values in s.values().items()},
-            accepted={name: copied_on_read(values) for name, values in s.accepted_values().items()},
-            findings=tuple(s.findings),
-            plan=tuple(s.plan),
-            next_step=s.next_step(),
-            remaining=remaining
+            {name: copied_on_read(values) for name, values in s.values().items()},
+            {name: copied_on_read(values) for name, values in s.accepted_values().items()},
+            tuple(s.findings),
+            tuple(s.plan),
+            s.next_step(),
+            remaining
             if remaining is not None
             else rules.remaining(ex.contract, s, shown=True),
-            notes=tuple(s.notes),
-            history=tuple(s.history),
-            memory=memory,
+            tuple(s.notes),
+            tuple(s.history),
+            memory,
         )
 
     def _fresh_context(
@@ -387,13 +389,13 @@ class Cycle(Gates):
                 )
             # (some finding has no verifier named; a C loop, no call a finding)
             if verdict.findings and not all(map(_VERIFIER, verdict.findings)):
-                verdict = Verdict(
-                    passed=verdict.passed,
-                    score=verdict.score,
-                    findings=tuple(_tag(f, check.name) for f in verdict.findings),
-                    evidence=verdict.evidence,
-                    usage=verdict.usage,
-                    checked=verdict.checked,
+                verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
+                    verdict.passed,
+                    verdict.score,
+                    tuple(_tag(f, check.name) for f in verdict.findings),
+                    verdict.evidence,
+                    verdict.usage,
+                    verdict.checked,
                 )
             # Invariant 9: a secret in a finding or its evidence (a test's output, an echoed
             # key) is masked before the state, the record or the actor's next context has it.

@@ -70,11 +70,13 @@ def remaining(contract: Contract, state: TaskState, *, shown: bool = False) -> R
             max(0.0, s.cost_usd - hidden.cost_usd), max(0, s.tokens - hidden.tokens), s.seconds
         )
     cap = cycle_cap(contract, state)
+    # (by position, in Remaining's order: cycles, cost_usd, tokens, seconds; a class called
+    # with keywords goes through a dict of them, and this runs once or twice a cycle)
     return Remaining(
-        cycles=None if cap is None else max(0, cap - state.cycle),
-        cost_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - s.cost_usd),
-        tokens=None if b.max_tokens is None else max(0, b.max_tokens - s.tokens),
-        seconds=None if b.max_seconds is None else max(0.0, b.max_seconds - s.seconds),
+        None if cap is None else max(0, cap - state.cycle),
+        None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - s.cost_usd),
+        None if b.max_tokens is None else max(0, b.max_tokens - s.tokens),
+        None if b.max_seconds is None else max(0.0, b.max_seconds - s.seconds),
     )
 
 

@@ -153,9 +153,12 @@ class Proposal:
                 f"takes a mapping {{part: value}}, got {type(parts).__name__}",
                 field="Proposal.edit",
             )
-        return cls(
-            edits=tuple(Edit(artifact, k, v) for k, v in parts.items()), note=note, usage=usage
-        )
+        edits = tuple(Edit(artifact, k, v) for k, v in parts.items())
+        if cls is Proposal:
+            # By position, the defaults written out (an actor builds one every cycle: a class
+            # called with keywords goes through a dict of them).
+            return Proposal(edits, None, _NO_PLAN, (), note, usage)
+        return cls(edits=edits, note=note, usage=usage)
 
     @property
     def kind(self) -> Literal["edit", "replace", "plan", "effects", "question", "noop"]:

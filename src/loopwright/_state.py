@@ -212,8 +212,14 @@ class Part:
         cur = known.get(self.count)
         if cur is not None:
             known[self.count] = Version(cur.n, cur.value, cur.cycle, cur.status)
-        p = Part(self.name, count=self.count, loader=self.loader)
+        # (built by plain slot stores: ``Part(name, count=..., loader=...)`` goes through a
+        # dict of its keywords and a comprehension over no versions; a cycle forks a part)
+        p: Part = object.__new__(Part)
+        p.name = self.name
         p._known = known
+        p.count = self.count
+        p.loader = self.loader
+        p._owner = None
         return p
 
     def to_dict(self) -> dict[str, Any]:
@@ -932,7 +938,7 @@ class TaskState:
             findings=findings,
             notes=notes,
             best_parts=dict(self.best_parts),
-            rejected=Digests((), lookup=self.rejected.__contains__),
+            rejected=Digests((), self.rejected.__contains__),  # (lookup: by position)
             pending=pending,
             history=history,
         )
