@@ -94,9 +94,7 @@ class Cycle(Gates):
             tuple(s.findings),
             tuple(s.plan),
             s.next_step(),
-            remaining
-            if remaining is not None
-            else rules.remaining(ex.contract, s, shown=True),
+            remaining if remaining is not None else rules.remaining(ex.contract, s, shown=True),
             tuple(s.notes),
             tuple(s.history),
             memory,
