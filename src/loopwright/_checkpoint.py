@@ -216,9 +216,11 @@ class Checkpoints(RuntimeHost):
         checks = loop.visible  # (a tuple built each time it is asked: once here)
         required = {c.name for c in checks if c.required} or {c.name for c in checks}
         newly = sorted(
-            k
-            for k, v in visible.items()
-            if v.passed and k in required and k not in old.passed_checks
+            [
+                k
+                for k, v in visible.items()
+                if v.passed and k in required and k not in old.passed_checks
+            ]
         )
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (

@@ -112,7 +112,7 @@ class Cycle(Gates):
         if not self.memory_enabled:
             return ()
         s = ex.state
-        query = " ".join([s.goal, *(f.message for f in s.findings[:10])])
+        query = " ".join([s.goal, *[f.message for f in s.findings[:10]]])
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
