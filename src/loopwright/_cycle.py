@@ -390,7 +390,7 @@ class Cycle(Gates):
                 verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
                     verdict.passed,
                     verdict.score,
-                    tuple(_tag(f, check.name) for f in verdict.findings),
+                    tuple([_tag(f, check.name) for f in verdict.findings]),
                     verdict.evidence,
                     verdict.usage,
                     verdict.checked,

@@ -159,8 +159,9 @@ def success(
     names = set(required) if required else {c.name for c in visible if c.required}
     if not names:
         names = {c.name for c in visible}
-    if any(n not in verdicts or not verdicts[n].passed for n in names):
-        return False
+    for n in names:  # (a loop, not ``any`` over a generator: every cycle asks)
+        if n not in verdicts or not verdicts[n].passed:
+            return False
     if not contract.success.allow_vacuous and any(verdicts[n].vacuous for n in names):
         return False  # a check with nothing to check proves nothing
     return score >= contract.success.min_score
@@ -199,7 +200,7 @@ def accept_clean_parts(
         # Only these can change: flagged parts, and parts every visible verifier checked (a
         # verdict that names what it checked names all it can accept).
         targets = {r for r in refs if state.is_open(r)}
-        if visible and when_clean and all(v.passed or v.findings for _, v in visible):
+        if visible and when_clean and _all_judged(visible):
             checked = [v.checked for _, v in visible if v.checked is not None]
             if len(checked) < len(visible):
                 targets = state.open_refs()
@@ -225,6 +226,15 @@ def accept_clean_parts(
             state.set_status(ref, "accepted")
             accepted.append(ref)
     return accepted
+
+
+def _all_judged(visible: list[tuple[str, Verdict]]) -> bool:
+    """Whether every visible verdict passed or names findings (a loop, not ``all`` over a
+    generator: every cycle asks)."""
+    for _, v in visible:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
+        if not (v.passed or v.findings):
+            return False
+    return True
 
 
 def effective_digest(state: TaskState, proposal: Proposal, digest: str) -> str:

@@ -153,7 +153,7 @@ class Proposal:
                 f"takes a mapping {{part: value}}, got {type(parts).__name__}",
                 field="Proposal.edit",
             )
-        edits = tuple(Edit(artifact, k, v) for k, v in parts.items())
+        edits = tuple([Edit(artifact, k, v) for k, v in parts.items()])
         if cls is Proposal:
             # By position, the defaults written out (an actor builds one every cycle: a class
             # called with keywords goes through a dict of them).
@@ -186,14 +186,14 @@ class Proposal:
         """A hash of what the proposal changes (not its note or usage): identical proposals match."""
         if not (self.replace or self.plan or self.new_steps or self.effects):
             edits = self.edits
-            if all(type(e.value) is str and type(e.artifact) is str for e in edits):
+            if _text_edits(edits):
                 # The common proposal, text edits only: the canonical text written out as the
                 # JSON encoder below writes it (sorted keys; each string by the encoder's own
                 # ASCII escaping, the value's canonical text escaped again), without building
                 # the body and walking it. A part name is ``str`` whenever its artifact's is
                 # not a subclass (``Edit`` allows a ``StrEnum``): tested all the same.
                 rows = sorted(
-                    (e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str
+                    [(e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str]
                 )
                 if len(rows) == len(edits):
                     text = (
@@ -320,6 +320,15 @@ class Proposal:
             tuple(EffectCall.from_dict(c) for c in d.get("effects") or ()),
             Question.from_dict(d["question"]) if d.get("question") else None,
         )
+
+
+def _text_edits(edits: tuple[Edit, ...]) -> bool:
+    """Whether every edit writes text to an artifact named by a ``str`` (``digest``'s common
+    case; a loop, not ``all`` over a generator: this runs twice a cycle)."""
+    for e in edits:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
+        if type(e.value) is not str or type(e.artifact) is not str:
+            return False
+    return True
 
 
 def _settled_edits(edits: tuple[Edit, ...]) -> bool:

@@ -872,7 +872,7 @@ class TaskState:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
         parts that can read the others from the store (invariant 8: bounded memory): of the
         parts ``refs`` (those a commit changed), else of all."""
-        parts = self.iter_parts() if refs is None else ((r, self.part(r)) for r in refs)
+        parts = self.iter_parts() if refs is None else [(r, self.part(r)) for r in refs]
         for ref, p in parts:
             if p is not None:
                 b = self.best_parts.get(ref)
