@@ -168,7 +168,7 @@ class Checkpoints(RuntimeHost):
             t0,
             candidate=candidate,
             duplicate=duplicate,
-            effects=[o.to_dict() for o in outcomes],
+            effects=[o.to_dict() for o in outcomes] if outcomes else [],
             judged=judged,
         )
 
@@ -268,7 +268,7 @@ class Checkpoints(RuntimeHost):
         ]
         ex.state = s
         ex.last_visible = visible
-        held_d = {k: v.to_dict() for k, v in held.items()}
+        held_d = {k: v.to_dict() for k, v in held.items()} if held else {}
         priced = calls_usage(ex.calls)
         record = {
             "cycle": n,
@@ -568,6 +568,7 @@ class Checkpoints(RuntimeHost):
 
 
 _KIND = operator.methodcaller("get", "kind")
+_DATA = operator.attrgetter("data")
 
 
 def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
@@ -606,7 +607,7 @@ def _masked(
     # columns that are all numbers are passed over (``redact`` never masks a number).
     if record is not None:
         record = pack_record(record)
-    datas = [e.data for e in events]
+    datas = list(map(_DATA, events))
     plain = _PLAIN.issuperset(map(type, cols.values()))  # (a C loop: no call a column)
     whole = [record, datas, None if plain else cols]
     out = redact(whole)

@@ -229,7 +229,7 @@ class Cycle(Gates):
                     "digest": digest,
                     "note": proposal.note,
                     "parts": [e.ref for e in proposal.changes()],
-                    "effects": [c.name for c in proposal.effects],
+                    "effects": [c.name for c in proposal.effects] if proposal.effects else [],
                     "usage": usage.to_dict(),
                     "seconds": secs,
                 },

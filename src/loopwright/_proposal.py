@@ -282,11 +282,12 @@ class Proposal:
             ],
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
             "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
-            "new_steps": [s.to_dict() for s in self.new_steps],
+            # (an empty one without a comprehension: most proposals have neither)
+            "new_steps": [s.to_dict() for s in self.new_steps] if self.new_steps else [],
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
             "escalate": self.escalate,
-            "effects": [c.to_dict() for c in self.effects],
+            "effects": [c.to_dict() for c in self.effects] if self.effects else [],
             "question": self.question.to_dict() if self.question else None,
         }
 
