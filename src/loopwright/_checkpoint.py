@@ -29,7 +29,7 @@ from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
 from ._record_codec import refer_versions
 from ._redact import redact
-from ._state import Digests, TaskState, person_edit
+from ._state import Digests, Finding, TaskState, person_edit
 from ._usage import Usage
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
@@ -203,7 +203,10 @@ class Checkpoints(RuntimeHost):
             score = rules.aggregate_score(loop.verifiers, visible) if visible else None
             ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
         if decision is None:
-            s.findings = [f for v in visible.values() for f in v.findings]
+            found: list[Finding] = []
+            for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
+                found.extend(v.findings)
+            s.findings = found
             rules.accept_clean_parts(
                 s,
                 loop.verifiers,
@@ -269,13 +272,16 @@ class Checkpoints(RuntimeHost):
         ex.state = s
         ex.last_visible = visible
         held_d = {k: v.to_dict() for k, v in held.items()} if held else {}
+        shown: dict[str, Any] = {}
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            shown[k] = v.to_dict()
         priced = calls_usage(ex.calls)
         record = {
             "cycle": n,
             "proposal": proposal.to_dict(),
             "digest": digest,
             "duplicate": duplicate,
-            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "visible": shown,
             "held_out": held_d,
             "score": score,
             "improved": improved,

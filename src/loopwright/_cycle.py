@@ -89,8 +89,8 @@ class Cycle(Gates):
                 if HELD_OUT_KEY not in task
                 else {k: v for k, v in task.items() if k != HELD_OUT_KEY}
             ),
-            {name: copied_on_read(values) for name, values in s.values().items()},
-            {name: copied_on_read(values) for name, values in s.accepted_values().items()},
+            _copied_on_read(s.values()),
+            _copied_on_read(s.accepted_values()),
             tuple(s.findings),
             tuple(s.plan),
             s.next_step(),
@@ -282,11 +282,10 @@ class Cycle(Gates):
         given = {_need_key(x) for x in approved} if approved else set()
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
-        protected = [
-            e.ref
-            for e in proposal.changes()
-            if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value
-        ]
+        protected: list[str] = []
+        for e in proposal.changes():  # (a loop: no comprehension a cycle)
+            if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value:
+                protected.append(e.ref)
         if protected:
             stop = self._protected(ex, n, proposal, digest, protected, needs, t0)
             if stop is not None:
@@ -526,6 +525,14 @@ class Cycle(Gates):
         ex.state.spent = ex.state.spent.add_seconds(time.perf_counter() - t0)
         self._finish(ex, reason, **packet)
         return True
+
+
+def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Each artifact's values ``copied_on_read`` (a loop: no comprehension a cycle)."""
+    out: dict[str, Any] = {}
+    for name, values in artifacts.items():
+        out[name] = copied_on_read(values)
+    return out
 
 
 def _fault(where: str, kind: str, message: str) -> dict[str, Any]:
