@@ -217,7 +217,15 @@ class Checkpoints(RuntimeHost):
             s.refresh_plan()
         # the checks success needs: those flagged required, or all when none is (as success)
         checks = loop.visible  # (a tuple built each time it is asked: once here)
-        required = {c.name for c in checks if c.required} or {c.name for c in checks}
+        required: set[str] = set()
+        optional: list[str] = []  # (the visible checks the loop does not require: below)
+        for c in checks:  # (one loop, no comprehension a cycle)
+            if c.required:
+                required.add(c.name)
+            else:
+                optional.append(c.name)
+        if not required:
+            required = {c.name for c in checks}
         newly = sorted(
             [
                 k
@@ -300,7 +308,6 @@ class Checkpoints(RuntimeHost):
         # The visible checks the loop does not require (``Check.required=False``): replay
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
-        optional = [c.name for c in checks if not c.required]
         if optional:
             record["not_required"] = optional
         ex.events.append(

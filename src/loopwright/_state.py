@@ -633,7 +633,12 @@ class TaskState:
 
     def accepted_values(self) -> dict[str, dict[str, Any]]:
         """The accepted value of every part that has one: ``{artifact: {part: value}}``."""
-        return {name: acc for name, art in self.artifacts.items() if (acc := art.accepted_values())}
+        out: dict[str, dict[str, Any]] = {}
+        for name, art in self.artifacts.items():  # (a loop: the context asks every cycle)
+            acc = art.accepted_values()
+            if acc:
+                out[name] = acc
+        return out
 
     def best_values(self) -> dict[str, dict[str, Any]]:
         """The best candidate so far: each part at the version it had in the best cycle."""
