@@ -323,6 +323,14 @@ class Proposal:
         )
 
 
+def _finding_dicts(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    """Each finding's ``to_dict`` (a loop: a verdict is written out several times a cycle)."""
+    out: list[dict[str, Any]] = []
+    for f in findings:
+        out.append(f.to_dict())
+    return out
+
+
 def _text_edits(edits: tuple[Edit, ...]) -> bool:
     """Whether every edit writes text to an artifact named by a ``str`` (``digest``'s common
     case; a loop, not ``all`` over a generator: this runs twice a cycle)."""
@@ -438,7 +446,7 @@ class Verdict:
         return {
             "passed": self.passed,
             "score": self.value,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": _finding_dicts(self.findings),
             "evidence": dict(self.evidence),
             "usage": self.usage.to_dict() if self.usage else None,
             "checked": list(self.checked) if self.checked is not None else None,

@@ -891,9 +891,12 @@ class TaskState:
         the engine never changes in place. Costs the same whatever the number of parts'
         versions, and a C-level dict copy per artifact for the parts."""
         self._token = object()  # from here on this state shares its parts too
+        artifacts: dict[str, Artifact] = {}
+        for name, a in self.artifacts.items():  # (a loop: no comprehension a cycle)
+            artifacts[name] = a._forked()
         out = self._like(
             task=self.task,
-            artifacts={name: a._forked() for name, a in self.artifacts.items()},
+            artifacts=artifacts,
             plan=list(self.plan),  # steps are immutable: shared
             findings=list(self.findings),
             notes=list(self.notes),  # entries are never changed in place: shared
@@ -936,9 +939,12 @@ class TaskState:
                 [[f.to_dict() for f in self.findings], self.notes, self.pending, self.history]
             )
             findings = [Finding.from_dict(f) for f in raw]
+        artifacts: dict[str, Artifact] = {}
+        for name, a in self.artifacts.items():  # (a loop: no comprehension a cycle)
+            artifacts[name] = _detached_artifact(a, loader)
         return self._like(
             task=_CopyOnRead(self.task, _json_copy),
-            artifacts={name: _detached_artifact(a, loader) for name, a in self.artifacts.items()},
+            artifacts=artifacts,
             plan=list(self.plan),  # immutable steps
             findings=findings,
             notes=notes,
