@@ -228,7 +228,7 @@ class Cycle(Gates):
                     "kind": proposal.kind,
                     "digest": digest,
                     "note": proposal.note,
-                    "parts": [e.ref for e in proposal.changes()],
+                    "parts": _refs(proposal.changes()),
                     "effects": [c.name for c in proposal.effects] if proposal.effects else [],
                     "usage": usage.to_dict(),
                     "seconds": secs,
@@ -525,6 +525,14 @@ class Cycle(Gates):
         ex.state.spent = ex.state.spent.add_seconds(time.perf_counter() - t0)
         self._finish(ex, reason, **packet)
         return True
+
+
+def _refs(edits: Sequence[Any]) -> list[str]:
+    """Each edit's part reference (a loop: no comprehension a cycle)."""
+    out: list[str] = []
+    for e in edits:
+        out.append(e.ref)
+    return out
 
 
 def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

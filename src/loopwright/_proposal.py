@@ -198,7 +198,7 @@ class Proposal:
                 if len(rows) == len(edits):
                     text = (
                         '{"edits":['
-                        + ",".join(f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows)
+                        + ",".join([f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows])
                         + '],"new_steps":[],"plan":[],"replace":null}'
                     )
                     return hashlib.sha256(text.encode()).hexdigest()[:32]

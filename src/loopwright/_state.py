@@ -629,7 +629,10 @@ class TaskState:
 
     def values(self) -> dict[str, dict[str, Any]]:
         """Current values of every artifact: ``{artifact: {part: value}}``."""
-        return {name: art.values() for name, art in self.artifacts.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for name, art in self.artifacts.items():  # (a loop: the context asks every cycle)
+            out[name] = art.values()
+        return out
 
     def accepted_values(self) -> dict[str, dict[str, Any]]:
         """The accepted value of every part that has one: ``{artifact: {part: value}}``."""
@@ -757,7 +760,10 @@ class TaskState:
         if hint is None:
             out = {ref for ref, p in self.iter_parts() if p.status != "accepted"}
         else:
-            out = {ref for ref in hint if self.is_open(ref)}
+            out = set()
+            for ref in hint:  # (a loop: no comprehension a cycle)
+                if self.is_open(ref):
+                    out.add(ref)
         self._open, self._open_size = sorted(out), len(out)
         return out
 
@@ -877,8 +883,14 @@ class TaskState:
         """Hold in memory only the versions the engine needs (current, accepted, best) of
         parts that can read the others from the store (invariant 8: bounded memory): of the
         parts ``refs`` (those a commit changed), else of all."""
-        parts = self.iter_parts() if refs is None else [(r, self.part(r)) for r in refs]
-        for ref, p in parts:
+        if refs is not None:
+            for ref in refs:  # (a loop: a commit trims the parts it changed, every cycle)
+                p = self.part(ref)
+                if p is not None:
+                    b = self.best_parts.get(ref)
+                    p.trim(() if b is None else (b,))
+            return
+        for ref, p in self.iter_parts():
             if p is not None:
                 b = self.best_parts.get(ref)
                 p.trim(() if b is None else (b,))
