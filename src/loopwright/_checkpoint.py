@@ -472,7 +472,9 @@ class Checkpoints(RuntimeHost):
             ex.trim = changed
         # (``_Exec.adopt`` made it a Digests: every execution is adopted before it commits)
         added, ex.rejected_written = cast(Digests, s.rejected).since(ex.rejected_written)
-        rejected = [(d, s.cycle) for d in added]
+        rejected = []
+        for d in added:  # (a loop: no comprehension a cycle)
+            rejected.append((d, s.cycle))
         cleared: list[str] = []
         if ex.retries and record is not None:
             # A call's billing journaled ahead of its cycle (``call_with_retry``) is charged by

@@ -185,7 +185,11 @@ class Part:
             return
         acc = self.accepted
         wanted = {self.count, *keep, *((acc.n,) if acc is not None else ())}
-        for n in [n for n in self._known if n not in wanted]:
+        drop = []
+        for n in self._known:  # (a loop: no comprehension a cycle)
+            if n not in wanted:
+                drop.append(n)
+        for n in drop:
             del self._known[n]
 
     def _load(self) -> None:
