@@ -29,7 +29,7 @@ from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
 from ._record_codec import refer_versions
 from ._redact import redact
-from ._state import Digests, TaskState, person_edit
+from ._state import Digests, Finding, TaskState, person_edit
 from ._usage import Usage
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
@@ -168,7 +168,7 @@ class Checkpoints(RuntimeHost):
             t0,
             candidate=candidate,
             duplicate=duplicate,
-            effects=[o.to_dict() for o in outcomes],
+            effects=[o.to_dict() for o in outcomes] if outcomes else [],
             judged=judged,
         )
 
@@ -203,7 +203,10 @@ class Checkpoints(RuntimeHost):
             score = rules.aggregate_score(loop.verifiers, visible) if visible else None
             ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
         if decision is None:
-            s.findings = [f for v in visible.values() for f in v.findings]
+            found: list[Finding] = []
+            for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
+                found.extend(v.findings)
+            s.findings = found
             rules.accept_clean_parts(
                 s,
                 loop.verifiers,
@@ -214,11 +217,21 @@ class Checkpoints(RuntimeHost):
             s.refresh_plan()
         # the checks success needs: those flagged required, or all when none is (as success)
         checks = loop.visible  # (a tuple built each time it is asked: once here)
-        required = {c.name for c in checks if c.required} or {c.name for c in checks}
+        required: set[str] = set()
+        optional: list[str] = []  # (the visible checks the loop does not require: below)
+        for c in checks:  # (one loop, no comprehension a cycle)
+            if c.required:
+                required.add(c.name)
+            else:
+                optional.append(c.name)
+        if not required:
+            required = {c.name for c in checks}
         newly = sorted(
-            k
-            for k, v in visible.items()
-            if v.passed and k in required and k not in old.passed_checks
+            [
+                k
+                for k, v in visible.items()
+                if v.passed and k in required and k not in old.passed_checks
+            ]
         )
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (
@@ -266,14 +279,17 @@ class Checkpoints(RuntimeHost):
         ]
         ex.state = s
         ex.last_visible = visible
-        held_d = {k: v.to_dict() for k, v in held.items()}
+        held_d = {k: v.to_dict() for k, v in held.items()} if held else {}
+        shown: dict[str, Any] = {}
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            shown[k] = v.to_dict()
         priced = calls_usage(ex.calls)
         record = {
             "cycle": n,
             "proposal": proposal.to_dict(),
             "digest": digest,
             "duplicate": duplicate,
-            "visible": {k: v.to_dict() for k, v in visible.items()},
+            "visible": shown,
             "held_out": held_d,
             "score": score,
             "improved": improved,
@@ -292,7 +308,6 @@ class Checkpoints(RuntimeHost):
         # The visible checks the loop does not require (``Check.required=False``): replay
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
-        optional = [c.name for c in checks if not c.required]
         if optional:
             record["not_required"] = optional
         ex.events.append(
@@ -457,7 +472,9 @@ class Checkpoints(RuntimeHost):
             ex.trim = changed
         # (``_Exec.adopt`` made it a Digests: every execution is adopted before it commits)
         added, ex.rejected_written = cast(Digests, s.rejected).since(ex.rejected_written)
-        rejected = [(d, s.cycle) for d in added]
+        rejected = []
+        for d in added:  # (a loop: no comprehension a cycle)
+            rejected.append((d, s.cycle))
         cleared: list[str] = []
         if ex.retries and record is not None:
             # A call's billing journaled ahead of its cycle (``call_with_retry``) is charged by
@@ -493,21 +510,26 @@ class Checkpoints(RuntimeHost):
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
         # task are the work itself and are not rewritten (the task was masked at creation).
+        stored, events, run = _masked(record, ex.events, cols)
+        # (every field by position: a class called with keywords goes through a dict of them,
+        # about a microsecond a call more; the order is CommitRequest's)
         return CommitRequest(
             ex.run_id,
             ex.token,
             seq,
             s.cycle,
             state,
-            *_masked(record, ex.events, cols),
+            stored,
+            events,
+            run,
             [_masked_request(a) for a in reqs] if reqs else reqs,
             base,
             rows,
             rejected,
-            packed=True,
-            closes=closes,
-            forget_rejected_after=ex.forget_rejected_after,
-            cleared=cleared,
+            True,  # packed
+            closes,
+            ex.forget_rejected_after,
+            cleared,
         )
 
     def _committed(self, ex: _Exec) -> None:
@@ -561,6 +583,7 @@ class Checkpoints(RuntimeHost):
 
 
 _KIND = operator.methodcaller("get", "kind")
+_DATA = operator.attrgetter("data")
 
 
 def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
@@ -599,7 +622,7 @@ def _masked(
     # columns that are all numbers are passed over (``redact`` never masks a number).
     if record is not None:
         record = pack_record(record)
-    datas = [e.data for e in events]
+    datas = list(map(_DATA, events))
     plain = _PLAIN.issuperset(map(type, cols.values()))  # (a C loop: no call a column)
     whole = [record, datas, None if plain else cols]
     out = redact(whole)

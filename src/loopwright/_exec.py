@@ -507,7 +507,8 @@ def memory_shown(ex: Execution) -> list[str]:
     what ``context_reuse_rate`` counts): from its context, or, for a cycle finished from its
     write-ahead or parked entry after its actor ran in an earlier process, from that entry."""
     if ex.last_context is not None:
-        return [str(m["memory_id"]) for m in ex.last_context.memory]
+        shown = ex.last_context.memory
+        return [str(m["memory_id"]) for m in shown] if shown else []
     return list(ex.shown_memory)
 
 

@@ -208,7 +208,10 @@ def memory_search(
     """The store search that ranks the feedback of ``scopes`` for ``query`` (the newest
     ``ranked`` matches scored: ``RECALL_RANKED``). Asks for more than ``limit``: the same
     feedback held in several scopes comes once (``rank``)."""
-    return _search(tuple((s, k or "") for s, k in scopes), query, limit, ranked)
+    given = []
+    for s, k in scopes:  # (a loop: every cycle's recall)
+        given.append((s, k or ""))
+    return _search(tuple(given), query, limit, ranked)
 
 
 @functools.lru_cache(maxsize=256)

@@ -153,9 +153,12 @@ class Proposal:
                 f"takes a mapping {{part: value}}, got {type(parts).__name__}",
                 field="Proposal.edit",
             )
-        return cls(
-            edits=tuple(Edit(artifact, k, v) for k, v in parts.items()), note=note, usage=usage
-        )
+        edits = tuple([Edit(artifact, k, v) for k, v in parts.items()])
+        if cls is Proposal:
+            # By position, the defaults written out (an actor builds one every cycle: a class
+            # called with keywords goes through a dict of them).
+            return Proposal(edits, None, _NO_PLAN, (), note, usage)
+        return cls(edits=edits, note=note, usage=usage)
 
     @property
     def kind(self) -> Literal["edit", "replace", "plan", "effects", "question", "noop"]:
@@ -183,19 +186,19 @@ class Proposal:
         """A hash of what the proposal changes (not its note or usage): identical proposals match."""
         if not (self.replace or self.plan or self.new_steps or self.effects):
             edits = self.edits
-            if all(type(e.value) is str and type(e.artifact) is str for e in edits):
+            if _text_edits(edits):
                 # The common proposal, text edits only: the canonical text written out as the
                 # JSON encoder below writes it (sorted keys; each string by the encoder's own
                 # ASCII escaping, the value's canonical text escaped again), without building
                 # the body and walking it. A part name is ``str`` whenever its artifact's is
                 # not a subclass (``Edit`` allows a ``StrEnum``): tested all the same.
                 rows = sorted(
-                    (e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str
+                    [(e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str]
                 )
                 if len(rows) == len(edits):
                     text = (
                         '{"edits":['
-                        + ",".join(f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows)
+                        + ",".join([f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows])
                         + '],"new_steps":[],"plan":[],"replace":null}'
                     )
                     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -223,7 +226,7 @@ class Proposal:
             and self.question is None
             and type(self.note) is str
             and (self.escalate is None or type(self.escalate) is str)
-            and all(type(e) is Edit and _settled(e.value) for e in self.edits)
+            and _settled_edits(self.edits)
         ):
             # Nothing in it can change, or be stored as anything else: it is its own copy (the
             # common small edit; the copy below cost a tenth of a trivial cycle, made twice).
@@ -279,11 +282,12 @@ class Proposal:
             ],
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
             "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
-            "new_steps": [s.to_dict() for s in self.new_steps],
+            # (an empty one without a comprehension: most proposals have neither)
+            "new_steps": [s.to_dict() for s in self.new_steps] if self.new_steps else [],
             "note": self.note,
             "usage": self.usage.to_dict() if self.usage else None,
             "escalate": self.escalate,
-            "effects": [c.to_dict() for c in self.effects],
+            "effects": [c.to_dict() for c in self.effects] if self.effects else [],
             "question": self.question.to_dict() if self.question else None,
         }
 
@@ -317,6 +321,32 @@ class Proposal:
             tuple(EffectCall.from_dict(c) for c in d.get("effects") or ()),
             Question.from_dict(d["question"]) if d.get("question") else None,
         )
+
+
+def _finding_dicts(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    """Each finding's ``to_dict`` (a loop: a verdict is written out several times a cycle)."""
+    out: list[dict[str, Any]] = []
+    for f in findings:
+        out.append(f.to_dict())
+    return out
+
+
+def _text_edits(edits: tuple[Edit, ...]) -> bool:
+    """Whether every edit writes text to an artifact named by a ``str`` (``digest``'s common
+    case; a loop, not ``all`` over a generator: this runs twice a cycle)."""
+    for e in edits:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
+        if type(e.value) is not str or type(e.artifact) is not str:
+            return False
+    return True
+
+
+def _settled_edits(edits: tuple[Edit, ...]) -> bool:
+    """Whether every edit is an ``Edit`` whose value is ``_settled`` (a loop: ``all`` over a
+    generator built a function and a generator object, twice a cycle)."""
+    for e in edits:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
+        if type(e) is not Edit or not _settled(e.value):
+            return False
+    return True
 
 
 def _settled(value: Any) -> bool:
@@ -416,7 +446,7 @@ class Verdict:
         return {
             "passed": self.passed,
             "score": self.value,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": _finding_dicts(self.findings),
             "evidence": dict(self.evidence),
             "usage": self.usage.to_dict() if self.usage else None,
             "checked": list(self.checked) if self.checked is not None else None,

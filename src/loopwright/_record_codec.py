@@ -94,9 +94,15 @@ def pack(record: dict[str, Any]) -> dict[str, Any]:
         out["proposal"] = _DROP_PROPOSAL(p)
     for key in ("visible", "held_out"):
         if key in out and type(vs := out[key]) is dict:
-            out[key] = {name: _pack_verdict(name, v) for name, v in vs.items()}
+            packed: dict[str, Any] = {}
+            for name, v in vs.items():  # (loops: no comprehension a cycle)
+                packed[name] = _pack_verdict(name, v)
+            out[key] = packed
     if "calls" in out and type(calls := out["calls"]) is list:
-        out["calls"] = [_DROP_CALL(c) if type(c) is dict else c for c in calls]
+        dropped: list[Any] = []
+        for c in calls:
+            dropped.append(_DROP_CALL(c) if type(c) is dict else c)
+        out["calls"] = dropped
     if "usage" in out and type(u := out["usage"]) is dict:
         out["usage"] = _DROP_USAGE(u)
     return out
@@ -107,7 +113,10 @@ def _pack_verdict(name: str, v: Any) -> Any:
         return v
     out = _DROP_VERDICT(v)
     if "findings" in out and type(fs := out["findings"]) is list:
-        out["findings"] = [_pack_finding(name, f) for f in fs]
+        packed: list[Any] = []
+        for f in fs:  # (a loop: no comprehension a verdict)
+            packed.append(_pack_finding(name, f))
+        out["findings"] = packed
     return out
 
 

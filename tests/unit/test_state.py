@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -651,3 +652,36 @@ def test_digests_that_ask_the_store_build_no_filter() -> None:
     assert d.gone > 0 and d._filter is None
     assert "d0" in d and asked == ["d0"]  # let go of: the store's answer
     assert "nope" not in d and asked == ["d0", "nope"]
+
+
+def test_a_cycles_copies_of_the_state_are_built_without_the_generated_init(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fork (the candidate) and detached (a check's copy) run every cycle: built by plain
+    # slot stores, not through the dataclass ``__init__`` and its default-factory tests.
+    s = _state()
+    s.findings = [lw.Finding("m", "doc", "a")]
+    s.notes = [{"kind": "note"}]
+    s.history = [{"cycle": 1}]
+    s.cycle, s.stall, s.next_action = 3, 2, "repair"
+    built: list[int] = []
+    generated = lw.TaskState.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        generated(self, *args, **kwargs)
+
+    monkeypatch.setattr(lw.TaskState, "__init__", counting)
+    copies = [s.fork(), s.detached(), s.detached(light=True)]
+    monkeypatch.undo()
+    assert built == []
+    fresh = lw.TaskState()
+    for c in copies:
+        # every field set, equal to the original's; the bookkeeping a new state's
+        for f in dataclasses.fields(lw.TaskState):
+            if f.compare:
+                assert getattr(c, f.name) == getattr(s, f.name), f.name
+            elif f.name not in ("_token", "_dirty", "_track", "_open", "_open_size"):
+                assert getattr(c, f.name) == getattr(fresh, f.name), f.name
+        assert c._token is not s._token
+        assert c.values() == s.values()

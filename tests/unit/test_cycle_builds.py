@@ -1,0 +1,119 @@
+"""What a governed cycle builds: the engine's own objects are built by position or by plain
+slot stores, never by a class call with keywords, which goes through a dict of them (about a
+microsecond for a dozen; bench/RESULTS.md, "2026-12-04 (stop 40)")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright._proposal import Context, Remaining
+from loopwright._state import Digests, Part
+from loopwright.store._base import CommitRequest
+
+CLASSES: tuple[type, ...] = (Context, Remaining, CommitRequest, Digests, Part, lw.Proposal)
+
+
+def test_a_cycle_calls_no_engine_class_with_keywords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = [False]
+    by_keyword: Counter[str] = Counter()
+    built: Counter[str] = Counter()
+
+    for cls in CLASSES:
+        init = cls.__init__
+
+        def counted(self: Any, *args: Any, __init: Any = init, **kwargs: Any) -> None:
+            if counting[0]:
+                built[type(self).__name__] += 1
+                if kwargs:
+                    by_keyword[type(self).__name__] += 1
+            __init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", counted)
+
+    seen: list[int] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.cycle)
+        counting[0] = 2 <= len(seen) < 6  # from the 2nd actor call to the 6th: 4 cycles
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
+
+    loop = lw.Loop(
+        name="builds",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+    )
+    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
+    with lw.Runtime(str(tmp_path / "x.db")) as rt:
+        r = asyncio.run(rt.run(loop, task, task_key="k"))
+    assert r.cycles == 6
+    # what a cycle builds of these: its context, the budget left, its commit request, a
+    # check's copy of the rejected digests, the actor's proposal
+    assert built["Context"] == built["CommitRequest"] == built["Proposal"] == 4, built
+    assert by_keyword == Counter()
+
+
+_COMPREHENSIONS = frozenset(("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"))
+
+
+def _comprehensions_a_cycle(db: Path) -> float:
+    """Calls of the engine's comprehensions and generator expressions (each resume of a
+    generator counts) in cycles 2 to 5 of the trivial loop, a cycle."""
+    home = os.path.dirname(lw.__file__)
+    seen: list[int] = []
+    calls = [0]
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if (
+            event == "call"
+            and code.co_name in _COMPREHENSIONS
+            and code.co_filename.startswith(home)
+        ):
+            calls[0] += 1
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.cycle)
+        if len(seen) == 2:
+            sys.setprofile(watch)
+        elif len(seen) == 6:
+            sys.setprofile(None)
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
+
+    loop = lw.Loop(
+        name="builds",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=7)),
+    )
+    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
+    with lw.Runtime(str(db)) as rt:
+        try:
+            r = asyncio.run(rt.run(loop, task, task_key="k"))
+        finally:
+            sys.setprofile(None)
+    assert r.cycles == 7
+    return calls[0] / 4
+
+
+def test_a_cycle_builds_few_comprehensions(tmp_path: Path) -> None:
+    # Each comprehension or generator expression builds a function (and a generator) every
+    # time it runs: over the one or two items of a cycle's lists that cost more than the
+    # work. 68 a cycle before these cuts (bench/RESULTS.md, stop 40), 10 after.
+    assert _comprehensions_a_cycle(tmp_path / "x.db") <= 40
