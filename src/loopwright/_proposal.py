@@ -153,7 +153,10 @@ class Proposal:
                 f"takes a mapping {{part: value}}, got {type(parts).__name__}",
                 field="Proposal.edit",
             )
-        edits = tuple([Edit(artifact, k, v) for k, v in parts.items()])
+        made = []
+        for k, v in parts.items():  # (a loop: no comprehension an actor's proposal)
+            made.append(Edit(artifact, k, v))
+        edits = tuple(made)
         if cls is Proposal:
             # By position, the defaults written out (an actor builds one every cycle: a class
             # called with keywords goes through a dict of them).
@@ -177,7 +180,9 @@ class Proposal:
     def changes(self) -> list[Edit]:
         """Every part write this proposal asks for, replacements expanded into edits."""
         out = list(self.edits)
-        for artifact, parts in (self.replace or {}).items():
+        if not self.replace:  # (the common proposal: no empty dict built to walk)
+            return out
+        for artifact, parts in self.replace.items():
             # names checked when the proposal was made (a stored one loads as written)
             out.extend(shapes.stored(Edit, artifact, k, v) for k, v in parts.items())
         return out
@@ -192,13 +197,19 @@ class Proposal:
                 # ASCII escaping, the value's canonical text escaped again), without building
                 # the body and walking it. A part name is ``str`` whenever its artifact's is
                 # not a subclass (``Edit`` allows a ``StrEnum``): tested all the same.
-                rows = sorted(
-                    [(e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str]
-                )
+                # (loops, not comprehensions: this runs twice a cycle over one or two edits)
+                rows = []
+                for e in edits:
+                    if type(e.part) is str:
+                        rows.append((e.artifact, e.part, _ascii(e.value)))
                 if len(rows) == len(edits):
+                    rows.sort()
+                    items = []
+                    for a, p, v in rows:
+                        items.append(f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]")
                     text = (
                         '{"edits":['
-                        + ",".join([f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows])
+                        + ",".join(items)
                         + '],"new_steps":[],"plan":[],"replace":null}'
                     )
                     return hashlib.sha256(text.encode()).hexdigest()[:32]
