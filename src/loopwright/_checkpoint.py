@@ -226,13 +226,11 @@ class Checkpoints(RuntimeHost):
                 optional.append(c.name)
         if not required:
             required = {c.name for c in checks}
-        newly = sorted(
-            [
-                k
-                for k, v in visible.items()
-                if v.passed and k in required and k not in old.passed_checks
-            ]
-        )
+        newly: list[str] = []
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            if v.passed and k in required and k not in old.passed_checks:
+                newly.append(k)
+        newly.sort()
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (
             not duplicate

@@ -112,7 +112,10 @@ class Cycle(Gates):
         if not self.memory_enabled:
             return ()
         s = ex.state
-        query = " ".join([s.goal, *[f.message for f in s.findings[:10]]])
+        said = [s.goal]
+        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
+            said.append(f.message)
+        query = " ".join(said)
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
@@ -386,10 +389,13 @@ class Cycle(Gates):
                 )
             # (some finding has no verifier named; a C loop, no call a finding)
             if verdict.findings and not all(map(_VERIFIER, verdict.findings)):
+                tagged = []
+                for f in verdict.findings:  # (a loop: no comprehension a cycle)
+                    tagged.append(_tag(f, check.name))
                 verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
                     verdict.passed,
                     verdict.score,
-                    tuple([_tag(f, check.name) for f in verdict.findings]),
+                    tuple(tagged),
                     verdict.evidence,
                     verdict.usage,
                     verdict.checked,

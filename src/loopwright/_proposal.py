@@ -286,11 +286,12 @@ class Proposal:
         return ConfigError("a value cannot be stored as JSON", field="Proposal")
 
     def to_dict(self) -> dict[str, Any]:
+        edits = []
+        for e in self.edits:  # (a loop: no comprehension a cycle)
+            edits.append({"artifact": e.artifact, "part": e.part, "value": e.value})
         return {
             "kind": self.kind,
-            "edits": [
-                {"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits
-            ],
+            "edits": edits,
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
             "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
             # (an empty one without a comprehension: most proposals have neither)
