@@ -469,7 +469,9 @@ class Checkpoints(RuntimeHost):
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed
         # (``_Exec.adopt`` made it a Digests: every execution is adopted before it commits)
-        added, ex.rejected_written = cast(Digests, s.rejected).since(ex.rejected_written)
+        # (typed by the annotation: ``typing.cast`` is a Python call a cycle)
+        staged: Digests = s.rejected  # type: ignore[assignment]
+        added, ex.rejected_written = staged.since(ex.rejected_written)
         rejected = []
         for d in added:  # (a loop: no comprehension a cycle)
             rejected.append((d, s.cycle))

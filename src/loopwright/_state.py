@@ -1191,7 +1191,7 @@ class _CopyOnRead(dict[str, _V]):
     __slots__ = ("_copy", "_fresh")
 
     def __init__(self, data: Mapping[str, _V], copy: Callable[[str, _V], _V]) -> None:
-        super().__init__(data)
+        dict.__init__(self, data)  # (not ``super()``: a super object built five times a cycle)
         self._copy = copy
         self._fresh: set[str] = set()
 
