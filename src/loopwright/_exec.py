@@ -24,7 +24,7 @@ from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._decide import budget_crossed
 from ._loop import Loop
-from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
+from ._modelcalls import MODEL_CALL, SINK, clip_masked
 from ._proposal import Context, Verdict
 from ._redact import redact
 from ._retry import ErrorClass, RetryPolicy
@@ -319,11 +319,11 @@ async def call_with_retry(
                 raise late
             per_call = left if timeout is None else min(timeout, left)
         made: list[dict[str, Any]] = []  # the model calls this attempt reports
-        sink = open_sink(made)
+        sink = SINK.set(made)  # (``open_sink`` without its call)
         try:
             got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
-            close_sink(sink)
+            SINK.reset(sink)
             if again is not None:
                 args = again()
             billed = await _failed_attempt(
@@ -346,9 +346,9 @@ async def call_with_retry(
             failed += 1
             continue
         except BaseException:  # cancelled: the sink goes as ``collecting`` would
-            close_sink(sink)
+            SINK.reset(sink)
             raise
-        close_sink(sink)
+        SINK.reset(sink)
         # (most calls report no model call and had no billed failed attempt: nothing to do)
         if made:  # committed with the cycle, before its proposal or verdict event
             ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))

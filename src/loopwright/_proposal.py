@@ -455,9 +455,10 @@ class Verdict:
         return self.evidence.get("vacuous") is True
 
     def to_dict(self) -> dict[str, Any]:
+        s = self.score  # (``value`` written out: no property call, twice a cycle)
         return {
             "passed": self.passed,
-            "score": self.value,
+            "score": float(s) if s is not None else 1.0 if self.passed else 0.0,
             "findings": _finding_dicts(self.findings),
             "evidence": dict(self.evidence),
             "usage": self.usage.to_dict() if self.usage else None,

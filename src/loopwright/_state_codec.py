@@ -146,7 +146,7 @@ def _plan(
 
 
 def _entry(p: Part) -> list[Any]:
-    cur = p.known[p.count]
+    cur = p._known[p.count]  # (``p.current`` without a property call)
     # (the current version accepted: the latest accepted, without ``Part.accepted``'s call)
     acc = cur if cur.status == "accepted" else p.accepted
     # the current version's status too: it can change after the version was written
@@ -355,7 +355,7 @@ def unwritten_versions(
         parts = state.iter_parts()
     rows: list[VersionRow] = []
     for ref, q in parts:
-        for n, v in () if q is None else q.known.items():
+        for n, v in () if q is None else q._known.items():  # (no property call)
             key = (ref, n)
             if key not in written or written[key] != v.status:  # (a status is never None)
                 rows.append((ref, n, v.cycle, v.status, v.value))
