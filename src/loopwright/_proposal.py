@@ -59,7 +59,7 @@ class Edit:
 
     @property
     def ref(self) -> str:
-        return part_ref(self.artifact, self.part)
+        return f"{self.artifact}/{self.part}"  # (``part_ref`` without its call: twice a cycle)
 
 
 @quick_init
@@ -355,8 +355,14 @@ def _text_edits(edits: tuple[Edit, ...]) -> bool:
 def _settled_edits(edits: tuple[Edit, ...]) -> bool:
     """Whether every edit is an ``Edit`` whose value is ``_settled`` (a loop: ``all`` over a
     generator built a function and a generator object, twice a cycle)."""
-    for e in edits:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
-        if type(e) is not Edit or not _settled(e.value):
+    for e in edits:
+        if type(e) is not Edit:
+            return False
+        v = e.value
+        if type(v) is str:  # (``_settled``'s test of text written out: no call a text edit)
+            if not (v.isascii() or is_text(v)):
+                return False
+        elif not _settled(v):
             return False
     return True
 
