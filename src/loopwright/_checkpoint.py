@@ -226,13 +226,11 @@ class Checkpoints(RuntimeHost):
                 optional.append(c.name)
         if not required:
             required = {c.name for c in checks}
-        newly = sorted(
-            [
-                k
-                for k, v in visible.items()
-                if v.passed and k in required and k not in old.passed_checks
-            ]
-        )
+        newly: list[str] = []
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            if v.passed and k in required and k not in old.passed_checks:
+                newly.append(k)
+        newly.sort()
         delta = contract.no_progress.min_delta if contract.no_progress else 0.0
         improved = (
             not duplicate
@@ -471,7 +469,9 @@ class Checkpoints(RuntimeHost):
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed
         # (``_Exec.adopt`` made it a Digests: every execution is adopted before it commits)
-        added, ex.rejected_written = cast(Digests, s.rejected).since(ex.rejected_written)
+        # (typed by the annotation: ``typing.cast`` is a Python call a cycle)
+        staged: Digests = s.rejected  # type: ignore[assignment]
+        added, ex.rejected_written = staged.since(ex.rejected_written)
         rejected = []
         for d in added:  # (a loop: no comprehension a cycle)
             rejected.append((d, s.cycle))

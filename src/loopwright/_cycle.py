@@ -41,7 +41,8 @@ from ._state import (
     TaskState,
     Version,
     VersionLoader,
-    copied_on_read,
+    _CopyOnRead,
+    _json_copy,
 )
 from ._usage import Usage
 from .store import NewEvent
@@ -84,10 +85,11 @@ class Cycle(Gates):
             s.goal,
             # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
             # held-out verifiers only; the actor never sees it (invariant 3).
-            copied_on_read(
+            _CopyOnRead(  # (``copied_on_read`` without its call, as below)
                 task
                 if HELD_OUT_KEY not in task
-                else {k: v for k, v in task.items() if k != HELD_OUT_KEY}
+                else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
+                _json_copy,
             ),
             _copied_on_read(s.values()),
             _copied_on_read(s.accepted_values()),
@@ -112,7 +114,10 @@ class Cycle(Gates):
         if not self.memory_enabled:
             return ()
         s = ex.state
-        query = " ".join([s.goal, *[f.message for f in s.findings[:10]]])
+        said = [s.goal]
+        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
+            said.append(f.message)
+        query = " ".join(said)
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
@@ -386,10 +391,13 @@ class Cycle(Gates):
                 )
             # (some finding has no verifier named; a C loop, no call a finding)
             if verdict.findings and not all(map(_VERIFIER, verdict.findings)):
+                tagged = []
+                for f in verdict.findings:  # (a loop: no comprehension a cycle)
+                    tagged.append(_tag(f, check.name))
                 verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
                     verdict.passed,
                     verdict.score,
-                    tuple([_tag(f, check.name) for f in verdict.findings]),
+                    tuple(tagged),
                     verdict.evidence,
                     verdict.usage,
                     verdict.checked,
@@ -536,10 +544,11 @@ def _refs(edits: Sequence[Any]) -> list[str]:
 
 
 def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Each artifact's values ``copied_on_read`` (a loop: no comprehension a cycle)."""
+    """Each artifact's values ``copied_on_read`` (a loop: no comprehension a cycle; the class
+    built directly: no call of ``copied_on_read`` an artifact)."""
     out: dict[str, Any] = {}
     for name, values in artifacts.items():
-        out[name] = copied_on_read(values)
+        out[name] = _CopyOnRead(values, _json_copy)
     return out
 
 

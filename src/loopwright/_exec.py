@@ -24,7 +24,7 @@ from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._decide import budget_crossed
 from ._loop import Loop
-from ._modelcalls import MODEL_CALL, clip_masked, close_sink, open_sink
+from ._modelcalls import MODEL_CALL, SINK, clip_masked
 from ._proposal import Context, Verdict
 from ._redact import redact
 from ._retry import ErrorClass, RetryPolicy
@@ -221,6 +221,12 @@ class OverBudget(Exception):
         self.billed: tuple[Usage, ...] = ()  # as GaveUp.billed
 
 
+def _who(scope: str) -> str:
+    """A call's name in a message (``the actor``, ``verifier check``): built only where a
+    message is (no string a successful call)."""
+    return "the actor" if scope == "actor" else scope.replace(":", " ", 1)
+
+
 async def call_with_retry(
     store: Store,
     ex: Execution,
@@ -246,7 +252,6 @@ async def call_with_retry(
 
     # The common case (no failure on record, the call succeeds) is every actor and verifier
     # call of every cycle: it builds no closure and reads no journal entry.
-    who = "the actor" if scope == "actor" else scope.replace(":", " ", 1)
     key = f"retry:{scope}:{cycle}"
     entry = ex.retries.get(key) if ex.retries else None
     ex.asked.add(key)  # what its entry owes is charged here (or by the caller, raised)
@@ -273,16 +278,18 @@ async def call_with_retry(
             ex.events.extend(_lost_events(cycle, scope, entry))
             crossed = _crossed_with(ex, billed)
             if crossed is not None:
-                over = OverBudget(crossed, _owed_message(who, crossed))
+                over = OverBudget(crossed, _owed_message(_who(scope), crossed))
                 over.billed = billed
                 raise over
         stop = entry.data.get("budget") if entry.status == "gave_up" else None
         if stop == "budget_time":  # it failed with no time left for another attempt
-            late = OutOfTime(f"{who} failed with no time left in the budget for another attempt")
+            late = OutOfTime(
+                f"{_who(scope)} failed with no time left in the budget for another attempt"
+            )
             late.billed = billed
             raise late
         if isinstance(stop, str):  # its failed attempts had crossed a budget (_failed_attempt)
-            over = OverBudget(stop, _over_message(who, stop))
+            over = OverBudget(stop, _over_message(_who(scope), stop))
             over.billed = billed
             raise over
         if entry.status == "gave_up" or failed >= policy.attempts:
@@ -297,7 +304,7 @@ async def call_with_retry(
         wait = float(entry.data.get("next_at", 0.0)) - time.time()
         if wait > 0:  # killed during the backoff: wait out only what is left of it
             if deadline is not None and time.time() + wait >= deadline:
-                late = OutOfTime(f"the time budget runs out during the backoff of {who}")
+                late = OutOfTime(f"the time budget runs out during the backoff of {_who(scope)}")
                 late.billed = billed
                 raise late
             await asyncio.sleep(wait)
@@ -307,16 +314,16 @@ async def call_with_retry(
         if deadline is not None:
             left = deadline - time.time()
             if left <= 0:
-                late = OutOfTime(f"the time budget ran out before {who} could be called")
+                late = OutOfTime(f"the time budget ran out before {_who(scope)} could be called")
                 late.billed = billed
                 raise late
             per_call = left if timeout is None else min(timeout, left)
         made: list[dict[str, Any]] = []  # the model calls this attempt reports
-        sink = open_sink(made)
+        sink = SINK.set(made)  # (``open_sink`` without its call)
         try:
             got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
-            close_sink(sink)
+            SINK.reset(sink)
             if again is not None:
                 args = again()
             billed = await _failed_attempt(
@@ -327,7 +334,7 @@ async def call_with_retry(
                 cycle,
                 policy,
                 key,
-                who,
+                _who(scope),
                 made,
                 failed,
                 first_at,
@@ -339,9 +346,9 @@ async def call_with_retry(
             failed += 1
             continue
         except BaseException:  # cancelled: the sink goes as ``collecting`` would
-            close_sink(sink)
+            SINK.reset(sink)
             raise
-        close_sink(sink)
+        SINK.reset(sink)
         # (most calls report no model call and had no billed failed attempt: nothing to do)
         if made:  # committed with the cycle, before its proposal or verdict event
             ex.events.extend(_call_events(cycle, scope, failed + 1, made, "ok"))

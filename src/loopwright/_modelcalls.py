@@ -31,6 +31,7 @@ __all__ = [
     "MODEL_CALL",
     "PROMPT_CHARS",
     "REPLY_CHARS",
+    "SINK",
     "TRUNCATED",
     "clip_masked",
     "close_sink",
@@ -84,6 +85,9 @@ def clip_masked(text: str, limit: int = ERROR_CHARS) -> str:
 Sink = list[dict[str, Any]]
 
 _sink: ContextVar[Sink | None] = ContextVar("loopwright_model_calls", default=None)
+# The variable itself, for the engine's hot path (``call_with_retry``, two calls a cycle): its
+# ``set`` and ``reset`` called there are ``open_sink`` and ``close_sink`` without their calls.
+SINK = _sink
 
 
 @contextlib.contextmanager

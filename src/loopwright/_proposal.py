@@ -59,7 +59,7 @@ class Edit:
 
     @property
     def ref(self) -> str:
-        return part_ref(self.artifact, self.part)
+        return f"{self.artifact}/{self.part}"  # (``part_ref`` without its call: twice a cycle)
 
 
 @quick_init
@@ -153,7 +153,10 @@ class Proposal:
                 f"takes a mapping {{part: value}}, got {type(parts).__name__}",
                 field="Proposal.edit",
             )
-        edits = tuple([Edit(artifact, k, v) for k, v in parts.items()])
+        made = []
+        for k, v in parts.items():  # (a loop: no comprehension an actor's proposal)
+            made.append(Edit(artifact, k, v))
+        edits = tuple(made)
         if cls is Proposal:
             # By position, the defaults written out (an actor builds one every cycle: a class
             # called with keywords goes through a dict of them).
@@ -177,7 +180,9 @@ class Proposal:
     def changes(self) -> list[Edit]:
         """Every part write this proposal asks for, replacements expanded into edits."""
         out = list(self.edits)
-        for artifact, parts in (self.replace or {}).items():
+        if not self.replace:  # (the common proposal: no empty dict built to walk)
+            return out
+        for artifact, parts in self.replace.items():
             # names checked when the proposal was made (a stored one loads as written)
             out.extend(shapes.stored(Edit, artifact, k, v) for k, v in parts.items())
         return out
@@ -192,13 +197,19 @@ class Proposal:
                 # ASCII escaping, the value's canonical text escaped again), without building
                 # the body and walking it. A part name is ``str`` whenever its artifact's is
                 # not a subclass (``Edit`` allows a ``StrEnum``): tested all the same.
-                rows = sorted(
-                    [(e.artifact, e.part, _ascii(e.value)) for e in edits if type(e.part) is str]
-                )
+                # (loops, not comprehensions: this runs twice a cycle over one or two edits)
+                rows = []
+                for e in edits:
+                    if type(e.part) is str:
+                        rows.append((e.artifact, e.part, _ascii(e.value)))
                 if len(rows) == len(edits):
+                    rows.sort()
+                    items = []
+                    for a, p, v in rows:
+                        items.append(f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]")
                     text = (
                         '{"edits":['
-                        + ",".join([f"[{_ascii(a)},{_ascii(p)},{_ascii(v)}]" for a, p, v in rows])
+                        + ",".join(items)
                         + '],"new_steps":[],"plan":[],"replace":null}'
                     )
                     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -275,11 +286,12 @@ class Proposal:
         return ConfigError("a value cannot be stored as JSON", field="Proposal")
 
     def to_dict(self) -> dict[str, Any]:
+        edits = []
+        for e in self.edits:  # (a loop: no comprehension a cycle)
+            edits.append({"artifact": e.artifact, "part": e.part, "value": e.value})
         return {
             "kind": self.kind,
-            "edits": [
-                {"artifact": e.artifact, "part": e.part, "value": e.value} for e in self.edits
-            ],
+            "edits": edits,
             "replace": {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
             "plan": dict(self.plan) if self.plan else {},  # (a mappingproxy copies slower)
             # (an empty one without a comprehension: most proposals have neither)
@@ -343,8 +355,14 @@ def _text_edits(edits: tuple[Edit, ...]) -> bool:
 def _settled_edits(edits: tuple[Edit, ...]) -> bool:
     """Whether every edit is an ``Edit`` whose value is ``_settled`` (a loop: ``all`` over a
     generator built a function and a generator object, twice a cycle)."""
-    for e in edits:  # noqa: SIM110 - (``all`` over a generator is what this replaces)
-        if type(e) is not Edit or not _settled(e.value):
+    for e in edits:
+        if type(e) is not Edit:
+            return False
+        v = e.value
+        if type(v) is str:  # (``_settled``'s test of text written out: no call a text edit)
+            if not (v.isascii() or is_text(v)):
+                return False
+        elif not _settled(v):
             return False
     return True
 
@@ -443,9 +461,10 @@ class Verdict:
         return self.evidence.get("vacuous") is True
 
     def to_dict(self) -> dict[str, Any]:
+        s = self.score  # (``value`` written out: no property call, twice a cycle)
         return {
             "passed": self.passed,
-            "score": self.value,
+            "score": float(s) if s is not None else 1.0 if self.passed else 0.0,
             "findings": _finding_dicts(self.findings),
             "evidence": dict(self.evidence),
             "usage": self.usage.to_dict() if self.usage else None,

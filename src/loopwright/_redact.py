@@ -418,7 +418,8 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     registered ones). Objects that are not strings, mappings, lists or tuples are returned as
     they are.
     """
-    values = _values()
+    # (``_values`` written out for the common case, no registered secret: one call less)
+    values = _env_secrets() if not _registered else _values()
     fields = SECRET_FIELDS
     # (no set built for the engine's calls, which name no field: two a cycle)
     extra = {_key(f) for f in secret_fields} if secret_fields != () else _NO_FIELDS
@@ -472,7 +473,8 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     no, and so does anything it is unsure of (not JSON, a value JSON would escape)."""
     if orjson is None or (values and _unsure(values)):
         return False
-    pats = _key_patterns_of(fields)
+    # (the cache read here: ``_key_patterns_of`` is called once a new set of fields)
+    pats = _key_patterns[fields] if fields in _key_patterns else _key_patterns_of(fields)
     if pats is None:
         return False
     try:

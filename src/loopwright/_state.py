@@ -698,9 +698,12 @@ class TaskState:
         ref = f"{artifact}/{part}"  # (``part_ref``)
         self._dirty.add(ref)
         self._opened(ref)
-        if _logged(self._best_hint, ref, self._best_size):
-            self._best_hint = sorted(set(self._best_hint or ()))  # deduplicated
-            self._best_size = len(self._best_hint)
+        hint = self._best_hint  # (noted as ``_opened`` notes ``_open``)
+        if hint is not None:
+            hint.append(ref)
+            if len(hint) > 2 * self._best_size + 64:
+                self._best_hint = sorted(set(hint))  # deduplicated
+                self._best_size = len(self._best_hint)
         return True
 
     def mark_best(self) -> None:
@@ -765,9 +768,15 @@ class TaskState:
             out = {ref for ref, p in self.iter_parts() if p.status != "accepted"}
         else:
             out = set()
-            for ref in hint:  # (a loop: no comprehension a cycle)
-                if self.is_open(ref):
-                    out.add(ref)
+            arts = self.artifacts
+            for ref in hint:  # (``is_open`` written out: no call a part, a loop a cycle)
+                artifact, _, name = ref.partition("/")
+                if artifact in arts:
+                    parts = arts[artifact].parts
+                    if name in parts:
+                        p = parts[name]
+                        if p._known[p.count].status != "accepted":
+                            out.add(ref)
         self._open, self._open_size = sorted(out), len(out)
         return out
 
@@ -784,8 +793,15 @@ class TaskState:
         return p._known[p.count].status != "accepted"  # (``p.status``, without the call)
 
     def _opened(self, ref: str) -> None:
-        if _logged(self._open, ref, self._open_size):
-            self.open_refs()  # compacts it
+        # ``ref`` noted in a shared log of parts (``_open``; ``set_part`` does the same for
+        # ``_best_hint``), compacted (a new list for this state: other forks keep theirs) when
+        # it has doubled since it last was, which keeps the cost of a log a constant per change.
+        # Written out where it is used: a function of its own cost a call, three a cycle.
+        log = self._open
+        if log is not None:
+            log.append(ref)
+            if len(log) > 2 * self._open_size + 64:
+                self.open_refs()  # compacts it
 
     def take_changes(self) -> set[str]:
         """The parts changed (``set_part``, ``set_status``) since the last call."""
@@ -1170,17 +1186,6 @@ class _PlanTrack:
         )
 
 
-def _logged(log: list[str] | None, ref: str, size: int) -> bool:
-    """Note ``ref`` in a shared log of parts (``TaskState._open``, ``_best_hint``); True when
-    the log has doubled since it was last compacted to ``size`` entries and should be again
-    (a new list for this state: other forks keep theirs), which keeps the cost of a log a
-    constant per change."""
-    if log is None:
-        return False
-    log.append(ref)
-    return len(log) > 2 * size + 64
-
-
 class _CopyOnRead(dict[str, _V]):
     """A mapping of a ``TaskState.detached`` copy (an artifact's parts, the task): each entry
     is replaced by ``copy(key, value)`` the first time it is read (``[]``, ``get``, ``items``,
@@ -1191,7 +1196,7 @@ class _CopyOnRead(dict[str, _V]):
     __slots__ = ("_copy", "_fresh")
 
     def __init__(self, data: Mapping[str, _V], copy: Callable[[str, _V], _V]) -> None:
-        super().__init__(data)
+        dict.__init__(self, data)  # (not ``super()``: a super object built five times a cycle)
         self._copy = copy
         self._fresh: set[str] = set()
 

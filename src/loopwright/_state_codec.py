@@ -146,7 +146,7 @@ def _plan(
 
 
 def _entry(p: Part) -> list[Any]:
-    cur = p.known[p.count]
+    cur = p._known[p.count]  # (``p.current`` without a property call)
     # (the current version accepted: the latest accepted, without ``Part.accepted``'s call)
     acc = cur if cur.status == "accepted" else p.accepted
     # the current version's status too: it can change after the version was written
@@ -180,32 +180,38 @@ def delta(
     not every part's entry or every step."""
     out: dict[str, Any] = {}
     # Every cycle, for each of the head's keys (most the same object as before, the rest
-    # mostly equal): tests written out with ``in``, subscripts and ``type``, no call a key.
+    # mostly equal): tests written out with subscripts and ``type``, no call a key. The look-up
+    # in ``prev`` is one subscript in a ``try`` (free in CPython 3.11 until it raises): a key
+    # ``prev`` lacks (an older head's) is the rare case, not an ``in`` test on every key.
     for k, v in new.items():
-        if k not in prev:
+        try:
+            old = prev[k]
+        except KeyError:
             out[k] = v
             continue
-        old = prev[k]
         if old is v:
             continue
-        hint = hints[k] if hints and k in hints else None
-        if hint is not None and k in _LIST_KEYS and type(old) is list and type(v) is list:
-            out[k + "@"] = _edits(old, v, hint)
-        elif hint is not None and type(old) is dict and type(v) is dict:
-            upd: dict[str, Any] = {}
-            gone: list[Any] = []
-            for r in sorted(hint):  # (a key missing on either side reads as None)
-                if r in v:
-                    nv = v[r]
-                    if (old[r] != nv) if r in old else nv is not None:
-                        upd[r] = nv
-                elif r in old and old[r] is not None:
-                    gone.append(r)
-            if upd or gone:
-                out[k + "$"] = [upd, gone]
-        elif old == v:
+        # (the hinted keys first, each test once: most keys have no hint and go straight on)
+        if hints and k in hints and (hint := hints[k]) is not None:
+            if k in _LIST_KEYS and type(old) is list and type(v) is list:
+                out[k + "@"] = _edits(old, v, hint)
+                continue
+            if type(old) is dict and type(v) is dict:
+                upd: dict[str, Any] = {}
+                gone: list[Any] = []
+                for r in sorted(hint):  # (a key missing on either side reads as None)
+                    if r in v:
+                        nv = v[r]
+                        if (old[r] != nv) if r in old else nv is not None:
+                            upd[r] = nv
+                    elif r in old and old[r] is not None:
+                        gone.append(r)
+                if upd or gone:
+                    out[k + "$"] = [upd, gone]
+                continue
+        if old == v:
             continue
-        elif k in _MAP_KEYS and type(old) is dict and type(v) is dict:
+        if k in _MAP_KEYS and type(old) is dict and type(v) is dict:
             diff = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
             gone = [sk for sk in old if sk not in v]
             out[k + "$"] = [diff, gone]
@@ -349,7 +355,7 @@ def unwritten_versions(
         parts = state.iter_parts()
     rows: list[VersionRow] = []
     for ref, q in parts:
-        for n, v in () if q is None else q.known.items():
+        for n, v in () if q is None else q._known.items():  # (no property call)
             key = (ref, n)
             if key not in written or written[key] != v.status:  # (a status is never None)
                 rows.append((ref, n, v.cycle, v.status, v.value))
