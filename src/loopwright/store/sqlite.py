@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,6 +125,14 @@ def _functions(db: sqlite3.Connection) -> None:
     db.create_function("lw_lower", 1, _lower, deterministic=True)
 
 
+def _closed_with(store: SQLiteStore, db: sqlite3.Connection) -> None:
+    """Close ``db`` when ``store`` is collected, if nobody closed it: a store dropped without
+    ``close()`` (a ``Runtime`` not used as a context manager) otherwise leaves its connection
+    to the garbage collector, which from Python 3.13 warns of it (``ResourceWarning:
+    unclosed database``) in whatever code is running then."""
+    weakref.finalize(store, db.close)
+
+
 class SQLiteStore(SQLStore):
     """A loopwright store in one SQLite file."""
 
@@ -178,6 +187,7 @@ class SQLiteStore(SQLStore):
             self._db = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
             )
+            _closed_with(self, self._db)
         except sqlite3.Error as exc:
             folder = self.path.absolute().parent
             if not os.access(folder, os.W_OK):
@@ -234,6 +244,7 @@ class SQLiteStore(SQLStore):
                 check_same_thread=False,
                 timeout=30.0,
             )
+            _closed_with(self, self._db)
             self._reader = _Locked(self._lock, self._db)
             _functions(self._db)
             self._db.execute("PRAGMA busy_timeout = 30000")
