@@ -1600,7 +1600,6 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             return []
         m = self._MARK
         where, args = found
-        args = [run_id, *args]
         if keys is None:
             # As ``journal`` does: the keys from the index on (run_id, kind, cycle) (a cycle's
             # range of it when ``after_cycle`` is given), then the rows by primary key.
@@ -1609,21 +1608,19 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 f"(SELECT key FROM journal WHERE run_id={m}{where}) ORDER BY created_at, key"
                 + ("" if limit is None else f" LIMIT {int(limit)}")
             )
-            rows = self._all(query, [run_id, *args])
-        else:
-            rows = []
-            wanted_keys = list(dict.fromkeys(keys))
-            for i in range(0, len(wanted_keys), 400):  # under SQLite's bound on parameters
-                chunk = wanted_keys[i : i + 400]
-                query = (
-                    f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} "
-                    f"AND key IN ({','.join([m] * len(chunk))}){where} ORDER BY created_at, key"
-                )
-                rows.extend(self._all(query, [run_id, *chunk, *args[1:]]))
-            if len(wanted_keys) > 400:
-                rows.sort(key=lambda r: (r[7], r[1]))
-            rows = rows if limit is None else rows[:limit]
-        return [self._journal(r) for r in rows]
+            return [self._journal(r) for r in self._all(query, [run_id, run_id, *args])]
+        out: list[JournalEntry] = []
+        wanted_keys = list(dict.fromkeys(keys))
+        for i in range(0, len(wanted_keys), 400):  # under SQLite's bound on parameters
+            chunk = wanted_keys[i : i + 400]
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} "
+                f"AND key IN ({','.join([m] * len(chunk))}){where} ORDER BY created_at, key"
+            )
+            out.extend(self._journal(r) for r in self._all(query, [run_id, *chunk, *args]))
+        if len(wanted_keys) > 400:  # several chunks: their rows in one order again
+            out.sort(key=lambda e: (e.created_at, e.key))
+        return out if limit is None else out[:limit]
 
     def _journal_conds(
         self,
