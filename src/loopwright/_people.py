@@ -269,26 +269,25 @@ class Decisions(RuntimeHost):
         out = []
         # (read by status: a long run's done effects are not read to find the few in flight)
         for e in self.store.journal_where(ex.run_id, kind="effect", statuses=_IN_FLIGHT):
-            if e.status in _IN_FLIGHT:
-                cause = f"{e.data.get('name')} ({e.key.removeprefix('effect:')}) {why}"
-                self.store.journal_put(
-                    ex.run_id,
-                    ex.token,
-                    key=e.key,
-                    kind="effect",
-                    cycle=e.cycle,
-                    status="in_doubt",
-                    data={**e.data, "cause": cause},
-                    events=[NewEvent(e.cycle, "effect_in_doubt", {"key": e.key, "cause": cause})],
-                )
-                out.append(
-                    {
-                        "key": e.key.removeprefix("effect:"),
-                        "effect": e.data.get("name"),
-                        "args": e.data.get("args"),
-                        "cause": cause,
-                    }
-                )
+            cause = f"{e.data.get('name')} ({e.key.removeprefix('effect:')}) {why}"
+            self.store.journal_put(
+                ex.run_id,
+                ex.token,
+                key=e.key,
+                kind="effect",
+                cycle=e.cycle,
+                status="in_doubt",
+                data={**e.data, "cause": cause},
+                events=[NewEvent(e.cycle, "effect_in_doubt", {"key": e.key, "cause": cause})],
+            )
+            out.append(
+                {
+                    "key": e.key.removeprefix("effect:"),
+                    "effect": e.data.get("name"),
+                    "args": e.data.get("args"),
+                    "cause": cause,
+                }
+            )
         return out
 
     def _retire_failures(self, ex: _Exec) -> None:
