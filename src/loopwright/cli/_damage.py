@@ -8,11 +8,11 @@ to the store, not a bug: the CLI shows it as one line naming the table (and row)
 from __future__ import annotations
 
 import os
-import sys
 import traceback
 from typing import Any
 
 from .._errors import StoreCorruptError
+from ..store._damage import driver_damage
 
 __all__ = ["store_damage"]
 
@@ -27,10 +27,6 @@ _TABLES = {
     "_version_rows": "versions",
     "events": "events",
 }
-# Driver errors that mean the schema or the file is damaged (not a lock, a full disk or a
-# dropped connection, which are OperationalError on SQLite and have other classes on PG).
-_MISSING = ("no such table", "could not decode")
-_PG_DAMAGE = ("UndefinedTable", "UndefinedColumn", "DataCorrupted", "IndexCorrupted")
 
 
 def store_damage(exc: BaseException) -> StoreCorruptError | None:
@@ -58,21 +54,12 @@ def store_damage(exc: BaseException) -> StoreCorruptError | None:
             f"store: a stored value in table {table}{_row(frames, table)} is damaged ({exc}); "
             "the store is corrupt: restore it from a backup"
         )
-    if _driver_damage(exc):
+    if driver_damage(exc):  # (the stores raise these as StoreCorruptError where they can)
         return StoreCorruptError(
             f"store: {exc}; the store is damaged (or was changed by something other than "
             "loopwright): restore it from a backup"
         )
     return None
-
-
-def _driver_damage(exc: BaseException) -> bool:
-    sqlite3 = sys.modules.get("sqlite3")
-    if sqlite3 is not None and isinstance(exc, sqlite3.DatabaseError):
-        if not isinstance(exc, sqlite3.OperationalError):
-            return True  # "database disk image is malformed", "file is not a database"
-        return str(exc).lower().startswith(_MISSING)
-    return any(cls.__name__ in _PG_DAMAGE for cls in type(exc).__mro__)
 
 
 def _row(frames: list[tuple[str, dict[str, Any]]], table: str | None) -> str:

@@ -472,6 +472,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def _executemany(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement over many rows."""
 
+    def _damaged(self, exc: BaseException) -> StoreCorruptError | None:
+        """The ``StoreCorruptError`` naming this store that the driver's error ``exc`` stands
+        for (``_damage.damage_error``), or None. The backends' ``_conn`` and ``_tx`` raise it
+        for every read and write; the batch commit asks here for the errors it catches."""
+        return None
+
     @abstractmethod
     def _fence_batch(self, conn: Any, run_ids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """run_id → (fencing token, cancel flag) of ``commit_many``'s runs, read so that no
@@ -1247,12 +1253,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 try:
                     with self._savepoint(conn):
                         ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
-                except Exception as exc:  # rolled back to its savepoint; the others go on
-                    out.append(
-                        exc
-                        if isinstance(exc, StoreError)
-                        else StoreError(f"run {it.run_id}: commit failed: {exc}")
+                except StoreError as exc:  # rolled back to its savepoint; the others go on
+                    out.append(exc)
+                    continue
+                except Exception as exc:
+                    failed = self._damaged(exc) or StoreError(
+                        f"run {it.run_id}: commit failed: {exc}"
                     )
+                    failed.__cause__ = exc
+                    out.append(failed)
                     continue
                 out.append(ok)
         return out
@@ -1284,6 +1293,9 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         except self._DB_FAILURE:
             raise  # the database, not a value (locked, disk full...): every commit fails
         except self._REFUSED as exc:
+            damage = self._damaged(exc)
+            if damage is not None:  # the store, not a value: every commit fails
+                raise damage from exc
             raise BatchRefused(str(exc)) from exc
         return rows.results
 

@@ -40,6 +40,7 @@ from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
 from .._redact import redact_text
+from ._damage import damage_error
 from ._pg_schema import CLAIMABLE_PG, PG_MIGRATIONS, PG_TABLES
 from ._sql import RUNNABLE_STATUS, SQLStore
 
@@ -184,6 +185,9 @@ class PostgresStore(SQLStore):
                 else:
                     self._migrate(first)
         except psycopg.Error as exc:
+            damage = self._damaged(exc)  # (a table dropped that the migrations read)
+            if damage is not None:
+                raise damage from exc
             raise StoreError(f"cannot open store {self.url}: {type(exc).__name__}: {exc}") from exc
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             conninfo,
@@ -259,9 +263,13 @@ class PostgresStore(SQLStore):
             )
 
     # --- connections --------------------------------------------------------------------
+    def _damaged(self, exc: BaseException) -> StoreCorruptError | None:
+        return damage_error(self.url, exc)
+
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
-        """A pooled connection; database and pool failures become ``StoreError`` here, once."""
+        """A pooled connection; database and pool failures become ``StoreError`` here, once
+        (a table or column missing, a page the server found corrupt: ``StoreCorruptError``)."""
         try:
             with self._pool.connection() as conn:
                 yield conn
@@ -273,6 +281,9 @@ class PostgresStore(SQLStore):
             # a dropped connection, a server restart, a serialization failure: not the data
             raise StoreUnavailableError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
+            damage = self._damaged(exc)
+            if damage is not None:
+                raise damage from exc
             raise StoreError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
 
     @contextmanager

@@ -23,10 +23,11 @@ import weakref
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 from .._json import dumps, loads
+from ._damage import damage_error
 from ._schema import CLAIMABLE_SQLITE, SQLITE_MIGRATIONS
 from ._sql import SQLStore, owner_is_dead
 
@@ -34,19 +35,29 @@ __all__ = ["SQLiteStore", "owner_is_dead"]
 
 
 class _Locked:
-    """The connection, held under the store's lock (reads: no transaction of their own)."""
+    """The connection, held under the store's lock (reads: no transaction of their own). A
+    read that finds the store damaged raises ``StoreCorruptError`` naming it (the driver's
+    error its ``__cause__``): every read of the store passes here."""
 
-    __slots__ = ("_db", "_lock")
+    __slots__ = ("_db", "_lock", "_path")
 
-    def __init__(self, lock: threading.RLock, db: sqlite3.Connection) -> None:
-        self._lock, self._db = lock, db
+    def __init__(self, lock: threading.RLock, db: sqlite3.Connection, path: Path) -> None:
+        # the path, not the store: the store holds this object (no cycle, so a store dropped
+        # unclosed is collected, and its connection closed, at once)
+        self._lock, self._db, self._path = lock, db, path
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.acquire()
         return self._db
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
         self._lock.release()
+        if kind is not None and issubclass(kind, sqlite3.DatabaseError):
+            damage = damage_error(str(self._path), cast(BaseException, exc))
+            if damage is not None:
+                raise damage from exc
 
 
 class _Tx:
@@ -76,8 +87,9 @@ class _Tx:
                         store._db.execute("PRAGMA synchronous = FULL")
             finally:
                 store._lock.release()
-            if isinstance(exc, sqlite3.OperationalError):
-                raise store._failure(exc) from exc
+            failure = store._failure(exc)
+            if failure is not None:
+                raise failure from exc
             raise
         return store._db
 
@@ -95,14 +107,16 @@ class _Tx:
                     # (a refused COMMIT leaves one: the next BEGIN would fail).
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
-                    if isinstance(failed, sqlite3.OperationalError):
-                        raise store._failure(failed) from failed
+                    failure = store._failure(failed)
+                    if failure is not None:
+                        raise failure from failed
                     raise
                 return
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise store._failure(exc) from exc
+            failure = store._failure(exc)
+            if failure is not None:
+                raise failure from exc
         finally:
             if self._lazy:  # back to FULL whatever happened, before another writer runs
                 try:
@@ -196,7 +210,7 @@ class SQLiteStore(SQLStore):
                     "writable by this user, or is on a read-only file system)"
                 ) from None
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
-        self._reader = _Locked(self._lock, self._db)
+        self._reader = _Locked(self._lock, self._db, self.path)
         try:
             _functions(self._db)
             self._refuse_foreign()
@@ -224,8 +238,10 @@ class SQLiteStore(SQLStore):
                     "run as a user who may write it, or copy the store"
                 ) from None
             raise StoreCorruptError(
-                f"{self.path} is not a usable loopwright store ({exc})"
-            ) from None
+                f"store: {self.path} is not a usable loopwright store ({exc}): the file is "
+                "damaged (truncated, overwritten) or is not a store; restore it from a backup, "
+                "or name another store file"
+            ) from exc
         except StoreError:
             self._db.close()
             raise
@@ -245,13 +261,16 @@ class SQLiteStore(SQLStore):
                 timeout=30.0,
             )
             _closed_with(self, self._db)
-            self._reader = _Locked(self._lock, self._db)
+            self._reader = _Locked(self._lock, self._db, self.path)
             _functions(self._db)
             self._db.execute("PRAGMA busy_timeout = 30000")
             row = self._db.execute(self._q.schema_version).fetchone()
         except sqlite3.Error as exc:
             with contextlib.suppress(Exception):
                 self._db.close()
+            damage = self._damaged(exc)
+            if damage is not None:
+                raise damage from exc
             raise StoreError(f"cannot read {self.path}: {exc}") from None
         if row is None or int(row[0]) != len(SQLITE_MIGRATIONS):
             self._db.close()
@@ -323,14 +342,27 @@ class SQLiteStore(SQLStore):
     def _tx_lazy(self) -> _Tx:
         return _Tx(self, lazy=True)
 
-    def _failure(self, exc: sqlite3.OperationalError) -> StoreError:
-        """A write that failed in the database, not on a value: damage (a missing table or
-        column) is corruption; anything else (locked past the busy timeout, disk full, an I/O
-        error) is the store being unavailable, and nothing of the write was kept."""
+    def _failure(self, exc: BaseException) -> StoreError | None:
+        """What a write that failed in the database raises instead of ``exc``: damage (a
+        damaged file, a missing table or column) is corruption; any other
+        ``OperationalError`` (locked past the busy timeout, disk full, an I/O error) is the
+        store being unavailable, and nothing of the write was kept. None: ``exc`` as it is
+        (a constraint refused at COMMIT, a fencing or a value's error, not the database's)."""
+        if not isinstance(exc, sqlite3.DatabaseError):
+            return None
+        damage = self._damaged(exc)
+        if damage is not None:
+            return damage
+        if not isinstance(exc, sqlite3.OperationalError):
+            return None
         text = str(exc)
-        if any(w in text.lower() for w in ("no such table", "no such column", "malformed")):
+        if any(w in text.lower() for w in ("no such column", "malformed")):
+            # (a write missing a column is damage here, as it always was for writes)
             return StoreCorruptError(f"{self.path} is damaged: {text}")
         return StoreUnavailableError(f"{self.path}: {text}")
+
+    def _damaged(self, exc: BaseException) -> StoreCorruptError | None:
+        return damage_error(str(self.path), exc)
 
     @contextmanager
     def _savepoint(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:

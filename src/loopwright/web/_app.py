@@ -44,6 +44,7 @@ from .._errors import (
     LoopwrightError,
     NotPermittedError,
     RunNotFoundError,
+    StoreCorruptError,
 )
 from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
@@ -384,15 +385,17 @@ def create_app(
         # breaks the rule of keys, looked up by any page or API): 400, not a server error.
         return await refused(request, 400, str(exc))
 
+    @app.exception_handler(StoreCorruptError)
     @app.exception_handler(sqlite3.DatabaseError)
-    async def store_failed_page(request: Request, exc: sqlite3.DatabaseError) -> Response:
+    async def store_failed_page(request: Request, exc: Exception) -> Response:
         # Damage found only when a page reads that part of the file (a page overwritten:
-        # "database disk image is malformed"), or the file failing under a read: the store
-        # failed, not the server. One line in the log (it names the file), 503 for the visitor,
-        # as `loopwright show` says it in one line; not a 500 with a traceback.
+        # "database disk image is malformed", which the store raises as StoreCorruptError),
+        # or the file failing under a read: the store failed, not the server. One line in the
+        # log (it names the file), 503 for the visitor, as `loopwright show` says it in one
+        # line; not a 500 with a traceback.
         from ..cli._damage import store_damage
 
-        damage = store_damage(exc)
+        damage = exc if isinstance(exc, StoreCorruptError) else store_damage(exc)
         log.warning("the store failed: %s", damage if damage is not None else exc)
         what = "is damaged" if damage is not None else "failed"
         return await refused(
