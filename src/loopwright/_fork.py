@@ -110,15 +110,20 @@ class Forking(RuntimeHost):
         # copy_effects and copy_rejected is given them as ``inherited`` and
         # ``initial_rejected``; one that predates copy_versions too, every version.
         copies = [(rec.run_id, ref, part.count) for ref, part in state.iter_parts()]
+        copied: dict[str, Any] = {
+            "copy_versions": copies or None,
+            "copy_effects": (rec.run_id, at_cycle),
+            "copy_rejected": (rec.run_id, at_cycle),
+        }
+        # The origin's checkpoint the fork starts from, recorded with it: what the fork
+        # inherited is read up to it (trace._exports), not found by comparing the origin's
+        # checkpoint times with the fork's, which two hosts' clocks may write apart. A store
+        # whose create_run predates fork_seq is asked again without it (then found by time).
         made: tuple[RunRecord, bool] | None = with_newer(
-            self.store.create_run,
-            args,
-            {
-                "copy_versions": copies or None,
-                "copy_effects": (rec.run_id, at_cycle),
-                "copy_rejected": (rec.run_id, at_cycle),
-            },
+            self.store.create_run, args, {**copied, "fork_seq": ck.seq}
         )
+        if made is None:
+            made = with_newer(self.store.create_run, args, copied)
         if made is None:
             args["inherited"] = self._inherited(rec.run_id, at_cycle)
             args["initial_rejected"] = self._rejected(rec.run_id, at_cycle)

@@ -488,6 +488,7 @@ class Store(LiveStore, PeopleStore, ABC):
         copy_versions: Sequence[tuple[str, str, int]] = (),
         copy_effects: tuple[str, int] | None = None,
         copy_rejected: tuple[str, int] | None = None,
+        fork_seq: int | None = None,
     ) -> tuple[RunRecord, bool]:
         """Create a run with its first checkpoint (a full state, and its version rows), or
         return the existing run with that ``task_key``. Returns ``(run, created)``.
@@ -509,6 +510,12 @@ class Store(LiveStore, PeopleStore, ABC):
         transaction, the digests the origin rejected up to ``upto_cycle``, as
         ``initial_rejected`` writes them, none read into Python. A store whose ``create_run``
         predates it is given them as ``initial_rejected``.
+
+        ``fork_seq`` (a fork's): the ``seq`` of the origin's checkpoint the fork starts from,
+        kept in the fork's ``run_created`` event (``data["forked_from"]["seq"]``), so that what
+        the fork inherited is found by it, not by comparing times written on two hosts'
+        clocks. A store whose ``create_run`` predates it is not given it (``Runtime.fork``
+        asks through ``with_newer``); its forks are found by time, as before.
 
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their

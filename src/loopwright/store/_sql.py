@@ -707,6 +707,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         copy_versions: Sequence[tuple[str, str, int]] = (),
         copy_effects: tuple[str, int] | None = None,
         copy_rejected: tuple[str, int] | None = None,
+        fork_seq: int | None = None,
     ) -> tuple[RunRecord, bool]:
         now = time.time()
         q, js = self._q, self._js
@@ -771,6 +772,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     "cycle": forked_from[1],
                     "inherited": {"cost_usd": cost, "tokens": tokens, "seconds": seconds},
                 }
+                if fork_seq is not None:  # the origin's checkpoint it starts from
+                    created["forked_from"]["seq"] = int(fork_seq)
             for e in inherited:
                 # the run that did it: a fork of a fork names the origin, not its parent
                 data = {**e.data, "inherited_from": e.data.get("inherited_from") or e.run_id}

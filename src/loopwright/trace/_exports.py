@@ -370,16 +370,21 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
     if not run.forked_from or run.forked_at is None:
         return []
     origin = store.get_run(run.forked_from)
-    # The fork point among the origin's first checkpoint and those of its cycle (a fork early
-    # in a long run reads those, not the origin's every checkpoint), then the checkpoints up to
-    # it a page at a time: what comes after the fork point is not read.
-    marks = store.checkpoints_at(origin.run_id, run.forked_at)
-    then = [c for c in marks if c.created_at <= run.created_at]
-    try:  # the checkpoint the fork started from, as at the fork (else, clocks aside, the last)
-        start = concluded_at(then or marks, origin.run_id, run.forked_at, "forked_at")
-    except ConfigError:
-        start = concluded_in(store, origin.run_id, run.forked_at, "forked_at")
-    upto = itertools.takewhile(lambda c: c.seq <= start.seq, store.iter_checkpoints(origin.run_id))
+    # The origin's checkpoint the fork started from, as recorded when it was made; then the
+    # checkpoints up to it a page at a time: what comes after the fork point is not read.
+    start = _fork_seq(store, run)
+    if start is None:
+        # A fork made before the seq was recorded: the fork point among the origin's first
+        # checkpoint and those of its cycle (a fork early in a long run reads those, not the
+        # origin's every checkpoint), as at the fork by the times written (right where the
+        # hosts' clocks agree), else the last.
+        marks = store.checkpoints_at(origin.run_id, run.forked_at)
+        then = [c for c in marks if c.created_at <= run.created_at]
+        try:
+            start = concluded_at(then or marks, origin.run_id, run.forked_at, "forked_at").seq
+        except ConfigError:
+            start = concluded_in(store, origin.run_id, run.forked_at, "forked_at").seq
+    upto = itertools.takewhile(lambda c: c.seq <= start, store.iter_checkpoints(origin.run_id))
     # the last occurrence of each cycle up to the fork point (a rollback redid the later ones)
     own = {
         c.cycle: c
@@ -390,6 +395,18 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
         *(c for c in _inherited_cycles(store, origin) if c["cycle"] not in own),
         *({"run_id": origin.run_id, **_case_cycle(own[n])} for n in sorted(own)),
     ]
+
+
+def _fork_seq(store: Store, run: RunRecord) -> int | None:
+    """The ``seq`` of the origin's checkpoint a fork started from, as ``Runtime.fork`` recorded
+    it in the fork's ``run_created`` event (the run's first: one page of its events is read);
+    None for a fork made before it was recorded, or by a store that could not record it."""
+    first = next(itertools.islice(store.iter_events(run.run_id), 1), None)
+    if first is None or first.kind != "run_created":
+        return None
+    forked = (first.data or {}).get("forked_from")
+    seq = forked.get("seq") if isinstance(forked, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def _decision(a: Approval) -> dict[str, Any]:
