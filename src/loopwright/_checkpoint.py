@@ -27,7 +27,7 @@ from ._group import GroupCommitter
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._record_codec import pack as pack_record
-from ._record_codec import refer_versions
+from ._record_codec import packed_calls, packed_record, packed_usage, refer_versions
 from ._redact import redact
 from ._state import Digests, Finding, TaskState, person_edit
 from ._usage import Usage
@@ -278,31 +278,37 @@ class Checkpoints(RuntimeHost):
         ex.state = s
         ex.last_visible = visible
         held_d = {k: v.to_dict() for k, v in held.items()} if held else {}
+        # The record is built in its stored form (``pack_record``'s, which ``_masked`` then
+        # does not apply again): the whole record built, copied and pruned cost about 5 % of
+        # a trivial cycle (bench/RESULTS.md, "stop 41"). Its values, in the record's order:
         shown: dict[str, Any] = {}
         for k, v in visible.items():  # (a loop: no comprehension a cycle)
-            shown[k] = v.to_dict()
+            shown[k] = v.to_packed_dict(k)
+        held_p: dict[str, Any] = {}
+        for k, v in held.items():
+            held_p[k] = v.to_packed_dict(k)
         priced = calls_usage(ex.calls)
-        record = {
-            "cycle": n,
-            "proposal": proposal.to_dict(),
-            "digest": digest,
-            "duplicate": duplicate,
-            "visible": shown,
-            "held_out": held_d,
-            "score": score,
-            "improved": improved,
-            "decision": decision,
-            "effects": effects or [],
+        # (a Usage first, as ever: its checks refuse a sum no usage may hold)
+        spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        record = packed_record(
+            n,  # cycle
+            proposal.to_packed_dict(),
+            digest,
+            duplicate,
+            shown,  # visible
+            held_p,  # held_out
+            score,
+            improved,
+            decision,
+            effects or [],
             # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
-            "memory": memory_shown(ex),
+            memory_shown(ex),
             # Every priced call of the cycle in order: what replay needs to re-decide budgets.
-            "calls": list(ex.calls),
+            packed_calls(ex.calls),
             # All of them: a call's failed attempts and a judgement made again cost too (the
             # cycle's figure in show, the dashboard and a trace adds up to the run's spend).
-            "usage": Usage(
-                priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds
-            ).to_dict(),
-        }
+            packed_usage(spent.cost_usd, spent.tokens, spent.seconds),
+        )
         # The visible checks the loop does not require (``Check.required=False``): replay
         # needs them to judge success and progress as this cycle was judged. Only when there
         # are some, so the common record (every check required) costs nothing more.
@@ -357,7 +363,7 @@ class Checkpoints(RuntimeHost):
         s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
             f"; next step: {nxt.id}" if nxt else ""
         )
-        cancel = self._commit(ex, record, {"status": "running"})
+        cancel = self._commit(ex, record, {"status": "running"}, packed=True)
         if cancel:
             self._cancel_now(ex, "cancellation requested")
             return True
@@ -375,7 +381,11 @@ class Checkpoints(RuntimeHost):
         approval: NewApproval | None = None,
         approvals: Sequence[NewApproval] = (),
         closes: Sequence[ClosedApproval] = (),
+        *,
+        packed: bool = False,
     ) -> bool:
+        """Commit ``ex.state`` with the cycle's ``record`` (``packed``: already in its
+        stored form, ``pack_record``'s) and run columns ``run``."""
         if ex.lost:
             raise StaleLeaseError(f"run {ex.run_id}: lease lost; another executor owns it")
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
@@ -394,7 +404,7 @@ class Checkpoints(RuntimeHost):
         if status is not None and status == ex.row_status:
             del cols["status"]  # only this lease's holder writes it: unchanged since
         reqs = [*([approval] if approval is not None else []), *approvals]
-        req = self._stage(ex, record, cols, reqs, closes)
+        req = self._stage(ex, record, cols, reqs, closes, packed)
         if status is not None:
             ex.row_status = status  # _unstage forgets it if the commit fails
         if self.group_commit and ex.grouped and (self._active > 1 or ex.pending_commit is not None):
@@ -423,6 +433,7 @@ class Checkpoints(RuntimeHost):
         cols: dict[str, Any],
         reqs: Sequence[NewApproval],
         closes: Sequence[ClosedApproval] = (),
+        packed: bool = False,
     ) -> CommitRequest:
         """The commit of ``ex.state``: a delta from the last head (a full head every
         ``snapshot_every`` checkpoints), the versions not yet written, the new rejected
@@ -510,7 +521,7 @@ class Checkpoints(RuntimeHost):
         # Invariant 9, the last net before the store: what the engine records about the cycle
         # (proposal, verdicts, errors, packet, events) with secrets masked. Part values and the
         # task are the work itself and are not rewritten (the task was masked at creation).
-        stored, events, run = _masked(record, ex.events, cols)
+        stored, events, run = _masked(record, ex.events, cols, packed)
         # (every field by position: a class called with keywords goes through a dict of them,
         # about a microsecond a call more; the order is CommitRequest's)
         return CommitRequest(
@@ -612,15 +623,18 @@ _PLAIN = frozenset((int, float, bool, type(None)))
 
 
 def _masked(
-    record: dict[str, Any] | None, events: Sequence[NewEvent], cols: dict[str, Any]
+    record: dict[str, Any] | None,
+    events: Sequence[NewEvent],
+    cols: dict[str, Any],
+    packed: bool = False,
 ) -> tuple[dict[str, Any] | None, list[NewEvent], dict[str, Any]]:
-    """``record`` in its stored form (``pack_record``), ``events`` and ``cols`` with secrets
-    masked: one ``redact`` over all three (its clean-case scan is one pass, so one call costs
-    less than one per event)."""
+    """``record`` in its stored form (``pack_record``; ``packed``: it is already), ``events``
+    and ``cols`` with secrets masked: one ``redact`` over all three (its clean-case scan is
+    one pass, so one call costs less than one per event)."""
     # The scan's cost follows the length of the text it reads: the packed record leaves out
     # the defaults (about 40 % of a trivial cycle's record), which hold nothing to mask, and
     # columns that are all numbers are passed over (``redact`` never masks a number).
-    if record is not None:
+    if record is not None and not packed:
         record = pack_record(record)
     datas = list(map(_DATA, events))
     plain = _PLAIN.issuperset(map(type, cols.values()))  # (a C loop: no call a column)

@@ -17,6 +17,7 @@ from ._errors import ConfigError
 from ._frozen import quick_init
 from ._json import is_text, not_text, owned_copy
 from ._question import Question
+from ._record_codec import packed_finding, packed_proposal, packed_verdict
 from ._redact import redact
 from ._state import Finding, PlanStep, part_ref
 from ._usage import Usage
@@ -303,6 +304,25 @@ class Proposal:
             "question": self.question.to_dict() if self.question else None,
         }
 
+    def to_packed_dict(self) -> dict[str, Any]:
+        """``to_dict`` as a cycle's stored record holds it (``_record_codec.pack``'s: its
+        defaults left out), built so (a unit test holds the two together)."""
+        edits = []
+        for e in self.edits:  # (a loop: no comprehension a cycle)
+            edits.append({"artifact": e.artifact, "part": e.part, "value": e.value})
+        return packed_proposal(  # (to_dict's values, by position in its order)
+            self.kind,
+            edits,
+            {k: dict(v) for k, v in self.replace.items()} if self.replace else None,
+            dict(self.plan) if self.plan else {},
+            [s.to_dict() for s in self.new_steps] if self.new_steps else [],
+            self.note,
+            self.usage.to_dict() if self.usage else None,
+            self.escalate,
+            [c.to_dict() for c in self.effects] if self.effects else [],
+            self.question.to_dict() if self.question else None,
+        )
+
     def to_stored_dict(self) -> dict[str, Any]:
         """``to_dict`` with its free text (note, question, escalation) masked (invariant 9):
         the form a waiting run keeps in its state, which the commit's redaction net does not
@@ -470,6 +490,34 @@ class Verdict:
             "usage": self.usage.to_dict() if self.usage else None,
             "checked": list(self.checked) if self.checked is not None else None,
         }
+
+    def to_packed_dict(self, name: str) -> dict[str, Any]:
+        """``to_dict`` as the stored record of a cycle holds it under the check ``name``
+        (``_record_codec.pack``'s: defaults left out, a finding's ``verifier`` where it is
+        ``name``), built so (a unit test holds the two together)."""
+        s = self.score
+        findings: list[dict[str, Any]] = []
+        for f in self.findings:  # (Finding.to_dict's values, by position in its order)
+            findings.append(
+                packed_finding(
+                    f.message,
+                    f.artifact,
+                    f.part,
+                    f.dimension,
+                    f.severity,
+                    f.verifier,
+                    dict(f.evidence),
+                    name,
+                )
+            )
+        return packed_verdict(
+            self.passed,
+            float(s) if s is not None else 1.0 if self.passed else 0.0,
+            findings,
+            dict(self.evidence),
+            self.usage.to_dict() if self.usage else None,
+            list(self.checked) if self.checked is not None else None,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:

@@ -19,7 +19,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["fill_versions", "pack", "refer_versions", "referred_versions", "unpack"]
+__all__ = [
+    "fill_versions",
+    "pack",
+    "packed_calls",
+    "packed_finding",
+    "packed_proposal",
+    "packed_record",
+    "packed_usage",
+    "packed_verdict",
+    "refer_versions",
+    "referred_versions",
+    "unpack",
+]
 
 _KEEP = object()  # a key never left out
 
@@ -178,6 +190,21 @@ def _unpack_finding(name: str, f: Any) -> Any:
     return _fill(f, _FINDING, verifier=name) if isinstance(f, dict) else f
 
 
+def _default_test(i: int, dflt: Any, v: str, env: dict[str, Any]) -> str:
+    """The test that ``v`` holds the default ``dflt`` of spec entry ``i``, of the default's
+    type (``-0.0`` is not ``0.0``): the one test ``pack``'s droppers and the packed builders
+    share, so that a record built packed is ``pack``'s of the same record."""
+    kind = type(dflt)
+    env[f"_d{i}"], env[f"_t{i}"] = dflt, kind
+    if dflt is None or kind is bool:
+        return f"{v} is _d{i}"  # singletons
+    if kind in (dict, list) and not dflt:
+        return f"type({v}) is _t{i} and not {v}"
+    if kind is float:
+        return f"type({v}) is float and {v} == _d{i} and _copysign(1.0, {v}) > 0.0"
+    return f"type({v}) is _t{i} and {v} == _d{i}"
+
+
 def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """A function that copies a mapping (in C) and deletes the keys of ``spec`` that hold their
     default, of the default's type: ``-0.0`` is not ``0.0`` (a missing key is passed over). It
@@ -189,20 +216,10 @@ def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     for i, (k, dflt) in enumerate(spec):
         if dflt is _KEEP:
             continue
-        kind = type(dflt)
-        env[f"_d{i}"], env[f"_t{i}"] = dflt, kind
-        if dflt is None or kind is bool:
-            test = f"v is _d{i}"  # singletons
-        elif kind in (dict, list) and not dflt:
-            test = f"type(v) is _t{i} and not v"
-        elif kind is float:
-            test = f"type(v) is float and v == _d{i} and _copysign(1.0, v) > 0.0"
-        else:
-            test = f"type(v) is _t{i} and v == _d{i}"
         lines += [
             f"    if {k!r} in out:",  # (no call: ``in`` and a subscript)
             f"        v = out[{k!r}]",
-            f"        if {test}:",
+            f"        if {_default_test(i, dflt, 'v', env)}:",
             f"            del out[{k!r}]",
         ]
     lines.append("    return out")
@@ -211,9 +228,51 @@ def _dropper(spec: _Spec) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     return fn
 
 
+def _builder(spec: _Spec, skip_equal: str | None = None) -> Callable[..., dict[str, Any]]:
+    """A function taking the values of ``spec``'s keys by position that returns the dict
+    ``_dropper(spec)`` makes of the dict holding them all in the spec's order: the packed
+    form built directly, with no whole dict built, copied and pruned (the engine's record
+    every cycle, bench/RESULTS.md "stop 41"). ``skip_equal``: a kept key left out where it
+    equals the last argument (a finding's ``verifier``: its verdict's name)."""
+    env: dict[str, Any] = {"_copysign": math.copysign}
+    args = [f"a{i}" for i in range(len(spec))]
+    lines = [f"def build({', '.join([*args, *(['name'] if skip_equal else [])])}):"]
+    lines.append("    out = {}")
+    for i, (k, dflt) in enumerate(spec):
+        if k == skip_equal:
+            lines += [f"    if not a{i} == name:", f"        out[{k!r}] = a{i}"]
+        elif dflt is _KEEP:
+            lines.append(f"    out[{k!r}] = a{i}")
+        else:
+            lines += [
+                f"    if not ({_default_test(i, dflt, f'a{i}', env)}):",
+                f"        out[{k!r}] = a{i}",
+            ]
+    lines.append("    return out")
+    exec("\n".join(lines), env)  # built from the specs above, nothing else
+    fn: Callable[..., dict[str, Any]] = env["build"]
+    return fn
+
+
 _DROP_RECORD, _DROP_PROPOSAL, _DROP_VERDICT, _DROP_FINDING, _DROP_CALL, _DROP_USAGE = (
     _dropper(spec) for spec in (_RECORD, _PROPOSAL, _VERDICT, _FINDING, _CALL, _USAGE)
 )
+
+# The packed builders (``_builder``): each takes its spec's values by position, in the order
+# of the spec (that of the engine's ``to_dict``), and returns what ``pack`` makes of them.
+packed_record = _builder(_RECORD)
+packed_proposal = _builder(_PROPOSAL)
+packed_verdict = _builder(_VERDICT)
+packed_finding = _builder(_FINDING, skip_equal="verifier")  # its verdict's name last
+packed_usage = _builder(_USAGE)
+
+
+def packed_calls(calls: Sequence[Any]) -> list[Any]:
+    """A record's ``calls`` as ``pack`` leaves them (a loop: no comprehension a cycle)."""
+    out: list[Any] = []
+    for c in calls:
+        out.append(_DROP_CALL(c) if type(c) is dict else c)
+    return out
 
 
 def _fill(d: Mapping[str, Any], spec: _Spec, **also: Any) -> dict[str, Any]:

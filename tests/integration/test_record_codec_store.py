@@ -1,5 +1,5 @@
-"""A real run's cycle records, written compact (packed by the engine before it masks them, or by
-the store) and read back whole: every checkpoint's record equals, key for key and in order, the
+"""A real run's cycle records, written compact (built packed or packed by the engine before it
+masks them, or packed by the store) and read back whole: every checkpoint's record equals, key for key and in order, the
 one the engine built."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 import loopwright as lw
 from loopwright import _checkpoint
+from loopwright._record_codec import unpack
 from loopwright.store import _rows
 
 TASK = {"goal": "g", "artifacts": {"doc": {"body": "", "title": ""}}}
@@ -46,14 +47,26 @@ def test_records_read_back_as_the_engine_built_them(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handed: list[dict[str, Any]] = []
+    built: list[dict[str, Any]] = []  # the cycle records the engine built packed
     pack = _rows.pack_record
+    masked = _checkpoint._masked
 
     def spy(record: dict[str, Any]) -> dict[str, Any]:
-        handed.append(copy.deepcopy(record))
+        # (whole: the record that ends a run is the one built packed, with its mark)
+        handed.append(unpack(copy.deepcopy(record)))
         return pack(record)
 
-    # Wherever a record is packed: the engine's cycle commits, the store's for the others.
+    def spy_masked(record: Any, events: Any, cols: Any, packed: bool = False) -> Any:
+        if record is not None and packed:
+            built.append(copy.deepcopy(record))
+            handed.append(unpack(copy.deepcopy(record)))  # the whole record it stands for
+        return masked(record, events, cols, packed)
+
+    # Wherever a record is packed or built packed: the engine's cycle commits (a cycle that
+    # goes on is built packed, ``Proposal.to_packed_dict``; one that ends the run is packed
+    # with its ``ended`` mark), the store's for the others.
     monkeypatch.setattr(_checkpoint, "pack_record", spy)
+    monkeypatch.setattr(_checkpoint, "_masked", spy_masked)
     monkeypatch.setattr(_rows, "pack_record", spy)
     with lw.Runtime(url) as rt:
         r = rt.run_sync(_loop(), TASK, task_key="codec")
@@ -61,6 +74,9 @@ def test_records_read_back_as_the_engine_built_them(
         stored = [c.record for c in rt.store.checkpoints(r.run_id) if c.record]
     cycle_records = [h for h in handed if "proposal" in h]
     assert len(cycle_records) == 4
+    # A record built packed is ``pack``'s form of the whole one (nothing left to drop).
+    assert len(built) == 3
+    assert [json.dumps(pack(unpack(b))) for b in built] == [json.dumps(b) for b in built]
     # Every record handed over comes back, in order, exactly (types and key order included).
     assert [json.dumps(s) for s in stored] == [json.dumps(h) for h in handed]
     # The compact form is what was stored: the defaults are not in the row.

@@ -119,3 +119,43 @@ def test_a_cycle_builds_few_comprehensions(tmp_path: Path) -> None:
     # second pass ("engine CPU, second pass": the proposal's digest, edits and record, the
     # checks newly passing, accept_clean_parts's targets, the recall query, tagged findings).
     assert _comprehensions_a_cycle(tmp_path / "x.db") <= 3
+
+
+def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
+    # A cycle that goes on builds its record in the stored form (``_record_codec.packed_*``)
+    # instead of the whole record copied and pruned by ``pack`` (seven droppers a trivial
+    # cycle, each a dict copied: about 5 % of the engine's CPU, bench/RESULTS.md "stop 41").
+    # What is left: a dropper for each priced call (the calls come from the journal as dicts).
+    seen: list[int] = []
+    dropped = [0]
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_name == "drop" and code.co_filename == "<string>":
+            dropped[0] += 1
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.cycle)
+        if len(seen) == 2:
+            sys.setprofile(watch)
+        elif len(seen) == 6:
+            sys.setprofile(None)
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
+
+    loop = lw.Loop(
+        name="builds",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=7)),
+    )
+    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
+    with lw.Runtime(str(tmp_path / "x.db")) as rt:
+        try:
+            r = asyncio.run(rt.run(loop, task, task_key="k"))
+        finally:
+            sys.setprofile(None)
+    assert r.cycles == 7
+    assert dropped[0] / 4 == 2  # the actor's call and the check's
