@@ -478,7 +478,10 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
     if pats is None:
         return False
     try:
-        text = orjson.dumps(obj).decode()
+        # Dataclasses and dates are left to ``_walk`` (a TypeError here): the stores write them
+        # as ``str(obj)`` (``_json.dumps``), which need not be the fields' JSON orjson would
+        # scan (a ``__str__`` may print anything).
+        text = orjson.dumps(obj, option=_AS_STORED).decode()
     except (TypeError, ValueError):
         return False
     # The same text, with the same secret values and field names, was found clean already:
@@ -493,6 +496,10 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
         _clean_texts[text] = (values, fields)  # what it was found clean under
     return True
 
+
+_AS_STORED = (
+    0 if orjson is None else orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
 
 # JSON texts ``_clean`` found clean, each with the (values, fields) it was checked against: at
 # most ``_CLEAN_TEXTS`` of at most ``_CLEAN_TEXT_MAX`` characters (under 1 MB).

@@ -282,3 +282,35 @@ def test_a_store_url_password_parameter_is_masked_in_cli_errors(
         out = capsys.readouterr()
         assert "sslpassword=***" in out.err, out.err
         assert secret not in out.out + out.err
+
+
+def test_a_dataclass_in_a_verdicts_evidence_prints_no_secret_into_the_store(
+    tmp_path: Path,
+) -> None:
+    """A verifier's evidence holding a dataclass whose ``str()`` names an environment secret:
+    the store writes the ``str()``, so that is what the redaction net must read."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Probe:
+        status: int = 200
+
+        def __str__(self) -> str:
+            return f"Probe(status={self.status}, auth={os.environ['OPENAI_API_KEY']})"
+
+    def propose(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        finding = lw.Finding(message="probed", evidence={"probe": Probe()})
+        return lw.Verdict(passed=False, score=0.1, findings=[finding], evidence={"p": Probe()})
+
+    db = tmp_path / "s.db"
+    contract = lw.Contract(budget=lw.Budget(max_cycles=3))
+    loop = lw.Loop(name="dc", actor=propose, verifiers=[check], contract=contract)
+    with lw.Runtime(str(db)) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="dc")
+        assert r.cycles == 3
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+    assert b"Probe(status=200, auth=***)" in raw  # the str() is what is stored, masked
+    assert ENV_SECRET.encode() not in raw

@@ -4,6 +4,7 @@ rescanned needlessly (it runs on every write)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -534,3 +535,32 @@ def test_a_clean_plain_record_is_not_searched_for_secret_keys(
     assert redact(record) is record
     with pytest.raises(AssertionError, match="key pattern ran"):
         redact({"cycle": 19, "session_note": "kept"})
+
+
+def test_a_dataclass_is_scanned_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stores write a dataclass as its ``str()`` (``_json.dumps``), not as its fields: the
+    clean scan read the fields' JSON (clean here) and let a ``__str__`` that prints the secret
+    through unmasked."""
+    import dataclasses
+    import datetime
+
+    from loopwright._json import dumps
+
+    monkeypatch.setenv("MY_API_KEY", "supersecret123")
+
+    @dataclasses.dataclass
+    class Box:
+        x: str = "plain"
+
+        def __str__(self) -> str:
+            return "key " + os.environ["MY_API_KEY"]
+
+    rec = {"evidence": {"box": Box()}}
+    stored = dumps(redact(rec))
+    assert "supersecret123" not in stored and REDACTED in stored, stored
+    # a date needs no walk to be safe, but is still written as the stores write it
+    when = {"at": datetime.datetime(2026, 12, 4, 18, 0)}
+    assert dumps(redact(when)) == dumps(when) == '{"at":"2026-12-04 18:00:00"}'
+    # plain data keeps the fast path: the very same object back
+    plain = {"a": [1, "two", {"b": None}]}
+    assert redact(plain) is plain
