@@ -29,6 +29,7 @@ not masked: see docs/security.md.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
@@ -183,7 +184,15 @@ def register_secret(value: str | None) -> None:
     value = value.strip()
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
-            _registered.add(value)
+            _registered.update(_written(value))
+
+
+def _written(value: str) -> set[str]:
+    """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
+    an exception's message) and inside a JSON string (an error body), where a quote, a
+    backslash or a control character is escaped and the value's own text is not found. The
+    forms differ only for such a value, which ``_unsure`` already sends down the full walk."""
+    return {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
 
 
 def register_secret_field(name: str) -> None:
@@ -221,11 +230,12 @@ def _env_secrets() -> tuple[str, ...]:
         values = tuple(
             sorted(
                 {
-                    v
+                    form
                     for k, v in os.environ.items()
                     if len(v) >= MIN_SECRET_LEN
                     and _ENV_NAME.search(k) is not None
                     and not _placeholder(v.strip())
+                    for form in _written(v)
                 },
                 key=len,
                 reverse=True,

@@ -4,6 +4,7 @@ rescanned needlessly (it runs on every write)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -534,3 +535,31 @@ def test_a_clean_plain_record_is_not_searched_for_secret_keys(
     assert redact(record) is record
     with pytest.raises(AssertionError, match="key pattern ran"):
         redact({"cycle": 19, "session_note": "kept"})
+
+
+SPECIAL = "q\"uo\\te'Pass55"  # a quote of each kind and a backslash
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda v: str(RuntimeError(("connect", v))),  # exception args: a tuple's repr
+        lambda v: str(RuntimeError({"dsn": {"user": "bob", "pw": v}})),
+        lambda v: str(v.encode()),  # bytes
+        lambda v: json.dumps({"detail": f"bad credentials {v}"}),  # an echoed error body
+    ],
+)
+def test_a_known_secret_is_masked_as_it_is_escaped_in_printed_and_json_text(
+    monkeypatch: pytest.MonkeyPatch, written: Callable[[str], str]
+) -> None:
+    """A registered or environment secret holding quotes or a backslash reads escaped inside
+    a printed container or JSON text: it was stored as it read there."""
+    register_secret(SPECIAL)
+    monkeypatch.setenv("LEDGER_PASSWORD", 'env\\side"Pass77')
+    for value in (SPECIAL, 'env\\side"Pass77'):
+        text = written(value)
+        assert value not in text  # escaped: the plain value is not in the text
+        masked = redact_text(text)
+        assert "Pass55" not in masked and "Pass77" not in masked, masked
+        assert REDACTED in masked
+        assert redact({"error": text}) == {"error": masked}
