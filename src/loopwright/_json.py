@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 __all__ = [
     "NumberRangeError",
+    "check_given_text",
     "check_text",
     "check_value",
     "dumps",
@@ -292,6 +293,17 @@ def check_text(text: Any, *, field: str) -> None:
         not_text(text)
     except ValueError as exc:
         raise ConfigError(str(exc), field=field) from None
+
+
+def check_given_text(text: Any, *, field: str) -> None:
+    """``check_text`` for text a caller may leave out (a note, a person's name): ``None`` or a
+    string. Anything else is refused naming the field, not failed on deep inside (``len`` of an
+    int, a list bound as a column, ``.strip`` of a number)."""
+    if text is None:
+        return
+    if not isinstance(text, str):
+        raise ConfigError(f"must be text, got {type(text).__name__}", field=field)
+    check_text(text, field=field)
 
 
 def lone_surrogate(value: Any) -> str | None:
