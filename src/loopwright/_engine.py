@@ -275,6 +275,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         approve its requests)."""
         _check_loop(loop)
         check_given_text(by, field="by")
+        check_given_text(project, field="project")  # as Loop.project: text (or the default)
         if task is not None and not isinstance(task, Mapping):
             raise ConfigError(
                 f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"

@@ -92,6 +92,24 @@ def test_a_task_whose_names_cannot_be_parts_leaves_no_run(
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("project", [["accounts"], 7, "acc\x00ounts"])
+def test_a_project_that_is_not_text_leaves_no_run(tmp_path: Path, project: Any) -> None:
+    """As ``Loop(project=...)`` is checked: a list failed as sqlite3's ProgrammingError, a
+    number was stored as one, a NUL kept by SQLite (PostgreSQL refuses it)."""
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError) as err:
+        rt.run_sync(_loop(_edit, lambda s, p: lw.Verdict(passed=True)), TASK, project=project)
+    assert err.value.field == "project"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_check_named_by_a_number_is_refused() -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name=5)  # type: ignore[arg-type]
+    assert err.value.field == "verifiers.name"
+
+
 def test_an_actor_editing_an_unnamed_part_escalates_and_the_run_ends(tmp_path: Path) -> None:
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal.edit("doc", {"": 1})
