@@ -11,8 +11,9 @@ as they are, so the common case allocates nothing). What counts as a secret:
   credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
-  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, JWTs); ``password=…``
-  (``DB_PASSWORD=…``), ``github_token=…`` and ``{'token': '…'}`` written into text;
+  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
+  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…`` and
+  ``{'token': '…'}`` written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -142,6 +143,9 @@ _SHAPES = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{35}"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
+    # note would put it in the append-only audit log
+    r"|\blw_[A-Za-z0-9_-]{40,}"
     # a JSON Web Token: header and payload are base64 JSON objects (``eyJ`` is ``{"``)
     r"|\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
 )
@@ -298,6 +302,7 @@ _TRIGGERS = (
     "aiza",
     "hf_",
     "glpat-",
+    "lw_",
     "eyj",
 )
 
@@ -340,7 +345,8 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
-    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "passw", "private key", "secret"),
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private key"),
+    "secret",
     "sk-",
 )
 

@@ -68,6 +68,9 @@ def test_registered_values_and_fields() -> None:
         ("xoxb-1234567890-abcdef", REDACTED),
         ("AKIAABCDEFGHIJKLMNOP", REDACTED),
         ("hf_" + "b" * 30, REDACTED),
+        # loopwright's own user token, pasted into a note (the audit log keeps notes for good)
+        ("my token: lw_wKQRwnF8LU_4LaYpsnunzMSmJcGVVGMc8TMUyE4GPJg", "my token: ***"),
+        ("flow_rate lw_short yellow_lw_" + "c" * 43, None),
         # ordinary text stays
         ("the token validation uses basic arithmetic", None),
         ("assert f(2) == 4 # Real Execution Output: 3", None),
