@@ -89,8 +89,13 @@ _ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.I
 
 # A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
 # ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
-# ``OPENAI_API_KEY``, ``github_token``. (Not every ``*_key``: ``task_key`` is a name.)
+# ``OPENAI_API_KEY``, ``github_token``, an HTTP header's ``Proxy-Authorization`` (Basic
+# credentials) or ``Set-Cookie``. (Not every ``*_key``: ``task_key`` is a name.)
 _SECRET_SUFFIXES = (
+    "_authorization",
+    "_cookie",
+    "_credentials",
+    "_passphrase",
     "_secret",
     "_api_key",
     "_apikey",

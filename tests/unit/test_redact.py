@@ -174,6 +174,11 @@ def test_every_trigger_passes_the_substring_prefilter() -> None:
         "token ",
         " Password",
         "aws_secret",
+        # HTTP headers a verifier keeps as evidence: Basic credentials, a session cookie
+        "Proxy-Authorization",
+        "Set-Cookie",
+        "aws_credentials",
+        "ssh_passphrase",
     ],
 )
 def test_keys_named_like_a_secret_are_masked_on_both_paths(key: str) -> None:
@@ -192,6 +197,8 @@ def test_names_that_are_not_secrets_stay() -> None:
         "max_tokens": "abcdefgh",
         "tokens": 10,
         "fencing_token": 3,  # a number under a secret name: a counter, kept
+        "cookie_count": "abcdefgh",
+        "credentials_ok": "abcdefgh",
     }
     assert redact(data) is data
 
