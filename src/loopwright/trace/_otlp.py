@@ -276,7 +276,7 @@ def export_otlp(
     """
     if encoding not in ("json", "protobuf"):
         raise ConfigError(f"unknown encoding {encoding!r}; use json or protobuf", field="encoding")
-    url, auth = _without_userinfo(traces_url(endpoint))
+    url, auth = without_userinfo(traces_url(endpoint))
     sent = {**auth, **(headers or {})}  # an Authorization header given wins
     doc = otlp_trace(store, run_id, service_name=service_name)
     n = sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
@@ -306,7 +306,7 @@ def export_otlp(
     return OTLPExportResult(url, status, n, len(body), rejected, message)
 
 
-def _without_userinfo(url: str) -> tuple[str, dict[str, str]]:
+def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
     """``user:password@`` taken out of the URL and sent as the Basic ``Authorization`` header
     made of it: urllib sends neither, and read the whole ``user:password@host`` as the host
     to look up ("Name or service not known"), so a collector behind credentials in its URL
