@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigError, NotPermittedError
+from ._json import check_given_text
 from ._loop import Loop
 from ._policy import EarnedAuthority
 from ._redact import redact
@@ -193,6 +194,7 @@ def operate(
 ) -> None:
     """An operator's action (cancel, resume, rollback, fork, edit, rerun): refused unless
     ``by`` may operate (in a store with users), and audited either way."""
+    check_given_text(by, field="by")
     who = (by or "").strip()
     if store.has_users():
         if not who:

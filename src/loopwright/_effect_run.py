@@ -21,6 +21,7 @@ from ._calls import CallTimeout, call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
+from ._json import str_keys
 from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
@@ -69,7 +70,10 @@ def _jsonable(value: Any) -> Any:
     recorded, shown to the actor and reused by later runs of the key in this form, whether
     it was just made or read back after a crash, so both see the same."""
     try:
-        text = json.dumps(value, default=_text)
+        try:
+            text = json.dumps(value, default=_text)
+        except TypeError:  # a key json refuses (a date, a tuple): its str, as the stores write
+            text = json.dumps(str_keys(value), default=_text)
     except (ValueError, RecursionError) as exc:
         # The action is done whatever its result looks like: it is recorded done (never run
         # again), with what says why its result could not be (a value that contains itself).

@@ -37,6 +37,7 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
+from ._json import check_given_text
 from ._keys import check_key, fit_key
 from ._loop import Loop, other_loop
 from ._memory import FeedbackMemory
@@ -273,6 +274,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
         _check_loop(loop)
+        check_given_text(by, field="by")
+        check_given_text(project, field="project")  # as Loop.project: text (or the default)
         if task is not None and not isinstance(task, Mapping):
             raise ConfigError(
                 f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"

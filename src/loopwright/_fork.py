@@ -28,7 +28,7 @@ from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
-from ._json import check_text, check_value
+from ._json import check_given_text, check_value
 from ._keys import check_key, fit_key
 from ._loop import Loop, other_loop
 from ._people import concluded_in, refuse_rewritten, retire_failures
@@ -180,7 +180,7 @@ class Forking(RuntimeHost):
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
         check_value(value, field="value")  # what the person gave is what is stored
-        check_text(note, field="note")
+        check_given_text(note, field="note")
         rec = self.store.get_run(run_id)
         operate(self.store, by, "edit", f"run {rec.run_id}", origin=origin, part=ref, note=note)
         try:

@@ -10,7 +10,8 @@ the arguments read back from the write-ahead checkpoint.
 * float and tuple subclasses (``numpy.float64``, namedtuples): written as a number and a list;
 * integers beyond 64 bits: encoded by ``json`` (orjson refuses them) and decoded by ``json``
   (orjson would make floats of them) — text holding a run of 19+ digits is parsed by ``json``;
-* non-str keys and anything else orjson refuses: encoded by ``json``;
+* non-str keys and anything else orjson refuses: encoded by ``json``; a key ``json`` refuses
+  too (a date, a tuple) is written as its ``str``, as a value of that type is;
 * dataclasses and datetimes: ``str(obj)``, as ``json`` with ``default=str`` writes them.
 
 One difference is deliberate: ``NaN`` and ``±Infinity`` are not JSON, and are written as
@@ -36,6 +37,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 __all__ = [
     "NumberRangeError",
+    "check_given_text",
     "check_text",
     "check_value",
     "dumps",
@@ -46,6 +48,7 @@ __all__ = [
     "owned_copy",
     "refuse_constant",
     "round_trip",
+    "str_keys",
     "strict_loads",
 ]
 
@@ -74,20 +77,40 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: Any, keys: bool = False) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (only on the rare path that
     ``json`` encodes, so that NaN is ``null`` there too) and every lone surrogate in a string
     by U+FFFD: half an emoji a model wrote (``"\\ud83d"``) is no text, and stored as it is it
-    made every page, answer and ``show`` that prints the run fail to encode."""
+    made every page, answer and ``show`` that prints the run fail to encode. With ``keys``, a
+    mapping key ``json`` refuses (a date, a tuple, a UUID) is its ``str``, as ``default=str``
+    writes such a value: a verdict's evidence or an effect's result keyed so is stored, where
+    ``json`` raised a ``TypeError`` that failed the run (or left it unable to commit)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return _whole_text(value)
     if isinstance(value, dict):
-        return {_whole_text(k) if isinstance(k, str) else k: _finite(v) for k, v in value.items()}
+        return {_json_key(k, keys): _finite(v, keys) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [_finite(v, keys) for v in value]
     return value
+
+
+def str_keys(value: Any) -> Any:
+    """``value`` as ``dumps`` writes it when ``json`` must: every key it refuses as its
+    ``str``, non-finite floats ``None``, lone surrogates U+FFFD."""
+    return _finite(value, keys=True)
+
+
+def _json_key(key: Any, keys: bool) -> Any:
+    if isinstance(key, str):
+        return _whole_text(key)
+    if not keys or key is None or isinstance(key, int | float):  # (bool is an int)
+        return key
+    try:
+        return _whole_text(str(key))
+    except Exception:  # user code's ``__str__``: the key must not fail the write
+        return f"<{type(key).__name__}>"
 
 
 def is_text(text: str) -> bool:
@@ -108,7 +131,7 @@ def _whole_text(text: str) -> str:
 
 
 def _std_dumps(value: Any) -> str:
-    return json.dumps(_finite(value), separators=(",", ":"), default=str)
+    return json.dumps(_finite(value, keys=True), separators=(",", ":"), default=str)
 
 
 def dumps(value: Any) -> str:
@@ -270,6 +293,17 @@ def check_text(text: Any, *, field: str) -> None:
         not_text(text)
     except ValueError as exc:
         raise ConfigError(str(exc), field=field) from None
+
+
+def check_given_text(text: Any, *, field: str) -> None:
+    """``check_text`` for text a caller may leave out (a note, a person's name): ``None`` or a
+    string. Anything else is refused naming the field, not failed on deep inside (``len`` of an
+    int, a list bound as a column, ``.strip`` of a number)."""
+    if text is None:
+        return
+    if not isinstance(text, str):
+        raise ConfigError(f"must be text, got {type(text).__name__}", field=field)
+    check_text(text, field=field)
 
 
 def lone_surrogate(value: Any) -> str | None:

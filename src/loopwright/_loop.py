@@ -54,6 +54,8 @@ class Check:
             raise ConfigError(f"{self.fn!r} is not callable", field="verifiers.fn")
         if not self.name:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
+        if not isinstance(self.name, str):  # a verdict, its findings and the contract name it
+            raise ConfigError(f"must be a string, got {self.name!r}", field="verifiers.name")
         _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
         if self.timeout_s is not None:
             _check_number(self.timeout_s, f"verifiers.{self.name}.timeout_s", positive=True)

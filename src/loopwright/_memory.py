@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._errors import ConfigError, LoopwrightError
+from ._json import check_text
 from ._redact import redact, redact_text
 
 if TYPE_CHECKING:
@@ -254,6 +255,7 @@ def _check_choice(value: object, choices: Sequence[str], name: str) -> None:
 def _check_name(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError("must be a non-empty string", field=name)
+    check_text(value, field=name)
     return value.strip()
 
 
@@ -301,6 +303,7 @@ class FeedbackMemory:
         _check_choice(signal, MEMORY_SIGNALS, "signal")
         if not isinstance(scope_key, str):
             raise ConfigError("must be a string", field="scope_key")
+        check_text(scope_key, field="scope_key")
         scope_key = scope_key.strip()
         if scope in ("task", "project") and not scope_key:
             what = "task key" if scope == "task" else "project"
@@ -309,13 +312,9 @@ class FeedbackMemory:
             raise ConfigError("global scope takes no key", field="scope_key")
         if not isinstance(text, str):
             raise ConfigError("must be a string", field="text")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(
-                "is not valid text (it holds a lone surrogate, which UTF-8 cannot store)",
-                field="text",
-            ) from None
+        # a lone surrogate (UTF-8 cannot store it) or a NUL (PostgreSQL's text refuses it,
+        # SQLite kept it): refused alike on every store
+        check_text(text, field="text")
         # Invariant 9: feedback is stored, indexed and shown to later actors; a secret in it
         # (a correction quoting a key, a reflection echoing one) is masked first.
         text = redact_text(text.strip())

@@ -17,7 +17,7 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._exec import owes
 from ._host import RuntimeHost
-from ._json import check_text
+from ._json import check_given_text, check_text
 from ._loop import Loop
 from ._question import Question
 from ._redact import redact, redact_text
@@ -36,7 +36,7 @@ class Decisions(RuntimeHost):
         """The run's pending request (``approval_id`` picks one when several are pending)."""
         rec = self.store.get_run(run_id)
         if approval_id is not None:
-            if not approval_id.strip():
+            if not isinstance(approval_id, str) or not approval_id.strip():
                 raise ConfigError("must name a request (its id or a prefix)", field="request")
             exact = self.store.approval(approval_id.strip())
             found = (
@@ -145,10 +145,11 @@ class Decisions(RuntimeHost):
         answer: Any = None,
         origin: str = "python",
     ) -> Approval:
-        if not by or not by.strip():
+        if not isinstance(by, str) or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
+        check_text(by, field="by")  # before anything is recorded: the audit log keeps both
         who = by.strip()
-        check_text(note, field="note")  # before anything is recorded: the audit log keeps it
+        check_given_text(note, field="note")
         if isinstance(answer, str):
             check_text(answer, field="answer")
         try:

@@ -93,6 +93,10 @@ class PolicyRule:
             isinstance(self.above, bool) or not isinstance(self.above, int | float)
         ):
             raise ConfigError(f"must be a number, got {self.above!r}", field=f"{where}.above")
+        if self.above is not None and not math.isfinite(self.above):
+            # NaN compares false to every amount: a "require above NaN" rule never matched,
+            # and the payment fell through to the next rule (an allow) with no one asked
+            raise ConfigError(f"must be a finite number, got {self.above}", field=f"{where}.above")
         if self.outside is not None:
             vals = (self.outside,) if isinstance(self.outside, str) else self.outside
             if not isinstance(vals, list | tuple) or not all(isinstance(v, str) for v in vals):
@@ -103,9 +107,12 @@ class PolicyRule:
         if self.expires_after_s is not None and (
             isinstance(self.expires_after_s, bool)
             or not isinstance(self.expires_after_s, int | float)
-            or self.expires_after_s <= 0
+            or not 0 < self.expires_after_s < math.inf  # (NaN fails both)
         ):
-            raise ConfigError("must be a positive number", field=f"{where}.expires_after_s")
+            raise ConfigError(
+                f"must be a finite positive number, got {self.expires_after_s!r}",
+                field=f"{where}.expires_after_s",
+            )
 
     def matches(self, kind: str, name: str, args: Mapping[str, Any]) -> bool:
         if self.kind not in ("*", kind):

@@ -11,8 +11,9 @@ as they are, so the common case allocates nothing). What counts as a secret:
   credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
-  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, JWTs); ``password=…``
-  (``DB_PASSWORD=…``), ``github_token=…`` and ``{'token': '…'}`` written into text;
+  …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
+  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…`` and
+  ``{'token': '…'}`` written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -29,6 +30,7 @@ not masked: see docs/security.md.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
@@ -87,8 +89,13 @@ _ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.I
 
 # A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
 # ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
-# ``OPENAI_API_KEY``, ``github_token``. (Not every ``*_key``: ``task_key`` is a name.)
+# ``OPENAI_API_KEY``, ``github_token``, an HTTP header's ``Proxy-Authorization`` (Basic
+# credentials) or ``Set-Cookie``. (Not every ``*_key``: ``task_key`` is a name.)
 _SECRET_SUFFIXES = (
+    "_authorization",
+    "_cookie",
+    "_credentials",
+    "_passphrase",
     "_secret",
     "_api_key",
     "_apikey",
@@ -141,6 +148,9 @@ _SHAPES = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{35}"
     r"|\bhf_[A-Za-z0-9]{20,}"
     r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
+    # note would put it in the append-only audit log
+    r"|\blw_[A-Za-z0-9_-]{40,}"
     # a JSON Web Token: header and payload are base64 JSON objects (``eyJ`` is ``{"``)
     r"|\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
 )
@@ -183,7 +193,15 @@ def register_secret(value: str | None) -> None:
     value = value.strip()
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
-            _registered.add(value)
+            _registered.update(_written(value))
+
+
+def _written(value: str) -> set[str]:
+    """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
+    an exception's message) and inside a JSON string (an error body), where a quote, a
+    backslash or a control character is escaped and the value's own text is not found. The
+    forms differ only for such a value, which ``_unsure`` already sends down the full walk."""
+    return {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
 
 
 def register_secret_field(name: str) -> None:
@@ -221,11 +239,12 @@ def _env_secrets() -> tuple[str, ...]:
         values = tuple(
             sorted(
                 {
-                    v
+                    form
                     for k, v in os.environ.items()
                     if len(v) >= MIN_SECRET_LEN
                     and _ENV_NAME.search(k) is not None
                     and not _placeholder(v.strip())
+                    for form in _written(v)
                 },
                 key=len,
                 reverse=True,
@@ -288,6 +307,7 @@ _TRIGGERS = (
     "aiza",
     "hf_",
     "glpat-",
+    "lw_",
     "eyj",
 )
 
@@ -330,7 +350,8 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
-    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "passw", "private key", "secret"),
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private key"),
+    "secret",
     "sk-",
 )
 

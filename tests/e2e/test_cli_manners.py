@@ -679,3 +679,36 @@ def test_memory_list_is_bounded_like_runs(
         monkeypatch,
     )
     assert len(json.loads(out)) == 54
+
+
+# --- a terminal that is not UTF-8 ----------------------------------------------------------
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_that_is_not_utf8_gets_a_question_mark_not_an_internal_error(
+    tmp_path: Path, encoding: str
+) -> None:
+    """A Latin-1 locale or ``PYTHONIOENCODING=ascii``: the tables' rules and a run's text (a
+    name with an accent, an emoji) failed ``runs``, ``show`` and ``diff`` with an internal
+    ``UnicodeEncodeError`` (exit 1), whatever the runs held."""
+    db = tmp_path / "s.db"
+    with open_store(str(db)) as st:
+        st.create_run(
+            run_id=RUN,
+            task_key="rechnung-ü-😀",
+            loop_name="prüfung",
+            project="p",
+            spec_ref=None,
+            loop_version=None,
+            contract={"budget": {"max_cycles": 3}},
+            task={"goal": "Prüfe ✓"},
+            initial_state={"cycle": 0},
+        )
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LOOPWRIGHT_DEBUG")}
+    env.update(COLUMNS="80", LOOPWRIGHT_STORE=str(db), PYTHONIOENCODING=encoding)
+    exe = Path(sys.executable).with_name("loopwright")
+    for args in (("runs",), ("show", RUN), ("diff", RUN, RUN)):
+        r = subprocess.run(
+            [str(exe), *args], env=env, capture_output=True, check=False, timeout=120
+        )
+        assert r.returncode == 0, (args, r.stderr)
+        assert b"internal error" not in r.stderr
+        assert b"rechnung-" in r.stdout

@@ -314,3 +314,26 @@ def test_a_dataclass_in_a_verdicts_evidence_prints_no_secret_into_the_store(
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
     assert b"Probe(status=200, auth=***)" in raw  # the str() is what is stored, masked
     assert ENV_SECRET.encode() not in raw
+
+
+def test_an_unpriced_models_warning_masks_the_base_urls_password(
+    tmp_path: Path, server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model genai-prices has no price for is warned about once, naming where it is: the
+    ``base_url`` as given, ``user:password@`` and all, went to the log as it was."""
+    caplog.set_level(logging.WARNING, logger="loopwright.adapters")
+    url = f"http://bob:{URL_PASSWORD}@127.0.0.1:{server.port}/v1"
+    fix = {"edits": [{"artifact": "program", "part": "code", "value": "x = 1"}], "note": "n"}
+    server.script(ok(fix), model="unpriced-m")
+    actor = ChatActor("unpriced-m", base_url=url, timeout_s=5)  # no price: not in the table
+    loop = lw.Loop(
+        name="unpriced",
+        actor=actor,
+        verifiers=[lw.Check(fn=_passes, name="ok")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        assert rt.run_sync(loop, _task(), task_key="unpriced").status == "accepted"
+    warned = [r.getMessage() for r in caplog.records if "cost counted as 0" in r.getMessage()]
+    assert len(warned) == 1  # the warning was given: the path is exercised
+    assert _found(caplog.text, EVERYWHERE) == []

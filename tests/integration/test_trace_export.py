@@ -4,6 +4,7 @@ cases (replayed) and preference pairs."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import threading
@@ -322,6 +323,20 @@ def test_export_otlp_posts_the_document_to_a_collector(world: World) -> None:
         len(body),
         0,
     )
+
+
+def test_export_otlp_sends_a_urls_credentials_as_basic_auth(world: World) -> None:
+    """``http://user:password@collector``: urllib sends no credentials from a URL and looked
+    the whole ``user:password@host`` up as the host, so such a collector was never reached
+    ("Name or service not known"). They go as the Basic header; the URL reported has none."""
+    with world.store() as st, _Collector() as col:
+        url = col.url.replace("http://", "http://otel%40ops:pa%3Ass@")
+        res = export_otlp(st, world.runs["ok"], url)
+        export_otlp(st, world.runs["ok"], url, headers={"authorization": "Bearer given"})
+    [(_, first, _), (_, second, _)] = col.requests
+    assert first["Authorization"] == "Basic " + base64.b64encode(b"otel@ops:pa:ss").decode()
+    assert second["Authorization"] == "Bearer given"  # a header given wins over the URL's
+    assert res.url == col.url + "/v1/traces"
 
 
 def test_export_otlp_protobuf_body(world: World) -> None:

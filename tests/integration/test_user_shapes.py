@@ -4,6 +4,8 @@ loopwright's own error, and a task that cannot be a run leaves no run behind."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +92,24 @@ def test_a_task_whose_names_cannot_be_parts_leaves_no_run(
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("project", [["accounts"], 7, "acc\x00ounts"])
+def test_a_project_that_is_not_text_leaves_no_run(tmp_path: Path, project: Any) -> None:
+    """As ``Loop(project=...)`` is checked: a list failed as sqlite3's ProgrammingError, a
+    number was stored as one, a NUL kept by SQLite (PostgreSQL refuses it)."""
+    db = tmp_path / "s.db"
+    with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError) as err:
+        rt.run_sync(_loop(_edit, lambda s, p: lw.Verdict(passed=True)), TASK, project=project)
+    assert err.value.field == "project"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_check_named_by_a_number_is_refused() -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name=5)  # type: ignore[arg-type]
+    assert err.value.field == "verifiers.name"
+
+
 def test_an_actor_editing_an_unnamed_part_escalates_and_the_run_ends(tmp_path: Path) -> None:
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal.edit("doc", {"": 1})
@@ -98,3 +118,59 @@ def test_an_actor_editing_an_unnamed_part_escalates_and_the_run_ends(tmp_path: P
         r = rt.run_sync(_loop(actor, lambda s, p: lw.Verdict(passed=True)), TASK)
         assert rt.store.get_run(r.run_id).status == "escalated"
     assert r.packet is not None and "ConfigError: Edit.part: must not be empty" in r.packet["cause"]
+
+
+KEY = datetime.date(2026, 1, 1)  # a mapping key JSON cannot hold, as a ledger keys by day
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        lambda s, p: lw.Verdict(passed=False, score=0.2, evidence={KEY: 3}),
+        lambda s, p: lw.Verdict(
+            passed=False,
+            score=0.2,
+            findings=(lw.Finding("n is off", "doc", "n", "amount", evidence={KEY: 3}),),
+        ),
+    ],
+)
+def test_evidence_keyed_by_a_non_json_key_is_stored_as_its_text(
+    tmp_path: Path, verdict: Callable[..., Any]
+) -> None:
+    """Such evidence failed the run as loopwright's own error, or left it ``running`` with
+    every commit refused (a finding's evidence): a ``TypeError`` from ``json``."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(_edit, verdict), TASK)
+        assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+        rec = rt.store.get_run(r.run_id)
+    assert rec.status == "stopped"
+    assert "2026-01-01" in json.dumps(rec.packet)
+
+
+def test_an_effect_result_keyed_by_a_non_json_key_is_recorded_done(tmp_path: Path) -> None:
+    """The payment is made whatever its result looks like: it is journaled done with the key
+    written as text, never left in doubt with the run failed as loopwright's error."""
+    paid: list[str] = []
+
+    @lw.effect("book", key=lambda a: str(a["n"]))
+    def book(n: int, *, key: str) -> dict[Any, Any]:
+        paid.append(key)
+        return {KEY: "booked"}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "n", 1),), effects=(book.call(n=1),))
+
+    loop = lw.Loop(
+        name="shapes",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True), name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[book],
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK)
+        assert (r.status, r.stop_reason) == ("accepted", "success")
+        (entry,) = [e for e in rt.store.journal(r.run_id) if e.kind == "effect"]
+    assert paid == ["book:1"]
+    assert entry.status == "done"
+    assert entry.data["result"] == {"2026-01-01": "booked"}

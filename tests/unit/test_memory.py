@@ -117,6 +117,10 @@ def test_global_items_are_always_candidates_until_a_person_confirms(mem: Feedbac
         ({"source": "run-1"}, "source"),
         ({"source": {"held_out": True}}, "source"),
         ({"by": ""}, "by"),
+        # a NUL: PostgreSQL's text refuses it (a StoreError), SQLite kept it; refused alike
+        ({"text": "use PO-1\x00 always"}, "text"),
+        ({"scope_key": "A\x00"}, "scope_key"),
+        ({"by": "a\x00nn"}, "by"),
         ({"strength": 1.5}, "strength"),
         ({"strength": -0.1}, "strength"),
         ({"strength": float("inf")}, "strength"),

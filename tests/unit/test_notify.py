@@ -171,3 +171,38 @@ def test_the_secret_is_not_in_the_config_repr() -> None:
     cfg = NotifyConfig.of(["http://h/x", "http://h/x"], secret=SECRET)
     assert SECRET not in repr(cfg) and "http://h/x" not in repr(cfg)
     assert cfg.urls == ("http://h/x",)
+
+
+def test_a_webhook_urls_credentials_go_as_basic_auth() -> None:
+    """``https://user:password@hooks.example/...``: urllib sends no credentials from a URL
+    and looked the whole ``user:password@host`` up as the host, so every post failed."""
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from loopwright.web._notify import http_post
+
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        url = f"http://hook%40ops:pa%3Ass@127.0.0.1:{port}/hooks/approvals"
+        assert http_post(url, b"{}", {"Content-Type": "application/json"}, 5.0) == 204
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert seen == ["Basic " + base64.b64encode(b"hook@ops:pa:ss").decode()]

@@ -145,6 +145,12 @@ def test_decision_carries_the_rule_expiry() -> None:
         ({"kind": "spend", "action": "allow", "when": 3}, "approvals.spend.when"),
         ({"kind": "spend", "action": "allow", "expires_after_s": 0}, ".expires_after_s"),
         ({"kind": "spend", "action": "allow", "expires_after_s": True}, ".expires_after_s"),
+        # not finite (the spec loader refuses these; Python took them): a "require above
+        # NaN" rule never matched, so a payment fell through to the next rule's allow
+        ({"kind": "spend", "action": "require", "above": math.nan}, "approvals.spend.above"),
+        ({"kind": "spend", "action": "require", "above": math.inf}, "approvals.spend.above"),
+        ({"kind": "spend", "action": "allow", "expires_after_s": math.nan}, ".expires_after_s"),
+        ({"kind": "spend", "action": "allow", "expires_after_s": math.inf}, ".expires_after_s"),
     ],
 )
 def test_rule_validation_names_the_field(kwargs: dict[str, Any], field: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_registered_values_and_fields() -> None:
         ("xoxb-1234567890-abcdef", REDACTED),
         ("AKIAABCDEFGHIJKLMNOP", REDACTED),
         ("hf_" + "b" * 30, REDACTED),
+        # loopwright's own user token, pasted into a note (the audit log keeps notes for good)
+        ("my token: lw_wKQRwnF8LU_4LaYpsnunzMSmJcGVVGMc8TMUyE4GPJg", "my token: ***"),
+        ("flow_rate lw_short yellow_lw_" + "c" * 43, None),
         # ordinary text stays
         ("the token validation uses basic arithmetic", None),
         ("assert f(2) == 4 # Real Execution Output: 3", None),
@@ -171,6 +175,11 @@ def test_every_trigger_passes_the_substring_prefilter() -> None:
         "token ",
         " Password",
         "aws_secret",
+        # HTTP headers a verifier keeps as evidence: Basic credentials, a session cookie
+        "Proxy-Authorization",
+        "Set-Cookie",
+        "aws_credentials",
+        "ssh_passphrase",
     ],
 )
 def test_keys_named_like_a_secret_are_masked_on_both_paths(key: str) -> None:
@@ -189,6 +198,8 @@ def test_names_that_are_not_secrets_stay() -> None:
         "max_tokens": "abcdefgh",
         "tokens": 10,
         "fencing_token": 3,  # a number under a secret name: a counter, kept
+        "cookie_count": "abcdefgh",
+        "credentials_ok": "abcdefgh",
     }
     assert redact(data) is data
 
@@ -564,3 +575,31 @@ def test_a_dataclass_is_scanned_as_the_store_writes_it(monkeypatch: pytest.Monke
     # plain data keeps the fast path: the very same object back
     plain = {"a": [1, "two", {"b": None}]}
     assert redact(plain) is plain
+
+
+SPECIAL = "q\"uo\\te'Pass55"  # a quote of each kind and a backslash
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda v: str(RuntimeError(("connect", v))),  # exception args: a tuple's repr
+        lambda v: str(RuntimeError({"dsn": {"user": "bob", "pw": v}})),
+        lambda v: str(v.encode()),  # bytes
+        lambda v: json.dumps({"detail": f"bad credentials {v}"}),  # an echoed error body
+    ],
+)
+def test_a_known_secret_is_masked_as_it_is_escaped_in_printed_and_json_text(
+    monkeypatch: pytest.MonkeyPatch, written: Callable[[str], str]
+) -> None:
+    """A registered or environment secret holding quotes or a backslash reads escaped inside
+    a printed container or JSON text: it was stored as it read there."""
+    register_secret(SPECIAL)
+    monkeypatch.setenv("LEDGER_PASSWORD", 'env\\side"Pass77')
+    for value in (SPECIAL, 'env\\side"Pass77'):
+        text = written(value)
+        assert value not in text  # escaped: the plain value is not in the text
+        masked = redact_text(text)
+        assert "Pass55" not in masked and "Pass77" not in masked, masked
+        assert REDACTED in masked
+        assert redact({"error": text}) == {"error": masked}

@@ -725,7 +725,9 @@ class _ChatModel:
             if key in self._warned:
                 return
             self._warned.add(key)
-        _log.warning(message)
+        # a warning can name the endpoint as given (the price table's miss): the log is an
+        # output too (invariant 9), so a ``user:password@`` in it is masked
+        _log.warning(redact_text(message))
 
     def _kwargs(self, mode: str) -> dict[str, Any]:
         kwargs = self._format_kwargs(mode)

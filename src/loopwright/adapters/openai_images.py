@@ -817,7 +817,9 @@ class ImageModel:
             if key in self._warned:
                 return
             self._warned.add(key)
-        _log.warning(message)
+        # a warning can name the endpoint as given (the price table's miss): the log is an
+        # output too (invariant 9), so a ``user:password@`` in it is masked
+        _log.warning(redact_text(message))
 
 
 def _size_ok(size: Any) -> bool:

@@ -23,6 +23,7 @@ DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (documented in README.md)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    _replace_unwritable()
     bad = _not_text(args)
     if bad is not None:
         print(f"loopwright: error: {bad}", file=sys.stderr)
@@ -65,6 +66,26 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def _replace_unwritable() -> None:
+    """On a terminal or pipe whose encoding is not UTF-8 (a Latin-1 locale, a Windows code
+    page, ``PYTHONIOENCODING=ascii``), a character it cannot hold is written as ``?``: a
+    run's text (a name, an accent, an emoji) and the tables' rules failed every listing
+    with an internal ``UnicodeEncodeError`` before. (``LC_ALL=C`` is UTF-8 since Python 3.7.)"""
+    import codecs
+    import io
+
+    for stream in (sys.stdout, sys.stderr):
+        if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+            continue
+        try:
+            utf = codecs.lookup(stream.encoding).name.startswith("utf")
+        except LookupError:
+            utf = False
+        if not utf:
+            with contextlib.suppress(ValueError, OSError):  # closed, or already written to
+                stream.reconfigure(errors="replace")
 
 
 def _not_text(args: list[str]) -> str | None:

@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigError, LoopwrightError
 from .._redact import redact, redact_text
@@ -276,7 +276,8 @@ def export_otlp(
     """
     if encoding not in ("json", "protobuf"):
         raise ConfigError(f"unknown encoding {encoding!r}; use json or protobuf", field="encoding")
-    url = traces_url(endpoint)
+    url, auth = without_userinfo(traces_url(endpoint))
+    sent = {**auth, **(headers or {})}  # an Authorization header given wins
     doc = otlp_trace(store, run_id, service_name=service_name)
     n = sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
     if encoding == "json":
@@ -286,7 +287,7 @@ def export_otlp(
         body = otlp_to_protobuf(doc)
         ctype = "application/x-protobuf"
     req = urllib.request.Request(
-        url, data=body, method="POST", headers={**(headers or {}), "Content-Type": ctype}
+        url, data=body, method="POST", headers={**sent, "Content-Type": ctype}
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -303,6 +304,20 @@ def export_otlp(
         raise OTLPExportError(f"cannot reach the collector at {url}: {reason}") from None
     rejected, message = _partial_success(answer, rtype)
     return OTLPExportResult(url, status, n, len(body), rejected, message)
+
+
+def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``user:password@`` taken out of the URL and sent as the Basic ``Authorization`` header
+    made of it: urllib sends neither, and read the whole ``user:password@host`` as the host
+    to look up ("Name or service not known"), so a collector behind credentials in its URL
+    was never reached. The URL returned (and named in errors and the result) holds none."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, {}
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    token = base64.b64encode(pair.encode()).decode()
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 
 def _partial_success(answer: bytes, content_type: str) -> tuple[int, str]:

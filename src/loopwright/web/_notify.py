@@ -37,6 +37,7 @@ from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
+from ..trace._otlp import without_userinfo
 from ._feed import Change
 
 __all__ = [
@@ -271,8 +272,11 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
-    """POST ``body``; the response's status (an HTTP error's too). Network errors raise."""
-    req = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    """POST ``body``; the response's status (an HTTP error's too). Network errors raise. A
+    URL's ``user:password@`` goes as the Basic header (urllib sends neither, and looked the
+    whole ``user:password@host`` up as the host)."""
+    url, auth = without_userinfo(url)
+    req = urllib.request.Request(url, data=body, headers={**auth, **headers}, method="POST")
     try:
         with _OPENER.open(req, timeout=timeout_s) as resp:
             resp.read(65536)
