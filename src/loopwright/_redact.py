@@ -596,12 +596,28 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     if isinstance(obj, Mapping):
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(obj.items()):
-            hide = masked or (isinstance(k, str) and _secret_name(_key(k), fields))
+            # A key is stored as text: a string as it is, anything but a number or a literal
+            # as its ``str()`` (``_json``). That text is read, under a masked key too (the
+            # key stays, its secrets masked: ``{"password": {"<the value>": 1}}``).
+            if isinstance(k, str) or k is None or isinstance(k, bool | int | float):
+                sk = k
+            else:
+                sk = str(k)
+            hide = masked or (isinstance(sk, str) and _secret_name(_key(sk), fields))
             nv = _walk(v, values, fields, hide)
-            nk = _text(k, values) if isinstance(k, str) and not masked else k
+            nk = k
+            if isinstance(sk, str):
+                t = _text(sk, values)
+                if t is not sk:
+                    nk = t
             if out is None and (nv is not v or nk is not k):
                 out = dict(list(obj.items())[:i])
             if out is not None:
+                if nk in out:  # two keys masked alike: both kept, the later one numbered
+                    n = 2
+                    while f"{nk}#{n}" in out:
+                        n += 1
+                    nk = f"{nk}#{n}"
                 out[nk] = nv
         if out is not None:
             return out

@@ -603,3 +603,28 @@ def test_a_known_secret_is_masked_as_it_is_escaped_in_printed_and_json_text(
         assert "Pass55" not in masked and "Pass77" not in masked, masked
         assert REDACTED in masked
         assert redact({"error": text}) == {"error": masked}
+
+
+def test_every_key_is_masked_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mapping key is stored as text (a non-text key as its ``str()``): the walk read only
+    text keys, and none under a key named like a secret, so the secret in such a key was
+    stored as it was."""
+    from loopwright._json import dumps
+
+    monkeypatch.setenv("MY_API_KEY", "supersecret123")
+
+    class Tag:
+        def __str__(self) -> str:
+            return "tag supersecret123"
+
+    for key in (("x", "supersecret123"), Tag(), b"supersecret123", frozenset(["supersecret123"])):
+        stored = dumps(redact({"evidence": {key: 1}}))
+        assert "supersecret123" not in stored and REDACTED in stored, (key, stored)
+    nested = {"password": {"supersecret123": 1, "sk-" + "a1" * 20: 2}, "n": {7: "x", None: 1}}
+    stored = dumps(redact(nested))
+    assert "supersecret123" not in stored and "a1a1" not in stored, stored
+    # keys masked alike are both kept, with what they held
+    assert json.loads(stored) == {
+        "password": {REDACTED: 1, f"{REDACTED}#2": 2},
+        **json.loads(dumps({"n": {7: "x", None: 1}})),
+    }
