@@ -7,10 +7,12 @@ concurrency limit, and the dashboard's picture route."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,41 @@ def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_pat
         model.generate(LAYOUT)
     assert lw.classify(MalformedReplyError("x")) == "transient"
     assert model.generate(LAYOUT).value["width"] == W  # and it works again
+
+
+@pytest.mark.parametrize("data", [{"0": {"b64_json": ""}}, 7], ids=["object", "number"])
+def test_a_2xx_whose_data_is_not_a_list_is_malformed_not_a_crash(tmp_path: Path, data: Any) -> None:
+    """``data`` an object or a number raised KeyError or TypeError (classified permanent: the
+    run escalated at once); like a 2xx without a picture, it is a malformed reply."""
+    body = json.dumps({"created": 1, "data": data}).encode()
+
+    class Answer(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        model = ImageModel(
+            "fake-image-1",
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            store=str(tmp_path / "pictures.db"),
+            timeout_s=10,
+        )
+        try:
+            with pytest.raises(MalformedReplyError) as caught:
+                model.generate(LAYOUT)
+        finally:
+            server.shutdown()
+    assert lw.classify(caught.value) == "transient"
+    assert "holds no picture" in str(caught.value)
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])

@@ -485,7 +485,8 @@ _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
     """The reply's text and whether it came from a tool call: the first function call's
     arguments when there is one, else the content (text parts joined)."""
-    for call in message.get("tool_calls") or ():
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():  # the server's shapes are untrusted
         fn = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
             return fn["arguments"], True
@@ -1019,9 +1020,13 @@ class _ChatModel:
                 f"price:{self.model}", f"{self.model}: cost counted as 0: {priced.detail}"
             )
         usage = Usage(priced.cost_usd, tokens, seconds)
-        choices = body.get("choices") or []
+        # Any shape may come back (``choices`` an object, ``message`` a string): what is not the
+        # shape of a completion counts as missing, a malformed reply, never a crash (permanent)
+        choices = body.get("choices")
+        choices = choices if isinstance(choices, list) else []
         choice = choices[0] if choices and isinstance(choices[0], Mapping) else {}
-        message = choice.get("message") or {}
+        message = choice.get("message")
+        message = message if isinstance(message, Mapping) else {}
         finish = choice.get("finish_reason")
         refusal = message.get("refusal") or (
             "the provider's content filter stopped the reply"

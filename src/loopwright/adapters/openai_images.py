@@ -717,7 +717,9 @@ class ImageModel:
         refs: int,
         budget_s: float | None,
     ) -> ImageResult:
-        body = response.model_dump() if hasattr(response, "model_dump") else response
+        # warnings=False: a field of the wrong type (``data`` an object) is judged below, not
+        # warned of by pydantic's serializer (an error under ``-W error``), as ``_body_of``'s
+        body = response.model_dump(warnings=False) if hasattr(response, "model_dump") else response
         if not isinstance(body, Mapping):
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
         data, revised = self._picture(body, budget_s)
@@ -747,7 +749,8 @@ class ImageModel:
         raise exc
 
     def _picture(self, body: Mapping[str, Any], budget_s: float | None) -> tuple[bytes, str | None]:
-        items = body.get("data") or []
+        items = body.get("data")
+        items = items if isinstance(items, list) else []  # an object or a number: no picture
         item = items[0] if items and isinstance(items[0], Mapping) else None
         if item is None:
             raise MalformedReplyError("the images response holds no picture")
