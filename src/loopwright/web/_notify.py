@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import queue
@@ -487,7 +488,9 @@ class Notifier:
             try:
                 status = self._post(t.url, body, headers, cfg.timeout_s)
                 error = f"HTTP {status}"
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, bad response
+            # refused, reset, timed out, or a response that is not HTTP (a bad status line,
+            # too many headers: http.client's own errors, not OSError): each a retried failure
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
                 error = error.replace(t.url, t.where)
             if 200 <= status < 300:
