@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import http.client
 import importlib.util
 import json
 import logging
@@ -780,7 +781,7 @@ class ImageModel:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r:  # http(s) only, checked above
                 return bytes(r.read())
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # a download cut short, not HTTP
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc
