@@ -70,7 +70,19 @@ def _run(tmp_path: Path, actor: ChatActor) -> tuple[lw.RunResult, list[Any]]:
         return r, rt.store.events(r.run_id)
 
 
-@pytest.mark.parametrize("body", [b"", b"not json at all", b"<html>proxy error</html>"])
+NOT_JSON = {
+    "empty": b"",
+    "text": b"not json at all",
+    "html": b"<html>proxy error</html>",
+    # UnicodeDecodeError, RecursionError and ValueError (Python's 4,300-digit limit) from the
+    # SDK's parse were classified permanent: the run escalated at once
+    "not utf-8": b'{"choices": [{"message": {"content": "\xff\xfe"}}]}',
+    "nested past the stack": b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "a 5000-digit number": b'{"choices": [], "usage": {"prompt_tokens": ' + b"9" * 5000 + b"}}",
+}
+
+
+@pytest.mark.parametrize("body", NOT_JSON.values(), ids=NOT_JSON.keys())
 def test_2xx_without_a_json_body_is_transient_and_retried(
     tmp_path: Path, server: FakeOpenAI, body: bytes
 ) -> None:

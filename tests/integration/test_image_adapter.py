@@ -165,10 +165,12 @@ def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_pat
     assert model.generate(LAYOUT).value["width"] == W  # and it works again
 
 
-def _generate_against(tmp_path: Path, data: Any, picture: bytes = b"") -> MalformedReplyError:
+def _generate_against(
+    tmp_path: Path, data: Any, picture: bytes = b"", raw: bytes | None = None
+) -> MalformedReplyError:
     """``generate`` against a loopback server answering the images API with ``data`` (a
     ``{url}`` in it may be the server's own, ``/picture.png``: ``picture`` then is that whole
-    raw HTTP response); the ``MalformedReplyError`` it must raise."""
+    raw HTTP response), or with the body ``raw``; the ``MalformedReplyError`` it must raise."""
 
     class Answer(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -177,12 +179,13 @@ def _generate_against(tmp_path: Path, data: Any, picture: bytes = b"") -> Malfor
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             port = self.server.server_address[1]
-            raw = json.dumps({"created": 1, "data": data}).replace("PORT", str(port)).encode()
+            body = json.dumps({"created": 1, "data": data}).replace("PORT", str(port)).encode()
+            body = body if raw is None else raw
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(raw)
+            self.wfile.write(body)
 
         def do_GET(self) -> None:
             self.wfile.write(picture)  # as it is: a response cut short, or not HTTP at all
@@ -210,6 +213,21 @@ def test_a_2xx_whose_data_is_not_a_list_is_malformed_not_a_crash(tmp_path: Path,
     err = _generate_against(tmp_path, data)
     assert lw.classify(err) == "transient"
     assert "holds no picture" in str(err)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"data": [{"b64_json": "\xff"}]}', b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+    ids=["not utf-8", "nested past the stack"],
+)
+def test_a_2xx_body_the_sdk_cannot_parse_is_malformed_not_permanent(
+    tmp_path: Path, raw: bytes
+) -> None:
+    """UnicodeDecodeError or RecursionError from the SDK's parse of a 2xx body was classified
+    permanent; it is a body that is not JSON, as an empty one was already."""
+    err = _generate_against(tmp_path, None, raw=raw)
+    assert lw.classify(err) == "transient"
+    assert "not JSON" in str(err)
 
 
 @pytest.mark.parametrize(

@@ -364,6 +364,15 @@ def _mask_http_logs() -> None:
             logger.addFilter(_RedactingFilter())
 
 
+def _body_not_json(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK failing to parse a 2xx body as JSON: not JSON at all, bytes
+    that are not UTF-8, nested past Python's stack, or an integer too long to convert (Python
+    refuses more than 4,300 digits). Each a server's bad answer (transient), not a bug."""
+    return isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | RecursionError) or (
+        type(exc) is ValueError and "integer string conversion" in str(exc)
+    )
+
+
 def _cap_retry_after(exc: BaseException, cap_s: float) -> None:
     """Lower the wait ``exc`` asks for to ``cap_s``: ``retry_after_s`` reads ``exc.retry_after``
     before the headers, so the engine's backoff sees the capped value."""
@@ -760,7 +769,7 @@ class _ChatModel:
             raise MalformedReplyError(
                 f"the server's response is not a chat completion: {clip_masked(str(exc))}"
             ) from exc
-        if isinstance(exc, json.JSONDecodeError):
+        if _body_not_json(exc):
             # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
             # a proxy or a server hiccup, worth another sample like an HTML body.
             raise MalformedReplyError(

@@ -45,7 +45,6 @@ import base64
 import binascii
 import http.client
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -71,6 +70,7 @@ from .openai_chat import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
     _async_clients,
+    _body_not_json,
     _cap_retry_after,
     _closer,
     _mask_http_logs,
@@ -739,7 +739,7 @@ class ImageModel:
             raise MalformedReplyError(
                 f"the server's response is not an images response: {redact_text(str(exc))}"
             ) from exc
-        if isinstance(exc, json.JSONDecodeError):
+        if _body_not_json(exc):
             raise MalformedReplyError(
                 "the server answered with an empty body or one that is not JSON"
             ) from exc
