@@ -292,6 +292,26 @@ def test_webhook_gives_up_on_a_client_error_and_never_raises(tmp_path: Path) -> 
         lst.close()
 
 
+def _read_request(conn: socket.socket) -> bytes:
+    """One whole HTTP request from ``conn`` (its headers, then Content-Length bytes of body),
+    so that the answer never comes while the client is still sending."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    size = next(
+        (int(v) for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n")[1:])
+         if k.strip().lower() == b"content-length"),
+        0,
+    )  # fmt: skip
+    while len(body) < size:
+        more = conn.recv(65536)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
+
+
 def test_webhook_answered_with_something_not_http_is_retried(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -308,7 +328,7 @@ def test_webhook_answered_with_something_not_http_is_retried(
         for reply in answers:
             conn, _ = listening.accept()
             with conn:
-                got.append(conn.recv(65536))
+                got.append(_read_request(conn))
                 conn.sendall(reply)
 
     server = threading.Thread(target=answer, daemon=True)
