@@ -5,6 +5,7 @@ error message is redacted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,19 @@ def _run(tmp_path: Path, actor: ChatActor) -> tuple[lw.RunResult, list[Any]]:
         return r, rt.store.events(r.run_id)
 
 
-@pytest.mark.parametrize("body", [b"", b"not json at all", b"<html>proxy error</html>"])
+NOT_JSON = {
+    "empty": b"",
+    "text": b"not json at all",
+    "html": b"<html>proxy error</html>",
+    # UnicodeDecodeError, RecursionError and ValueError (Python's 4,300-digit limit) from the
+    # SDK's parse were classified permanent: the run escalated at once
+    "not utf-8": b'{"choices": [{"message": {"content": "\xff\xfe"}}]}',
+    "nested past the stack": b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "a 5000-digit number": b'{"choices": [], "usage": {"prompt_tokens": ' + b"9" * 5000 + b"}}",
+}
+
+
+@pytest.mark.parametrize("body", NOT_JSON.values(), ids=NOT_JSON.keys())
 def test_2xx_without_a_json_body_is_transient_and_retried(
     tmp_path: Path, server: FakeOpenAI, body: bytes
 ) -> None:
@@ -404,6 +417,51 @@ def test_a_reply_nested_too_deep_is_malformed_not_a_crash(
     assert r.status == "accepted", r.packet
     errors = [e.data["error"] for e in events if e.kind == "retry"]
     assert len(errors) == 2 and all("nested deeper than 200" in e for e in errors), errors
+
+
+def _completion(choices: Any) -> Reply:
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "actor-m",
+            "choices": choices, "usage": {"prompt_tokens": 120, "completion_tokens": 30}}  # fmt: skip
+    return Reply(raw_body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+
+
+NOT_A_COMPLETION = {
+    "choices an object": {"0": {"message": {"content": json.dumps(FIX)}}},
+    "choices a number": 5,
+    "message a string": [{"index": 0, "message": json.dumps(FIX), "finish_reason": "stop"}],
+    "tool_calls a number": [
+        {"index": 0, "message": {"role": "assistant", "tool_calls": 5}, "finish_reason": "stop"}
+    ],
+}
+
+
+@pytest.mark.parametrize("choices", NOT_A_COMPLETION.values(), ids=NOT_A_COMPLETION.keys())
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_2xx_not_shaped_as_a_completion_is_malformed_not_a_crash(
+    server: FakeOpenAI, choices: Any, run: str
+) -> None:
+    """A 2xx whose ``choices`` is an object or a number, whose ``message`` is a string or whose
+    ``tool_calls`` is a number raised KeyError, TypeError or AttributeError from reading it:
+    classified permanent, the run escalated at once and the call's tokens went uncharged. It
+    is a malformed reply, like a 2xx without choices: transient, its spend carried."""
+    server.script(_completion(choices))
+    actor = _actor(server)
+    with pytest.raises(MalformedReplyError) as caught:
+        if run == "sync":
+            actor._complete(MSG, "run")
+        else:
+            asyncio.run(actor._acomplete(MSG, "run"))
+    assert lw.classify(caught.value) == "transient"
+    assert caught.value.usage is not None and caught.value.usage.tokens == CALL
+
+
+def test_a_run_samples_again_after_a_reply_not_shaped_as_a_completion(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    server.script(_completion(NOT_A_COMPLETION["message a string"]), ok(FIX))
+    r, _ = _run(tmp_path, _actor(server))
+    assert r.status == "accepted", r.packet
+    assert len(server.requests) == 2 and r.spent.tokens == 2 * CALL
 
 
 def test_the_time_budget_message_says_what_the_call_was_given(tmp_path: Path) -> None:

@@ -7,10 +7,12 @@ concurrency limit, and the dashboard's picture route."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,88 @@ def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_pat
         model.generate(LAYOUT)
     assert lw.classify(MalformedReplyError("x")) == "transient"
     assert model.generate(LAYOUT).value["width"] == W  # and it works again
+
+
+def _generate_against(
+    tmp_path: Path, data: Any, picture: bytes = b"", raw: bytes | None = None
+) -> MalformedReplyError:
+    """``generate`` against a loopback server answering the images API with ``data`` (a
+    ``{url}`` in it may be the server's own, ``/picture.png``: ``picture`` then is that whole
+    raw HTTP response), or with the body ``raw``; the ``MalformedReplyError`` it must raise."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            port = self.server.server_address[1]
+            body = json.dumps({"created": 1, "data": data}).replace("PORT", str(port)).encode()
+            body = body if raw is None else raw
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self.wfile.write(picture)  # as it is: a response cut short, or not HTTP at all
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        model = ImageModel(
+            "fake-image-1",
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            store=str(tmp_path / "pictures.db"),
+            timeout_s=10,
+        )
+        try:
+            with pytest.raises(MalformedReplyError) as caught:
+                model.generate(LAYOUT)
+        finally:
+            server.shutdown()
+    return caught.value
+
+
+@pytest.mark.parametrize("data", [{"0": {"b64_json": ""}}, 7], ids=["object", "number"])
+def test_a_2xx_whose_data_is_not_a_list_is_malformed_not_a_crash(tmp_path: Path, data: Any) -> None:
+    """``data`` an object or a number raised KeyError or TypeError (classified permanent: the
+    run escalated at once); like a 2xx without a picture, it is a malformed reply."""
+    err = _generate_against(tmp_path, data)
+    assert lw.classify(err) == "transient"
+    assert "holds no picture" in str(err)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"data": [{"b64_json": "\xff"}]}', b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+    ids=["not utf-8", "nested past the stack"],
+)
+def test_a_2xx_body_the_sdk_cannot_parse_is_malformed_not_permanent(
+    tmp_path: Path, raw: bytes
+) -> None:
+    """UnicodeDecodeError or RecursionError from the SDK's parse of a 2xx body was classified
+    permanent; it is a body that is not JSON, as an empty one was already."""
+    err = _generate_against(tmp_path, None, raw=raw)
+    assert lw.classify(err) == "transient"
+    assert "not JSON" in str(err)
+
+
+@pytest.mark.parametrize(
+    "picture",
+    [b"HTTP/1.0 200 OK\r\nContent-Length: 1000\r\n\r\n\x89PNG\r\n", b"HELLO\r\n\r\n"],
+    ids=["cut short", "not http"],
+)
+def test_a_picture_url_answered_badly_is_malformed_not_permanent(
+    tmp_path: Path, picture: bytes
+) -> None:
+    """A picture's URL answered with a body cut short (a dropped download: IncompleteRead) or
+    with something that is not HTTP (BadStatusLine) raised http.client's error, no OSError:
+    classified permanent, the run escalated at once. It is a picture that could not be fetched,
+    a malformed reply (transient), as a refused connection was already."""
+    err = _generate_against(tmp_path, [{"url": "http://127.0.0.1:PORT/picture.png"}], picture)
+    assert lw.classify(err) == "transient"
+    assert "could not be fetched" in str(err)
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import http.client
 import json
+import logging
 import re
 import socket
 import threading
@@ -289,6 +290,66 @@ def test_webhook_gives_up_on_a_client_error_and_never_raises(tmp_path: Path) -> 
     finally:
         st.close()
         lst.close()
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One whole HTTP request from ``conn`` (its headers, then Content-Length bytes of body),
+    so that the answer never comes while the client is still sending."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    size = next(
+        (int(v) for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n")[1:])
+         if k.strip().lower() == b"content-length"),
+        0,
+    )  # fmt: skip
+    while len(body) < size:
+        more = conn.recv(65536)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
+
+
+def test_webhook_answered_with_something_not_http_is_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver (or a proxy) answering with a broken status line raised http.client's
+    BadStatusLine, which is no OSError: the delivery stopped at its first attempt (not retried,
+    not counted failed) and the log had a traceback. It is a failed attempt, retried."""
+    store = str(tmp_path / "live.db")
+    run_id = park(tmp_path, store, "not-http")
+    answers = [b"HELLO\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]
+    got: list[bytes] = []
+    listening = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        for reply in answers:
+            conn, _ = listening.accept()
+            with conn:
+                got.append(_read_request(conn))
+                conn.sendall(reply)
+
+    server = threading.Thread(target=answer, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listening.getsockname()[1]}/hook"
+    st = open_store(store)
+    try:
+        notifier = Notifier(st, dataclasses.replace(NotifyConfig.of([url]), first_wait_s=0.0))
+        feed = Feed(st)
+        feed.listen(notifier)
+        feed.poll()
+        with caplog.at_level(logging.WARNING, logger="loopwright.web"):
+            notifier.drain()
+        server.join(timeout=30)
+        assert len(got) == 2 and (notifier.delivered, notifier.failed) == (1, 0)
+        [mark] = [e.data for e in st.events_of_kind(run_id, MARKER)]
+        assert mark["attempts"] == 2
+        assert "BadStatusLine" in caplog.text and "Traceback" not in caplog.text
+    finally:
+        st.close()
+        listening.close()
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -276,15 +277,16 @@ def test_otlp_json_round_trips_through_the_official_protobuf_classes(world: Worl
 class _Collector:
     """An OTLP/HTTP collector on loopback that records what it is sent."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, answer: bytes | None = None) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         outer = self
+        if answer is None:
+            answer = b'{"partialSuccess":{}}' if status == 200 else b"overloaded"
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 outer.requests.append((self.path, dict(self.headers), body))
-                answer = b'{"partialSuccess":{}}' if status == 200 else b"overloaded"
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -370,6 +372,66 @@ def test_export_otlp_reports_a_refusal_and_an_unreachable_collector(world: World
             export_otlp(st, world.runs["ok"], "localhost:4318")
         with pytest.raises(lw.RunNotFoundError):
             export_otlp(st, "no-such-run", "http://127.0.0.1:9")
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One whole HTTP request from ``conn`` (its headers, then Content-Length bytes of body),
+    so that the answer never comes while the client is still sending."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    size = next(
+        (int(v) for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n")[1:])
+         if k.strip().lower() == b"content-length"),
+        0,
+    )  # fmt: skip
+    while len(body) < size:
+        more = conn.recv(65536)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
+
+
+ODD_ANSWERS = {
+    "a count that is no number": b'{"partialSuccess": {"rejectedSpans": "many"}}',
+    "a count that is a list": b'{"partialSuccess": {"rejectedSpans": [1]}}',
+    "a count past a float": b'{"partialSuccess": {"rejectedSpans": 1e999}}',
+    "a part that is text": b'{"partialSuccess": "none"}',
+    "nested past the stack": b'{"partialSuccess": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("answer", ODD_ANSWERS.values(), ids=ODD_ANSWERS.keys())
+def test_a_collectors_odd_answer_counts_no_rejected_spans(world: World, answer: bytes) -> None:
+    """A 200 whose JSON is not an ``ExportTraceServiceResponse`` raised ValueError, TypeError,
+    OverflowError, AttributeError or RecursionError from ``export_otlp`` after the spans were
+    delivered; it says nothing usable, as a body that is not JSON: none rejected."""
+    with world.store() as st, _Collector(answer=answer) as col:
+        res = export_otlp(st, world.runs["ok"], col.url)
+    assert len(col.requests) == 1 and (res.status, res.rejected_spans) == (200, 0)
+
+
+def test_a_collector_answering_something_not_http_is_an_export_error(world: World) -> None:
+    """A bad status line (http.client's BadStatusLine, no OSError) escaped ``export_otlp`` as
+    itself: `loopwright trace --send` ended in a traceback, not in one line."""
+    listening = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = listening.accept()
+        with conn:
+            _read_request(conn)
+            conn.sendall(b"HELLO\r\n\r\n")
+
+    server = threading.Thread(target=answer, daemon=True)
+    server.start()
+    try:
+        with world.store() as st, pytest.raises(OTLPExportError, match="not HTTP"):
+            export_otlp(st, world.runs["ok"], f"http://127.0.0.1:{listening.getsockname()[1]}")
+    finally:
+        server.join(timeout=30)
+        listening.close()
 
 
 def test_a_forks_trace_names_and_links_its_origin(tmp_path: Path) -> None:

@@ -683,6 +683,25 @@ def test_edit_a_part_from_the_api_and_the_loop_goes_on(tmp_path: Path) -> None:
     assert "ana" in edits and "doc/pay" in edits and "the PO says 10" in edits
 
 
+def test_a_part_whose_name_holds_a_slash_is_edited_from_the_api(tmp_path: Path) -> None:
+    """``doc/sub/x`` (artifact ``doc``, part ``sub/x``) was read at its versions' URL but its
+    edit's URL answered 404 for any spelling: the route took one path segment for the part."""
+    loop = _doc_loop(
+        "slash",
+        lambda ctx: lw.Proposal.edit("doc", {"a": 1, "sub/x": "b"}),
+        lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2)),
+    )
+    store = str(tmp_path / "slash.db")
+    with lw.Runtime(store) as rt:
+        run_id = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0, "sub/x": "a"}}}).run_id
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    url = f"/api/runs/{run_id}/parts/doc/sub/x"
+    r = c.post(url, json={"value": "c"}, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    assert r.json()["edit"]["part"] == "doc/sub/x"
+    assert c.get(f"{url}/versions").json()[-1]["value"] == "c"
+
+
 def test_edit_from_the_run_page_needs_token_and_csrf(parked: tuple[str, str]) -> None:
     store, run_id = parked
     c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)

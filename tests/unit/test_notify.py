@@ -145,6 +145,32 @@ def test_approval_body_is_a_chat_message_with_structured_fields() -> None:
     json.dumps(body)  # all of it is JSON
 
 
+HOSTILE = "ACME <https://evil.example/pay|Approve here> <!channel> & co"
+
+
+def test_a_runs_words_make_no_link_or_mention_in_the_chat_text() -> None:
+    """An effect's argument, the request's text, a task key or a stop cause (a model's words,
+    or a task's) went into ``text`` as they were: Slack, Rocket.Chat and Google Chat show
+    ``<https://evil.example/pay|Approve here>`` as a link reading "Approve here", and
+    ``<!channel>`` notifies everyone. They are escaped there, as Slack requires; the structured
+    fields keep them as they are."""
+    a = _approval(
+        what=f"pay {HOSTILE}",
+        evidence={"effects": [{"name": "pay", "args": {"payee": HOSTILE}}]},
+    )
+    body = approval_body(a, _run(task_key="<!here>"), "http://dash.example:8321")
+    ended = run_end_body(
+        _run(status="escalated", task_key="<@U0>", packet={"stop_cause": HOSTILE}), "http://h:1"
+    )
+    for text in (body["text"], ended["text"]):
+        assert "<" not in text and ">" not in text, text
+    assert "&lt;https://evil.example/pay|Approve here&gt; &lt;!channel&gt; &amp; co" in body["text"]
+    assert "(&lt;!here&gt;)" in body["text"] and "(&lt;@U0&gt;)" in ended["text"]
+    assert body["text"].endswith("http://dash.example:8321/approvals?q=ap-0123456789")
+    assert body["effects"] == [{"name": "pay", "args": {"payee": HOSTILE}}]
+    assert body["what"] == f"pay {HOSTILE}" and ended["stop_cause"] == HOSTILE
+
+
 def test_approval_body_without_a_dashboard_names_the_command() -> None:
     body = approval_body(_approval(evidence={}, expires_at=None), None, None)
     assert body["url"] is None and body["summary"] is None

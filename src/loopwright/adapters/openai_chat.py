@@ -364,6 +364,15 @@ def _mask_http_logs() -> None:
             logger.addFilter(_RedactingFilter())
 
 
+def _body_not_json(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK failing to parse a 2xx body as JSON: not JSON at all, bytes
+    that are not UTF-8, nested past Python's stack, or an integer too long to convert (Python
+    refuses more than 4,300 digits). Each a server's bad answer (transient), not a bug."""
+    return isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | RecursionError) or (
+        type(exc) is ValueError and "integer string conversion" in str(exc)
+    )
+
+
 def _cap_retry_after(exc: BaseException, cap_s: float) -> None:
     """Lower the wait ``exc`` asks for to ``cap_s``: ``retry_after_s`` reads ``exc.retry_after``
     before the headers, so the engine's backoff sees the capped value."""
@@ -485,7 +494,8 @@ _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 def _text_of(message: Mapping[str, Any]) -> tuple[str | None, bool]:
     """The reply's text and whether it came from a tool call: the first function call's
     arguments when there is one, else the content (text parts joined)."""
-    for call in message.get("tool_calls") or ():
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():  # the server's shapes are untrusted
         fn = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
             return fn["arguments"], True
@@ -761,7 +771,7 @@ class _ChatModel:
             raise MalformedReplyError(
                 f"the server's response is not a chat completion: {clip_masked(str(exc))}"
             ) from exc
-        if isinstance(exc, json.JSONDecodeError):
+        if _body_not_json(exc):
             # A 2xx whose body is empty or not JSON (the SDK parses only 2xx bodies):
             # a proxy or a server hiccup, worth another sample like an HTML body.
             raise MalformedReplyError(
@@ -1021,9 +1031,13 @@ class _ChatModel:
                 f"price:{self.model}", f"{self.model}: cost counted as 0: {priced.detail}"
             )
         usage = Usage(priced.cost_usd, tokens, seconds)
-        choices = body.get("choices") or []
+        # Any shape may come back (``choices`` an object, ``message`` a string): what is not the
+        # shape of a completion counts as missing, a malformed reply, never a crash (permanent)
+        choices = body.get("choices")
+        choices = choices if isinstance(choices, list) else []
         choice = choices[0] if choices and isinstance(choices[0], Mapping) else {}
-        message = choice.get("message") or {}
+        message = choice.get("message")
+        message = message if isinstance(message, Mapping) else {}
         finish = choice.get("finish_reason")
         refusal = message.get("refusal") or (
             "the provider's content filter stopped the reply"

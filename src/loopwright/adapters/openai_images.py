@@ -43,8 +43,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import http.client
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -70,6 +70,7 @@ from .openai_chat import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
     _async_clients,
+    _body_not_json,
     _cap_retry_after,
     _closer,
     _mask_http_logs,
@@ -717,7 +718,9 @@ class ImageModel:
         refs: int,
         budget_s: float | None,
     ) -> ImageResult:
-        body = response.model_dump() if hasattr(response, "model_dump") else response
+        # warnings=False: a field of the wrong type (``data`` an object) is judged below, not
+        # warned of by pydantic's serializer (an error under ``-W error``), as ``_body_of``'s
+        body = response.model_dump(warnings=False) if hasattr(response, "model_dump") else response
         if not isinstance(body, Mapping):
             raise MalformedReplyError(f"the server's reply is not an images response: {body!r}")
         data, revised = self._picture(body, budget_s)
@@ -736,7 +739,7 @@ class ImageModel:
             raise MalformedReplyError(
                 f"the server's response is not an images response: {redact_text(str(exc))}"
             ) from exc
-        if isinstance(exc, json.JSONDecodeError):
+        if _body_not_json(exc):
             raise MalformedReplyError(
                 "the server answered with an empty body or one that is not JSON"
             ) from exc
@@ -747,7 +750,8 @@ class ImageModel:
         raise exc
 
     def _picture(self, body: Mapping[str, Any], budget_s: float | None) -> tuple[bytes, str | None]:
-        items = body.get("data") or []
+        items = body.get("data")
+        items = items if isinstance(items, list) else []  # an object or a number: no picture
         item = items[0] if items and isinstance(items[0], Mapping) else None
         if item is None:
             raise MalformedReplyError("the images response holds no picture")
@@ -777,7 +781,7 @@ class ImageModel:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r:  # http(s) only, checked above
                 return bytes(r.read())
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # a download cut short, not HTTP
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import http.client
 import importlib
 import io
 import json
@@ -302,6 +303,11 @@ def export_otlp(
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise OTLPExportError(f"cannot reach the collector at {url}: {reason}") from None
+    except http.client.HTTPException as exc:  # a bad status line, a body cut short: no OSError
+        raise OTLPExportError(
+            f"the collector at {url} answered with something that is not HTTP: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
     rejected, message = _partial_success(answer, rtype)
     return OTLPExportResult(url, status, n, len(body), rejected, message)
 
@@ -327,9 +333,11 @@ def _partial_success(answer: bytes, content_type: str) -> tuple[int, str]:
         return 0, ""
     try:
         part = json.loads(answer).get("partialSuccess") or {}
-    except (ValueError, AttributeError):
+        # the collector's JSON is its own: a count that is no number, a part that is no object
+        # or a body nested past the stack says nothing usable, as a body that is not JSON
+        return int(part.get("rejectedSpans") or 0), str(part.get("errorMessage") or "")
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
         return 0, ""
-    return int(part.get("rejectedSpans") or 0), str(part.get("errorMessage") or "")
 
 
 def otlp_to_protobuf(doc: Mapping[str, Any]) -> bytes:

@@ -1176,7 +1176,8 @@ def create_app(
         )
         return [dict(v.to_dict()) for v in got]
 
-    @app.post("/api/runs/{run_id}/parts/{artifact}/{part}", tags=["runs"])
+    # {part:path}: a part's name may hold a slash (``doc/sub/x``), as at its versions' URL
+    @app.post("/api/runs/{run_id}/parts/{artifact}/{part:path}", tags=["runs"])
     async def api_edit(request: Request, run_id: str, artifact: str, part: str) -> dict[str, Any]:
         """A person's version of a part, as the dashboard's identity: JSON
         ``{"value": ..., "note": "...", "resume": false}``. The version is accepted and

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import queue
@@ -162,6 +163,16 @@ def _one_line(text: str | None, limit: int = TEXT_MAX) -> str:
     return words if len(words) <= limit else words[: limit - 1] + "…"
 
 
+def _shown(text: str | None, limit: int = TEXT_MAX) -> str:
+    """A run's text for the chat ``text`` line, on one line, ``&``, ``<`` and ``>`` escaped as
+    Slack's incoming webhooks require (Rocket.Chat, Mattermost and Google Chat read the same
+    syntax): a model's or a task's words (an effect's argument, a stop cause) can then neither
+    make a link that shows other words than its target (``<https://…|Approve>``) nor notify
+    everyone (``<!channel>``). The structured fields beside it keep the text as it is."""
+    line = _one_line(text, limit)
+    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -203,12 +214,12 @@ def approval_body(a: Approval, run: RunRecord | None, link_base: str | None) -> 
     question = ev.get("question") if isinstance(ev.get("question"), Mapping) else None
     summary = "; ".join(f"{e['name']}({_args_text(e['args'])})" for e in effects)
     url = f"{link_base}/approvals?q={quote(a.approval_id)}" if link_base else None
-    kind = a.kind + (f" ({a.rule})" if a.rule else "")
-    task = f" ({run.task_key})" if run is not None else ""
+    kind = _shown(a.kind + (f" ({a.rule})" if a.rule else ""))
+    task = f" ({_shown(run.task_key)})" if run is not None else ""
     text = (
-        f"{'Question' if question else 'Approval needed'}: {_one_line(a.what)} — "
-        f"run {a.run_id[:12]}{task}, {kind}"
-        + (f"; effects: {_one_line(summary, 200)}" if summary else "")
+        f"{'Question' if question else 'Approval needed'}: {_shown(a.what)} — "
+        f"run {_shown(a.run_id[:12])}{task}, {kind}"
+        + (f"; effects: {_shown(summary, 200)}" if summary else "")
         + (f"; expires {_iso(a.expires_at)}" if a.expires_at else "")
         + (f" — {url}" if url else f" — loopwright show {a.run_id[:12]}")
     )
@@ -239,8 +250,8 @@ def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
     url = f"{link_base}/runs/{quote(rec.run_id)}" if link_base else None
     cause = run_stop_cause(rec) or rec.stop_reason or ""
     text = (
-        f"Run {rec.run_id[:12]} ({rec.task_key}) {rec.status.replace('_', ' ')}"
-        + (f": {_one_line(cause)}" if cause else "")
+        f"Run {_shown(rec.run_id[:12])} ({_shown(rec.task_key)}) {rec.status.replace('_', ' ')}"
+        + (f": {_shown(cause)}" if cause else "")
         + f" — {rec.cycle} cycle(s), ${rec.cost_usd:.4f}"
         + (f" — {url}" if url else "")
     )
@@ -491,7 +502,9 @@ class Notifier:
             try:
                 status = self._post(t.url, body, headers, cfg.timeout_s)
                 error = f"HTTP {status}"
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, bad response
+            # refused, reset, timed out, or a response that is not HTTP (a bad status line,
+            # too many headers: http.client's own errors, not OSError): each a retried failure
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 status, error = 0, type(exc).__name__ + (f": {exc}" if str(exc) else "")
                 error = error.replace(t.url, t.where)
             if 200 <= status < 300:
