@@ -381,13 +381,14 @@ def test_export_otlp_follows_no_redirect_and_sends_no_credentials_on(world: Worl
     body, and with the Authorization header made of the URL's ``user:password@`` (or given),
     to whatever host the redirect named; the export then reported the spans sent. The
     redirect is an error now, and nothing goes to the other host."""
-    with world.store() as st, _Redirector() as elsewhere:
-        with _Redirector(to=elsewhere.url + "/steal") as col:
-            url = col.url.replace("http://", "http://otel:s3cret-pass@")
-            with pytest.raises(OTLPExportError, match="HTTP 302") as err:
-                export_otlp(st, world.runs["ok"], url)
-            with pytest.raises(OTLPExportError, match="HTTP 302"):
-                export_otlp(st, world.runs["ok"], col.url, headers={"Authorization": "Bearer t"})
+    elsewhere = _Redirector()
+    col = _Redirector(to=elsewhere.url + "/steal")
+    with world.store() as st, elsewhere, col:
+        url = col.url.replace("http://", "http://otel:s3cret-pass@")
+        with pytest.raises(OTLPExportError, match="HTTP 302") as err:
+            export_otlp(st, world.runs["ok"], url)
+        with pytest.raises(OTLPExportError, match="HTTP 302"):
+            export_otlp(st, world.runs["ok"], col.url, headers={"Authorization": "Bearer t"})
     assert elsewhere.requests == []
     assert [m for m, _, _ in col.requests] == ["POST", "POST"]
     assert "s3cret" not in str(err.value)
