@@ -602,7 +602,10 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
             if isinstance(k, str) or k is None or isinstance(k, bool | int | float):
                 sk = k
             else:
-                sk = str(k)
+                try:
+                    sk = str(k)
+                except Exception:  # user code's ``__str__``: ``_json`` writes this name for it
+                    sk = f"<{type(k).__name__}>"
             hide = masked or (isinstance(sk, str) and _secret_name(_key(sk), fields))
             nv = _walk(v, values, fields, hide)
             nk = k

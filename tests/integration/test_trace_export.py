@@ -341,6 +341,61 @@ def test_export_otlp_sends_a_urls_credentials_as_basic_auth(world: World) -> Non
     assert res.url == col.url + "/v1/traces"
 
 
+class _Redirector:
+    """A collector that answers every POST with a redirect to ``to``, and records the
+    requests it is sent (a GET too: where a redirect followed would land)."""
+
+    def __init__(self, to: str = "") -> None:
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                outer.requests.append((self.command, self.path, dict(self.headers)))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(302 if to else 200)
+                if to:
+                    self.send_header("Location", to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Redirector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_export_otlp_follows_no_redirect_and_sends_no_credentials_on(world: World) -> None:
+    """A collector answering the POST with a redirect: urllib followed it as a GET with no
+    body, and with the Authorization header made of the URL's ``user:password@`` (or given),
+    to whatever host the redirect named; the export then reported the spans sent. The
+    redirect is an error now, and nothing goes to the other host."""
+    elsewhere = _Redirector()
+    col = _Redirector(to=elsewhere.url + "/steal")
+    with world.store() as st, elsewhere, col:
+        url = col.url.replace("http://", "http://otel:s3cret-pass@")
+        with pytest.raises(OTLPExportError, match="HTTP 302") as err:
+            export_otlp(st, world.runs["ok"], url)
+        with pytest.raises(OTLPExportError, match="HTTP 302"):
+            export_otlp(st, world.runs["ok"], col.url, headers={"Authorization": "Bearer t"})
+    assert elsewhere.requests == []
+    assert [m for m, _, _ in col.requests] == ["POST", "POST"]
+    assert "s3cret" not in str(err.value)
+
+
 def test_export_otlp_protobuf_body(world: World) -> None:
     pytest.importorskip("opentelemetry.proto")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

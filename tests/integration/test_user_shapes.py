@@ -174,3 +174,20 @@ def test_an_effect_result_keyed_by_a_non_json_key_is_recorded_done(tmp_path: Pat
     assert paid == ["book:1"]
     assert entry.status == "done"
     assert entry.data["result"] == {"2026-01-01": "booked"}
+
+
+class _NoText:
+    """A key whose ``__str__`` fails (user code): ``_json`` writes it as ``<_NoText>``."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_evidence_keyed_by_a_key_with_no_text_is_stored_as_its_type(tmp_path: Path) -> None:
+    """Redaction's walk read such a key with ``str()`` unguarded: the user's exception
+    escaped the engine (out of ``run_sync``, the run left ``running``)."""
+    verdict = lw.Verdict(passed=False, score=0.2, evidence={_NoText(): 3})
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(_loop(_edit, lambda s, p: verdict), TASK)
+        assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+        assert rt.store.get_run(r.run_id).status == "stopped"

@@ -628,3 +628,23 @@ def test_every_key_is_masked_as_the_store_writes_it(monkeypatch: pytest.MonkeyPa
         "password": {REDACTED: 1, f"{REDACTED}#2": 2},
         **json.loads(dumps({"n": {7: "x", None: 1}})),
     }
+
+
+def test_a_key_whose_str_fails_is_read_as_the_store_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key whose ``__str__`` raises is written by ``_json`` as ``<TypeName>``; the walk
+    called ``str()`` on it unguarded, so the user's exception escaped ``redact`` (and the
+    engine's commit: the run crashed out of ``run_sync``, left running)."""
+    from loopwright._json import dumps
+
+    monkeypatch.setenv("MY_API_KEY", "supersecret123")
+
+    class Odd:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    key = Odd()
+    out = redact({"evidence": {key: 1, "why": "supersecret123"}})
+    assert out["evidence"][key] == 1
+    assert json.loads(dumps(out)) == {"evidence": {"<Odd>": 1, "why": REDACTED}}

@@ -291,7 +291,7 @@ def export_otlp(
         url, data=body, method="POST", headers={**sent, "Content-Type": ctype}
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
             status = int(resp.status)
             answer = resp.read()
             rtype = resp.headers.get("Content-Type", "")
@@ -310,6 +310,19 @@ def export_otlp(
         ) from None
     rejected, message = _partial_success(answer, rtype)
     return OTLPExportResult(url, status, n, len(body), rejected, message)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A collector answering with a redirect is an error (its HTTP status): urllib resent the
+    POST as a GET without its body (no span delivered, the export reported sent), and with
+    the Authorization header (the URL's credentials, or one given) to whatever host the
+    redirect named."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
