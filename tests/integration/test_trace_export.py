@@ -778,3 +778,45 @@ def test_model_calls_export_as_genai_client_spans(tmp_path: Path) -> None:
     assert not {"prompt", "reply"} & keys
     text = json.dumps(doc)
     assert SECRET not in text and "Helo wrld" not in text
+
+
+def test_a_collector_echoing_the_urls_password_has_it_masked_in_the_error(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector that refuses the credentials and echoes them in its error body: the URL's
+    password and the Basic token made of it were not registered secrets (the chat adapter's
+    are), so the error printed them."""
+    from loopwright import _redact
+
+    monkeypatch.setattr(_redact, "_registered", set())
+    password = "otlp-url-pw-4c2d9e"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            got = self.headers.get("Authorization", "")
+            token = got.removeprefix("Basic ")
+            body = f"refused {got} ({base64.b64decode(token).decode()})".encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://otel:{password}@127.0.0.1:{server.server_address[1]}"
+        with world.store() as st, pytest.raises(OTLPExportError) as err:
+            export_otlp(st, world.runs["ok"], url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    text = str(err.value)
+    assert "answered HTTP 401: refused" in text, text  # the body is shown, masked
+    token = base64.b64encode(f"otel:{password}".encode()).decode()
+    assert password not in text and token not in text, text

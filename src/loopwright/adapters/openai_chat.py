@@ -35,7 +35,6 @@ journaled with the failed attempt; outside one they are carried over into the sa
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import importlib.util
@@ -49,7 +48,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .._calls import call_deadline
 from .._errors import ConfigError
@@ -60,6 +59,7 @@ from .._redact import redact, redact_text, register_secret
 from .._retry import PermanentError, retry_after_s, status_code
 from .._state import Finding, TaskState
 from .._usage import Usage
+from .._userinfo import without_userinfo
 from ._limits import Gate, Limits, _tighter, gate_for
 from ._prices import Priced, PriceOverride, price_call
 from ._prompt import (
@@ -323,22 +323,6 @@ def _redact_exc(exc: BaseException) -> None:
                 masked = redact(_clipped(value))
                 if masked != value:
                     setattr(exc, attr, masked)
-
-
-def _without_userinfo(endpoint: str) -> tuple[str, dict[str, str]]:
-    """``user:password@`` taken out of the URL (the HTTP client logs every request's URL) and
-    sent as the Basic ``Authorization`` header httpx would have made of it. The password (as
-    written and decoded) and the header's token are registered secrets: a server that echoes
-    either in an error body has it masked like the API key."""
-    parts = urlsplit(endpoint)
-    if parts.username is None and parts.password is None:
-        return endpoint, {}
-    netloc = parts.netloc.rpartition("@")[2]
-    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-    token = base64.b64encode(pair.encode()).decode()
-    for secret in (parts.password, unquote(parts.password or ""), token):
-        register_secret(secret)
-    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 
 class _RedactingFilter(logging.Filter):
@@ -649,7 +633,7 @@ class _ChatModel:
                 from ._deadline import http_client
 
                 _mask_http_logs()
-                endpoint, headers = _without_userinfo(self._endpoint)
+                endpoint, headers = without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
                     base_url=endpoint,
@@ -681,7 +665,7 @@ class _ChatModel:
             from ._deadline import async_http_client
 
             _mask_http_logs()
-            endpoint, headers = _without_userinfo(self._endpoint)
+            endpoint, headers = without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=endpoint,

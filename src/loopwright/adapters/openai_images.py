@@ -62,6 +62,7 @@ from .._proposal import Context, Edit, Proposal
 from .._redact import redact_text, register_secret
 from .._retry import status_code
 from .._usage import Usage
+from .._userinfo import without_userinfo
 from . import _png
 from ._limits import Gate, Limits, _tighter, gate_for
 from ._prices import Priced, price_call
@@ -77,7 +78,6 @@ from .openai_chat import (
     _name_the_call,
     _normalise_model,
     _redact_exc,
-    _without_userinfo,
     endpoint_of,
     no_api_key,
     normalise_base_url,
@@ -522,7 +522,7 @@ class ImageModel:
                 from ._deadline import http_client
 
                 _mask_http_logs()
-                endpoint, headers = _without_userinfo(self._endpoint)
+                endpoint, headers = without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
                     base_url=endpoint,
@@ -553,7 +553,7 @@ class ImageModel:
             from ._deadline import async_http_client
 
             _mask_http_logs()
-            endpoint, headers = _without_userinfo(self._endpoint)
+            endpoint, headers = without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=endpoint,

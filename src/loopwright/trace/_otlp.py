@@ -25,10 +25,11 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError
 from .._redact import redact, redact_text
+from .._userinfo import without_userinfo
 from ..store import RunRecord, Store
 from ._spans import Span, exported_attributes, is_client_span, iter_spans, run_spans
 
@@ -296,7 +297,9 @@ def export_otlp(
             answer = resp.read()
             rtype = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode(errors="replace").strip()
+        # (masked: a collector may echo the credentials it refused; ``without_userinfo``
+        # registered the URL's)
+        detail = redact_text(exc.read()[:300].decode(errors="replace").strip())
         raise OTLPExportError(
             f"the collector at {url} answered HTTP {exc.code}" + (f": {detail}" if detail else "")
         ) from None
@@ -323,20 +326,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
-    """``user:password@`` taken out of the URL and sent as the Basic ``Authorization`` header
-    made of it: urllib sends neither, and read the whole ``user:password@host`` as the host
-    to look up ("Name or service not known"), so a collector behind credentials in its URL
-    was never reached. The URL returned (and named in errors and the result) holds none."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, {}
-    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-    token = base64.b64encode(pair.encode()).decode()
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
 
 
 def _partial_success(answer: bytes, content_type: str) -> tuple[int, str]:

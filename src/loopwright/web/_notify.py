@@ -36,9 +36,9 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
+from .._userinfo import without_userinfo
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
-from ..trace._otlp import without_userinfo
 from ._feed import Change
 
 __all__ = [

@@ -1,0 +1,31 @@
+"""Credentials written into a URL (``scheme://user:password@host``), taken out of it.
+
+HTTP clients log and report the URLs they call, and urllib cannot use such a URL at all (it
+looks up the whole ``user:password@host`` as the host). The adapters, the trace export and the
+webhook notifier each send the pair as the Basic ``Authorization`` header it stands for instead,
+from one place, and register the password and the header's token as secrets, so a server that
+echoes either in an error body has it masked (invariant 9).
+"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from ._redact import register_secret
+
+__all__ = ["without_userinfo"]
+
+
+def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its ``user:password@``, and the Basic ``Authorization`` header made of
+    it (no header when the URL holds none). The URL returned holds no credential."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, {}
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    token = base64.b64encode(pair.encode()).decode()
+    for secret in (parts.password, unquote(parts.password or ""), token):
+        register_secret(secret)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
