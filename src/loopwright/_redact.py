@@ -436,8 +436,9 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     """A copy of ``obj`` (JSON-like data) with secrets masked; see the module docstring.
 
     ``secret_fields`` adds mapping keys whose values are masked (besides ``SECRET_FIELDS`` and
-    registered ones). Objects that are not strings, mappings, lists or tuples are returned as
-    they are.
+    registered ones). Numbers, booleans and ``None`` are returned as they are; any other object
+    (a dataclass, a date, bytes, an exception) as its masked ``str()``, which is what the stores
+    write for it; a mapping key that is not text likewise.
     """
     # (``_values`` written out for the common case, no registered secret: one call less)
     values = _env_secrets() if not _registered else _values()
