@@ -437,8 +437,8 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
 
     ``secret_fields`` adds mapping keys whose values are masked (besides ``SECRET_FIELDS`` and
     registered ones). Numbers, booleans and ``None`` are returned as they are; any other object
-    (a dataclass, a date, bytes, an exception) as its masked ``str()``, which is what the stores
-    write for it; a mapping key that is not text likewise.
+    (a dataclass, a date, bytes, an exception) may come back as its masked ``str()``, which is
+    what the stores write for it; a mapping key that is not text likewise.
     """
     # (``_values`` written out for the common case, no registered secret: one call less)
     values = _env_secrets() if not _registered else _values()
