@@ -4,6 +4,7 @@ Real subprocesses, as in ``test_bad_inputs``."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import json
 import os
@@ -302,7 +303,7 @@ def test_ctrl_c_twice_winds_the_runs_down_once(
     err = capsys.readouterr().err
     assert "Traceback" not in err and "never retrieved" not in err, err
     assert err.startswith("loopwright: interrupted; every finished cycle is checkpointed"), err
-    with sqlite3.connect(store) as con:
+    with contextlib.closing(sqlite3.connect(store)) as con, con:
         [(status, owner, cycle)] = con.execute(
             "SELECT status, lease_owner, cycle FROM runs"
         ).fetchall()

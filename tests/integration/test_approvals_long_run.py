@@ -5,6 +5,7 @@ read the one request concerned, never the run's every request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -45,7 +46,8 @@ def test_the_state_keeps_a_window_of_approved_digests(tmp_path: Path) -> None:
         approved = [a for a in rt.store.approvals(run_id=run_id) if a.status == "approved"]
     assert len(approved) == APPROVED_WINDOW + 15  # every approval stays a request
     assert state.approved == [a.action_hash for a in approved][-APPROVED_WINDOW:]
-    with sqlite3.connect(db) as conn:  # and what is stored: no head holds more
+    # and what is stored: no head holds more
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         heads = [json.loads(s) for (s,) in conn.execute("SELECT state FROM checkpoints")]
     assert max(len(h.get("approved") or ()) for h in heads) <= APPROVED_WINDOW
 

@@ -7,6 +7,7 @@ cycle concludes (its stored verdicts judged a state that is gone)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -333,7 +334,8 @@ def test_a_request_stored_before_needs_carried_their_call_still_counts_as_approv
         r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "x", "b": "B", "c": 0}}}, task_key="T")
         [req] = rt.store.approvals(run_id=r.run_id)
         assert [n["kind"] for n in req.evidence["needs"]] == ["effect"]
-    with sqlite3.connect(db) as conn:  # the request as the release before stored it
+    # the request as the release before stored it
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         evidence = dict(req.evidence)
         evidence["needs"] = [{k: v for k, v in n.items() if k != "call"} for n in evidence["needs"]]
         conn.execute(

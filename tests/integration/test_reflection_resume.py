@@ -8,6 +8,7 @@ store's write, by a ``BaseException`` no engine handler catches: nothing depends
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -321,7 +322,7 @@ def test_a_run_without_marks_is_read_from_its_events(tmp_path: Path) -> None:
 
     db = tmp_path / "s.db"
     calls = crashed_at(db, ("before_actor", 3))
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         assert conn.execute("DELETE FROM journal WHERE kind = 'reflection'").rowcount == 1
     with lw.Runtime(db) as rt:
         [rec] = rt.store.list_runs()

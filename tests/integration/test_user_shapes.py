@@ -4,6 +4,7 @@ loopwright's own error, and a task that cannot be a run leaves no run behind."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import sqlite3
@@ -88,7 +89,7 @@ def test_a_task_whose_names_cannot_be_parts_leaves_no_run(
     db = tmp_path / "s.db"
     with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError, match=r"task\.artifacts"):
         rt.run_sync(_loop(_edit, lambda s, p: lw.Verdict(passed=True)), {"artifacts": artifacts})
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 
@@ -100,7 +101,7 @@ def test_a_project_that_is_not_text_leaves_no_run(tmp_path: Path, project: Any) 
     with lw.Runtime(db) as rt, pytest.raises(lw.ConfigError) as err:
         rt.run_sync(_loop(_edit, lambda s, p: lw.Verdict(passed=True)), TASK, project=project)
     assert err.value.field == "project"
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 
 

@@ -8,6 +8,7 @@ or a rerun's task key it was a 500. A NUL character in a note or task key was Po
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,7 @@ def test_a_lone_surrogate_an_older_release_stored_is_shown_as_u_fffd(tmp_path: P
     r = client.post(f"/api/approvals/{a['approval_id']}/approve", json={"note": "ok"}, headers=AUTH)
     assert r.status_code == 200, r.text
     bad = '"a\\ud83db"'  # as the JSON text of an older release held it
-    with sqlite3.connect(tmp_path / "old.db") as db:
+    with contextlib.closing(sqlite3.connect(tmp_path / "old.db")) as db, db:
         db.execute(f"UPDATE versions SET value = '{bad}' WHERE ref = 'doc/memo'")
         db.execute(
             "UPDATE events SET data = substr(data, 1, length(data) - 1) || ?"

@@ -44,7 +44,7 @@ from typing import Any
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
 from .._errors import ConfigError
-from ._format import RunTrace
+from ._format import RunTrace, added_up
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
 from ._simulate import Outcome, simulate
@@ -500,10 +500,11 @@ def _score(
 ) -> _Score:
     m = _MEASURE[optimise]
     ki, ri = (5, 4) if keep_by == "held-out" else (4, 3)
-    ref_m = sum(ref[g][m] for g in folds)
-    ref_k = sum(ref[g][ri] for g in folds)
-    kept = sum(sums[g][ki] for g in folds) / ref_k if ref_k else 1.0
-    saved = 1.0 - sum(sums[g][m] for g in folds) / ref_m if ref_m > 0 else 0.0
+    # (in order, as on every Python: see added_up)
+    ref_m = added_up(ref[g][m] for g in folds)
+    ref_k = added_up(ref[g][ri] for g in folds)
+    kept = added_up(sums[g][ki] for g in folds) / ref_k if ref_k else 1.0
+    saved = 1.0 - added_up(sums[g][m] for g in folds) / ref_m if ref_m > 0 else 0.0
     per = [1.0 - sums[g][m] / ref[g][m] for g in folds if ref[g][m] > 0]
     se = statistics.stdev(per) / math.sqrt(len(per)) if len(per) >= 2 else 0.0
     return _Score(index, kept, saved, se)
@@ -670,13 +671,13 @@ def _figures(ev: _Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
         accepted=sum(1 for i in idx if outs[i].accepted),
         accepted_kept=sum(1 for i in idx if outs[i].accepted and ref[i].accepted),
         reference_accepted=sum(1 for i in idx if ref[i].accepted),
-        cost_usd=sum(outs[i].cost_usd for i in idx),
-        reference_cost_usd=sum(ref[i].cost_usd for i in idx),
+        cost_usd=added_up(outs[i].cost_usd for i in idx),
+        reference_cost_usd=added_up(ref[i].cost_usd for i in idx),
         stop_reasons=dict(Counter(outs[i].reason for i in idx)),
         attempts=sum(outs[i].cycles for i in idx),
         reference_attempts=sum(ref[i].cycles for i in idx),
-        seconds=sum(outs[i].seconds for i in idx),
-        reference_seconds=sum(ref[i].seconds for i in idx),
+        seconds=added_up(outs[i].seconds for i in idx),
+        reference_seconds=added_up(ref[i].seconds for i in idx),
         held_out_kept=sum(1 for i in idx if outs[i].held_out_passed and ref[i].held_out_passed),
         reference_held_out=sum(1 for i in idx if ref[i].held_out_passed),
     )

@@ -12,7 +12,7 @@ from typing import Any
 from .._contract import Contract
 from .._errors import ConfigError
 from .._inherited import Inherited
-from ._format import RunTrace
+from ._format import RunTrace, added_up
 from ._simulate import Outcome, simulate
 
 __all__ = ["Report", "Totals", "load_contract", "recorded_outcomes", "replay", "summarize"]
@@ -63,7 +63,7 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
     out = []
     for t in traces:
         r = t.recorded
-        cost = float(r.get("cost_usd", sum(c.cost_usd for c in t.cycles)))
+        cost = float(r.get("cost_usd", added_up(x.cost_usd for c in t.cycles for x in c.calls)))
         spent = last = 0.0  # the run's own spend (a fork's, less what it inherited)
         last_cycle = 0
         # a fork rises above the best it inherited
@@ -108,8 +108,9 @@ def summarize(
 ) -> Totals:
     rec = {o.run_id: o for o in recorded or ()}
     accepted = [o for o in outcomes if o.accepted]
-    cost = sum(o.cost_usd for o in outcomes)
-    after = sum(o.spend_after_last_improvement_usd for o in outcomes)
+    # (in order, as on every Python: see added_up)
+    cost = added_up(o.cost_usd for o in outcomes)
+    after = added_up(o.spend_after_last_improvement_usd for o in outcomes)
     kept = sum(1 for o in accepted if o.run_id in rec and rec[o.run_id].accepted)
     lost = sum(1 for o in outcomes if o.run_id in rec and rec[o.run_id].accepted and not o.accepted)
     return Totals(

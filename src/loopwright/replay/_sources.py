@@ -13,7 +13,7 @@ from .._inherited import NOTHING, inherited
 from .._proposal import Verdict
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
 from ..store import RunRecord, Store
-from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, read_traces
+from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, added_up, read_traces
 
 # Below this a difference of recorded dollar sums is the floats' rounding, not a call.
 _EPS = 1e-9
@@ -113,7 +113,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     own_cost = max(0.0, rec.cost_usd - inh.cost_usd)
     own_tokens = max(0, rec.tokens - inh.tokens)
     extra: dict[str, Any] = {
-        "cost_usd": max(0.0, own_cost - sum(c.cost_usd for c in cycles)),
+        "cost_usd": max(0.0, own_cost - added_up(x.cost_usd for c in cycles for x in c.calls)),
         "tokens": max(0, own_tokens - sum(c.tokens for c in cycles)),
         "seconds": max(0.0, rec.seconds - inh.seconds - sum(c.seconds for c in cycles)),
     }
@@ -265,7 +265,8 @@ def traces_from_ldb(
                 "status": "accepted" if passing else "stopped",
                 "stop_reason": "success" if passing else "budget_cycles",
                 "cycles": len(programs),
-                "cost_usd": sum(float(u["cost_usd"]) for _, u in programs),
+                # as the loop would have added them up (and as replay does): see added_up
+                "cost_usd": added_up(float(u["cost_usd"]) for _, u in programs),
                 "tokens": sum(int(u["tokens"]) for _, u in programs),
                 "held_out_passed": bool(task["held_out"]["recorded"]["is_solved"]),
                 "max_cycles": rec.get("max_cycles"),
