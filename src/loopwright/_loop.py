@@ -147,7 +147,14 @@ class Loop:
                 ),
                 field="verifiers",
             )
-        if not sum(c.weight for c in checks if not c.held_out):
+        weights = sum(c.weight for c in checks if not c.held_out)
+        if not math.isfinite(weights):  # each weight finite, the sum not: every score NaN
+            raise ConfigError(
+                f"the visible checks' weights add up to {weights}: every score would be NaN "
+                "and no run could succeed (scale the weights down)",
+                field="verifiers",
+            )
+        if not weights:
             raise ConfigError(
                 "the visible checks' weights add up to 0: the run would have no score, and "
                 "could neither succeed nor show progress (give one of them a weight above 0)",

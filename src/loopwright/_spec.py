@@ -95,7 +95,6 @@ _VERIFIER = {
     "weight",
     "timeout_s",
     "options",
-    "kind",
     "retry",
 }
 _EFFECT = {"ref", "options"}

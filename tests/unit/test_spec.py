@@ -117,6 +117,9 @@ def test_bad_toml(tmp_path: Path) -> None:
         (GOOD.replace("held_out = true", "heldout = true"), "verifiers[1].heldout"),
         (GOOD.replace("max_cycles = 3", "max_cycle = 3"), "contract.budget.max_cycle"),
         (GOOD.replace("max_cycles = 3", "max_cycles = -3"), "contract.budget.max_cycles"),
+        # a verifier's ``kind`` was accepted and never read: a spec meaning something by it
+        # (or a misplaced effect key) ran as if it were not there
+        (GOOD.replace("held_out = true", "held_out = true\nkind = 'llm'"), "verifiers[1].kind"),
     ],
 )
 def test_unknown_or_bad_key_names_the_field(tmp_path: Path, text: str, field: str) -> None:
@@ -196,3 +199,20 @@ def test_secret_fields_are_registered_and_checked(
     for bad in ('"iban"', "[1]", '[""]'):
         err = _err(_spec(tmp_path, f"secret_fields = {bad}\n" + GOOD))
         assert err.field == "secret_fields", err
+
+
+def test_visible_weights_whose_sum_overflows_are_refused(tmp_path: Path) -> None:
+    """Each weight finite, their sum inf: every score was inf/inf = NaN, so a run whose checks
+    all passed never reached min_score and spent its whole budget (from probe41c)."""
+    text = GOOD.replace(
+        'ref = "code.py:check"\n\n', 'ref = "code.py:check"\nweight = 1e308\n\n', 1
+    ).replace(
+        '[[verifiers]]\nname = "audit"',
+        '[[verifiers]]\nname = "second"\nref = "code.py:check"\nweight = 1e308\n\n'
+        '[[verifiers]]\nname = "audit"',
+    )
+    err = _err(_spec(tmp_path, text))
+    assert err.field == "verifiers" and "add up to inf" in str(err), str(err)
+    # one such weight alone is fine: its scores stay finite
+    one = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\nweight = 1e308\n\n', 1)
+    assert lw.load_spec(_spec(tmp_path, one)).verifiers[0].weight == 1e308
