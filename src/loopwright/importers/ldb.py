@@ -260,22 +260,26 @@ class LdbImport:
 
 def _parse_lines(p: Path) -> list[tuple[int, Any]]:
     out: list[tuple[int, Any]] = []
-    n = 0
-    try:
-        with p.open(encoding="utf-8") as fh:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    out.append((n, json.loads(raw)))
-                except json.JSONDecodeError as exc:
-                    raise LdbFormatError(
-                        f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
-                    ) from None
-                except RecursionError:
-                    raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
-    except UnicodeDecodeError as exc:  # raised while reading line n + 1
-        raise LdbFormatError(f"not UTF-8 text ({exc.reason})", path=str(p), line=n + 1) from None
+    # Bytes, each line decoded on its own: a text stream decodes ahead in 8 KB chunks, so its
+    # UnicodeDecodeError came up lines before the bad one and named the wrong line.
+    with p.open("rb") as fh:
+        for n, data in enumerate(fh, 1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise LdbFormatError(
+                    f"not UTF-8 text ({exc.reason})", path=str(p), line=n
+                ) from None
+            if not raw.strip():
+                continue
+            try:
+                out.append((n, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise LdbFormatError(
+                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
+                ) from None
+            except RecursionError:
+                raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
     return out
 
 
