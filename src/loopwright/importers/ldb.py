@@ -59,6 +59,7 @@ itself costs nothing here: it came from a separate generator run LDB does not ac
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -189,6 +190,13 @@ def convert_record(
     if usd_per_token < 0:
         raise ConfigError("must not be negative", field="usd_per_token")
     tokens = _split_tokens(rec["token_nums"], attempts_n)
+    if not all(math.isfinite(t * usd_per_token) for t in tokens):
+        # NaN passed the check above; a huge price overflows: either wrote NaN or Infinity
+        # costs, which are not JSON, into the tasks
+        raise ConfigError(
+            f"must be a finite number small enough that a cost stays finite, got {usd_per_token!r}",
+            field="usd_per_token",
+        )
     entry = rec["entry_point"]
     # A run that never passed used up its rounds: debug_iter is its budget.
     budget = debug_iter if not rec["is_passing"] else rounds
