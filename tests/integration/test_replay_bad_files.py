@@ -13,7 +13,7 @@ import pytest
 import loopwright as lw
 from loopwright.cli import main
 from loopwright.importers.ldb import LdbFormatError, import_ldb
-from loopwright.replay import load_source, read_traces, write_traces
+from loopwright.replay import load_contract, load_source, read_traces, write_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT35 = ROOT / "tests" / "data" / "ldb" / "humaneval" / "gpt-3.5-turbo-0613" / "results.jsonl"
@@ -123,3 +123,31 @@ def test_bytes_that_are_not_utf8_are_refused_naming_their_line(tmp_path: Path) -
     assert info.value.line == 101 and "not UTF-8" in str(info.value)
     with pytest.raises(LdbFormatError, match="line 101: not UTF-8"):
         load_source(str(bad_ldb))
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # a loop spec's [contract] with a misspelt rule: replayed without the plateau rule
+        (
+            "[contract.budget]\nmax_cycles = 3\n[contract.no_progres]\ncycles = 2\n",
+            "contract.no_progres",
+        ),
+        ("[contrct.budget]\nmax_cycles = 3\n", "contrct"),  # was "no exit besides success"
+        ("[budget]\nmax_cycles = 3\n[budgt]\nmax_cycles = 2\n", "budgt"),  # bare tables
+    ],
+)
+def test_a_misspelt_contract_table_is_refused_not_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(lw.ConfigError, match=f"unknown table '{said}'"):
+        load_contract(path)
+    assert main(["replay", str(GPT35), "--contract", str(path)]) == 2
+    assert f"unknown table '{said}'" in " ".join(capsys.readouterr().err.split())
+    # a loop spec's own tables beside [contract], and bare tables, still load
+    spec = tmp_path / "spec.toml"
+    spec.write_text('name = "x"\n[actor]\nref = "a.py:f"\n[contract.budget]\nmax_cycles = 3\n')
+    assert load_contract(spec).budget.max_cycles == 3
+    assert load_contract(POLICY).success.required == ("visible_tests",)
