@@ -112,6 +112,7 @@ class Loop:
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("a loop needs a name", field="name")
+        _no_control(self.name, "name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
         if not isinstance(self.contract, Contract):
@@ -165,6 +166,7 @@ class Loop:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):
             raise ConfigError(f"must be a string, got {self.project!r}", field="project")
+        _no_control(self.project, "project")
         effects = tuple(self.effects)
         for e in effects:
             if not isinstance(e, Effect):
@@ -224,6 +226,13 @@ class Loop:
     @property
     def held_out(self) -> tuple[Check, ...]:
         return tuple([c for c in self.verifiers if c.held_out])
+
+
+def _no_control(value: object, field: str) -> None:
+    """A name stored as text and listed in tables: a NUL cannot be stored in PostgreSQL (the
+    run was refused by the store, as a DataError naming no field), a newline breaks listings."""
+    if isinstance(value, str) and any(ch < " " or ch == "\x7f" for ch in value):
+        raise ConfigError(f"must not hold control characters, got {value!r}", field=field)
 
 
 def _check_number(value: object, field: str, *, positive: bool) -> None:

@@ -216,3 +216,20 @@ def test_visible_weights_whose_sum_overflows_are_refused(tmp_path: Path) -> None
     # one such weight alone is fine: its scores stay finite
     one = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\nweight = 1e308\n\n', 1)
     assert lw.load_spec(_spec(tmp_path, one)).verifiers[0].weight == 1e308
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ('name = "demo"', 'name = "de\\u0000mo"', "name"),  # PostgreSQL refused the run
+        ('project = "p"', 'project = "p\\nq"', "project"),
+    ],
+)
+def test_a_name_with_control_characters_is_refused(
+    tmp_path: Path, old: str, new: str, field: str
+) -> None:
+    """A NUL in a loop's name reached the store: PostgreSQL refused the run with a DataError
+    naming no field (SQLite kept it, and a newline broke every listing) (from probe41c)."""
+    err = _err(_spec(tmp_path, GOOD.replace(old, new)))
+    assert err.field == field and "control characters" in str(err), str(err)
+    assert lw.load_spec(_spec(tmp_path, GOOD.replace(old, old[:-1] + ' 🚀 läuft"'))).name
