@@ -109,6 +109,13 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         (json.dumps(record(debug_iter=5)), "'debug_iter' is 5"),
         (json.dumps(record(implementations=[])), "non-empty list"),
         (json.dumps(record(test_feedback=[[]])), "'test_feedback'"),
+        # counted as 0 tokens: the run's spend dropped in silence (from probe41c)
+        (json.dumps(record(token_nums=-5000)), "'token_nums' must be 0 or more, got -5000"),
+        # an older file's lone string: its characters were the visible tests
+        (
+            json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
+            "'given_tests' must be a list of strings",
+        ),
     ],
 )
 def test_malformed_lines_name_their_line(tmp_path: Path, line: str, message: str) -> None:

@@ -174,9 +174,13 @@ def convert_record(
             f"'test_feedback' must be a list of lists as long as 'implementations' "
             f"({len(impls)}), got {len(feedback)}"
         )
+    if rec["token_nums"] < 0:  # was counted as 0: the run's spend silently dropped
+        raise bad(f"'token_nums' must be 0 or more, got {rec['token_nums']}")
     tests = rec.get("generated_test")
     if tests is None:  # older files: rebuild LDB's filter (programming/ldb.py)
         given = rec.get("given_tests") or []
+        if not isinstance(given, list):  # a lone string's characters were its tests
+            raise bad("'given_tests' must be a list of strings")
         tests = [t for t in given if rec["entry_point"] in t and "assert False" not in t]
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise bad("'generated_test' must be a list of strings")
