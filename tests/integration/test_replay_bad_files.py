@@ -62,6 +62,10 @@ def _renumber(doc: dict[str, Any]) -> None:
         (_set("tail", {"kind": "crashed", "cost_usd": 1.0}), "tail.kind must be one of"),
         (_set("start", {"cycle": "2", "cost_usd": -5}), "start.cycle must be a whole number"),
         (_set("start", {"passed_checks": "visible_tests"}), "start.passed_checks must be a list"),
+        # not "accepted": the recorded column and fit-stop's reference lost the run in silence
+        (_set("recorded.status", "Accepted"), "recorded.status must be one of"),
+        (_set("recorded.stop_reason", 5), "recorded.stop_reason must be one of"),
+        (_set("recorded.success_required", "visible_tests"), "recorded.success_required must"),
         # replay takes cycles in the order listed: reversed, the passing cycle came first
         (_reverse, "cycle numbers must increase, got [3, 2, 1]"),
         (_renumber, "cycle numbers must increase, got [1, 1, 1]"),

@@ -51,6 +51,7 @@ from functools import reduce
 from pathlib import Path
 from typing import IO, Any
 
+from .._contract import RUN_STATUSES, STOP_REASONS
 from .._errors import ConfigError
 
 __all__ = [
@@ -214,6 +215,13 @@ class RunTrace:
                     if part.get(key) is not None:
                         check(part[key], f"{name}.{key}")
             _flag(recorded.get("held_out_passed"), "recorded.held_out_passed")
+            # what the recorded column (and fit-stop's reference) counts as accepted
+            for key, vocabulary in (("status", RUN_STATUSES), ("stop_reason", STOP_REASONS)):
+                if recorded.get(key) is not None and recorded[key] not in vocabulary:
+                    raise ValueError(
+                        f"recorded.{key} must be one of {list(vocabulary)}, got {recorded[key]!r}"
+                    )
+            _names(recorded.get("success_required"), "recorded.success_required")
             return cls(
                 run_id=str(d["run_id"]),
                 task_key=str(d.get("task_key", d["run_id"])),
