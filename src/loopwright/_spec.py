@@ -229,6 +229,11 @@ def _build(ref: str, options: Any, base: Path, where: str) -> Any:
         raise SpecError("must be a table", field=f"{where}.options")
     try:
         built = obj(**options)
+    except SystemExit as exc:  # as at import: would end the command silently, exit code 0
+        raise SpecError(
+            f"building {ref!r} with options called sys.exit({exc.code!r})",
+            field=f"{where}.options",
+        ) from None
     except Exception as exc:
         raise SpecError(
             f"building {ref!r} with options failed: {exc}", field=f"{where}.options"
@@ -365,6 +370,10 @@ def _effects(tables: Any, base: Path) -> list[Effect]:
                 raise SpecError("options need a factory and a table", field=f"{where}.options")
             try:
                 obj = obj(**et["options"])
+            except SystemExit as exc:
+                raise SpecError(
+                    f"building {et['ref']!r} called sys.exit({exc.code!r})", field=where
+                ) from None
             except Exception as exc:
                 raise SpecError(f"building {et['ref']!r} failed: {exc}", field=where) from None
         if not isinstance(obj, Effect):

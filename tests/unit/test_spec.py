@@ -233,3 +233,20 @@ def test_a_name_with_control_characters_is_refused(
     err = _err(_spec(tmp_path, GOOD.replace(old, new)))
     assert err.field == field and "control characters" in str(err), str(err)
     assert lw.load_spec(_spec(tmp_path, GOOD.replace(old, old[:-1] + ' 🚀 läuft"'))).name
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (GOOD.replace('ref = "code.py:propose"', 'ref = "code.py:quit"\noptions = {}'), "actor"),
+        (GOOD + '\n[[effects]]\nref = "code.py:quit"\noptions = {}\n', "effects[0]"),
+    ],
+)
+def test_a_factory_that_calls_sys_exit_is_a_spec_error(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    """A factory's sys.exit() (an options table calls it) ended `loopwright check` and `run`
+    silently with exit code 0, as a module's at import did before (from probe41c)."""
+    code = CODE + "\ndef quit(**options):\n    import sys\n    sys.exit()\n"
+    err = _err(_spec(tmp_path, text, code=code))
+    assert err.field.startswith(field) and "sys.exit(None)" in str(err), str(err)
