@@ -118,6 +118,8 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             name = f"loopwright_spec_{path.stem}_{digest}"
             module = sys.modules.get(name)
             if module is None:
+                _refuse_shadowed_siblings(path.parent, where)
+                _SPEC_DIRS.add(path.parent)
                 spec = importlib.util.spec_from_file_location(name, path)
                 if spec is None or spec.loader is None:
                     raise SpecError(f"cannot import {path}", field=where)
@@ -146,6 +148,27 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             raise SpecError(f"{target!r} has no attribute {attr!r}", field=where)
         obj = getattr(obj, part)
     return obj
+
+
+# The folders spec modules were loaded from in this process (a worker, the dashboard).
+_SPEC_DIRS: set[Path] = set()
+
+
+def _refuse_shadowed_siblings(folder: Path, where: str) -> None:
+    """Sibling modules are imported by their bare names, which a process shares: a
+    ``helpers.py`` beside this spec, when another spec's folder's ``helpers`` is imported
+    already, would silently be that other one (a worker serving both ran the wrong code)."""
+    for sibling in folder.glob("*.py"):
+        file = getattr(sys.modules.get(sibling.stem), "__file__", None)
+        if file is None:
+            continue
+        origin = Path(file).resolve().parent
+        if origin != folder and origin in _SPEC_DIRS:
+            raise SpecError(
+                f"module {sibling.stem!r} of another spec's folder ({origin}) is imported in "
+                f"this process already, so {sibling} would not be: rename one of them",
+                field=where,
+            )
 
 
 def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:

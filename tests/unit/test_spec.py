@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -250,3 +251,28 @@ def test_a_factory_that_calls_sys_exit_is_a_spec_error(
     code = CODE + "\ndef quit(**options):\n    import sys\n    sys.exit()\n"
     err = _err(_spec(tmp_path, text, code=code))
     assert err.field.startswith(field) and "sys.exit(None)" in str(err), str(err)
+
+
+def test_a_sibling_module_another_specs_folder_imported_is_refused(tmp_path: Path) -> None:
+    """Spec folders a and b each hold ``helpers_p41c.py``, imported by name from their
+    actor: a process that loaded a's spec (a worker serving both loops) gave b's actor a's
+    helpers, silently running the wrong code (from probe41c)."""
+    actor = "import helpers_p41c\n\ndef propose(ctx):\n    return helpers_p41c.made(ctx)\n"
+    for side in ("a", "b"):
+        d = tmp_path / side
+        d.mkdir()
+        (d / "actor.py").write_text(actor)
+        (d / "helpers_p41c.py").write_text(
+            f"import loopwright as lw\n\ndef made(ctx):\n    return lw.Proposal(note={side!r})\n"
+        )
+        (d / "code.py").write_text(CODE)
+        (d / "loop.toml").write_text(GOOD.replace("code.py:propose", "actor.py:propose"))
+    try:
+        a = lw.load_spec(tmp_path / "a" / "loop.toml")
+        assert a.actor(None).note == "a"
+        with pytest.raises(lw.SpecError, match="helpers_p41c") as info:
+            lw.load_spec(tmp_path / "b" / "loop.toml")
+        assert info.value.field == "actor.ref" and "rename one" in str(info.value)
+        assert lw.load_spec(tmp_path / "a" / "loop.toml").actor(None).note == "a"
+    finally:
+        sys.modules.pop("helpers_p41c", None)
