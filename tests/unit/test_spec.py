@@ -274,5 +274,10 @@ def test_a_sibling_module_another_specs_folder_imported_is_refused(tmp_path: Pat
             lw.load_spec(tmp_path / "b" / "loop.toml")
         assert info.value.field == "actor.ref" and "rename one" in str(info.value)
         assert lw.load_spec(tmp_path / "a" / "loop.toml").actor(None).note == "a"
+        # a copy of a's helpers (specs made from one template) is the same module: loaded
+        (tmp_path / "b" / "helpers_p41c.py").write_bytes(
+            (tmp_path / "a" / "helpers_p41c.py").read_bytes()
+        )
+        assert lw.load_spec(tmp_path / "b" / "loop.toml").actor(None).note == "a"
     finally:
         sys.modules.pop("helpers_p41c", None)
