@@ -537,6 +537,10 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             except StaleLeaseError:
                 ex.lost = True
                 return
+            except StoreUnavailableError:
+                # a dropped connection or a locked store: try again at the next beat (ended
+                # here, the lease expired under the live run and another worker took it over)
+                continue
 
     async def _drive(self, ex: _Exec, rec: RunRecord) -> None:
         # An effect renews this lease before it starts and names its holder in the intent.

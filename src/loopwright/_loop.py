@@ -112,6 +112,7 @@ class Loop:
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("a loop needs a name", field="name")
+        _no_control(self.name, "name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
         if not isinstance(self.contract, Contract):
@@ -147,7 +148,14 @@ class Loop:
                 ),
                 field="verifiers",
             )
-        if not sum(c.weight for c in checks if not c.held_out):
+        weights = sum(c.weight for c in checks if not c.held_out)
+        if not math.isfinite(weights):  # each weight finite, the sum not: every score NaN
+            raise ConfigError(
+                f"the visible checks' weights add up to {weights}: every score would be NaN "
+                "and no run could succeed (scale the weights down)",
+                field="verifiers",
+            )
+        if not weights:
             raise ConfigError(
                 "the visible checks' weights add up to 0: the run would have no score, and "
                 "could neither succeed nor show progress (give one of them a weight above 0)",
@@ -158,6 +166,7 @@ class Loop:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):
             raise ConfigError(f"must be a string, got {self.project!r}", field="project")
+        _no_control(self.project, "project")
         effects = tuple(self.effects)
         for e in effects:
             if not isinstance(e, Effect):
@@ -217,6 +226,13 @@ class Loop:
     @property
     def held_out(self) -> tuple[Check, ...]:
         return tuple([c for c in self.verifiers if c.held_out])
+
+
+def _no_control(value: object, field: str) -> None:
+    """A name stored as text and listed in tables: a NUL cannot be stored in PostgreSQL (the
+    run was refused by the store, as a DataError naming no field), a newline breaks listings."""
+    if isinstance(value, str) and any(ch < " " or ch == "\x7f" for ch in value):
+        raise ConfigError(f"must not hold control characters, got {value!r}", field=field)
 
 
 def _check_number(value: object, field: str, *, positive: bool) -> None:

@@ -95,7 +95,6 @@ _VERIFIER = {
     "weight",
     "timeout_s",
     "options",
-    "kind",
     "retry",
 }
 _EFFECT = {"ref", "options"}
@@ -119,6 +118,8 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             name = f"loopwright_spec_{path.stem}_{digest}"
             module = sys.modules.get(name)
             if module is None:
+                _refuse_shadowed_siblings(path.parent, where)
+                _SPEC_DIRS.add(path.parent)
                 spec = importlib.util.spec_from_file_location(name, path)
                 if spec is None or spec.loader is None:
                     raise SpecError(f"cannot import {path}", field=where)
@@ -147,6 +148,35 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             raise SpecError(f"{target!r} has no attribute {attr!r}", field=where)
         obj = getattr(obj, part)
     return obj
+
+
+# The folders spec modules were loaded from in this process (a worker, the dashboard).
+_SPEC_DIRS: set[Path] = set()
+
+
+def _refuse_shadowed_siblings(folder: Path, where: str) -> None:
+    """Sibling modules are imported by their bare names, which a process shares: a
+    ``helpers.py`` beside this spec, when another spec's folder's ``helpers`` is imported
+    already, would silently be that other one (a worker serving both ran the wrong code)."""
+    for sibling in folder.glob("*.py"):
+        file = getattr(sys.modules.get(sibling.stem), "__file__", None)
+        if file is None:
+            continue
+        origin = Path(file).resolve().parent
+        if origin != folder and origin in _SPEC_DIRS and not _same_bytes(sibling, Path(file)):
+            raise SpecError(
+                f"module {sibling.stem!r} of another spec's folder ({origin}) is imported in "
+                f"this process already, so {sibling} would not be: rename one of them",
+                field=where,
+            )
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    """A copy of the same file (specs made from one template) is the same module: let it be."""
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def _table(data: Any, where: str, allowed: set[str]) -> Mapping[str, Any]:
@@ -230,6 +260,11 @@ def _build(ref: str, options: Any, base: Path, where: str) -> Any:
         raise SpecError("must be a table", field=f"{where}.options")
     try:
         built = obj(**options)
+    except SystemExit as exc:  # as at import: would end the command silently, exit code 0
+        raise SpecError(
+            f"building {ref!r} with options called sys.exit({exc.code!r})",
+            field=f"{where}.options",
+        ) from None
     except Exception as exc:
         raise SpecError(
             f"building {ref!r} with options failed: {exc}", field=f"{where}.options"
@@ -366,6 +401,10 @@ def _effects(tables: Any, base: Path) -> list[Effect]:
                 raise SpecError("options need a factory and a table", field=f"{where}.options")
             try:
                 obj = obj(**et["options"])
+            except SystemExit as exc:
+                raise SpecError(
+                    f"building {et['ref']!r} called sys.exit({exc.code!r})", field=where
+                ) from None
             except Exception as exc:
                 raise SpecError(f"building {et['ref']!r} failed: {exc}", field=where) from None
         if not isinstance(obj, Effect):

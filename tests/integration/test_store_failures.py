@@ -5,6 +5,7 @@ uninterrupted run ends. Faults are placed at phase boundaries, never by timing."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import loopwright as lw
 
 TASK = {"artifacts": {"doc": {"body": ""}}}
+PATIENCE = 60.0  # seconds before a wait gives up (never expected)
 
 
 def loop(calls: list[int]) -> lw.Loop:
@@ -142,3 +144,45 @@ def test_dropped_postgres_connections_leave_runs_resumable(pg_url: str) -> None:
                 rt.store.release_lease(rec.run_id, rt.store.get_run("k").fencing_token)
     assert done is not None
     assert (done.status, done.stop_reason) == ("accepted", "success")
+
+
+def test_a_renewal_the_store_failed_is_tried_again_at_the_next_beat(tmp_path: Path) -> None:
+    """The heartbeat ended at the first renewal a dropped connection or a locked store failed:
+    the lease was never renewed again, expired under the live run, and another worker took
+    the run over and did its cycle in flight again (from probe41c). It now tries again at the
+    next beat. The actor holds its cycle until the lease is renewed twice after the failure."""
+    renewed = {"failed": 0, "after": 0}
+    both = asyncio.Event()
+
+    async def actor(ctx: lw.Context) -> lw.Proposal:
+        try:
+            await asyncio.wait_for(both.wait(), timeout=PATIENCE)  # a bound, never expected
+        except TimeoutError:
+            return lw.Proposal.edit("doc", {"body": "never renewed again"})
+        return lw.Proposal.edit("doc", {"body": "done"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.values()["doc"]["body"] == "done")
+
+    lp = lw.Loop(
+        name="hb",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(tmp_path / "s.db", lease_ttl_s=0.3) as rt:
+        real = rt.store.renew_lease
+
+        def flaky(*args: Any, **kw: Any) -> Any:
+            if not renewed["failed"]:
+                renewed["failed"] = 1
+                raise lw.StoreUnavailableError("connection dropped (injected)")
+            renewed["after"] += 1
+            if renewed["after"] == 2:
+                both.set()
+            return real(*args, **kw)
+
+        rt.store.renew_lease = flaky  # type: ignore[method-assign]
+        result = rt.run_sync(lp, TASK, task_key="k")
+    assert renewed == {"failed": 1, "after": renewed["after"]} and renewed["after"] >= 2
+    assert result.status == "accepted"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loopwright import Contract
+from loopwright import ConfigError, Contract
 from loopwright.importers import (
     USD_PER_TOKEN,
     LdbFormatError,
@@ -109,6 +109,13 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         (json.dumps(record(debug_iter=5)), "'debug_iter' is 5"),
         (json.dumps(record(implementations=[])), "non-empty list"),
         (json.dumps(record(test_feedback=[[]])), "'test_feedback'"),
+        # counted as 0 tokens: the run's spend dropped in silence (from probe41c)
+        (json.dumps(record(token_nums=-5000)), "'token_nums' must be 0 or more, got -5000"),
+        # an older file's lone string: its characters were the visible tests
+        (
+            json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
+            "'given_tests' must be a list of strings",
+        ),
     ],
 )
 def test_malformed_lines_name_their_line(tmp_path: Path, line: str, message: str) -> None:
@@ -205,3 +212,17 @@ def test_replay_of_a_nine_round_recording_stops_by_budget(tmp_path: Path) -> Non
     src = _write(tmp_path, _failing("MBPP/3", 9), record())
     outcomes = [simulate(t, contract) for t in traces_from_ldb(src)]
     assert [(o.reason, o.cycles) for o in outcomes] == [("budget_cycles", 10), ("success", 3)]
+
+
+@pytest.mark.parametrize("price", [float("nan"), float("inf"), 1e308])
+def test_a_price_that_makes_a_cost_not_finite_is_refused(tmp_path: Path, price: float) -> None:
+    """NaN passed the "not negative" check and a huge price overflowed: the tasks file got
+    ``NaN`` or ``Infinity`` costs, which are not JSON (from probe41c). Nothing is written."""
+    src = tmp_path / "runs.jsonl"
+    src.write_text(json.dumps(record()) + "\n")
+    out = tmp_path / "tasks.jsonl"
+    with pytest.raises(ConfigError, match="finite") as info:
+        import_ldb(src, out, usd_per_token=price)
+    assert info.value.field == "usd_per_token"
+    assert not out.exists()
+    assert convert_record(record(), usd_per_token=1e-6)["recorded"]["attempts"][0]["usage"]

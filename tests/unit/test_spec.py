@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -117,6 +118,9 @@ def test_bad_toml(tmp_path: Path) -> None:
         (GOOD.replace("held_out = true", "heldout = true"), "verifiers[1].heldout"),
         (GOOD.replace("max_cycles = 3", "max_cycle = 3"), "contract.budget.max_cycle"),
         (GOOD.replace("max_cycles = 3", "max_cycles = -3"), "contract.budget.max_cycles"),
+        # a verifier's ``kind`` was accepted and never read: a spec meaning something by it
+        # (or a misplaced effect key) ran as if it were not there
+        (GOOD.replace("held_out = true", "held_out = true\nkind = 'llm'"), "verifiers[1].kind"),
     ],
 )
 def test_unknown_or_bad_key_names_the_field(tmp_path: Path, text: str, field: str) -> None:
@@ -196,3 +200,84 @@ def test_secret_fields_are_registered_and_checked(
     for bad in ('"iban"', "[1]", '[""]'):
         err = _err(_spec(tmp_path, f"secret_fields = {bad}\n" + GOOD))
         assert err.field == "secret_fields", err
+
+
+def test_visible_weights_whose_sum_overflows_are_refused(tmp_path: Path) -> None:
+    """Each weight finite, their sum inf: every score was inf/inf = NaN, so a run whose checks
+    all passed never reached min_score and spent its whole budget (from probe41c)."""
+    text = GOOD.replace(
+        'ref = "code.py:check"\n\n', 'ref = "code.py:check"\nweight = 1e308\n\n', 1
+    ).replace(
+        '[[verifiers]]\nname = "audit"',
+        '[[verifiers]]\nname = "second"\nref = "code.py:check"\nweight = 1e308\n\n'
+        '[[verifiers]]\nname = "audit"',
+    )
+    err = _err(_spec(tmp_path, text))
+    assert err.field == "verifiers" and "add up to inf" in str(err), str(err)
+    # one such weight alone is fine: its scores stay finite
+    one = GOOD.replace('ref = "code.py:check"\n\n', 'ref = "code.py:check"\nweight = 1e308\n\n', 1)
+    assert lw.load_spec(_spec(tmp_path, one)).verifiers[0].weight == 1e308
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ('name = "demo"', 'name = "de\\u0000mo"', "name"),  # PostgreSQL refused the run
+        ('project = "p"', 'project = "p\\nq"', "project"),
+    ],
+)
+def test_a_name_with_control_characters_is_refused(
+    tmp_path: Path, old: str, new: str, field: str
+) -> None:
+    """A NUL in a loop's name reached the store: PostgreSQL refused the run with a DataError
+    naming no field (SQLite kept it, and a newline broke every listing) (from probe41c)."""
+    err = _err(_spec(tmp_path, GOOD.replace(old, new)))
+    assert err.field == field and "control characters" in str(err), str(err)
+    assert lw.load_spec(_spec(tmp_path, GOOD.replace(old, old[:-1] + ' 🚀 läuft"'))).name
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (GOOD.replace('ref = "code.py:propose"', 'ref = "code.py:quit"\noptions = {}'), "actor"),
+        (GOOD + '\n[[effects]]\nref = "code.py:quit"\noptions = {}\n', "effects[0]"),
+    ],
+)
+def test_a_factory_that_calls_sys_exit_is_a_spec_error(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    """A factory's sys.exit() (an options table calls it) ended `loopwright check` and `run`
+    silently with exit code 0, as a module's at import did before (from probe41c)."""
+    code = CODE + "\ndef quit(**options):\n    import sys\n    sys.exit()\n"
+    err = _err(_spec(tmp_path, text, code=code))
+    assert err.field.startswith(field) and "sys.exit(None)" in str(err), str(err)
+
+
+def test_a_sibling_module_another_specs_folder_imported_is_refused(tmp_path: Path) -> None:
+    """Spec folders a and b each hold ``helpers_p41c.py``, imported by name from their
+    actor: a process that loaded a's spec (a worker serving both loops) gave b's actor a's
+    helpers, silently running the wrong code (from probe41c)."""
+    actor = "import helpers_p41c\n\ndef propose(ctx):\n    return helpers_p41c.made(ctx)\n"
+    for side in ("a", "b"):
+        d = tmp_path / side
+        d.mkdir()
+        (d / "actor.py").write_text(actor)
+        (d / "helpers_p41c.py").write_text(
+            f"import loopwright as lw\n\ndef made(ctx):\n    return lw.Proposal(note={side!r})\n"
+        )
+        (d / "code.py").write_text(CODE)
+        (d / "loop.toml").write_text(GOOD.replace("code.py:propose", "actor.py:propose"))
+    try:
+        a = lw.load_spec(tmp_path / "a" / "loop.toml")
+        assert a.actor(None).note == "a"
+        with pytest.raises(lw.SpecError, match="helpers_p41c") as info:
+            lw.load_spec(tmp_path / "b" / "loop.toml")
+        assert info.value.field == "actor.ref" and "rename one" in str(info.value)
+        assert lw.load_spec(tmp_path / "a" / "loop.toml").actor(None).note == "a"
+        # a copy of a's helpers (specs made from one template) is the same module: loaded
+        (tmp_path / "b" / "helpers_p41c.py").write_bytes(
+            (tmp_path / "a" / "helpers_p41c.py").read_bytes()
+        )
+        assert lw.load_spec(tmp_path / "b" / "loop.toml").actor(None).note == "a"
+    finally:
+        sys.modules.pop("helpers_p41c", None)

@@ -108,6 +108,7 @@ def fit_stop_cmd(
         except ConfigError as exc:
             raise ConfigError(_message(exc), field="--base") from None
     traces = []
+    pooled: dict[str, str] = {}  # run id -> the source it came from
     for source in sources:
         if source in ("store", "runs"):
             from ._stores import open_existing
@@ -118,6 +119,14 @@ def fit_stop_cmd(
             got = load_source(source)
         if not got:
             raise ConfigError(f"no runs in {source}", field="SOURCE")
+        for t in got:  # a file given twice, or runs saved from the store and the store
+            if t.run_id in pooled:
+                raise ConfigError(
+                    f"run {t.run_id!r} is in {pooled[t.run_id]} and in {source}: pooled, it "
+                    "would be counted twice",
+                    field="SOURCE",
+                )
+            pooled[t.run_id] = source
         traces += got
     source = " + ".join(sources)
     split_folds(traces, folds, seed)  # bad --folds fails here, before the progress bar

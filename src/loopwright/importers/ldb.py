@@ -59,6 +59,7 @@ itself costs nothing here: it came from a separate generator run LDB does not ac
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -173,9 +174,13 @@ def convert_record(
             f"'test_feedback' must be a list of lists as long as 'implementations' "
             f"({len(impls)}), got {len(feedback)}"
         )
+    if rec["token_nums"] < 0:  # was counted as 0: the run's spend silently dropped
+        raise bad(f"'token_nums' must be 0 or more, got {rec['token_nums']}")
     tests = rec.get("generated_test")
     if tests is None:  # older files: rebuild LDB's filter (programming/ldb.py)
         given = rec.get("given_tests") or []
+        if not isinstance(given, list):  # a lone string's characters were its tests
+            raise bad("'given_tests' must be a list of strings")
         tests = [t for t in given if rec["entry_point"] in t and "assert False" not in t]
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise bad("'generated_test' must be a list of strings")
@@ -189,6 +194,13 @@ def convert_record(
     if usd_per_token < 0:
         raise ConfigError("must not be negative", field="usd_per_token")
     tokens = _split_tokens(rec["token_nums"], attempts_n)
+    if not all(math.isfinite(t * usd_per_token) for t in tokens):
+        # NaN passed the check above; a huge price overflows: either wrote NaN or Infinity
+        # costs, which are not JSON, into the tasks
+        raise ConfigError(
+            f"must be a finite number small enough that a cost stays finite, got {usd_per_token!r}",
+            field="usd_per_token",
+        )
     entry = rec["entry_point"]
     # A run that never passed used up its rounds: debug_iter is its budget.
     budget = debug_iter if not rec["is_passing"] else rounds
@@ -260,22 +272,26 @@ class LdbImport:
 
 def _parse_lines(p: Path) -> list[tuple[int, Any]]:
     out: list[tuple[int, Any]] = []
-    n = 0
-    try:
-        with p.open(encoding="utf-8") as fh:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    out.append((n, json.loads(raw)))
-                except json.JSONDecodeError as exc:
-                    raise LdbFormatError(
-                        f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
-                    ) from None
-                except RecursionError:
-                    raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
-    except UnicodeDecodeError as exc:  # raised while reading line n + 1
-        raise LdbFormatError(f"not UTF-8 text ({exc.reason})", path=str(p), line=n + 1) from None
+    # Bytes, each line decoded on its own: a text stream decodes ahead in 8 KB chunks, so its
+    # UnicodeDecodeError came up lines before the bad one and named the wrong line.
+    with p.open("rb") as fh:
+        for n, data in enumerate(fh, 1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise LdbFormatError(
+                    f"not UTF-8 text ({exc.reason})", path=str(p), line=n
+                ) from None
+            if not raw.strip():
+                continue
+            try:
+                out.append((n, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise LdbFormatError(
+                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
+                ) from None
+            except RecursionError:
+                raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
     return out
 
 

@@ -41,6 +41,7 @@ cycles are its own (what it inherited is not counted again).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import operator
@@ -50,6 +51,7 @@ from functools import reduce
 from pathlib import Path
 from typing import IO, Any
 
+from .._contract import RUN_STATUSES, STOP_REASONS
 from .._errors import ConfigError
 
 __all__ = [
@@ -177,39 +179,58 @@ class RunTrace:
                         )
                         for x in c.get("calls") or ()
                     ),
-                    verdicts={str(k): dict(v) for k, v in (c.get("verdicts") or {}).items()},
+                    verdicts=_verdicts(c.get("verdicts")),
                     score=_score(c.get("score")),
                     held_out_passed=_flag(c.get("held_out_passed"), "held_out_passed"),
-                    refused=bool(c.get("refused", False)),
-                    duplicate=bool(c.get("duplicate", False)),
-                    asked=bool(c.get("asked", False)),
+                    refused=_bit(c.get("refused", False), "refused"),
+                    duplicate=_bit(c.get("duplicate", False), "duplicate"),
+                    asked=_bit(c.get("asked", False), "asked"),
                     seconds=_amount(c.get("seconds", 0.0), "seconds"),
                     improved=_flag(c.get("improved"), "improved"),
-                    reopened=bool(c.get("reopened", False)),
+                    reopened=_bit(c.get("reopened", False), "reopened"),
                 )
                 for c in d.get("cycles") or ()
             )
+            numbers = [c.cycle for c in cycles]
+            if any(a >= b for a, b in itertools.pairwise(numbers)):
+                # replay takes the cycles in the order listed: a reordered or repeated cycle
+                # would replay another run than the one recorded
+                raise ValueError(f"cycle numbers must increase, got {numbers}")
             recorded = dict(d.get("recorded") or {})
             tail = dict(d.get("tail") or {"kind": "none"})
+            if tail.get("kind", "none") not in TAIL_KINDS:  # an unknown one replayed as censored
+                raise ValueError(
+                    f"tail.kind must be one of {sorted(TAIL_KINDS)}, got {tail.get('kind')!r}"
+                )
+            start = dict(d.get("start") or {})
+            _names(start.get("passed_checks"), "start.passed_checks")
             # What replay adds up and compares: a number that is text or NaN is a bad file,
             # said here, not a ValueError (or a NaN total) later.
             for name, part, keys in (
                 ("recorded", recorded, _RECORDED_NUMBERS),
                 ("tail", tail, _TAIL_NUMBERS),
+                ("start", start, _START_NUMBERS),
             ):
                 for key, check in keys.items():
                     if part.get(key) is not None:
                         check(part[key], f"{name}.{key}")
             _flag(recorded.get("held_out_passed"), "recorded.held_out_passed")
+            # what the recorded column (and fit-stop's reference) counts as accepted
+            for key, vocabulary in (("status", RUN_STATUSES), ("stop_reason", STOP_REASONS)):
+                if recorded.get(key) is not None and recorded[key] not in vocabulary:
+                    raise ValueError(
+                        f"recorded.{key} must be one of {list(vocabulary)}, got {recorded[key]!r}"
+                    )
+            _names(recorded.get("success_required"), "recorded.success_required")
             return cls(
                 run_id=str(d["run_id"]),
                 task_key=str(d.get("task_key", d["run_id"])),
                 cycles=cycles,
-                required=tuple(str(x) for x in d.get("required") or ()),
+                required=_names(d.get("required"), "required"),
                 recorded=recorded,
                 tail=tail,
                 source=str(d.get("source", "")),
-                start=dict(d.get("start") or {}),
+                start=start,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             said = str(exc) if type(exc) is ValueError else repr(exc)
@@ -246,8 +267,56 @@ def _flag(value: Any, what: str) -> bool | None:
     raise ValueError(f"{what} must be true, false or null, got {value!r}")
 
 
+def _bit(value: Any, what: str) -> bool:
+    if isinstance(value, bool):  # bool("false") is True
+        return value
+    raise ValueError(f"{what} must be true or false, got {value!r}")
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        return tuple(value)  # not a lone string: its characters would be the names
+    raise ValueError(f"{what} must be a list of check names, got {value!r}")
+
+
+def _verdicts(value: Any) -> dict[str, dict[str, Any]]:
+    """A cycle's visible verdicts: replay reads ``passed`` and ``vacuous`` as flags ("false"
+    is truthy) and a verdict's score must not be NaN."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"verdicts must be an object, got {value!r}")
+    out = {}
+    for name, v in value.items():
+        if not isinstance(v, Mapping):
+            raise ValueError(f"verdicts.{name} must be an object, got {v!r}")
+        for key in ("passed", "vacuous"):
+            if key in v:
+                _bit(v[key], f"verdicts.{name}.{key}")
+        if v.get("score") is not None:
+            _score(v["score"])
+        out[str(name)] = dict(v)
+    return out
+
+
+#: ``tail.kind``: how a recorded run ended after its last concluded cycle (module docstring).
+TAIL_KINDS = frozenset(
+    {"escalated", "crossed", "parked", "cancelled", "unfinished", "reopened", "none"}
+)
+
 _RECORDED_NUMBERS = {"cycles": _count, "cost_usd": _amount, "tokens": _count, "max_cycles": _count}
 _TAIL_NUMBERS = {"cost_usd": _amount, "tokens": _count, "seconds": _amount, "max_seconds": _amount}
+_START_NUMBERS = {
+    "cycle": _count,
+    "cost_usd": _amount,
+    "tokens": _count,
+    "seconds": _amount,
+    "stall": _count,
+    "best_score": lambda v, _: _score(v),
+    "progress_score": lambda v, _: _score(v),
+}
 
 
 def write_traces(traces: Iterable[RunTrace], out: str | Path | IO[str]) -> int:
@@ -267,22 +336,31 @@ def read_traces(path: str | Path) -> Iterator[RunTrace]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no such file: {p}", field="SOURCE")
-    n = 0
-    try:
-        with p.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(
-                        f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE"
-                    ) from None
-                except RecursionError:
-                    raise ConfigError(f"{p}, line {n}: nested too deeply", field="SOURCE") from None
-                yield RunTrace.from_dict(data, where=f"{p}:{n}")
-    except UnicodeDecodeError as exc:  # raised while reading line n + 1
-        raise ConfigError(
-            f"{p}, line {n + 1}: not UTF-8 text ({exc.reason})", field="SOURCE"
-        ) from None
+    lines: dict[str, int] = {}  # run id -> its line: a run listed twice would count twice
+    # Bytes, each line decoded on its own: a text stream decodes ahead in 8 KB chunks, so its
+    # UnicodeDecodeError came up lines before the bad one and named the wrong line.
+    with p.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"{p}, line {n}: not UTF-8 text ({exc.reason})", field="SOURCE"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE") from None
+            except RecursionError:
+                raise ConfigError(f"{p}, line {n}: nested too deeply", field="SOURCE") from None
+            trace = RunTrace.from_dict(data, where=f"{p}:{n}")
+            if trace.run_id in lines:
+                raise ConfigError(
+                    f"{p}, line {n}: run {trace.run_id!r} is on line {lines[trace.run_id]} "
+                    "too (it would be counted twice)",
+                    field="SOURCE",
+                )
+            lines[trace.run_id] = n
+            yield trace

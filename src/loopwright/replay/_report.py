@@ -12,6 +12,7 @@ from typing import Any
 from .._contract import Contract
 from .._errors import ConfigError
 from .._inherited import Inherited
+from .._spec import _TOP as _SPEC_KEYS
 from ._format import RunTrace, added_up
 from ._simulate import Outcome, simulate
 
@@ -181,6 +182,16 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
     if not isinstance(table, Mapping):
         raise ConfigError(f"{p}: [contract] must be a table", field="--contract")
     known = {"success", "no_progress", "budget", "marginal_return", "escalation"}
+    # A loop spec's other tables are the spec's; anything else is a typo, which dropped in
+    # silence would replay a contract without the rule it meant ([contract.no_progres]).
+    allowed = known | {"risk"} | (set() if "contract" in data else _SPEC_KEYS)
+    for key in table:
+        if key not in allowed:
+            where = f"contract.{key}" if "contract" in data else key
+            raise ConfigError(
+                f"{p}: unknown table {where!r}; expected one of {sorted(known | {'risk'})}",
+                field="--contract",
+            )
     if keep_risk:
         known.add("risk")
     return {k: v for k, v in table.items() if k in known}

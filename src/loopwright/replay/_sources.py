@@ -288,11 +288,12 @@ def load_source(source: str, store: Store | None = None) -> list[RunTrace]:
         raise ConfigError(
             f"{source!r} is neither 'store' nor a file (run-trace or LDB JSONL)", field="SOURCE"
         )
+    with p.open("rb") as fh:  # the first line only: the readers name a later bad line
+        n, raw = next(((n, x) for n, x in enumerate(fh, 1) if x.strip()), (1, b""))
     try:
-        with p.open(encoding="utf-8") as fh:
-            first = next((line for line in fh if line.strip()), "")
+        first = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p} is not UTF-8 text ({exc.reason})", field="SOURCE") from None
+        raise ConfigError(f"{p}, line {n}: not UTF-8 text ({exc.reason})", field="SOURCE") from None
     if f'"{TRACE_FORMAT}"' in first:
         return list(read_traces(p))
     if '"implementations"' in first and '"test_feedback"' in first:
