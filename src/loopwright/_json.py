@@ -90,10 +90,23 @@ def _finite(value: Any, keys: bool = False) -> Any:
     if isinstance(value, str):
         return _whole_text(value)
     if isinstance(value, dict):
-        return {_json_key(k, keys): _finite(v, keys) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            nk = _json_key(k, keys)
+            if nk in out:  # two keys written alike (a date and its text): both kept, the
+                nk = _numbered(nk, out)  # later numbered, as the redaction does
+            out[nk] = _finite(v, keys)
+        return out
     if isinstance(value, list | tuple):
         return [_finite(v, keys) for v in value]
     return value
+
+
+def _numbered(key: Any, taken: dict[Any, Any]) -> str:
+    n = 2
+    while f"{key}#{n}" in taken:
+        n += 1
+    return f"{key}#{n}"
 
 
 def str_keys(value: Any) -> Any:

@@ -183,3 +183,18 @@ def test_owned_copy_is_what_a_store_reads_back_and_shares_nothing() -> None:
 @given(json_values)
 def test_owned_copy_equals_the_stores_round_trip(value: Any) -> None:
     assert _json.owned_copy(value) == _json.loads(_json.dumps(value))
+
+
+def test_two_keys_written_alike_are_both_kept() -> None:
+    """A key json refuses is written as its ``str``: a date key beside its own text wrote one
+    key, and the other value was lost without a word."""
+    day = dt.date(2026, 1, 1)
+    for value, want in (
+        ({day: 1, "2026-01-01": 2}, {"2026-01-01": 1, "2026-01-01#2": 2}),
+        ({"2026-01-01": 2, day: 1}, {"2026-01-01": 2, "2026-01-01#2": 1}),
+        (
+            {(1, 2): "a", "(1, 2)": "b", "(1, 2)#2": "c"},
+            {"(1, 2)": "a", "(1, 2)#2": "b", "(1, 2)#2#2": "c"},
+        ),
+    ):
+        assert json.loads(_json.dumps({"e": value})) == {"e": want}
