@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from typing import Any
 
 import pytest
 
@@ -232,3 +233,129 @@ def test_a_webhook_urls_credentials_go_as_basic_auth() -> None:
         server.server_close()
         thread.join()
     assert seen == ["Basic " + base64.b64encode(b"hook@ops:pa:ss").decode()]
+
+
+class _Timers:
+    """``threading.Timer`` for ``_webhook_post``: started, never firing by itself; the test
+    fires it (the deadline passing) at a point it chooses."""
+
+    def __init__(self) -> None:
+        self.fns: list[Any] = []
+        self.cancelled = 0
+        outer = self
+
+        class T:
+            daemon = False
+
+            def __init__(self, interval: float, fn: Any) -> None:
+                outer.fns.append(fn)
+
+            def start(self) -> None:
+                pass
+
+            def cancel(self) -> None:
+                outer.cancelled += 1
+
+        self.Timer = T
+
+
+@pytest.mark.parametrize(
+    ("sent", "want"),
+    [(b"", TimeoutError), (b"HTTP/1.1 200 OK\r\nX-Slow: ", 200)],
+    ids=["nothing", "a status line"],
+)
+def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, sent: bytes, want: type[BaseException] | int
+) -> None:
+    """urllib's timeout limits each read: a receiver sending one byte at a time held the
+    post, and that URL's delivery thread, without end. Here it sends ``sent`` and then nothing
+    until the test ends; the deadline passing (the timer fired by the test, once the request
+    is in) ends the post: a ``TimeoutError`` when no status came, the status when one did
+    (the receiver took the request; posting it again would deliver it twice)."""
+    import socket
+    import threading
+
+    from loopwright.web import _webhook_post
+
+    timers = _Timers()
+    monkeypatch.setattr(_webhook_post, "Timer", timers.Timer)
+    listener = socket.create_server(("127.0.0.1", 0))
+    got, release = threading.Event(), threading.Event()
+
+    def receiver() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"{}"):
+                data += conn.recv(4096)
+            conn.sendall(sent)  # and nothing more
+            got.set()
+            release.wait()
+
+    outcome: list[BaseException | int] = []
+
+    def post() -> None:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+        try:  # a per-read timeout far beyond the test: only the deadline can end it
+            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    rx = threading.Thread(target=receiver, daemon=True)
+    tx = threading.Thread(target=post, daemon=True)
+    rx.start()
+    tx.start()
+    try:
+        assert got.wait(60), "the receiver never got the request"
+        [deadline] = timers.fns
+        deadline()
+        tx.join(60)
+        assert not tx.is_alive(), "the post was not cut off"
+    finally:
+        release.set()
+        rx.join(60)
+        listener.close()
+    [got_back] = outcome
+    if want is TimeoutError:
+        assert isinstance(got_back, TimeoutError) and "timeout_s=3600" in str(got_back)
+    else:
+        assert got_back == want
+    assert timers.cancelled == 1
+
+
+def test_a_post_answered_in_time_cancels_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer of a post that ended is cancelled, and a deadline that fires after the
+    answer changes nothing."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from loopwright.web import _webhook_post
+
+    timers = _Timers()
+    monkeypatch.setattr(_webhook_post, "Timer", timers.Timer)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(202)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    import threading
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        assert _webhook_post.http_post(url, b"{}", {}, 5.0) == 202
+        assert timers.cancelled == 1
+        timers.fns[0]()  # late: nothing is open any more
+        assert _webhook_post.http_post(url, b"{}", {}, 5.0) == 202
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -26,8 +26,6 @@ import queue
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +34,10 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
-from .._userinfo import without_userinfo
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
 from ._feed import Change
+from ._webhook_post import http_post
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -270,31 +268,6 @@ def run_end_body(rec: RunRecord, link_base: str | None) -> dict[str, Any]:
         "ended_at": _iso(rec.ended_at),
         "url": url,
     }
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook that answers with a redirect failed: urllib would resend the POST as a GET."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
-    """POST ``body``; the response's status (an HTTP error's too). Network errors raise. A
-    URL's ``user:password@`` goes as the Basic header (urllib sends neither, and looked the
-    whole ``user:password@host`` up as the host)."""
-    url, auth = without_userinfo(url)
-    req = urllib.request.Request(url, data=body, headers={**auth, **headers}, method="POST")
-    try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
-            resp.read(65536)
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
 
 
 def _retryable(status: int) -> bool:
