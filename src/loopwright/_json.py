@@ -91,10 +91,14 @@ def _finite(value: Any, keys: bool = False) -> Any:
         return _whole_text(value)
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
+        written: set[str] = set()  # the keys as json writes them: 1 and "1" are one key there
         for k, v in value.items():
             nk = _json_key(k, keys)
-            if nk in out:  # two keys written alike (a date and its text): both kept, the
-                nk = _numbered(nk, out)  # later numbered, as the redaction does
+            text = _written_key(nk)
+            if text is not None:
+                if text in written:  # two keys written alike (a date and its text, 1 and
+                    nk = text = _numbered(text, written)  # "1"): both kept, the later numbered
+                written.add(text)
             out[nk] = _finite(v, keys)
         return out
     if isinstance(value, list | tuple):
@@ -102,7 +106,16 @@ def _finite(value: Any, keys: bool = False) -> Any:
     return value
 
 
-def _numbered(key: Any, taken: dict[Any, Any]) -> str:
+def _written_key(key: Any) -> str | None:
+    # json writes a number, a bool or None key as its JSON text; any other key it refuses
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, int | float):
+        return json.dumps(key)
+    return None
+
+
+def _numbered(key: str, taken: set[str]) -> str:
     n = 2
     while f"{key}#{n}" in taken:
         n += 1

@@ -198,3 +198,17 @@ def test_two_keys_written_alike_are_both_kept() -> None:
         ),
     ):
         assert json.loads(_json.dumps({"e": value})) == {"e": want}
+
+
+def test_a_number_key_and_its_text_are_both_kept() -> None:
+    """json writes a number, bool or None key as its text: ``{1: "a", "1": "b"}`` was written
+    with the key "1" twice, and read back as one (a value lost without a word)."""
+    for value, want in (
+        ({1: "a", "1": "b"}, {"1": "a", "1#2": "b"}),
+        ({"1": "b", 1: "a"}, {"1": "b", "1#2": "a"}),
+        ({None: "a", "null": "b"}, {"null": "a", "null#2": "b"}),
+        ({1.5: "a", "1.5": "b"}, {"1.5": "a", "1.5#2": "b"}),
+        ({True: "a", "true": "b", "true#2": "c"}, {"true": "a", "true#2": "b", "true#2#2": "c"}),
+    ):
+        assert _json.loads(_json.dumps({"e": value})) == {"e": want}
+        assert _json.round_trip({"e": value}) == {"e": want}
