@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Container
 from typing import Any
 
 from ._errors import ConfigError
@@ -97,7 +98,7 @@ def _finite(value: Any, keys: bool = False) -> Any:
             text = _written_key(nk)
             if text is not None:
                 if text in written:  # two keys written alike (a date and its text, 1 and
-                    nk = text = _numbered(text, written)  # "1"): both kept, the later numbered
+                    nk = text = numbered_key(text, written)  # "1"): both kept, the later numbered
                 written.add(text)
             out[nk] = _finite(v, keys)
         return out
@@ -115,7 +116,9 @@ def _written_key(key: Any) -> str | None:
     return None
 
 
-def _numbered(key: str, taken: set[str]) -> str:
+def numbered_key(key: str, taken: Container[str]) -> str:
+    """``key#2`` (or the first ``key#N`` not in ``taken``): a key written like one before it,
+    kept beside it (the stores and the redaction net never merge two keys into one)."""
     n = 2
     while f"{key}#{n}" in taken:
         n += 1

@@ -37,6 +37,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._json import numbered_key
+
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is a core dependency
@@ -618,10 +620,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                 out = dict(list(obj.items())[:i])
             if out is not None:
                 if nk in out:  # two keys masked alike: both kept, the later one numbered
-                    n = 2
-                    while f"{nk}#{n}" in out:
-                        n += 1
-                    nk = f"{nk}#{n}"
+                    nk = numbered_key(str(nk), out)
                 out[nk] = nv
         if out is not None:
             return out

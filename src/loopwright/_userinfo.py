@@ -1,4 +1,6 @@
-"""Credentials written into a URL (``scheme://user:password@host``), taken out of it.
+"""What a POST loopwright sends to a URL it was given (a webhook, a trace collector) needs:
+credentials written into the URL (``scheme://user:password@host``) taken out of it, and no
+redirect followed.
 
 HTTP clients log and report the URLs they call, and urllib cannot use such a URL at all (it
 looks up the whole ``user:password@host`` as the host). The adapters, the trace export and the
@@ -10,11 +12,13 @@ echoes either in an error body has it masked (invariant 9).
 from __future__ import annotations
 
 import base64
+import urllib.request
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ._redact import register_secret
 
-__all__ = ["without_userinfo"]
+__all__ = ["NoRedirect", "without_userinfo"]
 
 
 def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
@@ -29,3 +33,12 @@ def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
         register_secret(secret)
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect answering a POST is a failure (its HTTP status), not followed: urllib would
+    resend the POST as a GET without its body, and with the ``Authorization`` header (the
+    URL's credentials, or one given) to whatever host the redirect named."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from .._errors import ConfigError, LoopwrightError
 from .._redact import redact, redact_text
-from .._userinfo import without_userinfo
+from .._userinfo import NoRedirect, without_userinfo
 from ..store import RunRecord, Store
 from ._spans import Span, exported_attributes, is_client_span, iter_spans, run_spans
 
@@ -315,17 +315,8 @@ def export_otlp(
     return OTLPExportResult(url, status, n, len(body), rejected, message)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A collector answering with a redirect is an error (its HTTP status): urllib resent the
-    POST as a GET without its body (no span delivered, the export reported sent), and with
-    the Authorization header (the URL's credentials, or one given) to whatever host the
-    redirect named."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
+# a collector answering with a redirect is an error: no span was delivered
+_OPENER = urllib.request.build_opener(NoRedirect)
 
 
 def _partial_success(answer: bytes, content_type: str) -> tuple[int, str]:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from threading import Timer
 from typing import Any
 
-from .._userinfo import without_userinfo
+from .._userinfo import NoRedirect, without_userinfo
 
 __all__ = ["http_post"]
 
@@ -95,14 +95,7 @@ class _WatchedHTTPS(urllib.request.HTTPSHandler):
         return self.do_open(functools.partial(_HTTPSConnection, watch=req.watch), req, **args)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook that answers with a redirect failed: urllib would resend the POST as a GET."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect, _WatchedHTTP, _WatchedHTTPS)
+_OPENER = urllib.request.build_opener(NoRedirect, _WatchedHTTP, _WatchedHTTPS)
 
 
 def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
