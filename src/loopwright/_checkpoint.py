@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
 from . import _decide as rules
-from . import _state as state_mod
+from . import _digests
 from . import _state_codec as codec
 from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
@@ -547,7 +547,7 @@ class Checkpoints(RuntimeHost):
         # Durable: versions the engine no longer needs can leave memory (the store has them).
         ex.state.trim(ex.trim, ex.loader)
         digests = ex.state.rejected
-        if len(digests) >= 2 * state_mod.REJECTED_WINDOW and ex.pending_commit is None:
+        if len(digests) >= 2 * _digests.REJECTED_WINDOW and ex.pending_commit is None:
             # every digest staged is written: the older ones may leave memory
             cast(Digests, digests).durable(ex.rejected_written)
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from . import _decide as rules
+from ._copy_on_read import _CopyOnRead, _json_copy
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -31,19 +32,11 @@ from ._exec import (
 from ._gates import Gates, _approved, _effect, _need_key
 from ._group import GroupRecall
 from ._memory import memory_search, rank, recall_scopes
+from ._plan import STEP_STATUSES
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
 from ._redact import redact
-from ._state import (
-    STEP_STATUSES,
-    Finding,
-    PlanStep,
-    TaskState,
-    Version,
-    VersionLoader,
-    _CopyOnRead,
-    _json_copy,
-)
+from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
 from ._usage import Usage
 from .store import NewEvent
 

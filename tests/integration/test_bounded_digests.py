@@ -20,8 +20,7 @@ import pytest
 from support.crash import Crash, phase_hook
 
 import loopwright as lw
-from loopwright import _exec
-from loopwright import _state as state_mod
+from loopwright import _digests, _exec
 from loopwright._state import Digests
 from loopwright.store.sqlite import SQLiteStore
 
@@ -105,7 +104,7 @@ def test_memory_holds_a_window_of_the_digests_not_every_one(
             held[n] = (len(d), size, asked[0])
     assert held[200][0] == 200 - len(REPEATS)  # under twice the window: all still held
     assert held[2000][1] <= held[600][1] * 1.1, held  # the bytes held do not grow
-    window = state_mod.REJECTED_WINDOW
+    window = _digests.REJECTED_WINDOW
     assert window <= held[2000][0] < 2 * window
     assert d.gone + len(d) == 2000 - len(REPEATS)
     # Asked only where the filter's bits say "maybe" (≈ 0.1 % of about 3,500 checks once
@@ -115,7 +114,7 @@ def test_memory_holds_a_window_of_the_digests_not_every_one(
 
 @pytest.fixture
 def small_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_mod, "REJECTED_WINDOW", 4)
+    monkeypatch.setattr(_digests, "REJECTED_WINDOW", 4)
 
 
 def test_a_proposal_rejected_beyond_the_window_is_still_a_duplicate(
@@ -131,7 +130,7 @@ def test_a_proposal_rejected_beyond_the_window_is_still_a_duplicate(
     assert got[30][0] == got[1][0] and got[31][0] == got[20][0] and got[40][0] == got[1][0]
     assert [n for n, (_, dup, _) in got.items() if dup] == sorted(REPEATS)
     # the same decisions as with every digest held
-    monkeypatch.setattr(state_mod, "REJECTED_WINDOW", 10**9)
+    monkeypatch.setattr(_digests, "REJECTED_WINDOW", 10**9)
     whole = tmp_path / "whole.db"
     with lw.Runtime(whole) as rt:
         assert rt.run_sync(make_loop(), TASK, task_key="k").cycles == CYCLES
@@ -154,8 +153,8 @@ def test_a_resumed_run_refuses_what_an_earlier_process_rejected(
         f"""
         import sys
         sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1])]!r}
-        from loopwright import _state
-        _state.REJECTED_WINDOW = 4
+        from loopwright import _digests
+        _digests.REJECTED_WINDOW = 4
         import loopwright as lw
         from test_bounded_digests import TASK, make_loop
         with lw.Runtime({str(db)!r}) as rt:
@@ -166,7 +165,7 @@ def test_a_resumed_run_refuses_what_an_earlier_process_rejected(
     got = decisions(db)
     assert [n for n, (_, dup, _) in got.items() if dup] == sorted(REPEATS)
     assert got[30][0] == got[1][0] and got[31][0] == got[20][0]
-    monkeypatch.setattr(state_mod, "REJECTED_WINDOW", 10**9)
+    monkeypatch.setattr(_digests, "REJECTED_WINDOW", 10**9)
     whole = tmp_path / "whole.db"
     with lw.Runtime(whole) as rt:
         assert rt.run_sync(make_loop(), TASK, task_key="k").cycles == CYCLES

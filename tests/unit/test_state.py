@@ -258,7 +258,7 @@ def test_rejected_digests_past_the_window_are_asked_about_only_where_they_may_be
     # ones let go. Every digest rejected is still found; one never rejected is ruled out by
     # the filter without asking, but where its bits collide (rare); a state loaded from a
     # store asks about every digest it does not hold.
-    from loopwright._state import REJECTED_WINDOW, Digests
+    from loopwright._digests import REJECTED_WINDOW, Digests
 
     store: set[str] = set()
     asked: list[str] = []
@@ -643,7 +643,7 @@ def test_a_delta_with_hints_rebuilds_the_new_head(
 def test_digests_that_ask_the_store_build_no_filter() -> None:
     """A state read from a store asks the store of every digest it does not hold: the bits of
     those it lets go of would never be read, so none are kept."""
-    from loopwright._state import REJECTED_WINDOW, Digests
+    from loopwright._digests import REJECTED_WINDOW, Digests
 
     asked: list[str] = []
     held = [f"d{i}" for i in range(3 * REJECTED_WINDOW)]

@@ -1,0 +1,207 @@
+"""The plan: its steps (``PlanStep``), and what ``TaskState`` does with them (``Planning``).
+
+``TaskState`` (``_state``) inherits ``Planning``: reading the next step, adding steps and
+setting their status, marking steps done when their parts are accepted, and the bookkeeping
+(``_PlanTrack``) that keeps a cycle's plan work to what it changed (invariant 8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+
+from ._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._parts import Part
+
+__all__ = ["STEP_STATUSES", "PlanStep", "Planning", "StepStatus"]
+
+StepStatus = Literal["pending", "in_progress", "done", "blocked"]
+STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step of the plan. A step that lists parts is done when all of them are accepted.
+
+    Immutable: the engine replaces a step whose status changes (``TaskState.set_step_status``),
+    so a state and its forks share their steps and a cycle copies none of them."""
+
+    id: str
+    title: str = ""
+    depends_on: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
+    status: StepStatus = "pending"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "depends_on": list(self.depends_on),
+            "parts": list(self.parts),
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PlanStep:
+        status = d.get("status", "pending")
+        if status not in STEP_STATUSES:
+            raise ConfigError(f"unknown step status {status!r}", field=f"plan.{d.get('id')}")
+        return cls(
+            id=str(d["id"]),
+            title=str(d.get("title", "")),
+            depends_on=tuple(d.get("depends_on", ())),
+            parts=tuple(d.get("parts", ())),
+            status=cast(StepStatus, status),
+        )
+
+
+@dataclass(slots=True)
+class _PlanTrack:
+    """What ``TaskState`` derives from its plan, for the list ``seen`` (a state whose plan
+    list is replaced starts a new one). Steps are only appended or replaced, never removed,
+    so positions stay valid."""
+
+    seen: list[PlanStep]
+    n: int = 0  # the steps indexed (``seen[:n]``)
+    ids: dict[str, int] = field(default_factory=dict)  # step id -> position
+    # Positions changed since ``take_plan_changes`` last ran (None: unknown, all), and how
+    # many steps there were then (those appended since are changes too).
+    dirty: set[int] | None = None
+    taken: int = 0
+    lo: int = 0  # no step before this position is open (``next_step`` starts here)
+    watch: list[int] | None = None  # open steps that list parts (``refresh_plan``; None: all)
+
+    def forked(self, plan: list[PlanStep]) -> _PlanTrack:
+        """This bookkeeping for ``plan``, a copy of ``seen`` (C-level copies of the index)."""
+        return _PlanTrack(
+            plan,
+            self.n,
+            dict(self.ids),
+            None if self.dirty is None else set(self.dirty),
+            self.taken,
+            self.lo,
+            None if self.watch is None else list(self.watch),
+        )
+
+
+class Planning:
+    """``TaskState``'s plan methods (mixed into it: its fields ``plan`` and ``_track`` are
+    ``TaskState``'s own)."""
+
+    if TYPE_CHECKING:
+        # (for the type checker: the slots of ``TaskState``'s that these methods use)
+        __slots__ = ("_track", "plan")
+        plan: list[PlanStep]
+        _track: _PlanTrack | None
+
+        def part(self, ref: str) -> Part | None: ...
+
+    else:
+        __slots__ = ()
+
+    @property
+    def completed_steps(self) -> list[str]:
+        return [s.id for s in self.plan if s.status == "done"]
+
+    def next_step(self) -> PlanStep | None:
+        """The first step not yet done whose dependencies are all done."""
+        if not self.plan:
+            return None  # most loops keep no plan: no bookkeeping to look at (twice a cycle)
+        t = self._plan()
+        plan, ids = self.plan, t.ids
+        while t.lo < len(plan) and plan[t.lo].status == "done":
+            t.lo += 1  # the steps before are all done: no need to look at them again
+        for i in range(t.lo, len(plan)):
+            s = plan[i]
+            if s.status in ("pending", "in_progress") and all(
+                (j := ids.get(d)) is not None and plan[j].status == "done" for d in s.depends_on
+            ):
+                return s
+        return None
+
+    def step(self, step_id: str) -> PlanStep | None:
+        """The plan's step ``step_id``."""
+        i = self._plan().ids.get(step_id)
+        return None if i is None else self.plan[i]
+
+    def refresh_plan(self) -> None:
+        """Mark steps whose parts are all accepted as done (looking only at open steps that
+        list parts)."""
+        if not self.plan:
+            return  # nothing to mark (the bookkeeping is made good when next asked)
+        t = self._plan()
+        if t.watch is None:
+            t.watch = [i for i, s in enumerate(self.plan) if s.status != "done" and s.parts]
+        keep = []
+        for i in t.watch:
+            s = self.plan[i]
+            if s.status == "done":
+                continue
+            parts = [self.part(r) for r in s.parts]
+            if all(p is not None and p.status == "accepted" for p in parts):
+                self._replace_step(i, "done")
+            else:
+                keep.append(i)
+        t.watch = keep
+
+    def add_step(self, step: PlanStep) -> bool:
+        """Append ``step`` to the plan; False (nothing added) when a step has its id."""
+        t = self._plan()
+        if step.id in t.ids:
+            return False
+        self.plan.append(step)
+        self._plan()  # indexes it
+        return True
+
+    def set_step_status(self, step_id: str, status: StepStatus) -> bool:
+        """Set step ``step_id``'s status (a new step replaces it); False when there is no
+        such step. ``ConfigError`` for an unknown status."""
+        if status not in STEP_STATUSES:
+            raise ConfigError(f"unknown step status {status!r}", field=f"plan.{step_id}")
+        i = self._plan().ids.get(step_id)
+        if i is None:
+            return False
+        if self.plan[i].status != status:
+            self._replace_step(i, status)
+        return True
+
+    def take_plan_changes(self) -> list[int] | None:
+        """The positions of the steps changed or added since the last call, in order (None:
+        not known — the plan was replaced or built anew; every step may have changed)."""
+        t = self._plan()
+        out = None if t.dirty is None else sorted(t.dirty.union(range(t.taken, len(self.plan))))
+        t.dirty, t.taken = set(), len(self.plan)
+        return out
+
+    def _replace_step(self, i: int, status: StepStatus) -> None:
+        t = self._plan()
+        old = self.plan[i]
+        self.plan[i] = dataclasses.replace(old, status=status)
+        if t.dirty is not None:
+            t.dirty.add(i)
+        if status != "done":
+            t.lo = min(t.lo, i)
+            if t.watch is not None and old.parts and i not in t.watch:
+                t.watch = sorted([*t.watch, i])
+
+    def _plan(self) -> _PlanTrack:
+        """The plan's bookkeeping, made good for ``self.plan`` as it is: built anew when the
+        list was replaced, extended over steps appended to it."""
+        t = self._track
+        if t is None or t.seen is not self.plan:
+            t = self._track = _PlanTrack(self.plan)
+        plan = self.plan
+        if t.n != len(plan):
+            if t.n > len(plan):  # shortened in place: start again
+                t = self._track = _PlanTrack(plan)
+            for i in range(t.n, len(plan)):
+                s = plan[i]
+                t.ids.setdefault(s.id, i)
+                if t.watch is not None and s.status != "done" and s.parts:
+                    t.watch.append(i)
+            t.n = len(plan)
+        return t
