@@ -2,8 +2,8 @@
 → the approval and risk checks.
 
 ``Cycle._cycle`` is where a cycle starts; it hands the proposal on to ``_apply`` / ``_conclude``
-(``_checkpoint``: effects, decision, checkpoint) or to ``_park`` (``_parking``: a person must
-decide). The helpers that build the candidate state live here too.
+(``_conclude``: effects, decision; then ``_checkpoint``'s commit) or to ``_park``
+(``_parking``: a person must decide). The helpers that build the candidate state live here too.
 """
 
 from __future__ import annotations

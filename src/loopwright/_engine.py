@@ -7,10 +7,10 @@ cycle.
 
 This module holds the run lifecycle (create, run, resume, result, lease and heartbeat, the
 loop of cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam:
-``_cycle`` (context → actor → verifiers), ``_checkpoint`` (effects → decide → commit),
-``_parking`` (approval requests and questions), ``_finishing`` (ending a run),
-``_reflection`` (the reflector's note, owed across a crash) and ``_people`` (people's
-decisions, cancel, rollback).
+``_cycle`` (context → actor → verifiers), ``_conclude`` (effects → decide), ``_checkpoint``
+(the commit and its durability), ``_parking`` (approval requests and questions),
+``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
+``_people`` (people's decisions, cancel, rollback).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from . import _decide as rules
 from . import _state_codec as codec
 from ._authority import note_policy
 from ._checkpoint import Checkpoints
+from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._errors import ConfigError, StaleLeaseError, StoreError, StoreUnavailableError
@@ -173,7 +174,7 @@ def _owner() -> str:
     return owner_name()
 
 
-class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions):
+class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions):
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a

@@ -1,11 +1,11 @@
 """What the ``Runtime`` mixins share: its attributes, and the methods one mixin calls in another.
 
 ``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: the cycle
-(``_cycle``), effects, decision and checkpoint (``_checkpoint``), parking for a person
-(``_parking``), finishing (``_finishing``), reflection (``_reflection``) and people's
-decisions (``_people``). Each mixin derives from ``RuntimeHost`` so mypy knows what ``self``
-holds; the method stubs below exist only for the type checker (the real methods live in the
-modules named beside them).
+(``_cycle``), effects and decision (``_conclude``), the checkpoint's commit (``_checkpoint``),
+parking for a person (``_parking``), finishing (``_finishing``), reflection (``_reflection``)
+and people's decisions (``_people``). Each mixin derives from ``RuntimeHost`` so mypy knows
+what ``self`` holds; the method stubs below exist only for the type checker (the real methods
+live in the modules named beside them).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class RuntimeHost:
             approved: Sequence[Mapping[str, Any]] = (),
         ) -> bool: ...
 
-        # _checkpoint.Checkpoints
+        # _conclude.Concluding
         async def _apply(
             self,
             ex: _Exec,
@@ -108,6 +108,7 @@ class RuntimeHost:
             judged: tuple[float | None, bool, str | None] | None = None,
         ) -> bool: ...
 
+        # _checkpoint.Checkpoints
         def _commit(
             self,
             ex: _Exec,
@@ -116,7 +117,11 @@ class RuntimeHost:
             approval: NewApproval | None = None,
             approvals: Sequence[NewApproval] = (),
             closes: Sequence[ClosedApproval] = (),
+            *,
+            packed: bool = False,
         ) -> bool: ...
+
+        async def _settle(self, ex: _Exec) -> bool: ...
 
         # _parking.Parking
         def _earned(

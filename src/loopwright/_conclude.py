@@ -1,0 +1,392 @@
+"""The second half of a cycle: run its effects (``_apply``) and decide it by the contract
+(``_conclude``); its checkpoint is then committed (``_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _decide as rules
+from ._effect_run import EffectOutcome, key_of, perform_effect
+from ._effects import EffectCall
+from ._exec import Execution as _Exec
+from ._exec import calls_usage, memory_shown, settle_owed
+from ._gates import _effect
+from ._host import RuntimeHost
+from ._proposal import Proposal, Verdict
+from ._record_codec import packed_calls, packed_record, packed_usage
+from ._state import Finding, TaskState, person_edit
+from ._usage import Usage
+from .store import NewEvent
+
+__all__ = ["Concluding"]
+
+# What ``_evaluate`` found of a cycle's verdicts, handed to ``_conclude`` (which would
+# otherwise find it again from the same inputs): the visible score, whether the cycle
+# succeeds, and the proposal's effective digest (None: not computed).
+Judged = tuple[float | None, bool, str | None]
+
+
+class Concluding(RuntimeHost):
+    """Effects and the cycle's decision (mixed into ``Runtime``; the commit is
+    ``_checkpoint.Checkpoints``'s)."""
+
+    async def _apply(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        candidate: TaskState,
+        duplicate: bool,
+        calls: list[EffectCall],
+        *,
+        staged: bool = False,
+        keys: list[tuple[str, bool]] | None = None,
+        judged: Judged | None = None,
+    ) -> bool:
+        """Run the cycle's effects (journaled, at most once), then conclude it. ``keys``: the
+        calls' keys as a stored write-ahead fixed them (a resumed cycle). ``judged``: what
+        ``_evaluate`` found of these verdicts, handed on to ``_conclude``."""
+        outcomes: list[EffectOutcome] = []
+        if calls:
+            # Never start an effect once a budget is crossed (invariant 7).
+            crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+            if crossed:
+                ex.state.pending = None
+                return self._abort(
+                    ex,
+                    t0,
+                    crossed,
+                    cause=f"crossed before the effects {[c.name for c in calls]} ran",
+                    unverified=proposal.to_dict(),
+                )
+            if not staged:
+                # Each call's key is fixed here, as its journal entry will be named: a resume
+                # settles this key, whatever the loop's key function says by then (a deploy
+                # between a crash and its resume must not pay a second time).
+                keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
+                # Write-ahead: the cycle's proposal and verdicts are stored before any effect
+                # runs, so a crash during the effects resumes *this* proposal, never a new one
+                # with different arguments (which would be a second payment).
+                ex.state.pending = {
+                    "stage": "effects",
+                    "cycle": n,
+                    "proposal": proposal.to_stored_dict(),
+                    "digest": digest,
+                    "duplicate": duplicate,
+                    "visible": {k: v.to_dict() for k, v in visible.items()},
+                    "usage": calls_usage(ex.calls).to_dict(),
+                    "calls": [c.to_dict() for c in calls],
+                    "keys": [[k, business] for k, business in keys],
+                    "spend": list(ex.calls),
+                    "memory": memory_shown(ex),
+                }
+                cancel = self._commit(
+                    ex,
+                    {
+                        "cycle": n,
+                        "decision": "effects",
+                        "held_out": {k: v.to_dict() for k, v in held.items()},
+                    },
+                    {"status": "running"},
+                )
+                cancel = await self._settle(ex) or cancel  # durable before any effect runs
+                if cancel:  # cancelled while this cycle was verified: pay for nothing
+                    self._cancel_now(ex, "cancellation requested before the effects ran")
+                    return True
+            for i, c in enumerate(calls):
+                outcome = await perform_effect(
+                    self.store, ex, n, _effect(ex.loop, c), c, fixed=keys[i] if keys else None
+                )
+                outcomes.append(outcome)
+                if outcome.usage is not None:
+                    u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                    ex.calls.append(
+                        {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
+                    )
+                    ex.state.spent = ex.state.spent + u
+                stop: tuple[str, str] | None = None
+                if outcome.status != "done":
+                    stop = ("escalated", outcome.cause)
+                elif i + 1 < len(calls):
+                    crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+                    if crossed:
+                        rest = [x.name for x in calls[i + 1 :]]
+                        stop = (crossed, f"crossed during effect {c.name}; {rest} not run")
+                if stop is not None:
+                    # What did run is kept: its notes, its cost, and the packet lists it.
+                    ex.state.pending = None
+                    ex.state.notes.extend(
+                        _effect_notes(n, outcomes[:-1] if stop[0] == "escalated" else outcomes)
+                    )
+                    return self._abort(
+                        ex,
+                        t0,
+                        stop[0],
+                        cause=stop[1],
+                        evidence={
+                            "effect": outcome.to_dict(),
+                            "effects_done": [o.to_dict() for o in outcomes if o.status == "done"],
+                        },
+                        unverified=proposal.to_dict(),
+                    )
+            ex.state.pending = None
+            candidate.notes.extend(_effect_notes(n, outcomes))
+        return self._conclude(
+            ex,
+            n,
+            proposal,
+            digest,
+            visible,
+            held,
+            t0,
+            candidate=candidate,
+            duplicate=duplicate,
+            effects=[o.to_dict() for o in outcomes] if outcomes else [],
+            judged=judged,
+        )
+
+    def _conclude(
+        self,
+        ex: _Exec,
+        n: int,
+        proposal: Proposal,
+        digest: str,
+        visible: dict[str, Verdict],
+        held: dict[str, Verdict],
+        t0: float,
+        *,
+        candidate: TaskState | None = None,
+        duplicate: bool = False,
+        decision: str | None = None,
+        effects: list[dict[str, Any]] | None = None,
+        judged: Judged | None = None,
+    ) -> bool:
+        """Decide the cycle by the contract and commit it. Returns True when the run ended.
+        What the cycle cost is what its priced calls (``ex.calls``) cost. ``judged``: the
+        score, success and effective digest (None: not asked) ``_evaluate`` found of the
+        same verdicts, proposal and state, not computed again."""
+        if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
+            settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
+        old, loop, contract = ex.state, ex.loop, ex.contract
+        s = candidate if candidate is not None else old
+        effective: str | None = None
+        if judged is not None and decision is None:
+            score, ok, effective = judged
+        else:
+            score = rules.aggregate_score(loop.verifiers, visible) if visible else None
+            ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+        if decision is None:
+            found: list[Finding] = []
+            for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
+                found.extend(v.findings)
+            s.findings = found
+            rules.accept_clean_parts(
+                s,
+                loop.verifiers,
+                visible,
+                all_parts=ok,
+                when_clean=contract.success.accept_parts == "when_clean",
+            )
+            s.refresh_plan()
+        # the checks success needs: those flagged required, or all when none is (as success)
+        checks = loop.visible  # (a tuple built each time it is asked: once here)
+        required: set[str] = set()
+        optional: list[str] = []  # (the visible checks the loop does not require: below)
+        for c in checks:  # (one loop, no comprehension a cycle)
+            if c.required:
+                required.add(c.name)
+            else:
+                optional.append(c.name)
+        if not required:
+            required = {c.name for c in checks}
+        newly: list[str] = []
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            if v.passed and k in required and k not in old.passed_checks:
+                newly.append(k)
+        newly.sort()
+        delta = contract.no_progress.min_delta if contract.no_progress else 0.0
+        improved = (
+            not duplicate
+            and decision is None
+            and rules.improved(old.progress_score, score, delta, bool(newly))
+        )
+        if decision is None and not duplicate and rules.better(old.best_score, score):
+            # The best candidate is the best by score, whatever moved the no-progress level:
+            # a rise under min_delta is kept, a required check passing at a lower score is not.
+            s.best_score, s.best_cycle = score, n
+            s.mark_best()
+        if improved:
+            if score is not None and (old.progress_score is None or score > old.progress_score):
+                s.progress_score = score
+            s.stall = 0
+        elif decision == "asked":
+            s.stall = old.stall  # waiting for an answer is not a cycle without progress
+        else:
+            s.stall = old.stall + 1
+        s.passed_checks = sorted(set(old.passed_checks) | set(newly))
+        if not ok and not duplicate and decision != "asked":
+            # in place: the list is shared with ``old`` and only ever grows (invariant 8)
+            s.rejected.append(digest)
+            if effective is None:
+                effective = rules.effective_digest(old, proposal, digest)
+            if effective != digest and effective not in s.rejected:
+                s.rejected.append(effective)  # what it changed, however it was written
+        s.cycle = n
+        s.score = score
+        s.spent = old.spent.add_seconds(time.perf_counter() - t0)
+        s.held_out_spent = old.held_out_spent
+        decision = decision or ("accepted" if ok else "revise")
+        # A bounded window: older cycles are in the checkpoints' records (invariant 8).
+        keep = max(0, self.history_window - 1)
+        s.history = [
+            *(old.history[-keep:] if keep else ()),
+            {
+                "cycle": n,
+                "score": score,
+                "decision": decision,
+                "kind": proposal.kind,
+                "improved": improved,
+            },
+        ]
+        ex.state = s
+        ex.last_visible = visible
+        held_d = {k: v.to_dict() for k, v in held.items()} if held else {}
+        # The record is built in its stored form (``pack_record``'s, which ``_masked`` then
+        # does not apply again): the whole record built, copied and pruned cost about 5 % of
+        # a trivial cycle (bench/RESULTS.md, "stop 41"). Its values, in the record's order:
+        shown: dict[str, Any] = {}
+        for k, v in visible.items():  # (a loop: no comprehension a cycle)
+            shown[k] = v.to_packed_dict(k)
+        held_p: dict[str, Any] = {}
+        for k, v in held.items():
+            held_p[k] = v.to_packed_dict(k)
+        priced = calls_usage(ex.calls)
+        # (a Usage first, as ever: its checks refuse a sum no usage may hold)
+        spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        record = packed_record(
+            n,  # cycle
+            proposal.to_packed_dict(),
+            digest,
+            duplicate,
+            shown,  # visible
+            held_p,  # held_out
+            score,
+            improved,
+            decision,
+            effects or [],
+            # The feedback memory the actor was shown (ids): what context_reuse_rate counts.
+            memory_shown(ex),
+            # Every priced call of the cycle in order: what replay needs to re-decide budgets.
+            packed_calls(ex.calls),
+            # All of them: a call's failed attempts and a judgement made again cost too (the
+            # cycle's figure in show, the dashboard and a trace adds up to the run's spend).
+            packed_usage(spent.cost_usd, spent.tokens, spent.seconds),
+        )
+        # The visible checks the loop does not require (``Check.required=False``): replay
+        # needs them to judge success and progress as this cycle was judged. Only when there
+        # are some, so the common record (every check required) costs nothing more.
+        if optional:
+            record["not_required"] = optional
+        ex.events.append(
+            NewEvent(
+                n,
+                "decision",
+                {
+                    "decision": decision,
+                    "score": score,
+                    "best_score": s.best_score,
+                    "improved": improved,
+                    "duplicate": duplicate,
+                },
+            )
+        )
+        if ok:
+            s.next_action = ""
+            self._finish(ex, "success", record=record, held_out=held_d)
+            return True
+        edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
+        if edited:
+            # A person's version fails a visible check: the actor may not overwrite it (it is
+            # accepted), so waiting would only spend the budget. The person decides.
+            self._finish(
+                ex,
+                "escalated",
+                record=record,
+                held_out=held_d,
+                cause="; ".join(edited)
+                + " — a person's edit is not overwritten by the loop: edit the part again, "
+                "roll back, or accept the run as it is",
+            )
+            return True
+        reason: str | None = None
+        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+            reason = "no_progress"
+        else:
+            reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            self._finish(
+                ex,
+                reason,
+                record=record,
+                held_out=held_d,
+                evidence={k: dict(v.evidence) for k, v in visible.items()},
+            )
+            return True
+        nxt = s.next_step()
+        s.next_action = (f"repair {len(s.findings)} finding(s)" if s.findings else "continue") + (
+            f"; next step: {nxt.id}" if nxt else ""
+        )
+        cancel = self._commit(ex, record, {"status": "running"}, packed=True)
+        if cancel:
+            self._cancel_now(ex, "cancellation requested")
+            return True
+        return False
+
+
+_KIND = operator.methodcaller("get", "kind")
+
+
+def _failed_edits(s: TaskState, visible: Mapping[str, Verdict]) -> list[str]:
+    """For each part whose current version a person wrote and a visible check's error finding
+    touches: who edited it and what the check says."""
+    # Every cycle asks, over up to NOTES_WINDOW notes: a scan in C, no Python call per note.
+    if "edit" not in map(_KIND, s.notes):
+        return []
+    out: list[str] = []
+    for name, verdict in visible.items():
+        for f in verdict.findings:
+            if f.severity != "error" or f.artifact is None or f.part is None:
+                continue
+            ref = f"{f.artifact}/{f.part}"
+            note = person_edit(s, ref)
+            if note is not None:
+                out.append(
+                    f"{note.get('by')}'s version of {ref} (v{note.get('version')}) fails the "
+                    f"visible check {name}: {f.message}"
+                )
+    return out
+
+
+def _effect_notes(n: int, outcomes: Sequence[EffectOutcome]) -> list[dict[str, Any]]:
+    """What the next context learns about the cycle's effects."""
+    return [
+        {
+            "kind": "effect",
+            "cycle": n,
+            "effect": o.name,
+            "key": o.key,
+            "status": o.status,
+            "result": o.result,
+            "reused": o.reused,
+        }
+        for o in outcomes
+        if o.status == "done"
+    ]
