@@ -10,7 +10,8 @@ loop of cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per 
 ``_cycle`` (context → actor → verifiers), ``_conclude`` (effects → decide), ``_checkpoint``
 (the commit and its durability), ``_parking`` (approval requests and questions),
 ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
-``_people`` (people's decisions, cancel, rollback).
+``_people`` (people's decisions, cancel, rollback). What ``result`` returns, and the state a
+result holds, is ``_result``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import math
 import os
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from . import _decide as rules
@@ -31,7 +31,7 @@ from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._errors import ConfigError, StaleLeaseError, StoreError, StoreUnavailableError
+from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info
 from ._finishing import Finishing
@@ -47,127 +47,13 @@ from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
 from ._reflection import Reflection
+from ._result import RunResult, _lasting
 from ._reversal import run_compensations
-from ._state import TaskState, Version, VersionLoader
+from ._state import TaskState
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
-from .store._base import VERSION_COST
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """How a run stands after the engine returned: ended, or parked for approval."""
-
-    run_id: str
-    task_key: str
-    status: str
-    stop_reason: str | None
-    cycles: int
-    best_score: float | None
-    spent: Usage
-    packet: dict[str, Any] | None
-    state: TaskState
-    held_out_passed: bool | None = None
-
-    @property
-    def accepted(self) -> bool:
-        return self.status == "accepted"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "task_key": self.task_key,
-            "status": self.status,
-            "stop_reason": self.stop_reason,
-            "cycles": self.cycles,
-            "best_score": self.best_score,
-            "spent": self.spent.to_dict(),
-            "held_out_passed": self.held_out_passed,
-            "packet": self.packet,
-        }
-
-
-RESULT_HELD_BYTES = 8 * 2**20
-"""A run's result holds every version when that costs about this much memory at most (a
-result of such a run outlives its store); a larger one reads its older versions when wanted."""
-
-
-def _lasting(state: TaskState, store: Store, run_id: str, *, ended: bool) -> TaskState:
-    """A result's state. Every version is read now, in one read, when the run has ended and
-    holding them costs at most ``RESULT_HELD_BYTES`` (the result then outlives the store it
-    came from, and needs none), or when the database cannot be opened again; otherwise older
-    versions are read when wanted — through the store, or through its database opened again
-    read-only once the store is closed (``Store.lasting_loader``) — so that a long run of
-    large values does not end with all of them in memory, and a run that waits for a person
-    every cycle does not read its whole history at each wait (invariant 8). Pickled, a
-    result reads what it does not hold (``_AsOf.__reduce__``), so it crosses processes."""
-    held: dict[str, list[Version]] | None
-    if not store.reopenable:
-        held = store.versions_within(run_id, None)  # cannot be read later: all of it now
-    elif not ended:
-        held = None  # it will be resumed from this store: read older versions if wanted
-    elif sum(p.count for _ref, p in state.iter_parts()) * VERSION_COST > RESULT_HELD_BYTES:
-        held = None  # their number alone says so (each costs VERSION_COST): no read
-    else:
-        held = store.versions_within(run_id, RESULT_HELD_BYTES)
-    if held is not None:
-        for ref, p in state.iter_parts():
-            p.fill(held.get(ref, ()))
-            p.loader = None  # all held: the result needs no store (and can be pickled)
-        return state
-    loader = store.lasting_loader(run_id)
-    for ref, p in state.iter_parts():
-        p.loader = _AsOf(loader, ref, p.count, state.cycle)
-    return state
-
-
-class _AsOf:
-    """A result's versions of one part as they were when the result was read. A rollback
-    that the run went on from writes its version numbers again (in later cycles): those are
-    refused rather than shown as this result's history."""
-
-    __slots__ = ("_count", "_cycle", "_loader", "_ref")
-
-    def __init__(self, loader: VersionLoader, ref: str, count: int, cycle: int) -> None:
-        self._loader, self._ref, self._count, self._cycle = loader, ref, count, cycle
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _AsOf:
-        return self  # a handle on the store, shared by copies (as a function would be)
-
-    def __copy__(self) -> _AsOf:
-        return self
-
-    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
-        # A store's connection does not cross processes: the versions, read now, do.
-        return _Read, (tuple(self()),)
-
-    def __call__(self) -> list[Version]:
-        versions = list(self._loader(self._ref))
-        again = [v.n for v in versions if v.n <= self._count and v.cycle > self._cycle]
-        if again:
-            raise StoreError(
-                f"{self._ref}: versions {again[:5]} were written again after this result was "
-                "read (the run was rolled back and went on): read the run again "
-                "(Runtime.result) for its versions now"
-            )
-        return versions
-
-
-class _Read:
-    """A part's versions read already: what a pickled lazy result's loader becomes."""
-
-    __slots__ = ("_versions",)
-
-    def __init__(self, versions: tuple[Version, ...]) -> None:
-        self._versions = versions
-
-    def __reduce__(self) -> tuple[type[_Read], tuple[tuple[Version, ...]]]:
-        return _Read, (self._versions,)
-
-    def __call__(self) -> list[Version]:
-        return list(self._versions)
 
 
 def _owner() -> str:

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright import StoreError, _engine
+from loopwright import StoreError, _result
 
 
 @pytest.fixture
 def lazy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 0)
+    monkeypatch.setattr(_result, "RESULT_HELD_BYTES", 0)
 
 
 TASK = {"goal": "a long loop", "artifacts": {"doc": {"body": "", "title": "t"}}}
@@ -185,7 +185,7 @@ def test_a_small_runs_result_holds_every_version_and_outlives_its_store(tmp_path
 
 
 def test_a_run_of_large_values_ends_holding_only_what_it_needs(tmp_path: Path) -> None:
-    big = "x" * (_engine.RESULT_HELD_BYTES // 8)  # 12 cycles of it: over the bound
+    big = "x" * (_result.RESULT_HELD_BYTES // 8)  # 12 cycles of it: over the bound
 
     loop = _loop_of(lambda c: {"body": f"{c} {big}"}, 12)
     with lw.Runtime(f"sqlite:///{tmp_path / 'big.db'}") as rt:
@@ -213,7 +213,7 @@ def _writes(values: list[str]) -> lw.Loop:
 def test_large_older_values_count_though_the_last_is_small(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 100_000)
+    monkeypatch.setattr(_result, "RESULT_HELD_BYTES", 100_000)
     values = [f"{i} " + "x" * 30_000 for i in range(5)] + [""]  # 150 KB before a last ""
     with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
         result = rt.run_sync(_writes(values), TASK, task_key="k")
@@ -226,7 +226,7 @@ def test_large_older_values_count_though_the_last_is_small(
 def test_many_small_versions_count_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from loopwright.store._base import VERSION_COST
 
-    monkeypatch.setattr(_engine, "RESULT_HELD_BYTES", 30 * VERSION_COST)
+    monkeypatch.setattr(_result, "RESULT_HELD_BYTES", 30 * VERSION_COST)
     with lw.Runtime(f"sqlite:///{tmp_path / 's.db'}") as rt:
         result = rt.run_sync(_writes([str(i) for i in range(40)]), TASK, task_key="k")
     body = result.state.part("doc/body")
