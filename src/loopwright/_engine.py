@@ -47,7 +47,11 @@ from ._parking import Parking
 from ._people import Decisions
 from ._redact import redact
 from ._reflection import Reflection
-from ._result import RunResult, _lasting
+from ._result import (
+    RunResult,
+    _lasting,
+    _Read,  # noqa: F401  (results pickled before it moved name it here)
+)
 from ._reversal import run_compensations
 from ._state import TaskState
 from ._usage import Usage
