@@ -35,6 +35,7 @@ __all__ = [
     "Metrics",
     "RunMetrics",
     "compute_metrics",
+    "false_successes",
     "parse_time",
     "run_metrics",
     "summarize",
@@ -249,6 +250,18 @@ _DERIVED = (
 
 def _div(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
+
+
+def false_successes(held_out_passed: Iterable[bool | None]) -> tuple[int, int]:
+    """``false_success_rate``'s basis over the ``held_out_passed`` of accepted runs: (those
+    that failed held-out, those with a held-out verdict). A run of a loop without held-out
+    checks (``None``) is in neither."""
+    failed = judged = 0
+    for passed in held_out_passed:
+        if passed is not None:
+            judged += 1
+            failed += not passed
+    return failed, judged
 
 
 def run_metrics(
@@ -626,7 +639,6 @@ def summarize(
     """Pool runs' metrics into :class:`Metrics` (definitions there)."""
     rows = tuple(per_run)
     acc = [r for r in rows if r.accepted]
-    judged = [r for r in acc if r.held_out_passed is not None]
     failed = [r for r in rows if r.had_failure]
     versioned = [r for r in rows if r.workflow_reused is not None]
     waits = [w for r in rows for w in r.approval_waits_s]
@@ -657,8 +669,7 @@ def summarize(
         "progress_per_usd": (math.fsum(r.progress for r in rows), spend, why_spend),
         "task_completion_rate": (len(acc), len(rows), "no runs selected"),
         "false_success_rate": (
-            sum(1 for r in judged if r.false_success),
-            len(judged),
+            *false_successes(r.held_out_passed for r in acc),
             "no accepted run has a held-out verdict",
         ),
         "regression_rate": (

@@ -489,3 +489,31 @@ def test_parse_time_rejects_anything_else_naming_the_field(bad: Any) -> None:
     with pytest.raises(lw.ConfigError) as err:
         parse_time(bad, field="until")
     assert err.value.field == "until"
+
+
+# --- the run summary of `loopwright run` ---------------------------------------------------
+def _caption(runs: list[RunRecord]) -> str:
+    from rich.console import Console
+
+    from loopwright.cli._render import summary_table
+
+    out = Console(record=True, width=400)
+    out.print(summary_table(runs))
+    return " ".join(out.export_text().split())
+
+
+def test_the_run_summary_reports_false_success_rate_on_the_metrics_basis() -> None:
+    # a: failed held-out; b: passed held-out; c: a loop without held-out checks
+    rows = [
+        run_row(run_id="a", held_out_passed=False),
+        run_row(run_id="b", held_out_passed=True),
+        run_row(run_id="c", held_out_passed=None),
+    ]
+    m = summarize(run_metrics(r, [], [], []) for r in rows)
+    assert m.false_success_rate == pytest.approx(1 / 2)
+    # before: 1 / 3, every accepted run counted, held-out verdict or not
+    assert "false_success_rate 0.500" in _caption(rows)
+    # no held-out verdict at all: the metric is undefined, not 0
+    none = [run_row(run_id="c", held_out_passed=None)]
+    assert summarize(run_metrics(r, [], [], []) for r in none).false_success_rate is None
+    assert "false_success_rate" not in _caption(none)
