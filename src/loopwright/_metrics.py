@@ -51,6 +51,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "spend_after_last_improvement_usd",
     "spend_after_last_improvement_frac",
     "progress_per_usd",
+    "progress_per_cycle",
     "task_completion_rate",
     "false_success_rate",
     "regression_rate",
@@ -76,6 +77,7 @@ DEFINITIONS: dict[str, str] = {
     "cycle (whole spend if none), summed",
     "spend_after_last_improvement_frac": "spend after last improvement / all spend",
     "progress_per_usd": "sum of best visible scores (0 if none) / all spend",
+    "progress_per_cycle": "sum of best visible scores (0 if none) / all cycles",
     "task_completion_rate": "accepted runs / selected runs",
     "false_success_rate": "accepted runs failing held-out / accepted runs with a held-out verdict",
     "regression_rate": "verified cycles failing a visible check that passed in an earlier cycle "
@@ -210,6 +212,10 @@ class RunMetrics:
         return _div(self.progress, self.cost_usd)
 
     @property
+    def progress_per_cycle(self) -> float | None:
+        return _div(self.progress, self.cycles)
+
+    @property
     def false_success(self) -> bool | None:
         """Accepted on the visible checks and failed held-out; None when not applicable."""
         if not self.accepted or self.held_out_passed is None:
@@ -243,6 +249,7 @@ _DERIVED = (
     "time_to_accepted_s",
     "spend_after_last_improvement_frac",
     "progress_per_usd",
+    "progress_per_cycle",
     "false_success",
     "recovered",
 )
@@ -543,6 +550,9 @@ class Metrics:
         progress_per_usd: the sum over selected runs of the best visible score (in [0, 1]; 0
             when none was scored; the initial state is never scored, so the baseline is 0),
             divided by ``spend_usd``.
+        progress_per_cycle: the same sum of best visible scores divided by the selected runs'
+            cycles (each run's cycle counter; a fork's own): score points per cycle, the
+            engineer's "progress per cycle" beside the CFO's per dollar.
         task_completion_rate: ``accepted`` / ``runs``.
         false_success_rate: accepted runs whose held-out verdict failed / accepted runs with a
             held-out verdict (runs of loops without held-out checks are left out).
@@ -586,6 +596,7 @@ class Metrics:
     spend_after_last_improvement_usd: float | None
     spend_after_last_improvement_frac: float | None
     progress_per_usd: float | None
+    progress_per_cycle: float | None
     task_completion_rate: float | None
     false_success_rate: float | None
     regression_rate: float | None
@@ -644,6 +655,7 @@ def summarize(
     waits = [w for r in rows for w in r.approval_waits_s]
     timed = [t for r in acc if (t := r.time_to_accepted_s) is not None]
     spend = math.fsum(r.cost_usd for r in rows)
+    progress = math.fsum(r.progress for r in rows)
     reviews = sum(r.reviews for r in rows)
     why_acc = "no accepted runs"
     why_spend = "no spend recorded" if rows else "no runs selected"
@@ -666,7 +678,12 @@ def summarize(
             spend,
             why_spend,
         ),
-        "progress_per_usd": (math.fsum(r.progress for r in rows), spend, why_spend),
+        "progress_per_usd": (progress, spend, why_spend),
+        "progress_per_cycle": (
+            progress,
+            sum(r.cycles for r in rows),
+            "no run has a cycle" if rows else "no runs selected",
+        ),
         "task_completion_rate": (len(acc), len(rows), "no runs selected"),
         "false_success_rate": (
             *false_successes(r.held_out_passed for r in acc),

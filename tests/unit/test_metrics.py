@@ -517,3 +517,25 @@ def test_the_run_summary_reports_false_success_rate_on_the_metrics_basis() -> No
     none = [run_row(run_id="c", held_out_passed=None)]
     assert summarize(run_metrics(r, [], [], []) for r in none).false_success_rate is None
     assert "false_success_rate" not in _caption(none)
+
+
+def test_progress_per_cycle_is_the_seeds_progress_per_cycle() -> None:
+    """The essay's operating metrics name "progress per cycle" beside progress per dollar: the
+    sum of the runs' progress over their cycles (a fork's own of both), defined when cycles
+    cost nothing. By hand: a reaches 0.8 in 2 cycles, b 0.3 in 4 at no cost, a fork of b
+    (inherited cycle 2, best 0.3) reaches 0.9 in 2 cycles of its own: (0.8 + 0.3 + 0.6) / 8."""
+    a = run_metrics(run_row(run_id="a", cycle=2, best_score=0.8, cost_usd=0.2), [], [], [])
+    b = run_metrics(run_row(run_id="b", cycle=4, best_score=0.3, cost_usd=0.0), [], [], [])
+    fork = run_row(run_id="f", cycle=4, best_score=0.9, cost_usd=0.1, forked_from="b")
+    first = Checkpoint("f", 0, 2, {"cycle": 2, "best_score": 0.3, "spent": {}}, None, 0.0)
+    f = run_metrics(fork, [first], [], [])
+    assert (f.cycles, f.progress) == (2, pytest.approx(0.6))
+    m = summarize([a, b, f])
+    assert m.progress_per_cycle == pytest.approx(1.7 / 8)
+    assert m.basis["progress_per_cycle"] == (pytest.approx(1.7), 8)
+    assert b.progress_per_cycle == pytest.approx(0.3 / 4) and b.progress_per_usd is None
+    assert m.to_dict(per_run=True)["per_run"][0]["progress_per_cycle"] == pytest.approx(0.4)
+    none = summarize([run_metrics(run_row(cycle=0, best_score=None), [], [], [])])
+    assert none.progress_per_cycle is None
+    assert none.undefined["progress_per_cycle"] == "no run has a cycle"
+    assert summarize([]).undefined["progress_per_cycle"] == "no runs selected"
