@@ -22,6 +22,7 @@ from typing import Any
 from ._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from ._errors import ConfigError
 from ._inherited import inherited
+from ._json import check_given_text
 from .store import Approval, Checkpoint, Event, RunRecord, Store, open_store
 from .store._base import with_newer
 
@@ -788,10 +789,20 @@ def compute_metrics(
         raise ConfigError(
             f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}", field="status"
         )
-    if review_cost_usd is not None and not (
-        math.isfinite(review_cost_usd) and review_cost_usd >= 0
+    # what a caller gives is checked here, not failed on deep inside (a TypeError of isfinite,
+    # a list bound as a column, a store URL that is a number)
+    check_given_text(project, field="project")
+    check_given_text(loop, field="loop")
+    if review_cost_usd is not None and (
+        isinstance(review_cost_usd, bool)
+        or not isinstance(review_cost_usd, int | float)
+        or not (math.isfinite(review_cost_usd) and review_cost_usd >= 0)
     ):
         raise ConfigError("must be a non-negative amount", field="review_cost_usd")
+    if store is not None and not isinstance(store, Store | str | os.PathLike):
+        raise ConfigError(
+            f"must be a Store, a path or a store URL, got {type(store).__name__}", field="store"
+        )
     st = store if isinstance(store, Store) else open_store(_url(store))
     try:
         # The selection, window included, is the database's: a window reads only its runs.

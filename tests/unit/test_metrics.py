@@ -539,3 +539,23 @@ def test_progress_per_cycle_is_the_seeds_progress_per_cycle() -> None:
     assert none.progress_per_cycle is None
     assert none.undefined["progress_per_cycle"] == "no run has a cycle"
     assert summarize([]).undefined["progress_per_cycle"] == "no runs selected"
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"review_cost_usd": "5"}, "review_cost_usd"),  # was a TypeError from isfinite
+        ({"review_cost_usd": True}, "review_cost_usd"),  # was read as $1 a review
+        ({"project": 5}, "project"),  # was no run at all, without a word
+        ({"loop": ["a"]}, "loop"),  # was the store's error binding a list
+        ({"project": "a\x00b"}, "project"),  # PostgreSQL refuses a NUL in text
+        ({"store": 123}, "store"),  # was a TypeError from os.fspath
+    ],
+)
+def test_compute_metrics_refuses_a_wrong_argument_naming_it(
+    tmp_path: Any, kw: dict[str, Any], field: str
+) -> None:
+    args: dict[str, Any] = {"store": str(tmp_path / "none.db"), **kw}
+    with pytest.raises(lw.ConfigError) as err:
+        lw.compute_metrics(args.pop("store"), **args)
+    assert err.value.field == field
