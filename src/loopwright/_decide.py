@@ -18,6 +18,7 @@ __all__ = [
     "aggregate_score",
     "budget_crossed",
     "budget_stop",
+    "crosses",
     "cycle_cap",
     "effective_digest",
     "improved",
@@ -34,8 +35,11 @@ __all__ = [
 _SLACK = 1e-9
 
 
-def _over(value: float, limit: float) -> bool:
-    return value > limit + _SLACK * max(1.0, abs(limit))
+def crosses(value: float, limit: float, *, whole: bool = False) -> bool:
+    """``value`` is beyond ``limit``, past the rounding of a float sum; ``whole``: counts
+    (tokens), which have no rounding, compared exactly (a relative slack let a run 10 tokens
+    short of a 10-billion-token budget start a cycle projected to cross it by 10)."""
+    return value > (limit if whole else limit + _SLACK * max(1.0, abs(limit)))
 
 
 def cycle_cap(contract: Contract, state: TaskState) -> int | None:
@@ -99,7 +103,8 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         if limit is None:
             continue
         projected = spent / n if n else 0.0
-        if not _over(limit, spent) or _over(spent + projected, limit):
+        whole = reason == "budget_tokens"
+        if not crosses(limit, spent, whole=whole) or crosses(spent + projected, limit, whole=whole):
             return reason
     return None
 
@@ -115,7 +120,7 @@ def marginal_stop(contract: Contract, state: TaskState) -> str | None:
     p = mr.p_success(n + 1, state.stall)
     # Strictly below, beyond the sum's rounding (as budgets): three $0.10 cycles average
     # $0.10000000000000002, and a cycle worth exactly its cost goes on.
-    return "marginal_return" if _over(expected_cost, p * mr.value_per_success_usd) else None
+    return "marginal_return" if crosses(expected_cost, p * mr.value_per_success_usd) else None
 
 
 def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
@@ -126,11 +131,11 @@ def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
 def budget_crossed(contract: Contract, spent: Usage) -> str | None:
     """The budget already exceeded by ``spent`` (checked between calls inside a cycle)."""
     b = contract.budget
-    if b.max_cost_usd is not None and _over(spent.cost_usd, b.max_cost_usd):
+    if b.max_cost_usd is not None and crosses(spent.cost_usd, b.max_cost_usd):
         return "budget_cost"
-    if b.max_tokens is not None and spent.tokens > b.max_tokens:
+    if b.max_tokens is not None and crosses(spent.tokens, b.max_tokens, whole=True):
         return "budget_tokens"
-    if b.max_seconds is not None and _over(spent.seconds, b.max_seconds):
+    if b.max_seconds is not None and crosses(spent.seconds, b.max_seconds):
         return "budget_time"
     return None
 

@@ -202,6 +202,9 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                     f"contain '/': artifact {art.name!r}",
                     field="task.artifacts",
                 )
+        # The task's own cycle budget (budget.max_cycles_key), checked before the run exists:
+        # a bad one raised at the first cycle, leaving the run "running" for ever.
+        rules.cycle_cap(loop.contract, state)
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()

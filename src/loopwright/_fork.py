@@ -24,6 +24,7 @@ from typing import Any
 
 from ._authority import operate
 from ._contract import TERMINAL_STATUSES, Contract
+from ._decide import cycle_cap
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
@@ -85,6 +86,7 @@ class Forking(RuntimeHost):
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_marginal_return_only()  # as a loop refuses it
+            cycle_cap(chosen, state)  # the task's own cycle budget, as ``create`` checks it
         args: dict[str, Any] = {
             "run_id": uuid.uuid4().hex[:16],
             "task_key": key,

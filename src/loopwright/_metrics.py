@@ -22,6 +22,7 @@ from typing import Any
 from ._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from ._errors import ConfigError
 from ._inherited import inherited
+from ._json import check_given_text
 from .store import Approval, Checkpoint, Event, RunRecord, Store, open_store
 from .store._base import with_newer
 
@@ -35,6 +36,7 @@ __all__ = [
     "Metrics",
     "RunMetrics",
     "compute_metrics",
+    "false_successes",
     "parse_time",
     "run_metrics",
     "summarize",
@@ -50,6 +52,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "spend_after_last_improvement_usd",
     "spend_after_last_improvement_frac",
     "progress_per_usd",
+    "progress_per_cycle",
     "task_completion_rate",
     "false_success_rate",
     "regression_rate",
@@ -75,6 +78,7 @@ DEFINITIONS: dict[str, str] = {
     "cycle (whole spend if none), summed",
     "spend_after_last_improvement_frac": "spend after last improvement / all spend",
     "progress_per_usd": "sum of best visible scores (0 if none) / all spend",
+    "progress_per_cycle": "sum of best visible scores (0 if none) / all cycles",
     "task_completion_rate": "accepted runs / selected runs",
     "false_success_rate": "accepted runs failing held-out / accepted runs with a held-out verdict",
     "regression_rate": "verified cycles failing a visible check that passed in an earlier cycle "
@@ -209,6 +213,10 @@ class RunMetrics:
         return _div(self.progress, self.cost_usd)
 
     @property
+    def progress_per_cycle(self) -> float | None:
+        return _div(self.progress, self.cycles)
+
+    @property
     def false_success(self) -> bool | None:
         """Accepted on the visible checks and failed held-out; None when not applicable."""
         if not self.accepted or self.held_out_passed is None:
@@ -242,6 +250,7 @@ _DERIVED = (
     "time_to_accepted_s",
     "spend_after_last_improvement_frac",
     "progress_per_usd",
+    "progress_per_cycle",
     "false_success",
     "recovered",
 )
@@ -249,6 +258,18 @@ _DERIVED = (
 
 def _div(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
+
+
+def false_successes(held_out_passed: Iterable[bool | None]) -> tuple[int, int]:
+    """``false_success_rate``'s basis over the ``held_out_passed`` of accepted runs: (those
+    that failed held-out, those with a held-out verdict). A run of a loop without held-out
+    checks (``None``) is in neither."""
+    failed = judged = 0
+    for passed in held_out_passed:
+        if passed is not None:
+            judged += 1
+            failed += not passed
+    return failed, judged
 
 
 def run_metrics(
@@ -530,6 +551,9 @@ class Metrics:
         progress_per_usd: the sum over selected runs of the best visible score (in [0, 1]; 0
             when none was scored; the initial state is never scored, so the baseline is 0),
             divided by ``spend_usd``.
+        progress_per_cycle: the same sum of best visible scores divided by the selected runs'
+            cycles (each run's cycle counter; a fork's own): score points per cycle, the
+            engineer's "progress per cycle" beside the CFO's per dollar.
         task_completion_rate: ``accepted`` / ``runs``.
         false_success_rate: accepted runs whose held-out verdict failed / accepted runs with a
             held-out verdict (runs of loops without held-out checks are left out).
@@ -573,6 +597,7 @@ class Metrics:
     spend_after_last_improvement_usd: float | None
     spend_after_last_improvement_frac: float | None
     progress_per_usd: float | None
+    progress_per_cycle: float | None
     task_completion_rate: float | None
     false_success_rate: float | None
     regression_rate: float | None
@@ -626,12 +651,12 @@ def summarize(
     """Pool runs' metrics into :class:`Metrics` (definitions there)."""
     rows = tuple(per_run)
     acc = [r for r in rows if r.accepted]
-    judged = [r for r in acc if r.held_out_passed is not None]
     failed = [r for r in rows if r.had_failure]
     versioned = [r for r in rows if r.workflow_reused is not None]
     waits = [w for r in rows for w in r.approval_waits_s]
     timed = [t for r in acc if (t := r.time_to_accepted_s) is not None]
     spend = math.fsum(r.cost_usd for r in rows)
+    progress = math.fsum(r.progress for r in rows)
     reviews = sum(r.reviews for r in rows)
     why_acc = "no accepted runs"
     why_spend = "no spend recorded" if rows else "no runs selected"
@@ -654,11 +679,15 @@ def summarize(
             spend,
             why_spend,
         ),
-        "progress_per_usd": (math.fsum(r.progress for r in rows), spend, why_spend),
+        "progress_per_usd": (progress, spend, why_spend),
+        "progress_per_cycle": (
+            progress,
+            sum(r.cycles for r in rows),
+            "no run has a cycle" if rows else "no runs selected",
+        ),
         "task_completion_rate": (len(acc), len(rows), "no runs selected"),
         "false_success_rate": (
-            sum(1 for r in judged if r.false_success),
-            len(judged),
+            *false_successes(r.held_out_passed for r in acc),
             "no accepted run has a held-out verdict",
         ),
         "regression_rate": (
@@ -760,10 +789,20 @@ def compute_metrics(
         raise ConfigError(
             f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}", field="status"
         )
-    if review_cost_usd is not None and not (
-        math.isfinite(review_cost_usd) and review_cost_usd >= 0
+    # what a caller gives is checked here, not failed on deep inside (a TypeError of isfinite,
+    # a list bound as a column, a store URL that is a number)
+    check_given_text(project, field="project")
+    check_given_text(loop, field="loop")
+    if review_cost_usd is not None and (
+        isinstance(review_cost_usd, bool)
+        or not isinstance(review_cost_usd, int | float)
+        or not (math.isfinite(review_cost_usd) and review_cost_usd >= 0)
     ):
         raise ConfigError("must be a non-negative amount", field="review_cost_usd")
+    if store is not None and not isinstance(store, Store | str | os.PathLike):
+        raise ConfigError(
+            f"must be a Store, a path or a store URL, got {type(store).__name__}", field="store"
+        )
     st = store if isinstance(store, Store) else open_store(_url(store))
     try:
         # The selection, window included, is the database's: a window reads only its runs.

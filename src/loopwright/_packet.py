@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._contract import Contract
-from ._decide import cycle_cap
+from ._decide import crosses, cycle_cap
 from ._state import TaskState
 
 __all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause"]
@@ -88,15 +88,15 @@ def _secs(v: Any) -> str:
     return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
 
 
-def _beyond(spent: Any, limit: float | int | None) -> str | None:
+def _beyond(spent: Any, limit: float | int | None, *, whole: bool = False) -> str | None:
     """How a budget stands once it stopped a run: ``"crossed"`` (a call in flight went past
-    it), ``"used up"`` (reached), or ``None`` (the next cycle's projection would cross it)."""
+    it), ``"used up"`` (reached), or ``None`` (the next cycle's projection would cross it);
+    judged as ``budget_stop`` judges it (``whole``: tokens, compared exactly)."""
     if limit is None or not isinstance(spent, (int, float)) or isinstance(spent, bool):
         return None
-    slack = 1e-9 * max(1.0, abs(limit))
-    if spent > limit + slack:
+    if crosses(spent, limit, whole=whole):
         return "crossed"
-    return "used up" if spent >= limit - slack else None
+    return None if crosses(limit, spent, whole=whole) else "used up"
 
 
 def _clip(text: str) -> str:
@@ -148,7 +148,7 @@ def stop_cause(
         tokens = reason == "budget_tokens"
         limit = b.max_tokens if tokens else b.max_cost_usd
         used = sp.get("tokens") if tokens else sp.get("cost_usd")
-        stand = _beyond(used, limit)
+        stand = _beyond(used, limit, whole=tokens)
         how = "the next cycle would cross it"
         if stand == "used up":
             how = "it is used up"

@@ -73,6 +73,23 @@ def test_check_reads_the_task_file_as_run_would(project: Path) -> None:
     assert "Which tasks would it run?" not in plain.stdout
 
 
+def test_a_bad_per_task_cycle_budget_is_refused_before_any_run_is_made(project: Path) -> None:
+    """``budget.max_cycles_key``: a task file whose line 2 holds 0 there made the run of line 1
+    and then failed, leaving that run made and never run (before the engine's own check, the
+    run of line 2 too, 'running' for ever). `run` and `check` name the line, and nothing is
+    made."""
+    spec = (project / "loop.toml").read_text()
+    capped = spec.replace("max_cycles = 8", 'max_cycles = 8\nmax_cycles_key = "recorded.cap"')
+    (project / "capped.toml").write_text(capped)
+    store = project / "s.db"
+    task_file(project, {**TASK, "id": "a", "recorded": {"cap": 2}}, {**TASK, "id": "b",
+              "recorded": {"cap": 0}})  # fmt: skip
+    for cmd in ("check", "run"):
+        r = lw(cmd, "capped.toml", "--tasks", "tasks.jsonl", cwd=project, store=store)
+        refused(r, "tasks.jsonl:2:", "'recorded.cap' must be a whole number >= 1, got 0")
+    assert not store.exists() or 'INSERT INTO "runs"' not in "\n".join(dump(store))
+
+
 def test_the_approvals_hint_with_several_runs_says_how_to_decide_each(project: Path) -> None:
     store = project / "s.db"
     task_file(project, {**PARKS, "id": 1}, {**PARKS, "id": 2})

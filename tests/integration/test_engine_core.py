@@ -228,6 +228,27 @@ def test_budget_cycles(rt: lw.Runtime) -> None:
     assert p["accepted"] == {"doc": {"a": 1}}
 
 
+@pytest.mark.parametrize("cap", [0, -1, "3", True, 2.5])
+def test_a_bad_per_task_cycle_budget_is_refused_before_the_run_exists(
+    rt: lw.Runtime, cap: Any
+) -> None:
+    """A task whose ``budget.max_cycles_key`` value is not a whole number >= 1 raised a
+    ConfigError at the run's first cycle, leaving the run created and ``running`` for ever
+    (every resume raised again). It is refused as ``create`` refuses a bad task: before the
+    run exists. A fork under such a contract is refused the same way."""
+    loop = make_loop(max_cycles=5, max_cycles_key="recorded.max_cycles")
+    task = {**TASK, "recorded": {"max_cycles": cap}}
+    with pytest.raises(lw.ConfigError, match=r"recorded\.max_cycles"):
+        rt.run_sync(loop, task, task_key="bad-cap")
+    assert rt.store.list_runs() == []
+    origin = rt.run_sync(make_loop(max_cycles=1), task, task_key="origin")
+    with pytest.raises(lw.ConfigError, match=r"recorded\.max_cycles"):
+        rt.fork(origin.run_id, 1, contract=loop.contract)
+    assert [r.task_key for r in rt.store.list_runs()] == ["origin"]
+    fine = rt.run_sync(loop, {**TASK, "recorded": {"max_cycles": 2}}, task_key="fine")
+    assert (fine.stop_reason, fine.cycles) == ("budget_cycles", 2)
+
+
 @pytest.mark.parametrize(("limit", "cycles"), [(0.25, 2), (0.3, 3), (0.35, 3)])
 def test_budget_cost_never_starts_a_cycle_that_would_cross(
     rt: lw.Runtime, limit: float, cycles: int

@@ -269,3 +269,60 @@ def test_a_forks_cycles_are_fitted_at_the_cycle_and_stall_it_went_on_from(
         [[1, 1], [0, 0]],
         [[0, 0], [0, 0]],
     ]
+
+
+def _flat_loop(cycles: int) -> lw.Loop:
+    """Cycle 1 scores 0.5; every later cycle writes something new that scores 0.5 again."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"a": ctx.cycle}, usage=lw.Usage(ACTOR_USD))
+
+    def half(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("no", "doc", "a"),))
+
+    return lw.Loop(
+        name="flat",
+        actor=actor,
+        verifiers=[lw.Check(fn=half, name="half")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+def _chart_after(client: Any, run_id: str) -> str:
+    import re
+
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200, page.text
+    [title] = re.findall(r'<rect class="after"[^>]*><title>([^<]*)</title>', page.text)
+    return str(title)
+
+
+def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run page's chart names the spend after the last material improvement. For a fork
+    none of whose own cycles improved it said the fork's whole row cost ($0.40: its origin's
+    $0.20 included) where `loopwright metrics` says $0.20; for a long run drawn from its newest
+    checkpoints only, whose last improvement is before them, it said the whole spend ($0.50)
+    where the metric is $0.40."""
+    from fastapi.testclient import TestClient
+
+    import loopwright.web._app as web
+    from loopwright.web import create_app
+
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt:
+        origin = rt.run_sync(_flat_loop(2), TASK, task_key="o")
+        fork = rt.fork(origin.run_id, 2, contract=lw.Contract(budget=lw.Budget(max_cycles=4)))
+        rt.resume_sync(fork.run_id, _flat_loop(4))
+        long = rt.run_sync(_flat_loop(5), TASK, task_key="long")
+        after = {
+            r.run_id: r.spend_after_last_improvement_usd for r in compute_metrics(rt.store).per_run
+        }
+    assert after[fork.run_id] == pytest.approx(0.2) and after[long.run_id] == pytest.approx(0.4)
+    client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
+    assert _chart_after(client, fork.run_id).endswith("improvement: $0.2000")
+    assert _chart_after(client, long.run_id).endswith("improvement: $0.4000")
+    monkeypatch.setattr(web, "CHECKPOINTS_READ", 2)  # the newest checkpoints: cycles 4 and 5
+    assert "before the cycles drawn" in _chart_after(client, long.run_id)
+    assert _chart_after(client, fork.run_id).endswith("improvement: $0.2000")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import loopwright as lw
 from loopwright import _decide as rules
+from loopwright._packet import stop_cause
 
 
 def _contract(**budget: Any) -> lw.Contract:
@@ -49,6 +50,22 @@ def test_float_sums_do_not_cross_a_budget_they_only_reach() -> None:
     spent = spent + lw.Usage(0.1)
     assert rules.budget_crossed(c, spent) is None
     assert rules.budget_stop(c, _spent(3, spent)) == "budget_cost"
+
+
+def test_a_token_budget_is_counted_exactly() -> None:
+    """Tokens are whole numbers, with no rounding to allow for. The float slack of costs (1e-9
+    of the limit: 10 tokens of a 10-billion-token budget) let a cycle projected to cross the
+    budget by 10 tokens start, and read 5 tokens short of it as used up."""
+    c = _contract(max_tokens=10**10)
+    assert rules.budget_stop(c, _spent(1, lw.Usage(0.0, 5 * 10**9 + 5))) == "budget_tokens"
+    assert rules.budget_stop(c, _spent(1, lw.Usage(0.0, 5 * 10**9))) is None  # lands exactly
+    # 5 tokens short, at a mean of 2.5 a cycle: the next cycle fits
+    assert rules.budget_stop(c, _spent(4 * 10**9, lw.Usage(0.0, 10**10 - 5))) is None
+    assert rules.budget_stop(c, _spent(4 * 10**9, lw.Usage(0.0, 10**10))) == "budget_tokens"
+    assert rules.budget_crossed(c, lw.Usage(0.0, 10**10 + 1)) == "budget_tokens"
+    # how the stop cause reads the budget: short of it, not used up
+    text = stop_cause("budget_tokens", c, cycle=1, spent={"tokens": 10**10 - 5, "cost_usd": 0.0})
+    assert "the next cycle would cross it" in text, text
 
 
 def test_a_cycle_worth_exactly_its_cost_is_not_stopped_by_rounding() -> None:

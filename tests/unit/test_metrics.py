@@ -489,3 +489,73 @@ def test_parse_time_rejects_anything_else_naming_the_field(bad: Any) -> None:
     with pytest.raises(lw.ConfigError) as err:
         parse_time(bad, field="until")
     assert err.value.field == "until"
+
+
+# --- the run summary of `loopwright run` ---------------------------------------------------
+def _caption(runs: list[RunRecord]) -> str:
+    from rich.console import Console
+
+    from loopwright.cli._render import summary_table
+
+    out = Console(record=True, width=400)
+    out.print(summary_table(runs))
+    return " ".join(out.export_text().split())
+
+
+def test_the_run_summary_reports_false_success_rate_on_the_metrics_basis() -> None:
+    # a: failed held-out; b: passed held-out; c: a loop without held-out checks
+    rows = [
+        run_row(run_id="a", held_out_passed=False),
+        run_row(run_id="b", held_out_passed=True),
+        run_row(run_id="c", held_out_passed=None),
+    ]
+    m = summarize(run_metrics(r, [], [], []) for r in rows)
+    assert m.false_success_rate == pytest.approx(1 / 2)
+    # before: 1 / 3, every accepted run counted, held-out verdict or not
+    assert "false_success_rate 0.500" in _caption(rows)
+    # no held-out verdict at all: the metric is undefined, not 0
+    none = [run_row(run_id="c", held_out_passed=None)]
+    assert summarize(run_metrics(r, [], [], []) for r in none).false_success_rate is None
+    assert "false_success_rate" not in _caption(none)
+
+
+def test_progress_per_cycle_is_the_seeds_progress_per_cycle() -> None:
+    """The essay's operating metrics name "progress per cycle" beside progress per dollar: the
+    sum of the runs' progress over their cycles (a fork's own of both), defined when cycles
+    cost nothing. By hand: a reaches 0.8 in 2 cycles, b 0.3 in 4 at no cost, a fork of b
+    (inherited cycle 2, best 0.3) reaches 0.9 in 2 cycles of its own: (0.8 + 0.3 + 0.6) / 8."""
+    a = run_metrics(run_row(run_id="a", cycle=2, best_score=0.8, cost_usd=0.2), [], [], [])
+    b = run_metrics(run_row(run_id="b", cycle=4, best_score=0.3, cost_usd=0.0), [], [], [])
+    fork = run_row(run_id="f", cycle=4, best_score=0.9, cost_usd=0.1, forked_from="b")
+    first = Checkpoint("f", 0, 2, {"cycle": 2, "best_score": 0.3, "spent": {}}, None, 0.0)
+    f = run_metrics(fork, [first], [], [])
+    assert (f.cycles, f.progress) == (2, pytest.approx(0.6))
+    m = summarize([a, b, f])
+    assert m.progress_per_cycle == pytest.approx(1.7 / 8)
+    assert m.basis["progress_per_cycle"] == (pytest.approx(1.7), 8)
+    assert b.progress_per_cycle == pytest.approx(0.3 / 4) and b.progress_per_usd is None
+    assert m.to_dict(per_run=True)["per_run"][0]["progress_per_cycle"] == pytest.approx(0.4)
+    none = summarize([run_metrics(run_row(cycle=0, best_score=None), [], [], [])])
+    assert none.progress_per_cycle is None
+    assert none.undefined["progress_per_cycle"] == "no run has a cycle"
+    assert summarize([]).undefined["progress_per_cycle"] == "no runs selected"
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"review_cost_usd": "5"}, "review_cost_usd"),  # was a TypeError from isfinite
+        ({"review_cost_usd": True}, "review_cost_usd"),  # was read as $1 a review
+        ({"project": 5}, "project"),  # was no run at all, without a word
+        ({"loop": ["a"]}, "loop"),  # was the store's error binding a list
+        ({"project": "a\x00b"}, "project"),  # PostgreSQL refuses a NUL in text
+        ({"store": 123}, "store"),  # was a TypeError from os.fspath
+    ],
+)
+def test_compute_metrics_refuses_a_wrong_argument_naming_it(
+    tmp_path: Any, kw: dict[str, Any], field: str
+) -> None:
+    args: dict[str, Any] = {"store": str(tmp_path / "none.db"), **kw}
+    with pytest.raises(lw.ConfigError) as err:
+        lw.compute_metrics(args.pop("store"), **args)
+    assert err.value.field == field

@@ -32,6 +32,8 @@ def _score(v: float | None) -> str:
 
 
 def summary_table(runs: list[RunRecord]) -> Table:
+    from .._metrics import false_successes
+
     t = Table(title="Outcome", title_justify="left")
     t.add_column("stop reason")
     t.add_column("status")
@@ -43,14 +45,15 @@ def summary_table(runs: list[RunRecord]) -> Table:
     for (reason, status), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         t.add_row(reason, status_text(status), str(len(rs)), f"{sum(r.cost_usd for r in rs):.3f}")
     accepted = [r for r in runs if r.status == "accepted"]
-    false_success = sum(1 for r in accepted if r.held_out_passed is False)
+    # the metric's own basis: accepted runs without a held-out verdict are left out of both
+    false_success, judged = false_successes(r.held_out_passed for r in accepted)
     total = sum(r.cost_usd for r in runs)
     t.add_section()
     t.add_row("total", "", str(len(runs)), f"{total:.3f}")
     t.caption = (
         f"accepted {len(accepted)}/{len(runs)}; false successes (accepted on visible checks, "
         f"failed held-out): {false_success}"
-        + (f" (false_success_rate {false_success / len(accepted):.3f})" if accepted else "")
+        + (f" (false_success_rate {false_success / judged:.3f})" if judged else "")
         + "; cost per accepted outcome: "
         + (f"${total / len(accepted):.3f}" if accepted else "n/a")
     )

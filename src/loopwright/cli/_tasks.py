@@ -7,11 +7,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._contract import Contract
+from .._decide import cycle_cap
 from .._errors import ConfigError
 from .._json import refuse_constant
 from .._keys import check_key
+from .._state import TaskState
 
-__all__ = ["TaskList", "exit_code_for", "load_tasks", "task_key", "task_keys"]
+__all__ = [
+    "TaskList",
+    "check_cycle_caps",
+    "exit_code_for",
+    "load_tasks",
+    "task_key",
+    "task_keys",
+]
 
 
 class TaskList(list[dict[str, Any]]):
@@ -132,9 +142,7 @@ def task_keys(loop_name: str, tasks: list[dict[str, Any]]) -> list[str]:
     two tasks of one file with the same key are refused (they would be one run, raced for by
     both), naming both lines."""
     keys = [task_key(loop_name, t, i) for i, t in enumerate(tasks)]
-    lines = getattr(tasks, "lines", None) or [i + 1 for i in range(len(tasks))]
-    path = getattr(tasks, "path", None) or "the tasks"
-    where = getattr(tasks, "where", "--tasks")
+    lines, path, where = _located(tasks)
     seen: dict[str, int] = {}
     for key, line in zip(keys, lines, strict=True):
         check_key(key, where, at=f"{path}:{line}" if line else "")
@@ -146,6 +154,27 @@ def task_keys(loop_name: str, tasks: list[dict[str, Any]]) -> list[str]:
             )
         seen[key] = line
     return keys
+
+
+def check_cycle_caps(contract: Contract, tasks: list[dict[str, Any]]) -> None:
+    """Each task's own cycle budget (``budget.max_cycles_key``) checked as ``Runtime.create``
+    checks it, for every task before the first run is made, naming the file and line: a bad
+    one on line 3 left the runs of lines 1 and 2 made and not run."""
+    if contract.budget.max_cycles_key is None:
+        return
+    lines, path, _ = _located(tasks)
+    for t, line in zip(tasks, lines, strict=True):
+        try:
+            cycle_cap(contract, TaskState(task=t))
+        except ConfigError as exc:
+            text = str(exc).removeprefix(f"{exc.field}: ")
+            raise ConfigError(f"{path}:{line}: {text}", field=exc.field) from None
+
+
+def _located(tasks: list[dict[str, Any]]) -> tuple[list[int], object, str]:
+    """The line of each task, its file (or "the tasks") and its option, for errors."""
+    lines = getattr(tasks, "lines", None) or [i + 1 for i in range(len(tasks))]
+    return lines, getattr(tasks, "path", None) or "the tasks", getattr(tasks, "where", "--tasks")
 
 
 _SEVERITY = {"failed": 1, "escalated": 5, "awaiting_approval": 4, "stopped": 3, "cancelled": 3}

@@ -7,7 +7,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -46,12 +46,13 @@ from .._errors import (
     RunNotFoundError,
     StoreCorruptError,
 )
+from .._inherited import inherited
 from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
 from .._reflection import REFLECTION_KEY
 from .._spec import loop_of_run
 from .._state import TaskState
-from ..store import Approval, NewEvent, RunRecord, Store, open_store
+from ..store import Approval, Checkpoint, NewEvent, RunRecord, Store, open_store
 from ..store._base import with_newer
 from ._actions import ActionDeps, register_actions
 from ._auth import COOKIE, Auth, RefusedSignIns, check_token, cross_site
@@ -200,6 +201,19 @@ def _wrong_type(request: Request) -> JSONResponse | None:
         {"detail": f"this endpoint takes {wanted}, not {given or 'a body without a type'}"},
         status_code=415,
     )
+
+
+def _inherited_usd(store: Store, rec: RunRecord, cks: Sequence[Checkpoint]) -> float:
+    """What a fork inherited of its origin's spend (0 for any other run), from its first
+    checkpoint: the one in hand when the page read the run from its start, else among the
+    checkpoints of the cycle it was forked at (a long fork's page reads its newest only)."""
+    if rec.forked_from is None:
+        return 0.0
+    first = cks[0] if cks and cks[0].seq == 0 else None
+    if first is None:
+        at = store.checkpoints_at(rec.run_id, rec.forked_at or 0)
+        first = next((c for c in at if c.seq == 0), None)
+    return inherited(rec, None if first is None else first.fields).cost_usd
 
 
 def _safe_next(target: str | None) -> str:
@@ -644,6 +658,7 @@ def create_app(
             and rec.status in TERMINAL_STATUSES
             else None,
             "points": chart_points(cks),
+            "inherited_usd": _inherited_usd(store, rec, cks),
             # (the page's newest versions of each part read alone, not a part's every one)
             "artifacts": artifacts_view(
                 state,
@@ -794,7 +809,15 @@ def create_app(
         # (timeline, chart), the log's end (events, waterfall) and counts read in the store;
         # a long run's every cycle and event are in /api/runs/{id} and `loopwright show`.
         data = run_payload(run_id)
-        data["chart"] = chart_svg(data["points"], data["rec"].cost_usd)
+        rec, points = data["rec"], data["points"]
+        first = (rec.forked_at or 0) + 1 if rec.forked_from else 1  # the run's own first cycle
+        data["chart"] = chart_svg(
+            points,
+            rec.cost_usd,
+            inherited_usd=data["inherited_usd"],
+            # cycles of its own not drawn: its last improvement may be among them
+            windowed=data["windowed"] and (not points or points[0].cycle > first),
+        )
         data["timeline_total"] = len(data["timeline"])
         data["timeline"] = data["timeline"][-CYCLES_SHOWN:]
         rid = data["rec"].run_id

@@ -231,9 +231,19 @@ def per_pixel(series: list[T], px: Callable[[T], float]) -> list[T]:
     return out
 
 
-def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
+def chart_svg(
+    points: list[ChartPoint],
+    total_cost: float,
+    *,
+    inherited_usd: float = 0.0,
+    windowed: bool = False,
+) -> Markup:
     """Best score (left axis, 0–1) and cumulative spend (right axis) per cycle; the last
-    material improvement is marked and the spend after it shaded."""
+    material improvement is marked and the spend after it shaded, its amount the metric's
+    (``spend_after_last_improvement_usd``): a fork none of whose own cycles improved spent
+    after it only what it spent itself (``inherited_usd``, its origin's, is not counted), and
+    a ``windowed`` chart (a long run's newest checkpoints) that shows no improvement does not
+    know the amount: the improvement is before the cycles drawn."""
     w, h, left, right, top, bottom = 640, 260, 48, 64, 24, 36
     pw, ph = w - left - right, h - top - bottom
     if not points:
@@ -265,10 +275,17 @@ def chart_svg(points: list[ChartPoint], total_cost: float) -> Markup:
     shade_from = x(last.cycle) if last else x(min_cycle)
     shade_to = x(max_cycle)
     if shade_to > shade_from:
+        if last is None and windowed:
+            what = (
+                "the last material improvement is before the cycles drawn (its spend after: "
+                "loopwright metrics --per-run)"
+            )
+        else:
+            after = max(0.0, total_cost - (last.spent if last else inherited_usd))
+            what = f"spend after the last material improvement: ${after:.4f}"
         parts.append(
             f'<rect class="after" x="{shade_from:.1f}" y="{top}" width="{shade_to - shade_from:.1f}" '
-            f'height="{ph}"><title>spend after the last material improvement: '
-            f"${max(0.0, total_cost - (last.spent if last else 0.0)):.4f}</title></rect>"
+            f'height="{ph}"><title>{what}</title></rect>'
         )
     parts.append(
         f'<line class="axis" x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}"/>'
