@@ -1297,6 +1297,59 @@ def test_a_schema_version_that_is_no_number_is_damage(backend: Backend) -> None:
         backend.open()
 
 
+def _damaged_loop() -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("no", "doc", "body"),))
+
+    return lw.Loop(
+        name="damaged",
+        actor=actor,
+        verifiers=[lw.Check(fn=check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("state", "{bad"), ("state", '"bad"'), ("record", "{bad"), ("record", "[1]")],
+)
+def test_a_checkpoint_value_changed_in_sql_is_damage(
+    backend: Backend, column: str, value: str
+) -> None:
+    """A checkpoint's JSON changed in SQL raised the parser's JSONDecodeError (or an
+    AttributeError from deep in a reader) at the Python API, naming nothing."""
+    if backend.name == "postgres" and value == "{bad":
+        pytest.skip("a json column refuses text that is no JSON")
+    task = {"artifacts": {"doc": {"body": ""}}}
+    with lw.Runtime(backend.url) as rt:
+        run_id = rt.run_sync(_damaged_loop(), task, task_key="d").run_id
+        seq = rt.store.latest_checkpoint(run_id).seq
+    backend.execute(f"UPDATE checkpoints SET {column}='{value}' WHERE seq={seq}")
+    with lw.Runtime(backend.url) as rt:
+        calls: list[Callable[[], Any]] = [
+            lambda: rt.store.checkpoints(run_id),
+            lambda: list(rt.store.iter_checkpoints(run_id)),
+        ]
+        if column == "state":
+            calls += [
+                lambda: rt.store.latest_checkpoint(run_id),
+                lambda: rt.result(run_id),
+                lambda: rt.resume_sync(run_id, _damaged_loop()),
+            ]
+        else:
+            calls.append(lambda: list(rt.store.iter_records(run_id)))
+        for call in calls:
+            with pytest.raises(lw.StoreCorruptError) as info:
+                call()
+            text = str(info.value)
+            assert f"store: {rt.store.url}: a stored value in table checkpoints" in text
+            assert f"run {run_id!r}, row {seq}, column {column} is damaged" in text
+            assert "restore it from a backup" in text
+
+
 def test_request_cancel_of_an_unknown_run(store: Store) -> None:
     with pytest.raises(lw.RunNotFoundError):
         store.request_cancel("nope")
