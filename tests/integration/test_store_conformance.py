@@ -1297,6 +1297,23 @@ def test_a_schema_version_that_is_no_number_is_damage(backend: Backend) -> None:
         backend.open()
 
 
+def test_a_deleted_schema_version_row_is_damage(backend: Backend) -> None:
+    """The version row deleted, the tables kept: opening migrated from 0 and failed on its
+    first CREATE TABLE ("table runs already exists", a StoreUnavailableError on SQLite, a
+    plain StoreError on PostgreSQL), saying nothing of what was wrong."""
+    with backend.open() as s:
+        run_id = _create(s)
+    backend.execute("DELETE FROM loopwright_meta")
+    for _ in range(2):  # refused untouched: the same again
+        with pytest.raises(lw.StoreCorruptError) as info:
+            backend.open()
+        assert "loopwright_meta holds no schema_version row" in str(info.value)
+        assert "restore it from a backup" in str(info.value)
+    backend.execute(f"INSERT INTO loopwright_meta VALUES('schema_version', '{backend.latest}')")
+    with backend.open() as s:
+        assert s.get_run(run_id).task_key == "k"
+
+
 def _damaged_loop() -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})

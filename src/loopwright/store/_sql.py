@@ -618,11 +618,24 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         }
 
     # --- schema -------------------------------------------------------------------------
-    def _apply_migrations(self, conn: Any, migrations: Sequence[Sequence[str]], what: str) -> None:
+    def _apply_migrations(
+        self, conn: Any, migrations: Sequence[Sequence[str]], what: str, *, built: bool
+    ) -> None:
         """Bring the schema forward to ``len(migrations)`` in the caller's transaction (its
         ``loopwright_meta`` exists). ``what`` names the schema for an error: '<what> <n>,
-        newer than this loopwright understands'."""
+        newer than this loopwright understands'. ``built``: the store's tables (``runs``)
+        exist already."""
         row = conn.execute(self._q.schema_version).fetchone()
+        if row is None and built:
+            # Its version row deleted (or its loopwright_meta dropped): migrating from 0 would
+            # fail on the first CREATE TABLE ("table runs already exists"), or, were it let
+            # pass, migrate a current store over itself.
+            raise StoreCorruptError(
+                f"{what.rpartition(' has ')[0]}: the store's tables are there but "
+                "loopwright_meta holds no schema_version row (deleted by something other "
+                "than loopwright): the store is damaged; restore it from a backup, or name "
+                "another store"
+            )
         try:
             version = int(row[0]) if row else 0
         except ValueError:
