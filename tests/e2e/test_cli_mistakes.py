@@ -329,3 +329,29 @@ def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "skipped" in r.stdout and "(goes)" in r.stderr and "Traceback" not in r.stderr
     assert "(stays): accepted" in r.stdout
+
+
+def test_worker_once_says_why_it_skipped_a_run(project: Path) -> None:
+    """`worker --once` that could not drive a run (its spec moved) said only "skipped 1" at
+    the end: the why was in a `worker_skipped` event no one reads there. It is printed, one
+    line a run, as `resume --all` prints it."""
+    from loopwright import Runtime, load_spec
+
+    store = project / "s.db"
+    other = project / "other"
+    other.mkdir()
+    (other / "loopmod.py").write_text((project / "loopmod.py").read_text())
+    (other / "loop.toml").write_text((project / "loop.toml").read_text().replace("e2e", "moved"))
+    with Runtime(str(store)) as rt:
+        rt.create(load_spec(project / "loop.toml"), TASK, task_key="stays")
+        goes = rt.create(load_spec(other / "loop.toml"), TASK, task_key="goes")[0].run_id
+    (other / "loop.toml").unlink()  # the second run's spec is gone
+    r = lw("worker", "--once", cwd=project, store=store)
+    assert "(stays): accepted" in r.stdout and "skipped 1" in r.stdout
+    said = " ".join(r.stdout.split())  # (the console wraps long lines)
+    assert f"skipped {goes[:12]}: spec: the run's spec" in said, r.stdout
+    assert said.count("skipped ") == 2 and "is not here" in said, r.stdout
+    assert "Traceback" not in r.stderr
+    r = lw("worker", "--once", "--json", cwd=project, store=store)
+    assert json.loads(r.stdout)["skipped"] == 1  # stdout stays JSON: the line is on stderr
+    assert f"skipped {goes[:12]}: " in " ".join(r.stderr.split())
