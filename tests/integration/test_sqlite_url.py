@@ -15,6 +15,17 @@ import loopwright as lw
 from loopwright.store import open_store
 
 
+def _runs(url: str) -> subprocess.CompletedProcess[str]:
+    """`loopwright runs --store URL`, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "loopwright", "runs", "--store", url],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
 def test_a_hash_in_a_sqlite_url_is_refused_not_cut(tmp_path: Path) -> None:
     (tmp_path / "drafts#2").mkdir()
     url = f"sqlite:///{tmp_path}/drafts#2/s.db"
@@ -41,13 +52,7 @@ def test_the_cli_says_why_too(tmp_path: Path) -> None:
     (tmp_path / "drafts#2").mkdir()
     (tmp_path / "drafts").write_bytes(b"")  # what the cut URL names: not to be opened
     url = f"sqlite:///{tmp_path}/drafts#2/s.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "loopwright", "runs", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    out = _runs(url)
     assert out.returncode == 2, out.stderr
     assert "'#' ends the path" in out.stderr
     assert "Traceback" not in out.stderr
@@ -64,13 +69,7 @@ def test_a_percent_encoded_path_is_decoded(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my runs#2?"]
     assert (tmp_path / "my runs#2?" / "s db.db").is_file()
     # the CLI's reading commands find it at the same path
-    out = subprocess.run(
-        [sys.executable, "-m", "loopwright", "runs", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    out = _runs(url)
     assert out.returncode == 0, out.stderr
 
 

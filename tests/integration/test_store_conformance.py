@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from support.records import cycle_record
+from test_damaged_store_api import TASK as DAMAGED_TASK
+from test_damaged_store_api import _loop as _damaged_loop
 
 import loopwright as lw
 from loopwright._owners import PROCESS_SPACE
@@ -1314,21 +1316,6 @@ def test_a_deleted_schema_version_row_is_damage(backend: Backend) -> None:
         assert s.get_run(run_id).task_key == "k"
 
 
-def _damaged_loop() -> lw.Loop:
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
-
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("no", "doc", "body"),))
-
-    return lw.Loop(
-        name="damaged",
-        actor=actor,
-        verifiers=[lw.Check(fn=check)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
-
-
 @pytest.mark.parametrize(
     ("column", "value"),
     [("state", "{bad"), ("state", '"bad"'), ("record", "{bad"), ("record", "[1]")],
@@ -1340,9 +1327,8 @@ def test_a_checkpoint_value_changed_in_sql_is_damage(
     AttributeError from deep in a reader) at the Python API, naming nothing."""
     if backend.name == "postgres" and value == "{bad":
         pytest.skip("a json column refuses text that is no JSON")
-    task = {"artifacts": {"doc": {"body": ""}}}
     with lw.Runtime(backend.url) as rt:
-        run_id = rt.run_sync(_damaged_loop(), task, task_key="d").run_id
+        run_id = rt.run_sync(_damaged_loop(3), DAMAGED_TASK, task_key="d").run_id
         seq = rt.store.latest_checkpoint(run_id).seq
     backend.execute(f"UPDATE checkpoints SET {column}='{value}' WHERE seq={seq}")
     with lw.Runtime(backend.url) as rt:
@@ -1354,7 +1340,7 @@ def test_a_checkpoint_value_changed_in_sql_is_damage(
             calls += [
                 lambda: rt.store.latest_checkpoint(run_id),
                 lambda: rt.result(run_id),
-                lambda: rt.resume_sync(run_id, _damaged_loop()),
+                lambda: rt.resume_sync(run_id, _damaged_loop(5)),
             ]
         else:
             calls.append(lambda: list(rt.store.iter_records(run_id)))
