@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 __all__ = [
     "NumberRangeError",
+    "bare_cr",
     "check_given_text",
     "check_text",
     "check_value",
@@ -360,3 +361,16 @@ def not_text(text: str) -> None:
     except UnicodeEncodeError as exc:
         bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
         raise ValueError(f"the text holds a lone surrogate ({bad}), which is not text") from None
+
+
+def bare_cr(line: str) -> str:
+    r"""What to add to "line N: not JSON" when the line holds a bare carriage return: a file
+    whose lines end in ``\r`` alone (old Mac tools) reads as one line of several values. JSON
+    Lines ends each line with ``\n`` (``\r\n`` too: JSON ignores the ``\r``), and a ``\r``
+    between a value's tokens is JSON whitespace, so it is not read as a line end: said."""
+    if "\r" not in line.rstrip("\r\n"):
+        return ""
+    return (
+        "; its lines end in a bare carriage return (\\r), not a newline: JSON Lines ends "
+        "each line with \\n or \\r\\n (convert it, e.g. tr '\\r' '\\n')"
+    )

@@ -51,6 +51,7 @@ import hashlib
 import importlib
 import importlib.util
 import math
+import os
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -108,7 +109,8 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
         )
     target, _, attr = ref.rpartition(":")
     if str(base) not in sys.path:
-        sys.path.insert(0, str(base))  # lets spec-local modules import their siblings
+        # lets spec-local modules import their siblings; after the standard library
+        sys.path.insert(_after_stdlib(), str(base))
     try:
         if target.endswith(".py"):
             path = (base / target).resolve()
@@ -148,6 +150,30 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
             raise SpecError(f"{target!r} has no attribute {attr!r}", field=where)
         obj = getattr(obj, part)
     return obj
+
+
+def _after_stdlib() -> int:
+    """Where on ``sys.path`` a spec's folder goes: after the standard library's entries, so
+    that a ``random.py`` or ``json.py`` beside a spec never stands in for the standard module
+    in the whole process (every later ``import random``, loopwright's own included, would
+    have run it); before the installed packages, so that a sibling ``helpers.py`` is still
+    the one its spec imports. The spec's own modules are loaded by their path, whatever
+    their names (``code.py``)."""
+    import sysconfig
+
+    def real(entry: str) -> str:
+        return os.path.normcase(os.path.realpath(entry or os.curdir))
+
+    stdlib: set[str] = set()
+    for key in ("stdlib", "platstdlib"):
+        if path := sysconfig.get_path(key):
+            stdlib |= {real(path), real(os.path.join(path, "lib-dynload"))}
+    last = -1
+    for i, entry in enumerate(sys.path):
+        name = os.path.basename(entry)
+        if real(entry) in stdlib or (name.startswith("python") and name.endswith(".zip")):
+            last = i
+    return last + 1 if last >= 0 else len(sys.path)
 
 
 # The folders spec modules were loaded from in this process (a worker, the dashboard).

@@ -5,7 +5,8 @@ redirect followed.
 HTTP clients log and report the URLs they call, and urllib cannot use such a URL at all (it
 looks up the whole ``user:password@host`` as the host). The adapters, the trace export and the
 webhook notifier each send the pair as the Basic ``Authorization`` header it stands for instead,
-from one place, and register the password and the header's token as secrets, so a server that
+from one place, and register the password (the user name where there is no password: a
+token written as ``https://TOKEN@host``) and the header's token as secrets, so a server that
 echoes either in an error body has it masked (invariant 9).
 """
 
@@ -29,7 +30,12 @@ def without_userinfo(url: str) -> tuple[str, dict[str, str]]:
         return url, {}
     pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     token = base64.b64encode(pair.encode()).decode()
-    for secret in (parts.password, unquote(parts.password or ""), token):
+    # Without a password the user name is the credential: ``https://TOKEN@host/`` (GitHub,
+    # many proxies) or ``https://KEY:@host/`` (an API key as curl's ``-u KEY:``) is how a
+    # token is written into a URL, so it is masked like a password. Beside a password, a
+    # user name is an identity, shown as ``user:***``.
+    held = parts.password or parts.username
+    for secret in (held, unquote(held or ""), token):
         register_secret(secret)
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}

@@ -57,7 +57,9 @@ class Worker:
     """Claims and drives runs until stopped (or, with ``once``, until nothing is runnable).
 
     ``loops`` maps loop names to live loops; runs of other loops are resolved from their spec
-    file (``RunRecord.spec_ref``), cached by spec path and version.
+    file (``RunRecord.spec_ref``), cached by spec path and version. ``on_result`` is called
+    with each run that ended here; ``on_skip`` with each run it claimed and could not drive
+    (its run id, and why: no spec for it on this host, a spec that does not load...).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Worker:
         concurrency: int = 8,
         poll_s: float = 0.5,
         on_result: Callable[[RunResult], None] | None = None,
+        on_skip: Callable[[str, LoopwrightError], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigError("must be at least 1", field="concurrency")
@@ -78,6 +81,7 @@ class Worker:
         self.concurrency = concurrency
         self.poll_s = poll_s
         self.on_result = on_result
+        self.on_skip = on_skip
         self.stats = WorkerStats()
         self._stopping = False
         self._specs: dict[tuple[str, str | None], Loop] = {}
@@ -117,8 +121,7 @@ class Worker:
                 store.release_lease(run_id, token)
             return
         except LoopwrightError as exc:
-            self.stats.skipped += 1
-            self._no_loop[run_id] = time.monotonic() + 30.0
+            self._skipped(run_id, exc)
             with contextlib.suppress(StoreError):
                 store.append_events(
                     run_id,
@@ -134,9 +137,8 @@ class Worker:
         except StoreError:
             self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
             return
-        except ConfigError:
-            self.stats.skipped += 1
-            self._no_loop[run_id] = time.monotonic() + 30.0
+        except ConfigError as exc:
+            self._skipped(run_id, exc)
             return
         except Exception:
             # A bug in loopwright itself: the engine has marked the run failed with its
@@ -146,6 +148,13 @@ class Worker:
         self.stats.ended[result.status] += 1
         if self.on_result is not None:
             self.on_result(result)
+
+    def _skipped(self, run_id: str, why: LoopwrightError) -> None:
+        """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""
+        self.stats.skipped += 1
+        self._no_loop[run_id] = time.monotonic() + 30.0
+        if self.on_skip is not None:
+            self.on_skip(run_id, why)
 
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs

@@ -712,3 +712,41 @@ def test_a_terminal_that_is_not_utf8_gets_a_question_mark_not_an_internal_error(
         assert r.returncode == 0, (args, r.stderr)
         assert b"internal error" not in r.stderr
         assert b"rechnung-" in r.stdout
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`loopwright export eval-cases | head -1` exited 1 (an internal error's code) or, when
+    the rest was still buffered at exit, 120 with "Exception ignored ... BrokenPipeError":
+    now quietly 141, as a Unix tool killed by SIGPIPE. The reader takes one line and closes
+    the pipe; each line is 1 MB, more than a pipe holds, so the write after it must fail."""
+    import loopwright as lw
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"n": ctx.cycle})
+
+    loop = lw.Loop(
+        name="pipe",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    store = tmp_path / "s.db"
+    with lw.Runtime(store) as rt:
+        for key in ("a", "b", "c"):
+            task = {"artifacts": {"doc": {"n": 0, "body": key * 1_000_000}}}
+            rt.run_sync(loop, task, task_key=key)
+    env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
+    exe = Path(sys.executable).with_name("loopwright")
+    with subprocess.Popen(
+        [str(exe), "export", "eval-cases", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141
+    assert err == b""
+    assert json.loads(first)["task_key"] in ("a", "b", "c")  # the line read is whole

@@ -155,3 +155,30 @@ def test_a_misspelt_contract_table_is_refused_not_dropped(
     spec.write_text('name = "x"\n[actor]\nref = "a.py:f"\n[contract.budget]\nmax_cycles = 3\n')
     assert load_contract(spec).budget.max_cycles == 3
     assert load_contract(POLICY).success.required == ("visible_tests",)
+
+
+def test_line_ends_a_bare_carriage_return_is_said_and_crlf_is_read(tmp_path: Path) -> None:
+    """A run-trace (or LDB) file whose lines end in a bare \\r read as one line holding
+    several values, refused as "line 1: not JSON (Extra data)", which said nothing of why.
+    JSON Lines ends a line with \\n (\\r\\n too: JSON ignores the \\r); a bare \\r is JSON
+    whitespace inside a line, so it is not taken for a line end: the message says so."""
+    runs = load_source(str(GPT35))[:3]
+    traces = tmp_path / "t.jsonl"
+    write_traces(runs, traces)
+    lines = traces.read_bytes().splitlines()
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes(b"\r\n".join(lines) + b"\r\n")
+    assert [t.run_id for t in load_source(str(crlf))] == [t.run_id for t in runs]
+    cr = tmp_path / "cr.jsonl"
+    cr.write_bytes(b"\r".join(lines) + b"\r")
+    with pytest.raises(lw.ConfigError) as info:
+        load_source(str(cr))
+    said = str(info.value)
+    assert f"{cr}, line 1: not JSON (Extra data)" in said, said
+    assert "bare carriage return" in said and "\\n or \\r\\n" in said
+    ldb = GPT35.read_bytes().splitlines()[:3]
+    cr_ldb = tmp_path / "ldb.jsonl"
+    cr_ldb.write_bytes(b"\r".join(ldb) + b"\r")
+    with pytest.raises(LdbFormatError, match="bare carriage return") as ldb_info:
+        import_ldb(cr_ldb, tmp_path / "tasks.jsonl")
+    assert ldb_info.value.line == 1

@@ -15,6 +15,17 @@ import loopwright as lw
 from loopwright.store import open_store
 
 
+def _runs(url: str) -> subprocess.CompletedProcess[str]:
+    """`loopwright runs --store URL`, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "loopwright", "runs", "--store", url],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
 def test_a_hash_in_a_sqlite_url_is_refused_not_cut(tmp_path: Path) -> None:
     (tmp_path / "drafts#2").mkdir()
     url = f"sqlite:///{tmp_path}/drafts#2/s.db"
@@ -41,14 +52,44 @@ def test_the_cli_says_why_too(tmp_path: Path) -> None:
     (tmp_path / "drafts#2").mkdir()
     (tmp_path / "drafts").write_bytes(b"")  # what the cut URL names: not to be opened
     url = f"sqlite:///{tmp_path}/drafts#2/s.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "loopwright", "runs", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    out = _runs(url)
     assert out.returncode == 2, out.stderr
     assert "'#' ends the path" in out.stderr
     assert "Traceback" not in out.stderr
     assert (tmp_path / "drafts").read_bytes() == b""
+
+
+def test_a_percent_encoded_path_is_decoded(tmp_path: Path) -> None:
+    """``sqlite:///…/my%20runs/s.db`` opened (and created) a folder named ``my%20runs``: a
+    URL's path is percent-encoded, so ``%20`` is a space, ``%23`` a '#', ``%3F`` a '?'."""
+    (tmp_path / "my runs#2?").mkdir()
+    url = f"sqlite:///{tmp_path}/my%20runs%232%3F/s%20db.db"
+    with lw.Runtime(url) as rt:
+        assert rt.store.list_runs() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my runs#2?"]
+    assert (tmp_path / "my runs#2?" / "s db.db").is_file()
+    # the CLI's reading commands find it at the same path
+    out = _runs(url)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_store_the_url_named_before_decoding_is_not_left_for_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """A store made before, at the literal ``a%20b.db``, is not silently replaced by a new,
+    empty ``a b.db`` (every effect would run again): refused, saying which file exists."""
+    with lw.Runtime(tmp_path / "a%20b.db"):
+        pass
+    with pytest.raises(lw.ConfigError, match="plain file path") as err:
+        open_store(f"sqlite:///{tmp_path}/a%20b.db")
+    assert "a b.db" in str(err.value) and "a%20b.db" in str(err.value)
+    assert not (tmp_path / "a b.db").exists()
+
+
+def test_the_ray_executor_keeps_the_decoded_path(tmp_path: Path) -> None:
+    from loopwright.executors.ray import absolute_store_url
+    from loopwright.store import sqlite_url_path
+
+    url = absolute_store_url(f"sqlite:///{tmp_path}/a%2541%20b.db?durability=process")
+    assert sqlite_url_path(url) == f"{tmp_path}/a%41 b.db"
+    assert url.endswith("?durability=process")

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from support.records import cycle_record
+from test_damaged_store_api import TASK as DAMAGED_TASK
+from test_damaged_store_api import _loop as _damaged_loop
 
 import loopwright as lw
 from loopwright._owners import PROCESS_SPACE
@@ -1295,6 +1297,60 @@ def test_a_schema_version_that_is_no_number_is_damage(backend: Backend) -> None:
     backend.execute("UPDATE loopwright_meta SET value='x' WHERE key='schema_version'")
     with pytest.raises(lw.StoreCorruptError, match="'x', not a number: the store is damaged"):
         backend.open()
+
+
+def test_a_deleted_schema_version_row_is_damage(backend: Backend) -> None:
+    """The version row deleted, the tables kept: opening migrated from 0 and failed on its
+    first CREATE TABLE ("table runs already exists", a StoreUnavailableError on SQLite, a
+    plain StoreError on PostgreSQL), saying nothing of what was wrong."""
+    with backend.open() as s:
+        run_id = _create(s)
+    backend.execute("DELETE FROM loopwright_meta")
+    for _ in range(2):  # refused untouched: the same again
+        with pytest.raises(lw.StoreCorruptError) as info:
+            backend.open()
+        assert "loopwright_meta holds no schema_version row" in str(info.value)
+        assert "restore it from a backup" in str(info.value)
+    backend.execute(f"INSERT INTO loopwright_meta VALUES('schema_version', '{backend.latest}')")
+    with backend.open() as s:
+        assert s.get_run(run_id).task_key == "k"
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("state", "{bad"), ("state", '"bad"'), ("record", "{bad"), ("record", "[1]")],
+)
+def test_a_checkpoint_value_changed_in_sql_is_damage(
+    backend: Backend, column: str, value: str
+) -> None:
+    """A checkpoint's JSON changed in SQL raised the parser's JSONDecodeError (or an
+    AttributeError from deep in a reader) at the Python API, naming nothing."""
+    if backend.name == "postgres" and value == "{bad":
+        pytest.skip("a json column refuses text that is no JSON")
+    with lw.Runtime(backend.url) as rt:
+        run_id = rt.run_sync(_damaged_loop(3), DAMAGED_TASK, task_key="d").run_id
+        seq = rt.store.latest_checkpoint(run_id).seq
+    backend.execute(f"UPDATE checkpoints SET {column}='{value}' WHERE seq={seq}")
+    with lw.Runtime(backend.url) as rt:
+        calls: list[Callable[[], Any]] = [
+            lambda: rt.store.checkpoints(run_id),
+            lambda: list(rt.store.iter_checkpoints(run_id)),
+        ]
+        if column == "state":
+            calls += [
+                lambda: rt.store.latest_checkpoint(run_id),
+                lambda: rt.result(run_id),
+                lambda: rt.resume_sync(run_id, _damaged_loop(5)),
+            ]
+        else:
+            calls.append(lambda: list(rt.store.iter_records(run_id)))
+        for call in calls:
+            with pytest.raises(lw.StoreCorruptError) as info:
+                call()
+            text = str(info.value)
+            assert f"store: {rt.store.url}: a stored value in table checkpoints" in text
+            assert f"run {run_id!r}, row {seq}, column {column} is damaged" in text
+            assert "restore it from a backup" in text
 
 
 def test_request_cancel_of_an_unknown_run(store: Store) -> None:

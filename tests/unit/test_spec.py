@@ -281,3 +281,32 @@ def test_a_sibling_module_another_specs_folder_imported_is_refused(tmp_path: Pat
         assert lw.load_spec(tmp_path / "b" / "loop.toml").actor(None).note == "a"
     finally:
         sys.modules.pop("helpers_p41c", None)
+
+
+def test_a_spec_folder_never_shadows_the_standard_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec's folder went first on sys.path: a ``colorsys.py`` (``random.py``,
+    ``json.py``...) beside a spec was, from then on, every ``import colorsys`` in the
+    process, loopwright's and its libraries' included. It now goes after the standard
+    library, before the installed packages: a sibling module is still found."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    monkeypatch.delitem(sys.modules, "helpers_p42", raising=False)
+    d = tmp_path / "spec"
+    d.mkdir()
+    (d / "colorsys.py").write_text("raise RuntimeError('the spec folder shadows colorsys')\n")
+    (d / "helpers_p42.py").write_text("NOTE = 'sibling'\n")
+    (d / "actor.py").write_text(
+        "import loopwright as lw\nimport helpers_p42\n\n"
+        "def propose(ctx):\n    return lw.Proposal(note=helpers_p42.NOTE)\n"
+    )
+    (d / "code.py").write_text(CODE)
+    (d / "loop.toml").write_text(GOOD.replace("code.py:propose", "actor.py:propose"))
+    spec = lw.load_spec(d / "loop.toml")
+    assert spec.actor(None).note == "sibling"
+    import colorsys
+
+    assert colorsys.rgb_to_hsv(1, 0, 0) == (0, 1, 1)  # the standard module
+    assert str(d) in sys.path
+    assert sys.path.index(str(d)) > sys.path.index(str(Path(colorsys.__file__).parent))

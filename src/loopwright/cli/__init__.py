@@ -20,8 +20,50 @@ _RUNS: dict[str, bool] = {"may_exist": True}
 DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
 
 
+# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`| head`).
+EXIT_PIPE_CLOSED = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (documented in README.md)."""
+    code = _main(argv)
+    if argv is None:
+        # The process: what is still buffered is written now, where a reader that went away
+        # is found, not in the interpreter's last flush (a traceback, exit code 120).
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return _pipe_closed(True)
+    return code
+
+
+def _pipe_closed(process: bool) -> int:
+    """stdout's reader went away (``loopwright runs | head -1``): quiet, as Unix tools are,
+    with their exit code. The process's stdout is pointed at the null device, so that what
+    is left in its buffer goes nowhere instead of failing again when Python exits."""
+    if process:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+            os.close(null)
+    return EXIT_PIPE_CLOSED
+
+
+def _stdout_closed() -> bool:
+    """Whether the process's stdout is a pipe (or terminal) whose reader has gone: a broken
+    pipe found while writing elsewhere (a socket) is not this."""
+    try:
+        import select
+
+        fd = (sys.__stdout__ or sys.stdout).fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor
+        return False
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     _replace_unwritable()
     bad = _not_text(args)
@@ -44,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         if exc.code is None:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
+        if code == 1 and _stdout_closed():
+            # Typer's own reading of a broken pipe: a silent exit 1, an internal error's code
+            return _pipe_closed(argv is None)
         if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
             _interrupted(argv is None)
         return code
@@ -51,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loopwright: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            return _pipe_closed(argv is None)
         from ._damage import store_damage
 
         damage = store_damage(exc)  # a row or table damaged after the store was opened

@@ -12,7 +12,7 @@ import traceback
 from typing import Any
 
 from .._errors import StoreCorruptError
-from ..store._damage import driver_damage
+from ..store._damage import driver_damage, value_damage
 
 __all__ = ["store_damage"]
 
@@ -43,17 +43,11 @@ def store_damage(exc: BaseException) -> StoreCorruptError | None:
     if isinstance(exc, json.JSONDecodeError):  # orjson's decode error is one too
         table = next((_TABLES[name] for name, _ in reversed(frames) if name in _TABLES), None)
         where = f"table {table}" if table else "a table"
-        return StoreCorruptError(
-            f"store: a stored value in {where}{_row(frames, table)} is damaged ({exc.msg}); "
-            "the store is corrupt: restore it from a backup"
-        )
+        return value_damage(None, f"{where}{_row(frames, table)}", exc.msg)
     if type(exc) in (ValueError, TypeError) and frames[-1][0] in _TABLES:
         # a row reader found a value of the wrong kind (text where a number belongs)
         table = _TABLES[frames[-1][0]]
-        return StoreCorruptError(
-            f"store: a stored value in table {table}{_row(frames, table)} is damaged ({exc}); "
-            "the store is corrupt: restore it from a backup"
-        )
+        return value_damage(None, f"table {table}{_row(frames, table)}", str(exc))
     if driver_damage(exc):  # (the stores raise these as StoreCorruptError where they can)
         return StoreCorruptError(
             f"store: {exc}; the store is damaged (or was changed by something other than "

@@ -21,14 +21,13 @@ __all__ = ["existing_store", "open_existing", "open_or_create"]
 def _sqlite_file(url: str) -> str | None:
     """The file an SQLite store URL names (as ``open_store`` reads it); None for other stores,
     whose server says for itself whether they exist."""
+    from ..store import sqlite_url_path
+
     if "://" not in url:
         return url
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or "#" in url:
+    if "#" in url:
         return None  # (a '#' in an SQLite URL: ``open_store`` refuses it, saying why)
-    if parts.netloc:
-        return parts.netloc + parts.path
-    return parts.path[1:] if parts.path.startswith("/") else parts.path
+    return sqlite_url_path(url)
 
 
 def _source(url: str | None) -> str:

@@ -14,6 +14,7 @@ from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_conf
 
 if TYPE_CHECKING:
     from .._engine import RunResult, Runtime
+    from .._errors import LoopwrightError
     from ..web._notify import NotifyConfig
 
 __all__ = ["worker"]
@@ -57,8 +58,11 @@ def worker(
     import asyncio
     import signal
 
+    from rich.markup import escape
+
     from .._engine import Runtime
     from .._worker import Worker
+    from . import _one_line
     from ._render import console
 
     if concurrency < 1:
@@ -75,6 +79,10 @@ def worker(
     def report(r: RunResult) -> None:
         out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
 
+    def skipped(run_id: str, why: LoopwrightError) -> None:
+        # as `resume --all` says it: the count at the end told no one why
+        out.print(f"[yellow]skipped {run_id[:12]}: {escape(_one_line(why))}[/]")
+
     # A SIGTERM while the worker starts (a slow start under load) must stop it gracefully too,
     # not kill it: note it until the event loop's handler replaces this one.
     early: list[int] = []
@@ -82,7 +90,7 @@ def worker(
     with Runtime(store, lease_ttl_s=lease_ttl) as rt, _notifying(rt, notify_cfg) as said:
         if said:
             out.print(said)
-        w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report)
+        w = Worker(rt, concurrency=concurrency, poll_s=poll, on_result=report, on_skip=skipped)
         stopping = False
 
         def stop() -> None:

@@ -33,12 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from .._engine import RunResult, Runtime
 from .._errors import ConfigError, ConflictError, LoopwrightError, StaleLeaseError
 from .._loop import Loop
 from .._spec import load_spec
+from ..store import sqlite_url_path
 
 __all__ = ["RayBatchError", "absolute_store_url", "run_on_ray"]
 
@@ -154,17 +155,14 @@ def absolute_store_url(url: str) -> str:
         if url in ("", ":memory:"):
             raise ConfigError("the Ray executor needs a store file or a server", field="store")
         return str(Path(url).expanduser().resolve())
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
+    path = sqlite_url_path(url)  # open_store's reading: sqlite:///relative.db, %XX decoded
+    if path is None:
         return url
-    # The same reading as open_store: sqlite:///relative.db, sqlite:////absolute.db.
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if parts.netloc:
-        path = parts.netloc + parts.path
     if not path or path == ":memory:":
         raise ConfigError(f"{url!r} names no file", field="store")
     absolute = Path(path).expanduser().resolve()
-    return f"sqlite:///{absolute}" + (f"?{parts.query}" if parts.query else "")
+    query = urlsplit(url).query
+    return f"sqlite:///{quote(str(absolute))}" + (f"?{query}" if query else "")
 
 
 # --- the driver ------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ConfigError
+from .._json import bare_cr
 
 __all__ = [
     "USD_PER_TOKEN",
@@ -288,7 +289,9 @@ def _parse_lines(p: Path) -> list[tuple[int, Any]]:
                 out.append((n, json.loads(raw)))
             except json.JSONDecodeError as exc:
                 raise LdbFormatError(
-                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
+                    f"not valid JSON: {exc.msg} (column {exc.colno}){bare_cr(raw)}",
+                    path=str(p),
+                    line=n,
                 ) from None
             except RecursionError:
                 raise LdbFormatError("nested too deeply", path=str(p), line=n) from None

@@ -53,6 +53,7 @@ from typing import IO, Any
 
 from .._contract import RUN_STATUSES, STOP_REASONS
 from .._errors import ConfigError
+from .._json import bare_cr
 
 __all__ = [
     "ABORTED",
@@ -352,7 +353,9 @@ def read_traces(path: str | Path) -> Iterator[RunTrace]:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}, line {n}: not JSON ({exc.msg})", field="SOURCE") from None
+                raise ConfigError(
+                    f"{p}, line {n}: not JSON ({exc.msg}){bare_cr(line)}", field="SOURCE"
+                ) from None
             except RecursionError:
                 raise ConfigError(f"{p}, line {n}: nested too deeply", field="SOURCE") from None
             trace = RunTrace.from_dict(data, where=f"{p}:{n}")

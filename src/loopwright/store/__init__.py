@@ -10,7 +10,7 @@ connection pool; other query parameters go to libpq (``sslmode``, ``connect_time
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from .._errors import ConfigError
 from ._base import (
@@ -47,6 +47,7 @@ __all__ = [
     "Vote",
     "open_store",
     "resolve_store_url",
+    "sqlite_url_path",
 ]
 
 DEFAULT_STORE = ".loopwright/loopwright.db"
@@ -57,6 +58,21 @@ def resolve_store_url(url: str | None = None) -> str:
     return url or os.environ.get("LOOPWRIGHT_STORE") or DEFAULT_STORE
 
 
+def sqlite_url_path(url: str) -> str | None:
+    """The file an ``sqlite:`` store URL names (None for any other URL): ``sqlite:///rel.db``
+    is relative, ``sqlite:////abs.db`` absolute, as in SQLAlchemy; its ``%XX`` are decoded,
+    as in any URL's path (``%20`` a space, ``%23`` a '#', ``%3F`` a '?'). '' when it names
+    none."""
+    parts = urlsplit(url)
+    return None if parts.scheme != "sqlite" else unquote(_written_path(parts))
+
+
+def _written_path(parts: SplitResult) -> str:
+    if parts.netloc:
+        return parts.netloc + parts.path
+    return parts.path[1:] if parts.path.startswith("/") else parts.path
+
+
 def open_store(url: str | None = None) -> Store:
     """Open (creating if needed) the store named by ``url``."""
     url = resolve_store_url(url)
@@ -65,11 +81,8 @@ def open_store(url: str | None = None) -> Store:
 
         return SQLiteStore(url)
     parts = urlsplit(url)
-    if parts.scheme == "sqlite":
-        # sqlite:///relative/path.db and sqlite:////absolute/path.db, as in SQLAlchemy.
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        if parts.netloc:
-            path = parts.netloc + parts.path
+    path = sqlite_url_path(url)
+    if path is not None:
         if not path:
             raise ConfigError(
                 f"{url!r} names no file; use sqlite:///path/to/store.db", field="store"
@@ -79,7 +92,17 @@ def open_store(url: str | None = None) -> Store:
             # created) at the path cut there, beside the one the user named
             raise ConfigError(
                 f"{url!r}: '#' ends the path of a URL, so this names another file; give "
-                "the store as a plain file path instead (a path is read as it is)",
+                "the store as a plain file path instead (a path is read as it is), or write "
+                "the '#' as %23",
+                field="store",
+            )
+        literal = _written_path(parts)
+        if literal != path and not os.path.exists(path) and os.path.exists(literal):
+            # before the %XX were decoded, this URL named that file: never start a new,
+            # empty store beside it
+            raise ConfigError(
+                f"{url!r} names {path!r} (a URL's %XX are decoded), which does not exist; "
+                f"{literal!r} does: give it as a plain file path (a path is read as it is)",
                 field="store",
             )
         query = parse_qs(parts.query)

@@ -15,7 +15,7 @@ import sys
 
 from .._errors import StoreCorruptError
 
-__all__ = ["damage_error", "driver_damage"]
+__all__ = ["damage_error", "driver_damage", "value_damage"]
 
 # SQLite's OperationalError texts that mean a damaged schema or file (the others are a lock,
 # a full disk, an I/O error...). A missing column is not among them: a schema other than the
@@ -48,4 +48,16 @@ def damage_error(store: str, exc: BaseException) -> StoreCorruptError | None:
         f"store: {store} is damaged ({text}): its file or tables were truncated, overwritten "
         "or changed by something other than loopwright; restore it from a backup, or name "
         "another store"
+    )
+
+
+def value_damage(store: str | None, where: str, why: str) -> StoreCorruptError:
+    """The ``StoreCorruptError`` for a value in one row that no longer reads as loopwright
+    wrote it (text that is no JSON, JSON of another kind: changed in SQL by something else).
+    ``where`` names the table and the row ("table checkpoints, run 'R', row 3"); ``store``
+    the store (None where the caller does not know it: the CLI's judgement of an error)."""
+    name = f"store: {store}:" if store else "store:"
+    return StoreCorruptError(
+        f"{name} a stored value in {where} is damaged ({why}); the store is corrupt: restore "
+        "it from a backup"
     )

@@ -55,6 +55,7 @@ from ._base import (
     VersionRow,
     own_fields,
 )
+from ._damage import value_damage
 from ._live import LiveSQL
 from ._people_sql import PeopleSQL
 from ._rows import (
@@ -540,6 +541,29 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             created_by=row[27],
         )
 
+    def _stored_object(self, raw: Any, run_id: str, seq: Any, column: str) -> dict[str, Any]:
+        """A checkpoint's ``state`` or ``record`` as read: a JSON object. Text that is no JSON,
+        or JSON of another kind (a row changed in SQL by something other than loopwright), is
+        ``StoreCorruptError`` naming the store, the run and the row, not the parser's error
+        (or an ``AttributeError`` from deep in a reader)."""
+        cause: BaseException | None = None
+        try:
+            value = self._jl(raw)
+        except (ValueError, TypeError) as exc:  # orjson's JSONDecodeError is a ValueError
+            cause, why = exc, (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        else:
+            if isinstance(value, dict):
+                return value
+            why = f"JSON {type(value).__name__}, not an object"
+        where = f"table checkpoints, run {run_id!r}, row {seq!r}, column {column}"
+        raise value_damage(self.url, where, why) from cause
+
+    def _stored_record(self, raw: Any, run_id: str, seq: Any) -> dict[str, Any] | None:
+        """A checkpoint's record as read (``_stored_object``), unpacked; None when it has none."""
+        return (
+            None if raw is None else unpack_record(self._stored_object(raw, run_id, seq, "record"))
+        )
+
     def _keep_task(self, rec: RunRecord) -> RunRecord:
         """``rec``, its task kept for the states this store resolves next (a run's task never
         changes: ``Store._known_task``), so reading a run's checkpoints reads its row no
@@ -594,11 +618,24 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         }
 
     # --- schema -------------------------------------------------------------------------
-    def _apply_migrations(self, conn: Any, migrations: Sequence[Sequence[str]], what: str) -> None:
+    def _apply_migrations(
+        self, conn: Any, migrations: Sequence[Sequence[str]], what: str, *, built: bool
+    ) -> None:
         """Bring the schema forward to ``len(migrations)`` in the caller's transaction (its
         ``loopwright_meta`` exists). ``what`` names the schema for an error: '<what> <n>,
-        newer than this loopwright understands'."""
+        newer than this loopwright understands'. ``built``: the store's tables (``runs``)
+        exist already."""
         row = conn.execute(self._q.schema_version).fetchone()
+        if row is None and built:
+            # Its version row deleted (or its loopwright_meta dropped): migrating from 0 would
+            # fail on the first CREATE TABLE ("table runs already exists"), or, were it let
+            # pass, migrate a current store over itself.
+            raise StoreCorruptError(
+                f"{what.rpartition(' has ')[0]}: the store's tables are there but "
+                "loopwright_meta holds no schema_version row (deleted by something other "
+                "than loopwright): the store is damaged; restore it from a backup, or name "
+                "another store"
+            )
         try:
             version = int(row[0]) if row else 0
         except ValueError:
@@ -959,11 +996,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 rows = conn.execute(
                     self._q.checkpoint_rows, (not latest, last[0], run_id, first)
                 ).fetchall()
-            jl = self._jl
-            records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
+            records = [self._stored_record(r[3], run_id, r[0]) for r in rows]
             self._fill_versions(conn, run_id, records)
+        state = self._stored_object
         return [
-            CheckpointRow(r[0], r[1], jl(r[2]), rec, r[4], r[5])
+            CheckpointRow(r[0], r[1], state(r[2], run_id, r[0], "state"), rec, r[4], r[5])
             for r, rec in zip(rows, records, strict=True)
         ]
 
@@ -1054,15 +1091,15 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         """The rows of ``query`` (``seq, cycle, state, record, base``, then any more columns)
         a page at a time, each with its record (its versions filled) and its fields folded on
         the last row's (as ``checkpoints`` folds them): no version values, no part read."""
-        after, jl = -1, self._jl
+        after = -1
         f: Mapping[str, Any] = {}
         while True:
             with self._conn() as conn:
                 rows = conn.execute(query, (run_id, after, self.PAGE)).fetchall()
-                records = [None if r[3] is None else unpack_record(jl(r[3])) for r in rows]
+                records = [self._stored_record(r[3], run_id, r[0]) for r in rows]
                 self._fill_versions(conn, run_id, records)
             for row, rec in zip(rows, records, strict=True):
-                own = own_fields(jl(row[2]))
+                own = own_fields(self._stored_object(row[2], run_id, row[0], "state"))
                 f = own if int(row[0]) == int(row[4]) else codec_fold(f, [own])
                 yield row, rec, f
             if len(rows) < self.PAGE:
@@ -1094,11 +1131,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             )
 
     def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
-        after, jl = -1, self._jl
+        after = -1
         while True:
             with self._conn() as conn:
                 rows = conn.execute(self._q.record_page, (run_id, after, self.PAGE)).fetchall()
-                records = [None if r[2] is None else unpack_record(jl(r[2])) for r in rows]
+                records = [self._stored_record(r[2], run_id, r[0]) for r in rows]
                 self._fill_versions(conn, run_id, records)
             for (seq, cycle, _raw), rec in zip(rows, records, strict=True):
                 yield int(seq), int(cycle), rec

@@ -259,7 +259,10 @@ class PostgresStore(SQLStore):
                     "CREATE TABLE loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
                 )
             self._apply_migrations(
-                conn, PG_MIGRATIONS, f"{self.url}: schema {schema!r} has version"
+                conn,
+                PG_MIGRATIONS,
+                f"{self.url}: schema {schema!r} has version",
+                built="runs" in tables,
             )
 
     # --- connections --------------------------------------------------------------------

@@ -330,7 +330,12 @@ class SQLiteStore(SQLStore):
             db.execute(
                 "CREATE TABLE IF NOT EXISTS loopwright_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
             )
-            self._apply_migrations(db, SQLITE_MIGRATIONS, f"{self.path} has schema version")
+            built = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'"
+            ).fetchone()
+            self._apply_migrations(
+                db, SQLITE_MIGRATIONS, f"{self.path} has schema version", built=bool(built)
+            )
 
     # --- connections --------------------------------------------------------------------
     def _conn(self) -> _Locked:
