@@ -750,3 +750,33 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         assert proc.wait(timeout=120) == 141
     assert err == b""
     assert json.loads(first)["task_key"] in ("a", "b", "c")  # the line read is whole
+
+
+def test_a_live_view_whose_reader_went_away_ends_quietly(project: Path) -> None:
+    """`loopwright run ... | head` exited 1, an internal error's code, with nothing said: the
+    live view is Rich's, whose console points stdout at the null device and exits 1 itself
+    on a broken pipe. Now 141, as any other command; the runs are done as without a reader.
+    The reader's end is closed before the command starts, so its first write must fail."""
+    (project / "t.json").write_text(
+        json.dumps({"artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}})
+    )
+    exe = str(Path(sys.executable).with_name("loopwright"))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOPWRIGHT_DEBUG", "LOOPWRIGHT_STORE")}
+    try:
+        r = subprocess.run(
+            [exe, "run", "loop.toml", "--task", "t.json", "--store", str(project / "s.db")],
+            cwd=project,
+            env=env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (141, b"")
+    with loopwright.Runtime(str(project / "s.db")) as rt:
+        [run] = rt.store.list_runs()
+        assert (run.status, run.stop_reason) == ("accepted", "success")  # it ran to its end

@@ -63,6 +63,19 @@ def _stdout_closed() -> bool:
         return False
 
 
+def _from_broken_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a broken pipe was being handled (Rich's console exits
+    with 1 from inside its ``except BrokenPipeError``)."""
+    seen: BaseException | None = exc.__context__
+    for _ in range(8):  # (a chain is short; a bound keeps a cyclic one from looping)
+        if seen is None:
+            return False
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__context__
+    return False
+
+
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     _replace_unwritable()
@@ -86,8 +99,9 @@ def _main(argv: list[str] | None) -> int:
         if exc.code is None:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
-        if code == 1 and _stdout_closed():
-            # Typer's own reading of a broken pipe: a silent exit 1, an internal error's code
+        if code == 1 and (_stdout_closed() or _from_broken_pipe(exc)):
+            # Typer's own reading of a broken pipe: a silent exit 1, an internal error's code;
+            # Rich's (a live view's last write) points stdout at the null device first
             return _pipe_closed(argv is None)
         if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
             _interrupted(argv is None)
