@@ -183,6 +183,45 @@ def test_loop_and_runtime_arguments() -> None:
         lw.Runtime(5)  # type: ignore[arg-type]
 
 
+def test_a_loops_lists_given_one_item_are_refused_with_a_hint() -> None:
+    """Outside probe (stop 42): ``Loop(verifiers=Check(...))``, one effect without its list or
+    ``verifiers=None`` was a ``TypeError: 'Check' object is not iterable`` from inside the
+    dataclass, where every other argument of a loop is a ConfigError naming the field."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal()
+
+    def ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True)
+
+    @lw.effect("spend")
+    def pay(amount: float, *, key: str) -> dict[str, Any]:
+        return {}
+
+    contract = lw.Contract(budget=lw.Budget(max_cycles=2))
+
+    def loop(**kw: Any) -> lw.Loop:
+        return lw.Loop(
+            **{"name": "x", "actor": actor, "verifiers": [ok], "contract": contract, **kw}
+        )
+
+    for one in (lw.Check(fn=ok), ok):
+        with pytest.raises(ConfigError, match=r"verifiers: takes a list, got one .*wrap it"):
+            loop(verifiers=one)
+    for bad in (None, "ok", {"ok": ok}):
+        with pytest.raises(ConfigError, match=r"verifiers: must be a list, got"):
+            loop(verifiers=bad)
+    with pytest.raises(ConfigError, match=r"effects: takes a list, got one Effect; wrap it"):
+        loop(effects=pay)
+    rule = lw.PolicyRule(kind="spend", action="allow")
+    for bad in (rule, [rule]):
+        with pytest.raises(ConfigError, match=r"approvals: must be an ApprovalPolicy, got .*wrap"):
+            loop(approvals=bad)
+    with pytest.raises(ConfigError, match=r"init: 'x' is not callable"):
+        loop(init="x")
+    assert loop(verifiers=(ok,), effects=(pay,)).effects == (pay,)  # tuples still do
+
+
 def test_what_an_older_release_stored_loads_as_it_was() -> None:
     # From review (helper-40): the checks ran in from_dict too, so a stored finding of
     # severity "info" or an effect call whose key was a number stopped a run from loading
