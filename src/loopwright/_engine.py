@@ -195,6 +195,9 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
+        if on_progress is not None and not callable(on_progress):
+            # (called after every commit with its errors suppressed: never a word otherwise)
+            raise ConfigError(f"{on_progress!r} is not callable", field="on_progress")
         if store is not None and not isinstance(store, Store | str):
             raise ConfigError(
                 f"must be a Store, a path or a store URL, got {type(store).__name__}",

@@ -222,6 +222,30 @@ def test_a_loops_lists_given_one_item_are_refused_with_a_hint() -> None:
     assert loop(verifiers=(ok,), effects=(pay,)).effects == (pay,)  # tuples still do
 
 
+def test_a_runtime_used_after_close_says_so(tmp_path: Any) -> None:
+    """Outside probe (stop 42): ``rt.run_sync(...)`` after the Runtime's ``with`` block (or
+    ``close()``) raised ``sqlite3.ProgrammingError: Cannot operate on a closed database``, and
+    ``Runtime(on_progress="x")`` was taken, then failed silently after every commit."""
+    loop = lw.Loop(
+        name="x",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lambda state, proposal: lw.Verdict(passed=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        done = rt.run_sync(loop, {}, task_key="t")
+    for call in (
+        lambda: rt.run_sync(loop, {}, task_key="t2"),
+        lambda: rt.result(done.run_id),
+        lambda: rt.cancel(done.run_id),
+    ):
+        with pytest.raises(lw.StoreError, match=r"the store .*s\.db is closed: .*with"):
+            call()
+    rt.close()  # twice is fine
+    with pytest.raises(ConfigError, match=r"on_progress: 'x' is not callable"):
+        lw.Runtime(tmp_path / "s.db", on_progress="x")  # type: ignore[arg-type]
+
+
 def test_what_an_older_release_stored_loads_as_it_was() -> None:
     # From review (helper-40): the checks ran in from_dict too, so a stored finding of
     # severity "info" or an effect call whose key was a number stopped a run from loading
