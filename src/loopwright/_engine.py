@@ -37,7 +37,7 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._json import check_given_text
+from ._json import check_given_text, owned_copy
 from ._keys import check_key, fit_key
 from ._loop import Loop, other_loop
 from ._memory import FeedbackMemory
@@ -47,7 +47,7 @@ from ._people import Decisions
 from ._redact import redact
 from ._reflection import Reflection
 from ._reversal import run_compensations
-from ._state import TaskState, Version, VersionLoader
+from ._state import TaskState, Version, VersionLoader, part_ref
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 from .store._base import VERSION_COST
@@ -283,9 +283,14 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             raise ConfigError(
                 f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
             )
+        if loop.init is None and task is not None:
+            _check_task_parts(task)
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
-        task = dict(redact(dict(task or {})))
+        try:
+            task = dict(redact(dict(task or {})))
+        except RecursionError:  # (its own fields are stored as JSON too)
+            raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
         if task_key is not None:
             key = check_key(task_key)
         elif task.get("task_key") is not None:
@@ -647,6 +652,28 @@ def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     coro.close()
     raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
+
+
+def _check_task_parts(task: Mapping[str, Any]) -> None:
+    """A task's ``artifacts`` are its parts' first values, and a part's value must be JSON, as
+    a proposal's is: a set or a date there was stored as its ``str``, which the actor and the
+    checks then read (``{1, 2}`` judged as the text ``"{1, 2}"``). Refused before the run
+    exists, naming the part. A malformed ``artifacts`` is ``TaskState.from_task``'s to name."""
+    arts = task.get("artifacts")
+    if not isinstance(arts, Mapping):
+        return
+    for aname, parts in arts.items():
+        if not isinstance(parts, Mapping):
+            continue
+        for pname, value in parts.items():
+            try:
+                owned_copy(value)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"the value of {part_ref(str(aname), str(pname))} cannot be stored as "
+                    f"JSON: {exc}",
+                    field="task.artifacts",
+                ) from None
 
 
 def _check_loop(loop: Any) -> None:

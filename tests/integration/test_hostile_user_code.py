@@ -356,6 +356,39 @@ def test_a_value_json_cannot_hold_escalates_naming_the_part(
     assert r.state.values()["inv"] == {"lines": [], "qty": 0}
 
 
+@pytest.mark.parametrize(
+    ("value", "why"), [({1, 2}, "set"), (b"\x00", "bytes"), (_contains_itself(), "contains itself")]
+)
+def test_a_task_part_json_cannot_hold_is_refused_before_the_run(
+    tmp_path: Path, value: Any, why: str
+) -> None:
+    """Outside probe (stop 42): a task's artifacts are its parts' first values, yet a set there
+    was stored as the text "{1, 2}", which the actor and every check then read (a run
+    accepted on it), where the same value proposed by an actor is refused."""
+    loop = _loop(lambda ctx: lw.Proposal(), lambda s, p: lw.Verdict(passed=True))
+    task = {"artifacts": {"inv": {"qty": 0, "lines": value}}, "note": "kept as before"}
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        with pytest.raises(lw.ConfigError, match=r"task.artifacts: the value of inv/lines cann"):
+            rt.run_sync(loop, task, task_key="k")
+        with pytest.raises(lw.ConfigError, match=why):
+            rt.create(loop, task, task_key="k")
+        assert rt.store.list_runs() == []  # nothing was created
+        # a loop with its own init reads the task its own way: its artifacts are not checked,
+        # but a task that contains itself is still a ConfigError (was a RecursionError)
+        own = lw.Loop(
+            name="own",
+            actor=loop.actor,
+            verifiers=loop.verifiers,
+            contract=loop.contract,
+            init=lambda t: lw.TaskState.from_task({"artifacts": {"inv": {"qty": 0}}}),
+        )
+        if why == "contains itself":
+            with pytest.raises(lw.ConfigError, match=r"task: it is nested too deeply, or cont"):
+                rt.run_sync(own, task, task_key="k2")
+        else:
+            assert rt.run_sync(own, task, task_key="k2").status == "accepted"
+
+
 def test_an_effect_argument_json_cannot_hold_is_named(tmp_path: Path) -> None:
     @lw.effect("notify")
     def notify(to: str, extra: Any) -> str:
