@@ -389,6 +389,69 @@ def test_a_task_part_json_cannot_hold_is_refused_before_the_run(
             assert rt.run_sync(own, task, task_key="k2").status == "accepted"
 
 
+async def _async_key(args: Any) -> str:
+    return "never awaited"
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        (lambda a: a["missing"], "raised KeyError: 'missing'"),  # was a KeyError, run failed
+        (lambda a: None, "got NoneType"),  # was the key "pay:None" for every call
+        (_async_key, "got coroutine"),  # was "pay:<coroutine object ... at 0x…>"
+        (lambda a: "", "got str: ''"),
+    ],
+)
+def test_an_effect_key_function_that_gives_no_key_escalates_before_any_effect(
+    tmp_path: Path, key: Callable[..., Any], said: str
+) -> None:
+    """Outside probe (stop 42): an effect's key= function is user code, yet one that raised
+    ended the run failed with its KeyError out of run_sync, and one that returned None (or
+    was async) gave every call one key ("pay:None") or a new key in every process (a
+    coroutine's address): store-wide at most once silently wrong."""
+    paid: list[Any] = []
+
+    def pay(amount: float, *, key: str) -> str:
+        paid.append(key)
+        return "ok"
+
+    eff = lw.effect("spend", name="pay", key=key)(pay)
+    loop = lw.Loop(
+        name="hostile",
+        actor=lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),)),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    assert "the key function of effect pay" in r.packet["cause"]
+    assert said in r.packet["cause"]
+    assert paid == []
+
+
+def test_an_effect_describe_that_fails_is_said_beside_the_default(tmp_path: Path) -> None:
+    """Outside probe (stop 42): describe= raising ended the run failed (its KeyError out of
+    run_sync) when the effect needed approval; it is what people read of the action."""
+    eff = lw.effect("spend", name="pay", describe=lambda a: a["missing"])(lambda amount: "ok")
+    loop = lw.Loop(
+        name="hostile",
+        actor=lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),)),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.status == "awaiting_approval"
+        req = rt.pending_approval(r.run_id)
+    assert req.what.startswith("spend: pay(amount=1.0)")
+    assert "describe function raised KeyError" in req.what
+
+
 def test_an_effect_argument_json_cannot_hold_is_named(tmp_path: Path) -> None:
     @lw.effect("notify")
     def notify(to: str, extra: Any) -> str:
