@@ -396,14 +396,32 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
             )
         _check_loop(loop)
+        todo = list(tasks)
+        keys = [key_of(t, i) if key_of else None for i, t in enumerate(todo)]
+        seen: dict[Any, int] = {}
+        for i, (t, key) in enumerate(zip(todo, keys, strict=True)):
+            given = (
+                key if key is not None else t.get("task_key") if isinstance(t, Mapping) else None
+            )
+            named = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
+            if named is None or not isinstance(named, str):
+                continue  # a key of its own, or create's to refuse
+            if named in seen:
+                # one key names one run: two tasks with it would drive that run at once (the
+                # second's commits refused as a stale lease) and the other task never run
+                raise ConfigError(
+                    f"tasks {seen[named]} and {i} have one task key {named!r}: a key names one "
+                    "task; give each its own",
+                    field="tasks",
+                )
+            seen[named] = i
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
-                key = key_of(t, i) if key_of else None
-                return await self.run(loop, t, task_key=key)
+                return await self.run(loop, t, task_key=keys[i])
 
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(todo))))
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
