@@ -52,3 +52,36 @@ def test_a_running_run_whose_lease_ran_out_is_called_interrupted(
     out = capsys.readouterr().out
     said = re.search(r"interrupted\? its lease ran out \d+m ago: loopwright resume", out)
     assert (said is not None) is hint, out
+
+
+def test_a_running_run_whose_process_on_this_host_is_gone_is_called_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): after Ctrl-C of a script, `loopwright runs` said only
+    "running" for the lease's remaining minute, though resume takes such a run over at once
+    (a process of this host that is gone holds no lease)."""
+    from loopwright._owners import owner_name
+
+    rec = _record(tmp_path)
+    mine = owner_name()
+    host, _pid, nonce, space = mine.split(":", 3)
+    dead = f"{host}:{_no_pid()}:{nonce}:{space}"
+    for owner, hint in ((dead, True), (mine, False), ("other-host:1:x:y", False)):
+        run = dataclasses.replace(
+            rec,
+            status="running",
+            stop_reason=None,
+            ended_at=None,
+            lease_expires_at=time.time() + 600,
+            lease_owner=owner,
+        )
+        print_runs([run], 1, width=400)
+        out = capsys.readouterr().out
+        said = "interrupted? its process on this host is gone: loopwright resume" in out
+        assert said is hint, (owner, out)
+
+
+def _no_pid() -> int:
+    """A pid no process can have (above the kernel's largest): deterministic, where a pid that
+    exited could be given to another process."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1

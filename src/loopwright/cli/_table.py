@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from .._owners import owner_is_dead
+
 if TYPE_CHECKING:
     from ..store import RunRecord
 
@@ -197,7 +199,13 @@ def _interrupted(r: RunRecord, now: float) -> str | None:
     """A run left ``running`` by a process that died: its lease ran out and nobody took it.
     (The status stays ``running`` until a worker or ``resume`` takes the run over; this
     host's clock judges the lease, which on PostgreSQL the server's clock sets: a hint.)"""
-    if r.status != "running" or r.lease_expires_at is None or r.lease_expires_at >= now:
+    if r.status != "running" or r.lease_expires_at is None:
+        return None
+    if r.lease_expires_at >= now:
+        # A process of this host that is gone (Ctrl-C, kill -9) holds nothing: resume takes
+        # the run over at once (the README's "loses its lease at once"), so say so now
+        if r.lease_owner and owner_is_dead(r.lease_owner):
+            return "interrupted? its process on this host is gone: loopwright resume"
         return None
     return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: loopwright resume"
 
