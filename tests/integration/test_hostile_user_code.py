@@ -45,6 +45,32 @@ def _loop(
     )
 
 
+def _paying(
+    eff: Any, actor: Callable[[lw.Context], Any] | None = None, *, allow: bool = True
+) -> lw.Loop:
+    """A loop asking for ``eff`` (``amount=1.0`` unless ``actor`` says otherwise), spend
+    allowed unless ``allow`` is false (then it needs a person)."""
+    return lw.Loop(
+        name="hostile",
+        actor=actor or (lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),))),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy(
+            (lw.PolicyRule(kind="spend", action="allow"),) if allow else ()
+        ),
+    )
+
+
+def _escalated(tmp_path: Path, loop: lw.Loop) -> tuple[lw.RunResult, str]:
+    """``loop`` run on ``TASK``: escalated, with the cause its packet gives."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    return r, str(r.packet["cause"])
+
+
 def _plain(ctx: lw.Context) -> dict[str, Any]:
     return json.loads(json.dumps({"artifacts": ctx.artifacts, "task": ctx.task}))
 
@@ -347,12 +373,9 @@ def test_a_value_json_cannot_hold_escalates_naming_the_part(
         return lw.Proposal.edit("inv", {"qty": 1, "lines": value})
 
     loop = _loop(actor, lambda s, p: lw.Verdict(passed=True), held_out=held_out)
-    with lw.Runtime(tmp_path / "s.db") as rt:
-        r = rt.run_sync(loop, TASK, task_key="k")
-    assert (r.status, r.stop_reason) == ("escalated", "escalated")
-    assert r.packet is not None
-    assert "the value of inv/lines cannot be stored as JSON" in r.packet["cause"]
-    assert why in r.packet["cause"]
+    r, cause = _escalated(tmp_path, loop)
+    assert "the value of inv/lines cannot be stored as JSON" in cause
+    assert why in cause
     assert r.state.values()["inv"] == {"lines": [], "qty": 0}
 
 
@@ -415,21 +438,9 @@ def test_an_effect_key_function_that_gives_no_key_escalates_before_any_effect(
         paid.append(key)
         return "ok"
 
-    eff = lw.effect("spend", name="pay", key=key)(pay)
-    loop = lw.Loop(
-        name="hostile",
-        actor=lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),)),
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[eff],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
-    )
-    with lw.Runtime(tmp_path / "s.db") as rt:
-        r = rt.run_sync(loop, TASK, task_key="k")
-    assert (r.status, r.stop_reason) == ("escalated", "escalated")
-    assert r.packet is not None
-    assert "the key function of effect pay" in r.packet["cause"]
-    assert said in r.packet["cause"]
+    _, cause = _escalated(tmp_path, _paying(lw.effect("spend", name="pay", key=key)(pay)))
+    assert "the key function of effect pay" in cause
+    assert said in cause
     assert paid == []
 
 
@@ -437,13 +448,7 @@ def test_an_effect_describe_that_fails_is_said_beside_the_default(tmp_path: Path
     """Outside probe (stop 42): describe= raising ended the run failed (its KeyError out of
     run_sync) when the effect needed approval; it is what people read of the action."""
     eff = lw.effect("spend", name="pay", describe=lambda a: a["missing"])(lambda amount: "ok")
-    loop = lw.Loop(
-        name="hostile",
-        actor=lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),)),
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[eff],
-    )
+    loop = _paying(eff, allow=False)
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK, task_key="k")
         assert r.status == "awaiting_approval"
@@ -575,14 +580,7 @@ def test_an_effect_result_json_cannot_hold_is_recorded_done_once(
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(edits=(lw.Edit("inv", "qty", 1),), effects=(pay.call(invoice="INV-7"),))
 
-    loop = lw.Loop(
-        name="hostile",
-        actor=actor,
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[pay],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
-    )
+    loop = _paying(pay, actor)
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK, task_key="k")
         again = rt.run_sync(loop, TASK, task_key="k2")  # another run asking the same key
