@@ -310,4 +310,9 @@ def test_rollback_of_a_run_started_from_python_says_what_it_could_not_offer(
     assert (
         "1 completed effect(s) not offered for compensation: the run was started from Python" in out
     )
-    assert "Runtime.resume(run, loop)" in out and "loopwright resume" not in out, out
+    assert f"Runtime.resume('{rid[:12]}', loop)" in out and "loopwright resume" not in out, out
+    # so do fork and approve (a fork of it is started from Python too)
+    assert main(["fork", rid, "--at-cycle", "0", "--key", "INV-7/f", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run it from Python, with its loop: Runtime.resume(" in out, out
+    assert "loopwright resume" not in out, out

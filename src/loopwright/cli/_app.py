@@ -195,6 +195,15 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
         return None
 
 
+def continue_hint(rec: RunRecord, verb: str = "continue it") -> str:
+    """How to go on with ``rec``: ``loopwright resume`` for a run started from a spec; one
+    started from Python is resumed there, with its loop (``loopwright resume`` refuses it,
+    having no loop to load)."""
+    if rec.spec_ref:
+        return f"{verb} with: loopwright resume {rec.run_id[:12]}"
+    return f"{verb} from Python, with its loop: Runtime.resume({rec.run_id[:12]!r}, loop)"
+
+
 # --- run -------------------------------------------------------------------------------------
 @app.command()
 def run(
@@ -793,7 +802,7 @@ def _decide(
             from ._tasks import exit_code_for
 
             raise typer.Exit(exit_code_for([result.status]))
-        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
+        console().print(continue_hint(rec))
 
 
 @app.command(short_help="Cancel a run; compensations of its effects are offered.")
@@ -925,11 +934,7 @@ def rollback(
     console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
     _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)")
     if rec.status != "awaiting_approval":
-        console().print(
-            f"continue it with: loopwright resume {rec.run_id[:12]}"
-            if rec.spec_ref
-            else "continue it from Python, with its loop: Runtime.resume(run, loop)"
-        )
+        console().print(continue_hint(rec))
 
 
 @app.command(short_help="Continue an interrupted or decided run.")
