@@ -3,6 +3,7 @@ ledger file appended on every real execution of the payment effect."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,15 @@ def test_rollback_of_a_run_started_from_python_says_what_it_could_not_offer(
     out = " ".join(capsys.readouterr().out.split())
     assert "run it from Python, with its loop: Runtime.resume(" in out, out
     assert "loopwright resume" not in out, out
+    # and `approvals`, for a request of such a run
+    parked = dataclasses.replace(
+        loop, approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),))
+    )
+    with lw.Runtime(db) as rt:
+        waits = rt.run_sync(parked, {"artifacts": {"doc": {"po": ""}}}, task_key="INV-8")
+    assert waits.status == "awaiting_approval"
+    assert main(["approvals", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"then: continue it from Python, with its loop: Runtime.resume('{waits.run_id[:12]}'" in out
+    )

@@ -609,6 +609,8 @@ def approvals(
             total = len(reqs)
         people = st.has_users()
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
+        # the one request's run: `loopwright resume` refuses a run started from Python
+        only = st.get_run(reqs[0].run_id) if total == 1 and reqs and not all_ else None
     more = total - len(reqs)
     if more > 0:
         typer.echo(
@@ -641,10 +643,10 @@ def approvals(
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME"))
+        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only))
 
 
-def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
+def _decide_hint(reqs: list[Approval], total: int, me: str, only: RunRecord | None) -> str:
     """What to type next under `loopwright approvals`: for one request, its own commands; for
     several, one form with RUN and ID to take from the list (naming only the newest request's
     run read as if it were the only one), and one command that continues them all."""
@@ -656,6 +658,8 @@ def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
             if a.kind == "question"
             else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
         )
+        if only is not None and not only.spec_ref:
+            return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
     forms = []
     if any(a.kind != "question" for a in reqs):
