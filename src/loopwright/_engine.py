@@ -410,8 +410,8 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
                 # one key names one run: two tasks with it would drive that run at once (the
                 # second's commits refused as a stale lease) and the other task never run
                 raise ConfigError(
-                    f"tasks {seen[named]} and {i} have one task key {named!r}: a key names one "
-                    "task; give each its own",
+                    f"tasks {seen[named]} and {i} have the same task key {named!r}; give each "
+                    "task its own task_key (a key names one run)",
                     field="tasks",
                 )
             seen[named] = i
