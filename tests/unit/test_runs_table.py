@@ -32,7 +32,6 @@ def _record(tmp_path: Path) -> RunRecord:
     [
         ("running", -600.0, True),  # its lease ran out ten minutes ago: nobody holds it
         ("running", 600.0, False),  # held: a process is driving it
-        ("running", None, False),
         ("awaiting_approval", -600.0, False),  # parked runs hold no lease by design
     ],
 )
@@ -46,7 +45,12 @@ def test_a_running_run_whose_lease_ran_out_is_called_interrupted(
     rec = _record(tmp_path)
     expires = None if expires_in is None else time.time() + expires_in
     run = dataclasses.replace(
-        rec, status=status, stop_reason=None, ended_at=None, lease_expires_at=expires
+        rec,
+        status=status,
+        stop_reason=None,
+        ended_at=None,
+        lease_expires_at=expires,
+        spec_ref="loop.toml",  # (one started from Python is resumed there: said so)
     )
     print_runs([run], 1, width=400)
     out = capsys.readouterr().out
@@ -74,6 +78,7 @@ def test_a_running_run_whose_process_on_this_host_is_gone_is_called_interrupted(
             ended_at=None,
             lease_expires_at=time.time() + 600,
             lease_owner=owner,
+            spec_ref="loop.toml",
         )
         print_runs([run], 1, width=400)
         out = capsys.readouterr().out
@@ -85,3 +90,26 @@ def _no_pid() -> int:
     """A pid no process can have (above the kernel's largest): deterministic, where a pid that
     exited could be given to another process."""
     return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+
+def test_a_running_run_no_process_holds_is_called_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): after Ctrl-C of a script, the interrupted process hands its
+    lease back (so does a worker with no loop for the run), and `loopwright runs` showed the
+    run as plain "running" for ever, though nothing drives it; the README promises
+    "interrupted?". (A run started from Python is resumed there: the hint says so.)"""
+    rec = _record(tmp_path)
+    for spec_ref, how in (("loop.toml", "loopwright resume"), (None, "resume it from Python")):
+        run = dataclasses.replace(
+            rec,
+            status="running",
+            stop_reason=None,
+            ended_at=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            spec_ref=spec_ref,
+        )
+        print_runs([run], 1, width=400)
+        out = capsys.readouterr().out
+        assert f"interrupted? no process is running it: {how}" in out, out
