@@ -40,12 +40,15 @@ class WorkerStats:
     errors: int = 0  # runs that failed with an internal error
     interrupted: int = 0  # runs left resumable because the store failed under them
     store_errors: int = 0  # claims that failed because the store did (the worker went on)
+    # why each skipped run was skipped (the latest reason; a run is skipped again after 30 s)
+    skipped_why: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "claimed": self.claimed,
             "ended": dict(self.ended),
             "skipped": self.skipped,
+            "skipped_why": dict(self.skipped_why),
             "lost": self.lost,
             "errors": self.errors,
             "interrupted": self.interrupted,
@@ -118,6 +121,7 @@ class Worker:
             return
         except LoopwrightError as exc:
             self.stats.skipped += 1
+            self.stats.skipped_why[run_id] = str(exc)
             self._no_loop[run_id] = time.monotonic() + 30.0
             with contextlib.suppress(StoreError):
                 store.append_events(
@@ -134,8 +138,9 @@ class Worker:
         except StoreError:
             self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
             return
-        except ConfigError:
+        except ConfigError as exc:
             self.stats.skipped += 1
+            self.stats.skipped_why[run_id] = str(exc)
             self._no_loop[run_id] = time.monotonic() + 30.0
             return
         except Exception:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
@@ -115,6 +116,8 @@ def worker(
             f"worker done: {s.claimed} claimed; ended: {ended}; skipped {s.skipped}; "
             f"lost {s.lost}; errors {s.errors}"
         )
+        for run_id, why in sorted(s.skipped_why.items()):  # (a count alone said nothing)
+            out.print(f"  skipped {run_id[:12]}: {escape(why)}")
 
 
 @contextlib.contextmanager
