@@ -113,3 +113,31 @@ def test_a_running_run_no_process_holds_is_called_interrupted(
         print_runs([run], 1, width=400)
         out = capsys.readouterr().out
         assert f"interrupted? no process is running it: {how}" in out, out
+
+
+def test_a_run_stopped_by_ctrl_c_is_called_interrupted_by_runs_and_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside probe (stop 42), end to end: Ctrl-C (a KeyboardInterrupt in the actor) leaves
+    the run `running` with its lease handed back; `runs` and `show` said only "running"."""
+    from loopwright.cli import main
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        raise KeyboardInterrupt  # the person pressed Ctrl-C while the actor ran
+
+    loop = lw.Loop(
+        name="ctrl-c",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt, pytest.raises(KeyboardInterrupt):
+        rt.run_sync(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="k")
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "300")  # the table's whole cause, not cut to fit
+    for command in ("runs", "show"):
+        args = [command, "k"] if command == "show" else [command]
+        assert main([*args, "--store", db]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "interrupted? no process is running it: resume it from Python" in out, out

@@ -195,7 +195,7 @@ def _ago(ts: float, now: float) -> str:
     return f"{int(d)}s ago"
 
 
-def _interrupted(r: RunRecord, now: float) -> str | None:
+def interrupted(r: RunRecord, now: float) -> str | None:
     """A run left ``running`` by a process that stopped: one whose lease ran out, whose
     process on this host is gone (``kill -9``), or that no process holds (Ctrl-C: the
     interrupted process handed its lease back; a worker that had no loop for it did too).
@@ -227,7 +227,7 @@ def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = Non
             (r.loop_name, ""),
             (r.status, STATUS_STYLE.get(r.status, "")),
             (r.stop_reason or "-", ""),
-            (run_stop_cause(r) or _interrupted(r, now) or "-", ""),
+            (run_stop_cause(r) or interrupted(r, now) or "-", ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (f"{r.cost_usd:.3f}", ""),
