@@ -12,8 +12,9 @@ from typing import Any
 from . import _decide as rules
 from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
+from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage, memory_shown, settle_owed
+from ._exec import calls_usage, error_info, memory_shown, settle_owed
 from ._gates import _effect
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -71,7 +72,18 @@ class Concluding(RuntimeHost):
                 # Each call's key is fixed here, as its journal entry will be named: a resume
                 # settles this key, whatever the loop's key function says by then (a deploy
                 # between a crash and its resume must not pay a second time).
-                keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
+                try:
+                    keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
+                except ConfigError as exc:  # a key= function that raised or gave no key
+                    ex.state.pending = None
+                    return self._abort(
+                        ex,
+                        t0,
+                        "escalated",
+                        cause=f"an effect has no key: {exc}",
+                        error=error_info("effect", exc),
+                        unverified=proposal.to_dict(),
+                    )
                 # Write-ahead: the cycle's proposal and verdicts are stored before any effect
                 # runs, so a crash during the effects resumes *this* proposal, never a new one
                 # with different arguments (which would be a second payment).

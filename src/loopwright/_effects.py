@@ -207,15 +207,50 @@ class Effect:
         if call.key:
             return f"{self.name}:{call.key}"
         if self.key_fn is not None:
-            return f"{self.name}:{self.key_fn(call.args)}"
+            return f"{self.name}:{self._business_key(call.args)}"
         body = _canon({"run": run_id, "cycle": cycle, "name": self.name, "args": dict(call.args)})
         return f"{self.name}:{hashlib.sha256(body.encode()).hexdigest()[:24]}"
 
+    def _business_key(self, args: Mapping[str, Any]) -> str | int:
+        """What the ``key=`` function gives for ``args``, or a ``ConfigError`` naming it (the
+        engine escalates with it): one that raises, or gives no key (``None``, ``""``, a
+        coroutine, any other object, written as its ``str``: ``"None"`` would name one action
+        for every call, an object's address another key in every process)."""
+        where = f"effects.{self.name}.key"
+        try:
+            key = self.key_fn(args)  # type: ignore[misc]
+        except Exception as exc:
+            raise ConfigError(
+                f"the key function of effect {self.name} raised {type(exc).__name__}: {exc}",
+                field=where,
+            ) from exc
+        if (isinstance(key, str) and key) or (isinstance(key, int) and not isinstance(key, bool)):
+            return key
+        if inspect.iscoroutine(key):
+            key.close()  # (never awaited: no warning of it)
+        raise ConfigError(
+            f"the key function of effect {self.name} must return the action's key as text or "
+            f"a whole number, got {type(key).__name__}: {key!r:.60} (it is a plain function of "
+            "the arguments, not async)",
+            field=where,
+        )
+
     def describe(self, args: Mapping[str, Any]) -> str:
-        if self.describe_fn is not None:
-            return self.describe_fn(args)
         shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
-        return f"{self.kind}: {self.name}({shown})"
+        default = f"{self.kind}: {self.name}({shown})"
+        if self.describe_fn is None:
+            return default
+        # What people read of the action: a describe= that fails, or gives no text, is said
+        # beside the default description, not an error that ends the run in the engine.
+        try:
+            text = self.describe_fn(args)
+        except Exception as exc:
+            return f"{default} (its describe function raised {type(exc).__name__}: {exc})"
+        if isinstance(text, str):
+            return text
+        if inspect.iscoroutine(text):
+            text.close()
+        return f"{default} (its describe function returned {type(text).__name__}, not text)"
 
     def bind(self, args: Mapping[str, Any], key: str) -> Callable[[], Any]:
         """A no-argument callable performing the call (passing ``key=`` when it is wanted).

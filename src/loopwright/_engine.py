@@ -38,12 +38,13 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._json import check_given_text
+from ._json import check_given_text, owned_copy
 from ._keys import check_key, fit_key
 from ._loop import Loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
+from ._parts import part_ref
 from ._people import Decisions
 from ._redact import redact
 from ._reflection import Reflection
@@ -86,6 +87,9 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
+        if on_progress is not None and not callable(on_progress):
+            # (called after every commit with its errors suppressed: never a word otherwise)
+            raise ConfigError(f"{on_progress!r} is not callable", field="on_progress")
         if store is not None and not isinstance(store, Store | str):
             raise ConfigError(
                 f"must be a Store, a path or a store URL, got {type(store).__name__}",
@@ -171,9 +175,14 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             raise ConfigError(
                 f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
             )
+        if loop.init is None and task is not None:
+            _check_task_parts(task)
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
-        task = dict(redact(dict(task or {})))
+        try:
+            task = dict(redact(dict(task or {})))
+        except RecursionError:  # (its own fields are stored as JSON too)
+            raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
         if task_key is not None:
             key = check_key(task_key)
         elif task.get("task_key") is not None:
@@ -282,14 +291,32 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
             )
         _check_loop(loop)
+        todo = list(tasks)
+        keys = [key_of(t, i) if key_of else None for i, t in enumerate(todo)]
+        seen: dict[Any, int] = {}
+        for i, (t, key) in enumerate(zip(todo, keys, strict=True)):
+            given = (
+                key if key is not None else t.get("task_key") if isinstance(t, Mapping) else None
+            )
+            named = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
+            if named is None or not isinstance(named, str):
+                continue  # a key of its own, or create's to refuse
+            if named in seen:
+                # one key names one run: two tasks with it would drive that run at once (the
+                # second's commits refused as a stale lease) and the other task never run
+                raise ConfigError(
+                    f"tasks {seen[named]} and {i} have the same task key {named!r}; give each "
+                    "task its own task_key (a key names one run)",
+                    field="tasks",
+                )
+            seen[named] = i
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
-                key = key_of(t, i) if key_of else None
-                return await self.run(loop, t, task_key=key)
+                return await self.run(loop, t, task_key=keys[i])
 
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(todo))))
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
@@ -538,6 +565,28 @@ def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     coro.close()
     raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
+
+
+def _check_task_parts(task: Mapping[str, Any]) -> None:
+    """A task's ``artifacts`` are its parts' first values, and a part's value must be JSON, as
+    a proposal's is: a set or a date there was stored as its ``str``, which the actor and the
+    checks then read (``{1, 2}`` judged as the text ``"{1, 2}"``). Refused before the run
+    exists, naming the part. A malformed ``artifacts`` is ``TaskState.from_task``'s to name."""
+    arts = task.get("artifacts")
+    if not isinstance(arts, Mapping):
+        return
+    for aname, parts in arts.items():
+        if not isinstance(parts, Mapping):
+            continue
+        for pname, value in parts.items():
+            try:
+                owned_copy(value)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"the value of {part_ref(str(aname), str(pname))} cannot be stored as "
+                    f"JSON: {exc}",
+                    field="task.artifacts",
+                ) from None
 
 
 def _check_loop(loop: Any) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +11,7 @@ from ._contract import Contract
 from ._effects import Effect
 from ._errors import ConfigError
 from ._memory import RECALL_RANKED, check_ranked
-from ._policy import ApprovalPolicy
+from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
 from ._state import TaskState
@@ -122,7 +122,10 @@ class Loop:
             raise ConfigError(
                 f"must be a Contract, got {type(self.contract).__name__}{hint}", field="contract"
             )
-        checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in self.verifiers)
+        if self.init is not None and not callable(self.init):
+            raise ConfigError(f"{self.init!r} is not callable", field="init")
+        given = _items(self.verifiers, Check, "verifiers", "[Check(fn=...)]")
+        checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in given)
         names = [c.name for c in checks]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -167,7 +170,7 @@ class Loop:
         if not isinstance(self.project, str):
             raise ConfigError(f"must be a string, got {self.project!r}", field="project")
         _no_control(self.project, "project")
-        effects = tuple(self.effects)
+        effects = _items(self.effects, Effect, "effects", "[your_effect]")
         for e in effects:
             if not isinstance(e, Effect):
                 raise ConfigError(
@@ -180,7 +183,15 @@ class Loop:
             raise ConfigError(f"effect names must be unique: {edupes}", field="effects")
         object.__setattr__(self, "effects", effects)
         if not isinstance(self.approvals, ApprovalPolicy):
-            raise ConfigError("must be an ApprovalPolicy", field="approvals")
+            hint = (
+                ": wrap the rules, ApprovalPolicy((PolicyRule(...), ...))"
+                if isinstance(self.approvals, PolicyRule | list | tuple)
+                else ""
+            )
+            raise ConfigError(
+                f"must be an ApprovalPolicy, got {type(self.approvals).__name__}{hint}",
+                field="approvals",
+            )
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
@@ -256,6 +267,20 @@ def _identity(fn: object) -> tuple[str, str] | None:
     except Exception:
         return None
     return (str(ident[0]), str(ident[1])) if isinstance(ident, tuple) and len(ident) == 2 else None
+
+
+def _items(given: Any, kind: type, field: str, example: str) -> tuple[Any, ...]:
+    """A loop's list argument (``verifiers``, ``effects``) as a tuple, or a ``ConfigError``
+    with a hint for the common slip of passing one item, or ``None``, where a list goes (not
+    a ``TypeError`` that something is not iterable)."""
+    if isinstance(given, kind) or callable(given):
+        raise ConfigError(
+            f"takes a list, got one {type(given).__name__}; wrap it: {field}={example}",
+            field=field,
+        )
+    if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
+        raise ConfigError(f"must be a list, got {type(given).__name__}: {given!r:.80}", field=field)
+    return tuple(given)
 
 
 def other_loop(loop: Loop, loop_name: str, spec_ref: str | None) -> bool:

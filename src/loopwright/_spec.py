@@ -303,6 +303,10 @@ def _build(ref: str, options: Any, base: Path, where: str) -> Any:
 def load_spec(path: str | Path) -> Loop:
     """Load and validate a loop spec; every problem names its field."""
     p = Path(path)
+    if p.is_dir():  # (`loopwright run examples/invoice_exceptions`, say)
+        found = sorted(x.name for x in p.glob("*.toml"))[:3]
+        hint = f": name the spec file in it ({', '.join(found)})" if found else ""
+        raise SpecError(f"{p} is a directory, not a spec file{hint}", field="spec")
     if not p.is_file():
         raise SpecError(f"no spec file at {p}", field="spec")
     try:

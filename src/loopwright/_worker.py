@@ -22,6 +22,7 @@ from typing import Any
 from ._engine import RunResult, Runtime
 from ._errors import ConfigError, LoopwrightError, StoreError, StoreUnavailableError
 from ._loop import Loop
+from ._redact import redact_text
 from ._spec import loop_of_run
 from .store import NewEvent, RunRecord
 from .store._base import with_newer
@@ -40,12 +41,15 @@ class WorkerStats:
     errors: int = 0  # runs that failed with an internal error
     interrupted: int = 0  # runs left resumable because the store failed under them
     store_errors: int = 0  # claims that failed because the store did (the worker went on)
+    # why each skipped run was skipped (the latest reason; a run is skipped again after 30 s)
+    skipped_why: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "claimed": self.claimed,
             "ended": dict(self.ended),
             "skipped": self.skipped,
+            "skipped_why": dict(self.skipped_why),
             "lost": self.lost,
             "errors": self.errors,
             "interrupted": self.interrupted,
@@ -152,6 +156,7 @@ class Worker:
     def _skipped(self, run_id: str, why: LoopwrightError) -> None:
         """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""
         self.stats.skipped += 1
+        self.stats.skipped_why[run_id] = redact_text(str(why))  # (it is printed as JSON)
         self._no_loop[run_id] = time.monotonic() + 30.0
         if self.on_skip is not None:
             self.on_skip(run_id, why)

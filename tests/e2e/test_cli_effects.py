@@ -3,6 +3,7 @@ ledger file appended on every real execution of the payment effect."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,10 @@ def test_small_refund_is_allowed_by_the_policy_and_the_key_pays_again(proj: Path
     rid = _json(proj, store, "runs")[0]["run_id"]
     rb = cli("rollback", rid, "--to-cycle", "0", "--by", "bob", cwd=proj, store=store)
     assert rb.returncode == 0 and "now pending" in rb.stdout, rb.stdout
+    # Outside probe (stop 42): the refund the policy allows runs on the next resume, which
+    # the rollback did not say (it printed only requests waiting for a person)
+    said = " ".join(rb.stdout.split())
+    assert "undone on resume: pay (pay:D-1) (spend effects are allowed" in said, rb.stdout
     assert _json(proj, store, "approvals") == []
     assert cli("resume", rid, cwd=proj, store=store).returncode == 0
     assert [(e["type"], e["key"]) for e in _ledger(proj)] == [
@@ -271,3 +276,56 @@ def test_run_on_a_local_ray_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "run", str(spec), "--tasks", str(tasks), "--ray-address", "auto", cwd=tmp_path, store=store
     )
     assert bad.returncode == 2 and "--ray-address" in bad.stderr
+
+
+def test_rollback_of_a_run_started_from_python_says_what_it_could_not_offer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): `loopwright rollback` of a run started from Python (the
+    README's payment example) reopened it without a word about its payment, which the CLI
+    cannot offer to undo (the loop is not in a spec), and told to `loopwright resume` it,
+    which refuses such a run; `cancel` said both."""
+    import loopwright as lw
+    from loopwright.cli import main
+
+    @lw.effect("spend", key=lambda a: a["invoice"])
+    def pay(invoice: str, *, key: str) -> str:
+        return "paid"
+
+    loop = lw.Loop(
+        name="py-pay",
+        actor=lambda ctx: lw.Proposal(
+            edits=(lw.Edit("doc", "po", "PO-1"),), effects=(pay.call(invoice="INV-7"),)
+        ),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt:
+        rid = rt.run_sync(loop, {"artifacts": {"doc": {"po": ""}}}, task_key="INV-7").run_id
+    capsys.readouterr()
+    assert main(["rollback", rid, "--to-cycle", "0", "--by", "ann", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "1 completed effect(s) not offered for compensation: the run was started from Python" in out
+    )
+    assert f"Runtime.resume('{rid[:12]}', loop)" in out and "loopwright resume" not in out, out
+    # so do fork and approve (a fork of it is started from Python too)
+    assert main(["fork", rid, "--at-cycle", "0", "--key", "INV-7/f", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "run it from Python, with its loop: Runtime.resume(" in out, out
+    assert "loopwright resume" not in out, out
+    # and `approvals`, for a request of such a run
+    parked = dataclasses.replace(
+        loop, approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),))
+    )
+    with lw.Runtime(db) as rt:
+        waits = rt.run_sync(parked, {"artifacts": {"doc": {"po": ""}}}, task_key="INV-8")
+    assert waits.status == "awaiting_approval"
+    assert main(["approvals", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"then: continue it from Python, with its loop: Runtime.resume('{waits.run_id[:12]}'" in out
+    )

@@ -16,7 +16,7 @@ listed in ``NO_RUN`` below, so adding one means changing this test):
   default store, as in the README's quick start.
 
 Also checked: every ```toml block parses; every ``loopwright …`` command in a console or bash
-block names subcommands that exist (``--help`` exits 0); the tables of docs/concepts.md list
+block, or inline in prose, names subcommands that exist (``--help`` exits 0) and options they take; the tables of docs/concepts.md list
 exactly the package's stop reasons, metrics and feedback signals.
 """
 
@@ -193,10 +193,9 @@ def test_toml_snippets_parse() -> None:
             pytest.fail(f"{b.where}: {exc}")
 
 
-def _commands() -> dict[tuple[str, ...], str]:
-    """``loopwright`` commands in console/bash blocks: the words before the first option, with
-    where each was first seen."""
-    found: dict[tuple[str, ...], str] = {}
+def _command_lines() -> Iterator[tuple[str, list[str]]]:
+    """Each ``loopwright`` command of a console/bash block or inline in prose and tables (the
+    README's command table): where it is, and its words after ``loopwright``."""
     for b in ALL:
         if b.lang not in ("console", "bash", "sh", "shell"):
             continue
@@ -209,13 +208,35 @@ def _commands() -> dict[tuple[str, ...], str]:
                 continue
             if "loopwright" not in words or any(w in ("|", "&&", ";") for w in words):
                 continue
-            words = words[words.index("loopwright") + 1 :]
-            found.setdefault(_head(words), f"{b.page}:{b.line + n}")
-    for page in PAGES:  # inline `loopwright …` in prose and tables (README's command table)
+            yield f"{b.page}:{b.line + n}", words[words.index("loopwright") + 1 :]
+    for page in PAGES:
         text = page.read_text(encoding="utf-8")
         for m in re.finditer(r"`loopwright ([^`]+)`", text):
             where = f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}"
-            found.setdefault(_head(m.group(1).split()), where)
+            yield where, m.group(1).split()
+
+
+def _commands() -> dict[tuple[str, ...], str]:
+    """``loopwright`` commands: the words before the first option, with where each was first
+    seen."""
+    found: dict[tuple[str, ...], str] = {}
+    for where, words in _command_lines():
+        found.setdefault(_head(words), where)
+    return found
+
+
+def _options() -> dict[tuple[tuple[str, ...], str], str]:
+    """``(command, --option)`` as the pages write them, with where each was first seen; for
+    ``export eval-cases\\|preference-pairs [--out F]`` the command is its first alternative."""
+    found: dict[tuple[tuple[str, ...], str], str] = {}
+    for where, words in _command_lines():
+        head = _head(words)
+        rest = words[len(head) :]
+        if rest and not rest[0].startswith(("-", "[", "<", "…")) and "|" in rest[0]:
+            head = (*head, rest[0].split("\\|")[0].split("|")[0])
+        for w in rest:
+            for opt in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", w):
+                found.setdefault((head, opt), where)
     return found
 
 
@@ -239,6 +260,25 @@ def test_documented_commands_exist(capsys: pytest.CaptureFixture[str]) -> None:
         out = capsys.readouterr()
         if code != 0:
             bad.append(f"{where}: loopwright {' '.join(head)} --help -> {code}: {out.err[-300:]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_documented_options_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ``--option`` a page writes after a command is one that command takes (its
+    ``--help`` names it): a renamed or removed option otherwise stays in the docs, and a
+    reader's copied command fails with "No such option"."""
+    from loopwright.cli import main
+
+    options = _options()
+    assert len(options) >= 60
+    helps: dict[tuple[str, ...], str] = {}
+    bad = []
+    for (head, opt), where in sorted(options.items()):
+        if head not in helps:
+            main([*head, "--help"])
+            helps[head] = capsys.readouterr().out
+        if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", helps[head]):
+            bad.append(f"{where}: loopwright {' '.join(head)} has no option {opt}")
     assert not bad, "\n".join(bad)
 
 

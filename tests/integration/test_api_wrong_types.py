@@ -48,6 +48,18 @@ CALLS: dict[str, tuple[str, Callable[[lw.Runtime, str], Any]]] = {
         "concurrency",
         lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK], concurrency="x")),  # type: ignore[arg-type]
     ),
+    # Outside probe (stop 42): two tasks with one key drove one run twice at once, and
+    # run_many raised StaleLeaseError (the other task never ran); the CLI refuses such a file
+    "run_many with one key twice": (
+        "tasks",
+        lambda rt, rid: asyncio.run(
+            rt.run_many(_loop(), [{**TASK, "task_key": "d"}, {**TASK, "task_key": "d"}])
+        ),
+    ),
+    "run_many with one key twice, by key_of": (
+        "tasks",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK, TASK], key_of=lambda t, i: "d")),
+    ),
     "rollback to no cycle": (
         "to_cycle",
         lambda rt, rid: rt.rollback(rid, None, by="ann"),  # type: ignore[arg-type]

@@ -45,6 +45,32 @@ def _loop(
     )
 
 
+def _paying(
+    eff: Any, actor: Callable[[lw.Context], Any] | None = None, *, allow: bool = True
+) -> lw.Loop:
+    """A loop asking for ``eff`` (``amount=1.0`` unless ``actor`` says otherwise), spend
+    allowed unless ``allow`` is false (then it needs a person)."""
+    return lw.Loop(
+        name="hostile",
+        actor=actor or (lambda ctx: lw.Proposal(effects=(eff.call(amount=1.0),))),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy(
+            (lw.PolicyRule(kind="spend", action="allow"),) if allow else ()
+        ),
+    )
+
+
+def _escalated(tmp_path: Path, loop: lw.Loop) -> tuple[lw.RunResult, str]:
+    """``loop`` run on ``TASK``: escalated, with the cause its packet gives."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert (r.status, r.stop_reason) == ("escalated", "escalated")
+    assert r.packet is not None
+    return r, str(r.packet["cause"])
+
+
 def _plain(ctx: lw.Context) -> dict[str, Any]:
     return json.loads(json.dumps({"artifacts": ctx.artifacts, "task": ctx.task}))
 
@@ -347,13 +373,88 @@ def test_a_value_json_cannot_hold_escalates_naming_the_part(
         return lw.Proposal.edit("inv", {"qty": 1, "lines": value})
 
     loop = _loop(actor, lambda s, p: lw.Verdict(passed=True), held_out=held_out)
+    r, cause = _escalated(tmp_path, loop)
+    assert "the value of inv/lines cannot be stored as JSON" in cause
+    assert why in cause
+    assert r.state.values()["inv"] == {"lines": [], "qty": 0}
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [({1, 2}, "set"), (b"\x00", "bytes"), (_contains_itself(), "contains itself")]
+)
+def test_a_task_part_json_cannot_hold_is_refused_before_the_run(
+    tmp_path: Path, value: Any, why: str
+) -> None:
+    """Outside probe (stop 42): a task's artifacts are its parts' first values, yet a set there
+    was stored as the text "{1, 2}", which the actor and every check then read (a run
+    accepted on it), where the same value proposed by an actor is refused."""
+    loop = _loop(lambda ctx: lw.Proposal(), lambda s, p: lw.Verdict(passed=True))
+    task = {"artifacts": {"inv": {"qty": 0, "lines": value}}, "note": "kept as before"}
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        with pytest.raises(lw.ConfigError, match=r"task.artifacts: the value of inv/lines cann"):
+            rt.run_sync(loop, task, task_key="k")
+        with pytest.raises(lw.ConfigError, match=why):
+            rt.create(loop, task, task_key="k")
+        assert rt.store.list_runs() == []  # nothing was created
+        # a loop with its own init reads the task its own way: its artifacts are not checked,
+        # but a task that contains itself is still a ConfigError (was a RecursionError)
+        own = lw.Loop(
+            name="own",
+            actor=loop.actor,
+            verifiers=loop.verifiers,
+            contract=loop.contract,
+            init=lambda t: lw.TaskState.from_task({"artifacts": {"inv": {"qty": 0}}}),
+        )
+        if why == "contains itself":
+            with pytest.raises(lw.ConfigError, match=r"task: it is nested too deeply, or cont"):
+                rt.run_sync(own, task, task_key="k2")
+        else:
+            assert rt.run_sync(own, task, task_key="k2").status == "accepted"
+
+
+async def _async_key(args: Any) -> str:
+    return "never awaited"
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        (lambda a: a["missing"], "raised KeyError: 'missing'"),  # was a KeyError, run failed
+        (lambda a: None, "got NoneType"),  # was the key "pay:None" for every call
+        (_async_key, "got coroutine"),  # was "pay:<coroutine object ... at 0x…>"
+        (lambda a: "", "got str: ''"),
+    ],
+)
+def test_an_effect_key_function_that_gives_no_key_escalates_before_any_effect(
+    tmp_path: Path, key: Callable[..., Any], said: str
+) -> None:
+    """Outside probe (stop 42): an effect's key= function is user code, yet one that raised
+    ended the run failed with its KeyError out of run_sync, and one that returned None (or
+    was async) gave every call one key ("pay:None") or a new key in every process (a
+    coroutine's address): store-wide at most once silently wrong."""
+    paid: list[Any] = []
+
+    def pay(amount: float, *, key: str) -> str:
+        paid.append(key)
+        return "ok"
+
+    _, cause = _escalated(tmp_path, _paying(lw.effect("spend", name="pay", key=key)(pay)))
+    assert "the key function of effect pay" in cause
+    assert said in cause
+    assert paid == []
+
+
+def test_an_effect_describe_that_fails_is_said_beside_the_default(tmp_path: Path) -> None:
+    """Outside probe (stop 42): describe= raising ended the run failed (its KeyError out of
+    run_sync) when the effect needed approval; it is what people read of the action."""
+    eff = lw.effect("spend", name="pay", describe=lambda a: a["missing"])(lambda amount: "ok")
+    loop = _paying(eff, allow=False)
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK, task_key="k")
-    assert (r.status, r.stop_reason) == ("escalated", "escalated")
-    assert r.packet is not None
-    assert "the value of inv/lines cannot be stored as JSON" in r.packet["cause"]
-    assert why in r.packet["cause"]
-    assert r.state.values()["inv"] == {"lines": [], "qty": 0}
+        assert r.status == "awaiting_approval"
+        req = rt.pending_approval(r.run_id)
+    assert req.what.startswith("spend: pay(amount=1.0)")
+    assert "describe function raised KeyError" in req.what
 
 
 def test_an_effect_argument_json_cannot_hold_is_named(tmp_path: Path) -> None:
@@ -479,14 +580,7 @@ def test_an_effect_result_json_cannot_hold_is_recorded_done_once(
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(edits=(lw.Edit("inv", "qty", 1),), effects=(pay.call(invoice="INV-7"),))
 
-    loop = lw.Loop(
-        name="hostile",
-        actor=actor,
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[pay],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
-    )
+    loop = _paying(pay, actor)
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK, task_key="k")
         again = rt.run_sync(loop, TASK, task_key="k2")  # another run asking the same key

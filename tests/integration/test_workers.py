@@ -307,3 +307,32 @@ def test_two_workers_on_postgres_survive_dropped_connections(pg_url: str, tmp_pa
     paid = Counter(_effects(tmp_path))
     assert max(paid.values()) == 1
     assert set(paid) == {f"notify:t{i}" for i in range(n)}
+
+
+def test_a_worker_says_why_it_skipped_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): `loopwright worker --once` over a run started from Python
+    (no spec to load its loop from) printed "skipped 1" and nothing of why; the reason went
+    only to the run's events."""
+    from loopwright.cli import main
+
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="py")
+    capsys.readouterr()
+    assert main(["worker", "--once", "--store", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"skipped {rec.run_id[:12]}: RUN: run {rec.run_id} of loop 'py-only' was started from Python"
+        in out
+    )
+    assert main(["worker", "--once", "--json", "--store", db]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert "started from Python" in stats["skipped_why"][rec.run_id]

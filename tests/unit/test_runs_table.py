@@ -32,7 +32,6 @@ def _record(tmp_path: Path) -> RunRecord:
     [
         ("running", -600.0, True),  # its lease ran out ten minutes ago: nobody holds it
         ("running", 600.0, False),  # held: a process is driving it
-        ("running", None, False),
         ("awaiting_approval", -600.0, False),  # parked runs hold no lease by design
     ],
 )
@@ -46,9 +45,99 @@ def test_a_running_run_whose_lease_ran_out_is_called_interrupted(
     rec = _record(tmp_path)
     expires = None if expires_in is None else time.time() + expires_in
     run = dataclasses.replace(
-        rec, status=status, stop_reason=None, ended_at=None, lease_expires_at=expires
+        rec,
+        status=status,
+        stop_reason=None,
+        ended_at=None,
+        lease_expires_at=expires,
+        spec_ref="loop.toml",  # (one started from Python is resumed there: said so)
     )
     print_runs([run], 1, width=400)
     out = capsys.readouterr().out
     said = re.search(r"interrupted\? its lease ran out \d+m ago: loopwright resume", out)
     assert (said is not None) is hint, out
+
+
+def test_a_running_run_whose_process_on_this_host_is_gone_is_called_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): after Ctrl-C of a script, `loopwright runs` said only
+    "running" for the lease's remaining minute, though resume takes such a run over at once
+    (a process of this host that is gone holds no lease)."""
+    from loopwright._owners import owner_name
+
+    rec = _record(tmp_path)
+    mine = owner_name()
+    host, _pid, nonce, space = mine.split(":", 3)
+    dead = f"{host}:{_no_pid()}:{nonce}:{space}"
+    for owner, hint in ((dead, True), (mine, False), ("other-host:1:x:y", False)):
+        run = dataclasses.replace(
+            rec,
+            status="running",
+            stop_reason=None,
+            ended_at=None,
+            lease_expires_at=time.time() + 600,
+            lease_owner=owner,
+            spec_ref="loop.toml",
+        )
+        print_runs([run], 1, width=400)
+        out = capsys.readouterr().out
+        said = "interrupted? its process on this host is gone: loopwright resume" in out
+        assert said is hint, (owner, out)
+
+
+def _no_pid() -> int:
+    """A pid no process can have (above the kernel's largest): deterministic, where a pid that
+    exited could be given to another process."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+
+def test_a_running_run_no_process_holds_is_called_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside probe (stop 42): after Ctrl-C of a script, the interrupted process hands its
+    lease back (so does a worker with no loop for the run), and `loopwright runs` showed the
+    run as plain "running" for ever, though nothing drives it; the README promises
+    "interrupted?". (A run started from Python is resumed there: the hint says so.)"""
+    rec = _record(tmp_path)
+    for spec_ref, how in (("loop.toml", "loopwright resume"), (None, "resume it from Python")):
+        run = dataclasses.replace(
+            rec,
+            status="running",
+            stop_reason=None,
+            ended_at=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            spec_ref=spec_ref,
+        )
+        print_runs([run], 1, width=400)
+        out = capsys.readouterr().out
+        assert f"interrupted? no process is running it: {how}" in out, out
+
+
+def test_a_run_stopped_by_ctrl_c_is_called_interrupted_by_runs_and_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside probe (stop 42), end to end: Ctrl-C (a KeyboardInterrupt in the actor) leaves
+    the run `running` with its lease handed back; `runs` and `show` said only "running"."""
+    from loopwright.cli import main
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        raise KeyboardInterrupt  # the person pressed Ctrl-C while the actor ran
+
+    loop = lw.Loop(
+        name="ctrl-c",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt, pytest.raises(KeyboardInterrupt):
+        rt.run_sync(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="k")
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "300")  # the table's whole cause, not cut to fit
+    for command in ("runs", "show"):
+        args = [command, "k"] if command == "show" else [command]
+        assert main([*args, "--store", db]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "interrupted? no process is running it: resume it from Python" in out, out

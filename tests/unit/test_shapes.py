@@ -183,6 +183,69 @@ def test_loop_and_runtime_arguments() -> None:
         lw.Runtime(5)  # type: ignore[arg-type]
 
 
+def test_a_loops_lists_given_one_item_are_refused_with_a_hint() -> None:
+    """Outside probe (stop 42): ``Loop(verifiers=Check(...))``, one effect without its list or
+    ``verifiers=None`` was a ``TypeError: 'Check' object is not iterable`` from inside the
+    dataclass, where every other argument of a loop is a ConfigError naming the field."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal()
+
+    def ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True)
+
+    @lw.effect("spend")
+    def pay(amount: float, *, key: str) -> dict[str, Any]:
+        return {}
+
+    contract = lw.Contract(budget=lw.Budget(max_cycles=2))
+
+    def loop(**kw: Any) -> lw.Loop:
+        return lw.Loop(
+            **{"name": "x", "actor": actor, "verifiers": [ok], "contract": contract, **kw}
+        )
+
+    for one in (lw.Check(fn=ok), ok):
+        with pytest.raises(ConfigError, match=r"verifiers: takes a list, got one .*wrap it"):
+            loop(verifiers=one)
+    for bad in (None, "ok", {"ok": ok}):
+        with pytest.raises(ConfigError, match=r"verifiers: must be a list, got"):
+            loop(verifiers=bad)
+    with pytest.raises(ConfigError, match=r"effects: takes a list, got one Effect; wrap it"):
+        loop(effects=pay)
+    rule = lw.PolicyRule(kind="spend", action="allow")
+    for bad in (rule, [rule]):
+        with pytest.raises(ConfigError, match=r"approvals: must be an ApprovalPolicy, got .*wrap"):
+            loop(approvals=bad)
+    with pytest.raises(ConfigError, match=r"init: 'x' is not callable"):
+        loop(init="x")
+    assert loop(verifiers=(ok,), effects=(pay,)).effects == (pay,)  # tuples still do
+
+
+def test_a_runtime_used_after_close_says_so(tmp_path: Any) -> None:
+    """Outside probe (stop 42): ``rt.run_sync(...)`` after the Runtime's ``with`` block (or
+    ``close()``) raised ``sqlite3.ProgrammingError: Cannot operate on a closed database``, and
+    ``Runtime(on_progress="x")`` was taken, then failed silently after every commit."""
+    loop = lw.Loop(
+        name="x",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lambda state, proposal: lw.Verdict(passed=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        done = rt.run_sync(loop, {}, task_key="t")
+    for call in (
+        lambda: rt.run_sync(loop, {}, task_key="t2"),
+        lambda: rt.result(done.run_id),
+        lambda: rt.cancel(done.run_id),
+    ):
+        with pytest.raises(lw.StoreError, match=r"the store .*s\.db is closed: .*with"):
+            call()
+    rt.close()  # twice is fine
+    with pytest.raises(ConfigError, match=r"on_progress: 'x' is not callable"):
+        lw.Runtime(tmp_path / "s.db", on_progress="x")  # type: ignore[arg-type]
+
+
 def test_what_an_older_release_stored_loads_as_it_was() -> None:
     # From review (helper-40): the checks ran in from_dict too, so a stored finding of
     # severity "info" or an effect call whose key was a number stopped a run from loading

@@ -104,6 +104,16 @@ def test_missing_file(tmp_path: Path) -> None:
     assert _err(tmp_path / "nope.toml").field == "spec"
 
 
+def test_a_directory_is_not_a_spec_file(tmp_path: Path) -> None:
+    # Outside probe (stop 42): `loopwright run examples/invoice_exceptions` said "no spec file
+    # at examples/invoice_exceptions", of a folder that is there
+    with pytest.raises(lw.SpecError, match=r"is a directory, not a spec file$"):
+        lw.load_spec(tmp_path)
+    (tmp_path / "loop.toml").write_text("")
+    with pytest.raises(lw.SpecError, match=r"directory, not a spec file: name .* \(loop.toml\)"):
+        lw.load_spec(tmp_path)
+
+
 def test_bad_toml(tmp_path: Path) -> None:
     err = _err(_spec(tmp_path, "name = \n[actor"))
     assert err.field == "spec"

@@ -195,6 +195,15 @@ def _loop_or_none(rec: RunRecord) -> Loop | None:
         return None
 
 
+def continue_hint(rec: RunRecord, verb: str = "continue it") -> str:
+    """How to go on with ``rec``: ``loopwright resume`` for a run started from a spec; one
+    started from Python is resumed there, with its loop (``loopwright resume`` refuses it,
+    having no loop to load)."""
+    if rec.spec_ref:
+        return f"{verb} with: loopwright resume {rec.run_id[:12]}"
+    return f"{verb} from Python, with its loop: Runtime.resume({rec.run_id[:12]!r}, loop)"
+
+
 # --- run -------------------------------------------------------------------------------------
 @app.command()
 def run(
@@ -601,6 +610,8 @@ def approvals(
             total = len(reqs)
         people = st.has_users()
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
+        # the one request's run: `loopwright resume` refuses a run started from Python
+        only = st.get_run(reqs[0].run_id) if total == 1 and reqs and not all_ else None
     more = total - len(reqs)
     if more > 0:
         typer.echo(
@@ -633,10 +644,10 @@ def approvals(
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME"))
+        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only))
 
 
-def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
+def _decide_hint(reqs: list[Approval], total: int, me: str, only: RunRecord | None) -> str:
     """What to type next under `loopwright approvals`: for one request, its own commands; for
     several, one form with RUN and ID to take from the list (naming only the newest request's
     run read as if it were the only one), and one command that continues them all."""
@@ -648,6 +659,8 @@ def _decide_hint(reqs: list[Approval], total: int, me: str) -> str:
             if a.kind == "question"
             else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
         )
+        if only is not None and not only.spec_ref:
+            return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
         return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
     forms = []
     if any(a.kind != "question" for a in reqs):
@@ -794,7 +807,7 @@ def _decide(
             from ._tasks import exit_code_for
 
             raise typer.Exit(exit_code_for([result.status]))
-        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
+        console().print(continue_hint(rec))
 
 
 @app.command(short_help="Cancel a run; compensations of its effects are offered.")
@@ -827,7 +840,6 @@ def cancel(
 
         who = acting_as(rt.store, by, token, action="cancel")
         rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
-        offers = rt.store.approvals(run_id=rec.run_id, status="pending")
         # counted, only when told (a run started from Python): not the run's every done
         # effect read to print their number (invariant 8)
         done = (
@@ -835,30 +847,55 @@ def cancel(
             if rec.status == "cancelled" and not before.spec_ref
             else 0
         )
+        reversal = _reversal(rt.store, rec.run_id)
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
         + ("" if rec.status == "cancelled" else " (cancellation requested)")
     )
-    if done:
-        console().print(
-            f"[yellow]{done} completed effect(s) not offered for compensation: the run was "
-            "started from Python; use Runtime.cancel(run, loop=...)[/]"
-        )
-    _print_offers(rec.run_id, offers)
+    _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)")
 
 
-def _print_offers(run_id: str, offers: list[Any]) -> None:
+def _reversal(store: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
+    """What a cancel or rollback left to undo: the ``compensations`` stage of the run's latest
+    checkpoint (offers, each allowed, denied or awaiting a person, and the irreversible
+    effects), and its pending compensation requests."""
+    pending = store.latest_checkpoint(run_id).state.get("pending") or {}
+    stage = pending if pending.get("stage") == "compensations" else {}
+    asks = [a for a in store.approvals(run_id=run_id, status="pending") if a.kind == "compensation"]
+    return stage, asks
+
+
+def _print_reversal(
+    run_id: str, reversal: tuple[dict[str, Any], list[Any]], unoffered: int, python: str
+) -> None:
+    """Say what will be undone, and how: an allowed compensation runs on the next resume (a
+    refund, say), which the command used to leave unsaid, as it did the effects of a run
+    started from Python that it could not offer (the CLI cannot load that run's loop)."""
     from rich.markup import escape
 
     from ._render import console
 
-    comp = [a for a in offers if a.kind == "compensation"]
-    for a in comp:
-        console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
-    if comp:
+    stage, asks = reversal
+    rid = run_id[:12]
+    if unoffered:
         console().print(
-            f"decide each with: loopwright approve {run_id[:12]} --request ID --by NAME "
-            f"(or deny), then: loopwright resume {run_id[:12]}"
+            f"[yellow]{unoffered} completed effect(s) not offered for compensation: the run was "
+            f"started from Python; use {python}[/]"
+        )
+    for o in stage.get("offers") or ():
+        what = f"{o.get('effect')} ({o.get('key')})"
+        if o.get("action") == "allow":
+            console().print(f"  undone on resume: {escape(what)} ({escape(str(o.get('why')))})")
+        elif o.get("action") == "deny":
+            console().print(f"  not undone: {escape(what)} ({escape(str(o.get('why')))})")
+    for item in stage.get("irreversible") or ():
+        console().print(f"  irreversible (no compensation): {escape(str(item))}")
+    for a in asks:
+        console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
+    if asks:
+        console().print(
+            f"decide each with: loopwright approve {rid} --request ID --by NAME "
+            f"(or deny), then: loopwright resume {rid}"
         )
 
 
@@ -888,11 +925,21 @@ def rollback(
 
         who = acting_as(rt.store, by, token, action="rollback")
         rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
-        offers = rt.store.approvals(run_id=rec.run_id, status="pending")
+        # (a run started from Python: its loop is not here to offer the later effects' undoing)
+        done = (
+            len(
+                rt.store.journal_where(
+                    rec.run_id, kind="effect", after_cycle=to_cycle, statuses=("done",)
+                )
+            )
+            if not rec.spec_ref
+            else 0
+        )
+        reversal = _reversal(rt.store, rec.run_id)
     console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
-    _print_offers(rec.run_id, offers)
+    _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)")
     if rec.status != "awaiting_approval":
-        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
+        console().print(continue_hint(rec))
 
 
 @app.command(short_help="Continue an interrupted or decided run.")

@@ -10,7 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from .._json import strict_loads
-from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app
+from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, continue_hint
 from ._people_cmd import acting_as
 from ._stores import existing_store
 
@@ -96,7 +96,7 @@ def fork(
     )
     said = "; ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in changed.items())
     console().print(f"contract: {said or 'unchanged'}")
-    console().print(f"run it with: loopwright resume {new.run_id[:12]}")
+    console().print(continue_hint(new, "run it"))
 
 
 @app.command(short_help="A person's version of a part (accepted; the loop goes on from it).")
@@ -153,4 +153,4 @@ def edit(
         rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
     if rec.status == "pending":
-        console().print(f"continue it with: loopwright resume {rec.run_id[:12]}")
+        console().print(continue_hint(rec))

@@ -4,13 +4,14 @@ plain, faster tables of ``_table``)."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ._table import STATUS_STYLE
+from ._table import STATUS_STYLE, interrupted
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -284,6 +285,9 @@ def run_detail_parts(
     if rec.forked_from:
         head.add_row("forked from", f"run {rec.forked_from} at cycle {rec.forked_at}")
     head.add_row("status", status_text(rec.status))
+    stalled = interrupted(rec, time.time())  # as `loopwright runs` says it
+    if stalled:
+        head.add_row("", f"[yellow]{escape(stalled)}[/]")
     if rec.stop_reason:
         # a per-task cap (budget.max_cycles_key) is the cycle count the run stopped at
         own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None

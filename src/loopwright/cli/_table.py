@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from .._owners import owner_is_dead
+
 if TYPE_CHECKING:
     from ..store import RunRecord
 
@@ -193,13 +195,24 @@ def _ago(ts: float, now: float) -> str:
     return f"{int(d)}s ago"
 
 
-def _interrupted(r: RunRecord, now: float) -> str | None:
-    """A run left ``running`` by a process that died: its lease ran out and nobody took it.
+def interrupted(r: RunRecord, now: float) -> str | None:
+    """A run left ``running`` by a process that stopped: one whose lease ran out, whose
+    process on this host is gone (``kill -9``), or that no process holds (Ctrl-C: the
+    interrupted process handed its lease back; a worker that had no loop for it did too).
     (The status stays ``running`` until a worker or ``resume`` takes the run over; this
     host's clock judges the lease, which on PostgreSQL the server's clock sets: a hint.)"""
-    if r.status != "running" or r.lease_expires_at is None or r.lease_expires_at >= now:
+    if r.status != "running":
         return None
-    return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: loopwright resume"
+    how = "loopwright resume" if r.spec_ref else "resume it from Python"
+    if r.lease_expires_at is None:
+        return f"interrupted? no process is running it: {how}"
+    if r.lease_expires_at >= now:
+        # A process of this host that is gone holds nothing: resume takes the run over at
+        # once (the README's "loses its lease at once"), so say so now
+        if r.lease_owner and owner_is_dead(r.lease_owner):
+            return f"interrupted? its process on this host is gone: {how}"
+        return None
+    return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: {how}"
 
 
 def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = None) -> None:
@@ -214,7 +227,7 @@ def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = Non
             (r.loop_name, ""),
             (r.status, STATUS_STYLE.get(r.status, "")),
             (r.stop_reason or "-", ""),
-            (run_stop_cause(r) or _interrupted(r, now) or "-", ""),
+            (run_stop_cause(r) or interrupted(r, now) or "-", ""),
             (str(r.cycle), ""),
             ("-" if r.best_score is None else f"{r.best_score:.2f}", ""),
             (f"{r.cost_usd:.3f}", ""),

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
@@ -57,8 +58,6 @@ def worker(
     """
     import asyncio
     import signal
-
-    from rich.markup import escape
 
     from .._engine import Runtime
     from .._worker import Worker

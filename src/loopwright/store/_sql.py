@@ -451,6 +451,16 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
     def _jl(value: Any) -> Any:
         """A JSON column's value as read (text to parse, or already parsed by the driver)."""
 
+    def _open(self) -> None:
+        """Refuse a read or write once ``close`` was called, saying so (not the driver's
+        "Cannot operate on a closed database" or "the pool is closed"): the common case is a
+        ``Runtime`` used after its ``with`` block ended."""
+        if self.closed:
+            raise StoreError(
+                f"the store {self.url} is closed: a Runtime closes its store in close() and at "
+                "the end of its `with` block; use it inside the block, or open a new Runtime"
+            )
+
     # --- the hooks ----------------------------------------------------------------------
     @abstractmethod
     def _conn(self) -> AbstractContextManager[Any]:

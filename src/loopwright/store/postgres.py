@@ -273,6 +273,7 @@ class PostgresStore(SQLStore):
     def _conn(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         """A pooled connection; database and pool failures become ``StoreError`` here, once
         (a table or column missing, a page the server found corrupt: ``StoreCorruptError``)."""
+        self._open()
         try:
             with self._pool.connection() as conn:
                 yield conn

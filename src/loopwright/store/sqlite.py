@@ -339,12 +339,15 @@ class SQLiteStore(SQLStore):
 
     # --- connections --------------------------------------------------------------------
     def _conn(self) -> _Locked:
+        self._open()
         return self._reader
 
     def _tx(self) -> _Tx:
+        self._open()
         return _Tx(self)
 
     def _tx_lazy(self) -> _Tx:
+        self._open()
         return _Tx(self, lazy=True)
 
     def _failure(self, exc: BaseException) -> StoreError | None:
