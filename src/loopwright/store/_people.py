@@ -142,8 +142,10 @@ class PeopleStore:
         return None
 
     def add_vote(self, approval_id: str, by: str, *, note: str | None, now: float) -> list[Vote]:
-        """Record ``by``'s approval of a pending request; all its votes, oldest first.
-        ``ConflictError`` when ``by`` already voted."""
+        """Record ``by``'s approval of a pending request; all its votes, oldest first, counted
+        after any vote being recorded at the same time (a lock on the run, as
+        ``decide_approval`` takes). ``ConflictError`` when ``by`` already voted,
+        ``ApprovalError`` when the request is no longer pending."""
         raise self._no_people()
 
     def votes(self, approval_id: str) -> list[Vote]:
