@@ -339,9 +339,11 @@ async def perform_effect(
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     not_done = False
-    # Another run's result, reused by an earlier cycle of this one: the claim is asked again at
-    # the intent below, since that run may have undone it since (a refund frees the key).
-    # Reused again while it stands; done here once the key is free.
+    # Another run's result, reused by an earlier cycle of this one or inherited by this fork
+    # from its origin: the claim is asked again at the intent below, since that run may have
+    # undone it since (a refund frees the key). Reused again while it stands; done here once
+    # the key is free (a fork whose origin refunded the payment it inherited was told "done"
+    # and paid nothing).
     # Done by this very attempt of the cycle before a crash: recovered, not reused (reuse is
     # another run's or an earlier cycle's execution of the same key).
     recovered = (
@@ -354,7 +356,7 @@ async def perform_effect(
         entry is not None
         and entry.status == "done"
         and business
-        and bool(entry.data.get("from_run"))
+        and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
     if entry is not None and not stale:

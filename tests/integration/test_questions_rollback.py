@@ -458,6 +458,48 @@ def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
     assert entry.status == "done" and "from_run" not in entry.data
 
 
+def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it(
+    rt: lw.Runtime,
+) -> None:
+    # From an outside probe (helper probe42a): a fork's inherited entry was never asked of the
+    # store again, so once its origin refunded the payment, the fork asking for the invoice
+    # (a person approving it, even) was told "done" and nothing was paid. As for a reused
+    # result: the inherited one is reused while the origin's payment stands, paid here once
+    # the origin undid it.
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    paying = lw.Proposal(
+        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
+    )
+    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    a = rt.run_sync(a_loop, TASK)
+    assert a.status == "awaiting_approval" and len(bank.paid) == 1
+    f_loop = make_loop(
+        Script(paying, lw.Proposal(question=PO), paying, lw.Proposal(question=PO)),
+        effects=[pay],
+        approvals=allow,
+    )
+    fork = rt.fork(a.run_id, 1)
+    [inherited] = rt.store.journal(fork.run_id, kind="effect")
+    assert inherited.data["inherited_from"] == a.run_id
+    f = rt.resume_sync(fork.run_id, f_loop)  # cycle 2 asks for A-1 again: A's stands
+    assert f.status == "awaiting_approval" and len(bank.paid) == 1
+    rt.cancel(a.run_id, by="ops", loop=a_loop)
+    assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
+    assert len(bank.refunds) == 1  # A's payment, undone
+    rt.answer(fork.run_id, "PO-1", by="ann")
+    f = rt.resume_sync(fork.run_id, f_loop)  # cycle 4 asks again: the key is free, F pays
+    assert f.status == "awaiting_approval" and len(bank.paid) == 2
+    [entry] = rt.store.journal(fork.run_id, kind="effect")
+    assert entry.status == "done"
+    assert "from_run" not in entry.data and "inherited_from" not in entry.data
+    # ...and it is the fork's own now: cancelling the fork offers its refund
+    rt.cancel(fork.run_id, by="ops", loop=f_loop)
+    assert rt.resume_sync(fork.run_id, f_loop).status == "cancelled"
+    assert [k for k, _r, _a in bank.refunds] == ["pay:A-1", "pay:A-1"]
+
+
 def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
     # The next generation of an undone key ("pay:A-1~2") claims the action again, so another
     # run asking for the invoice gets that payment's result
