@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._contract import Contract
-from ._effects import Effect
+from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
 from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy
@@ -181,6 +182,8 @@ class Loop:
         object.__setattr__(self, "effects", effects)
         if not isinstance(self.approvals, ApprovalPolicy):
             raise ConfigError("must be an ApprovalPolicy", field="approvals")
+        if effects:
+            _dead_rules(self.approvals, effects)
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
@@ -226,6 +229,35 @@ class Loop:
     @property
     def held_out(self) -> tuple[Check, ...]:
         return tuple([c for c in self.verifiers if c.held_out])
+
+
+def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
+    """Refuse a rule that can never apply to the loop's effects: a kind none of them has (not a
+    built-in one, nor ``*``), or an effect name (no wildcard) none of them, nor a compensation
+    of one, is called. A ``deny`` for kind ``Deploy`` or effect ``deploy-prod`` on an effect
+    ``deploy_prod`` of kind ``deploy`` never matched, and the deploy ran unasked. A pattern
+    (``wire_*``) may guard against effects yet to come, and is left as it is."""
+    kinds = sorted({e.kind for e in effects})
+    names = [e.name for e in effects]
+    names += [f"{n}.compensate" for n in names]
+    for r in policy.rules:
+        where = f"approvals.{r.name}"
+        if r.kind != "*" and r.kind not in EFFECT_KINDS and r.kind not in kinds:
+            raise ConfigError(
+                f"no effect of this loop is of kind {r.kind!r} (its kinds: {', '.join(kinds)}), "
+                "so the rule would never apply",
+                field=f"{where}.kind",
+            )
+        glob = r.effect
+        if glob is None or any(ch in glob for ch in "*?["):
+            continue
+        if r.kind == "overwrite_accepted" or any(fnmatch.fnmatchcase(n, glob) for n in names):
+            continue
+        raise ConfigError(
+            f"no effect of this loop is named {glob!r} (its effects: {', '.join(names[: len(effects)])}), "
+            "so the rule would never apply",
+            field=f"{where}.effect",
+        )
 
 
 def _no_control(value: object, field: str) -> None:

@@ -89,11 +89,19 @@ class PolicyRule:
             )
         if not self.name:
             object.__setattr__(self, "name", f"{self.kind}-{self.action}")
+        for attr in ("name", "field", "reason"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or (attr == "field" and not value):
+                raise ConfigError(f"must be text, got {value!r}", field=f"{where}.{attr}")
+        if self.effect is not None and (not isinstance(self.effect, str) or not self.effect):
+            raise ConfigError(
+                f"must be an effect name or pattern, got {self.effect!r}", field=f"{where}.effect"
+            )
         if self.above is not None and (
             isinstance(self.above, bool) or not isinstance(self.above, int | float)
         ):
             raise ConfigError(f"must be a number, got {self.above!r}", field=f"{where}.above")
-        if self.above is not None and not math.isfinite(self.above):
+        if self.above is not None and not _finite(self.above):
             # NaN compares false to every amount: a "require above NaN" rule never matched,
             # and the payment fell through to the next rule (an allow) with no one asked
             raise ConfigError(f"must be a finite number, got {self.above}", field=f"{where}.above")
@@ -154,6 +162,15 @@ class PolicyRule:
             "separate": self.separate or self.approvers > 1,
             "field": self.field,
         }
+
+
+def _finite(value: float) -> bool:
+    """Whether a number is finite; an integer too large for a float is not (it raised
+    OverflowError from ``math.isfinite``)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
