@@ -208,7 +208,10 @@ def _actions(req: Approval) -> list[tuple[str, float | None]]:
     """The (effect kind, amount) pairs a request would let happen."""
     ev = req.evidence or {}
     if req.kind == "compensation":
-        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, "amount"))]
+        # the argument the rule reads (its ``field``), as for the effect it undoes: "amount"
+        # alone let a limited approver approve the refund of a payment above their limit
+        field = str((ev.get("who") or {}).get("field") or "amount")
+        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, field))]
     out = []
     for need in ev.get("needs") or ():
         if need.get("kind") == "effect":

@@ -240,6 +240,48 @@ def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensati
         )
 
 
+def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
+    # From an outside probe (probe42a): a compensation's request was checked against an
+    # approver's limit by its "amount" argument whatever field the rule reads, so ana
+    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
+    # line count.
+    def wire(invoice: str, total: float, amount: int) -> dict[str, Any]:
+        return {"wired": invoice}
+
+    def unwire(key: str, result: Any, args: Any) -> dict[str, Any]:
+        return {"unwired": key}
+
+    eff = lw.effect("spend", name="wire", key=lambda a: a["invoice"], compensate=unwire)(wire)
+    rule = lw.PolicyRule(kind="spend", action="require", field="total", name="by-total")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"checked": True}).edits,
+            effects=(eff.call(invoice="W-1", total=50000.0, amount=3),),
+        )
+
+    loop = lw.Loop(
+        name="wirer",
+        actor=actor,
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("W-1", 0), task_key="w", by="rita")
+        with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
+            rt.approve(r.run_id, by="ana")
+        rt.approve(r.run_id, by="ben")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        rt.rollback(r.run_id, 0, by="rita", loop=loop)
+        assert rt.pending_approval(r.run_id).kind == "compensation"
+        with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
+            rt.approve(r.run_id, by="ana")
+        assert rt.approve(r.run_id, by="ben").status == "approved"
+
+
 def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) -> None:
     rules = (lw.PolicyRule(kind="spend", action="require"),)
     loop = make_loop(rules, (lw.EarnedAuthority(kind="spend", after=1, up_to=1000),))
