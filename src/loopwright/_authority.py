@@ -47,6 +47,7 @@ __all__ = [
     "audit",
     "authority_status",
     "check_decision",
+    "check_person",
     "check_role_name",
     "hash_token",
     "new_token",
@@ -92,6 +93,20 @@ def check_role_name(role: str) -> str:
             field="role",
         )
     return name
+
+
+def check_person(who: str, field: str = "by") -> None:
+    """Refuse (``ConfigError``) a person's name that is one loopwright decides under itself
+    (``loopwright``, ``policy:…``): a denial recorded so was taken for the system's and did not
+    revoke earned authority, and a person's decision would read as loopwright's own. The OS
+    user a CLI defaults to can be a service account of that name."""
+    name = who.strip().lower()
+    if name in _SYSTEM or name.startswith("policy:"):
+        raise ConfigError(
+            f"{who.strip()!r} is the name loopwright records its own decisions under: say who "
+            "you are (--by NAME, or a user's token)",
+            field=field,
+        )
 
 
 def permits(user: UserRecord, permission: str) -> bool:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from ._authority import audit, check_decision, operate
+from ._authority import audit, check_decision, check_person, operate
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
@@ -148,6 +148,7 @@ class Decisions(RuntimeHost):
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
         check_text(by, field="by")  # before anything is recorded: the audit log keeps both
+        check_person(by)
         who = by.strip()
         check_given_text(note, field="note")
         if isinstance(answer, str):

@@ -329,3 +329,19 @@ def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "skipped" in r.stdout and "(goes)" in r.stderr and "Traceback" not in r.stderr
     assert "(stays): accepted" in r.stdout
+
+
+def test_loopwrights_own_names_are_not_a_person(project: Path, accepted: tuple[Path, str]) -> None:
+    """A decision by "loopwright" (the OS user of a service account, --by's default) was
+    recorded as the system's: its denial did not revoke earned authority (an outside probe,
+    probe42a). Such a name is refused for a decision and for a user."""
+    store, run_id = accepted
+    before = dump(store)
+    for verb in ("approve", "deny"):
+        for name in ("loopwright", "policy:earned"):
+            refused(lw(verb, run_id, "--by", name, cwd=project, store=store), repr(name))
+    refused(
+        lw("users", "add", "loopwright", "--role", "admin", cwd=project, store=store),
+        "'loopwright'",
+    )
+    assert dump(store) == before

@@ -282,6 +282,29 @@ def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
         assert rt.approve(r.run_id, by="ben").status == "approved"
 
 
+def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
+    # From an outside probe (probe42a): a denial by "loopwright" (a service account's OS user,
+    # --by's default) was taken for the system's and left earned authority standing; a person
+    # could approve as "policy:earned". Both names are refused for a person's decision.
+    grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task("S-1", 100), task_key="s1")
+        rt.approve(r.run_id, by="ana")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        assert authority_status(rt.store, "payer", "v1", [grant])[0].earned
+        big = rt.run_sync(loop, task("S-2", 5000), task_key="s2")
+        for name in ("loopwright", " Loopwright ", EARNED_BY):
+            with pytest.raises(lw.ConfigError, match="records its own decisions"):
+                rt.deny(big.run_id, by=name, note="fraud")
+            with pytest.raises(lw.ConfigError, match="records its own decisions"):
+                rt.approve(big.run_id, by=name)
+        assert rt.pending_approval(big.run_id).status == "pending"
+        rt.deny(big.run_id, by="ops", note="fraud")
+        [standing] = authority_status(rt.store, "payer", "v1", [grant])
+        assert not standing.earned and "ops denied" in str(standing.revoked_by)
+
+
 def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) -> None:
     rules = (lw.PolicyRule(kind="spend", action="require"),)
     loop = make_loop(rules, (lw.EarnedAuthority(kind="spend", after=1, up_to=1000),))
