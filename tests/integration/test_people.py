@@ -184,6 +184,30 @@ def test_operators_only_and_revoked_users_are_refused_at_once(url: str) -> None:
         assert rt.store.get_run(r.run_id).status == "cancelled"
 
 
+def test_a_revoked_approvers_vote_no_longer_counts(url: str) -> None:
+    # From an outside probe (probe42a): ben approved a four-eyes request, was revoked (a
+    # compromised account, say), and cat's approval then decided it "by ben, cat".
+    with lw.Runtime(url) as rt:
+        people(rt)
+        loop = make_loop(FOUR_EYES)
+        big = rt.run_sync(loop, task("INV-6", 50000), task_key="big", by="rita")
+        req = rt.approve(big.run_id, by="ben")
+        assert req.status == "pending"
+        done = rt.run_sync(loop, task("INV-7", 50000), task_key="done", by="rita")
+        rt.approve(done.run_id, by="ben")
+        decided = rt.approve(done.run_id, by="cat")
+        assert decided.status == "approved"
+        rt.store.revoke_user("ben", now=time.time())
+        assert rt.store.votes(req.approval_id) == []
+        assert rt.approve(big.run_id, by="cat").status == "pending"  # one of two, still
+        rt.store.add_user("dan", roles=["approver", "finance"], limits={}, by="root", now=1.0)
+        final = rt.approve(big.run_id, by="dan")
+        assert final.status == "approved" and final.decided_by == "cat, dan"
+        # a decided request keeps its votes, and ben's vote is in the audit log
+        assert [v.by for v in rt.store.votes(decided.approval_id)] == ["ben", "cat"]
+        assert ("ben", "approve", "allowed") in audit_lines(rt)
+
+
 def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")

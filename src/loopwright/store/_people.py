@@ -130,7 +130,8 @@ class PeopleStore:
         return []
 
     def revoke_user(self, name: str, *, now: float) -> UserRecord:
-        """Revoke a user and every token of theirs, at once. ``ConfigError`` for an unknown name."""
+        """Revoke a user and every token of theirs, at once, and withdraw their votes on requests
+        still pending. ``ConfigError`` for an unknown name."""
         raise self._no_people()
 
     def set_token(self, name: str, token_hash: str, *, now: float) -> None:

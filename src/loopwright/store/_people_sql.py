@@ -111,6 +111,16 @@ class PeopleSQL(PeopleStore):
             conn.execute(
                 p("UPDATE tokens SET revoked_at=? WHERE name=? AND revoked_at IS NULL"), (now, name)
             )
+            # Their approvals of requests still waiting for more people are withdrawn: a
+            # revoked person's vote made a four-eyes request with the next person's (the audit
+            # log keeps that they voted). Decided requests keep their votes.
+            conn.execute(
+                p(
+                    'DELETE FROM votes WHERE "by"=? AND approval_id IN '
+                    "(SELECT approval_id FROM approvals WHERE status='pending')"
+                ),
+                (name,),
+            )
             got = conn.execute(p(f"SELECT {_USER_COLS} FROM users WHERE name=?"), (name,))
             return self._user(got.fetchone())
 
