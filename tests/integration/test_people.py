@@ -7,6 +7,7 @@ tests. Every attempt, allowed or refused, must reach the audit log.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,44 @@ def test_a_revoked_approvers_vote_no_longer_counts(url: str) -> None:
         # a decided request keeps its votes, and ben's vote is in the audit log
         assert [v.by for v in rt.store.votes(decided.approval_id)] == ["ben", "cat"]
         assert ("ben", "approve", "allowed") in audit_lines(rt)
+
+
+def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> None:
+    # From an outside probe (probe42a): a risk rule's question covering a payment whose rule
+    # needs two approvers was answered by one person, and the 50,000 payment ran. The answer
+    # now reaches the run; the payment is asked of two people next, verdicts not asked again.
+    checks: list[int] = []
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        checks.append(1)
+        return lw.Verdict(passed=True, score=1.0)
+
+    risk = lw.RiskRule(name="which_po", touches=("inv/checked",), ask="Which PO governs?")
+    base = make_loop(FOUR_EYES)
+    loop = dataclasses.replace(
+        base, verifiers=[check], contract=lw.Contract(budget=lw.Budget(max_cycles=2), risk=(risk,))
+    )
+    PAID.clear()
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("Q-1", 50000), task_key="q", by="rita")
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "question"
+        assert rt.answer(r.run_id, "PO-1", by="ben").status == "answered"
+        again = rt.resume_sync(r.run_id, loop)
+        assert again.status == "awaiting_approval" and PAID == []
+        pay = rt.pending_approval(r.run_id)
+        assert pay.kind == "effect" and pay.evidence["who"]["approvers"] == 2
+        assert rt.approve(r.run_id, by="ben").status == "pending"
+        assert rt.approve(r.run_id, by="cat").status == "approved"
+        done = rt.resume_sync(r.run_id, loop)
+        assert done.accepted and PAID == ["Q-1"]
+        assert len(checks) == 1  # judged once
+        [answer] = [n for n in done.state.notes if n.get("kind") == "answer"]
+        assert answer["answer"] == "PO-1" and answer["by"] == "ben"
+        # the question said what its answer would not approve alone
+        assert "then 2 people approve: spend: pay(" in req.what
+        assert "answering also approves" not in req.what
 
 
 def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
