@@ -176,6 +176,15 @@ class Loop:
                     field="effects",
                 )
         enames = [e.name for e in effects]
+        for n in enames:
+            if n.endswith(".compensate"):
+                # a compensation's own name: its runs were taken for compensations, never
+                # offered for reversal nor listed as irreversible
+                raise ConfigError(
+                    f"{n!r} ends with '.compensate', the name of an effect's compensation: "
+                    "name it otherwise",
+                    field=f"effects.{n}.name",
+                )
         edupes = sorted({n for n in enames if enames.count(n) > 1})
         if edupes:
             raise ConfigError(f"effect names must be unique: {edupes}", field="effects")
