@@ -207,26 +207,35 @@ class Decisions(RuntimeHost):
         detail["note"] = note
         verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
         needed = int(rule.get("approvers") or 1)
-        if status == "approved" and needed > 1:
-            votes = self.store.add_vote(req.approval_id, who, note=note, now=time.time())
-            names = [v.by for v in votes]
-            audit(
-                self.store,
-                who,
-                verb,
-                target,
-                origin=origin,
-                **detail,
-                votes=f"{len(names)} of {needed}",
+        me = who
+        try:
+            if status == "approved" and needed > 1:
+                votes = self.store.add_vote(req.approval_id, me, note=note, now=time.time())
+                names = [v.by for v in votes]
+                audit(
+                    self.store,
+                    me,
+                    verb,
+                    target,
+                    origin=origin,
+                    **detail,
+                    votes=f"{len(names)} of {needed}",
+                )
+                if len(names) < needed:
+                    return self.pending_approval(req.run_id, req.approval_id)
+                who = ", ".join(names)
+            decided = self.store.decide_approval(
+                req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
             )
-            if len(names) < needed:
-                return self.pending_approval(req.run_id, req.approval_id)
-            who = ", ".join(names)
-        else:
-            audit(self.store, who, verb, target, origin=origin, **detail)
-        return self.store.decide_approval(
-            req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
-        )
+        except (ApprovalError, ConflictError) as exc:
+            # Decided by someone else since it was read (two people at once), or a second vote
+            # of the same person: a refused attempt. It was recorded as allowed before the
+            # decision was tried, though it never took effect.
+            audit(self.store, me, verb, target, outcome="refused", origin=origin, reason=str(exc))
+            raise
+        if needed <= 1 or status != "approved":
+            audit(self.store, me, verb, target, origin=origin, **detail)
+        return decided
 
     def cancel(
         self,

@@ -105,3 +105,45 @@ def test_a_vote_on_a_denied_request_is_refused(url: str) -> None:
         with pytest.raises(lw.ApprovalError, match="already denied"):
             rt.store.add_vote(req.approval_id, "cat", note=None, now=1.0)
         assert rt.store.votes(req.approval_id) == []
+
+
+def test_a_decision_that_lost_the_race_is_audited_as_refused(url: str) -> None:
+    # ben read the request pending, cat decided it, then ben's decision was tried: it failed
+    # ("already approved by cat") but the audit log said ben's approval was allowed. Placed:
+    # cat's decision runs inside ben's call, just before ben's is written.
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(
+            make_loop((lw.PolicyRule(kind="spend", action="require"),)),
+            task("INV-5", 500),
+            task_key="r",
+            by="rita",
+        )
+        store: Any = rt.store
+        decide = store.decide_approval
+
+        def cat_first(approval_id: str, **kw: Any) -> Any:
+            del store.decide_approval
+            rt.approve(r.run_id, by="cat")
+            return decide(approval_id, **kw)
+
+        store.decide_approval = cat_first
+        with pytest.raises(lw.ApprovalError, match="already approved by cat"):
+            rt.approve(r.run_id, by="ben")
+        req = rt.store.approvals(run_id=r.run_id)[0]
+        assert (req.status, req.decided_by) == ("approved", "cat")
+        records = [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
+        assert ("cat", "approve", "allowed") in records
+        assert ("ben", "approve", "refused") in records
+        assert ("ben", "approve", "allowed") not in records
+        with pytest.raises(lw.ConflictError):  # a second vote of one person is refused...
+            big = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 50000), task_key="b", by="rita")
+            rt.approve(big.run_id, by="ben")
+            rt.approve(big.run_id, by="ben")
+        # ...and audited so
+        votes = [
+            a
+            for a in rt.store.audit()
+            if a.actor == "ben" and a.target != f"request {req.approval_id}"
+        ]
+        assert [a.outcome for a in votes] == ["allowed", "refused"]
