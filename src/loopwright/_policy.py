@@ -214,6 +214,9 @@ class EarnedAuthority:
             or self.up_to < 0
         ):
             raise ConfigError(f"must be a number >= 0, got {self.up_to!r}", field=f"{where}.up_to")
+        if not isinstance(self.field, str) or not self.field:
+            # (field=3 read args[3]: never there, so the grant never covered anything)
+            raise ConfigError(f"must be text, got {self.field!r}", field=f"{where}.field")
 
     def covers(self, kind: str, args: Mapping[str, Any]) -> bool:
         """Whether an action of ``kind`` with ``args`` is within this grant's limit."""

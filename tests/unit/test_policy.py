@@ -351,3 +351,10 @@ def test_odd_rule_values_are_config_errors(kw: dict[str, Any], field: str) -> No
     with pytest.raises(lw.ConfigError) as err:
         R(kind="spend", action="require", **kw)
     assert str(err.value.field).endswith(f".{field}")
+
+
+@pytest.mark.parametrize("field", [3, "", None])
+def test_an_earned_authoritys_field_is_text(field: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.EarnedAuthority(kind="spend", after=1, up_to=5, field=field)
+    assert err.value.field == "authority.spend.field"
