@@ -247,6 +247,38 @@ def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> No
         assert "answering also approves" not in req.what
 
 
+def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: str) -> None:
+    # From an outside probe (probe42a): an overwrite_accepted rule's role, approvers and
+    # separation were left out of its request, so otto (no finance role) alone approved the
+    # loop writing over rita's accepted edit, where the rule asked two finance approvers.
+    rule = lw.PolicyRule(
+        kind="overwrite_accepted", action="require", approvers=2, role="finance", name="ow"
+    )
+    loop = lw.Loop(
+        name="ow",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
+        assert r.accepted
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+        r = rt.resume_sync(r.run_id, loop)
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "overwrite_accepted"
+        assert req.evidence["who"]["approvers"] == 2 and req.evidence["who"]["role"] == "finance"
+        with pytest.raises(lw.NotPermittedError, match="needs the finance role"):
+            rt.approve(r.run_id, by="otto")
+        with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+            rt.approve(r.run_id, by="rita")  # she edited it
+        assert rt.approve(r.run_id, by="ben").status == "pending"
+        assert rt.approve(r.run_id, by="cat").status == "approved"
+        assert rt.resume_sync(r.run_id, loop).state.values()["doc"]["a"] == "the loop's"
+
+
 def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")
