@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from ._effect_run import perform_effect
+from ._effect_run import perform_effect, undid_for_origin
 from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop
@@ -170,13 +170,15 @@ def _undone(
         nxt: dict[str, int] = {}
         for first, gen in chains.items():
             found = seen.get(at(first, gen))
-            if found is not None and found.status in ("compensated", "retired"):
+            if found is not None and (
+                found.status in ("compensated", "retired") or undid_for_origin(found)
+            ):
                 nxt[first] = gen + 1  # the key's next generation, as ``perform_effect`` tries
         chains = nxt
     return {
         (e.data.get("args") or {}).get("compensates")
         for e in seen.values()
-        if _is_compensation(e) and e.status == "done"
+        if _is_compensation(e) and e.status == "done" and not undid_for_origin(e)
     }
 
 

@@ -500,6 +500,38 @@ def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it
     assert [k for k, _r, _a in bank.refunds] == ["pay:A-1", "pay:A-1"]
 
 
+def test_a_fork_refunds_its_own_payment_beside_its_origins_inherited_refund(
+    rt: lw.Runtime,
+) -> None:
+    # From an outside probe (probe42a): a fork inherits its origin's done entries up to the
+    # fork point, the origin's refund of A-1 among them (its payment, undone, is not). The
+    # fork then paid A-1 itself; cancelled, it took that inherited refund for its own
+    # payment's: nothing was offered, and a refund run would have been reported done unrun.
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    paying = lw.Proposal(
+        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
+    )
+    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    a = rt.run_sync(a_loop, TASK)
+    rt.cancel(a.run_id, by="ops", loop=a_loop)
+    assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
+    assert (len(bank.paid), len(bank.refunds)) == (1, 1)
+    fork = rt.fork(a.run_id, 1)
+    names = [e.data.get("name") for e in rt.store.journal(fork.run_id, kind="effect")]
+    assert names == ["pay.compensate"]  # the origin's refund, inherited
+    f_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    assert rt.resume_sync(fork.run_id, f_loop).status == "awaiting_approval"
+    assert len(bank.paid) == 2  # the fork's own payment (the origin's was refunded)
+    rt.cancel(fork.run_id, by="ops", loop=f_loop)
+    out = rt.resume_sync(fork.run_id, f_loop)
+    assert out.status == "cancelled"
+    assert [r for _k, r, _a in bank.refunds] == [{"tx": "tx-1"}, {"tx": "tx-2"}]
+    assert out.packet is not None
+    assert [(c["effect"], c["status"]) for c in out.packet["compensations"]] == [("pay", "done")]
+
+
 def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
     # The next generation of an undone key ("pay:A-1~2") claims the action again, so another
     # run asking for the invoice gets that payment's result
