@@ -39,7 +39,7 @@ from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
 from ._keys import check_key, fit_key
-from ._loop import Loop, other_loop
+from ._loop import Loop, check_loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
@@ -273,7 +273,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         """Create the run for ``task_key`` (or return the existing one) without executing it.
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
-        _check_loop(loop)
+        check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
         if task is not None and not isinstance(task, Mapping):
@@ -387,7 +387,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
             raise ConfigError(
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
             )
-        _check_loop(loop)
+        check_loop(loop)
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
@@ -401,7 +401,7 @@ class Runtime(Cycle, Checkpoints, Parking, Finishing, Reflection, Forking, Decis
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
-        _check_loop(loop)
+        check_loop(loop)
         rec = self.store.get_run(run_id)
         if other_loop(loop, rec.loop_name, rec.spec_ref):
             if token is not None:
@@ -644,10 +644,3 @@ def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     coro.close()
     raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
-
-
-def _check_loop(loop: Any) -> None:
-    """A ``Loop`` given where one is expected, else a ``ConfigError`` saying what was given
-    (not an ``AttributeError`` from deep inside the run)."""
-    if not isinstance(loop, Loop):
-        raise ConfigError(f"must be a loopwright.Loop, got {type(loop).__name__}", field="loop")

@@ -299,6 +299,14 @@ def _identity(fn: object) -> tuple[str, str] | None:
     return (str(ident[0]), str(ident[1])) if isinstance(ident, tuple) and len(ident) == 2 else None
 
 
+def check_loop(loop: Any, *, optional: bool = False) -> None:
+    """A ``Loop`` given where one is expected (or ``None`` when ``optional``), else a
+    ``ConfigError`` saying what was given (not an ``AttributeError`` from deep inside the run,
+    or a rollback's compensations half offered)."""
+    if not isinstance(loop, Loop) and not (optional and loop is None):
+        raise ConfigError(f"must be a loopwright.Loop, got {type(loop).__name__}", field="loop")
+
+
 def other_loop(loop: Loop, loop_name: str, spec_ref: str | None) -> bool:
     """Whether ``loop`` is not the loop a run recorded (``loop_name``, ``spec_ref``): a loop is
     the same by its name, or, renamed, by the spec file it was loaded from (the run's

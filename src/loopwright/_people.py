@@ -18,7 +18,7 @@ from ._exec import Execution as _Exec
 from ._exec import owes
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
-from ._loop import Loop
+from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
 from ._reversal import offer_compensations
@@ -249,6 +249,7 @@ class Decisions(RuntimeHost):
         interrupted one is ended now, with its packet. With the ``loop``, the compensations of
         the run's completed effects are offered through the approval policy (they run on the
         next ``resume``)."""
+        check_loop(loop, optional=True)
         rec = self.store.get_run(run_id)
         if rec.status in TERMINAL_STATUSES:
             return rec
@@ -372,6 +373,7 @@ class Decisions(RuntimeHost):
             raise ConfigError(
                 f"must be a cycle number, got {type(to_cycle).__name__}", field="to_cycle"
             )
+        check_loop(loop, optional=True)
         rec = self.store.get_run(run_id)
         operate(self.store, by, "rollback", f"run {rec.run_id}", origin=origin, to_cycle=to_cycle)
         try:

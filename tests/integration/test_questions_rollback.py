@@ -840,3 +840,35 @@ def test_a_fork_of_a_cycle_a_rollback_abandoned_is_refused_once_versions_are_rew
     assert rt.result(rt.fork(r.run_id, 1).run_id).state.values()["doc"]["a"] == 101
     last = again.cycles  # a cycle after the rollback forks as it is
     assert rt.result(rt.fork(r.run_id, last).run_id).state.values() == again.state.values()
+
+
+@pytest.mark.parametrize("what", ["rollback", "cancel", "fork-loop", "fork-contract"])
+def test_a_loop_or_contract_of_the_wrong_type_is_a_config_error(rt: lw.Runtime, what: str) -> None:
+    # From an outside probe (probe42a): fork(loop="x") and fork(contract="x") raised
+    # AttributeError; rollback(loop="x") and cancel(loop=5) were taken, and failed (or not)
+    # only when a done effect's compensation was looked up in it.
+    bank = Bank()
+    pay = bank.effect(requires_success=False)
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+    paying = lw.Proposal(
+        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
+    )
+    loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    r = rt.run_sync(loop, TASK)
+    before = (rt.store.get_run(r.run_id), rt.store.latest_checkpoint(r.run_id).seq)
+    with pytest.raises(lw.ConfigError) as err:
+        if what == "rollback":
+            rt.rollback(r.run_id, 1, by="ops", loop="loop.toml")  # type: ignore[arg-type]
+        elif what == "cancel":
+            rt.cancel(r.run_id, by="ops", loop=5)  # type: ignore[arg-type]
+        elif what == "fork-loop":
+            rt.fork(r.run_id, 1, loop="loop.toml")  # type: ignore[arg-type]
+        else:
+            rt.fork(r.run_id, 1, contract="contract.toml")  # type: ignore[arg-type]
+    assert err.value.field == ("contract" if what == "fork-contract" else "loop")
+    run = rt.store.get_run(r.run_id)
+    assert (run.status, rt.store.latest_checkpoint(r.run_id).seq) == (
+        before[0].status,
+        before[1],
+    )
+    assert bank.refunds == []
