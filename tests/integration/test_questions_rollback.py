@@ -423,18 +423,25 @@ def test_a_fork_undoes_what_it_did_and_names_the_run_that_did_the_rest(rt: lw.Ru
     assert [c["effect"] for c in last.packet["compensations"]] == [mine]
 
 
-def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
-    rt: lw.Runtime,
-) -> None:
-    # Run B reused run A's payment of A-1 (cycle 1). A is cancelled and refunds it. When B asks
-    # for A-1 again (cycle 3), its reused copy no longer stands: B pays. While A's payment
-    # stood, asking again reused it.
+def _paying_a1() -> tuple[Bank, lw.Effect, lw.ApprovalPolicy, lw.Proposal]:
+    """A bank, its payment (run whatever the verdict), a policy allowing it, and a proposal
+    paying invoice A-1."""
     bank = Bank()
     pay = bank.effect(requires_success=False)
     allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
     paying = lw.Proposal(
         edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
     )
+    return bank, pay, allow, paying
+
+
+def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
+    rt: lw.Runtime,
+) -> None:
+    # Run B reused run A's payment of A-1 (cycle 1). A is cancelled and refunds it. When B asks
+    # for A-1 again (cycle 3), its reused copy no longer stands: B pays. While A's payment
+    # stood, asking again reused it.
+    bank, pay, allow, paying = _paying_a1()
     a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
     a = rt.run_sync(a_loop, TASK)
     b_loop = make_loop(
@@ -466,12 +473,7 @@ def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it
     # (a person approving it, even) was told "done" and nothing was paid. As for a reused
     # result: the inherited one is reused while the origin's payment stands, paid here once
     # the origin undid it.
-    bank = Bank()
-    pay = bank.effect(requires_success=False)
-    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
-    paying = lw.Proposal(
-        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
-    )
+    bank, pay, allow, paying = _paying_a1()
     a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
     a = rt.run_sync(a_loop, TASK)
     assert a.status == "awaiting_approval" and len(bank.paid) == 1
@@ -507,12 +509,7 @@ def test_a_fork_refunds_its_own_payment_beside_its_origins_inherited_refund(
     # fork point, the origin's refund of A-1 among them (its payment, undone, is not). The
     # fork then paid A-1 itself; cancelled, it took that inherited refund for its own
     # payment's: nothing was offered, and a refund run would have been reported done unrun.
-    bank = Bank()
-    pay = bank.effect(requires_success=False)
-    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
-    paying = lw.Proposal(
-        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
-    )
+    bank, pay, allow, paying = _paying_a1()
     a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
     a = rt.run_sync(a_loop, TASK)
     rt.cancel(a.run_id, by="ops", loop=a_loop)
@@ -847,12 +844,7 @@ def test_a_loop_or_contract_of_the_wrong_type_is_a_config_error(rt: lw.Runtime, 
     # From an outside probe (probe42a): fork(loop="x") and fork(contract="x") raised
     # AttributeError; rollback(loop="x") and cancel(loop=5) were taken, and failed (or not)
     # only when a done effect's compensation was looked up in it.
-    bank = Bank()
-    pay = bank.effect(requires_success=False)
-    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
-    paying = lw.Proposal(
-        edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
-    )
+    bank, pay, allow, paying = _paying_a1()
     loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
     r = rt.run_sync(loop, TASK)
     before = (rt.store.get_run(r.run_id), rt.store.latest_checkpoint(r.run_id).seq)
