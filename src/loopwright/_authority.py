@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -35,7 +34,7 @@ from typing import Any
 from ._errors import ConfigError, NotPermittedError
 from ._json import check_given_text
 from ._loop import Loop
-from ._policy import EarnedAuthority
+from ._policy import ROLE_NAME, EarnedAuthority
 from ._redact import redact
 from .store import Approval, RunRecord, Store, UserRecord
 from .store._people import PeopleStore
@@ -68,7 +67,6 @@ BUILTIN_ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset({"read", "operate", "admin"}),
 }
 _NEEDS = {"read": "viewer", "operate": "operator", "decide": "approver", "admin": "admin"}
-_ROLE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,39}")
 # Names loopwright itself decides under: never a person.
 _SYSTEM = frozenset({"loopwright", EARNED_BY})
 
@@ -87,7 +85,7 @@ def hash_token(token: str) -> str:
 def check_role_name(role: str) -> str:
     """A role name as stored (lower case letters, digits, ``_.-``), else ``ConfigError``."""
     name = role.strip().lower()
-    if not _ROLE_NAME.fullmatch(name):
+    if not ROLE_NAME.fullmatch(name):
         raise ConfigError(
             f"{role!r} is not a role name (lower-case letters, digits, '_', '.', '-')",
             field="role",

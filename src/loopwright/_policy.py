@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from ._errors import ConfigError
 __all__ = ["Action", "ApprovalPolicy", "EarnedAuthority", "PolicyDecision", "PolicyRule"]
 
 Action = Literal["allow", "require", "deny"]
+#: A role's name as users hold it (``loopwright users add --role`` stores it lower-cased).
+ROLE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,39}")
 _ACTIONS = ("allow", "require", "deny")
 Condition = Callable[[Mapping[str, Any]], bool]
 
@@ -68,8 +71,16 @@ class PolicyRule:
 
     def __post_init__(self) -> None:
         where = f"approvals.{self.name or self.kind}"
-        if self.role is not None and (not isinstance(self.role, str) or not self.role.strip()):
-            raise ConfigError("must be a role name", field=f"{where}.role")
+        if self.role is not None and (
+            not isinstance(self.role, str) or not ROLE_NAME.fullmatch(self.role)
+        ):
+            # "Finance" named a role no user can hold (roles are stored lower-cased): its
+            # requests could never be approved, which showed only when someone tried
+            raise ConfigError(
+                f"must be a role name (lower-case letters, digits, '_', '.', '-'), got "
+                f"{self.role!r}",
+                field=f"{where}.role",
+            )
         if (
             isinstance(self.approvers, bool)
             or not isinstance(self.approvers, int)

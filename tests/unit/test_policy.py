@@ -358,3 +358,14 @@ def test_an_earned_authoritys_field_is_text(field: Any) -> None:
     with pytest.raises(lw.ConfigError) as err:
         lw.EarnedAuthority(kind="spend", after=1, up_to=5, field=field)
     assert err.value.field == "authority.spend.field"
+
+
+@pytest.mark.parametrize("role", ["Finance", "fin ance", "finance!", " finance", 3])
+def test_a_rule_role_no_user_could_hold_is_refused(role: Any) -> None:
+    # an outside probe (probe42a): roles are stored lower-cased ("users add --role Finance"
+    # holds "finance"), so a rule naming "Finance" could never be satisfied, which showed only
+    # when a person tried to approve its request
+    with pytest.raises(lw.ConfigError) as err:
+        R(kind="spend", action="require", role=role)
+    assert err.value.field == "approvals.spend.role"
+    assert R(kind="spend", action="require", role="finance.eu-1").role == "finance.eu-1"
