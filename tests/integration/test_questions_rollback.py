@@ -864,3 +864,44 @@ def test_a_loop_or_contract_of_the_wrong_type_is_a_config_error(rt: lw.Runtime, 
         before[1],
     )
     assert bank.refunds == []
+
+
+def test_a_refund_request_expires_as_its_rule_says(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From an outside probe (probe42a): a compensation's request was raised without its rule's
+    # expires_after_s, so it waited for ever. Past it, the refund is not run and the request
+    # is marked expired. (The clock is moved for the reversal's reads only: no waiting.)
+    import types
+
+    from loopwright import _reversal
+
+    bank, pay, _allow, paying = _paying_a1()
+    rules = lw.ApprovalPolicy(
+        (
+            lw.PolicyRule(
+                kind="spend",
+                effect="pay.compensate",
+                action="require",
+                expires_after_s=60,
+                name="refunds",
+            ),
+            lw.PolicyRule(kind="spend", effect="pay", action="allow"),
+        )
+    )
+    loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=rules)
+    r = rt.run_sync(loop, TASK)
+    rt.cancel(r.run_id, by="ops", loop=loop)
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"]
+    assert req.kind == "compensation" and req.expires_at is not None
+    assert rt.resume_sync(r.run_id, loop).status == "cancelled"  # within its time: it waits
+    assert rt.store.approval(req.approval_id).status == "pending"  # type: ignore[union-attr]
+    later = req.expires_at + 1
+    monkeypatch.setattr(_reversal, "time", types.SimpleNamespace(time=lambda: later))
+    out = rt.resume_sync(r.run_id, loop)
+    assert rt.store.approval(req.approval_id).status == "expired"  # type: ignore[union-attr]
+    assert bank.refunds == []
+    assert out.packet is not None
+    assert [(c["status"], c["why"]) for c in out.packet["compensations"]] == [
+        ("not_run", "request expired")
+    ]
