@@ -905,3 +905,41 @@ def test_a_refund_request_expires_as_its_rule_says(
     assert [(c["status"], c["why"]) for c in out.packet["compensations"]] == [
         ("not_run", "request expired")
     ]
+
+
+def test_a_cancel_during_an_effect_starts_no_further_effect(rt: lw.Runtime) -> None:
+    # From an outside probe (probe42a): a person cancelled while the first of a cycle's two
+    # effects ran; the second ran anyway and the run ended accepted, as if never cancelled
+    # ("a run executing elsewhere stops at its next commit, before any further effect").
+    # Placed: the first effect itself asks for the cancel, as another process would.
+    ran: list[str] = []
+    run: dict[str, str] = {}
+
+    def first(n: int) -> str:
+        ran.append("first")
+        rt.store.request_cancel(run["id"])
+        return "ok"
+
+    def second(n: int) -> str:
+        ran.append("second")
+        return "ok"
+
+    one = lw.effect("notify", name="first", compensate=lambda k, r, a: "undone")(first)
+    two = lw.effect("notify", name="second")(second)
+
+    def both(ctx: lw.Context) -> lw.Proposal:
+        run["id"] = ctx.run_id
+        return lw.Proposal(edits=FIX_ALL.edits, effects=(one.call(n=1), two.call(n=2)))
+
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="notify", action="allow"),))
+    loop = make_loop(both, effects=[one, two], approvals=allow)
+    out = rt.run_sync(loop, TASK)
+    assert (out.status, out.stop_reason) == ("cancelled", "cancelled")
+    assert ran == ["first"]
+    assert out.packet is not None
+    assert "second" in out.packet["cause"] and "not run" in out.packet["cause"]
+    # the effect that ran is offered for reversal, as any cancel offers what the run did
+    done = rt.resume_sync(out.run_id, loop)
+    assert done.packet is not None
+    assert [(c["effect"], c["status"]) for c in done.packet["compensations"]] == [("first", "done")]
+    assert ran == ["first"]
