@@ -293,6 +293,23 @@ class Parking(RuntimeHost):
                 "declare: resume it with the loop that started it",
                 field="effects",
             )
+        if not staged:
+            # Approved under the policy the cycle was judged by: a rule denying the action
+            # since (a policy changed while the request waited) still stops it.
+            for c in calls:
+                eff = ex.loop.effect(c.name)
+                assert eff is not None  # (missing ones refused above)
+                d = ex.loop.approvals.decide(eff.kind, eff.name, c.args)
+                if d.action == "deny":
+                    return self._abort(
+                        ex,
+                        time.perf_counter(),
+                        "escalated",
+                        cause=f"{eff.describe(c.args)} is denied by the approval policy: "
+                        f"{d.why} (it was approved before the policy changed; not run)",
+                        evidence={"effect": c.to_dict(), "rule": d.rule},
+                        unverified=proposal.to_dict(),
+                    )
         # the keys its write-ahead fixed; a write-ahead stored before they were: recomputed
         stored = pend.get("keys") if staged else None
         return await self._apply(

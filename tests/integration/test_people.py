@@ -279,6 +279,25 @@ def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: st
         assert rt.resume_sync(r.run_id, loop).state.values()["doc"]["a"] == "the loop's"
 
 
+def test_a_payment_approved_before_a_deny_rule_was_added_is_not_run(url: str) -> None:
+    # From an outside probe (probe42a): the policy changed while the request waited (a rule
+    # now denies such payments); resuming the approved cycle paid anyway.
+    waiting = make_loop((lw.PolicyRule(kind="spend", action="require"),))
+    deny = lw.PolicyRule(kind="spend", above=1000, action="deny", name="no-large")
+    denying = make_loop((deny, *waiting.approvals.rules))
+    PAID.clear()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(waiting, task("D-1", 5000), task_key="d")
+        rt.approve(r.run_id, by="ana")
+        out = rt.resume_sync(r.run_id, denying)
+        assert (out.status, PAID) == ("escalated", [])
+        assert out.packet is not None and "no-large" in out.packet["cause"]
+        small = rt.run_sync(waiting, task("D-2", 50), task_key="s")
+        rt.approve(small.run_id, by="ana")
+        assert rt.resume_sync(small.run_id, denying).accepted  # not denied: it runs
+        assert PAID == ["D-2"]
+
+
 def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")
