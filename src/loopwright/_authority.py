@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -35,7 +34,7 @@ from typing import Any
 from ._errors import ConfigError, NotPermittedError
 from ._json import check_given_text
 from ._loop import Loop
-from ._policy import EarnedAuthority
+from ._policy import ROLE_NAME, EarnedAuthority
 from ._redact import redact
 from .store import Approval, RunRecord, Store, UserRecord
 from .store._people import PeopleStore
@@ -47,6 +46,7 @@ __all__ = [
     "audit",
     "authority_status",
     "check_decision",
+    "check_person",
     "check_role_name",
     "hash_token",
     "new_token",
@@ -67,7 +67,6 @@ BUILTIN_ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset({"read", "operate", "admin"}),
 }
 _NEEDS = {"read": "viewer", "operate": "operator", "decide": "approver", "admin": "admin"}
-_ROLE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,39}")
 # Names loopwright itself decides under: never a person.
 _SYSTEM = frozenset({"loopwright", EARNED_BY})
 
@@ -86,12 +85,26 @@ def hash_token(token: str) -> str:
 def check_role_name(role: str) -> str:
     """A role name as stored (lower case letters, digits, ``_.-``), else ``ConfigError``."""
     name = role.strip().lower()
-    if not _ROLE_NAME.fullmatch(name):
+    if not ROLE_NAME.fullmatch(name):
         raise ConfigError(
             f"{role!r} is not a role name (lower-case letters, digits, '_', '.', '-')",
             field="role",
         )
     return name
+
+
+def check_person(who: str, field: str = "by") -> None:
+    """Refuse (``ConfigError``) a person's name that is one loopwright decides under itself
+    (``loopwright``, ``policy:…``): a denial recorded so was taken for the system's and did not
+    revoke earned authority, and a person's decision would read as loopwright's own. The OS
+    user a CLI defaults to can be a service account of that name."""
+    name = who.strip().lower()
+    if name in _SYSTEM or name.startswith("policy:"):
+        raise ConfigError(
+            f"{who.strip()!r} is the name loopwright records its own decisions under: say who "
+            "you are (--by NAME, or a user's token)",
+            field=field,
+        )
 
 
 def permits(user: UserRecord, permission: str) -> bool:
@@ -208,7 +221,10 @@ def _actions(req: Approval) -> list[tuple[str, float | None]]:
     """The (effect kind, amount) pairs a request would let happen."""
     ev = req.evidence or {}
     if req.kind == "compensation":
-        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, "amount"))]
+        # the argument the rule reads (its ``field``), as for the effect it undoes: "amount"
+        # alone let a limited approver approve the refund of a payment above their limit
+        field = str((ev.get("who") or {}).get("field") or "amount")
+        return [(str(ev.get("kind") or "compensation"), _amount(ev.get("args") or {}, field))]
     out = []
     for need in ev.get("needs") or ():
         if need.get("kind") == "effect":

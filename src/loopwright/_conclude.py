@@ -128,10 +128,22 @@ class Concluding(RuntimeHost):
                 if outcome.status != "done":
                     stop = ("escalated", outcome.cause)
                 elif i + 1 < len(calls):
+                    rest = [x.name for x in calls[i + 1 :]]
                     crossed = rules.budget_crossed(ex.contract, ex.state.spent)
                     if crossed:
-                        rest = [x.name for x in calls[i + 1 :]]
                         stop = (crossed, f"crossed during effect {c.name}; {rest} not run")
+                    elif self.store.get_run(ex.run_id).cancel_requested:
+                        # A person cancelled while this effect ran: no further effect starts
+                        # (the next one ran, and the run ended as if never cancelled).
+                        ex.state.pending = None
+                        ex.state.notes.extend(_effect_notes(n, outcomes))
+                        ex.state.spent = ex.state.spent.add_seconds(time.perf_counter() - t0)
+                        self._cancel_now(
+                            ex,
+                            f"cancellation requested during effect {c.name} of cycle {n}; "
+                            f"{rest} not run",
+                        )
+                        return True
                 if stop is not None:
                     # What did run is kept: its notes, its cost, and the packet lists it.
                     ex.state.pending = None

@@ -28,7 +28,7 @@ from ._retry import RetryPolicy
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["EffectOutcome", "key_of", "perform_effect"]
+__all__ = ["EffectOutcome", "key_of", "perform_effect", "undid_for_origin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +133,16 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     return "gone" if owner_is_dead(owner) else "alive"
 
 
+def undid_for_origin(entry: JournalEntry) -> bool:
+    """Whether ``entry`` is a compensation a fork inherited: its origin's undoing of its origin's
+    own execution (which the fork did not inherit, being undone), never this run's. Taken for
+    this run's, a fork's own payment of the same key counted as refunded already: a rollback
+    offered nothing, and its refund was reported done without running."""
+    return bool(entry.data.get("inherited_from")) and str(entry.data.get("name", "")).endswith(
+        ".compensate"
+    )
+
+
 def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str, bool]:
     """The call's idempotency key (without ``effect:``), and whether it is a business key (one
     the call or the effect's ``key`` gives: it names the action store-wide)."""
@@ -170,7 +180,7 @@ async def perform_effect(
     # satisfy a new request for the same key: the request runs again as the key's next
     # generation ("key~2"), itself at most once.
     generation, action = 1, ikey
-    while found and found[0].status in ("compensated", "retired"):
+    while found and (found[0].status in ("compensated", "retired") or undid_for_origin(found[0])):
         generation += 1
         found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
     if generation > 1:
@@ -339,9 +349,11 @@ async def perform_effect(
 
     first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     not_done = False
-    # Another run's result, reused by an earlier cycle of this one: the claim is asked again at
-    # the intent below, since that run may have undone it since (a refund frees the key).
-    # Reused again while it stands; done here once the key is free.
+    # Another run's result, reused by an earlier cycle of this one or inherited by this fork
+    # from its origin: the claim is asked again at the intent below, since that run may have
+    # undone it since (a refund frees the key). Reused again while it stands; done here once
+    # the key is free (a fork whose origin refunded the payment it inherited was told "done"
+    # and paid nothing).
     # Done by this very attempt of the cycle before a crash: recovered, not reused (reuse is
     # another run's or an earlier cycle's execution of the same key).
     recovered = (
@@ -354,7 +366,7 @@ async def perform_effect(
         entry is not None
         and entry.status == "done"
         and business
-        and bool(entry.data.get("from_run"))
+        and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
     if entry is not None and not stale:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,14 +149,42 @@ class Effect:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "") or type(fn).__name__
         where = f"effects.{self.name}"
+        if not isinstance(self.name, str) or ":" in self.name:
+            # the journal's key is ``<name>:<key>``: effect "a:b" with key "c" and effect "a"
+            # with key "b:c" were one action
+            raise ConfigError(
+                f"must be a name without ':', got {self.name!r}", field=f"{where}.name"
+            )
         if not isinstance(kind, str) or not kind.strip():
             raise ConfigError(
                 "every effect needs a kind (spend, publish, ...)", field=f"{where}.kind"
             )
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError("must be positive", field=f"{where}.timeout_s")
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s < math.inf  # (NaN fails both: a timeout that never fires)
+        ):
+            raise ConfigError(
+                f"must be a finite positive number of seconds, got {timeout_s!r}",
+                field=f"{where}.timeout_s",
+            )
+        for flag, value in (("idempotent", idempotent), ("requires_success", requires_success)):
+            # "false" was true: a non-idempotent effect in doubt was run again
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be True or False, got {value!r}", field=f"{where}.{flag}")
+        hooks: tuple[tuple[str, object], ...] = (
+            ("key", key_fn),
+            ("reconcile", reconcile_fn),
+            ("compensate", compensate_fn),
+            ("describe", describe),
+        )
+        for hook, fn_ in hooks:
+            if fn_ is not None and not callable(fn_):
+                raise ConfigError(f"must be callable, got {fn_!r}", field=f"{where}.{hook}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"must be a RetryPolicy, got {retry!r}", field=f"{where}.retry")
         self.kind = kind.strip()
-        self.idempotent = bool(idempotent)
+        self.idempotent = idempotent
         self.key_fn = key_fn
         self.reconcile_fn = reconcile_fn
         self.compensate_fn = compensate_fn

@@ -40,7 +40,7 @@ from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text, owned_copy
 from ._keys import check_key, fit_key
-from ._loop import Loop, other_loop
+from ._loop import Loop, check_loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
@@ -168,7 +168,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         """Create the run for ``task_key`` (or return the existing one) without executing it.
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
-        _check_loop(loop)
+        check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
         if task is not None and not isinstance(task, Mapping):
@@ -290,7 +290,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             raise ConfigError(
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
             )
-        _check_loop(loop)
+        check_loop(loop)
         todo = list(tasks)
         keys = [key_of(t, i) if key_of else None for i, t in enumerate(todo)]
         seen: dict[Any, int] = {}
@@ -322,7 +322,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
-        _check_loop(loop)
+        check_loop(loop)
         rec = self.store.get_run(run_id)
         if other_loop(loop, rec.loop_name, rec.spec_ref):
             if token is not None:
@@ -587,10 +587,3 @@ def _check_task_parts(task: Mapping[str, Any]) -> None:
                     f"JSON: {exc}",
                     field="task.artifacts",
                 ) from None
-
-
-def _check_loop(loop: Any) -> None:
-    """A ``Loop`` given where one is expected, else a ``ConfigError`` saying what was given
-    (not an ``AttributeError`` from deep inside the run)."""
-    if not isinstance(loop, Loop):
-        raise ConfigError(f"must be a loopwright.Loop, got {type(loop).__name__}", field="loop")

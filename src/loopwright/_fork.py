@@ -31,7 +31,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_key, fit_key
-from ._loop import Loop, other_loop
+from ._loop import Loop, check_loop, other_loop
 from ._people import concluded_in, refuse_rewritten, retire_failures
 from ._proposal import Proposal
 from ._redact import redact
@@ -63,6 +63,11 @@ class Forking(RuntimeHost):
         ``resume``. The origin is not changed. ``by``: who forks it (an operator, in a store
         with users; they are the new run's requester)."""
         given = check_key(task_key) if task_key is not None else None
+        check_loop(loop, optional=True)
+        if contract is not None and not isinstance(contract, Contract):
+            raise ConfigError(
+                f"must be a loopwright.Contract, got {type(contract).__name__}", field="contract"
+            )
         rec = self.store.get_run(run_id)
         operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
         if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:

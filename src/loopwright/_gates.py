@@ -66,6 +66,9 @@ class Gates(RuntimeHost):
                         "why": ow.why,
                         "what": f"overwrite accepted {', '.join(protected)}",
                         "expires_after_s": ow.expires_after_s,
+                        # who may decide: the rule's role, approvers and separation (left out,
+                        # one person without the role approved a four-eyes overwrite)
+                        "who": dict(ow.who) if ow.who else None,
                     }
                 )
             return None

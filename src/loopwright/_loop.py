@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._contract import Contract
-from ._effects import Effect
+from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
 from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
@@ -178,6 +179,15 @@ class Loop:
                     field="effects",
                 )
         enames = [e.name for e in effects]
+        for n in enames:
+            if n.endswith(".compensate"):
+                # a compensation's own name: its runs were taken for compensations, never
+                # offered for reversal nor listed as irreversible
+                raise ConfigError(
+                    f"{n!r} ends with '.compensate', the name of an effect's compensation: "
+                    "name it otherwise",
+                    field=f"effects.{n}.name",
+                )
         edupes = sorted({n for n in enames if enames.count(n) > 1})
         if edupes:
             raise ConfigError(f"effect names must be unique: {edupes}", field="effects")
@@ -192,6 +202,8 @@ class Loop:
                 f"must be an ApprovalPolicy, got {type(self.approvals).__name__}{hint}",
                 field="approvals",
             )
+        if effects:
+            _dead_rules(self.approvals, effects)
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
@@ -239,6 +251,35 @@ class Loop:
         return tuple([c for c in self.verifiers if c.held_out])
 
 
+def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
+    """Refuse a rule that can never apply to the loop's effects: a kind none of them has (not a
+    built-in one, nor ``*``), or an effect name (no wildcard) none of them, nor a compensation
+    of one, is called. A ``deny`` for kind ``Deploy`` or effect ``deploy-prod`` on an effect
+    ``deploy_prod`` of kind ``deploy`` never matched, and the deploy ran unasked. A pattern
+    (``wire_*``) may guard against effects yet to come, and is left as it is."""
+    kinds = sorted({e.kind for e in effects})
+    names = [e.name for e in effects]
+    names += [f"{n}.compensate" for n in names]
+    for r in policy.rules:
+        where = f"approvals.{r.name}"
+        if r.kind != "*" and r.kind not in EFFECT_KINDS and r.kind not in kinds:
+            raise ConfigError(
+                f"no effect of this loop is of kind {r.kind!r} (its kinds: {', '.join(kinds)}), "
+                "so the rule would never apply",
+                field=f"{where}.kind",
+            )
+        glob = r.effect
+        if glob is None or any(ch in glob for ch in "*?["):
+            continue
+        if r.kind == "overwrite_accepted" or any(fnmatch.fnmatchcase(n, glob) for n in names):
+            continue
+        raise ConfigError(
+            f"no effect of this loop is named {glob!r} (its effects: {', '.join(names[: len(effects)])}), "
+            "so the rule would never apply",
+            field=f"{where}.effect",
+        )
+
+
 def _no_control(value: object, field: str) -> None:
     """A name stored as text and listed in tables: a NUL cannot be stored in PostgreSQL (the
     run was refused by the store, as a DataError naming no field), a newline breaks listings."""
@@ -281,6 +322,14 @@ def _items(given: Any, kind: type, field: str, example: str) -> tuple[Any, ...]:
     if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
         raise ConfigError(f"must be a list, got {type(given).__name__}: {given!r:.80}", field=field)
     return tuple(given)
+
+
+def check_loop(loop: Any, *, optional: bool = False) -> None:
+    """A ``Loop`` given where one is expected (or ``None`` when ``optional``), else a
+    ``ConfigError`` saying what was given (not an ``AttributeError`` from deep inside the run,
+    or a rollback's compensations half offered)."""
+    if not isinstance(loop, Loop) and not (optional and loop is None):
+        raise ConfigError(f"must be a loopwright.Loop, got {type(loop).__name__}", field="loop")
 
 
 def other_loop(loop: Loop, loop_name: str, spec_ref: str | None) -> bool:

@@ -97,9 +97,15 @@ class Parking(RuntimeHost):
                 said = f"cycle-{n} proposal" in what
                 what += f" ({'' if said else f'cycle {n}: '}{proposal.kind} of {parts})"
         else:
-            others = [str(x["what"]) for x in needs if x["kind"] != "question"]
-            # Answering also approves what else the cycle needed a person for: say so.
-            what = ask.text + (f" (answering also approves: {'; '.join(others)})" if others else "")
+            others = [x for x in needs if x["kind"] != "question"]
+            one = [str(x["what"]) for x in others if _people_needed(x) == 1]
+            more = [x for x in others if _people_needed(x) > 1]
+            # Answering also approves what else the cycle needed a person for: say so; what
+            # needs two or more people is asked of them once the question is answered.
+            what = ask.text + (f" (answering also approves: {'; '.join(one)})" if one else "")
+            if more:
+                most = max(map(_people_needed, more))
+                what += f" (then {most} people approve: {'; '.join(str(x['what']) for x in more)})"
         req = NewApproval(
             approval_id=approval_id,
             cycle=n,
@@ -208,11 +214,43 @@ class Parking(RuntimeHost):
                 time.perf_counter(),
                 decision="asked",
             )
-        s.approved.append(str(pend["digest"]))
+        needs = list(req.evidence.get("needs") or ())
+        # An answer is one person's: what else the question covered that needs two or more
+        # people (a four-eyes payment) is not approved by it, but asked of them next. One
+        # person's answer paid a 50,000 payment whose rule needed two approvers.
+        more = [x for x in needs if _people_needed(x) > 1] if req.status == "answered" else []
+        approved = [*(pend.get("approved") or ()), *(x for x in needs if x not in more)]
         if pend.get("edited"):
-            approved = [*(pend.get("approved") or ()), *(req.evidence.get("needs") or ())]
+            if not more:
+                s.approved.append(str(pend["digest"]))
             return await self._judge_again(ex, pend, approved)
+        if more:
+            return self._park_again(ex, pend, more, approved)
+        s.approved.append(str(pend["digest"]))
         return await self._resume_cycle(ex, pend, staged=False)
+
+    def _park_again(
+        self,
+        ex: _Exec,
+        pend: Mapping[str, Any],
+        needs: list[dict[str, Any]],
+        approved: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """Park the answered cycle again, as it stood (its verdicts are not asked again), with
+        a request for what its answer could not approve alone."""
+        parked = ex.record or {}
+        return self._park(
+            ex,
+            int(pend["cycle"]),
+            Proposal.from_dict(pend["proposal"]),
+            str(pend["digest"]),
+            {k: Verdict.from_dict(v) for k, v in (pend.get("visible") or {}).items()},
+            {k: Verdict.from_dict(v) for k, v in (parked.get("held_out") or {}).items()},
+            needs,
+            time.perf_counter(),
+            calls=[EffectCall.from_dict(c) for c in pend.get("calls") or ()],
+            approved=approved,
+        )
 
     async def _judge_again(
         self, ex: _Exec, pend: Mapping[str, Any], approved: Sequence[Mapping[str, Any]]
@@ -255,6 +293,23 @@ class Parking(RuntimeHost):
                 "declare: resume it with the loop that started it",
                 field="effects",
             )
+        if not staged:
+            # Approved under the policy the cycle was judged by: a rule denying the action
+            # since (a policy changed while the request waited) still stops it.
+            for c in calls:
+                eff = ex.loop.effect(c.name)
+                assert eff is not None  # (missing ones refused above)
+                d = ex.loop.approvals.decide(eff.kind, eff.name, c.args)
+                if d.action == "deny":
+                    return self._abort(
+                        ex,
+                        time.perf_counter(),
+                        "escalated",
+                        cause=f"{eff.describe(c.args)} is denied by the approval policy: "
+                        f"{d.why} (it was approved before the policy changed; not run)",
+                        evidence={"effect": c.to_dict(), "rule": d.rule},
+                        unverified=proposal.to_dict(),
+                    )
         # the keys its write-ahead fixed; a write-ahead stored before they were: recomputed
         stored = pend.get("keys") if staged else None
         return await self._apply(
@@ -353,6 +408,11 @@ def _diff(state: TaskState, proposal: Proposal) -> str:
         old = "∅" if p is None else repr(p.value)
         lines.append(f"- {e.ref}: {old}\n+ {e.ref}: {e.value!r}")
     return "\n".join(lines)
+
+
+def _people_needed(need: Mapping[str, Any]) -> int:
+    """How many people a request's need asks to approve it (its rule's ``approvers``)."""
+    return int((need.get("who") or {}).get("approvers") or 1)
 
 
 def _who(needs: list[dict[str, Any]]) -> dict[str, Any]:

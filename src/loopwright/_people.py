@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from ._authority import audit, check_decision, operate
+from ._authority import audit, check_decision, check_person, operate
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
@@ -18,7 +18,7 @@ from ._exec import Execution as _Exec
 from ._exec import owes
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
-from ._loop import Loop
+from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
 from ._reversal import offer_compensations
@@ -148,6 +148,7 @@ class Decisions(RuntimeHost):
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("a decision needs the name of who made it", field="by")
         check_text(by, field="by")  # before anything is recorded: the audit log keeps both
+        check_person(by)
         who = by.strip()
         check_given_text(note, field="note")
         if isinstance(answer, str):
@@ -206,26 +207,35 @@ class Decisions(RuntimeHost):
         detail["note"] = note
         verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
         needed = int(rule.get("approvers") or 1)
-        if status == "approved" and needed > 1:
-            votes = self.store.add_vote(req.approval_id, who, note=note, now=time.time())
-            names = [v.by for v in votes]
-            audit(
-                self.store,
-                who,
-                verb,
-                target,
-                origin=origin,
-                **detail,
-                votes=f"{len(names)} of {needed}",
+        me = who
+        try:
+            if status == "approved" and needed > 1:
+                votes = self.store.add_vote(req.approval_id, me, note=note, now=time.time())
+                names = [v.by for v in votes]
+                audit(
+                    self.store,
+                    me,
+                    verb,
+                    target,
+                    origin=origin,
+                    **detail,
+                    votes=f"{len(names)} of {needed}",
+                )
+                if len(names) < needed:
+                    return self.pending_approval(req.run_id, req.approval_id)
+                who = ", ".join(names)
+            decided = self.store.decide_approval(
+                req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
             )
-            if len(names) < needed:
-                return self.pending_approval(req.run_id, req.approval_id)
-            who = ", ".join(names)
-        else:
-            audit(self.store, who, verb, target, origin=origin, **detail)
-        return self.store.decide_approval(
-            req.approval_id, status=status, by=who, note=note, now=time.time(), answer=answer
-        )
+        except (ApprovalError, ConflictError) as exc:
+            # Decided by someone else since it was read (two people at once), or a second vote
+            # of the same person: a refused attempt. It was recorded as allowed before the
+            # decision was tried, though it never took effect.
+            audit(self.store, me, verb, target, outcome="refused", origin=origin, reason=str(exc))
+            raise
+        if needed <= 1 or status != "approved":
+            audit(self.store, me, verb, target, origin=origin, **detail)
+        return decided
 
     def cancel(
         self,
@@ -239,6 +249,7 @@ class Decisions(RuntimeHost):
         interrupted one is ended now, with its packet. With the ``loop``, the compensations of
         the run's completed effects are offered through the approval policy (they run on the
         next ``resume``)."""
+        check_loop(loop, optional=True)
         rec = self.store.get_run(run_id)
         if rec.status in TERMINAL_STATUSES:
             return rec
@@ -362,6 +373,7 @@ class Decisions(RuntimeHost):
             raise ConfigError(
                 f"must be a cycle number, got {type(to_cycle).__name__}", field="to_cycle"
             )
+        check_loop(loop, optional=True)
         rec = self.store.get_run(run_id)
         operate(self.store, by, "rollback", f"run {rec.run_id}", origin=origin, to_cycle=to_cycle)
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from ._errors import ConfigError
 __all__ = ["Action", "ApprovalPolicy", "EarnedAuthority", "PolicyDecision", "PolicyRule"]
 
 Action = Literal["allow", "require", "deny"]
+#: A role's name as users hold it (``loopwright users add --role`` stores it lower-cased).
+ROLE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,39}")
 _ACTIONS = ("allow", "require", "deny")
 Condition = Callable[[Mapping[str, Any]], bool]
 
@@ -68,8 +71,16 @@ class PolicyRule:
 
     def __post_init__(self) -> None:
         where = f"approvals.{self.name or self.kind}"
-        if self.role is not None and (not isinstance(self.role, str) or not self.role.strip()):
-            raise ConfigError("must be a role name", field=f"{where}.role")
+        if self.role is not None and (
+            not isinstance(self.role, str) or not ROLE_NAME.fullmatch(self.role)
+        ):
+            # "Finance" named a role no user can hold (roles are stored lower-cased): its
+            # requests could never be approved, which showed only when someone tried
+            raise ConfigError(
+                f"must be a role name (lower-case letters, digits, '_', '.', '-'), got "
+                f"{self.role!r}",
+                field=f"{where}.role",
+            )
         if (
             isinstance(self.approvers, bool)
             or not isinstance(self.approvers, int)
@@ -89,11 +100,19 @@ class PolicyRule:
             )
         if not self.name:
             object.__setattr__(self, "name", f"{self.kind}-{self.action}")
+        for attr in ("name", "field", "reason"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or (attr == "field" and not value):
+                raise ConfigError(f"must be text, got {value!r}", field=f"{where}.{attr}")
+        if self.effect is not None and (not isinstance(self.effect, str) or not self.effect):
+            raise ConfigError(
+                f"must be an effect name or pattern, got {self.effect!r}", field=f"{where}.effect"
+            )
         if self.above is not None and (
             isinstance(self.above, bool) or not isinstance(self.above, int | float)
         ):
             raise ConfigError(f"must be a number, got {self.above!r}", field=f"{where}.above")
-        if self.above is not None and not math.isfinite(self.above):
+        if self.above is not None and not _finite(self.above):
             # NaN compares false to every amount: a "require above NaN" rule never matched,
             # and the payment fell through to the next rule (an allow) with no one asked
             raise ConfigError(f"must be a finite number, got {self.above}", field=f"{where}.above")
@@ -156,6 +175,15 @@ class PolicyRule:
         }
 
 
+def _finite(value: float) -> bool:
+    """Whether a number is finite; an integer too large for a float is not (it raised
+    OverflowError from ``math.isfinite``)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     action: Action
@@ -197,6 +225,9 @@ class EarnedAuthority:
             or self.up_to < 0
         ):
             raise ConfigError(f"must be a number >= 0, got {self.up_to!r}", field=f"{where}.up_to")
+        if not isinstance(self.field, str) or not self.field:
+            # (field=3 read args[3]: never there, so the grant never covered anything)
+            raise ConfigError(f"must be text, got {self.field!r}", field=f"{where}.field")
 
     def covers(self, kind: str, args: Mapping[str, Any]) -> bool:
         """Whether an action of ``kind`` with ``args`` is within this grant's limit."""

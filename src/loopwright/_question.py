@@ -42,7 +42,18 @@ class Question:
         if self.type not in _TYPES:
             raise ConfigError(f"must be one of {list(_TYPES)}", field="question.type")
         choices = (self.choices,) if isinstance(self.choices, str) else self.choices
-        object.__setattr__(self, "choices", tuple(str(c) for c in choices))
+        if not isinstance(choices, list | tuple):
+            # (None or a number raised TypeError; a mapping gave its keys)
+            raise ConfigError(
+                f"must be a list of choices, got {type(self.choices).__name__}",
+                field="question.choices",
+            )
+        # An answer is compared stripped: a choice with spaces around it, or a blank one,
+        # could never be chosen (the question could only be declined).
+        texts = tuple(str(c).strip() for c in choices)
+        if not all(texts):
+            raise ConfigError("a choice must not be blank", field="question.choices")
+        object.__setattr__(self, "choices", texts)
 
     def validate(self, answer: Any) -> Any:
         """The answer converted to the question's type; ``ConfigError`` saying what is wanted

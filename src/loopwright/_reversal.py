@@ -10,6 +10,7 @@ most once. An effect without a compensation is listed as irreversible, never sil
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -17,8 +18,9 @@ import time
 import uuid
 from typing import Any
 
-from ._effect_run import perform_effect
+from ._effect_run import perform_effect, undid_for_origin
 from ._effects import Effect, EffectCall
+from ._errors import ApprovalError
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
@@ -124,7 +126,9 @@ def offer_compensations(
                     },
                     diff=None,
                     action_hash=hashlib.sha256(f"compensate:{ikey}".encode()).hexdigest()[:32],
-                    expires_at=None,
+                    # the rule's expiry, as for any request it raises (it was left out: a
+                    # refund request waited for ever)
+                    expires_at=time.time() + d.expires_after_s if d.expires_after_s else None,
                 )
             )
         offers.append(offer)
@@ -170,13 +174,15 @@ def _undone(
         nxt: dict[str, int] = {}
         for first, gen in chains.items():
             found = seen.get(at(first, gen))
-            if found is not None and found.status in ("compensated", "retired"):
+            if found is not None and (
+                found.status in ("compensated", "retired") or undid_for_origin(found)
+            ):
                 nxt[first] = gen + 1  # the key's next generation, as ``perform_effect`` tries
         chains = nxt
     return {
         (e.data.get("args") or {}).get("compensates")
         for e in seen.values()
-        if _is_compensation(e) and e.status == "done"
+        if _is_compensation(e) and e.status == "done" and not undid_for_origin(e)
     }
 
 
@@ -204,7 +210,18 @@ async def run_compensations(
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
         if o["action"] == "require" and req is not None and req.status == "pending":
-            return None
+            if req.expires_at is None or req.expires_at >= time.time():
+                return None
+            # expired undecided: not run, as a parked cycle's expired request escalates
+            with contextlib.suppress(ApprovalError):
+                req = store.decide_approval(
+                    req.approval_id,
+                    status="expired",
+                    by="loopwright",
+                    note="expired",
+                    now=time.time(),
+                )
+            decided[req.approval_id] = store.approval(req.approval_id) or req
     cycle = ex.state.cycle
     notes: list[dict[str, Any]] = []
     for o in offers:

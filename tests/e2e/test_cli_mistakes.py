@@ -352,3 +352,19 @@ def test_worker_once_says_why_it_skipped_a_run(project: Path) -> None:
     r = lw("worker", "--once", "--json", cwd=project, store=store)
     assert json.loads(r.stdout)["skipped"] == 1  # stdout stays JSON: the line is on stderr
     assert f"skipped {goes[:12]}: " in " ".join(r.stderr.split())
+
+
+def test_loopwrights_own_names_are_not_a_person(project: Path, accepted: tuple[Path, str]) -> None:
+    """A decision by "loopwright" (the OS user of a service account, --by's default) was
+    recorded as the system's: its denial did not revoke earned authority (an outside probe,
+    probe42a). Such a name is refused for a decision and for a user."""
+    store, run_id = accepted
+    before = dump(store)
+    for verb in ("approve", "deny"):
+        for name in ("loopwright", "policy:earned"):
+            refused(lw(verb, run_id, "--by", name, cwd=project, store=store), repr(name))
+    refused(
+        lw("users", "add", "loopwright", "--role", "admin", cwd=project, store=store),
+        "'loopwright'",
+    )
+    assert dump(store) == before

@@ -7,6 +7,7 @@ tests. Every attempt, allowed or refused, must reach the audit log.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,119 @@ def test_operators_only_and_revoked_users_are_refused_at_once(url: str) -> None:
         assert rt.store.get_run(r.run_id).status == "cancelled"
 
 
+def test_a_revoked_approvers_vote_no_longer_counts(url: str) -> None:
+    # From an outside probe (probe42a): ben approved a four-eyes request, was revoked (a
+    # compromised account, say), and cat's approval then decided it "by ben, cat".
+    with lw.Runtime(url) as rt:
+        people(rt)
+        loop = make_loop(FOUR_EYES)
+        big = rt.run_sync(loop, task("INV-6", 50000), task_key="big", by="rita")
+        req = rt.approve(big.run_id, by="ben")
+        assert req.status == "pending"
+        done = rt.run_sync(loop, task("INV-7", 50000), task_key="done", by="rita")
+        rt.approve(done.run_id, by="ben")
+        decided = rt.approve(done.run_id, by="cat")
+        assert decided.status == "approved"
+        rt.store.revoke_user("ben", now=time.time())
+        assert rt.store.votes(req.approval_id) == []
+        assert rt.approve(big.run_id, by="cat").status == "pending"  # one of two, still
+        rt.store.add_user("dan", roles=["approver", "finance"], limits={}, by="root", now=1.0)
+        final = rt.approve(big.run_id, by="dan")
+        assert final.status == "approved" and final.decided_by == "cat, dan"
+        # a decided request keeps its votes, and ben's vote is in the audit log
+        assert [v.by for v in rt.store.votes(decided.approval_id)] == ["ben", "cat"]
+        assert ("ben", "approve", "allowed") in audit_lines(rt)
+
+
+def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> None:
+    # From an outside probe (probe42a): a risk rule's question covering a payment whose rule
+    # needs two approvers was answered by one person, and the 50,000 payment ran. The answer
+    # now reaches the run; the payment is asked of two people next, verdicts not asked again.
+    checks: list[int] = []
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        checks.append(1)
+        return lw.Verdict(passed=True, score=1.0)
+
+    risk = lw.RiskRule(name="which_po", touches=("inv/checked",), ask="Which PO governs?")
+    base = make_loop(FOUR_EYES)
+    loop = dataclasses.replace(
+        base, verifiers=[check], contract=lw.Contract(budget=lw.Budget(max_cycles=2), risk=(risk,))
+    )
+    PAID.clear()
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("Q-1", 50000), task_key="q", by="rita")
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "question"
+        assert rt.answer(r.run_id, "PO-1", by="ben").status == "answered"
+        again = rt.resume_sync(r.run_id, loop)
+        assert again.status == "awaiting_approval" and PAID == []
+        pay = rt.pending_approval(r.run_id)
+        assert pay.kind == "effect" and pay.evidence["who"]["approvers"] == 2
+        assert rt.approve(r.run_id, by="ben").status == "pending"
+        assert rt.approve(r.run_id, by="cat").status == "approved"
+        done = rt.resume_sync(r.run_id, loop)
+        assert done.accepted and PAID == ["Q-1"]
+        assert len(checks) == 1  # judged once
+        [answer] = [n for n in done.state.notes if n.get("kind") == "answer"]
+        assert answer["answer"] == "PO-1" and answer["by"] == "ben"
+        # the question said what its answer would not approve alone
+        assert "then 2 people approve: spend: pay(" in req.what
+        assert "answering also approves" not in req.what
+
+
+def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: str) -> None:
+    # From an outside probe (probe42a): an overwrite_accepted rule's role, approvers and
+    # separation were left out of its request, so otto (no finance role) alone approved the
+    # loop writing over rita's accepted edit, where the rule asked two finance approvers.
+    rule = lw.PolicyRule(
+        kind="overwrite_accepted", action="require", approvers=2, role="finance", name="ow"
+    )
+    loop = lw.Loop(
+        name="ow",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
+        assert r.accepted
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+        r = rt.resume_sync(r.run_id, loop)
+        req = rt.pending_approval(r.run_id)
+        assert req.kind == "overwrite_accepted"
+        assert req.evidence["who"]["approvers"] == 2 and req.evidence["who"]["role"] == "finance"
+        with pytest.raises(lw.NotPermittedError, match="needs the finance role"):
+            rt.approve(r.run_id, by="otto")
+        with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+            rt.approve(r.run_id, by="rita")  # she edited it
+        assert rt.approve(r.run_id, by="ben").status == "pending"
+        assert rt.approve(r.run_id, by="cat").status == "approved"
+        assert rt.resume_sync(r.run_id, loop).state.values()["doc"]["a"] == "the loop's"
+
+
+def test_a_payment_approved_before_a_deny_rule_was_added_is_not_run(url: str) -> None:
+    # From an outside probe (probe42a): the policy changed while the request waited (a rule
+    # now denies such payments); resuming the approved cycle paid anyway.
+    waiting = make_loop((lw.PolicyRule(kind="spend", action="require"),))
+    deny = lw.PolicyRule(kind="spend", above=1000, action="deny", name="no-large")
+    denying = make_loop((deny, *waiting.approvals.rules))
+    PAID.clear()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(waiting, task("D-1", 5000), task_key="d")
+        rt.approve(r.run_id, by="ana")
+        out = rt.resume_sync(r.run_id, denying)
+        assert (out.status, PAID) == ("escalated", [])
+        assert out.packet is not None and "no-large" in out.packet["cause"]
+        small = rt.run_sync(waiting, task("D-2", 50), task_key="s")
+        rt.approve(small.run_id, by="ana")
+        assert rt.resume_sync(small.run_id, denying).accepted  # not denied: it runs
+        assert PAID == ["D-2"]
+
+
 def test_an_open_store_cannot_satisfy_a_role_rule_and_says_why(url: str) -> None:
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(FOUR_EYES), task("INV-4", 30000), task_key="t", by="sam")
@@ -238,6 +352,71 @@ def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensati
         assert "0 of 5 clean approvals since it was revoked (a spend action was compensated)" in (
             req.why
         )
+
+
+def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
+    # From an outside probe (probe42a): a compensation's request was checked against an
+    # approver's limit by its "amount" argument whatever field the rule reads, so ana
+    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
+    # line count.
+    def wire(invoice: str, total: float, amount: int) -> dict[str, Any]:
+        return {"wired": invoice}
+
+    def unwire(key: str, result: Any, args: Any) -> dict[str, Any]:
+        return {"unwired": key}
+
+    eff = lw.effect("spend", name="wire", key=lambda a: a["invoice"], compensate=unwire)(wire)
+    rule = lw.PolicyRule(kind="spend", action="require", field="total", name="by-total")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"checked": True}).edits,
+            effects=(eff.call(invoice="W-1", total=50000.0, amount=3),),
+        )
+
+    loop = lw.Loop(
+        name="wirer",
+        actor=actor,
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("W-1", 0), task_key="w", by="rita")
+        with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
+            rt.approve(r.run_id, by="ana")
+        rt.approve(r.run_id, by="ben")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        rt.rollback(r.run_id, 0, by="rita", loop=loop)
+        assert rt.pending_approval(r.run_id).kind == "compensation"
+        with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
+            rt.approve(r.run_id, by="ana")
+        assert rt.approve(r.run_id, by="ben").status == "approved"
+
+
+def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
+    # From an outside probe (probe42a): a denial by "loopwright" (a service account's OS user,
+    # --by's default) was taken for the system's and left earned authority standing; a person
+    # could approve as "policy:earned". Both names are refused for a person's decision.
+    grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task("S-1", 100), task_key="s1")
+        rt.approve(r.run_id, by="ana")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        assert authority_status(rt.store, "payer", "v1", [grant])[0].earned
+        big = rt.run_sync(loop, task("S-2", 5000), task_key="s2")
+        for name in ("loopwright", " Loopwright ", EARNED_BY):
+            with pytest.raises(lw.ConfigError, match="records its own decisions"):
+                rt.deny(big.run_id, by=name, note="fraud")
+            with pytest.raises(lw.ConfigError, match="records its own decisions"):
+                rt.approve(big.run_id, by=name)
+        assert rt.pending_approval(big.run_id).status == "pending"
+        rt.deny(big.run_id, by="ops", note="fraud")
+        [standing] = authority_status(rt.store, "payer", "v1", [grant])
+        assert not standing.earned and "ops denied" in str(standing.revoked_by)
 
 
 def test_a_denial_or_a_failed_held_out_check_revokes_earned_authority(url: str) -> None:

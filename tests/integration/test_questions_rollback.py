@@ -423,18 +423,25 @@ def test_a_fork_undoes_what_it_did_and_names_the_run_that_did_the_rest(rt: lw.Ru
     assert [c["effect"] for c in last.packet["compensations"]] == [mine]
 
 
-def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
-    rt: lw.Runtime,
-) -> None:
-    # Run B reused run A's payment of A-1 (cycle 1). A is cancelled and refunds it. When B asks
-    # for A-1 again (cycle 3), its reused copy no longer stands: B pays. While A's payment
-    # stood, asking again reused it.
+def _paying_a1() -> tuple[Bank, lw.Effect, lw.ApprovalPolicy, lw.Proposal]:
+    """A bank, its payment (run whatever the verdict), a policy allowing it, and a proposal
+    paying invoice A-1."""
     bank = Bank()
     pay = bank.effect(requires_success=False)
     allow = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
     paying = lw.Proposal(
         edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="A-1", amount=40.0),)
     )
+    return bank, pay, allow, paying
+
+
+def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
+    rt: lw.Runtime,
+) -> None:
+    # Run B reused run A's payment of A-1 (cycle 1). A is cancelled and refunds it. When B asks
+    # for A-1 again (cycle 3), its reused copy no longer stands: B pays. While A's payment
+    # stood, asking again reused it.
+    bank, pay, allow, paying = _paying_a1()
     a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
     a = rt.run_sync(a_loop, TASK)
     b_loop = make_loop(
@@ -456,6 +463,70 @@ def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
     assert len(bank.paid) == 2
     [entry] = [e for e in rt.store.journal(b.run_id, kind="effect") if e.key == "effect:pay:A-1"]
     assert entry.status == "done" and "from_run" not in entry.data
+
+
+def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it(
+    rt: lw.Runtime,
+) -> None:
+    # From an outside probe (helper probe42a): a fork's inherited entry was never asked of the
+    # store again, so once its origin refunded the payment, the fork asking for the invoice
+    # (a person approving it, even) was told "done" and nothing was paid. As for a reused
+    # result: the inherited one is reused while the origin's payment stands, paid here once
+    # the origin undid it.
+    bank, pay, allow, paying = _paying_a1()
+    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    a = rt.run_sync(a_loop, TASK)
+    assert a.status == "awaiting_approval" and len(bank.paid) == 1
+    f_loop = make_loop(
+        Script(paying, lw.Proposal(question=PO), paying, lw.Proposal(question=PO)),
+        effects=[pay],
+        approvals=allow,
+    )
+    fork = rt.fork(a.run_id, 1)
+    [inherited] = rt.store.journal(fork.run_id, kind="effect")
+    assert inherited.data["inherited_from"] == a.run_id
+    f = rt.resume_sync(fork.run_id, f_loop)  # cycle 2 asks for A-1 again: A's stands
+    assert f.status == "awaiting_approval" and len(bank.paid) == 1
+    rt.cancel(a.run_id, by="ops", loop=a_loop)
+    assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
+    assert len(bank.refunds) == 1  # A's payment, undone
+    rt.answer(fork.run_id, "PO-1", by="ann")
+    f = rt.resume_sync(fork.run_id, f_loop)  # cycle 4 asks again: the key is free, F pays
+    assert f.status == "awaiting_approval" and len(bank.paid) == 2
+    [entry] = rt.store.journal(fork.run_id, kind="effect")
+    assert entry.status == "done"
+    assert "from_run" not in entry.data and "inherited_from" not in entry.data
+    # ...and it is the fork's own now: cancelling the fork offers its refund
+    rt.cancel(fork.run_id, by="ops", loop=f_loop)
+    assert rt.resume_sync(fork.run_id, f_loop).status == "cancelled"
+    assert [k for k, _r, _a in bank.refunds] == ["pay:A-1", "pay:A-1"]
+
+
+def test_a_fork_refunds_its_own_payment_beside_its_origins_inherited_refund(
+    rt: lw.Runtime,
+) -> None:
+    # From an outside probe (probe42a): a fork inherits its origin's done entries up to the
+    # fork point, the origin's refund of A-1 among them (its payment, undone, is not). The
+    # fork then paid A-1 itself; cancelled, it took that inherited refund for its own
+    # payment's: nothing was offered, and a refund run would have been reported done unrun.
+    bank, pay, allow, paying = _paying_a1()
+    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    a = rt.run_sync(a_loop, TASK)
+    rt.cancel(a.run_id, by="ops", loop=a_loop)
+    assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
+    assert (len(bank.paid), len(bank.refunds)) == (1, 1)
+    fork = rt.fork(a.run_id, 1)
+    names = [e.data.get("name") for e in rt.store.journal(fork.run_id, kind="effect")]
+    assert names == ["pay.compensate"]  # the origin's refund, inherited
+    f_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    assert rt.resume_sync(fork.run_id, f_loop).status == "awaiting_approval"
+    assert len(bank.paid) == 2  # the fork's own payment (the origin's was refunded)
+    rt.cancel(fork.run_id, by="ops", loop=f_loop)
+    out = rt.resume_sync(fork.run_id, f_loop)
+    assert out.status == "cancelled"
+    assert [r for _k, r, _a in bank.refunds] == [{"tx": "tx-1"}, {"tx": "tx-2"}]
+    assert out.packet is not None
+    assert [(c["effect"], c["status"]) for c in out.packet["compensations"]] == [("pay", "done")]
 
 
 def test_a_payment_undone_and_done_again_is_not_done_a_third_time(rt: lw.Runtime) -> None:
@@ -766,3 +837,109 @@ def test_a_fork_of_a_cycle_a_rollback_abandoned_is_refused_once_versions_are_rew
     assert rt.result(rt.fork(r.run_id, 1).run_id).state.values()["doc"]["a"] == 101
     last = again.cycles  # a cycle after the rollback forks as it is
     assert rt.result(rt.fork(r.run_id, last).run_id).state.values() == again.state.values()
+
+
+@pytest.mark.parametrize("what", ["rollback", "cancel", "fork-loop", "fork-contract"])
+def test_a_loop_or_contract_of_the_wrong_type_is_a_config_error(rt: lw.Runtime, what: str) -> None:
+    # From an outside probe (probe42a): fork(loop="x") and fork(contract="x") raised
+    # AttributeError; rollback(loop="x") and cancel(loop=5) were taken, and failed (or not)
+    # only when a done effect's compensation was looked up in it.
+    bank, pay, allow, paying = _paying_a1()
+    loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    r = rt.run_sync(loop, TASK)
+    before = (rt.store.get_run(r.run_id), rt.store.latest_checkpoint(r.run_id).seq)
+    with pytest.raises(lw.ConfigError) as err:
+        if what == "rollback":
+            rt.rollback(r.run_id, 1, by="ops", loop="loop.toml")  # type: ignore[arg-type]
+        elif what == "cancel":
+            rt.cancel(r.run_id, by="ops", loop=5)  # type: ignore[arg-type]
+        elif what == "fork-loop":
+            rt.fork(r.run_id, 1, loop="loop.toml")  # type: ignore[arg-type]
+        else:
+            rt.fork(r.run_id, 1, contract="contract.toml")  # type: ignore[arg-type]
+    assert err.value.field == ("contract" if what == "fork-contract" else "loop")
+    run = rt.store.get_run(r.run_id)
+    assert (run.status, rt.store.latest_checkpoint(r.run_id).seq) == (
+        before[0].status,
+        before[1],
+    )
+    assert bank.refunds == []
+
+
+def test_a_refund_request_expires_as_its_rule_says(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From an outside probe (probe42a): a compensation's request was raised without its rule's
+    # expires_after_s, so it waited for ever. Past it, the refund is not run and the request
+    # is marked expired. (The clock is moved for the reversal's reads only: no waiting.)
+    import types
+
+    from loopwright import _reversal
+
+    bank, pay, _allow, paying = _paying_a1()
+    rules = lw.ApprovalPolicy(
+        (
+            lw.PolicyRule(
+                kind="spend",
+                effect="pay.compensate",
+                action="require",
+                expires_after_s=60,
+                name="refunds",
+            ),
+            lw.PolicyRule(kind="spend", effect="pay", action="allow"),
+        )
+    )
+    loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=rules)
+    r = rt.run_sync(loop, TASK)
+    rt.cancel(r.run_id, by="ops", loop=loop)
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"]
+    assert req.kind == "compensation" and req.expires_at is not None
+    assert rt.resume_sync(r.run_id, loop).status == "cancelled"  # within its time: it waits
+    assert rt.store.approval(req.approval_id).status == "pending"  # type: ignore[union-attr]
+    later = req.expires_at + 1
+    monkeypatch.setattr(_reversal, "time", types.SimpleNamespace(time=lambda: later))
+    out = rt.resume_sync(r.run_id, loop)
+    assert rt.store.approval(req.approval_id).status == "expired"  # type: ignore[union-attr]
+    assert bank.refunds == []
+    assert out.packet is not None
+    assert [(c["status"], c["why"]) for c in out.packet["compensations"]] == [
+        ("not_run", "request expired")
+    ]
+
+
+def test_a_cancel_during_an_effect_starts_no_further_effect(rt: lw.Runtime) -> None:
+    # From an outside probe (probe42a): a person cancelled while the first of a cycle's two
+    # effects ran; the second ran anyway and the run ended accepted, as if never cancelled
+    # ("a run executing elsewhere stops at its next commit, before any further effect").
+    # Placed: the first effect itself asks for the cancel, as another process would.
+    ran: list[str] = []
+    run: dict[str, str] = {}
+
+    def first(n: int) -> str:
+        ran.append("first")
+        rt.store.request_cancel(run["id"])
+        return "ok"
+
+    def second(n: int) -> str:
+        ran.append("second")
+        return "ok"
+
+    one = lw.effect("notify", name="first", compensate=lambda k, r, a: "undone")(first)
+    two = lw.effect("notify", name="second")(second)
+
+    def both(ctx: lw.Context) -> lw.Proposal:
+        run["id"] = ctx.run_id
+        return lw.Proposal(edits=FIX_ALL.edits, effects=(one.call(n=1), two.call(n=2)))
+
+    allow = lw.ApprovalPolicy((lw.PolicyRule(kind="notify", action="allow"),))
+    loop = make_loop(both, effects=[one, two], approvals=allow)
+    out = rt.run_sync(loop, TASK)
+    assert (out.status, out.stop_reason) == ("cancelled", "cancelled")
+    assert ran == ["first"]
+    assert out.packet is not None
+    assert "second" in out.packet["cause"] and "not run" in out.packet["cause"]
+    # the effect that ran is offered for reversal, as any cancel offers what the run did
+    done = rt.resume_sync(out.run_id, loop)
+    assert done.packet is not None
+    assert [(c["effect"], c["status"]) for c in done.packet["compensations"]] == [("first", "done")]
+    assert ran == ["first"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 from typing import Any
 
 import pytest
@@ -74,6 +75,47 @@ def test_bad_timeout_and_non_callable() -> None:
     assert err.value.field == "effects.pay.timeout_s"
     with pytest.raises(lw.ConfigError):
         lw.Effect("not callable", kind="spend")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        # "false" was True: a non-idempotent effect left in doubt was run again
+        ({"idempotent": "false"}, "idempotent"),
+        ({"idempotent": 0}, "idempotent"),
+        ({"requires_success": "no"}, "requires_success"),
+        ({"timeout_s": "5"}, "timeout_s"),  # (TypeError)
+        ({"timeout_s": math.nan}, "timeout_s"),  # a timeout that never fires
+        ({"timeout_s": math.inf}, "timeout_s"),
+        ({"timeout_s": True}, "timeout_s"),
+        ({"key": 3}, "key"),
+        ({"reconcile": "x"}, "reconcile"),
+        ({"compensate": 5}, "compensate"),
+        ({"describe": "x"}, "describe"),
+        ({"retry": 3}, "retry"),
+        ({"name": "a:b"}, "name"),  # the journal key "a:b:c" was also effect a's key "b:c"
+        ({"name": 3}, "name"),
+    ],
+)
+def test_odd_effect_settings_are_config_errors(kw: dict[str, Any], field: str) -> None:
+    # an outside probe (probe42a): each was taken as given, or raised TypeError
+    with pytest.raises(lw.ConfigError) as err:
+        lw.effect("spend", **kw)(pay.fn)
+    assert str(err.value.field).endswith(f".{field}")
+
+
+def test_an_effect_may_not_take_a_compensations_name() -> None:
+    # its runs were taken for compensations: never offered for reversal, nor listed
+    eff = lw.effect("spend", name="pay.compensate")(pay.fn)
+    with pytest.raises(lw.ConfigError, match="compensation") as err:
+        lw.Loop(
+            name="l",
+            actor=lambda ctx: lw.Proposal(),
+            verifiers=[lambda s, p: lw.Verdict(passed=True)],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+            effects=[eff],
+        )
+    assert err.value.field == "effects.pay.compensate.name"
 
 
 def test_hook_decorators_attach_and_return_the_function() -> None:

@@ -273,3 +273,99 @@ def test_to_list_round_trips_through_from_rules() -> None:
     assert listed[1]["outside"] == ["blog"]
     rebuilt = P.from_rules([{k: v for k, v in r.items() if k != "when"} for r in listed])
     assert rebuilt == policy
+
+
+# --- rules that could never apply, and odd values (an outside probe, probe42a) ---------------
+def _deploy_loop(*rules: lw.PolicyRule) -> lw.Loop:
+    deploy = lw.effect("deploy", name="deploy_prod")(lambda target: "ok")
+    return lw.Loop(
+        name="d",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lambda s, p: lw.Verdict(passed=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        effects=[deploy],
+        approvals=P(rules),
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "said"),
+    [
+        (R(kind="Deploy", action="deny"), "approvals.Deploy-deny.kind", "kind 'Deploy'"),
+        (R(kind=" deploy", action="require"), "approvals. deploy-require.kind", "' deploy'"),
+        (
+            R(kind="deploy", effect="deploy-prod", action="deny"),
+            "approvals.deploy-deny.effect",
+            "named 'deploy-prod' (its effects: deploy_prod)",
+        ),
+        (
+            R(kind="*", effect="deploy", action="deny"),
+            "approvals.*-deny.effect",
+            "named 'deploy'",
+        ),
+    ],
+)
+def test_a_rule_that_could_never_apply_to_the_loops_effects_is_refused(
+    rule: lw.PolicyRule, field: str, said: str
+) -> None:
+    # A deny with a typo in its kind or effect never matched: the deploy ran, no one asked.
+    with pytest.raises(lw.ConfigError, match="would never apply") as err:
+        _deploy_loop(rule)
+    assert err.value.field == field
+    assert said in str(err.value)
+
+
+def test_rules_that_can_apply_are_kept() -> None:
+    loop = _deploy_loop(
+        R(kind="deploy", effect="deploy_prod", action="require", name="a"),
+        R(kind="deploy", effect="deploy_prod.compensate", action="allow", name="b"),
+        R(kind="*", effect="wire_*", action="deny", name="c"),  # a guard for effects to come
+        R(kind="spend", action="require", name="d"),  # a built-in kind
+        R(kind="overwrite_accepted", action="require", name="e"),
+    )
+    assert [r.name for r in loop.approvals.rules] == ["a", "b", "c", "d", "e"]
+    # a loop with no effects runs none: its rules are not asked about them
+    no_effects = lw.Loop(
+        name="n",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lambda s, p: lw.Verdict(passed=True)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        approvals=P((R(kind="deploy", action="deny"),)),
+    )
+    assert no_effects.approvals.rules[0].kind == "deploy"
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"above": 10**400}, "above"),  # (OverflowError from math.isfinite)
+        ({"field": 3}, "field"),
+        ({"field": ""}, "field"),
+        ({"effect": 3}, "effect"),
+        ({"effect": ""}, "effect"),
+        ({"name": 3}, "name"),
+        ({"reason": 5}, "reason"),
+    ],
+)
+def test_odd_rule_values_are_config_errors(kw: dict[str, Any], field: str) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        R(kind="spend", action="require", **kw)
+    assert str(err.value.field).endswith(f".{field}")
+
+
+@pytest.mark.parametrize("field", [3, "", None])
+def test_an_earned_authoritys_field_is_text(field: Any) -> None:
+    with pytest.raises(lw.ConfigError) as err:
+        lw.EarnedAuthority(kind="spend", after=1, up_to=5, field=field)
+    assert err.value.field == "authority.spend.field"
+
+
+@pytest.mark.parametrize("role", ["Finance", "fin ance", "finance!", " finance", 3])
+def test_a_rule_role_no_user_could_hold_is_refused(role: Any) -> None:
+    # an outside probe (probe42a): roles are stored lower-cased ("users add --role Finance"
+    # holds "finance"), so a rule naming "Finance" could never be satisfied, which showed only
+    # when a person tried to approve its request
+    with pytest.raises(lw.ConfigError) as err:
+        R(kind="spend", action="require", role=role)
+    assert err.value.field == "approvals.spend.role"
+    assert R(kind="spend", action="require", role="finance.eu-1").role == "finance.eu-1"

@@ -32,6 +32,22 @@ def test_choices_are_normalised_to_strings() -> None:
     assert Q("?").choices == ()
 
 
+@pytest.mark.parametrize("choices", [None, 5, {"a": 1}, ("a", ""), ("a", "  ")])
+def test_choices_that_are_not_a_list_or_hold_a_blank_are_refused(choices: Any) -> None:
+    # an outside probe (probe42a): None and 5 raised TypeError, a mapping gave its keys, and
+    # a blank choice could never be chosen (the answer is stripped and may not be empty)
+    with pytest.raises(lw.ConfigError) as err:
+        Q("which?", choices=choices)
+    assert err.value.field == "question.choices"
+
+
+def test_choices_are_stripped_as_answers_are() -> None:
+    # " PO-1" could never be chosen: the answer "PO-1" (or " PO-1", stripped) is not it
+    q = Q("which?", choices=(" PO-1", "PO-2 "))
+    assert q.choices == ("PO-1", "PO-2")
+    assert q.validate(" PO-1") == "PO-1"
+
+
 def test_round_trip() -> None:
     q = Q("Which PO governs?", choices=("PO-1", "PO-2"))
     assert Q.from_dict(q.to_dict()) == q

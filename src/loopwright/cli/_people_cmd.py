@@ -139,10 +139,16 @@ def users_add(
     """Add a user and print their first token. The first user must be an admin; after that
     only an admin (their token) adds users."""
     name = name.strip()
-    if not name or len(name) > 64 or any(c in name for c in ",:\n\t") or name.startswith("policy"):
+    if (
+        not name
+        or len(name) > 64
+        or any(c in name for c in ",:\n\t")
+        or name.startswith("policy")
+        or name.lower() == "loopwright"
+    ):
         raise ConfigError(
             "a user name is 1-64 characters, without ',', ':' or line breaks, and not "
-            "'policy…' (kept for loopwright's own decisions)",
+            "'policy…' or 'loopwright' (kept for loopwright's own decisions)",
             field="NAME",
         )
     roles = sorted({check_role_name(r) for r in role})

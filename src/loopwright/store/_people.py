@@ -130,7 +130,8 @@ class PeopleStore:
         return []
 
     def revoke_user(self, name: str, *, now: float) -> UserRecord:
-        """Revoke a user and every token of theirs, at once. ``ConfigError`` for an unknown name."""
+        """Revoke a user and every token of theirs, at once, and withdraw their votes on requests
+        still pending. ``ConfigError`` for an unknown name."""
         raise self._no_people()
 
     def set_token(self, name: str, token_hash: str, *, now: float) -> None:
@@ -142,8 +143,10 @@ class PeopleStore:
         return None
 
     def add_vote(self, approval_id: str, by: str, *, note: str | None, now: float) -> list[Vote]:
-        """Record ``by``'s approval of a pending request; all its votes, oldest first.
-        ``ConflictError`` when ``by`` already voted."""
+        """Record ``by``'s approval of a pending request; all its votes, oldest first, counted
+        after any vote being recorded at the same time (a lock on the run, as
+        ``decide_approval`` takes). ``ConflictError`` when ``by`` already voted,
+        ``ApprovalError`` when the request is no longer pending."""
         raise self._no_people()
 
     def votes(self, approval_id: str) -> list[Vote]:

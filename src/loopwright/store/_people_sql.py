@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import ConfigError, ConflictError
+from .._errors import ApprovalError, ConfigError, ConflictError
 from ._base import Approval, NewApproval
 from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote
 from ._rows import APPROVAL_COLS, approval_row, sql_int
@@ -35,6 +35,7 @@ class PeopleSQL(PeopleStore):
         def _tx(self) -> AbstractContextManager[Any]: ...
         def _all(self, query: str, args: Sequence[Any]) -> list[Any]: ...
         def _approval(self, row: Sequence[Any]) -> Approval: ...
+        def _lock_run(self, conn: Any, run_id: str) -> None: ...
         @staticmethod
         def _js(value: Any) -> Any: ...
         @staticmethod
@@ -110,6 +111,16 @@ class PeopleSQL(PeopleStore):
             conn.execute(
                 p("UPDATE tokens SET revoked_at=? WHERE name=? AND revoked_at IS NULL"), (now, name)
             )
+            # Their approvals of requests still waiting for more people are withdrawn: a
+            # revoked person's vote made a four-eyes request with the next person's (the audit
+            # log keeps that they voted). Decided requests keep their votes.
+            conn.execute(
+                p(
+                    'DELETE FROM votes WHERE "by"=? AND approval_id IN '
+                    "(SELECT approval_id FROM approvals WHERE status='pending')"
+                ),
+                (name,),
+            )
             got = conn.execute(p(f"SELECT {_USER_COLS} FROM users WHERE name=?"), (name,))
             return self._user(got.fetchone())
 
@@ -143,6 +154,25 @@ class PeopleSQL(PeopleStore):
     def add_vote(self, approval_id: str, by: str, *, note: str | None, now: float) -> list[Vote]:
         p = self._p
         with self._tx() as conn:
+            # The run's row first, as ``decide_approval`` takes it: two people voting at once
+            # on PostgreSQL each counted only their own uncommitted vote, so with two needed
+            # both were told "1 of 2" and the request stayed pending with both votes, neither
+            # able to vote again. Locked, the second counts the first's vote. A request decided
+            # meanwhile (a denial is final) takes no vote.
+            owner = conn.execute(
+                p("SELECT run_id FROM approvals WHERE approval_id=?"), (approval_id,)
+            ).fetchone()
+            if owner is None:
+                raise ApprovalError(f"no approval request {approval_id!r}")
+            self._lock_run(conn, owner[0])
+            found = conn.execute(
+                p("SELECT status, decided_by FROM approvals WHERE approval_id=?"), (approval_id,)
+            ).fetchone()
+            if found[0] != "pending":
+                raise ApprovalError(
+                    f"approval {approval_id} was already {found[0]}"
+                    + (f" by {found[1]}" if found[1] else "")
+                )
             try:
                 conn.execute(
                     p('INSERT INTO votes(approval_id, "by", at, note) VALUES(?,?,?,?)'),
