@@ -68,10 +68,11 @@ class Forking(RuntimeHost):
             raise ConfigError(
                 f"must be a loopwright.Contract, got {type(contract).__name__}", field="contract"
             )
+        if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
+            # (before the audit: a call refused for its arguments is no fork "allowed")
+            raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
         rec = self.store.get_run(run_id)
         operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
-        if isinstance(at_cycle, bool) or not isinstance(at_cycle, int) or at_cycle < 0:
-            raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
         if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's: its state
             # would be labelled that loop, in this run's project (as `loopwright fork --spec`).

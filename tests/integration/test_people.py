@@ -555,3 +555,18 @@ def test_failed_attempts_are_charged_when_the_cycle_is_redone_after_a_crash(
         r = rt.resume_sync(rec.run_id, loop)
     assert r.status == "accepted"
     assert (r.spent.cost_usd, r.spent.tokens) == (1.0, 1000)  # charged once, not lost
+
+
+def test_a_fork_refused_for_its_cycle_number_is_not_audited_as_allowed(url: str) -> None:
+    """`fork(run, at_cycle="2")` was audited "fork allowed" by the operator, then refused
+    for its argument: the audit log said a fork was made that never was."""
+    with lw.Runtime(url) as rt:
+        people(rt)
+        run = rt.run_sync(make_loop(FOUR_EYES), task("INV-9", 5), task_key="f", by="rita")
+        before = audit_lines(rt)
+        for bad in ("2", -1, True, 1.5):
+            with pytest.raises(lw.ConfigError, match="cycle number"):
+                rt.fork(run.run_id, bad, by="rita")  # type: ignore[arg-type]
+        assert audit_lines(rt) == before
+        rt.fork(run.run_id, 0, by="rita")
+        assert audit_lines(rt)[len(before) :] == [("rita", "fork", "allowed")]
