@@ -336,3 +336,30 @@ def test_a_worker_says_why_it_skipped_a_run(
     assert main(["worker", "--once", "--json", "--store", db]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert "started from Python" in stats["skipped_why"][rec.run_id]
+
+
+def test_a_workers_skip_reasons_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review (stop 42): ``WorkerStats.skipped_why`` kept one entry for every run a worker
+    ever skipped: a worker running for weeks beside runs it has no loop for (runs started
+    from Python) grew it without bound. It names the latest ``SKIPPED_WHY_KEPT`` runs;
+    ``skipped`` still counts them all."""
+    import asyncio
+
+    from loopwright import _worker
+
+    monkeypatch.setattr(_worker, "SKIPPED_WHY_KEPT", 3, raising=False)
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        for i in range(5):
+            rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key=f"py{i}")
+        stats = asyncio.run(_worker.Worker(rt, concurrency=8).run(once=True))
+    assert stats.skipped == 5
+    assert len(stats.skipped_why) == 3
+    assert all("started from Python" in why for why in stats.skipped_why.values())
