@@ -780,3 +780,24 @@ def test_a_live_view_whose_reader_went_away_ends_quietly(project: Path) -> None:
     with loopwright.Runtime(str(project / "s.db")) as rt:
         [run] = rt.store.list_runs()
         assert (run.status, run.stop_reason) == ("accepted", "success")  # it ran to its end
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_said_not_exit_141(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review (stop 42): Typer turns any broken pipe a command meets into a silent exit 1; the
+    CLI read every such exit as stdout's reader gone and exited 141, quietly — a socket's
+    broken pipe (a server that closed the connection) looked like ``| head``. stdout is still
+    read here: it is an error, said, exit 1."""
+    import loopwright._spec
+
+    def broken(path: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")  # (a socket's, not stdout's)
+
+    monkeypatch.setattr(loopwright._spec, "load_spec", broken)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # (Typer wraps both: restored after)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    (tmp_path / "loop.toml").write_text("")
+    assert main(["check", str(tmp_path / "loop.toml")]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: BrokenPipeError" in err and "other than stdout" in err
