@@ -130,13 +130,15 @@ class Worker:
                 store.release_lease(run_id, token)
             return
         except LoopwrightError as exc:
-            self._skipped(run_id, exc)
             with contextlib.suppress(StoreError):
                 store.append_events(
                     run_id,
                     [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": str(exc)})],
                 )
                 store.release_lease(run_id, token)
+            # said once the run is handed back: an on_skip that raises (or a console whose
+            # reader went away) ends the worker, never with the run's lease still held
+            self._skipped(run_id, exc)
             return
         try:
             result = await self.runtime.resume(run_id, loop, token=token)

@@ -363,3 +363,30 @@ def test_a_workers_skip_reasons_are_bounded(
     assert stats.skipped == 5
     assert len(stats.skipped_why) == 3
     assert all("started from Python" in why for why in stats.skipped_why.values())
+
+
+def test_a_skipped_run_is_handed_back_before_on_skip_is_called(tmp_path: Path) -> None:
+    """Review (stop 42): ``on_skip`` was called before the skipped run's lease was released:
+    one that raised (user code; the CLI's console on a closed stdout) ended the worker with
+    the run still leased to it, so no other worker could take it until the lease ran out."""
+    import asyncio
+
+    from loopwright._worker import Worker
+
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+
+    def on_skip(run_id: str, why: lw.LoopwrightError) -> None:
+        raise RuntimeError("the callback failed")
+
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="py")
+        with pytest.raises(RuntimeError, match="the callback failed"):
+            asyncio.run(Worker(rt, on_skip=on_skip).run(once=True))
+        after = rt.store.get_run(rec.run_id)
+        assert after.lease_owner is None and after.lease_expires_at is None
+        assert [e.kind for e in rt.store.events(rec.run_id)][-1] == "worker_skipped"
