@@ -801,3 +801,29 @@ def test_a_broken_pipe_that_is_not_stdouts_is_said_not_exit_141(
     assert main(["check", str(tmp_path / "loop.toml")]) == 1
     err = capsys.readouterr().err
     assert "internal error: BrokenPipeError" in err and "other than stdout" in err
+
+
+def test_a_socket_broken_pipe_is_said_when_stdout_is_the_null_device(tmp_path: Path) -> None:
+    """Review (stop 42): stdout pointed at the null device was read as Rich's sign that its
+    write to stdout broke a pipe; under ``> /dev/null`` (cron, a service) a socket's broken
+    pipe still exited 141 with nothing said on stderr. Only a stdout moved there while the
+    command ran counts."""
+    script = (
+        "import sys, loopwright._spec as s\n"
+        "def broken(path):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "s.load_spec = broken\n"
+        "from loopwright.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
+    r = subprocess.run(
+        [sys.executable, "-c", script, "check", str(tmp_path / "loop.toml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    assert b"internal error: BrokenPipeError" in r.stderr

@@ -75,6 +75,7 @@ def _stdout_to_null() -> bool:
 
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    null_before = _stdout_to_null()  # (`> /dev/null`: then no write to stdout broke a pipe)
     _replace_unwritable()
     bad = _not_text(args)
     if bad is not None:
@@ -97,7 +98,8 @@ def _main(argv: list[str] | None) -> int:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
         pipe = exc.__context__ if isinstance(exc.__context__, BrokenPipeError) else None
-        if code == 1 and (_stdout_closed() or (pipe is not None and _stdout_to_null())):
+        moved = pipe is not None and not null_before and _stdout_to_null()
+        if code == 1 and (_stdout_closed() or moved):
             # Typer's own reading of a broken pipe: a silent exit 1, an internal error's code;
             # Rich's (a live view's last write) points stdout at the null device first
             return _pipe_closed(argv is None)
