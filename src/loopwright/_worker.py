@@ -130,10 +130,11 @@ class Worker:
                 store.release_lease(run_id, token)
             return
         except LoopwrightError as exc:
+            why = redact_text(str(exc))  # (stored: a module's error can quote a secret)
             with contextlib.suppress(StoreError):
                 store.append_events(
                     run_id,
-                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": str(exc)})],
+                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
                 )
                 store.release_lease(run_id, token)
             # said once the run is handed back: an on_skip that raises (or a console whose

@@ -390,3 +390,36 @@ def test_a_skipped_run_is_handed_back_before_on_skip_is_called(tmp_path: Path) -
         after = rt.store.get_run(rec.run_id)
         assert after.lease_owner is None and after.lease_expires_at is None
         assert [e.kind for e in rt.store.events(rec.run_id)][-1] == "worker_skipped"
+
+
+def test_why_a_run_was_skipped_is_stored_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review (stop 42): the worker's ``worker_skipped`` event stored the error's text as it
+    was, while ``skipped_why`` beside it was masked: a spec whose import failed quoting a
+    registered secret (an API key in a module's error) had it written to the store
+    (invariant 9)."""
+    import asyncio
+
+    from loopwright import _redact, _worker
+
+    monkeypatch.setattr(_redact, "_registered", set())
+    secret = "sk-review42-0123456789abcdef"
+    _redact.register_secret(secret)
+
+    def unloadable(rec: object) -> lw.Loop:
+        raise lw.SpecError(f"cannot import 'llm.py': RuntimeError: bad key {secret}", field="x")
+
+    monkeypatch.setattr(_worker, "loop_of_run", unloadable)
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="py")
+        stats = asyncio.run(_worker.Worker(rt).run(once=True))
+        [event] = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
+    assert stats.skipped == 1 and secret not in stats.skipped_why[rec.run_id]
+    assert "bad key" in event.data["why"] and secret not in event.data["why"]
