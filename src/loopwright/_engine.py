@@ -202,6 +202,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             raise ConfigError(
                 f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
             )
+        if loop.init is not None:  # (a task's artifacts are checked as given, above)
+            _check_init_parts(state)
         for art in state.artifacts.values():
             # checked before the run exists: a name "artifact/part" cannot split back into
             # would fail the run's first load and leave it pending for ever
@@ -579,11 +581,21 @@ def _check_task_parts(task: Mapping[str, Any]) -> None:
         if not isinstance(parts, Mapping):
             continue
         for pname, value in parts.items():
-            try:
-                owned_copy(value)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"the value of {part_ref(str(aname), str(pname))} cannot be stored as "
-                    f"JSON: {exc}",
-                    field="task.artifacts",
-                ) from None
+            _json_part(part_ref(str(aname), str(pname)), value, "task.artifacts")
+
+
+def _check_init_parts(state: TaskState) -> None:
+    """The parts a loop's ``init`` made, held to the same rule (a set it put there was
+    stored as its ``str`` too)."""
+    for ref, part in state.iter_parts():
+        for version in part.known.values():
+            _json_part(ref, version.value, "init")
+
+
+def _json_part(ref: str, value: Any, field: str) -> None:
+    try:
+        owned_copy(value)
+    except ValueError as exc:
+        raise ConfigError(
+            f"the value of {ref} cannot be stored as JSON: {exc}", field=field
+        ) from None

@@ -49,13 +49,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import math
-import os
 import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ._contract import Contract
@@ -109,8 +110,7 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
         )
     target, _, attr = ref.rpartition(":")
     if str(base) not in sys.path:
-        # lets spec-local modules import their siblings; after the standard library
-        sys.path.insert(_after_stdlib(), str(base))
+        _put_on_path(str(base))  # lets spec-local modules import their siblings
     try:
         if target.endswith(".py"):
             path = (base / target).resolve()
@@ -152,28 +152,47 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
     return obj
 
 
-def _after_stdlib() -> int:
-    """Where on ``sys.path`` a spec's folder goes: after the standard library's entries, so
-    that a ``random.py`` or ``json.py`` beside a spec never stands in for the standard module
-    in the whole process (every later ``import random``, loopwright's own included, would
-    have run it); before the installed packages, so that a sibling ``helpers.py`` is still
-    the one its spec imports. The spec's own modules are loaded by their path, whatever
-    their names (``code.py``)."""
-    import sysconfig
+# The spec folders put on sys.path by this process, each read by a _SpecFolderFinder.
+_SPEC_PATHS: set[str] = set()
 
-    def real(entry: str) -> str:
-        return os.path.normcase(os.path.realpath(entry or os.curdir))
 
-    stdlib: set[str] = set()
-    for key in ("stdlib", "platstdlib"):
-        if path := sysconfig.get_path(key):
-            stdlib |= {real(path), real(os.path.join(path, "lib-dynload"))}
-    last = -1
-    for i, entry in enumerate(sys.path):
-        name = os.path.basename(entry)
-        if real(entry) in stdlib or (name.startswith("python") and name.endswith(".zip")):
-            last = i
-    return last + 1 if last >= 0 else len(sys.path)
+class _SpecFolderFinder(importlib.machinery.FileFinder):
+    """A spec folder's finder: its modules by their bare names, except a name of the standard
+    library's (``random.py``, ``json.py``, ``code.py`` beside a spec), which would otherwise
+    stand in for the standard module in the whole process (every later ``import random``,
+    loopwright's own included, would have run it)."""
+
+    def find_spec(
+        self, fullname: str, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in sys.stdlib_module_names:
+            return None
+        return super().find_spec(fullname, target)
+
+
+def _spec_folder_hook(path: str) -> importlib.machinery.FileFinder:
+    if path not in _SPEC_PATHS:
+        raise ImportError("not a spec folder")  # (the next hook's: a plain FileFinder)
+    m = importlib.machinery
+    return _SpecFolderFinder(
+        path,
+        (m.ExtensionFileLoader, m.EXTENSION_SUFFIXES),
+        (m.SourceFileLoader, m.SOURCE_SUFFIXES),
+        (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES),
+    )
+
+
+def _put_on_path(folder: str) -> None:
+    """``folder`` first on ``sys.path``: a sibling ``helpers.py`` is the one its spec imports,
+    not one in the script's folder, the working directory or $PYTHONPATH (all ahead of the
+    standard library's entries, where the folder went before); read by a
+    ``_SpecFolderFinder``, so that it never shadows a standard module. The spec's own modules
+    are loaded by their path, whatever their names."""
+    _SPEC_PATHS.add(folder)
+    if _spec_folder_hook not in sys.path_hooks:
+        sys.path_hooks.insert(0, _spec_folder_hook)
+    sys.path_importer_cache.pop(folder, None)
+    sys.path.insert(0, folder)
 
 
 # The folders spec modules were loaded from in this process (a worker, the dashboard).

@@ -31,6 +31,10 @@ __all__ = ["Worker", "WorkerStats"]
 
 LoopResolver = Callable[[RunRecord], Loop]
 
+SKIPPED_WHY_KEPT = 100
+"""The most runs ``WorkerStats.skipped_why`` names (the latest skipped; ``skipped`` counts them
+all): a worker that runs for weeks beside runs it has no loop for holds a bounded map."""
+
 
 @dataclass(slots=True)
 class WorkerStats:
@@ -41,7 +45,8 @@ class WorkerStats:
     errors: int = 0  # runs that failed with an internal error
     interrupted: int = 0  # runs left resumable because the store failed under them
     store_errors: int = 0  # claims that failed because the store did (the worker went on)
-    # why each skipped run was skipped (the latest reason; a run is skipped again after 30 s)
+    # why each skipped run was skipped (the latest reason; a run is skipped again after 30 s),
+    # for the SKIPPED_WHY_KEPT runs skipped last
     skipped_why: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
@@ -125,13 +130,16 @@ class Worker:
                 store.release_lease(run_id, token)
             return
         except LoopwrightError as exc:
-            self._skipped(run_id, exc)
+            why = redact_text(str(exc))  # (stored: a module's error can quote a secret)
             with contextlib.suppress(StoreError):
                 store.append_events(
                     run_id,
-                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": str(exc)})],
+                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
                 )
                 store.release_lease(run_id, token)
+            # said once the run is handed back: an on_skip that raises (or a console whose
+            # reader went away) ends the worker, never with the run's lease still held
+            self._skipped(run_id, exc)
             return
         try:
             result = await self.runtime.resume(run_id, loop, token=token)
@@ -156,7 +164,11 @@ class Worker:
     def _skipped(self, run_id: str, why: LoopwrightError) -> None:
         """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""
         self.stats.skipped += 1
-        self.stats.skipped_why[run_id] = redact_text(str(why))  # (it is printed as JSON)
+        said = self.stats.skipped_why
+        said.pop(run_id, None)  # (the latest at the end: the oldest is the first dropped)
+        said[run_id] = redact_text(str(why))  # (it is printed as JSON)
+        if len(said) > SKIPPED_WHY_KEPT:
+            del said[next(iter(said))]
         self._no_loop[run_id] = time.monotonic() + 30.0
         if self.on_skip is not None:
             self.on_skip(run_id, why)

@@ -780,3 +780,50 @@ def test_a_live_view_whose_reader_went_away_ends_quietly(project: Path) -> None:
     with loopwright.Runtime(str(project / "s.db")) as rt:
         [run] = rt.store.list_runs()
         assert (run.status, run.stop_reason) == ("accepted", "success")  # it ran to its end
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_said_not_exit_141(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review (stop 42): Typer turns any broken pipe a command meets into a silent exit 1; the
+    CLI read every such exit as stdout's reader gone and exited 141, quietly — a socket's
+    broken pipe (a server that closed the connection) looked like ``| head``. stdout is still
+    read here: it is an error, said, exit 1."""
+    import loopwright._spec
+
+    def broken(path: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")  # (a socket's, not stdout's)
+
+    monkeypatch.setattr(loopwright._spec, "load_spec", broken)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # (Typer wraps both: restored after)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    (tmp_path / "loop.toml").write_text("")
+    assert main(["check", str(tmp_path / "loop.toml")]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: BrokenPipeError" in err and "other than stdout" in err
+
+
+def test_a_socket_broken_pipe_is_said_when_stdout_is_the_null_device(tmp_path: Path) -> None:
+    """Review (stop 42): stdout pointed at the null device was read as Rich's sign that its
+    write to stdout broke a pipe; under ``> /dev/null`` (cron, a service) a socket's broken
+    pipe still exited 141 with nothing said on stderr. Only a stdout moved there while the
+    command ran counts."""
+    script = (
+        "import sys, loopwright._spec as s\n"
+        "def broken(path):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "s.load_spec = broken\n"
+        "from loopwright.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
+    r = subprocess.run(
+        [sys.executable, "-c", script, "check", str(tmp_path / "loop.toml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    assert b"internal error: BrokenPipeError" in r.stderr

@@ -653,3 +653,27 @@ def test_a_key_this_run_did_asked_again_with_other_arguments_escalates(
     assert r.packet is not None
     assert "was done by this run in cycle 1 with other arguments" in r.packet["cause"]
     assert (entry.status, entry.data["result"]) == ("done", {"paid": 1.0})
+
+
+def test_a_part_json_cannot_hold_that_init_set_is_refused_before_the_run(tmp_path: Path) -> None:
+    """Review (stop 42): the task-artifacts check ran on the task only for loops without
+    ``init``: a loop whose ``init`` set a part to a set still had it stored as the text
+    "{1, 2}", read by the actor and judged. The initial state's parts are checked, whoever
+    made them."""
+
+    def init(task: Any) -> lw.TaskState:
+        state = lw.TaskState.from_task({"artifacts": {"inv": {"qty": 0}}})
+        state.set_part("inv", "lines", {1, 2}, 0)
+        return state
+
+    loop = lw.Loop(
+        name="own",
+        actor=lambda ctx: lw.Proposal(),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+        init=init,
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        with pytest.raises(lw.ConfigError, match=r"^init: the value of inv/lines cannot be st"):
+            rt.run_sync(loop, {}, task_key="k")
+        assert rt.store.list_runs() == []

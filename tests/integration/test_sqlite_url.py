@@ -93,3 +93,18 @@ def test_the_ray_executor_keeps_the_decoded_path(tmp_path: Path) -> None:
     url = absolute_store_url(f"sqlite:///{tmp_path}/a%2541%20b.db?durability=process")
     assert sqlite_url_path(url) == f"{tmp_path}/a%41 b.db"
     assert url.endswith("?durability=process")
+
+
+def test_a_read_command_names_the_file_the_url_named_before_decoding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review (stop 42): ``loopwright runs --store sqlite:///…/a%20b.db`` of a store made
+    before, at the literal ``a%20b.db``, said "no store at …/a b.db": open_store's word for
+    it (the file that exists, how to name it) was never reached by the read commands."""
+    from loopwright.cli import main
+
+    with lw.Runtime(tmp_path / "a%20b.db"):
+        pass
+    assert main(["runs", "--store", f"sqlite:///{tmp_path}/a%20b.db"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no store at" not in err and "a%20b.db' does" in err and "plain file path" in err

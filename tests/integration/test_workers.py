@@ -336,3 +336,90 @@ def test_a_worker_says_why_it_skipped_a_run(
     assert main(["worker", "--once", "--json", "--store", db]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert "started from Python" in stats["skipped_why"][rec.run_id]
+
+
+def test_a_workers_skip_reasons_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review (stop 42): ``WorkerStats.skipped_why`` kept one entry for every run a worker
+    ever skipped: a worker running for weeks beside runs it has no loop for (runs started
+    from Python) grew it without bound. It names the latest ``SKIPPED_WHY_KEPT`` runs;
+    ``skipped`` still counts them all."""
+    import asyncio
+
+    from loopwright import _worker
+
+    monkeypatch.setattr(_worker, "SKIPPED_WHY_KEPT", 3, raising=False)
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        for i in range(5):
+            rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key=f"py{i}")
+        stats = asyncio.run(_worker.Worker(rt, concurrency=8).run(once=True))
+    assert stats.skipped == 5
+    assert len(stats.skipped_why) == 3
+    assert all("started from Python" in why for why in stats.skipped_why.values())
+
+
+def test_a_skipped_run_is_handed_back_before_on_skip_is_called(tmp_path: Path) -> None:
+    """Review (stop 42): ``on_skip`` was called before the skipped run's lease was released:
+    one that raised (user code; the CLI's console on a closed stdout) ended the worker with
+    the run still leased to it, so no other worker could take it until the lease ran out."""
+    import asyncio
+
+    from loopwright._worker import Worker
+
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+
+    def on_skip(run_id: str, why: lw.LoopwrightError) -> None:
+        raise RuntimeError("the callback failed")
+
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="py")
+        with pytest.raises(RuntimeError, match="the callback failed"):
+            asyncio.run(Worker(rt, on_skip=on_skip).run(once=True))
+        after = rt.store.get_run(rec.run_id)
+        assert after.lease_owner is None and after.lease_expires_at is None
+        assert [e.kind for e in rt.store.events(rec.run_id)][-1] == "worker_skipped"
+
+
+def test_why_a_run_was_skipped_is_stored_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review (stop 42): the worker's ``worker_skipped`` event stored the error's text as it
+    was, while ``skipped_why`` beside it was masked: a spec whose import failed quoting a
+    registered secret (an API key in a module's error) had it written to the store
+    (invariant 9)."""
+    import asyncio
+
+    from loopwright import _redact, _worker
+
+    monkeypatch.setattr(_redact, "_registered", set())
+    secret = "sk-review42-0123456789abcdef"
+    _redact.register_secret(secret)
+
+    def unloadable(rec: object) -> lw.Loop:
+        raise lw.SpecError(f"cannot import 'llm.py': RuntimeError: bad key {secret}", field="x")
+
+    monkeypatch.setattr(_worker, "loop_of_run", unloadable)
+    loop = lw.Loop(
+        name="py-only",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"p": "x"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        rec, _ = rt.create(loop, {"artifacts": {"doc": {"p": ""}}}, task_key="py")
+        stats = asyncio.run(_worker.Worker(rt).run(once=True))
+        [event] = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
+    assert stats.skipped == 1 and secret not in stats.skipped_why[rec.run_id]
+    assert "bad key" in event.data["why"] and secret not in event.data["why"]

@@ -1,4 +1,4 @@
-"""A cycle's record as the engine builds it (``Checkpoints._conclude``), for tests of how a
+"""A cycle's record as the engine builds it (``Concluding._conclude``), for tests of how a
 record is packed, masked and stored."""
 
 from __future__ import annotations

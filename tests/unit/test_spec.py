@@ -293,30 +293,57 @@ def test_a_sibling_module_another_specs_folder_imported_is_refused(tmp_path: Pat
         sys.modules.pop("helpers_p41c", None)
 
 
+def _spec_importing(d: Path, module: str) -> Path:
+    """A spec folder whose actor (``actor.py``) imports its sibling ``module``, which says
+    ``NOTE = 'sibling'``; ``code.py`` beside them (a standard library name)."""
+    d.mkdir()
+    (d / f"{module}.py").write_text("NOTE = 'sibling'\n")
+    (d / "actor.py").write_text(
+        f"import loopwright as lw\nimport {module}\n\n"
+        f"def propose(ctx):\n    return lw.Proposal(note={module}.NOTE)\n"
+    )
+    (d / "code.py").write_text(CODE)
+    (d / "loop.toml").write_text(GOOD.replace("code.py:propose", "actor.py:propose"))
+    return d
+
+
 def test_a_spec_folder_never_shadows_the_standard_library(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The spec's folder went first on sys.path: a ``colorsys.py`` (``random.py``,
     ``json.py``...) beside a spec was, from then on, every ``import colorsys`` in the
-    process, loopwright's and its libraries' included. It now goes after the standard
-    library, before the installed packages: a sibling module is still found."""
+    process, loopwright's and its libraries' included. Its finder now skips the standard
+    library's names: a sibling module is still found."""
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delitem(sys.modules, "colorsys", raising=False)
     monkeypatch.delitem(sys.modules, "helpers_p42", raising=False)
-    d = tmp_path / "spec"
-    d.mkdir()
+    d = _spec_importing(tmp_path / "spec", "helpers_p42")
     (d / "colorsys.py").write_text("raise RuntimeError('the spec folder shadows colorsys')\n")
-    (d / "helpers_p42.py").write_text("NOTE = 'sibling'\n")
-    (d / "actor.py").write_text(
-        "import loopwright as lw\nimport helpers_p42\n\n"
-        "def propose(ctx):\n    return lw.Proposal(note=helpers_p42.NOTE)\n"
-    )
-    (d / "code.py").write_text(CODE)
-    (d / "loop.toml").write_text(GOOD.replace("code.py:propose", "actor.py:propose"))
     spec = lw.load_spec(d / "loop.toml")
     assert spec.actor(None).note == "sibling"
     import colorsys
 
     assert colorsys.rgb_to_hsv(1, 0, 0) == (0, 1, 1)  # the standard module
     assert str(d) in sys.path
-    assert sys.path.index(str(d)) > sys.path.index(str(Path(colorsys.__file__).parent))
+
+
+def test_a_sibling_module_wins_over_one_earlier_on_sys_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review (stop 42): the spec's folder went after the standard library, so behind every
+    entry ahead of it — the script's folder or the working directory (``python run.py``,
+    ``python -m loopwright``) and $PYTHONPATH: a ``helpers.py`` there stood in for the one
+    beside the spec, which its actor imports. The folder goes first again (its finder skips
+    the standard library's names: the ``code.py`` beside it is no ``import code``)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "helpers_r42", raising=False)
+    ahead = tmp_path / "project"
+    ahead.mkdir()
+    (ahead / "helpers_r42.py").write_text("NOTE = 'the project folder'\n")
+    sys.path.insert(0, str(ahead))  # (the script's folder, the cwd, $PYTHONPATH)
+    d = _spec_importing(tmp_path / "spec", "helpers_r42")
+    monkeypatch.delitem(sys.modules, "code", raising=False)
+    assert lw.load_spec(d / "loop.toml").actor(None).note == "sibling"
+    import code  # (a code.py beside the spec: still the standard module)
+
+    assert Path(code.__file__).parent != d

@@ -63,21 +63,19 @@ def _stdout_closed() -> bool:
         return False
 
 
-def _from_broken_pipe(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised while a broken pipe was being handled (Rich's console exits
-    with 1 from inside its ``except BrokenPipeError``)."""
-    seen: BaseException | None = exc.__context__
-    for _ in range(8):  # (a chain is short; a bound keeps a cyclic one from looping)
-        if seen is None:
-            return False
-        if isinstance(seen, BrokenPipeError):
-            return True
-        seen = seen.__context__
-    return False
+def _stdout_to_null() -> bool:
+    """Whether the process's stdout is the null device: where Rich's console points it when
+    its write to stdout found a broken pipe (``Console.on_broken_pipe``, then exit 1)."""
+    try:
+        fd = (sys.__stdout__ or sys.stdout).fileno()
+        return os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    null_before = _stdout_to_null()  # (`> /dev/null`: then no write to stdout broke a pipe)
     _replace_unwritable()
     bad = _not_text(args)
     if bad is not None:
@@ -99,10 +97,21 @@ def _main(argv: list[str] | None) -> int:
         if exc.code is None:
             return 0
         code = exc.code if isinstance(exc.code, int) else 2
-        if code == 1 and (_stdout_closed() or _from_broken_pipe(exc)):
+        pipe = exc.__context__ if isinstance(exc.__context__, BrokenPipeError) else None
+        moved = pipe is not None and not null_before and _stdout_to_null()
+        if code == 1 and (_stdout_closed() or moved):
             # Typer's own reading of a broken pipe: a silent exit 1, an internal error's code;
             # Rich's (a live view's last write) points stdout at the null device first
             return _pipe_closed(argv is None)
+        if code == 1 and pipe is not None:
+            # Typer's silent exit 1 for a broken pipe that is not stdout's (a socket's, a
+            # child process's): an error no one was told of
+            print(
+                f"loopwright: internal error: {type(pipe).__name__}: {_one_line(pipe)} "
+                "(a connection or pipe other than stdout was closed by its other end)",
+                file=sys.stderr,
+            )
+            return 1
         if code == 130:  # Typer turns Ctrl-C into a silent exit 130: say what was kept
             _interrupted(argv is None)
         return code

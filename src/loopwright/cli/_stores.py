@@ -51,11 +51,12 @@ def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
     refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
     (``?schema=NAME``), that does not exist: opening either would create it."""
-    from ..store import resolve_store_url
+    from ..store import refuse_undecoded, resolve_store_url
 
     resolved = resolve_store_url(url)
     path = _sqlite_file(resolved)
     if path and path != ":memory:" and not Path(path).exists():
+        refuse_undecoded(resolved)  # (the URL named an existing file before %XX were decoded)
         raise ConfigError(
             f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"

@@ -46,6 +46,7 @@ __all__ = [
     "VersionRow",
     "Vote",
     "open_store",
+    "refuse_undecoded",
     "resolve_store_url",
     "sqlite_url_path",
 ]
@@ -65,6 +66,24 @@ def sqlite_url_path(url: str) -> str | None:
     none."""
     parts = urlsplit(url)
     return None if parts.scheme != "sqlite" else unquote(_written_path(parts))
+
+
+def refuse_undecoded(url: str) -> None:
+    """A ``ConfigError`` when the ``sqlite:`` ``url`` names, its ``%XX`` decoded, a file that
+    does not exist, and, read as written, one that does: before they were decoded the URL
+    named that file, which is never left for a new, empty store beside it (nor reported as
+    missing)."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return
+    literal = _written_path(parts)
+    path = unquote(literal)
+    if literal != path and not os.path.exists(path) and os.path.exists(literal):
+        raise ConfigError(
+            f"{url!r} names {path!r} (a URL's %XX are decoded), which does not exist; "
+            f"{literal!r} does: give it as a plain file path (a path is read as it is)",
+            field="store",
+        )
 
 
 def _written_path(parts: SplitResult) -> str:
@@ -96,15 +115,7 @@ def open_store(url: str | None = None) -> Store:
                 "the '#' as %23",
                 field="store",
             )
-        literal = _written_path(parts)
-        if literal != path and not os.path.exists(path) and os.path.exists(literal):
-            # before the %XX were decoded, this URL named that file: never start a new,
-            # empty store beside it
-            raise ConfigError(
-                f"{url!r} names {path!r} (a URL's %XX are decoded), which does not exist; "
-                f"{literal!r} does: give it as a plain file path (a path is read as it is)",
-                field="store",
-            )
+        refuse_undecoded(url)
         query = parse_qs(parts.query)
         unknown = set(query) - {"durability"}
         if unknown:
