@@ -19,6 +19,7 @@ from typing import Any
 import genai_prices
 import pytest
 from support.fake_openai import FakeOpenAI, Reply, fail, garbage, ok, slow
+from support.ports import refused_port
 
 import loopwright as lw
 from loopwright.adapters import (
@@ -538,12 +539,11 @@ def test_reply_parsing_and_validation() -> None:
 def test_errors_name_the_model_and_endpoint_never_its_credentials(
     tmp_path: Path, server: FakeOpenAI
 ) -> None:
-    with FakeOpenAI() as gone:  # a port that nothing listens on once it is stopped
-        port = gone.port
-    actor = ChatActor(
-        "actor-m", base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y", timeout_s=5
-    )
-    r, events = _run(tmp_path, _loop(actor, retry=lw.RetryPolicy(attempts=2, backoff_s=0.01)))
+    with refused_port() as port:  # refuses every connection; no other process takes it
+        actor = ChatActor(
+            "actor-m", base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y", timeout_s=5
+        )
+        r, events = _run(tmp_path, _loop(actor, retry=lw.RetryPolicy(attempts=2, backoff_s=0.01)))
     assert r.status == "escalated" and r.packet is not None
     where = f"model 'actor-m' at http://127.0.0.1:{port}/v1?api-key=***: Connection error"
     assert where in r.packet["cause"], r.packet["cause"]
