@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -18,15 +20,46 @@ settings.register_profile(
 settings.load_profile("loopwright")
 
 
+# What the process registered before any test ran (collection imports every test module):
+# each test starts from it, whatever the tests before it in the same worker registered.
+_BASELINE: dict[str, Any] = {}
+
+
 @pytest.fixture(autouse=True)
-def _clean_text_cache_empty() -> None:
-    """Each test starts with the redaction net's cache of clean texts empty: it is bounded
-    (256 texts) and cleared when full, so what a test measured with tracemalloc depended on
-    what earlier tests in the same worker had left in it (a CI run measured 0.25x where the
-    same test alone measured 0.13x)."""
+def _process_state_as_at_start() -> None:
+    """Each test starts with loopwright's process-wide state as no earlier test left it. With
+    ``-n``/``--dist loadfile`` the files a worker runs, and their order, vary from run to run,
+    so what a test measured or saw depended on what ran before it in its worker:
+
+    * the redaction net's cache of clean texts is emptied: it is bounded (256 texts) and
+      cleared when full, so a tracemalloc measurement depended on what earlier tests had left
+      in it (a CI run measured 0.25x where the same test alone measured 0.13x);
+    * the secret values and field names registered (``register_secret``: every adapter built
+      with an API key, every URL with a password; ``register_secret_field``: every spec with
+      ``secret_fields``) are back to what the process had registered before the first test:
+      they were masked for the rest of the worker's life, so a test asserting that a secret is
+      not shown could pass only because another file had registered that same text
+      (``s3cret`` is registered by test_openai_adapter and looked for by test_trace_export);
+    * the model endpoints' shared limits (``adapters._limits``, keyed by base URL and model;
+      a limit once set only tightens) are back to none set, as a fresh process has them.
+    """
     from loopwright import _redact
 
     _redact._clean_texts.clear()
+    registered, fields = _BASELINE.setdefault(
+        "redact", (frozenset(_redact._registered), frozenset(_redact._registered_fields))
+    )
+    with _redact._lock:
+        _redact._registered.intersection_update(registered)
+        _redact._registered.update(registered)
+        _redact._registered_fields.intersection_update(fields)
+        _redact._registered_fields.update(fields)
+    limits = sys.modules.get("loopwright.adapters._limits")  # not imported here if not yet
+    gates = _BASELINE.setdefault("gates", {} if limits is None else dict(limits._gates))
+    if limits is not None:
+        with limits._gates_lock:
+            limits._gates.clear()
+            limits._gates.update(gates)
 
 
 @pytest.fixture

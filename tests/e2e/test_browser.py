@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -42,12 +42,6 @@ def _web_loop() -> ModuleType:
     return mod
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _need_browser() -> None:
     if not Path(CHROMIUM).exists():
         _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
@@ -65,8 +59,11 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def _serve(store: str, tmp_path: Path) -> Iterator[str]:
-    """`loopwright ui` over ``store`` on a free loopback port; yields its base URL."""
-    port = _free_port()
+    """`loopwright ui` over ``store`` on a free loopback port; yields its base URL.
+
+    The server binds port 0 and says which port it got: a port found free here and bound by
+    the server later could be taken in between (the other xdist process's servers, another
+    test run on the machine), and the test would fail, or talk to that other server."""
     env = {**os.environ, "LOOPWRIGHT_UI_TOKEN": TOKEN, "LOOPWRIGHT_UI_IDENTITY": "ana"}
     # `loopwright ui`; importing _ui_cmd first registers the command whether or not the CLI's
     # _app wires it yet.
@@ -76,25 +73,30 @@ def _serve(store: str, tmp_path: Path) -> Iterator[str]:
     log_path = tmp_path / "ui.log"
     log = log_path.open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-c", launch, "ui", "--port", str(port), "--store", store],
+        [sys.executable, "-c", launch, "ui", "--port", "0", "--store", store],
         cwd=tmp_path,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    base = f"http://127.0.0.1:{port}"
+    base = ""
     try:
         for _ in range(1200):  # up to two minutes for the server to start on a loaded machine
-            try:
-                urllib.request.urlopen(base + "/login", timeout=1).close()
-                break
-            # OSError: refused or reset (URLError, ConnectionError), and a reply slower than
-            # the 1 s timeout on a loaded machine, raised as a bare TimeoutError
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"loopwright ui exited: {log_path.read_text()}")
-                time.sleep(0.1)
+            # its first line names the port it listens on (bound before the line is written)
+            said = re.search(r"loopwright ui: (http://127\.0\.0\.1:\d+)/", log_path.read_text())
+            if said is not None:
+                base = said.group(1)
+                try:
+                    urllib.request.urlopen(base + "/login", timeout=1).close()
+                    break
+                # OSError: refused or reset (URLError, ConnectionError), and a reply slower
+                # than the 1 s timeout on a loaded machine, raised as a bare TimeoutError
+                except OSError:
+                    pass
+            if proc.poll() is not None:
+                pytest.fail(f"loopwright ui exited: {log_path.read_text()}")
+            time.sleep(0.1)
         yield base
     finally:
         proc.terminate()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TARGET, TASK, fields
+from support.ports import refused_port
 
 import loopwright as lw
 from loopwright.store import Store
@@ -419,10 +420,9 @@ def test_export_otlp_reports_a_refusal_and_an_unreachable_collector(world: World
     with world.store() as st:
         with _Collector(status=503) as col, pytest.raises(OTLPExportError, match="HTTP 503"):
             export_otlp(st, world.runs["ok"], col.url)
-        with _Collector() as col:
-            url = col.url
-        with pytest.raises(OTLPExportError, match="cannot reach"):
-            export_otlp(st, world.runs["ok"], url, timeout_s=2)
+        # a port that refuses every connection (a stopped collector's could be taken meanwhile)
+        with refused_port() as port, pytest.raises(OTLPExportError, match="cannot reach"):
+            export_otlp(st, world.runs["ok"], f"http://127.0.0.1:{port}", timeout_s=2)
         with pytest.raises(lw.ConfigError, match="not an http"):
             export_otlp(st, world.runs["ok"], "localhost:4318")
         with pytest.raises(lw.RunNotFoundError):
