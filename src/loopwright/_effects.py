@@ -240,11 +240,13 @@ class Effect:
         body = _canon({"run": run_id, "cycle": cycle, "name": self.name, "args": dict(call.args)})
         return f"{self.name}:{hashlib.sha256(body.encode()).hexdigest()[:24]}"
 
-    def _business_key(self, args: Mapping[str, Any]) -> str | int:
-        """What the ``key=`` function gives for ``args``, or a ``ConfigError`` naming it (the
-        engine escalates with it): one that raises, or gives no key (``None``, ``""``, a
-        coroutine, any other object, written as its ``str``: ``"None"`` would name one action
-        for every call, an object's address another key in every process)."""
+    def _business_key(self, args: Mapping[str, Any]) -> object:
+        """What the ``key=`` function gives for ``args`` (written as its ``str``), or a
+        ``ConfigError`` naming it (the engine escalates with it): one that raises, or gives no
+        key: ``None``, ``""``, a bool, a coroutine, an object whose text is the default one
+        (``"None"`` would name one action for every call, an object's address another key in
+        every process). A value whose text is its own (a UUID, a ``Decimal``, a date, a tuple
+        of such) keeps working as before."""
         where = f"effects.{self.name}.key"
         try:
             key = self.key_fn(args)  # type: ignore[misc]
@@ -253,14 +255,14 @@ class Effect:
                 f"the key function of effect {self.name} raised {type(exc).__name__}: {exc}",
                 field=where,
             ) from exc
-        if (isinstance(key, str) and key) or (isinstance(key, int) and not isinstance(key, bool)):
+        if _names_an_action(key):
             return key
         if inspect.iscoroutine(key):
             key.close()  # (never awaited: no warning of it)
         raise ConfigError(
-            f"the key function of effect {self.name} must return the action's key as text or "
-            f"a whole number, got {type(key).__name__}: {key!r:.60} (it is a plain function of "
-            "the arguments, not async)",
+            f"the key function of effect {self.name} must return the action's key (text, a "
+            f"number, a UUID...), got {type(key).__name__}: {key!r:.60} (it is a plain "
+            "function of the arguments, not async)",
             field=where,
         )
 
@@ -334,3 +336,26 @@ def effect(
         )
 
     return wrap
+
+
+def _names_an_action(key: object) -> bool:
+    """Whether ``key``'s text names one action, the same in every process."""
+    if key is None or isinstance(key, bool) or inspect.iscoroutine(key):
+        return False
+    if isinstance(key, str):
+        return bool(key)
+    if isinstance(key, int):
+        return True
+    if isinstance(key, float):
+        return math.isfinite(key)
+    if isinstance(key, tuple):
+        return bool(key) and all(_names_an_action(k) for k in key)
+    if callable(key) or inspect.isgenerator(key) or inspect.isawaitable(key):
+        return False
+    # any other value that writes its own text (a UUID, a Decimal, a date, an enum member);
+    # the default text of an object (object's, a function's) holds its address
+    try:
+        text = str(key)
+    except Exception:
+        return False
+    return bool(text) and " at 0x" not in text

@@ -11,7 +11,10 @@ another. Each failure of user code is the user's: the run escalates with a messa
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -677,3 +680,56 @@ def test_a_part_json_cannot_hold_that_init_set_is_refused_before_the_run(tmp_pat
         with pytest.raises(lw.ConfigError, match=r"^init: the value of inv/lines cannot be st"):
             rt.run_sync(loop, {}, task_key="k")
         assert rt.store.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [
+        (lambda a: uuid.UUID(int=7), "pay:00000000-0000-0000-0000-000000000007"),
+        (lambda a: decimal.Decimal("12.50"), "pay:12.50"),
+        (lambda a: datetime.date(2026, 12, 4), "pay:2026-12-04"),
+        (lambda a: ("INV", 7), "pay:('INV', 7)"),
+    ],
+)
+def test_an_effect_key_whose_text_is_its_own_still_names_the_action(
+    tmp_path: Path, key: Callable[..., Any], want: str
+) -> None:
+    """The check above (stop 42) first refused every key but text and whole numbers: a key=
+    function returning an order's UUID (or a Decimal, a date, a tuple), which named its action
+    by its text before, escalated every run that paid."""
+    paid: list[Any] = []
+
+    def pay(amount: float, *, key: str) -> str:
+        paid.append(key)
+        return "ok"
+
+    loop = _paying(lw.effect("spend", name="pay", key=key)(pay))
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+    assert r.status == "accepted", r.packet
+    assert paid == [want]
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        (lambda a: object(), "got object"),
+        (lambda a: lambda: 1, "got function"),
+        (lambda a: True, "got bool"),
+        (lambda a: float("nan"), "got float"),
+        (lambda a: (), "got tuple"),
+    ],
+)
+def test_an_effect_key_that_names_no_action_escalates(
+    tmp_path: Path, key: Callable[..., Any], said: str
+) -> None:
+    """An address (an object's default text, a function's), a bool, NaN or an empty tuple
+    names no one action: refused as None is."""
+    paid: list[Any] = []
+
+    def pay(amount: float, *, key: str) -> str:
+        paid.append(key)
+        return "ok"
+
+    _, cause = _escalated(tmp_path, _paying(lw.effect("spend", name="pay", key=key)(pay)))
+    assert said in cause and paid == []
