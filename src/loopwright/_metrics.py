@@ -757,11 +757,19 @@ def parse_time(value: float | datetime | str | None, *, field: str = "since") ->
         return float(value)
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.strip()).timestamp()
-        except (ValueError, OverflowError, OSError):
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
             raise ConfigError(
                 f"{value!r} is not an ISO 8601 date or time (e.g. 2024-06-01 or "
                 "2024-06-01T09:30:00+00:00)",
+                field=field,
+            ) from None
+        try:
+            return when.timestamp()
+        except (ValueError, OverflowError, OSError):  # a date, but not as epoch seconds here
+            raise ConfigError(
+                f"{value!r} is a date outside the times this machine can count (in its time "
+                "zone); give a later one, or one with its zone (…+00:00)",
                 field=field,
             ) from None
     raise ConfigError(f"{value!r} is not a point in time", field=field)

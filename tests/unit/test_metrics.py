@@ -559,3 +559,24 @@ def test_compute_metrics_refuses_a_wrong_argument_naming_it(
     with pytest.raises(lw.ConfigError) as err:
         lw.compute_metrics(args.pop("store"), **args)
     assert err.value.field == field
+
+
+def test_a_date_too_early_for_local_time_is_said_as_such() -> None:
+    """`--since 0001-01-01` is an ISO 8601 date, yet was refused as "not an ISO 8601 date"
+    (local time at year 1 is before year 1 east of UTC or too early for the C library)."""
+    from datetime import datetime
+
+    from loopwright._metrics import parse_time
+
+    try:  # whether this machine's C library counts local year 1 (glibc in UTC: no)
+        local: float | None = datetime(1, 1, 1).timestamp()
+    except (ValueError, OverflowError, OSError):
+        local = None
+    if local is None:
+        with pytest.raises(lw.ConfigError, match="outside the times this machine can count"):
+            parse_time("0001-01-01")
+    else:
+        assert parse_time("0001-01-01") == local
+    assert parse_time("0001-01-01T00:00:00+00:00") == -62135596800.0
+    with pytest.raises(lw.ConfigError, match="not an ISO 8601 date"):
+        parse_time("2024-13-01")
