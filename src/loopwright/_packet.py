@@ -39,9 +39,11 @@ _WORDS = {
     "success": "accepted: every required visible check passed",
     "no_progress": "stopped: no measurable improvement for {n} cycles",
     "budget_cycles": "stopped: the cycle budget ({max_cycles}) is spent",
-    "budget_cost": "stopped: the cost budget (${max_cost_usd}) would be crossed",
-    "budget_tokens": "stopped: the token budget ({max_tokens}) would be crossed",
-    "budget_time": "stopped: the time budget ({max_seconds} s) would be crossed",
+    # (reached, crossed by a call in flight, or crossed by the next cycle's projection: the
+    # cause after these words says which; "would be crossed" read wrong for the first two)
+    "budget_cost": "stopped: at the cost budget (${max_cost_usd})",
+    "budget_tokens": "stopped: at the token budget ({max_tokens})",
+    "budget_time": "stopped: at the time budget ({max_seconds} s)",
     "marginal_return": "stopped: another cycle was not worth its expected cost",
     "escalated": "escalated to a person",
     "cancelled": "cancelled",

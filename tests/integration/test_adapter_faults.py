@@ -537,3 +537,26 @@ def test_a_sub_cent_cost_budget_reads_as_itself_in_the_packet(tmp_path: Path) ->
             r = rt.run_sync(loop, TASK)
         assert r.stop_reason == "budget_cost"
         assert f"cost budget ({shown})" in r.packet["summary"], r.packet["summary"]
+
+
+def test_a_budget_a_call_crossed_is_not_said_to_be_one_that_would_be(tmp_path: Path) -> None:
+    """The packet's summary said "the cost budget ($0.0020) would be crossed" before a cause
+    saying a call had crossed it: the words now say where it stopped, the cause how."""
+
+    def costly(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "title", "Helo!"),), usage=lw.Usage(0.003))
+
+    loop = lw.Loop(
+        name="crossed",
+        actor=costly,
+        verifiers=[lw.Check(fn=title)],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5, max_cost_usd=0.002)
+        ),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK)
+    assert r.stop_reason == "budget_cost" and r.packet is not None
+    summary = r.packet["summary"]
+    assert summary.startswith("stopped: at the cost budget ($0.002)"), summary
+    assert "would be crossed" not in summary and "crossed" in summary, summary
