@@ -38,13 +38,12 @@ from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
-from ._json import check_given_text, owned_copy
+from ._json import check_given_text
 from ._keys import check_key, fit_key
 from ._loop import Loop, check_loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
-from ._parts import part_ref
 from ._people import Decisions
 from ._redact import redact
 from ._reflection import Reflection
@@ -55,6 +54,7 @@ from ._result import (
 )
 from ._reversal import run_compensations
 from ._state import TaskState
+from ._task_parts import check_init_parts, check_task_parts
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
@@ -176,7 +176,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                 f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
             )
         if loop.init is None and task is not None:
-            _check_task_parts(task)
+            check_task_parts(task)
         # Invariant 9: fields named secret and shaped secrets never reach the store, so the
         # run (actor included) works from the masked task, resumed or not.
         try:
@@ -203,7 +203,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                 f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
             )
         if loop.init is not None:  # (a task's artifacts are checked as given, above)
-            _check_init_parts(state)
+            check_init_parts(state)
         for art in state.artifacts.values():
             # checked before the run exists: a name "artifact/part" cannot split back into
             # would fail the run's first load and leave it pending for ever
@@ -567,35 +567,3 @@ def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
         return asyncio.run(coro)
     coro.close()
     raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
-
-
-def _check_task_parts(task: Mapping[str, Any]) -> None:
-    """A task's ``artifacts`` are its parts' first values, and a part's value must be JSON, as
-    a proposal's is: a set or a date there was stored as its ``str``, which the actor and the
-    checks then read (``{1, 2}`` judged as the text ``"{1, 2}"``). Refused before the run
-    exists, naming the part. A malformed ``artifacts`` is ``TaskState.from_task``'s to name."""
-    arts = task.get("artifacts")
-    if not isinstance(arts, Mapping):
-        return
-    for aname, parts in arts.items():
-        if not isinstance(parts, Mapping):
-            continue
-        for pname, value in parts.items():
-            _json_part(part_ref(str(aname), str(pname)), value, "task.artifacts")
-
-
-def _check_init_parts(state: TaskState) -> None:
-    """The parts a loop's ``init`` made, held to the same rule (a set it put there was
-    stored as its ``str`` too)."""
-    for ref, part in state.iter_parts():
-        for version in part.known.values():
-            _json_part(ref, version.value, "init")
-
-
-def _json_part(ref: str, value: Any, field: str) -> None:
-    try:
-        owned_copy(value)
-    except ValueError as exc:
-        raise ConfigError(
-            f"the value of {ref} cannot be stored as JSON: {exc}", field=field
-        ) from None
