@@ -7,6 +7,7 @@ question's small schema, recorded with who gave it, and put in the next cycle's 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -84,7 +85,14 @@ class Question:
                 try:
                     return int(answer.strip())
                 except ValueError:
-                    pass
+                    digits = answer.strip().lstrip("+-")
+                    if digits.isdecimal() and len(digits) > sys.get_int_max_str_digits() > 0:
+                        # (float() would read it as inf: "must be a finite integer" said wrong)
+                        raise ConfigError(
+                            f"must be a whole number of at most {sys.get_int_max_str_digits()} "
+                            f"digits, got one of {len(digits)}",
+                            field="answer",
+                        ) from None
         try:
             if isinstance(answer, bool):
                 raise ValueError

@@ -158,3 +158,19 @@ def test_bad_boolean_answers(answer: Any) -> None:
     with pytest.raises(lw.ConfigError, match="yes or no") as err:
         Q("ok?", type="boolean").validate(answer)
     assert err.value.field == "answer"
+
+
+def test_an_integer_answer_with_too_many_digits_says_so() -> None:
+    """An answer of 5,000 digits to an integer question was refused as "must be a finite
+    integer": Python reads at most 4,300 digits as an int, and the float it fell back to was
+    inf. The answer is a whole number, too long; the error says that."""
+    import sys
+
+    q = lw.Question("How many?", type="integer")
+    limit = sys.get_int_max_str_digits()  # 4300 unless PYTHONINTMAXSTRDIGITS says otherwise
+    if limit == 0:  # no limit: read whole
+        assert q.validate("7" * 5000) == int("7" * 5000)
+    else:
+        with pytest.raises(lw.ConfigError, match=f"at most {limit} digits, got one of"):
+            q.validate("7" * (limit + 700))
+    assert q.validate("-" + "7" * 40) == -int("7" * 40)
