@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Container
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
 from ._errors import ConfigError
@@ -37,13 +37,14 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     orjson = None  # type: ignore[assignment]
 
 __all__ = [
+    "JsonLineError",
     "NumberRangeError",
-    "bare_cr",
     "check_given_text",
     "check_text",
     "check_value",
     "dumps",
     "is_text",
+    "json_lines",
     "loads",
     "lone_surrogate",
     "not_text",
@@ -363,7 +364,40 @@ def not_text(text: str) -> None:
         raise ValueError(f"the text holds a lone surrogate ({bad}), which is not text") from None
 
 
-def bare_cr(line: str) -> str:
+class JsonLineError(ValueError):
+    """A JSON Lines file's line that holds no JSON value: ``line`` (1-based) and what is wrong
+    with it (``message``), for the reader to name its file in its own error."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+def json_lines(
+    lines: Iterable[bytes], not_json: Callable[[json.JSONDecodeError], str]
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of a JSON Lines file read as bytes,
+    or ``JsonLineError`` at the first bad one (``not_json``: how the reader words a line that
+    is not JSON). Each line is decoded on its own: a text stream decodes ahead in 8 KB
+    chunks, so its ``UnicodeDecodeError`` came up lines before the bad one, naming the wrong
+    line. The run-trace and LDB readers read through this one loop."""
+    for n, raw in enumerate(lines, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsonLineError(n, f"not UTF-8 text ({exc.reason})") from None
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise JsonLineError(n, not_json(exc) + _bare_cr(text)) from None
+        except RecursionError:
+            raise JsonLineError(n, "nested too deeply") from None
+        yield n, value
+
+
+def _bare_cr(line: str) -> str:
     r"""What to add to "line N: not JSON" when the line holds a bare carriage return: a file
     whose lines end in ``\r`` alone (old Mac tools) reads as one line of several values. JSON
     Lines ends each line with ``\n`` (``\r\n`` too: JSON ignores the ``\r``), and a ``\r``

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ConfigError
-from .._json import bare_cr
+from .._json import JsonLineError, json_lines
 
 __all__ = [
     "USD_PER_TOKEN",
@@ -272,30 +272,13 @@ class LdbImport:
 
 
 def _parse_lines(p: Path) -> list[tuple[int, Any]]:
-    out: list[tuple[int, Any]] = []
-    # Bytes, each line decoded on its own: a text stream decodes ahead in 8 KB chunks, so its
-    # UnicodeDecodeError came up lines before the bad one and named the wrong line.
     with p.open("rb") as fh:
-        for n, data in enumerate(fh, 1):
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise LdbFormatError(
-                    f"not UTF-8 text ({exc.reason})", path=str(p), line=n
-                ) from None
-            if not raw.strip():
-                continue
-            try:
-                out.append((n, json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise LdbFormatError(
-                    f"not valid JSON: {exc.msg} (column {exc.colno}){bare_cr(raw)}",
-                    path=str(p),
-                    line=n,
-                ) from None
-            except RecursionError:
-                raise LdbFormatError("nested too deeply", path=str(p), line=n) from None
-    return out
+        try:
+            return list(
+                json_lines(fh, lambda exc: f"not valid JSON: {exc.msg} (column {exc.colno})")
+            )
+        except JsonLineError as bad:
+            raise LdbFormatError(bad.message, path=str(p), line=bad.line) from None
 
 
 def _file_rounds(records: list[tuple[int, Any]]) -> Counter[int]:

@@ -53,7 +53,7 @@ from typing import IO, Any
 
 from .._contract import RUN_STATUSES, STOP_REASONS
 from .._errors import ConfigError
-from .._json import bare_cr
+from .._json import JsonLineError, json_lines
 
 __all__ = [
     "ABORTED",
@@ -338,32 +338,17 @@ def read_traces(path: str | Path) -> Iterator[RunTrace]:
     if not p.is_file():
         raise ConfigError(f"no such file: {p}", field="SOURCE")
     lines: dict[str, int] = {}  # run id -> its line: a run listed twice would count twice
-    # Bytes, each line decoded on its own: a text stream decodes ahead in 8 KB chunks, so its
-    # UnicodeDecodeError came up lines before the bad one and named the wrong line.
     with p.open("rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ConfigError(
-                    f"{p}, line {n}: not UTF-8 text ({exc.reason})", field="SOURCE"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{p}, line {n}: not JSON ({exc.msg}){bare_cr(line)}", field="SOURCE"
-                ) from None
-            except RecursionError:
-                raise ConfigError(f"{p}, line {n}: nested too deeply", field="SOURCE") from None
-            trace = RunTrace.from_dict(data, where=f"{p}:{n}")
-            if trace.run_id in lines:
-                raise ConfigError(
-                    f"{p}, line {n}: run {trace.run_id!r} is on line {lines[trace.run_id]} "
-                    "too (it would be counted twice)",
-                    field="SOURCE",
-                )
-            lines[trace.run_id] = n
-            yield trace
+        try:
+            for n, data in json_lines(fh, lambda exc: f"not JSON ({exc.msg})"):
+                trace = RunTrace.from_dict(data, where=f"{p}:{n}")
+                if trace.run_id in lines:
+                    raise ConfigError(
+                        f"{p}, line {n}: run {trace.run_id!r} is on line {lines[trace.run_id]} "
+                        "too (it would be counted twice)",
+                        field="SOURCE",
+                    )
+                lines[trace.run_id] = n
+                yield trace
+        except JsonLineError as bad:
+            raise ConfigError(f"{p}, line {bad.line}: {bad.message}", field="SOURCE") from None
