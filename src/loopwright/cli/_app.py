@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._engine import RunResult
     from .._loop import Loop
     from .._state import TaskState
-    from ..store import Approval, RunRecord, Store
+    from ..store import RunRecord, Store
 
 
 def new_typer(**kwargs: Any) -> typer.Typer:
@@ -67,8 +67,13 @@ def _root(
 # Commands defined in other modules of this package, which register themselves on ``app``
 # when imported; `app_for` imports only the one a command line names.
 _ELSEWHERE = {
+    "answer": "_decide_cmd",
+    "approvals": "_decide_cmd",
+    "approve": "_decide_cmd",
     "audit": "_people_cmd",
     "authority": "_people_cmd",
+    "cancel": "_decide_cmd",
+    "deny": "_decide_cmd",
     "diff": "_diff_cmd",
     "edit": "_fork_cmd",
     "fit-stop": "_fit_cmd",
@@ -78,6 +83,7 @@ _ELSEWHERE = {
     "trace": "_observe",
     "export": "_observe",
     "replay": "_replay_cmd",
+    "rollback": "_decide_cmd",
     "ui": "_ui_cmd",
     "users": "_people_cmd",
     "worker": "_worker_cmd",
@@ -578,104 +584,6 @@ def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:
     )
 
 
-@app.command()
-def approvals(
-    store: StoreOpt = None,
-    as_json: JsonOpt = False,
-    all_: Annotated[bool, typer.Option("--all", help="Decided ones too.")] = False,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            help=f"At most this many, newest first (default: {APPROVALS_SHOWN}, in the list "
-            "and with --json; 0: every one; stderr says how many more there are).",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    """Approval requests waiting for a person, across runs, newest first."""
-    if limit is not None and limit < 0:
-        raise ConfigError("must be 0 (every request) or more", field="--limit")
-    # Bounded by default, --json too: one page and a COUNT in the store, not every request
-    # of a store where thousands wait. --limit 0 for every one.
-    shown = APPROVALS_SHOWN if limit is None else limit
-    status = None if all_ else "pending"
-    with open_existing(store) as st:
-        if shown:
-            reqs = st.page_approvals(status=status, limit=shown + 1)
-            total = len(reqs) if len(reqs) <= shown else st.count_approvals(status=status)
-            reqs = reqs[:shown]
-        else:
-            reqs = st.approvals(status=status)
-            reqs.sort(key=lambda a: (-a.requested_at, a.approval_id))
-            total = len(reqs)
-        people = st.has_users()
-        votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
-        # the one request's run: `loopwright resume` refuses a run started from Python
-        only = st.get_run(reqs[0].run_id) if total == 1 and reqs and not all_ else None
-    more = total - len(reqs)
-    if more > 0:
-        typer.echo(
-            f"{more} more request(s) not listed; use --limit N, or --limit 0 for every one",
-            err=True,
-        )
-    if as_json:
-        _print_json([a.to_dict() for a in reqs])
-        return
-    from ._table import print_blocks
-
-    blocks = []
-    for a in reqs:
-        q = (a.evidence or {}).get("question") or {}
-        what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")
-        status = a.status + (f": {a.answer}" if a.answer is not None else "")
-        head = f"run {a.run_id[:12]}  request {a.approval_id}  {a.kind}  {a.rule or '-'}  {status}"
-        rows = [("what", what), ("why", a.why)]
-        rule = (a.evidence or {}).get("who") or {}
-        if rule.get("role") or int(rule.get("approvers") or 1) > 1:
-            need = int(rule.get("approvers") or 1)
-            said = f"{need} approver(s)" + (
-                f" with the {rule['role']} role" if rule.get("role") else ""
-            )
-            if votes[a.approval_id]:
-                said += f"; approved so far by {', '.join(votes[a.approval_id])}"
-            rows.append(("who", said))
-        blocks.append((head, rows))
-    # One block per request: the prose wraps under its label instead of into narrow columns.
-    title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
-    print_blocks(title, blocks)
-    if reqs and not all_:
-        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only))
-
-
-def _decide_hint(reqs: list[Approval], total: int, me: str, only: RunRecord | None) -> str:
-    """What to type next under `loopwright approvals`: for one request, its own commands; for
-    several, one form with RUN and ID to take from the list (naming only the newest request's
-    run read as if it were the only one), and one command that continues them all."""
-    if total == 1:
-        a = reqs[0]
-        run = a.run_id[:12]
-        how = (
-            f"loopwright answer {run} TEXT {me}"
-            if a.kind == "question"
-            else f"loopwright approve {run} {me} [--note TEXT] (or deny)"
-        )
-        if only is not None and not only.spec_ref:
-            return f"decide with: {how}\nthen: {continue_hint(only, 'continue it')}"
-        return f"decide with: {how}\nthen: loopwright resume {run} (or add --resume above)"
-    forms = []
-    if any(a.kind != "question" for a in reqs):
-        forms.append(f"loopwright approve RUN --request ID {me} [--note TEXT] (or deny)")
-    if any(a.kind == "question" for a in reqs):
-        forms.append(f"loopwright answer RUN TEXT --request ID {me}")
-    return (
-        f"decide each of the {total} requests with: "
-        + "; ".join(forms)
-        + " — RUN and ID as listed above\n"
-        "then: loopwright resume --all (continues every run whose requests are decided), "
-        "or add --resume to each decision"
-    )
-
-
 # --- decisions -------------------------------------------------------------------------------
 NAME_MAX = 64  # the longest person's name: `loopwright users add` allows as long
 
@@ -714,232 +622,6 @@ RequestOpt = Annotated[
     str | None,
     typer.Option("--request", help="Which request, when the run has several pending."),
 ]
-
-
-@app.command(short_help="Approve a run's pending request.")
-def approve(
-    run_id: RunArg,
-    by: ByOpt = None,
-    note: NoteOpt = None,
-    request: RequestOpt = None,
-    resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
-    store: StoreOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Approve a run's pending request; `loopwright resume RUN` then continues where it parked.
-    A request that needs several approvers stays pending until enough people approved it."""
-    _decide(run_id, "approve", by, note, resume_now, store, request, token=token)
-
-
-@app.command(short_help="Deny a run's pending request (or decline its question).")
-def deny(
-    run_id: RunArg,
-    by: ByOpt = None,
-    note: NoteOpt = None,
-    request: RequestOpt = None,
-    resume_now: Annotated[bool, typer.Option("--resume", help="End the run now.")] = False,
-    store: StoreOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Deny a run's pending request (or decline its question); on resume the run escalates."""
-    _decide(run_id, "deny", by, note, resume_now, store, request, token=token)
-
-
-@app.command(short_help="Answer a run's pending question.")
-def answer(
-    run_id: RunArg,
-    text: Annotated[str, typer.Argument(metavar="ANSWER", help="The answer to the question.")],
-    by: ByOpt = None,
-    note: NoteOpt = None,
-    request: RequestOpt = None,
-    resume_now: Annotated[bool, typer.Option("--resume", help="Continue the run now.")] = False,
-    store: StoreOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Answer a run's pending question; the answer reaches the next cycle's context."""
-    _decide(run_id, "answer", by, note, resume_now, store, request, text, token=token)
-
-
-def _decide(
-    run_id: str,
-    how: str,
-    by: str | None,
-    note: str | None,
-    resume_now: bool,
-    store: str | None,
-    request: str | None,
-    text: str | None = None,
-    *,
-    token: str | None = None,
-) -> None:
-    from .._engine import Runtime
-    from ._people_cmd import acting_as
-    from ._render import console
-
-    with Runtime(existing_store(store)) as rt:
-        rec = rt.store.get_run(run_id)
-        who = acting_as(rt.store, by, token, action=how)
-        if how == "answer":
-            decided = rt.answer(
-                rec.run_id, text, by=who, note=note, approval_id=request, origin="cli"
-            )
-        else:
-            fn = rt.approve if how == "approve" else rt.deny
-            decided = fn(rec.run_id, by=who, note=note, approval_id=request, origin="cli")
-        if decided.status == "pending":
-            votes = rt.store.votes(decided.approval_id)
-            need = int((decided.evidence.get("who") or {}).get("approvers") or 1)
-            console().print(
-                f"{who} approved {decided.approval_id} ({len(votes)} of {need} approvers); it "
-                "waits for another person"
-            )
-            return
-        console().print(
-            f"{decided.status} {decided.approval_id} for run {rec.run_id[:12]} by "
-            f"{decided.decided_by}"
-            + (f": {decided.answer!r}" if decided.answer is not None else "")
-        )
-        if resume_now:
-            from ._interrupt import run_async
-
-            result = run_async(rt.resume(rec.run_id, _loop_for(rec)))
-            console().print(f"run {rec.run_id[:12]}: {result.status} ({result.stop_reason or '-'})")
-            from ._tasks import exit_code_for
-
-            raise typer.Exit(exit_code_for([result.status]))
-        console().print(continue_hint(rec))
-
-
-@app.command(short_help="Cancel a run; compensations of its effects are offered.")
-def cancel(
-    run_id: RunArg,
-    by: Annotated[
-        str | None,
-        typer.Option("--by", help="Who cancels (for the record).", callback=by_name),
-    ] = None,
-    store: StoreOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Cancel a run; the compensations of its completed effects are offered.
-
-    A run executing elsewhere stops at its next commit, before any further effect. The
-    compensations go through the approval policy and run on the next `loopwright resume`.
-    """
-    from .._contract import TERMINAL_STATUSES
-    from .._engine import Runtime
-    from ._render import console
-
-    with Runtime(existing_store(store)) as rt:
-        before = rt.store.get_run(run_id)
-        if before.status in TERMINAL_STATUSES:
-            raise ConfigError(
-                f"run {before.run_id[:12]} already ended ({before.status}); nothing to cancel",
-                field="RUN",
-            )
-        from ._people_cmd import acting_as
-
-        who = acting_as(rt.store, by, token, action="cancel")
-        rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
-        # counted, only when told (a run started from Python): not the run's every done
-        # effect read to print their number (invariant 8)
-        done = (
-            rt.store.count_journal(rec.run_id, kind="effect", statuses=("done",))
-            if rec.status == "cancelled" and not before.spec_ref
-            else 0
-        )
-        reversal = _reversal(rt.store, rec.run_id)
-    console().print(
-        f"run {rec.run_id[:12]}: {rec.status}"
-        + ("" if rec.status == "cancelled" else " (cancellation requested)")
-    )
-    _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)")
-
-
-def _reversal(store: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
-    """What a cancel or rollback left to undo: the ``compensations`` stage of the run's latest
-    checkpoint (offers, each allowed, denied or awaiting a person, and the irreversible
-    effects), and its pending compensation requests."""
-    pending = store.latest_checkpoint(run_id).state.get("pending") or {}
-    stage = pending if pending.get("stage") == "compensations" else {}
-    asks = [a for a in store.approvals(run_id=run_id, status="pending") if a.kind == "compensation"]
-    return stage, asks
-
-
-def _print_reversal(
-    run_id: str, reversal: tuple[dict[str, Any], list[Any]], unoffered: int, python: str
-) -> None:
-    """Say what will be undone, and how: an allowed compensation runs on the next resume (a
-    refund, say), which the command used to leave unsaid, as it did the effects of a run
-    started from Python that it could not offer (the CLI cannot load that run's loop)."""
-    from rich.markup import escape
-
-    from ._render import console
-
-    stage, asks = reversal
-    rid = run_id[:12]
-    if unoffered:
-        console().print(
-            f"[yellow]{unoffered} completed effect(s) not offered for compensation: the run was "
-            f"started from Python; use {python}[/]"
-        )
-    for o in stage.get("offers") or ():
-        what = f"{o.get('effect')} ({o.get('key')})"
-        if o.get("action") == "allow":
-            console().print(f"  undone on resume: {escape(what)} ({escape(str(o.get('why')))})")
-        elif o.get("action") == "deny":
-            console().print(f"  not undone: {escape(what)} ({escape(str(o.get('why')))})")
-    for item in stage.get("irreversible") or ():
-        console().print(f"  irreversible (no compensation): {escape(str(item))}")
-    for a in asks:
-        console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
-    if asks:
-        console().print(
-            f"decide each with: loopwright approve {rid} --request ID --by NAME "
-            f"(or deny), then: loopwright resume {rid}"
-        )
-
-
-@app.command()
-def rollback(
-    run_id: RunArg,
-    to_cycle: Annotated[
-        int, typer.Option("--to-cycle", help="Restore the artifacts of this cycle's checkpoint.")
-    ],
-    by: ByOpt = None,
-    store: StoreOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Restore an earlier cycle's artifacts and reopen the run.
-
-    The compensations of the effects completed after that cycle are offered through the
-    approval policy and run on the next `loopwright resume`.
-    """
-    from .._engine import Runtime
-    from ._render import console
-
-    if to_cycle < 0:
-        raise ConfigError("must be 0 or more", field="--to-cycle")
-    with Runtime(existing_store(store)) as rt:
-        rec = rt.store.get_run(run_id)
-        from ._people_cmd import acting_as
-
-        who = acting_as(rt.store, by, token, action="rollback")
-        rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
-        # (a run started from Python: its loop is not here to offer the later effects' undoing)
-        done = (
-            len(
-                rt.store.journal_where(
-                    rec.run_id, kind="effect", after_cycle=to_cycle, statuses=("done",)
-                )
-            )
-            if not rec.spec_ref
-            else 0
-        )
-        reversal = _reversal(rt.store, rec.run_id)
-    console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
-    _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)")
-    if rec.status != "awaiting_approval":
-        console().print(continue_hint(rec))
 
 
 @app.command(short_help="Continue an interrupted or decided run.")
