@@ -107,7 +107,9 @@ def test_who_edited_a_run_may_not_approve_its_requests(
         req = rt.pending_approval(big.run_id)
         run = rt.store.get_run(big.run_id)
         assert "separation of duties" in str(why_not_approve(rt.store, req, run, "eve"))
-        with pytest.raises(lw.NotPermittedError, match="eve started or edited run"):
+        with pytest.raises(
+            lw.NotPermittedError, match="eve started, edited, rolled back or cancelled run"
+        ):
             rt.approve(big.run_id, by="eve")
         assert rt.approve(big.run_id, by="ben").status == "pending"
         assert read == []
