@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.printed import shown_text
 from test_people import EARNED, FOUR_EYES, PAID, audit_lines, make_loop, people, task
 
 import loopwright as lw
@@ -146,6 +147,10 @@ def test_an_allowed_overwrite_of_a_persons_edit_says_whose_it_was(url: str) -> N
         [rec] = [a for a in rt.store.audit() if a.action == "allow overwrite"]
         assert (rec.actor, rec.target) == ("policy:ow-ok", f"run {r.run_id}")
         assert rec.detail["parts"][0]["accepted_by"] == "rita"
+    text = " ".join(shown_text(url, r.run_id)[0].split())
+    assert "write over, no one asked: cycle 2: doc/a v3 (rita's edit), allowed by rule ow-ok" in (
+        text
+    )
 
 
 def test_a_refused_fork_or_rollback_is_audited_refused_with_its_reason(url: str) -> None:
