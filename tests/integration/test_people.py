@@ -249,6 +249,17 @@ def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> No
         assert "answering also approves" not in req.what
 
 
+def overwriting(rule: lw.PolicyRule) -> lw.Loop:
+    """A loop that writes "the loop's" over part doc/a, under ``rule``."""
+    return lw.Loop(
+        name="ow",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+
+
 def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: str) -> None:
     # From an outside probe (probe42a): an overwrite_accepted rule's role, approvers and
     # separation were left out of its request, so otto (no finance role) alone approved the
@@ -256,13 +267,7 @@ def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: st
     rule = lw.PolicyRule(
         kind="overwrite_accepted", action="require", approvers=2, role="finance", name="ow"
     )
-    loop = lw.Loop(
-        name="ow",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        approvals=lw.ApprovalPolicy((rule,)),
-    )
+    loop = overwriting(rule)
     with lw.Runtime(url) as rt:
         people(rt)
         r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
@@ -398,6 +403,15 @@ def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
         assert rt.approve(r.run_id, by="ben").status == "approved"
 
 
+def paid_once(rt: lw.Runtime, loop: lw.Loop, invoice: str) -> lw.RunResult:
+    """A run of ``loop`` paying ``invoice`` (100), approved by ana and accepted."""
+    r = rt.run_sync(loop, task(invoice, 100), task_key=invoice)
+    rt.approve(r.run_id, by="ana")
+    done = rt.resume_sync(r.run_id, loop)
+    assert done.accepted
+    return done
+
+
 def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
     # From an outside probe (probe42a): a denial by "loopwright" (a service account's OS user,
     # --by's default) was taken for the system's and left earned authority standing; a person
@@ -405,9 +419,7 @@ def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
     grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
     loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(loop, task("S-1", 100), task_key="s1")
-        rt.approve(r.run_id, by="ana")
-        assert rt.resume_sync(r.run_id, loop).accepted
+        paid_once(rt, loop, "S-1")
         assert authority_status(rt.store, "payer", "v1", [grant])[0].earned
         big = rt.run_sync(loop, task("S-2", 5000), task_key="s2")
         for name in ("loopwright", " Loopwright ", EARNED_BY):

@@ -9,7 +9,17 @@ import time
 
 import pytest
 from support.printed import shown_text
-from test_people import EARNED, FOUR_EYES, PAID, audit_lines, make_loop, people, task
+from test_people import (
+    EARNED,
+    FOUR_EYES,
+    PAID,
+    audit_lines,
+    make_loop,
+    overwriting,
+    paid_once,
+    people,
+    task,
+)
 
 import loopwright as lw
 from loopwright._authority import authority_status
@@ -114,9 +124,7 @@ def test_a_denied_refund_does_not_revoke_earned_authority(url: str) -> None:
     grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
     loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(loop, task("R-1", 100), task_key="r1")
-        rt.approve(r.run_id, by="ana")
-        assert rt.resume_sync(r.run_id, loop).accepted
+        r = paid_once(rt, loop, "R-1")
         rt.rollback(r.run_id, 0, by="sam", loop=loop)
         assert rt.pending_approval(r.run_id).kind == "compensation"
         rt.deny(r.run_id, by="ben", note="the payment stands")
@@ -126,14 +134,7 @@ def test_a_denied_refund_does_not_revoke_earned_authority(url: str) -> None:
 
 
 def test_an_allowed_overwrite_of_a_persons_edit_says_whose_it_was(url: str) -> None:
-    rule = lw.PolicyRule(kind="overwrite_accepted", action="allow", name="ow-ok")
-    loop = lw.Loop(
-        name="ow",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        approvals=lw.ApprovalPolicy((rule,)),
-    )
+    loop = overwriting(lw.PolicyRule(kind="overwrite_accepted", action="allow", name="ow-ok"))
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
         rt.edit(r.run_id, "doc/a", "rita's", by="rita")
