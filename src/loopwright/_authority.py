@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import ConfigError, NotPermittedError
+from ._errors import ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
@@ -269,7 +269,30 @@ def _amount(args: Mapping[str, Any], field: str) -> float | None:
 REQUESTING = ("edit", "rollback", "cancel")
 
 
+#: How far back a fork's origins are followed for their requesters (a chain of forks).
+FORK_DEPTH = 32
+
+
 def requesters(store: Store, run: RunRecord) -> set[str]:
+    """Who asked for what a run's requests would do (``run_requesters``), and for a fork (or
+    a rerun) those of the runs it was forked from too: the fork carries their task and their
+    edits, so whoever started the origin does not approve the fork's payment because
+    another operator forked it."""
+    names = run_requesters(store, run)
+    seen = {run.run_id}
+    origin = run.forked_from
+    while origin and origin not in seen and len(seen) <= FORK_DEPTH:
+        seen.add(origin)
+        try:
+            rec = store.get_run(origin)
+        except RunNotFoundError:
+            break
+        names |= run_requesters(store, rec)
+        origin = rec.forked_from
+    return names
+
+
+def run_requesters(store: Store, run: RunRecord) -> set[str]:
     """Who asked for what a run's requests would do: whoever started it, edited its parts,
     rolled it back or cancelled it (separation of duties: the refund a rollback offers, or
     the payment its redone cycles make again, is not approved by whoever rolled it back).
@@ -367,8 +390,9 @@ def check_decision(
         asked = requesters(store, run)
         if same_person(who, asked):
             no(
-                f"{who} started, edited, rolled back or cancelled run {run.run_id[:12]} and "
-                "cannot approve its requests (separation of duties): another person must"
+                f"{who} started, edited, rolled back or cancelled run {run.run_id[:12]}"
+                + (" or a run it was forked from" if run.forked_from else "")
+                + " and cannot approve its requests (separation of duties): another person must"
             )
     return rule
 

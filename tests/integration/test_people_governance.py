@@ -195,3 +195,19 @@ def test_one_person_under_two_spellings_is_one_person(url: str) -> None:
         big = rt.run_sync(make_loop(FOUR_EYES), task("N-2", 50000), task_key="n2", by="Rita")
         with pytest.raises(lw.NotPermittedError, match="separation of duties"):
             rt.approve(big.run_id, by="rita")
+
+
+def test_who_started_a_forks_origin_cannot_approve_the_forks_payment(url: str) -> None:
+    # rita started the run; root forked it (or reran it from the dashboard, a fork too): the
+    # fork's 50,000 payment, of rita's task, took her vote as one of its four eyes.
+    loop = make_loop(FOUR_EYES)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("F-1", 50000), task_key="f1", by="rita")
+        fork = rt.fork(r.run_id, 0, by="root")
+        again = rt.fork(fork.run_id, 0, by="root")  # a fork of a fork
+        for f in (fork, again):
+            assert rt.resume_sync(f.run_id, loop).status == "awaiting_approval"
+            with pytest.raises(lw.NotPermittedError, match="or a run it was forked from"):
+                rt.approve(f.run_id, by="rita")
+            assert rt.approve(f.run_id, by="ben").status == "pending"
