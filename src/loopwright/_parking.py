@@ -342,6 +342,20 @@ class Parking(RuntimeHost):
         # a finance rule's payment is not approved on the record of people without the role,
         # above their limits, or by the person who asked for it (docs/permissions.md).
         who = dict(d.who or {})
+        field = str(who.get("field") or "amount")
+        value = call.args.get(field)
+        if (
+            field != grant.field
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not value <= grant.up_to
+        ):
+            # the grant reads another argument than the rule (a line count, not the total):
+            # what the rule asks a person about is above what the loop earned
+            return False, (
+                f"earned authority for {eff.kind} covers {grant.field} up to {grant.up_to:g}; "
+                f"the rule reads {field}, which is {value!r}"
+            )
         counts = earned_counts(self.store, self.store.get_run(ex.run_id), eff.kind, call.args, who)
         standing = authority_status(self.store, loop.name, loop.version, [grant], counts)[0]
         if not standing.earned:
