@@ -175,6 +175,13 @@ def test_a_refused_fork_or_rollback_is_audited_refused_with_its_reason(url: str)
         new = rt.fork(r.run_id, 0, by="rita")
         [made] = rt.store.audit()[before + 3 :]
         assert (made.action, made.outcome, made.detail["run"]) == ("fork", "allowed", new.run_id)
+        token = rt.store.acquire_lease(r.run_id, "another-host", 3600.0)  # executing elsewhere
+        with pytest.raises(lw.ConflictError, match="executing elsewhere"):
+            rt.rollback(r.run_id, 0, by="rita")
+        rt.store.release_lease(r.run_id, token)
+        busy = rt.store.audit()[-1]
+        assert (busy.action, busy.outcome) == ("rollback", "refused")
+        assert "executing elsewhere" in busy.detail["reason"]
 
 
 def test_one_person_under_two_spellings_is_one_person(url: str) -> None:
