@@ -361,11 +361,10 @@ def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensati
         )
 
 
-def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
-    # From an outside probe (probe42a): a compensation's request was checked against an
-    # approver's limit by its "amount" argument whatever field the rule reads, so ana
-    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
-    # line count.
+def wirer(earned: tuple[lw.EarnedAuthority, ...] = ()) -> lw.Loop:
+    """A loop wiring each task's invoice its amount as ``total``, with ``amount`` a line count
+    (3), under a rule that reads ``total``; the wire is undone by ``unwire``."""
+
     def wire(invoice: str, total: float, amount: int) -> dict[str, Any]:
         return {"wired": invoice}
 
@@ -376,22 +375,31 @@ def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
     rule = lw.PolicyRule(kind="spend", action="require", field="total", name="by-total")
 
     def actor(ctx: lw.Context) -> lw.Proposal:
+        inv = ctx.artifacts["inv"]
         return lw.Proposal(
             edits=lw.Proposal.edit("inv", {"checked": True}).edits,
-            effects=(eff.call(invoice="W-1", total=50000.0, amount=3),),
+            effects=(eff.call(invoice=inv["invoice"], total=inv["amount"], amount=3),),
         )
 
-    loop = lw.Loop(
+    return lw.Loop(
         name="wirer",
         actor=actor,
         verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
         contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
         effects=[eff],
-        approvals=lw.ApprovalPolicy((rule,)),
+        approvals=lw.ApprovalPolicy((rule,), earned),
     )
+
+
+def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
+    # From an outside probe (probe42a): a compensation's request was checked against an
+    # approver's limit by its "amount" argument whatever field the rule reads, so ana
+    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
+    # line count.
+    loop = wirer()
     with lw.Runtime(url) as rt:
         people(rt)
-        r = rt.run_sync(loop, task("W-1", 0), task_key="w", by="rita")
+        r = rt.run_sync(loop, task("W-1", 50000.0), task_key="w", by="rita")
         with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
             rt.approve(r.run_id, by="ana")
         rt.approve(r.run_id, by="ben")

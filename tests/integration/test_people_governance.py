@@ -19,6 +19,7 @@ from test_people import (
     paid_once,
     people,
     task,
+    wirer,
 )
 
 import loopwright as lw
@@ -223,29 +224,7 @@ def test_who_started_a_forks_origin_cannot_approve_the_forks_payment(url: str) -
 def test_earned_authority_on_another_field_does_not_cover_what_the_rule_reads(url: str) -> None:
     # The rule reads the total; the grant was written for "amount" (here a line count, 3):
     # a 50,000 total was approved on earned authority "up to 1,000".
-    def wire(invoice: str, total: float, amount: int) -> dict[str, str]:
-        return {"wired": invoice}
-
-    eff = lw.effect("spend", name="wire", key=lambda a: a["invoice"])(wire)
-    rule = lw.PolicyRule(kind="spend", action="require", field="total", name="by-total")
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        inv = ctx.artifacts["inv"]
-        return lw.Proposal(
-            edits=lw.Proposal.edit("inv", {"checked": True}).edits,
-            effects=(eff.call(invoice=inv["invoice"], total=inv["amount"], amount=3),),
-        )
-
-    loop = lw.Loop(
-        name="wirer",
-        actor=actor,
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-        effects=[eff],
-        approvals=lw.ApprovalPolicy(
-            (rule,), (lw.EarnedAuthority(kind="spend", after=1, up_to=1000),)
-        ),
-    )
+    loop = wirer((lw.EarnedAuthority(kind="spend", after=1, up_to=1000),))
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop, task("W-1", 100.0), task_key="w1")
         rt.approve(r.run_id, by="ana")
