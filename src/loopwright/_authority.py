@@ -27,11 +27,11 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import ConfigError, NotPermittedError
+from ._errors import ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
@@ -48,12 +48,16 @@ __all__ = [
     "check_decision",
     "check_person",
     "check_role_name",
+    "earned_counts",
     "hash_token",
+    "may_operate",
     "new_token",
     "note_policy",
     "operate",
     "permits",
+    "refused",
     "require",
+    "same_person",
     "standings",
     "why_not_approve",
 ]
@@ -207,13 +211,29 @@ def operate(
 ) -> None:
     """An operator's action (cancel, resume, rollback, fork, edit, rerun): refused unless
     ``by`` may operate (in a store with users), and audited either way."""
+    who = may_operate(store, by, action, target, origin=origin)
+    audit(store, who, action, target, origin=origin, **detail)
+
+
+def may_operate(store: Store, by: str | None, action: str, target: str, *, origin: str) -> str:
+    """Who does an operator's action, refused (audited) unless ``by`` may operate (in a store
+    with users); nothing is recorded when they may: the caller records the action once it
+    has checked what it can (``operate``, or ``refused`` for an action refused after)."""
     check_given_text(by, field="by")
     who = (by or "").strip()
     if store.has_users():
         if not who:
             _refuse(store, "?", action, target, origin, f"say who does the {action} (by=NAME)")
         require(store, who, "operate", action=action, target=target, origin=origin)
-    audit(store, who or "(unnamed)", action, target, origin=origin, **detail)
+    return who or "(unnamed)"
+
+
+def refused(
+    store: Store, who: str, action: str, target: str, *, origin: str, why: Exception
+) -> None:
+    """Audit an action a permitted person asked for that was refused for what it asked (a
+    cycle the run does not have, a run executing elsewhere): the log says it never happened."""
+    audit(store, who, action, target, outcome="refused", origin=origin, reason=str(why))
 
 
 # --- decisions --------------------------------------------------------------------------------
@@ -243,23 +263,65 @@ def _amount(args: Mapping[str, Any], field: str) -> float | None:
     return _number(args.get(field))
 
 
+#: The operations on a run whose author asked for what its later requests would do: an edit
+#: (the loop goes on from it), a rollback or a cancel (each offers the refunds of what was
+#: done, and a rollback's redone cycles do it again).
+REQUESTING = ("edit", "rollback", "cancel")
+
+
+#: How far back a fork's origins are followed for their requesters (a chain of forks).
+FORK_DEPTH = 32
+
+
 def requesters(store: Store, run: RunRecord) -> set[str]:
-    """Who asked for what a run's requests would do: whoever started it and whoever edited
-    its parts (separation of duties). Editors are read from the audit log's edits of the run
-    (an indexed read of the run's operations: a decision, or an inbox listing requests, costs
-    the same however long the run); a store that keeps no audit log is read from the run's
-    ``edited`` events."""
+    """Who asked for what a run's requests would do (``run_requesters``), and for a fork (or
+    a rerun) those of the runs it was forked from too: the fork carries their task and their
+    edits, so whoever started the origin does not approve the fork's payment because
+    another operator forked it."""
+    names = run_requesters(store, run)
+    seen = {run.run_id}
+    origin = run.forked_from
+    while origin and origin not in seen and len(seen) <= FORK_DEPTH:
+        seen.add(origin)
+        try:
+            rec = store.get_run(origin)
+        except RunNotFoundError:
+            break
+        names |= run_requesters(store, rec)
+        origin = rec.forked_from
+    return names
+
+
+def run_requesters(store: Store, run: RunRecord) -> set[str]:
+    """Who asked for what a run's requests would do: whoever started it, edited its parts,
+    rolled it back or cancelled it (separation of duties: the refund a rollback offers, or
+    the payment its redone cycles make again, is not approved by whoever rolled it back).
+    They are read from the audit log's records of those operations on the run (indexed reads
+    of the run's operations: a decision, or an inbox listing requests, costs the same however
+    long the run); a store that keeps no audit log is read from the run's ``edited`` and
+    ``rolled_back`` events."""
     names = {run.created_by} if run.created_by else set()
     if type(store).audit is PeopleStore.audit:
-        names |= {str(e.data.get("by")) for e in store.events(run.run_id) if e.kind == "edited"}
+        names |= {
+            str(e.data.get("by"))
+            for e in store.events(run.run_id)
+            if e.kind in ("edited", "rolled_back")
+        }
     else:
         target = f"run {run.run_id}"
         try:  # filtered in the database: the run's other operations are not read
-            records = store.audit(target=target, action="edit")
+            records = [a for op in REQUESTING for a in store.audit(target=target, action=op)]
         except TypeError:  # a store of one's own written before ``action=``
             records = store.audit(target=target)
-        names |= {a.actor for a in records if a.action == "edit" and a.outcome == "allowed"}
-    return {n for n in names if n and n != "None"}
+        names |= {a.actor for a in records if a.action in REQUESTING and a.outcome == "allowed"}
+    return {n for n in names if n and n not in ("None", "(unnamed)")}
+
+
+def same_person(name: str, names: Iterable[str]) -> bool:
+    """Whether ``name`` is one of ``names`` as people are told apart: spaces around it and
+    letter case do not make another person ("Rita" started the run, "rita" approved it)."""
+    key = name.strip().casefold()
+    return any(key == n.strip().casefold() for n in names)
 
 
 def _fmt(value: float | None) -> str:
@@ -326,10 +388,11 @@ def check_decision(
                 )
     if rule.get("separate") or int(rule.get("approvers") or 1) > 1:
         asked = requesters(store, run)
-        if who in asked:
+        if same_person(who, asked):
             no(
-                f"{who} started or edited run {run.run_id[:12]} and cannot approve its "
-                "requests (separation of duties): another person must"
+                f"{who} started, edited, rolled back or cancelled run {run.run_id[:12]}"
+                + (" or a run it was forked from" if run.forked_from else "")
+                + " and cannot approve its requests (separation of duties): another person must"
             )
     return rule
 
@@ -342,7 +405,7 @@ def why_not_approve(store: Store, req: Approval, run: RunRecord, who: str) -> st
         check_decision(store, req, run, who, "approved", origin="", record=False)
     except NotPermittedError as exc:
         return str(exc)
-    if any(v.by == who for v in store.votes(req.approval_id)):
+    if same_person(who, (v.by for v in store.votes(req.approval_id))):
         return f"{who} already approved it; it needs another person"
     return None
 
@@ -398,9 +461,15 @@ def _kinds(evidence: Mapping[str, Any]) -> set[str]:
 
 
 def authority_status(
-    store: Store, loop: str, version: str | None, grants: Iterable[EarnedAuthority]
+    store: Store,
+    loop: str,
+    version: str | None,
+    grants: Iterable[EarnedAuthority],
+    counts: Callable[[Mapping[str, Any], str], bool] | None = None,
 ) -> list[AuthorityStatus]:
-    """Each grant's standing for this loop, read from the store's record of it."""
+    """Each grant's standing for this loop, read from the store's record of it. ``counts``
+    (``(evidence, decided_by) -> bool``) says which approvals count toward it: those whose
+    people could have approved the request at hand (``earned_counts``); all, without it."""
     record = store.authority_record(loop, version)
     out = []
     for g in grants:
@@ -409,9 +478,14 @@ def authority_status(
         for aid, run_id, at, status, by, ev in record.decisions:
             if g.kind not in _kinds(ev) or by in _SYSTEM:
                 continue
+            if "needs" not in ev:
+                # A compensation's request. Approving a refund earns nothing; denying one
+                # revokes nothing either: the person wants the action to stand, which says
+                # nothing against the approvals of it (a refund that ran revokes, below).
+                continue
             if status == "denied":
                 revoked.append((at, f"{by} denied request {aid} (run {run_id[:12]})"))
-            elif "needs" in ev:  # an approved action; approving a compensation earns nothing
+            elif counts is None or counts(ev, by):
                 approved.append((at, aid))
         revoked += [
             (at, f"a {k} action was compensated") for at, k in record.compensated if k == g.kind
@@ -424,6 +498,48 @@ def authority_status(
         clean = [aid for at, aid in sorted(approved) if since is None or at > since]
         out.append(AuthorityStatus(loop, version, g, clean, since, last[1] if last else None))
     return out
+
+
+def earned_counts(
+    store: Store, run: RunRecord, kind: str, args: Mapping[str, Any], who: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any], str], bool]:
+    """Which of a loop's approvals can earn it the authority to approve an action of ``kind``
+    with ``args`` that a rule (``who``: its role, field, separation) sends to a person: those
+    whose people could have approved it themselves. Each of them held the rule's roles when
+    they approved (the request they decided named them), is still an active user whose limit
+    covers this amount (read by the rule's field), and is none of this run's requesters where
+    the rule separates duties. Earned authority never approves more than the people who earned
+    it could."""
+    roles = {str(r) for r in (who.get("roles") or ([who["role"]] if who.get("role") else []))}
+    amount = _amount(args, str(who.get("field") or "amount"))
+    asked = requesters(store, run) if who.get("separate") else set()
+    users = store.has_users()
+    known: dict[str, UserRecord | None] = {}
+
+    def could(name: str) -> bool:
+        if same_person(name, asked):
+            return False
+        if not users:
+            return True  # an open store: no roles or limits to read (roles refused above)
+        if name not in known:
+            known[name] = store.get_user(name)
+        user = known[name]
+        if user is None or not user.active or not roles <= set(user.roles):
+            return False
+        if not user.limits:
+            return True
+        if kind not in user.limits:
+            return False
+        limit = user.limits[kind]
+        return limit is None or (amount is not None and amount <= limit)
+
+    def counts(evidence: Mapping[str, Any], by: str) -> bool:
+        had = evidence.get("who") or {}
+        named = {str(r) for r in (had.get("roles") or ([had["role"]] if had.get("role") else []))}
+        # the roles were checked when they approved only if their request named them
+        return roles <= named and all(could(n.strip()) for n in by.split(","))
+
+    return counts
 
 
 def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:

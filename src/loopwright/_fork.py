@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ._authority import operate
+from ._authority import audit, may_operate, operate, refused
 from ._contract import TERMINAL_STATUSES, Contract
 from ._decide import cycle_cap
 from ._errors import ConfigError, ConflictError
@@ -72,7 +72,28 @@ class Forking(RuntimeHost):
             # (before the audit: a call refused for its arguments is no fork "allowed")
             raise ConfigError("must be a cycle number (0 or more)", field="at_cycle")
         rec = self.store.get_run(run_id)
-        operate(self.store, by, "fork", f"run {rec.run_id}", origin=origin, at_cycle=at_cycle)
+        on = f"run {rec.run_id}"
+        who = may_operate(self.store, by, "fork", on, origin=origin)
+        try:
+            new = self._fork(rec, at_cycle, contract, loop, given, by)
+        except ConfigError as exc:
+            # (a fork refused for what it asked — a cycle the run has not, another loop, a
+            # taken key — was audited "allowed" first, though no run was made)
+            refused(self.store, who, "fork", on, origin=origin, why=exc)
+            raise
+        # audited once made: the new run records who forked it and from where besides
+        audit(self.store, who, "fork", on, origin=origin, at_cycle=at_cycle, run=new.run_id)
+        return new
+
+    def _fork(
+        self,
+        rec: RunRecord,
+        at_cycle: int,
+        contract: Contract | None,
+        loop: Loop | None,
+        given: str | None,
+        by: str | None,
+    ) -> RunRecord:
         if loop is not None and other_loop(loop, rec.loop_name, rec.spec_ref):
             # Another loop's actor, contract and memory scope are not this run's: its state
             # would be labelled that loop, in this run's project (as `loopwright fork --spec`).

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _decide as rules
 from . import _json
+from ._authority import audit
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
 from ._effects import Effect, EffectCall
@@ -71,6 +72,8 @@ class Gates(RuntimeHost):
                         "who": dict(ow.who) if ow.who else None,
                     }
                 )
+            else:
+                self._overwrite_allowed(ex, n, protected, str(ow.rule))
             return None
         # no rule for it: refused, the actor told why (a person's edit: the run escalates)
         s = ex.state
@@ -103,6 +106,37 @@ class Gates(RuntimeHost):
         return self._conclude(
             ex, n, proposal, digest, {}, {}, t0, decision="refused", duplicate=True
         )
+
+    def _overwrite_allowed(self, ex: _Exec, n: int, protected: list[str], rule: str) -> None:
+        """Say whose accepted versions an ``allow`` rule lets the loop write over, unasked: an
+        ``overwrite_allowed`` event with each part's version and who accepted it (a person
+        who edited it, else the loop's checks), and an audit record when it is a person's
+        work (docs/permissions.md). The cycle may still reject the proposal: this records the
+        policy's decision, not the write."""
+        s = ex.state
+        parts = []
+        for ref in protected:
+            edit = person_edit(s, ref)
+            part = s.part(ref)
+            parts.append(
+                {
+                    "part": ref,
+                    "version": part.count if part is not None else None,
+                    "accepted_by": str(edit.get("by")) if edit else None,
+                }
+            )
+        ex.events.append(NewEvent(n, "overwrite_allowed", {"rule": rule, "parts": parts}))
+        people = [p for p in parts if p["accepted_by"]]
+        if people:
+            audit(
+                self.store,
+                f"policy:{rule}",
+                "allow overwrite",
+                f"run {ex.run_id}",
+                origin="engine",
+                cycle=n,
+                parts=people,
+            )
 
     def _effect_needs(
         self,

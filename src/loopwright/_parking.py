@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from ._authority import EARNED_BY, audit, authority_status
+from ._authority import EARNED_BY, audit, authority_status, earned_counts
 from ._cycle import _candidate
 from ._effects import Effect, EffectCall
 from ._errors import ApprovalError, ConfigError, RunNotFoundError
@@ -338,12 +338,33 @@ class Parking(RuntimeHost):
         grant = loop.approvals.earned_for(eff.kind, call.args)
         if grant is None or int((d.who or {}).get("approvers") or 1) > 1:
             return False, None
-        standing = authority_status(self.store, loop.name, loop.version, [grant])[0]
+        # Only approvals by people who could have approved this request themselves count:
+        # a finance rule's payment is not approved on the record of people without the role,
+        # above their limits, or by the person who asked for it (docs/permissions.md).
+        who = dict(d.who or {})
+        field = str(who.get("field") or "amount")
+        value = call.args.get(field)
+        if (
+            field != grant.field
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not value <= grant.up_to
+        ):
+            # the grant reads another argument than the rule (a line count, not the total):
+            # what the rule asks a person about is above what the loop earned
+            return False, (
+                f"earned authority for {eff.kind} covers {grant.field} up to {grant.up_to:g}; "
+                f"the rule reads {field}, which is {value!r}"
+            )
+        counts = earned_counts(self.store, self.store.get_run(ex.run_id), eff.kind, call.args, who)
+        standing = authority_status(self.store, loop.name, loop.version, [grant], counts)[0]
         if not standing.earned:
             said = (
                 f"earned authority for {eff.kind} up to {grant.up_to:g}: "
                 f"{len(standing.clean)} of {grant.after} clean approvals"
             )
+            if who.get("role") or who.get("separate") or self.store.has_users():
+                said += " by people who could approve this request"
             if standing.revoked_by:
                 said += f" since it was revoked ({standing.revoked_by})"
             return False, said

@@ -10,7 +10,15 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from ._authority import audit, check_decision, check_person, operate
+from ._authority import (
+    audit,
+    check_decision,
+    check_person,
+    may_operate,
+    operate,
+    refused,
+    same_person,
+)
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
@@ -210,6 +218,14 @@ class Decisions(RuntimeHost):
         me = who
         try:
             if status == "approved" and needed > 1:
+                # "Ben" after "ben" is the same person twice, not a second pair of eyes (the
+                # store tells apart names as given: an open store takes any spelling)
+                for v in self.store.votes(req.approval_id):
+                    if same_person(me, [v.by]):
+                        raise ConflictError(
+                            f"{me} already approved request {req.approval_id} (as {v.by}); "
+                            "it needs another person"
+                        )
                 votes = self.store.add_vote(req.approval_id, me, note=note, now=time.time())
                 names = [v.by for v in votes]
                 audit(
@@ -375,24 +391,42 @@ class Decisions(RuntimeHost):
             )
         check_loop(loop, optional=True)
         rec = self.store.get_run(run_id)
-        operate(self.store, by, "rollback", f"run {rec.run_id}", origin=origin, to_cycle=to_cycle)
+        on = f"run {rec.run_id}"
+        # Audited once it is known to happen: a rollback refused for its cycle, or for a run
+        # executing elsewhere, was recorded "allowed" first (and its author then counted as
+        # a requester of the run's refunds), though nothing was rolled back.
+        who = may_operate(self.store, by, "rollback", on, origin=origin)
         try:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         except ConflictError:
-            raise ConflictError(
+            busy = ConflictError(
                 f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
-            ) from None
+            )
+            refused(self.store, who, "rollback", on, origin=origin, why=busy)
+            raise busy from None
         try:
-            self._rollback(rec, token, to_cycle, by=by.strip(), loop=loop)
+            try:
+                target = concluded_in(self.store, rec.run_id, to_cycle, "to_cycle")
+                refuse_rewritten(self.store, rec.run_id, target, "to_cycle")
+            except ConfigError as exc:
+                refused(self.store, who, "rollback", on, origin=origin, why=exc)
+                raise
+            audit(self.store, who, "rollback", on, origin=origin, to_cycle=to_cycle)
+            self._rollback(rec, token, target, to_cycle, by=by.strip(), loop=loop)
         finally:
             self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
 
     def _rollback(
-        self, rec: RunRecord, token: int, to_cycle: int, *, by: str, loop: Loop | None
+        self,
+        rec: RunRecord,
+        token: int,
+        target: Checkpoint,
+        to_cycle: int,
+        *,
+        by: str,
+        loop: Loop | None,
     ) -> None:
-        target = concluded_in(self.store, rec.run_id, to_cycle, "to_cycle")
-        refuse_rewritten(self.store, rec.run_id, target, "to_cycle")
         old = TaskState.from_dict(target.state)
         latest = self.store.latest_checkpoint(rec.run_id)
         cur = TaskState.from_dict(latest.state)

@@ -107,7 +107,9 @@ def test_who_edited_a_run_may_not_approve_its_requests(
         req = rt.pending_approval(big.run_id)
         run = rt.store.get_run(big.run_id)
         assert "separation of duties" in str(why_not_approve(rt.store, req, run, "eve"))
-        with pytest.raises(lw.NotPermittedError, match="eve started or edited run"):
+        with pytest.raises(
+            lw.NotPermittedError, match="eve started, edited, rolled back or cancelled run"
+        ):
             rt.approve(big.run_id, by="eve")
         assert rt.approve(big.run_id, by="ben").status == "pending"
         assert read == []
@@ -247,6 +249,17 @@ def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> No
         assert "answering also approves" not in req.what
 
 
+def overwriting(rule: lw.PolicyRule) -> lw.Loop:
+    """A loop that writes "the loop's" over part doc/a, under ``rule``."""
+    return lw.Loop(
+        name="ow",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
+        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        approvals=lw.ApprovalPolicy((rule,)),
+    )
+
+
 def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: str) -> None:
     # From an outside probe (probe42a): an overwrite_accepted rule's role, approvers and
     # separation were left out of its request, so otto (no finance role) alone approved the
@@ -254,13 +267,7 @@ def test_an_overwrite_of_accepted_work_is_decided_by_whom_its_rule_names(url: st
     rule = lw.PolicyRule(
         kind="overwrite_accepted", action="require", approvers=2, role="finance", name="ow"
     )
-    loop = lw.Loop(
-        name="ow",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        approvals=lw.ApprovalPolicy((rule,)),
-    )
+    loop = overwriting(rule)
     with lw.Runtime(url) as rt:
         people(rt)
         r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
@@ -354,11 +361,10 @@ def test_authority_is_earned_by_five_clean_approvals_and_revoked_by_a_compensati
         )
 
 
-def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
-    # From an outside probe (probe42a): a compensation's request was checked against an
-    # approver's limit by its "amount" argument whatever field the rule reads, so ana
-    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
-    # line count.
+def wirer(earned: tuple[lw.EarnedAuthority, ...] = ()) -> lw.Loop:
+    """A loop wiring each task's invoice its amount as ``total``, with ``amount`` a line count
+    (3), under a rule that reads ``total``; the wire is undone by ``unwire``."""
+
     def wire(invoice: str, total: float, amount: int) -> dict[str, Any]:
         return {"wired": invoice}
 
@@ -369,22 +375,31 @@ def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
     rule = lw.PolicyRule(kind="spend", action="require", field="total", name="by-total")
 
     def actor(ctx: lw.Context) -> lw.Proposal:
+        inv = ctx.artifacts["inv"]
         return lw.Proposal(
             edits=lw.Proposal.edit("inv", {"checked": True}).edits,
-            effects=(eff.call(invoice="W-1", total=50000.0, amount=3),),
+            effects=(eff.call(invoice=inv["invoice"], total=inv["amount"], amount=3),),
         )
 
-    loop = lw.Loop(
+    return lw.Loop(
         name="wirer",
         actor=actor,
         verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
         contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
         effects=[eff],
-        approvals=lw.ApprovalPolicy((rule,)),
+        approvals=lw.ApprovalPolicy((rule,), earned),
     )
+
+
+def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
+    # From an outside probe (probe42a): a compensation's request was checked against an
+    # approver's limit by its "amount" argument whatever field the rule reads, so ana
+    # (spend up to 10,000) could approve the refund of a 50,000 payment whose "amount" was a
+    # line count.
+    loop = wirer()
     with lw.Runtime(url) as rt:
         people(rt)
-        r = rt.run_sync(loop, task("W-1", 0), task_key="w", by="rita")
+        r = rt.run_sync(loop, task("W-1", 50000.0), task_key="w", by="rita")
         with pytest.raises(lw.NotPermittedError, match="up to 10,000; this request is for 50,000"):
             rt.approve(r.run_id, by="ana")
         rt.approve(r.run_id, by="ben")
@@ -396,6 +411,15 @@ def test_a_refunds_limit_reads_the_field_its_rule_reads(url: str) -> None:
         assert rt.approve(r.run_id, by="ben").status == "approved"
 
 
+def paid_once(rt: lw.Runtime, loop: lw.Loop, invoice: str) -> lw.RunResult:
+    """A run of ``loop`` paying ``invoice`` (100), approved by ana and accepted."""
+    r = rt.run_sync(loop, task(invoice, 100), task_key=invoice)
+    rt.approve(r.run_id, by="ana")
+    done = rt.resume_sync(r.run_id, loop)
+    assert done.accepted
+    return done
+
+
 def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
     # From an outside probe (probe42a): a denial by "loopwright" (a service account's OS user,
     # --by's default) was taken for the system's and left earned authority standing; a person
@@ -403,9 +427,7 @@ def test_a_person_cannot_decide_under_loopwrights_own_names(url: str) -> None:
     grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
     loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(loop, task("S-1", 100), task_key="s1")
-        rt.approve(r.run_id, by="ana")
-        assert rt.resume_sync(r.run_id, loop).accepted
+        paid_once(rt, loop, "S-1")
         assert authority_status(rt.store, "payer", "v1", [grant])[0].earned
         big = rt.run_sync(loop, task("S-2", 5000), task_key="s2")
         for name in ("loopwright", " Loopwright ", EARNED_BY):

@@ -156,7 +156,7 @@ def test_age_expiry_owner_and_compact_values() -> None:
     assert owner_words(engine) == "any approver"
     two = {"role": "ap, finance", "roles": ["ap", "finance"], "approvers": 2, "separate": True}
     assert owner_words(two, ["bea"]) == (
-        "role ap or finance · 2 approvers · not who started or edited the run"
+        "role ap or finance · 2 approvers · not who started, edited, rolled back or cancelled the run"
         " · approved so far by bea"
     )
     assert owner_words("ana") == "ana"
@@ -548,12 +548,12 @@ def test_the_card_says_who_decides_from_the_rule_and_the_votes(tmp_path: Path) -
     auth = {"Authorization": f"Bearer {token}"}
     meta = re.compile(r'<span class="owner">who decides: <strong>([^<]*)</strong>')
     assert meta.findall(c.get("/approvals", headers=auth).text) == [
-        "role finance · 2 approvers · not who started or edited the run"
+        "role finance · 2 approvers · not who started, edited, rolled back or cancelled the run"
     ]
     aid = c.get("/api/approvals", headers=auth).json()[0]["approval_id"]
     assert c.post(f"/api/approvals/{aid}/approve", json={}, headers=auth).status_code == 200
     assert meta.findall(c.get(f"/runs/{run_id}", headers=auth).text) == [
-        "role finance · 2 approvers · not who started or edited the run · approved so far by fay"
+        "role finance · 2 approvers · not who started, edited, rolled back or cancelled the run · approved so far by fay"
     ]
 
 

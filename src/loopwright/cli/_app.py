@@ -479,7 +479,7 @@ def show(
             # written as it is read: a long run's versions and records a page at a time
             _write_show_json(st, rec)
             return
-        from ._render import console, run_detail_parts
+        from ._render import console, overwrites, run_detail_parts
 
         out = console()
         # The latest state (its parts' current values) and the records read a page at a time,
@@ -496,6 +496,9 @@ def show(
             width=out.width,
         ):
             out.print(shown)
+        said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
+        if said:
+            out.print(said)
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:

@@ -360,3 +360,23 @@ def run_detail_parts(
 
 def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False)
+
+
+def overwrites(events: Iterable[Any]) -> str | None:
+    """What ``show`` says of accepted work an ``allow`` rule let the loop write over unasked
+    (the run's ``overwrite_allowed`` events), naming whose version each was; ``None``: none."""
+    lines = []
+    for e in events:
+        rule = escape(str(e.data.get("rule")))
+        for p in e.data.get("parts") or ():
+            by = p.get("accepted_by")
+            whose = f"[bold]{escape(str(by))}[/]'s edit" if by else "accepted by its checks"
+            lines.append(
+                f"  cycle {e.cycle}: {escape(str(p.get('part')))} v{p.get('version')} "
+                f"({whose}), allowed by rule {rule}"
+            )
+    if not lines:
+        return None
+    return "[yellow]Accepted work the loop was allowed to write over, no one asked:[/]\n" + (
+        "\n".join(lines)
+    )

@@ -69,6 +69,15 @@ class PeopleSQL(PeopleStore):
     ) -> UserRecord:
         p, js = self._p, self._js
         with self._tx() as conn:
+            # "Ben" beside "ben" would be the same person under two spellings: two votes on a
+            # four-eyes request, and a starter who could approve their own run as the other
+            key = name.strip().casefold()
+            for (other,) in conn.execute(p("SELECT name FROM users"), ()).fetchall():
+                if other != name and other.strip().casefold() == key:
+                    raise ConflictError(
+                        f"user {other!r} exists: {name!r} would be the same name spelled "
+                        "another way"
+                    )
             row = conn.execute(p("SELECT revoked_at FROM users WHERE name=?"), (name,)).fetchone()
             if row is not None and row[0] is None:
                 raise ConflictError(f"user {name!r} exists; revoke them first to change roles")

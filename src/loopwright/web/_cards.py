@@ -105,7 +105,7 @@ def owner_words(who: Any, votes: list[str] | None = None) -> str:
         if need > 1:
             parts.append(f"{need} approvers")
         if who.get("separate"):
-            parts.append("not who started or edited the run")
+            parts.append("not who started, edited, rolled back or cancelled the run")
         legacy = who.get("votes")  # a rule that carries its votes itself
         if not votes and isinstance(legacy, list):
             votes = [

@@ -1,0 +1,235 @@
+"""Governance doubts a finance team would raise (docs/permissions.md), on SQLite and PostgreSQL:
+who asked for a refund, what earned authority may approve, an allowed overwrite of a person's
+work, what revokes earned authority, and what the audit log says of a refused fork or rollback.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support.printed import shown_text
+from test_people import (
+    EARNED,
+    FOUR_EYES,
+    PAID,
+    audit_lines,
+    make_loop,
+    overwriting,
+    paid_once,
+    people,
+    task,
+    wirer,
+)
+
+import loopwright as lw
+from loopwright._authority import authority_status
+
+SEPARATE = (lw.PolicyRule(kind="spend", action="require", separate=True, name="sep"),)
+
+
+@pytest.mark.parametrize("how", ["rollback", "cancel"])
+def test_who_rolled_back_or_cancelled_a_run_cannot_approve_its_refund(url: str, how: str) -> None:
+    # rita rolled the run back (or cancelled it): the refund it offered was hers to approve
+    # under a rule separating duties, as was the payment its redone cycles made again.
+    loop = make_loop(SEPARATE)
+    PAID.clear()
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("S-1", 100), task_key="s1", by="root")
+        rt.approve(r.run_id, by="ben")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        if how == "rollback":
+            rt.rollback(r.run_id, 0, by="rita", loop=loop)
+        else:
+            # a parked run can be cancelled: park a second payment first
+            r = rt.run_sync(loop, task("S-2", 100), task_key="s2", by="root")
+            rt.approve(r.run_id, by="ben")
+            rt.resume_sync(r.run_id, loop)
+            rt.edit(r.run_id, "inv/invoice", "S-2b", by="root")  # reopened: pays S-2b next
+            assert rt.resume_sync(r.run_id, loop).status == "awaiting_approval"
+            rt.cancel(r.run_id, by="rita", loop=loop)
+        offer = rt.pending_approval(r.run_id)
+        assert offer.kind == "compensation"
+        with pytest.raises(lw.NotPermittedError, match="rita started, edited, rolled back or"):
+            rt.approve(r.run_id, by="rita")
+        assert ("rita", "approve", "refused") in audit_lines(rt)
+        assert rt.approve(r.run_id, by="cat").status == "approved"
+        if how == "rollback":
+            # the payment redone after the refund is not hers to approve either
+            again = rt.resume_sync(r.run_id, loop)
+            assert again.status == "awaiting_approval"
+            assert rt.pending_approval(r.run_id).kind == "effect"
+            with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+                rt.approve(r.run_id, by="rita")
+
+
+def test_a_refused_rollback_does_not_make_its_author_a_requester(url: str) -> None:
+    loop = make_loop(SEPARATE)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("S-3", 100), task_key="s3", by="root")
+        with pytest.raises(lw.ConfigError, match="no completed checkpoint for cycle 9"):
+            rt.rollback(r.run_id, 9, by="rita", loop=loop)
+        assert rt.approve(r.run_id, by="rita").status == "approved"
+
+
+def test_earned_authority_never_approves_what_its_earners_could_not(url: str) -> None:
+    # otto (no finance role) and lim (spend up to 200) earned the loop its authority: it
+    # approved a 900 payment whose rule asks for finance, and one above lim's limit.
+    plain = make_loop((lw.PolicyRule(kind="spend", action="require", name="any"),), (EARNED,))
+    finance = make_loop(
+        (lw.PolicyRule(kind="spend", action="require", role="finance", name="fin"),), (EARNED,)
+    )
+    with lw.Runtime(url) as rt:
+        people(rt)
+        rt.store.add_user("lim", roles=["approver"], limits={"spend": 200.0}, by="root", now=1.0)
+        for i, who in enumerate(["otto", "otto", "lim", "lim", "lim"]):
+            r = rt.run_sync(plain, task(f"E-{i}", 100), task_key=f"k{i}", by="root")
+            rt.approve(r.run_id, by=who)
+            assert rt.resume_sync(r.run_id, plain).accepted
+        assert authority_status(rt.store, "payer", "v1", [EARNED])[0].earned
+        assert rt.run_sync(plain, task("E-5", 150), task_key="k5", by="root").accepted
+        above = rt.run_sync(plain, task("E-6", 900), task_key="k6", by="root")
+        assert above.status == "awaiting_approval"  # lim could not approve 900
+        req = rt.pending_approval(above.run_id)
+        assert "2 of 5 clean approvals by people who could approve this request" in req.why
+        role = rt.run_sync(finance, task("E-7", 100), task_key="k7", by="root")
+        assert role.status == "awaiting_approval"  # none of them approved under finance
+        # a revoked earner's approvals no longer count
+        rt.store.revoke_user("lim", now=time.time())
+        assert rt.run_sync(plain, task("E-8", 150), task_key="k8", by="root").status == (
+            "awaiting_approval"
+        )
+
+
+def test_earned_authority_under_separation_excludes_the_runs_requester(url: str) -> None:
+    # rita's own approvals of other runs earned the loop authority; her own run's payment,
+    # under a rule separating duties, was then approved on her record alone.
+    loop = make_loop(SEPARATE, (lw.EarnedAuthority(kind="spend", after=2, up_to=1000),))
+    with lw.Runtime(url) as rt:
+        people(rt)
+        for i in range(2):
+            r = rt.run_sync(loop, task(f"R-{i}", 100), task_key=f"r{i}", by="root")
+            rt.approve(r.run_id, by="rita")
+            assert rt.resume_sync(r.run_id, loop).accepted
+        mine = rt.run_sync(loop, task("R-2", 100), task_key="r2", by="rita")
+        assert mine.status == "awaiting_approval"
+        theirs = rt.run_sync(loop, task("R-3", 100), task_key="r3", by="root")
+        assert theirs.accepted  # earned, for a run rita did not ask for
+
+
+def test_a_denied_refund_does_not_revoke_earned_authority(url: str) -> None:
+    """Denying a refund keeps the payment: a person standing by it is no evidence against
+    the approvals that earned the authority (a refund that runs does revoke it)."""
+    grant = lw.EarnedAuthority(kind="spend", after=1, up_to=1000)
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),), (grant,))
+    with lw.Runtime(url) as rt:
+        r = paid_once(rt, loop, "R-1")
+        rt.rollback(r.run_id, 0, by="sam", loop=loop)
+        assert rt.pending_approval(r.run_id).kind == "compensation"
+        rt.deny(r.run_id, by="ben", note="the payment stands")
+        [standing] = authority_status(rt.store, "payer", "v1", [grant])
+        assert standing.earned and standing.revoked_by is None
+        assert rt.run_sync(loop, task("R-2", 100), task_key="r2").accepted
+
+
+def test_an_allowed_overwrite_of_a_persons_edit_says_whose_it_was(url: str) -> None:
+    loop = overwriting(lw.PolicyRule(kind="overwrite_accepted", action="allow", name="ow-ok"))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.state.values()["doc"]["a"] == "the loop's"  # explicit allow: it is written
+        [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "overwrite_allowed"]
+        assert ev.data == {
+            "rule": "ow-ok",
+            "parts": [{"part": "doc/a", "version": 3, "accepted_by": "rita"}],
+        }
+        [rec] = [a for a in rt.store.audit() if a.action == "allow overwrite"]
+        assert (rec.actor, rec.target) == ("policy:ow-ok", f"run {r.run_id}")
+        assert rec.detail["parts"][0]["accepted_by"] == "rita"
+    text = " ".join(shown_text(url, r.run_id)[0].split())
+    assert "write over, no one asked: cycle 2: doc/a v3 (rita's edit), allowed by rule ow-ok" in (
+        text
+    )
+
+
+def test_a_refused_fork_or_rollback_is_audited_refused_with_its_reason(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(make_loop(FOUR_EYES), task("F-1", 5), task_key="f", by="rita")
+        before = len(rt.store.audit())
+        with pytest.raises(lw.ConfigError, match="cycle 7"):
+            rt.fork(r.run_id, 7, by="rita")
+        with pytest.raises(lw.ConfigError, match="cycle 7"):
+            rt.rollback(r.run_id, 7, by="rita")
+        with pytest.raises(lw.ConfigError, match="is taken"):
+            rt.fork(r.run_id, 0, by="rita", task_key="f")
+        got = rt.store.audit()[before:]
+        assert [(a.actor, a.action, a.outcome) for a in got] == [
+            ("rita", "fork", "refused"),
+            ("rita", "rollback", "refused"),
+            ("rita", "fork", "refused"),
+        ]
+        assert "no completed checkpoint for cycle 7" in got[0].detail["reason"]
+        new = rt.fork(r.run_id, 0, by="rita")
+        [made] = rt.store.audit()[before + 3 :]
+        assert (made.action, made.outcome, made.detail["run"]) == ("fork", "allowed", new.run_id)
+        token = rt.store.acquire_lease(r.run_id, "another-host", 3600.0)  # executing elsewhere
+        with pytest.raises(lw.ConflictError, match="executing elsewhere"):
+            rt.rollback(r.run_id, 0, by="rita")
+        rt.store.release_lease(r.run_id, token)
+        busy = rt.store.audit()[-1]
+        assert (busy.action, busy.outcome) == ("rollback", "refused")
+        assert "executing elsewhere" in busy.detail["reason"]
+
+
+def test_one_person_under_two_spellings_is_one_person(url: str) -> None:
+    two = make_loop((lw.PolicyRule(kind="spend", action="require", approvers=2),))
+    with lw.Runtime(url) as rt:  # an open store takes any spelling: compared as one
+        r = rt.run_sync(two, task("N-1", 50000), task_key="n1", by="sam")
+        with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+            rt.approve(r.run_id, by=" Sam")
+        rt.approve(r.run_id, by="ben")
+        with pytest.raises(lw.ConflictError, match=r"already approved .* \(as ben\)"):
+            rt.approve(r.run_id, by="BEN")
+        assert rt.pending_approval(r.run_id).status == "pending"
+        assert rt.approve(r.run_id, by="cat").decided_by == "ben, cat"
+        people(rt)
+        with pytest.raises(lw.ConflictError, match="same name spelled another way"):
+            rt.store.add_user("Ben", roles=["approver"], limits={}, by="root", now=1.0)
+        # a run started under another spelling of a user's name is still theirs
+        big = rt.run_sync(make_loop(FOUR_EYES), task("N-2", 50000), task_key="n2", by="Rita")
+        with pytest.raises(lw.NotPermittedError, match="separation of duties"):
+            rt.approve(big.run_id, by="rita")
+
+
+def test_who_started_a_forks_origin_cannot_approve_the_forks_payment(url: str) -> None:
+    # rita started the run; root forked it (or reran it from the dashboard, a fork too): the
+    # fork's 50,000 payment, of rita's task, took her vote as one of its four eyes.
+    loop = make_loop(FOUR_EYES)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("F-1", 50000), task_key="f1", by="rita")
+        fork = rt.fork(r.run_id, 0, by="root")
+        again = rt.fork(fork.run_id, 0, by="root")  # a fork of a fork
+        for f in (fork, again):
+            assert rt.resume_sync(f.run_id, loop).status == "awaiting_approval"
+            with pytest.raises(lw.NotPermittedError, match="or a run it was forked from"):
+                rt.approve(f.run_id, by="rita")
+            assert rt.approve(f.run_id, by="ben").status == "pending"
+
+
+def test_earned_authority_on_another_field_does_not_cover_what_the_rule_reads(url: str) -> None:
+    # The rule reads the total; the grant was written for "amount" (here a line count, 3):
+    # a 50,000 total was approved on earned authority "up to 1,000".
+    loop = wirer((lw.EarnedAuthority(kind="spend", after=1, up_to=1000),))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task("W-1", 100.0), task_key="w1")
+        rt.approve(r.run_id, by="ana")
+        assert rt.resume_sync(r.run_id, loop).accepted
+        big = rt.run_sync(loop, task("W-2", 50000.0), task_key="w2")
+        assert big.status == "awaiting_approval"
+        assert "the rule reads total, which is 50000.0" in rt.pending_approval(big.run_id).why
+        assert rt.run_sync(loop, task("W-3", 500), task_key="w3").accepted  # within: earned
