@@ -638,6 +638,48 @@ def _one_a_cycle(target: dict[str, int]) -> Callable[[lw.Context], lw.Proposal]:
     return actor
 
 
+class _Billed(lw.TransientError):
+    """A failed attempt the server billed (as a model adapter's malformed reply is)."""
+
+    usage = lw.Usage(0.04, 40)
+
+
+def test_an_eval_case_replays_the_spend_of_failed_attempts(tmp_path: Path) -> None:
+    """Each cycle's first actor attempt fails billed, the retry proposes: the recorded run
+    pays for both and stops by its cost budget at cycle 2. Replayed from its case, the run
+    spends what it spent and stops there too; it used to charge each proposal's own usage
+    only, so the replay started a third cycle, had no proposal for it and escalated."""
+    failed: set[int] = set()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle not in failed:
+            failed.add(ctx.cycle)
+            raise _Billed("a malformed reply")
+        return _one_a_cycle(TARGET)(ctx)
+
+    def loop(act: Callable[[lw.Context], lw.Proposal]) -> lw.Loop:
+        return lw.Loop(
+            name="tr",
+            actor=act,
+            verifiers=[fields],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=9, max_cost_usd=0.12)),
+            retry=lw.RetryPolicy(attempts=2, backoff_s=0.0),
+        )
+
+    with lw.Runtime(str(tmp_path / "runs.db")) as rt:
+        recorded = rt.run_sync(loop(actor), TASK, task_key="billed")
+        [case] = eval_cases(rt.store)
+    assert (recorded.stop_reason, recorded.cycles) == ("budget_cost", 2)
+    assert recorded.spent.cost_usd == pytest.approx(0.10)
+    assert [c["usage"]["cost_usd"] for c in case["cycles"]] == pytest.approx([0.05, 0.05])
+    with lw.Runtime(str(tmp_path / "replay.db")) as rt:
+        r = rt.run_sync(loop(case_actor(case)), case["task"], task_key="replay")
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cost", 2)
+    assert (r.spent.cost_usd, r.spent.tokens) == pytest.approx(
+        (case["spent"]["cost_usd"], case["spent"]["tokens"])
+    )
+
+
 def test_an_eval_case_of_a_fork_replays_from_its_task(tmp_path: Path) -> None:
     """A fork's case carries the cycles it inherited (its origin's up to the fork point, along
     a fork of a fork too): replayed from ``case["task"]`` under its contract, it ends as the

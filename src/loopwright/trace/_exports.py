@@ -29,6 +29,7 @@ from .._people import concluded_at, concluded_in
 from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
+from .._usage import Usage
 from ..store import Approval, Checkpoint, RunRecord, Store
 from ._otlp import _spool, _spooled
 
@@ -359,6 +360,7 @@ def _case_cycle(c: _Cycle) -> dict[str, Any]:
         "improved": bool(rec.get("improved", False)),
         "effects": list(rec.get("effects") or ()),
         "usage": rec.get("usage"),
+        "calls": list(rec.get("calls") or ()),
     }
 
 
@@ -432,7 +434,7 @@ def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
     proposed (the last occurrence, after a rollback; for a fork, the cycles it inherited
     first); past the recording it escalates."""
     by_cycle = {
-        int(c["cycle"]): c["proposal"]
+        int(c["cycle"]): c
         for c in [*(case.get("inherited_cycles") or ()), *(case.get("cycles") or ())]
     }
 
@@ -440,9 +442,22 @@ def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
         recorded = by_cycle.get(ctx.cycle)
         if recorded is None:
             return Proposal(escalate="no more recorded proposals in the eval case")
-        return Proposal.from_dict(recorded)
+        return _replayed(recorded)
 
     return actor
+
+
+def _replayed(cycle: dict[str, Any]) -> Proposal:
+    """A case cycle's proposal, billed what the actor's calls of that cycle were: its failed
+    attempts (a model's malformed reply, say) cost too, and a replay that charged the proposal's
+    own usage only would meet its budgets later than the run did."""
+    p = Proposal.from_dict(cycle["proposal"])
+    mine = [c for c in cycle.get("calls") or () if isinstance(c, dict) and c.get("who") == "actor"]
+    if len(mine) < 2:  # one call is the proposal's own usage; none: a case from before calls
+        return p
+    cost = sum(float(c.get("cost_usd") or 0.0) for c in mine)
+    tokens = sum(int(c.get("tokens") or 0) for c in mine)
+    return replace(p, usage=Usage(cost, tokens, p.usage.seconds if p.usage else 0.0))
 
 
 # --- preference pairs ------------------------------------------------------------------------
