@@ -40,11 +40,12 @@ from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
 from ._usage import Usage
 from .store import NewEvent
 
-__all__ = ["HELD_OUT_KEY", "Cycle"]
+__all__ = ["ASKED", "HELD_OUT_KEY", "Cycle"]
 
 _VERIFIER = operator.attrgetter("verifier")
 
 HELD_OUT_KEY = "held_out"
+ASKED = "the actor asked for a person: "  # an escalating proposal's cause, before its reason
 
 _NOTHING = Usage()  # a call that reported no usage (Usage is immutable: one serves all)
 
@@ -238,7 +239,7 @@ class Cycle(Gates):
                 ex,
                 t0,
                 "escalated",
-                cause=f"the actor asked for a person: {proposal.escalate}",
+                cause=f"{ASKED}{proposal.escalate}",
                 unverified=proposal.to_dict() if proposal.changes() else None,
             )
         crossed = rules.budget_crossed(contract, s.spent)

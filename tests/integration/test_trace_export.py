@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -636,6 +637,87 @@ def _one_a_cycle(target: dict[str, int]) -> Callable[[lw.Context], lw.Proposal]:
         )
 
     return actor
+
+
+def _budgeted(act: Callable[[lw.Context], lw.Proposal], budget: lw.Budget) -> lw.Loop:
+    """The doc loop under ``budget``, its actor's failed attempts retried at once."""
+    return lw.Loop(
+        name="tr",
+        actor=act,
+        verifiers=[fields],
+        contract=lw.Contract(budget=budget),
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0),
+    )
+
+
+class _Billed(lw.TransientError):
+    """A failed attempt the server billed (as a model adapter's malformed reply is)."""
+
+    usage = lw.Usage(0.04, 40)
+
+
+def test_an_eval_case_replays_the_spend_of_failed_attempts(tmp_path: Path) -> None:
+    """Each cycle's first actor attempt fails billed, the retry proposes: the recorded run
+    pays for both and stops by its cost budget at cycle 2. Replayed from its case, the run
+    spends what it spent and stops there too; it used to charge each proposal's own usage
+    only, so the replay started a third cycle, had no proposal for it and escalated."""
+    failed: set[int] = set()
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle not in failed:
+            failed.add(ctx.cycle)
+            raise _Billed("a malformed reply")
+        return _one_a_cycle(TARGET)(ctx)
+
+    loop = partial(_budgeted, budget=lw.Budget(max_cycles=9, max_cost_usd=0.12))
+
+    with lw.Runtime(str(tmp_path / "runs.db")) as rt:
+        recorded = rt.run_sync(loop(actor), TASK, task_key="billed")
+        [case] = eval_cases(rt.store)
+    assert (recorded.stop_reason, recorded.cycles) == ("budget_cost", 2)
+    assert recorded.spent.cost_usd == pytest.approx(0.10)
+    assert [c["usage"]["cost_usd"] for c in case["cycles"]] == pytest.approx([0.05, 0.05])
+    with lw.Runtime(str(tmp_path / "replay.db")) as rt:
+        r = rt.run_sync(loop(case_actor(case)), case["task"], task_key="replay")
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cost", 2)
+    assert (r.spent.cost_usd, r.spent.tokens) == pytest.approx(
+        (case["spent"]["cost_usd"], case["spent"]["tokens"])
+    )
+
+
+def test_an_eval_case_replays_a_cycle_the_run_ended_inside(tmp_path: Path) -> None:
+    """The actor asks for a person in cycle 3, its call billed: the cycle never concludes, so
+    the case has no proposal for it. Replayed, cycle 3 escalates with the run's reason and is
+    billed what it cost; it used to escalate "no more recorded proposals" for nothing, so the
+    replayed run spent less than the recorded one."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 3:
+            return lw.Proposal(escalate="the PO is missing", usage=lw.Usage(0.05, 50))
+        return _one_a_cycle(TARGET)(ctx)
+
+    loop = partial(_budgeted, budget=lw.Budget(max_cycles=9))
+
+    with lw.Runtime(str(tmp_path / "runs.db")) as rt:
+        recorded = rt.run_sync(loop(actor), TASK, task_key="asked")
+        [case] = eval_cases(rt.store)
+    assert (recorded.stop_reason, recorded.cycles) == ("escalated", 2)
+    assert [c["cycle"] for c in case["cycles"]] == [1, 2]
+    with lw.Runtime(str(tmp_path / "replay.db")) as rt:
+        r = rt.run_sync(loop(case_actor(case)), case["task"], task_key="replay")
+    assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 2)
+    assert (r.spent.cost_usd, r.spent.tokens) == pytest.approx((0.07, 70))
+    assert (r.spent.cost_usd, r.spent.tokens) == pytest.approx(
+        (case["spent"]["cost_usd"], case["spent"]["tokens"])
+    )
+    assert case["unfinished"] == {
+        "cycle": 3,
+        "cost_usd": pytest.approx(0.05),
+        "tokens": 50,
+        "cause": "the PO is missing",
+    }
+    assert r.packet is not None and recorded.packet is not None
+    assert r.packet["cause"] == recorded.packet["cause"]
 
 
 def test_an_eval_case_of_a_fork_replays_from_its_task(tmp_path: Path) -> None:

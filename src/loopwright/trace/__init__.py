@@ -7,10 +7,10 @@ Everything here reads the store and nothing else; ``docs/trace.md`` documents ev
 
 from __future__ import annotations
 
+from ._case_actor import case_actor
 from ._exports import (
     EVAL_CASE_FORMAT,
     PAIR_FORMAT,
-    case_actor,
     context_id,
     ended_run_ids,
     eval_case,

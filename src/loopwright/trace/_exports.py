@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from typing import IO, Any, Literal, cast
 
 from .._contract import TERMINAL_STATUSES
+from .._cycle import ASKED
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
 from .._people import concluded_at, concluded_in
-from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store
@@ -35,7 +35,6 @@ from ._otlp import _spool, _spooled
 __all__ = [
     "EVAL_CASE_FORMAT",
     "PAIR_FORMAT",
-    "case_actor",
     "context_id",
     "ended_run_ids",
     "eval_case",
@@ -299,10 +298,13 @@ def _case_halves(
     """An eval case of ``rec`` without its masks: the fields before ``cycles`` and those
     after, each cycle given to ``each`` as it is read, in order."""
     ends: list[Checkpoint] = []  # the first checkpoint and the last, as they are read
+    concluded: list[Checkpoint] = []  # the checkpoint of the last cycle with a proposal
 
     def read() -> Iterator[Checkpoint]:
         for ck in store.iter_checkpoints(rec.run_id):
             ends[1:] = [ck]  # the first stays; the last is replaced
+            if ck.record and "proposal" in ck.record:
+                concluded[:] = [ck]
             yield ck
 
     for c in _iter_cycles(read(), rec.loop_name, keep=None):
@@ -339,8 +341,27 @@ def _case_halves(
         "created_at": rec.created_at,
         "ended_at": rec.ended_at,
         "escalation": rec.packet,
+        "unfinished": _unfinished(rec, concluded[0] if concluded else ends[0]),
     }
     return before, after
+
+
+def _unfinished(rec: RunRecord, last: Checkpoint) -> dict[str, Any] | None:
+    """The cycle an escalated run ended inside (the actor asked for a person, a call gave up)
+    with what it was billed after ``last`` (the checkpoint of its last cycle with a proposal)
+    and the reason it escalated: no record holds that cycle's proposal, so a replay is told it
+    here. None for a run that did not escalate."""
+    if rec.status != "escalated":
+        return None
+    spent = last.fields.get("spent")
+    before = spent if isinstance(spent, dict) else {}
+    return {
+        "cycle": last.cycle + 1,
+        "cost_usd": max(0.0, rec.cost_usd - float(before.get("cost_usd") or 0.0)),
+        "tokens": max(0, rec.tokens - int(before.get("tokens") or 0)),
+        # the actor's own words when it asked (its replay asks with them again)
+        "cause": str((rec.packet or {}).get("cause") or "escalated").removeprefix(ASKED),
+    }
 
 
 def _case_cycle(c: _Cycle) -> dict[str, Any]:
@@ -359,6 +380,7 @@ def _case_cycle(c: _Cycle) -> dict[str, Any]:
         "improved": bool(rec.get("improved", False)),
         "effects": list(rec.get("effects") or ()),
         "usage": rec.get("usage"),
+        "calls": list(rec.get("calls") or ()),
     }
 
 
@@ -425,24 +447,6 @@ def _decision(a: Approval) -> dict[str, Any]:
         "note": a.note,
         "answer": a.answer,
     }
-
-
-def case_actor(case: dict[str, Any]) -> Callable[[Context], Proposal]:
-    """An actor replaying an eval case: cycle ``n`` proposes what the case's cycle ``n``
-    proposed (the last occurrence, after a rollback; for a fork, the cycles it inherited
-    first); past the recording it escalates."""
-    by_cycle = {
-        int(c["cycle"]): c["proposal"]
-        for c in [*(case.get("inherited_cycles") or ()), *(case.get("cycles") or ())]
-    }
-
-    def actor(ctx: Context) -> Proposal:
-        recorded = by_cycle.get(ctx.cycle)
-        if recorded is None:
-            return Proposal(escalate="no more recorded proposals in the eval case")
-        return Proposal.from_dict(recorded)
-
-    return actor
 
 
 # --- preference pairs ------------------------------------------------------------------------
