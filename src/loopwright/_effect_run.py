@@ -239,6 +239,15 @@ async def perform_effect(
         else None
     )
 
+    def call_key() -> str:
+        """The key handed to the effect and its reconcile hook (a cause names it: what a
+        person checks with the outside world)."""
+        return str(base.get("call_key") or ikey)
+
+    def named() -> str:
+        """The effect as a cause names it: its name and the key it was handed."""
+        return f"{eff.name} ({call_key()})"
+
     def out(status: str, **kw: Any) -> EffectOutcome:
         # Invariant 9: a cause quotes an exception, which can quote what the call was given.
         if kw.get("cause"):
@@ -288,12 +297,12 @@ async def perform_effect(
             return out("done", result=h.result, reused=True, attempts=attempts)
         if h.status == "done":
             cause = (
-                f"{eff.name} ({ikey}) was done by run {h.run_id} with other arguments; the "
+                f"{named()} was done by run {h.run_id} with other arguments; the "
                 "same key with different arguments is not run — check which is right"
             )
         else:
             cause = (
-                f"{eff.name} ({ikey}) is held by run {h.run_id}, whose attempt is {h.status} "
+                f"{named()} is held by run {h.run_id}, whose attempt is {h.status} "
                 "(it may be doing it now, or have done it) — not run again here"
             )
         put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
@@ -334,7 +343,7 @@ async def perform_effect(
             put("done", data, None, "effect_reconciled")
             return out("done", result=value, reconciled=True, attempts=attempts, usage=usage)
         if verdict == "error":
-            cause = f"{eff.name} ({ikey}) {doubt}: {value}"
+            cause = f"{named()} {doubt}: {value}"
             put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
         return None
@@ -419,10 +428,6 @@ async def perform_effect(
             store, eff.kind, action, generation, None if stale else entry
         )
 
-    def call_key() -> str:
-        """The key handed to the effect and its reconcile hook."""
-        return str(base.get("call_key") or ikey)
-
     if entry is not None and not stale:
         done_args = entry.data.get("args") if entry.status == "done" else None
         if done_args is not None and _canon(done_args) != _canon(base["args"]):
@@ -430,7 +435,7 @@ async def perform_effect(
             # call of this proposal): as when another run did (``held``), a person decides
             # which is right; the journal keeps the execution that happened.
             cause = (
-                f"{eff.name} ({ikey}) was done by this run in cycle {entry.cycle} with other "
+                f"{named()} was done by this run in cycle {entry.cycle} with other "
                 "arguments; the same key with different arguments is not run — check which "
                 "is right"
             )
@@ -481,7 +486,7 @@ async def perform_effect(
                 not_done = True  # the hook says it did not happen (asked again after grace)
             elif not eff.idempotent:
                 cause = (
-                    f"{eff.name} ({ikey}) started before a crash and its outcome was not "
+                    f"{named()} started before a crash and its outcome was not "
                     "recorded; it is not idempotent and has no reconcile hook, so it is not run "
                     "again — check whether it happened"
                 )
@@ -506,12 +511,12 @@ async def perform_effect(
                 # Interrupted attempts count against the bound (a crash loop must end), but
                 # an attempt that may have succeeded is in doubt, not failed.
                 cause = (
-                    f"{eff.name} ({ikey}) was interrupted {attempts} time(s), its retry bound; "
+                    f"{named()} was interrupted {attempts} time(s), its retry bound; "
                     "the last attempt's outcome is unknown — check whether it happened"
                 )
                 put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause)
-            cause = f"{eff.name} ({ikey}) gave up after {attempts} attempt(s)"
+            cause = f"{named()} gave up after {attempts} attempt(s)"
             put("failed", {"cause": cause}, None, "effect_failed")
             return out("failed", attempts=attempts, cause=cause)
         ex.at("before_effect_intent")
@@ -556,7 +561,7 @@ async def perform_effect(
                     return settled
             elif kind == "transient" and not eff.idempotent:
                 cause = (
-                    f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "
+                    f"{named()} failed with a transient error and may have acted; it "
                     "is not idempotent and has no reconcile hook, so it is not retried"
                 )
                 put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
@@ -568,9 +573,7 @@ async def perform_effect(
                     "needs_human": "an error a person must resolve",
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
-                cause = (
-                    f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
-                )
+                cause = f"{named()} failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
                 put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(

@@ -166,6 +166,30 @@ def test_a_crash_between_the_call_and_its_result_resumes_with_the_same_key(url: 
         assert entry.status == "done" and entry.data["result"]["id"] == "ch-2"
 
 
+def test_a_redo_left_in_doubt_names_the_key_the_provider_knows(url: str) -> None:
+    # Not idempotent, no reconcile hook: after the crash a person checks with the provider,
+    # by the key the redo was handed, not the refunded charge's
+    provider = Provider()
+
+    def die(phase: str) -> None:
+        if phase == "before_effect_result":
+            raise Crash
+
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+    crashed = lw.Runtime(url)
+    crashed._on_phase = die
+    with pytest.raises(Crash):
+        crashed.run_sync(paying(provider), TASK, task_key="B")
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        run = rt.store.get_run("B")
+        out = rt.resume_sync(run.run_id, paying(provider))
+        assert out.status == "escalated" and out.packet is not None
+        assert "pay (pay:I6~2) started before a crash" in out.packet["cause"]
+    assert provider.asked == ["pay:I6", "pay:I6~2"]  # not run again
+
+
 def test_a_claim_read_before_another_run_took_the_action_asks_for_the_next_key(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,3 +290,61 @@ def test_an_upgraded_store_hands_out_no_generation_its_runs_had(url: str) -> Non
         rt.run_sync(paying(provider), TASK)
     assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6~3"]
     assert provider.collected() == 5.0
+
+
+def test_an_intent_an_earlier_release_journaled_is_settled_under_its_own_key(url: str) -> None:
+    # Run B crashed after journaling its intent, under a release that counted generations in
+    # the run: its attempt was handed its journal key ("pay:I6"). The upgrade sets the claim's
+    # generation from A's journal ("~2"), but B's resume must ask about, and if need be make,
+    # the very attempt it journaled: the key that intent was handed, not a new one.
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+    from loopwright.store._schema import SQLITE_MIGRATIONS
+
+    provider = Provider()
+    asked: list[str] = []
+
+    def die(phase: str) -> None:
+        if phase == "after_effect_intent":
+            raise Crash
+
+    def check(key: str) -> dict[str, Any] | None:
+        asked.append(key)
+        return None  # not made: run it (under the same key)
+
+    def reconciled(p: Provider) -> lw.Loop:
+        loop = paying(p)
+        loop.effects[0].reconcile_fn = check
+        return loop
+
+    pg = url.startswith("postgres")
+    steps = PG_MIGRATIONS if pg else SQLITE_MIGRATIONS
+    before = next(i for i, s in enumerate(steps) if any("effect_keys ADD COLUMN" in t for t in s))
+    strip = (
+        "(data::jsonb - 'call_key' - 'generation')::json"
+        if pg
+        else "json_remove(data, '$.call_key', '$.generation')"
+    )
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)
+        a = rt.run_sync(loop, TASK)
+        rt.rollback(a.run_id, 1, by="ops", loop=loop)
+        rt.resume_sync(a.run_id, loop)
+        rt.cancel(a.run_id, by="ops", loop=loop)
+        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
+    crashed = lw.Runtime(url)
+    crashed._on_phase = die
+    with pytest.raises(Crash):
+        crashed.run_sync(reconciled(provider), TASK, task_key="B")
+    with crashed.store._tx() as conn:  # type: ignore[attr-defined]
+        conn.execute("ALTER TABLE effect_keys DROP COLUMN generation")
+        conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
+        conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
+    crashed.close()
+    assert provider.asked == ["pay:I6", "pay:I6~2"]  # B's attempt never reached the call
+    with lw.Runtime(url) as rt:  # migrates: the claim's generation is A's "~2"
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and (claim.status, claim.generation) == ("claimed", 2)
+        run = rt.store.get_run("B")
+        assert rt.resume_sync(run.run_id, reconciled(provider)).status == "awaiting_approval"
+    assert asked == ["pay:I6"]  # the key B's intent was handed
+    assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6"]
