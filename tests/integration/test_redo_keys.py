@@ -91,6 +91,61 @@ def pay_then_refund(rt: lw.Runtime, provider: Provider) -> lw.RunResult:
     return r
 
 
+def redo_then_refund(rt: lw.Runtime, provider: Provider) -> None:
+    """A run pays I6 in its second cycle, is rolled back (its refund) and pays again in the
+    run (its own "~2"), then is cancelled (the refund of ~2)."""
+    loop = paying(provider, staged=True)
+    a = rt.run_sync(loop, TASK)
+    assert a.status == "awaiting_approval" and provider.asked == ["pay:I6"]
+    rt.rollback(a.run_id, 1, by="ops", loop=loop)
+    assert rt.resume_sync(a.run_id, loop).status == "awaiting_approval"
+    assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+    rt.cancel(a.run_id, by="ops", loop=loop)
+    assert rt.resume_sync(a.run_id, loop).status == "cancelled"
+    assert provider.collected() == 0
+
+
+def crash_b(url: str, loop: lw.Loop, phase: str) -> lw.Runtime:
+    """Run B of ``loop`` (task key "B") dies at ``phase`` of its first effect; its runtime is
+    returned open (the caller closes it)."""
+
+    def die(at: str) -> None:
+        if at == phase:
+            raise Crash
+
+    crashed = lw.Runtime(url)
+    crashed._on_phase = die
+    with pytest.raises(Crash):
+        crashed.run_sync(loop, TASK, task_key="B")
+    return crashed
+
+
+def as_before_the_generation(rt: lw.Runtime, url: str) -> int:
+    """Put the store back as the release before the store-wide generation left it: the column
+    and what the journal recorded of it gone, the schema version before its step (returned;
+    the latest when this release has no such step)."""
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+    from loopwright.store._schema import SQLITE_MIGRATIONS
+
+    pg = url.startswith("postgres")
+    steps = PG_MIGRATIONS if pg else SQLITE_MIGRATIONS
+    before = next(
+        (i for i, s in enumerate(steps) if any("effect_keys ADD COLUMN" in t for t in s)),
+        len(steps),
+    )
+    strip = (
+        "(data::jsonb - 'call_key' - 'generation')::json"
+        if pg
+        else "json_remove(data, '$.call_key', '$.generation')"
+    )
+    with rt.store._tx() as conn:  # type: ignore[attr-defined]
+        if before < len(steps):
+            conn.execute("ALTER TABLE effect_keys DROP COLUMN generation")
+        conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
+        conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
+    return len(steps)
+
+
 def test_another_run_redoing_a_refunded_payment_pays_under_a_fresh_key(url: str) -> None:
     provider = Provider()
     with lw.Runtime(url) as rt:
@@ -122,15 +177,7 @@ def test_a_redo_after_a_runs_own_redo_was_refunded_takes_the_higher_generation(
     # cancelled (refund of ~2). Run B must not start again at "~2", nor at the first key.
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop = paying(provider, staged=True)
-        a = rt.run_sync(loop, TASK)
-        assert a.status == "awaiting_approval" and provider.asked == ["pay:I6"]
-        rt.rollback(a.run_id, 1, by="ops", loop=loop)
-        assert rt.resume_sync(a.run_id, loop).status == "awaiting_approval"
-        assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
-        rt.cancel(a.run_id, by="ops", loop=loop)
-        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
-        assert provider.collected() == 0
+        redo_then_refund(rt, provider)
         rt.run_sync(paying(provider), TASK)
         assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6~3"]
         assert provider.collected() == 5.0
@@ -141,18 +188,9 @@ def test_a_crash_between_the_call_and_its_result_resumes_with_the_same_key(url: 
     # dies before the result is recorded. The resume (an idempotent effect: run again) hands
     # the provider the key it journaled with the intent: the charge is made once.
     provider = Provider()
-
-    def die(phase: str) -> None:
-        if phase == "before_effect_result":
-            raise Crash
-
     with lw.Runtime(url) as rt:
         pay_then_refund(rt, provider)
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
-    with pytest.raises(Crash):
-        crashed.run_sync(paying(provider, idempotent=True), TASK, task_key="B")
-    crashed.close()
+    crash_b(url, paying(provider, idempotent=True), "before_effect_result").close()
     assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
     with lw.Runtime(url) as rt:
         run = rt.store.get_run("B")
@@ -170,18 +208,9 @@ def test_a_redo_left_in_doubt_names_the_key_the_provider_knows(url: str) -> None
     # Not idempotent, no reconcile hook: after the crash a person checks with the provider,
     # by the key the redo was handed, not the refunded charge's
     provider = Provider()
-
-    def die(phase: str) -> None:
-        if phase == "before_effect_result":
-            raise Crash
-
     with lw.Runtime(url) as rt:
         pay_then_refund(rt, provider)
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
-    with pytest.raises(Crash):
-        crashed.run_sync(paying(provider), TASK, task_key="B")
-    crashed.close()
+    crash_b(url, paying(provider), "before_effect_result").close()
     with lw.Runtime(url) as rt:
         run = rt.store.get_run("B")
         out = rt.resume_sync(run.run_id, paying(provider))
@@ -254,39 +283,12 @@ def test_an_upgraded_store_hands_out_no_generation_its_runs_had(url: str) -> Non
     # (refund), paid again as "~2" in the run, and was cancelled (refund of ~2). Opened by
     # this release, the claim's generation is what A's journal handed out, so run B pays
     # under "~3" (a generation counted from 1 would hand the provider A's refunded "~2").
-    from loopwright.store._pg_schema import PG_MIGRATIONS
-    from loopwright.store._schema import SQLITE_MIGRATIONS
-
     provider = Provider()
-    pg = url.startswith("postgres")
-    steps = PG_MIGRATIONS if pg else SQLITE_MIGRATIONS
-    before = next(
-        (i for i, s in enumerate(steps) if any("effect_keys ADD COLUMN" in t for t in s)),
-        len(steps),
-    )
-    strip = (
-        "(data::jsonb - 'call_key' - 'generation')::json"
-        if pg
-        else "json_remove(data, '$.call_key', '$.generation')"
-    )
     with lw.Runtime(url) as rt:
-        loop = paying(provider, staged=True)
-        a = rt.run_sync(loop, TASK)
-        rt.rollback(a.run_id, 1, by="ops", loop=loop)
-        rt.resume_sync(a.run_id, loop)
-        rt.cancel(a.run_id, by="ops", loop=loop)
-        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
-        assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 0
-        with rt.store._tx() as conn:  # type: ignore[attr-defined]
-            # put back as the earlier release left it (the column and what it recorded gone)
-            if before < len(steps):
-                conn.execute("ALTER TABLE effect_keys DROP COLUMN generation")
-            conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
-            conn.execute(
-                f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'"
-            )
+        redo_then_refund(rt, provider)
+        latest = as_before_the_generation(rt, url)
     with lw.Runtime(url) as rt:  # opening it migrates
-        assert rt.store.schema_version == len(steps)  # type: ignore[attr-defined]
+        assert rt.store.schema_version == latest  # type: ignore[attr-defined]
         rt.run_sync(paying(provider), TASK)
     assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6~3"]
     assert provider.collected() == 5.0
@@ -297,15 +299,8 @@ def test_an_intent_an_earlier_release_journaled_is_settled_under_its_own_key(url
     # the run: its attempt was handed its journal key ("pay:I6"). The upgrade sets the claim's
     # generation from A's journal ("~2"), but B's resume must ask about, and if need be make,
     # the very attempt it journaled: the key that intent was handed, not a new one.
-    from loopwright.store._pg_schema import PG_MIGRATIONS
-    from loopwright.store._schema import SQLITE_MIGRATIONS
-
     provider = Provider()
     asked: list[str] = []
-
-    def die(phase: str) -> None:
-        if phase == "after_effect_intent":
-            raise Crash
 
     def check(key: str) -> dict[str, Any] | None:
         asked.append(key)
@@ -316,29 +311,10 @@ def test_an_intent_an_earlier_release_journaled_is_settled_under_its_own_key(url
         loop.effects[0].reconcile_fn = check
         return loop
 
-    pg = url.startswith("postgres")
-    steps = PG_MIGRATIONS if pg else SQLITE_MIGRATIONS
-    before = next(i for i, s in enumerate(steps) if any("effect_keys ADD COLUMN" in t for t in s))
-    strip = (
-        "(data::jsonb - 'call_key' - 'generation')::json"
-        if pg
-        else "json_remove(data, '$.call_key', '$.generation')"
-    )
     with lw.Runtime(url) as rt:
-        loop = paying(provider, staged=True)
-        a = rt.run_sync(loop, TASK)
-        rt.rollback(a.run_id, 1, by="ops", loop=loop)
-        rt.resume_sync(a.run_id, loop)
-        rt.cancel(a.run_id, by="ops", loop=loop)
-        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
-    with pytest.raises(Crash):
-        crashed.run_sync(reconciled(provider), TASK, task_key="B")
-    with crashed.store._tx() as conn:  # type: ignore[attr-defined]
-        conn.execute("ALTER TABLE effect_keys DROP COLUMN generation")
-        conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
-        conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
+        redo_then_refund(rt, provider)
+    crashed = crash_b(url, reconciled(provider), "after_effect_intent")
+    as_before_the_generation(crashed, url)
     crashed.close()
     assert provider.asked == ["pay:I6", "pay:I6~2"]  # B's attempt never reached the call
     with lw.Runtime(url) as rt:  # migrates: the claim's generation is A's "~2"
