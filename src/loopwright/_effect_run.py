@@ -19,7 +19,7 @@ from typing import Any
 
 from ._calls import CallTimeout, call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
-from ._errors import EffectKeyHeld, StaleLeaseError
+from ._errors import ConfigError, EffectKeyHeld, EffectKeyMoved, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._owners import local_pid, owner_is_dead
@@ -145,8 +145,48 @@ def undid_for_origin(entry: JournalEntry) -> bool:
 
 def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str, bool]:
     """The call's idempotency key (without ``effect:``), and whether it is a business key (one
-    the call or the effect's ``key`` gives: it names the action store-wide)."""
-    return eff.key_for(run_id, cycle, call), bool(call.key or eff.key_fn is not None)
+    the call or the effect's ``key`` gives: it names the action store-wide). A business key
+    ending in ``~`` and digits is refused (``ConfigError``): that is how a redo of an undone
+    action is keyed (``pay:A-1~2``), so it would name another action's redo to the outside
+    world (a payment provider would answer with that charge)."""
+    key, business = eff.key_for(run_id, cycle, call), bool(call.key or eff.key_fn is not None)
+    if business and _redo_like(key):
+        raise ConfigError(
+            f"the key {key!r} of effect {eff.name} ends in '~' and a number, which names the "
+            f"redo of an undone action ({key.rpartition('~')[0]!r} done again); give the "
+            "action a key that does not end so (another separator, or a letter after it)",
+            field=f"effects.{eff.name}.key",
+        )
+    return key, business
+
+
+def _redo_like(key: str) -> bool:
+    """Whether ``key`` ends as a redo generation's key does: ``~`` and digits."""
+    head, sep, gen = key.rpartition("~")
+    return bool(sep and head and gen.isdigit())
+
+
+def _call_key(
+    store: Store, kind: str, action: str, generation: int, entry: JournalEntry | None
+) -> tuple[int, str]:
+    """The redo generation of a business key's call about to start, and the key handed to the
+    effect (``action``, or ``action~n`` from the second generation): the run's own count
+    (its journal's undone generations, ``generation``) or the store's, whichever is higher,
+    so that an action another run (or a fork's origin) undid is done again under a key no
+    run was handed before — the refunded charge's key would get the refunded charge back
+    from a provider that deduplicates by key, and nothing would be paid. A failed action is
+    tried again under its key. An intent (or a retry's wait) this run journaled keeps the key
+    it recorded: a resume hands out the key of the attempt it settles (an entry an earlier
+    release wrote: its journal key)."""
+    if entry is not None and entry.status in ("intent", "waiting"):
+        gen, key = entry.data.get("generation"), entry.data.get("call_key")
+        if isinstance(gen, int) and isinstance(key, str):
+            return gen, key
+        return generation, entry.key.removeprefix("effect:")
+    claim = store.effect_claim(kind, action)
+    if claim is not None:
+        generation = max(generation, claim.generation + (claim.status == "compensated"))
+    return generation, action if generation == 1 else f"{action}~{generation}"
 
 
 async def perform_effect(
@@ -199,6 +239,15 @@ async def perform_effect(
         else None
     )
 
+    def call_key() -> str:
+        """The key handed to the effect and its reconcile hook (a cause names it: what a
+        person checks with the outside world)."""
+        return str(base.get("call_key") or ikey)
+
+    def named() -> str:
+        """The effect as a cause names it: its name and the key it was handed."""
+        return f"{eff.name} ({call_key()})"
+
     def out(status: str, **kw: Any) -> EffectOutcome:
         # Invariant 9: a cause quotes an exception, which can quote what the call was given.
         if kw.get("cause"):
@@ -227,6 +276,8 @@ async def perform_effect(
                     cycle,
                     event,
                     {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": status}
+                    # the key the effect was handed, where it is not the journal's (a redo)
+                    | ({"call_key": data["call_key"]} if data.get("call_key", ikey) != ikey else {})
                     | ({"cause": data["cause"]} if data.get("cause") else {})
                     | ({"deadline_at": data["deadline_at"]} if data.get("deadline_at") else {})
                     | ({"from_run": data["from_run"]} if data.get("from_run") else {})
@@ -246,12 +297,12 @@ async def perform_effect(
             return out("done", result=h.result, reused=True, attempts=attempts)
         if h.status == "done":
             cause = (
-                f"{eff.name} ({ikey}) was done by run {h.run_id} with other arguments; the "
+                f"{named()} was done by run {h.run_id} with other arguments; the "
                 "same key with different arguments is not run — check which is right"
             )
         else:
             cause = (
-                f"{eff.name} ({ikey}) is held by run {h.run_id}, whose attempt is {h.status} "
+                f"{named()} is held by run {h.run_id}, whose attempt is {h.status} "
                 "(it may be doing it now, or have done it) — not run again here"
             )
         put("in_doubt", {"cause": cause, "from_run": h.run_id}, None, "effect_in_doubt")
@@ -267,7 +318,9 @@ async def perform_effect(
         # is called, as for the call itself: a lease lost there is the engine's, not the hook's
         limit = call_limit()
         try:
-            found, _ = await call_user(eff.reconcile_fn, ikey, timeout=limit, threaded=ex.threaded)
+            found, _ = await call_user(
+                eff.reconcile_fn, call_key(), timeout=limit, threaded=ex.threaded
+            )
         except CallTimeout as exc:
             return "error", f"the reconcile hook timed out ({exc})", None
         except Exception as exc:
@@ -290,7 +343,7 @@ async def perform_effect(
             put("done", data, None, "effect_reconciled")
             return out("done", result=value, reconciled=True, attempts=attempts, usage=usage)
         if verdict == "error":
-            cause = f"{eff.name} ({ikey}) {doubt}: {value}"
+            cause = f"{named()} {doubt}: {value}"
             put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
         return None
@@ -369,6 +422,12 @@ async def perform_effect(
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
+    if business and (entry is None or stale or entry.status in ("intent", "waiting")):
+        # the key this call hands the effect, recorded with its intent (``_call_key``)
+        base["generation"], base["call_key"] = _call_key(
+            store, eff.kind, action, generation, None if stale else entry
+        )
+
     if entry is not None and not stale:
         done_args = entry.data.get("args") if entry.status == "done" else None
         if done_args is not None and _canon(done_args) != _canon(base["args"]):
@@ -376,7 +435,7 @@ async def perform_effect(
             # call of this proposal): as when another run did (``held``), a person decides
             # which is right; the journal keeps the execution that happened.
             cause = (
-                f"{eff.name} ({ikey}) was done by this run in cycle {entry.cycle} with other "
+                f"{named()} was done by this run in cycle {entry.cycle} with other "
                 "arguments; the same key with different arguments is not run — check which "
                 "is right"
             )
@@ -427,7 +486,7 @@ async def perform_effect(
                 not_done = True  # the hook says it did not happen (asked again after grace)
             elif not eff.idempotent:
                 cause = (
-                    f"{eff.name} ({ikey}) started before a crash and its outcome was not "
+                    f"{named()} started before a crash and its outcome was not "
                     "recorded; it is not idempotent and has no reconcile hook, so it is not run "
                     "again — check whether it happened"
                 )
@@ -452,12 +511,12 @@ async def perform_effect(
                 # Interrupted attempts count against the bound (a crash loop must end), but
                 # an attempt that may have succeeded is in doubt, not failed.
                 cause = (
-                    f"{eff.name} ({ikey}) was interrupted {attempts} time(s), its retry bound; "
+                    f"{named()} was interrupted {attempts} time(s), its retry bound; "
                     "the last attempt's outcome is unknown — check whether it happened"
                 )
                 put("in_doubt", {"cause": cause}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause)
-            cause = f"{eff.name} ({ikey}) gave up after {attempts} attempt(s)"
+            cause = f"{named()} gave up after {attempts} attempt(s)"
             put("failed", {"cause": cause}, None, "effect_failed")
             return out("failed", attempts=attempts, cause=cause)
         ex.at("before_effect_intent")
@@ -470,6 +529,12 @@ async def perform_effect(
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
             try:
                 put("intent", intent, attempts, "effect_started")
+            except EffectKeyMoved as moved:
+                # another run took (and undid) the action since its claim was read: nothing
+                # was written; the next generation's key, never handed out
+                base["generation"] = moved.generation
+                base["call_key"] = f"{action}~{moved.generation}"
+                continue
             except EffectKeyHeld as h:
                 attempts -= 1  # nothing was written
                 return held(h)
@@ -481,7 +546,7 @@ async def perform_effect(
             # may hold the run by now; renew (fenced) and write a fresh intent first.
         try:
             result, _secs = await call_user(
-                _tracked(eff.bind(call.args, ikey), (ex.run_id, jkey)),
+                _tracked(eff.bind(call.args, call_key()), (ex.run_id, jkey)),
                 timeout=left,
                 threaded=ex.threaded,
             )
@@ -496,7 +561,7 @@ async def perform_effect(
                     return settled
             elif kind == "transient" and not eff.idempotent:
                 cause = (
-                    f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "
+                    f"{named()} failed with a transient error and may have acted; it "
                     "is not idempotent and has no reconcile hook, so it is not retried"
                 )
                 put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
@@ -508,9 +573,7 @@ async def perform_effect(
                     "needs_human": "an error a person must resolve",
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
-                cause = (
-                    f"{eff.name} ({ikey}) failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
-                )
+                cause = f"{named()} failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
                 put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(

@@ -96,6 +96,16 @@ class EffectKeyHeld(ConflictError):
         self.result = result
 
 
+class EffectKeyMoved(ConflictError):
+    """An intent asked for a redo generation of an undone action that is no longer the next
+    one (another run took the action since it was read): nothing was written; read the
+    claim again (``Store.effect_claim``) and ask for ``generation``."""
+
+    def __init__(self, message: str, *, generation: int) -> None:
+        super().__init__(message)
+        self.generation = generation
+
+
 class RunNotFoundError(LoopwrightError, LookupError):
     """No run matches the given id or task key."""
 

@@ -297,7 +297,9 @@ class Decisions(RuntimeHost):
         out = []
         # (read by status: a long run's done effects are not read to find the few in flight)
         for e in self.store.journal_where(ex.run_id, kind="effect", statuses=_IN_FLIGHT):
-            cause = f"{e.data.get('name')} ({e.key.removeprefix('effect:')}) {why}"
+            # named by the key the effect was handed (a redo's ``~n``): what a person checks
+            shown = e.data.get("call_key") or e.key.removeprefix("effect:")
+            cause = f"{e.data.get('name')} ({shown}) {why}"
             self.store.journal_put(
                 ex.run_id,
                 ex.token,

@@ -100,6 +100,8 @@ def offer_compensations(
             "kind": eff.kind,
             "args": args,
             "result": e.data.get("result"),
+            # the key the effect was handed (a redo's ``~n`` the store gave), for its undoing
+            "call_key": e.data.get("call_key") or ikey,
             "cycle": e.cycle,
             "action": d.action,
             "rule": d.rule,
@@ -240,7 +242,13 @@ async def run_compensations(
             continue
         key = str(o["key"])
         comp = Effect(
-            functools.partial(_undo, eff.compensate_fn, key, o.get("result"), o.get("args")),
+            functools.partial(
+                _undo,
+                eff.compensate_fn,
+                str(o.get("call_key") or key),
+                o.get("result"),
+                o.get("args"),
+            ),
             kind=eff.kind,
             name=f"{eff.name}.compensate",
             retry=eff.retry,

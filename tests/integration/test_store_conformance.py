@@ -1076,6 +1076,46 @@ def test_journal_expect_status_and_stale_token_write_nothing(store: Store) -> No
         _put(store, "nope", token, "pay:1")
 
 
+def test_an_undone_claim_is_taken_only_at_a_generation_never_handed_out(store: Store) -> None:
+    # The redo generation of an undone business action is the store's: an intent taking a
+    # compensated claim must ask for a generation above the claim's (a failed one: at least
+    # the claim's, the same key tried again); asked for less, nothing is written.
+    from loopwright._errors import EffectKeyMoved
+
+    a, ta = _leased(store, "a")
+    b, tb = _leased(store, "b")
+    claim = ("spend", "pay:I6", "h")
+    assert store.effect_claim("spend", "pay:I6") is None
+    _put(store, a, ta, "effect:pay:I6", status="intent", data={"generation": 1}, claim=claim)
+    _put(store, a, ta, "effect:pay:I6", status="compensated", claim=claim)
+    got = store.effect_claim("spend", "pay:I6")
+    assert got is not None and (got.run_id, got.status, got.generation) == (a, "compensated", 1)
+    before = _snapshot(store, b)
+    events = [NewEvent(1, "should_not_appear")]
+    for stale in ({"generation": 1}, {}):  # the refunded charge's generation (1 when unsaid)
+        with pytest.raises(EffectKeyMoved) as moved:
+            _put(
+                store,
+                b,
+                tb,
+                "effect:pay:I6",
+                status="intent",
+                data=stale,
+                claim=claim,
+                events=events,
+            )
+        assert moved.value.generation == 2
+    assert _snapshot(store, b) == before and store.journal(b) == []
+    _put(store, b, tb, "effect:pay:I6", status="intent", data={"generation": 2}, claim=claim)
+    got = store.effect_claim("spend", "pay:I6")
+    assert got is not None and (got.run_id, got.status, got.generation) == (b, "claimed", 2)
+    _put(store, b, tb, "effect:pay:I6", status="failed", claim=claim)
+    # a failed action never happened: taken again under the same generation
+    _put(store, a, ta, "effect:pay:I6~2", status="intent", data={"generation": 2}, claim=claim)
+    got = store.effect_claim("spend", "pay:I6")
+    assert got is not None and (got.run_id, got.status, got.generation) == (a, "claimed", 2)
+
+
 # --- leases -------------------------------------------------------------------------------
 def test_lease_acquire_conflict_renew_release(store: Store) -> None:
     run_id = _create(store)

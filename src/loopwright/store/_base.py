@@ -390,6 +390,18 @@ class MemorySearch:
 
 
 @dataclass(frozen=True, slots=True)
+class EffectClaim:
+    """The store-wide claim of a business effect key (``Store.effect_claim``): the run holding
+    it, its status (``claimed``, ``done``, ``in_doubt``; ``failed`` and ``compensated`` free
+    it) and the redo generation last handed out for the action (1: its own key; ``n``: the
+    key with ``~n``)."""
+
+    run_id: str
+    status: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One entry of a run's effect/retry journal, keyed by ``(run_id, key)``.
 
@@ -1164,6 +1176,11 @@ class Store(LiveStore, PeopleStore, ABC):
         and nothing is written; any other status is recorded on this run's claim (``done``
         with ``data["result"]``; ``failed`` and ``compensated`` free the key: an intent of any
         run, its own included, takes it back as ``claimed``)."""
+
+    @abstractmethod
+    def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
+        """The store-wide claim of the business effect key ``key`` of ``kind``, or ``None``
+        when no run ever claimed it (``journal_put``'s ``claim``)."""
 
     @abstractmethod
     def journal(

@@ -18,7 +18,12 @@ from __future__ import annotations
 from ._blobs import BLOBS_PG
 from ._live import notified_key_index
 from ._people_schema import PEOPLE_PG
-from ._schema import BACKFILL_CLAIMS, EVENTS_NOTIFIED_SQL
+from ._schema import (
+    BACKFILL_CLAIMS,
+    BACKFILL_GENERATIONS,
+    EFFECT_GENERATION,
+    EVENTS_NOTIFIED_SQL,
+)
 
 __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
 
@@ -273,4 +278,7 @@ PG_MIGRATIONS: list[list[str]] = [
     [EVENTS_NOTIFIED_SQL],
     # v12: and only the markers of its own key, as SQLite's v14.
     [notified_key_index("%s")],
+    # v13: an undone action's redo generation, store-wide, as SQLite's v15 (IF NOT EXISTS: a
+    # store put back to an earlier version by a test runs the step again).
+    [EFFECT_GENERATION.format("IF NOT EXISTS"), BACKFILL_GENERATIONS],
 ]

@@ -8,7 +8,9 @@ from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
     "BACKFILL_CLAIMS",
+    "BACKFILL_GENERATIONS",
     "CLAIMABLE_SQLITE",
+    "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
     "RUN_TASK",
     "RUN_TASKS_SQL",
@@ -34,6 +36,16 @@ EVENTS_NOTIFIED_SQL = (
 # A migration step run in Python, not SQL (``SQLStore._backfill_claims``): the effect keys
 # runs of an earlier release did, claimed store-wide.
 BACKFILL_CLAIMS = "-- loopwright: claim the effect keys done before keys were claimed"
+
+# A migration step run in Python (``SQLStore._backfill_generations``): each claimed action's
+# highest redo generation any run's journal handed out (``<key>~<n>``), so that a redo after
+# the upgrade gets a key no run was given before.
+BACKFILL_GENERATIONS = "-- loopwright: the redo generations runs handed out before"
+
+# The redo generation of an undone action, kept store-wide (SQLite's v15, PostgreSQL's v13):
+# its key for a call is ``<key>`` at generation 1, ``<key>~<n>`` after; a claim that takes an
+# undone action hands out the next one (``SQLStore._claim``).
+EFFECT_GENERATION = "ALTER TABLE effect_keys ADD COLUMN {} generation INTEGER NOT NULL DEFAULT 1"
 
 # Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to
 # start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
@@ -371,4 +383,9 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # markers, and "was this request posted?" read every one of them: a run with thousands
     # of requests posted paid thousands of rows a delivery. This one holds them by key too.
     [notified_key_index("?")],
+    # v15: an undone action's redo generation, store-wide. It was the run's own (its journal's
+    # ``key~2``, ``~3``...), so another run (or a fork) redoing an action another run had
+    # refunded handed the payment provider the refunded charge's key: the provider answered
+    # with that charge and nothing was paid.
+    [EFFECT_GENERATION.format(""), BACKFILL_GENERATIONS],
 ]

@@ -26,6 +26,7 @@ from .._errors import (
     ApprovalError,
     ConflictError,
     EffectKeyHeld,
+    EffectKeyMoved,
     RunNotFoundError,
     StaleLeaseError,
     StoreCorruptError,
@@ -45,6 +46,7 @@ from ._base import (
     Checkpoint,
     CheckpointRow,
     CommitRequest,
+    EffectClaim,
     Event,
     JournalEntry,
     MemorySearch,
@@ -77,7 +79,7 @@ from ._rows import (
     sql_int,
     version_row,
 )
-from ._schema import BACKFILL_CLAIMS, RUN_TASK, memory_tag
+from ._schema import BACKFILL_CLAIMS, BACKFILL_GENERATIONS, RUN_TASK, memory_tag
 
 __all__ = ["RUNNABLE_STATUS", "SQLStore", "Statements", "owner_is_dead"]
 
@@ -353,16 +355,22 @@ class Statements:
         )
         # --- effect keys, claimed store-wide (journal_put's ``claim``)
         self.claim_key = p(
-            "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, updated_at) "
-            "VALUES(?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
+            "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, updated_at, "
+            "generation) VALUES(?,?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
         )
         self.effect_key = p(
-            "SELECT run_id, status, args_hash, result FROM effect_keys WHERE kind=? AND key=?"
-            + lock("FOR UPDATE")
+            "SELECT run_id, status, args_hash, result, generation FROM effect_keys "
+            "WHERE kind=? AND key=?" + lock("FOR UPDATE")
+        )
+        self.effect_claim = p(
+            "SELECT run_id, status, generation FROM effect_keys WHERE kind=? AND key=?"
         )
         self.take_key = p(
-            "UPDATE effect_keys SET run_id=?, status=?, args_hash=?, result=NULL, updated_at=? "
-            "WHERE kind=? AND key=? AND run_id=?"
+            "UPDATE effect_keys SET run_id=?, status=?, args_hash=?, result=NULL, updated_at=?, "
+            "generation=? WHERE kind=? AND key=? AND run_id=?"
+        )
+        self.raise_generation = p(
+            "UPDATE effect_keys SET generation=? WHERE kind=? AND key=? AND generation<?"
         )
         self.settle_key = p(
             "UPDATE effect_keys SET status=?, result=?, updated_at=? "
@@ -665,6 +673,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             for statement in statements:
                 if statement == BACKFILL_CLAIMS:
                     self._backfill_claims(conn)
+                elif statement == BACKFILL_GENERATIONS:
+                    self._backfill_generations(conn)
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))
@@ -726,6 +736,28 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     now,
                 ),
             )
+
+    def _backfill_generations(self, conn: Any) -> None:
+        """A migration step: each claimed action's generation, the highest any run's journal
+        handed out before (an earlier release counted a redo's ``key~2``, ``~3``... in its
+        run only), so that the next redo, whichever run asks, gets a key none was given.
+        Only the entries whose key has a ``~`` are read (a first generation has none)."""
+        rows = conn.execute(
+            "SELECT key, data FROM journal WHERE kind='effect' AND key LIKE '%~%'"
+        ).fetchall()
+        for key, raw in rows:
+            try:
+                data = self._jl(raw) if raw is not None else {}
+            except ValueError:
+                continue  # not what any release wrote (``_backfill_claims`` says so)
+            if not isinstance(data, Mapping):
+                continue
+            action, kind = data.get("action"), data.get("kind")
+            if not isinstance(action, str) or not isinstance(kind, str):
+                continue  # not a business key: never claimed store-wide
+            gen = str(key).removeprefix(f"effect:{action}~")
+            if gen.isdigit() and gen != str(key):
+                conn.execute(self._q.raise_generation, (int(gen), kind, action, int(gen)))
 
     @property
     def schema_version(self) -> int:
@@ -1598,13 +1630,26 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         q = self._q
         kind, key, args_hash = claim
         if status == "intent":
-            conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now))
+            gen = int(data.get("generation") or 1)
+            conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now, gen))
             row = conn.execute(q.effect_key, (kind, key)).fetchone()
             if row[1] in ("failed", "compensated"):
                 # it never happened, or was undone: the key is free; taken (by its own run too)
-                # so that no other run takes it while this attempt is in flight
-                conn.execute(q.take_key, (run_id, "claimed", args_hash, now, kind, key, row[0]))
+                # so that no other run takes it while this attempt is in flight. A failed
+                # action is tried again under its key; an undone one under a key never handed
+                # out (the next generation): asked for with an older one, nothing is written.
+                least = row[4] + 1 if row[1] == "compensated" else row[4]
+                if gen < least:
+                    raise EffectKeyMoved(
+                        f"effect key {kind}/{key}: generation {gen} asked, {least} is next",
+                        generation=least,
+                    )
+                conn.execute(
+                    q.take_key, (run_id, "claimed", args_hash, now, gen, kind, key, row[0])
+                )
                 row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            elif row[0] == run_id and gen > row[4]:
+                conn.execute(q.raise_generation, (gen, kind, key, gen))
             if row[0] != run_id:
                 raise EffectKeyHeld(
                     f"effect key {kind}/{key} is held by run {row[0]} ({row[1]})",
@@ -1619,6 +1664,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             q.settle_key,
             (status, None if result is None else self._js(result), now, kind, key, run_id),
         )
+
+    def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
+        with self._conn() as conn:
+            row = conn.execute(self._q.effect_claim, (kind, key)).fetchone()
+        return None if row is None else EffectClaim(str(row[0]), str(row[1]), int(row[2]))
 
     def journal(
         self,
