@@ -74,13 +74,13 @@ class Concluding(RuntimeHost):
                 # between a crash and its resume must not pay a second time).
                 try:
                     keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
-                except ConfigError as exc:  # a key= function that raised or gave no key
+                except ConfigError as exc:  # a key that raised, names no action, or names a redo
                     ex.state.pending = None
                     return self._abort(
                         ex,
                         t0,
                         "escalated",
-                        cause=f"an effect has no key: {exc}",
+                        cause=f"an effect's key cannot be used: {exc}",
                         error=error_info("effect", exc),
                         unverified=proposal.to_dict(),
                     )

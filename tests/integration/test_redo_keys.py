@@ -276,6 +276,7 @@ def test_a_business_key_ending_as_a_redo_is_refused(url: str) -> None:
     assert r.status == "escalated" and provider.asked == []
     assert r.packet is not None
     assert "'pay:I6~2'" in r.packet["cause"] and "ends in '~' and a number" in r.packet["cause"]
+    assert r.packet["cause"].startswith("an effect's key cannot be used:")
 
 
 def test_an_upgraded_store_hands_out_no_generation_its_runs_had(url: str) -> None:
