@@ -23,6 +23,11 @@ the task's text) to wherever the ``Location`` named, and drops only ``Authorizat
 way: a key sent in any other header (``api-key``, ``x-api-key``) went along. Redirects within
 the server (``/v1`` to ``/v1/``) are followed as before.
 
+A response body larger than ``max_bytes`` (counted as it arrives, decompressed as the SDK reads
+it) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into memory, so a server
+that sent without end (a 300 MB reply took a gigabyte) could exhaust the process's memory
+within ``timeout_s``.
+
 This module imports the SDK's HTTP library; the adapters import it only when they make a
 client (the ``openai`` extra).
 """
@@ -42,7 +47,7 @@ from .._calls import call_deadline
 from .._retry import PermanentError
 from .openai_chat import public_url
 
-__all__ = ["CrossOriginRedirect", "async_http_client", "http_client"]
+__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "http_client"]
 
 _DEADLINE = "loopwright.deadline"  # a request's extension: _clock() it must end by
 _ORIGIN = "loopwright.origin"  # and the URL it was first sent to (a redirect's keeps both)
@@ -55,6 +60,10 @@ _clock = time.monotonic
 
 class CrossOriginRedirect(PermanentError):
     """The server answered with a redirect to another server, which is not followed."""
+
+
+class ReplyTooLarge(PermanentError):
+    """A response body larger than the client's ``max_bytes``: not read further."""
 
 
 def _same_server(first: httpx2.URL, then: httpx2.URL) -> bool:
@@ -100,17 +109,41 @@ def _check(deadline: float, request: httpx2.Request, timeout_s: float) -> None:
         raise _late(request, timeout_s)
 
 
+class _Size:
+    """The bytes of a response body so far, refused past ``most``."""
+
+    def __init__(self, most: int, request: httpx2.Request) -> None:
+        self.most, self.seen, self.request = most, 0, request
+
+    def add(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        if self.seen > self.most:
+            raise ReplyTooLarge(
+                f"the reply from {public_url(str(self.request.url))} is larger than "
+                f"{self.most / 2**20:g} MiB: not read further (a model's reply is far smaller; "
+                "a server sending without end held it all in memory)"
+            )
+
+
 class _SyncBounded(httpx2.SyncByteStream):
-    """A response body that fails once its request's deadline has passed."""
+    """A response body that fails once its request's deadline has passed, or once it is
+    larger than its limit."""
 
     def __init__(
-        self, inner: httpx2.SyncByteStream, deadline: float, request: httpx2.Request, t: float
+        self,
+        inner: httpx2.SyncByteStream,
+        deadline: float,
+        request: httpx2.Request,
+        t: float,
+        size: _Size,
     ) -> None:
         self._inner, self._deadline, self._request, self._timeout_s = inner, deadline, request, t
+        self._size = size
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
             _check(self._deadline, self._request, self._timeout_s)
+            self._size.add(chunk)
             yield chunk
 
     def close(self) -> None:
@@ -121,9 +154,15 @@ class _AsyncBounded(httpx2.AsyncByteStream):
     """``_SyncBounded`` for the async client: each piece is awaited only until the deadline."""
 
     def __init__(
-        self, inner: httpx2.AsyncByteStream, deadline: float, request: httpx2.Request, t: float
+        self,
+        inner: httpx2.AsyncByteStream,
+        deadline: float,
+        request: httpx2.Request,
+        t: float,
+        size: _Size,
     ) -> None:
         self._inner, self._deadline, self._request, self._timeout_s = inner, deadline, request, t
+        self._size = size
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._inner.__aiter__()
@@ -136,6 +175,7 @@ class _AsyncBounded(httpx2.AsyncByteStream):
             except TimeoutError as exc:
                 raise _late(self._request, self._timeout_s) from exc
             _check(self._deadline, self._request, self._timeout_s)  # it came, but too late
+            self._size.add(chunk)
             yield chunk
 
     async def aclose(self) -> None:
@@ -182,8 +222,9 @@ def _deadline_of(response: httpx2.Response) -> float | None:
     return deadline if isinstance(deadline, float) else None
 
 
-def http_client(timeout_s: float) -> httpx2.Client:
-    """The SDK's default sync HTTP client, each request of which ends within ``timeout_s``."""
+def http_client(timeout_s: float, max_bytes: int) -> httpx2.Client:
+    """The SDK's default sync HTTP client, each request of which ends within ``timeout_s``
+    and whose each response body is at most ``max_bytes``."""
 
     def start(request: httpx2.Request) -> None:
         _started(request, timeout_s)
@@ -194,13 +235,14 @@ def http_client(timeout_s: float) -> httpx2.Client:
         if deadline is None or not isinstance(response.stream, httpx2.SyncByteStream):
             return
         _check(deadline, response.request, timeout_s)  # the headers came too late
-        response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s)
+        size = _Size(max_bytes, response.request)
+        response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s, size)
 
     return _Client(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})
 
 
-def async_http_client(timeout_s: float) -> httpx2.AsyncClient:
-    """The SDK's default async HTTP client, each request of which ends within ``timeout_s``."""
+def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
+    """``http_client`` for the async SDK client."""
 
     async def start(request: httpx2.Request) -> None:
         _started(request, timeout_s)
@@ -211,6 +253,9 @@ def async_http_client(timeout_s: float) -> httpx2.AsyncClient:
         if deadline is None or not isinstance(response.stream, httpx2.AsyncByteStream):
             return
         _check(deadline, response.request, timeout_s)
-        response.stream = _AsyncBounded(response.stream, deadline, response.request, timeout_s)
+        size = _Size(max_bytes, response.request)
+        response.stream = _AsyncBounded(
+            response.stream, deadline, response.request, timeout_s, size
+        )
 
     return _AsyncClient(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})

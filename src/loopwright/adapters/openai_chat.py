@@ -248,6 +248,10 @@ def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
             exc.message = prefix + message  # type: ignore[attr-defined]
 
 
+MAX_REPLY_BYTES = 32 * 2**20
+"""The largest response body a chat adapter reads (a reply of 128k tokens is a few MB, escaped
+as JSON); a larger one fails as ``ReplyTooLarge``, permanent, instead of filling memory."""
+
 DEFAULT_MAX_RETRY_AFTER_S = 120.0
 """The longest ``Retry-After`` the adapters honour (a server asking for an hour gets this)."""
 
@@ -640,7 +644,7 @@ class _ChatModel:
                     # timeout= bounds each network step (connect, each read) only; the client
                     # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s),
+                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
@@ -670,7 +674,7 @@ class _ChatModel:
                 api_key=self._api_key,
                 base_url=endpoint,
                 timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s),
+                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
                 default_headers=headers or None,
             )
@@ -819,6 +823,9 @@ class _ChatModel:
             try:
                 for chunk in completion:
                     acc.add(chunk)
+            except PermanentError as exc:  # a reply too large: no sample will be smaller
+                _name_the_call(exc, self.model, self._endpoint)
+                raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc
             finally:
@@ -846,6 +853,9 @@ class _ChatModel:
             try:
                 async for chunk in completion:
                     acc.add(chunk)
+            except PermanentError as exc:  # (as in _request)
+                _name_the_call(exc, self.model, self._endpoint)
+                raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc
             finally:

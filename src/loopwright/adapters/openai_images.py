@@ -103,6 +103,10 @@ __all__ = [
 
 _log = logging.getLogger("loopwright.adapters")
 
+MAX_REPLY_BYTES = 256 * 2**20
+"""The largest response body (or picture fetched from a ``url`` reply) the image adapter reads:
+a few large pictures as base64; a larger one fails as ``ReplyTooLarge``, permanent."""
+
 _NO_SDK = "the image adapter needs the openai SDK: pip install 'loopwright[openai]'"
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -529,7 +533,7 @@ class ImageModel:
                     # timeout= bounds each network step (connect, each read) only; the client
                     # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s),
+                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
                     default_headers=headers or None,
                 )
@@ -558,7 +562,7 @@ class ImageModel:
                 api_key=self._api_key,
                 base_url=endpoint,
                 timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s),
+                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
                 default_headers=headers or None,
             )
@@ -780,11 +784,21 @@ class ImageModel:
             raise MalformedReplyError(f"the picture's url is not http(s): {url[:80]!r}")
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r:  # http(s) only, checked above
-                return bytes(r.read())
+                data = bytes(r.read(MAX_REPLY_BYTES + 1))
+                if len(data) <= MAX_REPLY_BYTES and r.length:  # its Content-Length not reached
+                    raise http.client.IncompleteRead(data, r.length)
         except (OSError, http.client.HTTPException) as exc:  # a download cut short, not HTTP
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc
+        if len(data) > MAX_REPLY_BYTES:
+            from ._deadline import ReplyTooLarge  # (the SDK's: a reply named the url)
+
+            raise ReplyTooLarge(
+                f"the picture at {public_url(url)} is larger than "
+                f"{MAX_REPLY_BYTES / 2**20:g} MiB: not read further"
+            )
+        return data
 
     def _cost(
         self, input_tokens: int, output_tokens: int, tokens: int, seconds: float, gate: Gate | None
