@@ -378,8 +378,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return True
 
+    def _route(self) -> str:
+        """The request's path without its query (``?api-version=…`` an endpoint may carry)."""
+        return self.path.partition("?")[0].rstrip("/")
+
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        if self._route().endswith("/models"):
             with self.fake._lock:
                 names = sorted({q.model for q in self.fake._queues if q.model})
             data = [{"id": n, "object": "model", "owned_by": "fake"} for n in names]
@@ -388,7 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, _error(404, f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
-        chat = self.path.rstrip("/").endswith("/chat/completions")
+        chat = self._route().endswith("/chat/completions")
         if chat:
             self.fake._enter()
         try:
@@ -408,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
         req = Request(
             "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time()
         )
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if not self._route().endswith("/chat/completions"):
             self._send(404, _error(404, f"no route {self.path}", "not_found"))
             return
         fmt = req.response_format
