@@ -30,10 +30,7 @@ FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note"
 PROMPT = "PROMPT-THAT-STAYS-HOME"
 
 
-@pytest.fixture(autouse=True)
-def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_openai_env")
 
 
 @pytest.fixture

@@ -2,40 +2,32 @@
 
 The SDK read a response body whole: a server that sent without end (or a 300 MB reply, which
 took a gigabyte of memory) could exhaust the process within ``timeout_s``. The adapters' HTTP
-clients now stop at ``MAX_REPLY_BYTES`` (32 MiB for chat, 256 MiB for images, the picture an
-image reply names by ``url`` included): ``ReplyTooLarge``, permanent, naming the endpoint.
+clients now stop at ``MAX_REPLY_BYTES`` (32 MiB for chat, 256 MiB for images: see
+test_image_adapter.py for the picture an image reply names by ``url``): ``ReplyTooLarge``, permanent, naming the endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 from support.fake_openai import FakeOpenAI, Reply, ok
 
 import loopwright as lw
-from loopwright.adapters import AsyncChatActor, ChatActor, ImageModel, openai_chat, openai_images
+from loopwright.adapters import AsyncChatActor, ChatActor, openai_chat
 
 FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}
 MSG = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture(autouse=True)
-def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_openai_env")
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as s:
-        yield s
+def server(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    return fake_openai
 
 
 def _call(kind: type[ChatActor], server: FakeOpenAI, **kw: Any) -> Any:
@@ -78,43 +70,3 @@ def test_a_stream_past_the_limit_is_refused_not_a_broken_stream(
     server.script(ok({**FIX, "note": "y" * 20_000}, chunk_chars=1000), model="m")
     body, *_ = _call(kind, server, stream=True)
     assert "y" * 20_000 in body["choices"][0]["message"]["content"]
-
-
-def test_a_picture_fetched_past_the_limit_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(openai_images, "MAX_REPLY_BYTES", 64 * 1024)
-
-    class Answer(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            url = f"http://127.0.0.1:{self.server.server_address[1]}/picture.png"
-            body = json.dumps({"created": 1, "data": [{"url": url}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()  # no length: read until the connection closes
-            self.wfile.write(b"\x89PNG\r\n\x1a\n" + b"\0" * (256 * 1024))
-
-    with ThreadingHTTPServer(("127.0.0.1", 0), Answer) as http:
-        threading.Thread(target=http.serve_forever, daemon=True).start()
-        model = ImageModel(
-            "fake-image-1",
-            base_url=f"http://127.0.0.1:{http.server_address[1]}/v1",
-            store=str(tmp_path / "pictures.db"),
-            timeout_s=60,
-        )
-        try:
-            with pytest.raises(lw.PermanentError, match=r"picture at .* is larger than") as caught:
-                model.generate("a quay")
-        finally:
-            http.shutdown()
-    assert lw.classify(caught.value) == "permanent"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +64,12 @@ def spelling(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     return lw.Verdict(passed=not bad, score=1 - len(bad) / len(WANT), findings=bad)
 
 
-@pytest.fixture(autouse=True)
-def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_openai_env")
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as s:
-        yield s
+def server(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    return fake_openai
 
 
 def _actor(server: FakeOpenAI, **kw: Any) -> ChatActor:

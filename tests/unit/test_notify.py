@@ -261,6 +261,30 @@ class _Timers:
         self.Timer = T
 
 
+def _post_in_thread(url: str, outcome: list[Any]) -> threading.Thread:
+    from loopwright.web import _webhook_post
+
+    def post() -> None:
+        try:  # a per-step timeout far beyond the test: only the deadline can end it
+            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    tx = threading.Thread(target=post, daemon=True)
+    tx.start()
+    return tx
+
+
+def _end_at_the_deadline(timers: _Timers, begun: threading.Event, tx: threading.Thread) -> None:
+    """Once ``begun`` (the post reached the point under test), the deadline passes (the
+    test's timer fires): the post in ``tx`` must end; a limit only a hang reaches."""
+    assert begun.wait(60), "the post never reached the point under test"
+    [deadline] = timers.fns
+    deadline()
+    tx.join(60)
+    assert not tx.is_alive(), "the post went on past its deadline"
+
+
 @pytest.mark.parametrize(
     ("sent", "want"),
     [(b"", TimeoutError), (b"HTTP/1.1 200 OK\r\nX-Slow: ", 200)],
@@ -295,24 +319,11 @@ def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
             release.wait()
 
     outcome: list[BaseException | int] = []
-
-    def post() -> None:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
-        try:  # a per-read timeout far beyond the test: only the deadline can end it
-            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
-        except BaseException as exc:
-            outcome.append(exc)
-
     rx = threading.Thread(target=receiver, daemon=True)
-    tx = threading.Thread(target=post, daemon=True)
     rx.start()
-    tx.start()
+    tx = _post_in_thread(f"http://127.0.0.1:{listener.getsockname()[1]}/hook", outcome)
     try:
-        assert got.wait(60), "the receiver never got the request"
-        [deadline] = timers.fns
-        deadline()
-        tx.join(60)
-        assert not tx.is_alive(), "the post was not cut off"
+        _end_at_the_deadline(timers, got, tx)
     finally:
         release.set()
         rx.join(60)
@@ -323,20 +334,6 @@ def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
     else:
         assert got_back == want
     assert timers.cancelled == 1
-
-
-def _post_in_thread(url: str, outcome: list[Any]) -> threading.Thread:
-    from loopwright.web import _webhook_post
-
-    def post() -> None:
-        try:  # a per-step timeout far beyond the test: only the deadline can end it
-            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
-        except BaseException as exc:
-            outcome.append(exc)
-
-    tx = threading.Thread(target=post, daemon=True)
-    tx.start()
-    return tx
 
 
 def test_the_deadline_ends_a_host_name_lookup_that_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -361,11 +358,7 @@ def test_the_deadline_ends_a_host_name_lookup_that_hangs(monkeypatch: pytest.Mon
     outcome: list[Any] = []
     tx = _post_in_thread("http://hook.example:9/hook", outcome)
     try:
-        assert looking.wait(60), "the name was never looked up"
-        [deadline] = timers.fns
-        deadline()
-        tx.join(60)
-        assert not tx.is_alive(), "the post went on past its deadline"
+        _end_at_the_deadline(timers, looking, tx)
     finally:
         release.set()
     [got] = outcome
@@ -399,11 +392,7 @@ def test_the_deadline_ends_a_connect_in_progress(monkeypatch: pytest.MonkeyPatch
     outcome: list[Any] = []
     tx = _post_in_thread(f"http://full.example:{port}/hook", outcome)
     try:
-        assert resolved.wait(60), "the name was never looked up"
-        [deadline] = timers.fns
-        deadline()
-        tx.join(60)
-        assert not tx.is_alive(), "the connect went on past the deadline"
+        _end_at_the_deadline(timers, resolved, tx)
     finally:
         queued.close()
         listener.close()
