@@ -250,7 +250,9 @@ def test_no_request_outlives_the_engines_call(server: FakeOpenAI, kind: type[Cha
     from loopwright._calls import within_deadline
 
     server.script(ok(FIX_TITLE))
-    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=60)
+    # the adapter's timeout far above the engine's time left (HANG_S, which a good reply
+    # never nears: it was 5 s, for a reply that had to come within them)
+    actor = kind("actor-m", base_url=server.base_url, price=PRICE, timeout_s=10 * HANG_S)
 
     def call() -> lw.Proposal:
         got = actor(_ctx())
@@ -262,9 +264,9 @@ def test_no_request_outlives_the_engines_call(server: FakeOpenAI, kind: type[Cha
     sent: list[Any] = []
     real = actor._kwargs
     actor._kwargs = lambda mode: sent.append(real(mode)) or sent[-1]  # type: ignore[method-assign]
-    with within_deadline(time.monotonic() + 5):
+    with within_deadline(time.monotonic() + HANG_S):
         assert call().edits[0].value == FIX_TITLE["edits"][0]["value"]
-    assert 0 < sent[0]["timeout"] <= 5  # each network step too, not the adapter's 60 s
+    assert 0 < sent[0]["timeout"] <= HANG_S  # each network step too, not the adapter's own
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
