@@ -169,3 +169,16 @@ def test_a_redirect_goes_on_under_the_first_requests_deadline(
         actor._request([{"role": "user", "content": PROMPT}])
     assert type(caught.value).__name__ == "APITimeoutError", repr(caught.value)
     assert len(first.requests) == 2
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_redirect_loop_is_permanent_and_says_so(
+    servers: tuple[FakeOpenAI, FakeOpenAI], kind: type[ChatActor]
+) -> None:
+    # It was the SDK's "Connection error." (httpx2's TooManyRedirects under it), transient:
+    # retried, 21 requests an attempt.
+    first, _ = servers
+    first.script(lambda req: _moved("/v1/chat/completions"), model="m")
+    with pytest.raises(lw.PermanentError, match="redirected the request more than 10 times"):
+        _call(kind, first.base_url)
+    assert len(first.requests) == 11

@@ -21,7 +21,8 @@ A redirect to another server (another scheme, host or port than the request's; `
 ``CrossOriginRedirect``, permanent. ``httpx2`` would re-send the request's body (the prompt,
 the task's text) to wherever the ``Location`` named, and drops only ``Authorization`` on the
 way: a key sent in any other header (``api-key``, ``x-api-key``) went along. Redirects within
-the server (``/v1`` to ``/v1/``) are followed as before.
+the server (``/v1`` to ``/v1/``) are followed as before, up to ``MAX_REDIRECTS``: a loop fails
+as ``RedirectLoop``, permanent (it was the SDK's "Connection error.", transient, retried).
 
 A response body larger than ``max_bytes`` (counted as it arrives, decompressed as the SDK reads
 it) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into memory, so a server
@@ -51,6 +52,8 @@ __all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "http_cl
 
 _DEADLINE = "loopwright.deadline"  # a request's extension: _clock() it must end by
 _ORIGIN = "loopwright.origin"  # and the URL it was first sent to (a redirect's keeps both)
+_HOPS = "loopwright.hops"  # and the URLs it was sent to, one a hop (a list the hops share)
+MAX_REDIRECTS = 10
 
 
 # The clock deadlines are read on: time.monotonic, as the engine's call_deadline is. A test
@@ -60,6 +63,10 @@ _clock = time.monotonic
 
 class CrossOriginRedirect(PermanentError):
     """The server answered with a redirect to another server, which is not followed."""
+
+
+class RedirectLoop(PermanentError):
+    """The server redirected a request more than ``MAX_REDIRECTS`` times."""
 
 
 class ReplyTooLarge(PermanentError):
@@ -215,6 +222,14 @@ def _started(request: httpx2.Request, timeout_s: float) -> None:
     its predecessor's extensions, and keeps both."""
     request.extensions.setdefault(_DEADLINE, _deadline(timeout_s))
     request.extensions.setdefault(_ORIGIN, request.url)
+    hops = request.extensions.setdefault(_HOPS, [])
+    hops.append(request.url)
+    if len(hops) > MAX_REDIRECTS + 1:
+        raise RedirectLoop(
+            f"the server redirected the request more than {MAX_REDIRECTS} times (from "
+            f"{public_url(str(hops[0]))}, last to {public_url(str(request.url))}): a redirect "
+            "loop, not followed further"
+        )
 
 
 def _deadline_of(response: httpx2.Response) -> float | None:
