@@ -39,13 +39,11 @@ from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
-from ._keys import check_key, fit_key
 from ._loop import Loop, check_loop, other_loop
 from ._memory import FeedbackMemory
 from ._owners import owner_name
 from ._parking import Parking
 from ._people import Decisions
-from ._redact import redact
 from ._reflection import Reflection
 from ._result import (
     RunResult,
@@ -54,7 +52,7 @@ from ._result import (
 )
 from ._reversal import run_compensations
 from ._state import TaskState
-from ._task_parts import check_init_parts, check_task_parts
+from ._task_parts import starting_state
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
@@ -171,51 +169,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
-        if task is not None and not isinstance(task, Mapping):
-            raise ConfigError(
-                f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
-            )
-        if loop.init is None and task is not None:
-            check_task_parts(task)
-        # Invariant 9: fields named secret and shaped secrets never reach the store, so the
-        # run (actor included) works from the masked task, resumed or not.
-        try:
-            task = dict(redact(dict(task or {})))
-        except RecursionError:  # (its own fields are stored as JSON too)
-            raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
-        if task_key is not None:
-            key = check_key(task_key)
-        elif task.get("task_key") is not None:
-            given = task["task_key"]
-            key = check_key(str(given) if isinstance(given, int) else given, "task.task_key")
-        else:
-            key = fit_key(loop.name, f":{uuid.uuid4().hex}")
-        proj = project if project is not None else str(task.get("project") or loop.project)
-        init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
-        try:
-            state = init(task)
-        except ConfigError:
-            raise
-        except Exception as exc:
-            raise ConfigError(f"could not build the initial state: {exc}", field="task") from exc
-        if not isinstance(state, TaskState):
-            raise ConfigError(
-                f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
-            )
-        if loop.init is not None:  # (a task's artifacts are checked as given, above)
-            check_init_parts(state)
-        for art in state.artifacts.values():
-            # checked before the run exists: a name "artifact/part" cannot split back into
-            # would fail the run's first load and leave it pending for ever
-            if not art.name or "/" in art.name or not all(art.parts):
-                raise ConfigError(
-                    "artifact and part names must be non-empty, and an artifact's name cannot "
-                    f"contain '/': artifact {art.name!r}",
-                    field="task.artifacts",
-                )
-        # The task's own cycle budget (budget.max_cycles_key), checked before the run exists:
-        # a bad one raised at the first cycle, leaving the run "running" for ever.
-        rules.cycle_cap(loop.contract, state)
+        stored, key, proj, state = starting_state(loop, task, task_key, project)
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()
@@ -227,13 +181,13 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             spec_ref=loop.spec_ref,
             loop_version=loop.version,
             contract=loop.contract.to_dict(),
-            task=task,
+            task=stored,
             initial_state=codec.head(state),
             initial_versions=codec.unwritten_versions(state, {})[0],
             created_by=by.strip() if by and by.strip() else None,
         )
         rec, created = made
-        named = project is not None or bool(task.get("project"))  # not a loop's default
+        named = project is not None or bool(stored.get("project"))  # not a loop's default
         if not created and (
             other_loop(loop, rec.loop_name, rec.spec_ref) or (named and rec.project != proj)
         ):

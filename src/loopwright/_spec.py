@@ -66,6 +66,7 @@ from ._loop import Check, Loop
 from ._policy import ApprovalPolicy
 from ._redact import register_secret_field
 from ._retry import RetryPolicy
+from ._spec_children import note_folder, note_module
 from .store import RunRecord
 
 __all__ = ["load_spec", "loop_of_run", "resolve_ref"]
@@ -132,6 +133,7 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
                 except BaseException:
                     sys.modules.pop(name, None)
                     raise
+                note_module(name, str(path))  # a function of it may be sent to a child
         else:
             module = importlib.import_module(target)
     except SpecError:
@@ -189,6 +191,7 @@ def _put_on_path(folder: str) -> None:
     ``_SpecFolderFinder``, so that it never shadows a standard module. The spec's own modules
     are loaded by their path, whatever their names."""
     _SPEC_PATHS.add(folder)
+    note_folder(folder)  # and in the children multiprocessing starts afresh
     if _spec_folder_hook not in sys.path_hooks:
         sys.path_hooks.insert(0, _spec_folder_hook)
     sys.path_importer_cache.pop(folder, None)

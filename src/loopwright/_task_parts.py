@@ -1,20 +1,82 @@
-"""What a new run's parts must be before it exists: JSON, whether the task gave them or a
-loop's ``init`` made them (a set or a date was stored as its text, which the actor and the
-checks then read)."""
+"""A new run's first state, made and checked before the run exists (``starting_state``): the
+task masked, the loop's ``init`` run, its parts JSON whether the task gave them or ``init``
+made them (a set or a date was stored as its text, which the actor and the checks then read),
+and the task's own cycle budget read from the task as the run will read it. ``Runtime.create`` and the CLI's check of
+a task file (every task before the first run is made) both call it: one check, in one place."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._decide import cycle_cap
 from ._errors import ConfigError
 from ._json import owned_copy
+from ._keys import check_key, fit_key
 from ._parts import part_ref
+from ._redact import redact
+from ._state import TaskState
 
 if TYPE_CHECKING:
-    from ._state import TaskState
+    from ._loop import Loop
 
-__all__ = ["check_init_parts", "check_task_parts"]
+__all__ = ["check_init_parts", "check_task_parts", "starting_state"]
+
+
+def starting_state(
+    loop: Loop, task: Mapping[str, Any] | None, task_key: str | None, project: str | None
+) -> tuple[dict[str, Any], str, str, TaskState]:
+    """``(task as stored, key, project, first state)`` of a run of ``loop`` on ``task``, each
+    checked (a ``ConfigError`` for the first thing wrong). ``init`` is the loop's, run here."""
+    if task is not None and not isinstance(task, Mapping):
+        raise ConfigError(
+            f"must be a mapping (a task's fields), got {type(task).__name__}", field="task"
+        )
+    if loop.init is None and task is not None:
+        check_task_parts(task)
+    # Invariant 9: fields named secret and shaped secrets never reach the store, so the
+    # run (actor included) works from the masked task, resumed or not.
+    try:
+        masked = dict(redact(dict(task or {})))
+    except RecursionError:  # (its own fields are stored as JSON too)
+        raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
+    if task_key is not None:
+        key = check_key(task_key)
+    elif masked.get("task_key") is not None:
+        given = masked["task_key"]
+        key = check_key(str(given) if isinstance(given, int) else given, "task.task_key")
+    else:
+        key = fit_key(loop.name, f":{uuid.uuid4().hex}")
+    proj = project if project is not None else str(masked.get("project") or loop.project)
+    init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
+    try:
+        state = init(masked)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"could not build the initial state: {exc}", field="task") from exc
+    if not isinstance(state, TaskState):
+        raise ConfigError(
+            f"the loop's init returned {type(state).__name__}, expected TaskState", field="init"
+        )
+    if loop.init is not None:  # (a task's artifacts are checked as given, above)
+        check_init_parts(state)
+    for art in state.artifacts.values():
+        # checked before the run exists: a name "artifact/part" cannot split back into
+        # would fail the run's first load and leave it pending for ever
+        if not art.name or "/" in art.name or not all(art.parts):
+            raise ConfigError(
+                "artifact and part names must be non-empty, and an artifact's name cannot "
+                f"contain '/': artifact {art.name!r}",
+                field="task.artifacts",
+            )
+    # The task's own cycle budget (budget.max_cycles_key), read as the run reads it: from the
+    # task as stored (masked), which is every loaded state's task (a head holds none), not from
+    # the task init put in its state. A bad one raised at the first cycle, leaving the run
+    # "running" for ever; read from init's state here, it was missed when init reshaped the task.
+    cycle_cap(loop.contract, TaskState(task=masked))
+    return masked, key, proj, state
 
 
 def check_task_parts(task: Mapping[str, Any]) -> None:

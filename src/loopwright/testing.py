@@ -19,7 +19,10 @@ Replies (``Reply``; helpers ``ok``, ``fail``, ``slow``, ``garbage``) carry the c
 or list is sent as JSON text, a string as is), the ``usage`` numbers, an HTTP status with
 headers (``Retry-After``), a delay (longer than a client's timeout to test timeouts), a body
 trickled a byte at a time (``trickle_s``: valid headers at once, then a reply that takes its
-time to arrive), a refusal, or raw bytes. A queue is chosen per request: the most specific one
+time to arrive), a refusal, or raw bytes. ``before_headers`` and ``mid_body`` are called in the
+server's thread before the status line, and after the body's first byte (a stream's first
+event) before the rest: a test that moves a client's clock there makes the reply late at a
+point it chose, without waiting for anything. A queue is chosen per request: the most specific one
 whose ``model`` matches and whose ``when`` text occurs in the request's messages. A callable in a queue (``Request ->
 Reply``) answers every request that reaches it and is never used up: a small rule-based "model".
 A request no queue answers gets 418 (a permanent error that names the model), so a missing
@@ -97,6 +100,11 @@ class Reply:
     chunk_chars: int = 8  # a streamed reply's text comes in pieces of this many characters
     cut_after: int | None = None  # a streamed reply breaks off after this many pieces
     trickle_s: float = 0.0  # the body (a stream's events too) sent a byte at a time, this apart
+    # called in the server's thread before the status line is sent, and once the body's first
+    # byte (a stream's first event) is, before the rest: a test moves a clock there (a reply
+    # late at a point the test chose, without waiting for it)
+    before_headers: Callable[[], object] | None = None
+    mid_body: Callable[[], object] | None = None
 
 
 def ok(content: Any, **kw: Any) -> Reply:
@@ -339,6 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
         body: bytes,
         headers: dict[str, str] | None = None,
         trickle_s: float = 0.0,
+        mid_body: Callable[[], object] | None = None,
     ) -> None:
         try:
             self.send_response(status)
@@ -347,6 +356,10 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
+            if mid_body is not None and body:
+                self._write(body[:1], 0.0)
+                mid_body()
+                body = body[1:]
             if self._write(body, trickle_s):
                 self.fake._sent()
         except (BrokenPipeError, ConnectionResetError):
@@ -365,8 +378,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return True
 
+    def _route(self) -> str:
+        """The request's path without its query (``?api-version=…`` an endpoint may carry)."""
+        return self.path.partition("?")[0].rstrip("/")
+
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        if self._route().endswith("/models"):
             with self.fake._lock:
                 names = sorted({q.model for q in self.fake._queues if q.model})
             data = [{"id": n, "object": "model", "owned_by": "fake"} for n in names]
@@ -375,7 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, _error(404, f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
-        chat = self.path.rstrip("/").endswith("/chat/completions")
+        chat = self._route().endswith("/chat/completions")
         if chat:
             self.fake._enter()
         try:
@@ -395,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
         req = Request(
             "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time()
         )
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if not self._route().endswith("/chat/completions"):
             self._send(404, _error(404, f"no route {self.path}", "not_found"))
             return
         fmt = req.response_format
@@ -417,6 +434,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.delay_s:
             self.fake._sleep(reply.delay_s)
+        if reply.before_headers is not None:
+            reply.before_headers()
         if reply.raw_body is not None:
             self._send(reply.status, reply.raw_body, reply.headers)
             return
@@ -428,7 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.fake._served(reply)
         body = json.dumps(self._completion(req, reply)).encode()
-        self._send(reply.status, body, reply.headers, reply.trickle_s)
+        self._send(reply.status, body, reply.headers, reply.trickle_s, reply.mid_body)
 
     def _stream(self, req: Request, reply: Reply) -> None:
         """The reply as server-sent events, chunked; a cut stream ends without ``[DONE]`` or
@@ -485,7 +504,9 @@ class _Handler(BaseHTTPRequestHandler):
             if cut:
                 self.send_header("Connection", "close")
             self.end_headers()
-            for event in events:
+            for i, event in enumerate(events):
+                if i == 1 and reply.mid_body is not None:
+                    reply.mid_body()
                 if not self._write(event, reply.trickle_s, chunked=True):
                     return  # the server stopped
             if cut:

@@ -90,6 +90,42 @@ def test_a_bad_per_task_cycle_budget_is_refused_before_any_run_is_made(project: 
     assert not store.exists() or 'INSERT INTO "runs"' not in "\n".join(dump(store))
 
 
+INIT_MODULE = """
+import loopwright as lw
+
+def init(task):
+    # an init that reshapes the task: a "recorded" it came with dropped, its "budget" put there
+    kept = {k: v for k, v in task.items() if k not in ("budget", "recorded")}
+    return lw.TaskState.from_task({**kept, "recorded": {"cap": task.get("budget")}})
+"""
+
+
+def test_the_task_file_is_checked_as_the_run_reads_the_task(project: Path) -> None:
+    """The CLI read each task's cycle budget from the raw task, ``Runtime.create`` from the
+    task in the state the spec's ``init`` made, and the run from the task as stored (masked:
+    every loaded state's task; a head holds none). With an ``init`` that reshapes the task
+    they disagreed: a bad budget ``init`` dropped passed both checks, the run was made, and it
+    failed at its first cycle, "running" for ever. One check now, in ``starting_state``, on
+    the task as the run reads it; and what ``init`` puts in its state's task is not read."""
+    spec = (project / "loop.toml").read_text()
+    capped = spec.replace("max_cycles = 8", 'max_cycles = 8\nmax_cycles_key = "recorded.cap"')
+    (project / "initmod.py").write_text(INIT_MODULE)
+    (project / "init.toml").write_text('init = "initmod.py:init"\n' + capped)
+    store = project / "s.db"
+    task_file(project, {**TASK, "id": "a", "recorded": {"cap": 2}, "budget": 2},
+              {**TASK, "id": "b", "recorded": {"cap": 0}, "budget": 3})  # fmt: skip
+    for cmd in ("check", "run"):
+        r = lw(cmd, "init.toml", "--tasks", "tasks.jsonl", cwd=project, store=store)
+        refused(r, "tasks.jsonl:2:", "'recorded.cap' must be a whole number >= 1, got 0")
+    assert not store.exists() or 'INSERT INTO "runs"' not in "\n".join(dump(store))
+    # a budget only init's state holds is not the run's: not refused, and not used either
+    task_file(project, {**TASK, "id": "c", "budget": 0})
+    r = lw("run", "init.toml", "--tasks", "tasks.jsonl", cwd=project, store=store)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [run] = json.loads(lw("runs", "--json", cwd=project, store=store).stdout)
+    assert run["task_key"] == "e2e:c" and run["status"] == "accepted"
+
+
 def test_the_approvals_hint_with_several_runs_says_how_to_decide_each(project: Path) -> None:
     store = project / "s.db"
     task_file(project, {**PARKS, "id": 1}, {**PARKS, "id": 2})

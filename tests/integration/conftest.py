@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,6 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """How many times a stored head is resolved into a full state (every part's versions)."""
-    from typing import Any
 
     from loopwright import _state_codec as codec
 
@@ -88,3 +88,20 @@ def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     monkeypatch.setattr(codec, "resolve", counting)
     yield calls
+
+
+@pytest.fixture
+def no_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` from the environment: nothing reaches a
+    real endpoint, and no key of the machine's is registered as a secret."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Any]:
+    """A scripted OpenAI-compatible server on loopback (``loopwright.testing.FakeOpenAI``)."""
+    from loopwright.testing import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        yield server

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +35,12 @@ FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, jitter=Fal
 PASS = {"score": 1.0, "passed": True, "summary": "fine", "findings": []}
 
 
-@pytest.fixture(autouse=True)
-def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_openai_env")
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as s:
-        yield s
+def server(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    return fake_openai
 
 
 def title(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:

@@ -560,3 +560,27 @@ def test_a_budget_a_call_crossed_is_not_said_to_be_one_that_would_be(tmp_path: P
     summary = r.packet["summary"]
     assert summary.startswith("stopped: at the cost budget ($0.002)"), summary
     assert "would be crossed" not in summary and "crossed" in summary, summary
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_base_url_with_a_query_sends_it_with_every_request(server: FakeOpenAI, run: str) -> None:
+    """The SDK joined each path to the ``base_url`` after its query: ``/v1?api-key=K`` asked
+    for ``/v1/?api-key=Kchat/completions``, a 404 on every call (whose message echoed the
+    key). The query goes with each request now, and a credential-like value in it is a
+    secret: an error that echoes it alone is masked."""
+    query = "api-version=2024-06-01&api-key=QSECRET42"
+    server.script(ok(FIX), fail(400, "unknown key QSECRET42"), model="actor-m")
+    actor = ChatActor("actor-m", base_url=f"{server.base_url}?{query}", timeout_s=5)
+    _MADE.append(actor)
+
+    def call() -> Any:
+        if run == "sync":
+            return actor._request(MSG)
+        return asyncio.run(actor._arequest(MSG))
+
+    body, *_ = call()
+    assert json.loads(body["choices"][0]["message"]["content"]) == FIX
+    assert server.requests[0].path == f"/v1/chat/completions?{query}"
+    with pytest.raises(Exception) as caught:
+        call()
+    assert "unknown key ***" in str(caught.value) and "QSECRET42" not in str(caught.value)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,27 @@ def test_a_bad_per_task_cycle_budget_is_refused_before_the_run_exists(
     assert [r.task_key for r in rt.store.list_runs()] == ["origin"]
     fine = rt.run_sync(loop, {**TASK, "recorded": {"max_cycles": 2}}, task_key="fine")
     assert (fine.stop_reason, fine.cycles) == ("budget_cycles", 2)
+
+
+def test_the_per_task_cycle_budget_is_checked_on_the_task_the_run_reads(rt: lw.Runtime) -> None:
+    """``create`` read the task's cycle budget from the task in the state a loop's ``init``
+    made, the run from the task as stored (every loaded state's: a head holds none). An
+    ``init`` that dropped a bad budget passed ``create``; the run then raised at its first
+    cycle, left ``running`` for ever. One that put a budget only in its state was refused
+    for a value the run never reads. Both read the stored task now."""
+
+    def dropping(task: Mapping[str, Any]) -> lw.TaskState:
+        kept = {k: v for k, v in task.items() if k not in ("recorded", "budget")}
+        return lw.TaskState.from_task({**kept, "recorded": {"max_cycles": task.get("budget")}})
+
+    loop = dataclasses.replace(
+        make_loop(max_cycles=5, max_cycles_key="recorded.max_cycles"), init=dropping
+    )
+    with pytest.raises(lw.ConfigError, match=r"recorded\.max_cycles.*got 0"):
+        rt.create(loop, {**TASK, "recorded": {"max_cycles": 0}, "budget": 3}, task_key="bad")
+    assert rt.store.list_runs() == []
+    r = rt.run_sync(loop, {**TASK, "budget": 0}, task_key="only-in-init")
+    assert r.status != "running" and r.cycles >= 1
 
 
 @pytest.mark.parametrize(("limit", "cycles"), [(0.25, 2), (0.3, 3), (0.35, 3)])

@@ -29,6 +29,7 @@ from loopwright.adapters import (
     MalformedReplyError,
     _png,
     is_image_value,
+    openai_images,
     region_mask,
 )
 from loopwright.store import open_store
@@ -39,10 +40,7 @@ LAYOUT = "a quay at night\nbox 0.10,0.40,0.30,0.95 #1f4e9c\nbox 0.60,0.40,0.80,0
 FAST = lw.RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, jitter=False)
 
 
-@pytest.fixture(autouse=True)
-def _no_real_openai(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_openai_env")
 
 
 @pytest.fixture
@@ -166,11 +164,15 @@ def test_failures_are_classified_for_the_engines_retry(fake: FakeImages, tmp_pat
 
 
 def _generate_against(
-    tmp_path: Path, data: Any, picture: bytes = b"", raw: bytes | None = None
-) -> MalformedReplyError:
+    tmp_path: Path,
+    data: Any,
+    picture: bytes = b"",
+    raw: bytes | None = None,
+    expected: type[Exception] = MalformedReplyError,
+) -> Exception:
     """``generate`` against a loopback server answering the images API with ``data`` (a
     ``{url}`` in it may be the server's own, ``/picture.png``: ``picture`` then is that whole
-    raw HTTP response), or with the body ``raw``; the ``MalformedReplyError`` it must raise."""
+    raw HTTP response), or with the body ``raw``; the error (``expected``) it must raise."""
 
     class Answer(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -199,7 +201,7 @@ def _generate_against(
             timeout_s=10,
         )
         try:
-            with pytest.raises(MalformedReplyError) as caught:
+            with pytest.raises(expected) as caught:
                 model.generate(LAYOUT)
         finally:
             server.shutdown()
@@ -245,6 +247,19 @@ def test_a_picture_url_answered_badly_is_malformed_not_permanent(
     err = _generate_against(tmp_path, [{"url": "http://127.0.0.1:PORT/picture.png"}], picture)
     assert lw.classify(err) == "transient"
     assert "could not be fetched" in str(err)
+
+
+def test_a_picture_fetched_past_the_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A picture a reply names by ``url`` was read whole, however large: it is read up to
+    ``MAX_REPLY_BYTES`` (256 MiB; 64 KiB here) and refused past it, permanent."""
+    monkeypatch.setattr(openai_images, "MAX_REPLY_BYTES", 64 * 1024)
+    big = b"HTTP/1.0 200 OK\r\n\r\n\x89PNG\r\n\x1a\n" + b"\0" * (256 * 1024)  # no length
+    url = [{"url": "http://127.0.0.1:PORT/picture.png"}]
+    err = _generate_against(tmp_path, url, big, expected=lw.PermanentError)
+    assert type(err).__name__ == "ReplyTooLarge" and lw.classify(err) == "permanent"
+    assert "picture at http://127.0.0.1:" in str(err) and "larger than 0.0625 MiB" in str(err)
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])

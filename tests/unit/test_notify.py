@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
+import threading
 from typing import Any
 
 import pytest
@@ -259,6 +261,30 @@ class _Timers:
         self.Timer = T
 
 
+def _post_in_thread(url: str, outcome: list[Any]) -> threading.Thread:
+    from loopwright.web import _webhook_post
+
+    def post() -> None:
+        try:  # a per-step timeout far beyond the test: only the deadline can end it
+            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    tx = threading.Thread(target=post, daemon=True)
+    tx.start()
+    return tx
+
+
+def _end_at_the_deadline(timers: _Timers, begun: threading.Event, tx: threading.Thread) -> None:
+    """Once ``begun`` (the post reached the point under test), the deadline passes (the
+    test's timer fires): the post in ``tx`` must end; a limit only a hang reaches."""
+    assert begun.wait(60), "the post never reached the point under test"
+    [deadline] = timers.fns
+    deadline()
+    tx.join(60)
+    assert not tx.is_alive(), "the post went on past its deadline"
+
+
 @pytest.mark.parametrize(
     ("sent", "want"),
     [(b"", TimeoutError), (b"HTTP/1.1 200 OK\r\nX-Slow: ", 200)],
@@ -293,24 +319,11 @@ def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
             release.wait()
 
     outcome: list[BaseException | int] = []
-
-    def post() -> None:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
-        try:  # a per-read timeout far beyond the test: only the deadline can end it
-            outcome.append(_webhook_post.http_post(url, b"{}", {}, 3600.0))
-        except BaseException as exc:
-            outcome.append(exc)
-
     rx = threading.Thread(target=receiver, daemon=True)
-    tx = threading.Thread(target=post, daemon=True)
     rx.start()
-    tx.start()
+    tx = _post_in_thread(f"http://127.0.0.1:{listener.getsockname()[1]}/hook", outcome)
     try:
-        assert got.wait(60), "the receiver never got the request"
-        [deadline] = timers.fns
-        deadline()
-        tx.join(60)
-        assert not tx.is_alive(), "the post was not cut off"
+        _end_at_the_deadline(timers, got, tx)
     finally:
         release.set()
         rx.join(60)
@@ -321,6 +334,70 @@ def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_off_at_the_deadline(
     else:
         assert got_back == want
     assert timers.cancelled == 1
+
+
+def test_the_deadline_ends_a_host_name_lookup_that_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name was looked up, and the connection made, before the post's sockets were
+    watched: a name server that did not answer held the post (and that URL's delivery thread)
+    past its deadline, for as long as the lookup took. The lookup here hangs until the test
+    ends; the deadline passing (fired by the test once the lookup began) ends the post."""
+    from loopwright.web import _webhook_post
+
+    timers = _Timers()
+    monkeypatch.setattr(_webhook_post, "Timer", timers.Timer)
+    looking, release = threading.Event(), threading.Event()
+    real = socket.getaddrinfo
+
+    def hanging(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "hook.example":
+            looking.set()
+            release.wait()
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    outcome: list[Any] = []
+    tx = _post_in_thread("http://hook.example:9/hook", outcome)
+    try:
+        _end_at_the_deadline(timers, looking, tx)
+    finally:
+        release.set()
+    [got] = outcome
+    assert isinstance(got, TimeoutError) and "timeout_s=3600" in str(got)
+
+
+def test_the_deadline_ends_a_connect_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listener whose queue is full drops a new connection's first packet: the connect
+    waits for its own timeout (3600 s here; each address of a name in turn), and the socket
+    was watched only once connected. The deadline now ends it; fired by the test once the
+    address is known, before or during the connect."""
+    from loopwright.web import _webhook_post
+
+    timers = _Timers()
+    monkeypatch.setattr(_webhook_post, "Timer", timers.Timer)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = socket.create_connection(("127.0.0.1", port))  # fills the queue, never accepted
+    resolved = threading.Event()
+    real = socket.getaddrinfo
+
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real("127.0.0.1", *args, **kwargs)
+        if host == "full.example":
+            resolved.set()
+        return found
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    outcome: list[Any] = []
+    tx = _post_in_thread(f"http://full.example:{port}/hook", outcome)
+    try:
+        _end_at_the_deadline(timers, resolved, tx)
+    finally:
+        queued.close()
+        listener.close()
+    [got] = outcome
+    assert isinstance(got, TimeoutError) and "timeout_s=3600" in str(got)
 
 
 def test_a_post_answered_in_time_cancels_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:

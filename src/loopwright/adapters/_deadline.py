@@ -12,7 +12,22 @@ raises as ``APITimeoutError`` and the engine retries as transient (a streamed re
 off this way is the adapter's broken stream, transient too). The per-step limits stay: the sync
 client checks the deadline as each piece of the body arrives, so a server that goes silent is
 cut off by the per-read limit (``timeout_s`` too); the async client waits for each piece only
-until the deadline. A response's headers are checked when they have all arrived.
+until the deadline. A response's headers are checked when they have all arrived. The deadline is the first
+request's: a redirect's request goes on under it (each hop's was restarted, so that a chain of
+redirects could take ``timeout_s`` a hop).
+
+A redirect to another server (another scheme, host or port than the request's; ``http`` to
+``https`` on the same host excepted, as ``httpx2`` allows it) is not followed: it fails as
+``CrossOriginRedirect``, permanent. ``httpx2`` would re-send the request's body (the prompt,
+the task's text) to wherever the ``Location`` named, and drops only ``Authorization`` on the
+way: a key sent in any other header (``api-key``, ``x-api-key``) went along. Redirects within
+the server (``/v1`` to ``/v1/``) are followed as before, up to ``MAX_REDIRECTS``: a loop fails
+as ``RedirectLoop``, permanent (it was the SDK's "Connection error.", transient, retried).
+
+A response body larger than ``max_bytes`` (counted as it arrives, decompressed as the SDK reads
+it) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into memory, so a server
+that sent without end (a 300 MB reply took a gigabyte) could exhaust the process's memory
+within ``timeout_s``.
 
 This module imports the SDK's HTTP library; the adapters import it only when they make a
 client (the ``openai`` extra).
@@ -30,10 +45,62 @@ import httpx2
 import openai
 
 from .._calls import call_deadline
+from .._retry import PermanentError
+from .openai_chat import public_url
 
-__all__ = ["async_http_client", "http_client"]
+__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "http_client"]
 
-_DEADLINE = "loopwright.deadline"  # a request's extension: time.monotonic() it must end by
+_DEADLINE = "loopwright.deadline"  # a request's extension: _clock() it must end by
+_ORIGIN = "loopwright.origin"  # and the URL it was first sent to (a redirect's keeps both)
+_HOPS = "loopwright.hops"  # and the URLs it was sent to, one a hop (a list the hops share)
+MAX_REDIRECTS = 10
+
+
+# The clock deadlines are read on: time.monotonic, as the engine's call_deadline is. A test
+# moves it (tests/integration/test_openai_adapter.py) to make a reply late without waiting.
+_clock = time.monotonic
+
+
+class CrossOriginRedirect(PermanentError):
+    """The server answered with a redirect to another server, which is not followed."""
+
+
+class RedirectLoop(PermanentError):
+    """The server redirected a request more than ``MAX_REDIRECTS`` times."""
+
+
+class ReplyTooLarge(PermanentError):
+    """A response body larger than the client's ``max_bytes``: not read further."""
+
+
+def _same_server(first: httpx2.URL, then: httpx2.URL) -> bool:
+    """``then`` is on ``first``'s server: the same origin, or ``http`` upgraded to ``https``
+    on the same host's default ports (as ``httpx2`` keeps ``Authorization`` for)."""
+    if (then.scheme, then.host, then.port) == (first.scheme, first.host, first.port):
+        return True
+    return (
+        (first.scheme, then.scheme) == ("http", "https")
+        and first.host == then.host
+        and first.port in (None, 80)
+        and then.port in (None, 443)
+    )
+
+
+def _refuse_cross_origin(response: httpx2.Response) -> None:
+    if not response.has_redirect_location:
+        return
+    first = response.request.extensions.get(_ORIGIN, response.request.url)
+    try:
+        then = response.request.url.join(response.headers["Location"])
+    except Exception:  # httpx2 refuses a malformed Location itself (RemoteProtocolError)
+        return
+    if isinstance(first, httpx2.URL) and not _same_server(first, then):
+        raise CrossOriginRedirect(
+            f"the server answered {response.status_code} redirecting to {public_url(str(then))}"
+            f", another server than {public_url(str(first))}: not followed (the request, its "
+            "prompt and its key go only where base_url says); if the model moved, set "
+            "base_url to its new address"
+        )
 
 
 def _late(request: httpx2.Request, timeout_s: float) -> httpx2.ReadTimeout:
@@ -45,21 +112,45 @@ def _late(request: httpx2.Request, timeout_s: float) -> httpx2.ReadTimeout:
 
 
 def _check(deadline: float, request: httpx2.Request, timeout_s: float) -> None:
-    if time.monotonic() > deadline:
+    if _clock() > deadline:
         raise _late(request, timeout_s)
 
 
+class _Size:
+    """The bytes of a response body so far, refused past ``most``."""
+
+    def __init__(self, most: int, request: httpx2.Request) -> None:
+        self.most, self.seen, self.request = most, 0, request
+
+    def add(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        if self.seen > self.most:
+            raise ReplyTooLarge(
+                f"the reply from {public_url(str(self.request.url))} is larger than "
+                f"{self.most / 2**20:g} MiB: not read further (a model's reply is far smaller; "
+                "a server sending without end held it all in memory)"
+            )
+
+
 class _SyncBounded(httpx2.SyncByteStream):
-    """A response body that fails once its request's deadline has passed."""
+    """A response body that fails once its request's deadline has passed, or once it is
+    larger than its limit."""
 
     def __init__(
-        self, inner: httpx2.SyncByteStream, deadline: float, request: httpx2.Request, t: float
+        self,
+        inner: httpx2.SyncByteStream,
+        deadline: float,
+        request: httpx2.Request,
+        t: float,
+        size: _Size,
     ) -> None:
         self._inner, self._deadline, self._request, self._timeout_s = inner, deadline, request, t
+        self._size = size
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
             _check(self._deadline, self._request, self._timeout_s)
+            self._size.add(chunk)
             yield chunk
 
     def close(self) -> None:
@@ -70,21 +161,28 @@ class _AsyncBounded(httpx2.AsyncByteStream):
     """``_SyncBounded`` for the async client: each piece is awaited only until the deadline."""
 
     def __init__(
-        self, inner: httpx2.AsyncByteStream, deadline: float, request: httpx2.Request, t: float
+        self,
+        inner: httpx2.AsyncByteStream,
+        deadline: float,
+        request: httpx2.Request,
+        t: float,
+        size: _Size,
     ) -> None:
         self._inner, self._deadline, self._request, self._timeout_s = inner, deadline, request, t
+        self._size = size
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._inner.__aiter__()
         while True:
             try:
-                with anyio.fail_after(max(0.0, self._deadline - time.monotonic())):
+                with anyio.fail_after(max(0.0, self._deadline - _clock())):
                     chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 return
             except TimeoutError as exc:
                 raise _late(self._request, self._timeout_s) from exc
             _check(self._deadline, self._request, self._timeout_s)  # it came, but too late
+            self._size.add(chunk)
             yield chunk
 
     async def aclose(self) -> None:
@@ -114,9 +212,24 @@ def _deadline(timeout_s: float) -> float:
     """When a request sent now must have ended: ``timeout_s`` from now, or sooner when the
     engine gives up on the call it belongs to (``call_deadline``: an abandoned sync call's
     request must not run on, to be answered and billed with nobody to count it)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = _clock() + timeout_s
     engine = call_deadline()
     return deadline if engine is None else min(deadline, engine)
+
+
+def _started(request: httpx2.Request, timeout_s: float) -> None:
+    """A request's deadline and first URL, set when it is sent; a redirect's request is given
+    its predecessor's extensions, and keeps both."""
+    request.extensions.setdefault(_DEADLINE, _deadline(timeout_s))
+    request.extensions.setdefault(_ORIGIN, request.url)
+    hops = request.extensions.setdefault(_HOPS, [])
+    hops.append(request.url)
+    if len(hops) > MAX_REDIRECTS + 1:
+        raise RedirectLoop(
+            f"the server redirected the request more than {MAX_REDIRECTS} times (from "
+            f"{public_url(str(hops[0]))}, last to {public_url(str(request.url))}): a redirect "
+            "loop, not followed further"
+        )
 
 
 def _deadline_of(response: httpx2.Response) -> float | None:
@@ -124,33 +237,40 @@ def _deadline_of(response: httpx2.Response) -> float | None:
     return deadline if isinstance(deadline, float) else None
 
 
-def http_client(timeout_s: float) -> httpx2.Client:
-    """The SDK's default sync HTTP client, each request of which ends within ``timeout_s``."""
+def http_client(timeout_s: float, max_bytes: int) -> httpx2.Client:
+    """The SDK's default sync HTTP client, each request of which ends within ``timeout_s``
+    and whose each response body is at most ``max_bytes``."""
 
     def start(request: httpx2.Request) -> None:
-        request.extensions[_DEADLINE] = _deadline(timeout_s)
+        _started(request, timeout_s)
 
     def bound(response: httpx2.Response) -> None:
+        _refuse_cross_origin(response)
         deadline = _deadline_of(response)
         if deadline is None or not isinstance(response.stream, httpx2.SyncByteStream):
             return
         _check(deadline, response.request, timeout_s)  # the headers came too late
-        response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s)
+        size = _Size(max_bytes, response.request)
+        response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s, size)
 
     return _Client(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})
 
 
-def async_http_client(timeout_s: float) -> httpx2.AsyncClient:
-    """The SDK's default async HTTP client, each request of which ends within ``timeout_s``."""
+def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
+    """``http_client`` for the async SDK client."""
 
     async def start(request: httpx2.Request) -> None:
-        request.extensions[_DEADLINE] = _deadline(timeout_s)
+        _started(request, timeout_s)
 
     async def bound(response: httpx2.Response) -> None:
+        _refuse_cross_origin(response)
         deadline = _deadline_of(response)
         if deadline is None or not isinstance(response.stream, httpx2.AsyncByteStream):
             return
         _check(deadline, response.request, timeout_s)
-        response.stream = _AsyncBounded(response.stream, deadline, response.request, timeout_s)
+        size = _Size(max_bytes, response.request)
+        response.stream = _AsyncBounded(
+            response.stream, deadline, response.request, timeout_s, size
+        )
 
     return _AsyncClient(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})

@@ -48,7 +48,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .._calls import call_deadline
 from .._errors import ConfigError
@@ -234,6 +234,26 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def sdk_endpoint(endpoint: str) -> dict[str, Any]:
+    """The SDK client's ``base_url``, ``default_headers`` and ``default_query`` for
+    ``endpoint``: its ``user:password@`` as a Basic ``Authorization`` header, and its query
+    (``?api-version=…&api-key=…``) sent with every request. The SDK joined a path to a
+    ``base_url`` that held a query after it (``/v1?api-key=K`` asked ``/v1/?api-key=Kchat/
+    completions``: a 404 on every call, which echoed the key). Credential-like query values
+    are registered as secrets, so that an error echoing one alone is masked too."""
+    url, headers = without_userinfo(endpoint)
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for k, v in query.items():
+        if v and any(w in k.lower() for w in _SECRET_QUERY):
+            register_secret(v)
+    return {
+        "base_url": urlunsplit(parts._replace(query="", fragment="")),
+        "default_headers": headers or None,
+        "default_query": query or None,
+    }
+
+
 def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
     """Prefix ``exc``'s message with the model and endpoint it was about, in place: the SDK's
     own ("Connection error.", "Error code: 404 …") names neither, and the exception's type,
@@ -247,6 +267,10 @@ def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
         if isinstance(getattr(exc, "message", None), str):
             exc.message = prefix + message  # type: ignore[attr-defined]
 
+
+MAX_REPLY_BYTES = 32 * 2**20
+"""The largest response body a chat adapter reads (a reply of 128k tokens is a few MB, escaped
+as JSON); a larger one fails as ``ReplyTooLarge``, permanent, instead of filling memory."""
 
 DEFAULT_MAX_RETRY_AFTER_S = 120.0
 """The longest ``Retry-After`` the adapters honour (a server asking for an hour gets this)."""
@@ -633,16 +657,14 @@ class _ChatModel:
                 from ._deadline import http_client
 
                 _mask_http_logs()
-                endpoint, headers = without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
-                    base_url=endpoint,
+                    **sdk_endpoint(self._endpoint),
                     # timeout= bounds each network step (connect, each read) only; the client
                     # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s),
+                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
-                    default_headers=headers or None,
                 )
                 # Its pooled connections are closed when this object goes, not left to the
                 # garbage collector (an unclosed socket, whichever code is running then).
@@ -665,14 +687,12 @@ class _ChatModel:
             from ._deadline import async_http_client
 
             _mask_http_logs()
-            endpoint, headers = without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
-                base_url=endpoint,
+                **sdk_endpoint(self._endpoint),
                 timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s),
+                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
-                default_headers=headers or None,
             )
             closer = _closer(client)
             self._aclients[loop] = (client, closer)
@@ -819,6 +839,9 @@ class _ChatModel:
             try:
                 for chunk in completion:
                     acc.add(chunk)
+            except PermanentError as exc:  # a reply too large: no sample will be smaller
+                _name_the_call(exc, self.model, self._endpoint)
+                raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc
             finally:
@@ -846,6 +869,9 @@ class _ChatModel:
             try:
                 async for chunk in completion:
                     acc.add(chunk)
+            except PermanentError as exc:  # (as in _request)
+                _name_the_call(exc, self.model, self._endpoint)
+                raise
             except Exception as exc:
                 raise self._broken_stream(exc, acc) from exc
             finally:

@@ -62,7 +62,6 @@ from .._proposal import Context, Edit, Proposal
 from .._redact import redact_text, register_secret
 from .._retry import status_code
 from .._usage import Usage
-from .._userinfo import without_userinfo
 from . import _png
 from ._limits import Gate, Limits, _tighter, gate_for
 from ._prices import Priced, price_call
@@ -82,6 +81,7 @@ from .openai_chat import (
     no_api_key,
     normalise_base_url,
     public_url,
+    sdk_endpoint,
 )
 
 if TYPE_CHECKING:
@@ -102,6 +102,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("loopwright.adapters")
+
+MAX_REPLY_BYTES = 256 * 2**20
+"""The largest response body (or picture fetched from a ``url`` reply) the image adapter reads:
+a few large pictures as base64; a larger one fails as ``ReplyTooLarge``, permanent."""
 
 _NO_SDK = "the image adapter needs the openai SDK: pip install 'loopwright[openai]'"
 
@@ -522,16 +526,14 @@ class ImageModel:
                 from ._deadline import http_client
 
                 _mask_http_logs()
-                endpoint, headers = without_userinfo(self._endpoint)
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
-                    base_url=endpoint,
+                    **sdk_endpoint(self._endpoint),
                     # timeout= bounds each network step (connect, each read) only; the client
                     # bounds the whole request, body included (a trickled reply held it open)
                     timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s),
+                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
                     max_retries=0,  # the engine retries, under the loop's persisted policy
-                    default_headers=headers or None,
                 )
                 # Its pooled connections are closed when this object goes, not left to the
                 # garbage collector (an unclosed socket, whichever code is running then).
@@ -553,14 +555,12 @@ class ImageModel:
             from ._deadline import async_http_client
 
             _mask_http_logs()
-            endpoint, headers = without_userinfo(self._endpoint)
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
-                base_url=endpoint,
+                **sdk_endpoint(self._endpoint),
                 timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s),
+                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
                 max_retries=0,  # the engine retries, under the loop's persisted policy
-                default_headers=headers or None,
             )
             closer = _closer(client)
             self._aclients[loop] = (client, closer)
@@ -780,11 +780,21 @@ class ImageModel:
             raise MalformedReplyError(f"the picture's url is not http(s): {url[:80]!r}")
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r:  # http(s) only, checked above
-                return bytes(r.read())
+                data = bytes(r.read(MAX_REPLY_BYTES + 1))
+                if len(data) <= MAX_REPLY_BYTES and r.length:  # its Content-Length not reached
+                    raise http.client.IncompleteRead(data, r.length)
         except (OSError, http.client.HTTPException) as exc:  # a download cut short, not HTTP
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc
+        if len(data) > MAX_REPLY_BYTES:
+            from ._deadline import ReplyTooLarge  # (the SDK's: a reply named the url)
+
+            raise ReplyTooLarge(
+                f"the picture at {public_url(url)} is larger than "
+                f"{MAX_REPLY_BYTES / 2**20:g} MiB: not read further"
+            )
+        return data
 
     def _cost(
         self, input_tokens: int, output_tokens: int, tokens: int, seconds: float, gate: Gate | None

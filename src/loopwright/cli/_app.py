@@ -241,7 +241,7 @@ def run(
     """
     from .._keys import check_key
     from .._spec import load_spec
-    from ._tasks import check_cycle_caps, exit_code_for, load_tasks, task_keys
+    from ._tasks import check_tasks, exit_code_for, load_tasks, task_keys
 
     _runs_may_exist(False)
     loop = load_spec(spec)
@@ -251,7 +251,7 @@ def run(
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
     keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)
-    check_cycle_caps(loop.contract, items)  # every task's, before the first run is made
+    check_tasks(loop, items, keys)  # as Runtime.create checks each, before the first run
     if executor not in ("local", "ray"):
         raise ConfigError("must be 'local' or 'ray'", field="--executor")
     if ray_address is not None and executor != "ray":
@@ -738,17 +738,18 @@ def check(
     Answers: what done means, how progress is checked independently, what ends a stalled or
     unsafe run, what an accepted outcome may cost, who owns the unresolved exception. The task
     file (--task, --tasks, or the spec's `tasks`) is read as `loopwright run` would read it: a
-    line that is not a JSON object, a bad task key, two tasks with one key or a bad per-task
-    cycle budget (budget.max_cycles_key) exits 2, naming file:line.
+    line that is not a JSON object, a bad task key, two tasks with one key or a task the run
+    would refuse (checked as Runtime.create checks it: the spec's init run on it, a bad per-task
+    cycle budget, budget.max_cycles_key) exits 2, naming file:line.
     """
     from .._spec import load_spec
     from ._check import review
-    from ._tasks import check_cycle_caps, load_tasks, task_keys
+    from ._tasks import check_tasks, load_tasks, task_keys
 
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
-    task_keys(loop.name, items)  # as `run` derives and checks them, before anything runs
-    check_cycle_caps(loop.contract, items)
+    keys = task_keys(loop.name, items)  # as `run` derives and checks them
+    check_tasks(loop, items, keys)
     answers = review(loop)
     if items.path is not None:
         answers.append(

@@ -7,16 +7,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._contract import Contract
-from .._decide import cycle_cap
 from .._errors import ConfigError
 from .._json import refuse_constant
 from .._keys import check_key
-from .._state import TaskState
+from .._loop import Loop
+from .._task_parts import starting_state
 
 __all__ = [
     "TaskList",
-    "check_cycle_caps",
+    "check_tasks",
     "exit_code_for",
     "load_tasks",
     "task_key",
@@ -156,16 +155,17 @@ def task_keys(loop_name: str, tasks: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
-def check_cycle_caps(contract: Contract, tasks: list[dict[str, Any]]) -> None:
-    """Each task's own cycle budget (``budget.max_cycles_key``) checked as ``Runtime.create``
-    checks it, for every task before the first run is made, naming the file and line: a bad
-    one on line 3 left the runs of lines 1 and 2 made and not run."""
-    if contract.budget.max_cycles_key is None:
-        return
+def check_tasks(loop: Loop, tasks: list[dict[str, Any]], keys: list[str]) -> None:
+    """Each task checked as ``Runtime.create`` checks it (``starting_state``: the same code,
+    the loop's ``init`` run on it, the task's own cycle budget read from the masked task, as
+    the run reads it), every task before the first run is made, naming the file and line: a
+    bad one on line 3 left the runs of lines 1 and 2 made and not run. (The budget was read
+    here from the raw task, and by ``Runtime.create`` from the state ``init`` made: two
+    checks that disagreed, with each other and with the run.)"""
     lines, path, _ = _located(tasks)
-    for t, line in zip(tasks, lines, strict=True):
+    for t, key, line in zip(tasks, keys, lines, strict=True):
         try:
-            cycle_cap(contract, TaskState(task=t))
+            starting_state(loop, t, key, None)
         except ConfigError as exc:
             text = str(exc).removeprefix(f"{exc.field}: ")
             raise ConfigError(f"{path}:{line}: {text}", field=exc.field) from None

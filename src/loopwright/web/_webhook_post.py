@@ -6,7 +6,11 @@ that URL's delivery thread, for as long as it liked. Here every socket a post op
 registered with a watch, and a timer shuts them at the deadline; the post then fails as a
 ``TimeoutError`` (an ``OSError``: a failed attempt, retried). The connections are urllib's own
 (proxies from the environment, certificates, HTTPS tunnels as before); only their socket
-creation is watched. Written by hand because urllib has no whole-request deadline and the
+creation is ours: the host's name is looked up in a thread of its own, waited for only until
+the deadline, and each socket is registered before it connects, so that the deadline cuts a
+connect in progress too (the socket was registered once connected: a name server that did not
+answer, or an address that dropped the connection's first packet, each address of a name
+waited for for ``timeout_s``, held the post past its deadline). Written by hand because urllib has no whole-request deadline and the
 notifier must keep its standard-library client (no extra dependency for ``ui``).
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import ipaddress
 import socket
 import threading
 import urllib.error
@@ -29,11 +34,13 @@ __all__ = ["http_post"]
 
 
 class _Watch:
-    """The sockets of one post; ``expire`` shuts them, and any opened after it."""
+    """The sockets of one post; ``expire`` shuts them, and any opened after it, and ends a
+    wait for the host's addresses."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
+        self._lookups: list[threading.Event] = []
         self.expired = False
 
     def add(self, sock: socket.socket) -> socket.socket:
@@ -48,6 +55,67 @@ class _Watch:
             self.expired = True
             for sock in self._socks:
                 _shut(sock)
+            for lookup in self._lookups:
+                lookup.set()
+
+    def _late(self) -> TimeoutError:
+        return TimeoutError("the deadline passed while connecting")
+
+    def addresses(self, host: str, port: int) -> list[Any]:
+        """``socket.getaddrinfo`` of ``host``, waited for until the deadline: a lookup that
+        hangs is left to its (daemon) thread."""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:  # an address: nothing to look up, no thread needed
+            return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        got: list[Any] = []
+        done = threading.Event()
+        with self._lock:
+            if self.expired:
+                raise self._late()
+            self._lookups.append(done)
+
+        def look_up() -> None:
+            try:
+                got.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except BaseException as exc:  # handed to the post
+                got.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=look_up, name="webhook-lookup", daemon=True).start()
+        done.wait()
+        if not got:
+            raise self._late()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return list(got[0])
+
+    def connect(
+        self, address: tuple[str, int], timeout: Any, source_address: Any = None
+    ) -> socket.socket:
+        """``socket.create_connection``, each socket registered before it connects."""
+        host, port = address
+        err: OSError | None = None
+        for family, kind, proto, _, where in self.addresses(host, port):
+            if self.expired:
+                raise self._late()
+            sock = self.add(socket.socket(family, kind, proto))
+            try:
+                if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:  # type: ignore[attr-defined]
+                    sock.settimeout(timeout)
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(where)
+                if self.expired:  # connected as the deadline passed: the socket is shut
+                    raise self._late()
+                return sock
+            except OSError as exc:
+                sock.close()
+                err = self._late() if self.expired else exc
+        raise err or OSError(f"no address for {host!r}")
 
 
 def _shut(sock: socket.socket) -> None:
@@ -60,8 +128,7 @@ def _shut(sock: socket.socket) -> None:
 def _watch_creation(conn: http.client.HTTPConnection, watch: _Watch) -> None:
     # ``_create_connection`` is how http.client opens the TCP socket (before a proxy's tunnel
     # and the TLS handshake, so both are watched too); an attribute since Python 3.2
-    create = conn._create_connection  # type: ignore[attr-defined]
-    conn._create_connection = lambda *a, **kw: watch.add(create(*a, **kw))  # type: ignore[attr-defined]
+    conn._create_connection = watch.connect  # type: ignore[attr-defined]
 
 
 class _HTTPConnection(http.client.HTTPConnection):
