@@ -324,6 +324,18 @@ def same_person(name: str, names: Iterable[str]) -> bool:
     return any(key == n.strip().casefold() for n in names)
 
 
+def _spelled(limits: Mapping[str, Any], kind: str) -> str:
+    """What to add to a refusal for ``kind`` when a limit names it in another letter case
+    (``--limit Spend=100`` for a ``spend`` request): kinds are matched exactly, never folded."""
+    near = sorted(k for k in limits if k.casefold() == kind.casefold())
+    if not near:
+        return ""
+    return (
+        f" (the limit names {near[0]!r}, the request's kind is {kind!r}: kinds are matched "
+        f"exactly; an admin gives the limit as {kind!r})"
+    )
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "any amount"
@@ -379,7 +391,10 @@ def check_decision(
         for kind, amount in _actions(req):
             if kind not in user.limits:
                 may = ", ".join(sorted(user.limits))
-                no(f"{who} may approve only {may} requests; this one is {kind}")
+                no(
+                    f"{who} may approve only {may} requests; this one is {kind}"
+                    + _spelled(user.limits, kind)
+                )
             limit = user.limits[kind]
             if limit is not None and (amount is None or amount > limit):
                 no(

@@ -233,3 +233,19 @@ def test_earned_authority_on_another_field_does_not_cover_what_the_rule_reads(ur
         assert big.status == "awaiting_approval"
         assert "the rule reads total, which is 50000.0" in rt.pending_approval(big.run_id).why
         assert rt.run_sync(loop, task("W-3", 500), task_key="w3").accepted  # within: earned
+
+
+def test_a_limit_naming_the_kind_in_another_case_says_so_when_it_refuses(url: str) -> None:
+    # `--limit Spend=100`: kinds are exact strings (an effect's is `spend`), so every payment
+    # was refused with "may approve only Spend requests; this one is spend", the mismatch
+    # left to be spotted. The refusal now names both spellings; the kinds are not folded.
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),))
+    with lw.Runtime(url) as rt:
+        people(rt)
+        rt.store.add_user("cap", roles=["approver"], limits={"Spend": 100.0}, by="root", now=0.0)
+        r = rt.run_sync(loop, task("C-1", 50), task_key="c1", by="root")
+        said = r"the limit names 'Spend', the request's kind is 'spend': kinds are matched exactly"
+        with pytest.raises(lw.NotPermittedError, match=said):
+            rt.approve(r.run_id, by="cap")
+        assert rt.pending_approval(r.run_id).status == "pending"  # refused, not folded
+        assert rt.approve(r.run_id, by="ben").status == "approved"

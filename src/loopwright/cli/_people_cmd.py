@@ -186,6 +186,12 @@ def users_add(
         audit(st, by, "add user", f"user {name}", origin="cli", roles=roles, limits=limits)
         audit(st, by, "issue token", f"user {name}", origin="cli")
     _print_token(user.name, secret)
+    for kind in sorted(k for k in limits if k != k.lower()):
+        # Kinds are exact strings (never folded); effects' kinds are usually lower case.
+        sys.stderr.write(
+            f"note: --limit {kind}: kinds are matched exactly, so {name} may approve kind "
+            f"{kind!r} only, not {kind.lower()!r}; effect kinds are usually lower case\n"
+        )
     custom = [r for r in roles if r not in BUILTIN_ROLES]
     if custom and not any(r in BUILTIN_ROLES for r in roles):
         sys.stderr.write(
