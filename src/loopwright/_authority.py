@@ -36,7 +36,7 @@ from ._json import check_given_text
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
 from ._redact import redact
-from .store import Approval, RunRecord, Store, UserRecord
+from .store import Approval, AuditRecord, RunRecord, Store, UserRecord
 from .store._people import PeopleStore
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
     "EARNED_BY",
     "AuthorityStatus",
     "audit",
+    "audit_of",
+    "audit_once",
     "authority_status",
     "check_decision",
     "check_person",
@@ -137,6 +139,35 @@ def audit(
         detail=redact({k: v for k, v in detail.items() if v is not None}),
         now=time.time(),
     )
+
+
+def audit_once(
+    store: Store,
+    actor: str,
+    action: str,
+    target: str,
+    *,
+    origin: str,
+    key: Mapping[str, Any],
+    **detail: Any,
+) -> None:
+    """``audit`` unless ``actor`` has a record of ``action`` on ``target`` whose detail holds
+    ``key`` already: what the engine records of a cycle before the cycle commits is written
+    again when a crash makes it redo the cycle (the same decision, recorded once)."""
+    said = {**key, **detail}
+    for a in audit_of(store, target, (action,)):
+        if a.actor == actor and all(a.detail.get(k) == v for k, v in key.items()):
+            return
+    audit(store, actor, action, target, origin=origin, **said)
+
+
+def audit_of(store: Store, target: str, actions: Iterable[str]) -> list[AuditRecord]:
+    """The audit records of ``actions`` on ``target``, filtered in the database."""
+    try:
+        return [a for op in actions for a in store.audit(target=target, action=op)]
+    except TypeError:  # a store of one's own written before ``action=``
+        wanted = set(actions)
+        return [a for a in store.audit(target=target) if a.action in wanted]
 
 
 def _refuse(
@@ -308,12 +339,9 @@ def run_requesters(store: Store, run: RunRecord) -> set[str]:
             if e.kind in ("edited", "rolled_back")
         }
     else:
-        target = f"run {run.run_id}"
-        try:  # filtered in the database: the run's other operations are not read
-            records = [a for op in REQUESTING for a in store.audit(target=target, action=op)]
-        except TypeError:  # a store of one's own written before ``action=``
-            records = store.audit(target=target)
-        names |= {a.actor for a in records if a.action in REQUESTING and a.outcome == "allowed"}
+        # filtered in the database: the run's other operations are not read
+        records = audit_of(store, f"run {run.run_id}", REQUESTING)
+        names |= {a.actor for a in records if a.outcome == "allowed"}
     return {n for n in names if n and n not in ("None", "(unnamed)")}
 
 

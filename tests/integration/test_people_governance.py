@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.crash import Crash, phase_hook
 from support.printed import shown_text
 from test_people import (
     EARNED,
@@ -249,3 +250,28 @@ def test_a_limit_naming_the_kind_in_another_case_says_so_when_it_refuses(url: st
             rt.approve(r.run_id, by="cap")
         assert rt.pending_approval(r.run_id).status == "pending"  # refused, not folded
         assert rt.approve(r.run_id, by="ben").status == "approved"
+
+
+def test_an_allowed_overwrite_is_audited_once_when_its_cycle_is_redone_after_a_crash(
+    url: str,
+) -> None:
+    # The record is written when the policy decides, before the cycle commits: a process that
+    # died between the two wrote it, and the cycle redone on resume wrote it again.
+    loop = overwriting(lw.PolicyRule(kind="overwrite_accepted", action="allow", name="ow-ok"))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 2))  # cycle 2 decided, not committed
+        with pytest.raises(Crash):
+            rt.resume_sync(r.run_id, loop)
+        assert rt.store.latest_checkpoint(r.run_id).cycle == 1
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.state.values()["doc"]["a"] == "the loop's"
+        [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "overwrite_allowed"]
+        records = [a for a in rt.store.audit() if a.action == "allow overwrite"]
+        assert [(a.actor, a.target, a.detail["cycle"]) for a in records] == [
+            ("policy:ow-ok", f"run {r.run_id}", 2)
+        ]
+        assert records[0].detail["parts"] == ev.data["parts"]
