@@ -22,10 +22,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import IO, Any, Literal, cast
 
+from .._concluded import concluded_at, concluded_in
 from .._contract import TERMINAL_STATUSES
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
-from .._people import concluded_at, concluded_in
 from .._proposal import Context, Proposal
 from .._redact import redact
 from .._state import TaskState
