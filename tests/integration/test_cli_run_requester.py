@@ -120,6 +120,22 @@ def test_a_run_started_without_a_valid_token_is_refused_in_a_store_with_users(
     assert ("ben", "start run", "refused") in said
 
 
+def test_a_run_on_ray_is_refused_the_same_before_ray_is_asked_for(
+    url: str,
+    spec: Path,
+    tokens: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # not reached: `import ray` would fail
+    code, _, err = _run(capsys, spec, url, "k1", "--executor", "ray")
+    assert code == 2 and "this store has users: give your token" in err
+    code, _, err = _run(capsys, spec, url, "k2", "--executor", "ray", "--token", tokens["ben"])
+    assert code == 2 and "ben (approver) may not start runs" in err
+    with lw.Runtime(url) as rt:
+        assert rt.store.list_runs() == []
+
+
 def test_who_starts_a_run_with_their_token_cannot_approve_it(
     url: str, spec: Path, tokens: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
