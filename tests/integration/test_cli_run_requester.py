@@ -95,22 +95,27 @@ def _run(
     return cli(capsys, "run", str(spec), "--task", task, "--task-key", key, "--store", url, *extra)
 
 
+@pytest.mark.parametrize("executor", ["local", "ray"])
 def test_a_run_started_without_a_valid_token_is_refused_in_a_store_with_users(
     url: str,
     spec: Path,
     tokens: dict[str, str],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    executor: str,
 ) -> None:
-    code, _, err = _run(capsys, spec, url, "k1")
+    # On Ray too, refused before Ray is asked for (`import ray` would fail here).
+    monkeypatch.setitem(sys.modules, "ray", None)
+    on = ("--executor", executor)
+    code, _, err = _run(capsys, spec, url, "k1", *on)
     assert code == 2 and "this store has users: give your token" in err
-    code, _, err = _run(capsys, spec, url, "k2", "--token", "lw_not-anyones")
+    code, _, err = _run(capsys, spec, url, "k2", *on, "--token", "lw_not-anyones")
     assert code == 2 and "the token is unknown or revoked" in err
     monkeypatch.setenv("LOOPWRIGHT_TOKEN", "lw_not-anyones")  # nor from the environment
-    code, _, err = _run(capsys, spec, url, "k3")
+    code, _, err = _run(capsys, spec, url, "k3", *on)
     assert code == 2 and "the token is unknown or revoked" in err
     monkeypatch.delenv("LOOPWRIGHT_TOKEN")
-    code, _, err = _run(capsys, spec, url, "k4", "--token", tokens["ben"])
+    code, _, err = _run(capsys, spec, url, "k4", *on, "--token", tokens["ben"])
     assert code == 2 and "ben (approver) may not start runs: it needs the operator role" in err
     with lw.Runtime(url) as rt:
         assert rt.store.list_runs() == []  # nothing was started under anyone's name
@@ -118,22 +123,6 @@ def test_a_run_started_without_a_valid_token_is_refused_in_a_store_with_users(
     assert said.count(("(no token)", "start run", "refused")) == 1
     assert said.count(("(unknown token)", "start run", "refused")) == 2
     assert ("ben", "start run", "refused") in said
-
-
-def test_a_run_on_ray_is_refused_the_same_before_ray_is_asked_for(
-    url: str,
-    spec: Path,
-    tokens: dict[str, str],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(sys.modules, "ray", None)  # not reached: `import ray` would fail
-    code, _, err = _run(capsys, spec, url, "k1", "--executor", "ray")
-    assert code == 2 and "this store has users: give your token" in err
-    code, _, err = _run(capsys, spec, url, "k2", "--executor", "ray", "--token", tokens["ben"])
-    assert code == 2 and "ben (approver) may not start runs" in err
-    with lw.Runtime(url) as rt:
-        assert rt.store.list_runs() == []
 
 
 def test_who_starts_a_run_with_their_token_cannot_approve_it(
