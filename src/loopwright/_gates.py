@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _decide as rules
 from . import _json
-from ._authority import audit_once
+from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
 from ._effects import Effect, EffectCall
