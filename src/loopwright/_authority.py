@@ -26,16 +26,15 @@ import hashlib
 import json
 import math
 import secrets
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._audit import audit, audit_of, audit_once
 from ._errors import ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
-from ._redact import redact
 from .store import Approval, RunRecord, Store, UserRecord
 from .store._people import PeopleStore
 
@@ -44,6 +43,8 @@ __all__ = [
     "EARNED_BY",
     "AuthorityStatus",
     "audit",
+    "audit_of",
+    "audit_once",
     "authority_status",
     "check_decision",
     "check_person",
@@ -114,29 +115,6 @@ def check_person(who: str, field: str = "by") -> None:
 def permits(user: UserRecord, permission: str) -> bool:
     """Whether an active user's roles grant ``permission`` (read, operate, decide, admin)."""
     return user.active and any(permission in BUILTIN_ROLES.get(r, ()) for r in user.roles)
-
-
-def audit(
-    store: Store,
-    actor: str,
-    action: str,
-    target: str,
-    *,
-    outcome: str = "allowed",
-    origin: str = "python",
-    **detail: Any,
-) -> None:
-    """Append one audit record (see ``Store.audit_put``)."""
-    store.audit_put(
-        actor=actor or "?",
-        action=action,
-        target=target,
-        outcome=outcome,
-        origin=origin,
-        # what an operator typed (a note, a reason) is stored masked (invariant 9)
-        detail=redact({k: v for k, v in detail.items() if v is not None}),
-        now=time.time(),
-    )
 
 
 def _refuse(
@@ -308,12 +286,9 @@ def run_requesters(store: Store, run: RunRecord) -> set[str]:
             if e.kind in ("edited", "rolled_back")
         }
     else:
-        target = f"run {run.run_id}"
-        try:  # filtered in the database: the run's other operations are not read
-            records = [a for op in REQUESTING for a in store.audit(target=target, action=op)]
-        except TypeError:  # a store of one's own written before ``action=``
-            records = store.audit(target=target)
-        names |= {a.actor for a in records if a.action in REQUESTING and a.outcome == "allowed"}
+        # filtered in the database: the run's other operations are not read
+        records = audit_of(store, f"run {run.run_id}", REQUESTING)
+        names |= {a.actor for a in records if a.outcome == "allowed"}
     return {n for n in names if n and n not in ("None", "(unnamed)")}
 
 
@@ -322,6 +297,18 @@ def same_person(name: str, names: Iterable[str]) -> bool:
     letter case do not make another person ("Rita" started the run, "rita" approved it)."""
     key = name.strip().casefold()
     return any(key == n.strip().casefold() for n in names)
+
+
+def _spelled(limits: Mapping[str, Any], kind: str) -> str:
+    """What to add to a refusal for ``kind`` when a limit names it in another letter case
+    (``--limit Spend=100`` for a ``spend`` request): kinds are matched exactly, never folded."""
+    near = sorted(k for k in limits if k.casefold() == kind.casefold())
+    if not near:
+        return ""
+    return (
+        f" (the limit names {near[0]!r}, the request's kind is {kind!r}: kinds are matched "
+        f"exactly; an admin gives the limit as {kind!r})"
+    )
 
 
 def _fmt(value: float | None) -> str:
@@ -379,7 +366,10 @@ def check_decision(
         for kind, amount in _actions(req):
             if kind not in user.limits:
                 may = ", ".join(sorted(user.limits))
-                no(f"{who} may approve only {may} requests; this one is {kind}")
+                no(
+                    f"{who} may approve only {may} requests; this one is {kind}"
+                    + _spelled(user.limits, kind)
+                )
             limit = user.limits[kind]
             if limit is not None and (amount is None or amount > limit):
                 no(

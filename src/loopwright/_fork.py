@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._authority import audit, may_operate, operate, refused
+from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
 from ._decide import cycle_cap
 from ._errors import ConfigError, ConflictError
@@ -32,7 +33,7 @@ from ._host import RuntimeHost
 from ._json import check_given_text, check_value
 from ._keys import check_key, fit_key
 from ._loop import Loop, check_loop, other_loop
-from ._people import concluded_in, refuse_rewritten, retire_failures
+from ._people import retire_failures
 from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _decide as rules
 from . import _json
-from ._authority import audit
+from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
 from ._effects import Effect, EffectCall
@@ -128,14 +128,15 @@ class Gates(RuntimeHost):
         ex.events.append(NewEvent(n, "overwrite_allowed", {"rule": rule, "parts": parts}))
         people = [p for p in parts if p["accepted_by"]]
         if people:
-            audit(
+            # Written before the cycle commits: a cycle redone after a crash decides the same
+            # again, recorded once (one record per cycle, part, version and person).
+            audit_once(
                 self.store,
                 f"policy:{rule}",
                 "allow overwrite",
                 f"run {ex.run_id}",
                 origin="engine",
-                cycle=n,
-                parts=people,
+                key={"cycle": n, "parts": people},
             )
 
     def _effect_needs(

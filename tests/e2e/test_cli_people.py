@@ -175,3 +175,20 @@ def test_a_token_for_a_user_who_does_not_exist_is_refused(
     assert lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)[0] == 0
     code, _, err = lw_cli(capsys, "users", "token", "nosuch", *s)
     assert code == 2 and "no user 'nosuch' in this store" in err
+
+
+def test_a_limit_kind_not_in_lower_case_is_pointed_out_when_the_user_is_added(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    s = ("--store", str(tmp_path / "s.db"))
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    assert code == 0
+    args = ("users", "add", "cap", "--role", "approver", "--token", root.strip(), *s)
+    code, out, err = lw_cli(capsys, *args, "--limit", "Spend=100", "--limit", "publish")
+    assert code == 0 and out.strip().startswith("lw_")  # added as asked: kinds are not folded
+    assert "--limit Spend: kinds are matched exactly, so cap may approve kind 'Spend'" in err
+    assert "not 'spend'" in err and "--limit publish" not in err
+    code, out, _ = lw_cli(capsys, "users", "list", "--json", *s)
+    [cap] = [u for u in json.loads(out) if u["name"] == "cap"]
+    assert cap["limits"] == {"Spend": 100.0, "publish": None}

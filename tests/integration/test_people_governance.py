@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.crash import Crash, phase_hook
 from support.printed import shown_text
 from test_people import (
     EARNED,
@@ -233,3 +234,44 @@ def test_earned_authority_on_another_field_does_not_cover_what_the_rule_reads(ur
         assert big.status == "awaiting_approval"
         assert "the rule reads total, which is 50000.0" in rt.pending_approval(big.run_id).why
         assert rt.run_sync(loop, task("W-3", 500), task_key="w3").accepted  # within: earned
+
+
+def test_a_limit_naming_the_kind_in_another_case_says_so_when_it_refuses(url: str) -> None:
+    # `--limit Spend=100`: kinds are exact strings (an effect's is `spend`), so every payment
+    # was refused with "may approve only Spend requests; this one is spend", the mismatch
+    # left to be spotted. The refusal now names both spellings; the kinds are not folded.
+    loop = make_loop((lw.PolicyRule(kind="spend", action="require"),))
+    with lw.Runtime(url) as rt:
+        people(rt)
+        rt.store.add_user("cap", roles=["approver"], limits={"Spend": 100.0}, by="root", now=0.0)
+        r = rt.run_sync(loop, task("C-1", 50), task_key="c1", by="root")
+        said = r"the limit names 'Spend', the request's kind is 'spend': kinds are matched exactly"
+        with pytest.raises(lw.NotPermittedError, match=said):
+            rt.approve(r.run_id, by="cap")
+        assert rt.pending_approval(r.run_id).status == "pending"  # refused, not folded
+        assert rt.approve(r.run_id, by="ben").status == "approved"
+
+
+def test_an_allowed_overwrite_is_audited_once_when_its_cycle_is_redone_after_a_crash(
+    url: str,
+) -> None:
+    # The record is written when the policy decides, before the cycle commits: a process that
+    # died between the two wrote it, and the cycle redone on resume wrote it again.
+    loop = overwriting(lw.PolicyRule(kind="overwrite_accepted", action="allow", name="ow-ok"))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
+        rt.edit(r.run_id, "doc/a", "rita's", by="rita")
+    with lw.Runtime(url) as rt:
+        rt._on_phase = phase_hook(("before_checkpoint", 2))  # cycle 2 decided, not committed
+        with pytest.raises(Crash):
+            rt.resume_sync(r.run_id, loop)
+        assert rt.store.latest_checkpoint(r.run_id).cycle == 1
+    with lw.Runtime(url) as rt:
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.state.values()["doc"]["a"] == "the loop's"
+        [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "overwrite_allowed"]
+        records = [a for a in rt.store.audit() if a.action == "allow overwrite"]
+        assert [(a.actor, a.target, a.detail["cycle"]) for a in records] == [
+            ("policy:ow-ok", f"run {r.run_id}", 2)
+        ]
+        assert records[0].detail["parts"] == ev.data["parts"]

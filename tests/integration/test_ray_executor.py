@@ -298,8 +298,10 @@ max_cycles = 1
     )
     keys = ["lost:a", "lost:b"]
     with pytest.raises(RayBatchError) as err:
-        run_on_ray(spec, [{}, {}], keys, str(tmp_path / "store.db"), max_retries=0)
+        run_on_ray(spec, [{}, {}], keys, str(tmp_path / "store.db"), max_retries=0, by="clerk")
     assert [r.task_key for r in err.value.results] == keys
+    with lw.Runtime(tmp_path / "store.db") as rt:  # who started them: their requester
+        assert {rt.store.get_run(k).created_by for k in keys} == {"clerk"}
     assert set(err.value.failures) == {r.run_id for r in err.value.results}
     assert all("not available on this node" in why for why in err.value.failures.values())
     assert all(r.status not in ENDED for r in err.value.results)  # resumable once fixed

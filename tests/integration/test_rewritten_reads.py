@@ -1,5 +1,5 @@
 """A fork or rollback first asks whether the target's version numbers were written again by a
-later cycle (``_people.refuse_rewritten``, after a rollback the run went on from). It asked by
+later cycle (``_concluded.refuse_rewritten``, after a rollback the run went on from). It asked by
 reading, and decoding, every version of each part up to the target's count: a fork or rollback
 to a late cycle made 4,490 Python calls at 100 cycles and 6,524 at 1,000 (an outside probe:
 43,000 at 3,000). ``Store.written_after`` answers from the rows' numbers and cycles."""

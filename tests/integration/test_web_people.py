@@ -214,3 +214,19 @@ def test_refused_sign_in_windows_are_bounded() -> None:
                        ("a", written[3][1], 2)]  # fmt: skip
     log.flush()
     assert len(written) == 4
+
+
+def test_a_rerun_from_the_dashboard_is_requested_by_who_signed_in(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A rerun is a new run: its requester (whom separation of duties keeps from approving
+    its requests) is the signed-in operator, never the server's ``identity``."""
+    c, store, run_id = setup
+    body = {"at_cycle": 0, "contract": {}, "start": False}
+    refused = c.post(f"/api/runs/{run_id}/rerun", json=body, headers=bearer("ana"))
+    assert refused.status_code == 403 and "operator role" in refused.json()["detail"]
+    made = c.post(f"/api/runs/{run_id}/rerun", json=body, headers=bearer("oscar"))
+    assert made.status_code == 200, made.text
+    with lw.Runtime(store) as rt:
+        new = rt.store.get_run(made.json()["run"]["run_id"])
+        assert new.created_by == "oscar" and new.forked_from == run_id

@@ -233,6 +233,7 @@ def run(
         str | None,
         typer.Option("--ray-address", help="Join this Ray cluster ('auto'); default: start one."),
     ] = None,
+    token: TokenOpt = None,
 ) -> None:
     """Run a loop on one or many tasks.
 
@@ -258,9 +259,13 @@ def run(
         raise ConfigError("only applies with --executor ray", field="--ray-address")
     held: dict[str, str] = {}  # runs another process holds: skipped here
     if executor == "ray":
-        results = _execute_on_ray(spec, items, keys, store, ray_address, quiet=as_json)
+        results = _execute_on_ray(
+            spec, loop, items, keys, store, ray_address, quiet=as_json, token=token
+        )
     else:
-        results = _execute(loop, items, keys, store, concurrency, quiet=as_json, held=held)
+        results = _execute(
+            loop, items, keys, store, concurrency, quiet=as_json, held=held, token=token
+        )
     if as_json:
         _print_json([r.to_dict() for r in results])
     code = exit_code_for([r.status for r in results if r.run_id not in held])
@@ -277,25 +282,36 @@ def run(
 
 def _execute_on_ray(
     spec: Path,
+    loop: Loop,
     items: list[dict[str, Any]],
     keys: list[str],
     store: str | None,
     address: str | None,
     *,
     quiet: bool,
+    token: str | None,
 ) -> list[RunResult]:
     from ..executors import RayBatchError, run_on_ray
     from ..store import open_store, resolve_store_url
+    from ._people_cmd import starter
     from ._render import console, summary_table
 
     out = console(stderr=quiet)
+    with open_store(resolve_store_url(store)) as st:
+        who = starter(st, token, target=f"loop {loop.name}", tasks=len(items))
 
     def report(r: RunResult) -> None:
         out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
 
     try:
         results = run_on_ray(
-            spec, items, keys, resolve_store_url(store), address=address, on_result=report
+            spec,
+            items,
+            keys,
+            resolve_store_url(store),
+            address=address,
+            on_result=report,
+            by=who,
         )
     except KeyboardInterrupt:
         # The runs are created in the driver, in order, before Ray starts: whether the first
@@ -334,9 +350,11 @@ def _execute(
     quiet: bool,
     title: str | None = None,
     held: dict[str, str] | None = None,
+    token: str | None = None,
 ) -> list[RunResult]:
     """Create and drive the runs; ``held`` gets run id -> task key of each run skipped because
-    another process holds its lease."""
+    another process holds its lease. ``token``: who starts them, in a store with users (else
+    ``$LOOPWRIGHT_TOKEN``; see ``starter``)."""
     import asyncio
 
     from rich.live import Live
@@ -351,7 +369,7 @@ def _execute(
         run_ids: list[str] = []
         from ._people_cmd import starter
 
-        who = starter(rt.store)
+        who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
         for t, k in zip(items, keys, strict=True):
             rec, _ = rt.create(loop, t, task_key=k, by=who)
             _runs_may_exist(True)

@@ -1,9 +1,9 @@
 """``loopwright users``, ``authority`` and ``audit``, and who the CLI acts as.
 
 A store with no users is open: a command records ``--by`` (or the OS user). Once a user is
-added, commands that decide or change something need that person's token (``--token`` or
-``$LOOPWRIGHT_TOKEN``); the name recorded is the token's user, never a typed one
-(docs/permissions.md). Reads stay open: whoever can open the store file can read it anyway.
+added, commands that decide, change something or start runs need that person's token
+(``--token`` or ``$LOOPWRIGHT_TOKEN``); the name recorded is the token's user, never a typed
+one (docs/permissions.md). Reads stay open: whoever can open the store file can read it anyway.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .._authority import (
     hash_token,
     new_token,
     permits,
+    require,
     standings,
 )
 from .._errors import ConfigError, NotPermittedError
@@ -68,12 +69,21 @@ def acting_as(store: Store, by: str | None, token: str | None, *, action: str) -
     return user.name
 
 
-def starter(store: Store) -> str:
-    """Who starts runs from this command (their requester): the user of
-    ``$LOOPWRIGHT_TOKEN`` when it names one, else the OS user."""
-    token = os.environ.get("LOOPWRIGHT_TOKEN", "").strip()
-    user = store.user_by_token(hash_token(token)) if token and store.has_users() else None
-    return user.name if user is not None else getpass.getuser()
+def starter(store: Store, token: str | None, *, target: str, **detail: Any) -> str:
+    """Who starts runs from this command: their requester, whom separation of duties keeps
+    from approving the runs' requests. A store without users: the OS user. A store with
+    users: the user of the token (``--token``, else ``$LOOPWRIGHT_TOKEN``), who must be allowed
+    to operate (an operator or an admin); no token, a token naming no user, or a user who may
+    not operate is refused and audited, never replaced by the OS user."""
+    if not store.has_users():
+        return getpass.getuser()
+    if token is None:
+        token = os.environ.get("LOOPWRIGHT_TOKEN")
+    who = acting_as(store, None, token, action="start run")
+    require(store, who, "operate", action="start run", target=target, origin="cli",
+            doing="start runs")  # fmt: skip
+    audit(store, who, "start run", target, origin="cli", **detail)
+    return who
 
 
 def _limits(values: list[str] | None) -> dict[str, float | None]:
@@ -176,6 +186,12 @@ def users_add(
         audit(st, by, "add user", f"user {name}", origin="cli", roles=roles, limits=limits)
         audit(st, by, "issue token", f"user {name}", origin="cli")
     _print_token(user.name, secret)
+    for kind in sorted(k for k in limits if k != k.lower()):
+        # Kinds are exact strings (never folded); effects' kinds are usually lower case.
+        sys.stderr.write(
+            f"note: --limit {kind}: kinds are matched exactly, so {name} may approve kind "
+            f"{kind!r} only, not {kind.lower()!r}; effect kinds are usually lower case\n"
+        )
     custom = [r for r in roles if r not in BUILTIN_ROLES]
     if custom and not any(r in BUILTIN_ROLES for r in roles):
         sys.stderr.write(

@@ -81,6 +81,7 @@ def run_on_ray(
     max_retries: int = 3,
     num_cpus_per_task: float = 0.5,
     on_result: Callable[[RunResult], None] | None = None,
+    by: str | None = None,
 ) -> list[RunResult]:
     """Run one loop over many tasks as Ray tasks; return the results in input order.
 
@@ -99,6 +100,8 @@ def run_on_ray(
         max_retries: how many times Ray re-executes a task whose worker or node died.
         num_cpus_per_task: Ray CPUs reserved per run (runs wait mostly on models and I/O).
         on_result: called in the driver with each run's result, in completion order.
+        by: who starts the runs (their requester, as ``Runtime.create``'s ``by``: with
+            separation of duties they cannot approve the runs' requests).
 
     Raises:
         ConfigError: bad arguments, an invalid spec, Ray missing, or a SQLite store on a
@@ -119,7 +122,7 @@ def run_on_ray(
     url = absolute_store_url(store_url)
     with Runtime(url, lease_ttl_s=lease_ttl_s) as rt:
         run_ids = [
-            rt.create(loop, task, task_key=key)[0].run_id
+            rt.create(loop, task, task_key=key, by=by)[0].run_id
             for task, key in zip(tasks, keys, strict=True)
         ]
         started = _connect(ray, address)

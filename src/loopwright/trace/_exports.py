@@ -22,11 +22,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import IO, Any, Literal, cast
 
+from .._concluded import concluded_at, concluded_in
 from .._contract import TERMINAL_STATUSES
 from .._cycle import ASKED
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
-from .._people import concluded_at, concluded_in
 from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store

@@ -1,0 +1,67 @@
+"""The audit log's writes and reads for the engine and the interfaces: one append-only record
+per decision, operation, refusal and policy change (docs/permissions.md), written once when
+the engine may write it again (a cycle redone after a crash).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._redact import redact
+from .store import AuditRecord, Store
+
+__all__ = ["audit", "audit_of", "audit_once"]
+
+
+def audit(
+    store: Store,
+    actor: str,
+    action: str,
+    target: str,
+    *,
+    outcome: str = "allowed",
+    origin: str = "python",
+    **detail: Any,
+) -> None:
+    """Append one audit record (see ``Store.audit_put``)."""
+    store.audit_put(
+        actor=actor or "?",
+        action=action,
+        target=target,
+        outcome=outcome,
+        origin=origin,
+        # what an operator typed (a note, a reason) is stored masked (invariant 9)
+        detail=redact({k: v for k, v in detail.items() if v is not None}),
+        now=time.time(),
+    )
+
+
+def audit_once(
+    store: Store,
+    actor: str,
+    action: str,
+    target: str,
+    *,
+    origin: str,
+    key: Mapping[str, Any],
+    **detail: Any,
+) -> None:
+    """``audit`` unless ``actor`` has a record of ``action`` on ``target`` whose detail holds
+    ``key`` already: what the engine records of a cycle before the cycle commits is written
+    again when a crash makes it redo the cycle (the same decision, recorded once)."""
+    said = {**key, **detail}
+    for a in audit_of(store, target, (action,)):
+        if a.actor == actor and all(a.detail.get(k) == v for k, v in key.items()):
+            return
+    audit(store, actor, action, target, origin=origin, **said)
+
+
+def audit_of(store: Store, target: str, actions: Iterable[str]) -> list[AuditRecord]:
+    """The audit records of ``actions`` on ``target``, filtered in the database."""
+    try:
+        return [a for op in actions for a in store.audit(target=target, action=op)]
+    except TypeError:  # a store of one's own written before ``action=``
+        wanted = set(actions)
+        return [a for a in store.audit(target=target) if a.action in wanted]
