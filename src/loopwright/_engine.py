@@ -236,8 +236,11 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         *,
         concurrency: int = 8,
         key_of: Callable[[Mapping[str, Any], int], str] | None = None,
+        by: str | None = None,
     ) -> list[RunResult]:
-        """Run many tasks concurrently in this process (at most ``concurrency`` at once)."""
+        """Run many tasks concurrently in this process (at most ``concurrency`` at once).
+        ``by``: who starts them, each run's requester (see ``create``)."""
+        check_given_text(by, field="by")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ConfigError(
                 f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
@@ -270,7 +273,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
-                return await self.run(loop, t, task_key=keys[i])
+                return await self.run(loop, t, task_key=keys[i], by=by)
 
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(todo))))
 

@@ -659,3 +659,14 @@ def test_a_task_key_of_another_loop_or_project_is_refused(rt: lw.Runtime) -> Non
     named = rt.run_sync(make_loop(fixer), TASK, task_key="T-2", project="acme")
     [many] = asyncio.run(rt.run_many(make_loop(fixer), [TASK], key_of=lambda t, i: "T-2"))
     assert many.run_id == named.run_id
+
+
+def test_run_many_records_who_started_its_runs(rt: lw.Runtime) -> None:
+    # people43b's finding: run_many had no by=, so its runs had no requester and separation of
+    # duties had no one to keep from approving them
+    done = asyncio.run(
+        rt.run_many(make_loop(fixer), [TASK, TASK], key_of=lambda t, i: f"M-{i}", by=" rita ")
+    )
+    assert [rt.store.get_run(r.run_id).created_by for r in done] == ["rita", "rita"]
+    with pytest.raises(lw.ConfigError, match="by"):
+        asyncio.run(rt.run_many(make_loop(fixer), [TASK], by=3))  # type: ignore[arg-type]
