@@ -119,6 +119,13 @@ def _tracked(fn: Callable[[], Any], mark: tuple[str, str]) -> Callable[[], Any]:
     return run
 
 
+def _running_here(mark: tuple[str, str]) -> bool:
+    """Whether this process is executing the effect call ``mark`` names (a sync call that
+    timed out runs on in its thread)."""
+    with _RUNNING_LOCK:
+        return mark in _RUNNING
+
+
 def _holder(owner: Any, mark: tuple[str, str]) -> str:
     """Whether the executor that wrote an intent can still be executing it: ``gone`` (a
     process of this host that no longer exists, or this process with the call not running),
@@ -128,8 +135,7 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     if pid is None:  # another host, another pid namespace, or an owner not named so
         return "unknown"
     if pid == os.getpid():
-        with _RUNNING_LOCK:
-            return "alive" if mark in _RUNNING else "gone"
+        return "alive" if _running_here(mark) else "gone"
     return "gone" if owner_is_dead(owner) else "alive"
 
 
@@ -489,6 +495,9 @@ async def perform_effect(
             unknown = False
             kind = policy.classify(exc)
             info = error_info(f"effect {eff.name}", exc)
+            # A sync call past its timeout goes on in its thread: it may act after the hook
+            # is asked (read first, so that a call ending now has acted before the hook looks).
+            running = _running_here((ex.run_id, jkey))
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.
                 settled = await by_reconcile("raised and is in doubt", info)
@@ -498,6 +507,15 @@ async def perform_effect(
                 cause = (
                     f"{eff.name} ({ikey}) failed with a transient error and may have acted; it "
                     "is not idempotent and has no reconcile hook, so it is not retried"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            if running and not eff.idempotent:
+                # "Not done" is only true so far: run again, it would act twice.
+                cause = (
+                    f"{eff.name} ({ikey}) timed out and its call is still running (a thread "
+                    "cannot be stopped), so it may still act; it is not run again — check "
+                    "whether it happened"
                 )
                 put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
