@@ -302,7 +302,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         concurrency: int = 8,
         key_of: Callable[[Mapping[str, Any], int], str] | None = None,
     ) -> list[RunResult]:
-        """Run many tasks concurrently in this process (at most ``concurrency`` at once)."""
+        """Run many tasks concurrently in this process (at most ``concurrency`` at once); a run
+        that fails does not stop the others: its error is raised once they have ended."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ConfigError(
                 f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
@@ -342,7 +343,12 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             async with sem:
                 return await self.run(loop, t, task_key=keys[i])
 
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(todo))))
+        # One run failing (held by another process, the store down) does not abandon the
+        # others mid-cycle: each is driven to its end, then the first error is raised.
+        done = await asyncio.gather(*map(one, range(len(todo)), todo), return_exceptions=True)
+        if failed := [r for r in done if isinstance(r, BaseException)]:
+            raise failed[0]
+        return [r for r in done if isinstance(r, RunResult)]
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
