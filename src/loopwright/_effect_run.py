@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._backoff import backoff
 from ._calls import CallTimeout, call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, StaleLeaseError
@@ -448,7 +449,7 @@ async def perform_effect(
         elif entry.status == "waiting":
             wait = float(entry.data.get("next_at", 0.0)) - time.time()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await backoff(store, ex, wait, f"effect {eff.name}")
     # Whether the latest attempt's outcome is unknown (interrupted by a crash, and no reconcile
     # hook said it did not happen).
     unknown = entry is not None and entry.status == "intent" and not not_done
@@ -538,7 +539,7 @@ async def perform_effect(
                 "effect_retry",
             )
             ex.at("backoff:effect")
-            await asyncio.sleep(delay)
+            await backoff(store, ex, delay, f"effect {eff.name}")
             continue
         ex.at("before_effect_result")
         usage = None

@@ -27,6 +27,7 @@ from typing import Any
 from . import _decide as rules
 from . import _state_codec as codec
 from ._authority import note_policy
+from ._backoff import Drained
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
@@ -302,8 +303,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         concurrency: int = 8,
         key_of: Callable[[Mapping[str, Any], int], str] | None = None,
     ) -> list[RunResult]:
-        """Run many tasks concurrently in this process (at most ``concurrency`` at once); a run
-        that fails does not stop the others: its error is raised once they have ended."""
+        """Run many tasks concurrently in this process (at most ``concurrency`` at once)."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ConfigError(
                 f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
@@ -384,6 +384,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             record=ck.record,
             phase=self._on_phase,
             grouped=True,
+            draining=lambda: self._draining,
         )
         ex.adopt(self.store, ck.state)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
@@ -401,7 +402,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
             ex.events.append(NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", started))
-            await self._drive(ex, rec)
+            with contextlib.suppress(Drained):  # a retry's backoff cut short: resumable
+                await self._drive(ex, rec)
             if await self._settle(ex) and ex.state.pending and "approval_id" in ex.state.pending:
                 # Cancelled while the cycle that parked was in flight: do not leave a person
                 # a decision on a cancelled run.
