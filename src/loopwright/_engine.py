@@ -343,8 +343,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             async with sem:
                 return await self.run(loop, t, task_key=keys[i])
 
-        # One run failing (held by another process, the store down) does not abandon the
-        # others mid-cycle: each is driven to its end, then the first error is raised.
+        # One run failing (held elsewhere, the store down) leaves none mid-cycle: raised after.
         done = await asyncio.gather(*map(one, range(len(todo)), todo), return_exceptions=True)
         if failed := [r for r in done if isinstance(r, BaseException)]:
             raise failed[0]
@@ -385,6 +384,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             phase=self._on_phase,
             grouped=True,
             draining=lambda: self._draining,
+            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
         )
         ex.adopt(self.store, ck.state)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
