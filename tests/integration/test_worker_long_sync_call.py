@@ -16,6 +16,10 @@ from loopwright._worker import Worker
 PATIENCE = 120.0  # a bound that only ends a failing test: two renewals come within a TTL
 
 
+def _done(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=state.values()["doc"]["body"] == "done")
+
+
 def test_a_long_sync_actor_does_not_stop_the_workers_heartbeat(tmp_path: Path) -> None:
     renewals = {"n": 0, "at_start": -1}
     renewed_twice = threading.Event()
@@ -25,15 +29,8 @@ def test_a_long_sync_actor_does_not_stop_the_workers_heartbeat(tmp_path: Path) -
         ok = renewed_twice.wait(timeout=PATIENCE)
         return lw.Proposal.edit("doc", {"body": "done" if ok else "lease never renewed"})
 
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=state.values()["doc"]["body"] == "done")
-
-    loop = lw.Loop(
-        name="long-call",
-        actor=actor,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
-    )
+    once = lw.Contract(budget=lw.Budget(max_cycles=1))
+    loop = lw.Loop(name="long-call", actor=actor, verifiers=[_done], contract=once)
     with lw.Runtime(tmp_path / "s.db", lease_ttl_s=0.3) as rt:
         real = rt.store.renew_lease
 
