@@ -54,6 +54,11 @@ class Cycle(Gates):
     """The first half of a cycle: context, actor, verifiers, gates (mixed into ``Runtime``;
     the gates' checks in ``_gates.Gates``)."""
 
+    # Sync user code runs in threads even for a run driving alone (set by ``Worker``): inline,
+    # a call longer than the lease held the event loop, so no heartbeat renewed the lease and
+    # another worker took the run over while it was being driven, redoing its cycle.
+    calls_in_threads = False
+
     def _context(
         self,
         ex: _Exec,
@@ -152,7 +157,7 @@ class Cycle(Gates):
         ex.asked = set()
         if ex.retries:  # earlier cycles' failed attempts count no more: hold this cycle's only
             ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
-        ex.threaded = self._active > 1
+        ex.threaded = self._active > 1 or self.calls_in_threads
         left = rules.remaining(contract, s)
         # The time budget is a wall-clock deadline for this cycle's calls and their retries.
         ex.deadline = None if left.seconds is None else time.time() + left.seconds

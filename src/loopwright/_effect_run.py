@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._backoff import backoff
 from ._calls import CallTimeout, call_user
 from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import ConfigError, EffectKeyHeld, EffectKeyMoved, StaleLeaseError
@@ -119,6 +120,13 @@ def _tracked(fn: Callable[[], Any], mark: tuple[str, str]) -> Callable[[], Any]:
     return run
 
 
+def _running_here(mark: tuple[str, str]) -> bool:
+    """Whether this process is executing the effect call ``mark`` names (a sync call that
+    timed out runs on in its thread)."""
+    with _RUNNING_LOCK:
+        return mark in _RUNNING
+
+
 def _holder(owner: Any, mark: tuple[str, str]) -> str:
     """Whether the executor that wrote an intent can still be executing it: ``gone`` (a
     process of this host that no longer exists, or this process with the call not running),
@@ -128,8 +136,7 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     if pid is None:  # another host, another pid namespace, or an owner not named so
         return "unknown"
     if pid == os.getpid():
-        with _RUNNING_LOCK:
-            return "alive" if mark in _RUNNING else "gone"
+        return "alive" if _running_here(mark) else "gone"
     return "gone" if owner_is_dead(owner) else "alive"
 
 
@@ -501,7 +508,7 @@ async def perform_effect(
         elif entry.status == "waiting":
             wait = float(entry.data.get("next_at", 0.0)) - time.time()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await backoff(store, ex, wait, f"effect {eff.name}")
     # Whether the latest attempt's outcome is unknown (interrupted by a crash, and no reconcile
     # hook said it did not happen).
     unknown = entry is not None and entry.status == "intent" and not not_done
@@ -554,6 +561,9 @@ async def perform_effect(
             unknown = False
             kind = policy.classify(exc)
             info = error_info(f"effect {eff.name}", exc)
+            # A sync call past its timeout goes on in its thread: it may act after the hook
+            # is asked (read first, so that a call ending now has acted before the hook looks).
+            running = _running_here((ex.run_id, jkey))
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.
                 settled = await by_reconcile("raised and is in doubt", info)
@@ -563,6 +573,15 @@ async def perform_effect(
                 cause = (
                     f"{named()} failed with a transient error and may have acted; it "
                     "is not idempotent and has no reconcile hook, so it is not retried"
+                )
+                put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
+                return out("in_doubt", attempts=attempts, cause=cause, error=info)
+            if running and not eff.idempotent:
+                # "Not done" is only true so far: run again, it would act twice.
+                cause = (
+                    f"{eff.name} ({ikey}) timed out and its call is still running (a thread "
+                    "cannot be stopped), so it may still act; it is not run again — check "
+                    "whether it happened"
                 )
                 put("in_doubt", {"cause": cause, "error": info}, None, "effect_in_doubt")
                 return out("in_doubt", attempts=attempts, cause=cause, error=info)
@@ -583,7 +602,7 @@ async def perform_effect(
                 "effect_retry",
             )
             ex.at("backoff:effect")
-            await asyncio.sleep(delay)
+            await backoff(store, ex, delay, f"effect {eff.name}")
             continue
         ex.at("before_effect_result")
         usage = None

@@ -27,6 +27,7 @@ from typing import Any
 from . import _decide as rules
 from . import _state_codec as codec
 from ._authority import note_policy
+from ._backoff import Drained
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
@@ -166,6 +167,17 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         """Create the run for ``task_key`` (or return the existing one) without executing it.
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
+        return self._create(loop, self._new_run(loop, task, task_key, project, by))
+
+    def _new_run(
+        self,
+        loop: Loop,
+        task: Mapping[str, Any] | None,
+        task_key: str | None,
+        project: str | None,
+        by: str | None,
+    ) -> dict[str, Any]:
+        """``create``'s checks of what it is given, nothing written: the new run's fields."""
         check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
@@ -173,21 +185,29 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()
-        made = self.store.create_run(
-            run_id=uuid.uuid4().hex[:16],
-            task_key=key,
-            loop_name=loop.name,
-            project=proj,
-            spec_ref=loop.spec_ref,
-            loop_version=loop.version,
-            contract=loop.contract.to_dict(),
-            task=stored,
-            initial_state=codec.head(state),
-            initial_versions=codec.unwritten_versions(state, {})[0],
-            created_by=by.strip() if by and by.strip() else None,
-        )
+        return {
+            "run_id": uuid.uuid4().hex[:16],
+            "task_key": key,
+            "loop_name": loop.name,
+            "project": proj,
+            "spec_ref": loop.spec_ref,
+            "loop_version": loop.version,
+            "contract": loop.contract.to_dict(),
+            "task": stored,
+            "initial_state": codec.head(state),
+            "initial_versions": codec.unwritten_versions(state, {})[0],
+            "created_by": by.strip() if by and by.strip() else None,
+            # a project given (not a loop's default): an existing run's must be the same
+            "named": project is not None or bool(stored.get("project")),
+            "by": by,
+        }
+
+    def _create(self, loop: Loop, new: dict[str, Any]) -> tuple[RunRecord, bool]:
+        """Write the run ``_new_run`` made (or return the existing one of its key)."""
+        named, by = new.pop("named"), new.pop("by")
+        made = self.store.create_run(**new)
         rec, created = made
-        named = project is not None or bool(stored.get("project"))  # not a loop's default
+        key, proj = new["task_key"], new["project"]
         if not created and (
             other_loop(loop, rec.loop_name, rec.spec_ref) or (named and rec.project != proj)
         ):
@@ -269,13 +289,22 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                     field="tasks",
                 )
             seen[named] = i
+        # Every task checked before any run is written: one refused after others had started
+        # left those runs "running", driven by no one. (Checked, then let go: each is made
+        # again when its turn comes, so a big batch holds no more initial states than runs.)
+        for i, t in enumerate(todo):
+            self._new_run(loop, t, keys[i], None, None)
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
                 return await self.run(loop, t, task_key=keys[i], by=by)
 
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(todo))))
+        # One run failing (held elsewhere, the store down) leaves none mid-cycle: raised after.
+        done = await asyncio.gather(*map(one, range(len(todo)), todo), return_exceptions=True)
+        if failed := [r for r in done if isinstance(r, BaseException)]:
+            raise failed[0]
+        return [r for r in done if isinstance(r, RunResult)]
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
@@ -311,6 +340,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             record=ck.record,
             phase=self._on_phase,
             grouped=True,
+            draining=lambda: self._draining,
+            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
         )
         ex.adopt(self.store, ck.state)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
@@ -328,7 +359,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
             ex.events.append(NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", started))
-            await self._drive(ex, rec)
+            with contextlib.suppress(Drained):  # a retry's backoff cut short: resumable
+                await self._drive(ex, rec)
             if await self._settle(ex) and ex.state.pending and "approval_id" in ex.state.pending:
                 # Cancelled while the cycle that parked was in flight: do not leave a person
                 # a decision on a cancelled run.

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._backoff import backoff
 from ._calls import CallTimeout, call_user
 from ._contract import Contract
 from ._decide import budget_crossed
@@ -71,6 +72,7 @@ class Execution:
     pending_commit: asyncio.Future[bool] | None = None  # queued in a group commit, not durable
     pending_req: CommitRequest | None = None  # what that commit carries (restored if it fails)
     grouped: bool = False  # driven by resume: may join group commits
+    draining: Callable[[], bool] | None = None  # the runtime is shutting down (``backoff``)
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
     # A cycle finished from its write-ahead or parked entry (its actor ran in an earlier
     # process): the ids of the feedback memory that actor was shown, as the entry stored them.
@@ -307,7 +309,7 @@ async def call_with_retry(
                 late = OutOfTime(f"the time budget runs out during the backoff of {_who(scope)}")
                 late.billed = billed
                 raise late
-            await asyncio.sleep(wait)
+            await backoff(store, ex, wait, scope)
 
     while True:
         per_call = timeout
@@ -654,7 +656,7 @@ async def _failed_attempt(
     if delay is None:
         raise billing(GaveUp(kind, error_info(scope, exc), failed, exc)) from exc
     ex.at(f"backoff:{scope}")
-    await asyncio.sleep(delay)
+    await backoff(store, ex, delay, scope)
     return billed
 
 

@@ -86,6 +86,7 @@ class Worker:
         if poll_s <= 0:
             raise ConfigError("must be positive", field="poll_s")
         self.runtime = runtime
+        runtime.calls_in_threads = True  # its heartbeat renews the lease during a long call
         self.loops = dict(loops or {})
         self.concurrency = concurrency
         self.poll_s = poll_s

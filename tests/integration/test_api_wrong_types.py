@@ -60,6 +60,22 @@ CALLS: dict[str, tuple[str, Callable[[lw.Runtime, str], Any]]] = {
         "tasks",
         lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK, TASK], key_of=lambda t, i: "d")),
     ),
+    # Outside probe (probe43a): a bad task after good ones was refused once the good ones'
+    # runs were written and started, then left "running" with no one driving them
+    "run_many with a task not a mapping after good ones": (
+        "task",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK, TASK, 5])),  # type: ignore[list-item]
+    ),
+    "run_many with a bad key after good ones": (
+        "task.task_key",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK, {**TASK, "task_key": " k "}])),
+    ),
+    "run_many with a bad artifact name after good ones": (
+        "task.artifacts",
+        lambda rt, rid: asyncio.run(
+            rt.run_many(_loop(), [TASK, {"artifacts": {"a/b": {"x": 1}}}], concurrency=1)
+        ),
+    ),
     "rollback to no cycle": (
         "to_cycle",
         lambda rt, rid: rt.rollback(rid, None, by="ann"),  # type: ignore[arg-type]

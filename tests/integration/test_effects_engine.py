@@ -502,6 +502,43 @@ def test_effect_timeout_is_transient_and_in_doubt(rt: lw.Runtime) -> None:
     assert "may have acted" in p["cause"]
 
 
+def test_a_timed_out_call_still_running_is_not_run_again_whatever_the_hook_says(
+    rt: lw.Runtime,
+) -> None:
+    # The first call hangs past its timeout until a second one starts: retried on the hook's
+    # "not done" (asked while the first still ran), both went on to pay.
+    second, finished = threading.Event(), threading.Event()
+    entered: list[str] = []
+    paid: list[str] = []
+
+    def send(to: str, *, key: str) -> dict[str, str]:
+        entered.append(key)
+        if len(entered) > 1:
+            second.set()
+        if second.wait(timeout=120):  # (a bound for the test's sake: it is set below)
+            paid.append(key)
+        finished.set()
+        return {"sent": key}
+
+    eff = lw.effect("custom", key=lambda a: a["to"], timeout_s=0.05, retry=FAST)(send)
+
+    @eff.reconciler
+    def _sent(key: str) -> dict[str, str] | None:
+        return {"sent": key} if key in paid else None
+
+    try:
+        r = rt.run_sync(make_loop(Script(with_effects(FIX_ALL, eff.call(to="bob"))), [eff]), TASK)
+    finally:
+        second.set()  # the hung call ends (and acts) now
+    assert finished.wait(timeout=120)
+    p = escalated(r)
+    assert len(entered) == 1, "run again while the first call was still running"
+    assert "still running" in p["cause"]
+    [entry] = journal(rt, r.run_id).values()
+    assert entry.status == "in_doubt"
+    assert paid == ["send:bob"]
+
+
 # --- 3. a crash between intent and result, simulated --------------------------------------------
 def inject(rt: lw.Runtime, run_id: str, ikey: str, status: str, **data: Any) -> None:
     """Write a journal entry as a crashed executor would have left it, under its own lease."""

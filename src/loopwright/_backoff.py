@@ -1,0 +1,40 @@
+"""Waiting out a retry's backoff, and leaving it early when the runtime drains.
+
+A graceful shutdown (``Runtime.drain``: a worker's SIGTERM) finishes each run's cycle in
+flight; a cycle waiting to try a failed call again (an actor, a verifier, an effect) is not
+kept waiting for its backoff, which may be minutes: it is left as a crash there would leave it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from .store import NewEvent, Store
+
+if TYPE_CHECKING:
+    from ._exec import Execution
+
+__all__ = ["Drained", "backoff"]
+
+_DRAIN_POLL_S = 0.1  # how often a backoff looks whether the runtime is draining
+
+
+class Drained(BaseException):  # (through the cycle's handlers, as a cancellation goes)
+    """A retry's backoff cut short by a graceful shutdown (``Runtime.drain``): the cycle in
+    flight is left where a crash there would leave it (its failed attempts journaled with when
+    the next may start, its effects' write-ahead and journal as they are), to be redone by
+    whoever resumes the run, which waits out only the rest of the backoff."""
+
+
+async def backoff(store: Store, ex: Execution, delay: float, what: str) -> None:
+    """Wait ``delay`` seconds before another attempt of ``what``; once the runtime drains,
+    say so in a ``drained`` event and raise ``Drained`` instead of waiting on."""
+    end = time.monotonic() + delay
+    while (left := end - time.monotonic()) > 0:
+        if ex.draining is not None and ex.draining():
+            event = NewEvent(ex.state.cycle, "drained", {"in_backoff_of": what})
+            store.append_events(ex.run_id, [event])
+            raise Drained
+        await asyncio.sleep(min(left, _DRAIN_POLL_S))
