@@ -83,9 +83,12 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         snapshot_every: int = 50,
         history_window: int = 20,
         tracer_provider: Any | None = None,
+        calls_in_threads: bool = False,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
+        if not isinstance(calls_in_threads, bool):
+            raise ConfigError("must be True or False", field="calls_in_threads")
         if on_progress is not None and not callable(on_progress):
             # (called after every commit with its errors suppressed: never a word otherwise)
             raise ConfigError(f"{on_progress!r} is not callable", field="on_progress")
@@ -107,6 +110,10 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                 field="lease_ttl_s",
             )
         self.lease_ttl_s = lease_ttl_s
+        # A lone run calls sync actors and verifiers on the event loop (the cheap path): its
+        # heartbeat waits for the call. True: in threads, as with many runs or in a Worker, so
+        # a call longer than the lease does not let another process take the run over.
+        self.calls_in_threads = calls_in_threads
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ConfigError("must be a whole number of checkpoints", field="snapshot_every")
         if snapshot_every < 1:

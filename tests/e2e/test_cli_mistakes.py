@@ -94,6 +94,15 @@ def test_worker_max_runs_below_one(accepted: tuple[Path, str], project: Path) ->
         refused(lw("worker", "--once", "--max-runs", n, cwd=project, store=store), "--max-runs")
 
 
+def test_worker_lease_and_poll_out_of_range(accepted: tuple[Path, str], project: Path) -> None:
+    """probe43a: a lease of 1e-9 s passed runs back and forth between workers, one of 1e300 s
+    locked a dead worker's runs for ever; both were taken."""
+    store, _ = accepted
+    for opt, value in (("--lease-ttl", "1e-9"), ("--lease-ttl", "1e300"), ("--lease-ttl", "0.5"),
+                       ("--poll", "0"), ("--poll", "1e300")):  # fmt: skip
+        refused(lw("worker", "--once", opt, value, cwd=project, store=store), opt)
+
+
 def test_fork_with_another_loops_spec(accepted: tuple[Path, str], project: Path) -> None:
     """The fork was labelled the other loop, in the old run's project."""
     store, run_id = accepted

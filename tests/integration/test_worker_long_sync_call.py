@@ -47,3 +47,28 @@ def test_a_long_sync_actor_does_not_stop_the_workers_heartbeat(tmp_path: Path) -
         stats = asyncio.run(worker.run(once=True))
         assert (stats.claimed, dict(stats.ended), stats.lost) == (1, {"accepted": 1}, 0)
         assert rt.store.get_run(rec.run_id).status == "accepted"
+
+
+def test_a_lone_run_calls_its_sync_actor_in_a_thread_when_asked(tmp_path: Path) -> None:
+    # A lone run calls a sync actor on the event loop's thread (the cheap path), so a call
+    # longer than the lease stops the heartbeat; Runtime(calls_in_threads=True) is the way
+    # out docs/scale.md gives (it was a class attribute a user could not pass)
+    where: list[bool] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        where.append(threading.current_thread() is threading.main_thread())
+        return lw.Proposal.edit("doc", {"body": "done"})
+
+    once = lw.Contract(budget=lw.Budget(max_cycles=1))
+    loop = lw.Loop(name="lone", actor=actor, verifiers=[_done], contract=once)
+    task = {"artifacts": {"doc": {"body": ""}}}
+    for threaded, key in ((False, "inline"), (True, "threaded")):
+        with lw.Runtime(tmp_path / "s.db", calls_in_threads=threaded) as rt:
+            assert rt.run_sync(loop, task, task_key=key).status == "accepted"
+    assert where == [True, False]
+    try:
+        lw.Runtime(tmp_path / "s.db", calls_in_threads="yes")  # type: ignore[arg-type]
+    except lw.ConfigError as exc:
+        assert exc.field == "calls_in_threads"
+    else:
+        raise AssertionError("a non-bool calls_in_threads was taken")

@@ -23,6 +23,10 @@ __all__ = ["worker"]
 NOTIFY_GRACE_S = 15.0  # at exit, time left to deliver the webhooks still queued
 
 
+LEASE_TTL_RANGE = (1.0, 7 * 24 * 3600.0)  # --lease-ttl, seconds
+POLL_MAX = 3600.0  # --poll, seconds
+
+
 @app.command(short_help="Claim runnable runs and drive them until stopped.")
 def worker(
     store: StoreOpt = None,
@@ -68,8 +72,16 @@ def worker(
         raise ConfigError("must be at least 1", field="--concurrency")
     if max_runs is not None and max_runs < 1:
         raise ConfigError("must be at least 1", field="--max-runs")
-    if lease_ttl <= 0 or poll <= 0:
-        raise ConfigError("must be positive", field="--lease-ttl/--poll")
+    # A lease shorter than a heartbeat's round trip passes runs back and forth between
+    # workers; one of years locks a dead worker's runs for ever: both are typos, not choices.
+    if not LEASE_TTL_RANGE[0] <= lease_ttl <= LEASE_TTL_RANGE[1]:
+        raise ConfigError(
+            f"must be from {LEASE_TTL_RANGE[0]:g} to {LEASE_TTL_RANGE[1]:g} seconds (a week), "
+            f"got {lease_ttl:g}",
+            field="--lease-ttl",
+        )
+    if not 0 < poll <= POLL_MAX:
+        raise ConfigError(f"must be more than 0 and at most {POLL_MAX:g} seconds", field="--poll")
     notify_cfg = notify_config(
         notify, notify_secret, notify_run_ends, dashboard_url, "--dashboard-url"
     )
