@@ -70,3 +70,26 @@ def test_a_stream_past_the_limit_is_refused_not_a_broken_stream(
     server.script(ok({**FIX, "note": "y" * 20_000}, chunk_chars=1000), model="m")
     body, *_ = _call(kind, server, stream=True)
     assert "y" * 20_000 in body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("kind", [ChatActor, AsyncChatActor], ids=["sync", "async"])
+def test_a_compressed_reply_is_counted_as_it_is_decompressed(
+    server: FakeOpenAI, kind: type[ChatActor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From review (review43): the limit counted the bytes on the wire, and the SDK reads them
+    # decompressed: a gzip reply of a few KB (here 1 MB of one letter, 1 KB compressed; at
+    # scale, 32 MiB on the wire held about 32 GB) passed the limit whole.
+    import gzip
+
+    monkeypatch.setattr(openai_chat, "MAX_REPLY_BYTES", 64 * 1024)
+    bomb = gzip.compress(_completion(json.dumps({**FIX, "note": "z" * 2**20})))
+    assert len(bomb) < 64 * 1024
+    server.script(Reply(raw_body=bomb, headers={"Content-Encoding": "gzip"}), model="m")
+    with pytest.raises(lw.PermanentError, match=r"larger than 0\.0625 MiB") as caught:
+        _call(kind, server)
+    assert type(caught.value).__name__ == "ReplyTooLarge"
+    # a compressed reply within it is read as before
+    small = gzip.compress(_completion(json.dumps({**FIX, "note": "z" * 20_000})))
+    server.script(Reply(raw_body=small, headers={"Content-Encoding": "gzip"}), model="m")
+    body, *_ = _call(kind, server)
+    assert "z" * 20_000 in body["choices"][0]["message"]["content"]

@@ -151,3 +151,20 @@ def test_a_store_without_users_records_the_os_user_as_before(
     with lw.Runtime(url) as rt:
         [rec] = rt.store.list_runs()
         assert rec.created_by == getpass.getuser()
+
+
+def test_the_demo_in_a_store_with_users_takes_the_token_its_refusal_names(
+    url: str, tokens: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # From review (review43): `loopwright demo` in a store with users was refused with "give
+    # your token (--token or LOOPWRIGHT_TOKEN ...)", but had no --token ("No such option"),
+    # and its next steps said `approve RUN --by you`, which such a store refuses.
+    code, _, err = cli(capsys, "demo", "--store", url)
+    assert code == 2 and "this store has users: give your token" in err
+    code, out, err = cli(capsys, "demo", "--store", url, "--token", tokens["rita"])
+    assert code == 0, err
+    with lw.Runtime(url) as rt:
+        runs = rt.store.list_runs()
+    assert runs and {r.created_by for r in runs} == {"rita"}
+    [approve] = [line for line in out.splitlines() if "loopwright approve " in line]
+    assert "--token T" in approve and "--by" not in approve

@@ -134,33 +134,12 @@ def test_a_key_an_earlier_release_did_is_claimed_by_the_upgrade(
     # release paid again an invoice the old one had paid. The store is put back as such an
     # upgrade left it: the claim gone, the journal entry without its "action", the schema
     # before the backfill.
-    from loopwright.store._pg_schema import PG_MIGRATIONS
-    from loopwright.store._schema import BACKFILL_CLAIMS, SQLITE_MIGRATIONS
-
     bank = Bank()
-    pg = url.startswith("postgres")
-    before = (PG_MIGRATIONS if pg else SQLITE_MIGRATIONS).index([BACKFILL_CLAIMS])
-    strip = "(data::jsonb - 'action')::json" if pg else "json_remove(data, '$.action')"
     # An earlier release took a key ending as a redo's does ("~2"); this one refuses it
     monkeypatch.setattr(_effect_run, "_redo_like", lambda key: False)
     with lw.Runtime(url) as rt:
         first = rt.run_sync(loop(bank, invoice=invoice), TASK, task_key="first")
-        with rt.store._tx() as conn:  # type: ignore[attr-defined]
-            conn.execute("DELETE FROM effect_keys")
-            conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
-            conn.execute(
-                f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'"
-            )
-            if not pg:  # and the SQLite steps after it undone, as they were not yet there
-                for undo in (
-                    "DROP INDEX runs_claimable",
-                    "DROP TRIGGER approvals_open_insert",
-                    "DROP TRIGGER approvals_open_delete",
-                    "DROP TRIGGER approvals_open_update",
-                    "ALTER TABLE runs DROP COLUMN open_requests",
-                    "ALTER TABLE effect_keys DROP COLUMN generation",
-                ):
-                    conn.execute(undo)
+        as_before_claims(rt, url)
         [entry] = rt.store.journal(first.run_id, kind="effect")
         assert "action" not in entry.data
     with lw.Runtime(url) as rt:  # opening it migrates: the backfill
@@ -169,3 +148,33 @@ def test_a_key_an_earlier_release_did_is_claimed_by_the_upgrade(
         assert bank.calls == [f"pay:{invoice}"]  # paid once, by the earlier release
         [reused] = _events(rt, second.run_id, "effect_reused")
         assert reused["from_run"] == first.run_id
+
+
+def as_before_claims(rt: lw.Runtime, url: str) -> None:
+    """Put the store back as a release before keys were claimed store-wide left it (SQLite v3,
+    PostgreSQL v2): no claims, the journal's entries without what later releases recorded in
+    them ("action", "call_key", "generation"), the schema before the backfill."""
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+    from loopwright.store._schema import BACKFILL_CLAIMS, SQLITE_MIGRATIONS
+
+    pg = url.startswith("postgres")
+    before = (PG_MIGRATIONS if pg else SQLITE_MIGRATIONS).index([BACKFILL_CLAIMS])
+    strip = (
+        "(data::jsonb - 'action' - 'call_key' - 'generation')::json"
+        if pg
+        else "json_remove(data, '$.action', '$.call_key', '$.generation')"
+    )
+    with rt.store._tx() as conn:  # type: ignore[attr-defined]
+        conn.execute("DELETE FROM effect_keys")
+        conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
+        conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
+        if not pg:  # and the SQLite steps after it undone, as they were not yet there
+            for undo in (
+                "DROP INDEX runs_claimable",
+                "DROP TRIGGER approvals_open_insert",
+                "DROP TRIGGER approvals_open_delete",
+                "DROP TRIGGER approvals_open_update",
+                "ALTER TABLE runs DROP COLUMN open_requests",
+                "ALTER TABLE effect_keys DROP COLUMN generation",
+            ):
+                conn.execute(undo)

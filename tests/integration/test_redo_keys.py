@@ -325,3 +325,46 @@ def test_an_intent_an_earlier_release_journaled_is_settled_under_its_own_key(url
         assert rt.resume_sync(run.run_id, reconciled(provider)).status == "awaiting_approval"
     assert asked == ["pay:I6"]  # the key B's intent was handed
     assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6"]
+
+
+def test_a_store_from_before_claims_frees_and_counts_what_its_runs_refunded(url: str) -> None:
+    # From review (review43): a store written before keys were claimed store-wide kept no
+    # "action" in its journal entries. Run A paid I6, was rolled back (refund) and paid it
+    # again ("~2"), all under that release. After the upgrade A is cancelled and refunds ~2:
+    # the refund found no "action" to free, so the claim stayed A's "done" and run B was
+    # handed A's refunded result (nothing paid); and the generation backfill read only
+    # entries with an "action", so a freed claim would have handed B A's refunded "~2".
+    from test_effect_keys import as_before_claims
+
+    provider = Provider()
+    loop = paying(provider, staged=True)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(loop, TASK)
+        rt.rollback(a.run_id, 1, by="ops", loop=loop)
+        assert rt.resume_sync(a.run_id, loop).status == "awaiting_approval"
+        assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+        as_before_claims(rt, url)
+    with lw.Runtime(url) as rt:  # opening it migrates
+        rt.cancel(a.run_id, by="ops", loop=loop)
+        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
+        assert provider.collected() == 0
+        b = rt.run_sync(paying(provider), TASK)
+        assert b.status == "awaiting_approval"
+    assert provider.asked == ["pay:I6", "pay:I6~2", "pay:I6~3"]
+    assert provider.collected() == 5.0
+
+
+def test_a_store_from_before_claims_counts_an_action_it_left_refunded(url: str) -> None:
+    # The same release's run A paid I6 and was cancelled (refunded): its entries claimed
+    # nothing (a refund frees the key), so the upgrade left no claim to count the generation
+    # on, and run B paid under A's refunded key: the provider answered with the refund.
+    from test_effect_keys import as_before_claims
+
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+        as_before_claims(rt, url)
+    with lw.Runtime(url) as rt:
+        rt.run_sync(paying(provider), TASK)
+    assert provider.asked == ["pay:I6", "pay:I6~2"]
+    assert provider.collected() == 5.0

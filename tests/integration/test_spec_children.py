@@ -83,3 +83,33 @@ def test_a_spawned_child_imports_a_spec_module_by_its_name(spec_folder: Path) ->
     assert module.__name__.startswith("loopwright_spec_actor_")
     with _spawned() as pool:
         assert pool.submit(module.hue_of_green).result(timeout=120) == pytest.approx(1 / 3)
+
+
+def test_the_childs_finder_follows_the_parents_rule(tmp_path: Path) -> None:
+    """``_spec_children._SETUP`` repeats ``_spec._SpecFolderFinder``'s rule as text (the child
+    cannot import loopwright when it runs): both finders answer alike for a folder's modules
+    named as standard ones, its own modules and a name it lacks, so the copy cannot drift."""
+    import importlib.machinery as m
+
+    from loopwright import _spec, _spec_children
+
+    for name in ("colorsys", "random", "code", "json", "helpers_c43", "pkg_c43"):
+        (tmp_path / f"{name}.py").write_text("")
+    hooks, meta = list(sys.path_hooks), list(sys.meta_path)
+    ns: dict[str, object] = {"FOLDERS": [str(tmp_path)], "MODULES": {}}
+    try:
+        exec(_spec_children._SETUP, ns)
+    finally:  # (the setup installs itself, as in a child: not here)
+        sys.path_hooks[:], sys.meta_path[:] = hooks, meta
+        sys.path_importer_cache.pop(str(tmp_path), None)
+    child = ns["spec_folder_hook"](str(tmp_path))  # type: ignore[operator]
+    parent = _spec._SpecFolderFinder(
+        str(tmp_path),
+        (m.ExtensionFileLoader, m.EXTENSION_SUFFIXES),
+        (m.SourceFileLoader, m.SOURCE_SUFFIXES),
+        (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES),
+    )
+    for name in ("colorsys", "random", "code", "json", "helpers_c43", "pkg_c43", "absent_c43"):
+        mine, theirs = parent.find_spec(name), child.find_spec(name)
+        assert (mine and mine.origin) == (theirs and theirs.origin), name
+    assert parent.find_spec("colorsys") is None and parent.find_spec("helpers_c43") is not None

@@ -436,3 +436,44 @@ def test_a_post_answered_in_time_cancels_its_deadline(monkeypatch: pytest.Monkey
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_an_address_whose_family_this_host_cannot_open_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From review (review43): the post's own connect made each address's socket outside the
+    ``try`` that passes on to the next address, so a name whose first address is of a family
+    this host cannot open (IPv6 where it is disabled: "Address family not supported") failed
+    the post; ``socket.create_connection``, used before, tries the next address."""
+    import http.server
+
+    from loopwright.web import _webhook_post
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    port = server.server_address[1]
+    served = threading.Thread(target=server.serve_forever, daemon=True)
+    served.start()
+    real = socket.getaddrinfo
+
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "dual.example":
+            return real(host, *args, **kwargs)
+        unopenable = (255, socket.SOCK_STREAM, 0, "", ("::1", port, 0, 0))
+        return [unopenable, *real("127.0.0.1", *args, **kwargs)]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    try:
+        assert _webhook_post.http_post(f"http://dual.example:{port}/hook", b"{}", {}, 60.0) == 204
+    finally:
+        server.shutdown()
+        server.server_close()
+        served.join(60)

@@ -24,8 +24,9 @@ way: a key sent in any other header (``api-key``, ``x-api-key``) went along. Red
 the server (``/v1`` to ``/v1/``) are followed as before, up to ``MAX_REDIRECTS``: a loop fails
 as ``RedirectLoop``, permanent (it was the SDK's "Connection error.", transient, retried).
 
-A response body larger than ``max_bytes`` (counted as it arrives, decompressed as the SDK reads
-it) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into memory, so a server
+A response body larger than ``max_bytes`` (counted as it arrives, and again as it is
+decompressed, which is what the SDK reads: a gzip reply of a few KB can decompress to
+gigabytes) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into memory, so a server
 that sent without end (a 300 MB reply took a gigabyte) could exhaust the process's memory
 within ``timeout_s``.
 
@@ -43,6 +44,7 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import httpx2
 import openai
+from httpx2._decoders import ContentDecoder
 
 from .._calls import call_deadline
 from .._retry import PermanentError
@@ -130,6 +132,33 @@ class _Size:
                 f"{self.most / 2**20:g} MiB: not read further (a model's reply is far smaller; "
                 "a server sending without end held it all in memory)"
             )
+
+
+class _Decoded(ContentDecoder):
+    """A response's content decoder whose output counts against its limit: the SDK reads a
+    body decompressed, and a gzip reply of a few KB on the wire can decompress to gigabytes
+    (``httpx2`` decodes in bounded pieces, so each is counted before the next is made)."""
+
+    def __init__(self, inner: ContentDecoder, size: _Size) -> None:
+        self._inner, self._size = inner, size
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        for piece in self._inner.decode(data):
+            self._size.add(piece)
+            yield piece
+
+    def flush(self) -> Iterator[bytes]:
+        for piece in self._inner.flush():
+            self._size.add(piece)
+            yield piece
+
+
+def _count_decoded(response: httpx2.Response, max_bytes: int) -> None:
+    """Count ``response``'s body as it is decoded (what the SDK holds), besides its bytes on
+    the wire (``_SyncBounded``/``_AsyncBounded``)."""
+    response._decoder = _Decoded(
+        response._get_content_decoder(), _Size(max_bytes, response.request)
+    )
 
 
 class _SyncBounded(httpx2.SyncByteStream):
@@ -252,6 +281,7 @@ def http_client(timeout_s: float, max_bytes: int) -> httpx2.Client:
         _check(deadline, response.request, timeout_s)  # the headers came too late
         size = _Size(max_bytes, response.request)
         response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s, size)
+        _count_decoded(response, max_bytes)
 
     return _Client(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})
 
@@ -272,5 +302,6 @@ def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
         response.stream = _AsyncBounded(
             response.stream, deadline, response.request, timeout_s, size
         )
+        _count_decoded(response, max_bytes)
 
     return _AsyncClient(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})

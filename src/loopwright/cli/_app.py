@@ -801,6 +801,7 @@ def check(
 def demo(
     store: StoreOpt = None,
     concurrency: Annotated[int, typer.Option(help="Runs at once.")] = 8,
+    token: TokenOpt = None,
 ) -> None:
     """Run the built-in offline workload (invoice exceptions): no network, no API key.
 
@@ -811,7 +812,7 @@ def demo(
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
     _runs_may_exist(False)
-    run_demo(store, concurrency)
+    run_demo(store, concurrency, token)
 
 
 @app.command("import", short_help="Turn recorded runs of other systems into tasks.")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .._errors import ConfigError
 from .._spec import load_spec
+from ..store import open_store, resolve_store_url
 from ._tasks import load_tasks, task_key
 
 __all__ = ["demo_spec", "run_demo"]
@@ -23,7 +24,9 @@ def demo_spec() -> Path:
     raise ConfigError("the demo workload (examples/invoice_exceptions) is not installed")
 
 
-def run_demo(store: str | None, concurrency: int) -> None:
+def run_demo(store: str | None, concurrency: int, token: str | None = None) -> None:
+    """Run the demo's tasks; in a store with users they are started by ``token``'s user (else
+    ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
     from ._app import _execute
     from ._render import console
 
@@ -39,9 +42,18 @@ def run_demo(store: str | None, concurrency: int) -> None:
         "cycles; ≤ 6 cycles, $3, 90 s; pause on payment change or conflicting evidence)\n"
     )
     results = _execute(
-        loop, tasks, keys, store, concurrency, quiet=False, title="invoice exceptions"
+        loop,
+        tasks,
+        keys,
+        store,
+        concurrency,
+        quiet=False,
+        title="invoice exceptions",
+        token=token,
     )
     parked = [r for r in results if r.status == "awaiting_approval"]
+    with open_store(resolve_store_url(store)) as st:
+        people = st.has_users()
     stopped = [r for r in results if r.status not in ("accepted", "awaiting_approval")]
     # The commands as they work from here: with --store when the demo was given one.
     where = f" --store {shlex.quote(store)}" if store else ""
@@ -55,7 +67,8 @@ def run_demo(store: str | None, concurrency: int) -> None:
         rid = parked[0].run_id[:12]
         steps += [
             ("loopwright approvals", "what is waiting for a person"),
-            (f"loopwright approve {rid} --by you", ""),
+            # in a store with users a decision is a token's (a typed name is refused there)
+            (f"loopwright approve {rid} {'--token T' if people else '--by you'}", ""),
             (f"loopwright resume {rid}", ""),
             (f"loopwright trace {rid} --format otlp-json", "its OpenTelemetry spans"),
         ]

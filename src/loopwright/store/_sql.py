@@ -684,8 +684,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         did (or may be doing) before keys were claimed — ``done`` with its result, an intent
         not settled as ``claimed`` — so that no run of this release does them again
         (invariant 2 across an upgrade). A key claimed already is left as it is; a key that
-        was undone or failed is not claimed. Keys that named their run are claimed too: no
-        other run asks for them."""
+        was undone or failed is not claimed, but an undone one is recorded as such
+        (``compensated``), so that its redo gets a key none of its runs was handed
+        (``_backfill_generations`` counts the generations). Keys that named their run are
+        claimed too: no other run asks for them. Each entry gets the ``action`` it names, as
+        this release records it: a refund of it then frees its claim (without it, the claim
+        stayed ``done`` and the next run was handed the refunded action's result)."""
         rows = conn.execute(
             "SELECT run_id, key, status, data FROM journal WHERE kind='effect' "
             "ORDER BY created_at, run_id, key"
@@ -697,30 +701,38 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, result, updated_at) "
             "VALUES(?,?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
         )
+        named = self._q.p(f"UPDATE journal SET data=? WHERE {JOURNAL_KEY}")
+        freed: dict[tuple[str, str], str] = {}  # (kind, action): a run that undid it
         for run_id, key, status, raw in rows:
-            if status not in ("done", "intent", "in_doubt"):
-                continue
             try:
                 data = self._jl(raw) if raw is not None else {}
             except ValueError:
-                # not what any release wrote: nothing to claim by, said once per row
-                _log.warning(
-                    "run %s: effect journal entry %s is not readable JSON; its key is not "
-                    "claimed store-wide (check whether the action happened)",
-                    run_id,
-                    key,
-                )
+                if status in ("done", "intent", "in_doubt"):
+                    # not what any release wrote: nothing to claim by, said once per row
+                    _log.warning(
+                        "run %s: effect journal entry %s is not readable JSON; its key is not "
+                        "claimed store-wide (check whether the action happened)",
+                        run_id,
+                        key,
+                    )
                 continue
             if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
                 continue
-            if data.get("from_run"):
-                continue  # a copy of another run's action: that run's entry claims it
             action = data.get("action")
             if not isinstance(action, str):
                 action = str(key).removeprefix("effect:")
                 head, sep, gen = action.rpartition("~")
                 if sep and gen.isdigit() and (run_id, f"effect:{head}") in undone:
                     action = head  # a later generation of an undone action names the action
+                conn.execute(
+                    named, (self._js({**data, "action": action}), *journal_key(run_id, key))
+                )
+            if data.get("from_run"):
+                continue  # a copy of another run's action: that run's entry claims it
+            if status == "compensated":
+                freed[(data["kind"], action)] = run_id
+            if status not in ("done", "intent", "in_doubt"):
+                continue
             args_hash = hashlib.sha256(canon(data.get("args") or {}).encode()).hexdigest()[:24]
             done = status == "done"
             result = data.get("result") if done else None
@@ -736,6 +748,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                     now,
                 ),
             )
+        for (kind, action), run_id in freed.items():  # (an action done again is claimed)
+            conn.execute(insert, (kind, action, run_id, "compensated", "", None, now))
 
     def _backfill_generations(self, conn: Any) -> None:
         """A migration step: each claimed action's generation, the highest any run's journal

@@ -102,7 +102,12 @@ class _Watch:
         for family, kind, proto, _, where in self.addresses(host, port):
             if self.expired:
                 raise self._late()
-            sock = self.add(socket.socket(family, kind, proto))
+            try:
+                # (a family this host cannot open, IPv6 where it is off: the next address)
+                sock = self.add(socket.socket(family, kind, proto))
+            except OSError as exc:
+                err = exc
+                continue
             try:
                 if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:  # type: ignore[attr-defined]
                     sock.settimeout(timeout)
