@@ -311,6 +311,10 @@ def create_app(
             response = await call_next(request)
         if "content-security-policy" not in response.headers:  # the SVG route sets a stricter one
             response.headers["Content-Security-Policy"] = CSP
+        if "cache-control" not in response.headers and not path.startswith("/static/"):
+            # Runs, requests and who signed in: kept by no browser cache or proxy (Back after
+            # signing out, another user of the machine). Pictures set their own (private).
+            response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["X-Frame-Options"] = "DENY"
