@@ -54,3 +54,39 @@ def test_run_page_shows_a_picture_part_as_a_picture(tmp_path: Path) -> None:
     r = c.get(url)
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
     assert hashlib.sha256(r.content).hexdigest() == digest.removeprefix("sha256:")
+
+
+def test_a_parked_picture_is_no_broken_image_on_the_run_page(tmp_path: Path) -> None:
+    """A cycle parked for approval proposed a picture that no version of the run holds yet:
+    its timeline row shows it as text (the approval card shows it as a picture), not as an
+    ``<img>`` the blob route refuses (404, a broken image)."""
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    store = str(tmp_path / "run.db")
+    with FakeImages() as fake:
+        model = ImageModel("fake-image-1", base_url=fake.base_url, size="64x48", store=store)
+
+        def job(ctx: lw.Context) -> ImageJob:
+            return ImageJob("panel", "art", "box 0.2,0.2,0.8,0.8 #1f4e9c")
+
+        loop = lw.Loop(
+            name="draw",
+            actor=ImageActor(model, job),
+            verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=True))],
+            contract=lw.Contract(
+                budget=lw.Budget(max_cycles=3),
+                risk=(lw.RiskRule(name="new_art", touches=("panel/art",)),),
+            ),
+        )
+        with lw.Runtime(store) as rt:
+            res = rt.run_sync(loop, {"goal": "draw"}, task_key="pic-parked")
+    assert res.status == "awaiting_approval"
+    c = TestClient(
+        create_app(store, token="pictures-token-0123456789"), base_url="http://127.0.0.1"
+    )
+    page = c.get(f"/runs/{res.run_id}").text
+    imgs = [u.replace("&amp;", "&") for u in re.findall(r'<img[^>]*src="([^"]+)"', page)]
+    assert imgs, "the approval card shows the proposed picture"
+    assert {u: c.get(u).status_code for u in imgs} == {u: 200 for u in imgs}
