@@ -237,7 +237,7 @@ def test_signed_in_pages_and_answers_are_kept_by_no_cache(
 ) -> None:
     """What a signed-in person reads is marked ``no-store`` (a browser's Back after signing
     out, or a proxy, would show it to the next person); the static assets stay cacheable."""
-    c, store, run_id = setup
+    c, _, run_id = setup
     sign_in(c, "vic")
     for path in ("/", f"/runs/{run_id}", "/approvals", "/audit", "/api/me", f"/api/runs/{run_id}"):
         r = c.get(path)
