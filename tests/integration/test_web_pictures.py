@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 from support.fake_images import FakeImages
 
@@ -59,7 +60,9 @@ def test_run_page_shows_a_picture_part_as_a_picture(tmp_path: Path) -> None:
 def test_a_parked_picture_is_no_broken_image_on_the_run_page(tmp_path: Path) -> None:
     """A cycle parked for approval proposed a picture that no version of the run holds yet:
     its timeline row shows it as text (the approval card shows it as a picture), not as an
-    ``<img>`` the blob route refuses (404, a broken image)."""
+    ``<img>`` the blob route refuses (404, a broken image). The card's lettered panel (an SVG
+    naming the new picture by ``lw-blob:``) showed its balloons over nothing: the picture was
+    put in only once a version of the run held it."""
     from fastapi.testclient import TestClient
 
     from loopwright.web import create_app
@@ -68,8 +71,12 @@ def test_a_parked_picture_is_no_broken_image_on_the_run_page(tmp_path: Path) -> 
     with FakeImages() as fake:
         model = ImageModel("fake-image-1", base_url=fake.base_url, size="64x48", store=store)
 
+        def lettered(result: Any) -> list[lw.Edit]:  # the panel: the new picture, lettered
+            ref = f'<image href="lw-blob:{result.value["image"]}" width="64" height="48"/>'
+            return [lw.Edit("panel", "svg", f'<svg xmlns="http://www.w3.org/2000/svg">{ref}</svg>')]
+
         def job(ctx: lw.Context) -> ImageJob:
-            return ImageJob("panel", "art", "box 0.2,0.2,0.8,0.8 #1f4e9c")
+            return ImageJob("panel", "art", "box 0.2,0.2,0.8,0.8 #1f4e9c", then=lettered)
 
         loop = lw.Loop(
             name="draw",
@@ -90,3 +97,8 @@ def test_a_parked_picture_is_no_broken_image_on_the_run_page(tmp_path: Path) -> 
     imgs = [u.replace("&amp;", "&") for u in re.findall(r'<img[^>]*src="([^"]+)"', page)]
     assert imgs, "the approval card shows the proposed picture"
     assert {u: c.get(u).status_code for u in imgs} == dict.fromkeys(imgs, 200)
+    # the lettered panel the approver judges shows the picture it proposes (no version of
+    # the run holds it yet): its lw-blob reference is put in, as for an accepted panel
+    [after] = [u for u in imgs if "ref=panel%2Fsvg" in u and "side=after" in u]
+    svg = c.get(after).text
+    assert "data:image/png;base64," in svg and "lw-blob:" not in svg

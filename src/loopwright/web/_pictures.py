@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -71,13 +71,14 @@ def picture_bytes(store: Store, value: Any) -> tuple[bytes, str] | None:
     return blob.data, blob.media_type
 
 
-def inline_blob_refs(store: Store, state: TaskState, svg: str) -> str:
-    """``svg`` with each ``lw-blob:`` picture that a part of the run (its ``state``) holds
-    replaced by its bytes as a ``data:`` URL (raster types only); any other reference is left
-    as it is (and shows nothing)."""
+def inline_blob_refs(store: Store, state: TaskState, svg: str, also: Iterable[str] = ()) -> str:
+    """``svg`` with each ``lw-blob:`` picture that a part of the run (its ``state``) holds, or
+    that ``also`` names (the pictures a request waiting for a decision proposes), replaced by
+    its bytes as a ``data:`` URL (raster types only); any other reference is left as it is
+    (and shows nothing)."""
     if BLOB_HREF not in svg:
         return svg
-    held = _held_digests(state)
+    held = _held_digests(state) | set(also)
 
     def inline(m: re.Match[str]) -> str:
         blob = _blob(store, m.group(2)) if m.group(2) in held else None
