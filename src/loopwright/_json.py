@@ -285,9 +285,32 @@ def strict_loads(text: str) -> Any:
         raise ValueError("nested too deeply to be a value") from None
 
 
+MAX_DEPTH = 256  # a person's value nested deeper is refused (check_value)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``limit`` deep (without recursion:
+    a value that contains itself is found too deep, not looped over)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else ()
+        if children and depth >= limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
 def check_value(value: Any, *, field: str) -> None:
     """Refuse (``ConfigError``) a value that is not strict JSON: a non-finite number, or
-    anything JSON cannot hold (sets, objects), which the stores would change on the way."""
+    anything JSON cannot hold (sets, objects), which the stores would change on the way; or
+    nested more than ``MAX_DEPTH`` deep (a store's writer recurses a level at a time: deeper,
+    the edit's commit failed with a ``RecursionError``, a 500 or an "internal error")."""
+    if _deeper_than(value, MAX_DEPTH):
+        raise ConfigError(
+            f"the value must be JSON nested at most {MAX_DEPTH} deep (lists and objects)",
+            field=field,
+        )
     try:
         json.dumps(value, allow_nan=False)
         _str_keys(value)

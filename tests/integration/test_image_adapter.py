@@ -6,6 +6,7 @@ concurrency limit, and the dashboard's picture route."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -507,3 +508,37 @@ def test_a_pickled_model_keeps_its_store(fake: FakeImages, tmp_path: Path) -> No
     made = copy.generate(LAYOUT)
     assert Blobs(store).get(made.digest) is not None  # written where the original writes
     assert copy.model_identity() == model.model_identity()
+
+
+def _whole_png() -> bytes:
+    return openai_images._png.encode(8, 6, bytes(range(144)))
+
+
+@pytest.mark.parametrize(
+    "picture",
+    [
+        _whole_png()[:60],  # cut short inside IDAT
+        _whole_png()[:-12],  # cut short before IEND
+        _whole_png()[:40] + bytes([_whole_png()[40] ^ 1]) + _whole_png()[41:],  # a bit flipped
+        b"GIF89a<html><script>alert(1)</script></html>",  # begins like a GIF, is none
+        b"\xff\xd8\xff\xe0" + b"\x10" * 64,  # a JPEG without its end
+        b"RIFF\xff\x00\x00\x00WEBPVP8 ",  # a WebP shorter than it says
+    ],
+    ids=["png cut", "png no iend", "png crc", "gif html", "jpeg cut", "webp cut"],
+)
+def test_a_damaged_picture_in_a_reply_is_malformed_not_stored(
+    tmp_path: Path, picture: bytes
+) -> None:
+    """A reply whose picture only began like one (a PNG cut short, a GIF that is HTML) was
+    stored as the part's picture: the check that read it raised (``image file is
+    truncated``), and the run escalated telling the user to fix their verifier. It is a
+    malformed reply (transient: asked again), and ``save`` refuses such bytes too."""
+    err = _generate_against(tmp_path, [{"b64_json": base64.b64encode(picture).decode()}])
+    assert lw.classify(err) == "transient"
+    assert "picture is damaged" in str(err)
+    model = ImageModel(
+        "fake-image-1", base_url="http://127.0.0.1:9/v1", store=str(tmp_path / "s.db")
+    )
+    with pytest.raises(ValueError, match="damaged picture"):
+        model.save(picture)
+    assert model.save(_whole_png())["width"] == 8

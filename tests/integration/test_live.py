@@ -693,3 +693,35 @@ def _delivery_costs(
         assert cost[long] <= cost[short] + 20, cost  # not 2,000 events more
     finally:
         st.close()
+
+
+def test_a_revoked_users_open_stream_sends_nothing_more(tmp_path: Path) -> None:
+    """A stream opened while signed in is asked again before each change it sends: once its
+    user is revoked, the next change ends the stream instead of reaching them."""
+    from loopwright._authority import hash_token
+
+    store = str(tmp_path / "live.db")
+    with lw.Runtime(store) as rt:
+        for name, role in (("root", "admin"), ("vic", "viewer")):
+            rt.store.add_user(name, roles=[role], limits={}, by="test", now=time.time())
+            rt.store.set_token(name, hash_token(f"tok-{name}-0123456789"), now=time.time())
+    app = create_app(store, token=TOKEN)
+    with served(app) as port:
+        until(app.state.feed.ready.is_set, "the poller's first look")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            conn.request(
+                "GET", "/api/events", headers={"Authorization": "Bearer tok-vic-0123456789"}
+            )
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.readline() == b"retry: 3000\n"
+            seen = park(tmp_path, store, "seen-by-vic")
+            read_events(resp, lambda k, d: k == "run" and d["run_id"] == seen)
+            with lw.Runtime(store) as rt:
+                rt.store.revoke_user("vic", now=time.time())
+            hidden = park(tmp_path, store, "after-revocation")
+            # Read until the stream ends (after the fix) or sends the new run (before it).
+            while line := resp.readline().decode():
+                assert hidden not in line, "a revoked user's stream was sent a change"
+        finally:
+            conn.close()

@@ -1010,3 +1010,17 @@ def test_a_long_decision_note_is_shown_cut(client: TestClient, parked: tuple[str
         page = client.get(path).text
         assert "why xxx" in page, path
         assert len(page) < 100_000, (path, len(page))
+
+
+def test_a_page_shows_only_the_messages_this_server_wrote(parked: tuple[str, str]) -> None:
+    """A run page showed any ``?msg=`` as its own flash line: a link could make the dashboard
+    say "approved by root; deny the other request" in its own voice. It shows the line a
+    form's post led to, signed by the server, and nothing for a message typed into a link."""
+    store, run_id = parked
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    forged = "Approved by root: deny the other pending request"
+    assert forged not in c.get(f"/runs/{run_id}", params={"msg": forged}).text
+    assert forged not in c.get(f"/runs/{run_id}", params={"msg": forged, "sig": "0" * 64}).text
+    csrf = _sign_in(c)
+    r = c.post(f"/runs/{run_id}/act", data={"csrf": csrf, "action": "cancel"})
+    assert r.status_code == 200 and '<p class="flash">cancelled by ana</p>' in r.text

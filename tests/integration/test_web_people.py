@@ -230,3 +230,17 @@ def test_a_rerun_from_the_dashboard_is_requested_by_who_signed_in(
     with lw.Runtime(store) as rt:
         new = rt.store.get_run(made.json()["run"]["run_id"])
         assert new.created_by == "oscar" and new.forked_from == run_id
+
+
+def test_signed_in_pages_and_answers_are_kept_by_no_cache(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """What a signed-in person reads is marked ``no-store`` (a browser's Back after signing
+    out, or a proxy, would show it to the next person); the static assets stay cacheable."""
+    c, _, run_id = setup
+    sign_in(c, "vic")
+    for path in ("/", f"/runs/{run_id}", "/approvals", "/audit", "/api/me", f"/api/runs/{run_id}"):
+        r = c.get(path)
+        assert r.status_code == 200, path
+        assert r.headers.get("cache-control") == "no-store", path
+    assert "no-store" not in c.get("/static/style.css").headers.get("cache-control", "")

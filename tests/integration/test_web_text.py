@@ -189,3 +189,36 @@ def test_a_lone_surrogate_an_older_release_stored_is_shown_as_u_fffd(tmp_path: P
         r = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 200, (path, r.text[:300])
         assert "a\ufffdb" in r.text or "a\\ufffdb" in r.text, path
+
+
+def test_an_edit_nested_deeper_than_the_store_writes_is_400(
+    parked: tuple[TestClient, str, str],
+) -> None:
+    """A value 600 lists deep passed every check and failed the commit with a RecursionError:
+    a 500 from the form and the API (``internal error`` from ``loopwright edit``). It is
+    refused as a mistake; one as deep as the limit is stored and the run page renders."""
+    from loopwright._json import MAX_DEPTH
+
+    client, run_id, _ = parked
+    deep = "[" * 600 + "1" + "]" * 600
+    r = client.post(
+        f"/api/runs/{run_id}/parts/doc/memo", content=f'{{"value": {deep}}}', headers=AUTH
+    )
+    assert r.status_code == 400, r.text
+    assert f"nested at most {MAX_DEPTH} deep" in r.json()["detail"]
+    assert client.get(f"/api/runs/{run_id}").json()["edits"] == []
+    ok = "[" * MAX_DEPTH + "1" + "]" * MAX_DEPTH
+    r = client.post(
+        f"/api/runs/{run_id}/parts/doc/memo", content=f'{{"value": {ok}}}', headers=AUTH
+    )
+    assert r.status_code == 200, r.text
+    assert client.get(f"/runs/{run_id}").status_code == 200
+
+
+def test_runtime_edit_refuses_a_value_that_contains_itself(tmp_path: Path) -> None:
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        res = rt.run_sync(LOOP, {"artifacts": {"doc": {"pay": 0, "memo": ""}}}, task_key="t")
+        loop: list[object] = []
+        loop.append(loop)
+        with pytest.raises(lw.ConfigError, match="value must be JSON"):  # not a loop forever
+            rt.edit(res.run_id, "doc/memo", loop, by="ana")

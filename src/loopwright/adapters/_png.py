@@ -12,7 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["SIGNATURE", "Picture", "decode", "encode", "size_of"]
+__all__ = ["SIGNATURE", "Picture", "damage", "decode", "encode", "size_of"]
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
@@ -62,6 +62,30 @@ def size_of(data: bytes) -> tuple[int, int]:
         raise ValueError("not a PNG")
     width, height = struct.unpack(">II", data[16:24])
     return int(width), int(height)
+
+
+def damage(data: bytes) -> str | None:
+    """Why ``data`` is not a whole PNG, or None: its header first, every chunk inside the file
+    with its CRC right, up to IEND. Reads no pixels (a damaged stream inside IDAT is found
+    only by ``decode``)."""
+    try:
+        size_of(data)
+    except ValueError:
+        return "not a PNG"
+    view, at = memoryview(data), 8
+    while True:
+        if at + 12 > len(data):
+            return "cut short before its IEND chunk"
+        (n,) = struct.unpack(">I", view[at : at + 4])
+        kind = bytes(view[at + 4 : at + 8])
+        if at + 12 + n > len(data):
+            return f"cut short inside its {kind.decode('latin-1')} chunk"
+        (crc,) = struct.unpack(">I", view[at + 8 + n : at + 12 + n])
+        if zlib.crc32(view[at + 4 : at + 8 + n]) & 0xFFFFFFFF != crc:
+            return f"its {kind.decode('latin-1')} chunk fails its CRC"
+        if kind == b"IEND":
+            return None
+        at += 12 + n
 
 
 def _chunks(data: bytes) -> list[tuple[bytes, bytes]]:

@@ -125,6 +125,22 @@ def _media_type(data: bytes) -> str | None:
     return None
 
 
+def _damage(data: bytes, kind: str) -> str | None:
+    """Why a picture of ``kind`` is cut short or damaged, or None, from its structure alone: a
+    PNG's chunks to IEND with their CRCs, a JPEG's end marker, a GIF's trailer, a WebP's RIFF
+    size (a download or a base64 payload cut short; a file that only begins like a picture)."""
+    end = data.rstrip(b"\x00")  # padding after the end is harmless
+    if kind == "image/png":
+        return _png.damage(data)
+    if kind == "image/jpeg" and not end.endswith(b"\xff\xd9"):
+        return "a JPEG without its end marker"
+    if kind == "image/gif" and not end.endswith(b";"):
+        return "a GIF without its trailer"
+    if kind == "image/webp" and len(data) < 8 + int.from_bytes(data[4:8], "little"):
+        return "a WebP shorter than its header says"
+    return None
+
+
 def image_value(digest: str, media_type: str, size: int, width: int, height: int) -> dict[str, Any]:
     """What a part holds for a picture: its digest and what is needed to show it, not its
     bytes."""
@@ -421,6 +437,9 @@ class ImageModel:
         kind = _media_type(data)
         if kind is None:
             raise ValueError("not a picture (PNG, JPEG, GIF or WebP)")
+        why = _damage(data, kind)
+        if why is not None:
+            raise ValueError(f"a damaged picture: {why}")
         width, height = _png.size_of(data) if kind == "image/png" else (0, 0)
         digest = self.blobs().put(data, kind)
         return image_value(digest, kind, len(data), width, height)
@@ -765,13 +784,12 @@ class ImageModel:
             data = self._fetch(item["url"], budget_s)
         else:
             raise MalformedReplyError("the images response has neither b64_json nor url")
-        if _media_type(data) is None:
+        kind = _media_type(data)
+        if kind is None:
             raise MalformedReplyError("the reply's picture is not a PNG, JPEG, GIF or WebP")
-        if _media_type(data) == "image/png":
-            try:
-                _png.size_of(data)
-            except ValueError:
-                raise MalformedReplyError("the reply's PNG is damaged") from None
+        why = _damage(data, kind)
+        if why is not None:  # stored, it would fail whatever reads it (a check: the run stops)
+            raise MalformedReplyError(f"the reply's picture is damaged: {why}")
         return data, str(revised) if isinstance(revised, str) else None
 
     def _fetch(self, url: str, budget_s: float | None) -> bytes:

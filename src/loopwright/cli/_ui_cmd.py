@@ -201,9 +201,13 @@ def _serve(
     # No access log: a token in a URL (an old /login?token= link) must not end up in it. The
     # socket is already bound.
     # Open event streams (/api/events) would hold a graceful shutdown forever: a few seconds.
+    # The client's address is the connection's: uvicorn would take X-Forwarded-For from
+    # 127.0.0.1, and every client of a loopback dashboard is 127.0.0.1 (the audit log's origin,
+    # the once-per-source record of refused sign-ins would be whatever a header says).
     uvicorn.run(
         application,
         fd=sock.fileno(),
+        proxy_headers=False,
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=3,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -25,7 +24,7 @@ from .._keys import check_key
 from .._spec import loop_of_run
 from ..store import NewEvent, RunRecord, Store
 from ._auth import Auth
-from ._http import http_error, json_body, origin_of
+from ._http import Flash, http_error, json_body, origin_of
 from ._views import run_summary, timeline
 
 __all__ = ["ACTIONS", "BUDGET_FIELDS", "ActionDeps", "merge_contract", "register_actions"]
@@ -51,6 +50,7 @@ class ActionDeps:
     require_form_write: Callable[[Request, str], None]
     require_api_write: Callable[[Request], None]
     resume_later: Callable[[str], str]
+    flash: Flash
 
 
 CYCLES_LISTED = 500
@@ -194,7 +194,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             origin_of(request),
             resume == "yes",
         )
-        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
+        return RedirectResponse(deps.flash.url(rec.run_id, msg), status_code=303)
 
     @app.post("/runs/{run_id}/rerun", include_in_schema=False)
     def rerun_form(
@@ -232,7 +232,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             None,
             start == "yes",
         )
-        return RedirectResponse(f"/runs/{new.run_id}?msg={quote(msg)}", status_code=303)
+        return RedirectResponse(deps.flash.url(new.run_id, msg), status_code=303)
 
     # --- API ---------------------------------------------------------------------------
     async def body_of(request: Request, shape: str) -> dict[str, Any]:

@@ -63,7 +63,15 @@ from ._cards import (
     register_part_image_route,
 )
 from ._compare_view import register_compare
-from ._http import BodyLimit, check_body_limit, http_error, json_body, origin_of, text_field
+from ._http import (
+    BodyLimit,
+    Flash,
+    check_body_limit,
+    http_error,
+    json_body,
+    origin_of,
+    text_field,
+)
 from ._live import install_live
 from ._notify import NotifyConfig
 from ._people_views import register_people_routes
@@ -311,6 +319,10 @@ def create_app(
             response = await call_next(request)
         if "content-security-policy" not in response.headers:  # the SVG route sets a stricter one
             response.headers["Content-Security-Policy"] = CSP
+        if "cache-control" not in response.headers and not path.startswith("/static/"):
+            # Runs, requests and who signed in: kept by no browser cache or proxy (Back after
+            # signing out, another user of the machine). Pictures set their own (private).
+            response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["X-Frame-Options"] = "DENY"
@@ -324,11 +336,14 @@ def create_app(
     install_live(app, store, notify=notify)
     register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)
 
+    flash = Flash()
+
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         ctx.update(
             request=request,
             signed_in=auth.signed_in(request),
             csrf=auth.csrf_for(request) or "",
+            flash=flash.of(request),  # a form's outcome, when this server signed it
             identity=auth.who(request) if auth.signed_in(request) else auth.identity,
             users_mode=auth.users_mode,
             can_decide=auth.may(request, "decide"),
@@ -867,7 +882,7 @@ def create_app(
     ) -> Response:
         require_form_write(request, csrf)
         rec, msg = act(request, run_id, action)
-        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}", status_code=303)
+        return RedirectResponse(flash.url(rec.run_id, msg), status_code=303)
 
     @app.post("/runs/{run_id}/edit", include_in_schema=False)
     def edit_form(
@@ -896,7 +911,7 @@ def create_app(
             except ValueError as exc:  # not JSON, NaN, or a number out of range
                 raise HTTPException(400, f"{ref} holds JSON: the new value is not ({exc})") from exc
         rec, msg = edit_part(request, run_id, ref, new, note, resume == "yes")
-        return RedirectResponse(f"/runs/{rec.run_id}?msg={quote(msg)}#edits", status_code=303)
+        return RedirectResponse(flash.url(rec.run_id, msg, "#edits"), status_code=303)
 
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
     def inbox_page(
@@ -942,7 +957,7 @@ def create_app(
             msg = f"{auth.who(request)} approved {done.approval_id}; {resumed}"
         else:
             msg = f"{done.status} {done.approval_id} by {done.decided_by}; {resumed}"
-        return RedirectResponse(f"/runs/{done.run_id}?msg={quote(msg)}", status_code=303)
+        return RedirectResponse(flash.url(done.run_id, msg), status_code=303)
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
     def api_docs(request: Request) -> HTMLResponse:
@@ -1051,7 +1066,7 @@ def create_app(
     register_part_image_route(app, store)
     register_actions(
         app,
-        ActionDeps(store, auth, page, require_form_write, require_api_write, resume_later),
+        ActionDeps(store, auth, page, require_form_write, require_api_write, resume_later, flash),
     )
     register_compare(app, store, page)
     register_people_routes(app, store, auth, page)  # /audit, /authority, /api/me (issue 21)

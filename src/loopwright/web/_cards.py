@@ -13,6 +13,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -290,16 +291,28 @@ def image_value(a: Approval, state: TaskState, ref: str, side: str) -> Any:
     raise HTTPException(400, "side must be before or after")
 
 
-def image_response(value: Any, store: Store, state: TaskState) -> Response:
+def proposed_pictures(a: Approval, state: TaskState) -> set[str]:
+    """The digests of the pictures the request ``a`` would set (a panel's new art, which its
+    lettered SVG shows by ``lw-blob:`` before any version of the run holds it)."""
+    proposal = _pending(state, a)
+    if proposal is None:
+        return set()
+    return {str(e.value["image"]) for e in proposal.changes() if is_picture(e.value)}
+
+
+def image_response(
+    value: Any, store: Store, state: TaskState, also: Iterable[str] = ()
+) -> Response:
     """An image part as an image: SVG (its ``lw-blob:`` pictures that the run, in ``state``,
-    holds put in), PNG or a picture kept as a blob, with its own type, nothing allowed to run."""
+    holds — or ``also`` names — put in), PNG or a picture kept as a blob, with its own type,
+    nothing allowed to run."""
     headers = {
         "Content-Security-Policy": IMAGE_CSP,
         "X-Content-Type-Options": "nosniff",
         "Cache-Control": "private, max-age=60",
     }
     if is_svg(value):
-        svg = inline_blob_refs(store, state, str(value))
+        svg = inline_blob_refs(store, state, str(value), also)
         return Response(svg, media_type="image/svg+xml", headers=headers)
     raw = png_bytes(value)
     if raw is not None:
@@ -319,7 +332,8 @@ def register_card_routes(app: FastAPI, store: Store) -> None:
         if a is None or a.status != "pending":
             raise HTTPException(404, f"no pending approval request {approval_id}")
         state = store.latest_checkpoint(a.run_id).task_state()
-        return image_response(image_value(a, state, ref, side), store, state)
+        also = proposed_pictures(a, state) if side == "after" else set()
+        return image_response(image_value(a, state, ref, side), store, state, also)
 
 
 def latest_part(store: Store, run_id: str, ref: str) -> tuple[TaskState, Part | None]:

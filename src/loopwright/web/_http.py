@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import secrets
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import HTTPException
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -22,6 +26,7 @@ from .._json import not_text, strict_loads
 
 __all__ = [
     "BodyLimit",
+    "Flash",
     "check_body_limit",
     "http_error",
     "json_body",
@@ -31,6 +36,28 @@ __all__ = [
 ]
 
 log = logging.getLogger("loopwright.web")
+
+
+class Flash:
+    """The line a run's page shows once after a form's post (``?msg=…``), signed with this
+    server's key (``&sig=``): a link someone sends cannot make the dashboard say what they wrote
+    ("approved by root; deny the other one") in its own voice."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def _sig(self, msg: str) -> str:
+        return hmac.new(self._key, msg.encode("utf-8", "replace"), hashlib.sha256).hexdigest()
+
+    def url(self, run_id: str, msg: str, fragment: str = "") -> str:
+        """The run page's address showing ``msg``."""
+        return f"/runs/{run_id}?msg={quote(msg)}&sig={self._sig(msg)}{fragment}"
+
+    def of(self, request: Request) -> str:
+        """The message ``request`` carries when this server signed it, else ``""``."""
+        msg = request.query_params.get("msg", "")
+        sig = request.query_params.get("sig", "")
+        return msg if msg and hmac.compare_digest(sig.encode(), self._sig(msg).encode()) else ""
 
 
 def http_error(exc: LoopwrightError) -> HTTPException:

@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -154,8 +154,15 @@ def install_live(
             last = _position(request.query_params.get("after"))
         if 0 <= last <= start:  # a position from another server process is larger: start fresh
             start = last
+        auth = request.app.state.auth
+
+        def still_allowed() -> bool:
+            # The sign-in the stream was opened with, asked again before each change is
+            # sent: a revoked user, a replaced token or a signed-out session ends the stream.
+            return not auth.require_token_for_reads or auth.signed_in(request)
+
         return StreamingResponse(
-            _stream(request, messages, start),
+            _stream(request, messages, start, still_allowed),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -170,13 +177,18 @@ def _position(text: str | None) -> int:
         return -1
 
 
-async def _stream(request: Request, messages: Messages, cursor: int) -> AsyncIterator[str]:
+async def _stream(
+    request: Request, messages: Messages, cursor: int, allowed: Callable[[], bool]
+) -> AsyncIterator[str]:
     messages.stream_opened()
     try:
         yield "retry: 3000\n\n"
         began = sent = time.monotonic()
         while True:
-            for seq, text in messages.after(cursor):
+            due = messages.after(cursor)
+            if due and not await run_in_threadpool(allowed):
+                return  # no longer signed in: nothing more is sent
+            for seq, text in due:
                 cursor = seq
                 sent = time.monotonic()
                 yield text
@@ -184,6 +196,8 @@ async def _stream(request: Request, messages: Messages, cursor: int) -> AsyncIte
             if now - began > STREAM_S or await request.is_disconnected():
                 return
             if now - sent > KEEPALIVE_S:
+                if not await run_in_threadpool(allowed):
+                    return
                 sent = now
                 yield ": keep-alive\n\n"
             await asyncio.sleep(TICK_S)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -41,6 +41,10 @@ PICTURE_CSP = "default-src 'none'; sandbox"
 # the dashboard puts the bytes in as a data: URL.
 BLOB_HREF = "lw-blob:"
 _BLOB_REF = re.compile(r'((?:xlink:)?href=)"lw-blob:(sha256:[0-9a-f]{64})"')
+# What an SVG's pictures may add to it, base64 (a panel's picture is a few MB): a reference past
+# it is left as it is. An SVG naming one picture a thousand times was a thousand copies in one
+# answer (gigabytes in the server's memory, for one <img>).
+MAX_INLINED = 64 * 1024 * 1024
 
 
 def is_picture(value: Any) -> bool:
@@ -71,20 +75,33 @@ def picture_bytes(store: Store, value: Any) -> tuple[bytes, str] | None:
     return blob.data, blob.media_type
 
 
-def inline_blob_refs(store: Store, state: TaskState, svg: str) -> str:
-    """``svg`` with each ``lw-blob:`` picture that a part of the run (its ``state``) holds
-    replaced by its bytes as a ``data:`` URL (raster types only); any other reference is left
-    as it is (and shows nothing)."""
+def inline_blob_refs(store: Store, state: TaskState, svg: str, also: Iterable[str] = ()) -> str:
+    """``svg`` with each ``lw-blob:`` picture that a part of the run (its ``state``) holds, or
+    that ``also`` names (the pictures a request waiting for a decision proposes), replaced by
+    its bytes as a ``data:`` URL (raster types only); any other reference is left as it is
+    (and shows nothing)."""
     if BLOB_HREF not in svg:
         return svg
-    held = _held_digests(state)
+    held = _held_digests(state) | set(also)
+    urls: dict[str, str | None] = {}  # each picture read and encoded once
+    added = 0
 
     def inline(m: re.Match[str]) -> str:
-        blob = _blob(store, m.group(2)) if m.group(2) in held else None
-        if blob is None or blob.media_type not in RASTER_TYPES:
+        nonlocal added
+        digest = m.group(2)
+        if digest not in urls:
+            blob = _blob(store, digest) if digest in held else None
+            ok = blob is not None and blob.media_type in RASTER_TYPES
+            urls[digest] = (
+                f"data:{blob.media_type};base64,{base64.b64encode(blob.data).decode()}"
+                if ok and blob is not None
+                else None
+            )
+        url = urls[digest]
+        if url is None or added + len(url) > MAX_INLINED:
             return m.group(0)
-        data = base64.b64encode(blob.data).decode()
-        return f'{m.group(1)}"data:{blob.media_type};base64,{data}"'
+        added += len(url)
+        return f'{m.group(1)}"{url}"'
 
     return _BLOB_REF.sub(inline, svg)
 

@@ -139,7 +139,10 @@ def _unapplied_row(
     )
     row["unapplied"] = True
     for e in row["edits"]:
-        e["svg"] = False  # a proposed value, not a version of the run: shown as text
+        # a proposed value, not a version of the run: shown as text (the routes that serve
+        # an SVG part or a picture serve the run's versions only; the approval card shows it)
+        e["svg"] = False
+        e["picture"] = None
     return row
 
 
