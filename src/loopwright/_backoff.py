@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 __all__ = ["Drained", "backoff"]
 
 _DRAIN_POLL_S = 0.1  # how often a backoff looks whether the runtime is draining
+# A backoff this short is waited out even while draining: the drain's promise is that the
+# cycle in flight finishes, and leaving it to be redone costs more than the wait.
+DRAIN_WAITS_OUT_S = 1.0
 
 
 class Drained(BaseException):  # (through the cycle's handlers, as a cancellation goes)
@@ -30,7 +33,11 @@ class Drained(BaseException):  # (through the cycle's handlers, as a cancellatio
 
 async def backoff(store: Store, ex: Execution, delay: float, what: str) -> None:
     """Wait ``delay`` seconds before another attempt of ``what``; once the runtime drains,
-    say so in a ``drained`` event and raise ``Drained`` instead of waiting on."""
+    say so in a ``drained`` event and raise ``Drained`` instead of waiting on (a backoff of
+    ``DRAIN_WAITS_OUT_S`` or less is waited out: the cycle in flight then finishes)."""
+    if delay <= DRAIN_WAITS_OUT_S:
+        await asyncio.sleep(delay)
+        return
     end = time.monotonic() + delay
     while (left := end - time.monotonic()) > 0:
         if ex.draining is not None and ex.draining():

@@ -68,3 +68,33 @@ def test_a_drain_does_not_wait_out_a_retrys_backoff(tmp_path: Path, where: str) 
         assert (entry.status, entry.attempts) == ("waiting", 1)  # the next waits out the rest
         # another worker claims it at once (nothing leased), the cycle to redo
         assert [r for r, _ in rt.store.claim_runs("next", 60, limit=5)] == [rec.run_id]
+
+
+def test_a_short_backoff_is_waited_out_and_the_cycle_in_flight_finishes(tmp_path: Path) -> None:
+    # A drain promises the cycle in flight finishes: a backoff of a second or less is waited
+    # out (cutting it left a cycle to redo for a millisecond's wait; the live-trace tests saw
+    # their drained session end a cycle early)
+    calls: list[str] = []
+    quick = lw.RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.001, jitter=False)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append("actor")
+        if len(calls) == 1:
+            raise lw.TransientError("model 503")
+        return lw.Proposal(edits=(lw.Edit("doc", "a", 1),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=state.artifacts["doc"].values().get("a") == 1)
+
+    loop = lw.Loop(
+        name="drain",
+        actor=actor,
+        verifiers=[lw.Check(fn=check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        retry=quick,
+    )
+    with lw.Runtime(str(tmp_path / "s.db"), lease_ttl_s=600) as rt:
+        rt._on_phase = lambda phase: rt.drain() if phase == "backoff:actor" else None
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="t")
+        assert (r.status, r.cycles, calls) == ("accepted", 1, ["actor", "actor"])
+        assert not [e for e in rt.store.events(r.run_id) if e.kind == "drained"]
