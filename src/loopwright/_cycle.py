@@ -31,7 +31,7 @@ from ._exec import (
 )
 from ._gates import Gates, _approved, _effect, _need_key
 from ._group import GroupRecall
-from ._memory import memory_search, rank, recall_scopes
+from ._memory import recall, recall_scopes, recall_searches
 from ._plan import STEP_STATUSES
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
@@ -115,13 +115,16 @@ class Cycle(Gates):
         try:
             scopes = recall_scopes(s.task_key, s.project)
             if self.group_commit and ex.grouped and self._active > 1:
-                rows = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
+                found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
             else:
-                search = memory_search(scopes, query, ranked=ex.loop.recall_ranked)
-                [rows] = self.store.memory_search([search])
-            if not rows:
+                found = self.store.memory_search(
+                    recall_searches(scopes, query, ranked=ex.loop.recall_ranked)
+                )
+            if not any(found):
                 return ()  # most loops keep no memory: nothing to rank
-            items = rank(rows, scopes=scopes, query=query)
+            # people's feedback first, then reflections (read again only if duplicates took
+            # a full side's spare rows)
+            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
         return tuple(

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ._memory import RECALL_RANKED, memory_search
+from ._memory import RECALL_RANKED, recall_searches
 from .store import CommitRequest, Store
 from .store._base import MemorySearch
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
 Scopes = list[tuple[str, str | None]]
+Found = list[list[dict[str, object]]]
 
 
 class GroupCommitter:
@@ -99,23 +100,25 @@ class GroupRecall:
     starts (so a correction a person adds is seen at the next cycle). A hundred runs each
     reading on their own would put a hundred blocking store round trips a turn on the event
     loop; instead the first read of a turn schedules one ``memory_search`` call carrying the
-    search of every run that asks during that turn (one connection, one statement per run,
-    each ranked in the database). Same rows, same freshness.
+    searches of every run that asks during that turn (one connection, two statements per run —
+    people's feedback, then reflections —, each ranked in the database). Same rows, same
+    freshness.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.loop = asyncio.get_running_loop()
-        self._waiting: list[tuple[MemorySearch, asyncio.Future[list[dict[str, object]]]]] = []
+        self._waiting: list[tuple[tuple[MemorySearch, ...], asyncio.Future[Found]]] = []
         self.queries = 0
 
     def fetch(
         self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED
-    ) -> asyncio.Future[list[dict[str, object]]]:
-        """The items of ``scopes`` ranked for ``query``, best first (``_memory.rank`` takes
-        the first of each feedback); ``ranked``: ``memory_search``'s."""
-        fut: asyncio.Future[list[dict[str, object]]] = self.loop.create_future()
-        self._waiting.append((memory_search(scopes, query, ranked=ranked), fut))
+    ) -> asyncio.Future[Found]:
+        """The rows of a recall's two searches (``_memory.recall_searches``: people's
+        feedback, then reflections), each best first, for ``_memory.recall``; ``ranked``:
+        ``memory_search``'s."""
+        fut: asyncio.Future[Found] = self.loop.create_future()
+        self._waiting.append((recall_searches(scopes, query, ranked=ranked), fut))
         if len(self._waiting) == 1:
             # after the callbacks already ready this turn: the other runs ask first
             self.loop.call_soon(self._flush)
@@ -123,16 +126,19 @@ class GroupRecall:
 
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
+        asked = [search for searches, _ in waiting for search in searches]
         try:
-            results = self.store.memory_search([search for search, _ in waiting])
+            results = self.store.memory_search(asked)
             self.queries += 1
-            if len(results) != len(waiting):
-                raise ValueError(f"{len(results)} answers to {len(waiting)} memory searches")
+            if len(results) != len(asked):
+                raise ValueError(f"{len(results)} answers to {len(asked)} memory searches")
         except Exception as exc:  # every waiter learns it (recall is best effort there)
             for _, fut in waiting:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        for (_, fut), mine in zip(waiting, results, strict=True):
+        at = 0
+        for searches, fut in waiting:
+            mine, at = results[at : at + len(searches)], at + len(searches)
             if not fut.done():
                 fut.set_result(mine)

@@ -205,19 +205,43 @@ def memory_search(
     query: str,
     limit: int = 5,
     ranked: int | None = RECALL_RANKED,
+    reflections: bool | None = None,
 ) -> MemorySearch:
     """The store search that ranks the feedback of ``scopes`` for ``query`` (the newest
     ``ranked`` matches scored: ``RECALL_RANKED``). Asks for more than ``limit``: the same
-    feedback held in several scopes comes once (``rank``)."""
+    feedback held in several scopes comes once (``rank``). ``reflections``: which items
+    (``MemorySearch.reflections``; a recall asks ``recall_searches``)."""
     given = []
     for s, k in scopes:  # (a loop: every cycle's recall)
         given.append((s, k or ""))
-    return _search(tuple(given), query, limit, ranked)
+    return _search(tuple(given), query, limit, ranked, reflections)
+
+
+def recall_searches(
+    scopes: Iterable[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = RECALL_RANKED,
+) -> tuple[MemorySearch, MemorySearch]:
+    """A recall's two store searches: what people said (every signal but ``reflection``),
+    then what the loop told itself (reflections). Their rows, in that order, go to ``rank``:
+    a person's feedback always comes before a reflection, however many reflections repeat
+    the query's words, and reflections fill only the slots people's feedback leaves free.
+    Each is bounded as one search was (``limit``, ``ranked``)."""
+    given = []
+    for s, k in scopes:  # (a loop: every cycle's recall)
+        given.append((s, k or ""))
+    key = tuple(given)
+    return _search(key, query, limit, ranked, False), _search(key, query, limit, ranked, True)
 
 
 @functools.lru_cache(maxsize=256)
 def _search(
-    scopes: tuple[tuple[str, str], ...], query: str, limit: int, ranked: int | None
+    scopes: tuple[tuple[str, str], ...],
+    query: str,
+    limit: int,
+    ranked: int | None,
+    reflections: bool | None,
 ) -> MemorySearch:
     # Every cycle asks again, mostly with the same scopes and query (the goal and the same
     # findings): a search is immutable, so the same one is handed out again.
@@ -229,7 +253,41 @@ def _search(
         limit=2 * limit + 5,
         floor=RELEVANCE_FLOOR,
         ranked=ranked,
+        reflections=reflections,
     )
+
+
+def recall(
+    store: Store,
+    scopes: Sequence[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = RECALL_RANKED,
+    found: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+) -> builtins.list[MemoryItem]:
+    """At most ``limit`` items for a context: people's feedback first, ranked among itself,
+    then reflections (``recall_searches``). ``found``: the two searches' rows already read
+    (``GroupRecall``); read from ``store`` otherwise, and again, asking for more, when
+    duplicates took the spare rows of a side that had more."""
+    if limit <= 0:
+        return []
+    people, loop = recall_searches(scopes, query, limit, ranked)
+    while True:
+        if found is None:
+            found = store.memory_search([people, loop])
+        mine, theirs = found
+        out = rank([*mine, *theirs], scopes=scopes, limit=limit)
+        said = sum(1 for it in out if it.signal != "reflection")
+        more_people = len(mine) >= people.limit and said < limit
+        more_loop = len(theirs) >= loop.limit and len(out) < limit
+        if not (more_people or more_loop):
+            return out
+        # the same feedback in several scopes took the spare rows: ask for more
+        if more_people:
+            people = dataclasses.replace(people, limit=2 * people.limit)
+        if more_loop:
+            loop = dataclasses.replace(loop, limit=2 * loop.limit)
+        found = None
 
 
 def check_ranked(value: object, name: str = "ranked") -> int | None:
@@ -517,7 +575,9 @@ class FeedbackMemory:
     ) -> builtins.list[MemoryItem]:
         """The feedback to put in a context for task ``task_key`` of ``project``: active items of
         that task, of that project, and confirmed global ones — never another task's or
-        project's. Ranked in the store by strength × relevance to ``query`` (full-text
+        project's. What people said (every signal but ``reflection``) always comes before
+        what the loop told itself (reflections), which only fill the slots left; each side is
+        ranked in the store by strength × relevance to ``query`` (full-text
         relevance over text and rule — FTS5 ``bm25()`` on SQLite, ``ts_rank`` on PostgreSQL —
         with a floor, so an empty query ranks by strength alone); on ties task scope comes
         before project before global, then newer before older. The same feedback held in several
@@ -534,14 +594,7 @@ class FeedbackMemory:
         if limit == 0:
             return []
         scopes = recall_scopes(task_key, project)
-        search = memory_search(scopes, query, limit, check_ranked(ranked))
-        while True:
-            [rows] = self.store.memory_search([search])
-            out = rank(rows, scopes=scopes, limit=limit)
-            if len(out) == limit or len(rows) < search.limit:
-                return out
-            # duplicates took the spare rows: ask for more
-            search = dataclasses.replace(search, limit=2 * search.limit)
+        return recall(self.store, scopes, query, limit, check_ranked(ranked))
 
 
 def recall_scopes(task_key: str, project: str) -> builtins.list[tuple[str, str | None]]:

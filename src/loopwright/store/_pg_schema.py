@@ -18,7 +18,7 @@ from __future__ import annotations
 from ._blobs import BLOBS_PG
 from ._live import notified_key_index
 from ._people_schema import PEOPLE_PG
-from ._schema import BACKFILL_CLAIMS, EVENTS_NOTIFIED_SQL
+from ._schema import BACKFILL_CLAIMS, EVENTS_NOTIFIED_SQL, MEMORY_REFLECTIONS_SQL
 
 __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
 
@@ -273,4 +273,7 @@ PG_MIGRATIONS: list[list[str]] = [
     [EVENTS_NOTIFIED_SQL],
     # v12: and only the markers of its own key, as SQLite's v14.
     [notified_key_index("%s")],
+    # v13: people's feedback and reflections apart, as SQLite's v15: a recall walks a
+    # scope's active reflections here, not every active item of the scope (memory_recent).
+    [MEMORY_REFLECTIONS_SQL],
 ]
