@@ -31,7 +31,7 @@ from ._exec import (
 )
 from ._gates import Gates, _approved, _effect, _need_key
 from ._group import GroupRecall
-from ._memory import recall, recall_scopes, recall_searches
+from ._memory import recall, recall_scopes
 from ._plan import STEP_STATUSES
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
@@ -114,16 +114,11 @@ class Cycle(Gates):
         query = " ".join(said)
         try:
             scopes = recall_scopes(s.task_key, s.project)
+            found = None
             if self.group_commit and ex.grouped and self._active > 1:
                 found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
-            else:
-                found = self.store.memory_search(
-                    recall_searches(scopes, query, ranked=ex.loop.recall_ranked)
-                )
-            if not any(found):
-                return ()  # most loops keep no memory: nothing to rank
-            # people's feedback first, then reflections (read again only if duplicates took
-            # a full side's spare rows)
+            # people's feedback first, then reflections if it leaves slots free (most loops
+            # keep no memory: an indexed probe for each)
             items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
@@ -153,6 +148,7 @@ class Cycle(Gates):
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
         ex.asked = set()
+        ex.cycle_at, ex.cycle_from = n, s.spent
         if ex.retries:  # earlier cycles' failed attempts count no more: hold this cycle's only
             ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
         ex.threaded = self._active > 1
@@ -222,21 +218,20 @@ class Cycle(Gates):
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
         if usage.cost_usd or usage.tokens:
             s.spent = s.spent + Usage(usage.cost_usd, usage.tokens, 0.0)
-        ex.events.append(
-            NewEvent(
-                n,
-                "proposal",
-                {
-                    "kind": proposal.kind,
-                    "digest": digest,
-                    "note": proposal.note,
-                    "parts": _refs(proposal.changes()),
-                    "effects": [c.name for c in proposal.effects] if proposal.effects else [],
-                    "usage": usage.to_dict(),
-                    "seconds": secs,
-                },
-            )
-        )
+        logged = {
+            "kind": proposal.kind,
+            "digest": digest,
+            "note": proposal.note,
+            "parts": _refs(proposal.changes()),
+            "effects": [c.name for c in proposal.effects] if proposal.effects else [],
+            "usage": usage.to_dict(),
+            "seconds": secs,
+        }
+        if proposal.escalate:
+            # why the actor asked for a person, in the log where its proposal is (masked at
+            # the commit, as every event)
+            logged["escalate"] = proposal.escalate
+        ex.events.append(NewEvent(n, "proposal", logged))
         if proposal.escalate:
             return self._abort(
                 ex,

@@ -100,9 +100,10 @@ class GroupRecall:
     starts (so a correction a person adds is seen at the next cycle). A hundred runs each
     reading on their own would put a hundred blocking store round trips a turn on the event
     loop; instead the first read of a turn schedules one ``memory_search`` call carrying the
-    searches of every run that asks during that turn (one connection, two statements per run —
-    people's feedback, then reflections —, each ranked in the database). Same rows, same
-    freshness.
+    people's-feedback search of every run that asks during that turn (one connection, one
+    statement per run, each ranked in the database), then, in a second call, the reflections'
+    search of the runs whose people's feedback came back short of a context's slots
+    (``_memory.recall``: reflections only fill the slots left). Same rows, same freshness.
     """
 
     def __init__(self, store: Store) -> None:
@@ -114,9 +115,9 @@ class GroupRecall:
     def fetch(
         self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED
     ) -> asyncio.Future[Found]:
-        """The rows of a recall's two searches (``_memory.recall_searches``: people's
-        feedback, then reflections), each best first, for ``_memory.recall``; ``ranked``:
-        ``memory_search``'s."""
+        """The rows of a recall's people's-feedback search (``_memory.recall_searches``),
+        best first, and of its reflections' search where those came back short of the
+        context's slots: ``_memory.recall``'s ``found``; ``ranked``: ``memory_search``'s."""
         fut: asyncio.Future[Found] = self.loop.create_future()
         self._waiting.append((recall_searches(scopes, query, ranked=ranked), fut))
         if len(self._waiting) == 1:
@@ -126,19 +127,31 @@ class GroupRecall:
 
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
-        asked = [search for searches, _ in waiting for search in searches]
         try:
-            results = self.store.memory_search(asked)
-            self.queries += 1
-            if len(results) != len(asked):
-                raise ValueError(f"{len(results)} answers to {len(asked)} memory searches")
+            found = [[rows] for rows in self._ask([people for (people, _), _ in waiting])]
+            # (a search asks for 2 × slots + 5 rows: fewer than the slots leaves some free)
+            short = [
+                i
+                for i, ((people, _), _) in enumerate(waiting)
+                if len(found[i][0]) < (people.limit - 5) // 2
+            ]
+            if short:
+                for i, rows in zip(
+                    short, self._ask([waiting[i][0][1] for i in short]), strict=True
+                ):
+                    found[i].append(rows)
         except Exception as exc:  # every waiter learns it (recall is best effort there)
             for _, fut in waiting:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        at = 0
-        for searches, fut in waiting:
-            mine, at = results[at : at + len(searches)], at + len(searches)
+        for (_, fut), mine in zip(waiting, found, strict=True):
             if not fut.done():
                 fut.set_result(mine)
+
+    def _ask(self, searches: list[MemorySearch]) -> list[list[dict[str, object]]]:
+        results = self.store.memory_search(searches)
+        self.queries += 1
+        if len(results) != len(searches):
+            raise ValueError(f"{len(results)} answers to {len(searches)} memory searches")
+        return results

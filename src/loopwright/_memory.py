@@ -266,28 +266,38 @@ def recall(
     found: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> builtins.list[MemoryItem]:
     """At most ``limit`` items for a context: people's feedback first, ranked among itself,
-    then reflections (``recall_searches``). ``found``: the two searches' rows already read
-    (``GroupRecall``); read from ``store`` otherwise, and again, asking for more, when
-    duplicates took the spare rows of a side that had more."""
+    then, only if it leaves slots free, reflections (``recall_searches``): a recall whose
+    people's feedback fills the context asks the store one search. ``found``: the rows of
+    the people's search, and of the reflections' one, already read (``GroupRecall``); what
+    is missing is read from ``store``."""
     if limit <= 0:
         return []
     people, loop = recall_searches(scopes, query, limit, ranked)
+    mine, out = _fill(store, people, found[0] if found else None, (), scopes, limit)
+    if len(out) == limit:
+        return out
+    theirs = found[1] if found and len(found) > 1 else None
+    return _fill(store, loop, theirs, mine, scopes, limit)[1]
+
+
+def _fill(
+    store: Store,
+    search: MemorySearch,
+    rows: Sequence[Mapping[str, Any]] | None,
+    before: Sequence[Mapping[str, Any]],
+    scopes: Sequence[tuple[str, str | None]],
+    limit: int,
+) -> tuple[Sequence[Mapping[str, Any]], builtins.list[MemoryItem]]:
+    """``search``'s rows (``rows``, or read) and the items of ``before`` and them; read
+    again, asking for more, while the same feedback in several scopes took the spare rows."""
     while True:
-        if found is None:
-            found = store.memory_search([people, loop])
-        mine, theirs = found
-        out = rank([*mine, *theirs], scopes=scopes, limit=limit)
-        said = sum(1 for it in out if it.signal != "reflection")
-        more_people = len(mine) >= people.limit and said < limit
-        more_loop = len(theirs) >= loop.limit and len(out) < limit
-        if not (more_people or more_loop):
-            return out
-        # the same feedback in several scopes took the spare rows: ask for more
-        if more_people:
-            people = dataclasses.replace(people, limit=2 * people.limit)
-        if more_loop:
-            loop = dataclasses.replace(loop, limit=2 * loop.limit)
-        found = None
+        if rows is None:
+            [rows] = store.memory_search([search])
+        out = rank([*before, *rows], scopes=scopes, limit=limit)
+        if len(out) == limit or len(rows) < search.limit:
+            return rows, out
+        search = dataclasses.replace(search, limit=2 * search.limit)
+        rows = None
 
 
 def check_ranked(value: object, name: str = "ranked") -> int | None:
