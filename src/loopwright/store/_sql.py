@@ -1897,11 +1897,13 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             # hold active memory, instead of one probe per run.
             # (A recall's two searches, people's feedback and reflections, share their scopes:
             # probed one by one, each through its own index.)
-            many = len({tuple(s.scopes) for s in searches}) > 1
+            many = _several_scopes(searches)
             live = self._memory_scopes_in_use(conn, searches) if many else None
             # and which hold active reflections (their own index: few scopes hold any)
-            mused = [s for s in searches if s.reflections]
-            thought = self._memory_scopes_in_use(conn, mused, True) if many and mused else set()
+            thought: set[tuple[str, str]] = set()
+            if many:
+                mused = [s for s in searches if s.reflections]
+                thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
             for s in searches:
                 if live is not None:
                     holding = thought if s.reflections else live
@@ -1949,7 +1951,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         row = conn.execute(
             f"SELECT 1 FROM memory{self._reflections_index(s.reflections)} WHERE status='active'"
             f"{_signals(s)} AND ({cond}) LIMIT 1",
-            [v for pair in pairs for v in pair],
+            _flat(pairs),
         ).fetchone()
         return row is not None
 
@@ -2118,6 +2120,26 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))
             item.update(status=status, updated_at=now, history=history)
         return item
+
+
+def _several_scopes(searches: Sequence[MemorySearch]) -> bool:
+    """Whether the searches read more than one set of scopes (a recall's two searches, people's
+    feedback and reflections, read one): a loop, no comprehension a cycle."""
+    first = None
+    for s in searches:
+        if first is None:
+            first = s.scopes
+        elif s.scopes != first:
+            return True
+    return False
+
+
+def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """``[scope, key, scope, key, …]``, in a loop (no comprehension a cycle)."""
+    out: list[str] = []
+    for scope, key in pairs:
+        out += (scope, key)
+    return out
 
 
 def _signals(s: MemorySearch, prefix: str = "") -> str:
