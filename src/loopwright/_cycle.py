@@ -31,10 +31,11 @@ from ._exec import (
 )
 from ._gates import Gates, _approved, _effect, _need_key
 from ._group import GroupRecall
-from ._memory import recall, recall_scopes
+from ._memory import recall_scopes
 from ._plan import STEP_STATUSES
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
+from ._recall import recall
 from ._redact import redact
 from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
 from ._usage import Usage

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ._memory import RECALL_RANKED, recall_searches
+from ._memory import RECALL_RANKED
+from ._recall import recall_searches
 from .store import CommitRequest, Store
 from .store._base import MemorySearch
 

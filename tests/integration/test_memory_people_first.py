@@ -164,7 +164,7 @@ def test_a_store_from_before_keeps_people_first_once_migrated(tmp_path: Any) -> 
 def test_a_batch_of_recalls_answers_each_side_as_alone(rt: lw.Runtime) -> None:
     """``GroupRecall``'s one store call: which scopes hold people's feedback and which hold
     reflections is asked once for all, and each side gets what it gets alone."""
-    from loopwright._memory import recall_searches
+    from loopwright._recall import recall_searches
 
     for key in ("k0", "k1"):
         rt.memory.add(scope="task", scope_key=key, signal="edit", text=f"{key} title", by="ann")
