@@ -31,10 +31,11 @@ from ._exec import (
 )
 from ._gates import Gates, _approved, _effect, _need_key
 from ._group import GroupRecall
-from ._memory import memory_search, rank, recall_scopes
+from ._memory import recall_scopes
 from ._plan import STEP_STATUSES
 from ._proposal import Context, Proposal, Remaining, Verdict
 from ._question import Question
+from ._recall import recall
 from ._redact import redact
 from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
 from ._usage import Usage
@@ -119,14 +120,12 @@ class Cycle(Gates):
         query = " ".join(said)
         try:
             scopes = recall_scopes(s.task_key, s.project)
+            found = None
             if self.group_commit and ex.grouped and self._active > 1:
-                rows = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
-            else:
-                search = memory_search(scopes, query, ranked=ex.loop.recall_ranked)
-                [rows] = self.store.memory_search([search])
-            if not rows:
-                return ()  # most loops keep no memory: nothing to rank
-            items = rank(rows, scopes=scopes, query=query)
+                found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
+            # people's feedback first, then reflections if it leaves slots free (most loops
+            # keep no memory: an indexed probe for each)
+            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
         return tuple(
@@ -155,6 +154,7 @@ class Cycle(Gates):
         ex.events.append(NewEvent(n, "cycle_started", {}))
         ex.calls = []
         ex.asked = set()
+        ex.cycle_at, ex.cycle_from = n, s.spent
         if ex.retries:  # earlier cycles' failed attempts count no more: hold this cycle's only
             ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
         ex.threaded = self._active > 1 or self.calls_in_threads
@@ -224,21 +224,20 @@ class Cycle(Gates):
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
         if usage.cost_usd or usage.tokens:
             s.spent = s.spent + Usage(usage.cost_usd, usage.tokens, 0.0)
-        ex.events.append(
-            NewEvent(
-                n,
-                "proposal",
-                {
-                    "kind": proposal.kind,
-                    "digest": digest,
-                    "note": proposal.note,
-                    "parts": _refs(proposal.changes()),
-                    "effects": [c.name for c in proposal.effects] if proposal.effects else [],
-                    "usage": usage.to_dict(),
-                    "seconds": secs,
-                },
-            )
-        )
+        logged = {
+            "kind": proposal.kind,
+            "digest": digest,
+            "note": proposal.note,
+            "parts": _refs(proposal.changes()),
+            "effects": [c.name for c in proposal.effects] if proposal.effects else [],
+            "usage": usage.to_dict(),
+            "seconds": secs,
+        }
+        if proposal.escalate:
+            # why the actor asked for a person, in the log where its proposal is (masked at
+            # the commit, as every event)
+            logged["escalate"] = proposal.escalate
+        ex.events.append(NewEvent(n, "proposal", logged))
         if proposal.escalate:
             return self._abort(
                 ex,

@@ -78,6 +78,10 @@ class Execution:
     # process): the ids of the feedback memory that actor was shown, as the entry stored them.
     shown_memory: list[str] = field(default_factory=list)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
+    # The cycle this execution last started and what the run had spent when it did: a run
+    # ending inside it, before its record, logs what it cost (``stopped``'s ``ended_in``).
+    cycle_at: int = 0
+    cycle_from: Usage | None = None
     # Whether the last candidate every held-out check judged passed them all, once known in
     # this execution (``held_out_known``): what a run ended between judged cycles reports.
     held_out_last: bool | None = None

@@ -6,18 +6,54 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
-from ._contract import status_for
+from ._contract import TERMINAL_STATUSES, status_for
 from ._exec import Execution as _Exec
 from ._exec import settle_owed
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause
+from ._usage import Usage
 from .store import ClosedApproval, NewApproval, NewEvent
 
-__all__ = ["Finishing"]
+if TYPE_CHECKING:
+    from .store import RunRecord, Store
+
+__all__ = ["Finishing", "ended_in", "ended_inside"]
+
+
+def ended_inside(store: Store, rec: RunRecord) -> dict[str, Any] | None:
+    """The cycle an ended run ended inside, with no record of its own, as a timeline row's
+    record: ``{"cycle", "ended_inside": True, "decision", "cause", "usage"}`` (None: the run
+    ended between cycles, has not ended, or ended before stopped events said it). Reads the
+    run's newest ``stopped`` event."""
+    if rec.status not in TERMINAL_STATUSES:
+        return None
+    last = store.events_of_kinds(rec.run_id, ("stopped",), limit=1)
+    info = last[0].data.get("ended_in") if last else None
+    if not isinstance(info, dict) or info.get("cycle") != rec.cycle + 1:
+        return None  # (reopened and run on since: that stop is no longer the run's end)
+    return {
+        "cycle": info["cycle"],
+        "ended_inside": True,
+        "decision": last[0].data.get("reason") or rec.stop_reason,
+        "cause": last[0].data.get("cause") or "",
+        "usage": dict(info.get("usage") or {}),
+    }
+
+
+def ended_in(cycle: int, before: Usage, after: Usage) -> dict[str, Any]:
+    """A ``stopped`` event's ``ended_in``: the cycle the run ended inside and what it spent."""
+    return {
+        "cycle": cycle,
+        "usage": {
+            "cost_usd": max(0.0, after.cost_usd - before.cost_usd),
+            "tokens": max(0, after.tokens - before.tokens),
+            "seconds": max(0.0, after.seconds - before.seconds),
+        },
+    }
 
 
 # How many of the newest checkpoints a run ended without a judged candidate in this execution
@@ -83,13 +119,18 @@ class Finishing(RuntimeHost):
             cause=cause,
             error=error,
         )
-        ex.events.append(
-            NewEvent(
-                ex.state.cycle,
-                "stopped",
-                {"reason": reason, "status": status, "cause": cause, "stop_cause": said},
-            )
-        )
+        stopped: dict[str, Any] = {
+            "reason": reason,
+            "status": status,
+            "cause": cause,
+            "stop_cause": said,
+        }
+        if record is None and ex.cycle_from is not None and ex.cycle_at == ex.state.cycle + 1:
+            # The run ended inside a cycle that has no record (the actor asked for a person, a
+            # verifier gave up, a budget crossed mid-cycle): what that cycle cost, for the
+            # timelines (``loopwright show``, the run page), which list records.
+            stopped["ended_in"] = ended_in(ex.cycle_at, ex.cycle_from, ex.state.spent)
+        ex.events.append(NewEvent(ex.state.cycle, "stopped", stopped))
         run: dict[str, Any] = {
             "status": status,
             "stop_reason": reason,

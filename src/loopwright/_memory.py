@@ -16,7 +16,6 @@ in the item's ``history`` with who made it and when.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import functools
 import json
 import math
@@ -205,19 +204,25 @@ def memory_search(
     query: str,
     limit: int = 5,
     ranked: int | None = RECALL_RANKED,
+    reflections: bool | None = None,
 ) -> MemorySearch:
     """The store search that ranks the feedback of ``scopes`` for ``query`` (the newest
     ``ranked`` matches scored: ``RECALL_RANKED``). Asks for more than ``limit``: the same
-    feedback held in several scopes comes once (``rank``)."""
+    feedback held in several scopes comes once (``rank``). ``reflections``: which items
+    (``MemorySearch.reflections``; a recall asks ``recall_searches``)."""
     given = []
     for s, k in scopes:  # (a loop: every cycle's recall)
         given.append((s, k or ""))
-    return _search(tuple(given), query, limit, ranked)
+    return _search(tuple(given), query, limit, ranked, reflections)
 
 
 @functools.lru_cache(maxsize=256)
 def _search(
-    scopes: tuple[tuple[str, str], ...], query: str, limit: int, ranked: int | None
+    scopes: tuple[tuple[str, str], ...],
+    query: str,
+    limit: int,
+    ranked: int | None,
+    reflections: bool | None,
 ) -> MemorySearch:
     # Every cycle asks again, mostly with the same scopes and query (the goal and the same
     # findings): a search is immutable, so the same one is handed out again.
@@ -229,6 +234,7 @@ def _search(
         limit=2 * limit + 5,
         floor=RELEVANCE_FLOOR,
         ranked=ranked,
+        reflections=reflections,
     )
 
 
@@ -517,7 +523,9 @@ class FeedbackMemory:
     ) -> builtins.list[MemoryItem]:
         """The feedback to put in a context for task ``task_key`` of ``project``: active items of
         that task, of that project, and confirmed global ones — never another task's or
-        project's. Ranked in the store by strength × relevance to ``query`` (full-text
+        project's. What people said (every signal but ``reflection``) always comes before
+        what the loop told itself (reflections), which only fill the slots left; each side is
+        ranked in the store by strength × relevance to ``query`` (full-text
         relevance over text and rule — FTS5 ``bm25()`` on SQLite, ``ts_rank`` on PostgreSQL —
         with a floor, so an empty query ranks by strength alone); on ties task scope comes
         before project before global, then newer before older. The same feedback held in several
@@ -533,15 +541,10 @@ class FeedbackMemory:
             raise ConfigError("must be a non-negative integer", field="limit")
         if limit == 0:
             return []
+        from ._recall import recall  # (it ranks with this module's ``rank``)
+
         scopes = recall_scopes(task_key, project)
-        search = memory_search(scopes, query, limit, check_ranked(ranked))
-        while True:
-            [rows] = self.store.memory_search([search])
-            out = rank(rows, scopes=scopes, limit=limit)
-            if len(out) == limit or len(rows) < search.limit:
-                return out
-            # duplicates took the spare rows: ask for more
-            search = dataclasses.replace(search, limit=2 * search.limit)
+        return recall(self.store, scopes, query, limit, check_ranked(ranked))
 
 
 def recall_scopes(task_key: str, project: str) -> builtins.list[tuple[str, str | None]]:

@@ -7,6 +7,7 @@ module imports only Typer at load time; each command imports what it needs when 
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from importlib import import_module
@@ -497,9 +498,11 @@ def show(
             # written as it is read: a long run's versions and records a page at a time
             _write_show_json(st, rec)
             return
+        from .._finishing import ended_inside
         from ._render import console, overwrites, run_detail_parts
 
         out = console()
+        end = ended_inside(st, rec)
         # The latest state (its parts' current values) and the records read a page at a time,
         # each made a timeline row as it is read: not every checkpoint's state (every version
         # of a long run at once), nor every record (each holds its proposal's values). Each
@@ -508,7 +511,10 @@ def show(
         for shown in run_detail_parts(
             rec,
             st.latest_checkpoint(rec.run_id).task_state(),
-            ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
+            itertools.chain(
+                ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
+                [] if end is None else [(end["cycle"], end)],
+            ),
             st.approvals(run_id=rec.run_id),
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
@@ -546,7 +552,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
             {
                 "run": rec.to_dict(),
                 "state": Open(doc),
-                "cycles": Lazy(_shown_records(st, run_id)),
+                "cycles": Lazy(_shown_records(st, rec)),
                 "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
                 "journal": [e.to_dict() for e in st.journal(run_id)],
                 "events": Lazy(e.to_dict() for e in st.iter_events(run_id)),
@@ -584,15 +590,22 @@ def _part_versions(
         yield held.version(gap).to_dict()
 
 
-def _shown_records(st: Store, run_id: str) -> Iterator[dict[str, Any]]:
+def _shown_records(st: Store, rec: RunRecord) -> Iterator[dict[str, Any]]:
     """The stored records, oldest first, less the write-ahead record of a cycle's effects once
     that cycle concluded (its concluding record follows and holds the same; the dashboard
     shows one row too), read twice a page at a time: first which cycles concluded, then the
-    records to show."""
+    records to show; last, the cycle the run ended inside, if it has no record
+    (``ended_inside``: what it cost and why it ended)."""
+    from .._finishing import ended_inside
+
+    run_id = rec.run_id
     concluded = {r.get("cycle") for _s, _c, r in st.iter_records(run_id) if r and "proposal" in r}
     for _s, _c, r in st.iter_records(run_id):
         if r and not _wrote_ahead_of(r, concluded):
             yield r
+    end = ended_inside(st, rec)
+    if end is not None:
+        yield end
 
 
 def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:

@@ -113,7 +113,19 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
     """Each timeline row, as ``records`` is read."""
     for cycle_of, rec in records:
         if not rec or "proposal" not in rec:
-            if rec and rec.get("decision") == "parked":
+            if rec and rec.get("ended_inside"):  # the cycle the run ended inside: no record
+                cost = (rec.get("usage") or {}).get("cost_usd", 0)
+                what = ["ended inside this cycle:", escape(str(rec.get("cause") or "-"))]
+                yield (
+                    str(rec["cycle"]),
+                    what,
+                    [],
+                    [],
+                    "-",
+                    escape(str(rec["decision"])),
+                    f"{cost:.3f}",
+                )
+            elif rec and rec.get("decision") == "parked":
                 yield (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
             elif rec and rec.get("decision") in _BY_PEOPLE:
                 yield _person_row(cycle_of, rec)

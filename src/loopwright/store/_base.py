@@ -387,6 +387,11 @@ class MemorySearch:
     ranked: int | None = None
     """The most matches scored for relevance: the newest (the last added); an older match
     ranks as an item matching no term. None: every match (its cost grows with them)."""
+    reflections: bool | None = None
+    """Which items: None every one; False what people said (every signal but
+    ``reflection``); True only the loop's own reflections. A recall asks for people's
+    feedback and for reflections apart (``_memory.recall_searches``), so that reflections only
+    fill the slots people's feedback leaves free."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from ._schema import (
     BACKFILL_GENERATIONS,
     EFFECT_GENERATION,
     EVENTS_NOTIFIED_SQL,
+    MEMORY_REFLECTIONS_SQL,
 )
 
 __all__ = ["CLAIMABLE_PG", "PG_MIGRATIONS", "PG_TABLES"]
@@ -281,4 +282,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # v13: an undone action's redo generation, store-wide, as SQLite's v15 (IF NOT EXISTS: a
     # store put back to an earlier version by a test runs the step again).
     [EFFECT_GENERATION.format("IF NOT EXISTS"), BACKFILL_GENERATIONS],
+    # v14: people's feedback and reflections apart, as SQLite's v16: a recall walks a
+    # scope's active reflections here, not every active item of the scope (memory_recent).
+    [MEMORY_REFLECTIONS_SQL],
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "CLAIMABLE_SQLITE",
     "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
+    "MEMORY_REFLECTIONS_SQL",
     "RUN_TASK",
     "RUN_TASKS_SQL",
     "SQLITE_MIGRATIONS",
@@ -58,36 +59,70 @@ CLAIMABLE_SQLITE = "(status = 'pending' OR (status = 'awaiting_approval' AND ope
 _HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
 
 
-def memory_tag(scope: str, scope_key: str) -> str:
+MEMORY_REFLECTIONS_SQL = (
+    "CREATE INDEX IF NOT EXISTS memory_reflections ON memory(scope, scope_key, "
+    "created_at DESC, memory_id DESC) WHERE status = 'active' AND signal = 'reflection'"
+)
+"""The active reflections of each scope, newest first (both stores)."""
+
+
+REFLECTION_TAG = "reflection/"
+"""What a reflection's tag starts with (from v16): a search reads people's feedback and the
+loop's reflections apart (``MemorySearch.reflections``), each side through its own tags."""
+
+
+def memory_tag(scope: str, scope_key: str, reflection: bool = False) -> str:
     """The token that stands for one ``(scope, scope_key)`` in the memory search index: the
     hex of ``scope:scope_key`` in digits only (9 escapes: 99 is 9, 90-95 are A-F), so the
-    tokenizer and its stemmer keep it whole and no two scopes share one."""
-    out = f"{scope}:{scope_key}".encode().hex().upper()
+    tokenizer and its stemmer keep it whole and no two scopes share one. A reflection's
+    (``reflection``) is that of ``reflection/scope:scope_key``: no scope starts so."""
+    out = f"{REFLECTION_TAG if reflection else ''}{scope}:{scope_key}".encode().hex().upper()
     for old, new in _HEX_DIGITS:
         out = out.replace(old, new)
     return out
 
 
-def memory_tag_sql(row: str) -> str:
-    """``memory_tag`` in SQL, of the item in ``row``; empty unless the item is active."""
-    expr = f"hex({row}.scope || ':' || {row}.scope_key)"
+def memory_tag_sql(row: str, sides: bool = False) -> str:
+    """``memory_tag`` in SQL, of the item in ``row``; empty unless the item is active.
+    ``sides``: a reflection's tag apart (the index from v16 on)."""
+    side = f"CASE WHEN {row}.signal = 'reflection' THEN '{REFLECTION_TAG}' ELSE '' END || "
+    expr = f"hex({side if sides else ''}{row}.scope || ':' || {row}.scope_key)"
     for old, new in _HEX_DIGITS:
         expr = f"replace({expr}, '{old}', '{new}')"
     return f"CASE WHEN {row}.status = 'active' THEN {expr} ELSE '' END"
 
 
-def _fts_row(row: str, command: str) -> str:
+def _fts_row(row: str, command: str, sides: bool = False) -> str:
     """A statement adding the item in ``row`` to the memory search index, or with ``command``
     'delete' taking it out (a contentless index is told the values it was given)."""
+    tag = memory_tag_sql(row, sides)
     if command:
         return (
             "INSERT INTO memory_fts(memory_fts, rowid, text, rule, tag) "
-            f"SELECT '{command}', {row}.rowid, {row}.text, {row}.rule, {memory_tag_sql(row)}"
+            f"SELECT '{command}', {row}.rowid, {row}.text, {row}.rule, {tag}"
         )
-    return (
+    return f"INSERT INTO memory_fts(rowid, text, rule, tag) SELECT {row}.rowid, {row}.text, {row}.rule, {tag}"
+
+
+def _fts_triggers(sides: bool) -> list[str]:
+    """The triggers keeping the memory search index to the active items (v8 on)."""
+    return [
+        "DROP TRIGGER memory_fts_insert",
+        "DROP TRIGGER memory_fts_delete",
+        "DROP TRIGGER memory_fts_update",
+        "CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory WHEN new.status = 'active' "
+        f"BEGIN {_fts_row('new', '', sides)}; END",
+        "CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory WHEN old.status = 'active' "
+        f"BEGIN {_fts_row('old', 'delete', sides)}; END",
+        "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, rule, scope, scope_key, status "
+        "ON memory BEGIN "
+        f"{_fts_row('old', 'delete', sides)} WHERE old.status = 'active'; "
+        f"{_fts_row('new', '', sides)} WHERE new.status = 'active'; END",
+        "INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')",
         "INSERT INTO memory_fts(rowid, text, rule, tag) "
-        f"SELECT {row}.rowid, {row}.text, {row}.rule, {memory_tag_sql(row)}"
-    )
+        f"SELECT rowid, text, rule, {memory_tag_sql('memory', sides)} FROM memory "
+        "WHERE status = 'active'",
+    ]
 
 
 SQLITE_MIGRATIONS: list[list[str]] = [
@@ -309,21 +344,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # items). An item enters the index when it becomes active and leaves when it stops being.
     # And the journal's index by cycle too (the retry entries a resume reads).
     [
-        "DROP TRIGGER memory_fts_insert",
-        "DROP TRIGGER memory_fts_delete",
-        "DROP TRIGGER memory_fts_update",
-        "CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory WHEN new.status = 'active' "
-        f"BEGIN {_fts_row('new', '')}; END",
-        "CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory WHEN old.status = 'active' "
-        f"BEGIN {_fts_row('old', 'delete')}; END",
-        "CREATE TRIGGER memory_fts_update AFTER UPDATE OF text, rule, scope, scope_key, status "
-        "ON memory BEGIN "
-        f"{_fts_row('old', 'delete')} WHERE old.status = 'active'; "
-        f"{_fts_row('new', '')} WHERE new.status = 'active'; END",
-        "INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')",
-        "INSERT INTO memory_fts(rowid, text, rule, tag) "
-        f"SELECT rowid, text, rule, {memory_tag_sql('memory')} FROM memory "
-        "WHERE status = 'active'",
+        *_fts_triggers(sides=False),
         # A resume reads the retry entries of the cycle it runs next, not all of the run's.
         "DROP INDEX journal_kind",
         "CREATE INDEX journal_kind ON journal(run_id, kind, cycle)",
@@ -388,4 +409,10 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # refunded handed the payment provider the refunded charge's key: the provider answered
     # with that charge and nothing was paid.
     [EFFECT_GENERATION.format(""), BACKFILL_GENERATIONS],
+    # v16: a recall reads people's feedback and the loop's reflections apart (reflections only
+    # fill the slots people's feedback leaves free), each side a bounded search of its own: a
+    # reflection's tag in the search index is its own (``REFLECTION_TAG``), so each side's
+    # match stays to its items (the index rebuilt), and the scopes' active reflections, a few
+    # a task, are read from their own index, not among every active item of the scopes.
+    [*_fts_triggers(sides=True), MEMORY_REFLECTIONS_SQL],
 ]

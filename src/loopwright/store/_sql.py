@@ -1959,10 +1959,19 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         with self._conn() as conn:
             # Several runs' searches (GroupRecall): one probe finds which of all their scopes
             # hold active memory, instead of one probe per run.
-            live = self._memory_scopes_in_use(conn, searches) if len(searches) > 1 else None
+            # (A recall's two searches, people's feedback and reflections, share their scopes:
+            # probed one by one, each through its own index.)
+            many = _several_scopes(searches)
+            live = self._memory_scopes_in_use(conn, searches) if many else None
+            # and which hold active reflections (their own index: few scopes hold any)
+            thought: set[tuple[str, str]] = set()
+            if many:
+                mused = [s for s in searches if s.reflections]
+                thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
             for s in searches:
                 if live is not None:
-                    found = s.limit > 0 and any((sc, k) in live for sc, k in s.scopes)
+                    holding = thought if s.reflections else live
+                    found = s.limit > 0 and any((sc, k) in holding for sc, k in s.scopes)
                 else:
                     found = self._memory_in_scope(conn, s)
                 if not found:
@@ -1974,9 +1983,12 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         return out
 
     def _memory_scopes_in_use(
-        self, conn: Any, searches: Sequence[MemorySearch]
+        self, conn: Any, searches: Sequence[MemorySearch], reflections: bool = False
     ) -> set[tuple[str, str]]:
-        """Which of the searches' ``(scope, scope_key)`` pairs hold an active item."""
+        """Which of the searches' ``(scope, scope_key)`` pairs hold an active item (an
+        active reflection: ``reflections``)."""
+        index = self._reflections_index(reflections)
+        which = " AND signal='reflection'" if reflections else ""
         pairs = list(dict.fromkeys((sc, k) for s in searches for sc, k in s.scopes))
         m = self._MARK
         live: set[tuple[str, str]] = set()
@@ -1986,8 +1998,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             live.update(
                 (r[0], r[1])
                 for r in conn.execute(
-                    f"SELECT DISTINCT scope, scope_key FROM memory WHERE status='active' "
-                    f"AND ({cond})",
+                    f"SELECT DISTINCT scope, scope_key FROM memory{index} WHERE "
+                    f"status='active'{which} AND ({cond})",
                     [v for pair in chunk for v in pair],
                 )
             )
@@ -2001,10 +2013,17 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         m = self._MARK
         cond = " OR ".join([f"(scope={m} AND scope_key={m})"] * len(pairs))
         row = conn.execute(
-            f"SELECT 1 FROM memory WHERE status='active' AND ({cond}) LIMIT 1",
-            [v for pair in pairs for v in pair],
+            f"SELECT 1 FROM memory{self._reflections_index(s.reflections)} WHERE status='active'"
+            f"{_signals(s)} AND ({cond}) LIMIT 1",
+            _flat(pairs),
         ).fetchone()
         return row is not None
+
+    def _reflections_index(self, reflections: bool | None) -> str:
+        """Where a search reads reflections only, SQLite is told their index: without
+        statistics its planner walked every active item of the scope (``memory_strength``)
+        to find the few reflections. PostgreSQL's planner weighs the partial index itself."""
+        return " INDEXED BY memory_reflections" if reflections and self._MARK == "?" else ""
 
     def _memory_search_sql(self, s: MemorySearch) -> tuple[str, list[Any]]:
         """One search as one statement, all ranking in the database:
@@ -2018,7 +2037,10 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
           the others are looked up in the table;
         - per scope, the ``limit`` strongest items: a non-match ranks at the floor, by
           strength, so no other non-match can place;
-        - the candidates ranked; whole rows read for the first ``limit`` only."""
+        - the candidates ranked; whole rows read for the first ``limit`` only.
+
+        ``s.reflections`` keeps people's feedback or reflections only (``_signals``), in every
+        part: the matches scored, their best, the bar and the strongest."""
         m = self._MARK
         pairs = [(scope, key) for scope, key in s.scopes]
         if not pairs or s.limit <= 0:
@@ -2029,6 +2051,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
         cols = f"m.{k} AS k, m.strength, m.scope, m.updated_at, m.memory_id"
         in_scope = "(" + " OR ".join([f"(m.scope={m} AND m.scope_key={m})"] * len(pairs)) + ")"
         pair_args = [v for pair in pairs for v in pair]
+        sig, by_index = _signals(s, "m."), self._reflections_index(s.reflections)
         ctes: list[str] = []
         branches: list[str] = []
         args: list[Any] = []
@@ -2038,7 +2061,11 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 # The tag column keeps the match to the scopes' active items, so no other
                 # match is scored; bm25() is lower for better matches; the tag weighs 0.
                 terms = " OR ".join(f'"{t}"' for t in s.terms)
-                tags = " OR ".join(f'"{memory_tag(scope, key)}"' for scope, key in pairs)
+                # each side its own tags (a reflection's apart: schema v15)
+                sides = [False, True] if s.reflections is None else [s.reflections]
+                tags = " OR ".join(
+                    f'"{memory_tag(scope, key, side)}"' for side in sides for scope, key in pairs
+                )
                 # Capped, FTS5 hands the matches out newest first (rowid order, which it
                 # keeps) and stops after ``ranked``: bm25() reads only those rows.
                 cap = "" if s.ranked is None else f" ORDER BY rowid DESC LIMIT {int(s.ranked)}"
@@ -2051,7 +2078,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
                 tsq = " | ".join(f"'{t}'" for t in s.terms)
                 match = (
                     f"FROM memory m, to_tsquery('english'::regconfig, {m}) q "
-                    f"WHERE m.search @@ q AND m.status='active'"
+                    f"WHERE m.search @@ q AND m.status='active'{sig}"
                 )
                 if s.ranked is None:
                     ctes.append(
@@ -2085,7 +2112,7 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             # already, and left out: without statistics the planner took the check for very
             # selective and read every row of the scopes to join them to the hits.
             again, again_args = (
-                (f"AND m.status='active' AND {in_scope}", pair_args) if fts5 else ("", [])
+                (f"AND m.status='active'{sig} AND {in_scope}", pair_args) if fts5 else ("", [])
             )
             ctes.append(
                 f"bar AS (SELECT COALESCE((SELECT m.strength * {rel} AS score FROM "
@@ -2103,8 +2130,8 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             args += again_args
         for scope, key in pairs:
             branches.append(
-                f"SELECT * FROM (SELECT {cols}, 0.0 AS raw FROM memory m "
-                f"WHERE m.scope={m} AND m.scope_key={m} AND m.status='active' "
+                f"SELECT * FROM (SELECT {cols}, 0.0 AS raw FROM memory m{by_index} "
+                f"WHERE m.scope={m} AND m.scope_key={m} AND m.status='active'{sig} "
                 f"ORDER BY m.strength DESC, m.updated_at DESC, m.memory_id LIMIT {limit}) AS strongest"
             )
             args += [scope, key]
@@ -2157,6 +2184,34 @@ class SQLStore(LiveSQL, PeopleSQL, Store):
             conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))
             item.update(status=status, updated_at=now, history=history)
         return item
+
+
+def _several_scopes(searches: Sequence[MemorySearch]) -> bool:
+    """Whether the searches read more than one set of scopes (a recall's two searches, people's
+    feedback and reflections, read one): a loop, no comprehension a cycle."""
+    first = None
+    for s in searches:
+        if first is None:
+            first = s.scopes
+        elif s.scopes != first:
+            return True
+    return False
+
+
+def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """``[scope, key, scope, key, …]``, in a loop (no comprehension a cycle)."""
+    out: list[str] = []
+    for scope, key in pairs:
+        out += (scope, key)
+    return out
+
+
+def _signals(s: MemorySearch, prefix: str = "") -> str:
+    """The condition keeping a search's side (``MemorySearch.reflections``): people's
+    feedback, reflections, or (None) every item."""
+    if s.reflections is None:
+        return ""
+    return f" AND {prefix}signal {'=' if s.reflections else '<>'} 'reflection'"
 
 
 def _event_rows(

@@ -85,6 +85,7 @@ from ._views import (
     chart_svg,
     decided_while_parked,
     edits_view,
+    ended_row,
     events_view,
     held_or_stored,
     is_svg,
@@ -657,13 +658,17 @@ def create_app(
             "state": state,
             "next_step": nxt,
             # (a windowed page lists the newest CYCLES_SHOWN: only those rows are built)
-            "timeline": (
-                rows := timeline(
-                    cks,
-                    ended=rec.status in TERMINAL_STATUSES,
-                    newest=CYCLES_SHOWN if windowed else None,
-                )
-            ),
+            # (and the cycle the run ended inside, if it has no record: its cost, why)
+            "timeline": [
+                *(
+                    rows := timeline(
+                        cks,
+                        ended=rec.status in TERMINAL_STATUSES,
+                        newest=CYCLES_SHOWN if windowed else None,
+                    )
+                ),
+                *ended_row(store, rec),
+            ],
             # An ended run's held-out verdict is its last judged candidate's (issue 17): say so
             # when that candidate was never applied (a failed effect, a denied request).
             "held_of_unapplied": rows[-1]["cycle"]

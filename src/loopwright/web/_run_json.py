@@ -8,6 +8,7 @@ server holds a page, not the run (40 MB of JSON and ~420 MB of objects at 20,000
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from ._views import (
     ChartPoint,
     chart_point,
     edits_view,
+    ended_row,
     event_view,
     held_or_stored,
     journal_view,
@@ -109,7 +111,7 @@ def run_document(
                 yield row
 
     yield ',"timeline":'
-    yield from _array(rows())
+    yield from _array(itertools.chain(rows(), ended_row(store, rec)))
     yield ',"chart":'
     yield from _array(
         {"cycle": p.cycle, "best_score": p.best, "spent_usd": p.spent, "improved": p.improved}

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 from markupsafe import Markup, escape
 
 from .._contract import Contract
+from .._finishing import ended_inside
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
-from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord
+from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord, Store
 from ..store._base import concluded_cycles
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "decided_while_parked",
     "edit_text",
     "edits_view",
+    "ended_row",
     "event_view",
     "events_view",
     "held_or_stored",
@@ -110,6 +112,38 @@ def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[st
             return _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
         return None
     return _cycle_row(ck, rec)
+
+
+def ended_row(store: Store, rec: RunRecord) -> list[dict[str, Any]]:
+    """The row of the cycle an ended run ended inside (the actor asked for a person, a
+    verifier gave up, a budget crossed mid-cycle), which has no record: what it cost and why
+    it ended (``_finishing.ended_inside``); none if the run ended otherwise."""
+    end = ended_inside(store, rec)
+    if end is None:
+        return []
+    usage = end["usage"]
+    return [
+        {
+            "cycle": end["cycle"],
+            "at": None,
+            "parked": False,
+            "unapplied": False,
+            "ended_inside": True,
+            "kind": "ended inside this cycle",
+            "replace": [],
+            "edits": [],
+            "note": str(end["cause"]),
+            "effects": [],
+            "duplicate": False,
+            "visible": [],
+            "held_out": [],
+            "score": None,
+            "improved": False,
+            "decision": str(end["decision"]),
+            "cost_usd": float(usage.get("cost_usd") or 0.0),
+            "tokens": int(usage.get("tokens") or 0),
+        }
+    ]
 
 
 def _unapplied_row(

@@ -1,0 +1,80 @@
+"""A recall: the feedback memory put in a context, what people said first.
+
+People's feedback (every signal but ``reflection``) and the loop's own reflections are two
+bounded store searches (``MemorySearch.reflections``); reflections are read, and shown, only
+when people's feedback leaves slots free. ``FeedbackMemory.retrieve``, each cycle's recall
+(``_cycle``) and ``GroupRecall`` (runs sharing an event loop) all go through ``recall``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._memory import RECALL_RANKED, MemoryItem, memory_search, rank
+
+if TYPE_CHECKING:
+    from .store._base import MemorySearch, Store
+
+__all__ = ["recall", "recall_searches"]
+
+
+def recall_searches(
+    scopes: Iterable[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = RECALL_RANKED,
+) -> tuple[MemorySearch, MemorySearch]:
+    """A recall's two store searches: what people said (every signal but ``reflection``),
+    then what the loop told itself (reflections). Their rows, in that order, go to ``rank``:
+    a person's feedback always comes before a reflection, however many reflections repeat
+    the query's words, and reflections fill only the slots people's feedback leaves free.
+    Each is bounded as one search was (``limit``, ``ranked``)."""
+    given = list(scopes)
+    people = memory_search(given, query, limit, ranked, reflections=False)
+    return people, memory_search(given, query, limit, ranked, reflections=True)
+
+
+def recall(
+    store: Store,
+    scopes: Sequence[tuple[str, str | None]],
+    query: str,
+    limit: int = 5,
+    ranked: int | None = RECALL_RANKED,
+    found: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+) -> builtins.list[MemoryItem]:
+    """At most ``limit`` items for a context: people's feedback first, ranked among itself,
+    then, only if it leaves slots free, reflections (``recall_searches``): a recall whose
+    people's feedback fills the context asks the store one search. ``found``: the rows of
+    the people's search, and of the reflections' one, already read (``GroupRecall``); what
+    is missing is read from ``store``."""
+    if limit <= 0:
+        return []
+    people, loop = recall_searches(scopes, query, limit, ranked)
+    mine, out = _fill(store, people, found[0] if found else None, (), scopes, limit)
+    if len(out) == limit:
+        return out
+    theirs = found[1] if found and len(found) > 1 else None
+    return _fill(store, loop, theirs, mine, scopes, limit)[1]
+
+
+def _fill(
+    store: Store,
+    search: MemorySearch,
+    rows: Sequence[Mapping[str, Any]] | None,
+    before: Sequence[Mapping[str, Any]],
+    scopes: Sequence[tuple[str, str | None]],
+    limit: int,
+) -> tuple[Sequence[Mapping[str, Any]], builtins.list[MemoryItem]]:
+    """``search``'s rows (``rows``, or read) and the items of ``before`` and them; read
+    again, asking for more, while the same feedback in several scopes took the spare rows."""
+    while True:
+        if rows is None:
+            [rows] = store.memory_search([search])
+        out = rank([*before, *rows], scopes=scopes, limit=limit)
+        if len(out) == limit or len(rows) < search.limit:
+            return rows, out
+        search = dataclasses.replace(search, limit=2 * search.limit)
+        rows = None

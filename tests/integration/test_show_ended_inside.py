@@ -1,0 +1,128 @@
+"""The cycle a run ended inside is shown: ``loopwright show`` (text and ``--json``), the run
+page and its API list it with what it cost and why the run ended there.
+
+From an outside probe: an escalated run's timeline listed cycles 1-2 at $0.015 each while its
+spend said $0.080; the $0.05 cycle in which the actor asked for a person had no record, so no
+timeline listed it. And its ``proposal`` event said ``kind: "noop"`` without the reason."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Any
+
+import pytest
+from support.printed import shown_text
+
+import loopwright as lw
+from loopwright.cli import _app
+
+SHAPED = "sk-planted-escalate-0123456789abcdef"  # a key's shape: masked wherever it is
+TASK = {"goal": "g", "artifacts": {"doc": {"n": 0}}}
+
+
+def _vis(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    if state.artifacts["doc"].values()["n"] == 99:
+        raise ValueError("boom")
+    return lw.Verdict(
+        passed=False,
+        score=0.0,
+        findings=(lw.Finding("low", "doc", "n", "v"),),
+        usage=lw.Usage(0.002, 7),
+    )
+
+
+def _loop(how: str) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 3 and how == "asked":
+            return lw.Proposal(escalate=f"need a person ({SHAPED})", usage=lw.Usage(0.05, 50))
+        n = 99 if ctx.cycle == 3 and how == "gave up" else ctx.cycle
+        return lw.Proposal.edit("doc", {"n": n}, usage=lw.Usage(0.01, 20))
+
+    cycles = 2 if how == "between" else 6
+    return lw.Loop(
+        name="ends",
+        actor=actor,
+        verifiers=[lw.Check(fn=_vis, name="vis")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+def _json(url: str, run_id: str) -> dict[str, Any]:
+    out, old = io.StringIO(), sys.stdout
+    sys.stdout = out
+    try:
+        _app.show(run_id, store=url, as_json=True)
+    finally:
+        sys.stdout = old
+    return json.loads(out.getvalue())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("how", "cost", "cause"),
+    [
+        ("asked", 0.05, "the actor asked for a person: need a person"),
+        ("gave up", 0.01, "verifier vis raised an exception (ValueError: boom)"),
+    ],
+)
+def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
+    url: str, how: str, cost: float, cause: str
+) -> None:
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(how), TASK, task_key=how)
+    assert (r.status, r.cycles) == ("escalated", 2)
+    assert r.spent.cost_usd == pytest.approx(2 * 0.012 + cost)
+
+    doc = _json(url, r.run_id)
+    last = doc["cycles"][-1]
+    assert [c["cycle"] for c in doc["cycles"]] == [1, 2, 3]
+    assert last["ended_inside"] is True
+    assert last["decision"] == "escalated"
+    assert last["cause"].startswith(cause)
+    assert SHAPED not in json.dumps(doc)  # masked, as everything stored is
+    assert last["usage"]["cost_usd"] == pytest.approx(cost)
+    # every dollar of the run's spend is in a listed cycle
+    listed = sum(c["usage"]["cost_usd"] for c in doc["cycles"])
+    assert listed == pytest.approx(doc["run"]["cost_usd"])
+
+    text, _ = shown_text(url, r.run_id)
+    assert f"cycle 3  escalated  score -  ${cost:.3f}" in text
+    assert "ended inside this cycle:" in text
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    page = client.get(f"/runs/{r.run_id}").text
+    assert "ended inside this cycle" in page and f"${cost:.4f}" in page
+    rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
+    assert [(t["cycle"], t.get("ended_inside", False)) for t in rows] == [
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
+    assert rows[-1]["cost_usd"] == pytest.approx(cost)
+
+
+def test_a_run_ended_between_cycles_lists_no_more_cycles(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("between"), TASK, task_key="between")
+    assert (r.status, r.cycles) == ("stopped", 2)
+    doc = _json(url, r.run_id)
+    assert [c["cycle"] for c in doc["cycles"]] == [1, 2]
+    assert not any(c.get("ended_inside") for c in doc["cycles"])
+
+
+def test_an_escalating_proposal_logs_its_reason_masked(url: str) -> None:
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("asked"), TASK, task_key="asked")
+        [said] = [
+            e.data for e in rt.store.events(r.run_id) if e.kind == "proposal" and e.cycle == 3
+        ]
+        plain = [e.data for e in rt.store.events(r.run_id) if e.kind == "proposal" and e.cycle < 3]
+    assert said["escalate"].startswith("need a person (")
+    assert SHAPED not in said["escalate"]
+    assert all("escalate" not in d for d in plain)  # only a proposal that escalates says it
