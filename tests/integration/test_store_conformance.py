@@ -1627,7 +1627,6 @@ def test_postgres_leases_follow_the_server_clock(
     """Workers on hosts whose clocks disagree still agree on who holds a lease: expiry is set
     and compared on the database server's clock."""
     from loopwright.store import (  # the shared SQL core's modules read the writer's clock
-        _sql,
         _sql_commit,
         _sql_core,
         _sql_journal,
@@ -1647,7 +1646,7 @@ def test_postgres_leases_follow_the_server_clock(
         def time() -> float:
             return real() + skew["s"]
 
-    sqlmods = (_sql, _sql_commit, _sql_core, _sql_journal, _sql_migrations, _sql_reads, _sql_runs)
+    sqlmods = (_sql_commit, _sql_core, _sql_journal, _sql_migrations, _sql_reads, _sql_runs)
     for sqlmod in sqlmods:
         monkeypatch.setattr(sqlmod, "time", SkewedTime())
     a, b = open_store(pg_url), open_store(pg_url)
