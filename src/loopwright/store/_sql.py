@@ -7,6 +7,11 @@ runner and the parsing of rows. A backend sets the dialect (``_MARK``, ``_DB_NOW
 ``_LOCKS``, ``_UNIQUE``, ``_REFUSED``, ``_DB_FAILURE``, ``_js``/``_jl``) and the hooks:
 connections and transactions (``_conn``, ``_tx``, ``_savepoint``, ``_executemany``), the
 batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by design.
+
+``SQLStore`` is made of parts, each a mixin in its own module: the statements
+(``_sql_statements``), the dialect, hooks and row readers (``_sql_core``), migrations, runs and
+leases, reads and events, commits, the journal and effect claims, approvals (``_sql_*``). This
+module joins them and holds feedback memory: its statements and methods.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ _log = logging.getLogger("loopwright.store")
 
 
 class MigrationsSQL(SQLCore):
-    """Schema migrations: applied in order, the version recorded, claims and generations backfilled."""
+    """Schema migrations, applied in order; the claims and generations they need backfilled."""
 
     # --- schema -------------------------------------------------------------------------
     def _apply_migrations(
