@@ -83,11 +83,11 @@ import contextlib, io, json, sys, time, tracemalloc
 sys.path.insert(0, sys.argv[3])
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store import _sql
+from loopwright.store import _sql_core
 n, db, op = int(sys.argv[1]), sys.argv[2], sys.argv[4]
 url = f"sqlite:///{db}?durability=process"
 made = [0]
-base = _sql.JournalEntry
+base = _sql_core.JournalEntry
 
 
 class Counted(base):
@@ -103,7 +103,7 @@ with lw.Runtime(url) as rt:
     rt.store.journal(run.run_id, key="warm")  # statements prepared, modules imported
     with contextlib.redirect_stdout(io.StringIO()):
         main(["show", "nope", "--store", url])  # the CLI's modules imported
-    _sql.JournalEntry = Counted
+    _sql_core.JournalEntry = Counted
     tracemalloc.start()
     cpu = time.process_time()
     if op == "cancel":
@@ -115,7 +115,7 @@ with lw.Runtime(url) as rt:
     cpu = time.process_time() - cpu
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    _sql.JournalEntry = base
+    _sql_core.JournalEntry = base
     if op != "cancel":  # what it inherited, read after the measure
         told = len(rt.store.journal(new.run_id, kind="effect"))
 print(json.dumps({"decoded": made[0], "peak_kb": peak // 1024, "cpu_s": round(cpu, 4),

@@ -71,11 +71,11 @@ MEASURE = """
 import json, sys, time, tracemalloc
 sys.path.insert(0, sys.argv[3])
 import loopwright as lw
-from loopwright.store import _sql
+from loopwright.store import _sql_core
 from paying import loop
 n, db = int(sys.argv[1]), sys.argv[2]
 made = [0]
-base = _sql.JournalEntry
+base = _sql_core.JournalEntry
 
 
 class Counted(base):
@@ -89,7 +89,7 @@ class Counted(base):
 with lw.Runtime(f"sqlite:///{db}?durability=process") as rt:
     run = rt.store.get_run(f"pay-{n}")
     rt.store.journal(run.run_id, key="warm")  # statements prepared, modules imported
-    _sql.JournalEntry = Counted
+    _sql_core.JournalEntry = Counted
     tracemalloc.start()
     cpu = time.process_time()
     rt.rollback(run.run_id, n - 2, by="bench", loop=loop(n))

@@ -18,7 +18,7 @@ import pytest
 from test_rollback_journal_reads import _Counted, _paying_loop
 
 import loopwright as lw
-from loopwright.store import JournalEntry, Store, _sql, open_store
+from loopwright.store import JournalEntry, Store, _sql, _sql_core, open_store
 from loopwright.store.sqlite import SQLiteStore
 
 # (key, kind, cycle, status, data) of the origin's journal: what a fork at cycle 5 inherits
@@ -197,7 +197,7 @@ def test_a_late_fork_decodes_no_entry(tmp_path: Path, monkeypatch: pytest.Monkey
             r = rt.run_sync(_paying_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
             read.clear()
             with monkeypatch.context() as m:
-                m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql_core, "JournalEntry", _Counted)
                 m.setattr(_sql.SQLStore, "rejected_rows", counted)
                 _Counted.made[0] = 0
                 new = rt.fork(r.run_id, cycles)

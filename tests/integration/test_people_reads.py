@@ -19,7 +19,7 @@ from test_rollback_journal_reads import PAY, _Counted, _paying_loop, _scenario
 
 import loopwright as lw
 from loopwright.cli import main
-from loopwright.store import JournalEntry, NewApproval, Store, _base, _sql, open_store
+from loopwright.store import JournalEntry, NewApproval, Store, _base, _sql, _sql_core, open_store
 from loopwright.store.sqlite import SQLiteStore
 
 
@@ -73,7 +73,7 @@ def test_cancel_counts_the_done_effects_it_cannot_offer(
             assert len(done) == cycles - 1
         capsys.readouterr()
         with monkeypatch.context() as m:
-            m.setattr(_sql, "JournalEntry", _Counted)
+            m.setattr(_sql_core, "JournalEntry", _Counted)
             _Counted.made[0] = 0
             assert main(["cancel", r.run_id, "--by", "ann", "--store", db]) == 0
             decoded[cycles] = _Counted.made[0]
@@ -108,14 +108,14 @@ def test_a_request_named_by_a_prefix_reads_those_of_the_prefix(
         with lw.Runtime(str(tmp_path / f"a{cycles}.db")) as rt:
             run_id, pending = _asked_run(rt, cycles)
             with monkeypatch.context() as m:
-                m.setattr(_sql, "Approval", _CountedApproval)
+                m.setattr(_sql_core, "Approval", _CountedApproval)
                 _CountedApproval.made[0] = 0
                 found = rt.pending_approval(run_id, pending[:-2])
                 by_prefix[cycles] = _CountedApproval.made[0]
             assert found.approval_id == pending
             rt.approve(run_id, by="ann", approval_id=pending[:-2])
             with monkeypatch.context() as m:
-                m.setattr(_sql, "Approval", _CountedApproval)
+                m.setattr(_sql_core, "Approval", _CountedApproval)
                 _CountedApproval.made[0] = 0
                 with pytest.raises(lw.ApprovalError, match=f"{pending} was already approved"):
                     rt.pending_approval(run_id)
@@ -235,7 +235,7 @@ def test_show_reads_the_effects_not_the_retry_entries(
             st.release_lease(r.run_id, token)
         capsys.readouterr()
         with monkeypatch.context() as m:
-            m.setattr(_sql, "JournalEntry", _Counted)
+            m.setattr(_sql_core, "JournalEntry", _Counted)
             _Counted.made[0] = 0
             assert main(["show", r.run_id, "--store", db]) == 0
             decoded[cycles] = _Counted.made[0]
@@ -268,7 +268,7 @@ def test_a_fork_reads_the_done_effects_up_to_its_cycle(
             assert len(rt.store.rejected_rows(r.run_id)) == cycles
             read.clear()
             with monkeypatch.context() as m:
-                m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql_core, "JournalEntry", _Counted)
                 m.setattr(_sql.SQLStore, "rejected_rows", counted)
                 _Counted.made[0] = 0
                 new = rt.fork(r.run_id, 3)

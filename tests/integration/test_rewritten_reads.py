@@ -15,7 +15,7 @@ from test_metrics_streaming import _long_loop
 
 import loopwright as lw
 from loopwright._errors import ConfigError
-from loopwright.store import Store, _base, _sql
+from loopwright.store import Store, _base, _sql_reads
 
 
 def test_a_late_fork_or_rollback_decodes_no_version(
@@ -40,7 +40,7 @@ def test_a_late_fork_or_rollback_decodes_no_version(
             assert r.cycles == cycles
             with monkeypatch.context() as m:
                 m.setattr(_base, "Version", Counted)
-                m.setattr(_sql, "Version", Counted)
+                m.setattr(_sql_reads, "Version", Counted)
                 built[0] = 0
                 rt.fork(r.run_id, at_cycle=cycles - 1, task_key="f")
                 assert built[0] == 0, (cycles, "fork", built[0])

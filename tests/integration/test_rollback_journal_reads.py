@@ -15,7 +15,7 @@ import pytest
 
 import loopwright as lw
 from loopwright._reversal import offer_compensations
-from loopwright.store import JournalEntry, Store, _base, _sql, open_store
+from loopwright.store import JournalEntry, Store, _base, _sql, _sql_core, open_store
 from loopwright.store.sqlite import SQLiteStore
 
 ALLOW = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
@@ -77,7 +77,7 @@ def test_a_rollback_offers_from_the_cycles_rolled_back_not_the_run(
             assert r.cycles == cycles
             assert len(rt.store.journal(r.run_id, kind="effect")) == cycles
             with monkeypatch.context() as m:
-                m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql_core, "JournalEntry", _Counted)
                 _Counted.made[0] = 0
                 pend, reqs = offer_compensations(
                     rt.store, r.run_id, after_cycle=cycles - 2, loop=loop, cycle=cycles, why="t"
@@ -256,7 +256,7 @@ def test_a_rollback_reads_no_entry_of_the_cycles_it_keeps(
         with lw.Runtime(url) as rt:
             r = rt.run_sync(loop, {"artifacts": {"doc": {}}}, task_key="w")
             with monkeypatch.context() as m:
-                m.setattr(_sql, "JournalEntry", _Counted)
+                m.setattr(_sql_core, "JournalEntry", _Counted)
                 _Counted.made[0] = 0
                 rt.rollback(r.run_id, cycles - 2, by="dave", loop=loop)
                 decoded[cycles] = _Counted.made[0]
@@ -302,7 +302,7 @@ def test_a_resume_reads_the_offers_requests_not_the_runs(
             rt.rollback(r.run_id, cycles - 1, by="dave", loop=loop)
             rt.approve(r.run_id, by="ann")  # the refund of the last payment
             with monkeypatch.context() as m:
-                m.setattr(_sql, "Approval", CountedApproval)
+                m.setattr(_sql_core, "Approval", CountedApproval)
                 CountedApproval.made[0] = 0
                 rt.resume_sync(
                     r.run_id,

@@ -1626,7 +1626,14 @@ def test_postgres_leases_follow_the_server_clock(
 ) -> None:
     """Workers on hosts whose clocks disagree still agree on who holds a lease: expiry is set
     and compared on the database server's clock."""
-    from loopwright.store import _sql as sqlmod  # the shared SQL core reads the writer's clock
+    from loopwright.store import (  # the shared SQL core's modules read the writer's clock
+        _sql_commit,
+        _sql_core,
+        _sql_journal,
+        _sql_migrations,
+        _sql_reads,
+        _sql_runs,
+    )
 
     real = time.time
     skew = {"s": 0.0}
@@ -1639,7 +1646,9 @@ def test_postgres_leases_follow_the_server_clock(
         def time() -> float:
             return real() + skew["s"]
 
-    monkeypatch.setattr(sqlmod, "time", SkewedTime())
+    sqlmods = (_sql_commit, _sql_core, _sql_journal, _sql_migrations, _sql_reads, _sql_runs)
+    for sqlmod in sqlmods:
+        monkeypatch.setattr(sqlmod, "time", SkewedTime())
     a, b = open_store(pg_url), open_store(pg_url)
     try:
         run_id = _create(a, "clock")

@@ -15,7 +15,7 @@ from support.long_loops import rejecting_loop
 from test_rollback_journal_reads import _paying_loop
 
 import loopwright as lw
-from loopwright.store import _base, _sql
+from loopwright.store import _base, _sql_core, _sql_reads
 from loopwright.web import create_app
 
 TOKEN = "test-token-0123456789"
@@ -49,7 +49,7 @@ def test_an_edit_from_the_api_reads_its_own_event_not_the_log(
         first = c.post(url, json={"value": "by hand"}, headers=BEARER)  # warm
         assert first.status_code == 200, first.text
         with monkeypatch.context() as m:
-            m.setattr(_sql, "Event", _CountedEvent)
+            m.setattr(_sql_reads, "Event", _CountedEvent)
             _CountedEvent.made[0] = 0
             resp = c.post(url, json={"value": "by hand again"}, headers=BEARER)
             decoded[cycles] = _CountedEvent.made[0]
@@ -91,7 +91,7 @@ def test_a_resume_from_the_api_reads_the_pending_requests_not_the_runs(
         url = f"/api/runs/{r.run_id}/resume"
         assert c.post(url, headers=BEARER).status_code == 409  # warm
         with monkeypatch.context() as m:
-            m.setattr(_sql, "Approval", _CountedApproval)
+            m.setattr(_sql_core, "Approval", _CountedApproval)
             _CountedApproval.made[0] = 0
             resp = c.post(url, headers=BEARER)
             decoded[cycles] = _CountedApproval.made[0]

@@ -1,0 +1,149 @@
+"""The SQL core's approvals (requests, reads, pages and decisions) and cancellation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import (
+    ApprovalError,
+)
+from ._base import (
+    Approval,
+    RunRecord,
+)
+from ._rows import (
+    APPROVAL_COLS,
+    decided_event,
+    sql_int,
+)
+from ._sql_core import SQLCore, _where
+
+DECISIONS = ("approved", "answered", "denied", "expired", "cancelled")
+
+
+class ApprovalsSQL(SQLCore):
+    """Approvals and cancellation."""
+
+    # --- approvals and cancellation ----------------------------------------------------
+    def approvals(self, *, run_id: str | None = None, status: str | None = None) -> list[Approval]:
+        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
+        query = f"SELECT {APPROVAL_COLS} FROM approvals{where} ORDER BY requested_at, approval_id"
+        return [self._approval(r) for r in self._all(query, args)]
+
+    def approval(self, approval_id: str) -> Approval | None:
+        m = self._MARK
+        rows = self._all(
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE approval_id={m}", [approval_id]
+        )
+        return self._approval(rows[0]) if rows else None
+
+    def approvals_by_prefix(
+        self, run_id: str, prefix: str, *, limit: int | None = None
+    ) -> list[Approval]:
+        if limit is not None and limit <= 0:
+            return []
+        m = self._MARK
+        # The run's rows through its index, only those of the prefix decoded: the first
+        # characters compared as typed (LIKE ignores ASCII case on SQLite; startswith did not)
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE run_id={m} "
+            f"AND substr(approval_id, 1, CAST({m} AS INTEGER))={m} ORDER BY requested_at, approval_id"
+            + ("" if limit is None else f" LIMIT {int(limit)}")
+        )
+        return [self._approval(r) for r in self._all(query, [run_id, len(prefix), prefix])]
+
+    def count_approvals(
+        self, *, status: str | None = None, run_id: str | None = None, search: str | None = None
+    ) -> int:
+        where, args = self._approvals_where(status, run_id, search)
+        return int(self._all(f"SELECT COUNT(*) FROM approvals{where}", args)[0][0])
+
+    def page_approvals(
+        self,
+        *,
+        status: str | None = None,
+        run_id: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int,
+    ) -> list[Approval]:
+        where, args = self._approvals_where(status, run_id, search)
+        if after is not None:  # keyset pagination: the rows after (requested_at, approval_id)
+            m = self._MARK
+            where += (" AND " if where else " WHERE ") + (
+                f"(requested_at < {m} OR (requested_at = {m} AND approval_id > {m}))"
+            )
+            args += [after[0], after[0], after[1]]
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals{where} "
+            f"ORDER BY requested_at DESC, approval_id LIMIT {sql_int(max(0, limit))}"
+        )
+        return [self._approval(r) for r in self._all(query, args)]
+
+    def _approvals_where(
+        self, status: str | None, run_id: str | None, search: str | None
+    ) -> tuple[str, list[Any]]:
+        where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
+        needle = (search or "").strip().lower()
+        if needle:
+            # as approvals_matching: an id prefix (either id), or a substring of the words;
+            # ! escapes LIKE's wildcards
+            m = self._MARK
+            pat = needle.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+            words = ("what", "why", "rule", "kind")
+            low = self._LOWER
+            cond = " OR ".join(
+                [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in ("approval_id", "run_id")]
+                + [f"{low}({c}) LIKE {m} ESCAPE '!'" for c in words]
+            )
+            where += (" AND " if where else " WHERE ") + f"({cond})"
+            args += [f"{pat}%"] * 2 + [f"%{pat}%"] * len(words)
+        return where, args
+
+    def decided_approvals(self, limit: int) -> list[Approval]:
+        # Only ``limit`` rows are parsed; the scan for them stays in the database.
+        query = (
+            f"SELECT {APPROVAL_COLS} FROM approvals WHERE status <> 'pending' "
+            f"ORDER BY requested_at DESC, approval_id DESC LIMIT {self._MARK}"
+        )
+        return [self._approval(r) for r in self._all(query, [max(0, int(limit))])]
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        status: str,
+        by: str,
+        note: str | None,
+        now: float,
+        answer: Any = None,
+    ) -> Approval:
+        if status not in DECISIONS:
+            raise ApprovalError(f"unknown decision {status!r}")
+        q, js = self._q, self._js
+        with self._tx() as conn:
+            # The run's row first, then the request's: the order a commit takes them in (its
+            # fencing update, then the requests it closes), so a person deciding while a
+            # cancel commits waits for it instead of deadlocking with it (PostgreSQL).
+            owner = conn.execute(q.approval_run, (approval_id,)).fetchone()
+            if owner is None:
+                raise ApprovalError(f"no approval request {approval_id!r}")
+            self._lock_run(conn, owner[0])
+            row = conn.execute(
+                q.decide,
+                (status, by, now, note, None if answer is None else js(answer), approval_id),
+            ).fetchone()
+            if row is None:
+                found = conn.execute(q.approval_status, (approval_id,)).fetchone()
+                raise ApprovalError(
+                    f"approval {approval_id} was already {found[0]}"
+                    + (f" by {found[1]}" if found[1] else "")
+                )
+            decided = self._approval(row)
+            conn.execute(q.insert_event, decided_event(decided, by, note, answer, now, js))
+        return decided
+
+    def request_cancel(self, run_id: str) -> RunRecord:
+        with self._tx() as conn:
+            conn.execute(self._q.cancel, (True, run_id))
+        return self.get_run(run_id)

@@ -1,0 +1,285 @@
+"""The SQL core's effect/retry journal and its store-wide effect claims."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from .._errors import (
+    ConflictError,
+    EffectKeyHeld,
+    EffectKeyMoved,
+    RunNotFoundError,
+    StaleLeaseError,
+)
+from ._base import (
+    EffectClaim,
+    JournalEntry,
+    NewEvent,
+)
+from ._rows import (
+    event_row,
+)
+from ._sql_core import SQLCore, _where
+from ._sql_statements import JOURNAL_COLS, journal_key
+
+
+def check_journal_expect(run_id: str, key: str, status: str | None, expect: str | None) -> None:
+    """``journal_put``'s ``expect_status``: ``""`` = the entry must not exist yet, a status =
+    it must exist with that status. ``status`` is the entry's (``None``: there is none)."""
+    if expect is None:
+        return
+    if expect == "":
+        if status is not None:
+            raise ConflictError(
+                f"run {run_id}: journal entry {key!r} already exists (status {status!r})"
+            )
+    elif status is None:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} does not exist (expected status {expect!r})"
+        )
+    elif status != expect:
+        raise ConflictError(
+            f"run {run_id}: journal entry {key!r} has status {status!r}, expected {expect!r}"
+        )
+
+
+class JournalSQL(SQLCore):
+    """The journal's writes (with effect claims) and reads."""
+
+    # --- effect/retry journal -----------------------------------------------------------
+    def journal_put(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        key: str,
+        kind: str,
+        cycle: int,
+        status: str,
+        data: Mapping[str, Any],
+        attempts: int | None = None,
+        expect_status: str | None = None,
+        events: Sequence[NewEvent] = (),
+        claim: tuple[str, str, str] | None = None,
+        lazy: bool = False,
+    ) -> JournalEntry:
+        q = self._q
+        now = time.time()
+        payload = self._js(dict(data))
+        with self._tx_lazy() if lazy else self._tx() as conn:
+            # As in commit: the fencing check is a guarded write inside the transaction, so no
+            # other executor can take the lease between the check and the writes below, and
+            # every journal writer of this run queues here (SQLite: the write lock is held;
+            # PostgreSQL: the run's row lock), so the read-check-write cannot interleave.
+            if conn.execute(q.fence, (run_id, token)).fetchone() is None:
+                if conn.execute(q.run_exists, (run_id,)).fetchone() is None:
+                    raise RunNotFoundError(f"no run {run_id!r} in {self.url}")
+                raise StaleLeaseError(
+                    f"run {run_id}: journal write {key!r} refused, fencing token {token} is stale"
+                )
+            existing = conn.execute(q.journal_status, journal_key(run_id, key)).fetchone()
+            check_journal_expect(
+                run_id, key, None if existing is None else existing[0], expect_status
+            )
+            if claim is not None:
+                self._claim(conn, run_id, claim, status, data, now)
+            if existing is None:
+                row = conn.execute(
+                    q.insert_journal,
+                    (
+                        run_id,
+                        key,
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        0 if attempts is None else attempts,
+                        now,
+                        now,
+                        token,
+                    ),
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    q.update_journal,
+                    (
+                        kind,
+                        cycle,
+                        status,
+                        payload,
+                        existing[1] if attempts is None else attempts,
+                        now,
+                        token,
+                        *journal_key(run_id, key),
+                    ),
+                ).fetchone()
+            if events:
+                self._executemany(
+                    conn, q.insert_event, [event_row(run_id, e, now, self._js) for e in events]
+                )
+        return self._journal(row)
+
+    def _claim(
+        self,
+        conn: Any,
+        run_id: str,
+        claim: tuple[str, str, str],
+        status: str,
+        data: Mapping[str, Any],
+        now: float,
+    ) -> None:
+        """``journal_put``'s store-wide claim of an effect key, in its transaction."""
+        q = self._q
+        kind, key, args_hash = claim
+        if status == "intent":
+            gen = int(data.get("generation") or 1)
+            conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now, gen))
+            row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            if row[1] in ("failed", "compensated"):
+                # it never happened, or was undone: the key is free; taken (by its own run too)
+                # so that no other run takes it while this attempt is in flight. A failed
+                # action is tried again under its key; an undone one under a key never handed
+                # out (the next generation): asked for with an older one, nothing is written.
+                least = row[4] + 1 if row[1] == "compensated" else row[4]
+                if gen < least:
+                    raise EffectKeyMoved(
+                        f"effect key {kind}/{key}: generation {gen} asked, {least} is next",
+                        generation=least,
+                    )
+                conn.execute(
+                    q.take_key, (run_id, "claimed", args_hash, now, gen, kind, key, row[0])
+                )
+                row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            elif row[0] == run_id and gen > row[4]:
+                conn.execute(q.raise_generation, (gen, kind, key, gen))
+            if row[0] != run_id:
+                raise EffectKeyHeld(
+                    f"effect key {kind}/{key} is held by run {row[0]} ({row[1]})",
+                    run_id=row[0],
+                    status=row[1],
+                    args_hash=row[2],
+                    result=self._jl(row[3]) if row[3] is not None else None,
+                )
+            return
+        result = data.get("result") if status == "done" else None
+        conn.execute(
+            q.settle_key,
+            (status, None if result is None else self._js(result), now, kind, key, run_id),
+        )
+
+    def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
+        with self._conn() as conn:
+            row = conn.execute(self._q.effect_claim, (kind, key)).fetchone()
+        return None if row is None else EffectClaim(str(row[0]), str(row[1]), int(row[2]))
+
+    def journal(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        cycle: int | None = None,
+    ) -> list[JournalEntry]:
+        conds = (("run_id", run_id), ("kind", kind), ("key", key), ("cycle", cycle))
+        where, args = _where(conds, self._MARK)
+        query = f"SELECT {JOURNAL_COLS} FROM journal{where} ORDER BY created_at, key"
+        if kind is not None and key is None:
+            # The keys from the index on (run_id, kind, cycle), then the rows by primary key:
+            # asked for whole rows, SQLite read the run's every entry through the primary key
+            # instead, so a resume's look for the next cycle's retry entries grew with the
+            # run's effects (one entry a cycle).
+            m = self._MARK
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} AND key IN "
+                f"(SELECT key FROM journal{where}) ORDER BY created_at, key"
+            )
+            args = [run_id, *args]
+        return [self._journal(r) for r in self._all(query, args)]
+
+    def journal_where(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        after_cycle: int | None = None,
+        statuses: Collection[str] | None = None,
+        keys: Collection[str] | None = None,
+        limit: int | None = None,
+        upto_cycle: int | None = None,
+    ) -> list[JournalEntry]:
+        if limit is not None and limit <= 0:
+            return []
+        found = self._journal_conds(kind, after_cycle, upto_cycle, statuses)
+        if found is None:
+            return []
+        m = self._MARK
+        where, args = found
+        if keys is None:
+            # As ``journal`` does: the keys from the index on (run_id, kind, cycle) (a cycle's
+            # range of it when ``after_cycle`` is given), then the rows by primary key.
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} AND key IN "
+                f"(SELECT key FROM journal WHERE run_id={m}{where}) ORDER BY created_at, key"
+                + ("" if limit is None else f" LIMIT {int(limit)}")
+            )
+            return [self._journal(r) for r in self._all(query, [run_id, run_id, *args])]
+        out: list[JournalEntry] = []
+        wanted_keys = list(dict.fromkeys(keys))
+        for i in range(0, len(wanted_keys), 400):  # under SQLite's bound on parameters
+            chunk = wanted_keys[i : i + 400]
+            query = (
+                f"SELECT {JOURNAL_COLS} FROM journal WHERE run_id={m} "
+                f"AND key IN ({','.join([m] * len(chunk))}){where} ORDER BY created_at, key"
+            )
+            out.extend(self._journal(r) for r in self._all(query, [run_id, *chunk, *args]))
+        if len(wanted_keys) > 400:  # several chunks: their rows in one order again
+            out.sort(key=lambda e: (e.created_at, e.key))
+        return out if limit is None else out[:limit]
+
+    def _journal_conds(
+        self,
+        kind: str | None,
+        after_cycle: int | None,
+        upto_cycle: int | None,
+        statuses: Collection[str] | None,
+    ) -> tuple[str, list[Any]] | None:
+        """``journal_where``'s filters as `` AND ...`` conditions and their arguments
+        (``None``: no entry can match, an empty ``statuses``)."""
+        m = self._MARK
+        conds: list[str] = []
+        args: list[Any] = []
+        if kind is not None:
+            conds.append(f"kind={m}")
+            args.append(kind)
+        if after_cycle is not None:
+            conds.append(f"cycle>{m}")
+            args.append(int(after_cycle))
+        if upto_cycle is not None:
+            conds.append(f"cycle<={m}")
+            args.append(int(upto_cycle))
+        if statuses is not None:
+            wanted = list(dict.fromkeys(statuses))
+            if not wanted:
+                return None
+            conds.append(f"status IN ({','.join([m] * len(wanted))})")
+            args.extend(wanted)
+        return "".join(f" AND {c}" for c in conds), args
+
+    def count_journal(
+        self,
+        run_id: str,
+        *,
+        kind: str | None = None,
+        statuses: Collection[str] | None = None,
+        limit: int | None = None,
+    ) -> int:
+        found = self._journal_conds(kind, None, None, statuses)
+        if found is None or (limit is not None and limit <= 0):
+            return 0
+        where, args = found
+        rows = f"SELECT 1 FROM journal WHERE run_id={self._MARK}{where}"
+        if limit is not None:  # the first rows found, in no order: no sort, no whole scan
+            rows += f" LIMIT {int(limit)}"
+        return int(self._all(f"SELECT COUNT(*) FROM ({rows}) AS found", [run_id, *args])[0][0])

@@ -1,0 +1,167 @@
+"""The SQL core's migrations runner and the backfills that migrations need."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._effects import _canon as canon
+from .._errors import (
+    StoreCorruptError,
+)
+from ._schema import BACKFILL_CLAIMS, BACKFILL_GENERATIONS
+from ._sql_core import SQLCore
+from ._sql_statements import JOURNAL_KEY, journal_key
+
+_log = logging.getLogger("loopwright.store")
+
+
+class MigrationsSQL(SQLCore):
+    """Schema migrations, applied in order; the claims and generations they need backfilled."""
+
+    # --- schema -------------------------------------------------------------------------
+    def _apply_migrations(
+        self, conn: Any, migrations: Sequence[Sequence[str]], what: str, *, built: bool
+    ) -> None:
+        """Bring the schema forward to ``len(migrations)`` in the caller's transaction (its
+        ``loopwright_meta`` exists). ``what`` names the schema for an error: '<what> <n>,
+        newer than this loopwright understands'. ``built``: the store's tables (``runs``)
+        exist already."""
+        row = conn.execute(self._q.schema_version).fetchone()
+        if row is None and built:
+            # Its version row deleted (or its loopwright_meta dropped): migrating from 0 would
+            # fail on the first CREATE TABLE ("table runs already exists"), or, were it let
+            # pass, migrate a current store over itself.
+            raise StoreCorruptError(
+                f"{what.rpartition(' has ')[0]}: the store's tables are there but "
+                "loopwright_meta holds no schema_version row (deleted by something other "
+                "than loopwright): the store is damaged; restore it from a backup, or name "
+                "another store"
+            )
+        try:
+            version = int(row[0]) if row else 0
+        except ValueError:
+            # a version no loopwright wrote: damage, said so, never migrated over
+            raise StoreCorruptError(
+                f"{what} {row[0]!r}, not a number: the store is damaged (loopwright_meta)"
+            ) from None
+        latest = len(migrations)
+        if version > latest:
+            raise StoreCorruptError(
+                f"{what} {version}, newer than this loopwright understands ({latest}); "
+                "upgrade loopwright"
+            )
+        if version == latest:
+            return  # nothing written: opening a current store costs no sync to disk
+        for statements in migrations[version:latest]:
+            for statement in statements:
+                if statement == BACKFILL_CLAIMS:
+                    self._backfill_claims(conn)
+                elif statement == BACKFILL_GENERATIONS:
+                    self._backfill_generations(conn)
+                else:
+                    conn.execute(statement)
+        conn.execute(self._q.set_schema_version, (str(latest),))
+
+    def _backfill_claims(self, conn: Any) -> None:
+        """A migration step: claim store-wide the effect keys that runs of an earlier release
+        did (or may be doing) before keys were claimed — ``done`` with its result, an intent
+        not settled as ``claimed`` — so that no run of this release does them again
+        (invariant 2 across an upgrade). A key claimed already is left as it is; a key that
+        was undone or failed is not claimed, but an undone one is recorded as such
+        (``compensated``), so that its redo gets a key none of its runs was handed
+        (``_backfill_generations`` counts the generations). Keys that named their run are
+        claimed too: no other run asks for them. Each entry gets the ``action`` it names, as
+        this release records it: a refund of it then frees its claim (without it, the claim
+        stayed ``done`` and the next run was handed the refunded action's result)."""
+        rows = conn.execute(
+            "SELECT run_id, key, status, data FROM journal WHERE kind='effect' "
+            "ORDER BY created_at, run_id, key"
+        ).fetchall()
+        # an undone (or retired) action's next generation is key~2, key~3, ...
+        undone = {(r, k) for r, k, st, _d in rows if st in ("compensated", "retired")}
+        now = time.time()
+        insert = self._q.p(
+            "INSERT INTO effect_keys(kind, key, run_id, status, args_hash, result, updated_at) "
+            "VALUES(?,?,?,?,?,?,?) ON CONFLICT(kind, key) DO NOTHING"
+        )
+        named = self._q.p(f"UPDATE journal SET data=? WHERE {JOURNAL_KEY}")
+        freed: dict[tuple[str, str], str] = {}  # (kind, action): a run that undid it
+        for run_id, key, status, raw in rows:
+            try:
+                data = self._jl(raw) if raw is not None else {}
+            except ValueError:
+                if status in ("done", "intent", "in_doubt"):
+                    # not what any release wrote: nothing to claim by, said once per row
+                    _log.warning(
+                        "run %s: effect journal entry %s is not readable JSON; its key is not "
+                        "claimed store-wide (check whether the action happened)",
+                        run_id,
+                        key,
+                    )
+                continue
+            if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+                continue
+            action = data.get("action")
+            if not isinstance(action, str):
+                action = str(key).removeprefix("effect:")
+                head, sep, gen = action.rpartition("~")
+                if sep and gen.isdigit() and (run_id, f"effect:{head}") in undone:
+                    action = head  # a later generation of an undone action names the action
+                conn.execute(
+                    named, (self._js({**data, "action": action}), *journal_key(run_id, key))
+                )
+            if data.get("from_run"):
+                continue  # a copy of another run's action: that run's entry claims it
+            if status == "compensated":
+                freed[(data["kind"], action)] = run_id
+            if status not in ("done", "intent", "in_doubt"):
+                continue
+            args_hash = hashlib.sha256(canon(data.get("args") or {}).encode()).hexdigest()[:24]
+            done = status == "done"
+            result = data.get("result") if done else None
+            conn.execute(
+                insert,
+                (
+                    data["kind"],
+                    action,
+                    run_id,
+                    "done" if done else "claimed",
+                    args_hash,
+                    None if result is None else self._js(result),
+                    now,
+                ),
+            )
+        for (kind, action), run_id in freed.items():  # (an action done again is claimed)
+            conn.execute(insert, (kind, action, run_id, "compensated", "", None, now))
+
+    def _backfill_generations(self, conn: Any) -> None:
+        """A migration step: each claimed action's generation, the highest any run's journal
+        handed out before (an earlier release counted a redo's ``key~2``, ``~3``... in its
+        run only), so that the next redo, whichever run asks, gets a key none was given.
+        Only the entries whose key has a ``~`` are read (a first generation has none)."""
+        rows = conn.execute(
+            "SELECT key, data FROM journal WHERE kind='effect' AND key LIKE '%~%'"
+        ).fetchall()
+        for key, raw in rows:
+            try:
+                data = self._jl(raw) if raw is not None else {}
+            except ValueError:
+                continue  # not what any release wrote (``_backfill_claims`` says so)
+            if not isinstance(data, Mapping):
+                continue
+            action, kind = data.get("action"), data.get("kind")
+            if not isinstance(action, str) or not isinstance(kind, str):
+                continue  # not a business key: never claimed store-wide
+            gen = str(key).removeprefix(f"effect:{action}~")
+            if gen.isdigit() and gen != str(key):
+                conn.execute(self._q.raise_generation, (int(gen), kind, action, int(gen)))
+
+    @property
+    def schema_version(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute(self._q.schema_version).fetchone()
+        return int(row[0]) if row else 0
