@@ -413,4 +413,3 @@ def _signals(s: MemorySearch, prefix: str = "") -> str:
     if s.reflections is None:
         return ""
     return f" AND {prefix}signal {'=' if s.reflections else '<>'} 'reflection'"
-
