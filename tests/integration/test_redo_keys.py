@@ -105,16 +105,22 @@ def redo_then_refund(rt: lw.Runtime, provider: Provider) -> None:
     assert provider.collected() == 0
 
 
-def crash_b(url: str, loop: lw.Loop, phase: str) -> lw.Runtime:
-    """Run B of ``loop`` (task key "B") dies at ``phase`` of its first effect; its runtime is
-    returned open (the caller closes it)."""
+def dying(url: str, phase: str) -> lw.Runtime:
+    """A runtime whose process "dies" (``Crash``) the first time a cycle reaches ``phase``."""
 
     def die(at: str) -> None:
         if at == phase:
             raise Crash
 
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
+    rt = lw.Runtime(url)
+    rt._on_phase = die
+    return rt
+
+
+def crash_b(url: str, loop: lw.Loop, phase: str) -> lw.Runtime:
+    """Run B of ``loop`` (task key "B") dies at ``phase`` of its first effect; its runtime is
+    returned open (the caller closes it)."""
+    crashed = dying(url, phase)
     with pytest.raises(Crash):
         crashed.run_sync(loop, TASK, task_key="B")
     return crashed
@@ -339,13 +345,7 @@ def test_a_payment_whose_refund_was_interrupted_is_not_handed_to_another_run(
     with lw.Runtime(url) as rt:
         a = rt.run_sync(paying(provider), TASK)
         rt.cancel(a.run_id, by="ops", loop=paying(provider))
-
-    def die(at: str) -> None:
-        if at == phase:
-            raise Crash
-
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
+    crashed = dying(url, phase)
     with pytest.raises(Crash):
         crashed.resume_sync(a.run_id, paying(provider))
     crashed.close()
