@@ -307,6 +307,12 @@ async def perform_effect(
                 f"{named()} was done by run {h.run_id} with other arguments; the "
                 "same key with different arguments is not run — check which is right"
             )
+        elif h.status == "undoing":
+            cause = (
+                f"{named()} is being undone by run {h.run_id} (its compensation started, and "
+                "may have ended or been interrupted): its result is not reused, nor the "
+                "action run again here — check whether it was undone"
+            )
         else:
             cause = (
                 f"{named()} is held by run {h.run_id}, whose attempt is {h.status} "

@@ -188,6 +188,24 @@ def _undone(
     }
 
 
+def _mark_undo(
+    store: Store, ex: Execution, orig: JournalEntry, status: str, claim: tuple[str, str, str]
+) -> None:
+    """Records on the run's ``undo:`` entry of ``orig`` (and on the store-wide claim of its
+    business action, which this run holds) that its undoing started (``undoing``) or failed,
+    the action standing (``done``, with its result)."""
+    store.journal_put(
+        ex.run_id,
+        ex.token,
+        key=f"undo:{orig.key.removeprefix('effect:')}",
+        kind="undo",
+        cycle=orig.cycle,
+        status=status,
+        data={"name": orig.data.get("name"), "result": orig.data.get("result")},
+        claim=claim,
+    )
+
+
 def _undo(fn: Any, ikey: str, result: Any, args: Any, /, **_: Any) -> Any:
     # ``**_`` takes the journal's ``key=`` and ``compensates=``; the compensation gets the
     # original effect's key, result and arguments.
@@ -255,15 +273,27 @@ async def run_compensations(
             timeout_s=eff.timeout_s,
         )
         call = EffectCall(comp.name, {"compensates": key}, key=key)
+        orig = store.journal(ex.run_id, key=f"effect:{key}")
+        action = orig[0].data.get("action") if orig else None
+        claim = (eff.kind, str(action), "") if action else None
+        if claim is not None:
+            # Before the undoing starts, the store-wide claim says so (``undoing``): another
+            # run asking for the action must not reuse the result being undone (a refunded
+            # charge, reported paid) while the compensation runs, nor after a crash left it
+            # unsettled; the outcome below settles the claim.
+            _mark_undo(store, ex, orig[0], "undoing", claim)
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(
             store, ex, cycle, comp, call, fixed=(comp.key_for(ex.run_id, cycle, call), False)
         )
+        if outcome.status == "failed" and claim is not None:
+            # not undone: the action stands, and another run asking for it reuses its result
+            _mark_undo(store, ex, orig[0], "done", claim)
         if outcome.status == "done":
             # The original is undone: a later request with its key runs again (next generation).
-            orig = store.journal(ex.run_id, key=f"effect:{key}")
-            action = orig[0].data.get("action") if orig else None
+            if claim is not None:
+                _mark_undo(store, ex, orig[0], "compensated", claim)
             if orig:
                 # ...and so may another run: the store-wide claim of a business key (the
                 # ``action`` its journal entry names) is freed
@@ -275,7 +305,7 @@ async def run_compensations(
                     cycle=orig[0].cycle,
                     status="compensated",
                     data={**orig[0].data, "compensation": outcome.result},
-                    claim=(eff.kind, str(action), "") if action else None,
+                    claim=claim,
                 )
         notes.append(
             {**base, "status": outcome.status, "result": outcome.result, "cause": outcome.cause}

@@ -105,16 +105,22 @@ def redo_then_refund(rt: lw.Runtime, provider: Provider) -> None:
     assert provider.collected() == 0
 
 
-def crash_b(url: str, loop: lw.Loop, phase: str) -> lw.Runtime:
-    """Run B of ``loop`` (task key "B") dies at ``phase`` of its first effect; its runtime is
-    returned open (the caller closes it)."""
+def dying(url: str, phase: str) -> lw.Runtime:
+    """A runtime whose process "dies" (``Crash``) the first time a cycle reaches ``phase``."""
 
     def die(at: str) -> None:
         if at == phase:
             raise Crash
 
-    crashed = lw.Runtime(url)
-    crashed._on_phase = die
+    rt = lw.Runtime(url)
+    rt._on_phase = die
+    return rt
+
+
+def crash_b(url: str, loop: lw.Loop, phase: str) -> lw.Runtime:
+    """Run B of ``loop`` (task key "B") dies at ``phase`` of its first effect; its runtime is
+    returned open (the caller closes it)."""
+    crashed = dying(url, phase)
     with pytest.raises(Crash):
         crashed.run_sync(loop, TASK, task_key="B")
     return crashed
@@ -368,3 +374,58 @@ def test_a_store_from_before_claims_counts_an_action_it_left_refunded(url: str) 
         rt.run_sync(paying(provider), TASK)
     assert provider.asked == ["pay:I6", "pay:I6~2"]
     assert provider.collected() == 5.0
+
+
+@pytest.mark.parametrize("phase", ["before_effect_result", "after_effect_result"])
+def test_a_payment_whose_refund_was_interrupted_is_not_handed_to_another_run(
+    url: str, phase: str
+) -> None:
+    # Run A's refund reached the provider and the process died: before its result was
+    # recorded, or after it, before the payment was marked undone (two writes). Run B, asking
+    # for the invoice before A is resumed, read the claim "done" and recorded A's charge as
+    # its payment: the refunded ch-1, no money moved, the invoice reported paid.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(paying(provider), TASK)
+        rt.cancel(a.run_id, by="ops", loop=paying(provider))
+    crashed = dying(url, phase)
+    with pytest.raises(Crash):
+        crashed.resume_sync(a.run_id, paying(provider))
+    crashed.close()
+    assert provider.charges["pay:I6"]["refunded"]
+    with lw.Runtime(url) as rt:
+        b = rt.run_sync(paying(provider), TASK)
+        [entry] = rt.store.journal(b.run_id, kind="effect")
+        assert entry.status == "in_doubt" and "result" not in entry.data
+        assert b.status == "escalated" and b.packet is not None
+        assert f"pay (pay:I6) is being undone by run {a.run_id}" in b.packet["cause"]
+        assert provider.asked == ["pay:I6"]  # not run again while the undoing is unsettled
+        assert rt.resume_sync(a.run_id, paying(provider)).status == "cancelled"
+        if phase == "after_effect_result":  # A's refund settles: a third run pays again
+            rt.run_sync(paying(provider), TASK)
+            assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+
+
+def test_a_refund_that_fails_leaves_the_payment_to_be_reused(url: str) -> None:
+    # The refund is declined: the payment stands, and another run asking for the invoice
+    # reuses it (the claim, marked "undoing" while the refund ran, is "done" again)
+    provider = Provider()
+
+    def decline(key: str, result: Any, args: dict[str, Any]) -> Any:
+        raise lw.PermanentError("refund declined")
+
+    def declining() -> lw.Loop:
+        loop = paying(provider)
+        loop.effects[0].compensate_fn = decline
+        return loop
+
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(declining(), TASK)
+        rt.cancel(a.run_id, by="ops", loop=declining())
+        rt.resume_sync(a.run_id, declining())
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and claim.status == "done"
+        b = rt.run_sync(paying(provider), TASK)
+        [entry] = rt.store.journal(b.run_id, kind="effect")
+        assert entry.status == "done" and entry.data["result"]["id"] == "ch-1"
+        assert entry.data["from_run"] == a.run_id and provider.asked == ["pay:I6"]

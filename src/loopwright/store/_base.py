@@ -397,8 +397,8 @@ class MemorySearch:
 @dataclass(frozen=True, slots=True)
 class EffectClaim:
     """The store-wide claim of a business effect key (``Store.effect_claim``): the run holding
-    it, its status (``claimed``, ``done``, ``in_doubt``; ``failed`` and ``compensated`` free
-    it) and the redo generation last handed out for the action (1: its own key; ``n``: the
+    it, its status (``claimed``, ``done``, ``in_doubt``, ``undoing``: its compensation started,
+    not yet settled; ``failed`` and ``compensated`` free it) and the redo generation last handed out for the action (1: its own key; ``n``: the
     key with ``~n``)."""
 
     run_id: str
