@@ -30,6 +30,11 @@ gigabytes) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into
 that sent without end (a 300 MB reply took a gigabyte) could exhaust the process's memory
 within ``timeout_s``.
 
+``fetch`` is the same rules for a picture a reply names by ``url`` (``urllib``, no SDK): the
+whole download, the bodies of redirects followed included, is read up to ``max_bytes``
+(``urllib`` read a redirect's body whole, however large, before following it), and a redirect
+to another server is not followed.
+
 This module imports the SDK's HTTP library; the adapters import it only when they make a
 client (the ``openai`` extra).
 """
@@ -38,7 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
@@ -50,7 +57,7 @@ from .._calls import call_deadline
 from .._retry import PermanentError
 from .openai_chat import public_url
 
-__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "http_client"]
+__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "fetch", "http_client"]
 
 _DEADLINE = "loopwright.deadline"  # a request's extension: _clock() it must end by
 _ORIGIN = "loopwright.origin"  # and the URL it was first sent to (a redirect's keeps both)
@@ -305,3 +312,64 @@ def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
         _count_decoded(response, max_bytes)
 
     return _AsyncClient(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})
+
+
+class _Download:
+    """The bytes of one ``fetch`` so far, over all its hops, refused past ``most``."""
+
+    def __init__(self, url: str, most: int) -> None:
+        self.url, self.most, self.seen = url, most, 0
+
+    def read(self, response: http.client.HTTPResponse) -> bytes:
+        parts = []
+        while piece := response.read(min(2**20, self.most + 1 - self.seen)):
+            self.seen += len(piece)
+            if self.seen > self.most:
+                raise ReplyTooLarge(
+                    f"the picture at {public_url(self.url)} is larger than "
+                    f"{self.most / 2**20:g} MiB (its whole download, redirects included): "
+                    "not read further"
+                )
+            parts.append(piece)
+        return b"".join(parts)
+
+
+class _SameServerRedirects(urllib.request.HTTPRedirectHandler):
+    """``urllib``'s redirects (up to its 10), but none to another server than the first
+    request's, and a redirect's body read within the download's limit (``urllib`` read it
+    whole, however large, and dropped it)."""
+
+    def __init__(self, download: _Download) -> None:
+        self.download = download
+
+    def redirect_request(  # type: ignore[no-untyped-def]  # (typeshed's signature)
+        self, req, fp, code, msg, headers, newurl
+    ) -> urllib.request.Request | None:
+        try:
+            same = _same_server(httpx2.URL(self.download.url), httpx2.URL(newurl))
+        except Exception:  # a Location httpx2 cannot parse: no server to compare
+            same = False
+        if not same:
+            fp.close()
+            raise CrossOriginRedirect(
+                f"the picture at {public_url(self.download.url)} answered {code} redirecting "
+                f"to {public_url(newurl)}, another server: not followed (a reply's url is "
+                "fetched only from the server it names)"
+            )
+        self.download.read(fp)  # counted, then dropped
+        fp.close()  # (urllib's own fp.read() then reads nothing)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def fetch(url: str, timeout_s: float, max_bytes: int) -> bytes:
+    """The body of a GET of ``url`` (http or https: the caller checks), whole: at most
+    ``max_bytes`` over the download (``ReplyTooLarge``), redirects followed only within its
+    server (``CrossOriginRedirect``); a failed download raises ``OSError`` (``urllib``'s
+    ``URLError``, a refused connection) or ``http.client.HTTPException`` (a body cut short)."""
+    download = _Download(url, max_bytes)
+    opener = urllib.request.build_opener(_SameServerRedirects(download))
+    with opener.open(url, timeout=timeout_s) as r:
+        data = download.read(r)
+        if r.length:  # its Content-Length not reached
+            raise http.client.IncompleteRead(data, r.length)
+    return data
