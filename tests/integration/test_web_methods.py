@@ -97,3 +97,26 @@ def test_head_sends_no_body_and_ends_a_streamed_one() -> None:
         {"type": "http.response.start", "status": 200, "headers": []},
         {"type": "http.response.body", "body": b"", "more_body": False},
     ]
+
+
+def test_a_json_body_that_repeats_a_key_is_refused(tmp_path: Path) -> None:
+    """``{"value": 1, "value": 2}`` was accepted (the last won, silently): which value the
+    person meant is not known. 400 naming the key, at any depth, and nothing is edited; the
+    dashboard's Edit box refuses such a value too."""
+    web = _web()
+    store, run_id = web._denied_run(tmp_path)
+    c = TestClient(create_app(store, token=TOKEN, identity="ana"), base_url=LOCAL)
+    url = f"/api/runs/{run_id}/parts/doc/pay"
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    for body in (b'{"value": 1, "value": 2}', b'{"value": {"a": [{"k": 1, "k": 2}]}}'):
+        r = c.post(url, content=body, headers=auth)
+        assert r.status_code == 400, r.text
+        detail = r.json()["detail"]
+        assert "given twice" in detail and "give each key once" in detail, detail
+    csrf = web._sign_in(c)
+    form = {"ref": "doc/pay", "value": '{"n": 1, "n": 2}', "csrf": csrf}
+    r = c.post(f"/runs/{run_id}/edit", data=form, follow_redirects=False)
+    assert r.status_code == 400 and "'n' is given twice" in r.json()["detail"], r.text
+    assert c.get(f"/api/runs/{run_id}").json()["edits"] == []
+    r = c.post(url, content=b'{"value": {"a": 1, "b": 1}}', headers=auth)
+    assert r.status_code == 200, r.text

@@ -23,7 +23,7 @@ from .._errors import (
     StoreCorruptError,
     StoreUnavailableError,
 )
-from .._json import not_text, strict_loads
+from .._json import DuplicateKeyError, not_text, strict_loads
 
 __all__ = [
     "BodyLimit",
@@ -84,6 +84,8 @@ async def json_body(request: Request, shape: str) -> Any:
     try:
         body = strict_loads(raw.decode("utf-8"))
         _all_text(body)
+    except DuplicateKeyError as exc:  # JSON readers keep the last: which was meant is unknown
+        raise HTTPException(400, f"the body is ambiguous: {exc}; give each key once") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
     return body
