@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
-import asyncio
 import logging
 import secrets
 from typing import Any
