@@ -7,15 +7,12 @@ origin) that counts the requests it gets.
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.images_server import images_server
 
 import loopwright as lw
 from loopwright.adapters import ImageModel, openai_images
@@ -34,52 +31,30 @@ def _picture() -> bytes:
     return _response("200 OK", PNG, Content_Type="image/png", Content_Length=str(len(PNG)))
 
 
-@contextmanager
-def _server(answers: dict[str, bytes], gets: list[str]) -> Iterator[ThreadingHTTPServer]:
-    """A server answering POST with an images reply naming its ``/first.png``, and GET of a
-    path with ``answers[path]`` as it is (``HERE``/``THERE`` in it: the servers' ports)."""
-
-    class Answer(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            port = self.server.server_address[1]
-            url = f"http://127.0.0.1:{port}/first.png"
-            body = json.dumps({"created": 1, "data": [{"url": url}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            gets.append(self.path)
-            self.wfile.write(answers[self.path])
-
-    with ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            yield server
-        finally:
-            server.shutdown()
-
-
 def _generate(tmp_path: Path, here: dict[str, bytes], there: dict[str, bytes]) -> Any:
-    """``generate`` against ``here`` (its GET answers), ``there`` another server: the result,
-    or the error it raised; and the paths each server was asked for."""
-    here_answers: dict[str, bytes] = {}
-    there_answers: dict[str, bytes] = {}
+    """``generate`` against ``here`` (its reply names its ``/first.png``; its GETs answered
+    from ``here``), ``there`` another server: the result, or the error it raised; and the
+    paths each server was asked for. ``HERE``/``THERE`` in an answer: the servers' ports."""
+    ports: dict[bytes, int] = {}
     got_here: list[str] = []
     got_there: list[str] = []
-    with _server(there_answers, got_there) as other, _server(here_answers, got_here) as server:
-        ports = {b"HERE": server.server_address[1], b"THERE": other.server_address[1]}
-        for given, answers in ((here, here_answers), (there, there_answers)):
-            for path, raw in given.items():
-                for name, port in ports.items():
-                    raw = raw.replace(name, str(port).encode())
-                answers[path] = raw
+
+    def answering(given: dict[str, bytes], got: list[str]) -> Callable[[str], bytes]:
+        def answer(path: str) -> bytes:
+            got.append(path)
+            raw = given[path]
+            for name, port in ports.items():
+                raw = raw.replace(name, str(port).encode())
+            return raw
+
+        return answer
+
+    first = [{"url": "http://127.0.0.1:PORT/first.png"}]
+    with (
+        images_server(answer=answering(there, got_there)) as other,
+        images_server(first, answering(here, got_here)) as server,
+    ):
+        ports.update({b"HERE": server.server_address[1], b"THERE": other.server_address[1]})
         model = ImageModel(
             "fake-image-1",
             base_url=f"http://127.0.0.1:{ports[b'HERE']}/v1",

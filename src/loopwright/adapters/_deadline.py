@@ -126,18 +126,25 @@ def _check(deadline: float, request: httpx2.Request, timeout_s: float) -> None:
 
 
 class _Size:
-    """The bytes of a response body so far, refused past ``most``."""
+    """The bytes of a response body (or of a picture's whole download) so far, refused past
+    ``most``, in words saying ``what`` was refused and ``why``."""
 
-    def __init__(self, most: int, request: httpx2.Request) -> None:
-        self.most, self.seen, self.request = most, 0, request
+    def __init__(
+        self,
+        most: int,
+        url: str,
+        what: str = "the reply from",
+        why: str = "a model's reply is far smaller; a server sending without end held it all "
+        "in memory",
+    ) -> None:
+        self.most, self.seen, self.url, self.what, self.why = most, 0, url, what, why
 
     def add(self, chunk: bytes) -> None:
         self.seen += len(chunk)
         if self.seen > self.most:
             raise ReplyTooLarge(
-                f"the reply from {public_url(str(self.request.url))} is larger than "
-                f"{self.most / 2**20:g} MiB: not read further (a model's reply is far smaller; "
-                "a server sending without end held it all in memory)"
+                f"{self.what} {public_url(self.url)} is larger than "
+                f"{self.most / 2**20:g} MiB: not read further ({self.why})"
             )
 
 
@@ -164,7 +171,7 @@ def _count_decoded(response: httpx2.Response, max_bytes: int) -> None:
     """Count ``response``'s body as it is decoded (what the SDK holds), besides its bytes on
     the wire (``_SyncBounded``/``_AsyncBounded``)."""
     response._decoder = _Decoded(
-        response._get_content_decoder(), _Size(max_bytes, response.request)
+        response._get_content_decoder(), _Size(max_bytes, str(response.request.url))
     )
 
 
@@ -286,7 +293,7 @@ def http_client(timeout_s: float, max_bytes: int) -> httpx2.Client:
         if deadline is None or not isinstance(response.stream, httpx2.SyncByteStream):
             return
         _check(deadline, response.request, timeout_s)  # the headers came too late
-        size = _Size(max_bytes, response.request)
+        size = _Size(max_bytes, str(response.request.url))
         response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s, size)
         _count_decoded(response, max_bytes)
 
@@ -305,7 +312,7 @@ def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
         if deadline is None or not isinstance(response.stream, httpx2.AsyncByteStream):
             return
         _check(deadline, response.request, timeout_s)
-        size = _Size(max_bytes, response.request)
+        size = _Size(max_bytes, str(response.request.url))
         response.stream = _AsyncBounded(
             response.stream, deadline, response.request, timeout_s, size
         )
@@ -318,18 +325,13 @@ class _Download:
     """The bytes of one ``fetch`` so far, over all its hops, refused past ``most``."""
 
     def __init__(self, url: str, most: int) -> None:
-        self.url, self.most, self.seen = url, most, 0
+        self.url = url
+        self.size = _Size(most, url, "the picture at", "its whole download, redirects included")
 
     def read(self, response: http.client.HTTPResponse) -> bytes:
         parts = []
-        while piece := response.read(min(2**20, self.most + 1 - self.seen)):
-            self.seen += len(piece)
-            if self.seen > self.most:
-                raise ReplyTooLarge(
-                    f"the picture at {public_url(self.url)} is larger than "
-                    f"{self.most / 2**20:g} MiB (its whole download, redirects included): "
-                    "not read further"
-                )
+        while piece := response.read(min(2**20, self.size.most + 1 - self.size.seen)):
+            self.size.add(piece)
             parts.append(piece)
         return b"".join(parts)
 
