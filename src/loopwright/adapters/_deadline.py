@@ -358,8 +358,10 @@ class _SameServerRedirects(urllib.request.HTTPRedirectHandler):
                 f"to {public_url(newurl)}, another server: not followed (a reply's url is "
                 "fetched only from the server it names)"
             )
-        self.download.read(fp)  # counted, then dropped
-        fp.close()  # (urllib's own fp.read() then reads nothing)
+        try:
+            self.download.read(fp)  # counted, then dropped
+        finally:
+            fp.close()  # (urllib's own fp.read() then reads nothing)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
