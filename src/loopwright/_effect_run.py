@@ -297,8 +297,13 @@ async def perform_effect(
 
     def held(h: EffectKeyHeld) -> EffectOutcome:
         """Another run of the store holds the key: its recorded result when it did the same
-        action; otherwise a person decides (different arguments, or an outcome not known)."""
+        action; otherwise a person decides (different arguments, or an outcome not known).
+        The entry, its event and a cause name the key the holder was handed: the claim read
+        before the intent (``_call_key``) may have changed since (another run took the action
+        under another generation), and a person checks with the outside world by that key."""
         assert claim is not None
+        base["generation"] = h.generation
+        base["call_key"] = action if h.generation == 1 else f"{action}~{h.generation}"
         if h.status == "done" and h.args_hash == claim[2]:
             put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
             return out("done", result=h.result, reused=True, attempts=attempts)

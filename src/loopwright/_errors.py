@@ -84,16 +84,26 @@ class StaleLeaseError(StoreError):
 
 class EffectKeyHeld(ConflictError):
     """Another run of the store holds this effect's idempotency key (it did the action, or
-    may be doing it): the journal write that would start it again wrote nothing."""
+    may be doing it): the journal write that would start it again wrote nothing.
+    ``generation``: the redo generation the holder was handed (1: the key itself; ``n``: the
+    key with ``~n``), which may not be the one the writer read before its write."""
 
     def __init__(
-        self, message: str, *, run_id: str, status: str, args_hash: str, result: object
+        self,
+        message: str,
+        *,
+        run_id: str,
+        status: str,
+        args_hash: str,
+        result: object,
+        generation: int = 1,
     ) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.status = status
         self.args_hash = args_hash
         self.result = result
+        self.generation = generation
 
 
 class EffectKeyMoved(ConflictError):

@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     orjson = None  # type: ignore[assignment]
 
 __all__ = [
+    "DuplicateKeyError",
     "JsonLineError",
     "NumberRangeError",
     "check_given_text",
@@ -270,16 +271,34 @@ def _bounded_int(text: str) -> int:
         raise NumberRangeError(f"a number of {len(text):,} digits is too long") from None
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives a key twice (``{"value": 1, "value": 2}``): which one was
+    meant is not known (a JSON reader keeps the last, silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(f"the key {key!r} is given twice in one object")
+            seen.add(key)
+    return out
+
+
 def strict_loads(text: str) -> Any:
     """What a person typed, as strict JSON: ``ValueError`` (a ``json.JSONDecodeError`` for
-    text that is not JSON) for ``NaN`` and ``Infinity``, and ``NumberRangeError`` for a
-    number out of range — values the stores would otherwise write as ``null``."""
+    text that is not JSON) for ``NaN`` and ``Infinity``, ``NumberRangeError`` for a number
+    out of range — values the stores would otherwise write as ``null`` —, and
+    ``DuplicateKeyError`` for an object that gives a key twice."""
     try:
         return json.loads(
             text,
             parse_constant=refuse_constant,
             parse_float=_finite_float,
             parse_int=_bounded_int,
+            object_pairs_hook=_unique_keys,
         )
     except RecursionError:  # '[' * 50_000: deeper than Python's stack
         raise ValueError("nested too deeply to be a value") from None

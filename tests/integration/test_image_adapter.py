@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 import os
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.fake_images import FakeImages, draw
+from support.images_server import images_server
 
 import loopwright as lw
 from loopwright.adapters import (
@@ -175,37 +174,15 @@ def _generate_against(
     ``{url}`` in it may be the server's own, ``/picture.png``: ``picture`` then is that whole
     raw HTTP response), or with the body ``raw``; the error (``expected``) it must raise."""
 
-    class Answer(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            port = self.server.server_address[1]
-            body = json.dumps({"created": 1, "data": data}).replace("PORT", str(port)).encode()
-            body = body if raw is None else raw
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            self.wfile.write(picture)  # as it is: a response cut short, or not HTTP at all
-
-    with ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+    with images_server(data, lambda path: picture, raw) as server:
         model = ImageModel(
             "fake-image-1",
             base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
             store=str(tmp_path / "pictures.db"),
             timeout_s=10,
         )
-        try:
-            with pytest.raises(expected) as caught:
-                model.generate(LAYOUT)
-        finally:
-            server.shutdown()
+        with pytest.raises(expected) as caught:
+            model.generate(LAYOUT)
     return caught.value
 
 

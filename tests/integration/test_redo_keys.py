@@ -429,3 +429,47 @@ def test_a_refund_that_fails_leaves_the_payment_to_be_reused(url: str) -> None:
         [entry] = rt.store.journal(b.run_id, kind="effect")
         assert entry.status == "done" and entry.data["result"]["id"] == "ch-1"
         assert entry.data["from_run"] == a.run_id and provider.asked == ["pay:I6"]
+
+
+def test_a_key_held_by_a_run_that_took_it_after_the_claim_was_read_names_its_key(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run B took the refunded payment under "pay:I6~2" and died before its result: its claim
+    # is in flight. Run C read the claim before B took it (none, here: placed by the stub), so
+    # it would hand out "pay:I6"; its intent finds the key held by B. The entry, its event and
+    # the cause named "pay:I6", a key B was never handed: they name B's "pay:I6~2", the one a
+    # person checks with the provider.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+    crash_b(url, paying(provider), "before_effect_result").close()
+    with lw.Runtime(url) as rt:
+        b = rt.store.get_run("B")
+        monkeypatch.setattr(rt.store, "effect_claim", lambda kind, key: None)
+        c = rt.run_sync(paying(provider), TASK, task_key="C")
+        [entry] = rt.store.journal(c.run_id, kind="effect")
+        assert (entry.status, entry.data["call_key"]) == ("in_doubt", "pay:I6~2")
+        assert f"pay (pay:I6~2) is held by run {b.run_id}" in entry.data["cause"]
+        [doubt] = [e.data for e in rt.store.events(c.run_id) if e.kind == "effect_in_doubt"]
+        assert (doubt["key"], doubt["call_key"]) == ("pay:I6", "pay:I6~2")
+        assert "pay (pay:I6~2)" in doubt["cause"]
+    assert provider.asked == ["pay:I6", "pay:I6~2"]  # not run here
+
+
+def test_a_result_reused_from_a_run_that_took_the_key_after_the_read_names_its_key(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, B's payment under "pay:I6~2" done: C reuses B's result, and records the key
+    # that result was made under, not the "pay:I6" it read before B took the action.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+        b = rt.run_sync(paying(provider), TASK, task_key="B")
+        monkeypatch.setattr(rt.store, "effect_claim", lambda kind, key: None)
+        c = rt.run_sync(paying(provider), TASK, task_key="C")
+        [entry] = rt.store.journal(c.run_id, kind="effect")
+        assert (entry.status, entry.data["from_run"]) == ("done", b.run_id)
+        assert entry.data["call_key"] == "pay:I6~2" and entry.data["result"]["id"] == "ch-2"
+        [reused] = [e.data for e in rt.store.events(c.run_id) if e.kind == "effect_reused"]
+        assert reused["call_key"] == "pay:I6~2"
+    assert provider.asked == ["pay:I6", "pay:I6~2"]

@@ -244,3 +244,34 @@ def test_signed_in_pages_and_answers_are_kept_by_no_cache(
         assert r.status_code == 200, path
         assert r.headers.get("cache-control") == "no-store", path
     assert "no-store" not in c.get("/static/style.css").headers.get("cache-control", "")
+
+
+def test_a_viewers_rerun_is_refused_for_the_role_before_its_values_are_checked(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A viewer posting the rerun form with a budget that does not validate got the
+    validation's 400 (what would be accepted) before the role's 403; the role is checked
+    first, on the form and the API alike. An operator still gets the 400."""
+    c, store, run_id = setup
+    csrf = sign_in(c, "vic")
+    form = {"at_cycle": "0", "max_cycles": "lots", "csrf": csrf}
+    refused = c.post(f"/runs/{run_id}/rerun", data=form, follow_redirects=False)
+    assert refused.status_code == 403, refused.text
+    assert "operator role" in refused.json()["detail"] and "max_cycles" not in refused.text
+    bad = {"at_cycle": 0, "contract": {"budget": {"max_cycles": "lots"}}, "start": False}
+    api = c.post(f"/api/runs/{run_id}/rerun", json=bad, headers=bearer("vic"))
+    assert api.status_code == 403 and "operator role" in api.json()["detail"], api.text
+    garbled = c.post(
+        f"/api/runs/{run_id}/rerun",
+        content=b"{not json",
+        headers={**bearer("vic"), "Content-Type": "application/json"},
+    )
+    assert garbled.status_code == 403, garbled.text
+    csrf = sign_in(c, "oscar")
+    form["csrf"] = csrf
+    checked = c.post(f"/runs/{run_id}/rerun", data=form, follow_redirects=False)
+    assert checked.status_code == 400 and "max_cycles must be" in checked.json()["detail"]
+    checked = c.post(f"/api/runs/{run_id}/rerun", json=bad, headers=bearer("oscar"))
+    assert checked.status_code == 400, checked.text
+    with lw.Runtime(store) as rt:
+        assert [r.run_id for r in rt.store.list_runs()] == [run_id]  # no rerun was made

@@ -30,6 +30,11 @@ gigabytes) fails as ``ReplyTooLarge``, permanent: the SDK read a whole body into
 that sent without end (a 300 MB reply took a gigabyte) could exhaust the process's memory
 within ``timeout_s``.
 
+``fetch`` is the same rules for a picture a reply names by ``url`` (``urllib``, no SDK): the
+whole download, the bodies of redirects followed included, is read up to ``max_bytes``
+(``urllib`` read a redirect's body whole, however large, before following it), and a redirect
+to another server is not followed.
+
 This module imports the SDK's HTTP library; the adapters import it only when they make a
 client (the ``openai`` extra).
 """
@@ -38,7 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
@@ -50,7 +57,7 @@ from .._calls import call_deadline
 from .._retry import PermanentError
 from .openai_chat import public_url
 
-__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "http_client"]
+__all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "fetch", "http_client"]
 
 _DEADLINE = "loopwright.deadline"  # a request's extension: _clock() it must end by
 _ORIGIN = "loopwright.origin"  # and the URL it was first sent to (a redirect's keeps both)
@@ -119,18 +126,25 @@ def _check(deadline: float, request: httpx2.Request, timeout_s: float) -> None:
 
 
 class _Size:
-    """The bytes of a response body so far, refused past ``most``."""
+    """The bytes of a response body (or of a picture's whole download) so far, refused past
+    ``most``, in words saying ``what`` was refused and ``why``."""
 
-    def __init__(self, most: int, request: httpx2.Request) -> None:
-        self.most, self.seen, self.request = most, 0, request
+    def __init__(
+        self,
+        most: int,
+        url: str,
+        what: str = "the reply from",
+        why: str = "a model's reply is far smaller; a server sending without end held it all "
+        "in memory",
+    ) -> None:
+        self.most, self.seen, self.url, self.what, self.why = most, 0, url, what, why
 
     def add(self, chunk: bytes) -> None:
         self.seen += len(chunk)
         if self.seen > self.most:
             raise ReplyTooLarge(
-                f"the reply from {public_url(str(self.request.url))} is larger than "
-                f"{self.most / 2**20:g} MiB: not read further (a model's reply is far smaller; "
-                "a server sending without end held it all in memory)"
+                f"{self.what} {public_url(self.url)} is larger than "
+                f"{self.most / 2**20:g} MiB: not read further ({self.why})"
             )
 
 
@@ -157,7 +171,7 @@ def _count_decoded(response: httpx2.Response, max_bytes: int) -> None:
     """Count ``response``'s body as it is decoded (what the SDK holds), besides its bytes on
     the wire (``_SyncBounded``/``_AsyncBounded``)."""
     response._decoder = _Decoded(
-        response._get_content_decoder(), _Size(max_bytes, response.request)
+        response._get_content_decoder(), _Size(max_bytes, str(response.request.url))
     )
 
 
@@ -279,7 +293,7 @@ def http_client(timeout_s: float, max_bytes: int) -> httpx2.Client:
         if deadline is None or not isinstance(response.stream, httpx2.SyncByteStream):
             return
         _check(deadline, response.request, timeout_s)  # the headers came too late
-        size = _Size(max_bytes, response.request)
+        size = _Size(max_bytes, str(response.request.url))
         response.stream = _SyncBounded(response.stream, deadline, response.request, timeout_s, size)
         _count_decoded(response, max_bytes)
 
@@ -298,10 +312,68 @@ def async_http_client(timeout_s: float, max_bytes: int) -> httpx2.AsyncClient:
         if deadline is None or not isinstance(response.stream, httpx2.AsyncByteStream):
             return
         _check(deadline, response.request, timeout_s)
-        size = _Size(max_bytes, response.request)
+        size = _Size(max_bytes, str(response.request.url))
         response.stream = _AsyncBounded(
             response.stream, deadline, response.request, timeout_s, size
         )
         _count_decoded(response, max_bytes)
 
     return _AsyncClient(timeout=timeout_s, event_hooks={"request": [start], "response": [bound]})
+
+
+class _Download:
+    """The bytes of one ``fetch`` so far, over all its hops, refused past ``most``."""
+
+    def __init__(self, url: str, most: int) -> None:
+        self.url = url
+        self.size = _Size(most, url, "the picture at", "its whole download, redirects included")
+
+    def read(self, response: http.client.HTTPResponse) -> bytes:
+        parts = []
+        while piece := response.read(min(2**20, self.size.most + 1 - self.size.seen)):
+            self.size.add(piece)
+            parts.append(piece)
+        return b"".join(parts)
+
+
+class _SameServerRedirects(urllib.request.HTTPRedirectHandler):
+    """``urllib``'s redirects (up to its 10), but none to another server than the first
+    request's, and a redirect's body read within the download's limit (``urllib`` read it
+    whole, however large, and dropped it)."""
+
+    def __init__(self, download: _Download) -> None:
+        self.download = download
+
+    def redirect_request(  # type: ignore[no-untyped-def]  # (typeshed's signature)
+        self, req, fp, code, msg, headers, newurl
+    ) -> urllib.request.Request | None:
+        try:
+            same = _same_server(httpx2.URL(self.download.url), httpx2.URL(newurl))
+        except Exception:  # a Location httpx2 cannot parse: no server to compare
+            same = False
+        if not same:
+            fp.close()
+            raise CrossOriginRedirect(
+                f"the picture at {public_url(self.download.url)} answered {code} redirecting "
+                f"to {public_url(newurl)}, another server: not followed (a reply's url is "
+                "fetched only from the server it names)"
+            )
+        try:
+            self.download.read(fp)  # counted, then dropped
+        finally:
+            fp.close()  # (urllib's own fp.read() then reads nothing)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def fetch(url: str, timeout_s: float, max_bytes: int) -> bytes:
+    """The body of a GET of ``url`` (http or https: the caller checks), whole: at most
+    ``max_bytes`` over the download (``ReplyTooLarge``), redirects followed only within its
+    server (``CrossOriginRedirect``); a failed download raises ``OSError`` (``urllib``'s
+    ``URLError``, a refused connection) or ``http.client.HTTPException`` (a body cut short)."""
+    download = _Download(url, max_bytes)
+    opener = urllib.request.build_opener(_SameServerRedirects(download))
+    with opener.open(url, timeout=timeout_s) as r:
+        data = download.read(r)
+        if r.length:  # its Content-Length not reached
+            raise http.client.IncompleteRead(data, r.length)
+    return data

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["SIGNATURE", "Picture", "damage", "decode", "encode", "size_of"]
+__all__ = ["MAX_PIXELS", "SIGNATURE", "Picture", "damage", "decode", "encode", "size_of"]
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The most pixels ``decode`` reads (8192 x 8192, 256 MiB as RGBA): a PNG of a few KB may
+# declare any size, and its compressed pixels may inflate to any length (a zlib bomb).
+MAX_PIXELS = 8192 * 8192
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
 
 
@@ -134,9 +138,29 @@ def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> bytearray:
     return out
 
 
+def _inflate(parts: Iterator[bytes], size: int) -> bytes:
+    """The first ``size`` bytes the zlib stream in ``parts`` inflates to, never more held:
+    what lies past them (a stream that inflates without end) is not inflated."""
+    inflate, out = zlib.decompressobj(), bytearray()
+    try:
+        for part in parts:
+            while part and len(out) < size:
+                out += inflate.decompress(part, size - len(out))
+                part = inflate.unconsumed_tail
+            if len(out) >= size:
+                return bytes(out)
+        out += inflate.flush()[: size - len(out)]
+    except zlib.error as exc:
+        raise ValueError(f"damaged PNG: {exc}") from None
+    if len(out) < size:
+        raise ValueError("damaged PNG: too little pixel data")
+    return bytes(out)
+
+
 def decode(data: bytes) -> Picture:
     """The pixels of a PNG as RGBA; ``ValueError`` for what this reader does not support
-    (16-bit or fewer than 8 bits per sample, interlacing) or a damaged file."""
+    (16-bit or fewer than 8 bits per sample, interlacing, more than ``MAX_PIXELS``, checked
+    before its pixels are inflated) or a damaged file."""
     width, height = size_of(data)
     chunks = _chunks(data)
     header = chunks[0][1]
@@ -145,13 +169,12 @@ def decode(data: bytes) -> Picture:
         raise ValueError(
             f"unsupported PNG (bit depth {depth}, colour type {colour}, interlace {interlace})"
         )
-    try:
-        raw = zlib.decompress(b"".join(d for k, d in chunks if k == b"IDAT"))
-    except zlib.error as exc:
-        raise ValueError(f"damaged PNG: {exc}") from None
+    if width < 1 or height < 1 or width * height > MAX_PIXELS:
+        raise ValueError(
+            f"PNG of {width}x{height} pixels: more than {MAX_PIXELS} (or none) are not read"
+        )
     bpp = _CHANNELS[colour]
-    if len(raw) < (width * bpp + 1) * height:
-        raise ValueError("damaged PNG: too little pixel data")
+    raw = _inflate((d for k, d in chunks if k == b"IDAT"), (width * bpp + 1) * height)
     px = _unfilter(raw, width, height, bpp)
     n = width * height
     if colour == 6:

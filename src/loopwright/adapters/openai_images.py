@@ -50,7 +50,6 @@ import math
 import os
 import threading
 import time
-import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -796,23 +795,14 @@ class ImageModel:
         timeout = self.timeout_s if budget_s is None else max(1.0, min(self.timeout_s, budget_s))
         if not url.startswith(("http://", "https://")):
             raise MalformedReplyError(f"the picture's url is not http(s): {url[:80]!r}")
+        from ._deadline import fetch  # (the SDK's rules: a reply named the url)
+
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:  # http(s) only, checked above
-                data = bytes(r.read(MAX_REPLY_BYTES + 1))
-                if len(data) <= MAX_REPLY_BYTES and r.length:  # its Content-Length not reached
-                    raise http.client.IncompleteRead(data, r.length)
+            return fetch(url, timeout, MAX_REPLY_BYTES)
         except (OSError, http.client.HTTPException) as exc:  # a download cut short, not HTTP
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc
-        if len(data) > MAX_REPLY_BYTES:
-            from ._deadline import ReplyTooLarge  # (the SDK's: a reply named the url)
-
-            raise ReplyTooLarge(
-                f"the picture at {public_url(url)} is larger than "
-                f"{MAX_REPLY_BYTES / 2**20:g} MiB: not read further"
-            )
-        return data
 
     def _cost(
         self, input_tokens: int, output_tokens: int, tokens: int, seconds: float, gate: Gate | None

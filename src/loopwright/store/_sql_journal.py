@@ -161,6 +161,7 @@ class JournalSQL(SQLCore):
                     status=row[1],
                     args_hash=row[2],
                     result=self._jl(row[3]) if row[3] is not None else None,
+                    generation=int(row[4] or 1),
                 )
             return
         result = data.get("result") if status == "done" else None

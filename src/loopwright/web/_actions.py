@@ -15,7 +15,7 @@ from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from .._authority import operate
+from .._authority import may_operate, operate
 from .._compare import contract_changes, merge_contract
 from .._contract import TERMINAL_STATUSES, Contract
 from .._engine import Runtime
@@ -119,6 +119,19 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             msg += "; Resume it to go on"
         return store.get_run(done.run_id), msg
 
+    def may_rerun(request: Request, run_id: str) -> None:
+        """A rerun is a fork: one who may not operate is refused (403, audited as the fork's
+        own check does) before anything they sent is checked, so that a viewer gets the right
+        status and learns nothing of what would be accepted (a budget or contract that does
+        not validate was a 400 before the role's 403)."""
+        rec = get(run_id)
+        try:
+            may_operate(
+                store, auth.who(request), "fork", f"run {rec.run_id}", origin=origin_of(request)
+            )
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
+
     def rerun(
         run_id: str,
         at_cycle: int,
@@ -209,6 +222,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         csrf: str = Form(""),
     ) -> Response:
         deps.require_form_write(request, csrf)
+        may_rerun(request, run_id)
         given = {
             "max_cycles": max_cycles,
             "max_cost_usd": max_cost_usd,
@@ -278,6 +292,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         ``at_cycle`` (0: the start) under the origin's contract with ``contract`` laid over
         it, started in the background unless ``start`` is false. Recorded on both runs."""
         deps.require_api_write(request)
+        await run_in_threadpool(may_rerun, request, run_id)
         body = await body_of(request, '{"at_cycle": 0, "contract": {...}, "start": true}')
         only(body, {"at_cycle", "contract", "task_key", "start"})
         n = _int(body.get("at_cycle", 0), "at_cycle")

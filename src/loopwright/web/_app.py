@@ -66,6 +66,7 @@ from ._compare_view import register_compare
 from ._http import (
     BodyLimit,
     Flash,
+    HeadAsGet,
     check_body_limit,
     http_error,
     json_body,
@@ -331,8 +332,10 @@ def create_app(
 
     # A body over ``max_body``: 413, declared or found as it streams, the rest never read.
     app.add_middleware(BodyLimit, max_body=max_body)
-    # Added last, so outermost: a foreign Host is refused before the guard or any route runs.
+    # A foreign Host is refused before the guard or any route runs.
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
+    # Outermost of all: HEAD is the GET of the same address, refused where a GET is, no body.
+    app.add_middleware(HeadAsGet)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
     install_live(app, store, notify=notify)
     register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -22,11 +23,12 @@ from .._errors import (
     StoreCorruptError,
     StoreUnavailableError,
 )
-from .._json import not_text, strict_loads
+from .._json import DuplicateKeyError, not_text, strict_loads
 
 __all__ = [
     "BodyLimit",
     "Flash",
+    "HeadAsGet",
     "check_body_limit",
     "http_error",
     "json_body",
@@ -82,6 +84,8 @@ async def json_body(request: Request, shape: str) -> Any:
     try:
         body = strict_loads(raw.decode("utf-8"))
         _all_text(body)
+    except DuplicateKeyError as exc:  # JSON readers keep the last: which was meant is unknown
+        raise HTTPException(400, f"the body is ambiguous: {exc}; give each key once") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPException(400, f"the body must be JSON ({exc}): {shape}") from None
     return body
@@ -201,3 +205,41 @@ def _over(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_over(e) for e in exc.exceptions)
     return isinstance(exc, _TooLarge)
+
+
+class HeadAsGet:
+    """HEAD answered as the GET of the same address, without its body (RFC 9110: the same
+    status and headers). FastAPI's routes answer only the methods they name: HEAD was 405
+    everywhere, ``/healthz`` included, which load balancers probe with HEAD. Outermost, so that
+    everything inside (the Host check, the sign-in guard, the routes) sees the GET it is: a
+    HEAD is let through exactly where a GET is, and refused (401, the sign-in redirect) where a
+    GET is. A streamed body (``/api/events``) ends once its headers are sent: the request's
+    ``receive`` then says the client has gone."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        done = asyncio.Event()
+        asked = False
+
+        async def no_body() -> Message:
+            nonlocal asked
+            if not asked:  # a HEAD carries no body
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def headers_only(message: Message) -> None:
+            if done.is_set():
+                return
+            if message["type"] == "http.response.body":
+                done.set()
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app(dict(scope, method="GET"), no_body, headers_only)
