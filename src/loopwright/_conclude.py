@@ -110,6 +110,9 @@ class Concluding(RuntimeHost):
                     {"status": "running"},
                 )
                 cancel = await self._settle(ex) or cancel  # durable before any effect runs
+                # the cycle has a record now (its write-ahead), which the timelines list: a
+                # stop in its effects is no end inside a cycle without one (``ended_in``)
+                ex.cycle_from = None
                 if cancel:  # cancelled while this cycle was verified: pay for nothing
                     self._cancel_now(ex, "cancellation requested before the effects ran")
                     return True
