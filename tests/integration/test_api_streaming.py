@@ -29,6 +29,7 @@ from loopwright.web._views import (
     chart_points,
     decided_while_parked,
     edits_view,
+    ended_row,
     events_view,
     journal_view,
     next_action_here,
@@ -63,7 +64,11 @@ def whole_document(st: Store, run_id: str) -> bytes:
         "journal": journal_view(st.journal(run_id)),
         "events": events_view(st.events(run_id)),
         "plan": [s.to_dict() for s in state.plan],
-        "timeline": timeline(cks, ended=rec.status in TERMINAL_STATUSES),
+        # (and the cycle an ended run ended inside, which has no record: feedback43)
+        "timeline": [
+            *timeline(cks, ended=rec.status in TERMINAL_STATUSES),
+            *ended_row(st, rec),
+        ],
         "chart": [
             {"cycle": p.cycle, "best_score": p.best, "spent_usd": p.spent, "improved": p.improved}
             for p in chart_points(cks)
