@@ -92,6 +92,10 @@ def test_bad_timeout_and_non_callable() -> None:
         ({"reconcile": "x"}, "reconcile"),
         ({"compensate": 5}, "compensate"),
         ({"describe": "x"}, "describe"),
+        # how a compensation a crash interrupted is settled: "no" was taken as run it again
+        ({"compensate_idempotent": "no"}, "compensate_idempotent"),
+        ({"compensate_idempotent": 1}, "compensate_idempotent"),
+        ({"compensate_reconcile": "x"}, "compensate_reconcile"),
         ({"retry": 3}, "retry"),
         ({"name": "a:b"}, "name"),  # the journal key "a:b:c" was also effect a's key "b:c"
         ({"name": 3}, "name"),
@@ -129,10 +133,25 @@ def test_hook_decorators_attach_and_return_the_function() -> None:
     def refund(key: str, result: Any, args: Any) -> None:
         return None
 
+    @eff.compensation_reconciler
+    def refunded(key: str) -> None:
+        return None
+
     assert eff.reconcile_fn is check
     assert eff.compensate_fn is refund
+    assert eff.compensate_reconcile_fn is refunded
     assert callable(check)
     assert callable(refund)
+    with pytest.raises(lw.ConfigError) as err:
+        eff.compensation_reconciler(3)  # type: ignore[arg-type]
+    assert str(err.value.field).endswith(".compensate_reconcile")
+
+
+def test_a_compensation_is_settled_as_the_effect_declares() -> None:
+    eff = lw.effect("spend", compensate_idempotent=True, compensate_reconcile=len)(pay.fn)
+    assert (eff.compensate_idempotent, eff.compensate_reconcile_fn) == (True, len)
+    plain = lw.effect("spend")(pay.fn)
+    assert (plain.compensate_idempotent, plain.compensate_reconcile_fn) == (False, None)
 
 
 # --- calls ----------------------------------------------------------------------------------
