@@ -326,3 +326,26 @@ def test_a_loop_without_a_visible_check_is_refused(held_out: tuple[bool, ...]) -
         lw.Loop(name="l", actor=_actor, verifiers=checks, contract=_contract())
     assert err.value.field == "verifiers"
     assert ("held-out" in str(err.value)) == bool(held_out)
+
+
+def test_check_names_compensations_a_crash_would_leave_in_doubt() -> None:
+    from loopwright.cli._check import review
+
+    def answer(eff: lw.Effect) -> str:
+        loop = lw.Loop(
+            name="l",
+            actor=lambda ctx: lw.Proposal(),
+            verifiers=[lambda s, p: lw.Verdict(passed=True)],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+            effects=[eff],
+        )
+        (found,) = [a for a in review(loop) if a["question"].startswith("What can it do")]
+        return found["answer"]
+
+    refund = lambda key, result, args: None  # noqa: E731
+    bare = lw.effect("spend", idempotent=True, compensate=refund)(pay.fn)
+    assert "the compensations of ['pay'] have neither" in answer(bare)
+    dedup = lw.effect("spend", idempotent=True, compensate=refund, compensate_idempotent=True)
+    assert "compensations of" not in answer(dedup(pay.fn))
+    asked = lw.effect("spend", idempotent=True, compensate=refund, compensate_reconcile=len)
+    assert "compensations of" not in answer(asked(pay.fn))
