@@ -122,6 +122,13 @@ class Effect:
             this key already happened (its result), or not (``None``).
         compensate_fn: ``(key, result, args) -> Any``: undoes a completed execution; offered
             (through the approval policy) when a run is cancelled or rolled back past it.
+        compensate_idempotent: running the compensation twice has the effect of running it
+            once (the provider deduplicates the refund by its key): one interrupted by a crash
+            is run again on resume instead of ending in doubt.
+        compensate_reconcile_fn: ``key -> result | None``: asks the outside world whether the
+            compensation of the execution with this key (the key the compensation was handed)
+            already happened (its result), or not (``None``): one interrupted by a crash is
+            settled by it on resume (done; run again; in doubt when the hook fails).
         requires_success: run only in a cycle the contract accepts (the default: pay for work
             that passed its checks). ``False`` runs it after verification in every cycle whose
             proposal was not refused.
@@ -143,6 +150,8 @@ class Effect:
         retry: RetryPolicy | None = None,
         timeout_s: float | None = None,
         describe: Callable[[Mapping[str, Any]], str] | None = None,
+        compensate_idempotent: bool = False,
+        compensate_reconcile_fn: ReconcileFn | None = None,
     ) -> None:
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", field="effects.fn")
@@ -168,7 +177,12 @@ class Effect:
                 f"must be a finite positive number of seconds, got {timeout_s!r}",
                 field=f"{where}.timeout_s",
             )
-        for flag, value in (("idempotent", idempotent), ("requires_success", requires_success)):
+        flags = (
+            ("idempotent", idempotent),
+            ("requires_success", requires_success),
+            ("compensate_idempotent", compensate_idempotent),
+        )
+        for flag, value in flags:
             # "false" was true: a non-idempotent effect in doubt was run again
             if not isinstance(value, bool):
                 raise ConfigError(f"must be True or False, got {value!r}", field=f"{where}.{flag}")
@@ -177,6 +191,7 @@ class Effect:
             ("reconcile", reconcile_fn),
             ("compensate", compensate_fn),
             ("describe", describe),
+            ("compensate_reconcile", compensate_reconcile_fn),
         )
         for hook, fn_ in hooks:
             if fn_ is not None and not callable(fn_):
@@ -188,6 +203,8 @@ class Effect:
         self.key_fn = key_fn
         self.reconcile_fn = reconcile_fn
         self.compensate_fn = compensate_fn
+        self.compensate_idempotent = compensate_idempotent
+        self.compensate_reconcile_fn = compensate_reconcile_fn
         self.requires_success = requires_success
         self.retry = retry
         self.timeout_s = timeout_s
@@ -228,6 +245,16 @@ class Effect:
     def compensation(self, fn: CompensateFn) -> CompensateFn:
         """Attach ``fn`` as the compensation: ``@pay.compensation``."""
         self.compensate_fn = fn
+        return fn
+
+    def compensation_reconciler(self, fn: ReconcileFn) -> ReconcileFn:
+        """Attach ``fn`` as the compensation's reconcile hook: ``@pay.compensation_reconciler``
+        (did the refund of payment ``key`` already happen?)."""
+        if not callable(fn):
+            raise ConfigError(
+                f"must be callable, got {fn!r}", field=f"effects.{self.name}.compensate_reconcile"
+            )
+        self.compensate_reconcile_fn = fn
         return fn
 
     # --- used by the engine -------------------------------------------------------------------
@@ -308,6 +335,8 @@ def effect(
     retry: RetryPolicy | None = None,
     timeout_s: float | None = None,
     describe: Callable[[Mapping[str, Any]], str] | None = None,
+    compensate_idempotent: bool = False,
+    compensate_reconcile: ReconcileFn | None = None,
 ) -> Callable[[EffectFn], Effect]:
     """Declare an effect::
 
@@ -316,6 +345,11 @@ def effect(
 
         @pay.reconciler
         def _(key: str) -> dict | None: ...   # did payment ``key`` already happen?
+
+    ``compensate_idempotent=True`` or ``compensate_reconcile=fn`` (``key -> result | None``:
+    did the refund of payment ``key`` already happen?) settle a compensation a crash
+    interrupted, as ``idempotent`` and ``reconcile`` settle the effect; without either it is in
+    doubt for a person.
 
     An actor asks for it with ``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``.
     """
@@ -333,6 +367,8 @@ def effect(
             retry=retry,
             timeout_s=timeout_s,
             describe=describe,
+            compensate_idempotent=compensate_idempotent,
+            compensate_reconcile_fn=compensate_reconcile,
         )
 
     return wrap

@@ -212,6 +212,12 @@ def _undo(fn: Any, ikey: str, result: Any, args: Any, /, **_: Any) -> Any:
     return fn(ikey, result, dict(args or {}))
 
 
+def _ask(fn: Any, key: str, _journal_key: str, /) -> Any:
+    # The compensation's reconcile hook is asked about the key the compensation was handed
+    # (the original's), not the compensation's journal key.
+    return fn(key)
+
+
 async def run_compensations(
     store: Store, ex: Execution, pend: dict[str, Any]
 ) -> list[dict[str, Any]] | None:
@@ -259,18 +265,20 @@ async def run_compensations(
             notes.append({**base, "status": "not_run", "why": "the loop has no compensation"})
             continue
         key = str(o["key"])
+        handed = str(o.get("call_key") or key)  # the key the effect was handed
+        ask = eff.compensate_reconcile_fn
         comp = Effect(
-            functools.partial(
-                _undo,
-                eff.compensate_fn,
-                str(o.get("call_key") or key),
-                o.get("result"),
-                o.get("args"),
-            ),
+            functools.partial(_undo, eff.compensate_fn, handed, o.get("result"), o.get("args")),
             kind=eff.kind,
             name=f"{eff.name}.compensate",
             retry=eff.retry,
             timeout_s=eff.timeout_s,
+            # How a compensation a crash interrupted (intent journaled, no result) is settled
+            # on resume, as the effect declared: asked of its hook (with the key the
+            # compensation was handed), or run again when the provider deduplicates it;
+            # without either it is in doubt for a person.
+            idempotent=eff.compensate_idempotent,
+            reconcile_fn=None if ask is None else functools.partial(_ask, ask, handed),
         )
         call = EffectCall(comp.name, {"compensates": key}, key=key)
         orig = store.journal(ex.run_id, key=f"effect:{key}")

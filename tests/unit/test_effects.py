@@ -92,6 +92,10 @@ def test_bad_timeout_and_non_callable() -> None:
         ({"reconcile": "x"}, "reconcile"),
         ({"compensate": 5}, "compensate"),
         ({"describe": "x"}, "describe"),
+        # how a compensation a crash interrupted is settled: "no" was taken as run it again
+        ({"compensate_idempotent": "no"}, "compensate_idempotent"),
+        ({"compensate_idempotent": 1}, "compensate_idempotent"),
+        ({"compensate_reconcile": "x"}, "compensate_reconcile"),
         ({"retry": 3}, "retry"),
         ({"name": "a:b"}, "name"),  # the journal key "a:b:c" was also effect a's key "b:c"
         ({"name": 3}, "name"),
@@ -129,10 +133,25 @@ def test_hook_decorators_attach_and_return_the_function() -> None:
     def refund(key: str, result: Any, args: Any) -> None:
         return None
 
+    @eff.compensation_reconciler
+    def refunded(key: str) -> None:
+        return None
+
     assert eff.reconcile_fn is check
     assert eff.compensate_fn is refund
+    assert eff.compensate_reconcile_fn is refunded
     assert callable(check)
     assert callable(refund)
+    with pytest.raises(lw.ConfigError) as err:
+        eff.compensation_reconciler(3)  # type: ignore[arg-type]
+    assert str(err.value.field).endswith(".compensate_reconcile")
+
+
+def test_a_compensation_is_settled_as_the_effect_declares() -> None:
+    eff = lw.effect("spend", compensate_idempotent=True, compensate_reconcile=len)(pay.fn)
+    assert (eff.compensate_idempotent, eff.compensate_reconcile_fn) == (True, len)
+    plain = lw.effect("spend")(pay.fn)
+    assert (plain.compensate_idempotent, plain.compensate_reconcile_fn) == (False, None)
 
 
 # --- calls ----------------------------------------------------------------------------------
@@ -307,3 +326,26 @@ def test_a_loop_without_a_visible_check_is_refused(held_out: tuple[bool, ...]) -
         lw.Loop(name="l", actor=_actor, verifiers=checks, contract=_contract())
     assert err.value.field == "verifiers"
     assert ("held-out" in str(err.value)) == bool(held_out)
+
+
+def test_check_names_compensations_a_crash_would_leave_in_doubt() -> None:
+    from loopwright.cli._check import review
+
+    def answer(eff: lw.Effect) -> str:
+        loop = lw.Loop(
+            name="l",
+            actor=lambda ctx: lw.Proposal(),
+            verifiers=[lambda s, p: lw.Verdict(passed=True)],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+            effects=[eff],
+        )
+        (found,) = [a for a in review(loop) if a["question"].startswith("What can it do")]
+        return found["answer"]
+
+    refund = lambda key, result, args: None  # noqa: E731
+    bare = lw.effect("spend", idempotent=True, compensate=refund)(pay.fn)
+    assert "the compensations of ['pay'] have neither" in answer(bare)
+    dedup = lw.effect("spend", idempotent=True, compensate=refund, compensate_idempotent=True)
+    assert "compensations of" not in answer(dedup(pay.fn))
+    asked = lw.effect("spend", idempotent=True, compensate=refund, compensate_reconcile=len)
+    assert "compensations of" not in answer(asked(pay.fn))

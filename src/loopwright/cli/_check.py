@@ -88,6 +88,7 @@ def review(loop: Loop) -> list[dict[str, str]]:
     if loop.effects:
         notes = []
         unsafe = []
+        unsettled: list[str] = []
         for e in loop.effects:
             rules = [
                 f"{r.name} → {r.action}"
@@ -101,6 +102,10 @@ def review(loop: Loop) -> list[dict[str, str]]:
             )
             if not e.idempotent and e.reconcile_fn is None:
                 unsafe.append(e.name)
+            if e.compensate_fn is not None and not (
+                e.compensate_idempotent or e.compensate_reconcile_fn is not None
+            ):
+                unsettled.append(e.name)
         add(
             "What can it do outside the run, and who allows it?",
             not unsafe,
@@ -110,6 +115,12 @@ def review(loop: Loop) -> list[dict[str, str]]:
                 "mid-call they escalate as in doubt (add @effect.reconciler)"
                 if unsafe
                 else "; every effect is idempotent or reconcilable"
+            )
+            + (
+                f"; the compensations of {unsettled} have neither compensate_reconcile nor "
+                "compensate_idempotent=True: one interrupted by a crash escalates as in doubt"
+                if unsettled
+                else ""
             ),
         )
 
