@@ -1170,7 +1170,9 @@ def _references(ctx: lw.Context, panel: Mapping[str, Any]) -> list[Any]:
 
 
 def _pixels(data: bytes) -> tuple[int, int, Any]:
-    """``(width, height, pixel(x, y) -> (r, g, b, ...))`` of a picture."""
+    """``(width, height, pixel(x, y) -> (r, g, b, ...))`` of a picture; ``ValueError`` saying
+    why for one that cannot be read (damaged, or beyond what the reader takes: without Pillow,
+    the fallback PNG reader's size limit)."""
     try:
         import io
 
@@ -1178,9 +1180,12 @@ def _pixels(data: bytes) -> tuple[int, int, Any]:
     except ImportError:
         from loopwright.adapters import _png
 
-        pic = _png.decode(data)
+        pic = _png.decode(data)  # ValueError for a damaged or oversized picture
         return pic.width, pic.height, pic.pixel
-    im = Image.open(io.BytesIO(data)).convert("RGB")
+    try:
+        im = Image.open(io.BytesIO(data)).convert("RGB")
+    except (OSError, Image.DecompressionBombError) as exc:  # damaged, or a decompression bomb
+        raise ValueError(str(exc) or type(exc).__name__) from None
     return im.width, im.height, lambda x, y: im.getpixel((x, y))
 
 
@@ -1194,6 +1199,20 @@ def _region_colour(data: bytes, box: Sequence[float]) -> str:
     samples = [pixel(min(x, width - 1), min(y, height - 1))[:3] for y in ys for x in xs]
     mid = [sorted(c[i] for c in samples)[len(samples) // 2] for i in range(3)]
     return "#" + "".join(f"{v:02x}" for v in mid)
+
+
+def _region_colours(
+    images: Any, vals: Mapping[str, Any], boxes: Sequence[tuple[int, int, int, int]]
+) -> None:
+    """Read into ``_COLOURS`` each box's colour in the panel's picture (loaded once, and only
+    when a box is not known yet: a picture never changes under its digest); ``ValueError``
+    when the picture cannot be read."""
+    data = b""
+    for box in boxes:
+        key = (str(vals["art"]["image"]), box)
+        if key not in _COLOURS:
+            data = data or images.load(vals["art"])
+            _COLOURS[key] = _region_colour(data, box)
 
 
 def _distance(a: str, b: str) -> float:
@@ -1212,7 +1231,19 @@ def picture(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     drawn = [(p, v) for p, v in _drawn(state) if v.get("art")]
     for panel, vals in drawn:
         pid = panel["id"]
-        data = b""
+        try:
+            _region_colours(images, vals, [_boxes(fig)[0][1] for fig in vals["figures"]])
+        except ValueError as exc:  # a failing verdict, not a verifier that raised (escalation)
+            findings.append(
+                lw.Finding(
+                    f"the picture of {pid} cannot be read ({exc}); it must be drawn again",
+                    pid,
+                    "art",
+                    "unreadable",
+                    evidence={"image": str(vals["art"].get("image")), "reason": str(exc)},
+                )
+            )
+            continue
         for fig in vals["figures"]:
             who = fig["character"]
             want = (
@@ -1221,11 +1252,7 @@ def picture(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
                 or sheet[who]["palette"]["coat"]
             )
             _, box, _ = _boxes(fig)[0]
-            key = (str(vals["art"]["image"]), box)
-            if key not in _COLOURS:  # a picture never changes under its digest
-                data = data or images.load(vals["art"])
-                _COLOURS[key] = _region_colour(data, box)
-            have = _COLOURS[key]
+            have = _COLOURS[(str(vals["art"]["image"]), box)]
             gap = _distance(have, want)
             if gap > COLOUR_TOLERANCE:
                 findings.append(
@@ -1299,7 +1326,16 @@ def propose_model(ctx: lw.Context) -> lw.Proposal:
         fixed = _repair(ctx, pid, cur)
         merged = {**cur, **fixed}
         art = cur.get("art")
-        if regions and art:
+        if art and any(f.part == "art" and f.dimension == "unreadable" for f in found):
+            result = images.generate(
+                art_prompt(task, panel, merged["figures"]),
+                references=_references(ctx, panel),
+                budget_s=budget,
+            )  # no region of a picture that cannot be read can be repainted: drawn again
+            art, usage = result.value, usage + result.usage
+            edits.append(lw.Edit(pid, "art", art))
+            notes.append(f"drew {pid} again: its picture could not be read")
+        elif regions and art:
             why = "; ".join(f.message for f in found if f.part == "art")
             prompt = art_prompt(task, panel, merged["figures"])
             prompt += f"\nRepaint only the masked region, to fix: {why}."

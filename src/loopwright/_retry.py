@@ -19,6 +19,7 @@ import email.message
 import email.utils
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,17 +137,31 @@ def _header(headers: Any, name: str) -> Any:
     return value
 
 
+_DELAY = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+"""A delay in a header: ``1*DIGIT`` (RFC 9110's delay-seconds), a decimal fraction allowed
+(servers send ``1.5``). Python's ``float`` also takes ``1_000``, ``1e3``, ``+5``, ``inf`` and
+other scripts' digits: none is a delay a server sends, each is read as absent."""
+
+
+def _delay(value: Any) -> float | None:
+    """The number of a ``Retry-After`` (or ``retry-after-ms``) header, or ``None``."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str) or not _DELAY.fullmatch(text := value.strip()):
+        return None
+    return _seconds(float(text))
+
+
 def _parse_retry_after(value: Any, now: float | None) -> float | None:
-    """A ``Retry-After`` value (RFC 9110 §10.2.3): delta-seconds or an HTTP-date."""
+    """A ``Retry-After`` value (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; anything
+    else (``1_000``, ``1e3``, ``-5``) is as if it were not sent."""
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
-    try:
-        return _seconds(float(text))
-    except ValueError:
-        pass
+    if text[0].isdigit():  # delay-seconds; an HTTP-date starts with its day's name
+        return _delay(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -176,14 +191,9 @@ def retry_after_s(exc: BaseException, *, now: float | None = None) -> float | No
     for headers in (_attr(_attr(exc, "response"), "headers"), _attr(exc, "headers")):
         if headers is None:
             continue
-        ms = _header(headers, "retry-after-ms")
+        ms = _delay(_header(headers, "retry-after-ms"))
         if ms is not None:
-            try:
-                found = _seconds(float(ms) / 1000.0)
-            except (TypeError, ValueError):
-                found = None
-            if found is not None:
-                return found
+            return ms / 1000.0
         found = _parse_retry_after(_header(headers, "retry-after"), now)
         if found is not None:
             return found

@@ -55,6 +55,7 @@ NEEDS_A_STORE = [
     ("cancel", RUN),
     ("rollback", RUN, "--to-cycle", "0", "--by", "ana"),
     ("resume", RUN),
+    ("worker", "--once"),  # nothing to claim in a new store: a typo, not an empty store
 ]
 
 

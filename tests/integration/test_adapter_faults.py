@@ -124,6 +124,20 @@ def test_a_run_waits_the_capped_time_not_the_servers(tmp_path: Path, server: Fak
     assert retry["delay_s"] == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize("header", ["1_000", "1e3", "+1000", "infinity", "\u0661\u0660\u0660"])
+def test_a_retry_after_that_is_no_delay_seconds_is_as_if_not_sent(
+    server: FakeOpenAI, header: str
+) -> None:
+    """RFC 9110's delay-seconds is ``1*DIGIT``: ``Retry-After: 1_000`` was read as 1000 s
+    (Python's ``float`` takes underscores, exponents, signs, other scripts' digits), a wait
+    the server never asked for. Each is ignored: the backoff alone decides."""
+    server.script(fail(429, "slow down", retry_after=header))
+    with pytest.raises(Exception) as caught:
+        _actor(server)._complete(MSG, "run")
+    assert lw.classify(caught.value) == "transient"
+    assert lw.RetryPolicy(backoff_s=0.5, jitter=False).delay_s(1, caught.value) == 0.5
+
+
 def test_max_retry_after_is_validated(server: FakeOpenAI) -> None:
     for bad in (-1, float("nan"), float("inf"), "ten", True):
         with pytest.raises(lw.ConfigError, match="max_retry_after_s"):

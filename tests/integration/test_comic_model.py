@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,42 @@ def test_a_picture_of_another_shape_is_laid_out_and_repaired_uncropped(
     mara = next(f for f in state.artifacts["p3-1"].values()["figures"] if f["character"] == "mara")
     x0, y0, x1, y1 = comic["to_picture"]((mara["x"] - 30, 176, mara["x"] + 30, 258), 600, 300)
     assert after.pixel(int((x0 + x1) / 2), int((y0 + y1) / 2))[:3] == _rgb(SHEET_BLUE)
+
+
+def test_a_picture_the_fallback_reader_cannot_read_fails_the_check_and_is_drawn_again(
+    env: Path, fake: FakeImages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without Pillow, the picture check reads pictures with the library's own PNG reader,
+    which refuses (``ValueError``) a damaged picture or one over its pixel limit. The check
+    raised it: the engine escalated the run ("verifier picture raised an exception") at the
+    first panel. It is a failing verdict naming the panel and why, and the actor draws that
+    picture again (no region of it can be repainted)."""
+    monkeypatch.setitem(sys.modules, "PIL", None)  # ``from PIL import Image``: ImportError
+    monkeypatch.setattr(_png, "MAX_PIXELS", 400 * 300 - 1)  # each 400x300 picture is over it
+    loop = lw.load_spec(SPEC)
+    with lw.Runtime(str(env)) as rt:
+        r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])
+        assert r.status != "escalated" or "raised an exception" not in str(r.packet), r.packet
+        first = next(c.record for c in rt.store.checkpoints(r.run_id) if c.record)
+        verdict = first["visible"]["picture"]
+        assert verdict["passed"] is False
+        [finding] = verdict["findings"]
+        where = (finding["artifact"], finding["part"], finding["dimension"])
+        assert where == ("p3-1", "art", "unreadable")
+        assert "the picture of p3-1 cannot be read (PNG of 400x300 pixels" in finding["message"]
+    drawn = [_panel(q) for q in fake.requests if q.mask is None]
+    assert drawn[:2] == ["p3-1", "p3-1"] and not [q for q in fake.requests if q.mask]
+
+
+@pytest.mark.parametrize("pillow", [True, False])
+def test_a_damaged_picture_is_a_value_error_with_or_without_pillow(
+    env: Path, monkeypatch: pytest.MonkeyPatch, pillow: bool
+) -> None:
+    """The check turns a picture it cannot read into a finding by catching ``ValueError``:
+    Pillow's own errors for a damaged file (``OSError``) are given as one too."""
+    pytest.importorskip("PIL") if pillow else monkeypatch.setitem(sys.modules, "PIL", None)
+    pixels = lw.load_spec(SPEC).verifiers[0].fn.__globals__["_pixels"]
+    good = _png.encode(2, 2, bytes(12))
+    assert pixels(good)[:2] == (2, 2)
+    with pytest.raises(ValueError):
+        pixels(good[:40] + b"\x00" * 20 + good[60:])

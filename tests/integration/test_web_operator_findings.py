@@ -119,7 +119,7 @@ def test_errors_are_pages_in_a_browser_and_never_name_the_store(
     r = c.get("/compare?a=x&b=y&c=z", headers=HTML)
     assert r.headers["content-type"].startswith("text/html")
     bad = c.post(f"/runs/{run_id}/rollback", data={"to_cycle": "abc", "csrf": csrf}, headers=HTML)
-    assert bad.status_code == 422 and "to_cycle" in bad.text and "<html" in bad.text
+    assert bad.status_code == 400 and "to_cycle" in bad.text and "<html" in bad.text
     assert c.post(f"/runs/{run_id}/rollback", data={"to_cycle": "abc", "csrf": csrf}).json()[
         "detail"
     ]  # a script keeps the JSON detail

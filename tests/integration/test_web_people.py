@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from support.modules import load_sibling
@@ -246,6 +247,13 @@ def test_signed_in_pages_and_answers_are_kept_by_no_cache(
     assert "no-store" not in c.get("/static/style.css").headers.get("cache-control", "")
 
 
+def post_garbled(c: TestClient, path: str, who: str) -> httpx.Response:
+    """POST a body that is not JSON, as ``who``."""
+    return c.post(
+        path, content=b"{not json", headers={**bearer(who), "Content-Type": "application/json"}
+    )
+
+
 def test_a_viewers_rerun_is_refused_for_the_role_before_its_values_are_checked(
     setup: tuple[TestClient, str, str],
 ) -> None:
@@ -261,11 +269,7 @@ def test_a_viewers_rerun_is_refused_for_the_role_before_its_values_are_checked(
     bad = {"at_cycle": 0, "contract": {"budget": {"max_cycles": "lots"}}, "start": False}
     api = c.post(f"/api/runs/{run_id}/rerun", json=bad, headers=bearer("vic"))
     assert api.status_code == 403 and "operator role" in api.json()["detail"], api.text
-    garbled = c.post(
-        f"/api/runs/{run_id}/rerun",
-        content=b"{not json",
-        headers={**bearer("vic"), "Content-Type": "application/json"},
-    )
+    garbled = post_garbled(c, f"/api/runs/{run_id}/rerun", "vic")
     assert garbled.status_code == 403, garbled.text
     csrf = sign_in(c, "oscar")
     form["csrf"] = csrf
@@ -275,3 +279,31 @@ def test_a_viewers_rerun_is_refused_for_the_role_before_its_values_are_checked(
     assert checked.status_code == 400, checked.text
     with lw.Runtime(store) as rt:
         assert [r.run_id for r in rt.store.list_runs()] == [run_id]  # no rerun was made
+
+
+def test_a_viewers_rollback_is_refused_for_the_role_before_its_cycle_is_checked(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """A viewer rolling back to a cycle that does not validate (negative, not a number,
+    missing) got the validation's 400 (or the framework's 422) before the role's 403; the role
+    is checked first, as for a rerun, on the form and the API alike. An operator still gets
+    the 400, naming the field."""
+    c, _, run_id = setup
+    csrf = sign_in(c, "vic")
+    for sent in ("-1", "abc", ""):
+        form = {"to_cycle": sent, "csrf": csrf}
+        refused = c.post(f"/runs/{run_id}/rollback", data=form, follow_redirects=False)
+        assert refused.status_code == 403, (sent, refused.text)
+        assert "operator role" in refused.json()["detail"] and "to_cycle" not in refused.text
+    for body in ({"to_cycle": -1}, {"to_cycle": "1"}, {}, {"when": 1}):
+        api = c.post(f"/api/runs/{run_id}/rollback", json=body, headers=bearer("vic"))
+        assert api.status_code == 403 and "operator role" in api.json()["detail"], api.text
+    garbled = post_garbled(c, f"/api/runs/{run_id}/rollback", "vic")
+    assert garbled.status_code == 403, garbled.text
+    csrf = sign_in(c, "oscar")
+    for sent in ("-1", "abc"):
+        form = {"to_cycle": sent, "csrf": csrf}
+        checked = c.post(f"/runs/{run_id}/rollback", data=form, follow_redirects=False)
+        assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]
+    checked = c.post(f"/api/runs/{run_id}/rollback", json={"to_cycle": -1}, headers=bearer("oscar"))
+    assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]

@@ -260,6 +260,15 @@ NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
         (WithResponse(429, {"retry-after-ms": "250"}), 0.25),
         (WithResponse(429, {"retry-after-ms": "x", "Retry-After": "2"}), 2.0),
         (WithResponse(429, {"Retry-After": "soon"}), None),
+        # delay-seconds is 1*DIGIT (RFC 9110); float() read each of these as a delay
+        (WithResponse(429, {"Retry-After": "1_000"}), None),
+        (WithResponse(429, {"Retry-After": "1e3"}), None),
+        (WithResponse(429, {"Retry-After": "+5"}), None),
+        (WithResponse(429, {"Retry-After": "inf"}), None),
+        (WithResponse(429, {"Retry-After": "1."}), None),
+        (WithResponse(429, {"Retry-After": "\u0661\u0662"}), None),  # Arabic-Indic "12"
+        (WithResponse(429, {"retry-after-ms": "2_500", "Retry-After": "2"}), 2.0),
+        (WithResponse(429, {"retry-after-ms": "1e3"}), None),
         (WithResponse(429, {"Retry-After": "-5"}), None),
         (WithResponse(429, {"Retry-After": "nan"}), None),
         (WithResponse(429, {"Retry-After": ""}), None),

@@ -75,6 +75,15 @@ def _int(value: Any, name: str) -> int:
     return value
 
 
+def _form_int(raw: str, name: str) -> int:
+    """A cycle number typed in a form: read here, after the role is checked (a field typed
+    ``int`` was refused by the framework, 422, before the handler could check who asked)."""
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise HTTPException(400, f"{name} must be a cycle number (0 or more), not {raw!r}")
+    return int(text)
+
+
 def register_actions(app: FastAPI, deps: ActionDeps) -> None:
     store, auth = deps.store, deps.auth
 
@@ -119,15 +128,15 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             msg += "; Resume it to go on"
         return store.get_run(done.run_id), msg
 
-    def may_rerun(request: Request, run_id: str) -> None:
-        """A rerun is a fork: one who may not operate is refused (403, audited as the fork's
-        own check does) before anything they sent is checked, so that a viewer gets the right
-        status and learns nothing of what would be accepted (a budget or contract that does
-        not validate was a 400 before the role's 403)."""
+    def may(request: Request, run_id: str, action: str) -> None:
+        """One who may not operate is refused (403, audited as the engine's own check does)
+        before anything they sent is checked, so that a viewer gets the right status and
+        learns nothing of what would be accepted (a budget, contract or cycle that does not
+        validate was a 400 before the role's 403). A rerun is checked as the fork it is."""
         rec = get(run_id)
         try:
             may_operate(
-                store, auth.who(request), "fork", f"run {rec.run_id}", origin=origin_of(request)
+                store, auth.who(request), action, f"run {rec.run_id}", origin=origin_of(request)
             )
         except LoopwrightError as exc:
             raise http_error(exc) from exc
@@ -195,14 +204,15 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
     def rollback_form(
         request: Request,
         run_id: str,
-        to_cycle: int = Form(...),
+        to_cycle: str = Form(""),
         resume: str = Form(""),
         csrf: str = Form(""),
     ) -> Response:
         deps.require_form_write(request, csrf)
+        may(request, run_id, "rollback")
         rec, msg = rollback(
             run_id,
-            _int(to_cycle, "to_cycle"),
+            _form_int(to_cycle, "to_cycle"),
             auth.who(request),
             origin_of(request),
             resume == "yes",
@@ -213,7 +223,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
     def rerun_form(
         request: Request,
         run_id: str,
-        at_cycle: int = Form(0),
+        at_cycle: str = Form("0"),
         max_cycles: str = Form(""),
         max_cost_usd: str = Form(""),
         max_tokens: str = Form(""),
@@ -222,7 +232,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         csrf: str = Form(""),
     ) -> Response:
         deps.require_form_write(request, csrf)
-        may_rerun(request, run_id)
+        may(request, run_id, "fork")
         given = {
             "max_cycles": max_cycles,
             "max_cost_usd": max_cost_usd,
@@ -239,7 +249,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
                 raise HTTPException(400, f"{name} must be {what}, not {raw!r}") from None
         new, msg, _ = rerun(
             run_id,
-            _int(at_cycle, "at_cycle"),
+            _form_int(at_cycle, "at_cycle"),
             {"budget": budget},
             auth.who(request),
             origin_of(request),
@@ -274,6 +284,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         artifacts of that cycle are restored and the run reopened; compensations of later
         effects are offered as requests. Recorded with who and when."""
         deps.require_api_write(request)
+        await run_in_threadpool(may, request, run_id, "rollback")
         body = await body_of(request, '{"to_cycle": N, "resume": false}')
         only(body, {"to_cycle", "resume"})
         if "to_cycle" not in body:
@@ -292,7 +303,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         ``at_cycle`` (0: the start) under the origin's contract with ``contract`` laid over
         it, started in the background unless ``start`` is false. Recorded on both runs."""
         deps.require_api_write(request)
-        await run_in_threadpool(may_rerun, request, run_id)
+        await run_in_threadpool(may, request, run_id, "fork")
         body = await body_of(request, '{"at_cycle": 0, "contract": {...}, "start": true}')
         only(body, {"at_cycle", "contract", "task_key", "start"})
         n = _int(body.get("at_cycle", 0), "at_cycle")
