@@ -16,7 +16,11 @@ import pytest
 from support.fake_openai import FakeOpenAI, Reply, ok
 
 import loopwright as lw
-from loopwright.adapters import AsyncChatActor, ChatActor, openai_chat
+from loopwright.adapters import (
+    AsyncChatActor,
+    ChatActor,
+    _chat_client,  # where the clients read MAX_REPLY_BYTES
+)
 
 FIX = {"edits": [{"artifact": "doc", "part": "title", "value": "Hello"}], "note": "fixed"}
 MSG = [{"role": "user", "content": "hi"}]
@@ -61,7 +65,7 @@ def test_a_reply_past_the_limit_is_refused_not_read(
 def test_a_stream_past_the_limit_is_refused_not_a_broken_stream(
     server: FakeOpenAI, kind: type[ChatActor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(openai_chat, "MAX_REPLY_BYTES", 64 * 1024)
+    monkeypatch.setattr(_chat_client, "MAX_REPLY_BYTES", 64 * 1024)
     server.script(ok({**FIX, "note": "y" * 200_000}, chunk_chars=1000), model="m")
     with pytest.raises(lw.PermanentError, match=r"larger than 0\.0625 MiB") as caught:
         _call(kind, server, stream=True)
@@ -81,7 +85,7 @@ def test_a_compressed_reply_is_counted_as_it_is_decompressed(
     # scale, 32 MiB on the wire held about 32 GB) passed the limit whole.
     import gzip
 
-    monkeypatch.setattr(openai_chat, "MAX_REPLY_BYTES", 64 * 1024)
+    monkeypatch.setattr(_chat_client, "MAX_REPLY_BYTES", 64 * 1024)
     bomb = gzip.compress(_completion(json.dumps({**FIX, "note": "z" * 2**20})))
     assert len(bomb) < 64 * 1024
     server.script(Reply(raw_body=bomb, headers={"Content-Encoding": "gzip"}), model="m")

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
-from loopwright.verifiers import CommandVerifier, Limits, run_tests, sandbox
+from loopwright.verifiers import (
+    CommandVerifier,
+    Limits,
+    _boundary,  # where sandbox_boundary reads _works
+    run_tests,
+    sandbox,
+)
 from loopwright.verifiers.sandbox import SandboxUnavailableError
 
 
@@ -190,8 +196,8 @@ def test_audit_hook_fallback_without_namespace(tmp_path: Path) -> None:
 
 # --- the boundary (issue 16) -----------------------------------------------------------------
 PLANTED = "sk-test-planted-4f1d9c2e7b"
-HAS_BWRAP = sandbox._works("bwrap", sys.executable)
-HAS_UNSHARE = sandbox._works("unshare", sys.executable)
+HAS_BWRAP = _boundary._works("bwrap", sys.executable)
+HAS_UNSHARE = _boundary._works("unshare", sys.executable)
 
 
 def _probes(parent_pid: int) -> str:
@@ -240,8 +246,8 @@ def test_parent_environ_is_out_of_reach(boundary: str, monkeypatch: pytest.Monke
     """Issue 16.1: /proc/self/root, /proc/self/cwd/.., task/ and dir_fd ways to the parent's
     environ all fail inside a namespace boundary (the parent is not in the child's /proc)."""
     monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
-    real = sandbox._works
-    monkeypatch.setattr(sandbox, "_works", lambda b, p: b == boundary and real(b, p))
+    real = _boundary._works
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == boundary and real(b, p))
     r = run_tests(_probes(os.getpid()), ["assert leak() == ''"])
     assert r.isolation == boundary
     assert not r.passed and r.status == "completed"
@@ -252,7 +258,7 @@ def test_parent_environ_is_out_of_reach(boundary: str, monkeypatch: pytest.Monke
 
 
 def test_no_boundary_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "_works", lambda b, p: False)
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: False)
     monkeypatch.delenv(sandbox.ALLOW_UNISOLATED_ENV, raising=False)
     with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
         run_tests("x = 1", ["assert x == 1"])
@@ -322,9 +328,9 @@ def test_check_says_where_candidate_code_runs(monkeypatch: pytest.MonkeyPatch) -
         (found,) = [a for a in review(loop) if a["question"] == "Where does candidate code run?"]
         return found
 
-    monkeypatch.setattr(sandbox, "_works", lambda b, p: b == "bwrap")
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: b == "bwrap")
     assert answer()["status"] == "ok" and "bwrap" in answer()["answer"]
-    monkeypatch.setattr(sandbox, "_works", lambda b, p: False)
+    monkeypatch.setattr(_boundary, "_works", lambda b, p: False)
     monkeypatch.delenv(sandbox.ALLOW_UNISOLATED_ENV, raising=False)
     refused = answer()
     assert refused["status"] == "warn" and "no sandbox boundary" in refused["answer"]

@@ -55,7 +55,7 @@ from httpx2._decoders import ContentDecoder
 
 from .._calls import call_deadline
 from .._retry import PermanentError
-from .openai_chat import public_url
+from ._endpoint import public_url
 
 __all__ = ["CrossOriginRedirect", "ReplyTooLarge", "async_http_client", "fetch", "http_client"]
 

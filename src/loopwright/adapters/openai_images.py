@@ -62,10 +62,7 @@ from .._redact import redact_text, register_secret
 from .._retry import status_code
 from .._usage import Usage
 from . import _png
-from ._limits import Gate, Limits, _tighter, gate_for
-from ._prices import Priced, price_call
-from ._schema import MalformedReplyError
-from .openai_chat import (
+from ._endpoint import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
     _async_clients,
@@ -82,6 +79,9 @@ from .openai_chat import (
     public_url,
     sdk_endpoint,
 )
+from ._limits import Gate, Limits, _tighter, gate_for
+from ._prices import Priced, price_call
+from ._schema import MalformedReplyError
 
 if TYPE_CHECKING:
     import openai

@@ -1,0 +1,274 @@
+"""The OpenAI-compatible endpoint as the adapters talk to it: the URL checked, spelled
+canonically and shown without credentials, the SDK client's settings and per-loop async
+clients, and a failed call's exception named, masked and its ``Retry-After`` capped. Shared by
+the chat adapters (``openai_chat``) and the image adapter (``openai_images``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import weakref
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from .._errors import ConfigError
+from .._modelcalls import ERROR_CHARS, clip_masked
+from .._redact import redact, redact_text, register_secret
+from .._retry import retry_after_s
+from .._userinfo import without_userinfo
+
+if TYPE_CHECKING:
+    import openai
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""Where the ``openai`` SDK sends requests when neither ``base_url`` nor ``OPENAI_BASE_URL``
+says otherwise."""
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def endpoint_of(base_url: str | None) -> str:
+    """The endpoint as given (``base_url``, else ``OPENAI_BASE_URL``, else OpenAI's), refused
+    in one line unless it is an http(s) URL with a host: the SDK would take ``localhost:8000``
+    and fail every request as a retried "Connection error"."""
+    raw = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+    field = "base_url" if base_url else "OPENAI_BASE_URL"
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError as exc:  # "http://[::1:8000/v1", "http://host:99999/v1"
+        # public_url cannot parse it either: the redaction net masks a password in it
+        raise ConfigError(f"{redact_text(raw)!r} is not a valid URL: {exc}", field=field) from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{public_url(raw)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)",
+            field=field,
+        )
+    return raw
+
+
+def no_api_key() -> ConfigError:
+    """The error for OpenAI's own endpoint without a key. Its text never puts a word right
+    after "api_key:" or "api_key=": the redaction net every shown error goes through would
+    mask that word as the key's value ("api_key: *** API key for OpenAI ...")."""
+    err = ConfigError(
+        "OpenAI's endpoint needs an API key (api_key): set OPENAI_API_KEY, pass the api_key "
+        "argument, or pass base_url for a local server"
+    )
+    err.field = "api_key"
+    return err
+
+
+def normalise_base_url(url: str | None) -> str:
+    """The endpoint a client talks to, in one canonical spelling: ``None`` is
+    ``OPENAI_BASE_URL`` or OpenAI's default; the scheme and host are lower-cased, a default port
+    and a trailing slash dropped, and every loopback address (``127.0.0.1``, ``::1``,
+    ``0.0.0.0``) spelled ``localhost`` — so two spellings of one server compare equal."""
+    raw = (url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip()
+    parts = urlsplit(raw if "://" in raw else f"http://{raw}")
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if _loopback(host):
+        host = "localhost"
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    port = parts.port
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
+
+
+_SECRET_QUERY = ("key", "token", "secret", "password", "sig", "auth")
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be shown in a message or a log: without ``user:password@`` and with
+    the values of query parameters that look like credentials (``api-key=…``) masked."""
+    parts = urlsplit(url.strip() if "://" in url else f"http://{url.strip()}")
+    netloc = parts.netloc.rpartition("@")[2]
+    query = "&".join(
+        f"{k}=***" if any(w in k.lower() for w in _SECRET_QUERY) else (f"{k}={v}" if sep else k)
+        for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def sdk_endpoint(endpoint: str) -> dict[str, Any]:
+    """The SDK client's ``base_url``, ``default_headers`` and ``default_query`` for
+    ``endpoint``: its ``user:password@`` as a Basic ``Authorization`` header, and its query
+    (``?api-version=…&api-key=…``) sent with every request. The SDK joined a path to a
+    ``base_url`` that held a query after it (``/v1?api-key=K`` asked ``/v1/?api-key=Kchat/
+    completions``: a 404 on every call, which echoed the key). Credential-like query values
+    are registered as secrets, so that an error echoing one alone is masked too."""
+    url, headers = without_userinfo(endpoint)
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    for k, v in query.items():
+        if v and any(w in k.lower() for w in _SECRET_QUERY):
+            register_secret(v)
+    return {
+        "base_url": urlunsplit(parts._replace(query="", fragment="")),
+        "default_headers": headers or None,
+        "default_query": query or None,
+    }
+
+
+def _name_the_call(exc: BaseException, model: str, endpoint: str) -> None:
+    """Prefix ``exc``'s message with the model and endpoint it was about, in place: the SDK's
+    own ("Connection error.", "Error code: 404 …") names neither, and the exception's type,
+    status and headers must stay as they are for the engine's classification (Retry-After)."""
+    prefix = f"model {model!r} at {public_url(endpoint)}: "
+    message = str(exc)
+    if message.startswith(prefix):
+        return
+    with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
+        exc.args = (prefix + message, *exc.args[1:])
+        if isinstance(getattr(exc, "message", None), str):
+            exc.message = prefix + message  # type: ignore[attr-defined]
+
+
+DEFAULT_MAX_RETRY_AFTER_S = 120.0
+"""The longest ``Retry-After`` the adapters honour (a server asking for an hour gets this)."""
+
+# Routing prefixes of gateways and SDKs (LiteLLM, OpenRouter): ``openai/gpt-4o`` is ``gpt-4o``.
+_PROVIDER_PREFIXES = frozenset(
+    {
+        "openai",
+        "azure",
+        "azure_ai",
+        "ollama",
+        "ollama_chat",
+        "anthropic",
+        "groq",
+        "together",
+        "together_ai",
+        "openrouter",
+        "vllm",
+        "hosted_vllm",
+        "lm_studio",
+        "mistral",
+        "deepseek",
+        "fireworks_ai",
+        "google",
+        "gemini",
+        "vertex_ai",
+        "bedrock",
+        "huggingface",
+        "cohere",
+        "xai",
+        "perplexity",
+    }
+)
+
+
+def _normalise_model(model: str) -> str:
+    # Model names are case-insensitive on every server that matters for the self-review rule
+    # (Ollama's "Qwen2.5:7B" is "qwen2.5:7b"), so identities compare lower-cased.
+    model = model.strip().lower()
+    head, sep, rest = model.partition("/")
+    while sep and rest and head in _PROVIDER_PREFIXES:
+        model = rest
+        head, sep, rest = model.partition("/")
+    # Ollama serves "llama3" and "llama3:latest" as the same model.
+    return model.removesuffix(":latest")
+
+
+def _clipped(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string longer than ``ERROR_CHARS`` cut to a masked head
+    (``clip_masked``), so that masking the rest scans a bounded amount: a server's 10 MB error
+    message took seconds per regex pass and was stored whole in every copy of the error."""
+    if isinstance(value, str):
+        return clip_masked(value) if len(value) > ERROR_CHARS else value
+    if depth > 20:
+        return value
+    if isinstance(value, dict):
+        return {k: _clipped(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_clipped(v, depth + 1) for v in value)
+    return value
+
+
+def _redact_exc(exc: BaseException) -> None:
+    """Mask secrets in ``exc``'s message and body, in place (a 401 body can echo the API key),
+    their long texts cut (``_clipped``); its type, status and headers stay as they are for the
+    engine's classification."""
+    with contextlib.suppress(Exception):  # an exception type with read-only args stays as is
+        args = redact(_clipped(list(exc.args)))
+        if args != list(exc.args):
+            exc.args = tuple(args)
+        for attr in ("message", "body"):
+            value = getattr(exc, attr, None)
+            if isinstance(value, str | dict | list):
+                masked = redact(_clipped(value))
+                if masked != value:
+                    setattr(exc, attr, masked)
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks secrets in the records of the HTTP client's and the SDK's loggers (request URLs
+    with ``?api-key=``, echoed error bodies)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):
+            text = record.getMessage()
+            masked = redact_text(text)
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
+_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+
+
+def _mask_http_logs() -> None:
+    for name in _HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactingFilter) for f in logger.filters):
+            logger.addFilter(_RedactingFilter())
+
+
+def _body_not_json(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK failing to parse a 2xx body as JSON: not JSON at all, bytes
+    that are not UTF-8, nested past Python's stack, or an integer too long to convert (Python
+    refuses more than 4,300 digits). Each a server's bad answer (transient), not a bug."""
+    return isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | RecursionError) or (
+        type(exc) is ValueError and "integer string conversion" in str(exc)
+    )
+
+
+def _cap_retry_after(exc: BaseException, cap_s: float) -> None:
+    """Lower the wait ``exc`` asks for to ``cap_s``: ``retry_after_s`` reads ``exc.retry_after``
+    before the headers, so the engine's backoff sees the capped value."""
+    asked = retry_after_s(exc)
+    if asked is not None and asked > cap_s:
+        with contextlib.suppress(Exception):
+            exc.retry_after = cap_s  # type: ignore[attr-defined]
+
+
+_AsyncClients = weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, "tuple[openai.AsyncOpenAI, AsyncIterator[None]]"
+]
+
+
+def _async_clients() -> _AsyncClients:
+    return weakref.WeakKeyDictionary()
+
+
+async def _closer(client: openai.AsyncOpenAI) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await client.close()

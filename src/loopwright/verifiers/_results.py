@@ -1,0 +1,115 @@
+"""What a sandboxed run is given and returns: ``Limits``, one test's ``TestResult`` and the
+run's ``SandboxResult``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SandboxStatus = Literal["completed", "timeout", "crashed", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of one sandboxed run.
+
+    Attributes:
+        memory_mb: address-space limit (``RLIMIT_AS``).
+        cpu_s: CPU-seconds limit of the whole child (``RLIMIT_CPU``); ``None`` means twice the
+            sum of the per-test CPU limits plus 10 s.
+        file_mb: largest file the child may write (``RLIMIT_FSIZE``).
+        processes: ``RLIMIT_NPROC`` (applies to the unprivileged user; root ignores it, which
+            is why process creation is also refused by the audit hook).
+        open_files: ``RLIMIT_NOFILE``.
+    """
+
+    memory_mb: int = 1024
+    cpu_s: int | None = None
+    file_mb: int = 16
+    processes: int = 64
+    open_files: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TestResult:
+    """The outcome of one test.
+
+    Attributes:
+        test: the test's source (usually one ``assert`` line).
+        passed: whether it ran without an exception.
+        actual: LDB's "Real Execution Output": the value of the assert's left-hand call, the
+            error it raised, or ``TIMEOUT``; ``None`` when the test passed.
+        error: the exception that failed the test, ``"Type: message"``.
+        seconds: how long the test ran.
+    """
+
+    test: str
+    passed: bool
+    actual: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def feedback(self) -> str:
+        """LDB's feedback line: ``"<test> # Real Execution Output: <actual>"``."""
+        return f"{self.test} # Real Execution Output: {self.actual}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "passed": self.passed,
+            "actual": self.actual,
+            "error": self.error,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxResult:
+    """The outcome of one sandboxed run.
+
+    Attributes:
+        status: ``completed`` (every test ran), ``timeout`` (killed at the wall-clock limit),
+            ``crashed`` (the child died: a signal, a resource limit, a hard exit) or ``error``
+            (the sandbox could not start).
+        tests: one result per test, in order; tests the child never finished are failed with
+            the reason.
+        reason: why the run did not complete, in words (empty when it completed).
+        seconds: wall-clock time of the whole run.
+        output: the tail of what the candidate printed.
+        isolation: the boundary in force (``Boundary``: ``bwrap``, ``unshare`` or ``none``).
+        layers: every layer in force: ``boundary``, ``network`` (``namespace`` or
+            ``audit-hook``), ``user`` (``nobody`` or ``unchanged``).
+    """
+
+    status: SandboxStatus
+    tests: tuple[TestResult, ...]
+    reason: str = ""
+    seconds: float = 0.0
+    output: str = ""
+    isolation: str = "none"
+    layers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "completed" and all(t.passed for t in self.tests)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(t.passed for t in self.tests)
+
+    @property
+    def failed(self) -> tuple[TestResult, ...]:
+        return tuple(t for t in self.tests if not t.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "passed": self.passed,
+            "tests": [t.to_dict() for t in self.tests],
+            "reason": self.reason,
+            "seconds": self.seconds,
+            "output": self.output,
+            "isolation": self.isolation,
+            "layers": dict(self.layers),
+        }
