@@ -187,6 +187,9 @@ def test_a_picture_the_fallback_reader_cannot_read_fails_the_check_and_is_drawn_
     monkeypatch.setitem(sys.modules, "PIL", None)  # ``from PIL import Image``: ImportError
     monkeypatch.setattr(_png, "MAX_PIXELS", 400 * 300 - 1)  # each 400x300 picture is over it
     loop = lw.load_spec(SPEC)
+    # the colours an earlier test read of these same pictures (the fake server's are the same
+    # bytes each time) are kept by digest: this check must read them again, and fail to
+    monkeypatch.setitem(loop.verifiers[0].fn.__globals__, "_COLOURS", {})
     with lw.Runtime(str(env)) as rt:
         r = rt.run_sync(loop, TASK, task_key=TASK["task_key"])
         assert r.status != "escalated" or "raised an exception" not in str(r.packet), r.packet
