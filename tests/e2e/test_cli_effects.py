@@ -329,3 +329,31 @@ def test_rollback_of_a_run_started_from_python_says_what_it_could_not_offer(
     assert (
         f"then: continue it from Python, with its loop: Runtime.resume('{waits.run_id[:12]}'" in out
     )
+
+
+def test_rollback_in_a_store_with_users_says_to_decide_with_a_token(proj: Path) -> None:
+    """The rollback's hint for the refund it offers named ``--by NAME``, which a store with
+    users refuses (a decision there is a token's): it says ``--token T`` there, as
+    ``loopwright approvals`` does."""
+    store = proj / "s.db"
+    admin = cli("users", "add", "ada", "--role", "admin", cwd=proj, store=store)
+    assert admin.returncode == 0, admin.stderr
+    ada = admin.stdout.split()[-1]
+
+    def token(name: str, role: str) -> str:
+        r = cli("users", "add", name, "--role", role, "--token", ada, cwd=proj, store=store)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()[-1]
+
+    ops, ana = token("olga", "operator"), token("ana", "approver")
+    task = _task(proj, invoice="F-1", amount=5000)
+    ran = cli("run", "loop.toml", "--task", task, "--token", ops, cwd=proj, store=store)
+    assert ran.returncode == 4, ran.stdout + ran.stderr
+    rid = _json(proj, store, "runs")[0]["run_id"]
+    ok = cli("approve", rid, "--token", ana, "--resume", cwd=proj, store=store)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    rb = cli("rollback", rid, "--to-cycle", "0", "--token", ops, cwd=proj, store=store)
+    assert rb.returncode == 0, rb.stderr
+    said = " ".join(rb.stdout.split())
+    assert f"decide each with: loopwright approve {rid[:12]} --request ID --token T" in said, said
+    assert "--by NAME" not in said

@@ -261,11 +261,12 @@ def cancel(
             else 0
         )
         reversal = _reversal(rt.store, rec.run_id)
+        me = "--token T" if rt.store.has_users() else "--by NAME"
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
         + ("" if rec.status == "cancelled" else " (cancellation requested)")
     )
-    _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)")
+    _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)", me)
 
 
 def _reversal(store: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
@@ -279,7 +280,7 @@ def _reversal(store: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
 
 
 def _print_reversal(
-    run_id: str, reversal: tuple[dict[str, Any], list[Any]], unoffered: int, python: str
+    run_id: str, reversal: tuple[dict[str, Any], list[Any]], unoffered: int, python: str, me: str
 ) -> None:
     """Say what will be undone, and how: an allowed compensation runs on the next resume (a
     refund, say), which the command used to leave unsaid, as it did the effects of a run
@@ -307,7 +308,7 @@ def _print_reversal(
         console().print(f"  compensation {a.approval_id}: {escape(a.what)}")
     if asks:
         console().print(
-            f"decide each with: loopwright approve {rid} --request ID --by NAME "
+            f"decide each with: loopwright approve {rid} --request ID {me} "
             f"(or deny), then: loopwright resume {rid}"
         )
 
@@ -349,7 +350,8 @@ def rollback(
             else 0
         )
         reversal = _reversal(rt.store, rec.run_id)
+        me = "--token T" if rt.store.has_users() else "--by NAME"
     console().print(f"run {rec.run_id[:12]}: rolled back to cycle {to_cycle}, now {rec.status}")
-    _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)")
+    _print_reversal(rec.run_id, reversal, done, "Runtime.rollback(run, N, by=..., loop=...)", me)
     if rec.status != "awaiting_approval":
         console().print(continue_hint(rec))
