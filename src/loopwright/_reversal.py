@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from ._effect_run import perform_effect, undid_for_origin
+from ._effect_run import perform_effect, redo_key, undid_for_origin
 from ._effects import Effect, EffectCall
 from ._errors import ApprovalError
 from ._exec import Execution
@@ -166,16 +166,13 @@ def _undone(
         for e in originals
     }
 
-    def at(first: str, gen: int) -> str:
-        return first if gen == 1 else f"{first}~{gen}"
-
     while chains:
-        missing = [at(k, g) for k, g in chains.items() if at(k, g) not in seen]
+        missing = [redo_key(k, g) for k, g in chains.items() if redo_key(k, g) not in seen]
         if missing:
             seen.update((e.key, e) for e in store.journal_where(run_id, keys=missing))
         nxt: dict[str, int] = {}
         for first, gen in chains.items():
-            found = seen.get(at(first, gen))
+            found = seen.get(redo_key(first, gen))
             if found is not None and (
                 found.status in ("compensated", "retired") or undid_for_origin(found)
             ):
