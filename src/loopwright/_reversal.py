@@ -10,7 +10,6 @@ most once. An effect without a compensation is listed as irreversible, never sil
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -18,9 +17,9 @@ import time
 import uuid
 from typing import Any
 
+from ._authority import expire
 from ._effect_run import perform_effect, redo_key, undid_for_origin
 from ._effects import Effect, EffectCall
-from ._errors import ApprovalError
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
@@ -236,15 +235,8 @@ async def run_compensations(
             if req.expires_at is None or req.expires_at >= time.time():
                 return None
             # expired undecided: not run, as a parked cycle's expired request escalates
-            with contextlib.suppress(ApprovalError):
-                req = store.decide_approval(
-                    req.approval_id,
-                    status="expired",
-                    by="loopwright",
-                    note="expired",
-                    now=time.time(),
-                )
-            decided[req.approval_id] = store.approval(req.approval_id) or req
+            # (decided meanwhile: as it was decided)
+            decided[req.approval_id] = expire(store, req) or store.approval(req.approval_id) or req
     cycle = ex.state.cycle
     notes: list[dict[str, Any]] = []
     for o in offers:
