@@ -67,15 +67,18 @@ def offer_compensations(
     for e in done:
         name = str(e.data.get("name"))
         ikey = e.key.removeprefix("effect:")
+        # the key the effect was handed (a redo's ``~n`` the store gave): what a person
+        # checks with the outside world, and what its undoing is handed
+        handed = str(e.data.get("call_key") or ikey)
         owner = e.data.get("from_run") or e.data.get("inherited_from")
         if owner:
             # Another run did it (this one reused its result, or a fork inherited it): undoing
             # it here would undo that run's action. It is listed; that run can undo it.
-            irreversible.append(f"{name} ({ikey}): done by run {owner}, not by this run")
+            irreversible.append(f"{name} ({handed}): done by run {owner}, not by this run")
             continue
         eff = loop.effect(name)
         if eff is None or eff.compensate_fn is None:
-            irreversible.append(f"{name} ({ikey})")
+            irreversible.append(f"{name} ({handed})")
             continue
         args = dict(e.data.get("args") or {})
         # A rule naming the compensation itself ("pay.compensate") decides; otherwise it is
@@ -99,8 +102,7 @@ def offer_compensations(
             "kind": eff.kind,
             "args": args,
             "result": e.data.get("result"),
-            # the key the effect was handed (a redo's ``~n`` the store gave), for its undoing
-            "call_key": e.data.get("call_key") or ikey,
+            "call_key": handed,
             "cycle": e.cycle,
             "action": d.action,
             "rule": d.rule,
@@ -116,7 +118,7 @@ def offer_compensations(
                     cycle=cycle,
                     kind="compensation",
                     rule=offer["rule"],
-                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {ikey})",
+                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {handed})",
                     why=f"{why}; {offer['why']}" if offer["why"] else why,
                     evidence={
                         "effect": name,

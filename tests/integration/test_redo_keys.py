@@ -49,7 +49,12 @@ class Crash(BaseException):
 
 
 def paying(
-    provider: Provider, *, idempotent: bool = False, staged: bool = False, **declared: Any
+    provider: Provider,
+    *,
+    idempotent: bool = False,
+    staged: bool = False,
+    approvals: lw.ApprovalPolicy = ALLOW,
+    **declared: Any,
 ) -> lw.Loop:
     """A loop paying invoice I6 (5.0) in its first cycle (``staged``: its second, after an
     edit), then asking a question, so that the run parks with the payment done. ``declared``:
@@ -82,7 +87,7 @@ def paying(
         verifiers=[lambda s, p: lw.Verdict(passed=False, score=0.5)],
         contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
         effects=[pay],
-        approvals=ALLOW,
+        approvals=approvals,
     )
 
 
@@ -188,6 +193,31 @@ def test_a_redo_still_running_past_its_timeout_names_the_key_it_was_handed(url: 
     assert (b.status, b.stop_reason) == ("escalated", "escalated")
     assert b.packet is not None
     assert "pay (pay:I6~2) timed out and its call is still running" in b.packet["cause"]
+
+
+def test_a_redos_refund_request_names_the_key_it_was_handed(url: str) -> None:
+    # The request a person approves named the run's journal key ("pay:I6"), not the key of
+    # the charge the refund undoes ("pay:I6~2"), by which the person checks the provider.
+    provider = Provider()
+    refunds = lw.ApprovalPolicy(
+        (
+            lw.PolicyRule(kind="spend", effect="pay.compensate", action="require", name="r"),
+            lw.PolicyRule(kind="spend", effect="pay", action="allow"),
+        )
+    )
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+        loop = paying(provider, approvals=refunds)
+        b = rt.run_sync(loop, TASK, task_key="B")
+        assert b.status == "awaiting_approval"
+        rt.cancel(b.run_id, by="ops", loop=loop)
+        [req] = [
+            a
+            for a in rt.store.approvals(run_id=b.run_id)
+            if a.kind == "compensation" and a.status == "pending"
+        ]
+    assert provider.asked == ["pay:I6", "pay:I6~2"]
+    assert req.what.endswith("key pay:I6~2)"), req.what
 
 
 def test_another_run_redoing_a_refunded_payment_pays_under_a_fresh_key(url: str) -> None:
