@@ -26,12 +26,13 @@ import hashlib
 import json
 import math
 import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._audit import audit, audit_of, audit_once
-from ._errors import ConfigError, NotPermittedError, RunNotFoundError
+from ._errors import ApprovalError, ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
@@ -50,6 +51,7 @@ __all__ = [
     "check_person",
     "check_role_name",
     "earned_counts",
+    "expire",
     "hash_token",
     "may_operate",
     "new_token",
@@ -556,3 +558,14 @@ def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
         seen.add((loop.name, loop.version))
         out += authority_status(store, loop.name, loop.version, loop.approvals.earned)
     return out
+
+
+def expire(store: Store, req: Approval) -> Approval | None:
+    """Record that the pending request ``req`` expired undecided (decided by ``loopwright``):
+    the request so decided, or ``None`` when it was decided meanwhile (``ApprovalError``)."""
+    try:
+        return store.decide_approval(
+            req.approval_id, status="expired", by="loopwright", note="expired", now=time.time()
+        )
+    except ApprovalError:
+        return None

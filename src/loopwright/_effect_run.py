@@ -167,6 +167,12 @@ def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str,
     return key, business
 
 
+def redo_key(key: str, generation: int) -> str:
+    """The key of ``key``'s redo generation ``generation`` (1: ``key`` itself, then
+    ``key~2``, ``key~3``...)."""
+    return key if generation == 1 else f"{key}~{generation}"
+
+
 def _redo_like(key: str) -> bool:
     """Whether ``key`` ends as a redo generation's key does: ``~`` and digits."""
     head, sep, gen = key.rpartition("~")
@@ -193,7 +199,7 @@ def _call_key(
     claim = store.effect_claim(kind, action)
     if claim is not None:
         generation = max(generation, claim.generation + (claim.status == "compensated"))
-    return generation, action if generation == 1 else f"{action}~{generation}"
+    return generation, redo_key(action, generation)
 
 
 async def perform_effect(
@@ -229,9 +235,8 @@ async def perform_effect(
     generation, action = 1, ikey
     while found and (found[0].status in ("compensated", "retired") or undid_for_origin(found[0])):
         generation += 1
-        found = store.journal(ex.run_id, key=f"effect:{ikey}~{generation}")
-    if generation > 1:
-        ikey = f"{ikey}~{generation}"
+        found = store.journal(ex.run_id, key=f"effect:{redo_key(ikey, generation)}")
+    ikey = redo_key(ikey, generation)
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
     base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
@@ -303,7 +308,7 @@ async def perform_effect(
         under another generation), and a person checks with the outside world by that key."""
         assert claim is not None
         base["generation"] = h.generation
-        base["call_key"] = action if h.generation == 1 else f"{action}~{h.generation}"
+        base["call_key"] = redo_key(action, h.generation)
         if h.status == "done" and h.args_hash == claim[2]:
             put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
             return out("done", result=h.result, reused=True, attempts=attempts)
@@ -551,7 +556,7 @@ async def perform_effect(
                 # another run took (and undid) the action since its claim was read: nothing
                 # was written; the next generation's key, never handed out
                 base["generation"] = moved.generation
-                base["call_key"] = f"{action}~{moved.generation}"
+                base["call_key"] = redo_key(action, moved.generation)
                 continue
             except EffectKeyHeld as h:
                 attempts -= 1  # nothing was written
@@ -590,7 +595,7 @@ async def perform_effect(
             if running and not eff.idempotent:
                 # "Not done" is only true so far: run again, it would act twice.
                 cause = (
-                    f"{eff.name} ({ikey}) timed out and its call is still running (a thread "
+                    f"{named()} timed out and its call is still running (a thread "
                     "cannot be stopped), so it may still act; it is not run again — check "
                     "whether it happened"
                 )

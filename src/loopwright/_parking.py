@@ -7,7 +7,6 @@ approves an effect on the loop's own record instead of parking (earned authority
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -16,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from ._authority import EARNED_BY, audit, authority_status, earned_counts
+from ._authority import EARNED_BY, audit, authority_status, earned_counts, expire
 from ._cycle import _candidate
 from ._effects import Effect, EffectCall
-from ._errors import ApprovalError, ConfigError, RunNotFoundError
+from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
 from ._exec import calls_usage, memory_shown
 from ._host import RuntimeHost
@@ -157,14 +156,7 @@ class Parking(RuntimeHost):
                 f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
             )
         if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
-            with contextlib.suppress(ApprovalError):
-                req = self.store.decide_approval(
-                    req.approval_id,
-                    status="expired",
-                    by="loopwright",
-                    note="expired",
-                    now=time.time(),
-                )
+            req = expire(self.store, req) or req
         if req.status == "pending":
             self.store.append_events(
                 ex.run_id,

@@ -5,7 +5,6 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +13,7 @@ from ._authority import (
     audit,
     check_decision,
     check_person,
+    expire,
     may_operate,
     operate,
     refused,
@@ -181,14 +181,7 @@ class Decisions(RuntimeHost):
         run = self.store.get_run(req.run_id)
         rule = check_decision(self.store, req, run, who, status, origin=origin)
         if req.expires_at is not None and req.expires_at < time.time():
-            with contextlib.suppress(ApprovalError):
-                self.store.decide_approval(
-                    req.approval_id,
-                    status="expired",
-                    by="loopwright",
-                    note="expired",
-                    now=time.time(),
-                )
+            expire(self.store, req)
             raise ApprovalError(
                 f"request {req.approval_id} expired at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(req.expires_at))}; "

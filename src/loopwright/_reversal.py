@@ -10,7 +10,6 @@ most once. An effect without a compensation is listed as irreversible, never sil
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import functools
 import hashlib
@@ -18,9 +17,9 @@ import time
 import uuid
 from typing import Any
 
-from ._effect_run import perform_effect, undid_for_origin
+from ._authority import expire
+from ._effect_run import perform_effect, redo_key, undid_for_origin
 from ._effects import Effect, EffectCall
-from ._errors import ApprovalError
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
@@ -68,15 +67,18 @@ def offer_compensations(
     for e in done:
         name = str(e.data.get("name"))
         ikey = e.key.removeprefix("effect:")
+        # the key the effect was handed (a redo's ``~n`` the store gave): what a person
+        # checks with the outside world, and what its undoing is handed
+        handed = str(e.data.get("call_key") or ikey)
         owner = e.data.get("from_run") or e.data.get("inherited_from")
         if owner:
             # Another run did it (this one reused its result, or a fork inherited it): undoing
             # it here would undo that run's action. It is listed; that run can undo it.
-            irreversible.append(f"{name} ({ikey}): done by run {owner}, not by this run")
+            irreversible.append(f"{name} ({handed}): done by run {owner}, not by this run")
             continue
         eff = loop.effect(name)
         if eff is None or eff.compensate_fn is None:
-            irreversible.append(f"{name} ({ikey})")
+            irreversible.append(f"{name} ({handed})")
             continue
         args = dict(e.data.get("args") or {})
         # A rule naming the compensation itself ("pay.compensate") decides; otherwise it is
@@ -100,8 +102,7 @@ def offer_compensations(
             "kind": eff.kind,
             "args": args,
             "result": e.data.get("result"),
-            # the key the effect was handed (a redo's ``~n`` the store gave), for its undoing
-            "call_key": e.data.get("call_key") or ikey,
+            "call_key": handed,
             "cycle": e.cycle,
             "action": d.action,
             "rule": d.rule,
@@ -117,7 +118,7 @@ def offer_compensations(
                     cycle=cycle,
                     kind="compensation",
                     rule=offer["rule"],
-                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {ikey})",
+                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {handed})",
                     why=f"{why}; {offer['why']}" if offer["why"] else why,
                     evidence={
                         "effect": name,
@@ -166,16 +167,13 @@ def _undone(
         for e in originals
     }
 
-    def at(first: str, gen: int) -> str:
-        return first if gen == 1 else f"{first}~{gen}"
-
     while chains:
-        missing = [at(k, g) for k, g in chains.items() if at(k, g) not in seen]
+        missing = [redo_key(k, g) for k, g in chains.items() if redo_key(k, g) not in seen]
         if missing:
             seen.update((e.key, e) for e in store.journal_where(run_id, keys=missing))
         nxt: dict[str, int] = {}
         for first, gen in chains.items():
-            found = seen.get(at(first, gen))
+            found = seen.get(redo_key(first, gen))
             if found is not None and (
                 found.status in ("compensated", "retired") or undid_for_origin(found)
             ):
@@ -239,15 +237,8 @@ async def run_compensations(
             if req.expires_at is None or req.expires_at >= time.time():
                 return None
             # expired undecided: not run, as a parked cycle's expired request escalates
-            with contextlib.suppress(ApprovalError):
-                req = store.decide_approval(
-                    req.approval_id,
-                    status="expired",
-                    by="loopwright",
-                    note="expired",
-                    now=time.time(),
-                )
-            decided[req.approval_id] = store.approval(req.approval_id) or req
+            # (decided meanwhile: as it was decided)
+            decided[req.approval_id] = expire(store, req) or store.approval(req.approval_id) or req
     cycle = ex.state.cycle
     notes: list[dict[str, Any]] = []
     for o in offers:

@@ -8,6 +8,7 @@ and loopwright recorded the payment done. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -47,9 +48,17 @@ class Crash(BaseException):
     """Stands in for the process dying."""
 
 
-def paying(provider: Provider, *, idempotent: bool = False, staged: bool = False) -> lw.Loop:
+def paying(
+    provider: Provider,
+    *,
+    idempotent: bool = False,
+    staged: bool = False,
+    approvals: lw.ApprovalPolicy = ALLOW,
+    **declared: Any,
+) -> lw.Loop:
     """A loop paying invoice I6 (5.0) in its first cycle (``staged``: its second, after an
-    edit), then asking a question, so that the run parks with the payment done."""
+    edit), then asking a question, so that the run parks with the payment done. ``declared``:
+    more of the effect's declaration."""
     pay = lw.effect(
         "spend",
         name="pay",
@@ -57,6 +66,7 @@ def paying(provider: Provider, *, idempotent: bool = False, staged: bool = False
         compensate=provider.refund,
         requires_success=False,
         idempotent=idempotent,
+        **declared,
     )(provider.pay)
     pays = lw.Proposal(
         edits=(lw.Edit("doc", "b", 2),), effects=(pay.call(invoice="I6", amount=5.0),)
@@ -77,7 +87,7 @@ def paying(provider: Provider, *, idempotent: bool = False, staged: bool = False
         verifiers=[lambda s, p: lw.Verdict(passed=False, score=0.5)],
         contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
         effects=[pay],
-        approvals=ALLOW,
+        approvals=approvals,
     )
 
 
@@ -150,6 +160,64 @@ def as_before_the_generation(rt: lw.Runtime, url: str) -> int:
         conn.execute(f"UPDATE journal SET data = {strip} WHERE kind = 'effect'")
         conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
     return len(steps)
+
+
+class Hung(Provider):
+    """A provider whose charges, once ``hang`` is set, hang until ``gate`` opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang, self.gate = False, threading.Event()
+        self.hung: list[str] = []  # the keys of the charges that hung
+
+    def pay(self, invoice: str, amount: float, key: str) -> dict[str, Any]:
+        if self.hang:
+            self.hung.append(key)
+            self.gate.wait()  # until the test ends: only the engine's timeout ends the call
+        return super().pay(invoice, amount, key)
+
+
+def test_a_redo_still_running_past_its_timeout_names_the_key_it_was_handed(url: str) -> None:
+    # Its cause named the run's journal key ("pay:I6", the run's own first try), not the key
+    # the hung call was handed ("pay:I6~2"), by which a person asks the provider.
+    provider = Hung()
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+        provider.hang = True
+        loop = paying(provider, timeout_s=0.05, reconcile=lambda key: None)
+        try:
+            b = rt.run_sync(loop, TASK, task_key="B")
+        finally:
+            provider.gate.set()
+    assert provider.hung == ["pay:I6~2"]  # (not run again)
+    assert (b.status, b.stop_reason) == ("escalated", "escalated")
+    assert b.packet is not None
+    assert "pay (pay:I6~2) timed out and its call is still running" in b.packet["cause"]
+
+
+def test_a_redos_refund_request_names_the_key_it_was_handed(url: str) -> None:
+    # The request a person approves named the run's journal key ("pay:I6"), not the key of
+    # the charge the refund undoes ("pay:I6~2"), by which the person checks the provider.
+    provider = Provider()
+    refunds = lw.ApprovalPolicy(
+        (
+            lw.PolicyRule(kind="spend", effect="pay.compensate", action="require", name="r"),
+            lw.PolicyRule(kind="spend", effect="pay", action="allow"),
+        )
+    )
+    with lw.Runtime(url) as rt:
+        pay_then_refund(rt, provider)
+        loop = paying(provider, approvals=refunds)
+        b = rt.run_sync(loop, TASK, task_key="B")
+        assert b.status == "awaiting_approval"
+        rt.cancel(b.run_id, by="ops", loop=loop)
+        [req] = [
+            a
+            for a in rt.store.approvals(run_id=b.run_id)
+            if a.kind == "compensation" and a.status == "pending"
+        ]
+    assert provider.asked == ["pay:I6", "pay:I6~2"]
+    assert req.what.endswith("key pay:I6~2)"), req.what
 
 
 def test_another_run_redoing_a_refunded_payment_pays_under_a_fresh_key(url: str) -> None:
