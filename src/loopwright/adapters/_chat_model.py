@@ -68,26 +68,14 @@ class _ChatModel(_ChatClient):
             gate.acquire()
         started = time.time()
         try:
-            body, mode, seconds, first = self._request(sent, budget_s)
+            got = self._request(sent, budget_s)  # (body, mode, seconds, first token)
         except Exception as exc:
             self._report(sent, started, None, exc, sent is not messages)
             raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(
-            body,
-            mode,
-            seconds,
-            first,
-            bill_to,
-            key,
-            gate,
-            sent is not messages,
-            sent,
-            started,
-            usable,
-        )
+        return self._finish(*got, bill_to, key, gate, sent is not messages, sent, started, usable)
 
     async def _acomplete(
         self,
@@ -105,26 +93,14 @@ class _ChatModel(_ChatClient):
             await gate.acquire_async()
         started = time.time()
         try:
-            body, mode, seconds, first = await self._arequest(sent, budget_s)
+            got = await self._arequest(sent, budget_s)
         except Exception as exc:
             self._report(sent, started, None, exc, sent is not messages)
             raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(
-            body,
-            mode,
-            seconds,
-            first,
-            bill_to,
-            key,
-            gate,
-            sent is not messages,
-            sent,
-            started,
-            usable,
-        )
+        return self._finish(*got, bill_to, key, gate, sent is not messages, sent, started, usable)
 
     def _finish(
         self,
