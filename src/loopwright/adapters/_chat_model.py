@@ -164,6 +164,26 @@ class _ChatModel(_ChatClient):
         text, _ = _text_of(message)
         shown = redact_text(text) if text is not None else None
         data: dict[str, Any] | None = None
+
+        def reply_of(data: dict[str, Any] | None, refusal: str | None, usage: Usage) -> ModelReply:
+            return ModelReply(
+                data,
+                refusal,
+                str(body.get("model") or self.model),
+                mode,
+                input_tokens,
+                output_tokens,
+                cached,
+                usage,
+                priced,
+                finish,
+                seconds,
+                text=shown,
+                streamed=self.stream,
+                first_token_s=first_token_s,
+                repair=repair,
+            )
+
         if refusal is None:
             try:
                 if not choices:
@@ -184,23 +204,7 @@ class _ChatModel(_ChatClient):
                 if text is not None:
                     with self._lock:
                         self._repairs[bill_to] = (key, exc.raw[:_REPAIR_CLIP], exc.reason)
-                self.last_reply = bad = ModelReply(
-                    None,
-                    None,
-                    str(body.get("model") or self.model),
-                    mode,
-                    input_tokens,
-                    output_tokens,
-                    cached,
-                    usage,
-                    priced,
-                    finish,
-                    seconds,
-                    text=shown,
-                    streamed=self.stream,
-                    first_token_s=first_token_s,
-                    repair=repair,
-                )
+                self.last_reply = bad = reply_of(None, None, usage)
                 exc.reply = bad
                 if sent is not None and started_at is not None:
                     self._report(sent, started_at, bad, exc, repair)
@@ -210,23 +214,7 @@ class _ChatModel(_ChatClient):
             self._repairs.pop(bill_to, None)
         if carried is not None:
             usage = usage + carried
-        reply = ModelReply(
-            data,
-            str(refusal) if refusal is not None else None,
-            str(body.get("model") or self.model),
-            mode,
-            input_tokens,
-            output_tokens,
-            cached,
-            usage,
-            priced,
-            finish,
-            seconds,
-            text=shown,
-            streamed=self.stream,
-            first_token_s=first_token_s,
-            repair=repair,
-        )
+        reply = reply_of(data, str(refusal) if refusal is not None else None, usage)
         self.last_reply = reply
         if sent is not None and started_at is not None:
             self._report(sent, started_at, reply, None, repair)
