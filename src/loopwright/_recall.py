@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,17 @@ def recall_searches(
     a person's feedback always comes before a reflection, however many reflections repeat
     the query's words, and reflections fill only the slots people's feedback leaves free.
     Each is bounded as one search was (``limit``, ``ranked``)."""
-    given = list(scopes)
-    people = memory_search(given, query, limit, ranked, reflections=False)
-    return people, memory_search(given, query, limit, ranked, reflections=True)
+    return _searches(tuple(scopes), query, limit, ranked)
+
+
+@functools.lru_cache(maxsize=256)
+def _searches(
+    scopes: tuple[tuple[str, str | None], ...], query: str, limit: int, ranked: int | None
+) -> tuple[MemorySearch, MemorySearch]:
+    # Every cycle's recall asks again, mostly for the same pair (``_memory._search``'s cache):
+    # one look-up a cycle for both, not one each.
+    people = memory_search(scopes, query, limit, ranked, reflections=False)
+    return people, memory_search(scopes, query, limit, ranked, reflections=True)
 
 
 def recall(
@@ -73,7 +82,8 @@ def _fill(
     while True:
         if rows is None:
             [rows] = store.memory_search([search])
-        out = rank([*before, *rows], scopes=scopes, limit=limit)
+        got = [*before, *rows]
+        out = rank(got, scopes=scopes, limit=limit) if got else []  # (most loops keep none)
         if len(out) == limit or len(rows) < search.limit:
             return rows, out
         search = dataclasses.replace(search, limit=2 * search.limit)

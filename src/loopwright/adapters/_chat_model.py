@@ -68,26 +68,14 @@ class _ChatModel(_ChatClient):
             gate.acquire()
         started = time.time()
         try:
-            body, mode, seconds, first = self._request(sent, budget_s)
+            got = self._request(sent, budget_s)  # (body, mode, seconds, first token)
         except Exception as exc:
             self._report(sent, started, None, exc, sent is not messages)
             raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(
-            body,
-            mode,
-            seconds,
-            first,
-            bill_to,
-            key,
-            gate,
-            sent is not messages,
-            sent,
-            started,
-            usable,
-        )
+        return self._finish(*got, bill_to, key, gate, sent is not messages, sent, started, usable)
 
     async def _acomplete(
         self,
@@ -105,26 +93,14 @@ class _ChatModel(_ChatClient):
             await gate.acquire_async()
         started = time.time()
         try:
-            body, mode, seconds, first = await self._arequest(sent, budget_s)
+            got = await self._arequest(sent, budget_s)
         except Exception as exc:
             self._report(sent, started, None, exc, sent is not messages)
             raise
         finally:
             if gate is not None:
                 gate.release()
-        return self._finish(
-            body,
-            mode,
-            seconds,
-            first,
-            bill_to,
-            key,
-            gate,
-            sent is not messages,
-            sent,
-            started,
-            usable,
-        )
+        return self._finish(*got, bill_to, key, gate, sent is not messages, sent, started, usable)
 
     def _finish(
         self,
@@ -188,6 +164,26 @@ class _ChatModel(_ChatClient):
         text, _ = _text_of(message)
         shown = redact_text(text) if text is not None else None
         data: dict[str, Any] | None = None
+
+        def reply_of(data: dict[str, Any] | None, refusal: str | None, usage: Usage) -> ModelReply:
+            return ModelReply(
+                data,
+                refusal,
+                str(body.get("model") or self.model),
+                mode,
+                input_tokens,
+                output_tokens,
+                cached,
+                usage,
+                priced,
+                finish,
+                seconds,
+                text=shown,
+                streamed=self.stream,
+                first_token_s=first_token_s,
+                repair=repair,
+            )
+
         if refusal is None:
             try:
                 if not choices:
@@ -208,23 +204,7 @@ class _ChatModel(_ChatClient):
                 if text is not None:
                     with self._lock:
                         self._repairs[bill_to] = (key, exc.raw[:_REPAIR_CLIP], exc.reason)
-                self.last_reply = bad = ModelReply(
-                    None,
-                    None,
-                    str(body.get("model") or self.model),
-                    mode,
-                    input_tokens,
-                    output_tokens,
-                    cached,
-                    usage,
-                    priced,
-                    finish,
-                    seconds,
-                    text=shown,
-                    streamed=self.stream,
-                    first_token_s=first_token_s,
-                    repair=repair,
-                )
+                self.last_reply = bad = reply_of(None, None, usage)
                 exc.reply = bad
                 if sent is not None and started_at is not None:
                     self._report(sent, started_at, bad, exc, repair)
@@ -234,23 +214,7 @@ class _ChatModel(_ChatClient):
             self._repairs.pop(bill_to, None)
         if carried is not None:
             usage = usage + carried
-        reply = ModelReply(
-            data,
-            str(refusal) if refusal is not None else None,
-            str(body.get("model") or self.model),
-            mode,
-            input_tokens,
-            output_tokens,
-            cached,
-            usage,
-            priced,
-            finish,
-            seconds,
-            text=shown,
-            streamed=self.stream,
-            first_token_s=first_token_s,
-            repair=repair,
-        )
+        reply = reply_of(data, str(refusal) if refusal is not None else None, usage)
         self.last_reply = reply
         if sent is not None and started_at is not None:
             self._report(sent, started_at, reply, None, repair)
