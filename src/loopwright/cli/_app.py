@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -167,6 +168,20 @@ def run_ref(value: Any) -> Any:
         if isinstance(one, str):
             check_lookup(one, "RUN")
     return value
+
+
+@contextmanager
+def as_options(**names: str) -> Iterator[None]:
+    """A refusal of the Python API named by the CLI's option: a ``ConfigError`` whose field is
+    one of ``names`` (``to_cycle="--to-cycle"``) is raised again under that name, so that the
+    message says ``--to-cycle: ...``, what the person typed, not ``to_cycle: ...``."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in names:
+            raise
+        text = str(exc).removeprefix(f"{exc.field}: ")
+        raise type(exc)(text, field=names[exc.field]) from None
 
 
 RunArg = Annotated[
