@@ -367,10 +367,11 @@ def _execute(
     title: str | None = None,
     held: dict[str, str] | None = None,
     token: str | None = None,
+    who: str | None = None,
 ) -> list[RunResult]:
     """Create and drive the runs; ``held`` gets run id -> task key of each run skipped because
     another process holds its lease. ``token``: who starts them, in a store with users (else
-    ``$LOOPWRIGHT_TOKEN``; see ``starter``)."""
+    ``$LOOPWRIGHT_TOKEN``; see ``starter``); ``who``: the starter already found so."""
     import asyncio
 
     from rich.live import Live
@@ -385,7 +386,8 @@ def _execute(
         run_ids: list[str] = []
         from ._people_cmd import starter
 
-        who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        if who is None:
+            who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
         for t, k in zip(items, keys, strict=True):
             rec, _ = rt.create(loop, t, task_key=k, by=who)
             _runs_may_exist(True)
