@@ -50,3 +50,28 @@ def test_a_taken_key_and_an_unknown_part_name_the_option(
     r = lw("edit", run_id, "doc/nope", "--value", "1", "--by", "ana", cwd=project, store=store)
     _named_as_typed(refused(r, "no part 'doc/nope'"), "PART")
     assert _runs(project, store) == before  # (the refusals are audited, as refusals)
+
+
+def test_a_task_key_that_starts_another_runs_id_is_refused(project: Path) -> None:
+    """RUN is a run id, a prefix of one, or a task key: "2c8" that is one run's task key and
+    the start of another run's id named the keyed run, silently. Refused, both named."""
+    import loopwright as lwp
+
+    store = project / "s.db"
+    loop = lwp.Loop(
+        name="refs",
+        actor=lambda ctx: lwp.Proposal.edit("doc", {"a": 1}),
+        verifiers=[lwp.Check(fn=lambda state, proposal: lwp.Verdict(passed=True))],
+        contract=lwp.Contract(budget=lwp.Budget(max_cycles=1)),
+    )
+    with lwp.Runtime(str(store)) as rt:
+        first = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="first").run_id
+        key = first[:4]
+        keyed = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key=key).run_id
+    for cmd in ("show", "trace"):
+        line = refused(lw(cmd, key, cwd=project, store=store), "ambiguous", "whole run id")
+        assert first in line and keyed in line, line
+    for whole, task_key in ((first, "first"), (keyed, key)):
+        r = lw("show", whole, "--json", cwd=project, store=store)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["run"]["task_key"] == task_key

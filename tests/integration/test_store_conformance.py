@@ -259,6 +259,25 @@ def test_get_run_by_id_prefix_and_task_key(store: Store) -> None:
         store.get_run("%")  # "%" is literal too
 
 
+def test_get_run_refuses_a_task_key_that_starts_another_runs_id(store: Store) -> None:
+    """A task key that is also the start of another run's id named one of the two unseen
+    (the task key won): a decision or a rollback could go to the run not meant. Both are
+    named instead; a whole run id, and a key that starts only its own run's id, are no
+    ambiguity (stop 44)."""
+    keyed = _create(store, "abc", run_id="0000aaaa")
+    other = _create(store, "k-2", run_id="abcdef01")
+    with pytest.raises(lw.RunNotFoundError, match="ambiguous") as refused:
+        store.get_run("abc")
+    assert keyed in str(refused.value) and other in str(refused.value)
+    assert store.get_run("0000aaaa").task_key == "abc"
+    assert store.get_run("abcdef01").task_key == "k-2"
+    assert store.get_run("abcd").run_id == other  # a prefix of one id, no such key
+    own = _create(store, "1234", run_id="12345678")
+    assert store.get_run("1234").run_id == own
+    _create(store, "abcdef01", run_id="fedc0000")  # another run's whole id as a task key
+    assert store.get_run("abcdef01").run_id == other  # a whole run id names that run
+
+
 def test_list_runs_filters_and_order(store: Store) -> None:
     ids = []
     for i, (project, loop) in enumerate([("p1", "a"), ("p2", "a"), ("p1", "b"), ("p1", "a")]):
