@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .test_bad_inputs import lw, refused
 from .test_cli_mistakes import accepted  # noqa: F401  (a fixture)
 
@@ -75,3 +77,28 @@ def test_a_task_key_that_starts_another_runs_id_is_refused(project: Path) -> Non
         r = lw("show", whole, "--json", cwd=project, store=store)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["run"]["task_key"] == task_key
+
+
+REPEATABLE = [
+    ("users", "add"),
+    ("trace",),
+    ("export", "eval-cases"),
+    ("export", "preference-pairs"),
+    ("memory", "add"),
+]
+
+
+def test_help_names_values_not_python_types(capsys: pytest.CaptureFixture[str]) -> None:
+    """A repeatable option's value was shown as Python's type (`--role <list[str]>`,
+    `--header <list[str]>`, `--run <list[str]>`); `memory add` took `{text}`, lower case
+    beside every other command's `RUN`, `SPEC`, `NAME`."""
+    from loopwright.cli import main
+
+    for args in REPEATABLE:
+        assert main([*args, "--help"]) == 0
+        out = capsys.readouterr().out
+        options = [line for line in out.splitlines() if line.lstrip().startswith("--")]
+        assert options, out
+        for line in options:
+            assert "list[" not in line, line
+        assert "{text}" not in out, out
