@@ -102,3 +102,27 @@ def test_help_names_values_not_python_types(capsys: pytest.CaptureFixture[str]) 
         for line in options:
             assert "list[" not in line, line
         assert "{text}" not in out, out
+
+
+def test_a_blank_by_is_refused_not_the_os_user(
+    accepted: tuple[Path, str],  # noqa: F811
+    project: Path,
+) -> None:
+    """`--by ""` (a script's `--by "$APPROVER"` with the variable unset) was taken as no --by:
+    the rollback, decision or cancel was recorded under the OS user's name."""
+    store, run_id = accepted
+    before = _runs(project, store)
+    for args in (
+        ("rollback", run_id, "--to-cycle", "0"),
+        ("fork", run_id, "--at-cycle", "0"),
+        ("cancel", run_id),
+        ("approve", run_id),
+        ("edit", run_id, "doc/a", "--value", "7"),
+        ("memory", "add", "a note", "--scope", "project", "--key", "tests"),
+    ):
+        for blank in ("", "  "):
+            line = refused(lw(*args, "--by", blank, cwd=project, store=store), "--by", "blank")
+            assert line.startswith("loopwright: error: --by: "), line
+    assert _runs(project, store) == before
+    r = lw("audit", "--jsonl", cwd=project, store=store)
+    assert r.returncode == 0 and r.stdout == "", r.stdout  # nothing was attempted
