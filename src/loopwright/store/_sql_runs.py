@@ -25,7 +25,8 @@ from ._rows import (
 from ._sql_core import SQLCore, _where
 from ._sql_statements import RUN_COLS
 
-_HEX = frozenset("0123456789abcdefABCDEF")
+_HEX = frozenset("0123456789abcdef")  # a run id's characters (uuid4().hex)
+SHORTEST_PREFIX = 4  # a task key this long or longer may also be read as a run id's start
 
 
 class RunsSQL(SQLCore):
@@ -147,14 +148,16 @@ class RunsSQL(SQLCore):
             keyed = None
             if row is None:
                 keyed = conn.execute(q.run_by_task_key, (run_id,)).fetchone()
-            # (a prefix of a run id is short: a long one is no prefix, and SQLite refuses a
-            # LIKE pattern of 50,000 bytes; a task key checked for being one too only when
-            # it could be: run ids are hex)
+            # (a prefix of a run id is short: a long one is no prefix, not looked for. A task
+            # key is checked for being one too only when it could be one a person meant, as
+            # git abbreviates: 4 or more characters of lower-case hex, as run ids are; "f" or
+            # "d4" stays its task's, whatever ids the store holds.)
             rows: list[Any] = []
-            maybe = keyed is None or all(c in _HEX for c in run_id)
+            maybe = keyed is None or (
+                len(run_id) >= SHORTEST_PREFIX and all(c in _HEX for c in run_id)
+            )
             if row is None and run_id and len(run_id) <= MAX_KEY_CHARS and maybe:
-                prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                rows = conn.execute(q.run_by_prefix, (prefix + "%",)).fetchall()
+                rows = conn.execute(q.run_by_prefix, (len(run_id), run_id)).fetchall()
             if keyed is not None:
                 others = [r[0] for r in rows if r[0] != keyed[0]]
                 if others:
