@@ -146,8 +146,9 @@ class FakeImages:
             def do_POST(self) -> None:
                 fake._handle(self)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
+        from .testing import LoopbackServer
+
+        self._server = LoopbackServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self

@@ -182,6 +182,23 @@ class _Queue:
         return self.when is None or self.when in req.text
 
 
+class LoopbackServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` that says nothing when a client goes away: a client that
+    closes a kept-alive connection, or gives up mid-reply (a timeout, a refused redirect), is
+    how a client under test behaves, and ``socketserver`` printed a traceback to stderr for
+    it ("Exception occurred during processing of request"). Any other error of a handler is
+    printed as before."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeOpenAI:
     """The server; a context manager that starts and stops it."""
 
@@ -206,8 +223,7 @@ class FakeOpenAI:
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> FakeOpenAI:
         handler = type("Handler", (_Handler,), {"fake": self})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
+        server = LoopbackServer(("127.0.0.1", 0), handler)
         server.block_on_close = False  # a sleeping (timed-out) reply must not hold up stop()
         self._server = server
         self._thread = threading.Thread(

@@ -192,3 +192,26 @@ def test_a_limit_kind_not_in_lower_case_is_pointed_out_when_the_user_is_added(
     code, out, _ = lw_cli(capsys, "users", "list", "--json", *s)
     [cap] = [u for u in json.loads(out) if u["name"] == "cap"]
     assert cap["limits"] == {"Spend": 100.0, "publish": None}
+
+
+def test_demo_refuses_a_missing_token_before_announcing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright demo` in a store with users, without an operator's token, printed its
+    banner ("loopwright demo: 25 invoice exceptions, ...") and only then the refusal: a
+    workload announced that never ran. The refusal comes first, alone (stop 44)."""
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)  # (the demo's payments file is written under .loopwright/)
+    s = ("--store", str(tmp_path / "s.db"))
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    assert code == 0
+    code, viewer, _ = lw_cli(capsys, "users", "add", "vic", "--role", "viewer", *s, "--token",
+                             root.strip())  # fmt: skip
+    assert code == 0
+    for token in ((), ("--token", "lw_not-a-token"), ("--token", viewer.strip())):
+        code, out, err = lw_cli(capsys, "demo", *s, *token)
+        assert code == 2, (out, err)
+        assert out == "", out  # no banner, no table, no "Try next"
+        assert err.startswith("loopwright: error: ") and len(err.splitlines()) == 1, err
+    code, out, err = lw_cli(capsys, "runs", "--json", *s)
+    assert code == 0 and json.loads(out) == [], (out, err)

@@ -80,6 +80,31 @@ def small_source(tmp_path_factory: pytest.TempPathFactory, gpt35: list[RunTrace]
     return path
 
 
+def test_cli_fit_stop_refuses_plot_without_matplotlib_before_fitting(
+    small_source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In a core install (`make demo`), `--plot` was refused only after the whole fit (about
+    a minute on the docs' example), its --out and --report already written: refused first."""
+    import loopwright.replay._fit as fit_module
+    from loopwright.cli import main
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("fitted although --plot cannot be written")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where it is not installed
+    monkeypatch.setattr(fit_module, "fit_stop", no_fit)
+    out, report = tmp_path / "c.toml", tmp_path / "r.json"
+    args = ["fit-stop", str(small_source), "--out", str(out), "--report", str(report)]
+    assert main([*args, "--plot", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loopwright: error: --plot: the plot needs matplotlib"), err
+    assert "loopwright[plot]" in err and len(err.splitlines()) == 1
+    assert not out.exists() and not report.exists()
+
+
 def test_cli_fit_stop_writes_contract_report_and_plot(small_source: Path, tmp_path: Path) -> None:
     out, report, plot = tmp_path / "c.toml", tmp_path / "r.json", tmp_path / "f.png"
     p = cli(

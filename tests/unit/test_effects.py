@@ -344,7 +344,10 @@ def test_check_names_compensations_a_crash_would_leave_in_doubt() -> None:
 
     refund = lambda key, result, args: None  # noqa: E731
     bare = lw.effect("spend", idempotent=True, compensate=refund)(pay.fn)
-    assert "the compensations of ['pay'] have neither" in answer(bare)
+    assert "the compensations of pay have neither" in answer(bare)  # a name, not ['pay']
+    risky = lw.effect("spend", compensate=refund)(pay.fn)  # neither idempotent nor reconciled
+    assert "; pay: neither a reconcile hook nor idempotent=True" in answer(risky)
+    assert "['" not in answer(risky)
     dedup = lw.effect("spend", idempotent=True, compensate=refund, compensate_idempotent=True)
     assert "compensations of" not in answer(dedup(pay.fn))
     asked = lw.effect("spend", idempotent=True, compensate=refund, compensate_reconcile=len)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -167,6 +168,20 @@ def run_ref(value: Any) -> Any:
         if isinstance(one, str):
             check_lookup(one, "RUN")
     return value
+
+
+@contextmanager
+def as_options(**names: str) -> Iterator[None]:
+    """A refusal of the Python API named by the CLI's option: a ``ConfigError`` whose field is
+    one of ``names`` (``to_cycle="--to-cycle"``) is raised again under that name, so that the
+    message says ``--to-cycle: ...``, what the person typed, not ``to_cycle: ...``."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in names:
+            raise
+        text = str(exc).removeprefix(f"{exc.field}: ")
+        raise type(exc)(text, field=names[exc.field]) from None
 
 
 RunArg = Annotated[
@@ -352,10 +367,11 @@ def _execute(
     title: str | None = None,
     held: dict[str, str] | None = None,
     token: str | None = None,
+    who: str | None = None,
 ) -> list[RunResult]:
     """Create and drive the runs; ``held`` gets run id -> task key of each run skipped because
     another process holds its lease. ``token``: who starts them, in a store with users (else
-    ``$LOOPWRIGHT_TOKEN``; see ``starter``)."""
+    ``$LOOPWRIGHT_TOKEN``; see ``starter``); ``who``: the starter already found so."""
     import asyncio
 
     from rich.live import Live
@@ -370,7 +386,8 @@ def _execute(
         run_ids: list[str] = []
         from ._people_cmd import starter
 
-        who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        if who is None:
+            who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
         for t, k in zip(items, keys, strict=True):
             rec, _ = rt.create(loop, t, task_key=k, by=who)
             _runs_may_exist(True)
@@ -623,7 +640,11 @@ NAME_MAX = 64  # the longest person's name: `loopwright users add` allows as lon
 
 
 def by_name(value: str | None) -> str | None:
-    """A ``--by`` name no longer than a user's name may be."""
+    """A ``--by`` name no longer than a user's name may be. A blank one is refused: it was
+    taken as no ``--by`` at all, so ``--by "$APPROVER"`` with the variable unset recorded the
+    decision under the OS user's name."""
+    if value is not None and not value.strip():
+        raise ConfigError("is blank: give a person's name", field="--by")
     if value is not None and len(value.strip()) > NAME_MAX:
         raise ConfigError(
             f"a name is at most {NAME_MAX} characters (as `loopwright users add` allows); "

@@ -111,13 +111,13 @@ def review(loop: Loop) -> list[dict[str, str]]:
             not unsafe,
             "; ".join(notes)
             + (
-                f"; {unsafe} have neither a reconcile hook nor idempotent=True: after a crash "
+                f"; {', '.join(unsafe)}: neither a reconcile hook nor idempotent=True: after a crash "
                 "mid-call they escalate as in doubt (add @effect.reconciler)"
                 if unsafe
                 else "; every effect is idempotent or reconcilable"
             )
             + (
-                f"; the compensations of {unsettled} have neither compensate_reconcile nor "
+                f"; the compensations of {', '.join(unsettled)} have neither compensate_reconcile nor "
                 "compensate_idempotent=True: one interrupted by a crash escalates as in doubt"
                 if unsettled
                 else ""

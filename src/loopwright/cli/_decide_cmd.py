@@ -22,6 +22,7 @@ from ._app import (
     _loop_or_none,
     _print_json,
     app,
+    as_options,
     by_name,
     continue_hint,
 )
@@ -192,13 +193,15 @@ def _decide(
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
         who = acting_as(rt.store, by, token, action=how)
-        if how == "answer":
-            decided = rt.answer(
-                rec.run_id, text, by=who, note=note, approval_id=request, origin="cli"
-            )
-        else:
-            fn = rt.approve if how == "approve" else rt.deny
-            decided = fn(rec.run_id, by=who, note=note, approval_id=request, origin="cli")
+        names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
+        with as_options(**names):
+            if how == "answer":
+                decided = rt.answer(
+                    rec.run_id, text, by=who, note=note, approval_id=request, origin="cli"
+                )
+            else:
+                fn = rt.approve if how == "approve" else rt.deny
+                decided = fn(rec.run_id, by=who, note=note, approval_id=request, origin="cli")
         if decided.status == "pending":
             votes = rt.store.votes(decided.approval_id)
             need = int((decided.evidence.get("who") or {}).get("approvers") or 1)
@@ -338,7 +341,8 @@ def rollback(
         from ._people_cmd import acting_as
 
         who = acting_as(rt.store, by, token, action="rollback")
-        rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
+        with as_options(to_cycle="--to-cycle", by="--by"):
+            rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
         # (a run started from Python: its loop is not here to offer the later effects' undoing)
         done = (
             len(

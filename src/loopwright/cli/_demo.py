@@ -35,6 +35,12 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     tasks = load_tasks(None, None, loop.options.get("tasks"))
     batch = time.strftime("%m%d-%H%M%S")
     keys = [f"demo-{batch}/{t.get('id') or task_key(loop.name, t, i)}" for i, t in enumerate(tasks)]
+    from ._people_cmd import starter
+
+    with open_store(resolve_store_url(store)) as st:
+        # Who starts the runs, first: in a store with users, a missing or wrong token is
+        # refused before the banner announces a workload that is not going to run.
+        who = starter(st, token, target=f"loop {loop.name}", tasks=len(tasks))
     out = console()
     out.print(
         f"[bold]loopwright demo[/]: {len(tasks)} invoice exceptions, offline actor, "
@@ -50,6 +56,7 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
         quiet=False,
         title="invoice exceptions",
         token=token,
+        who=who,
     )
     parked = [r for r in results if r.status == "awaiting_approval"]
     with open_store(resolve_store_url(store)) as st:

@@ -92,6 +92,7 @@ def fit_stop_cmd(
     from ..replay._fit import (
         Grid,
         check_objective,
+        check_plot,
         fit_stop,
         plot_frontier,
         split_folds,
@@ -101,6 +102,8 @@ def fit_stop_cmd(
     if not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
     check_objective(optimise, kept, choose)
+    if plot is not None:
+        check_plot()
     base_contract = None
     if base is not None:
         try:

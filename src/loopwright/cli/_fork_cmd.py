@@ -10,7 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from .._json import strict_loads
-from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, continue_hint
+from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, as_options, continue_hint
 from ._people_cmd import acting_as
 from ._stores import existing_store
 
@@ -81,15 +81,16 @@ def fork(
             chosen = Contract.from_dict(merge_contract(base, tables))
         changed = contract_changes(rec.contract, chosen.to_dict() if chosen else rec.contract)
         who = acting_as(rt.store, by, token, action="fork")
-        new = rt.fork(
-            rec.run_id,
-            at_cycle,
-            contract=chosen,
-            loop=loop,
-            task_key=key,
-            by=who,
-            origin="cli",
-        )
+        with as_options(at_cycle="--at-cycle", task_key="--key", loop="--spec", by="--by"):
+            new = rt.fork(
+                rec.run_id,
+                at_cycle,
+                contract=chosen,
+                loop=loop,
+                task_key=key,
+                by=who,
+                origin="cli",
+            )
     console().print(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
@@ -150,7 +151,8 @@ def edit(
                     field="--value",
                 )
         who = acting_as(rt.store, by, token, action="edit")
-        rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
+        with as_options(part="PART", value="--value", note="--note", by="--by"):
+            rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
     if rec.status == "pending":
         console().print(continue_hint(rec))

@@ -151,7 +151,7 @@ def _age(seconds: float) -> str:
 
 @memory_app.command(short_help="Add feedback (task or project: active; global: a candidate).")
 def add(
-    text: Annotated[str, typer.Argument(help="The feedback, in words.")],
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="The feedback, in words.")],
     scope: Annotated[
         str, typer.Option("--scope", help="task or project (global makes a candidate).")
     ],

@@ -34,7 +34,12 @@ ProjectOpt = Annotated[str | None, typer.Option("--project", help="Only runs of 
 LoopOpt = Annotated[str | None, typer.Option("--loop", help="Only runs of this loop.")]
 RunsOpt = Annotated[
     list[str] | None,
-    typer.Option("--run", help="Only this run (repeatable; it must have ended).", callback=run_ref),
+    typer.Option(
+        "--run",
+        metavar="RUN",
+        help="Only this run (repeatable; it must have ended).",
+        callback=run_ref,
+    ),
 ]
 
 
@@ -90,7 +95,9 @@ def trace(
     ] = None,
     header: Annotated[
         list[str] | None,
-        typer.Option("--header", help="NAME=VALUE header for --send (repeatable)."),
+        typer.Option(
+            "--header", metavar="NAME=VALUE", help="NAME=VALUE header for --send (repeatable)."
+        ),
     ] = None,
     encoding: Annotated[
         str, typer.Option("--encoding", help="Body of --send: json, or protobuf (otel extra).")

@@ -132,6 +132,7 @@ def users_add(
         list[str],
         typer.Option(
             "--role",
+            metavar="ROLE",
             help="A role (repeat): viewer, operator, approver, admin, or a label rules name.",
         ),
     ],

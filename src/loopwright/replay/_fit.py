@@ -50,7 +50,7 @@ from ._fit_result import (
     Grid,
     StopParams,
 )
-from ._fit_toml import pct, plot_frontier
+from ._fit_toml import check_plot, pct, plot_frontier
 from ._format import RunTrace, added_up
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
@@ -65,6 +65,7 @@ __all__ = [
     "FoldResult",
     "Grid",
     "StopParams",
+    "check_plot",
     "fit_stop",
     "plot_frontier",
     "split_folds",

@@ -115,6 +115,18 @@ def to_toml(r: FitResult) -> str:
 
 
 # --- plot -------------------------------------------------------------------------------------
+PLOT_NEEDS = "the plot needs matplotlib: pip install 'loopwright[plot]'"
+
+
+def check_plot() -> None:
+    """Refuse ``--plot`` where matplotlib is not installed, before any fitting: the fit takes
+    a minute, and it was refused only at its end, its contract and report already written."""
+    from importlib.util import find_spec
+
+    if find_spec("matplotlib") is None:
+        raise ConfigError(f"{PLOT_NEEDS} (or leave out --plot)", field="--plot")
+
+
 def plot_frontier(result: FitResult, path: str | Path) -> Path:
     """A PNG of accepted outcomes against spend (all runs) for every candidate contract: the
     frontier (most accepted for the spend) highlighted, the chosen contract and the reference
@@ -123,9 +135,7 @@ def plot_frontier(result: FitResult, path: str | Path) -> Path:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise ConfigError(
-            "the plot needs matplotlib: pip install 'loopwright[plot]'", field="--plot"
-        ) from None
+        raise ConfigError(PLOT_NEEDS, field="--plot") from None
     out = Path(path)
     fig = Figure(figsize=(8, 5.5), dpi=110)
     FigureCanvasAgg(fig)

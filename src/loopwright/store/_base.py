@@ -543,7 +543,9 @@ class Store(LiveStore, PeopleStore, ABC):
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id, or with an id starting with this prefix (unique), or with this
-        task key. Raises ``RunNotFoundError``."""
+        task key. Raises ``RunNotFoundError``, also when ``run_id`` is one run's task key and,
+        4 characters or more, the start of another run's id (a whole run id always names its
+        run). A prefix is compared as written."""
 
     @abstractmethod
     def list_runs(

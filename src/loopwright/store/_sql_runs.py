@@ -25,6 +25,9 @@ from ._rows import (
 from ._sql_core import SQLCore, _where
 from ._sql_statements import RUN_COLS
 
+_HEX = frozenset("0123456789abcdef")  # a run id's characters (uuid4().hex)
+SHORTEST_PREFIX = 4  # a task key this long or longer may also be read as a run id's start
+
 
 class RunsSQL(SQLCore):
     """Runs and their leases."""
@@ -141,19 +144,35 @@ class RunsSQL(SQLCore):
         check_lookup(run_id)  # PostgreSQL refuses a NUL, both stores a lone surrogate: alike
         q = self._q
         with self._conn() as conn:
-            row = conn.execute(q.run_by_id, (run_id,)).fetchone()
+            row = conn.execute(q.run_by_id, (run_id,)).fetchone()  # a whole id: that run
+            keyed = None
             if row is None:
-                row = conn.execute(q.run_by_task_key, (run_id,)).fetchone()
-            # (a prefix of a run id is short: a long one is no prefix, and SQLite refuses a
-            # LIKE pattern of 50,000 bytes)
-            if row is None and run_id and len(run_id) <= MAX_KEY_CHARS:
-                prefix = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                rows = conn.execute(q.run_by_prefix, (prefix + "%",)).fetchall()
-                if len(rows) > 1:
+                keyed = conn.execute(q.run_by_task_key, (run_id,)).fetchone()
+            # (a prefix of a run id is short: a long one is no prefix, not looked for. A task
+            # key is checked for being one too only when it could be one a person meant, as
+            # git abbreviates: 4 or more characters of lower-case hex, as run ids are; "f" or
+            # "d4" stays its task's, whatever ids the store holds.)
+            rows: list[Any] = []
+            maybe = keyed is None or (
+                len(run_id) >= SHORTEST_PREFIX and all(c in _HEX for c in run_id)
+            )
+            if row is None and run_id and len(run_id) <= MAX_KEY_CHARS and maybe:
+                rows = conn.execute(q.run_by_prefix, (len(run_id), run_id)).fetchall()
+            if keyed is not None:
+                others = [r[0] for r in rows if r[0] != keyed[0]]
+                if others:
+                    # Neither may win unseen: a task key "abc" and a run id "abc…" are two
+                    # runs, and a decision or a rollback on the wrong one is not undone.
                     raise RunNotFoundError(
-                        f"run id prefix {run_id!r} is ambiguous; give more of it"
+                        f"{run_id!r} is ambiguous: the task key of run {keyed[0]} and the "
+                        f"start of run {others[0]}'s id; give the whole run id of the one "
+                        "you mean"
                     )
-                row = rows[0] if rows else None
+                row = keyed
+            elif len(rows) > 1:
+                raise RunNotFoundError(f"run id prefix {run_id!r} is ambiguous; give more of it")
+            elif rows:
+                row = rows[0]
         if row is None:
             shown = repr(run_id) if len(run_id) <= 80 else f"{run_id[:60]!r}… ({len(run_id)} chars)"
             raise RunNotFoundError(f"no run {shown} in {self.url}")

@@ -59,8 +59,10 @@ class CoreStatements:
 
         self.run_by_id = p(f"SELECT {RUN_COLS} FROM runs WHERE run_id=?")
         self.run_by_task_key = p(f"SELECT {RUN_COLS} FROM runs WHERE task_key=?")
+        # (compared as written in both stores: SQLite's LIKE ignores case, so "B" was a
+        # prefix of "b…" there and of nothing in PostgreSQL)
         self.run_by_prefix = p(
-            f"SELECT {RUN_COLS} FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2"
+            f"SELECT {RUN_COLS} FROM runs WHERE substr(run_id, 1, ?) = ? LIMIT 2"
         )
         self.run_exists = p("SELECT 1 FROM runs WHERE run_id=?")
         self.lock_run = p("SELECT 1 FROM runs WHERE run_id=?" + lock("FOR NO KEY UPDATE"))
