@@ -128,18 +128,22 @@ _SHAPES = re.compile(
     r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
-    r"|(?P<auth>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
     r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
-    # the name: a prefix of the variable's name does not hide it)
+    # the name: a prefix of the variable's name does not hide it); a key printed with spaces
+    # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
+    # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
+    # is a quote too, and a value ends before an escaped quote
     r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
-    r"|access[_-]?token)['\"]?\s*[=:]\s*['\"]?)(?!\*\*\*)[^\s,;&\"'}]+"
+    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
+    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
-    r"|(?P<kv>(?i:token|secret)['\"]?\s*=\s*['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"[^\s,;&\"'}]+"
+    r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
-    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)['\"]\s*:\s*['\"])"
-    r"(?!\*\*\*)[^'\"]+"
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)\\*+['\"]\s*:\s*\\*+['\"])"
+    r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
     # a key cut before its END line (text clipped for storage) is masked to the end of it
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
@@ -384,6 +388,8 @@ def _triggered(low: str, *, passw: bool = False) -> bool:
         or ("x" in low and "xox" in low)
         or ("'" in low and "token'" in low)
         or 'token"' in low
+        # a quote escaped after the name: ``{\'token\': …}`` printed inside a printed string
+        or ("\\" in low and ("token\\" in low or "secret\\" in low))
     ):
         return True
     for needle in _PREFILTER_REST:

@@ -419,7 +419,7 @@ _FRAGMENTS = (
     *_redact._SECRET_SUFFIXES,
     *("token", "secret", "Bearer ", "Authorization: Basic ", "sk-", "ghp_", "AKIA", "eyJ"),
     *("aBcDeFgHiJkLmNoPqRsTuV0123456789", "user:pw@", "https://", "?api_key=", "="),
-    *("z", "j", "x", "'", '"', "\\", '\\"', " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
+    *("z", "j", "x", "'", '"', "\\", '\\"', "\\'", " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
     *("cycle", "score", "draft 18", "doc/body", "held_out", "tokens", "0.5", "6.7e-6"),
 )
 
@@ -429,7 +429,12 @@ def _joined(parts: list[str]) -> str:
 
 
 def _reference_triggered(low: str, passw: bool) -> bool:
-    return any(w in low for w in _redact._TRIGGERS) or (passw and "passw" in low)
+    return (
+        any(w in low for w in _redact._TRIGGERS)
+        or (passw and "passw" in low)
+        or "token\\" in low
+        or "secret\\" in low
+    )
 
 
 def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
@@ -648,3 +653,37 @@ def test_a_key_whose_str_fails_is_read_as_the_store_writes_it(
     out = redact({"evidence": {key: 1, "why": "supersecret123"}})
     assert out["evidence"][key] == 1
     assert json.loads(dumps(out)) == {"evidence": {"<Odd>": 1, "why": REDACTED}}
+
+
+# A mapping printed inside a printed string (an exception whose message holds the text of
+# another: ``repr`` escapes the inner quotes when the text holds both kinds) or JSON text
+# inside a JSON string (an echoed error body) writes its quotes escaped; a key printed with a
+# space in it; a PHP or Ruby mapping (``'password' => '…'``). Each was stored in clear.
+_INNER = repr('a"b ' + repr({"password": "planted-9", "token": "planted-10"}))
+_INNER_JSON = json.dumps(json.dumps({"password": "planted-9", "github_token": "planted-10"}))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (_INNER, _INNER.replace("planted-9", REDACTED).replace("planted-10", REDACTED)),
+        (_INNER_JSON, _INNER_JSON.replace("planted-9", REDACTED).replace("planted-10", REDACTED)),
+        ("{\\'secret\\': \\'planted-11\\'}", "{\\'secret\\': \\'***\\'}"),
+        ("Cfg(token=\\'planted-12\\')", "Cfg(token=\\'***\\')"),
+        ("{\\'client_secret\\': \\'planted-13\\'}", "{\\'client_secret\\': \\'***\\'}"),
+        (
+            "{\\'Authorization\\': \\'Basic cGxhbnRlZDE0\\'}",
+            "{\\'Authorization\\': \\'Basic ***\\'}",
+        ),
+        ("{'Password ': 'planted-15'}", "{'Password ': '***'}"),
+        ("{' api_key ': 'planted-15'}", "{' api_key ': '***'}"),
+        ("'password' => 'planted-16',", "'password' => '***',"),
+        ("password => planted-16", "password => ***"),
+        ("password=C:\\dir\\planted-17 next", "password=*** next"),
+    ],
+)
+def test_escaped_and_spaced_mappings_in_text_are_masked(text: str, want: str) -> None:
+    assert redact_text(text) == want
+    assert redact_text(want) == want  # masking twice changes nothing
+    got = redact({"error": text})  # the clean scan does not pass it either
+    assert got == {"error": want}
