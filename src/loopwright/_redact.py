@@ -206,8 +206,16 @@ def _written(value: str) -> set[str]:
     """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
     an exception's message) and inside a JSON string (an error body), where a quote, a
     backslash or a control character is escaped and the value's own text is not found. The
-    forms differ only for such a value, which ``_unsure`` already sends down the full walk."""
-    return {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms differ only for such a value, which ``_unsure`` already sends down the full walk.
+    A value beyond ASCII also reads as JSON that escapes it (``\\u00e4``: Python's ``json``
+    by default, an echoed error body), as ``ascii()`` writes it (``\\xe4``) and as its UTF-8
+    bytes print (``b'p\\xc3\\xa4ss'``: a driver's error quoting what it was sent)."""
+    forms = {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    if not value.isascii():
+        forms.add(json.dumps(value)[1:-1])
+        forms.add(ascii(value)[1:-1])
+        forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
+    return forms
 
 
 def register_secret_field(name: str) -> None:

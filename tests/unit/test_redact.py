@@ -610,6 +610,31 @@ def test_a_known_secret_is_masked_as_it_is_escaped_in_printed_and_json_text(
         assert redact({"error": text}) == {"error": masked}
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda v: str(v.encode()),  # UTF-8 bytes: b'p\xc3\xa4ss…'
+        lambda v: json.dumps({"detail": f"bad credentials {v}"}),  # ASCII JSON: \u00e4
+        lambda v: ascii(RuntimeError(v)),  # ascii(): \xe4
+        lambda v: str(RuntimeError(("connect", v.encode()))),
+    ],
+)
+def test_a_known_secret_beyond_ascii_is_masked_as_it_is_escaped(
+    monkeypatch: pytest.MonkeyPatch, written: Callable[[str], str]
+) -> None:
+    """A registered or environment secret with a letter beyond ASCII (a password with an
+    umlaut) reads escaped in bytes, in JSON that escapes non-ASCII (Python's default) and in
+    ``ascii()``: it was stored in clear there."""
+    register_secret("pässwort-Gëheim55")
+    monkeypatch.setenv("VAULT_PASSWORD", "mot-de-passé-Secret77")
+    for value in ("pässwort-Gëheim55", "mot-de-passé-Secret77"):
+        text = written(value)
+        assert value not in text
+        masked = redact_text(text)
+        assert "heim55" not in masked and "Secret77" not in masked, masked
+        assert redact({"error": text}) == {"error": masked}
+
+
 def test_every_key_is_masked_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mapping key is stored as text (a non-text key as its ``str()``): the walk read only
     text keys, and none under a key named like a secret, so the secret in such a key was
