@@ -11,40 +11,27 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli_run_requester import cli
+from test_cli_run_requester import tokens as requester_tokens  # noqa: F401 (a fixture)
 
 import loopwright as lw
-from loopwright.cli import main
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
-def tokens(
-    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def users(
+    url: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> dict[str, str]:
-    """root (admin), clerk (operator), vic (viewer), ana (approver), ben (revoked)."""
-    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
-    code, root, _ = cli(capsys, "users", "add", "root", "--role", "admin", "--store", url)
-    assert code == 0
-    out = {"root": root.strip()}
-    for name, role in {
-        "clerk": "operator",
-        "vic": "viewer",
-        "ana": "approver",
-        "ben": "operator",
-    }.items():
-        code, tok, err = cli(
-            capsys, "users", "add", name, "--role", role, "--token", out["root"], "--store", url
-        )
+    """root (admin), rita (operator and approver), ben (approver), vic (viewer), zed (an
+    operator, revoked): their tokens."""
+    tokens: dict[str, str] = request.getfixturevalue("requester_tokens")
+    root = ("--token", tokens["root"], "--store", url)
+    for name, role in (("vic", "viewer"), ("zed", "operator")):
+        code, tok, err = cli(capsys, "users", "add", name, "--role", role, *root)
         assert code == 0, err
-        out[name] = tok.strip()
-    code, _, err = cli(capsys, "users", "revoke", "ben", "--token", out["root"], "--store", url)
+        tokens[name] = tok.strip()
+    code, _, err = cli(capsys, "users", "revoke", "zed", *root)
     assert code == 0, err
-    return out
+    return tokens
 
 
 def _items(url: str) -> list[lw.MemoryItem]:
@@ -53,7 +40,7 @@ def _items(url: str) -> list[lw.MemoryItem]:
 
 
 def test_memory_changes_need_an_operators_token_in_a_store_with_users(
-    url: str, tokens: dict[str, str], capsys: pytest.CaptureFixture[str]
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with lw.Runtime(url) as rt:
         mem = lw.FeedbackMemory(rt.store)
@@ -63,9 +50,9 @@ def test_memory_changes_need_an_operators_token_in_a_store_with_users(
     refusals = {
         None: "this store has users: give your token",
         "lw_not-anyones": "the token is unknown or revoked",
-        tokens["ben"]: "the token is unknown or revoked",  # revoked
-        tokens["vic"]: "vic (viewer) may not add feedback memory: it needs the operator role",
-        tokens["ana"]: "ana (approver) may not add feedback memory: it needs the operator",
+        users["zed"]: "the token is unknown or revoked",  # revoked
+        users["vic"]: "vic (viewer) may not add feedback memory: it needs the operator role",
+        users["ben"]: "ben (approver) may not add feedback memory: it needs the operator",
     }
     for token, message in refusals.items():
         extra = () if token is None else ("--token", token)
@@ -84,12 +71,12 @@ def test_memory_changes_need_an_operators_token_in_a_store_with_users(
         (cand.memory_id, "candidate"),
     }
     # an operator's own token: recorded under the token's user, never a typed name
-    code, _, err = cli(capsys, *add, "--by", "ana", "--token", tokens["clerk"])
-    assert code == 2 and "the token is clerk's" in err
-    code, out, err = cli(capsys, *add, "--token", tokens["clerk"], "--json")
+    code, _, err = cli(capsys, *add, "--by", "ana", "--token", users["rita"])
+    assert code == 2 and "the token is rita's" in err
+    code, out, err = cli(capsys, *add, "--token", users["rita"], "--json")
     assert code == 0, err
     added = json.loads(out)
-    assert added["by"] == "clerk"
+    assert added["by"] == "rita"
     for verb, item in (("confirm", cand), ("forget", kept)):
         code, out, err = cli(
             capsys,
@@ -97,7 +84,7 @@ def test_memory_changes_need_an_operators_token_in_a_store_with_users(
             verb,
             item.memory_id,
             "--token",
-            tokens["clerk"],
+            users["rita"],
             "--store",
             url,
             "--json",
@@ -108,7 +95,7 @@ def test_memory_changes_need_an_operators_token_in_a_store_with_users(
     with lw.Runtime(url) as rt:
         said = [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
     for verb in ("add", "confirm", "forget"):
-        assert ("clerk", f"memory {verb}", "allowed") in said
+        assert ("rita", f"memory {verb}", "allowed") in said
         assert ("vic", f"memory {verb}", "refused") in said
     assert ("(no token)", "memory add", "refused") in said
     assert ("(unknown token)", "memory add", "refused") in said
