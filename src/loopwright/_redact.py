@@ -425,7 +425,7 @@ def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
     return pat  # type: ignore[return-value]
 
 
-def _text(s: str, values: tuple[str, ...]) -> str:
+def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELDS) -> str:
     # The shortest thing masked is 6 characters (a secret value; every shape is longer), and
     # most strings in a record are short names: those are passed over at once.
     if len(s) < MIN_SECRET_LEN:
@@ -435,14 +435,56 @@ def _text(s: str, values: tuple[str, ...]) -> str:
         for v in values:
             if v in s:
                 s = s.replace(v, REDACTED)
+    if fields is not SECRET_FIELDS:
+        s = _declared_text(s, fields)
     if not _triggered(s.lower()) or _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
 
 
+@functools.lru_cache(maxsize=64)
+def _declared(fields: frozenset[str]) -> tuple[str, ...]:
+    """The names declared secret besides ``SECRET_FIELDS`` (a spec's ``secret_fields``), as
+    ``_key`` normalises them."""
+    return tuple(sorted(fields - SECRET_FIELDS))
+
+
+_declared_patterns: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _declared_text(s: str, fields: frozenset[str]) -> str:
+    """``s`` with the value of each declared secret field written into text masked: a printed
+    mapping (``{'iban': '…'}``, its quotes escaped too) or a keyword (``Cfg(iban='…')``), as
+    the names of ``SECRET_FIELDS`` are by ``_SHAPES``. Only quoted values: a number is kept,
+    as it is under such a key in a mapping."""
+    names = _declared(fields)
+    low = s.lower()
+    if not any(n in low or n.replace("_", "-") in low for n in names):
+        return s
+    pat = _declared_patterns.get(names)
+    if pat is None:
+        alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
+        pat = re.compile(
+            rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
+            r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
+        )
+        if len(_declared_patterns) > 64:
+            _declared_patterns.clear()
+        _declared_patterns[names] = pat
+    return pat.sub(lambda m: m.group("kept") + REDACTED, s)
+
+
+def _fields_now() -> frozenset[str]:
+    """``SECRET_FIELDS`` and the names registered since (the same object when none are)."""
+    if not _registered_fields:
+        return SECRET_FIELDS
+    with _lock:
+        return SECRET_FIELDS | _registered_fields
+
+
 def redact_text(text: str) -> str:
     """``text`` with every secret it contains masked (see the module's list)."""
-    return _text(text, _values())
+    return _text(text, _values(), _fields_now())
 
 
 _NO_FIELDS: frozenset[str] = frozenset()
@@ -572,6 +614,8 @@ def _clean_text(
         return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
+    if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):
+        return False  # a declared name, as a key or in a text (a printed mapping): the walk
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
     # escapes every other ASCII space) or a character beyond ASCII.
     spaced = "\\" in low or ' ":' in low or not low.isascii()
@@ -609,7 +653,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     if isinstance(obj, str):
         if masked:
             return REDACTED if obj else obj
-        return _text(obj, values)
+        return _text(obj, values, fields)
     if isinstance(obj, Mapping):
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(obj.items()):
@@ -627,7 +671,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
             nv = _walk(v, values, fields, hide)
             nk = k
             if isinstance(sk, str):
-                t = _text(sk, values)
+                t = _text(sk, values, fields)
                 if t is not sk:
                     nk = t
             if out is None and (nv is not v or nk is not k):
@@ -657,4 +701,4 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     text = str(obj)
     if masked:
         return REDACTED if text else text
-    return _text(text, values)
+    return _text(text, values, fields)

@@ -712,3 +712,27 @@ def test_escaped_and_spaced_mappings_in_text_are_masked(text: str, want: str) ->
     assert redact_text(want) == want  # masking twice changes nothing
     got = redact({"error": text})  # the clean scan does not pass it either
     assert got == {"error": want}
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("failed: {'iban': 'planted-18', 'n': 1}", "failed: {'iban': '***', 'n': 1}"),
+        ("{\\'IBAN\\': \\'planted-18\\'}", "{\\'IBAN\\': \\'***\\'}"),  # escaped, any case
+        ('{"x": "{\\"iban\\": \\"planted-18\\"}"}', '{"x": "{\\"iban\\": \\"***\\"}"}'),
+        ("Account(iban='planted-18')", "Account(iban='***')"),
+        ("{'pin-code ': 'planted-18'}", "{'pin-code ': '***'}"),
+        ("{'pin_code': 1234}", "{'pin_code': 1234}"),  # a number is kept, as under the key
+        ("the iban field is missing", "the iban field is missing"),
+    ],
+)
+def test_a_declared_secret_field_written_into_text_is_masked(text: str, want: str) -> None:
+    """A name declared secret (a spec's ``secret_fields``) masked its value under that key
+    only: the same mapping printed into an exception's message (an effect's or actor's
+    error) was stored in clear."""
+    register_secret_field("iban")
+    register_secret_field("pin_code")
+    assert redact_text(text) == want
+    assert redact_text(want) == want
+    assert redact({"error": text}) == {"error": want}  # the clean scan does not pass it
+    assert redact([text]) == [want]
