@@ -128,18 +128,22 @@ _SHAPES = re.compile(
     r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
-    r"|(?P<auth>\b(?i:authorization)['\"]?\s*[=:]\s*['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
     r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
-    # the name: a prefix of the variable's name does not hide it)
+    # the name: a prefix of the variable's name does not hide it); a key printed with spaces
+    # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
+    # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
+    # is a quote too, and a value ends before an escaped quote
     r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
-    r"|access[_-]?token)['\"]?\s*[=:]\s*['\"]?)(?!\*\*\*)[^\s,;&\"'}]+"
+    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
+    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
-    r"|(?P<kv>(?i:token|secret)['\"]?\s*=\s*['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"[^\s,;&\"'}]+"
+    r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
-    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)['\"]\s*:\s*['\"])"
-    r"(?!\*\*\*)[^'\"]+"
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)\\*+['\"]\s*:\s*\\*+['\"])"
+    r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
     # a key cut before its END line (text clipped for storage) is masked to the end of it
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
@@ -202,8 +206,16 @@ def _written(value: str) -> set[str]:
     """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
     an exception's message) and inside a JSON string (an error body), where a quote, a
     backslash or a control character is escaped and the value's own text is not found. The
-    forms differ only for such a value, which ``_unsure`` already sends down the full walk."""
-    return {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms differ only for such a value, which ``_unsure`` already sends down the full walk.
+    A value beyond ASCII also reads as JSON that escapes it (``\\u00e4``: Python's ``json``
+    by default, an echoed error body), as ``ascii()`` writes it (``\\xe4``) and as its UTF-8
+    bytes print (``b'p\\xc3\\xa4ss'``: a driver's error quoting what it was sent)."""
+    forms = {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    if not value.isascii():
+        forms.add(json.dumps(value)[1:-1])
+        forms.add(ascii(value)[1:-1])
+        forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
+    return forms
 
 
 def register_secret_field(name: str) -> None:
@@ -384,6 +396,8 @@ def _triggered(low: str, *, passw: bool = False) -> bool:
         or ("x" in low and "xox" in low)
         or ("'" in low and "token'" in low)
         or 'token"' in low
+        # a quote escaped after the name: ``{\'token\': …}`` printed inside a printed string
+        or ("\\" in low and ("token\\" in low or "secret\\" in low))
     ):
         return True
     for needle in _PREFILTER_REST:
@@ -411,7 +425,7 @@ def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
     return pat  # type: ignore[return-value]
 
 
-def _text(s: str, values: tuple[str, ...]) -> str:
+def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELDS) -> str:
     # The shortest thing masked is 6 characters (a secret value; every shape is longer), and
     # most strings in a record are short names: those are passed over at once.
     if len(s) < MIN_SECRET_LEN:
@@ -421,14 +435,56 @@ def _text(s: str, values: tuple[str, ...]) -> str:
         for v in values:
             if v in s:
                 s = s.replace(v, REDACTED)
+    if fields is not SECRET_FIELDS:
+        s = _declared_text(s, fields)
     if not _triggered(s.lower()) or _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
 
 
+@functools.lru_cache(maxsize=64)
+def _declared(fields: frozenset[str]) -> tuple[str, ...]:
+    """The names declared secret besides ``SECRET_FIELDS`` (a spec's ``secret_fields``), as
+    ``_key`` normalises them."""
+    return tuple(sorted(fields - SECRET_FIELDS))
+
+
+_declared_patterns: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _declared_text(s: str, fields: frozenset[str]) -> str:
+    """``s`` with the value of each declared secret field written into text masked: a printed
+    mapping (``{'iban': '…'}``, its quotes escaped too) or a keyword (``Cfg(iban='…')``), as
+    the names of ``SECRET_FIELDS`` are by ``_SHAPES``. Only quoted values: a number is kept,
+    as it is under such a key in a mapping."""
+    names = _declared(fields)
+    low = s.lower()
+    if not any(n in low or n.replace("_", "-") in low for n in names):
+        return s
+    pat = _declared_patterns.get(names)
+    if pat is None:
+        alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
+        pat = re.compile(
+            rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
+            r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
+        )
+        if len(_declared_patterns) > 64:
+            _declared_patterns.clear()
+        _declared_patterns[names] = pat
+    return pat.sub(lambda m: m.group("kept") + REDACTED, s)
+
+
+def _fields_now() -> frozenset[str]:
+    """``SECRET_FIELDS`` and the names registered since (the same object when none are)."""
+    if not _registered_fields:
+        return SECRET_FIELDS
+    with _lock:
+        return SECRET_FIELDS | _registered_fields
+
+
 def redact_text(text: str) -> str:
     """``text`` with every secret it contains masked (see the module's list)."""
-    return _text(text, _values())
+    return _text(text, _values(), _fields_now())
 
 
 _NO_FIELDS: frozenset[str] = frozenset()
@@ -558,6 +614,8 @@ def _clean_text(
         return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
+    if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):
+        return False  # a declared name, as a key or in a text (a printed mapping): the walk
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
     # escapes every other ASCII space) or a character beyond ASCII.
     spaced = "\\" in low or ' ":' in low or not low.isascii()
@@ -595,7 +653,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     if isinstance(obj, str):
         if masked:
             return REDACTED if obj else obj
-        return _text(obj, values)
+        return _text(obj, values, fields)
     if isinstance(obj, Mapping):
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(obj.items()):
@@ -613,7 +671,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
             nv = _walk(v, values, fields, hide)
             nk = k
             if isinstance(sk, str):
-                t = _text(sk, values)
+                t = _text(sk, values, fields)
                 if t is not sk:
                     nk = t
             if out is None and (nv is not v or nk is not k):
@@ -643,4 +701,4 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
     text = str(obj)
     if masked:
         return REDACTED if text else text
-    return _text(text, values)
+    return _text(text, values, fields)

@@ -325,3 +325,33 @@ def test_keys_with_a_space_after_the_name_are_masked_and_stop_an_effect(tmp_path
     assert stored_task["creds"] == {"github_token ": REDACTED}
     assert checked.cycles == 2  # the verifier's evidence was recorded twice
     assert _stored(tmp_path, (in_task, in_evidence, in_args)) == []
+
+
+def test_errors_quoting_mappings_and_encoded_secrets_are_stored_masked(tmp_path: Path) -> None:
+    """An actor's and an effect's error whose message prints a mapping inside a printed
+    string (its quotes escaped), a declared secret field's value, or a known secret beyond
+    ASCII as its UTF-8 bytes: each was in the database file in clear."""
+    lw.register_secret_field("iban")
+    lw.register_secret("pässwort-Planted-31")
+    inner = repr('said "no": ' + repr({"password": "planted-pw-32", "token": "planted-tk-33"}))
+    message = f"{inner} { ({'iban': 'planted-iban-34'}) } {'pässwort-Planted-31'.encode()}"
+    planted = ("planted-pw-32", "planted-tk-33", "planted-iban-34", "Planted-31")
+
+    class Quoting(Recorder):
+        def boom(self, to: str) -> None:
+            raise ValueError(message)
+
+    def failing(ctx: lw.Context) -> lw.Proposal:
+        raise RuntimeError(message)
+
+    def paying(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("doc", TARGET).edits,
+            effects=(lw.EffectCall("boom", {"to": "bob"}),),
+        )
+
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        for key, actor in (("actor", failing), ("effect", paying)):
+            r = rt.run_sync(_loop(Quoting(), actor, "allow"), TASK, task_key=key)
+            assert r.stop_reason == "escalated", key
+    assert _stored(tmp_path, planted) == []

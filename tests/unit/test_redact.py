@@ -419,7 +419,7 @@ _FRAGMENTS = (
     *_redact._SECRET_SUFFIXES,
     *("token", "secret", "Bearer ", "Authorization: Basic ", "sk-", "ghp_", "AKIA", "eyJ"),
     *("aBcDeFgHiJkLmNoPqRsTuV0123456789", "user:pw@", "https://", "?api_key=", "="),
-    *("z", "j", "x", "'", '"', "\\", '\\"', " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
+    *("z", "j", "x", "'", '"', "\\", '\\"', "\\'", " ", ":", "-", "_", "\t", "é", "İ", "Σ"),
     *("cycle", "score", "draft 18", "doc/body", "held_out", "tokens", "0.5", "6.7e-6"),
 )
 
@@ -429,7 +429,12 @@ def _joined(parts: list[str]) -> str:
 
 
 def _reference_triggered(low: str, passw: bool) -> bool:
-    return any(w in low for w in _redact._TRIGGERS) or (passw and "passw" in low)
+    return (
+        any(w in low for w in _redact._TRIGGERS)
+        or (passw and "passw" in low)
+        or "token\\" in low
+        or "secret\\" in low
+    )
 
 
 def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
@@ -605,6 +610,31 @@ def test_a_known_secret_is_masked_as_it_is_escaped_in_printed_and_json_text(
         assert redact({"error": text}) == {"error": masked}
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda v: str(v.encode()),  # UTF-8 bytes: b'p\xc3\xa4ss…'
+        lambda v: json.dumps({"detail": f"bad credentials {v}"}),  # ASCII JSON: \u00e4
+        lambda v: ascii(RuntimeError(v)),  # ascii(): \xe4
+        lambda v: str(RuntimeError(("connect", v.encode()))),
+    ],
+)
+def test_a_known_secret_beyond_ascii_is_masked_as_it_is_escaped(
+    monkeypatch: pytest.MonkeyPatch, written: Callable[[str], str]
+) -> None:
+    """A registered or environment secret with a letter beyond ASCII (a password with an
+    umlaut) reads escaped in bytes, in JSON that escapes non-ASCII (Python's default) and in
+    ``ascii()``: it was stored in clear there."""
+    register_secret("pässwort-Gëheim55")
+    monkeypatch.setenv("VAULT_PASSWORD", "mot-de-passé-Secret77")
+    for value in ("pässwort-Gëheim55", "mot-de-passé-Secret77"):
+        text = written(value)
+        assert value not in text
+        masked = redact_text(text)
+        assert "heim55" not in masked and "Secret77" not in masked, masked
+        assert redact({"error": text}) == {"error": masked}
+
+
 def test_every_key_is_masked_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mapping key is stored as text (a non-text key as its ``str()``): the walk read only
     text keys, and none under a key named like a secret, so the secret in such a key was
@@ -648,3 +678,61 @@ def test_a_key_whose_str_fails_is_read_as_the_store_writes_it(
     out = redact({"evidence": {key: 1, "why": "supersecret123"}})
     assert out["evidence"][key] == 1
     assert json.loads(dumps(out)) == {"evidence": {"<Odd>": 1, "why": REDACTED}}
+
+
+# A mapping printed inside a printed string (an exception whose message holds the text of
+# another: ``repr`` escapes the inner quotes when the text holds both kinds) or JSON text
+# inside a JSON string (an echoed error body) writes its quotes escaped; a key printed with a
+# space in it; a PHP or Ruby mapping (``'password' => '…'``). Each was stored in clear.
+_INNER = repr('a"b ' + repr({"password": "planted-9", "token": "planted-10"}))
+_INNER_JSON = json.dumps(json.dumps({"password": "planted-9", "github_token": "planted-10"}))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (_INNER, _INNER.replace("planted-9", REDACTED).replace("planted-10", REDACTED)),
+        (_INNER_JSON, _INNER_JSON.replace("planted-9", REDACTED).replace("planted-10", REDACTED)),
+        ("{\\'secret\\': \\'planted-11\\'}", "{\\'secret\\': \\'***\\'}"),
+        ("Cfg(token=\\'planted-12\\')", "Cfg(token=\\'***\\')"),
+        ("{\\'client_secret\\': \\'planted-13\\'}", "{\\'client_secret\\': \\'***\\'}"),
+        (
+            "{\\'Authorization\\': \\'Basic cGxhbnRlZDE0\\'}",
+            "{\\'Authorization\\': \\'Basic ***\\'}",
+        ),
+        ("{'Password ': 'planted-15'}", "{'Password ': '***'}"),
+        ("{' api_key ': 'planted-15'}", "{' api_key ': '***'}"),
+        ("'password' => 'planted-16',", "'password' => '***',"),
+        ("password => planted-16", "password => ***"),
+        ("password=C:\\dir\\planted-17 next", "password=*** next"),
+    ],
+)
+def test_escaped_and_spaced_mappings_in_text_are_masked(text: str, want: str) -> None:
+    assert redact_text(text) == want
+    assert redact_text(want) == want  # masking twice changes nothing
+    got = redact({"error": text})  # the clean scan does not pass it either
+    assert got == {"error": want}
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("failed: {'iban': 'planted-18', 'n': 1}", "failed: {'iban': '***', 'n': 1}"),
+        ("{\\'IBAN\\': \\'planted-18\\'}", "{\\'IBAN\\': \\'***\\'}"),  # escaped, any case
+        ('{"x": "{\\"iban\\": \\"planted-18\\"}"}', '{"x": "{\\"iban\\": \\"***\\"}"}'),
+        ("Account(iban='planted-18')", "Account(iban='***')"),
+        ("{'pin-code ': 'planted-18'}", "{'pin-code ': '***'}"),
+        ("{'pin_code': 1234}", "{'pin_code': 1234}"),  # a number is kept, as under the key
+        ("the iban field is missing", "the iban field is missing"),
+    ],
+)
+def test_a_declared_secret_field_written_into_text_is_masked(text: str, want: str) -> None:
+    """A name declared secret (a spec's ``secret_fields``) masked its value under that key
+    only: the same mapping printed into an exception's message (an effect's or actor's
+    error) was stored in clear."""
+    register_secret_field("iban")
+    register_secret_field("pin_code")
+    assert redact_text(text) == want
+    assert redact_text(want) == want
+    assert redact({"error": text}) == {"error": want}  # the clean scan does not pass it
+    assert redact([text]) == [want]

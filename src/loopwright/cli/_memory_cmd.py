@@ -22,7 +22,8 @@ from .._memory import (
     Scope,
     Signal,
 )
-from ._app import JsonOpt, StoreOpt, _print_json, app, by_name, new_typer
+from ..store import Store
+from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, by_name, new_typer
 from ._stores import open_existing, open_or_create
 
 __all__ = ["memory_app"]
@@ -34,7 +35,13 @@ memory_app = new_typer(
 app.add_typer(memory_app, name="memory")
 
 ByOpt = Annotated[
-    str, typer.Option("--by", help="Who decides (a person's name).", callback=by_name)
+    str | None,
+    typer.Option(
+        "--by",
+        help="Who decides (a person's name), in a store without users. With users, your "
+        "token says who you are.",
+        callback=by_name,
+    ),
 ]
 ITEMS_SHOWN = 50  # ``memory list``'s default --limit
 
@@ -50,6 +57,39 @@ def _default_by() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "cli"
+
+
+def _person(
+    st: Store, by: str | None, token: str | None, action: str, *, needed: bool = False
+) -> str:
+    """Who changes feedback memory. A store without users: ``--by`` (needed for a decision on
+    an item, else the OS user). A store with users: the token's user, who must be allowed to
+    operate (an operator or an admin), refused and audited like any other change: feedback
+    steers every later run of its scope, so nobody writes, confirms or forgets it under
+    another person's name (docs/permissions.md)."""
+    from .._authority import require
+    from ._people_cmd import acting_as
+
+    if not st.has_users():
+        if by is not None and by.strip():
+            return by
+        if needed:
+            raise ConfigError("say who decides (--by NAME)", field="--by")
+        return _default_by()
+    who = acting_as(st, by, token, action=action)
+    require(st, who, "operate", action=action, target="memory", origin="cli",
+            doing=f"{action.removeprefix('memory ')} feedback memory")  # fmt: skip
+    return who
+
+
+def _audited(st: Store, who: str, action: str, it: MemoryItem) -> None:
+    """The change in the audit log, in a store with users (an open store has no one to
+    name)."""
+    if st.has_users():
+        from .._authority import audit
+
+        audit(st, who, action, f"memory {it.memory_id}", origin="cli", scope=it.scope,
+              scope_key=it.scope_key or None, status=it.status)  # fmt: skip
 
 
 def _print_item(verb: str, it: MemoryItem, as_json: bool) -> None:
@@ -175,6 +215,7 @@ def add(
     ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """Add feedback (task or project scope: active at once; global: a candidate).
 
@@ -195,6 +236,7 @@ def add(
     with st:
         if created:
             sys.stderr.write(f"created the store {created}\n")
+        who = _person(st, by, token, "memory add")
         try:
             it = FeedbackMemory(st).add(
                 scope=cast("Scope", scope),
@@ -203,12 +245,13 @@ def add(
                 text=text,
                 rule=rule_obj,
                 source={"via": "cli"},
-                by=by if by is not None else _default_by(),
+                by=who,
                 strength=strength,
             )
         except ConfigError as exc:
             flag = {"scope_key": "--key", "text": "TEXT"}.get(exc.field or "", f"--{exc.field}")
             raise ConfigError(_message(exc), field=flag) from None
+        _audited(st, who, "memory add", it)
     _print_item("added", it, as_json)
     if it.status == "candidate" and not as_json:
         from ._render import console
@@ -225,26 +268,32 @@ def _message(exc: ConfigError) -> str:
 @memory_app.command(short_help="Confirm a candidate: it becomes active.")
 def confirm(
     memory_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id.")],
-    by: ByOpt,
+    by: ByOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """A person confirms a candidate (e.g. a proposed global preference): it becomes active."""
     with open_existing(store) as st:
-        it = FeedbackMemory(st).confirm(memory_id, by=by)
+        who = _person(st, by, token, "memory confirm", needed=True)
+        it = FeedbackMemory(st).confirm(memory_id, by=who)
+        _audited(st, who, "memory confirm", it)
     _print_item("confirmed", it, as_json)
 
 
 @memory_app.command()
 def forget(
     memory_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id.")],
-    by: ByOpt,
+    by: ByOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """Never retrieve this item again (it stays in the store for audit)."""
     with open_existing(store) as st:
-        it = FeedbackMemory(st).forget(memory_id, by=by)
+        who = _person(st, by, token, "memory forget", needed=True)
+        it = FeedbackMemory(st).forget(memory_id, by=who)
+        _audited(st, who, "memory forget", it)
     _print_item("forgotten", it, as_json)
 
 
@@ -256,15 +305,19 @@ def propose(
     ] = 3,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """Propose global candidates from feedback shared by at least N projects.
 
     Candidates are never active until a person confirms them, and never proposed twice."""
     with open_existing(store) as st:
+        who = _person(st, None, token, "memory propose")
         try:
             items = FeedbackMemory(st).propose_global(min_projects=min_projects)
         except ConfigError as exc:
             raise ConfigError(_message(exc), field="--min-projects") from None
+        for it in items:
+            _audited(st, who, "memory propose", it)
     if as_json:
         _print_json([it.to_dict() for it in items])
         return

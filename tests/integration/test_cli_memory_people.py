@@ -1,0 +1,118 @@
+"""Feedback memory from the command line in a store with users, on SQLite and PostgreSQL
+(docs/permissions.md, docs/memory.md). ``loopwright memory add|confirm|forget|propose`` took
+``--by NAME`` and no token: anyone who could open the store — a viewer, a revoked user, no
+user at all — added a "correction" under ana's name that every later run of the task was
+shown, confirmed a global candidate (active for every project) or forgot a person's
+feedback, and the audit log said nothing. They now need the token of a user who may operate,
+record the token's user, and are audited either way."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli_run_requester import cli
+from test_cli_run_requester import tokens as requester_tokens  # noqa: F401 (a fixture)
+
+import loopwright as lw
+
+
+@pytest.fixture
+def users(
+    url: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> dict[str, str]:
+    """root (admin), rita (operator and approver), ben (approver), vic (viewer), zed (an
+    operator, revoked): their tokens."""
+    tokens: dict[str, str] = request.getfixturevalue("requester_tokens")
+    root = ("--token", tokens["root"], "--store", url)
+    for name, role in (("vic", "viewer"), ("zed", "operator")):
+        code, tok, err = cli(capsys, "users", "add", name, "--role", role, *root)
+        assert code == 0, err
+        tokens[name] = tok.strip()
+    code, _, err = cli(capsys, "users", "revoke", "zed", *root)
+    assert code == 0, err
+    return tokens
+
+
+def _items(url: str) -> list[lw.MemoryItem]:
+    with lw.Runtime(url) as rt:
+        return lw.FeedbackMemory(rt.store).list(status=None)
+
+
+def test_memory_changes_need_an_operators_token_in_a_store_with_users(
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with lw.Runtime(url) as rt:
+        mem = lw.FeedbackMemory(rt.store)
+        kept = mem.add(scope="task", scope_key="T-1", signal="correction", text="pay", by="ana")
+        cand = mem.add(scope="global", scope_key="", signal="correction", text="x", by="ana")
+    add = ("memory", "add", "never pay", "--scope", "task", "--key", "T-1", "--store", url)
+    refusals = {
+        None: "this store has users: give your token",
+        "lw_not-anyones": "the token is unknown or revoked",
+        users["zed"]: "the token is unknown or revoked",  # revoked
+        users["vic"]: "vic (viewer) may not add feedback memory: it needs the operator role",
+        users["ben"]: "ben (approver) may not add feedback memory: it needs the operator",
+    }
+    for token, message in refusals.items():
+        extra = () if token is None else ("--token", token)
+        code, _, err = cli(capsys, *add, "--by", "ana", *extra)
+        assert code == 2, err
+        code, _, err = cli(capsys, *add, *extra)
+        assert code == 2 and message in err.replace("\n", " "), err
+        for verb, item in (("confirm", cand), ("forget", kept)):
+            code, _, err = cli(capsys, "memory", verb, item.memory_id, "--store", url, *extra)
+            assert code == 2 and message.replace("add", verb) in err.replace("\n", " "), err
+    code, _, err = cli(capsys, "memory", "propose", "--min-projects", "2", "--store", url)
+    assert code == 2 and "give your token" in err
+    # nothing was written, confirmed or forgotten under anyone's name
+    assert {(i.memory_id, i.status) for i in _items(url)} == {
+        (kept.memory_id, "active"),
+        (cand.memory_id, "candidate"),
+    }
+    # an operator's own token: recorded under the token's user, never a typed name
+    code, _, err = cli(capsys, *add, "--by", "ana", "--token", users["rita"])
+    assert code == 2 and "the token is rita's" in err
+    code, out, err = cli(capsys, *add, "--token", users["rita"], "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    assert added["by"] == "rita"
+    for verb, item in (("confirm", cand), ("forget", kept)):
+        code, out, err = cli(
+            capsys,
+            "memory",
+            verb,
+            item.memory_id,
+            "--token",
+            users["rita"],
+            "--store",
+            url,
+            "--json",
+        )
+        assert code == 0, err
+    status = {i.memory_id: i.status for i in _items(url)}
+    assert status[cand.memory_id] == "active" and status[kept.memory_id] == "forgotten"
+    with lw.Runtime(url) as rt:
+        said = [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
+    for verb in ("add", "confirm", "forget"):
+        assert ("rita", f"memory {verb}", "allowed") in said
+        assert ("vic", f"memory {verb}", "refused") in said
+    assert ("(no token)", "memory add", "refused") in said
+    assert ("(unknown token)", "memory add", "refused") in said
+
+
+def test_memory_in_a_store_without_users_still_takes_by(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(
+        capsys, "memory", "add", "x", "--scope", "global", "--by", "ann", "--store", url, "--json"
+    )
+    assert code == 0, err
+    item = json.loads(out)
+    assert item["by"] == "ann"
+    code, _, err = cli(capsys, "memory", "confirm", item["memory_id"], "--store", url)
+    assert code == 2 and "--by: say who decides (--by NAME)" in err
+    code, out, err = cli(
+        capsys, "memory", "confirm", item["memory_id"], "--by", "bo", "--store", url, "--json"
+    )
+    assert code == 0 and json.loads(out)["status"] == "active", err
