@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
+from ._call_billing import settle_owed
 from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage, error_info, memory_shown, settle_owed
+from ._exec import calls_usage, error_info, memory_shown
 from ._gates import _effect
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict

@@ -16,6 +16,8 @@ from functools import partial
 from typing import Any
 
 from . import _decide as rules
+from ._call_billing import charge
+from ._call_retry import call_with_retry
 from ._copy_on_read import _CopyOnRead, _json_copy
 from ._effects import EffectCall
 from ._errors import ConfigError
@@ -24,8 +26,6 @@ from ._exec import (
     GaveUp,
     OutOfTime,
     OverBudget,
-    call_with_retry,
-    charge,
     error_info,
     priced_dict,
 )

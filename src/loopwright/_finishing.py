@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _decide as rules
+from ._call_billing import settle_owed
 from ._contract import TERMINAL_STATUSES, status_for
 from ._exec import Execution as _Exec
-from ._exec import settle_owed
 from ._host import RuntimeHost
 from ._memory import FeedbackMemory
 from ._packet import build_packet, stop_cause

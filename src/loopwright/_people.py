@@ -19,12 +19,12 @@ from ._authority import (
     refused,
     same_person,
 )
+from ._call_billing import owes
 from ._concluded import concluded_at, concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
 from ._errors import ApprovalError, ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
-from ._exec import owes
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
 from ._loop import Loop, check_loop

@@ -115,7 +115,7 @@ def test_a_held_out_check_is_not_retried_past_the_budget(tmp_path: Path) -> None
 def _ask_again(rt: lw.Runtime, loop: lw.Loop, entry: object) -> None:
     """The actor's call of cycle 2 asked again, as after a restart, with ``entry`` journaled
     for it: whatever the journal says must stop it before the actor is called."""
-    from loopwright._exec import call_with_retry
+    from loopwright._call_retry import call_with_retry
 
     def never(*_: object) -> None:
         raise AssertionError("called again although the journal says it stopped")

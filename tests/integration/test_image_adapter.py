@@ -27,6 +27,7 @@ from loopwright.adapters import (
     ImageModel,
     ImagePrice,
     MalformedReplyError,
+    _image_client,
     _png,
     is_image_value,
     openai_images,
@@ -232,7 +233,7 @@ def test_a_picture_fetched_past_the_limit_is_refused(
 ) -> None:
     """A picture a reply names by ``url`` was read whole, however large: it is read up to
     ``MAX_REPLY_BYTES`` (256 MiB; 64 KiB here) and refused past it, permanent."""
-    monkeypatch.setattr(openai_images, "MAX_REPLY_BYTES", 64 * 1024)
+    monkeypatch.setattr(_image_client, "MAX_REPLY_BYTES", 64 * 1024)
     big = b"HTTP/1.0 200 OK\r\n\r\n\x89PNG\r\n\x1a\n" + b"\0" * (256 * 1024)  # no length
     url = [{"url": "http://127.0.0.1:PORT/picture.png"}]
     err = _generate_against(tmp_path, url, big, expected=lw.PermanentError)

@@ -15,7 +15,7 @@ import pytest
 from support.images_server import images_server
 
 import loopwright as lw
-from loopwright.adapters import ImageModel, openai_images
+from loopwright.adapters import ImageModel, _image_client, openai_images
 
 pytestmark = pytest.mark.usefixtures("no_openai_env")
 
@@ -94,7 +94,7 @@ def test_a_redirects_body_counts_toward_the_download_limit(
     however large (a server answering 302 with gigabytes filled the memory), before following
     it. The whole download, redirects included, is read up to ``MAX_REPLY_BYTES`` (64 KiB
     here): a 256 KiB redirect body is refused as it arrives, permanent."""
-    monkeypatch.setattr(openai_images, "MAX_REPLY_BYTES", 64 * 1024)
+    monkeypatch.setattr(_image_client, "MAX_REPLY_BYTES", 64 * 1024)
     body = b"x" * (256 * 1024)
     moved = _response("302 Found", body, Location="/p.png", Content_Length=str(len(body)))
     err, got_here, _ = _generate(tmp_path, {"/first.png": moved, "/p.png": _picture()}, {})

@@ -454,14 +454,14 @@ def test_a_change_found_while_the_server_draws_a_page_is_after_its_position(
 ) -> None:
     """The position a page carries is taken when its request begins, so a change the poller
     finds while the route reads the store is after it (the page may show the old state)."""
-    from loopwright.web import _app
+    from loopwright.web import _run_page
 
     store = str(tmp_path / "live.db")
     run_id = park(tmp_path, store, "drawn-while-changing")
     app = create_app(store, token=TOKEN)
     feed = app.state.feed
     feed.poll()  # the first look: where things stand
-    drawn_with = _app.timeline
+    drawn_with = _run_page.timeline
 
     def changed_meanwhile(*args: Any, **kw: Any) -> Any:
         with lw.Runtime(store) as rt:
@@ -469,7 +469,7 @@ def test_a_change_found_while_the_server_draws_a_page_is_after_its_position(
         feed.poll()  # the poller finds it while the page is being drawn
         return drawn_with(*args, **kw)
 
-    monkeypatch.setattr(_app, "timeline", changed_meanwhile)
+    monkeypatch.setattr(_run_page, "timeline", changed_meanwhile)
     html = TestClient(app, base_url=LOCAL).get(f"/runs/{run_id}").text
     later = [text for _, text in app.state.messages.after(live_after(html))]
     assert any("event: run" in t and run_id in t and "cancelled" in t for t in later), later

@@ -307,7 +307,7 @@ def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
     where the metric is $0.40."""
     from fastapi.testclient import TestClient
 
-    import loopwright.web._app as web
+    import loopwright.web._run_page as web
     from loopwright.web import create_app
 
     db = str(tmp_path / "s.db")

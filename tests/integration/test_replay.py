@@ -16,7 +16,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
-import loopwright._exec as exec_mod
+import loopwright._call_retry as call_retry
 from loopwright.replay import (
     Call,
     CycleTrace,
@@ -453,8 +453,10 @@ def test_a_run_out_of_time_mid_cycle_replays_as_recorded(
     with more time, it is censored at its recorded cost. (The deadline is passed by moving
     the engine's call clock, not by waiting: no test depends on timing.)"""
     late = [0.0]
-    real = exec_mod.time
-    monkeypatch.setattr(exec_mod, "time", types.SimpleNamespace(time=lambda: real.time() + late[0]))
+    real = call_retry.time
+    monkeypatch.setattr(
+        call_retry, "time", types.SimpleNamespace(time=lambda: real.time() + late[0])
+    )
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle == 2:

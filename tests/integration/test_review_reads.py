@@ -16,7 +16,7 @@ from loopwright.store.sqlite import SQLiteStore
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from loopwright.web import _app, create_app
+from loopwright.web import _run_page, create_app
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -50,8 +50,8 @@ def test_a_windowed_run_page_says_where_every_cycle_is(
     paragraph never closed, no link), though docs/ui.md says it links to the API."""
     db = str(tmp_path / "w.db")
     rid = _run(db, 12)
-    monkeypatch.setattr(_app, "CHECKPOINTS_READ", 5)
-    monkeypatch.setattr(_app, "CYCLES_SHOWN", 3)
+    monkeypatch.setattr(_run_page, "CHECKPOINTS_READ", 5)
+    monkeypatch.setattr(_run_page, "CYCLES_SHOWN", 3)
     page = TestClient(create_app(db, token=TOKEN), base_url=LOCAL).get(f"/runs/{rid}").text
     note = page.split("<h2>Timeline</h2>", 1)[1].split("<table", 1)[0]
     assert re.search(r"The last 3 cycles of 12; every one in <a href=\"/api/runs/", note), note

@@ -15,7 +15,7 @@ from loopwright.store import Store
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from loopwright.web import _app, _waterfall, create_app
+from loopwright.web import _run_page, _waterfall, create_app
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -121,15 +121,15 @@ def test_the_run_page_reads_as_much_at_four_times_the_length(
     counts: the same at both lengths. Versions too: the newest state's parts loaded every
     version (versions 310 -> 1,210) to list the newest VERSIONS_SHOWN of each."""
     db, rid = runs
-    monkeypatch.setattr(_app, "CHECKPOINTS_READ", WINDOW, raising=False)
-    monkeypatch.setattr(_app, "EVENTS_SHOWN", 100)  # fewer than the short run's verdicts
+    monkeypatch.setattr(_run_page, "CHECKPOINTS_READ", WINDOW, raising=False)
+    monkeypatch.setattr(_run_page, "EVENTS_SHOWN", 100)  # fewer than the short run's verdicts
     short = _reads(db, rid[SHORT], monkeypatch, query)
     long = _reads(db, rid[LONG], monkeypatch, query)
     for what in ("events", "checkpoints", "versions"):
         assert long[what] <= short[what] + 20, (what, short, long)  # was ~4x
     assert long["checkpoints"] <= 3 * WINDOW  # the window and two snapshot chains
     # each part's newest VERSIONS_SHOWN and the one before (its diff), and those the state holds
-    assert long["versions"] <= len(PARTS) * (_app.VERSIONS_SHOWN + 1) + 3 * len(PARTS)
+    assert long["versions"] <= len(PARTS) * (_run_page.VERSIONS_SHOWN + 1) + 3 * len(PARTS)
 
 
 def _section(page: str, start: str, end: str) -> str:
@@ -140,9 +140,9 @@ def _whole_log(monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
     """The page drawn as before: every checkpoint, the whole log read and counted in Python."""
     from loopwright.web._waterfall import LogWindow
 
-    monkeypatch.setattr(_app, "CHECKPOINTS_READ", 10**9, raising=False)
+    monkeypatch.setattr(_run_page, "CHECKPOINTS_READ", 10**9, raising=False)
     monkeypatch.setattr(
-        _app, "log_window", lambda s, run_id, cycles, total: LogWindow(s.events(run_id))
+        _run_page, "log_window", lambda s, run_id, cycles, total: LogWindow(s.events(run_id))
     )
     for name in ("event_counts", "events_of_kinds", "events_tail"):
         generic = getattr(Store, name)
@@ -181,7 +181,7 @@ def test_a_long_runs_windowed_page_draws_the_newest_cycles_as_the_whole_log_does
     """Past the window: the waterfall's cycles, the events and the newest timeline rows are
     the whole log's; the page says what is windowed and links to the full record."""
     db, rid = runs
-    monkeypatch.setattr(_app, "CHECKPOINTS_READ", WINDOW, raising=False)
+    monkeypatch.setattr(_run_page, "CHECKPOINTS_READ", WINDOW, raising=False)
     windowed = _page(db, rid[SHORT])
     whole = _page(db, rid[SHORT], whole=True)
     svg = ('<figure class="waterfall">', "</svg>")
@@ -220,7 +220,7 @@ def test_a_parts_newest_versions_are_read_alone_and_every_one_is_paged(
         held = rt.store.latest_checkpoint(rid).task_state()
         every = {ref: [v.to_dict() for v in p.versions] for ref, p in held.iter_parts()}
     assert len(every["doc/p0"]) > 10
-    monkeypatch.setattr(_app, "VERSIONS_SHOWN", 5)
+    monkeypatch.setattr(_run_page, "VERSIONS_SHOWN", 5)
     client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
     store = client.app.state.store  # type: ignore[attr-defined]
     with pytest.MonkeyPatch.context() as mp:
@@ -229,10 +229,12 @@ def test_a_parts_newest_versions_are_read_alone_and_every_one_is_paged(
     assert page.status_code == 200
     # 5 and the one before of the three long parts, the gate's 1, and the versions held
     assert reads.n["versions"] <= 3 * 6 + 1 + 3 * len(PARTS), reads.n
-    real = _app.artifacts_view
+    real = _run_page.artifacts_view
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(
-            _app, "artifacts_view", lambda state, newest=None, read=None: real(state, newest=newest)
+            _run_page,
+            "artifacts_view",
+            lambda state, newest=None, read=None: real(state, newest=newest),
         )
         whole = client.get(f"/runs/{rid}")
     assert _parts(page.text) == _parts(whole.text)

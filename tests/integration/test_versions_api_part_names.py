@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 import loopwright as lw
-from loopwright.web import _app, create_app
+from loopwright.web import _run_page, create_app
 
 TOKEN = "t" * 32
 LOCAL = "http://127.0.0.1"
@@ -45,7 +45,7 @@ def test_a_part_named_with_a_slash_is_paged_from_the_run_pages_link(
         assert part is not None
         every = [v.to_dict() for v in part.versions]
     assert len(every) == 7
-    monkeypatch.setattr(_app, "VERSIONS_SHOWN", 2)
+    monkeypatch.setattr(_run_page, "VERSIONS_SHOWN", 2)
     client = TestClient(create_app(url, token=TOKEN), base_url=LOCAL)
     page = client.get(f"/runs/{r.run_id}")
     assert page.status_code == 200

@@ -1,0 +1,125 @@
+"""What the dashboard's route modules share (``create_app``'s own, made once): the store,
+who is signed in, a page drawn, a write's sign-in and CSRF checks, who may approve, and a run
+resumed in the background."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from .._authority import audit, why_not_approve
+from .._engine import Runtime
+from .._errors import ConfigError
+from .._spec import loop_of_run
+from ..store import Approval, RunRecord, Store
+from ._auth import Auth
+from ._http import Flash, origin_of
+
+__all__ = ["RESUMING", "WebContext"]
+
+log = logging.getLogger("loopwright.web")
+RESUMING = "the run is resuming"
+
+
+@dataclass
+class WebContext:
+    """The application's shared parts, handed to each module's ``register_*``."""
+
+    app: FastAPI
+    store: Store
+    store_url: str | None
+    auth: Auth
+    templates: Jinja2Templates
+    flash: Flash = field(default_factory=Flash)
+
+    def page(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        ctx.update(
+            request=request,
+            signed_in=self.auth.signed_in(request),
+            csrf=self.auth.csrf_for(request) or "",
+            flash=self.flash.of(request),  # a form's outcome, when this server signed it
+            identity=self.auth.who(request) if self.auth.signed_in(request) else self.auth.identity,
+            users_mode=self.auth.users_mode,
+            can_decide=self.auth.may(request, "decide"),
+            can_operate=self.auth.may(request, "operate"),
+            can_admin=self.auth.may(request, "admin"),
+            pending_count=self.store.count_approvals(status="pending"),
+            # The live stream's position when the request began (``guard``): live.js asks for
+            # the changes after it, so one found while the page is drawn is not lost.
+            live_after=getattr(request.state, "live_after", self.app.state.messages.last_seq),
+        )
+        return self.templates.TemplateResponse(request, name, ctx)
+
+    def refused_csrf(self, request: Request) -> None:
+        """A signed-in person's write without the page's CSRF token: a forged request (or a
+        stale page); audited where people are."""
+        if self.auth.users_mode:
+            audit(self.store, self.auth.who(request), request.method, request.url.path,
+                  outcome="refused", origin=origin_of(request),
+                  reason="missing or wrong CSRF token")  # fmt: skip
+
+    def require_write(self, request: Request) -> None:
+        if not self.auth.signed_in(request):
+            raise HTTPException(401, "token required", headers={"WWW-Authenticate": "Bearer"})
+
+    def require_form_write(self, request: Request, csrf: str) -> None:
+        """A page's form: signed in, with the page's CSRF token."""
+        self.require_write(request)
+        if not self.auth.csrf_ok(request, csrf):
+            self.refused_csrf(request)
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+
+    def require_api_write(self, request: Request) -> None:
+        """An API call: the bearer token, or a session cookie with its X-CSRF-Token."""
+        self.require_write(request)
+        if not self.auth.bearer_ok(request) and not self.auth.csrf_ok(
+            request, request.headers.get("x-csrf-token")
+        ):
+            self.refused_csrf(request)
+            raise HTTPException(403, "cookie-authenticated API calls need X-CSRF-Token")
+
+    def blocked(
+        self, request: Request, pending: list[Approval], runs: dict[str, RunRecord]
+    ) -> dict[str, str]:
+        """Why the signed-in person may not approve each request they could otherwise decide
+        (their limits, the rule's role, separation of duties, a vote given): the card then
+        offers Deny only and says why. Only where people are; the engine checks again."""
+        if not self.auth.users_mode or not self.auth.may(request, "decide"):
+            return {}
+        who = self.auth.who(request)
+        out = {}
+        for a in pending:
+            if a.kind == "question":
+                continue
+            why = why_not_approve(self.store, a, runs[a.run_id], who)
+            if why:
+                out[a.approval_id] = why
+        return out
+
+    def voters(self, a: Approval) -> list[str]:
+        """Who approved a request that needs several approvers, so far."""
+        return [v.by for v in self.store.votes(a.approval_id)]
+
+    def resume_later(self, run_id: str) -> str:
+        try:
+            loop = loop_of_run(self.store.get_run(run_id))
+        except ConfigError:
+            return "the run has no spec file here: resume it where its loop is defined"
+
+        def work() -> None:
+            try:
+                with Runtime(self.store_url) as rt:
+                    rt.resume_sync(run_id, loop)
+            except Exception:
+                log.exception("resuming run %s failed", run_id)
+
+        t = threading.Thread(target=work, name=f"resume-{run_id[:12]}", daemon=True)
+        self.app.state.resumes.append(t)
+        t.start()
+        return RESUMING

@@ -1,0 +1,124 @@
+"""What every request meets before a route: a write refused before its body is read (a body
+of the wrong type, no sign-in), reads behind the token when ``require_token_for_reads``, the
+live stream's position and the poller woken, and the security headers on every answer."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.middleware.base import RequestResponseEndpoint
+
+from ._auth import Auth
+
+__all__ = [
+    "CSP",
+    "FORM_TYPES",
+    "JSON_TYPE",
+    "OPEN_PATHS",
+    "PROBE_PATHS",
+    "WRITES",
+    "install_guard",
+    "wrong_type",
+]
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+OPEN_PATHS = ("/login", "/static/", "/healthz")
+# Liveness and readiness probes: open, and no use of the dashboard (the poller stays asleep).
+PROBE_PATHS = frozenset({"/healthz"})
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+JSON_TYPE = "application/json"
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def wrong_type(request: Request) -> JSONResponse | None:
+    """A write refused before its body is read (415) when the body is not of the type its
+    endpoint takes: JSON for ``/api``, a form for the pages. A body of another type
+    (``text/plain``) is what a page elsewhere can send without a CORS preflight; no endpoint
+    here takes one."""
+    declared = request.headers.get("content-length")
+    has_body = (declared is not None and declared.strip() not in ("", "0")) or (
+        "transfer-encoding" in request.headers
+    )
+    if request.method not in WRITES or not has_body:
+        return None
+    given = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if request.url.path.startswith("/api/"):
+        if given == JSON_TYPE or (given.startswith("application/") and given.endswith("+json")):
+            return None
+        wanted = f"JSON ({JSON_TYPE})"
+    else:
+        if given in FORM_TYPES:
+            return None
+        wanted = f"a form ({' or '.join(FORM_TYPES)})"
+    return JSONResponse(
+        {"detail": f"this endpoint takes {wanted}, not {given or 'a body without a type'}"},
+        status_code=415,
+    )
+
+
+def install_guard(app: FastAPI, auth: Auth) -> None:
+    """The ``guard`` middleware: added first, it runs inside the Host, body-size and HEAD
+    middlewares ``create_app`` adds after it, before any route."""
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        # The live stream's position before the route reads the store: a page drawn from what
+        # it reads then asks for every change found after this moment (none is lost between).
+        request.state.live_after = app.state.messages.last_seq
+        # The poller looks at the store only while the dashboard is in use: wake it. What
+        # differs from its last look is found by its next one, after this position (not a
+        # change that came and went while it slept: _feed.Feed). A probe is no use: it wakes
+        # nothing, or a liveness probe would keep the poller looking for good.
+        path = request.url.path
+        if path not in PROBE_PATHS and app.state.messages.touch():
+            app.state.feed.wake()
+        early = wrong_type(request)  # before anything reads the body
+        if early is None and (
+            "\x00" in path or any("\x00" in k + v for k, v in request.query_params.multi_items())
+        ):
+            # No id, filter or search holds one; PostgreSQL refuses it in a query (a 500).
+            early = JSONResponse(
+                {"detail": "the path or query holds a NUL character (%00)"}, status_code=400
+            )
+        if early is not None:
+            response: Response = early
+        elif (
+            request.method in WRITES
+            and not path.startswith(OPEN_PATHS)
+            and not auth.signed_in(request)
+        ):
+            # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
+            # body; the route checks the rest (the CSRF token, what the person may do).
+            response = JSONResponse(
+                {"detail": "token required"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        elif (
+            auth.require_token_for_reads
+            and not path.startswith(OPEN_PATHS)
+            and not auth.signed_in(request)
+        ):
+            if path.startswith(("/api", "/docs", "/openapi", "/redoc")):
+                response = JSONResponse({"detail": "token required"}, status_code=401)
+            else:
+                # The query too: a notification's link (/approvals?q=ID) survives signing in.
+                target = path + (f"?{request.url.query}" if request.url.query else "")
+                response = RedirectResponse(f"/login?next={quote(target)}", status_code=303)
+        else:
+            response = await call_next(request)
+        if "content-security-policy" not in response.headers:  # the SVG route sets a stricter one
+            response.headers["Content-Security-Policy"] = CSP
+        if "cache-control" not in response.headers and not path.startswith("/static/"):
+            # Runs, requests and who signed in: kept by no browser cache or proxy (Back after
+            # signing out, another user of the machine). Pictures set their own (private).
+            response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response

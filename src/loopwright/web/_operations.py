@@ -1,0 +1,164 @@
+"""What a page's form and the API both do, as the signed-in person: decide a request, cancel or
+resume a run, write a person's version of a part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException, Request
+
+from .._authority import operate, require
+from .._contract import TERMINAL_STATUSES
+from .._engine import Runtime
+from .._errors import (
+    ConfigError,
+    ConflictError,
+    LoopwrightError,
+    NotPermittedError,
+    RunNotFoundError,
+)
+from .._spec import loop_of_run
+from ..store import Approval, NewEvent, RunRecord, Store
+from ._context import RESUMING, WebContext
+from ._http import http_error, origin_of, text_field
+from ._views import edits_view
+
+__all__ = ["act", "decide", "edit_part", "find_approval", "may_operate"]
+
+
+def find_approval(store: Store, approval_id: str) -> Approval:
+    found = store.approval(approval_id)
+    if found is None:
+        raise HTTPException(404, f"no approval request {approval_id}")
+    return found
+
+
+def decide(
+    ctx: WebContext, request: Request, approval_id: str, how: str, note: str | None, answer: Any
+) -> tuple[Approval, str]:
+    """A decision by the signed-in person (the engine checks what they may decide)."""
+    store, auth = ctx.store, ctx.auth
+    a = find_approval(store, approval_id)
+    note = text_field((note or "").strip() or None, "note")
+    if isinstance(answer, str):
+        text_field(answer, "answer")
+    rt = Runtime(store)
+    by, where = auth.who(request), origin_of(request)
+    try:
+        if how == "approve":
+            done = rt.approve(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
+        elif how == "deny":
+            done = rt.deny(a.run_id, by=by, note=note, approval_id=a.approval_id, origin=where)
+        elif how == "answer":
+            done = rt.answer(
+                a.run_id, answer, by=by, note=note, approval_id=a.approval_id, origin=where
+            )
+        else:
+            raise HTTPException(400, f"unknown decision {how!r}")
+    except LoopwrightError as exc:
+        raise http_error(exc) from exc
+    if done.status == "pending":  # one of several approvers
+        need = int((done.evidence.get("who") or {}).get("approvers") or 1)
+        votes = len(store.votes(done.approval_id))
+        return done, f"{votes} of {need} approvers so far: it waits for another person"
+    resumed = ctx.resume_later(a.run_id)
+    if how == "deny" and resumed == RESUMING:  # a denial ends the run: say so
+        resumed = "the run ends escalated to a person, as a denied request does"
+    return done, resumed
+
+
+def may_operate(store: Store, by: str, action: str, run_id: str, where: str) -> bool:
+    """Whether ``by`` may do ``action`` on the run, asked without recording anything (the
+    action itself is checked and audited where it is done)."""
+    try:
+        require(store, by, "operate", action=action, target=f"run {run_id}", origin=where,
+                record=False)  # fmt: skip
+    except NotPermittedError:
+        return False
+    return True
+
+
+def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRecord, str]:
+    """Cancel or resume a run as the signed-in person; the event log keeps who and
+    when (``cancel_requested`` / ``resume_requested``, beside the engine's own)."""
+    store, auth = ctx.store, ctx.auth
+    try:
+        rec = store.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    if rec.status in TERMINAL_STATUSES:
+        raise HTTPException(409, f"run {rec.run_id[:12]} already ended ({rec.status})")
+    by, where = auth.who(request), origin_of(request)
+    if how == "resume":  # cancel is checked (and audited) by the engine
+        try:
+            operate(store, by, "resume", f"run {rec.run_id}", origin=where)
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
+    who = {"by": by}
+    if how == "cancel":
+        # The request is written only when it may be made: a refused cancel leaves the run's
+        # log as it was, and is audited once, by the engine (below), as every refusal is.
+        if may_operate(store, by, "cancel", rec.run_id, where):
+            store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
+        try:
+            loop = loop_of_run(rec)
+        except ConfigError:
+            loop = None
+        try:
+            done = Runtime(store).cancel(rec.run_id, by=by, loop=loop, origin=where)
+        except LoopwrightError as exc:
+            raise http_error(exc) from exc
+        said = "cancelled" if done.status == "cancelled" else "cancellation requested"
+        return done, f"{said} by {by}"
+    if how == "resume":
+        if rec.status == "awaiting_approval" and store.approvals(
+            run_id=rec.run_id, status="pending"
+        ):
+            raise HTTPException(409, "the run waits for a decision: approve or deny it first")
+        store.append_events(rec.run_id, [NewEvent(rec.cycle, "resume_requested", who)])
+        return rec, f"resume requested by {by}: {ctx.resume_later(rec.run_id)}"
+    raise HTTPException(400, f"unknown action {how!r}")
+
+
+def edit_part(
+    ctx: WebContext,
+    request: Request,
+    run_id: str,
+    ref: str,
+    value: Any,
+    note: str | None,
+    resume: bool,
+) -> tuple[RunRecord, str]:
+    """A person's version of part ``ref``, as the signed-in person (``Runtime.edit``);
+    ``resume``: then resume the run in the background, where its spec file is found."""
+    store, auth = ctx.store, ctx.auth
+    by = auth.who(request)
+    note = text_field((note or "").strip() or None, "note")
+    try:
+        done = Runtime(store).edit(
+            run_id,
+            ref,
+            value,
+            by=by,
+            note=note,
+            origin=origin_of(request),
+        )
+    except RunNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except ConflictError as exc:
+        raise http_error(exc) from exc
+    except ConfigError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    except LoopwrightError as exc:
+        raise http_error(exc) from exc
+    # the run's last ``edited`` event (this edit's), not its whole log
+    mine = edits_view(store.events_of_kinds(done.run_id, ("edited",), limit=1))
+    version = mine[0]["version"] if mine else "?"
+    msg = f"{ref} edited by {by} (version {version}, accepted)"
+    if resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
+        who = {"by": by}
+        store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
+        msg += f"; {ctx.resume_later(done.run_id)}"
+    elif done.status not in ("running", "awaiting_approval"):
+        msg += "; Resume the run to go on from it"
+    return done, msg
