@@ -42,6 +42,7 @@ from ._host import ProgressFn
 from ._json import check_given_text
 from ._loop import Loop, check_loop, other_loop
 from ._memory import FeedbackMemory
+from ._otel_env import otel_tracing_configured
 from ._owners import owner_name
 from ._parking import Parking
 from ._people import Decisions
@@ -140,10 +141,12 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         self._recall_group: GroupRecall | None = None
         # Live tracing (issue 20): spans go out through this OpenTelemetry TracerProvider, or
         # one the OTEL_EXPORTER_OTLP_* variables configure; None when neither. Imported here,
-        # lazily: trace/_live imports opentelemetry only when tracing is configured.
-        from .trace._live import live_tracer
+        # lazily and only then: the trace package (and opentelemetry) is not loaded otherwise.
+        self._live = None
+        if tracer_provider is not None or otel_tracing_configured():
+            from .trace._live import live_tracer
 
-        self._live = live_tracer(self.store, tracer_provider)
+            self._live = live_tracer(self.store, tracer_provider)
 
     def drain(self) -> None:
         """Finish the cycle in flight of every run, then stop before the next (graceful

@@ -137,3 +137,52 @@ def test_every_module_is_on_the_map() -> None:
         if f"`{p.relative_to(SRC).as_posix()}`" not in text
     ]
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+_RUNTIME_MODULES = """
+import json, sys, loopwright as lw
+class Provider:  # stands in for an OpenTelemetry TracerProvider: a tracer, never used here
+    def get_tracer(self, *args, **kwargs):
+        return object()
+rt = lw.Runtime(sys.argv[1]{kwargs})
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[:2] == ["loopwright", "trace"])))
+rt.close()
+"""
+
+
+def _trace_modules_after_runtime(
+    tmp_path: Path, env: dict[str, str], kwargs: str = ""
+) -> list[str]:
+    """The ``loopwright.trace`` modules a fresh interpreter holds once it built a ``Runtime``."""
+    import json
+    import os
+    import subprocess
+
+    import loopwright
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    base["PYTHONPATH"] = str(Path(loopwright.__file__).resolve().parents[1])  # this copy
+    code = _RUNTIME_MODULES.format(kwargs=kwargs)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "lw.db")],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_runtime_that_traces_nothing_loads_no_trace_module(tmp_path: Path) -> None:
+    # Live tracing is lazy (the import rule above): without a provider and without an OTLP
+    # endpoint in the environment, building a Runtime loads nothing of loopwright.trace.
+    assert _trace_modules_after_runtime(tmp_path, {}) == []
+    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SDK_DISABLED": "true"}
+    assert _trace_modules_after_runtime(tmp_path, disabled) == []
+
+
+def test_a_runtime_given_a_provider_loads_the_live_tracer(tmp_path: Path) -> None:
+    # The other side of the condition: a provider given is a tracer built (no span starts
+    # here, so a provider whose tracer is never used stands in for one).
+    loaded = _trace_modules_after_runtime(tmp_path, {}, kwargs=", tracer_provider=Provider()")
+    assert "loopwright.trace._live" in loaded

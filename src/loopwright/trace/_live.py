@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._contract import TERMINAL_STATUSES
+from .._otel_env import otel_tracing_configured
 from .._redact import redact, redact_text
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ._otlp import _SCOPE, _nanos
@@ -74,11 +75,7 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> Any | None:
     exporter reads its headers, compression, timeout and certificates from the standard
     variables, the resource reads ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
     env = os.environ if env is None else env
-    if str(env.get("OTEL_SDK_DISABLED", "")).strip().lower() == "true":
-        return None
-    if not (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    ):
+    if not otel_tracing_configured(env):
         return None
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
