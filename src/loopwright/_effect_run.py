@@ -179,6 +179,23 @@ def _redo_like(key: str) -> bool:
     return bool(sep and head and gen.isdigit())
 
 
+def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:
+    """This run's compensation of its execution ``ikey`` of effect ``name`` when one started
+    and did not fail (``intent``, ``waiting``, ``in_doubt``, or ``done`` with the original not
+    yet marked undone: a crash between the two writes); ``None`` when none was tried, or the
+    last try failed (the action stands). ``run_compensations`` journals it under
+    ``effect:<name>.compensate:<ikey>``, a try after a retired one under ``~2``, ``~3``..."""
+    first, gen = f"effect:{name}.compensate:{ikey}", 1
+    while True:
+        found = store.journal(run_id, key=redo_key(first, gen))
+        if not found:
+            return None
+        if found[0].status in ("compensated", "retired") or undid_for_origin(found[0]):
+            gen += 1
+            continue
+        return None if found[0].status == "failed" else found[0]
+
+
 def _call_key(
     store: Store, kind: str, action: str, generation: int, entry: JournalEntry | None
 ) -> tuple[int, str]:
@@ -467,6 +484,23 @@ async def perform_effect(
             )
             return out("in_doubt", attempts=attempts, cause=cause)
         if entry.status == "done":
+            undo = _undo_unsettled(store, ex.run_id, eff.name, ikey)
+            if undo is not None:
+                # This run started undoing it (a cancel's or a rollback's refund) and the
+                # outcome is not known to have failed: the money may be back with the payer.
+                # Counted paid, the work would be accepted on a refunded payment; paid again,
+                # it might be paid twice. Nothing is written: the payment's entry and its
+                # claim (``undoing``) stay as they are, for a person to settle.
+                cause = (
+                    f"{named()} was done by this run in cycle {entry.cycle}, and its undoing "
+                    f"({undo.data.get('name')}) started and is {undo.status}: it is neither "
+                    "counted done nor run again — check with the outside world whether it was "
+                    "undone"
+                )
+                ex.events.append(
+                    NewEvent(cycle, "effect_undo_unsettled", {"effect": eff.name, "key": ikey})
+                )
+                return out("in_doubt", attempts=attempts, cause=cause)
             from_run = entry.data.get("from_run")
             if recovered:
                 data = {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": "done"}

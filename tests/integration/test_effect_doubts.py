@@ -2,6 +2,10 @@
 
 - A cycle's write-ahead an earlier release stored without its effects' keys: the resume asks
   the key function again, and one that raises now escalated nowhere, it escaped as a traceback.
+- A run's own refund left in doubt (the provider timed out, or the process died after the
+  call): the payment stays journaled ``done``. Reopened by a rollback past the payment, the run
+  asked for the invoice again and was told it was paid (the money perhaps back with the
+  payer, the work accepted on it), where a person must check.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TASK
-from test_redo_keys import Crash, Provider, dying, paying
+from test_redo_keys import ALLOW, PO, Crash, Provider, dying, paying
 
 import loopwright as lw
 
@@ -49,3 +53,80 @@ def test_a_key_function_that_raises_on_resuming_an_old_write_ahead_escalates(
         assert "write-ahead" in cause
         assert rt.store.journal(run.run_id, kind="effect") == []
     assert provider.asked == []  # nothing was paid
+
+
+def _twice(provider: Provider, refund: Any) -> lw.Loop:
+    """Pays invoice I6 in cycle 1 (edit a) and asks for it again in cycle 2 (edit b), then
+    asks a question (the run parks)."""
+    pay = lw.effect(
+        "spend",
+        name="pay",
+        key=lambda a: a["invoice"],
+        compensate=refund,
+        requires_success=False,
+    )(provider.pay)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        doc = ctx.artifacts["doc"]
+        if doc["a"] != 1:
+            return lw.Proposal(
+                edits=(lw.Edit("doc", "a", 1),), effects=(pay.call(invoice="I6", amount=5.0),)
+            )
+        if doc["b"] != 2:
+            return lw.Proposal(
+                edits=(lw.Edit("doc", "b", 2),), effects=(pay.call(invoice="I6", amount=5.0),)
+            )
+        return lw.Proposal(question=PO)
+
+    return lw.Loop(
+        name="twice",
+        actor=actor,
+        verifiers=[lambda s, p: lw.Verdict(passed=False, score=0.5)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
+        effects=[pay],
+        approvals=ALLOW,
+    )
+
+
+@pytest.mark.parametrize("how", ["timed_out", "died_after_the_call"])
+def test_a_payment_whose_own_refund_is_in_doubt_is_not_counted_paid(url: str, how: str) -> None:
+    provider = Provider()
+    refunds: list[str] = []
+
+    def refund(key: str, result: Any, args: dict[str, Any]) -> Any:
+        refunds.append(key)
+        out = provider.refund(key, result, args)  # the provider refunded...
+        if how == "timed_out":
+            raise lw.TransientError("read timed out")  # ...and the answer was lost
+        return out
+
+    loop = _twice(provider, refund)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(loop, TASK)
+        assert a.status == "awaiting_approval" and provider.asked == ["pay:I6"]
+        rt.cancel(a.run_id, by="ops", loop=loop)
+    if how == "died_after_the_call":
+        crashed = dying(url, "before_effect_result")
+        with pytest.raises(Crash):
+            crashed.resume_sync(a.run_id, loop)
+        crashed.close()
+    with lw.Runtime(url) as rt:
+        assert rt.resume_sync(a.run_id, loop).status == "cancelled"
+        [note] = [
+            n
+            for n in rt.store.journal(a.run_id, kind="effect")
+            if n.key.startswith("effect:pay.compensate")
+        ]
+        assert note.status == "in_doubt"
+        assert provider.collected() == 0 and refunds == ["pay:I6"]
+        # a person reopens the run after its payment (cycle 1): cycle 2 asks for I6 again
+        rt.rollback(a.run_id, 1, by="ops", loop=loop)
+        b = rt.resume_sync(a.run_id, loop)
+        assert (b.status, b.stop_reason) == ("escalated", "escalated"), b.status
+        assert b.packet is not None
+        assert "pay (pay:I6) was done by this run in cycle 1, and its undoing" in b.packet["cause"]
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and claim.status == "undoing"
+        [paid] = [e for e in rt.store.journal(a.run_id, kind="effect") if e.key == "effect:pay:I6"]
+        assert paid.status == "done"  # left for a person
+    assert provider.asked == ["pay:I6"] and refunds == ["pay:I6"]  # not paid, nor refunded, again
