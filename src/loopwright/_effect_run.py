@@ -25,7 +25,7 @@ from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
-from ._retry import RetryPolicy
+from ._retry import PermanentError, RetryPolicy, status_code
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
@@ -179,6 +179,23 @@ def _redo_like(key: str) -> bool:
     return bool(sep and head and gen.isdigit())
 
 
+# HTTP answers that refuse a request without it being acted on, except those that say "try
+# this very request again" (a timeout, a conflict with a request in flight, too early, too
+# many): a retry of those keeps its key.
+_NOT_A_REFUSAL = frozenset({408, 409, 425, 429})
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` says the outside world refused the call, having done nothing: user
+    code's ``PermanentError`` (raised for a refusal: a declined card), or an HTTP 4xx answer
+    other than those of ``_NOT_A_REFUSAL``. Anything else (a bug in the effect, which may come
+    after the action; a timeout; a 5xx) may have come after it acted: not a refusal."""
+    if isinstance(exc, PermanentError):
+        return True
+    code = status_code(exc)
+    return code is not None and 400 <= code < 500 and code not in _NOT_A_REFUSAL
+
+
 def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:
     """This run's compensation of its execution ``ikey`` of effect ``name`` when one started
     and did not fail (``intent``, ``waiting``, ``in_doubt``, or ``done`` with the original not
@@ -196,6 +213,10 @@ def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalE
         return None if found[0].status == "failed" else found[0]
 
 
+# The claim statuses whose key is spent: the action's next attempt gets the next generation.
+_SPENT = ("compensated", "refused")
+
+
 def _call_key(
     store: Store, kind: str, action: str, generation: int, entry: JournalEntry | None
 ) -> tuple[int, str]:
@@ -204,8 +225,9 @@ def _call_key(
     (its journal's undone generations, ``generation``) or the store's, whichever is higher,
     so that an action another run (or a fork's origin) undid is done again under a key no
     run was handed before — the refunded charge's key would get the refunded charge back
-    from a provider that deduplicates by key, and nothing would be paid. A failed action is
-    tried again under its key. An intent (or a retry's wait) this run journaled keeps the key
+    from a provider that deduplicates by key, and nothing would be paid. So is one the outside
+    world refused (``refused``: a provider keeps a declined card's answer by key); one that
+    failed in a way that may have acted is tried again under its key. An intent (or a retry's wait) this run journaled keeps the key
     it recorded: a resume hands out the key of the attempt it settles (an entry an earlier
     release wrote: its journal key)."""
     if entry is not None and entry.status in ("intent", "waiting"):
@@ -215,7 +237,7 @@ def _call_key(
         return generation, entry.key.removeprefix("effect:")
     claim = store.effect_claim(kind, action)
     if claim is not None:
-        generation = max(generation, claim.generation + (claim.status == "compensated"))
+        generation = max(generation, claim.generation + (claim.status in _SPENT))
     return generation, redo_key(action, generation)
 
 
@@ -247,16 +269,26 @@ async def perform_effect(
     ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
     # A compensated (undone) execution, or a failed one retired by a rollback, does not
-    # satisfy a new request for the same key: the request runs again as the key's next
-    # generation ("key~2"), itself at most once.
-    generation, action = 1, ikey
+    # satisfy a new request for the same key: the request runs again under the journal's
+    # next key ("key~2"), itself at most once. The key it hands the outside world is the next
+    # generation's too, except after a failure that may have acted (not ``spent``: a bug after
+    # the call, timeouts to the last try): that one's key again, which a provider that
+    # deduplicates answers with what it did (a fresh key would act a second time).
+    chain, generation, action = 1, 1, ikey
     while found and (found[0].status in ("compensated", "retired") or undid_for_origin(found[0])):
-        generation += 1
-        found = store.journal(ex.run_id, key=f"effect:{redo_key(ikey, generation)}")
-    ikey = redo_key(ikey, generation)
+        handed = found[0].data.get("generation")
+        handed = handed if isinstance(handed, int) else chain
+        kept = found[0].status == "retired" and not found[0].data.get("spent")
+        generation = max(generation, handed if kept else handed + 1)
+        chain += 1
+        found = store.journal(ex.run_id, key=f"effect:{redo_key(ikey, chain)}")
+    ikey = redo_key(ikey, chain)
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
     base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    if not business and generation != chain:
+        # a run-scoped key handed again (its journal key is the next): recorded with its intent
+        base["generation"], base["call_key"] = generation, redo_key(action, generation)
     if business:
         base["action"] = action  # the claim's key, which a compensation frees
     # A business key (``key=`` on the effect or the call) names the action, not the run: it is
@@ -614,11 +646,13 @@ async def perform_effect(
             # A sync call past its timeout goes on in its thread: it may act after the hook
             # is asked (read first, so that a call ending now has acted before the hook looks).
             running = _running_here((ex.run_id, jkey))
+            checked = False  # the reconcile hook said it did not happen
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.
                 settled = await by_reconcile("raised and is in doubt", info)
                 if settled is not None:
                     return settled
+                checked = True
             elif kind == "transient" and not eff.idempotent:
                 cause = (
                     f"{named()} failed with a transient error and may have acted; it "
@@ -643,7 +677,14 @@ async def perform_effect(
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
                 cause = f"{named()} failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
-                put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
+                failed: dict[str, Any] = {"cause": cause, "error": info, "class": kind}
+                if not running and (checked or _refused(exc)):
+                    # A finished attempt: the outside world said no (or its check found
+                    # nothing done), and a provider that keeps a failed answer by key (a
+                    # declined card, for a day) gives it again: a retry is a new attempt,
+                    # under the next generation's key (the claim ``refused``).
+                    failed["spent"] = True
+                put("failed", failed, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(
                 "waiting",

@@ -6,6 +6,11 @@
   call): the payment stays journaled ``done``. Reopened by a rollback past the payment, the run
   asked for the invoice again and was told it was paid (the money perhaps back with the
   payer, the work accepted on it), where a person must check.
+- A provider that keeps a failed answer by key, as Stripe does (a declined card is declined
+  again for a day under the same key): after the outside world refused, the next run was
+  handed the same key and could never pay. A refusal is a finished attempt: its retry gets
+  the next generation's key; a failure that may have acted keeps its key (a rollback's redo
+  of one handed out a fresh key, and a provider that had charged charged again).
 """
 
 from __future__ import annotations
@@ -130,3 +135,116 @@ def test_a_payment_whose_own_refund_is_in_doubt_is_not_counted_paid(url: str, ho
         [paid] = [e for e in rt.store.journal(a.run_id, kind="effect") if e.key == "effect:pay:I6"]
         assert paid.status == "done"  # left for a person
     assert provider.asked == ["pay:I6"] and refunds == ["pay:I6"]  # not paid, nor refunded, again
+
+
+class Keeping(Provider):
+    """A provider that keeps its answer by key, failures too (as Stripe does): while
+    ``declining``, a new key's charge is declined, and that key stays declined."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declining = False
+        self.declined: set[str] = set()
+
+    def pay(self, invoice: str, amount: float, key: str) -> dict[str, Any]:
+        if key in self.declined or (self.declining and key not in self.charges):
+            self.asked.append(key)
+            self.declined.add(key)
+            raise Declined("card declined")
+        return super().pay(invoice, amount, key)
+
+
+class Declined(Exception):
+    """An HTTP client's error for a 402 answer."""
+
+    status_code = 402
+
+
+def _raising(provider: Provider, error: type[Exception]) -> Any:
+    """``provider.pay`` whose answer is lost: the charge is made, then ``error`` is raised."""
+
+    def pay(invoice: str, amount: float, key: str) -> dict[str, Any]:
+        provider.pay(invoice, amount, key)
+        raise error("answer lost")
+
+    return pay
+
+
+@pytest.mark.parametrize("refusal", ["http_402", "permanent_error"])
+def test_another_run_pays_a_declined_invoice_under_the_next_key(url: str, refusal: str) -> None:
+    provider = Keeping()
+    provider.declining = True
+    declining = paying(provider)
+    if refusal == "permanent_error":
+        declining.effects[0].fn = _declines_permanently(provider)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(declining, TASK)
+        assert a.status == "escalated" and provider.asked == ["pay:I6"]
+        provider.declining = False  # the payer fixed the card
+        b = rt.run_sync(paying(provider), TASK)
+        assert b.status == "awaiting_approval", b.packet
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and (claim.status, claim.generation) == ("done", 2)
+    assert provider.asked == ["pay:I6", "pay:I6~2"]  # not the declined key again
+    assert provider.collected() == 5.0
+
+
+def _declines_permanently(provider: Keeping) -> Any:
+    def pay(invoice: str, amount: float, key: str) -> dict[str, Any]:
+        try:
+            return provider.pay(invoice, amount, key)
+        except Declined as exc:
+            raise lw.PermanentError(str(exc)) from exc
+
+    return pay
+
+
+def test_another_run_retries_a_payment_whose_failure_may_have_acted_under_its_key(
+    url: str,
+) -> None:
+    # The charge was made and the effect's code failed after it (a bug): not a refusal, so the
+    # next run's key is the same, and the provider answers with the charge it made
+    provider = Provider()
+    buggy = paying(provider)
+    buggy.effects[0].fn = _raising(provider, KeyError)
+    with lw.Runtime(url) as rt:
+        assert rt.run_sync(buggy, TASK).status == "escalated"
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and claim.status == "failed"
+        assert rt.run_sync(paying(provider), TASK).status == "awaiting_approval"
+    assert provider.asked == ["pay:I6", "pay:I6"] and len(provider.charges) == 1
+
+
+def test_a_rollback_redoes_a_failure_that_may_have_acted_under_its_key(url: str) -> None:
+    # An idempotent payment whose every answer was lost (the provider charged, then the read
+    # timed out) gave up; the rollback's redo was handed "pay:I6~2" and charged a second time
+    provider = Provider()
+    lost = paying(
+        provider,
+        staged=True,
+        idempotent=True,
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.001, max_backoff_s=0.001),
+    )
+    lost.effects[0].fn = _raising(provider, lw.TransientError)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(lost, TASK)
+        assert a.status == "escalated" and provider.asked == ["pay:I6", "pay:I6"]
+        rt.rollback(a.run_id, 1, by="ops", loop=lost)
+        b = rt.resume_sync(a.run_id, paying(provider, staged=True, idempotent=True))
+    assert b.status == "awaiting_approval", b.packet
+    assert provider.asked == ["pay:I6", "pay:I6", "pay:I6"]  # the same key: charged once
+    assert len(provider.charges) == 1 and provider.collected() == 5.0
+
+
+def test_a_rollback_redoes_a_declined_payment_under_the_next_key(url: str) -> None:
+    provider = Keeping()
+    provider.declining = True
+    first = paying(provider, staged=True)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(first, TASK)
+        assert a.status == "escalated" and provider.asked == ["pay:I6"]
+        provider.declining = False
+        rt.rollback(a.run_id, 1, by="ops", loop=first)
+        b = rt.resume_sync(a.run_id, paying(provider, staged=True))
+    assert b.status == "awaiting_approval", b.packet
+    assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0

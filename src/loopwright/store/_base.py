@@ -398,7 +398,8 @@ class MemorySearch:
 class EffectClaim:
     """The store-wide claim of a business effect key (``Store.effect_claim``): the run holding
     it, its status (``claimed``, ``done``, ``in_doubt``, ``undoing``: its compensation started,
-    not yet settled; ``failed`` and ``compensated`` free it) and the redo generation last handed out for the action (1: its own key; ``n``: the
+    not yet settled; ``failed``, ``refused`` (failed for good under its key: the outside
+    world said no) and ``compensated`` free it, the last two for the next generation) and the redo generation last handed out for the action (1: its own key; ``n``: the
     key with ``~n``)."""
 
     run_id: str
