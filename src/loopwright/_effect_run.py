@@ -198,9 +198,9 @@ def _refused(exc: BaseException) -> bool:
 
 def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:
     """This run's compensation of its execution ``ikey`` of effect ``name`` when one started
-    and did not fail (``intent``, ``waiting``, ``in_doubt``, or ``done`` with the original not
-    yet marked undone: a crash between the two writes); ``None`` when none was tried, or the
-    last try failed (the action stands). ``run_compensations`` journals it under
+    and was not refused (``intent``, ``waiting``, ``in_doubt``, ``failed`` in a way that may
+    have acted, or ``done`` with the original not yet marked undone: a crash between the two
+    writes); ``None`` when none was tried, or the last try was refused (the action stands). ``run_compensations`` journals it under
     ``effect:<name>.compensate:<ikey>``, a try after a retired one under ``~2``, ``~3``..."""
     first, gen = f"effect:{name}.compensate:{ikey}", 1
     while True:
@@ -210,7 +210,10 @@ def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalE
         if found[0].status in ("compensated", "retired") or undid_for_origin(found[0]):
             gen += 1
             continue
-        return None if found[0].status == "failed" else found[0]
+        # refused (its failure ``spent``): the action stands; any other failure may have
+        # come after it acted (``run_compensations`` reports it in doubt)
+        refused = found[0].status == "failed" and found[0].data.get("spent")
+        return None if refused else found[0]
 
 
 # The claim statuses whose key is spent: the action's next attempt gets the next generation.

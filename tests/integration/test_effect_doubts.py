@@ -11,6 +11,10 @@
   handed the same key and could never pay. A refusal is a finished attempt: its retry gets
   the next generation's key; a failure that may have acted keeps its key (a rollback's redo
   of one handed out a fresh key, and a provider that had charged charged again).
+- A refund that failed in a way that may have come after it refunded (a bug in its code after
+  the provider's call) put the claim back to ``done``: another run reused the refunded payment
+  as paid, and a rollback retired the failure and refunded a second time. Only a refusal
+  leaves the payment standing; anything else is in doubt.
 """
 
 from __future__ import annotations
@@ -248,3 +252,34 @@ def test_a_rollback_redoes_a_declined_payment_under_the_next_key(url: str) -> No
         b = rt.resume_sync(a.run_id, paying(provider, staged=True))
     assert b.status == "awaiting_approval", b.packet
     assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+
+
+def test_a_refund_that_may_have_acted_before_failing_is_in_doubt(url: str) -> None:
+    provider = Provider()
+    refunds: list[str] = []
+
+    def refund(key: str, result: Any, args: dict[str, Any]) -> Any:
+        refunds.append(key)
+        out = provider.refund(key, result, args)
+        return out["no such field"]  # a bug after the provider refunded
+
+    def buggy() -> lw.Loop:
+        loop = paying(provider)
+        loop.effects[0].compensate_fn = refund
+        return loop
+
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(buggy(), TASK)
+        rt.cancel(a.run_id, by="ops", loop=buggy())
+        assert rt.resume_sync(a.run_id, buggy()).status == "cancelled"
+        [note] = (rt.store.get_run(a.run_id).packet or {})["compensations"]
+        assert note["status"] == "in_doubt" and "may be undone" in note["cause"], note
+        claim = rt.store.effect_claim("spend", "pay:I6")
+        assert claim is not None and claim.status == "undoing"
+        b = rt.run_sync(paying(provider), TASK, task_key="B")  # not handed the refunded charge
+        assert b.status == "escalated" and b.packet is not None
+        assert "is being undone by run" in b.packet["cause"]
+        # rolled back to before the payment, its refund is offered again: not run again
+        rt.rollback(a.run_id, 0, by="ops", loop=buggy())
+        assert rt.resume_sync(a.run_id, buggy()).status == "escalated"
+    assert refunds == ["pay:I6"] and provider.asked == ["pay:I6"]
