@@ -505,37 +505,39 @@ async def perform_effect(
 
     if entry is not None and not stale:
         done_args = entry.data.get("args") if entry.status == "done" else None
+        undo = _undo_unsettled(store, ex.run_id, eff.name, ikey) if entry.status == "done" else None
+        doubt: tuple[str, str] | None = None
         if done_args is not None and _canon(done_args) != _canon(base["args"]):
             # This run did the action with other arguments (an earlier cycle, or an earlier
             # call of this proposal): as when another run did (``held``), a person decides
             # which is right; the journal keeps the execution that happened.
-            cause = (
-                f"{named()} was done by this run in cycle {entry.cycle} with other "
-                "arguments; the same key with different arguments is not run — check which "
-                "is right"
+            doubt = (
+                "effect_args_differ",
+                (
+                    f"{named()} was done by this run in cycle {entry.cycle} with other "
+                    "arguments; the same key with different arguments is not run — check which "
+                    "is right"
+                ),
             )
-            ex.events.append(
-                NewEvent(cycle, "effect_args_differ", {"effect": eff.name, "key": ikey})
-            )
-            return out("in_doubt", attempts=attempts, cause=cause)
-        if entry.status == "done":
-            undo = _undo_unsettled(store, ex.run_id, eff.name, ikey)
-            if undo is not None:
-                # This run started undoing it (a cancel's or a rollback's refund) and the
-                # outcome is not known to have failed: the money may be back with the payer.
-                # Counted paid, the work would be accepted on a refunded payment; paid again,
-                # it might be paid twice. Nothing is written: the payment's entry and its
-                # claim (``undoing``) stay as they are, for a person to settle.
-                cause = (
+        elif undo is not None:
+            # This run started undoing it (a cancel's or a rollback's refund) and the outcome
+            # is not known to be a refusal: the money may be back with the payer. Counted
+            # paid, the work would be accepted on a refunded payment; paid again, it might be
+            # paid twice. Nothing is written: the payment's entry and its claim (``undoing``)
+            # stay as they are, for a person to settle.
+            doubt = (
+                "effect_undo_unsettled",
+                (
                     f"{named()} was done by this run in cycle {entry.cycle}, and its undoing "
                     f"({undo.data.get('name')}) started and is {undo.status}: it is neither "
                     "counted done nor run again — check with the outside world whether it was "
                     "undone"
-                )
-                ex.events.append(
-                    NewEvent(cycle, "effect_undo_unsettled", {"effect": eff.name, "key": ikey})
-                )
-                return out("in_doubt", attempts=attempts, cause=cause)
+                ),
+            )
+        if doubt is not None:
+            ex.events.append(NewEvent(cycle, doubt[0], {"effect": eff.name, "key": ikey}))
+            return out("in_doubt", attempts=attempts, cause=doubt[1])
+        if entry.status == "done":
             from_run = entry.data.get("from_run")
             if recovered:
                 data = {"effect": eff.name, "kind": eff.kind, "key": ikey, "status": "done"}
