@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -283,3 +284,39 @@ def test_a_refund_that_may_have_acted_before_failing_is_in_doubt(url: str) -> No
         rt.rollback(a.run_id, 0, by="ops", loop=buggy())
         assert rt.resume_sync(a.run_id, buggy()).status == "escalated"
     assert refunds == ["pay:I6"] and provider.asked == ["pay:I6"]
+
+
+def test_runs_racing_for_a_declined_invoice_pay_it_once_under_the_next_key(url: str) -> None:
+    # Four runs (each its own runtime and connection) ask at once for the invoice a run was
+    # refused: exactly one is handed the next key and pays; the others reuse its result or
+    # go to a person while it is in flight
+    provider = Keeping()
+    provider.declining = True
+    lock = threading.Lock()
+    with lw.Runtime(url) as rt:
+        assert rt.run_sync(paying(provider), TASK).status == "escalated"
+    provider.declining = False
+    real_pay = provider.pay
+
+    def pay(invoice: str, amount: float, key: str) -> dict[str, Any]:
+        with lock:
+            return real_pay(invoice, amount, key)
+
+    barrier = threading.Barrier(4)
+    results: list[Any] = [None] * 4
+
+    def one(i: int) -> None:
+        loop = paying(provider)
+        loop.effects[0].fn = pay
+        with lw.Runtime(url) as rt:
+            barrier.wait()
+            results[i] = rt.run_sync(loop, TASK, task_key=f"race-{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is not None for r in results)
+    assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+    assert {r.status for r in results} <= {"awaiting_approval", "escalated"}
