@@ -362,7 +362,12 @@ async def perform_effect(
         base["generation"] = h.generation
         base["call_key"] = redo_key(action, h.generation)
         if h.status == "done" and h.args_hash == claim[2]:
-            put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            try:
+                put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            except EffectKeyHeld as moved:
+                # The holder's claim changed between the intent's read and this write (its
+                # undoing started: a refund): nothing was written; as it stands now.
+                return held(moved)
             return out("done", result=h.result, reused=True, attempts=attempts)
         if h.status == "done":
             cause = (

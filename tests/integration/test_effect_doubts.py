@@ -320,3 +320,37 @@ def test_runs_racing_for_a_declined_invoice_pay_it_once_under_the_next_key(url: 
     assert all(r is not None for r in results)
     assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
     assert {r.status for r in results} <= {"awaiting_approval", "escalated"}
+
+
+def test_a_result_whose_undoing_starts_while_it_is_reused_is_not_reused(url: str) -> None:
+    # Run B's intent finds the invoice paid by A (the claim "done", same arguments) in one
+    # transaction and writes its reuse in the next; A's refund started in between (its claim
+    # "undoing"). B recorded A's charge as its payment: a refunded payment counted paid.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(paying(provider), TASK)
+        real = rt.store.journal_put
+
+        def undone_meanwhile(run_id: str, token: int, **kw: Any) -> Any:
+            if kw.get("status") == "done" and kw["data"].get("from_run") == a.run_id:
+                # as A's ``_mark_undo`` does when its refund starts (A holds the claim)
+                a_token = rt.store.acquire_lease(a.run_id, "ops", 60.0)
+                real(
+                    a.run_id,
+                    a_token,
+                    key="undo:pay:I6",
+                    kind="undo",
+                    cycle=1,
+                    status="undoing",
+                    data={"name": "pay"},
+                    claim=("spend", "pay:I6", ""),
+                )
+            return real(run_id, token, **kw)
+
+        rt.store.journal_put = undone_meanwhile  # type: ignore[method-assign]
+        b = rt.run_sync(paying(provider), TASK, task_key="B")
+        [entry] = rt.store.journal(b.run_id, kind="effect")
+    assert entry.status == "in_doubt" and "result" not in entry.data
+    assert b.status == "escalated" and b.packet is not None
+    assert f"pay (pay:I6) is being undone by run {a.run_id}" in b.packet["cause"]
+    assert provider.asked == ["pay:I6"]

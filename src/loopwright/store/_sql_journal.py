@@ -166,6 +166,21 @@ class JournalSQL(SQLCore):
                     generation=int(row[4] or 1),
                 )
             return
+        if status == "done" and data.get("from_run"):
+            # Another run's result reused: written only while that run's claim still says it
+            # did it. Read in the intent's transaction, it may have changed before this one
+            # (the holder started undoing it, a refund): a refunded payment reused as paid.
+            row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            if row is None or (row[0], row[1]) != (data["from_run"], "done"):
+                raise EffectKeyHeld(
+                    f"effect key {kind}/{key} is no longer done by run {data['from_run']}",
+                    run_id=str(row[0]) if row else str(data["from_run"]),
+                    status=str(row[1]) if row else "released",
+                    args_hash=str(row[2]) if row else "",
+                    result=self._jl(row[3]) if row and row[3] is not None else None,
+                    generation=int(row[4] or 1) if row else 1,
+                )
+            return  # the claim is the holder's: nothing of it to settle
         result = data.get("result") if status == "done" else None
         if status == "failed" and data.get("spent"):
             status = "refused"  # its key is spent: the next attempt gets the next generation
