@@ -19,7 +19,8 @@ import uuid
 from typing import Any
 
 from ._authority import expire
-from ._effect_run import EffectOutcome, perform_effect, redo_key, undid_for_origin
+from ._effect_keys import redo_key, undid_for_origin
+from ._effect_run import EffectOutcome, perform_effect
 from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop

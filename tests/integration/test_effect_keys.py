@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright import _effect_run
+from loopwright import _effect_keys
 
 TASK = {"artifacts": {"inv": {"amount": 0}}}
 
@@ -138,7 +138,7 @@ def test_a_key_an_earlier_release_did_is_claimed_by_the_upgrade(
     # before the backfill.
     bank = Bank()
     # An earlier release took a key ending as a redo's does ("~2"); this one refuses it
-    monkeypatch.setattr(_effect_run, "_redo_like", lambda key: False)
+    monkeypatch.setattr(_effect_keys, "_redo_like", lambda key: False)
     with lw.Runtime(url) as rt:
         first = rt.run_sync(loop(bank, invoice=invoice), TASK, task_key="first")
         as_before_claims(rt, url)
