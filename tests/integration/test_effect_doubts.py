@@ -15,6 +15,8 @@
   the provider's call) put the claim back to ``done``: another run reused the refunded payment
   as paid, and a rollback retired the failure and refunded a second time. Only a refusal
   leaves the payment standing; anything else is in doubt.
+- Another run's result reused: the claim read in the intent's transaction, the reuse written
+  in the next; a refund started in between had the refunded payment counted paid.
 """
 
 from __future__ import annotations
