@@ -69,22 +69,29 @@ class Concluding(RuntimeHost):
                     cause=f"crossed before the effects {[c.name for c in calls]} ran",
                     unverified=proposal.to_dict(),
                 )
-            if not staged:
+            if keys is None:
                 # Each call's key is fixed here, as its journal entry will be named: a resume
                 # settles this key, whatever the loop's key function says by then (a deploy
-                # between a crash and its resume must not pay a second time).
+                # between a crash and its resume must not pay a second time). A resumed cycle
+                # whose write-ahead an earlier release stored without its keys asks the key
+                # function again: one that raises now escalates as it would have then (it
+                # escaped as a traceback, and the run could not be resumed).
                 try:
                     keys = [key_of(_effect(ex.loop, c), ex.run_id, n, c) for c in calls]
                 except ConfigError as exc:  # a key that raised, names no action, or names a redo
                     ex.state.pending = None
+                    why = "an effect's key cannot be used"
+                    if staged:
+                        why += " (the cycle's write-ahead, stored by an earlier release, kept none)"
                     return self._abort(
                         ex,
                         t0,
                         "escalated",
-                        cause=f"an effect's key cannot be used: {exc}",
+                        cause=f"{why}: {exc}",
                         error=error_info("effect", exc),
                         unverified=proposal.to_dict(),
                     )
+            if not staged:
                 # Write-ahead: the cycle's proposal and verdicts are stored before any effect
                 # runs, so a crash during the effects resumes *this* proposal, never a new one
                 # with different arguments (which would be a second payment).

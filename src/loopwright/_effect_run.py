@@ -19,8 +19,16 @@ from typing import Any
 
 from ._backoff import backoff
 from ._calls import CallTimeout, call_user
+from ._effect_keys import (
+    _call_key,
+    _refused,
+    _undo_unsettled,
+    key_of,
+    redo_key,
+    undid_for_origin,
+)
 from ._effects import Effect, EffectCall, EffectResult, _canon
-from ._errors import ConfigError, EffectKeyHeld, EffectKeyMoved, StaleLeaseError
+from ._errors import EffectKeyHeld, EffectKeyMoved, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
 from ._owners import local_pid, owner_is_dead
@@ -29,7 +37,7 @@ from ._retry import RetryPolicy
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
 
-__all__ = ["EffectOutcome", "key_of", "perform_effect", "undid_for_origin"]
+__all__ = ["EffectOutcome", "key_of", "perform_effect", "redo_key", "undid_for_origin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,68 +148,6 @@ def _holder(owner: Any, mark: tuple[str, str]) -> str:
     return "gone" if owner_is_dead(owner) else "alive"
 
 
-def undid_for_origin(entry: JournalEntry) -> bool:
-    """Whether ``entry`` is a compensation a fork inherited: its origin's undoing of its origin's
-    own execution (which the fork did not inherit, being undone), never this run's. Taken for
-    this run's, a fork's own payment of the same key counted as refunded already: a rollback
-    offered nothing, and its refund was reported done without running."""
-    return bool(entry.data.get("inherited_from")) and str(entry.data.get("name", "")).endswith(
-        ".compensate"
-    )
-
-
-def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str, bool]:
-    """The call's idempotency key (without ``effect:``), and whether it is a business key (one
-    the call or the effect's ``key`` gives: it names the action store-wide). A business key
-    ending in ``~`` and digits is refused (``ConfigError``): that is how a redo of an undone
-    action is keyed (``pay:A-1~2``), so it would name another action's redo to the outside
-    world (a payment provider would answer with that charge)."""
-    key, business = eff.key_for(run_id, cycle, call), bool(call.key or eff.key_fn is not None)
-    if business and _redo_like(key):
-        raise ConfigError(
-            f"the key {key!r} of effect {eff.name} ends in '~' and a number, which names the "
-            f"redo of an undone action ({key.rpartition('~')[0]!r} done again); give the "
-            "action a key that does not end so (another separator, or a letter after it)",
-            field=f"effects.{eff.name}.key",
-        )
-    return key, business
-
-
-def redo_key(key: str, generation: int) -> str:
-    """The key of ``key``'s redo generation ``generation`` (1: ``key`` itself, then
-    ``key~2``, ``key~3``...)."""
-    return key if generation == 1 else f"{key}~{generation}"
-
-
-def _redo_like(key: str) -> bool:
-    """Whether ``key`` ends as a redo generation's key does: ``~`` and digits."""
-    head, sep, gen = key.rpartition("~")
-    return bool(sep and head and gen.isdigit())
-
-
-def _call_key(
-    store: Store, kind: str, action: str, generation: int, entry: JournalEntry | None
-) -> tuple[int, str]:
-    """The redo generation of a business key's call about to start, and the key handed to the
-    effect (``action``, or ``action~n`` from the second generation): the run's own count
-    (its journal's undone generations, ``generation``) or the store's, whichever is higher,
-    so that an action another run (or a fork's origin) undid is done again under a key no
-    run was handed before — the refunded charge's key would get the refunded charge back
-    from a provider that deduplicates by key, and nothing would be paid. A failed action is
-    tried again under its key. An intent (or a retry's wait) this run journaled keeps the key
-    it recorded: a resume hands out the key of the attempt it settles (an entry an earlier
-    release wrote: its journal key)."""
-    if entry is not None and entry.status in ("intent", "waiting"):
-        gen, key = entry.data.get("generation"), entry.data.get("call_key")
-        if isinstance(gen, int) and isinstance(key, str):
-            return gen, key
-        return generation, entry.key.removeprefix("effect:")
-    claim = store.effect_claim(kind, action)
-    if claim is not None:
-        generation = max(generation, claim.generation + (claim.status == "compensated"))
-    return generation, redo_key(action, generation)
-
-
 async def perform_effect(
     store: Store,
     ex: Execution,
@@ -230,16 +176,26 @@ async def perform_effect(
     ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
     # A compensated (undone) execution, or a failed one retired by a rollback, does not
-    # satisfy a new request for the same key: the request runs again as the key's next
-    # generation ("key~2"), itself at most once.
-    generation, action = 1, ikey
+    # satisfy a new request for the same key: the request runs again under the journal's
+    # next key ("key~2"), itself at most once. The key it hands the outside world is the next
+    # generation's too, except after a failure that may have acted (not ``spent``: a bug after
+    # the call, timeouts to the last try): that one's key again, which a provider that
+    # deduplicates answers with what it did (a fresh key would act a second time).
+    chain, generation, action = 1, 1, ikey
     while found and (found[0].status in ("compensated", "retired") or undid_for_origin(found[0])):
-        generation += 1
-        found = store.journal(ex.run_id, key=f"effect:{redo_key(ikey, generation)}")
-    ikey = redo_key(ikey, generation)
+        handed = found[0].data.get("generation")
+        handed = handed if isinstance(handed, int) else chain
+        kept = found[0].status == "retired" and not found[0].data.get("spent")
+        generation = max(generation, handed if kept else handed + 1)
+        chain += 1
+        found = store.journal(ex.run_id, key=f"effect:{redo_key(ikey, chain)}")
+    ikey = redo_key(ikey, chain)
     jkey = f"effect:{ikey}"
     policy = eff.retry or _DEFAULT_EFFECT_RETRY
     base: dict[str, Any] = {"name": eff.name, "kind": eff.kind, "args": _jsonable(dict(call.args))}
+    if not business and generation != chain:
+        # a run-scoped key handed again (its journal key is the next): recorded with its intent
+        base["generation"], base["call_key"] = generation, redo_key(action, generation)
     if business:
         base["action"] = action  # the claim's key, which a compensation frees
     # A business key (``key=`` on the effect or the call) names the action, not the run: it is
@@ -310,7 +266,12 @@ async def perform_effect(
         base["generation"] = h.generation
         base["call_key"] = redo_key(action, h.generation)
         if h.status == "done" and h.args_hash == claim[2]:
-            put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            try:
+                put("done", {"result": h.result, "from_run": h.run_id}, attempts, "effect_reused")
+            except EffectKeyHeld as moved:
+                # The holder's claim changed between the intent's read and this write (its
+                # undoing started: a refund): nothing was written; as it stands now.
+                return held(moved)
             return out("done", result=h.result, reused=True, attempts=attempts)
         if h.status == "done":
             cause = (
@@ -453,19 +414,38 @@ async def perform_effect(
 
     if entry is not None and not stale:
         done_args = entry.data.get("args") if entry.status == "done" else None
+        undo = _undo_unsettled(store, ex.run_id, eff.name, ikey) if entry.status == "done" else None
+        doubt: tuple[str, str] | None = None
         if done_args is not None and _canon(done_args) != _canon(base["args"]):
             # This run did the action with other arguments (an earlier cycle, or an earlier
             # call of this proposal): as when another run did (``held``), a person decides
             # which is right; the journal keeps the execution that happened.
-            cause = (
-                f"{named()} was done by this run in cycle {entry.cycle} with other "
-                "arguments; the same key with different arguments is not run — check which "
-                "is right"
+            doubt = (
+                "effect_args_differ",
+                (
+                    f"{named()} was done by this run in cycle {entry.cycle} with other "
+                    "arguments; the same key with different arguments is not run — check which "
+                    "is right"
+                ),
             )
-            ex.events.append(
-                NewEvent(cycle, "effect_args_differ", {"effect": eff.name, "key": ikey})
+        elif undo is not None:
+            # This run started undoing it (a cancel's or a rollback's refund) and the outcome
+            # is not known to be a refusal: the money may be back with the payer. Counted
+            # paid, the work would be accepted on a refunded payment; paid again, it might be
+            # paid twice. Nothing is written: the payment's entry and its claim (``undoing``)
+            # stay as they are, for a person to settle.
+            doubt = (
+                "effect_undo_unsettled",
+                (
+                    f"{named()} was done by this run in cycle {entry.cycle}, and its undoing "
+                    f"({undo.data.get('name')}) started and is {undo.status}: it is neither "
+                    "counted done nor run again — check with the outside world whether it was "
+                    "undone"
+                ),
             )
-            return out("in_doubt", attempts=attempts, cause=cause)
+        if doubt is not None:
+            ex.events.append(NewEvent(cycle, doubt[0], {"effect": eff.name, "key": ikey}))
+            return out("in_doubt", attempts=attempts, cause=doubt[1])
         if entry.status == "done":
             from_run = entry.data.get("from_run")
             if recovered:
@@ -580,11 +560,13 @@ async def perform_effect(
             # A sync call past its timeout goes on in its thread: it may act after the hook
             # is asked (read first, so that a call ending now has acted before the hook looks).
             running = _running_here((ex.run_id, jkey))
+            checked = False  # the reconcile hook said it did not happen
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.
                 settled = await by_reconcile("raised and is in doubt", info)
                 if settled is not None:
                     return settled
+                checked = True
             elif kind == "transient" and not eff.idempotent:
                 cause = (
                     f"{named()} failed with a transient error and may have acted; it "
@@ -609,7 +591,14 @@ async def perform_effect(
                     "transient": f"a transient error, {attempts} attempt(s) spent",
                 }[kind]
                 cause = f"{named()} failed with {why}: {type(exc).__name__}: {exc_text(exc)}"
-                put("failed", {"cause": cause, "error": info, "class": kind}, None, "effect_failed")
+                failed: dict[str, Any] = {"cause": cause, "error": info, "class": kind}
+                if not running and (checked or _refused(exc)):
+                    # A finished attempt: the outside world said no (or its check found
+                    # nothing done), and a provider that keeps a failed answer by key (a
+                    # declined card, for a day) gives it again: a retry is a new attempt,
+                    # under the next generation's key (the claim ``refused``).
+                    failed["spent"] = True
+                put("failed", failed, None, "effect_failed")
                 return out("failed", attempts=attempts, cause=cause, error=info)
             put(
                 "waiting",

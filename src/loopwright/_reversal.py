@@ -10,6 +10,7 @@ most once. An effect without a compensation is listed as irreversible, never sil
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import hashlib
@@ -18,7 +19,8 @@ import uuid
 from typing import Any
 
 from ._authority import expire
-from ._effect_run import perform_effect, redo_key, undid_for_origin
+from ._effect_keys import redo_key, undid_for_origin
+from ._effect_run import EffectOutcome, perform_effect
 from ._effects import Effect, EffectCall
 from ._exec import Execution
 from ._loop import Loop
@@ -186,6 +188,47 @@ def _undone(
     }
 
 
+def _unless_refused(
+    store: Store, ex: Execution, outcome: EffectOutcome, what: str
+) -> EffectOutcome:
+    """A failed compensation as it stands: failed when it was refused (its failure ``spent``:
+    the outside world said no, or its hook found nothing done), the action standing; in doubt
+    otherwise (an exception of its own code, timeouts to the last try: it may have come after
+    the undoing was made), journaled so — put back to ``done``, the claim had another run
+    reuse a refunded payment as paid, and a rollback retired the failure and refunded again."""
+    jkey = f"effect:{outcome.key}"
+    found = store.journal(ex.run_id, key=jkey)
+    if not found or found[0].status != "failed" or found[0].data.get("spent"):
+        return outcome
+    cause = (
+        f"{outcome.cause}; the failure may have come after it acted, so {what} may be "
+        "undone — check whether it was"
+    )
+    store.journal_put(
+        ex.run_id,
+        ex.token,
+        key=jkey,
+        kind="effect",
+        cycle=found[0].cycle,
+        status="in_doubt",
+        data={**found[0].data, "cause": cause},
+        events=[
+            NewEvent(
+                found[0].cycle,
+                "effect_in_doubt",
+                {
+                    "effect": outcome.name,
+                    "kind": outcome.kind,
+                    "key": outcome.key,
+                    "status": "in_doubt",
+                    "cause": cause,
+                },
+            )
+        ],
+    )
+    return dataclasses.replace(outcome, status="in_doubt", cause=cause)
+
+
 def _mark_undo(
     store: Store, ex: Execution, orig: JournalEntry, status: str, claim: tuple[str, str, str]
 ) -> None:
@@ -286,8 +329,11 @@ async def run_compensations(
         outcome = await perform_effect(
             store, ex, cycle, comp, call, fixed=(comp.key_for(ex.run_id, cycle, call), False)
         )
+        if outcome.status == "failed":
+            outcome = _unless_refused(store, ex, outcome, f"{o['effect']} ({handed})")
         if outcome.status == "failed" and claim is not None:
-            # not undone: the action stands, and another run asking for it reuses its result
+            # refused: not undone, the action stands, and another run asking for it reuses
+            # its result
             _mark_undo(store, ex, orig[0], "done", claim)
         if outcome.status == "done":
             # The original is undone: a later request with its key runs again (next generation).

@@ -314,8 +314,9 @@ def test_a_claim_read_before_another_run_took_the_action_asks_for_the_next_key(
         assert provider.collected() == 5.0
 
 
-def test_a_failed_payment_is_tried_again_under_its_key(url: str) -> None:
-    # A failure never happened: another run tries the same key again (a retry, not a redo)
+def test_a_declined_payment_is_tried_again_under_the_next_key(url: str) -> None:
+    # A refusal never happened, and a provider keeps its answer by key (Stripe declines the
+    # same key again for a day): another run tries again under the next generation's key
     provider = Provider()
     declined: list[str] = []
 
@@ -330,7 +331,7 @@ def test_a_failed_payment_is_tried_again_under_its_key(url: str) -> None:
         rt.run_sync(bad, TASK)
         assert declined == ["pay:I6~2"]
         rt.run_sync(paying(provider), TASK)
-        assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
+        assert provider.asked == ["pay:I6", "pay:I6~3"] and provider.collected() == 5.0
 
 
 def test_a_business_key_ending_as_a_redo_is_refused(url: str) -> None:

@@ -398,7 +398,8 @@ class MemorySearch:
 class EffectClaim:
     """The store-wide claim of a business effect key (``Store.effect_claim``): the run holding
     it, its status (``claimed``, ``done``, ``in_doubt``, ``undoing``: its compensation started,
-    not yet settled; ``failed`` and ``compensated`` free it) and the redo generation last handed out for the action (1: its own key; ``n``: the
+    not yet settled; ``failed``, ``refused`` (failed for good under its key: the outside
+    world said no) and ``compensated`` free it, the last two for the next generation) and the redo generation last handed out for the action (1: its own key; ``n``: the
     key with ``~n``)."""
 
     run_id: str
@@ -1182,7 +1183,11 @@ class Store(LiveStore, PeopleStore, ABC):
         known to have failed or been undone): then ``EffectKeyHeld`` says which run and how,
         and nothing is written; any other status is recorded on this run's claim (``done``
         with ``data["result"]``; ``failed`` and ``compensated`` free the key: an intent of any
-        run, its own included, takes it back as ``claimed``)."""
+        run, its own included, takes it back as ``claimed``; ``failed`` with ``data["spent"]``
+        is recorded ``refused``, which frees it for the next generation as ``compensated``
+        does). A ``done`` entry with ``data["from_run"]`` (another run's result reused) leaves
+        the claim as it is, and is written only while that run's claim is still ``done``:
+        otherwise ``EffectKeyHeld`` with the claim as it is now, and nothing is written."""
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:

@@ -137,12 +137,14 @@ class JournalSQL(SQLCore):
             gen = int(data.get("generation") or 1)
             conn.execute(q.claim_key, (kind, key, run_id, "claimed", args_hash, now, gen))
             row = conn.execute(q.effect_key, (kind, key)).fetchone()
-            if row[1] in ("failed", "compensated"):
+            if row[1] in ("failed", "refused", "compensated"):
                 # it never happened, or was undone: the key is free; taken (by its own run too)
-                # so that no other run takes it while this attempt is in flight. A failed
-                # action is tried again under its key; an undone one under a key never handed
-                # out (the next generation): asked for with an older one, nothing is written.
-                least = row[4] + 1 if row[1] == "compensated" else row[4]
+                # so that no other run takes it while this attempt is in flight. An action
+                # that failed in a way that may have acted is tried again under its key; one
+                # refused (a finished attempt: a provider keeps its answer by key) or undone
+                # under a key never handed out (the next generation): asked for with an older
+                # one, nothing is written.
+                least = row[4] + (row[1] in ("refused", "compensated"))
                 if gen < least:
                     raise EffectKeyMoved(
                         f"effect key {kind}/{key}: generation {gen} asked, {least} is next",
@@ -164,7 +166,24 @@ class JournalSQL(SQLCore):
                     generation=int(row[4] or 1),
                 )
             return
+        if status == "done" and data.get("from_run"):
+            # Another run's result reused: written only while that run's claim still says it
+            # did it. Read in the intent's transaction, it may have changed before this one
+            # (the holder started undoing it, a refund): a refunded payment reused as paid.
+            row = conn.execute(q.effect_key, (kind, key)).fetchone()
+            if row is None or (row[0], row[1]) != (data["from_run"], "done"):
+                raise EffectKeyHeld(
+                    f"effect key {kind}/{key} is no longer done by run {data['from_run']}",
+                    run_id=str(row[0]) if row else str(data["from_run"]),
+                    status=str(row[1]) if row else "released",
+                    args_hash=str(row[2]) if row else "",
+                    result=self._jl(row[3]) if row and row[3] is not None else None,
+                    generation=int(row[4] or 1) if row else 1,
+                )
+            return  # the claim is the holder's: nothing of it to settle
         result = data.get("result") if status == "done" else None
+        if status == "failed" and data.get("spent"):
+            status = "refused"  # its key is spent: the next attempt gets the next generation
         conn.execute(
             q.settle_key,
             (status, None if result is None else self._js(result), now, kind, key, run_id),

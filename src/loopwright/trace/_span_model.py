@@ -54,6 +54,7 @@ IN_CYCLE_KINDS = frozenset(
         "effect_retry",
         "effect_grace",
         "effect_args_differ",
+        "effect_undo_unsettled",
         *_EFFECT_END,
         *APPROVAL_KINDS,
     }
