@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._authority import audit, may_operate, operate, refused
+from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
 from ._decide import cycle_cap
@@ -82,8 +83,20 @@ class Forking(RuntimeHost):
             # taken key — was audited "allowed" first, though no run was made)
             refused(self.store, who, "fork", on, origin=origin, why=exc)
             raise
-        # audited once made: the new run records who forked it and from where besides
-        audit(self.store, who, "fork", on, origin=origin, at_cycle=at_cycle, run=new.run_id)
+        # audited once made: the new run records who forked it and from where besides. A
+        # changed contract is a change of policy (its risk rules pause a run for a person, its
+        # budgets bound spend): the record says which settings changed, from what to what.
+        changed = contract_changes(rec.contract or {}, new.contract or {}) or None
+        audit(
+            self.store,
+            who,
+            "fork",
+            on,
+            origin=origin,
+            at_cycle=at_cycle,
+            run=new.run_id,
+            contract_changed=changed,
+        )
         return new
 
     def _fork(

@@ -5,6 +5,7 @@ work, what revokes earned authority, and what the audit log says of a refused fo
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -177,6 +178,7 @@ def test_a_refused_fork_or_rollback_is_audited_refused_with_its_reason(url: str)
         new = rt.fork(r.run_id, 0, by="rita")
         [made] = rt.store.audit()[before + 3 :]
         assert (made.action, made.outcome, made.detail["run"]) == ("fork", "allowed", new.run_id)
+        assert "contract_changed" not in made.detail  # the origin's contract, unchanged
         token = rt.store.acquire_lease(r.run_id, "another-host", 3600.0)  # executing elsewhere
         with pytest.raises(lw.ConflictError, match="executing elsewhere"):
             rt.rollback(r.run_id, 0, by="rita")
@@ -275,3 +277,24 @@ def test_an_allowed_overwrite_is_audited_once_when_its_cycle_is_redone_after_a_c
             ("policy:ow-ok", f"run {r.run_id}", 2)
         ]
         assert records[0].detail["parts"] == ev.data["parts"]
+
+
+def test_a_fork_that_changes_the_contract_says_so_in_the_audit_log(url: str) -> None:
+    # Dropping the risk rules that pause a run for a person, or raising a budget, is a change
+    # of policy: the audit record of the fork (or the dashboard's rerun) says what changed.
+    guarded = lw.Contract(
+        budget=lw.Budget(max_cycles=2),
+        risk=(lw.RiskRule(name="big", touches=("inv/total",), reason="a person signs"),),
+    )
+    loop = dataclasses.replace(make_loop(FOUR_EYES), contract=guarded)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("C-1", 5), task_key="c", by="rita")
+        looser = lw.Contract(budget=lw.Budget(max_cycles=99))
+        new = rt.fork(r.run_id, 0, by="root", contract=looser)
+        made = rt.store.audit()[-1]
+        assert (made.actor, made.action, made.detail["run"]) == ("root", "fork", new.run_id)
+        changed = made.detail["contract_changed"]
+        assert changed["budget.max_cycles"] == {"from": 2, "to": 99}
+        assert changed["risk"]["to"] == []
+        assert [rule["name"] for rule in changed["risk"]["from"]] == ["big"]
