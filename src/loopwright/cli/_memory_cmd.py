@@ -11,7 +11,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from .._errors import ConfigError
+from .._errors import ConfigError, check_choice
 from .._memory import (
     MEMORY_SCOPES,
     MEMORY_SIGNALS,
@@ -47,8 +47,8 @@ ITEMS_SHOWN = 50  # ``memory list``'s default --limit
 
 
 def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
-    if value is not None and value not in choices:
-        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=flag)
+    if value is not None:
+        check_choice(value, choices, flag)
     return value
 
 

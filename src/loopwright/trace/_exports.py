@@ -26,7 +26,7 @@ from .._concluded import concluded_at, concluded_in
 from .._contract import TERMINAL_STATUSES
 from .._cycle import ASKED
 from .._engine import HELD_OUT_KEY
-from .._errors import ConfigError
+from .._errors import ConfigError, check_choice
 from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store
@@ -547,8 +547,7 @@ def preference_pairs(
     the rejected one's context. ``"both"`` (the default): the two sets, state pairs first;
     each pair says which rule formed it.
     """
-    if match not in ("state", "hindsight", "both"):
-        raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
+    check_choice(match, ("state", "hindsight", "both"), "--match")
     per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
     picked: list[tuple[str, _Candidate, _Candidate]] = []
     seen: set[tuple[str, str, str]] = set()
