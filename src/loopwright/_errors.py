@@ -22,6 +22,11 @@ them in the run's escalation packet instead of letting them escape.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 __all__ = [
     "ApprovalError",
     "ConfigError",
@@ -54,6 +59,13 @@ class ConfigError(LoopwrightError, ValueError):
         if self.field and text.startswith(f"{self.field}: "):
             text = text[len(self.field) + 2 :]
         return (type(self), (text,), {"field": self.field})
+
+
+def check_choice(value: object, choices: Sequence[str], field: str) -> None:
+    """Refuse a value outside ``choices`` in the one wording every enum refusal uses:
+    ``--status: must be one of queued, running, ... (got 'done')``."""
+    if value not in choices:
+        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=field)
 
 
 class SpecError(ConfigError):

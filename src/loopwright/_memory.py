@@ -23,11 +23,11 @@ import re
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from ._errors import ConfigError, LoopwrightError
+from ._errors import ConfigError, LoopwrightError, check_choice
 from ._json import check_text
 from ._redact import redact, redact_text
 
@@ -253,11 +253,6 @@ _MAX_RANKED = 2**63 - 1
 
 
 # --- validation ------------------------------------------------------------------------------
-def _check_choice(value: object, choices: Sequence[str], name: str) -> None:
-    if value not in choices:
-        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=name)
-
-
 def _check_name(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError("must be a non-empty string", field=name)
@@ -305,8 +300,8 @@ class FeedbackMemory:
         ``global`` item is always a ``candidate`` until a person ``confirm``\\ s it.
 
         Raises ``ConfigError`` naming the field at fault."""
-        _check_choice(scope, MEMORY_SCOPES, "scope")
-        _check_choice(signal, MEMORY_SIGNALS, "signal")
+        check_choice(scope, MEMORY_SCOPES, "scope")
+        check_choice(signal, MEMORY_SIGNALS, "signal")
         if not isinstance(scope_key, str):
             raise ConfigError("must be a string", field="scope_key")
         check_text(scope_key, field="scope_key")
@@ -486,9 +481,9 @@ class FeedbackMemory:
     ) -> list[MemoryItem]:
         """Items, newest first, optionally of one scope, one key, one status."""
         if scope is not None:
-            _check_choice(scope, MEMORY_SCOPES, "scope")
+            check_choice(scope, MEMORY_SCOPES, "scope")
         if status is not None:
-            _check_choice(status, MEMORY_STATUSES, "status")
+            check_choice(status, MEMORY_STATUSES, "status")
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
@@ -507,9 +502,9 @@ class FeedbackMemory:
         """How many items ``list`` with the same filters returns without a limit (counted
         in the store)."""
         if scope is not None:
-            _check_choice(scope, MEMORY_SCOPES, "scope")
+            check_choice(scope, MEMORY_SCOPES, "scope")
         if status is not None:
-            _check_choice(status, MEMORY_STATUSES, "status")
+            check_choice(status, MEMORY_STATUSES, "status")
         return self.store.memory_count(scopes=_list_scopes(scope, scope_key), status=status)
 
     def retrieve(

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from ._contract import RUN_STATUSES, STOP_REASONS
-from ._errors import ConfigError
+from ._errors import ConfigError, check_choice
 from ._json import check_given_text
 from ._run_metrics import (
     CRASH_RESUME,
@@ -389,10 +389,8 @@ def compute_metrics(
     t1 = parse_time(until, field="until")
     if t0 is not None and t1 is not None and t0 > t1:
         raise ConfigError("the window starts after it ends", field="since")
-    if status is not None and status not in RUN_STATUSES:
-        raise ConfigError(
-            f"unknown status {status!r}; one of {', '.join(RUN_STATUSES)}", field="status"
-        )
+    if status is not None:
+        check_choice(status, RUN_STATUSES, "status")
     # what a caller gives is checked here, not failed on deep inside (a TypeError of isfinite,
     # a list bound as a column, a store URL that is a number)
     check_given_text(project, field="project")

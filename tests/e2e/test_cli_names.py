@@ -126,3 +126,43 @@ def test_a_blank_by_is_refused_not_the_os_user(
     assert _runs(project, store) == before
     r = lw("audit", "--jsonl", cwd=project, store=store)
     assert r.returncode == 0 and r.stdout == "", r.stdout  # nothing was attempted
+
+
+CHOICES = [
+    (("runs", "--status", "bogus"), "--status", "awaiting_approval"),
+    (("metrics", "--status", "bogus"), "--status", "awaiting_approval"),
+    (("memory", "list", "--status", "bogus"), "--status", "candidate"),
+    (("memory", "add", "x", "--scope", "bogus", "--key", "k"), "--scope", "project"),
+    (("memory", "add", "x", "--scope", "task", "--signal", "bogus"), "--signal", "correction"),
+    (("trace", "r1", "--format", "bogus"), "--format", "jsonl, otlp-json"),
+    (("trace", "r1", "--encoding", "bogus"), "--encoding", "json, protobuf"),
+    (("export", "preference-pairs", "--match", "bogus"), "--match", "state, hindsight, both"),
+    (("import", "bogus", "x.json", "--out", "t.jsonl"), "KIND", "ldb"),
+    (("fit-stop", "store", "--optimise", "bogus"), "--optimise", "spend, attempts, time"),
+]
+
+
+@pytest.mark.parametrize(("args", "option", "listed"), CHOICES)
+def test_a_value_outside_a_set_is_refused_in_one_wording(
+    args: tuple[str, ...],
+    option: str,
+    listed: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`runs --status` said "use one of:", `metrics --status` "one of", `trace --format`
+    "use jsonl or otlp-json", `import` "supported: ldb", `memory` "must be one of ... (got
+    ...)": one wording now, the option, the choices and what was given."""
+    from loopwright.cli import main
+    from loopwright.store import open_store
+
+    store = tmp_path / "s.db"
+    open_store(str(store)).close()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    store_opt = () if args[0] == "import" else ("--store", str(store))  # import has none
+    assert main([*args, *store_opt]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"loopwright: error: {option}: must be one of "), line
+    assert line.endswith(" (got 'bogus')") and listed in line, line

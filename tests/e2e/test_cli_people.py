@@ -215,3 +215,42 @@ def test_demo_refuses_a_missing_token_before_announcing_anything(
         assert err.startswith("loopwright: error: ") and len(err.splitlines()) == 1, err
     code, out, err = lw_cli(capsys, "runs", "--json", *s)
     assert code == 0 and json.loads(out) == [], (out, err)
+
+
+def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright authority` showed "2 of 1 clean approvals" once a loop had more approvals
+    than its grant's `after`, as if `after` were the total. Past it: "2 (1 needed)"; --json
+    keeps both counts."""
+    import shutil
+
+    example = tmp_path / "example"
+    shutil.copytree(EXAMPLE, example)
+    spec = example / "earned.toml"
+    spec.write_text(spec.read_text().replace("after = 5", "after = 1"))
+    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    db = str(tmp_path / "s.db")
+    loop = lw.load_spec(spec)
+    tasks = [json.loads(line) for line in (example / "tasks.jsonl").read_text().splitlines()[:2]]
+    with lw.Runtime(db) as rt:
+        runs = [rt.run_sync(loop, t, task_key=str(t["id"]), by="clerk") for t in tasks]
+    assert [r.status for r in runs] == ["awaiting_approval"] * 2
+    s = ("--store", db)
+    code, before, _ = lw_cli(capsys, "authority", *s)
+    assert code == 0 and "0 of 1" in before
+    for r in runs:
+        assert lw_cli(capsys, "approve", r.run_id, "--by", "ana", *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["needed"], row["earned"]) == (2, 1, True)
+    code, out, _ = lw_cli(capsys, "authority", *s)
+    assert code == 0 and "2 (1 needed)" in out and "2 of 1" not in out
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    page = TestClient(create_app(db, token="t" * 24), base_url="http://127.0.0.1").get("/authority")
+    assert page.status_code == 200 and "2 (1 needed)" in page.text and "2 of 1" not in page.text

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .._errors import ConfigError, ConflictError
+from .._errors import ConfigError, ConflictError, check_choice
 from ._stores import existing_store, open_existing
 
 if TYPE_CHECKING:
@@ -269,8 +269,7 @@ def run(
         raise ConfigError("must be at least 1", field="--concurrency")
     keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)
     check_tasks(loop, items, keys)  # as Runtime.create checks each, before the first run
-    if executor not in ("local", "ray"):
-        raise ConfigError("must be 'local' or 'ray'", field="--executor")
+    check_choice(executor, ("local", "ray"), "--executor")
     if ray_address is not None and executor != "ray":
         raise ConfigError("only applies with --executor ray", field="--ray-address")
     held: dict[str, str] = {}  # runs another process holds: skipped here
@@ -461,11 +460,7 @@ def runs(
     if status is not None:
         from .._contract import RUN_STATUSES
 
-        if status not in RUN_STATUSES:
-            raise ConfigError(
-                f"unknown status {status!r}; use one of: {', '.join(RUN_STATUSES)}",
-                field="--status",
-            )
+        check_choice(status, RUN_STATUSES, "--status")
     if limit is not None and limit < 1:
         raise ConfigError("must be at least 1", field="--limit")
     if limit is not None and all_:
@@ -867,8 +862,7 @@ def import_(
     ] = None,
 ) -> None:
     """Turn recorded runs of other systems into tasks (``ldb``: LDB debugging traces)."""
-    if kind != "ldb":
-        raise ConfigError(f"unknown import kind {kind!r}; supported: ldb", field="KIND")
+    check_choice(kind, ("ldb",), "KIND")
     try:
         from ..importers.ldb import import_ldb_report
     except ImportError as exc:  # pragma: no cover - present in every install

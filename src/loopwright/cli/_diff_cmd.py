@@ -15,7 +15,9 @@ _ROWS = 20  # score rows shown; longer runs are sampled evenly (all of them with
 
 
 def _short(v: Any, n: int = 36) -> str:
-    text = v if isinstance(v, str) else repr(v)
+    from ._render import json_text
+
+    text = v if isinstance(v, str) else json_text(v)
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
 

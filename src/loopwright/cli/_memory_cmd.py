@@ -11,7 +11,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from .._errors import ConfigError
+from .._errors import ConfigError, check_choice
 from .._memory import (
     MEMORY_SCOPES,
     MEMORY_SIGNALS,
@@ -23,7 +23,7 @@ from .._memory import (
     Signal,
 )
 from ..store import Store
-from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, by_name, new_typer
+from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, as_options, by_name, new_typer
 from ._stores import open_existing, open_or_create
 
 __all__ = ["memory_app"]
@@ -47,8 +47,8 @@ ITEMS_SHOWN = 50  # ``memory list``'s default --limit
 
 
 def _choice(value: str | None, choices: tuple[str, ...], flag: str) -> str | None:
-    if value is not None and value not in choices:
-        raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=flag)
+    if value is not None:
+        check_choice(value, choices, flag)
     return value
 
 
@@ -237,7 +237,15 @@ def add(
         if created:
             sys.stderr.write(f"created the store {created}\n")
         who = _person(st, by, token, "memory add")
-        try:
+        with as_options(
+            scope="--scope",
+            scope_key="--key",
+            signal="--signal",
+            text="TEXT",
+            rule="--rule",
+            by="--by",
+            strength="--strength",
+        ):
             it = FeedbackMemory(st).add(
                 scope=cast("Scope", scope),
                 scope_key=key,
@@ -248,21 +256,12 @@ def add(
                 by=who,
                 strength=strength,
             )
-        except ConfigError as exc:
-            flag = {"scope_key": "--key", "text": "TEXT"}.get(exc.field or "", f"--{exc.field}")
-            raise ConfigError(_message(exc), field=flag) from None
         _audited(st, who, "memory add", it)
     _print_item("added", it, as_json)
     if it.status == "candidate" and not as_json:
         from ._render import console
 
         console().print(f"confirm it with: loopwright memory confirm {it.memory_id} --by NAME")
-
-
-def _message(exc: ConfigError) -> str:
-    text = str(exc)
-    prefix = f"{exc.field}: "
-    return text[len(prefix) :] if exc.field and text.startswith(prefix) else text
 
 
 @memory_app.command(short_help="Confirm a candidate: it becomes active.")
@@ -312,10 +311,8 @@ def propose(
     Candidates are never active until a person confirms them, and never proposed twice."""
     with open_existing(store) as st:
         who = _person(st, None, token, "memory propose")
-        try:
+        with as_options(min_projects="--min-projects"):
             items = FeedbackMemory(st).propose_global(min_projects=min_projects)
-        except ConfigError as exc:
-            raise ConfigError(_message(exc), field="--min-projects") from None
         for it in items:
             _audited(st, who, "memory propose", it)
     if as_json:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
-from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._app import JsonOpt, StoreOpt, _print_json, app, as_options
 from ._stores import existing_store
 
 if TYPE_CHECKING:
@@ -60,7 +60,9 @@ def metrics(
         if not (math.isfinite(days) and days > 0):
             raise ConfigError("must be a positive number of days", field="--days")
         start = max(0.0, time.time() - days * 86400.0)  # more days than since 1970: all
-    try:
+    with as_options(
+        since="--since", until="--until", status="--status", review_cost_usd="--review-cost"
+    ):
         m = compute_metrics(
             existing_store(store),
             project=project,
@@ -70,12 +72,6 @@ def metrics(
             status=status,
             review_cost_usd=review_cost,
         )
-    except ConfigError as exc:
-        if exc.field in ("since", "until", "status"):
-            raise ConfigError(_message(exc), field=f"--{exc.field}") from None
-        if exc.field == "review_cost_usd":
-            raise ConfigError(_message(exc), field="--review-cost") from None
-        raise
     if as_json:
         _print_json(m.to_dict(per_run=per_run))
         return
@@ -89,12 +85,6 @@ def metrics(
 
 
 _WIDE = 110  # narrower, the definitions go under the table (a column of them would be a sliver)
-
-
-def _message(exc: ConfigError) -> str:
-    text = str(exc)
-    prefix = f"{exc.field}: "
-    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def _fmt(name: str, v: float | None) -> str:

@@ -14,7 +14,7 @@ from typing import IO, Annotated
 
 import typer
 
-from .._errors import ConfigError
+from .._errors import ConfigError, check_choice
 from ._app import RunArg, StoreOpt, app, new_typer, run_ref
 from ._stores import open_existing
 
@@ -111,12 +111,9 @@ def trace(
     """
     from ..trace import export_otlp, iter_trace_records, traces_url, write_jsonl, write_otlp
 
-    if fmt is not None and fmt not in _FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; use jsonl or otlp-json", field="--format")
-    if encoding not in ("json", "protobuf"):
-        raise ConfigError(
-            f"unknown encoding {encoding!r}; use json or protobuf", field="--encoding"
-        )
+    if fmt is not None:
+        check_choice(fmt, _FORMATS, "--format")
+    check_choice(encoding, ("json", "protobuf"), "--encoding")
     headers = _headers(header or ())
     if headers and send is None:
         raise ConfigError("only applies with --send", field="--header")
@@ -199,8 +196,7 @@ def preference_pairs_cmd(
     """
     from ..trace import preference_pairs, write_jsonl
 
-    if match not in ("state", "hindsight", "both"):
-        raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
+    check_choice(match, ("state", "hindsight", "both"), "--match")
     with open_existing(store) as st:
         pairs = preference_pairs(
             st,

@@ -315,10 +315,15 @@ def authority(
             r["kind"],
             f"{r['grant']['up_to']:,.0f}",
             "[green]yes[/]" if r["earned"] else "no",
-            f"{r['clean_approvals']} of {r['needed']}",
+            _clean(r["clean_approvals"], r["needed"]),
             r["last_revoked_by"] or "-",
         )
     console().print(table)
+
+
+def _clean(count: int, needed: int) -> str:
+    """``2 of 5`` on the way; past the threshold ``10 (5 needed)``, not ``10 of 5``."""
+    return f"{count} of {needed}" if count < needed else f"{count} ({needed} needed)"
 
 
 @app.command("audit", short_help="The audit log: who did what, when, allowed or refused.")

@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from .._state import TaskState
     from ..store import Approval, JournalEntry, RunRecord
 
-__all__ = ["TIMELINE_CHUNK", "run_detail", "run_detail_parts", "summary_table"]
+__all__ = ["TIMELINE_CHUNK", "json_text", "run_detail", "run_detail_parts", "summary_table"]
+
+
+def json_text(value: Any) -> str:
+    """A value as one line of JSON (``true``, ``null``, double quotes), as ``--json`` writes it,
+    not as Python's repr (``True``, ``None``, ``'x'``); what JSON cannot hold, as text."""
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def status_text(status: str) -> str:
@@ -224,7 +232,7 @@ def _artifacts(state: TaskState) -> Table:
     t.add_column("status", no_wrap=True)
     t.add_column("current value", min_width=12)
     for ref, p in state.iter_parts():
-        value = repr(p.value)
+        value = json_text(p.value)
         if len(value) > 80:
             value = value[:77] + "..."
         t.add_row(escape(ref), str(p.count), p.status, escape(value))
@@ -241,7 +249,7 @@ def _effects(journal: list[JournalEntry]) -> Table | None:
     for e in rows:
         d = e.data
         shown = d.get("cause") or d.get("result")
-        text = "" if shown is None else (shown if isinstance(shown, str) else repr(shown))
+        text = "" if shown is None else (shown if isinstance(shown, str) else json_text(shown))
         if len(text) > 90:
             text = text[:87] + "..."
         style = {"done": "green", "compensated": "yellow"}.get(e.status, "red")
@@ -333,7 +341,7 @@ def run_detail_parts(
         body = (
             f"[bold]{escape(a.what)}[/]\nwhy: {escape(a.why)}\nstatus: {a.status}"
             + (f" by {escape(a.decided_by)}" if a.decided_by else "")
-            + (f": {escape(repr(a.answer))}" if a.answer is not None else "")
+            + (f": {escape(json_text(a.answer))}" if a.answer is not None else "")
             + (f" — {escape(a.note)}" if a.note else "")
             + (f"\n{escape(a.diff)}" if a.diff else "")
         )

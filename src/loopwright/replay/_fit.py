@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
-from .._errors import ConfigError
+from .._errors import ConfigError, check_choice
 from ._fit_result import (
     FIT_FORMAT,
     Candidate,
@@ -379,8 +379,7 @@ def check_objective(optimise: str, keep_by: str, choose: str) -> None:
         (keep_by, KEEP_BY, "--kept"),
         (choose, CHOOSE, "--choose"),
     ):
-        if value not in allowed:
-            raise ConfigError(f"must be one of {', '.join(allowed)}, got {value!r}", field=option)
+        check_choice(value, allowed, option)
 
 
 def fit_stop(

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
-from .._errors import ConfigError
+from .._errors import check_choice
 from .._redact import redact
 from ..store import RunRecord, Store
 from ._eval_cases import EVAL_CASE_FORMAT, eval_case, eval_cases, write_eval_case
@@ -145,8 +145,7 @@ def preference_pairs(
     the rejected one's context. ``"both"`` (the default): the two sets, state pairs first;
     each pair says which rule formed it.
     """
-    if match not in ("state", "hindsight", "both"):
-        raise ConfigError(f"unknown match {match!r}; use state, hindsight or both", field="--match")
+    check_choice(match, ("state", "hindsight", "both"), "--match")
     per_run = _candidates(store, _ended(store, project, loop_name, run_ids))
     picked: list[tuple[str, _Candidate, _Candidate]] = []
     seen: set[tuple[str, str, str]] = set()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Literal
 from urllib.parse import urlsplit
 
-from .._errors import ConfigError, LoopwrightError
+from .._errors import ConfigError, LoopwrightError, check_choice
 from .._redact import redact, redact_text
 from .._userinfo import NoRedirect, without_userinfo
 from ..store import RunRecord, Store
@@ -276,8 +276,7 @@ def export_otlp(
     ``otel`` extra (``opentelemetry-proto``). Raises ``OTLPExportError`` when the collector
     cannot be reached or answers with an error status, ``ConfigError`` for a bad endpoint.
     """
-    if encoding not in ("json", "protobuf"):
-        raise ConfigError(f"unknown encoding {encoding!r}; use json or protobuf", field="encoding")
+    check_choice(encoding, ("json", "protobuf"), "encoding")
     url, auth = without_userinfo(traces_url(endpoint))
     sent = {**auth, **(headers or {})}  # an Authorization header given wins
     doc = otlp_trace(store, run_id, service_name=service_name)
