@@ -16,6 +16,7 @@ module joins them and holds feedback memory: its statements and methods.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -26,6 +27,8 @@ from .._errors import (
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
 from ._base import (
+    MemoryFound,
+    MemoryRecall,
     MemorySearch,
 )
 from ._rows import (
@@ -171,17 +174,52 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
                 thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
             for s in searches:
                 if live is not None:
-                    holding = thought if s.reflections else live
-                    found = s.limit > 0 and any((sc, k) in holding for sc, k in s.scopes)
+                    found = _holds(s, thought if s.reflections else live)
                 else:
                     found = self._memory_in_scope(conn, s)
-                if not found:
-                    out.append([])  # most loops keep no memory: one indexed probe a cycle
-                    continue
-                out.append(
-                    [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
-                )
+                # (most loops keep no memory: one indexed probe)
+                out.append(self._memory_rows(conn, s) if found else [])
         return out
+
+    def memory_recall(self, recalls: Sequence[MemoryRecall]) -> list[MemoryFound]:
+        out: list[MemoryFound] = []
+        with self._conn() as conn:  # one connection (one lock) for every side of every recall
+            if len(recalls) == 1:
+                # a cycle's recall: one statement probes both sides (most loops keep no
+                # memory: then it is the recall's only statement)
+                people, loop, _ = recalls[0]
+                sides = [self._memory_sides(conn, people, loop)]
+            else:
+                # several runs' recalls (GroupRecall): one probe per side for all their scopes
+                live = self._memory_scopes_in_use(conn, [r[0] for r in recalls])
+                thought = self._memory_scopes_in_use(conn, [r[1] for r in recalls], True)
+                sides = [
+                    (_holds(people, live), _holds(loop, thought)) for people, loop, _ in recalls
+                ]
+            for (people, loop, slots), (said, told) in zip(recalls, sides, strict=True):
+                rows = self._memory_rows(conn, people) if said else []
+                theirs = None
+                if len(rows) < slots:  # slots free: the reflections may fill them
+                    theirs = self._memory_rows(conn, loop) if told else []
+                out.append((rows, theirs))
+        return out
+
+    def _memory_rows(self, conn: Any, s: MemorySearch) -> list[dict[str, Any]]:
+        return [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
+
+    def _memory_sides(
+        self, conn: Any, people: MemorySearch, loop: MemorySearch
+    ) -> tuple[bool, bool]:
+        """Whether any active item of ``people``'s side, and of ``loop``'s, lies in its
+        search's scopes. Most loops keep no memory: one indexed probe of the scopes answers
+        both sides then; a scope holding some is probed again, each side through its own
+        index, in one statement. Nothing is kept between calls: another process's write is
+        seen by the next recall."""
+        probe = _sides_probe(people, loop, self._MARK)
+        if probe is None or conn.execute(*probe[0]).fetchone() is None:
+            return False, False
+        said, told = conn.execute(*probe[1]).fetchone()
+        return bool(said), bool(told)
 
     def _memory_scopes_in_use(
         self, conn: Any, searches: Sequence[MemorySearch], reflections: bool = False
@@ -224,7 +262,7 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         """Where a search reads reflections only, SQLite is told their index: without
         statistics its planner walked every active item of the scope (``memory_strength``)
         to find the few reflections. PostgreSQL's planner weighs the partial index itself."""
-        return " INDEXED BY memory_reflections" if reflections and self._MARK == "?" else ""
+        return _by_index(reflections, self._MARK)
 
     def _memory_search_sql(self, s: MemorySearch) -> tuple[str, list[Any]]:
         """One search as one statement, all ranking in the database:
@@ -397,6 +435,58 @@ def _several_scopes(searches: Sequence[MemorySearch]) -> bool:
         elif s.scopes != first:
             return True
     return False
+
+
+def _holds(s: MemorySearch, live: set[tuple[str, str]]) -> bool:
+    """Whether the search may find anything: a scope of it holds an item (``live``)."""
+    return s.limit > 0 and any(pair in live for pair in s.scopes)
+
+
+Statement = tuple[str, tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=256)
+def _sides_probe(
+    people: MemorySearch, loop: MemorySearch, mark: str
+) -> tuple[Statement, Statement] | None:
+    """The statements probing a recall's two sides (``_memory_sides``) with their arguments:
+    whether the scopes hold any active item, then whether each side does; None when neither
+    search asks for rows. The same searches every cycle (``_recall``'s cache), so the same
+    statements, built once."""
+    parts: list[str] = []
+    args: list[str] = []
+    anywhere: dict[tuple[str, str], None] = {}
+    for s in (people, loop):
+        pairs = s.scopes if s.limit > 0 else ()
+        if not pairs:
+            parts.append("0")
+            continue
+        anywhere.update(dict.fromkeys(pairs))
+        parts.append(
+            f"EXISTS (SELECT 1 FROM memory{_by_index(s.reflections, mark)} WHERE "
+            f"status='active'{_signals(s)} AND ({_in_scopes(len(pairs), mark)}))"
+        )
+        args += _flat(pairs)
+    if not anywhere:
+        return None
+    return (
+        (
+            f"SELECT 1 FROM memory WHERE status='active' AND "
+            f"({_in_scopes(len(anywhere), mark)}) LIMIT 1",
+            tuple(_flat(list(anywhere))),
+        ),
+        (f"SELECT {', '.join(parts)}", tuple(args)),
+    )
+
+
+def _in_scopes(n: int, mark: str) -> str:
+    """The condition keeping ``n`` ``(scope, scope_key)`` pairs' items."""
+    return " OR ".join([f"(scope={mark} AND scope_key={mark})"] * n)
+
+
+def _by_index(reflections: bool | None, mark: str) -> str:
+    """``SQLStore._reflections_index`` for a store marking parameters with ``mark``."""
+    return " INDEXED BY memory_reflections" if reflections and mark == "?" else ""
 
 
 def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
