@@ -65,6 +65,10 @@ def test_a_recall_of_scopes_without_memory_is_one_statement(
     scopes = [("task", "k"), ("project", "p"), ("global", None)]
     assert recall(rt.store, scopes, "raise the counter") == []
     assert len(seen) == 1, seen
+    # several runs' recalls (GroupRecall): one probe for all their scopes
+    seen.clear()
+    assert rt.store.memory_recall(_recalls()) == [([], [])] * 5
+    assert len(seen) == 1, seen
 
 
 def _recalls() -> list[tuple[Any, Any, int]]:

@@ -185,14 +185,16 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         out: list[MemoryFound] = []
         with self._conn() as conn:  # one connection (one lock) for every side of every recall
             if len(recalls) == 1:
-                # a cycle's recall: one statement probes both sides (most loops keep no
-                # memory: then it is the recall's only statement)
+                # a cycle's recall: one probe for both sides (most loops keep no memory:
+                # then it is the recall's only statement)
                 people, loop, _ = recalls[0]
                 sides = [self._memory_sides(conn, people, loop)]
             else:
                 # several runs' recalls (GroupRecall): one probe per side for all their scopes
-                live = self._memory_scopes_in_use(conn, [r[0] for r in recalls])
-                thought = self._memory_scopes_in_use(conn, [r[1] for r in recalls], True)
+                # (a scope with a reflection is one with an active item: only those probed)
+                live = self._memory_scopes_in_use(conn, [s for r in recalls for s in r[:2]])
+                mused = [r[1] for r in recalls if _holds(r[1], live)]
+                thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
                 sides = [
                     (_holds(people, live), _holds(loop, thought)) for people, loop, _ in recalls
                 ]
