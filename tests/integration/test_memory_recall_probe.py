@@ -21,13 +21,10 @@ from loopwright.store import Store
 
 
 @pytest.fixture
-def rt(url: str) -> Iterator[lw.Runtime]:
+def on(url: str) -> Iterator[lw.Runtime]:
     """A runtime on each store (SQLite, and PostgreSQL with ``LOOPWRIGHT_TEST_PG``)."""
-    runtime = lw.Runtime(url)
-    try:
+    with lw.Runtime(url) as runtime:
         yield runtime
-    finally:
-        runtime.close()
 
 
 def statements(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -53,21 +50,21 @@ def statements(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_recall_of_scopes_without_memory_is_one_statement(
-    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+    on: lw.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Most loops keep no memory: a cycle's recall then costs one indexed probe, however many
     sides it has (before: one probe for people's feedback, a second for reflections)."""
     # memory elsewhere: another task's and another project's, both sides
     for signal in ("correction", "reflection"):
-        rt.memory.add(scope="task", scope_key="other", signal=signal, text="a note", by="ann")
-        rt.memory.add(scope="project", scope_key="q", signal=signal, text="a note", by="ann")
-    seen = statements(rt.store, monkeypatch)
+        on.memory.add(scope="task", scope_key="other", signal=signal, text="a note", by="ann")
+        on.memory.add(scope="project", scope_key="q", signal=signal, text="a note", by="ann")
+    seen = statements(on.store, monkeypatch)
     scopes = [("task", "k"), ("project", "p"), ("global", None)]
-    assert recall(rt.store, scopes, "raise the counter") == []
+    assert recall(on.store, scopes, "raise the counter") == []
     assert len(seen) == 1, seen
     # several runs' recalls (GroupRecall): one probe for all their scopes
     seen.clear()
-    assert rt.store.memory_recall(_recalls()) == [([], [])] * 5
+    assert on.store.memory_recall(_recalls()) == [([], [])] * 5
     assert len(seen) == 1, seen
 
 
@@ -75,10 +72,10 @@ def _recalls() -> list[tuple[Any, Any, int]]:
     return [(*recall_searches([("task", f"k{i}"), ("project", "p")], "title"), 2) for i in range(5)]
 
 
-def test_a_recall_reads_each_side_as_its_search_alone(rt: lw.Runtime) -> None:
+def test_a_recall_reads_each_side_as_its_search_alone(on: lw.Runtime) -> None:
     """Alone and batched (``GroupRecall``): people's rows as their search's; the reflections'
     as theirs where people's feedback left slots free, else not read (None)."""
-    add = rt.memory.add
+    add = on.memory.add
     add(scope="task", scope_key="k1", signal="edit", text="k1 title", by="ann")  # short
     add(scope="task", scope_key="k2", signal="reflection", text="k2 title", by="reflector")
     add(scope="task", scope_key="k3", signal="edit", text="k3 title", by="ann")
@@ -89,13 +86,13 @@ def test_a_recall_reads_each_side_as_its_search_alone(rt: lw.Runtime) -> None:
     recalls = _recalls()
     expected = []
     for people, loop, slots in recalls:
-        mine = rt.store.memory_search([people])[0]
-        expected.append((mine, rt.store.memory_search([loop])[0] if len(mine) < slots else None))
-    alone = [rt.store.memory_recall([r])[0] for r in recalls]
+        mine = on.store.memory_search([people])[0]
+        expected.append((mine, on.store.memory_search([loop])[0] if len(mine) < slots else None))
+    alone = [on.store.memory_recall([r])[0] for r in recalls]
     assert alone == expected
-    assert rt.store.memory_recall(recalls) == expected
+    assert on.store.memory_recall(recalls) == expected
     # the protocol's default (two memory_search calls) answers the same
-    assert Store.memory_recall(rt.store, recalls) == expected
+    assert Store.memory_recall(on.store, recalls) == expected
     sides = [
         ([r["signal"] for r in mine], theirs and [r["signal"] for r in theirs])
         for mine, theirs in expected
@@ -121,7 +118,7 @@ with lw.Runtime(sys.argv[1]) as rt:
 
 
 def test_a_correction_another_process_writes_is_recalled_at_the_next_cycle(
-    rt: lw.Runtime, url: str
+    on: lw.Runtime, url: str
 ) -> None:
     """The store answered "no memory" for the task; another process then writes a person's
     correction (and a reflection) for it: the run's next cycle shows both, the correction
@@ -147,7 +144,7 @@ def test_a_correction_another_process_writes_is_recalled_at_the_next_cycle(
         project="pj",
         contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5)),
     )
-    result = rt.run_sync(
+    result = on.run_sync(
         loop, {"goal": "raise the counter", "artifacts": {"doc": {"n": 0}}}, task_key="xk"
     )
     assert result.cycles == 3
