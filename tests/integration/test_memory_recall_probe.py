@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,14 @@ def test_a_recall_reads_each_side_as_its_search_alone(on: lw.Runtime) -> None:
     assert on.store.memory_recall(recalls) == expected
     # the protocol's default (two memory_search calls) answers the same
     assert Store.memory_recall(on.store, recalls) == expected
+    # searches holding lists (not hashable), and two sides reading other scopes
+    listed = [
+        (replace(people, scopes=list(people.scopes)), replace(loop, scopes=list(loop.scopes)), n)
+        for people, loop, n in recalls
+    ]
+    assert [on.store.memory_recall([r])[0] for r in listed] == expected
+    crossed = (recalls[1][0], recalls[2][1], 2)  # k1's people's feedback, k2's reflections
+    assert on.store.memory_recall([crossed]) == [(expected[1][0], expected[2][1])]
     sides = [
         ([r["signal"] for r in mine], theirs and [r["signal"] for r in theirs])
         for mine, theirs in expected

@@ -182,46 +182,46 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         return out
 
     def memory_recall(self, recalls: Sequence[MemoryRecall]) -> list[MemoryFound]:
-        out: list[MemoryFound] = []
         with self._conn() as conn:  # one connection (one lock) for every side of every recall
             if len(recalls) == 1:
-                # a cycle's recall: one probe for both sides (most loops keep no memory:
-                # then it is the recall's only statement)
-                people, loop, _ = recalls[0]
-                sides = [self._memory_sides(conn, people, loop)]
-            else:
-                # several runs' recalls (GroupRecall): one probe per side for all their scopes
-                # (a scope with a reflection is one with an active item: only those probed)
-                live = self._memory_scopes_in_use(conn, [s for r in recalls for s in r[:2]])
-                mused = [r[1] for r in recalls if _holds(r[1], live)]
-                thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
-                sides = [
-                    (_holds(people, live), _holds(loop, thought)) for people, loop, _ in recalls
-                ]
-            for (people, loop, slots), (said, told) in zip(recalls, sides, strict=True):
-                rows = self._memory_rows(conn, people) if said else []
+                people, loop, slots = recalls[0]
+                return [self._memory_recall_one(conn, people, loop, slots)]
+            # several runs' recalls (GroupRecall): one probe per side for all their scopes
+            # (a scope with a reflection is one with an active item: only those probed)
+            live = self._memory_scopes_in_use(conn, [s for r in recalls for s in r[:2]])
+            mused = [r[1] for r in recalls if _holds(r[1], live)]
+            thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
+            out: list[MemoryFound] = []
+            for people, loop, slots in recalls:
+                rows = self._memory_rows(conn, people) if _holds(people, live) else []
                 theirs = None
                 if len(rows) < slots:  # slots free: the reflections may fill them
-                    theirs = self._memory_rows(conn, loop) if told else []
+                    theirs = self._memory_rows(conn, loop) if _holds(loop, thought) else []
                 out.append((rows, theirs))
-        return out
+            return out
+
+    def _memory_recall_one(
+        self, conn: Any, people: MemorySearch, loop: MemorySearch, slots: int
+    ) -> MemoryFound:
+        """A cycle's recall. Most loops keep no memory: one indexed probe of the scopes
+        answers both sides then (the recall's only statement). Where it finds an item, that
+        item's side holds some; the other side is probed only when its search is wanted
+        (each side through its own index), so no recall runs more statements than its two
+        searches probed apart. Nothing is kept between recalls: another process's write is
+        seen by the next one."""
+        probe = _recall_probes(people, loop, self._MARK)
+        first = conn.execute(*probe[0]).fetchone() if probe[0] else None
+        if first is None:
+            return [], []
+        said = _side(conn, probe[1], first[0] != "reflection" and probe[3])
+        rows = self._memory_rows(conn, people) if said else []
+        if len(rows) >= slots:
+            return rows, None
+        told = _side(conn, probe[2], first[0] == "reflection" and probe[3])
+        return rows, (self._memory_rows(conn, loop) if told else [])
 
     def _memory_rows(self, conn: Any, s: MemorySearch) -> list[dict[str, Any]]:
         return [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
-
-    def _memory_sides(
-        self, conn: Any, people: MemorySearch, loop: MemorySearch
-    ) -> tuple[bool, bool]:
-        """Whether any active item of ``people``'s side, and of ``loop``'s, lies in its
-        search's scopes. Most loops keep no memory: one indexed probe of the scopes answers
-        both sides then; a scope holding some is probed again, each side through its own
-        index, in one statement. Nothing is kept between calls: another process's write is
-        seen by the next recall."""
-        probe = _sides_probe(people, loop, self._MARK)
-        if probe is None or conn.execute(*probe[0]).fetchone() is None:
-            return False, False
-        said, told = conn.execute(*probe[1]).fetchone()
-        return bool(said), bool(told)
 
     def _memory_scopes_in_use(
         self, conn: Any, searches: Sequence[MemorySearch], reflections: bool = False
@@ -248,17 +248,8 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
 
     def _memory_in_scope(self, conn: Any, s: MemorySearch) -> bool:
         """Whether any active item lies in the search's scopes (the scope index answers)."""
-        pairs = list(s.scopes)
-        if not pairs or s.limit <= 0:
-            return False
-        m = self._MARK
-        cond = " OR ".join([f"(scope={m} AND scope_key={m})"] * len(pairs))
-        row = conn.execute(
-            f"SELECT 1 FROM memory{self._reflections_index(s.reflections)} WHERE status='active'"
-            f"{_signals(s)} AND ({cond}) LIMIT 1",
-            _flat(pairs),
-        ).fetchone()
-        return row is not None
+        probe = _probe(s, self._MARK)
+        return probe is not None and conn.execute(*probe).fetchone() is not None
 
     def _reflections_index(self, reflections: bool | None) -> str:
         """Where a search reads reflections only, SQLite is told their index: without
@@ -447,38 +438,56 @@ def _holds(s: MemorySearch, live: set[tuple[str, str]]) -> bool:
 Statement = tuple[str, tuple[str, ...]]
 
 
-@functools.lru_cache(maxsize=256)
-def _sides_probe(
-    people: MemorySearch, loop: MemorySearch, mark: str
-) -> tuple[Statement, Statement] | None:
-    """The statements probing a recall's two sides (``_memory_sides``) with their arguments:
-    whether the scopes hold any active item, then whether each side does; None when neither
-    search asks for rows. The same searches every cycle (``_recall``'s cache), so the same
-    statements, built once."""
-    parts: list[str] = []
-    args: list[str] = []
-    anywhere: dict[tuple[str, str], None] = {}
-    for s in (people, loop):
-        pairs = s.scopes if s.limit > 0 else ()
-        if not pairs:
-            parts.append("0")
-            continue
-        anywhere.update(dict.fromkeys(pairs))
-        parts.append(
-            f"EXISTS (SELECT 1 FROM memory{_by_index(s.reflections, mark)} WHERE "
-            f"status='active'{_signals(s)} AND ({_in_scopes(len(pairs), mark)}))"
-        )
-        args += _flat(pairs)
-    if not anywhere:
+def _probe(s: MemorySearch, mark: str) -> Statement | None:
+    """Whether the search's side holds an active item in its scopes, as a statement and its
+    arguments (its side's index answers); None when it asks for no rows."""
+    if not s.scopes or s.limit <= 0:
         return None
     return (
-        (
-            f"SELECT 1 FROM memory WHERE status='active' AND "
+        f"SELECT 1 FROM memory{_by_index(s.reflections, mark)} WHERE "
+        f"status='active'{_signals(s)} AND ({_in_scopes(len(s.scopes), mark)}) LIMIT 1",
+        tuple(_flat(s.scopes)),
+    )
+
+
+def _side(conn: Any, probe: Statement | None, known: bool) -> bool:
+    """Whether a recall's side holds an active item: ``known``, or its ``probe`` finds one."""
+    return known or (probe is not None and conn.execute(*probe).fetchone() is not None)
+
+
+Probes = tuple[Statement | None, Statement | None, Statement | None, bool]
+
+
+def _recall_probes(people: MemorySearch, loop: MemorySearch, mark: str) -> Probes:
+    """``_recall_probes_of``, cached where the searches can be (their scopes tuples)."""
+    try:
+        return _recall_probes_cached(people, loop, mark)
+    except TypeError:  # a search holding lists (unhashable): built each time
+        return _recall_probes_of(people, loop, mark)
+
+
+def _recall_probes_of(people: MemorySearch, loop: MemorySearch, mark: str) -> Probes:
+    """A recall's probes (``_memory_recall_one``), each with its arguments, None where its
+    search asks for no rows: the signal of any active item of both searches' scopes, then
+    whether people's side, and the reflections' side, holds one; and whether the first
+    answers for the sides (both searches read the same scopes). The same searches every
+    cycle (``_recall``'s cache), so the same statements, built once."""
+    sides = [_probe(people, mark), _probe(loop, mark)]
+    anywhere = dict.fromkeys(
+        [pair for s, side in zip((people, loop), sides, strict=True) if side for pair in s.scopes]
+    )
+    first: Statement | None = None
+    if anywhere:
+        first = (
+            f"SELECT signal FROM memory WHERE status='active' AND "
             f"({_in_scopes(len(anywhere), mark)}) LIMIT 1",
             tuple(_flat(list(anywhere))),
-        ),
-        (f"SELECT {', '.join(parts)}", tuple(args)),
-    )
+        )
+    same = people.scopes == loop.scopes and None not in sides
+    return first, sides[0], sides[1], same
+
+
+_recall_probes_cached = functools.lru_cache(maxsize=256)(_recall_probes_of)
 
 
 def _in_scopes(n: int, mark: str) -> str:
