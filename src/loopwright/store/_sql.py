@@ -248,7 +248,7 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
 
     def _memory_in_scope(self, conn: Any, s: MemorySearch) -> bool:
         """Whether any active item lies in the search's scopes (the scope index answers)."""
-        probe = _probe(s, self._MARK)
+        probe = _probe(_side_of(s), self._MARK)
         return probe is not None and conn.execute(*probe).fetchone() is not None
 
     def _reflections_index(self, reflections: bool | None) -> str:
@@ -438,15 +438,25 @@ def _holds(s: MemorySearch, live: set[tuple[str, str]]) -> bool:
 Statement = tuple[str, tuple[str, ...]]
 
 
-def _probe(s: MemorySearch, mark: str) -> Statement | None:
-    """Whether the search's side holds an active item in its scopes, as a statement and its
+Side = tuple[Sequence[tuple[str, str]], bool | None, bool]
+"""What a probe of a search's side depends on: its scopes, its side
+(``MemorySearch.reflections``) and whether it asks for rows; not its query."""
+
+
+def _side_of(s: MemorySearch) -> Side:
+    return s.scopes, s.reflections, s.limit > 0
+
+
+def _probe(side: Side, mark: str) -> Statement | None:
+    """Whether a search's side holds an active item in its scopes, as a statement and its
     arguments (its side's index answers); None when it asks for no rows."""
-    if not s.scopes or s.limit <= 0:
+    scopes, reflections, asks = side
+    if not scopes or not asks:
         return None
     return (
-        f"SELECT 1 FROM memory{_by_index(s.reflections, mark)} WHERE "
-        f"status='active'{_signals(s)} AND ({_in_scopes(len(s.scopes), mark)}) LIMIT 1",
-        tuple(_flat(s.scopes)),
+        f"SELECT 1 FROM memory{_by_index(reflections, mark)} WHERE "
+        f"status='active'{_which(reflections)} AND ({_in_scopes(len(scopes), mark)}) LIMIT 1",
+        tuple(_flat(scopes)),
     )
 
 
@@ -459,22 +469,23 @@ Probes = tuple[Statement | None, Statement | None, Statement | None, bool]
 
 
 def _recall_probes(people: MemorySearch, loop: MemorySearch, mark: str) -> Probes:
-    """``_recall_probes_of``, cached where the searches can be (their scopes tuples)."""
+    """``_recall_probes_of``, cached where the scopes can be (tuples): the same scopes every
+    cycle of a loop, whatever its query, so the same statements, built once."""
+    mine, theirs = _side_of(people), _side_of(loop)
     try:
-        return _recall_probes_cached(people, loop, mark)
-    except TypeError:  # a search holding lists (unhashable): built each time
-        return _recall_probes_of(people, loop, mark)
+        return _recall_probes_cached(mine, theirs, mark)
+    except TypeError:  # scopes held in lists (unhashable): built each time
+        return _recall_probes_of(mine, theirs, mark)
 
 
-def _recall_probes_of(people: MemorySearch, loop: MemorySearch, mark: str) -> Probes:
+def _recall_probes_of(mine: Side, theirs: Side, mark: str) -> Probes:
     """A recall's probes (``_memory_recall_one``), each with its arguments, None where its
     search asks for no rows: the signal of any active item of both searches' scopes, then
-    whether people's side, and the reflections' side, holds one; and whether the first
-    answers for the sides (both searches read the same scopes). The same searches every
-    cycle (``_recall``'s cache), so the same statements, built once."""
-    sides = [_probe(people, mark), _probe(loop, mark)]
+    whether people's side (``mine``), and the reflections' side (``theirs``), holds one; and
+    whether the first answers for the sides (both searches read the same scopes)."""
+    sides = [_probe(mine, mark), _probe(theirs, mark)]
     anywhere = dict.fromkeys(
-        [pair for s, side in zip((people, loop), sides, strict=True) if side for pair in s.scopes]
+        [pair for s, side in zip((mine, theirs), sides, strict=True) if side for pair in s[0]]
     )
     first: Statement | None = None
     if anywhere:
@@ -483,7 +494,7 @@ def _recall_probes_of(people: MemorySearch, loop: MemorySearch, mark: str) -> Pr
             f"({_in_scopes(len(anywhere), mark)}) LIMIT 1",
             tuple(_flat(list(anywhere))),
         )
-    same = people.scopes == loop.scopes and None not in sides
+    same = mine[0] == theirs[0] and None not in sides
     return first, sides[0], sides[1], same
 
 
@@ -511,6 +522,11 @@ def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
 def _signals(s: MemorySearch, prefix: str = "") -> str:
     """The condition keeping a search's side (``MemorySearch.reflections``): people's
     feedback, reflections, or (None) every item."""
-    if s.reflections is None:
+    return _which(s.reflections, prefix)
+
+
+def _which(reflections: bool | None, prefix: str = "") -> str:
+    """``_signals`` of a search whose ``reflections`` is this."""
+    if reflections is None:
         return ""
-    return f" AND {prefix}signal {'=' if s.reflections else '<>'} 'reflection'"
+    return f" AND {prefix}signal {'=' if reflections else '<>'} 'reflection'"
