@@ -51,6 +51,8 @@ def main(argv: list[str]) -> None:
 
         _sql.SQLStore.commit_request = no_commit  # type: ignore[method-assign]
         _sql.SQLStore.memory_search = lambda self, s: [[] for _ in s]  # type: ignore[method-assign]
+        # (a tree whose recall asks both sides in one call: the same, empty; ignored before)
+        _sql.SQLStore.memory_recall = lambda self, r: [([], []) for _ in r]  # type: ignore[method-assign]
     uuid.uuid4 = _fixed_uuid4
     rt = lw.Runtime(f"sqlite:///{tempfile.mkdtemp()}/x.db?durability=process")
     gc.collect()

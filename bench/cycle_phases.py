@@ -130,7 +130,7 @@ PHASES = [
 def instrument(ph: Phases) -> None:
     rt = _engine.Runtime
     ph.wrap(rt, "_context", "context")
-    ph.wrap(_sql.SQLStore, "memory_search", "memory")
+    ph.wrap(_sql.SQLStore, "memory_recall", "memory")
     ph.wrap(
         _cycle,
         "call_with_retry",
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         # The store taken away piece by piece (unwrapped): the cycle's commit, then the memory
         # read. The run's first and last commits (no cycle record) still go to the store.
         commit, search = _sql.SQLStore.commit_request, _sql.SQLStore.memory_search
+        recall = _sql.SQLStore.memory_recall
 
         def no_commit(self: Any, it: CommitRequest) -> bool:
             if it.record is None or it.run.get("status") not in (None, "running"):
@@ -197,10 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             _sql.SQLStore.commit_request = no_commit  # type: ignore[method-assign]
             without_commit = cpu_per_cycle(rt, args.cycles, "no-commit", stored=False)
             _sql.SQLStore.memory_search = lambda self, s: [[] for _ in s]  # type: ignore[method-assign]
+            _sql.SQLStore.memory_recall = lambda self, r: [([], []) for _ in r]  # type: ignore[method-assign]
             without_store = cpu_per_cycle(rt, args.cycles, "no-store", stored=False)
         finally:
             _sql.SQLStore.commit_request = commit  # type: ignore[method-assign]
             _sql.SQLStore.memory_search = search  # type: ignore[method-assign]
+            _sql.SQLStore.memory_recall = recall  # type: ignore[method-assign]
     finally:
         rt.close()
     n = args.cycles

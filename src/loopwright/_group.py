@@ -18,12 +18,12 @@ import contextlib
 from ._memory import RECALL_RANKED
 from ._recall import recall_searches
 from .store import CommitRequest, Store
-from .store._base import MemorySearch
+from .store._base import MemoryFound, MemoryRecall
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
 Scopes = list[tuple[str, str | None]]
-Found = list[list[dict[str, object]]]
+Found = MemoryFound
 
 
 class GroupCommitter:
@@ -100,27 +100,30 @@ class GroupRecall:
     Every cycle's context carries the memory of its task and project, read when the cycle
     starts (so a correction a person adds is seen at the next cycle). A hundred runs each
     reading on their own would put a hundred blocking store round trips a turn on the event
-    loop; instead the first read of a turn schedules one ``memory_search`` call carrying the
-    people's-feedback search of every run that asks during that turn (one connection, one
-    statement per run, each ranked in the database), then, in a second call, the reflections'
-    search of the runs whose people's feedback came back short of a context's slots
-    (``_memory.recall``: reflections only fill the slots left). Same rows, same freshness.
+    loop; instead the first read of a turn schedules one ``memory_recall`` call carrying the
+    recall of every run that asks during that turn (one connection, one probe per side for
+    all their scopes, one statement per search, each ranked in the database): people's
+    feedback, and the reflections of the runs whose people's feedback came back short of a
+    context's slots (``_recall.recall``: reflections only fill the slots left). Same rows,
+    same freshness.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.loop = asyncio.get_running_loop()
-        self._waiting: list[tuple[tuple[MemorySearch, ...], asyncio.Future[Found]]] = []
+        self._waiting: list[tuple[MemoryRecall, asyncio.Future[Found]]] = []
         self.queries = 0
 
     def fetch(
-        self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED
+        self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED, limit: int = 5
     ) -> asyncio.Future[Found]:
-        """The rows of a recall's people's-feedback search (``_memory.recall_searches``),
-        best first, and of its reflections' search where those came back short of the
-        context's slots: ``_memory.recall``'s ``found``; ``ranked``: ``memory_search``'s."""
+        """A recall's rows (``Store.memory_recall``): its people's-feedback search's
+        (``_recall.recall_searches``), best first, and its reflections' search's where those
+        came back short of the ``limit`` slots: ``_recall.recall``'s ``found``; ``ranked``:
+        ``memory_search``'s."""
         fut: asyncio.Future[Found] = self.loop.create_future()
-        self._waiting.append((recall_searches(scopes, query, ranked=ranked), fut))
+        people, loop = recall_searches(scopes, query, limit, ranked)
+        self._waiting.append(((people, loop, limit), fut))
         if len(self._waiting) == 1:
             # after the callbacks already ready this turn: the other runs ask first
             self.loop.call_soon(self._flush)
@@ -129,18 +132,10 @@ class GroupRecall:
     def _flush(self) -> None:
         waiting, self._waiting = self._waiting, []
         try:
-            found = [[rows] for rows in self._ask([people for (people, _), _ in waiting])]
-            # (a search asks for 2 × slots + 5 rows: fewer than the slots leaves some free)
-            short = [
-                i
-                for i, ((people, _), _) in enumerate(waiting)
-                if len(found[i][0]) < (people.limit - 5) // 2
-            ]
-            if short:
-                for i, rows in zip(
-                    short, self._ask([waiting[i][0][1] for i in short]), strict=True
-                ):
-                    found[i].append(rows)
+            found = self.store.memory_recall([asked for asked, _ in waiting])
+            self.queries += 1
+            if len(found) != len(waiting):
+                raise ValueError(f"{len(found)} answers to {len(waiting)} memory recalls")
         except Exception as exc:  # every waiter learns it (recall is best effort there)
             for _, fut in waiting:
                 if not fut.done():
@@ -149,10 +144,3 @@ class GroupRecall:
         for (_, fut), mine in zip(waiting, found, strict=True):
             if not fut.done():
                 fut.set_result(mine)
-
-    def _ask(self, searches: list[MemorySearch]) -> list[list[dict[str, object]]]:
-        results = self.store.memory_search(searches)
-        self.queries += 1
-        if len(results) != len(searches):
-            raise ValueError(f"{len(results)} answers to {len(searches)} memory searches")
-        return results

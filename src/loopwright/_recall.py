@@ -1,8 +1,8 @@
 """A recall: the feedback memory put in a context, what people said first.
 
 People's feedback (every signal but ``reflection``) and the loop's own reflections are two
-bounded store searches (``MemorySearch.reflections``); reflections are read, and shown, only
-when people's feedback leaves slots free. ``FeedbackMemory.retrieve``, each cycle's recall
+bounded store searches (``MemorySearch.reflections``), asked in one ``Store.memory_recall``;
+reflections are read, and shown, only when people's feedback leaves slots free. ``FeedbackMemory.retrieve``, each cycle's recall
 (``_cycle``) and ``GroupRecall`` (runs sharing an event loop) all go through ``recall``.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._memory import RECALL_RANKED, MemoryItem, memory_search, rank
 
 if TYPE_CHECKING:
-    from .store._base import MemorySearch, Store
+    from .store._base import MemoryFound, MemorySearch, Store
 
 __all__ = ["recall", "recall_searches"]
 
@@ -52,20 +52,24 @@ def recall(
     query: str,
     limit: int = 5,
     ranked: int | None = RECALL_RANKED,
-    found: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+    found: MemoryFound | None = None,
 ) -> builtins.list[MemoryItem]:
     """At most ``limit`` items for a context: people's feedback first, ranked among itself,
-    then, only if it leaves slots free, reflections (``recall_searches``): a recall whose
-    people's feedback fills the context asks the store one search. ``found``: the rows of
-    the people's search, and of the reflections' one, already read (``GroupRecall``); what
-    is missing is read from ``store``."""
+    then, only if it leaves slots free, reflections (``recall_searches``). Both are read in
+    one ``Store.memory_recall`` (one probe answers both sides of a scope with no memory);
+    ``found``: that answer, already read (``GroupRecall``). Read again here only when the
+    same feedback in several scopes took the spare rows."""
     if limit <= 0:
         return []
     people, loop = recall_searches(scopes, query, limit, ranked)
-    mine, out = _fill(store, people, found[0] if found else None, (), scopes, limit)
-    if len(out) == limit:
-        return out
-    theirs = found[1] if found and len(found) > 1 else None
+    if found is None:
+        [found] = store.memory_recall([(people, loop, limit)])
+    rows, theirs = found
+    if not rows and theirs is not None and not theirs:
+        return []  # (most loops keep no memory)
+    mine, out = _fill(store, people, rows, (), scopes, limit)
+    if len(out) == limit or (theirs is not None and not theirs):
+        return out  # full, or no reflection to add: ranked once
     return _fill(store, loop, theirs, mine, scopes, limit)[1]
 
 

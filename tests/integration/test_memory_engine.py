@@ -270,6 +270,7 @@ def test_a_failing_memory_store_never_fails_a_run(
         raise sqlite3.OperationalError("database is locked")
 
     monkeypatch.setattr(rt.store, "memory_search", broken)
+    monkeypatch.setattr(rt.store, "memory_recall", broken)
     monkeypatch.setattr(rt.memory, "add", broken)
     r = rt.run_sync(make_loop(Recorder(), reflector=lambda c, v: "note"), task("f-1", "P"))
     assert r.status == "accepted"
@@ -280,6 +281,7 @@ def test_a_failing_memory_store_never_fails_a_run(
     assert [x.status for x in rs] == ["accepted"] * 3
     # ...nor a store that answers with rows it should not (no run waits forever for them)
     monkeypatch.setattr(rt.store, "memory_search", lambda searches: [[{"scope": "task"}]])
+    monkeypatch.setattr(rt.store, "memory_recall", lambda recalls: [([{"scope": "task"}], [])])
 
     async def bounded() -> list[lw.RunResult]:
         return await asyncio.wait_for(
@@ -304,13 +306,13 @@ def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -
     )
     actors = [Recorder() for _ in range(6)]
     queries: list[int] = []
-    orig = rt.store.memory_search
+    orig = rt.store.memory_recall
 
-    def counting(searches: Any) -> Any:
-        queries.append(len(searches))
-        return orig(searches)
+    def counting(recalls: Any) -> Any:
+        queries.append(len(recalls))
+        return orig(recalls)
 
-    rt.store.memory_search = counting  # type: ignore[method-assign]
+    rt.store.memory_recall = counting  # type: ignore[method-assign]
     try:
         loops = [make_loop(a) for a in actors]
 
@@ -326,7 +328,7 @@ def test_runs_sharing_a_loop_read_memory_together_each_its_own(rt: lw.Runtime) -
 
         results = asyncio.run(go())
     finally:
-        del rt.store.memory_search
+        del rt.store.memory_recall
     assert [r.status for r in results] == ["accepted"] * 6
     cycles = sum(len(a.contexts) for a in actors)
     # Read together: a call carried several runs' searches, so there were fewer calls than
@@ -376,13 +378,13 @@ def test_the_loops_recall_cap_reaches_the_store(rt: lw.Runtime, together: bool) 
 
     rt.memory.add(scope="project", scope_key="A", signal="correction", text="doc rule", by="ana")
     seen: list[int | None] = []
-    orig = rt.store.memory_search
+    orig = rt.store.memory_recall
 
-    def spying(searches: Any) -> Any:
-        seen.extend(s.ranked for s in searches)
-        return orig(searches)
+    def spying(recalls: Any) -> Any:
+        seen.extend(s.ranked for r in recalls for s in r[:2])
+        return orig(recalls)
 
-    rt.store.memory_search = spying  # type: ignore[method-assign]
+    rt.store.memory_recall = spying  # type: ignore[method-assign]
     try:
         for ranked in (7, None, RECALL_RANKED):
             kw = {} if ranked == RECALL_RANKED else {"recall_ranked": ranked}
@@ -400,7 +402,7 @@ def test_the_loops_recall_cap_reaches_the_store(rt: lw.Runtime, together: bool) 
             asyncio.run(go())
             assert seen and set(seen) == {ranked}, (ranked, seen)
     finally:
-        del rt.store.memory_search
+        del rt.store.memory_recall
 
 
 # (2**63: past the stores' 64-bit LIMIT, which refused it mid-run, IntegrityError)

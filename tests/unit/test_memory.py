@@ -203,7 +203,11 @@ def test_retrieve_filters_scopes_even_if_the_store_returned_more(
         # a broken store: ignores the scope filter
         return [store.memory_query(status="active") for _ in searches]
 
+    def sloppy_recall(recalls: list[Any]) -> list[tuple[Any, Any]]:
+        return [(sloppy([r[0]])[0], sloppy([r[1]])[0]) for r in recalls]
+
     monkeypatch.setattr(store, "memory_search", sloppy)
+    monkeypatch.setattr(store, "memory_recall", sloppy_recall)
     assert _texts(mem.retrieve(task_key="t", project="A", query="rule")) == ["A's rule"]
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "CommitRequest",
     "Event",
     "JournalEntry",
+    "MemoryFound",
+    "MemoryRecall",
     "MemorySearch",
     "NewApproval",
     "NewEvent",
@@ -392,6 +394,15 @@ class MemorySearch:
     ``reflection``); True only the loop's own reflections. A recall asks for people's
     feedback and for reflections apart (``_memory.recall_searches``), so that reflections only
     fill the slots people's feedback leaves free."""
+
+
+MemoryRecall = tuple[MemorySearch, MemorySearch, int]
+"""One recall's searches (``Store.memory_recall``): what people said, the loop's reflections
+(read only when people's feedback leaves slots free), and the slots (a context's items)."""
+
+MemoryFound = tuple[list[dict[str, Any]], list[dict[str, Any]] | None]
+"""One recall's rows (``Store.memory_recall``): people's feedback's, best first, and the
+reflections', or None where people's feedback filled the slots and they were not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1364,6 +1375,25 @@ class Store(LiveStore, PeopleStore, ABC):
         """How many items ``memory_query`` with these filters would return, unbounded. This
         default reads them all; the built-in stores count in the database."""
         return len(self.memory_query(scopes=scopes, status=status))
+
+    def memory_recall(self, recalls: Sequence[MemoryRecall]) -> list[MemoryFound]:
+        """Each recall's rows (``_recall.recall``): its people's search's, and its reflections'
+        search's only when people's feedback came back with fewer rows than its ``slots``
+        (None: not read), read in one go. This default asks ``memory_search`` for the people's
+        searches, then for the short ones' reflections; the built-in stores answer a recall's
+        two sides with one probe on one connection (an empty scope answers both unsearched)."""
+        people = self.memory_search([r[0] for r in recalls])
+        if len(people) != len(recalls):
+            raise ValueError(f"{len(people)} answers to {len(recalls)} memory searches")
+        short = [i for i, rows in enumerate(people) if len(rows) < recalls[i][2]]
+        out: list[MemoryFound] = [(rows, None) for rows in people]
+        if short:
+            loop = self.memory_search([recalls[i][1] for i in short])
+            if len(loop) != len(short):
+                raise ValueError(f"{len(loop)} answers to {len(short)} memory searches")
+            for i, rows in zip(short, loop, strict=True):
+                out[i] = (people[i], rows)
+        return out
 
     @abstractmethod
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:

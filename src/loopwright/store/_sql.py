@@ -16,6 +16,7 @@ module joins them and holds feedback memory: its statements and methods.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -26,6 +27,8 @@ from .._errors import (
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
 from ._base import (
+    MemoryFound,
+    MemoryRecall,
     MemorySearch,
 )
 from ._rows import (
@@ -171,17 +174,54 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
                 thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
             for s in searches:
                 if live is not None:
-                    holding = thought if s.reflections else live
-                    found = s.limit > 0 and any((sc, k) in holding for sc, k in s.scopes)
+                    found = _holds(s, thought if s.reflections else live)
                 else:
                     found = self._memory_in_scope(conn, s)
-                if not found:
-                    out.append([])  # most loops keep no memory: one indexed probe a cycle
-                    continue
-                out.append(
-                    [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
-                )
+                # (most loops keep no memory: one indexed probe)
+                out.append(self._memory_rows(conn, s) if found else [])
         return out
+
+    def memory_recall(self, recalls: Sequence[MemoryRecall]) -> list[MemoryFound]:
+        with self._conn() as conn:  # one connection (one lock) for every side of every recall
+            if len(recalls) == 1:
+                people, loop, slots = recalls[0]
+                return [self._memory_recall_one(conn, people, loop, slots)]
+            # several runs' recalls (GroupRecall): one probe per side for all their scopes
+            # (a scope with a reflection is one with an active item: only those probed)
+            live = self._memory_scopes_in_use(conn, [s for r in recalls for s in r[:2]])
+            mused = [r[1] for r in recalls if _holds(r[1], live)]
+            thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
+            out: list[MemoryFound] = []
+            for people, loop, slots in recalls:
+                rows = self._memory_rows(conn, people) if _holds(people, live) else []
+                theirs = None
+                if len(rows) < slots:  # slots free: the reflections may fill them
+                    theirs = self._memory_rows(conn, loop) if _holds(loop, thought) else []
+                out.append((rows, theirs))
+            return out
+
+    def _memory_recall_one(
+        self, conn: Any, people: MemorySearch, loop: MemorySearch, slots: int
+    ) -> MemoryFound:
+        """A cycle's recall. Most loops keep no memory: one indexed probe of the scopes
+        answers both sides then (the recall's only statement). Where it finds an item, that
+        item's side holds some; the other side is probed only when its search is wanted
+        (each side through its own index), so no recall runs more statements than its two
+        searches probed apart. Nothing is kept between recalls: another process's write is
+        seen by the next one."""
+        probe = _recall_probes(people, loop, self._MARK)
+        first = conn.execute(*probe[0]).fetchone() if probe[0] else None
+        if first is None:
+            return [], []
+        said = _side(conn, probe[1], first[0] != "reflection" and probe[3])
+        rows = self._memory_rows(conn, people) if said else []
+        if len(rows) >= slots:
+            return rows, None
+        told = _side(conn, probe[2], first[0] == "reflection" and probe[3])
+        return rows, (self._memory_rows(conn, loop) if told else [])
+
+    def _memory_rows(self, conn: Any, s: MemorySearch) -> list[dict[str, Any]]:
+        return [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
 
     def _memory_scopes_in_use(
         self, conn: Any, searches: Sequence[MemorySearch], reflections: bool = False
@@ -208,23 +248,14 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
 
     def _memory_in_scope(self, conn: Any, s: MemorySearch) -> bool:
         """Whether any active item lies in the search's scopes (the scope index answers)."""
-        pairs = list(s.scopes)
-        if not pairs or s.limit <= 0:
-            return False
-        m = self._MARK
-        cond = " OR ".join([f"(scope={m} AND scope_key={m})"] * len(pairs))
-        row = conn.execute(
-            f"SELECT 1 FROM memory{self._reflections_index(s.reflections)} WHERE status='active'"
-            f"{_signals(s)} AND ({cond}) LIMIT 1",
-            _flat(pairs),
-        ).fetchone()
-        return row is not None
+        probe = _probe(_side_of(s), self._MARK)
+        return probe is not None and conn.execute(*probe).fetchone() is not None
 
     def _reflections_index(self, reflections: bool | None) -> str:
         """Where a search reads reflections only, SQLite is told their index: without
         statistics its planner walked every active item of the scope (``memory_strength``)
         to find the few reflections. PostgreSQL's planner weighs the partial index itself."""
-        return " INDEXED BY memory_reflections" if reflections and self._MARK == "?" else ""
+        return _by_index(reflections, self._MARK)
 
     def _memory_search_sql(self, s: MemorySearch) -> tuple[str, list[Any]]:
         """One search as one statement, all ranking in the database:
@@ -399,6 +430,87 @@ def _several_scopes(searches: Sequence[MemorySearch]) -> bool:
     return False
 
 
+def _holds(s: MemorySearch, live: set[tuple[str, str]]) -> bool:
+    """Whether the search may find anything: a scope of it holds an item (``live``)."""
+    return s.limit > 0 and any(pair in live for pair in s.scopes)
+
+
+Statement = tuple[str, tuple[str, ...]]
+
+
+Side = tuple[Sequence[tuple[str, str]], bool | None, bool]
+"""What a probe of a search's side depends on: its scopes, its side
+(``MemorySearch.reflections``) and whether it asks for rows; not its query."""
+
+
+def _side_of(s: MemorySearch) -> Side:
+    return s.scopes, s.reflections, s.limit > 0
+
+
+def _probe(side: Side, mark: str) -> Statement | None:
+    """Whether a search's side holds an active item in its scopes, as a statement and its
+    arguments (its side's index answers); None when it asks for no rows."""
+    scopes, reflections, asks = side
+    if not scopes or not asks:
+        return None
+    return (
+        f"SELECT 1 FROM memory{_by_index(reflections, mark)} WHERE "
+        f"status='active'{_which(reflections)} AND ({_in_scopes(len(scopes), mark)}) LIMIT 1",
+        tuple(_flat(scopes)),
+    )
+
+
+def _side(conn: Any, probe: Statement | None, known: bool) -> bool:
+    """Whether a recall's side holds an active item: ``known``, or its ``probe`` finds one."""
+    return known or (probe is not None and conn.execute(*probe).fetchone() is not None)
+
+
+Probes = tuple[Statement | None, Statement | None, Statement | None, bool]
+
+
+def _recall_probes(people: MemorySearch, loop: MemorySearch, mark: str) -> Probes:
+    """``_recall_probes_of``, cached where the scopes can be (tuples): the same scopes every
+    cycle of a loop, whatever its query, so the same statements, built once."""
+    mine, theirs = _side_of(people), _side_of(loop)
+    try:
+        return _recall_probes_cached(mine, theirs, mark)
+    except TypeError:  # scopes held in lists (unhashable): built each time
+        return _recall_probes_of(mine, theirs, mark)
+
+
+def _recall_probes_of(mine: Side, theirs: Side, mark: str) -> Probes:
+    """A recall's probes (``_memory_recall_one``), each with its arguments, None where its
+    search asks for no rows: the signal of any active item of both searches' scopes, then
+    whether people's side (``mine``), and the reflections' side (``theirs``), holds one; and
+    whether the first answers for the sides (both searches read the same scopes)."""
+    sides = [_probe(mine, mark), _probe(theirs, mark)]
+    anywhere = dict.fromkeys(
+        [pair for s, side in zip((mine, theirs), sides, strict=True) if side for pair in s[0]]
+    )
+    first: Statement | None = None
+    if anywhere:
+        first = (
+            f"SELECT signal FROM memory WHERE status='active' AND "
+            f"({_in_scopes(len(anywhere), mark)}) LIMIT 1",
+            tuple(_flat(list(anywhere))),
+        )
+    same = mine[0] == theirs[0] and None not in sides
+    return first, sides[0], sides[1], same
+
+
+_recall_probes_cached = functools.lru_cache(maxsize=256)(_recall_probes_of)
+
+
+def _in_scopes(n: int, mark: str) -> str:
+    """The condition keeping ``n`` ``(scope, scope_key)`` pairs' items."""
+    return " OR ".join([f"(scope={mark} AND scope_key={mark})"] * n)
+
+
+def _by_index(reflections: bool | None, mark: str) -> str:
+    """``SQLStore._reflections_index`` for a store marking parameters with ``mark``."""
+    return " INDEXED BY memory_reflections" if reflections and mark == "?" else ""
+
+
 def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
     """``[scope, key, scope, key, …]``, in a loop (no comprehension a cycle)."""
     out: list[str] = []
@@ -410,6 +522,11 @@ def _flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
 def _signals(s: MemorySearch, prefix: str = "") -> str:
     """The condition keeping a search's side (``MemorySearch.reflections``): people's
     feedback, reflections, or (None) every item."""
-    if s.reflections is None:
+    return _which(s.reflections, prefix)
+
+
+def _which(reflections: bool | None, prefix: str = "") -> str:
+    """``_signals`` of a search whose ``reflections`` is this."""
+    if reflections is None:
         return ""
-    return f" AND {prefix}signal {'=' if s.reflections else '<>'} 'reflection'"
+    return f" AND {prefix}signal {'=' if reflections else '<>'} 'reflection'"
