@@ -18,7 +18,7 @@ import contextlib
 from ._memory import RECALL_RANKED
 from ._recall import recall_searches
 from .store import CommitRequest, Store
-from .store._base import MemoryFound, MemoryRecall
+from .store._records import MemoryFound, MemoryRecall
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 

@@ -12,7 +12,7 @@ from ._errors import StoreError
 from ._state import TaskState, Version, VersionLoader
 from ._usage import Usage
 from .store import Store
-from .store._base import VERSION_COST
+from .store._records import VERSION_COST
 
 __all__ = ["RESULT_HELD_BYTES", "RunResult"]
 

@@ -17,6 +17,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 PROTOCOL = {
     "loopwright.store",
     "loopwright.store._base",
+    "loopwright.store._records",
     "loopwright.store._people",
     "loopwright.store._live",
 }

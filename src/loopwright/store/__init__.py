@@ -13,7 +13,9 @@ import os
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from .._errors import ConfigError
-from ._base import (
+from ._base import Store
+from ._people import AuditRecord, AuthorityRecord, UserRecord, Vote
+from ._records import (
     Approval,
     Checkpoint,
     ClosedApproval,
@@ -24,10 +26,8 @@ from ._base import (
     NewApproval,
     NewEvent,
     RunRecord,
-    Store,
     VersionRow,
 )
-from ._people import AuditRecord, AuthorityRecord, UserRecord, Vote
 
 __all__ = [
     "DEFAULT_STORE",

@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ApprovalError, ConfigError, ConflictError
-from ._base import Approval, NewApproval
 from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote
+from ._records import Approval, NewApproval
 from ._rows import APPROVAL_COLS, approval_row, sql_int
 
 __all__ = ["PeopleSQL"]

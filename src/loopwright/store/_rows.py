@@ -12,7 +12,7 @@ from typing import Any
 
 from .._errors import StaleLeaseError, StoreError
 from .._record_codec import pack as pack_record
-from ._base import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
+from ._records import Approval, CommitRequest, NewApproval, NewEvent, VersionRow
 
 Row = tuple[Any, ...]
 

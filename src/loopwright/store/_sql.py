@@ -26,11 +26,7 @@ from .._errors import (
 )
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
-from ._base import (
-    MemoryFound,
-    MemoryRecall,
-    MemorySearch,
-)
+from ._records import MemoryFound, MemoryRecall, MemorySearch
 from ._rows import (
     memory_values,
     memory_where,

@@ -7,10 +7,7 @@ from typing import Any
 from .._errors import (
     ApprovalError,
 )
-from ._base import (
-    Approval,
-    RunRecord,
-)
+from ._records import Approval, RunRecord
 from ._rows import (
     APPROVAL_COLS,
     decided_event,

@@ -12,12 +12,7 @@ from .._errors import (
     StoreError,
 )
 from .._record_codec import referred_versions
-from ._base import (
-    CommitRequest,
-    NewApproval,
-    NewEvent,
-    VersionRow,
-)
+from ._records import CommitRequest, NewApproval, NewEvent, VersionRow
 from ._rows import (
     BatchRefused,
     approval_row,

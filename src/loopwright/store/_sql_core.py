@@ -18,15 +18,11 @@ from .._errors import (
 )
 from .._record_codec import unpack as unpack_record
 from .._state_codec import copy_json
-from ._base import (
-    Approval,
-    JournalEntry,
-    RunRecord,
-    Store,
-)
+from ._base import Store
 from ._damage import value_damage
 from ._live import LiveSQL
 from ._people_sql import PeopleSQL
+from ._records import Approval, JournalEntry, RunRecord
 from ._sql_statements import CoreStatements
 
 #: Run tasks a store keeps at hand, of the runs it read (the first read leaves first;

@@ -13,11 +13,7 @@ from .._errors import (
     RunNotFoundError,
     StaleLeaseError,
 )
-from ._base import (
-    EffectClaim,
-    JournalEntry,
-    NewEvent,
-)
+from ._records import EffectClaim, JournalEntry, NewEvent
 from ._rows import (
     event_row,
 )

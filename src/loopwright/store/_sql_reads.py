@@ -12,7 +12,7 @@ from typing import Any, cast
 from .._record_codec import fill_versions, referred_versions
 from .._state import PartStatus, Version
 from .._state_codec import fold as codec_fold
-from ._base import (
+from ._records import (
     VERSION_COST,
     Checkpoint,
     CheckpointRow,

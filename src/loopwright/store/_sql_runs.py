@@ -13,11 +13,7 @@ from .._errors import (
 )
 from .._keys import MAX_KEY_CHARS, check_lookup
 from .._owners import owner_is_dead
-from ._base import (
-    JournalEntry,
-    RunRecord,
-    VersionRow,
-)
+from ._records import JournalEntry, RunRecord, VersionRow
 from ._rows import (
     sql_int,
     version_row,

@@ -21,7 +21,7 @@ from .._finishing import ended_inside
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
 from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord, Store
-from ..store._base import concluded_cycles
+from ..store._records import concluded_cycles
 
 __all__ = [
     "CHART_DOTS",
