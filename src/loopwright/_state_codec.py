@@ -20,6 +20,7 @@ checkpoint, which is the O(cycles) growth this module exists to avoid).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
@@ -52,6 +53,20 @@ _TAIL_KEYS = ("history", "notes")
 # Lists whose entries change in place or grow at the end (a plan gains steps as the actor adds
 # them): deltas carry the changed entries by position and the new ones.
 _LIST_KEYS = ("plan",)
+# The head's scalar fields, named as the state's attributes (``advance`` reads them at once).
+_SCALAR_KEYS = (
+    "goal",
+    "task_key",
+    "project",
+    "next_action",
+    "cycle",
+    "score",
+    "best_score",
+    "best_cycle",
+    "progress_score",
+    "stall",
+)
+_scalars = operator.attrgetter(*_SCALAR_KEYS)
 # How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
 _HEAD_LEN = 24
 
@@ -206,9 +221,7 @@ def delta(
         if old == v:
             continue
         if k in _MAP_KEYS and type(old) is dict and type(v) is dict:
-            diff = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
-            gone = [sk for sk in old if sk not in v]
-            out[k + "$"] = [diff, gone]
+            out[k + "$"] = _map_diff(old, v)
         elif k in _TAIL_KEYS and type(old) is list and type(v) is list:
             out[k + "$"] = _tail(old, v)
         elif k in _LIST_KEYS and type(old) is list and type(v) is list:
@@ -242,16 +255,10 @@ def advance(
     o: Any
     n: Any
     try:
-        # (each scalar: ``delta``'s ``is`` then ``==``, written out: no call a key)
-        v = state.goal
-        if v is not (o := prev["goal"]) and v != o:
-            new["goal"] = out["goal"] = v
-        v = state.task_key
-        if v is not (o := prev["task_key"]) and v != o:
-            new["task_key"] = out["task_key"] = v
-        v = state.project
-        if v is not (o := prev["project"]) and v != o:
-            new["project"] = out["project"] = v
+        # (the scalars read in one C call; each compared as ``delta`` does, ``is`` then ``==``)
+        for k, v in zip(_SCALAR_KEYS, _scalars(state), strict=True):
+            if v is not (o := prev[k]) and v != o:
+                new[k] = out[k] = v
         v = list(state.artifacts)
         if v != prev["artifacts"]:
             new["artifacts"] = out["artifacts"] = v
@@ -287,34 +294,16 @@ def advance(
         if n != (o := prev["notes"]):
             new["notes"] = v = list(n)
             out["notes$"] = _tail(o, v)
-        v = state.next_action
-        if v is not (o := prev["next_action"]) and v != o:
-            new["next_action"] = out["next_action"] = v
         m = state.retries
         if m != (o := prev["retries"]):
             new["retries"] = v = dict(m)
-            out["retries$"] = [
-                {sk: sv for sk, sv in v.items() if sk not in o or o[sk] != sv},
-                [sk for sk in o if sk not in v],
-            ]
-        v = state.cycle
-        if v is not (o := prev["cycle"]) and v != o:
-            new["cycle"] = out["cycle"] = v
+            out["retries$"] = _map_diff(o, v)
         v = state.spent.to_dict()
         if v != prev["spent"]:
             new["spent"] = out["spent"] = v
         v = _priced(state.held_out_spent)
         if v != prev["held_out_spent"]:
             new["held_out_spent"] = out["held_out_spent"] = v
-        v = state.score
-        if v is not (o := prev["score"]) and v != o:
-            new["score"] = out["score"] = v
-        v = state.best_score
-        if v is not (o := prev["best_score"]) and v != o:
-            new["best_score"] = out["best_score"] = v
-        v = state.best_cycle
-        if v is not (o := prev["best_cycle"]) and v != o:
-            new["best_cycle"] = out["best_cycle"] = v
         v = state.best_parts
         if v is not (o := prev["best_parts"]):
             new["best_parts"] = v
@@ -324,16 +313,7 @@ def advance(
                 if d is not None:
                     out["best_parts$"] = d
             elif v != o:
-                out["best_parts$"] = [
-                    {sk: sv for sk, sv in v.items() if sk not in o or o[sk] != sv},
-                    [sk for sk in o if sk not in v],
-                ]
-        v = state.progress_score
-        if v is not (o := prev["progress_score"]) and v != o:
-            new["progress_score"] = out["progress_score"] = v
-        v = state.stall
-        if v is not (o := prev["stall"]) and v != o:
-            new["stall"] = out["stall"] = v
+                out["best_parts$"] = _map_diff(o, v)
         n = state.approved
         if n != prev["approved"]:
             new["approved"] = out["approved"] = list(n)
@@ -376,6 +356,14 @@ def hints(
     if best is not None:
         out["best_parts"] = best
     return out
+
+
+def _map_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Any]:
+    """``[changed, gone]`` from ``old`` to ``new``, a per-part map's delta."""
+    return [
+        {sk: sv for sk, sv in new.items() if sk not in old or old[sk] != sv},
+        [sk for sk in old if sk not in new],
+    ]
 
 
 def _hinted(old: dict[str, Any], v: dict[str, Any], hint: Iterable[Any]) -> list[Any] | None:
