@@ -414,6 +414,22 @@ _OPS = st.lists(
 )
 
 
+_PART_OPS = ("set", "status", "fork", "best")
+
+
+def _part_op(s: lw.TaskState, op: str, i: int, arg: Any) -> lw.TaskState:
+    """One of ``_PART_OPS`` on part ``d/p<i>`` of ``s``; the state to go on with."""
+    if op == "set":
+        s.set_part("d", f"p{i}", arg, 1)
+    elif op == "status" and s.part(f"d/p{i}") is not None:
+        s.set_status(f"d/p{i}", arg)
+    elif op == "fork":
+        return s.fork()
+    elif op == "best":
+        s.mark_best()
+    return s
+
+
 @given(_OPS)
 def test_incremental_heads_match_a_full_walk(ops: list[tuple[str, int, Any]]) -> None:
     """What a checkpoint built from the changed parts holds (head, delta, version rows) is
@@ -426,14 +442,8 @@ def test_incremental_heads_match_a_full_walk(ops: list[tuple[str, int, Any]]) ->
     _, written = codec.unwritten_versions(s, {})
     s.open_refs()  # the open-parts index is then kept up to date, not recomputed
     for op, i, arg in [*ops, ("commit", 0, 0)]:
-        if op == "set":
-            s.set_part("d", f"p{i}", arg, 1)
-        elif op == "status" and s.part(f"d/p{i}") is not None:
-            s.set_status(f"d/p{i}", arg)
-        elif op == "fork":
-            s = s.fork()
-        elif op == "best":
-            s.mark_best()
+        if op in _PART_OPS:
+            s = _part_op(s, op, i, arg)
         elif op == "commit":
             changed = sorted(s.take_changes())
             head = codec.head(s, prev, changed)
@@ -726,14 +736,8 @@ def test_a_fused_head_and_delta_match_the_two_passes(ops: list[tuple[str, Any, A
     assert len(prev) == codec._HEAD_LEN  # a head of ``head``'s is advanced the fast way
     kept = json.loads(json.dumps(prev))
     for op, i, arg in [*ops, ("commit", 0, 0)]:
-        if op == "set":
-            s.set_part("d", f"p{i}", arg, 1)
-        elif op == "status" and s.part(f"d/p{i}") is not None:
-            s.set_status(f"d/p{i}", arg)
-        elif op == "fork":
-            s = s.fork()
-        elif op == "best":
-            s.mark_best()
+        if op in _PART_OPS:
+            s = _part_op(s, op, i, arg)
         elif op == "new_artifact":
             s.set_part("e", f"q{i}", i, 1)
         elif op == "drop_artifact" and "e" in s.artifacts:
