@@ -98,6 +98,8 @@ def _no_head() -> None:
     )
     _checkpoint.codec.head = same_head  # type: ignore[attr-defined]
     _checkpoint.codec.delta = lambda _prev, _new, _hints=None: {}  # type: ignore[attr-defined]
+    # (since stop 44 a checkpoint makes both in one pass, ``advance``)
+    _checkpoint.codec.advance = lambda _s, prev, _changed, _steps=None: (prev, {})  # type: ignore[attr-defined]
 
 
 PIECES: dict[str, tuple[Callable[[], None], str]] = {

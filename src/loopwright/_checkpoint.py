@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import operator
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 from . import _digests
@@ -140,14 +140,8 @@ class Checkpoints(RuntimeHost):
             rows, ex.written = codec.unwritten_versions(s, ex.written)
             ex.trim = None
         else:
-            head = codec.head(s, ex.head, changed, steps)
-            hints: dict[str, Collection[Any]] = {"parts": changed}
-            if steps is not None:
-                hints["plan"] = steps
-            best = s.best_diff(ex.head["best_parts"])
-            if best is not None:
-                hints["best_parts"] = best
-            state, base = codec.delta(ex.head, head, hints), ex.base
+            head, state = codec.advance(s, ex.head, changed, steps)
+            base = ex.base
             ex.since_base += 1
             rows, ex.written = codec.unwritten_versions(s, ex.written, changed)
             ex.trim = changed

@@ -20,7 +20,8 @@ checkpoint, which is the O(cycles) growth this module exists to avoid).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import operator
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ._state import Part, TaskState, _priced, split_ref
@@ -28,6 +29,7 @@ from ._state import Part, TaskState, _priced, split_ref
 __all__ = [
     "FORMAT",
     "VersionRow",
+    "advance",
     "apply_delta",
     "copy_json",
     "delta",
@@ -51,6 +53,25 @@ _TAIL_KEYS = ("history", "notes")
 # Lists whose entries change in place or grow at the end (a plan gains steps as the actor adds
 # them): deltas carry the changed entries by position and the new ones.
 _LIST_KEYS = ("plan",)
+# The head's scalar fields a cycle seldom changes, named as the state's attributes: read and
+# compared in one C call each (a tuple compares its items with ``is`` then ``==``, as ``delta``
+# does), looked at key by key only when they differ. ``cycle``, ``score`` and ``stall``, which
+# most cycles change, are tested one by one (a loop over them cost 0.9 % of a trivial cycle).
+_STEADY_KEYS = (
+    "goal",
+    "task_key",
+    "project",
+    "next_action",
+    "best_score",
+    "best_cycle",
+    "progress_score",
+)
+_steady, _steady_in = (
+    operator.attrgetter(*_STEADY_KEYS),
+    operator.itemgetter(*_STEADY_KEYS),
+)
+# How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
+_HEAD_LEN = 24
 
 
 def head(
@@ -197,24 +218,13 @@ def delta(
                 out[k + "@"] = _edits(old, v, hint)
                 continue
             if type(old) is dict and type(v) is dict:
-                upd: dict[str, Any] = {}
-                gone: list[Any] = []
-                for r in sorted(hint):  # (a key missing on either side reads as None)
-                    if r in v:
-                        nv = v[r]
-                        if (old[r] != nv) if r in old else nv is not None:
-                            upd[r] = nv
-                    elif r in old and old[r] is not None:
-                        gone.append(r)
-                if upd or gone:
-                    out[k + "$"] = [upd, gone]
+                if (d := _hinted(old, v, hint)) is not None:
+                    out[k + "$"] = d
                 continue
         if old == v:
             continue
         if k in _MAP_KEYS and type(old) is dict and type(v) is dict:
-            diff = {sk: sv for sk, sv in v.items() if sk not in old or old[sk] != sv}
-            gone = [sk for sk in old if sk not in v]
-            out[k + "$"] = [diff, gone]
+            out[k + "$"] = _map_diff(old, v)
         elif k in _TAIL_KEYS and type(old) is list and type(v) is list:
             out[k + "$"] = _tail(old, v)
         elif k in _LIST_KEYS and type(old) is list and type(v) is list:
@@ -222,6 +232,163 @@ def delta(
         else:
             out[k] = v
     return out
+
+
+def advance(
+    state: TaskState,
+    prev: dict[str, Any],
+    changed: Collection[str],
+    steps: Collection[int] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``head(state, prev, changed, steps)`` and its ``delta`` from ``prev`` in one pass:
+    ``(new, d)`` with ``new == head(...)`` and ``d == delta(prev, new, hints)`` for the hints
+    a checkpoint gives (``changed`` for the parts, ``steps`` for the plan, ``best_diff`` for
+    the best parts), so ``apply_delta(prev, d) == new``. ``prev`` is a head this module made
+    (``ex.head``: every key of ``head``'s); anything else goes through ``head`` and
+    ``delta``. Each field of ``state`` is compared with ``prev``'s as it is read and copied
+    only when it changed: the new head is ``prev`` with the changed keys set, the same
+    objects where nothing changed (a head is never changed in place). The rules are
+    ``delta``'s, which stays the reference (``tests/unit/test_state.py`` checks the two
+    agree); a cycle of the trivial loop changes four of the 24 keys."""
+    if len(prev) != _HEAD_LEN or prev.get("format") != FORMAT:
+        return _advance_slow(state, prev, changed, steps)
+    new = dict(prev)
+    out: dict[str, Any] = {}
+    v: Any
+    o: Any
+    n: Any
+    try:
+        if (vs := _steady(state)) != (olds := _steady_in(prev)):
+            for k, v, o in zip(_STEADY_KEYS, vs, olds, strict=True):
+                if v is not o and v != o:
+                    new[k] = out[k] = v
+        cycle, score, stall = state.cycle, state.score, state.stall
+        if cycle != prev["cycle"]:
+            new["cycle"] = out["cycle"] = cycle
+        if score is not (o := prev["score"]) and score != o:
+            new["score"] = out["score"] = score
+        if stall != prev["stall"]:
+            new["stall"] = out["stall"] = stall
+        v = list(state.artifacts)
+        if v != prev["artifacts"]:
+            new["artifacts"] = out["artifacts"] = v
+        if changed:
+            old = prev["parts"]
+            parts = dict(old)
+            upd: dict[str, Any] = {}
+            gone: list[Any] = []
+            for ref in sorted(changed):  # (as ``head`` and ``delta``: in sorted order)
+                q = state.part(ref)
+                if q is None:
+                    if parts.pop(ref, None) is not None:
+                        gone.append(ref)
+                else:
+                    e = parts[ref] = _entry(q)
+                    if ref not in old or old[ref] != e:
+                        upd[ref] = e
+            new["parts"] = parts
+            if upd or gone:
+                out["parts$"] = [upd, gone]
+        o = prev["plan"]
+        v = _plan(state, prev, steps)
+        if v is not o:
+            new["plan"] = v
+            if steps is not None:
+                out["plan@"] = _edits(o, v, steps)
+            elif v != o:
+                out["plan@"] = _edits(o, v)
+        v = _finding_dicts(state.findings)
+        if v != prev["findings"]:
+            new["findings"] = out["findings"] = v
+        n = state.notes
+        if n != (o := prev["notes"]):
+            new["notes"] = v = list(n)
+            out["notes$"] = _tail(o, v)
+        m = state.retries
+        if m != (o := prev["retries"]):
+            new["retries"] = v = dict(m)
+            out["retries$"] = _map_diff(o, v)
+        v = state.spent.to_dict()
+        if v != prev["spent"]:
+            new["spent"] = out["spent"] = v
+        v = _priced(state.held_out_spent)
+        if v != prev["held_out_spent"]:
+            new["held_out_spent"] = out["held_out_spent"] = v
+        v = state.best_parts
+        if v is not (o := prev["best_parts"]):
+            new["best_parts"] = v
+            best = state.best_diff(o)
+            if best is not None:
+                d = _hinted(o, v, best)
+                if d is not None:
+                    out["best_parts$"] = d
+            elif v != o:
+                out["best_parts$"] = _map_diff(o, v)
+        n = state.approved
+        if n != prev["approved"]:
+            new["approved"] = out["approved"] = list(n)
+        n = state.passed_checks
+        if n != prev["passed_checks"]:
+            new["passed_checks"] = out["passed_checks"] = list(n)
+        v = state.pending
+        if v != prev["pending"]:
+            new["pending"] = out["pending"] = _copy(v)
+        n = state.history
+        if n != (o := prev["history"]):
+            new["history"] = v = list(n)
+            out["history$"] = _tail(o, v)
+    except KeyError:  # not a head of this module's (a key missing): the two passes
+        return _advance_slow(state, prev, changed, steps)
+    return new, out
+
+
+def _advance_slow(
+    state: TaskState,
+    prev: dict[str, Any],
+    changed: Collection[str],
+    steps: Collection[int] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    new = head(state, prev, changed, steps)
+    return new, delta(prev, new, hints(state, prev, changed, steps))
+
+
+def hints(
+    state: TaskState,
+    prev: Mapping[str, Any],
+    changed: Collection[str],
+    steps: Collection[int] | None,
+) -> dict[str, Collection[Any]]:
+    """``delta``'s hints for a checkpoint's head made from ``prev`` (``head``'s arguments)."""
+    out: dict[str, Collection[Any]] = {"parts": changed}
+    if steps is not None:
+        out["plan"] = steps
+    best = state.best_diff(prev["best_parts"])
+    if best is not None:
+        out["best_parts"] = best
+    return out
+
+
+def _map_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Any]:
+    """``[changed, gone]`` from ``old`` to ``new``, a per-part map's delta."""
+    return [
+        {sk: sv for sk, sv in new.items() if sk not in old or old[sk] != sv},
+        [sk for sk in old if sk not in new],
+    ]
+
+
+def _hinted(old: dict[str, Any], v: dict[str, Any], hint: Iterable[Any]) -> list[Any] | None:
+    """``delta``'s ``[changed, gone]`` for a per-part map whose entries can differ only at
+    ``hint``'s keys (a key missing on either side reads as None), or None for no change."""
+    upd: dict[str, Any] = {}
+    gone: list[Any] = []
+    for r in sorted(hint):
+        if r in v:
+            nv = v[r]
+            if (old[r] != nv) if r in old else nv is not None:
+                upd[r] = nv
+        elif r in old and old[r] is not None:
+            gone.append(r)
+    return [upd, gone] if upd or gone else None
 
 
 def _tail(old: list[Any], new: list[Any]) -> list[Any]:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import loopwright as lw
@@ -414,6 +414,22 @@ _OPS = st.lists(
 )
 
 
+_PART_OPS = ("set", "status", "fork", "best")
+
+
+def _part_op(s: lw.TaskState, op: str, i: int, arg: Any) -> lw.TaskState:
+    """One of ``_PART_OPS`` on part ``d/p<i>`` of ``s``; the state to go on with."""
+    if op == "set":
+        s.set_part("d", f"p{i}", arg, 1)
+    elif op == "status" and s.part(f"d/p{i}") is not None:
+        s.set_status(f"d/p{i}", arg)
+    elif op == "fork":
+        return s.fork()
+    elif op == "best":
+        s.mark_best()
+    return s
+
+
 @given(_OPS)
 def test_incremental_heads_match_a_full_walk(ops: list[tuple[str, int, Any]]) -> None:
     """What a checkpoint built from the changed parts holds (head, delta, version rows) is
@@ -426,14 +442,8 @@ def test_incremental_heads_match_a_full_walk(ops: list[tuple[str, int, Any]]) ->
     _, written = codec.unwritten_versions(s, {})
     s.open_refs()  # the open-parts index is then kept up to date, not recomputed
     for op, i, arg in [*ops, ("commit", 0, 0)]:
-        if op == "set":
-            s.set_part("d", f"p{i}", arg, 1)
-        elif op == "status" and s.part(f"d/p{i}") is not None:
-            s.set_status(f"d/p{i}", arg)
-        elif op == "fork":
-            s = s.fork()
-        elif op == "best":
-            s.mark_best()
+        if op in _PART_OPS:
+            s = _part_op(s, op, i, arg)
         elif op == "commit":
             changed = sorted(s.take_changes())
             head = codec.head(s, prev, changed)
@@ -685,3 +695,120 @@ def test_a_cycles_copies_of_the_state_are_built_without_the_generated_init(
                 assert getattr(c, f.name) == getattr(fresh, f.name), f.name
         assert c._token is not s._token
         assert c.values() == s.values()
+
+
+_STEPS = ("pending", "in_progress", "done")
+_FIELD_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.integers(0, 3), st.integers(0, 2)),
+        st.tuples(st.just("status"), st.integers(0, 3), st.sampled_from(["accepted", "rejected"])),
+        st.tuples(st.sampled_from(["fork", "best", "snapshot"]), st.just(0), st.just(0)),
+        # (a commit after about every third change: what one change then another does)
+        *[st.just(("commit", 0, 0))] * 6,
+        st.tuples(st.just("new_artifact"), st.integers(0, 2), st.just(0)),
+        st.tuples(st.just("drop_artifact"), st.just(0), st.just(0)),
+        st.tuples(st.sampled_from(["note", "history"]), st.integers(0, 4), st.integers(0, 3)),
+        st.tuples(st.just("findings"), st.integers(0, 3), st.integers(0, 1)),
+        st.tuples(st.just("step"), st.integers(0, 4), st.sampled_from(_STEPS)),
+        st.tuples(st.just("retry"), st.integers(0, 2), st.integers(0, 2)),
+        st.tuples(st.just("pending"), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.sampled_from(["approve", "check"]), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.just("cycle"), st.integers(0, 3), st.integers(0, 1)),
+        st.tuples(st.just("scalar"), st.sampled_from(["goal", "next_action"]), st.integers(0, 2)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(_FIELD_OPS)
+@example([("new_artifact", 0, 0), ("commit", 0, 0), ("drop_artifact", 0, 0)])
+def test_a_fused_head_and_delta_match_the_two_passes(ops: list[tuple[str, Any, Any]]) -> None:
+    """``advance`` (the checkpoint's head and delta in one pass) gives what ``head`` and
+    ``delta`` give, over changes to every field of the head, and neither it nor a later
+    change to the state changes a head already made (each is compared with its JSON copy)."""
+    from loopwright import _state_codec as codec
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"p0": 0, "p1": 1}}}, task_key="k")
+    s.take_changes()
+    s.take_plan_changes()
+    prev = codec.head(s)
+    assert len(prev) == codec._HEAD_LEN  # a head of ``head``'s is advanced the fast way
+    kept = json.loads(json.dumps(prev))
+    for op, i, arg in [*ops, ("commit", 0, 0)]:
+        if op in _PART_OPS:
+            s = _part_op(s, op, i, arg)
+        elif op == "new_artifact":
+            s.set_part("e", f"q{i}", i, 1)
+        elif op == "drop_artifact" and "e" in s.artifacts:
+            # (not something the engine does; the head's "a part is gone" rule)
+            s._dirty.update(f"e/{n}" for n in s.artifacts.pop("e").parts)
+        elif op in ("note", "history"):
+            window = getattr(s, op + ("s" if op == "note" else ""))
+            window.append({"n": i, "len": len(window)})
+            del window[: -1 - arg]
+        elif op == "findings":
+            found = [lw.Finding(f"m{j}", "d", f"p{j}", "x") for j in range(i)]
+            s.findings = found if arg else [*s.findings, *found]
+        elif op == "step":
+            if not s.set_step_status(f"s{i}", arg):
+                s.add_step(lw.PlanStep(id=f"s{i}", status=arg))
+        elif op == "retry":
+            if arg:
+                s.retries[f"r{i}"] = arg
+            else:
+                s.retries.pop(f"r{i}", None)
+        elif op == "pending":
+            if i == 0:
+                s.pending = None
+            elif arg and s.pending is not None:
+                s.pending["seen"] = i  # changed in place, as the engine does
+            else:
+                s.pending = {"kind": "park", "n": i}
+        elif op in ("approve", "check"):
+            listed = s.approved if op == "approve" else s.passed_checks
+            listed.append(f"x{i}")
+            if arg:
+                del listed[0]
+        elif op == "cycle":
+            s.cycle += 1
+            s.spent = s.spent.add_seconds(0.5) if arg else s.spent
+            s.score = s.progress_score = i / 4
+            s.stall = s.stall + 1 if arg else 0
+            s.held_out_spent = lw.Usage(cost_usd=0.1, tokens=i) if i else lw.Usage()
+        elif op == "scalar":
+            setattr(s, i, f"{i}{arg}")
+        elif op in ("commit", "snapshot"):
+            changed = s.take_changes()
+            steps = s.take_plan_changes()
+            if op == "snapshot":
+                head = codec.head(s)
+            else:
+                new, d = codec.advance(s, prev, changed, steps)
+                head = codec.head(s, prev, changed, steps)
+                assert new == head == codec.head(s)
+                assert d == codec.delta(prev, head, codec.hints(s, prev, changed, steps))
+                assert codec.apply_delta(prev, d) == new
+                for k in ("notes", "retries", "approved", "passed_checks", "pending", "history"):
+                    # the state's own containers change in place: a head holds copies
+                    assert new[k] is None or new[k] is not getattr(s, k), k
+                head = new
+            assert prev == kept  # what was committed has not moved since
+            prev, kept = head, json.loads(json.dumps(head))
+    assert prev == kept
+
+
+def test_a_head_of_another_shape_is_advanced_the_slow_way() -> None:
+    from loopwright import _state_codec as codec
+
+    s = _state()
+    prev = codec.head(s)
+    s.cycle, s.notes = 3, [{"n": 1}]
+    for odd in (
+        {**prev, "task": {"old": "layout"}},
+        {k: v for k, v in prev.items() if k != "stall"},
+    ):
+        new, d = codec.advance(s, odd, set(), None)
+        assert new == codec.head(s, odd, set(), None)
+        assert d == codec.delta(odd, new, codec.hints(s, odd, set(), None))
+        assert codec.apply_delta(odd, d)["cycle"] == 3
