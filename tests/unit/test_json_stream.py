@@ -113,9 +113,11 @@ _edge_scalars = (
 _edge_keys = st.text() | st.integers() | st.floats() | st.booleans() | st.none()
 _edge_docs = st.recursive(
     _edge_scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(_edge_keys, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_edge_keys, inner, max_size=4)
+    ),
     max_leaves=30,
 )
 
