@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 __all__ = ["Lazy", "Open", "write_json"]
@@ -87,8 +87,12 @@ def _encode(o: Any, put: Callable[[str], object], nl: str) -> None:
         inner = nl + _PAD
         sep = "[" + inner
         for v in o:
-            put(sep)
-            _encode(v, put, inner)
+            scalar = _SCALARS.get(type(v))  # (an exact type: the common leaf, no call a level)
+            if scalar is not None:
+                put(sep + scalar(v))
+            else:
+                put(sep)
+                _encode(v, put, inner)
             sep = "," + inner
         put(nl + "]")
     elif isinstance(o, dict):
@@ -98,8 +102,13 @@ def _encode(o: Any, put: Callable[[str], object], nl: str) -> None:
         inner = nl + _PAD
         sep = "{" + inner
         for k, v in o.items():
-            put(sep + _string(_key(k)) + ": ")
-            _encode(v, put, inner)
+            head = sep + _string(k if type(k) is str else _key(k)) + ": "
+            scalar = _SCALARS.get(type(v))
+            if scalar is not None:
+                put(head + scalar(v))
+            else:
+                put(head)
+                _encode(v, put, inner)
             sep = "," + inner
         put(nl + "}")
     else:
@@ -112,13 +121,17 @@ _int = int.__repr__
 
 def _float(o: float) -> str:
     # json's ``floatstr`` with ``allow_nan``
-    if o != o:
+    if math.isnan(o):
         return "NaN"
     if o == math.inf:
         return "Infinity"
     if o == -math.inf:
         return "-Infinity"
     return float.__repr__(o)
+
+
+def _literal(o: Any) -> str:
+    return "null" if o is None else "true" if o is True else "false"
 
 
 def _key(k: Any) -> str:
@@ -156,3 +169,13 @@ def _members(
         _write(value, write, level + 1)
         sep = "," + inner
     write(brackets if sep[0] == brackets[0] else "\n" + _PAD * level + brackets[1])
+
+
+# each exact scalar type's text (a subclass takes ``_encode``'s tests, in json's order)
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: _string,
+    int: _int,
+    float: _float,
+    bool: _literal,
+    type(None): _literal,
+}
