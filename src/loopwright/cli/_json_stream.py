@@ -11,6 +11,7 @@ output must stay what ``--json`` printed before, so this small writer is ours.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -81,38 +82,38 @@ def _encode(o: Any, put: Callable[[str], object], nl: str) -> None:
     elif isinstance(o, float):
         put(_float(o))
     elif isinstance(o, list | tuple):
-        if not o:
+        if o:
+            _container(zip(itertools.repeat(""), o), "[]", put, nl)
+        else:
             put("[]")
-            return
-        inner = nl + _PAD
-        sep = "[" + inner
-        for v in o:
-            scalar = _SCALARS.get(type(v))  # (an exact type: the common leaf, no call a level)
-            if scalar is not None:
-                put(sep + scalar(v))
-            else:
-                put(sep)
-                _encode(v, put, inner)
-            sep = "," + inner
-        put(nl + "]")
     elif isinstance(o, dict):
-        if not o:
+        if o:
+            _container(zip(map(_head, o), o.values(), strict=True), "{}", put, nl)
+        else:
             put("{}")
-            return
-        inner = nl + _PAD
-        sep = "{" + inner
-        for k, v in o.items():
-            head = sep + _string(k if type(k) is str else _key(k)) + ": "
-            scalar = _SCALARS.get(type(v))
-            if scalar is not None:
-                put(head + scalar(v))
-            else:
-                put(head)
-                _encode(v, put, inner)
-            sep = "," + inner
-        put(nl + "}")
     else:
         _encode(_other(o), put, nl)
+
+
+def _container(
+    members: Iterable[tuple[str, Any]], brackets: str, put: Callable[[str], object], nl: str
+) -> None:
+    """A list's or a dict's members (each its head, ``""`` or its key's, and its value)."""
+    inner = nl + _PAD
+    sep = brackets[0] + inner
+    for head, v in members:
+        scalar = _SCALARS.get(type(v))  # (an exact type: the common leaf, no call a level)
+        if scalar is not None:
+            put(sep + head + scalar(v))
+        else:
+            put(sep + head)
+            _encode(v, put, inner)
+        sep = "," + inner
+    put(nl + brackets[1])
+
+
+def _head(k: Any) -> str:
+    return _string(k if type(k) is str else _key(k)) + ": "
 
 
 _string = encode_basestring_ascii
