@@ -69,6 +69,20 @@ def test_the_digit_run_test_reads_nineteen_digits_in_a_row_only() -> None:
     assert not _json._may_hold_big_int("é" * 19 + "\udc80" + "12345678 9012345678901")
 
 
+def test_a_fractions_long_digits_are_no_big_integer() -> None:
+    # orjson writes a short duration as 0.00002810200021485798: 20 digits in a row, after a
+    # point. Such a row (one in eight of a long run's store) went to the slow path whole.
+    assert not _json._may_hold_big_int('{"seconds":0.00002810200021485798}')
+    assert not _json._may_hold_big_int("[0." + "1234567890" * 5 + ",-2.0000000000000000000001]")
+    # a real one is still found, before, after or between such fractions
+    assert _json._may_hold_big_int('{"s":0.00002810200021485798,"n":12345678901234567890}')
+    assert _json._may_hold_big_int("[-12345678901234567890,0.00002810200021485798]")
+    assert _json._may_hold_big_int("[0." + "1234567890" * 5 + ",1234567890123456789]")
+    assert _json._may_hold_big_int("[1e0000000000000000000005]")  # (the slow path's, as before)
+    text = '{"s":0.00002810200021485798,"t":[0.0030000000000000005,1.0000000000000002]}'
+    assert repr(_json.loads(text)) == repr(json.loads(text))
+
+
 def test_objects_json_cannot_write_become_their_str_as_before() -> None:
     @dataclasses.dataclass
     class Thing:

@@ -93,3 +93,45 @@ def test_empty_streamed_containers_are_written_as_json_dumps_writes_them() -> No
     out: list[str] = []
     write_json(Open({"a": Lazy(iter(())), "b": Open({}), "c": Open([])}), out.append)
     assert "".join(out) == json.dumps({"a": [], "b": {}, "c": []}, indent=2)
+
+
+class _Count(int):
+    pass
+
+
+class _Ratio(float):
+    pass
+
+
+_edge_scalars = (
+    _scalars
+    | st.floats()  # NaN and the infinities: json writes NaN, Infinity, -Infinity
+    | st.integers().map(_Count)
+    | st.floats().map(_Ratio)
+    | st.datetimes()  # default=str
+)
+_edge_keys = st.text() | st.integers() | st.floats() | st.booleans() | st.none()
+_edge_docs = st.recursive(
+    _edge_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_edge_keys, inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_edge_docs, st.integers(0, 3))
+def test_a_plain_value_is_written_as_json_dumps_indents_it(doc: Any, level: int) -> None:
+    # the writer's own indenting encoder (json's is its pure-Python one): every scalar, key
+    # and container json.dumps(indent=2, default=str) takes, at any depth of the document
+    got: list[str] = []
+    write_json(Open([Open([doc])] if level else [doc]), got.append)
+    want = json.dumps([[doc]] if level else [doc], indent=2, default=str)
+    assert "".join(got) == want
+
+
+def test_a_key_json_refuses_is_refused_alike() -> None:
+    with pytest.raises(TypeError, match="keys must be str, int, float, bool or None, not tuple"):
+        write_json({(1, 2): 3}, [].append)

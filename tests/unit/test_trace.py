@@ -615,3 +615,73 @@ def test_windows_of_a_log_whose_clocks_step_give_the_whole_logs_times(
         pieces.update({s.key: (s.start, s.end) for s in spans if s.kind != "run"})
         begin = cut
     assert pieces == whole
+
+
+def test_otlp_masks_a_spans_attributes_and_each_events_as_each_alone() -> None:
+    # A span's attributes and its events' are masked in one pass: each comes out as masking
+    # it alone gives, a secret in any one of them masked, the clean ones as they were.
+    from loopwright._redact import REDACTED, redact
+    from loopwright.trace._span_model import Span, SpanEvent
+
+    run, *_ = full_run()
+    key = "sk-" + "A1b2C3d4" * 4
+    dirty = Span(
+        key="cycle/1#1/actor",
+        kind="actor",
+        name="actor",
+        start=1.0,
+        end=2.0,
+        parent="run",
+        attributes={"note": f"uses {key}", "n": 3, "password": "hunter22", "tags": ["a", key]},
+        events=[
+            SpanEvent("proposal", 1.5, {"loopwright.event.seq": 4, "text": "clean"}),
+            SpanEvent("retry", 1.6, {"error": f"401 for Bearer-less {key}", "api_key": "k" * 9}),
+            SpanEvent("verdict", 1.7, {}),
+        ],
+    )
+    clean = Span(key="cycle/1#1", kind="cycle", name="cycle 1", start=1.0, end=2.0, parent="run")
+    [rs] = spans_to_otlp(run, [clean, dirty])["resourceSpans"]
+    _, got = rs["scopeSpans"][0]["spans"]
+    text = json.dumps(got)
+    assert key not in text and "hunter22" not in text and "k" * 9 not in text
+    assert REDACTED in text
+    one = spans_to_otlp(run, [dirty])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert one == got
+    attrs = {a["key"]: a["value"] for a in got["attributes"]}
+    assert attrs["note"] == {"stringValue": redact({"note": f"uses {key}"})["note"]}
+    assert attrs["n"] == {"intValue": "3"}
+    assert [[a["key"] for a in e["attributes"]] for e in got["events"]] == [
+        ["loopwright.event.seq", "text"],
+        ["error", "api_key"],
+        [],
+    ]
+    assert got["events"][0]["attributes"][1]["value"] == {"stringValue": "clean"}
+
+
+def test_jsonl_trace_masks_each_line_as_alone_across_batches() -> None:
+    # The lines are masked a batch at a time: every one comes out as masking it alone gives,
+    # the secret in a line of the second batch masked, the clean lines around it untouched.
+    from loopwright._redact import redact
+    from loopwright.trace._jsonl import _BATCH, build_records, iter_trace_records
+
+    key = "sk-" + "Zz9Yy8Xx" * 4
+    log = Log()
+    for i in range(2 * _BATCH + 5):
+        log.add(1 + i // 3, "retry", 0.01 * i, error=f"401 {key}" if i == _BATCH + 3 else "x")
+    run = run_record()
+
+    class _Store:
+        def get_run(self, run_id: str) -> RunRecord:
+            return run
+
+        def event_counts(self, run_id: str) -> dict[str, int]:
+            return {"retry": len(log.events)}
+
+        def iter_events(self, run_id: str) -> Any:
+            return iter(log.events)
+
+    got = list(iter_trace_records(_Store(), "r1"))  # type: ignore[arg-type]
+    assert got == build_records(run, log.events)
+    assert key not in json.dumps(got) and key in json.dumps([e.data for e in log.events])
+    assert got[_BATCH + 4]["data"] == redact({"error": f"401 {key}"})
+    assert [line["data"]["error"] for line in got[1:4]] == ["x", "x", "x"]

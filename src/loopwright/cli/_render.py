@@ -194,15 +194,26 @@ def _timeline_chunk(rows: list[_Row], width: int, first: bool) -> Any:
             t.add_column(col, overflow="fold")
         for col in ("score", "decision", "cost $"):
             t.add_column(col, no_wrap=True)
+        # Each cell's text made once (rich makes a text cell's markup twice: to measure it and
+        # to render it), and a cell alike in another row shares it: the same ``Text`` rich's
+        # ``render_str`` makes of it, which neither measuring nor rendering changes.
+        made: dict[str, Text] = {}
+
+        def cell(markup: str) -> Text:
+            text = made.get(markup)
+            if text is None:
+                text = made[markup] = Text.from_markup(markup)
+            return text
+
         for cycle, what, vis, held, score, decision, cost in rows:
             t.add_row(
-                cycle,
-                "\n".join(what) or "-",
-                "\n".join(vis) or "-",
-                "\n".join(held) or "-",
-                score,
-                decision,
-                cost,
+                cell(cycle),
+                cell("\n".join(what) or "-"),
+                cell("\n".join(vis) or "-"),
+                cell("\n".join(held) or "-"),
+                cell(score),
+                cell(decision),
+                cell(cost),
             )
         return t
     blocks: list[Any] = [Text("Timeline", style="italic")] if first else []

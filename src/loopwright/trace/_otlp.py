@@ -178,6 +178,10 @@ def _request(run: RunRecord, spans: list[dict[str, Any]], service_name: str) -> 
 
 
 def _otlp_span(run: RunRecord, tid: str, s: Span) -> dict[str, Any]:
+    # A trace leaves the engine: secrets masked (invariant 9), as in the JSON-lines trace. The
+    # span's attributes and its events' in one pass: ``redact`` masks a list's items as it
+    # masks each alone, and most spans are clean, which one scan of their text tells.
+    attrs, *events = redact([dict(exported_attributes(s)), *(dict(e.attributes) for e in s.events)])
     span: dict[str, Any] = {
         "traceId": tid,
         "spanId": span_id_for(run.run_id, s.key),
@@ -185,14 +189,14 @@ def _otlp_span(run: RunRecord, tid: str, s: Span) -> dict[str, Any]:
         "kind": _SPAN_KIND_CLIENT if is_client_span(s) else _SPAN_KIND_INTERNAL,
         "startTimeUnixNano": str(_nanos(s.start)),
         "endTimeUnixNano": str(_nanos(s.end)),
-        "attributes": _attributes(exported_attributes(s)),
+        "attributes": _encoded(attrs),
         "events": [
             {
                 "timeUnixNano": str(_nanos(e.ts)),
                 "name": e.name,
-                "attributes": _attributes(e.attributes),
+                "attributes": _encoded(masked),
             }
-            for e in s.events
+            for e, masked in zip(s.events, events, strict=True)
         ],
         "status": {"code": _STATUS[s.status]}
         | ({"message": redact_text(s.status_message)} if s.status_message else {}),
@@ -220,14 +224,25 @@ def _nanos(ts: float) -> int:
 
 def _attributes(attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
     # A trace leaves the engine: secrets masked (invariant 9), as in the JSON-lines trace.
+    return _encoded(redact(dict(attrs)))
+
+
+def _encoded(masked: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Attributes already masked (``redact``) as OTLP ``KeyValue``s, the empty ones left out."""
     return [
         {"key": k, "value": _any_value(v)}
-        for k, v in redact(dict(attrs)).items()
+        for k, v in masked.items()
         if v is not None and not (isinstance(v, list) and not v)
     ]
 
 
 def _any_value(v: Any) -> dict[str, Any]:
+    # (the exact types first: most values are text or integers)
+    t = type(v)
+    if t is str:
+        return {"stringValue": v}
+    if t is int:
+        return {"intValue": str(v)}
     if isinstance(v, bool):
         return {"boolValue": v}
     if isinstance(v, int):
