@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
-from ._retry import PermanentError, status_code
+from ._retry import PermanentError
 from .store import JournalEntry, Store
 
 __all__ = ["key_of", "redo_key", "undid_for_origin"]
@@ -53,21 +53,16 @@ def _redo_like(key: str) -> bool:
     return bool(sep and head and gen.isdigit())
 
 
-# HTTP answers that refuse a request without it being acted on, except those that say "try
-# this very request again" (a timeout, a conflict with a request in flight, too early, too
-# many): a retry of those keeps its key.
-_NOT_A_REFUSAL = frozenset({408, 409, 425, 429})
-
-
 def _refused(exc: BaseException) -> bool:
     """Whether ``exc`` says the outside world refused the call, having done nothing: user
-    code's ``PermanentError`` (raised for a refusal: a declined card), or an HTTP 4xx answer
-    other than those of ``_NOT_A_REFUSAL``. Anything else (a bug in the effect, which may come
-    after the action; a timeout; a 5xx) may have come after it acted: not a refusal."""
-    if isinstance(exc, PermanentError):
-        return True
-    code = status_code(exc)
-    return code is not None and 400 <= code < 500 and code not in _NOT_A_REFUSAL
+    code's ``PermanentError``, raised for a refusal (a declined card). Anything else may have
+    come after it acted: a bug in the effect, a timeout, a 5xx, and an HTTP 4xx too, which
+    says only that *some* request of the effect was refused: an effect that charged, then
+    recorded the charge in a ledger answering 422, was handed the next generation's key on
+    its retry and charged a second time. Its retry keeps its key (a provider that
+    deduplicates answers with what it did); an effect whose one request was declined says so
+    with ``PermanentError``."""
+    return isinstance(exc, PermanentError)
 
 
 def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:

@@ -157,9 +157,36 @@ _SHAPES = re.compile(
     # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
     # note would put it in the append-only audit log
     r"|\blw_[A-Za-z0-9_-]{40,}"
-    # a JSON Web Token: header and payload are base64 JSON objects (``eyJ`` is ``{"``)
-    r"|\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"
+    # (a JSON Web Token: ``_jwts``, before these)
 )
+
+# A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
+# at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
+# signature. Not an alternative of ``_SHAPES``: tried at every ``eyJ`` after a ``-`` (a word's
+# start), the header's run was scanned to its end from each, and a text of ``x-eyJ`` repeated
+# took seconds per 100 KB, growing with its square. Here a run of base64url characters
+# followed by ``.eyJ`` is read once from its start (``_JWT_RUN``); it holds a token when an
+# ``eyJ`` at a word's start (``_JWT_HEAD``) begins its header, and is masked from its start
+# (``Bearer sk-x-eyJ…``: what is glued to the token before a ``-`` is masked with it).
+_JWT_RUN = re.compile(
+    r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{8,}+(?=\.eyJ)\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
+)
+_JWT_HEAD = re.compile(r"\beyJ")
+
+
+def _jwts(s: str) -> str:
+    """``s`` with each JSON Web Token masked (see ``_JWT_RUN``), in one pass of its length."""
+    out: list[str] = []
+    done = pos = 0
+    while (m := _JWT_RUN.search(s, pos)) is not None:
+        dot = s.index(".", m.start())  # the header's end
+        head = _JWT_HEAD.search(s, m.start(), dot)
+        if head is None or dot - head.start() < 8:  # ``eyJ`` and 5 or more
+            pos = dot + 1  # the payload may start a token of its own
+            continue
+        out += (s[done : m.start()], REDACTED)  # with what it is glued to (``x-eyJ…``)
+        done = pos = m.end()
+    return s if not out else "".join(out) + s[done:]
 
 
 def _shape(m: re.Match[str]) -> str:
@@ -437,6 +464,8 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
                 s = s.replace(v, REDACTED)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
+    if ".eyJ" in s:
+        s = _jwts(s)
     if not _triggered(s.lower()) or _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)

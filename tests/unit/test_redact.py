@@ -736,3 +736,35 @@ def test_a_declared_secret_field_written_into_text_is_masked(text: str, want: st
     assert redact_text(want) == want
     assert redact({"error": text}) == {"error": want}  # the clean scan does not pass it
     assert redact([text]) == [want]
+
+
+_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (f"jwt {_JWT} end", "jwt *** end"),
+        (f"abc.{_JWT}", "abc.***"),  # a run before a dot is no header of it
+        (f"abcdefghij.{_JWT}", "abcdefghij.***"),
+        (f"Bearer sk-x-{_JWT} ok", "Bearer *** ok"),  # glued to the token: masked with it
+        (f"id_{_JWT}", f"id_{_JWT}"),  # no word's start: as before, not a token
+        ("eyJabcd.eyJabcdef.sig", "eyJabcd.eyJabcdef.sig"),  # a header under 5 characters
+        ("x-eyJ" * 4 + " " + _JWT, "x-eyJ" * 4 + " ***"),
+    ],
+)
+def test_a_json_web_token_is_masked_with_what_it_is_glued_to(text: str, want: str) -> None:
+    assert redact_text(text) == want
+    assert redact({"e": text}) == {"e": want}
+
+
+def test_a_text_of_many_token_starts_is_read_in_one_pass() -> None:
+    """``x-eyJ`` repeated: each ``eyJ`` after a ``-`` starts a word, and the pattern of a JWT
+    tried from each read the run to its end (100 KB took seconds, 200 KB four times as long;
+    bench/RESULTS.md, stop 44, review44). The outcome is checked here, the time measured there:
+    the run ending in a token is masked whole, one without a token is kept."""
+    run = "x-eyJ" * 20_000
+    assert redact_text(run) == run
+    assert redact_text(f"{run} {_JWT}") == f"{run} ***"
+    assert redact_text(f"{run}; {run}") == f"{run}; {run}"
+    assert redact({"out": [run, f"{run}\n{_JWT}"]}) == {"out": [run, f"{run}\n***"]}
