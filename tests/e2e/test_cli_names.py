@@ -55,7 +55,7 @@ def test_a_taken_key_and_an_unknown_part_name_the_option(
 
 
 def test_a_task_key_that_starts_another_runs_id_is_refused(project: Path) -> None:
-    """RUN is a run id, a prefix of one, or a task key: "2c8" that is one run's task key and
+    """RUN is a run id, a prefix of one, or a task key: "2c8f01ab" that is one run's task key and
     the start of another run's id named the keyed run, silently. Refused, both named."""
     import loopwright as lwp
 
@@ -68,7 +68,7 @@ def test_a_task_key_that_starts_another_runs_id_is_refused(project: Path) -> Non
     )
     with lwp.Runtime(str(store)) as rt:
         first = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="first").run_id
-        key = first[:4]
+        key = first[:8]
         keyed = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key=key).run_id
     for cmd in ("show", "trace"):
         line = refused(lw(cmd, key, cwd=project, store=store), "ambiguous", "whole run id")

@@ -263,27 +263,28 @@ def test_get_run_refuses_a_task_key_that_starts_another_runs_id(store: Store) ->
     """A task key that is also the start of another run's id named one of the two unseen
     (the task key won): a decision or a rollback could go to the run not meant. Both are
     named instead; a whole run id, a key that starts only its own run's id, and a key under
-    4 characters (too short to be meant as an id, as git abbreviates) are no ambiguity."""
-    keyed = _create(store, "abcd", run_id="0000aaaa")
-    other = _create(store, "k-2", run_id="abcdef01")
+    8 characters (an invoice number: a store's random ids would start with it by chance) are
+    no ambiguity."""
+    keyed = _create(store, "abcdef01", run_id="0000aaaa")
+    other = _create(store, "k-2", run_id="abcdef0123")
     with pytest.raises(lw.RunNotFoundError, match="ambiguous") as refused:
-        store.get_run("abcd")
+        store.get_run("abcdef01")
     assert keyed in str(refused.value) and other in str(refused.value)
-    assert store.get_run("0000aaaa").task_key == "abcd"
-    assert store.get_run("abcdef01").task_key == "k-2"
-    assert store.get_run("abcde").run_id == other  # a prefix of one id, no such key
+    assert store.get_run("0000aaaa").task_key == "abcdef01"
+    assert store.get_run("abcdef0123").task_key == "k-2"
+    assert store.get_run("abcdef012").run_id == other  # a prefix of one id, no such key
     _create(store, "ABCD", run_id="0000bbbb")  # a prefix is compared as written, as an id is
     assert store.get_run("ABCD").run_id == "0000bbbb"
     with pytest.raises(lw.RunNotFoundError, match="no run 'ABCDE'"):
-        store.get_run("ABCDE")  # (SQLite's LIKE ignored case: it found 'abcdef01')
+        store.get_run("ABCDE")  # (SQLite's LIKE ignored case: it found 'abcdef0123')
     own = _create(store, "1234", run_id="12345678")
     assert store.get_run("1234").run_id == own
-    for key, run_id in (("abc", "0000cccc"), ("f", "0000dddd")):
+    for key, run_id in (("abc", "0000cccc"), ("f", "0000dddd"), ("1001", "0000eeee")):
         _create(store, key, run_id=run_id)
         _create(store, f"other-{key}", run_id=f"{key}999999")
         assert store.get_run(key).run_id == run_id  # whatever ids the store holds
-    _create(store, "abcdef01", run_id="fedc0000")  # another run's whole id as a task key
-    assert store.get_run("abcdef01").run_id == other  # a whole run id names that run
+    _create(store, "abcdef0123", run_id="fedc0000")  # another run's whole id as a task key
+    assert store.get_run("abcdef0123").run_id == other  # a whole run id names that run
 
 
 def test_list_runs_filters_and_order(store: Store) -> None:

@@ -174,7 +174,7 @@ class Store(LiveStore, PeopleStore, ABC):
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id, or with an id starting with this prefix (unique), or with this
         task key. Raises ``RunNotFoundError``, also when ``run_id`` is one run's task key and,
-        4 characters or more, the start of another run's id (a whole run id always names its
+        8 characters or more, the start of another run's id (a whole run id always names its
         run). A prefix is compared as written."""
 
     @abstractmethod
