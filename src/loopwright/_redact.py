@@ -125,7 +125,7 @@ _SHAPES = re.compile(
     r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
     r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
-    r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|(?P<bearer>\b(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
     r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
@@ -141,9 +141,28 @@ _SHAPES = re.compile(
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
     r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
     r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
-    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
-    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)\\*+['\"]\s*:\s*\\*+['\"])"
+    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
+    # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
+    # {'private_key': …}, {'Set-Cookie': …})
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
+    r"|bearer|(?:private|session|access)[_-]?key)\\*+['\"]\s*:\s*\\*+['\"])"
     r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
+    # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
+    # read it): a value of 6 or more characters with a digit, a capital or a symbol, so that
+    # prose about the option (``the --password option``) stays
+    r"|(?P<flag>(?<![\w-])--?(?:[A-Za-z0-9]+[-_])*(?i:passw(?:or)?d|pwd|token|secret"
+    r"|api[-_]?key)[ \t]++['\"]?)(?!\*\*\*)"
+    r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}"
+    # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
+    # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
+    r"|(?P<logkv>(?<![A-Za-z0-9])(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
+    r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}"
+    # URL-encoded: password%3D…, api_key%3D…, token%3D… (a query inside a query), to ``%26``
+    r"|(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
+    r"(?:[^\s&%\"'<>#]|%(?!26))+"
+    # a URL-encoded URL's credentials: https%3A%2F%2Fuser%3Apw%40host (a redirect parameter)
+    r"|(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
+    r"(?:[^\s%/@&]|%(?!2[Ff]|40|3[Aa]))*%3[Aa](?:[^\s%/@&]|%(?!2[Ff]|40))*%40"
     # a key cut before its END line (text clipped for storage) is masked to the end of it
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
     r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
@@ -166,7 +185,11 @@ def _shape(m: re.Match[str]) -> str:
     group = m.lastgroup  # the kept part's name (each alternative has at most one)
     if group is None:
         return REDACTED
-    return m.group(group) + (REDACTED + "@" if group == "url" else REDACTED)
+    if group == "url":
+        return m.group(group) + REDACTED + "@"
+    if group == "encurl":
+        return m.group(group) + REDACTED + "%40"
+    return m.group(group) + REDACTED
 
 
 _lock = threading.Lock()
@@ -301,8 +324,29 @@ _TRIGGERS = (
     "accesskey",
     "token'",
     'token"',
+    "token\\",
+    "token:",
+    "token :",
+    "-token",
+    "token%3d",
     "secret'",
     'secret"',
+    "secret\\",
+    "secret:",
+    "secret :",
+    "-secret",
+    "secret%3d",
+    "%3a%2f%2f",
+    "pwd",
+    "passphrase",
+    "cookie",
+    "credentials",
+    "private_key",
+    "private-key",
+    "privatekey",
+    "session_key",
+    "session-key",
+    "sessionkey",
     "authorization",
     "private key-----",
     "k_live_",
@@ -355,7 +399,8 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN = ("=", "://", "xox", "token'", 'token"')
+_TRIGGER_IN = ("=", "://", "xox", "%3a%2f%2f", "-token")
+_TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
@@ -364,9 +409,8 @@ _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
-    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private key"),
-    "secret",
-    "sk-",
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private"),
+    *("secret", "sk-", "pwd", "passphrase", "cookie", "credentials", "session"),
 )
 
 
@@ -384,20 +428,34 @@ def _confirmed(low: str, passw: bool) -> bool:
     return _TRIGGER.search(low) is not None or (passw and "passw" in low)
 
 
+# What follows ``token`` in a trigger (``token'``, ``token:``, ``token%3d``, …); ``-token`` is
+# the other one holding it.
+_TOKEN_AFTER = tuple(t[5:] for t in _TRIGGER_IN if t.startswith("token"))
+
+
+def _token_trigger(low: str) -> bool:
+    """Whether a trigger holding ``token`` is in ``low``: one search for the word, then a look
+    at its neighbours where it is (records hold ``tokens``; seven full scans cost more)."""
+    i = low.find("token")
+    while i >= 0:
+        if low.startswith(_TOKEN_AFTER, i + 5) or (i and low[i - 1] == "-"):
+            return True
+        i = low.find("token", i + 5)
+    return False
+
+
 def _triggered(low: str, *, passw: bool = False) -> bool:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
     text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
     for ``passw`` answers on the clean text, the common case, without reading it again)."""
-    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the five tests. A
-    # one-character test first where the needle's character is rare in records (``x``, ``'``).
+    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the tests. A one-character
+    # test first where the needle's character is rare in records (``x``, ``%``).
     if (
         "=" in low
         or "://" in low
         or ("x" in low and "xox" in low)
-        or ("'" in low and "token'" in low)
-        or 'token"' in low
-        # a quote escaped after the name: ``{\'token\': …}`` printed inside a printed string
-        or ("\\" in low and ("token\\" in low or "secret\\" in low))
+        or ("%" in low and "%3a%2f%2f" in low)
+        or _token_trigger(low)
     ):
         return True
     for needle in _PREFILTER_REST:
@@ -633,14 +691,7 @@ def _clean_text(
 # trigger holds no key the key pattern would find (a unit test checks every name). Written
 # out, not a loop over a tuple: this runs on every clean scan.
 def _named_unseen(low: str) -> bool:
-    return (
-        "pwd" in low
-        or "passphrase" in low
-        or "private" in low
-        or "credentials" in low
-        or "cookie" in low
-        or "session" in low
-    )
+    return "private" in low or "session" in low
 
 
 @functools.lru_cache(maxsize=64)
