@@ -399,7 +399,7 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN = ("=", "://", "xox", "%3a%2f%2f", "-token")
+_TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token")
 _TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
