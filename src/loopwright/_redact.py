@@ -12,8 +12,10 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
-  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…`` and
-  ``{'token': '…'}`` written into text;
+  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
+  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``), a command
+  line's ``--password VALUE``, a log's ``token: VALUE`` and URL-encoded ``password%3D…``
+  written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
