@@ -427,7 +427,8 @@ def _clean_text(
     )
     # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
     # ``low`` does: only a backslash before a quote is dropped)
-    if _triggered(quoted, passw=True):
+    hit = _triggered(quoted, passw=True)
+    if hit:
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:
@@ -439,21 +440,14 @@ def _clean_text(
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
     # escapes every other ASCII space) or a character beyond ASCII.
     spaced = "\\" in low or ' ":' in low or not low.isascii()
-    if not spaced and fields is SECRET_FIELDS and not _named_unseen(low):
-        # No trigger above, so no key of these names can be in the text (see ``_named_unseen``):
-        # the reversed copy and the pattern's pass over it are not needed.
+    if not spaced and fields is SECRET_FIELDS and hit is False:
+        # No trigger and no needle of the prefilter: every name of ``SECRET_FIELDS`` and
+        # ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one (``"token":``
+        # the trigger ``token"``, ``"session_key":`` the needle ``session``; a unit test checks
+        # every name), so no key of these names is in the text: the reversed copy and the key
+        # pattern's pass over it are not needed.
         return True
     return pats[spaced].search(low[::-1]) is None
-
-
-# The names of ``SECRET_FIELDS`` and ``_SECRET_SUFFIXES`` that a trigger does not stand for
-# when the key is written plainly (``"name":``, nothing between the name and its quote):
-# ``"token":`` holds the trigger ``token"``, ``"api-key":`` the trigger ``api-key``,
-# ``"db_password":`` the text ``passw``; these do not. A text with none of them and no
-# trigger holds no key the key pattern would find (a unit test checks every name). Written
-# out, not a loop over a tuple: this runs on every clean scan.
-def _named_unseen(low: str) -> bool:
-    return "private" in low or "session" in low
 
 
 @functools.lru_cache(maxsize=64)
