@@ -547,6 +547,10 @@ def test_a_clean_plain_record_is_not_searched_for_secret_keys(
     assert redact(record) is record
     with pytest.raises(AssertionError, match="key pattern ran"):
         redact({"cycle": 19, "session_note": "kept"})
+    # a needle no trigger confirms (``private``, ``session``) sends it to the key pattern too
+    _redact._clean_texts.clear()
+    with pytest.raises(AssertionError, match="key pattern ran"):
+        redact({"cycle": 20, "private_note": "kept"})
 
 
 def test_a_dataclass_is_scanned_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
