@@ -441,11 +441,11 @@ def _clean_text(
     # escapes every other ASCII space) or a character beyond ASCII.
     spaced = "\\" in low or ' ":' in low or not low.isascii()
     if not spaced and fields is SECRET_FIELDS and hit is False:
-        # No trigger and no needle of the prefilter: every name of ``SECRET_FIELDS`` and
-        # ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one (``"token":``
-        # the trigger ``token"``, ``"session_key":`` the needle ``session``; a unit test checks
-        # every name), so no key of these names is in the text: the reversed copy and the key
-        # pattern's pass over it are not needed.
+        # No trigger, and neither ``private`` nor ``session``: every name of ``SECRET_FIELDS``
+        # and ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one of those
+        # (``"token":`` the trigger ``token"``, ``"session_key":`` the word ``session``; a unit
+        # test checks every name), so no key of these names is in the text: the reversed copy
+        # and the key pattern's pass over it are not needed.
         return True
     return pats[spaced].search(low[::-1]) is None
 

@@ -220,11 +220,14 @@ _PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFIL
 def _confirmed(low: str, passw: bool) -> bool | None:
     """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
     only then, never on the clean path). For the clean scan (``passw``), None rather than
-    False: a needle was seen (``private``, ``session``: a key ``_key_patterns_of`` finds
-    may be there), so the key pattern must run."""
+    False where a needle no trigger stands for is in the text (``private``, ``session``: a
+    key ``_key_patterns_of`` finds may be there, so the key pattern must run); a needle of
+    prose (``gh`` in "high") alone does not send a record there."""
     if _TRIGGER.search(low) is not None or (passw and "passw" in low):
         return True
-    return None if passw else False
+    if passw and ("private" in low or "session" in low):
+        return None
+    return False
 
 
 # What follows ``token`` in a trigger (``token'``, ``token:``, ``token%3d``, …); ``-token`` is
@@ -247,9 +250,9 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
     """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
     text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
     for ``passw`` answers on the clean text, the common case, without reading it again).
-    With ``passw``, a falsy answer is None where a needle of ``_PREFILTER`` was seen and False
-    only where none was: then no key of a secret's name can be in a plain text (the clean scan
-    skips its key pattern; ``_redact._clean_text``)."""
+    With ``passw``, a falsy answer is None where ``private`` or ``session`` is in the text and
+    False only where neither is: then no key of a secret's name can be in a plain text (the
+    clean scan skips its key pattern; ``_redact._clean_text``)."""
     # ``_TRIGGER_IN`` spelled out: a generator here costs more than the tests. A one-character
     # test first where the needle's character is rare in records (``x``, ``%``).
     if (

@@ -521,9 +521,9 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
 )
 def test_every_secret_name_is_a_trigger_or_a_needle(name: str) -> None:
     """The clean scan skips the key pattern on a plain text (no escape, no space before a
-    closing quote, ASCII) with no trigger and no needle of the prefilter (``_triggered`` answers
-    False, not None): every secret field's name, as a key (``_`` or ``-``, any case, with a
-    prefix), must then hold one or the other."""
+    closing quote, ASCII) with no trigger and neither ``private`` nor ``session`` in it
+    (``_triggered`` answers False, not None): every secret field's name, as a key (``_`` or
+    ``-``, any case, with a prefix), must then hold one or the other."""
     for spelled in (name, name.replace("_", "-"), "db_" + name, "X-" + name.upper()):
         low = json.dumps({spelled: "v"}, separators=(",", ":")).lower()
         assert _redact._triggered(low, passw=True) is not False, spelled
