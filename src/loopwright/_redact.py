@@ -286,7 +286,7 @@ def _declared_text(s: str, fields: frozenset[str]) -> str:
         alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
         pat = re.compile(
             rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-            r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))+"
+            r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
         )
         if len(_declared_patterns) > 64:
             _declared_patterns.clear()
