@@ -12,8 +12,10 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
-  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…`` and
-  ``{'token': '…'}`` written into text;
+  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
+  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``), a command
+  line's ``--password VALUE``, a log's ``token: VALUE`` and URL-encoded ``password%3D…``
+  written into text;
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -38,6 +40,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._json import numbered_key
+from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
+    _PREFILTER,
+    _SHAPES,
+    _TRIGGER_IN,
+    _TRIGGERS,
+    REDACTED,
+    _jwts,
+    _shape,
+    _trie,
+    _triggered,
+)
 
 try:
     import orjson
@@ -54,7 +67,6 @@ __all__ = [
     "register_secret_field",
 ]
 
-REDACTED = "***"
 
 MIN_SECRET_LEN = 6
 """Shorter values are not masked by value (they would mask ordinary text); their keys and
@@ -111,89 +123,6 @@ _SECRET_SUFFIXES = (
 def _secret_name(k: str, fields: frozenset[str]) -> bool:
     """Whether normalised key ``k`` names a secret."""
     return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
-
-
-# One pass finds every shaped secret; each alternative is a named group so that the replacement
-# keeps what is not secret (the scheme, the parameter name, the word "Bearer").
-_SHAPES = re.compile(
-    # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
-    # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
-    # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
-    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
-    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
-    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
-    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
-    r"|key|auth|sig)=)"
-    r"(?!\*\*\*)[^&#\s\"']+"
-    r"|(?P<bearer>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
-    # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
-    # whole (possessive) so that an already masked value stays as it is
-    r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
-    r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
-    # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
-    # the name: a prefix of the variable's name does not hide it); a key printed with spaces
-    # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
-    # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
-    # is a quote too, and a value ends before an escaped quote
-    r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
-    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
-    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
-    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
-    r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"(?:[^\s,;&\"'}\\]|\\(?![\"']))+"
-    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}
-    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret)\\*+['\"]\s*:\s*\\*+['\"])"
-    r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
-    # a key cut before its END line (text clipped for storage) is masked to the end of it
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
-    r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
-    r"|\bsk-[A-Za-z0-9_-]{12,}"
-    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
-    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\bAIza[0-9A-Za-z_-]{35}"
-    r"|\bhf_[A-Za-z0-9]{20,}"
-    r"|\bglpat-[A-Za-z0-9_-]{20,}"
-    # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
-    # note would put it in the append-only audit log
-    r"|\blw_[A-Za-z0-9_-]{40,}"
-    # (a JSON Web Token: ``_jwts``, before these)
-)
-
-# A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
-# at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
-# signature. Not an alternative of ``_SHAPES``: tried at every ``eyJ`` after a ``-`` (a word's
-# start), the header's run was scanned to its end from each, and a text of ``x-eyJ`` repeated
-# took seconds per 100 KB, growing with its square. Here a run of base64url characters
-# followed by ``.eyJ`` is read once from its start (``_JWT_RUN``); it holds a token when an
-# ``eyJ`` at a word's start (``_JWT_HEAD``) begins its header, and is masked from its start
-# (``Bearer sk-x-eyJ…``: what is glued to the token before a ``-`` is masked with it).
-_JWT_RUN = re.compile(
-    r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{8,}+(?=\.eyJ)\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
-)
-_JWT_HEAD = re.compile(r"\beyJ")
-
-
-def _jwts(s: str) -> str:
-    """``s`` with each JSON Web Token masked (see ``_JWT_RUN``), in one pass of its length."""
-    out: list[str] = []
-    done = pos = 0
-    while (m := _JWT_RUN.search(s, pos)) is not None:
-        dot = s.index(".", m.start())  # the header's end
-        head = _JWT_HEAD.search(s, m.start(), dot)
-        if head is None or dot - head.start() < 8:  # ``eyJ`` and 5 or more
-            pos = dot + 1  # the payload may start a token of its own
-            continue
-        out += (s[done : m.start()], REDACTED)  # with what it is glued to (``x-eyJ…``)
-        done = pos = m.end()
-    return s if not out else "".join(out) + s[done:]
-
-
-def _shape(m: re.Match[str]) -> str:
-    group = m.lastgroup  # the kept part's name (each alternative has at most one)
-    if group is None:
-        return REDACTED
-    return m.group(group) + (REDACTED + "@" if group == "url" else REDACTED)
 
 
 _lock = threading.Lock()
@@ -304,141 +233,6 @@ def _values() -> tuple[str, ...]:
     return tuple(sorted(set(env).union(extra), key=len, reverse=True))
 
 
-# Every shape above contains one of these (lower-cased); substring tests run in C and are about
-# ten times faster than the regular expression on text that has none, the common case.
-_TRIGGERS = (
-    "://",
-    "=",
-    "password",
-    "passwd",
-    "api_key",
-    "api-key",
-    "apikey",
-    "secret_key",
-    "secret-key",
-    "secretkey",
-    "client_secret",
-    "client-secret",
-    "clientsecret",
-    "access_token",
-    "access-token",
-    "accesstoken",
-    "access_key",
-    "access-key",
-    "accesskey",
-    "token'",
-    'token"',
-    "secret'",
-    'secret"',
-    "authorization",
-    "private key-----",
-    "k_live_",
-    "k_test_",
-    "bearer",
-    "sk-",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "xox",
-    "akia",
-    "asia",
-    "aiza",
-    "hf_",
-    "glpat-",
-    "lw_",
-    "eyj",
-)
-
-
-def _trie(words: Iterable[str]) -> str:
-    """An alternation matching any of ``words``, grouped by common prefixes (``a(?:iza|kia)``):
-    the regex engine tries one branch per character instead of every word, about three times
-    faster on the engine's write path than the flat alternation."""
-    heads: dict[str, list[str]] = {}
-    for w in sorted(set(words)):
-        heads.setdefault(w[:1], []).append(w[1:])
-    out = []
-    for head, rests in heads.items():
-        if not head:
-            continue
-        tails = [t for t in rests if t]
-        if not tails:
-            out.append(re.escape(head))
-            continue
-        inner = _trie(tails)
-        if "" in rests:
-            out.append(f"{re.escape(head)}(?:{inner})?")
-        elif "|" in inner:
-            out.append(f"{re.escape(head)}(?:{inner})")
-        else:
-            out.append(re.escape(head) + inner)
-    return "|".join(out)
-
-
-# The triggers in one case-sensitive pattern, run on lower-cased text: an IGNORECASE
-# alternation is about ten times slower in Python's engine. Those whose first character is
-# everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
-# every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN = ("=", "://", "xox", "token'", 'token"')
-_TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
-
-
-# Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``):
-# on text with none of them — a clean record — the regular expression never runs. The
-# substring tests run in C; together they cost less than one pass of the expression.
-_PREFILTER = (
-    *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
-    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private key"),
-    "secret",
-    "sk-",
-)
-
-
-# The needles of ``_PREFILTER`` that hold a character the engine's own records lack (no key
-# or number it writes holds a ``z`` or a ``j``): one test for that character (``memchr``, a
-# tenth of a substring test) stands for them on a clean record.
-_PREFILTER_Z = ("aiza", "authorization")
-_PREFILTER_J = ("eyj",)
-_PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
-
-
-def _confirmed(low: str, passw: bool) -> bool:
-    """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
-    only then, never on the clean path)."""
-    return _TRIGGER.search(low) is not None or (passw and "passw" in low)
-
-
-def _triggered(low: str, *, passw: bool = False) -> bool:
-    """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
-    text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
-    for ``passw`` answers on the clean text, the common case, without reading it again)."""
-    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the five tests. A
-    # one-character test first where the needle's character is rare in records (``x``, ``'``).
-    if (
-        "=" in low
-        or "://" in low
-        or ("x" in low and "xox" in low)
-        or ("'" in low and "token'" in low)
-        or 'token"' in low
-        # a quote escaped after the name: ``{\'token\': …}`` printed inside a printed string
-        or ("\\" in low and ("token\\" in low or "secret\\" in low))
-    ):
-        return True
-    for needle in _PREFILTER_REST:
-        if needle in low:
-            return _confirmed(low, passw)
-    if "z" in low:
-        for needle in _PREFILTER_Z:
-            if needle in low:
-                return _confirmed(low, passw)
-    if "j" in low and "eyj" in low:
-        return _confirmed(low, passw)
-    return False
-
-
 _exact: dict[tuple[str, ...], re.Pattern[str] | None] = {}
 
 
@@ -495,7 +289,7 @@ def _declared_text(s: str, fields: frozenset[str]) -> str:
         alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
         pat = re.compile(
             rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-            r"(?!\*\*\*)(?:[^'\"\\]|\\(?!['\"]))+"
+            r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
         )
         if len(_declared_patterns) > 64:
             _declared_patterns.clear()
@@ -636,7 +430,8 @@ def _clean_text(
     )
     # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
     # ``low`` does: only a backslash before a quote is dropped)
-    if _triggered(quoted, passw=True):
+    hit = _triggered(quoted, passw=True)
+    if hit:
         return False
     exact = _values_pattern(values)
     if exact is not None and exact.search(text) is not None:
@@ -648,28 +443,14 @@ def _clean_text(
     # Whitespace between a key's name and its closing quote is a raw space, an escape (JSON
     # escapes every other ASCII space) or a character beyond ASCII.
     spaced = "\\" in low or ' ":' in low or not low.isascii()
-    if not spaced and fields is SECRET_FIELDS and not _named_unseen(low):
-        # No trigger above, so no key of these names can be in the text (see ``_named_unseen``):
-        # the reversed copy and the pattern's pass over it are not needed.
+    if not spaced and fields is SECRET_FIELDS and hit is False:
+        # No trigger, and neither ``private`` nor ``session``: every name of ``SECRET_FIELDS``
+        # and ``_SECRET_SUFFIXES`` written plainly as a key (``"name":``) holds one of those
+        # (``"token":`` the trigger ``token"``, ``"session_key":`` the word ``session``; a unit
+        # test checks every name), so no key of these names is in the text: the reversed copy
+        # and the key pattern's pass over it are not needed.
         return True
     return pats[spaced].search(low[::-1]) is None
-
-
-# The names of ``SECRET_FIELDS`` and ``_SECRET_SUFFIXES`` that a trigger does not stand for
-# when the key is written plainly (``"name":``, nothing between the name and its quote):
-# ``"token":`` holds the trigger ``token"``, ``"api-key":`` the trigger ``api-key``,
-# ``"db_password":`` the text ``passw``; these do not. A text with none of them and no
-# trigger holds no key the key pattern would find (a unit test checks every name). Written
-# out, not a loop over a tuple: this runs on every clean scan.
-def _named_unseen(low: str) -> bool:
-    return (
-        "pwd" in low
-        or "passphrase" in low
-        or "private" in low
-        or "credentials" in low
-        or "cookie" in low
-        or "session" in low
-    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -162,7 +162,7 @@ def test_every_trigger_passes_the_substring_prefilter() -> None:
         assert t in _TRIGGER_IN or any(n in t for n in _PREFILTER), t
         assert _triggered(f"a clean record around {t} and after"), t
     for near in ("gh", "high", "passwo", "hf", "glpat", "github_pa", "sk", "aiz"):
-        assert not _triggered(f"nothing secret: {near}"), near
+        assert not _triggered(f"nothing to see: {near}"), near
 
 
 @pytest.mark.parametrize(
@@ -429,12 +429,7 @@ def _joined(parts: list[str]) -> str:
 
 
 def _reference_triggered(low: str, passw: bool) -> bool:
-    return (
-        any(w in low for w in _redact._TRIGGERS)
-        or (passw and "passw" in low)
-        or "token\\" in low
-        or "secret\\" in low
-    )
+    return any(w in low for w in _redact._TRIGGERS) or (passw and "passw" in low)
 
 
 def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
@@ -447,7 +442,7 @@ def test_triggered_is_exactly_a_trigger_being_in_the_text() -> None:
     @given(texts, st.booleans())
     def check(text: str, passw: bool) -> None:
         low = text.lower()
-        assert _redact._triggered(low, passw=passw) == _reference_triggered(low, passw)
+        assert bool(_redact._triggered(low, passw=passw)) == _reference_triggered(low, passw)
 
     check()
 
@@ -495,8 +490,8 @@ class _Asked(str):
 def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lacks() -> None:
     """The clean scan's substring tests are one pass over the record each: the needles that
     hold a character the engine's records lack (``z``: ``aiza``, ``authorization``; ``j``:
-    ``eyj``; ``x``: ``xox``; ``'``: ``token'``) are searched only once a one-character test
-    finds that character."""
+    ``eyj``; ``x``: ``xox``; ``%``: ``%3a%2f%2f``) are searched only once a one-character test
+    finds that character, and the triggers holding ``token`` are one search for the word."""
     record = json.dumps(
         {"cycle": 18, "decision": "revise", "findings": [{"message": "still open"}]},
         separators=(",", ":"),
@@ -504,14 +499,14 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
     low = _Asked(record.lower())
     low.asked = []
     assert not _redact._triggered(low, passw=True)
-    for needle in ("aiza", "authorization", "eyj", "xox", "token'"):
+    for needle in ("aiza", "authorization", "eyj", "xox", "%3a%2f%2f", "token'", 'token"'):
         assert needle not in low.asked, needle
-    assert {"z", "j", "x", "'"} <= set(low.asked)
+    assert {"z", "j", "x", "%"} <= set(low.asked)
     # a record with those characters is searched for them
-    low = _Asked('{"z":"j","x":"\'"}')
+    low = _Asked('{"z":"j","x":"%"}')
     low.asked = []
     assert not _redact._triggered(low, passw=True)
-    assert {"aiza", "authorization", "eyj", "xox", "token'"} <= set(low.asked)
+    assert {"aiza", "authorization", "eyj", "xox", "%3a%2f%2f"} <= set(low.asked)
 
 
 @pytest.mark.parametrize(
@@ -524,13 +519,14 @@ def test_a_clean_record_is_not_searched_for_needles_whose_rare_character_it_lack
         }
     ),
 )
-def test_every_secret_name_is_a_trigger_or_an_unseen_word(name: str) -> None:
+def test_every_secret_name_is_a_trigger_or_a_needle(name: str) -> None:
     """The clean scan skips the key pattern on a plain text (no escape, no space before a
-    closing quote, ASCII) with no trigger and none of ``_named_unseen``'s words: every secret field's name,
-    as a key (``_`` or ``-``, any case, with a prefix), must then hold one or the other."""
+    closing quote, ASCII) with no trigger and neither ``private`` nor ``session`` in it
+    (``_triggered`` answers False, not None): every secret field's name, as a key (``_`` or
+    ``-``, any case, with a prefix), must then hold one or the other."""
     for spelled in (name, name.replace("_", "-"), "db_" + name, "X-" + name.upper()):
         low = json.dumps({spelled: "v"}, separators=(",", ":")).lower()
-        assert _redact._triggered(low, passw=True) or _redact._named_unseen(low), spelled
+        assert _redact._triggered(low, passw=True) is not False, spelled
 
 
 def test_a_clean_plain_record_is_not_searched_for_secret_keys(
@@ -551,6 +547,10 @@ def test_a_clean_plain_record_is_not_searched_for_secret_keys(
     assert redact(record) is record
     with pytest.raises(AssertionError, match="key pattern ran"):
         redact({"cycle": 19, "session_note": "kept"})
+    # a needle no trigger confirms (``private``, ``session``) sends it to the key pattern too
+    _redact._clean_texts.clear()
+    with pytest.raises(AssertionError, match="key pattern ran"):
+        redact({"cycle": 20, "private_note": "kept"})
 
 
 def test_a_dataclass_is_scanned_as_the_store_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -768,3 +768,117 @@ def test_a_text_of_many_token_starts_is_read_in_one_pass() -> None:
     assert redact_text(f"{run} {_JWT}") == f"{run} ***"
     assert redact_text(f"{run}; {run}") == f"{run}; {run}"
     assert redact({"out": [run, f"{run}\n{_JWT}"]}) == {"out": [run, f"{run}\n***"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # a printed mapping under the other names of SECRET_FIELDS
+        ("{'pwd': 'hunter2x'}", "{'pwd': '***'}"),
+        ('{"PWD": "hunter2x"}', '{"PWD": "***"}'),
+        ("{'cookie': 'sid=abc123; theme=dark'}", "{'cookie': '***'}"),
+        ("headers {'Set-Cookie': 'sid=abc123; Path=/'}", "headers {'Set-Cookie': '***'}"),
+        ("{'private_key': 'MIIEvQIBADANBgkq'}", "{'private_key': '***'}"),
+        ("{\\'private-key\\': \\'MIIEvQIBADANBgkq\\'}", "{\\'private-key\\': \\'***\\'}"),
+        ("{'passphrase': 'correct horse'}", "{'passphrase': '***'}"),
+        ("{'credentials': 'u1:p2'}", "{'credentials': '***'}"),
+        ("{'session_key': 'a1b2c3d4'}", "{'session_key': '***'}"),
+        ("{'aws_access_key': 'a1b2c3d4'}", "{'aws_access_key': '***'}"),
+        ("{'bearer': 'a1b2c3d4'}", "{'bearer': '***'}"),
+        (
+            "{'private_key': '-----BEGIN PRIVATE KEY-----\\nMIIEvQ\\n-----END PRIVATE KEY-----'}",
+            "{'private_key': '***'}",
+        ),
+        (
+            "key:\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQ\n-----END EC PRIVATE KEY-----\n",
+            "key:\n***\n",
+        ),
+        # a command line
+        ("exec: psql --password hunter2 -h db", "exec: psql --password *** -h db"),
+        ("cli --token ghx123def456 --verbose", "cli --token *** --verbose"),
+        ("cli --github-token Zq8abcdefgh run", "cli --github-token *** run"),
+        ("cli --api-key 'Abc-def-ghi'", "cli --api-key '***'"),
+        ("mysql -password S3cretPass", "mysql -password ***"),
+        ("cli --db-password my-secret-pw", "cli --db-password ***"),
+        # log-like text
+        ("auth ok token: abc123def456 for bob", "auth ok token: *** for bob"),
+        ("GITHUB_TOKEN : Zq8abcdefgh1", "GITHUB_TOKEN : ***"),
+        ("client secret: s3cr3tvalue99", "client secret: ***"),
+        ("login password=x", "login password=***"),
+        ("DB password: hunter2", "DB password: ***"),
+        ("header bearer:abcdef123456", "header bearer:***"),
+        ("header Bearer=abcdef123456", "header Bearer=***"),
+        # URL-encoded
+        (
+            "cb?next=%2Flogin%3Fuser%3Dbob%26password%3Dhunter2%26x%3D1",
+            "cb?next=%2Flogin%3Fuser%3Dbob%26password%3D***%26x%3D1",
+        ),
+        ("state=api_key%3DAbc123", "state=api_key%3D***"),
+        (
+            "r?to=https%3A%2F%2Fbob%3Ahunter2%40db.example%2Fx",
+            "r?to=https%3A%2F%2F***%40db.example%2Fx",
+        ),
+        ("https://bob:p%40ss%40w0rd@host/x", "https://***@host/x"),
+        ("https://bob%40mail.com:hunter2@host/x", "https://***@host/x"),
+    ],
+)
+def test_secrets_in_command_lines_logs_and_encoded_text_are_masked(text: str, want: str) -> None:
+    """Shapes that were stored in clear before stop 44: the other secret field names in a
+    printed mapping, a command line's options, log lines, URL-encoded text."""
+    assert redact_text(text) == want
+    assert redact_text(want) == want  # masking twice changes nothing
+    # in a record, through the clean scan, the same
+    assert redact({"message": text}) == {"message": want}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The password is required; set a token for access and keep the secret safe.",
+        "Use the --password option, or the --token flag.",
+        "see --token docs and --password prompt",
+        "Token: the unit of text a model reads",
+        "token: 12345678 (a fencing counter)",
+        "max_tokens: 800, tokens: 12",
+        "Secret: the villain was the butler",
+        "a cookie jar, private keys and a session key are words",
+        "cd $PWD; echo pwd",
+        "{'cookies': 3, 'pwd_len': 'eight'}",
+        "the bearer of bad news",
+        "percent%3Dsign and 50%3A50",
+        "password reset: see https://example.com/reset",
+    ],
+)
+def test_prose_about_passwords_and_tokens_stays_readable(text: str) -> None:
+    assert redact_text(text) == text
+    record = {"message": text}
+    assert redact(record) == record
+
+
+@pytest.mark.parametrize(
+    ("unit", "tail"),
+    [
+        ("--token ", ""),
+        ("--a-", " --token Abc123456"),
+        (" --password aaaa", ""),
+        ("token:", ""),
+        ("token: aaaa ", ""),
+        ("password%3D", ""),
+        ("token%3Da%", ""),
+        ("a%3A%2F%2F", ""),
+        ("x%3A%2F%2Fu%3A", ""),
+        ("'pwd': '", ""),
+        ("'a-a-", ""),
+        ("bearer:", ""),
+        ("-----BEGIN RSA PRIVATE KEY-----", ""),
+    ],
+)
+def test_adversarial_repetitions_of_the_new_shapes_are_masked(unit: str, tail: str) -> None:
+    """100 KB of one shape's prefix repeated (a pattern that backtracked would take minutes:
+    bench/RESULTS.md, stop 44, has the timings): the result is checked, not the time."""
+    text = unit * (100_000 // len(unit)) + tail
+    out = redact_text(text)
+    assert redact_text(out) == out
+    assert len(out) <= len(text) + 3
+    if tail:
+        assert out.endswith("--token ***")

@@ -1,0 +1,66 @@
+"""The redaction net's text patterns on adversarial input: each shape's prefix (or a near
+miss of it) repeated to fill SIZE characters, masked by ``redact_text``; the best of three
+runs at each size. A pattern that backtracks shows as a time growing with the square of the
+size (x100 for 10x); a linear one about x10 (memory effects add some past ~100 KB).
+
+Usage:  python bench/redact_adversarial.py [SIZE ...]   (default 30000 300000)
+
+Timings, not instructions: run it on a quiet machine, and read the ratios, not the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from loopwright._redact import redact_text
+
+# name: the unit repeated (the shape's start, or a near miss the pattern must reject)
+UNITS = {
+    "flag": "--token ",
+    "flag-dashes": "--a-",
+    "flag-lowercase": "--token abcdef",
+    "flag-password": " --password aaaa",
+    "log-colon": "token:",
+    "log-no-digit": "token: aaaa ",
+    "log-space": "token :a1",
+    "secret-colon": "secret: a1",
+    "dash-token": "-token-token",
+    "url-encoded": "password%3D",
+    "url-encoded-pct": "token%3Da%",
+    "encoded-url": "a%3A%2F%2F",
+    "encoded-url-user": "x%3A%2F%2Fu%3A",
+    "encoded-url-pw": "%3Ap",
+    "qkey-pwd": "'pwd': '",
+    "qkey-cookie": "'set-cookie'",
+    "qkey-prefix": "'a-a-",
+    "bearer-colon": "bearer:",
+    "bearer-space": "bearer ",
+    "pem": "-----BEGIN RSA PRIVATE KEY-----",
+    "kv": "token=1",
+    "conn-escapes": "password=\\\\",
+    "prose": "the password and the token: see --token docs. ",
+    "plain": "x",
+}
+
+
+def best(text: str) -> float:
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        redact_text(text)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    sizes = [int(a) for a in sys.argv[1:]] or [30_000, 300_000]
+    print(f"{'shape':18}" + "".join(f"{s:>12,}" for s in sizes) + "   ratio last/first")
+    for name, unit in UNITS.items():
+        ms = [best(unit * (size // len(unit))) * 1000 for size in sizes]
+        cells = "".join(f"{m:10.1f}ms" for m in ms)
+        print(f"{name:18}{cells}   x{ms[-1] / max(ms[0], 1e-3):.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""The text patterns of the redaction net (``_redact``): the shapes a secret written into text
+takes (``_SHAPES``, one expression) and the cheap test that decides whether a text can hold
+one at all (``_triggered``: substring tests in C before the expression runs), on every write.
+
+Moved out of ``_redact`` (which walks data and holds the registries) unchanged; ``_redact``
+re-exports every name here that its tests reach.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+REDACTED = "***"
+
+# One pass finds every shaped secret; each alternative is a named group so that the replacement
+# keeps what is not secret (the scheme, the parameter name, the word "Bearer").
+# A value is read as ``(?:[^…]++|<escape>)++``: each run of plain characters whole, and the
+# loop possessive (nothing follows a value, so nothing is given back). Python's engine keeps
+# a frame per iteration of a greedy group: with one character an iteration, a value of
+# 300 KB took 50 times as long as one of 30 KB (bench/redact_adversarial.py).
+_SHAPES = re.compile(
+    # scheme://user:password@ (a password with a raw "@" is masked up to the last one before the
+    # path, as URL parsers read it) or scheme://TOKEN@ (a user name alone of 16 or more token
+    # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
+    r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
+    r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
+    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
+    r"|key|auth|sig)=)"
+    r"(?!\*\*\*)[^&#\s\"']+"
+    r"|(?P<bearer>\b(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
+    # whole (possessive) so that an already masked value stays as it is
+    r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
+    # the name: a prefix of the variable's name does not hide it); a key printed with spaces
+    # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
+    # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
+    # is a quote too, and a value ends before an escaped quote
+    r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
+    r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
+    r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
+    r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+    # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
+    # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
+    # {'private_key': …}, {'Set-Cookie': …})
+    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
+    r"|bearer|(?:private|session|access)[_-]?key)\\*+['\"]\s*:\s*\\*+['\"])"
+    r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
+    # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
+    # read it): a value of 6 or more characters with a digit, a capital or a symbol, so that
+    # prose about the option (``the --password option``) stays
+    r"|(?P<flag>(?<![\w-])--?(?:[A-Za-z0-9]+[-_])*(?i:passw(?:or)?d|pwd|token|secret"
+    r"|api[-_]?key)[ \t]++['\"]?)(?!\*\*\*)"
+    r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}"
+    # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
+    # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
+    r"|(?P<logkv>(?<![A-Za-z0-9])(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
+    r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}"
+    # URL-encoded: password%3D…, api_key%3D…, token%3D… (a query inside a query), to ``%26``
+    r"|(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
+    r"(?:[^\s&%\"'<>#]++|%(?!26))++"
+    # a URL-encoded URL's credentials: https%3A%2F%2Fuser%3Apw%40host (a redirect parameter)
+    r"|(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
+    r"(?:[^\s%/@&]++|%(?!2[Ff]|40|3[Aa]))*+%3[Aa](?:[^\s%/@&]++|%(?!2[Ff]|40))*+%40"
+    # a key cut before its END line (text clipped for storage) is masked to the end of it
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
+    r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|\bsk-[A-Za-z0-9_-]{12,}"
+    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{35}"
+    r"|\bhf_[A-Za-z0-9]{20,}"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
+    # note would put it in the append-only audit log
+    r"|\blw_[A-Za-z0-9_-]{40,}"
+    # (a JSON Web Token: ``_jwts``, before these)
+)
+
+# A JSON Web Token (header and payload are base64 JSON objects: ``eyJ`` is ``{"``): ``eyJ``
+# at a word's start and 5 or more characters, then ``.eyJ`` and 5 or more, then ``.`` and a
+# signature. Not an alternative of ``_SHAPES``: tried at every ``eyJ`` after a ``-`` (a word's
+# start), the header's run was scanned to its end from each, and a text of ``x-eyJ`` repeated
+# took seconds per 100 KB, growing with its square. Here a run of base64url characters
+# followed by ``.eyJ`` is read once from its start (``_JWT_RUN``); it holds a token when an
+# ``eyJ`` at a word's start (``_JWT_HEAD``) begins its header, and is masked from its start
+# (``Bearer sk-x-eyJ…``: what is glued to the token before a ``-`` is masked with it).
+_JWT_RUN = re.compile(
+    r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{8,}+(?=\.eyJ)\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
+)
+_JWT_HEAD = re.compile(r"\beyJ")
+
+
+def _jwts(s: str) -> str:
+    """``s`` with each JSON Web Token masked (see ``_JWT_RUN``), in one pass of its length."""
+    out: list[str] = []
+    done = pos = 0
+    while (m := _JWT_RUN.search(s, pos)) is not None:
+        dot = s.index(".", m.start())  # the header's end
+        head = _JWT_HEAD.search(s, m.start(), dot)
+        if head is None or dot - head.start() < 8:  # ``eyJ`` and 5 or more
+            pos = dot + 1  # the payload may start a token of its own
+            continue
+        out += (s[done : m.start()], REDACTED)  # with what it is glued to (``x-eyJ…``)
+        done = pos = m.end()
+    return s if not out else "".join(out) + s[done:]
+
+
+def _shape(m: re.Match[str]) -> str:
+    group = m.lastgroup  # the kept part's name (each alternative has at most one)
+    if group is None:
+        return REDACTED
+    if group == "url":
+        return m.group(group) + REDACTED + "@"
+    if group == "encurl":
+        return m.group(group) + REDACTED + "%40"
+    return m.group(group) + REDACTED
+
+
+# Every shape of ``_SHAPES`` contains one of these (lower-cased); substring tests run in C and are about
+# ten times faster than the regular expression on text that has none, the common case.
+_TRIGGERS = (
+    "://",
+    "=",
+    "password",
+    "passwd",
+    "api_key",
+    "api-key",
+    "apikey",
+    "secret_key",
+    "secret-key",
+    "secretkey",
+    "client_secret",
+    "client-secret",
+    "clientsecret",
+    "access_token",
+    "access-token",
+    "accesstoken",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "token'",
+    'token"',
+    "token\\",
+    "token:",
+    "token :",
+    "-token",
+    "token%3d",
+    "secret'",
+    'secret"',
+    "secret\\",
+    "secret:",
+    "secret :",
+    "-secret",
+    "secret%3d",
+    "%3a%2f%2f",
+    "pwd",
+    "passphrase",
+    "cookie",
+    "credentials",
+    "private_key",
+    "private-key",
+    "privatekey",
+    "session_key",
+    "session-key",
+    "sessionkey",
+    "authorization",
+    "private key-----",
+    "k_live_",
+    "k_test_",
+    "bearer",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "xox",
+    "akia",
+    "asia",
+    "aiza",
+    "hf_",
+    "glpat-",
+    "lw_",
+    "eyj",
+)
+
+
+def _trie(words: Iterable[str]) -> str:
+    """An alternation matching any of ``words``, grouped by common prefixes (``a(?:iza|kia)``):
+    the regex engine tries one branch per character instead of every word, about three times
+    faster on the engine's write path than the flat alternation."""
+    heads: dict[str, list[str]] = {}
+    for w in sorted(set(words)):
+        heads.setdefault(w[:1], []).append(w[1:])
+    out = []
+    for head, rests in heads.items():
+        if not head:
+            continue
+        tails = [t for t in rests if t]
+        if not tails:
+            out.append(re.escape(head))
+            continue
+        inner = _trie(tails)
+        if "" in rests:
+            out.append(f"{re.escape(head)}(?:{inner})?")
+        elif "|" in inner:
+            out.append(f"{re.escape(head)}(?:{inner})")
+        else:
+            out.append(re.escape(head) + inner)
+    return "|".join(out)
+
+
+# The triggers in one case-sensitive pattern, run on lower-cased text: an IGNORECASE
+# alternation is about ten times slower in Python's engine. Those whose first character is
+# everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
+# every character) are plain substring tests instead, which run in C at memory speed.
+_TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token")
+_TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
+_TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
+
+
+# Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``):
+# on text with none of them — a clean record — the regular expression never runs. The
+# substring tests run in C; together they cost less than one pass of the expression.
+_PREFILTER = (
+    *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
+    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private"),
+    *("secret", "sk-", "pwd", "passphrase", "cookie", "credentials", "session"),
+)
+
+
+# The needles of ``_PREFILTER`` that hold a character the engine's own records lack (no key
+# or number it writes holds a ``z`` or a ``j``): one test for that character (``memchr``, a
+# tenth of a substring test) stands for them on a clean record.
+_PREFILTER_Z = ("aiza", "authorization")
+_PREFILTER_J = ("eyj",)
+_PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
+
+
+def _confirmed(low: str, passw: bool) -> bool | None:
+    """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
+    only then, never on the clean path). For the clean scan (``passw``), None rather than
+    False where a needle no trigger stands for is in the text (``private``, ``session``: a
+    key ``_key_patterns_of`` finds may be there, so the key pattern must run); a needle of
+    prose (``gh`` in "high") alone does not send a record there."""
+    if _TRIGGER.search(low) is not None or (passw and "passw" in low):
+        return True
+    if passw and ("private" in low or "session" in low):
+        return None
+    return False
+
+
+# What follows ``token`` in a trigger (``token'``, ``token:``, ``token%3d``, …); ``-token`` is
+# the other one holding it.
+_TOKEN_AFTER = tuple(t[5:] for t in _TRIGGER_IN if t.startswith("token"))
+
+
+def _token_trigger(low: str) -> bool:
+    """Whether a trigger holding ``token`` is in ``low``: one search for the word, then a look
+    at its neighbours where it is (records hold ``tokens``; seven full scans cost more)."""
+    i = low.find("token")
+    while i >= 0:
+        if low.startswith(_TOKEN_AFTER, i + 5) or (i and low[i - 1] == "-"):
+            return True
+        i = low.find("token", i + 5)
+    return False
+
+
+def _triggered(low: str, *, passw: bool = False) -> bool | None:
+    """Whether lower-cased ``low`` contains one of ``_TRIGGERS`` (or, with ``passw``, the
+    text ``passw``: the clean scan's test for a key holding it, which the prefilter's scan
+    for ``passw`` answers on the clean text, the common case, without reading it again).
+    With ``passw``, a falsy answer is None where ``private`` or ``session`` is in the text and
+    False only where neither is: then no key of a secret's name can be in a plain text (the
+    clean scan skips its key pattern; ``_redact._clean_text``)."""
+    # ``_TRIGGER_IN`` spelled out: a generator here costs more than the tests. A one-character
+    # test first where the needle's character is rare in records (``x``, ``%``).
+    if (
+        "=" in low
+        or "://" in low
+        or ("x" in low and "xox" in low)
+        or ("%" in low and "%3a%2f%2f" in low)
+        or _token_trigger(low)
+    ):
+        return True
+    for needle in _PREFILTER_REST:
+        if needle in low:
+            return _confirmed(low, passw)
+    if "z" in low:
+        for needle in _PREFILTER_Z:
+            if needle in low:
+                return _confirmed(low, passw)
+    if "j" in low and "eyj" in low:
+        return _confirmed(low, passw)
+    return False
