@@ -34,7 +34,7 @@ def main() -> int:
                 db = f"{args.pg}{sep}schema=mk_{uuid.uuid4().hex[:12]}"
             else:
                 db = f"sqlite:///{work / 's.db'}"
-            kw = {"askers": args.askers} if sc == "refund_among_askers" else {}
+            kw = {"askers": args.askers} if "askers" in sc or "racing" in sc else {}
             t, ends, bad = run_trial(work, db, sc, kill, hooks, **kw)
             counts["trials"] += 1
             counts["killed"] += t.killed

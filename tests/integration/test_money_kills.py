@@ -24,23 +24,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "moneykill"))
 from ledger import Ledger
 from trial import run_trial
 
-# (scenario, kill point, reconcile hooks): each kill at a boundary its scenario reaches
+# (scenario, kill point, reconcile hooks, each run's end): each kill at a boundary its
+# scenario reaches
 TRIALS = [
-    ("declined_then_another", "after_effect_intent:1", "both"),
-    ("refund_then_another", "before_effect_result:1", "both"),
-    ("refund_among_askers", "before_effect_result:1", "none"),
-    ("redo_after_a_bug", "after_effect_result:1", "both"),
+    # killed right after the provider declined: the resume asks the same key (its hook found
+    # no charge), declined again; then the next runs pay under the next key
+    (
+        "declined_resumed_then_another",
+        "provider:pay:declined",
+        "both",
+        {"A": "escalated", "B": "accepted", "C": "accepted"},
+    ),
+    # the refund's answer lost: B asks while it is unsettled
+    ("refund_then_another", "before_effect_result:1", "both", {"A": "cancelled", "B": "escalated"}),
+    # the refund failed after it refunded: in doubt, B must not reuse the payment
+    ("refund_bug_then_another", None, "none", {"A": "cancelled", "B": "escalated"}),
+    # the payment's code failed after the charge; the rollback's redo killed after its result
+    ("redo_after_a_bug", "after_effect_result:1", "both", {"A": "accepted", "B": "escalated"}),
 ]
 
 
-@pytest.mark.parametrize(("scenario", "kill", "hooks"), TRIALS)
+@pytest.mark.parametrize(("scenario", "kill", "hooks", "want"), TRIALS)
 def test_killed_payments_and_refunds_keep_the_ledger(
-    url: str, tmp_path: Path, scenario: str, kill: str | None, hooks: str
+    url: str, tmp_path: Path, scenario: str, kill: str | None, hooks: str, want: dict[str, str]
 ) -> None:
     t, ends, broken = run_trial(tmp_path, url, scenario, kill, hooks)
     assert broken == [], (ends, broken)
     assert t.killed == (kill is not None)  # the kill happened where it was placed
-    assert set(ends.values()) <= {"accepted", "escalated", "cancelled"}, ends
+    assert ends == want
 
 
 def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(

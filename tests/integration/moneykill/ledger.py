@@ -8,11 +8,18 @@ loopwright store), shared by every process of a trial.
 * ``bug_after`` names invoices whose first charge succeeds and then the effect's own code
   raises (a failure that may have acted).
 * Every request is logged in ``requests`` (seq, op, key, pid), which the checks read.
+* ``refund_bug``: the first refund acts and then the effect's own code raises (a refund that
+  failed after it refunded); ``refund_refused``: every refund is refused (``PermanentError``,
+  as a 4xx: the charge is disputed), nothing refunded.
+* ``kill`` (``pay:paid``, ``pay:declined``, ``refund``): the first process whose request gets
+  that answer is SIGKILLed right after the provider recorded it, inside the effect's call
+  (the answer lost, as by a crash between the provider's reply and the effect's return).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -32,8 +39,18 @@ CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY);
 
 
 class Ledger:
-    def __init__(self, path: Path, *, decline: str = "", bug_after: str = "") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        decline: str = "",
+        bug_after: str = "",
+        kill: str = "",
+        refunds: str = "",
+    ) -> None:
         self.path = path
+        self.kill = kill
+        self.refunds = refunds
         self.decline = {x for x in decline.split(",") if x}
         self.bug_after = {x for x in bug_after.split(",") if x}
         with closing(self._db()) as db:
@@ -45,6 +62,8 @@ class Ledger:
             Path(os.environ["MK_DIR"]) / "provider.db",
             decline=os.environ.get("MK_DECLINE", ""),
             bug_after=os.environ.get("MK_BUG_AFTER", ""),
+            kill=os.environ.get("MK_PROVIDER_KILL", ""),
+            refunds=os.environ.get("MK_REFUNDS", ""),
         )
 
     def _db(self) -> sqlite3.Connection:
@@ -61,6 +80,13 @@ class Ledger:
     def _mark(self, db: sqlite3.Connection, name: str) -> bool:
         """True the first time ``name`` is marked."""
         return db.execute("INSERT OR IGNORE INTO marks VALUES (?)", (name,)).rowcount == 1
+
+    def _commit(self, db: sqlite3.Connection, answered: str) -> None:
+        """Commits; then dies if ``answered`` is where this trial kills (once)."""
+        die = answered == self.kill and self._mark(db, f"kill:{answered}")
+        db.execute("COMMIT")
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def note(self, op: str, key: str) -> None:
         """Logs something a run did (its actor's ask) in the request order."""
@@ -88,7 +114,7 @@ class Ledger:
             self._log(db, "pay", key, status)
             if not declined and invoice in self.bug_after:
                 bug = self._mark(db, f"bug:{invoice}")
-            db.execute("COMMIT")
+            self._commit(db, f"pay:{status}")
         if declined:
             raise lw.PermanentError(f"card declined (key {key})")
         if bug:
@@ -104,9 +130,16 @@ class Ledger:
                 db.execute("COMMIT")
                 raise lw.PermanentError(f"no charge {key} to refund")
             assert result["id"] == f"ch:{key}", (result, key)
+            if self.refunds == "refund_refused":
+                self._log(db, "refund", key, "refused")
+                db.execute("COMMIT")
+                raise lw.PermanentError(f"charge ch:{key} is disputed: not refunded")
             db.execute("UPDATE charges SET refunds = refunds + 1 WHERE key = ?", (key,))
             self._log(db, "refund", key, f"refund#{row[1] + 1}")
-            db.execute("COMMIT")
+            bug = self.refunds == "refund_bug" and self._mark(db, "refund_bug")
+            self._commit(db, "refund")
+        if bug:
+            raise RuntimeError("a bug after the provider refunded")
         return {"refunded": f"ch:{key}"}
 
     # --- the reconcile hooks ----------------------------------------------------------------
