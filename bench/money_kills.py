@@ -18,6 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 from trial import KILLS, SCENARIOS, run_trial
 
 
+def _drop(url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pg", default="", help="a PostgreSQL URL (default: SQLite files)")
@@ -35,7 +43,11 @@ def main() -> int:
             else:
                 db = f"sqlite:///{work / 's.db'}"
             kw = {"askers": args.askers} if "askers" in sc or "racing" in sc else {}
-            t, ends, bad = run_trial(work, db, sc, kill, hooks, **kw)
+            try:
+                t, ends, bad = run_trial(work, db, sc, kill, hooks, **kw)
+            finally:
+                if args.pg:
+                    _drop(args.pg, db.rpartition("schema=")[2])
             counts["trials"] += 1
             counts["killed"] += t.killed
             counts["refunded_after_acceptance"] += len(t.refunded_later)
