@@ -51,10 +51,12 @@ def main() -> int:
             counts["trials"] += 1
             counts["killed"] += t.killed
             counts["refunded_after_acceptance"] += len(t.refunded_later)
+            counts["accepted_invoice_left_unpaid"] += len(t.unpaid_accepted)
             for status in ends.values():
                 counts[status] += 1
             broken += [f"{sc} {kill} {hooks}: {b}" for b in bad]
-            print(sc, kill, hooks, ends, "killed", t.killed, bad or "", flush=True)
+            later = f"refunded later: {t.refunded_later}" if t.refunded_later else ""
+            print(sc, kill, hooks, ends, "killed", t.killed, later, bad or "", flush=True)
     print(dict(counts), "broken:", len(broken))
     for b in broken:
         print("BROKEN", b)

@@ -34,6 +34,7 @@ class Trial:
     killed: int = 0
     killed_pids: set[int] = field(default_factory=set)
     refunded_later: list[str] = field(default_factory=list)
+    unpaid_accepted: list[str] = field(default_factory=list)
 
     def start(
         self, action: str, key: str, *extra: str, crash: str | None = None, **env: str
@@ -120,7 +121,14 @@ class Trial:
                     # A person cancelled the run that paid, after this one was accepted on
                     # its payment: counted, not a broken rule (a person decided).
                     self.refunded_later.append(key)
+                    if not standing.get(state_invoice(charges, held)):
+                        # ...and the invoice ends unpaid: nobody paid it again
+                        self.unpaid_accepted.append(key)
         return bad
+
+
+def state_invoice(charges: list[tuple[str, str, str, int]], key: str) -> str:
+    return next(inv for k, inv, _st, _r in charges if k == key)
 
 
 def _payment(entries: list[Any]) -> str | None:
@@ -160,6 +168,15 @@ def refund_then_another(t: Trial, kill: str | None) -> list[str]:
     t.do("run", "A", MK_PARK="1")
     t.do("cancel", "A", crash=kill, MK_PARK="1")
     t.do("run", "B")
+    return ["A", "B"]
+
+
+def reused_then_refunded(t: Trial, kill: str | None) -> list[str]:
+    """A pays and parks; B asks for the same invoice (reuses A's payment) and is accepted;
+    then a person cancels A, whose refund is killed at ``kill``."""
+    t.do("run", "A", MK_PARK="1")
+    t.do("run", "B")
+    t.do("cancel", "A", crash=kill, MK_PARK="1")
     return ["A", "B"]
 
 
@@ -227,6 +244,7 @@ SCENARIOS = {
     "declined_then_another": declined_then_another,
     "declined_resumed_then_another": declined_resumed_then_another,
     "refund_then_another": refund_then_another,
+    "reused_then_refunded": reused_then_refunded,
     "refund_bug_then_another": refund_bug_then_another,
     "refund_refused_then_another": refund_refused_then_another,
     "declined_rolled_back": declined_rolled_back,
