@@ -22,23 +22,21 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import loopwright as lw
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "crashpoints"))
+sys.path.insert(0, str(HERE.parent))
 
+from doc_loop import TASK, fields  # noqa: E402
 from killpoint import kill_point, phase_hook  # noqa: E402
 from ledger import Ledger  # noqa: E402
 
 INVOICE = "I6"
-TASK: dict[str, Any] = {"goal": "pay I6", "artifacts": {"doc": {"a": 0, "b": 0, "c": 0}}}
-TARGET = {"a": 1, "b": 2, "c": 3}
 PO = lw.Question("Which PO governs?", choices=("PO-1", "PO-2"))
 ALLOW = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
-ENDED = ("accepted", "stopped", "escalated", "failed")
 
 
 def build_loop(ledger: Ledger, task_key: str) -> lw.Loop:
@@ -69,11 +67,6 @@ def build_loop(ledger: Ledger, task_key: str) -> lw.Loop:
         return lw.Proposal(
             edits=(lw.Edit("doc", "b", 2),), effects=(pay.call(invoice=INVOICE, amount=5.0),)
         )
-
-    def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        vals = state.artifacts["doc"].values()
-        wrong = [k for k, v in TARGET.items() if vals.get(k) != v]
-        return lw.Verdict(passed=not wrong, score=1 - len(wrong) / len(TARGET))
 
     return lw.Loop(
         name="moneykill",
