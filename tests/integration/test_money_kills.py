@@ -54,9 +54,8 @@ def test_killed_payments_and_refunds_keep_the_ledger(
     assert ends == want
 
 
-def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(
-    url: str, tmp_path: Path
-) -> None:
+def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"  # (both stores: the trials above)
     _, ends, broken = run_trial(tmp_path, url, "declined_then_another", None, "none")
     assert broken == [] and ends == {"A": "escalated", "B": "accepted"}
     charges = sorted(Ledger(tmp_path / "provider.db").charges())
