@@ -31,11 +31,13 @@ def main() -> int:
     ap.add_argument("--pg", default="", help="a PostgreSQL URL (default: SQLite files)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--askers", type=int, default=2)
+    ap.add_argument("--only", default="", help="scenarios, comma-separated (default: all)")
     args = ap.parse_args()
     counts: Counter[str] = Counter()
     broken: list[str] = []
     for _ in range(args.rounds):
-        for sc, kill, hooks in itertools.product(SCENARIOS, KILLS, ("both", "none")):
+        names = args.only.split(",") if args.only else list(SCENARIOS)
+        for sc, kill, hooks in itertools.product(names, KILLS, ("both", "none")):
             work = Path(tempfile.mkdtemp(prefix="mk-"))
             if args.pg:
                 sep = "&" if "?" in args.pg else "?"
