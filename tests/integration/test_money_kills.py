@@ -1,0 +1,73 @@
+"""Paying once and refunding once, checked from outside with real processes killed (SIGKILL)
+at deterministic phase boundaries, against a provider that behaves like Stripe and keeps its
+own ledger (``moneykill/ledger.py``: charges and refunds by idempotency key in a file of its
+own, a declined answer kept by key, a repeated key deduplicated). SQLite and PostgreSQL.
+
+Scenarios (``moneykill/trial.py``): a declined payment, then another run asking for the same
+invoice; a payment whose refund (a person's cancel) is killed before or after the provider's
+call, then another run asking; the same refund while two or four runs ask at once; a payment
+whose own code failed after the provider charged, rolled back and redone. After each trial
+every run is resumed to its end (a parked one cancelled by a person), and the provider's ledger
+must show: never two standing charges for one invoice, never two refunds of one charge, never
+a declined key asked again, never a run accepted on a payment refunded before its last cycle.
+``bench/money_kills.py`` runs every scenario at every kill point, repeatedly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "moneykill"))
+
+from ledger import Ledger
+from trial import run_trial
+
+# (scenario, kill point, reconcile hooks, each run's end): each kill at a boundary its
+# scenario reaches
+TRIALS = [
+    # killed right after the provider declined: the resume asks the same key (its hook found
+    # no charge), declined again; then the next runs pay under the next key
+    (
+        "declined_resumed_then_another",
+        "provider:pay:declined",
+        "both",
+        {"A": "escalated", "B": "accepted", "C": "accepted"},
+    ),
+    # the refund's answer lost: B asks while it is unsettled
+    ("refund_then_another", "before_effect_result:1", "both", {"A": "cancelled", "B": "escalated"}),
+    # the refund failed after it refunded: in doubt, B must not reuse the payment
+    ("refund_bug_then_another", None, "none", {"A": "cancelled", "B": "escalated"}),
+    # the payment's code failed after the charge; the rollback's redo killed after its result
+    ("redo_after_a_bug", "after_effect_result:1", "both", {"A": "accepted", "B": "escalated"}),
+]
+
+
+@pytest.mark.parametrize(("scenario", "kill", "hooks", "want"), TRIALS)
+def test_killed_payments_and_refunds_keep_the_ledger(
+    url: str, tmp_path: Path, scenario: str, kill: str | None, hooks: str, want: dict[str, str]
+) -> None:
+    t, ends, broken = run_trial(tmp_path, url, scenario, kill, hooks)
+    assert broken == [], (ends, broken)
+    assert t.killed == (kill is not None)  # the kill happened where it was placed
+    assert ends == want
+
+
+def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"  # (both stores: the trials above)
+    _, ends, broken = run_trial(tmp_path, url, "declined_then_another", None, "none")
+    assert broken == [] and ends == {"A": "escalated", "B": "accepted"}
+    charges = sorted(Ledger(tmp_path / "provider.db").charges())
+    assert charges == [("pay:I6", "I6", "declined", 0), ("pay:I6~2", "I6", "paid", 0)]
+
+
+@pytest.mark.postgres
+def test_four_runs_ask_for_an_invoice_while_its_refund_is_killed(
+    pg_url: str, tmp_path: Path
+) -> None:
+    t, ends, broken = run_trial(
+        tmp_path, pg_url, "refund_among_askers", "before_effect_result:1", "both", askers=4
+    )
+    assert broken == [], (ends, broken)
+    assert t.killed >= 1 and ends["A"] == "cancelled"
