@@ -4,7 +4,6 @@ and one request sent, streamed or not (``_ChatModel`` adds repair turns, usage a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.util
 import json
@@ -12,7 +11,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,11 +23,10 @@ from .._usage import Usage
 from ._endpoint import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
+    SdkClients,
     _async_clients,
     _body_not_json,
     _cap_retry_after,
-    _closer,
-    _mask_http_logs,
     _name_the_call,
     _normalise_model,
     _redact_exc,
@@ -37,7 +34,6 @@ from ._endpoint import (
     no_api_key,
     normalise_base_url,
     public_url,
-    sdk_endpoint,
 )
 from ._limits import Gate, Limits, _tighter, gate_for
 from ._prices import Priced, PriceOverride
@@ -79,7 +75,7 @@ MAX_REPLY_BYTES = 32 * 2**20
 as JSON); a larger one fails as ``ReplyTooLarge``, permanent, instead of filling memory."""
 
 
-class _ChatClient:
+class _ChatClient(SdkClients):
     """What actors and reviewers share to send a request: endpoint, client, structured output."""
 
     _schema: dict[str, Any]
@@ -195,57 +191,10 @@ class _ChatClient:
         register_secret(self._api_key)  # a worker process masks it too
 
     # --- the call ---------------------------------------------------------------------------
-    def _openai(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                try:
-                    import openai
-                except ImportError as exc:  # pragma: no cover - the extra is in dev
-                    raise ImportError(_NO_SDK) from exc
-                from ._deadline import http_client
+    _no_sdk = _NO_SDK
 
-                _mask_http_logs()
-                self._client = openai.OpenAI(
-                    api_key=self._api_key,
-                    **sdk_endpoint(self._endpoint),
-                    # timeout= bounds each network step (connect, each read) only; the client
-                    # bounds the whole request, body included (a trickled reply held it open)
-                    timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
-                    max_retries=0,  # the engine retries, under the loop's persisted policy
-                )
-                # Its pooled connections are closed when this object goes, not left to the
-                # garbage collector (an unclosed socket, whichever code is running then).
-                weakref.finalize(self, self._client.close)
-            return self._client
-
-    async def _async_openai(self) -> openai.AsyncOpenAI:
-        """The async client of the running event loop: an ``httpx.AsyncClient`` belongs to the
-        loop it first ran on, and ``run_sync`` makes a loop per call. It is closed when its
-        loop shuts down (``asyncio.run`` closes the loop's async generators, ``_closer`` one)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            held = self._aclients.get(loop)
-            if held is not None:
-                return held[0]
-            try:
-                import openai
-            except ImportError as exc:  # pragma: no cover - the extra is in dev
-                raise ImportError(_NO_SDK) from exc
-            from ._deadline import async_http_client
-
-            _mask_http_logs()
-            client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                **sdk_endpoint(self._endpoint),
-                timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
-                max_retries=0,  # the engine retries, under the loop's persisted policy
-            )
-            closer = _closer(client)
-            self._aclients[loop] = (client, closer)
-        await closer.__anext__()  # registers it with the loop, to be closed at its shutdown
-        return client
+    def _reply_cap(self) -> int:
+        return MAX_REPLY_BYTES  # read at each call: a test or a user may change the module's cap
 
     def _format_kwargs(self, mode: str) -> dict[str, Any]:
         if mode == "json_schema":

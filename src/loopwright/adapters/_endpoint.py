@@ -11,6 +11,7 @@ import ipaddress
 import json
 import logging
 import os
+import threading
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -272,3 +273,73 @@ async def _closer(client: openai.AsyncOpenAI) -> AsyncIterator[None]:
         yield
     finally:
         await client.close()
+
+
+class SdkClients:
+    """The ``openai`` SDK clients an adapter makes on first use, for the chat and the image
+    adapters alike: one sync client, and one async client per event loop. The adapter sets
+    the attributes named below and says its reply cap (``_reply_cap``, read at each call so a
+    module's ``MAX_REPLY_BYTES`` can be changed) and its missing-SDK message (``_no_sdk``)."""
+
+    _lock: threading.Lock
+    _client: openai.OpenAI | None
+    _aclients: _AsyncClients
+    _api_key: str
+    _endpoint: str
+    timeout_s: float
+    _no_sdk: str
+
+    def _reply_cap(self) -> int:
+        raise NotImplementedError
+
+    def _openai(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                try:
+                    import openai
+                except ImportError as exc:  # pragma: no cover - the extra is in dev
+                    raise ImportError(self._no_sdk) from exc
+                from ._deadline import http_client
+
+                _mask_http_logs()
+                self._client = openai.OpenAI(
+                    api_key=self._api_key,
+                    **sdk_endpoint(self._endpoint),
+                    # timeout= bounds each network step (connect, each read) only; the client
+                    # bounds the whole request, body included (a trickled reply held it open)
+                    timeout=self.timeout_s,
+                    http_client=http_client(self.timeout_s, self._reply_cap()),
+                    max_retries=0,  # the engine retries, under the loop's persisted policy
+                )
+                # Its pooled connections are closed when this object goes, not left to the
+                # garbage collector (an unclosed socket, whichever code is running then).
+                weakref.finalize(self, self._client.close)
+            return self._client
+
+    async def _async_openai(self) -> openai.AsyncOpenAI:
+        """The async client of the running event loop: an ``httpx.AsyncClient`` belongs to the
+        loop it first ran on, and ``run_sync`` makes a loop per call. It is closed when its
+        loop shuts down (``asyncio.run`` closes the loop's async generators, ``_closer`` one)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            held = self._aclients.get(loop)
+            if held is not None:
+                return held[0]
+            try:
+                import openai
+            except ImportError as exc:  # pragma: no cover - the extra is in dev
+                raise ImportError(self._no_sdk) from exc
+            from ._deadline import async_http_client
+
+            _mask_http_logs()
+            client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                **sdk_endpoint(self._endpoint),
+                timeout=self.timeout_s,  # each network step; the client: the whole request
+                http_client=async_http_client(self.timeout_s, self._reply_cap()),
+                max_retries=0,  # the engine retries, under the loop's persisted policy
+            )
+            closer = _closer(client)
+            self._aclients[loop] = (client, closer)
+        await closer.__anext__()  # registers it with the loop, to be closed at its shutdown
+        return client

@@ -4,13 +4,11 @@ and masked, a picture fetched from a ``url`` reply."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import importlib.util
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,11 +17,10 @@ from .._redact import redact_text, register_secret
 from ._endpoint import (
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRY_AFTER_S,
+    SdkClients,
     _async_clients,
     _body_not_json,
     _cap_retry_after,
-    _closer,
-    _mask_http_logs,
     _name_the_call,
     _normalise_model,
     _redact_exc,
@@ -31,7 +28,6 @@ from ._endpoint import (
     no_api_key,
     normalise_base_url,
     public_url,
-    sdk_endpoint,
 )
 from ._image_data import _size_ok
 from ._image_reply import ImagePrice, ImageResult
@@ -54,7 +50,7 @@ a few large pictures as base64; a larger one fails as ``ReplyTooLarge``, permane
 _NO_SDK = "the image adapter needs the openai SDK: pip install 'loopwright[openai]'"
 
 
-class _ImageClient:
+class _ImageClient(SdkClients):
     """``ImageModel``'s settings and SDK clients (its arguments are documented there); what a
     request sends, and what a failed one raises."""
 
@@ -162,56 +158,10 @@ class _ImageClient:
         self._gate()
         register_secret(self._api_key)
 
-    def _openai(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                try:
-                    import openai
-                except ImportError as exc:  # pragma: no cover - the extra is in dev
-                    raise ImportError(_NO_SDK) from exc
-                from ._deadline import http_client
+    _no_sdk = _NO_SDK
 
-                _mask_http_logs()
-                self._client = openai.OpenAI(
-                    api_key=self._api_key,
-                    **sdk_endpoint(self._endpoint),
-                    # timeout= bounds each network step (connect, each read) only; the client
-                    # bounds the whole request, body included (a trickled reply held it open)
-                    timeout=self.timeout_s,
-                    http_client=http_client(self.timeout_s, MAX_REPLY_BYTES),
-                    max_retries=0,  # the engine retries, under the loop's persisted policy
-                )
-                # Its pooled connections are closed when this object goes, not left to the
-                # garbage collector (an unclosed socket, whichever code is running then).
-                weakref.finalize(self, self._client.close)
-            return self._client
-
-    async def _async_openai(self) -> openai.AsyncOpenAI:
-        """The async client of the running event loop (an ``httpx`` async client belongs to
-        the loop it first ran on), closed when that loop shuts down — as the chat adapter's."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            held = self._aclients.get(loop)
-            if held is not None:
-                return held[0]
-            try:
-                import openai
-            except ImportError as exc:  # pragma: no cover - the extra is in dev
-                raise ImportError(_NO_SDK) from exc
-            from ._deadline import async_http_client
-
-            _mask_http_logs()
-            client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                **sdk_endpoint(self._endpoint),
-                timeout=self.timeout_s,  # each network step; the client: the whole request
-                http_client=async_http_client(self.timeout_s, MAX_REPLY_BYTES),
-                max_retries=0,  # the engine retries, under the loop's persisted policy
-            )
-            closer = _closer(client)
-            self._aclients[loop] = (client, closer)
-        await closer.__anext__()  # registers it with the loop, to be closed at its shutdown
-        return client
+    def _reply_cap(self) -> int:
+        return MAX_REPLY_BYTES  # read at each call: a test or a user may change the module's cap
 
     def _kwargs(self, prompt: str, size: str | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": 1}
