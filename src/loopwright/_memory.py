@@ -557,12 +557,11 @@ def rank(
     rows: Iterable[Mapping[str, Any]],
     *,
     scopes: Iterable[tuple[str, str | None]],
-    query: str = "",
     limit: int = 5,
 ) -> builtins.list[MemoryItem]:
     """``FeedbackMemory.retrieve`` on rows the store ranked already (``Store.memory_search``,
     best first): the items of ``scopes``, the same feedback once (in its best-ranked scope),
-    at most ``limit``. ``query`` is unused (the store ranked for it), kept for callers."""
+    at most ``limit``."""
     allowed = set(scopes)
     out: builtins.list[MemoryItem] = []
     if limit <= 0:

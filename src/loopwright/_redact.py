@@ -272,7 +272,14 @@ def _declared(fields: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(fields - SECRET_FIELDS))
 
 
-_declared_patterns: dict[tuple[str, ...], re.Pattern[str]] = {}
+@functools.lru_cache(maxsize=64)
+def _declared_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """A printed mapping's or a keyword's quoted value under one of ``names``."""
+    alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
+    return re.compile(
+        rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
+        r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
+    )
 
 
 def _declared_text(s: str, fields: frozenset[str]) -> str:
@@ -284,17 +291,7 @@ def _declared_text(s: str, fields: frozenset[str]) -> str:
     low = s.lower()
     if not any(n in low or n.replace("_", "-") in low for n in names):
         return s
-    pat = _declared_patterns.get(names)
-    if pat is None:
-        alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
-        pat = re.compile(
-            rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-            r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
-        )
-        if len(_declared_patterns) > 64:
-            _declared_patterns.clear()
-        _declared_patterns[names] = pat
-    return pat.sub(lambda m: m.group("kept") + REDACTED, s)
+    return _declared_pattern(names).sub(lambda m: m.group("kept") + REDACTED, s)
 
 
 def _fields_now() -> frozenset[str]:

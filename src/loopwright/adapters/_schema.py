@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._json import _deeper_than
 from .._retry import TransientError
 from .._usage import Usage
 
@@ -184,20 +185,6 @@ def _json_type(value: Any) -> str:
 
 MAX_DEPTH = 200
 """The deepest nesting of arrays and objects a reply may have (its edit values included)."""
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``limit`` deep (without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return False
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
