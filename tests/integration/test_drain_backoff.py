@@ -58,7 +58,7 @@ def test_a_drain_does_not_wait_out_a_retrys_backoff(tmp_path: Path, where: str) 
 
         stats = asyncio.run(drive())
         assert (stats.claimed, dict(stats.ended), stats.errors) == (1, {"running": 1}, 0)
-        assert calls == ["actor"] if where == "actor" else ["actor", "effect"]
+        assert calls == (["actor"] if where == "actor" else ["actor", "effect"])
         run = rt.store.get_run(rec.run_id)
         assert (run.status, run.lease_owner) == ("running", None)  # handed back, resumable
         drained = [e.data for e in rt.store.events(rec.run_id) if e.kind == "drained"]
