@@ -116,3 +116,18 @@ def test_memory_in_a_store_without_users_still_takes_by(
         capsys, "memory", "confirm", item["memory_id"], "--by", "bo", "--store", url, "--json"
     )
     assert code == 0 and json.loads(out)["status"] == "active", err
+
+
+def test_the_confirm_hint_names_a_token_in_a_store_with_users(
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `memory add` of a global candidate says how to confirm it; in a store with users a
+    # `--by NAME` alone is refused, so the hint names the token instead
+    code, out, err = cli(
+        capsys,
+        *("memory", "add", "always cite", "--scope", "global", "--store", url),
+        *("--token", users["rita"]),
+    )
+    assert code == 0, err
+    assert "confirm it with: loopwright memory confirm" in out
+    assert "--token T" in out and "--by NAME" not in out

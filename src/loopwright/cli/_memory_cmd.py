@@ -82,6 +82,12 @@ def _person(
     return who
 
 
+def _me(st: Store) -> str:
+    """How the person at the terminal names themself to ``confirm``: a token where the store
+    has users (a ``--by`` alone is refused there), else a name."""
+    return "--token T" if st.has_users() else "--by NAME"
+
+
 def _audited(st: Store, who: str, action: str, it: MemoryItem) -> None:
     """The change in the audit log, in a store with users (an open store has no one to
     name)."""
@@ -237,6 +243,7 @@ def add(
         if created:
             sys.stderr.write(f"created the store {created}\n")
         who = _person(st, by, token, "memory add")
+        me = _me(st)
         with as_options(
             scope="--scope",
             scope_key="--key",
@@ -261,7 +268,7 @@ def add(
     if it.status == "candidate" and not as_json:
         from ._render import console
 
-        console().print(f"confirm it with: loopwright memory confirm {it.memory_id} --by NAME")
+        console().print(f"confirm it with: loopwright memory confirm {it.memory_id} {me}")
 
 
 @memory_app.command(short_help="Confirm a candidate: it becomes active.")
@@ -311,6 +318,7 @@ def propose(
     Candidates are never active until a person confirms them, and never proposed twice."""
     with open_existing(store) as st:
         who = _person(st, None, token, "memory propose")
+        me = _me(st)
         with as_options(min_projects="--min-projects"):
             items = FeedbackMemory(st).propose_global(min_projects=min_projects)
         for it in items:
@@ -328,4 +336,4 @@ def propose(
         projects = ", ".join(it.source.get("projects", []))
         out.print(f"  {it.memory_id}  {escape(it.text)}  [dim](projects: {escape(projects)})[/]")
     if items:
-        out.print("confirm each with: loopwright memory confirm ID --by NAME")
+        out.print(f"confirm each with: loopwright memory confirm ID {me}")
