@@ -157,22 +157,12 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
     def memory_search(self, searches: Sequence[MemorySearch]) -> list[list[dict[str, Any]]]:
         out: list[list[dict[str, Any]]] = []
         with self._conn() as conn:
-            # Several runs' searches (GroupRecall): one probe finds which of all their scopes
-            # hold active memory, instead of one probe per run.
-            # (A recall's two searches, people's feedback and reflections, share their scopes:
-            # probed one by one, each through its own index.)
-            many = _several_scopes(searches)
-            live = self._memory_scopes_in_use(conn, searches) if many else None
-            # and which hold active reflections (their own index: few scopes hold any)
-            thought: set[tuple[str, str]] = set()
-            if many:
-                mused = [s for s in searches if s.reflections]
-                thought = self._memory_scopes_in_use(conn, mused, True) if mused else set()
+            # Several searches: one probe finds which of all their scopes hold active memory,
+            # instead of one probe per search (a reflections' search in a scope holding only
+            # people's feedback then runs and finds nothing: the rows are the same).
+            live = self._memory_scopes_in_use(conn, searches) if len(searches) > 1 else None
             for s in searches:
-                if live is not None:
-                    found = _holds(s, thought if s.reflections else live)
-                else:
-                    found = self._memory_in_scope(conn, s)
+                found = _holds(s, live) if live is not None else self._memory_in_scope(conn, s)
                 # (most loops keep no memory: one indexed probe)
                 out.append(self._memory_rows(conn, s) if found else [])
         return out
@@ -412,18 +402,6 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
             conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))
             item.update(status=status, updated_at=now, history=history)
         return item
-
-
-def _several_scopes(searches: Sequence[MemorySearch]) -> bool:
-    """Whether the searches read more than one set of scopes (a recall's two searches, people's
-    feedback and reflections, read one): a loop, no comprehension a cycle."""
-    first = None
-    for s in searches:
-        if first is None:
-            first = s.scopes
-        elif s.scopes != first:
-            return True
-    return False
 
 
 def _holds(s: MemorySearch, live: set[tuple[str, str]]) -> bool:
