@@ -16,14 +16,13 @@ import asyncio
 import contextlib
 
 from ._memory import RECALL_RANKED
-from ._recall import recall_searches
+from ._recall import RECALL_LIMIT, recall_searches
 from .store import CommitRequest, Store
 from .store._records import MemoryFound, MemoryRecall
 
 __all__ = ["GroupCommitter", "GroupRecall"]
 
 Scopes = list[tuple[str, str | None]]
-Found = MemoryFound
 
 
 class GroupCommitter:
@@ -111,17 +110,21 @@ class GroupRecall:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.loop = asyncio.get_running_loop()
-        self._waiting: list[tuple[MemoryRecall, asyncio.Future[Found]]] = []
+        self._waiting: list[tuple[MemoryRecall, asyncio.Future[MemoryFound]]] = []
         self.queries = 0
 
     def fetch(
-        self, scopes: Scopes, query: str = "", ranked: int | None = RECALL_RANKED, limit: int = 5
-    ) -> asyncio.Future[Found]:
+        self,
+        scopes: Scopes,
+        query: str = "",
+        ranked: int | None = RECALL_RANKED,
+        limit: int = RECALL_LIMIT,
+    ) -> asyncio.Future[MemoryFound]:
         """A recall's rows (``Store.memory_recall``): its people's-feedback search's
         (``_recall.recall_searches``), best first, and its reflections' search's where those
         came back short of the ``limit`` slots: ``_recall.recall``'s ``found``; ``ranked``:
         ``memory_search``'s."""
-        fut: asyncio.Future[Found] = self.loop.create_future()
+        fut: asyncio.Future[MemoryFound] = self.loop.create_future()
         people, loop = recall_searches(scopes, query, limit, ranked)
         self._waiting.append(((people, loop, limit), fut))
         if len(self._waiting) == 1:

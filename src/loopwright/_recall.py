@@ -19,13 +19,16 @@ from ._memory import RECALL_RANKED, MemoryItem, memory_search, rank
 if TYPE_CHECKING:
     from .store._base import MemoryFound, MemorySearch, Store
 
-__all__ = ["recall", "recall_searches"]
+__all__ = ["RECALL_LIMIT", "recall", "recall_searches"]
+
+RECALL_LIMIT = 5
+"""The items a cycle's context is given from feedback memory (both sides together)."""
 
 
 def recall_searches(
     scopes: Iterable[tuple[str, str | None]],
     query: str,
-    limit: int = 5,
+    limit: int = RECALL_LIMIT,
     ranked: int | None = RECALL_RANKED,
 ) -> tuple[MemorySearch, MemorySearch]:
     """A recall's two store searches: what people said (every signal but ``reflection``),
@@ -50,7 +53,7 @@ def recall(
     store: Store,
     scopes: Sequence[tuple[str, str | None]],
     query: str,
-    limit: int = 5,
+    limit: int = RECALL_LIMIT,
     ranked: int | None = RECALL_RANKED,
     found: MemoryFound | None = None,
 ) -> builtins.list[MemoryItem]:
