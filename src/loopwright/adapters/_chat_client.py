@@ -28,14 +28,13 @@ from ._endpoint import (
     _body_not_json,
     _cap_retry_after,
     _name_the_call,
-    _normalise_model,
     _redact_exc,
     endpoint_of,
     no_api_key,
     normalise_base_url,
     public_url,
 )
-from ._limits import Gate, Limits, _tighter, gate_for
+from ._limits import Limits
 from ._prices import Priced, PriceOverride
 from ._reply import ModelReply, _body_of, _Stream
 from ._schema import MalformedReplyError
@@ -163,11 +162,6 @@ class _ChatClient(SdkClients):
         self._gate()  # the limits hold for every run in the process from now on
 
     # --- identity and pickling --------------------------------------------------------------
-    def model_identity(self) -> tuple[str, str]:
-        """``(endpoint, model)`` in canonical spelling: two adapters with the same identity are
-        the same model on the same server (the engine's self-review rule compares these)."""
-        return (self.base_url, _normalise_model(self.model))
-
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
@@ -230,15 +224,6 @@ class _ChatClient(SdkClients):
         return self.system_prompt + _FORMAT_TAIL.format(
             schema=json.dumps(self._schema, separators=(",", ":"))
         )
-
-    def _warn_once(self, key: str, message: str) -> None:
-        with self._lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        # a warning can name the endpoint as given (the price table's miss): the log is an
-        # output too (invariant 9), so a ``user:password@`` in it is masked
-        _log.warning(redact_text(message))
 
     def _kwargs(self, mode: str) -> dict[str, Any]:
         kwargs = self._format_kwargs(mode)
@@ -384,17 +369,3 @@ class _ChatClient(SdkClients):
         return any(word in text for word in _FORMAT_WORDS.get(mode, ()))
 
     # --- limits and repair ------------------------------------------------------------------
-    def _gate(self) -> Gate | None:
-        return gate_for(self.base_url, _normalise_model(self.model), self.limits)
-
-    def use_limits(
-        self, *, max_concurrency: int | None = None, tokens_per_minute: int | None = None
-    ) -> None:
-        """Hold this endpoint to limits shared by every run in the process (the spec's
-        ``[model.limits]``); limits already set elsewhere for it stay if tighter."""
-        extra = Limits.check(max_concurrency, tokens_per_minute)
-        self.limits = Limits(
-            _tighter(self.limits.max_concurrency, extra.max_concurrency),
-            _tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
-        )
-        self._gate()

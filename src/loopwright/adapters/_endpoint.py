@@ -22,6 +22,7 @@ from .._modelcalls import ERROR_CHARS, clip_masked
 from .._redact import redact, redact_text, register_secret
 from .._retry import retry_after_s
 from .._userinfo import without_userinfo
+from ._limits import Gate, Limits, _tighter, gate_for
 
 if TYPE_CHECKING:
     import openai
@@ -276,10 +277,11 @@ async def _closer(client: openai.AsyncOpenAI) -> AsyncIterator[None]:
 
 
 class SdkClients:
-    """The ``openai`` SDK clients an adapter makes on first use, for the chat and the image
-    adapters alike: one sync client, and one async client per event loop. The adapter sets
-    the attributes named below and says its reply cap (``_reply_cap``, read at each call so a
-    module's ``MAX_REPLY_BYTES`` can be changed) and its missing-SDK message (``_no_sdk``)."""
+    """What the chat and the image adapters share of their endpoint: its identity, its limits
+    and their gate, a warning said once, and the ``openai`` SDK clients made on first use (one
+    sync client, one async client per event loop). The adapter sets the attributes named
+    below and says its reply cap (``_reply_cap``, read at each call so a module's
+    ``MAX_REPLY_BYTES`` can be changed) and its missing-SDK message (``_no_sdk``)."""
 
     _lock: threading.Lock
     _client: openai.OpenAI | None
@@ -287,10 +289,43 @@ class SdkClients:
     _api_key: str
     _endpoint: str
     timeout_s: float
+    base_url: str
+    model: str
+    limits: Limits
+    _warned: set[str]
     _no_sdk: str
 
     def _reply_cap(self) -> int:
         raise NotImplementedError
+
+    def model_identity(self) -> tuple[str, str]:
+        """``(endpoint, model)`` in canonical spelling: two adapters with the same identity are
+        the same model on the same server (the engine's self-review rule compares these)."""
+        return (self.base_url, _normalise_model(self.model))
+
+    def _gate(self) -> Gate | None:
+        return gate_for(self.base_url, _normalise_model(self.model), self.limits)
+
+    def use_limits(
+        self, *, max_concurrency: int | None = None, tokens_per_minute: int | None = None
+    ) -> None:
+        """Hold this endpoint to limits shared by every run in the process (the spec's
+        ``[model.limits]``); limits already set elsewhere for it stay if tighter."""
+        extra = Limits.check(max_concurrency, tokens_per_minute)
+        self.limits = Limits(
+            _tighter(self.limits.max_concurrency, extra.max_concurrency),
+            _tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
+        )
+        self._gate()
+
+    def _warn_once(self, key: str, message: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        # a warning can name the endpoint as given (the price table's miss): the log is an
+        # output too (invariant 9), so a ``user:password@`` in it is masked
+        logging.getLogger("loopwright.adapters").warning(redact_text(message))
 
     def _openai(self) -> openai.OpenAI:
         with self._lock:

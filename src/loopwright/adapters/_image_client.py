@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
-import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -22,7 +21,6 @@ from ._endpoint import (
     _body_not_json,
     _cap_retry_after,
     _name_the_call,
-    _normalise_model,
     _redact_exc,
     endpoint_of,
     no_api_key,
@@ -31,7 +29,7 @@ from ._endpoint import (
 )
 from ._image_data import _size_ok
 from ._image_reply import ImagePrice, ImageResult
-from ._limits import Gate, Limits, _tighter, gate_for
+from ._limits import Limits
 from ._schema import MalformedReplyError
 
 if TYPE_CHECKING:
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_REPLY_BYTES"]
 
-_log = logging.getLogger("loopwright.adapters")
 
 MAX_REPLY_BYTES = 256 * 2**20
 """The largest response body (or picture fetched from a ``url`` reply) the image adapter reads:
@@ -124,25 +121,8 @@ class _ImageClient(SdkClients):
         self._gate()
 
     # --- identity, limits, pickling -------------------------------------------------------
-    def model_identity(self) -> tuple[str, str]:
-        return (self.base_url, _normalise_model(self.model))
-
     def __repr__(self) -> str:
         return f"ImageModel(model={self.model!r}, base_url={public_url(self.base_url)!r})"
-
-    def _gate(self) -> Gate | None:
-        return gate_for(self.base_url, _normalise_model(self.model), self.limits)
-
-    def use_limits(
-        self, *, max_concurrency: int | None = None, tokens_per_minute: int | None = None
-    ) -> None:
-        """The spec's ``[model.limits]``: limits shared by every run in the process."""
-        extra = Limits.check(max_concurrency, tokens_per_minute)
-        self.limits = Limits(
-            _tighter(self.limits.max_concurrency, extra.max_concurrency),
-            _tighter(self.limits.tokens_per_minute, extra.tokens_per_minute),
-        )
-        self._gate()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -211,12 +191,3 @@ class _ImageClient(SdkClients):
             raise MalformedReplyError(
                 f"the picture at {public_url(url)} could not be fetched: {exc}"
             ) from exc
-
-    def _warn_once(self, key: str, message: str) -> None:
-        with self._lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        # a warning can name the endpoint as given (the price table's miss): the log is an
-        # output too (invariant 9), so a ``user:password@`` in it is masked
-        _log.warning(redact_text(message))
