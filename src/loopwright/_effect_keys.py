@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
-from ._retry import PermanentError
+from ._retry import RefusedError
 from .store import JournalEntry, Store
 
 __all__ = ["key_of", "redo_key", "undid_for_origin"]
@@ -55,14 +55,14 @@ def _redo_like(key: str) -> bool:
 
 def _refused(exc: BaseException) -> bool:
     """Whether ``exc`` says the outside world refused the call, having done nothing: user
-    code's ``PermanentError``, raised for a refusal (a declined card). Anything else may have
-    come after it acted: a bug in the effect, a timeout, a 5xx, and an HTTP 4xx too, which
-    says only that *some* request of the effect was refused: an effect that charged, then
-    recorded the charge in a ledger answering 422, was handed the next generation's key on
-    its retry and charged a second time. Its retry keeps its key (a provider that
-    deduplicates answers with what it did); an effect whose one request was declined says so
-    with ``PermanentError``."""
-    return isinstance(exc, PermanentError)
+    code's ``RefusedError``, raised for a refusal (a declined card). Anything else may have
+    come after it acted, so its next attempt keeps the key: a bug in the effect, a timeout,
+    a 5xx, an HTTP 4xx (it says only that *some* request of the effect was refused: an effect
+    that charged, then recorded the charge in a ledger answering 422, was charged twice when
+    a 4xx spent the key), and a plain ``PermanentError`` too ("do not retry", which user code
+    also raises after the provider acted: a fresh key would charge again). A provider that
+    deduplicates answers a kept key with what it did."""
+    return isinstance(exc, RefusedError)
 
 
 def _undo_unsettled(store: Store, run_id: str, name: str, ikey: str) -> JournalEntry | None:

@@ -37,6 +37,7 @@ __all__ = [
     "ErrorClass",
     "NeedsHumanError",
     "PermanentError",
+    "RefusedError",
     "RetryPolicy",
     "TransientError",
     "classify",
@@ -61,7 +62,20 @@ class TransientError(Exception):
 
 
 class PermanentError(Exception):
-    """Raised by user code to say "do not retry this"."""
+    """Raised by user code to say "do not retry this".
+
+    From an effect, it says nothing of whether the action happened: the effect's next attempt
+    (another run, or a redo after a rollback) is handed the same key, so a provider that
+    deduplicates answers with what it did. Raise ``RefusedError`` when the outside world
+    refused the call and did nothing."""
+
+
+class RefusedError(PermanentError):
+    """Raised by user code to say "refused, nothing was done" (a declined card): not retried,
+    like any ``PermanentError``, and an effect's next attempt is handed a key no attempt was
+    handed before, since a provider keeps a refusal by key (Stripe declines the same key
+    again for a day). Raise it only around the one request that was refused: raised after
+    the action, it would let the next attempt act again."""
 
 
 class NeedsHumanError(Exception):

@@ -161,8 +161,8 @@ class Keeping(Provider):
         return super().pay(invoice, amount, key)
 
 
-class Declined(lw.PermanentError):
-    """A declined card, as the effect says it: ``PermanentError`` (its HTTP answer, 402)."""
+class Declined(lw.RefusedError):
+    """A declined card, as the effect says it: ``RefusedError`` (its HTTP answer, 402)."""
 
     status_code = 402
 
@@ -205,7 +205,7 @@ class LedgerRefused(Exception):
     status_code = 422
 
 
-@pytest.mark.parametrize("error", [KeyError, LedgerRefused, Answered])
+@pytest.mark.parametrize("error", [KeyError, LedgerRefused, Answered, lw.PermanentError])
 def test_another_run_retries_a_payment_whose_failure_may_have_acted_under_its_key(
     url: str, error: type[Exception]
 ) -> None:
@@ -213,7 +213,8 @@ def test_another_run_retries_a_payment_whose_failure_may_have_acted_under_its_ke
     # later request of it answered 4xx (a ledger's 422, review44: a 4xx was taken for a
     # refusal, the next run handed "pay:I6~2", and the invoice paid twice). Neither is known
     # to come before the action: the next run's key is the same, and the provider answers
-    # with the charge it made.
+    # with the charge it made. Nor is the effect's own "do not retry" (PermanentError), which
+    # stop 44 took for a refusal: only RefusedError says nothing was done.
     provider = Provider()
     buggy = paying(provider)
     buggy.effects[0].fn = _raising(provider, error)

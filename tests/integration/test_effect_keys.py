@@ -91,7 +91,7 @@ def test_a_key_whose_action_failed_is_free_for_another_run(url: str) -> None:
 
     def refuse(invoice: str, amount: float, key: str) -> dict[str, Any]:
         failing.calls.append(key)
-        raise lw.PermanentError("card declined")
+        raise lw.RefusedError("card declined")
 
     with lw.Runtime(url) as rt:
         bad = loop(bank)

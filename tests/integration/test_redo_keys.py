@@ -322,7 +322,7 @@ def test_a_declined_payment_is_tried_again_under_the_next_key(url: str) -> None:
 
     def decline(invoice: str, amount: float, key: str) -> dict[str, Any]:
         declined.append(key)
-        raise lw.PermanentError("card declined")
+        raise lw.RefusedError("card declined")
 
     with lw.Runtime(url) as rt:
         pay_then_refund(rt, provider)
@@ -481,7 +481,7 @@ def test_a_refund_that_fails_leaves_the_payment_to_be_reused(url: str) -> None:
     provider = Provider()
 
     def decline(key: str, result: Any, args: dict[str, Any]) -> Any:
-        raise lw.PermanentError("refund declined")
+        raise lw.RefusedError("refund declined")
 
     def declining() -> lw.Loop:
         loop = paying(provider)

@@ -9,7 +9,7 @@ loopwright store), shared by every process of a trial.
   raises (a failure that may have acted).
 * Every request is logged in ``requests`` (seq, op, key, pid), which the checks read.
 * ``refund_bug``: the first refund acts and then the effect's own code raises (a refund that
-  failed after it refunded); ``refund_refused``: every refund is refused (``PermanentError``,
+  failed after it refunded); ``refund_refused``: every refund is refused (``RefusedError``,
   as a 4xx: the charge is disputed), nothing refunded.
 * ``kill`` (``pay:paid``, ``pay:declined``, ``refund``): the first process whose request gets
   that answer is SIGKILLed right after the provider recorded it, inside the effect's call
@@ -103,7 +103,7 @@ class Ledger:
                 self._log(db, "pay", key, f"again:{row[0]}")
                 db.execute("COMMIT")
                 if row[0] == "declined":
-                    raise lw.PermanentError(f"card declined (the answer kept for key {key})")
+                    raise lw.RefusedError(f"card declined (the answer kept for key {key})")
                 return {"id": f"ch:{key}", "key": key, "amount": amount}
             declined = invoice in self.decline and self._mark(db, f"declined:{invoice}")
             status = "declined" if declined else "paid"
@@ -116,7 +116,7 @@ class Ledger:
                 bug = self._mark(db, f"bug:{invoice}")
             self._commit(db, f"pay:{status}")
         if declined:
-            raise lw.PermanentError(f"card declined (key {key})")
+            raise lw.RefusedError(f"card declined (key {key})")
         if bug:
             raise RuntimeError("a bug after the provider charged")
         return {"id": f"ch:{key}", "key": key, "amount": amount}
@@ -128,12 +128,12 @@ class Ledger:
             if row is None or row[0] != "paid":
                 self._log(db, "refund", key, "no_charge")
                 db.execute("COMMIT")
-                raise lw.PermanentError(f"no charge {key} to refund")
+                raise lw.RefusedError(f"no charge {key} to refund")
             assert result["id"] == f"ch:{key}", (result, key)
             if self.refunds == "refund_refused":
                 self._log(db, "refund", key, "refused")
                 db.execute("COMMIT")
-                raise lw.PermanentError(f"charge ch:{key} is disputed: not refunded")
+                raise lw.RefusedError(f"charge ch:{key} is disputed: not refunded")
             db.execute("UPDATE charges SET refunds = refunds + 1 WHERE key = ?", (key,))
             self._log(db, "refund", key, f"refund#{row[1] + 1}")
             bug = self.refunds == "refund_bug" and self._mark(db, "refund_bug")
