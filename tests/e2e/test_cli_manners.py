@@ -438,6 +438,19 @@ def test_each_command_is_built_alone() -> None:
         assert sorted(alone.commands) == [name]
 
 
+def test_the_help_lists_the_core_commands_first_in_their_order() -> None:
+    """The help lists commands in the order they registered: the core ones live in modules of
+    their own (``_run_cmd``, ``_read_cmd``, ``_resume_cmd``, ``_setup_cmd``), which ``_app``
+    imports in this order, before any command of the lazily imported modules."""
+    from typer.main import get_command
+
+    from loopwright.cli._app import full_app
+
+    listed = list(get_command(full_app()).list_commands(None))  # type: ignore[attr-defined]
+    core = ["run", "runs", "show", "resume", "check", "demo", "import"]
+    assert listed[: len(core)] == core
+
+
 # --- start-up imports only what the command needs -------------------------------------------
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(

@@ -20,6 +20,13 @@ PROTOCOL = {
     "loopwright.store._records",
     "loopwright.store._people",
     "loopwright.store._live",
+    "loopwright.store._protocol_runs",
+    "loopwright.store._protocol_checkpoints",
+    "loopwright.store._protocol_commit",
+    "loopwright.store._protocol_journal",
+    "loopwright.store._protocol_approvals",
+    "loopwright.store._protocol_memory",
+    "loopwright.store._with_newer",
 }
 THIRD_PARTY_CORE = {"orjson"}  # the core's one dependency on the import path
 # Imported inside a function, only when asked for: live tracing, when a provider is given.

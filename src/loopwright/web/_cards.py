@@ -26,7 +26,7 @@ from .._proposal import Proposal
 from .._state import Part, TaskState, match_any
 from ..store import Approval, RunRecord, Store
 from ._pictures import inline_blob_refs, is_picture, picture_bytes
-from ._views import is_svg
+from ._values import is_svg
 
 __all__ = [
     "IMAGE_CSP",

@@ -22,7 +22,8 @@ from ._operations import act, decide, edit_part
 from ._pictures import inline_blob_refs
 from ._queries import PAGE_SIZE, approvals_query, runs_query
 from ._run_page import run_page_data
-from ._views import is_svg, stop_cause_of, stop_words
+from ._values import is_svg
+from ._views import stop_cause_of, stop_words
 
 __all__ = ["register_pages"]
 

@@ -1,7 +1,9 @@
-"""What the pages show, built from store records: timeline rows, artifacts with diffs, the chart.
+"""What the pages show, built from store records: artifacts with diffs, edits, stop words and
+next actions, summaries, the journal and events; the timeline rows (``_timeline``) and the
+chart (``_chart``) are re-exported here, where the pages and the API import them from.
 
 Everything here returns plain data; the templates escape it. The one exception is the chart,
-an SVG generated here from numbers and fixed labels only (no user or model text).
+an SVG generated from numbers and fixed labels only (no user or model text).
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from markupsafe import Markup, escape
 
 from .._contract import Contract
-from .._finishing import ended_inside
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
-from ..store import Approval, Checkpoint, Event, JournalEntry, RunRecord, Store
-from ..store._records import concluded_cycles
+from ..store import Approval, Event, JournalEntry, RunRecord
+from ._chart import CHART_DOTS, ChartPoint, chart_point, chart_points, chart_svg, per_pixel
+from ._timeline import ended_row, timeline, timeline_row
+from ._values import is_svg, picture_digest, short
 
 __all__ = [
     "CHART_DOTS",
@@ -49,331 +52,6 @@ __all__ = [
     "timeline_row",
     "version_views",
 ]
-
-
-def short(value: Any, limit: int = 120) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
-    out = []
-    for name, v in (d or {}).items():
-        out.append(
-            {
-                "name": name,
-                "passed": bool(v.get("passed")),
-                "score": v.get("score"),
-                "findings": [
-                    {
-                        "where": "/".join(
-                            str(x) for x in (f.get("artifact"), f.get("part")) if x is not None
-                        ),
-                        "message": str(f.get("message", "")),
-                    }
-                    for f in v.get("findings") or []
-                ],
-            }
-        )
-    return out
-
-
-def timeline(
-    checkpoints: list[Checkpoint], *, ended: bool = False, newest: int | None = None
-) -> list[dict[str, Any]]:
-    """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
-    completed (the run stopped on a failed effect before the cycle concluded). A parked or
-    unconcluded cycle's row shows its proposal and visible verdicts from the write-ahead state,
-    marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
-    cycle that later concluded keeps a plain "parked" row; its concluded row follows).
-    ``ended``: the run has ended, so what was not applied never will be. ``newest``: only
-    the last that many rows (built from the end: a checkpoint gives a row at most)."""
-    concluded = concluded_cycles(checkpoints)
-    rows: list[dict[str, Any]] = []
-    for ck in checkpoints if newest is None else reversed(checkpoints):
-        if newest is not None and len(rows) >= newest:
-            break
-        row = timeline_row(ck, concluded, ended=ended)
-        if row is not None:
-            rows.append(row)
-    return rows if newest is None else rows[::-1]
-
-
-def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[str, Any] | None:
-    """``ck``'s row of the timeline (``timeline``), if it has one; ``concluded``: the run's
-    ``concluded_cycles``."""
-    rec = ck.record
-    if not rec:
-        return None
-    if "proposal" not in rec:
-        decision = rec.get("decision")
-        done = rec.get("cycle") in concluded
-        if decision == "parked" or (decision == "effects" and not done):
-            return _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
-        return None
-    return _cycle_row(ck, rec)
-
-
-def ended_row(store: Store, rec: RunRecord) -> list[dict[str, Any]]:
-    """The row of the cycle an ended run ended inside (the actor asked for a person, a
-    verifier gave up, a budget crossed mid-cycle), which has no record: what it cost and why
-    it ended (``_finishing.ended_inside``); none if the run ended otherwise."""
-    end = ended_inside(store, rec)
-    if end is None:
-        return []
-    usage = end["usage"]
-    return [
-        {
-            "cycle": end["cycle"],
-            "at": None,
-            "parked": False,
-            "unapplied": False,
-            "ended_inside": True,
-            "kind": "ended inside this cycle",
-            "replace": [],
-            "edits": [],
-            "note": str(end["cause"]),
-            "effects": [],
-            "duplicate": False,
-            "visible": [],
-            "held_out": [],
-            "score": None,
-            "improved": False,
-            "decision": str(end["decision"]),
-            "cost_usd": float(usage.get("cost_usd") or 0.0),
-            "tokens": int(usage.get("tokens") or 0),
-        }
-    ]
-
-
-def _unapplied_row(
-    ck: Checkpoint, rec: dict[str, Any], *, parked: bool, done: bool, ended: bool
-) -> dict[str, Any] | None:
-    pend = ck.fields.get("pending")
-    if done or not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
-        if not parked:
-            return None
-        return {  # concluded later (its own row follows), or an older store: a plain marker
-            "cycle": rec.get("cycle"),
-            "at": ck.created_at,
-            "parked": True,
-            "unapplied": False,
-            "held_out": _verdicts(rec.get("held_out")),
-        }
-    row = _cycle_row(
-        ck,
-        {
-            "cycle": rec.get("cycle"),
-            "proposal": pend["proposal"],
-            "visible": pend.get("visible"),
-            "held_out": rec.get("held_out"),
-            "usage": pend.get("usage"),
-            "decision": _why_unapplied(parked, ended),
-        },
-    )
-    row["unapplied"] = True
-    for e in row["edits"]:
-        # a proposed value, not a version of the run: shown as text (the routes that serve
-        # an SVG part or a picture serve the run's versions only; the approval card shows it)
-        e["svg"] = False
-        e["picture"] = None
-    return row
-
-
-def _why_unapplied(parked: bool, ended: bool) -> str:
-    if not parked:
-        return "not applied: its effects did not complete"
-    return "parked for approval: " + ("never applied" if ended else "not applied yet")
-
-
-def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
-    prop = rec["proposal"] or {}
-    edits = [
-        {
-            "ref": f"{e.get('artifact')}/{e.get('part')}",
-            "value": short(e.get("value"), 80),
-            "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
-            "picture": picture_digest(e.get("value")),  # a picture kept as a blob
-        }
-        for e in prop.get("edits") or ()
-    ]
-    usage = rec.get("usage") or {}
-    return {
-        "cycle": rec.get("cycle"),
-        "at": ck.created_at,  # when the cycle was committed
-        "parked": False,
-        "unapplied": False,
-        "kind": prop.get("kind"),
-        "replace": list(prop.get("replace") or []),
-        "edits": edits,
-        "note": prop.get("note") or "",
-        "effects": [str(e.get("name")) for e in prop.get("effects") or ()],
-        "duplicate": bool(rec.get("duplicate")),
-        "visible": _verdicts(rec.get("visible")),
-        "held_out": _verdicts(rec.get("held_out")),
-        "score": rec.get("score"),
-        "improved": bool(rec.get("improved")),
-        "decision": rec.get("decision") or "-",
-        "cost_usd": float(usage.get("cost_usd") or 0.0),
-        "tokens": int(usage.get("tokens") or 0),
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class ChartPoint:
-    cycle: int
-    best: float
-    spent: float
-    improved: bool
-
-
-def chart_points(checkpoints: list[Checkpoint]) -> list[ChartPoint]:
-    """Best score and cumulative spend after each concluded cycle (the last checkpoint wins)."""
-    by_cycle: dict[int, ChartPoint] = {}
-    for ck in checkpoints:
-        point = chart_point(ck)
-        if point is not None:
-            by_cycle[point.cycle] = point
-    return [by_cycle[c] for c in sorted(by_cycle)]
-
-
-def chart_point(ck: Checkpoint) -> ChartPoint | None:
-    """``ck``'s point of the chart (``chart_points``): a concluded cycle's, else ``None``."""
-    rec = ck.record
-    if not rec or "proposal" not in rec:
-        return None
-    fields = ck.fields  # not every part of every checkpoint: a long run's chart
-    spent = (fields.get("spent") or {}).get("cost_usd") or 0.0
-    best = fields.get("best_score")
-    cycle = int(rec.get("cycle") or ck.cycle)
-    return ChartPoint(cycle, float(best or 0.0), float(spent), bool(rec.get("improved")))
-
-
-T = TypeVar("T")
-CHART_DOTS = 200  # cycles drawn with a dot each on a run's chart
-
-
-def per_pixel(series: list[T], px: Callable[[T], float]) -> list[T]:
-    """The first item of ``series`` (in cycle order) and the last in each pixel column ``px``
-    puts the items in: what a line through every one of them draws, a point a pixel."""
-    out: list[T] = []
-    last_col: int | None = None
-    for item in series:
-        col = round(px(item))
-        if col == last_col and len(out) > 1:
-            out[-1] = item
-        else:
-            out.append(item)
-        last_col = col
-    return out
-
-
-def chart_svg(
-    points: list[ChartPoint],
-    total_cost: float,
-    *,
-    inherited_usd: float = 0.0,
-    windowed: bool = False,
-) -> Markup:
-    """Best score (left axis, 0–1) and cumulative spend (right axis) per cycle; the last
-    material improvement is marked and the spend after it shaded, its amount the metric's
-    (``spend_after_last_improvement_usd``): a fork none of whose own cycles improved spent
-    after it only what it spent itself (``inherited_usd``, its origin's, is not counted), and
-    a ``windowed`` chart (a long run's newest checkpoints) that shows no improvement does not
-    know the amount: the improvement is before the cycles drawn."""
-    w, h, left, right, top, bottom = 640, 260, 48, 64, 24, 36
-    pw, ph = w - left - right, h - top - bottom
-    if not points:
-        return Markup(
-            '<svg class="chart" role="img" viewBox="0 0 640 60" width="640" height="60">'
-            '<title>no concluded cycles yet</title><text x="10" y="35">no concluded cycles yet</text></svg>'
-        )
-    max_cycle = max(p.cycle for p in points)
-    min_cycle = min(0, *(p.cycle for p in points))
-    span = max(1, max_cycle - min_cycle)
-    top_spend = max(total_cost, *(p.spent for p in points)) or 1.0
-
-    def x(c: float) -> float:
-        return left + (c - min_cycle) / span * pw
-
-    def ys(v: float) -> float:
-        return top + (1 - max(0.0, min(1.0, v))) * ph
-
-    def yc(v: float) -> float:
-        return top + (1 - v / top_spend) * ph
-
-    parts = [
-        f'<svg class="chart" role="img" aria-labelledby="chart-title" viewBox="0 0 {w} {h}" '
-        f'width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg">',
-        '<title id="chart-title">Best score and cumulative spend per cycle</title>',
-    ]
-    improved = [p for p in points if p.improved]
-    last = improved[-1] if improved else None
-    shade_from = x(last.cycle) if last else x(min_cycle)
-    shade_to = x(max_cycle)
-    if shade_to > shade_from:
-        if last is None and windowed:
-            what = (
-                "the last material improvement is before the cycles drawn (its spend after: "
-                "loopwright metrics --per-run)"
-            )
-        else:
-            after = max(0.0, total_cost - (last.spent if last else inherited_usd))
-            what = f"spend after the last material improvement: ${after:.4f}"
-        parts.append(
-            f'<rect class="after" x="{shade_from:.1f}" y="{top}" width="{shade_to - shade_from:.1f}" '
-            f'height="{ph}"><title>{what}</title></rect>'
-        )
-    parts.append(
-        f'<line class="axis" x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}"/>'
-        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}"/>'
-        f'<line class="axis" x1="{left + pw}" y1="{top}" x2="{left + pw}" y2="{top + ph}"/>'
-    )
-    for v in (0.0, 0.5, 1.0):
-        parts.append(
-            f'<text class="tick" x="{left - 6}" y="{ys(v) + 4:.1f}" text-anchor="end">{v:.1f}</text>'
-        )
-    for v in (0.0, top_spend / 2, top_spend):
-        parts.append(f'<text class="tick" x="{left + pw + 6}" y="{yc(v) + 4:.1f}">${v:.3f}</text>')
-    step = max(1, span // 10)
-    for c in range(min_cycle, max_cycle + 1, step):
-        parts.append(
-            f'<text class="tick" x="{x(c):.1f}" y="{top + ph + 16}" text-anchor="middle">{c}</text>'
-        )
-    parts.append(
-        f'<text class="tick" x="{left + pw / 2:.1f}" y="{h - 4}" text-anchor="middle">cycle</text>'
-    )
-    series = per_pixel(
-        [(min_cycle, 0.0, 0.0), *((p.cycle, p.best, p.spent) for p in points)], lambda t: x(t[0])
-    )
-    score_pts = " ".join(f"{x(c):.1f},{ys(b):.1f}" for c, b, _ in series)
-    spend_pts = " ".join(f"{x(c):.1f},{yc(s):.1f}" for c, _, s in series)
-    parts.append(f'<polyline class="score" points="{score_pts}"/>')
-    parts.append(f'<polyline class="spend" points="{spend_pts}"/>')
-    # A dot a cycle while they fit; past CHART_DOTS cycles, the material improvements and the
-    # last cycle (one a pixel), so a run of thousands of cycles draws a chart of bounded size.
-    dotted = points
-    if len(points) > CHART_DOTS:
-        keep = {id(p) for p in per_pixel([p for p in points if p.improved], lambda p: x(p.cycle))}
-        dotted = [p for p in points if id(p) in keep or p is points[-1]]
-    for p in dotted:
-        parts.append(
-            f'<circle class="score-dot" cx="{x(p.cycle):.1f}" cy="{ys(p.best):.1f}" r="3">'
-            f"<title>cycle {p.cycle}: best {p.best:.3f}, spent ${p.spent:.4f}</title></circle>"
-        )
-    if last is not None:
-        parts.append(
-            f'<line class="mark" x1="{x(last.cycle):.1f}" y1="{top}" x2="{x(last.cycle):.1f}" y2="{top + ph}"/>'
-            f'<text class="mark-label" x="{x(last.cycle) - 4:.1f}" y="{top + 12}" text-anchor="end">'
-            f"last improvement (cycle {last.cycle})</text>"
-        )
-    parts.append(
-        f'<text class="legend score-l" x="{left}" y="14">— best score</text>'
-        f'<text class="legend spend-l" x="{left + 110}" y="14">— cumulative spend $</text>'
-        f'<text class="legend after-l" x="{left + 270}" y="14">▮ spend after last improvement</text>'
-    )
-    parts.append("</svg>")
-    return Markup("".join(parts))
 
 
 def _render(value: Any) -> list[str]:
@@ -514,17 +192,6 @@ def edits_view(events: list[Event]) -> list[dict[str, Any]]:
         for e in events
         if e.kind == "edited"
     ]
-
-
-def picture_digest(value: Any) -> str | None:
-    """The digest of a picture part's blob (``/runs/{id}/blob/{digest}`` serves it), or None."""
-    from ._pictures import is_picture
-
-    return str(value["image"]) if is_picture(value) else None
-
-
-def is_svg(value: Any) -> bool:
-    return isinstance(value, str) and value.lstrip()[:200].lower().startswith(("<svg", "<?xml"))
 
 
 def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:

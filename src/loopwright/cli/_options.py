@@ -1,0 +1,117 @@
+"""The options and arguments the commands share (``--store``, ``--json``, ``RUN``, ``--by``,
+``--token``, ``--note``, ``--request``), the checks their values meet, and ``_print_json``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from .._errors import ConfigError
+
+
+def _store_given(value: str | None) -> str | None:
+    """``--store ""`` is a mistake (an unset variable), not a request for the default store."""
+    if value is not None and not value.strip():
+        raise ConfigError(
+            "is empty; give a store URL or path, or leave --store out for the default",
+            field="--store",
+        )
+    return value
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        help="Store URL or path (default: $LOOPWRIGHT_STORE or ./.loopwright/loopwright.db).",
+        callback=_store_given,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def run_ref(value: Any) -> Any:
+    """A RUN argument (or a list of them) checked as every lookup is (``_keys.check_lookup``:
+    a long pasted blob, or a control character, names no run and is refused, not looked up)."""
+    from .._keys import check_lookup
+
+    for one in value if isinstance(value, list) else [value]:
+        if isinstance(one, str):
+            check_lookup(one, "RUN")
+    return value
+
+
+@contextmanager
+def as_options(**names: str) -> Iterator[None]:
+    """A refusal of the Python API named by the CLI's option: a ``ConfigError`` whose field is
+    one of ``names`` (``to_cycle="--to-cycle"``) is raised again under that name, so that the
+    message says ``--to-cycle: ...``, what the person typed, not ``to_cycle: ...``."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in names:
+            raise
+        text = str(exc).removeprefix(f"{exc.field}: ")
+        raise type(exc)(text, field=names[exc.field]) from None
+
+
+RunArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN", help="Run id (or a unique prefix, or its task key).", callback=run_ref
+    ),
+]
+
+
+def _print_json(data: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+NAME_MAX = 64  # the longest person's name: `loopwright users add` allows as long
+
+
+def by_name(value: str | None) -> str | None:
+    """A ``--by`` name no longer than a user's name may be. A blank one is refused: it was
+    taken as no ``--by`` at all, so ``--by "$APPROVER"`` with the variable unset recorded the
+    decision under the OS user's name."""
+    if value is not None and not value.strip():
+        raise ConfigError("is blank: give a person's name", field="--by")
+    if value is not None and len(value.strip()) > NAME_MAX:
+        raise ConfigError(
+            f"a name is at most {NAME_MAX} characters (as `loopwright users add` allows); "
+            f"this one has {len(value.strip())}",
+            field="--by",
+        )
+    return value
+
+
+ByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        help="Who decides, in a store without users (default: your OS user). With users, "
+        "your --token says who.",
+        callback=by_name,
+    ),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="LOOPWRIGHT_TOKEN",
+        show_envvar=False,
+        help="Your token, in a store with users (default: $LOOPWRIGHT_TOKEN).",
+    ),
+]
+NoteOpt = Annotated[str | None, typer.Option("--note", help="Why, for the record.")]
+RequestOpt = Annotated[
+    str | None,
+    typer.Option("--request", help="Which request, when the run has several pending."),
+]

@@ -1,0 +1,221 @@
+"""`loopwright runs` and `loopwright show`: the runs listed, and one run in full (``show
+--json`` written as its versions and records are read, a page at a time)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from .._errors import ConfigError, check_choice
+from ._options import JsonOpt, RunArg, StoreOpt, _print_json
+from ._root_app import app
+from ._stores import open_existing
+
+if TYPE_CHECKING:
+    from .._state import TaskState
+    from ..store import RunRecord, Store
+
+
+RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
+APPROVALS_SHOWN = 50  # ``approvals``' default --limit, for the same reason
+
+
+@app.command()
+def runs(
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="Only runs with this status: pending, running, awaiting_approval, accepted, "
+            "stopped, escalated, cancelled or failed."
+        ),
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="Only runs of this project.")] = None,
+    loop: Annotated[str | None, typer.Option(help="Only runs of this loop.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            help=f"At most this many, newest first (default: {RUNS_SHOWN}, in the table and "
+            "with --json; stderr says how many more there are).",
+            show_default=False,
+        ),
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every run (no --limit).")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    if status is not None:
+        from .._contract import RUN_STATUSES
+
+        check_choice(status, RUN_STATUSES, "--status")
+    if limit is not None and limit < 1:
+        raise ConfigError("must be at least 1", field="--limit")
+    if limit is not None and all_:
+        raise ConfigError("give --limit or --all, not both", field="--all")
+    # Bounded by default, --json too (a store of 50,000 runs printed 81 MB): --all for every run.
+    shown = None if all_ else (limit or RUNS_SHOWN)
+    filters: dict[str, Any] = {"status": status, "project": project, "loop_name": loop}
+    with open_existing(store) as st:
+        if shown is None:
+            records = st.list_runs(**filters)
+            total = len(records)
+        else:
+            records = st.list_runs(**filters, limit=shown + 1)
+            total = len(records) if len(records) <= shown else _count_runs(st, filters)
+            records = records[:shown]
+    if as_json:
+        from .._packet import run_stop_cause
+
+        _print_json([{**r.to_dict(), "stop_cause": run_stop_cause(r)} for r in records])
+        if total > len(records):
+            typer.echo(
+                f"{total - len(records)} more run(s) not listed; use --limit N or --all",
+                err=True,
+            )
+        return
+    from ._table import print_runs
+
+    print_runs(records, total)
+
+
+def _count_runs(st: Store, filters: dict[str, Any]) -> int:
+    # A store that can count answers at once; the others list every run (slower, same count).
+    count = getattr(st, "count_runs", None)
+    return int(count(**filters)) if callable(count) else len(st.list_runs(**filters))
+
+
+@app.command(short_help="One run: timeline, verdicts, spend, stop reason, packet.")
+def show(
+    run_id: RunArg,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
+    with open_existing(store) as st:
+        rec = st.get_run(run_id)
+        if as_json:
+            # written as it is read: a long run's versions and records a page at a time
+            _write_show_json(st, rec)
+            return
+        from .._finishing import ended_inside
+        from ._render import console, overwrites, run_detail_parts
+
+        out = console()
+        end = ended_inside(st, rec)
+        # The latest state (its parts' current values) and the records read a page at a time,
+        # each made a timeline row as it is read: not every checkpoint's state (every version
+        # of a long run at once), nor every record (each holds its proposal's values). Each
+        # part is printed as it is made, the timeline a chunk of rows at a time: rich renders
+        # a renderable whole (one table of a 20,000-cycle run's rows took 160 MB).
+        for shown in run_detail_parts(
+            rec,
+            st.latest_checkpoint(rec.run_id).task_state(),
+            itertools.chain(
+                ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
+                [] if end is None else [(end["cycle"], end)],
+            ),
+            st.approvals(run_id=rec.run_id),
+            st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
+            width=out.width,
+        ):
+            out.print(shown)
+        said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
+        if said:
+            out.print(said)
+
+
+def _write_show_json(st: Store, rec: RunRecord) -> None:
+    """``show --json``: the run, its latest state with every version of every part, every
+    cycle's record, its approvals, journal and events — the document ``json.dumps`` would
+    print, written while the versions and records are read page by page."""
+    from ._json_stream import Lazy, Open, write_json
+
+    run_id = rec.run_id
+    state = st.latest_checkpoint(run_id).task_state()
+    doc = state.to_dict(held=True)
+    doc["artifacts"] = Open(
+        [
+            Open(
+                {
+                    "name": a["name"],
+                    "parts": Open(
+                        [_lazy_part(st, run_id, state, a["name"], p["name"]) for p in a["parts"]]
+                    ),
+                }
+            )
+            for a in doc["artifacts"]
+        ]
+    )
+    write_json(
+        Open(
+            {
+                "run": rec.to_dict(),
+                "state": Open(doc),
+                "cycles": Lazy(_shown_records(st, rec)),
+                "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
+                "journal": [e.to_dict() for e in st.journal(run_id)],
+                "events": Lazy(e.to_dict() for e in st.iter_events(run_id)),
+            }
+        ),
+        sys.stdout.write,
+    )
+    sys.stdout.write("\n")
+
+
+def _lazy_part(st: Store, run_id: str, state: TaskState, artifact: str, name: str) -> Any:
+    """A part as ``Part.to_dict`` writes it, its versions read as they are written."""
+    from ._json_stream import Lazy, Open
+
+    return Open({"name": name, "versions": Lazy(_part_versions(st, run_id, state, artifact, name))})
+
+
+def _part_versions(
+    st: Store, run_id: str, state: TaskState, artifact: str, name: str
+) -> Iterator[dict[str, Any]]:
+    """One part's versions up to its count, the ones the state holds as it holds them (their
+    status may be newer than the row's)."""
+    from .._state import part_ref
+
+    held = state.artifacts[artifact].parts[name]
+    n = 1  # the next version to write: a gap in the rows is filled as ``Part.versions`` fills it
+    for v in st.iter_versions(run_id, part_ref(artifact, name)):
+        if v.n > held.count:
+            break  # a rollback's abandoned versions lie beyond the count
+        for gap in range(n, v.n):
+            yield held.version(gap).to_dict()
+        yield held.known.get(v.n, v).to_dict()
+        n = v.n + 1
+    for gap in range(n, held.count + 1):  # held, not yet in the rows
+        yield held.version(gap).to_dict()
+
+
+def _shown_records(st: Store, rec: RunRecord) -> Iterator[dict[str, Any]]:
+    """The stored records, oldest first, less the write-ahead record of a cycle's effects once
+    that cycle concluded (its concluding record follows and holds the same; the dashboard
+    shows one row too), read twice a page at a time: first which cycles concluded, then the
+    records to show; last, the cycle the run ended inside, if it has no record
+    (``ended_inside``: what it cost and why it ended)."""
+    from .._finishing import ended_inside
+
+    run_id = rec.run_id
+    concluded = {r.get("cycle") for _s, _c, r in st.iter_records(run_id) if r and "proposal" in r}
+    for _s, _c, r in st.iter_records(run_id):
+        if r and not _wrote_ahead_of(r, concluded):
+            yield r
+    end = ended_inside(st, rec)
+    if end is not None:
+        yield end
+
+
+def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:
+    """A cycle's effects' write-ahead record, once that cycle concluded (its concluding
+    record follows and holds the same)."""
+    return (
+        record.get("decision") == "effects"
+        and "proposal" not in record
+        and record.get("cycle") in concluded
+    )

@@ -1,0 +1,138 @@
+"""`loopwright resume`, and what continuing a run needs: its loop, loaded from its spec, and
+the hint saying how to continue it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .._errors import ConfigError, ConflictError
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, run_ref
+from ._root_app import app
+from ._stores import existing_store
+
+if TYPE_CHECKING:
+    from .._engine import RunResult
+    from .._loop import Loop
+    from ..store import RunRecord, Store
+
+
+def _loop_for(rec: RunRecord) -> Loop:
+    from .._spec import loop_of_run
+
+    return loop_of_run(rec)
+
+
+def _loop_or_none(rec: RunRecord) -> Loop | None:
+    """The run's loop when its spec can be loaded (to offer compensations), else None."""
+    if not rec.spec_ref:
+        return None
+    try:
+        return _loop_for(rec)
+    except ConfigError as exc:
+        from ._render import console
+
+        console(stderr=True).print(f"[yellow]compensations not offered: {exc}[/]")
+        return None
+
+
+def continue_hint(rec: RunRecord, verb: str = "continue it") -> str:
+    """How to go on with ``rec``: ``loopwright resume`` for a run started from a spec; one
+    started from Python is resumed there, with its loop (``loopwright resume`` refuses it,
+    having no loop to load)."""
+    if rec.spec_ref:
+        return f"{verb} with: loopwright resume {rec.run_id[:12]}"
+    return f"{verb} from Python, with its loop: Runtime.resume({rec.run_id[:12]!r}, loop)"
+
+
+@app.command(short_help="Continue an interrupted or decided run.")
+def resume(
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="RUN",
+            help="Run id (or a unique prefix, or its task key); or give --all.",
+            callback=run_ref,
+        ),
+    ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every interrupted run, and every parked run whose approval has been decided.",
+        ),
+    ] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    token: TokenOpt = None,
+) -> None:
+    """Continue an interrupted or parked-and-decided run from its last checkpoint."""
+    if (run_id is None) == (not all_):
+        raise ConfigError("give a RUN or --all (not both)", field="RUN")
+    from .._authority import operate
+    from .._engine import Runtime
+    from ._interrupt import run_async
+    from ._people_cmd import acting_as
+    from ._tasks import exit_code_for
+
+    with Runtime(existing_store(store)) as rt:
+        if rt.store.has_users():  # an open store keeps resume as it was: no record per run
+            who = acting_as(rt.store, None, token, action="resume")
+            operate(rt.store, who, "resume", f"run {run_id or '--all'}", origin="cli")
+        if run_id is not None:
+            targets = [rt.store.get_run(run_id)]
+        else:
+            targets = [r for r in rt.store.list_runs() if _resumable(rt.store, r)]
+        results: list[RunResult] = []
+        from ._render import console
+
+        out = console(stderr=as_json)
+        skipped: list[str] = []  # not resumed here: exit 0 would read as "all accepted"
+        for rec in targets:
+            try:
+                loop = _loop_for(rec)
+            except ConfigError as exc:
+                if run_id is not None:
+                    raise
+                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
+                continue
+            try:
+                res = run_async(rt.resume(rec.run_id, loop))
+            except ConflictError as exc:
+                if run_id is not None:
+                    raise
+                out.print(f"[yellow]skipped {rec.run_id[:12]}: {exc}[/]")
+                skipped.append(f"{rec.run_id[:12]} ({rec.task_key})")
+                continue
+            results.append(res)
+            out.print(
+                f"run {res.run_id[:12]} ({rec.task_key}): {res.status} ({res.stop_reason or '-'})"
+            )
+        if not targets:
+            out.print("nothing to resume")
+    if as_json:
+        _print_json([r.to_dict() for r in results])
+    code = exit_code_for([r.status for r in results])
+    if skipped and code != 1:
+        raise ConfigError(
+            f"{len(skipped)} of {len(targets)} run(s) were skipped, not resumed (why: above): "
+            + ", ".join(skipped),
+            field="--all",
+        )
+    raise typer.Exit(code)
+
+
+def _resumable(store: Store, rec: RunRecord) -> bool:
+    from .._contract import TERMINAL_STATUSES
+
+    if rec.status in TERMINAL_STATUSES:
+        # An ended run is resumable only to run its decided compensations.
+        pending = store.latest_checkpoint(rec.run_id).state.get("pending") or {}
+        if pending.get("stage") != "compensations":
+            return False
+        return not store.approvals(run_id=rec.run_id, status="pending")
+    if rec.status == "awaiting_approval":
+        return not store.approvals(run_id=rec.run_id, status="pending")
+    return True

@@ -1,0 +1,218 @@
+"""`loopwright run`: a loop on one or many tasks, driven in this process or on a Ray cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from .._errors import ConfigError, ConflictError, check_choice
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json
+from ._root_app import app
+from ._stores import existing_store
+
+if TYPE_CHECKING:
+    from .._engine import RunResult
+    from .._loop import Loop
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The loop spec (TOML).")],
+    task: Annotated[Path | None, typer.Option("--task", help="One task, a JSON file.")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="Many tasks, JSON lines.")] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--task-key",
+            help="Task key for a single task (starting the same key again continues that run).",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Runs at once in this process.")] = 8,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local (this process) or ray (a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Join this Ray cluster ('auto'); default: start one."),
+    ] = None,
+    token: TokenOpt = None,
+) -> None:
+    """Run a loop on one or many tasks.
+
+    Exit code (the most serious outcome wins): 0 all accepted, 3 stopped, 4 awaiting approval,
+    5 escalated, 2 bad input, 1 internal error.
+    """
+    from .._keys import check_key
+    from .._spec import load_spec
+    from ._tasks import check_tasks, exit_code_for, load_tasks, task_keys
+
+    _runs_may_exist(False)
+    loop = load_spec(spec)
+    items = load_tasks(task, tasks, loop.options.get("tasks"))
+    if key is not None and len(items) != 1:
+        raise ConfigError("--task-key needs exactly one task", field="--task-key")
+    if concurrency < 1:
+        raise ConfigError("must be at least 1", field="--concurrency")
+    keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)
+    check_tasks(loop, items, keys)  # as Runtime.create checks each, before the first run
+    check_choice(executor, ("local", "ray"), "--executor")
+    if ray_address is not None and executor != "ray":
+        raise ConfigError("only applies with --executor ray", field="--ray-address")
+    held: dict[str, str] = {}  # runs another process holds: skipped here
+    if executor == "ray":
+        results = _execute_on_ray(
+            spec, loop, items, keys, store, ray_address, quiet=as_json, token=token
+        )
+    else:
+        results = _execute(
+            loop, items, keys, store, concurrency, quiet=as_json, held=held, token=token
+        )
+    if as_json:
+        _print_json([r.to_dict() for r in results])
+    code = exit_code_for([r.status for r in results if r.run_id not in held])
+    if held and code != 1:
+        # Not run here, so not done: exit 0 would read as "all accepted".
+        named = ", ".join(f"{run_id[:12]} ({held[run_id]})" for run_id in held)
+        raise ConfigError(
+            f"{len(held)} of {len(results)} run(s) are held by another process and were not "
+            f"run here: {named}; see `loopwright runs --status running`",
+            field="RUN",
+        )
+    raise typer.Exit(code)
+
+
+def _execute_on_ray(
+    spec: Path,
+    loop: Loop,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    store: str | None,
+    address: str | None,
+    *,
+    quiet: bool,
+    token: str | None,
+) -> list[RunResult]:
+    from ..executors import RayBatchError, run_on_ray
+    from ..store import open_store, resolve_store_url
+    from ._people_cmd import starter
+    from ._render import console, summary_table
+
+    out = console(stderr=quiet)
+    with open_store(resolve_store_url(store)) as st:
+        who = starter(st, token, target=f"loop {loop.name}", tasks=len(items))
+
+    def report(r: RunResult) -> None:
+        out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
+
+    try:
+        results = run_on_ray(
+            spec,
+            items,
+            keys,
+            resolve_store_url(store),
+            address=address,
+            on_result=report,
+            by=who,
+        )
+    except KeyboardInterrupt:
+        # The runs are created in the driver, in order, before Ray starts: whether the first
+        # exists says whether Ctrl-C left runs to resume.
+        _runs_may_exist(_has_run(store, keys[0]))
+        raise
+    except RayBatchError as exc:
+        for run_id, why in exc.failures.items():
+            console(stderr=True).print(f"[red]run {run_id[:12]} failed on Ray: {why}[/]")
+        raise typer.Exit(1) from None
+    if not quiet:
+        with open_store(store) as st:
+            out.print(summary_table([st.get_run(r.run_id) for r in results]))
+    return results
+
+
+def _has_run(store: str | None, key: str) -> bool:
+    """Whether the store holds a run of task ``key`` (asked after a Ctrl-C: any failure to
+    tell is "no", never an error in place of the interruption)."""
+    from ..store import open_store
+
+    try:
+        with open_store(existing_store(store)) as st:
+            return st.get_run(key).task_key == key
+    except Exception:
+        return False
+
+
+def _execute(
+    loop: Loop,
+    items: list[dict[str, Any]],
+    keys: list[str],
+    store: str | None,
+    concurrency: int,
+    *,
+    quiet: bool,
+    title: str | None = None,
+    held: dict[str, str] | None = None,
+    token: str | None = None,
+    who: str | None = None,
+) -> list[RunResult]:
+    """Create and drive the runs; ``held`` gets run id -> task key of each run skipped because
+    another process holds its lease. ``token``: who starts them, in a store with users (else
+    ``$LOOPWRIGHT_TOKEN``; see ``starter``); ``who``: the starter already found so."""
+    import asyncio
+
+    from rich.live import Live
+
+    from .._engine import Runtime
+    from ._interrupt import run_async
+    from ._live import LiveView
+    from ._render import console, summary_table
+
+    view = LiveView(len(items), title or f"{loop.name}: {len(items)} task(s)")
+    with Runtime(store, on_progress=view.update) as rt:
+        run_ids: list[str] = []
+        from ._people_cmd import starter
+
+        if who is None:
+            who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        for t, k in zip(items, keys, strict=True):
+            rec, _ = rt.create(loop, t, task_key=k, by=who)
+            _runs_may_exist(True)
+            run_ids.append(rec.run_id)
+            view.update(rec)
+        out = console(stderr=quiet)
+
+        async def go() -> list[RunResult]:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(run_id: str) -> RunResult:
+                async with sem:
+                    try:
+                        return await rt.resume(run_id, loop)
+                    except ConflictError as exc:
+                        out.print(f"[yellow]skipped {run_id[:12]}: {exc}[/]")
+                        result = rt.result(run_id)
+                        if held is not None:
+                            held[run_id] = result.task_key
+                        return result
+
+            return list(await asyncio.gather(*(one(r) for r in run_ids)))
+
+        with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
+            view.live = live
+            results = run_async(go())
+            live.update(view.render())
+        out.print()
+        if not quiet:
+            records = [rt.store.get_run(r.run_id) for r in results]
+            out.print(summary_table(records))
+    return results
+
+
+def _runs_may_exist(flag: bool) -> None:
+    """Say whether a Ctrl-C now leaves a run behind (what ``main`` then points at)."""
+    from . import _RUNS
+
+    _RUNS["may_exist"] = flag

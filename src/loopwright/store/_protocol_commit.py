@@ -1,0 +1,202 @@
+"""The Store protocol's writes of checkpoints (one commit, a built request, a group commit)
+and the run's event log, appended and read (``CommitStore``, part of ``Store``)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from abc import abstractmethod
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from .._errors import ApprovalError, ConflictError, StaleLeaseError, StoreError
+from .._record_codec import fill_versions
+from .._record_codec import unpack as unpack_record
+from ._protocol_approvals import ApprovalsStore
+from ._records import CommitRequest, Event, NewApproval, NewEvent, VersionRow
+
+__all__ = ["CommitStore"]
+
+
+class CommitStore(ApprovalsStore):
+    """Checkpoints committed, fenced by the lease's token, and the event log (mixed into
+    ``Store``)."""
+
+    # --- checkpoints: writing -------------------------------------------------------------
+    @abstractmethod
+    def commit(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        seq: int,
+        cycle: int,
+        state: dict[str, Any],
+        record: dict[str, Any] | None,
+        events: Sequence[NewEvent],
+        run: Mapping[str, Any],
+        approval: NewApproval | None = None,
+        approvals: Sequence[NewApproval] = (),
+        base: int | None = None,
+        versions: Sequence[VersionRow] = (),
+        rejected: Sequence[tuple[str, int]] = (),
+    ) -> bool:
+        """Atomically: write checkpoint ``seq`` (a full state, or with ``base`` the delta from
+        checkpoint ``seq - 1``), the version rows and rejected digests given, append events,
+        update the run's columns given in ``run``, and persist the approval requests given
+        (``approval`` and every one of ``approvals``). Rejects a stale ``token`` with
+        ``StaleLeaseError`` and writes nothing then. Returns whether cancellation was
+        requested for this run."""
+
+    def commit_request(self, it: CommitRequest) -> bool:
+        """``commit`` of one request built already (the engine's: its record, events and run
+        columns are the masked ones). Stores override it to skip building it again; ``commit``
+        is given the record whole, as ever (a packed one is unpacked first)."""
+        if it.forget_rejected_after is not None and (
+            type(self).forget_rejected is CommitStore.forget_rejected
+        ):  # refused before anything is written, not after the commit
+            raise StoreError(
+                f"{type(self).__name__} implements neither commit_request nor "
+                "forget_rejected: a rollback's commit cannot forget what the abandoned "
+                "cycles rejected (docs/storage.md)"
+            )
+        record = it.record
+        if it.packed and record is not None:
+            record = unpack_record(record)
+        if record is not None and it.versions:
+            # ``commit`` is given the record whole: an edit that names a version written with
+            # it (``_record_codec.refer_versions``) holds its value again.
+            record = fill_versions(record, {(v[0], v[1]): v[4] for v in it.versions})
+        flag = self.commit(
+            it.run_id,
+            it.token,
+            seq=it.seq,
+            cycle=it.cycle,
+            state=it.state,
+            record=record,
+            events=it.events,
+            run=it.run,
+            approvals=it.approvals,
+            base=it.base,
+            versions=it.versions,
+            rejected=it.rejected,
+        )
+        # ``commit`` takes no closures: here they follow it (the built-in stores write them in
+        # its transaction), as does a rollback's forgetting (``forget_rejected``; this
+        # commit's own rejected digests are kept).
+        if it.forget_rejected_after is not None:
+            self.forget_rejected(
+                it.run_id, it.forget_rejected_after, keep=[d for d, _c in it.rejected]
+            )
+        for c in it.closes:
+            with contextlib.suppress(ApprovalError):
+                self.decide_approval(
+                    c.approval_id, status="cancelled", by=c.by, note=c.note, now=time.time()
+                )
+        return flag
+
+    def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
+        """Forget the run's rejected digests of the cycles after ``after_cycle`` (a
+        rollback's, ``CommitRequest.forget_rejected_after``), but those in ``keep``. The
+        default ``commit_request`` calls it just after ``commit``, keeping that commit's own
+        rejected digests; a store that implements only ``commit`` must implement it too (its
+        rollbacks are refused otherwise). The built-in stores forget in the commit's
+        transaction."""
+        raise NotImplementedError(f"{type(self).__name__}.forget_rejected")
+
+    def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
+        """Group commit: several runs' commits, ideally in one transaction (one sync to disk).
+        Each is fenced on its own; the result per item is the cancel flag, or the
+        ``StaleLeaseError``/``ConflictError`` that refused it (nothing of it written). This
+        default commits them one by one; stores override it with one transaction."""
+        out: list[bool | StoreError] = []
+        for it in items:
+            try:
+                out.append(self.commit_request(it))
+            except (StaleLeaseError, ConflictError) as exc:
+                out.append(exc)
+        return out
+
+    def iter_events(self, run_id: str) -> Iterator[Event]:
+        """The run's events, oldest first, as ``events`` returns them; a store that can reads
+        them a page at a time."""
+        yield from self.events(run_id)
+
+    @abstractmethod
+    def append_events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        """Append events outside a cycle (resumed, approval decided...)."""
+
+    @abstractmethod
+    def events(self, run_id: str, *, after_id: int = 0) -> list[Event]:
+        """A run's events in order."""
+
+    # A reader that follows a long run from its end (the live tracer of a resumed session,
+    # trace/_live.py) reads what it needs of the log's start through these five, not the
+    # whole log. These defaults read the whole log; the built-in stores ask for what is
+    # needed (the end of the log by its index; counts and a few rows for the rest).
+    def events_tail(self, run_id: str, *, before_id: int | None, limit: int) -> list[Event]:
+        """Up to ``limit`` of the run's events with an id below ``before_id`` (``None``: any),
+        newest first: its log read backwards, a page at a time."""
+        evs = [e for e in self.events(run_id) if before_id is None or e.id < before_id]
+        return evs[::-1][:limit]
+
+    def event_counts(self, run_id: str) -> dict[str, int]:
+        """How many events of each kind the run's log holds (a run page's counts and kind
+        list, without reading the log into Python)."""
+        out: dict[str, int] = {}
+        for e in self.iter_events(run_id):
+            out[e.kind] = out.get(e.kind, 0) + 1
+        return out
+
+    def events_of_kinds(
+        self, run_id: str, kinds: Collection[str], *, limit: int | None = None
+    ) -> list[Event]:
+        """The run's newest ``limit`` (``None``: all) events of the kinds in ``kinds``,
+        oldest first."""
+        evs = [e for e in self.iter_events(run_id) if e.kind in kinds]
+        # (max: a limit over the count must not make the slice's start negative, from the end)
+        return evs if limit is None else evs[max(0, len(evs) - limit) :] if limit > 0 else []
+
+    def event_positions(
+        self, run_id: str, *, before_id: int, skip: Collection[str]
+    ) -> tuple[int, list[tuple[int, Event]]]:
+        """How many of the run's events have an id below ``before_id``, and those among them
+        not of the kinds in ``skip``, with their 1-based positions in the run's log, oldest
+        first."""
+        evs = [e for e in self.events(run_id) if e.id < before_id]
+        return len(evs), [(i, e) for i, e in enumerate(evs, 1) if e.kind not in skip]
+
+    def in_cycle(self, run_id: str, *, event_id: int, cycle: int) -> bool:
+        """Whether an occurrence of ``cycle`` is open at the event ``event_id``: of the
+        events before it, the last ``cycle_started`` or ``decision`` of that cycle, or
+        ``stopped``/``rolled_back``, is a ``cycle_started``."""
+        last = None
+        for e in self.events(run_id):
+            if e.id >= event_id:
+                break
+            if e.kind in ("stopped", "rolled_back") or (
+                e.cycle == cycle and e.kind in ("cycle_started", "decision")
+            ):
+                last = e.kind
+        return last == "cycle_started"
+
+    def next_start(self, run_id: str, *, after_id: int, before_id: int, cycle: int) -> int | None:
+        """The cycle of the first ``cycle_started`` between the events ``after_id`` and
+        ``before_id`` (both left out) of ``cycle`` or a later one; ``None``: none."""
+        for e in self.events(run_id, after_id=after_id):
+            if e.id >= before_id:
+                break
+            if e.kind == "cycle_started" and e.cycle >= cycle:
+                return e.cycle
+        return None
+
+    def cycle_starts(
+        self, run_id: str, *, before_id: int, cycles: Collection[int]
+    ) -> dict[int, int]:
+        """How many times each of ``cycles`` started (``cycle_started`` events) before the
+        event ``before_id``; a cycle that never did is left out."""
+        out: dict[int, int] = {}
+        for e in self.events(run_id):
+            if e.id < before_id and e.kind == "cycle_started" and e.cycle in cycles:
+                out[e.cycle] = out.get(e.cycle, 0) + 1
+        return out

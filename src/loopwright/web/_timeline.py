@@ -1,0 +1,176 @@
+"""A run's timeline: one row per concluded, parked or unconcluded cycle, and the row of the
+cycle an ended run ended inside; values shortened for a page (``short``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._finishing import ended_inside
+from ..store import Checkpoint, RunRecord, Store
+from ..store._records import concluded_cycles
+from ._values import is_svg, picture_digest, short
+
+__all__ = ["ended_row", "timeline", "timeline_row"]
+
+
+def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
+    out = []
+    for name, v in (d or {}).items():
+        out.append(
+            {
+                "name": name,
+                "passed": bool(v.get("passed")),
+                "score": v.get("score"),
+                "findings": [
+                    {
+                        "where": "/".join(
+                            str(x) for x in (f.get("artifact"), f.get("part")) if x is not None
+                        ),
+                        "message": str(f.get("message", "")),
+                    }
+                    for f in v.get("findings") or []
+                ],
+            }
+        )
+    return out
+
+
+def timeline(
+    checkpoints: list[Checkpoint], *, ended: bool = False, newest: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
+    completed (the run stopped on a failed effect before the cycle concluded). A parked or
+    unconcluded cycle's row shows its proposal and visible verdicts from the write-ahead state,
+    marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
+    cycle that later concluded keeps a plain "parked" row; its concluded row follows).
+    ``ended``: the run has ended, so what was not applied never will be. ``newest``: only
+    the last that many rows (built from the end: a checkpoint gives a row at most)."""
+    concluded = concluded_cycles(checkpoints)
+    rows: list[dict[str, Any]] = []
+    for ck in checkpoints if newest is None else reversed(checkpoints):
+        if newest is not None and len(rows) >= newest:
+            break
+        row = timeline_row(ck, concluded, ended=ended)
+        if row is not None:
+            rows.append(row)
+    return rows if newest is None else rows[::-1]
+
+
+def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[str, Any] | None:
+    """``ck``'s row of the timeline (``timeline``), if it has one; ``concluded``: the run's
+    ``concluded_cycles``."""
+    rec = ck.record
+    if not rec:
+        return None
+    if "proposal" not in rec:
+        decision = rec.get("decision")
+        done = rec.get("cycle") in concluded
+        if decision == "parked" or (decision == "effects" and not done):
+            return _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
+        return None
+    return _cycle_row(ck, rec)
+
+
+def ended_row(store: Store, rec: RunRecord) -> list[dict[str, Any]]:
+    """The row of the cycle an ended run ended inside (the actor asked for a person, a
+    verifier gave up, a budget crossed mid-cycle), which has no record: what it cost and why
+    it ended (``_finishing.ended_inside``); none if the run ended otherwise."""
+    end = ended_inside(store, rec)
+    if end is None:
+        return []
+    usage = end["usage"]
+    return [
+        {
+            "cycle": end["cycle"],
+            "at": None,
+            "parked": False,
+            "unapplied": False,
+            "ended_inside": True,
+            "kind": "ended inside this cycle",
+            "replace": [],
+            "edits": [],
+            "note": str(end["cause"]),
+            "effects": [],
+            "duplicate": False,
+            "visible": [],
+            "held_out": [],
+            "score": None,
+            "improved": False,
+            "decision": str(end["decision"]),
+            "cost_usd": float(usage.get("cost_usd") or 0.0),
+            "tokens": int(usage.get("tokens") or 0),
+        }
+    ]
+
+
+def _unapplied_row(
+    ck: Checkpoint, rec: dict[str, Any], *, parked: bool, done: bool, ended: bool
+) -> dict[str, Any] | None:
+    pend = ck.fields.get("pending")
+    if done or not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
+        if not parked:
+            return None
+        return {  # concluded later (its own row follows), or an older store: a plain marker
+            "cycle": rec.get("cycle"),
+            "at": ck.created_at,
+            "parked": True,
+            "unapplied": False,
+            "held_out": _verdicts(rec.get("held_out")),
+        }
+    row = _cycle_row(
+        ck,
+        {
+            "cycle": rec.get("cycle"),
+            "proposal": pend["proposal"],
+            "visible": pend.get("visible"),
+            "held_out": rec.get("held_out"),
+            "usage": pend.get("usage"),
+            "decision": _why_unapplied(parked, ended),
+        },
+    )
+    row["unapplied"] = True
+    for e in row["edits"]:
+        # a proposed value, not a version of the run: shown as text (the routes that serve
+        # an SVG part or a picture serve the run's versions only; the approval card shows it)
+        e["svg"] = False
+        e["picture"] = None
+    return row
+
+
+def _why_unapplied(parked: bool, ended: bool) -> str:
+    if not parked:
+        return "not applied: its effects did not complete"
+    return "parked for approval: " + ("never applied" if ended else "not applied yet")
+
+
+def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
+    prop = rec["proposal"] or {}
+    edits = [
+        {
+            "ref": f"{e.get('artifact')}/{e.get('part')}",
+            "value": short(e.get("value"), 80),
+            "svg": is_svg(e.get("value")),  # a drawn panel: shown as a thumbnail
+            "picture": picture_digest(e.get("value")),  # a picture kept as a blob
+        }
+        for e in prop.get("edits") or ()
+    ]
+    usage = rec.get("usage") or {}
+    return {
+        "cycle": rec.get("cycle"),
+        "at": ck.created_at,  # when the cycle was committed
+        "parked": False,
+        "unapplied": False,
+        "kind": prop.get("kind"),
+        "replace": list(prop.get("replace") or []),
+        "edits": edits,
+        "note": prop.get("note") or "",
+        "effects": [str(e.get("name")) for e in prop.get("effects") or ()],
+        "duplicate": bool(rec.get("duplicate")),
+        "visible": _verdicts(rec.get("visible")),
+        "held_out": _verdicts(rec.get("held_out")),
+        "score": rec.get("score"),
+        "improved": bool(rec.get("improved")),
+        "decision": rec.get("decision") or "-",
+        "cost_usd": float(usage.get("cost_usd") or 0.0),
+        "tokens": int(usage.get("tokens") or 0),
+    }
