@@ -177,21 +177,34 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         """Create the run for ``task_key`` (or return the existing one) without executing it.
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
-        return self._create(loop, self._new_run(loop, task, task_key, project, by))
+        started = self._checked_start(loop, task, task_key, project, by)
+        return self._create(loop, self._new_run(loop, started, project, by))
 
-    def _new_run(
+    def _checked_start(
         self,
         loop: Loop,
         task: Mapping[str, Any] | None,
         task_key: str | None,
         project: str | None,
         by: str | None,
-    ) -> dict[str, Any]:
-        """``create``'s checks of what it is given, nothing written: the new run's fields."""
+    ) -> tuple[dict[str, Any], str, str, TaskState]:
+        """What ``create`` checks of what it is given (``starting_state``'s four), before any of
+        it is encoded for the store."""
         check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
-        stored, key, proj, state = starting_state(loop, task, task_key, project)
+        return starting_state(loop, task, task_key, project)
+
+    def _new_run(
+        self,
+        loop: Loop,
+        started: tuple[dict[str, Any], str, str, TaskState],
+        project: str | None,
+        by: str | None,
+    ) -> dict[str, Any]:
+        """The new run's fields, from what ``_checked_start`` made of ``create``'s arguments:
+        its first head and versions encoded here, nothing written."""
+        stored, key, proj, state = started
         state.task_key = state.task_key or key
         state.project = state.project or proj
         state.refresh_plan()
@@ -301,9 +314,10 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             seen[named] = i
         # Every task checked before any run is written: one refused after others had started
         # left those runs "running", driven by no one. (Checked, then let go: each is made
-        # again when its turn comes, so a big batch holds no more initial states than runs.)
+        # again when its turn comes, so a big batch holds no more initial states than runs;
+        # only checked here, so each run's head and versions are encoded once, by create.)
         for i, t in enumerate(todo):
-            self._new_run(loop, t, keys[i], None, None)
+            self._checked_start(loop, t, keys[i], None, None)
         sem = asyncio.Semaphore(max(1, concurrency))
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:

@@ -22,7 +22,7 @@ them in the run's escalation packet instead of letting them escape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,17 +48,27 @@ class LoopwrightError(Exception):
 
 
 class ConfigError(LoopwrightError, ValueError):
-    """Invalid configuration; the message names the field at fault."""
+    """Invalid configuration; the message names the field at fault. ``str(e)`` is
+    ``"field: message"`` (or ``message`` with no field); ``field`` and ``message`` are the two
+    halves, for a caller that says the same under another name or place (no text to split).
+    A field set after the error is made (``e.field = ...``) names it without changing the
+    text: ``message`` is then the whole text."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}" if field else message)
 
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str], dict[str, str | None]]:
-        text = str(self)
-        if self.field and text.startswith(f"{self.field}: "):
-            text = text[len(self.field) + 2 :]
-        return (type(self), (text,), {"field": self.field})
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Made again as it was, not through ``__init__`` (a subclass may take other arguments):
+        # its text, field and message as they are. (Made again from the message alone, it
+        # lost its "field: " in another process.)
+        return (_made_again, (type(self), self.args), dict(self.__dict__))
+
+
+def _made_again(cls: type[ConfigError], args: tuple[Any, ...]) -> ConfigError:
+    """A pickled ``ConfigError`` with its text (``args``); pickle then restores its fields."""
+    return cls.__new__(cls, *args)
 
 
 def check_choice(value: object, choices: Sequence[str], field: str) -> None:

@@ -354,9 +354,7 @@ class ApprovalPolicy:
                 raise ConfigError(str(exc), field=where) from None
             except ConfigError as exc:
                 # Name the table by its index: several rules may share a kind.
-                text, name = str(exc), exc.field or ""
-                if name and text.startswith(f"{name}: "):
-                    text = text[len(name) + 2 :]
+                text, name = exc.message, exc.field or ""
                 leaf = name.rsplit(".", 1)[-1] if "." in name else ""
                 raise ConfigError(text, field=f"{where}.{leaf}" if leaf else where) from None
         return cls(tuple(built), earned)

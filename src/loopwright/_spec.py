@@ -499,13 +499,12 @@ def _model_limits(table: Any, fns: list[Any]) -> None:
         try:
             fn.use_limits(**limits)
         except ConfigError as exc:
-            message = str(exc).removeprefix(f"{exc.field}: ")
-            raise SpecError(message, field=f"model.limits.{exc.field}") from None
+            raise SpecError(exc.message, field=f"model.limits.{exc.field}") from None
 
 
 def _as_spec_error(exc: ConfigError) -> SpecError:
-    err = SpecError(str(exc))  # the message already names the field; keep it as .field too
-    err.field = exc.field
+    err = SpecError(str(exc))  # the same text, its field and message as they are
+    err.field, err.message = exc.field, exc.message
     return err
 
 

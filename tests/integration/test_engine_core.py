@@ -670,3 +670,38 @@ def test_run_many_records_who_started_its_runs(rt: lw.Runtime) -> None:
     assert [rt.store.get_run(r.run_id).created_by for r in done] == ["rita", "rita"]
     with pytest.raises(lw.ConfigError, match="by"):
         asyncio.run(rt.run_many(make_loop(fixer), [TASK], by=3))  # type: ignore[arg-type]
+
+
+def test_run_many_builds_each_runs_first_head_once(
+    rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each task of a batch is checked before any run is written, then made when its turn
+    comes: the check encoded the run's first head (and its versions) too, which ``create``
+    encoded again. Counted by task key: the heads of cycle 0 built from nothing, by the time
+    each run is written (one: the head written), and in all (as many as a lone run builds:
+    its first commit's snapshot is the other)."""
+    from loopwright import _state_codec as codec
+
+    built: list[str | None] = []
+    at_create: dict[str, int] = {}
+    head, create_run = codec.head, rt.store.create_run
+
+    def counting(state: lw.TaskState, prev: Any = None, *a: Any, **k: Any) -> dict[str, Any]:
+        if prev is None and state.cycle == 0:
+            built.append(state.task_key)
+        return head(state, prev, *a, **k)
+
+    def creating(**new: Any) -> Any:
+        at_create[new["task_key"]] = built.count(new["task_key"])
+        return create_run(**new)
+
+    monkeypatch.setattr(codec, "head", counting)
+    monkeypatch.setattr(rt.store, "create_run", creating)
+    rt.run_sync(make_loop(fixer), TASK, task_key="H-lone")
+    lone = built.count("H-lone")
+    done = asyncio.run(
+        rt.run_many(make_loop(fixer), [TASK, TASK, TASK], key_of=lambda t, i: f"H-{i}")
+    )
+    assert [r.status for r in done] == ["accepted"] * 3
+    assert at_create == {"H-lone": 1, "H-0": 1, "H-1": 1, "H-2": 1}
+    assert [built.count(f"H-{i}") for i in range(3)] == [lone] * 3

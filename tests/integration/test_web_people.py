@@ -152,6 +152,28 @@ def test_a_refused_cancel_writes_nothing_but_its_audit_record(
         assert [a.outcome for a in rt.store.audit() if a.actor == "oscar"] == ["allowed"]
 
 
+def test_the_dashboards_quiet_permission_check_answers_and_records_nothing(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    """``permitted_unrecorded`` (the dashboard's cancel asks it before writing the request):
+    yes for an operator, no for a viewer, an approver or a stranger, and no audit record for
+    any answer. It was ``may_operate``, as ``_authority.may_operate`` is named, which raises
+    and audits: the dashboard has no function of that name now."""
+    from loopwright import _authority
+    from loopwright.web import _operations
+
+    _c, store, run_id = setup
+    with lw.Runtime(store) as rt:
+        before = len(rt.store.audit())
+        asked = {
+            who: _operations.permitted_unrecorded(rt.store, who, "cancel", run_id, "test")
+            for who in ("oscar", "root", "vic", "ana", "nobody")
+        }
+        assert len(rt.store.audit()) == before
+    assert asked == {"oscar": True, "root": True, "vic": False, "ana": False, "nobody": False}
+    assert getattr(_operations, "may_operate", _authority.may_operate) is _authority.may_operate
+
+
 def test_refused_sign_ins_are_recorded_once_per_source_and_window(tmp_path: Path) -> None:
     """Anyone who reaches the sign-in page can try tokens: the first refusal from a source in a
     window is recorded, the others counted and their count recorded with the next record (or

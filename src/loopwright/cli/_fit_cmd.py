@@ -109,7 +109,7 @@ def fit_stop_cmd(
         try:
             base_contract = load_contract(base)
         except ConfigError as exc:
-            raise ConfigError(_message(exc), field="--base") from None
+            raise ConfigError(exc.message, field="--base") from None
     traces = []
     pooled: dict[str, str] = {}  # run id -> the source it came from
     for source in sources:
@@ -206,12 +206,6 @@ def fit_stop_cmd(
     if out is None:
         con.print()
         typer.echo(toml_text, nl=False)
-
-
-def _message(exc: ConfigError) -> str:
-    text = str(exc)
-    prefix = f"{exc.field}: "
-    return text[len(prefix) :] if exc.field and text.startswith(prefix) else text
 
 
 def _write(path: Path | None, text: str, option: str) -> None:

@@ -56,8 +56,7 @@ def as_options(**names: str) -> Iterator[None]:
     except ConfigError as exc:
         if exc.field not in names:
             raise
-        text = str(exc).removeprefix(f"{exc.field}: ")
-        raise type(exc)(text, field=names[exc.field]) from None
+        raise type(exc)(exc.message, field=names[exc.field]) from None
 
 
 RunArg = Annotated[

@@ -196,14 +196,17 @@ def _part_versions(
 def _shown_records(st: Store, rec: RunRecord) -> Iterator[dict[str, Any]]:
     """The stored records, oldest first, less the write-ahead record of a cycle's effects once
     that cycle concluded (its concluding record follows and holds the same; the dashboard
-    shows one row too), read twice a page at a time: first which cycles concluded, then the
-    records to show; last, the cycle the run ended inside, if it has no record
-    (``ended_inside``: what it cost and why it ended)."""
+    shows one row too), read once a page at a time (``in_order_with_concluded``); last, the
+    cycle the run ended inside, if it has no record (``ended_inside``: what it cost and why it
+    ended)."""
     from .._finishing import ended_inside
+    from .._mid_cycle_records import in_order_with_concluded
 
     run_id = rec.run_id
-    concluded = {r.get("cycle") for _s, _c, r in st.iter_records(run_id) if r and "proposal" in r}
-    for _s, _c, r in st.iter_records(run_id):
+    records = in_order_with_concluded(
+        st.iter_records(run_id), lambda row: row[2], lambda: st.iter_records(run_id)
+    )
+    for (_s, _c, r), concluded in records:
         if r and not _wrote_ahead_of(r, concluded):
             yield r
     end = ended_inside(st, rec)

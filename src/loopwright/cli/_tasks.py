@@ -167,8 +167,7 @@ def check_tasks(loop: Loop, tasks: list[dict[str, Any]], keys: list[str]) -> Non
         try:
             starting_state(loop, t, key, None)
         except ConfigError as exc:
-            text = str(exc).removeprefix(f"{exc.field}: ")
-            raise ConfigError(f"{path}:{line}: {text}", field=exc.field) from None
+            raise ConfigError(f"{path}:{line}: {exc.message}", field=exc.field) from None
 
 
 def _located(tasks: list[dict[str, Any]]) -> tuple[list[int], object, str]:

@@ -23,7 +23,7 @@ from ._context import RESUMING, WebContext
 from ._http import http_error, origin_of, text_field
 from ._views import edits_view
 
-__all__ = ["act", "decide", "edit_part", "find_approval", "may_operate"]
+__all__ = ["act", "decide", "edit_part", "find_approval", "permitted_unrecorded"]
 
 
 def find_approval(store: Store, approval_id: str) -> Approval:
@@ -67,9 +67,10 @@ def decide(
     return done, resumed
 
 
-def may_operate(store: Store, by: str, action: str, run_id: str, where: str) -> bool:
+def permitted_unrecorded(store: Store, by: str, action: str, run_id: str, where: str) -> bool:
     """Whether ``by`` may do ``action`` on the run, asked without recording anything (the
-    action itself is checked and audited where it is done)."""
+    action itself is checked and audited where it is done). Not ``_authority.may_operate``,
+    which refuses (raising, audited) and answers who acts."""
     try:
         require(store, by, "operate", action=action, target=f"run {run_id}", origin=where,
                 record=False)  # fmt: skip
@@ -98,7 +99,7 @@ def act(ctx: WebContext, request: Request, run_id: str, how: str) -> tuple[RunRe
     if how == "cancel":
         # The request is written only when it may be made: a refused cancel leaves the run's
         # log as it was, and is audited once, by the engine (below), as every refusal is.
-        if may_operate(store, by, "cancel", rec.run_id, where):
+        if permitted_unrecorded(store, by, "cancel", rec.run_id, where):
             store.append_events(rec.run_id, [NewEvent(rec.cycle, "cancel_requested", who)])
         try:
             loop = loop_of_run(rec)

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .._contract import TERMINAL_STATUSES
+from .._mid_cycle_records import in_order_with_concluded
 from .._state import Part, TaskState, Version
 from ..store import Approval, RunRecord, Store
 from ._views import (
@@ -96,13 +97,15 @@ def run_document(
     yield ',"events":'
     yield from _array(map(event_view, store.iter_events(rid)))
     yield ',"plan":' + dump([s.to_dict() for s in state.plan])
-    # the cycles with a concluding record first (a small int each): a row needs to know
-    concluded = {r.get("cycle") for _s, _c, r in store.iter_records(rid) if r and "proposal" in r}
     ended = rec.status in TERMINAL_STATUSES
     points: dict[int, ChartPoint] = {}  # (the last checkpoint of a cycle wins: a rollback)
 
     def rows() -> Iterator[dict[str, Any]]:
-        for ck in store.iter_checkpoints(rid):
+        # each record read once: a mid-cycle one's row needs to know if its cycle concluded
+        checkpoints = in_order_with_concluded(
+            store.iter_checkpoints(rid), lambda ck: ck.record, lambda: store.iter_records(rid)
+        )
+        for ck, concluded in checkpoints:
             point = chart_point(ck)
             if point is not None:
                 points[point.cycle] = point
