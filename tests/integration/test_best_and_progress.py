@@ -189,3 +189,17 @@ def test_with_no_check_flagged_required_every_visible_check_counts(tmp_path: Pat
     assert (r.stop_reason, r.cycles) == ("no_progress", 3)
     o = simulate(trace, contract)
     assert (o.reason, o.cycles) == ("no_progress", 3)
+
+
+@pytest.mark.parametrize("name", ["max_cost_usd", "max_tokens", "max_seconds"])
+def test_a_budget_of_zero_is_refused_where_a_loop_is_built(name: str) -> None:
+    # A spend that has reached its limit stops the run before a cycle, so a run under a
+    # budget of 0 ended before its first cycle (0 actor calls, budget_cost and the like),
+    # and `loopwright check` called it "ok"; max_cycles = 0 was already refused.
+    zero = lw.Contract(budget=lw.Budget(max_cycles=5, **{name: 0}))  # a snapshot still loads
+    assert lw.Contract.from_dict(zero.to_dict()) == zero
+    with pytest.raises(ConfigError, match="more than 0") as e:
+        lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=zero)
+    assert e.value.field == f"contract.budget.{name}"
+    tiny = lw.Contract(budget=lw.Budget(max_cycles=5, **{name: 1}))
+    lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=tiny)
