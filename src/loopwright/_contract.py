@@ -399,9 +399,28 @@ class Contract:
             and self.marginal_return is not None
         )
 
+    def refuse_for_a_run(self) -> None:
+        """Where a run is given this contract (a loop built, a fork): ``ConfigError`` for a
+        contract no run can work under (a snapshot of one still loads, and replay reads one):
+        ``marginal_return_only``, or a budget of 0 (``budget_stop`` stops at a spend that has
+        reached its limit, so every run would end before its first cycle, reporting 0 calls
+        made; ``max_cycles = 0`` is refused where it is read, as no snapshot holds one)."""
+        self.refuse_marginal_return_only()
+        b = self.budget
+        for name, limit in (
+            ("max_cost_usd", b.max_cost_usd),
+            ("max_tokens", b.max_tokens),
+            ("max_seconds", b.max_seconds),
+        ):
+            if limit == 0:
+                raise ConfigError(
+                    "must be more than 0: a budget of 0 ends every run before its first "
+                    "cycle (leave it out for no limit)",
+                    field=f"contract.budget.{name}",
+                )
+
     def refuse_marginal_return_only(self) -> None:
-        """Where a run is given this contract (a loop built, a fork): ``ConfigError`` when
-        ``marginal_return_only``."""
+        """``ConfigError`` when ``marginal_return_only`` (part of ``refuse_for_a_run``)."""
         if self.marginal_return_only:
             raise ConfigError(
                 "a marginal_return rule is the contract's only exit besides success, and it "

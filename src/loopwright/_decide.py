@@ -23,6 +23,7 @@ __all__ = [
     "effective_digest",
     "improved",
     "marginal_stop",
+    "reaches",
     "remaining",
     "risk_steps",
     "stop_before_cycle",
@@ -40,6 +41,12 @@ def crosses(value: float, limit: float, *, whole: bool = False) -> bool:
     (tokens), which have no rounding, compared exactly (a relative slack let a run 10 tokens
     short of a 10-billion-token budget start a cycle projected to cross it by 10)."""
     return value > (limit if whole else limit + _SLACK * max(1.0, abs(limit)))
+
+
+def reaches(score: float, min_score: float) -> bool:
+    """``score`` is at least ``min_score``, past the rounding of the weighted mean it is:
+    checks scoring 0.85 and 0.95 average 0.8999999999999999, which must meet 0.9."""
+    return score >= min_score - _SLACK * max(1.0, abs(min_score))
 
 
 def cycle_cap(contract: Contract, state: TaskState) -> int | None:
@@ -175,7 +182,7 @@ def success(
             return False
     if not contract.success.allow_vacuous and any(verdicts[n].vacuous for n in names):
         return False  # a check with nothing to check proves nothing
-    return score >= contract.success.min_score
+    return reaches(score, contract.success.min_score)
 
 
 def accept_clean_parts(

@@ -126,7 +126,7 @@ class Forking(RuntimeHost):
         state.task_key = key
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
-            chosen.refuse_marginal_return_only()  # as a loop refuses it
+            chosen.refuse_for_a_run()  # as a loop refuses it
             cycle_cap(chosen, state)  # the task's own cycle budget, as ``create`` checks it
         args: dict[str, Any] = {
             "run_id": uuid.uuid4().hex[:16],

@@ -165,7 +165,7 @@ class Loop:
                 "could neither succeed nor show progress (give one of them a weight above 0)",
                 field="verifiers",
             )
-        self.contract.refuse_marginal_return_only()  # snapshots of one still load
+        self.contract.refuse_for_a_run()  # snapshots of one still load
         if self.actor_timeout_s is not None:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):

@@ -33,7 +33,7 @@ from ._run_metrics import (
     run_metrics,
     stream_run_metrics,
 )
-from .store import Store, open_store
+from .store import Store, open_store, refuse_undecoded, resolve_store_url, sqlite_file
 from .store._base import with_newer
 
 __all__ = [
@@ -435,5 +435,15 @@ def compute_metrics(
     return summarize(rows, review_cost_usd=review_cost_usd, selection=selection)
 
 
-def _url(store: str | os.PathLike[str] | None) -> str | None:
-    return os.fspath(store) if store is not None else None
+def _url(store: str | os.PathLike[str] | None) -> str:
+    """The store to read, which must exist: opening an SQLite file that does not would create
+    an empty store there, and a mistyped path reported 0 runs (leaving that file behind)."""
+    url = resolve_store_url(os.fspath(store) if store is not None else None)
+    path = sqlite_file(url)
+    if path and path != ":memory:" and not os.path.exists(path):
+        refuse_undecoded(url)  # (the URL named an existing file before its %XX were decoded)
+        raise ConfigError(
+            f"no store at {path}: metrics are read from an existing store (check the path)",
+            field="store",
+        )
+    return url

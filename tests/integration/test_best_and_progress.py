@@ -189,3 +189,46 @@ def test_with_no_check_flagged_required_every_visible_check_counts(tmp_path: Pat
     assert (r.stop_reason, r.cycles) == ("no_progress", 3)
     o = simulate(trace, contract)
     assert (o.reason, o.cycles) == ("no_progress", 3)
+
+
+@pytest.mark.parametrize("name", ["max_cost_usd", "max_tokens", "max_seconds"])
+def test_a_budget_of_zero_is_refused_where_a_loop_is_built(name: str) -> None:
+    # A spend that has reached its limit stops the run before a cycle, so a run under a
+    # budget of 0 ended before its first cycle (0 actor calls, budget_cost and the like),
+    # and `loopwright check` called it "ok"; max_cycles = 0 was already refused.
+    zero = lw.Contract(budget=lw.Budget(max_cycles=5, **{name: 0}))  # a snapshot still loads
+    assert lw.Contract.from_dict(zero.to_dict()) == zero
+    with pytest.raises(ConfigError, match="more than 0") as e:
+        lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=zero)
+    assert e.value.field == f"contract.budget.{name}"
+    tiny = lw.Contract(budget=lw.Budget(max_cycles=5, **{name: 1}))
+    lw.Loop(name="z", actor=lambda ctx: lw.Proposal(), verifiers=[_ok], contract=tiny)
+
+
+def test_checks_averaging_exactly_min_score_succeed_and_replay_agrees(tmp_path: Path) -> None:
+    """Two checks scoring 0.85 and 0.95 under min_score 0.9 average 0.8999999999999999 in
+    floats: the run was refused success and spent its whole budget; replay agreed with that."""
+    from loopwright.replay import simulate, traces_from_store
+
+    calls: list[int] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"x": ctx.cycle}, usage=lw.Usage(cost_usd=0.1))
+
+    contract = lw.Contract(success=lw.Success(min_score=0.9), budget=lw.Budget(max_cycles=4))
+    loop = lw.Loop(
+        name="avg",
+        actor=actor,
+        verifiers=[
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=0.85), name="a"),
+            lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=0.95), name="b"),
+        ],
+        contract=contract,
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"x": 0}}}, task_key="avg")
+        (trace,) = list(traces_from_store(rt.store))
+    assert (r.status, r.stop_reason, r.cycles, calls) == ("accepted", "success", 1, [1])
+    out = simulate(trace, contract)
+    assert (out.reason, out.cycles, out.accepted) == ("success", 1, True)

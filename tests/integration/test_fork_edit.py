@@ -156,6 +156,10 @@ def test_fork_refuses_a_contract_a_loop_would_refuse(origin: tuple[Path, str, Co
         before = len(rt.store.list_runs())
         with pytest.raises(lw.ConfigError, match="only exit besides success"):
             rt.fork(run_id, 1, contract=only)
+        zero = lw.Contract(budget=lw.Budget(max_cycles=9, max_cost_usd=0.0))
+        with pytest.raises(lw.ConfigError, match="more than 0") as e:
+            rt.fork(run_id, 1, contract=zero)  # its run would end before a cycle
+        assert e.value.field == "contract.budget.max_cost_usd"
         assert len(rt.store.list_runs()) == before  # nothing created
 
 

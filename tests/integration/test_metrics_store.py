@@ -329,3 +329,23 @@ def test_a_persons_edits_are_counted_per_accepted_part(rt: lw.Runtime) -> None:
     assert m.edits_per_accepted_part == pytest.approx(2 / 3)
     assert m.basis["edits_per_accepted_part"] == (2, 3)
     assert m.to_dict()["edits_per_accepted_part"] == pytest.approx(2 / 3)
+
+
+def test_metrics_of_a_store_that_does_not_exist_are_refused_not_an_empty_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped path reported 0 runs and left an empty store file there (the CLI refused
+    it already); a path that exists, a Store and a URL of an existing file are read."""
+    missing = tmp_path / "typo.db"
+    for given in (missing, str(missing), f"sqlite:///{missing}"):
+        with pytest.raises(lw.ConfigError, match="no store at") as e:
+            compute_metrics(given)
+        assert e.value.field == "store"
+        assert not missing.exists()
+    monkeypatch.chdir(tmp_path)  # the default store (./.loopwright/loopwright.db), not there
+    monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
+    with pytest.raises(lw.ConfigError, match="no store at"):
+        compute_metrics(None)
+    assert not (tmp_path / ".loopwright").exists()
+    SQLiteStore(missing).close()
+    assert compute_metrics(missing).runs == compute_metrics(f"sqlite:///{missing}").runs == 0

@@ -4,6 +4,7 @@ the file and the line, where it used to replay silently as another run, or named
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,37 @@ def test_a_misspelt_contract_table_is_refused_not_dropped(
     spec.write_text('name = "x"\n[actor]\nref = "a.py:f"\n[contract.budget]\nmax_cycles = 3\n')
     assert load_contract(spec).budget.max_cycles == 3
     assert load_contract(POLICY).success.required == ("visible_tests",)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # bare tables beside [contract]: the file replayed under [contract]'s alone
+        ("[contract.budget]\nmax_cycles = 2\n[budget]\nmax_cycles = 3\n", "[budget] beside"),
+        ("[contract.budget]\nmax_cycles = 2\n[no_progress]\ncycles = 1\n", "[no_progress]"),
+        # risk rules are not replayed, but one a run would refuse is the file's mistake
+        ('[budget]\nmax_cycles = 2\n[[risk]]\nname = "r"\n', "needs 'touches'"),
+        ('[budget]\nmax_cycles = 2\n[risk]\nname = "r"\ntouches = ["a/b"]\n', "array"),
+        (
+            '[contract.budget]\nmax_cycles = 2\n[[contract.risk]]\nname = "r"\ntouches = "a/*"\n'
+            '[[contract.risk]]\nname = "r"\ntouches = "b/*"\n',
+            "unique",
+        ),
+    ],
+)
+def test_a_contract_file_a_run_would_refuse_is_refused_not_read_in_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(lw.ConfigError, match=re.escape(said)):
+        load_contract(path)
+    assert main(["replay", str(GPT35), "--contract", str(path)]) == 2
+    assert said in " ".join(capsys.readouterr().err.split())
+    good = tmp_path / "good.toml"  # valid rules are still read and dropped
+    good.write_text('[budget]\nmax_cycles = 2\n[[risk]]\nname = "r"\ntouches = ["a/*"]\n')
+    assert load_contract(good).risk == ()
+    assert load_contract(good, keep_risk=True).risk[0].touches == ("a/*",)
 
 
 def test_line_ends_a_bare_carriage_return_is_said_and_crlf_is_read(tmp_path: Path) -> None:

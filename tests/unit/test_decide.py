@@ -138,6 +138,26 @@ def test_success_needs_required_visible_checks_and_the_score() -> None:
     assert not rules.success(contract, [_check("h", held_out=True)], {"h": ok}, None)
 
 
+def test_a_score_that_reaches_min_score_is_success_whatever_the_rounding() -> None:
+    # The mean of 0.85 and 0.95 is 0.8999999999999999 in floats: two checks that averaged
+    # exactly the threshold were refused success, and the run went on to another stop.
+    contract = lw.Contract(budget=lw.Budget(max_cycles=1), success=lw.Success(min_score=0.9))
+    checks = [_check("a"), _check("b")]
+    verdicts = {
+        "a": lw.Verdict(passed=True, score=0.85),
+        "b": lw.Verdict(passed=True, score=0.95),
+    }
+    score = rules.aggregate_score(checks, verdicts)
+    assert score is not None and score < 0.9  # the rounding this is about
+    assert rules.success(contract, checks, verdicts, score)
+    lower = {**verdicts, "b": lw.Verdict(passed=True, score=0.94)}  # really below: refused
+    assert not rules.success(contract, checks, lower, rules.aggregate_score(checks, lower))
+    weighted = [_check("a", weight=0.7), _check("b", weight=1.5)]  # both at the threshold
+    at = {k: lw.Verdict(passed=True, score=0.98) for k in ("a", "b")}
+    strict = lw.Contract(budget=lw.Budget(max_cycles=1), success=lw.Success(min_score=0.98))
+    assert rules.success(strict, weighted, at, rules.aggregate_score(weighted, at))
+
+
 def test_accept_clean_parts_when_clean() -> None:
     s = lw.TaskState.from_task({"artifacts": {"doc": {"a": 1, "b": 2, "c": 3}}})
     checks = [_check("v"), _check("partial"), _check("h", held_out=True)]

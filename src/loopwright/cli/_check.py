@@ -53,10 +53,22 @@ def review(loop: Loop) -> list[dict[str, str]]:
         stops.append(
             f"no progress for {c.no_progress.cycles} cycle(s) (min delta {c.no_progress.min_delta})"
         )
-    if c.budget.max_cycles:
-        stops.append(f"{c.budget.max_cycles} cycles")
-    if c.budget.max_seconds:
-        stops.append(f"{c.budget.max_seconds} s")
+    b = c.budget
+    if b.max_cycles_key:
+        stops.append(
+            f"the task's own cycle cap ({b.max_cycles_key})"
+            + (f", at most {b.max_cycles} cycles" if b.max_cycles else "")
+        )
+    elif b.max_cycles:
+        stops.append(f"{b.max_cycles} cycles")
+    # every budget ends a run that goes on without converging, money ones too (with only
+    # those, the answer began with "; ")
+    if b.max_cost_usd is not None:
+        stops.append(f"${b.max_cost_usd} spent")
+    if b.max_tokens is not None:
+        stops.append(f"{b.max_tokens} tokens spent")
+    if b.max_seconds:
+        stops.append(f"{b.max_seconds} s")
     if c.marginal_return:
         mr = c.marginal_return
         stops.append(
@@ -65,15 +77,14 @@ def review(loop: Loop) -> list[dict[str, str]]:
         )
     if c.risk:
         stops.append("pauses for approval on: " + ", ".join(r.name for r in c.risk))
+    if not c.no_progress:
+        stops.append("no plateau exit (add [contract.no_progress])")
+    if not c.risk:
+        stops.append("no risk rule pauses anything (add [[contract.risk]])")
     add(
-        "What ends a stalled or unsafe run?",
-        bool(c.no_progress) and bool(c.risk),
-        "; ".join(stops)
-        + ("" if c.no_progress else "; no plateau exit (add [contract.no_progress])")
-        + ("" if c.risk else "; no risk rule pauses anything (add [[contract.risk]])"),
+        "What ends a stalled or unsafe run?", bool(c.no_progress) and bool(c.risk), "; ".join(stops)
     )
 
-    b = c.budget
     money = [f"${b.max_cost_usd}"] if b.max_cost_usd is not None else []
     if b.max_tokens is not None:
         money.append(f"{b.max_tokens} tokens")

@@ -18,18 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["existing_store", "open_existing", "open_or_create"]
 
 
-def _sqlite_file(url: str) -> str | None:
-    """The file an SQLite store URL names (as ``open_store`` reads it); None for other stores,
-    whose server says for itself whether they exist."""
-    from ..store import sqlite_url_path
-
-    if "://" not in url:
-        return url
-    if "#" in url:
-        return None  # (a '#' in an SQLite URL: ``open_store`` refuses it, saying why)
-    return sqlite_url_path(url)
-
-
 def _source(url: str | None) -> str:
     if url:
         return "--store"
@@ -51,10 +39,10 @@ def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
     refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
     (``?schema=NAME``), that does not exist: opening either would create it."""
-    from ..store import refuse_undecoded, resolve_store_url
+    from ..store import refuse_undecoded, resolve_store_url, sqlite_file
 
     resolved = resolve_store_url(url)
-    path = _sqlite_file(resolved)
+    path = sqlite_file(resolved)
     if path and path != ":memory:" and not Path(path).exists():
         refuse_undecoded(resolved)  # (the URL named an existing file before %XX were decoded)
         raise ConfigError(
@@ -82,10 +70,10 @@ def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Stor
     """``open_store`` for a command that may start a store (adding its first user, before any
     run): the store and, when it was created now, the file it created (to say so).
     ``refuse_new``: the reason this call may not create one (nothing is created then)."""
-    from ..store import open_store, resolve_store_url
+    from ..store import open_store, resolve_store_url, sqlite_file
 
     resolved = resolve_store_url(url)
-    path = _sqlite_file(resolved)
+    path = sqlite_file(resolved)
     new = path if path and path != ":memory:" and not Path(path).exists() else None
     if new is not None and refuse_new:
         raise ConfigError(f"no store at {new}: {refuse_new}")

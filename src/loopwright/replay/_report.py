@@ -192,6 +192,20 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
                 f"{p}: unknown table {where!r}; expected one of {sorted(known | {'risk'})}",
                 field="--contract",
             )
+    if "contract" in data:
+        # bare tables beside [contract]: which does the file mean? (they were dropped, and the
+        # file replayed under [contract]'s alone)
+        both = sorted(k for k in data if k in known or k == "risk")
+        if both:
+            raise ConfigError(
+                f"{p}: [{both[0]}] beside [contract]: give the contract's tables either all "
+                f"under [contract] ([contract.{both[0]}]) or all bare, not both",
+                field="--contract",
+            )
     if keep_risk:
         known.add("risk")
+    elif table.get("risk") is not None:
+        # Dropped, but read as a run would read them: a rule with no trigger, or two of one
+        # name, is the file's mistake, said here as `run` and `fork` say it (it passed).
+        Contract.from_dict({"risk": table["risk"], "budget": {"max_cycles": 1}})
     return {k: v for k, v in table.items() if k in known}

@@ -74,7 +74,7 @@ def _success(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
         return False
     if not contract.success.allow_vacuous and any(c.verdicts[n].get("vacuous") for n in names):
         return False
-    return c.score >= contract.success.min_score
+    return rules.reaches(c.score, contract.success.min_score)
 
 
 def _own_budget(trace: RunTrace, contract: Contract) -> Contract:

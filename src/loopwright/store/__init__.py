@@ -50,6 +50,7 @@ __all__ = [
     "open_store",
     "refuse_undecoded",
     "resolve_store_url",
+    "sqlite_file",
     "sqlite_url_path",
 ]
 
@@ -68,6 +69,17 @@ def sqlite_url_path(url: str) -> str | None:
     none."""
     parts = urlsplit(url)
     return None if parts.scheme != "sqlite" else unquote(_written_path(parts))
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file an SQLite store ``url`` names (as ``open_store`` reads it: a plain path, or an
+    ``sqlite:`` URL's); None for other stores, whose server says for itself whether they
+    exist, and for a URL with a '#' (``open_store`` refuses it, saying why)."""
+    if "://" not in url:
+        return url
+    if "#" in url:
+        return None
+    return sqlite_url_path(url)
 
 
 def refuse_undecoded(url: str) -> None:
