@@ -1598,7 +1598,7 @@ def test_postgres_claimers_skip_locked_runs_without_waiting(pg_url: str) -> None
                 t.start()
                 t.join(timeout=60)  # a claim that waits for the lock waits until it is freed
                 assert not t.is_alive(), "claim_runs waited for a locked row"
-        t.join(timeout=10)
+        t.join(timeout=60)
         assert got == [[(ids[1], 1), (ids[2], 1)]]
         assert s.claim_runs("w", 60, limit=3) == [(ids[0], 1)]
 
