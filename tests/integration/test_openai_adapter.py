@@ -554,7 +554,9 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
 ) -> None:
     with refused_port() as port:  # refuses every connection; no other process takes it
         actor = ChatActor(
-            "actor-m", base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y", timeout_s=5
+            "actor-m",
+            base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y",
+            timeout_s=HANG_S,
         )
         r, events = _run(tmp_path, _loop(actor, retry=lw.RetryPolicy(attempts=2, backoff_s=0.01)))
     assert r.status == "escalated" and r.packet is not None
@@ -569,7 +571,7 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
     with pytest.raises(
         Exception, match=r"model 'nope' at http://127\.0\.0\.1:\d+/v1: Error code: 404"
     ):
-        ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
+        ChatActor("nope", base_url=server.base_url, timeout_s=HANG_S)._complete(
             [{"role": "user", "content": "hi"}], "run"
         )
 
