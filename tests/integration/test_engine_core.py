@@ -130,10 +130,17 @@ def test_async_actor_and_verifier(rt: lw.Runtime) -> None:
     async def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return fields(state, proposal)
 
-    r = rt.run_sync(
-        make_loop(actor, [lw.Check(fn=check, name="fields", timeout_s=5)], actor_timeout_s=5), TASK
-    )
+    # (timeouts set: an async call bounded by one takes another path; 60 s only a hang reaches)
+    checks = [lw.Check(fn=check, name="fields", timeout_s=60)]
+    r = rt.run_sync(make_loop(actor, checks, actor_timeout_s=60), TASK)
+    # as the same loop of plain functions ends
+    same = rt.run_sync(make_loop(fixer, [lw.Check(fn=fields, name="fields")]), TASK, task_key="s")
     assert r.accepted
+    assert (r.cycles, r.state.values(), r.best_score) == (
+        same.cycles,
+        same.state.values(),
+        same.best_score,
+    )
 
 
 def test_idempotent_creation_by_task_key(rt: lw.Runtime) -> None:
