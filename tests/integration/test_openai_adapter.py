@@ -386,8 +386,17 @@ def test_a_question_parks_the_run(tmp_path: Path, server: FakeOpenAI) -> None:
     server.script(
         ok({"edits": [], "question": {"text": "British or American?", "choices": ["GB", "US"]}})
     )
-    r, _ = _run(tmp_path, _loop(_actor(server)))
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_loop(_actor(server)), TASK)
+        req = rt.pending_approval(r.run_id)
     assert r.status == "awaiting_approval"
+    # the person is asked the model's question, its choices with it
+    assert (req.kind, req.what) == ("question", "British or American?")
+    assert req.evidence["question"] == {
+        "text": "British or American?",
+        "choices": ["GB", "US"],
+        "type": "text",
+    }
 
 
 # --- the adapter on its own ---------------------------------------------------------------
