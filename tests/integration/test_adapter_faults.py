@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.deadline_clock import HANG_S
 from support.fake_openai import FakeOpenAI, Reply, fail, ok
 
 import loopwright as lw
@@ -323,7 +324,7 @@ def _judged(server: FakeOpenAI, actor: ChatActor) -> lw.Loop:
         "judge-m",
         base_url=server.base_url,
         rubric="r",
-        timeout_s=5,
+        timeout_s=HANG_S,
         price=PriceOverride(input_per_mtok=1.0, output_per_mtok=2.0),
     )
     return lw.Loop(
@@ -584,7 +585,7 @@ def test_a_base_url_with_a_query_sends_it_with_every_request(server: FakeOpenAI,
     secret: an error that echoes it alone is masked."""
     query = "api-version=2024-06-01&api-key=QSECRET42"
     server.script(ok(FIX), fail(400, "unknown key QSECRET42"), model="actor-m")
-    actor = ChatActor("actor-m", base_url=f"{server.base_url}?{query}", timeout_s=5)
+    actor = ChatActor("actor-m", base_url=f"{server.base_url}?{query}", timeout_s=HANG_S)
     _MADE.append(actor)
 
     def call() -> Any:

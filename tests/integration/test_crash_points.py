@@ -580,8 +580,8 @@ def test_random_kills_and_resume(tmp_path: Path, reference: Snapshot) -> None:
     # sequence of boundaries; later ones (in resumed processes, which see fewer boundaries) at an
     # early occurrence of a random phase, which the process may end before reaching.
     sequence = reference.phase_sequence
-    kills_total = 0
     multi = 0
+    whole = 0  # seeds whose run ended with every effect done, compared with the reference's
     for seed in SEEDS:
         rng = random.Random(seed)
         i = rng.randrange(len(sequence))
@@ -607,9 +607,10 @@ def test_random_kills_and_resume(tmp_path: Path, reference: Snapshot) -> None:
         assert len(got.effects_log) == len(done) + ran_in_doubt, where
         if escalated is None:
             assert sorted(got.effects_log) == sorted(reference.effects_log), where
-        kills_total += len(crashed.kills)
+            whole += 1
         multi += len(crashed.kills) > 1
-    assert kills_total >= len(SEEDS)
+    # (every seed killed at least once is asserted above, seed by seed)
+    assert whole >= len(SEEDS) // 2, "too few seeds ended whole: invariant 2's log rarely compared"
     assert multi >= len(SEEDS) // 4, "too few seeds killed a resumed process again"
 
 

@@ -183,18 +183,39 @@ def _raising(provider: Provider, error: type[Exception]) -> Any:
     return pay
 
 
-def test_another_run_pays_a_declined_invoice_under_the_next_key(url: str) -> None:
+@pytest.mark.parametrize("redo", ["another run", "rollback to the start", "rollback to cycle 1"])
+def test_a_declined_payment_is_redone_under_the_next_key(url: str, redo: str) -> None:
+    # A refusal is a finished attempt, and the provider keeps its answer by key: whoever does
+    # the payment again (another run, or the run itself reopened before it, at its start or
+    # after an edit) is handed the next generation's key, never the declined one. (Two tests
+    # proved it by one route each; the journal's checks and the rollback to the start come
+    # from test_review_regressions' run-scoped-key test, here with a business key's claim.)
     provider = Keeping()
     provider.declining = True
-    declining = paying(provider)
+    staged = redo == "rollback to cycle 1"
+    first = paying(provider, staged=staged)
     with lw.Runtime(url) as rt:
-        a = rt.run_sync(declining, TASK)
-        assert a.status == "escalated" and provider.asked == ["pay:I6"]
+        a = rt.run_sync(first, TASK)
+        assert (a.status, a.cycles) == ("escalated", int(staged))
+        assert provider.asked == ["pay:I6"]
         provider.declining = False  # the payer fixed the card
-        b = rt.run_sync(paying(provider), TASK)
+        if redo == "another run":
+            b = rt.run_sync(paying(provider), TASK)
+            assert b.run_id != a.run_id
+        else:
+            rt.rollback(a.run_id, int(staged), by="ops", loop=first)
+            b = rt.resume_sync(a.run_id, paying(provider, staged=staged))
         assert b.status == "awaiting_approval", b.packet
         claim = rt.store.effect_claim("spend", "pay:I6")
-        assert claim is not None and (claim.status, claim.generation) == ("done", 2)
+        assert claim is not None
+        assert (claim.run_id, claim.status, claim.generation) == (b.run_id, "done", 2)
+        [paid] = [e for e in rt.store.journal(b.run_id, kind="effect") if e.status == "done"]
+        assert (paid.data["call_key"], paid.data["result"]["id"]) == ("pay:I6~2", "ch-1")
+        # the refusal stays as it was in the run that was refused; a reopened run retired it
+        [refused] = [
+            e for e in rt.store.journal(a.run_id, kind="effect") if e.key == "effect:pay:I6"
+        ]
+        assert refused.status == ("failed" if redo == "another run" else "retired")
     assert provider.asked == ["pay:I6", "pay:I6~2"]  # not the declined key again
     assert provider.collected() == 5.0
 
@@ -245,20 +266,6 @@ def test_a_rollback_redoes_a_failure_that_may_have_acted_under_its_key(url: str)
     assert b.status == "awaiting_approval", b.packet
     assert provider.asked == ["pay:I6", "pay:I6", "pay:I6"]  # the same key: charged once
     assert len(provider.charges) == 1 and provider.collected() == 5.0
-
-
-def test_a_rollback_redoes_a_declined_payment_under_the_next_key(url: str) -> None:
-    provider = Keeping()
-    provider.declining = True
-    first = paying(provider, staged=True)
-    with lw.Runtime(url) as rt:
-        a = rt.run_sync(first, TASK)
-        assert a.status == "escalated" and provider.asked == ["pay:I6"]
-        provider.declining = False
-        rt.rollback(a.run_id, 1, by="ops", loop=first)
-        b = rt.resume_sync(a.run_id, paying(provider, staged=True))
-    assert b.status == "awaiting_approval", b.packet
-    assert provider.asked == ["pay:I6", "pay:I6~2"] and provider.collected() == 5.0
 
 
 def test_a_refund_that_may_have_acted_before_failing_is_in_doubt(url: str) -> None:

@@ -114,8 +114,12 @@ def test_on_success_accepts_nothing_until_the_end(rt: lw.Runtime) -> None:
     loop = make_loop(success=lw.Success(accept_parts="on_success"))
     r = rt.run_sync(loop, TASK)
     assert r.accepted
-    at2 = next(c.task_state() for c in rt.store.checkpoints(r.run_id) if c.cycle == 2)
+    cks = rt.store.checkpoints(r.run_id)
+    at2 = next(c.task_state() for c in cks if c.cycle == 2)
     assert not any(p.status == "accepted" for _, p in at2.iter_parts())
+    # ...and every part at the end, in the state returned and the last checkpoint alike
+    for state in (r.state, cks[-1].task_state()):
+        assert {p.status for _, p in state.iter_parts()} == {"accepted"}
 
 
 def test_async_actor_and_verifier(rt: lw.Runtime) -> None:
@@ -126,10 +130,17 @@ def test_async_actor_and_verifier(rt: lw.Runtime) -> None:
     async def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return fields(state, proposal)
 
-    r = rt.run_sync(
-        make_loop(actor, [lw.Check(fn=check, name="fields", timeout_s=5)], actor_timeout_s=5), TASK
-    )
+    # (timeouts set: an async call bounded by one takes another path; 60 s only a hang reaches)
+    checks = [lw.Check(fn=check, name="fields", timeout_s=60)]
+    r = rt.run_sync(make_loop(actor, checks, actor_timeout_s=60), TASK)
+    # as the same loop of plain functions ends
+    same = rt.run_sync(make_loop(fixer, [lw.Check(fn=fields, name="fields")]), TASK, task_key="s")
     assert r.accepted
+    assert (r.cycles, r.state.values(), r.best_score) == (
+        same.cycles,
+        same.state.values(),
+        same.best_score,
+    )
 
 
 def test_idempotent_creation_by_task_key(rt: lw.Runtime) -> None:
@@ -406,7 +417,16 @@ def test_actor_can_update_the_plan(rt: lw.Runtime) -> None:
         return fixer(ctx)
 
     r = rt.run_sync(make_loop(planner), PLAN_TASK)
-    assert "extra" in [s.id for s in r.state.plan]
+    # the new step is added (pending: it lists no part), the status set is kept until the
+    # step's parts are accepted
+    assert [(s.id, s.title, s.status) for s in r.state.plan] == [
+        ("s1", "", "done"),
+        ("s2", "", "done"),
+        ("s3", "", "done"),
+        ("extra", "more", "pending"),
+    ]
+    at1 = next(c.task_state() for c in rt.store.checkpoints(r.run_id) if c.cycle == 1)
+    assert [(s.id, s.status) for s in at1.plan][:2] == [("s1", "in_progress"), ("s2", "pending")]
 
 
 # --- user code failing ---------------------------------------------------------------------

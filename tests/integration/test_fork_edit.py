@@ -135,7 +135,7 @@ def test_a_fork_is_one_transaction(origin: tuple[Path, str, Counter]) -> None:
             raise RuntimeError("killed in the middle of the fork")
 
         store._executemany = crash
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="killed in the middle of the fork"):
             rt.fork(run_id, 3, task_key="half")
         store._executemany = real
         with pytest.raises(lw.RunNotFoundError):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.deadline_clock import HANG_S
 from support.fake_images import FakeImages, draw
 from support.images_server import images_server
 
@@ -180,7 +181,7 @@ def _generate_against(
             "fake-image-1",
             base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
             store=str(tmp_path / "pictures.db"),
-            timeout_s=10,
+            timeout_s=HANG_S,
         )
         with pytest.raises(expected) as caught:
             model.generate(LAYOUT)

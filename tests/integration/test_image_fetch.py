@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.deadline_clock import HANG_S
 from support.images_server import images_server
 
 import loopwright as lw
@@ -59,7 +60,7 @@ def _generate(tmp_path: Path, here: dict[str, bytes], there: dict[str, bytes]) -
             "fake-image-1",
             base_url=f"http://127.0.0.1:{ports[b'HERE']}/v1",
             store=str(tmp_path / "pictures.db"),
-            timeout_s=10,
+            timeout_s=HANG_S,
         )
         try:
             result: Any = model.generate("a quay at night")

@@ -169,9 +169,16 @@ def test_nothing_held_out_reaches_memory_or_context(rt: lw.Runtime) -> None:
         return json.dumps({k: v.to_dict() for k, v in verdicts.items()})  # all it was given
 
     actor = Recorder()
-    rt.run_sync(make_loop(actor, reflector=reflector), task("h-1", "P"))
-    stored = json.dumps([m.to_dict() for m in rt.memory.list()])
+    r = rt.run_sync(make_loop(actor, reflector=reflector), task("h-1", "P"))
+    assert r.held_out_passed is False  # the held-out check ran, and said no with MARK
+    notes = rt.memory.list()
+    # a note after each refused cycle, made of the visible verdicts alone
+    assert len(notes) == 2 and all(set(json.loads(m.text)) == {"check"} for m in notes)
+    stored = json.dumps([m.to_dict() for m in notes])
     assert MARK not in stored
+    # the contexts after cycle 1 carried the visible findings and the notes
+    assert [f.message for f in actor.contexts[1].findings] == ["a is wrong", "b is wrong"]
+    assert [len(c.memory) for c in actor.contexts] == [0, 1, 2]
     for ctx in actor.contexts:
         assert MARK not in json.dumps(
             {

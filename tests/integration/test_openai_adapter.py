@@ -386,8 +386,17 @@ def test_a_question_parks_the_run(tmp_path: Path, server: FakeOpenAI) -> None:
     server.script(
         ok({"edits": [], "question": {"text": "British or American?", "choices": ["GB", "US"]}})
     )
-    r, _ = _run(tmp_path, _loop(_actor(server)))
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_loop(_actor(server)), TASK)
+        req = rt.pending_approval(r.run_id)
     assert r.status == "awaiting_approval"
+    # the person is asked the model's question, its choices with it
+    assert (req.kind, req.what) == ("question", "British or American?")
+    assert req.evidence["question"] == {
+        "text": "British or American?",
+        "choices": ["GB", "US"],
+        "type": "text",
+    }
 
 
 # --- the adapter on its own ---------------------------------------------------------------
@@ -554,7 +563,9 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
 ) -> None:
     with refused_port() as port:  # refuses every connection; no other process takes it
         actor = ChatActor(
-            "actor-m", base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y", timeout_s=5
+            "actor-m",
+            base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1?api-key=k3y",
+            timeout_s=HANG_S,
         )
         r, events = _run(tmp_path, _loop(actor, retry=lw.RetryPolicy(attempts=2, backoff_s=0.01)))
     assert r.status == "escalated" and r.packet is not None
@@ -569,7 +580,7 @@ def test_errors_name_the_model_and_endpoint_never_its_credentials(
     with pytest.raises(
         Exception, match=r"model 'nope' at http://127\.0\.0\.1:\d+/v1: Error code: 404"
     ):
-        ChatActor("nope", base_url=server.base_url, timeout_s=5)._complete(
+        ChatActor("nope", base_url=server.base_url, timeout_s=HANG_S)._complete(
             [{"role": "user", "content": "hi"}], "run"
         )
 

@@ -89,9 +89,9 @@ def test_traces_round_trip_through_the_file_format(tmp_path: Path) -> None:
     assert again == traces
     first = json.loads(out.read_text().splitlines()[0])
     assert first["format"] == "loopwright.run-trace/1"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**first, "format": "loopwright.run-trace/9"}) + "\n")
     with pytest.raises(lw.ConfigError, match="format"):
-        bad = tmp_path / "bad.jsonl"
-        bad.write_text(json.dumps({**first, "format": "loopwright.run-trace/9"}) + "\n")
         list(read_traces(bad))
 
 

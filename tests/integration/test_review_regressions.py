@@ -189,10 +189,15 @@ def test_rollback_after_transient_retries_ran_out_gives_a_fresh_retry_budget(
 def test_rollback_after_a_failed_effect_runs_it_again_under_a_new_generation(
     rt: lw.Runtime,
 ) -> None:
+    # A run-scoped key (no key function: no store claim, the run's journal alone counts the
+    # generations): a refusal retired by the rollback is redone under the next key, the one
+    # handed to the outside world included (a provider keeps a refusal's answer by key).
     state = {"broken": True, "calls": 0}
+    handed: list[str] = []
 
-    def pay_fn(invoice: str, amount: float) -> dict[str, Any]:
+    def pay_fn(invoice: str, amount: float, key: str) -> dict[str, Any]:
         state["calls"] += 1
+        handed.append(key)
         if state["broken"]:
             raise lw.PermanentError("422 bad account")
         return {"ok": 1}
@@ -214,6 +219,8 @@ def test_rollback_after_a_failed_effect_runs_it_again_under_a_new_generation(
     assert entries[failed_key].status == "retired"
     assert entries[f"{failed_key}~2"].status == "done"
     assert entries[f"{failed_key}~2"].data["result"] == {"ok": 1}
+    key = failed_key.removeprefix("effect:")
+    assert handed == [key, f"{key}~2"]  # not the refused key again
 
 
 # --- t3: the time budget bounds the actor's retries, whatever its own timeout ----------------

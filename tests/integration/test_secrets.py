@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.deadline_clock import HANG_S
 from support.fake_openai import FakeOpenAI, fail, ok
 
 import loopwright as lw
@@ -89,7 +90,7 @@ def _runs(
     retry = lw.RetryPolicy(attempts=2, backoff_s=0.01, jitter=False)
     # 1: the model server echoes the configured key in its 401 body
     server.script(fail(401, f"Incorrect API key provided: {ECHOED_KEY}"), model="echo-m")
-    echo = ChatActor("echo-m", base_url=url, api_key=ECHOED_KEY, timeout_s=5)
+    echo = ChatActor("echo-m", base_url=url, api_key=ECHOED_KEY, timeout_s=HANG_S)
     # 2: the actor proposes code that reads the parent's environ; a reviewer behind a URL with
     # credentials judges it (its evidence names the URL)
     proposal = {"edits": [{"artifact": "program", "part": "code", "value": LEAK}], "note": "n"}
@@ -97,8 +98,8 @@ def _runs(
     review = {"score": 0.1, "passed": False, "summary": "s", "findings": []}
     server.script(ok(review), ok(review), model="reviewer-m")
     price = PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)
-    actor = ChatActor("actor-m", base_url=url, timeout_s=5, price=price)
-    reviewer = ChatReviewer("reviewer-m", base_url=url, rubric="r", timeout_s=5, price=price)
+    actor = ChatActor("actor-m", base_url=url, timeout_s=HANG_S, price=price)
+    reviewer = ChatReviewer("reviewer-m", base_url=url, rubric="r", timeout_s=HANG_S, price=price)
     checks = [
         lw.Check(fn=CommandVerifier(tests=["assert leak() == ''"]), name="tests"),
         lw.Check(fn=reviewer, name="review"),
@@ -221,7 +222,7 @@ def test_a_base_url_password_echoed_by_the_server_is_not_stored(
         fail(400, f"bad request from bob:{password}; header was 'Basic {token}'"), model="m"
     )
     url = f"http://bob:{password}@127.0.0.1:{server.port}/v1"
-    actor = ChatActor("m", base_url=url, api_key="unused-key-value-1", timeout_s=5)
+    actor = ChatActor("m", base_url=url, api_key="unused-key-value-1", timeout_s=HANG_S)
     loop = lw.Loop(
         name="echo",
         actor=actor,
@@ -325,7 +326,7 @@ def test_an_unpriced_models_warning_masks_the_base_urls_password(
     url = f"http://bob:{URL_PASSWORD}@127.0.0.1:{server.port}/v1"
     fix = {"edits": [{"artifact": "program", "part": "code", "value": "x = 1"}], "note": "n"}
     server.script(ok(fix), model="unpriced-m")
-    actor = ChatActor("unpriced-m", base_url=url, timeout_s=5)  # no price: not in the table
+    actor = ChatActor("unpriced-m", base_url=url, timeout_s=HANG_S)  # no price: not in the table
     loop = lw.Loop(
         name="unpriced",
         actor=actor,

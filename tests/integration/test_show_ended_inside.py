@@ -16,6 +16,7 @@ import pytest
 from support.printed import shown_text
 
 import loopwright as lw
+from loopwright._redact_shapes import REDACTED
 from loopwright.cli import _app
 
 SHAPED = "sk-planted-escalate-0123456789abcdef"  # a key's shape: masked wherever it is
@@ -62,7 +63,7 @@ def _json(url: str, run_id: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("how", "cost", "cause"),
     [
-        ("asked", 0.05, "the actor asked for a person: need a person"),
+        ("asked", 0.05, f"the actor asked for a person: need a person ({REDACTED})"),
         ("gave up", 0.01, "verifier vis raised an exception (ValueError: boom)"),
     ],
 )
@@ -78,8 +79,9 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
     last = doc["cycles"][-1]
     assert [c["cycle"] for c in doc["cycles"]] == [1, 2, 3]
     assert last["ended_inside"] is True
+    assert not any("ended_inside" in c for c in doc["cycles"][:-1])  # the recorded cycles
     assert last["decision"] == "escalated"
-    assert last["cause"].startswith(cause)
+    assert last["cause"] == cause  # the reason whole, its key masked (not dropped)
     assert SHAPED not in json.dumps(doc)  # masked, as everything stored is
     assert last["usage"]["cost_usd"] == pytest.approx(cost)
     # every dollar of the run's spend is in a listed cycle
@@ -88,7 +90,9 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
 
     text, _ = shown_text(url, r.run_id)
     assert f"cycle 3  escalated  score -  ${cost:.3f}" in text
-    assert "ended inside this cycle:" in text
+    # the row says why (the cause is also in the header and packet: read the row alone)
+    row = text.split("cycle 3  escalated", 1)[1].split("Artifacts", 1)[0]
+    assert f"ended inside this cycle: {cause}" in " ".join(row.split())
 
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
@@ -105,6 +109,7 @@ def test_the_cycle_a_run_ended_inside_is_shown_with_its_cost(
         (3, True),
     ]
     assert rows[-1]["cost_usd"] == pytest.approx(cost)
+    assert rows[-1]["note"] == cause
 
 
 def test_a_run_ended_between_cycles_lists_no_more_cycles(url: str) -> None:
@@ -123,6 +128,5 @@ def test_an_escalating_proposal_logs_its_reason_masked(url: str) -> None:
             e.data for e in rt.store.events(r.run_id) if e.kind == "proposal" and e.cycle == 3
         ]
         plain = [e.data for e in rt.store.events(r.run_id) if e.kind == "proposal" and e.cycle < 3]
-    assert said["escalate"].startswith("need a person (")
-    assert SHAPED not in said["escalate"]
+    assert said["escalate"] == f"need a person ({REDACTED})"  # kept, its key masked
     assert all("escalate" not in d for d in plain)  # only a proposal that escalates says it

@@ -260,8 +260,12 @@ def test_lease_of_a_dead_pid_on_this_host_is_taken_over(store_path: Path) -> Non
 def test_expired_lease_is_taken_over(store_path: Path) -> None:
     with SQLiteStore(store_path) as s:
         run_id = _create(s)
-        s.acquire_lease(run_id, "elsewhere:1:x", -1)  # already expired
-        assert s.acquire_lease(run_id, "me", 60) > 0
+        first = s.acquire_lease(run_id, "elsewhere:1:x", -1)  # already expired
+        taken = s.acquire_lease(run_id, "me", 60)
+        # a new fencing token: whatever the old holder commits now is refused
+        assert taken == first + 1
+        rec = s.get_run(run_id)
+        assert (rec.lease_owner, rec.fencing_token) == ("me", taken)
 
 
 def _park(s: SQLiteStore) -> str:

@@ -278,7 +278,7 @@ def test_a_sign_in_from_another_site_is_refused(parked: tuple[str, str]) -> None
 
 
 def test_token_must_be_given() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(lw.ConfigError, match="token must be at least 8 characters"):
         create_app(":memory:", token="")
 
 

@@ -114,7 +114,7 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
     q: mp.Queue[str] = ctx.Queue()
     p = ctx.Process(target=_child, args=(q,))
     p.start()
-    p.join(20)
+    p.join(120)  # a bound for a hang's sake: a loaded machine forks slowly
     assert p.exitcode == 0
     assert q.get(timeout=1) == "child ok"
 
@@ -136,7 +136,7 @@ def test_a_thread_that_cannot_start_leaves_nothing_queued(
         # no idle thread (the test's own): the call must start one. (With the threads of
         # earlier tests, one of theirs could come free meanwhile and take the call.)
         monkeypatch.setattr(threading.Thread, "start", start)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError, match="can't start new thread"):
             await call_user(lambda: ran.append("first"), timeout=None, threaded=True)
         for name in ("second", "third"):  # a call queued for later would run between them
             await call_user(lambda n=name: ran.append(n), timeout=None, threaded=True)

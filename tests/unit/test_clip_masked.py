@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from loopwright._exec import error_info
-from loopwright._modelcalls import ERROR_CHARS, clip_masked
+from loopwright._modelcalls import CLIPPED, ERROR_CHARS, clip_masked
 from loopwright._redact import redact_text, register_secret
+from loopwright._redact_shapes import REDACTED
 
 SECRET = "Zq8vSECRETvalue4711xyz"
 
@@ -15,6 +16,13 @@ SECRET = "Zq8vSECRETvalue4711xyz"
 @pytest.fixture(autouse=True)
 def _secret() -> None:
     register_secret(SECRET)
+
+
+def _kept(out: str, text: str) -> str:
+    """The head ``clip_masked`` kept of ``text``, its cut marked with how much it left out."""
+    head, mark, _ = out.partition(CLIPPED.split("{", 1)[0])
+    assert mark and out == head + CLIPPED.format(n=len(text) - len(head)), out[-60:]
+    return head
 
 
 def test_a_short_text_is_masked_whole() -> None:
@@ -28,7 +36,10 @@ def test_a_secret_across_the_cut_or_the_window_never_shows_a_part(at: int) -> No
     assert len(out) <= ERROR_CHARS + 60
     for n in range(4, len(SECRET) + 1):
         assert SECRET[:n] not in out
-    assert "more characters" in out
+    # what is kept is the text's head as masked, short of the limit by what a mask took out
+    head = _kept(out, text)
+    assert text.replace(SECRET, REDACTED).startswith(head)
+    assert len(head) >= ERROR_CHARS - len(SECRET)
 
 
 def test_masking_in_the_head_does_not_let_a_later_secret_in() -> None:
@@ -37,6 +48,9 @@ def test_masking_in_the_head_does_not_let_a_later_secret_in() -> None:
     text = head + "x" * (2 * ERROR_CHARS - len(head) - 5) + SECRET + "y" * ERROR_CHARS
     out = clip_masked(text)
     assert SECRET[:4] not in out
+    head = _kept(out, text)  # the masked head, the later secret's beginning cut off
+    assert text.replace(SECRET, REDACTED).startswith(head)
+    assert len(head) == ERROR_CHARS - head.count(REDACTED) * (len(SECRET) - len(REDACTED))
 
 
 def test_an_error_with_a_huge_message_is_stored_cut() -> None:

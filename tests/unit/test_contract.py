@@ -142,9 +142,21 @@ def test_no_exit_at_all_is_refused() -> None:
     _err(lw.Contract.from_dict, {"success": {"min_score": 0.5}})
 
 
-def test_one_exit_is_enough() -> None:
-    assert lw.Contract(no_progress=lw.NoProgress()).no_progress is not None
-    assert lw.Contract(budget=lw.Budget(max_seconds=1)).budget.bounded
+@pytest.mark.parametrize(
+    "exit_",
+    [
+        {"no_progress": lw.NoProgress()},
+        {"budget": lw.Budget(max_seconds=1)},
+        {"marginal_return": lw.MarginalReturn(value_per_success_usd=1.0)},
+    ],
+    ids=lambda e: next(iter(e)),
+)
+def test_one_exit_is_enough(exit_: dict[str, Any]) -> None:
+    c = lw.Contract(**exit_)
+    [(name, given)] = exit_.items()
+    assert getattr(c, name) is given
+    exits = [c.no_progress is not None, c.budget.bounded, c.marginal_return is not None]
+    assert exits.count(True) == 1  # the only exit the contract has
 
 
 @pytest.mark.parametrize(
