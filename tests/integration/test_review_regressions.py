@@ -199,7 +199,7 @@ def test_rollback_after_a_failed_effect_runs_it_again_under_a_new_generation(
         state["calls"] += 1
         handed.append(key)
         if state["broken"]:
-            raise lw.PermanentError("422 bad account")
+            raise lw.RefusedError("422 bad account")
         return {"ok": 1}
 
     pay = lw.effect("spend", name="pay")(pay_fn)
