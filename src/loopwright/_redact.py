@@ -31,6 +31,7 @@ not masked: see docs/security.md.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -50,6 +51,7 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _shape,
     _trie,
     _triggered,
+    _value,
 )
 
 try:
@@ -155,7 +157,7 @@ def register_secret(value: str | None) -> None:
     value = value.strip()
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
-            _registered.update(_written(value))
+            _registered.update(_written(value), _base64_cores(value))
 
 
 def _written(value: str) -> set[str]:
@@ -172,6 +174,51 @@ def _written(value: str) -> set[str]:
         forms.add(ascii(value)[1:-1])
         forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
     return forms
+
+
+# The base64 forms ``_base64_cores`` made: found in a text, the whole run of base64 characters
+# holding one is masked (``_mask_base64``), not the form alone.
+_BASE64_FORMS: set[str] = set()
+_BASE64_MIN = 8  # shorter forms (a value of 6 or 7 bytes off the alignment) match by chance
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
+_BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
+
+
+def _base64_cores(value: str) -> set[str]:
+    """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes it
+    (``user:`` of a Basic token, a JSON body): the encoding of the bytes from the first group
+    boundary on, at each of the three alignments, standard and URL-safe, without padding (a
+    full group has none). The characters around such a core encode bytes only partly the
+    value's: ``_mask_base64`` masks the whole run. Forms under ``_BASE64_MIN`` are left out."""
+    raw = value.encode("utf-8", "surrogatepass")
+    cores: set[str] = set()
+    for skip in (0, 1, 2):
+        part = raw[skip:]
+        part = part[: len(part) - len(part) % 3]
+        if len(part) * 4 // 3 >= _BASE64_MIN:
+            std = base64.b64encode(part).decode("ascii")
+            cores.update((std, std.replace("+", "-").replace("/", "_")))
+    _BASE64_FORMS.update(cores)
+    return cores
+
+
+def _mask_base64(s: str, core: str) -> str:
+    """``s`` with each run of base64 characters (both alphabets, and its padding) that holds
+    ``core`` masked whole; one pass of ``s``."""
+    out: list[str] = []
+    done = 0
+    rev = ""
+    i = s.find(core)
+    while i >= 0:
+        if not rev:
+            rev = s[::-1]  # the run's start, found reading backwards from the core
+        left = len(s) - i
+        start = max(done, i - (_BASE64_RUN.match(rev, left).end() - left))  # type: ignore[union-attr]
+        end = _BASE64_TAIL.match(s, i + len(core)).end()  # type: ignore[union-attr]
+        out += (s[done:start], REDACTED)
+        done = end
+        i = s.find(core, done)
+    return s if not out else "".join(out) + s[done:]
 
 
 def register_secret_field(name: str) -> None:
@@ -214,7 +261,7 @@ def _env_secrets() -> tuple[str, ...]:
                     if len(v) >= MIN_SECRET_LEN
                     and _ENV_NAME.search(k) is not None
                     and not _placeholder(v.strip())
-                    for form in _written(v)
+                    for form in (*_written(v), *_base64_cores(v))
                 },
                 key=len,
                 reverse=True,
@@ -255,7 +302,7 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
     if exact is not None and exact.search(s) is not None:
         for v in values:
             if v in s:
-                s = s.replace(v, REDACTED)
+                s = _mask_base64(s, v) if v in _BASE64_FORMS else s.replace(v, REDACTED)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
@@ -278,7 +325,7 @@ def _declared_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
     return re.compile(
         rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-        r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
+        r"(?!\*\*\*)" + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     )
 
 
