@@ -13,9 +13,11 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
   user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
-  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``), a command
-  line's ``--password VALUE``, a log's ``token: VALUE`` and URL-encoded ``password%3D…``
-  written into text;
+  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
+  value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
+  ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
+  ``Set-Cookie:`` lines and URL-encoded ``password%3D…`` written into text; a known value
+  also in base64 (``_base64_cores``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -157,7 +159,7 @@ def register_secret(value: str | None) -> None:
     value = value.strip()
     if len(value) >= MIN_SECRET_LEN and not _placeholder(value):
         with _lock:
-            _registered.update(_written(value), _base64_cores(value))
+            _registered.update(_written(value))
 
 
 def _written(value: str) -> set[str]:
@@ -176,9 +178,6 @@ def _written(value: str) -> set[str]:
     return forms
 
 
-# The base64 forms ``_base64_cores`` made: found in a text, the whole run of base64 characters
-# holding one is masked (``_mask_base64``), not the form alone.
-_BASE64_FORMS: set[str] = set()
 _BASE64_MIN = 8  # shorter forms (a value of 6 or 7 bytes off the alignment) match by chance
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
 _BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
@@ -198,8 +197,16 @@ def _base64_cores(value: str) -> set[str]:
         if len(part) * 4 // 3 >= _BASE64_MIN:
             std = base64.b64encode(part).decode("ascii")
             cores.update((std, std.replace("+", "-").replace("/", "_")))
-    _BASE64_FORMS.update(cores)
     return cores
+
+
+@functools.lru_cache(maxsize=64)
+def _base64_of(values: tuple[str, ...]) -> tuple[str, ...]:
+    """The base64 forms (``_base64_cores``) of the known secret ``values``. Searched apart from
+    the values' expression, by substring tests: added to it, they turned the one literal an
+    API key is into an alternation the engine tries at every character: +61 k instructions a
+    cycle with a key in the environment, +3 k with these tests (bench/RESULTS.md, stop 45)."""
+    return tuple(sorted({c for v in values for c in _base64_cores(v)}, key=len, reverse=True))
 
 
 def _mask_base64(s: str, core: str) -> str:
@@ -261,7 +268,7 @@ def _env_secrets() -> tuple[str, ...]:
                     if len(v) >= MIN_SECRET_LEN
                     and _ENV_NAME.search(k) is not None
                     and not _placeholder(v.strip())
-                    for form in (*_written(v), *_base64_cores(v))
+                    for form in _written(v)
                 },
                 key=len,
                 reverse=True,
@@ -302,7 +309,11 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
     if exact is not None and exact.search(s) is not None:
         for v in values:
             if v in s:
-                s = _mask_base64(s, v) if v in _BASE64_FORMS else s.replace(v, REDACTED)
+                s = s.replace(v, REDACTED)
+    if values:
+        for core in _base64_of(values):
+            if core in s:
+                s = _mask_base64(s, core)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
@@ -478,8 +489,12 @@ def _clean_text(
     if hit:
         return False
     exact = _values_pattern(values)
-    if exact is not None and exact.search(text) is not None:
-        return False
+    if exact is not None:
+        if exact.search(text) is not None:
+            return False
+        for core in _base64_of(values):
+            if core in text:
+                return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
     if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):

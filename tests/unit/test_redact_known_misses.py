@@ -208,3 +208,9 @@ def test_base64_of_other_text_stays() -> None:
     register_secret("hunter2?>>Zq~~9")
     blob = _b64(b"an ordinary payload with no secret in it")
     _both_paths(f"data {blob}", f"data {blob}")
+
+
+def test_a_declared_fields_quoted_value_with_an_escaped_quote_is_masked_whole() -> None:
+    _redact.register_secret_field("iban")
+    _both_paths('{"iban": "DE\\"89 3704", "n": 1}', '{"iban": "***", "n": 1}')
+    _both_paths("Account(iban='DE\\'89 3704')", "Account(iban='***')")
