@@ -10,10 +10,11 @@ Timings, not instructions: run it on a quiet machine, and read the ratios, not t
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
 
-from loopwright._redact import redact_text
+from loopwright._redact import redact_text, register_secret
 
 # name: the unit repeated (the shape's start, or a near miss the pattern must reject)
 UNITS = {
@@ -41,6 +42,33 @@ UNITS = {
     "conn-escapes": "password=\\\\",
     "prose": "the password and the token: see --token docs. ",
     "plain": "x",
+    # stop 45: lower-case option values, argument lists, header lines, pwd=, quoted values
+    "flag-low": "--password hunter ",
+    "flag-low-prose": "--token option ",
+    "flag-low-open": "--token abcdefgh",
+    "flag-quoted": "--token '",
+    "flag-argv": "'--token', '",
+    "cookie": "Cookie: a=",
+    "cookie-quoted": 'Cookie: a="',
+    "cookie-escaped": "Cookie: a=\\",
+    "set-cookie": "set-cookie:",
+    "auth-params": "Authorization: X abcdefgh, b=",
+    "auth-digest": 'Authorization: Digest a="x", ',
+    "pwd": "pwd=",
+    "pwd-path": "PWD=/",
+    "quoted-open": 'password: "',
+    "quoted-escapes": 'password: "a\\"',
+    "quoted-nested": 'password: \\"a\\\\\\"',
+    "qkey-escapes": "'token': 'a\\'",
+}
+
+# masked with a secret registered (its base64 forms are searched for too)
+SECRET = "hunter2?>>Zq~~9"
+UNITS_KNOWN = {
+    "b64-no-secret": "QUJD",
+    "b64-secret": base64.b64encode(b"x" + SECRET.encode()).decode(),
+    "b64-near-miss": base64.b64encode(SECRET.encode()[:-3]).decode(),
+    "plain-known": "x",
 }
 
 
@@ -53,13 +81,19 @@ def best(text: str) -> float:
     return min(times)
 
 
-def main() -> None:
-    sizes = [int(a) for a in sys.argv[1:]] or [30_000, 300_000]
-    print(f"{'shape':18}" + "".join(f"{s:>12,}" for s in sizes) + "   ratio last/first")
-    for name, unit in UNITS.items():
+def rows(units: dict[str, str], sizes: list[int]) -> None:
+    for name, unit in units.items():
         ms = [best(unit * (size // len(unit))) * 1000 for size in sizes]
         cells = "".join(f"{m:10.1f}ms" for m in ms)
         print(f"{name:18}{cells}   x{ms[-1] / max(ms[0], 1e-3):.0f}")
+
+
+def main() -> None:
+    sizes = [int(a) for a in sys.argv[1:]] or [30_000, 300_000]
+    print(f"{'shape':18}" + "".join(f"{s:>12,}" for s in sizes) + "   ratio last/first")
+    rows(UNITS, sizes)
+    register_secret(SECRET)
+    rows(UNITS_KNOWN, sizes)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
   user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
-  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``), a command
-  line's ``--password VALUE``, a log's ``token: VALUE`` and URL-encoded ``password%3D…``
-  written into text;
+  ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
+  value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
+  ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
+  ``Set-Cookie:`` lines and URL-encoded ``password%3D…`` written into text; a known value
+  also in base64 (``_base64_cores``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -31,6 +33,7 @@ not masked: see docs/security.md.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -50,6 +53,7 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _shape,
     _trie,
     _triggered,
+    _value,
 )
 
 try:
@@ -174,6 +178,56 @@ def _written(value: str) -> set[str]:
     return forms
 
 
+_BASE64_MIN = 8  # shorter forms (a value of 6 or 7 bytes off the alignment) match by chance
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
+_BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
+
+
+def _base64_cores(value: str) -> set[str]:
+    """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes it
+    (``user:`` of a Basic token, a JSON body): the encoding of the bytes from the first group
+    boundary on, at each of the three alignments, standard and URL-safe, without padding (a
+    full group has none). The characters around such a core encode bytes only partly the
+    value's: ``_mask_base64`` masks the whole run. Forms under ``_BASE64_MIN`` are left out."""
+    raw = value.encode("utf-8", "surrogatepass")
+    cores: set[str] = set()
+    for skip in (0, 1, 2):
+        part = raw[skip:]
+        part = part[: len(part) - len(part) % 3]
+        if len(part) * 4 // 3 >= _BASE64_MIN:
+            std = base64.b64encode(part).decode("ascii")
+            cores.update((std, std.replace("+", "-").replace("/", "_")))
+    return cores
+
+
+@functools.lru_cache(maxsize=64)
+def _base64_of(values: tuple[str, ...]) -> tuple[str, ...]:
+    """The base64 forms (``_base64_cores``) of the known secret ``values``. Searched apart from
+    the values' expression, by substring tests: added to it, they turned the one literal an
+    API key is into an alternation the engine tries at every character: +61 k instructions a
+    cycle with a key in the environment, +3 k with these tests (bench/RESULTS.md, stop 45)."""
+    return tuple(sorted({c for v in values for c in _base64_cores(v)}, key=len, reverse=True))
+
+
+def _mask_base64(s: str, core: str) -> str:
+    """``s`` with each run of base64 characters (both alphabets, and its padding) that holds
+    ``core`` masked whole; one pass of ``s``."""
+    out: list[str] = []
+    done = 0
+    rev = ""
+    i = s.find(core)
+    while i >= 0:
+        if not rev:
+            rev = s[::-1]  # the run's start, found reading backwards from the core
+        left = len(s) - i
+        start = max(done, i - (_BASE64_RUN.match(rev, left).end() - left))  # type: ignore[union-attr]
+        end = _BASE64_TAIL.match(s, i + len(core)).end()  # type: ignore[union-attr]
+        out += (s[done:start], REDACTED)
+        done = end
+        i = s.find(core, done)
+    return s if not out else "".join(out) + s[done:]
+
+
 def register_secret_field(name: str) -> None:
     """Mask the value of every mapping key called ``name`` from now on (a spec's
     ``secret_fields``)."""
@@ -256,6 +310,10 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         for v in values:
             if v in s:
                 s = s.replace(v, REDACTED)
+    if values:
+        for core in _base64_of(values):
+            if core in s:
+                s = _mask_base64(s, core)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
@@ -278,7 +336,7 @@ def _declared_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     alt = "|".join(re.escape(n).replace("_", "[-_]") for n in names)
     return re.compile(
         rf"(?P<kept>(?:['\"]\s*(?i:{alt})\s*\\*+['\"]\s*:|\b(?i:{alt})\s*=)\s*\\*+['\"])"
-        r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
+        r"(?!\*\*\*)" + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     )
 
 
@@ -431,8 +489,12 @@ def _clean_text(
     if hit:
         return False
     exact = _values_pattern(values)
-    if exact is not None and exact.search(text) is not None:
-        return False
+    if exact is not None:
+        if exact.search(text) is not None:
+            return False
+        for core in _base64_of(values):
+            if core in text:
+                return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")
     if fields is not SECRET_FIELDS and any(n in low for n in _declared(fields)):

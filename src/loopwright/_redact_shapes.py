@@ -13,6 +13,44 @@ from collections.abc import Iterable
 
 REDACTED = "***"
 
+
+def _value(bare: str) -> str:
+    """A secret's value after its name: read from its opening quote to the closing one (an
+    escaped quote inside is part of it: ``"ab\\"cd"``), one level of escaping deeper too (a
+    mapping printed inside a printed string, JSON inside a JSON string: ``\\"ab\\\\\\"cd\\"``,
+    where a value's own quote is three backslashes and a quote), else as ``bare`` reads it
+    (unquoted, or quoted two levels deep: up to an escaped quote). Each branch is chosen by
+    what precedes the value (a lookbehind of fixed width), and every loop is possessive: one
+    pass, nothing given back. A quoted value ends at a raw line break too."""
+    level0 = r"(?:[^{q}\\\n]++|\\[\s\S])++"
+    # one level deeper: ``\\`` then an escape of the level below (``\\\"``, ``\\\\``,
+    # ``\\n``), or an escape of this level that is not the closing quote (``\n``)
+    level1 = r"(?:[^{q}\\\n]++|\\\\(?:\\[\s\S]|[^\\])|\\[^\\{q}])++"
+    return (
+        "(?:"
+        + "|".join(rf"(?<=\\{q})(?<!\\\\{q}){level1.format(q=q)}" for q in "\"'")
+        + "|"
+        + "|".join(rf"(?<={q})(?<!\\{q}){level0.format(q=q)}" for q in "\"'")
+        + f"|{bare})"
+    )
+
+
+_BARE = r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+
+# An option's name on a command line: --password, --github-token, -password (one dash too),
+# not ``-p`` (a port as often as a password)
+_FLAG = (
+    r"(?<![\w-])--?(?:[A-Za-z0-9]+[-_])*"
+    r"(?i:passw(?:or)?d|pwd|passphrase|token|secret|api[-_]?key)"
+)
+# Words that follow an option's name in prose (``the --password prompt``), not a value
+_FLAG_PROSE = (
+    "option", "options", "prompt", "prompts", "argument", "arguments", "parameter",
+    "parameters", "values", "switch", "setting", "settings", "instead", "documentation",
+    "required", "missing", "ignored", "deprecated", "removed", "enabled", "disabled",
+    "supported", "default", "defaults", "command", "itself", "twice", "before", "flags",
+)  # fmt: skip
+
 # One pass finds every shaped secret; each alternative is a named group so that the replacement
 # keeps what is not secret (the scheme, the parameter name, the word "Bearer").
 # A value is read as ``(?:[^…]++|<escape>)++``: each run of plain characters whole, and the
@@ -26,37 +64,60 @@ _SHAPES = re.compile(
     r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
     r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
     # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
-    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|token|secret|api[_-]?key|signature)"
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature)"
     r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>\b(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
     r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
-    r"(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    # and the parameters after the first (Digest's ``, response="…"``, AWS Signature 4's
+    # ``, Signature=…``): a ``, name=`` goes on, a quoted parameter ends at ``,`` or the line's end
+    r"(?!\*\*\*)(?=[A-Za-z0-9._~+/=-]{8})(?:[A-Za-z0-9._~+/=-]++|;(?=[A-Za-z0-9_-])"
+    r"|(?<=[A-Za-z]=)\"[^\"\r\n\\]*+\"(?=[ \t]*+(?:,|(?![^\r\n])))"
+    r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++"
+    # an HTTP Cookie or Set-Cookie line (its value starts with ``name=``): masked to the line's
+    # end, which in a JSON or printed string is an escaped ``\r``/``\n`` or the closing quote
+    # (a cookie's quoted value ``sid="…"`` read whole)
+    r"|(?P<cookie>(?<![A-Za-z0-9_-])(?i:(?:set-)?cookie2?)[ \t]*:[ \t]*+)(?!\*\*\*)"
+    r"(?=[^\s=;,:\"'\\]++=)(?:[^\r\n\"'\\=]++|=(?:\\?+\"[^\"\r\n\\]*+(?:\\?+\")?+)?+"
+    r"|\\[^rn])++"
     # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
     # the name: a prefix of the variable's name does not hide it); a key printed with spaces
     # in it ({'password ': …}) or as ``'password' => …``; a quote escaped once or more (a
     # printed mapping inside a printed string: ``{\'password\': \'…\'}``, ``{\"token\": …}``)
-    # is a quote too, and a value ends before an escaped quote
+    # is a quote too; a quoted value is read to its closing quote (``_value``)
     r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
     r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
-    r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+    + _value(_BARE)
     # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
-    r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
-    r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+    + r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    + _value(_BARE)
+    # pwd=…, DB_PWD='…' (not OLDPWD=; a path, ``PWD=/home/bob``, is the working directory)
+    + r"|(?P<pwd>(?<![A-Za-z0-9])(?i:pwd)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?![/~$]|[A-Za-z]:[\\/])"
+    + _value(_BARE)
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
     # {'private_key': …}, {'Set-Cookie': …})
-    r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
+    + r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
     r"|bearer|(?:private|session|access)[_-]?key)\\*+['\"]\s*:\s*\\*+['\"])"
-    r"(?!\*\*\*)(?:[^'\"\\]++|\\(?!['\"]))++"
+    r"(?!\*\*\*)"
+    + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
-    # read it): a value of 6 or more characters with a digit, a capital or a symbol, so that
-    # prose about the option (``the --password option``) stays
-    r"|(?P<flag>(?<![\w-])--?(?:[A-Za-z0-9]+[-_])*(?i:passw(?:or)?d|pwd|token|secret"
-    r"|api[-_]?key)[ \t]++['\"]?)(?!\*\*\*)"
+    # read it): a quoted value, or an argument list's next item (``'--password', '…'``), whatever
+    # it holds; unquoted, a value of 6 or more characters with a digit, a capital or a symbol, or
+    # of lower-case letters followed by another option, a shell operator or the line's end and
+    # not a word of prose about the option (``the --password prompt``)
+    + r"|(?P<flagq>"
+    + _FLAG
+    + r"(?:[ \t]++|['\"],[ \t]*+)['\"])(?!\*\*\*)"
+    + _value("(?!)")
+    + r"|(?P<flag>"
+    + _FLAG
+    + r"[ \t]++)(?!\*\*\*)"
     r"(?=[^\s,;'\"]*(?:[0-9A-Z!@#$%^&*+=~/:_]|[.-][^\s,;'\"]))[^\s,;'\"]{6,}"
+    r"|(?P<flaglow>" + _FLAG + r"[ \t]++)(?!(?:" + "|".join(_FLAG_PROSE) + r")\b)"
+    r"[a-z]{6,}+(?=[ \t]++-[A-Za-z-]|[ \t]*+(?:[|&;>)`]|(?![^\r\n])))"
     # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
     # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
     r"|(?P<logkv>(?<![A-Za-z0-9])(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"

@@ -24,8 +24,7 @@ def test_a_token_written_as_the_user_name_is_masked(url: str) -> None:
     assert bare == "https://host.example/v1"
     assert set(headers) == {"Authorization"}
     echoed = "401: token ghp_tok3nTOKEN1234 is not valid"
-    assert "ghp_tok3nTOKEN1234" not in redact_text(echoed)
-    assert REDACTED in redact_text(echoed)
+    assert redact_text(echoed) == f"401: token {REDACTED} is not valid"
 
 
 def test_a_percent_encoded_token_is_masked_as_sent() -> None:
