@@ -411,3 +411,18 @@ def overwrites(events: Iterable[Any]) -> str | None:
     return "[yellow]Accepted work the loop was allowed to write over, no one asked:[/]\n" + (
         "\n".join(lines)
     )
+
+
+def reuse_refunds(events: Iterable[Any]) -> str | None:
+    """What ``show`` says of payments this run reused that their run refunded since (its
+    ``effect_reuse_refunded`` events): the run may stand on a payment no longer there."""
+    lines = [
+        f"  {escape(str(e.data.get('key')))} ({escape(str(e.data.get('kind')))}): refunded by "
+        f"run {escape(str(e.data.get('refunded_by')))}, a person approving"
+        for e in events
+    ]
+    if not lines:
+        return None
+    return "[red]Payments this run reused were refunded since (it may stand on none):[/]\n" + (
+        "\n".join(lines)
+    )
