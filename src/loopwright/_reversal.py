@@ -6,6 +6,9 @@ effect of its kind (a refund of a large payment needs the same approval the paym
 ``allow`` runs it when the run next resumes, ``require`` waits for a person, ``deny`` records
 that it was not offered. Compensations are journaled effects themselves, so they too run at
 most once. An effect without a compensation is listed as irreversible, never silently ignored.
+A payment other runs reused is refunded only with a person's approval, whatever the rule: its
+request names them (an ``allow`` rule is about the refund, not about leaving other runs
+accepted on a payment that no longer stands), and once refunded the store tells each of them.
 """
 
 from __future__ import annotations

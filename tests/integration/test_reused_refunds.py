@@ -266,3 +266,18 @@ def test_a_rollback_of_a_reused_payment_parks_for_a_person_naming_the_run(url: s
         rt.approve(a, by="ops", approval_id=req.approval_id)
         rt.resume_sync(a, loop)  # refunds, then redoes the payment under the next key
         assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
+
+
+def test_a_rolled_back_run_whose_refund_was_reused_since_parks_for_a_person(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        assert rt.rollback(a, 1, by="ops", loop=loop).status == "pending"  # allowed
+        b = rt.run_sync(loop, TASK, task_key="B").run_id  # reuses A's payment meanwhile
+        assert rt.resume_sync(a, loop).status == "awaiting_approval"
+        [req] = compensation_requests(rt, a)
+        assert b in req.what and provider.asked == ["pay:I6"] and provider.collected() == 5.0
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.resume_sync(a, loop)
+        assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
