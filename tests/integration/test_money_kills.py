@@ -54,6 +54,8 @@ TRIALS = [
         "both",
         {"A": "cancelled", "B": "accepted"},
     ),
+    # ...killed once the provider refunded, no hook to ask: in doubt, B told when it started
+    ("reused_then_refund_approved", "provider:refund", "none", {"A": "cancelled", "B": "accepted"}),
 ]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TASK
-from test_redo_keys import Crash, Provider, paying
+from test_redo_keys import Crash, Provider, dying, paying
 
 import loopwright as lw
 from loopwright import _reversal
@@ -46,6 +46,10 @@ def a_and_b(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str]:
     return loop, a.run_id, b.run_id
 
 
+def started(rt: lw.Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == "effect_reuse_refunding"]
+
+
 def cancelled_payer(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str]:
     """A pays I6 and parks, and is cancelled before any run reused its payment: its refund is
     offered under the allow rule, asking no one."""
@@ -54,6 +58,24 @@ def cancelled_payer(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str]:
     rt.cancel(a, by="ops", loop=loop)
     assert compensation_requests(rt, a) == []
     return loop, a
+
+
+def cancelled_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str, Any]:
+    """A pays, B reuses the payment, A is cancelled: its refund's one request (returned)."""
+    loop, a, b = a_and_b(rt, provider)
+    rt.cancel(a, by="ops", loop=loop)
+    [req] = compensation_requests(rt, a)
+    return loop, a, b, req
+
+
+def shown(url: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``loopwright show`` prints of the run."""
+    from loopwright.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        assert main(["show", run_id, "--store", url]) == 0
+    return capsys.readouterr().out
 
 
 def test_a_reuse_is_recorded_on_the_claim(url: str) -> None:
@@ -68,30 +90,22 @@ def test_the_refund_of_a_reused_payment_waits_for_a_person_naming_the_run(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Before: the cancel's refund ran under the allow rule; B stayed on a refunded payment
-    from loopwright.cli import main
-
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a, b = a_and_b(rt, provider)
-        rt.cancel(a, by="ops", loop=loop)
-        [req] = compensation_requests(rt, a)
+        loop, a, b, req = cancelled_after_reuse(rt, provider)
         assert b in req.what and "awaiting_approval" in req.what, req.what
         assert req.evidence["reused_by"] == [{"run_id": b, "status": "awaiting_approval"}]
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 5.0  # not refunded: nobody decided
-        assert told(rt, b) == []
+        assert told(rt, b) == [] and started(rt, b) == []
         rt.approve(a, by="ops", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0
-        assert told(rt, b) == [
-            {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
-        ]
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        assert started(rt, b) == [said] and told(rt, b) == [said]
         [note] = (rt.store.get_run(a).packet or {})["compensations"]
         assert note["status"] == "done" and note["reused_by"][0]["run_id"] == b
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("COLUMNS", "200")
-        assert main(["show", b, "--store", url]) == 0
-    out = capsys.readouterr().out
+    out = shown(url, b, capsys)
     assert "reused were refunded since" in out and f"refunded by run {a}" in out
 
 
@@ -210,9 +224,7 @@ def test_an_upgraded_store_records_the_reuses_its_runs_journaled(url: str) -> No
 def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> None:
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a, _b = a_and_b(rt, provider)
-        rt.cancel(a, by="ops", loop=loop)
-        [req] = compensation_requests(rt, a)
+        loop, a, _b, req = cancelled_after_reuse(rt, provider)
         rt.approve(a, by="ops", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         as_before_reuses(rt, url)
@@ -281,3 +293,25 @@ def test_a_rolled_back_run_whose_refund_was_reused_since_parks_for_a_person(url:
         rt.approve(a, by="ops", approval_id=req.approval_id)
         rt.resume_sync(a, loop)
         assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
+
+
+def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The approved refund dies after the provider's call, with no hook to ask: in doubt, its
+    # claim never ``compensated``; B was told when it started, before the provider was asked.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b, req = cancelled_after_reuse(rt, provider)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+    crashed = dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert provider.collected() == 0  # the provider refunded it
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [note] = (rt.store.get_run(a).packet or {})["compensations"]
+        assert note["status"] == "in_doubt"
+        assert len(started(rt, b)) == 1 and told(rt, b) == []
+    assert "refund started (may be done)" in shown(url, b, capsys)

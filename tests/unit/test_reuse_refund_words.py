@@ -46,3 +46,12 @@ def test_show_says_which_reused_payments_were_refunded() -> None:
     text = reuse_refunds([Event(1, "B", 3, "effect_reuse_refunded", 0.0, said)])
     assert text is not None and "pay:I6 (spend): refunded by run A" in text
     assert reuse_refunds([]) is None
+
+
+def test_show_says_a_refund_started_and_not_settled_may_be_done() -> None:
+    said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": "A"}
+    started = Event(1, "B", 3, "effect_reuse_refunding", 0.0, said)
+    text = reuse_refunds([started])
+    assert text is not None and "refund started (may be done) by run A" in text
+    both = reuse_refunds([started, Event(2, "B", 3, "effect_reuse_refunded", 0.0, said)])
+    assert both is not None and "started" not in both and "refunded by run A" in both

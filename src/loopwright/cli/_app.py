@@ -535,7 +535,9 @@ def show(
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
         if said:
             out.print(said)
-        refunded = reuse_refunds(st.events_of_kinds(rec.run_id, ("effect_reuse_refunded",)))
+        refunded = reuse_refunds(
+            st.events_of_kinds(rec.run_id, ("effect_reuse_refunding", "effect_reuse_refunded"))
+        )
         if refunded:
             out.print(refunded)
 

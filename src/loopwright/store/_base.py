@@ -821,7 +821,8 @@ class Store(LiveStore, PeopleStore, ABC):
         the reuse is recorded on the claim (``effect_reuses``). An ``undoing`` entry whose
         ``data["reusers_known"]`` lists run ids starts the undoing only when every run that
         reused the action is among them (``EffectReused`` otherwise, nothing written); a
-        ``compensated`` one appends an ``effect_reuse_refunded`` event to each such run."""
+        ``compensated`` one appends an ``effect_reuse_refunded`` event to each such run (the
+        ``undoing`` one, an ``effect_reuse_refunding`` event)."""
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:

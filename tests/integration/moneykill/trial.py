@@ -132,13 +132,15 @@ class Trial:
 
 def _told(store: Any, run_id: str) -> bool:
     """Whether a person approved a refund whose request named run ``run_id`` as reusing the
-    payment, and the run was told it was refunded (its ``effect_reuse_refunded`` event)."""
+    payment, and the run was told (its ``effect_reuse_refunding`` event, written before the
+    refund is asked for, or ``effect_reuse_refunded``): a refund killed in doubt is told too."""
     named = any(
         run_id in [r.get("run_id") for r in (a.evidence or {}).get("reused_by") or ()]
         for a in store.approvals(status="approved")
         if a.kind == "compensation"
     )
-    return named and any(e.kind == "effect_reuse_refunded" for e in store.events(run_id))
+    said = ("effect_reuse_refunding", "effect_reuse_refunded")
+    return named and any(e.kind in said for e in store.events(run_id))
 
 
 def state_invoice(charges: list[tuple[str, str, str, int]], key: str) -> str:
