@@ -52,7 +52,7 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
-from ._reversal import run_compensations
+from ._reversal import Reparked, run_compensations
 from ._state import TaskState
 from ._task_parts import starting_state
 from ._usage import Usage
@@ -488,6 +488,19 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         owed = False
         if pend.get("stage") == "compensations":
             notes = await run_compensations(self.store, ex, pend)
+            if isinstance(notes, Reparked):
+                # a refund other runs' acceptance stands on: a person decides, told of them
+                # (a cancelled run stays cancelled; its request is open)
+                ex.events.append(
+                    NewEvent(
+                        ex.state.cycle,
+                        "compensation_reused",
+                        {"requests": [a.approval_id for a in notes.requests]},
+                    )
+                )
+                parked = {} if rec.status in TERMINAL_STATUSES else {"status": "awaiting_approval"}
+                self._commit(ex, None, parked, approvals=notes.requests)
+                return
             if notes is None:
                 self.store.append_events(
                     ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "still_waiting", {})]

@@ -138,6 +138,16 @@ class EffectKeyMoved(ConflictError):
         self.generation = generation
 
 
+class EffectReused(ConflictError):
+    """The undoing of an action (a refund) would start while runs that reused its result are
+    not among those a person was told of (``runs``: every run that reused it, each
+    ``(run_id, status)``): nothing was written; a person decides, told of them."""
+
+    def __init__(self, message: str, *, runs: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.runs = runs
+
+
 class RunNotFoundError(LoopwrightError, LookupError):
     """No run matches the given id or task key."""
 

@@ -6,6 +6,9 @@ effect of its kind (a refund of a large payment needs the same approval the paym
 ``allow`` runs it when the run next resumes, ``require`` waits for a person, ``deny`` records
 that it was not offered. Compensations are journaled effects themselves, so they too run at
 most once. An effect without a compensation is listed as irreversible, never silently ignored.
+A payment other runs reused is refunded only with a person's approval, whatever the rule: its
+request names them (an ``allow`` rule is about the refund, not about leaving other runs
+accepted on a payment that no longer stands), and once refunded the store tells each of them.
 """
 
 from __future__ import annotations
@@ -22,12 +25,22 @@ from ._authority import expire
 from ._effect_keys import redo_key, undid_for_origin
 from ._effect_run import EffectOutcome, perform_effect
 from ._effects import Effect, EffectCall
+from ._errors import EffectReused
 from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
-from .store import JournalEntry, NewApproval, NewEvent, Store
+from .store import EffectReuse, JournalEntry, NewApproval, NewEvent, Store
 
-__all__ = ["offer_compensations", "run_compensations"]
+__all__ = ["Reparked", "offer_compensations", "run_compensations"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reparked:
+    """``run_compensations``' answer when a refund it was to run turned out reused by other
+    runs that no person was told of: the requests naming them, to commit with the run's
+    offers (updated in place); nothing of those refunds ran."""
+
+    requests: list[NewApproval]
 
 
 def offer_compensations(
@@ -98,6 +111,13 @@ def offer_compensations(
         d = explicit.match(eff.kind, comp_name, args) or loop.approvals.decide(
             eff.kind, eff.name, args
         )
+        reused = _reusers(store, run_id, eff.kind, e.data.get("action"))
+        if reused and d.action == "allow":
+            # Other runs were accepted (or go on) on this payment: an ``allow`` rule is about
+            # the refund, not about leaving them on a payment that no longer stands.
+            d = dataclasses.replace(d, action="require", why=_reuse_why(reused))
+        elif reused:
+            d = dataclasses.replace(d, why=f"{d.why}; {_reuse_why(reused)}".lstrip("; "))
         offer: dict[str, Any] = {
             "key": ikey,
             "effect": name,
@@ -111,6 +131,8 @@ def offer_compensations(
             "why": d.why,
             "approval_id": None,
         }
+        if reused:
+            offer["reused_by"] = [dataclasses.asdict(r) for r in reused]
         if d.action == "require":
             aid = uuid.uuid4().hex[:12]
             offer["approval_id"] = aid
@@ -120,7 +142,8 @@ def offer_compensations(
                     cycle=cycle,
                     kind="compensation",
                     rule=offer["rule"],
-                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {handed})",
+                    what=f"undo {eff.describe(args)} (done in cycle {e.cycle}, key {handed})"
+                    + _reuse_what(reused),
                     why=f"{why}; {offer['why']}" if offer["why"] else why,
                     evidence={
                         "effect": name,
@@ -128,6 +151,7 @@ def offer_compensations(
                         "args": args,
                         "result": e.data.get("result"),
                         "who": dict(d.who) if d.who else None,
+                        **({"reused_by": offer["reused_by"]} if reused else {}),
                     },
                     diff=None,
                     action_hash=hashlib.sha256(f"compensate:{ikey}".encode()).hexdigest()[:32],
@@ -145,6 +169,73 @@ def offer_compensations(
         "offered_at": time.time(),
     }
     return pending, requests
+
+
+def _reusers(store: Store, run_id: str, kind: str, action: Any) -> list[EffectReuse]:
+    """The runs that reused ``run_id``'s business action ``action`` while it holds it done
+    (none for an action not claimed store-wide, or no longer this run's)."""
+    if not isinstance(action, str):
+        return []
+    claim = store.effect_claim(kind, action)
+    if claim is None or claim.run_id != run_id or claim.status != "done":
+        return []
+    return store.effect_reuses(kind, action)
+
+
+def _reuse_why(reused: list[EffectReuse]) -> str:
+    named = ", ".join(f"{r.run_id} ({r.status})" for r in reused)
+    return (
+        f"reused by run(s) {named}: undone, it leaves them on a payment that no longer "
+        "stands, so a person decides"
+    )
+
+
+def _reuse_what(reused: list[EffectReuse]) -> str:
+    if not reused:
+        return ""
+    return "; reused by run(s) " + ", ".join(f"{r.run_id} ({r.status})" for r in reused)
+
+
+def _repark(o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str) -> NewApproval:
+    """The request for offer ``o``, found reused by runs no person was told of when it was
+    to run (it was allowed, or approved before they reused it): ``o`` now waits for it."""
+    aid = uuid.uuid4().hex[:12]
+    o.update(
+        action="require",
+        approval_id=aid,
+        why=_reuse_why(reused),
+        reused_by=[dataclasses.asdict(r) for r in reused],
+    )
+    return NewApproval(
+        approval_id=aid,
+        cycle=cycle,
+        kind="compensation",
+        rule=o.get("rule"),
+        what=f"undo {o['effect']} (done in cycle {o.get('cycle')}, key "
+        f"{o.get('call_key') or o['key']})" + _reuse_what(reused),
+        why=f"{why}; {o['why']}" if why else str(o["why"]),
+        evidence={
+            "effect": o["effect"],
+            "kind": o.get("kind"),
+            "args": o.get("args"),
+            "result": o.get("result"),
+            "who": None,
+            "reused_by": o["reused_by"],
+        },
+        diff=None,
+        action_hash=hashlib.sha256(
+            f"compensate:{o['key']}:{','.join(r.run_id for r in reused)}".encode()
+        ).hexdigest()[:32],
+        expires_at=None,
+    )
+
+
+def _told(o: dict[str, Any]) -> list[str]:
+    """The runs reusing offer ``o``'s action that a person was told of: those its request
+    named (an ``allow`` offer was decided by no one: none)."""
+    if o["action"] != "require":
+        return []
+    return [str(r["run_id"]) for r in o.get("reused_by") or ()]
 
 
 def _is_compensation(e: JournalEntry) -> bool:
@@ -230,11 +321,18 @@ def _unless_refused(
 
 
 def _mark_undo(
-    store: Store, ex: Execution, orig: JournalEntry, status: str, claim: tuple[str, str, str]
+    store: Store,
+    ex: Execution,
+    orig: JournalEntry,
+    status: str,
+    claim: tuple[str, str, str],
+    told: list[str] | None = None,
 ) -> None:
     """Records on the run's ``undo:`` entry of ``orig`` (and on the store-wide claim of its
     business action, which this run holds) that its undoing started (``undoing``) or failed,
-    the action standing (``done``, with its result)."""
+    the action standing (``done``, with its result). ``told``: the runs reusing the action a
+    person was told of; its undoing starts only if no other run reused it (``EffectReused``)."""
+    data = {"name": orig.data.get("name"), "result": orig.data.get("result")}
     store.journal_put(
         ex.run_id,
         ex.token,
@@ -242,7 +340,7 @@ def _mark_undo(
         kind="undo",
         cycle=orig.cycle,
         status=status,
-        data={"name": orig.data.get("name"), "result": orig.data.get("result")},
+        data=data if told is None else {**data, "reusers_known": told},
         claim=claim,
     )
 
@@ -261,9 +359,10 @@ def _ask(fn: Any, key: str, _journal_key: str, /) -> Any:
 
 async def run_compensations(
     store: Store, ex: Execution, pend: dict[str, Any]
-) -> list[dict[str, Any]] | None:
+) -> list[dict[str, Any]] | Reparked | None:
     """Run the allowed and approved compensations; ``None`` while a decision is still
-    pending. Returns one note per offer (and per irreversible effect)."""
+    pending; ``Reparked`` when one to run was reused by runs no person was told of. Returns
+    one note per offer (and per irreversible effect)."""
     offers = list(pend.get("offers") or ())
     # The offers' own requests, each by its id: not the run's every request (a long run asked
     # something every cycle has thousands). A store whose ``approval`` is the protocol's (it
@@ -283,6 +382,14 @@ async def run_compensations(
             # (decided meanwhile: as it was decided)
             decided[req.approval_id] = expire(store, req) or store.approval(req.approval_id) or req
     cycle = ex.state.cycle
+    # Before any runs: each refund about to run whose payment runs reused since a person was
+    # told (or that no one decided, being allowed) waits for one, naming them, all at once.
+    asks = [
+        _repark(o, reused, cycle, str(pend.get("why") or ""))
+        for o, reused in _reused_since(store, ex, offers, decided)
+    ]
+    if asks:
+        return Reparked(asks)
     notes: list[dict[str, Any]] = []
     for o in offers:
         base = {"kind": "compensation", "effect": o["effect"], "key": o["key"]}
@@ -323,7 +430,14 @@ async def run_compensations(
             # run asking for the action must not reuse the result being undone (a refunded
             # charge, reported paid) while the compensation runs, nor after a crash left it
             # unsettled; the outcome below settles the claim.
-            _mark_undo(store, ex, orig[0], "undoing", claim)
+            try:
+                _mark_undo(store, ex, orig[0], "undoing", claim, told=_told(o))
+            except EffectReused as exc:
+                # reused between the read above and this write (which reads under the claim's
+                # lock): nothing of it written; those before it ran (journaled: a resume
+                # reports them as they ended, not running them again)
+                reused = [EffectReuse(r, st) for r, st in exc.runs]
+                return Reparked([_repark(o, reused, cycle, str(pend.get("why") or ""))])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(
@@ -354,8 +468,31 @@ async def run_compensations(
                 )
         notes.append(
             {**base, "status": outcome.status, "result": outcome.result, "cause": outcome.cause}
+            | ({"reused_by": o["reused_by"]} if o.get("reused_by") else {})
         )
     for item in pend.get("irreversible") or ():
         notes.append({"kind": "compensation", "effect": item, "status": "irreversible"})
     ex.events.append(NewEvent(cycle, "compensations", {"results": notes}))
     return notes
+
+
+def _reused_since(
+    store: Store, ex: Execution, offers: list[dict[str, Any]], decided: dict[str, Any]
+) -> list[tuple[dict[str, Any], list[EffectReuse]]]:
+    """The offers about to run (allowed, or approved) whose action runs reused that no
+    person was told of, each with every run that reused it."""
+    out = []
+    for o in offers:
+        req = decided.get(str(o.get("approval_id")))
+        runs = o["action"] == "allow" or (
+            o["action"] == "require" and req is not None and req.status == "approved"
+        )
+        if not runs:
+            continue
+        orig = store.journal(ex.run_id, key=f"effect:{o['key']}")
+        if not orig or orig[0].status != "done":
+            continue
+        reused = _reusers(store, ex.run_id, str(o.get("kind")), orig[0].data.get("action"))
+        if any(r.run_id not in _told(o) for r in reused):
+            out.append((o, reused))
+    return out

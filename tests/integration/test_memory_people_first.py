@@ -128,9 +128,10 @@ def test_a_store_from_before_keeps_people_first_once_migrated(tmp_path: Any) -> 
     older store holds are each found on their own side."""
     import sqlite3
 
-    from loopwright.store._schema import SQLITE_MIGRATIONS, memory_tag
+    from loopwright.store._schema import MEMORY_REFLECTIONS_SQL, SQLITE_MIGRATIONS, memory_tag
 
-    before = len(SQLITE_MIGRATIONS) - 1
+    # the step that set reflections apart (not the last one: later steps came after it)
+    before = next(i for i, m in enumerate(SQLITE_MIGRATIONS) if MEMORY_REFLECTIONS_SQL in m)
     row = (
         "INSERT INTO memory(memory_id, scope, scope_key, signal, strength, text, rule, source, "
         "\"by\", status, created_at, updated_at) VALUES('{id}', 'task', 't', '{signal}', "

@@ -9,7 +9,8 @@ call, then another run asking; the same refund while two or four runs ask at onc
 whose own code failed after the provider charged, rolled back and redone. After each trial
 every run is resumed to its end (a parked one cancelled by a person), and the provider's ledger
 must show: never two standing charges for one invoice, never two refunds of one charge, never
-a declined key asked again, never a run accepted on a payment refunded before its last cycle.
+a declined key asked again, never a run accepted on a payment refunded before its last cycle,
+never one accepted on a payment refunded without a person approving the refund told of it.
 ``bench/money_kills.py`` runs every scenario at every kill point, repeatedly."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import loopwright as lw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "moneykill"))
 
@@ -41,6 +44,18 @@ TRIALS = [
     ("refund_bug_then_another", None, "none", {"A": "cancelled", "B": "escalated"}),
     # the payment's code failed after the charge; the rollback's redo killed after its result
     ("redo_after_a_bug", "after_effect_result:1", "both", {"A": "accepted", "B": "escalated"}),
+    # B accepted on A's payment; A cancelled: its refund waits for a person (naming B) and
+    # the charge stands; nobody approves it here
+    ("reused_then_refunded", None, "both", {"A": "cancelled", "B": "accepted"}),
+    # ...approved by one, the refund killed before its result: settled on resume, B told
+    (
+        "reused_then_refund_approved",
+        "before_effect_result:1",
+        "both",
+        {"A": "cancelled", "B": "accepted"},
+    ),
+    # ...killed once the provider refunded, no hook to ask: in doubt, B told when it started
+    ("reused_then_refund_approved", "provider:refund", "none", {"A": "cancelled", "B": "accepted"}),
 ]
 
 
@@ -52,6 +67,8 @@ def test_killed_payments_and_refunds_keep_the_ledger(
     assert broken == [], (ends, broken)
     assert t.killed == (kill is not None)  # the kill happened where it was placed
     assert ends == want
+    # B accepted on A's payment is refunded only once a person approved, told of B
+    assert t.refunded_later == (["B"] if scenario == "reused_then_refund_approved" else [])
 
 
 def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(tmp_path: Path) -> None:
@@ -70,4 +87,10 @@ def test_four_runs_ask_for_an_invoice_while_its_refund_is_killed(
         tmp_path, pg_url, "refund_among_askers", "before_effect_result:1", "both", askers=4
     )
     assert broken == [], (ends, broken)
-    assert t.killed >= 1 and ends["A"] == "cancelled"
+    assert ends["A"] == "cancelled"
+    with lw.Runtime(pg_url) as rt:
+        a = rt.store.get_run("A").run_id
+        asks = [r for r in rt.store.approvals(run_id=a) if r.kind == "compensation"]
+    # the refund ran (killed before its result), or an asker reused the payment first and
+    # the refund waits for a person, naming the askers that reused it
+    assert t.killed >= 1 or [r.evidence["reused_by"] for r in asks if r.status == "pending"]

@@ -457,6 +457,10 @@ def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
     b = rt.resume_sync(b.run_id, b_loop)  # cycles 3 and 4 ask for A-1 again: A's stands
     assert b.status == "awaiting_approval" and len(bank.paid) == 1
     rt.cancel(a.run_id, by="ops", loop=a_loop)
+    # B stands on A's payment: its refund waits for a person, naming B (allowed, it ran)
+    [req] = rt.store.approvals(run_id=a.run_id, status="pending")
+    assert req.kind == "compensation" and b.run_id in req.what
+    rt.approve(a.run_id, by="ops", approval_id=req.approval_id)
     assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
     assert len(bank.refunds) == 1  # A's payment, undone
     rt.answer(b.run_id, "PO-2", by="ann")
@@ -489,6 +493,10 @@ def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it
     f = rt.resume_sync(fork.run_id, f_loop)  # cycle 2 asks for A-1 again: A's stands
     assert f.status == "awaiting_approval" and len(bank.paid) == 1
     rt.cancel(a.run_id, by="ops", loop=a_loop)
+    # the fork asked and reused A's payment: its refund waits for a person, naming the fork
+    [req] = rt.store.approvals(run_id=a.run_id, status="pending")
+    assert req.kind == "compensation" and fork.run_id in req.what
+    rt.approve(a.run_id, by="ops", approval_id=req.approval_id)
     assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
     assert len(bank.refunds) == 1  # A's payment, undone
     rt.answer(fork.run_id, "PO-1", by="ann")

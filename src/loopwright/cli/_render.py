@@ -411,3 +411,31 @@ def overwrites(events: Iterable[Any]) -> str | None:
     return "[yellow]Accepted work the loop was allowed to write over, no one asked:[/]\n" + (
         "\n".join(lines)
     )
+
+
+def reuse_refunds(events: Iterable[Any]) -> str | None:
+    """What ``show`` says of payments this run reused that their run refunded since, or
+    started to (its ``effect_reuse_refunding`` and ``effect_reuse_refunded`` events, a person
+    approving): the run may stand on a payment no longer there. A refund started and never
+    said done may have happened (in doubt: its run's packet says so)."""
+    evs = list(events)
+    done = {_claim_of(e) for e in evs if e.kind == "effect_reuse_refunded"}
+    lines = []
+    for e in evs:
+        kind, key, _gen = _claim_of(e)
+        if e.kind == "effect_reuse_refunding" and _claim_of(e) in done:
+            continue  # its refund finished: said once
+        how = "refunded" if e.kind == "effect_reuse_refunded" else "refund started (may be done)"
+        lines.append(
+            f"  {escape(str(key))} ({escape(str(kind))}): {how} by run "
+            f"{escape(str(e.data.get('refunded_by')))}, a person approving"
+        )
+    if not lines:
+        return None
+    return "[red]Payments this run reused were refunded since (it may stand on none):[/]\n" + (
+        "\n".join(lines)
+    )
+
+
+def _claim_of(e: Any) -> tuple[Any, Any, Any]:
+    return e.data.get("kind"), e.data.get("key"), e.data.get("generation")

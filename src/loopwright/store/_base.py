@@ -30,6 +30,7 @@ from ._records import (  # noqa: F401  (re-exported: their home before the split
     ClosedApproval,
     CommitRequest,
     EffectClaim,
+    EffectReuse,
     Event,
     JournalEntry,
     MemoryFound,

@@ -21,7 +21,9 @@ from ._people_schema import PEOPLE_PG
 from ._schema import (
     BACKFILL_CLAIMS,
     BACKFILL_GENERATIONS,
+    BACKFILL_REUSES,
     EFFECT_GENERATION,
+    EFFECT_REUSES,
     EVENTS_NOTIFIED_SQL,
     MEMORY_REFLECTIONS_SQL,
 )
@@ -285,4 +287,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # v14: people's feedback and reflections apart, as SQLite's v16: a recall walks a
     # scope's active reflections here, not every active item of the scope (memory_recent).
     [MEMORY_REFLECTIONS_SQL],
+    # v15: the runs that reused a claim's result, as SQLite's v17 (IF NOT EXISTS and a
+    # backfill that writes a row once: a store put back to an earlier version runs it again).
+    [EFFECT_REUSES.format(real="DOUBLE PRECISION"), BACKFILL_REUSES],
 ]

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ._records import EffectClaim, JournalEntry, NewEvent
+from ._records import EffectClaim, EffectReuse, JournalEntry, NewEvent
 
 __all__ = ["JournalStore"]
 
@@ -53,12 +53,23 @@ class JournalStore(ABC):
         is recorded ``refused``, which frees it for the next generation as ``compensated``
         does). A ``done`` entry with ``data["from_run"]`` (another run's result reused) leaves
         the claim as it is, and is written only while that run's claim is still ``done``:
-        otherwise ``EffectKeyHeld`` with the claim as it is now, and nothing is written."""
+        otherwise ``EffectKeyHeld`` with the claim as it is now, and nothing is written;
+        the reuse is recorded on the claim (``effect_reuses``). An ``undoing`` entry whose
+        ``data["reusers_known"]`` lists run ids starts the undoing only when every run that
+        reused the action is among them (``EffectReused`` otherwise, nothing written); a
+        ``compensated`` one appends an ``effect_reuse_refunded`` event to each such run (the
+        ``undoing`` one, an ``effect_reuse_refunding`` event)."""
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
         """The store-wide claim of the business effect key ``key`` of ``kind``, or ``None``
         when no run ever claimed it (``journal_put``'s ``claim``)."""
+
+    def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
+        """The runs that reused the recorded result of the claim of ``key`` of ``kind`` (its
+        current generation), oldest first: ``journal_put`` records them with the reuse. A
+        store that records none (this default) has its refunds run as their rules say."""
+        return []
 
     @abstractmethod
     def journal(

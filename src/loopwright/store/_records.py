@@ -402,6 +402,15 @@ class EffectClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class EffectReuse:
+    """A run that reused the recorded result of a claim's current generation
+    (``Store.effect_reuses``), and that run's status now."""
+
+    run_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One entry of a run's effect/retry journal, keyed by ``(run_id, key)``.
 

@@ -48,6 +48,23 @@ BACKFILL_GENERATIONS = "-- loopwright: the redo generations runs handed out befo
 # undone action hands out the next one (``SQLStore._claim``).
 EFFECT_GENERATION = "ALTER TABLE effect_keys ADD COLUMN {} generation INTEGER NOT NULL DEFAULT 1"
 
+# The runs that reused a claim's recorded result (SQLite's v17, PostgreSQL's v15), one row a
+# run and generation, written in the transaction of the reusing run's journal entry: the
+# refund of a reused action asks a person, naming them, and its settling tells each of them
+# (``JournalSQL._claim``). ``{real}``: the column type of a time.
+EFFECT_REUSES = """CREATE TABLE IF NOT EXISTS effect_reuses (
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            created_at {real} NOT NULL,
+            PRIMARY KEY (kind, key, generation, run_id)
+        )"""
+
+# A migration step run in Python (``SQLStore._backfill_reuses``): the reuses runs of an earlier
+# release journaled (``from_run``) of a claim still ``done`` by that run, recorded.
+BACKFILL_REUSES = "-- loopwright: the reuses of done claims runs journaled before"
+
 # Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to
 # start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
 # term of the claim's query as is (SQLite uses a partial index only for a query that states its
@@ -415,4 +432,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # match stays to its items (the index rebuilt), and the scopes' active reflections, a few
     # a task, are read from their own index, not among every active item of the scopes.
     [*_fts_triggers(sides=True), MEMORY_REFLECTIONS_SQL],
+    # v17: the runs that reused a claim's result, recorded with the reuse (``EFFECT_REUSES``):
+    # the refund of a payment another run was accepted on ran under an ``allow`` rule, and
+    # nothing named that run to the person who cancelled the payer.
+    [EFFECT_REUSES.format(real="REAL"), BACKFILL_REUSES],
 ]

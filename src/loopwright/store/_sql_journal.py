@@ -10,10 +10,11 @@ from .._errors import (
     ConflictError,
     EffectKeyHeld,
     EffectKeyMoved,
+    EffectReused,
     RunNotFoundError,
     StaleLeaseError,
 )
-from ._records import EffectClaim, JournalEntry, NewEvent
+from ._records import EffectClaim, EffectReuse, JournalEntry, NewEvent
 from ._rows import (
     event_row,
 )
@@ -176,19 +177,76 @@ class JournalSQL(SQLCore):
                     result=self._jl(row[3]) if row and row[3] is not None else None,
                     generation=int(row[4] or 1) if row else 1,
                 )
+            # ...and recorded on the claim in this transaction (the holder's refund names
+            # this run to a person, and tells it): a run counted is one whose journal holds
+            # the reuse, and a reuse the run journaled is counted, whatever kills what after
+            conn.execute(q.add_reuse, (kind, key, int(row[4] or 1), run_id, now))
             return  # the claim is the holder's: nothing of it to settle
         result = data.get("result") if status == "done" else None
         if status == "failed" and data.get("spent"):
             status = "refused"  # its key is spent: the next attempt gets the next generation
+        if status == "undoing" and "reusers_known" in data:
+            self._check_reusers(conn, run_id, kind, key, data["reusers_known"], now)
+        if status == "compensated":
+            self._tell_reusers(conn, run_id, kind, key, now)
         conn.execute(
             q.settle_key,
             (status, None if result is None else self._js(result), now, kind, key, run_id),
         )
 
+    def _check_reusers(
+        self, conn: Any, run_id: str, kind: str, key: str, known: Collection[str], now: float
+    ) -> None:
+        """The undoing of ``run_id``'s action starts only when every run that reused it is
+        among ``known`` (those a person was told of: none under an ``allow`` rule), read under
+        the claim's lock: a reuse is written only while the claim is ``done``, so none comes
+        after this check (``EffectReused`` otherwise, nothing written). Started, each of them
+        is told so before any refund is asked for (it may end in doubt, never settled)."""
+        row = conn.execute(self._q.effect_key, (kind, key)).fetchone()
+        if row is None or row[0] != run_id or row[1] != "done":
+            return  # not this run's done action: the settle below writes nothing new
+        found = conn.execute(self._q.reusers, (kind, key, int(row[4] or 1))).fetchall()
+        runs = [(str(r), str(st)) for r, st, _c in found]
+        if any(r not in known for r, _st in runs):
+            raise EffectReused(
+                f"effect key {kind}/{key} of run {run_id} was reused by run(s) "
+                + ", ".join(f"{r} ({st})" for r, st in runs),
+                runs=runs,
+            )
+        self._tell(conn, found, "effect_reuse_refunding", (run_id, kind, key, row[4]), now)
+
+    def _tell_reusers(self, conn: Any, run_id: str, kind: str, key: str, now: float) -> None:
+        """Tell each run that reused ``run_id``'s action, in the transaction that records it
+        undone, that it was (an ``effect_reuse_refunded`` event on that run: its ``show`` and
+        log say so): once, as the claim turns ``compensated``."""
+        row = conn.execute(self._q.effect_key, (kind, key)).fetchone()
+        if row is None or row[0] != run_id or row[1] == "compensated":
+            return
+        found = conn.execute(self._q.reusers, (kind, key, int(row[4] or 1))).fetchall()
+        self._tell(conn, found, "effect_reuse_refunded", (run_id, kind, key, row[4]), now)
+
+    def _tell(
+        self, conn: Any, found: Sequence[Any], event: str, what: tuple[Any, ...], now: float
+    ) -> None:
+        """An ``event`` on each reusing run of ``found`` (its id, status and cycle), naming the
+        claim ``what`` (holder, kind, key, generation)."""
+        holder, kind, key, gen = what
+        said = {"kind": kind, "key": key, "generation": int(gen or 1), "refunded_by": holder}
+        rows = [
+            event_row(str(r), NewEvent(int(c), event, said), now, self._js) for r, _s, c in found
+        ]
+        if rows:
+            self._executemany(conn, self._q.insert_event, rows)
+
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
         with self._conn() as conn:
             row = conn.execute(self._q.effect_claim, (kind, key)).fetchone()
         return None if row is None else EffectClaim(str(row[0]), str(row[1]), int(row[2]))
+
+    def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
+        with self._conn() as conn:
+            rows = conn.execute(self._q.claim_reusers, (kind, key)).fetchall()
+        return [EffectReuse(str(r), str(st)) for r, st, _c in rows]
 
     def journal(
         self,

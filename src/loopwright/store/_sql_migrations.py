@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .._effects import _canon as canon
 from .._errors import (
     StoreCorruptError,
 )
-from ._schema import BACKFILL_CLAIMS, BACKFILL_GENERATIONS
+from ._schema import BACKFILL_CLAIMS, BACKFILL_GENERATIONS, BACKFILL_REUSES
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
 
@@ -62,6 +62,8 @@ class MigrationsSQL(SQLCore):
                     self._backfill_claims(conn)
                 elif statement == BACKFILL_GENERATIONS:
                     self._backfill_generations(conn)
+                elif statement == BACKFILL_REUSES:
+                    self._backfill_reuses(conn)
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))
@@ -143,22 +145,45 @@ class MigrationsSQL(SQLCore):
         handed out before (an earlier release counted a redo's ``key~2``, ``~3``... in its
         run only), so that the next redo, whichever run asks, gets a key none was given.
         Only the entries whose key has a ``~`` are read (a first generation has none)."""
-        rows = conn.execute(
-            "SELECT key, data FROM journal WHERE kind='effect' AND key LIKE '%~%'"
-        ).fetchall()
-        for key, raw in rows:
-            try:
-                data = self._jl(raw) if raw is not None else {}
-            except ValueError:
-                continue  # not what any release wrote (``_backfill_claims`` says so)
-            if not isinstance(data, Mapping):
-                continue
+        sql = "SELECT key, data FROM journal WHERE kind='effect' AND key LIKE '%~%'"
+        for key, data in self._effect_data(conn, sql):
             action, kind = data.get("action"), data.get("kind")
             if not isinstance(action, str) or not isinstance(kind, str):
                 continue  # not a business key: never claimed store-wide
             gen = str(key).removeprefix(f"effect:{action}~")
             if gen.isdigit() and gen != str(key):
                 conn.execute(self._q.raise_generation, (int(gen), kind, action, int(gen)))
+
+    def _backfill_reuses(self, conn: Any) -> None:
+        """A migration step: the reuses an earlier release journaled (a ``done`` entry naming
+        ``from_run``) of a claim that run still holds ``done``, recorded at the claim's
+        generation, so that its refund asks a person as one reused after the upgrade does. A
+        reuse of a claim since undone (or taken again) names a payment no longer there: not
+        recorded (nothing of it is left to refund). Done entries only are read, by status."""
+        insert = self._q.p(
+            "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
+            "SELECT k.kind, k.key, k.generation, ?, ? FROM effect_keys k "
+            "WHERE k.kind=? AND k.key=? AND k.run_id=? AND k.status='done' "
+            "ON CONFLICT(kind, key, generation, run_id) DO NOTHING"
+        )
+        now = time.time()
+        sql = "SELECT run_id, data FROM journal WHERE kind='effect' AND status='done'"
+        for run_id, data in self._effect_data(conn, sql):
+            holder, kind, action = data.get("from_run"), data.get("kind"), data.get("action")
+            if isinstance(holder, str) and isinstance(kind, str) and isinstance(action, str):
+                conn.execute(insert, (run_id, now, kind, action, holder))
+
+    def _effect_data(self, conn: Any, sql: str) -> Iterator[tuple[Any, Mapping[str, Any]]]:
+        """The rows of ``sql`` (a column, then a journal entry's ``data``) whose data reads
+        as a JSON object; any other is not what a release wrote (``_backfill_claims`` says
+        so) and is passed over."""
+        for first, raw in conn.execute(sql).fetchall():
+            try:
+                data = self._jl(raw) if raw is not None else {}
+            except ValueError:
+                continue
+            if isinstance(data, Mapping):
+                yield first, data
 
     @property
     def schema_version(self) -> int:

@@ -290,6 +290,22 @@ class CoreStatements:
             "UPDATE effect_keys SET status=?, result=?, updated_at=? "
             "WHERE kind=? AND key=? AND run_id=?"
         )
+        # --- the runs that reused a claim's result, by its generation (``JournalSQL._claim``)
+        self.add_reuse = p(
+            "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
+            "VALUES(?,?,?,?,?) ON CONFLICT(kind, key, generation, run_id) DO NOTHING"
+        )
+        self.reusers = p(
+            "SELECT u.run_id, r.status, r.cycle FROM effect_reuses u "
+            "JOIN runs r ON r.run_id = u.run_id "
+            "WHERE u.kind=? AND u.key=? AND u.generation=? ORDER BY u.created_at, u.run_id"
+        )
+        self.claim_reusers = p(
+            "SELECT u.run_id, r.status, r.cycle FROM effect_keys k "
+            "JOIN effect_reuses u ON u.kind = k.kind AND u.key = k.key "
+            "AND u.generation = k.generation JOIN runs r ON r.run_id = u.run_id "
+            "WHERE k.kind=? AND k.key=? ORDER BY u.created_at, u.run_id"
+        )
         # --- schema
         self.schema_version = "SELECT value FROM loopwright_meta WHERE key='schema_version'"
         self.set_schema_version = p(

@@ -2,7 +2,8 @@
 
 Actions: ``run`` (start the run for TASK_KEY, or resume it), ``cancel`` (a person cancels it;
 its refunds run in this process), ``rollback CYCLE`` (a person rolls it back to CYCLE; the
-refunds and the redo run in this process), ``finish`` (resume to its end; a run parked for a
+refunds and the redo run in this process), ``approve`` (a person approves the run's pending
+refund requests, which run in this process), ``finish`` (resume to its end; a run parked for a
 person is cancelled by one, and its refunds run).
 
 Environment: ``MK_DIR`` (the provider's file, ``phases.log``), ``MK_CRASH=PHASE:N`` (SIGKILL at
@@ -93,6 +94,11 @@ def main(argv: list[str]) -> int:
             out = rt.run_sync(loop, TASK, task_key=key)
         elif action == "cancel":
             rt.cancel(rec.run_id, by="ops", loop=loop)
+            out = rt.resume_sync(rec.run_id, loop)
+        elif action == "approve":
+            for req in rt.store.approvals(run_id=rec.run_id, status="pending"):
+                if req.kind == "compensation":
+                    rt.approve(rec.run_id, by="ops", approval_id=req.approval_id)
             out = rt.resume_sync(rec.run_id, loop)
         elif action == "rollback":
             rt.rollback(rec.run_id, int(rest[0]), by="ops", loop=loop)

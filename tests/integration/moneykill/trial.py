@@ -117,14 +117,30 @@ class Trial:
                     bad.append(f"run {key} accepted on {held}, which the provider has {st}")
                 elif refunds and refunded_at[held] < final:
                     bad.append(f"run {key} accepted on {held}, refunded before its last cycle")
+                elif refunds and not _told(rt.store, run.run_id):
+                    bad.append(f"run {key} accepted on {held}, refunded with no person told")
                 elif refunds:
                     # A person cancelled the run that paid, after this one was accepted on
-                    # its payment: counted, not a broken rule (a person decided).
+                    # its payment, and approved its refund told of this run: counted, not a
+                    # broken rule (a person decided).
                     self.refunded_later.append(key)
                     if not standing.get(state_invoice(charges, held)):
                         # ...and the invoice ends unpaid: nobody paid it again
                         self.unpaid_accepted.append(key)
         return bad
+
+
+def _told(store: Any, run_id: str) -> bool:
+    """Whether a person approved a refund whose request named run ``run_id`` as reusing the
+    payment, and the run was told (its ``effect_reuse_refunding`` event, written before the
+    refund is asked for, or ``effect_reuse_refunded``): a refund killed in doubt is told too."""
+    named = any(
+        run_id in [r.get("run_id") for r in (a.evidence or {}).get("reused_by") or ()]
+        for a in store.approvals(status="approved")
+        if a.kind == "compensation"
+    )
+    said = ("effect_reuse_refunding", "effect_reuse_refunded")
+    return named and any(e.kind in said for e in store.events(run_id))
 
 
 def state_invoice(charges: list[tuple[str, str, str, int]], key: str) -> str:
@@ -177,6 +193,16 @@ def reused_then_refunded(t: Trial, kill: str | None) -> list[str]:
     t.do("run", "A", MK_PARK="1")
     t.do("run", "B")
     t.do("cancel", "A", crash=kill, MK_PARK="1")
+    return ["A", "B"]
+
+
+def reused_then_refund_approved(t: Trial, kill: str | None) -> list[str]:
+    """As ``reused_then_refunded``, the refund (which waits for a person, naming B) approved
+    by one, and its run killed at ``kill``."""
+    t.do("run", "A", MK_PARK="1")
+    t.do("run", "B")
+    t.do("cancel", "A", MK_PARK="1")
+    t.do("approve", "A", crash=kill, MK_PARK="1")
     return ["A", "B"]
 
 
@@ -245,6 +271,7 @@ SCENARIOS = {
     "declined_resumed_then_another": declined_resumed_then_another,
     "refund_then_another": refund_then_another,
     "reused_then_refunded": reused_then_refunded,
+    "reused_then_refund_approved": reused_then_refund_approved,
     "refund_bug_then_another": refund_bug_then_another,
     "refund_refused_then_another": refund_refused_then_another,
     "declined_rolled_back": declined_rolled_back,

@@ -1,0 +1,317 @@
+"""The refund of a payment other runs reused asks a person, naming them, and tells them.
+
+From an outside SIGKILL harness (kill44): run B asked for an invoice run A had paid, reused
+A's payment and was accepted; a person then cancelled A, whose refund ran under an ``allow``
+rule. B stayed accepted on a payment that no longer stood, and nothing named B to that
+person. Now a reuse is recorded on the claim in the transaction that journals it; the refund
+of a reused payment waits for a person, its request naming the runs that reused it (and
+their status); once it is refunded each of them gets an ``effect_reuse_refunded`` event,
+which ``loopwright show`` prints. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from doc_loop import TASK
+from test_redo_keys import Crash, Provider, dying, paying
+
+import loopwright as lw
+from loopwright import _reversal
+
+
+def compensation_requests(rt: lw.Runtime, run_id: str) -> list[lw.Approval]:
+    return [
+        a for a in rt.store.approvals(run_id=run_id, status="pending") if a.kind == "compensation"
+    ]
+
+
+def reusers(rt: lw.Runtime) -> list[tuple[str, str]]:
+    """The runs that reused I6's payment (of its claim's current generation), and their status."""
+    return [(r.run_id, r.status) for r in rt.store.effect_reuses("spend", "pay:I6")]
+
+
+def told(rt: lw.Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == "effect_reuse_refunded"]
+
+
+def a_and_b(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str]:
+    """A pays I6 and parks; B asks for I6 with the same arguments (reusing A's payment) and
+    parks too."""
+    loop = paying(provider)
+    a = rt.run_sync(loop, TASK, task_key="A")
+    b = rt.run_sync(loop, TASK, task_key="B")
+    assert (a.status, b.status) == ("awaiting_approval", "awaiting_approval")
+    assert provider.asked == ["pay:I6"]  # paid once: B reused it
+    return loop, a.run_id, b.run_id
+
+
+def started(rt: lw.Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == "effect_reuse_refunding"]
+
+
+def cancelled_payer(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str]:
+    """A pays I6 and parks, and is cancelled before any run reused its payment: its refund is
+    offered under the allow rule, asking no one."""
+    loop = paying(provider)
+    a = rt.run_sync(loop, TASK, task_key="A").run_id
+    rt.cancel(a, by="ops", loop=loop)
+    assert compensation_requests(rt, a) == []
+    return loop, a
+
+
+def cancelled_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str, Any]:
+    """A pays, B reuses the payment, A is cancelled: its refund's one request (returned)."""
+    loop, a, b = a_and_b(rt, provider)
+    rt.cancel(a, by="ops", loop=loop)
+    [req] = compensation_requests(rt, a)
+    return loop, a, b, req
+
+
+def shown(url: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``loopwright show`` prints of the run."""
+    from loopwright.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        assert main(["show", run_id, "--store", url]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_reuse_is_recorded_on_the_claim(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        _, _a, b = a_and_b(rt, provider)
+        assert reusers(rt) == [(b, "awaiting_approval")]
+        assert rt.store.effect_reuses("spend", "other") == []
+
+
+def test_the_refund_of_a_reused_payment_waits_for_a_person_naming_the_run(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the cancel's refund ran under the allow rule; B stayed on a refunded payment
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b, req = cancelled_after_reuse(rt, provider)
+        assert b in req.what and "awaiting_approval" in req.what, req.what
+        assert req.evidence["reused_by"] == [{"run_id": b, "status": "awaiting_approval"}]
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0  # not refunded: nobody decided
+        assert told(rt, b) == [] and started(rt, b) == []
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        assert started(rt, b) == [said] and told(rt, b) == [said]
+        [note] = (rt.store.get_run(a).packet or {})["compensations"]
+        assert note["status"] == "done" and note["reused_by"][0]["run_id"] == b
+    out = shown(url, b, capsys)
+    assert "reused were refunded since" in out and f"refunded by run {a}" in out
+
+
+def test_the_refund_of_a_payment_nobody_reused_runs_as_its_rule_says(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a = cancelled_payer(rt, provider)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0
+        assert [e.kind for e in rt.store.events(a)].count("compensation_reused") == 0
+
+
+def test_a_reuse_after_the_refund_was_offered_makes_it_wait(url: str) -> None:
+    # The cancel offered the refund under the allow rule (nobody had reused it); B reused
+    # the payment before A resumed to refund it.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a = cancelled_payer(rt, provider)
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0
+        [req] = compensation_requests(rt, a)
+        assert b in req.what
+        assert [e.kind for e in rt.store.events(a)].count("compensation_reused") == 1
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and len(told(rt, b)) == 1
+
+
+def test_a_refund_allowed_before_a_reuse_is_stopped_by_the_store(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a = cancelled_payer(rt, provider)  # allowed: nobody reused it yet
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        # the refund's read of the reusers made before B's reuse: blind
+        monkeypatch.setattr(_reversal, "_reused_since", lambda *a, **k: [])
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0  # the store refused the undoing
+        [req] = compensation_requests(rt, a)
+        assert b in req.what
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
+        monkeypatch.undo()
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and len(told(rt, b)) == 1
+
+
+def test_a_kill_after_the_reuse_counts_a_run_whose_journal_holds_it(url: str) -> None:
+    # B dies between its reuse's journal write and its cycle's checkpoint: the reuse row
+    # and its journal entry are one transaction, so the run counted holds the reuse, and
+    # its resume reads it from its journal (counted once).
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+
+    crashed = lw.Runtime(url)
+
+    def die(at: str) -> None:
+        if at == "before_checkpoint" and crashed.store.effect_reuses("spend", "pay:I6"):
+            raise Crash
+
+    crashed._on_phase = die
+    with pytest.raises(Crash):
+        crashed.run_sync(loop, TASK, task_key="B")
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        b = rt.store.get_run("B").run_id
+        [entry] = rt.store.journal(b, kind="effect")
+        assert entry.status == "done" and entry.data["from_run"] == a
+        assert [r for r, _st in reusers(rt)] == [b]
+        assert rt.resume_sync(b, loop).status == "awaiting_approval"
+        assert [r for r, _st in reusers(rt)] == [b]
+        assert provider.asked == ["pay:I6"]
+        rt.cancel(a, by="ops", loop=loop)
+        [req] = compensation_requests(rt, a)
+        assert b in req.what
+
+
+def as_before_reuses(rt: lw.Runtime, url: str) -> int:
+    """Put the store back as the release before reuses were recorded: their table gone, the
+    schema version before its step (returned: the latest)."""
+    from loopwright.store._pg_schema import PG_MIGRATIONS
+    from loopwright.store._schema import BACKFILL_REUSES, SQLITE_MIGRATIONS
+
+    steps = PG_MIGRATIONS if url.startswith("postgres") else SQLITE_MIGRATIONS
+    before = next(i for i, s in enumerate(steps) if BACKFILL_REUSES in s)
+    with rt.store._tx() as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP TABLE effect_reuses")
+        conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
+    return len(steps)
+
+
+def test_an_upgraded_store_records_the_reuses_its_runs_journaled(url: str) -> None:
+    # B reused A's payment under the release before; C's invoice was paid and nobody reused
+    # it. After the upgrade A's refund names B; C's claim works as before (reused by D, its
+    # refund then names D).
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b = a_and_b(rt, provider)
+        latest = as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert rt.store.schema_version == latest  # type: ignore[attr-defined]
+        assert reusers(rt) == [(b, "awaiting_approval")]
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
+        rt.cancel(a, by="ops", loop=loop)
+        [req] = compensation_requests(rt, a)
+        assert b in req.what
+        c = rt.run_sync(loop, TASK, task_key="C").run_id  # the claim still done: reused
+        assert provider.asked == ["pay:I6"]
+        assert [r for r, _st in reusers(rt)] == [b, c]
+
+
+def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, _b, req = cancelled_after_reuse(rt, provider)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert reusers(rt) == []
+        # the next run pays under the next generation's key, as before
+        rt.run_sync(loop, TASK, task_key="C")
+        assert provider.asked == ["pay:I6", "pay:I6~2"]
+
+
+def test_the_store_starts_no_undoing_of_a_reuse_no_person_was_told_of(url: str) -> None:
+    # ``journal_put``'s ``undoing`` with ``reusers_known``: refused (nothing written) while a
+    # run that reused the action is not among them; written once it is.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        _, a, b = a_and_b(rt, provider)
+        [orig] = rt.store.journal(a, kind="effect")
+        token = rt.store.acquire_lease(a, "test", 60.0)
+
+        def undoing(known: list[str]) -> None:
+            rt.store.journal_put(
+                a,
+                token,
+                key=f"undo:{orig.key.removeprefix('effect:')}",
+                kind="undo",
+                cycle=orig.cycle,
+                status="undoing",
+                data={"name": "pay", "result": orig.data["result"], "reusers_known": known},
+                claim=("spend", "pay:I6", ""),
+            )
+
+        with pytest.raises(lw.ConflictError) as caught:
+            undoing([])
+        assert caught.value.runs == [(b, "awaiting_approval")]  # type: ignore[attr-defined]
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
+        assert rt.store.journal(a, kind="undo") == []
+        undoing([b])
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "undoing", 1)
+
+
+def test_a_rollback_of_a_reused_payment_parks_for_a_person_naming_the_run(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)  # pays in cycle 2
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        assert provider.asked == ["pay:I6"]
+        assert rt.rollback(a, 1, by="ops", loop=loop).status == "awaiting_approval"
+        [req] = compensation_requests(rt, a)
+        assert b in req.what and provider.collected() == 5.0
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.resume_sync(a, loop)  # refunds, then redoes the payment under the next key
+        assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
+
+
+def test_a_rolled_back_run_whose_refund_was_reused_since_parks_for_a_person(url: str) -> None:
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        assert rt.rollback(a, 1, by="ops", loop=loop).status == "pending"  # allowed
+        b = rt.run_sync(loop, TASK, task_key="B").run_id  # reuses A's payment meanwhile
+        assert rt.resume_sync(a, loop).status == "awaiting_approval"
+        [req] = compensation_requests(rt, a)
+        assert b in req.what and provider.asked == ["pay:I6"] and provider.collected() == 5.0
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.resume_sync(a, loop)
+        assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
+
+
+def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The approved refund dies after the provider's call, with no hook to ask: in doubt, its
+    # claim never ``compensated``; B was told when it started, before the provider was asked.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b, req = cancelled_after_reuse(rt, provider)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+    crashed = dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert provider.collected() == 0  # the provider refunded it
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [note] = (rt.store.get_run(a).packet or {})["compensations"]
+        assert note["status"] == "in_doubt"
+        assert len(started(rt, b)) == 1 and told(rt, b) == []
+    assert "refund started (may be done)" in shown(url, b, capsys)
