@@ -11,13 +11,14 @@ fork inherited nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .store import RunRecord
+from .store import RunRecord, Store
 
-__all__ = ["NOTHING", "Inherited", "inherited"]
+__all__ = ["NOTHING", "Inherited", "fork_seq", "inherited"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +95,15 @@ def inherited(run: RunRecord, first_state: Mapping[str, Any] | None) -> Inherite
             "passed_checks": first_state.get("passed_checks"),
         }
     )
+
+
+def fork_seq(store: Store, run: RunRecord) -> int | None:
+    """The ``seq`` of the origin's checkpoint a fork started from, as ``Runtime.fork`` recorded
+    it in the fork's ``run_created`` event (the run's first: one page of its events is read);
+    None for a fork made before it was recorded, or by a store that could not record it."""
+    first = next(itertools.islice(store.iter_events(run.run_id), 1), None)
+    if first is None or first.kind != "run_created":
+        return None
+    forked = (first.data or {}).get("forked_from")
+    seq = forked.get("seq") if isinstance(forked, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None

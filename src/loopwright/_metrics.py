@@ -27,6 +27,7 @@ from ._run_metrics import (
     CRASH_RESUME,
     FAILURE_EVENTS,
     PERSON_DECISIONS,
+    STOPPED_BY,
     RunMetrics,
     _div,
     false_successes,
@@ -43,6 +44,7 @@ __all__ = [
     "METRIC_NAMES",
     "PERSON_DECISIONS",
     "REVIEW_COST_METRIC",
+    "STOPPED_BY",
     "Metrics",
     "RunMetrics",
     "compute_metrics",
@@ -64,8 +66,10 @@ METRIC_NAMES: tuple[str, ...] = (
     "progress_per_usd",
     "progress_per_cycle",
     "task_completion_rate",
+    "verified_completion_rate",
     "false_success_rate",
     "regression_rate",
+    "exception_rate",
     "recovery_success_rate",
     "approvals_per_accepted",
     "approval_wait_s",
@@ -90,9 +94,12 @@ DEFINITIONS: dict[str, str] = {
     "progress_per_usd": "sum of best visible scores (0 if none) / all spend",
     "progress_per_cycle": "sum of best visible scores (0 if none) / all cycles",
     "task_completion_rate": "accepted runs / selected runs",
+    "verified_completion_rate": "accepted runs passing held-out / runs with a held-out verdict",
     "false_success_rate": "accepted runs failing held-out / accepted runs with a held-out verdict",
-    "regression_rate": "verified cycles failing a visible check that passed in an earlier cycle "
-    "/ verified cycles after the first",
+    "regression_rate": "verified cycles failing a visible check that passed in the previous "
+    "verified cycle (rollbacks and forks followed) / verified cycles with a previous one",
+    "exception_rate": "runs with a retry, give-up, failed or in-doubt effect, or crash resume "
+    "/ selected runs",
     "recovery_success_rate": "accepted / runs with a retry, give-up, failed or in-doubt effect, "
     "or crash resume",
     "approvals_per_accepted": "approval requests (any outcome) / accepted runs",
@@ -151,12 +158,20 @@ class Metrics:
             cycles (each run's cycle counter; a fork's own): score points per cycle, the
             engineer's "progress per cycle" beside the CFO's per dollar.
         task_completion_rate: ``accepted`` / ``runs``.
+        verified_completion_rate: accepted runs whose held-out verdict passed / selected runs
+            with a held-out verdict (``held_out_passed`` set: held-out checks judged one of
+            its candidates). Runs of loops without held-out checks are left out, as for
+            ``false_success_rate``; so are runs that ended before any candidate was judged.
         false_success_rate: accepted runs whose held-out verdict failed / accepted runs with a
             held-out verdict (runs of loops without held-out checks are left out).
         regression_rate: regressing cycles / checked cycles. A checked cycle is a concluded
-            cycle with visible verdicts that has an earlier such cycle in its run (not undone
-            by a rollback); it regresses when a visible check that passed in one of those
-            earlier cycles fails in it.
+            cycle with visible verdicts that has a previous such cycle in its run's kept
+            lineage (a rollback to cycle k leaves the last one at or before k; a fork's first
+            is compared with its origin's last one at the fork point); it regresses when a
+            visible check that passed in that previous cycle fails in it. A check that stays
+            failing is one regression, in the cycle that broke it.
+        exception_rate: runs with at least one failure (as for ``recovery_success_rate``) /
+            ``runs``.
         recovery_success_rate: accepted runs / runs with at least one failure: a ``retry``,
             ``effect_retry``, ``gave_up``, ``effect_failed`` or ``effect_in_doubt`` event, or a
             ``resumed`` event whose previous execution ended without handing the run over
@@ -179,6 +194,10 @@ class Metrics:
             configured cost per review / ``accepted``; absent unless a cost is configured.
         stop_reasons: the number of selected runs per stop reason (every reason of the closed
             vocabulary, 0 included); open runs have none.
+        stopped_by: the same runs grouped by what stopped them (``STOPPED_BY``, 0 included):
+            success; plateau (``no_progress``, ``marginal_return``); budget (``budget_*``);
+            risk (escalated because a risk rule's approval was denied or expired);
+            escalation (any other escalation); cancelled; error.
     """
 
     runs: int
@@ -195,14 +214,17 @@ class Metrics:
     progress_per_usd: float | None
     progress_per_cycle: float | None
     task_completion_rate: float | None
+    verified_completion_rate: float | None
     false_success_rate: float | None
     regression_rate: float | None
+    exception_rate: float | None
     recovery_success_rate: float | None
     approvals_per_accepted: float | None
     approval_wait_s: float | None
     context_reuse_rate: float | None
     workflow_reuse_rate: float | None
     stop_reasons: Mapping[str, int]
+    stopped_by: Mapping[str, int] = field(default_factory=dict)
     human_review_cost_per_accepted_usd: float | None = None
     review_cost_usd: float | None = None
     basis: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -231,6 +253,7 @@ class Metrics:
             out["review_cost_usd"] = self.review_cost_usd
             out[REVIEW_COST_METRIC] = self.human_review_cost_per_accepted_usd
         out["stop_reasons"] = dict(self.stop_reasons)
+        out["stopped_by"] = dict(self.stopped_by)
         out["basis"] = {k: list(v) for k, v in self.basis.items()}
         out["undefined"] = dict(self.undefined)
         if per_run:
@@ -282,6 +305,11 @@ def summarize(
             "no run has a cycle" if rows else "no runs selected",
         ),
         "task_completion_rate": (len(acc), len(rows), "no runs selected"),
+        "verified_completion_rate": (
+            sum(1 for r in acc if r.held_out_passed is True),
+            sum(1 for r in rows if r.held_out_passed is not None),
+            "no run has a held-out verdict",
+        ),
         "false_success_rate": (
             *false_successes(r.held_out_passed for r in acc),
             "no accepted run has a held-out verdict",
@@ -289,8 +317,9 @@ def summarize(
         "regression_rate": (
             sum(len(r.regressions) for r in rows),
             sum(r.regression_checked_cycles for r in rows),
-            "no run has two verified cycles",
+            "no verified cycle has a previous one",
         ),
+        "exception_rate": (len(failed), len(rows), "no runs selected"),
         "recovery_success_rate": (
             sum(1 for r in failed if r.accepted),
             len(failed),
@@ -324,12 +353,14 @@ def summarize(
         values["spend_after_last_improvement_usd"] = None
         undefined["spend_after_last_improvement_usd"] = "no runs selected"
     reasons = Counter(r.stop_reason for r in rows if r.stop_reason)
+    groups = Counter(r.stopped_by for r in rows if r.stopped_by)
     return Metrics(
         runs=len(rows),
         runs_ended=sum(1 for r in rows if r.ended),
         accepted=len(acc),
         spend_usd=spend,
         stop_reasons={k: reasons.get(k, 0) for k in (*STOP_REASONS, *sorted(reasons))},
+        stopped_by={k: groups.get(k, 0) for k in (*STOPPED_BY, *sorted(groups))},
         review_cost_usd=review_cost_usd,
         basis=basis,
         undefined={k: undefined[k] for k in (*METRIC_NAMES, REVIEW_COST_METRIC) if k in undefined},

@@ -10,8 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
-from ._inherited import inherited
+from ._errors import ConfigError, RunNotFoundError
+from ._inherited import fork_seq, inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store
 
 __all__ = [
@@ -19,9 +21,12 @@ __all__ = [
     "FAILURE_EVENTS",
     "PERSON_DECISIONS",
     "REUSED_NOTES",
+    "STOPPED_BY",
     "RunMetrics",
     "false_successes",
+    "fork_base",
     "run_metrics",
+    "stopped_by",
     "stream_run_metrics",
 ]
 
@@ -29,6 +34,21 @@ __all__ = [
 FAILURE_EVENTS = frozenset({"retry", "effect_retry", "gave_up", "effect_failed", "effect_in_doubt"})
 #: The failure kind counted for a ``resumed`` event that follows an interrupted execution.
 CRASH_RESUME = "crash_resume"
+#: What stopped a run, coarser than its stop reason (docs/metrics.md, "Stop reasons"): the
+#: seeds' "runs stopped by success, plateau, budget, risk, or escalation", and the rest.
+STOPPED_BY = ("success", "plateau", "budget", "risk", "escalation", "cancelled", "error")
+_STOP_GROUP = {
+    "success": "success",
+    "no_progress": "plateau",
+    "marginal_return": "plateau",
+    "budget_cycles": "budget",
+    "budget_cost": "budget",
+    "budget_tokens": "budget",
+    "budget_time": "budget",
+    "escalated": "escalation",
+    "cancelled": "cancelled",
+    "error": "error",
+}
 #: Approval outcomes that a person decided (the others are expiry and cancellation).
 PERSON_DECISIONS = frozenset({"approved", "denied", "answered"})
 # An execution that ends with one of these handed the run over cleanly (parked, waiting,
@@ -43,6 +63,69 @@ _CONCLUDED = frozenset({"accepted", "revise", "refused", "asked"})
 def _concluded(record: Mapping[str, Any] | None) -> bool:
     """Whether a checkpoint's record concludes a cycle (not a mid-cycle commit or rollback)."""
     return record is not None and record.get("decision") in _CONCLUDED and "cycle" in record
+
+
+#: A verified cycle: its number and the visible checks that passed in it.
+_Verified = tuple[int, frozenset[str]]
+
+
+class _Lineage:
+    """``regression_rate``'s reading of one run: its kept verified cycles, newest last (those a
+    rollback undid are dropped; a fork starts from its origin's last one at the fork point).
+    Held run-length: an entry is the first of consecutive verified cycles whose checks passed
+    alike, so a long steady run holds one entry (invariant 8), and after a rollback to k the
+    last entry starting at or before k holds what passed in the last verified cycle ≤ k."""
+
+    def __init__(self, base: _Verified | None = None) -> None:
+        self.kept: list[_Verified] = [base] if base is not None else []
+
+    def record(
+        self, rec: Mapping[str, Any], concluded: bool
+    ) -> tuple[bool, tuple[str, ...]] | None:
+        """Fold one checkpoint record in. For a verified cycle: (whether it had a previous
+        verified cycle, the checks that passed there and fail here); else None."""
+        if rec.get("decision") == "rollback":
+            to = int(rec.get("to_cycle") or 0)
+            while self.kept and self.kept[-1][0] > to:  # (kept in cycle order)
+                self.kept.pop()
+            return None
+        visible = rec.get("visible") or {}
+        if not concluded or not visible:
+            return None
+        passed = frozenset(k for k, v in visible.items() if (v or {}).get("passed"))
+        prev = self.kept[-1][1] if self.kept else None
+        if prev != passed:
+            self.kept.append((int(rec["cycle"]), passed))
+        if prev is None:
+            return False, ()
+        return True, tuple(sorted(k for k in visible if k in prev and k not in passed))
+
+    @property
+    def last(self) -> _Verified | None:
+        return self.kept[-1] if self.kept else None
+
+
+def fork_base(st: Store, run: RunRecord) -> _Verified | None:
+    """For a fork, its origin's last verified cycle at the fork point (the kept lineage up to
+    the origin's checkpoint it was made from; a fork of a fork reaches back further): what the
+    fork's first verified cycle is compared with (numbered as ``_Lineage`` keeps it: maybe the
+    first of the cycles before it that passed alike). None for a run that is not a fork, a
+    fork of a point before any verified cycle, or one whose origin is gone."""
+    if run.forked_from is None or run.forked_at is None:
+        return None
+    try:
+        origin = st.get_run(run.forked_from)
+        upto = fork_seq(st, run)
+        if upto is None:  # a fork made before the seq was recorded
+            upto = concluded_in(st, origin.run_id, run.forked_at, "forked_at").seq
+    except (RunNotFoundError, ConfigError):
+        return None
+    lineage = _Lineage(fork_base(st, origin))
+    for seq, _cycle, record in st.iter_records(origin.run_id):
+        if seq > upto:
+            break
+        lineage.record(record or {}, _concluded(record))
+    return lineage.last
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +144,16 @@ class RunMetrics:
         spend_after_last_improvement_usd: the run's own spend after that cycle (the whole of
             its own spend when no cycle of its own improved).
         verified_cycles: concluded cycles with at least one visible verdict.
-        regression_checked_cycles: verified cycles with an earlier verified cycle that was not
-            undone by a rollback.
+        regression_checked_cycles: verified cycles that have a previous verified cycle in the
+            run's kept lineage (not undone by a rollback; a fork's first one is its origin's
+            last at the fork point).
         regressions: ``(cycle, checks)`` for each checked cycle in which visible checks that
-            passed in an earlier cycle fail.
+            passed in that previous verified cycle fail.
         accepted_parts: parts of the final state with an accepted version that the loop wrote
             (a version from cycle ≥ 1 at or before the accepted one).
         part_revisions: over those parts, the versions that precede the accepted one.
+        stopped_by: the stop reason grouped (``STOPPED_BY``; ``risk``: an escalation because
+            a risk rule's approval was denied or expired); None while the run is open.
         edits: person edits of the run (``edited`` events, ``Runtime.edit``), overrides of an
             accepted version included.
         approvals: approval requests of the run, whatever their outcome.
@@ -109,6 +195,7 @@ class RunMetrics:
     context_reuse_cycles: int
     workflow_reused: bool | None
     edits: int = 0
+    stopped_by: str | None = None
     inherited_usd: float = 0.0
     inherited_cycles: int = 0
     inherited_best_score: float | None = None
@@ -187,6 +274,23 @@ _DERIVED = (
 )
 
 
+def stopped_by(stop_reason: str | None, packet: Mapping[str, Any] | None) -> str | None:
+    """The run's stop reason in ``STOPPED_BY``'s terms (None for an open run; a reason outside
+    the vocabulary, from a newer release, as it is). An escalation is ``risk`` when the run
+    stopped because a person denied, or let expire, the approval a contract's risk rule asked
+    for: its handoff packet's evidence is that request (kind ``risk``)."""
+    if stop_reason is None:
+        return None
+    group = _STOP_GROUP.get(stop_reason, stop_reason)
+    if group == "escalation":
+        appr = ((packet or {}).get("evidence") or {}).get("approval")
+        if not isinstance(appr, Mapping):
+            return group
+        if appr.get("kind") == "risk" and appr.get("status") in ("denied", "expired"):
+            return "risk"
+    return group
+
+
 def _div(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
@@ -210,14 +314,18 @@ def run_metrics(
     approvals: Sequence[Approval],
     *,
     workflow_proven_at: float | None = None,
+    fork_base: tuple[int, Iterable[str]] | None = None,
 ) -> RunMetrics:
     """One run's metrics from its rows in the store.
 
     ``workflow_proven_at`` is the earliest ``ended_at`` of an accepted run with the same loop
     name and version (any project, any time; :func:`compute_metrics` looks it up).
+    ``fork_base``, for a fork: its origin's last verified cycle at the fork point and the
+    visible checks that passed in it (:func:`fork_base` reads it from a store).
     """
     cps = sorted(checkpoints, key=lambda c: c.seq)
-    fold = _RunFold(run)
+    base = None if fork_base is None else (int(fork_base[0]), frozenset(fork_base[1]))
+    fold = _RunFold(run, base)
     for c in cps:
         fold.checkpoint(c.seq, c.record, c.fields)
     for e in sorted(events, key=lambda e: e.id):
@@ -233,7 +341,7 @@ def stream_run_metrics(
     """:func:`run_metrics` over the store's rows of ``run`` in one pass, a page at a time:
     what it holds is the fold's accumulators and the final state, not the run's every
     checkpoint and event (a 20,000-cycle run read whole held 376 MB)."""
-    fold = _RunFold(run)
+    fold = _RunFold(run, fork_base(st, run))
     last = -1
     for seq, _cycle, record, own in st.iter_fields(run.run_id):
         fold.checkpoint(seq, record, own)
@@ -252,7 +360,7 @@ class _RunFold:
     """One run's metrics folded over its checkpoints (in ``seq`` order) and its events (in
     ``id`` order): accumulators only, so a reader of a long run holds neither list."""
 
-    def __init__(self, run: RunRecord) -> None:
+    def __init__(self, run: RunRecord, fork_base: _Verified | None = None) -> None:
         self.run = run
         self.inh = inherited(run, None)
         self.started = False
@@ -260,11 +368,8 @@ class _RunFold:
         self.last_cycle: int | None = None
         self.through = 0.0
         self.summed = 0.0  # fallback for states without ``spent``: the cycles' own usage
-        # regressions: each check's first passing cycle among the cycles kept (not rolled
-        # back): a check passed before this cycle iff it is here (invariant 8 for readers: the
-        # union of every earlier cycle's checks, taken afresh per cycle, was O(cycles²)).
-        self.first: dict[str, int] = {}
-        self.earlier: list[int] = []  # the kept verified cycles so far
+        # regressions: the kept verified cycles (a fork's starting from its origin's)
+        self.lineage = _Lineage(fork_base)
         self.checked = self.verified = 0
         self.found: list[tuple[int, tuple[str, ...]]] = []
         # context reuse
@@ -305,25 +410,14 @@ class _RunFold:
             self.through = float(spent["cost_usd"]) if isinstance(spent, Mapping) else self.summed
 
     def _regression(self, rec: Mapping[str, Any], concluded: bool) -> None:
-        if rec.get("decision") == "rollback":
-            to = int(rec.get("to_cycle") or 0)
-            self.earlier = [n for n in self.earlier if n <= to]
-            self.first = {k: n for k, n in self.first.items() if n <= to}
+        seen = self.lineage.record(rec, concluded)
+        if seen is None:
             return
-        visible = rec.get("visible") or {}
-        if not concluded or not visible:
-            return
-        n = int(rec["cycle"])
-        passed = [k for k, v in visible.items() if (v or {}).get("passed")]
-        if self.earlier:
-            self.checked += 1
-            broken = tuple(sorted(k for k in visible if k in self.first and k not in passed))
-            if broken:
-                self.found.append((n, broken))
-        for k in passed:
-            self.first.setdefault(k, n)
-        self.earlier.append(n)
         self.verified += 1
+        checked, broken = seen
+        self.checked += checked
+        if broken:
+            self.found.append((int(rec["cycle"]), broken))
 
     def _context(self, rec: Mapping[str, Any], concluded: bool, fields: Mapping[str, Any]) -> None:
         """Cycles after the first concluded one, and those whose context carried a note or an
@@ -404,6 +498,7 @@ class _RunFold:
             context_reuse_cycles=self.reuse,
             workflow_reused=reused,
             edits=self.edits,
+            stopped_by=stopped_by(run.stop_reason, run.packet),
             inherited_usd=inh.cost_usd,
             inherited_cycles=inh.cycle,
             inherited_best_score=inh.best_score,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import loopwright as lw
@@ -18,3 +19,14 @@ def fields(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         if vals.get(k) != v
     )
     return lw.Verdict(passed=not found, score=1 - len(found) / len(TARGET), findings=found)
+
+
+def part_check(part: str, want: int) -> Callable[[lw.TaskState, lw.Proposal], lw.Verdict]:
+    """A visible check named ``check_<part>``: the doc's ``part`` is ``want``."""
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        ok = state.artifacts["doc"].values().get(part) == want
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
+
+    check.__name__ = f"check_{part}"
+    return check

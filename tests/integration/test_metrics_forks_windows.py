@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_loop import TARGET, TASK, fields
+from doc_loop import TARGET, TASK, fields, part_check
 
 import loopwright as lw
 from loopwright._metrics import compute_metrics
@@ -326,3 +326,125 @@ def test_the_run_pages_spend_after_the_last_improvement_is_the_metrics(
     monkeypatch.setattr(web, "CHECKPOINTS_READ", 2)  # the newest checkpoints: cycles 4 and 5
     assert "before the cycles drawn" in _chart_after(client, long.run_id)
     assert _chart_after(client, fork.run_id).endswith("improvement: $0.2000")
+
+
+def test_a_regression_is_a_cycle_that_breaks_what_passed_in_the_previous_one(url: str) -> None:
+    """The outside probe's fork: a check that stays broken regresses once, in the cycle that
+    broke it, and a fork's first cycle is compared with the origin's cycle it went on from."""
+    steps: dict[int, dict[str, int]] = {
+        1: {"a": 1},  # a passes
+        2: {"a": 7, "b": 2},  # a broken: a regression; b passes
+        3: {"a": 7},  # a still failing: nothing newly broken (counted before)
+        4: {"a": 1},  # both pass: accepted
+    }
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", steps[ctx.cycle], usage=lw.Usage(0.1))
+
+    loop = lw.Loop(
+        name="m",
+        version="v1",
+        actor=actor,
+        verifiers=[part_check("a", 1), part_check("b", 2)],
+        contract=lw.Contract(
+            success=lw.Success(accept_parts="on_success"), budget=lw.Budget(max_cycles=8)
+        ),
+    )
+    with lw.Runtime(url) as rt:
+        origin = rt.run_sync(loop, TASK, task_key="O")
+        assert (origin.status, origin.cycles) == ("accepted", 4)
+        # from cycle 2 (a failing, b passing): cycle 3 breaks b against the origin's cycle 2
+        steps.update({3: {"b": 5}, 4: {"b": 2}, 5: {"a": 1}})
+        fork = rt.fork(origin.run_id, at_cycle=2, task_key="O~2")
+        f = rt.resume_sync(fork.run_id, loop)
+        assert (f.status, f.cycles) == ("accepted", 5)
+        # a fork of the fork at its own start: compared with the first origin's cycle 2 too
+        again = rt.fork(fork.run_id, at_cycle=2, task_key="O~2~2")
+        assert rt.resume_sync(again.run_id, loop).status == "accepted"
+        m = compute_metrics(rt.store)
+    rows = {r.task_key: r for r in m.per_run}
+    assert rows["O"].regressions == ((2, ("check_a",)),)
+    assert (rows["O"].verified_cycles, rows["O"].regression_checked_cycles) == (4, 3)
+    assert rows["O~2"].regressions == ((3, ("check_b",)),)
+    assert (rows["O~2"].verified_cycles, rows["O~2"].regression_checked_cycles) == (3, 3)
+    assert rows["O~2~2"].regressions == ((3, ("check_b",)),)
+    assert rows["O~2~2"].regression_checked_cycles == 3
+    # by hand: 1 + 1 + 1 regressing cycles of 3 + 3 + 3 checked (the definition before
+    # counted the origin's cycle 3 and neither fork's cycle 3: 2 of 7)
+    assert m.basis["regression_rate"] == (3, 9)
+    assert m.regression_rate == pytest.approx(3 / 9)
+
+
+def test_runs_stopped_by_a_risk_rule_are_told_from_other_escalations(url: str) -> None:
+    """A risk rule's approval denied, or expired, ends the run ``escalated`` (the closed
+    vocabulary) and ``stopped_by`` says ``risk``; an actor's escalation says ``escalation``."""
+    from loopwright._authority import expire
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.task.get("escalate"):
+            return lw.Proposal(escalate="needs a person", usage=lw.Usage(0.1))
+        return lw.Proposal.edit("doc", dict(TARGET), usage=lw.Usage(0.1))
+
+    loop = make_loop(
+        actor, risk=(lw.RiskRule(name="touch_c", touches=("doc/c",), reason="c moves money"),)
+    )
+    with lw.Runtime(url) as rt:
+        denied = rt.run_sync(loop, TASK, task_key="denied")
+        lapsed = rt.run_sync(loop, TASK, task_key="lapsed")
+        approved = rt.run_sync(loop, TASK, task_key="approved")
+        assert {denied.status, lapsed.status, approved.status} == {"awaiting_approval"}
+        rt.deny(denied.run_id, by="carol", note="no")
+        expired = expire(rt.store, rt.pending_approval(lapsed.run_id))
+        assert expired is not None and expired.status == "expired"
+        rt.approve(approved.run_id, by="carol")
+        ends = [rt.resume_sync(r.run_id, loop) for r in (denied, lapsed, approved)]
+        assert [e.status for e in ends] == ["escalated", "escalated", "accepted"]
+        asked = rt.run_sync(loop, {**TASK, "escalate": True}, task_key="asked")
+        assert asked.status == "escalated"
+        m = compute_metrics(rt.store)
+    by_key = {r.task_key: r.stopped_by for r in m.per_run}
+    assert by_key == {
+        "denied": "risk",
+        "lapsed": "risk",
+        "approved": "success",
+        "asked": "escalation",
+    }
+    assert m.stop_reasons["escalated"] == 3  # the stop reasons are as they were
+    assert (m.stopped_by["risk"], m.stopped_by["escalation"], m.stopped_by["success"]) == (2, 1, 1)
+    assert sum(m.stopped_by.values()) == m.runs_ended == 4
+
+
+def test_the_cli_and_the_metrics_page_show_what_stopped_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.cli import _metrics_cmd as _registers_the_command  # noqa: F401
+    from loopwright.cli import main
+    from loopwright.web import create_app
+
+    loop = make_loop(
+        one_fix_per_cycle([]),
+        risk=(lw.RiskRule(name="touch_c", touches=("doc/c",), reason="c moves money"),),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt:
+        parked = rt.run_sync(loop, TASK, task_key="denied")
+        rt.deny(parked.run_id, by="carol")
+        assert rt.resume_sync(parked.run_id, loop).status == "escalated"
+        rt.run_sync(make_loop(one_fix_per_cycle([])), TASK, task_key="fine")
+    assert main(["metrics", "--store", db]) == 0
+    text = capsys.readouterr().out
+    for name in ("Stopped by", "verified_completion_rate", "exception_rate"):
+        assert name in text
+    # one run of two of each: 50.0 %
+    assert re.search(r"risk\s+│?\s*1\s+│?\s*50\.0%", text), text
+    assert re.search(r"escalation\s+│?\s*0\s", text), text
+    client = TestClient(create_app(db, token="t" * 32, identity="ana"), base_url="http://127.0.0.1")
+    page = client.get("/metrics", headers={"Authorization": "Bearer " + "t" * 32}).text
+    assert "Stopped by" in page
+    assert re.search(r"<code>risk</code>.*?<td class=\"num\">1</td>", page), page
+    api = client.get("/api/metrics", headers={"Authorization": "Bearer " + "t" * 32}).json()
+    assert api["stopped_by"]["risk"] == 1 and api["stop_reasons"]["escalated"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_loop import TARGET, TASK, fields
+from doc_loop import TARGET, TASK, fields, part_check
 
 import loopwright as lw
 from loopwright._metrics import CRASH_RESUME, METRIC_NAMES, compute_metrics
@@ -233,15 +233,6 @@ def test_a_question_answered_is_context_reused_by_the_next_cycle(rt: lw.Runtime)
     assert m.approval_wait_s is not None and m.approval_wait_s >= 0
 
 
-def _check(part: str, want: int) -> Callable[[lw.TaskState, lw.Proposal], lw.Verdict]:
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        ok = state.artifacts["doc"].values().get(part) == want
-        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
-
-    check.__name__ = f"check_{part}"
-    return check
-
-
 def test_a_cycle_that_breaks_a_passing_check_is_a_regression(rt: lw.Runtime) -> None:
     steps = [{"a": 1}, {"a": 7, "b": 2}, {"a": 1, "c": 3}]
 
@@ -250,7 +241,7 @@ def test_a_cycle_that_breaks_a_passing_check_is_a_regression(rt: lw.Runtime) -> 
 
     loop = make_loop(
         actor,
-        verifiers=(_check("a", 1), _check("b", 2)),
+        verifiers=(part_check("a", 1), part_check("b", 2)),
         success=lw.Success(accept_parts="on_success"),
     )
     r = rt.run_sync(loop, TASK)

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_loop import TARGET, TASK, fields
+from doc_loop import TARGET, TASK, fields, part_check
 from support.long_loops import rejecting_loop
 
 import loopwright as lw
 from loopwright._metrics import compute_metrics, run_metrics, summarize
+from loopwright._run_metrics import fork_base
 from loopwright.store import Store, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +52,6 @@ def fixer(ctx: lw.Context) -> lw.Proposal:
     return lw.Proposal(note="look", usage=lw.Usage(0.1, 40))
 
 
-def _check(part: str, want: int) -> Callable[[lw.TaskState, lw.Proposal], lw.Verdict]:
-    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        ok = state.artifacts["doc"].values().get(part) == want
-        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
-
-    check.__name__ = f"check_{part}"
-    return check
-
-
 def _mixed_store(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs with effects, approvals (approved, denied, answered), held-out checks, model
     calls, a rollback, a fork, a crash and a retry, a regression and a person's edits."""
@@ -88,13 +80,14 @@ def _mixed_store(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         assert done.cycles >= 3
         rt.rollback(asked.run_id, 1, by="dave")
         rt.resume_sync(asked.run_id, _loop(asking))
-        rt.fork(asked.run_id, at_cycle=2, task_key="asked~2")
+        fork = rt.fork(asked.run_id, at_cycle=2, task_key="asked~2")
+        rt.resume_sync(fork.run_id, _loop(asking))  # its first cycle compared with cycle 2
 
         # a regression; a person's edits
         steps = [{"a": 1}, {"a": 7, "b": 2}, {"a": 1, "c": 3}]
         regress = _loop(
             lambda ctx: lw.Proposal.edit("doc", steps[ctx.cycle - 1], usage=lw.Usage(0.1)),
-            verifiers=(_check("a", 1), _check("b", 2)),
+            verifiers=(part_check("a", 1), part_check("b", 2)),
             success=lw.Success(accept_parts="on_success"),
         )
         rt.run_sync(regress, TASK, task_key="regress")
@@ -138,6 +131,7 @@ def _read_whole(st: Store) -> list[Any]:
             workflow_proven_at=None
             if r.loop_version is None
             else proven.get((r.loop_name, r.loop_version)),
+            fork_base=fork_base(st, r),
         )
         for r in runs
     ]
@@ -160,6 +154,8 @@ def test_streamed_metrics_equal_the_run_read_whole(
     assert rows["edited"].edits == 2
     assert rows["crashy"].failures
     assert rows["asked~2"].inherited_usd > 0
+    fork = rows["asked~2"]
+    assert fork.verified_cycles and fork.regression_checked_cycles == fork.verified_cycles
     assert rows["asked"].context_reuse_cycles > 0
     assert any(r.last_improvement_cycle is not None for r in streamed.per_run)
     assert any(r.accepted_parts for r in streamed.per_run)

@@ -186,6 +186,47 @@ def test_regressions_are_checks_that_passed_earlier_and_fail_now() -> None:
     assert m.regressions == ((2, ("a",)), (5, ("b",)))
 
 
+def test_a_check_that_stays_broken_regresses_once_in_the_cycle_that_broke_it() -> None:
+    # (before: every cycle in which a check that ever passed still failed counted, so cycles
+    # 3 and 4 here were regressions too, though they broke nothing that passed before them)
+    cps = checkpoints(
+        (cycle(1, {"a": True, "b": True}), {}),
+        (cycle(2, {"a": False, "b": True}), {}),  # a broken
+        (cycle(3, {"a": False, "b": True}), {}),  # a still failing: nothing new broken
+        (cycle(4, {"a": False, "b": True}), {}),
+        (cycle(5, {"a": True, "b": False}), {}),  # b broken (a repaired)
+    )
+    m = metrics_of(cps=cps)
+    assert (m.verified_cycles, m.regression_checked_cycles) == (5, 4)
+    assert m.regressions == ((2, ("a",)), (5, ("b",)))
+    assert summarize([m]).basis["regression_rate"] == (2, 4)
+
+
+def test_a_forks_first_cycle_is_compared_with_the_cycle_it_was_forked_from() -> None:
+    # the origin's last verified cycle at the fork point passed a and b; the fork's first
+    # cycle fails a (a regression) and its second fails a still (none)
+    fork = run_row(run_id="f1", forked_from="r1", forked_at=3)
+    cps = checkpoints(
+        (cycle(4, {"a": False, "b": True}), {}),
+        (cycle(5, {"a": False, "b": True}), {}),
+    )
+    m = metrics_of(fork, cps, fork_base=(3, ["a", "b"]))
+    assert (m.verified_cycles, m.regression_checked_cycles) == (2, 2)
+    assert m.regressions == ((4, ("a",)),)
+    # without a base (a fork of cycle 0, or of a run with no verified cycle) the first is not
+    # checked
+    m = metrics_of(fork, cps)
+    assert (m.regression_checked_cycles, m.regressions) == (1, ())
+    # a rollback to the fork point keeps the origin's cycle as the previous one
+    cps = checkpoints(
+        (cycle(4, {"a": True, "b": True}), {}),
+        ({"decision": "rollback", "to_cycle": 3, "by": "ann"}, {}),
+        (cycle(4, {"a": True, "b": False}), {}),  # b broken against origin cycle 3
+    )
+    m = metrics_of(fork, cps, fork_base=(3, ["b"]))
+    assert m.regressions == ((4, ("b",)),)
+
+
 def test_a_rollback_forgets_what_passed_after_its_target() -> None:
     cps = checkpoints(
         (cycle(1, {"a": False}), {}),
@@ -204,7 +245,7 @@ def _regressions_by_definition(
     steps: list[tuple[str, int, dict[str, bool]]],
 ) -> tuple[int, int, list[tuple[int, tuple[str, ...]]]]:
     """The metric as defined, naively: a check regresses in a cycle when it fails there and
-    passed in a kept earlier cycle (rolled-back cycles are forgotten)."""
+    passed in the previous kept verified cycle (rolled-back cycles are forgotten)."""
     kept: list[tuple[int, dict[str, bool]]] = []
     checked = verified = 0
     found: list[tuple[int, tuple[str, ...]]] = []
@@ -214,7 +255,7 @@ def _regressions_by_definition(
             continue
         if kept:
             checked += 1
-            before = {k for _m, v in kept for k, ok in v.items() if ok}
+            before = {k for k, ok in kept[-1][1].items() if ok}
             broken = tuple(sorted(k for k, ok in visible.items() if not ok and k in before))
             if broken:
                 found.append((n, broken))
@@ -435,6 +476,10 @@ def test_pooled_metrics_by_hand() -> None:
     # checked cycles: a:2, d:2, d:3 -> 3; regressing: a:2
     assert m.regression_rate == pytest.approx(1 / 3)
     assert m.recovery_success_rate == pytest.approx(1 / 2)  # b recovered, d did not
+    assert m.exception_rate == pytest.approx(2 / 4)  # b (a crash) and d (a retry) of 4 runs
+    # held-out verdicts: a (passed, accepted) and b (failed); c and d have none
+    assert m.verified_completion_rate == pytest.approx(1 / 2)
+    assert m.basis["verified_completion_rate"] == (1, 2)
     assert m.approvals_per_accepted == pytest.approx(2 / 3)
     assert m.approval_wait_s == pytest.approx(20.0)
     assert m.context_reuse_rate == pytest.approx(0 / 3)
@@ -445,6 +490,96 @@ def test_pooled_metrics_by_hand() -> None:
     assert m.stop_reasons["no_progress"] == 1
     assert set(m.stop_reasons) >= set(lw.STOP_REASONS)
     assert m.basis["regression_rate"] == (1, 3)
+    assert m.stopped_by == {
+        "success": 3,
+        "plateau": 1,
+        "budget": 0,
+        "risk": 0,
+        "escalation": 0,
+        "cancelled": 0,
+        "error": 0,
+    }
+
+
+def _ended(run_id: str, reason: str, packet: dict[str, Any] | None = None, **kw: Any) -> RunMetrics:
+    status = {"success": "accepted", "escalated": "escalated", "cancelled": "cancelled"}
+    return metrics_of(
+        run_row(
+            run_id=run_id,
+            status=status.get(reason, "failed" if reason == "error" else "stopped"),
+            stop_reason=reason,
+            packet=packet,
+            **kw,
+        )
+    )
+
+
+def _escalated_by(kind: str, status: str) -> dict[str, Any]:
+    """A handoff packet as ``_finish`` writes it for a denied or expired request."""
+    return {"evidence": {"approval": {"kind": kind, "status": status, "what": "x"}}}
+
+
+def test_stopped_by_groups_the_stop_reasons_and_tells_risk_from_other_escalations() -> None:
+    rows = [
+        _ended("s", "success"),
+        _ended("p1", "no_progress"),
+        _ended("p2", "marginal_return"),
+        *(_ended(f"b{i}", r) for i, r in enumerate(lw.STOP_REASONS) if r.startswith("budget_")),
+        _ended("r1", "escalated", _escalated_by("risk", "denied")),
+        _ended("r2", "escalated", _escalated_by("risk", "expired")),
+        _ended("e1", "escalated", _escalated_by("effect", "denied")),  # an effect's approval
+        _ended("e2", "escalated", _escalated_by("question", "expired")),
+        _ended("e3", "escalated", {"evidence": {}}),  # an actor's escalation, an error...
+        _ended("e4", "escalated", None),
+        _ended("c", "cancelled"),
+        _ended("x", "error"),
+        metrics_of(run_row(run_id="o", status="running", stop_reason=None, ended_at=None)),
+    ]
+    assert [r.stopped_by for r in rows][-3:] == ["cancelled", "error", None]
+    m = summarize(rows)
+    assert m.stopped_by == {
+        "success": 1,
+        "plateau": 2,
+        "budget": 4,
+        "risk": 2,
+        "escalation": 4,
+        "cancelled": 1,
+        "error": 1,
+    }
+    assert sum(m.stopped_by.values()) == m.runs_ended == m.runs - 1
+    # the closed vocabulary is unchanged: risk is a breakdown, not a stop reason
+    assert m.stop_reasons["escalated"] == 6 and "risk" not in m.stop_reasons
+    assert m.to_dict()["stopped_by"] == dict(m.stopped_by)
+
+
+def test_verified_completion_counts_accepted_runs_that_passed_held_out() -> None:
+    rows = [
+        _ended("a1", "success", held_out_passed=True),  # verified completion
+        _ended("a2", "success", held_out_passed=False),  # a false success
+        _ended("a3", "success", held_out_passed=None),  # no held-out checks: left out
+        _ended("n1", "no_progress", held_out_passed=True),  # passed held-out, not accepted
+        _ended("n2", "escalated", held_out_passed=False),
+        _ended("n3", "budget_cost", held_out_passed=None),  # never judged: left out
+    ]
+    m = summarize(rows)
+    assert m.basis["verified_completion_rate"] == (1, 4)
+    assert m.verified_completion_rate == pytest.approx(1 / 4)
+    assert m.false_success_rate == pytest.approx(1 / 2)  # the same runs' held-out verdicts
+    m = summarize(rows[2:3] + rows[5:])
+    assert m.verified_completion_rate is None
+    assert m.undefined["verified_completion_rate"] == "no run has a held-out verdict"
+
+
+def test_exception_rate_is_runs_with_a_failure_over_runs() -> None:
+    rows = [
+        metrics_of(run_row(run_id="a"), evs=events("started", "retry")),
+        metrics_of(run_row(run_id="b"), evs=events("started", "resumed")),  # a crash resume
+        metrics_of(run_row(run_id="c"), evs=events("started", "approval_requested", "resumed")),
+        metrics_of(run_row(run_id="d", status="stopped", stop_reason="budget_cost")),
+    ]
+    m = summarize(rows)
+    assert m.basis["exception_rate"] == (2, 4)  # c handed over before its resume: no failure
+    assert m.recovery_success_rate == pytest.approx(2 / 2)
 
 
 def test_empty_selection_is_undefined_never_zero() -> None:

@@ -80,6 +80,7 @@ def metrics(
     out = console()
     out.print(_table(m, wide=out.width >= _WIDE))
     out.print(_reasons(m))
+    out.print(_stopped_by(m))
     if per_run:
         out.print(_runs(m, out.width))
 
@@ -163,6 +164,20 @@ def _reasons(m: Metrics) -> object:
     open_runs = m.runs - m.runs_ended
     if open_runs:
         t.add_row("[dim](open: no stop reason yet)[/]", str(open_runs), f"{open_runs / m.runs:.1%}")
+    return t
+
+
+def _stopped_by(m: Metrics) -> object:
+    """The stop reasons grouped (success, plateau, budget, risk, escalation, ...): each group
+    shown, 0 included, so that a reader sees what did not happen as well."""
+    from rich.table import Table
+
+    t = Table(title="Stopped by", title_justify="left")
+    t.add_column("stopped by")
+    t.add_column("runs", justify="right")
+    t.add_column("share", justify="right")
+    for group, n in m.stopped_by.items():
+        t.add_row(group, str(n), f"{n / m.runs:.1%}" if m.runs else "n/a")
     return t
 
 

@@ -15,6 +15,7 @@ from .._concluded import concluded_at, concluded_in
 from .._cycle import ASKED
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
+from .._inherited import fork_seq
 from .._redact import redact
 from .._state import TaskState
 from ..store import Approval, Checkpoint, RunRecord, Store
@@ -178,7 +179,7 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
     origin = store.get_run(run.forked_from)
     # The origin's checkpoint the fork started from, as recorded when it was made; then the
     # checkpoints up to it a page at a time: what comes after the fork point is not read.
-    start = _fork_seq(store, run)
+    start = fork_seq(store, run)
     if start is None:
         # A fork made before the seq was recorded: the fork point among the origin's first
         # checkpoint and those of its cycle (a fork early in a long run reads those, not the
@@ -201,18 +202,6 @@ def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:
         *(c for c in _inherited_cycles(store, origin) if c["cycle"] not in own),
         *({"run_id": origin.run_id, **_case_cycle(own[n])} for n in sorted(own)),
     ]
-
-
-def _fork_seq(store: Store, run: RunRecord) -> int | None:
-    """The ``seq`` of the origin's checkpoint a fork started from, as ``Runtime.fork`` recorded
-    it in the fork's ``run_created`` event (the run's first: one page of its events is read);
-    None for a fork made before it was recorded, or by a store that could not record it."""
-    first = next(itertools.islice(store.iter_events(run.run_id), 1), None)
-    if first is None or first.kind != "run_created":
-        return None
-    forked = (first.data or {}).get("forked_from")
-    seq = forked.get("seq") if isinstance(forked, dict) else None
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def _decision(a: Approval) -> dict[str, Any]:

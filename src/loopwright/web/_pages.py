@@ -215,6 +215,8 @@ def register_pages(app: FastAPI, ctx: WebContext) -> None:
             m=m,
             names=METRIC_NAMES,
             reasons=reasons.most_common(),
+            stopped_by=list(m.stopped_by.items()),
+            stopped_max=max(m.stopped_by.values(), default=0) or 1,
             reason_max=max(reasons.values(), default=1),
             days=sorted(days.items()),
             projects=store.run_projects(),
