@@ -128,6 +128,17 @@ class Forking(RuntimeHost):
         if chosen is not None:
             chosen.refuse_for_a_run()  # as a loop refuses it
             cycle_cap(chosen, state)  # the task's own cycle budget, as ``create`` checks it
+        else:
+            # The origin's, kept: an older release let a run start under a budget of 0, which
+            # ends the fork before its first cycle too.
+            try:
+                Contract.from_dict(rec.contract).refuse_for_a_run()
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"run {rec.run_id}'s contract, which the fork would keep: {exc.message}; "
+                    "give the fork a contract",
+                    field=exc.field,
+                ) from None
         args: dict[str, Any] = {
             "run_id": uuid.uuid4().hex[:16],
             "task_key": key,

@@ -163,6 +163,33 @@ def test_fork_refuses_a_contract_a_loop_would_refuse(origin: tuple[Path, str, Co
         assert len(rt.store.list_runs()) == before  # nothing created
 
 
+def test_a_fork_keeping_an_older_runs_budget_of_zero_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run an older release let start under a budget of 0 ended before its first cycle; a
+    # fork given no contract keeps the origin's, so it would too: it is refused, naming the
+    # budget, nothing made (it made a run that ended at once when resumed).
+    zero = lw.Contract(budget=lw.Budget(max_cycles=CYCLES, max_cost_usd=0.0))
+    with monkeypatch.context() as m:
+        m.setattr(lw.Contract, "refuse_for_a_run", lambda self: None)  # an older release
+        old = replace(make_loop(Counter()), contract=zero)
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(old, TASK, task_key="zero")
+        assert (r.stop_reason, r.cycles) == ("budget_cost", 0)
+        before = len(rt.store.list_runs())
+        with pytest.raises(lw.ConfigError, match="more than 0") as e:
+            rt.fork(r.run_id, 0)
+        assert e.value.field == "contract.budget.max_cost_usd"
+        assert "give the fork a contract" in str(e.value)
+        assert len(rt.store.list_runs()) == before  # nothing created
+        # a contract of its own (or its loop's) with a budget above 0 forks it
+        some = lw.Contract(budget=lw.Budget(max_cycles=CYCLES, max_cost_usd=1.0))
+        assert rt.fork(r.run_id, 0, contract=some).contract["budget"]["max_cost_usd"] == 1.0
+        assert rt.fork(r.run_id, 0, loop=make_loop(Counter())).contract == (
+            make_loop(Counter()).contract.to_dict()
+        )
+
+
 def test_fork_refuses_another_loop(origin: tuple[Path, str, Counter]) -> None:
     """``Runtime.fork(loop=...)`` of another loop is refused, as ``fork --spec`` refuses it: it
     made a run labelled that loop in this run's project, from this run's state."""

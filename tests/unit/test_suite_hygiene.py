@@ -16,8 +16,22 @@ TESTS = Path(__file__).resolve().parents[1]
 
 # Calls that check: pytest's, and a mock's ``assert_called_with`` and kin (``assert...``).
 _CHECKING_CALLS = frozenset({"raises", "warns", "fail", "deprecated_call"})
-# What in a ``pytest.raises`` block can raise: a call, a lookup, an operator, a raise.
-_ACTS = (ast.Call, ast.Subscript, ast.Attribute, ast.BinOp, ast.Await, ast.Raise)
+# What a ``pytest.raises`` block may hold and still raise nothing: names, constants, a name
+# bound to either, ``pass``. Anything else runs code that can raise: a call, a
+# lookup, an operator, a comparison (``a < b``), an unpacking (``a, b = pair``), an import, a
+# loop over an iterator, a ``with``, a formatted value (a list of what can raise missed these).
+_INERT = (
+    ast.Pass,
+    ast.Expr,
+    ast.Assign,
+    ast.AnnAssign,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Store,
+    ast.Break,
+    ast.Continue,
+)
 
 Nodes = Sequence[tuple[str, ast.AST]]  # every node of some modules, with where it is
 
@@ -25,7 +39,10 @@ Nodes = Sequence[tuple[str, ast.AST]]  # every node of some modules, with where 
 @cache
 def _suite() -> Nodes:
     """Every node of every module under tests/, walked once for all the finders."""
-    files = {str(p.relative_to(TESTS)): p.read_text() for p in sorted(TESTS.rglob("*.py"))}
+    files = {
+        str(p.relative_to(TESTS)): p.read_text(encoding="utf-8")
+        for p in sorted(TESTS.rglob("*.py"))
+    }
     return tuple((f, n) for f, text in files.items() for n in ast.walk(ast.parse(text, f)))
 
 
@@ -126,9 +143,33 @@ def always_true_asserts(nodes: Nodes) -> list[str]:
     return bad
 
 
+# A handler that passes the exception it binds to one of these keeps it (for a later check).
+_KEEPING_CALLS = frozenset({"append", "add", "put", "put_nowait", "set_exception"})
+# What catches a failed ``assert``: AssertionError, and the classes above it.
+_CATCHING_ASSERTS = frozenset({"AssertionError", "Exception", "BaseException"})
+
+
+def _kept(h: ast.ExceptHandler) -> bool:
+    """The handler keeps the exception it binds for a later check: appends or puts it
+    somewhere, or assigns it (a thread's ``errors.append(exc)``, asserted empty after the
+    join)."""
+    if h.name is None:
+        return False
+    for m in ast.walk(ast.Module(body=h.body, type_ignores=[])):
+        given: list[ast.expr] = []
+        if isinstance(m, ast.Call) and _called(m) in _KEEPING_CALLS:
+            given = m.args
+        elif isinstance(m, ast.Assign | ast.AnnAssign) and m.value is not None:
+            given = [m.value]
+        if any(isinstance(g, ast.Name) and g.id == h.name for g in given):
+            return True
+    return False
+
+
 def swallowed_assertions(nodes: Nodes) -> list[str]:
-    """An ``except`` catching ``AssertionError`` (or everything) around an ``assert`` that
-    does not raise again: the failed check is caught and dropped."""
+    """An ``except`` catching ``AssertionError`` (or ``Exception``, or everything) around an
+    ``assert`` that neither raises again nor keeps the exception for a later check: the
+    failed check is caught and dropped."""
     bad = []
     for where, n in nodes:
         if not isinstance(n, ast.Try):
@@ -139,13 +180,13 @@ def swallowed_assertions(nodes: Nodes) -> list[str]:
             if h.type is not None:
                 caught = {ast.unparse(e) for e in getattr(h.type, "elts", [h.type])}
             raises = any(isinstance(m, ast.Raise) for s in h.body for m in ast.walk(s))
-            if asserts and caught & {"AssertionError", "BaseException"} and not raises:
+            if asserts and caught & _CATCHING_ASSERTS and not raises and not _kept(h):
                 bad.append(_at(where, h))
     return bad
 
 
 def inert_raises_blocks(nodes: Nodes) -> list[str]:
-    """A ``pytest.raises`` block with nothing in it that could raise."""
+    """A ``pytest.raises`` block with nothing in it that could raise (``_INERT``)."""
     bad = []
     for where, n in nodes:
         if not isinstance(n, ast.With | ast.AsyncWith):
@@ -153,7 +194,7 @@ def inert_raises_blocks(nodes: Nodes) -> list[str]:
         ctx = [i.context_expr for i in n.items]
         if not any(isinstance(c, ast.Call) and _called(c) == "raises" for c in ctx):
             continue
-        if not any(isinstance(m, _ACTS) for s in n.body for m in ast.walk(s)):
+        if all(isinstance(m, _INERT) for s in n.body for m in ast.walk(s)):
             bad.append(_at(where, n))
     return bad
 
@@ -187,7 +228,7 @@ FINDERS: dict[Callable[[Nodes], list[str]], str] = {
     idle_tests: "def test_idle():\n    x = 1\n",
     always_true_asserts: "def test_t(v):\n    assert (v == 1, 'why')\n    assert v if v else True\n",
     swallowed_assertions: "def test_s(v):\n    try:\n        assert v\n    except AssertionError:\n"
-    "        pass\n",
+    "        pass\n    try:\n        assert v\n    except Exception as exc:\n        print(exc)\n",
     inert_raises_blocks: "def test_r():\n    with pytest.raises(KeyError):\n        x = 1\n",
     early_returns: "def test_e(v):\n    return\n    assert v\n",
     unexplained_skips: "@pytest.mark.skipif(True)\ndef test_k(v):\n    pytest.skip()\n",
@@ -203,8 +244,38 @@ def test_the_suite_has_no_such_test(finder: Callable[[Nodes], list[str]]) -> Non
 def test_the_finder_finds_its_defect_in_a_sample(finder: Callable[[Nodes], list[str]]) -> None:
     sample = FINDERS[finder]
     found = finder([("unit/test_sample.py", n) for n in ast.walk(ast.parse(sample))])
-    expected = 2 if finder in (always_true_asserts, unexplained_skips) else 1
+    expected = 2 if finder in (always_true_asserts, unexplained_skips, swallowed_assertions) else 1
     assert len(found) == expected, found
     # ...and nothing in a test that checks what it ran
     good = "def test_g(v):\n    with pytest.raises(KeyError):\n        v['k']\n    assert v == 1\n"
     assert finder([("unit/test_sample.py", n) for n in ast.walk(ast.parse(good))]) == []
+
+
+# Checks that can fail, each in a shape an earlier finder took for its defect: an operator
+# other than arithmetic, an unpacking, an import, a loop or a ``with`` over what was given, a
+# format in a ``pytest.raises`` block; a thread's assert whose error is kept and checked after.
+_CHECKING_SAMPLES = {
+    "comparison": "def test_c(a, b):\n    with pytest.raises(TypeError):\n        a < b\n",
+    "membership": "def test_m(a, b):\n    with pytest.raises(TypeError):\n        a in b\n",
+    "negation": "def test_n(a):\n    with pytest.raises(TypeError):\n        -a\n",
+    "unpacking": "def test_u(pair):\n    with pytest.raises(ValueError):\n        a, b = pair\n",
+    "augmented": "def test_a(a):\n    with pytest.raises(TypeError):\n        a += 1\n",
+    "import": "def test_i():\n    with pytest.raises(ImportError):\n        import nothing_here\n",
+    "from_import": "def test_f():\n    with pytest.raises(ImportError):\n"
+    "        from loopwright import nothing_here\n",
+    "loop": "def test_l(it):\n    with pytest.raises(KeyError):\n        for _ in it:\n"
+    "            pass\n",
+    "with": "def test_w(cm):\n    with pytest.raises(KeyError):\n        with cm:\n            pass\n",
+    "format": "def test_f(v):\n    with pytest.raises(ValueError):\n        f'{v:d}'\n",
+    "kept_by_a_thread": "def test_t(v):\n    errors = []\n\n    def work():\n        try:\n"
+    "            assert v\n        except BaseException as exc:\n            errors.append(exc)\n\n"
+    "    work()\n    assert errors == []\n",
+    "kept_in_a_slot": "def test_k(v):\n    got = [None]\n    try:\n        assert v\n"
+    "    except AssertionError as exc:\n        got[0] = exc\n    assert got == [None]\n",
+}
+
+
+@pytest.mark.parametrize("sample", _CHECKING_SAMPLES, ids=str)
+def test_no_finder_takes_a_check_that_can_fail_for_a_defect(sample: str) -> None:
+    nodes = [("unit/test_sample.py", n) for n in ast.walk(ast.parse(_CHECKING_SAMPLES[sample]))]
+    assert {f.__name__: f(nodes) for f in FINDERS if f(nodes)} == {}
