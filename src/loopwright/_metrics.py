@@ -34,7 +34,14 @@ from ._run_metrics import (
     run_metrics,
     stream_run_metrics,
 )
-from .store import Store, open_store, refuse_undecoded, resolve_store_url, sqlite_file
+from .store import (
+    Store,
+    missing_pg_schema,
+    open_store,
+    refuse_undecoded,
+    resolve_store_url,
+    sqlite_file,
+)
 from .store._base import with_newer
 
 __all__ = [
@@ -475,6 +482,13 @@ def _url(store: str | os.PathLike[str] | None) -> str:
         refuse_undecoded(url)  # (the URL named an existing file before its %XX were decoded)
         raise ConfigError(
             f"no store at {path}: metrics are read from an existing store (check the path)",
+            field="store",
+        )
+    missing = missing_pg_schema(url)
+    if missing is not None:
+        raise ConfigError(
+            f"no schema {missing[0]!r} in database {missing[1]!r}: metrics are read from an "
+            "existing store (check ?schema= in the URL)",
             field="store",
         )
     return url

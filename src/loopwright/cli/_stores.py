@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from .._errors import ConfigError
 
@@ -24,22 +23,11 @@ def _source(url: str | None) -> str:
     return "$LOOPWRIGHT_STORE" if os.environ.get("LOOPWRIGHT_STORE") else "the default store"
 
 
-def _missing_pg_schema(url: str) -> tuple[str, str] | None:
-    """``(schema, database)`` when a PostgreSQL URL names a schema its database lacks."""
-    if urlsplit(url).scheme not in ("postgresql", "postgres"):
-        return None
-    try:
-        from ..store.postgres import missing_schema
-    except ImportError:
-        return None  # psycopg is missing: opening the store says so
-    return missing_schema(url)
-
-
 def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
     refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
     (``?schema=NAME``), that does not exist: opening either would create it."""
-    from ..store import refuse_undecoded, resolve_store_url, sqlite_file
+    from ..store import missing_pg_schema, refuse_undecoded, resolve_store_url, sqlite_file
 
     resolved = resolve_store_url(url)
     path = sqlite_file(resolved)
@@ -49,7 +37,7 @@ def existing_store(url: str | None) -> str:
             f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"
         )
-    missing = _missing_pg_schema(resolved)
+    missing = missing_pg_schema(resolved)
     if missing is not None:
         schema, database = missing
         raise ConfigError(

@@ -49,6 +49,7 @@ __all__ = [
     "UserRecord",
     "VersionRow",
     "Vote",
+    "missing_pg_schema",
     "open_store",
     "refuse_undecoded",
     "resolve_store_url",
@@ -82,6 +83,19 @@ def sqlite_file(url: str) -> str | None:
     if "#" in url:
         return None
     return sqlite_url_path(url)
+
+
+def missing_pg_schema(url: str) -> tuple[str, str] | None:
+    """``(schema, database)`` when a PostgreSQL ``url`` names a schema (``?schema=NAME``)
+    that its database lacks (opening the store would create it, empty); None otherwise, and
+    when psycopg is not installed (opening the store says so)."""
+    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+        return None
+    try:
+        from .postgres import missing_schema
+    except ImportError:
+        return None
+    return missing_schema(url)
 
 
 def refuse_undecoded(url: str) -> None:
