@@ -87,6 +87,7 @@ class Checkpoints(RuntimeHost):
             ex.seq += 1
             ex.events = []
             return False  # the cancel flag arrives with durability
+        ex.pending_req = None  # (a durable one, kept by _settle: see there)
         try:
             # The request as staged: its record, events and columns are the masked ones.
             cancel = self.store.commit_request(req)
@@ -253,8 +254,12 @@ class Checkpoints(RuntimeHost):
             raise
         finally:
             if ex.pending_commit is fut:
+                # (``pending_req`` is kept until the next commit replaces it: only read while
+                # ``pending_commit`` is set. Freed here, the requests of a hundred runs went
+                # in one lump a batch, all before any of their next cycles began, and the
+                # collector counted only those cycles' objects: a young-generation collection
+                # every few runs, and promotions, instead of every few hundred cycles.)
                 ex.pending_commit = None
-                ex.pending_req = None
         self._committed(ex)
         return cancel
 

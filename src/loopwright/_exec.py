@@ -65,7 +65,9 @@ class Execution:
     calls: list[dict[str, Any]] = field(default_factory=list)  # this cycle's priced calls
     threaded: bool = False  # run sync user code in threads (other runs share the loop)
     pending_commit: asyncio.Future[bool] | None = None  # queued in a group commit, not durable
-    pending_req: CommitRequest | None = None  # what that commit carries (restored if it fails)
+    # What that commit carries (restored if it fails); after it is durable, kept until the
+    # next commit (``_settle``) and read only while ``pending_commit`` is set.
+    pending_req: CommitRequest | None = None
     grouped: bool = False  # driven by resume: may join group commits
     draining: Callable[[], bool] | None = None  # the runtime is shutting down (``backoff``)
     last_context: Context | None = None  # what the actor saw this cycle (for the reflector)
