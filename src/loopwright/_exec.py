@@ -21,7 +21,7 @@ from typing import Any
 
 from ._calls import CallTimeout
 from ._contract import Contract
-from ._decide import budget_crossed, call_stop
+from ._decide import budget_crossed, budget_exhausted, call_stop
 from ._loop import Loop
 from ._modelcalls import clip_masked
 from ._proposal import Context, Verdict
@@ -261,6 +261,8 @@ def budget_before(ex: Execution, who: str) -> tuple[str, str] | None:
     how it stands: ``"crossed"`` (a call in flight overshot it) or ``"reached"``; None: the
     call may start."""
     s = ex.state
+    if budget_exhausted(ex.contract, s.spent) is None:
+        return None  # (every call of every cycle asks: nothing built while no budget is used up)
     why = call_stop(ex.contract, s.spent, s.billed, call_rows(ex.calls), who)
     if why is None:
         return None
