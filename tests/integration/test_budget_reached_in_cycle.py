@@ -203,3 +203,40 @@ def test_no_progress_advice_says_something_true_without_findings() -> None:
     assert "open findings" not in none and "no finding open" in none, none
     some = _no_progress_packet((lw.Finding("too short", "doc", "body", "length"),))
     assert "Review the open findings" in some["recommended_action"]
+
+
+def test_no_effect_starts_on_a_budget_reached_by_the_checks(url: str) -> None:
+    """The checks of an accepted cycle land exactly on the $0.30 budget: its effect, never
+    made in this run (it may bill anything), is not started; the candidate is kept."""
+    ran: list[int] = []
+
+    @lw.effect("spend", name="pay")
+    def pay(x: int) -> lw.EffectResult:
+        ran.append(x)
+        return lw.EffectResult({"paid": x}, lw.Usage(cost_usd=0.20))
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=(lw.Edit("doc", "body", "good"),),
+            effects=(pay.call(x=1),),
+            usage=lw.Usage(cost_usd=0.10),
+        )
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0, usage=lw.Usage(cost_usd=0.20))
+
+    loop = lw.Loop(
+        name="pay",
+        actor=actor,
+        verifiers=[check],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3, max_cost_usd=0.30)),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cost", 0)
+    assert ran == []
+    assert r.spent.cost_usd == pytest.approx(0.30)
+    assert r.packet is not None and r.packet["unverified_candidate"] is not None
+    assert "reached before the effects ['pay'] ran" in r.packet["cause"], r.packet["cause"]
