@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._decide import budget_crossed
+from ._decide import budget_crossed, budget_exhausted
 from ._exec import Execution, held_out_scope
 from ._usage import Usage
 from .store import JournalEntry, NewEvent, Store
@@ -78,11 +78,16 @@ def _owed_message(who: str, reason: str) -> str:
 
 
 def _crossed_with(ex: Execution, billed: Iterable[Usage]) -> str | None:
-    """The budget the run's spend would cross once ``billed`` is charged too, if any."""
-    spent = ex.state.spent
+    """The budget the run's spend uses up once ``billed`` is charged too, if any (checked
+    before another attempt of the call starts): reached or crossed, when ``billed`` is
+    anything (the call bills: the next attempt would cross it); crossed only, when it is
+    nothing (a call allowed to start on a reached budget, known to bill nothing,
+    ``call_stop``, is tried again)."""
+    spent, paid = ex.state.spent, False
     for u in billed:
-        spent = spent + Usage(u.cost_usd, u.tokens, 0.0)
-    return budget_crossed(ex.contract, spent)
+        if u.cost_usd or u.tokens:
+            spent, paid = spent + Usage(u.cost_usd, u.tokens, 0.0), True
+    return (budget_exhausted if paid else budget_crossed)(ex.contract, spent)
 
 
 def _charged(store: Store, ex: Execution, entry: JournalEntry) -> bool:

@@ -15,7 +15,7 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage, error_info, memory_shown
+from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown
 from ._gates import _effect
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -58,15 +58,16 @@ class Concluding(RuntimeHost):
         ``_evaluate`` found of these verdicts, handed on to ``_conclude``."""
         outcomes: list[EffectOutcome] = []
         if calls:
-            # Never start an effect once a budget is crossed (invariant 7).
-            crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+            # Never start an effect once a budget is crossed, or reached unless the effect is
+            # known to bill nothing (invariant 7; ``call_stop``).
+            crossed = budget_before(ex, f"effect:{calls[0].name}")
             if crossed:
                 ex.state.pending = None
                 return self._abort(
                     ex,
                     t0,
-                    crossed,
-                    cause=f"crossed before the effects {[c.name for c in calls]} ran",
+                    crossed[0],
+                    cause=f"{crossed[1]} before the effects {[c.name for c in calls]} ran",
                     unverified=proposal.to_dict(),
                 )
             if keys is None:
@@ -140,9 +141,9 @@ class Concluding(RuntimeHost):
                     stop = ("escalated", outcome.cause)
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
-                    crossed = rules.budget_crossed(ex.contract, ex.state.spent)
+                    crossed = budget_before(ex, f"effect:{calls[i + 1].name}")
                     if crossed:
-                        stop = (crossed, f"crossed during effect {c.name}; {rest} not run")
+                        stop = (crossed[0], f"{crossed[1]} during effect {c.name}; {rest} not run")
                     elif self.store.get_run(ex.run_id).cancel_requested:
                         # A person cancelled while this effect ran: no further effect starts
                         # (the next one ran, and the run ended as if never cancelled).
@@ -278,6 +279,7 @@ class Concluding(RuntimeHost):
         s.score = score
         s.spent = old.spent.add_seconds(time.perf_counter() - t0)
         s.held_out_spent = old.held_out_spent
+        s.billed = rules.noted_calls(old.billed, call_rows(ex.calls))
         decision = decision or ("accepted" if ok else "revise")
         # A bounded window: older cycles are in the checkpoints' records (invariant 8).
         keep = max(0, self.history_window - 1)
@@ -306,6 +308,7 @@ class Concluding(RuntimeHost):
         priced = calls_usage(ex.calls)
         # (a Usage first, as ever: its checks refuse a sum no usage may hold)
         spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
+        s.paid_cycles = rules.counted_cycle(old.paid_cycles, spent)
         record = packed_record(
             n,  # cycle
             proposal.to_packed_dict(),

@@ -26,6 +26,7 @@ from ._exec import (
     GaveUp,
     OutOfTime,
     OverBudget,
+    budget_before,
     error_info,
     priced_dict,
 )
@@ -246,13 +247,15 @@ class Cycle(Gates):
                 cause=f"{ASKED}{proposal.escalate}",
                 unverified=proposal.to_dict() if proposal.changes() else None,
             )
-        crossed = rules.budget_crossed(contract, s.spent)
+        # No verifier starts on a budget crossed, or reached unless it is known to bill
+        # nothing (``call_stop``): the proposal is kept, unverified, in the packet.
+        crossed = budget_before(ex, f"verifier:{loop.verifiers[0].name}")
         if crossed:
             return self._abort(
                 ex,
                 t0,
-                crossed,
-                cause="crossed during the actor call",
+                crossed[0],
+                cause=f"{crossed[1]} during the actor call",
                 unverified=proposal.to_dict(),
             )
         if proposal.question is not None:
@@ -345,7 +348,22 @@ class Cycle(Gates):
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        for check in loop.verifiers:
+        for i, check in enumerate(loop.verifiers):
+            if i:
+                crossed = budget_before(ex, f"verifier:{check.name}")
+                if crossed:
+                    # What was judged so far goes with the unverified candidate: a visible
+                    # check that passed is no acceptance without the checks not run.
+                    rest = [c.name for c in loop.verifiers[i:]]
+                    return self._abort(
+                        ex,
+                        t0,
+                        crossed[0],
+                        cause=f"{crossed[1]} during verifier {loop.verifiers[i - 1].name}; "
+                        f"{rest} not run",
+                        evidence={"verdicts": {k: v.to_dict() for k, v in visible.items()}},
+                        unverified=proposal.to_dict(),
+                    )
             light = not check.held_out
             where = f"verifier {check.name}"
             own = partial(_copies, candidate, loader, proposal, light)  # this check's copies
@@ -438,15 +456,6 @@ class Cycle(Gates):
                     },
                 )
             )
-            crossed = rules.budget_crossed(contract, s.spent)
-            if crossed and check is not loop.verifiers[-1]:
-                return self._abort(
-                    ex,
-                    t0,
-                    crossed,
-                    cause=f"crossed during verifier {check.name}",
-                    unverified=proposal.to_dict(),
-                )
         # Which requested effects run: those of an accepted cycle, and those declared to run
         # whatever the verdict.
         score = rules.aggregate_score(loop.verifiers, visible) if visible else None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from ._calls import CallTimeout
 from ._contract import Contract, RiskRule
 from ._errors import ConfigError
 from ._loop import Check
 from ._proposal import Proposal, Remaining, Verdict
+from ._shapes import FLOAT_SLACK
 from ._state import TaskState, match_any, part_ref, split_ref
 from ._usage import Usage
 
@@ -17,12 +18,17 @@ __all__ = [
     "accept_clean_parts",
     "aggregate_score",
     "budget_crossed",
+    "budget_exhausted",
     "budget_stop",
+    "call_stop",
+    "counted_cycle",
     "crosses",
     "cycle_cap",
     "effective_digest",
+    "free_call",
     "improved",
     "marginal_stop",
+    "noted_calls",
     "reaches",
     "remaining",
     "risk_steps",
@@ -33,7 +39,7 @@ __all__ = [
 
 # Spend is a sum of floats: 0.1 + 0.1 + 0.1 > 0.3. A budget is crossed only beyond this relative
 # slack, so that three $0.10 cycles fit a $0.30 budget.
-_SLACK = 1e-9
+_SLACK = FLOAT_SLACK
 
 
 def crosses(value: float, limit: float, *, whole: bool = False) -> bool:
@@ -94,8 +100,9 @@ def remaining(contract: Contract, state: TaskState, *, shown: bool = False) -> R
 def budget_stop(contract: Contract, state: TaskState) -> str | None:
     """The budget reason that forbids starting the next cycle, if any.
 
-    The next cycle is projected to cost the mean of the cycles so far; a cycle whose projection
-    crosses a limit is not started ("never start a cycle it can already tell would cross").
+    The next cycle is projected to cost the mean of the cycles so far that spent anything
+    (``TaskState.paid_cycles``); a cycle whose projection crosses a limit is not started
+    ("never start a cycle it can already tell would cross").
     """
     b, s, n = contract.budget, state.spent, state.cycle
     cap = cycle_cap(contract, state)
@@ -106,10 +113,17 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         (b.max_tokens, float(s.tokens), "budget_tokens"),
         (b.max_seconds, s.seconds, "budget_time"),
     )
-    for limit, spent, reason in checks:
+    paid = state.paid_cycles
+    for i, (limit, spent, reason) in enumerate(checks):
         if limit is None:
             continue
-        projected = spent / n if n else 0.0
+        # The next cycle is projected at the mean of the cycles that spent any of this budget:
+        # a free cycle (recorded seeds judged at no cost, a cached answer) says nothing of what
+        # a paid one costs, and counted in the mean it let a run start a cycle that crossed.
+        # Not the dearest cycle (one retry storm would end runs with budget left) nor the last
+        # one (noisy); every cycle when they were not counted (a state stored before).
+        k = paid[i] if paid is not None and paid[i] else n
+        projected = spent / k if k else 0.0
         whole = reason == "budget_tokens"
         if not crosses(limit, spent, whole=whole) or crosses(spent + projected, limit, whole=whole):
             return reason
@@ -135,8 +149,21 @@ def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
     return budget_stop(contract, state) or marginal_stop(contract, state)
 
 
+def budget_exhausted(contract: Contract, spent: Usage) -> str | None:
+    """The budget ``spent`` has used up, reached or crossed (as before a cycle,
+    ``budget_stop``): no call that may bill starts on it inside a cycle (``call_stop``)."""
+    b = contract.budget
+    if b.max_cost_usd is not None and not crosses(b.max_cost_usd, spent.cost_usd):
+        return "budget_cost"
+    if b.max_tokens is not None and not crosses(b.max_tokens, spent.tokens, whole=True):
+        return "budget_tokens"
+    if b.max_seconds is not None and not crosses(b.max_seconds, spent.seconds):
+        return "budget_time"
+    return None
+
+
 def budget_crossed(contract: Contract, spent: Usage) -> str | None:
-    """The budget already exceeded by ``spent`` (checked between calls inside a cycle)."""
+    """The budget ``spent`` is already beyond (a call in flight overshot it)."""
     b = contract.budget
     if b.max_cost_usd is not None and crosses(spent.cost_usd, b.max_cost_usd):
         return "budget_cost"
@@ -145,6 +172,69 @@ def budget_crossed(contract: Contract, spent: Usage) -> str | None:
     if b.max_seconds is not None and crosses(spent.seconds, b.max_seconds):
         return "budget_time"
     return None
+
+
+# A call's row in a cycle's priced calls: (who, cost_usd, tokens).
+CallRow = tuple[str, float, int]
+
+
+def call_stop(
+    contract: Contract, spent: Usage, billed: Mapping[str, bool], rows: Iterable[CallRow], who: str
+) -> str | None:
+    """The budget that forbids starting call ``who`` (``verifier:NAME``, ``effect:NAME``)
+    inside a cycle, after the cycle's calls ``rows``: one crossed (the call in flight overshot
+    it), or one reached, unless ``who`` is known to bill nothing (``free_call``). A budget
+    reached exactly is used up, as before a cycle: before, a cycle that landed on its $0.30
+    cost budget after a visible check still paid a $0.20 held-out check. A call this run made
+    and never billed (a test suite, a schema check) cannot cross it, and still runs: three
+    $0.10 cycles of a priced actor and a free check fit a $0.30 budget, the third verified."""
+    crossed = budget_crossed(contract, spent)
+    if crossed is not None:
+        return crossed
+    used = budget_exhausted(contract, spent)
+    if used is None or free_call(billed, rows, who):
+        return None
+    return used
+
+
+def free_call(billed: Mapping[str, bool], rows: Iterable[CallRow], who: str) -> bool:
+    """Whether ``who`` is known to bill nothing: made before, in the run's concluded cycles
+    (``billed``: who -> ever billed) or earlier in this cycle (``rows``), and never billed.
+    A call never made is not known free (a first held-out check may cost anything)."""
+    seen = billed.get(who)
+    if seen:
+        return False
+    for name, cost, tokens in rows:
+        if name == who:
+            if cost or tokens:
+                return False
+            seen = False
+    return seen is False
+
+
+def noted_calls(billed: dict[str, bool], rows: Iterable[CallRow]) -> dict[str, bool]:
+    """``billed`` with a concluded cycle's calls ``rows`` added (a new dict when it changes:
+    a state's is shared with the state it was forked from)."""
+    out = billed
+    for name, cost, tokens in rows:
+        paid = bool(cost or tokens)
+        if name not in out or (paid and not out[name]):
+            if out is billed:
+                out = dict(billed)
+            out[name] = paid
+    return out
+
+
+def counted_cycle(paid: list[int] | None, spent: Usage) -> list[int] | None:
+    """``paid`` (concluded cycles that spent anything: cost, tokens, seconds) with a cycle that
+    spent ``spent`` counted (None stays None: a state stored before it was counted)."""
+    if paid is None:
+        return None
+    return [
+        paid[0] + (1 if spent.cost_usd else 0),
+        paid[1] + (1 if spent.tokens else 0),
+        paid[2] + (1 if spent.seconds else 0),
+    ]
 
 
 def aggregate_score(checks: Sequence[Check], verdicts: dict[str, Verdict]) -> float | None:

@@ -33,6 +33,10 @@ class Inherited:
     progress_score: float | None = None
     stall: int = 0
     passed_checks: tuple[str, ...] = field(default_factory=tuple)
+    # What the budgets' projection and mid-cycle checks read (``TaskState.billed``,
+    # ``paid_cycles``; None: not counted, an origin stored before they were)
+    billed: tuple[tuple[str, bool], ...] = ()
+    paid_cycles: tuple[int, int, int] | None = (0, 0, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +48,8 @@ class Inherited:
             "progress_score": self.progress_score,
             "stall": self.stall,
             "passed_checks": list(self.passed_checks),
+            "billed": dict(self.billed),
+            "paid_cycles": None if self.paid_cycles is None else list(self.paid_cycles),
         }
 
     @classmethod
@@ -65,7 +71,22 @@ class Inherited:
             progress_score=score("progress_score"),
             stall=int(num("stall")),
             passed_checks=tuple(str(x) for x in d.get("passed_checks") or ()),
+            billed=tuple((str(k), bool(v)) for k, v in _mapping(d.get("billed")).items()),
+            paid_cycles=_paid(d, int(num("cycle"))),
         )
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _paid(d: Mapping[str, Any], cycle: int) -> tuple[int, int, int] | None:
+    """The paid-cycle counts: as stored; none counted for an origin at cycle 0; else unknown
+    (None: an origin, or a trace, stored before they were counted)."""
+    v = d.get("paid_cycles")
+    if isinstance(v, list | tuple) and len(v) == 3 and all(isinstance(x, int) for x in v):
+        return (int(v[0]), int(v[1]), int(v[2]))
+    return (0, 0, 0) if cycle == 0 and "paid_cycles" not in d else None
 
 
 NOTHING = Inherited()
@@ -93,6 +114,8 @@ def inherited(run: RunRecord, first_state: Mapping[str, Any] | None) -> Inherite
             "progress_score": first_state.get("progress_score"),
             "stall": first_state.get("stall"),
             "passed_checks": first_state.get("passed_checks"),
+            "billed": first_state.get("billed"),
+            "paid_cycles": first_state.get("paid_cycles"),
         }
     )
 

@@ -51,10 +51,36 @@ _WORDS = {
 }
 
 
-def explain(reason: str, contract: Contract, *, max_cycles: int | None = None) -> str:
+# A budget stop with what was spent beside the limit: "at the cost budget ($0.30)" read as if
+# $0.30 was spent when a call in flight had taken it to $0.36.
+_SPENT_WORDS = {
+    "budget_cost": "stopped: spent ${spent} of the cost budget (${max_cost_usd})",
+    "budget_tokens": "stopped: used {spent} tokens of the token budget ({max_tokens})",
+    "budget_time": "stopped: ran {spent} s of the time budget ({max_seconds} s)",
+}
+_SPENT_KEYS = {"budget_cost": "cost_usd", "budget_tokens": "tokens", "budget_time": "seconds"}
+
+
+def explain(
+    reason: str,
+    contract: Contract,
+    *,
+    max_cycles: int | None = None,
+    spent: Mapping[str, Any] | None = None,
+) -> str:
     """A stop reason in plain words, with the contract's numbers (``max_cycles``: the run's
-    own cycle cap, when the task carried one)."""
+    own cycle cap, when the task carried one; ``spent``: the run's spend, said beside a
+    budget that stopped it)."""
     b = contract.budget
+    used = None if spent is None else spent.get(_SPENT_KEYS.get(reason, ""))
+    if isinstance(used, (int, float)) and not isinstance(used, bool):
+        shown = _usd(used) if reason == "budget_cost" else _secs(used)
+        return _SPENT_WORDS[reason].format(
+            spent=used if reason == "budget_tokens" else shown,
+            max_cost_usd=_usd(b.max_cost_usd),
+            max_tokens=b.max_tokens,
+            max_seconds=_secs(b.max_seconds),
+        )
     n = contract.no_progress.cycles if contract.no_progress else 0
     return _WORDS.get(reason, reason).format(
         n=n,
@@ -268,6 +294,13 @@ def build_packet(
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
     builtin = _ADVICE.get(reason, "Review the run.")
+    if reason == "no_progress" and not state.findings:
+        # no finding is open: "review the open findings" pointed at nothing
+        builtin = (
+            "The actor stopped improving with no finding open: the checks' scores held it "
+            "back. Review the best candidate and the verdicts' evidence: fix it by hand, give "
+            "the actor a note, or strengthen its tools before running again."
+        )
     if reason == "escalated":
         # Not "start a new run": `loopwright run` with the task key, and `resume`, return the
         # ended run as it is; going on needs it reopened at its last checkpoint.
@@ -289,7 +322,9 @@ def build_packet(
         )
     return {
         "stop_reason": reason,
-        "summary": explain(reason, contract, max_cycles=cycle_cap(contract, state))
+        "summary": explain(
+            reason, contract, max_cycles=cycle_cap(contract, state), spent=state.spent.to_dict()
+        )
         + (f" — {cause}" if cause else ""),
         "cause": cause,
         "owner": esc.owner,

@@ -428,17 +428,28 @@ class Verdict:
             and (c is None or type(c) is tuple)
         ):
             self._check_shapes()
-        if self.score is not None and (
-            not isinstance(self.score, int | float)
-            or isinstance(self.score, bool)
-            or math.isnan(self.score)
-            or not 0.0 <= self.score <= 1.0
-        ):
+        s = self.score
+        if s is not None and not (type(s) is float and 0.0 <= s <= 1.0):
+            self._check_score(s)
+
+    def _check_score(self, s: Any) -> None:
+        """A score in [0, 1], past a float sum's rounding: ``0.1 * 3 + 0.7`` is
+        1.0000000000000002, which escalated the run as out of range; within
+        ``shapes.FLOAT_SLACK`` of the range it is clamped to it."""
+        slack = shapes.FLOAT_SLACK
+        if not isinstance(s, int | float) or isinstance(s, bool) or math.isnan(s):
+            ok = False
+        elif 0.0 <= s <= 1.0:
+            return  # an int 0 or 1, or a float subclass
+        else:
+            ok = -slack <= s <= 1.0 + slack
+        if not ok:
             # a user's mistake, named (a ConfigError is a ValueError, as this was before)
             raise ConfigError(
-                f"must be a number in [0, 1], got {type(self.score).__name__}: {self.score!r:.60}",
+                f"must be a number in [0, 1], got {type(s).__name__}: {s!r:.60}",
                 field="Verdict.score",
             )
+        object.__setattr__(self, "score", min(1.0, max(0.0, float(s))))
 
     def _check_shapes(self) -> None:
         p = self.passed

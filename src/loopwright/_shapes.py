@@ -15,6 +15,11 @@ from typing import Any, TypeVar, cast
 from ._errors import ConfigError
 from ._frozen import twin_of
 
+# The rounding of a float sum or weighted mean, allowed for where a number is compared with a
+# limit (relative to the limit, at least this much): 0.1 + 0.1 + 0.1 > 0.3, (0.1 + 0.2) / 0.3 > 1.
+# ``_decide``'s budgets and min_score, and a verdict's score range, share it.
+FLOAT_SLACK = 1e-9
+
 __all__ = ["optional", "stored", "text", "tuple_of"]
 
 T = TypeVar("T")

@@ -76,6 +76,14 @@ class TaskState(Planning):
     # The priced part of ``spent`` that held-out checks spent: counted by the contract, left
     # out of what the actor is shown (a model reviewer's cost can tell its verdict).
     held_out_spent: Usage = field(default_factory=Usage)
+    # The run's calls by who (``actor``, ``verifier:NAME``, ``effect:NAME``) in its concluded
+    # cycles: whether any was billed. Once a budget is reached inside a cycle, only a call made
+    # and never billed starts (``_decide.call_stop``). Replaced, never changed in place.
+    billed: dict[str, bool] = field(default_factory=dict)
+    # Concluded cycles that spent anything, by budget (cost, tokens, seconds): the next cycle
+    # is projected at their mean (``_decide.budget_stop``). None: a state stored before they
+    # were counted (the mean of every cycle is used).
+    paid_cycles: list[int] | None = field(default_factory=lambda: [0, 0, 0])
     score: float | None = None
     best_score: float | None = None
     best_cycle: int = 0
@@ -422,6 +430,8 @@ class TaskState(Planning):
         out.cycle = self.cycle
         out.spent = self.spent
         out.held_out_spent = self.held_out_spent
+        out.billed = self.billed
+        out.paid_cycles = self.paid_cycles
         out.score = self.score
         out.best_score = self.best_score
         out.best_cycle = self.best_cycle
@@ -462,6 +472,8 @@ class TaskState(Planning):
             "cycle": self.cycle,
             "spent": self.spent.to_dict(),
             "held_out_spent": _priced(self.held_out_spent),
+            "billed": self.billed,
+            "paid_cycles": self.paid_cycles,
             "score": self.score,
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
@@ -494,6 +506,8 @@ class TaskState(Planning):
             cycle=int(d.get("cycle", 0)),
             spent=Usage.from_dict(d.get("spent")),
             held_out_spent=_held_out_spent(d.get("held_out_spent")),
+            billed=_billed(d.get("billed")),
+            paid_cycles=_paid_cycles(d.get("paid_cycles")),
             score=d.get("score"),
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),
@@ -556,6 +570,19 @@ def person_edit(s: TaskState, ref: str) -> dict[str, Any] | None:
 def _priced(u: Usage) -> list[Any] | None:
     """A held-out spend as stored: ``[cost_usd, tokens]``, or None for none (most runs)."""
     return [u.cost_usd, u.tokens] if u.cost_usd or u.tokens else None
+
+
+def _billed(stored: Any) -> dict[str, bool]:
+    if not isinstance(stored, Mapping):
+        return {}
+    return {str(k): bool(v) for k, v in stored.items()}
+
+
+def _paid_cycles(stored: Any) -> list[int] | None:
+    """The stored counts, or None (not counted: a state stored before they were)."""
+    if not isinstance(stored, list) or len(stored) != 3:
+        return None
+    return [int(x) for x in stored]
 
 
 def _held_out_spent(stored: Any) -> Usage:

@@ -71,7 +71,7 @@ _steady, _steady_in = (
     operator.itemgetter(*_STEADY_KEYS),
 )
 # How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
-_HEAD_LEN = 24
+_HEAD_LEN = 26
 
 
 def head(
@@ -118,6 +118,8 @@ def head(
         "cycle": state.cycle,
         "spent": state.spent.to_dict(),
         "held_out_spent": _priced(state.held_out_spent),
+        "billed": state.billed,  # replaced, never changed in place (``noted_calls``)
+        "paid_cycles": None if state.paid_cycles is None else list(state.paid_cycles),
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,
@@ -314,6 +316,12 @@ def advance(
         v = _priced(state.held_out_spent)
         if v != prev["held_out_spent"]:
             new["held_out_spent"] = out["held_out_spent"] = v
+        v = state.billed
+        if v is not prev["billed"] and v != prev["billed"]:
+            new["billed"] = out["billed"] = v
+        v = state.paid_cycles
+        if v != prev["paid_cycles"]:
+            new["paid_cycles"] = out["paid_cycles"] = None if v is None else list(v)
         v = state.best_parts
         if v is not (o := prev["best_parts"]):
             new["best_parts"] = v

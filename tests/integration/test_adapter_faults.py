@@ -573,7 +573,7 @@ def test_a_budget_a_call_crossed_is_not_said_to_be_one_that_would_be(tmp_path: P
         r = rt.run_sync(loop, TASK)
     assert r.stop_reason == "budget_cost" and r.packet is not None
     summary = r.packet["summary"]
-    assert summary.startswith("stopped: at the cost budget ($0.002)"), summary
+    assert summary.startswith("stopped: spent $0.003 of the cost budget ($0.002)"), summary
     assert "would be crossed" not in summary and "crossed" in summary, summary
 
 

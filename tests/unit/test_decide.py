@@ -48,8 +48,11 @@ def test_float_sums_do_not_cross_a_budget_they_only_reach() -> None:
     spent = lw.Usage(0.1) + lw.Usage(0.1)
     assert rules.budget_stop(c, _spent(2, spent)) is None
     spent = spent + lw.Usage(0.1)
-    assert rules.budget_crossed(c, spent) is None
     assert rules.budget_stop(c, _spent(3, spent)) == "budget_cost"
+    # reached, not crossed: used up all the same (no further paid call starts in a cycle)
+    assert not rules.crosses(spent.cost_usd, 0.3)
+    assert rules.budget_exhausted(c, spent) == "budget_cost"
+    assert rules.budget_exhausted(c, lw.Usage(0.29)) is None
 
 
 def test_a_token_budget_is_counted_exactly() -> None:
@@ -62,7 +65,7 @@ def test_a_token_budget_is_counted_exactly() -> None:
     # 5 tokens short, at a mean of 2.5 a cycle: the next cycle fits
     assert rules.budget_stop(c, _spent(4 * 10**9, lw.Usage(0.0, 10**10 - 5))) is None
     assert rules.budget_stop(c, _spent(4 * 10**9, lw.Usage(0.0, 10**10))) == "budget_tokens"
-    assert rules.budget_crossed(c, lw.Usage(0.0, 10**10 + 1)) == "budget_tokens"
+    assert rules.budget_exhausted(c, lw.Usage(0.0, 10**10 + 1)) == "budget_tokens"
     # how the stop cause reads the budget: short of it, not used up
     text = stop_cause("budget_tokens", c, cycle=1, spent={"tokens": 10**10 - 5, "cost_usd": 0.0})
     assert "the next cycle would cross it" in text, text
@@ -80,11 +83,15 @@ def test_a_cycle_worth_exactly_its_cost_is_not_stopped_by_rounding() -> None:
     assert rules.marginal_stop(c, _spent(3, spent + lw.Usage(0.01))) == "marginal_return"
 
 
-def test_budget_crossed() -> None:
+def test_budget_exhausted() -> None:
+    """Reached is exhausted, as before a cycle: a budget spent exactly lets no further paid
+    call start inside a cycle (before, only a crossed one stopped it there)."""
     c = _contract(max_cost_usd=1.0, max_tokens=10)
-    assert rules.budget_crossed(c, lw.Usage(1.0, 10)) is None
-    assert rules.budget_crossed(c, lw.Usage(1.01)) == "budget_cost"
-    assert rules.budget_crossed(c, lw.Usage(0, 11)) == "budget_tokens"
+    assert rules.budget_exhausted(c, lw.Usage(0.99, 9)) is None
+    assert rules.budget_exhausted(c, lw.Usage(1.0, 9)) == "budget_cost"
+    assert rules.budget_exhausted(c, lw.Usage(1.01)) == "budget_cost"
+    assert rules.budget_exhausted(c, lw.Usage(0.5, 10)) == "budget_tokens"
+    assert rules.budget_exhausted(c, lw.Usage(0, 11)) == "budget_tokens"
 
 
 @given(st.integers(1, 50), st.integers(1, 20))

@@ -323,7 +323,10 @@ def run_detail_parts(
         # a per-task cap (budget.max_cycles_key) is the cycle count the run stopped at
         own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
         cap = rec.cycle if own else None
-        head.add_row("stopped because", explain(rec.stop_reason, contract, max_cycles=cap))
+        spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
+        head.add_row(
+            "stopped because", explain(rec.stop_reason, contract, max_cycles=cap, spent=spent)
+        )
         head.add_row("why it stopped", escape(run_stop_cause(rec)))
     head.add_row("cycles", str(rec.cycle))
     head.add_row("best score", _score(rec.best_score))

@@ -105,6 +105,8 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         progress_score=inh.progress_score,
         stall=inh.stall,
         passed_checks=list(inh.passed_checks),
+        billed=dict(inh.billed),
+        paid_cycles=None if inh.paid_cycles is None else list(inh.paid_cycles),
     )
     improved_at = 0
     spent_at_improvement = inh.cost_usd
@@ -140,31 +142,30 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             # next cycle apply, as they did to the engine when the run was resumed.
             gone, c = c.calls[0], replace(c, calls=c.calls[1:])
             s.spent = s.spent + Usage._stored(gone.cost_usd, gone.tokens, 0.0)
-            crossed = rules.budget_crossed(contract, s.spent)
+            crossed = rules.budget_exhausted(contract, s.spent)
             if crossed:
                 return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
             reason = rules.stop_before_cycle(contract, s)
             if reason is not None:
                 return end(reason)
-        # Priced calls in order, with the engine's checks between them.
-        verifier_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("verifier:")]
-        effect_idx = [i for i, x in enumerate(c.calls) if x.who.startswith("effect:")]
-        last_verifier = verifier_idx[-1] if verifier_idx else -1
+        # Priced calls in order, with the engine's checks before each after the first: before
+        # another call, ``call_stop`` (a budget crossed, or reached unless the call is known to
+        # bill nothing); before another attempt of the same call, a budget the attempt before
+        # used up, when it billed anything (``_call_billing._crossed_with``).
+        rows: list[rules.CallRow] = []
         for i, call in enumerate(c.calls):
-            if effect_idx and i == effect_idx[0]:
-                crossed = rules.budget_crossed(contract, s.spent)
+            if i:
+                before = rows[-1]
+                if call.who != before[0]:
+                    crossed = rules.call_stop(contract, s.spent, s.billed, rows, call.who)
+                elif before[1] or before[2]:
+                    crossed = rules.budget_exhausted(contract, s.spent)
+                else:
+                    crossed = rules.budget_crossed(contract, s.spent)
                 if crossed:
-                    return end(crossed, note="crossed before the effects")
+                    return end(crossed, note=f"used up before {call.who}")
             s.spent = s.spent + Usage._stored(call.cost_usd, call.tokens, 0.0)  # as recorded
-            checked = (
-                call.who == "actor"
-                or (call.who.startswith("verifier:") and i != last_verifier)
-                or (call.who.startswith("effect:") and i != effect_idx[-1])
-            )
-            if checked:
-                crossed = rules.budget_crossed(contract, s.spent)
-                if crossed:
-                    return end(crossed, note=f"crossed during {call.who}")
+            rows.append((call.who, call.cost_usd, call.tokens))
         ok = _success(contract, trace, c)
         decided = not (c.refused or c.asked)
         newly = {
@@ -190,6 +191,12 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         s.passed_checks = sorted(set(s.passed_checks) | newly)
         s.cycle += 1
         s.spent = s.spent + Usage._stored(0.0, 0, c.seconds)
+        # what the engine counts at a cycle's commit (``_conclude``)
+        s.billed = rules.noted_calls(s.billed, rows)
+        s.paid_cycles = rules.counted_cycle(
+            s.paid_cycles,
+            Usage._stored(sum(r[1] for r in rows), sum(r[2] for r in rows), c.seconds),
+        )
         held = c.held_out_passed
         if better:
             improved_at = s.cycle
@@ -228,7 +235,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         # The recording stopped by a budget mid-cycle after spending this much: the same calls
         # cross this contract's budget too, or its time runs out as soon, or what came next is
         # unknown.
-        crossed = rules.budget_crossed(contract, s.spent) or _out_of_time(contract, trace)
+        crossed = rules.budget_exhausted(contract, s.spent) or _out_of_time(contract, trace)
         if crossed:
             how = "out of time" if crossed == "budget_time" else "crossed"
             return end(crossed, note=f"{how} mid-cycle, as recorded")
@@ -237,7 +244,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
     if tail == "reopened":
         # A cycle ended the recording mid-way, a person reopened it and the resumed run
         # stopped before another cycle: as in a cycle's head (above).
-        crossed = rules.budget_crossed(contract, s.spent)
+        crossed = rules.budget_exhausted(contract, s.spent)
         if crossed:
             return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
         reason = rules.stop_before_cycle(contract, s)

@@ -167,7 +167,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     )
 
 
-# The stops a budget makes in the middle of a cycle (``_decide.budget_crossed``, and the time
+# The stops a budget makes in the middle of a cycle (``_decide.call_stop``, and the time
 # budget's deadline); ``budget_cycles`` is only ever decided between cycles.
 _MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
 

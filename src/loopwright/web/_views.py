@@ -202,7 +202,8 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
         return "its request was decided; it waits to be resumed"
     if rec.stop_reason:
         try:
-            return explain(rec.stop_reason, Contract.from_dict(rec.contract))
+            spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
+            return explain(rec.stop_reason, Contract.from_dict(rec.contract), spent=spent)
         except Exception:  # an older contract shape must not break the page
             return rec.stop_reason
     return {
