@@ -151,15 +151,20 @@ def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
 
 def budget_exhausted(contract: Contract, spent: Usage) -> str | None:
     """The budget ``spent`` has used up, reached or crossed (as before a cycle,
-    ``budget_stop``): no call that may bill starts on it inside a cycle (``call_stop``)."""
+    ``budget_stop``): no call that may bill starts on it inside a cycle (``call_stop``).
+    One crossed is named before one only reached, as ``call_stop`` names it: a call that
+    reached the cost budget and crossed the token one stops on ``budget_tokens`` whichever
+    check sees it (the engine's after a priced attempt, replay's before the next call)."""
     b = contract.budget
     if b.max_cost_usd is not None and not crosses(b.max_cost_usd, spent.cost_usd):
-        return "budget_cost"
-    if b.max_tokens is not None and not crosses(b.max_tokens, spent.tokens, whole=True):
-        return "budget_tokens"
-    if b.max_seconds is not None and not crosses(b.max_seconds, spent.seconds):
-        return "budget_time"
-    return None
+        used: str | None = "budget_cost"
+    elif b.max_tokens is not None and not crosses(b.max_tokens, spent.tokens, whole=True):
+        used = "budget_tokens"
+    elif b.max_seconds is not None and not crosses(b.max_seconds, spent.seconds):
+        used = "budget_time"
+    else:
+        return None
+    return budget_crossed(contract, spent) or used
 
 
 def budget_crossed(contract: Contract, spent: Usage) -> str | None:

@@ -367,3 +367,18 @@ def test_risk_steps_ask_a_rules_check_only_until_a_rule_is_hit() -> None:
     steps = list(rules.risk_steps((asked, touch, never), cand, prop, {}, []))
     assert [(r.name, why is None) for r, why in steps] == [("asked", True), ("pay", False)]
     assert list(rules.risk_steps((), cand, prop, {}, [])) == []
+
+
+def test_a_budget_crossed_is_named_before_one_only_reached() -> None:
+    # Hypothesis (test_replay's oracle) found the engine ending on budget_cost (its check after
+    # a priced actor call) where replay ended on budget_tokens (its check before the verifier):
+    # an actor call of $0.10 and 100 tokens under a $0.10 / 50-token contract
+    budget_exhausted, call_stop, Usage = rules.budget_exhausted, rules.call_stop, lw.Usage
+    contract = lw.Contract.from_dict({"budget": {"max_cost_usd": 0.1, "max_tokens": 50}})
+    spent = Usage(cost_usd=0.1, tokens=100)
+    assert budget_exhausted(contract, spent) == "budget_tokens"
+    assert call_stop(contract, spent, {}, [("actor", 0.1, 100)], "verifier:v") == "budget_tokens"
+    # one only reached is still used up
+    assert budget_exhausted(contract, Usage(cost_usd=0.1, tokens=10)) == "budget_cost"
+    assert budget_exhausted(contract, Usage(cost_usd=0.05, tokens=50)) == "budget_tokens"
+    assert budget_exhausted(contract, Usage(cost_usd=0.05, tokens=10)) is None
