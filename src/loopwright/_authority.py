@@ -556,8 +556,31 @@ def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
         if (loop.name, loop.version) in seen or not loop.approvals.earned:
             continue
         seen.add((loop.name, loop.version))
-        out += authority_status(store, loop.name, loop.version, loop.approvals.earned)
+        out += authority_status(
+            store, loop.name, loop.version, loop.approvals.earned, _by_active_people(store)
+        )
     return out
+
+
+def _by_active_people(store: Store) -> Callable[[Mapping[str, Any], str], bool] | None:
+    """What counts toward a loop's standing shown on its own (``loopwright authority``):
+    approvals whose people are all still active users. A revoked user's approvals count for
+    no request (``earned_counts``), so a standing counting them said "earned" when nothing
+    could use it. (Role, limit and requesters depend on the request: the request says.)"""
+    if not store.has_users():
+        return None
+    active: dict[str, bool] = {}
+
+    def counts(_evidence: Mapping[str, Any], by: str) -> bool:
+        for name in (n.strip() for n in by.split(",")):
+            if name not in active:
+                user = store.get_user(name)
+                active[name] = user is not None and user.active
+            if not active[name]:
+                return False
+        return True
+
+    return counts
 
 
 def expire(store: Store, req: Approval) -> Approval | None:

@@ -217,20 +217,26 @@ def test_demo_refuses_a_missing_token_before_announcing_anything(
     assert code == 0 and json.loads(out) == [], (out, err)
 
 
+def _earned_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int) -> tuple[Path, Path]:
+    """A copy of the invoice example whose authority is earned after ``after`` approvals."""
+    import shutil
+
+    example = tmp_path / "example"
+    shutil.copytree(EXAMPLE, example)
+    spec = example / "earned.toml"
+    spec.write_text(spec.read_text().replace("after = 5", f"after = {after}"))
+    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    return example, spec
+
+
 def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`loopwright authority` showed "2 of 1 clean approvals" once a loop had more approvals
     than its grant's `after`, as if `after` were the total. Past it: "2 (1 needed)"; --json
     keeps both counts."""
-    import shutil
-
-    example = tmp_path / "example"
-    shutil.copytree(EXAMPLE, example)
-    spec = example / "earned.toml"
-    spec.write_text(spec.read_text().replace("after = 5", "after = 1"))
-    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
-    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    example, spec = _earned_after(tmp_path, monkeypatch, 1)
     monkeypatch.setenv("COLUMNS", "200")
     db = str(tmp_path / "s.db")
     loop = lw.load_spec(spec)
@@ -254,3 +260,39 @@ def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
 
     page = TestClient(create_app(db, token="t" * 24), base_url="http://127.0.0.1").get("/authority")
     assert page.status_code == 200 and "2 (1 needed)" in page.text and "2 of 1" not in page.text
+
+
+def test_a_revoked_earners_approvals_leave_the_standing_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright authority` (and /authority) counted the approvals of a user revoked since:
+    it said "earned" while no request could use them (the engine drops a revoked person's
+    approvals), so a team read a standing the loop did not have."""
+    example, spec = _earned_after(tmp_path, monkeypatch, 2)
+    db = str(tmp_path / "s.db")
+    s = ("--store", db)
+    tokens = {}
+    for name, roles in {"root": ["admin"], "ana": ["approver"], "ben": ["approver"]}.items():
+        code, out, _ = lw_cli(capsys, "users", "add", name, "--role", *roles, *s)
+        assert code == 0
+        tokens[name] = out.strip()
+        monkeypatch.setenv("LOOPWRIGHT_TOKEN", tokens["root"])
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN")
+    loop = lw.load_spec(spec)
+    tasks = [json.loads(line) for line in (example / "tasks.jsonl").read_text().splitlines()[:3]]
+    with lw.Runtime(db) as rt:
+        runs = [rt.run_sync(loop, t, task_key=str(t["id"]), by="clerk") for t in tasks]
+    assert [r.status for r in runs] == ["awaiting_approval"] * 3
+    for r, who in zip(runs, ["ana", "ana", "ben"], strict=True):
+        assert lw_cli(capsys, "approve", r.run_id, "--token", tokens[who], *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["earned"]) == (3, True)
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", tokens["root"])
+    assert lw_cli(capsys, "users", "revoke", "ana", *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["earned"]) == (1, False)  # ben's alone
+    with lw.Runtime(db) as rt:  # what the engine says of a small payment: the same
+        small = rt.run_sync(loop, {**tasks[0], "id": "NEW-1"}, task_key="NEW-1", by="clerk")
+    assert small.status == "awaiting_approval"
