@@ -296,3 +296,37 @@ def test_a_revoked_earners_approvals_leave_the_standing_shown(
     with lw.Runtime(db) as rt:  # what the engine says of a small payment: the same
         small = rt.run_sync(loop, {**tasks[0], "id": "NEW-1"}, task_key="NEW-1", by="clerk")
     assert small.status == "awaiting_approval"
+
+
+def test_the_list_of_requests_says_when_each_expires_and_which_expired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright approvals` listed a request past its expiry as pending, with no expiry, and
+    said "decide with: loopwright approve", which then refused it as expired: an approver could
+    not tell a live request from a dead one (the dashboard's card says "expired")."""
+    example, spec = _earned_after(tmp_path, monkeypatch, 5)
+    monkeypatch.setenv("COLUMNS", "200")
+    text = spec.read_text().replace(
+        'reason = "every payment needs', 'expires_after_s = EXPIRY\nreason = "every payment needs'
+    )
+    db = str(tmp_path / "s.db")
+    task = json.loads((example / "tasks.jsonl").read_text().splitlines()[0])
+    runs = []
+    for key, expiry in (("live", "86400"), ("dead", "0.000001")):  # 1 µs: past once listed
+        spec.write_text(text.replace("EXPIRY", expiry))
+        with lw.Runtime(db) as rt:
+            runs.append(rt.run_sync(lw.load_spec(spec), task, task_key=key, by="clerk"))
+    assert [r.status for r in runs] == ["awaiting_approval"] * 2
+    code, out, _ = lw_cli(capsys, "approvals", "--store", db)
+    assert code == 0
+    listed = " ".join(out.split())
+    dead, live = (listed.index(f"run {r.run_id[:12]}") for r in reversed(runs))
+    assert dead < live  # newest first
+    assert "expired at" in listed[dead:live] and "no longer be decided" in listed[dead:live]
+    assert "expires" in listed[live:] and "expired" not in listed[live:]
+    assert lw_cli(capsys, "deny", runs[0].run_id, "--by", "ana", "--store", db)[0] == 0
+    code, out, _ = lw_cli(capsys, "approvals", "--store", db)  # the dead one alone
+    assert code == 0 and "decide with" not in out
+    assert f"escalate it with: loopwright resume {runs[1].run_id[:12]}" in out
+    code, _, err = lw_cli(capsys, "approve", runs[1].run_id, "--by", "ana", "--store", db)
+    assert code == 2 and "expired" in err
