@@ -84,6 +84,17 @@ def test_users_tokens_and_refusals(
     assert ("vic", "approve", "refused") in seen and ("ana", "approve", "allowed") in seen
     assert ("root", "revoke user", "allowed") in seen and ("root", "add user", "allowed") in seen
     assert any(r["action"] == "policy" for r in lines)  # the loop's policy, first seen
+    # a refusal for a missing or unknown token names what was asked (it said "cli")
+    tokenless = [
+        (r["actor"], r["action"], r["target"])
+        for r in lines
+        if r["detail"].get("reason") in ("no token", "unknown or revoked token")
+    ]
+    assert tokenless == [
+        ("(no token)", "add user", "user ana"),
+        ("ana", "approve", f"run {runs[0]}"),  # --by ana, no token
+        ("(unknown token)", "deny", f"run {runs[1]}"),  # ben's, revoked
+    ]
     assert all(r["origin"] in ("cli", "engine", "python") for r in lines)
     code, out, _ = lw_cli(capsys, "authority", "--json", *s)
     [row] = json.loads(out)

@@ -214,7 +214,7 @@ def _decide(
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        who = acting_as(rt.store, by, token, action=how)
+        who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
         names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
         with as_options(**names):
             if how == "answer":
@@ -276,7 +276,7 @@ def cancel(
             )
         from ._people_cmd import acting_as
 
-        who = acting_as(rt.store, by, token, action="cancel")
+        who = acting_as(rt.store, by, token, action="cancel", target=f"run {before.run_id}")
         rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
         # counted, only when told (a run started from Python): not the run's every done
         # effect read to print their number (invariant 8)
@@ -362,7 +362,7 @@ def rollback(
         rec = rt.store.get_run(run_id)
         from ._people_cmd import acting_as
 
-        who = acting_as(rt.store, by, token, action="rollback")
+        who = acting_as(rt.store, by, token, action="rollback", target=f"run {rec.run_id}")
         with as_options(to_cycle="--to-cycle", by="--by"):
             rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
         # (a run started from Python: its loop is not here to offer the later effects' undoing)
