@@ -146,7 +146,8 @@ class PeopleStore:
         """Record ``by``'s approval of a pending request; all its votes, oldest first, counted
         after any vote being recorded at the same time (a lock on the run, as
         ``decide_approval`` takes). ``ConflictError`` when ``by`` already voted,
-        ``ApprovalError`` when the request is no longer pending."""
+        ``ApprovalError`` when the request is no longer pending or ``by`` is a revoked user
+        (revoked after the engine checked them: ``revoke_user`` withdraws pending votes)."""
         raise self._no_people()
 
     def votes(self, approval_id: str) -> list[Vote]:

@@ -29,6 +29,7 @@ class PeopleSQL(PeopleStore):
 
     _MARK: ClassVar[str]
     _UNIQUE: ClassVar[tuple[type[BaseException], ...]]
+    _LOCKS: ClassVar[bool]
 
     if TYPE_CHECKING:
 
@@ -182,6 +183,16 @@ class PeopleSQL(PeopleStore):
                     f"approval {approval_id} was already {found[0]}"
                     + (f" by {found[1]}" if found[1] else "")
                 )
+            # The voter may have been revoked since the engine checked them: ``revoke_user``
+            # withdraws pending votes, so a vote written after it would stand alone. Read (and on
+            # PostgreSQL hold, FOR SHARE) their row: a revocation commits before (refused here)
+            # or waits for this vote and then withdraws it.
+            share = " FOR SHARE" if self._LOCKS else ""
+            voter = conn.execute(
+                p("SELECT revoked_at FROM users WHERE name=?" + share), (by,)
+            ).fetchone()
+            if voter is not None and voter[0] is not None:
+                raise ApprovalError(f"{by} was revoked; their approval does not count")
             try:
                 conn.execute(
                     p('INSERT INTO votes(approval_id, "by", at, note) VALUES(?,?,?,?)'),
