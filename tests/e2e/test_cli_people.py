@@ -341,3 +341,50 @@ def test_the_list_of_requests_says_when_each_expires_and_which_expired(
     assert f"escalate it with: loopwright resume {runs[1].run_id[:12]}" in out
     code, _, err = lw_cli(capsys, "approve", runs[1].run_id, "--by", "ana", "--store", db)
     assert code == 2 and "expired" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("mallory\rben", "control character"),  # prints as "ben" over "mallory"
+        ("\x1b[2Kben", "control character"),  # an escape sequence written to every terminal
+        ("ben\u202e", "bidirectional control"),
+        ("(no token)", "(…)"),  # the audit log's own word for a tokenless attempt
+        ("be\u200bn", "same name spelled another way"),  # prints as "ben"
+        ("\uff42en", "same name spelled another way"),  # fullwidth b: NFKC "ben"
+    ],
+)
+def test_a_user_name_that_prints_as_another_or_as_terminal_control_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    why: str,
+) -> None:
+    """`users add` took names with a carriage return, an escape sequence or an invisible
+    character: `users list` and `audit` wrote the escape sequence raw to the reader's terminal,
+    and "be\u200bn" beside "ben" was a second person that reads as the first (two votes on a
+    four-eyes request by one person, as far as anyone reading the record could tell)."""
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    s = ("--store", str(tmp_path / "s.db"))
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", root.strip())
+    assert lw_cli(capsys, "users", "add", "ben", "--role", "approver", *s)[0] == 0
+    code, out, err = lw_cli(capsys, "users", "add", name, "--role", "approver", *s)
+    assert code == 2 and why in err and out == ""
+    assert "\x1b" not in err  # the refusal shows the name escaped
+    code, out, _ = lw_cli(capsys, "users", "list", "--json", *s)
+    assert [u["name"] for u in json.loads(out)] == ["ben", "root"]
+
+
+def test_a_typed_name_with_terminal_control_is_refused_in_an_open_store(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--by` in a store without users went into the audit log as typed, escape sequence
+    included, and `loopwright audit` printed it raw."""
+    with lw.Runtime(store) as rt:
+        run = rt.store.list_runs()[0].run_id
+    code, _, err = lw_cli(capsys, "approve", run, "--by", "x\x1b[31mRED", "--store", store)
+    assert code == 2 and "control character" in err
+    code, out, _ = lw_cli(capsys, "audit", "--store", store)
+    assert "\x1b" not in out

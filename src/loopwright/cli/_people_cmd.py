@@ -29,6 +29,7 @@ from .._authority import (
     standings,
 )
 from .._errors import ConfigError, NotPermittedError
+from .._keys import unprintable
 from ..store import Store, UserRecord
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
 from ._stores import open_existing, open_or_create
@@ -155,14 +156,18 @@ def users_add(
         not name
         or len(name) > 64
         or any(c in name for c in ",:\n\t")
-        or name.startswith("policy")
+        or name.startswith(("policy", "("))
         or name.lower() == "loopwright"
     ):
         raise ConfigError(
             "a user name is 1-64 characters, without ',', ':' or line breaks, and not "
-            "'policy…' or 'loopwright' (kept for loopwright's own decisions)",
+            "'policy…' or 'loopwright' (kept for loopwright's own decisions) nor '(…)' (the "
+            "audit log's word for who gave no token)",
             field="NAME",
         )
+    bad = unprintable(name)
+    if bad is not None:
+        raise ConfigError(f"a user name {bad}", field="NAME")
     roles = sorted({check_role_name(r) for r in role})
     limits = _limits(limit)
     # The first user (an admin) may come before the first run: then the store is created.

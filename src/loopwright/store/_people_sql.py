@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ApprovalError, ConfigError, ConflictError
-from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote
+from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote, person_key
 from ._records import Approval, NewApproval
 from ._rows import APPROVAL_COLS, approval_row, sql_int
 
@@ -72,9 +72,9 @@ class PeopleSQL(PeopleStore):
         with self._tx() as conn:
             # "Ben" beside "ben" would be the same person under two spellings: two votes on a
             # four-eyes request, and a starter who could approve their own run as the other
-            key = name.strip().casefold()
+            key = person_key(name)
             for (other,) in conn.execute(p("SELECT name FROM users"), ()).fetchall():
-                if other != name and other.strip().casefold() == key:
+                if other != name and person_key(other) == key:
                     raise ConflictError(
                         f"user {other!r} exists: {name!r} would be the same name spelled "
                         "another way"
