@@ -388,3 +388,21 @@ def test_a_typed_name_with_terminal_control_is_refused_in_an_open_store(
     assert code == 2 and "control character" in err
     code, out, _ = lw_cli(capsys, "audit", "--store", store)
     assert "\x1b" not in out
+
+
+def test_a_note_with_terminal_control_is_refused_and_a_forms_crlf_kept_as_a_line_break(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A decision's note went into the append-only audit log as typed, ESC included, and
+    `loopwright audit` and `show` wrote it raw to the terminal: an escape sequence there can
+    clear the screen or rewrite the records above it."""
+    with lw.Runtime(store) as rt:
+        first, second = (r.run_id for r in rt.store.list_runs())
+    s = ("--store", store)
+    code, _, err = lw_cli(capsys, "deny", first, "--by", "carl", "--note", "ok\x1b[2J", *s)
+    assert code == 2 and "control character (U+001B" in err
+    for command in (["audit"], ["show", first]):
+        assert "\x1b" not in lw_cli(capsys, *command, *s)[1]
+    with lw.Runtime(store) as rt:  # the dashboard's textarea posts CRLF
+        denied = rt.deny(second, by="carl", note="wrong vendor\r\nsee PO 7")
+    assert denied.note == "wrong vendor\nsee PO 7"
