@@ -34,10 +34,11 @@ from typing import Any
 from ._audit import audit, audit_of, audit_once
 from ._errors import ApprovalError, ConfigError, NotPermittedError, RunNotFoundError
 from ._json import check_given_text
+from ._keys import unprintable
 from ._loop import Loop
 from ._policy import ROLE_NAME, EarnedAuthority
 from .store import Approval, RunRecord, Store, UserRecord
-from .store._people import PeopleStore
+from .store._people import PeopleStore, person_key
 
 __all__ = [
     "BUILTIN_ROLES",
@@ -105,6 +106,9 @@ def check_person(who: str, field: str = "by") -> None:
     (``loopwright``, ``policy:…``): a denial recorded so was taken for the system's and did not
     revoke earned authority, and a person's decision would read as loopwright's own. The OS
     user a CLI defaults to can be a service account of that name."""
+    bad = unprintable(who)
+    if bad is not None:
+        raise ConfigError(f"a person's name {bad}", field=field)
     name = who.strip().lower()
     if name in _SYSTEM or name.startswith("policy:"):
         raise ConfigError(
@@ -295,10 +299,11 @@ def run_requesters(store: Store, run: RunRecord) -> set[str]:
 
 
 def same_person(name: str, names: Iterable[str]) -> bool:
-    """Whether ``name`` is one of ``names`` as people are told apart: spaces around it and
-    letter case do not make another person ("Rita" started the run, "rita" approved it)."""
-    key = name.strip().casefold()
-    return any(key == n.strip().casefold() for n in names)
+    """Whether ``name`` is one of ``names`` as people are told apart (``person_key``): spaces
+    around it, letter case or an invisible character do not make another person ("Rita"
+    started the run, "rita" approved it)."""
+    key = person_key(name)
+    return any(key == person_key(n) for n in names)
 
 
 def _spelled(limits: Mapping[str, Any], kind: str) -> str:
@@ -556,8 +561,31 @@ def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
         if (loop.name, loop.version) in seen or not loop.approvals.earned:
             continue
         seen.add((loop.name, loop.version))
-        out += authority_status(store, loop.name, loop.version, loop.approvals.earned)
+        out += authority_status(
+            store, loop.name, loop.version, loop.approvals.earned, _by_active_people(store)
+        )
     return out
+
+
+def _by_active_people(store: Store) -> Callable[[Mapping[str, Any], str], bool] | None:
+    """What counts toward a loop's standing shown on its own (``loopwright authority``):
+    approvals whose people are all still active users. A revoked user's approvals count for
+    no request (``earned_counts``), so a standing counting them said "earned" when nothing
+    could use it. (Role, limit and requesters depend on the request: the request says.)"""
+    if not store.has_users():
+        return None
+    active: dict[str, bool] = {}
+
+    def counts(_evidence: Mapping[str, Any], by: str) -> bool:
+        for name in (n.strip() for n in by.split(",")):
+            if name not in active:
+                user = store.get_user(name)
+                active[name] = user is not None and user.active
+            if not active[name]:
+                return False
+        return True
+
+    return counts
 
 
 def expire(store: Store, req: Approval) -> Approval | None:

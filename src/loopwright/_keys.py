@@ -24,7 +24,7 @@ import unicodedata
 
 from ._errors import ConfigError
 
-__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "fit_key"]
+__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "fit_key", "unprintable"]
 
 MAX_KEY_CHARS = 256
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -42,6 +42,13 @@ def _bad_char(text: str) -> str | None:
                 what = "a lone surrogate"
             return f"must not hold {what} (U+{ord(ch):04X} at position {i + 1})"
     return None
+
+
+def unprintable(text: str) -> str | None:
+    """Why ``text`` could not be printed on one line as itself (a control character, an escape
+    sequence's ESC included, a line separator, a bidirectional control), or None: the rule of
+    task keys, which people's names keep too."""
+    return _bad_char(text)
 
 
 def _broken(value: object) -> str | None:

@@ -6,6 +6,7 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -162,6 +163,7 @@ class Decisions(RuntimeHost):
         check_person(by)
         who = by.strip()
         check_given_text(note, field="note")
+        note = _printable_note(note)
         if isinstance(answer, str):
             check_text(answer, field="answer")
         try:
@@ -562,3 +564,20 @@ def _open_requests(pending: Mapping[str, Any] | None) -> list[str]:
 def _closing(ids: list[str], *, by: str, note: str) -> list[ClosedApproval]:
     """The requests ``ids`` closed (``cancelled``) by the commit that ends or rewinds a run."""
     return [ClosedApproval(aid, by, note) for aid in ids]
+
+
+def _printable_note(note: str | None) -> str | None:
+    """A decision's note as it will be printed (``audit``, ``show``, the inbox): a form's CRLF
+    read as a line break; any other control character refused (``ConfigError``). An ESC went
+    into the append-only log as typed and ``loopwright audit`` wrote it raw to the reader's
+    terminal, where an escape sequence can clear the screen or rewrite the lines above it."""
+    if note is None:
+        return None
+    note = note.replace("\r\n", "\n")
+    for i, ch in enumerate(note):
+        if ch not in "\n\t" and unicodedata.category(ch) == "Cc":
+            raise ConfigError(
+                f"must not hold a control character (U+{ord(ch):04X} at position {i + 1})",
+                field="note",
+            )
+    return note

@@ -84,6 +84,17 @@ def test_users_tokens_and_refusals(
     assert ("vic", "approve", "refused") in seen and ("ana", "approve", "allowed") in seen
     assert ("root", "revoke user", "allowed") in seen and ("root", "add user", "allowed") in seen
     assert any(r["action"] == "policy" for r in lines)  # the loop's policy, first seen
+    # a refusal for a missing or unknown token names what was asked (it said "cli")
+    tokenless = [
+        (r["actor"], r["action"], r["target"])
+        for r in lines
+        if r["detail"].get("reason") in ("no token", "unknown or revoked token")
+    ]
+    assert tokenless == [
+        ("(no token)", "add user", "user ana"),
+        ("ana", "approve", f"run {runs[0]}"),  # --by ana, no token
+        ("(unknown token)", "deny", f"run {runs[1]}"),  # ben's, revoked
+    ]
     assert all(r["origin"] in ("cli", "engine", "python") for r in lines)
     code, out, _ = lw_cli(capsys, "authority", "--json", *s)
     [row] = json.loads(out)
@@ -217,20 +228,26 @@ def test_demo_refuses_a_missing_token_before_announcing_anything(
     assert code == 0 and json.loads(out) == [], (out, err)
 
 
+def _earned_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int) -> tuple[Path, Path]:
+    """A copy of the invoice example whose authority is earned after ``after`` approvals."""
+    import shutil
+
+    example = tmp_path / "example"
+    shutil.copytree(EXAMPLE, example)
+    spec = example / "earned.toml"
+    spec.write_text(spec.read_text().replace("after = 5", f"after = {after}"))
+    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    return example, spec
+
+
 def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`loopwright authority` showed "2 of 1 clean approvals" once a loop had more approvals
     than its grant's `after`, as if `after` were the total. Past it: "2 (1 needed)"; --json
     keeps both counts."""
-    import shutil
-
-    example = tmp_path / "example"
-    shutil.copytree(EXAMPLE, example)
-    spec = example / "earned.toml"
-    spec.write_text(spec.read_text().replace("after = 5", "after = 1"))
-    monkeypatch.setenv("INVOICE_LEDGER", str(tmp_path / "ledger.jsonl"))
-    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    example, spec = _earned_after(tmp_path, monkeypatch, 1)
     monkeypatch.setenv("COLUMNS", "200")
     db = str(tmp_path / "s.db")
     loop = lw.load_spec(spec)
@@ -254,3 +271,138 @@ def test_approvals_past_the_threshold_are_not_shown_as_a_fraction(
 
     page = TestClient(create_app(db, token="t" * 24), base_url="http://127.0.0.1").get("/authority")
     assert page.status_code == 200 and "2 (1 needed)" in page.text and "2 of 1" not in page.text
+
+
+def test_a_revoked_earners_approvals_leave_the_standing_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright authority` (and /authority) counted the approvals of a user revoked since:
+    it said "earned" while no request could use them (the engine drops a revoked person's
+    approvals), so a team read a standing the loop did not have."""
+    example, spec = _earned_after(tmp_path, monkeypatch, 2)
+    db = str(tmp_path / "s.db")
+    s = ("--store", db)
+    tokens = {}
+    for name, roles in {"root": ["admin"], "ana": ["approver"], "ben": ["approver"]}.items():
+        code, out, _ = lw_cli(capsys, "users", "add", name, "--role", *roles, *s)
+        assert code == 0
+        tokens[name] = out.strip()
+        monkeypatch.setenv("LOOPWRIGHT_TOKEN", tokens["root"])
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN")
+    loop = lw.load_spec(spec)
+    tasks = [json.loads(line) for line in (example / "tasks.jsonl").read_text().splitlines()[:3]]
+    with lw.Runtime(db) as rt:
+        runs = [rt.run_sync(loop, t, task_key=str(t["id"]), by="clerk") for t in tasks]
+    assert [r.status for r in runs] == ["awaiting_approval"] * 3
+    for r, who in zip(runs, ["ana", "ana", "ben"], strict=True):
+        assert lw_cli(capsys, "approve", r.run_id, "--token", tokens[who], *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["earned"]) == (3, True)
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", tokens["root"])
+    assert lw_cli(capsys, "users", "revoke", "ana", *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["earned"]) == (1, False)  # ben's alone
+    with lw.Runtime(db) as rt:  # what the engine says of a small payment: the same
+        small = rt.run_sync(loop, {**tasks[0], "id": "NEW-1"}, task_key="NEW-1", by="clerk")
+    assert small.status == "awaiting_approval"
+
+
+def test_the_list_of_requests_says_when_each_expires_and_which_expired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopwright approvals` listed a request past its expiry as pending, with no expiry, and
+    said "decide with: loopwright approve", which then refused it as expired: an approver could
+    not tell a live request from a dead one (the dashboard's card says "expired")."""
+    example, spec = _earned_after(tmp_path, monkeypatch, 5)
+    monkeypatch.setenv("COLUMNS", "200")
+    text = spec.read_text().replace(
+        'reason = "every payment needs', 'expires_after_s = EXPIRY\nreason = "every payment needs'
+    )
+    db = str(tmp_path / "s.db")
+    task = json.loads((example / "tasks.jsonl").read_text().splitlines()[0])
+    runs = []
+    for key, expiry in (("live", "86400"), ("dead", "0.000001")):  # 1 µs: past once listed
+        spec.write_text(text.replace("EXPIRY", expiry))
+        with lw.Runtime(db) as rt:
+            runs.append(rt.run_sync(lw.load_spec(spec), task, task_key=key, by="clerk"))
+    assert [r.status for r in runs] == ["awaiting_approval"] * 2
+    code, out, _ = lw_cli(capsys, "approvals", "--store", db)
+    assert code == 0
+    listed = " ".join(out.split())
+    dead, live = (listed.index(f"run {r.run_id[:12]}") for r in reversed(runs))
+    assert dead < live  # newest first
+    assert "expired at" in listed[dead:live] and "no longer be decided" in listed[dead:live]
+    assert "expires" in listed[live:] and "expired" not in listed[live:]
+    assert lw_cli(capsys, "deny", runs[0].run_id, "--by", "ana", "--store", db)[0] == 0
+    code, out, _ = lw_cli(capsys, "approvals", "--store", db)  # the dead one alone
+    assert code == 0 and "decide with" not in out
+    assert f"escalate it with: loopwright resume {runs[1].run_id[:12]}" in out
+    code, _, err = lw_cli(capsys, "approve", runs[1].run_id, "--by", "ana", "--store", db)
+    assert code == 2 and "expired" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("mallory\rben", "control character"),  # prints as "ben" over "mallory"
+        ("\x1b[2Kben", "control character"),  # an escape sequence written to every terminal
+        ("ben\u202e", "bidirectional control"),
+        ("(no token)", "(…)"),  # the audit log's own word for a tokenless attempt
+        ("be\u200bn", "same name spelled another way"),  # prints as "ben"
+        ("\uff42en", "same name spelled another way"),  # fullwidth b: NFKC "ben"
+    ],
+)
+def test_a_user_name_that_prints_as_another_or_as_terminal_control_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    why: str,
+) -> None:
+    """`users add` took names with a carriage return, an escape sequence or an invisible
+    character: `users list` and `audit` wrote the escape sequence raw to the reader's terminal,
+    and "be\u200bn" beside "ben" was a second person that reads as the first (two votes on a
+    four-eyes request by one person, as far as anyone reading the record could tell)."""
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN", raising=False)
+    s = ("--store", str(tmp_path / "s.db"))
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", root.strip())
+    assert lw_cli(capsys, "users", "add", "ben", "--role", "approver", *s)[0] == 0
+    code, out, err = lw_cli(capsys, "users", "add", name, "--role", "approver", *s)
+    assert code == 2 and why in err and out == ""
+    assert "\x1b" not in err  # the refusal shows the name escaped
+    code, out, _ = lw_cli(capsys, "users", "list", "--json", *s)
+    assert [u["name"] for u in json.loads(out)] == ["ben", "root"]
+
+
+def test_a_typed_name_with_terminal_control_is_refused_in_an_open_store(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--by` in a store without users went into the audit log as typed, escape sequence
+    included, and `loopwright audit` printed it raw."""
+    with lw.Runtime(store) as rt:
+        run = rt.store.list_runs()[0].run_id
+    code, _, err = lw_cli(capsys, "approve", run, "--by", "x\x1b[31mRED", "--store", store)
+    assert code == 2 and "control character" in err
+    code, out, _ = lw_cli(capsys, "audit", "--store", store)
+    assert "\x1b" not in out
+
+
+def test_a_note_with_terminal_control_is_refused_and_a_forms_crlf_kept_as_a_line_break(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A decision's note went into the append-only audit log as typed, ESC included, and
+    `loopwright audit` and `show` wrote it raw to the terminal: an escape sequence there can
+    clear the screen or rewrite the records above it."""
+    with lw.Runtime(store) as rt:
+        first, second = (r.run_id for r in rt.store.list_runs())
+    s = ("--store", store)
+    code, _, err = lw_cli(capsys, "deny", first, "--by", "carl", "--note", "ok\x1b[2J", *s)
+    assert code == 2 and "control character (U+001B" in err
+    for command in (["audit"], ["show", first]):
+        assert "\x1b" not in lw_cli(capsys, *command, *s)[1]
+    with lw.Runtime(store) as rt:  # the dashboard's textarea posts CRLF
+        denied = rt.deny(second, by="carl", note="wrong vendor\r\nsee PO 7")
+    assert denied.note == "wrong vendor\nsee PO 7"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 from support.crash import Crash, phase_hook
@@ -298,3 +299,29 @@ def test_a_fork_that_changes_the_contract_says_so_in_the_audit_log(url: str) -> 
         assert changed["budget.max_cycles"] == {"from": 2, "to": 99}
         assert changed["risk"]["to"] == []
         assert [rule["name"] for rule in changed["risk"]["from"]] == ["big"]
+
+
+def test_a_vote_racing_its_voters_revocation_does_not_count(url: str) -> None:
+    # cat's vote was checked, then cat was revoked (her pending votes withdrawn), then her vote
+    # was written: it stood, and with ben's made the four-eyes payment approved by a person
+    # no longer allowed to approve anything. The revocation lands in that window here.
+    loop = make_loop(FOUR_EYES)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("V-1", 25000), task_key="v1", by="root")
+        rt.approve(r.run_id, by="ben")
+        add_vote = rt.store.add_vote
+
+        def revoked_first(approval_id: str, by: str, **kw: Any) -> Any:
+            rt.store.revoke_user(by, now=time.time())
+            return add_vote(approval_id, by, **kw)
+
+        rt.store.add_vote = revoked_first  # type: ignore[method-assign]
+        with pytest.raises(lw.ApprovalError, match="cat was revoked"):
+            rt.approve(r.run_id, by="cat")
+        rt.store.add_vote = add_vote  # type: ignore[method-assign]
+        req = rt.pending_approval(r.run_id)
+        assert req.status == "pending"
+        assert [v.by for v in rt.store.votes(req.approval_id)] == ["ben"]
+        assert ("cat", "approve", "refused") in audit_lines(rt)
+        assert rt.approve(r.run_id, by="rita").decided_by == "ben, rita"

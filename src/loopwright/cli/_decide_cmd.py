@@ -4,6 +4,7 @@ what waits for a person, and a person's decisions on a run (docs/permissions.md 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -78,6 +79,7 @@ def approvals(
     from ._table import print_blocks
 
     blocks = []
+    now = time.time()
     for a in reqs:
         q = (a.evidence or {}).get("question") or {}
         what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")
@@ -93,21 +95,41 @@ def approvals(
             if votes[a.approval_id]:
                 said += f"; approved so far by {', '.join(votes[a.approval_id])}"
             rows.append(("who", said))
+        if a.expires_at is not None and a.status == "pending":
+            rows.append(("expires", _expiry(a.expires_at, now)))
         blocks.append((head, rows))
     # One block per request: the prose wraps under its label instead of into narrow columns.
     title = f"{total} request(s)" + (f", the newest {len(reqs)} shown" if more > 0 else "")
     print_blocks(title, blocks)
     if reqs and not all_:
-        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only))
+        print(_decide_hint(reqs, total, "--token T" if people else "--by NAME", only, now))
 
 
-def _decide_hint(reqs: list[Approval], total: int, me: str, only: RunRecord | None) -> str:
+def _expiry(expires_at: float, now: float) -> str:
+    """When a pending request expires, or that it has: such a request stays listed as pending
+    until its run resumes (and escalates), but can no longer be decided."""
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(expires_at))
+    if expires_at <= now:
+        return f"expired at {at}: it can no longer be decided; the run escalates when resumed"
+    return at
+
+
+def _decide_hint(
+    reqs: list[Approval], total: int, me: str, only: RunRecord | None, now: float
+) -> str:
     """What to type next under `loopwright approvals`: for one request, its own commands; for
     several, one form with RUN and ID to take from the list (naming only the newest request's
     run read as if it were the only one), and one command that continues them all."""
     if total == 1:
         a = reqs[0]
         run = a.run_id[:12]
+        if a.expires_at is not None and a.expires_at <= now:
+            go_on = (
+                continue_hint(only, "escalate it")
+                if only is not None
+                else f"escalate it with: loopwright resume {run}"
+            )
+            return f"it expired and can no longer be decided; {go_on}"
         how = (
             f"loopwright answer {run} TEXT {me}"
             if a.kind == "question"
@@ -192,7 +214,7 @@ def _decide(
 
     with Runtime(existing_store(store)) as rt:
         rec = rt.store.get_run(run_id)
-        who = acting_as(rt.store, by, token, action=how)
+        who = acting_as(rt.store, by, token, action=how, target=f"run {rec.run_id}")
         names = {"by": "--by", "note": "--note", "request": "--request", "answer": "ANSWER"}
         with as_options(**names):
             if how == "answer":
@@ -254,7 +276,7 @@ def cancel(
             )
         from ._people_cmd import acting_as
 
-        who = acting_as(rt.store, by, token, action="cancel")
+        who = acting_as(rt.store, by, token, action="cancel", target=f"run {before.run_id}")
         rec = rt.cancel(before.run_id, by=who, loop=_loop_or_none(before), origin="cli")
         # counted, only when told (a run started from Python): not the run's every done
         # effect read to print their number (invariant 8)
@@ -340,7 +362,7 @@ def rollback(
         rec = rt.store.get_run(run_id)
         from ._people_cmd import acting_as
 
-        who = acting_as(rt.store, by, token, action="rollback")
+        who = acting_as(rt.store, by, token, action="rollback", target=f"run {rec.run_id}")
         with as_options(to_cycle="--to-cycle", by="--by"):
             rec = rt.rollback(rec.run_id, to_cycle, by=who, loop=_loop_or_none(rec), origin="cli")
         # (a run started from Python: its loop is not here to offer the later effects' undoing)

@@ -80,7 +80,7 @@ def fork(
         if tables is not None:
             chosen = Contract.from_dict(merge_contract(base, tables))
         changed = contract_changes(rec.contract, chosen.to_dict() if chosen else rec.contract)
-        who = acting_as(rt.store, by, token, action="fork")
+        who = acting_as(rt.store, by, token, action="fork", target=f"run {rec.run_id}")
         with as_options(at_cycle="--at-cycle", task_key="--key", loop="--spec", by="--by"):
             new = rt.fork(
                 rec.run_id,
@@ -150,7 +150,7 @@ def edit(
                     f"JSON ({not_json}); for text, give it as a JSON string",
                     field="--value",
                 )
-        who = acting_as(rt.store, by, token, action="edit")
+        who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")

@@ -76,7 +76,7 @@ def _person(
         if needed:
             raise ConfigError("say who decides (--by NAME)", field="--by")
         return _default_by()
-    who = acting_as(st, by, token, action=action)
+    who = acting_as(st, by, token, action=action, target="memory")
     require(st, who, "operate", action=action, target="memory", origin="cli",
             doing=f"{action.removeprefix('memory ')} feedback memory")  # fmt: skip
     return who

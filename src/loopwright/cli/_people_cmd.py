@@ -29,6 +29,7 @@ from .._authority import (
     standings,
 )
 from .._errors import ConfigError, NotPermittedError
+from .._keys import unprintable
 from ..store import Store, UserRecord
 from ._app import JsonOpt, StoreOpt, TokenOpt, _print_json, app, new_typer
 from ._stores import open_existing, open_or_create
@@ -43,14 +44,15 @@ users_app = new_typer(
 app.add_typer(users_app, name="users")
 
 
-def acting_as(store: Store, by: str | None, token: str | None, *, action: str) -> str:
+def acting_as(store: Store, by: str | None, token: str | None, *, action: str, target: str) -> str:
     """The name a command acts under: the token's user in a store with users (a typed
-    ``--by`` must match it), else ``--by`` or the OS user."""
+    ``--by`` must match it), else ``--by`` or the OS user. ``target`` (``run ID``) is what a
+    refusal for a missing or unknown token is recorded against: what was asked, not ``cli``."""
     token = (token or "").strip() or None
     if not store.has_users():
         return (by or "").strip() or getpass.getuser()
     if token is None:
-        audit(store, by or "(no token)", action, "cli", outcome="refused", origin="cli",
+        audit(store, by or "(no token)", action, target, outcome="refused", origin="cli",
               reason="no token")  # fmt: skip
         raise NotPermittedError(
             "this store has users: give your token (--token or LOOPWRIGHT_TOKEN; an admin "
@@ -58,7 +60,7 @@ def acting_as(store: Store, by: str | None, token: str | None, *, action: str) -
         )
     user = store.user_by_token(hash_token(token))
     if user is None:
-        audit(store, by or "(unknown token)", action, "cli", outcome="refused", origin="cli",
+        audit(store, by or "(unknown token)", action, target, outcome="refused", origin="cli",
               reason="unknown or revoked token")  # fmt: skip
         raise NotPermittedError("the token is unknown or revoked")
     if by and by.strip() and by.strip() != user.name:
@@ -79,7 +81,7 @@ def starter(store: Store, token: str | None, *, target: str, **detail: Any) -> s
         return getpass.getuser()
     if token is None:
         token = os.environ.get("LOOPWRIGHT_TOKEN")
-    who = acting_as(store, None, token, action="start run")
+    who = acting_as(store, None, token, action="start run", target=target)
     require(store, who, "operate", action="start run", target=target, origin="cli",
             doing="start runs")  # fmt: skip
     audit(store, who, "start run", target, origin="cli", **detail)
@@ -109,7 +111,7 @@ def _limits(values: list[str] | None) -> dict[str, float | None]:
 
 def _admin(store: Store, token: str | None, action: str, target: str) -> str:
     """The admin doing a user change (anyone may add the first user, an admin)."""
-    who = acting_as(store, None, token, action=action)
+    who = acting_as(store, None, token, action=action, target=target)
     if store.has_users():
         user = store.get_user(who)
         if user is None or not permits(user, "admin"):
@@ -154,14 +156,18 @@ def users_add(
         not name
         or len(name) > 64
         or any(c in name for c in ",:\n\t")
-        or name.startswith("policy")
+        or name.startswith(("policy", "("))
         or name.lower() == "loopwright"
     ):
         raise ConfigError(
             "a user name is 1-64 characters, without ',', ':' or line breaks, and not "
-            "'policy…' or 'loopwright' (kept for loopwright's own decisions)",
+            "'policy…' or 'loopwright' (kept for loopwright's own decisions) nor '(…)' (the "
+            "audit log's word for who gave no token)",
             field="NAME",
         )
+    bad = unprintable(name)
+    if bad is not None:
+        raise ConfigError(f"a user name {bad}", field="NAME")
     roles = sorted({check_role_name(r) for r in role})
     limits = _limits(limit)
     # The first user (an admin) may come before the first run: then the store is created.
@@ -214,7 +220,7 @@ def users_token(
             raise ConfigError("this store has no users: add one with `loopwright users add`")
         if st.get_user(name) is None:
             raise ConfigError(f"no user {name!r} in this store", field="NAME")
-        who = acting_as(st, None, token, action="issue token")
+        who = acting_as(st, None, token, action="issue token", target=f"user {name}")
         me = st.get_user(who)
         if who != name and (me is None or not permits(me, "admin")):
             audit(st, who, "issue token", f"user {name}", outcome="refused", origin="cli",

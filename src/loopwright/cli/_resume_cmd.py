@@ -78,8 +78,9 @@ def resume(
 
     with Runtime(existing_store(store)) as rt:
         if rt.store.has_users():  # an open store keeps resume as it was: no record per run
-            who = acting_as(rt.store, None, token, action="resume")
-            operate(rt.store, who, "resume", f"run {run_id or '--all'}", origin="cli")
+            target = f"run {run_id or '--all'}"
+            who = acting_as(rt.store, None, token, action="resume", target=target)
+            operate(rt.store, who, "resume", target, origin="cli")
         if run_id is not None:
             targets = [rt.store.get_run(run_id)]
         else:

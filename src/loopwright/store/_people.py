@@ -8,6 +8,7 @@ stays open, and writes that need the tables say so in one line.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,15 @@ from .._errors import StoreError
 if TYPE_CHECKING:
     from ._base import Approval, NewApproval
 
-__all__ = ["AuditRecord", "AuthorityRecord", "PeopleStore", "UserRecord", "Vote"]
+__all__ = ["AuditRecord", "AuthorityRecord", "PeopleStore", "UserRecord", "Vote", "person_key"]
+
+
+def person_key(name: str) -> str:
+    """A name as people are told apart, not as typed: compatibility forms folded (NFKC: a
+    fullwidth "ｂen" is "ben"), invisible format characters dropped (U+200B: "be\u200bn" prints
+    as "ben"), spaces around it and letter case ignored."""
+    folded = unicodedata.normalize("NFKC", name)
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf").strip().casefold()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +155,8 @@ class PeopleStore:
         """Record ``by``'s approval of a pending request; all its votes, oldest first, counted
         after any vote being recorded at the same time (a lock on the run, as
         ``decide_approval`` takes). ``ConflictError`` when ``by`` already voted,
-        ``ApprovalError`` when the request is no longer pending."""
+        ``ApprovalError`` when the request is no longer pending or ``by`` is a revoked user
+        (revoked after the engine checked them: ``revoke_user`` withdraws pending votes)."""
         raise self._no_people()
 
     def votes(self, approval_id: str) -> list[Vote]:

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ApprovalError, ConfigError, ConflictError
-from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote
+from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote, person_key
 from ._records import Approval, NewApproval
 from ._rows import APPROVAL_COLS, approval_row, sql_int
 
@@ -29,6 +29,7 @@ class PeopleSQL(PeopleStore):
 
     _MARK: ClassVar[str]
     _UNIQUE: ClassVar[tuple[type[BaseException], ...]]
+    _LOCKS: ClassVar[bool]
 
     if TYPE_CHECKING:
 
@@ -71,9 +72,9 @@ class PeopleSQL(PeopleStore):
         with self._tx() as conn:
             # "Ben" beside "ben" would be the same person under two spellings: two votes on a
             # four-eyes request, and a starter who could approve their own run as the other
-            key = name.strip().casefold()
+            key = person_key(name)
             for (other,) in conn.execute(p("SELECT name FROM users"), ()).fetchall():
-                if other != name and other.strip().casefold() == key:
+                if other != name and person_key(other) == key:
                     raise ConflictError(
                         f"user {other!r} exists: {name!r} would be the same name spelled "
                         "another way"
@@ -182,6 +183,16 @@ class PeopleSQL(PeopleStore):
                     f"approval {approval_id} was already {found[0]}"
                     + (f" by {found[1]}" if found[1] else "")
                 )
+            # The voter may have been revoked since the engine checked them: ``revoke_user``
+            # withdraws pending votes, so a vote written after it would stand alone. Read (and on
+            # PostgreSQL hold, FOR SHARE) their row: a revocation commits before (refused here)
+            # or waits for this vote and then withdraws it.
+            share = " FOR SHARE" if self._LOCKS else ""
+            voter = conn.execute(
+                p("SELECT revoked_at FROM users WHERE name=?" + share), (by,)
+            ).fetchone()
+            if voter is not None and voter[0] is not None:
+                raise ApprovalError(f"{by} was revoked; their approval does not count")
             try:
                 conn.execute(
                     p('INSERT INTO votes(approval_id, "by", at, note) VALUES(?,?,?,?)'),
