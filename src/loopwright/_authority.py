@@ -462,11 +462,12 @@ def authority_status(
     loop: str,
     version: str | None,
     grants: Iterable[EarnedAuthority],
-    counts: Callable[[Mapping[str, Any], str], bool] | None = None,
+    counts: Callable[[Mapping[str, Any], str, float], bool] | None = None,
 ) -> list[AuthorityStatus]:
     """Each grant's standing for this loop, read from the store's record of it. ``counts``
-    (``(evidence, decided_by) -> bool``) says which approvals count toward it: those whose
-    people could have approved the request at hand (``earned_counts``); all, without it."""
+    (``(evidence, decided_by, decided_at) -> bool``) says which approvals count toward it:
+    those whose people could have approved the request at hand (``earned_counts``); all,
+    without it."""
     record = store.authority_record(loop, version)
     out = []
     for g in grants:
@@ -482,7 +483,7 @@ def authority_status(
                 continue
             if status == "denied":
                 revoked.append((at, f"{by} denied request {aid} (run {run_id[:12]})"))
-            elif counts is None or counts(ev, by):
+            elif counts is None or counts(ev, by, at):
                 approved.append((at, aid))
         revoked += [
             (at, f"a {k} action was compensated") for at, k in record.compensated if k == g.kind
@@ -499,21 +500,22 @@ def authority_status(
 
 def earned_counts(
     store: Store, run: RunRecord, kind: str, args: Mapping[str, Any], who: Mapping[str, Any]
-) -> Callable[[Mapping[str, Any], str], bool]:
+) -> Callable[[Mapping[str, Any], str, float], bool]:
     """Which of a loop's approvals can earn it the authority to approve an action of ``kind``
     with ``args`` that a rule (``who``: its role, field, separation) sends to a person: those
     whose people could have approved it themselves. Each of them held the rule's roles when
     they approved (the request they decided named them), is still an active user whose limit
-    covers this amount (read by the rule's field), and is none of this run's requesters where
-    the rule separates duties. Earned authority never approves more than the people who earned
-    it could."""
+    covers this amount (read by the rule's field), was a user when they approved (a person
+    revoked and added again earns from the new start: the revocation may have been for
+    cause), and is none of this run's requesters where the rule separates duties. Earned
+    authority never approves more than the people who earned it could."""
     roles = {str(r) for r in (who.get("roles") or ([who["role"]] if who.get("role") else []))}
     amount = _amount(args, str(who.get("field") or "amount"))
     asked = requesters(store, run) if who.get("separate") else set()
     users = store.has_users()
     known: dict[str, UserRecord | None] = {}
 
-    def could(name: str) -> bool:
+    def could(name: str, at: float) -> bool:
         if same_person(name, asked):
             return False
         if not users:
@@ -523,6 +525,8 @@ def earned_counts(
         user = known[name]
         if user is None or not user.active or not roles <= set(user.roles):
             return False
+        if at < user.created_at:
+            return False  # approved before this user was (added again after a revocation)
         if not user.limits:
             return True
         if kind not in user.limits:
@@ -530,11 +534,11 @@ def earned_counts(
         limit = user.limits[kind]
         return limit is None or (amount is not None and amount <= limit)
 
-    def counts(evidence: Mapping[str, Any], by: str) -> bool:
+    def counts(evidence: Mapping[str, Any], by: str, at: float) -> bool:
         had = evidence.get("who") or {}
         named = {str(r) for r in (had.get("roles") or ([had["role"]] if had.get("role") else []))}
         # the roles were checked when they approved only if their request named them
-        return roles <= named and all(could(n.strip()) for n in by.split(","))
+        return roles <= named and all(could(n.strip(), at) for n in by.split(","))
 
     return counts
 
@@ -567,21 +571,23 @@ def standings(store: Store, specs: Iterable[str] = ()) -> list[AuthorityStatus]:
     return out
 
 
-def _by_active_people(store: Store) -> Callable[[Mapping[str, Any], str], bool] | None:
+def _by_active_people(store: Store) -> Callable[[Mapping[str, Any], str, float], bool] | None:
     """What counts toward a loop's standing shown on its own (``loopwright authority``):
     approvals whose people are all still active users. A revoked user's approvals count for
     no request (``earned_counts``), so a standing counting them said "earned" when nothing
-    could use it. (Role, limit and requesters depend on the request: the request says.)"""
+    could use it; nor those made before the user was added again after a revocation. (Role,
+    limit and requesters depend on the request: the request says.)"""
     if not store.has_users():
         return None
-    active: dict[str, bool] = {}
+    since: dict[str, float | None] = {}  # name -> the active user's start, None: not active
 
-    def counts(_evidence: Mapping[str, Any], by: str) -> bool:
+    def counts(_evidence: Mapping[str, Any], by: str, at: float) -> bool:
         for name in (n.strip() for n in by.split(",")):
-            if name not in active:
+            if name not in since:
                 user = store.get_user(name)
-                active[name] = user is not None and user.active
-            if not active[name]:
+                since[name] = user.created_at if user is not None and user.active else None
+            start = since[name]
+            if start is None or at < start:
                 return False
         return True
 

@@ -307,6 +307,15 @@ def test_a_revoked_earners_approvals_leave_the_standing_shown(
     with lw.Runtime(db) as rt:  # what the engine says of a small payment: the same
         small = rt.run_sync(loop, {**tasks[0], "id": "NEW-1"}, task_key="NEW-1", by="clerk")
     assert small.status == "awaiting_approval"
+    # Added again, ana earns from her new start: her approvals before the revocation (which
+    # may have been for cause) count for no request, in the standing shown or in the engine.
+    assert lw_cli(capsys, "users", "add", "ana", "--role", "approver", *s)[0] == 0
+    code, out, _ = lw_cli(capsys, "authority", "--json", *s)
+    [row] = json.loads(out)
+    assert (row["clean_approvals"], row["earned"]) == (1, False)
+    with lw.Runtime(db) as rt:
+        again = rt.run_sync(loop, {**tasks[0], "id": "NEW-2"}, task_key="NEW-2", by="clerk")
+    assert again.status == "awaiting_approval"
 
 
 def test_the_list_of_requests_says_when_each_expires_and_which_expired(
