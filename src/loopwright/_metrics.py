@@ -112,7 +112,8 @@ DEFINITIONS: dict[str, str] = {
     "approvals_per_accepted": "approval requests (any outcome) / accepted runs",
     "approval_wait_s": "mean seconds from request to a person's decision",
     "context_reuse_rate": "cycles whose context carried a note from earlier (answer, approval, "
-    "edit, effect result, rollback, compensation) / cycles after the first",
+    "edit, effect result, rollback, compensation) or remembered feedback / cycles after the "
+    "first",
     "workflow_reuse_rate": "runs whose loop name and version had an accepted run before they "
     "were created / runs with a known version",
     REVIEW_COST_METRIC: "reviews decided by a person x cost per review / accepted runs",

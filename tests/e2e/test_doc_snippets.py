@@ -307,6 +307,23 @@ def test_concepts_match_the_package() -> None:
     assert {r[0]: float(r[1]) for r in signals} == dict(lw.DEFAULT_STRENGTH)
 
 
+def test_the_metrics_page_defines_every_metric() -> None:
+    """docs/metrics.md has one definition per metric, in the package's order, and its JSON
+    example shows each of them and each stop-reason group: concepts.md's table was checked,
+    this page was not, and a renamed or added metric could leave it behind."""
+    from loopwright._metrics import STOPPED_BY
+
+    text = (ROOT / "docs/metrics.md").read_text(encoding="utf-8")
+    defined = re.findall(r"^### `(\w+)`", text, re.M)
+    assert defined == [*lw.METRIC_NAMES, "human_review_cost_per_accepted_usd"]
+    [example] = [b for b in ALL if b.page == "docs/metrics.md" and b.lang == "json"]
+    shown = json.loads(example.code)
+    assert [k for k in shown if k in lw.METRIC_NAMES] == list(lw.METRIC_NAMES)
+    assert list(shown["stopped_by"]) == list(STOPPED_BY)
+    groups = _table("docs/metrics.md", "`stopped_by` groups")
+    assert [r[0] for r in groups] == list(STOPPED_BY)
+
+
 def test_the_fake_openai_example_runs_on_its_own(tmp_path: Path) -> None:
     """docs/models.md's FakeOpenAI example reads as a whole script (it imports everything
     itself), so a reader pastes it alone: it used `spelling` from the page's first block."""

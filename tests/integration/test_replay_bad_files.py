@@ -189,6 +189,29 @@ def test_a_contract_file_a_run_would_refuse_is_refused_not_read_in_part(
     assert load_contract(good, keep_risk=True).risk[0].touches == ("a/*",)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[budget]\nmax_cycles = 0\n",
+        "[success]\nmin_score = 2\n[budget]\nmax_cycles = 3\n",
+        '[budget]\nmax_cycles = 2\n[[risk]]\nname = "r"\n',
+    ],
+)
+def test_of_several_contract_files_the_refused_one_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """replay takes several --contract files; a rule the contract refuses was said without
+    the file ("contract.budget.max_cycles: must be at least 1"), as a misspelt table was not."""
+    good = tmp_path / "fine.toml"
+    good.write_text("[budget]\nmax_cycles = 3\n")
+    bad = tmp_path / "wrong.toml"
+    bad.write_text(text)
+    assert main(["replay", str(GPT35), "--contract", str(good), "--contract", str(bad)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--contract: {bad}: contract." in err, err
+    assert str(good) not in err
+
+
 def test_line_ends_a_bare_carriage_return_is_said_and_crlf_is_read(tmp_path: Path) -> None:
     """A run-trace (or LDB) file whose lines end in a bare \\r read as one line holding
     several values, refused as "line 1: not JSON (Extra data)", which said nothing of why.

@@ -197,6 +197,24 @@ def test_a_registered_value_is_masked_in_base64(prefix: bytes, urlsafe: bool, pa
     _both_paths(f"body {blob}\nend", "body ***\nend")
 
 
+@pytest.mark.parametrize(
+    ("secret", "found_after"),
+    [("sixsix", (0,)), ("seven77", (0, 2)), ("eight888", (0, 1, 2))],
+)
+def test_a_short_values_base64_is_found_at_the_alignments_security_md_names(
+    secret: str, found_after: tuple[int, ...]
+) -> None:
+    """docs/security.md: from 8 bytes at every alignment, a 6-byte value where it starts a
+    3-byte group, a 7-byte one there or a byte before one (it said a 7-byte one only at a
+    group's start). A value is searched by the part of it that starts a group: 8 characters
+    or more, 6 bytes."""
+    register_secret(secret)
+    for before in range(3):
+        blob = _b64(b"xy"[:before] + secret.encode() + b"tail!")
+        want = "data ***" if before in found_after else f"data {blob}"
+        _both_paths(f"data {blob}", want)
+
+
 def test_an_environment_secret_is_masked_in_base64(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVICE_TOKEN", "planted-token-value-2")
     blob = _b64(b"bob:planted-token-value-2")

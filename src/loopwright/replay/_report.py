@@ -161,7 +161,16 @@ def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
     """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables.
     Risk rules are dropped unless ``keep_risk``: replay does not replay a person's decisions
     (a fork runs them)."""
-    return Contract.from_dict(contract_tables(path, keep_risk=keep_risk))
+    return _contract_of(Path(path), contract_tables(path, keep_risk=keep_risk))
+
+
+def _contract_of(p: Path, tables: Mapping[str, Any]) -> Contract:
+    """``Contract.from_dict(tables)``, a refusal naming the file ``p`` too: replay takes several
+    ``--contract`` files, and "contract.budget.max_cycles: must be at least 1" said not which."""
+    try:
+        return Contract.from_dict(tables)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}", field="--contract") from None
 
 
 def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, Any]:
@@ -207,5 +216,5 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
     elif table.get("risk") is not None:
         # Dropped, but read as a run would read them: a rule with no trigger, or two of one
         # name, is the file's mistake, said here as `run` and `fork` say it (it passed).
-        Contract.from_dict({"risk": table["risk"], "budget": {"max_cycles": 1}})
+        _contract_of(p, {"risk": table["risk"], "budget": {"max_cycles": 1}})
     return {k: v for k, v in table.items() if k in known}
