@@ -196,9 +196,15 @@ def _reuse_what(reused: list[EffectReuse]) -> str:
     return "; reused by run(s) " + ", ".join(f"{r.run_id} ({r.status})" for r in reused)
 
 
-def _repark(o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str) -> NewApproval:
+def _repark(
+    o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str, decided: dict[str, Any]
+) -> NewApproval:
     """The request for offer ``o``, found reused by runs no person was told of when it was
-    to run (it was allowed, or approved before they reused it): ``o`` now waits for it."""
+    to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
+    may decide it is who could decide the request it replaces (its rule's roles, approvers,
+    separation of duties, the field its limits read; anyone for an allowed offer)."""
+    prior = decided.get(str(o.get("approval_id")))
+    who = (prior.evidence or {}).get("who") if prior is not None else None
     aid = uuid.uuid4().hex[:12]
     o.update(
         action="require",
@@ -219,7 +225,7 @@ def _repark(o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str) 
             "kind": o.get("kind"),
             "args": o.get("args"),
             "result": o.get("result"),
-            "who": None,
+            "who": dict(who) if who else None,
             "reused_by": o["reused_by"],
         },
         diff=None,
@@ -385,7 +391,7 @@ async def run_compensations(
     # Before any runs: each refund about to run whose payment runs reused since a person was
     # told (or that no one decided, being allowed) waits for one, naming them, all at once.
     asks = [
-        _repark(o, reused, cycle, str(pend.get("why") or ""))
+        _repark(o, reused, cycle, str(pend.get("why") or ""), decided)
         for o, reused in _reused_since(store, ex, offers, decided)
     ]
     if asks:
@@ -437,7 +443,8 @@ async def run_compensations(
                 # lock): nothing of it written; those before it ran (journaled: a resume
                 # reports them as they ended, not running them again)
                 reused = [EffectReuse(r, st) for r, st in exc.runs]
-                return Reparked([_repark(o, reused, cycle, str(pend.get("why") or ""))])
+                why = str(pend.get("why") or "")
+                return Reparked([_repark(o, reused, cycle, why, decided)])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TASK
-from test_redo_keys import Crash, Provider, dying, paying
+from test_redo_keys import ALLOW, Crash, Provider, dying, paying
 
 import loopwright as lw
 from loopwright import _reversal
@@ -315,3 +315,35 @@ def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
         assert note["status"] == "in_doubt"
         assert len(started(rt, b)) == 1 and told(rt, b) == []
     assert "refund started (may be done)" in shown(url, b, capsys)
+
+
+def test_a_refund_asked_again_for_a_new_reuser_keeps_who_may_approve_it(url: str) -> None:
+    # The refund's rule keeps the person who cancelled A from approving it (separation of
+    # duties). Another approved it naming B; C reused the payment before A resumed, so the
+    # refund was asked again naming B and C. Before: that request was asked of anyone (its
+    # rule's who left out), and the canceller approved the refund of a payment two runs stand on.
+    provider = Provider()
+    refund_rule = lw.PolicyRule(
+        kind="spend", effect="pay.compensate", action="require", separate=True
+    )
+    approvals = lw.ApprovalPolicy((refund_rule, *ALLOW.rules))
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, approvals=approvals)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        [first] = compensation_requests(rt, a)
+        with pytest.raises(lw.NotPermittedError):
+            rt.approve(a, by="ops", approval_id=first.approval_id)
+        rt.approve(a, by="fin", approval_id=first.approval_id)
+        c = rt.run_sync(loop, TASK, task_key="C").run_id  # reuses the payment after the approval
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [again] = compensation_requests(rt, a)
+        assert b in again.what and c in again.what
+        assert again.evidence["who"] == first.evidence["who"]
+        with pytest.raises(lw.NotPermittedError):
+            rt.approve(a, by="ops", approval_id=again.approval_id)
+        assert provider.collected() == 5.0  # not refunded
+        rt.approve(a, by="fin", approval_id=again.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and len(told(rt, b)) == len(told(rt, c)) == 1
