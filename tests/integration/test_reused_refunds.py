@@ -221,6 +221,24 @@ def test_an_upgraded_store_records_the_reuses_its_runs_journaled(url: str) -> No
         assert [r for r, _st in reusers(rt)] == [b, c]
 
 
+def test_an_upgrade_records_no_fork_as_a_reuse(url: str) -> None:
+    # F, a fork of B, inherited B's reuse of A's payment (its journal entry names
+    # ``from_run``, with ``inherited_from``): a fork is no reuse (docs/permissions.md), and a
+    # store that recorded the reuses as they came has B alone. Before: the upgrade recorded F
+    # too, so A's refund named (and told) F in an upgraded store and not in a new one.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, _a, b = a_and_b(rt, provider)
+        f = rt.fork(b, 1, loop=loop, task_key="F").run_id
+        [inherited] = rt.store.journal(f, kind="effect")
+        assert inherited.data["from_run"] and inherited.data["inherited_from"] == b
+        live = reusers(rt)
+        assert [r for r, _st in live] == [b]
+        as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert reusers(rt) == live
+
+
 def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> None:
     provider = Provider()
     with lw.Runtime(url) as rt:

@@ -159,7 +159,8 @@ class MigrationsSQL(SQLCore):
         ``from_run``) of a claim that run still holds ``done``, recorded at the claim's
         generation, so that its refund asks a person as one reused after the upgrade does. A
         reuse of a claim since undone (or taken again) names a payment no longer there: not
-        recorded (nothing of it is left to refund). Done entries only are read, by status."""
+        recorded (nothing of it is left to refund), nor is a fork's inherited copy of a reuse
+        (a fork is no reuse: none is recorded as it forks). Done entries only are read."""
         insert = self._q.p(
             "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
             "SELECT k.kind, k.key, k.generation, ?, ? FROM effect_keys k "
@@ -169,6 +170,8 @@ class MigrationsSQL(SQLCore):
         now = time.time()
         sql = "SELECT run_id, data FROM journal WHERE kind='effect' AND status='done'"
         for run_id, data in self._effect_data(conn, sql):
+            if data.get("inherited_from"):
+                continue
             holder, kind, action = data.get("from_run"), data.get("kind"), data.get("action")
             if isinstance(holder, str) and isinstance(kind, str) and isinstance(action, str):
                 conn.execute(insert, (run_id, now, kind, action, holder))
