@@ -202,9 +202,15 @@ def _repark(
     """The request for offer ``o``, found reused by runs no person was told of when it was
     to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
     may decide it is who could decide the request it replaces (its rule's roles, approvers,
-    separation of duties, the field its limits read; anyone for an allowed offer)."""
+    separation of duties, the field its limits read; anyone for an allowed offer), and it
+    expires as that one did."""
     prior = decided.get(str(o.get("approval_id")))
     who = (prior.evidence or {}).get("who") if prior is not None else None
+    # ...and it expires as that one did, after as long (a rule's expiry left out: it waited
+    # for ever, as the first refund requests did)
+    lasts = None
+    if prior is not None and prior.expires_at is not None:
+        lasts = prior.expires_at - prior.requested_at
     aid = uuid.uuid4().hex[:12]
     o.update(
         action="require",
@@ -232,7 +238,7 @@ def _repark(
         action_hash=hashlib.sha256(
             f"compensate:{o['key']}:{','.join(r.run_id for r in reused)}".encode()
         ).hexdigest()[:32],
-        expires_at=None,
+        expires_at=None if lasts is None else time.time() + lasts,
     )
 
 

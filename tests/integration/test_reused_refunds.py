@@ -365,3 +365,24 @@ def test_a_refund_asked_again_for_a_new_reuser_keeps_who_may_approve_it(url: str
         rt.approve(a, by="fin", approval_id=again.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0 and len(told(rt, b)) == len(told(rt, c)) == 1
+
+
+def test_a_refund_asked_again_for_a_new_reuser_expires_as_its_rule_says(url: str) -> None:
+    # Before: the request asked again had no expiry (its rule's ``expires_after_s`` left
+    # out), so the refund waited for ever where the first request would have escalated.
+    provider = Provider()
+    refund_rule = lw.PolicyRule(
+        kind="spend", effect="pay.compensate", action="require", expires_after_s=3600
+    )
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, approvals=lw.ApprovalPolicy((refund_rule, *ALLOW.rules)))
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        [first] = compensation_requests(rt, a)
+        assert first.expires_at is not None
+        rt.approve(a, by="ops", approval_id=first.approval_id)
+        b = rt.run_sync(loop, TASK, task_key="B").run_id  # reuses the approved refund's payment
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [again] = compensation_requests(rt, a)
+        assert b in again.what and again.expires_at is not None
+        assert 0 < again.expires_at - again.requested_at <= 3600  # the rule's, from its asking
