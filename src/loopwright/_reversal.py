@@ -437,7 +437,10 @@ async def run_compensations(
         orig = store.journal(ex.run_id, key=f"effect:{key}")
         action = orig[0].data.get("action") if orig else None
         claim = (eff.kind, str(action), "") if action else None
-        if claim is not None:
+        # (an original recorded undone already, a process dying before the run's commit, is
+        # reported as its compensation ended: marked undoing again, its claim would be
+        # settled twice and the runs that reused it told twice of the one refund)
+        if claim is not None and orig[0].status != "compensated":
             # Before the undoing starts, the store-wide claim says so (``undoing``): another
             # run asking for the action must not reuse the result being undone (a refunded
             # charge, reported paid) while the compensation runs, nor after a crash left it

@@ -386,3 +386,33 @@ def test_a_refund_asked_again_for_a_new_reuser_expires_as_its_rule_says(url: str
         [again] = compensation_requests(rt, a)
         assert b in again.what and again.expires_at is not None
         assert 0 < again.expires_at - again.requested_at <= 3600  # the rule's, from its asking
+
+
+def test_a_run_is_told_once_of_a_refund_its_payer_resumed_after(url: str) -> None:
+    # A's process dies after its refund's original was recorded undone (the claim
+    # ``compensated``, B told), before the run's commit: the resume reports the refund as it
+    # ended. Before: it marked the claim ``undoing`` again, then ``compensated``, telling B a
+    # second time of the one refund.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b, req = cancelled_after_reuse(rt, provider)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+    crashed = lw.Runtime(url)
+    put = crashed.store.journal_put
+
+    def journal_put(*args: Any, **kw: Any) -> Any:
+        entry = put(*args, **kw)
+        if kw.get("kind") == "effect" and kw.get("status") == "compensated":
+            raise Crash  # the process dies as the original is recorded undone
+        return entry
+
+    crashed.store.journal_put = journal_put  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert len(told(rt, b)) == 1
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and provider.asked == ["pay:I6"]
+        assert len(started(rt, b)) == len(told(rt, b)) == 1
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "compensated", 1)
