@@ -68,6 +68,13 @@ def cancelled_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, 
     return loop, a, b, req
 
 
+def approved_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str]:
+    """A pays, B reuses the payment, A is cancelled and its refund approved by a person."""
+    loop, a, b, req = cancelled_after_reuse(rt, provider)
+    rt.approve(a, by="ops", approval_id=req.approval_id)
+    return loop, a, b
+
+
 def shown(url: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
     """What ``loopwright show`` prints of the run."""
     from loopwright.cli import main
@@ -320,8 +327,7 @@ def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
     # claim never ``compensated``; B was told when it started, before the provider was asked.
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a, b, req = cancelled_after_reuse(rt, provider)
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        loop, a, b = approved_after_reuse(rt, provider)
     crashed = dying(url, "before_effect_result")
     with pytest.raises(Crash):
         crashed.resume_sync(a, loop)
@@ -395,8 +401,7 @@ def test_a_run_is_told_once_of_a_refund_its_payer_resumed_after(url: str) -> Non
     # second time of the one refund.
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a, b, req = cancelled_after_reuse(rt, provider)
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        loop, a, b = approved_after_reuse(rt, provider)
     crashed = lw.Runtime(url)
     put = crashed.store.journal_put
 
@@ -416,3 +421,29 @@ def test_a_run_is_told_once_of_a_refund_its_payer_resumed_after(url: str) -> Non
         assert provider.collected() == 0 and provider.asked == ["pay:I6"]
         assert len(started(rt, b)) == len(told(rt, b)) == 1
         assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "compensated", 1)
+
+
+class Refusing(Provider):
+    """A provider that refuses refunds (the charge stands): the outside world said no."""
+
+    def refund(self, key: str, result: Any, args: dict[str, Any]) -> dict[str, Any]:
+        raise lw.RefusedError("the charge is disputed: no refund")
+
+
+def test_a_run_is_told_when_a_refund_it_was_told_of_was_refused(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B was told the refund started; the provider refused it and A's claim stands ``done``
+    # again. Before: B's show said "refund started (may be done)" for ever, of a payment
+    # that stands (a person reading it might pay by hand again).
+    with lw.Runtime(url) as rt:
+        loop, a, b = approved_after_reuse(rt, provider := Refusing())
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        assert started(rt, b) == [said] and told(rt, b) == []
+        refused = [e.data for e in rt.store.events(b) if e.kind == "effect_reuse_refund_refused"]
+        assert refused == [said]
+    out = shown(url, b, capsys)
+    assert "may be done" not in out and "reused were refunded since" not in out

@@ -55,3 +55,12 @@ def test_show_says_a_refund_started_and_not_settled_may_be_done() -> None:
     assert text is not None and "refund started (may be done) by run A" in text
     both = reuse_refunds([started, Event(2, "B", 3, "effect_reuse_refunded", 0.0, said)])
     assert both is not None and "started" not in both and "refunded by run A" in both
+
+
+def test_show_says_nothing_of_a_refund_refused_since_it_started() -> None:
+    said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": "A"}
+    started = Event(1, "B", 3, "effect_reuse_refunding", 0.0, said)
+    refused = Event(2, "B", 3, "effect_reuse_refund_refused", 0.0, said)
+    assert reuse_refunds([started, refused]) is None  # the payment stands
+    again = reuse_refunds([started, refused, Event(3, "B", 3, "effect_reuse_refunding", 0.0, said)])
+    assert again is not None and "refund started (may be done) by run A" in again
