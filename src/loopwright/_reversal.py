@@ -116,6 +116,8 @@ def offer_compensations(
             # Other runs were accepted (or go on) on this payment: an ``allow`` rule is about
             # the refund, not about leaving them on a payment that no longer stands.
             d = dataclasses.replace(d, action="require", why=_reuse_why(reused))
+        elif reused and d.action == "deny":
+            d = dataclasses.replace(d, why=f"{d.why}{_reuse_what(reused)}".lstrip("; "))
         elif reused:
             d = dataclasses.replace(d, why=f"{d.why}; {_reuse_why(reused)}".lstrip("; "))
         offer: dict[str, Any] = {

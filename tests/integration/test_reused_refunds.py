@@ -447,3 +447,21 @@ def test_a_run_is_told_when_a_refund_it_was_told_of_was_refused(
         assert refused == [said]
     out = shown(url, b, capsys)
     assert "may be done" not in out and "reused were refunded since" not in out
+
+
+def test_a_deny_rule_still_denies_the_refund_of_a_reused_payment(url: str) -> None:
+    # ``deny`` offers nothing, reused or not: no request, no refund, no run told of one. Before,
+    # its note said "so a person decides" of a refund no person is asked about.
+    deny = lw.PolicyRule(kind="spend", effect="pay.compensate", action="deny")
+    with lw.Runtime(url) as rt:
+        provider = Provider()
+        loop = paying(provider, approvals=lw.ApprovalPolicy((deny, *ALLOW.rules)))
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        assert compensation_requests(rt, a) == []
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0 and started(rt, b) == told(rt, b) == []
+        [note] = (rt.store.get_run(a).packet or {})["compensations"]
+        assert note["status"] == "not_run" and "denied by policy" in note["why"]
+        assert b in note["why"] and "a person decides" not in note["why"]
