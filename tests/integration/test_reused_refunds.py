@@ -246,6 +246,29 @@ def test_an_upgrade_records_no_fork_as_a_reuse(url: str) -> None:
         assert reusers(rt) == live
 
 
+def test_an_upgrade_records_a_reuse_at_the_generation_it_reused(url: str) -> None:
+    # B reused A's first payment; A's rollback refunded it and paid again (the next
+    # generation), which C reused. A store that recorded the reuses as they came has C alone
+    # on the payment standing. Before: the upgrade recorded B on it too (B's entry names A,
+    # whose claim is done), so A's next refund named and told B of a payment it never reused.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.run_sync(loop, TASK, task_key="B")
+        rt.rollback(a, 1, by="ops", loop=loop)
+        [req] = compensation_requests(rt, a)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.resume_sync(a, loop)
+        c = rt.run_sync(loop, TASK, task_key="C").run_id
+        assert provider.asked == ["pay:I6", "pay:I6~2"]
+        live = reusers(rt)
+        assert [r for r, _st in live] == [c]
+        as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert reusers(rt) == live
+
+
 def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> None:
     provider = Provider()
     with lw.Runtime(url) as rt:
