@@ -116,6 +116,8 @@ def offer_compensations(
             # Other runs were accepted (or go on) on this payment: an ``allow`` rule is about
             # the refund, not about leaving them on a payment that no longer stands.
             d = dataclasses.replace(d, action="require", why=_reuse_why(reused))
+        elif reused and d.action == "deny":
+            d = dataclasses.replace(d, why=f"{d.why}{_reuse_what(reused)}".lstrip("; "))
         elif reused:
             d = dataclasses.replace(d, why=f"{d.why}; {_reuse_why(reused)}".lstrip("; "))
         offer: dict[str, Any] = {
@@ -196,9 +198,21 @@ def _reuse_what(reused: list[EffectReuse]) -> str:
     return "; reused by run(s) " + ", ".join(f"{r.run_id} ({r.status})" for r in reused)
 
 
-def _repark(o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str) -> NewApproval:
+def _repark(
+    o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str, decided: dict[str, Any]
+) -> NewApproval:
     """The request for offer ``o``, found reused by runs no person was told of when it was
-    to run (it was allowed, or approved before they reused it): ``o`` now waits for it."""
+    to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
+    may decide it is who could decide the request it replaces (its rule's roles, approvers,
+    separation of duties, the field its limits read; anyone for an allowed offer), and it
+    expires as that one did."""
+    prior = decided.get(str(o.get("approval_id")))
+    who = (prior.evidence or {}).get("who") if prior is not None else None
+    # ...and it expires as that one did, after as long (a rule's expiry left out: it waited
+    # for ever, as the first refund requests did)
+    lasts = None
+    if prior is not None and prior.expires_at is not None:
+        lasts = prior.expires_at - prior.requested_at
     aid = uuid.uuid4().hex[:12]
     o.update(
         action="require",
@@ -219,14 +233,14 @@ def _repark(o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str) 
             "kind": o.get("kind"),
             "args": o.get("args"),
             "result": o.get("result"),
-            "who": None,
+            "who": dict(who) if who else None,
             "reused_by": o["reused_by"],
         },
         diff=None,
         action_hash=hashlib.sha256(
             f"compensate:{o['key']}:{','.join(r.run_id for r in reused)}".encode()
         ).hexdigest()[:32],
-        expires_at=None,
+        expires_at=None if lasts is None else time.time() + lasts,
     )
 
 
@@ -385,7 +399,7 @@ async def run_compensations(
     # Before any runs: each refund about to run whose payment runs reused since a person was
     # told (or that no one decided, being allowed) waits for one, naming them, all at once.
     asks = [
-        _repark(o, reused, cycle, str(pend.get("why") or ""))
+        _repark(o, reused, cycle, str(pend.get("why") or ""), decided)
         for o, reused in _reused_since(store, ex, offers, decided)
     ]
     if asks:
@@ -425,7 +439,10 @@ async def run_compensations(
         orig = store.journal(ex.run_id, key=f"effect:{key}")
         action = orig[0].data.get("action") if orig else None
         claim = (eff.kind, str(action), "") if action else None
-        if claim is not None:
+        # (an original recorded undone already, a process dying before the run's commit, is
+        # reported as its compensation ended: marked undoing again, its claim would be
+        # settled twice and the runs that reused it told twice of the one refund)
+        if claim is not None and orig[0].status != "compensated":
             # Before the undoing starts, the store-wide claim says so (``undoing``): another
             # run asking for the action must not reuse the result being undone (a refunded
             # charge, reported paid) while the compensation runs, nor after a crash left it
@@ -437,7 +454,8 @@ async def run_compensations(
                 # lock): nothing of it written; those before it ran (journaled: a resume
                 # reports them as they ended, not running them again)
                 reused = [EffectReuse(r, st) for r, st in exc.runs]
-                return Reparked([_repark(o, reused, cycle, str(pend.get("why") or ""))])
+                why = str(pend.get("why") or "")
+                return Reparked([_repark(o, reused, cycle, why, decided)])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(

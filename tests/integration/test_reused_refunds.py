@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TASK
-from test_redo_keys import Crash, Provider, dying, paying
+from test_redo_keys import ALLOW, Crash, Provider, dying, paying
 
 import loopwright as lw
 from loopwright import _reversal
@@ -66,6 +66,13 @@ def cancelled_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, 
     rt.cancel(a, by="ops", loop=loop)
     [req] = compensation_requests(rt, a)
     return loop, a, b, req
+
+
+def approved_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str]:
+    """A pays, B reuses the payment, A is cancelled and its refund approved by a person."""
+    loop, a, b, req = cancelled_after_reuse(rt, provider)
+    rt.approve(a, by="ops", approval_id=req.approval_id)
+    return loop, a, b
 
 
 def shown(url: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -221,6 +228,47 @@ def test_an_upgraded_store_records_the_reuses_its_runs_journaled(url: str) -> No
         assert [r for r, _st in reusers(rt)] == [b, c]
 
 
+def test_an_upgrade_records_no_fork_as_a_reuse(url: str) -> None:
+    # F, a fork of B, inherited B's reuse of A's payment (its journal entry names
+    # ``from_run``, with ``inherited_from``): a fork is no reuse (docs/permissions.md), and a
+    # store that recorded the reuses as they came has B alone. Before: the upgrade recorded F
+    # too, so A's refund named (and told) F in an upgraded store and not in a new one.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, _a, b = a_and_b(rt, provider)
+        f = rt.fork(b, 1, loop=loop, task_key="F").run_id
+        [inherited] = rt.store.journal(f, kind="effect")
+        assert inherited.data["from_run"] and inherited.data["inherited_from"] == b
+        live = reusers(rt)
+        assert [r for r, _st in live] == [b]
+        as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert reusers(rt) == live
+
+
+def test_an_upgrade_records_a_reuse_at_the_generation_it_reused(url: str) -> None:
+    # B reused A's first payment; A's rollback refunded it and paid again (the next
+    # generation), which C reused. A store that recorded the reuses as they came has C alone
+    # on the payment standing. Before: the upgrade recorded B on it too (B's entry names A,
+    # whose claim is done), so A's next refund named and told B of a payment it never reused.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, staged=True)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.run_sync(loop, TASK, task_key="B")
+        rt.rollback(a, 1, by="ops", loop=loop)
+        [req] = compensation_requests(rt, a)
+        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.resume_sync(a, loop)
+        c = rt.run_sync(loop, TASK, task_key="C").run_id
+        assert provider.asked == ["pay:I6", "pay:I6~2"]
+        live = reusers(rt)
+        assert [r for r, _st in live] == [c]
+        as_before_reuses(rt, url)
+    with lw.Runtime(url) as rt:
+        assert reusers(rt) == live
+
+
 def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> None:
     provider = Provider()
     with lw.Runtime(url) as rt:
@@ -302,8 +350,7 @@ def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
     # claim never ``compensated``; B was told when it started, before the provider was asked.
     provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a, b, req = cancelled_after_reuse(rt, provider)
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        loop, a, b = approved_after_reuse(rt, provider)
     crashed = dying(url, "before_effect_result")
     with pytest.raises(Crash):
         crashed.resume_sync(a, loop)
@@ -315,3 +362,129 @@ def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
         assert note["status"] == "in_doubt"
         assert len(started(rt, b)) == 1 and told(rt, b) == []
     assert "refund started (may be done)" in shown(url, b, capsys)
+
+
+def test_a_refund_asked_again_for_a_new_reuser_keeps_who_may_approve_it(url: str) -> None:
+    # The refund's rule keeps the person who cancelled A from approving it (separation of
+    # duties). Another approved it naming B; C reused the payment before A resumed, so the
+    # refund was asked again naming B and C. Before: that request was asked of anyone (its
+    # rule's who left out), and the canceller approved the refund of a payment two runs stand on.
+    provider = Provider()
+    refund_rule = lw.PolicyRule(
+        kind="spend", effect="pay.compensate", action="require", separate=True
+    )
+    approvals = lw.ApprovalPolicy((refund_rule, *ALLOW.rules))
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, approvals=approvals)
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        [first] = compensation_requests(rt, a)
+        with pytest.raises(lw.NotPermittedError):
+            rt.approve(a, by="ops", approval_id=first.approval_id)
+        rt.approve(a, by="fin", approval_id=first.approval_id)
+        c = rt.run_sync(loop, TASK, task_key="C").run_id  # reuses the payment after the approval
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [again] = compensation_requests(rt, a)
+        assert b in again.what and c in again.what
+        assert again.evidence["who"] == first.evidence["who"]
+        with pytest.raises(lw.NotPermittedError):
+            rt.approve(a, by="ops", approval_id=again.approval_id)
+        assert provider.collected() == 5.0  # not refunded
+        rt.approve(a, by="fin", approval_id=again.approval_id)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and len(told(rt, b)) == len(told(rt, c)) == 1
+
+
+def test_a_refund_asked_again_for_a_new_reuser_expires_as_its_rule_says(url: str) -> None:
+    # Before: the request asked again had no expiry (its rule's ``expires_after_s`` left
+    # out), so the refund waited for ever where the first request would have escalated.
+    provider = Provider()
+    refund_rule = lw.PolicyRule(
+        kind="spend", effect="pay.compensate", action="require", expires_after_s=3600
+    )
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, approvals=lw.ApprovalPolicy((refund_rule, *ALLOW.rules)))
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        [first] = compensation_requests(rt, a)
+        assert first.expires_at is not None
+        rt.approve(a, by="ops", approval_id=first.approval_id)
+        b = rt.run_sync(loop, TASK, task_key="B").run_id  # reuses the approved refund's payment
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [again] = compensation_requests(rt, a)
+        assert b in again.what and again.expires_at is not None
+        assert 0 < again.expires_at - again.requested_at <= 3600  # the rule's, from its asking
+
+
+def test_a_run_is_told_once_of_a_refund_its_payer_resumed_after(url: str) -> None:
+    # A's process dies after its refund's original was recorded undone (the claim
+    # ``compensated``, B told), before the run's commit: the resume reports the refund as it
+    # ended. Before: it marked the claim ``undoing`` again, then ``compensated``, telling B a
+    # second time of the one refund.
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b = approved_after_reuse(rt, provider)
+    crashed = lw.Runtime(url)
+    put = crashed.store.journal_put
+
+    def journal_put(*args: Any, **kw: Any) -> Any:
+        entry = put(*args, **kw)
+        if kw.get("kind") == "effect" and kw.get("status") == "compensated":
+            raise Crash  # the process dies as the original is recorded undone
+        return entry
+
+    crashed.store.journal_put = journal_put  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert len(told(rt, b)) == 1
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0 and provider.asked == ["pay:I6"]
+        assert len(started(rt, b)) == len(told(rt, b)) == 1
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "compensated", 1)
+
+
+class Refusing(Provider):
+    """A provider that refuses refunds (the charge stands): the outside world said no."""
+
+    def refund(self, key: str, result: Any, args: dict[str, Any]) -> dict[str, Any]:
+        raise lw.RefusedError("the charge is disputed: no refund")
+
+
+def test_a_run_is_told_when_a_refund_it_was_told_of_was_refused(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B was told the refund started; the provider refused it and A's claim stands ``done``
+    # again. Before: B's show said "refund started (may be done)" for ever, of a payment
+    # that stands (a person reading it might pay by hand again).
+    with lw.Runtime(url) as rt:
+        loop, a, b = approved_after_reuse(rt, provider := Refusing())
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        assert started(rt, b) == [said] and told(rt, b) == []
+        refused = [e.data for e in rt.store.events(b) if e.kind == "effect_reuse_refund_refused"]
+        assert refused == [said]
+    out = shown(url, b, capsys)
+    assert "may be done" not in out and "reused were refunded since" not in out
+
+
+def test_a_deny_rule_still_denies_the_refund_of_a_reused_payment(url: str) -> None:
+    # ``deny`` offers nothing, reused or not: no request, no refund, no run told of one. Before,
+    # its note said "so a person decides" of a refund no person is asked about.
+    deny = lw.PolicyRule(kind="spend", effect="pay.compensate", action="deny")
+    with lw.Runtime(url) as rt:
+        provider = Provider()
+        loop = paying(provider, approvals=lw.ApprovalPolicy((deny, *ALLOW.rules)))
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        rt.cancel(a, by="ops", loop=loop)
+        assert compensation_requests(rt, a) == []
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 5.0 and started(rt, b) == told(rt, b) == []
+        [note] = (rt.store.get_run(a).packet or {})["compensations"]
+        assert note["status"] == "not_run" and "denied by policy" in note["why"]
+        assert b in note["why"] and "a person decides" not in note["why"]

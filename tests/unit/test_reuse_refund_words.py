@@ -34,7 +34,7 @@ def test_an_allowed_refund_told_no_one() -> None:
 
 def test_a_reparked_offer_names_the_runs_and_their_status() -> None:
     o = offer()
-    req = _reversal._repark(o, [EffectReuse("B", "accepted")], 4, "ops cancelled it")
+    req = _reversal._repark(o, [EffectReuse("B", "accepted")], 4, "ops cancelled it", {})
     assert o["action"] == "require" and o["approval_id"] == req.approval_id
     assert req.kind == "compensation" and "B (accepted)" in req.what
     assert req.evidence["reused_by"] == [{"run_id": "B", "status": "accepted"}]
@@ -55,3 +55,12 @@ def test_show_says_a_refund_started_and_not_settled_may_be_done() -> None:
     assert text is not None and "refund started (may be done) by run A" in text
     both = reuse_refunds([started, Event(2, "B", 3, "effect_reuse_refunded", 0.0, said)])
     assert both is not None and "started" not in both and "refunded by run A" in both
+
+
+def test_show_says_nothing_of_a_refund_refused_since_it_started() -> None:
+    said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": "A"}
+    started = Event(1, "B", 3, "effect_reuse_refunding", 0.0, said)
+    refused = Event(2, "B", 3, "effect_reuse_refund_refused", 0.0, said)
+    assert reuse_refunds([started, refused]) is None  # the payment stands
+    again = reuse_refunds([started, refused, Event(3, "B", 3, "effect_reuse_refunding", 0.0, said)])
+    assert again is not None and "refund started (may be done) by run A" in again

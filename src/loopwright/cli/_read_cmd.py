@@ -102,7 +102,13 @@ def show(
             _write_show_json(st, rec)
             return
         from .._finishing import ended_inside
-        from ._render import console, overwrites, reuse_refunds, run_detail_parts
+        from ._render import (
+            REUSE_REFUND_EVENTS,
+            console,
+            overwrites,
+            reuse_refunds,
+            run_detail_parts,
+        )
 
         out = console()
         end = ended_inside(st, rec)
@@ -126,9 +132,7 @@ def show(
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
         if said:
             out.print(said)
-        refunded = reuse_refunds(
-            st.events_of_kinds(rec.run_id, ("effect_reuse_refunding", "effect_reuse_refunded"))
-        )
+        refunded = reuse_refunds(st.events_of_kinds(rec.run_id, REUSE_REFUND_EVENTS))
         if refunded:
             out.print(refunded)
 

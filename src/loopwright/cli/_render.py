@@ -416,18 +416,27 @@ def overwrites(events: Iterable[Any]) -> str | None:
     )
 
 
+#: The events a run that reused a payment gets of its refund (``Store.journal_put``).
+REUSE_REFUND_EVENTS = (
+    "effect_reuse_refunding",
+    "effect_reuse_refunded",
+    "effect_reuse_refund_refused",
+)
+
+
 def reuse_refunds(events: Iterable[Any]) -> str | None:
     """What ``show`` says of payments this run reused that their run refunded since, or
-    started to (its ``effect_reuse_refunding`` and ``effect_reuse_refunded`` events, a person
-    approving): the run may stand on a payment no longer there. A refund started and never
-    said done may have happened (in doubt: its run's packet says so)."""
-    evs = list(events)
-    done = {_claim_of(e) for e in evs if e.kind == "effect_reuse_refunded"}
+    started to (its ``effect_reuse_refunding``, ``effect_reuse_refunded`` and
+    ``effect_reuse_refund_refused`` events, a person approving): the run may stand on a
+    payment no longer there. A refund started and never said done may have happened (in
+    doubt: its run's packet says so); one refused left the payment standing: not said."""
+    last: dict[tuple[Any, Any, Any], Any] = {}
+    for e in events:
+        last[_claim_of(e)] = e  # each payment's latest event says where its refund stands
     lines = []
-    for e in evs:
-        kind, key, _gen = _claim_of(e)
-        if e.kind == "effect_reuse_refunding" and _claim_of(e) in done:
-            continue  # its refund finished: said once
+    for (kind, key, _gen), e in last.items():
+        if e.kind not in ("effect_reuse_refunding", "effect_reuse_refunded"):
+            continue  # refused: the payment stands
         how = "refunded" if e.kind == "effect_reuse_refunded" else "refund started (may be done)"
         lines.append(
             f"  {escape(str(key))} ({escape(str(kind))}): {how} by run "

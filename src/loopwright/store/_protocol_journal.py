@@ -58,7 +58,8 @@ class JournalStore(ABC):
         ``data["reusers_known"]`` lists run ids starts the undoing only when every run that
         reused the action is among them (``EffectReused`` otherwise, nothing written); a
         ``compensated`` one appends an ``effect_reuse_refunded`` event to each such run (the
-        ``undoing`` one, an ``effect_reuse_refunding`` event)."""
+        ``undoing`` one, an ``effect_reuse_refunding`` event; a ``done`` one putting an
+        undoing back, the refund refused, an ``effect_reuse_refund_refused`` event)."""
 
     @abstractmethod
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:

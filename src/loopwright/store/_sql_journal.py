@@ -188,7 +188,9 @@ class JournalSQL(SQLCore):
         if status == "undoing" and "reusers_known" in data:
             self._check_reusers(conn, run_id, kind, key, data["reusers_known"], now)
         if status == "compensated":
-            self._tell_reusers(conn, run_id, kind, key, now)
+            self._tell_reusers(conn, run_id, kind, key, now, "effect_reuse_refunded")
+        elif status == "done":
+            self._tell_reusers(conn, run_id, kind, key, now, "effect_reuse_refund_refused")
         conn.execute(
             q.settle_key,
             (status, None if result is None else self._js(result), now, kind, key, run_id),
@@ -215,15 +217,22 @@ class JournalSQL(SQLCore):
             )
         self._tell(conn, found, "effect_reuse_refunding", (run_id, kind, key, row[4]), now)
 
-    def _tell_reusers(self, conn: Any, run_id: str, kind: str, key: str, now: float) -> None:
+    def _tell_reusers(
+        self, conn: Any, run_id: str, kind: str, key: str, now: float, event: str
+    ) -> None:
         """Tell each run that reused ``run_id``'s action, in the transaction that records it
         undone, that it was (an ``effect_reuse_refunded`` event on that run: its ``show`` and
-        log say so): once, as the claim turns ``compensated``."""
+        log say so): once, as the claim turns ``compensated``. ``effect_reuse_refund_refused``:
+        an undoing put back to ``done`` (the refund refused, the payment standing), as they
+        were told it started."""
         row = conn.execute(self._q.effect_key, (kind, key)).fetchone()
-        if row is None or row[0] != run_id or row[1] == "compensated":
+        if row is None or row[0] != run_id:
+            return
+        refused = event == "effect_reuse_refund_refused"
+        if (row[1] != "undoing") if refused else (row[1] == "compensated"):
             return
         found = conn.execute(self._q.reusers, (kind, key, int(row[4] or 1))).fetchall()
-        self._tell(conn, found, "effect_reuse_refunded", (run_id, kind, key, row[4]), now)
+        self._tell(conn, found, event, (run_id, kind, key, row[4]), now)
 
     def _tell(
         self, conn: Any, found: Sequence[Any], event: str, what: tuple[Any, ...], now: float

@@ -157,21 +157,29 @@ class MigrationsSQL(SQLCore):
     def _backfill_reuses(self, conn: Any) -> None:
         """A migration step: the reuses an earlier release journaled (a ``done`` entry naming
         ``from_run``) of a claim that run still holds ``done``, recorded at the claim's
-        generation, so that its refund asks a person as one reused after the upgrade does. A
-        reuse of a claim since undone (or taken again) names a payment no longer there: not
-        recorded (nothing of it is left to refund). Done entries only are read, by status."""
+        generation (the one the entry says it reused, when it says), so that its refund asks
+        a person as one reused after the upgrade does. A reuse of a claim since undone (or
+        taken again, or of an earlier generation) names a payment no longer there: not
+        recorded (nothing of it is left to refund), nor is a fork's inherited copy of a reuse
+        (a fork is no reuse: none is recorded as it forks). Done entries only are read."""
         insert = self._q.p(
             "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
             "SELECT k.kind, k.key, k.generation, ?, ? FROM effect_keys k "
             "WHERE k.kind=? AND k.key=? AND k.run_id=? AND k.status='done' "
+            "AND k.generation = COALESCE(CAST(? AS INTEGER), k.generation) "
             "ON CONFLICT(kind, key, generation, run_id) DO NOTHING"
         )
         now = time.time()
         sql = "SELECT run_id, data FROM journal WHERE kind='effect' AND status='done'"
         for run_id, data in self._effect_data(conn, sql):
+            if data.get("inherited_from"):
+                continue
             holder, kind, action = data.get("from_run"), data.get("kind"), data.get("action")
+            # the generation it reused (an entry of a release before generations names none)
+            gen = data.get("generation")
+            gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else None
             if isinstance(holder, str) and isinstance(kind, str) and isinstance(action, str):
-                conn.execute(insert, (run_id, now, kind, action, holder))
+                conn.execute(insert, (run_id, now, kind, action, holder, gen))
 
     def _effect_data(self, conn: Any, sql: str) -> Iterator[tuple[Any, Mapping[str, Any]]]:
         """The rows of ``sql`` (a column, then a journal entry's ``data``) whose data reads
