@@ -215,5 +215,7 @@ def _one_line(exc: BaseException) -> str:
     from .._redact import redact_text
 
     # (a user's factory or hook can quote what it was given: invariant 9 covers error text)
+    from ._table import printable
+
     text = _clip(redact_text(str(exc)))
-    return " ".join(text.split()) if "\n" in text else text
+    return printable(" ".join(text.split()) if "\n" in text else text)

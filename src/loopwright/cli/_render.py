@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from ._table import STATUS_STYLE, interrupted
+from ._table import STATUS_STYLE, interrupted, printable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -202,7 +203,7 @@ def _timeline_chunk(rows: list[_Row], width: int, first: bool) -> Any:
         def cell(markup: str) -> Text:
             text = made.get(markup)
             if text is None:
-                text = made[markup] = Text.from_markup(markup)
+                text = made[markup] = Text.from_markup(printable(markup))
             return text
 
         for cycle, what, vis, held, score, decision, cost in rows:
@@ -392,8 +393,16 @@ def run_detail_parts(
         )
 
 
+class _Console(Console):
+    """A console that writes out what a terminal would act on in the text it is given
+    (``_table.printable``): its own styles are applied after, so they still colour."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False)
+    return _Console(stderr=stderr, highlight=False)
 
 
 def overwrites(events: Iterable[Any]) -> str | None:

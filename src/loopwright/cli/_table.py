@@ -10,6 +10,7 @@ as with Rich; colour only on a terminal, and never with ``NO_COLOR`` set.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -51,6 +52,25 @@ class Col:
 
 
 Cell = tuple[str, str]  # plain text, and a style name from _ANSI (or "")
+
+
+# What a terminal would act on rather than show: C0 controls but newline and tab (ESC starts
+# the sequences that clear a screen, set a title or move the cursor), DEL, C1 controls (0x9b
+# is CSI on its own) and the bidirectional controls that reorder what follows. Stored text
+# (a model's proposal, a finding, a note, a name typed into an older release) is printed
+# with these written out: printed raw, a run's text could rewrite the terminal of the person
+# reading it (hide a line, fake an approval prompt).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on written out (``\\x1b``, ``\\u202e``)."""
+    return _CONTROL.sub(_shown, text) if _CONTROL.search(text) else text
 
 
 def terminal_width() -> int:
@@ -106,6 +126,8 @@ def render(
     the columns hidden at this width."""
     out = out or sys.stdout
     width = terminal_width() if width is None else width
+    title = printable(title)
+    rows = [[(printable(text), style) for text, style in row] for row in rows]
     colour = out.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     widths, hidden = fit(cols, rows, width)
 
@@ -156,7 +178,7 @@ def print_blocks(
                 )
                 or [f"  {label}:"]
             )
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write(printable("\n".join(lines)) + "\n")
 
 
 # --- loopwright runs ---------------------------------------------------------------------------

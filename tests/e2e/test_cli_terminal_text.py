@@ -1,0 +1,74 @@
+"""What a run stored is printed, never acted on by the terminal (probe45b): a model's text
+with ESC sequences (clear the screen, set the title), a lone C1 CSI or a bidirectional
+override reached ``show``, ``runs`` and error lines raw, where it could rewrite what the
+person reading it sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.cli import main
+from loopwright.cli._table import printable
+
+# clear the screen; set the window title; C1 CSI alone; right-to-left override; DEL; CR
+HOSTILE = "ok\x1b[2J\x1b]0;pwned\x07 \x9b31m \u202eevil\x7f\rover"
+WRITTEN = "ok\\x1b[2J\\x1b]0;pwned\\x07 \\x9b31m \\u202eevil\\x7f\\x0dover"
+RAW = ("\x1b[2J", "\x1b]", "\x07", "\x9b", "\u202e", "\x7f", "\r")
+
+
+def test_printable_writes_out_what_a_terminal_acts_on_and_keeps_the_rest() -> None:
+    assert printable(HOSTILE) == WRITTEN
+    kept = "line one\n\ttab, naïve, 日本語, emoji 🙂, ZWNJ می\u200cخواهم"
+    assert printable(kept) is kept
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, str]:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal.edit("doc", {"text": HOSTILE}, note=HOSTILE)
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.1, findings=[lw.Finding(HOSTILE)])
+
+    loop = lw.Loop(
+        name="hostile",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract.from_dict({"budget": {"max_cycles": 2}}),
+    )
+    db = str(tmp_path / "s.db")
+    with lw.Runtime(db) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"text": ""}}}, task_key="k")
+    return db, r.run_id
+
+
+@pytest.mark.parametrize("columns", ["200", "60"])
+def test_show_and_runs_write_out_a_runs_terminal_controls(
+    store: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    columns: str,
+) -> None:
+    db, run_id = store
+    monkeypatch.setenv("COLUMNS", columns)
+    for args in (["show", run_id], ["runs"]):
+        assert main([*args, "--store", db]) == 0
+        out = capsys.readouterr().out
+        for raw in RAW:
+            assert raw not in out, (args, raw)
+    if columns == "200":  # the finding's line in the packet, written out whole
+        assert main(["show", run_id, "--store", db]) == 0
+        assert WRITTEN in capsys.readouterr().out
+
+
+def test_an_error_line_writes_out_terminal_controls(
+    store: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, _ = store
+    assert main(["show", "nope\x1b[2J\u202e", "--store", db]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err
+    assert "nope\\x1b[2J\\u202e" in err
