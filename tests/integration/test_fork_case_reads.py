@@ -13,7 +13,7 @@ import pytest
 from test_metrics_streaming import _long_loop
 
 import loopwright as lw
-from loopwright.store import _base, _sql_reads
+from loopwright.store import _base, _protocol_checkpoints, _sql_reads
 from loopwright.trace import eval_case
 
 
@@ -38,7 +38,7 @@ def _case_reads(
                 super().__init__(*args, **kwargs)
 
         with monkeypatch.context() as m:
-            m.setattr(_base, "Checkpoint", Counted)
+            m.setattr(_protocol_checkpoints, "Checkpoint", Counted)
             m.setattr(_sql_reads, "Checkpoint", Counted)
             case = eval_case(rt.store, fork.run_id)
     return built[0], case

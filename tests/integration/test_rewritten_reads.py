@@ -15,7 +15,8 @@ from test_metrics_streaming import _long_loop
 
 import loopwright as lw
 from loopwright._errors import ConfigError
-from loopwright.store import Store, _base, _sql_reads
+from loopwright._state import Version
+from loopwright.store import Store, _protocol_checkpoints, _sql_reads
 
 
 def test_a_late_fork_or_rollback_decodes_no_version(
@@ -26,7 +27,7 @@ def test_a_late_fork_or_rollback_decodes_no_version(
     none now. (Counted, not timed; Python calls move with the run ids' digits.)"""
     built = [0]
 
-    class Counted(_base.Version):
+    class Counted(Version):
         __slots__ = ()
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -39,7 +40,7 @@ def test_a_late_fork_or_rollback_decodes_no_version(
             r = rt.run_sync(_long_loop(cycles), {"artifacts": {"doc": {}}}, task_key="w")
             assert r.cycles == cycles
             with monkeypatch.context() as m:
-                m.setattr(_base, "Version", Counted)
+                m.setattr(_protocol_checkpoints, "Version", Counted)
                 m.setattr(_sql_reads, "Version", Counted)
                 built[0] = 0
                 rt.fork(r.run_id, at_cycle=cycles - 1, task_key="f")

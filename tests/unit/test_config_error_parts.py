@@ -144,5 +144,9 @@ def test_a_bad_base_contract_is_named_by_its_option(tmp_path: Path) -> None:
         said.append((code, err.getvalue().replace(str(tmp_path), "D")))
     assert said == [
         (2, "loopwright: error: --base: no contract file at D/missing.toml\n"),
-        (2, "loopwright: error: --base: must be at least 1\n"),
+        # (the file and the field named since docs45: "--base: must be at least 1" named neither)
+        (
+            2,
+            "loopwright: error: --base: D/bad.toml: contract.budget.max_cycles: must be at least 1\n",
+        ),
     ]
