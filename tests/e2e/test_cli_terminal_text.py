@@ -61,7 +61,8 @@ def test_show_and_runs_write_out_a_runs_terminal_controls(
             assert raw not in out, (args, raw)
     if columns == "200":  # the finding's line in the packet, written out whole
         assert main(["show", run_id, "--store", db]) == 0
-        assert WRITTEN in capsys.readouterr().out
+        shown = capsys.readouterr().out
+        assert f"• check: {WRITTEN}" in shown  # a finding on no part: the check that found it
 
 
 def test_an_error_line_writes_out_terminal_controls(

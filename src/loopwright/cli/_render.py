@@ -378,6 +378,8 @@ def run_detail_parts(
             lines.append(f"owner: {escape(str(p['owner']))}")
         for f in p.get("unresolved_findings", [])[:10]:
             where = f"{f.get('artifact')}/{f.get('part')}" if f.get("part") else f.get("artifact")
+            # a finding on no artifact says which check found it ("None" was printed)
+            where = where or f.get("verifier") or "-"
             lines.append(f"• {escape(str(where))}: {escape(f['message'])}")
         if p.get("error"):
             lines.append(
