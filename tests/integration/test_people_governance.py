@@ -325,3 +325,73 @@ def test_a_vote_racing_its_voters_revocation_does_not_count(url: str) -> None:
         assert [v.by for v in rt.store.votes(req.approval_id)] == ["ben"]
         assert ("cat", "approve", "refused") in audit_lines(rt)
         assert rt.approve(r.run_id, by="rita").decided_by == "ben, rita"
+
+
+@pytest.mark.postgres
+def test_two_admins_adding_one_person_under_two_spellings_at_once_add_one(pg_url: str) -> None:
+    """Each add read the users before the other's insert, so "Ben" and "ben" could both be
+    added at once on PostgreSQL (the folded name has no index). A pauses after its read; B
+    either finishes (the bug: then both succeed) or waits on A; then A goes on. One of the
+    two is added, the other refused."""
+    import threading
+
+    import psycopg
+
+    from loopwright.store import _people_sql
+    from loopwright.store.postgres import _split_url
+
+    with lw.Runtime(pg_url) as rt:
+        rt.store.add_user("zed", roles=["admin"], limits={}, by="setup", now=time.time())
+    read, go = threading.Event(), threading.Event()
+    real_key = _people_sql.person_key
+
+    def pausing_key(name: str) -> str:
+        if threading.current_thread().name == "A" and name == "zed":
+            read.set()  # A has read the users and compares them: hold it here
+            assert go.wait(120), "the test never let A go on"
+        return real_key(name)
+
+    results: dict[str, str] = {}
+
+    def add(who: str, name: str) -> None:
+        try:
+            store = lw.Runtime(pg_url).store
+            try:
+                store.add_user(name, roles=["approver"], limits={}, by="root", now=time.time())
+                results[who] = "added"
+            finally:
+                store.close()
+        except lw.ConflictError:
+            results[who] = "refused"
+        except BaseException as exc:  # reported below, not lost in the thread
+            results[who] = repr(exc)
+
+    conninfo = _split_url(pg_url)[0]
+    _people_sql.person_key = pausing_key  # type: ignore[assignment]
+    try:
+        a = threading.Thread(target=add, args=("A", "Ben"), name="A")
+        a.start()
+        assert read.wait(120)
+        b = threading.Thread(target=add, args=("B", "ben"), name="B")
+        b.start()
+        with psycopg.connect(conninfo, autocommit=True) as watch:
+            for _ in range(12000):  # B finished, or waits for A's lock (polled, not timed)
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE 'LOCK TABLE users%'"
+                ).fetchone()
+                if not b.is_alive() or (waiting and waiting[0]):
+                    break
+                time.sleep(0.01)
+            else:
+                pytest.fail("B neither finished nor waited for A")
+        go.set()
+        a.join(120)
+        b.join(120)
+    finally:
+        go.set()
+        _people_sql.person_key = real_key  # type: ignore[assignment]
+    assert sorted(results.values()) == ["added", "refused"], results
+    with lw.Runtime(pg_url) as rt:
+        names = {u.name for u in rt.store.list_users()}
+    assert len(names & {"Ben", "ben"}) == 1, names

@@ -72,6 +72,11 @@ class PeopleSQL(PeopleStore):
         with self._tx() as conn:
             # "Ben" beside "ben" would be the same person under two spellings: two votes on a
             # four-eyes request, and a starter who could approve their own run as the other
+            if self._LOCKS:
+                # Two admins adding "Ben" and "ben" at once each read the users before the
+                # other's insert (the folded name has no index to refuse the second): adds
+                # take turns. SQLite's write transaction already does; readers never wait.
+                conn.execute("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
             key = person_key(name)
             for (other,) in conn.execute(p("SELECT name FROM users"), ()).fetchall():
                 if other != name and person_key(other) == key:
