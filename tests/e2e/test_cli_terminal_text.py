@@ -66,10 +66,11 @@ def test_show_and_runs_write_out_a_runs_terminal_controls(
 
 
 def test_an_error_line_writes_out_terminal_controls(
-    store: tuple[str, str], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db, _ = store
-    assert main(["show", "nope\x1b[2J\u202e", "--store", db]) == 2
+    # a store path is quoted as given, unlike a run id (which its message prints with repr)
+    missing = f"{tmp_path}/no\x1b[2Jwhere\u202e.db"
+    assert main(["show", "abc", "--store", missing]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\u202e" not in err
-    assert "nope\\x1b[2J\\u202e" in err
+    assert "no\\x1b[2Jwhere\\u202e.db (from --store)" in err
