@@ -6,7 +6,6 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_given_text, check_text
+from ._keys import unprintable
 from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
@@ -568,16 +568,16 @@ def _closing(ids: list[str], *, by: str, note: str) -> list[ClosedApproval]:
 
 def _printable_note(note: str | None) -> str | None:
     """A decision's note as it will be printed (``audit``, ``show``, the inbox): a form's CRLF
-    read as a line break; any other control character refused (``ConfigError``). An ESC went
-    into the append-only log as typed and ``loopwright audit`` wrote it raw to the reader's
-    terminal, where an escape sequence can clear the screen or rewrite the lines above it."""
+    read as a line break; otherwise the character rule of task keys and names
+    (``unprintable``: a control character, a line separator, a bidirectional control),
+    newline and tab apart, refused (``ConfigError``). An ESC went into the append-only log as
+    typed and ``loopwright audit`` wrote it raw to the reader's terminal, where an escape
+    sequence can clear the screen or rewrite the lines above it."""
     if note is None:
         return None
     note = note.replace("\r\n", "\n")
-    for i, ch in enumerate(note):
-        if ch not in "\n\t" and unicodedata.category(ch) == "Cc":
-            raise ConfigError(
-                f"must not hold a control character (U+{ord(ch):04X} at position {i + 1})",
-                field="note",
-            )
+    # (one space for one character: the position the rule names is the note's own)
+    bad = unprintable(note.replace("\n", " ").replace("\t", " "))
+    if bad is not None:
+        raise ConfigError(bad, field="note")
     return note

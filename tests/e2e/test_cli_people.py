@@ -410,6 +410,9 @@ def test_a_note_with_terminal_control_is_refused_and_a_forms_crlf_kept_as_a_line
     s = ("--store", store)
     code, _, err = lw_cli(capsys, "deny", first, "--by", "carl", "--note", "ok\x1b[2J", *s)
     assert code == 2 and "control character (U+001B" in err
+    # a bidirectional override too (the character rule of task keys and names)
+    code, _, err = lw_cli(capsys, "deny", first, "--by", "carl", "--note", "ok\u202eko", *s)
+    assert code == 2 and "bidirectional control (U+202E" in err
     for command in (["audit"], ["show", first]):
         assert "\x1b" not in lw_cli(capsys, *command, *s)[1]
     with lw.Runtime(store) as rt:  # the dashboard's textarea posts CRLF
