@@ -77,3 +77,21 @@ def test_fit_stop_prints_the_contract_without_raw_controls(
         assert raw not in out, repr(raw)
     toml_text = out[out.index("# Fitted by") :]
     assert tomllib.loads(toml_text)["contract"]["success"]["required"] == [NAME]
+
+
+def test_a_check_name_with_a_lone_surrogate_is_a_bad_trace_file_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TOML (UTF-8) cannot hold it: the fitted contract's write failed as an internal error
+    # and left an empty file behind
+    source = tmp_path / "runs.jsonl"
+    with source.open("w", encoding="utf-8") as fh:
+        write_traces(_traces(), fh)
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace('"required":["visible', '"required":["\\ud800visible'))
+    out = tmp_path / "fitted.toml"
+    assert main(["fit-stop", str(source), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{source}:1: malformed run trace: required: check name" in err
+    assert "lone surrogate (\\ud800)" in err
+    assert not out.exists()
