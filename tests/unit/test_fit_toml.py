@@ -50,6 +50,14 @@ def _traces() -> list[RunTrace]:
     return [_run(f"t{i:02d}", [0.5, 0.7, 1.0] if i % 3 else [0.3] * 6) for i in range(12)]
 
 
+def _source(tmp_path: Path) -> Path:
+    """The traces as a run-trace file, what ``fit-stop`` reads."""
+    source = tmp_path / "runs.jsonl"
+    with source.open("w", encoding="utf-8") as fh:
+        write_traces(_traces(), fh)
+    return source
+
+
 def test_a_check_name_with_controls_is_written_escaped_and_reads_back_as_itself(
     tmp_path: Path,
 ) -> None:
@@ -68,10 +76,7 @@ def test_a_check_name_with_controls_is_written_escaped_and_reads_back_as_itself(
 def test_fit_stop_prints_the_contract_without_raw_controls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = tmp_path / "runs.jsonl"
-    with source.open("w", encoding="utf-8") as fh:
-        write_traces(_traces(), fh)
-    assert main(["fit-stop", str(source)]) == 0
+    assert main(["fit-stop", str(_source(tmp_path))]) == 0
     out = capsys.readouterr().out
     for raw in RAW:
         assert raw not in out, repr(raw)
@@ -84,9 +89,7 @@ def test_a_check_name_with_a_lone_surrogate_is_a_bad_trace_file_and_nothing_is_w
 ) -> None:
     # TOML (UTF-8) cannot hold it: the fitted contract's write failed as an internal error
     # and left an empty file behind
-    source = tmp_path / "runs.jsonl"
-    with source.open("w", encoding="utf-8") as fh:
-        write_traces(_traces(), fh)
+    source = _source(tmp_path)
     text = source.read_text(encoding="utf-8")
     source.write_text(text.replace('"required":["visible', '"required":["\\ud800visible'))
     out = tmp_path / "fitted.toml"
