@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import loopwright as lw
-from loopwright._authority import authority_status
+from loopwright._earned import authority_status
 
 HERE = Path(__file__).resolve().parent
 

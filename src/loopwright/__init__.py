@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
     from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
     from ._policy import ApprovalPolicy, EarnedAuthority, PolicyRule
-    from ._proposal import Context, Edit, Proposal, Remaining, Verdict
+    from ._proposal import Context, Edit, Proposal, Remaining
     from ._question import Question
     from ._redact import register_secret, register_secret_field
     from ._retry import (
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ._spec import load_spec
     from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
     from ._usage import Usage
+    from ._verdict import Verdict
 
     __version__: str
 
@@ -138,13 +139,14 @@ _LAZY_FROM = {
     "._memory": "DEFAULT_STRENGTH FeedbackMemory MemoryItem MemoryNotFoundError",
     "._metrics": "METRIC_NAMES Metrics RunMetrics compute_metrics",
     "._policy": "ApprovalPolicy EarnedAuthority PolicyRule",
-    "._proposal": "Context Edit Proposal Remaining Verdict",
+    "._proposal": "Context Edit Proposal Remaining",
     "._question": "Question",
     "._redact": "register_secret register_secret_field",
     "._retry": "NeedsHumanError PermanentError RefusedError RetryPolicy TransientError classify",
     "._spec": "load_spec",
     "._state": "Artifact Finding Part PlanStep TaskState Version",
     "._usage": "Usage",
+    "._verdict": "Verdict",
 }
 _LAZY = {name: mod for mod, names in _LAZY_FROM.items() for name in names.split()}
 

@@ -34,14 +34,7 @@ from ._run_metrics import (
     run_metrics,
     stream_run_metrics,
 )
-from .store import (
-    Store,
-    missing_pg_schema,
-    open_store,
-    refuse_undecoded,
-    resolve_store_url,
-    sqlite_file,
-)
+from .store import Store, check_store_exists, open_store, resolve_store_url
 from .store._base import with_newer
 
 __all__ = [
@@ -477,19 +470,15 @@ def compute_metrics(
 def _url(store: str | os.PathLike[str] | None) -> str:
     """The store to read, which must exist: opening an SQLite file that does not would create
     an empty store there, and a mistyped path reported 0 runs (leaving that file behind)."""
-    url = resolve_store_url(os.fspath(store) if store is not None else None)
-    path = sqlite_file(url)
-    if path and path != ":memory:" and not os.path.exists(path):
-        refuse_undecoded(url)  # (the URL named an existing file before its %XX were decoded)
-        raise ConfigError(
+    return check_store_exists(
+        resolve_store_url(os.fspath(store) if store is not None else None),
+        no_file=lambda path: ConfigError(
             f"no store at {path}: metrics are read from an existing store (check the path)",
             field="store",
-        )
-    missing = missing_pg_schema(url)
-    if missing is not None:
-        raise ConfigError(
-            f"no schema {missing[0]!r} in database {missing[1]!r}: metrics are read from an "
+        ),
+        no_schema=lambda schema, database: ConfigError(
+            f"no schema {schema!r} in database {database!r}: metrics are read from an "
             "existing store (check ?schema= in the URL)",
             field="store",
-        )
-    return url
+        ),
+    )

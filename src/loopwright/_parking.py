@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
-from ._authority import EARNED_BY, audit, authority_status, earned_counts, expire
+from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
+from ._earned import authority_status, earned_counts
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec

@@ -1,11 +1,14 @@
 """What a run stored is printed, never acted on by the terminal (probe45b): a model's text
 with ESC sequences (clear the screen, set the title), a lone C1 CSI or a bidirectional
 override reached ``show``, ``runs`` and error lines raw, where it could rewrite what the
-person reading it sees."""
+person reading it sees. ``--json`` output keeps them escaped (the JSON test at the end)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,13 +28,15 @@ def test_printable_writes_out_what_a_terminal_acts_on_and_keeps_the_rest() -> No
     assert printable(kept) is kept
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> tuple[str, str]:
+def _run_writing(tmp_path: Path, text: str) -> tuple[str, str]:
+    """A store, and a run whose actor writes ``text`` in a part and its note, and whose check
+    finds ``text``."""
+
     def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal.edit("doc", {"text": HOSTILE}, note=HOSTILE)
+        return lw.Proposal.edit("doc", {"text": text}, note=text)
 
     def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.1, findings=[lw.Finding(HOSTILE)])
+        return lw.Verdict(passed=False, score=0.1, findings=[lw.Finding(text)])
 
     loop = lw.Loop(
         name="hostile",
@@ -43,6 +48,11 @@ def store(tmp_path: Path) -> tuple[str, str]:
     with lw.Runtime(db) as rt:
         r = rt.run_sync(loop, {"artifacts": {"doc": {"text": ""}}}, task_key="k")
     return db, r.run_id
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, str]:
+    return _run_writing(tmp_path, HOSTILE)
 
 
 @pytest.mark.parametrize("columns", ["200", "60"])
@@ -74,3 +84,52 @@ def test_an_error_line_writes_out_terminal_controls(
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\u202e" not in err
     assert "no\\x1b[2Jwhere\\u202e.db (from --store)" in err
+
+
+# What the CLI writes as JSON (``--json``, ``trace``, ``export``) holds a run's text as valid
+# JSON that reads back as the same value, and never hands a terminal a control it would act
+# on: ESC and CR are JSON escapes anyway, and DEL, C1 controls, bidirectional controls and
+# line or paragraph separators, which JSON allows raw, are written ``\uXXXX`` (the encoders
+# keep to ASCII). ``show RUN --json`` of a model's text must not rewrite the reader's terminal.
+JSON_HOSTILE = HOSTILE + " \x85 \u2066x\u2069\u2028\u2029 é 漢字 🙂"
+JSON_RAW = (*RAW, "\x85", "\u2066", "\u2069", "\u2028", "\u2029")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+@pytest.mark.parametrize(
+    ("args", "lines", "holds_text"),
+    [
+        (["show", "{run}", "--json"], False, True),
+        (["runs", "--json"], False, False),
+        (["diff", "{run}", "{run}", "--json"], False, False),
+        (["trace", "{run}"], True, True),
+        (["trace", "{run}", "--format", "otlp-json"], False, False),  # (attributes: JSON text)
+        (["export", "eval-cases"], True, True),
+    ],
+)
+def test_json_output_escapes_what_a_terminal_acts_on_and_reads_back_the_same(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    lines: bool,
+    holds_text: bool,
+) -> None:
+    db, run_id = _run_writing(tmp_path, JSON_HOSTILE)
+    assert main([a.format(run=run_id) for a in args] + ["--store", db]) == 0
+    out = capsys.readouterr().out
+    for raw in JSON_RAW:
+        assert raw not in out, (args, raw)
+    docs = [json.loads(line) for line in out.splitlines()] if lines else [json.loads(out)]
+    if holds_text:  # the run's text, decoded, is the text the actor wrote
+        assert any(s == JSON_HOSTILE for doc in docs for s in _strings(doc)), args

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import loopwright as lw
-from loopwright._authority import EARNED_BY, authority_status, hash_token, why_not_approve
+from loopwright._authority import EARNED_BY, hash_token, why_not_approve
+from loopwright._earned import authority_status
 
 PAID: list[str] = []
 

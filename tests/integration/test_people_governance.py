@@ -26,7 +26,7 @@ from test_people import (
 )
 
 import loopwright as lw
-from loopwright._authority import authority_status
+from loopwright._earned import authority_status
 
 SEPARATE = (lw.PolicyRule(kind="spend", action="require", separate=True, name="sep"),)
 

@@ -26,8 +26,8 @@ from .._authority import (
     new_token,
     permits,
     require,
-    standings,
 )
+from .._earned import standings
 from .._errors import ConfigError, NotPermittedError
 from .._keys import unprintable
 from ..store import Store, UserRecord

@@ -27,24 +27,19 @@ def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
     refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
     (``?schema=NAME``), that does not exist: opening either would create it."""
-    from ..store import missing_pg_schema, refuse_undecoded, resolve_store_url, sqlite_file
+    from ..store import check_store_exists, resolve_store_url
 
-    resolved = resolve_store_url(url)
-    path = sqlite_file(resolved)
-    if path and path != ":memory:" and not Path(path).exists():
-        refuse_undecoded(resolved)  # (the URL named an existing file before %XX were decoded)
-        raise ConfigError(
+    return check_store_exists(
+        resolve_store_url(url),
+        no_file=lambda path: ConfigError(
             f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"
-        )
-    missing = missing_pg_schema(resolved)
-    if missing is not None:
-        schema, database = missing
-        raise ConfigError(
+        ),
+        no_schema=lambda schema, database: ConfigError(
             f"no schema {schema!r} in database {database!r} (from {_source(url)}); check "
             "?schema= in the URL, or create the store with `loopwright run` or `loopwright demo`"
-        )
-    return resolved
+        ),
+    )
 
 
 def open_existing(url: str | None) -> Store:

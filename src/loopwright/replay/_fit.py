@@ -34,9 +34,8 @@ import math
 import random
 import statistics
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
 from .._errors import ConfigError, check_choice
@@ -50,8 +49,18 @@ from ._fit_result import (
     Grid,
     StopParams,
 )
-from ._fit_toml import check_plot, pct, plot_frontier
-from ._format import RunTrace, added_up
+from ._fit_score import (
+    _compare_fixed,
+    _Eval,
+    _evaluate,
+    _figures,
+    _frontier,
+    _ref_sums,
+    _score,
+    _select,
+)
+from ._fit_toml import check_plot, plot_frontier
+from ._format import RunTrace
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
 from ._simulate import Outcome, simulate
@@ -95,107 +104,6 @@ def split_folds(traces: Sequence[RunTrace], folds: int, seed: int = 0) -> list[i
 OPTIMISE = ("spend", "attempts", "time")
 CHOOSE = ("one-se", "best")
 KEEP_BY = ("accepted", "held-out")
-_MEASURE = {"spend": 0, "attempts": 1, "time": 2}
-
-# Per fold: (spend, attempts, seconds, accepted, accepted and kept, held-out kept); the
-# reference's: (spend, attempts, seconds, accepted, held-out passed).
-_Sums = tuple[float, float, float, float, float, float]
-
-
-@dataclass(slots=True)
-class _Eval:
-    """One candidate's outcomes on every run, with sums per fold."""
-
-    outcomes: list[Outcome]
-    fold_sums: list[_Sums]
-
-
-def _evaluate(
-    traces: Sequence[RunTrace],
-    contract: Contract,
-    ref: Sequence[Outcome],
-    fold_of: Sequence[int],
-    k: int,
-) -> _Eval:
-    sums = [[0.0] * 6 for _ in range(k)]
-    outs: list[Outcome] = []
-    for t, r, f in zip(traces, ref, fold_of, strict=True):
-        o = simulate(t, contract)
-        outs.append(o)
-        row = sums[f]
-        row[0] += o.cost_usd
-        row[1] += o.cycles
-        row[2] += o.seconds
-        if o.accepted:
-            row[3] += 1
-            row[4] += r.accepted
-        row[5] += bool(o.held_out_passed and r.held_out_passed)
-    return _Eval(outs, [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums])
-
-
-def _ref_sums(ref: Sequence[Outcome], fold_of: Sequence[int], k: int) -> list[_Sums]:
-    sums = [[0.0] * 6 for _ in range(k)]
-    for o, f in zip(ref, fold_of, strict=True):
-        row = sums[f]
-        row[0] += o.cost_usd
-        row[1] += o.cycles
-        row[2] += o.seconds
-        row[3] += o.accepted
-        row[4] += bool(o.held_out_passed)
-    return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums]
-
-
-@dataclass(frozen=True, slots=True)
-class _Score:
-    """A candidate judged on a set of folds: kept share, saved share (pooled over the folds),
-    and the standard error of the saved share across them."""
-
-    index: int
-    kept: float
-    saved: float
-    se: float
-
-
-def _score(
-    index: int,
-    sums: Sequence[_Sums],
-    ref: Sequence[_Sums],
-    folds: Sequence[int],
-    optimise: str,
-    keep_by: str,
-) -> _Score:
-    m = _MEASURE[optimise]
-    ki, ri = (5, 4) if keep_by == "held-out" else (4, 3)
-    # (in order, as on every Python: see added_up)
-    ref_m = added_up(ref[g][m] for g in folds)
-    ref_k = added_up(ref[g][ri] for g in folds)
-    kept = added_up(sums[g][ki] for g in folds) / ref_k if ref_k else 1.0
-    saved = 1.0 - added_up(sums[g][m] for g in folds) / ref_m if ref_m > 0 else 0.0
-    per = [1.0 - sums[g][m] / ref[g][m] for g in folds if ref[g][m] > 0]
-    se = statistics.stdev(per) / math.sqrt(len(per)) if len(per) >= 2 else 0.0
-    return _Score(index, kept, saved, se)
-
-
-def _select(
-    scores: Sequence[_Score], keep: float, complexity: Sequence[int], choose: str
-) -> tuple[int, bool]:
-    """The chosen candidate's index, and whether it keeps enough.
-
-    ``best``: the feasible candidate (kept ≥ ``keep``) that saves the most. ``one-se``: among
-    the feasible candidates saving within one standard error (across folds) of the best, the
-    one with the fewest rules, then the highest kept share, then the most saved: differences
-    smaller than the fold-to-fold noise do not decide, simplicity and safety do.
-    """
-    feasible = [x for x in scores if x.kept >= keep - 1e-12]
-    if not feasible:
-        top = max(scores, key=lambda x: (x.kept, x.saved, -complexity[x.index], -x.index))
-        return top.index, False
-    top = max(feasible, key=lambda x: (x.saved, x.kept, -complexity[x.index], -x.index))
-    if choose == "best":
-        return top.index, True
-    band = [x for x in feasible if x.saved >= top.saved - top.se - 1e-12]
-    pick = min(band, key=lambda x: (complexity[x.index], -x.kept, -x.saved, x.index))
-    return pick.index, True
 
 
 def _quantile(sorted_vals: Sequence[float], q: float) -> float:
@@ -328,38 +236,6 @@ def _family(p: StopParams, template: Contract) -> str:
     if p.value_per_success_usd is not None:
         names.append("marginal_return")
     return "+".join(names) or "(template)"
-
-
-def _figures(ev: _Eval, idx: Sequence[int], ref: Sequence[Outcome]) -> Figures:
-    outs = ev.outcomes
-    return Figures(
-        runs=len(idx),
-        accepted=sum(1 for i in idx if outs[i].accepted),
-        accepted_kept=sum(1 for i in idx if outs[i].accepted and ref[i].accepted),
-        reference_accepted=sum(1 for i in idx if ref[i].accepted),
-        cost_usd=added_up(outs[i].cost_usd for i in idx),
-        reference_cost_usd=added_up(ref[i].cost_usd for i in idx),
-        stop_reasons=dict(Counter(outs[i].reason for i in idx)),
-        attempts=sum(outs[i].cycles for i in idx),
-        reference_attempts=sum(ref[i].cycles for i in idx),
-        seconds=added_up(outs[i].seconds for i in idx),
-        reference_seconds=added_up(ref[i].seconds for i in idx),
-        held_out_kept=sum(1 for i in idx if outs[i].held_out_passed and ref[i].held_out_passed),
-        reference_held_out=sum(1 for i in idx if ref[i].held_out_passed),
-    )
-
-
-def _frontier(points: Sequence[Figures]) -> set[int]:
-    """Indices not dominated: no other candidate has as many accepted for less spend or more
-    accepted for as little."""
-    order = sorted(range(len(points)), key=lambda i: (points[i].cost_usd, -points[i].accepted))
-    out: set[int] = set()
-    best = -1
-    for i in order:
-        if points[i].accepted > best:
-            out.add(i)
-            best = points[i].accepted
-    return out
 
 
 FIXED_WINDOWS = (1, 2, 3, 4, 5)
@@ -586,43 +462,3 @@ def fit_stop(
         result, FIXED_WINDOWS[w_all], fixed_figs, tuple(fixed_folds), fixed_val
     )
     return replace(result, fixed=fixed_rule, seconds=time.perf_counter() - t0)
-
-
-def _compare_fixed(
-    r: FitResult,
-    window: int,
-    figures: tuple[tuple[int, Figures], ...],
-    per_fold: tuple[int, ...],
-    validation: Figures,
-) -> FixedRule:
-    """The best fixed rule beside the fit, on held-out folds: "as good" when it keeps and
-    saves within one standard error (across the fit's validation folds) of the fit, or more."""
-    fit = r.validation_pooled
-    o, kb = r.optimise, r.keep_by
-    kept_se = _se(f.validation.kept(kb) for f in r.folds)
-    saved_se = _se(f.validation.saved_share(o) for f in r.folds)
-    fk, fs = fit.kept(kb), fit.saved_share(o) or 0.0
-    xk, xs = validation.kept(kb), validation.saved_share(o) or 0.0
-    as_good = xk >= fk - kept_se - 1e-12 and xs >= fs - saved_se - 1e-12
-    rule = f'"stop after {window} cycle(s) without fewer failing visible tests"'
-    what = "held-out verdicts" if kb == "held-out" else "accepted outcomes"
-    figs = (
-        f"on held-out folds it keeps {pct(xk)} of {what} and saves {pct(xs)} of {o}; the fit "
-        f"keeps {pct(fk)} and saves {pct(fs)} (one SE across folds: kept {pct(kept_se)}, "
-        f"saved {pct(saved_se)})"
-    )
-    if as_good and (xk > fk + kept_se or xs > fs + saved_se):
-        verdict = f"The simple rule {rule} is better than the fit: {figs}. Use the simple rule."
-    elif as_good:
-        verdict = (
-            f"A simple rule is as good: {rule} is within one standard error of the fit: {figs}. "
-            "Prefer the simple rule."
-        )
-    else:
-        verdict = f"The fit beats the best fixed rule {rule}: {figs}."
-    return FixedRule(window, figures, per_fold, validation, as_good, verdict)
-
-
-def _se(values: Iterable[float | None]) -> float:
-    vals = [v for v in values if v is not None]
-    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) >= 2 else 0.0

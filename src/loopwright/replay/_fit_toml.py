@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,19 @@ from typing import Any
 from .._errors import ConfigError
 from ._fit_result import FIT_FORMAT, FitResult
 
-
 # --- TOML -------------------------------------------------------------------------------------
+# What ``json.dumps(ensure_ascii=False)`` leaves raw in a string that TOML refuses (DEL) or that
+# a terminal acts on when ``fit-stop`` prints the contract (C1 controls, 0x9b is CSI on its
+# own; bidirectional controls; line and paragraph separators): written as ``\uXXXX``, which
+# TOML reads back as the same character. A check name read from recorded runs holding DEL
+# made a contract no TOML reader would load. Other text (é, 漢字) stays as it is.
+_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -25,7 +37,7 @@ def _toml_value(v: Any) -> str:
             raise ValueError(v)
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return _RAW.sub(_escaped, json.dumps(v, ensure_ascii=False))
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"no TOML for {v!r}")

@@ -53,7 +53,7 @@ from typing import IO, Any
 
 from .._contract import RUN_STATUSES, STOP_REASONS
 from .._errors import ConfigError
-from .._json import JsonLineError, json_lines
+from .._json import JsonLineError, json_lines, not_text
 
 __all__ = [
     "ABORTED",
@@ -278,6 +278,11 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        for name in value:  # (a fitted contract's TOML is UTF-8: a lone surrogate failed it)
+            try:
+                not_text(name)
+            except ValueError as exc:
+                raise ValueError(f"{what}: check name {name!r}: {exc}") from None
         return tuple(value)  # not a lone string: its characters would be the names
     raise ValueError(f"{what} must be a list of check names, got {value!r}")
 

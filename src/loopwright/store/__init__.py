@@ -10,6 +10,7 @@ connection pool; other query parameters go to libpq (``sslmode``, ``connect_time
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from .._errors import ConfigError
@@ -49,6 +50,7 @@ __all__ = [
     "UserRecord",
     "VersionRow",
     "Vote",
+    "check_store_exists",
     "missing_pg_schema",
     "open_store",
     "refuse_undecoded",
@@ -114,6 +116,28 @@ def refuse_undecoded(url: str) -> None:
             f"{literal!r} does: give it as a plain file path (a path is read as it is)",
             field="store",
         )
+
+
+def check_store_exists(
+    url: str,
+    *,
+    no_file: Callable[[str], Exception],
+    no_schema: Callable[[str, str], Exception],
+) -> str:
+    """``url`` (resolved) when the store it names exists, else the caller's error raised:
+    ``no_file(path)`` for an SQLite file that does not exist (after ``refuse_undecoded``),
+    ``no_schema(schema, database)`` for a PostgreSQL schema its database lacks. Opening
+    either would create it: a mistyped path must not leave an empty store behind and report
+    0 runs. What a store that must exist is read for (a command, ``compute_metrics``) says
+    itself, in its error."""
+    path = sqlite_file(url)
+    if path and path != ":memory:" and not os.path.exists(path):
+        refuse_undecoded(url)  # (the URL named an existing file before its %XX were decoded)
+        raise no_file(path)
+    missing = missing_pg_schema(url)
+    if missing is not None:
+        raise no_schema(*missing)
+    return url
 
 
 def _written_path(parts: SplitResult) -> str:

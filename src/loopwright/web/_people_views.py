@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
-from .._authority import standings
+from .._earned import standings
 from .._errors import ConfigError
 from ..store import Store
 from ._auth import Auth

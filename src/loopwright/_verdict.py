@@ -1,0 +1,173 @@
+"""What verifiers return: ``Verdict``, a verifier's judgement of the candidate state after a
+proposal, with its findings, evidence and cost."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _shapes as shapes
+from ._errors import ConfigError
+from ._frozen import quick_init
+from ._record_codec import packed_finding, packed_verdict
+from ._state import Finding
+from ._usage import Usage
+
+__all__ = ["Verdict"]
+
+
+def _finding_dicts(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    """Each finding's ``to_dict`` (a loop: a verdict is written out several times a cycle)."""
+    out: list[dict[str, Any]] = []
+    for f in findings:
+        out.append(f.to_dict())
+    return out
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verifier's judgement of the candidate state after a proposal.
+
+    Attributes:
+        passed: whether the check passed.
+        score: quality in [0, 1]; defaults to 1.0 when passed, else 0.0.
+        findings: located problems (artifact, part, dimension).
+        evidence: what the judgement rests on (shown to people, kept in the trace).
+        usage: what the check cost (a model reviewer's tokens, a sandbox's seconds).
+        checked: the part references this verifier looked at; ``None`` means all parts.
+    """
+
+    passed: bool
+    score: float | None = None
+    findings: tuple[Finding, ...] = ()
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
+    checked: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        f, u, c = self.findings, self.usage, self.checked
+        if not (  # a verifier's usual verdict, in a few type tests (several are built a cycle)
+            type(self.passed) is bool
+            and type(f) is tuple
+            and (not f or (len(f) == 1 and type(f[0]) is Finding))
+            and type(self.evidence) is dict
+            and (u is None or type(u) is Usage)
+            and (c is None or type(c) is tuple)
+        ):
+            self._check_shapes()
+        s = self.score
+        if s is not None and not (type(s) is float and 0.0 <= s <= 1.0):
+            self._check_score(s)
+
+    def _check_score(self, s: Any) -> None:
+        """A score in [0, 1], past a float sum's rounding: ``0.1 * 3 + 0.7`` is
+        1.0000000000000002, which escalated the run as out of range; within
+        ``shapes.FLOAT_SLACK`` of the range it is clamped to it."""
+        slack = shapes.FLOAT_SLACK
+        if not isinstance(s, int | float) or isinstance(s, bool) or math.isnan(s):
+            ok = False
+        elif 0.0 <= s <= 1.0:
+            return  # an int 0 or 1, or a float subclass
+        else:
+            ok = -slack <= s <= 1.0 + slack
+        if not ok:
+            # a user's mistake, named (a ConfigError is a ValueError, as this was before)
+            raise ConfigError(
+                f"must be a number in [0, 1], got {type(s).__name__}: {s!r:.60}",
+                field="Verdict.score",
+            )
+        object.__setattr__(self, "score", min(1.0, max(0.0, float(s))))
+
+    def _check_shapes(self) -> None:
+        p = self.passed
+        if type(p) is not bool:
+            # "false" is truthy: a verdict parsed from a model's text must not pass by accident
+            if type(p).__name__ in ("bool_", "bool") or (type(p) is int and p in (0, 1)):
+                object.__setattr__(self, "passed", bool(p))  # numpy's bool (bool_ before 2.0), 0, 1
+            else:
+                raise ConfigError(
+                    f"must be True or False, got {type(p).__name__}: {p!r:.60}",
+                    field="Verdict.passed",
+                )
+        object.__setattr__(
+            self, "findings", shapes.tuple_of(self.findings, Finding, "Verdict.findings")
+        )
+        if not isinstance(self.evidence, Mapping):
+            raise ConfigError(
+                f"must be a mapping, got {type(self.evidence).__name__}", field="Verdict.evidence"
+            )
+        shapes.optional(self.usage, Usage, "Verdict.usage")
+        if self.checked is not None and type(self.checked) is not tuple:
+            if isinstance(self.checked, str):
+                raise ConfigError(
+                    "takes a tuple of part references; wrap the single one: (ref,)",
+                    field="Verdict.checked",
+                )
+            object.__setattr__(self, "checked", tuple(self.checked))
+
+    @property
+    def value(self) -> float:
+        if self.score is not None:
+            return float(self.score)
+        return 1.0 if self.passed else 0.0
+
+    @property
+    def vacuous(self) -> bool:
+        """Whether the check had nothing to check (``evidence["vacuous"]`` is true: a test
+        verifier with no tests). A contract refuses success on a vacuous pass unless
+        ``contract.success.allow_vacuous`` says otherwise."""
+        return self.evidence.get("vacuous") is True
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.score  # (``value`` written out: no property call, twice a cycle)
+        return {
+            "passed": self.passed,
+            "score": float(s) if s is not None else 1.0 if self.passed else 0.0,
+            "findings": _finding_dicts(self.findings),
+            "evidence": dict(self.evidence),
+            "usage": self.usage.to_dict() if self.usage else None,
+            "checked": list(self.checked) if self.checked is not None else None,
+        }
+
+    def to_packed_dict(self, name: str) -> dict[str, Any]:
+        """``to_dict`` as the stored record of a cycle holds it under the check ``name``
+        (``_record_codec.pack``'s: defaults left out, a finding's ``verifier`` where it is
+        ``name``), built so (a unit test holds the two together)."""
+        s = self.score
+        findings: list[dict[str, Any]] = []
+        for f in self.findings:  # (Finding.to_dict's values, by position in its order)
+            findings.append(
+                packed_finding(
+                    f.message,
+                    f.artifact,
+                    f.part,
+                    f.dimension,
+                    f.severity,
+                    f.verifier,
+                    dict(f.evidence),
+                    name,
+                )
+            )
+        return packed_verdict(
+            self.passed,
+            float(s) if s is not None else 1.0 if self.passed else 0.0,
+            findings,
+            dict(self.evidence),
+            self.usage.to_dict() if self.usage else None,
+            list(self.checked) if self.checked is not None else None,
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        checked = d.get("checked")
+        return cls(
+            passed=bool(d["passed"]),
+            score=d.get("score"),
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings", ())),
+            evidence=dict(d.get("evidence") or {}),
+            usage=Usage.from_dict(d["usage"]) if d.get("usage") else None,
+            checked=tuple(checked) if checked is not None else None,
+        )

@@ -1,0 +1,100 @@
+"""A fitted contract's TOML holds a check name as itself: what TOML refuses raw (DEL) or a
+terminal acts on when ``fit-stop`` prints it (C1 controls, bidirectional controls, line and
+paragraph separators) written as ``\\uXXXX``. A check name with DEL, read from recorded runs,
+made a contract no TOML reader would load; a C1 CSI or a right-to-left override reached the
+terminal raw."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from loopwright.cli import main
+from loopwright.replay import Call, CycleTrace, RunTrace, load_contract, write_traces
+from loopwright.replay._fit import fit_stop
+
+READABLE = " é 漢字 🙂"
+NAME = "visible\x7f\x9b31m \u202eevil\u2066x\u2069\u2028\u2029" + READABLE
+RAW = ("\x7f", "\x9b", "\u202e", "\u2066", "\u2069", "\u2028", "\u2029")
+
+
+def _run(key: str, scores: list[float]) -> RunTrace:
+    cycles = tuple(
+        CycleTrace(
+            cycle=k,
+            calls=(Call("actor", 0.01, 100),),
+            verdicts={NAME: {"passed": s >= 1.0, "score": s}},
+            score=s,
+        )
+        for k, s in enumerate(scores, 1)
+    )
+    ok = scores[-1] >= 1.0
+    return RunTrace(
+        run_id=key,
+        task_key=key,
+        cycles=cycles,
+        required=(NAME,),
+        recorded={
+            "status": "accepted" if ok else "stopped",
+            "stop_reason": "success" if ok else "budget_cycles",
+            "cycles": len(cycles),
+            "cost_usd": 0.01 * len(cycles),
+            "tokens": 100 * len(cycles),
+        },
+    )
+
+
+def _traces() -> list[RunTrace]:
+    return [_run(f"t{i:02d}", [0.5, 0.7, 1.0] if i % 3 else [0.3] * 6) for i in range(12)]
+
+
+def _source(tmp_path: Path) -> Path:
+    """The traces as a run-trace file, what ``fit-stop`` reads."""
+    source = tmp_path / "runs.jsonl"
+    with source.open("w", encoding="utf-8") as fh:
+        write_traces(_traces(), fh)
+    return source
+
+
+def test_a_check_name_with_controls_is_written_escaped_and_reads_back_as_itself(
+    tmp_path: Path,
+) -> None:
+    r = fit_stop(_traces(), keep=0.98)
+    assert r.contract.success.required == (NAME,)
+    text = r.to_toml()
+    for raw in RAW:
+        assert raw not in text, repr(raw)
+    assert READABLE in text  # ordinary text is not escaped
+    assert tomllib.loads(text)["contract"]["success"]["required"] == [NAME]
+    path = tmp_path / "fitted.toml"
+    path.write_text(text, encoding="utf-8")
+    assert load_contract(path).to_dict() == r.contract.to_dict()
+
+
+def test_fit_stop_prints_the_contract_without_raw_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit-stop", str(_source(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    for raw in RAW:
+        assert raw not in out, repr(raw)
+    toml_text = out[out.index("# Fitted by") :]
+    assert tomllib.loads(toml_text)["contract"]["success"]["required"] == [NAME]
+
+
+def test_a_check_name_with_a_lone_surrogate_is_a_bad_trace_file_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TOML (UTF-8) cannot hold it: the fitted contract's write failed as an internal error
+    # and left an empty file behind
+    source = _source(tmp_path)
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace('"required":["visible', '"required":["\\ud800visible'))
+    out = tmp_path / "fitted.toml"
+    assert main(["fit-stop", str(source), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{source}:1: malformed run trace: required: check name" in err
+    assert "lone surrogate (\\ud800)" in err
+    assert not out.exists()
