@@ -26,6 +26,9 @@ def test_printable_writes_out_what_a_terminal_acts_on_and_keeps_the_rest() -> No
     assert printable(HOSTILE) == WRITTEN
     kept = "line one\n\ttab, naïve, 日本語, emoji 🙂, ZWNJ می\u200cخواهم"
     assert printable(kept) is kept
+    # the bidirectional marks and the line and paragraph separators too (split46)
+    marks = "a\u200eb\u200fc\u061cd\u2028e\u2029f"
+    assert printable(marks) == "a\\u200eb\\u200fc\\u061cd\\u2028e\\u2029f"
 
 
 def _run_writing(tmp_path: Path, text: str) -> tuple[str, str]:

@@ -60,7 +60,11 @@ Cell = tuple[str, str]  # plain text, and a style name from _ANSI (or "")
 # (a model's proposal, a finding, a note, a name typed into an older release) is printed
 # with these written out: printed raw, a run's text could rewrite the terminal of the person
 # reading it (hide a line, fake an approval prompt).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 but newline and tab, DEL, C1, the bidirectional marks, embeddings, overrides and isolates,
+# and the line and paragraph separators (a renderer may start a new line at them)
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def _shown(match: re.Match[str]) -> str:
