@@ -166,6 +166,7 @@ def _execute(
     from rich.live import Live
 
     from .._engine import Runtime
+    from .._task_parts import ignored_task
     from ._interrupt import run_async
     from ._live import LiveView
     from ._render import console, summary_table
@@ -177,12 +178,21 @@ def _execute(
 
         if who is None:
             who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        notes: list[str] = []
         for t, k in zip(items, keys, strict=True):
-            rec, _ = rt.create(loop, t, task_key=k, by=who)
+            rec, made = rt.create(loop, t, task_key=k, by=who)
             _runs_may_exist(True)
+            if not made and (why := ignored_task(rec, t)):
+                notes.append(why)  # a changed task under an existing run's key: said
             run_ids.append(rec.run_id)
             view.update(rec)
         out = console(stderr=quiet)
+        for why in notes[:5]:
+            console(stderr=True).print(f"note: {why}", style="yellow", markup=False)
+        if len(notes) > 5:
+            console(stderr=True).print(
+                f"note: and {len(notes) - 5} more task(s) like these", style="yellow"
+            )
 
         async def go() -> list[RunResult]:
             sem = asyncio.Semaphore(concurrency)
