@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class Check:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
         if not isinstance(self.name, str):  # a verdict, its findings and the contract name it
             raise ConfigError(f"must be a string, got {self.name!r}", field="verifiers.name")
+        _takes(self.fn, 2, "(state, proposal)", f"verifiers.{self.name}")
         _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
         if self.timeout_s is not None:
             _check_number(self.timeout_s, f"verifiers.{self.name}.timeout_s", positive=True)
@@ -116,6 +118,7 @@ class Loop:
         _no_control(self.name, "name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
+        _takes(self.actor, 1, "(ctx)", "actor")
         if not isinstance(self.contract, Contract):
             hint = (
                 " (build one with Contract.from_dict)" if isinstance(self.contract, Mapping) else ""
@@ -125,6 +128,8 @@ class Loop:
             )
         if self.init is not None and not callable(self.init):
             raise ConfigError(f"{self.init!r} is not callable", field="init")
+        if self.init is not None:
+            _takes(self.init, 1, "(task)", "init")
         given = _items(self.verifiers, Check, "verifiers", "[Check(fn=...)]")
         checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in given)
         names = [c.name for c in checks]
@@ -208,6 +213,8 @@ class Loop:
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
             raise ConfigError(f"{self.reflector!r} is not callable", field="reflector")
+        if self.reflector is not None:
+            _takes(self.reflector, 2, "(ctx, verdicts)", "reflector")
         kept = self.reflections_kept
         if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:
             raise ConfigError(f"must be a positive integer, got {kept!r}", field="reflections_kept")
@@ -278,6 +285,29 @@ def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
             "so the rule would never apply",
             field=f"{where}.effect",
         )
+
+
+def _takes(fn: Any, count: int, shape: str, field: str) -> None:
+    """Refuse a callable that cannot be called the way the engine calls it, with ``count``
+    positional arguments: a verifier written ``def check(state)`` passed ``loopwright check``
+    and failed in every run, after the actor's (paid) call, escalating each. A callable whose
+    signature cannot be read (some builtins) is let through, to be called as it is."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        bare = signature.replace(  # its parameters as written, without annotations
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise ConfigError(
+            f"{name}{bare} must take {shape}, the arguments it is called with ({exc})",
+            field=field,
+        ) from None
 
 
 def _no_control(value: object, field: str) -> None:
