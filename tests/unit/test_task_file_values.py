@@ -14,6 +14,7 @@ one-line refusal naming the line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
@@ -100,3 +101,24 @@ def test_a_task_holding_nan_or_infinity_is_refused_before_the_run_exists(
         # a number JSON holds, however large, is kept as given
         rec, made = rt.create(_loop(), {"artifacts": {"inv": {"qty": 10**30}}}, task_key="k")
         assert made and rec.task == {"artifacts": {"inv": {"qty": 10**30}}}
+
+
+def test_run_many_runs_a_keyed_batch_once_and_a_keyless_one_again(tmp_path: Path) -> None:
+    """What docs/concepts.md says of running a batch again (it said "re-runs nothing that
+    ended" of every batch; a task without a key, an ``id`` field notwithstanding, gets a new
+    ``<loop>:<uuid>`` key and a new run each time)."""
+    keyed = [{"task_key": f"k{i}", "artifacts": {"a": {"x": 0}}} for i in range(2)]
+    keyless = [{"id": i, "artifacts": {"a": {"x": 0}}} for i in range(2)]
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        first = asyncio.run(rt.run_many(_loop(), keyed))
+        assert [r.run_id for r in asyncio.run(rt.run_many(_loop(), keyed))] == [
+            r.run_id for r in first
+        ]
+        by_key = asyncio.run(rt.run_many(_loop(), keyless, key_of=lambda t, i: f"id-{t['id']}"))
+        again = asyncio.run(rt.run_many(_loop(), keyless, key_of=lambda t, i: f"id-{t['id']}"))
+        assert [r.run_id for r in again] == [r.run_id for r in by_key]
+        new = asyncio.run(rt.run_many(_loop(), keyless))
+        newer = asyncio.run(rt.run_many(_loop(), keyless))
+        assert not {r.run_id for r in new} & {r.run_id for r in newer}
+        assert all(r.task_key.startswith("nums:") for r in new + newer)
+        assert len(rt.store.list_runs()) == 2 + 2 + 4
