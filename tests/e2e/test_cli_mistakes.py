@@ -347,6 +347,23 @@ def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
     assert "(stays): accepted" in r.stdout
 
 
+def test_a_run_whose_spec_moved_says_how_to_go_on(project: Path) -> None:
+    """newuser46: "the run's spec … is not here (moved, deleted, or on another host)" said
+    what was wrong and not what to do: `resume` takes no spec; `fork --spec` does."""
+    store, goes = _one_spec_moved(project)
+    line = refused(lw("resume", goes, cwd=project, store=store), "spec: the run's spec")
+    assert "put it back there to resume the run" in line
+    advice = line.split("`")[1]
+    assert advice == f"loopwright fork {goes[:12]} --at-cycle 0 --spec SPEC", line
+    moved = project / "elsewhere"
+    moved.mkdir()
+    (moved / "loopmod.py").write_text((project / "loopmod.py").read_text())
+    (moved / "loop.toml").write_text((project / "loop.toml").read_text().replace("e2e", "moved"))
+    args = advice.replace("SPEC", str(moved / "loop.toml")).split()[1:]
+    forked = lw(*args, cwd=project, store=store)
+    assert forked.returncode == 0 and "new run" in forked.stdout, forked.stdout + forked.stderr
+
+
 def test_worker_once_says_why_it_skipped_a_run(project: Path) -> None:
     """`worker --once` that could not drive a run (its spec moved) said only "skipped 1" at
     the end: the why was in a `worker_skipped` event no one reads there. It is printed, one
