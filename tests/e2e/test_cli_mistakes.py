@@ -266,6 +266,8 @@ def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
     assert code == 130
     err = capsys.readouterr().err
     assert ("`loopwright resume RUN` continues it" in err) is created, err
+    # a batch leaves many runs: the one command that continues them all is named too (newuser46)
+    assert ("`loopwright resume --all`: every interrupted run" in err) is created, err
 
 
 TWICE_ACTOR = """
