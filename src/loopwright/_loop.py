@@ -171,6 +171,10 @@ class Loop:
                 field="verifiers",
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
+        for rule in self.contract.risk:
+            if callable(rule.check):
+                where = f"contract.risk.{rule.name}.check"
+                _takes(rule.check, 3, "(state, proposal, verdicts)", where)
         if self.actor_timeout_s is not None:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):

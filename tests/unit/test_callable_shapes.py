@@ -28,8 +28,13 @@ def one_arg(state: lw.TaskState) -> lw.Verdict:
 
 
 def _loop(**kw: Any) -> lw.Loop:
-    given: dict[str, Any] = {"actor": actor, "verifiers": [lw.Check(fn=check)], **kw}
-    return lw.Loop(name="shapes", contract=lw.Contract(budget=lw.Budget(max_cycles=2)), **given)
+    given: dict[str, Any] = {
+        "actor": actor,
+        "verifiers": [lw.Check(fn=check)],
+        "contract": lw.Contract(budget=lw.Budget(max_cycles=2)),
+        **kw,
+    }
+    return lw.Loop(name="shapes", **given)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +47,16 @@ def _loop(**kw: Any) -> lw.Loop:
         (lambda: _loop(actor=lambda ctx, model: None), "actor", "missing a required argument"),
         (lambda: _loop(init=lambda: None), "init", "must take (task)"),
         (lambda: _loop(reflector=lambda ctx: None), "reflector", "must take (ctx, verdicts)"),
+        (
+            lambda: _loop(
+                contract=lw.Contract(
+                    budget=lw.Budget(max_cycles=2),
+                    risk=(lw.RiskRule(name="pay", check=lambda state, proposal: None),),
+                )
+            ),
+            "contract.risk.pay.check",
+            "must take (state, proposal, verdicts)",
+        ),
     ],
 )
 def test_a_callable_of_the_wrong_shape_is_refused_naming_it(
@@ -68,6 +83,10 @@ def test_callables_the_engine_can_call_are_let_through() -> None:
             lw.Check(fn=lambda s, p, extra=1: lw.Verdict(passed=True), name="defaults"),
         ],
         reflector=lambda ctx, verdicts, *more: None,
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=2),
+            risk=(lw.RiskRule(name="pay", check=lambda state, proposal, verdicts: None),),
+        ),
     )
     assert [c.name for c in loop.verifiers] == ["Judge", "star", "defaults"]
     assert _loop(actor=async_actor).actor is async_actor
