@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
+from ._shapes import takes as _takes
 from ._state import TaskState
 
 __all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn", "other_loop"]
@@ -289,29 +289,6 @@ def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
             "so the rule would never apply",
             field=f"{where}.effect",
         )
-
-
-def _takes(fn: Any, count: int, shape: str, field: str) -> None:
-    """Refuse a callable that cannot be called the way the engine calls it, with ``count``
-    positional arguments: a verifier written ``def check(state)`` passed ``loopwright check``
-    and failed in every run, after the actor's (paid) call, escalating each. A callable whose
-    signature cannot be read (some builtins) is let through, to be called as it is."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(*range(count))
-    except TypeError as exc:
-        name = getattr(fn, "__qualname__", None) or type(fn).__name__
-        bare = signature.replace(  # its parameters as written, without annotations
-            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-            return_annotation=signature.empty,
-        )
-        raise ConfigError(
-            f"{name}{bare} must take {shape}, the arguments it is called with ({exc})",
-            field=field,
-        ) from None
 
 
 def _no_control(value: object, field: str) -> None:

@@ -105,3 +105,32 @@ def test_loopwright_check_refuses_a_spec_whose_verifier_takes_one_argument(tmp_p
     )
     with pytest.raises(lw.ConfigError, match=r"check\(state\) must take \(state, proposal\)"):
         load_spec(tmp_path / "loop.toml")
+
+
+def test_an_effect_hook_of_the_wrong_shape_is_refused_when_it_is_attached() -> None:
+    """A reconciler is called only when a payment is in doubt after a crash: one of the wrong
+    shape was found then, escalating the run it was meant to settle."""
+
+    @lw.effect("spend", key=lambda a: a["invoice"])
+    def pay(invoice: str, *, key: str) -> dict[str, str]:
+        return {"id": key}
+
+    for attach, hook, words in [
+        (pay.reconciler, "reconcile", "paid(key, run) must take (key)"),
+        (pay.compensation, "compensate", "must take (key, result, args)"),
+        (pay.compensation_reconciler, "compensate_reconcile", "must take (key)"),
+    ]:
+
+        def paid(key: str, run: str) -> None:
+            return None
+
+        with pytest.raises(lw.ConfigError) as err:
+            attach(paid)
+        assert err.value.field == f"effects.pay.{hook}" and words in str(err.value)
+    assert pay.reconcile_fn is pay.compensate_fn is pay.compensate_reconcile_fn is None
+    with pytest.raises(lw.ConfigError, match=r"effects\.pay\.compensate: must be callable"):
+        pay.compensation(5)  # type: ignore[arg-type]
+    with pytest.raises(lw.ConfigError, match=r"effects\.refund\.key: <lambda>\(\) must take"):
+        lw.effect("spend", name="refund", key=lambda: "k")(lambda *, key: None)
+    assert pay.reconciler(lambda key: None) is pay.reconcile_fn
+    assert pay.compensation(lambda key, result, args: None) is pay.compensate_fn
