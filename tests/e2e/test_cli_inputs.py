@@ -175,7 +175,11 @@ def test_a_changed_task_under_an_existing_runs_key_is_said_not_silently_ignored(
     assert first.returncode == 0, first.stdout + first.stderr
     assert "note:" not in first.stderr
     again = lw("run", "loop.toml", "--tasks", name, cwd=project, store=store)  # the same tasks
-    assert again.returncode == 0 and "note:" not in again.stderr, again.stderr
+    assert again.returncode == 0 and "not read" not in again.stderr, again.stderr
+    # the table shows the old runs: said so, once (it read as this command's work)
+    said = " ".join(again.stderr.split())
+    assert said.count("note:") == 1, again.stderr
+    assert "note: 2 of 2 run(s) had ended before this command and are shown as they" in said
     edited = {"artifacts": {"doc": {"a": 7, "b": 2, "c": 3, "pay": 10}}}
     task_file(project, edited, {**TASK, "id": "x"})
     r = lw("run", "loop.toml", "--tasks", name, "--json", cwd=project, store=store)
@@ -184,4 +188,5 @@ def test_a_changed_task_under_an_existing_runs_key_is_said_not_silently_ignored(
     assert "note: task key 'e2e:#1' is run" in said, r.stderr
     assert "the task given was not read" in said and "new task_key" in said
     assert "task key 'e2e:x'" not in said  # the unchanged task is not named
+    assert "2 of 2 run(s) had ended before this command" in said
     assert [x["task_key"] for x in json.loads(r.stdout)] == ["e2e:#1", "e2e:x"]  # stdout: JSON
