@@ -101,6 +101,16 @@ class EffectResult:
         shapes.optional(self.usage, Usage, "EffectResult.usage")
 
 
+# What each hook is called with: (how many positional arguments, their names for a refusal).
+_HOOK_ARGS: dict[str, tuple[int, str]] = {
+    "key": (1, "(args)"),
+    "reconcile": (1, "(key)"),
+    "compensate": (3, "(key, result, args)"),
+    "describe": (1, "(args)"),
+    "compensate_reconcile": (1, "(key)"),
+}
+
+
 class Effect:
     """A declared effect. Build one with the :func:`effect` decorator.
 
@@ -196,6 +206,8 @@ class Effect:
         for hook, fn_ in hooks:
             if fn_ is not None and not callable(fn_):
                 raise ConfigError(f"must be callable, got {fn_!r}", field=f"{where}.{hook}")
+            if fn_ is not None:
+                shapes.takes(fn_, *_HOOK_ARGS[hook], f"{where}.{hook}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"must be a RetryPolicy, got {retry!r}", field=f"{where}.retry")
         self.kind = kind.strip()
@@ -239,21 +251,27 @@ class Effect:
     # --- decorators for the hooks -------------------------------------------------------------
     def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
         """Attach ``fn`` as the reconcile hook: ``@pay.reconciler``."""
+        self._hook(fn, "reconcile")
         self.reconcile_fn = fn
         return fn
 
     def compensation(self, fn: CompensateFn) -> CompensateFn:
         """Attach ``fn`` as the compensation: ``@pay.compensation``."""
+        self._hook(fn, "compensate")
         self.compensate_fn = fn
         return fn
+
+    def _hook(self, fn: object, hook: str) -> None:
+        """A hook given by decorator, checked as one given to ``effect(...)`` is: a reconciler
+        of the wrong shape was found only when an effect was in doubt, after a crash."""
+        if not callable(fn):
+            raise ConfigError(f"must be callable, got {fn!r}", field=f"effects.{self.name}.{hook}")
+        shapes.takes(fn, *_HOOK_ARGS[hook], f"effects.{self.name}.{hook}")
 
     def compensation_reconciler(self, fn: ReconcileFn) -> ReconcileFn:
         """Attach ``fn`` as the compensation's reconcile hook: ``@pay.compensation_reconciler``
         (did the refund of payment ``key`` already happen?)."""
-        if not callable(fn):
-            raise ConfigError(
-                f"must be callable, got {fn!r}", field=f"effects.{self.name}.compensate_reconcile"
-            )
+        self._hook(fn, "compensate_reconcile")
         self.compensate_reconcile_fn = fn
         return fn
 

@@ -15,6 +15,7 @@ from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
 from ._retry import RetryPolicy
+from ._shapes import takes as _takes
 from ._state import TaskState
 
 __all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn", "other_loop"]
@@ -57,6 +58,7 @@ class Check:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
         if not isinstance(self.name, str):  # a verdict, its findings and the contract name it
             raise ConfigError(f"must be a string, got {self.name!r}", field="verifiers.name")
+        _takes(self.fn, 2, "(state, proposal)", f"verifiers.{self.name}")
         _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
         if self.timeout_s is not None:
             _check_number(self.timeout_s, f"verifiers.{self.name}.timeout_s", positive=True)
@@ -116,6 +118,7 @@ class Loop:
         _no_control(self.name, "name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
+        _takes(self.actor, 1, "(ctx)", "actor")
         if not isinstance(self.contract, Contract):
             hint = (
                 " (build one with Contract.from_dict)" if isinstance(self.contract, Mapping) else ""
@@ -125,6 +128,8 @@ class Loop:
             )
         if self.init is not None and not callable(self.init):
             raise ConfigError(f"{self.init!r} is not callable", field="init")
+        if self.init is not None:
+            _takes(self.init, 1, "(task)", "init")
         given = _items(self.verifiers, Check, "verifiers", "[Check(fn=...)]")
         checks = tuple(v if isinstance(v, Check) else Check(fn=v) for v in given)
         names = [c.name for c in checks]
@@ -166,6 +171,10 @@ class Loop:
                 field="verifiers",
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
+        for rule in self.contract.risk:
+            if callable(rule.check):
+                where = f"contract.risk.{rule.name}.check"
+                _takes(rule.check, 3, "(state, proposal, verdicts)", where)
         if self.actor_timeout_s is not None:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):
@@ -208,6 +217,8 @@ class Loop:
             raise ConfigError("must be a RetryPolicy", field="retry")
         if self.reflector is not None and not callable(self.reflector):
             raise ConfigError(f"{self.reflector!r} is not callable", field="reflector")
+        if self.reflector is not None:
+            _takes(self.reflector, 2, "(ctx, verdicts)", "reflector")
         kept = self.reflections_kept
         if isinstance(kept, bool) or not isinstance(kept, int) or kept < 1:
             raise ConfigError(f"must be a positive integer, got {kept!r}", field="reflections_kept")

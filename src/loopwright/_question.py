@@ -98,7 +98,10 @@ class Question:
                 raise ValueError
             num = float(answer)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"must be a {self.type}, got {answer!r}", field="answer") from None
+            article = "an" if self.type[0] in "aeiou" else "a"  # an integer
+            raise ConfigError(
+                f"must be {article} {self.type}, got {answer!r}", field="answer"
+            ) from None
         if not math.isfinite(num):
             raise ConfigError(f"must be a finite {self.type}", field="answer")
         if self.type == "integer":

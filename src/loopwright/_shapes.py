@@ -9,6 +9,7 @@ common shape in a type test or two: proposals and verdicts are built every cycle
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -20,7 +21,7 @@ from ._frozen import twin_of
 # ``_decide``'s budgets and min_score, and a verdict's score range, share it.
 FLOAT_SLACK = 1e-9
 
-__all__ = ["optional", "stored", "text", "tuple_of"]
+__all__ = ["optional", "stored", "takes", "text", "tuple_of"]
 
 T = TypeVar("T")
 
@@ -98,3 +99,27 @@ def text(value: Any, field: str, *, empty: bool = True) -> None:
 def _short(value: Any) -> str:
     r = repr(value)
     return r if len(r) <= 60 else r[:57] + "..."
+
+
+def takes(fn: Any, count: int, shape: str, field: str) -> None:
+    """Refuse a callable that cannot be called the way the engine calls it, with ``count``
+    positional arguments: a verifier written ``def check(state)`` passed ``loopwright check``
+    and failed in every run, after the actor's (paid) call, escalating each. A callable whose
+    signature cannot be read (some builtins) is let through, to be called as it is."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        name = name.rsplit("<locals>.", 1)[-1]  # a function made in a function: its own name
+        bare = signature.replace(  # its parameters as written, without annotations
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise ConfigError(
+            f"{name}{bare} must take {shape}, the arguments it is called with ({exc})",
+            field=field,
+        ) from None

@@ -479,7 +479,9 @@ def loop_of_run(rec: RunRecord) -> Loop:
         )
     if not Path(rec.spec_ref).is_file():
         raise SpecError(
-            f"the run's spec {rec.spec_ref} is not here (moved, deleted, or on another host)",
+            f"the run's spec {rec.spec_ref} is not here (moved, deleted, or on another host): "
+            "put it back there to resume the run, or go on from where the spec is now with "
+            f"`loopwright fork {rec.run_id[:12]} --at-cycle {rec.cycle} --spec SPEC`",
             field="spec",
         )
     return load_spec(rec.spec_ref)

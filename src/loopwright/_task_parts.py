@@ -6,13 +6,14 @@ a task file (every task before the first run is made) both call it: one check, i
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._decide import cycle_cap
 from ._errors import ConfigError
-from ._json import owned_copy
+from ._json import owned_copy, round_trip
 from ._keys import check_key, fit_key
 from ._parts import part_ref
 from ._redact import redact
@@ -20,8 +21,14 @@ from ._state import TaskState
 
 if TYPE_CHECKING:
     from ._loop import Loop
+    from .store import RunRecord
 
-__all__ = ["check_init_parts", "check_task_parts", "starting_state"]
+__all__ = [
+    "check_init_parts",
+    "check_task_parts",
+    "ignored_task",
+    "starting_state",
+]
 
 
 def starting_state(
@@ -41,6 +48,7 @@ def starting_state(
         masked = dict(redact(dict(task or {})))
     except RecursionError:  # (its own fields are stored as JSON too)
         raise ConfigError("it is nested too deeply, or contains itself", field="task") from None
+    _no_lost_number(masked)
     if task_key is not None:
         key = check_key(task_key)
     elif masked.get("task_key") is not None:
@@ -109,3 +117,42 @@ def _json_part(ref: str, value: Any, field: str) -> None:
         raise ConfigError(
             f"the value of {ref} cannot be stored as JSON: {exc}", field=field
         ) from None
+
+
+def _no_lost_number(task: Mapping[str, Any]) -> None:
+    """Refuse a task holding NaN or an infinity, naming where: the store writes either as
+    ``null``, so the run (and every resume of it) read ``None`` where the caller gave a number
+    (a task read from a file refuses them as not JSON already). Iterative: a deep task is
+    ``redact``'s to refuse, before this."""
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in task.items()]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"{where} is {value!r}, which JSON cannot hold (it would be stored as null): "
+                "give None for a missing number",
+                field="task",
+            )
+        if isinstance(value, Mapping):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+
+
+def ignored_task(rec: RunRecord, task: Mapping[str, Any]) -> str | None:
+    """What to tell a caller whose ``task`` named an existing run (``rec``, which ``create``
+    returned, not made) by its key but is not the task that run was made with: the run goes
+    on with its own task, and the one given is not read. ``None`` when they are the same (the
+    task as stored: masked, as the store reads it back; ``project`` aside, which ``create``
+    checks on its own and a task may leave out). An edited task file without keys, whose
+    lines are keyed ``<loop>:#<line>``, was answered with the old runs' results, silently."""
+    given, kept = round_trip(dict(redact(dict(task)))), dict(rec.task)
+    given.pop("project", None)
+    kept.pop("project", None)
+    if given == kept:
+        return None
+    return (
+        f"task key {rec.task_key!r} is run {rec.run_id[:12]} ({rec.status}), made with another "
+        "task: the task given was not read (a run keeps the task it was created with); give "
+        "the changed task a new task_key to run it"
+    )

@@ -162,3 +162,31 @@ def test_the_approvals_hint_for_one_request_names_its_run(project: Path) -> None
         == f"decide with: loopwright approve {run_id[:12]} --by NAME [--note TEXT] (or deny)"
     )
     assert hint[1].startswith(f"then: loopwright resume {run_id[:12]}")
+
+
+def test_a_changed_task_under_an_existing_runs_key_is_said_not_silently_ignored(
+    project: Path,
+) -> None:
+    """newuser46: lines without keys are keyed ``<loop>:#<line>``; an edited task file run
+    again was answered with the old runs' results, saying nothing of the tasks not read."""
+    store = project / "s.db"
+    name = task_file(project, TASK, {**TASK, "id": "x"})
+    first = lw("run", "loop.toml", "--tasks", name, cwd=project, store=store)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "note:" not in first.stderr
+    again = lw("run", "loop.toml", "--tasks", name, cwd=project, store=store)  # the same tasks
+    assert again.returncode == 0 and "not read" not in again.stderr, again.stderr
+    # the table shows the old runs: said so, once (it read as this command's work)
+    said = " ".join(again.stderr.split())
+    assert said.count("note:") == 1, again.stderr
+    assert "note: 2 of 2 run(s) had ended before this command and are shown as they" in said
+    edited = {"artifacts": {"doc": {"a": 7, "b": 2, "c": 3, "pay": 10}}}
+    task_file(project, edited, {**TASK, "id": "x"})
+    r = lw("run", "loop.toml", "--tasks", name, "--json", cwd=project, store=store)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = " ".join(r.stderr.split())
+    assert "note: task key 'e2e:#1' is run" in said, r.stderr
+    assert "the task given was not read" in said and "new task_key" in said
+    assert "task key 'e2e:x'" not in said  # the unchanged task is not named
+    assert "2 of 2 run(s) had ended before this command" in said
+    assert [x["task_key"] for x in json.loads(r.stdout)] == ["e2e:#1", "e2e:x"]  # stdout: JSON

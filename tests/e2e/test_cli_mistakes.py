@@ -266,6 +266,8 @@ def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
     assert code == 130
     err = capsys.readouterr().err
     assert ("`loopwright resume RUN` continues it" in err) is created, err
+    # a batch leaves many runs: the one command that continues them all is named too (newuser46)
+    assert ("`loopwright resume --all`: every interrupted run" in err) is created, err
 
 
 TWICE_ACTOR = """
@@ -345,6 +347,23 @@ def test_resume_all_that_skips_a_run_does_not_exit_0(project: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "skipped" in r.stdout and "(goes)" in r.stderr and "Traceback" not in r.stderr
     assert "(stays): accepted" in r.stdout
+
+
+def test_a_run_whose_spec_moved_says_how_to_go_on(project: Path) -> None:
+    """newuser46: "the run's spec … is not here (moved, deleted, or on another host)" said
+    what was wrong and not what to do: `resume` takes no spec; `fork --spec` does."""
+    store, goes = _one_spec_moved(project)
+    line = refused(lw("resume", goes, cwd=project, store=store), "spec: the run's spec")
+    assert "put it back there to resume the run" in line
+    advice = line.split("`")[1]
+    assert advice == f"loopwright fork {goes[:12]} --at-cycle 0 --spec SPEC", line
+    moved = project / "elsewhere"
+    moved.mkdir()
+    (moved / "loopmod.py").write_text((project / "loopmod.py").read_text())
+    (moved / "loop.toml").write_text((project / "loop.toml").read_text().replace("e2e", "moved"))
+    args = advice.replace("SPEC", str(moved / "loop.toml")).split()[1:]
+    forked = lw(*args, cwd=project, store=store)
+    assert forked.returncode == 0 and "new run" in forked.stdout, forked.stdout + forked.stderr
 
 
 def test_worker_once_says_why_it_skipped_a_run(project: Path) -> None:

@@ -122,6 +122,14 @@ def test_bad_integer_answers(answer: Any) -> None:
     assert err.value.field == "answer"
 
 
+def test_the_refusal_of_a_bad_answer_reads_as_english() -> None:
+    # newuser46: "must be a integer, got 'abc'"
+    with pytest.raises(lw.ConfigError, match="must be an integer, got 'abc'"):
+        Q("how many?", type="integer").validate("abc")
+    with pytest.raises(lw.ConfigError, match="must be a number, got 'abc'"):
+        Q("how much?", type="number").validate("abc")
+
+
 def test_huge_integer_answers() -> None:
     # an integer is kept exact, never converted through float
     assert Q("how many?", type="integer").validate(10**400) == 10**400

@@ -187,7 +187,8 @@ def _interrupted(process: bool) -> None:
         return
     print(
         "loopwright: interrupted; every finished cycle is checkpointed — `loopwright runs` "
-        "lists the run, `loopwright resume RUN` continues it",
+        "lists the run, `loopwright resume RUN` continues it (`loopwright resume --all`: "
+        "every interrupted run)",
         file=sys.stderr,
     )
 

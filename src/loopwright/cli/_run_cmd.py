@@ -165,7 +165,9 @@ def _execute(
 
     from rich.live import Live
 
+    from .._contract import TERMINAL_STATUSES
     from .._engine import Runtime
+    from .._task_parts import ignored_task
     from ._interrupt import run_async
     from ._live import LiveView
     from ._render import console, summary_table
@@ -177,12 +179,23 @@ def _execute(
 
         if who is None:
             who = starter(rt.store, token, target=f"loop {loop.name}", tasks=len(items))
+        notes: list[str] = []
+        ended = 0  # runs that had ended before this command: shown, not run again
         for t, k in zip(items, keys, strict=True):
-            rec, _ = rt.create(loop, t, task_key=k, by=who)
+            rec, made = rt.create(loop, t, task_key=k, by=who)
             _runs_may_exist(True)
+            if not made and (why := ignored_task(rec, t)):
+                notes.append(why)  # a changed task under an existing run's key: said
+            ended += not made and rec.status in TERMINAL_STATUSES
             run_ids.append(rec.run_id)
             view.update(rec)
         out = console(stderr=quiet)
+        for why in notes[:5]:
+            console(stderr=True).print(f"note: {why}", style="yellow", markup=False)
+        if len(notes) > 5:
+            console(stderr=True).print(
+                f"note: and {len(notes) - 5} more task(s) like these", style="yellow"
+            )
 
         async def go() -> list[RunResult]:
             sem = asyncio.Semaphore(concurrency)
@@ -208,6 +221,14 @@ def _execute(
         if not quiet:
             records = [rt.store.get_run(r.run_id) for r in results]
             out.print(summary_table(records))
+        if ended:  # else the table reads as this command's work (a changed actor's, say)
+            console(stderr=True).print(
+                f"note: {ended} of {len(run_ids)} run(s) had ended before this command and are "
+                "shown as they stand, not run again (a task key names one run: give a task a "
+                "new task_key, or --task-key, to run it anew)",
+                style="yellow",
+                markup=False,
+            )
     return results
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
-from .._json import refuse_constant
+from .._json import strict_loads
 from .._keys import check_key
 from .._loop import Loop
 from .._task_parts import starting_state
@@ -55,17 +56,15 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> Ta
     if not path.is_file():
         raise ConfigError(f"no task file at {path}", field=where)
     out = TaskList(where, path)
-    for i, line in enumerate(_text(path, where).splitlines(), 1):
+    for i, line in enumerate(_LINE_END.split(_text(path, where)), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=refuse_constant)
+            obj = strict_loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{i}: not valid JSON ({exc.msg})", field=where) from None
-        except ValueError as exc:
+        except ValueError as exc:  # NaN, 1e999, a key given twice, nested too deeply
             raise ConfigError(f"{path}:{i}: not valid JSON ({exc})", field=where) from None
-        except RecursionError:
-            raise ConfigError(f"{path}:{i}: nested too deeply", field=where) from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}:{i}: each line must be a JSON object", field=where)
         out.append(_checked(obj, f"{path}:{i}", where))
@@ -73,6 +72,13 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> Ta
     if not out:
         raise ConfigError(f"{path} holds no tasks", field=where)
     return out
+
+
+# A JSON Lines file's line ends: \n, \r\n or a bare \r, which JSON text cannot hold inside a
+# string. Not str.splitlines: it also ends a line at U+2028, U+2029 and U+0085, which a JSON
+# string may hold as they are (json.dumps(..., ensure_ascii=False) writes them so), and a task
+# whose text held one was refused as "Unterminated string".
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _text(path: Path, where: str) -> str:
@@ -121,9 +127,7 @@ def _read_json(path: Path, where: str) -> Any:
         raise ConfigError(f"no file at {path}", field=where)
     text = _text(path, where)
     try:
-        return json.loads(text, parse_constant=refuse_constant)
-    except RecursionError:
-        raise ConfigError(f"{path} is nested too deeply", field=where) from None
+        return strict_loads(text)
     except ValueError as exc:  # JSONDecodeError too
         raise ConfigError(f"{path} is not valid JSON ({exc})", field=where) from None
 
