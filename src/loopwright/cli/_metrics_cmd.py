@@ -10,7 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app, as_options
-from ._stores import existing_store
+from ._stores import existing_store, open_existing, unknown_filters
 
 if TYPE_CHECKING:
     from .._metrics import Metrics
@@ -72,6 +72,10 @@ def metrics(
             status=status,
             review_cost_usd=review_cost,
         )
+    if not m.runs and (project is not None or loop is not None):
+        with open_existing(store) as st:
+            for line in unknown_filters(st, project=project, loop=loop):
+                typer.echo(line, err=True)
     if as_json:
         _print_json(m.to_dict(per_run=per_run))
         return

@@ -13,7 +13,7 @@ import typer
 from .._errors import ConfigError, check_choice
 from ._options import JsonOpt, RunArg, StoreOpt, _print_json
 from ._root_app import app
-from ._stores import open_existing
+from ._stores import open_existing, unknown_filters
 
 if TYPE_CHECKING:
     from .._state import TaskState
@@ -67,6 +67,9 @@ def runs(
             records = st.list_runs(**filters, limit=shown + 1)
             total = len(records) if len(records) <= shown else _count_runs(st, filters)
             records = records[:shown]
+        unknown = [] if total else unknown_filters(st, project=project, loop=loop)
+    for line in unknown:
+        typer.echo(line, err=True)
     if as_json:
         from .._packet import run_stop_cause
 

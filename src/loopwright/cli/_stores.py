@@ -66,3 +66,22 @@ def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Stor
     if new is not None and not default and not Path(new).parent.is_dir():
         raise ConfigError(f"no folder {Path(new).parent} for the store {new}; create it first")
     return open_store(resolved), new
+
+
+def unknown_filters(st: Store, *, project: str | None, loop: str | None) -> list[str]:
+    """A line for each of ``--project`` and ``--loop`` that no run of the store has: a typo in a
+    filter otherwise reads as "no run matched" (an empty table, all metrics n/a). Asked only
+    when nothing matched, so a store of many runs pays for it only then."""
+    from ._table import printable
+
+    lines: list[str] = []
+    if project is not None and st.count_runs(project=project) == 0:
+        known = st.run_projects()
+        listed = ", ".join(printable(p) for p in known[:10]) + (", …" if len(known) > 10 else "")
+        lines.append(
+            f"note: no run has project {printable(repr(project))}"
+            + (f" (projects: {listed})" if known else " (no run has a project)")
+        )
+    if loop is not None and st.count_runs(loop_name=loop) == 0:
+        lines.append(f"note: no run is of loop {printable(repr(loop))} (see `loopwright runs`)")
+    return lines
