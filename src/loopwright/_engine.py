@@ -34,7 +34,7 @@ from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
-from ._exec import error_info
+from ._exec import error_info, fit_history
 from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
@@ -368,6 +368,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
         )
         ex.adopt(self.store, ck.state)
+        fit_history(self.store, rec.run_id, ex.state, self.history_window)
         # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
         nxt = ex.state.cycle + 1
         ex.retries = {

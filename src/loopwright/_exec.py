@@ -39,6 +39,7 @@ __all__ = [
     "OutOfTime",
     "OverBudget",
     "exc_text",
+    "fit_history",
 ]
 
 PhaseHook = Callable[[str], None]
@@ -275,3 +276,28 @@ def held_out_scope(loop: Loop, scope: str) -> bool:
     """Whether ``scope`` (``call_with_retry``'s) is a held-out verifier's call."""
     name = scope.removeprefix("verifier:")
     return name != scope and any(c.held_out and c.name == name for c in loop.verifiers)
+
+
+def fit_history(store: Store, run_id: str, state: TaskState, window: int) -> None:
+    """Fit a loaded state's history to this runtime's ``window`` before its first cycle, as an
+    uninterrupted run with that window has it: a runtime resuming a run written with a smaller
+    window reads the entries it lacks from the run's earlier checkpoints (each holds the window
+    as written after its cycle: one read per step back, at most ``window``), a larger one's
+    window is cut. A fork's first checkpoint holds the window it was forked with: the entries
+    before it are the origin's and are not read."""
+    h: list[dict[str, Any]] = list(state.history)
+    for _ in range(window):
+        first = h[0].get("cycle") if h and isinstance(h[0], Mapping) else None
+        if len(h) >= window or not isinstance(first, int) or first <= 1:
+            break
+        earlier = [c for c in store.checkpoints_at(run_id, first - 1) if c.cycle == first - 1]
+        older = [
+            dict(e)
+            for e in (earlier[-1].fields.get("history") or () if earlier else ())
+            if isinstance(e, Mapping) and isinstance(e.get("cycle"), int) and e["cycle"] < first
+        ]
+        if not older:
+            break
+        h = [*older, *h]
+    if len(h) > window or len(h) != len(state.history):
+        state.history = h[-window:]
