@@ -154,8 +154,13 @@ def stop_cause(
     best = f"best score {_num(best_score)}" + (
         f" at cycle {best_cycle}" if best_cycle is not None and best_score is not None else ""
     )
-    # "after N cycles": a run escalated or cancelled mid-cycle has not concluded that cycle.
-    at = f"after {cycle} cycle" + ("" if cycle == 1 else "s")
+    # "after N cycles": a run escalated or cancelled mid-cycle has not concluded that cycle; one
+    # that concluded none read "escalated after 0 cycles: ... (cycle 1: ...)" (newuser46).
+    at = (
+        "before its first cycle concluded"
+        if cycle == 0
+        else f"after {cycle} cycle" + ("" if cycle == 1 else "s")
+    )
     if reason == "success":
         # Counted from the contract alone, so a stored run reads the same sentence later.
         req = contract.success.required

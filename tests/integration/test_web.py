@@ -444,8 +444,8 @@ def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) ->
         "success": "accepted at cycle 1: every required check passed, score 1.00",
         "budget_cycles": "stopped after 2 cycles: the cycle budget of 2 is used up",
         "no_progress": "by the no-progress rule: no improvement in 2 cycles",
-        "escalated": "escalated after 0 cycles: the actor raised an exception (ValueError: model "
-        "server at http://127.0.0.1:9 refused the connection)",
+        "escalated": "escalated before its first cycle concluded: the actor raised an exception "
+        "(ValueError: model server at http://127.0.0.1:9 refused the connection)",
         "denied": "bea denied",
     }
     listing = c.get("/").text

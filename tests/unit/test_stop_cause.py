@@ -55,3 +55,16 @@ def test_a_large_budget_not_in_whole_cents_reads_as_itself() -> None:
         text = explain("budget_cost", lw.Contract(budget=lw.Budget(max_cost_usd=budget)))
         assert shown in text, text
     assert "$0.0025" in explain("budget_cost", lw.Contract(budget=lw.Budget(max_cost_usd=0.0025)))
+
+
+def test_a_run_that_concluded_no_cycle_does_not_read_after_0_cycles() -> None:
+    """A run denied or cancelled in its first cycle read "escalated after 0 cycles: ... (cycle
+    1: ...)" (newuser46): the count is of concluded cycles, which the sentence did not say."""
+    contract = lw.Contract(budget=lw.Budget(max_cycles=3))
+    first = stop_cause("escalated", contract, cycle=0, cause="bea denied pay")
+    assert first == "escalated before its first cycle concluded: bea denied pay"
+    assert (
+        stop_cause("cancelled", contract, cycle=0) == "cancelled before its first cycle concluded"
+    )
+    assert stop_cause("cancelled", contract, cycle=1) == "cancelled after 1 cycle"
+    assert stop_cause("cancelled", contract, cycle=2) == "cancelled after 2 cycles"
