@@ -126,11 +126,17 @@ def edit(
 
     if (value is None) == (file is None):
         raise ConfigError("give exactly one of --value and --file", field="--value")
+    text: str | None = None
     if file is not None:
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {file}: {exc}", field="--file") from None
+        if not text.strip():
+            # an empty file is more often a redirect gone wrong than a value (newuser46)
+            raise ConfigError(
+                f"{file} is empty; to give the part an empty text, use --value ''", field="--file"
+            )
         new: Any = text
     not_json: ValueError | None = None
     if value is not None:
@@ -150,6 +156,19 @@ def edit(
                     f"JSON ({not_json}); for text, give it as a JSON string",
                     field="--value",
                 )
+        if text is not None:
+            # A file for a part holding JSON is read as JSON, as --value is: a price list edited
+            # in a file was stored as one string where the loop reads a mapping.
+            now = rt.store.latest_checkpoint(rec.run_id).task_state().part(part)
+            if now is not None and not isinstance(now.value, str):
+                try:
+                    new = strict_loads(text)
+                except ValueError as exc:
+                    raise ConfigError(
+                        f"{part} holds JSON ({type(now.value).__name__}) and {file} is not JSON "
+                        f"({exc})",
+                        field="--file",
+                    ) from None
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
