@@ -19,6 +19,7 @@ from ._exec import budget_before, call_rows, calls_usage, error_info, memory_sho
 from ._gates import _effect
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
+from ._question import Question
 from ._record_codec import packed_calls, packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
 from ._usage import Usage
@@ -130,8 +131,13 @@ class Concluding(RuntimeHost):
                     self.store, ex, n, _effect(ex.loop, c), c, fixed=keys[i] if keys else None
                 )
                 outcomes.append(outcome)
-                if outcome.usage is not None:
-                    u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                if outcome.usage is not None or (outcome.status == "done" and not outcome.reused):
+                    # One that ran and reported no cost is a call that billed nothing, as a
+                    # verifier's verdict without usage is: known free from then on
+                    # (``call_stop``), and in the cycle's calls, which replay checks the
+                    # budgets between (it was not, and replay ran an effect the engine had not).
+                    used = outcome.usage or Usage()
+                    u = Usage(used.cost_usd, used.tokens, 0.0)
                     ex.calls.append(
                         {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
                     )
@@ -204,11 +210,13 @@ class Concluding(RuntimeHost):
         decision: str | None = None,
         effects: list[dict[str, Any]] | None = None,
         judged: Judged | None = None,
+        unanswered: tuple[str, Question] | None = None,
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended.
         What the cycle cost is what its priced calls (``ex.calls``) cost. ``judged``: the
         score, success and effective digest (None: not asked) ``_evaluate`` found of the
-        same verdicts, proposal and state, not computed again."""
+        same verdicts, proposal and state, not computed again. ``unanswered``: the stop
+        ``_decide.unanswerable`` found for the cycle's question, not asked (the run ends)."""
         if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
             settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
@@ -369,13 +377,22 @@ class Concluding(RuntimeHost):
             reason = "no_progress"
         else:
             reason = rules.stop_before_cycle(contract, s)
+        asked: dict[str, Any] = {}
+        if unanswered is not None:
+            # (the same rule on the same figures: its reason, should the two ever differ)
+            reason = reason or unanswered[0]
+            asked = {"question": unanswered[1].to_dict()}
         if reason is not None:
             self._finish(
                 ex,
                 reason,
                 record=record,
                 held_out=held_d,
-                evidence={k: dict(v.evidence) for k, v in visible.items()},
+                cause=None
+                if unanswered is None
+                else f"the actor asked {unanswered[1].text!r}, which was not put to a person: "
+                "no cycle could read its answer",
+                evidence={k: dict(v.evidence) for k, v in visible.items()} | asked,
             )
             return True
         nxt = s.next_step()

@@ -34,6 +34,7 @@ __all__ = [
     "risk_steps",
     "stop_before_cycle",
     "success",
+    "unanswerable",
 ]
 
 
@@ -147,6 +148,24 @@ def marginal_stop(contract: Contract, state: TaskState) -> str | None:
 def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
     """What forbids starting the next cycle: a budget, then the marginal-return rule."""
     return budget_stop(contract, state) or marginal_stop(contract, state)
+
+
+def unanswerable(contract: Contract, state: TaskState, cycle: Usage) -> str | None:
+    """What would forbid the cycle after this one, which a question the actor asks in it
+    needs: its answer is only read by a next cycle. ``state``: the run mid-cycle (its spend
+    holds this cycle's priced calls, not its time); ``cycle``: what this cycle spent, its time
+    so far included. A question is free, and still not asked then: a person would answer it
+    and the run stop at once, by the rule that stops it now (docs/concepts.md). The state is
+    the one ``_conclude`` builds for a cycle that asked (the stall kept; the cycle and its
+    spend counted), so both decide alike, and replay, which concludes the cycle, with them."""
+    after = TaskState(
+        task=state.task,
+        cycle=state.cycle + 1,
+        stall=state.stall,
+        paid_cycles=counted_cycle(state.paid_cycles, cycle),
+    )
+    after.spent = state.spent.add_seconds(cycle.seconds)
+    return stop_before_cycle(contract, after)
 
 
 def budget_exhausted(contract: Contract, spent: Usage) -> str | None:

@@ -139,6 +139,8 @@ cycle_st = st.fixed_dictionaries(
         "score": st.sampled_from([0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0]),
         "passed": st.booleans(),
         "held_passed": st.booleans(),
+        # the actor asks a person instead (answered: a cycle that judges nothing)
+        "asks": st.sampled_from([False, False, False, False, True]),
     }
 )
 
@@ -175,24 +177,24 @@ def _contract(c: dict[str, Any], n_cycles: int) -> lw.Contract:
     return lw.Contract.from_dict(data)
 
 
+def _cycle_trace(i: int, c: dict[str, Any]) -> CycleTrace:
+    actor = Call("actor", c["actor"], int(c["actor"] * 1000))
+    if c.get("asks"):
+        return CycleTrace(cycle=i, calls=(actor,), asked=True)
+    return CycleTrace(
+        cycle=i,
+        calls=(actor, Call("verifier:v", c["verifier"], 0), Call("verifier:h", c["held"], 0)),
+        verdicts={"v": {"passed": c["passed"], "score": c["score"]}},
+        score=c["score"],
+        held_out_passed=c["held_passed"],
+    )
+
+
 def _trace(cycles: list[dict[str, Any]]) -> RunTrace:
     return RunTrace(
         run_id="r",
         task_key="r",
-        cycles=tuple(
-            CycleTrace(
-                cycle=i,
-                calls=(
-                    Call("actor", c["actor"], int(c["actor"] * 1000)),
-                    Call("verifier:v", c["verifier"], 0),
-                    Call("verifier:h", c["held"], 0),
-                ),
-                verdicts={"v": {"passed": c["passed"], "score": c["score"]}},
-                score=c["score"],
-                held_out_passed=c["held_passed"],
-            )
-            for i, c in enumerate(cycles, 1)
-        ),
+        cycles=tuple(_cycle_trace(i, c) for i, c in enumerate(cycles, 1)),
         required=("v",),
     )
 
@@ -202,6 +204,9 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         if ctx.cycle > len(cycles):
             return lw.Proposal(escalate="no more recorded cycles")
         c = cycles[ctx.cycle - 1]
+        if c.get("asks"):
+            usage = lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000))
+            return lw.Proposal(question=lw.Question(f"cycle {ctx.cycle}?"), usage=usage)
         # a new part every cycle: no proposal repeats, none touches an accepted part
         return lw.Proposal.edit(
             "doc",
@@ -238,7 +243,11 @@ def test_replay_agrees_with_rerunning_the_loop(
     event(outcome.reason)
     path = tmp_path_factory.mktemp("oracle") / "s.db"
     with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
-        r = rt.run_sync(_loop(cycles, contract), {"artifacts": {"doc": {"p0": 0}}})
+        loop = _loop(cycles, contract)
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"p0": 0}}})
+        while r.status == "awaiting_approval":  # the actor's question: a person answers
+            rt.answer(r.run_id, "yes", by="ann")
+            r = rt.resume_sync(r.run_id, loop)
         if outcome.reason == "censored":
             # the contract would go past the recording: the re-run asks for a cycle more
             assert r.stop_reason == "escalated" and r.cycles == len(cycles)
