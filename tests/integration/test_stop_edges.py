@@ -222,3 +222,37 @@ def _at(cycle: int, cost: float) -> lw.TaskState:
     s = lw.TaskState(cycle=cycle)
     s.spent = lw.Usage(cost)
     return s
+
+
+# --- a fork its new contract stops before its first cycle -------------------------------------
+def test_a_fork_stopped_before_its_first_cycle_replays_so(tmp_path: Path) -> None:
+    """Forked at cycle 3 of a run that spent $0.30 there, under a $0.30 cost budget (or a
+    cap of 3 cycles), the fork starts no cycle. Replay of its trace, which has no cycles,
+    skipped the check before the first one and said censored."""
+    origin = _stalling(1.0)
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(
+            lw.Loop(
+                name="stalling",
+                actor=origin.actor,
+                verifiers=origin.verifiers,
+                contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
+            ),
+            TASK,
+            task_key="O",
+        )
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 4)
+        ends = {}
+        for name, budget in (
+            ("budget_cost", lw.Budget(max_cycles=9, max_cost_usd=0.30)),
+            ("budget_cycles", lw.Budget(max_cycles=3)),
+        ):
+            contract = lw.Contract(budget=budget)
+            fork = rt.fork(r.run_id, 3, contract=contract)
+            f = rt.resume_sync(fork.run_id, origin)
+            assert (f.stop_reason, f.cycles) == (name, 3)  # its own: none
+            (trace,) = [t for t in traces_from_store(rt.store) if t.run_id == fork.run_id]
+            assert trace.cycles == ()
+            ends[name] = simulate(trace, contract)
+    for name, out in ends.items():
+        assert (out.reason, out.cycles, out.cost_usd) == (name, 0, 0.0)
