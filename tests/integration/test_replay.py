@@ -141,6 +141,9 @@ cycle_st = st.fixed_dictionaries(
         "held_passed": st.booleans(),
         # the actor asks a person instead (answered: a cycle that judges nothing)
         "asks": st.sampled_from([False, False, False, False, True]),
+        # an effect run after the checks (``requires_success=False``): none, one returning
+        # a plain value (no usage), or one reporting what it cost
+        "effect": st.sampled_from([None, None, "plain", 0.0, 0.05]),
     }
 )
 
@@ -181,9 +184,16 @@ def _cycle_trace(i: int, c: dict[str, Any]) -> CycleTrace:
     actor = Call("actor", c["actor"], int(c["actor"] * 1000))
     if c.get("asks"):
         return CycleTrace(cycle=i, calls=(actor,), asked=True)
+    effect = c.get("effect")
+    paid = () if effect is None else (Call("effect:e", 0.0 if effect == "plain" else effect, 0),)
     return CycleTrace(
         cycle=i,
-        calls=(actor, Call("verifier:v", c["verifier"], 0), Call("verifier:h", c["held"], 0)),
+        calls=(
+            actor,
+            Call("verifier:v", c["verifier"], 0),
+            Call("verifier:h", c["held"], 0),
+            *paid,
+        ),
         verdicts={"v": {"passed": c["passed"], "score": c["score"]}},
         score=c["score"],
         held_out_passed=c["held_passed"],
@@ -208,11 +218,16 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
             usage = lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000))
             return lw.Proposal(question=lw.Question(f"cycle {ctx.cycle}?"), usage=usage)
         # a new part every cycle: no proposal repeats, none touches an accepted part
-        return lw.Proposal.edit(
-            "doc",
-            {f"p{ctx.cycle}": ctx.cycle},
+        return lw.Proposal(
+            edits=[lw.Edit("doc", f"p{ctx.cycle}", ctx.cycle)],
+            effects=[] if c.get("effect") is None else [e.call(n=ctx.cycle)],
             usage=lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000)),
         )
+
+    @lw.effect("publish", requires_success=False)
+    def e(n: int) -> Any:
+        cost = cycles[n - 1]["effect"]
+        return {"n": n} if cost == "plain" else lw.EffectResult({"n": n}, lw.Usage(cost))
 
     def v(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
         c = cycles[state.cycle]  # the candidate's cycle is the one being judged, minus one
@@ -230,6 +245,8 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         verifiers=[lw.Check(fn=v, name="v"), lw.Check(fn=h, name="h", held_out=True)],
         contract=contract,
         retry=lw.RetryPolicy(attempts=1),
+        effects=[e],
+        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="publish", action="allow")]),
     )
 
 
