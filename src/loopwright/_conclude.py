@@ -61,7 +61,8 @@ class Concluding(RuntimeHost):
         if calls:
             # Never start an effect once a budget is crossed, or reached unless the effect is
             # known to bill nothing (invariant 7; ``call_stop``).
-            crossed = budget_before(ex, f"effect:{calls[0].name}")
+            first = _effect(ex.loop, calls[0])
+            crossed = budget_before(ex, f"effect:{calls[0].name}", free=first.free)
             if crossed:
                 ex.state.pending = None
                 return self._abort(
@@ -127,16 +128,20 @@ class Concluding(RuntimeHost):
                     self._cancel_now(ex, "cancellation requested before the effects ran")
                     return True
             for i, c in enumerate(calls):
+                eff = _effect(ex.loop, c)
                 outcome = await perform_effect(
-                    self.store, ex, n, _effect(ex.loop, c), c, fixed=keys[i] if keys else None
+                    self.store, ex, n, eff, c, fixed=keys[i] if keys else None
                 )
                 outcomes.append(outcome)
-                if outcome.usage is not None or (outcome.status == "done" and not outcome.reused):
+                used = outcome.usage or Usage()
+                if (used.cost_usd or used.tokens) or (
+                    outcome.status == "done" and not outcome.reused and not eff.free
+                ):
                     # One that ran and reported no cost is a call that billed nothing, as a
                     # verifier's verdict without usage is: known free from then on
                     # (``call_stop``), and in the cycle's calls, which replay checks the
                     # budgets between (it was not, and replay ran an effect the engine had not).
-                    used = outcome.usage or Usage()
+                    # One declared free is no priced call (``_decide.declared_free``).
                     u = Usage(used.cost_usd, used.tokens, 0.0)
                     ex.calls.append(
                         {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
@@ -147,7 +152,8 @@ class Concluding(RuntimeHost):
                     stop = ("escalated", outcome.cause)
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
-                    crossed = budget_before(ex, f"effect:{calls[i + 1].name}")
+                    nxt = _effect(ex.loop, calls[i + 1])
+                    crossed = budget_before(ex, f"effect:{nxt.name}", free=nxt.free)
                     if crossed:
                         stop = (crossed[0], f"{crossed[1]} during effect {c.name}; {rest} not run")
                     elif self.store.get_run(ex.run_id).cancel_requested:

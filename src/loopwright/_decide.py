@@ -24,6 +24,7 @@ __all__ = [
     "counted_cycle",
     "crosses",
     "cycle_cap",
+    "declared_free",
     "effective_digest",
     "free_call",
     "improved",
@@ -234,6 +235,16 @@ def free_call(billed: Mapping[str, bool], rows: Iterable[CallRow], who: str) -> 
                 return False
             seen = False
     return seen is False
+
+
+def declared_free(billed: Mapping[str, bool], rows: Iterable[CallRow], who: str) -> bool:
+    """Whether ``who``, declared to bill nothing (``Effect.free``), still stands by it: it
+    has billed nothing in the run's concluded cycles (``billed``) nor in this one (``rows``).
+    Such a call is no priced call: no budget check before it, no row in the cycle's calls
+    (so replay, which checks between rows, agrees) unless it reports a cost."""
+    if billed.get(who):
+        return False
+    return not any(name == who and (cost or tokens) for name, cost, tokens in rows)
 
 
 def noted_calls(billed: dict[str, bool], rows: Iterable[CallRow]) -> dict[str, bool]:

@@ -144,6 +144,8 @@ cycle_st = st.fixed_dictionaries(
         # an effect run after the checks (``requires_success=False``): none, one returning
         # a plain value (no usage), or one reporting what it cost
         "effect": st.sampled_from([None, None, "plain", 0.0, 0.05]),
+        # and one declared free (``free=True``): no priced call, no row
+        "free_effect": st.sampled_from([False, False, True]),
     }
 )
 
@@ -220,7 +222,8 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         # a new part every cycle: no proposal repeats, none touches an accepted part
         return lw.Proposal(
             edits=[lw.Edit("doc", f"p{ctx.cycle}", ctx.cycle)],
-            effects=[] if c.get("effect") is None else [e.call(n=ctx.cycle)],
+            effects=([] if c.get("effect") is None else [e.call(n=ctx.cycle)])
+            + ([f.call(n=ctx.cycle)] if c.get("free_effect") else []),
             usage=lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000)),
         )
 
@@ -228,6 +231,10 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
     def e(n: int) -> Any:
         cost = cycles[n - 1]["effect"]
         return {"n": n} if cost == "plain" else lw.EffectResult({"n": n}, lw.Usage(cost))
+
+    @lw.effect("publish", requires_success=False, free=True)
+    def f(n: int) -> Any:
+        return {"n": n}
 
     def v(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
         c = cycles[state.cycle]  # the candidate's cycle is the one being judged, minus one
@@ -245,7 +252,7 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         verifiers=[lw.Check(fn=v, name="v"), lw.Check(fn=h, name="h", held_out=True)],
         contract=contract,
         retry=lw.RetryPolicy(attempts=1),
-        effects=[e],
+        effects=[e, f],
         approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="publish", action="allow")]),
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,14 +71,24 @@ def test_a_plateau_ends_by_marginal_return_without_a_table(
 
 
 # --- an effect that reports no cost ----------------------------------------------------------
-def _publishing(limit: float, calls: Counter[str], *, every_cycle: bool) -> lw.Loop:
+def _publishing(
+    limit: float,
+    calls: Counter[str],
+    *,
+    every_cycle: bool,
+    free: bool = False,
+    reports: float | None = None,
+) -> lw.Loop:
     """$0.10 cycles asking for a publish effect that returns a plain value (no usage); a free
     check passes in cycle 3. ``every_cycle``: the effect runs in every cycle
-    (``requires_success=False``), else only in the cycle that succeeds."""
+    (``requires_success=False``), else only in the cycle that succeeds. ``free``: declared to
+    bill nothing; ``reports``: the cost it reports all the same."""
 
-    @lw.effect("publish", requires_success=not every_cycle)
-    def publish(doc: str) -> dict[str, int]:
+    @lw.effect("publish", requires_success=not every_cycle, free=free)
+    def publish(doc: str) -> Any:
         calls["publish"] += 1
+        if reports is not None:
+            return lw.EffectResult({"ok": 1}, lw.Usage(reports))
         return {"ok": 1}
 
     def actor(ctx: lw.Context) -> lw.Proposal:
@@ -135,6 +146,44 @@ def test_an_effect_never_made_is_not_started_on_a_reached_budget(tmp_path: Path)
     assert [c.who for c in trace.cycles[-1].calls] == ["actor", "verifier:check", "effect:publish"]
     out = simulate(trace, _publishing(0.30, Counter(), every_cycle=False).contract)
     assert (out.reason, out.cycles, out.accepted) == ("budget_cost", 2, False)
+
+
+def test_an_effect_declared_free_runs_on_a_reached_budget(tmp_path: Path) -> None:
+    """``free=True``: the success cycle's publish runs on the $0.30 budget its actor reached,
+    and the run is accepted (one of unknown cost stops it, above). It is no priced call of
+    the cycle: replay of a recording made under $0.40 ends where the engine does."""
+    calls: Counter[str] = Counter()
+    with lw.Runtime(str(tmp_path / "a.db")) as rt:
+        r = rt.run_sync(_publishing(0.30, calls, every_cycle=False, free=True), TASK, task_key="T")
+    assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 3)
+    assert dict(calls) == {"actor": 3, "check": 3, "publish": 1}
+    assert r.spent.cost_usd == pytest.approx(0.30)
+    assert "effect:publish" not in r.state.billed
+    with lw.Runtime(str(tmp_path / "b.db")) as rt:
+        rt.run_sync(_publishing(0.40, Counter(), every_cycle=False, free=True), TASK, task_key="T")
+        (trace,) = list(traces_from_store(rt.store))
+    assert [c.who for c in trace.cycles[-1].calls] == ["actor", "verifier:check"]
+    out = simulate(trace, _publishing(0.30, Counter(), every_cycle=False, free=True).contract)
+    assert (out.reason, out.cycles, out.accepted) == ("success", 3, True)
+    with pytest.raises(lw.ConfigError, match="free: must be True or False"):
+        lw.effect("publish", free="yes")(lambda: None)  # type: ignore[arg-type]
+
+
+def test_an_effect_declared_free_that_bills_is_charged_and_free_no_more(url: str) -> None:
+    """Declared free, it reports $0.05 in cycle 1: charged (budget honesty), in the cycle's
+    calls, and from then on a call that billed (``TaskState.billed``)."""
+    calls: Counter[str] = Counter()
+    loop = _publishing(0.45, calls, every_cycle=True, free=True, reports=0.05)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+    # $0.15 a cycle: cycle 3's actor lands on $0.40, its publish runs (not yet reached) and
+    # lands on $0.45; the check passed, so the run is accepted there
+    assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 3)
+    assert r.spent.cost_usd == pytest.approx(0.45)
+    assert r.state.billed["effect:publish"] is True
+    assert rules.declared_free({}, [("effect:publish", 0.05, 0)], "effect:publish") is False
+    assert rules.declared_free({"effect:publish": True}, [], "effect:publish") is False
+    assert rules.declared_free({}, [("effect:other", 0.05, 0)], "effect:publish") is True
 
 
 # --- a question no cycle could read the answer of -----------------------------------------
