@@ -19,6 +19,7 @@ from ._exec import budget_before, call_rows, calls_usage, error_info, memory_sho
 from ._gates import _effect
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
+from ._question import Question
 from ._record_codec import packed_calls, packed_record, packed_usage
 from ._state import Finding, TaskState, person_edit
 from ._usage import Usage
@@ -60,7 +61,8 @@ class Concluding(RuntimeHost):
         if calls:
             # Never start an effect once a budget is crossed, or reached unless the effect is
             # known to bill nothing (invariant 7; ``call_stop``).
-            crossed = budget_before(ex, f"effect:{calls[0].name}")
+            first = _effect(ex.loop, calls[0])
+            crossed = budget_before(ex, f"effect:{calls[0].name}", free=first.free)
             if crossed:
                 ex.state.pending = None
                 return self._abort(
@@ -126,12 +128,21 @@ class Concluding(RuntimeHost):
                     self._cancel_now(ex, "cancellation requested before the effects ran")
                     return True
             for i, c in enumerate(calls):
+                eff = _effect(ex.loop, c)
                 outcome = await perform_effect(
-                    self.store, ex, n, _effect(ex.loop, c), c, fixed=keys[i] if keys else None
+                    self.store, ex, n, eff, c, fixed=keys[i] if keys else None
                 )
                 outcomes.append(outcome)
-                if outcome.usage is not None:
-                    u = Usage(outcome.usage.cost_usd, outcome.usage.tokens, 0.0)
+                used = outcome.usage or Usage()
+                if (used.cost_usd or used.tokens) or (
+                    outcome.status == "done" and not outcome.reused and not eff.free
+                ):
+                    # One that ran and reported no cost is a call that billed nothing, as a
+                    # verifier's verdict without usage is: known free from then on
+                    # (``call_stop``), and in the cycle's calls, which replay checks the
+                    # budgets between (it was not, and replay ran an effect the engine had not).
+                    # One declared free is no priced call (``_decide.declared_free``).
+                    u = Usage(used.cost_usd, used.tokens, 0.0)
                     ex.calls.append(
                         {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
                     )
@@ -141,7 +152,8 @@ class Concluding(RuntimeHost):
                     stop = ("escalated", outcome.cause)
                 elif i + 1 < len(calls):
                     rest = [x.name for x in calls[i + 1 :]]
-                    crossed = budget_before(ex, f"effect:{calls[i + 1].name}")
+                    nxt = _effect(ex.loop, calls[i + 1])
+                    crossed = budget_before(ex, f"effect:{nxt.name}", free=nxt.free)
                     if crossed:
                         stop = (crossed[0], f"{crossed[1]} during effect {c.name}; {rest} not run")
                     elif self.store.get_run(ex.run_id).cancel_requested:
@@ -204,11 +216,13 @@ class Concluding(RuntimeHost):
         decision: str | None = None,
         effects: list[dict[str, Any]] | None = None,
         judged: Judged | None = None,
+        unanswered: tuple[str, Question] | None = None,
     ) -> bool:
         """Decide the cycle by the contract and commit it. Returns True when the run ended.
         What the cycle cost is what its priced calls (``ex.calls``) cost. ``judged``: the
         score, success and effective digest (None: not asked) ``_evaluate`` found of the
-        same verdicts, proposal and state, not computed again."""
+        same verdicts, proposal and state, not computed again. ``unanswered``: the stop
+        ``_decide.unanswerable`` found for the cycle's question, not asked (the run ends)."""
         if ex.retries:  # (most cycles owe nothing: no call of settle_owed's loop)
             settle_owed(self.store, ex, n)  # a call killed after its answer, not asked again
         old, loop, contract = ex.state, ex.loop, ex.contract
@@ -369,13 +383,22 @@ class Concluding(RuntimeHost):
             reason = "no_progress"
         else:
             reason = rules.stop_before_cycle(contract, s)
+        asked: dict[str, Any] = {}
+        if unanswered is not None:
+            # (the same rule on the same figures: its reason, should the two ever differ)
+            reason = reason or unanswered[0]
+            asked = {"question": unanswered[1].to_dict()}
         if reason is not None:
             self._finish(
                 ex,
                 reason,
                 record=record,
                 held_out=held_d,
-                evidence={k: dict(v.evidence) for k, v in visible.items()},
+                cause=None
+                if unanswered is None
+                else f"the actor asked {unanswered[1].text!r}, which was not put to a person: "
+                "no cycle could read its answer",
+                evidence={k: dict(v.evidence) for k, v in visible.items()} | asked,
             )
             return True
         nxt = s.next_step()

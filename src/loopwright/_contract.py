@@ -215,8 +215,13 @@ class MarginalReturn:
     cycle) and ``stall`` (cycles since the last material improvement, the last column stands
     for more), ``hazard[k-1][stall]`` = ``[successes, trials]`` observed in traces (``loopwright
     fit-stop`` fits it). P = (successes + prior_successes) / (trials + prior_successes +
-    prior_failures). With no table, P is the prior alone: 1 / (1 + 3) = 0.25 by default — a
-    documented, deliberately cautious guess; fit a table on your own traces.
+    prior_failures). With no table, the prior is all that is known of cycles in general, and
+    the run's own stall is what is known of this one: each cycle since the last material
+    improvement counts as a failed trial, P = prior_successes / (prior_successes +
+    prior_failures + stall) — 0.25 by default after an improvement, 0.2 after one cycle
+    without, 0.1 after six — so a stalled run whose cycles cost money ends by this rule
+    (the prior alone, whatever the stall, let a plateau go on until a budget). A cautious
+    guess; fit a table on your own traces.
     """
 
     value_per_success_usd: float
@@ -253,12 +258,14 @@ class MarginalReturn:
         object.__setattr__(self, "hazard", tuple(rows))
 
     def p_success(self, cycle: int, stall: int) -> float:
-        """Estimated P(success at ``cycle``) given no success before and ``stall``."""
-        succ = trials = 0
-        if self.hazard:
-            row = self.hazard[min(max(cycle, 1), len(self.hazard)) - 1]
-            succ, trials = row[min(max(stall, 0), len(row) - 1)]
+        """Estimated P(success at ``cycle``) given no success before and ``stall``: from the
+        hazard table's cell, or, with no table, the prior with each stalled cycle counted as a
+        failed trial."""
         a, b = self.prior_successes, self.prior_failures
+        if not self.hazard:
+            return a / (a + b + max(stall, 0))
+        row = self.hazard[min(max(cycle, 1), len(self.hazard)) - 1]
+        succ, trials = row[min(max(stall, 0), len(row) - 1)]
         return (succ + a) / (trials + a + b)
 
 

@@ -27,6 +27,7 @@ from ._exec import (
     OutOfTime,
     OverBudget,
     budget_before,
+    calls_usage,
     error_info,
     priced_dict,
 )
@@ -247,6 +248,25 @@ class Cycle(Gates):
                 cause=f"{ASKED}{proposal.escalate}",
                 unverified=proposal.to_dict() if proposal.changes() else None,
             )
+        if proposal.question is not None:
+            q = proposal.question
+            # A question calls no verifier: it is asked unless no cycle could read its answer
+            # (``_decide.unanswerable``); then the cycle concludes unanswered and the run stops
+            # as the contract says. Before, the first verifier's cost decided it.
+            used = calls_usage(ex.calls).add_seconds(time.perf_counter() - t0)
+            why = rules.unanswerable(ex.contract, s, used)
+            if why is not None:
+                return self._conclude(
+                    ex, n, proposal, digest, {}, {}, t0, decision="asked", unanswered=(why, q)
+                )
+            need = {
+                "kind": "question",
+                "rule": None,
+                "why": proposal.note or "the actor needs an answer to continue",
+                "what": q.text,
+                "expires_after_s": None,
+            }
+            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, ask=q)
         # No verifier starts on a budget crossed, or reached unless it is known to bill
         # nothing (``call_stop``): the proposal is kept, unverified, in the packet.
         crossed = budget_before(ex, f"verifier:{loop.verifiers[0].name}")
@@ -258,16 +278,6 @@ class Cycle(Gates):
                 cause=f"{crossed[1]} during the actor call",
                 unverified=proposal.to_dict(),
             )
-        if proposal.question is not None:
-            q = proposal.question
-            need = {
-                "kind": "question",
-                "rule": None,
-                "why": proposal.note or "the actor needs an answer to continue",
-                "what": q.text,
-                "expires_after_s": None,
-            }
-            return self._park(ex, n, proposal, digest, {}, {}, [need], t0, ask=q)
         return await self._evaluate(ex, n, proposal, digest, t0)
 
     async def _evaluate(

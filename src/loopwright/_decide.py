@@ -24,6 +24,7 @@ __all__ = [
     "counted_cycle",
     "crosses",
     "cycle_cap",
+    "declared_free",
     "effective_digest",
     "free_call",
     "improved",
@@ -34,6 +35,7 @@ __all__ = [
     "risk_steps",
     "stop_before_cycle",
     "success",
+    "unanswerable",
 ]
 
 
@@ -149,6 +151,24 @@ def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
     return budget_stop(contract, state) or marginal_stop(contract, state)
 
 
+def unanswerable(contract: Contract, state: TaskState, cycle: Usage) -> str | None:
+    """What would forbid the cycle after this one, which a question the actor asks in it
+    needs: its answer is only read by a next cycle. ``state``: the run mid-cycle (its spend
+    holds this cycle's priced calls, not its time); ``cycle``: what this cycle spent, its time
+    so far included. A question is free, and still not asked then: a person would answer it
+    and the run stop at once, by the rule that stops it now (docs/concepts.md). The state is
+    the one ``_conclude`` builds for a cycle that asked (the stall kept; the cycle and its
+    spend counted), so both decide alike, and replay, which concludes the cycle, with them."""
+    after = TaskState(
+        task=state.task,
+        cycle=state.cycle + 1,
+        stall=state.stall,
+        paid_cycles=counted_cycle(state.paid_cycles, cycle),
+    )
+    after.spent = state.spent.add_seconds(cycle.seconds)
+    return stop_before_cycle(contract, after)
+
+
 def budget_exhausted(contract: Contract, spent: Usage) -> str | None:
     """The budget ``spent`` has used up, reached or crossed (as before a cycle,
     ``budget_stop``): no call that may bill starts on it inside a cycle (``call_stop``).
@@ -215,6 +235,16 @@ def free_call(billed: Mapping[str, bool], rows: Iterable[CallRow], who: str) -> 
                 return False
             seen = False
     return seen is False
+
+
+def declared_free(billed: Mapping[str, bool], rows: Iterable[CallRow], who: str) -> bool:
+    """Whether ``who``, declared to bill nothing (``Effect.free``), still stands by it: it
+    has billed nothing in the run's concluded cycles (``billed``) nor in this one (``rows``).
+    Such a call is no priced call: no budget check before it, no row in the cycle's calls
+    (so replay, which checks between rows, agrees) unless it reports a cost."""
+    if billed.get(who):
+        return False
+    return not any(name == who and (cost or tokens) for name, cost, tokens in rows)
 
 
 def noted_calls(billed: dict[str, bool], rows: Iterable[CallRow]) -> dict[str, bool]:

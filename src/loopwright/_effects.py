@@ -144,6 +144,11 @@ class Effect:
             proposal was not refused.
         retry: attempts and backoff for this effect's transient failures.
         timeout_s: per-attempt timeout.
+        free: the effect bills nothing to the run's budgets (it reports no usage): it runs on
+            a budget already reached, where one whose cost is unknown does not start (a
+            ``publish`` run only in the cycle that succeeds, when that cycle's calls landed
+            exactly on the cost budget). It is no priced call of the cycle; a cost it reports
+            all the same is charged, and it is not free from then on.
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class Effect:
         describe: Callable[[Mapping[str, Any]], str] | None = None,
         compensate_idempotent: bool = False,
         compensate_reconcile_fn: ReconcileFn | None = None,
+        free: bool = False,
     ) -> None:
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", field="effects.fn")
@@ -191,6 +197,7 @@ class Effect:
             ("idempotent", idempotent),
             ("requires_success", requires_success),
             ("compensate_idempotent", compensate_idempotent),
+            ("free", free),
         )
         for flag, value in flags:
             # "false" was true: a non-idempotent effect in doubt was run again
@@ -218,6 +225,7 @@ class Effect:
         self.compensate_idempotent = compensate_idempotent
         self.compensate_reconcile_fn = compensate_reconcile_fn
         self.requires_success = requires_success
+        self.free = free
         self.retry = retry
         self.timeout_s = timeout_s
         self.describe_fn = describe
@@ -355,6 +363,7 @@ def effect(
     describe: Callable[[Mapping[str, Any]], str] | None = None,
     compensate_idempotent: bool = False,
     compensate_reconcile: ReconcileFn | None = None,
+    free: bool = False,
 ) -> Callable[[EffectFn], Effect]:
     """Declare an effect::
 
@@ -367,7 +376,8 @@ def effect(
     ``compensate_idempotent=True`` or ``compensate_reconcile=fn`` (``key -> result | None``:
     did the refund of payment ``key`` already happen?) settle a compensation a crash
     interrupted, as ``idempotent`` and ``reconcile`` settle the effect; without either it is in
-    doubt for a person.
+    doubt for a person. ``free=True``: the effect bills nothing to the run's budgets, and
+    runs on one already reached (``Effect``).
 
     An actor asks for it with ``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``.
     """
@@ -387,6 +397,7 @@ def effect(
             describe=describe,
             compensate_idempotent=compensate_idempotent,
             compensate_reconcile_fn=compensate_reconcile,
+            free=free,
         )
 
     return wrap

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._calls import CallTimeout
 from ._contract import Contract
-from ._decide import budget_crossed, budget_exhausted, call_stop
+from ._decide import budget_crossed, budget_exhausted, call_stop, declared_free
 from ._loop import Loop
 from ._modelcalls import clip_masked
 from ._proposal import Context, Verdict
@@ -259,14 +259,18 @@ def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]
     return [(str(c.get("who", "")), c.get("cost_usd") or 0.0, c.get("tokens") or 0) for c in calls]
 
 
-def budget_before(ex: Execution, who: str) -> tuple[str, str] | None:
+def budget_before(ex: Execution, who: str, *, free: bool = False) -> tuple[str, str] | None:
     """The budget that forbids starting call ``who`` in this cycle now (``call_stop``), with
     how it stands: ``"crossed"`` (a call in flight overshot it) or ``"reached"``; None: the
-    call may start."""
+    call may start. ``free``: ``who`` is declared to bill nothing (``Effect.free``): no budget
+    forbids it, until it has billed something all the same."""
     s = ex.state
     if budget_exhausted(ex.contract, s.spent) is None:
         return None  # (every call of every cycle asks: nothing built while no budget is used up)
-    why = call_stop(ex.contract, s.spent, s.billed, call_rows(ex.calls), who)
+    rows = call_rows(ex.calls)
+    if free and declared_free(s.billed, rows, who):
+        return None
+    why = call_stop(ex.contract, s.spent, s.billed, rows, who)
     if why is None:
         return None
     return why, "crossed" if budget_crossed(ex.contract, s.spent) else "reached"

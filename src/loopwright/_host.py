@@ -106,6 +106,7 @@ class RuntimeHost:
             decision: str | None = None,
             effects: list[dict[str, Any]] | None = None,
             judged: tuple[float | None, bool, str | None] | None = None,
+            unanswered: tuple[str, Question] | None = None,
         ) -> bool: ...
 
         # _checkpoint.Checkpoints

@@ -479,13 +479,18 @@ def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it
     # result: the inherited one is reused while the origin's payment stands, paid here once
     # the origin undid it.
     bank, pay, allow, paying = _paying_a1()
-    a_loop = make_loop(Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow)
+    # (six cycles, which the fork keeps: its second question, in cycle 5, has a cycle after it
+    # to read the answer; a question no cycle could read is not put to a person)
+    a_loop = make_loop(
+        Script(paying, lw.Proposal(question=PO)), effects=[pay], approvals=allow, max_cycles=6
+    )
     a = rt.run_sync(a_loop, TASK)
     assert a.status == "awaiting_approval" and len(bank.paid) == 1
     f_loop = make_loop(
         Script(paying, lw.Proposal(question=PO), paying, lw.Proposal(question=PO)),
         effects=[pay],
         approvals=allow,
+        max_cycles=6,
     )
     fork = rt.fork(a.run_id, 1)
     [inherited] = rt.store.journal(fork.run_id, kind="effect")

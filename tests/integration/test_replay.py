@@ -139,6 +139,13 @@ cycle_st = st.fixed_dictionaries(
         "score": st.sampled_from([0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0]),
         "passed": st.booleans(),
         "held_passed": st.booleans(),
+        # the actor asks a person instead (answered: a cycle that judges nothing)
+        "asks": st.sampled_from([False, False, False, False, True]),
+        # an effect run after the checks (``requires_success=False``): none, one returning
+        # a plain value (no usage), or one reporting what it cost
+        "effect": st.sampled_from([None, None, "plain", 0.0, 0.05]),
+        # and one declared free (``free=True``): no priced call, no row
+        "free_effect": st.sampled_from([False, False, True]),
     }
 )
 
@@ -175,24 +182,31 @@ def _contract(c: dict[str, Any], n_cycles: int) -> lw.Contract:
     return lw.Contract.from_dict(data)
 
 
+def _cycle_trace(i: int, c: dict[str, Any]) -> CycleTrace:
+    actor = Call("actor", c["actor"], int(c["actor"] * 1000))
+    if c.get("asks"):
+        return CycleTrace(cycle=i, calls=(actor,), asked=True)
+    effect = c.get("effect")
+    paid = () if effect is None else (Call("effect:e", 0.0 if effect == "plain" else effect, 0),)
+    return CycleTrace(
+        cycle=i,
+        calls=(
+            actor,
+            Call("verifier:v", c["verifier"], 0),
+            Call("verifier:h", c["held"], 0),
+            *paid,
+        ),
+        verdicts={"v": {"passed": c["passed"], "score": c["score"]}},
+        score=c["score"],
+        held_out_passed=c["held_passed"],
+    )
+
+
 def _trace(cycles: list[dict[str, Any]]) -> RunTrace:
     return RunTrace(
         run_id="r",
         task_key="r",
-        cycles=tuple(
-            CycleTrace(
-                cycle=i,
-                calls=(
-                    Call("actor", c["actor"], int(c["actor"] * 1000)),
-                    Call("verifier:v", c["verifier"], 0),
-                    Call("verifier:h", c["held"], 0),
-                ),
-                verdicts={"v": {"passed": c["passed"], "score": c["score"]}},
-                score=c["score"],
-                held_out_passed=c["held_passed"],
-            )
-            for i, c in enumerate(cycles, 1)
-        ),
+        cycles=tuple(_cycle_trace(i, c) for i, c in enumerate(cycles, 1)),
         required=("v",),
     )
 
@@ -202,12 +216,25 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         if ctx.cycle > len(cycles):
             return lw.Proposal(escalate="no more recorded cycles")
         c = cycles[ctx.cycle - 1]
+        if c.get("asks"):
+            usage = lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000))
+            return lw.Proposal(question=lw.Question(f"cycle {ctx.cycle}?"), usage=usage)
         # a new part every cycle: no proposal repeats, none touches an accepted part
-        return lw.Proposal.edit(
-            "doc",
-            {f"p{ctx.cycle}": ctx.cycle},
+        return lw.Proposal(
+            edits=[lw.Edit("doc", f"p{ctx.cycle}", ctx.cycle)],
+            effects=([] if c.get("effect") is None else [e.call(n=ctx.cycle)])
+            + ([f.call(n=ctx.cycle)] if c.get("free_effect") else []),
             usage=lw.Usage(cost_usd=c["actor"], tokens=int(c["actor"] * 1000)),
         )
+
+    @lw.effect("publish", requires_success=False)
+    def e(n: int) -> Any:
+        cost = cycles[n - 1]["effect"]
+        return {"n": n} if cost == "plain" else lw.EffectResult({"n": n}, lw.Usage(cost))
+
+    @lw.effect("publish", requires_success=False, free=True)
+    def f(n: int) -> Any:
+        return {"n": n}
 
     def v(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
         c = cycles[state.cycle]  # the candidate's cycle is the one being judged, minus one
@@ -225,6 +252,8 @@ def _loop(cycles: list[dict[str, Any]], contract: lw.Contract) -> lw.Loop:
         verifiers=[lw.Check(fn=v, name="v"), lw.Check(fn=h, name="h", held_out=True)],
         contract=contract,
         retry=lw.RetryPolicy(attempts=1),
+        effects=[e, f],
+        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="publish", action="allow")]),
     )
 
 
@@ -238,7 +267,11 @@ def test_replay_agrees_with_rerunning_the_loop(
     event(outcome.reason)
     path = tmp_path_factory.mktemp("oracle") / "s.db"
     with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
-        r = rt.run_sync(_loop(cycles, contract), {"artifacts": {"doc": {"p0": 0}}})
+        loop = _loop(cycles, contract)
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"p0": 0}}})
+        while r.status == "awaiting_approval":  # the actor's question: a person answers
+            rt.answer(r.run_id, "yes", by="ann")
+            r = rt.resume_sync(r.run_id, loop)
         if outcome.reason == "censored":
             # the contract would go past the recording: the re-run asks for a cycle more
             assert r.stop_reason == "escalated" and r.cycles == len(cycles)

@@ -121,7 +121,7 @@ def test_a_risk_rules_reason_must_be_text(reason: Any) -> None:
 
 def test_marginal_return_alone_is_an_exit() -> None:
     c = lw.Contract.from_dict({"marginal_return": {"value_per_success_usd": 1.0}})
-    assert c.marginal_return is not None and c.marginal_return.p_success(3, 1) == 0.25
+    assert c.marginal_return is not None and c.marginal_return.p_success(3, 1) == 0.2
 
 
 @pytest.mark.parametrize("score", [-0.1, 1.01, 2, math.nan, math.inf])

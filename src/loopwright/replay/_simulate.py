@@ -213,6 +213,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         reason = rules.stop_before_cycle(contract, s)
         if reason is not None:
             return end(reason)
+    if not trace.cycles:
+        # No cycle recorded: the engine still asked before its first one. A fork starts from
+        # its origin's accounting, which a contract given to it may already stop (before,
+        # such a fork, stopped before its first cycle, replayed as censored).
+        reason = rules.stop_before_cycle(contract, s)
+        if reason is not None:
+            return end(reason)
     if trace.cycles and trace.cycles[-1].reopened:
         # reopened after its last recorded cycle: the checks before the next cycle, which the
         # engine made when the run was resumed (a budget spent stops it there again)
