@@ -185,7 +185,14 @@ async def call_user(
     abandoned.
     """
     t0 = time.perf_counter()
-    token = _deadline.set(None if timeout is None else time.monotonic() + timeout)
+    # (no deadline, and none set around this call, the common case: the variable already
+    # says so, and is neither set nor reset; a ``set`` and its ``reset`` cost ≈ 1.4 k
+    # instructions, two calls a cycle)
+    token = (
+        None
+        if timeout is None and _deadline.get() is None
+        else _deadline.set(None if timeout is None else time.monotonic() + timeout)
+    )
     try:
         if timeout is None and threaded and not _is_async(fn):
             result = await _in_daemon_thread(fn, *args)
@@ -206,7 +213,8 @@ async def call_user(
     except TimeoutError:
         raise CallTimeout(timeout or 0.0) from None
     finally:
-        _deadline.reset(token)
+        if token is not None:
+            _deadline.reset(token)
     return result, time.perf_counter() - t0
 
 

@@ -389,6 +389,20 @@ def redact(obj: Any, *, secret_fields: Iterable[str] = ()) -> Any:
     return _walk(obj, values, fields, False)
 
 
+def redact_unique(obj: Any) -> Any:
+    """``redact(obj)`` for data whose text never repeats (a cycle's commit: its record names
+    its cycle), so the clean texts' cache is neither asked nor filled with it: no hash of the
+    whole text, and the cache keeps what does repeat (a verifier's verdict)."""
+    values = _env_secrets() if not _registered else _values()
+    fields = SECRET_FIELDS
+    if _registered_fields:
+        with _lock:
+            fields = SECRET_FIELDS | _registered_fields
+    if not isinstance(obj, str) and _clean(obj, values, fields, remember=False):
+        return obj
+    return _walk(obj, values, fields, False)
+
+
 _key_patterns: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]] | None] = {}
 
 # What ``_key`` strips after a key, as it reads in *reversed* JSON text: whitespace as it is, or
@@ -422,7 +436,9 @@ def _key_patterns_of(fields: frozenset[str]) -> tuple[re.Pattern[str], re.Patter
     return pats
 
 
-def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
+def _clean(
+    obj: Any, values: tuple[str, ...], fields: frozenset[str], remember: bool = True
+) -> bool:
     """Whether ``obj`` surely holds nothing to mask, decided on its JSON text in a few passes
     in C: no trigger of a shape, no secret value, no key named like a secret field. This is the
     common case on the engine's write path (every commit), where walking the data in Python
@@ -444,11 +460,11 @@ def _clean(obj: Any, values: tuple[str, ...], fields: frozenset[str]) -> bool:
         return False
     # The same text, with the same secret values and field names, was found clean already:
     # a verifier's verdict often repeats from cycle to cycle while the work is not done.
-    if _clean_texts.get(text) == (values, fields):
+    if remember and _clean_texts.get(text) == (values, fields):
         return True
     if not _clean_text(text, values, fields, pats):
         return False
-    if len(text) <= _CLEAN_TEXT_MAX:
+    if remember and len(text) <= _CLEAN_TEXT_MAX:
         if len(_clean_texts) >= _CLEAN_TEXTS:
             _clean_texts.clear()
         _clean_texts[text] = (values, fields)  # what it was found clean under

@@ -87,3 +87,35 @@ def test_the_net_masks_the_packed_record_and_every_column_that_is_not_a_number()
     rec, evs, cols = _masked(clean, events[1:], packet)
     assert cols["packet"] == {"stop_cause": "saw ***"} and cols["tokens"] == 3
     assert rec == pack(clean)
+
+
+def test_a_commit_record_is_scanned_but_not_kept_in_the_clean_texts_cache(
+    tmp_path: Path,
+) -> None:
+    """A cycle's commit names its cycle, so its text never repeats: the net scans it without
+    keeping it among the clean texts (which would hold up to 256 such texts, and empty them
+    all, a repeating verdict's too, every 256 cycles). A repeating verdict stays cached."""
+    from loopwright import _redact
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(edits=(lw.Edit("doc", "body", f"d{ctx.cycle}"),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("still open"),))
+
+    loop = lw.Loop(
+        name="clean",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=12)),
+    )
+    _redact._clean_texts.clear()
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.cycles == 12
+        records = [c.record for c in rt.store.checkpoints(r.run_id) if c.record is not None]
+    assert len(records) == 12
+    kept = list(_redact._clean_texts)
+    assert not [t for t in kept if '"proposal":' in t], kept  # no cycle's record
+    assert any('"still open"' in t for t in kept), kept  # the verdict, cached once
+    assert len(kept) < 12, kept

@@ -201,3 +201,48 @@ def test_the_call_knows_when_the_engine_gives_up_on_it() -> None:
     assert coro is not None and b2 + 5.0 <= coro <= a2 + 5.0
     assert none is None  # no timeout, no deadline
     assert call_deadline() is None  # nothing left behind in the caller's context
+
+
+class _CountedVar:
+    """``_calls._deadline`` with its ``set`` calls counted (a ContextVar cannot be wrapped)."""
+
+    def __init__(self) -> None:
+        self.var: contextvars.ContextVar[float | None] = contextvars.ContextVar("d", default=None)
+        self.sets = 0
+
+    def get(self) -> float | None:
+        return self.var.get()
+
+    def set(self, value: float | None) -> contextvars.Token[float | None]:
+        self.sets += 1
+        return self.var.set(value)
+
+    def reset(self, token: contextvars.Token[float | None]) -> None:
+        self.var.reset(token)
+
+
+def test_a_call_without_a_deadline_leaves_the_variable_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Most calls have no timeout and no deadline around them: the variable already says
+    None and is not set and reset around them (two calls a cycle); a call with a timeout,
+    and one inside an outer deadline, still see theirs, and nothing is left behind."""
+    from loopwright._calls import call_deadline, within_deadline
+
+    counted = _CountedVar()
+    monkeypatch.setattr(_calls, "_deadline", counted)
+
+    async def go() -> tuple[float | None, float | None, float | None]:
+        plain, _ = await call_user(call_deadline, timeout=None)
+        timed, _ = await call_user(call_deadline, timeout=5.0)
+        with within_deadline(123.0):
+            inner, _ = await call_user(call_deadline, timeout=None)
+        return plain, timed, inner
+
+    plain, timed, inner = asyncio.run(go())
+    assert plain is None
+    assert timed is not None
+    assert inner is None  # no timeout of its own: no deadline, as before
+    # the timed call (and its daemon thread's context), within_deadline, the call inside it
+    assert counted.sets == 4
+    assert counted.get() is None
