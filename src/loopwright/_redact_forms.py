@@ -116,7 +116,8 @@ def _encoded_of(
 
 def _mask_base64(s: str, core: str) -> str:
     """``s`` with each run of base64 characters (both alphabets, and its padding) that holds
-    ``core`` masked whole; one pass of ``s``."""
+    ``core`` masked whole, but for an escaped line break's letter it starts with (``\\n``);
+    one pass of ``s``."""
     out: list[str] = []
     done = 0
     rev = ""
@@ -127,6 +128,8 @@ def _mask_base64(s: str, core: str) -> str:
         left = len(s) - i
         start = max(done, i - (_BASE64_RUN.match(rev, left).end() - left))  # type: ignore[union-attr]
         end = _BASE64_TAIL.match(s, i + len(core)).end()  # type: ignore[union-attr]
+        if start < i and s[start] in "nrt" and s[start - 1 : start] == "\\":
+            start += 1  # the run starts with an escape's letter (``\nQUJD…``): kept
         out += (s[done:start], REDACTED)
         done = end
         i = s.find(core, done)

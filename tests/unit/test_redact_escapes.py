@@ -6,6 +6,7 @@ URLs — each with the exact text it must become, and the prose near each that m
 
 from __future__ import annotations
 
+import base64
 import binascii
 import json
 import urllib.parse
@@ -114,6 +115,17 @@ def test_a_known_secret_in_hex_is_masked(monkeypatch: pytest.MonkeyPatch) -> Non
         # inside a longer hex dump (bytes around it): the whole run goes
         both_paths(f"buf=0a0b{hx}0c0d; n=3", "buf=***; n=3")
         both_paths(json.dumps({"raw": hx, "n": 1}), '{"raw": "***", "n": 1}')
+
+
+def test_an_escaped_line_break_before_an_encoded_secret_is_kept() -> None:
+    """The run of base64 or hex characters masked around a known secret's encoding does not
+    take the letter of the escape before it (``\\n***``, not ``\\***``: an escape JSON
+    does not know)."""
+    register_secret("RegPlantedZq81xLm4w")
+    blob = base64.b64encode(b"RegPlantedZq81xLm4w").decode()
+    hx = binascii.hexlify(b"RegPlantedZq81xLm4w").decode()
+    both_paths(f"body:\\n{blob}\\n{hx}\\tend", "body:\\n***\\n***\\tend")
+    both_paths(f'{{"m": "x\\n{blob}"}}', '{"m": "x\\n***"}')
 
 
 def test_hex_of_other_bytes_stays() -> None:
