@@ -68,6 +68,8 @@ UNITS = {
     "escaped-bare": "password=a\\n",
     "webhook": "https://hooks.slack.com/services/",
     "pgp": "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+    "header-pair": "(b'cookie', b'",
+    "header-pair-open": "('authorization', 'abc ",
 }
 
 # masked with a secret registered (its base64 forms are searched for too)

@@ -54,6 +54,9 @@ _FLAG = (
     rf"(?:(?<![\w-])|{_ESCAPED})--?(?:[A-Za-z0-9]+[-_])*"
     r"(?i:passw(?:or)?d|pwd|passphrase|token|secret|api[-_]?key)"
 )
+# The headers whose value is a credential, as a header list's pair names them
+_HEADER = r"(?i:(?:proxy-)?authorization|(?:set-)?cookie2?|(?:x-)?api-key|x-auth-token)"
+
 # Words that follow an option's name in prose (``the --password prompt``), not a value
 _FLAG_PROSE = (
     "option", "options", "prompt", "prompts", "argument", "arguments", "parameter",
@@ -93,6 +96,11 @@ _SHAPES = re.compile(
     r"(?!\*\*\*)(?=[A-Za-z0-9._~+/=-]{8})(?:[A-Za-z0-9._~+/=-]++|;(?=[A-Za-z0-9_-])"
     r"|(?<=[A-Za-z]=)\"[^\"\r\n\\]*+\"(?=[ \t]*+(?:,|(?![^\r\n])))"
     r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++"
+    # a header list's pair as an HTTP client prints it (``[(b'Set-Cookie', b'sid=…')]``, an
+    # ASGI scope's ``(b'authorization', b'Basic …')``): the value to its closing quote, unless
+    # it is one of these names itself (``("authorization", "cookie")`` names two headers)
+    r"|(?P<hpair>\(\s*+b?['\"]" + _HEADER + r"['\"],\s*+b?['\"])(?!\*\*\*)"
+    r"(?!" + _HEADER + r"['\"])(?=[^'\"\\\r\n]*+['\"]\s*+\))[^'\"\\\r\n]++"
     # an HTTP Cookie or Set-Cookie line (its value starts with ``name=``): masked to the line's
     # end, which in a JSON or printed string is an escaped ``\r``/``\n`` or the closing quote
     # (a cookie's quoted value ``sid="…"`` read whole)

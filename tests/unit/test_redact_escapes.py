@@ -201,3 +201,42 @@ def test_a_pgp_key_block_and_webhook_urls_are_masked(text: str, want: str) -> No
 )
 def test_prose_about_keys_and_webhooks_stays(text: str) -> None:
     both_paths(text, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 401, b'Unauthorized', "
+            "[(b'Server', b'x'), (b'Set-Cookie', b'sid=abc123; Path=/'), (b'Content-Length', b'2')])",
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 401, b'Unauthorized', "
+            "[(b'Server', b'x'), (b'Set-Cookie', b'***'), (b'Content-Length', b'2')])",
+        ),
+        (
+            "scope headers [(b'authorization', b'Basic dXNlcjpwdzEy')]",
+            "scope headers [(b'authorization', b'***')]",
+        ),
+        ('[("Proxy-Authorization", "Digest a=1, b=2")]', '[("Proxy-Authorization", "***")]'),
+        ("(b'x-api-key', b'abcdef123')", "(b'x-api-key', b'***')"),
+        ("('X-Auth-Token', 'abc')", "('X-Auth-Token', '***')"),
+        ("('cookie', 'the value') and ('x', 'y')", "('cookie', '***') and ('x', 'y')"),
+    ],
+)
+def test_a_credential_headers_pair_in_a_header_list_is_masked(text: str, want: str) -> None:
+    """An HTTP client's debug log prints a reply's headers as pairs (a model server's
+    ``Set-Cookie``), an ASGI scope its request's (``authorization`` with a Basic token)."""
+    both_paths(text, want)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '("authorization", "cookie")',  # two header names
+        "('cookie', '')",
+        "('cookie', 'abc', 3)",  # no pair
+        "(b'Server', b'uvicorn')",
+        "the authorization, cookie and set-cookie headers",
+    ],
+)
+def test_header_names_and_other_pairs_stay(text: str) -> None:
+    both_paths(text, text)
