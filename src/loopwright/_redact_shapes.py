@@ -97,10 +97,11 @@ _SHAPES = re.compile(
     r"|(?<=[A-Za-z]=)\"[^\"\r\n\\]*+\"(?=[ \t]*+(?:,|(?![^\r\n])))"
     r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++"
     # a header list's pair as an HTTP client prints it (``[(b'Set-Cookie', b'sid=…')]``, an
-    # ASGI scope's ``(b'authorization', b'Basic …')``): the value to its closing quote, unless
-    # it is one of these names itself (``("authorization", "cookie")`` names two headers)
-    r"|(?P<hpair>\(\s*+b?['\"]" + _HEADER + r"['\"],\s*+b?['\"])(?!\*\*\*)"
-    r"(?!" + _HEADER + r"['\"])(?=[^'\"\\\r\n]*+['\"]\s*+\))[^'\"\\\r\n]++"
+    # ASGI scope's ``(b'authorization', b'Basic …')``; its quotes escaped too, printed inside a
+    # printed string): the value to its closing quote, unless it is one of these names itself
+    # (``("authorization", "cookie")`` names two headers)
+    r"|(?P<hpair>\(\s*+b?\\*+['\"]" + _HEADER + r"\\*+['\"],\s*+b?\\*+['\"])(?!\*\*\*)"
+    r"(?!" + _HEADER + r"\\*+['\"])(?=[^'\"\\\r\n]*+\\*+['\"]\s*+\))[^'\"\\\r\n]++"
     # an HTTP Cookie or Set-Cookie line (its value starts with ``name=``): masked to the line's
     # end, which in a JSON or printed string is an escaped ``\r``/``\n`` or the closing quote
     # (a cookie's quoted value ``sid="…"`` read whole)

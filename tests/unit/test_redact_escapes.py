@@ -218,6 +218,11 @@ def test_prose_about_keys_and_webhooks_stays(text: str) -> None:
         ),
         ('[("Proxy-Authorization", "Digest a=1, b=2")]', '[("Proxy-Authorization", "***")]'),
         ("(b'x-api-key', b'abcdef123')", "(b'x-api-key', b'***')"),
+        # printed inside a printed string: its quotes escaped
+        (
+            "print('[(\\'authorization\\', \\'Basic dXNlcjpwdzEy\\')]')",
+            "print('[(\\'authorization\\', \\'***\\')]')",
+        ),
         ("('X-Auth-Token', 'abc')", "('X-Auth-Token', '***')"),
         ("('cookie', 'the value') and ('x', 'y')", "('cookie', '***') and ('x', 'y')"),
     ],
