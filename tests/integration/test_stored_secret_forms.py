@@ -6,12 +6,13 @@ searched for it byte by byte."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.deadline_clock import HANG_S
-from support.fake_openai import FakeOpenAI, fail
+from support.fake_openai import FakeOpenAI, Reply, fail
 
 import loopwright as lw
 from loopwright import _redact
@@ -93,3 +94,24 @@ def test_a_model_server_echoing_the_key_encoded_is_not_stored(tmp_path: Path) ->
     assert r.status == "escalated"
     assert "key *** (hex ***) is not valid" in str(r.packet)
     assert _stored(tmp_path, (quote(ADAPTER_KEY, safe=""), key_hex, ADAPTER_KEY)) == []
+
+
+def test_a_model_servers_cookie_in_the_http_clients_debug_log_is_masked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpcore logs a reply's headers at DEBUG from a logger of its own module
+    (``httpcore2.http11``), whose records passed the adapters' masking filter by: it sat on
+    ``httpcore``, and a filter sees only the records logged to its own logger."""
+    cookie = "sid=planted-session-46f2"
+    caplog.set_level(logging.DEBUG)
+    with FakeOpenAI() as server:
+        server.script(Reply(status=401, headers={"Set-Cookie": cookie}, error="no"), model="m")
+        actor = ChatActor("m", base_url=server.base_url, api_key="planted-key-46", timeout_s=HANG_S)
+        passes = lambda s, p: lw.Verdict(passed=True, score=1.0)  # noqa: E731
+        with lw.Runtime(str(tmp_path / "s.db")) as rt:
+            r = rt.run_sync(_loop("cookie", actor, passes, cycles=1), TASK, task_key="cookie")
+    assert r.status == "escalated"
+    heard = [rec.getMessage() for rec in caplog.records if "Set-Cookie" in rec.getMessage()]
+    assert heard  # the headers were logged: the path is exercised
+    assert all("b'Set-Cookie', b'***'" in m for m in heard)
+    assert cookie not in caplog.text
