@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import sys
 import time
+import urllib.parse
 
 from loopwright._redact import redact_text, register_secret
 
@@ -60,6 +61,15 @@ UNITS = {
     "quoted-escapes": 'password: "a\\"',
     "quoted-nested": 'password: \\"a\\\\\\"',
     "qkey-escapes": "'token': 'a\\'",
+    # stop 46: shapes after an escaped line break, a value ending at one, webhooks, PGP
+    "escaped-breaks": "\\n",
+    "escaped-sk": "\\nsk-",
+    "escaped-jwt": "\\neyJabcdefgh.",
+    "escaped-bare": "password=a\\n",
+    "webhook": "https://hooks.slack.com/services/",
+    "pgp": "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+    "header-pair": "(b'cookie', b'",
+    "header-pair-open": "('authorization', 'abc ",
 }
 
 # masked with a secret registered (its base64 forms are searched for too)
@@ -68,6 +78,9 @@ UNITS_KNOWN = {
     "b64-no-secret": "QUJD",
     "b64-secret": base64.b64encode(b"x" + SECRET.encode()).decode(),
     "b64-near-miss": base64.b64encode(SECRET.encode()[:-3]).decode(),
+    "hex-secret": (b"x" + SECRET.encode()).hex(),
+    "hex-near-miss": SECRET.encode()[:-3].hex(),
+    "pct-secret": urllib.parse.quote(SECRET, safe="") + "&",
     "plain-known": "x",
 }
 

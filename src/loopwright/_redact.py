@@ -17,7 +17,8 @@ as they are, so the common case allocates nothing). What counts as a secret:
   value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
   ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
   ``Set-Cookie:`` lines and URL-encoded ``password%3D…`` written into text; a known value
-  also in base64 (``_base64_cores``);
+  also in base64 (``_base64_cores``) and hex (``_hex_forms``), percent-encoded and as Go and
+  PHP escape it in JSON (``_escaped_forms``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
   and the spaces around it, plus the names given as ``secret_fields`` or registered with
@@ -33,9 +34,7 @@ not masked: see docs/security.md.
 
 from __future__ import annotations
 
-import base64
 import functools
-import json
 import os
 import re
 import threading
@@ -43,6 +42,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._json import numbered_key
+from ._redact_forms import (  # noqa: F401  (re-exported: their home before the split)
+    _base64_cores,
+    _encoded_of,
+    _escaped_forms,
+    _hex_forms,
+    _mask_base64,
+    _written,
+)
 from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the split)
     _PREFILTER,
     _SHAPES,
@@ -162,72 +169,6 @@ def register_secret(value: str | None) -> None:
             _registered.update(_written(value))
 
 
-def _written(value: str) -> set[str]:
-    """``value`` and how it reads inside a printed string (``repr``: a tuple, dict or bytes in
-    an exception's message) and inside a JSON string (an error body), where a quote, a
-    backslash or a control character is escaped and the value's own text is not found. The
-    forms differ only for such a value, which ``_unsure`` already sends down the full walk.
-    A value beyond ASCII also reads as JSON that escapes it (``\\u00e4``: Python's ``json``
-    by default, an echoed error body), as ``ascii()`` writes it (``\\xe4``) and as its UTF-8
-    bytes print (``b'p\\xc3\\xa4ss'``: a driver's error quoting what it was sent)."""
-    forms = {value, repr(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
-    if not value.isascii():
-        forms.add(json.dumps(value)[1:-1])
-        forms.add(ascii(value)[1:-1])
-        forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
-    return forms
-
-
-_BASE64_MIN = 8  # shorter forms (a value of 6 or 7 bytes off the alignment) match by chance
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
-_BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
-
-
-def _base64_cores(value: str) -> set[str]:
-    """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes it
-    (``user:`` of a Basic token, a JSON body): the encoding of the bytes from the first group
-    boundary on, at each of the three alignments, standard and URL-safe, without padding (a
-    full group has none). The characters around such a core encode bytes only partly the
-    value's: ``_mask_base64`` masks the whole run. Forms under ``_BASE64_MIN`` are left out."""
-    raw = value.encode("utf-8", "surrogatepass")
-    cores: set[str] = set()
-    for skip in (0, 1, 2):
-        part = raw[skip:]
-        part = part[: len(part) - len(part) % 3]
-        if len(part) * 4 // 3 >= _BASE64_MIN:
-            std = base64.b64encode(part).decode("ascii")
-            cores.update((std, std.replace("+", "-").replace("/", "_")))
-    return cores
-
-
-@functools.lru_cache(maxsize=64)
-def _base64_of(values: tuple[str, ...]) -> tuple[str, ...]:
-    """The base64 forms (``_base64_cores``) of the known secret ``values``. Searched apart from
-    the values' expression, by substring tests: added to it, they turned the one literal an
-    API key is into an alternation the engine tries at every character: +61 k instructions a
-    cycle with a key in the environment, +3 k with these tests (bench/RESULTS.md, stop 45)."""
-    return tuple(sorted({c for v in values for c in _base64_cores(v)}, key=len, reverse=True))
-
-
-def _mask_base64(s: str, core: str) -> str:
-    """``s`` with each run of base64 characters (both alphabets, and its padding) that holds
-    ``core`` masked whole; one pass of ``s``."""
-    out: list[str] = []
-    done = 0
-    rev = ""
-    i = s.find(core)
-    while i >= 0:
-        if not rev:
-            rev = s[::-1]  # the run's start, found reading backwards from the core
-        left = len(s) - i
-        start = max(done, i - (_BASE64_RUN.match(rev, left).end() - left))  # type: ignore[union-attr]
-        end = _BASE64_TAIL.match(s, i + len(core)).end()  # type: ignore[union-attr]
-        out += (s[done:start], REDACTED)
-        done = end
-        i = s.find(core, done)
-    return s if not out else "".join(out) + s[done:]
-
-
 def register_secret_field(name: str) -> None:
     """Mask the value of every mapping key called ``name`` from now on (a spec's
     ``secret_fields``)."""
@@ -311,9 +252,13 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
             if v in s:
                 s = s.replace(v, REDACTED)
     if values:
-        for core in _base64_of(values):
+        runs, forms, _, _ = _encoded_of(values)
+        for core in runs:
             if core in s:
                 s = _mask_base64(s, core)
+        for form in forms:
+            if form in s:
+                s = s.replace(form, REDACTED)
     if fields is not SECRET_FIELDS:
         s = _declared_text(s, fields)
     if ".eyJ" in s:
@@ -508,8 +453,12 @@ def _clean_text(
     if exact is not None:
         if exact.search(text) is not None:
             return False
-        for core in _base64_of(values):
+        _, _, in_json, hexes = _encoded_of(values)
+        for core in in_json:
             if core in text:
+                return False
+        for core in hexes:
+            if core in low:
                 return False
     if "-" in low:  # ``_key`` reads ``x-api-key`` (and ``x_api-key``) as ``x_api_key``
         low = low.replace("-", "_")

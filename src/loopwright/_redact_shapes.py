@@ -35,14 +35,28 @@ def _value(bare: str) -> str:
     )
 
 
-_BARE = r"(?:[^\s,;&\"'}\\]++|\\(?![\"']))++"
+# An escaped line break or tab (``\n`` in a printed or JSON-escaped string) ends a value as a raw
+# one does: read on, the value took the next line's name (``password=a\naws_secret_key: …``)
+# and left that line's value in clear.
+_BARE = r"(?:[^\s,;&\"'}\\]++|\\(?![\"'nrt]))++"
+
+# Where a key's shape may start: at a word's start, or right after an escaped line break or tab
+# (``'…\nsk-…'``: the ``n`` of the escape is a word character, so ``\b`` is not there and a key
+# on the next line of a printed or JSON-escaped text was left in clear).
+_ESCAPED = r"(?<=\\[nrt])"
+_W = rf"(?:\b|{_ESCAPED})"
+_NO_ALNUM_BEFORE = rf"(?:(?<![A-Za-z0-9])|{_ESCAPED})"  # (``pwd=``, ``token:``)
+_NO_NAME_BEFORE = rf"(?:(?<![A-Za-z0-9_-])|{_ESCAPED})"  # (``Cookie:``, not ``x-cookie:``)
 
 # An option's name on a command line: --password, --github-token, -password (one dash too),
 # not ``-p`` (a port as often as a password)
 _FLAG = (
-    r"(?<![\w-])--?(?:[A-Za-z0-9]+[-_])*"
+    rf"(?:(?<![\w-])|{_ESCAPED})--?(?:[A-Za-z0-9]+[-_])*"
     r"(?i:passw(?:or)?d|pwd|passphrase|token|secret|api[-_]?key)"
 )
+# The headers whose value is a credential, as a header list's pair names them
+_HEADER = r"(?i:(?:proxy-)?authorization|(?:set-)?cookie2?|(?:x-)?api-key|x-auth-token)"
+
 # Words that follow an option's name in prose (``the --password prompt``), not a value
 _FLAG_PROSE = (
     "option", "options", "prompt", "prompts", "argument", "arguments", "parameter",
@@ -63,23 +77,35 @@ _SHAPES = re.compile(
     # characters with a digit: ``https://ghp…@github.com``; ``postgres@`` is a name)
     r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)"
     r"(?:[^/\s@:]*:[^/\s]*|(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{16,})@"
+    # a chat webhook's URL is its credential (whoever has it posts to the channel): the path
+    # after Slack's ``/services/`` (``/workflows/``, ``/triggers/``) or Discord's
+    # ``/api/webhooks/``
+    r"|(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}"
     # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
     r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature)"
     r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
-    r"|(?P<bearer>\b(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
+    r"|(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
     # Authorization: <any scheme> <credentials> (Basic, Token, Bearer, …); the scheme is taken
     # whole (possessive) so that an already masked value stays as it is
-    r"|(?P<auth>\b(?i:authorization)\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
+    r"|(?P<auth>" + _W + r"(?i:authorization)"
+    r"\\*+['\"]?\s*[=:]\s*\\*+['\"]?(?:[A-Za-z][A-Za-z0-9_-]*\s+)?+)"
     # and the parameters after the first (Digest's ``, response="…"``, AWS Signature 4's
     # ``, Signature=…``): a ``, name=`` goes on, a quoted parameter ends at ``,`` or the line's end
     r"(?!\*\*\*)(?=[A-Za-z0-9._~+/=-]{8})(?:[A-Za-z0-9._~+/=-]++|;(?=[A-Za-z0-9_-])"
     r"|(?<=[A-Za-z]=)\"[^\"\r\n\\]*+\"(?=[ \t]*+(?:,|(?![^\r\n])))"
     r"|,[ \t]*+(?=[A-Za-z][A-Za-z0-9_-]*=))++"
+    # a header list's pair as an HTTP client prints it (``[(b'Set-Cookie', b'sid=…')]``, an
+    # ASGI scope's ``(b'authorization', b'Basic …')``; its quotes escaped too, printed inside a
+    # printed string): the value to its closing quote, unless it is one of these names itself
+    # (``("authorization", "cookie")`` names two headers)
+    r"|(?P<hpair>\(\s*+b?\\*+['\"]" + _HEADER + r"\\*+['\"],\s*+b?\\*+['\"])(?!\*\*\*)"
+    r"(?!" + _HEADER + r"\\*+['\"])(?=[^'\"\\\r\n]*+\\*+['\"]\s*+\))[^'\"\\\r\n]++"
     # an HTTP Cookie or Set-Cookie line (its value starts with ``name=``): masked to the line's
     # end, which in a JSON or printed string is an escaped ``\r``/``\n`` or the closing quote
     # (a cookie's quoted value ``sid="…"`` read whole)
-    r"|(?P<cookie>(?<![A-Za-z0-9_-])(?i:(?:set-)?cookie2?)[ \t]*:[ \t]*+)(?!\*\*\*)"
+    r"|(?P<cookie>" + _NO_NAME_BEFORE + r"(?i:(?:set-)?cookie2?)[ \t]*:[ \t]*+)(?!\*\*\*)"
     r"(?=[^\s=;,:\"'\\]++=)(?:[^\r\n\"'\\=]++|=(?:\\?+\"[^\"\r\n\\]*+(?:\\?+\")?+)?+"
     r"|\\[^rn])++"
     # password=, DB_PASSWORD=, PGPASSWORD=, aws_secret_access_key: (no word boundary before
@@ -94,7 +120,9 @@ _SHAPES = re.compile(
     + r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
     + _value(_BARE)
     # pwd=…, DB_PWD='…' (not OLDPWD=; a path, ``PWD=/home/bob``, is the working directory)
-    + r"|(?P<pwd>(?<![A-Za-z0-9])(?i:pwd)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?![/~$]|[A-Za-z]:[\\/])"
+    + r"|(?P<pwd>"
+    + _NO_ALNUM_BEFORE
+    + r"(?i:pwd)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?![/~$]|[A-Za-z]:[\\/])"
     + _value(_BARE)
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
@@ -120,7 +148,7 @@ _SHAPES = re.compile(
     r"[a-z]{6,}+(?=[ \t]++-[A-Za-z-]|[ \t]*+(?:[|&;>)`]|(?![^\r\n])))"
     # log text: token: VALUE, github_token: VALUE, secret: VALUE (a value of 8 or more
     # characters with a digit and a letter: ``token: 12`` is a count, ``Token: the unit`` prose)
-    r"|(?P<logkv>(?<![A-Za-z0-9])(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
+    r"|(?P<logkv>" + _NO_ALNUM_BEFORE + r"(?i:token|secret) ?:[ \t]*+)(?!\*\*\*)"
     r"(?=[^\s,;'\"}:]*[0-9])(?=[^\s,;'\"}:]*[A-Za-z])[^\s,;'\"}:]{8,}"
     # URL-encoded: password%3D…, api_key%3D…, token%3D… (a query inside a query), to ``%26``
     r"|(?P<enc>(?i:passw(?:or)?d|token|secret|api[_-]?key)%3[Dd])(?!\*\*\*)"
@@ -129,18 +157,21 @@ _SHAPES = re.compile(
     r"|(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
     r"(?:[^\s%/@&]++|%(?!2[Ff]|40|3[Aa]))*+%3[Aa](?:[^\s%/@&]++|%(?!2[Ff]|40))*+%40"
     # a key cut before its END line (text clipped for storage) is masked to the end of it
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"
-    r"|\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
-    r"|\bsk-[A-Za-z0-9_-]{12,}"
-    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
-    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\bAIza[0-9A-Za-z_-]{35}"
-    r"|\bhf_[A-Za-z0-9]{20,}"
-    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    # (and OpenPGP's ``PRIVATE KEY BLOCK``)
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+    r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+    # the keys' own shapes, each at a word's start (``_W``: tested once for all of them)
+    r"|" + _W + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+    r"|sk-[A-Za-z0-9_-]{12,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|AIza[0-9A-Za-z_-]{35}"
+    r"|hf_[A-Za-z0-9]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}"
     # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
     # note would put it in the append-only audit log
-    r"|\blw_[A-Za-z0-9_-]{40,}"
+    r"|lw_[A-Za-z0-9_-]{40,})"
     # (a JSON Web Token: ``_jwts``, before these)
 )
 
@@ -155,7 +186,7 @@ _SHAPES = re.compile(
 _JWT_RUN = re.compile(
     r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{8,}+(?=\.eyJ)\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]*+"
 )
-_JWT_HEAD = re.compile(r"\beyJ")
+_JWT_HEAD = re.compile(_W + "eyJ")  # (after an escaped line break too: ``\neyJ…``)
 
 
 def _jwts(s: str) -> str:
@@ -168,7 +199,10 @@ def _jwts(s: str) -> str:
         if head is None or dot - head.start() < 8:  # ``eyJ`` and 5 or more
             pos = dot + 1  # the payload may start a token of its own
             continue
-        out += (s[done : m.start()], REDACTED)  # with what it is glued to (``x-eyJ…``)
+        start = m.start()
+        if s[start] in "nrt" and s[start - 1 : start] == "\\":
+            start += 1  # the run starts with an escape's letter (``\neyJ…``): kept
+        out += (s[done:start], REDACTED)  # with what it is glued to (``x-eyJ…``)
         done = pos = m.end()
     return s if not out else "".join(out) + s[done:]
 
@@ -233,6 +267,7 @@ _TRIGGERS = (
     "sessionkey",
     "authorization",
     "private key-----",
+    "private key block-----",
     "k_live_",
     "k_test_",
     "bearer",

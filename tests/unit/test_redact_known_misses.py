@@ -9,23 +9,16 @@ import base64
 import json
 
 import pytest
+from support.masking import both_paths
 
 from loopwright import _redact
-from loopwright._redact import REDACTED, redact, redact_text, register_secret
+from loopwright._redact import REDACTED, redact, register_secret
 
 
 @pytest.fixture(autouse=True)
 def _clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_redact, "_registered", set())
     monkeypatch.setattr(_redact, "_registered_fields", set())
-
-
-def _both_paths(text: str, want: str) -> None:
-    """``text`` masks to ``want`` alone, in a record (through the clean scan) and again."""
-    assert redact_text(text) == want
-    assert redact_text(want) == want  # masking twice changes nothing
-    assert redact({"message": text}) == {"message": want}
-    assert redact([text]) == [want]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +50,7 @@ def _both_paths(text: str, want: str) -> None:
     ],
 )
 def test_an_options_lower_case_value_is_masked(text: str, want: str) -> None:
-    _both_paths(text, want)
+    both_paths(text, want)
 
 
 @pytest.mark.parametrize(
@@ -75,7 +68,7 @@ def test_an_options_lower_case_value_is_masked(text: str, want: str) -> None:
     ],
 )
 def test_prose_about_options_stays_readable(text: str) -> None:
-    _both_paths(text, text)
+    both_paths(text, text)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +106,7 @@ def test_prose_about_options_stays_readable(text: str) -> None:
     ],
 )
 def test_cookie_and_authorization_header_lines_are_masked(text: str, want: str) -> None:
-    _both_paths(text, want)
+    both_paths(text, want)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +120,7 @@ def test_cookie_and_authorization_header_lines_are_masked(text: str, want: str) 
     ],
 )
 def test_prose_about_cookies_stays_readable(text: str) -> None:
-    _both_paths(text, text)
+    both_paths(text, text)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +134,7 @@ def test_prose_about_cookies_stays_readable(text: str) -> None:
     ],
 )
 def test_pwd_as_a_parameter_or_key_value_is_masked(text: str, want: str) -> None:
-    _both_paths(text, want)
+    both_paths(text, want)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +148,7 @@ def test_pwd_as_a_parameter_or_key_value_is_masked(text: str, want: str) -> None
     ],
 )
 def test_pwd_as_the_working_directory_stays(text: str) -> None:
-    _both_paths(text, text)
+    both_paths(text, text)
 
 
 _NESTED = json.dumps(json.dumps({"password": 'ab"cd', "n": 1}))
@@ -177,7 +170,7 @@ _NESTED = json.dumps(json.dumps({"password": 'ab"cd', "n": 1}))
 )
 def test_a_quoted_value_holding_an_escaped_quote_is_masked_whole(text: str, want: str) -> None:
     assert REDACTED in want and want != text
-    _both_paths(text, want)
+    both_paths(text, want)
 
 
 def _b64(raw: bytes, urlsafe: bool = False, pad: bool = True) -> str:
@@ -192,9 +185,9 @@ def test_a_registered_value_is_masked_in_base64(prefix: bytes, urlsafe: bool, pa
     secret = "hunter2?>>Zq~~9"  # "?>>" and "~~" encode to "/" and "+" (urlsafe: "_", "-")
     register_secret(secret)
     blob = _b64(prefix + secret.encode() + b"\n", urlsafe, pad)
-    _both_paths(f"Authorization: Token {blob} sent", "Authorization: Token *** sent")
-    _both_paths(f'{{"data": "{blob}", "n": 2}}', '{"data": "***", "n": 2}')
-    _both_paths(f"body {blob}\nend", "body ***\nend")
+    both_paths(f"Authorization: Token {blob} sent", "Authorization: Token *** sent")
+    both_paths(f'{{"data": "{blob}", "n": 2}}', '{"data": "***", "n": 2}')
+    both_paths(f"body {blob}\nend", "body ***\nend")
 
 
 @pytest.mark.parametrize(
@@ -212,23 +205,23 @@ def test_a_short_values_base64_is_found_at_the_alignments_security_md_names(
     for before in range(3):
         blob = _b64(b"xy"[:before] + secret.encode() + b"tail!")
         want = "data ***" if before in found_after else f"data {blob}"
-        _both_paths(f"data {blob}", want)
+        both_paths(f"data {blob}", want)
 
 
 def test_an_environment_secret_is_masked_in_base64(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVICE_TOKEN", "planted-token-value-2")
     blob = _b64(b"bob:planted-token-value-2")
-    _both_paths(f"Basic {blob}", "Basic ***")
+    both_paths(f"Basic {blob}", "Basic ***")
     assert redact({"auth": {"header": f"X {blob}"}}) == {"auth": {"header": "X ***"}}
 
 
 def test_base64_of_other_text_stays() -> None:
     register_secret("hunter2?>>Zq~~9")
     blob = _b64(b"an ordinary payload with no secret in it")
-    _both_paths(f"data {blob}", f"data {blob}")
+    both_paths(f"data {blob}", f"data {blob}")
 
 
 def test_a_declared_fields_quoted_value_with_an_escaped_quote_is_masked_whole() -> None:
     _redact.register_secret_field("iban")
-    _both_paths('{"iban": "DE\\"89 3704", "n": 1}', '{"iban": "***", "n": 1}')
-    _both_paths("Account(iban='DE\\'89 3704')", "Account(iban='***')")
+    both_paths('{"iban": "DE\\"89 3704", "n": 1}', '{"iban": "***", "n": 1}')
+    both_paths("Account(iban='DE\\'89 3704')", "Account(iban='***')")

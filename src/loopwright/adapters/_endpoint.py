@@ -232,11 +232,23 @@ class _RedactingFilter(logging.Filter):
         return True
 
 
-_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+# A logger's filter sees the records logged to it, not those its children pass up: httpcore
+# logs from one logger a module (``httpcore2.http11`` prints a reply's headers, a server's
+# ``Set-Cookie`` among them) and the SDK from ``openai._base_client``, so each is named, and
+# any other child of these already made is taken too.
+_HTTP_ROOTS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
+_HTTP_CHILDREN = tuple(f"{r}." for r in _HTTP_ROOTS)
+_HTTPCORE_MODULES = ("connection", "http11", "http2", "proxy", "socks")
+_HTTP_LOGGERS = (
+    *_HTTP_ROOTS,
+    *(f"{c}.{m}" for c in ("httpcore", "httpcore2") for m in _HTTPCORE_MODULES),
+    *(f"openai.{m}" for m in ("_base_client", "_response", "_legacy_response")),
+)
 
 
 def _mask_http_logs() -> None:
-    for name in _HTTP_LOGGERS:
+    made = [n for n in list(logging.Logger.manager.loggerDict) if n.startswith(_HTTP_CHILDREN)]
+    for name in {*_HTTP_LOGGERS, *made}:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _RedactingFilter) for f in logger.filters):
             logger.addFilter(_RedactingFilter())
