@@ -23,6 +23,7 @@ import pytest
 from support.crash import Crash, less_owed, phase_hook
 
 import loopwright as lw
+from loopwright import trace
 
 PARTS = ("a", "b", "c")
 ACTOR_USD = 0.10
@@ -140,6 +141,11 @@ def test_a_passing_edit_is_accepted_with_no_actor_call(url: str) -> None:
         assert not [e for e in rt.store.events(r.run_id) if e.cycle == 4 and e.kind == "proposal"]
         # the person's versions stand, accepted
         assert r.state.values()["doc"] == dict.fromkeys(PARTS, "good")
+        # learning material: the empty proposal is no actor's, never a chosen one
+        case = trace.eval_case(rt.store, r.run_id)
+        assert case["cycles"][-1]["cycle"] == 4 and case["cycles"][-1]["check_only"] is True
+        pairs = trace.preference_pairs(rt.store, match="both")
+        assert all(p["chosen"]["cycle"] != 4 for p in pairs)
         # resumed again: nothing more (the check is not made on every resume)
         judged_before = len(calls.judged)
         assert rt.resume_sync(r.run_id, make_loop(calls)).cycles == 4
@@ -380,3 +386,41 @@ def test_the_metrics_count_the_check_only_cycle_as_the_persons_fix(url: str) -> 
     assert m.value("spend_after_last_improvement_usd") == pytest.approx(0.0)
     # cycles 2 and 3 carried no note; cycle 4 (the edit's notes) showed no actor anything
     assert m.value("context_reuse_rate") == 0.0
+
+
+def test_a_risk_rule_on_the_edited_state_parks_the_check_only_cycle(url: str) -> None:
+    """A risk rule that reads the state asks a person about the edited state too: the
+    check-only cycle parks, and once approved it concludes as the check-only cycle it is."""
+    calls = Calls()
+
+    def by_hand(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        return "a person wrote doc/a" if state.values()["doc"]["a"] == "good" else None
+
+    base = make_loop(calls)
+    rule = lw.RiskRule(name="hand", check=by_hand, reason="checked twice")
+    loop = lw.Loop(
+        name=base.name,
+        actor=base.actor,
+        verifiers=base.verifiers,
+        contract=lw.Contract(
+            success=base.contract.success,
+            no_progress=base.contract.no_progress,
+            budget=base.contract.budget,
+            risk=(rule,),
+        ),
+        retry=base.retry,
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert r.stop_reason == "no_progress"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.edit(r.run_id, "doc/b", "good", by="ana")
+        calls.actor.clear()
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval" and calls.actor == []
+        assert rt.pending_approval(r.run_id).rule == "hand"
+        rt.approve(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles, calls.actor) == ("accepted", 4, [])
+        last = _records(rt, r.run_id)[-1]
+        assert (last["cycle"], last["check_only"], last["decision"]) == (4, True, "accepted")
