@@ -16,7 +16,7 @@ from typing import Any
 
 from ._authority import EARNED_BY, audit, authority_status, earned_counts, expire
 from ._cycle import _candidate
-from ._edit_check import judge
+from ._edit_check import EDIT_CHECK, judge
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
@@ -198,6 +198,10 @@ class Parking(RuntimeHost):
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         if pend.get("question_only"):
             # The actor asked; nothing of its proposal is applied. The answer is in the notes.
+            if pend.get("edited"):
+                # a person edited the run while the question waited: with this cycle's commit
+                # the next cycle is owed, and judges the edit (``_edit_check``)
+                s.pending = {"stage": EDIT_CHECK, "parts": []}
             return self._conclude(
                 ex,
                 n,

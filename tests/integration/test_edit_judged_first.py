@@ -424,3 +424,39 @@ def test_a_risk_rule_on_the_edited_state_parks_the_check_only_cycle(url: str) ->
         assert (r.status, r.cycles, calls.actor) == ("accepted", 4, [])
         last = _records(rt, r.run_id)[-1]
         assert (last["cycle"], last["check_only"], last["decision"]) == (4, True, "accepted")
+
+
+def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: str) -> None:
+    """The actor asked a question; a person edited the run beside it and answered. The asked
+    cycle concludes as before; the next one judges the edit, no actor call (before: the actor
+    was asked again, the edit unjudged). The asked cycle can still be forked from."""
+    calls = Calls()
+    base = make_loop(calls)
+
+    def asking(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 1:
+            calls.actor.append(ctx.cycle)
+            return lw.Proposal(question=lw.Question("which a?"), usage=lw.Usage(ACTOR_USD, 100))
+        return base.actor(ctx)  # type: ignore[no-any-return]
+
+    loop = lw.Loop(
+        name=base.name,
+        actor=asking,
+        verifiers=base.verifiers,
+        contract=base.contract,
+        retry=base.retry,
+    )
+    with lw.Runtime(url) as rt:
+        task = {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}}
+        r = rt.run_sync(loop, task, task_key="q")
+        assert r.status == "awaiting_approval" and calls.actor == [1]
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.answer(r.run_id, "the good one", by="ana")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles, calls.actor) == ("accepted", 2, [1])
+        decisions = [
+            (c["cycle"], c["decision"], c.get("check_only")) for c in _records(rt, r.run_id)
+        ]
+        assert decisions == [(1, "asked", None), (2, "accepted", True)]
+        fork = rt.fork(r.run_id, 1)  # the asked cycle concluded (its commit owed the check)
+        assert fork.forked_at == 1
