@@ -12,6 +12,7 @@ already passed, and a context whose findings judged the state before the edit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -398,18 +399,7 @@ def test_a_risk_rule_on_the_edited_state_parks_the_check_only_cycle(url: str) ->
 
     base = make_loop(calls)
     rule = lw.RiskRule(name="hand", check=by_hand, reason="checked twice")
-    loop = lw.Loop(
-        name=base.name,
-        actor=base.actor,
-        verifiers=base.verifiers,
-        contract=lw.Contract(
-            success=base.contract.success,
-            no_progress=base.contract.no_progress,
-            budget=base.contract.budget,
-            risk=(rule,),
-        ),
-        retry=base.retry,
-    )
+    loop = dataclasses.replace(base, contract=dataclasses.replace(base.contract, risk=(rule,)))
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop, TASK, task_key="t")
         assert r.stop_reason == "no_progress"
@@ -439,13 +429,7 @@ def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: 
             return lw.Proposal(question=lw.Question("which a?"), usage=lw.Usage(ACTOR_USD, 100))
         return base.actor(ctx)  # type: ignore[no-any-return]
 
-    loop = lw.Loop(
-        name=base.name,
-        actor=asking,
-        verifiers=base.verifiers,
-        contract=base.contract,
-        retry=base.retry,
-    )
+    loop = dataclasses.replace(base, actor=asking)
     with lw.Runtime(url) as rt:
         task = {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}}
         r = rt.run_sync(loop, task, task_key="q")
