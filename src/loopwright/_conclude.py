@@ -277,8 +277,10 @@ class Concluding(RuntimeHost):
             if score is not None and (old.progress_score is None or score > old.progress_score):
                 s.progress_score = score
             s.stall = 0
-        elif decision == "asked":
-            s.stall = old.stall  # waiting for an answer is not a cycle without progress
+        elif decision == "asked" or ex.check_only:
+            # waiting for an answer is not a cycle without progress, nor is judging a person's
+            # edit (no attempt was made: the actor's next cycle is the one that counts)
+            s.stall = old.stall
         else:
             s.stall = old.stall + 1
         s.passed_checks = sorted(set(old.passed_checks) | set(newly))
@@ -347,6 +349,9 @@ class Concluding(RuntimeHost):
         # are some, so the common record (every check required) costs nothing more.
         if optional:
             record["not_required"] = optional
+        if ex.check_only:  # judged a person's edit, no actor call (``_edit_check``)
+            record["check_only"] = True
+            s.history[-1]["check_only"] = True
         ex.events.append(
             NewEvent(
                 n,
@@ -379,7 +384,11 @@ class Concluding(RuntimeHost):
             )
             return True
         reason: str | None = None
-        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+        if (
+            contract.no_progress is not None
+            and s.stall >= contract.no_progress.cycles
+            and not ex.check_only
+        ):
             reason = "no_progress"
         else:
             reason = rules.stop_before_cycle(contract, s)

@@ -96,12 +96,20 @@ def _concluding(cks: Iterable[_C], cycle: int) -> tuple[_C | None, tuple[int, in
     done: tuple[int, int] | None = None
     for i, c in enumerate(cks):
         rec = c.record
-        if i == 0 or (rec and "proposal" in rec and not c.fields.get("pending")):
+        if i == 0 or (rec and "proposal" in rec and not _waiting(c.fields.get("pending"))):
             n = c.cycle
             done = (n, n) if done is None else (min(done[0], n), max(done[1], n))
             if n == cycle:
                 found = c
     return found, done
+
+
+def _waiting(pending: Any) -> bool:
+    """Whether a checkpoint's ``pending`` entry holds its cycle open (parked, or mid-effects):
+    a person's edit owed its check-only cycle (``_edit_check``) does not."""
+    return bool(pending) and not (
+        isinstance(pending, Mapping) and pending.get("stage") == "edit_check"
+    )
 
 
 def _not_concluded(

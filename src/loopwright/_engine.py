@@ -7,7 +7,8 @@ cycle.
 
 This module holds the run lifecycle (create, run, resume, result, lease and heartbeat, the
 loop of cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam:
-``_cycle`` (context → actor → verifiers), ``_conclude`` (effects → decide), ``_checkpoint``
+``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle after a
+person's edit), ``_conclude`` (effects → decide), ``_checkpoint``
 (the commit and its durability), ``_parking`` (approval requests and questions),
 ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
 ``_people`` (people's decisions, cancel, rollback). What ``result`` returns, and the state a
@@ -32,6 +33,7 @@ from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
+from ._edit_check import EDIT_CHECK, EditCheck, owes_check
 from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info, fit_history
@@ -65,7 +67,9 @@ def _owner() -> str:
     return owner_name()
 
 
-class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions):
+class Runtime(
+    Cycle, EditCheck, Concluding, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions
+):
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a
@@ -509,7 +513,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
                 ex.events = []
                 return
             ex.state.notes.extend(notes)
-            ex.state.pending = None
+            # a person's edit made while they waited is judged next (``_edit_check``)
+            ex.state.pending = {"stage": EDIT_CHECK} if pend.get("edited") else None
             bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
             if rec.status in TERMINAL_STATUSES:
                 # A cancelled run stays cancelled; its packet says what was undone and what
@@ -539,7 +544,7 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
         elif rec.cancel_requested:
             self._cancel_now(ex, "cancelled before it resumed")
             return
-        elif ex.state.pending is not None:
+        elif ex.state.pending is not None and not owes_check(ex.state.pending):
             done = await self._settle_pending(ex)
             if done:
                 return
@@ -576,7 +581,8 @@ class Runtime(Cycle, Concluding, Checkpoints, Parking, Finishing, Reflection, Fo
             if reason is not None:
                 self._finish(ex, reason)
                 return
-            if await self._cycle(ex):
+            # (the first cycle after a person's edit only judges it: ``_edit_check``)
+            if await (self._cycle(ex) if ex.state.pending is None else self._check_edit(ex)):
                 return
             reflect = decided = True
 

@@ -77,6 +77,9 @@ class Execution:
     # process): the ids of the feedback memory that actor was shown, as the entry stored them.
     shown_memory: list[str] = field(default_factory=list)
     last_visible: dict[str, Verdict] = field(default_factory=dict)  # this cycle's visible verdicts
+    # This cycle judges a person's edit with no actor call (``_edit_check``): its record and
+    # history say so, and it counts no cycle without progress.
+    check_only: bool = False
     # The cycle this execution last started and what the run had spent when it did: a run
     # ending inside it, before its record, logs what it cost (``stopped``'s ``ended_in``).
     cycle_at: int = 0

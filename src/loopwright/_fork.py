@@ -9,7 +9,8 @@ transaction, so a crash leaves either no fork or a whole one.
 ``Runtime.edit`` gives a part a new version authored by a person: accepted by definition
 (over an accepted version too, recorded as an override), an ``edited`` event with the diff, a
 note the next context shows, and an ``edit`` signal in the task's feedback memory. Verifiers
-judge the state after the edit in the next cycle.
+judge the state after the edit before the actor is asked again: the next cycle is a check-only
+one (``_edit_check``), or, for a run parked on a request, the decided cycle judged again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
 from ._decide import cycle_cap
+from ._edit_check import mark_edited
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
@@ -280,7 +282,6 @@ class Forking(RuntimeHost):
                 held = {"held_out": (ck.record or {}).get("held_out") or {}}
                 # ...but they, and its visible verdicts, judged the state before this edit: the
                 # decided cycle is judged again (Parking._judge_again)
-                s.pending = {**s.pending, "edited": True}
             part = s.part(ref)
             if part is None:
                 known = ", ".join(r for r, _p in s.iter_parts()) or "none"
@@ -290,6 +291,9 @@ class Forking(RuntimeHost):
             old, was = part.value, part.status
             if old == value:
                 raise ConfigError("is the part's current value already", field="value")
+            # Judged before the actor is asked again: the parked cycle once decided, else a
+            # check-only cycle next (``_edit_check``), owed in this commit.
+            s.pending = mark_edited(s.pending, ref)
             s.set_part(artifact, name, value, s.cycle)
             s.set_status(ref, "accepted")  # a person's version is accepted by definition
             part = s.part(ref)

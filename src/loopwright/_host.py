@@ -1,7 +1,7 @@
 """What the ``Runtime`` mixins share: its attributes, and the methods one mixin calls in another.
 
 ``Runtime`` (``_engine``) is assembled from mixins, one per seam of the engine: the cycle
-(``_cycle``), effects and decision (``_conclude``), the checkpoint's commit (``_checkpoint``),
+(``_cycle``; ``_edit_check``, the check-only one after a person's edit), effects and decision (``_conclude``), the checkpoint's commit (``_checkpoint``),
 parking for a person (``_parking``), finishing (``_finishing``), reflection (``_reflection``)
 and people's decisions (``_people``). Each mixin derives from ``RuntimeHost`` so mypy knows
 what ``self`` holds; the method stubs below exist only for the type checker (the real methods
@@ -40,6 +40,7 @@ class RuntimeHost:
     on_progress: ProgressFn | None
     group_commit: bool
     memory_enabled: bool
+    calls_in_threads: bool  # (``_cycle.Cycle``'s default, set by ``Runtime``)
     snapshot_every: int
     history_window: int
     _active: int

@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _decide as rules
 from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
 from ._earned import authority_status, earned_counts
+from ._edit_check import EDIT_CHECK, judge
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
@@ -75,6 +75,8 @@ class Parking(RuntimeHost):
         }
         if approved:  # judged again and parked again: what people approved before still holds
             s.pending["approved"] = [dict(x) for x in approved]
+        if ex.check_only:  # the cycle judging a person's edit: so it stays when concluded
+            s.pending["check_only"] = True
         s.next_action = (
             f"waiting for an answer to question {approval_id}"
             if ask is not None
@@ -197,6 +199,10 @@ class Parking(RuntimeHost):
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         if pend.get("question_only"):
             # The actor asked; nothing of its proposal is applied. The answer is in the notes.
+            if pend.get("edited"):
+                # a person edited the run while the question waited: with this cycle's commit
+                # the next cycle is owed, and judges the edit (``_edit_check``)
+                s.pending = {"stage": EDIT_CHECK, "parts": []}
             return self._conclude(
                 ex,
                 n,
@@ -252,25 +258,31 @@ class Parking(RuntimeHost):
         judged a state that is gone. The approved proposal is applied to the state as it is now
         and verified again (the actor is not asked again); what the person approved is not
         asked again, anything the new verdicts call for is."""
-        s, n = ex.state, int(pend["cycle"])
-        left = rules.remaining(ex.contract, s)
-        ex.deadline = None if left.seconds is None else time.time() + left.seconds
-        ex.events.append(
-            NewEvent(n, "judged_again", {"approval_id": pend.get("approval_id"), "why": "edited"})
-        )
-        return await self._evaluate(
-            ex,
-            n,
-            Proposal.from_dict(pend["proposal"]),
-            str(pend["digest"]),
-            time.perf_counter(),
-            approved=approved,
-        )
+        ex.check_only = bool(pend.get("check_only"))  # a check-only cycle parked, edited again
+        try:
+            return await judge(
+                self,
+                ex,
+                int(pend["cycle"]),
+                Proposal.from_dict(pend["proposal"]),
+                str(pend["digest"]),
+                {"approval_id": pend.get("approval_id"), "why": "edited"},
+                approved=approved,
+            )
+        finally:
+            ex.check_only = False
 
     async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
         ex.calls = list(pend.get("spend") or ())
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
+        ex.check_only = bool(pend.get("check_only"))  # (the cycle judging a person's edit)
+        try:
+            return await self._finish_stored(ex, pend, staged=staged)
+        finally:
+            ex.check_only = False
+
+    async def _finish_stored(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         s = ex.state
         n = int(pend["cycle"])
         proposal = Proposal.from_dict(pend["proposal"])

@@ -130,7 +130,11 @@ class Reflection(RuntimeHost):
         cycle's context and visible verdicts are set on ``ex`` for ``_reflect``."""
         loop, s = ex.loop, ex.state
         last = s.history[-1] if s.history else {}
-        if loop.reflector is None or last.get("decision") not in _REFLECTED:
+        if (
+            loop.reflector is None
+            or last.get("decision") not in _REFLECTED
+            or last.get("check_only")  # no actor to reflect on: a person's edit judged
+        ):
             return False
         marks = self.store.journal(ex.run_id, key=REFLECTION_KEY)
         if marks and marks[0].cycle >= s.cycle:

@@ -431,7 +431,7 @@ class _RunFold:
         elif isinstance(n, int) and n not in self.notes_at_start:
             self.notes_at_start[n] = self.previous  # the cycle's first commit: context before
         if concluded:
-            if self.seen_first:
+            if self.seen_first and not rec.get("check_only"):  # (no actor: no context)
                 self.context_cycles += 1
                 start = self.notes_at_start.get(int(rec["cycle"]), 0)
                 self.reuse += start > 0 or bool(rec.get("memory"))

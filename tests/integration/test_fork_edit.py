@@ -216,12 +216,13 @@ def test_an_edit_is_accepted_recorded_remembered_and_the_loop_goes_on(
         assert ev["by"] == "ana" and ev["part"] == "doc/b" and "+b by hand" in ev["diff"]
         [item] = [m for m in rt.memory.list(scope="task") if m.signal == "edit"]
         assert item.scope_key == "origin" and "doc/b" in item.text
-        # the next cycle starts from the edit, and the actor may not overwrite it
+        # the edit is judged first (a check-only cycle: the check finds a and b wrong); the
+        # actor's cycle starts from the edit and those verdicts, and may not overwrite it
         seen: list[lw.Context] = []
 
         def actor(ctx: lw.Context) -> lw.Proposal:
             seen.append(ctx)
-            return lw.Proposal.edit("doc", {"b": "the actor's b"})
+            return lw.Proposal.edit("doc", {"c": "the actor's c"})
 
         base = make_loop(counter, max_cycles=2)
         loop = lw.Loop(
@@ -233,12 +234,14 @@ def test_an_edit_is_accepted_recorded_remembered_and_the_loop_goes_on(
             approvals=base.approvals,
         )
         fresh, _ = rt.create(loop, TASK, task_key="fresh")
-        rt.edit(fresh.run_id, "doc/b", "b by hand", by="ana")
+        rt.edit(fresh.run_id, "doc/c", "c by hand", by="ana")
         r = rt.resume_sync(fresh.run_id, loop)
-        assert seen[0].artifacts["doc"]["b"] == "b by hand"
-        assert seen[0].is_accepted("doc", "b")
+        assert seen[0].cycle == 2  # cycle 1 judged the edit
+        assert seen[0].artifacts["doc"]["c"] == "c by hand"
+        assert seen[0].is_accepted("doc", "c")
+        assert {f.part for f in seen[0].findings} == {"a", "b"}  # the edited state's verdicts
         assert any(n.get("kind") == "edit" and n.get("by") == "ana" for n in seen[0].notes)
-        assert r.state.values()["doc"]["b"] == "b by hand"  # refused to overwrite it
+        assert r.state.values()["doc"]["c"] == "c by hand"  # refused to overwrite it
 
 
 def test_an_edit_of_a_structured_value_names_the_changed_fields(tmp_path: Path) -> None:
@@ -460,10 +463,14 @@ def test_an_edit_reopens_a_run_that_gave_up_on_its_actor_to_a_fresh_start(
             raise lw.TransientError("503 from the model server")
         return lw.Proposal.edit("doc", {"b": "fixed"})
 
+    def fixed(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        ok = state.values()["doc"]["b"] == "fixed"  # the person's edit alone is not enough
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.5)
+
     loop = lw.Loop(
         name="gave-up",
         actor=actor,
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="c")],
+        verifiers=[lw.Check(fn=fixed, name="c")],
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
         retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
     )

@@ -46,7 +46,10 @@ def make_loop(
         )
 
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=True, score=1.0)
+        # a cycle that pays passes (each of the actor's does); a person's edit, judged on its
+        # own, pays nothing: the loop goes on to pay for it
+        ok = bool(proposal.effects)
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
 
     return lw.Loop(
         name="payer",
@@ -251,11 +254,17 @@ def test_one_persons_answer_does_not_approve_a_four_eyes_payment(url: str) -> No
 
 
 def overwriting(rule: lw.PolicyRule) -> lw.Loop:
-    """A loop that writes "the loop's" over part doc/a, under ``rule``."""
+    """A loop that writes "the loop's" over part doc/a, under ``rule``; its check passes only
+    the loop's value (a person's edit, judged first, does not end the run)."""
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        ok = state.values()["doc"]["a"] == "the loop's"
+        return lw.Verdict(passed=ok, score=1.0 if ok else 0.5)
+
     return lw.Loop(
         name="ow",
         actor=lambda ctx: lw.Proposal.edit("doc", {"a": "the loop's"}),
-        verifiers=[lambda s, p: lw.Verdict(passed=True, score=1.0)],
+        verifiers=[check],
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
         approvals=lw.ApprovalPolicy((rule,)),
     )

@@ -45,7 +45,9 @@ def test_who_rolled_back_or_cancelled_a_run_cannot_approve_its_refund(url: str, 
         if how == "rollback":
             rt.rollback(r.run_id, 0, by="rita", loop=loop)
         else:
-            # a parked run can be cancelled: park a second payment first
+            # a parked run can be cancelled: park a second payment first (cycle 2 judges the
+            # edit, cycle 3 pays)
+            loop = dataclasses.replace(loop, contract=lw.Contract(budget=lw.Budget(max_cycles=3)))
             r = rt.run_sync(loop, task("S-2", 100), task_key="s2", by="root")
             rt.approve(r.run_id, by="ben")
             rt.resume_sync(r.run_id, loop)
@@ -153,7 +155,7 @@ def test_an_allowed_overwrite_of_a_persons_edit_says_whose_it_was(url: str) -> N
         assert (rec.actor, rec.target) == ("policy:ow-ok", f"run {r.run_id}")
         assert rec.detail["parts"][0]["accepted_by"] == "rita"
     text = " ".join(shown_text(url, r.run_id)[0].split())
-    assert "write over, no one asked: cycle 2: doc/a v3 (rita's edit), allowed by rule ow-ok" in (
+    assert "write over, no one asked: cycle 3: doc/a v3 (rita's edit), allowed by rule ow-ok" in (
         text
     )
 
@@ -265,17 +267,18 @@ def test_an_allowed_overwrite_is_audited_once_when_its_cycle_is_redone_after_a_c
         r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "a0"}}}, task_key="w", by="root")
         rt.edit(r.run_id, "doc/a", "rita's", by="rita")
     with lw.Runtime(url) as rt:
-        rt._on_phase = phase_hook(("before_checkpoint", 2))  # cycle 2 decided, not committed
+        # (cycle 2 judged rita's edit; cycle 3 is the actor's, which writes over it)
+        rt._on_phase = phase_hook(("before_checkpoint", 3))  # cycle 3 decided, not committed
         with pytest.raises(Crash):
             rt.resume_sync(r.run_id, loop)
-        assert rt.store.latest_checkpoint(r.run_id).cycle == 1
+        assert rt.store.latest_checkpoint(r.run_id).cycle == 2
     with lw.Runtime(url) as rt:
         r = rt.resume_sync(r.run_id, loop)
         assert r.state.values()["doc"]["a"] == "the loop's"
         [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "overwrite_allowed"]
         records = [a for a in rt.store.audit() if a.action == "allow overwrite"]
         assert [(a.actor, a.target, a.detail["cycle"]) for a in records] == [
-            ("policy:ow-ok", f"run {r.run_id}", 2)
+            ("policy:ow-ok", f"run {r.run_id}", 3)
         ]
         assert records[0].detail["parts"] == ev.data["parts"]
 

@@ -678,7 +678,13 @@ def test_edit_a_part_from_the_api_and_the_loop_goes_on(tmp_path: Path) -> None:
     kinds = [e["kind"] for e in detail["events"]]
     assert kinds.index("edited") < kinds.index("resume_requested")
     assert not [a for a in detail["approvals"] if a["status"] == "pending"]  # pay not re-asked
+    # the resumed run judged the person's edit first: a check-only cycle, no actor call
+    checked = [row for row in detail["timeline"] if row.get("check_only")]
+    assert [(row["kind"], row["note"]) for row in checked] == [
+        ("check only", "judged the person's edit")
+    ]
     page = c.get(f"/runs/{run_id}").text
+    assert "check only" in page
     edits = page.split('id="edits"')[1].split("</table>")[0]
     assert "ana" in edits and "doc/pay" in edits and "the PO says 10" in edits
 

@@ -144,6 +144,8 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
         what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts)]
+        if rec.get("check_only"):  # no actor call: the verifiers judged a person's edit
+            what = ["[cyan]check only:[/] judged the person's edit"]
         if rec.get("duplicate"):
             what.append("[yellow](repeat)[/]")
 

@@ -16,7 +16,8 @@ One JSON object per line, one line per run::
         "held_out_passed": null,              # null: not judged / unknown
         "refused": false, "duplicate": false, "asked": false,
         "seconds": 1.2, "improved": true,     # improved: as the recording decided
-        "reopened": false}],                  # true: it ended the run, a person reopened it
+        "reopened": false,                    # true: it ended the run, a person reopened it
+        "check_only": false}],                # true: it judged a person's edit, no actor call
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
@@ -105,6 +106,9 @@ class CycleTrace:
     # This cycle ended the run and a person reopened it (an edit of the ended run): replay
     # goes on past an end here, as the person had the run go on.
     reopened: bool = False
+    # This cycle judged a person's edit, no actor call (``_edit_check``): it counts no cycle
+    # without progress, and no plateau ends the run at its end.
+    check_only: bool = False
 
     @property
     def cost_usd(self) -> float:
@@ -151,6 +155,7 @@ class RunTrace:
                     "seconds": c.seconds,
                     "improved": c.improved,
                     **({"reopened": True} if c.reopened else {}),
+                    **({"check_only": True} if c.check_only else {}),
                 }
                 for c in self.cycles
             ],
@@ -189,6 +194,7 @@ class RunTrace:
                     seconds=_amount(c.get("seconds", 0.0), "seconds"),
                     improved=_flag(c.get("improved"), "improved"),
                     reopened=_bit(c.get("reopened", False), "reopened"),
+                    check_only=_bit(c.get("check_only", False), "check_only"),
                 )
                 for c in d.get("cycles") or ()
             )

@@ -184,8 +184,8 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             if c.score is not None and (s.progress_score is None or c.score > s.progress_score):
                 s.progress_score = c.score
             s.stall = 0
-        elif c.asked:
-            pass
+        elif c.asked or c.check_only:
+            pass  # waiting for an answer, or judging a person's edit: no attempt was made
         else:
             s.stall += 1
         s.passed_checks = sorted(set(s.passed_checks) | newly)
@@ -208,7 +208,11 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             continue
         if ok:
             return end("success", accepted=True)
-        if contract.no_progress is not None and s.stall >= contract.no_progress.cycles:
+        if (
+            contract.no_progress is not None
+            and s.stall >= contract.no_progress.cycles
+            and not c.check_only
+        ):
             return end("no_progress")
         reason = rules.stop_before_cycle(contract, s)
         if reason is not None:

@@ -105,6 +105,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 asked=r.get("decision") == "asked",
                 seconds=float((r.get("usage") or {}).get("seconds", 0.0)),
                 improved=r.get("improved"),
+                check_only=bool(r.get("check_only")),
             )
         )
     # What the run spent after its last concluded cycle: the calls of a cycle it never

@@ -136,6 +136,8 @@ def cycle_spans(
 def _cycle_attributes(cycle: Span, occ: Occurrence, closing: tuple[int, Event] | None) -> None:
     rec = occ.record
     a = cycle.attributes
+    if occ.started.data.get("check_only"):  # judged a person's edit: no actor span
+        a["loopwright.check_only"] = True
     if rec is not None:
         a["loopwright.decision"] = rec.get("decision")
         a["loopwright.score"] = rec.get("score")

@@ -166,6 +166,8 @@ def _case_cycle(c: _Cycle) -> dict[str, Any]:
         "effects": list(rec.get("effects") or ()),
         "usage": rec.get("usage"),
         "calls": list(rec.get("calls") or ()),
+        # judged a person's edit, no actor call: its proposal is no actor's
+        **({"check_only": True} if rec.get("check_only") else {}),
     }
 
 

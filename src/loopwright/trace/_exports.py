@@ -60,8 +60,9 @@ class _Candidate:
 def _rank(c: _Cycle) -> int | None:
     """How good a proposal turned out: 2 accepted, 1 improved the best visible score without
     being accepted, 0 revised or refused without improving; ``None`` for what is neither
-    better nor worse (an actor's question, a cycle that never concluded)."""
-    if not c.concluded:
+    better nor worse (an actor's question, a cycle that never concluded, a check-only cycle:
+    no actor proposed anything, the verifiers judged a person's edit)."""
+    if not c.concluded or c.record.get("check_only"):
         return None
     if c.decision == "accepted":
         return 2

@@ -160,7 +160,9 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         "at": ck.created_at,  # when the cycle was committed
         "parked": False,
         "unapplied": False,
-        "kind": prop.get("kind"),
+        # a cycle that judged a person's edit, no actor call (its note says so)
+        "kind": "check only" if rec.get("check_only") else prop.get("kind"),
+        "check_only": bool(rec.get("check_only")),
         "replace": list(prop.get("replace") or []),
         "edits": edits,
         "note": prop.get("note") or "",

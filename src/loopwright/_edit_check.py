@@ -1,0 +1,100 @@
+"""A person's edit judged before the actor is paid again: the check-only cycle.
+
+``Runtime.edit`` marks the run it edits (``mark_edited``). A run parked on a request keeps its
+entry, marked ``edited``: the request's cycle is judged again once it is decided
+(``Parking._judge_again``). Any other run (ended and reopened, or idle) gets the entry
+``{"stage": "edit_check"}`` (a rollback's compensations waiting to run keep theirs, marked
+``edited``, and get it once they are done). The next cycle on ``resume`` is then a *check-only*
+cycle (``EditCheck._check_edit``): no actor call, the loop's verifiers — visible, then held-out,
+as in any cycle — judge the state as the person left it, and the stop contract decides it:
+accepted, or the loop goes on with the actor shown those verdicts. Both paths judge through
+``judge``: one way to have the verifiers look again at what a person changed.
+
+The entry is written in the edit's own commit and cleared in the check-only cycle's, so a crash
+before that commit judges again on resume and one after it does not (at most one check-only
+cycle an edit; a run edited twice before it resumes judges the latest state once).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _decide as rules
+from ._exec import Execution as _Exec
+from ._host import RuntimeHost
+from ._proposal import Proposal
+from .store import NewEvent
+
+__all__ = ["CHECKED", "EDIT_CHECK", "EditCheck", "judge", "mark_edited", "owes_check"]
+
+EDIT_CHECK = "edit_check"  # the pending entry's stage: a person's edit waits to be judged
+CHECKED = "judged the person's edit"  # the check-only cycle's proposal note, as shown
+
+# The check-only cycle's proposal: it changes nothing (the person's versions are in the state).
+_NOTHING = Proposal(note=CHECKED)
+
+
+def mark_edited(pending: Mapping[str, Any] | None, ref: str) -> dict[str, Any]:
+    """The run's pending entry after a person edited part ``ref``: what it waited on, marked
+    ``edited``, or, where it waited on nothing, a check-only cycle owed (its ``parts``: those
+    edited since the run's last cycle)."""
+    if pending is None or pending.get("stage") == EDIT_CHECK:
+        parts = [str(p) for p in (pending or {}).get("parts") or () if p != ref]
+        return {"stage": EDIT_CHECK, "parts": [*parts, ref]}
+    return {**pending, "edited": True}
+
+
+def owes_check(pending: Mapping[str, Any] | None) -> bool:
+    """Whether the next cycle is a check-only one (a person's edit not yet judged)."""
+    return pending is not None and pending.get("stage") == EDIT_CHECK
+
+
+async def judge(
+    host: RuntimeHost,
+    ex: _Exec,
+    n: int,
+    proposal: Proposal,
+    digest: str,
+    why: Mapping[str, Any],
+    *,
+    approved: Sequence[Mapping[str, Any]] = (),
+) -> bool:
+    """Have the loop's verifiers judge ``proposal`` applied to the state as it is now (a person
+    edited it since the actor proposed), under this cycle's time budget, and decide the cycle:
+    the ``judged_again`` event says ``why``. The actor is not asked. ``approved``: what a
+    person approved for this cycle already (not asked again)."""
+    left = rules.remaining(ex.contract, ex.state)
+    ex.deadline = None if left.seconds is None else time.time() + left.seconds
+    ex.events.append(NewEvent(n, "judged_again", dict(why)))
+    return await host._evaluate(ex, n, proposal, digest, time.perf_counter(), approved=approved)
+
+
+class EditCheck(RuntimeHost):
+    """The check-only cycle after a person's edit (mixed into ``Runtime``)."""
+
+    async def _check_edit(self, ex: _Exec) -> bool:
+        """Cycle ``n``: the verifiers judge the person's edit, the contract decides, no actor
+        call. Returns True when the run ended or parked (as ``Cycle._cycle``)."""
+        s = ex.state
+        n = s.cycle + 1
+        parts = [str(p) for p in (s.pending or {}).get("parts") or ()]
+        s.pending = None  # cleared in this cycle's commit: judged once
+        ex.events.append(NewEvent(n, "cycle_started", {"check_only": True}))
+        ex.calls = []
+        ex.asked = set()
+        ex.cycle_at, ex.cycle_from = n, s.spent
+        if ex.retries:  # this cycle's failed attempts only (a verifier's, before a crash)
+            ex.retries = {k: e for k, e in ex.retries.items() if e.cycle >= n}
+        ex.threaded = self._active > 1 or self.calls_in_threads
+        # no actor, no context: no feedback memory shown, nothing for a reflector
+        ex.last_context, ex.last_visible, ex.shown_memory = None, {}, []
+        if ex.phase is not None:  # (a phase hook is set by the crash tests only)
+            ex.at("before_check")
+        ex.check_only = True
+        try:
+            why = {"why": "edited", "check_only": True, "parts": parts}
+            return await judge(self, ex, n, _NOTHING, _NOTHING.digest(), why)
+        finally:
+            ex.check_only = False
