@@ -355,10 +355,16 @@ def test_replay_agrees_with_a_run_a_person_edited_and_resumed(
     path = tmp_path_factory.mktemp("edited") / "s.db"
     with lw.Runtime(f"sqlite:///{path}?durability=process") as rt:
         r = rt.run_sync(loop, {"artifacts": {"doc": {"p0": 0}}})
+        while r.status == "awaiting_approval":  # the actor's question: a person answers
+            rt.answer(r.run_id, "yes", by="ann")
+            r = rt.resume_sync(r.run_id, loop)
         ended = r.cycles
         for i in range(edits):
             rt.edit(r.run_id, "doc/p0", f"by hand {i}", by="ann")
         r = rt.resume_sync(r.run_id, loop)
+        while r.status == "awaiting_approval":  # a question after the edit's cycle
+            rt.answer(r.run_id, "yes", by="ann")
+            r = rt.resume_sync(r.run_id, loop)
         (trace,) = list(traces_from_store(rt.store))
     checked = [x.cycle for x in trace.cycles if x.check_only]
     # one check-only cycle for the edits, right after the end, unless a budget stopped the run
