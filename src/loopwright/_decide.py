@@ -110,6 +110,12 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
     cap = cycle_cap(contract, state)
     if cap is not None and n >= cap:
         return "budget_cycles"
+    # A budget used up is named before one only projected to be crossed, and a crossed one
+    # before one only reached (as inside a cycle): a run that stopped mid-cycle on crossed
+    # tokens and was reopened (a person's edit) said budget_cost, projected, where replay of
+    # the same trace said budget_tokens.
+    if (used := budget_exhausted(contract, s)) is not None:
+        return used
     checks: tuple[tuple[float | None, float, str], ...] = (
         (b.max_cost_usd, s.cost_usd, "budget_cost"),
         (b.max_tokens, float(s.tokens), "budget_tokens"),

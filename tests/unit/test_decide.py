@@ -382,3 +382,19 @@ def test_a_budget_crossed_is_named_before_one_only_reached() -> None:
     assert budget_exhausted(contract, Usage(cost_usd=0.1, tokens=10)) == "budget_cost"
     assert budget_exhausted(contract, Usage(cost_usd=0.05, tokens=50)) == "budget_tokens"
     assert budget_exhausted(contract, Usage(cost_usd=0.05, tokens=10)) is None
+
+
+def test_before_a_cycle_a_budget_used_up_is_named_before_one_only_projected() -> None:
+    """A run stopped mid-cycle on tokens crossed (400 of 50), its cost at $0.40 of $0.60, was
+    reopened by a person's edit: the check before the next cycle named budget_cost (projected:
+    $0.40 more would cross), replay of its trace budget_tokens (crossed). Crossed first."""
+    contract = lw.Contract(budget=lw.Budget(max_cost_usd=0.6, max_tokens=50))
+    state = lw.TaskState(cycle=1)
+    state.spent = lw.Usage(cost_usd=0.4, tokens=400)
+    assert rules.budget_stop(contract, state) == "budget_tokens"
+    # only projected: the cost budget, as before
+    state.spent = lw.Usage(cost_usd=0.4, tokens=10)
+    assert rules.budget_stop(contract, state) == "budget_cost"
+    # tokens reached (not crossed) beside a projected cost: the one reached
+    contract = lw.Contract(budget=lw.Budget(max_cost_usd=0.6, max_tokens=10))
+    assert rules.budget_stop(contract, state) == "budget_tokens"
