@@ -92,7 +92,7 @@ def test_users_tokens_and_refusals(
     ]
     assert tokenless == [
         ("(no token)", "add user", "user ana"),
-        ("ana", "approve", f"run {runs[0]}"),  # --by ana, no token
+        ("(no token)", "approve", f"run {runs[0]}"),  # --by ana, no token: proves nothing
         ("(unknown token)", "deny", f"run {runs[1]}"),  # ben's, revoked
     ]
     assert all(r["origin"] in ("cli", "engine", "python") for r in lines)
@@ -361,6 +361,8 @@ def test_the_list_of_requests_says_when_each_expires_and_which_expired(
         ("(no token)", "(…)"),  # the audit log's own word for a tokenless attempt
         ("be\u200bn", "same name spelled another way"),  # prints as "ben"
         ("\uff42en", "same name spelled another way"),  # fullwidth b: NFKC "ben"
+        ("b\u0435n", "same name spelled another way"),  # a Cyrillic e: prints as "ben"
+        ("\u0392\u0395\u039d", "same name spelled another way"),  # Greek capitals: "BEN"
     ],
 )
 def test_a_user_name_that_prints_as_another_or_as_terminal_control_is_refused(

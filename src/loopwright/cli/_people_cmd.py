@@ -51,24 +51,39 @@ def acting_as(store: Store, by: str | None, token: str | None, *, action: str, t
     token = (token or "").strip() or None
     if not store.has_users():
         return (by or "").strip() or getpass.getuser()
+    # a refusal is recorded under what authenticated the attempt: a typed --by proves nothing
+    # (anyone could write "ben" or "policy:earned" into the actor column); it goes in the
+    # detail, as typed, only where it prints as itself
+    typed = _typed_by(by)
     if token is None:
-        audit(store, by or "(no token)", action, target, outcome="refused", origin="cli",
-              reason="no token")  # fmt: skip
+        audit(store, "(no token)", action, target, outcome="refused", origin="cli",
+              reason="no token", typed_by=typed)  # fmt: skip
         raise NotPermittedError(
             "this store has users: give your token (--token or LOOPWRIGHT_TOKEN; an admin "
             "makes one with: loopwright users token NAME)"
         )
     user = store.user_by_token(hash_token(token))
     if user is None:
-        audit(store, by or "(unknown token)", action, target, outcome="refused", origin="cli",
-              reason="unknown or revoked token")  # fmt: skip
+        audit(store, "(unknown token)", action, target, outcome="refused", origin="cli",
+              reason="unknown or revoked token", typed_by=typed)  # fmt: skip
         raise NotPermittedError("the token is unknown or revoked")
     if by and by.strip() and by.strip() != user.name:
+        # the token's user naming someone else: an attempt to act as another person
+        audit(store, user.name, action, target, outcome="refused", origin="cli",
+              reason="--by names someone else than the token's user", typed_by=typed)  # fmt: skip
         raise ConfigError(
             f"the token is {user.name}'s; decisions are recorded under it (drop --by)",
             field="--by",
         )
     return user.name
+
+
+def _typed_by(by: str | None) -> str | None:
+    """A typed ``--by`` as the audit detail may keep it: printable, at most 64 characters."""
+    name = (by or "").strip()
+    if not name or len(name) > 64 or unprintable(name) is not None:
+        return None
+    return name
 
 
 def starter(store: Store, token: str | None, *, target: str, **detail: Any) -> str:

@@ -21,12 +21,24 @@ if TYPE_CHECKING:
 __all__ = ["AuditRecord", "AuthorityRecord", "PeopleStore", "UserRecord", "Vote", "person_key"]
 
 
+# Cyrillic and Greek letters that print as a Latin one (in lower or upper case: names are
+# compared without case, so "ΒΕΝ" is "BEN" is "ben"), as their case-folded forms. NFKC keeps
+# them apart from Latin, so "аna" (a Cyrillic a) was a second user beside "ana", votes as
+# a second person on a four-eyes request, and reads as "ana, аna" in `decided_by`.
+_LOOKALIKES = str.maketrans(
+    "аеорсухіјѕԁԛԝвнкмтӏαβεζηικμνορτυχ",
+    "aeopcyxijsdqwbhkmtlabezhikmnoptyx",
+)
+
+
 def person_key(name: str) -> str:
     """A name as people are told apart, not as typed: compatibility forms folded (NFKC: a
     fullwidth "ｂen" is "ben"), invisible format characters dropped (U+200B: "be\u200bn" prints
-    as "ben"), spaces around it and letter case ignored."""
+    as "ben"), spaces around it and letter case ignored, and a Cyrillic or Greek letter that
+    prints as a Latin one read as that letter (a Cyrillic "аna" is "ana")."""
     folded = unicodedata.normalize("NFKC", name)
-    return "".join(c for c in folded if unicodedata.category(c) != "Cf").strip().casefold()
+    kept = "".join(c for c in folded if unicodedata.category(c) != "Cf").strip().casefold()
+    return kept.translate(_LOOKALIKES)
 
 
 @dataclass(frozen=True, slots=True)
