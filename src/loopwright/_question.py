@@ -22,6 +22,15 @@ _TRUE = {"true", "yes", "y", "1"}
 _FALSE = {"false", "no", "n", "0"}
 
 
+def _given(answer: Any) -> str:
+    """An answer as a refusal quotes it: cut, so a 100 KB paste is not echoed whole to the
+    terminal or in the API's 400 detail (probe46c)."""
+    shown = repr(answer)
+    if len(shown) <= 60:
+        return shown
+    return f"{shown[:57]}… ({len(str(answer)):,} characters)"
+
+
 @dataclass(frozen=True, slots=True)
 class Question:
     """A question to a person.
@@ -65,7 +74,7 @@ class Question:
             text = str(answer).strip()
             if text not in self.choices:
                 raise ConfigError(
-                    f"must be one of {list(self.choices)}, got {text!r}", field="answer"
+                    f"must be one of {list(self.choices)}, got {_given(text)}", field="answer"
                 )
             return text
         if self.type == "text":
@@ -76,7 +85,7 @@ class Question:
             low = str(answer).strip().lower()
             if low in _TRUE | _FALSE:
                 return low in _TRUE
-            raise ConfigError(f"must be yes or no, got {answer!r}", field="answer")
+            raise ConfigError(f"must be yes or no, got {_given(answer)}", field="answer")
         if self.type == "integer":
             # Whole numbers are parsed as ints, never through float (exact beyond 2**53).
             if isinstance(answer, int) and not isinstance(answer, bool):
@@ -100,13 +109,13 @@ class Question:
         except (TypeError, ValueError, OverflowError):
             article = "an" if self.type[0] in "aeiou" else "a"  # an integer
             raise ConfigError(
-                f"must be {article} {self.type}, got {answer!r}", field="answer"
+                f"must be {article} {self.type}, got {_given(answer)}", field="answer"
             ) from None
         if not math.isfinite(num):
             raise ConfigError(f"must be a finite {self.type}", field="answer")
         if self.type == "integer":
             if num != int(num):
-                raise ConfigError(f"must be a whole number, got {answer!r}", field="answer")
+                raise ConfigError(f"must be a whole number, got {_given(answer)}", field="answer")
             return int(num)
         return num
 

@@ -182,3 +182,19 @@ def test_an_integer_answer_with_too_many_digits_says_so() -> None:
         with pytest.raises(lw.ConfigError, match=f"at most {limit} digits, got one of"):
             q.validate("7" * (limit + 700))
     assert q.validate("-" + "7" * 40) == -int("7" * 40)
+
+
+def test_a_refused_answer_is_quoted_cut() -> None:
+    """A refused 100 KB answer was echoed whole in the error, on the terminal and in the API's
+    400 detail (probe46c)."""
+    q = lw.Question("how many?", type="integer")
+    with pytest.raises(lw.ConfigError) as err:
+        q.validate("x" * 100_000)
+    text = str(err.value)
+    assert len(text) < 200 and "(100,000 characters)" in text and "'xxxx" in text
+    with pytest.raises(lw.ConfigError, match=r"got 'many'$"):  # a short one whole, as before
+        q.validate("many")
+    pick = lw.Question("which?", choices=["a", "b"])
+    with pytest.raises(lw.ConfigError) as err:
+        pick.validate("c" * 5000)
+    assert "(5,000 characters)" in str(err.value) and len(str(err.value)) < 200
