@@ -265,13 +265,16 @@ def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]
 def budget_before(ex: Execution, who: str, *, free: bool = False) -> tuple[str, str] | None:
     """The budget that forbids starting call ``who`` in this cycle now (``call_stop``), with
     how it stands: ``"crossed"`` (a call in flight overshot it) or ``"reached"``; None: the
-    call may start. ``free``: ``who`` is declared to bill nothing (``Effect.free``): no budget
-    forbids it, until it has billed something all the same."""
+    call may start. ``free``: ``who`` is declared to bill nothing (``Effect.free``): a budget
+    reached does not forbid it, until it has billed something all the same; one crossed does,
+    as it does a call known free (``call_stop``): the overshoot is the one call in flight
+    (invariant 7), where each further effect declared free, but billing, ran and added its
+    own."""
     s = ex.state
     if budget_exhausted(ex.contract, s.spent) is None:
         return None  # (every call of every cycle asks: nothing built while no budget is used up)
     rows = call_rows(ex.calls)
-    if free and declared_free(s.billed, rows, who):
+    if free and declared_free(s.billed, rows, who) and budget_crossed(ex.contract, s.spent) is None:
         return None
     why = call_stop(ex.contract, s.spent, s.billed, rows, who)
     if why is None:

@@ -37,8 +37,11 @@ def _value(bare: str) -> str:
 
 # An escaped line break or tab (``\n`` in a printed or JSON-escaped string) ends a value as a raw
 # one does: read on, the value took the next line's name (``password=a\naws_secret_key: …``)
-# and left that line's value in clear.
-_BARE = r"(?:[^\s,;&\"'}\\]++|\\(?![\"'nrt]))++"
+# and left that line's value in clear. An escaped backslash (``\\``) is read as the pair it is:
+# one before ``n`` is a line break escaped twice (JSON in a JSON string), and ends the value
+# before it, where the value ended between the two backslashes and the masked text read one
+# level less escaped (``\\n`` became ``\n``: the inner JSON held a raw line break, unreadable).
+_BARE = r"(?:[^\s,;&\"'}\\]++|\\\\(?![nrt])|\\(?![\"'nrt\\]))++"
 
 # Where a key's shape may start: at a word's start, or right after an escaped line break or tab
 # (``'…\nsk-…'``: the ``n`` of the escape is a word character, so ``\b`` is not there and a key

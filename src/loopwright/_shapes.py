@@ -113,6 +113,8 @@ def takes(fn: Any, count: int, shape: str, field: str) -> None:
     try:
         signature.bind(*range(count))
     except TypeError as exc:
+        if _outer_takes(fn, count):
+            return
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         name = name.rsplit("<locals>.", 1)[-1]  # a function made in a function: its own name
         bare = signature.replace(  # its parameters as written, without annotations
@@ -123,3 +125,25 @@ def takes(fn: Any, count: int, shape: str, field: str) -> None:
             f"{name}{bare} must take {shape}, the arguments it is called with ({exc})",
             field=field,
         ) from None
+
+
+def _outer_takes(fn: Any, count: int) -> bool:
+    """Whether a decorated ``fn`` (``functools.wraps``: its signature read is the wrapped
+    function's) takes ``count`` positional arguments by its own parameters: a decorator that
+    supplies an argument (``wrapper(ctx)`` calling ``fn(ctx, client)``) was refused for the
+    wrapped function's shape. A wrapper of only ``*args, **kwargs`` says nothing of its own:
+    the wrapped function's shape stands."""
+    if getattr(fn, "__wrapped__", None) is None:
+        return False
+    try:
+        own = inspect.signature(fn, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return False
+    passing = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if all(p.kind in passing for p in own.parameters.values()):
+        return False
+    try:
+        own.bind(*range(count))
+    except TypeError:
+        return False
+    return True

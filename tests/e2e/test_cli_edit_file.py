@@ -57,3 +57,18 @@ def test_a_file_that_is_not_json_for_a_json_part_or_is_empty_is_refused(
     assert "is empty; to give the part an empty text, use --value ''" in capsys.readouterr().err
     assert _value(db, run_id, "prices") == {"tea": 2}  # nothing was written
     assert _value(db, run_id, "note") == "draft"
+
+
+def test_a_file_with_a_byte_order_mark_is_read_without_it(
+    run: tuple[str, str], tmp_path: Path
+) -> None:
+    """An editor that writes a byte-order mark (Notepad's UTF-8): a JSON part's file was
+    refused ("Unexpected UTF-8 BOM") and a text part's stored the mark at its start; a task
+    file is read without it already (review46)."""
+    db, run_id = run
+    f = tmp_path / "prices.json"
+    f.write_bytes(b'\xef\xbb\xbf{"tea": 4}\n')
+    assert main(["edit", run_id, "doc/prices", "--file", str(f), "--by", "ana", "--store", db]) == 0
+    assert _value(db, run_id, "prices") == {"tea": 4}
+    assert main(["edit", run_id, "doc/note", "--file", str(f), "--by", "ana", "--store", db]) == 0
+    assert _value(db, run_id, "note") == '{"tea": 4}\n'

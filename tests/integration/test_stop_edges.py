@@ -305,3 +305,68 @@ def test_a_fork_stopped_before_its_first_cycle_replays_so(tmp_path: Path) -> Non
             ends[name] = simulate(trace, contract)
     for name, out in ends.items():
         assert (out.reason, out.cycles, out.cost_usd) == (name, 0, 0.0)
+
+
+# --- effects declared free on a crossed budget (review46) ----------------------------------
+def _two_free(limit: float, calls: Counter[str], *, check_cost: float, reports: float) -> lw.Loop:
+    """A $0.10 actor, a check that passes billing ``check_cost``, then two effects declared
+    free that each report ``reports`` all the same."""
+
+    def make(name: str) -> lw.Effect:
+        @lw.effect(name, name=name, free=True)
+        def run(doc: str) -> Any:
+            calls[name] += 1
+            return lw.EffectResult({"ok": 1}, lw.Usage(reports))
+
+        return run
+
+    first, second = make("publish"), make("announce")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=[lw.Edit("doc", "body", "v")],
+            effects=[first.call(doc="v"), second.call(doc="v")],
+            usage=lw.Usage(0.10),
+        )
+
+    def check(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0, usage=lw.Usage(check_cost))
+
+    return lw.Loop(
+        name="two_free",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        effects=[first, second],
+        approvals=lw.ApprovalPolicy(
+            rules=[lw.PolicyRule(kind=k, action="allow") for k in ("publish", "announce")]
+        ),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3, max_cost_usd=limit)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("check_cost", "ran", "spent"),
+    [
+        # the actor and check reach $0.30: the first runs (a reached budget), reports $0.50 and
+        # crosses it; the second declared free does not start (both ran: $1.30 spent)
+        (0.20, {"publish": 1}, 0.80),
+        # the check overshoots in flight ($0.40): neither starts (both ran: $1.40)
+        (0.30, {}, 0.40),
+    ],
+)
+def test_an_effect_declared_free_does_not_start_on_a_crossed_budget(
+    tmp_path: Path, check_cost: float, ran: dict[str, int], spent: float
+) -> None:
+    """A budget crossed is overshot by the one call in flight (invariant 7), as a call known
+    free does not start on it (``call_stop``). Before, a declaration stood whatever the
+    spend: each effect declared free, billing all the same, ran and added its own cost."""
+    calls: Counter[str] = Counter()
+    loop = _two_free(0.30, calls, check_cost=check_cost, reports=0.50)
+    with lw.Runtime(str(tmp_path / "a.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+        (trace,) = list(traces_from_store(rt.store))
+    assert (r.status, r.stop_reason) == ("stopped", "budget_cost")
+    assert dict(calls) == ran
+    assert r.spent.cost_usd == pytest.approx(spent)
+    out = simulate(trace, loop.contract)
+    assert (out.reason, out.cost_usd) == ("budget_cost", pytest.approx(spent))

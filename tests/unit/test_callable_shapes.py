@@ -134,3 +134,36 @@ def test_an_effect_hook_of_the_wrong_shape_is_refused_when_it_is_attached() -> N
         lw.effect("spend", name="refund", key=lambda: "k")(lambda *, key: None)
     assert pay.reconciler(lambda key: None) is pay.reconcile_fn
     assert pay.compensation(lambda key, result, args: None) is pay.compensate_fn
+
+
+def _with_client(fn: Any) -> Any:
+    """A decorator that supplies an argument: the wrapper takes (ctx), the function (ctx,
+    client); ``functools.wraps`` makes the signature read the function's."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx: lw.Context) -> Any:
+        return fn(ctx, "client")
+
+    return wrapper
+
+
+def _logged(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def test_a_decorated_callable_is_judged_by_the_shape_it_is_called_with() -> None:
+    """A decorator supplying the actor's client (``wrapper(ctx)`` calling ``fn(ctx, client)``)
+    was refused for the wrapped function's two parameters, though the engine calls it with
+    one; a pass-through wrapper (``*args, **kwargs``) still shows the wrapped function's."""
+
+    @_with_client
+    def client_actor(ctx: lw.Context, client: str) -> lw.Proposal:
+        return actor(ctx)
+
+    assert _loop(actor=client_actor).actor is client_actor
+    with pytest.raises(lw.ConfigError, match=r"must take \(state, proposal\)"):
+        lw.Check(fn=_logged(one_arg))

@@ -245,3 +245,24 @@ def test_a_credential_headers_pair_in_a_header_list_is_masked(text: str, want: s
 )
 def test_header_names_and_other_pairs_stay(text: str) -> None:
     both_paths(text, text)
+
+
+@pytest.mark.parametrize("esc", ["\n", "\t", "\r\n"])
+def test_a_line_break_escaped_twice_ends_the_value_and_keeps_its_escape(esc: str) -> None:
+    """JSON in a JSON string (an echoed error body logged as JSON) writes a line break
+    ``\\\\n``: the value ended between the two backslashes, so the masked text read one level
+    less escaped (``\\n``), and the inner JSON held a raw line break (unreadable) — review46.
+    The value ends before the pair, the next line's key is masked, and both levels read."""
+    inner = json.dumps({"cfg": f"password=abc{esc}aws_secret_access_key: SECRETVALUE123"})
+    outer = json.dumps({"body": inner})
+    want = outer.replace("=abc", "=***").replace("SECRETVALUE123", "***")
+    both_paths(f"resp {outer}", f"resp {want}")
+    read = json.loads(json.loads(want)["body"])["cfg"]
+    assert read == f"password=***{esc}aws_secret_access_key: ***"
+
+
+def test_a_value_ending_in_an_escaped_backslash_keeps_its_closing_quote() -> None:
+    """``"password=C:\\\\"`` (a value ending in a backslash, JSON-escaped): the value ended
+    between the two backslashes and the masked text escaped the closing quote."""
+    text = json.dumps({"log": "password=C:\\"})
+    both_paths(text, '{"log": "password=***"}')

@@ -129,7 +129,7 @@ def edit(
     text: str | None = None
     if file is not None:
         try:
-            text = file.read_text(encoding="utf-8")
+            text = file.read_text(encoding="utf-8-sig")  # (a byte-order mark is no text)
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {file}: {exc}", field="--file") from None
         if not text.strip():
