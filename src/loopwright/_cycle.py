@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import operator
 import time
 from collections.abc import Mapping, Sequence
@@ -16,9 +15,9 @@ from functools import partial
 from typing import Any
 
 from . import _decide as rules
+from ._actor_context import HELD_OUT_KEY, ActorContext
 from ._call_billing import charge
 from ._call_retry import call_with_retry
-from ._copy_on_read import _CopyOnRead, _json_copy
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -31,13 +30,10 @@ from ._exec import (
     error_info,
     priced_dict,
 )
-from ._gates import Gates, _approved, _effect, _need_key
-from ._group import GroupRecall
-from ._memory import recall_scopes
+from ._gates import _approved, _effect, _need_key
 from ._plan import STEP_STATUSES
-from ._proposal import Context, Proposal, Remaining, Verdict
+from ._proposal import Proposal, Verdict
 from ._question import Question
-from ._recall import recall
 from ._redact import redact
 from ._state import Finding, PlanStep, TaskState, Version, VersionLoader
 from ._usage import Usage
@@ -47,13 +43,12 @@ __all__ = ["ASKED", "HELD_OUT_KEY", "Cycle"]
 
 _VERIFIER = operator.attrgetter("verifier")
 
-HELD_OUT_KEY = "held_out"
 ASKED = "the actor asked for a person: "  # an escalating proposal's cause, before its reason
 
 _NOTHING = Usage()  # a call that reported no usage (Usage is immutable: one serves all)
 
 
-class Cycle(Gates):
+class Cycle(ActorContext):
     """The first half of a cycle: context, actor, verifiers, gates (mixed into ``Runtime``;
     the gates' checks in ``_gates.Gates``)."""
 
@@ -61,92 +56,6 @@ class Cycle(Gates):
     # a call longer than the lease held the event loop, so no heartbeat renewed the lease and
     # another worker took the run over while it was being driven, redoing its cycle.
     calls_in_threads = False
-
-    def _context(
-        self,
-        ex: _Exec,
-        n: int,
-        memory: tuple[dict[str, Any], ...],
-        remaining: Remaining | None = None,
-        state: TaskState | None = None,
-    ) -> Context:
-        """What the actor of cycle ``n`` is shown: ``ex.state``'s, or ``state``'s (a cycle's
-        context rebuilt after a crash, for its reflection)."""
-        s = ex.state if state is None else state
-        task = s.task
-        # A part's values and the task are copied as they are read: an actor that changes what
-        # it was shown in place (appends to a part's list, the common case) changes its copy,
-        # never the run's state, whose next commit would not hold the change. Findings, notes
-        # and history entries are shared, read-only by contract (docs/concepts.md): copying
-        # them every cycle cost about a tenth of a trivial cycle (bench/RESULTS.md).
-        # Every field by position, in Context's order (a class called with its thirteen
-        # keywords goes through a dict of them: about a microsecond a cycle more).
-        return Context(
-            ex.run_id,
-            n,
-            s.goal,
-            # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
-            # held-out verifiers only; the actor never sees it (invariant 3).
-            _CopyOnRead(  # (``copied_on_read`` without its call, as below)
-                task
-                if HELD_OUT_KEY not in task
-                else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
-                _json_copy,
-            ),
-            _copied_on_read(s.values()),
-            _copied_on_read(s.accepted_values()),
-            tuple(s.findings),
-            tuple(s.plan),
-            s.next_step(),
-            remaining if remaining is not None else rules.remaining(ex.contract, s, shown=True),
-            tuple(s.notes),
-            tuple(s.history),
-            memory,
-        )
-
-    def _fresh_context(
-        self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...], left: Remaining | None
-    ) -> tuple[Context]:
-        """A retried actor's arguments: the context built again."""
-        return (self._context(ex, n, memory, left),)
-
-    async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
-        """Feedback memory for this task and project (never another project's). Runs sharing
-        this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
-        if not self.memory_enabled:
-            return ()
-        s = ex.state
-        said = [s.goal]
-        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
-            said.append(f.message)
-        query = " ".join(said)
-        try:
-            scopes = recall_scopes(s.task_key, s.project)
-            found = None
-            if self.group_commit and ex.grouped and self._active > 1:
-                found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
-            # people's feedback first, then reflections if it leaves slots free (most loops
-            # keep no memory: an indexed probe for each)
-            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
-        except Exception:  # memory is best effort: a failing store never fails a cycle
-            return ()
-        return tuple(
-            {
-                "memory_id": m.memory_id,
-                "scope": m.scope,
-                "signal": m.signal,
-                "strength": m.strength,
-                "text": m.text,
-                "rule": m.rule,
-            }
-            for m in items
-        )
-
-    def _recaller(self) -> GroupRecall:
-        loop = asyncio.get_running_loop()
-        if self._recall_group is None or self._recall_group.loop is not loop:
-            self._recall_group = GroupRecall(self.store)
-        return self._recall_group
 
     async def _cycle(self, ex: _Exec) -> bool:
         """Run one cycle; returns True when the run ended or parked."""
@@ -557,15 +466,6 @@ def _refs(edits: Sequence[Any]) -> list[str]:
     out: list[str] = []
     for e in edits:
         out.append(e.ref)
-    return out
-
-
-def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Each artifact's values ``copied_on_read`` (a loop: no comprehension a cycle; the class
-    built directly: no call of ``copied_on_read`` an artifact)."""
-    out: dict[str, Any] = {}
-    for name, values in artifacts.items():
-        out[name] = _CopyOnRead(values, _json_copy)
     return out
 
 

@@ -1,0 +1,121 @@
+"""What the actor of a cycle is shown: its context (copied as it is read, the held-out key
+left out) and the feedback memory recalled for it (mixed into ``Runtime`` through ``Cycle``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from . import _decide as rules
+from ._copy_on_read import _CopyOnRead, _json_copy
+from ._exec import Execution as _Exec
+from ._gates import Gates
+from ._group import GroupRecall
+from ._memory import recall_scopes
+from ._proposal import Context, Remaining
+from ._recall import recall
+from ._state import TaskState
+
+__all__ = ["HELD_OUT_KEY", "ActorContext"]
+
+HELD_OUT_KEY = "held_out"
+
+
+class ActorContext(Gates):
+    """A cycle's context and recall; ``Cycle`` builds on it."""
+
+    def _context(
+        self,
+        ex: _Exec,
+        n: int,
+        memory: tuple[dict[str, Any], ...],
+        remaining: Remaining | None = None,
+        state: TaskState | None = None,
+    ) -> Context:
+        """What the actor of cycle ``n`` is shown: ``ex.state``'s, or ``state``'s (a cycle's
+        context rebuilt after a crash, for its reflection)."""
+        s = ex.state if state is None else state
+        task = s.task
+        # A part's values and the task are copied as they are read: an actor that changes what
+        # it was shown in place (appends to a part's list, the common case) changes its copy,
+        # never the run's state, whose next commit would not hold the change. Findings, notes
+        # and history entries are shared, read-only by contract (docs/concepts.md): copying
+        # them every cycle cost about a tenth of a trivial cycle (bench/RESULTS.md).
+        # Every field by position, in Context's order (a class called with its thirteen
+        # keywords goes through a dict of them: about a microsecond a cycle more).
+        return Context(
+            ex.run_id,
+            n,
+            s.goal,
+            # The task's reserved ``held_out`` key (hidden tests, expected answers) is for
+            # held-out verifiers only; the actor never sees it (invariant 3).
+            _CopyOnRead(  # (``copied_on_read`` without its call, as below)
+                task
+                if HELD_OUT_KEY not in task
+                else {k: v for k, v in task.items() if k != HELD_OUT_KEY},
+                _json_copy,
+            ),
+            _copied_on_read(s.values()),
+            _copied_on_read(s.accepted_values()),
+            tuple(s.findings),
+            tuple(s.plan),
+            s.next_step(),
+            remaining if remaining is not None else rules.remaining(ex.contract, s, shown=True),
+            tuple(s.notes),
+            tuple(s.history),
+            memory,
+        )
+
+    def _fresh_context(
+        self, ex: _Exec, n: int, memory: tuple[dict[str, Any], ...], left: Remaining | None
+    ) -> tuple[Context]:
+        """A retried actor's arguments: the context built again."""
+        return (self._context(ex, n, memory, left),)
+
+    async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
+        """Feedback memory for this task and project (never another project's). Runs sharing
+        this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
+        if not self.memory_enabled:
+            return ()
+        s = ex.state
+        said = [s.goal]
+        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
+            said.append(f.message)
+        query = " ".join(said)
+        try:
+            scopes = recall_scopes(s.task_key, s.project)
+            found = None
+            if self.group_commit and ex.grouped and self._active > 1:
+                found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
+            # people's feedback first, then reflections if it leaves slots free (most loops
+            # keep no memory: an indexed probe for each)
+            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
+        except Exception:  # memory is best effort: a failing store never fails a cycle
+            return ()
+        return tuple(
+            {
+                "memory_id": m.memory_id,
+                "scope": m.scope,
+                "signal": m.signal,
+                "strength": m.strength,
+                "text": m.text,
+                "rule": m.rule,
+            }
+            for m in items
+        )
+
+    def _recaller(self) -> GroupRecall:
+        loop = asyncio.get_running_loop()
+        if self._recall_group is None or self._recall_group.loop is not loop:
+            self._recall_group = GroupRecall(self.store)
+        return self._recall_group
+
+
+def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Each artifact's values ``copied_on_read`` (a loop: no comprehension a cycle; the class
+    built directly: no call of ``copied_on_read`` an artifact)."""
+    out: dict[str, Any] = {}
+    for name, values in artifacts.items():
+        out[name] = _CopyOnRead(values, _json_copy)
+    return out
