@@ -50,7 +50,8 @@ class RuntimeHost:
     _live: LiveTracer | None  # live tracing (trace/_live.py), when configured
 
     if TYPE_CHECKING:
-        # _cycle.Cycle
+        # _cycle.Cycle (_context: _actor_context.ActorContext); the signature repeats the
+        # method it declares for the mixins that call it
         def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool: ...
 
         def _context(
