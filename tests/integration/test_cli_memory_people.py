@@ -131,3 +131,28 @@ def test_the_confirm_hint_names_a_token_in_a_store_with_users(
     assert code == 0, err
     assert "confirm it with: loopwright memory confirm" in out
     assert "--token T" in out and "--by NAME" not in out
+
+
+def test_the_operator_who_added_a_global_candidate_does_not_confirm_it(
+    url: str, users: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """probe46c: in a store with users an operator added a global candidate (active for every
+    project once confirmed) and confirmed it themself, so the candidate step checked nothing.
+    Another operator confirms it; the refusal is in the audit log."""
+    rita = ("--token", users["rita"], "--store", url)
+    code, out, err = cli(
+        capsys, "memory", "add", "always cite", "--scope", "global", *rita, "--json"
+    )
+    assert code == 0, err
+    item = json.loads(out)["memory_id"]
+    code, _, err = cli(capsys, "memory", "confirm", item, *rita)
+    assert code == 2 and "rita added memory" in err and "separation of duties" in err, err
+    assert {i.memory_id: i.status for i in _items(url)}[item] == "candidate"
+    with lw.Runtime(url) as rt:
+        said = [(a.actor, a.action, a.outcome) for a in rt.store.audit()]
+        assert ("rita", "memory confirm", "refused") in said
+        with pytest.raises(lw.NotPermittedError):  # the Python API alike
+            lw.FeedbackMemory(rt.store).confirm(item, by="RITA")
+    code, _, err = cli(capsys, "memory", "confirm", item, "--token", users["root"], "--store", url)
+    assert code == 0, err
+    assert {i.memory_id: i.status for i in _items(url)}[item] == "active"

@@ -11,7 +11,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from .._errors import ConfigError, check_choice
+from .._errors import ConfigError, NotPermittedError, check_choice
 from .._memory import (
     MEMORY_SCOPES,
     MEMORY_SIGNALS,
@@ -282,7 +282,14 @@ def confirm(
     """A person confirms a candidate (e.g. a proposed global preference): it becomes active."""
     with open_existing(store) as st:
         who = _person(st, by, token, "memory confirm", needed=True)
-        it = FeedbackMemory(st).confirm(memory_id, by=who)
+        try:
+            it = FeedbackMemory(st).confirm(memory_id, by=who)
+        except NotPermittedError as exc:  # its adder: refused, and recorded as refused
+            from .._authority import audit
+
+            audit(st, who, "memory confirm", f"memory {memory_id}", outcome="refused",
+                  origin="cli", reason=str(exc))  # fmt: skip
+            raise
         _audited(st, who, "memory confirm", it)
     _print_item("confirmed", it, as_json)
 
