@@ -5,11 +5,11 @@ adapter or interface. Each cycle ends in exactly one atomic commit (checkpoint, 
 row), fenced by the run's lease token, so a crash at any point resumes from the last whole
 cycle.
 
-This module holds the run lifecycle (create, run, resume, result, lease and heartbeat, the
-loop of cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam:
-``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle after a
-person's edit), ``_conclude`` (effects → decide), ``_checkpoint``
-(the commit and its durability), ``_parking`` (approval requests and questions),
+This module holds the run lifecycle (run, resume, result, lease and heartbeat, the loop of
+cycles in ``_drive``). ``Runtime`` inherits the rest from one mixin per seam: ``_run_create``
+(``create``), ``_cycle`` (context → actor → verifiers; ``_edit_check``: the check-only cycle
+after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the commit and its
+durability), ``_parking`` (approval requests and questions),
 ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
 ``_people`` (people's decisions, cancel, rollback). What ``result`` returns, and the state a
 result holds, is ``_result``'s.
@@ -21,13 +21,10 @@ import asyncio
 import contextlib
 import math
 import os
-import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from . import _decide as rules
-from . import _state_codec as codec
-from ._authority import note_policy
 from ._backoff import Drained
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
@@ -55,8 +52,9 @@ from ._result import (
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
 from ._reversal import Reparked, run_compensations
+from ._run_create import Creating
 from ._state import TaskState
-from ._task_parts import starting_state
+from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
@@ -68,7 +66,16 @@ def _owner() -> str:
 
 
 class Runtime(
-    Cycle, EditCheck, Concluding, Checkpoints, Parking, Finishing, Reflection, Forking, Decisions
+    Creating,
+    Cycle,
+    EditCheck,
+    Concluding,
+    Checkpoints,
+    Parking,
+    Finishing,
+    Reflection,
+    Forking,
+    Decisions,
 ):
     """Runs loops durably against a store.
 
@@ -169,88 +176,6 @@ class Runtime(
         self.close()
 
     # --- starting and resuming -------------------------------------------------------------
-    def create(
-        self,
-        loop: Loop,
-        task: Mapping[str, Any] | None = None,
-        *,
-        task_key: str | None = None,
-        project: str | None = None,
-        by: str | None = None,
-    ) -> tuple[RunRecord, bool]:
-        """Create the run for ``task_key`` (or return the existing one) without executing it.
-        ``by``: the person starting it (the requester: with separation of duties they cannot
-        approve its requests)."""
-        started = self._checked_start(loop, task, task_key, project, by)
-        return self._create(loop, self._new_run(loop, started, project, by))
-
-    def _checked_start(
-        self,
-        loop: Loop,
-        task: Mapping[str, Any] | None,
-        task_key: str | None,
-        project: str | None,
-        by: str | None,
-    ) -> tuple[dict[str, Any], str, str, TaskState]:
-        """What ``create`` checks of what it is given (``starting_state``'s four), before any of
-        it is encoded for the store."""
-        check_loop(loop)
-        check_given_text(by, field="by")
-        check_given_text(project, field="project")  # as Loop.project: text (or the default)
-        return starting_state(loop, task, task_key, project)
-
-    def _new_run(
-        self,
-        loop: Loop,
-        started: tuple[dict[str, Any], str, str, TaskState],
-        project: str | None,
-        by: str | None,
-    ) -> dict[str, Any]:
-        """The new run's fields, from what ``_checked_start`` made of ``create``'s arguments:
-        its first head and versions encoded here, nothing written."""
-        stored, key, proj, state = started
-        state.task_key = state.task_key or key
-        state.project = state.project or proj
-        state.refresh_plan()
-        return {
-            "run_id": uuid.uuid4().hex[:16],
-            "task_key": key,
-            "loop_name": loop.name,
-            "project": proj,
-            "spec_ref": loop.spec_ref,
-            "loop_version": loop.version,
-            "contract": loop.contract.to_dict(),
-            "task": stored,
-            "initial_state": codec.head(state),
-            "initial_versions": codec.unwritten_versions(state, {})[0],
-            "created_by": by.strip() if by and by.strip() else None,
-            # a project given (not a loop's default): an existing run's must be the same
-            "named": project is not None or bool(stored.get("project")),
-            "by": by,
-        }
-
-    def _create(self, loop: Loop, new: dict[str, Any]) -> tuple[RunRecord, bool]:
-        """Write the run ``_new_run`` made (or return the existing one of its key)."""
-        named, by = new.pop("named"), new.pop("by")
-        made = self.store.create_run(**new)
-        rec, created = made
-        key, proj = new["task_key"], new["project"]
-        if not created and (
-            other_loop(loop, rec.loop_name, rec.spec_ref) or (named and rec.project != proj)
-        ):
-            # The key names one task store-wide: another loop's or project's run is not this
-            # one's to continue (its actor, contract and memory scope are not these).
-            raise ConfigError(
-                f"task key {key!r} is run {rec.run_id} of loop {rec.loop_name!r} in project "
-                f"{rec.project!r}, not of loop {loop.name!r} in project {proj!r}: give this "
-                "task another task_key, or continue that run with its own loop "
-                "(`loopwright resume`)",
-                field="task_key",
-            )
-        if created:
-            note_policy(self.store, loop, by=by)
-        return made
-
     async def run(
         self,
         loop: Loop,
@@ -262,7 +187,9 @@ class Runtime(
     ) -> RunResult:
         """Start (or, for an existing ``task_key``, continue) a run and drive it until it ends
         or parks for approval. ``by``: who starts it (see ``create``)."""
-        record, _ = self.create(loop, task, task_key=task_key, project=project, by=by)
+        record, made = self.create(loop, task, task_key=task_key, project=project, by=by)
+        if not made and task is not None:
+            say_ignored(record, task)  # a changed task under an existing run's key
         return await self.resume(record.run_id, loop)
 
     def run_sync(

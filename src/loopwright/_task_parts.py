@@ -6,6 +6,7 @@ a task file (every task before the first run is made) both call it: one check, i
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ __all__ = [
     "check_init_parts",
     "check_task_parts",
     "ignored_task",
+    "say_ignored",
     "starting_state",
 ]
 
@@ -156,3 +158,12 @@ def ignored_task(rec: RunRecord, task: Mapping[str, Any]) -> str | None:
         "task: the task given was not read (a run keeps the task it was created with); give "
         "the changed task a new task_key to run it"
     )
+
+
+def say_ignored(rec: RunRecord, task: Mapping[str, Any]) -> None:
+    """Log (``loopwright.runs``, a warning) what ``ignored_task`` finds: ``Runtime.run`` given a
+    changed task under an existing run's key returned that run as it stands, and a caller of
+    the Python API was told nothing (newuser46; the CLI says it in its own note, through
+    ``create``, which returns whether it made the run)."""
+    if why := ignored_task(rec, task):
+        logging.getLogger("loopwright.runs").warning("%s", why)
