@@ -6,9 +6,12 @@ effect of its kind (a refund of a large payment needs the same approval the paym
 ``allow`` runs it when the run next resumes, ``require`` waits for a person, ``deny`` records
 that it was not offered. Compensations are journaled effects themselves, so they too run at
 most once. An effect without a compensation is listed as irreversible, never silently ignored.
-A payment other runs reused is refunded only with a person's approval, whatever the rule: its
-request names them (an ``allow`` rule is about the refund, not about leaving other runs
-accepted on a payment that no longer stands), and once refunded the store tells each of them.
+A payment other runs reused (a fork that inherited it included) is refunded only with a
+person's approval, whatever the rule: its request names them (an ``allow`` rule is about the
+refund, not about leaving other runs accepted on a payment that no longer stands), never one
+that whoever asked for the refund may give (separation of duties, ``_reuse_who``), and once
+refunded the store tells each of them. A run never undoes what it reused or inherited: the
+run that did it can.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import functools
 import hashlib
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from ._authority import expire
@@ -120,6 +124,8 @@ def offer_compensations(
             d = dataclasses.replace(d, why=f"{d.why}{_reuse_what(reused)}".lstrip("; "))
         elif reused:
             d = dataclasses.replace(d, why=f"{d.why}; {_reuse_why(reused)}".lstrip("; "))
+        if reused and d.action == "require":
+            d = dataclasses.replace(d, who=_reuse_who(d.who, _field(loop, d.rule)))
         offer: dict[str, Any] = {
             "key": ikey,
             "effect": name,
@@ -178,10 +184,34 @@ def _reusers(store: Store, run_id: str, kind: str, action: Any) -> list[EffectRe
     (none for an action not claimed store-wide, or no longer this run's)."""
     if not isinstance(action, str):
         return []
+    # the reuses first: most payments have none, and then the claim is not read
+    reused = store.effect_reuses(kind, action)
+    if not reused:
+        return []
     claim = store.effect_claim(kind, action)
     if claim is None or claim.run_id != run_id or claim.status != "done":
         return []
-    return store.effect_reuses(kind, action)
+    return reused
+
+
+def _reuse_who(who: Mapping[str, Any] | None, field: str = "amount") -> dict[str, Any]:
+    """Who may decide the refund of a payment other runs reused: whom its rule names (its
+    role, approvers and the field its limits read; anyone with the approver role for a rule
+    that names none, or an ``allow`` made ``require``), and never one of the refunding run's
+    requesters (separation of duties: whoever started, edited, rolled back or cancelled it,
+    or a run it was forked from). The refund leaves other runs on a payment that no longer
+    stands: whoever asked for it is not the one who decides it, whatever the rule said."""
+    base: dict[str, Any] = (
+        dict(who) if who else {"role": None, "approvers": 1, "separate": True, "field": field}
+    )
+    base["separate"] = True
+    return base
+
+
+def _field(loop: Loop | None, rule: str | None) -> str:
+    """The argument the limits of rule ``rule`` read (``amount`` when no rule is named)."""
+    found = next((r for r in loop.approvals.rules if r.name == rule), None) if loop else None
+    return found.field if found is not None else "amount"
 
 
 def _reuse_why(reused: list[EffectReuse]) -> str:
@@ -199,13 +229,18 @@ def _reuse_what(reused: list[EffectReuse]) -> str:
 
 
 def _repark(
-    o: dict[str, Any], reused: list[EffectReuse], cycle: int, why: str, decided: dict[str, Any]
+    o: dict[str, Any],
+    reused: list[EffectReuse],
+    cycle: int,
+    why: str,
+    decided: dict[str, Any],
+    field: str = "amount",
 ) -> NewApproval:
     """The request for offer ``o``, found reused by runs no person was told of when it was
     to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
     may decide it is who could decide the request it replaces (its rule's roles, approvers,
-    separation of duties, the field its limits read; anyone for an allowed offer), and it
-    expires as that one did."""
+    the field its limits read — ``field`` for an allowed offer, which had none), never one of
+    the run's requesters (``_reuse_who``), and it expires as that one did."""
     prior = decided.get(str(o.get("approval_id")))
     who = (prior.evidence or {}).get("who") if prior is not None else None
     # ...and it expires as that one did, after as long (a rule's expiry left out: it waited
@@ -233,7 +268,7 @@ def _repark(
             "kind": o.get("kind"),
             "args": o.get("args"),
             "result": o.get("result"),
-            "who": dict(who) if who else None,
+            "who": _reuse_who(who, field),
             "reused_by": o["reused_by"],
         },
         diff=None,
@@ -398,9 +433,12 @@ async def run_compensations(
     cycle = ex.state.cycle
     # Before any runs: each refund about to run whose payment runs reused since a person was
     # told (or that no one decided, being allowed) waits for one, naming them, all at once.
+    why = str(pend.get("why") or "")
+    # each offer about to run's original entry, read once (here, and by the loop below)
+    origs: dict[str, list[JournalEntry]] = {}
     asks = [
-        _repark(o, reused, cycle, str(pend.get("why") or ""), decided)
-        for o, reused in _reused_since(store, ex, offers, decided)
+        _repark(o, reused, cycle, why, decided, _field(ex.loop, o.get("rule")))
+        for o, reused in _reused_since(store, ex, offers, decided, origs)
     ]
     if asks:
         return Reparked(asks)
@@ -436,7 +474,9 @@ async def run_compensations(
             reconcile_fn=None if ask is None else functools.partial(_ask, ask, handed),
         )
         call = EffectCall(comp.name, {"compensates": key}, key=key)
-        orig = store.journal(ex.run_id, key=f"effect:{key}")
+        orig = origs.pop(key, None)
+        if orig is None:
+            orig = store.journal(ex.run_id, key=f"effect:{key}")
         action = orig[0].data.get("action") if orig else None
         claim = (eff.kind, str(action), "") if action else None
         # (an original recorded undone already, a process dying before the run's commit, is
@@ -454,8 +494,8 @@ async def run_compensations(
                 # lock): nothing of it written; those before it ran (journaled: a resume
                 # reports them as they ended, not running them again)
                 reused = [EffectReuse(r, st) for r, st in exc.runs]
-                why = str(pend.get("why") or "")
-                return Reparked([_repark(o, reused, cycle, why, decided)])
+                field = _field(ex.loop, o.get("rule"))
+                return Reparked([_repark(o, reused, cycle, why, decided, field)])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(
@@ -495,10 +535,15 @@ async def run_compensations(
 
 
 def _reused_since(
-    store: Store, ex: Execution, offers: list[dict[str, Any]], decided: dict[str, Any]
+    store: Store,
+    ex: Execution,
+    offers: list[dict[str, Any]],
+    decided: dict[str, Any],
+    origs: dict[str, list[JournalEntry]],
 ) -> list[tuple[dict[str, Any], list[EffectReuse]]]:
     """The offers about to run (allowed, or approved) whose action runs reused that no
-    person was told of, each with every run that reused it."""
+    person was told of, each with every run that reused it. ``origs`` is given each such
+    offer's original journal entry, as read (by the offer's key)."""
     out = []
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
@@ -507,7 +552,7 @@ def _reused_since(
         )
         if not runs:
             continue
-        orig = store.journal(ex.run_id, key=f"effect:{o['key']}")
+        orig = origs[str(o["key"])] = store.journal(ex.run_id, key=f"effect:{o['key']}")
         if not orig or orig[0].status != "done":
             continue
         reused = _reusers(store, ex.run_id, str(o.get("kind")), orig[0].data.get("action"))

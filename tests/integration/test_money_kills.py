@@ -6,7 +6,8 @@ own, a declined answer kept by key, a repeated key deduplicated). SQLite and Pos
 Scenarios (``moneykill/trial.py``): a declined payment, then another run asking for the same
 invoice; a payment whose refund (a person's cancel) is killed before or after the provider's
 call, then another run asking; the same refund while two or four runs ask at once; a payment
-whose own code failed after the provider charged, rolled back and redone. After each trial
+whose own code failed after the provider charged, rolled back and redone; a fork accepted on
+the payment it inherited while its origin is cancelled. After each trial
 every run is resumed to its end (a parked one cancelled by a person), and the provider's ledger
 must show: never two standing charges for one invoice, never two refunds of one charge, never
 a declined key asked again, never a run accepted on a payment refunded before its last cycle,
@@ -56,6 +57,16 @@ TRIALS = [
     ),
     # ...killed once the provider refunded, no hook to ask: in doubt, B told when it started
     ("reused_then_refund_approved", "provider:refund", "none", {"A": "cancelled", "B": "accepted"}),
+    # F, a fork of A at its payment, accepted on the payment it inherited; A cancelled: its
+    # refund waits for a person naming F (before: it ran, and F was never told)
+    ("forked_then_refunded", None, "both", {"A": "cancelled", "F": "accepted"}),
+    # ...approved by another person, the refund killed before its result: F told
+    (
+        "forked_then_refund_approved",
+        "before_effect_result:1",
+        "both",
+        {"A": "cancelled", "F": "accepted"},
+    ),
 ]
 
 
@@ -67,8 +78,9 @@ def test_killed_payments_and_refunds_keep_the_ledger(
     assert broken == [], (ends, broken)
     assert t.killed == (kill is not None)  # the kill happened where it was placed
     assert ends == want
-    # B accepted on A's payment is refunded only once a person approved, told of B
-    assert t.refunded_later == (["B"] if scenario == "reused_then_refund_approved" else [])
+    # B (or F) accepted on A's payment is refunded only once a person approved, told of it
+    later = {"reused_then_refund_approved": ["B"], "forked_then_refund_approved": ["F"]}
+    assert t.refunded_later == later.get(scenario, [])
 
 
 def test_a_declined_invoice_is_paid_by_the_next_run_under_the_next_key(tmp_path: Path) -> None:

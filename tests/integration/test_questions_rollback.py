@@ -460,7 +460,7 @@ def test_a_run_that_reused_a_payment_pays_itself_once_the_payer_refunded_it(
     # B stands on A's payment: its refund waits for a person, naming B (allowed, it ran)
     [req] = rt.store.approvals(run_id=a.run_id, status="pending")
     assert req.kind == "compensation" and b.run_id in req.what
-    rt.approve(a.run_id, by="ops", approval_id=req.approval_id)
+    rt.approve(a.run_id, by="fin", approval_id=req.approval_id)
     assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
     assert len(bank.refunds) == 1  # A's payment, undone
     rt.answer(b.run_id, "PO-2", by="ann")
@@ -501,7 +501,7 @@ def test_a_fork_that_inherited_a_payment_pays_itself_once_its_origin_refunded_it
     # the fork asked and reused A's payment: its refund waits for a person, naming the fork
     [req] = rt.store.approvals(run_id=a.run_id, status="pending")
     assert req.kind == "compensation" and fork.run_id in req.what
-    rt.approve(a.run_id, by="ops", approval_id=req.approval_id)
+    rt.approve(a.run_id, by="fin", approval_id=req.approval_id)
     assert rt.resume_sync(a.run_id, a_loop).status == "cancelled"
     assert len(bank.refunds) == 1  # A's payment, undone
     rt.answer(fork.run_id, "PO-1", by="ann")

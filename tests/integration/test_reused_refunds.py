@@ -71,7 +71,7 @@ def cancelled_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, 
 def approved_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str, str]:
     """A pays, B reuses the payment, A is cancelled and its refund approved by a person."""
     loop, a, b, req = cancelled_after_reuse(rt, provider)
-    rt.approve(a, by="ops", approval_id=req.approval_id)
+    rt.approve(a, by="fin", approval_id=req.approval_id)
     return loop, a, b
 
 
@@ -105,7 +105,7 @@ def test_the_refund_of_a_reused_payment_waits_for_a_person_naming_the_run(
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 5.0  # not refunded: nobody decided
         assert told(rt, b) == [] and started(rt, b) == []
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0
         said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
@@ -137,7 +137,7 @@ def test_a_reuse_after_the_refund_was_offered_makes_it_wait(url: str) -> None:
         [req] = compensation_requests(rt, a)
         assert b in req.what
         assert [e.kind for e in rt.store.events(a)].count("compensation_reused") == 1
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0 and len(told(rt, b)) == 1
 
@@ -157,7 +157,7 @@ def test_a_refund_allowed_before_a_reuse_is_stopped_by_the_store(
         assert b in req.what
         assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "done", 1)
         monkeypatch.undo()
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0 and len(told(rt, b)) == 1
 
@@ -228,11 +228,11 @@ def test_an_upgraded_store_records_the_reuses_its_runs_journaled(url: str) -> No
         assert [r for r, _st in reusers(rt)] == [b, c]
 
 
-def test_an_upgrade_records_no_fork_as_a_reuse(url: str) -> None:
+def test_an_upgrade_records_a_fork_as_a_store_that_recorded_it_does(url: str) -> None:
     # F, a fork of B, inherited B's reuse of A's payment (its journal entry names
-    # ``from_run``, with ``inherited_from``): a fork is no reuse (docs/permissions.md), and a
-    # store that recorded the reuses as they came has B alone. Before: the upgrade recorded F
-    # too, so A's refund named (and told) F in an upgraded store and not in a new one.
+    # ``from_run``, with ``inherited_from``). A fork relies on what it inherited as a reuser
+    # does (test_fork_reuses.py): a store that recorded it as it forked has B and F, and so
+    # has an upgraded one (the first step records B, the next F).
     provider = Provider()
     with lw.Runtime(url) as rt:
         loop, _a, b = a_and_b(rt, provider)
@@ -240,7 +240,7 @@ def test_an_upgrade_records_no_fork_as_a_reuse(url: str) -> None:
         [inherited] = rt.store.journal(f, kind="effect")
         assert inherited.data["from_run"] and inherited.data["inherited_from"] == b
         live = reusers(rt)
-        assert [r for r, _st in live] == [b]
+        assert [r for r, _st in live] == [b, f]
         as_before_reuses(rt, url)
     with lw.Runtime(url) as rt:
         assert reusers(rt) == live
@@ -258,7 +258,7 @@ def test_an_upgrade_records_a_reuse_at_the_generation_it_reused(url: str) -> Non
         rt.run_sync(loop, TASK, task_key="B")
         rt.rollback(a, 1, by="ops", loop=loop)
         [req] = compensation_requests(rt, a)
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         rt.resume_sync(a, loop)
         c = rt.run_sync(loop, TASK, task_key="C").run_id
         assert provider.asked == ["pay:I6", "pay:I6~2"]
@@ -273,7 +273,7 @@ def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> No
     provider = Provider()
     with lw.Runtime(url) as rt:
         loop, a, _b, req = cancelled_after_reuse(rt, provider)
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         assert rt.resume_sync(a, loop).status == "cancelled"
         as_before_reuses(rt, url)
     with lw.Runtime(url) as rt:
@@ -323,7 +323,7 @@ def test_a_rollback_of_a_reused_payment_parks_for_a_person_naming_the_run(url: s
         assert rt.rollback(a, 1, by="ops", loop=loop).status == "awaiting_approval"
         [req] = compensation_requests(rt, a)
         assert b in req.what and provider.collected() == 5.0
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         rt.resume_sync(a, loop)  # refunds, then redoes the payment under the next key
         assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
 
@@ -338,7 +338,7 @@ def test_a_rolled_back_run_whose_refund_was_reused_since_parks_for_a_person(url:
         assert rt.resume_sync(a, loop).status == "awaiting_approval"
         [req] = compensation_requests(rt, a)
         assert b in req.what and provider.asked == ["pay:I6"] and provider.collected() == 5.0
-        rt.approve(a, by="ops", approval_id=req.approval_id)
+        rt.approve(a, by="fin", approval_id=req.approval_id)
         rt.resume_sync(a, loop)
         assert provider.asked == ["pay:I6", "pay:I6~2"] and len(told(rt, b)) == 1
 

@@ -20,6 +20,7 @@ from ._live import notified_key_index
 from ._people_schema import PEOPLE_PG
 from ._schema import (
     BACKFILL_CLAIMS,
+    BACKFILL_FORK_REUSES,
     BACKFILL_GENERATIONS,
     BACKFILL_REUSES,
     EFFECT_GENERATION,
@@ -290,4 +291,8 @@ PG_MIGRATIONS: list[list[str]] = [
     # v15: the runs that reused a claim's result, as SQLite's v17 (IF NOT EXISTS and a
     # backfill that writes a row once: a store put back to an earlier version runs it again).
     [EFFECT_REUSES.format(real="DOUBLE PRECISION"), BACKFILL_REUSES],
+    # v16: the forks made before, recorded as reusing what they inherited done, as SQLite's
+    # v18 (a backfill that writes a row once: a store put back to an earlier version runs it
+    # again).
+    [BACKFILL_FORK_REUSES],
 ]

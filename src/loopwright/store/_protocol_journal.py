@@ -68,8 +68,9 @@ class JournalStore(ABC):
 
     def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
         """The runs that reused the recorded result of the claim of ``key`` of ``kind`` (its
-        current generation), oldest first: ``journal_put`` records them with the reuse. A
-        store that records none (this default) has its refunds run as their rules say."""
+        current generation), oldest first: ``journal_put`` records them with the reuse, and
+        ``create_run`` the forks that inherit the action done. A store that records none
+        (this default) has its refunds run as their rules say."""
         return []
 
     @abstractmethod

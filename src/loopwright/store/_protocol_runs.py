@@ -71,8 +71,12 @@ class RunsStore(ABC):
         A fork (``forked_from=(run_id, cycle)``) is created in the same one transaction with
         the origin's journal entries it inherits (``inherited``: done effects, kept under their
         keys and marked inherited, so they are not done again) and the digests of proposals
-        the origin rejected up to that cycle (``initial_rejected``). ``created_by``: the
-        person who started it, when known (the requester, for separation of duties)."""
+        the origin rejected up to that cycle (``initial_rejected``). Each business action it
+        inherits done (``data["action"]``) whose claim still says done by the run that did it
+        (``from_run``, else ``inherited_from``, at the entry's ``generation``) is recorded,
+        in that transaction, as reused by the fork (``effect_reuses``): the fork relies on it
+        as a run that reused it does. ``created_by``: the person who started it, when known
+        (the requester, for separation of duties)."""
 
     @abstractmethod
     def get_run(self, run_id: str) -> RunRecord:

@@ -279,3 +279,38 @@ def inherited_data(mark: str) -> str:
     """The SQL of an origin journal row's ``data`` as its fork inherits it (the row's own
     ``run_id`` and ``data`` columns), in the dialect of ``mark``."""
     return _SQLITE_INHERITED if mark == "?" else _PG_INHERITED
+
+
+# A fork's inherited entries of business actions (``action``) whose claim still stands done by
+# the run that did them (``from_run`` for an inherited reuse, else ``inherited_from``), at the
+# generation the entry names (any, for an entry of a release that named none): the fork relies
+# on each, as a run that reused it does, so each is recorded on its claim (``effect_reuses``).
+# ``FOR UPDATE OF k`` (PostgreSQL): a refund whose ``undoing`` committed meanwhile is read as
+# it now stands, as a reuse's write reads the claim under its lock (``JournalSQL._claim``).
+_SQLITE_FIELD = "json_extract(j.data, '$.{}')"
+_PG_FIELD = "(j.data->>'{}')"
+_PG_GENERATION = (
+    "CASE WHEN json_typeof(j.data->'generation') = 'number' "
+    "THEN (j.data->>'generation')::numeric END"
+)
+
+
+def fork_reuses(mark: str, *, one_run: bool) -> str:
+    """The SQL recording the reuses of ``j``'s inherited done entries (``one_run``: of the run
+    given, with ``(created_at, run_id)`` as its parameters; else of every fork, with
+    ``(created_at,)``), in the dialect of ``mark``."""
+    f = _SQLITE_FIELD if mark == "?" else _PG_FIELD
+    gen = f.format("generation") if mark == "?" else _PG_GENERATION
+    which = f"j.run_id={mark} AND " if one_run else ""
+    return (
+        "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
+        f"SELECT k.kind, k.key, k.generation, j.run_id, {mark} FROM journal j "
+        f"JOIN effect_keys k ON k.kind = {f.format('kind')} AND k.key = {f.format('action')} "
+        f"WHERE {which}j.kind='effect' AND j.status='done' AND k.status='done' "
+        f"AND COALESCE({f.format('inherited_from')}, '') <> '' "
+        f"AND k.run_id = COALESCE(NULLIF({f.format('from_run')}, ''), "
+        f"{f.format('inherited_from')}) AND k.run_id <> j.run_id "
+        f"AND k.generation = COALESCE({gen}, k.generation)"
+        + ("" if mark == "?" else " FOR UPDATE OF k")
+        + " ON CONFLICT(kind, key, generation, run_id) DO NOTHING"
+    )

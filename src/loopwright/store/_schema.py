@@ -8,6 +8,7 @@ from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
     "BACKFILL_CLAIMS",
+    "BACKFILL_FORK_REUSES",
     "BACKFILL_GENERATIONS",
     "CLAIMABLE_SQLITE",
     "EFFECT_GENERATION",
@@ -64,6 +65,11 @@ EFFECT_REUSES = """CREATE TABLE IF NOT EXISTS effect_reuses (
 # A migration step run in Python (``SQLStore._backfill_reuses``): the reuses runs of an earlier
 # release journaled (``from_run``) of a claim still ``done`` by that run, recorded.
 BACKFILL_REUSES = "-- loopwright: the reuses of done claims runs journaled before"
+
+# A migration step run in Python (``SQLStore._backfill_fork_reuses``): the forks made before
+# a fork was counted as reusing the business actions it inherited done (SQLite's v18,
+# PostgreSQL's v16), recorded on those claims still done by the run that did them.
+BACKFILL_FORK_REUSES = "-- loopwright: the forks that inherited done claims before"
 
 # Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to
 # start, or parked with no pending request. The WHERE of the partial index runs_claimable, and a
@@ -436,4 +442,9 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # the refund of a payment another run was accepted on ran under an ``allow`` rule, and
     # nothing named that run to the person who cancelled the payer.
     [EFFECT_REUSES.format(real="REAL"), BACKFILL_REUSES],
+    # v18: a fork relies on the payments it inherited as a run that reused them does: the
+    # forks made before are recorded on those claims (``effect_reuses``), as a fork made
+    # since is when it is made; the refund of its origin's payment left the fork accepted on
+    # an unpaid invoice, and nobody was told.
+    [BACKFILL_FORK_REUSES],
 ]

@@ -12,7 +12,12 @@ from .._effects import _canon as canon
 from .._errors import (
     StoreCorruptError,
 )
-from ._schema import BACKFILL_CLAIMS, BACKFILL_GENERATIONS, BACKFILL_REUSES
+from ._schema import (
+    BACKFILL_CLAIMS,
+    BACKFILL_FORK_REUSES,
+    BACKFILL_GENERATIONS,
+    BACKFILL_REUSES,
+)
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
 
@@ -64,6 +69,9 @@ class MigrationsSQL(SQLCore):
                     self._backfill_generations(conn)
                 elif statement == BACKFILL_REUSES:
                     self._backfill_reuses(conn)
+                elif statement == BACKFILL_FORK_REUSES:
+                    # the forks that inherited a done business action: its reusers
+                    conn.execute(self._q.fork_reuses_all, (time.time(),))
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))
@@ -160,8 +168,8 @@ class MigrationsSQL(SQLCore):
         generation (the one the entry says it reused, when it says), so that its refund asks
         a person as one reused after the upgrade does. A reuse of a claim since undone (or
         taken again, or of an earlier generation) names a payment no longer there: not
-        recorded (nothing of it is left to refund), nor is a fork's inherited copy of a reuse
-        (a fork is no reuse: none is recorded as it forks). Done entries only are read."""
+        recorded (nothing of it is left to refund); a fork's inherited copy of one is the
+        next step's (``BACKFILL_FORK_REUSES``). Done entries only are read."""
         insert = self._q.p(
             "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
             "SELECT k.kind, k.key, k.generation, ?, ? FROM effect_keys k "

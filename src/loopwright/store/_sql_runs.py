@@ -130,6 +130,11 @@ class RunsSQL(SQLCore):
             if copy_effects is not None:
                 origin, upto = copy_effects
                 conn.execute(q.copy_effects, (run_id, now, now, origin, int(upto)))
+            if forked_from is not None and (inherited or copy_effects is not None):
+                # The fork relies on each business action it inherited done, as a run that
+                # reused its result does: recorded on the claim in this transaction, so that
+                # the refund of the origin's payment names the fork and tells it
+                conn.execute(q.fork_reuses, (now, run_id))
             if initial_rejected:
                 self._executemany(
                     conn, q.insert_rejected, [(run_id, d, c) for d, c in initial_rejected]

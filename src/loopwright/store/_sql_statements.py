@@ -13,6 +13,7 @@ from ._rows import (
     INSERT_EVENT_COLS,
     INSERT_REJECTED_COLS,
     INSERT_VERSION_COLS,
+    fork_reuses,
     inherited_data,
 )
 from ._schema import RUN_TASK
@@ -300,6 +301,10 @@ class CoreStatements:
             "JOIN runs r ON r.run_id = u.run_id "
             "WHERE u.kind=? AND u.key=? AND u.generation=? ORDER BY u.created_at, u.run_id"
         )
+        # a fork's inherited done actions, each recorded as the fork's reuse of its claim
+        # (``create_run``; the migration's ``fork_reuses_all`` for forks made before)
+        self.fork_reuses = fork_reuses(mark, one_run=True)
+        self.fork_reuses_all = fork_reuses(mark, one_run=False)
         self.claim_reusers = p(
             "SELECT u.run_id, r.status, r.cycle FROM effect_keys k "
             "JOIN effect_reuses u ON u.kind = k.kind AND u.key = k.key "

@@ -1,15 +1,19 @@
-"""One process of a money-kill trial: ``runner.py DB ACTION TASK_KEY [CYCLE]``.
+"""One process of a money-kill trial: ``runner.py DB ACTION TASK_KEY [CYCLE] [ORIGIN]``.
 
-Actions: ``run`` (start the run for TASK_KEY, or resume it), ``cancel`` (a person cancels it;
-its refunds run in this process), ``rollback CYCLE`` (a person rolls it back to CYCLE; the
-refunds and the redo run in this process), ``approve`` (a person approves the run's pending
-refund requests, which run in this process), ``finish`` (resume to its end; a run parked for a
-person is cancelled by one, and its refunds run).
+Actions: ``run`` (start the run for TASK_KEY, or resume it), ``cancel`` (a person, ``ops``,
+cancels it; its refunds run in this process), ``rollback CYCLE`` (``ops`` rolls it back to
+CYCLE; the refunds and the redo run in this process), ``approve`` (another person, ``fin``,
+approves the run's pending refund requests, which run in this process: a refund others
+reused is never approved by whoever asked for it), ``fork CYCLE ORIGIN`` (``ops`` forks the
+run of task ORIGIN at CYCLE as TASK_KEY, which runs in this process), ``finish`` (resume to
+its end; a run parked for a person is cancelled by one, and its refunds run).
 
 Environment: ``MK_DIR`` (the provider's file, ``phases.log``), ``MK_CRASH=PHASE:N`` (SIGKILL at
 the N-th phase boundary PHASE, see ``crashpoints/killpoint.py``), ``MK_PARK=1`` (after paying
 the run asks a person a question and parks), ``MK_HOOKS`` (``both``: the payment and the refund
-have reconcile hooks; ``none``: neither), ``MK_DECLINE`` / ``MK_BUG_AFTER`` (see ``ledger.py``).
+have reconcile hooks; ``none``: neither), ``MK_DECLINE`` / ``MK_BUG_AFTER`` (see ``ledger.py``),
+``MK_NO_REPAY=1`` (the last cycle does not ask for I6 again: a fork's payment stays the one it
+inherited).
 
 The loop: cycle 1 fixes ``doc.c``; cycle 2 fixes ``doc.a`` and pays invoice I6 (5.0, business
 key ``I6``); then (``MK_PARK``) a question; the last cycle fixes ``doc.b`` and asks for I6
@@ -65,6 +69,8 @@ def build_loop(ledger: Ledger, task_key: str) -> lw.Loop:
         if park:
             return lw.Proposal(question=PO)
         ledger.note("final", task_key)  # the accepting cycle starts (checked: refunds before)
+        if os.environ.get("MK_NO_REPAY") == "1":
+            return lw.Proposal(edits=(lw.Edit("doc", "b", 2),))
         return lw.Proposal(
             edits=(lw.Edit("doc", "b", 2),), effects=(pay.call(invoice=INVOICE, amount=5.0),)
         )
@@ -90,7 +96,11 @@ def main(argv: list[str]) -> int:
             rec = rt.store.get_run(key)
         except lw.RunNotFoundError:
             rec = None
-        if rec is None:
+        if rec is None and action == "fork":
+            origin = rt.store.get_run(rest[1])
+            fork = rt.fork(origin.run_id, int(rest[0]), loop=loop, task_key=key, by="ops")
+            out = rt.resume_sync(fork.run_id, loop)
+        elif rec is None:
             out = rt.run_sync(loop, TASK, task_key=key)
         elif action == "cancel":
             rt.cancel(rec.run_id, by="ops", loop=loop)
@@ -98,7 +108,7 @@ def main(argv: list[str]) -> int:
         elif action == "approve":
             for req in rt.store.approvals(run_id=rec.run_id, status="pending"):
                 if req.kind == "compensation":
-                    rt.approve(rec.run_id, by="ops", approval_id=req.approval_id)
+                    rt.approve(rec.run_id, by="fin", approval_id=req.approval_id)
             out = rt.resume_sync(rec.run_id, loop)
         elif action == "rollback":
             rt.rollback(rec.run_id, int(rest[0]), by="ops", loop=loop)

@@ -206,6 +206,28 @@ def reused_then_refund_approved(t: Trial, kill: str | None) -> list[str]:
     return ["A", "B"]
 
 
+def forked_then_refunded(t: Trial, kill: str | None) -> list[str]:
+    """A pays and parks; a person forks A at the payment's cycle, and the fork F (which
+    never asks for the invoice again: it inherited the payment) is accepted; then a person
+    cancels A, whose refund is killed at ``kill``."""
+    t.env["MK_NO_REPAY"] = "1"
+    t.do("run", "A", MK_PARK="1")
+    t.do("fork", "F", "2", "A")
+    t.do("cancel", "A", crash=kill, MK_PARK="1")
+    return ["A", "F"]
+
+
+def forked_then_refund_approved(t: Trial, kill: str | None) -> list[str]:
+    """As ``forked_then_refunded``, the refund (which waits for a person, naming F)
+    approved by another person, and its run killed at ``kill``."""
+    t.env["MK_NO_REPAY"] = "1"
+    t.do("run", "A", MK_PARK="1")
+    t.do("fork", "F", "2", "A")
+    t.do("cancel", "A", MK_PARK="1")
+    t.do("approve", "A", crash=kill, MK_PARK="1")
+    return ["A", "F"]
+
+
 def refund_bug_then_another(t: Trial, kill: str | None) -> list[str]:
     """As ``refund_then_another``, the refund's own code raising after it refunded."""
     t.env["MK_REFUNDS"] = "refund_bug"
@@ -272,6 +294,8 @@ SCENARIOS = {
     "refund_then_another": refund_then_another,
     "reused_then_refunded": reused_then_refunded,
     "reused_then_refund_approved": reused_then_refund_approved,
+    "forked_then_refunded": forked_then_refunded,
+    "forked_then_refund_approved": forked_then_refund_approved,
     "refund_bug_then_another": refund_bug_then_another,
     "refund_refused_then_another": refund_refused_then_another,
     "declined_rolled_back": declined_rolled_back,
