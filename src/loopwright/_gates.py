@@ -19,6 +19,7 @@ from . import _json
 from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
+from ._effect_keys import key_of
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -176,7 +177,7 @@ class Gates(RuntimeHost):
                     "amount": c.args.get(str(who.get("field") or "amount")),
                     "rule": d.rule,
                     "why": d.why,
-                    "what": eff.describe(c.args),
+                    "what": eff.describe(c.args) + self._done_already(ex, n, eff, c),
                     "expires_after_s": d.expires_after_s,
                     "who": who or None,
                 }
@@ -189,6 +190,20 @@ class Gates(RuntimeHost):
                     need["why"] = f"{d.why}; {standing}"
                 needs.append(need)
         return False
+
+    def _done_already(self, ex: _Exec, n: int, eff: Effect, c: EffectCall) -> str:
+        """What a person asked to approve an action already done under its business key (a
+        fork redoing its origin's cycle, another run's invoice) is told: approving runs
+        nothing again (newuser46: the card read as a new payment)."""
+        try:
+            key, business = key_of(eff, ex.run_id, n, c)
+        except ConfigError:  # refused where the effect runs, with its own message
+            return ""
+        claim = self.store.effect_claim(eff.kind, key) if business else None
+        if claim is None or claim.status != "done":
+            return ""
+        by = "this run" if claim.run_id == ex.run_id else f"run {claim.run_id[:12]}"
+        return f" (already done by {by} under its key: approved, its result is reused)"
 
     async def _risk(
         self,

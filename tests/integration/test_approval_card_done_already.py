@@ -1,0 +1,55 @@
+"""A person asked to approve an action already done under its business key (another run paid
+that invoice; a fork redoes its origin's cycle) is told so on the request: approving runs
+nothing again, the recorded result is reused. The card read as a new payment (newuser46)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import loopwright as lw
+
+PAID: list[str] = []
+
+
+def _loop() -> lw.Loop:
+    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
+    def pay(invoice: str, amount: float) -> dict[str, Any]:
+        PAID.append(invoice)
+        return {"paid": invoice}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
+            effects=(pay.call(invoice="I6", amount=10.0),),
+        )
+
+    return lw.Loop(
+        name="payer",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="ok")],
+        contract=lw.Contract.from_dict({"budget": {"max_cycles": 2}}),
+        effects=[pay],
+        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="spend", action="require")]),
+    )
+
+
+def _pending_what(rt: lw.Runtime, run_id: str) -> str:
+    [req] = rt.store.approvals(run_id=run_id, status="pending")
+    return req.what
+
+
+def test_the_request_of_an_action_done_already_says_so(tmp_path: Path) -> None:
+    loop = _loop()
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        a = rt.run_sync(loop, {"artifacts": {"inv": {"status": "open"}}}, task_key="A")
+        assert "already done" not in _pending_what(rt, a.run_id)  # a first payment: as before
+        rt.approve(a.run_id, by="ann")
+        a = rt.resume_sync(a.run_id, loop)
+        assert a.accepted and PAID == ["I6"]
+        b = rt.run_sync(loop, {"artifacts": {"inv": {"status": "open"}}}, task_key="B")
+        what = _pending_what(rt, b.run_id)
+        assert f"already done by run {a.run_id[:12]} under its key" in what, what
+        assert "its result is reused" in what
+        rt.approve(b.run_id, by="ann")
+        assert rt.resume_sync(b.run_id, loop).accepted and PAID == ["I6"]  # paid once
