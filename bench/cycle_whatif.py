@@ -4,6 +4,7 @@ pieces of the engine taken away, for valgrind to count what is left.
 Usage:  python bench/cycle_whatif.py N [--without PIECE,PIECE...] [--time]
         python bench/cycle_whatif.py --compare SRC_A SRC_B [--sizes 200,2000] [--rounds 8]
                                      [--cpu 1] [--without PIECE,...] [--b-without PIECE,...]
+        python bench/cycle_whatif.py N --sample [--runs 40]
 
 ``(Ir(1050) - Ir(50)) / 1000`` with and without a piece is what the piece costs a cycle
 (bench/README.md, "What a piece of the cycle costs"). The pieces (``--list`` prints them) are
@@ -21,16 +22,22 @@ no end, no first cycles' warm-up).
 in turn, ABBA (A B B A B A A B ...) for ``--rounds`` rounds at each of ``--sizes``, each child
 pinned to ``--cpu`` by ``taskset`` when given; per tree and size it prints the minimum and the
 median of both figures, then B − A (``--b-without`` takes pieces away in B's runs only: with
-the same tree twice, what they cost in seconds). The minimum is the figure least blurred by a noisy
+the same tree twice, what they cost in seconds). ``--sample`` runs ``--runs`` runs of N cycles
+in one process and samples the Python stack on the process's CPU clock (``ITIMER_PROF``, over
+cycles N/10 to N of each run): the share of samples by module and by function, each sample
+given to the innermost Python frame (a C call's time lands on the Python code that called it,
+at the next point the interpreter checks for signals). The minimum is the figure least blurred by a noisy
 neighbour (noise only adds CPU time: cache misses, a descheduled core's cold caches).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -157,6 +164,47 @@ def _steady(stamps: list[float]) -> None:
     cycle_instructions.make_loop = make_loop  # type: ignore[assignment]
 
 
+def sample(argv: list[str]) -> None:
+    """CPU-clock samples of the running frame, over the steady part of ``--runs`` runs."""
+    n = int(argv[0])
+    runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 40
+    by_module: collections.Counter[str] = collections.Counter()
+    by_function: collections.Counter[str] = collections.Counter()
+
+    def tick(_sig: int, frame: Any) -> None:
+        code = frame.f_code
+        name = os.path.basename(code.co_filename)
+        by_module[name] += 1
+        by_function[f"{name}:{code.co_name}"] += 1
+
+    signal.signal(signal.SIGPROF, tick)
+    make = cycle_instructions.make_loop
+
+    def make_loop(k: int) -> Any:
+        loop = make(k)
+        actor, calls = loop.actor, [0]
+
+        def sampled(ctx: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == k // 10:
+                signal.setitimer(signal.ITIMER_PROF, 0.001, 0.001)
+            elif calls[0] == k:
+                signal.setitimer(signal.ITIMER_PROF, 0, 0)
+            return actor(ctx)
+
+        return dataclasses.replace(loop, actor=sampled)
+
+    cycle_instructions.make_loop = make_loop  # type: ignore[assignment]
+    for _ in range(runs):
+        cycle_instructions.main([str(n), "--engine-only"])
+    total = sum(by_module.values()) or 1
+    print(f"samples={total}")
+    for title, counts in (("module", by_module), ("function", by_function)):
+        print(f"--- self share by {title}")
+        for key, c in counts.most_common(40):
+            print(f"{100 * c / total:6.1f}%  {key}")
+
+
 def _order(rounds: int) -> list[int]:
     # ABBA BAAB ...: each tree as often first as second, in every pair of rounds
     return [[0, 1, 1, 0, 1, 0, 0, 1][i % 8] for i in range(rounds * 2)]
@@ -212,6 +260,9 @@ def compare(argv: list[str]) -> None:
 def main(argv: list[str]) -> None:
     if "--compare" in argv:
         compare(argv)
+        return
+    if "--sample" in argv:
+        sample(argv)
         return
     if "--list" in argv:
         for name, (_, what) in PIECES.items():
