@@ -343,7 +343,9 @@ async def perform_effect(
         until = doubt.data.get("deadline_at")
         if not isinstance(until, (int, float)):
             until = doubt.updated_at + (ex.lease_ttl_s or 60.0)
-        wait = float(until) - time.time()
+        # ``until`` and the entry's time are both the holder's clock: their difference, what the
+        # call was given, bounds the wait however far this host's clock is from the holder's
+        wait = min(float(until) - time.time(), float(until) - doubt.updated_at)
         if wait <= 0:
             return False  # past its deadline a holder never starts the call
         ex.events.append(
