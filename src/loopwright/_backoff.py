@@ -16,12 +16,20 @@ from .store import NewEvent, Store
 if TYPE_CHECKING:
     from ._exec import Execution
 
-__all__ = ["Drained", "backoff"]
+__all__ = ["Drained", "backoff", "left_of"]
 
 _DRAIN_POLL_S = 0.1  # how often a backoff looks whether the runtime is draining
 # A backoff this short is waited out even while draining: the drain's promise is that the
 # cycle in flight finishes, and leaving it to be redone costs more than the wait.
 DRAIN_WAITS_OUT_S = 1.0
+
+
+def left_of(until: float, written_at: float) -> float:
+    """Seconds left until ``until``, a time a journal entry written at ``written_at`` names (a
+    backoff's next attempt, an intent's deadline). Both are the writer's clock, maybe another
+    host's: their difference bounds what is left, however far this host's clock is from it
+    (a writer an hour fast does not make the run wait an hour; probe46d)."""
+    return min(until - time.time(), until - written_at)
 
 
 class Drained(BaseException):  # (through the cycle's handlers, as a cancellation goes)

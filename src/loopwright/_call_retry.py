@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._backoff import backoff
+from ._backoff import backoff, left_of
 from ._call_billing import (
     _billed,
     _charged,
@@ -111,7 +111,7 @@ async def call_with_retry(
             )
             spent.billed = billed
             raise spent
-        wait = float(entry.data.get("next_at", 0.0)) - time.time()
+        wait = left_of(float(entry.data.get("next_at", 0.0)), entry.updated_at)
         if wait > 0:  # killed during the backoff: wait out only what is left of it
             if deadline is not None and time.time() + wait >= deadline:
                 late = OutOfTime(f"the time budget runs out during the backoff of {_who(scope)}")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._backoff import backoff
+from ._backoff import backoff, left_of
 from ._calls import CallTimeout, call_user
 from ._effect_keys import (
     _call_key,
@@ -343,7 +343,7 @@ async def perform_effect(
         until = doubt.data.get("deadline_at")
         if not isinstance(until, (int, float)):
             until = doubt.updated_at + (ex.lease_ttl_s or 60.0)
-        wait = float(until) - time.time()
+        wait = left_of(float(until), doubt.updated_at)  # (the holder's clock, maybe not ours)
         if wait <= 0:
             return False  # past its deadline a holder never starts the call
         ex.events.append(
@@ -502,7 +502,7 @@ async def perform_effect(
                 if settled is not None:
                     return settled
         elif entry.status == "waiting":
-            wait = float(entry.data.get("next_at", 0.0)) - time.time()
+            wait = left_of(float(entry.data.get("next_at", 0.0)), entry.updated_at)
             if wait > 0:
                 await backoff(store, ex, wait, f"effect {eff.name}")
     # Whether the latest attempt's outcome is unknown (interrupted by a crash, and no reconcile

@@ -1,0 +1,140 @@
+"""A holder whose clock runs ahead (another host, an hour fast) stops mid-cycle; the executor
+that takes the run over waits out at most what the holder meant to wait, not the hour the two
+clocks disagree by (probe46d): an effect left in doubt (the intent's ``deadline_at``), a call
+stopped in its retry's backoff (``next_at``), actor or effect.
+
+Each of those times is on the holder's clock; so is the journal entry's own time, written just
+after it. Their difference is what was meant, measured on one clock, so the taker never waits
+longer, whatever its own clock says. The holder is stopped at a fixed point (a phase of its
+cycle) and the taker's wait is recorded, not slept: no step depends on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+from loopwright import _call_retry, _effect_run
+
+TTL = 30.0
+SKEW = 3600.0  # the holder's clock, an hour ahead
+BACKOFF = 60.0
+TASK = {"artifacts": {"inv": {"amount": 0}}}
+RETRY = lw.RetryPolicy(attempts=3, backoff_s=BACKOFF, max_backoff_s=BACKOFF, jitter=False)
+
+
+class Stop(BaseException):
+    """The holder stops at a fixed point of its cycle (its host lost)."""
+
+
+def _loop(paid: list[str], calls: list[str], fail: str | None) -> lw.Loop:
+    """Pays once; ``fail``: the actor's or the effect's first call (of either executor's: the
+    ``calls`` are shared) fails, transiently."""
+
+    def pay(invoice: str, key: str) -> dict[str, Any]:
+        calls.append("effect")
+        if fail == "effect" and calls.count("effect") == 1:
+            raise lw.TransientError("upstream 503")
+        paid.append(key)
+        return {"paid": key}
+
+    def find(key: str) -> dict[str, Any] | None:
+        return {"paid": key} if key in paid else None
+
+    eff = lw.effect("spend", name="pay", key=lambda a: a["invoice"], reconcile=find, retry=RETRY)(
+        pay
+    )
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.append("actor")
+        if fail == "actor" and calls.count("actor") == 1:
+            raise lw.TransientError("model 503")
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"amount": 40.0}).edits,
+            effects=(eff.call(invoice="INV-9"),),
+        )
+
+    return lw.Loop(
+        name="pay",
+        actor=actor,
+        verifiers=[lambda state, proposal: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        effects=[eff],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),)),
+        retry=RETRY,
+    )
+
+
+def _taken_over(
+    url: str, monkeypatch: pytest.MonkeyPatch, stop_at: str, fail: str | None
+) -> tuple[lw.RunResult, list[str], list[Any]]:
+    """The holder (another host, so the taker cannot see whether it lives; its clock an hour
+    fast) runs the loop until ``stop_at`` and stops there; the taker (this host's clock) claims
+    the run and resumes it. Returns the taker's result, the payments and its events."""
+    paid: list[str] = []
+    calls: list[str] = []
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + SKEW)
+    with lw.Runtime(url, lease_ttl_s=TTL, owner="far-host:4242:cafe") as f:
+
+        def stop(phase: str) -> None:
+            if phase == stop_at:
+                raise Stop
+
+        f._on_phase = stop
+        with pytest.raises(Stop):
+            f.run_sync(_loop(paid, calls, fail), TASK, task_key="skew")
+    monkeypatch.setattr(time, "time", real_time)
+    assert paid == []
+    with lw.Runtime(url, lease_ttl_s=TTL) as g:
+        # Claimed once the holder's lease has expired on any clock (SQLite keeps the holder's
+        # now + TTL, an hour ahead; PostgreSQL the server's).
+        [(run_id, token)] = g.store.claim_runs(g.owner, TTL, now=real_time() + SKEW + 2 * TTL)
+        result = asyncio.run(g.resume(run_id, _loop(paid, calls, fail), token=token))
+        return result, paid, g.store.events(run_id)
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The taker's waits (a grace, a backoff), recorded instead of slept."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, *args: Any) -> Any:
+        waits.append(delay)
+        return await real_sleep(0)
+
+    async def backoff(store: Any, ex: Any, delay: float, what: str) -> None:
+        waits.append(delay)
+
+    monkeypatch.setattr(_effect_run, "asyncio", type("A", (), {"sleep": staticmethod(sleep)})())
+    monkeypatch.setattr(_effect_run, "backoff", backoff)
+    monkeypatch.setattr(_call_retry, "backoff", backoff)
+    return waits
+
+
+def test_an_effect_in_doubt_is_waited_for_no_longer_than_its_call_was_given(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits = _recorded(monkeypatch)
+    result, paid, events = _taken_over(url, monkeypatch, "after_effect_intent", None)
+    assert result.accepted and paid == ["pay:INV-9"]
+    # It waits for the holder's call (another host: it cannot tell whether it lives), but no
+    # longer than the call was given, inside the lease: not the hour the clocks disagree by.
+    assert len(waits) == 1 and 0 < waits[0] <= TTL, waits
+    [grace] = [e.data for e in events if e.kind == "effect_grace"]
+    assert grace["holder_alive"] is False
+
+
+@pytest.mark.parametrize("fail", ["actor", "effect"])
+def test_a_backoff_is_waited_out_for_no_longer_than_it_was_meant(
+    url: str, monkeypatch: pytest.MonkeyPatch, fail: str
+) -> None:
+    waits = _recorded(monkeypatch)
+    result, paid, _ = _taken_over(url, monkeypatch, f"backoff:{fail}", fail)
+    assert result.accepted and paid == ["pay:INV-9"]
+    # what is left of the holder's 60 s backoff, not an hour more
+    assert len(waits) == 1 and 0 < waits[0] <= BACKOFF, waits
