@@ -448,6 +448,8 @@ def json_lines(
             raise JsonLineError(n, not_json(exc) + _bare_cr(text)) from None
         except RecursionError:
             raise JsonLineError(n, "nested too deeply") from None
+        except ValueError:  # not a JSONDecodeError: an integer past the int-from-text limit
+            raise JsonLineError(n, "a number has too many digits to read") from None
         yield n, value
 
 

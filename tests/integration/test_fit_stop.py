@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopwright.replay import RunTrace, load_contract, load_source, replay, write_traces
-from loopwright.replay._fit import fit_stop
+from loopwright.replay._fit import fit_stop, split_folds
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT35 = ROOT / "tests/data/ldb/humaneval/gpt-3.5-turbo-0613/results.jsonl"
@@ -206,3 +206,32 @@ def test_cli_scale_free_searches_no_usd_rules(small_source: Path, tmp_path: Path
     chosen = data["chosen"]["params"]
     assert chosen["max_cost_usd"] is None and chosen["value_per_success_usd"] is None
     assert all(f["max_cost_usd"] is None for f in data["frontier"])
+
+
+def test_a_folds_candidates_are_read_off_its_training_runs_only(tmp_path: Path) -> None:
+    """The cost caps (quantiles of accepted runs' costs) and marginal values (multiples of the
+    median cycle cost) were read off all runs, the held fold's included: what a fold's contract
+    was picked from changed with the runs it was then judged on (probe46e). Making one fold's
+    runs 50 times as expensive must leave that fold's pick as it was."""
+    every = GPT35.read_text().splitlines()
+    # the runs that debugged, and 30 that passed at the seed (the first lines of the file)
+    lines = [x for x in every if '"debug_iter": 0,' not in x] + every[:30]
+    cheap, dear = tmp_path / "a" / "m" / "results.jsonl", tmp_path / "b" / "m" / "results.jsonl"
+    for path in (cheap, dear):
+        path.parent.mkdir(parents=True)
+    cheap.write_text("\n".join(lines) + "\n")
+    traces = load_source(str(cheap))
+    fold = split_folds(traces, 3, 0)
+    held = max(
+        range(3),
+        key=lambda f: sum(
+            t.recorded["cost_usd"] for t, g in zip(traces, fold, strict=True) if g == f
+        ),
+    )
+    recs = [json.loads(line) for line in lines]
+    for rec, f in zip(recs, fold, strict=True):
+        rec["token_nums"] *= 50 if f == held else 1
+    dear.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
+    a, b = fit_stop(traces, folds=3), fit_stop(load_source(str(dear)), folds=3)
+    assert b.folds[held].validation.reference_cost_usd > a.folds[held].validation.reference_cost_usd
+    assert b.folds[held].params == a.folds[held].params

@@ -62,6 +62,10 @@ def _renumber(doc: dict[str, Any]) -> None:
         # an unknown ending replayed as censored, adding its spend
         (_set("tail", {"kind": "crashed", "cost_usd": 1.0}), "tail.kind must be one of"),
         (_set("start", {"cycle": "2", "cost_usd": -5}), "start.cycle must be a whole number"),
+        # a whole number no float holds: an internal OverflowError, exit 1 (probe46e)
+        (_set("cycles.1.calls.0.tokens", 10**400), "calls[].tokens must be a whole number"),
+        (_set("cycles.1.calls.0.cost_usd", 10**400), "calls[].cost_usd must be a number"),
+        (_set("recorded.cycles", 10**400), "recorded.cycles must be a whole number"),
         (_set("start", {"passed_checks": "visible_tests"}), "start.passed_checks must be a list"),
         # not "accepted": the recorded column and fit-stop's reference lost the run in silence
         (_set("recorded.status", "Accepted"), "recorded.status must be one of"),
@@ -106,6 +110,18 @@ def test_a_run_listed_twice_is_refused_not_counted_twice(
         assert main(["fit-stop", *map(str, sources), "--folds", "2"]) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert f"run {runs[0].run_id!r} is in {sources[0]} and in {sources[1]}" in err, err
+
+
+def test_an_ldb_file_listing_a_task_twice_is_refused_by_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Import and fit-stop refused it; replay took the run twice, in every column (probe46e)."""
+    lines = GPT35.read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines[:5], lines[1]]) + "\n")
+    assert main(["replay", str(twice), "--contract", str(POLICY)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{twice}, line 6: task 'HumanEval/" in err and "is on line 2 too" in err, err
 
 
 def test_bytes_that_are_not_utf8_are_refused_naming_their_line(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,10 @@ def test_stream_output_and_labels(tmp_path: Path) -> None:
         (json.dumps(record(test_feedback=[[]])), "'test_feedback'"),
         # counted as 0 tokens: the run's spend dropped in silence (from probe41c)
         (json.dumps(record(token_nums=-5000)), "'token_nums' must be 0 or more, got -5000"),
+        # no float holds its cost: an internal OverflowError, exit 1 (from probe46e)
+        (json.dumps(record(token_nums=10**400)), "'token_nums' is too large (401 digits)"),
+        # past Python's int-from-text limit: json.loads raised a bare ValueError (probe46e)
+        (json.dumps(record()).replace("1001", "9" * 5000), "a number has too many digits"),
         # an older file's lone string: its characters were the visible tests
         (
             json.dumps({**record(given_tests="assert f(1) == 1"), "generated_test": None}),
@@ -130,10 +135,16 @@ def test_malformed_lines_name_their_line(tmp_path: Path, line: str, message: str
 
 
 def test_duplicate_task_ids_are_refused(tmp_path: Path) -> None:
+    """By import, and by replay and fit-stop too: replay counted the run twice (probe46e)."""
     src = tmp_path / "dup.jsonl"
-    src.write_text((json.dumps(record()) + "\n") * 2)
-    with pytest.raises(ValueError, match="duplicate"):
+    other = record(task_id="HumanEval/1")
+    src.write_text("".join(json.dumps(r) + "\n" for r in (record(), other, record())))
+    said = "line 3: task 'HumanEval/0' is on line 1 too (it would be counted twice)"
+    with pytest.raises(LdbFormatError, match=re.escape(said)):
         import_ldb(src, tmp_path / "o.jsonl")
+    assert not (tmp_path / "o.jsonl").exists()
+    with pytest.raises(LdbFormatError, match=re.escape(said)):
+        list(traces_from_ldb(src))
 
 
 # --- round budgets, vacuous checks and the hidden script (issue 17) -------------------------

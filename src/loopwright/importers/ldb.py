@@ -84,6 +84,8 @@ __all__ = [
 USD_PER_TOKEN = 1.5e-6
 """Default price of one ``token_nums`` token (gpt-3.5-turbo-0613 input list price)."""
 
+_MAX_TOKENS = 2**1000  # far past any recording; a cost of more overflows a float
+
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "task_id": str,
     "prompt": str,
@@ -177,6 +179,8 @@ def convert_record(
         )
     if rec["token_nums"] < 0:  # was counted as 0: the run's spend silently dropped
         raise bad(f"'token_nums' must be 0 or more, got {rec['token_nums']}")
+    if rec["token_nums"] > _MAX_TOKENS:  # no float holds its cost: an OverflowError below
+        raise bad(f"'token_nums' is too large ({len(str(rec['token_nums']))} digits)")
     tests = rec.get("generated_test")
     if tests is None:  # older files: rebuild LDB's filter (programming/ldb.py)
         given = rec.get("given_tests") or []
@@ -322,10 +326,19 @@ def read_ldb_report(
             f"{rounds} ({dict(sorted(seen.items()))}); each keeps its own, as recorded"
         )
     report.rounds = rounds
+    lines: dict[str, int] = {}  # task key -> its line: a run listed twice would count twice
     for n, rec in records:
         task = convert_record(
             rec, label=lab, usd_per_token=usd_per_token, where=(str(p), n), rounds=rounds
         )
+        if task["task_key"] in lines:
+            raise LdbFormatError(
+                f"task {rec['task_id']!r} is on line {lines[task['task_key']]} too "
+                "(it would be counted twice)",
+                path=str(p),
+                line=n,
+            )
+        lines[task["task_key"]] = n
         report.tasks.append(task)
         if task.get("vacuous"):
             report.vacuous.append(task["task_key"])
@@ -373,10 +386,6 @@ def import_ldb_report(
     """
     report = read_ldb_report(path_in, label=label, usd_per_token=usd_per_token, rounds=rounds)
     tasks = report.tasks
-    counts = Counter(t["task_key"] for t in tasks)
-    dupes = sorted(k for k, c in counts.items() if c > 1)
-    if dupes:
-        raise ConfigError(f"{path_in}: duplicate task ids {dupes[:5]}", field="task_id")
     text = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
     if isinstance(path_out, str | Path):
         Path(path_out).parent.mkdir(parents=True, exist_ok=True)  # --out .loopwright/tasks.jsonl

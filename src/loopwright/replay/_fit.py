@@ -215,6 +215,30 @@ def _axes(
     return plain, marginal
 
 
+def _split_axes(
+    traces: Sequence[RunTrace],
+    template: Contract,
+    ref: Sequence[Outcome],
+    grid: Grid,
+    fold_of: Sequence[int],
+    k: int,
+) -> tuple[list[StopParams], list[StopParams], dict[int, set[StopParams]]]:
+    """Each split's candidates read off its own runs (-1: all runs; f: all but fold f), so a
+    fold's cost caps and marginal values never come from the runs it is judged on: the union
+    (all runs' candidates first, in order) and which split may pick which."""
+    plain: list[StopParams] = []
+    marginal: list[StopParams] = []
+    own: dict[int, set[StopParams]] = {}
+    for split in range(-1, k):
+        idx = [i for i, f in enumerate(fold_of) if f != split]
+        pl, mg = _axes([traces[i] for i in idx], template, [ref[i] for i in idx], grid)
+        own[split] = {*pl, *mg}
+        seen = {*plain, *marginal}
+        plain += [p for p in pl if p not in seen]
+        marginal += [p for p in mg if p not in seen]
+    return plain, marginal, own
+
+
 def _complexity(p: StopParams, template: Contract) -> int:
     return (
         (p.no_progress_cycles is not None)
@@ -326,11 +350,11 @@ def fit_stop(
     all_idx = list(range(n))
     all_folds = list(range(k))
 
-    plain, marginal = _axes(traces, template, ref, grid)
+    plain, marginal, own = _split_axes(traces, template, ref, grid, fold_of, k)
     fixed = [_fixed_params(w, template) for w in FIXED_WINDOWS]
     params = plain + marginal
     complexity = [_complexity(p, template) for p in params]
-    total = len(plain) + len(marginal) * (k + 1) + len(fixed)
+    total = len(plain) + sum(p in own[s] for p in marginal for s in own) + len(fixed)
     done = 0
 
     def tick() -> None:
@@ -365,13 +389,16 @@ def fit_stop(
         tick()
     for p in marginal:
         per: dict[int, _Eval] = {}
-        for split in range(-1, k):
+        for split in (s for s in range(-1, k) if p in own[s]):
             c = _build(template, p, hazard(split, p.min_delta))
             if c is not None:
                 per[split] = _evaluate(traces, c, ref, fold_of, k)
             tick()
         evals.append(per)
     usable = [j for j in range(len(params)) if evals[j]]
+
+    def pool(split: int) -> list[int]:  # the candidates read off the split's own runs
+        return [j for j in usable if split in evals[j] and params[j] in own[split]]
 
     def pick(
         pool: Sequence[int],
@@ -390,7 +417,7 @@ def fit_stop(
     fold_results = []
     for f in range(k):
         train_folds = [g for g in all_folds if g != f]
-        j, _ = pick(usable, evals, f, train_folds, complexity)
+        j, _ = pick(pool(f), evals, f, train_folds, complexity)
         ev = evals[j][f]
         fold_results.append(
             FoldResult(
@@ -403,6 +430,7 @@ def fit_stop(
         )
 
     # All runs: pick again, hazard refitted on all of them.
+    usable = pool(-1)
     best, feasible = pick(usable, evals, -1, all_folds, complexity)
     p = params[best]
     contract = _build(

@@ -245,7 +245,14 @@ class RunTrace:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A JSON number a float can hold: an integer too large for one (``1e400`` written out in
+    digits) is not, and is refused like ``Infinity`` (``math.isfinite`` raised OverflowError)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _amount(value: Any, what: str) -> float:
