@@ -135,10 +135,7 @@ class Concluding(RuntimeHost):
                 outcomes.append(outcome)
                 used = outcome.usage or Usage()
                 if (used.cost_usd or used.tokens) or (
-                    outcome.status == "done"
-                    and not outcome.reused
-                    and not outcome.reconciled  # settled by its hook: its cost is unknown
-                    and not eff.free
+                    outcome.status == "done" and not outcome.reused and not eff.free
                 ):
                     # One that ran and reported no cost is a call that billed nothing, as a
                     # verifier's verdict without usage is: known free from then on

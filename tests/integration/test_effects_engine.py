@@ -845,25 +845,3 @@ def test_show_json_keeps_the_write_ahead_of_a_cycle_stopped_in_its_effects(
     # All there is of cycle 1: the record written before its effects ran.
     cycles = _shown_cycles(store_path, r.run_id, capsys)
     assert [(c["cycle"], c["decision"]) for c in cycles] == [(1, "effects")]
-
-
-def test_an_effect_settled_by_its_reconciler_without_a_cost_is_not_known_free(
-    rt: lw.Runtime,
-) -> None:
-    """An effect that ran and reported no cost is a call that billed nothing (a zero row in the
-    cycle's calls, known free from then on: it may start on a reached budget). One whose
-    reply was lost and that its reconcile hook settled without a cost did not report: its
-    cost is unknown, and it is not made known free (review46)."""
-    bank = Payments()
-    bank.failures = [lw.TransientError("connection reset after commit")]
-    pay = bank.effect(
-        retry=lw.RetryPolicy(attempts=3, backoff_s=0.01),
-        reconcile=lambda key: {"found": key},
-    )
-    actor = Script(with_effects(FIX_ALL, pay.call(invoice="A-1", amount=5.0)))
-    r = rt.run_sync(make_loop(actor, [pay]), TASK)
-    assert r.accepted and len(bank.executed) == 1
-    rec = records(rt, r.run_id)[-1]
-    assert rec["effects"][0]["reconciled"]
-    who = [c["who"] for c in rec["calls"]]
-    assert "actor" in who and not [w for w in who if w.startswith("effect:")], who
