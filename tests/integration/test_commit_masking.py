@@ -4,8 +4,10 @@ the masked ones, whether the commit goes alone (one run) or in a group commit (s
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from support.records import cycle_record
 
@@ -119,3 +121,49 @@ def test_a_commit_record_is_scanned_but_not_kept_in_the_clean_texts_cache(
     assert not [t for t in kept if '"proposal":' in t], kept  # no cycle's record
     assert any('"still open"' in t for t in kept), kept  # the verdict, cached once
     assert len(kept) < 12, kept
+
+
+LATE = "q7late-exported-value-42"  # no shape of its own: masked only as an environment secret
+
+
+def test_a_secret_exported_mid_run_is_masked_from_then_on(url: str, monkeypatch: Any) -> None:
+    """Invariant 9 with a changed environment: the actor exports a secret-named variable in
+    cycle 2; from then on its value is masked in every record, event and verdict the run
+    stores, and in the findings the actor is shown — the verifier's verdict too, whose text
+    is the same every cycle and was found clean in cycle 1 (before the export it is no
+    secret: stored as it is). No cache of the environment or of clean texts may answer with
+    what held before the export."""
+    monkeypatch.delenv("LATE_API_KEY", raising=False)
+    shown: dict[int, list[str]] = {}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        shown[ctx.cycle] = [f.message for f in ctx.findings]
+        if ctx.cycle == 2:
+            monkeypatch.setenv("LATE_API_KEY", LATE)
+        return lw.Proposal(edits=(lw.Edit("doc", "body", f"d{ctx.cycle}"),), note=f"n {LATE}")
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding(f"saw {LATE}"),))
+
+    loop = lw.Loop(
+        name="late",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=4)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="k")
+        assert r.cycles == 4
+        records = {c.cycle: c.record for c in rt.store.checkpoints(r.run_id) if c.record}
+        events = list(rt.store.events(r.run_id))
+    assert sorted(records) == [1, 2, 3, 4]
+    # cycle 1: not yet a secret, stored as it is (the test can tell masked from not)
+    assert LATE in json.dumps(records[1])
+    for cycle in (2, 3, 4):
+        text = json.dumps(records[cycle])
+        assert LATE not in text, (cycle, text)
+        assert "n ***" in text and "saw ***" in text, (cycle, text)
+    late = [e for e in events if e.cycle >= 2 and LATE in json.dumps(e.data, default=str)]
+    assert late == []
+    assert shown[2] == [f"saw {LATE}"]  # cycle 1's verdict, before the export
+    assert shown[3] == shown[4] == ["saw ***"]
