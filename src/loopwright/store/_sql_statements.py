@@ -278,7 +278,7 @@ class CoreStatements:
             "WHERE kind=? AND key=?" + lock("FOR UPDATE")
         )
         self.effect_claim = p(
-            "SELECT run_id, status, generation FROM effect_keys WHERE kind=? AND key=?"
+            "SELECT run_id, status, generation, args_hash FROM effect_keys WHERE kind=? AND key=?"
         )
         self.take_key = p(
             "UPDATE effect_keys SET run_id=?, status=?, args_hash=?, result=NULL, updated_at=?, "
