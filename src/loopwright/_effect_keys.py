@@ -6,12 +6,15 @@ action's redo generation (``redo_key``, ``_call_key``), whether a failure refuse
 
 from __future__ import annotations
 
-from ._effects import Effect, EffectCall
+import hashlib
+from typing import Any
+
+from ._effects import Effect, EffectCall, _canon
 from ._errors import ConfigError
 from ._retry import RefusedError
 from .store import JournalEntry, Store
 
-__all__ = ["key_of", "redo_key", "undid_for_origin"]
+__all__ = ["args_digest", "key_of", "redo_key", "undid_for_origin"]
 
 
 def undid_for_origin(entry: JournalEntry) -> bool:
@@ -39,6 +42,12 @@ def key_of(eff: Effect, run_id: str, cycle: int, call: EffectCall) -> tuple[str,
             field=f"effects.{eff.name}.key",
         )
     return key, business
+
+
+def args_digest(recorded: Any) -> str:
+    """The digest of a call's arguments as recorded (``_effect_run._jsonable``) that its claim
+    keeps (``args_hash``): a claim done with another digest was done with other arguments."""
+    return hashlib.sha256(_canon(recorded).encode()).hexdigest()[:24]
 
 
 def redo_key(key: str, generation: int) -> str:

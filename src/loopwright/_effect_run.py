@@ -8,7 +8,6 @@ running it again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import threading
@@ -23,6 +22,7 @@ from ._effect_keys import (
     _call_key,
     _refused,
     _undo_unsettled,
+    args_digest,
     key_of,
     redo_key,
     undid_for_origin,
@@ -201,11 +201,7 @@ async def perform_effect(
     # A business key (``key=`` on the effect or the call) names the action, not the run: it is
     # claimed store-wide, so no other run of this store performs it again (invariant 2). The
     # claim names the action whatever the generation: one undone and done again is done.
-    claim = (
-        (eff.kind, action, hashlib.sha256(_canon(base["args"]).encode()).hexdigest()[:24])
-        if business
-        else None
-    )
+    claim = (eff.kind, action, args_digest(base["args"])) if business else None
 
     def call_key() -> str:
         """The key handed to the effect and its reconcile hook (a cause names it: what a

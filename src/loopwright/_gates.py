@@ -19,7 +19,8 @@ from . import _json
 from ._audit import audit_once
 from ._calls import CallTimeout, call_user, hook_timeout
 from ._contract import RiskRule
-from ._effect_keys import key_of
+from ._effect_keys import args_digest, key_of
+from ._effect_run import _jsonable
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
@@ -203,6 +204,12 @@ class Gates(RuntimeHost):
         if claim is None or claim.status != "done":
             return ""
         by = "this run" if claim.run_id == ex.run_id else f"run {claim.run_id[:12]}"
+        if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
+            # approved, it is neither reused nor run: in doubt, for a person (``held``)
+            return (
+                f" (already done by {by} under its key with other arguments: approved, it is "
+                "not run again and waits for a person to check which is right)"
+            )
         return f" (already done by {by} under its key: approved, its result is reused)"
 
     async def _risk(

@@ -53,3 +53,51 @@ def test_the_request_of_an_action_done_already_says_so(tmp_path: Path) -> None:
         assert "its result is reused" in what
         rt.approve(b.run_id, by="ann")
         assert rt.resume_sync(b.run_id, loop).accepted and PAID == ["I6"]  # paid once
+
+
+def _loop_paying(amount: float) -> lw.Loop:
+    loop = _loop()
+
+    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
+    def pay(invoice: str, amount: float) -> dict[str, Any]:
+        PAID.append(invoice)
+        return {"paid": invoice}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
+            effects=(pay.call(invoice="I7", amount=amount),),
+        )
+
+    return lw.Loop(
+        name=loop.name,
+        actor=actor,
+        verifiers=loop.verifiers,
+        contract=loop.contract,
+        effects=[pay],
+        approvals=loop.approvals,
+    )
+
+
+def test_the_request_of_an_action_done_with_other_arguments_does_not_promise_a_reuse(
+    tmp_path: Path,
+) -> None:
+    # B asks to pay I7 for 20.0 where A paid it for 10.0: approving B reuses nothing (the same
+    # key with other arguments is not run, a person checks which is right), and its card said
+    # "its result is reused" (review46b).
+    task = {"artifacts": {"inv": {"status": "open"}}}
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        ten, twenty = _loop_paying(10.0), _loop_paying(20.0)
+        a = rt.run_sync(ten, task, task_key="A")
+        rt.approve(a.run_id, by="ann")
+        assert rt.resume_sync(a.run_id, ten).accepted
+        b = rt.run_sync(twenty, task, task_key="B")
+        what = _pending_what(rt, b.run_id)
+        assert f"already done by run {a.run_id[:12]} under its key" in what, what
+        assert "its result is reused" not in what, what
+        assert "other arguments" in what, what
+        rt.approve(b.run_id, by="ann")
+        rt.resume_sync(b.run_id, twenty)
+        [entry] = rt.store.journal(b.run_id, kind="effect")
+        assert entry.status == "in_doubt"  # what the card now says: not reused, not run
+        assert PAID.count("I7") == 1

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 import pytest
 from doc_loop import TASK
-from test_redo_keys import ALLOW, Provider, paying
-from test_reused_refunds import compensation_requests, reusers, started, told
+from test_redo_keys import ALLOW, Crash, Provider, dying, paying
+from test_reused_refunds import (
+    cancelled_payer,
+    compensation_requests,
+    reusers,
+    shown,
+    started,
+    told,
+)
 
 import loopwright as lw
 
@@ -199,3 +206,29 @@ def test_an_allowed_refund_of_a_payment_nobody_forked_still_runs(url: str) -> No
         assert compensation_requests(rt, a) == []
         assert rt.resume_sync(a, loop).status == "cancelled"
         assert provider.collected() == 0
+
+
+def test_a_fork_of_a_payment_whose_refund_started_is_told_and_counted(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A was cancelled and its refund (allowed) died after the provider refunded: in doubt, the
+    # claim ``undoing``. F, forked from A at the payment's cycle, inherited the payment as
+    # done, was recorded on nothing and told nothing (a run reusing it then is held in
+    # doubt). Now F is told, as a reuser is when a refund starts, and counted on the claim:
+    # a refund that settles (or is refused) tells it, and a later one names it (review46b).
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a = cancelled_payer(rt, provider)
+    crashed = dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        assert provider.collected() == 0  # the provider refunded it
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "undoing", 1)
+        f = rt.fork(a, 1, loop=loop, task_key="F").run_id
+        assert [r for r, _st in reusers(rt)] == [f]
+        [said] = started(rt, f)
+        assert said == {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+    assert "refund started (may be done)" in shown(url, f, capsys)

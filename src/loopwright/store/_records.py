@@ -399,6 +399,9 @@ class EffectClaim:
     run_id: str
     status: str
     generation: int
+    # the digest of the arguments it was taken with (``_effect_keys.args_digest``), when read;
+    # not compared: a claim is the same claim whoever reads it
+    args_hash: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -282,7 +282,9 @@ def inherited_data(mark: str) -> str:
 
 
 # A fork's inherited entries of business actions (``action``) whose claim still stands done by
-# the run that did them (``from_run`` for an inherited reuse, else ``inherited_from``), at the
+# the run that did them (``from_run`` for an inherited reuse, else ``inherited_from``), or is
+# being undone by it (a refund started, maybe in doubt: the fork inherits the payment all the
+# same, so it is told when the refund settles, and one refused leaves it counted), at the
 # generation the entry names (any, for an entry of a release that named none): the fork relies
 # on each, as a run that reused it does, so each is recorded on its claim (``effect_reuses``).
 # ``FOR UPDATE OF k`` (PostgreSQL): a refund whose ``undoing`` committed meanwhile is read as
@@ -306,7 +308,7 @@ def fork_reuses(mark: str, *, one_run: bool) -> str:
         "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
         f"SELECT k.kind, k.key, k.generation, j.run_id, {mark} FROM journal j "
         f"JOIN effect_keys k ON k.kind = {f.format('kind')} AND k.key = {f.format('action')} "
-        f"WHERE {which}j.kind='effect' AND j.status='done' AND k.status='done' "
+        f"WHERE {which}j.kind='effect' AND j.status='done' AND k.status IN ('done', 'undoing') "
         f"AND COALESCE({f.format('inherited_from')}, '') <> '' "
         f"AND k.run_id = COALESCE(NULLIF({f.format('from_run')}, ''), "
         f"{f.format('inherited_from')}) AND k.run_id <> j.run_id "

@@ -250,7 +250,10 @@ class JournalSQL(SQLCore):
     def effect_claim(self, kind: str, key: str) -> EffectClaim | None:
         with self._conn() as conn:
             row = conn.execute(self._q.effect_claim, (kind, key)).fetchone()
-        return None if row is None else EffectClaim(str(row[0]), str(row[1]), int(row[2]))
+        if row is None:
+            return None
+        digest = None if row[3] is None else str(row[3])
+        return EffectClaim(str(row[0]), str(row[1]), int(row[2]), digest)
 
     def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
         with self._conn() as conn:

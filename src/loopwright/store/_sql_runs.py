@@ -13,8 +13,9 @@ from .._errors import (
 )
 from .._keys import MAX_KEY_CHARS, check_lookup
 from .._owners import owner_is_dead
-from ._records import JournalEntry, RunRecord, VersionRow
+from ._records import JournalEntry, NewEvent, RunRecord, VersionRow
 from ._rows import (
+    event_row,
     sql_int,
     version_row,
 )
@@ -143,7 +144,32 @@ class RunsSQL(SQLCore):
                 origin, upto = copy_rejected
                 conn.execute(q.copy_rejected, (run_id, origin, int(upto)))
             conn.execute(q.insert_event, (run_id, 0, "run_created", now, js(created)))
+            if forked_from is not None:
+                # an inherited payment whose refund had started: told, as a run that reused
+                # it was when it started (its ``show``: may be refunded)
+                self._told_refunding(conn, run_id, int(forked_from[1]), now)
         return self._keep_task(self._run(row)), True
+
+    def _told_refunding(self, conn: Any, run_id: str, cycle: int, now: float) -> None:
+        """An ``effect_reuse_refunding`` event on fork ``run_id`` for each business action it
+        inherited whose undoing its holder started (in doubt, or running), in the fork's
+        creating transaction: it inherited the payment done, and no other word reaches it
+        before the refund settles (if ever)."""
+        rows = [
+            event_row(
+                run_id,
+                NewEvent(
+                    cycle,
+                    "effect_reuse_refunding",
+                    {"kind": k, "key": key, "generation": int(g or 1), "refunded_by": h},
+                ),
+                now,
+                self._js,
+            )
+            for h, k, key, g in conn.execute(self._q.fork_refunding, (run_id,)).fetchall()
+        ]
+        if rows:
+            self._executemany(conn, self._q.insert_event, rows)
 
     def get_run(self, run_id: str) -> RunRecord:
         check_lookup(run_id)  # PostgreSQL refuses a NUL, both stores a lone surrogate: alike

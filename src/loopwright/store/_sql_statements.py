@@ -278,7 +278,7 @@ class CoreStatements:
             "WHERE kind=? AND key=?" + lock("FOR UPDATE")
         )
         self.effect_claim = p(
-            "SELECT run_id, status, generation FROM effect_keys WHERE kind=? AND key=?"
+            "SELECT run_id, status, generation, args_hash FROM effect_keys WHERE kind=? AND key=?"
         )
         self.take_key = p(
             "UPDATE effect_keys SET run_id=?, status=?, args_hash=?, result=NULL, updated_at=?, "
@@ -305,6 +305,13 @@ class CoreStatements:
         # (``create_run``; the migration's ``fork_reuses_all`` for forks made before)
         self.fork_reuses = fork_reuses(mark, one_run=True)
         self.fork_reuses_all = fork_reuses(mark, one_run=False)
+        # those of a fork's whose refund has started (``create_run`` tells the fork of each)
+        self.fork_refunding = p(
+            "SELECT k.run_id, k.kind, k.key, k.generation FROM effect_reuses u "
+            "JOIN effect_keys k ON k.kind = u.kind AND k.key = u.key "
+            "AND k.generation = u.generation WHERE u.run_id=? AND k.status='undoing' "
+            "ORDER BY k.kind, k.key"
+        )
         self.claim_reusers = p(
             "SELECT u.run_id, r.status, r.cycle FROM effect_keys k "
             "JOIN effect_reuses u ON u.kind = k.kind AND u.key = k.key "
