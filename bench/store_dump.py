@@ -65,7 +65,8 @@ def _loop(cycles: int) -> Any:
             lw.Check(fn=lenient, name="lenient", required=False),
             lw.Check(fn=strict, name="hidden", held_out=True),
         ],
-        # a plateau ends the first run at cycle 24; the edit reopens it for one more
+        # a plateau ends the first run at cycle 24; the edit reopens it: the check-only cycle
+        # that judges it, and one more
         contract=lw.Contract(
             no_progress=lw.NoProgress(cycles=23), budget=lw.Budget(max_cycles=cycles)
         ),
@@ -96,7 +97,8 @@ def main(argv: list[str]) -> None:
         assert (r.stop_reason, r.cycles) == ("no_progress", 24), r.to_dict()
         rt.edit(r.run_id, "doc/title", "a title", by="ann", note="with key supersecret123 in it")
         r = rt.resume_sync(r.run_id, _loop(30))
-        assert (r.stop_reason, r.cycles) == ("no_progress", 25), r.to_dict()
+        # cycle 25 judges the edit (check-only, not a cycle without progress); 26 is the actor's
+        assert (r.stop_reason, r.cycles) == ("no_progress", 26), r.to_dict()
         owner = rt.owner
     with open(argv[0], "w") as f:
         f.write(dump(db, owner))
