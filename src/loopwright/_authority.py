@@ -26,7 +26,6 @@ import hashlib
 import json
 import math
 import secrets
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -407,7 +406,7 @@ def expire(store: Store, req: Approval) -> Approval | None:
     the request so decided, or ``None`` when it was decided meanwhile (``ApprovalError``)."""
     try:
         return store.decide_approval(
-            req.approval_id, status="expired", by="loopwright", note="expired", now=time.time()
+            req.approval_id, status="expired", by="loopwright", note="expired", now=store.clock()
         )
     except ApprovalError:
         return None

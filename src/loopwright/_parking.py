@@ -126,7 +126,7 @@ class Parking(RuntimeHost):
             },
             diff=_diff(s, proposal) or None,
             action_hash=digest,
-            expires_at=time.time() + min(limits) if limits else None,
+            expires_at=self.store.clock() + min(limits) if limits else None,
         )
         cancel = self._commit(
             ex,
@@ -158,7 +158,11 @@ class Parking(RuntimeHost):
             raise RunNotFoundError(
                 f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
             )
-        if req.status == "pending" and req.expires_at is not None and req.expires_at < time.time():
+        if (
+            req.status == "pending"
+            and req.expires_at is not None
+            and req.expires_at < self.store.clock()
+        ):
             req = expire(self.store, req) or req
         if req.status == "pending":
             self.store.append_events(

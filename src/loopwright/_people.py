@@ -182,7 +182,7 @@ class Decisions(RuntimeHost):
             raise
         run = self.store.get_run(req.run_id)
         rule = check_decision(self.store, req, run, who, status, origin=origin)
-        if req.expires_at is not None and req.expires_at < time.time():
+        if req.expires_at is not None and req.expires_at < self.store.clock():
             expire(self.store, req)
             raise ApprovalError(
                 f"request {req.approval_id} expired at "

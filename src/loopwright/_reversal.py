@@ -144,6 +144,8 @@ def offer_compensations(
         if d.action == "require":
             aid = uuid.uuid4().hex[:12]
             offer["approval_id"] = aid
+            if d.expires_after_s:
+                offer["expires_after_s"] = d.expires_after_s
             requests.append(
                 NewApproval(
                     approval_id=aid,
@@ -165,7 +167,7 @@ def offer_compensations(
                     action_hash=hashlib.sha256(f"compensate:{ikey}".encode()).hexdigest()[:32],
                     # the rule's expiry, as for any request it raises (it was left out: a
                     # refund request waited for ever)
-                    expires_at=time.time() + d.expires_after_s if d.expires_after_s else None,
+                    expires_at=store.clock() + d.expires_after_s if d.expires_after_s else None,
                 )
             )
         offers.append(offer)
@@ -235,19 +237,24 @@ def _repark(
     why: str,
     decided: dict[str, Any],
     field: str = "amount",
+    *,
+    now: float | None = None,
 ) -> NewApproval:
     """The request for offer ``o``, found reused by runs no person was told of when it was
     to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
     may decide it is who could decide the request it replaces (its rule's roles, approvers,
     the field its limits read — ``field`` for an allowed offer, which had none), never one of
-    the run's requesters (``_reuse_who``), and it expires as that one did."""
+    the run's requesters (``_reuse_who``), and it expires as that one did, ``now`` (the
+    store's ``clock()``) plus as long."""
     prior = decided.get(str(o.get("approval_id")))
     who = (prior.evidence or {}).get("who") if prior is not None else None
     # ...and it expires as that one did, after as long (a rule's expiry left out: it waited
     # for ever, as the first refund requests did)
     lasts = None
     if prior is not None and prior.expires_at is not None:
-        lasts = prior.expires_at - prior.requested_at
+        # as the offer recorded it: ``requested_at`` is the writer's clock, ``expires_at`` the
+        # store's (PostgreSQL: the server's), so their difference carries the hosts' skew
+        lasts = o.get("expires_after_s", prior.expires_at - prior.requested_at)
     aid = uuid.uuid4().hex[:12]
     o.update(
         action="require",
@@ -275,7 +282,7 @@ def _repark(
         action_hash=hashlib.sha256(
             f"compensate:{o['key']}:{','.join(r.run_id for r in reused)}".encode()
         ).hexdigest()[:32],
-        expires_at=None if lasts is None else time.time() + lasts,
+        expires_at=None if lasts is None else (time.time() if now is None else now) + lasts,
     )
 
 
@@ -425,7 +432,7 @@ async def run_compensations(
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
         if o["action"] == "require" and req is not None and req.status == "pending":
-            if req.expires_at is None or req.expires_at >= time.time():
+            if req.expires_at is None or req.expires_at >= store.clock():
                 return None
             # expired undecided: not run, as a parked cycle's expired request escalates
             # (decided meanwhile: as it was decided)
@@ -437,7 +444,7 @@ async def run_compensations(
     # each offer about to run's original entry, read once (here, and by the loop below)
     origs: dict[str, list[JournalEntry]] = {}
     asks = [
-        _repark(o, reused, cycle, why, decided, _field(ex.loop, o.get("rule")))
+        _repark(o, reused, cycle, why, decided, _field(ex.loop, o.get("rule")), now=store.clock())
         for o, reused in _reused_since(store, ex, offers, decided, origs)
     ]
     if asks:
@@ -495,7 +502,7 @@ async def run_compensations(
                 # reports them as they ended, not running them again)
                 reused = [EffectReuse(r, st) for r, st in exc.runs]
                 field = _field(ex.loop, o.get("rule"))
-                return Reparked([_repark(o, reused, cycle, why, decided, field)])
+                return Reparked([_repark(o, reused, cycle, why, decided, field, now=store.clock())])
         # A run undoes its own execution: the compensation's key is this run's, never claimed
         # store-wide (another run's refund of the same invoice is not this one's).
         outcome = await perform_effect(

@@ -887,11 +887,7 @@ def test_a_refund_request_expires_as_its_rule_says(
 ) -> None:
     # From an outside probe (probe42a): a compensation's request was raised without its rule's
     # expires_after_s, so it waited for ever. Past it, the refund is not run and the request
-    # is marked expired. (The clock is moved for the reversal's reads only: no waiting.)
-    import types
-
-    from loopwright import _reversal
-
+    # is marked expired. (The store's clock, which expiry is on, is moved: no waiting.)
     bank, pay, _allow, paying = _paying_a1()
     rules = lw.ApprovalPolicy(
         (
@@ -913,7 +909,7 @@ def test_a_refund_request_expires_as_its_rule_says(
     assert rt.resume_sync(r.run_id, loop).status == "cancelled"  # within its time: it waits
     assert rt.store.approval(req.approval_id).status == "pending"  # type: ignore[union-attr]
     later = req.expires_at + 1
-    monkeypatch.setattr(_reversal, "time", types.SimpleNamespace(time=lambda: later))
+    monkeypatch.setattr(rt.store, "clock", lambda: later)
     out = rt.resume_sync(r.run_id, loop)
     assert rt.store.approval(req.approval_id).status == "expired"  # type: ignore[union-attr]
     assert bank.refunds == []

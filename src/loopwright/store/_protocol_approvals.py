@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -27,6 +28,12 @@ def approvals_matching(rows: list[Approval], search: str | None) -> list[Approva
 
 class ApprovalsStore(ABC):
     """Approval requests, their decisions, and cancellation (mixed into ``Store``)."""
+
+    def clock(self) -> float:
+        """Now, as epoch seconds, on the clock a request's ``expires_at`` is set and compared
+        on: this host's (a store on one host); ``PostgresStore``: the database server's, as
+        its leases, so hosts whose clocks disagree expire a request at the same moment."""
+        return time.time()
 
     # --- approvals and cancellation ----------------------------------------------------
     @abstractmethod

@@ -24,7 +24,8 @@ Same semantics as :class:`~loopwright.store.sqlite.SQLiteStore`, method for meth
 - **Clocks.** Lease expiry is set and compared on the database server's clock: a worker whose
   host clock runs ahead cannot take over a live lease early, and one whose clock runs behind
   does not keep a dead worker's runs waiting longer. (A client's ``lease_expires_at`` in a
-  commit is turned into "server now + the same TTL".) Timestamps the store only records
+  commit is turned into "server now + the same TTL".) So is an approval request's expiry
+  (``clock()``: the engine sets and compares ``expires_at`` on it). Timestamps the store only records
   (``created_at``, ``updated_at``, events) keep the writer's clock.
 """
 
@@ -331,6 +332,12 @@ class PostgresStore(SQLStore):
             self._q.versions + " AND (ref, n) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
             (run_id, [k[0] for k in ks], [k[1] for k in ks]),
         ).fetchall()
+
+    def clock(self) -> float:
+        with self._conn() as conn:
+            row = conn.execute(f"SELECT {_DB_NOW}").fetchone()
+        assert row is not None
+        return float(row[0])
 
     # --- leases -------------------------------------------------------------------------
     def claim_runs(
