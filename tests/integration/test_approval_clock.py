@@ -6,6 +6,7 @@ behind does not let an expired request be approved. SQLite lives on one host: it
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -51,55 +52,56 @@ def _park(rt: lw.Runtime, expires_after_s: float) -> tuple[lw.RunResult, lw.Loop
     return r, loop, bank
 
 
-@pytest.mark.postgres
-def test_a_host_ahead_neither_writes_nor_sweeps_expiry_early(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    skew = _skew(monkeypatch)
+@pytest.fixture
+def pg_rt(pg_url: str) -> Iterator[lw.Runtime]:
     rt = lw.Runtime(pg_url)
     try:
-        skew["s"] = -HOUR  # the host that parks the run runs an hour behind
-        r, loop, bank = _park(rt, expires_after_s=600)
-        req = rt.pending_approval(r.run_id)
-        server = _server_now(rt)
-        assert req.expires_at is not None
-        assert server + 500 < req.expires_at < server + 700  # ten minutes on the server's clock
-        skew["s"] = +HOUR  # the host that resumes it (and the person's) runs an hour ahead
-        again = rt.resume_sync(r.run_id, loop)
-        assert again.status == "awaiting_approval"  # still waiting, not expired and escalated
-        assert rt.pending_approval(r.run_id).status == "pending"
-        rt.approve(r.run_id, by="fin")
-        done = rt.resume_sync(r.run_id, loop)
-        assert done.status != "escalated", done.stop_reason
-        assert [p["invoice"] for p in bank.executed] == ["A-1"]
+        yield rt
     finally:
         rt.close()
+
+
+@pytest.mark.postgres
+def test_a_host_ahead_neither_writes_nor_sweeps_expiry_early(
+    pg_rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    skew, rt = _skew(monkeypatch), pg_rt
+    skew["s"] = -HOUR  # the host that parks the run runs an hour behind
+    r, loop, bank = _park(rt, expires_after_s=600)
+    req = rt.pending_approval(r.run_id)
+    server = _server_now(rt)
+    assert req.expires_at is not None
+    assert server + 500 < req.expires_at < server + 700  # ten minutes on the server's clock
+    skew["s"] = +HOUR  # the host that resumes it (and the person's) runs an hour ahead
+    again = rt.resume_sync(r.run_id, loop)
+    assert again.status == "awaiting_approval"  # still waiting, not expired and escalated
+    assert rt.pending_approval(r.run_id).status == "pending"
+    rt.approve(r.run_id, by="fin")
+    done = rt.resume_sync(r.run_id, loop)
+    assert done.status != "escalated", done.stop_reason
+    assert [p["invoice"] for p in bank.executed] == ["A-1"]
 
 
 @pytest.mark.postgres
 def test_a_host_behind_cannot_approve_a_request_expired_on_the_server(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    skew = _skew(monkeypatch)
-    rt = lw.Runtime(pg_url)
-    try:
-        r, loop, bank = _park(rt, expires_after_s=600)
-        req = rt.pending_approval(r.run_id)
-        # the request's ten minutes are over on the server's clock (moved, not waited for)
-        with rt.store._tx() as conn:  # type: ignore[attr-defined]
-            conn.execute(
-                "UPDATE approvals SET expires_at = %s WHERE approval_id = %s",
-                (_server_now(rt) - 1, req.approval_id),
-            )
-        skew["s"] = -HOUR  # the person's host runs an hour behind
-        with pytest.raises(lw.ApprovalError, match="expired"):
-            rt.approve(r.run_id, by="fin")
-        out = rt.resume_sync(r.run_id, loop)
-        assert out.status == "escalated"
-        assert bank.executed == []
-        assert rt.store.approval(req.approval_id).status == "expired"  # type: ignore[union-attr]
-    finally:
-        rt.close()
+    skew, rt = _skew(monkeypatch), pg_rt
+    r, loop, bank = _park(rt, expires_after_s=600)
+    req = rt.pending_approval(r.run_id)
+    # the request's ten minutes are over on the server's clock (moved, not waited for)
+    with rt.store._tx() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            "UPDATE approvals SET expires_at = %s WHERE approval_id = %s",
+            (_server_now(rt) - 1, req.approval_id),
+        )
+    skew["s"] = -HOUR  # the person's host runs an hour behind
+    with pytest.raises(lw.ApprovalError, match="expired"):
+        rt.approve(r.run_id, by="fin")
+    out = rt.resume_sync(r.run_id, loop)
+    assert out.status == "escalated"
+    assert bank.executed == []
+    assert rt.store.approval(req.approval_id).status == "expired"  # type: ignore[union-attr]
 
 
 def test_sqlite_expires_on_its_hosts_clock(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
