@@ -20,6 +20,21 @@ _RUNS: dict[str, bool] = {"may_exist": True}
 DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "answer", "ui"})
 
 
+# SIGTERMs `loopwright worker` received while it started (its modules loading), noted by
+# ``note_term`` instead of killing it: the worker stops gracefully once it can (exit 0).
+EARLY_TERM: list[int] = []
+
+
+def note_term() -> None:
+    """From now on a SIGTERM is noted in ``EARLY_TERM`` (until the worker's event loop
+    installs its own handler): installed first thing, before the modules load."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # (where signals are handled)
+        signal.signal(signal.SIGTERM, lambda signum, _frame: EARLY_TERM.append(signum))
+
+
 # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`| head`).
 EXIT_PIPE_CLOSED = 141
 
@@ -82,6 +97,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"loopwright: error: {bad}", file=sys.stderr)
         return 2
     _RUNS["may_exist"] = False  # Ctrl-C while the modules load: no run has started
+    if args[:1] == ["worker"]:
+        note_term()  # a SIGTERM while the modules load stops the worker, not kills it
     try:
         from .._errors import LoopwrightError
         from ._app import command_for

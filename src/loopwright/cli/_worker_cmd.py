@@ -61,6 +61,12 @@ def worker(
     On SIGTERM or Ctrl-C each run finishes its cycle in flight, checkpoints and releases its
     lease, then the worker exits.
     """
+    # A SIGTERM while the worker starts (a slow start under load, its modules loading) must
+    # stop it gracefully too, not kill it: noted until the event loop's handler replaces this
+    # one (``main`` installs it before the CLI's own modules load).
+    from . import EARLY_TERM, note_term
+
+    note_term()
     import asyncio
     import signal
 
@@ -100,10 +106,6 @@ def worker(
         # as `resume --all` says it: the count at the end told no one why
         out.print(f"[yellow]skipped {run_id[:12]}: {escape(_one_line(why))}[/]")
 
-    # A SIGTERM while the worker starts (a slow start under load) must stop it gracefully too,
-    # not kill it: note it until the event loop's handler replaces this one.
-    early: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: early.append(signum))
     with Runtime(store, lease_ttl_s=lease_ttl) as rt, _notifying(rt, notify_cfg) as said:
         if said:
             out.print(said)
@@ -126,7 +128,8 @@ def worker(
                 f"worker {rt.owner} on {rt.store.url}: claiming up to {concurrency} run(s)"
                 + (" (until idle)" if once else "; SIGTERM or Ctrl-C to stop gracefully")
             )
-            if early:
+            if EARLY_TERM:  # (before any claim: ``stop`` first, then ``w.run`` claims nothing)
+                EARLY_TERM.clear()
                 stop()
             await w.run(once=once, max_runs=max_runs)
 
