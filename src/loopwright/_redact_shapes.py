@@ -349,7 +349,7 @@ _PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFIL
 # the text whole, so the tests find all they found (and at most a few more, across a deleted
 # character: ``_confirmed`` then reads the text itself); a record's JSON text is about half as
 # long then, and a substring test costs by the characters it passes over (stop 46, cpu46c).
-_NOT_NEEDLE = bytes(sorted(set(range(128)) - set("".join(_PREFILTER).encode())))
+_NOT_NEEDLE = bytes(c for c in range(128) if chr(c) not in set("".join(_PREFILTER)))
 # (below this length the deletion costs about what it saves)
 _STRIP_MIN = 200
 
