@@ -343,16 +343,6 @@ _PREFILTER_Z = ("aiza", "authorization")
 _PREFILTER_J = ("eyj",)
 _PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
 
-# The ASCII characters no needle of ``_PREFILTER`` holds (digits, quotes, spaces, punctuation,
-# most capitals): deleted from a long ASCII text before the needles are looked for (one
-# ``bytes.translate``). Deleting characters that no needle holds leaves every needle found in
-# the text whole, so the tests find all they found (and at most a few more, across a deleted
-# character: ``_confirmed`` then reads the text itself); a record's JSON text is about half as
-# long then, and a substring test costs by the characters it passes over (stop 46, cpu46c).
-_NOT_NEEDLE = bytes(c for c in range(128) if chr(c) not in set("".join(_PREFILTER)))
-# (below this length the deletion costs about what it saves)
-_STRIP_MIN = 200
-
 
 def _confirmed(low: str, passw: bool) -> bool | None:
     """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
@@ -400,18 +390,13 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
         or _token_trigger(low)
     ):
         return True
-    hay = (
-        low.encode().translate(None, _NOT_NEEDLE).decode()
-        if len(low) >= _STRIP_MIN and low.isascii()
-        else low
-    )
     for needle in _PREFILTER_REST:
-        if needle in hay:
+        if needle in low:
             return _confirmed(low, passw)
-    if "z" in hay:
+    if "z" in low:
         for needle in _PREFILTER_Z:
-            if needle in hay:
+            if needle in low:
                 return _confirmed(low, passw)
-    if "j" in hay and "eyj" in hay:
+    if "j" in low and "eyj" in low:
         return _confirmed(low, passw)
     return False

@@ -907,37 +907,3 @@ def test_adversarial_repetitions_of_the_shapes_are_masked_exactly(
 def test_an_option_after_many_dashes_is_masked() -> None:
     text = "--a-" * 25_000 + " --token Abc123456"
     assert redact_text(text) == "--a-" * 25_000 + " --token ***"
-
-
-def test_a_long_text_is_triggered_as_before_its_needle_free_characters_were_deleted() -> None:
-    """``_triggered`` looks for the prefilter's needles in a long ASCII text with every
-    character no needle holds deleted (cpu46c): each needle is still found whole, so its answer
-    — True, None (``private``/``session`` for the clean scan) or False — is the one it gives on
-    the text itself, next to a trigger or a needle at the joins of record-like filler too."""
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    from loopwright import _redact_shapes
-
-    needle_chars = set("".join(_redact_shapes._PREFILTER))
-    assert not needle_chars & set(_redact_shapes._NOT_NEEDLE.decode())
-    assert set(_redact_shapes._NOT_NEEDLE.decode()) | needle_chars >= set(map(chr, range(128)))
-    filler = '{"cycle":18,"score":0.5,"digest":"5317fab56e5769734564ede5ba46bc6c","x":[1,2]}'
-    texts = st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=3), max_size=8).map(_joined)
-
-    @settings(max_examples=800, deadline=None)
-    @given(texts, texts, st.booleans())
-    def check(a: str, b: str, passw: bool) -> None:
-        low = f"{a}{filler * 3}{b}".lower()
-        assert len(low) >= _redact_shapes._STRIP_MIN
-        got = _redact_shapes._triggered(low, passw=passw)
-        saved = _redact_shapes._STRIP_MIN
-        try:
-            _redact_shapes._STRIP_MIN = 10**9  # the text itself, as before the cut
-            want = _redact_shapes._triggered(low, passw=passw)
-        finally:
-            _redact_shapes._STRIP_MIN = saved
-        assert got == want, low
-        assert bool(got) == _reference_triggered(low, passw), low
-
-    check()
