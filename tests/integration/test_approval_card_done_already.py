@@ -9,19 +9,20 @@ from typing import Any
 
 import loopwright as lw
 
-PAID: list[str] = []
 
+def _loop(paid: list[str], invoice: str = "I6", amount: float = 10.0) -> lw.Loop:
+    """A loop paying ``invoice`` for ``amount`` under the business key ``pay:<invoice>``;
+    each payment made is appended to ``paid`` (one list a test: none shared between tests)."""
 
-def _loop() -> lw.Loop:
     @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
     def pay(invoice: str, amount: float) -> dict[str, Any]:
-        PAID.append(invoice)
+        paid.append(invoice)
         return {"paid": invoice}
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(
             edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
-            effects=(pay.call(invoice="I6", amount=10.0),),
+            effects=(pay.call(invoice=invoice, amount=amount),),
         )
 
     return lw.Loop(
@@ -40,43 +41,20 @@ def _pending_what(rt: lw.Runtime, run_id: str) -> str:
 
 
 def test_the_request_of_an_action_done_already_says_so(tmp_path: Path) -> None:
-    loop = _loop()
+    paid: list[str] = []
+    loop = _loop(paid)
     with lw.Runtime(str(tmp_path / "s.db")) as rt:
         a = rt.run_sync(loop, {"artifacts": {"inv": {"status": "open"}}}, task_key="A")
         assert "already done" not in _pending_what(rt, a.run_id)  # a first payment: as before
         rt.approve(a.run_id, by="ann")
         a = rt.resume_sync(a.run_id, loop)
-        assert a.accepted and PAID == ["I6"]
+        assert a.accepted and paid == ["I6"]
         b = rt.run_sync(loop, {"artifacts": {"inv": {"status": "open"}}}, task_key="B")
         what = _pending_what(rt, b.run_id)
         assert f"already done by run {a.run_id[:12]} under its key" in what, what
         assert "its result is reused" in what
         rt.approve(b.run_id, by="ann")
-        assert rt.resume_sync(b.run_id, loop).accepted and PAID == ["I6"]  # paid once
-
-
-def _loop_paying(amount: float) -> lw.Loop:
-    loop = _loop()
-
-    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
-    def pay(invoice: str, amount: float) -> dict[str, Any]:
-        PAID.append(invoice)
-        return {"paid": invoice}
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(
-            edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
-            effects=(pay.call(invoice="I7", amount=amount),),
-        )
-
-    return lw.Loop(
-        name=loop.name,
-        actor=actor,
-        verifiers=loop.verifiers,
-        contract=loop.contract,
-        effects=[pay],
-        approvals=loop.approvals,
-    )
+        assert rt.resume_sync(b.run_id, loop).accepted and paid == ["I6"]  # paid once
 
 
 def test_the_request_of_an_action_done_with_other_arguments_does_not_promise_a_reuse(
@@ -87,7 +65,8 @@ def test_the_request_of_an_action_done_with_other_arguments_does_not_promise_a_r
     # "its result is reused" (review46b).
     task = {"artifacts": {"inv": {"status": "open"}}}
     with lw.Runtime(str(tmp_path / "s.db")) as rt:
-        ten, twenty = _loop_paying(10.0), _loop_paying(20.0)
+        paid: list[str] = []
+        ten, twenty = _loop(paid, "I7", 10.0), _loop(paid, "I7", 20.0)
         a = rt.run_sync(ten, task, task_key="A")
         rt.approve(a.run_id, by="ann")
         assert rt.resume_sync(a.run_id, ten).accepted
@@ -100,4 +79,4 @@ def test_the_request_of_an_action_done_with_other_arguments_does_not_promise_a_r
         rt.resume_sync(b.run_id, twenty)
         [entry] = rt.store.journal(b.run_id, kind="effect")
         assert entry.status == "in_doubt"  # what the card now says: not reused, not run
-        assert PAID.count("I7") == 1
+        assert paid.count("I7") == 1
