@@ -150,7 +150,7 @@ def _record(rounds: int, *, passing: bool) -> dict[str, Any]:
         "is_passing": passing,
         "is_solved": True,
         "debug_iter": rounds,
-        "token_nums": 90,
+        "token_nums": 90 if rounds else 0,  # LDB counts tokens only of debugging rounds
     }
 
 

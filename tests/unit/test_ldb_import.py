@@ -237,3 +237,45 @@ def test_a_price_that_makes_a_cost_not_finite_is_refused(tmp_path: Path, price: 
     assert info.value.field == "usd_per_token"
     assert not out.exists()
     assert convert_record(record(), usd_per_token=1e-6)["recorded"]["attempts"][0]["usage"]
+
+
+# --- lines that contradict themselves --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        # the last implementation failed a visible test, yet the line says it passed
+        (
+            {"test_feedback": [["a"], ["b"], ["assert f(1) == 1 # Real Execution Output: 2"]]},
+            "'is_passing' is True but the last implementation failed visible tests",
+        ),
+        ({"is_passing": False}, "'is_passing' is False but the last implementation passed"),
+        # LDB stops at the first visible pass: an earlier pass with rounds after it
+        (
+            {"test_feedback": [["a"], [], []]},
+            "implementation 1 passed every visible test (test_feedback[1] is []), yet the run "
+            "went on to 2",
+        ),
+        # tokens are counted only over debugging rounds
+        (
+            {"implementations": ["def f(x): return x"], "test_feedback": [[]], "debug_iter": 0},
+            "'token_nums' is 1001 for 0 debugging rounds",
+        ),
+        ({"token_nums": 0}, "'token_nums' is 0 for 2 debugging rounds"),
+    ],
+)
+def test_a_line_that_contradicts_itself_is_refused(
+    tmp_path: Path, over: dict[str, Any], message: str
+) -> None:
+    """Such a line was imported as it stood: a replay then counted a visible pass, or a
+    spend, that the recording never had (a run 'passing' with failures left, tokens billed
+    for no round)."""
+    src = _write(tmp_path, record(task_id="HumanEval/1"), record(**over))
+    with pytest.raises(LdbFormatError, match=re.escape(message)) as info:
+        import_ldb(src, tmp_path / "o.jsonl")
+    assert info.value.line == 2
+    assert not (tmp_path / "o.jsonl").exists()
+    with pytest.raises(LdbFormatError, match=re.escape(message)):
+        list(traces_from_ldb(src))
+

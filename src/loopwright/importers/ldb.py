@@ -45,6 +45,11 @@ Everything about the hidden tests lives under ``held_out`` (the held-out verifie
 there). ``recorded.attempts`` are ``implementations[1:]``: attempt ``k`` is the program after
 the ``k``-th debugging round.
 
+**Consistency.** A line whose fields contradict the format's own rules is refused with its
+line number (``_check_consistent``): ``is_passing`` is ``test_feedback[-1] == []``, no
+implementation before the last passed (LDB stops at the first visible pass), and
+``token_nums`` is 0 exactly when no debugging round ran.
+
 **Cost proxy.** LDB records one number, ``token_nums``: the GPT-2-tokenizer count of the chat
 messages summed over all debugging rounds (0 when the seed passed). It records neither per-round
 counts nor billed tokens, so each attempt is charged ``token_nums / debug_iter`` tokens (the
@@ -62,7 +67,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -139,6 +144,30 @@ def _check_rounds(rounds: int | None) -> None:
         raise ConfigError(f"must be a whole number >= 0, got {rounds!r}", field="rounds")
 
 
+def _check_consistent(
+    rec: Mapping[str, Any], feedback: list[Any], bad: Callable[[str], LdbFormatError]
+) -> None:
+    """Refuse a line whose fields contradict each other (the format's own rules, README of
+    the data): a replay of it would count a pass or a spend the recording never had."""
+    if rec["is_passing"] != (feedback[-1] == []):
+        raise bad(
+            f"'is_passing' is {rec['is_passing']} but the last implementation "
+            + ("failed visible tests" if feedback[-1] else "passed every visible test")
+            + " (test_feedback[-1])"
+        )
+    early = next((k for k, f in enumerate(feedback[:-1]) if f == []), None)
+    if early is not None:  # LDB stops at the first visible pass
+        raise bad(
+            f"implementation {early} passed every visible test (test_feedback[{early}] is []), "
+            f"yet the run went on to {len(feedback) - 1}"
+        )
+    if (rec["debug_iter"] == 0) != (rec["token_nums"] == 0):
+        raise bad(
+            f"'token_nums' is {rec['token_nums']} for {rec['debug_iter']} debugging rounds "
+            "(it is 0 exactly when the seed passed and no round ran)"
+        )
+
+
 def convert_record(
     rec: Mapping[str, Any],
     *,
@@ -196,6 +225,7 @@ def convert_record(
             f"'debug_iter' is {debug_iter} but there are {attempts_n} debugging attempts "
             f"(len(implementations) - 1)"
         )
+    _check_consistent(rec, feedback, bad)
     if usd_per_token < 0:
         raise ConfigError("must not be negative", field="usd_per_token")
     tokens = _split_tokens(rec["token_nums"], attempts_n)
