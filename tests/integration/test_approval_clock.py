@@ -118,9 +118,7 @@ def test_sqlite_expires_on_its_hosts_clock(tmp_path: Any, monkeypatch: pytest.Mo
         rt.close()
 
 
-def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock() -> None:
     """A refund's request asked again expires as long after as the first did: the rule's
     time, not ``expires_at - requested_at`` (the store's clock less the writer's)."""
     prior = Approval(
@@ -151,8 +149,7 @@ def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock
         "cycle": 2,
         "expires_after_s": 600,
     }
-    monkeypatch.setattr(time, "time", lambda: 5000.0)  # now, on the store's clock
-    again = _reversal._repark(o, [], 4, "ops", {"a1": prior})
+    again = _reversal._repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
     assert again.expires_at == 5600.0
 
 
