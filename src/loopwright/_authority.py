@@ -410,15 +410,3 @@ def expire(store: Store, req: Approval) -> Approval | None:
         )
     except ApprovalError:
         return None
-
-
-def added_it(store: Store, memory_id: str, by: str) -> bool:
-    """Whether ``by`` added candidate ``memory_id``: the person who proposes feedback for every
-    project does not confirm it too (separation of duties, as for approvals; probe46c: an
-    operator added a global candidate and confirmed it, so the step checked nothing)."""
-    rows = store.memory_query(memory_id=memory_id)
-    return (
-        bool(rows)
-        and rows[0]["status"] == "candidate"
-        and (person_key(str(rows[0]["by"])) == person_key(by))
-    )

@@ -133,7 +133,8 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         k = paid[i] if paid is not None and paid[i] else n
         projected = spent / k if k else 0.0
         whole = reason == "budget_tokens"
-        if not crosses(limit, spent, whole=whole) or crosses(spent + projected, limit, whole=whole):
+        # (a budget already reached is ``budget_exhausted``'s, above)
+        if crosses(spent + projected, limit, whole=whole):
             return reason
     return None
 

@@ -27,7 +27,15 @@ from ._host import RuntimeHost
 from ._proposal import Proposal
 from .store import NewEvent
 
-__all__ = ["CHECKED", "EDIT_CHECK", "EditCheck", "judge", "mark_edited", "owes_check"]
+__all__ = [
+    "CHECKED",
+    "EDIT_CHECK",
+    "EditCheck",
+    "judge",
+    "mark_edited",
+    "owed_after",
+    "owes_check",
+]
 
 EDIT_CHECK = "edit_check"  # the pending entry's stage: a person's edit waits to be judged
 CHECKED = "judged the person's edit"  # the check-only cycle's proposal note, as shown
@@ -41,9 +49,22 @@ def mark_edited(pending: Mapping[str, Any] | None, ref: str) -> dict[str, Any]:
     ``edited``, or, where it waited on nothing, a check-only cycle owed (its ``parts``: those
     edited since the run's last cycle)."""
     if pending is None or pending.get("stage") == EDIT_CHECK:
-        parts = [str(p) for p in (pending or {}).get("parts") or () if p != ref]
-        return {"stage": EDIT_CHECK, "parts": [*parts, ref]}
-    return {**pending, "edited": True}
+        return {"stage": EDIT_CHECK, "parts": _with(pending, "parts", ref)}
+    # (the parts too: the check-only cycle it may owe once decided names them, as any does)
+    return {**pending, "edited": True, "edited_parts": _with(pending, "edited_parts", ref)}
+
+
+def _with(pending: Mapping[str, Any] | None, field: str, ref: str) -> list[str]:
+    """The parts ``pending[field]`` lists, ``ref`` last (once)."""
+    return [*(str(p) for p in (pending or {}).get(field) or () if p != ref), ref]
+
+
+def owed_after(pending: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The entry a run owes once what it waited on (a question, compensations) is settled: a
+    check-only cycle for the parts a person edited meanwhile (``mark_edited``), or None."""
+    if not pending.get("edited"):
+        return None
+    return {"stage": EDIT_CHECK, "parts": [str(p) for p in pending.get("edited_parts") or ()]}
 
 
 def owes_check(pending: Mapping[str, Any] | None) -> bool:

@@ -30,7 +30,7 @@ from ._checkpoint import Checkpoints
 from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
-from ._edit_check import EDIT_CHECK, EditCheck, owes_check
+from ._edit_check import EditCheck, owed_after, owes_check
 from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
 from ._exec import Execution as _Exec
 from ._exec import error_info, fit_history
@@ -441,7 +441,7 @@ class Runtime(
                 return
             ex.state.notes.extend(notes)
             # a person's edit made while they waited is judged next (``_edit_check``)
-            ex.state.pending = {"stage": EDIT_CHECK} if pend.get("edited") else None
+            ex.state.pending = owed_after(pend)
             bad = [n for n in notes if n["status"] in ("failed", "in_doubt")]
             if rec.status in TERMINAL_STATUSES:
                 # A cancelled run stays cancelled; its packet says what was undone and what

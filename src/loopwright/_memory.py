@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from ._errors import ConfigError, LoopwrightError, NotPermittedError, check_choice
+from ._errors import ConfigError, LoopwrightError, check_choice
 from ._json import check_text
 from ._redact import redact, redact_text
 
@@ -402,19 +402,15 @@ class FeedbackMemory:
         """A person confirms a candidate: it becomes ``active`` (and is retrieved from now on).
         Confirming an active item changes nothing; a forgotten one raises ``ConflictError``;
         in a store with users, its adder's ``NotPermittedError`` (a second person checks)."""
-        from ._authority import added_it
-
         by = _check_name(by, "by")
-        if self.store.has_users() and added_it(self.store, _check_name(memory_id, "memory_id"), by):
-            raise NotPermittedError(
-                f"{by} added memory {memory_id} and cannot confirm it (separation of duties)"
-            )
         row = self.store.memory_set_status(
             _check_name(memory_id, "memory_id"),
             "active",
             by=by,
             now=self._clock(),
             expect=("candidate",),
+            # in a store with users a second person checks: its adder does not confirm it
+            not_by=by if self.store.has_users() else None,
         )
         return MemoryItem.from_dict(row)
 

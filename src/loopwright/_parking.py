@@ -17,7 +17,7 @@ from typing import Any
 from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
 from ._earned import authority_status, earned_counts
-from ._edit_check import EDIT_CHECK, judge
+from ._edit_check import judge, owed_after
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
@@ -206,7 +206,7 @@ class Parking(RuntimeHost):
             if pend.get("edited"):
                 # a person edited the run while the question waited: with this cycle's commit
                 # the next cycle is owed, and judges the edit (``_edit_check``)
-                s.pending = {"stage": EDIT_CHECK, "parts": []}
+                s.pending = owed_after(pend)
             return self._conclude(
                 ex,
                 n,

@@ -238,7 +238,7 @@ def _repark(
     decided: dict[str, Any],
     field: str = "amount",
     *,
-    now: float | None = None,
+    now: float,
 ) -> NewApproval:
     """The request for offer ``o``, found reused by runs no person was told of when it was
     to run (it was allowed, or approved before they reused it): ``o`` now waits for it. Who
@@ -282,7 +282,7 @@ def _repark(
         action_hash=hashlib.sha256(
             f"compensate:{o['key']}:{','.join(r.run_id for r in reused)}".encode()
         ).hexdigest()[:32],
-        expires_at=None if lasts is None else (time.time() if now is None else now) + lasts,
+        expires_at=None if lasts is None else now + lasts,
     )
 
 

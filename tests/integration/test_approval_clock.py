@@ -118,9 +118,7 @@ def test_sqlite_expires_on_its_hosts_clock(tmp_path: Any, monkeypatch: pytest.Mo
         rt.close()
 
 
-def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock() -> None:
     """A refund's request asked again expires as long after as the first did: the rule's
     time, not ``expires_at - requested_at`` (the store's clock less the writer's)."""
     prior = Approval(
@@ -151,6 +149,31 @@ def test_a_request_asked_again_lasts_as_its_rule_says_whatever_the_writers_clock
         "cycle": 2,
         "expires_after_s": 600,
     }
-    monkeypatch.setattr(time, "time", lambda: 5000.0)  # now, on the store's clock
-    again = _reversal._repark(o, [], 4, "ops", {"a1": prior})
+    again = _reversal._repark(o, [], 4, "ops", {"a1": prior}, now=5000.0)  # the store's now
     assert again.expires_at == 5600.0
+
+
+@pytest.mark.postgres
+def test_a_host_ahead_lists_a_pending_request_as_the_server_decides_it(
+    pg_rt: lw.Runtime, pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """``loopwright approvals`` and the dashboard's cards said whether a request expired on
+    this host's clock: a host an hour ahead listed a request with nine minutes left as
+    "expired ... can no longer be decided", and the inbox's card as expired, while approving
+    it from that host (the store's clock) was accepted."""
+    from fastapi.testclient import TestClient
+
+    from loopwright.cli import main
+    from loopwright.web import create_app
+
+    skew, rt = _skew(monkeypatch), pg_rt
+    r, _loop, _bank = _park(rt, expires_after_s=600)
+    skew["s"] = +HOUR  # the person's host runs an hour ahead
+    assert main(["approvals", "--store", pg_url]) == 0
+    out, err = capsys.readouterr()
+    assert "expires" in out and "expired" not in out + err, out
+    web = TestClient(create_app(pg_url, token="t" * 16), base_url="http://127.0.0.1")
+    for page in (web.get("/approvals"), web.get(f"/runs/{r.run_id}")):
+        assert page.status_code == 200
+        assert "expires in" in page.text and "expired" not in page.text
+    rt.approve(r.run_id, by="fin")  # as the store decides it: still open

@@ -416,11 +416,8 @@ def test_a_risk_rule_on_the_edited_state_parks_the_check_only_cycle(url: str) ->
         assert (last["cycle"], last["check_only"], last["decision"]) == (4, True, "accepted")
 
 
-def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: str) -> None:
-    """The actor asked a question; a person edited the run beside it and answered. The asked
-    cycle concludes as before; the next one judges the edit, no actor call (before: the actor
-    was asked again, the edit unjudged). The asked cycle can still be forked from."""
-    calls = Calls()
+def _asking_loop(calls: Calls) -> lw.Loop:
+    """``make_loop`` whose actor asks a question in cycle 1 (counted in ``calls.actor``)."""
     base = make_loop(calls)
 
     def asking(ctx: lw.Context) -> lw.Proposal:
@@ -429,7 +426,15 @@ def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: 
             return lw.Proposal(question=lw.Question("which a?"), usage=lw.Usage(ACTOR_USD, 100))
         return base.actor(ctx)  # type: ignore[no-any-return]
 
-    loop = dataclasses.replace(base, actor=asking)
+    return dataclasses.replace(base, actor=asking)
+
+
+def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: str) -> None:
+    """The actor asked a question; a person edited the run beside it and answered. The asked
+    cycle concludes as before; the next one judges the edit, no actor call (before: the actor
+    was asked again, the edit unjudged). The asked cycle can still be forked from."""
+    calls = Calls()
+    loop = _asking_loop(calls)
     with lw.Runtime(url) as rt:
         task = {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}}
         r = rt.run_sync(loop, task, task_key="q")
@@ -444,3 +449,21 @@ def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: 
         assert decisions == [(1, "asked", None), (2, "accepted", True)]
         fork = rt.fork(r.run_id, 1)  # the asked cycle concluded (its commit owed the check)
         assert fork.forked_at == 1
+
+
+def test_the_check_after_a_question_names_the_parts_edited_beside_it(url: str) -> None:
+    """The check-only cycle owed once an asked cycle concludes names the parts a person edited
+    while the question waited, as one owed by an edit of an idle run does (docs/trace.md:
+    ``judged_again``'s ``parts``); it named none."""
+    loop = _asking_loop(Calls())
+    with lw.Runtime(url) as rt:
+        task = {"artifacts": {"doc": {"a": "bad", "b": "bad", "c": "good"}}}
+        r = rt.run_sync(loop, task, task_key="q")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/b", "good", by="ana")
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.answer(r.run_id, "the good one", by="ana")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles) == ("accepted", 2)
+        [judged] = [e.data for e in rt.store.events(r.run_id) if e.kind == "judged_again"]
+        assert judged == {"why": "edited", "check_only": True, "parts": ["doc/b", "doc/a"]}

@@ -772,3 +772,39 @@ def test_a_v9_postgres_store_gains_memory_recent_and_the_step_can_run_again(pg_u
             ]
         assert names.count("memory_recent") == 1
         assert _search(s, [("project", "A")], "dragon", ranked=10) == ["old"]
+
+
+def test_the_adder_check_reads_the_row_the_confirm_changes(
+    backend: Backend, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a store with users the person who added a candidate does not confirm it. The check
+    read the item in a query of its own, before the confirm's transaction: a candidate of
+    ann's that appeared between the two (another process's write) was confirmed by ann. It
+    is now checked on the row the confirm locks and changes, whatever happens before."""
+    store.add_user("ann", roles=["operator"], limits={}, by="root", now=1.0)
+    added: list[str] = []
+
+    def arrive() -> None:  # ann's candidate lands now, from another process
+        if not added:
+            added.append("g")
+            with backend.open() as other:
+                other.memory_add(_item("g", scope="global", scope_key="", status="candidate"))
+
+    query, set_status = store.memory_query, store.memory_set_status
+
+    def query_then_arrive(*a: Any, **kw: Any) -> list[dict[str, Any]]:
+        rows = query(*a, **kw)
+        arrive()
+        return rows
+
+    def arrive_then_set(*a: Any, **kw: Any) -> dict[str, Any]:
+        arrive()
+        return set_status(*a, **kw)
+
+    monkeypatch.setattr(store, "memory_query", query_then_arrive)
+    monkeypatch.setattr(store, "memory_set_status", arrive_then_set)
+    with pytest.raises(lw.NotPermittedError, match="Ann added memory g"):
+        FeedbackMemory(store).confirm("g", by="Ann")
+    [row] = store.memory_query(memory_id="g")
+    assert row["status"] == "candidate" and row["history"] == []
+    assert FeedbackMemory(store).confirm("g", by="bob").status == "active"  # another person

@@ -40,3 +40,21 @@ def test_people_are_told_apart_across_scripts_but_a_script_keeps_its_own_case() 
     assert person_key("\u041d\u0438\u043d\u0430") == person_key("\u043d\u0438\u043d\u0430")
     assert person_key("ana") != person_key("ben")
     assert person_key("\u0432\u0435\u0440\u0430") != person_key("vera")  # вера is not vera
+
+
+@pytest.mark.parametrize(
+    ("latin", "lookalike"),
+    [
+        ("hana", "\u04bbana"),  # Cyrillic shha: h
+        ("YURI", "\u04aeURI"),  # Cyrillic straight u, a capital: Y
+        ("jo", "\u03f3o"),  # Greek yot: j
+    ],
+)
+def test_the_other_letters_that_print_as_latin_ones_are_those_letters(
+    latin: str, lookalike: str
+) -> None:
+    """Cyrillic һ and Ү (Ү prints as Y, its lower case ү as a y) and Greek ϳ print as Latin
+    letters as the listed ones do, and were left out: "һana" was a second person beside
+    "hana"."""
+    assert person_key(lookalike) == person_key(latin)
+    assert same_person(lookalike, [latin])

@@ -955,3 +955,28 @@ def test_a_cancel_during_an_effect_starts_no_further_effect(rt: lw.Runtime) -> N
     assert done.packet is not None
     assert [(c["effect"], c["status"]) for c in done.packet["compensations"]] == [("first", "done")]
     assert ran == ["first"]
+
+
+def test_an_edit_while_a_rollbacks_refund_waits_is_judged_naming_its_part(
+    rt: lw.Runtime,
+) -> None:
+    """A person edits a rolled-back run while its refund waits for approval: once the refund
+    ran, the next cycle judges the edit (no actor call), and its ``judged_again`` names the
+    part edited, as for an edit of an idle run (it named none)."""
+    bank = Bank()
+    pay = bank.effect()
+    actor = staged_actor(pay)
+    loop = make_loop(actor, effects=[pay], approvals=PAY_ONLY)
+    r = rt.run_sync(loop, TASK)
+    rt.rollback(r.run_id, 1, by="ops", loop=loop)
+    rt.edit(r.run_id, "doc/b", 2, by="ana")
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "pending"]
+    rt.approve(r.run_id, by="fin", approval_id=req.approval_id)
+    asked = len(actor.contexts)
+    rt.resume_sync(r.run_id, loop)
+    assert len(bank.refunds) == 1
+    [judged] = events(rt, r.run_id, "judged_again")
+    assert judged == {"why": "edited", "check_only": True, "parts": ["doc/b"]}
+    [check] = [e.cycle for e in rt.store.events(r.run_id) if e.kind == "cycle_started"
+               and e.data.get("check_only")]  # fmt: skip
+    assert check not in [c.cycle for c in actor.contexts[asked:]]  # no actor call in it

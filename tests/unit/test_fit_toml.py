@@ -16,8 +16,20 @@ from loopwright.replay import Call, CycleTrace, RunTrace, load_contract, write_t
 from loopwright.replay._fit import fit_stop
 
 READABLE = " é 漢字 🙂"
-NAME = "visible\x7f\x9b31m \u202eevil\u2066x\u2069\u2028\u2029" + READABLE
-RAW = ("\x7f", "\x9b", "\u202e", "\u2066", "\u2069", "\u2028", "\u2029")
+# (the bidirectional marks U+200E, U+200F and U+061C too: the terminal's text writes them out)
+NAME = "visible\x7f\x9b31m \u202eevil\u2066x\u2069\u2028\u2029\u200e\u200f\u061c" + READABLE
+RAW = (
+    "\x7f",
+    "\x9b",
+    "\u202e",
+    "\u2066",
+    "\u2069",
+    "\u2028",
+    "\u2029",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+)
 
 
 def _run(key: str, scores: list[float]) -> RunTrace:

@@ -67,6 +67,9 @@ def approvals(
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
         # the one request's run: `loopwright resume` refuses a run started from Python
         only = st.get_run(reqs[0].run_id) if total == 1 and reqs and not all_ else None
+        # expiry is set and compared on the store's clock (PostgreSQL: the server's): a host
+        # whose clock runs ahead said a request "can no longer be decided" that could be
+        now = st.clock() if any(a.expires_at is not None for a in reqs) else time.time()
     more = total - len(reqs)
     if more > 0:
         typer.echo(
@@ -79,7 +82,6 @@ def approvals(
     from ._table import print_blocks
 
     blocks = []
-    now = time.time()
     for a in reqs:
         q = (a.evidence or {}).get("question") or {}
         what = a.what + (f"  [choices: {', '.join(q['choices'])}]" if q.get("choices") else "")

@@ -17,10 +17,11 @@ from ._fit_result import FIT_FORMAT, FitResult
 # --- TOML -------------------------------------------------------------------------------------
 # What ``json.dumps(ensure_ascii=False)`` leaves raw in a string that TOML refuses (DEL) or that
 # a terminal acts on when ``fit-stop`` prints the contract (C1 controls, 0x9b is CSI on its
-# own; bidirectional controls; line and paragraph separators): written as ``\uXXXX``, which
-# TOML reads back as the same character. A check name read from recorded runs holding DEL
-# made a contract no TOML reader would load. Other text (é, 漢字) stays as it is.
-_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# own; bidirectional controls and marks, as the CLI's terminal text writes them out; line and
+# paragraph separators): written as ``\uXXXX``, which TOML reads back as the same character. A
+# check name read from recorded runs holding DEL made a contract no TOML reader would load.
+# Other text (é, 漢字) stays as it is.
+_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(match: re.Match[str]) -> str:

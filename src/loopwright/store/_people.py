@@ -26,8 +26,8 @@ __all__ = ["AuditRecord", "AuthorityRecord", "PeopleStore", "UserRecord", "Vote"
 # them apart from Latin, so "аna" (a Cyrillic a) was a second user beside "ana", votes as
 # a second person on a four-eyes request, and reads as "ana, аna" in `decided_by`.
 _LOOKALIKES = str.maketrans(
-    "аеорсухіјѕԁԛԝвнкмтӏαβεζηικμνορτυχ",
-    "aeopcyxijsdqwbhkmtlabezhikmnoptyx",
+    "аеорсухіјѕԁԛԝвнкмтӏһүαβεζηικμνορτυχϳ",
+    "aeopcyxijsdqwbhkmtlhyabezhikmnoptyxj",
 )
 
 

@@ -83,8 +83,11 @@ class MemoryStore(ABC):
         by: str,
         now: float,
         expect: Sequence[str] | None = None,
+        not_by: str | None = None,
     ) -> dict[str, Any]:
         """Atomically set an item's status, append ``{"status", "by", "at": now}`` to its
         history and set ``updated_at``; returns the item. Setting the status it already has
         writes nothing. ``expect``: the current status must be one of these, else
-        ``ConflictError``. ``MemoryNotFoundError`` for an unknown id."""
+        ``ConflictError``. ``not_by``: a person who may not make the change, checked in the
+        same transaction: ``NotPermittedError`` when they added the item (``person_key``).
+        ``MemoryNotFoundError`` for an unknown id."""

@@ -22,10 +22,12 @@ from typing import Any, ClassVar
 
 from .._errors import (
     ConflictError,
+    NotPermittedError,
     StoreError,
 )
 from .._memory import MemoryNotFoundError
 from .._owners import owner_is_dead
+from ._people import person_key
 from ._records import MemoryFound, MemoryRecall, MemorySearch
 from ._rows import (
     memory_values,
@@ -380,6 +382,7 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         by: str,
         now: float,
         expect: Sequence[str] | None = None,
+        not_by: str | None = None,
     ) -> dict[str, Any]:
         if status not in MEMORY_STATUSES:
             raise StoreError(
@@ -397,6 +400,12 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
                 raise ConflictError(
                     f"memory item {item['memory_id']} is {item['status']}, "
                     f"not {' or '.join(expect)}"
+                )
+            if not_by is not None and person_key(str(item["by"])) == person_key(not_by):
+                # read on the locked row: the check and the change are one transaction
+                raise NotPermittedError(
+                    f"{not_by} added memory {memory_id} and cannot make it {status} "
+                    "(separation of duties)"
                 )
             history = [*item["history"], {"status": status, "by": by, "at": now}]
             conn.execute(self._q.set_memory_status, (status, now, self._js(history), memory_id))

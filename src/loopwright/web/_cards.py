@@ -33,6 +33,7 @@ __all__ = [
     "Card",
     "ago",
     "approval_card",
+    "clock_for",
     "compact",
     "expiry",
     "image_kind",
@@ -75,6 +76,13 @@ def _span(seconds: float) -> str:
 def ago(ts: float, now: float) -> str:
     """``asked 3 h ago``."""
     return f"asked {_span(now - ts)} ago"
+
+
+def clock_for(store: Store, requests: Iterable[Approval]) -> float:
+    """Now, for the cards of ``requests``: the store's clock (``Store.clock()``; PostgreSQL: the
+    server's), on which their expiry is set and decided, when one of them expires; this
+    host's otherwise (no round trip for cards that only say how long ago)."""
+    return store.clock() if any(a.expires_at is not None for a in requests) else time.time()
 
 
 def expiry(expires_at: float | None, now: float) -> tuple[str, bool]:

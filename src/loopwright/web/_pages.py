@@ -16,7 +16,7 @@ from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
-from ._cards import approval_card, latest_part
+from ._cards import approval_card, clock_for, latest_part
 from ._context import WebContext
 from ._operations import act, decide, edit_part
 from ._pictures import inline_blob_refs
@@ -142,8 +142,11 @@ def register_pages(app: FastAPI, ctx: WebContext) -> None:
         pending, nxt, total = approvals_query(store, "pending", None, q, after, PAGE_SIZE)
         runs = {a.run_id: store.get_run(a.run_id) for a in pending}
         states = {rid: store.latest_checkpoint(rid).task_state() for rid in runs}
+        now = clock_for(store, pending)  # expiry on the store's clock, as it is decided
         cards = {
-            a.approval_id: approval_card(a, runs[a.run_id], states[a.run_id], votes=ctx.voters(a))
+            a.approval_id: approval_card(
+                a, runs[a.run_id], states[a.run_id], now=now, votes=ctx.voters(a)
+            )
             for a in pending
         }
         decided = store.decided_approvals(10)

@@ -15,7 +15,7 @@ from .._inherited import inherited
 from .._reflection import REFLECTION_KEY
 from .._state import TaskState
 from ..store import Checkpoint, RunRecord, Store
-from ._cards import approval_card
+from ._cards import approval_card, clock_for
 from ._context import WebContext
 from ._views import (
     artifacts_view,
@@ -178,10 +178,11 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
         # (where the window reaches before the newest checkpoints read: every one)
         read_all=(lambda: store.checkpoints_after(rid, -1)) if data["windowed"] else None,
     )
+    waiting = [a for a in data["approvals"] if a.status == "pending"]
+    now = clock_for(store, waiting)  # expiry on the store's clock, as it is decided
     data["cards"] = {
-        a.approval_id: approval_card(a, data["rec"], data["state"], votes=ctx.voters(a))
-        for a in data["approvals"]
-        if a.status == "pending"
+        a.approval_id: approval_card(a, data["rec"], data["state"], now=now, votes=ctx.voters(a))
+        for a in waiting
     }
     data["blocked"] = ctx.blocked(
         request, [a for a in data["approvals"] if a.status == "pending"], {rid: data["rec"]}
