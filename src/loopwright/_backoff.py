@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .store import NewEvent, Store
 
 if TYPE_CHECKING:
     from ._exec import Execution
 
-__all__ = ["Drained", "backoff", "left_of"]
+__all__ = ["Drained", "backoff", "held_for", "left_of", "since"]
 
 _DRAIN_POLL_S = 0.1  # how often a backoff looks whether the runtime is draining
 # A backoff this short is waited out even while draining: the drain's promise is that the
@@ -26,10 +26,40 @@ DRAIN_WAITS_OUT_S = 1.0
 
 def left_of(until: float, written_at: float) -> float:
     """Seconds left until ``until``, a time a journal entry written at ``written_at`` names (a
-    backoff's next attempt, an intent's deadline). Both are the writer's clock, maybe another
-    host's: their difference bounds what is left, however far this host's clock is from it
-    (a writer an hour fast does not make the run wait an hour; probe46d)."""
+    backoff's next attempt; an intent's deadline is ``held_for``'s). Both are the writer's
+    clock, maybe another host's: their difference bounds what is left, however far this
+    host's clock is from it (a writer an hour fast does not make the run wait an hour;
+    probe46d)."""
     return min(until - time.time(), until - written_at)
+
+
+def since(wall: float, mono: float) -> float:
+    """Seconds since a moment read as ``(time.time(), time.monotonic())``: the larger count
+    of the two clocks, so that neither a wall clock stepped back nor a monotonic one that
+    stood still while the host slept makes it shorter than it was."""
+    return max(time.time() - wall, time.monotonic() - mono)
+
+
+def held_for(data: dict[str, Any], written_at: float, store_now: float, ttl_s: float) -> float:
+    """Seconds an in-doubt effect intent's holder may still start its call, as the executor
+    that took the run over counts them (``<= 0``: it never will).
+
+    The holder read the store's clock (``clock_at``) before the intent and gave its call
+    ``limit_s`` seconds from a moment before that, counted on its own clocks (``since``): it
+    never starts the call once ``clock_at + limit_s`` has passed on the store's clock, whatever
+    either host's clock says (probe47). Never more than ``limit_s`` from now: the intent was
+    written before it was read here.
+
+    An intent written before that (only ``deadline_at``, on the holder's clock, or nothing)
+    is waited for all its holder gave it from its write, counted from now: a clock on
+    another host can say neither that it has passed nor how much is left."""
+    limit, at = data.get("limit_s"), data.get("clock_at")
+    if isinstance(limit, (int, float)) and isinstance(at, (int, float)):
+        return min(float(limit), float(at) + float(limit) - store_now)
+    until = data.get("deadline_at")
+    if not isinstance(until, (int, float)):
+        return ttl_s
+    return float(until) - written_at
 
 
 class Drained(BaseException):  # (through the cycle's handlers, as a cancellation goes)

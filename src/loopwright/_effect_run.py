@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._backoff import backoff, left_of
+from ._backoff import backoff, held_for, left_of, since
 from ._calls import CallTimeout, call_user
 from ._effect_keys import (
     _call_key,
@@ -330,16 +330,17 @@ async def perform_effect(
 
     async def grace(doubt: JournalEntry) -> bool:
         """Wait while an in-doubt attempt may still be executing elsewhere: until its deadline
-        (an intent without one: its time plus the lease TTL), unless its holder is known gone.
+        has passed on the store's clock (``held_for``), unless its holder is known gone.
         Returns whether it waited (the outside world is then asked again)."""
         mark = (ex.run_id, jkey)
         who = _holder(doubt.data.get("holder"), mark)
         if who == "gone":
             return False
+        ttl = ex.lease_ttl_s or 60.0
         until = doubt.data.get("deadline_at")
         if not isinstance(until, (int, float)):
-            until = doubt.updated_at + (ex.lease_ttl_s or 60.0)
-        wait = left_of(float(until), doubt.updated_at)  # (the holder's clock, maybe not ours)
+            until = doubt.updated_at + ttl
+        wait = held_for(doubt.data, doubt.updated_at, store.clock(), ttl)  # the store's clock
         if wait <= 0:
             return False  # past its deadline a holder never starts the call
         ex.events.append(
@@ -522,10 +523,15 @@ async def perform_effect(
         attempts += 1
         while True:
             # The deadline lies inside a lease renewed just now: the lease cannot pass to
-            # another executor before it, and the call never starts after it.
+            # another executor before it, and the call never starts after it: counted here
+            # from before the store's clock is read (``since``; a taker: ``held_for``).
+            wall, mono = time.time(), time.monotonic()
+            clock_at = store.clock()
             limit = call_limit()
-            deadline_at = None if limit is None else time.time() + limit
+            deadline_at = None if limit is None else wall + limit
             intent = {"first_at": first_at, "deadline_at": deadline_at, "holder": ex.owner}
+            if limit is not None:
+                intent |= {"limit_s": limit, "clock_at": clock_at}
             try:
                 put("intent", intent, attempts, "effect_started")
             except EffectKeyMoved as moved:
@@ -538,7 +544,7 @@ async def perform_effect(
                 attempts -= 1  # nothing was written
                 return held(h)
             ex.at("after_effect_intent")
-            left = None if deadline_at is None else deadline_at - time.time()
+            left = None if limit is None else limit - since(wall, mono)
             if left is None or left > 0:
                 break
             # Paused past the deadline before the call (a frozen process): another executor

@@ -3,15 +3,18 @@ that takes the run over waits out at most what the holder meant to wait, not the
 clocks disagree by (probe46d): an effect left in doubt (the intent's ``deadline_at``), a call
 stopped in its retry's backoff (``next_at``), actor or effect.
 
-Each of those times is on the holder's clock; so is the journal entry's own time, written just
+A backoff's time is on the holder's clock; so is the journal entry's own time, written just
 after it. Their difference is what was meant, measured on one clock, so the taker never waits
-longer, whatever its own clock says. The holder is stopped at a fixed point (a phase of its
+longer, whatever its own clock says. An intent's deadline is on the store's clock (its
+``clock_at`` and ``limit_s``): a taker whose clock runs ahead of a frozen holder's still waits
+until that holder, thawed, cannot start its call (the last test, both directions). The holder is stopped at a fixed point (a phase of its
 cycle) and the taker's wait is recorded, not slept: no step depends on timing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 
 import loopwright as lw
 from loopwright import _call_retry, _effect_run
+from loopwright.store.sqlite import SQLiteStore
 
 TTL = 30.0
 SKEW = 3600.0  # the holder's clock, an hour ahead
@@ -138,3 +142,77 @@ def test_a_backoff_is_waited_out_for_no_longer_than_it_was_meant(
     assert result.accepted and paid == ["pay:INV-9"]
     # what is left of the holder's 60 s backoff, not an hour more
     assert len(waits) == 1 and 0 < waits[0] <= BACKOFF, waits
+
+
+@pytest.mark.parametrize(
+    ("skew", "older"),
+    [(-SKEW, False), (SKEW, False), (-SKEW, True)],
+    ids=["holder-behind", "holder-ahead", "older-holder-behind"],
+)
+def test_a_taker_whose_clock_disagrees_waits_until_the_holder_cannot_start(
+    url: str, monkeypatch: pytest.MonkeyPatch, skew: float, older: bool
+) -> None:
+    """The holder (another host, its clock ``skew`` from the taker's) writes its intent and
+    pauses right there (a frozen process); the taker claims the run, finds the intent in doubt
+    and the reconcile hook says "not done". Then the holder thaws and goes on to its call.
+
+    Only one of them may pay. The taker waits until the holder's deadline has passed on the
+    store's clock (PostgreSQL's server; SQLite's one host clock, both read here), the holder
+    counts its deadline on its own clocks from before it read the store's: whichever host's
+    clock is ahead, the thawed holder finds its deadline passed and never pays (probe47: a
+    holder an hour behind once looked long past its deadline to the taker, which paid at
+    once, and the holder, thawed, paid again). The taker's wait is not slept: it moves the
+    clocks on, deterministically.
+
+    ``older``: the intent as a version before this one wrote it, its deadline on the holder's
+    clock only: the taker waits all the holder gave its call, counted from when it reads it."""
+    paid: list[str] = []
+    calls: list[str] = []
+    moved = [0.0]  # how far the taker's waits have moved every clock on
+    taker: set[int] = set()  # the taker's thread: this host's clock; the rest the holder's
+    real_time = time.time
+
+    def now() -> float:
+        return real_time() + moved[0] + (0.0 if threading.get_ident() in taker else skew)
+
+    async def sleep(delay: float, *args: Any) -> Any:
+        waits.append(delay)
+        moved[0] += max(delay, 0.0)
+
+    waits: list[float] = []
+    monkeypatch.setattr(_effect_run, "asyncio", type("A", (), {"sleep": staticmethod(sleep)})())
+    monkeypatch.setattr(time, "time", now)
+    if url.startswith("sqlite"):  # one host: one clock for both, whatever each process says
+        monkeypatch.setattr(SQLiteStore, "clock", lambda self: real_time() + moved[0])
+    outcome: list[lw.RunResult] = []
+
+    def take_over() -> None:
+        taker.add(threading.get_ident())
+        with lw.Runtime(url, lease_ttl_s=TTL) as g:
+            # claimed as if the holder's lease had expired (it was lost early)
+            [(run_id, token)] = g.store.claim_runs(g.owner, TTL, now=real_time() + SKEW + 2 * TTL)
+            outcome.append(asyncio.run(g.resume(run_id, _loop(paid, calls, None), token=token)))
+
+    def freeze(phase: str) -> None:
+        if phase == "after_effect_intent" and not outcome:
+            t = threading.Thread(target=take_over)
+            t.start()
+            t.join()
+
+    with lw.Runtime(url, lease_ttl_s=TTL, owner="far-host:4242:cafe") as f:
+        f._on_phase = freeze
+        if older:
+            put = f.store.journal_put
+
+            def old_put(*args: Any, data: dict[str, Any], **kw: Any) -> Any:
+                old = {k: v for k, v in data.items() if k not in ("limit_s", "clock_at")}
+                return put(*args, data=old, **kw)
+
+            monkeypatch.setattr(f.store, "journal_put", old_put)
+        with pytest.raises(lw.StaleLeaseError):  # thawed: its lease is gone, and it knows
+            f.run_sync(_loop(paid, calls, None), TASK, task_key="skew")
+    [result] = outcome
+    assert result.accepted
+    assert paid == ["pay:INV-9"]  # once: the taker's
+    # it waited for the holder's deadline (what its call was given, inside the lease)
+    assert len(waits) == 1 and 0 < waits[0] <= TTL, waits
