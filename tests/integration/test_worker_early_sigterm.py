@@ -59,3 +59,22 @@ def test_a_sigterm_while_the_worker_loads_stops_it_cleanly(tmp_path: Path, modul
     with lw.Runtime(store) as rt:  # the run was neither claimed nor touched
         rec = rt.store.get_run(run_id)
         assert (rec.status, rec.lease_owner, rec.fencing_token) == ("pending", None, 0), rec
+
+
+@pytest.mark.parametrize(
+    "args", [["--concurrency", "0"], ["--store", "{missing}", "--once"], ["--poll", "nope"]]
+)
+def test_a_worker_that_never_started_leaves_sigterm_as_it_was(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """A program that calls ``main`` itself (a supervisor, a test) with a worker's bad option
+    or a store that does not exist: SIGTERM was left noted by the worker's start-up handler,
+    so that process could no longer be stopped with it (review47)."""
+    import signal
+
+    from loopwright.cli import main
+
+    mine = signal.getsignal(signal.SIGTERM)
+    args = [a.replace("{missing}", str(tmp_path / "none.db")) for a in args]
+    assert main(["worker", *args]) == 2
+    assert signal.getsignal(signal.SIGTERM) is mine

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import Any
 
 __all__ = ["main"]
 
@@ -23,6 +24,8 @@ DRIVES_RUNS = frozenset({"run", "demo", "resume", "worker", "approve", "deny", "
 # SIGTERMs `loopwright worker` received while it started (its modules loading), noted by
 # ``note_term`` instead of killing it: the worker stops gracefully once it can (exit 0).
 EARLY_TERM: list[int] = []
+# The SIGTERM handler ``note_term`` replaced, put back by ``end_term``.
+_TERM_BEFORE: list[Any] = []
 
 
 def note_term() -> None:
@@ -32,7 +35,21 @@ def note_term() -> None:
     import threading
 
     if threading.current_thread() is threading.main_thread():  # (where signals are handled)
-        signal.signal(signal.SIGTERM, lambda signum, _frame: EARLY_TERM.append(signum))
+        before = signal.signal(signal.SIGTERM, lambda signum, _frame: EARLY_TERM.append(signum))
+        if not _TERM_BEFORE:
+            _TERM_BEFORE.append(before)
+
+
+def end_term() -> None:
+    """SIGTERM handled as before ``note_term``, once the worker is done or never started (a
+    bad option, a store that would not open): a process that called ``main`` itself went on
+    noting SIGTERMs instead of ending."""
+    import signal
+    import threading
+
+    EARLY_TERM.clear()
+    if _TERM_BEFORE and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _TERM_BEFORE.pop())
 
 
 # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away (`| head`).
@@ -41,7 +58,10 @@ EXIT_PIPE_CLOSED = 141
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (documented in README.md)."""
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    finally:
+        end_term()  # (nothing to do unless a worker noted SIGTERMs)
     if argv is None:
         # The process: what is still buffered is written now, where a reader that went away
         # is found, not in the interpreter's last flush (a traceback, exit code 120).
