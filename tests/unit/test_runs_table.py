@@ -141,3 +141,39 @@ def test_a_run_stopped_by_ctrl_c_is_called_interrupted_by_runs_and_show(
         assert main([*args, "--store", db]) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert "interrupted? no process is running it: resume it from Python" in out, out
+
+
+@pytest.mark.parametrize("command", ["runs", "show"])
+def test_a_lease_is_judged_on_the_stores_clock(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    """A host whose clock runs an hour ahead of the store's (PostgreSQL sets leases on the
+    server's clock) called a run held for ten more minutes "interrupted? its lease ran out
+    50m ago" (review47); the lease is now judged on ``store.clock()``."""
+    import sqlite3
+
+    from loopwright.cli import main
+    from loopwright.store.sqlite import SQLiteStore
+
+    rec = _record(tmp_path)
+    real = time.time
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        db.execute(
+            "UPDATE runs SET status = 'running', stop_reason = NULL, ended_at = NULL, "
+            "lease_owner = 'other-host:1:x:y', lease_expires_at = ? WHERE run_id = ?",
+            (real() + 600, rec.run_id),
+        )
+    monkeypatch.setattr(SQLiteStore, "clock", lambda self: real())  # the store's clock
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)  # this host's, an hour ahead
+    args = [
+        command,
+        *([rec.run_id] if command == "show" else []),
+        "--store",
+        str(tmp_path / "s.db"),
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "running" in out and "interrupted?" not in out, out

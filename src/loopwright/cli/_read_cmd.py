@@ -68,6 +68,7 @@ def runs(
             total = len(records) if len(records) <= shown else _count_runs(st, filters)
             records = records[:shown]
         unknown = [] if total else unknown_filters(st, project=project, loop=loop)
+        now = st.clock()  # a lease is judged on the clock that set it (PostgreSQL: the server's)
     for line in unknown:
         typer.echo(line, err=True)
     if as_json:
@@ -82,7 +83,7 @@ def runs(
         return
     from ._table import print_runs
 
-    print_runs(records, total)
+    print_runs(records, total, now=now)
 
 
 def _count_runs(st: Store, filters: dict[str, Any]) -> int:
@@ -130,6 +131,7 @@ def show(
             st.approvals(run_id=rec.run_id),
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
+            now=st.clock(),  # a lease is judged on the clock that set it
         ):
             out.print(shown)
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))

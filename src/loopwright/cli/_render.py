@@ -301,9 +301,11 @@ def run_detail_parts(
     approvals: list[Approval],
     journal: list[JournalEntry] | None = None,
     width: int = 80,
+    now: float | None = None,
 ) -> Iterator[Any]:
     """``run_detail``'s renderables one by one, ``records`` read as the timeline's are asked
-    for: printing each as it comes holds one chunk of a long run's timeline, not all of it."""
+    for: printing each as it comes holds one chunk of a long run's timeline, not all of it.
+    ``now``: the store's clock, which judges a lease (default: this host's)."""
     from rich.panel import Panel
 
     from .._contract import Contract
@@ -319,7 +321,7 @@ def run_detail_parts(
     if rec.forked_from:
         head.add_row("forked from", f"run {rec.forked_from} at cycle {rec.forked_at}")
     head.add_row("status", status_text(rec.status))
-    stalled = interrupted(rec, time.time())  # as `loopwright runs` says it
+    stalled = interrupted(rec, time.time() if now is None else now)  # as `runs` says it
     if stalled:
         head.add_row("", f"[yellow]{escape(stalled)}[/]")
     if rec.stop_reason:

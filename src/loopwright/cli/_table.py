@@ -225,8 +225,8 @@ def interrupted(r: RunRecord, now: float) -> str | None:
     """A run left ``running`` by a process that stopped: one whose lease ran out, whose
     process on this host is gone (``kill -9``), or that no process holds (Ctrl-C: the
     interrupted process handed its lease back; a worker that had no loop for it did too).
-    (The status stays ``running`` until a worker or ``resume`` takes the run over; this
-    host's clock judges the lease, which on PostgreSQL the server's clock sets: a hint.)"""
+    (The status stays ``running`` until a worker or ``resume`` takes the run over; ``now`` is
+    the store's clock, as the lease is set: on PostgreSQL the server's.)"""
     if r.status != "running":
         return None
     how = "loopwright resume" if r.spec_ref else "resume it from Python"
@@ -241,11 +241,14 @@ def interrupted(r: RunRecord, now: float) -> str | None:
     return f"interrupted? its lease ran out {_ago(r.lease_expires_at, now)}: {how}"
 
 
-def print_runs(runs: Sequence[RunRecord], total: int, *, width: int | None = None) -> None:
-    """The runs, one per line; ``total``: how many matched (more when only the newest show)."""
+def print_runs(
+    runs: Sequence[RunRecord], total: int, *, width: int | None = None, now: float | None = None
+) -> None:
+    """The runs, one per line; ``total``: how many matched (more when only the newest show);
+    ``now``: the store's clock, which judges a lease (default: this host's)."""
     from .._packet import run_stop_cause
 
-    now = time.time()
+    now = time.time() if now is None else now
     rows = [
         (
             (r.run_id[:12], ""),
