@@ -444,3 +444,51 @@ def test_an_edit_beside_a_question_is_judged_once_the_question_is_answered(url: 
         assert decisions == [(1, "asked", None), (2, "accepted", True)]
         fork = rt.fork(r.run_id, 1)  # the asked cycle concluded (its commit owed the check)
         assert fork.forked_at == 1
+
+
+def test_a_failed_check_only_cycle_is_no_rejected_proposal(url: str) -> None:
+    """The check-only cycle proposed nothing: failed, it lists no rejected proposal, and it is
+    never a duplicate of an actor's empty proposal rejected before. Before, its empty proposal
+    was recorded rejected (as if the actor had proposed nothing), and after an actor's empty
+    proposal was rejected the person's edit was judged a duplicate: its rise in score counted
+    as no improvement and its state was not the best candidate."""
+    calls = Calls()
+    base = make_loop(calls, max_cycles=4)
+
+    def idle(ctx: lw.Context) -> lw.Proposal:  # fixes c, then has nothing to offer
+        calls.actor.append(ctx.cycle)
+        if ctx.artifacts["doc"]["c"] != "good":
+            return lw.Proposal.edit("doc", {"c": "good"}, usage=lw.Usage(ACTOR_USD, 100))
+        return lw.Proposal(note="nothing to add", usage=lw.Usage(ACTOR_USD, 100))
+
+    loop = dataclasses.replace(base, actor=idle)
+    empty = lw.Proposal().digest()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert (r.stop_reason, r.cycles, calls.actor) == ("no_progress", 3, [1, 2, 3])
+        assert empty in rt.store.rejected_digests(r.run_id)  # the actor's own empty proposals
+        assert r.state.best_score == pytest.approx(1 / 3)
+        rt.edit(r.run_id, "doc/a", "good", by="ana")  # b is still wrong: the check fails
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.stop_reason, r.cycles, calls.actor) == ("budget_cycles", 4, [1, 2, 3])
+        last = _records(rt, r.run_id)[-1]
+        assert (last["cycle"], last["check_only"], last["decision"]) == (4, True, "revise")
+        assert last["duplicate"] is False and last["improved"] is True
+        assert r.state.best_score == pytest.approx(2 / 3) and r.state.best_cycle == 4
+        assert r.packet is not None and r.packet["best_candidate"]["cycle"] == 4
+
+
+def test_a_failed_check_only_cycle_adds_no_rejected_digest(url: str) -> None:
+    empty = lw.Proposal().digest()
+    calls2 = Calls()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls2, max_cycles=5), TASK, task_key="t2")
+        assert (r.stop_reason, r.cycles) == ("no_progress", 3)
+        before = list(rt.store.rejected_digests(r.run_id))
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        r = rt.resume_sync(r.run_id, make_loop(calls2, max_cycles=5))
+        assert [c.get("check_only", False) for c in _records(rt, r.run_id)][3] is True
+        assert _records(rt, r.run_id)[3]["decision"] == "revise"
+        # the failed check-only cycle added no rejected digest (the actor's cycle 5 may)
+        after = rt.store.rejected_digests(r.run_id)
+        assert empty not in after and after[: len(before)] == before
