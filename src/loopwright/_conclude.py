@@ -370,6 +370,15 @@ class Concluding(RuntimeHost):
             s.next_action = ""
             self._finish(ex, "success", record=record, held_out=held_d)
             return True
+        if ex.denied is not None:
+            # a person's edit beside a request they denied, judged (``_judge_denied``): short
+            # of success, the run escalates as the denial does, with these verdicts
+            s.next_action = ""
+            cause, evidence = ex.denied
+            self._finish(
+                ex, "escalated", record=record, held_out=held_d, cause=cause, evidence=evidence
+            )
+            return True
         edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
         if edited:
             # A person's version fails a visible check: the actor may not overwrite it (it is
