@@ -603,3 +603,30 @@ def test_a_denied_requests_judged_edit_parked_by_a_risk_rule_still_escalates(url
         assert r.packet is not None and r.packet["cause"] == "approval denied by bo"
         last = _records(rt, r.run_id)[-1]
         assert (last["cycle"], last["check_only"]) == (1, True)
+
+
+def test_an_edit_beside_an_expired_request_is_judged_as_beside_a_denied_one(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that expires escalates as a denied one does: an edit made beside it is
+    judged first, in the same way (accepted here: the person's version meets the contract)."""
+    calls = Calls()
+    base = _risky_c(calls)
+    rule = dataclasses.replace(base.contract.risk[0], expires_after_s=60.0)
+    loop = dataclasses.replace(base, contract=dataclasses.replace(base.contract, risk=(rule,)))
+
+    def write_c(ctx: lw.Context) -> lw.Proposal:
+        calls.actor.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"c": "worse"}, usage=lw.Usage(ACTOR_USD, 100))
+
+    loop = dataclasses.replace(loop, actor=write_c)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}})
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        later = rt.store.clock() + 3600.0  # (the request's clock, an hour on: past its expiry)
+        monkeypatch.setattr(rt.store, "clock", lambda: later)
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.stop_reason, r.cycles, calls.actor) == ("accepted", "success", 1, [1])
+        assert r.state.values()["doc"] == dict.fromkeys(PARTS, "good")
+        assert [n["decision"] for n in r.state.notes if n.get("kind") == "approval"] == ["expired"]
