@@ -284,7 +284,8 @@ class Concluding(RuntimeHost):
         else:
             s.stall = old.stall + 1
         s.passed_checks = sorted(set(old.passed_checks) | set(newly))
-        if not ok and not duplicate and decision != "asked":
+        if not ok and not duplicate and decision != "asked" and not ex.check_only:
+            # (a check-only cycle proposed nothing: no rejected proposal, ``_edit_check``)
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
             s.rejected.append(digest)
             if effective is None:
@@ -368,6 +369,15 @@ class Concluding(RuntimeHost):
         if ok:
             s.next_action = ""
             self._finish(ex, "success", record=record, held_out=held_d)
+            return True
+        if ex.denied is not None:
+            # a person's edit beside a request they denied, judged (``_judge_denied``): short
+            # of success, the run escalates as the denial does, with these verdicts
+            s.next_action = ""
+            cause, evidence = ex.denied
+            self._finish(
+                ex, "escalated", record=record, held_out=held_d, cause=cause, evidence=evidence
+            )
             return True
         edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
         if edited:

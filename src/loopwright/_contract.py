@@ -208,8 +208,10 @@ class Budget:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MarginalReturn:
     """Stop when another cycle is not worth its expected cost: estimated P(success in the next
-    cycle) × ``value_per_success_usd`` < expected cost of the next cycle (the mean cycle cost
-    so far; no estimate before the first cycle, so the first cycle always runs).
+    cycle) × ``value_per_success_usd`` < expected cost of the next cycle (the mean cost of the
+    cycles so far that cost anything, as a cost budget projects it: a free cycle, such as a
+    check-only one of free checks, is left out; no estimate before the first cycle, so the
+    first cycle always runs).
 
     P comes from a hazard table: for cycle ``k`` (1-based; the last row stands for every later
     cycle) and ``stall`` (cycles since the last material improvement, the last column stands

@@ -121,32 +121,41 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
         (b.max_tokens, float(s.tokens), "budget_tokens"),
         (b.max_seconds, s.seconds, "budget_time"),
     )
-    paid = state.paid_cycles
+    # Every budget set is now left (``budget_exhausted`` returned on one reached or crossed):
+    # only a projection can forbid the next cycle.
     for i, (limit, spent, reason) in enumerate(checks):
         if limit is None:
             continue
-        # The next cycle is projected at the mean of the cycles that spent any of this budget:
-        # a free cycle (recorded seeds judged at no cost, a cached answer) says nothing of what
-        # a paid one costs, and counted in the mean it let a run start a cycle that crossed.
-        # Not the dearest cycle (one retry storm would end runs with budget left) nor the last
-        # one (noisy); every cycle when they were not counted (a state stored before).
-        k = paid[i] if paid is not None and paid[i] else n
-        projected = spent / k if k else 0.0
-        whole = reason == "budget_tokens"
-        # (a budget already reached is ``budget_exhausted``'s, above)
-        if crosses(spent + projected, limit, whole=whole):
+        projected = _mean_paid(state, i, spent)
+        if crosses(spent + projected, limit, whole=reason == "budget_tokens"):
             return reason
     return None
 
 
+def _mean_paid(state: TaskState, i: int, spent: float) -> float:
+    """The mean of budget ``i`` (0 cost, 1 tokens, 2 seconds; ``spent`` of it so far) over
+    the cycles that spent any of it: what the next cycle is projected to spend. A free cycle
+    (recorded seeds judged at no cost, a cached answer, a check-only cycle of free checks)
+    says nothing of what a paid one costs, and counted in the mean it let a run start a cycle
+    that crossed. Not the dearest cycle (one retry storm would end runs with budget left) nor
+    the last one (noisy); every cycle when they were not counted (a state stored before)."""
+    paid = state.paid_cycles
+    k = paid[i] if paid is not None and paid[i] else state.cycle
+    return spent / k if k else 0.0
+
+
 def marginal_stop(contract: Contract, state: TaskState) -> str | None:
     """``"marginal_return"`` when P(success next cycle) × value < expected cost of the next
-    cycle (the mean cycle cost so far; never before the first cycle)."""
+    cycle (the mean cost of the cycles so far that cost anything, as a budget projects it;
+    never before the first cycle)."""
     mr = contract.marginal_return
     n = state.cycle
     if mr is None or n == 0:
         return None
-    expected_cost = state.spent.cost_usd / n
+    # Free cycles (a check-only cycle of free checks, a recorded seed judged at no cost) left
+    # out, as ``budget_stop`` leaves them: counted, they made the next cycle look cheaper
+    # than any paid one was, and a run went on past the point its value paid for.
+    expected_cost = _mean_paid(state, 0, state.spent.cost_usd)
     p = mr.p_success(n + 1, state.stall)
     # Strictly below, beyond the sum's rounding (as budgets): three $0.10 cycles average
     # $0.10000000000000002, and a cycle worth exactly its cost goes on.

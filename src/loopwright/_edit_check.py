@@ -29,6 +29,7 @@ from .store import NewEvent
 
 __all__ = [
     "CHECKED",
+    "CHECK_ONLY",
     "EDIT_CHECK",
     "EditCheck",
     "judge",
@@ -41,7 +42,7 @@ EDIT_CHECK = "edit_check"  # the pending entry's stage: a person's edit waits to
 CHECKED = "judged the person's edit"  # the check-only cycle's proposal note, as shown
 
 # The check-only cycle's proposal: it changes nothing (the person's versions are in the state).
-_NOTHING = Proposal(note=CHECKED)
+CHECK_ONLY = Proposal(note=CHECKED)
 
 
 def mark_edited(pending: Mapping[str, Any] | None, ref: str) -> dict[str, Any]:
@@ -116,6 +117,6 @@ class EditCheck(RuntimeHost):
         ex.check_only = True
         try:
             why = {"why": "edited", "check_only": True, "parts": parts}
-            return await judge(self, ex, n, _NOTHING, _NOTHING.digest(), why)
+            return await judge(self, ex, n, CHECK_ONLY, CHECK_ONLY.digest(), why)
         finally:
             ex.check_only = False

@@ -80,6 +80,10 @@ class Execution:
     # This cycle judges a person's edit with no actor call (``_edit_check``): its record and
     # history say so, and it counts no cycle without progress.
     check_only: bool = False
+    # This check-only cycle judges a person's edit made beside a request that was then denied
+    # (or expired): unless the edited state succeeds, the run escalates with this cause and
+    # evidence, as the denial does (``Parking._judge_denied``).
+    denied: tuple[str, dict[str, Any]] | None = None
     # The cycle this execution last started and what the run had spent when it did: a run
     # ending inside it, before its record, logs what it cost (``stopped``'s ``ended_in``).
     cycle_at: int = 0

@@ -17,11 +17,11 @@ from typing import Any
 from ._authority import EARNED_BY, audit, expire
 from ._cycle import _candidate
 from ._earned import authority_status, earned_counts
-from ._edit_check import judge, owed_after
+from ._edit_check import CHECK_ONLY, judge, owed_after
 from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
-from ._exec import calls_usage, memory_shown
+from ._exec import budget_before, calls_usage, memory_shown
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -77,6 +77,8 @@ class Parking(RuntimeHost):
             s.pending["approved"] = [dict(x) for x in approved]
         if ex.check_only:  # the cycle judging a person's edit: so it stays when concluded
             s.pending["check_only"] = True
+        if ex.denied is not None:  # ...beside a request denied: so it still escalates
+            s.pending["denied"] = [ex.denied[0], ex.denied[1]]
         s.next_action = (
             f"waiting for an answer to question {approval_id}"
             if ask is not None
@@ -189,15 +191,16 @@ class Parking(RuntimeHost):
         if req.status not in ("approved", "answered"):
             s.next_action = ""
             who = f" by {req.decided_by}" if req.decided_by else ""
-            self._finish(
-                ex,
-                "escalated",
-                cause=f"{'question' if pend.get('question') else 'approval'} {req.status}{who}"
+            cause = (
+                f"{'question' if pend.get('question') else 'approval'} {req.status}{who}"
                 # the note's start: the whole of it is in the evidence (a note may be long, and
                 # the cause is shown in lists and in the packet's summary)
-                + (f": {_brief(req.note)}" if req.note else ""),
-                evidence={"approval": req.to_dict()},
+                + (f": {_brief(req.note)}" if req.note else "")
             )
+            evidence: dict[str, Any] = {"approval": req.to_dict()}
+            if pend.get("edited"):
+                return await self._judge_denied(ex, pend, cause, evidence)
+            self._finish(ex, "escalated", cause=cause, evidence=evidence)
             return True
         ex.calls = list(pend.get("spend") or ())
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
@@ -263,6 +266,7 @@ class Parking(RuntimeHost):
         and verified again (the actor is not asked again); what the person approved is not
         asked again, anything the new verdicts call for is."""
         ex.check_only = bool(pend.get("check_only"))  # a check-only cycle parked, edited again
+        ex.denied = _denied(pend)
         try:
             return await judge(
                 self,
@@ -274,17 +278,54 @@ class Parking(RuntimeHost):
                 approved=approved,
             )
         finally:
-            ex.check_only = False
+            ex.check_only, ex.denied = False, None
+
+    async def _judge_denied(
+        self, ex: _Exec, pend: Mapping[str, Any], cause: str, evidence: dict[str, Any]
+    ) -> bool:
+        """A person edited the run beside this request while it waited, then denied it (or it
+        expired): the denied proposal is not applied, and the decided cycle judges the state
+        as the person left it, check-only (``_edit_check``: no actor call, the verifiers,
+        visible then held-out). Accepted if it succeeds (the person's version meets the
+        contract; nothing denied was done); otherwise the run escalates as a denial does, its
+        packet holding these verdicts, not those of the state before the edit. Before, the run
+        escalated on the stale verdicts and the edit was never judged."""
+        ex.calls = list(pend.get("spend") or ())
+        ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
+        first = next(iter(ex.loop.verifiers), None)
+        used = None if first is None else budget_before(ex, f"verifier:{first.name}")
+        if used is not None:  # no check may start: escalated on the denial, as before
+            self._finish(
+                ex,
+                "escalated",
+                cause=f"{cause} (the person's edit was not judged: {used[0]} {used[1]})",
+                evidence=evidence,
+            )
+            return True
+        why = {"approval_id": pend.get("approval_id"), "why": "edited", "check_only": True}
+        ex.check_only, ex.denied = True, (cause, evidence)
+        try:
+            return await judge(
+                self,
+                ex,
+                int(pend["cycle"]),
+                CHECK_ONLY,
+                CHECK_ONLY.digest(),
+                {**why, "denied": True},
+            )
+        finally:
+            ex.check_only, ex.denied = False, None
 
     async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
         ex.calls = list(pend.get("spend") or ())
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         ex.check_only = bool(pend.get("check_only"))  # (the cycle judging a person's edit)
+        ex.denied = _denied(pend)
         try:
             return await self._finish_stored(ex, pend, staged=staged)
         finally:
-            ex.check_only = False
+            ex.check_only, ex.denied = False, None
 
     async def _finish_stored(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
         s = ex.state
@@ -330,7 +371,8 @@ class Parking(RuntimeHost):
             held,
             time.perf_counter(),
             _candidate(s, proposal, n),
-            bool(pend.get("duplicate", digest in s.rejected)),
+            # (a check-only cycle proposed nothing: never a duplicate)
+            not ex.check_only and bool(pend.get("duplicate", digest in s.rejected)),
             calls,
             staged=staged,
             keys=[(str(k), bool(b)) for k, b in stored] if stored else None,
@@ -429,6 +471,12 @@ class Parking(RuntimeHost):
             )
         )
         return True, None
+
+
+def _denied(pend: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The denial a parked check-only cycle still escalates on (``_judge_denied``), if any."""
+    d = pend.get("denied")
+    return (str(d[0]), dict(d[1])) if isinstance(d, list | tuple) and len(d) == 2 else None
 
 
 def _diff(state: TaskState, proposal: Proposal) -> str:

@@ -467,3 +467,189 @@ def test_the_check_after_a_question_names_the_parts_edited_beside_it(url: str) -
         assert (r.status, r.cycles) == ("accepted", 2)
         [judged] = [e.data for e in rt.store.events(r.run_id) if e.kind == "judged_again"]
         assert judged == {"why": "edited", "check_only": True, "parts": ["doc/b", "doc/a"]}
+
+
+def test_a_failed_check_only_cycle_is_no_rejected_proposal(url: str) -> None:
+    """The check-only cycle proposed nothing: failed, it lists no rejected proposal, and it is
+    never a duplicate of an actor's empty proposal rejected before. Before, its empty proposal
+    was recorded rejected (as if the actor had proposed nothing), and after an actor's empty
+    proposal was rejected the person's edit was judged a duplicate: its rise in score counted
+    as no improvement and its state was not the best candidate."""
+    calls = Calls()
+    base = make_loop(calls, max_cycles=4)
+
+    def idle(ctx: lw.Context) -> lw.Proposal:  # fixes c, then has nothing to offer
+        calls.actor.append(ctx.cycle)
+        if ctx.artifacts["doc"]["c"] != "good":
+            return lw.Proposal.edit("doc", {"c": "good"}, usage=lw.Usage(ACTOR_USD, 100))
+        return lw.Proposal(note="nothing to add", usage=lw.Usage(ACTOR_USD, 100))
+
+    loop = dataclasses.replace(base, actor=idle)
+    empty = lw.Proposal().digest()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert (r.stop_reason, r.cycles, calls.actor) == ("no_progress", 3, [1, 2, 3])
+        assert empty in rt.store.rejected_digests(r.run_id)  # the actor's own empty proposals
+        assert r.state.best_score == pytest.approx(1 / 3)
+        rt.edit(r.run_id, "doc/a", "good", by="ana")  # b is still wrong: the check fails
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.stop_reason, r.cycles, calls.actor) == ("budget_cycles", 4, [1, 2, 3])
+        last = _records(rt, r.run_id)[-1]
+        assert (last["cycle"], last["check_only"], last["decision"]) == (4, True, "revise")
+        assert last["duplicate"] is False and last["improved"] is True
+        assert r.state.best_score == pytest.approx(2 / 3) and r.state.best_cycle == 4
+        assert r.packet is not None and r.packet["best_candidate"]["cycle"] == 4
+
+
+def test_a_failed_check_only_cycle_adds_no_rejected_digest(url: str) -> None:
+    empty = lw.Proposal().digest()
+    calls2 = Calls()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls2, max_cycles=5), TASK, task_key="t2")
+        assert (r.stop_reason, r.cycles) == ("no_progress", 3)
+        before = list(rt.store.rejected_digests(r.run_id))
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        r = rt.resume_sync(r.run_id, make_loop(calls2, max_cycles=5))
+        assert [c.get("check_only", False) for c in _records(rt, r.run_id)][3] is True
+        assert _records(rt, r.run_id)[3]["decision"] == "revise"
+        # the failed check-only cycle added no rejected digest (the actor's cycle 5 may)
+        after = rt.store.rejected_digests(r.run_id)
+        assert empty not in after and after[: len(before)] == before
+
+
+def _risky_c(calls: Calls) -> lw.Loop:
+    """The actor writes c (and only c); a change to c waits for a person."""
+    base = make_loop(calls)
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        calls.actor.append(ctx.cycle)
+        calls.seen.append(ctx)
+        return lw.Proposal.edit("doc", {"c": "good"}, usage=lw.Usage(ACTOR_USD, 100))
+
+    rule = lw.RiskRule(name="c", touches=("doc/c",), reason="c is checked by a person")
+    contract = dataclasses.replace(base.contract, risk=(rule,))
+    return dataclasses.replace(base, actor=actor, contract=contract)
+
+
+def test_an_edit_beside_a_denied_request_is_judged_before_the_run_escalates(url: str) -> None:
+    """A person edited the run while it waited on a request, then denied the request: the
+    denied proposal is not applied and the decided cycle judges the state as the person left
+    it (check-only, no actor call); short of success the run escalates on the denial, its
+    packet holding those verdicts. Before, it escalated on the verdicts of the state before the
+    edit, which was never judged; the packet's rollback to go on dropped the edit."""
+    calls = Calls()
+    loop = _risky_c(calls)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "bad"}}})
+        assert (r.status, calls.actor) == ("awaiting_approval", [1])
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo", note="not c")
+        judged = len(calls.judged)
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.stop_reason, r.cycles, calls.actor) == (
+            "escalated",
+            "escalated",
+            1,
+            [1],
+        )
+        edited = {"a": "good", "b": "good", "c": "bad"}  # the person's a; the denied c not applied
+        assert calls.judged[judged:] == [edited] and calls.held[-1] == edited
+        assert r.state.values()["doc"] == edited
+        assert r.packet is not None and r.packet["cause"] == "approval denied by bo: not c"
+        # the packet's findings are the edited state's: a is no longer wrong
+        assert [f["part"] for f in r.packet["unresolved_findings"]] == ["c"]
+        last = _records(rt, r.run_id)[-1]
+        assert (last["cycle"], last["check_only"], last["decision"]) == (1, True, "revise")
+        assert not last["proposal"].get("edits") and last["proposal"]["note"] == CHECKED
+        # billed: the denied cycle's actor and first checks, and the checks judging the edit
+        assert [c["who"] for c in last["calls"]] == [
+            "actor",
+            "verifier:check",
+            "verifier:hidden",
+            "verifier:check",
+            "verifier:hidden",
+        ]
+        [again] = [e.data for e in rt.store.events(r.run_id) if e.kind == "judged_again"]
+        assert again["check_only"] is True and again["denied"] is True
+        # going on as the packet says (a rollback to its last cycle) keeps the person's edit
+        rt.rollback(r.run_id, r.cycles, by="ana")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval" and calls.actor == [1, 2]
+        assert calls.seen[-1].artifacts["doc"]["a"] == "good"
+
+
+def test_an_edit_beside_a_denied_request_that_meets_the_contract_is_accepted(url: str) -> None:
+    """The person's version succeeds without the denied change: the run is accepted with no
+    further actor call, the denied proposal not applied."""
+    calls = Calls()
+    loop = _risky_c(calls)
+
+    def write_c(ctx: lw.Context) -> lw.Proposal:
+        calls.actor.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"c": "worse"}, usage=lw.Usage(ACTOR_USD, 100))
+
+    loop = dataclasses.replace(loop, actor=write_c)
+    with lw.Runtime(url) as rt:
+        task = {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}}
+        r = rt.run_sync(loop, task, task_key="ok")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.stop_reason, r.cycles, calls.actor) == ("accepted", "success", 1, [1])
+        assert r.state.values()["doc"] == dict.fromkeys(PARTS, "good")  # "worse" never written
+        assert r.held_out_passed is True
+
+
+def test_a_denied_requests_judged_edit_parked_by_a_risk_rule_still_escalates(url: str) -> None:
+    """The edit judged after the denial parks on a risk rule that reads the state; once that
+    request is approved the cycle concludes, and escalates on the first denial (it is stored
+    with the parked cycle), not as an ordinary cycle that goes on to the actor."""
+    calls = Calls()
+    base = _risky_c(calls)
+
+    def by_hand(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        return "a person wrote doc/a" if state.values()["doc"]["a"] == "good" else None
+
+    rules = (*base.contract.risk, lw.RiskRule(name="hand", check=by_hand))
+    loop = dataclasses.replace(base, contract=dataclasses.replace(base.contract, risk=rules))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "bad"}}})
+        assert rt.pending_approval(r.run_id).rule == "c"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert r.status == "awaiting_approval" and rt.pending_approval(r.run_id).rule == "hand"
+        rt.approve(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles, calls.actor) == ("escalated", 1, [1])
+        assert r.packet is not None and r.packet["cause"] == "approval denied by bo"
+        last = _records(rt, r.run_id)[-1]
+        assert (last["cycle"], last["check_only"]) == (1, True)
+
+
+def test_an_edit_beside_an_expired_request_is_judged_as_beside_a_denied_one(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that expires escalates as a denied one does: an edit made beside it is
+    judged first, in the same way (accepted here: the person's version meets the contract)."""
+    calls = Calls()
+    base = _risky_c(calls)
+    rule = dataclasses.replace(base.contract.risk[0], expires_after_s=60.0)
+    loop = dataclasses.replace(base, contract=dataclasses.replace(base.contract, risk=(rule,)))
+
+    def write_c(ctx: lw.Context) -> lw.Proposal:
+        calls.actor.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"c": "worse"}, usage=lw.Usage(ACTOR_USD, 100))
+
+    loop = dataclasses.replace(loop, actor=write_c)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "good"}}})
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        later = rt.store.clock() + 3600.0  # (the request's clock, an hour on: past its expiry)
+        monkeypatch.setattr(rt.store, "clock", lambda: later)
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.stop_reason, r.cycles, calls.actor) == ("accepted", "success", 1, [1])
+        assert r.state.values()["doc"] == dict.fromkeys(PARTS, "good")
+        assert [n["decision"] for n in r.state.notes if n.get("kind") == "approval"] == ["expired"]

@@ -83,6 +83,82 @@ def test_a_cycle_worth_exactly_its_cost_is_not_stopped_by_rounding() -> None:
     assert rules.marginal_stop(c, _spent(3, spent + lw.Usage(0.01))) == "marginal_return"
 
 
+def test_marginal_return_expects_the_cost_of_a_paid_cycle() -> None:
+    """The expected cost of the next cycle is the mean of the cycles that cost anything, as a
+    budget projects it: free cycles (a check-only cycle of free checks after a person's edit, a
+    recorded seed judged at no cost) say nothing of what the actor's next cycle costs. Before,
+    they were counted: two $0.15 cycles and two free ones read as $0.075 a cycle, under the
+    $0.10 that P = 0.25 x $0.40 is worth, and the run went on."""
+    c = lw.Contract(
+        marginal_return=lw.MarginalReturn(value_per_success_usd=0.4), budget=lw.Budget(max_cycles=9)
+    )
+    s = _spent(4, lw.Usage(0.3))
+    s.paid_cycles = [2, 2, 4]  # cost in 2 of the 4 cycles (tokens in 2, time in all)
+    assert rules.marginal_stop(c, s) == "marginal_return"
+    s.spent = lw.Usage(0.2)  # $0.10 a paid cycle: worth exactly its cost, goes on
+    assert rules.marginal_stop(c, s) is None
+    # a state stored before paid cycles were counted: every cycle, as before
+    s.paid_cycles, s.spent = None, lw.Usage(0.3)
+    assert rules.marginal_stop(c, s) is None
+    # no cycle cost anything yet: nothing expected
+    s.paid_cycles, s.spent = [0, 0, 4], lw.Usage()
+    assert rules.marginal_stop(c, s) is None
+
+
+@given(
+    st.integers(0, 30),
+    st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    st.floats(0, 2),
+    st.integers(0, 300),
+    st.floats(0, 20),
+    st.one_of(st.none(), st.floats(0.01, 2)),
+    st.one_of(st.none(), st.integers(1, 300)),
+    st.one_of(st.none(), st.floats(0.1, 20)),
+)
+def test_a_budget_left_is_stopped_only_by_its_projection(
+    n: int,
+    free: list[int],
+    cost: float,
+    tokens: int,
+    seconds: float,
+    max_cost: float | None,
+    max_tokens: int | None,
+    max_seconds: float | None,
+) -> None:
+    """``budget_stop`` names a budget reached or crossed first (``budget_exhausted``); past it,
+    every budget set is left, so only the next cycle's projection can forbid it: the old
+    ``not crosses(limit, spent)`` half of the loop's test was never true there (stop47)."""
+    c = _contract(
+        max_cycles=99, max_cost_usd=max_cost, max_tokens=max_tokens, max_seconds=max_seconds
+    )
+    s = _spent(n, lw.Usage(cost, tokens, seconds))
+    s.paid_cycles = [max(0, n - f) for f in free]
+    got = rules.budget_stop(c, s)
+    used = rules.budget_exhausted(c, s.spent)
+    if used is not None:
+        assert got == used
+        return
+    b = c.budget
+    for limit, spent in ((b.max_cost_usd, cost), (b.max_tokens, tokens), (b.max_seconds, seconds)):
+        if limit is not None:
+            assert rules.crosses(limit, spent, whole=limit is b.max_tokens)  # left
+    want = None
+    for i, (limit, spent, reason) in enumerate(
+        (
+            (b.max_cost_usd, cost, "budget_cost"),
+            (b.max_tokens, float(tokens), "budget_tokens"),
+            (b.max_seconds, seconds, "budget_time"),
+        )
+    ):
+        k = s.paid_cycles[i] or n
+        if limit is not None and rules.crosses(
+            spent + (spent / k if k else 0.0), limit, whole=reason == "budget_tokens"
+        ):
+            want = reason
+            break
+    assert got == want
+
+
 def test_budget_exhausted() -> None:
     """Reached is exhausted, as before a cycle: a budget spent exactly lets no further paid
     call start inside a cycle (before, only a crossed one stopped it there)."""

@@ -386,3 +386,34 @@ def test_the_fit_never_proposes_a_marginal_return_alone() -> None:
     beside = _build(template, StopParams(value_per_success_usd=1.0, max_cycles=5), ())
     assert beside is not None and beside.marginal_return is not None
     assert beside.budget.max_cycles == 5
+
+
+def test_a_folds_template_is_read_off_its_training_runs_only() -> None:
+    """Without a base, the template's cycle cap (the longest run) and success rule (the lowest
+    score a run was accepted at) are read, for each fold, off the runs it picks on, never off
+    the held fold it is judged on: the written contract reads them off all runs. Before, every
+    fold's template came from all runs, so a held fold's 12-cycle run set the cap its own
+    candidates were judged under, and its run accepted at 0.8 the score they accepted at: its
+    validation kept both, as no contract picked without them would have."""
+    traces = [run(f"t{i:02d}", [0.5, 1.0][: 1 + i % 2]) for i in range(10)]
+    traces.append(run("long", [0.1 * j for j in range(1, 12)] + [1.0]))
+    low = run("low", [0.5, 0.8])
+    traces.append(
+        dataclasses.replace(
+            low,
+            cycles=(low.cycles[0], cyc(2, 0.8, passed=True)),
+            recorded={**low.recorded, "status": "accepted", "stop_reason": "success"},
+        )
+    )
+    grid = Grid(max_cycles=(), no_progress_cycles=(), cost_quantiles=(), marginal_multiples=())
+    r = fit_stop(traces, keep=0.5, folds=3, seed=0, grid=grid)
+    fold_of = dict(zip((t.task_key for t in traces), split_folds(traces, 3, 0), strict=True))
+    assert r.contract.budget.max_cycles == 12 and r.contract.success.min_score == 0.8
+    for f in r.folds:
+        train = [t for t in traces if fold_of[t.task_key] != f.fold]
+        assert f.params.max_cycles == max(len(t.cycles) for t in train)
+        held = {t.task_key for t in traces if fold_of[t.task_key] == f.fold}
+        # judged under a cap of 2 cycles, or a success rule of 1.0: not accepted
+        lost = len(held & {"long", "low"})
+        assert f.validation.accepted_kept == f.validation.reference_accepted - lost
+    assert r.validation_pooled.accepted_kept == r.validation_pooled.reference_accepted - 2

@@ -179,7 +179,8 @@ def deny(
     store: StoreOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Deny a run's pending request (or decline its question); on resume the run escalates."""
+    """Deny a run's pending request (or decline its question); on resume the run escalates
+    (a person's edit made beside the request is judged first: accepted if it succeeds)."""
     _decide(run_id, "deny", by, note, resume_now, store, request, token=token)
 
 

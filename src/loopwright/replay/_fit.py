@@ -24,8 +24,9 @@ Beside the fit, the report judges the fixed rules "stop after w cycles without f
 visible tests" (w = 1..5) by the same criterion on the same folds, and says plainly when the
 best of them is as good (``FixedRule``).
 
-Grid values (cycle caps, cost quantiles, marginal values) are derived from all runs; the choice
-among them is what is cross-validated.
+What a fold picks from is read off its training runs only: the template without a base (its
+success rule and cycle cap), the grid values (cycle caps, cost quantiles, marginal values) and
+the hazard tables; the contract written reads them off all runs.
 """
 
 from __future__ import annotations
@@ -133,6 +134,15 @@ def _success_required(t: RunTrace) -> tuple[str, ...]:
     return t.required
 
 
+def _template(traces: Sequence[RunTrace], base: Contract | None) -> Contract:
+    """The contract candidates are built on, for a split whose runs are ``traces``: ``base``,
+    or without one the success rule read off those runs and their longest as the cycle cap."""
+    if base is not None:
+        return base
+    longest = max(len(t.cycles) for t in traces)
+    return Contract(success=_infer_success(traces), budget=Budget(max_cycles=max(1, longest)))
+
+
 def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract | None:
     mr = None
     if p.value_per_success_usd is not None:
@@ -217,7 +227,7 @@ def _axes(
 
 def _split_axes(
     traces: Sequence[RunTrace],
-    template: Contract,
+    templates: Mapping[int, Contract],
     ref: Sequence[Outcome],
     grid: Grid,
     fold_of: Sequence[int],
@@ -231,7 +241,7 @@ def _split_axes(
     own: dict[int, set[StopParams]] = {}
     for split in range(-1, k):
         idx = [i for i, f in enumerate(fold_of) if f != split]
-        pl, mg = _axes([traces[i] for i in idx], template, [ref[i] for i in idx], grid)
+        pl, mg = _axes([traces[i] for i in idx], templates[split], [ref[i] for i in idx], grid)
         own[split] = {*pl, *mg}
         seen = {*plain, *marginal}
         plain += [p for p in pl if p not in seen]
@@ -327,15 +337,19 @@ def fit_stop(
     fold_of = split_folds(traces, folds, seed)
     k = folds
     n = len(traces)
-    if base is None:
-        ref = recorded_outcomes(traces)
-        longest = max(len(t.cycles) for t in traces)
-        template = Contract(
-            success=_infer_success(traces), budget=Budget(max_cycles=max(1, longest))
+    ref = recorded_outcomes(traces) if base is None else [simulate(t, base) for t in traces]
+    # Each split's template (-1: all runs; f: all but fold f), read off its own runs: a fold's
+    # success rule and cycle cap never come from the runs it is judged on (before, the runs of
+    # every fold set them: the longest run of a held fold, the lowest score it accepted at).
+    # ``same[s]``: the first split with an equal template (its evaluations serve both).
+    templates: dict[int, Contract] = {}
+    same: dict[int, int] = {}
+    for split in range(-1, folds):
+        templates[split] = _template(
+            [t for t, f in zip(traces, fold_of, strict=True) if f != split], base
         )
-    else:
-        ref = [simulate(t, base) for t in traces]
-        template = base
+        same[split] = next(s for s in templates if templates[s] == templates[split])
+    template = templates[-1]
     if optimise == "time" and sum(o.seconds for o in ref) <= 0:
         raise ConfigError(
             "the runs record no time (LDB files do not); use --optimise attempts or spend",
@@ -350,11 +364,14 @@ def fit_stop(
     all_idx = list(range(n))
     all_folds = list(range(k))
 
-    plain, marginal, own = _split_axes(traces, template, ref, grid, fold_of, k)
-    fixed = [_fixed_params(w, template) for w in FIXED_WINDOWS]
+    plain, marginal, own = _split_axes(traces, templates, ref, grid, fold_of, k)
     params = plain + marginal
-    complexity = [_complexity(p, template) for p in params]
-    total = len(plain) + sum(p in own[s] for p in marginal for s in own) + len(fixed)
+    complexity = {s: [_complexity(p, templates[s]) for p in params] for s in templates}
+    total = (
+        sum(len({same[s] for s in own if p in own[s]}) for p in plain)
+        + sum(p in own[s] for p in marginal for s in own)
+        + len(FIXED_WINDOWS) * len(set(same.values()))
+    )
     done = 0
 
     def tick() -> None:
@@ -372,25 +389,32 @@ def fit_stop(
             chosen = [t for t, f in zip(traces, fold_of, strict=True) if f != split]
             hazards[key] = fit_hazard(
                 chosen,
-                success=template.success,
+                success=templates[split].success,
                 min_delta=delta,
                 max_cycles=grid.hazard_cycles,
                 max_stall=grid.hazard_stall,
             )
         return hazards[key]
 
-    # evals[j][split]: candidate j's outcomes; split -1 = hazard on all runs (plain: the same
-    # for every split).
+    # evals[j][split]: candidate j's outcomes, built on the split's template; split -1 = all
+    # runs (a plain candidate: judged once for the splits whose templates are equal).
     evals: list[dict[int, _Eval]] = []
     for p in plain:
-        c = _build(template, p, ())
-        ev = None if c is None else _evaluate(traces, c, ref, fold_of, k)
-        evals.append({} if ev is None else dict.fromkeys(range(-1, k), ev))
-        tick()
-    for p in marginal:
         per: dict[int, _Eval] = {}
+        built: dict[int, _Eval | None] = {}
         for split in (s for s in range(-1, k) if p in own[s]):
-            c = _build(template, p, hazard(split, p.min_delta))
+            if same[split] not in built:
+                c = _build(templates[split], p, ())
+                built[same[split]] = None if c is None else _evaluate(traces, c, ref, fold_of, k)
+                tick()
+            ev = built[same[split]]
+            if ev is not None:
+                per[split] = ev
+        evals.append(per)
+    for p in marginal:
+        per = {}
+        for split in (s for s in range(-1, k) if p in own[s]):
+            c = _build(templates[split], p, hazard(split, p.min_delta))
             if c is not None:
                 per[split] = _evaluate(traces, c, ref, fold_of, k)
             tick()
@@ -405,12 +429,12 @@ def fit_stop(
         table: Sequence[Mapping[int, _Eval]],
         split: int,
         on: Sequence[int],
-        cx: Sequence[int],
+        cx: Mapping[int, Sequence[int]],
     ) -> tuple[int, bool]:
         scores = [
             _score(j, table[j][split].fold_sums, ref_sums, on, optimise, keep_by) for j in pool
         ]
-        return _select(scores, keep, cx, choose)
+        return _select(scores, keep, cx[split], choose)
 
     # Cross-validation: pick on the training folds (their per-fold figures give the standard
     # error), report on the held one.
@@ -447,13 +471,18 @@ def fit_stop(
 
     # The best fixed no-progress rule, chosen by the same criterion on the same folds.
     fixed_evals: list[dict[int, _Eval]] = []
-    for fp in fixed:
-        c = _build(template, fp, ())
-        assert c is not None
-        fixed_evals.append(dict.fromkeys(range(-1, k), _evaluate(traces, c, ref, fold_of, k)))
-        tick()
-    fixed_pool = list(range(len(fixed)))
-    fixed_cx = [1] * len(fixed)
+    for w in FIXED_WINDOWS:
+        fixed_built: dict[int, _Eval] = {}
+        for split in range(-1, k):  # each under its split's caps
+            if same[split] not in fixed_built:
+                tp = templates[split]
+                c = _build(tp, _fixed_params(w, tp), ())
+                assert c is not None
+                fixed_built[same[split]] = _evaluate(traces, c, ref, fold_of, k)
+                tick()
+        fixed_evals.append({s: fixed_built[same[s]] for s in range(-1, k)})
+    fixed_pool = list(range(len(FIXED_WINDOWS)))
+    fixed_cx = dict.fromkeys(templates, [1] * len(FIXED_WINDOWS))
     fixed_folds = []
     fixed_val: Figures | None = None
     for f in range(k):
@@ -484,7 +513,7 @@ def fit_stop(
         choose=choose,
         keep_by=keep_by,
         chosen_per_fold=tuple(chosen_per_fold),
-        families=tuple(_family(fr.params, template) for fr in fold_results),
+        families=tuple(_family(fr.params, templates[fr.fold]) for fr in fold_results),
     )
     fixed_rule = _compare_fixed(
         result, FIXED_WINDOWS[w_all], fixed_figs, tuple(fixed_folds), fixed_val
