@@ -284,7 +284,7 @@ class Concluding(RuntimeHost):
         else:
             s.stall = old.stall + 1
         s.passed_checks = sorted(set(old.passed_checks) | set(newly))
-        if not ok and not duplicate and decision != "asked":
+        if not ok and not duplicate and decision != "asked" and not ex.check_only:
             # in place: the list is shared with ``old`` and only ever grows (invariant 8)
             s.rejected.append(digest)
             if effective is None:

@@ -251,9 +251,14 @@ class Cycle(ActorContext):
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
         rejected = s.rejected
         effective: str | None = None  # what the proposal changes, once asked (``_conclude``)
-        duplicate = digest in rejected or (
-            (effective := rules.effective_digest(s, proposal, digest)) != digest
-            and effective in rejected
+        # A check-only cycle is no attempt, never a repeat: each judges the same empty
+        # proposal, and the person's edit made a state no earlier cycle judged.
+        duplicate = not ex.check_only and (
+            digest in rejected
+            or (
+                (effective := rules.effective_digest(s, proposal, digest)) != digest
+                and effective in rejected
+            )
         )
         candidate = _candidate(s, proposal, n)
         visible: dict[str, Verdict] = {}
