@@ -357,7 +357,8 @@ class Parking(RuntimeHost):
             held,
             time.perf_counter(),
             _candidate(s, proposal, n),
-            bool(pend.get("duplicate", digest in s.rejected)),
+            # (a check-only cycle is never a repeat: it judged a person's edit)
+            bool(pend.get("duplicate", not ex.check_only and digest in s.rejected)),
             calls,
             staged=staged,
             keys=[(str(k), bool(b)) for k, b in stored] if stored else None,

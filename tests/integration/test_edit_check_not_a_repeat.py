@@ -18,8 +18,10 @@ import loopwright as lw
 WANT = {"qty": 3, "price": 12.5, "cur": "EUR"}
 
 
-def _loop() -> lw.Loop:
+def _loop(*, idle: bool = False, risk: tuple[lw.RiskRule, ...] = ()) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:  # never fixes anything
+        if idle:  # proposes nothing: an empty proposal, as the check-only cycle's
+            return lw.Proposal(note="nothing I can fix", usage=lw.Usage(0.01))
         return lw.Proposal.edit("inv", {"note": f"try {ctx.cycle}"}, usage=lw.Usage(0.01))
 
     def agree(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
@@ -35,6 +37,7 @@ def _loop() -> lw.Loop:
             success=lw.Success(min_score=0.98),
             no_progress=lw.NoProgress(cycles=2),
             budget=lw.Budget(max_cycles=20),
+            risk=risk,
         ),
     )
 
@@ -73,3 +76,26 @@ def test_a_second_failing_edit_is_judged_as_new_and_kept_as_the_best(url: str) -
 
 
 CHECK_DIGEST = lw.Proposal(note="judged the person's edit").digest()
+
+
+def test_a_parked_check_only_cycle_is_no_repeat_of_the_actors_empty_proposal(url: str) -> None:
+    """The actor proposed nothing and failed (its empty proposal rejected); a person's edit is
+    judged, a risk rule parks that check-only cycle, and once approved it concluded as a
+    repeat of the actor's empty proposal: no improvement, not the best candidate."""
+
+    def by_hand(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
+        return "a person set the quantity" if state.values()["inv"]["qty"] == 3 else None
+
+    loop = _loop(idle=True, risk=(lw.RiskRule(name="hand", check=by_hand),))
+    task = {"artifacts": {"inv": {"qty": 5, "price": 1, "cur": "USD", "note": ""}}}
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, task, task_key="K")
+        assert r.stop_reason == "no_progress"
+        assert _records(rt, r.run_id)[-1]["duplicate"] is True  # the actor's, sent again
+        rt.edit(r.run_id, "inv/qty", 3, by="ana")
+        assert rt.resume_sync(r.run_id, loop).status == "awaiting_approval"
+        rt.approve(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        [check] = [c for c in _records(rt, r.run_id) if c.get("check_only")]
+        assert check["duplicate"] is False and check["improved"] is True
+        assert r.state.best_cycle == check["cycle"]
