@@ -207,11 +207,19 @@ def may_operate(store: Store, by: str | None, action: str, target: str, *, origi
 
 
 def refused(
-    store: Store, who: str, action: str, target: str, *, origin: str, why: Exception
+    store: Store,
+    who: str,
+    action: str,
+    target: str,
+    *,
+    origin: str,
+    why: Exception,
+    **detail: Any,
 ) -> None:
     """Audit an action a permitted person asked for that was refused for what it asked (a
-    cycle the run does not have, a run executing elsewhere): the log says it never happened."""
-    audit(store, who, action, target, outcome="refused", origin=origin, reason=str(why))
+    cycle the run does not have, a run executing elsewhere): the log says it never happened.
+    ``detail``: what was asked (an edit's part)."""
+    audit(store, who, action, target, outcome="refused", origin=origin, reason=str(why), **detail)
 
 
 # --- decisions --------------------------------------------------------------------------------

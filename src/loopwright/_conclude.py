@@ -155,7 +155,14 @@ class Concluding(RuntimeHost):
                     nxt = _effect(ex.loop, calls[i + 1])
                     crossed = budget_before(ex, f"effect:{nxt.name}", free=nxt.free)
                     if crossed:
-                        stop = (crossed[0], f"{crossed[1]} during effect {c.name}; {rest} not run")
+                        # during an effect that billed; else the budget stood as it was (one
+                        # declared free ran on it, newuser47): before the one not started
+                        at = (
+                            f"during effect {c.name}"
+                            if used.cost_usd or used.tokens
+                            else f"before effect {nxt.name}"
+                        )
+                        stop = (crossed[0], f"{crossed[1]} {at}; {rest} not run")
                     elif self.store.get_run(ex.run_id).cancel_requested:
                         # A person cancelled while this effect ran: no further effect starts
                         # (the next one ran, and the run ended as if never cancelled).

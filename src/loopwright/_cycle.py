@@ -30,7 +30,7 @@ from ._exec import (
     error_info,
     priced_dict,
 )
-from ._gates import _approved, _effect, _need_key
+from ._gates import _approved, _effect, given_keys, reuse_gone
 from ._plan import STEP_STATUSES
 from ._proposal import Proposal, Verdict
 from ._question import Question
@@ -204,7 +204,7 @@ class Cycle(ActorContext):
         again after an edit made while it waited): not asked again."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
-        given = {_need_key(x) for x in approved} if approved else set()
+        given = given_keys(approved) if approved else set()
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
         protected: list[str] = []
@@ -427,7 +427,7 @@ class Cycle(ActorContext):
                 }
             )
         if given:
-            needs = [x for x in needs if not _approved(x, given)]
+            needs = [x for x in needs if not _approved(x, given) or reuse_gone(x, given)]
         if needs:
             # the rule's question, unless its answer is among what was approved already
             asked = hit is not None and any(x["kind"] == "question" for x in needs)

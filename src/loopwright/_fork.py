@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ._authority import audit, may_operate, operate, refused
+from ._authority import audit, may_operate, refused
 from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
@@ -238,13 +238,22 @@ class Forking(RuntimeHost):
         check_value(value, field="value")  # what the person gave is what is stored
         check_given_text(note, field="note")
         rec = self.store.get_run(run_id)
-        operate(self.store, by, "edit", f"run {rec.run_id}", origin=origin, part=ref, note=note)
+        on = f"run {rec.run_id}"
+        # Audited once it is known to happen (newuser47): an edit refused for what it asked
+        # was recorded "allowed" first, and its author then counted as a requester of the
+        # run's payments (separation of duties), though nothing was edited.
+        who = may_operate(self.store, by, "edit", on, origin=origin)
+        audited = False
         try:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
-        except ConflictError:
-            raise ConflictError(
-                f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
-            ) from None
+            try:
+                token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            except ConflictError:
+                raise ConflictError(
+                    f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
+                ) from None
+        except ConflictError as exc:
+            refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
+            raise
         try:
             ck = self.store.latest_checkpoint(rec.run_id)
             ex = _Exec(
@@ -291,6 +300,8 @@ class Forking(RuntimeHost):
             old, was = part.value, part.status
             if old == value:
                 raise ConfigError("is the part's current value already", field="value")
+            audit(self.store, who, "edit", on, origin=origin, part=ref, note=note)
+            audited = True
             # Judged before the actor is asked again: the parked cycle once decided, else a
             # check-only cycle next (``_edit_check``), owed in this commit.
             s.pending = mark_edited(s.pending, ref)
@@ -332,6 +343,10 @@ class Forking(RuntimeHost):
                 {"decision": "edit", "part": ref, "version": part.count, "by": by.strip(), **held},
                 run,
             )
+        except (ConfigError, ConflictError) as exc:
+            if not audited:
+                refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
+            raise
         finally:
             self.store.release_lease(rec.run_id, token)
         if self.memory_enabled and s.task_key:

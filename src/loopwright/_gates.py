@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -29,7 +29,7 @@ from ._host import RuntimeHost
 from ._loop import Loop
 from ._proposal import Proposal, Verdict
 from ._state import Finding, TaskState, VersionLoader, person_edit, split_ref
-from .store import NewEvent
+from .store import NewEvent, Store
 
 __all__ = ["Gates"]
 
@@ -169,21 +169,26 @@ class Gates(RuntimeHost):
                 )
             if d.action == "require":
                 who = dict(d.who or {})
+                already = done_already(self.store, ex.run_id, n, eff, c)
                 need = {
                     "kind": "effect",
                     "effect": eff.name,
                     # the call as its digest sees it: the same after a JSON round trip
-                    "call": hashlib.sha256(c.canonical().encode()).hexdigest()[:16],
+                    "call": call_digest(c),
                     "effect_kind": eff.kind,
                     "amount": c.args.get(str(who.get("field") or "amount")),
                     "rule": d.rule,
                     "why": d.why,
-                    "what": eff.describe(c.args) + self._done_already(ex, n, eff, c),
+                    "what": eff.describe(c.args) + already,
                     "expires_after_s": d.expires_after_s,
                     "who": who or None,
                 }
+                if already:  # the person is told approving runs nothing again
+                    need["done_already"] = True
                 if given and _approved(need, given):
-                    continue  # a person approved it already (judged again after an edit)
+                    if not reuse_gone(need, given):
+                        continue  # a person approved it already (judged again after an edit)
+                    need["why"] = f"{d.why}; {ASKED_AGAIN}"
                 earned, standing = self._earned(ex, n, eff, c, d)
                 if earned:
                     continue  # approved by the loop's own record (docs/permissions.md)
@@ -191,26 +196,6 @@ class Gates(RuntimeHost):
                     need["why"] = f"{d.why}; {standing}"
                 needs.append(need)
         return False
-
-    def _done_already(self, ex: _Exec, n: int, eff: Effect, c: EffectCall) -> str:
-        """What a person asked to approve an action already done under its business key (a
-        fork redoing its origin's cycle, another run's invoice) is told: approving runs
-        nothing again (newuser46: the card read as a new payment)."""
-        try:
-            key, business = key_of(eff, ex.run_id, n, c)
-        except ConfigError:  # refused where the effect runs, with its own message
-            return ""
-        claim = self.store.effect_claim(eff.kind, key) if business else None
-        if claim is None or claim.status != "done":
-            return ""
-        by = "this run" if claim.run_id == ex.run_id else f"run {claim.run_id[:12]}"
-        if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
-            # approved, it is neither reused nor run: in doubt, for a person (``held``)
-            return (
-                f" (already done by {by} under its key with other arguments: approved, it is "
-                "not run again and waits for a person to check which is right)"
-            )
-        return f" (already done by {by} under its key: approved, its result is reused)"
 
     async def _risk(
         self,
@@ -263,6 +248,53 @@ class Gates(RuntimeHost):
                 why = str(got)
             return rule, why
         return None
+
+
+def call_digest(c: EffectCall) -> str:
+    """An effect call as a request's need names it (its canonical form's digest)."""
+    return hashlib.sha256(c.canonical().encode()).hexdigest()[:16]
+
+
+def done_already(store: Store, run_id: str, n: int, eff: Effect, c: EffectCall) -> str:
+    """What a person asked to approve an action already done under its business key (a
+    fork redoing its origin's cycle, another run's invoice) is told: approving runs
+    nothing again (newuser46: the card read as a new payment). ``""``: nothing done."""
+    try:
+        key, business = key_of(eff, run_id, n, c)
+    except ConfigError:  # refused where the effect runs, with its own message
+        return ""
+    claim = store.effect_claim(eff.kind, key) if business else None
+    if claim is None or claim.status != "done":
+        return ""
+    by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
+    if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
+        # approved, it is neither reused nor run: in doubt, for a person (``held``)
+        return (
+            f" (already done by {by} under its key with other arguments: approved, it is "
+            "not run again and waits for a person to check which is right)"
+        )
+    return f" (already done by {by} under its key: approved, its result is reused)"
+
+
+# Why a request is made again for an action approved as done already, undone since
+# (newuser47: the approval paid again what the person was told would be reused).
+ASKED_AGAIN = (
+    "asked again: it was approved as already done, and was undone since (refunded or "
+    "compensated), so approving now runs it again"
+)
+
+
+def given_keys(approved: Sequence[Mapping[str, Any]]) -> set[tuple[str, ...]]:
+    """What people approved for a cycle, as ``_approved`` and ``reuse_gone`` look it up."""
+    keys = {_need_key(x) for x in approved if not x.get("done_already")}  # (approved to run)
+    told = {_need_key(x) for x in approved if x.get("done_already")}
+    return keys | told | {(*k, "done_already") for k in told - keys}
+
+
+def reuse_gone(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
+    """Whether ``need`` was approved as an action done already (nothing to run) that is
+    done no more: the approval does not cover running it."""
+    return not need.get("done_already") and (*_need_key(need), "done_already") in given
 
 
 def _need_key(need: Mapping[str, Any]) -> tuple[str, ...]:

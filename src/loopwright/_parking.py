@@ -22,6 +22,7 @@ from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
 from ._exec import budget_before, calls_usage, memory_shown
+from ._gates import ASKED_AGAIN, call_digest, done_already
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -232,8 +233,34 @@ class Parking(RuntimeHost):
             return await self._judge_again(ex, pend, approved)
         if more:
             return self._park_again(ex, pend, more, approved)
+        gone = self._reuses_gone(ex, n, pend, approved)
+        if gone:
+            calls = {x["call"] for x in gone}
+            kept = [x for x in approved if not (x.get("done_already") and x.get("call") in calls)]
+            return self._park_again(ex, pend, gone, kept)
         s.approved.append(str(pend["digest"]))
         return await self._resume_cycle(ex, pend, staged=False)
+
+    def _reuses_gone(
+        self, ex: _Exec, n: int, pend: Mapping[str, Any], approved: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The approved effects the person was told were done already (nothing run again)
+        that are done no more (refunded since, newuser47): each as it is asked again, with
+        what approving it does now. ``[]`` for all others."""
+        calls = {call_digest(c): c for c in map(EffectCall.from_dict, pend.get("calls") or ())}
+        run = {x.get("call") for x in approved if not x.get("done_already")}  # approved to run
+        gone: list[dict[str, Any]] = []
+        for need in approved:
+            told = need.get("done_already") and need.get("call") not in run
+            c = calls.get(str(need.get("call"))) if told else None
+            eff = None if c is None else ex.loop.effect(c.name)
+            if c is None or eff is None or done_already(self.store, ex.run_id, n, eff, c):
+                continue
+            again = {k: v for k, v in need.items() if k != "done_already"}
+            again["what"] = eff.describe(c.args)
+            again["why"] = f"{need.get('why')}; {ASKED_AGAIN}"
+            gone.append(again)
+        return gone
 
     def _park_again(
         self,

@@ -8,16 +8,18 @@ setting their status, marking steps done when their parts are accepted, and the 
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._errors import ConfigError
+from ._parts import split_ref
 
 if TYPE_CHECKING:
     from ._parts import Part
 
-__all__ = ["STEP_STATUSES", "PlanStep", "Planning", "StepStatus"]
+__all__ = ["STEP_STATUSES", "PlanStep", "Planning", "StepStatus", "task_plan"]
 
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
 STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
@@ -46,17 +48,71 @@ class PlanStep:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PlanStep:
+    def from_dict(cls, d: Mapping[str, Any], *, where: str | None = None) -> PlanStep:
+        """A step from its mapping, checked: ``depends_on`` a list of step ids and ``parts``
+        one of ``artifact/part`` references (a string there was read character by
+        character: ``"invoice/qty"`` became the parts ``i``, ``n``, ...). ``where``: the
+        step's place, for an error (``task.plan[0]``); by default ``plan.<id>``."""
+        where = where or f"plan.{d.get('id')}"
         status = d.get("status", "pending")
         if status not in STEP_STATUSES:
-            raise ConfigError(f"unknown step status {status!r}", field=f"plan.{d.get('id')}")
+            raise ConfigError(f"unknown step status {status!r}", field=where)
+        step_id = d.get("id")
+        if isinstance(step_id, bool) or not isinstance(step_id, str | int) or step_id == "":
+            raise ConfigError(
+                f"each step needs an 'id' (text), got {reprlib.repr(step_id)}", field=where
+            )
+        lists: dict[str, tuple[str, ...]] = {}
+        for name, what in (("depends_on", "step ids"), ("parts", "'artifact/part' references")):
+            v = d.get(name, ())
+            if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(
+                    f"must be a list of {what}, got {reprlib.repr(v)}", field=f"{where}.{name}"
+                )
+            lists[name] = tuple(v)
+        for ref in lists["parts"]:
+            try:
+                split_ref(ref)
+            except ConfigError as e:
+                raise ConfigError(e.message, field=f"{where}.parts") from None
         return cls(
-            id=str(d["id"]),
+            id=str(step_id),
             title=str(d.get("title", "")),
-            depends_on=tuple(d.get("depends_on", ())),
-            parts=tuple(d.get("parts", ())),
+            depends_on=lists["depends_on"],
+            parts=lists["parts"],
             status=cast(StepStatus, status),
         )
+
+
+def task_plan(plan: Any) -> list[PlanStep]:
+    """A task's ``plan``, checked: a list of steps, their ids unique, each dependency a step of
+    the plan (one on a step that is not there was never met: the step was never next)."""
+    if plan is None:
+        return []
+    if not isinstance(plan, list | tuple):
+        raise ConfigError(
+            f"must be a list of steps ({{id, title, depends_on, parts}}), got {reprlib.repr(plan)}",
+            field="task.plan",
+        )
+    steps: list[PlanStep] = []
+    at: dict[str, int] = {}
+    for i, step in enumerate(plan):
+        if not isinstance(step, Mapping) or "id" not in step:
+            raise ConfigError("each step needs an 'id'", field=f"task.plan[{i}]")
+        steps.append(PlanStep.from_dict(step, where=f"task.plan[{i}]"))
+        j = at.setdefault(steps[-1].id, i)
+        if j != i:
+            raise ConfigError(
+                f"step id {steps[-1].id!r} is also task.plan[{j}]'s", field=f"task.plan[{i}].id"
+            )
+    for i, s in enumerate(steps):
+        for dep in s.depends_on:
+            if dep not in at:
+                raise ConfigError(
+                    f"no step {dep!r} in the plan (steps: {', '.join(at)})",
+                    field=f"task.plan[{i}].depends_on",
+                )
+    return steps
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from ._parts import (
     part_ref,
     split_ref,
 )
-from ._plan import Planning, PlanStep, StepStatus, _PlanTrack
+from ._plan import Planning, PlanStep, StepStatus, _PlanTrack, task_plan
 from ._usage import Usage
 
 __all__ = [
@@ -536,8 +536,10 @@ class TaskState(Planning):
             project=project or str(task.get("project", "")),
             task=dict(task),
         )
-        arts = task.get("artifacts") or {}
-        if not isinstance(arts, Mapping):
+        arts = task.get("artifacts")
+        if arts is None:
+            arts = {}
+        elif not isinstance(arts, Mapping):  # ([], 0 or "" were read as no artifacts)
             raise ConfigError(
                 "must be a table of {artifact: {part: value}}", field="task.artifacts"
             )
@@ -548,10 +550,7 @@ class TaskState(Planning):
                 )
             for pname, value in parts.items():
                 state.set_part(str(aname), str(pname), value, 0)
-        for i, step in enumerate(task.get("plan") or ()):
-            if not isinstance(step, Mapping) or "id" not in step:
-                raise ConfigError("each step needs an 'id'", field=f"task.plan[{i}]")
-            state.plan.append(PlanStep.from_dict(step))
+        state.plan.extend(task_plan(task.get("plan")))
         return state
 
 

@@ -183,6 +183,35 @@ def test_a_task_key_that_is_an_object(project: Path) -> None:
     assert not store.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        # a string where a list goes was read character by character: check passed, and run
+        # failed on "part reference 'i' must look like 'artifact/part'"
+        ({"plan": [{"id": "s1", "parts": "doc/a"}]}, ("task.plan[0].parts", "list")),
+        # depends_on "s0" was the steps "s" and "0", never met: the step was never next
+        ({"plan": [{"id": "s1", "depends_on": "s0"}]}, ("task.plan[0].depends_on", "list")),
+        ({"plan": [{"id": "s1", "depends_on": ["s0"]}]}, ("task.plan[0].depends_on", "'s0'")),
+        ({"plan": [{"id": "s1"}, {"id": "s1"}]}, ("task.plan[1].id", "task.plan[0]")),
+        ({"plan": [{"id": "s1", "parts": ["a"]}]}, ("task.plan[0].parts", "artifact/part")),
+        ({"plan": 5}, ("task.plan", "list of steps")),  # (was "'int' object is not iterable")
+        ({"plan": {"id": "s1"}}, ("task.plan", "list of steps")),  # (was "needs an 'id'")
+        ({"artifacts": []}, ("task.artifacts", "table")),  # ([], 0, "": no artifacts, exit 0)
+        ({"artifacts": 0}, ("task.artifacts", "table")),
+    ],
+)  # fmt: skip
+def test_a_task_plan_or_artifacts_of_the_wrong_kind(
+    project: Path, extra: dict[str, object], words: tuple[str, ...]
+) -> None:
+    store = project / "s.db"
+    task_file(project, {**TASK, **extra})
+    refused(
+        lw("check", "loop.toml", "--tasks", "tasks.jsonl", cwd=project), "tasks.jsonl:1", *words
+    )
+    refused(lw("run", "loop.toml", "--tasks", "tasks.jsonl", cwd=project, store=store), *words)
+    assert not store.exists()
+
+
 def test_duplicate_task_keys_in_one_file(project: Path) -> None:
     """They would be one run, raced for by two coroutines; the second line was dropped."""
     store = project / "s.db"

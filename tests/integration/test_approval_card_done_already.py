@@ -12,9 +12,13 @@ import loopwright as lw
 
 def _loop(paid: list[str], invoice: str = "I6", amount: float = 10.0) -> lw.Loop:
     """A loop paying ``invoice`` for ``amount`` under the business key ``pay:<invoice>``;
-    each payment made is appended to ``paid`` (one list a test: none shared between tests)."""
+    each payment made is appended to ``paid`` (one list a test: none shared between tests),
+    each refund as ``-<invoice>``."""
 
-    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
+    def refund(key: str, result: Any, args: dict[str, Any]) -> None:
+        paid.append("-" + args["invoice"])
+
+    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}", compensate=refund)
     def pay(invoice: str, amount: float) -> dict[str, Any]:
         paid.append(invoice)
         return {"paid": invoice}

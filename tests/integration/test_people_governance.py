@@ -79,6 +79,39 @@ def test_a_refused_rollback_does_not_make_its_author_a_requester(url: str) -> No
         assert rt.approve(r.run_id, by="rita").status == "approved"
 
 
+def test_a_refused_edit_is_audited_refused_and_does_not_make_its_author_a_requester(
+    url: str,
+) -> None:
+    """An edit refused for what it asked (no such part, the value the part holds already, a
+    part the parked request would change, a run executing elsewhere) was audited "allowed"
+    before it was checked (newuser47): the log said rita edited the run, and separation of
+    duties then kept her from approving its payment, though nothing was edited."""
+    loop = make_loop(SEPARATE)
+    with lw.Runtime(url) as rt:
+        people(rt)
+        r = rt.run_sync(loop, task("S-4", 100), task_key="s4", by="root")
+        before = len(rt.store.audit())
+        with pytest.raises(lw.ConfigError, match="no part 'inv/nope'"):
+            rt.edit(r.run_id, "inv/nope", 1, by="rita")
+        with pytest.raises(lw.ConfigError, match="current value already"):
+            rt.edit(r.run_id, "inv/amount", 100, by="rita")
+        with pytest.raises(lw.ConfigError, match="waits for a decision on a change to"):
+            rt.edit(r.run_id, "inv/checked", False, by="rita")
+        token = rt.store.acquire_lease(r.run_id, "another-host", 3600.0)  # executing elsewhere
+        with pytest.raises(lw.ConflictError, match="executing elsewhere"):
+            rt.edit(r.run_id, "inv/amount", 90, by="rita")
+        rt.store.release_lease(r.run_id, token)
+        got = rt.store.audit()[before:]
+        assert [(a.actor, a.action, a.outcome) for a in got] == [("rita", "edit", "refused")] * 4
+        assert "no part 'inv/nope'" in got[0].detail["reason"]
+        assert got[0].detail["part"] == "inv/nope"
+        assert rt.approve(r.run_id, by="rita").status == "approved"
+        # an edit made is audited allowed, once, as before
+        rt.edit(r.run_id, "inv/amount", 90, by="root")
+        assert rt.store.audit()[-1].actor == "root"
+        assert [(a.action, a.outcome) for a in rt.store.audit()[-1:]] == [("edit", "allowed")]
+
+
 def test_earned_authority_never_approves_what_its_earners_could_not(url: str) -> None:
     # otto (no finance role) and lim (spend up to 200) earned the loop its authority: it
     # approved a 900 payment whose rule asks for finance, and one above lim's limit.

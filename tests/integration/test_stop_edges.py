@@ -308,19 +308,27 @@ def test_a_fork_stopped_before_its_first_cycle_replays_so(tmp_path: Path) -> Non
 
 
 # --- effects declared free on a crossed budget (review46) ----------------------------------
-def _two_free(limit: float, calls: Counter[str], *, check_cost: float, reports: float) -> lw.Loop:
+def _two_free(
+    limit: float,
+    calls: Counter[str],
+    *,
+    check_cost: float,
+    reports: float | None,
+    second_free: bool = True,
+) -> lw.Loop:
     """A $0.10 actor, a check that passes billing ``check_cost``, then two effects declared
-    free that each report ``reports`` all the same."""
+    free (the second only if ``second_free``) that each report ``reports`` all the same
+    (None: a plain value, no usage)."""
 
-    def make(name: str) -> lw.Effect:
-        @lw.effect(name, name=name, free=True)
+    def make(name: str, free: bool) -> lw.Effect:
+        @lw.effect(name, name=name, free=free)
         def run(doc: str) -> Any:
             calls[name] += 1
-            return lw.EffectResult({"ok": 1}, lw.Usage(reports))
+            return {"ok": 1} if reports is None else lw.EffectResult({"ok": 1}, lw.Usage(reports))
 
         return run
 
-    first, second = make("publish"), make("announce")
+    first, second = make("publish", True), make("announce", second_free)
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(
@@ -370,3 +378,27 @@ def test_an_effect_declared_free_does_not_start_on_a_crossed_budget(
     assert r.spent.cost_usd == pytest.approx(spent)
     out = simulate(trace, loop.contract)
     assert (out.reason, out.cost_usd) == ("budget_cost", pytest.approx(spent))
+
+
+def test_a_budget_reached_before_a_free_effect_is_not_said_reached_during_it(
+    tmp_path: Path,
+) -> None:
+    """The actor and check reach $0.30; publish (declared free, billing nothing) runs, and
+    announce (never made: its cost unknown) does not start. The cause said "reached during
+    effect publish", blaming an effect that billed nothing (newuser47); the budget was reached
+    before it, and it is announce that was not started."""
+    calls: Counter[str] = Counter()
+    loop = _two_free(0.30, calls, check_cost=0.20, reports=None, second_free=False)
+    with lw.Runtime(str(tmp_path / "a.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+    assert (r.status, r.stop_reason) == ("stopped", "budget_cost")
+    assert dict(calls) == {"publish": 1}
+    assert r.packet is not None
+    assert r.packet["cause"] == "reached before effect announce; ['announce'] not run"
+    # one that billed and reached it: said during it, as before
+    calls.clear()
+    loop = _two_free(0.35, calls, check_cost=0.20, reports=0.10, second_free=False)
+    with lw.Runtime(str(tmp_path / "b.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+    assert r.packet is not None and dict(calls) == {"publish": 1}
+    assert r.packet["cause"] == "crossed during effect publish; ['announce'] not run"

@@ -239,3 +239,25 @@ def test_bodies_and_store_failures_answer_in_one_line_without_the_location(
     )
     assert r.status_code == 503, r.text
     assert "10.0.0.7" not in r.text and "db.internal" not in r.text
+
+
+def test_a_filter_value_no_run_or_request_can_have_is_refused(parked: tuple[str, str]) -> None:
+    """``/api/runs?status=acepted`` answered ``[]`` (200): read as "no such runs", where the
+    CLI's ``runs --status`` refuses it naming the choices (newuser47)."""
+    store, run_id = parked
+    c, _ = _client(store)
+    for url, field in (
+        ("/api/runs?status=acepted", "status"),
+        ("/api/runs?stop_reason=budget", "stop_reason"),
+        ("/api/approvals?status=aproved", "status"),
+        ("/?status=acepted", "status"),
+    ):
+        r = c.get(url)
+        assert r.status_code == 400, (url, r.status_code)
+        assert r.json()["detail"].startswith(f"{field}: must be one of "), r.text
+    # the values there are, and none, still answer
+    assert [x["run_id"] for x in c.get("/api/runs?status=awaiting_approval").json()] == [run_id]
+    assert c.get("/api/runs?status=&stop_reason=").status_code == 200
+    assert c.get("/api/runs?stop_reason=success").json() == []
+    assert len(c.get("/api/approvals?status=pending").json()) == 1
+    assert c.get("/api/approvals?status=expired").json() == []

@@ -10,8 +10,10 @@ from urllib.parse import urlencode
 from fastapi import HTTPException
 from fastapi.responses import Response
 
+from .._contract import RUN_STATUSES, STOP_REASONS
 from ..store import Approval, RunRecord, Store
 from ..store._base import with_newer
+from ..store._sql_approvals import DECISIONS
 from ._views import Cursor
 
 __all__ = ["MAX_PAGE", "PAGE_SIZE", "approvals_query", "page_size", "paged", "runs_query"]
@@ -25,6 +27,15 @@ def page_size(limit: int) -> int:
     if limit < 1:
         raise HTTPException(400, f"limit must be 1 or more (a page holds at most {MAX_PAGE})")
     return min(limit, MAX_PAGE)
+
+
+def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:
+    """A list filter's value, or None for none: one outside ``choices`` is a 400 in the
+    words the CLI's ``--status`` uses (it matched nothing: an empty page, 200, read as "no
+    such runs")."""
+    if value and value not in choices:
+        raise HTTPException(400, f"{name}: must be one of {', '.join(choices)} (got {value!r})")
+    return value or None
 
 
 def runs_query(
@@ -44,8 +55,8 @@ def runs_query(
         raise HTTPException(400, str(exc)) from exc
     limit = page_size(limit)
     flt: dict[str, Any] = {
-        "status": status or None,
-        "stop_reason": stop_reason or None,
+        "status": _one_of(status, RUN_STATUSES, "status"),
+        "stop_reason": _one_of(stop_reason, STOP_REASONS, "stop_reason"),
         "project": project or None,
         "search": (q or "").strip() or None,
     }
@@ -72,7 +83,7 @@ def approvals_query(
         raise HTTPException(400, str(exc)) from exc
     limit = page_size(limit)
     flt: dict[str, Any] = {
-        "status": status or None,
+        "status": _one_of(status, ("pending", *DECISIONS), "status"),
         "run_id": run_id or None,
         "search": (q or "").strip() or None,
     }
