@@ -284,6 +284,14 @@ class Runtime(
             return self.result(rec.run_id)
         if token is None:
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            # Read again under the lease: the run may have ended between the read above and
+            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
+            # Gone on from the stale status, an accepted run was executed again (its actor paid
+            # again) and a cancelled one un-cancelled and run (attack47).
+            rec = self.store.get_run(rec.run_id)
+            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+                self.store.release_lease(rec.run_id, token)
+                return self.result(rec.run_id)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,

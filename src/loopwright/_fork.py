@@ -246,6 +246,10 @@ class Forking(RuntimeHost):
                 f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
             ) from None
         try:
+            # Read again under the lease: whether the edit reopens the run is its status now,
+            # not before the lease (a run that ended meanwhile was edited and left ended, its
+            # edit never judged; attack47).
+            rec = self.store.get_run(rec.run_id)
             ck = self.store.latest_checkpoint(rec.run_id)
             ex = _Exec(
                 rec.run_id,

@@ -273,6 +273,12 @@ class Decisions(RuntimeHost):
             token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
         except ConflictError:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
+        # Read again under the lease: a run that ended since the read above (its worker
+        # released the lease) keeps its end; it was cancelled over it (attack47).
+        rec = self.store.get_run(rec.run_id)
+        if rec.status in TERMINAL_STATUSES:
+            self.store.release_lease(rec.run_id, token)
+            return rec
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             rec.run_id,

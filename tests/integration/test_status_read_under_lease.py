@@ -1,0 +1,127 @@
+"""An operation on a run decides by the run's status as it is under its lease, on SQLite and
+PostgreSQL (attack47).
+
+``resume``, ``edit`` and ``cancel`` read the run, then take its lease. Another process may end
+the run in between (a worker finishing it, a person cancelling it), releasing its lease just
+before this one is taken. Before, each went on from the status it read first: ``resume``
+executed an accepted run again (its actor paid for another cycle) and un-cancelled a cancelled
+one (run to its end by the actor); ``cancel`` wrote ``cancelled`` over an accepted run; ``edit``
+left the ended run ended, its person's edit owed a check no cycle would run.
+
+The other process is placed at a fixed point: inside the store call this runtime makes between
+its read and its lease (no timing).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+
+class Actor:
+    def __init__(self) -> None:
+        self.cycles: list[int] = []
+
+    def __call__(self, ctx: lw.Context) -> lw.Proposal:
+        self.cycles.append(ctx.cycle)
+        return lw.Proposal.edit("doc", {"a": "good"}, usage=lw.Usage(0.1, 10))
+
+
+def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    ok = state.artifacts["doc"].values()["a"] == "good"
+    return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
+
+
+def _loop(actor: Actor) -> lw.Loop:
+    return lw.Loop(
+        name="under-lease",
+        actor=actor,
+        verifiers=[lw.Check(fn=_check, name="check")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5)),
+    )
+
+
+TASK = {"artifacts": {"doc": {"a": "bad", "b": "x"}}}
+
+
+def _meanwhile(rt: lw.Runtime, method: str, do: Callable[[], Any]) -> None:
+    """``do`` runs (in another thread: its own event loop) on the first call of ``rt.store``'s
+    ``method``, before the call itself."""
+    real = getattr(rt.store, method)
+    fired: list[bool] = []
+
+    def hooked(*args: Any, **kw: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            with cf.ThreadPoolExecutor(1) as pool:
+                pool.submit(do).result()
+        return real(*args, **kw)
+
+    setattr(rt.store, method, hooked)
+
+
+def _stopped_events(rt: lw.Runtime, run_id: str) -> list[dict[str, Any]]:
+    return [e.data for e in rt.store.events(run_id) if e.kind == "stopped"]
+
+
+def test_resume_of_a_run_finished_meanwhile_runs_no_cycle(url: str) -> None:
+    actor = Actor()
+    with lw.Runtime(url, owner="worker") as worker, lw.Runtime(url, owner="cli") as rt:
+        rec, _ = worker.create(_loop(actor), TASK, task_key="k")
+        _meanwhile(rt, "acquire_lease", lambda: worker.resume_sync(rec.run_id, _loop(actor)))
+        r = rt.resume_sync(rec.run_id, _loop(actor))
+        assert actor.cycles == [1]  # before: [1, 2], the accepted run's actor paid again
+        assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 1)
+        assert len(_stopped_events(rt, rec.run_id)) == 1
+        rt.store.acquire_lease(rec.run_id, "someone", 60)  # the lease was given back
+
+
+def test_resume_of_a_run_cancelled_meanwhile_stays_cancelled(url: str) -> None:
+    actor = Actor()
+    with lw.Runtime(url, owner="person") as other, lw.Runtime(url, owner="cli") as rt:
+        rec, _ = other.create(_loop(actor), TASK, task_key="k")
+        _meanwhile(rt, "acquire_lease", lambda: other.cancel(rec.run_id, by="bob"))
+        r = rt.resume_sync(rec.run_id, _loop(actor))
+        assert actor.cycles == []  # before: [1], the cancelled run run to acceptance
+        assert (r.status, r.stop_reason, r.cycles) == ("cancelled", "cancelled", 0)
+        assert rt.store.get_run(rec.run_id).status == "cancelled"
+
+
+def test_cancel_of_a_run_finished_meanwhile_keeps_its_end(url: str) -> None:
+    actor = Actor()
+    with lw.Runtime(url, owner="worker") as worker, lw.Runtime(url, owner="cli") as rt:
+        rec, _ = worker.create(_loop(actor), TASK, task_key="k")
+        _meanwhile(rt, "request_cancel", lambda: worker.resume_sync(rec.run_id, _loop(actor)))
+        got = rt.cancel(rec.run_id, by="carol")
+        assert (got.status, got.stop_reason) == ("accepted", "success")  # before: cancelled
+        assert len(_stopped_events(rt, rec.run_id)) == 1
+        assert worker.result(rec.run_id).status == "accepted"
+
+
+@pytest.mark.parametrize("ending", ["finished", "cancelled"])
+def test_edit_of_a_run_ended_meanwhile_reopens_it(url: str, ending: str) -> None:
+    actor = Actor()
+    with lw.Runtime(url, owner="other") as other, lw.Runtime(url, owner="cli") as rt:
+        rec, _ = other.create(_loop(actor), TASK, task_key="k")
+
+        def end() -> Any:
+            if ending == "finished":
+                return other.resume_sync(rec.run_id, _loop(actor))
+            return other.cancel(rec.run_id, by="bob")
+
+        _meanwhile(rt, "acquire_lease", end)
+        got = rt.edit(rec.run_id, "doc/b", "y", by="dan")
+        # the ended run is reopened, as an edit of an ended run is (before: left ended, the
+        # edit's check-only cycle owed and never run)
+        assert (got.status, got.stop_reason) == ("pending", None)
+        before = list(actor.cycles)
+        r = rt.resume_sync(rec.run_id, _loop(actor))
+        assert r.status == "accepted" and r.state.values()["doc"]["b"] == "y"
+        last = [c.record for c in rt.store.checkpoints(rec.run_id) if c.record][-1]
+        if ending == "finished":  # a passes already: the edit's check accepts it, no actor call
+            assert last.get("check_only") is True and actor.cycles == before
