@@ -6,7 +6,9 @@ the run in between (a worker finishing it, a person cancelling it), releasing it
 before this one is taken. Before, each went on from the status it read first: ``resume``
 executed an accepted run again (its actor paid for another cycle) and un-cancelled a cancelled
 one (run to its end by the actor); ``cancel`` wrote ``cancelled`` over an accepted run; ``edit``
-left the ended run ended, its person's edit owed a check no cycle would run.
+left the ended run ended, its person's edit owed a check no cycle would run. A cancel asked for
+between the read and the lease (its own lease attempt lost to this resume) was seen only after
+a paid cycle.
 
 The other process is placed at a fixed point: inside the store call this runtime makes between
 its read and its lease (no timing).
@@ -125,3 +127,17 @@ def test_edit_of_a_run_ended_meanwhile_reopens_it(url: str, ending: str) -> None
         last = [c.record for c in rt.store.checkpoints(rec.run_id) if c.record][-1]
         if ending == "finished":  # a passes already: the edit's check accepts it, no actor call
             assert last.get("check_only") is True and actor.cycles == before
+
+
+def test_resume_sees_a_cancel_requested_before_its_lease(url: str) -> None:
+    # A person's cancel asked for the stop, then lost the lease to this resume ("it is
+    # running elsewhere; it will stop itself"): the run stops before its first cycle. Before,
+    # resume went on from the flag it had read first, and the actor was paid for a cycle (its
+    # effects run) after the cancel.
+    actor = Actor()
+    with lw.Runtime(url, owner="person") as other, lw.Runtime(url, owner="cli") as rt:
+        rec, _ = other.create(_loop(actor), TASK, task_key="k")
+        _meanwhile(rt, "acquire_lease", lambda: other.store.request_cancel(rec.run_id))
+        r = rt.resume_sync(rec.run_id, _loop(actor))
+        assert actor.cycles == []  # before: [1]
+        assert (r.status, r.stop_reason, r.cycles) == ("cancelled", "cancelled", 0)
