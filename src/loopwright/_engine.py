@@ -145,6 +145,7 @@ class Runtime(
         self._on_phase: Callable[[str], None] | None = None
         self._draining = False
         self._active = 0  # runs this runtime is driving right now
+        self._driving: set[str] = set()  # ...and which (``_take_lease``)
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -283,7 +284,7 @@ class Runtime(
                 self.store.release_lease(rec.run_id, token)
             return self.result(rec.run_id)
         if token is None:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            token = self._take_lease(rec.run_id)
             # Read again under the lease: the run may have ended between the read above and
             # the lease (a worker finished it, a person cancelled it, each releasing its lease).
             # Gone on from the stale status, an accepted run was executed again (its actor paid
@@ -317,6 +318,7 @@ class Runtime(
         }
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
+        self._driving.add(rec.run_id)
         try:
             started: dict[str, Any] = {"owner": self.owner}
             selfish = [c.name for c in loop.verifiers if loop.self_reviewing(c)]
@@ -368,6 +370,7 @@ class Runtime(
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)
+            self._driving.discard(rec.run_id)  # (once its lease is handed back)
         return self.result(rec.run_id)
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:

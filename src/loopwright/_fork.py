@@ -240,7 +240,7 @@ class Forking(RuntimeHost):
         rec = self.store.get_run(run_id)
         operate(self.store, by, "edit", f"run {rec.run_id}", origin=origin, part=ref, note=note)
         try:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            token = self._take_lease(rec.run_id)
         except ConflictError:
             raise ConflictError(
                 f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"

@@ -16,6 +16,7 @@ its read and its lease (no timing).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 from collections.abc import Callable
 from typing import Any
@@ -141,3 +142,70 @@ def test_resume_sees_a_cancel_requested_before_its_lease(url: str) -> None:
         r = rt.resume_sync(rec.run_id, _loop(actor))
         assert actor.cycles == []  # before: [1]
         assert (r.status, r.stop_reason, r.cycles) == ("cancelled", "cancelled", 0)
+
+
+# --- an operation through the runtime that is executing the run itself ----------------------
+class Gated:
+    """An actor whose first cycle waits for ``gate`` (the run is in flight while it waits) and
+    gets ``a`` half right; the second gets it right."""
+
+    def __init__(self) -> None:
+        self.cycles: list[int] = []
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, ctx: lw.Context) -> lw.Proposal:
+        self.cycles.append(ctx.cycle)
+        if len(self.cycles) == 1:  # (a second call never waits: nothing would open the gate)
+            self.waiting.set()
+            await self.gate.wait()
+        a = "half" if ctx.cycle == 1 else "good"
+        return lw.Proposal.edit("doc", {"a": a}, usage=lw.Usage(0.1, 10))
+
+
+def _gated_loop(actor: Gated) -> lw.Loop:
+    return lw.Loop(
+        name="in-flight",
+        actor=actor,
+        verifiers=[lw.Check(fn=_check, name="check")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5)),
+    )
+
+
+@pytest.mark.parametrize("op", ["edit", "rollback", "resume", "cancel"])
+def test_an_operation_through_the_executing_runtime_waits_as_for_another(url: str, op: str) -> None:
+    # The store lets a lease's owner take it again; an edit, rollback or resume through the
+    # runtime executing the run took it from that execution, which was fenced out mid-cycle
+    # (StaleLeaseError) and left the run running with no holder. Now each is refused as for
+    # another executor, and a cancel is left for the run to honour at its cycle boundary.
+    async def main() -> None:
+        actor = Gated()
+        loop = _gated_loop(actor)
+        with lw.Runtime(url) as rt:
+            rec, _ = rt.create(loop, TASK, task_key="k")
+            flight = asyncio.create_task(rt.resume(rec.run_id, loop))
+            await actor.waiting.wait()  # cycle 1 is in flight
+            if op == "edit":
+                with pytest.raises(lw.ConflictError, match="executing"):
+                    rt.edit(rec.run_id, "doc/b", "y", by="dan")
+            elif op == "rollback":
+                with pytest.raises(lw.ConflictError, match="executing"):
+                    rt.rollback(rec.run_id, 0, by="erin")
+            elif op == "resume":
+                with pytest.raises(lw.ConflictError, match="executed by this runtime"):
+                    await rt.resume(rec.run_id, loop)
+            else:
+                got = rt.cancel(rec.run_id, by="carol")
+                assert got.status == "running" and got.cancel_requested
+            actor.gate.set()
+            r = await flight  # before: StaleLeaseError (fenced out by its own runtime)
+            if op == "cancel":  # stopped at the end of the cycle in flight
+                assert (r.status, r.stop_reason, r.cycles) == ("cancelled", "cancelled", 1)
+                assert actor.cycles == [1]
+            else:
+                assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 2)
+                assert r.state.values()["doc"]["b"] == "x" and actor.cycles == [1, 2]
+            row = rt.store.get_run(rec.run_id)
+            assert row.lease_owner is None  # handed back
+
+    asyncio.run(main())
