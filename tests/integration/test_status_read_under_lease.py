@@ -40,7 +40,7 @@ def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     return lw.Verdict(passed=ok, score=1.0 if ok else 0.0)
 
 
-def _loop(actor: Actor) -> lw.Loop:
+def _loop(actor: Actor | Gated) -> lw.Loop:
     return lw.Loop(
         name="under-lease",
         actor=actor,
@@ -163,15 +163,6 @@ class Gated:
         return lw.Proposal.edit("doc", {"a": a}, usage=lw.Usage(0.1, 10))
 
 
-def _gated_loop(actor: Gated) -> lw.Loop:
-    return lw.Loop(
-        name="in-flight",
-        actor=actor,
-        verifiers=[lw.Check(fn=_check, name="check")],
-        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=5)),
-    )
-
-
 @pytest.mark.parametrize("op", ["edit", "rollback", "resume", "cancel"])
 def test_an_operation_through_the_executing_runtime_waits_as_for_another(url: str, op: str) -> None:
     # The store lets a lease's owner take it again; an edit, rollback or resume through the
@@ -180,7 +171,7 @@ def test_an_operation_through_the_executing_runtime_waits_as_for_another(url: st
     # another executor, and a cancel is left for the run to honour at its cycle boundary.
     async def main() -> None:
         actor = Gated()
-        loop = _gated_loop(actor)
+        loop = _loop(actor)
         with lw.Runtime(url) as rt:
             rec, _ = rt.create(loop, TASK, task_key="k")
             flight = asyncio.create_task(rt.resume(rec.run_id, loop))
