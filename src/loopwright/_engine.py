@@ -236,8 +236,8 @@ class Runtime(
             if named is None or not isinstance(named, str):
                 continue  # a key of its own, or create's to refuse
             if named in seen:
-                # one key names one run: two tasks with it would drive that run at once (the
-                # second's commits refused as a stale lease) and the other task never run
+                # one key names one run: two tasks with it would both resume that run (the
+                # second refused, this runtime executing it) and the other task never run
                 raise ConfigError(
                     f"tasks {seen[named]} and {i} have the same task key {named!r}; give each "
                     "task its own task_key (a key names one run)",
