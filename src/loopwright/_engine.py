@@ -445,9 +445,13 @@ class Runtime(
                 self._commit(ex, None, parked, approvals=notes.requests)
                 return
             if notes is None:
-                self.store.append_events(
-                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "still_waiting", {})]
-                )
+                ex.events.append(NewEvent(ex.state.cycle, "still_waiting", {}))
+                if rec.status in ("pending", "running"):
+                    # waiting for a person: parked, so no worker claims it again until they
+                    # decide (a run left claimable was taken by every worker's poll; attack47)
+                    self._commit(ex, None, {"status": "awaiting_approval"})
+                    return
+                self.store.append_events(ex.run_id, ex.events)
                 ex.events = []
                 return
             ex.state.notes.extend(notes)

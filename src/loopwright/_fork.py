@@ -323,8 +323,14 @@ class Forking(RuntimeHost):
             if reopen:
                 s.next_action = "resume: the loop goes on from the person's edit"
                 retire_failures(self.store, ex, effects=False)
+                # Its refunds still waiting for a person (a cancel's, some reused): parked on
+                # them, as a rollback that offers them parks; "pending", every worker's poll
+                # claimed it and found it still waiting (attack47).
+                waits = (s.pending or {}).get("stage") == "compensations" and bool(
+                    self.store.approvals(run_id=rec.run_id, status="pending")
+                )
                 run = {
-                    "status": "pending",
+                    "status": "awaiting_approval" if waits else "pending",
                     "stop_reason": None,
                     "packet": None,
                     "ended_at": None,
