@@ -145,6 +145,7 @@ class Runtime(
         self._on_phase: Callable[[str], None] | None = None
         self._draining = False
         self._active = 0  # runs this runtime is driving right now
+        self._driving: set[str] = set()  # ...and which (``_take_lease``)
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -235,8 +236,8 @@ class Runtime(
             if named is None or not isinstance(named, str):
                 continue  # a key of its own, or create's to refuse
             if named in seen:
-                # one key names one run: two tasks with it would drive that run at once (the
-                # second's commits refused as a stale lease) and the other task never run
+                # one key names one run: two tasks with it would both resume that run (the
+                # second refused, this runtime executing it) and the other task never run
                 raise ConfigError(
                     f"tasks {seen[named]} and {i} have the same task key {named!r}; give each "
                     "task its own task_key (a key names one run)",
@@ -283,7 +284,15 @@ class Runtime(
                 self.store.release_lease(rec.run_id, token)
             return self.result(rec.run_id)
         if token is None:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            token = self._take_lease(rec.run_id)
+            # Read again under the lease: the run may have ended between the read above and
+            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
+            # Gone on from the stale status, an accepted run was executed again (its actor paid
+            # again) and a cancelled one un-cancelled and run (attack47).
+            rec = self.store.get_run(rec.run_id)
+            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+                self.store.release_lease(rec.run_id, token)
+                return self.result(rec.run_id)
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             run_id=rec.run_id,
@@ -309,6 +318,7 @@ class Runtime(
         }
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
+        self._driving.add(rec.run_id)
         try:
             started: dict[str, Any] = {"owner": self.owner}
             selfish = [c.name for c in loop.verifiers if loop.self_reviewing(c)]
@@ -360,6 +370,7 @@ class Runtime(
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)
+            self._driving.discard(rec.run_id)  # (once its lease is handed back)
         return self.result(rec.run_id)
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
@@ -434,9 +445,13 @@ class Runtime(
                 self._commit(ex, None, parked, approvals=notes.requests)
                 return
             if notes is None:
-                self.store.append_events(
-                    ex.run_id, [*ex.events, NewEvent(ex.state.cycle, "still_waiting", {})]
-                )
+                ex.events.append(NewEvent(ex.state.cycle, "still_waiting", {}))
+                if rec.status in ("pending", "running"):
+                    # waiting for a person: parked, so no worker claims it again until they
+                    # decide (a run left claimable was taken by every worker's poll; attack47)
+                    self._commit(ex, None, {"status": "awaiting_approval"})
+                    return
+                self.store.append_events(ex.run_id, ex.events)
                 ex.events = []
                 return
             ex.state.notes.extend(notes)

@@ -246,7 +246,7 @@ class Forking(RuntimeHost):
         audited = False
         try:
             try:
-                token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+                token = self._take_lease(rec.run_id)
             except ConflictError:
                 raise ConflictError(
                     f"run {rec.run_id} is executing elsewhere; edit it when it parks or ends"
@@ -255,6 +255,10 @@ class Forking(RuntimeHost):
             refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
             raise
         try:
+            # Read again under the lease: whether the edit reopens the run is its status now,
+            # not before the lease (a run that ended meanwhile was edited and left ended, its
+            # edit never judged; attack47).
+            rec = self.store.get_run(rec.run_id)
             ck = self.store.latest_checkpoint(rec.run_id)
             ex = _Exec(
                 rec.run_id,
@@ -330,8 +334,14 @@ class Forking(RuntimeHost):
             if reopen:
                 s.next_action = "resume: the loop goes on from the person's edit"
                 retire_failures(self.store, ex, effects=False)
+                # Its refunds still waiting for a person (a cancel's, some reused): parked on
+                # them, as a rollback that offers them parks; "pending", every worker's poll
+                # claimed it and found it still waiting (attack47).
+                waits = (s.pending or {}).get("stage") == "compensations" and bool(
+                    self.store.approvals(run_id=rec.run_id, status="pending")
+                )
                 run = {
-                    "status": "pending",
+                    "status": "awaiting_approval" if waits else "pending",
                     "stop_reason": None,
                     "packet": None,
                     "ended_at": None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._errors import ConflictError
 from ._group import GroupCommitter, GroupRecall
 from ._memory import FeedbackMemory
 from .store import ClosedApproval, NewApproval, RunRecord, Store
@@ -44,10 +45,21 @@ class RuntimeHost:
     snapshot_every: int
     history_window: int
     _active: int
+    _driving: set[str]  # the runs this runtime is executing now (``Runtime.resume``)
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None
     _live: LiveTracer | None  # live tracing (trace/_live.py), when configured
+
+    def _take_lease(self, run_id: str) -> int:
+        """The lease of ``run_id`` for an operation of this runtime (an edit, a cancel, a
+        rollback, a resume): ``ConflictError`` while this runtime executes the run itself, as
+        while another executor holds it. The store lets an owner take its own lease again: a
+        person's edit through the runtime executing the run fenced that execution out
+        mid-cycle (``StaleLeaseError``, the run left running with no holder; attack47)."""
+        if run_id in self._driving:
+            raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
+        return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
 
     if TYPE_CHECKING:
         # _cycle.Cycle (_context: _actor_context.ActorContext); the signature repeats the

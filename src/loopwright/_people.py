@@ -270,9 +270,15 @@ class Decisions(RuntimeHost):
         operate(self.store, by, "cancel", f"run {rec.run_id}", origin=origin)
         self.store.request_cancel(rec.run_id)
         try:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            token = self._take_lease(rec.run_id)
         except ConflictError:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
+        # Read again under the lease: a run that ended since the read above (its worker
+        # released the lease) keeps its end; it was cancelled over it (attack47).
+        rec = self.store.get_run(rec.run_id)
+        if rec.status in TERMINAL_STATUSES:
+            self.store.release_lease(rec.run_id, token)
+            return rec
         ck = self.store.latest_checkpoint(rec.run_id)
         ex = _Exec(
             rec.run_id,
@@ -397,7 +403,7 @@ class Decisions(RuntimeHost):
         # a requester of the run's refunds), though nothing was rolled back.
         who = may_operate(self.store, by, "rollback", on, origin=origin)
         try:
-            token = self.store.acquire_lease(rec.run_id, self.owner, self.lease_ttl_s)
+            token = self._take_lease(rec.run_id)
         except ConflictError:
             busy = ConflictError(
                 f"run {rec.run_id} is executing elsewhere; cancel it or let it park first"
