@@ -169,7 +169,9 @@ class TaskState(Planning):
     # --- writing (engine only) -----------------------------------------------------------
     def set_part(self, artifact: str, part: str, value: Any, cycle: int) -> bool:
         """Write a new version of a part; returns False when the value did not change."""
-        art = self.artifacts.setdefault(artifact, Artifact(artifact))
+        art = self.artifacts.get(artifact)  # (no ``setdefault``: no Artifact built a call)
+        if art is None:
+            art = self.artifacts[artifact] = Artifact(artifact)
         p = art.parts.get(part)
         if p is None:
             p = art.parts[part] = Part(part, [Version(1, value, cycle)])
