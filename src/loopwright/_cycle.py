@@ -30,6 +30,7 @@ from ._exec import (
     error_info,
     priced_dict,
 )
+from ._frozen import twin_of
 from ._gates import _approved, _effect, _need_key
 from ._plan import STEP_STATUSES
 from ._proposal import Proposal, Verdict
@@ -329,14 +330,7 @@ class Cycle(ActorContext):
                 tagged = []
                 for f in verdict.findings:  # (a loop: no comprehension a cycle)
                     tagged.append(_tag(f, check.name))
-                verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
-                    verdict.passed,
-                    verdict.score,
-                    tuple(tagged),
-                    verdict.evidence,
-                    verdict.usage,
-                    verdict.checked,
-                )
+                verdict = _tagged(verdict, tuple(tagged))
             # Invariant 9: a secret in a finding or its evidence (a test's output, an echoed
             # key) is masked before the state, the record or the actor's next context has it.
             raw = verdict.to_dict()
@@ -485,10 +479,46 @@ def _gave_up(who: str, gave: GaveUp) -> str:
     return f"{who} raised an exception ({what})"
 
 
+# The twins of Finding and Verdict (``_frozen.quick_init``): a verdict's findings tagged with
+# their verifier's name are built with plain attribute stores, with no checks run again (what
+# they are built from was checked when the verifier built it; a name is a loop's check's).
+_FINDING_TWIN: Any = twin_of(Finding)
+_VERDICT_TWIN: Any = twin_of(Verdict)
+_new = object.__new__
+
+
 def _tag(f: Finding, verifier: str) -> Finding:
     if f.verifier:
         return f
-    return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+    if _FINDING_TWIN is None or type(f) is not Finding:  # (a subclass: its own __init__)
+        return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+    out = _new(_FINDING_TWIN)
+    out.message = f.message
+    out.artifact = f.artifact
+    out.part = f.part
+    out.dimension = f.dimension
+    out.severity = f.severity
+    out.verifier = verifier
+    out.evidence = f.evidence
+    out.__class__ = Finding
+    tagged: Finding = out
+    return tagged
+
+
+def _tagged(v: Verdict, findings: tuple[Finding, ...]) -> Verdict:
+    """``v`` with ``findings`` (its own, tagged by ``_tag``)."""
+    if _VERDICT_TWIN is None or type(v) is not Verdict:
+        return Verdict(v.passed, v.score, findings, v.evidence, v.usage, v.checked)
+    out = _new(_VERDICT_TWIN)
+    out.passed = v.passed
+    out.score = v.score
+    out.findings = findings
+    out.evidence = v.evidence
+    out.usage = v.usage
+    out.checked = v.checked
+    out.__class__ = Verdict
+    tagged: Verdict = out
+    return tagged
 
 
 def _copies(

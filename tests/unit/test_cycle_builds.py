@@ -159,3 +159,82 @@ def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
             sys.setprofile(None)
     assert r.cycles == 7
     assert dropped[0] / 4 == 2  # the actor's call and the check's
+
+
+def _trivial_run_counting(db: Path, watch: Any) -> None:
+    """The trivial loop (the actor writes a part, the check rejects it with one finding that
+    names no verifier) for 7 cycles, ``watch(True)`` from the 2nd actor call to the 6th
+    (cycles 2 to 5) and ``watch(False)`` after."""
+    seen: list[int] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.cycle)
+        watch(2 <= len(seen) < 6)
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
+
+    loop = lw.Loop(
+        name="builds",
+        actor=actor,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=7)),
+    )
+    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
+    with lw.Runtime(str(db)) as rt:
+        r = asyncio.run(rt.run(loop, task, task_key="k"))
+        assert r.cycles == 7
+        # the findings the actor is shown name their check, as ever
+        last = rt.store.latest_checkpoint(r.run_id).state["findings"]
+        assert [f["verifier"] for f in last] == ["check"]
+
+
+def test_a_cycle_checks_its_verdict_and_finding_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check's findings name no verifier: the engine tags them with the check's name. The
+    # tagged finding and verdict were built by their classes, their checks run again on what
+    # the check's own verdict had passed (two of each a cycle); now by plain slot stores.
+    on = [False]
+    checked: Counter[str] = Counter()
+    for cls in (lw.Verdict, lw.Finding):
+        post = cls.__post_init__
+
+        def counted(self: Any, __post: Any = post) -> None:
+            if on[0]:
+                checked[type(self).__name__] += 1
+            __post(self)
+
+        monkeypatch.setattr(cls, "__post_init__", counted)
+
+    def watch(now: bool) -> None:
+        on[0] = now
+
+    _trivial_run_counting(tmp_path / "x.db", watch)
+    assert checked == Counter({"Verdict": 4, "Finding": 4})  # the check's own, once a cycle
+
+
+def test_a_cycle_builds_an_artifact_only_where_it_copies_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cycle copies its one artifact twice (the candidate, the check's copy); ``set_part``
+    # built a third (``setdefault``'s default) and threw it away.
+    from loopwright._parts import Artifact
+
+    on = [False]
+    built = [0]
+    init = Artifact.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        if on[0]:
+            built[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Artifact, "__init__", counted)
+
+    def watch(now: bool) -> None:
+        on[0] = now
+
+    _trivial_run_counting(tmp_path / "x.db", watch)
+    assert built[0] == 2 * 4
