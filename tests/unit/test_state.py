@@ -484,6 +484,36 @@ def test_accepted_values_keep_part_order_however_parts_are_accepted() -> None:
     assert f.accepted_values()["d"]["a"] == 1 and s.accepted_values()["d"]["a"] == 10
 
 
+def test_a_status_that_leaves_a_part_unaccepted_does_not_look_for_its_accepted_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A part with no accepted value in the cache, marked anything but accepted, has none
+    # after: its versions (a trivial cycle's rejected part holds three) are not searched.
+    from loopwright._parts import Part
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"a": 1, "b": 2}}})
+    assert s.accepted_values() == {}  # the cache built
+    for n in range(2, 5):
+        s.set_part("d", "a", n, n)
+    looked: list[str] = []
+    real = Part.accepted.fget
+
+    def accepted(p: Part) -> Any:
+        looked.append(p.name)
+        return real(p)
+
+    monkeypatch.setattr(Part, "accepted", property(accepted))
+    s.set_status("d/a", "rejected")
+    assert looked == [] and s.accepted_values() == {}
+    s.set_status("d/a", "accepted")  # one: looked for (then every part's, in part order)
+    assert s.accepted_values() == {"d": {"a": 4}} and looked == ["a", "a", "b"]
+    s.set_part("d", "a", 5, 5)
+    s.set_status("d/a", "rejected")  # it had one: still the older version's
+    assert s.accepted_values() == {"d": {"a": 4}}
+    s.set_status("d/b", "rejected")
+    assert looked == ["a", "a", "b", "a"] and s.accepted_values() == {"d": {"a": 4}}
+
+
 _STEP = st.fixed_dictionaries({"id": st.sampled_from("abcdef"), "status": st.sampled_from("tdx")})
 
 
