@@ -122,7 +122,7 @@ class Cycle(ActorContext):
         try:
             # From here on the engine holds its own copy: what the actor keeps (and may still
             # change) never reaches the state, and what is judged is what is stored.
-            proposal = proposal.owned()
+            owned = proposal.owned()
         except ConfigError as exc:
             return self._abort(
                 ex,
@@ -131,6 +131,8 @@ class Cycle(ActorContext):
                 cause=f"the actor returned a value that cannot be stored: {exc}",
                 error=_fault("actor", "ConfigError", str(exc)),
             )
+        # (a proposal that nothing can change is its own copy: a check's copy is itself too)
+        settled, proposal = owned is proposal, owned
         usage = proposal.usage or _NOTHING
         digest = proposal.digest()
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
@@ -188,7 +190,7 @@ class Cycle(ActorContext):
                 cause=f"{crossed[1]} during the actor call",
                 unverified=proposal.to_dict(),
             )
-        return await self._evaluate(ex, n, proposal, digest, t0)
+        return await self._evaluate(ex, n, proposal, digest, t0, settled=settled)
 
     async def _evaluate(
         self,
@@ -199,10 +201,12 @@ class Cycle(ActorContext):
         t0: float,
         *,
         approved: Sequence[Mapping[str, Any]] = (),
+        settled: bool = False,
     ) -> bool:
         """Verify the proposal and decide what it needs: a person (``_park``), or nothing
         (``_apply``). ``approved``: what a person already approved for this cycle (it is judged
-        again after an edit made while it waited): not asked again."""
+        again after an edit made while it waited): not asked again. ``settled``: the proposal
+        is known to be its own copy (``Proposal.owned`` returned it)."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
         given = {_need_key(x) for x in approved} if approved else set()
@@ -286,7 +290,7 @@ class Cycle(ActorContext):
                     )
             light = not check.held_out
             where = f"verifier {check.name}"
-            own = partial(_copies, candidate, loader, proposal, light)  # this check's copies
+            own = partial(_copies, candidate, loader, proposal, light, settled)  # its copies
             try:
                 verdict, secs = await call_with_retry(
                     self.store,
@@ -522,11 +526,11 @@ def _tagged(v: Verdict, findings: tuple[Finding, ...]) -> Verdict:
 
 
 def _copies(
-    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool, settled: bool
 ) -> tuple[TaskState, Proposal]:
     """A verifier's arguments: its own copies of the candidate and of the proposal (whose
-    values the candidate shares)."""
-    return candidate.detached(loader, light=light), proposal.owned()
+    values the candidate shares; a settled proposal is its own copy, asked once a cycle)."""
+    return candidate.detached(loader, light=light), proposal if settled else proposal.owned()
 
 
 def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:

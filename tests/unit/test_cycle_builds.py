@@ -238,3 +238,27 @@ def test_a_cycle_builds_an_artifact_only_where_it_copies_one(
 
     _trivial_run_counting(tmp_path / "x.db", watch)
     assert built[0] == 2 * 4
+
+
+def test_a_settled_proposal_is_asked_for_its_own_copy_once_a_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``Proposal.owned`` of a proposal nothing can change returns it: the engine's copy is the
+    # actor's proposal, and so is the check's. It was asked twice a cycle (the engine's copy,
+    # the check's); the check's now follows the first answer.
+    on = [False]
+    asked = [0]
+    owned = lw.Proposal.owned
+
+    def counted(self: lw.Proposal) -> lw.Proposal:
+        if on[0]:
+            asked[0] += 1
+        return owned(self)
+
+    monkeypatch.setattr(lw.Proposal, "owned", counted)
+
+    def watch(now: bool) -> None:
+        on[0] = now
+
+    _trivial_run_counting(tmp_path / "x.db", watch)
+    assert asked[0] == 4
