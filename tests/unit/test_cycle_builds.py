@@ -262,3 +262,29 @@ def test_a_settled_proposal_is_asked_for_its_own_copy_once_a_cycle(
 
     _trivial_run_counting(tmp_path / "x.db", watch)
     assert asked[0] == 4
+
+
+def test_a_cycle_boundary_makes_no_coroutine_that_would_return_at_once(tmp_path: Path) -> None:
+    # Between two cycles of a run with no commit in flight and no reflector, ``_settle`` and
+    # ``_reflect`` returned at once, having done nothing: each was a coroutine made and
+    # awaited every cycle (a coroutine call costs about three plain calls).
+    home = os.path.dirname(lw.__file__)
+    made: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if (
+            event == "call"
+            and code.co_name in ("_settle", "_reflect")
+            and code.co_filename.startswith(home)
+        ):
+            made[code.co_name] += 1
+
+    def watch(now: bool) -> None:
+        sys.setprofile(profile if now else None)
+
+    try:
+        _trivial_run_counting(tmp_path / "x.db", watch)
+    finally:
+        sys.setprofile(None)
+    assert made == Counter()
