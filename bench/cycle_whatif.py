@@ -114,6 +114,8 @@ def _no_recall() -> None:
         return ()
 
     _cycle.Cycle._recall = recall  # type: ignore[method-assign]
+    if hasattr(_cycle.Cycle, "_recall_now"):  # (a tree whose cycle asks it first, no coroutine)
+        _cycle.Cycle._recall_now = lambda _self, _ex: ()  # type: ignore[method-assign]
 
 
 def _no_head() -> None:

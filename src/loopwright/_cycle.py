@@ -75,7 +75,9 @@ class Cycle(ActorContext):
         ex.deadline = None if left.seconds is None else time.time() + left.seconds
         hidden = s.held_out_spent  # what held-out checks spent is not shown (invariant 3)
         shown = None if hidden.cost_usd or hidden.tokens else left
-        memory = await self._recall(ex)
+        memory = self._recall_now(ex)  # (None: read with other runs, awaited)
+        if memory is None:
+            memory = await self._recall(ex)
         ex.last_context = self._context(ex, n, memory, shown)
         ex.last_visible = {}
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
