@@ -215,7 +215,8 @@ class Cycle(ActorContext):
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
         protected: list[str] = []
-        for e in proposal.changes():  # (a loop: no comprehension a cycle)
+        changes = proposal.changes()  # (once: the candidate is built from them too)
+        for e in changes:  # (a loop: no comprehension a cycle)
             if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value:
                 protected.append(e.ref)
         if protected:
@@ -262,7 +263,7 @@ class Cycle(ActorContext):
             (effective := rules.effective_digest(s, proposal, digest)) != digest
             and effective in rejected
         )
-        candidate = _candidate(s, proposal, n)
+        candidate = _candidate(s, proposal, n, changes)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
 
@@ -291,13 +292,13 @@ class Cycle(ActorContext):
                         unverified=proposal.to_dict(),
                     )
             light = not check.held_out
-            where = f"verifier {check.name}"
+            scope = f"verifier:{check.name}"  # (its name in the calls, the journal, the budget)
             own = partial(_copies, candidate, loader, proposal, light, settled)  # its copies
             try:
                 verdict, secs = await call_with_retry(
                     self.store,
                     ex,
-                    scope=f"verifier:{check.name}",
+                    scope=scope,
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
@@ -307,21 +308,23 @@ class Cycle(ActorContext):
                     again=own,  # a retry's own
                 )
             except OutOfTime as exc:
-                charge(ex, f"verifier:{check.name}", exc.billed)
+                charge(ex, scope, exc.billed)
                 return self._abort(
                     ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
             except OverBudget as over:
-                charge(ex, f"verifier:{check.name}", over.billed)
+                charge(ex, scope, over.billed)
                 return self._abort(
                     ex, t0, over.reason, cause=str(over), unverified=proposal.to_dict()
                 )
             except GaveUp as gave:
-                charge(ex, f"verifier:{check.name}", gave.billed)
+                charge(ex, scope, gave.billed)
+                where = f"verifier {check.name}"
                 return self._abort(
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
             if not isinstance(verdict, Verdict):
+                where = f"verifier {check.name}"
                 return self._abort(
                     ex,
                     t0,
@@ -350,9 +353,7 @@ class Cycle(ActorContext):
                 ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
                 ex.held_out_verdicts = {k: v.to_dict() for k, v in held.items()}
             vu = verdict.usage or _NOTHING
-            ex.calls.append(
-                {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
-            )
+            ex.calls.append({"who": scope, "cost_usd": vu.cost_usd, "tokens": vu.tokens})
             if vu.cost_usd or vu.tokens:
                 priced = Usage(vu.cost_usd, vu.tokens, 0.0)
                 s.spent = s.spent + priced
@@ -535,10 +536,13 @@ def _copies(
     return candidate.detached(loader, light=light), proposal if settled else proposal.owned()
 
 
-def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
-    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
+def _candidate(
+    state: TaskState, proposal: Proposal, n: int, changes: Sequence[Any] | None = None
+) -> TaskState:
+    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched);
+    ``changes``: its ``changes()``, where the caller has them."""
     candidate = state.fork()
-    for e in proposal.changes():
+    for e in proposal.changes() if changes is None else changes:
         candidate.set_part(e.artifact, e.part, e.value, n)
     _apply_plan(candidate, proposal)
     return candidate

@@ -240,28 +240,31 @@ def test_a_cycle_builds_an_artifact_only_where_it_copies_one(
     assert built[0] == 2 * 4
 
 
-def test_a_settled_proposal_is_asked_for_its_own_copy_once_a_cycle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("method", "a_cycle"), [("owned", 1), ("changes", 2)])
+def test_a_cycle_asks_its_proposal_once_for_what_it_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, a_cycle: int
 ) -> None:
     # ``Proposal.owned`` of a proposal nothing can change returns it: the engine's copy is the
     # actor's proposal, and so is the check's. It was asked twice a cycle (the engine's copy,
-    # the check's); the check's now follows the first answer.
+    # the check's); the check's now follows the first answer. ``changes`` (a new list each
+    # call) was asked three times: the logged proposal, the protected parts, the candidate;
+    # the last two share one.
     on = [False]
     asked = [0]
-    owned = lw.Proposal.owned
+    real = getattr(lw.Proposal, method)
 
-    def counted(self: lw.Proposal) -> lw.Proposal:
+    def counted(self: lw.Proposal) -> Any:
         if on[0]:
             asked[0] += 1
-        return owned(self)
+        return real(self)
 
-    monkeypatch.setattr(lw.Proposal, "owned", counted)
+    monkeypatch.setattr(lw.Proposal, method, counted)
 
     def watch(now: bool) -> None:
         on[0] = now
 
     _trivial_run_counting(tmp_path / "x.db", watch)
-    assert asked[0] == 4
+    assert asked[0] == 4 * a_cycle
 
 
 def test_a_cycle_boundary_makes_no_coroutine_that_would_return_at_once(tmp_path: Path) -> None:
