@@ -116,6 +116,8 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
     # the same trace said budget_tokens.
     if (used := budget_exhausted(contract, s)) is not None:
         return used
+    if b.max_cost_usd is None and b.max_tokens is None and b.max_seconds is None:
+        return None  # (a cycle cap alone, the common contract: nothing to project)
     checks: tuple[tuple[float | None, float, str], ...] = (
         (b.max_cost_usd, s.cost_usd, "budget_cost"),
         (b.max_tokens, float(s.tokens), "budget_tokens"),
