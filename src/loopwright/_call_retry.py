@@ -73,13 +73,16 @@ async def call_with_retry(
     # status commit records no cycle), the cycle is redone and still owes them.
     if entry is not None and entry.status == "settled" and _charged(store, ex, entry):
         entry = None
-    failed = entry.attempts if entry else 0
-    first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
     # failed attempt: charged when the call ends, whether it succeeds or not, even after a
     # restart in between (invariant 7).
-    billed = _billed(entry.data) if entry is not None else ()
-    if entry is not None:
+    billed: tuple[Usage, ...]
+    if entry is None:  # (the common case, in one test)
+        failed, first_at, billed = 0, time.time(), ()
+    else:
+        failed = entry.attempts
+        first_at = float(entry.data.get("first_at", time.time()))
+        billed = _billed(entry.data)
         if billed and entry.status == "settled":
             # owed by a cycle killed before its commit (a billed call that succeeded, failed
             # attempts): charged first; past a budget, no new call is made (invariant 7: a
