@@ -21,146 +21,6 @@ from loopwright.store._base import CommitRequest
 CLASSES: tuple[type, ...] = (Context, Remaining, CommitRequest, Digests, Part, lw.Proposal)
 
 
-def test_a_cycle_calls_no_engine_class_with_keywords(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    counting = [False]
-    by_keyword: Counter[str] = Counter()
-    built: Counter[str] = Counter()
-
-    for cls in CLASSES:
-        init = cls.__init__
-
-        def counted(self: Any, *args: Any, __init: Any = init, **kwargs: Any) -> None:
-            if counting[0]:
-                built[type(self).__name__] += 1
-                if kwargs:
-                    by_keyword[type(self).__name__] += 1
-            __init(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "__init__", counted)
-
-    seen: list[int] = []
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        seen.append(ctx.cycle)
-        counting[0] = 2 <= len(seen) < 6  # from the 2nd actor call to the 6th: 4 cycles
-        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
-
-    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
-
-    loop = lw.Loop(
-        name="builds",
-        actor=actor,
-        verifiers=[lw.Check(fn=verifier, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=6)),
-    )
-    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
-    with lw.Runtime(str(tmp_path / "x.db")) as rt:
-        r = asyncio.run(rt.run(loop, task, task_key="k"))
-    assert r.cycles == 6
-    # what a cycle builds of these: its context, the budget left, its commit request, a
-    # check's copy of the rejected digests, the actor's proposal
-    assert built["Context"] == built["CommitRequest"] == built["Proposal"] == 4, built
-    assert by_keyword == Counter()
-
-
-_COMPREHENSIONS = frozenset(("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"))
-
-
-def _comprehensions_a_cycle(db: Path) -> float:
-    """Calls of the engine's comprehensions and generator expressions (each resume of a
-    generator counts) in cycles 2 to 5 of the trivial loop, a cycle."""
-    home = os.path.dirname(lw.__file__)
-    seen: list[int] = []
-    calls = [0]
-
-    def watch(frame: Any, event: str, arg: Any) -> None:
-        code = frame.f_code
-        if (
-            event == "call"
-            and code.co_name in _COMPREHENSIONS
-            and code.co_filename.startswith(home)
-        ):
-            calls[0] += 1
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        seen.append(ctx.cycle)
-        if len(seen) == 2:
-            sys.setprofile(watch)
-        elif len(seen) == 6:
-            sys.setprofile(None)
-        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
-
-    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
-
-    loop = lw.Loop(
-        name="builds",
-        actor=actor,
-        verifiers=[lw.Check(fn=verifier, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=7)),
-    )
-    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
-    with lw.Runtime(str(db)) as rt:
-        try:
-            r = asyncio.run(rt.run(loop, task, task_key="k"))
-        finally:
-            sys.setprofile(None)
-    assert r.cycles == 7
-    return calls[0] / 4
-
-
-def test_a_cycle_builds_few_comprehensions(tmp_path: Path) -> None:
-    # Each comprehension or generator expression builds a function (and a generator) every
-    # time it runs: over the one or two items of a cycle's lists that cost more than the
-    # work. 68 a cycle before these cuts (bench/RESULTS.md, stop 40), 10 after, 1 after the
-    # second pass ("engine CPU, second pass": the proposal's digest, edits and record, the
-    # checks newly passing, accept_clean_parts's targets, the recall query, tagged findings).
-    assert _comprehensions_a_cycle(tmp_path / "x.db") <= 3
-
-
-def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
-    # A cycle that goes on builds its record in the stored form (``_record_codec.packed_*``)
-    # instead of the whole record copied and pruned by ``pack`` (seven droppers a trivial
-    # cycle, each a dict copied: about 5 % of the engine's CPU, bench/RESULTS.md "stop 41").
-    # What is left: a dropper for each priced call (the calls come from the journal as dicts).
-    seen: list[int] = []
-    dropped = [0]
-
-    def watch(frame: Any, event: str, arg: Any) -> None:
-        code = frame.f_code
-        if event == "call" and code.co_name == "drop" and code.co_filename == "<string>":
-            dropped[0] += 1
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        seen.append(ctx.cycle)
-        if len(seen) == 2:
-            sys.setprofile(watch)
-        elif len(seen) == 6:
-            sys.setprofile(None)
-        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
-
-    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(False, 0.5, (lw.Finding("still open", "doc", "body", "text"),))
-
-    loop = lw.Loop(
-        name="builds",
-        actor=actor,
-        verifiers=[lw.Check(fn=verifier, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=7)),
-    )
-    task = {"goal": "g", "artifacts": {"doc": {"body": "", "title": "t"}}}
-    with lw.Runtime(str(tmp_path / "x.db")) as rt:
-        try:
-            r = asyncio.run(rt.run(loop, task, task_key="k"))
-        finally:
-            sys.setprofile(None)
-    assert r.cycles == 7
-    assert dropped[0] / 4 == 2  # the actor's call and the check's
-
-
 def _trivial_run_counting(db: Path, watch: Any) -> None:
     """The trivial loop (the actor writes a part, the check rejects it with one finding that
     names no verifier) for 7 cycles, ``watch(True)`` from the 2nd actor call to the 6th
@@ -188,6 +48,94 @@ def _trivial_run_counting(db: Path, watch: Any) -> None:
         # the findings the actor is shown name their check, as ever
         last = rt.store.latest_checkpoint(r.run_id).state["findings"]
         assert [f["verifier"] for f in last] == ["check"]
+
+
+def _profiled_cycles(db: Path, profile: Any) -> None:
+    """``_trivial_run_counting`` with ``profile`` (``sys.setprofile``'s) on cycles 2 to 5."""
+
+    def watch(now: bool) -> None:
+        sys.setprofile(profile if now else None)
+
+    try:
+        _trivial_run_counting(db, watch)
+    finally:
+        sys.setprofile(None)
+
+
+def test_a_cycle_calls_no_engine_class_with_keywords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = [False]
+    by_keyword: Counter[str] = Counter()
+    built: Counter[str] = Counter()
+
+    for cls in CLASSES:
+        init = cls.__init__
+
+        def counted(self: Any, *args: Any, __init: Any = init, **kwargs: Any) -> None:
+            if counting[0]:
+                built[type(self).__name__] += 1
+                if kwargs:
+                    by_keyword[type(self).__name__] += 1
+            __init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", counted)
+
+    def watch(now: bool) -> None:
+        counting[0] = now
+
+    _trivial_run_counting(tmp_path / "x.db", watch)
+    # what a cycle builds of these: its context, the budget left, its commit request, a
+    # check's copy of the rejected digests, the actor's proposal
+    assert built["Context"] == built["CommitRequest"] == built["Proposal"] == 4, built
+    assert by_keyword == Counter()
+
+
+_COMPREHENSIONS = frozenset(("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"))
+
+
+def _comprehensions_a_cycle(db: Path) -> float:
+    """Calls of the engine's comprehensions and generator expressions (each resume of a
+    generator counts) in cycles 2 to 5 of the trivial loop, a cycle."""
+    home = os.path.dirname(lw.__file__)
+    calls = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if (
+            event == "call"
+            and code.co_name in _COMPREHENSIONS
+            and code.co_filename.startswith(home)
+        ):
+            calls[0] += 1
+
+    _profiled_cycles(db, profile)
+    return calls[0] / 4
+
+
+def test_a_cycle_builds_few_comprehensions(tmp_path: Path) -> None:
+    # Each comprehension or generator expression builds a function (and a generator) every
+    # time it runs: over the one or two items of a cycle's lists that cost more than the
+    # work. 68 a cycle before these cuts (bench/RESULTS.md, stop 40), 10 after, 1 after the
+    # second pass ("engine CPU, second pass": the proposal's digest, edits and record, the
+    # checks newly passing, accept_clean_parts's targets, the recall query, tagged findings).
+    assert _comprehensions_a_cycle(tmp_path / "x.db") <= 3
+
+
+def test_a_cycle_builds_its_record_packed(tmp_path: Path) -> None:
+    # A cycle that goes on builds its record in the stored form (``_record_codec.packed_*``)
+    # instead of the whole record copied and pruned by ``pack`` (seven droppers a trivial
+    # cycle, each a dict copied: about 5 % of the engine's CPU, bench/RESULTS.md "stop 41").
+    # What is left: a dropper for each priced call (the calls come from the journal as dicts).
+    dropped = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_name == "drop" and code.co_filename == "<string>":
+            dropped[0] += 1
+
+    _profiled_cycles(tmp_path / "x.db", profile)
+    assert dropped[0] / 4 == 2  # the actor's call and the check's
 
 
 def test_a_cycle_checks_its_verdict_and_finding_once(
@@ -284,11 +232,5 @@ def test_a_cycle_boundary_makes_no_coroutine_that_would_return_at_once(tmp_path:
         ):
             made[code.co_name] += 1
 
-    def watch(now: bool) -> None:
-        sys.setprofile(profile if now else None)
-
-    try:
-        _trivial_run_counting(tmp_path / "x.db", watch)
-    finally:
-        sys.setprofile(None)
+    _profiled_cycles(tmp_path / "x.db", profile)
     assert made == Counter()
