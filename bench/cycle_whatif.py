@@ -89,11 +89,15 @@ def _no_yield() -> None:
 
 def _no_copies() -> None:
     # the verifier judges the candidate and the proposal themselves
-    _cycle._copies = lambda c, _loader, p, _light: (c, p)  # type: ignore[assignment]
+    _cycle._copies = lambda c, _loader, p, *_: (c, p)  # type: ignore[assignment]
 
 
 def _no_detach() -> None:
-    _cycle._copies = lambda c, _loader, p, _light: (c, p.owned())  # type: ignore[assignment]
+    # (``settled``: the proposal known to be its own copy; a tree before it had no such flag)
+    def copies(c: Any, _loader: Any, p: Any, _light: bool, settled: bool = False) -> Any:
+        return c, p if settled else p.owned()
+
+    _cycle._copies = copies  # type: ignore[assignment]
 
 
 def _no_calls() -> None:
@@ -110,6 +114,8 @@ def _no_recall() -> None:
         return ()
 
     _cycle.Cycle._recall = recall  # type: ignore[method-assign]
+    if hasattr(_cycle.Cycle, "_recall_now"):  # (a tree whose cycle asks it first, no coroutine)
+        _cycle.Cycle._recall_now = lambda _self, _ex: ()  # type: ignore[method-assign]
 
 
 def _no_head() -> None:

@@ -4,7 +4,7 @@ left out) and the feedback memory recalled for it (mixed into ``Runtime`` throug
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
@@ -12,7 +12,7 @@ from ._copy_on_read import _CopyOnRead, _json_copy
 from ._exec import Execution as _Exec
 from ._gates import Gates
 from ._group import GroupRecall
-from ._memory import recall_scopes
+from ._memory import MemoryItem, recall_scopes
 from ._proposal import Context, Remaining
 from ._recall import recall
 from ._state import TaskState
@@ -73,37 +73,41 @@ class ActorContext(Gates):
         """A retried actor's arguments: the context built again."""
         return (self._context(ex, n, memory, left),)
 
+    def _recall_now(self, ex: _Exec) -> tuple[dict[str, Any], ...] | None:
+        """``_recall``'s answer where it has nothing to wait for (no memory, or this run reads
+        its own: a plain call, no coroutine a cycle); None where it reads with the runs
+        sharing this event loop (then ``_recall``)."""
+        if not self.memory_enabled:
+            return ()
+        if self.group_commit and ex.grouped and self._active > 1:
+            return None
+        s = ex.state
+        said = [s.goal]  # (``_asked`` written out: no call a cycle)
+        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
+            said.append(f.message)
+        try:
+            scopes, query = recall_scopes(s.task_key, s.project), " ".join(said)
+            # people's feedback first, then reflections if it leaves slots free (most loops
+            # keep no memory: an indexed probe for each)
+            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked)
+        except Exception:  # memory is best effort: a failing store never fails a cycle
+            return ()
+        return _shown(items) if items else ()
+
     async def _recall(self, ex: _Exec) -> tuple[dict[str, Any], ...]:
         """Feedback memory for this task and project (never another project's). Runs sharing
         this event loop read theirs together, one query per loop turn (``GroupRecall``)."""
-        if not self.memory_enabled:
-            return ()
-        s = ex.state
-        said = [s.goal]
-        for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
-            said.append(f.message)
-        query = " ".join(said)
+        now = self._recall_now(ex)
+        if now is not None:
+            return now
         try:
-            scopes = recall_scopes(s.task_key, s.project)
-            found = None
-            if self.group_commit and ex.grouped and self._active > 1:
-                found = await self._recaller().fetch(scopes, query, ex.loop.recall_ranked)
-            # people's feedback first, then reflections if it leaves slots free (most loops
-            # keep no memory: an indexed probe for each)
-            items = recall(self.store, scopes, query, ranked=ex.loop.recall_ranked, found=found)
+            scopes, query = _asked(ex.state)
+            ranked = ex.loop.recall_ranked
+            found = await self._recaller().fetch(scopes, query, ranked)
+            items = recall(self.store, scopes, query, ranked=ranked, found=found)
         except Exception:  # memory is best effort: a failing store never fails a cycle
             return ()
-        return tuple(
-            {
-                "memory_id": m.memory_id,
-                "scope": m.scope,
-                "signal": m.signal,
-                "strength": m.strength,
-                "text": m.text,
-                "rule": m.rule,
-            }
-            for m in items
-        )
+        return _shown(items) if items else ()
 
     def _recaller(self) -> GroupRecall:
         loop = asyncio.get_running_loop()
@@ -119,3 +123,27 @@ def _copied_on_read(artifacts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     for name, values in artifacts.items():
         out[name] = _CopyOnRead(values, _json_copy)
     return out
+
+
+def _asked(s: TaskState) -> tuple[list[tuple[str, str | None]], str]:
+    """A recall's scopes (``s``'s task and project) and its query: the goal and the last
+    findings' messages."""
+    said = [s.goal]
+    for f in s.findings[:10]:  # (a loop: no comprehension a cycle)
+        said.append(f.message)
+    return recall_scopes(s.task_key, s.project), " ".join(said)
+
+
+def _shown(items: Sequence[MemoryItem]) -> tuple[dict[str, Any], ...]:
+    """Recalled items as a context shows them."""
+    return tuple(
+        {
+            "memory_id": m.memory_id,
+            "scope": m.scope,
+            "signal": m.signal,
+            "strength": m.strength,
+            "text": m.text,
+            "rule": m.rule,
+        }
+        for m in items
+    )

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
+from . import _calls
 from ._backoff import backoff, left_of
 from ._call_billing import (
     _billed,
@@ -20,7 +22,7 @@ from ._call_billing import (
     _paid,
     charge,
 )
-from ._calls import CallTimeout, call_user
+from ._calls import _PLAIN, CallTimeout, _awaitable, call_user
 from ._exec import Execution, GaveUp, OutOfTime, OverBudget, error_info, priced_dict
 from ._modelcalls import MODEL_CALL, SINK
 from ._retry import RetryPolicy
@@ -71,13 +73,16 @@ async def call_with_retry(
     # status commit records no cycle), the cycle is redone and still owes them.
     if entry is not None and entry.status == "settled" and _charged(store, ex, entry):
         entry = None
-    failed = entry.attempts if entry else 0
-    first_at = float(entry.data.get("first_at", time.time())) if entry else time.time()
     # What this call's failed attempts cost (a malformed reply's tokens), journaled with each
     # failed attempt: charged when the call ends, whether it succeeds or not, even after a
     # restart in between (invariant 7).
-    billed = _billed(entry.data) if entry is not None else ()
-    if entry is not None:
+    billed: tuple[Usage, ...]
+    if entry is None:  # (the common case, in one test)
+        failed, first_at, billed = 0, time.time(), ()
+    else:
+        failed = entry.attempts
+        first_at = float(entry.data.get("first_at", time.time()))
+        billed = _billed(entry.data)
         if billed and entry.status == "settled":
             # owed by a cycle killed before its commit (a billed call that succeeded, failed
             # attempts): charged first; past a budget, no new call is made (invariant 7: a
@@ -131,7 +136,19 @@ async def call_with_retry(
         made: list[dict[str, Any]] = []  # the model calls this attempt reports
         sink = SINK.set(made)  # (``open_sink`` without its call)
         try:
-            got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
+            if per_call is None and not ex.threaded and _calls._deadline.get() is None:
+                # ``call_user``'s inline path (no deadline to set, no thread), written out:
+                # no coroutine of its own a call, two calls a cycle
+                t0 = perf_counter()
+                try:
+                    result = fn(*args)
+                    if type(result) not in _PLAIN and _awaitable(result):
+                        result = await result
+                except TimeoutError:
+                    raise CallTimeout(0.0) from None  # (as ``call_user`` says it)
+                got = (result, perf_counter() - t0)
+            else:
+                got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)
         except Exception as exc:
             SINK.reset(sink)
             if again is not None:

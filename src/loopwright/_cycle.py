@@ -30,6 +30,7 @@ from ._exec import (
     error_info,
     priced_dict,
 )
+from ._frozen import twin_of
 from ._gates import _approved, _effect, given_keys, reuse_gone
 from ._plan import STEP_STATUSES
 from ._proposal import Proposal, Verdict
@@ -74,7 +75,9 @@ class Cycle(ActorContext):
         ex.deadline = None if left.seconds is None else time.time() + left.seconds
         hidden = s.held_out_spent  # what held-out checks spent is not shown (invariant 3)
         shown = None if hidden.cost_usd or hidden.tokens else left
-        memory = await self._recall(ex)
+        memory = self._recall_now(ex)  # (None: read with other runs, awaited)
+        if memory is None:
+            memory = await self._recall(ex)
         ex.last_context = self._context(ex, n, memory, shown)
         ex.last_visible = {}
         if ex.phase is not None:  # (a phase hook is set by the crash tests only)
@@ -121,7 +124,7 @@ class Cycle(ActorContext):
         try:
             # From here on the engine holds its own copy: what the actor keeps (and may still
             # change) never reaches the state, and what is judged is what is stored.
-            proposal = proposal.owned()
+            owned = proposal.owned()
         except ConfigError as exc:
             return self._abort(
                 ex,
@@ -130,6 +133,8 @@ class Cycle(ActorContext):
                 cause=f"the actor returned a value that cannot be stored: {exc}",
                 error=_fault("actor", "ConfigError", str(exc)),
             )
+        # (a proposal that nothing can change is its own copy: a check's copy is itself too)
+        settled, proposal = owned is proposal, owned
         usage = proposal.usage or _NOTHING
         digest = proposal.digest()
         ex.calls.append({"who": "actor", "cost_usd": usage.cost_usd, "tokens": usage.tokens})
@@ -187,7 +192,7 @@ class Cycle(ActorContext):
                 cause=f"{crossed[1]} during the actor call",
                 unverified=proposal.to_dict(),
             )
-        return await self._evaluate(ex, n, proposal, digest, t0)
+        return await self._evaluate(ex, n, proposal, digest, t0, settled=settled)
 
     async def _evaluate(
         self,
@@ -198,17 +203,20 @@ class Cycle(ActorContext):
         t0: float,
         *,
         approved: Sequence[Mapping[str, Any]] = (),
+        settled: bool = False,
     ) -> bool:
         """Verify the proposal and decide what it needs: a person (``_park``), or nothing
         (``_apply``). ``approved``: what a person already approved for this cycle (it is judged
-        again after an edit made while it waited): not asked again."""
+        again after an edit made while it waited): not asked again. ``settled``: the proposal
+        is known to be its own copy (``Proposal.owned`` returned it)."""
         s, loop, contract = ex.state, ex.loop, ex.contract
         needs: list[dict[str, Any]] = []
         given = given_keys(approved) if approved else set()
         # Accepted work is protected (invariant 6): without a policy rule for
         # overwrite_accepted the proposal is refused and the actor told why.
         protected: list[str] = []
-        for e in proposal.changes():  # (a loop: no comprehension a cycle)
+        changes = proposal.changes()  # (once: the candidate is built from them too)
+        for e in changes:  # (a loop: no comprehension a cycle)
             if (p := s.part(e.ref)) is not None and p.status == "accepted" and p.value != e.value:
                 protected.append(e.ref)
         if protected:
@@ -260,7 +268,7 @@ class Cycle(ActorContext):
                 and effective in rejected
             )
         )
-        candidate = _candidate(s, proposal, n)
+        candidate = _candidate(s, proposal, n, changes)
         visible: dict[str, Verdict] = {}
         held: dict[str, Verdict] = {}
 
@@ -289,13 +297,13 @@ class Cycle(ActorContext):
                         unverified=proposal.to_dict(),
                     )
             light = not check.held_out
-            where = f"verifier {check.name}"
-            own = partial(_copies, candidate, loader, proposal, light)  # this check's copies
+            scope = f"verifier:{check.name}"  # (its name in the calls, the journal, the budget)
+            own = partial(_copies, candidate, loader, proposal, light, settled)  # its copies
             try:
                 verdict, secs = await call_with_retry(
                     self.store,
                     ex,
-                    scope=f"verifier:{check.name}",
+                    scope=scope,
                     cycle=n,
                     policy=check.retry or loop.retry,
                     fn=check.fn,
@@ -305,21 +313,23 @@ class Cycle(ActorContext):
                     again=own,  # a retry's own
                 )
             except OutOfTime as exc:
-                charge(ex, f"verifier:{check.name}", exc.billed)
+                charge(ex, scope, exc.billed)
                 return self._abort(
                     ex, t0, "budget_time", cause=str(exc), unverified=proposal.to_dict()
                 )
             except OverBudget as over:
-                charge(ex, f"verifier:{check.name}", over.billed)
+                charge(ex, scope, over.billed)
                 return self._abort(
                     ex, t0, over.reason, cause=str(over), unverified=proposal.to_dict()
                 )
             except GaveUp as gave:
-                charge(ex, f"verifier:{check.name}", gave.billed)
+                charge(ex, scope, gave.billed)
+                where = f"verifier {check.name}"
                 return self._abort(
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
             if not isinstance(verdict, Verdict):
+                where = f"verifier {check.name}"
                 return self._abort(
                     ex,
                     t0,
@@ -334,14 +344,7 @@ class Cycle(ActorContext):
                 tagged = []
                 for f in verdict.findings:  # (a loop: no comprehension a cycle)
                     tagged.append(_tag(f, check.name))
-                verdict = Verdict(  # (by position, in Verdict's order: no dict of keywords)
-                    verdict.passed,
-                    verdict.score,
-                    tuple(tagged),
-                    verdict.evidence,
-                    verdict.usage,
-                    verdict.checked,
-                )
+                verdict = _tagged(verdict, tuple(tagged))
             # Invariant 9: a secret in a finding or its evidence (a test's output, an echoed
             # key) is masked before the state, the record or the actor's next context has it.
             raw = verdict.to_dict()
@@ -355,9 +358,7 @@ class Cycle(ActorContext):
                 ex.held_out_known, ex.held_out_last = True, all(v.passed for v in held.values())
                 ex.held_out_verdicts = {k: v.to_dict() for k, v in held.items()}
             vu = verdict.usage or _NOTHING
-            ex.calls.append(
-                {"who": f"verifier:{check.name}", "cost_usd": vu.cost_usd, "tokens": vu.tokens}
-            )
+            ex.calls.append({"who": scope, "cost_usd": vu.cost_usd, "tokens": vu.tokens})
             if vu.cost_usd or vu.tokens:
                 priced = Usage(vu.cost_usd, vu.tokens, 0.0)
                 s.spent = s.spent + priced
@@ -490,24 +491,63 @@ def _gave_up(who: str, gave: GaveUp) -> str:
     return f"{who} raised an exception ({what})"
 
 
+# The twins of Finding and Verdict (``_frozen.quick_init``): a verdict's findings tagged with
+# their verifier's name are built with plain attribute stores, with no checks run again (what
+# they are built from was checked when the verifier built it; a name is a loop's check's).
+_FINDING_TWIN: Any = twin_of(Finding)
+_VERDICT_TWIN: Any = twin_of(Verdict)
+_new = object.__new__
+
+
 def _tag(f: Finding, verifier: str) -> Finding:
     if f.verifier:
         return f
-    return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+    if _FINDING_TWIN is None or type(f) is not Finding:  # (a subclass: its own __init__)
+        return Finding(f.message, f.artifact, f.part, f.dimension, f.severity, verifier, f.evidence)
+    out = _new(_FINDING_TWIN)
+    out.message = f.message
+    out.artifact = f.artifact
+    out.part = f.part
+    out.dimension = f.dimension
+    out.severity = f.severity
+    out.verifier = verifier
+    out.evidence = f.evidence
+    out.__class__ = Finding
+    tagged: Finding = out
+    return tagged
+
+
+def _tagged(v: Verdict, findings: tuple[Finding, ...]) -> Verdict:
+    """``v`` with ``findings`` (its own, tagged by ``_tag``)."""
+    if _VERDICT_TWIN is None or type(v) is not Verdict:
+        return Verdict(v.passed, v.score, findings, v.evidence, v.usage, v.checked)
+    out = _new(_VERDICT_TWIN)
+    out.passed = v.passed
+    out.score = v.score
+    out.findings = findings
+    out.evidence = v.evidence
+    out.usage = v.usage
+    out.checked = v.checked
+    out.__class__ = Verdict
+    tagged: Verdict = out
+    return tagged
 
 
 def _copies(
-    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool
+    candidate: TaskState, loader: VersionLoader, proposal: Proposal, light: bool, settled: bool
 ) -> tuple[TaskState, Proposal]:
     """A verifier's arguments: its own copies of the candidate and of the proposal (whose
-    values the candidate shares)."""
-    return candidate.detached(loader, light=light), proposal.owned()
+    values the candidate shares; a settled proposal is its own copy, asked once a cycle)."""
+    return candidate.detached(loader, light=light), proposal if settled else proposal.owned()
 
 
-def _candidate(state: TaskState, proposal: Proposal, n: int) -> TaskState:
-    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched)."""
+def _candidate(
+    state: TaskState, proposal: Proposal, n: int, changes: Sequence[Any] | None = None
+) -> TaskState:
+    """The state as it would be with ``proposal`` applied in cycle ``n`` (``state`` untouched);
+    ``changes``: its ``changes()``, where the caller has them."""
     candidate = state.fork()
-    for e in proposal.changes():
+    for e in proposal.changes() if changes is None else changes:
         candidate.set_part(e.artifact, e.part, e.value, n)
     _apply_plan(candidate, proposal)
     return candidate

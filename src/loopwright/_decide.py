@@ -116,6 +116,8 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
     # the same trace said budget_tokens.
     if (used := budget_exhausted(contract, s)) is not None:
         return used
+    if b.max_cost_usd is None and b.max_tokens is None and b.max_seconds is None:
+        return None  # (a cycle cap alone, the common contract: nothing to project)
     checks: tuple[tuple[float | None, float, str], ...] = (
         (b.max_cost_usd, s.cost_usd, "budget_cost"),
         (b.max_tokens, float(s.tokens), "budget_tokens"),
@@ -360,19 +362,22 @@ def accept_clean_parts(
         targets = state.open_refs()
     else:
         # Only these can change: flagged parts, and parts every visible verifier checked (a
-        # verdict that names what it checked names all it can accept).
-        targets = set()
-        for r in refs:  # (loops: no comprehension a cycle)
-            if state.is_open(r):
-                targets.add(r)
-        if visible and when_clean and _all_judged(visible):
-            checked = []
-            for _, v in visible:
+        # verdict that names what it checked names all it can accept); every open part when a
+        # verdict that can accept names none (then the flagged ones are not looked for first).
+        judged = bool(visible) and when_clean and _all_judged(visible)
+        checked: list[tuple[str, ...]] = []
+        if judged:
+            for _, v in visible:  # (loops: no comprehension a cycle)
                 if v.checked is not None:
                     checked.append(v.checked)
-            if len(checked) < len(visible):
-                targets = state.open_refs()
-            else:
+        if judged and len(checked) < len(visible):
+            targets = state.open_refs()
+        else:
+            targets = set()
+            for r in refs:
+                if state.is_open(r):
+                    targets.add(r)
+            if checked:  # (every visible verdict names what it checked)
                 both = set(checked[0]).intersection(*checked[1:])
                 targets |= {r for r in both if state.is_open(r)}
     accepted: list[str] = []

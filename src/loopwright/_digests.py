@@ -47,7 +47,7 @@ class Digests(list[str]):
         *,
         stored: bool = True,
     ) -> None:
-        super().__init__(items)
+        list.__init__(self, items)  # (not ``super()``: a super object built a cycle)
         self._set = set(self)
         self.lookup = lookup
         # What a digest not held needs: 0 nothing (no store, or none let go of), 1 the
@@ -55,7 +55,7 @@ class Digests(list[str]):
         self._mode = 0 if lookup is None else 2 if stored else 0
 
     def append(self, item: str) -> None:
-        super().append(item)
+        list.append(self, item)
         self._set.add(item)
 
     def __contains__(self, item: object) -> bool:

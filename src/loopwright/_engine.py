@@ -502,7 +502,9 @@ class Runtime(
             # A cycle boundary: let other runs, heartbeats and signal handlers in; the last
             # cycle must be durable before the next starts (or its reflection is written).
             await asyncio.sleep(0)
-            if await self._settle(ex):
+            # (``_settle`` and ``_reflect`` return at once, with nothing done, without a
+            # commit in flight or a reflector: no coroutine of theirs a cycle then)
+            if ex.pending_commit is not None and await self._settle(ex):
                 self._cancel_now(ex, "cancellation requested")
                 return
             if owed:
@@ -510,7 +512,8 @@ class Runtime(
             if reflect:
                 reflect = False
                 decided = decided and ex.loop.reflector is None
-                await self._reflect(ex)
+                if ex.loop.reflector is not None:
+                    await self._reflect(ex)
             if self._draining:
                 # Shutting down: the run stays resumable from this checkpoint; the lease is
                 # released on the way out, so another worker can take it at once.

@@ -84,6 +84,7 @@ class RuntimeHost:
             t0: float,
             *,
             approved: Sequence[Mapping[str, Any]] = (),
+            settled: bool = False,
         ) -> bool: ...
 
         # _conclude.Concluding

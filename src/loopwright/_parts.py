@@ -288,6 +288,10 @@ class Artifact:
         cache = self._accepted
         if cache is None:
             return
+        if name not in cache and p._known[p.count].status != "accepted":
+            # no accepted version before (the cache says so), and the current one is not: none
+            # now (``p.accepted`` looks at every version held, to find none)
+            return
         acc = p.accepted
         if name in cache:
             if acc is None:

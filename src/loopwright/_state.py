@@ -169,7 +169,9 @@ class TaskState(Planning):
     # --- writing (engine only) -----------------------------------------------------------
     def set_part(self, artifact: str, part: str, value: Any, cycle: int) -> bool:
         """Write a new version of a part; returns False when the value did not change."""
-        art = self.artifacts.setdefault(artifact, Artifact(artifact))
+        art = self.artifacts.get(artifact)  # (no ``setdefault``: no Artifact built a call)
+        if art is None:
+            art = self.artifacts[artifact] = Artifact(artifact)
         p = art.parts.get(part)
         if p is None:
             p = art.parts[part] = Part(part, [Version(1, value, cycle)])
@@ -182,8 +184,16 @@ class TaskState(Planning):
         art._value_changed(part, p)
         ref = f"{artifact}/{part}"  # (``part_ref``)
         self._dirty.add(ref)
-        self._opened(ref)
-        hint = self._best_hint  # (noted as ``_opened`` notes ``_open``)
+        # ``ref`` noted in a shared log of parts (``_open``, and ``_best_hint`` below),
+        # compacted (a new list for this state: other forks keep theirs) when it has doubled
+        # since it last was, which keeps the cost of a log a constant per change. Written out
+        # where it is used (here and in ``set_status``): a function of its own cost a call.
+        log = self._open
+        if log is not None:
+            log.append(ref)
+            if len(log) > 2 * self._open_size + 64:
+                self.open_refs()  # compacts it
+        hint = self._best_hint
         if hint is not None:
             hint.append(ref)
             if len(hint) > 2 * self._best_size + 64:
@@ -224,7 +234,9 @@ class TaskState(Planning):
         """Mark the current version of part ``ref`` (the engine's verdict on it)."""
         if status not in _PART_STATUSES:
             raise ConfigError(f"unknown part status {status!r} (one of {_PART_STATUSES})")
-        artifact, name = split_ref(ref)
+        artifact, sep, name = ref.partition("/") if isinstance(ref, str) else ("", "", "")
+        if not sep or not artifact or not name:
+            split_ref(ref)  # raises, naming the reference (a cycle: its test written out)
         art = self.artifacts.get(artifact)
         p = None if art is None else art.parts.get(name)
         if art is None or p is None:
@@ -236,7 +248,11 @@ class TaskState(Planning):
         art._status_changed(name, p)
         self._dirty.add(ref)
         if status != "accepted":
-            self._opened(ref)
+            log = self._open  # (noted as ``set_part`` notes it)
+            if log is not None:
+                log.append(ref)
+                if len(log) > 2 * self._open_size + 64:
+                    self.open_refs()  # compacts it
 
     def _own(self, art: Artifact, name: str, p: Part) -> Part:
         """``p`` (part ``name`` of ``art``), safe to change: copied first if shared."""
@@ -254,7 +270,9 @@ class TaskState(Planning):
         else:
             out = set()
             arts = self.artifacts
-            for ref in hint:  # (``is_open`` written out: no call a part, a loop a cycle)
+            # (``is_open`` written out: no call a part, a loop a cycle; each part once, the log
+            # names a part each time it was changed)
+            for ref in set(hint):
                 artifact, _, name = ref.partition("/")
                 if artifact in arts:
                     parts = arts[artifact].parts
@@ -276,17 +294,6 @@ class TaskState(Planning):
             return False
         p = parts[name]
         return p._known[p.count].status != "accepted"  # (``p.status``, without the call)
-
-    def _opened(self, ref: str) -> None:
-        # ``ref`` noted in a shared log of parts (``_open``; ``set_part`` does the same for
-        # ``_best_hint``), compacted (a new list for this state: other forks keep theirs) when
-        # it has doubled since it last was, which keeps the cost of a log a constant per change.
-        # Written out where it is used: a function of its own cost a call, three a cycle.
-        log = self._open
-        if log is not None:
-            log.append(ref)
-            if len(log) > 2 * self._open_size + 64:
-                self.open_refs()  # compacts it
 
     def take_changes(self) -> set[str]:
         """The parts changed (``set_part``, ``set_status``) since the last call."""

@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 import weakref
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +248,60 @@ def test_a_call_without_a_deadline_leaves_the_variable_as_it_is(
     # the timed call (and its daemon thread's context), within_deadline, the call inside it
     assert counted.sets == 4
     assert counted.get() is None
+
+
+def _retried_loop(actor: Any, timeout: float | None) -> Any:
+    import loopwright as lw
+
+    def verifier(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(False, 0.5)
+
+    return lw.Loop(
+        name="calls",
+        actor=actor,
+        actor_timeout_s=timeout,
+        verifiers=[lw.Check(fn=verifier, name="check")],
+        retry=lw.RetryPolicy(attempts=2, backoff_s=0.0, jitter=False),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_cycles_plain_calls_make_no_coroutine_of_call_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: float | None
+) -> None:
+    """An actor's or verifier's call with no timeout, no thread and no deadline around it (two
+    a cycle, the common case) is ``call_user``'s inline path, run by ``call_with_retry``
+    itself; a call with a timeout still goes through ``call_user``. What either sees is the
+    same: no deadline inline, its own with a timeout; and an inline ``TimeoutError`` is the
+    ``CallTimeout`` ``call_user`` made of it (retried as transient) either way."""
+    import loopwright as lw
+    from loopwright import _call_retry
+    from loopwright._calls import call_deadline
+
+    made = [0]
+    real = _call_retry.call_user
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(_call_retry, "call_user", counted)
+    seen: list[float | None] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(call_deadline())
+        if len(seen) == 2:
+            raise TimeoutError("slow")  # a failed attempt, tried again
+        return lw.Proposal.edit("doc", {"body": f"draft {ctx.cycle}"})
+
+    task = {"goal": "g", "artifacts": {"doc": {"body": ""}}}
+    with lw.Runtime(str(tmp_path / "x.db")) as rt:
+        r = asyncio.run(rt.run(_retried_loop(actor, timeout), task, task_key="k"))
+        retries = [e.data for e in rt.store.events(r.run_id) if e.kind == "retry"]
+    assert r.cycles == 3
+    assert len(seen) == 4  # three cycles, one attempt again
+    assert made[0] == (0 if timeout is None else 4)  # the verifier has no timeout: inline
+    assert all(d is None for d in seen) if timeout is None else all(d is not None for d in seen)
+    # (``call_user`` names what it raised a timeout of the call's own limit, 0 s without one)
+    assert [d["error"] for d in retries] == [f"Timeout: no result after {timeout or 0:g} s"]

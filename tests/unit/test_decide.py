@@ -430,6 +430,32 @@ def test_accept_clean_parts_matches_the_rule_over_every_part(
         assert fast.open_refs() == {r for r, p in fast.iter_parts() if p.status != "accepted"}
 
 
+def test_a_verdict_that_names_no_checked_parts_is_judged_over_the_open_parts_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The trivial cycle's verdict: one finding, nothing named as checked. Every open part is a
+    # target, the flagged one among them: it was looked up on its own first, then dropped.
+    s = lw.TaskState.from_task({"artifacts": {"d": {"a": 1, "b": 2, "c": 3}}})
+    s.set_status("d/c", "accepted")
+    asked: list[str] = []
+    real = lw.TaskState.is_open
+
+    def is_open(self: lw.TaskState, ref: str) -> bool:
+        asked.append(ref)
+        return real(self, ref)
+
+    monkeypatch.setattr(lw.TaskState, "is_open", is_open)
+    verdict = lw.Verdict(passed=False, findings=(lw.Finding("wrong", "d", "a"),))
+    got = rules.accept_clean_parts(s, [_check("v")], {"v": verdict}, all_parts=False)
+    assert asked == []
+    assert got == ["d/b"]  # nothing found wrong with it, by a check of every part
+    assert {r: p.status for r, p in s.iter_parts()} == {
+        "d/a": "rejected",
+        "d/b": "accepted",
+        "d/c": "accepted",
+    }
+
+
 def test_risk_steps_ask_a_rules_check_only_until_a_rule_is_hit() -> None:
     """What the engine walks to call each rule's check off the event loop: in order, a
     check's rule yielded without a reason, nothing after the first rule hit."""

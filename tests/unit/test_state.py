@@ -484,6 +484,72 @@ def test_accepted_values_keep_part_order_however_parts_are_accepted() -> None:
     assert f.accepted_values()["d"]["a"] == 1 and s.accepted_values()["d"]["a"] == 10
 
 
+def test_a_status_that_leaves_a_part_unaccepted_does_not_look_for_its_accepted_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A part with no accepted value in the cache, marked anything but accepted, has none
+    # after: its versions (a trivial cycle's rejected part holds three) are not searched.
+    from loopwright._parts import Part
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"a": 1, "b": 2}}})
+    assert s.accepted_values() == {}  # the cache built
+    for n in range(2, 5):
+        s.set_part("d", "a", n, n)
+    looked: list[str] = []
+    real = Part.accepted.fget
+
+    def accepted(p: Part) -> Any:
+        looked.append(p.name)
+        return real(p)
+
+    monkeypatch.setattr(Part, "accepted", property(accepted))
+    s.set_status("d/a", "rejected")
+    assert looked == [] and s.accepted_values() == {}
+    s.set_status("d/a", "accepted")  # one: looked for (then every part's, in part order)
+    assert s.accepted_values() == {"d": {"a": 4}} and looked == ["a", "a", "b"]
+    s.set_part("d", "a", 5, 5)
+    s.set_status("d/a", "rejected")  # it had one: still the older version's
+    assert s.accepted_values() == {"d": {"a": 4}}
+    s.set_status("d/b", "rejected")
+    assert looked == ["a", "a", "b", "a"] and s.accepted_values() == {"d": {"a": 4}}
+
+
+def test_a_cycles_part_writes_call_only_what_does_the_work() -> None:
+    # A cycle writes its candidate's part and marks it: the open parts' log noted by a call of
+    # its own each time (``_opened``), the reference split by ``split_ref``, a new artifact
+    # built as ``setdefault``'s default and thrown away. Written out now; the log read back
+    # (``open_refs``) looks at each part it names once.
+    import sys
+
+    s = lw.TaskState.from_task({"artifacts": {"d": {"a": 1}}})
+    s.open_refs()  # the open parts' log kept from here on
+    f = s.fork()
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        f.set_part("d", "a", 2, 1)
+        f.set_status("d/a", "rejected")
+        opened = f.open_refs()
+    finally:
+        sys.setprofile(None)
+    assert calls == [
+        *("set_part", "_own", "fork", "__init__", "add", "__init__", "_value_changed"),
+        *("set_status", "_own", "_status_changed", "open_refs"),
+    ]
+    assert opened == {"d/a"} and f.open_refs() == {"d/a"} and s.part("d/a").value == 1
+    with pytest.raises(ConfigError, match="must look like"):
+        f.set_status("d", "rejected")
+    with pytest.raises(ConfigError, match="a part reference is text"):
+        f.set_status(("d", "a"), "rejected")  # type: ignore[arg-type]
+    with pytest.raises(LookupError, match="no part"):
+        f.set_status("d/b", "rejected")
+
+
 _STEP = st.fixed_dictionaries({"id": st.sampled_from("abcdef"), "status": st.sampled_from("tdx")})
 
 
