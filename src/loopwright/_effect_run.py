@@ -54,6 +54,14 @@ class EffectOutcome:
     error: dict[str, Any] | None = None
     usage: Usage | None = None  # what the call cost, to charge to this cycle
 
+    @property
+    def cost_unknown(self) -> bool:
+        """Done without a cost anyone reported: settled by its reconcile hook (its reply lost
+        to a crash or an error), which said it happened and not what it cost. Such an effect
+        is not known to bill nothing (``_decide.free_call``), as one that ran here and
+        returned a plain value is: its row in the cycle's calls says so (``unknown_cost``)."""
+        return self.status == "done" and self.reconciled and self.usage is None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "usage": self.usage.to_dict() if self.usage else None,
@@ -423,6 +431,9 @@ async def perform_effect(
                 # a recovered result is still another run's when that run did the action
                 reused=not recovered or bool(from_run),
                 recovered=recovered,
+                # settled by its reconcile hook before the crash: a cost it did not report is
+                # unknown, as it was when the hook settled it (``EffectOutcome.cost_unknown``)
+                reconciled=recovered and bool(entry.data.get("reconciled")),
                 attempts=attempts,
                 usage=Usage.from_dict(cost) if cost else None,
             )
