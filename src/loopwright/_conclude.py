@@ -141,11 +141,14 @@ class Concluding(RuntimeHost):
                     # verifier's verdict without usage is: known free from then on
                     # (``call_stop``), and in the cycle's calls, which replay checks the
                     # budgets between (it was not, and replay ran an effect the engine had not).
-                    # One declared free is no priced call (``_decide.declared_free``).
+                    # One declared free is no priced call (``_decide.declared_free``). One
+                    # settled by its reconcile hook without a cost did not report $0: its row
+                    # says its cost is unknown, and it is not made known free by it.
                     u = Usage(used.cost_usd, used.tokens, 0.0)
-                    ex.calls.append(
-                        {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
-                    )
+                    row = {"who": f"effect:{c.name}", "cost_usd": u.cost_usd, "tokens": u.tokens}
+                    if outcome.cost_unknown:
+                        row["unknown_cost"] = True
+                    ex.calls.append(row)
                     ex.state.spent = ex.state.spent + u
                 stop: tuple[str, str] | None = None
                 if outcome.status != "done":

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ._backoff import backoff, held_for, left_of, since
 from ._calls import CallTimeout, call_user
+from ._effect_holders import holder, running_here, tracked
 from ._effect_keys import (
     _call_key,
     _refused,
@@ -31,7 +29,6 @@ from ._effects import Effect, EffectCall, EffectResult, _canon
 from ._errors import EffectKeyHeld, EffectKeyMoved, StaleLeaseError
 from ._exec import Execution, error_info, exc_text
 from ._json import str_keys
-from ._owners import local_pid, owner_is_dead
 from ._redact import redact, redact_text
 from ._retry import RetryPolicy
 from ._usage import Usage
@@ -56,6 +53,14 @@ class EffectOutcome:
     cause: str = ""
     error: dict[str, Any] | None = None
     usage: Usage | None = None  # what the call cost, to charge to this cycle
+
+    @property
+    def cost_unknown(self) -> bool:
+        """Done without a cost anyone reported: settled by its reconcile hook (its reply lost
+        to a crash or an error), which said it happened and not what it cost. Such an effect
+        is not known to bill nothing (``_decide.free_call``), as one that ran here and
+        returned a plain value is: its row in the cycle's calls says so (``unknown_cost``)."""
+        return self.status == "done" and self.reconciled and self.usage is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,46 +111,6 @@ _DEFAULT_EFFECT_RETRY = RetryPolicy()
 # deadline passes before anyone else can claim the run.
 _LEASE_MARGIN = 0.1
 _LEASE_MARGIN_MAX_S = 5.0
-
-# Effect calls of this process still executing, by (run, journal key): a resume in this
-# process knows whether an earlier attempt here is still running. A sync call leaves only when
-# its thread returns (a timed-out thread runs on).
-_RUNNING: set[tuple[str, str]] = set()
-_RUNNING_LOCK = threading.Lock()
-
-
-def _tracked(fn: Callable[[], Any], mark: tuple[str, str]) -> Callable[[], Any]:
-    with _RUNNING_LOCK:
-        _RUNNING.add(mark)
-
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            with _RUNNING_LOCK:
-                _RUNNING.discard(mark)
-
-    return run
-
-
-def _running_here(mark: tuple[str, str]) -> bool:
-    """Whether this process is executing the effect call ``mark`` names (a sync call that
-    timed out runs on in its thread)."""
-    with _RUNNING_LOCK:
-        return mark in _RUNNING
-
-
-def _holder(owner: Any, mark: tuple[str, str]) -> str:
-    """Whether the executor that wrote an intent can still be executing it: ``gone`` (a
-    process of this host that no longer exists, or this process with the call not running),
-    ``alive`` (a process of this host: running, stuck or frozen) or ``unknown`` (another host,
-    or not recorded)."""
-    pid = local_pid(owner) if isinstance(owner, str) else None
-    if pid is None:  # another host, another pid namespace, or an owner not named so
-        return "unknown"
-    if pid == os.getpid():
-        return "alive" if _running_here(mark) else "gone"
-    return "gone" if owner_is_dead(owner) else "alive"
 
 
 async def perform_effect(
@@ -333,7 +298,7 @@ async def perform_effect(
         has passed on the store's clock (``held_for``), unless its holder is known gone.
         Returns whether it waited (the outside world is then asked again)."""
         mark = (ex.run_id, jkey)
-        who = _holder(doubt.data.get("holder"), mark)
+        who = holder(doubt.data.get("holder"), mark)
         if who == "gone":
             return False
         ttl = ex.lease_ttl_s or 60.0
@@ -467,6 +432,9 @@ async def perform_effect(
                 # a recovered result is still another run's when that run did the action
                 reused=not recovered or bool(from_run),
                 recovered=recovered,
+                # settled by its reconcile hook before the crash: a cost it did not report is
+                # unknown, as it was when the hook settled it (``EffectOutcome.cost_unknown``)
+                reconciled=recovered and bool(entry.data.get("reconciled")),
                 attempts=attempts,
                 usage=Usage.from_dict(cost) if cost else None,
             )
@@ -551,7 +519,7 @@ async def perform_effect(
             # may hold the run by now; renew (fenced) and write a fresh intent first.
         try:
             result, _secs = await call_user(
-                _tracked(eff.bind(call.args, call_key()), (ex.run_id, jkey)),
+                tracked(eff.bind(call.args, call_key()), (ex.run_id, jkey)),
                 timeout=left,
                 threaded=ex.threaded,
             )
@@ -561,7 +529,7 @@ async def perform_effect(
             info = error_info(f"effect {eff.name}", exc)
             # A sync call past its timeout goes on in its thread: it may act after the hook
             # is asked (read first, so that a call ending now has acted before the hook looks).
-            running = _running_here((ex.run_id, jkey))
+            running = running_here((ex.run_id, jkey))
             checked = False  # the reconcile hook said it did not happen
             if eff.reconcile_fn is not None:
                 # It may have acted before failing: ask the outside world before anything else.

@@ -262,8 +262,14 @@ def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
 
 
 def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]]:
-    """A cycle's priced calls as ``(who, cost_usd, tokens)`` rows (``_decide.CallRow``)."""
-    return [(str(c.get("who", "")), c.get("cost_usd") or 0.0, c.get("tokens") or 0) for c in calls]
+    """A cycle's priced calls as ``(who, cost_usd, tokens)`` rows (``_decide.CallRow``): what
+    they tell of who bills. A row whose cost is unknown (``unknown_cost``: an effect settled
+    by its reconcile hook without a cost) tells nothing, and is left out."""
+    return [
+        (str(c.get("who", "")), c.get("cost_usd") or 0.0, c.get("tokens") or 0)
+        for c in calls
+        if not c.get("unknown_cost")
+    ]
 
 
 def budget_before(ex: Execution, who: str, *, free: bool = False) -> tuple[str, str] | None:

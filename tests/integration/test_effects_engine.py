@@ -585,7 +585,7 @@ def test_intent_without_result_non_idempotent_escalates_in_doubt(rt: lw.Runtime)
 
 def _gone_holder() -> str:
     """An executor of this host known not to be running the call: this process's owner name,
-    whose attempt is not among the calls executing here (``_effect_run._holder``)."""
+    whose attempt is not among the calls executing here (``_effect_holders.holder``)."""
     return f"{socket.gethostname()}:{os.getpid()}:crashed:{PROCESS_SPACE}"
 
 

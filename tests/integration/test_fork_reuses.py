@@ -208,6 +208,22 @@ def test_an_allowed_refund_of_a_payment_nobody_forked_still_runs(url: str) -> No
         assert provider.collected() == 0
 
 
+def fork_of_a_refund_in_doubt(url: str, rt: lw.Runtime) -> tuple[str, str]:
+    """A pays I6, is cancelled, and its refund (allowed) dies after the provider refunded: in
+    doubt, the claim ``undoing``. F, forked from A at the payment's cycle in ``rt``, inherits
+    the payment as done. Returns F and A."""
+    provider = Provider()
+    loop, a = cancelled_payer(rt, provider)
+    crashed = dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    assert rt.resume_sync(a, loop).status == "cancelled"
+    assert provider.collected() == 0  # the provider refunded it
+    assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "undoing", 1)
+    return rt.fork(a, 1, loop=loop, task_key="F").run_id, a
+
+
 def test_a_fork_of_a_payment_whose_refund_started_is_told_and_counted(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -216,19 +232,38 @@ def test_a_fork_of_a_payment_whose_refund_started_is_told_and_counted(
     # done, was recorded on nothing and told nothing (a run reusing it then is held in
     # doubt). Now F is told, as a reuser is when a refund starts, and counted on the claim:
     # a refund that settles (or is refused) tells it, and a later one names it (review46b).
-    provider = Provider()
     with lw.Runtime(url) as rt:
-        loop, a = cancelled_payer(rt, provider)
-    crashed = dying(url, "before_effect_result")
-    with pytest.raises(Crash):
-        crashed.resume_sync(a, loop)
-    crashed.close()
-    with lw.Runtime(url) as rt:
-        assert rt.resume_sync(a, loop).status == "cancelled"
-        assert provider.collected() == 0  # the provider refunded it
-        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "undoing", 1)
-        f = rt.fork(a, 1, loop=loop, task_key="F").run_id
+        f, a = fork_of_a_refund_in_doubt(url, rt)
         assert [r for r, _st in reusers(rt)] == [f]
         [said] = started(rt, f)
         assert said == {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+    assert "refund started (may be done)" in shown(url, f, capsys)
+
+
+def test_a_fork_made_before_while_its_origins_refund_ran_is_told_by_the_upgrade(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As above, F forked from A while A's refund was in doubt (the claim ``undoing``), but
+    # under the release before forks were counted: recorded on nothing, told nothing. The
+    # upgrade recorded F on the claim and told it nothing, where a fork made now is told as it
+    # is made (effect47). Now the upgrade tells it too, once: the step run again (a store put
+    # back to the version before) does not tell it twice.
+    with lw.Runtime(url) as rt:
+        f, a = fork_of_a_refund_in_doubt(url, rt)
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        as_before_fork_reuses(rt, url)
+        with rt.store._tx() as conn:  # type: ignore[attr-defined]
+            conn.execute("DELETE FROM events WHERE kind = 'effect_reuse_refunding'")
+        assert reusers(rt) == [] and started(rt, f) == []
+    with lw.Runtime(url) as rt:
+        assert [r for r, _st in reusers(rt)] == [f]
+        assert started(rt, f) == [said]
+        latest = rt.store.schema_version  # type: ignore[attr-defined]
+        with rt.store._tx() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                f"UPDATE loopwright_meta SET value = '{latest - 1}' WHERE key = 'schema_version'"
+            )
+    with lw.Runtime(url) as rt:  # the step run again: F, recorded already, is not told again
+        assert [r for r, _st in reusers(rt)] == [f]
+        assert started(rt, f) == [said]
     assert "refund started (may be done)" in shown(url, f, capsys)

@@ -5,10 +5,12 @@ cycle could use. Each re-run is checked against replay of its own recording."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.crash import Crash, phase_hook
 
 import loopwright as lw
 from loopwright import _decide as rules
@@ -402,3 +404,124 @@ def test_a_budget_reached_before_a_free_effect_is_not_said_reached_during_it(
         r = rt.run_sync(loop, TASK, task_key="T")
     assert r.packet is not None and dict(calls) == {"publish": 1}
     assert r.packet["cause"] == "crossed during effect publish; ['announce'] not run"
+
+
+# --- an effect settled by its reconcile hook without a cost (effect47) ---------------------
+def _settled(limit: float, calls: Counter[str], world: set[str], *, lose_reply: bool) -> lw.Loop:
+    """``_publishing`` (every cycle) whose publish has a reconcile hook that finds a key done
+    at the provider (``world``), without a cost. ``lose_reply``: the first call acts, then
+    raises (its reply lost), and the hook settles it."""
+
+    def look(key: str) -> Any:
+        calls["reconcile"] += 1
+        return {"ok": 1} if key in world else None
+
+    @lw.effect("publish", requires_success=False, reconcile=look)
+    def publish(doc: str, *, key: str) -> Any:
+        calls["publish"] += 1
+        world.add(key)
+        if lose_reply and calls["publish"] == 1:
+            raise lw.TransientError("connection reset after the publish")
+        return {"ok": 1}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=[lw.Edit("doc", "body", f"v{ctx.cycle}")],
+            effects=[publish.call(doc=f"v{ctx.cycle}")],
+            usage=lw.Usage(0.10),
+        )
+
+    return replace(_publishing(limit, Counter(), every_cycle=True), actor=actor, effects=[publish])
+
+
+def _dying(url: str, phase: str) -> lw.Runtime:
+    """A runtime whose process "dies" the first time a cycle reaches ``phase``."""
+    rt = lw.Runtime(url)
+    rt._on_phase = phase_hook((phase, 1))
+    return rt
+
+
+def _run_settled(url: str, limit: float, how: str) -> tuple[lw.RunResult, Counter[str]]:
+    """A run of ``_settled`` whose cycle-1 publish is settled by its hook without a cost:
+    ``raised`` (its reply lost: it raised after acting), ``resumed`` (the process died before
+    its result, the resume reconciles it) or ``recovered`` (the resume that reconciled it died
+    before the cycle's checkpoint too; the next reads the reconciled entry back)."""
+    calls: Counter[str] = Counter()
+    world: set[str] = set()
+    loop = _settled(limit, calls, world, lose_reply=how == "raised")
+    if how == "raised":
+        with lw.Runtime(url) as rt:
+            return rt.run_sync(loop, TASK, task_key="T"), calls
+    crashed = _dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.run_sync(loop, TASK, task_key="T")
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        run_id = rt.store.get_run("T").run_id
+    if how == "recovered":
+        crashed = _dying(url, "before_checkpoint")
+        with pytest.raises(Crash):
+            crashed.resume_sync(run_id, loop)
+        crashed.close()
+    with lw.Runtime(url) as rt:
+        return rt.resume_sync(run_id, loop), calls
+
+
+@pytest.mark.parametrize("how", ["raised", "resumed", "recovered"])
+def test_an_effect_settled_by_its_reconcile_hook_without_a_cost_is_not_known_free(
+    url: str, how: str
+) -> None:
+    """Cycle 1's publish was settled by its reconcile hook, which said it happened and not what
+    it cost: unknown, not free. In cycle 2, whose actor reaches the $0.20 budget, it is not
+    started, as one never made is not. Before, it was made known free as one that ran and
+    returned a plain value is, and ran on the reached budget at a cost nobody knew."""
+    r, calls = _run_settled(url, 0.20, how)
+    assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cost", 1)
+    assert calls["publish"] == 1 and calls["reconcile"] == 1
+    assert r.packet is not None and "before the effects ['publish'] ran" in r.packet["cause"]
+    assert "effect:publish" not in r.state.billed
+    with lw.Runtime(url) as rt:
+        [rec] = [c.record for c in rt.store.checkpoints(r.run_id) if c.record and c.cycle == 1]
+    assert rec["effects"][0]["reconciled"] is True
+    assert {"who": "effect:publish", "cost_usd": 0.0, "tokens": 0, "unknown_cost": True} in rec[
+        "calls"
+    ]
+
+
+def test_a_reconcile_hook_that_reports_the_cost_makes_it_known(tmp_path: Path) -> None:
+    """A hook that knows what the action cost says so (``EffectResult(value, usage=…)``): $0
+    reported is free as a plain return of the call is, and the effect runs on the reached
+    budget in cycle 2."""
+    calls: Counter[str] = Counter()
+    world: set[str] = set()
+    loop = _settled(0.20, calls, world, lose_reply=True)
+    hook = loop.effects[0].reconcile_fn
+    assert hook is not None
+    loop.effects[0].reconcile_fn = lambda key: lw.EffectResult(hook(key), lw.Usage())
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, TASK, task_key="T")
+    assert (r.stop_reason, r.cycles, calls["publish"]) == ("budget_cost", 2, 2)  # (cycle 3: none)
+    assert r.state.billed["effect:publish"] is False
+
+
+def test_replay_does_not_count_a_reconciled_effect_free(tmp_path: Path) -> None:
+    """A recording made under $0.40 (its cycle-1 publish settled by the hook, no cost) replayed
+    under $0.20 stops before cycle 2's publish, where the engine stops (above): the trace
+    carries the call's unknown cost, through its file form too."""
+    calls: Counter[str] = Counter()
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(_settled(0.40, calls, set(), lose_reply=True), TASK, task_key="T")
+        (trace,) = list(traces_from_store(rt.store))
+    assert (r.stop_reason, r.cycles, calls["publish"]) == ("success", 3, 3)
+    assert [(c.who, c.unknown_cost) for c in trace.cycles[0].calls] == [
+        ("actor", False),
+        ("verifier:check", False),
+        ("effect:publish", True),
+    ]
+    again = type(trace).from_dict(trace.to_dict())
+    assert again == trace
+    contract = _settled(0.20, Counter(), set(), lose_reply=True).contract
+    for t in (trace, again):
+        out = simulate(t, contract)
+        assert (out.reason, out.cycles, out.accepted) == ("budget_cost", 1, False)
+        assert out.note == "used up before effect:publish"

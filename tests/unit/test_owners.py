@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from loopwright import _effect_run
+from loopwright import _effect_holders
 from loopwright._owners import PROCESS_SPACE, local_pid, owner_is_dead, owner_name
 
 
@@ -30,5 +30,5 @@ def test_an_effects_holder_in_another_space_is_unknown_not_gone() -> None:
     # pid 1 here may be pid 1 there: never "this process, call not running" (no grace wait)
     mark = ("run", "key")
     host = socket.gethostname()
-    assert _effect_run._holder(f"{host}:{os.getpid()}:n:other", mark) == "unknown"
-    assert _effect_run._holder(f"{host}:{os.getpid()}:n:{PROCESS_SPACE}", mark) == "gone"
+    assert _effect_holders.holder(f"{host}:{os.getpid()}:n:other", mark) == "unknown"
+    assert _effect_holders.holder(f"{host}:{os.getpid()}:n:{PROCESS_SPACE}", mark) == "gone"

@@ -22,7 +22,9 @@ One JSON object per line, one line per run::
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
 effects; a failed attempt that was billed is a call of its own, before the attempt after it):
-the engine checks budgets between calls, so replay must too. A first call ``{"who":
+the engine checks budgets between calls, so replay must too. A call with ``"unknown_cost":
+true`` is an effect settled by its reconcile hook without a cost (its reply lost to a crash):
+it says nothing of whether that effect bills, so it does not make it known free. A first call ``{"who":
 "aborted"}`` is what the run spent, after the cycle before, in a cycle that ended the run
 mid-way (an approval denied, a call given up, a budget crossed between calls) before a person
 reopened it (an edit) and the run was resumed: that cycle was never concluded, the one
@@ -89,6 +91,7 @@ class Call:
     who: str
     cost_usd: float = 0.0
     tokens: int = 0
+    unknown_cost: bool = False  # settled by its reconcile hook, without a cost: not known free
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +147,9 @@ class RunTrace:
                 {
                     "cycle": c.cycle,
                     "calls": [
-                        {"who": x.who, "cost_usd": x.cost_usd, "tokens": x.tokens} for x in c.calls
+                        {"who": x.who, "cost_usd": x.cost_usd, "tokens": x.tokens}
+                        | ({"unknown_cost": True} if x.unknown_cost else {})
+                        for x in c.calls
                     ],
                     "verdicts": {k: dict(v) for k, v in c.verdicts.items()},
                     "score": c.score,
@@ -182,6 +187,7 @@ class RunTrace:
                             str(x["who"]),
                             _amount(x.get("cost_usd", 0.0), "calls[].cost_usd"),
                             _count(x.get("tokens", 0), "calls[].tokens"),
+                            _bit(x.get("unknown_cost", False), "calls[].unknown_cost"),
                         )
                         for x in c.get("calls") or ()
                     ),

@@ -152,20 +152,23 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         # another call, ``call_stop`` (a budget crossed, or reached unless the call is known to
         # bill nothing); before another attempt of the same call, a budget the attempt before
         # used up, when it billed anything (``_call_billing._crossed_with``).
+        # ``rows``: what the calls tell of who bills (``_exec.call_rows``: a call of unknown
+        # cost tells nothing; after one, the next is checked as another call is).
         rows: list[rules.CallRow] = []
         for i, call in enumerate(c.calls):
             if i:
-                before = rows[-1]
-                if call.who != before[0]:
+                before = c.calls[i - 1]
+                if call.who != before.who or before.unknown_cost:
                     crossed = rules.call_stop(contract, s.spent, s.billed, rows, call.who)
-                elif before[1] or before[2]:
+                elif before.cost_usd or before.tokens:
                     crossed = rules.budget_exhausted(contract, s.spent)
                 else:
                     crossed = rules.budget_crossed(contract, s.spent)
                 if crossed:
                     return end(crossed, note=f"used up before {call.who}")
             s.spent = s.spent + Usage._stored(call.cost_usd, call.tokens, 0.0)  # as recorded
-            rows.append((call.who, call.cost_usd, call.tokens))
+            if not call.unknown_cost:
+                rows.append((call.who, call.cost_usd, call.tokens))
         ok = _success(contract, trace, c)
         decided = not (c.refused or c.asked)
         newly = {

@@ -24,7 +24,12 @@ __all__ = ["load_source", "trace_of_run", "traces_from_ldb", "traces_from_store"
 def _calls(record: dict[str, Any]) -> tuple[Call, ...]:
     if "calls" in record:
         return tuple(
-            Call(str(x["who"]), float(x.get("cost_usd", 0.0)), int(x.get("tokens", 0)))
+            Call(
+                str(x["who"]),
+                float(x.get("cost_usd", 0.0)),
+                int(x.get("tokens", 0)),
+                bool(x.get("unknown_cost", False)),
+            )
             for x in record["calls"]
         )
     # Records written before the engine listed its calls: actor, then visible and held-out

@@ -66,9 +66,10 @@ EFFECT_REUSES = """CREATE TABLE IF NOT EXISTS effect_reuses (
 # release journaled (``from_run``) of a claim still ``done`` by that run, recorded.
 BACKFILL_REUSES = "-- loopwright: the reuses of done claims runs journaled before"
 
-# A migration step run in Python (``SQLStore._backfill_fork_reuses``): the forks made before
+# A migration step run in Python (``_backfill_fork_reuses``): the forks made before
 # a fork was counted as reusing the business actions it inherited done (SQLite's v18,
-# PostgreSQL's v16), recorded on those claims still done by the run that did them.
+# PostgreSQL's v16), recorded on those claims still done by the run that did them, or being
+# undone by it (a fork of one is told so, as one made now is).
 BACKFILL_FORK_REUSES = "-- loopwright: the forks that inherited done claims before"
 
 # Runnable by status (``Store.claim_runs``) on SQLite, but for a run in progress: waiting to

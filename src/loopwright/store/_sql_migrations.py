@@ -12,6 +12,8 @@ from .._effects import _canon as canon
 from .._errors import (
     StoreCorruptError,
 )
+from ._records import NewEvent
+from ._rows import event_row
 from ._schema import (
     BACKFILL_CLAIMS,
     BACKFILL_FORK_REUSES,
@@ -70,8 +72,7 @@ class MigrationsSQL(SQLCore):
                 elif statement == BACKFILL_REUSES:
                     self._backfill_reuses(conn)
                 elif statement == BACKFILL_FORK_REUSES:
-                    # the forks that inherited a done business action: its reusers
-                    conn.execute(self._q.fork_reuses_all, (time.time(),))
+                    self._backfill_fork_reuses(conn)
                 else:
                     conn.execute(statement)
         conn.execute(self._q.set_schema_version, (str(latest),))
@@ -188,6 +189,36 @@ class MigrationsSQL(SQLCore):
             gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else None
             if isinstance(holder, str) and isinstance(kind, str) and isinstance(action, str):
                 conn.execute(insert, (run_id, now, kind, action, holder, gen))
+
+    def _backfill_fork_reuses(self, conn: Any) -> None:
+        """A migration step: the forks an earlier release made, recorded as reusers of the
+        business actions they inherited done (``fork_reuses_all``), as a fork made now is in
+        its creating transaction. One whose origin's undoing had started (the claim
+        ``undoing``: a refund running, or in doubt) is told so (``effect_reuse_refunding``),
+        as a fork made now is (``create_run``) and as a reuser is when a refund starts: no
+        other word reaches it before the refund settles, if ever. Only the reuses this step
+        records are told: a store put back to an earlier version runs it again, and a fork
+        recorded before was told when it was."""
+        q = self._q
+        before = {tuple(r) for r in conn.execute(q.refunding_reuses).fetchall()}
+        now = time.time()
+        conn.execute(q.fork_reuses_all, (now,))
+        rows = [
+            event_row(
+                str(run_id),
+                NewEvent(
+                    int(cycle),
+                    "effect_reuse_refunding",
+                    {"kind": kind, "key": key, "generation": int(gen or 1), "refunded_by": by},
+                ),
+                now,
+                self._js,
+            )
+            for run_id, cycle, by, kind, key, gen in conn.execute(q.refunding_reuses).fetchall()
+            if (run_id, cycle, by, kind, key, gen) not in before
+        ]
+        if rows:
+            self._executemany(conn, q.insert_event, rows)
 
     def _effect_data(self, conn: Any, sql: str) -> Iterator[tuple[Any, Mapping[str, Any]]]:
         """The rows of ``sql`` (a column, then a journal entry's ``data``) whose data reads

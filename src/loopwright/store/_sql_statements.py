@@ -312,6 +312,14 @@ class CoreStatements:
             "AND k.generation = u.generation WHERE u.run_id=? AND k.status='undoing' "
             "ORDER BY k.kind, k.key"
         )
+        # every recorded reuse of a claim whose undoing has started, its run's cycle and the
+        # claim's holder (the migration that records the forks made before tells them)
+        self.refunding_reuses = (
+            "SELECT u.run_id, r.cycle, k.run_id, k.kind, k.key, k.generation "
+            "FROM effect_reuses u JOIN effect_keys k ON k.kind = u.kind AND k.key = u.key "
+            "AND k.generation = u.generation JOIN runs r ON r.run_id = u.run_id "
+            "WHERE k.status='undoing' ORDER BY u.run_id, k.kind, k.key"
+        )
         self.claim_reusers = p(
             "SELECT u.run_id, r.status, r.cycle FROM effect_keys k "
             "JOIN effect_reuses u ON u.kind = k.kind AND u.key = k.key "
