@@ -12,7 +12,7 @@ by people with nothing revoked since, payments up to 5,000 are approved by the l
    small ones, and the large ones get two approvers (the clerk who started the run could not
    be one of them). Once 5 are approved, small payments go through on earned authority,
    recorded as decisions by ``policy:earned`` with the approvals that earned it.
-3. Batch 2 (invoices 13-25): small payments go through on earned authority; large ones
+3. Batch 2 (invoices 13-26): small payments go through on earned authority; large ones
    still wait (one of 22,618.80 is above ana's limit: she is refused, and that is audited).
    The first accepted run that fails its held-out audit revokes the authority at once, so
    the payments after it wait for a person again.

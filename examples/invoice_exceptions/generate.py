@@ -89,6 +89,27 @@ TAX_TABLE: list[dict[str, Any]] = [
     },
 ]
 
+# A rate change: Finland's standard VAT went from 24% to 25.5% on 2024-09-01. Only the task
+# that needs them carries these rows (every other task's tax table is TAX_TABLE as it was).
+TAX_CHANGE: list[dict[str, Any]] = [
+    {
+        "id": "TAX-FI-STD-24",
+        "code": "FI-STD",
+        "country": "FI",
+        "rate": 0.24,
+        "valid_to": "2024-08-31",
+        "label": "Finland, standard VAT (until 31 Aug 2024)",
+    },
+    {
+        "id": "TAX-FI-STD-255",
+        "code": "FI-STD",
+        "country": "FI",
+        "rate": 0.255,
+        "valid_from": "2024-09-01",
+        "label": "Finland, standard VAT (from 1 Sep 2024)",
+    },
+]
+
 VENDORS: dict[str, dict[str, Any]] = {
     "kessler": {
         "id": "V-10023",
@@ -162,6 +183,14 @@ VENDORS: dict[str, dict[str, Any]] = {
         "tax_code": "DE-STD",
         "prefix": "MFS",
     },
+    "lahti": {
+        "id": "V-10633",
+        "name": "Lahden Teollisuustarvike Oy",
+        "country": "FI",
+        "currency": "EUR",
+        "tax_code": "FI-STD",
+        "prefix": "LTT",
+    },
 }
 
 # sku, description, unit of measure, contract price (in the vendor's currency)
@@ -219,6 +248,11 @@ CATALOG: dict[str, list[tuple[str, str, str, float]]] = {
         ("MFS-CLN-MO", "Office cleaning, monthly", "MO", 2150.00),
         ("MFS-WIN-QT", "Window cleaning, quarterly", "EA", 680.00),
     ],
+    "lahti": [
+        ("LTT-WLD-100", "Welding wire 1.0 mm, 15 kg spool", "SPL", 86.40),
+        ("LTT-GRD-125", "Grinding disc 125 mm, box of 25", "BOX", 42.75),
+        ("LTT-HLM-E", "Safety helmet, class E", "EA", 31.90),
+    ],
 }
 
 TOTALS = ("net_amount", "tax_amount", "total_amount", "payment_amount")
@@ -229,11 +263,11 @@ def money(x: float) -> float:
 
 
 def tax_rate(code: str) -> float:
-    return next(float(r["rate"]) for r in TAX_TABLE if r["code"] == code)
+    return next(float(r["rate"]) for r in (*TAX_TABLE, *TAX_CHANGE) if r["code"] == code)
 
 
 def tax_doc(code: str) -> str:
-    return next(str(r["id"]) for r in TAX_TABLE if r["code"] == code)
+    return next(str(r["id"]) for r in (*TAX_TABLE, *TAX_CHANGE) if r["code"] == code)
 
 
 @dataclass
@@ -252,6 +286,7 @@ class Case:
     status: str = "active"
     block_reason: str | None = None
     note: str = ""
+    tax_table: list[dict[str, Any]] | None = None  # None: TAX_TABLE
 
     @property
     def id(self) -> str:
@@ -305,7 +340,7 @@ class Case:
                 "purchase_order": self.po,
                 "goods_receipts": self.grs,
                 "vendor_master": vm,
-                "tax_table": TAX_TABLE,
+                "tax_table": self.tax_table or TAX_TABLE,
                 "paid_invoices": self.paid,
             },
             "simulation": self.simulation,
@@ -653,6 +688,19 @@ def build(f: Factory) -> list[Case]:
         )
     ]
     c.exception = exc("DUPLICATE_SUSPECT", "invoice number already paid for this vendor")
+
+    # 26. POLICY AMBIGUITY: the tax rate changed between delivery and invoice. The goods were
+    #     received in August (24%), the invoice is dated September (25.5%), the vendor billed
+    #     24%; the tax table has a row for each period and does not say whether the delivery or
+    #     the invoice date governs. The documents agree; the policy does not decide.
+    c = add(f.case("tax_rate_change", "lahti", lines=2, qty=(10, 40)))
+    c.tax_table = [*TAX_TABLE, *TAX_CHANGE]
+    c.po["date"] = "2024-07-16"
+    c.grs[0]["date"] = "2024-08-27"
+    c.invoice["invoice_date"] = "2024-09-03"
+    c.exception = exc(
+        "TAX_VARIANCE", "tax rate 24% vs tax code FI-STD (25.5% from 2024-09-01)", "edi"
+    )
 
     return out
 

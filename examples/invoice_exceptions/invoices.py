@@ -10,7 +10,8 @@ artifact, ``evidence`` (one part per corrected field, a list of document ids).
   value, a forgotten or wrong citation), and charges a token-priced cost per call.
 * ``fields_agree`` (visible) — every field agrees with the purchase order, goods receipt,
   vendor master and tax table; located findings with ``expected``/``actual``/``source``;
-  ``conflicting_evidence`` when the sources disagree with each other.
+  ``conflicting_evidence`` when the sources disagree with each other, ``policy_ambiguity``
+  when the tax table gives more than one rate that applies.
 * ``evidence_attached`` (visible) — every corrected field cites documents that exist.
 * ``audit`` (held out) — an independent recomputation of what is payable (cumulative billing
   against receipts, the invoice's own arithmetic) and of whether each cited document actually
@@ -192,9 +193,59 @@ def _received(task: Mapping[str, Any], n: int) -> tuple[float | None, list[str]]
     return (qty if ids else None), ids
 
 
-def _tax_row(task: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _governing_dates(task: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The dates a tax rate could be taken at, with what happened on them: the invoice date and
+    each delivery (goods receipt) date."""
+    inv = (task.get("artifacts") or {}).get("invoice") or {}
+    dates = [(str(inv["invoice_date"]), "invoice dated {}")] if inv.get("invoice_date") else []
+    dates += [
+        (str(g["date"]), f"delivered {{}} on {g['id']}") for g in _receipts(task) if g.get("date")
+    ]
+    return dates
+
+
+def _in_force(row: Mapping[str, Any], day: str) -> bool:
+    """Whether a tax table row is in force on ``day`` (a row without validity dates always is)."""
+    start, end = row.get("valid_from"), row.get("valid_to")
+    return (not start or str(start) <= day) and (not end or day <= str(end))
+
+
+def _tax_rules(task: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tax table rows of the vendor's tax code that could govern this invoice: those in
+    force on the invoice date or on a delivery date."""
     code = _vm(task).get("tax_code")
-    return next((r for r in _sources(task).get("tax_table", ()) if r.get("code") == code), None)
+    rows = [r for r in _sources(task).get("tax_table", ()) if r.get("code") == code]
+    days = [d for d, _ in _governing_dates(task)]
+    return [r for r in rows if not days or any(_in_force(r, d) for d in days)]
+
+
+def _ambiguous(rules: Sequence[Mapping[str, Any]]) -> bool:
+    """Policy ambiguity: the rules that apply prescribe different rates."""
+    return len({float(r["rate"]) for r in rules}) > 1
+
+
+def _tax_row(
+    task: Mapping[str, Any], notes: Iterable[Mapping[str, Any]] = (), billed: Any = None
+) -> Mapping[str, Any] | None:
+    """The tax table row that governs the invoice: the one rate the rules allow. Where they
+    allow several (a policy ambiguity), the row of the rate ``billed`` once a person approved
+    resolving the ambiguity in this run (they accepted the rate as billed), else none."""
+    rules = _tax_rules(task)
+    if not _ambiguous(rules):
+        return rules[0] if rules else None
+    if billed is not None and _approved(notes, "policy_ambiguity"):
+        return next((r for r in rules if _same(float(r["rate"]), billed, rate=True)), None)
+    return None
+
+
+def _rule_words(task: Mapping[str, Any], rules: Sequence[Mapping[str, Any]]) -> str:
+    """``24% (TAX-FI-STD-24: delivered 2024-08-27 on GR-1) and 25.5% (…)``: each rate that
+    applies and the date that makes it apply."""
+    words = []
+    for r in rules:
+        why = ", ".join(what.format(d) for d, what in _governing_dates(task) if _in_force(r, d))
+        words.append(f"{float(r['rate']) * 100:g}% ({r['id']}: {why})")
+    return " and ".join(words)
 
 
 def _documents(task: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -295,7 +346,10 @@ class _Tally:
 def fields_agree(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     """Each required field agrees with the PO, the goods receipt, the vendor master and the tax
     table. Sources that disagree with each other give ``conflicting_evidence`` findings (unless
-    a person approved resolving that conflict in this run); a missing receipt gives
+    a person approved resolving that conflict in this run); a tax table that gives the vendor's
+    tax code more than one rate for this invoice (one in force on the delivery date, another on
+    the invoice date) gives ``policy_ambiguity`` (unless a person approved resolving it: the
+    rate as billed then stands, if it is one of them); a missing receipt gives
     ``missing_evidence``; a blocked vendor gives ``vendor_status``."""
     task = state.task
     inv = state.artifacts["invoice"].values() if "invoice" in state.artifacts else {}
@@ -329,9 +383,34 @@ def fields_agree(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         )
     else:
         t.expect(inv, "currency", po.get("currency"), po_id, "currency", "currency")
-    row = _tax_row(task)
+    rules = _tax_rules(task)
+    row = _tax_row(task, state.notes, inv.get("tax_rate"))
     rate = float(row["rate"]) if row else None
-    if row is None:
+    ids = [str(r["id"]) for r in rules]
+    if row is None and _ambiguous(rules) and not _approved(state.notes, "policy_ambiguity"):
+        t.fail(
+            f"the tax table does not determine the rate for tax code {vm.get('tax_code')}: "
+            f"{_rule_words(task, rules)} apply to this invoice, and it does not say which date "
+            "governs",
+            "tax_rate",
+            "policy_ambiguity",
+            {
+                "expected": None,
+                "actual": inv.get("tax_rate"),
+                "source": ids[0],
+                "sources": ids,
+                "rates": {i: float(r["rate"]) for i, r in zip(ids, rules, strict=True)},
+            },
+        )
+    elif row is None and _ambiguous(rules):
+        t.fail(
+            f"tax rate {inv.get('tax_rate')!r} is none of the rates the tax table allows for "
+            f"this invoice: {_rule_words(task, rules)}",
+            "tax_rate",
+            "tax",
+            {"expected": None, "actual": inv.get("tax_rate"), "source": ids[0], "sources": ids},
+        )
+    elif row is None:
         t.fail(
             f"no tax table entry for tax code {vm.get('tax_code')}",
             "tax_rate",
@@ -541,8 +620,20 @@ def audit(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
             )
         payable_net += min(billed, open_qty) * float(pl["unit_price"])
 
-    row = _tax_row(task)
+    rules = _tax_rules(task)
+    row = _tax_row(task, state.notes, inv.get("tax_rate"))
     rate = float(row["rate"]) if row else 0.0
+    if row is None and _ambiguous(rules):
+        checks += 1
+        issues.append(
+            (
+                f"{AUDIT_MARKER}: the tax rate is not determined: {_rule_words(task, rules)} "
+                "apply to this invoice",
+                "tax_rate",
+                {"code": "AUD-TAXPOLICY", "rules": [str(r["id"]) for r in rules]},
+            )
+        )
+        rate = max(float(r["rate"]) for r in rules)
     payable = _money(_money(payable_net) + _money(_money(payable_net) * rate))
     checks += 1
     pay = float(inv.get("payment_amount") or 0)
@@ -676,7 +767,17 @@ def _scan(task: Mapping[str, Any], inv: Mapping[str, Any]) -> list[_Repair]:
     fix("vendor_id", po.get("vendor_id"), [str(po.get("id"))], "vendor number per PO")
     fix("vendor_name", vm.get("name"), [str(vm.get("doc_id"))], "vendor name per vendor master")
     fix("currency", po.get("currency"), [str(po.get("id"))], "currency per PO")
-    if row is not None:
+    rules = _tax_rules(task)
+    if row is None and _ambiguous(rules):
+        out.append(
+            _Repair(
+                _order("tax_rate"),
+                {},
+                {"tax_rate": [str(r["id"]) for r in rules]},
+                f"tax rate: {_rule_words(task, rules)} apply; the tax owner must say which governs",
+            )
+        )
+    elif row is not None:
         fix(
             "tax_rate",
             float(row["rate"]),
@@ -756,6 +857,17 @@ def _from_findings(ctx: lw.Context) -> list[_Repair]:
             out.append(
                 _Repair(
                     _order(part), {}, {part: [str(src)]}, f"{part}: sources disagree; citing {src}"
+                )
+            )
+        elif f.dimension == "policy_ambiguity":
+            if _approved(notes, "policy_ambiguity"):
+                continue  # a person decided which rule governs
+            out.append(
+                _Repair(
+                    _order(part),
+                    {},
+                    {part: [str(s) for s in ev.get("sources") or ()]},
+                    f"{part}: the policy allows more than one value; citing the rules",
                 )
             )
         elif f.dimension == "missing_evidence":

@@ -54,6 +54,7 @@ EXPECTED: dict[str, tuple[str, str | None, bool | None, int | None]] = {
     "short_delivery": ("awaiting_approval", None, None, None),  # payment change
     "po_receipt_conflict": ("awaiting_approval", None, None, None),  # conflicting evidence
     "duplicate_invoice": ("escalated", "escalated", None, None),
+    "tax_rate_change": ("awaiting_approval", None, None, None),  # policy ambiguity
 }
 # Tasks whose corrected payment is above the spec's 9,000 approval threshold park on the
 # ``large_payment`` rule of the approval policy instead of paying.
@@ -153,6 +154,14 @@ def test_spec_is_the_seed_contract(loop: lw.Loop) -> None:
     rules = {r.name: r for r in c.risk}
     assert rules["payment_change"].touches == ("invoice/payment_amount",)
     assert rules["conflicting_evidence"].findings == ("conflicting_evidence",)
+    assert rules["policy_ambiguity"].findings == ("policy_ambiguity",)
+    # the essay's risk row names three pauses; each is a rule, and the visible verifiers emit
+    # the finding each findings rule waits for (one case of each pauses in the outcomes test)
+    assert set(rules) == {"payment_change", "conflicting_evidence", "policy_ambiguity"}
+    source = (HERE / "invoices.py").read_text(encoding="utf-8")
+    for rule in c.risk:
+        for dimension in rule.findings:
+            assert f'"{dimension}"' in source, f"no verifier emits {dimension!r}"
     assert c.escalation.owner == "accounts-payable-team"
     assert c.escalation.route and c.escalation.recommended_action
     assert [v.name for v in loop.held_out] == ["audit"]
@@ -259,6 +268,54 @@ def test_conflicting_evidence_parks_then_approval_finishes_it(
     assert (done.status, done.stop_reason) == ("accepted", "success")
 
 
+def _deny(rt: lw.Runtime, loop: lw.Loop, run_id: str, by: str, note: str) -> dict[str, Any]:
+    """A person denies the parked run: resumed, it escalates with its packet."""
+    rt.deny(run_id, by=by, note=note)
+    done = rt.resume_sync(run_id, loop)
+    assert (done.status, done.stop_reason) == ("escalated", "escalated")
+    p = done.packet or {}
+    assert f"denied by {by}" in p["cause"]
+    assert p["best_candidate"] and p["recommended_action"]
+    return p
+
+
+def test_policy_ambiguity_parks_then_approval_finishes_it(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    """The tax rate changed between delivery (24%) and invoice (25.5%) and the tax table does
+    not say which date governs: the documents agree, the policy does not decide. The run parks
+    on the ``policy_ambiguity`` rule with nothing paid; approving accepts the rate as billed."""
+    results = _run_all(rt, loop)
+    r = _by_case(results, "tax_rate_change")
+    assert r.status == "awaiting_approval"
+    req = rt.pending_approval(r.run_id)
+    assert req.rule == "policy_ambiguity"
+    # what the person is shown: the finding, located, with the two rules that apply
+    [finding] = [f for f in req.evidence["findings"] if f["dimension"] == "policy_ambiguity"]
+    assert (finding["verifier"], finding["part"]) == ("fields_agree", "tax_rate")
+    assert finding["evidence"]["rates"] == {"TAX-FI-STD-24": 0.24, "TAX-FI-STD-255": 0.255}
+    invoice = r.state.values()["invoice"]
+    assert not [p for p in _payments(ledger) if p["invoice"] == invoice["invoice_number"]]
+    rt.approve(r.run_id, by="tove", note="delivered in August: the 24% rate governs")
+    done = rt.resume_sync(r.run_id, loop)
+    assert (done.status, done.stop_reason) == ("accepted", "success")
+    assert done.held_out_passed is True
+    after = done.state.values()["invoice"]
+    assert after["tax_rate"] == 0.24 and after["payment_amount"] == invoice["payment_amount"]
+    paid = [p for p in _payments(ledger) if p["invoice"] == invoice["invoice_number"]]
+    assert [p["amount"] for p in paid] == [invoice["payment_amount"]]
+
+
+def test_denied_policy_ambiguity_escalates_and_pays_nothing(
+    rt: lw.Runtime, loop: lw.Loop, ledger: Path
+) -> None:
+    results = _run_all(rt, loop)
+    r = _by_case(results, "tax_rate_change")
+    _deny(rt, loop, r.run_id, "tove", "the invoice date governs: ask for a corrected invoice")
+    number = r.state.values()["invoice"]["invoice_number"]
+    assert not [x for x in _payments(ledger) if x["invoice"] == number]
+
+
 def test_denied_payment_change_escalates(rt: lw.Runtime, loop: lw.Loop) -> None:
     results = _run_all(rt, loop)
     r = _by_case(results, "short_delivery")
@@ -266,12 +323,7 @@ def test_denied_payment_change_escalates(rt: lw.Runtime, loop: lw.Loop) -> None:
     # risk rule) and the 22,618.80 payment itself (the approval policy)
     req = rt.pending_approval(r.run_id)
     assert {n["rule"] for n in req.evidence["needs"]} == {"payment_change", "large_payment"}
-    rt.deny(r.run_id, by="ana", note="ask the vendor for a credit note instead")
-    done = rt.resume_sync(r.run_id, loop)
-    assert (done.status, done.stop_reason) == ("escalated", "escalated")
-    p = done.packet or {}
-    assert "denied" in p["cause"]
-    assert p["best_candidate"] and p["recommended_action"]
+    p = _deny(rt, loop, r.run_id, "ana", "ask the vendor for a credit note instead")
     assert "unresolved_findings" in p
 
 
@@ -290,7 +342,7 @@ def test_no_held_out_audit_text_reaches_the_actor(rt: lw.Runtime, loop: lw.Loop)
     spied = dataclasses.replace(loop, actor=spy)
     results = _run_all(rt, spied)
     # parked runs continue after a decision, so their later contexts are checked too
-    for case in ("price_overbilled", "po_receipt_conflict"):
+    for case in ("price_overbilled", "po_receipt_conflict", "tax_rate_change"):
         r = _by_case(results, case)
         rt.approve(r.run_id, by="ana")
         assert rt.resume_sync(r.run_id, spied).accepted

@@ -70,14 +70,14 @@ def _reusing(rt: lw.Runtime) -> int:
 # --- the demo workload ------------------------------------------------------------------------
 def test_demo_workload_metrics_match_the_runs(rt: lw.Runtime) -> None:
     results = _demo(rt)
-    assert len(results) == 25
+    assert len(results) == 26
     accepted = [r for r in results if r.status == "accepted"]
     assert len(accepted) == 16  # pinned by tests/integration/test_invoice_workload.py
     total = sum(r.spent.cost_usd for r in results)
 
     m = compute_metrics(rt.store)
-    assert (m.runs, m.accepted) == (25, 16)
-    assert m.task_completion_rate == pytest.approx(16 / 25)
+    assert (m.runs, m.accepted) == (26, 16)
+    assert m.task_completion_rate == pytest.approx(16 / 26)
     assert m.false_success_rate == pytest.approx(2 / 16)
     assert m.spend_usd == pytest.approx(total)
     assert m.cost_per_accepted_usd == pytest.approx(total / 16)
@@ -86,13 +86,13 @@ def test_demo_workload_metrics_match_the_runs(rt: lw.Runtime) -> None:
         **dict.fromkeys(lw.STOP_REASONS, 0),
         **Counter(r.stop_reason for r in results if r.stop_reason),
     }
-    assert m.runs - m.runs_ended == 5  # parked, no stop reason yet
-    assert m.approvals_per_accepted == pytest.approx(5 / 16)
+    assert m.runs - m.runs_ended == 6  # parked, no stop reason yet
+    assert m.approvals_per_accepted == pytest.approx(6 / 16)
     assert m.approval_wait_s is None  # nobody has decided yet
     assert m.undefined["approval_wait_s"]
     # run_many creates runs as slots free up: a run created after another run of the same
     # spec version was accepted reuses a proven workflow
-    assert m.workflow_reuse_rate == pytest.approx(_reusing(rt) / 25)
+    assert m.workflow_reuse_rate == pytest.approx(_reusing(rt) / 26)
 
     # spend after the last improvement, run by run, from the cycles' own usage: the cycles
     # up to the last improving one cost what the run did not spend after it.
@@ -146,10 +146,10 @@ def test_decisions_on_parked_demo_runs_and_workflow_reuse(rt: lw.Runtime) -> Non
     assert created > t0
     _demo(rt, "b2")
     both = compute_metrics(rt.store, loop="invoice-exceptions")
-    assert both.runs == 50
-    assert both.workflow_reuse_rate == pytest.approx(_reusing(rt) / 50)
+    assert both.runs == 52
+    assert both.workflow_reuse_rate == pytest.approx(_reusing(rt) / 52)
     second = compute_metrics(rt.store, since=created)
-    assert second.runs == 25
+    assert second.runs == 26
     assert second.workflow_reuse_rate == 1.0
     none = compute_metrics(rt.store, project="no-such-project")
     assert none.runs == 0

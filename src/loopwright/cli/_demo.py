@@ -45,7 +45,8 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     out.print(
         f"[bold]loopwright demo[/]: {len(tasks)} invoice exceptions, offline actor, "
         f"contract from {spec.name} (success ≥ 0.98 with evidence; no progress after 2 "
-        "cycles; ≤ 6 cycles, $3, 90 s; pause on payment change or conflicting evidence)\n"
+        "cycles; ≤ 6 cycles, $3, 90 s; pause on payment change, conflicting evidence or "
+        "policy ambiguity)\n"
     )
     results = _execute(
         loop,
