@@ -343,6 +343,21 @@ _PREFILTER_Z = ("aiza", "authorization")
 _PREFILTER_J = ("eyj",)
 _PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
 
+# The ASCII characters no needle of ``_PREFILTER`` holds (digits, quotes, spaces, punctuation,
+# most capitals): deleted from a long ASCII text before the needles are looked for (one
+# ``bytes.translate``). Deleting characters that no needle holds leaves every needle found in
+# the text whole, so the tests find all they found (and at most a few more, across a deleted
+# character: ``_confirmed`` then reads the text itself); a record's JSON text is about half as
+# long then, and a substring test costs by the characters it passes over (stop 46, cpu46c).
+_NEEDLE_CHARS = frozenset("".join(_PREFILTER))
+_NOT_NEEDLE = bytes(c for c in range(128) if chr(c) not in _NEEDLE_CHARS)
+# (below this length the deletion costs about what it saves; above the second, the two copies
+# it makes — the bytes and what is left — would be transient memory that grows with the text:
+# a text of the eval case grows with the run, and tests/integration/test_eval_case_memory.py
+# bounds what a cycle holds — the uncapped cut was reverted for it at stop 46)
+_STRIP_MIN = 200
+_STRIP_MAX = 2048
+
 
 def _confirmed(low: str, passw: bool) -> bool | None:
     """A needle of the prefilter was found: whether a trigger really is in ``low`` (called
@@ -390,13 +405,18 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
         or _token_trigger(low)
     ):
         return True
+    hay = (
+        low.encode().translate(None, _NOT_NEEDLE).decode()
+        if _STRIP_MIN <= len(low) <= _STRIP_MAX and low.isascii()
+        else low
+    )
     for needle in _PREFILTER_REST:
-        if needle in low:
+        if needle in hay:
             return _confirmed(low, passw)
-    if "z" in low:
+    if "z" in hay:
         for needle in _PREFILTER_Z:
-            if needle in low:
+            if needle in hay:
                 return _confirmed(low, passw)
-    if "j" in low and "eyj" in low:
+    if "j" in hay and "eyj" in hay:
         return _confirmed(low, passw)
     return False

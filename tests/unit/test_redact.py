@@ -907,3 +907,59 @@ def test_adversarial_repetitions_of_the_shapes_are_masked_exactly(
 def test_an_option_after_many_dashes_is_masked() -> None:
     text = "--a-" * 25_000 + " --token Abc123456"
     assert redact_text(text) == "--a-" * 25_000 + " --token ***"
+
+
+def test_a_long_text_is_triggered_as_before_its_needle_free_characters_were_deleted() -> None:
+    """``_triggered`` looks for the prefilter's needles in a long ASCII text with every
+    character no needle holds deleted (cpu46c): each needle is still found whole, so its answer
+    — True, None (``private``/``session`` for the clean scan) or False — is the one it gives on
+    the text itself, next to a trigger or a needle at the joins of record-like filler too."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from loopwright import _redact_shapes
+
+    needle_chars = set("".join(_redact_shapes._PREFILTER))
+    assert not needle_chars & set(_redact_shapes._NOT_NEEDLE.decode())
+    assert set(_redact_shapes._NOT_NEEDLE.decode()) | needle_chars >= set(map(chr, range(128)))
+    filler = '{"cycle":18,"score":0.5,"digest":"5317fab56e5769734564ede5ba46bc6c","x":[1,2]}'
+    texts = st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=3), max_size=8).map(_joined)
+
+    @settings(max_examples=800, deadline=None)
+    @given(texts, texts, st.booleans())
+    def check(a: str, b: str, passw: bool) -> None:
+        low = f"{a}{filler * 3}{b}".lower()
+        assert len(low) >= _redact_shapes._STRIP_MIN
+        got = _redact_shapes._triggered(low, passw=passw)
+        saved = _redact_shapes._STRIP_MIN
+        try:
+            _redact_shapes._STRIP_MIN = 10**9  # the text itself, as before the cut
+            want = _redact_shapes._triggered(low, passw=passw)
+        finally:
+            _redact_shapes._STRIP_MIN = saved
+        assert got == want, low
+        assert bool(got) == _reference_triggered(low, passw), low
+
+    check()
+
+
+def test_a_text_longer_than_the_strip_bound_is_triggered_without_a_copy() -> None:
+    """The deletion copies the text twice (its bytes and what is left): only a text of at most
+    ``_STRIP_MAX`` characters is copied so, and a longer one (an eval case's text, which grows
+    with the run) is read in place — transient memory stays bounded whatever the length (the
+    uncapped cut was reverted at stop 46 for tests/integration/test_eval_case_memory.py)."""
+    import tracemalloc
+
+    from loopwright import _redact_shapes
+
+    long = ('{"message":"still open","score":0.5,"findings":[1,2,3]},' * 4000).lower()
+    assert len(long) > _redact_shapes._STRIP_MAX
+    tracemalloc.start()
+    try:
+        assert _redact_shapes._triggered(long, passw=True) is False
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(long) // 10, (peak, len(long))
+    short = long[: _redact_shapes._STRIP_MAX]
+    assert _redact_shapes._triggered(short, passw=True) is False
