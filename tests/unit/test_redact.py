@@ -963,3 +963,20 @@ def test_a_text_longer_than_the_strip_bound_is_triggered_without_a_copy() -> Non
     assert peak < len(long) // 10, (peak, len(long))
     short = long[: _redact_shapes._STRIP_MAX]
     assert _redact_shapes._triggered(short, passw=True) is False
+
+
+def test_the_clean_scan_asks_for_no_value_pattern_when_no_secret_value_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No secret value known (none in the environment, none registered): the clean scan makes
+    no call for a pattern of them (a call every commit), and still finds a secret by shape."""
+    def no_call(values: tuple[str, ...]) -> None:
+        raise AssertionError(f"asked for a pattern of {values}")
+
+    monkeypatch.setattr(_redact, "_values_pattern", no_call)
+    pats = _redact._key_patterns_of(_redact.SECRET_FIELDS)
+    assert pats is not None
+    text = '{"message":"still open","score":0.5}'
+    assert _redact._clean_text(text, (), _redact.SECRET_FIELDS, pats) is True
+    keyed = '{"m":"sk-proj-abcdefghijklmnop"}'
+    assert _redact._clean_text(keyed, (), _redact.SECRET_FIELDS, pats) is False
