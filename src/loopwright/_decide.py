@@ -169,6 +169,17 @@ def stop_before_cycle(contract: Contract, state: TaskState) -> str | None:
     return budget_stop(contract, state) or marginal_stop(contract, state)
 
 
+def check_stop(contract: Contract, state: TaskState) -> str | None:
+    """What forbids the check-only cycle that judges a person's edit (``_edit_check``): a
+    cost, token or time budget reached or crossed (``budget_exhausted``) — its checks may
+    cost, and a verifier's cost is unknown until it runs (money first). Not the cycle cap, a
+    projection or the marginal-return rule: they bound the actor's attempts, and this cycle
+    makes none, so a person's edit of a run stopped on its cycles is still judged (and
+    accepted if it meets the contract). Each check inside it is still bounded by
+    ``call_stop``."""
+    return budget_exhausted(contract, state.spent)
+
+
 def unanswerable(contract: Contract, state: TaskState, cycle: Usage) -> str | None:
     """What would forbid the cycle after this one, which a question the actor asks in it
     needs: its answer is only read by a next cycle. ``state``: the run mid-cycle (its spend

@@ -10,6 +10,12 @@ as in any cycle — judge the state as the person left it, and the stop contract
 accepted, or the loop goes on with the actor shown those verdicts. Both paths judge through
 ``judge``: one way to have the verifiers look again at what a person changed.
 
+The check-only cycle makes no attempt: a cycle cap reached does not stop it (a person's edit
+of a run stopped on its cycles is judged, and accepted if it meets the contract), a cost, token
+or time budget used up does (``_decide.check_stop``: its checks may cost). An edit that cannot
+be judged so says why when it is made (``unjudged``: an ``edit_unjudged`` event, the run's next
+action, a warning, and the CLI prints it).
+
 The entry is written in the edit's own commit and cleared in the check-only cycle's, so a crash
 before that commit judges again on resume and one after it does not (at most one check-only
 cycle an edit; a run edited twice before it resumes judges the latest state once).
@@ -17,14 +23,17 @@ cycle an edit; a run edited twice before it resumes judges the latest state once
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _decide as rules
+from ._contract import Contract
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._proposal import Proposal
+from ._state import TaskState
 from .store import NewEvent
 
 __all__ = [
@@ -36,6 +45,8 @@ __all__ = [
     "mark_edited",
     "owed_after",
     "owes_check",
+    "unjudged",
+    "warn_unjudged",
 ]
 
 EDIT_CHECK = "edit_check"  # the pending entry's stage: a person's edit waits to be judged
@@ -71,6 +82,32 @@ def owed_after(pending: Mapping[str, Any]) -> dict[str, Any] | None:
 def owes_check(pending: Mapping[str, Any] | None) -> bool:
     """Whether the next cycle is a check-only one (a person's edit not yet judged)."""
     return pending is not None and pending.get("stage") == EDIT_CHECK
+
+
+_BUDGETS = {"budget_cost": "cost", "budget_tokens": "token", "budget_time": "time"}
+
+
+def unjudged(run_id: str, contract: Contract, state: TaskState) -> str | None:
+    """Why a person's edit now owed its check-only cycle cannot be judged on ``resume`` (a
+    budget its checks may spend is used up: ``_decide.check_stop``), and how to have it
+    judged; None when it will be (or no check is owed)."""
+    if not owes_check(state.pending):
+        return None
+    reason = rules.check_stop(contract, state)
+    if reason is None:
+        return None
+    return (
+        f"the edit is judged only once the budget allows: run {run_id[:12]} has used up its "
+        f"{_BUDGETS.get(reason, reason)} budget ({reason}), which its checks may spend, so a "
+        "resume stops again before judging it; to have it judged, fork the run with a raised "
+        f"budget (loopwright fork {run_id[:12]} --at-cycle {state.cycle} --contract FILE) "
+        "and make the edit there"
+    )
+
+
+def warn_unjudged(why: str) -> None:
+    """Tell the Python API's caller (the CLI prints ``why`` itself)."""
+    logging.getLogger("loopwright.runs").warning("%s", why)
 
 
 async def judge(

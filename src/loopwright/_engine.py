@@ -522,12 +522,15 @@ class Runtime(
                 )
                 ex.events = []
                 return
-            reason = None if decided else rules.stop_before_cycle(ex.contract, ex.state)
+            # (the first cycle after a person's edit only judges it: ``_edit_check``; no
+            # attempt, so a cycle cap reached does not stop it, a budget used up does)
+            check = ex.state.pending is not None
+            before = rules.check_stop if check else rules.stop_before_cycle
+            reason = None if decided else before(ex.contract, ex.state)
             if reason is not None:
                 self._finish(ex, reason)
                 return
-            # (the first cycle after a person's edit only judges it: ``_edit_check``)
-            if await (self._cycle(ex) if ex.state.pending is None else self._check_edit(ex)):
+            if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
 

@@ -28,7 +28,7 @@ from ._compare import contract_changes
 from ._concluded import concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
 from ._decide import cycle_cap
-from ._edit_check import mark_edited
+from ._edit_check import mark_edited, unjudged, warn_unjudged
 from ._errors import ConfigError, ConflictError
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
@@ -331,8 +331,13 @@ class Forking(RuntimeHost):
             ex.events.append(NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value)}))
             reopen = rec.status in TERMINAL_STATUSES
             run: dict[str, Any] = {}
+            # A budget its checks may spend used up: the check-only cycle cannot run (a cycle
+            # cap reached does not stop it). Said now, and recorded, not found out on resume.
+            blocked = unjudged(rec.run_id, ex.contract, s)
+            if blocked is not None:
+                ex.events.append(NewEvent(s.cycle, "edit_unjudged", {"part": ref, "why": blocked}))
             if reopen:
-                s.next_action = "resume: the loop goes on from the person's edit"
+                s.next_action = blocked or "resume: the loop goes on from the person's edit"
                 retire_failures(self.store, ex, effects=False)
                 # Its refunds still waiting for a person (a cancel's, some reused): parked on
                 # them, as a rollback that offers them parks; "pending", every worker's poll
@@ -359,6 +364,8 @@ class Forking(RuntimeHost):
             raise
         finally:
             self.store.release_lease(rec.run_id, token)
+        if blocked is not None:
+            warn_unjudged(blocked)
         if self.memory_enabled and s.task_key:
             text = f"{by.strip()} edited {ref}: changed {', '.join(changed) or 'the value'}"
             if note:

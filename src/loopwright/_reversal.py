@@ -252,8 +252,9 @@ def _repark(
     # for ever, as the first refund requests did)
     lasts = None
     if prior is not None and prior.expires_at is not None:
-        # as the offer recorded it: ``requested_at`` is the writer's clock, ``expires_at`` the
-        # store's (PostgreSQL: the server's), so their difference carries the hosts' skew
+        # as the offer recorded it: a request written before edit47 has ``requested_at`` on
+        # the writer's clock and ``expires_at`` on the store's (PostgreSQL: the server's), so
+        # their difference can carry the hosts' skew
         lasts = o.get("expires_after_s", prior.expires_at - prior.requested_at)
     aid = uuid.uuid4().hex[:12]
     o.update(

@@ -177,3 +177,34 @@ def test_a_host_ahead_lists_a_pending_request_as_the_server_decides_it(
         assert page.status_code == 200
         assert "expires in" in page.text and "expired" not in page.text
     rt.approve(r.run_id, by="fin")  # as the store decides it: still open
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("parker, decider", [(-HOUR, +HOUR), (+HOUR, -HOUR), (0.0, +HOUR)])
+def test_approval_wait_is_the_true_wait_whatever_the_hosts_clocks(
+    pg_rt: lw.Runtime, monkeypatch: pytest.MonkeyPatch, parker: float, decider: float
+) -> None:
+    """A request's ``requested_at`` and ``decided_at`` are on the store's clock, as its
+    ``expires_at`` (edit47): before, each was the writing host's, so a person deciding from a
+    host an hour ahead of the one that parked the run made ``approval_wait_s`` two hours (or
+    minus two: a negative wait), and the trace's approval span as long."""
+    from loopwright._metrics import compute_metrics
+    from loopwright.trace import run_spans
+
+    skew, rt = _skew(monkeypatch), pg_rt
+    skew["s"] = parker  # the host that parks the run
+    before = _server_now(rt)
+    r, loop, _bank = _park(rt, expires_after_s=600)
+    skew["s"] = decider  # the person's host
+    rt.approve(r.run_id, by="fin")
+    after = _server_now(rt)
+    rt.resume_sync(r.run_id, loop)
+    [req] = [a for a in rt.store.approvals(run_id=r.run_id) if a.status == "approved"]
+    assert req.decided_at is not None
+    assert before <= req.requested_at <= req.decided_at <= after  # the server's clock
+    wait = req.decided_at - req.requested_at
+    assert 0 <= wait <= after - before
+    m = compute_metrics(rt.store)
+    assert m.approval_wait_s == pytest.approx(wait)
+    [span] = [s for s in run_spans(rt.store, r.run_id)[1] if s.kind == "approval"]
+    assert span.end - span.start == pytest.approx(wait)

@@ -51,7 +51,9 @@ class Calls:
                 os.fsync(fh.fileno())
 
 
-def make_loop(calls: Calls, *, max_cycles: int = 10, held_ok: bool = True) -> lw.Loop:
+def make_loop(
+    calls: Calls, *, max_cycles: int = 10, held_ok: bool = True, max_cost: float | None = None
+) -> lw.Loop:
     """Fixes nothing it can: a and b stay wrong (``try N``) until a person fixes them; c is
     the actor's (it writes ``good``). Every call is priced."""
 
@@ -94,7 +96,7 @@ def make_loop(calls: Calls, *, max_cycles: int = 10, held_ok: bool = True) -> lw
         contract=lw.Contract(
             success=lw.Success(min_score=1.0),
             no_progress=lw.NoProgress(cycles=2),
-            budget=lw.Budget(max_cycles=max_cycles),
+            budget=lw.Budget(max_cycles=max_cycles, max_cost_usd=max_cost),
         ),
         retry=lw.RetryPolicy(attempts=1),
     )
@@ -188,16 +190,72 @@ def test_an_edit_that_fails_on_its_own_part_goes_back_to_the_person(url: str) ->
         assert r.state.values()["doc"]["c"] == "worse"  # kept, not silently reverted
 
 
-def test_a_spent_budget_stops_the_run_before_judging(url: str) -> None:
+def test_an_edit_of_a_run_stopped_on_its_cycles_is_judged_and_accepted(url: str) -> None:
+    """The check-only cycle is no attempt: a cycle cap reached does not stop it (edit47).
+    Before, the resumed run stopped again on budget_cycles, the edit never judged."""
     calls = Calls()
     with lw.Runtime(url) as rt:
         r = rt.run_sync(make_loop(calls, max_cycles=2), TASK, task_key="t")
         assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
         rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.edit(r.run_id, "doc/b", "good", by="ana")
+        assert not [e for e in rt.store.events(r.run_id) if e.kind == "edit_unjudged"]
         judged = len(calls.judged)
         r = rt.resume_sync(r.run_id, make_loop(calls, max_cycles=2))
-        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)  # as before: no cycle more
+        assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 3)
+        assert len(calls.judged) == judged + 1 and len(calls.actor) == 2  # no actor call
+        assert _records(rt, r.run_id)[-1]["check_only"] is True
+
+
+def test_a_failing_edit_of_a_run_stopped_on_its_cycles_is_judged_then_stops(url: str) -> None:
+    calls = Calls()
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cycles=2), TASK, task_key="t")
+        rt.edit(r.run_id, "doc/a", "good", by="ana")  # b still wrong
+        judged = len(calls.judged)
+        r = rt.resume_sync(r.run_id, make_loop(calls, max_cycles=2))
+        assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", 3)
+        assert calls.judged[judged:] == [{"a": "good", "b": "try 2", "c": "good"}]
+        assert len(calls.actor) == 2  # judged, and the actor not paid past its cap
+        assert r.state.values()["doc"]["a"] == "good"
+
+
+def test_a_spent_cost_budget_stops_the_run_before_judging_and_says_so(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its checks may cost (a verifier's cost is unknown until it runs): a cost budget used
+    up stops the check-only cycle, and the person is told when they edit (edit47)."""
+    calls = Calls()
+    cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)  # used up by two cycles
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
+        assert (r.stop_reason, r.cycles) == ("budget_cost", 2)
+        with caplog.at_level("WARNING", logger="loopwright.runs"):
+            rt.edit(r.run_id, "doc/a", "good", by="ana")
+        assert "judged only once the budget allows" in caplog.text
+        assert f"loopwright fork {r.run_id[:12]} --at-cycle 2" in caplog.text
+        [ev] = [e for e in rt.store.events(r.run_id) if e.kind == "edit_unjudged"]
+        assert ev.data["part"] == "doc/a" and "budget_cost" in ev.data["why"]
+        ck = rt.store.latest_checkpoint(r.run_id).task_state()
+        assert ck.next_action is not None and "raised budget" in ck.next_action
+        judged = len(calls.judged)
+        r = rt.resume_sync(r.run_id, make_loop(calls, max_cost=cost))
+        assert (r.stop_reason, r.cycles) == ("budget_cost", 2)  # no check past the budget
         assert len(calls.judged) == judged and len(calls.actor) == 2
+
+
+def test_the_cli_edit_says_when_the_edit_waits_for_budget(url: str, capsys: Any) -> None:
+    from loopwright.cli import main
+
+    calls = Calls()
+    cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
+    assert (
+        main(["edit", r.run_id, "doc/a", "--value", '"good"', "--by", "ana", "--store", url]) == 0
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert "judged only once the budget allows" in out and "--at-cycle 2" in out, out
 
 
 def test_an_idle_run_edited_before_its_first_cycle_is_judged_first(url: str) -> None:

@@ -655,9 +655,12 @@ def test_a_run_a_person_reopened_replays_as_the_person_had_it_go_on(tmp_path: Pa
     # a contract that stops it before the person's edit: the edit never happens
     sooner = simulate(trace, lw.Contract(budget=lw.Budget(max_cycles=3)))
     assert (sooner.reason, sooner.cycles) == ("budget_cycles", 3)
-    # a budget the edit's cycle would cross still stops it after the reopening, as the engine
+    # the cycle that judges the edit is no attempt: a cycle cap it passes does not stop it,
+    # as the engine (edit47); a cost budget used up does
     capped = simulate(trace, replace_budget(contract, max_cycles=4))
-    assert (capped.reason, capped.cycles) == ("budget_cycles", 4)
+    assert (capped.reason, capped.cycles, capped.accepted) == ("success", 5, True)
+    spent = simulate(trace, replace_budget(contract, max_cost_usd=0.4))
+    assert (spent.reason, spent.cycles) == ("budget_cost", 4)
     # the mark goes through the trace file
     out = tmp_path / "t.jsonl"
     write_traces([trace], out)
@@ -671,12 +674,14 @@ def replace_budget(contract: lw.Contract, **budget: Any) -> lw.Contract:
     return replace(contract, budget=replace(contract.budget, **budget))
 
 
+@pytest.mark.parametrize("cap", ["cycles", "cost"])
 def test_a_reopened_run_the_engine_stopped_again_at_once_replays_to_that_stop(
-    tmp_path: Path,
+    tmp_path: Path, cap: str
 ) -> None:
-    """Stopped by its cycle budget, edited, resumed: the engine stops it again before any new
-    cycle. Replay goes on past the reopened end and makes the checks before the next cycle,
-    as the engine did (it said ``censored``: review of the reopening, helper-65)."""
+    """Stopped by its budget, edited, resumed: a cost budget used up stops it again before
+    any new cycle; a cycle cap does not stop the check-only cycle that judges the edit
+    (edit47). Replay goes on past the reopened end and makes the checks before the next
+    cycle, as the engine did (it said ``censored``: review of the reopening, helper-65)."""
     parts = ("a", "b", "c", "d")
 
     def actor(ctx: lw.Context) -> lw.Proposal:
@@ -689,19 +694,25 @@ def test_a_reopened_run_the_engine_stopped_again_at_once_replays_to_that_stop(
         bad = [lw.Finding(f"{p} bad", "doc", p) for p in parts if doc.get(p) != "good"]
         return lw.Verdict(passed=not bad, score=1 - len(bad) / len(parts), findings=tuple(bad))
 
-    contract = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=2))
+    budget = lw.Budget(max_cycles=2) if cap == "cycles" else lw.Budget(max_cost_usd=0.2)
+    contract = lw.Contract(success=lw.Success(min_score=1.0), budget=budget)
     loop = lw.Loop(name="cap", actor=actor, verifiers=[check], contract=contract)
     path = tmp_path / "s.db"
     with lw.Runtime(str(path)) as rt:
         r = rt.run_sync(loop, {"artifacts": {"doc": dict.fromkeys(parts, "bad")}}, task_key="c")
+        assert (r.stop_reason, r.cycles) == (f"budget_{cap}", 2)
         rt.edit(r.run_id, "doc/c", "good", by="bob")
         r = rt.resume_sync(r.run_id, loop)
-        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
+        # cycles: the edit judged (d still bad), no actor call past the cap
+        want = 3 if cap == "cycles" else 2
+        assert (r.stop_reason, r.cycles) == (f"budget_{cap}", want)
     with lw.store.open_store(str(path)) as st:
         [trace] = traces_from_store(st)
-    assert trace.cycles[-1].reopened
+    assert trace.cycles[1].reopened and [c.check_only for c in trace.cycles[2:]] == (
+        [True] if cap == "cycles" else []
+    )
     o = simulate(trace, contract)
-    assert (o.reason, o.cycles, o.cost_usd) == ("budget_cycles", 2, pytest.approx(0.2))
+    assert (o.reason, o.cycles, o.cost_usd) == (f"budget_{cap}", want, pytest.approx(0.2))
 
 
 # --- a cycle that ended the run mid-way, reopened by a person -------------------------------
@@ -781,19 +792,22 @@ def test_a_cycle_ended_midway_and_reopened_replays_at_its_recorded_cost(tmp_path
         success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=6, max_cost_usd=0.25)
     )
     out = simulate(gave_up, tight)
-    assert (out.reason, out.cycles, out.cost_usd) == ("budget_cost", 1, pytest.approx(0.21))
+    # (the cycle judging the edit is not stopped by a projection, only by a budget used up:
+    # edit47; it spends the check's $0.01, and the actor's next cycle is projected to cross)
+    assert (out.reason, out.cycles, out.cost_usd) == ("budget_cost", 2, pytest.approx(0.22))
 
 
 def test_a_reopened_run_stopped_before_its_next_cycle_replays_so(tmp_path: Path) -> None:
     """Reopened after a mid-way end, the resumed run stopped before another cycle (its budget
-    projected to cross): the trace's ``reopened`` tail, replayed to that stop at that cost
-    (it read as crossed mid-cycle, and replayed as censored)."""
-    _, gave_up = _reopened_midway(tmp_path / "s.db", 0.4)
-    assert gave_up.recorded["stop_reason"] == "budget_cost"
-    assert gave_up.tail["kind"] == "reopened"
-    out = simulate(gave_up, lw.Contract.from_dict(_stored_contract(tmp_path, gave_up)))
+    used up: the cycle that judges the edit is stopped by nothing less, edit47): the trace's
+    ``reopened`` tail, replayed to that stop at that cost (it read as crossed mid-cycle, and
+    replayed as censored)."""
+    denied, _ = _reopened_midway(tmp_path / "s.db", 0.22)
+    assert denied.recorded["stop_reason"] == "budget_cost"
+    assert denied.tail["kind"] == "reopened"
+    out = simulate(denied, lw.Contract.from_dict(_stored_contract(tmp_path, denied)))
     assert (out.reason, out.cycles) == ("budget_cost", 1)
-    assert out.cost_usd == pytest.approx(gave_up.recorded["cost_usd"])
+    assert out.cost_usd == pytest.approx(denied.recorded["cost_usd"])
 
 
 def _stored_contract(tmp_path: Path, t: RunTrace) -> dict[str, Any]:

@@ -121,6 +121,8 @@ def edit(
 ) -> None:
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
+    from .._contract import Contract
+    from .._edit_check import unjudged
     from .._engine import Runtime
     from ._render import console
 
@@ -172,6 +174,13 @@ def edit(
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
+        why = unjudged(
+            rec.run_id,
+            Contract.from_dict(rec.contract),
+            rt.store.latest_checkpoint(rec.run_id).task_state(),
+        )
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
-    if rec.status == "pending":
+    if why is not None:
+        console().print(why)
+    elif rec.status == "pending":
         console().print(continue_hint(rec))

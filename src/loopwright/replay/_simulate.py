@@ -132,7 +132,10 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         )
 
     for c in trace.cycles:
-        reason = rules.stop_before_cycle(contract, s)
+        # (a check-only cycle, judging a person's edit, is no attempt: as the engine, only a
+        # budget used up stops it, not the cycle cap, a projection or marginal return)
+        ahead = rules.check_stop if c.check_only else rules.stop_before_cycle
+        reason = ahead(contract, s)
         if reason is not None:
             return end(reason)
         if c.calls and c.calls[0].who == ABORTED:
@@ -145,7 +148,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             crossed = rules.budget_exhausted(contract, s.spent)
             if crossed:
                 return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
-            reason = rules.stop_before_cycle(contract, s)
+            reason = ahead(contract, s)
             if reason is not None:
                 return end(reason)
         # Priced calls in order, with the engine's checks before each after the first: before
@@ -229,8 +232,9 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             return end(reason)
     if trace.cycles and trace.cycles[-1].reopened:
         # reopened after its last recorded cycle: the checks before the next cycle, which the
-        # engine made when the run was resumed (a budget spent stops it there again)
-        reason = rules.stop_before_cycle(contract, s)
+        # engine made when the run was resumed (a budget spent stops it there again); that
+        # cycle judges the person's edit, check-only (``rules.check_stop``)
+        reason = rules.check_stop(contract, s)
         if reason is not None:
             return end(reason)
     tail = str(trace.tail.get("kind", "none"))
@@ -261,7 +265,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         crossed = rules.budget_exhausted(contract, s.spent)
         if crossed:
             return end(crossed, note="crossed in a cycle that ended mid-way, as recorded")
-        reason = rules.stop_before_cycle(contract, s)
+        reason = rules.check_stop(contract, s)  # (the next cycle judges the person's edit)
         if reason is not None:
             return end(reason)
     # Censored: counted as not accepted, at no less than its recorded spend — this contract

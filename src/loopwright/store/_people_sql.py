@@ -37,6 +37,7 @@ class PeopleSQL(PeopleStore):
         def _all(self, query: str, args: Sequence[Any]) -> list[Any]: ...
         def _approval(self, row: Sequence[Any]) -> Approval: ...
         def _lock_run(self, conn: Any, run_id: str) -> None: ...
+        def _store_now(self, conn: Any, now: float) -> float: ...
         @staticmethod
         def _js(value: Any) -> Any: ...
         @staticmethod
@@ -225,9 +226,10 @@ class PeopleSQL(PeopleStore):
     def grant_approval(
         self, run_id: str, approval: NewApproval, *, by: str, note: str | None, now: float
     ) -> Approval:
-        row = list(approval_row(run_id, approval, now, self._js))
-        row[10], row[13], row[14], row[15] = "approved", by, now, note
         with self._tx() as conn:
+            now = self._store_now(conn, now)  # (as any request's times: its expiry's clock)
+            row = list(approval_row(run_id, approval, now, self._js))
+            row[10], row[13], row[14], row[15] = "approved", by, now, note
             conn.execute(
                 self._p(
                     f"INSERT INTO approvals({APPROVAL_COLS}) VALUES({','.join('?' * 17)}) "

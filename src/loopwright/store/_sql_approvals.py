@@ -126,9 +126,10 @@ class ApprovalsSQL(SQLCore):
             if owner is None:
                 raise ApprovalError(f"no approval request {approval_id!r}")
             self._lock_run(conn, owner[0])
+            at = self._store_now(conn, now)  # as its requested_at and expires_at
             row = conn.execute(
                 q.decide,
-                (status, by, now, note, None if answer is None else js(answer), approval_id),
+                (status, by, at, note, None if answer is None else js(answer), approval_id),
             ).fetchone()
             if row is None:
                 found = conn.execute(q.approval_status, (approval_id,)).fetchone()

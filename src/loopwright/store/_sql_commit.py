@@ -164,6 +164,9 @@ class CommitSQL(ReadsSQL):
         q = self._q
         owner = self._fence_batch(conn, [it.run_id for it in items])
         rows = batch_rows(items, cols, owner, now, js=self._js)
+        if rows.approvals and self._DB_NOW:  # (requested on the store's clock: _store_now)
+            at = self._store_now(conn, now)
+            rows.approvals = [(*r[:11], at, *r[12:]) for r in rows.approvals]
         try:
             for names, updates in rows.updates.items():
                 self._executemany(conn, q.update_run(names, False), updates)
@@ -220,9 +223,11 @@ class CommitSQL(ReadsSQL):
                 q.insert_event,
                 _event_rows(run_id, it.events, now, js),
             )
+        # (a request's times on the store's clock, as its expiry: ``_store_now``)
+        at = self._store_now(conn, now) if it.approvals or it.closes else now
         for a in it.approvals:
             try:
-                conn.execute(q.insert_approval, approval_row(run_id, a, now, js))
+                conn.execute(q.insert_approval, approval_row(run_id, a, at, js))
             except self._UNIQUE:
                 raise ConflictError(
                     f"run {run_id}: approval request {a.approval_id!r} already exists"
@@ -244,7 +249,7 @@ class CommitSQL(ReadsSQL):
             self._executemany(conn, q.clear_journal, [journal_key(run_id, k) for k in it.cleared])
         for c in it.closes:
             row = conn.execute(
-                q.decide, ("cancelled", c.by, now, c.note, None, c.approval_id)
+                q.decide, ("cancelled", c.by, at, c.note, None, c.approval_id)
             ).fetchone()
             if row is not None:  # one already decided stays as it was
                 conn.execute(

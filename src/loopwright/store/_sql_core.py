@@ -126,6 +126,16 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
         """The parameter of a lease expiry ``ttl_s`` from now (see ``Statements.expires``)."""
         return ttl_s if self._DB_NOW else time.time() + ttl_s
 
+    def _store_now(self, conn: Any, now: float) -> float:
+        """Now on the clock a request's ``expires_at`` is set and compared on (``clock``),
+        read in ``conn``'s transaction: the server's on PostgreSQL; else ``now``, the writer's
+        (a store on one host). A request's ``requested_at`` and ``decided_at`` are written on
+        it, so ``decided_at - requested_at`` is the wait whatever the hosts' clocks say."""
+        if not self._DB_NOW:
+            return now
+        row = conn.execute(f"SELECT {self._DB_NOW}").fetchone()
+        return float(row[0])
+
     # --- rows ---------------------------------------------------------------------------
     def _all(self, query: str, args: Sequence[Any]) -> list[Any]:
         with self._conn() as conn:

@@ -451,14 +451,26 @@ def approval_spans(
     last_ts: float,
 ) -> list[Span]:
     out = []
+    # The request's times are the store's clock (its expiry's; PostgreSQL: the server's), the
+    # run's events the writers': the span starts at its ``approval_requested`` event, on the
+    # run's timeline as its cycle is, and lasts the request's own wait (edit47: an hour's skew
+    # between them fitted the span into its cycle as nothing, or an hour too long).
+    asked = {
+        ev.data.get("approval_id"): ev.ts for _seq, ev in items if ev.kind == "approval_requested"
+    }
     for a in approvals:
         decided = a.decided_at is not None and a.status != "pending"
+        start = asked.get(a.approval_id, a.requested_at)
         span = Span(
             key=f"{parent.key}/approval/{a.approval_id}",
             kind="approval",
             name=f"approval {a.kind}",
-            start=a.requested_at,
-            end=float(a.decided_at) if decided and a.decided_at else max(a.requested_at, last_ts),
+            start=start,
+            end=(
+                start + max(0.0, float(a.decided_at) - a.requested_at)
+                if decided and a.decided_at
+                else max(start, last_ts)
+            ),
             parent=parent.key,
             attributes={
                 "loopwright.approval.id": a.approval_id,
