@@ -49,9 +49,10 @@ def _reuses(a: Approval) -> Iterator[dict[str, str]]:
         return
     for need in a.evidence.get("needs") or ():
         r = need.get("reuse") if isinstance(need, Mapping) else None
-        if isinstance(r, Mapping) and all(isinstance(r.get(k), str) for k in _FIELDS):
-            if r["said"] and r["said"] in a.what:
-                yield {k: str(r[k]) for k in _FIELDS}
+        if not isinstance(r, Mapping) or not all(isinstance(r.get(k), str) for k in _FIELDS):
+            continue
+        if r["said"] and r["said"] in a.what:
+            yield {k: str(r[k]) for k in _FIELDS}
 
 
 _FIELDS = ("kind", "key", "run", "said")
