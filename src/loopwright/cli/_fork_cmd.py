@@ -123,6 +123,7 @@ def edit(
     and remembered as an `edit` signal for the task. An ended run is reopened."""
     from .._engine import Runtime
     from ._render import console
+    from ._table import interrupted
 
     if (value is None) == (file is None):
         raise ConfigError("give exactly one of --value and --file", field="--value")
@@ -172,6 +173,9 @@ def edit(
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
-    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
-    if rec.status == "pending":
-        console().print(continue_hint(rec))
+        # a run left running by a process that stopped (killed): as `loopwright runs` says
+        stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
+    status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")
+    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {status}")
+    if rec.status == "pending" or stopped:
+        console().print(continue_hint(rec, "resume it" if stopped else "continue it"))
