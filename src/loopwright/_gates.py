@@ -91,8 +91,13 @@ class Gates(RuntimeHost):
                 ex,
                 t0,
                 "escalated",
-                cause=f"the loop proposes to change {who} — a person's edit is not overwritten "
-                "by the loop: edit the part again, roll back, or approve an overwrite",
+                cause=f"the loop proposes to change {who}"
+                + edit_kept(
+                    ex.run_id,
+                    "or let the loop overwrite it: an `overwrite_accepted` rule in the loop's "
+                    "approval policy, in a fork run with that spec (`loopwright fork "
+                    f"{ex.run_id[:12]} --at-cycle {s.cycle} --spec SPEC`)",
+                ),
                 unverified=proposal.to_dict(),
             )
         s.findings = [f for f in s.findings if f.dimension != "protected"] + [
@@ -250,6 +255,19 @@ class Gates(RuntimeHost):
                 why = str(got)
             return rule, why
         return None
+
+
+def edit_kept(run_id: str, last: str) -> str:
+    """Why a run whose person's version the loop may not change escalated, with the commands
+    that go on from it (advice47: "approve an overwrite" and "accept the run as it is" named
+    none); ``last``: the third choice, in words."""
+    run = run_id[:12]
+    return (
+        " — a person's edit is not overwritten by the loop: edit the part again "
+        f"(`loopwright edit {run} PART --value V`, then `loopwright resume {run}`), roll back "
+        f"to a cycle before the edit (`loopwright rollback {run} --to-cycle N`, then resume), "
+        + last
+    )
 
 
 def call_digest(c: EffectCall) -> str:
