@@ -97,6 +97,13 @@ def test_the_advice_of_a_spent_cycle_budget_names_commands_that_go_on(tmp_path: 
     assert show == f"show {run}" and resume == "resume", advice
     assert fork == f"fork {run} --at-cycle 2 --contract FILE", advice
     assert cli(*show.split(), cwd=tmp_path, store=store).returncode == 0
+    # an edit of the stopped run is not judged by a resume (the budget stops it first): the
+    # edit says so, where it said "continue it with: loopwright resume"
+    e = cli("edit", "k", "doc/n", "--value", "3", "--by", "ann", cwd=tmp_path, store=store)
+    assert e.returncode == 0, e.stderr
+    said = " ".join(e.stdout.split())
+    assert "its budget is spent (budget_cycles)" in said and "continue it" not in said, said
+    assert f"loopwright fork {run} --at-cycle N --contract FILE" in said, said
     (tmp_path / "more.toml").write_text("[contract.budget]\nmax_cycles = 4\n")
     r = cli(*fork.replace("FILE", "more.toml").split(), cwd=tmp_path, store=store)
     assert r.returncode == 0, r.stderr

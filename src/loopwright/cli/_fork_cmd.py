@@ -4,7 +4,7 @@ version of a part. Thin over ``Runtime.fork`` and ``Runtime.edit`` (``loopwright
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,9 @@ from .._json import strict_loads
 from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, as_options, continue_hint
 from ._people_cmd import acting_as
 from ._stores import existing_store
+
+if TYPE_CHECKING:
+    from ..store import RunRecord, Store
 
 __all__ = ["edit", "fork"]
 
@@ -175,7 +178,30 @@ def edit(
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
         # a run left running by a process that stopped (killed): as `loopwright runs` says
         stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
+        spent = _budget_spent(rt.store, rec) if rec.status == "pending" else None
     status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")
     console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {status}")
-    if rec.status == "pending" or stopped:
+    if spent is not None:
+        # resumed, the run stops again by its budget before the edit is judged (advice47:
+        # "continue it with: loopwright resume" stopped it at once, the edit never judged)
+        run = rec.run_id[:12]
+        console().print(
+            f"its budget is spent ({spent}): resumed, it stops again before the edit is "
+            f"judged; to have it judged, fork it with a higher budget (loopwright fork {run} "
+            "--at-cycle N --contract FILE) and edit the fork's part"
+        )
+    elif rec.status == "pending" or stopped:
         console().print(continue_hint(rec, "resume it" if stopped else "continue it"))
+
+
+def _budget_spent(store: Store, rec: RunRecord) -> str | None:
+    """The budget that stops ``rec`` before its next cycle (the check-only one that judges a
+    person's edit too), or None: the run's own contract on its latest state."""
+    from .._contract import Contract
+    from .._decide import budget_stop
+
+    try:
+        contract = Contract.from_dict(rec.contract)
+    except (ConfigError, KeyError, TypeError, ValueError):  # an older shape: nothing said
+        return None
+    return budget_stop(contract, store.latest_checkpoint(rec.run_id).task_state())
