@@ -16,7 +16,7 @@ from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown
-from ._gates import _effect
+from ._gates import _effect, edit_kept
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
@@ -392,15 +392,15 @@ class Concluding(RuntimeHost):
         edited: list[str] = _failed_edits(s, visible) if decision == "revise" else []
         if edited:
             # A person's version fails a visible check: the actor may not overwrite it (it is
-            # accepted), so waiting would only spend the budget. The person decides.
+            # accepted), so waiting would only spend the budget. The person decides, with the
+            # commands that do it (advice47: "accept the run as it is" named none).
             self._finish(
                 ex,
                 "escalated",
                 record=record,
                 held_out=held_d,
                 cause="; ".join(edited)
-                + " — a person's edit is not overwritten by the loop: edit the part again, "
-                "roll back, or accept the run as it is",
+                + edit_kept(ex.run_id, "or leave the run ended with the person's version"),
             )
             return True
         reason: str | None = None

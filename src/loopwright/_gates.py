@@ -91,8 +91,13 @@ class Gates(RuntimeHost):
                 ex,
                 t0,
                 "escalated",
-                cause=f"the loop proposes to change {who} — a person's edit is not overwritten "
-                "by the loop: edit the part again, roll back, or approve an overwrite",
+                cause=f"the loop proposes to change {who}"
+                + edit_kept(
+                    ex.run_id,
+                    "or let the loop overwrite it: an `overwrite_accepted` rule in the loop's "
+                    "approval policy, in a fork run with that spec (`loopwright fork "
+                    f"{ex.run_id[:12]} --at-cycle {s.cycle} --spec SPEC`)",
+                ),
                 unverified=proposal.to_dict(),
             )
         s.findings = [f for f in s.findings if f.dimension != "protected"] + [
@@ -169,7 +174,7 @@ class Gates(RuntimeHost):
                 )
             if d.action == "require":
                 who = dict(d.who or {})
-                already = done_already(self.store, ex.run_id, n, eff, c)
+                already, reuse = done_before(self.store, ex.run_id, n, eff, c)
                 need = {
                     "kind": "effect",
                     "effect": eff.name,
@@ -185,6 +190,8 @@ class Gates(RuntimeHost):
                 }
                 if already:  # the person is told approving runs nothing again
                     need["done_already"] = True
+                    # what a listing checks the claim by, to say it was undone since
+                    need["reuse"] = reuse
                 if given and _approved(need, given):
                     if not reuse_gone(need, given):
                         continue  # a person approved it already (judged again after an edit)
@@ -250,6 +257,19 @@ class Gates(RuntimeHost):
         return None
 
 
+def edit_kept(run_id: str, last: str) -> str:
+    """Why a run whose person's version the loop may not change escalated, with the commands
+    that go on from it (advice47: "approve an overwrite" and "accept the run as it is" named
+    none); ``last``: the third choice, in words."""
+    run = run_id[:12]
+    return (
+        " — a person's edit is not overwritten by the loop: edit the part again "
+        f"(`loopwright edit {run} PART --value V`, then `loopwright resume {run}`), roll back "
+        f"to a cycle before the edit (`loopwright rollback {run} --to-cycle N`, then resume), "
+        + last
+    )
+
+
 def call_digest(c: EffectCall) -> str:
     """An effect call as a request's need names it (its canonical form's digest)."""
     return hashlib.sha256(c.canonical().encode()).hexdigest()[:16]
@@ -259,21 +279,32 @@ def done_already(store: Store, run_id: str, n: int, eff: Effect, c: EffectCall) 
     """What a person asked to approve an action already done under its business key (a
     fork redoing its origin's cycle, another run's invoice) is told: approving runs
     nothing again (newuser46: the card read as a new payment). ``""``: nothing done."""
+    return done_before(store, run_id, n, eff, c)[0]
+
+
+def done_before(
+    store: Store, run_id: str, n: int, eff: Effect, c: EffectCall
+) -> tuple[str, dict[str, Any] | None]:
+    """``done_already``'s words, with what a listing of the request checks them by (the
+    claim's effect kind, key and run, and the words: ``_reuse_now``); ``("", None)``:
+    nothing done."""
     try:
         key, business = key_of(eff, run_id, n, c)
     except ConfigError:  # refused where the effect runs, with its own message
-        return ""
+        return "", None
     claim = store.effect_claim(eff.kind, key) if business else None
     if claim is None or claim.status != "done":
-        return ""
+        return "", None
     by = "this run" if claim.run_id == run_id else f"run {claim.run_id[:12]}"
     if claim.args_hash is not None and claim.args_hash != args_digest(_jsonable(dict(c.args))):
         # approved, it is neither reused nor run: in doubt, for a person (``held``)
-        return (
+        said = (
             f" (already done by {by} under its key with other arguments: approved, it is "
             "not run again and waits for a person to check which is right)"
         )
-    return f" (already done by {by} under its key: approved, its result is reused)"
+    else:
+        said = f" (already done by {by} under its key: approved, its result is reused)"
+    return said, {"kind": eff.kind, "key": key, "run": claim.run_id, "said": said}
 
 
 # Why a request is made again for an action approved as done already, undone since

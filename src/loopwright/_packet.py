@@ -15,24 +15,62 @@ from ._state import TaskState
 
 __all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause"]
 
+# How to go on past a budget: the run keeps its contract, and `resume` returns an ended run as
+# it is; a fork at its last cycle takes a contract laid over the run's (advice47: the advice
+# said "raise contract.budget.max_cycles" and "accept it by hand", which no command does).
+_FORK = (
+    "`loopwright fork {run} --at-cycle {cycle} --contract FILE` (FILE: a `[contract.budget]` "
+    "table with the higher {setting}), then `loopwright resume` the new run"
+)
+# A person's version instead of the actor's: judged by the checks, no actor call, first.
+_EDIT = (
+    "`loopwright edit {run} PART --value V` (`--note TEXT`: a note the actor is shown), then "
+    "`loopwright resume {run}`: a person's edit is judged by the checks, with no actor call, "
+    "before the actor runs again"
+)
+_KEEP = {k: "{" + k + "}" for k in ("run", "cycle", "best")}  # filled by build_packet
+_REVIEW = "Review the best candidate: `loopwright show {run}`."
+_BUDGET = (
+    "The {what} budget is spent. "
+    + _REVIEW
+    + " {when}, go on in a fork with a higher budget: "
+    + _FORK
+    + "; to finish it yourself, edit the fork's parts before resuming it."
+)
+# The advice by stop reason ({run}, {cycle}: the run and its last cycle; build_packet).
 _ADVICE = {
     "no_progress": (
-        "The actor stopped improving. Review the open findings: fix the remaining parts by hand, "
-        "give the actor a note, or strengthen its tools before running again."
+        "The actor stopped improving. Review the open findings (`loopwright show {run}`): give "
+        "the remaining parts your own version, "
+        + _EDIT
+        + "; or strengthen the actor's tools and fork the run with that spec "
+        "(`loopwright fork {run} --at-cycle {cycle} --spec SPEC`)."
     ),
-    "budget_cycles": "The cycle budget is spent. Review the best candidate; accept it by hand or "
-    "raise contract.budget.max_cycles if the score was still rising.",
-    "budget_cost": "The cost budget is spent. Review the best candidate; raise "
-    "contract.budget.max_cost_usd only if the last cycles still improved the score.",
-    "budget_tokens": "The token budget is spent. Review the best candidate; raise "
-    "contract.budget.max_tokens only if the last cycles still improved the score.",
-    "budget_time": "The time budget is spent. Review the best candidate; raise "
-    "contract.budget.max_seconds or make the actor faster.",
-    "marginal_return": "Another cycle was not worth its expected cost. Review the best candidate.",
+    "budget_cycles": _BUDGET.format(
+        what="cycle", when="If the score was still rising", setting="max_cycles", **_KEEP
+    ),
+    "budget_cost": _BUDGET.format(
+        what="cost",
+        when="Only if the last cycles still improved the score",
+        setting="max_cost_usd",
+        **_KEEP,
+    ),
+    "budget_tokens": _BUDGET.format(
+        what="token",
+        when="Only if the last cycles still improved the score",
+        setting="max_tokens",
+        **_KEEP,
+    ),
+    "budget_time": _BUDGET.format(
+        what="time", when="If the score was still rising", setting="max_seconds", **_KEEP
+    ),
+    "marginal_return": "Another cycle was not worth its expected cost. " + _REVIEW,
     # the escalated run's own advice, with the commands that reopen it: build_packet
-    "cancelled": "The run was cancelled. Resume work from the best candidate if it is still needed.",
+    "cancelled": "The run was cancelled. If the work is still needed, fork it from its best "
+    "candidate: `loopwright fork {run} --at-cycle {best}`, then `loopwright resume` the "
+    "new run.",
     "error": "loopwright itself failed. Report the error with the trace; the last checkpoint "
-    "is intact and the run can be inspected with `loopwright show`.",
+    "is intact and the run can be inspected with `loopwright show {run}`.",
 }
 
 _WORDS = {
@@ -298,13 +336,18 @@ def build_packet(
     """The escalation packet for a run that ends without being accepted."""
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
-    builtin = _ADVICE.get(reason, "Review the run.")
+    builtin = _ADVICE.get(reason, "Review the run: `loopwright show {run}`.").format(
+        run=run_id[:12], cycle=state.cycle, best=state.best_cycle or state.cycle
+    )
     if reason == "no_progress" and not state.findings:
         # no finding is open: "review the open findings" pointed at nothing
         builtin = (
             "The actor stopped improving with no finding open: the checks' scores held it "
-            "back. Review the best candidate and the verdicts' evidence: fix it by hand, give "
-            "the actor a note, or strengthen its tools before running again."
+            "back. Review the best candidate and the verdicts' evidence "
+            f"(`loopwright show {run_id[:12]}`): give the parts your own version, "
+            + _EDIT.format(run=run_id[:12])
+            + "; or strengthen the actor's tools and fork the run with that spec "
+            f"(`loopwright fork {run_id[:12]} --at-cycle {state.cycle} --spec SPEC`)."
         )
     if reason == "escalated":
         # Not "start a new run": `loopwright run` with the task key, and `resume`, return the

@@ -256,7 +256,7 @@ class Parking(RuntimeHost):
             eff = None if c is None else ex.loop.effect(c.name)
             if c is None or eff is None or done_already(self.store, ex.run_id, n, eff, c):
                 continue
-            again = {k: v for k, v in need.items() if k != "done_already"}
+            again = {k: v for k, v in need.items() if k not in ("done_already", "reuse")}
             again["what"] = eff.describe(c.args)
             again["why"] = f"{need.get('why')}; {ASKED_AGAIN}"
             gone.append(again)

@@ -470,6 +470,11 @@ def test_stop_cause_in_list_header_and_api(ended: tuple[str, dict[str, str]]) ->
         "loopwright rollback" not in here
         and "loopwright rollback" in (c.get(f"/api/runs/{ids['escalated']}").json()["next_action"])
     )
+    # a budget's advice names `loopwright show RUN` to review the best candidate: this page
+    # shows it (advice47); the fork with a higher budget is the CLI's
+    here = c.get(f"/api/runs/{ids['budget_cycles']}").json()["next_action_here"]
+    assert "Review the best candidate below." in here and "loopwright show" not in here, here
+    assert "loopwright fork" in here, here
 
 
 def test_effect_journal_retries_and_events_on_the_run_page(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError
+from .._reuse_now import as_now
 from ._app import (
     APPROVALS_SHOWN,
     ByOpt,
@@ -64,6 +65,8 @@ def approvals(
             reqs.sort(key=lambda a: (-a.requested_at, a.approval_id))
             total = len(reqs)
         people = st.has_users()
+        # a card that says a payment is reused, refunded since, says so (one read of claims)
+        reqs = as_now(st, reqs)
         votes = {a.approval_id: [v.by for v in st.votes(a.approval_id)] for a in reqs}
         # the one request's run: `loopwright resume` refuses a run started from Python
         only = st.get_run(reqs[0].run_id) if total == 1 and reqs and not all_ else None

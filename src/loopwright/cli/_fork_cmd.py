@@ -125,6 +125,7 @@ def edit(
     from .._edit_check import unjudged
     from .._engine import Runtime
     from ._render import console
+    from ._table import interrupted
 
     if (value is None) == (file is None):
         raise ConfigError("give exactly one of --value and --file", field="--value")
@@ -179,8 +180,11 @@ def edit(
             Contract.from_dict(rec.contract),
             rt.store.latest_checkpoint(rec.run_id).task_state(),
         )
-    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {rec.status}")
+        # a run left running by a process that stopped (killed): as `loopwright runs` says
+        stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
+    status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")
+    console().print(f"run {rec.run_id[:12]}: {part} edited by {who}, now {status}")
     if why is not None:
         console().print(why)
-    elif rec.status == "pending":
-        console().print(continue_hint(rec))
+    elif rec.status == "pending" or stopped:
+        console().print(continue_hint(rec, "resume it" if stopped else "continue it"))

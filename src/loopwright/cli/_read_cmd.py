@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
+from .._reuse_now import as_now
 from ._options import JsonOpt, RunArg, StoreOpt, _print_json
 from ._root_app import app
 from ._stores import open_existing, unknown_filters
@@ -128,7 +129,7 @@ def show(
                 ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
                 [] if end is None else [(end["cycle"], end)],
             ),
-            st.approvals(run_id=rec.run_id),
+            as_now(st, st.approvals(run_id=rec.run_id)),  # a reuse refunded since: said
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
             now=st.clock(),  # a lease is judged on the clock that set it
@@ -170,7 +171,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
                 "run": rec.to_dict(),
                 "state": Open(doc),
                 "cycles": Lazy(_shown_records(st, rec)),
-                "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
+                "approvals": [a.to_dict() for a in as_now(st, st.approvals(run_id=run_id))],
                 "journal": [e.to_dict() for e in st.journal(run_id)],
                 "events": Lazy(e.to_dict() for e in st.iter_events(run_id)),
             }

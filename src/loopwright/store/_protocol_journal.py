@@ -66,6 +66,18 @@ class JournalStore(ABC):
         """The store-wide claim of the business effect key ``key`` of ``kind``, or ``None``
         when no run ever claimed it (``journal_put``'s ``claim``)."""
 
+    def effect_claims(
+        self, pairs: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], EffectClaim]:
+        """The claims of several ``(kind, key)`` pairs at once, as ``effect_claim`` reads
+        each (a backend reads them in one query): a pair never claimed is left out."""
+        out: dict[tuple[str, str], EffectClaim] = {}
+        for kind, key in dict.fromkeys(pairs):
+            claim = self.effect_claim(kind, key)
+            if claim is not None:
+                out[(kind, key)] = claim
+        return out
+
     def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
         """The runs that reused the recorded result of the claim of ``key`` of ``kind`` (its
         current generation), oldest first: ``journal_put`` records them with the reuse, and

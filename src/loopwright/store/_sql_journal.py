@@ -255,6 +255,26 @@ class JournalSQL(SQLCore):
         digest = None if row[3] is None else str(row[3])
         return EffectClaim(str(row[0]), str(row[1]), int(row[2]), digest)
 
+    def effect_claims(
+        self, pairs: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], EffectClaim]:
+        by_kind: dict[str, list[str]] = {}
+        for kind, key in dict.fromkeys(pairs):
+            by_kind.setdefault(kind, []).append(key)
+        m = self._MARK
+        out: dict[tuple[str, str], EffectClaim] = {}
+        for kind, keys in by_kind.items():  # by the primary key (kind, key): one query a kind
+            for i in range(0, len(keys), 400):  # under SQLite's bound on parameters
+                chunk = keys[i : i + 400]
+                query = (
+                    "SELECT key, run_id, status, generation, args_hash FROM effect_keys "
+                    f"WHERE kind={m} AND key IN ({','.join([m] * len(chunk))})"
+                )
+                for key, run, status, gen, digest in self._all(query, [kind, *chunk]):
+                    hashed = None if digest is None else str(digest)
+                    out[(kind, str(key))] = EffectClaim(str(run), str(status), int(gen), hashed)
+        return out
+
     def effect_reuses(self, kind: str, key: str) -> list[EffectReuse]:
         with self._conn() as conn:
             rows = conn.execute(self._q.claim_reusers, (kind, key)).fetchall()

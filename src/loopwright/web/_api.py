@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .._errors import LoopwrightError, RunNotFoundError
 from .._metrics import compute_metrics
+from .._reuse_now import as_now
 from .._state import TaskState
 from ._context import WebContext
 from ._guard import JSON_TYPE
@@ -92,7 +93,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
             state = store.latest_checkpoint(rec.run_id).task_state()
         except RunNotFoundError:
             state = TaskState()
-        approvals = store.approvals(run_id=rec.run_id)
+        approvals = as_now(store, store.approvals(run_id=rec.run_id))
         run = rec.to_dict()
         run["stop_words"] = stop_words(rec, approvals)
         run["stop_cause"] = stop_cause_of(rec)
@@ -120,7 +121,7 @@ def register_api(app: FastAPI, ctx: WebContext) -> None:
         paged(
             response, "/api/approvals", nxt, total, status=status, run_id=run_id, q=q, limit=limit
         )
-        return [approval_summary(a) for a in rows]
+        return [approval_summary(a) for a in as_now(store, rows)]
 
     @app.post("/api/runs/{run_id}/cancel", tags=["runs"])
     def api_cancel(request: Request, run_id: str) -> dict[str, Any]:

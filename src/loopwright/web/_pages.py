@@ -16,6 +16,7 @@ from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._json import strict_loads
 from .._metrics import METRIC_NAMES, compute_metrics
+from .._reuse_now import as_now
 from ._cards import approval_card, clock_for, latest_part
 from ._context import WebContext
 from ._operations import act, decide, edit_part
@@ -140,6 +141,7 @@ def register_pages(app: FastAPI, ctx: WebContext) -> None:
         request: Request, done: str = "", msg: str = "", q: str = "", after: str = ""
     ) -> HTMLResponse:
         pending, nxt, total = approvals_query(store, "pending", None, q, after, PAGE_SIZE)
+        pending = as_now(store, pending)  # a card's reuse refunded since: said (one read)
         runs = {a.run_id: store.get_run(a.run_id) for a in pending}
         states = {rid: store.latest_checkpoint(rid).task_state() for rid in runs}
         now = clock_for(store, pending)  # expiry on the store's clock, as it is decided

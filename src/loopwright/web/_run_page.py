@@ -13,6 +13,7 @@ from .._contract import TERMINAL_STATUSES
 from .._errors import RunNotFoundError
 from .._inherited import inherited
 from .._reflection import REFLECTION_KEY
+from .._reuse_now import as_now
 from .._state import TaskState
 from ..store import Checkpoint, RunRecord, Store
 from ._cards import approval_card, clock_for
@@ -83,7 +84,7 @@ def run_payload(store: Store, run_id: str) -> dict[str, Any]:
         windowed = bool(cks) and last.seq - window >= 0
         state = last.task_state()
     nxt = state.next_step()
-    approvals = store.approvals(run_id=rec.run_id)
+    approvals = as_now(store, store.approvals(run_id=rec.run_id))  # a reuse refunded since
     return {
         "rec": rec,
         "state": state,

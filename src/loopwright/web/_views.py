@@ -242,7 +242,10 @@ def next_action_here(rec: RunRecord, state: TaskState, approvals: list[Approval]
             "or use Resume below."
         )
     advice = str((rec.packet or {}).get("recommended_action") or state.next_action or "")
-    advice = advice.replace("can be inspected with `loopwright show`", "is shown below")
+    advice = re.sub(r"can be inspected with `loopwright show( \S+)?`", "is shown below", advice)
+    # the run this page shows (advice47: the advice names `loopwright show RUN` to review it)
+    advice = re.sub(r": `loopwright show \S+`", " below", advice)
+    advice = re.sub(r"`loopwright show \S+`", "below", advice)
     # an error's advice names the rollback and resume commands; here they are buttons
     advice = re.sub(
         r"`loopwright rollback \S+ --to-cycle (\d+) --by NAME`, then `loopwright resume \S+`",
