@@ -13,8 +13,9 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
   user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID, JWTs);
-  a ``.netrc`` entry's password, ``curl -u USER:PASSWORD`` (``_redact_shapes._curl_users``);
-  ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
+  a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
+  (``_redact_shapes._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
+  ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
   value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
   ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
@@ -58,6 +59,8 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _TRIGGER_IN,
     _TRIGGERS,
     REDACTED,
+    _auth_values,
+    _basic_pair,
     _curl_users,
     _jwts,
     _shape,
@@ -272,6 +275,8 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         return s
     if "-u" in low and "curl" in low:
         s = _curl_users(s)
+    if "auth" in low:
+        s = _auth_values(s)
     if _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
@@ -511,6 +516,8 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                 except Exception:  # user code's ``__str__``: ``_json`` writes this name for it
                     sk = f"<{type(k).__name__}>"
             hide = masked or (isinstance(sk, str) and _secret_name(_key(sk), fields))
+            if not hide and isinstance(v, str) and sk == "auth" and _basic_pair(v):
+                hide = True  # Docker's base64 ``user:password`` (``_redact_shapes._AUTH_VALUE``)
             nv = _walk(v, values, fields, hide)
             nk = k
             if isinstance(sk, str):

@@ -8,6 +8,7 @@ re-exports every name here that its tests reach.
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 from collections.abc import Iterable
@@ -252,7 +253,7 @@ _CURL_SPAN = 2000  # how far back from its option a ``curl`` is looked for
 @functools.cache
 def _compiled(pattern: str) -> re.Pattern[str]:
     """The passes' expressions, compiled when first used (most processes never meet a ``curl
-    -u``: 3 M instructions less at import)."""
+    -u`` or an ``auth`` key: 3 M instructions less at import)."""
     return re.compile(pattern)
 
 
@@ -285,15 +286,51 @@ def _curl_users(s: str) -> str:
 MIN_USER_KEY = 6  # ``-u KEY:``: a user name alone masked from this length
 
 
+# Docker's ``config.json`` (and a Basic credential kept under ``auth`` elsewhere): the value of
+# a quoted ``auth`` key that is base64 of ``user:password`` (``_basic_pair``)
+_AUTH_VALUE = (
+    r"(?<=['\"])auth\\*+['\"]\s*+:\s*+\\*+['\"](?P<v>[A-Za-z0-9+/]{4,}+={0,2}+)(?=\\*+['\"])"
+)
+
+
+def _basic_pair(value: str) -> bool:
+    """Whether ``value`` is base64 of ``user:password`` (printable UTF-8 text with a ``:``
+    between two non-empty parts): Docker's ``auth``; ``"auth": "oauth2"`` is a name."""
+    if len(value) < 4 or len(value) > 4096:
+        return False
+    try:
+        text = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode()
+    except ValueError:  # (binascii.Error and UnicodeDecodeError are ValueErrors)
+        return False
+    user, colon, password = text.partition(":")
+    return bool(colon and user and password and text.isprintable())
+
+
+def _auth_values(s: str) -> str:
+    """``s`` with each quoted ``auth`` key's base64 ``user:password`` value masked."""
+
+    def one(m: re.Match[str]) -> str:
+        if not _basic_pair(m.group("v")):
+            return m.group(0)
+        return m.group(0)[: m.start("v") - m.start()] + REDACTED
+
+    return _compiled(_AUTH_VALUE).sub(one, s)
+
+
 def _upper_triggered(s: str, low: str) -> bool:
     """Whether ``s`` may hold a shape written in capitals (SendGrid's ``SG.``, Twilio's ``SK``
-    and ``AC`` SIDs). ``low`` is
+    and ``AC`` SIDs) or a Docker ``auth`` value (base64: capitals too). ``low`` is
     ``s.lower()``: where the two are equal (one ``memcmp``: most of the engine's records) there
     is no capital, and no test is run; each shape's second capital is looked for first, one
     ``memchr`` where it is not in the text."""
     if s == low:
         return False
-    return ("K" in s and "SK" in s) or ("G" in s and "SG." in s) or ("C" in s and "AC" in s)
+    return (
+        ("K" in s and "SK" in s)
+        or ("G" in s and "SG." in s)
+        or ("C" in s and "AC" in s)
+        or "auth" in low
+    )
 
 
 def _shape(m: re.Match[str]) -> str:

@@ -1,13 +1,18 @@
 """loopwright._redact: the shapes docs/security.md listed as known misses until secrets47 —
-``curl -u USER:PASSWORD``, a ``.netrc`` entry, SendGrid keys, Twilio API key SIDs and the secret written beside a SID — each with the exact
+``curl -u USER:PASSWORD``, a ``.netrc`` entry, Docker's ``"auth": "<base64 user:password>"``,
+SendGrid keys, Twilio API key SIDs and the secret written beside a SID — each with the exact
 text it must become, and the prose and data near each shape that must stay as it is."""
 
 from __future__ import annotations
+
+import base64
+import json
 
 import pytest
 from support.masking import both_paths
 
 from loopwright import _redact
+from loopwright._redact import REDACTED, redact, redact_text
 
 SG_KEY = "SG." + "aB3dE6gH9jK2mN5pQ8sT1v" + "." + "xY4zA7cD0fG3iJ6lM9oP2rS5uV8wX1zB4dE7gH0jK3m"
 SK_SID = "SK" + "0123456789abcdef" * 2
@@ -108,6 +113,49 @@ def test_a_netrc_entry_is_masked(text: str, want: str) -> None:
 )
 def test_prose_about_machines_and_logins_stays(text: str) -> None:
     both_paths(text, text)
+
+
+def _b64(raw: str) -> str:
+    return base64.b64encode(raw.encode()).decode()
+
+
+def test_a_docker_auth_value_is_masked_in_a_mapping_and_in_text() -> None:
+    auth = _b64("bob:ghp_notashape9")
+    config = {"auths": {"ghcr.io": {"auth": auth}, "x.io": {"auth": _b64("u:p")}}}
+    assert redact(config) == {"auths": {"ghcr.io": {"auth": REDACTED}, "x.io": {"auth": REDACTED}}}
+    both_paths(
+        json.dumps(config),
+        json.dumps(config).replace(auth, REDACTED).replace(_b64("u:p"), REDACTED),
+    )
+    both_paths(
+        f"config: {{'auths': {{'r': {{'auth': '{auth}'}}}}}}",
+        "config: {'auths': {'r': {'auth': '***'}}}",
+    )
+    both_paths(
+        json.dumps({"raw": json.dumps(config)}),
+        json.dumps({"raw": json.dumps(config)})
+        .replace(auth, REDACTED)
+        .replace(_b64("u:p"), REDACTED),
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"auth": "oauth2"},
+        {"auth": "password"},  # valid base64, not text
+        {"auth": "Basic"},
+        {"auth": {"type": "token", "mode": "OAuth"}},
+        {"auth": True},
+        {"auth": _b64("no colon in this")},
+        {"author": _b64("bob:pw")},  # another key: data, not Docker's
+        {"auth": "ZGF0YQ"},  # "data"
+    ],
+)
+def test_auth_keys_that_are_not_a_base64_user_and_password_stay(data: dict[str, object]) -> None:
+    assert redact(data) == data
+    text = json.dumps(data)
+    assert redact_text(text) == text
 
 
 @pytest.mark.parametrize(
