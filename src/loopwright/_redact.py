@@ -515,9 +515,14 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                     sk = str(k)
                 except Exception:  # user code's ``__str__``: ``_json`` writes this name for it
                     sk = f"<{type(k).__name__}>"
-            hide = masked or (isinstance(sk, str) and _secret_name(_key(sk), fields))
-            if not hide and isinstance(v, str) and sk == "auth" and _basic_pair(v):
-                hide = True  # Docker's base64 ``user:password`` (``_redact_shapes._AUTH_VALUE``)
+            # (a key ``auth`` holding base64 ``user:password``: Docker's, ``_basic_pair``)
+            hide = masked or (
+                isinstance(sk, str)
+                and (
+                    _secret_name(_key(sk), fields)
+                    or (sk == "auth" and isinstance(v, str) and _basic_pair(v))
+                )
+            )
             nv = _walk(v, values, fields, hide)
             nk = k
             if isinstance(sk, str):
