@@ -70,6 +70,22 @@ UNITS = {
     "pgp": "-----BEGIN PGP PRIVATE KEY BLOCK-----",
     "header-pair": "(b'cookie', b'",
     "header-pair-open": "('authorization', 'abc ",
+    # secrets47: curl's -u, .netrc entries, Docker's auth, SendGrid and Twilio
+    "curl-u": "curl -u a:b ",
+    "curl-u-far": "-u a:b ",
+    "curl-u-open": "curl -u ",
+    "curl-u-glued": "curl -uaaaa",
+    "curl-breaks": "curl\\n-u a:b\\n",
+    "netrc": "machine h login u password p ",
+    "netrc-near": "machine machine login login ",
+    "netrc-login": "default login u account a ",
+    "docker-auth": '"auth": "dXNlcjpwdzEy", ',
+    "docker-auth-near": '"auth": "AAAA',
+    "docker-auth-open": "'auth':'",
+    "sendgrid": "SG.aaaaaaaaaaaaaaaaaaaaaa.",
+    "twilio-sk": "SK0123456789abcdef0123456789abcdef, ",
+    "twilio-ac-pair": "AC0123456789abcdef0123456789abcdef:",
+    "capitals": "TASK ACCESS SG. ",
 }
 
 # masked with a secret registered (its base64 forms are searched for too)

@@ -12,7 +12,10 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
-  user tokens, JWTs); ``password=…`` (``DB_PASSWORD=…``), ``github_token=…``,
+  user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID, JWTs);
+  a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
+  (``_redact_shapes._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
+  ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
   value read to its closing quote, an escaped quote inside it), ``pwd=…``, a command line's
   ``--password VALUE`` (``'--password', '…'``), a log's ``token: VALUE``, HTTP ``Cookie:`` and
@@ -56,10 +59,14 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _TRIGGER_IN,
     _TRIGGERS,
     REDACTED,
+    _auth_values,
+    _basic_pair,
+    _curl_users,
     _jwts,
     _shape,
     _trie,
     _triggered,
+    _upper_triggered,
     _value,
 )
 
@@ -263,7 +270,14 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         s = _declared_text(s, fields)
     if ".eyJ" in s:
         s = _jwts(s)
-    if not _triggered(s.lower()) or _SHAPES.search(s) is None:
+    low = s.lower()
+    if not _triggered(low) and not _upper_triggered(s, low):
+        return s
+    if "-u" in low and "curl" in low:
+        s = _curl_users(s)
+    if "auth" in low:
+        s = _auth_values(s)
+    if _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
 
@@ -447,7 +461,7 @@ def _clean_text(
     # a key holding ``passw`` is a secret's name wherever it is (``quoted`` holds it where
     # ``low`` does: only a backslash before a quote is dropped)
     hit = _triggered(quoted, passw=True)
-    if hit:
+    if hit or _upper_triggered(text, low):
         return False
     # (no secret value known, the common case without one in the environment: no call)
     exact = _values_pattern(values) if values else None
@@ -502,7 +516,14 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                     sk = str(k)
                 except Exception:  # user code's ``__str__``: ``_json`` writes this name for it
                     sk = f"<{type(k).__name__}>"
-            hide = masked or (isinstance(sk, str) and _secret_name(_key(sk), fields))
+            # (a key ``auth`` holding base64 ``user:password``: Docker's, ``_basic_pair``)
+            hide = masked or (
+                isinstance(sk, str)
+                and (
+                    _secret_name(_key(sk), fields)
+                    or (sk == "auth" and isinstance(v, str) and _basic_pair(v))
+                )
+            )
             nv = _walk(v, values, fields, hide)
             nk = k
             if isinstance(sk, str):

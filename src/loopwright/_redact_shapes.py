@@ -8,6 +8,8 @@ re-exports every name here that its tests reach.
 
 from __future__ import annotations
 
+import base64
+import functools
 import re
 from collections.abc import Iterable
 
@@ -50,6 +52,19 @@ _ESCAPED = r"(?<=\\[nrt])"
 _W = rf"(?:\b|{_ESCAPED})"
 _NO_ALNUM_BEFORE = rf"(?:(?<![A-Za-z0-9])|{_ESCAPED})"  # (``pwd=``, ``token:``)
 _NO_NAME_BEFORE = rf"(?:(?<![A-Za-z0-9_-])|{_ESCAPED})"  # (``Cookie:``, not ``x-cookie:``)
+
+# A ``.netrc`` entry: ``machine HOST login USER password VALUE`` (on one line or several;
+# ``default login …``), its ``login`` right before the password, so that prose (``machine
+# learning password reset``) is not read as one. Between its words whitespace, or a line break
+# escaped (in a JSON string); a host or a login is read up to those, not ending in ``:``,
+# ``,`` or ``;`` (``default login page: password reset`` is prose).
+_NETRC_SEP = r"(?:\s|\\[nrt])++"
+_NETRC_TOKEN = r"(?:[^\s\\'\",;:]++|:(?=[^\s\\'\",;:])|\\(?![nrt'\"]))++"
+_NETRC = (
+    rf"(?P<netrc>{_W}(?:machine{_NETRC_SEP}{_NETRC_TOKEN}|default){_NETRC_SEP}"
+    rf"login{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP}password{_NETRC_SEP}"
+    r"\\*+['\"]?+)(?!\*\*\*)" + _BARE
+)
 
 # An option's name on a command line: --password, --github-token, -password (one dash too),
 # not ``-p`` (a port as often as a password)
@@ -159,9 +174,12 @@ _SHAPES = re.compile(
     # a URL-encoded URL's credentials: https%3A%2F%2Fuser%3Apw%40host (a redirect parameter)
     r"|(?P<encurl>\b[A-Za-z][A-Za-z0-9+.-]{0,20}%3[Aa]%2[Ff]%2[Ff])"
     r"(?:[^\s%/@&]++|%(?!2[Ff]|40|3[Aa]))*+%3[Aa](?:[^\s%/@&]++|%(?!2[Ff]|40))*+%40"
+    # a ``.netrc`` entry (``_NETRC``)
+    + "|"
+    + _NETRC
     # a key cut before its END line (text clipped for storage) is masked to the end of it
     # (and OpenPGP's ``PRIVATE KEY BLOCK``)
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+    + r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
     r"(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
     # the keys' own shapes, each at a word's start (``_W``: tested once for all of them)
     r"|" + _W + r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
@@ -174,7 +192,14 @@ _SHAPES = re.compile(
     r"|glpat-[A-Za-z0-9_-]{20,}"
     # loopwright's own user tokens (``lw_`` and 43 characters): a person pasting theirs into a
     # note would put it in the append-only audit log
-    r"|lw_[A-Za-z0-9_-]{40,})"
+    r"|lw_[A-Za-z0-9_-]{40,}"
+    # SendGrid (``SG.``, 22 and 43 base64url characters); a Twilio API key's SID (``SK`` and
+    # 32 hex digits), and the secret written right after an ``SK`` or an account's ``AC`` SID
+    # (``Client("SK…", "…")``, ``"AC…:…"``): the account SID is an identifier and stays
+    r"|SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
+    r"|(?P<twilio>(?P<twsid>(?:SK|AC)[0-9a-f]{32})(?P<twsep>\\*+['\"]?[ \t]*+[,:][ \t]*+\\*+['\"]?)"
+    r"[A-Za-z0-9]{32}(?![A-Za-z0-9]))"
+    r"|SK[0-9a-f]{32}(?![A-Za-z0-9]))"
     # (a JSON Web Token: ``_jwts``, before these)
 )
 
@@ -210,6 +235,104 @@ def _jwts(s: str) -> str:
     return s if not out else "".join(out) + s[done:]
 
 
+# curl's credentials option: ``-u USER:PASSWORD`` (``--user``, ``-U``/``--proxy-user``, glued
+# ``-uUSER:PW``, ``=``, an argument list's next item ``'-u', 'USER:PW'``), the user up to the
+# first ``:``. Read only on a command line that names ``curl`` (``_curl_users``): ``docker
+# run -u 1000:1000`` is a user and a group.
+_CURL_USER = (
+    r"(?<![\w-])(?:-[uU]|--(?:proxy-)?user)(?:[ \t]++|=|\\*+['\"],[ \t]*+)?+\\*+['\"]?+"
+    r"(?P<user>[^\s'\":\\]*+):(?!\*\*\*)(?P<pw>" + _BARE + ")?"
+)
+_CURL_WORD = r"(?<![\w.-])curl(?:\.exe)?(?![\w-])"
+# a line's end that is not continued: a raw line break, or an escaped one (``\n`` in a printed
+# or JSON string), unless a backslash is before it (a shell's continuation)
+_LINE_BREAK = r"(?<!\\)\n|(?<!\\\\)\\n"
+_CURL_SPAN = 2000  # how far back from its option a ``curl`` is looked for
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """The passes' expressions, compiled when first used (most processes never meet a ``curl
+    -u`` or an ``auth`` key: 3 M instructions less at import)."""
+    return re.compile(pattern)
+
+
+def _curl_users(s: str) -> str:
+    """``s`` with the password of each ``curl -u USER:PASSWORD`` masked (``USER:***``; a user
+    alone, ``-u KEY:``, an API key as the user name, is masked itself when 6 or more
+    characters). One pass: the ``curl`` words and line breaks before each option are found
+    by scans that go forward with the options (each character read once)."""
+    out: list[str] = []
+    done = seen = 0
+    curl = brk = -1
+    words, breaks = _compiled(_CURL_WORD), _compiled(_LINE_BREAK)
+    for m in _compiled(_CURL_USER).finditer(s):
+        i = m.start()
+        for c in words.finditer(s, seen, i):
+            curl = c.start()
+        for b in breaks.finditer(s, seen, i):
+            brk = b.start()
+        seen = i
+        if curl < 0 or brk > curl or i - curl > _CURL_SPAN:
+            continue
+        span = m.span("pw") if m.group("pw") else m.span("user")
+        if span[1] - span[0] < (1 if m.group("pw") else MIN_USER_KEY):
+            continue
+        out += (s[done : span[0]], REDACTED)
+        done = span[1]
+    return s if not out else "".join(out) + s[done:]
+
+
+MIN_USER_KEY = 6  # ``-u KEY:``: a user name alone masked from this length
+
+
+# Docker's ``config.json`` (and a Basic credential kept under ``auth`` elsewhere): the value of
+# a quoted ``auth`` key that is base64 of ``user:password`` (``_basic_pair``)
+_AUTH_VALUE = (
+    r"(?<=['\"])auth\\*+['\"]\s*+:\s*+\\*+['\"](?P<v>[A-Za-z0-9+/]{4,}+={0,2}+)(?=\\*+['\"])"
+)
+
+
+def _basic_pair(value: str) -> bool:
+    """Whether ``value`` is base64 of ``user:password`` (printable UTF-8 text with a ``:``
+    between two non-empty parts): Docker's ``auth``; ``"auth": "oauth2"`` is a name."""
+    if len(value) < 4 or len(value) > 4096:
+        return False
+    try:
+        text = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode()
+    except ValueError:  # (binascii.Error and UnicodeDecodeError are ValueErrors)
+        return False
+    user, colon, password = text.partition(":")
+    return bool(colon and user and password and text.isprintable())
+
+
+def _auth_values(s: str) -> str:
+    """``s`` with each quoted ``auth`` key's base64 ``user:password`` value masked."""
+
+    def one(m: re.Match[str]) -> str:
+        if not _basic_pair(m.group("v")):
+            return m.group(0)
+        return m.group(0)[: m.start("v") - m.start()] + REDACTED
+
+    return _compiled(_AUTH_VALUE).sub(one, s)
+
+
+def _upper_triggered(s: str, low: str) -> bool:
+    """Whether ``s`` may hold a shape written in capitals (SendGrid's ``SG.``, Twilio's ``SK``
+    and ``AC`` SIDs) or a Docker ``auth`` value (base64: capitals too). ``low`` is
+    ``s.lower()``: where the two are equal (one ``memcmp``: most of the engine's records) there
+    is no capital, and no test is run; each shape's second capital is looked for first, one
+    ``memchr`` where it is not in the text."""
+    if s == low:
+        return False
+    return (
+        ("K" in s and "SK" in s)
+        or ("G" in s and "SG." in s)
+        or ("C" in s and "AC" in s)
+        or "auth" in low
+    )
+
+
 def _shape(m: re.Match[str]) -> str:
     group = m.lastgroup  # the kept part's name (each alternative has at most one)
     if group is None:
@@ -218,14 +341,19 @@ def _shape(m: re.Match[str]) -> str:
         return m.group(group) + REDACTED + "@"
     if group == "encurl":
         return m.group(group) + REDACTED + "%40"
+    if group == "twilio":  # an account's SID stays, an API key's SID is masked
+        sid = m.group("twsid")
+        return (sid if sid.startswith("AC") else REDACTED) + m.group("twsep") + REDACTED
     return m.group(group) + REDACTED
 
 
-# Every shape of ``_SHAPES`` contains one of these (lower-cased); substring tests run in C and are about
+# Every shape of ``_SHAPES`` but those written in capitals (``_upper_triggered``: SendGrid,
+# Twilio) contains one of these (lower-cased); substring tests run in C and are about
 # ten times faster than the regular expression on text that has none, the common case.
 _TRIGGERS = (
     "://",
     "=",
+    "-u",
     "password",
     "passwd",
     "api_key",
@@ -321,7 +449,7 @@ def _trie(words: Iterable[str]) -> str:
 # alternation is about ten times slower in Python's engine. Those whose first character is
 # everywhere in JSON (":") or could fill a whole value ("xxxx…": the pattern would be tried at
 # every character) are plain substring tests instead, which run in C at memory speed.
-_TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token")
+_TRIGGER_IN: tuple[str, ...] = ("=", "://", "xox", "%3a%2f%2f", "-token", "-u")
 _TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
@@ -402,6 +530,7 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
         or "://" in low
         or ("x" in low and "xox" in low)
         or ("%" in low and "%3a%2f%2f" in low)
+        or ("-" in low and "-u" in low)
         or _token_trigger(low)
     ):
         return True
