@@ -537,8 +537,11 @@ class TaskState(Planning):
 
         ``artifacts`` is ``{artifact: {part: value}}``; ``plan`` is a list of step mappings.
         """
+        goal = task.get("goal")
+        if goal is not None and not isinstance(goal, str):  # (a table was stored as its text)
+            raise ConfigError(f"must be text, got {type(goal).__name__}", field="task.goal")
         state = cls(
-            goal=str(task.get("goal", "")),
+            goal=goal or "",
             task_key=task_key,
             project=project or str(task.get("project", "")),
             task=dict(task),

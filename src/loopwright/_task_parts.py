@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._decide import cycle_cap
 from ._errors import ConfigError
-from ._json import owned_copy, round_trip
+from ._json import check_given_text, owned_copy, round_trip
 from ._keys import check_key, fit_key
 from ._parts import part_ref
 from ._redact import redact
@@ -55,9 +55,19 @@ def starting_state(
         key = check_key(task_key)
     elif masked.get("task_key") is not None:
         given = masked["task_key"]
+        if isinstance(given, bool) or not isinstance(given, str | int):
+            # (a table was taken as its text, a flag as "True": the CLI refused both)
+            raise ConfigError(
+                f"must be text (or a whole number), got {type(given).__name__}",
+                field="task.task_key",
+            )
         key = check_key(str(given) if isinstance(given, int) else given, "task.task_key")
     else:
         key = fit_key(loop.name, f":{uuid.uuid4().hex}")
+    if project is None:
+        # text, as the ``project`` argument and ``Loop.project`` are: a number was stored as
+        # its digits and a table as its text (the CLI refused a table, took a number)
+        check_given_text(masked.get("project"), field="task.project")
     proj = project if project is not None else str(masked.get("project") or loop.project)
     init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
     try:

@@ -198,6 +198,10 @@ def test_a_task_key_that_is_an_object(project: Path) -> None:
         ({"plan": {"id": "s1"}}, ("task.plan", "list of steps")),  # (was "needs an 'id'")
         ({"artifacts": []}, ("task.artifacts", "table")),  # ([], 0, "": no artifacts, exit 0)
         ({"artifacts": 0}, ("task.artifacts", "table")),
+        # a table goal was the goal "{'text': 'x'}"; a number project was "5", a table refused
+        ({"goal": {"text": "x"}}, ("task.goal", "must be text", "dict")),
+        ({"project": 5}, ("project", "must be a string", "int")),
+        ({"project": {"a": 1}}, ("project", "must be a string", "dict")),
     ],
 )  # fmt: skip
 def test_a_task_plan_or_artifacts_of_the_wrong_kind(

@@ -182,10 +182,34 @@ def test_a_store_without_users_or_authority_says_so_plainly(
 def test_a_token_for_a_user_who_does_not_exist_is_refused(
     store: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Only an admin learns that a name is no user's: without a token, or with another user's,
+    `users token` and `users revoke` answer an unknown name as they answer a known one (`users
+    token nosuch` said "no user 'nosuch'" before asking for a token: who exists, to anyone)."""
     s = ("--store", store)
-    assert lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)[0] == 0
-    code, _, err = lw_cli(capsys, "users", "token", "nosuch", *s)
-    assert code == 2 and "no user 'nosuch' in this store" in err
+    code, root, _ = lw_cli(capsys, "users", "add", "root", "--role", "admin", *s)
+    assert code == 0
+    monkeypatch.setenv("LOOPWRIGHT_TOKEN", root.strip())
+    code, vic, _ = lw_cli(capsys, "users", "add", "vic", "--role", "viewer", *s)
+    assert code == 0
+    assert lw_cli(capsys, "users", "add", "ana", "--role", "viewer", *s)[0] == 0
+    monkeypatch.delenv("LOOPWRIGHT_TOKEN")
+    for cmd in ("token", "revoke"):
+        answers = {}
+        for name in ("ana", "nosuch"):
+            for given in ((), ("--token", "lw_bogus"), ("--token", vic.strip())):
+                code, out, err = lw_cli(capsys, "users", cmd, name, *given, *s)
+                assert code == 2 and not out and "nosuch" not in err.replace(name, "NAME")
+                answers.setdefault(given, []).append(err.replace(name, "NAME"))
+        assert all(a == b for a, b in answers.values()), answers
+        assert "give your token" in answers[()][0]
+        assert "unknown or revoked" in answers[("--token", "lw_bogus")][0]
+        assert "vic may" in answers[("--token", vic.strip())][0]
+    code, out, err = lw_cli(capsys, "users", "token", "nosuch", "--token", root.strip(), *s)
+    assert code == 2 and "no user 'nosuch' in this store" in err  # an admin is told
+    code, out, err = lw_cli(capsys, "users", "revoke", "nosuch", "--token", root.strip(), *s)
+    assert code == 2 and "no user 'nosuch'" in err
+    code, out, _ = lw_cli(capsys, "users", "token", "vic", "--token", vic.strip(), *s)
+    assert code == 0 and out.startswith("lw_")  # a user for themself
 
 
 def test_a_limit_kind_not_in_lower_case_is_pointed_out_when_the_user_is_added(

@@ -75,6 +75,22 @@ def approved_after_reuse(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, s
     return loop, a, b
 
 
+def refund_in_doubt_after_reuse(url: str) -> tuple[str, str]:
+    """As ``approved_after_reuse``, then A's refund dies after the provider's call (in doubt:
+    the claim ``undoing``); A resumed, cancelled. Returns A and B."""
+    provider = Provider()
+    with lw.Runtime(url) as rt:
+        loop, a, b = approved_after_reuse(rt, provider)
+    crashed = dying(url, "before_effect_result")
+    with pytest.raises(Crash):
+        crashed.resume_sync(a, loop)
+    crashed.close()
+    with lw.Runtime(url) as rt:
+        assert provider.collected() == 0  # the provider refunded it
+        assert rt.resume_sync(a, loop).status == "cancelled"
+    return a, b
+
+
 def shown(url: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
     """What ``loopwright show`` prints of the run."""
     from loopwright.cli import main
@@ -194,16 +210,18 @@ def test_a_kill_after_the_reuse_counts_a_run_whose_journal_holds_it(url: str) ->
         assert b in req.what
 
 
-def as_before_reuses(rt: lw.Runtime, url: str) -> int:
-    """Put the store back as the release before reuses were recorded: their table gone, the
-    schema version before its step (returned: the latest)."""
+def as_before_reuses(rt: lw.Runtime, url: str, *, drop: bool = True) -> int:
+    """Put the store back as the release before reuses were recorded: their table gone (but
+    with ``drop=False``: the steps from there run again), the schema version before its step
+    (returned: the latest)."""
     from loopwright.store._pg_schema import PG_MIGRATIONS
     from loopwright.store._schema import BACKFILL_REUSES, SQLITE_MIGRATIONS
 
     steps = PG_MIGRATIONS if url.startswith("postgres") else SQLITE_MIGRATIONS
     before = next(i for i, s in enumerate(steps) if BACKFILL_REUSES in s)
     with rt.store._tx() as conn:  # type: ignore[attr-defined]
-        conn.execute("DROP TABLE effect_reuses")
+        if drop:
+            conn.execute("DROP TABLE effect_reuses")
         conn.execute(f"UPDATE loopwright_meta SET value = '{before}' WHERE key = 'schema_version'")
     return len(steps)
 
@@ -283,6 +301,33 @@ def test_an_upgrade_records_no_reuse_of_a_payment_since_refunded(url: str) -> No
         assert provider.asked == ["pay:I6", "pay:I6~2"]
 
 
+def test_an_upgrade_records_and_tells_a_reuse_of_a_payment_whose_refund_started(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B reused A's payment under the release before; A's refund then started and died after
+    # the provider refunded (in doubt: the claim ``undoing``). The upgrade passed B over (it
+    # recorded reuses of ``done`` claims only): B was on nothing, told nothing, where a reuse
+    # recorded now is told as the refund starts, and a fork in B's place is told by the
+    # upgrade. Now B is recorded and told, once: the step run again does not tell it twice.
+    a, b = refund_in_doubt_after_reuse(url)
+    with lw.Runtime(url) as rt:
+        assert rt.store.effect_claim("spend", "pay:I6") == lw.store.EffectClaim(a, "undoing", 1)
+        said = {"kind": "spend", "key": "pay:I6", "generation": 1, "refunded_by": a}
+        assert started(rt, b) == [said]  # told live, as the refund started
+        latest = as_before_reuses(rt, url)
+        with rt.store._tx() as conn:  # type: ignore[attr-defined]
+            conn.execute("DELETE FROM events WHERE kind = 'effect_reuse_refunding'")
+    with lw.Runtime(url) as rt:
+        assert rt.store.schema_version == latest  # type: ignore[attr-defined]
+        assert [r for r, _st in reusers(rt)] == [b]
+        assert started(rt, b) == [said]
+        as_before_reuses(rt, url, drop=False)
+    with lw.Runtime(url) as rt:  # both steps run again: B, recorded already, is not told again
+        assert [r for r, _st in reusers(rt)] == [b]
+        assert started(rt, b) == [said]
+    assert "refund started (may be done)" in shown(url, b, capsys)
+
+
 def test_the_store_starts_no_undoing_of_a_reuse_no_person_was_told_of(url: str) -> None:
     # ``journal_put``'s ``undoing`` with ``reusers_known``: refused (nothing written) while a
     # run that reused the action is not among them; written once it is.
@@ -348,16 +393,8 @@ def test_a_run_is_told_of_a_refund_that_ends_in_doubt(
 ) -> None:
     # The approved refund dies after the provider's call, with no hook to ask: in doubt, its
     # claim never ``compensated``; B was told when it started, before the provider was asked.
-    provider = Provider()
+    a, b = refund_in_doubt_after_reuse(url)
     with lw.Runtime(url) as rt:
-        loop, a, b = approved_after_reuse(rt, provider)
-    crashed = dying(url, "before_effect_result")
-    with pytest.raises(Crash):
-        crashed.resume_sync(a, loop)
-    crashed.close()
-    with lw.Runtime(url) as rt:
-        assert provider.collected() == 0  # the provider refunded it
-        assert rt.resume_sync(a, loop).status == "cancelled"
         [note] = (rt.store.get_run(a).packet or {})["compensations"]
         assert note["status"] == "in_doubt"
         assert len(started(rt, b)) == 1 and told(rt, b) == []

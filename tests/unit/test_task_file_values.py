@@ -103,6 +103,38 @@ def test_a_task_holding_nan_or_infinity_is_refused_before_the_run_exists(
         assert made and rec.task == {"artifacts": {"inv": {"qty": 10**30}}}
 
 
+@pytest.mark.parametrize(
+    ("task", "field"),
+    [
+        ({"goal": {"text": "reconcile"}}, "task.goal"),  # (was stored as "{'text': ...}")
+        ({"goal": 7}, "task.goal"),
+        ({"project": 5}, "task.project"),  # (was "5"; the project argument refuses 5)
+        ({"project": {"name": "ap"}}, "task.project"),  # (was "{'name': 'ap'}")
+        ({"project": ["ap"]}, "task.project"),
+        ({"task_key": {"k": 1}}, "task.task_key"),  # (was the key "{'k': 1}")
+        ({"task_key": True}, "task.task_key"),  # (was the key "True")
+    ],
+)
+def test_a_goal_project_or_key_of_the_wrong_kind_is_refused_naming_it(
+    tmp_path: Path, task: dict[str, object], field: str
+) -> None:
+    """What a task gives for goal, project and key is text (a key may be a whole number):
+    anything else was stored as its Python text, not refused (a task file's table project
+    was refused, its number taken; docs/concepts.md documents a whole number for a key only)."""
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        with pytest.raises(lw.ConfigError, match="must be text") as err:
+            rt.create(_loop(), {"artifacts": {"a": {"x": 0}}, **task})
+        assert err.value.field == field, err.value
+        with pytest.raises(lw.ConfigError):
+            asyncio.run(rt.run(_loop(), {"artifacts": {"a": {"x": 0}}, **task}))
+        assert rt.store.list_runs() == []
+        # what is accepted: text, a whole-number key (its digits), and null for each
+        ok = {"goal": None, "project": "ap", "task_key": 12, "artifacts": {"a": {"x": 0}}}
+        rec, made = rt.create(_loop(), ok)
+        assert made and (rec.task_key, rec.project) == ("12", "ap")
+        assert lw.TaskState.from_task({"goal": None}).goal == ""  # (was "None")
+
+
 def test_run_many_runs_a_keyed_batch_once_and_a_keyless_one_again(tmp_path: Path) -> None:
     """What docs/concepts.md says of running a batch again (it said "re-runs nothing that
     ended" of every batch; a task without a key, an ``id`` field notwithstanding, gets a new

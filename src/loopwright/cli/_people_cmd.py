@@ -229,18 +229,20 @@ def users_token(
     store: StoreOpt = None,
 ) -> None:
     """Print a new token for NAME (shown once); their earlier token stops working at once.
-    An admin may do it for anyone, a user for themself."""
+    An admin may do it for anyone, a user for themself. Who asks is checked before the name
+    is looked up: "no user 'x'" is an admin's answer only (it answered anyone, token or none,
+    and so told whether a user exists)."""
     with open_existing(store) as st:
         if not st.has_users():
             raise ConfigError("this store has no users: add one with `loopwright users add`")
-        if st.get_user(name) is None:
-            raise ConfigError(f"no user {name!r} in this store", field="NAME")
         who = acting_as(st, None, token, action="issue token", target=f"user {name}")
         me = st.get_user(who)
         if who != name and (me is None or not permits(me, "admin")):
             audit(st, who, "issue token", f"user {name}", outcome="refused", origin="cli",
                   reason="needs the admin role")  # fmt: skip
             raise NotPermittedError(f"{who} may replace only their own token (admins: anyone's)")
+        if st.get_user(name) is None:
+            raise ConfigError(f"no user {name!r} in this store", field="NAME")
         secret = new_token()
         st.set_token(name, hash_token(secret), now=time.time())
         audit(st, who, "issue token", f"user {name}", origin="cli")

@@ -92,7 +92,8 @@ def _text(path: Path, where: str) -> str:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", field=where) from None
 
 
-# What names a run must be text (or a whole number): a table would be stored as its Python repr.
+# What names a run must be text (or a whole number: a task key's digits); a table would be
+# stored as its Python repr. A project is text only, as ``Runtime.create``'s (``starting_state``).
 _NAMING = ("task_key", "id", "task_id", "project")
 # Deeper tasks are refused here: the run's state, masking and store code walk values
 # recursively, and Python's stack ends near 1,000 levels (json.loads alone parses ~990).
@@ -116,7 +117,8 @@ def _checked(task: dict[str, Any], at: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{at}: nested deeper than {MAX_DEPTH} levels", field=where)
     for name in _NAMING:
         value = task.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, str | int)):
+        kinds = str if name == "project" else str | int
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
             kind = type(value).__name__
             raise ConfigError(f"{at}: {name} must be a string, got {kind} {value!r}", field=where)
     return task

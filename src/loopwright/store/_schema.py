@@ -63,7 +63,8 @@ EFFECT_REUSES = """CREATE TABLE IF NOT EXISTS effect_reuses (
         )"""
 
 # A migration step run in Python (``SQLStore._backfill_reuses``): the reuses runs of an earlier
-# release journaled (``from_run``) of a claim still ``done`` by that run, recorded.
+# release journaled (``from_run``) of a claim still ``done`` by that run, or being undone by it
+# (a reuser of one is told so, as the fork step tells a fork), recorded.
 BACKFILL_REUSES = "-- loopwright: the reuses of done claims runs journaled before"
 
 # A migration step run in Python (``_backfill_fork_reuses``): the forks made before

@@ -165,19 +165,23 @@ class MigrationsSQL(SQLCore):
 
     def _backfill_reuses(self, conn: Any) -> None:
         """A migration step: the reuses an earlier release journaled (a ``done`` entry naming
-        ``from_run``) of a claim that run still holds ``done``, recorded at the claim's
-        generation (the one the entry says it reused, when it says), so that its refund asks
-        a person as one reused after the upgrade does. A reuse of a claim since undone (or
-        taken again, or of an earlier generation) names a payment no longer there: not
-        recorded (nothing of it is left to refund); a fork's inherited copy of one is the
-        next step's (``BACKFILL_FORK_REUSES``). Done entries only are read."""
+        ``from_run``) of a claim that run still holds ``done``, or is undoing (a refund
+        running, or in doubt), recorded at the claim's generation (the one the entry says it
+        reused, when it says), so that its refund asks a person, names it and tells it, as
+        one reused after the upgrade does; a reuse of a claim being undone is told so
+        (``effect_reuse_refunding``), as the fork step tells a fork (it was passed over:
+        recorded on nothing, told nothing, before the refund settled or ever). A reuse of a
+        claim since undone (or taken again, or of an earlier generation) names a payment no
+        longer there: not recorded (nothing of it is left to refund); a fork's inherited copy
+        of one is the next step's (``BACKFILL_FORK_REUSES``). Done entries only are read."""
         insert = self._q.p(
             "INSERT INTO effect_reuses(kind, key, generation, run_id, created_at) "
             "SELECT k.kind, k.key, k.generation, ?, ? FROM effect_keys k "
-            "WHERE k.kind=? AND k.key=? AND k.run_id=? AND k.status='done' "
+            "WHERE k.kind=? AND k.key=? AND k.run_id=? AND k.status IN ('done', 'undoing') "
             "AND k.generation = COALESCE(CAST(? AS INTEGER), k.generation) "
             "ON CONFLICT(kind, key, generation, run_id) DO NOTHING"
         )
+        before = self._refunding_reuses(conn)
         now = time.time()
         sql = "SELECT run_id, data FROM journal WHERE kind='effect' AND status='done'"
         for run_id, data in self._effect_data(conn, sql):
@@ -189,6 +193,7 @@ class MigrationsSQL(SQLCore):
             gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else None
             if isinstance(holder, str) and isinstance(kind, str) and isinstance(action, str):
                 conn.execute(insert, (run_id, now, kind, action, holder, gen))
+        self._tell_refunding(conn, before, now)
 
     def _backfill_fork_reuses(self, conn: Any) -> None:
         """A migration step: the forks an earlier release made, recorded as reusers of the
@@ -199,10 +204,21 @@ class MigrationsSQL(SQLCore):
         other word reaches it before the refund settles, if ever. Only the reuses this step
         records are told: a store put back to an earlier version runs it again, and a fork
         recorded before was told when it was."""
-        q = self._q
-        before = {tuple(r) for r in conn.execute(q.refunding_reuses).fetchall()}
+        before = self._refunding_reuses(conn)
         now = time.time()
-        conn.execute(q.fork_reuses_all, (now,))
+        conn.execute(self._q.fork_reuses_all, (now,))
+        self._tell_refunding(conn, before, now)
+
+    def _refunding_reuses(self, conn: Any) -> set[tuple[Any, ...]]:
+        """The recorded reuses of claims being undone (``refunding_reuses``' rows), before a
+        step records more: those are told already."""
+        return {tuple(r) for r in conn.execute(self._q.refunding_reuses).fetchall()}
+
+    def _tell_refunding(self, conn: Any, before: set[tuple[Any, ...]], now: float) -> None:
+        """Tell each reuse of a claim being undone that a step recorded (not in ``before``)
+        that its refund started (``effect_reuse_refunding``), as a reuser is told when a
+        refund starts: once, however often the step runs."""
+        q = self._q
         rows = [
             event_row(
                 str(run_id),
