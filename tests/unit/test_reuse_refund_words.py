@@ -34,7 +34,9 @@ def test_an_allowed_refund_told_no_one() -> None:
 
 def test_a_reparked_offer_names_the_runs_and_their_status() -> None:
     o = offer()
-    req = _reversal._repark(o, [EffectReuse("B", "accepted")], 4, "ops cancelled it", {})
+    req = _reversal._repark(
+        o, [EffectReuse("B", "accepted")], 4, "ops cancelled it", {}, now=1_000.0
+    )
     assert o["action"] == "require" and o["approval_id"] == req.approval_id
     assert req.kind == "compensation" and "B (accepted)" in req.what
     assert req.evidence["reused_by"] == [{"run_id": "B", "status": "accepted"}]
