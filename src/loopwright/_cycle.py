@@ -555,7 +555,9 @@ def _candidate(
 
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:
     for step in proposal.new_steps:
-        state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
+        # a step of our own (the actor's were checked as ``Proposal.owned`` took them; a
+        # stored proposal's are read as written, ``PlanStep.from_dict``)
+        state.add_step(PlanStep.from_dict(step.to_dict(), stored=True))
     if not proposal.plan:
         return  # most proposals (the default plan is a mappingproxy: its items cost more)
     for step_id, status in proposal.plan.items():

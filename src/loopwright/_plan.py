@@ -48,15 +48,28 @@ class PlanStep:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, where: str | None = None) -> PlanStep:
+    def from_dict(
+        cls, d: Mapping[str, Any], *, where: str | None = None, stored: bool = False
+    ) -> PlanStep:
         """A step from its mapping, checked: ``depends_on`` a list of step ids and ``parts``
         one of ``artifact/part`` references (a string there was read character by
         character: ``"invoice/qty"`` became the parts ``i``, ``n``, ...). ``where``: the
-        step's place, for an error (``task.plan[0]``); by default ``plan.<id>``."""
+        step's place, for an error (``task.plan[0]``); by default ``plan.<id>``.
+        ``stored``: a step as a state or a proposal recorded it, read as written (an earlier
+        release let an actor's step depend on ``1``: refused, its run could no longer be
+        read, shown or resumed; review47b)."""
         where = where or f"plan.{d.get('id')}"
         status = d.get("status", "pending")
         if status not in STEP_STATUSES:
             raise ConfigError(f"unknown step status {status!r}", field=where)
+        if stored:
+            return cls(
+                id=str(d["id"]),
+                title=str(d.get("title", "")),
+                depends_on=tuple(d.get("depends_on", ())),
+                parts=tuple(d.get("parts", ())),
+                status=cast(StepStatus, status),
+            )
         step_id = d.get("id")
         if isinstance(step_id, bool) or not isinstance(step_id, str | int) or step_id == "":
             raise ConfigError(
