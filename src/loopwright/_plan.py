@@ -19,7 +19,14 @@ from ._parts import split_ref
 if TYPE_CHECKING:
     from ._parts import Part
 
-__all__ = ["STEP_STATUSES", "PlanStep", "Planning", "StepStatus", "task_plan"]
+__all__ = [
+    "STEP_STATUSES",
+    "PlanStep",
+    "Planning",
+    "StepStatus",
+    "check_new_steps",
+    "task_plan",
+]
 
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
 STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
@@ -95,6 +102,25 @@ class PlanStep:
             parts=lists["parts"],
             status=cast(StepStatus, status),
         )
+
+
+def check_new_steps(steps: Any) -> None:
+    """An actor's new plan steps (``Proposal.new_steps``), checked as a task's are
+    (``PlanStep.from_dict``): a step the state cannot hold (an empty id, a dependency that
+    is not a step id, a part that is no ``artifact/part``, an unknown status) is a
+    ``ConfigError`` naming it. The cycle asks as it takes the actor's proposal, and escalates
+    on it as on any value it cannot store: checked only as the candidate was built, it
+    escaped the cycle as a traceback and left the run ``running`` (review47b). (A step read
+    back from the store is not checked again: ``from_dict(stored=True)``.)"""
+    for i, s in enumerate(steps):
+        raw = {
+            "id": s.id,
+            "title": s.title,
+            "depends_on": s.depends_on,  # as given: a string is no list of ids
+            "parts": s.parts,
+            "status": s.status,
+        }
+        PlanStep.from_dict(raw, where=f"Proposal.new_steps[{i}]")
 
 
 def task_plan(plan: Any) -> list[PlanStep]:

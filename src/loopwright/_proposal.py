@@ -263,7 +263,7 @@ class Proposal:
             ),
             replace,
             dict(self.plan),
-            _owned_steps(self.new_steps),
+            tuple(self.new_steps),
             str(self.note),
             self.usage,
             None if self.escalate is None else str(self.escalate),
@@ -448,22 +448,3 @@ class Context:
             for f in self.findings
             if f.artifact == artifact and (part is None or f.part in (None, part))
         ]
-
-
-def _owned_steps(steps: Sequence[PlanStep]) -> tuple[PlanStep, ...]:
-    """The actor's new plan steps, checked as a task's are (``PlanStep.from_dict``): a step
-    the state cannot hold (an empty id, a dependency that is not a step id, a part that is
-    no ``artifact/part``, an unknown status) is a ``ConfigError`` here, where the cycle
-    escalates on an actor's value it cannot store; applied to the candidate, it escaped the
-    cycle as a traceback and left the run ``running`` (review47b)."""
-    out: list[PlanStep] = []
-    for i, s in enumerate(steps):
-        raw = {
-            "id": s.id,
-            "title": s.title,
-            "depends_on": s.depends_on,  # as given: a string is no list of ids
-            "parts": s.parts,
-            "status": s.status,
-        }
-        out.append(PlanStep.from_dict(raw, where=f"Proposal.new_steps[{i}]"))
-    return tuple(out)
