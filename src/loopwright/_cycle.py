@@ -32,7 +32,7 @@ from ._exec import (
 )
 from ._frozen import twin_of
 from ._gates import _approved, _effect, given_keys, reuse_gone
-from ._plan import STEP_STATUSES
+from ._plan import STEP_STATUSES, check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
 from ._redact import redact
@@ -125,6 +125,8 @@ class Cycle(ActorContext):
             # From here on the engine holds its own copy: what the actor keeps (and may still
             # change) never reaches the state, and what is judged is what is stored.
             owned = proposal.owned()
+            if owned.new_steps:  # (steps the state cannot hold: refused here, named)
+                check_new_steps(owned.new_steps)
         except ConfigError as exc:
             return self._abort(
                 ex,
@@ -555,7 +557,9 @@ def _candidate(
 
 def _apply_plan(state: TaskState, proposal: Proposal) -> None:
     for step in proposal.new_steps:
-        state.add_step(PlanStep.from_dict(step.to_dict()))  # checked, and a step of our own
+        # a step of our own (the actor's were checked as its proposal was taken,
+        # ``check_new_steps``; a stored proposal's are read as written)
+        state.add_step(PlanStep.from_dict(step.to_dict(), stored=True))
     if not proposal.plan:
         return  # most proposals (the default plan is a mappingproxy: its items cost more)
     for step_id, status in proposal.plan.items():

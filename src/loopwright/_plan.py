@@ -19,7 +19,14 @@ from ._parts import split_ref
 if TYPE_CHECKING:
     from ._parts import Part
 
-__all__ = ["STEP_STATUSES", "PlanStep", "Planning", "StepStatus", "task_plan"]
+__all__ = [
+    "STEP_STATUSES",
+    "PlanStep",
+    "Planning",
+    "StepStatus",
+    "check_new_steps",
+    "task_plan",
+]
 
 StepStatus = Literal["pending", "in_progress", "done", "blocked"]
 STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
@@ -48,15 +55,28 @@ class PlanStep:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, where: str | None = None) -> PlanStep:
+    def from_dict(
+        cls, d: Mapping[str, Any], *, where: str | None = None, stored: bool = False
+    ) -> PlanStep:
         """A step from its mapping, checked: ``depends_on`` a list of step ids and ``parts``
         one of ``artifact/part`` references (a string there was read character by
         character: ``"invoice/qty"`` became the parts ``i``, ``n``, ...). ``where``: the
-        step's place, for an error (``task.plan[0]``); by default ``plan.<id>``."""
+        step's place, for an error (``task.plan[0]``); by default ``plan.<id>``.
+        ``stored``: a step as a state or a proposal recorded it, read as written (an earlier
+        release let an actor's step depend on ``1``: refused, its run could no longer be
+        read, shown or resumed; review47b)."""
         where = where or f"plan.{d.get('id')}"
         status = d.get("status", "pending")
         if status not in STEP_STATUSES:
             raise ConfigError(f"unknown step status {status!r}", field=where)
+        if stored:
+            return cls(
+                id=str(d["id"]),
+                title=str(d.get("title", "")),
+                depends_on=tuple(d.get("depends_on", ())),
+                parts=tuple(d.get("parts", ())),
+                status=cast(StepStatus, status),
+            )
         step_id = d.get("id")
         if isinstance(step_id, bool) or not isinstance(step_id, str | int) or step_id == "":
             raise ConfigError(
@@ -82,6 +102,25 @@ class PlanStep:
             parts=lists["parts"],
             status=cast(StepStatus, status),
         )
+
+
+def check_new_steps(steps: Any) -> None:
+    """An actor's new plan steps (``Proposal.new_steps``), checked as a task's are
+    (``PlanStep.from_dict``): a step the state cannot hold (an empty id, a dependency that
+    is not a step id, a part that is no ``artifact/part``, an unknown status) is a
+    ``ConfigError`` naming it. The cycle asks as it takes the actor's proposal, and escalates
+    on it as on any value it cannot store: checked only as the candidate was built, it
+    escaped the cycle as a traceback and left the run ``running`` (review47b). (A step read
+    back from the store is not checked again: ``from_dict(stored=True)``.)"""
+    for i, s in enumerate(steps):
+        raw = {
+            "id": s.id,
+            "title": s.title,
+            "depends_on": s.depends_on,  # as given: a string is no list of ids
+            "parts": s.parts,
+            "status": s.status,
+        }
+        PlanStep.from_dict(raw, where=f"Proposal.new_steps[{i}]")
 
 
 def task_plan(plan: Any) -> list[PlanStep]:

@@ -348,7 +348,7 @@ class Proposal:
             ),
             d.get("replace"),
             dict(d["plan"]) if d.get("plan") else _NO_PLAN,
-            tuple(PlanStep.from_dict(s) for s in d.get("new_steps", ())),
+            tuple(PlanStep.from_dict(s, stored=True) for s in d.get("new_steps", ())),
             str(d.get("note", "")),
             Usage.from_dict(d["usage"]) if d.get("usage") else None,
             d.get("escalate"),

@@ -505,7 +505,7 @@ class TaskState(Planning):
             project=str(d.get("project", "")),
             task=dict(d.get("task") or {}),
             artifacts={a.name: a for a in arts},
-            plan=[PlanStep.from_dict(s) for s in d.get("plan", ())],
+            plan=[PlanStep.from_dict(s, stored=True) for s in d.get("plan", ())],
             findings=[Finding.from_dict(f) for f in d.get("findings", ())],
             notes=list(d.get("notes", ())),
             next_action=str(d.get("next_action", "")),

@@ -429,6 +429,36 @@ def test_actor_can_update_the_plan(rt: lw.Runtime) -> None:
     assert [(s.id, s.status) for s in at1.plan][:2] == [("s1", "in_progress"), ("s2", "pending")]
 
 
+@pytest.mark.parametrize(
+    ("step", "field"),
+    [
+        (lw.PlanStep(id="extra", depends_on=(1,)), "depends_on"),  # (a model's JSON number)
+        (lw.PlanStep(id="extra", parts=("qty",)), "parts"),  # no artifact/part
+        (lw.PlanStep(id="extra", status="nope"), "status"),  # type: ignore[arg-type]
+        (lw.PlanStep(id=""), "id"),
+    ],
+)
+def test_a_new_step_the_state_cannot_hold_escalates(
+    rt: lw.Runtime, step: lw.PlanStep, field: str
+) -> None:
+    """An actor's new plan step the state cannot hold ends the cycle as any value of the
+    actor's that cannot be stored does: escalated, naming the step. Before, it was refused
+    (or not, for a dependency named by a number) only as the candidate was built: a
+    ConfigError out of ``run_sync``, the run left ``running`` (review47b)."""
+
+    def planner(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(new_steps=(step,), note=field)
+
+    r = rt.run_sync(make_loop(planner), PLAN_TASK)
+    assert r.status == "escalated"
+    assert rt.store.get_run(r.run_id).status == "escalated"
+    cause = str(r.packet["cause"])
+    assert cause.startswith("the actor returned a value that cannot be stored")
+    assert f"Proposal.new_steps[0]{'.' + field if field in ('parts', 'depends_on') else ''}:" in cause
+    assert r.state.plan == rt.store.latest_checkpoint(r.run_id).task_state().plan
+    assert "extra" not in [s.id for s in r.state.plan]
+
+
 # --- user code failing ---------------------------------------------------------------------
 def _raises(ctx: lw.Context) -> lw.Proposal:
     raise RuntimeError("model exploded")

@@ -878,3 +878,20 @@ def test_a_head_of_another_shape_is_advanced_the_slow_way() -> None:
         assert new == codec.head(s, odd, set(), None)
         assert d == codec.delta(odd, new, codec.hints(s, odd, set(), None))
         assert codec.apply_delta(odd, d)["cycle"] == 3
+
+
+def test_a_stored_step_is_read_as_written() -> None:
+    """A step an earlier release stored (an actor's, depending on ``1``; a part named without
+    its artifact) is read back as written, in a state and in a stored proposal: the checks a
+    new task's or actor's step gets refused it, and its run could no longer be read, shown or
+    resumed (review47b). A new step is still checked (``PlanStep.from_dict``)."""
+    step = {"id": "extra", "title": "", "depends_on": [1], "parts": ["qty"], "status": "pending"}
+    s = lw.TaskState.from_task({"goal": "g", "artifacts": {"doc": {"a": 1}}})
+    d = s.to_dict()
+    d["plan"] = [step]
+    back = lw.TaskState.from_dict(d)
+    assert [(p.id, p.depends_on, p.parts) for p in back.plan] == [("extra", (1,), ("qty",))]
+    stored = lw.Proposal(note="n").to_dict() | {"new_steps": [step]}
+    assert lw.Proposal.from_dict(stored).new_steps[0].depends_on == (1,)
+    with pytest.raises(ConfigError, match="depends_on"):
+        lw.PlanStep.from_dict(step)
