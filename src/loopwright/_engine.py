@@ -99,8 +99,25 @@ class Runtime(
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
-        if not isinstance(calls_in_threads, bool):
-            raise ConfigError("must be True or False", field="calls_in_threads")
+        # Every argument is checked before the store is opened: a refused one leaves no store
+        # open (or newly created) behind.
+        for name, flag in (
+            ("calls_in_threads", calls_in_threads),
+            ("group_commit", group_commit),
+            ("memory", memory),
+        ):
+            if not isinstance(flag, bool):  # (memory="no" would have turned memory on)
+                raise ConfigError(f"must be True or False, got {flag!r}", field=name)
+        if owner is not None and (not isinstance(owner, str) or not owner.strip()):
+            raise ConfigError(f"must be a non-empty name, got {owner!r}", field="owner")
+        if tracer_provider is not None and not callable(
+            getattr(tracer_provider, "get_tracer", None)
+        ):
+            raise ConfigError(
+                "must be an OpenTelemetry TracerProvider (with get_tracer), got "
+                f"{type(tracer_provider).__name__}",
+                field="tracer_provider",
+            )
         if on_progress is not None and not callable(on_progress):
             # (called after every commit with its errors suppressed: never a word otherwise)
             raise ConfigError(f"{on_progress!r} is not callable", field="on_progress")
@@ -109,9 +126,6 @@ class Runtime(
                 f"must be a Store, a path or a store URL, got {type(store).__name__}",
                 field="store",
             )
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
-        self._owns_store = not isinstance(store, Store)
-        self.owner = owner or _owner()
         if (
             isinstance(lease_ttl_s, bool)
             or not isinstance(lease_ttl_s, int | float)
@@ -134,6 +148,9 @@ class Runtime(
             raise ConfigError("must be a whole number of cycles", field="history_window")
         if history_window < 1:
             raise ConfigError("must be at least 1", field="history_window")
+        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        self._owns_store = not isinstance(store, Store)
+        self.owner = owner or _owner()
         # A checkpoint is a delta from the one before, and every ``snapshot_every``-th a full
         # head, so loading the latest state reads at most that many rows (invariant 8).
         self.snapshot_every = snapshot_every
@@ -216,10 +233,13 @@ class Runtime(
         """Run many tasks concurrently in this process (at most ``concurrency`` at once).
         ``by``: who starts them, each run's requester (see ``create``)."""
         check_given_text(by, field="by")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(
-                f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
+                f"must be a whole number of runs, at least 1, got {concurrency!r}",
+                field="concurrency",
             )
+        if key_of is not None and not callable(key_of):
+            raise ConfigError(f"{key_of!r} is not callable", field="key_of")
         if isinstance(tasks, Mapping | str | bytes) or not isinstance(tasks, Iterable):
             raise ConfigError(
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
@@ -250,7 +270,7 @@ class Runtime(
         # only checked here, so each run's head and versions are encoded once, by create.)
         for i, t in enumerate(todo):
             self._checked_start(loop, t, keys[i], None, None)
-        sem = asyncio.Semaphore(max(1, concurrency))
+        sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
