@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -81,10 +82,30 @@ class Worker:
         on_result: Callable[[RunResult], None] | None = None,
         on_skip: Callable[[str, LoopwrightError], None] | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigError("must be at least 1", field="concurrency")
-        if poll_s <= 0:
-            raise ConfigError("must be positive", field="poll_s")
+        if not isinstance(runtime, Runtime):
+            raise ConfigError(
+                f"must be a loopwright Runtime, got {type(runtime).__name__}", field="runtime"
+            )
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(
+                f"must be a whole number of runs, at least 1, got {concurrency!r}",
+                field="concurrency",
+            )
+        if (
+            isinstance(poll_s, bool)
+            or not isinstance(poll_s, int | float)
+            or not 0 < poll_s < math.inf
+        ):  # (a NaN poll was a ValueError from asyncio once the worker went idle)
+            raise ConfigError(
+                f"must be a positive, finite number of seconds, got {poll_s!r}", field="poll_s"
+            )
+        if not isinstance(loops, Mapping | None) or not all(
+            isinstance(k, str) and isinstance(v, Loop) for k, v in (loops or {}).items()
+        ):
+            raise ConfigError("must map loop names to Loops", field="loops")
+        for name, fn in (("on_result", on_result), ("on_skip", on_skip)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{fn!r} is not callable", field=name)
         self.runtime = runtime
         runtime.calls_in_threads = True  # its heartbeat renews the lease during a long call
         self.loops = dict(loops or {})
@@ -177,6 +198,12 @@ class Worker:
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
         taken are done; ``max_runs`` caps how many runs it claims)."""
+        if max_runs is not None and (
+            isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+        ):
+            raise ConfigError(
+                f"must be a whole number of runs, at least 1, got {max_runs!r}", field="max_runs"
+            )
         active: set[asyncio.Task[None]] = set()
         store = self.runtime.store
         idle = self.poll_s
