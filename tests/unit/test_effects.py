@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import typing
 from typing import Any
 
 import pytest
@@ -145,6 +146,29 @@ def test_hook_decorators_attach_and_return_the_function() -> None:
     with pytest.raises(lw.ConfigError) as err:
         eff.compensation_reconciler(3)  # type: ignore[arg-type]
     assert str(err.value.field).endswith(".compensate_reconcile")
+
+
+def test_hook_decorators_keep_the_hooks_type_for_the_callers_checker() -> None:
+    """Outside probe (pyapi47): ``@pay.reconciler`` returned ``Callable[[str], Any |
+    Awaitable[Any]]``, so ``paid(key)`` lost its declared type under mypy, and the README's
+    compensation (``args: dict``) was refused by ``mypy --strict``: its hook type said
+    ``Mapping``, though the hook is handed a ``dict``. The decorators are generic in the
+    function they return (a TypeVar bound by the hook's shape), and the shape says ``dict``."""
+
+    for hook in (lw.Effect.reconciler, lw.Effect.compensation, lw.Effect.compensation_reconciler):
+        hints = typing.get_type_hints(hook)
+        assert isinstance(hints["fn"], typing.TypeVar), hook
+        assert hints["return"] is hints["fn"], hook
+    bound = typing.get_type_hints(lw.Effect.compensation)["fn"].__bound__
+    assert typing.get_args(bound)[0][2] == dict[str, Any]
+
+    seen: list[object] = []
+    eff = lw.effect("spend")(lambda invoice: invoice)
+    eff.compensation(lambda key, result, args: seen.append(args))
+    from loopwright._reversal import _undo
+
+    _undo(eff.compensate_fn, "k", None, {"invoice": "A"})
+    assert seen == [{"invoice": "A"}] and type(seen[0]) is dict  # what the shape promises
 
 
 def test_a_compensation_is_settled_as_the_effect_declares() -> None:
