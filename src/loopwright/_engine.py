@@ -45,6 +45,7 @@ from ._otel_env import otel_tracing_configured
 from ._owners import owner_name
 from ._parking import Parking
 from ._people import Decisions
+from ._redact import redact_text
 from ._reflection import Reflection
 from ._result import (
     RunResult,
@@ -186,6 +187,12 @@ class Runtime(
     def close(self) -> None:
         if self._owns_store:
             self.store.close()
+
+    def __repr__(self) -> str:
+        # which store (its URL: a PostgreSQL store's drops the password) and which owner, not
+        # ``<loopwright._engine.Runtime object at 0x…>``
+        where = getattr(self.store, "url", None) or type(self.store).__name__
+        return f"Runtime(store={redact_text(str(where))!r}, owner={self.owner!r})"
 
     def __enter__(self) -> Runtime:
         return self
