@@ -22,7 +22,7 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _decide as rules
 from ._backoff import Drained
@@ -60,6 +60,8 @@ from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
+
+_T = TypeVar("_T")
 
 
 def _owner() -> str:
@@ -288,6 +290,18 @@ class Runtime(
         if failed := [r for r in done if isinstance(r, BaseException)]:
             raise failed[0]
         return [r for r in done if isinstance(r, RunResult)]
+
+    def run_many_sync(
+        self,
+        loop: Loop,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        concurrency: int = 8,
+        key_of: Callable[[Mapping[str, Any], int], str] | None = None,
+        by: str | None = None,
+    ) -> list[RunResult]:
+        """``run_many`` from synchronous code (the class's promise of a ``*_sync`` twin)."""
+        return _sync(self.run_many(loop, tasks, concurrency=concurrency, key_of=key_of, by=by))
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
@@ -565,7 +579,7 @@ def _compensating(store: Store, run_id: str) -> bool:
     return bool(pending.get("stage") == "compensations")
 
 
-def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
+def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
