@@ -236,12 +236,17 @@ class Effect:
         self.timeout_s = timeout_s
         self.describe_fn = describe
         try:
-            params = inspect.signature(fn).parameters
+            sig: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
+            sig = None
+        params = sig.parameters if sig is not None else {}
         self._wants_key = "key" in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
         )
+        # The signature ``call`` checks its arguments against; not a decorated function's
+        # (``functools.wraps``: the signature read is the wrapped one, which its wrapper may
+        # call with arguments of its own).
+        self._signature = None if hasattr(fn, "__wrapped__") else sig
 
     def __repr__(self) -> str:
         return f"Effect({self.name!r}, kind={self.kind!r}, idempotent={self.idempotent})"
@@ -260,6 +265,16 @@ class Effect:
             raise ConfigError(
                 f"arguments must be text: one holds a lone surrogate ({bad})", field=self.name
             )
+        if self._signature is not None:
+            # Checked when asked for, not when run: a call missing an argument was found only
+            # when it ran, after a person had approved it (and its cycle was spent).
+            try:
+                self._signature.bind(**args, **({"key": ""} if self._wants_key else {}))
+            except TypeError as exc:
+                raise ConfigError(
+                    f"{self.name}{self._signature} cannot be called with {sorted(args)}: {exc}",
+                    field=self.name,
+                ) from None
         return EffectCall(self.name, args, key)
 
     # --- decorators for the hooks -------------------------------------------------------------

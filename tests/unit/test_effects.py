@@ -171,6 +171,44 @@ def test_hook_decorators_keep_the_hooks_type_for_the_callers_checker() -> None:
     assert seen == [{"invoice": "A"}] and type(seen[0]) is dict  # what the shape promises
 
 
+def test_a_call_is_checked_against_the_effects_signature_when_asked_for() -> None:
+    """Outside probe pyapi47: ``pay.call(inv="A")`` (no amount) or a misspelt argument was
+    accepted, journaled and put before a person; only running it, after the approval, raised
+    a TypeError. It is refused when the actor asks for it, naming the effect and the argument."""
+
+    @lw.effect("spend", key=lambda a: a["inv"])
+    def pay(inv: str, amount: float, *, key: str) -> None:
+        return None
+
+    assert pay.call(inv="A", amount=1.0).args == {"inv": "A", "amount": 1.0}
+    assert pay.call(inv="A", amount=1.0, key="k").key == "k"  # key= is the call's own
+    with pytest.raises(lw.ConfigError, match="missing a required argument: 'amount'") as err:
+        pay.call(inv="A")
+    assert err.value.field == "pay"
+    with pytest.raises(lw.ConfigError, match="'amonut'"):
+        pay.call(inv="A", amonut=1.0)
+
+    @lw.effect("send")
+    def post(**fields: Any) -> None:  # anything goes, as declared
+        return None
+
+    assert post.call(to="x", body="y").args == {"to": "x", "body": "y"}
+
+    def injects(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(**kw: Any) -> Any:
+            return fn(client="c", **kw)
+
+        return wrapper
+
+    @lw.effect("send")
+    @injects
+    def mail(client: str, to: str) -> None:
+        return None
+
+    assert mail.call(to="x").args == {"to": "x"}  # a decorator's own arguments: not checked
+
+
 def test_a_compensation_is_settled_as_the_effect_declares() -> None:
     eff = lw.effect("spend", compensate_idempotent=True, compensate_reconcile=len)(pay.fn)
     assert (eff.compensate_idempotent, eff.compensate_reconcile_fn) == (True, len)
