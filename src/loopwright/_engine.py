@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
@@ -31,7 +30,7 @@ from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._edit_check import EditCheck, owed_after, owes_check
-from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
+from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError, check_seconds
 from ._exec import Execution as _Exec
 from ._exec import error_info, fit_history
 from ._finishing import Finishing
@@ -129,15 +128,7 @@ class Runtime(
                 f"must be a Store, a path or a store URL, got {type(store).__name__}",
                 field="store",
             )
-        if (
-            isinstance(lease_ttl_s, bool)
-            or not isinstance(lease_ttl_s, int | float)
-            or not 0 < lease_ttl_s < math.inf
-        ):  # (a NaN lease never ran out: every comparison with it is false)
-            raise ConfigError(
-                f"must be a positive, finite number of seconds, got {lease_ttl_s!r}",
-                field="lease_ttl_s",
-            )
+        check_seconds(lease_ttl_s, "lease_ttl_s")
         self.lease_ttl_s = lease_ttl_s
         # A lone run calls sync actors and verifiers on the event loop (the cheap path): its
         # heartbeat waits for the call. True: in threads, as with many runs or in a Worker, so

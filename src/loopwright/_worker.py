@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -21,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._engine import RunResult, Runtime
-from ._errors import ConfigError, LoopwrightError, StoreError, StoreUnavailableError
+from ._errors import (
+    ConfigError,
+    LoopwrightError,
+    StoreError,
+    StoreUnavailableError,
+    check_seconds,
+)
 from ._loop import Loop
 from ._redact import redact_text
 from ._spec import loop_of_run
@@ -91,14 +96,7 @@ class Worker:
                 f"must be a whole number of runs, at least 1, got {concurrency!r}",
                 field="concurrency",
             )
-        if (
-            isinstance(poll_s, bool)
-            or not isinstance(poll_s, int | float)
-            or not 0 < poll_s < math.inf
-        ):  # (a NaN poll was a ValueError from asyncio once the worker went idle)
-            raise ConfigError(
-                f"must be a positive, finite number of seconds, got {poll_s!r}", field="poll_s"
-            )
+        check_seconds(poll_s, "poll_s")  # (a NaN: a ValueError from asyncio, once idle)
         if not isinstance(loops, Mapping | None) or not all(
             isinstance(k, str) and isinstance(v, Loop) for k, v in (loops or {}).items()
         ):
