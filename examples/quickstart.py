@@ -7,7 +7,7 @@ WANT = {"qty": 3, "price": 12.5, "currency": "EUR"}  # the evidence (a PO, say)
 
 def actor(ctx: lw.Context) -> lw.Proposal:
     # Repair only what a visible verifier located; accepted parts are read-only.
-    fixes = {f.part: f.evidence["expected"] for f in ctx.findings}
+    fixes = {f.part: f.evidence["expected"] for f in ctx.findings if f.part}
     return lw.Proposal.edit("invoice", fixes, usage=lw.Usage(cost_usd=0.01, tokens=300))
 
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ._state import Artifact, Finding, Part, PlanStep, TaskState, Version
     from ._usage import Usage
     from ._verdict import Verdict
+    from ._worker import Worker, WorkerStats
 
     __version__: str
 
@@ -119,6 +120,8 @@ __all__ = [
     "Usage",
     "Verdict",
     "Version",
+    "Worker",
+    "WorkerStats",
     "__version__",
     "classify",
     "compute_metrics",
@@ -147,6 +150,7 @@ _LAZY_FROM = {
     "._state": "Artifact Finding Part PlanStep TaskState Version",
     "._usage": "Usage",
     "._verdict": "Verdict",
+    "._worker": "Worker WorkerStats",
 }
 _LAZY = {name: mod for mod, names in _LAZY_FROM.items() for name in names.split()}
 

@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _shapes as shapes
 from ._errors import ConfigError
@@ -35,7 +35,13 @@ EFFECT_KINDS: tuple[str, ...] = ("publish", "spend", "send", "overwrite_accepted
 EffectFn = Callable[..., Any | Awaitable[Any]]
 KeyFn = Callable[[Mapping[str, Any]], str]
 ReconcileFn = Callable[[str], Any | Awaitable[Any]]
-CompensateFn = Callable[[str, Any, Mapping[str, Any]], Any | Awaitable[Any]]
+# The compensation is handed the original's key, result and arguments: a fresh ``dict`` of
+# them, so a hook typed ``args: dict[str, Any]`` (README) or ``Mapping[str, Any]`` both fit.
+CompensateFn = Callable[[str, Any, dict[str, Any]], Any | Awaitable[Any]]
+# The decorators hand back the function they were given, its own type kept for the caller's
+# type checker (``paid(key)`` is still ``dict | None``, not ``Any | Awaitable[Any]``).
+_R = TypeVar("_R", bound=ReconcileFn)
+_C = TypeVar("_C", bound=CompensateFn)
 
 
 # What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`` builds on
@@ -230,12 +236,17 @@ class Effect:
         self.timeout_s = timeout_s
         self.describe_fn = describe
         try:
-            params = inspect.signature(fn).parameters
+            sig: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
+            sig = None
+        params = sig.parameters if sig is not None else {}
         self._wants_key = "key" in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
         )
+        # The signature ``call`` checks its arguments against; not a decorated function's
+        # (``functools.wraps``: the signature read is the wrapped one, which its wrapper may
+        # call with arguments of its own).
+        self._signature = None if hasattr(fn, "__wrapped__") else sig
 
     def __repr__(self) -> str:
         return f"Effect({self.name!r}, kind={self.kind!r}, idempotent={self.idempotent})"
@@ -254,16 +265,26 @@ class Effect:
             raise ConfigError(
                 f"arguments must be text: one holds a lone surrogate ({bad})", field=self.name
             )
+        if self._signature is not None:
+            # Checked when asked for, not when run: a call missing an argument was found only
+            # when it ran, after a person had approved it (and its cycle was spent).
+            try:
+                self._signature.bind(**args, **({"key": ""} if self._wants_key else {}))
+            except TypeError as exc:
+                raise ConfigError(
+                    f"{self.name}{self._signature} cannot be called with {sorted(args)}: {exc}",
+                    field=self.name,
+                ) from None
         return EffectCall(self.name, args, key)
 
     # --- decorators for the hooks -------------------------------------------------------------
-    def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
+    def reconciler(self, fn: _R) -> _R:
         """Attach ``fn`` as the reconcile hook: ``@pay.reconciler``."""
         self._hook(fn, "reconcile")
         self.reconcile_fn = fn
         return fn
 
-    def compensation(self, fn: CompensateFn) -> CompensateFn:
+    def compensation(self, fn: _C) -> _C:
         """Attach ``fn`` as the compensation: ``@pay.compensation``."""
         self._hook(fn, "compensate")
         self.compensate_fn = fn
@@ -276,7 +297,7 @@ class Effect:
             raise ConfigError(f"must be callable, got {fn!r}", field=f"effects.{self.name}.{hook}")
         shapes.takes(fn, *_HOOK_ARGS[hook], f"effects.{self.name}.{hook}")
 
-    def compensation_reconciler(self, fn: ReconcileFn) -> ReconcileFn:
+    def compensation_reconciler(self, fn: _R) -> _R:
         """Attach ``fn`` as the compensation's reconcile hook: ``@pay.compensation_reconciler``
         (did the refund of payment ``key`` already happen?)."""
         self._hook(fn, "compensate_reconcile")

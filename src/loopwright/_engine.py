@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _decide as rules
 from ._backoff import Drained
@@ -31,7 +30,7 @@ from ._conclude import Concluding
 from ._contract import TERMINAL_STATUSES, Contract
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._edit_check import EditCheck, owed_after, owes_check
-from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError
+from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError, check_seconds
 from ._exec import Execution as _Exec
 from ._exec import error_info, fit_history
 from ._finishing import Finishing
@@ -45,6 +44,7 @@ from ._otel_env import otel_tracing_configured
 from ._owners import owner_name
 from ._parking import Parking
 from ._people import Decisions
+from ._redact import redact_text
 from ._reflection import Reflection
 from ._result import (
     RunResult,
@@ -59,6 +59,8 @@ from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
+
+_T = TypeVar("_T")
 
 
 def _owner() -> str:
@@ -99,8 +101,25 @@ class Runtime(
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
-        if not isinstance(calls_in_threads, bool):
-            raise ConfigError("must be True or False", field="calls_in_threads")
+        # Every argument is checked before the store is opened: a refused one leaves no store
+        # open (or newly created) behind.
+        for name, flag in (
+            ("calls_in_threads", calls_in_threads),
+            ("group_commit", group_commit),
+            ("memory", memory),
+        ):
+            if not isinstance(flag, bool):  # (memory="no" would have turned memory on)
+                raise ConfigError(f"must be True or False, got {flag!r}", field=name)
+        if owner is not None and (not isinstance(owner, str) or not owner.strip()):
+            raise ConfigError(f"must be a non-empty name, got {owner!r}", field="owner")
+        if tracer_provider is not None and not callable(
+            getattr(tracer_provider, "get_tracer", None)
+        ):
+            raise ConfigError(
+                "must be an OpenTelemetry TracerProvider (with get_tracer), got "
+                f"{type(tracer_provider).__name__}",
+                field="tracer_provider",
+            )
         if on_progress is not None and not callable(on_progress):
             # (called after every commit with its errors suppressed: never a word otherwise)
             raise ConfigError(f"{on_progress!r} is not callable", field="on_progress")
@@ -109,18 +128,7 @@ class Runtime(
                 f"must be a Store, a path or a store URL, got {type(store).__name__}",
                 field="store",
             )
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
-        self._owns_store = not isinstance(store, Store)
-        self.owner = owner or _owner()
-        if (
-            isinstance(lease_ttl_s, bool)
-            or not isinstance(lease_ttl_s, int | float)
-            or not 0 < lease_ttl_s < math.inf
-        ):  # (a NaN lease never ran out: every comparison with it is false)
-            raise ConfigError(
-                f"must be a positive, finite number of seconds, got {lease_ttl_s!r}",
-                field="lease_ttl_s",
-            )
+        check_seconds(lease_ttl_s, "lease_ttl_s")
         self.lease_ttl_s = lease_ttl_s
         # A lone run calls sync actors and verifiers on the event loop (the cheap path): its
         # heartbeat waits for the call. True: in threads, as with many runs or in a Worker, so
@@ -134,6 +142,9 @@ class Runtime(
             raise ConfigError("must be a whole number of cycles", field="history_window")
         if history_window < 1:
             raise ConfigError("must be at least 1", field="history_window")
+        self.store: Store = store if isinstance(store, Store) else open_store(store)
+        self._owns_store = not isinstance(store, Store)
+        self.owner = owner or _owner()
         # A checkpoint is a delta from the one before, and every ``snapshot_every``-th a full
         # head, so loading the latest state reads at most that many rows (invariant 8).
         self.snapshot_every = snapshot_every
@@ -169,6 +180,12 @@ class Runtime(
     def close(self) -> None:
         if self._owns_store:
             self.store.close()
+
+    def __repr__(self) -> str:
+        # which store (its URL: a PostgreSQL store's drops the password) and which owner, not
+        # ``<loopwright._engine.Runtime object at 0x…>``
+        where = getattr(self.store, "url", None) or type(self.store).__name__
+        return f"Runtime(store={redact_text(str(where))!r}, owner={self.owner!r})"
 
     def __enter__(self) -> Runtime:
         return self
@@ -216,10 +233,13 @@ class Runtime(
         """Run many tasks concurrently in this process (at most ``concurrency`` at once).
         ``by``: who starts them, each run's requester (see ``create``)."""
         check_given_text(by, field="by")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(
-                f"must be a whole number of runs, got {concurrency!r}", field="concurrency"
+                f"must be a whole number of runs, at least 1, got {concurrency!r}",
+                field="concurrency",
             )
+        if key_of is not None and not callable(key_of):
+            raise ConfigError(f"{key_of!r} is not callable", field="key_of")
         if isinstance(tasks, Mapping | str | bytes) or not isinstance(tasks, Iterable):
             raise ConfigError(
                 f"must be a list (an iterable) of tasks, got {type(tasks).__name__}", field="tasks"
@@ -250,7 +270,7 @@ class Runtime(
         # only checked here, so each run's head and versions are encoded once, by create.)
         for i, t in enumerate(todo):
             self._checked_start(loop, t, keys[i], None, None)
-        sem = asyncio.Semaphore(max(1, concurrency))
+        sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int, t: Mapping[str, Any]) -> RunResult:
             async with sem:
@@ -261,6 +281,18 @@ class Runtime(
         if failed := [r for r in done if isinstance(r, BaseException)]:
             raise failed[0]
         return [r for r in done if isinstance(r, RunResult)]
+
+    def run_many_sync(
+        self,
+        loop: Loop,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        concurrency: int = 8,
+        key_of: Callable[[Mapping[str, Any], int], str] | None = None,
+        by: str | None = None,
+    ) -> list[RunResult]:
+        """``run_many`` from synchronous code (the class's promise of a ``*_sync`` twin)."""
+        return _sync(self.run_many(loop, tasks, concurrency=concurrency, key_of=key_of, by=by))
 
     async def resume(self, run_id: str, loop: Loop, *, token: int | None = None) -> RunResult:
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
@@ -541,7 +573,7 @@ def _compensating(store: Store, run_id: str) -> bool:
     return bool(pending.get("stage") == "compensations")
 
 
-def _sync(coro: Coroutine[Any, Any, RunResult]) -> RunResult:
+def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -22,6 +22,7 @@ them in the run's escalation packet instead of letting them escape.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -76,6 +77,15 @@ def check_choice(value: object, choices: Sequence[str], field: str) -> None:
     ``--status: must be one of queued, running, ... (got 'done')``."""
     if value not in choices:
         raise ConfigError(f"must be one of {', '.join(choices)} (got {value!r})", field=field)
+
+
+def check_seconds(value: object, field: str) -> None:
+    """Refuse what is not a positive, finite number of seconds (a bool, text, 0, NaN: a NaN
+    timeout never ran out, every comparison with it being false)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(
+            f"must be a positive, finite number of seconds, got {value!r}", field=field
+        )
 
 
 class SpecError(ConfigError):

@@ -280,6 +280,13 @@ class FeedbackMemory:
     """
 
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        from .store._base import Store
+
+        if not isinstance(store, Store):  # (a path, or the Runtime: an AttributeError later)
+            raise ConfigError(
+                f"must be a Store (runtime.store, or open_store(path)), got {type(store).__name__}",
+                field="store",
+            )
         self.store = store
         self._clock = clock
 

@@ -52,6 +52,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import math
+import os
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -322,8 +323,10 @@ def _build(ref: str, options: Any, base: Path, where: str) -> Any:
     return built
 
 
-def load_spec(path: str | Path) -> Loop:
+def load_spec(path: str | os.PathLike[str]) -> Loop:
     """Load and validate a loop spec; every problem names its field."""
+    if not isinstance(path, str | os.PathLike):
+        raise SpecError(f"must be a path to a spec file, got {type(path).__name__}", field="spec")
     p = Path(path)
     if p.is_dir():  # (`loopwright run examples/invoice_exceptions`, say)
         found = sorted(x.name for x in p.glob("*.toml"))[:3]

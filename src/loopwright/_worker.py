@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._engine import RunResult, Runtime
-from ._errors import ConfigError, LoopwrightError, StoreError, StoreUnavailableError
+from ._errors import (
+    ConfigError,
+    LoopwrightError,
+    StoreError,
+    StoreUnavailableError,
+    check_seconds,
+)
 from ._loop import Loop
 from ._redact import redact_text
 from ._spec import loop_of_run
@@ -81,10 +87,23 @@ class Worker:
         on_result: Callable[[RunResult], None] | None = None,
         on_skip: Callable[[str, LoopwrightError], None] | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigError("must be at least 1", field="concurrency")
-        if poll_s <= 0:
-            raise ConfigError("must be positive", field="poll_s")
+        if not isinstance(runtime, Runtime):
+            raise ConfigError(
+                f"must be a loopwright Runtime, got {type(runtime).__name__}", field="runtime"
+            )
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(
+                f"must be a whole number of runs, at least 1, got {concurrency!r}",
+                field="concurrency",
+            )
+        check_seconds(poll_s, "poll_s")  # (a NaN: a ValueError from asyncio, once idle)
+        if not isinstance(loops, Mapping | None) or not all(
+            isinstance(k, str) and isinstance(v, Loop) for k, v in (loops or {}).items()
+        ):
+            raise ConfigError("must map loop names to Loops", field="loops")
+        for name, fn in (("on_result", on_result), ("on_skip", on_skip)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{fn!r} is not callable", field=name)
         self.runtime = runtime
         runtime.calls_in_threads = True  # its heartbeat renews the lease during a long call
         self.loops = dict(loops or {})
@@ -177,6 +196,12 @@ class Worker:
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
         taken are done; ``max_runs`` caps how many runs it claims)."""
+        if max_runs is not None and (
+            isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+        ):
+            raise ConfigError(
+                f"must be a whole number of runs, at least 1, got {max_runs!r}", field="max_runs"
+            )
         active: set[asyncio.Task[None]] = set()
         store = self.runtime.store
         idle = self.poll_s

@@ -82,6 +82,16 @@ CALLS: dict[str, tuple[str, Callable[[lw.Runtime, str], Any]]] = {
     ),
     "rollback by a number": ("by", lambda rt, rid: rt.rollback(rid, 1, by=5)),  # type: ignore[arg-type]
     "edit of part 5": ("", lambda rt, rid: rt.edit(rid, 5, "v", by="ann")),  # type: ignore[arg-type]
+    # Outside probe (pyapi47): concurrency 0 ran the tasks one at a time, silently; a key_of
+    # that is not callable was a TypeError from inside run_many
+    "run_many at concurrency 0": (
+        "concurrency",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK], concurrency=0)),
+    ),
+    "run_many with a key_of not callable": (
+        "key_of",
+        lambda rt, rid: asyncio.run(rt.run_many(_loop(), [TASK], key_of="id")),  # type: ignore[arg-type]
+    ),
 }
 
 
@@ -102,3 +112,46 @@ def test_a_lease_must_be_a_finite_number_of_seconds(tmp_path: Path, ttl: Any) ->
     with pytest.raises(lw.ConfigError) as err:
         lw.Runtime(str(tmp_path / "s.db"), lease_ttl_s=ttl)
     assert err.value.field == "lease_ttl_s"
+
+
+# Outside probe (pyapi47): memory="no" and group_commit="off" were taken as true (memory on);
+# owner=5 failed later, deep inside the lease code; a tracer_provider without get_tracer was an
+# AttributeError from the trace package. And each refusal came after the store was opened (a
+# new file created, a connection left open): now every argument is checked first.
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("memory", "no"),
+        ("group_commit", "off"),
+        ("calls_in_threads", 1),
+        ("owner", 5),
+        ("owner", " "),
+        ("tracer_provider", "http://localhost:4318"),
+        ("lease_ttl_s", -1),
+        ("history_window", 0),
+    ],
+)
+def test_a_runtime_argument_is_checked_before_the_store_is_opened(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    db = tmp_path / "new.db"
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Runtime(str(db), **{field: value})
+    assert err.value.field == field
+    assert not db.exists()  # no store made for a Runtime that was refused
+
+
+def test_run_many_has_its_sync_twin(tmp_path: Path) -> None:
+    """The Runtime's docstring promises a ``*_sync`` twin of every async method; run_many had
+    none (outside probe pyapi47). Inside a running event loop it is refused, as run_sync is."""
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        got = rt.run_many_sync(_loop(), [TASK, TASK], key_of=lambda t, i: f"m{i}")
+        assert [r.task_key for r in got] == ["m0", "m1"]
+        assert all(r.status == "stopped" for r in got)
+
+        async def inside() -> None:
+            rt.run_many_sync(_loop(), [TASK])
+
+        with pytest.raises(RuntimeError, match="await the async one"):
+            asyncio.run(inside())
+        assert len(rt.store.list_runs()) == 2  # nothing started from inside the loop

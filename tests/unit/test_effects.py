@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import typing
 from typing import Any
 
 import pytest
@@ -145,6 +146,67 @@ def test_hook_decorators_attach_and_return_the_function() -> None:
     with pytest.raises(lw.ConfigError) as err:
         eff.compensation_reconciler(3)  # type: ignore[arg-type]
     assert str(err.value.field).endswith(".compensate_reconcile")
+
+
+def test_hook_decorators_keep_the_hooks_type_for_the_callers_checker() -> None:
+    """Outside probe (pyapi47): ``@pay.reconciler`` returned ``Callable[[str], Any |
+    Awaitable[Any]]``, so ``paid(key)`` lost its declared type under mypy, and the README's
+    compensation (``args: dict``) was refused by ``mypy --strict``: its hook type said
+    ``Mapping``, though the hook is handed a ``dict``. The decorators are generic in the
+    function they return (a TypeVar bound by the hook's shape), and the shape says ``dict``."""
+
+    for hook in (lw.Effect.reconciler, lw.Effect.compensation, lw.Effect.compensation_reconciler):
+        hints = typing.get_type_hints(hook)
+        assert isinstance(hints["fn"], typing.TypeVar), hook
+        assert hints["return"] is hints["fn"], hook
+    bound = typing.get_type_hints(lw.Effect.compensation)["fn"].__bound__
+    assert typing.get_args(bound)[0][2] == dict[str, Any]
+
+    seen: list[object] = []
+    eff = lw.effect("spend")(lambda invoice: invoice)
+    eff.compensation(lambda key, result, args: seen.append(args))
+    from loopwright._reversal import _undo
+
+    _undo(eff.compensate_fn, "k", None, {"invoice": "A"})
+    assert seen == [{"invoice": "A"}] and type(seen[0]) is dict  # what the shape promises
+
+
+def test_a_call_is_checked_against_the_effects_signature_when_asked_for() -> None:
+    """Outside probe pyapi47: ``pay.call(inv="A")`` (no amount) or a misspelt argument was
+    accepted, journaled and put before a person; only running it, after the approval, raised
+    a TypeError. It is refused when the actor asks for it, naming the effect and the argument."""
+
+    @lw.effect("spend", key=lambda a: a["inv"])
+    def pay(inv: str, amount: float, *, key: str) -> None:
+        return None
+
+    assert pay.call(inv="A", amount=1.0).args == {"inv": "A", "amount": 1.0}
+    assert pay.call(inv="A", amount=1.0, key="k").key == "k"  # key= is the call's own
+    with pytest.raises(lw.ConfigError, match="missing a required argument: 'amount'") as err:
+        pay.call(inv="A")
+    assert err.value.field == "pay"
+    with pytest.raises(lw.ConfigError, match="'amonut'"):
+        pay.call(inv="A", amonut=1.0)
+
+    @lw.effect("send")
+    def post(**fields: Any) -> None:  # anything goes, as declared
+        return None
+
+    assert post.call(to="x", body="y").args == {"to": "x", "body": "y"}
+
+    def injects(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(**kw: Any) -> Any:
+            return fn(client="c", **kw)
+
+        return wrapper
+
+    @lw.effect("send")
+    @injects
+    def mail(client: str, to: str) -> None:
+        return None
+
+    assert mail.call(to="x").args == {"to": "x"}  # a decorator's own arguments: not checked
 
 
 def test_a_compensation_is_settled_as_the_effect_declares() -> None:

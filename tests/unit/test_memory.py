@@ -524,3 +524,18 @@ def test_many_duplicates_still_fill_the_limit(mem: FeedbackMemory) -> None:
     got = mem.retrieve(task_key="t", project="A", limit=3)
     assert _texts(got)[1:] == ["other two", "other one"]  # newer first at equal score
     assert got[0].text.startswith("Same  note")
+
+
+@pytest.mark.parametrize("given", ["./.loopwright/loopwright.db", None, 5])
+def test_feedback_memory_needs_a_store(given: object) -> None:
+    """Outside probe pyapi47: ``FeedbackMemory("runs.db")`` (or the Runtime) was taken, and
+    its first ``add`` or ``list`` an AttributeError from inside."""
+    with pytest.raises(lw.ConfigError) as err:
+        FeedbackMemory(given)  # type: ignore[arg-type]
+    assert err.value.field == "store"
+
+
+def test_feedback_memory_refuses_a_runtime(tmp_path: Path) -> None:
+    with lw.Runtime(str(tmp_path / "s.db")) as rt, pytest.raises(lw.ConfigError) as err:
+        FeedbackMemory(rt)  # type: ignore[arg-type]
+    assert "runtime.store" in str(err.value)

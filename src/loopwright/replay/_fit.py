@@ -35,7 +35,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
@@ -61,7 +61,7 @@ from ._fit_score import (
     _select,
 )
 from ._fit_toml import check_plot, plot_frontier
-from ._format import RunTrace
+from ._format import RunTrace, given_traces
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
 from ._simulate import Outcome, simulate
@@ -293,7 +293,7 @@ def check_objective(optimise: str, keep_by: str, choose: str) -> None:
 
 
 def fit_stop(
-    traces: Sequence[RunTrace],
+    traces: Iterable[RunTrace],
     *,
     keep: float = 0.98,
     folds: int = 5,
@@ -327,7 +327,9 @@ def fit_stop(
             (the last judged candidate's).
     """
     t0 = time.perf_counter()
-    traces = list(traces)
+    traces = given_traces(traces)
+    if base is not None and not isinstance(base, Contract):
+        raise ConfigError(f"must be a Contract, got {type(base).__name__}", field="base")
     if not traces:
         raise ConfigError("no runs to fit on", field="SOURCE")
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:

@@ -72,6 +72,24 @@ __all__ = [
 TRACE_FORMAT = "loopwright.run-trace/1"
 
 
+def given_traces(traces: Iterable[RunTrace], *, field: str = "traces") -> list[RunTrace]:
+    """The recorded runs given to ``replay`` or ``fit_stop``, as a list (an iterator such as
+    ``traces_from_store``'s is read once: replay reads them once per contract, and a second
+    pass over a spent iterator judged each contract on no runs), each a ``RunTrace``; anything
+    else a ``ConfigError`` naming ``field``, not an ``AttributeError`` from the simulation."""
+    if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
+        raise ConfigError(
+            f"must be recorded runs (RunTrace, from load_source or traces_from_store), "
+            f"got {type(traces).__name__}",
+            field=field,
+        )
+    out = list(traces)
+    for i, t in enumerate(out):
+        if not isinstance(t, RunTrace):
+            raise ConfigError(f"item {i} is a {type(t).__name__}, not a RunTrace", field=field)
+    return out
+
+
 def added_up(amounts: Iterable[float]) -> float:
     """``amounts`` added one at a time, in order: as the engine adds a run's spend up call by
     call, so a replayed run's spend equals its recorded spend to the bit. Not ``sum``: since

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from .._contract import Contract
 from .._errors import ConfigError
 from .._inherited import Inherited
 from .._spec import _TOP as _SPEC_KEYS
-from ._format import RunTrace, added_up
+from ._format import RunTrace, added_up, given_traces
 from ._simulate import Outcome, simulate
 
 __all__ = ["Report", "Totals", "load_contract", "recorded_outcomes", "replay", "summarize"]
@@ -148,7 +148,21 @@ class Report:
         }
 
 
-def replay(traces: Sequence[RunTrace], contracts: Mapping[str, Contract]) -> Report:
+def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Report:
+    """How each of ``contracts`` (by name) would have ended the recorded runs ``traces``
+    (a list, or an iterator such as ``traces_from_store``'s), beside the record."""
+    traces = given_traces(traces)
+    if not isinstance(contracts, Mapping):
+        raise ConfigError(
+            f"must map names to Contracts, got {type(contracts).__name__}", field="contracts"
+        )
+    for name, contract in contracts.items():
+        if not isinstance(name, str) or not isinstance(contract, Contract):
+            raise ConfigError(
+                f"{name!r} maps to a {type(contract).__name__}, not a Contract "
+                "(Contract.from_dict or load_contract makes one from tables)",
+                field="contracts",
+            )
     recorded = recorded_outcomes(traces)
     rows = []
     for name, contract in contracts.items():

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import _decide as rules
 from .._contract import Contract
+from .._errors import ConfigError
 from .._inherited import NOTHING, Inherited
 from .._state import TaskState
 from .._usage import Usage
@@ -93,6 +94,10 @@ def _own_budget(trace: RunTrace, contract: Contract) -> Contract:
 
 
 def simulate(trace: RunTrace, contract: Contract) -> Outcome:
+    if not isinstance(trace, RunTrace):
+        raise ConfigError(f"must be a RunTrace, got {type(trace).__name__}", field="trace")
+    if not isinstance(contract, Contract):
+        raise ConfigError(f"must be a Contract, got {type(contract).__name__}", field="contract")
     contract = _own_budget(trace, contract)
     # A fork goes on from the accounting it inherited, as the engine does (budgets, plateau
     # and marginal return count it), and reports its own figures (what it inherited counts in

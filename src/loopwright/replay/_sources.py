@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -282,9 +283,15 @@ def traces_from_ldb(
         )
 
 
-def load_source(source: str, store: Store | None = None) -> list[RunTrace]:
+def load_source(source: str | os.PathLike[str], store: Store | None = None) -> list[RunTrace]:
     """``store`` (runs in the given store), a run-trace JSONL file, or an LDB JSONL file
     (recognised by its first line)."""
+    if not isinstance(source, str | os.PathLike):
+        raise ConfigError(
+            f"must be 'store' or a path to a JSONL file, got {type(source).__name__}",
+            field="SOURCE",
+        )
+    source = os.fspath(source)
     if source in ("store", "runs"):
         if store is None:
             raise ConfigError("no store to read runs from", field="SOURCE")

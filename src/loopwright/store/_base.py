@@ -68,6 +68,10 @@ __all__ = [
 class Store(LiveStore, PeopleStore, CheckpointsStore, CommitStore, JournalStore, MemoryStore, ABC):
     """Durable storage for runs, checkpoints, events and approvals."""
 
+    def __repr__(self) -> str:
+        where = getattr(self, "url", None)
+        return f"<{type(self).__name__} {where}>" if where else super().__repr__()
+
     @abstractmethod
     def close(self) -> None:
         """Release connections."""

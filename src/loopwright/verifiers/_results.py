@@ -3,8 +3,12 @@ run's ``SandboxResult``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any, Literal
+
+from .._errors import ConfigError
 
 SandboxStatus = Literal["completed", "timeout", "crashed", "error"]
 
@@ -28,6 +32,39 @@ class Limits:
     file_mb: int = 16
     processes: int = 64
     open_files: int = 256
+
+    def __post_init__(self) -> None:
+        # (a string or a negative number failed inside the child, as a crashed sandbox)
+        for name in ("memory_mb", "cpu_s", "file_mb", "processes", "open_files"):
+            value = getattr(self, name)
+            if value is None and name == "cpu_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"must be a whole number, at least 1, got {value!r}", field=name)
+
+
+def checked_run(
+    tests: Sequence[str] | str,
+    limits: Limits | None,
+    seconds: Mapping[str, float | None],
+) -> tuple[str, ...]:
+    """The tests of a sandboxed run, checked with its limits and its seconds (each ``None`` or
+    a positive, finite number): one string is one script, as a task's ``tests_key`` holding
+    one is, not a test per character; anything wrong a ``ConfigError`` naming it."""
+    if isinstance(tests, str):
+        tests = (tests,)
+    elif isinstance(tests, bytes | Mapping) or not isinstance(tests, Iterable):
+        raise ConfigError(
+            f"must be a list of test snippets, got {type(tests).__name__}", field="tests"
+        )
+    if limits is not None and not isinstance(limits, Limits):
+        raise ConfigError(f"must be a Limits, got {type(limits).__name__}", field="limits")
+    for name, value in seconds.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < inf
+        ):
+            raise ConfigError(f"must be a positive number of seconds, got {value!r}", field=name)
+    return tuple(str(t) for t in tests)
 
 
 @dataclass(frozen=True, slots=True)

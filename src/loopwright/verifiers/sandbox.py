@@ -84,7 +84,7 @@ from ._boundary import (
     sandbox_boundary,
 )
 from ._harness import _HARNESS
-from ._results import Limits, SandboxResult, SandboxStatus, TestResult
+from ._results import Limits, SandboxResult, SandboxStatus, TestResult, checked_run
 
 __all__ = [
     "ALLOW_UNISOLATED_ENV",
@@ -182,8 +182,11 @@ def run_tests(
     reason. Raises ``SandboxUnavailableError`` (a ``ConfigError``) when no boundary is possible
     and running without one was not allowed.
     """
+    given_s = {"timeout_s": timeout_s, "test_timeout_s": test_timeout_s, "test_wall_s": test_wall_s}
+    tests = list(checked_run(tests, limits, given_s))
+    if not isinstance(code, str):
+        raise ConfigError(f"must be the program's text, got {type(code).__name__}", field="code")
     limits = limits or Limits()
-    tests = [str(t) for t in tests]
     if test_wall_s is None:
         test_wall_s = max(10.0 * test_timeout_s, test_timeout_s + 10.0)
     if timeout_s is None:
@@ -396,7 +399,16 @@ class CommandVerifier:
         self.allow_packages = (
             (allow_packages,) if isinstance(allow_packages, str) else tuple(allow_packages)
         )
-        self.tests = None if tests is None else tuple(str(t) for t in tests)
+        seconds = {
+            "timeout_s": timeout_s,
+            "test_timeout_s": test_timeout_s,
+            "test_wall_s": test_wall_s,
+        }
+        given = checked_run(() if tests is None else tests, limits, seconds)
+        self.tests = None if tests is None else given
+        for field, text in (("tests_key", tests_key), ("artifact", artifact), ("part", part)):
+            if not isinstance(text, str) or not text:
+                raise ConfigError(f"must be a non-empty name, got {text!r}", field=field)
         self.tests_key = tests_key
         self.artifact = artifact
         self.part = part
