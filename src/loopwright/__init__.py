@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ._usage import Usage
     from ._verdict import Verdict
     from ._worker import Worker, WorkerStats
+    from .store import Approval, RunRecord
 
     __version__: str
 
@@ -67,6 +68,7 @@ __all__ = [
     "METRIC_NAMES",
     "RUN_STATUSES",
     "STOP_REASONS",
+    "Approval",
     "ApprovalError",
     "ApprovalPolicy",
     "Artifact",
@@ -106,6 +108,7 @@ __all__ = [
     "RiskRule",
     "RunMetrics",
     "RunNotFoundError",
+    "RunRecord",
     "RunResult",
     "Runtime",
     "SpecError",
@@ -151,6 +154,7 @@ _LAZY_FROM = {
     "._usage": "Usage",
     "._verdict": "Verdict",
     "._worker": "Worker WorkerStats",
+    ".store": "Approval RunRecord",  # what Runtime.create, fork, approve... return
 }
 _LAZY = {name: mod for mod, names in _LAZY_FROM.items() for name in names.split()}
 

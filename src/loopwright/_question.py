@@ -51,11 +51,13 @@ class Question:
             raise ConfigError("a question needs its text", field="question.text")
         if self.type not in _TYPES:
             raise ConfigError(f"must be one of {list(_TYPES)}", field="question.type")
-        choices = (self.choices,) if isinstance(self.choices, str) else self.choices
+        choices = self.choices
         if not isinstance(choices, list | tuple):
-            # (None or a number raised TypeError; a mapping gave its keys)
+            # (None or a number raised TypeError; a mapping gave its keys; a string is
+            # refused too: was "ab" one choice or the two choices "a" and "b"?)
+            hint = " (one choice is a list of one)" if isinstance(choices, str) else ""
             raise ConfigError(
-                f"must be a list of choices, got {type(self.choices).__name__}",
+                f"must be a list of choices, got {type(choices).__name__}{hint}",
                 field="question.choices",
             )
         # An answer is compared stripped: a choice with spaces around it, or a blank one,

@@ -5,7 +5,7 @@ when wanted, through the store or its database opened again (invariant 8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import StoreError
@@ -19,7 +19,10 @@ __all__ = ["RESULT_HELD_BYTES", "RunResult"]
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """How a run stands after the engine returned: ended, or parked for approval."""
+    """How a run stands after the engine returned: ended, or parked for approval.
+
+    Its ``repr`` is short (ids, status, stop reason, cycles, score, spend, held-out): the
+    ``packet`` and ``state`` (whole artifacts, tracebacks) are read as attributes."""
 
     run_id: str
     task_key: str
@@ -28,8 +31,8 @@ class RunResult:
     cycles: int
     best_score: float | None
     spent: Usage
-    packet: dict[str, Any] | None
-    state: TaskState
+    packet: dict[str, Any] | None = field(repr=False)
+    state: TaskState = field(repr=False)
     held_out_passed: bool | None = None
 
     @property

@@ -293,7 +293,12 @@ def classify(exc: BaseException, extra: Sequence[Classifier] = ()) -> ErrorClass
        names in ``TRANSIENT_ERROR_NAMES`` → transient (unless a more specific class is in
        ``PERMANENT_ERROR_NAMES``);
     6. everything else → permanent.
+
+    ``exc`` that is not an exception (a message, a status code) is a ``TypeError``: it was
+    classed "permanent" whatever it said.
     """
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"classify: exc must be an exception, got {type(exc).__name__}")
     for rule in extra:
         try:
             verdict = rule(exc)

@@ -2,7 +2,7 @@
 
 ``ChatActor`` turns a ``Context`` into a ``Proposal``; ``ChatReviewer`` judges a candidate
 against a rubric and returns a located ``Verdict``. Both talk to any chat-completions server
-(OpenAI, vLLM, Ollama, llama.cpp, LM Studio) through the ``openai`` SDK, imported on first use
+(OpenAI, vLLM, Ollama, llama.cpp, LM Studio) through the ``openai`` SDK, imported when one is made
 (``pip install 'loopwright[openai]'``). Retries are the engine's; cost is usage × price
 (``PriceOverride``, else ``genai-prices``, else 0). See ``docs/models.md``.
 

@@ -5,7 +5,6 @@ and one request sent, streamed or not (``_ChatModel`` adds repair turns, usage a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from ._endpoint import (
     _name_the_call,
     _redact_exc,
     endpoint_of,
+    load_sdk,
     no_api_key,
     normalise_base_url,
     public_url,
@@ -100,8 +100,7 @@ class _ChatClient(SdkClients):
         max_concurrency: int | None = None,
         tokens_per_minute: int | None = None,
     ) -> None:
-        if importlib.util.find_spec("openai") is None:  # fail when the spec loads, not mid-run
-            raise ImportError(_NO_SDK)
+        load_sdk(_NO_SDK)  # now, not in the first (timed) call
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("a model name is required", field="model")
         if response_format not in _FORMATS:

@@ -288,6 +288,18 @@ async def _closer(client: openai.AsyncOpenAI) -> AsyncIterator[None]:
         await client.close()
 
 
+def load_sdk(no_sdk: str) -> None:
+    """Import the ``openai`` SDK and the HTTP clients built on it (``_deadline``) when an
+    adapter is made (``ImportError(no_sdk)`` without it: the spec fails as it loads, not
+    mid-run). Imported at the first call instead, its second or so was that call's, charged to
+    the run's ``seconds`` and its ``max_seconds`` budget."""
+    try:
+        import openai  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(no_sdk) from exc
+    from . import _deadline  # noqa: F401
+
+
 class SdkClients:
     """What the chat and the image adapters share of their endpoint: its identity, its limits
     and their gate, a warning said once, and the ``openai`` SDK clients made on first use (one

@@ -5,7 +5,6 @@ and masked, a picture fetched from a ``url`` reply."""
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import os
 import threading
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from ._endpoint import (
     _name_the_call,
     _redact_exc,
     endpoint_of,
+    load_sdk,
     no_api_key,
     normalise_base_url,
     public_url,
@@ -70,8 +70,7 @@ class _ImageClient(SdkClients):
         store: Any = None,
         name: str = "image_model",
     ) -> None:
-        if importlib.util.find_spec("openai") is None:  # fail when the spec loads, not mid-run
-            raise ImportError(_NO_SDK)
+        load_sdk(_NO_SDK)  # now, not in the first (timed) call
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("a model name is required", field="model")
         if size is not None and not _size_ok(size):

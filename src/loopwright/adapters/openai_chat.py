@@ -251,7 +251,7 @@ class ChatActor(_ChatModel):
             try:
                 question = Question(
                     text=q["text"],
-                    choices=tuple(q.get("choices") or ()),
+                    choices=q.get("choices") or (),  # a string is refused, not split
                     type=q.get("type", "text"),
                 )
             except ConfigError as exc:
