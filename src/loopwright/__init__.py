@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._loop import Check, Loop
     from ._memory import DEFAULT_STRENGTH, FeedbackMemory, MemoryItem, MemoryNotFoundError
     from ._metrics import METRIC_NAMES, Metrics, RunMetrics, compute_metrics
+    from ._owncalls import ModelCall, model_call, record_model_call
     from ._policy import ApprovalPolicy, EarnedAuthority, PolicyRule
     from ._proposal import Context, Edit, Proposal, Remaining
     from ._question import Question
@@ -93,6 +94,7 @@ __all__ = [
     "MemoryItem",
     "MemoryNotFoundError",
     "Metrics",
+    "ModelCall",
     "NeedsHumanError",
     "NoProgress",
     "NotPermittedError",
@@ -130,6 +132,8 @@ __all__ = [
     "compute_metrics",
     "effect",
     "load_spec",
+    "model_call",
+    "record_model_call",
     "register_secret",
     "register_secret_field",
 ]
@@ -144,6 +148,7 @@ _LAZY_FROM = {
     "._loop": "Check Loop",
     "._memory": "DEFAULT_STRENGTH FeedbackMemory MemoryItem MemoryNotFoundError",
     "._metrics": "METRIC_NAMES Metrics RunMetrics compute_metrics",
+    "._owncalls": "ModelCall model_call record_model_call",
     "._policy": "ApprovalPolicy EarnedAuthority PolicyRule",
     "._proposal": "Context Edit Proposal Remaining",
     "._question": "Question",

@@ -1,6 +1,6 @@
 """Model calls as the engine records them: what an adapter sent and got back, per HTTP call.
 
-A model adapter (``adapters/openai_chat.py``, or user code that calls a model itself) reports
+A model adapter (``adapters/openai_chat.py``; user code through ``_owncalls``, checked) reports
 each request it makes with ``record_model_call``: the model, the messages it sent, the reply
 text it received, tokens, cost, when it started and how long it took, and the error if it
 failed. Outside an engine's actor or verifier call that is a no-op. Inside one, the engine
