@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,11 +67,18 @@ def make_loop() -> lw.Loop:
     )
 
 
+# A run's id as advice names it (``loopwright show 0123456789ab``): the id is the one thing
+# a crashed run's text may differ in from the uninterrupted run's.
+RUN_ID = re.compile(r"\b[0-9a-f]{12}\b")
+
+
 def _no_time(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _no_time(v) for k, v in value.items() if k not in ("seconds", "created_at")}
     if isinstance(value, list):
         return [_no_time(v) for v in value]
+    if isinstance(value, str):
+        return RUN_ID.sub("RUN", value)
     return value
 
 
