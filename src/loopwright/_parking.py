@@ -175,6 +175,12 @@ class Parking(RuntimeHost):
             ex.events = []
             return True
         n = int(pend["cycle"])
+        # The decided cycle is this execution's to finish: one that ends with no record of its
+        # own (a denial, a verifier giving up on the edit it judges, a policy changed since)
+        # ended inside it, as an unparked cycle does (``stopped``'s ``ended_in``: why, and what
+        # it spent since it was resumed; what it spent before it parked is its parked row's,
+        # ``web._timeline``). Before, no timeline said the run ended there, nor why.
+        ex.cycle_at, ex.cycle_from = n, s.spent
         note: dict[str, Any] = {
             "kind": "answer" if req.status == "answered" else "approval",
             "cycle": n,

@@ -130,3 +130,98 @@ def test_an_escalating_proposal_logs_its_reason_masked(url: str) -> None:
         plain = [e.data for e in rt.store.events(r.run_id) if e.kind == "proposal" and e.cycle < 3]
     assert said["escalate"] == f"need a person ({REDACTED})"  # kept, its key masked
     assert all("escalate" not in d for d in plain)  # only a proposal that escalates says it
+
+
+def _parking_loop(raises: list[bool], rule: str = "require") -> lw.Loop:
+    """Pays an invoice, which needs a person's approval: the cycle parks. Check ``two``
+    raises once ``raises`` holds True (``one``, run before it, costs $0.01)."""
+
+    @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
+    def pay(invoice: str) -> dict[str, Any]:
+        return {"paid": invoice}
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        return lw.Proposal(
+            edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
+            effects=(pay.call(invoice="I1"),),
+            usage=lw.Usage(0.05, 50),
+        )
+
+    def one(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0, usage=lw.Usage(0.01, 7))
+
+    def two(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        if raises:
+            raise ValueError("boom")
+        return lw.Verdict(passed=True, score=1.0)
+
+    return lw.Loop(
+        name="parks",
+        actor=actor,
+        verifiers=[lw.Check(fn=one, name="one"), lw.Check(fn=two, name="two")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        effects=[pay],
+        retry=lw.RetryPolicy(attempts=1),
+        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="spend", action=rule)]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "cause", "after"),
+    [
+        ("denied", "approval denied by ann", 0.0),
+        ("edited, denied, check raised", "verifier two raised an exception (ValueError", 0.01),
+        ("approved, policy changed", "is denied by the approval policy", 0.0),
+    ],
+)
+def test_a_resumed_parked_cycle_the_run_ended_inside_is_shown(
+    url: str, how: str, cause: str, after: float
+) -> None:
+    """A parked cycle resumed that ends the run with no record of its own (a denial, the check
+    of a person's edit giving up, a policy changed since) is the cycle the run ended inside:
+    listed with why and what it spent since it was resumed, as an unparked one is; the parked
+    row (the run page's) holds what it spent before. Before, its ``stopped`` event had no
+    ``ended_in``: ``show`` listed ``parked for approval`` and no row said why the run ended
+    there, nor listed the $0.01 the check of the person's edit cost (review47c)."""
+    raises: list[bool] = []
+    task = {"artifacts": {"inv": {"status": "open", "x": 1}}}
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_parking_loop(raises), task, task_key=how)
+        assert (r.status, r.cycles) == ("awaiting_approval", 0)
+        if how == "approved, policy changed":
+            rt.approve(r.run_id, by="ann")
+            r = rt.resume_sync(r.run_id, _parking_loop(raises, rule="deny"))
+        else:
+            if how.startswith("edited"):
+                rt.edit(r.run_id, "inv/x", 2, by="ana")
+                raises.append(True)
+            rt.deny(r.run_id, by="ann")
+            r = rt.resume_sync(r.run_id, _parking_loop(raises))
+    assert (r.status, r.cycles) == ("escalated", 0)
+    assert r.spent.cost_usd == pytest.approx(0.06 + after)
+
+    doc = _json(url, r.run_id)
+    last = doc["cycles"][-1]
+    assert (last["cycle"], last.get("ended_inside")) == (1, True), doc["cycles"]
+    assert last["decision"] == "escalated"
+    assert cause in last["cause"]
+    assert last["usage"]["cost_usd"] == pytest.approx(after)
+    text, _ = shown_text(url, r.run_id)
+    assert f"cycle 1  escalated  score -  ${after:.3f}" in text
+    row = " ".join(text.split("cycle 1  escalated", 1)[1].split("Artifacts", 1)[0].split())
+    assert "ended inside this cycle: " in row and cause in row
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    client = TestClient(create_app(url, token="t" * 32), base_url="http://127.0.0.1")
+    rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
+    parked, end = rows[-2], rows[-1]
+    assert (parked["cycle"], parked["unapplied"]) == (1, True)
+    assert parked["cost_usd"] == pytest.approx(0.06)  # what it spent before it parked
+    assert (end["cycle"], end["ended_inside"]) == (1, True)
+    assert cause in end["note"] and end["cost_usd"] == pytest.approx(after)
+    # every dollar of the run's spend is in a listed row, none twice
+    assert sum(t.get("cost_usd") or 0 for t in rows) == pytest.approx(r.spent.cost_usd)

@@ -190,8 +190,11 @@ def test_a_denied_cycle_shows_what_was_denied(parked: tuple[str, str]) -> None:
         rt.resume_sync(run_id, lw.load_spec(Path(store).parent / "web.toml"))
     c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
     rows = c.get(f"/api/runs/{run_id}").json()["timeline"]
-    last = rows[-1]
+    last, end = rows[-2], rows[-1]
     assert last["unapplied"] and last["decision"] == "parked for approval: never applied"
+    # then why the run ended inside it, at no further cost (review47c)
+    assert (end["cycle"], end["ended_inside"]) == (last["cycle"], True)
+    assert end["note"] == "approval denied by bea" and end["cost_usd"] == 0
     assert "doc/pay" in [e["ref"] for e in last["edits"]]  # the change the person denied
     page = c.get(f"/runs/{run_id}").text
     assert f"the verdict on cycle {last['cycle']}'s candidate, which was not applied" in page
