@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cycles < 3:
         ap.error("--cycles must be at least 3")
 
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)  # (a --dir not made yet was a traceback)
     tmp = tempfile.mkdtemp(prefix="lw-bench-", dir=args.dir)
     workdir = Path(tmp)
     try:
