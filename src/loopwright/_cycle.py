@@ -258,6 +258,26 @@ class Cycle(ActorContext):
                 "proposal",
                 unverified=proposal.to_dict(),
             )
+        # An EffectCall built by hand is not checked as ``Effect.call`` checks it: one its
+        # effect cannot be called with was parked, approved, then failed when run
+        unfit = (
+            [
+                why
+                for c in proposal.effects
+                if (eff := loop.effect(c.name)) is not None and (why := eff.unfit(c.args))
+            ]
+            if proposal.effects
+            else None
+        )
+        if unfit:
+            return self._abort(
+                ex,
+                t0,
+                "escalated",
+                cause="the actor asked for effects that cannot run with their arguments: "
+                + "; ".join(unfit),
+                unverified=proposal.to_dict(),
+            )
         # ...or its effect is: the same writes, dressed differently (docs/concepts.md)
         rejected = s.rejected
         effective: str | None = None  # what the proposal changes, once asked (``_conclude``)

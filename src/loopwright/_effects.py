@@ -265,17 +265,24 @@ class Effect:
             raise ConfigError(
                 f"arguments must be text: one holds a lone surrogate ({bad})", field=self.name
             )
-        if self._signature is not None:
-            # Checked when asked for, not when run: a call missing an argument was found only
-            # when it ran, after a person had approved it (and its cycle was spent).
-            try:
-                self._signature.bind(**args, **({"key": ""} if self._wants_key else {}))
-            except TypeError as exc:
-                raise ConfigError(
-                    f"{self.name}{self._signature} cannot be called with {sorted(args)}: {exc}",
-                    field=self.name,
-                ) from None
+        # Checked when asked for, not when run: a call missing an argument was found only
+        # when it ran, after a person had approved it (and its cycle was spent).
+        why = self.unfit(args)
+        if why is not None:
+            raise ConfigError(why, field=self.name)
         return EffectCall(self.name, args, key)
+
+    def unfit(self, args: Mapping[str, Any]) -> str | None:
+        """Why this effect cannot be called with ``args`` (its signature refuses them), or
+        ``None``. ``call`` refuses such a call; the cycle escalates on one an actor built as an
+        ``EffectCall`` itself, before anyone is asked to approve it."""
+        if self._signature is None:
+            return None
+        try:
+            self._signature.bind(**args, **({"key": ""} if self._wants_key else {}))
+        except TypeError as exc:
+            return f"{self.name}{self._signature} cannot be called with {sorted(args)}: {exc}"
+        return None
 
     # --- decorators for the hooks -------------------------------------------------------------
     def reconciler(self, fn: _R) -> _R:

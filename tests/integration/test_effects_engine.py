@@ -205,6 +205,25 @@ def test_unknown_effect_escalates_with_a_clear_cause(rt: lw.Runtime) -> None:
     assert r.state.values()["doc"] == {"a": 0, "b": 0, "c": 0}
 
 
+def test_a_hand_built_call_its_effect_cannot_take_escalates_before_any_approval(
+    rt: lw.Runtime,
+) -> None:
+    """Outside probe probe47b: ``Effect.call`` refuses arguments the effect cannot take, but an
+    ``EffectCall`` the actor builds itself was not checked: the call was parked for approval
+    and, once a person approved it, failed as it ran (``pay() missing ... 'amount'``). The
+    cycle refuses it as it refuses an undeclared effect, naming the effect and the argument."""
+    bank = Payments()
+    pay = bank.effect()
+    actor = Script(with_effects(FIX_ALL, lw.EffectCall("pay", {"invoice": "A-1"})))
+    r = rt.run_sync(make_loop(actor, [pay]), TASK)
+    p = escalated(r)
+    assert "cannot run with their arguments" in p["cause"]
+    assert "missing a required argument: 'amount'" in p["cause"]
+    assert events(rt, r.run_id, "approval_requested") == []
+    assert bank.executed == []
+    assert r.state.values()["doc"] == {"a": 0, "b": 0, "c": 0}
+
+
 def test_policy_deny_escalates_naming_the_effect(rt: lw.Runtime) -> None:
     bank = Payments()
     pay = bank.effect()
