@@ -364,7 +364,7 @@ class Forking(RuntimeHost):
             raise
         finally:
             self.store.release_lease(rec.run_id, token)
-        if blocked is not None:
+        if blocked is not None and origin != "cli":  # (the CLI prints it itself)
             warn_unjudged(blocked)
         if self.memory_enabled and s.task_key:
             text = f"{by.strip()} edited {ref}: changed {', '.join(changed) or 'the value'}"

@@ -258,6 +258,47 @@ def test_the_cli_edit_says_when_the_edit_waits_for_budget(url: str, capsys: Any)
     assert "judged only once the budget allows" in out and "--at-cycle 2" in out, out
 
 
+def test_the_cli_edit_says_it_once(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Outside probe probe47b: the CLI printed why the edit waits and the Python API's warning
+    said it again on stderr (Python's last-resort handler), the same paragraph twice. The
+    warning is the Python API's; the CLI's edit says it itself."""
+    from loopwright.cli import main
+
+    calls = Calls()
+    cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
+    with caplog.at_level("WARNING", logger="loopwright.runs"):
+        argv = ["edit", r.run_id, "doc/a", "--value", '"good"', "--by", "ana", "--store", url]
+        assert main(argv) == 0
+    assert "judged only once" not in caplog.text
+
+
+def test_the_dashboards_edit_says_when_the_edit_waits_for_budget(url: str) -> None:
+    """Outside probe probe47b: the dashboard's edit of a run its cost budget stopped answered
+    "Resume the run to go on from it" (a resume stops again before judging the edit), where
+    the CLI says why it waits and how to have it judged."""
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    calls = Calls()
+    cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
+    token = "test-token-0123456789"
+    c = TestClient(create_app(url, token=token, identity="ana"), base_url="http://127.0.0.1")
+    got = c.post(
+        f"/api/runs/{r.run_id}/parts/doc/a",
+        json={"value": "good", "resume": True},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert got.status_code == 200, got.text
+    msg = got.json()["message"]
+    assert "judged only once the budget allows" in msg and "--at-cycle 2" in msg, msg
+    assert "Resume the run" not in msg and "resuming" not in msg, msg
+
+
 def test_an_idle_run_edited_before_its_first_cycle_is_judged_first(url: str) -> None:
     calls = Calls()
     loop = make_loop(calls)

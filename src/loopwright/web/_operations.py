@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from .._authority import operate, require
-from .._contract import TERMINAL_STATUSES
+from .._contract import TERMINAL_STATUSES, Contract
+from .._edit_check import unjudged
 from .._engine import Runtime
 from .._errors import (
     ConfigError,
@@ -156,7 +157,16 @@ def edit_part(
     mine = edits_view(store.events_of_kinds(done.run_id, ("edited",), limit=1))
     version = mine[0]["version"] if mine else "?"
     msg = f"{ref} edited by {by} (version {version}, accepted)"
-    if resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
+    # A budget its check may spend used up: a resume stops again before judging the edit
+    # (the CLI's edit says so; this said "Resume the run to go on from it")
+    blocked = unjudged(
+        done.run_id,
+        Contract.from_dict(done.contract),
+        store.latest_checkpoint(done.run_id).task_state(),
+    )
+    if blocked is not None:
+        msg += f"; {blocked}"
+    elif resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
         who = {"by": by}
         store.append_events(done.run_id, [NewEvent(done.cycle, "resume_requested", who)])
         msg += f"; {ctx.resume_later(done.run_id)}"
