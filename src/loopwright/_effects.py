@@ -252,7 +252,7 @@ class Effect:
         return f"Effect({self.name!r}, kind={self.kind!r}, idempotent={self.idempotent})"
 
     # --- building calls --------------------------------------------------------------------
-    def call(self, *, key: str | None = None, **args: Any) -> EffectCall:
+    def call(self, /, *, key: str | None = None, **args: Any) -> EffectCall:
         """A request to run this effect, to put in a ``Proposal``'s ``effects``."""
         try:
             # Strict: the arguments are journaled and may be replayed after a restart, so they

@@ -414,3 +414,15 @@ def test_check_names_compensations_a_crash_would_leave_in_doubt() -> None:
     assert "compensations of" not in answer(dedup(pay.fn))
     asked = lw.effect("spend", idempotent=True, compensate=refund, compensate_reconcile=len)
     assert "compensations of" not in answer(asked(pay.fn))
+
+
+def test_an_effect_may_take_an_argument_named_self() -> None:
+    """``Effect.call``'s own ``self`` is positional-only: an effect with a parameter named
+    ``self`` (a method's name reused) got "multiple values for argument 'self'" (probe47b)."""
+
+    @lw.effect("note")
+    def note(self: str, text: str) -> None:
+        return None
+
+    call = note.call(self="a", text="b")
+    assert (call.name, dict(call.args)) == ("note", {"self": "a", "text": "b"})
