@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from ._errors import ConfigError
 from ._json import check_given_text, owned_copy, round_trip
 from ._keys import check_key, fit_key
 from ._parts import part_ref
-from ._redact import redact
+from ._redact import REDACTED, redact
 from ._state import TaskState
 
 if TYPE_CHECKING:
@@ -157,17 +158,46 @@ def ignored_task(rec: RunRecord, task: Mapping[str, Any]) -> str | None:
     on with its own task, and the one given is not read. ``None`` when they are the same (the
     task as stored: masked, as the store reads it back; ``project`` aside, which ``create``
     checks on its own and a task may leave out). An edited task file without keys, whose
-    lines are keyed ``<loop>:#<line>``, was answered with the old runs' results, silently."""
+    lines are keyed ``<loop>:#<line>``, was answered with the old runs' results, silently.
+
+    The stored task was masked with the secrets of its day (``redact``: the environment's
+    secret values among them), the given one with today's: a secret changed since then left
+    an unchanged task masked differently (reported changed). A ``***`` on either side is
+    taken as whatever the other side holds there (``_same``); what a secret hid is not
+    compared (a task that changed only inside a masked value is not reported)."""
     given, kept = round_trip(dict(redact(dict(task)))), dict(rec.task)
     given.pop("project", None)
     kept.pop("project", None)
-    if given == kept:
+    if _same(given, kept):
         return None
     return (
         f"task key {rec.task_key!r} is run {rec.run_id[:12]} ({rec.status}), made with another "
         "task: the task given was not read (a run keeps the task it was created with); give "
         "the changed task a new task_key to run it"
     )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` as JSON, a masked value (``***``, whole or inside a string) on either side
+    matching what the other side holds there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if a == b:
+        return True
+    if REDACTED in (a, b):  # a field masked whole: a secret's, by its name
+        return not isinstance(a, dict | list) and not isinstance(b, dict | list)
+    return isinstance(a, str) and isinstance(b, str) and (_masks(a, b) or _masks(b, a))
+
+
+def _masks(masked: str, text: str) -> bool:
+    """Whether ``masked`` is ``text`` with some of it masked (each ``***`` standing for some
+    text of its own)."""
+    if REDACTED not in masked:
+        return False
+    pattern = ".+?".join(re.escape(piece) for piece in masked.split(REDACTED))
+    return re.fullmatch(pattern, text, re.DOTALL) is not None
 
 
 def say_ignored(rec: RunRecord, task: Mapping[str, Any]) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
+from ._options import TracesLoopOpt, TracesProjectOpt
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -81,6 +82,8 @@ def fit_stop_cmd(
             "whose USD values hold only for cycles that cost the same): for other models' runs.",
         ),
     ] = False,
+    loop: TracesLoopOpt = None,
+    project: TracesProjectOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -114,12 +117,11 @@ def fit_stop_cmd(
     pooled: dict[str, str] = {}  # run id -> the source it came from
     for source in sources:
         if source in ("store", "runs"):
-            from ._stores import open_existing
+            from ._stores import store_traces
 
-            with open_existing(store) as st:
-                got = load_source(source, st)
+            got = store_traces(store, source, loop=loop, project=project)
         else:
-            got = load_source(source)
+            got = load_source(source, loop=loop, project=project)
         if not got:
             raise ConfigError(f"no runs in {source}", field="SOURCE")
         for t in got:  # a file given twice, or runs saved from the store and the store

@@ -33,6 +33,15 @@ StoreOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+# `replay` and `fit-stop`: which of the store's runs SOURCE 'store' reads (every loop's and
+# project's without them: ``_stores.store_traces``)
+TracesLoopOpt = Annotated[
+    str | None, typer.Option("--loop", help="Only the store's runs of this loop (SOURCE 'store').")
+]
+TracesProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="Only the store's runs of this project (SOURCE 'store')."),
+]
 
 
 def run_ref(value: Any) -> Any:

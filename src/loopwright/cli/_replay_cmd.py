@@ -9,7 +9,8 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
-from ._stores import open_existing
+from ._options import TracesLoopOpt, TracesProjectOpt
+from ._stores import store_traces
 
 __all__ = ["replay_cmd"]
 
@@ -31,6 +32,8 @@ def replay_cmd(
             help="A contract TOML (a loop spec or [contract] tables); repeatable.",
         ),
     ],
+    loop: TracesLoopOpt = None,
+    project: TracesProjectOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
     save_traces: Annotated[
@@ -54,10 +57,9 @@ def replay_cmd(
             name += "'"
         contracts[name] = load_contract(path)
     if source in ("store", "runs"):
-        with open_existing(store) as st:
-            traces = load_source(source, st)
+        traces = store_traces(store, source, loop=loop, project=project)
     else:
-        traces = load_source(source)
+        traces = load_source(source, loop=loop, project=project)
     if not traces:
         raise ConfigError(f"{source}: no runs to replay", field="SOURCE")
     if save_traces is not None:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..replay import RunTrace
     from ..store import Store
 
-__all__ = ["existing_store", "open_existing", "open_or_create"]
+__all__ = ["existing_store", "open_existing", "open_or_create", "store_traces", "unknown_filters"]
 
 
 def _source(url: str | None) -> str:
@@ -85,3 +86,24 @@ def unknown_filters(st: Store, *, project: str | None, loop: str | None) -> list
     if loop is not None and st.count_runs(loop_name=loop) == 0:
         lines.append(f"note: no run is of loop {printable(repr(loop))} (see `loopwright runs`)")
     return lines
+
+
+def store_traces(
+    url: str | None, source: str, *, loop: str | None, project: str | None
+) -> list[RunTrace]:
+    """The runs ``replay`` and ``fit-stop`` read from SOURCE 'store', filtered by ``--loop`` and
+    ``--project``: a filter no run has is named (as ``loopwright runs`` names it), and runs of
+    several loops read without ``--loop`` are said on stderr, loop by loop (they pool other
+    actors' costs and outcomes: docs/fit-stop.md)."""
+    import typer
+
+    from ..replay import load_source, mixed_loops
+
+    with open_existing(url) as st:
+        traces = load_source(source, st, loop=loop, project=project)
+        unknown = [] if traces else unknown_filters(st, project=project, loop=loop)
+    if unknown:
+        raise ConfigError("; ".join(x.removeprefix("note: ") for x in unknown), field="SOURCE")
+    if loop is None and (line := mixed_loops(traces)):
+        typer.echo(line, err=True)
+    return traces

@@ -19,7 +19,13 @@ from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, added_up
 # Below this a difference of recorded dollar sums is the floats' rounding, not a call.
 _EPS = 1e-9
 
-__all__ = ["load_source", "trace_of_run", "traces_from_ldb", "traces_from_store"]
+__all__ = [
+    "load_source",
+    "mixed_loops",
+    "trace_of_run",
+    "traces_from_ldb",
+    "traces_from_store",
+]
 
 
 def _calls(record: dict[str, Any]) -> tuple[Call, ...]:
@@ -221,6 +227,9 @@ def _own_cap(rec: RunRecord, task: Any) -> int | None:
 def traces_from_store(
     store: Store, *, project: str | None = None, loop: str | None = None
 ) -> Iterator[RunTrace]:
+    """The store's runs as traces, oldest first: every loop's and project's unless ``loop`` /
+    ``project`` names one (a fit pooling loops learns from other actors' costs: see
+    ``mixed_loops``)."""
     for rec in reversed(store.list_runs(project=project, loop_name=loop)):
         t = trace_of_run(store, rec)
         if t is not None:
@@ -283,9 +292,33 @@ def traces_from_ldb(
         )
 
 
-def load_source(source: str | os.PathLike[str], store: Store | None = None) -> list[RunTrace]:
-    """``store`` (runs in the given store), a run-trace JSONL file, or an LDB JSONL file
-    (recognised by its first line)."""
+def mixed_loops(traces: list[RunTrace]) -> str | None:
+    """A line saying that ``traces`` are runs of more than one loop (naming each, with its
+    number of runs), or ``None``: a replay or fit of them pools other actors' costs and
+    outcomes, which the caller may not mean (``--loop`` picks one)."""
+    counts: dict[str, int] = {}
+    for t in traces:
+        name = t.recorded.get("loop")
+        if isinstance(name, str):
+            counts[name] = counts.get(name, 0) + 1
+    if len(counts) < 2:
+        return None
+    listed = ", ".join(f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+    return (
+        f"note: the runs are of {len(counts)} loops, pooled: {listed}; "
+        "give --loop NAME for one loop's runs"
+    )
+
+
+def load_source(
+    source: str | os.PathLike[str],
+    store: Store | None = None,
+    *,
+    loop: str | None = None,
+    project: str | None = None,
+) -> list[RunTrace]:
+    """``store`` (runs in the given store; ``loop`` and ``project`` filter them), a run-trace
+    JSONL file, or an LDB JSONL file (recognised by its first line)."""
     if not isinstance(source, str | os.PathLike):
         raise ConfigError(
             f"must be 'store' or a path to a JSONL file, got {type(source).__name__}",
@@ -295,7 +328,12 @@ def load_source(source: str | os.PathLike[str], store: Store | None = None) -> l
     if source in ("store", "runs"):
         if store is None:
             raise ConfigError("no store to read runs from", field="SOURCE")
-        return list(traces_from_store(store))
+        return list(traces_from_store(store, project=project, loop=loop))
+    if loop is not None or project is not None:
+        raise ConfigError(
+            "--loop and --project filter the runs of the store (SOURCE 'store'), not a file",
+            field="--loop" if loop is not None else "--project",
+        )
     p = Path(source)
     if not p.is_file():
         raise ConfigError(
