@@ -262,12 +262,27 @@ class ModelCall:
         )
 
 
+    # ``async with`` as well (an async actor's habit, Pydantic AI's and httpx's style): the
+    # same timing and report; nothing here awaits.
+    async def __aenter__(self) -> ModelCall:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
 def model_call(
     *, model: str, prompt: Sequence[Mapping[str, Any]] | str, provider: str | None = None
 ) -> ModelCall:
     """A context manager that times one model call and reports it when the block ends, as
     ``record_model_call`` does: with the reply given to ``call.reply(...)``, and with the
-    error if the block raised (the exception goes on). ``call.usage`` is then its spend::
+    error if the block raised (the exception goes on). ``call.usage`` is then its spend. It is
+    used with ``with`` or, in async code, ``async with``::
 
         with lw.model_call(model="claude-sonnet-4-5", prompt=messages) as call:
             out = client.messages.create(model=..., messages=messages, max_tokens=1024)

@@ -196,6 +196,27 @@ def test_the_block_is_timed_and_its_error_recorded() -> None:
     assert made[0]["started_at"] == call.started_at and made[0]["seconds"] == call.seconds
 
 
+def test_an_async_actor_reports_with_async_with(tmp_path: Path) -> None:
+    """``async with lw.model_call(...)`` in an async actor (probe47b: a Pydantic AI user's
+    habit; there was no ``__aenter__``): the call is stored as with ``with``, its error too."""
+
+    tries: list[int] = []
+
+    async def actor(ctx: lw.Context) -> lw.Proposal:
+        tries.append(1)  # the first attempt's request fails: recorded, then retried
+        messages = [{"role": "user", "content": "fail" if len(tries) == 1 else "title?"}]
+        async with lw.model_call(model="claude-fake", prompt=messages) as call:
+            out = fake_client(messages)
+            call.reply("Hello world", input_tokens=out["in"], output_tokens=out["out"])
+        return lw.Proposal.edit("doc", {"title": "Hello world"}, usage=call.usage)
+
+    result, events = _run(tmp_path, actor)
+    assert result.status == "accepted"
+    assert [(e.data["attempt"], e.data["outcome"]) for e in events] == [(1, "retry"), (2, "ok")]
+    assert events[0].data["error"] == "ConnectionError: the fake server hung up"
+    assert events[1].data["reply"] == "Hello world" and events[1].data["input_tokens"] == 120
+
+
 def test_exported_from_the_package() -> None:
     for name in ("record_model_call", "model_call", "ModelCall"):
         assert name in lw.__all__ and name in dir(lw)
