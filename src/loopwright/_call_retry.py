@@ -140,12 +140,9 @@ async def call_with_retry(
                 # ``call_user``'s inline path (no deadline to set, no thread), written out:
                 # no coroutine of its own a call, two calls a cycle
                 t0 = perf_counter()
-                try:
-                    result = fn(*args)
-                    if type(result) not in _PLAIN and _awaitable(result):
-                        result = await result
-                except TimeoutError:
-                    raise CallTimeout(0.0) from None  # (as ``call_user`` says it)
+                result = fn(*args)  # (a TimeoutError of its own is its own: ``call_user``)
+                if type(result) not in _PLAIN and _awaitable(result):
+                    result = await result
                 got = (result, perf_counter() - t0)
             else:
                 got = await call_user(fn, *args, timeout=per_call, threaded=ex.threaded)

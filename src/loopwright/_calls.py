@@ -193,6 +193,7 @@ async def call_user(
         if timeout is None and _deadline.get() is None
         else _deadline.set(None if timeout is None else time.monotonic() + timeout)
     )
+    own: TimeoutError | None = None
     try:
         if timeout is None and threaded and not _is_async(fn):
             result = await _in_daemon_thread(fn, *args)
@@ -203,19 +204,55 @@ async def call_user(
             if type(result) not in _PLAIN and _awaitable(result):
                 result = await result
         elif _is_async(fn):
-            result = await asyncio.wait_for(fn(*args), timeout)
+            result = await asyncio.wait_for(_own_timeout(fn(*args)), timeout)
         else:
-            result = await asyncio.wait_for(_in_daemon_thread(fn, *args), timeout)
+            result = await asyncio.wait_for(
+                _in_daemon_thread(_sync_own_timeout(fn), *args), timeout
+            )
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(
-                    result, max(0.0, timeout - (time.perf_counter() - t0))
+                    _own_timeout(result), max(0.0, timeout - (time.perf_counter() - t0))
                 )
+    except _OwnTimeout as carried:
+        own = carried.exc
     except TimeoutError:
-        raise CallTimeout(timeout or 0.0) from None
+        if timeout is None:  # the callable's own (no limit of ours): kept as it is
+            raise
+        raise CallTimeout(timeout) from None
     finally:
         if token is not None:
             _deadline.reset(token)
+    if own is not None:
+        # A TimeoutError the callable raised itself (an HTTP client's, its own ``wait_for``)
+        # is its error, kept with its message: it read "no result after 30 s" for a call that
+        # failed at once. Only ``wait_for``'s own is the call's limit reached.
+        raise own
     return result, time.perf_counter() - t0
+
+
+class _OwnTimeout(Exception):
+    """A ``TimeoutError`` the user's callable raised, carried past ``asyncio.wait_for``."""
+
+    def __init__(self, exc: TimeoutError) -> None:
+        super().__init__()
+        self.exc = exc
+
+
+async def _own_timeout(aw: Any) -> Any:
+    try:
+        return await aw
+    except TimeoutError as exc:
+        raise _OwnTimeout(exc) from None
+
+
+def _sync_own_timeout(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except TimeoutError as exc:
+            raise _OwnTimeout(exc) from None
+
+    return guarded
 
 
 HOOK_TIMEOUT_S = 60.0

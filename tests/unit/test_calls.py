@@ -273,8 +273,8 @@ def test_a_cycles_plain_calls_make_no_coroutine_of_call_user(
     """An actor's or verifier's call with no timeout, no thread and no deadline around it (two
     a cycle, the common case) is ``call_user``'s inline path, run by ``call_with_retry``
     itself; a call with a timeout still goes through ``call_user``. What either sees is the
-    same: no deadline inline, its own with a timeout; and an inline ``TimeoutError`` is the
-    ``CallTimeout`` ``call_user`` made of it (retried as transient) either way."""
+    same: no deadline inline, its own with a timeout; and the callable's own ``TimeoutError``
+    is kept as it is (retried as transient) either way."""
     import loopwright as lw
     from loopwright import _call_retry
     from loopwright._calls import call_deadline
@@ -303,5 +303,33 @@ def test_a_cycles_plain_calls_make_no_coroutine_of_call_user(
     assert len(seen) == 4  # three cycles, one attempt again
     assert made[0] == (0 if timeout is None else 4)  # the verifier has no timeout: inline
     assert all(d is None for d in seen) if timeout is None else all(d is not None for d in seen)
-    # (``call_user`` names what it raised a timeout of the call's own limit, 0 s without one)
-    assert [d["error"] for d in retries] == [f"Timeout: no result after {timeout or 0:g} s"]
+    # the actor's own TimeoutError, raised at once, is its own error, retried as transient
+    # (it read "Timeout: no result after 0 s", or "after 30 s", for a call that failed at once)
+    assert [d["error"] for d in retries] == ["TimeoutError: slow"]
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_callables_own_timeout_error_is_its_own_under_a_limit(threaded: bool, kind: str) -> None:
+    """A callable given a limit that raises ``TimeoutError`` itself, at once (an HTTP client's
+    read timeout): it is its own error, message kept — not "no result after 30 s", which the
+    engine reports only when the call ran to the limit ``wait_for`` enforces."""
+
+    def sync_fn() -> None:
+        raise TimeoutError("read timed out")
+
+    async def async_fn() -> None:
+        raise TimeoutError("read timed out")
+
+    fn = sync_fn if kind == "sync" else async_fn
+    with pytest.raises(TimeoutError, match="read timed out") as info:
+        asyncio.run(call_user(fn, timeout=30.0, threaded=threaded))
+    assert not isinstance(info.value, CallTimeout)
+
+
+def test_the_limit_reached_is_still_a_call_timeout() -> None:
+    async def hangs() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(CallTimeout, match=r"no result after 0\.01 s"):
+        asyncio.run(call_user(hangs, timeout=0.01))
