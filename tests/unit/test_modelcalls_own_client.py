@@ -59,6 +59,7 @@ def _run(tmp_path: Path, actor: Any) -> tuple[lw.RunResult, list[Any]]:
 
 def test_an_actors_own_client_calls_are_stored_masked_and_bounded(tmp_path: Path) -> None:
     attempts: list[int] = []
+    timings: list[tuple[float, float]] = []  # what the timed call measured, as it measured it
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         attempts.append(1)
@@ -79,6 +80,7 @@ def test_an_actors_own_client_calls_are_stored_masked_and_bounded(tmp_path: Path
             out = fake_client(messages)
             call.reply(out["text"], input_tokens=out["in"], output_tokens=out["out"], cost_usd=0.25)
         spent += call.usage
+        timings.append((call.started_at, call.seconds))
         # the same, reported after the fact
         t0 = call.started_at
         assert (
@@ -109,7 +111,9 @@ def test_an_actors_own_client_calls_are_stored_masked_and_bounded(tmp_path: Path
     assert failed["reply"] is None and failed["scope"] == "actor"
     assert timed["model"] == "claude-fake" and timed["provider"] == "anthropic"
     assert (timed["input_tokens"], timed["output_tokens"], timed["cost_usd"]) == (120, 30, 0.25)
-    assert timed["error"] is None and timed["seconds"] >= 0
+    assert timed["error"] is None
+    # the stored record holds the block's own timing, as the call object measured it
+    assert (timed["started_at"], timed["seconds"]) == timings[-1]
     # masked before it was written, cut to size with the marker
     stored = repr([e.data for e in events])
     assert SECRET not in stored
