@@ -121,8 +121,7 @@ def edit(
 ) -> None:
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
-    from .._contract import Contract
-    from .._edit_check import unjudged
+    from .._edit_check import unjudged_now
     from .._engine import Runtime
     from ._render import console
     from ._table import interrupted
@@ -175,11 +174,7 @@ def edit(
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
             rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
-        why = unjudged(
-            rec.run_id,
-            Contract.from_dict(rec.contract),
-            rt.store.latest_checkpoint(rec.run_id).task_state(),
-        )
+        why = unjudged_now(rt.store, rec)
         # a run left running by a process that stopped (killed): as `loopwright runs` says
         stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
     status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")

@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from .._authority import operate, require
-from .._contract import TERMINAL_STATUSES, Contract
-from .._edit_check import unjudged
+from .._contract import TERMINAL_STATUSES
+from .._edit_check import unjudged_now
 from .._engine import Runtime
 from .._errors import (
     ConfigError,
@@ -159,11 +159,7 @@ def edit_part(
     msg = f"{ref} edited by {by} (version {version}, accepted)"
     # A budget its check may spend used up: a resume stops again before judging the edit
     # (the CLI's edit says so; this said "Resume the run to go on from it")
-    blocked = unjudged(
-        done.run_id,
-        Contract.from_dict(done.contract),
-        store.latest_checkpoint(done.run_id).task_state(),
-    )
+    blocked = unjudged_now(store, done)
     if blocked is not None:
         msg += f"; {blocked}"
     elif resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":
