@@ -41,7 +41,7 @@ from ._proposal import Proposal
 from ._redact import redact
 from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
-from .store import JournalEntry, NewEvent, RunRecord
+from .store import JournalEntry, NewEvent, RunRecord, Store
 from .store._base import with_newer
 
 __all__ = ["Forking", "what_changed"]
@@ -341,9 +341,11 @@ class Forking(RuntimeHost):
                 retire_failures(self.store, ex, effects=False)
                 # Its refunds still waiting for a person (a cancel's, some reused): parked on
                 # them, as a rollback that offers them parks; "pending", every worker's poll
-                # claimed it and found it still waiting (attack47).
-                waits = (s.pending or {}).get("stage") == "compensations" and bool(
-                    self.store.approvals(run_id=rec.run_id, status="pending")
+                # claimed it and found it still waiting (attack47). A request expired on the
+                # store's clock waits for nobody (``run_compensations`` settles it expired):
+                # parked on it, no worker took the run until a person resumed it (review48a).
+                waits = (s.pending or {}).get("stage") == "compensations" and _open_requests(
+                    self.store, rec.run_id
                 )
                 run = {
                     "status": "awaiting_approval" if waits else "pending",
@@ -384,6 +386,14 @@ class Forking(RuntimeHost):
 
 
 _ID = re.compile(r"""\bid=["']([^"']+)["']""")
+
+
+def _open_requests(store: Store, run_id: str) -> bool:
+    """Whether ``run_id`` has a request a person can still decide: pending, and not expired
+    on the store's clock (one expired is settled as expired by whoever resumes the run)."""
+    pending = store.approvals(run_id=run_id, status="pending")
+    now = store.clock() if pending else 0.0
+    return any(a.expires_at is None or a.expires_at >= now for a in pending)
 
 
 def what_changed(old: Any, new: Any) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from doc_loop import TASK
-from test_redo_keys import Provider, paying
+from test_redo_keys import ALLOW, Provider, paying
 from test_reused_refunds import compensation_requests
 
 import loopwright as lw
@@ -77,3 +77,34 @@ def test_a_run_found_waiting_while_claimable_is_parked(url: str, monkeypatch: An
         assert rt.resume_sync(a, loop).status == "awaiting_approval"
         assert not _claimable(rt, a)
         assert _waits(rt, a) == waits + 1
+
+
+def test_an_edit_of_a_run_whose_refund_request_expired_leaves_it_claimable(
+    url: str, monkeypatch: Any
+) -> None:
+    # The refund's request expired undecided (its rule's expires_after_s passed on the store's
+    # clock): nobody can decide it any more (deciding says it expired, "the run escalates
+    # when it resumes"), so a run parked on it waited for a person's resume. The edit leaves
+    # the run claimable, as the engine does (``run_compensations`` settles an expired request
+    # as expired); before, the edit parked it on the expired request and no worker took it.
+    provider = Provider()
+    refund_rule = lw.PolicyRule(
+        kind="spend", effect="pay.compensate", action="require", expires_after_s=3600
+    )
+    with lw.Runtime(url) as rt:
+        loop = paying(provider, approvals=lw.ApprovalPolicy((refund_rule, *ALLOW.rules)))
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.fork(a, 1, loop=loop, task_key="F")
+        rt.cancel(a, by="ops", loop=loop)
+        assert rt.resume_sync(a, loop).status == "cancelled"
+        [req] = compensation_requests(rt, a)
+        assert req.expires_at is not None
+        later = req.expires_at + 60.0  # the store's clock, past the request's expiry
+        monkeypatch.setattr(rt.store, "clock", lambda: later)
+        got = rt.edit(a, "doc/c", 7, by="ed")
+        assert got.status == "pending"  # before: awaiting_approval on the expired request
+        assert _claimable(rt, a)  # before: no worker claimed it
+        r = rt.resume_sync(a, loop)
+        assert rt.store.approval(req.approval_id).status == "expired"
+        assert provider.collected() == 5.0  # the refund expired undecided: not run
+        assert r.state.values()["doc"]["c"] == 7
