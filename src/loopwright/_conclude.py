@@ -16,7 +16,7 @@ from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
 from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown
-from ._gates import _effect, edit_kept
+from ._gates import _effect, call_digest, edit_kept
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
 from ._question import Question
@@ -53,10 +53,13 @@ class Concluding(RuntimeHost):
         staged: bool = False,
         keys: list[tuple[str, bool]] | None = None,
         judged: Judged | None = None,
+        reuse_only: Sequence[str] = (),
     ) -> bool:
         """Run the cycle's effects (journaled, at most once), then conclude it. ``keys``: the
         calls' keys as a stored write-ahead fixed them (a resumed cycle). ``judged``: what
-        ``_evaluate`` found of these verdicts, handed on to ``_conclude``."""
+        ``_evaluate`` found of these verdicts, handed on to ``_conclude``. ``reuse_only``: the
+        calls (``call_digest``) a person approved only as actions done already, each run only
+        as that reuse (recorded in the write-ahead: a resume after a crash runs them so too)."""
         outcomes: list[EffectOutcome] = []
         if calls:
             # Never start an effect once a budget is crossed, or reached unless the effect is
@@ -111,6 +114,8 @@ class Concluding(RuntimeHost):
                     "spend": list(ex.calls),
                     "memory": memory_shown(ex),
                 }
+                if reuse_only:
+                    ex.state.pending["reuse_only"] = list(reuse_only)
                 cancel = self._commit(
                     ex,
                     {
@@ -130,7 +135,13 @@ class Concluding(RuntimeHost):
             for i, c in enumerate(calls):
                 eff = _effect(ex.loop, c)
                 outcome = await perform_effect(
-                    self.store, ex, n, eff, c, fixed=keys[i] if keys else None
+                    self.store,
+                    ex,
+                    n,
+                    eff,
+                    c,
+                    fixed=keys[i] if keys else None,
+                    reuse_only=bool(reuse_only) and call_digest(c) in reuse_only,
                 )
                 outcomes.append(outcome)
                 used = outcome.usage or Usage()

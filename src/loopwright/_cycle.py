@@ -31,7 +31,7 @@ from ._exec import (
     priced_dict,
 )
 from ._frozen import twin_of
-from ._gates import _approved, _effect, given_keys, reuse_gone
+from ._gates import _approved, _effect, approved_as_reuses, given_keys, reuse_gone
 from ._plan import STEP_STATUSES, check_new_steps
 from ._proposal import Proposal, Verdict
 from ._question import Question
@@ -480,6 +480,7 @@ class Cycle(ActorContext):
             duplicate,
             calls,
             judged=(score, ok, effective),
+            reuse_only=approved_as_reuses(approved),
         )
 
     def _abort(self, ex: _Exec, t0: float, reason: str, **packet: Any) -> bool:

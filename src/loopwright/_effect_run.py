@@ -17,12 +17,14 @@ from ._backoff import backoff, held_for, left_of, since
 from ._calls import CallTimeout, call_user
 from ._effect_holders import holder, running_here, tracked
 from ._effect_keys import (
+    NOT_REUSED,
     _call_key,
     _refused,
     _undo_unsettled,
     args_digest,
     key_of,
     redo_key,
+    reuse_gone,
     undid_for_origin,
 )
 from ._effects import Effect, EffectCall, EffectResult, _canon
@@ -121,6 +123,7 @@ async def perform_effect(
     call: EffectCall,
     *,
     fixed: tuple[str, bool] | None = None,
+    reuse_only: bool = False,
 ) -> EffectOutcome:
     """Run one effect at most once, journaled: intent before, result after.
 
@@ -137,6 +140,7 @@ async def perform_effect(
     ``fixed``: the key, and whether it is a business key, as the cycle's write-ahead recorded
     them (``key_of``): a resumed cycle settles the intent it journaled even when the loop's
     key function changed between the crash and the resume.
+    ``reuse_only``: approved only as another run's execution, reused (``reuse_gone``).
     """
     ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
@@ -293,6 +297,9 @@ async def perform_effect(
             return out("in_doubt", attempts=attempts, cause=cause, error=info)
         return None
 
+    def not_reused() -> EffectOutcome:  # (``reuse_only``, undone since: nothing written)
+        return out("failed", attempts=0, cause=NOT_REUSED.format(eff.name, action))
+
     async def grace(doubt: JournalEntry) -> bool:
         """Wait while an in-doubt attempt may still be executing elsewhere: until its deadline
         has passed on the store's clock (``held_for``), unless its holder is known gone.
@@ -368,6 +375,8 @@ async def perform_effect(
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
+    if reuse_only and (entry is None or stale) and reuse_gone(store, eff.kind, action, ex.run_id):
+        return not_reused()
     if business and (entry is None or stale or entry.status in ("intent", "waiting")):
         # the key this call hands the effect, recorded with its intent (``_call_key``)
         base["generation"], base["call_key"] = _call_key(
@@ -505,6 +514,8 @@ async def perform_effect(
             except EffectKeyMoved as moved:
                 # another run took (and undid) the action since its claim was read: nothing
                 # was written; the next generation's key, never handed out
+                if reuse_only:
+                    return not_reused()
                 base["generation"] = moved.generation
                 base["call_key"] = redo_key(action, moved.generation)
                 continue

@@ -322,6 +322,16 @@ def given_keys(approved: Sequence[Mapping[str, Any]]) -> set[tuple[str, ...]]:
     return keys | told | {(*k, "done_already") for k in told - keys}
 
 
+def approved_as_reuses(approved: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The calls (``call_digest``) people approved only as actions done already: their card
+    said approving runs nothing again, and no approval covers running them. Each such effect
+    runs only as that reuse (``perform_effect``'s ``reuse_only``): undone by the time it
+    runs, it is not run (review48a)."""
+    run = {str(x.get("call")) for x in approved if not x.get("done_already")}
+    told = {str(x["call"]) for x in approved if x.get("done_already") and x.get("call")}
+    return sorted(told - run)
+
+
 def reuse_gone(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
     """Whether ``need`` was approved as an action done already (nothing to run) that is
     done no more: the approval does not cover running it."""

@@ -104,6 +104,7 @@ class RuntimeHost:
             staged: bool = False,
             keys: list[tuple[str, bool]] | None = None,
             judged: tuple[float | None, bool, str | None] | None = None,
+            reuse_only: Sequence[str] = (),
         ) -> bool: ...
 
         def _conclude(

@@ -22,7 +22,7 @@ from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
 from ._exec import budget_before, calls_usage, memory_shown
-from ._gates import ASKED_AGAIN, call_digest, done_already
+from ._gates import ASKED_AGAIN, approved_as_reuses, call_digest, done_already
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -245,7 +245,9 @@ class Parking(RuntimeHost):
             kept = [x for x in approved if not (x.get("done_already") and x.get("call") in calls)]
             return self._park_again(ex, pend, gone, kept)
         s.approved.append(str(pend["digest"]))
-        return await self._resume_cycle(ex, pend, staged=False)
+        return await self._resume_cycle(
+            ex, pend, staged=False, reuse_only=approved_as_reuses(approved)
+        )
 
     def _reuses_gone(
         self, ex: _Exec, n: int, pend: Mapping[str, Any], approved: Sequence[Mapping[str, Any]]
@@ -349,18 +351,30 @@ class Parking(RuntimeHost):
         finally:
             ex.check_only, ex.denied = False, None
 
-    async def _resume_cycle(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
-        """Finish a cycle from what was stored mid-cycle (verdicts are not asked again)."""
+    async def _resume_cycle(
+        self,
+        ex: _Exec,
+        pend: Mapping[str, Any],
+        *,
+        staged: bool,
+        reuse_only: Sequence[str] = (),
+    ) -> bool:
+        """Finish a cycle from what was stored mid-cycle (verdicts are not asked again).
+        ``reuse_only``: the calls approved only as reuses (``_apply``); a write-ahead's own."""
         ex.calls = list(pend.get("spend") or ())
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
         ex.check_only = bool(pend.get("check_only"))  # (the cycle judging a person's edit)
         ex.denied = _denied(pend)
         try:
-            return await self._finish_stored(ex, pend, staged=staged)
+            if staged:  # (as its write-ahead recorded them)
+                reuse_only = [str(d) for d in pend.get("reuse_only") or ()]
+            return await self._finish_stored(ex, pend, staged=staged, reuse_only=reuse_only)
         finally:
             ex.check_only, ex.denied = False, None
 
-    async def _finish_stored(self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool) -> bool:
+    async def _finish_stored(
+        self, ex: _Exec, pend: Mapping[str, Any], *, staged: bool, reuse_only: Sequence[str]
+    ) -> bool:
         s = ex.state
         n = int(pend["cycle"])
         proposal = Proposal.from_dict(pend["proposal"])
@@ -409,6 +423,7 @@ class Parking(RuntimeHost):
             calls,
             staged=staged,
             keys=[(str(k), bool(b)) for k, b in stored] if stored else None,
+            reuse_only=reuse_only,
         )
 
     def _earned(
