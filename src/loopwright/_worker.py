@@ -221,10 +221,11 @@ class Worker:
                 try:
                     # Not the runs it drives: frozen past their leases (SIGSTOP, a VM pause),
                     # this worker would otherwise take them over from itself on waking,
-                    # fencing their cycles in flight only to do them again.
-                    taken = with_newer(
-                        store.claim_runs, claim, {"exclude": frozenset(self._driving) or None}
-                    )
+                    # fencing their cycles in flight only to do them again. Nor those its
+                    # runtime executes otherwise (``run``, ``resume``: the same owner; its
+                    # own runs only, before: review48a).
+                    mine = frozenset(self._driving | self.runtime._driving)
+                    taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
                     if taken is None:  # a store whose claim_runs takes no exclude
                         taken = store.claim_runs(**claim)
                 except StoreUnavailableError:
