@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -163,12 +164,29 @@ class Gated:
         return lw.Proposal.edit("doc", {"a": a}, usage=lw.Usage(0.1, 10))
 
 
-@pytest.mark.parametrize("op", ["edit", "rollback", "resume", "cancel"])
+async def _worker_woken(rt: lw.Runtime, loop: lw.Loop) -> lw.WorkerStats:
+    """A worker of ``rt`` polling once, its claims made an hour on (every lease lapsed: woken
+    from a SIGSTOP or a VM pause), as its runtime executes a run through ``resume``."""
+    claim = rt.store.claim_runs
+
+    def woken(*args: Any, **kw: Any) -> list[tuple[str, int]]:
+        return claim(*args, **{**kw, "now": time.time() + 3600})
+
+    rt.store.claim_runs = woken  # type: ignore[method-assign]
+    try:
+        return await lw.Worker(rt, loops={loop.name: loop}).run(once=True)
+    finally:
+        rt.store.claim_runs = claim  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("op", ["edit", "rollback", "resume", "cancel", "worker"])
 def test_an_operation_through_the_executing_runtime_waits_as_for_another(url: str, op: str) -> None:
     # The store lets a lease's owner take it again; an edit, rollback or resume through the
     # runtime executing the run took it from that execution, which was fenced out mid-cycle
     # (StaleLeaseError) and left the run running with no holder. Now each is refused as for
-    # another executor, and a cancel is left for the run to honour at its cycle boundary.
+    # another executor, and a cancel is left for the run to honour at its cycle boundary. A
+    # worker of the runtime claims it no more than its own runs (review48a: it claimed it, as
+    # it excluded only the runs it had claimed itself, and fenced the execution out).
     async def main() -> None:
         actor = Gated()
         loop = _loop(actor)
@@ -185,6 +203,8 @@ def test_an_operation_through_the_executing_runtime_waits_as_for_another(url: st
             elif op == "resume":
                 with pytest.raises(lw.ConflictError, match="executed by this runtime"):
                     await rt.resume(rec.run_id, loop)
+            elif op == "worker":
+                assert (await _worker_woken(rt, loop)).claimed == 0  # before: 1
             else:
                 got = rt.cancel(rec.run_id, by="carol")
                 assert got.status == "running" and got.cancel_requested
