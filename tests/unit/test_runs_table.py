@@ -177,3 +177,17 @@ def test_a_lease_is_judged_on_the_stores_clock(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "running" in out and "interrupted?" not in out, out
+
+
+def test_when_a_run_was_created_is_told_on_the_clock_that_wrote_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run's ``created_at`` is its writer's clock (PostgreSQL too: only leases and requests
+    are the server's): ``runs`` says how long ago on this host's clock, the lease alone on the
+    store's (review48a: a server an hour ahead made a run made just now "1h ago", one an hour
+    behind "0s ago" for an hour)."""
+    rec = dataclasses.replace(_record(tmp_path), created_at=time.time() - 120)
+    for skew in (3600.0, -3600.0):
+        print_runs([rec], 1, width=200, now=time.time() + skew)  # the store's clock, skewed
+        out = " ".join(capsys.readouterr().out.split())
+        assert "2m ago" in out, out  # before: "1h ago", then "0s ago"

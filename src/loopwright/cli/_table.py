@@ -245,10 +245,12 @@ def print_runs(
     runs: Sequence[RunRecord], total: int, *, width: int | None = None, now: float | None = None
 ) -> None:
     """The runs, one per line; ``total``: how many matched (more when only the newest show);
-    ``now``: the store's clock, which judges a lease (default: this host's)."""
+    ``now``: the store's clock, which judges a lease (default: this host's). When a run was
+    created is its writer's clock, as ``created_at`` is, told on this host's (review48a)."""
     from .._packet import run_stop_cause
 
-    now = time.time() if now is None else now
+    here = time.time()
+    now = here if now is None else now
     rows = [
         (
             (r.run_id[:12], ""),
@@ -264,7 +266,7 @@ def print_runs(
                 "-" if r.held_out_passed is None else "pass" if r.held_out_passed else "FAIL",
                 "red" if r.held_out_passed is False else "",
             ),
-            (_ago(r.created_at, now), ""),
+            (_ago(r.created_at, here), ""),
         )
         for r in runs
     ]
