@@ -107,3 +107,21 @@ def test_show_lists_what_a_cycle_spent_before_it_parked(
     rows = client.get(f"/api/runs/{r.run_id}").json()["timeline"]
     # the run page lists the same spend (it did before; show now agrees with it)
     assert sum(t.get("cost_usd") or 0 for t in rows) == pytest.approx(r.spent.cost_usd)
+
+
+def test_an_edit_beside_a_parked_cycle_is_listed_in_that_cycle(url: str) -> None:
+    """An edit made while cycle 1 was parked was listed as cycle 0, after cycle 1's row: its
+    checkpoint carries the last concluded cycle's number."""
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(), TASK, task_key="edited")
+        rt.edit(r.run_id, "inv/x", 2, by="ana")
+    text, _ = shown_text(url, r.run_id)
+    rows = _rows(text)
+    assert "cycle 1 edited by ana while it was parked proposal edit: inv/x v2" in rows, text
+    assert "cycle 0" not in rows
+    with lw.Runtime(url) as rt:
+        rt.approve(r.run_id, by="ann")
+        r = rt.resume_sync(r.run_id, _loop())
+    assert r.status == "accepted"
+    rows = _rows(shown_text(url, r.run_id)[0])
+    assert rows.index("edited by ana while it was parked") < rows.index("cycle 1 accepted")

@@ -105,6 +105,11 @@ def _person_row(
     who = escape(str(rec.get("by") or "?"))
     if rec.get("decision") == "edit":
         what = [f"edit: {escape(str(rec.get('part')))} v{rec.get('version')}"]
+        if "held_out" in rec:
+            # made beside a parked cycle (its record keeps that cycle's held-out verdicts):
+            # that cycle's, not the one before it (it read "1 parked ..." then "0 edited")
+            said = f"[cyan]edited by {who} while it was parked[/]"
+            return (str(cycle + 1), what, [], [], "-", said, "-")
         return (str(cycle), what, [], [], "-", f"[cyan]edited by {who}[/]", "-")
     what = [f"back to cycle {rec.get('to_cycle')}"]
     return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
