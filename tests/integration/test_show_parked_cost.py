@@ -125,3 +125,17 @@ def test_an_edit_beside_a_parked_cycle_is_listed_in_that_cycle(url: str) -> None
     assert r.status == "accepted"
     rows = _rows(shown_text(url, r.run_id)[0])
     assert rows.index("edited by ana while it was parked") < rows.index("cycle 1 accepted")
+
+
+def test_a_forks_show_says_where_its_first_cycles_are_listed(url: str) -> None:
+    """A fork at cycle 1 counts that cycle (``cycles 1``, its spend) and its timeline lists
+    none: the origin's. The header said only where it came from."""
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("allow"), TASK, task_key="paid")
+        assert (r.status, r.cycles) == ("accepted", 1)
+        f = rt.fork(r.run_id, at_cycle=1)
+        g = rt.fork(r.run_id, at_cycle=0)
+    text = " ".join(shown_text(url, f.run_id)[0].split())
+    assert f"forked from run {r.run_id} at cycle 1 (cycle 1 is listed there)" in text, text
+    text = " ".join(shown_text(url, g.run_id)[0].split())
+    assert f"forked from run {r.run_id} at cycle 0 │" in text, text

@@ -324,7 +324,12 @@ def run_detail_parts(
     head.add_row("task", escape(rec.task_key))
     head.add_row("loop", f"{escape(rec.loop_name)} (project {escape(rec.project or '-')})")
     if rec.forked_from:
-        head.add_row("forked from", f"run {rec.forked_from} at cycle {rec.forked_at}")
+        came = f"run {rec.forked_from} at cycle {rec.forked_at}"
+        if rec.forked_at:
+            # its cycles and spend count them; the timeline lists the fork's own cycles only
+            its = "cycle 1 is" if rec.forked_at == 1 else f"cycles 1-{rec.forked_at} are"
+            came += f" ({its} listed there)"
+        head.add_row("forked from", came)
     head.add_row("status", status_text(rec.status))
     stalled = interrupted(rec, time.time() if now is None else now)  # as `runs` says it
     if stalled:
