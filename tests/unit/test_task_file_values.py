@@ -154,3 +154,18 @@ def test_run_many_runs_a_keyed_batch_once_and_a_keyless_one_again(tmp_path: Path
         assert not {r.run_id for r in new} & {r.run_id for r in newer}
         assert all(r.task_key.startswith("nums:") for r in new + newer)
         assert len(rt.store.list_runs()) == 2 + 2 + 4
+
+
+def test_a_number_for_a_project_is_refused_alike_saying_how_to_give_it(tmp_path: Path) -> None:
+    """A project given as a number (refused since stop 47) was refused in other words by the
+    CLI's task file ("must be a string, got int 5") and by Runtime.create ("must be text, got
+    int"), neither saying how to give a name that is a number (doubts48)."""
+    from loopwright.cli._tasks import _checked
+
+    with lw.Runtime(tmp_path / "s.db") as rt, pytest.raises(lw.ConfigError) as api:
+        rt.create(_loop(), {"artifacts": {"a": {"x": 0}}, "project": 5})
+    with pytest.raises(lw.ConfigError) as cli:
+        _checked({"artifacts": {"a": {"x": 0}}, "project": 5}, "t.jsonl:1", "--tasks")
+    said = 'must be text, got int 5; a name that is a number is written as text: "5"'
+    assert api.value.message == said
+    assert cli.value.message == f"t.jsonl:1: project {said}"
