@@ -34,7 +34,7 @@ from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._proposal import Proposal
 from ._state import TaskState
-from .store import NewEvent, RunRecord, Store
+from .store import NewEvent
 
 __all__ = [
     "CHECKED",
@@ -103,13 +103,6 @@ def unjudged(run_id: str, contract: Contract, state: TaskState) -> str | None:
         f"budget (loopwright fork {run_id[:12]} --at-cycle {state.cycle} --contract FILE) "
         "and make the edit there"
     )
-
-
-def unjudged_now(store: Store, rec: RunRecord) -> str | None:
-    """``unjudged`` for a run as stored (its contract, its latest state): what the CLI's and
-    the dashboard's edit say once ``Runtime.edit`` returned."""
-    state = store.latest_checkpoint(rec.run_id).task_state()
-    return unjudged(rec.run_id, Contract.from_dict(rec.contract), state)
 
 
 def warn_unjudged(why: str) -> None:

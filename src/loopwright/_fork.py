@@ -232,6 +232,22 @@ class Forking(RuntimeHost):
         with the diff, a note for the next context, an ``edit`` memory signal in the task's
         scope). An ended run is reopened so the loop continues from the edit (``resume``); a run
         parked on a request is edited beside it, except a part its parked proposal changes."""
+        return self._edit(run_id, ref, value, by=by, note=note, origin=origin)[0]
+
+    def _edit(
+        self,
+        run_id: str,
+        ref: str,
+        value: Any,
+        *,
+        by: str,
+        note: str | None = None,
+        origin: str = "python",
+    ) -> tuple[RunRecord, str | None]:
+        """``edit``, and why a resume will not judge the edit (``_edit_check.unjudged``; None:
+        it will be), as the edit found it under its lease: what the CLI and the dashboard say
+        (read again after the commit, it was worked out twice, and a worker that took the run
+        meanwhile could make it say nothing)."""
         if not isinstance(by, str) or not by.strip():
             raise ConfigError("say who edits (a name)", field="by")
         artifact, name = split_ref(ref)
@@ -382,7 +398,7 @@ class Forking(RuntimeHost):
                     source={"run_id": rec.run_id, "part": ref, "version": part.count},
                     by=by.strip(),
                 )
-        return self.store.get_run(rec.run_id)
+        return self.store.get_run(rec.run_id), blocked
 
 
 _ID = re.compile(r"""\bid=["']([^"']+)["']""")

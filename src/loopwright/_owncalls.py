@@ -17,6 +17,7 @@ does for every call. ``ModelCall.usage`` gives what to put there.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -80,21 +81,89 @@ def _amount(value: object, arg: str) -> float | None:
     return f
 
 
+_SHAPES = (
+    "a string or a list of messages: mappings ({'role': ..., 'content': ...}), LangChain "
+    "messages, Pydantic AI's ModelRequest/ModelResponse, or objects with role and content"
+)
+
+
 def _prompt(value: object) -> Sequence[Mapping[str, Any]] | str:
     if isinstance(value, str):
         return value
     if not isinstance(value, Sequence) or isinstance(value, bytes | bytearray):
-        raise TypeError(
-            "record_model_call: prompt must be a string or a list of messages "
-            f"({{'role': ..., 'content': ...}}), not {type(value).__name__}"
-        )
+        raise TypeError(f"record_model_call: prompt must be {_SHAPES}, not {type(value).__name__}")
+    if all(isinstance(m, Mapping) for m in value):
+        return value
+    out: list[Mapping[str, Any]] = []
     for i, m in enumerate(value):
-        if not isinstance(m, Mapping):
+        read = m if isinstance(m, Mapping) else _message(m)
+        if read is None:
             raise TypeError(
-                f"record_model_call: prompt[{i}] must be a message mapping "
-                f"({{'role': ..., 'content': ...}}), not {type(m).__name__}"
+                f"record_model_call: prompt[{i}] must be a message: a mapping ({{'role': ..., "
+                "'content': ...}), a LangChain message, a Pydantic AI ModelRequest or "
+                f"ModelResponse, or an object with role and content; not {type(m).__name__}"
             )
-    return value
+        out.extend([read] if isinstance(read, Mapping) else read)
+    return out
+
+
+# A LangChain message's ``type`` as a role (``AIMessageChunk``: ``ai``).
+_LC_ROLES = {"human": "user", "ai": "assistant", "generic": "user"}
+# A Pydantic AI part's ``part_kind`` as a role (else its message's: a request's is the user's).
+_PART_ROLES = {
+    "system-prompt": "system",
+    "user-prompt": "user",
+    "retry-prompt": "user",
+    "tool-return": "tool",
+    "builtin-tool-return": "tool",
+}
+
+
+def _message(m: object) -> Mapping[str, Any] | list[Mapping[str, Any]] | None:
+    """Another library's message as ``{"role", "content"}`` (one a part, for Pydantic AI's),
+    read by its shape: neither library is imported. None: no message's shape."""
+    kind, parts = getattr(m, "kind", None), getattr(m, "parts", None)
+    if kind in ("request", "response") and isinstance(parts, Sequence):
+        # Pydantic AI (``result.all_messages()``): a request's or response's parts in turn
+        mine = "user" if kind == "request" else "assistant"
+        return [_part(p, mine) for p in parts]
+    if not hasattr(m, "content"):
+        return None
+    role = getattr(m, "role", None)
+    if not isinstance(role, str):  # LangChain: ``type`` (``human``, ``ai``, ``system``, ...)
+        role = getattr(m, "type", None)
+        if not isinstance(role, str):
+            return None
+        role = role.removesuffix("MessageChunk").lower()
+        role = _LC_ROLES.get(role, role)
+    return {"role": role, "content": _text_of(getattr(m, "content", None))}
+
+
+def _part(part: object, role: str) -> Mapping[str, Any]:
+    kind = getattr(part, "part_kind", None)
+    if kind == "tool-call":  # the call the model asked for: its name and arguments
+        args = getattr(part, "args", None)
+        said = args if isinstance(args, str) else json.dumps(args, default=str)
+        return {"role": role, "content": f"{getattr(part, 'tool_name', '?')}({said})"}
+    content = getattr(part, "content", None)
+    if kind in ("tool-return", "builtin-tool-return") and not isinstance(content, str):
+        content = json.dumps(content, default=str)
+    return {"role": _PART_ROLES.get(str(kind), role), "content": _text_of(content)}
+
+
+def _text_of(content: object) -> str:
+    """A message's content as text: a list's text pieces joined, any other piece (an image,
+    a file) named by its kind."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Mapping):
+        text = content.get("text")
+        return text if isinstance(text, str) else f"[{content.get('type', 'content')}]"
+    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
+        return "".join(map(_text_of, content))
+    return f"[{type(content).__name__}]"
 
 
 def _name_or_text(value: object, arg: str) -> str | None:
@@ -120,7 +189,7 @@ def _error(value: object) -> str | None:
 def record_model_call(
     *,
     model: str,
-    prompt: Sequence[Mapping[str, Any]] | str,
+    prompt: Sequence[Any] | str,
     reply: str | None = None,
     input_tokens: int | None = None,
     output_tokens: int | None = None,
@@ -137,7 +206,8 @@ def record_model_call(
     trace``, the dashboard, OTel ``chat`` spans), masked and cut to size.
 
     ``model`` and ``prompt`` (a string, or messages ``[{"role", "content"}]``; a content may be
-    a list of text parts) are required; ``reply`` is the reply text (``None``: none came);
+    a list of text parts; LangChain messages, Pydantic AI's ``ModelRequest``/``ModelResponse``
+    and objects with ``role`` and ``content`` are read as such, by their shape) are required; ``reply`` is the reply text (``None``: none came);
     ``started_at`` a Unix time (default: now less ``seconds``); ``error`` what failed (a
     string or the exception). Returns the record kept, or ``None`` outside an engine's actor
     or verifier call, where nothing is kept. Every argument is checked either way: a wrong
@@ -190,7 +260,7 @@ class ModelCall:
     def __init__(
         self,
         model: str,
-        prompt: Sequence[Mapping[str, Any]] | str,
+        prompt: Sequence[Any] | str,
         provider: str | None,
     ) -> None:
         self.model = _model(model)
@@ -261,7 +331,6 @@ class ModelCall:
             finish_reason=self.finish_reason,
         )
 
-
     # ``async with`` as well (an async actor's habit, Pydantic AI's and httpx's style): the
     # same timing and report; nothing here awaits.
     async def __aenter__(self) -> ModelCall:
@@ -277,7 +346,7 @@ class ModelCall:
 
 
 def model_call(
-    *, model: str, prompt: Sequence[Mapping[str, Any]] | str, provider: str | None = None
+    *, model: str, prompt: Sequence[Any] | str, provider: str | None = None
 ) -> ModelCall:
     """A context manager that times one model call and reports it when the block ends, as
     ``record_model_call`` does: with the reply given to ``call.reply(...)``, and with the

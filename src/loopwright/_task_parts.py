@@ -67,7 +67,13 @@ def starting_state(
     if project is None:
         # text, as the ``project`` argument and ``Loop.project`` are: a number was stored as
         # its digits and a table as its text (the CLI refused a table, took a number)
-        check_given_text(masked.get("project"), field="task.project")
+        given = masked.get("project")
+        if given is not None and not isinstance(given, str):
+            raise ConfigError(
+                f"must be text, got {type(given).__name__} {given!r}{number_as_name(given)}",
+                field="task.project",
+            )
+        check_given_text(given, field="task.project")
     proj = project if project is not None else str(masked.get("project") or loop.project)
     init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
     try:
@@ -219,3 +225,11 @@ def say_ignored(rec: RunRecord, task: Mapping[str, Any]) -> None:
     ``create``, which returns whether it made the run)."""
     if why := ignored_task(rec, task):
         logging.getLogger("loopwright.runs").warning("%s", why)
+
+
+def number_as_name(value: object) -> str:
+    """What a refusal of a number where a name goes adds (a task's ``project``: refused since
+    stop 47, when it was stored as its digits): how to give it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return f'; a name that is a number is written as text: "{value}"'

@@ -200,8 +200,8 @@ def test_a_task_key_that_is_an_object(project: Path) -> None:
         ({"artifacts": 0}, ("task.artifacts", "table")),
         # a table goal was the goal "{'text': 'x'}"; a number project was "5", a table refused
         ({"goal": {"text": "x"}}, ("task.goal", "must be text", "dict")),
-        ({"project": 5}, ("project", "must be a string", "int")),
-        ({"project": {"a": 1}}, ("project", "must be a string", "dict")),
+        ({"project": 5}, ("project", "must be text", "int 5", "written as text: \"5\"")),
+        ({"project": {"a": 1}}, ("project", "must be text", "dict")),
     ],
 )  # fmt: skip
 def test_a_task_plan_or_artifacts_of_the_wrong_kind(

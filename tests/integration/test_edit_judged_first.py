@@ -299,6 +299,52 @@ def test_the_dashboards_edit_says_when_the_edit_waits_for_budget(url: str) -> No
     assert "Resume the run" not in msg and "resuming" not in msg, msg
 
 
+@pytest.mark.parametrize("where", ["cli", "dashboard"])
+def test_why_an_edit_waits_is_worked_out_once(
+    url: str, where: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The CLI's and the dashboard's edit say what the edit found under its lease: they read
+    the run's latest state again once ``Runtime.edit`` returned and worked it out a second
+    time (the budget check, twice per edit; and a worker that took the run in between could
+    make it say nothing)."""
+    from loopwright import _decide
+
+    calls = Calls()
+    cost = 2 * (ACTOR_USD + CHECK_USD + HELD_USD)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(make_loop(calls, max_cost=cost), TASK, task_key="t")
+    asked: list[str | None] = []
+    real = _decide.check_stop
+
+    def counting(*args: Any, **kwargs: Any) -> str | None:
+        asked.append(real(*args, **kwargs))
+        return asked[-1]
+
+    monkeypatch.setattr(_decide, "check_stop", counting)
+    if where == "cli":
+        from loopwright.cli import main
+
+        argv = ["edit", r.run_id, "doc/a", "--value", '"good"', "--by", "ana", "--store", url]
+        assert main(argv) == 0
+        said = " ".join(capsys.readouterr().out.split())
+    else:
+        from fastapi.testclient import TestClient
+
+        from loopwright.web import create_app
+
+        token = "test-token-0123456789"
+        c = TestClient(create_app(url, token=token, identity="ana"), base_url="http://127.0.0.1")
+        got = c.post(
+            f"/api/runs/{r.run_id}/parts/doc/a",
+            json={"value": "good"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert got.status_code == 200, got.text
+        said = got.json()["message"]
+    assert "judged only once the budget allows" in said, said
+    assert asked == ["budget_cost"]  # once, by the edit itself
+
+
 def test_an_idle_run_edited_before_its_first_cycle_is_judged_first(url: str) -> None:
     calls = Calls()
     loop = make_loop(calls)

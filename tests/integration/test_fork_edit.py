@@ -532,3 +532,31 @@ def test_cli_fork_contract_file_changes_only_what_it_sets(
     with lw.Runtime(db) as rt:
         [bare] = [r for r in rt.store.list_runs() if r.task_key.startswith("guarded~fork")]
         assert bare.contract["risk"] == [] and bare.contract["budget"]["max_cycles"] == 4
+
+
+def test_a_forks_next_action_is_its_own(url: str) -> None:
+    """A run's advice names its run id (advice47). A fork starts with ``resume`` (not its
+    origin's advice, which names the origin), and once it stops its advice names the fork
+    (doubts48 item 4: checked, holds)."""
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.1)
+
+    loop = lw.Loop(
+        name="advice",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"n": ctx.cycle}),
+        verifiers=[lw.Check(fn=check, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"n": 0}}}, task_key="t")
+        assert r.stop_reason == "budget_cycles"
+        said = rt.store.latest_checkpoint(r.run_id).task_state().next_action
+        assert r.run_id[:12] in said
+        for at in (0, 2):
+            f = rt.fork(r.run_id, at_cycle=at)
+            assert rt.store.latest_checkpoint(f.run_id).task_state().next_action == "resume"
+        done = rt.resume_sync(f.run_id, loop)  # the fork at cycle 2: its cap is reached
+        assert done.stop_reason == "budget_cycles"
+        said = rt.store.latest_checkpoint(f.run_id).task_state().next_action
+        assert f.run_id[:12] in said and r.run_id[:12] not in said

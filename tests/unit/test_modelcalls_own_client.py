@@ -10,6 +10,7 @@ import contextlib
 import math
 import re
 import runpy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +232,91 @@ def test_the_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("accepted $0.000249 71 tokens")
     assert "retry claude-sonnet-4-5 ConnectionError" in out[1] and "ok    claude" in out[2]
+
+
+# Stand-ins shaped as LangChain's and Pydantic AI's messages (their documented attributes):
+# neither library is a dependency, and loopwright reads them by their shape.
+@dataclass
+class HumanMessage:  # langchain_core.messages
+    content: str | list[Any]
+    type: str = "human"
+
+
+@dataclass
+class AIMessageChunk:
+    content: str | list[Any]
+    type: str = "AIMessageChunk"
+
+
+@dataclass
+class Part:  # pydantic_ai.messages: SystemPromptPart, UserPromptPart, TextPart, ...
+    part_kind: str
+    content: Any = None
+    tool_name: str | None = None
+    args: Any = None
+
+
+@dataclass
+class ModelMessage:  # pydantic_ai.messages.ModelRequest / ModelResponse
+    parts: list[Part]
+    kind: str
+
+
+@dataclass
+class ImageUrl:
+    url: str
+
+
+@dataclass
+class OpenAIMessage:  # an object with role and content (openai's ChatCompletionMessage)
+    role: str
+    content: str
+
+
+def test_langchain_and_pydantic_ai_messages_are_read_by_their_shape() -> None:
+    """They had to be converted to ``{"role", "content"}`` by hand: each was refused with
+    ``prompt[0] must be a message mapping`` (doubts48)."""
+    made: list[dict[str, Any]] = []
+    langchain = [
+        HumanMessage(["Describe ", {"type": "text", "text": "this"}, ImageUrl("u")]),
+        AIMessageChunk("a cat"),
+    ]
+    pydantic_ai = [
+        ModelMessage(
+            [Part("system-prompt", "Be brief."), Part("user-prompt", ["Weather?", ImageUrl("u")])],
+            "request",
+        ),
+        ModelMessage([Part("tool-call", tool_name="weather", args={"city": "Oslo"})], "response"),
+        ModelMessage([Part("tool-return", {"temp": 3}, tool_name="weather")], "request"),
+        ModelMessage([Part("text", "3 degrees")], "response"),
+    ]
+    with collecting(made):
+        lw.record_model_call(model="m", prompt=langchain, reply="a cat")
+        with lw.model_call(model="m", prompt=pydantic_ai) as call:
+            call.reply("3 degrees")
+        lw.record_model_call(model="m", prompt=[{"role": "user", "content": "q"},
+                                                 OpenAIMessage("assistant", "a")])  # fmt: skip
+    assert made[0]["prompt"] == [
+        {"role": "user", "content": "Describe this[ImageUrl]"},
+        {"role": "assistant", "content": "a cat"},
+    ]
+    assert made[1]["prompt"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?[ImageUrl]"},
+        {"role": "assistant", "content": 'weather({"city": "Oslo"})'},
+        {"role": "tool", "content": '{"temp": 3}'},
+        {"role": "assistant", "content": "3 degrees"},
+    ]
+    assert made[2]["prompt"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
+
+
+def test_what_is_no_message_is_refused_saying_what_to_pass() -> None:
+    for bad in (["hi"], [{"role": "user", "content": "q"}, 3], [ImageUrl("u")]):
+        with pytest.raises(TypeError) as got:
+            lw.record_model_call(model="m", prompt=bad)
+        said = str(got.value)
+        assert said.startswith("record_model_call: prompt[") and "LangChain message" in said
+        assert "Pydantic AI ModelRequest" in said and "role and content" in said

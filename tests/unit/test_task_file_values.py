@@ -154,3 +154,49 @@ def test_run_many_runs_a_keyed_batch_once_and_a_keyless_one_again(tmp_path: Path
         assert not {r.run_id for r in new} & {r.run_id for r in newer}
         assert all(r.task_key.startswith("nums:") for r in new + newer)
         assert len(rt.store.list_runs()) == 2 + 2 + 4
+
+
+def test_a_number_for_a_project_is_refused_alike_saying_how_to_give_it(tmp_path: Path) -> None:
+    """A project given as a number (refused since stop 47) was refused in other words by the
+    CLI's task file ("must be a string, got int 5") and by Runtime.create ("must be text, got
+    int"), neither saying how to give a name that is a number (doubts48)."""
+    from loopwright.cli._tasks import _checked
+
+    with lw.Runtime(tmp_path / "s.db") as rt, pytest.raises(lw.ConfigError) as api:
+        rt.create(_loop(), {"artifacts": {"a": {"x": 0}}, "project": 5})
+    with pytest.raises(lw.ConfigError) as cli:
+        _checked({"artifacts": {"a": {"x": 0}}, "project": 5}, "t.jsonl:1", "--tasks")
+    said = 'must be text, got int 5; a name that is a number is written as text: "5"'
+    assert api.value.message == said
+    assert cli.value.message == f"t.jsonl:1: project {said}"
+
+
+def test_a_tasks_other_fields_json_cannot_hold_are_read_as_stored(tmp_path: Path) -> None:
+    """docs/concepts.md: a task's other fields are stored as JSON, a value JSON cannot hold (a
+    date) as its ``str``; the actor reads what is stored, in its first execution as after a
+    resume (a pin of the documented behaviour, checked for doubts48)."""
+    import datetime
+    import decimal
+
+    seen: list[dict[str, object]] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append({k: v for k, v in ctx.task.items() if k != "artifacts"})
+        return lw.Proposal.edit("a", {"x": ctx.cycle})
+
+    loop = lw.Loop(
+        name="fields",
+        actor=actor,
+        verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=False, score=0.1))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    task = {"artifacts": {"a": {"x": 0}}, "due": datetime.date(2026, 1, 2),
+            "amount": decimal.Decimal("1.10"), "pair": (1, 2), 7: "seven"}  # fmt: skip
+    stored = {"due": "2026-01-02", "amount": "1.10", "pair": [1, 2], "7": "seven"}
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        r = rt.run_sync(loop, task, task_key="t")
+        rec = rt.store.get_run(r.run_id)
+        f = rt.fork(r.run_id, at_cycle=0)
+        rt.resume_sync(f.run_id, loop)
+    assert rec.task == {"artifacts": {"a": {"x": 0}}, **stored}
+    assert seen == [stored, stored]  # the run's first execution, and its fork's from the store

@@ -121,7 +121,6 @@ def edit(
 ) -> None:
     """Give PART of RUN a new version authored by a person: accepted, recorded with the diff,
     and remembered as an `edit` signal for the task. An ended run is reopened."""
-    from .._edit_check import unjudged_now
     from .._engine import Runtime
     from ._render import console
     from ._table import interrupted
@@ -173,8 +172,8 @@ def edit(
                     ) from None
         who = acting_as(rt.store, by, token, action="edit", target=f"run {rec.run_id}")
         with as_options(part="PART", value="--value", note="--note", by="--by"):
-            rec = rt.edit(rec.run_id, part, new, by=who, note=note, origin="cli")
-        why = unjudged_now(rt.store, rec)
+            # (and why a resume will not judge the edit, as the edit found it)
+            rec, why = rt._edit(rec.run_id, part, new, by=who, note=note, origin="cli")
         # a run left running by a process that stopped (killed): as `loopwright runs` says
         stopped = interrupted(rec, rt.store.clock()) if rec.status == "running" else None
     status = rec.status + (f" ({stopped.split(':')[0]})" if stopped else "")

@@ -106,7 +106,9 @@ def show(
             # written as it is read: a long run's versions and records a page at a time
             _write_show_json(st, rec)
             return
+        from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
+        from .._mid_cycle_records import shown_records
         from ._render import (
             REUSE_REFUND_EVENTS,
             console,
@@ -126,7 +128,14 @@ def show(
             rec,
             st.latest_checkpoint(rec.run_id).task_state(),
             itertools.chain(
-                ((c, r) for _s, c, r in st.iter_records(rec.run_id)),
+                # a cycle parked, or whose effects did not complete: what it proposed, its
+                # verdicts and what it spent, as the run page shows it (it listed no cost)
+                (
+                    (c, shown or r)
+                    for c, r, _done, shown in shown_records(
+                        st, rec.run_id, ended=rec.status in TERMINAL_STATUSES
+                    )
+                ),
                 [] if end is None else [(end["cycle"], end)],
             ),
             as_now(st, st.approvals(run_id=rec.run_id)),  # a reuse refunded since: said
@@ -211,19 +220,18 @@ def _part_versions(
 def _shown_records(st: Store, rec: RunRecord) -> Iterator[dict[str, Any]]:
     """The stored records, oldest first, less the write-ahead record of a cycle's effects once
     that cycle concluded (its concluding record follows and holds the same; the dashboard
-    shows one row too), read once a page at a time (``in_order_with_concluded``); last, the
-    cycle the run ended inside, if it has no record (``ended_inside``: what it cost and why it
-    ended)."""
+    shows one row too), read once a page at a time (``shown_records``); a cycle that never
+    concluded (parked, or its effects did not complete) with the ``usage`` it spent, which no
+    other record lists; last, the cycle the run ended inside, if it has no record
+    (``ended_inside``: what it cost and why it ended)."""
+    from .._contract import TERMINAL_STATUSES
     from .._finishing import ended_inside
-    from .._mid_cycle_records import in_order_with_concluded
+    from .._mid_cycle_records import shown_records
 
-    run_id = rec.run_id
-    records = in_order_with_concluded(
-        st.iter_records(run_id), lambda row: row[2], lambda: st.iter_records(run_id)
-    )
-    for (_s, _c, r), concluded in records:
+    ended = rec.status in TERMINAL_STATUSES
+    for _c, r, concluded, shown in shown_records(st, rec.run_id, ended=ended):
         if r and not _wrote_ahead_of(r, concluded):
-            yield r
+            yield r if shown is None else {**r, "usage": shown["usage"]}
     end = ended_inside(st, rec)
     if end is not None:
         yield end

@@ -105,6 +105,11 @@ def _person_row(
     who = escape(str(rec.get("by") or "?"))
     if rec.get("decision") == "edit":
         what = [f"edit: {escape(str(rec.get('part')))} v{rec.get('version')}"]
+        if "held_out" in rec:
+            # made beside a parked cycle (its record keeps that cycle's held-out verdicts):
+            # that cycle's, not the one before it (it read "1 parked ..." then "0 edited")
+            said = f"[cyan]edited by {who} while it was parked[/]"
+            return (str(cycle + 1), what, [], [], "-", said, "-")
         return (str(cycle), what, [], [], "-", f"[cyan]edited by {who}[/]", "-")
     what = [f"back to cycle {rec.get('to_cycle')}"]
     return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
@@ -319,7 +324,12 @@ def run_detail_parts(
     head.add_row("task", escape(rec.task_key))
     head.add_row("loop", f"{escape(rec.loop_name)} (project {escape(rec.project or '-')})")
     if rec.forked_from:
-        head.add_row("forked from", f"run {rec.forked_from} at cycle {rec.forked_at}")
+        came = f"run {rec.forked_from} at cycle {rec.forked_at}"
+        if rec.forked_at:
+            # its cycles and spend count them; the timeline lists the fork's own cycles only
+            its = "cycle 1 is" if rec.forked_at == 1 else f"cycles 1-{rec.forked_at} are"
+            came += f" ({its} listed there)"
+        head.add_row("forked from", came)
     head.add_row("status", status_text(rec.status))
     stalled = interrupted(rec, time.time() if now is None else now)  # as `runs` says it
     if stalled:

@@ -12,7 +12,7 @@ from .._errors import ConfigError
 from .._json import strict_loads
 from .._keys import check_key
 from .._loop import Loop
-from .._task_parts import starting_state
+from .._task_parts import number_as_name, starting_state
 
 __all__ = [
     "TaskList",
@@ -120,6 +120,9 @@ def _checked(task: dict[str, Any], at: str, where: str) -> dict[str, Any]:
         kinds = str if name == "project" else str | int
         if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
             kind = type(value).__name__
+            if name == "project":  # as Runtime.run says it (``starting_state``)
+                said = f"{at}: project must be text, got {kind} {value!r}{number_as_name(value)}"
+                raise ConfigError(said, field=where)
             raise ConfigError(f"{at}: {name} must be a string, got {kind} {value!r}", field=where)
     return task
 

@@ -9,7 +9,6 @@ from fastapi import HTTPException, Request
 
 from .._authority import operate, require
 from .._contract import TERMINAL_STATUSES
-from .._edit_check import unjudged_now
 from .._engine import Runtime
 from .._errors import (
     ConfigError,
@@ -137,7 +136,8 @@ def edit_part(
     by = auth.who(request)
     note = text_field((note or "").strip() or None, "note")
     try:
-        done = Runtime(store).edit(
+        # (and why a resume will not judge the edit, as the edit found it)
+        done, blocked = Runtime(store)._edit(
             run_id,
             ref,
             value,
@@ -159,7 +159,6 @@ def edit_part(
     msg = f"{ref} edited by {by} (version {version}, accepted)"
     # A budget its check may spend used up: a resume stops again before judging the edit
     # (the CLI's edit says so; this said "Resume the run to go on from it")
-    blocked = unjudged_now(store, done)
     if blocked is not None:
         msg += f"; {blocked}"
     elif resume and done.status not in TERMINAL_STATUSES and done.status != "awaiting_approval":

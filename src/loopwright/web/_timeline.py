@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._finishing import ended_inside
+from .._mid_cycle_records import never_concluded, unapplied
 from ..store import Checkpoint, RunRecord, Store
 from ..store._records import concluded_cycles
 from ._values import is_svg, picture_digest, short
@@ -63,10 +64,8 @@ def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[st
     if not rec:
         return None
     if "proposal" not in rec:
-        decision = rec.get("decision")
-        done = rec.get("cycle") in concluded
-        if decision == "parked" or (decision == "effects" and not done):
-            return _unapplied_row(ck, rec, parked=decision == "parked", done=done, ended=ended)
+        if rec.get("decision") == "parked" or never_concluded(rec, concluded):
+            return _unapplied_row(ck, rec, concluded, ended=ended)
         return None
     return _cycle_row(ck, rec)
 
@@ -104,11 +103,11 @@ def ended_row(store: Store, rec: RunRecord) -> list[dict[str, Any]]:
 
 
 def _unapplied_row(
-    ck: Checkpoint, rec: dict[str, Any], *, parked: bool, done: bool, ended: bool
+    ck: Checkpoint, rec: dict[str, Any], concluded: set[Any], *, ended: bool
 ) -> dict[str, Any] | None:
-    pend = ck.fields.get("pending")
-    if done or not isinstance(pend, dict) or not isinstance(pend.get("proposal"), dict):
-        if not parked:
+    shown = unapplied(rec, ck.fields.get("pending"), ended=ended)
+    if shown is None or not never_concluded(rec, concluded):
+        if rec.get("decision") != "parked":
             return None
         return {  # concluded later (its own row follows), or an older store: a plain marker
             "cycle": rec.get("cycle"),
@@ -117,17 +116,7 @@ def _unapplied_row(
             "unapplied": False,
             "held_out": _verdicts(rec.get("held_out")),
         }
-    row = _cycle_row(
-        ck,
-        {
-            "cycle": rec.get("cycle"),
-            "proposal": pend["proposal"],
-            "visible": pend.get("visible"),
-            "held_out": rec.get("held_out"),
-            "usage": pend.get("usage"),
-            "decision": _why_unapplied(parked, ended),
-        },
-    )
+    row = _cycle_row(ck, shown)
     row["unapplied"] = True
     for e in row["edits"]:
         # a proposed value, not a version of the run: shown as text (the routes that serve
@@ -135,12 +124,6 @@ def _unapplied_row(
         e["svg"] = False
         e["picture"] = None
     return row
-
-
-def _why_unapplied(parked: bool, ended: bool) -> str:
-    if not parked:
-        return "not applied: its effects did not complete"
-    return "parked for approval: " + ("never applied" if ended else "not applied yet")
 
 
 def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
