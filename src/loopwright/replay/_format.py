@@ -17,7 +17,8 @@ One JSON object per line, one line per run::
         "refused": false, "duplicate": false, "asked": false,
         "seconds": 1.2, "improved": true,     # improved: as the recording decided
         "reopened": false,                    # true: it ended the run, a person reopened it
-        "check_only": false}],                # true: it judged a person's edit, no actor call
+        "check_only": false,                  # true: it judged a person's edit, no actor call
+        "escalated": false}],                 # true: its end escalated the run, as recorded
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
@@ -130,6 +131,11 @@ class CycleTrace:
     # This cycle judged a person's edit, no actor call (``_edit_check``): it counts no cycle
     # without progress, and no plateau ends the run at its end.
     check_only: bool = False
+    # This cycle's end escalated the run, a person's call the contract does not make (a
+    # request denied after a person's edit beside it, a person's version failing a visible
+    # check): short of success, replay ends it there as recorded, before the plateau and the
+    # budgets (as the engine decides it).
+    escalated: bool = False
 
     @property
     def cost_usd(self) -> float:
@@ -179,6 +185,7 @@ class RunTrace:
                     "improved": c.improved,
                     **({"reopened": True} if c.reopened else {}),
                     **({"check_only": True} if c.check_only else {}),
+                    **({"escalated": True} if c.escalated else {}),
                 }
                 for c in self.cycles
             ],
@@ -219,6 +226,7 @@ class RunTrace:
                     improved=_flag(c.get("improved"), "improved"),
                     reopened=_bit(c.get("reopened", False), "reopened"),
                     check_only=_bit(c.get("check_only", False), "check_only"),
+                    escalated=_bit(c.get("escalated", False), "escalated"),
                 )
                 for c in d.get("cycles") or ()
             )

@@ -219,6 +219,11 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             continue
         if ok:
             return end("success", accepted=True)
+        if c.escalated:
+            # a person's call at this cycle's end (a denial, their version failing a check),
+            # which the engine makes before the plateau and the budgets: they said
+            # budget_cycles where the run escalated on a denial at its last allowed cycle
+            return end("escalated", note="escalated at this cycle's end, as recorded")
         if (
             contract.no_progress is not None
             and s.stall >= contract.no_progress.cycles

@@ -117,9 +117,15 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 asked=r.get("decision") == "asked",
                 seconds=float((r.get("usage") or {}).get("seconds", 0.0)),
                 improved=r.get("improved"),
-                check_only=bool(r.get("check_only")),
+                # (a request denied after a person's edit beside it: its cycle judged the edit,
+                # check-only, but it started as the actor's, after the checks an attempt makes)
+                check_only=bool(r.get("check_only")) and not _actor_called(calls),
             )
         )
+    if ended and rec.status == "escalated":
+        # the last cycle's end escalated the run (a denial judged with the edit beside it, a
+        # person's version failing a check): no rule of the contract, which replay applies
+        cycles[-1] = replace(cycles[-1], escalated=True)
     # What the run spent after its last concluded cycle: the calls of a cycle it never
     # concluded (and, in seconds, time spent outside the cycles' own records).
     # A fork's own figures: its row's less what it inherited (counted in its origin's trace).
@@ -183,6 +189,11 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
 # The stops a budget makes in the middle of a cycle (``_decide.call_stop``, and the time
 # budget's deadline); ``budget_cycles`` is only ever decided between cycles.
 _MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
+
+
+def _actor_called(calls: tuple[Call, ...]) -> bool:
+    """Whether a cycle's calls hold the actor's (a cycle it made an attempt in)."""
+    return any(c.who == "actor" for c in calls)
 
 
 def _spent(fields: Mapping[str, Any]) -> tuple[float, int] | None:

@@ -1,0 +1,131 @@
+"""Replay of runs a person's edit ended in escalation at a cycle's end (review48b): replayed
+under the run's own contract they end as the run did, and a tighter contract stops before a
+denied request's cycle, which the actor's attempt began.
+
+The engine decides a cycle's end in this order: success, then a person's call (a request
+denied after an edit beside it, judged check-only; a person's version failing a visible check),
+then the plateau and the budgets. Replay read such a cycle as any other: at the run's last
+allowed cycle it said ``budget_cycles`` where the run had escalated. And it read the denied
+request's cycle as a check-only one, which no cycle cap stops: a contract with a lower cap
+accepted the run at a cycle the engine would never have started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import loopwright as lw
+from loopwright.replay import read_traces, simulate, trace_of_run, write_traces
+
+PARTS = ("a", "b", "c")
+
+
+def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    doc = state.artifacts["doc"].values()
+    bad = [lw.Finding(f"{p} is wrong", "doc", p) for p in PARTS if doc[p] != "good"]
+    return lw.Verdict(
+        passed=not bad,
+        score=1 - len(bad) / len(PARTS),
+        findings=tuple(bad),
+        checked=tuple(f"doc/{p}" for p in PARTS),  # (not d: never accepted, always writable)
+    )
+
+
+def _loop(max_cycles: int, *, risky_from: int | None = None) -> lw.Loop:
+    """The actor writes ``try N`` to a, b (never right); from cycle ``risky_from`` on it
+    writes d only, a change that waits for a person."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        edits = {p: f"try {ctx.cycle}" for p in ("a", "b") if not ctx.is_accepted("doc", p)}
+        if risky_from is not None and ctx.cycle >= risky_from:
+            edits = {"d": f"note {ctx.cycle}"}
+        return lw.Proposal.edit("doc", edits or {"c": "good"}, usage=lw.Usage(0.1, 100))
+
+    risk = () if risky_from is None else (lw.RiskRule(name="d", touches=("doc/d",)),)
+    return lw.Loop(
+        name="edit-escalations",
+        actor=actor,
+        verifiers=[lw.Check(fn=_check, name="check")],
+        contract=lw.Contract(
+            success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=max_cycles), risk=risk
+        ),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
+TASK = {"artifacts": {"doc": {"a": "bad", "b": "bad", "c": "good", "d": ""}}}
+
+
+def _replayed(path: Path, run_id: str, contract: lw.Contract | None = None) -> lw.RunRecord:
+    with lw.store.open_store(str(path)) as st:
+        rec = st.get_run(run_id)
+        trace = trace_of_run(st, rec)
+    assert trace is not None
+    # (through the trace file too: what a file says is replayed alike)
+    out = path.with_suffix(".jsonl")
+    write_traces([trace], out)
+    [again] = read_traces(out)
+    assert again == trace
+    o = simulate(trace, contract or lw.Contract.from_dict(rec.contract))
+    return rec, o
+
+
+def test_a_persons_failing_version_at_the_cycle_cap_replays_to_its_escalation(
+    tmp_path: Path,
+) -> None:
+    """Stopped on its cycle cap, edited with a version its check refuses, resumed: the
+    check-only cycle past the cap escalates the run to the person. Replay said budget_cycles."""
+    path = tmp_path / "s.db"
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(_loop(2), TASK, task_key="t")
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
+        rt.edit(r.run_id, "doc/c", "worse", by="ana")
+        r = rt.resume_sync(r.run_id, _loop(2))
+        assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 3)
+    rec, o = _replayed(path, r.run_id)
+    assert (o.reason, o.cycles, o.accepted) == ("escalated", 3, False)
+    assert o.cost_usd == rec.cost_usd
+
+
+def test_a_denied_request_at_the_cycle_cap_replays_to_its_escalation(tmp_path: Path) -> None:
+    """The run's only cycle parks on a request; a person edits beside it and denies it: the
+    cycle judges the edit and the run escalates on the denial. Replay said budget_cycles."""
+    path = tmp_path / "s.db"
+    loop = _loop(1, risky_from=1)
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 1)
+    rec, o = _replayed(path, r.run_id)
+    assert (o.reason, o.cycles) == ("escalated", 1)
+    assert o.cost_usd == rec.cost_usd
+
+
+def test_a_denied_requests_cycle_is_stopped_by_a_lower_cycle_cap(tmp_path: Path) -> None:
+    """The denied request's cycle began as the actor's attempt (the actor was paid): a
+    contract whose cycle cap forbids that cycle stops the run before it, as the engine would.
+    Replay read it as a check-only cycle, which no cap stops: a fork whose first cycle it was
+    (nothing before it to stop the run at its end) was accepted at cycle 2 under a cap of 1."""
+    path = tmp_path / "s.db"
+    loop = _loop(5, risky_from=2)
+    with lw.Runtime(str(path)) as rt:
+        first = rt.run_sync(_loop(1), TASK, task_key="t")
+        assert (first.stop_reason, first.cycles) == ("budget_cycles", 1)
+        fork = rt.fork(first.run_id, 1, contract=loop.contract)
+        r = rt.resume_sync(fork.run_id, loop)
+        assert (r.status, r.cycles) == ("awaiting_approval", 1)
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.edit(r.run_id, "doc/b", "good", by="ana")
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        # the person's version meets the contract, the denied d not applied
+        assert (r.status, r.stop_reason, r.cycles) == ("accepted", "success", 2)
+    _, same = _replayed(path, r.run_id)
+    assert (same.reason, same.cycles, same.accepted) == ("success", 1, True)
+    capped = dataclasses.replace(loop.contract, budget=lw.Budget(max_cycles=1))
+    _, o = _replayed(path, r.run_id, capped)
+    assert (o.reason, o.cycles, o.accepted) == ("budget_cycles", 0, False)
