@@ -15,7 +15,7 @@ from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
 from ._exec import Execution as _Exec
-from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown
+from ._exec import budget_before, call_rows, calls_usage, error_info, memory_shown, no_attempt
 from ._gates import _effect, call_digest, edit_kept
 from ._host import RuntimeHost
 from ._proposal import Proposal, Verdict
@@ -298,7 +298,7 @@ class Concluding(RuntimeHost):
             if score is not None and (old.progress_score is None or score > old.progress_score):
                 s.progress_score = score
             s.stall = 0
-        elif decision == "asked" or ex.check_only:
+        elif decision == "asked" or no_attempt(ex):
             # waiting for an answer is not a cycle without progress, nor is judging a person's
             # edit (no attempt was made: the actor's next cycle is the one that counts)
             s.stall = old.stall
@@ -346,7 +346,11 @@ class Concluding(RuntimeHost):
         priced = calls_usage(ex.calls)
         # (a Usage first, as ever: its checks refuse a sum no usage may hold)
         spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
-        s.paid_cycles = rules.counted_cycle(old.paid_cycles, spent)
+        # (a cycle that made no attempt is no paid one: the next attempt is projected at the
+        # mean of attempts; its spend still counts, so the projection errs on the dear side)
+        s.paid_cycles = (
+            old.paid_cycles if no_attempt(ex) else rules.counted_cycle(old.paid_cycles, spent)
+        )
         record = packed_record(
             n,  # cycle
             proposal.to_packed_dict(),

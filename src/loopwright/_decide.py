@@ -139,7 +139,10 @@ def _mean_paid(state: TaskState, i: int, spent: float) -> float:
     the cycles that spent any of it: what the next cycle is projected to spend. A free cycle
     (recorded seeds judged at no cost, a cached answer, a check-only cycle of free checks)
     says nothing of what a paid one costs, and counted in the mean it let a run start a cycle
-    that crossed. Not the dearest cycle (one retry storm would end runs with budget left) nor
+    that crossed; nor does a check-only cycle of paid checks, which is no attempt: it is not
+    counted (its spend is, so the mean errs on the dear side; review48b: a $0.10 check of a
+    person's edit made the next $1 actor cycle look like $0.70, and it crossed). Not the
+    dearest cycle (one retry storm would end runs with budget left) nor
     the last one (noisy); every cycle when they were not counted (a state stored before)."""
     paid = state.paid_cycles
     k = paid[i] if paid is not None and paid[i] else state.cycle

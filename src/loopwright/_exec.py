@@ -261,6 +261,20 @@ def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
     return Usage._stored(cost, tokens, 0.0)
 
 
+def no_attempt(ex: Execution) -> bool:
+    """Whether this cycle makes no attempt: a check-only one that called no actor (a person's
+    edit judged, ``_edit_check``), not the cycle of a request denied after an edit beside it,
+    which began as the actor's (the actor was paid). It counts neither as a cycle without
+    progress nor in the mean an attempt is projected at (``TaskState.paid_cycles``); replay
+    reads it alike (``replay._sources``: a trace's ``check_only``)."""
+    if not ex.check_only:
+        return False
+    for c in ex.calls:  # noqa: SIM110 - (a loop: no generator a cycle)
+        if c.get("who") == "actor":
+            return False
+    return True
+
+
 def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]]:
     """A cycle's priced calls as ``(who, cost_usd, tokens)`` rows (``_decide.CallRow``): what
     they tell of who bills. A row whose cost is unknown (``unknown_cost``: an effect settled

@@ -80,9 +80,10 @@ class TaskState(Planning):
     # cycles: whether any was billed. Once a budget is reached inside a cycle, only a call made
     # and never billed starts (``_decide.call_stop``). Replaced, never changed in place.
     billed: dict[str, bool] = field(default_factory=dict)
-    # Concluded cycles that spent anything, by budget (cost, tokens, seconds): the next cycle
-    # is projected at their mean (``_decide.budget_stop``). None: a state stored before they
-    # were counted (the mean of every cycle is used).
+    # Concluded cycles that spent anything, by budget (cost, tokens, seconds), a check-only
+    # cycle that made no attempt left out (``_exec.no_attempt``): the next cycle is projected
+    # at their mean (``_decide.budget_stop``). None: a state stored before they were counted
+    # (the mean of every cycle is used).
     paid_cycles: list[int] | None = field(default_factory=lambda: [0, 0, 0])
     score: float | None = None
     best_score: float | None = None

@@ -204,10 +204,11 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         s.spent = s.spent + Usage._stored(0.0, 0, c.seconds)
         # what the engine counts at a cycle's commit (``_conclude``)
         s.billed = rules.noted_calls(s.billed, rows)
-        s.paid_cycles = rules.counted_cycle(
-            s.paid_cycles,
-            Usage._stored(sum(r[1] for r in rows), sum(r[2] for r in rows), c.seconds),
-        )
+        if not c.check_only:  # (no attempt, no paid cycle: as ``_conclude``)
+            s.paid_cycles = rules.counted_cycle(
+                s.paid_cycles,
+                Usage._stored(sum(r[1] for r in rows), sum(r[2] for r in rows), c.seconds),
+            )
         held = c.held_out_passed
         if better:
             improved_at = s.cycle
