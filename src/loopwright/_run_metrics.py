@@ -431,7 +431,7 @@ class _RunFold:
         elif isinstance(n, int) and n not in self.notes_at_start:
             self.notes_at_start[n] = self.previous  # the cycle's first commit: context before
         if concluded:
-            if self.seen_first and not rec.get("check_only"):  # (no actor: no context)
+            if self.seen_first and not _no_actor(rec):  # (no actor: no context)
                 self.context_cycles += 1
                 start = self.notes_at_start.get(int(rec["cycle"]), 0)
                 self.reuse += start > 0 or bool(rec.get("memory"))
@@ -509,6 +509,17 @@ class _RunFold:
 #: decision or edit, an effect's result, a rollback or a compensation. Bookkeeping notes (a
 #: fork's ``{"kind": "fork"}``) do not.
 REUSED_NOTES = frozenset({"answer", "approval", "edit", "effect", "rollback", "compensation"})
+
+
+def _no_actor(rec: Mapping[str, Any]) -> bool:
+    """Whether a concluded cycle showed no actor a context: a check-only one that called no
+    actor (not the cycle of a request denied after a person's edit beside it, which judged
+    the edit check-only once the actor had been shown its context and paid: review48b)."""
+    if not rec.get("check_only"):
+        return False
+    return not any(
+        isinstance(c, Mapping) and c.get("who") == "actor" for c in rec.get("calls") or ()
+    )
 
 
 def _reused_notes(fields: Mapping[str, Any]) -> int:

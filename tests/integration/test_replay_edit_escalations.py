@@ -7,7 +7,8 @@ denied after an edit beside it, judged check-only; a person's version failing a 
 then the plateau and the budgets. Replay read such a cycle as any other: at the run's last
 allowed cycle it said ``budget_cycles`` where the run had escalated. And it read the denied
 request's cycle as a check-only one, which no cycle cap stops: a contract with a lower cap
-accepted the run at a cycle the engine would never have started.
+accepted the run at a cycle the engine would never have started. ``context_reuse_rate`` left
+that cycle out as one that showed no actor a context, though it did.
 """
 
 from __future__ import annotations
@@ -129,3 +130,21 @@ def test_a_denied_requests_cycle_is_stopped_by_a_lower_cycle_cap(tmp_path: Path)
     capped = dataclasses.replace(loop.contract, budget=lw.Budget(max_cycles=1))
     _, o = _replayed(path, r.run_id, capped)
     assert (o.reason, o.cycles, o.accepted) == ("budget_cycles", 0, False)
+
+
+def test_a_denied_requests_cycle_counts_as_a_cycle_with_a_context(tmp_path: Path) -> None:
+    """``context_reuse_rate`` counts the cycles that showed an actor a context: the denied
+    request's cycle did (the actor was asked, and paid, before it parked), though it judged
+    the edit check-only once denied. It was left out as a check-only cycle."""
+    path = tmp_path / "s.db"
+    loop = _loop(5, risky_from=2)
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert (r.status, r.cycles) == ("awaiting_approval", 1)
+        rt.edit(r.run_id, "doc/a", "good", by="ana")  # b still wrong
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles) == ("escalated", 2)
+        m = lw.compute_metrics(rt.store)
+    [row] = m.per_run
+    assert row.context_cycles == 1  # cycle 2, the actor's (cycle 1 is the run's first)
