@@ -103,6 +103,22 @@ def test_hazard_duplicates_grow_the_stall_questions_do_not() -> None:
     )
 
 
+def test_hazard_check_only_cycles_are_no_trials_and_leave_the_stall() -> None:
+    """A cycle that judged a person's edit (``check_only``) is no attempt: the engine keeps the
+    stall over it and asks ``marginal_stop`` before none (review48b: it counted a trial and
+    grew the stall, so the actor's next cycle was counted at a stall the engine never had, and
+    a person's fix counted as the actor's success)."""
+    c3 = dataclasses.replace(cyc(3, 0.5), calls=(Call("verifier:visible"),), check_only=True)
+    h = RunTrace("h", "h", (cyc(1, 0.5), cyc(2, 0.5), c3, cyc(4, 1.0)), ("visible",))
+    assert fit_hazard([h], max_cycles=4, max_stall=2) == table(
+        4, 3, {(1, 0): (0, 1), (2, 0): (0, 1), (4, 1): (1, 1)}
+    )
+    # accepted by the person's edit: no success of the actor's counted
+    c2 = dataclasses.replace(cyc(2, 1.0), calls=(Call("verifier:visible"),), check_only=True)
+    i = RunTrace("i", "i", (cyc(1, 0.5), c2), ("visible",))
+    assert fit_hazard([i], max_cycles=2, max_stall=0) == (((0, 1),), ((0, 0),))
+
+
 def test_hazard_counts_up_to_the_first_success_under_the_given_rule() -> None:
     # Passed visibly at 0.9 in cycle 1, then 1.0 in cycle 2 (recorded under a stricter rule).
     e = RunTrace("e", "e", (cyc(1, 0.9, passed=True), cyc(2, 1.0)), ("visible",))

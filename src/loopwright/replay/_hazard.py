@@ -11,7 +11,9 @@ before cycle ``k`` with ``MarginalReturn.p_success(k, stall)``.
 The stall is computed as the engine and ``simulate`` compute it: a cycle improves when
 ``loopwright._decide.improved(level, score, min_delta, newly_passing)`` holds on the recorded
 scores (and the proposal was neither a duplicate nor refused/asked); otherwise the stall grows
-by one (a cycle that parked with a question leaves it as it is). The engine uses the
+by one (a cycle that parked with a question leaves it as it is, and so does a check-only one,
+which judged a person's edit: it is no trial either, the engine asking ``marginal_stop``
+before no such cycle, and its success the person's). The engine uses the
 contract's ``no_progress.min_delta``, or ``0.0`` when the contract has no ``no_progress`` rule:
 pass the same ``min_delta`` here as the contract the table is meant for (``fit_stop`` does).
 
@@ -75,10 +77,17 @@ def fit_hazard(
         stall = inh.stall
         for k, c in enumerate(trace.cycles, inh.cycle + 1):
             row, col = min(k, max_cycles) - 1, min(stall, max_stall)
-            trials[row][col] += 1
-            if _success(judge, trace, c):
-                succ[row][col] += 1
-                break
+            if c.check_only:
+                # judged a person's edit: no attempt, so no trial of the actor's (the engine
+                # asks ``marginal_stop`` before none: ``_decide.check_stop``); a success here
+                # is the person's, and ends the run
+                if _success(judge, trace, c):
+                    break
+            else:
+                trials[row][col] += 1
+                if _success(judge, trace, c):
+                    succ[row][col] += 1
+                    break
             decided = not (c.refused or c.asked)
             newly = {
                 name
@@ -93,7 +102,7 @@ def fit_hazard(
                 known = [v for v in (best, c.score) if v is not None]
                 best = max(known) if known else None
                 stall = 0
-            elif not c.asked:
+            elif not (c.asked or c.check_only):  # (as ``simulate``: no attempt made)
                 stall += 1
             passed |= newly
     return tuple(
