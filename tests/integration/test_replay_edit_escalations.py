@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 import loopwright as lw
 from loopwright.replay import read_traces, simulate, trace_of_run, write_traces
 
@@ -104,6 +106,7 @@ def test_a_denied_request_at_the_cycle_cap_replays_to_its_escalation(tmp_path: P
     rec, o = _replayed(path, r.run_id)
     assert (o.reason, o.cycles) == ("escalated", 1)
     assert o.cost_usd == rec.cost_usd
+    assert o.seconds == pytest.approx(rec.seconds)  # (its time after the cycle too)
 
 
 def test_a_denied_requests_cycle_is_stopped_by_a_lower_cycle_cap(tmp_path: Path) -> None:

@@ -224,6 +224,8 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             # a person's call at this cycle's end (a denial, their version failing a check),
             # which the engine makes before the plateau and the budgets: they said
             # budget_cycles where the run escalated on a denial at its last allowed cycle
+            if c is trace.cycles[-1] and trace.tail.get("kind") == "escalated":
+                s.spent = s.spent + _tail_spend(trace)  # (its time after the cycle, as recorded)
             return end("escalated", note="escalated at this cycle's end, as recorded")
         if (
             contract.no_progress is not None
@@ -253,11 +255,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         # What the recording spent after its last concluded cycle, in a cycle it never
         # concluded: whatever ends the run now, that much was spent (the same calls, in the
         # same state), and a contract that would go on spends it too.
-        s.spent = s.spent + Usage._stored(
-            _number(trace.tail.get("cost_usd")),
-            int(_number(trace.tail.get("tokens"))),
-            _number(trace.tail.get("seconds")),
-        )
+        s.spent = s.spent + _tail_spend(trace)
     if tail == "escalated":
         return end("escalated", note="escalated mid-cycle, as recorded")
     if tail == "crossed":
@@ -290,6 +288,15 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
     return end(
         "censored",
         note=f"the recording ends after cycle {s.cycle} ({recorded}); this contract would go on",
+    )
+
+
+def _tail_spend(trace: RunTrace) -> Usage:
+    """What the recording spent after its last concluded cycle (``tail``)."""
+    return Usage._stored(
+        _number(trace.tail.get("cost_usd")),
+        int(_number(trace.tail.get("tokens"))),
+        _number(trace.tail.get("seconds")),
     )
 
 
