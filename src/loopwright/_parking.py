@@ -300,6 +300,19 @@ class Parking(RuntimeHost):
         judged a state that is gone. The approved proposal is applied to the state as it is now
         and verified again (the actor is not asked again); what the person approved is not
         asked again, anything the new verdicts call for is."""
+        used = _checks_stop(ex)
+        if used is not None:
+            # No check may start (``call_stop``), as none starts after an actor call that used
+            # the budget up (``Cycle._cycle``): the approved proposal is kept, unverified, in
+            # the packet. Before, the checks ran again on a budget reached (review48b).
+            return self._abort(
+                ex,
+                time.perf_counter(),
+                used[0],
+                cause=f"the budget ({used[0]}) was {used[1]} before the approved proposal "
+                "could be judged again after a person's edit",
+                unverified=dict(pend["proposal"]),
+            )
         ex.check_only = bool(pend.get("check_only"))  # a check-only cycle parked, edited again
         ex.denied = _denied(pend)
         try:
@@ -327,8 +340,7 @@ class Parking(RuntimeHost):
         escalated on the stale verdicts and the edit was never judged."""
         ex.calls = list(pend.get("spend") or ())
         ex.shown_memory = [str(m) for m in pend.get("memory") or ()]
-        first = next(iter(ex.loop.verifiers), None)
-        used = None if first is None else budget_before(ex, f"verifier:{first.name}")
+        used = _checks_stop(ex)
         if used is not None:  # no check may start: escalated on the denial, as before
             self._finish(
                 ex,
@@ -519,6 +531,13 @@ class Parking(RuntimeHost):
             )
         )
         return True, None
+
+
+def _checks_stop(ex: _Exec) -> tuple[str, str] | None:
+    """The budget that forbids the decided cycle's first check now (``budget_before``), if
+    any: ``judge`` starts at the checks, and the check before the first is the caller's."""
+    first = next(iter(ex.loop.verifiers), None)
+    return None if first is None else budget_before(ex, f"verifier:{first.name}")
 
 
 def _denied(pend: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
