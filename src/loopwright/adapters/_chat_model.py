@@ -66,11 +66,14 @@ class _ChatModel(_ChatClient):
         if gate is not None:
             gate.pace()
             gate.acquire()
-        started = time.time()
+        # The start on the wall clock (where the call sits in the trace); its length on the
+        # monotonic one, as a reply's own seconds are: a clock stepped during a failed request
+        # would make it hours long, or none.
+        started, t0 = time.time(), time.perf_counter()
         try:
             got = self._request(sent, budget_s)  # (body, mode, seconds, first token)
         except Exception as exc:
-            self._report(sent, started, None, exc, sent is not messages)
+            self._report(sent, started, None, exc, sent is not messages, t0)
             raise
         finally:
             if gate is not None:
@@ -91,11 +94,11 @@ class _ChatModel(_ChatClient):
         if gate is not None:
             await gate.pace_async()
             await gate.acquire_async()
-        started = time.time()
+        started, t0 = time.time(), time.perf_counter()  # (as ``_complete``)
         try:
             got = await self._arequest(sent, budget_s)
         except Exception as exc:
-            self._report(sent, started, None, exc, sent is not messages)
+            self._report(sent, started, None, exc, sent is not messages, t0)
             raise
         finally:
             if gate is not None:
@@ -227,13 +230,16 @@ class _ChatModel(_ChatClient):
         reply: ModelReply | None,
         error: BaseException | None,
         repair: bool,
+        t0: float | None = None,
     ) -> None:
         """Tell the engine what this call sent and got (``loopwright._modelcalls``): a no-op
         unless an engine's actor or verifier call is collecting. The tokens and cost are this
         request's own (a malformed reply's spend carried into a later call is not counted
-        again there)."""
+        again there). A request that got no reply lasted from ``t0`` (``time.perf_counter``)
+        to now."""
         if reply is None and error is not None:
             reply = getattr(error, "reply", None)  # what had arrived of a broken stream
+        lasted = time.perf_counter() - t0 if t0 is not None else 0.0
         record_model_call(
             model=self.model,
             response_model=reply.model if reply is not None else None,
@@ -242,7 +248,7 @@ class _ChatModel(_ChatClient):
             prompt=sent,
             reply=reply.text if reply is not None else None,
             started_at=started_at,
-            seconds=reply.seconds if reply is not None else time.time() - started_at,
+            seconds=reply.seconds if reply is not None else lasted,
             first_token_s=reply.first_token_s if reply is not None else None,
             input_tokens=reply.input_tokens if reply is not None else None,
             output_tokens=reply.output_tokens if reply is not None else None,
