@@ -43,7 +43,8 @@ def test_the_audit_page_cuts_a_long_note_and_the_export_keeps_it(tmp_path: Path)
 def test_an_actor_stored_with_a_bidi_override_is_isolated_on_the_page(tmp_path: Path) -> None:
     """Rows stored before names were checked (or typed as ``--by`` by an older release) may
     hold a right-to-left override: each value sits in its own ``<bdi>``, so it cannot reorder
-    the row's other cells (probe46c)."""
+    the row's other cells (probe46c), and the override is written out (``\\u202e``, stop 48),
+    so the name reads in its stored order."""
     people = _people()
     store, _run_id = people._web().make_parked_run(tmp_path)
     people.add_people(store)
@@ -60,5 +61,5 @@ def test_an_actor_stored_with_a_bidi_override_is_isolated_on_the_page(tmp_path: 
     c = TestClient(create_app(store, token=people.SERVER_TOKEN), base_url=people.LOCAL)
     people.sign_in(c, "vic")
     page = c.get("/audit").text
-    assert "<td><bdi>ro\u202eot</bdi></td>" in page
+    assert "<td><bdi>ro\\u202eot</bdi></td>" in page
     assert "<code><bdi>run x</bdi></code>" in page

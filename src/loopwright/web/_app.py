@@ -45,6 +45,7 @@ from ._run_page import (  # noqa: F401  (re-exported; patch them in _run_page, w
     VERSIONS_SHOWN,
 )
 from ._sign_in import register_sign_in
+from ._values import exact, reveal
 from ._waterfall import duration, install_waterfall
 
 __all__ = ["LOOPBACK_HOSTS", "allowed_host_names", "create_app"]
@@ -117,9 +118,12 @@ def create_app(
     app.state.auth = auth
     app.state.store = store
     app.state.resumes = []
+    # Every value a page writes has the characters that reorder text written out (``reveal``);
+    # a form's own value is marked ``|exact`` and written as it is.
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True, finalize=reveal
     )
+    env.filters["exact"] = exact
     env.filters["isotime"] = _isotime
     env.filters["duration"] = duration
     templates = Jinja2Templates(env=env)

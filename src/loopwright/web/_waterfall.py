@@ -31,6 +31,7 @@ from ..store._rows import SQL_INT_MAX
 from ..trace._spans import APPROVAL_KINDS, Span, build_spans, iter_spans
 from ..trace._window import read_window
 from ._run_json import CHUNK_CHARS, dump
+from ._values import reveal
 
 __all__ = [
     "MAX_CYCLES",
@@ -271,10 +272,10 @@ def waterfall_svg(rows: Sequence[Row], run_id: str) -> Markup:
         row = (
             f'<g class="{cls}" data-key="{escape(r.key)}" data-kind="{r.kind}" '
             f'data-seconds="{r.seconds:.6f}">'
-            f"<title>{escape(_tip(r))}</title>"
+            f"<title>{escape(reveal(_tip(r)))}</title>"
             f'<rect class="wf-band" x="0" y="{y}" width="{_WIDTH}" height="{_ROW_H}"/>'
             f'<text class="wf-label" x="{6 + 12 * r.depth}" y="{y + 14}">'
-            f"{escape(_clip(r.label, 40 - 2 * r.depth))}</text>"
+            f"{escape(reveal(_clip(r.label, 40 - 2 * r.depth)))}</text>"
             f'<rect class="wf-bar" x="{x:.2f}" y="{y + 4}" width="{w:.2f}" height="{_ROW_H - 8}"/>'
             f'<text class="wf-num" x="{_WIDTH - 6}" y="{y + 14}" text-anchor="end">'
             f"{escape(_figures(r))}</text></g>"
