@@ -11,6 +11,7 @@ Playwright, except under ``CI=true``)."""
 from __future__ import annotations
 
 import runpy
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -68,3 +69,73 @@ def test_a_long_argument_wraps_inside_the_card(served: tuple[str, str], page: An
     approve = page.locator("section.card.pending button.approve").first
     box = approve.bounding_box()
     assert box is not None and box["x"] + box["width"] <= WIDTH
+
+
+def _refused_payment_loop() -> Any:
+    """A payment that parks for approval; once approved, the bank refuses it, naming the payee
+    (U+202E in it): the run ends escalated with that error in its stop cause."""
+    import loopwright as lw
+
+    @lw.effect("spend", name="refused_pay", key=lambda a: "refused-1")
+    def refused_pay(payee: str) -> dict[str, Any]:
+        raise ValueError(f"the bank refused payee {payee}")
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        fix = lw.Proposal.edit("doc", {"payee": "ACME"}).edits
+        return lw.Proposal(edits=fix, effects=(refused_pay.call(payee=reordering.PAYEE),))
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=True, score=1.0)
+
+    return lw.Loop(
+        name="live-cause",
+        actor=actor,
+        verifiers=[check],
+        effects=[refused_pay],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
+def test_a_stop_cause_arriving_live_is_shown_as_stored(
+    served: tuple[str, str], page: Any, tmp_path: Path
+) -> None:
+    """The run page's live update writes the new stop cause into the page itself (live.js):
+    its override is written out as the server writes it."""
+    import loopwright as lw
+
+    base, _ = served
+    store, loop = str(tmp_path / "reorder.db"), _refused_payment_loop()
+    runs: list[Any] = []
+
+    def elsewhere(work: Any) -> threading.Thread:
+        """``work`` on another thread, as another process would (Playwright's loop runs on
+        this one, and a run drives its own)."""
+
+        def go() -> None:
+            with lw.Runtime(store) as rt:
+                runs.append(work(rt))
+
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    task = {"artifacts": {"doc": {"payee": ""}}}
+    elsewhere(lambda rt: rt.run_sync(loop, task, task_key="live-1")).join()
+    parked = runs.pop()
+    assert parked.status == "awaiting_approval", parked.packet
+    _sign_in(page, base)
+    page.goto(f"{base}/runs/{parked.run_id}")
+    page.locator("html[data-live=on]").wait_for(state="attached")
+
+    def approve_and_resume(rt: Any) -> Any:
+        rt.approve(parked.run_id, by="bea")
+        return rt.resume_sync(parked.run_id, loop)
+
+    worker = elsewhere(approve_and_resume)
+    page.locator("#run-status .st-escalated").wait_for()
+    worker.join()
+    assert runs.pop().status == "escalated"
+    cause = page.locator("#stop-cause").inner_text()
+    assert reordering.WRITTEN in cause and reordering.RLO not in cause, cause

@@ -9,6 +9,10 @@
     span.textContent = s.replace(/_/g, " ");
     return span;
   }
+  function shown(text) {  // as live.js writes stored text: what reorders it written out
+    return String(text).replace(/[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
+      function (c) { return "\\u" + ("000" + c.charCodeAt(0).toString(16)).slice(-4); });
+  }
   function get(url) {
     return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); });
@@ -29,7 +33,7 @@
         var cell = tr.querySelector(".js-status");
         cell.textContent = "";
         cell.appendChild(label(r.status));
-        tr.querySelector(".js-words").textContent = r.stop_cause || r.stop_words;
+        tr.querySelector(".js-words").textContent = shown(r.stop_cause || r.stop_words);
         tr.querySelector(".js-cycle").textContent = String(r.cycle);
       });
     }).catch(function () {}).then(function () { setTimeout(function () { pollRuns(table); }, 3000); });

@@ -6,10 +6,16 @@
   if (!window.EventSource) { return; }  // app.js polls instead
   var root = document.documentElement;
 
+  // Stored text with the characters that reorder what is read written out ("\u202e"), as
+  // the server writes it into pages (web/_values.reveal).
+  function shown(text) {
+    return String(text).replace(/[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
+      function (c) { return "\\u" + ("000" + c.charCodeAt(0).toString(16)).slice(-4); });
+  }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) { e.className = cls; }
-    if (text !== undefined) { e.textContent = text; }
+    if (text !== undefined) { e.textContent = shown(text); }
     return e;
   }
   function label(s) { return el("span", "status st-" + s, s.replace(/_/g, " ")); }
@@ -68,7 +74,7 @@
     var cell = tr.querySelector(".js-status");
     if (cell) { cell.textContent = ""; cell.appendChild(label(r.status)); }
     var words = tr.querySelector(".js-words .cause") || tr.querySelector(".js-words");
-    if (words) { words.textContent = r.stop_cause || r.stop_words || ""; }
+    if (words) { words.textContent = shown(r.stop_cause || r.stop_words || ""); }
     var cycle = tr.querySelector(".js-cycle");
     if (cycle) { cycle.textContent = String(r.cycle); }
     tr.classList.add("live-changed");
@@ -135,7 +141,9 @@
     // The rest of the header was drawn for the old status: say so, rather than leave
     // "where it stands" and the action buttons describing a run that has moved on.
     var cause = document.getElementById("stop-cause");
-    if (cause) { cause.textContent = r.stop_cause || r.stop_words || r.status.replace(/_/g, " "); }
+    if (cause) {
+      cause.textContent = shown(r.stop_cause || r.stop_words || r.status.replace(/_/g, " "));
+    }
     var next = document.getElementById("next-action");
     if (next) {
       next.textContent = "The run changed after this page was drawn: ";
