@@ -87,15 +87,7 @@ def _refused_payment_loop() -> Any:
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=True, score=1.0)
 
-    return lw.Loop(
-        name="live-cause",
-        actor=actor,
-        verifiers=[check],
-        effects=[refused_pay],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),)),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        retry=lw.RetryPolicy(attempts=1),
-    )
+    return reordering.paying_loop("live-cause", actor, check, refused_pay)
 
 
 def test_a_stop_cause_arriving_live_is_shown_as_stored(

@@ -35,6 +35,19 @@ def pay(payee: str, amount: float, account: str) -> dict[str, Any]:
     return {"paid": payee}
 
 
+def paying_loop(name: str, actor: Any, check: Any, effect: Any) -> lw.Loop:
+    """A loop whose ``effect`` (kind ``spend``) needs a person's approval, tried once."""
+    return lw.Loop(
+        name=name,
+        actor=actor,
+        verifiers=[check],
+        effects=[effect],
+        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),)),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+        retry=lw.RetryPolicy(attempts=1),
+    )
+
+
 def make_reordering_run(tmp: Path) -> tuple[str, str]:
     """A run parked on a payment whose payee, note, finding and parts carry U+202E, with a
     6,000-digit account; (store, run id)."""
@@ -50,14 +63,7 @@ def make_reordering_run(tmp: Path) -> tuple[str, str]:
         found = lw.Finding(f"payee {PAYEE} unknown", "doc", "payee", "payee", severity="warning")
         return lw.Verdict(passed=True, score=1.0, findings=(found,))
 
-    loop = lw.Loop(
-        name="reorder",
-        actor=actor,
-        verifiers=[check],
-        effects=[pay],
-        approvals=lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require"),)),
-        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
-    )
+    loop = paying_loop("reorder", actor, check, pay)
     store = str(tmp / "reorder.db")
     task = {"artifacts": {"doc": {"payee": "", "memo": MEMO}}}
     with lw.Runtime(store) as rt:
