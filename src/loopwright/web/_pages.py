@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from .._contract import RUN_STATUSES, STOP_REASONS, TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
@@ -108,16 +109,25 @@ def register_pages(app: FastAPI, ctx: WebContext) -> None:
         return RedirectResponse(flash.url(rec.run_id, msg), status_code=303)
 
     @app.post("/runs/{run_id}/edit", include_in_schema=False)
-    def edit_form(
+    async def edit_form(
         request: Request,
         run_id: str,
         ref: str = Form(...),
-        value: str = Form(...),
         note: str = Form(""),
         resume: str = Form(""),
         csrf: str = Form(""),
     ) -> Response:
+        # The edit box's value is read from the form itself: a ``Form`` field takes an empty
+        # one for a missing one, so a text part could not be cleared ("value: Field required").
+        value = (await request.form()).get("value")
+        return await run_in_threadpool(edit_posted, request, run_id, ref, value, note, resume, csrf)
+
+    def edit_posted(
+        request: Request, run_id: str, ref: str, value: Any, note: str, resume: str, csrf: str
+    ) -> Response:
         ctx.require_form_write(request, csrf)
+        if not isinstance(value, str):  # none sent (a file is no part's value either)
+            raise HTTPException(400, "value: the form sent no value for the part")
         try:
             ck = store.latest_checkpoint(store.get_run(run_id).run_id)
         except RunNotFoundError as exc:
