@@ -4,8 +4,8 @@ they print the same bytes.
 One run per size (``outside_probe_core.py``'s rich loop: 11 parts, a plan, a finding a cycle),
 then each view as a fresh process, once with ``--base`` and once with ``--new`` on the PYTHONPATH,
 ABBA (base-new, new-base, ...): ``loopwright show --json``, ``show`` (text, 200 columns),
-``trace``, ``trace --format otlp-json`` and the dashboard's ``GET /api/runs/{id}`` (through
-``fastapi.testclient``, in process: no server). Per view: the child's CPU seconds (user + system,
+``trace``, ``trace --format otlp-json``, the dashboard's ``GET /api/runs/{id}`` and its run
+page ``GET /runs/{id}`` (through ``fastapi.testclient``, in process: no server). Per view: the child's CPU seconds (user + system,
 imports included), the median over rounds, and whether the two trees' outputs are byte-identical
 (every round's; a difference is printed and exits 1).
 
@@ -33,12 +33,14 @@ r = TestClient(app, base_url="http://127.0.0.1").get("/api/runs/" + sys.argv[2])
 assert r.status_code == 200, r.text
 sys.stdout.buffer.write(r.content)
 """
+PAGE = API.replace('.get("/api/runs/"', '.get("/runs/"')  # the run's HTML page
 VIEWS = {
     "show --json": ["-m", "loopwright", "show", "{rid}", "--json"],
     "show (text)": ["-m", "loopwright", "show", "{rid}"],
     "trace": ["-m", "loopwright", "trace", "{rid}"],
     "trace otlp-json": ["-m", "loopwright", "trace", "{rid}", "--format", "otlp-json"],
     "/api/runs/{id}": ["-c", API, "{db}", "{rid}"],
+    "/runs/{id}": ["-c", PAGE, "{db}", "{rid}"],
 }
 
 
