@@ -114,3 +114,25 @@ def test_the_edit_box_and_a_search_send_back_what_was_stored(tmp_path: Path) -> 
     for path in (f"/?q={typed}", f"/approvals?q={typed}"):
         echoed = re.search(r'name="q" value="([^"]*)"', c.get(path).text)
         assert echoed is not None and html.unescape(echoed.group(1)) == typed, path
+
+
+def test_a_project_filter_sends_the_project_as_stored(tmp_path: Path) -> None:
+    """A project's name is shown written out, and its filter option sends the name itself:
+    choosing it lists the project's runs."""
+    project = f"ap{RLO}ra"
+    loop = lw.Loop(
+        name="projected",
+        project=project,
+        actor=lambda ctx: lw.Proposal.edit("doc", {"t": 1}),
+        verifiers=[lambda state, proposal: lw.Verdict(passed=True, score=1.0)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+    )
+    store = str(tmp_path / "projects.db")
+    with lw.Runtime(store) as rt:
+        run_id = rt.run_sync(loop, {"artifacts": {"doc": {"t": 0}}}, task_key="p-1").run_id
+    c = _signed_in(store)
+    for path in ("/", "/metrics"):
+        page = c.get(path).text
+        values = re.findall(r'<option value="([^"]*)"[^>]*>([^<]*)</option>', page)
+        assert (project, "ap\\u202era") in [(html.unescape(v), t) for v, t in values], path
+    assert f'data-run-id="{run_id}"' in c.get("/", params={"project": project}).text
