@@ -577,6 +577,14 @@ def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
-    raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
+        running = False
+    else:
+        running = True
+    if running:
+        coro.close()
+        raise RuntimeError(
+            "called a *_sync method inside a running event loop; await the async one"
+        )
+    # (run outside the ``except``: inside it, every error of the run, the user code's and the
+    # one raised to the caller, would be chained to "no running event loop")
+    return asyncio.run(coro)

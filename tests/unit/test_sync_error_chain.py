@@ -1,0 +1,47 @@
+"""Errors out of a ``*_sync`` call are not chained to the probe for a running event loop.
+
+``_sync`` ran ``asyncio.run`` inside ``except RuntimeError:``, so every exception of the run —
+the ``ConfigError`` raised to the caller and the user's own actor error recorded in the packet —
+read "RuntimeError: no running event loop … During handling of the above exception, another
+exception occurred" first, pointing a user at loopwright instead of at their mistake.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright as lw
+
+
+def _boom(ctx: lw.Context) -> lw.Proposal:
+    raise ValueError("boom from the actor")
+
+
+def _ok(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True)
+
+
+def test_a_config_error_from_run_sync_has_no_event_loop_context(tmp_path: Path) -> None:
+    with lw.Runtime(tmp_path / "s.db") as rt, pytest.raises(lw.ConfigError) as caught:
+        rt.run_sync("not a loop", {})  # type: ignore[arg-type]
+    assert caught.value.__context__ is None, repr(caught.value.__context__)
+
+
+def test_the_actor_error_recorded_is_the_users_own(tmp_path: Path) -> None:
+    loop = lw.Loop(
+        name="raises",
+        actor=_boom,
+        verifiers=[lw.Check(fn=_ok)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+    with lw.Runtime(tmp_path / "s.db") as rt:
+        result = rt.run_sync(loop, {"artifacts": {"a": {"p": 1}}}, task_key="k")
+    assert result.status == "escalated"
+    error: dict[str, Any] = dict(result.packet["error"])
+    assert error["type"] == "ValueError"
+    assert "boom from the actor" in error["traceback"]
+    assert "no running event loop" not in error["traceback"]
+    assert not error["traceback"].startswith("RuntimeError")
