@@ -23,3 +23,28 @@ def test_a_task_files_bare_id_names_the_key_it_got(
     # an id no run has gets no guess
     line = refused(lw("show", "nothing-like-it", cwd=project, store=store), "no run")
     assert "did you mean" not in line
+
+
+def test_a_fork_whose_budget_is_spent_at_its_start_says_so(
+    accepted: tuple[Path, str],  # noqa: F811
+    project: Path,
+) -> None:
+    """A fork goes on counting its origin's cycles: `fork RUN --at-cycle 1` with a contract of
+    `max_cycles = 1` (read as "one more cycle") made a run that `resume` stopped at once,
+    budget_cycles, with no cycle run, and nothing said so when it was made."""
+    store, run_id = accepted
+    (project / "one.toml").write_text("[contract.budget]\nmax_cycles = 1\n")
+    made = lw("fork", run_id, "--at-cycle", "1", "--contract", "one.toml", cwd=project, store=store)
+    assert made.returncode == 0, made.stderr
+    note = " ".join(made.stderr.split())
+    assert "will stop (budget_cycles) before its first cycle" in note, made.stderr
+    assert "1 cycle(s) of its cap of 1" in note and "--contract" in note
+    new = made.stdout.split("new run ")[1].split()[0]
+    resumed = lw("resume", new, cwd=project, store=store)
+    assert resumed.returncode == 3 and "budget_cycles" in resumed.stdout, resumed.stdout
+    # a budget that leaves room says nothing
+    (project / "five.toml").write_text("[contract.budget]\nmax_cycles = 5\n")
+    room = lw(
+        "fork", run_id, "--at-cycle", "1", "--contract", "five.toml", cwd=project, store=store
+    )
+    assert room.returncode == 0 and room.stderr == "", room.stderr
