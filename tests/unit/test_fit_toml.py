@@ -110,3 +110,14 @@ def test_a_check_name_with_a_lone_surrogate_is_a_bad_trace_file_and_nothing_is_w
     assert f"{source}:1: malformed run trace: required: check name" in err
     assert "lone surrogate (\\ud800)" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("optimise", ["spend", "attempts"])
+def test_the_header_says_each_saving_once(optimise: str) -> None:
+    """With spend optimised (the default), the header read "spend saved 70.6%, spend saved
+    70.6%": one figure said twice, as if two."""
+    r = fit_stop(_traces(), keep=0.98, optimise=optimise)
+    [line] = [x for x in r.to_toml().splitlines() if x.startswith("# All runs:")]
+    assert line.count("spend saved") == 1, line
+    assert line.count(f"{optimise} saved") == 1, line
+    assert "cost per accepted" in line
