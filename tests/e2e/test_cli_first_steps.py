@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .test_bad_inputs import dump, lw, refused
+from .test_bad_inputs import TASK, dump, lw, refused, task_file
 from .test_cli_mistakes import accepted  # noqa: F401  (a fixture)
 
 
@@ -48,3 +48,18 @@ def test_a_fork_whose_budget_is_spent_at_its_start_says_so(
         "fork", run_id, "--at-cycle", "1", "--contract", "five.toml", cwd=project, store=store
     )
     assert room.returncode == 0 and room.stderr == "", room.stderr
+
+
+def test_a_task_key_beside_the_specs_own_task_file_says_which_file(project: Path) -> None:
+    """`loopwright run loop.toml --task-key K` with a spec whose `tasks` file holds several
+    tasks said "--task-key needs exactly one task": no --task was given, so which tasks?"""
+    store = project / "s.db"
+    spec = (project / "loop.toml").read_text()
+    (project / "loop.toml").write_text('tasks = "tasks.jsonl"\n' + spec)
+    task_file(project, TASK, {**TASK, "id": "u"})
+    line = refused(
+        lw("run", "loop.toml", "--task-key", "K", cwd=project, store=store), "--task-key"
+    )
+    assert "tasks (in the spec)" in line and "tasks.jsonl holds 2" in line, line
+    assert "--task FILE" in line
+    assert not store.exists()
