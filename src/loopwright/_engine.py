@@ -193,6 +193,14 @@ class Runtime(
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ``async with Runtime() as rt:`` in async code, as ``with`` in a script (it was a
+    # TypeError: the first line an asyncio user writes)
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
     # --- starting and resuming -------------------------------------------------------------
     async def run(
         self,

@@ -1,4 +1,5 @@
-"""Errors out of a ``*_sync`` call are not chained to the probe for a running event loop.
+"""The Runtime as a script and as async code use it: errors out of a ``*_sync`` call are not
+chained to the probe for a running event loop, and ``async with`` works as ``with`` does.
 
 ``_sync`` ran ``asyncio.run`` inside ``except RuntimeError:``, so every exception of the run —
 the ``ConfigError`` raised to the caller and the user's own actor error recorded in the packet —
@@ -45,3 +46,28 @@ def test_the_actor_error_recorded_is_the_users_own(tmp_path: Path) -> None:
     assert "boom from the actor" in error["traceback"]
     assert "no running event loop" not in error["traceback"]
     assert not error["traceback"].startswith("RuntimeError")
+
+
+def test_the_runtime_is_an_async_context_manager_too(tmp_path: Path) -> None:
+    """`async with lw.Runtime() as rt:` was a TypeError ("does not support the asynchronous
+    context manager protocol"), the first line an asyncio user writes; it closes its store."""
+    import asyncio
+
+    loop = lw.Loop(
+        name="async",
+        actor=lambda ctx: lw.Proposal.edit("a", {"p": 2}),
+        verifiers=[lw.Check(fn=_ok)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=2)),
+    )
+
+    async def main() -> tuple[lw.Runtime, str]:
+        async with lw.Runtime(tmp_path / "s.db") as rt:
+            result = await rt.run(loop, {"artifacts": {"a": {"p": 1}}}, task_key="k")
+        return rt, result.status
+
+    rt, status = asyncio.run(main())
+    assert status == "accepted"
+    with pytest.raises(lw.StoreError, match="is closed"):
+        rt.store.get_run("k")
+    with lw.Runtime(tmp_path / "s.db") as again:
+        assert again.store.get_run("k").status == "accepted"
