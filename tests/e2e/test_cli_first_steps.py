@@ -63,3 +63,45 @@ def test_a_task_key_beside_the_specs_own_task_file_says_which_file(project: Path
     assert "tasks (in the spec)" in line and "tasks.jsonl holds 2" in line, line
     assert "--task FILE" in line
     assert not store.exists()
+
+
+STUCK_CHECK = """
+import os, pathlib, signal, threading
+import loopwright as lw
+
+MARK = pathlib.Path(__file__).with_name("stuck-once")
+
+def actor(ctx):
+    return lw.Proposal.edit("doc", {"n": ctx.cycle})
+
+def check(state, proposal):
+    if state.artifacts["doc"].values()["n"] == 2 and not MARK.exists():
+        MARK.touch()
+        for _ in range(3):  # a person pressing Ctrl-C at a check that never returns
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Event().wait()  # never set: only the third press gets out of here
+    return lw.Verdict(passed=False, score=state.artifacts["doc"].values()["n"] / 100)
+"""
+
+
+def test_ctrl_c_reaches_a_check_that_never_returns(tmp_path: Path) -> None:
+    """A check with no timeout_s is called inline, on the event loop: asyncio's Ctrl-C handler
+    runs only in the loop, so no Ctrl-C stopped a check that hung (the first was never taken,
+    later ones were ignored: kill -9 was the only way out). Now the second press says so and
+    the third stops at once; the finished cycle is kept and the run resumes."""
+    (tmp_path / "stuck.py").write_text(STUCK_CHECK)
+    (tmp_path / "loop.toml").write_text(
+        "name = 'stuck'\n[actor]\nref = 'stuck.py:actor'\n[[verifiers]]\nref = 'stuck.py:check'\n"
+        "[contract.budget]\nmax_cycles = 4\n"
+    )
+    (tmp_path / "t.json").write_text('{"artifacts": {"doc": {"n": 0}}}')
+    store = tmp_path / "s.db"
+    r = lw("run", "loop.toml", "--task", "t.json", "--task-key", "k", cwd=tmp_path, store=store)
+    assert r.returncode == 130, (r.stdout[-2000:], r.stderr)
+    assert "Traceback" not in r.stderr and "never retrieved" not in r.stderr, r.stderr
+    hint, said = r.stderr.splitlines()[:2]
+    assert hint.startswith("loopwright: still waiting for user code to return"), r.stderr
+    assert "press Ctrl-C again to stop at once" in hint
+    assert said.startswith("loopwright: interrupted; every finished cycle is checkpointed")
+    resumed = lw("resume", "k", cwd=tmp_path, store=store)
+    assert resumed.returncode == 3 and "budget_cycles" in resumed.stdout, resumed.stderr
