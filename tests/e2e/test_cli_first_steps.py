@@ -105,3 +105,19 @@ def test_ctrl_c_reaches_a_check_that_never_returns(tmp_path: Path) -> None:
     assert said.startswith("loopwright: interrupted; every finished cycle is checkpointed")
     resumed = lw("resume", "k", cwd=tmp_path, store=store)
     assert resumed.returncode == 3 and "budget_cycles" in resumed.stdout, resumed.stderr
+
+
+def test_replay_says_a_rolled_back_run_is_left_out(
+    accepted: tuple[Path, str],  # noqa: F811
+    project: Path,
+) -> None:
+    """`replay store` leaves a rolled-back run out (docs/replay.md) and said "0 recorded
+    run(s)" of a store of one run, the user's, with no word of why."""
+    store, run_id = accepted
+    before = lw("replay", "store", "--contract", "loop.toml", cwd=project, store=store)
+    assert before.returncode == 0 and "rolled back" not in before.stderr, before.stderr
+    back = lw("rollback", run_id, "--to-cycle", "1", "--by", "ann", cwd=project, store=store)
+    assert back.returncode == 0, back.stderr
+    r = lw("replay", "store", "--contract", "loop.toml", cwd=project, store=store)
+    assert r.returncode == 2  # nothing left to replay: said, with why
+    assert "note: 1 run(s) rolled back are left out" in r.stderr, r.stderr
