@@ -71,3 +71,25 @@ def test_the_runtime_is_an_async_context_manager_too(tmp_path: Path) -> None:
         rt.store.get_run("k")
     with lw.Runtime(tmp_path / "s.db") as again:
         assert again.store.get_run("k").status == "accepted"
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [("approvals", "leave it out for the default policy"), ("retry", "leave it out for")],
+)
+def test_none_for_a_loop_setting_with_a_default_says_to_leave_it_out(
+    setting: str, words: str
+) -> None:
+    """`Loop(..., approvals=None)` (the Python habit for "no setting") said only "must be an
+    ApprovalPolicy, got NoneType"; `retry=None` said "must be a RetryPolicy", not even what
+    it got."""
+    with pytest.raises(lw.ConfigError) as caught:
+        lw.Loop(
+            name="x",
+            actor=lambda ctx: lw.Proposal(),
+            verifiers=[lw.Check(fn=_ok)],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=1)),
+            **{setting: None},
+        )
+    assert caught.value.field == setting
+    assert "got NoneType" in str(caught.value) and words in str(caught.value)
