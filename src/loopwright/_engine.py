@@ -193,6 +193,14 @@ class Runtime(
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ``async with Runtime() as rt:`` in async code, as ``with`` in a script (it was a
+    # TypeError: the first line an asyncio user writes)
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
     # --- starting and resuming -------------------------------------------------------------
     async def run(
         self,
@@ -577,6 +585,14 @@ def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
-    raise RuntimeError("called a *_sync method inside a running event loop; await the async one")
+        running = False
+    else:
+        running = True
+    if running:
+        coro.close()
+        raise RuntimeError(
+            "called a *_sync method inside a running event loop; await the async one"
+        )
+    # (run outside the ``except``: inside it, every error of the run, the user code's and the
+    # one raised to the caller, would be chained to "no running event loop")
+    return asyncio.run(coro)

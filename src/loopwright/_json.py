@@ -54,6 +54,7 @@ __all__ = [
     "round_trip",
     "str_keys",
     "strict_loads",
+    "too_long",
 ]
 
 # An integer orjson would read as a float (over 64 bits) has 19 digits or more in a row. The
@@ -119,7 +120,24 @@ def _finite(value: Any, keys: bool = False) -> Any:
         return out
     if isinstance(value, list | tuple):
         return [_finite(v, keys) for v in value]
+    if keys and type(value) is int and too_long(value):
+        # (the lenient write; ``owned_copy`` refuses it, naming it)
+        return f"<an integer of {value.bit_length()} bits, too long to write as JSON>"
     return value
+
+
+def too_long(value: int) -> bool:
+    """Whether no JSON text can be written with ``value`` (more digits than Python writes an
+    int as text, about 4,300 by default). Written by the lenient ``dumps`` as a short text
+    saying so, as a value JSON cannot hold is written as its ``str``: one in a finding's
+    evidence raised ``ValueError`` from the commit, and the run was left unable to go on."""
+    if value.bit_length() <= 14_000:  # (no int this short is refused: no text made)
+        return False
+    try:
+        str(value)
+    except ValueError:
+        return True
+    return False
 
 
 def _written_key(key: Any) -> str | None:

@@ -64,6 +64,10 @@ class Check:
             _check_number(self.timeout_s, f"verifiers.{self.name}.timeout_s", positive=True)
 
 
+# (None for a setting that has a default: the hint says how to have the default)
+_LEAVE_OUT = ": leave it out for {}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Loop:
     """Everything needed to run (and resume) a governed loop.
@@ -205,6 +209,8 @@ class Loop:
             hint = (
                 ": wrap the rules, ApprovalPolicy((PolicyRule(...), ...))"
                 if isinstance(self.approvals, PolicyRule | list | tuple)
+                else _LEAVE_OUT.format("the default policy (built-in kinds need a person)")
+                if self.approvals is None
                 else ""
             )
             raise ConfigError(
@@ -214,7 +220,11 @@ class Loop:
         if effects:
             _dead_rules(self.approvals, effects)
         if not isinstance(self.retry, RetryPolicy):
-            raise ConfigError("must be a RetryPolicy", field="retry")
+            raise ConfigError(
+                f"must be a RetryPolicy, got {type(self.retry).__name__}"
+                + (_LEAVE_OUT.format("the default retries") if self.retry is None else ""),
+                field="retry",
+            )
         if self.reflector is not None and not callable(self.reflector):
             raise ConfigError(f"{self.reflector!r} is not callable", field="reflector")
         if self.reflector is not None:

@@ -383,11 +383,18 @@ def _settled_edits(edits: tuple[Edit, ...]) -> bool:
 
 def _settled(value: Any) -> bool:
     """An immutable value that a store gives back as it is: text (that UTF-8 can hold), an
-    integer, a finite float, a boolean or None."""
+    integer of 64 bits or fewer, a finite float, a boolean or None. (A longer integer goes
+    through ``owned_copy``: one of more than 4,300 digits, which no JSON text can be made of,
+    crashed the proposal's digest, and the run ended ``failed``, with a traceback.)"""
     kind = type(value)
     if kind is str:
         return value.isascii() or is_text(value)
-    return kind is int or kind is bool or value is None or (kind is float and math.isfinite(value))
+    if kind is int:
+        return bool(_INT_LOW <= value < _INT_HIGH)
+    return kind is bool or value is None or (kind is float and math.isfinite(value))
+
+
+_INT_LOW, _INT_HIGH = -(1 << 63), 1 << 64
 
 
 @quick_init

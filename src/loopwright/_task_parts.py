@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._decide import cycle_cap
 from ._errors import ConfigError
-from ._json import check_given_text, owned_copy, round_trip
+from ._json import check_given_text, owned_copy, round_trip, too_long
 from ._keys import check_key, fit_key
 from ._parts import part_ref
 from ._redact import REDACTED, redact
@@ -149,6 +149,13 @@ def _no_lost_number(task: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{where} is {value!r}, which JSON cannot hold (it would be stored as null): "
                 "give None for a missing number",
+                field="task",
+            )
+        if type(value) is int and too_long(value):
+            # (no JSON text holds it: the store would keep a note in its place)
+            raise ConfigError(
+                f"{where} is an integer of {value.bit_length()} bits, more digits than JSON "
+                "text is written with: give it as a string",
                 field="task",
             )
         if isinstance(value, Mapping):

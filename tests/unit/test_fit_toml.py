@@ -110,3 +110,35 @@ def test_a_check_name_with_a_lone_surrogate_is_a_bad_trace_file_and_nothing_is_w
     assert f"{source}:1: malformed run trace: required: check name" in err
     assert "lone surrogate (\\ud800)" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("optimise", ["spend", "attempts"])
+def test_the_header_says_each_saving_once(optimise: str) -> None:
+    """With spend optimised (the default), the header read "spend saved 70.6%, spend saved
+    70.6%": one figure said twice, as if two."""
+    r = fit_stop(_traces(), keep=0.98, optimise=optimise)
+    [line] = [x for x in r.to_toml().splitlines() if x.startswith("# All runs:")]
+    assert line.count("spend saved") == 1, line
+    assert line.count(f"{optimise} saved") == 1, line
+    assert "cost per accepted" in line
+
+
+def test_fit_stop_says_when_the_runs_hold_too_few_outcomes_to_keep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On runs that reached no accepted outcome, every candidate "kept 100.0%" and fit-stop
+    wrote `max_cycles = 1` as "spend saved 95%", saying nothing; on 8 accepted outcomes a keep
+    of 0.98 cannot lose one (it takes 50), which nothing said either."""
+    none = tmp_path / "none.jsonl"
+    with none.open("w", encoding="utf-8") as fh:
+        write_traces([_run(f"s{i:02d}", [0.3] * 4) for i in range(6)], fh)
+    assert main(["fit-stop", str(none), "--folds", "2"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "note: the runs hold no accepted outcome" in err, err
+    source = str(_source(tmp_path))  # 8 accepted outcomes of 12 runs
+    assert main(["fit-stop", source]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "note: the runs hold 8 accepted outcome(s): a keep of 0.98" in err, err
+    assert "from 50 on" in err
+    assert main(["fit-stop", source, "--keep", "0.5"]) == 0  # one of 2 may go: enough runs
+    assert "note:" not in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -165,6 +166,9 @@ def fit_stop_cmd(
             grid=Grid(cost_quantiles=(), marginal_multiples=()) if scale_free else None,
         )
 
+    thin = few_to_keep(result)
+    if thin is not None:
+        console(stderr=True).print(thin)
     toml_text = result.to_toml()
     _write(out, toml_text, "--out")
     if report is not None:
@@ -208,6 +212,30 @@ def fit_stop_cmd(
     if out is None:
         con.print()
         typer.echo(toml_text, nl=False)
+
+
+def few_to_keep(result: FitResult) -> str | None:
+    """A note when the runs hold too few outcomes to keep for the kept share to bound anything:
+    with none, every candidate "keeps 100%" and the most frugal one (stop after 1 cycle) won,
+    reported as spend saved; with fewer than ``1 / (1 - keep)``, no outcome may be lost, so the
+    fit is one of those few runs."""
+    a = result.all_data
+    held = result.keep_by == "held-out"
+    n = a.reference_held_out if held else a.reference_accepted
+    what = "passed held-out verdict" if held else "accepted outcome"
+    if n == 0:
+        return (
+            f"note: the runs hold no {what}: every contract keeps all of none, so the fit only "
+            "saves spend (the cheapest rule wins); fit on runs that reached some"
+        )
+    need = math.ceil(1 / (1 - result.keep) - 1e-9) if result.keep < 1 else None
+    if need is None or n >= need:
+        return None
+    return (
+        f"note: the runs hold {n} {what}(s): a keep of {result.keep:g} lets a contract lose "
+        f"one only from {need} on, so the fit keeps all {n} and says little until more runs "
+        "are recorded"
+    )
 
 
 def _write(path: Path | None, text: str, option: str) -> None:

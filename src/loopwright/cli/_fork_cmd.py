@@ -10,6 +10,7 @@ import typer
 
 from .._errors import ConfigError
 from .._json import strict_loads
+from ..store import RunRecord, Store
 from ._app import ByOpt, NoteOpt, RunArg, StoreOpt, TokenOpt, app, as_options, continue_hint
 from ._people_cmd import acting_as
 from ._stores import existing_store
@@ -91,6 +92,7 @@ def fork(
                 by=who,
                 origin="cli",
             )
+        at_once = stops_at_once(rt.store, new)
     console().print(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "
         f"(task key {new.task_key})"
@@ -98,6 +100,38 @@ def fork(
     said = "; ".join(f"{k} {v['from']!r} -> {v['to']!r}" for k, v in changed.items())
     console().print(f"contract: {said or 'unchanged'}")
     console().print(continue_hint(new, "run it"))
+    if at_once is not None:
+        console(stderr=True).print(at_once)
+
+
+def stops_at_once(store: Store, new: RunRecord) -> str | None:
+    """Why a fork just made stops on ``resume`` before its first cycle, or None. A fork goes
+    on counting its origin's cycles and spend: a fork at cycle 3 under ``max_cycles = 3``
+    (read as "three more") or of a run that spent its cost budget ran no cycle."""
+    from .. import _decide as rules
+    from .._contract import Contract
+
+    state = store.latest_checkpoint(new.run_id).task_state()
+    contract = Contract.from_dict(new.contract)
+    reason = rules.stop_before_cycle(contract, state)
+    if reason is None:
+        return None
+    b, spent = contract.budget, state.spent
+    counted = {
+        "budget_cycles": f"{state.cycle} cycle(s) of its cap of {rules.cycle_cap(contract, state)}",
+        "budget_cost": f"${spent.cost_usd:.4g} of its max_cost_usd {b.max_cost_usd}",
+        "budget_tokens": f"{spent.tokens} tokens of its max_tokens {b.max_tokens}",
+        "budget_time": f"{spent.seconds:.3g} s of its max_seconds {b.max_seconds}",
+    }.get(reason)
+    what = (
+        f"it starts with {counted} (a fork goes on counting its origin's cycles and spend)"
+        if counted
+        else "its contract forbids another cycle"
+    )
+    return (
+        f"note: run {new.run_id[:12]} will stop ({reason}) before its first cycle when "
+        f"resumed: {what}; fork again with a --contract that raises the budget above that"
+    )
 
 
 @app.command(short_help="A person's version of a part (accepted; the loop goes on from it).")

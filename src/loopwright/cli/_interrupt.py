@@ -5,43 +5,79 @@ releases its lease), but raises ``KeyboardInterrupt`` wherever the next one land
 of that winding down: an impatient second Ctrl-C printed asyncio's tracebacks ("Task exception
 was never retrieved") and could cut a lease release short. Here the first Ctrl-C cancels and
 every later one is ignored; the process still ends with ``KeyboardInterrupt`` (exit 130).
+Unless the loop never took the first: user code called inline that does not return holds it,
+so the second press says so and the third raises ``KeyboardInterrupt`` in that code (a Python
+handler, ``signal.signal``, runs in the main thread wherever it is; asyncio's runs only in the
+loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
+import sys
 from collections.abc import Coroutine
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
+_STUCK = (
+    "loopwright: still waiting for user code to return (an actor or check without timeout_s "
+    "holds the run); press Ctrl-C again to stop at once: the run goes on from its last finished "
+    "cycle with `loopwright resume RUN`\n"
+)
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)``, with the first Ctrl-C cancelling ``main`` and later ones ignored."""
-    interrupted = False
+    """``asyncio.run(main)``, with the first Ctrl-C cancelling ``main`` and later ones ignored,
+    unless the event loop never took the first: user code called inline (no ``timeout_s``)
+    that does not return holds the loop, and asyncio's own handler only runs in the loop, so
+    no Ctrl-C stopped it (kill -9 did). The second press then says so; the third stops at once
+    (a ``KeyboardInterrupt`` raised in that code: what a finished cycle committed is kept)."""
+    presses = 0
+    taken = False  # the loop ran the first press's cancel: it is winding down
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T] | None]] = []
 
-    async def guarded() -> T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-
-        def first() -> None:
-            nonlocal interrupted
-            interrupted = True
-            loop.remove_signal_handler(signal.SIGINT)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the process ends
+    def cancel() -> None:
+        nonlocal taken
+        taken = True
+        for _loop, task in running:
             if task is not None:
                 task.cancel()
 
-        # no signals here (not the main thread, Windows): asyncio's own handling
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, first)
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1 and running:
+            running[0][0].call_soon_threadsafe(cancel)
+            return
+        if taken:
+            return  # winding down: later presses are ignored
+        if presses == 2:
+            sys.stderr.write(_STUCK)
+            sys.stderr.flush()
+            return
+        raise KeyboardInterrupt
+
+    async def guarded() -> T:
+        running.append((asyncio.get_running_loop(), asyncio.current_task()))
+        if presses:  # pressed before the loop started: nothing ran yet
+            raise asyncio.CancelledError
         return await main
 
     try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: asyncio's own handling
+        previous = None
+    try:
         return asyncio.run(guarded())
     except asyncio.CancelledError:
-        if interrupted:
+        if presses:
             raise KeyboardInterrupt from None
         raise
+    finally:
+        if previous is not None:
+            # pressed: ignored until the process ends (main prints its message meanwhile)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if presses else previous)

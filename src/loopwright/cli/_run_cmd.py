@@ -54,7 +54,13 @@ def run(
     loop = load_spec(spec)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
     if key is not None and len(items) != 1:
-        raise ConfigError("--task-key needs exactly one task", field="--task-key")
+        # (the spec's own task file is read when no --task is given: say which file, and how)
+        raise ConfigError(
+            f"names one task, but {items.where} {items.path} holds {len(items)}: give one "
+            "task with --task FILE, or leave --task-key out (a task file's lines are keyed by "
+            "their task_key or id)",
+            field="--task-key",
+        )
     if concurrency < 1:
         raise ConfigError("must be at least 1", field="--concurrency")
     keys = [check_key(key, "--task-key")] if key is not None else task_keys(loop.name, items)

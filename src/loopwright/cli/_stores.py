@@ -100,10 +100,21 @@ def store_traces(
     from ..replay import load_source, mixed_loops
 
     with open_existing(url) as st:
+        # (counted first: a run made while they are read is read, never called left out)
+        total = st.count_runs(project=project, loop_name=loop)
         traces = load_source(source, st, loop=loop, project=project)
         unknown = [] if traces else unknown_filters(st, project=project, loop=loop)
+    left = total - len(traces)
     if unknown:
         raise ConfigError("; ".join(x.removeprefix("note: ") for x in unknown), field="SOURCE")
     if loop is None and (line := mixed_loops(traces)):
         typer.echo(line, err=True)
+    if left > 0:
+        # (the count of runs read said only what was read: a run the user rolled back, and
+        # looked for in the table, was missing from it without a word)
+        typer.echo(
+            f"note: {left} run(s) rolled back are left out (their cycles are not one line: "
+            "docs/replay.md)",
+            err=True,
+        )
     return traces

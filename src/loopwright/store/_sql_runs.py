@@ -206,8 +206,21 @@ class RunsSQL(SQLCore):
                 row = rows[0]
         if row is None:
             shown = repr(run_id) if len(run_id) <= 80 else f"{run_id[:60]!r}… ({len(run_id)} chars)"
-            raise RunNotFoundError(f"no run {shown} in {self.url}")
+            raise RunNotFoundError(f"no run {shown} in {self.url}{self._keys_meant(run_id)}")
         return self._keep_task(self._run(row))
+
+    def _keys_meant(self, bare: str) -> str:
+        """The task keys a bare task id may mean (``loopwright run`` keys ``{"id": "A2"}``
+        of loop L as ``L:A2``), as a hint for the not-found message; "" when none."""
+        if not bare or len(bare) > MAX_KEY_CHARS:
+            return ""
+        suffix = f":{bare}"
+        with self._conn() as conn:
+            keys = [r[0] for r in conn.execute(self._q.task_keys_ending, (len(suffix), suffix))]
+        if not keys:
+            return ""
+        named = " or ".join(repr(k) for k in keys[:2]) + (" or others" if len(keys) > 2 else "")
+        return f"; a task file's id is keyed <loop>:<id>: did you mean {named}?"
 
     def list_runs(
         self,

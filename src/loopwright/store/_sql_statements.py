@@ -65,6 +65,11 @@ class CoreStatements:
         self.run_by_prefix = p(
             f"SELECT {RUN_COLS} FROM runs WHERE substr(run_id, 1, ?) = ? LIMIT 2"
         )
+        # (a task file's line {"id": "A2"} is keyed "<loop>:A2": the keys a bare id may mean)
+        self.task_keys_ending = p(
+            "SELECT task_key FROM runs WHERE substr(task_key, length(task_key) - ? + 1) = ? "
+            "ORDER BY task_key LIMIT 3"
+        )
         self.run_exists = p("SELECT 1 FROM runs WHERE run_id=?")
         self.lock_run = p("SELECT 1 FROM runs WHERE run_id=?" + lock("FOR NO KEY UPDATE"))
         self.insert_run = p(
