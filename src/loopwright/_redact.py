@@ -66,6 +66,7 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _shape,
     _trie,
     _triggered,
+    _twilio_tokens,
     _upper_triggered,
     _value,
 )
@@ -277,6 +278,8 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         s = _curl_users(s)
     if "auth" in low:
         s = _auth_values(s)
+    if "AC" in s:
+        s = _twilio_tokens(s)
     if _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
