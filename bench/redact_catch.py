@@ -80,6 +80,15 @@ def secrets() -> Iterator[tuple[str, str, str]]:
         for before in range(3):
             blob = base64.b64encode(b"xy"[:before] + value.encode() + b"tail!").decode()
             yield f"b64-{n}-bytes/+{before}", f"data {blob}", blob
+    # camelCase names (AWS's credentials as boto3 returns them, JavaScript's OAuth tokens)
+    aws = {
+        "AccessKeyId": "ASIAQ3PLANTEDX7Y9Z0W",
+        "SecretAccessKey": pw + "/Aws",
+        "SessionToken": "Fwo" + pw,
+    }
+    yield "aws-creds/printed", repr(aws), "Fwo" + pw
+    yield "aws-creds/json", json.dumps(aws), "Fwo" + pw
+    yield "oauth/camel", repr({"refreshToken": "r" + pw, "expiresIn": 3600}), "r" + pw
     # no shape, no name: not recognisable (documented; counted to show they stay misses)
     yield (
         "hex-alone",
@@ -91,6 +100,17 @@ def secrets() -> Iterator[tuple[str, str, str]]:
         json.dumps(["sk-proj-Pl4nt", "edOpenAIkey0123456789abcdefghij"]),
         "edOpenAIkey0123",
     )
+
+
+def records() -> Iterator[tuple[str, Any, str]]:
+    """``(name, record, needle)``: a mapping whose ``needle`` must not survive ``redact``."""
+    pw = "Pl4ntedPassw0rd"
+    aws = {"AccessKeyId": "ASIAQ3PLANTEDX7Y9Z0W", "SecretAccessKey": pw, "SessionToken": "F" + pw}
+    yield "aws-creds/SecretAccessKey", {"creds": aws}, pw
+    yield "aws-creds/SessionToken", {"creds": aws}, "F" + pw
+    yield "oauth/refreshToken", {"refreshToken": pw, "expiresIn": 3600}, pw
+    yield "js/clientSecret", {"clientId": "app", "clientSecret": pw}, pw
+    yield "snake/client_secret", {"client_id": "app", "client_secret": pw}, pw
 
 
 def ordinary() -> Iterator[tuple[str, Any]]:
@@ -151,15 +171,20 @@ def main() -> None:
     listing = "--list" in sys.argv
     for value in REGISTERED.values():
         register_secret(value)
+    cases = [(n, t, needle, False) for n, t, needle in secrets()]
+    cases += [(n, r, needle, True) for n, r, needle in records()]
     caught = missed = 0
-    for name, text, needle in secrets():
-        if needle in redact_text(text) or needle in json.dumps(redact({"t": text})):
+    for name, given, needle, is_record in cases:
+        left = json.dumps(redact(given)) if is_record else redact_text(given)
+        if not is_record:
+            left += json.dumps(redact({"t": given}))
+        if needle in left:
             missed += 1
             if listing:
                 print(f"missed  {name}")
         else:
             caught += 1
-    values = fp = 0
+    values = fp = records_fp = 0
     for where, value in ordinary():
         for s in _strings(value):
             values += 1
@@ -168,9 +193,21 @@ def main() -> None:
                 fp += 1
                 if listing:
                     print(f"false+  {where}: {s[:100]!r} -> {out[:100]!r}")
-        if redact(value) != value and listing:
-            print(f"false+  {where} (as a record)")
-    print(json.dumps({"caught": caught, "missed": missed, "texts": values, "false_pos": fp}))
+        if not isinstance(value, str) and redact(value) != value:
+            records_fp += 1
+            if listing:
+                print(f"false+  {where} (as a record)")
+    print(
+        json.dumps(
+            {
+                "caught": caught,
+                "missed": missed,
+                "texts": values,
+                "false_pos_texts": fp,
+                "false_pos_records": records_fp,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ SECRETS: dict[str, str] = {
     "cookie": "Pl4ntedCookieSess10n0123",
     "hf": "hf_" + "Pl4ntedHuggingFaceT0ken0123456",
     "google": "AIza" + "SyPl4ntedGoogleKey0123456789abcdef0",
+    "aws_secret": "Pl4ntedAwsSecretAccessKey0123456789/abcd",
+    "aws_session": "FwoGZXIvYXdzEPl4ntedAwsSessionT0ken0123",
     "sendgrid": "SG." + "Pl4ntedSendGrid012345a" + "." + "b" * 18 + "Pl4ntedSendGridSecret0123",
 }
 BASIC_B64 = base64.b64encode(f"deploy:{SECRETS['basic_pw']}".encode()).decode()
@@ -73,7 +75,17 @@ def texts() -> list[str]:
         f"hub {s['hf']}",
         f"maps {s['google']}",
         f"mail {s['sendgrid']}",
+        repr(aws_credentials()),
     ]
+
+
+def aws_credentials() -> dict[str, str]:
+    """AWS's temporary credentials as boto3 returns them (PascalCase names)."""
+    return {
+        "AccessKeyId": SECRETS["aws_akid"].replace("AKIA", "ASIA"),
+        "SecretAccessKey": SECRETS["aws_secret"],
+        "SessionToken": SECRETS["aws_session"],
+    }
 
 
 ALL = "\n".join(texts())
@@ -85,7 +97,8 @@ def _raise(msg: str) -> None:
 
 def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
     finding = lw.Finding(ALL, "doc", "a", "content", evidence={"log": ALL, "list": texts()})
-    return lw.Verdict(passed=False, score=0.5, findings=(finding,), evidence={"raw": ALL})
+    evidence = {"raw": ALL, "aws": aws_credentials()}
+    return lw.Verdict(passed=False, score=0.5, findings=(finding,), evidence=evidence)
 
 
 def _failing_check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:

@@ -12,8 +12,8 @@ as they are, so the common case allocates nothing). What counts as a secret:
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
-  user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID, JWTs);
-  a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
+  user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID or, in a
+  text naming an account's SID, apart from it, JWTs); a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
   (``_redact_shapes._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
   ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
@@ -24,7 +24,7 @@ as they are, so the common case allocates nothing). What counts as a secret:
   PHP escape it in JSON (``_escaped_forms``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
-  and the spaces around it, plus the names given as ``secret_fields`` or registered with
+  and the spaces around it, in camelCase too (``SessionToken``: ``_camel_secret``), plus the names given as ``secret_fields`` or registered with
   ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a key
   are kept (a fencing ``token`` is a counter, not a credential).
 
@@ -142,6 +142,28 @@ _SECRET_SUFFIXES = (
 def _secret_name(k: str, fields: frozenset[str]) -> bool:
     """Whether normalised key ``k`` names a secret."""
     return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
+
+
+# A lower-case letter or digit followed by a capital: where a name in camelCase or PascalCase
+# (``SessionToken``, ``clientSecret``) has the ``_`` of its snake_case spelling
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_camels: dict[str, bool] = {}
+
+
+def _camel_secret(name: str) -> bool:
+    """Whether mapping key ``name``, written in camelCase or PascalCase, names a secret of
+    ``SECRET_FIELDS`` read as snake_case (``SecretAccessKey`` and ``SessionToken`` of AWS's
+    credentials, ``clientSecret``, ``refreshToken``, ``privateKey``); ``taskKey``,
+    ``maxTokens`` are not. Decided once per name (mapping keys repeat)."""
+    hit = _camels.get(name)
+    if hit is None:
+        split = _CAMEL.sub("_", name.strip())
+        hit = len(split) > len(name.strip()) and _secret_name(
+            split.lower().replace("-", "_"), SECRET_FIELDS
+        )
+        if len(_camels) < 10_000:
+            _camels[name] = hit
+    return hit
 
 
 _lock = threading.Lock()
@@ -524,6 +546,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                 isinstance(sk, str)
                 and (
                     _secret_name(_key(sk), fields)
+                    or _camel_secret(sk)
                     or (sk == "auth" and isinstance(v, str) and _basic_pair(v))
                 )
             )

@@ -73,6 +73,10 @@ _NETRC = (
     + rf"(?:{_BARE})(?=(?:\\*+['\"])?+{_NETRC_SEP}(?:login|account){_NETRC_SEP})"
 )
 
+# What may precede a secret's name in a longer one: a name ending in ``_`` or ``-``
+# (``github_token``), or one in camelCase (``SessionToken``, ``refreshToken``)
+_NAME_BEFORE = r"(?:[A-Za-z0-9_-]*[_-]|[A-Za-z0-9]*[a-z0-9](?=[A-Z]))"
+
 # An option's name on a command line: --password, --github-token, -password (one dash too),
 # not ``-p`` (a port as often as a password)
 _FLAG = (
@@ -154,8 +158,15 @@ _SHAPES = re.compile(
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
     # {'private_key': …}, {'Set-Cookie': …})
-    + r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
-    r"|bearer|(?:private|session|access)[_-]?key)\\*+['\"]\s*:\s*\\*+['\"])"
+    # (a name before it ends in ``_`` or ``-``, or is written in camelCase: ``'SessionToken'``,
+    # ``'refreshToken'``, as AWS's and JavaScript's mappings print; ``authorization`` only so,
+    # ``'proxyAuthorization'``: alone, the pattern above reads it and keeps its scheme)
+    + r"|(?P<qkey>['\"](?:"
+    + _NAME_BEFORE
+    + r"?(?i:token|secret|pwd|passphrase|cookie|credentials"
+    r"|bearer|(?:private|session|access)[_-]?key)|"
+    + _NAME_BEFORE
+    + r"(?i:authorization))\\*+['\"]\s*:\s*\\*+['\"])"
     r"(?!\*\*\*)"
     + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above

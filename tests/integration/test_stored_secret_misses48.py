@@ -8,14 +8,13 @@ are searched for it byte by byte, and what was stored is read back masked."""
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 
 import pytest
+from support.planted import planted_run
 
 import loopwright as lw
 from loopwright import _redact
-from loopwright.trace import otlp_trace
 
 NETRC_PW = "netrcPw48planted"
 NETRC_FIRST_PW = "netrcFirst48pw"
@@ -48,25 +47,40 @@ def test_the_shapes_found_by_stop_48_are_not_stored(tmp_path: Path) -> None:
         )
         return lw.Verdict(passed=False, score=0.5, findings=(finding,))
 
-    loop = lw.Loop(
-        name="misses48",
-        actor=actor,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        retry=lw.RetryPolicy(attempts=1),
-    )
-    db = tmp_path / "s.db"
-    with lw.Runtime(str(db)) as rt:
-        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="misses48")
-        assert r.status == "escalated"
-        packet = str(r.packet)
-        assert "account acme password ***" in packet  # the error, read back masked
-        assert "machine g password *** login v" in packet
-        trace = json.dumps(otlp_trace(rt.store, r.run_id))
+    packet, trace, raw = planted_run(tmp_path, actor, check)
+    assert "account acme password ***" in packet  # the error, read back masked
+    assert "machine g password *** login v" in packet
     needles = (NETRC_PW, NETRC_FIRST_PW, TW_TOKEN, SHORT_B64)
-    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
     assert [n for n in needles if n.encode() in raw] == []
     assert [n for n in needles if n in trace] == []
     # stored, masked: not dropped (the account's SID is an identifier and stays)
     assert f"account {TW_SID} rejected token ***".encode() in raw
     assert b"body=***" in raw
+
+
+AWS_SECRET = "Pl4ntedAwsSecret48/abcd0123456789ABCDEFGH"
+AWS_SESSION = "FwoGZXIvYXdzEPl4nted48SessionT0ken"
+
+
+def test_aws_credentials_as_boto3_returns_them_are_not_stored(tmp_path: Path) -> None:
+    """``sts.assume_role()["Credentials"]`` names its secrets in PascalCase
+    (``SecretAccessKey``, ``SessionToken``): given as a verifier's evidence and printed into an
+    actor's error, neither reaches the store."""
+    creds = {
+        "AccessKeyId": "ASIAQ3PLANTED48XYZ00",
+        "SecretAccessKey": AWS_SECRET,
+        "SessionToken": AWS_SESSION,
+    }
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle == 2:
+            raise PermissionError(f"AccessDenied with {creds}")
+        return lw.Proposal.edit("doc", {"a": ctx.cycle})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, evidence={"assumed": creds})
+
+    packet, trace, raw = planted_run(tmp_path, actor, check)
+    assert "'SessionToken': '***'" in packet
+    assert [s for s in (AWS_SECRET, AWS_SESSION) if s.encode() in raw or s in trace] == []
+    assert b'"SecretAccessKey": "***"' in raw or b'"SecretAccessKey":"***"' in raw

@@ -109,3 +109,38 @@ def test_a_number_with_an_exponent_under_a_token_name_stays(text: str) -> None:
 )
 def test_a_value_that_is_not_only_a_number_is_still_masked(text: str, want: str) -> None:
     both_paths(text, want)
+
+
+def _camel(snake: str, pascal: bool) -> str:
+    head, *rest = snake.split("_")
+    return (head.title() if pascal else head) + "".join(w.title() for w in rest)
+
+
+_SNAKE_NAMES = sorted(
+    {n for n in _redact.SECRET_FIELDS if "_" in n}
+    | {"db" + s for s in _redact._SECRET_SUFFIXES}
+    | {"db_password", "refresh_token", "session_token", "secret_access_key"}
+)
+
+
+@pytest.mark.parametrize("pascal", [False, True])
+@pytest.mark.parametrize("snake", _SNAKE_NAMES)
+def test_a_secrets_name_in_camel_case_masks_its_value(snake: str, pascal: bool) -> None:
+    """``SessionToken`` and ``SecretAccessKey`` (AWS's credentials as boto3 returns them),
+    ``clientSecret``, ``refreshToken`` (JavaScript's): masked as their snake_case spellings
+    are, in a mapping (through the clean scan: its answer must agree), with a space after the
+    name, and printed into text."""
+    name = _camel(snake, pascal)
+    assert name != snake
+    assert _redact.redact({name: "Fwo9planted", "n": 1}) == {name: "***", "n": 1}
+    assert _redact.redact({"c": {f"{name} ": "Fwo9planted"}}) == {"c": {f"{name} ": "***"}}
+    printed = repr({name: "Fwo9planted", "n": 1})
+    assert "Fwo9planted" not in _redact.redact_text(printed)
+    assert "Fwo9planted" not in _redact.redact_text(json.dumps({name: "Fwo9planted"}))
+
+
+@pytest.mark.parametrize(
+    "name", ["taskKey", "maxTokens", "tokenCount", "TokenizerName", "secretary", "AccessKeyId"]
+)
+def test_other_names_in_camel_case_keep_their_values(name: str) -> None:
+    assert _redact.redact({name: "kept-value"}) == {name: "kept-value"}
