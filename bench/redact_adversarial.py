@@ -90,9 +90,9 @@ UNITS = {
     "netrc-account": "machine h login u account a ",
     "netrc-first": "machine h password p ",
     "netrc-first-open": "default password ",
-    "qkey-camel": "'aA",
-    "qkey-camel-run": "'" + "aB" * 40,
-    "qkey-camel-auth": "'xAuthorization",
+    "qkey-camel": "'aA'token' ",
+    "qkey-camel-run": "'" + "aB" * 40 + "Token' ",
+    "qkey-camel-auth": "'xAuthorization ",
     "twilio-ac-hex": "AC0123456789abcdef0123456789abcdef 0123456789abcdef0123456789abcdef ",
     "twilio-hex-run": "AC0123456789abcdef0123456789abcdef " + "0123456789abcdef" * 8,
 }
