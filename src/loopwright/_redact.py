@@ -5,7 +5,8 @@ with secrets masked; the input is never modified (containers with nothing to mas
 as they are, so the common case allocates nothing). What counts as a secret:
 
 * in any string: the values of environment variables whose names look secret (``*_KEY``,
-  ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``; values of at least
+  ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``, ``*_PWD``,
+  ``*_PASS``; values of at least
   ``MIN_SECRET_LEN`` characters, so that ``DEBUG_KEY=1`` does not mask every "1"); values
   registered with ``register_secret`` (the model adapters register their API keys);
   credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
@@ -118,7 +119,11 @@ SECRET_FIELDS: frozenset[str] = frozenset(
 )
 """Mapping keys whose values are always masked (compared lower-cased, ``-`` read as ``_``)."""
 
-_ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.IGNORECASE)
+# (``MYSQL_PWD`` is MySQL's password variable, ``SMTP_PASS`` a common spelling; ``PWD`` and
+# ``OLDPWD``, the shell's directories, have no ``_`` before it)
+_ENV_NAME = re.compile(
+    r"(?:_KEY|_TOKEN|_SECRET|_APIKEY|_PWD|_PASS)$|PASSWORD|PASSWD", re.IGNORECASE
+)
 
 # A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
 # ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,

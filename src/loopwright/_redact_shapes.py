@@ -111,8 +111,10 @@ _SHAPES = re.compile(
     # ``/api/webhooks/``
     r"|(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
     r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}"
-    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
-    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature)"
+    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=,
+    # ?authorization=Bearer%20… (a header passed as a parameter)
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature"
+    r"|authorization)"
     r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"

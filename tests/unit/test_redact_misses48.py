@@ -144,3 +144,29 @@ def test_a_secrets_name_in_camel_case_masks_its_value(snake: str, pascal: bool) 
 )
 def test_other_names_in_camel_case_keep_their_values(name: str) -> None:
     assert _redact.redact({name: "kept-value"}) == {name: "kept-value"}
+
+
+@pytest.mark.parametrize("name", ["MYSQL_PWD", "SMTP_PASS", "redis_pass"])
+def test_an_environment_password_named_pwd_or_pass_is_masked(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """MySQL reads its password from ``MYSQL_PWD``; ``SMTP_PASS`` is a common spelling. A
+    failed command quoting it (``mysql -pVALUE``: ``-p`` is not read as a password's option)
+    is masked by the value itself."""
+    monkeypatch.setenv(name, "env-pw-48-planted")
+    both_paths("mysql -uroot -penv-pw-48-planted db", "mysql -uroot -p*** db")
+
+
+@pytest.mark.parametrize("name", ["PWD", "OLDPWD", "BYPASS"])
+def test_the_shells_directories_and_other_names_are_not_read_as_secrets(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "/home/planted48/work")
+    both_paths("cd /home/planted48/work", "cd /home/planted48/work")
+
+
+def test_an_authorization_header_passed_as_a_query_parameter_is_masked() -> None:
+    both_paths(
+        "GET https://api.example/v1?authorization=Bearer%20opaqueTok3n&x=1",
+        "GET https://api.example/v1?authorization=***&x=1",
+    )
