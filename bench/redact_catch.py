@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import random
 import sys
 import uuid
@@ -29,7 +30,8 @@ DATA = Path("/work/shared/data")
 
 TW_SID = "AC" + "9f3b" * 8
 TW_TOKEN = "5d1e" * 8  # a Twilio auth token: 32 hex digits
-REGISTERED = {6: "Zq9!x7", 7: "Zq9!x7W"}  # short registered values (base64 of them below)
+REGISTERED = {6: "Zq9!x7", 7: "Zq9!x7W"}
+MYSQL_PWD = "mysqlPw48planted"  # in the environment, as MySQL reads it  # short registered values (base64 of them below)
 
 
 def secrets() -> Iterator[tuple[str, str, str]]:
@@ -80,6 +82,8 @@ def secrets() -> Iterator[tuple[str, str, str]]:
         for before in range(3):
             blob = base64.b64encode(b"xy"[:before] + value.encode() + b"tail!").decode()
             yield f"b64-{n}-bytes/+{before}", f"data {blob}", blob
+    yield "env MYSQL_PWD", f"exit 1: mysql -uroot -p{MYSQL_PWD} shop", MYSQL_PWD
+    yield "query authorization", f"GET /v1?authorization=Bearer%20{pw}&x=1", pw
     # camelCase names (AWS's credentials as boto3 returns them, JavaScript's OAuth tokens)
     aws = {
         "AccessKeyId": "ASIAQ3PLANTEDX7Y9Z0W",
@@ -171,6 +175,7 @@ def main() -> None:
     listing = "--list" in sys.argv
     for value in REGISTERED.values():
         register_secret(value)
+    os.environ["MYSQL_PWD"] = MYSQL_PWD
     cases = [(n, t, needle, False) for n, t, needle in secrets()]
     cases += [(n, r, needle, True) for n, r, needle in records()]
     caught = missed = 0

@@ -271,39 +271,46 @@ def report(where: str, text: str, leaks: dict[str, list[str]]) -> None:
         leaks[where] = hits
 
 
-def main() -> int:
-    pg = sys.argv[sys.argv.index("--pg") + 1] if "--pg" in sys.argv else None
-    leaks: dict[str, list[str]] = {}
+def _pg_run(pg: str, leaks: dict[str, list[str]]) -> int:
+    """Plant into a fresh schema of ``pg``, search its ``pg_dump``; the schema is dropped
+    whatever happens. The count of ``***`` in the dump."""
+    schema = f"secretpaths_{uuid.uuid4().hex[:8]}"
+    store = f"{pg}?options=-csearch_path%3D{schema}"
+    subprocess.run(["psql", pg, "-qc", f"create schema {schema}"], check=True)
+    try:
+        os.environ["LOOPWRIGHT_STORE"] = store
+        plant(store)
+        report("the commands' output", plant_cli(store)[1], leaks)
+        dump = subprocess.run(
+            ["pg_dump", pg, "-n", schema], capture_output=True, text=True, check=True
+        ).stdout
+    finally:
+        drop = ["psql", pg, "-qc", f"drop schema {schema} cascade"]
+        subprocess.run(drop, check=True, capture_output=True)
+    report("pg_dump", dump, leaks)
+    return dump.count("***")
+
+
+def _sqlite_run(leaks: dict[str, list[str]]) -> int:
+    """Plant into a SQLite store, search its files and every output; the count of ``***`` in
+    the files."""
     with tempfile.TemporaryDirectory() as tmp:
-        if pg:
-            schema = f"secretpaths_{uuid.uuid4().hex[:8]}"
-            store = f"{pg}?options=-csearch_path%3D{schema}"
-            subprocess.run(["psql", pg, "-qc", f"create schema {schema}"], check=True)
-        else:
-            store = str(Path(tmp) / "s.db")
+        store = str(Path(tmp) / "s.db")
         os.environ["LOOPWRIGHT_STORE"] = store
         ids = plant(store)
         cli_ids, printed = plant_cli(store)
-        ids += cli_ids
         report("the commands' output", printed, leaks)
-        if pg:
-            dump = subprocess.run(
-                ["pg_dump", pg, "-n", schema], capture_output=True, text=True, check=True
-            ).stdout
-            subprocess.run(
-                ["psql", pg, "-qc", f"drop schema {schema} cascade"],
-                check=True,
-                capture_output=True,
-            )
-            report("pg_dump", dump, leaks)
-            masked = dump.count("***")
-        else:
-            raw = b"".join(p.read_bytes() for p in Path(tmp).iterdir())
-            report("sqlite files", raw.decode("latin-1"), leaks)
-            masked = raw.count(b"***")
-        if not pg:
-            for where, text in outputs(store, ids):
-                report(where, text, leaks)
+        raw = b"".join(p.read_bytes() for p in Path(tmp).iterdir())
+        report("sqlite files", raw.decode("latin-1"), leaks)
+        for where, text in outputs(store, ids + cli_ids):
+            report(where, text, leaks)
+        return raw.count(b"***")
+
+
+def main() -> int:
+    pg = sys.argv[sys.argv.index("--pg") + 1] if "--pg" in sys.argv else None
+    leaks: dict[str, list[str]] = {}
+    masked = _pg_run(pg, leaks) if pg else _sqlite_run(leaks)
     for where, hits in leaks.items():
         print(f"LEAK {where}: {', '.join(hits)}")
     # (``masked``: the store holds the planted text, masked: nothing was silently dropped)
