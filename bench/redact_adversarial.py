@@ -86,6 +86,15 @@ UNITS = {
     "twilio-sk": "SK0123456789abcdef0123456789abcdef, ",
     "twilio-ac-pair": "AC0123456789abcdef0123456789abcdef:",
     "capitals": "TASK ACCESS SG. ",
+    # stop 48: .netrc's account and password-first forms, camelCase names, Twilio's token
+    "netrc-account": "machine h login u account a ",
+    "netrc-first": "machine h password p ",
+    "netrc-first-open": "default password ",
+    "qkey-camel": "'aA'token' ",
+    "qkey-camel-run": "'" + "aB" * 40 + "Token' ",
+    "qkey-camel-auth": "'xAuthorization ",
+    "twilio-ac-hex": "AC0123456789abcdef0123456789abcdef 0123456789abcdef0123456789abcdef ",
+    "twilio-hex-run": "AC0123456789abcdef0123456789abcdef " + "0123456789abcdef" * 8,
 }
 
 # masked with a secret registered (its base64 forms are searched for too)

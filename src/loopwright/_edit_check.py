@@ -23,7 +23,6 @@ cycle an edit; a run edited twice before it resumes judges the latest state once
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,6 +32,7 @@ from ._contract import Contract
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._proposal import Proposal
+from ._redact_logs import masked_logger
 from ._state import TaskState
 from .store import NewEvent
 
@@ -107,7 +107,7 @@ def unjudged(run_id: str, contract: Contract, state: TaskState) -> str | None:
 
 def warn_unjudged(why: str) -> None:
     """Tell the Python API's caller (the CLI prints ``why`` itself)."""
-    logging.getLogger("loopwright.runs").warning("%s", why)
+    masked_logger("loopwright.runs").warning("%s", why)
 
 
 async def judge(

@@ -5,15 +5,16 @@ with secrets masked; the input is never modified (containers with nothing to mas
 as they are, so the common case allocates nothing). What counts as a secret:
 
 * in any string: the values of environment variables whose names look secret (``*_KEY``,
-  ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``; values of at least
+  ``*_TOKEN``, ``*_SECRET``, ``*_API_KEY``, ``*PASSWORD*``, ``*PASSWD*``, ``*_PWD``,
+  ``*_PASS``; values of at least
   ``MIN_SECRET_LEN`` characters, so that ``DEBUG_KEY=1`` does not mask every "1"); values
   registered with ``register_secret`` (the model adapters register their API keys);
   credentials in URLs (``scheme://user:pw@host`` and ``scheme://TOKEN@host`` →
   ``scheme://***@host``) and credential-like query parameters (``?api_key=…``,
   ``?sslpassword=…``); well-known key shapes (``sk-…``, ``Bearer …``, ``Authorization: <scheme>
   …``, GitHub, Slack, AWS, Google, Hugging Face and GitLab tokens, loopwright's own ``lw_…``
-  user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID, JWTs);
-  a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
+  user tokens, SendGrid keys, Twilio API key SIDs and a secret written after a SID or, in a
+  text naming an account's SID, apart from it, JWTs); a ``.netrc`` entry's password, ``curl -u USER:PASSWORD``, Docker's base64 ``"auth"``
   (``_redact_shapes._curl_users``, ``_auth_values``); ``password=…`` (``DB_PASSWORD=…``),
   ``github_token=…``,
   ``{'token': '…'}`` (``{'pwd': …}``, ``{'cookie': …}``, ``{'private_key': …}``; a quoted
@@ -24,7 +25,7 @@ as they are, so the common case allocates nothing). What counts as a secret:
   PHP escape it in JSON (``_escaped_forms``);
 * in a mapping: the value of a key named like a secret (``password``, ``api_key``, ``token``,
   ``secret``, … — ``SECRET_FIELDS``) or ending like one (``github_token``), whatever its case
-  and the spaces around it, plus the names given as ``secret_fields`` or registered with
+  and the spaces around it, in camelCase too (``SessionToken``: ``_camel_secret``), plus the names given as ``secret_fields`` or registered with
   ``register_secret_field`` (a spec's ``secret_fields``). Numbers and booleans under such a key
   are kept (a fencing ``token`` is a counter, not a credential).
 
@@ -66,6 +67,7 @@ from ._redact_shapes import (  # noqa: F401  (re-exported: their home before the
     _shape,
     _trie,
     _triggered,
+    _twilio_tokens,
     _upper_triggered,
     _value,
 )
@@ -117,7 +119,11 @@ SECRET_FIELDS: frozenset[str] = frozenset(
 )
 """Mapping keys whose values are always masked (compared lower-cased, ``-`` read as ``_``)."""
 
-_ENV_NAME = re.compile(r"(?:_KEY|_TOKEN|_SECRET|_APIKEY)$|PASSWORD|PASSWD", re.IGNORECASE)
+# (``MYSQL_PWD`` is MySQL's password variable, ``SMTP_PASS`` a common spelling; ``PWD`` and
+# ``OLDPWD``, the shell's directories, have no ``_`` before it)
+_ENV_NAME = re.compile(
+    r"(?:_KEY|_TOKEN|_SECRET|_APIKEY|_PWD|_PASS)$|PASSWORD|PASSWD", re.IGNORECASE
+)
 
 # A mapping key ending in one of these (after ``_key``'s normalising: ``x-api-key`` is
 # ``x_api_key``), or holding ``password``/``passwd``, is named like a secret too: ``db_password``,
@@ -141,6 +147,28 @@ _SECRET_SUFFIXES = (
 def _secret_name(k: str, fields: frozenset[str]) -> bool:
     """Whether normalised key ``k`` names a secret."""
     return k in fields or "passw" in k or k.endswith(_SECRET_SUFFIXES)
+
+
+# A lower-case letter or digit followed by a capital: where a name in camelCase or PascalCase
+# (``SessionToken``, ``clientSecret``) has the ``_`` of its snake_case spelling
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_camels: dict[str, bool] = {}
+
+
+def _camel_secret(name: str) -> bool:
+    """Whether mapping key ``name``, written in camelCase or PascalCase, names a secret of
+    ``SECRET_FIELDS`` read as snake_case (``SecretAccessKey`` and ``SessionToken`` of AWS's
+    credentials, ``clientSecret``, ``refreshToken``, ``privateKey``); ``taskKey``,
+    ``maxTokens`` are not. Decided once per name (mapping keys repeat)."""
+    hit = _camels.get(name)
+    if hit is None:
+        split = _CAMEL.sub("_", name.strip())
+        hit = len(split) > len(name.strip()) and _secret_name(
+            split.lower().replace("-", "_"), SECRET_FIELDS
+        )
+        if len(_camels) < 10_000:
+            _camels[name] = hit
+    return hit
 
 
 _lock = threading.Lock()
@@ -277,6 +305,8 @@ def _text(s: str, values: tuple[str, ...], fields: frozenset[str] = SECRET_FIELD
         s = _curl_users(s)
     if "auth" in low:
         s = _auth_values(s)
+    if "AC" in s:
+        s = _twilio_tokens(s)
     if _SHAPES.search(s) is None:
         return s
     return _SHAPES.sub(_shape, s)
@@ -521,6 +551,7 @@ def _walk(obj: Any, values: tuple[str, ...], fields: frozenset[str], masked: boo
                 isinstance(sk, str)
                 and (
                     _secret_name(_key(sk), fields)
+                    or _camel_secret(sk)
                     or (sk == "auth" and isinstance(v, str) and _basic_pair(v))
                 )
             )

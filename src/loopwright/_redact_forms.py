@@ -35,24 +35,28 @@ def _written(value: str) -> set[str]:
     return forms
 
 
-_BASE64_MIN = 8  # shorter forms (a value of 6 or 7 bytes off the alignment) match by chance
+_BASE64_MIN = 7  # shorter forms (a value under 6 bytes) match by chance
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]*+")
 _BASE64_TAIL = re.compile(r"[A-Za-z0-9+/_-]*+={0,2}")
 
 
 def _base64_cores(value: str) -> set[str]:
-    """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes it
-    (``user:`` of a Basic token, a JSON body): the encoding of the bytes from the first group
-    boundary on, at each of the three alignments, standard and URL-safe, without padding (a
-    full group has none). The characters around such a core encode bytes only partly the
-    value's: ``_mask_base64`` masks the whole run. Forms under ``_BASE64_MIN`` are left out."""
+    """What every base64 text holding ``value``'s UTF-8 bytes contains, whatever precedes and
+    follows it (``user:`` of a Basic token, a JSON body): at each of the three places the value
+    can start in a 3-byte group, the characters whose 6 bits are all the value's, standard and
+    URL-safe, without padding (``QUJD`` is a full group; a character that also encodes a
+    neighbour's bits is left out). The characters around such a core encode bytes only partly
+    the value's: ``_mask_base64`` masks the whole run. A value of 6 bytes has 8 such characters
+    where it starts a group and 7 at the other two places, one of 7 bytes 8 or more at each;
+    forms under ``_BASE64_MIN`` are left out."""
     raw = value.encode("utf-8", "surrogatepass")
+    bits = 8 * len(raw)
     cores: set[str] = set()
-    for skip in (0, 1, 2):
-        part = raw[skip:]
-        part = part[: len(part) - len(part) % 3]
-        if len(part) * 4 // 3 >= _BASE64_MIN:
-            std = base64.b64encode(part).decode("ascii")
+    for at in (0, 1, 2):  # the value's first byte is byte ``at`` of its group
+        first = -(-8 * at // 6)  # the first character all of whose bits are the value's
+        last = (8 * at + bits) // 6  # and the one after the last
+        std = base64.b64encode(bytes(at) + raw).decode("ascii")[first:last]
+        if len(std) >= _BASE64_MIN:
             cores.update((std, std.replace("+", "-").replace("/", "_")))
     return cores
 

@@ -54,17 +54,28 @@ _NO_ALNUM_BEFORE = rf"(?:(?<![A-Za-z0-9])|{_ESCAPED})"  # (``pwd=``, ``token:``)
 _NO_NAME_BEFORE = rf"(?:(?<![A-Za-z0-9_-])|{_ESCAPED})"  # (``Cookie:``, not ``x-cookie:``)
 
 # A ``.netrc`` entry: ``machine HOST login USER password VALUE`` (on one line or several;
-# ``default login …``), its ``login`` right before the password, so that prose (``machine
-# learning password reset``) is not read as one. Between its words whitespace, or a line break
-# escaped (in a JSON string); a host or a login is read up to those, not ending in ``:``,
-# ``,`` or ``;`` (``default login page: password reset`` is prose).
+# ``default login …``), with a ``login`` among its words, so that prose (``machine learning
+# password reset``) is not read as one: the password after ``login USER`` (an ``account
+# ACCT`` before or after it: ``machine h login u account a password p``), or first and
+# followed by ``login`` or ``account`` (``machine h password p login u``). Between its words
+# whitespace, or a line break escaped (in a JSON string); a host or a login is read up to
+# those, not ending in ``:``, ``,`` or ``;`` (``default login page: password reset`` is prose).
 _NETRC_SEP = r"(?:\s|\\[nrt])++"
 _NETRC_TOKEN = r"(?:[^\s\\'\",;:]++|:(?=[^\s\\'\",;:])|\\(?![nrt'\"]))++"
+_NETRC_HOST = rf"{_W}(?:machine{_NETRC_SEP}{_NETRC_TOKEN}|default){_NETRC_SEP}"
+_NETRC_ACCOUNT = rf"(?:account{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP})?+"
 _NETRC = (
-    rf"(?P<netrc>{_W}(?:machine{_NETRC_SEP}{_NETRC_TOKEN}|default){_NETRC_SEP}"
-    rf"login{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP}password{_NETRC_SEP}"
-    r"\\*+['\"]?+)(?!\*\*\*)" + _BARE
+    rf"(?P<netrc>{_NETRC_HOST}{_NETRC_ACCOUNT}login{_NETRC_SEP}{_NETRC_TOKEN}{_NETRC_SEP}"
+    rf"{_NETRC_ACCOUNT}password{_NETRC_SEP}"
+    r"\\*+['\"]?+)(?!\*\*\*)"
+    + _BARE
+    + rf"|(?P<netrcfirst>{_NETRC_HOST}password{_NETRC_SEP}\\*+['\"]?+)(?!\*\*\*)"
+    + rf"(?:{_BARE})(?=(?:\\*+['\"])?+{_NETRC_SEP}(?:login|account){_NETRC_SEP})"
 )
+
+# What may precede a secret's name in a longer one: a name ending in ``_`` or ``-``
+# (``github_token``), or one in camelCase (``SessionToken``, ``refreshToken``)
+_NAME_BEFORE = r"(?:[A-Za-z0-9_-]*[_-]|[A-Za-z0-9]*[a-z0-9](?=[A-Z]))"
 
 # An option's name on a command line: --password, --github-token, -password (one dash too),
 # not ``-p`` (a port as often as a password)
@@ -100,8 +111,10 @@ _SHAPES = re.compile(
     # ``/api/webhooks/``
     r"|(?P<hook>" + _W + r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
     r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))(?!\*\*\*)[A-Za-z0-9/_-]{8,}"
-    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=
-    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature)"
+    # ?api_key=, ?sslpassword=, &refresh_token=, ?client_secret=, ?X-Amz-Signature=,
+    # ?authorization=Bearer%20… (a header passed as a parameter)
+    r"|(?P<query>[?&;](?i:[a-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|signature"
+    r"|authorization)"
     r"|key|auth|sig)=)"
     r"(?!\*\*\*)[^&#\s\"']+"
     r"|(?P<bearer>" + _W + r"(?i:bearer)(?:\s++|\s*+[:=]\s*+))(?!\*\*\*)[A-Za-z0-9._~+/=-]{8,}"
@@ -134,8 +147,10 @@ _SHAPES = re.compile(
     r"|(?P<conn>(?i:passw(?:or)?d|api[_-]?key|secret[_-]?(?:access[_-]?)?key|client[_-]?secret"
     r"|access[_-]?token)\s*+\\*+['\"]?\s*+(?:=>?+|:)\s*\\*+['\"]?)(?!\*\*\*)"
     + _value(_BARE)
-    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count)
+    # token=…, github_token='…', Cfg(secret='…'): a value with a letter (``token=7`` is a count,
+    # and so is a number written with an exponent: ``USD_PER_INPUT_TOKEN = 15e-6``)
     + r"|(?P<kv>(?i:token|secret)\\*+['\"]?\s*=\s*\\*+['\"]?)(?!\*\*\*)(?=[^\s,;&\"'}]*[A-Za-z])"
+    r"(?![0-9][0-9._]*[eE][-+]?[0-9]+(?![^\s,;&\"'}\\)]))"
     + _value(_BARE)
     # pwd=…, DB_PWD='…' (not OLDPWD=; a path, ``PWD=/home/bob``, is the working directory)
     + r"|(?P<pwd>"
@@ -145,8 +160,15 @@ _SHAPES = re.compile(
     # a printed mapping: {'token': '…'}, {"github_token": "…"}, {'secret': '…'}, and the
     # other names of ``SECRET_FIELDS`` no pattern above reads ({'pwd': …}, {'cookie': …},
     # {'private_key': …}, {'Set-Cookie': …})
-    + r"|(?P<qkey>['\"](?:[A-Za-z0-9_-]*[_-])?(?i:token|secret|pwd|passphrase|cookie|credentials"
-    r"|bearer|(?:private|session|access)[_-]?key)\\*+['\"]\s*:\s*\\*+['\"])"
+    # (a name before it ends in ``_`` or ``-``, or is written in camelCase: ``'SessionToken'``,
+    # ``'refreshToken'``, as AWS's and JavaScript's mappings print; ``authorization`` only so,
+    # ``'proxyAuthorization'``: alone, the pattern above reads it and keeps its scheme)
+    + r"|(?P<qkey>['\"](?:"
+    + _NAME_BEFORE
+    + r"?(?i:token|secret|pwd|passphrase|cookie|credentials"
+    r"|bearer|(?:private|session|access)[_-]?key)|"
+    + _NAME_BEFORE
+    + r"(?i:authorization))\\*+['\"]\s*:\s*\\*+['\"])"
     r"(?!\*\*\*)"
     + _value(r"(?:[^'\"\\]++|\\(?!['\"]))++")
     # a command line's --password VALUE, --github-token VALUE (after ``=`` the patterns above
@@ -315,6 +337,23 @@ def _auth_values(s: str) -> str:
         return m.group(0)[: m.start("v") - m.start()] + REDACTED
 
     return _compiled(_AUTH_VALUE).sub(one, s)
+
+
+# A Twilio account's SID (``AC`` and 32 hex digits) and, in the same text, an auth token
+# written apart from it (32 hex digits standing alone: ``sid AC… token 5d1e…``, two lines of a
+# config): the token has no shape of its own, but beside an account's SID a bare run of 32 hex
+# digits is its token far more often than anything else (Twilio's other SIDs are prefixed:
+# ``SM…``, ``CA…``). The SID itself stays (an identifier).
+_TWILIO_ACCOUNT = r"(?<![A-Za-z0-9])AC[0-9a-f]{32}(?![A-Za-z0-9])"
+_TWILIO_TOKEN = _NO_ALNUM_BEFORE + r"[0-9a-f]{32}(?![A-Za-z0-9])"
+
+
+def _twilio_tokens(s: str) -> str:
+    """``s`` with each bare run of 32 hex digits masked where ``s`` names a Twilio account's
+    SID (``_TWILIO_ACCOUNT``); ``s`` itself (no copy) where it names none."""
+    if _compiled(_TWILIO_ACCOUNT).search(s) is None:
+        return s
+    return _compiled(_TWILIO_TOKEN).sub(REDACTED, s)
 
 
 def _upper_triggered(s: str, low: str) -> bool:

@@ -6,7 +6,6 @@ a task file (every task before the first run is made) both call it: one check, i
 
 from __future__ import annotations
 
-import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from ._json import check_given_text, owned_copy, round_trip, too_long
 from ._keys import check_key, fit_key
 from ._parts import part_ref
 from ._redact import REDACTED, redact
+from ._redact_logs import masked_logger
 from ._state import TaskState
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def say_ignored(rec: RunRecord, task: Mapping[str, Any]) -> None:
     the Python API was told nothing (newuser46; the CLI says it in its own note, through
     ``create``, which returns whether it made the run)."""
     if why := ignored_task(rec, task):
-        logging.getLogger("loopwright.runs").warning("%s", why)
+        masked_logger("loopwright.runs").warning("%s", why)
 
 
 def number_as_name(value: object) -> str:

@@ -10,6 +10,7 @@ import base64
 from pathlib import Path
 
 import pytest
+from support.planted import planted_run
 
 import loopwright as lw
 from loopwright import _redact
@@ -43,21 +44,9 @@ def test_the_shapes_found_by_secrets47_are_not_stored(tmp_path: Path) -> None:
         )
         return lw.Verdict(passed=False, score=0.5, findings=(finding,))
 
-    loop = lw.Loop(
-        name="shapes47",
-        actor=actor,
-        verifiers=[check],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-        retry=lw.RetryPolicy(attempts=1),
-    )
-    db = tmp_path / "s.db"
-    with lw.Runtime(str(db)) as rt:
-        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key="shapes47")
-        assert r.status == "escalated"
-        packet = str(r.packet)
-        assert "curl -sf -u deploy:*** https://h/x" in packet  # the error, read back masked
-        assert "login u password ***; key ***" in packet
+    packet, _, raw = planted_run(tmp_path, actor, check)
+    assert "curl -sf -u deploy:*** https://h/x" in packet  # the error, read back masked
+    assert "login u password ***; key ***" in packet
     needles = (CURL_PW, NETRC_PW, SG_KEY, SK_SID, TW_SECRET, DOCKER_AUTH)
-    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
     assert [n for n in needles if n.encode() in raw] == []
     assert b"deploy:***" in raw and b"password ***" in raw  # stored, masked: not dropped

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from .._calls import call_deadline
 from .._errors import ConfigError
 from .._modelcalls import clip_masked
 from .._redact import redact_text, register_secret
+from .._redact_logs import masked_logger
 from .._retry import PermanentError, status_code
 from .._usage import Usage
 from ._endpoint import (
@@ -42,7 +42,7 @@ from ._schema import MalformedReplyError
 if TYPE_CHECKING:
     import openai
 
-_log = logging.getLogger("loopwright.adapters")
+_log = masked_logger("loopwright.adapters")
 
 _NO_SDK = "the OpenAI-compatible adapters need the openai SDK: pip install 'loopwright[openai]'"
 

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from .._errors import ConfigError
 from .._modelcalls import ERROR_CHARS, clip_masked
 from .._redact import redact, redact_text, register_secret
+from .._redact_logs import masked_logger
 from .._retry import retry_after_s
 from .._userinfo import without_userinfo
 from ._limits import Gate, Limits, _tighter, gate_for
@@ -219,19 +220,6 @@ def _redact_exc(exc: BaseException) -> None:
                     setattr(exc, attr, masked)
 
 
-class _RedactingFilter(logging.Filter):
-    """Masks secrets in the records of the HTTP client's and the SDK's loggers (request URLs
-    with ``?api-key=``, echoed error bodies)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        with contextlib.suppress(Exception):
-            text = record.getMessage()
-            masked = redact_text(text)
-            if masked != text:
-                record.msg, record.args = masked, ()
-        return True
-
-
 # A logger's filter sees the records logged to it, not those its children pass up: httpcore
 # logs from one logger a module (``httpcore2.http11`` prints a reply's headers, a server's
 # ``Set-Cookie`` among them) and the SDK from ``openai._base_client``, so each is named, and
@@ -249,9 +237,7 @@ _HTTP_LOGGERS = (
 def _mask_http_logs() -> None:
     made = [n for n in list(logging.Logger.manager.loggerDict) if n.startswith(_HTTP_CHILDREN)]
     for name in {*_HTTP_LOGGERS, *made}:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactingFilter) for f in logger.filters):
-            logger.addFilter(_RedactingFilter())
+        masked_logger(name)
 
 
 def _body_not_json(exc: BaseException) -> bool:
@@ -349,7 +335,7 @@ class SdkClients:
             self._warned.add(key)
         # a warning can name the endpoint as given (the price table's miss): the log is an
         # output too (invariant 9), so a ``user:password@`` in it is masked
-        logging.getLogger("loopwright.adapters").warning(redact_text(message))
+        masked_logger("loopwright.adapters").warning(redact_text(message))
 
     def _openai(self) -> openai.OpenAI:
         with self._lock:

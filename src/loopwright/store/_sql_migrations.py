@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -12,6 +11,7 @@ from .._effects import _canon as canon
 from .._errors import (
     StoreCorruptError,
 )
+from .._redact_logs import masked_logger
 from ._records import NewEvent
 from ._rows import event_row
 from ._schema import (
@@ -23,7 +23,7 @@ from ._schema import (
 from ._sql_core import SQLCore
 from ._sql_statements import JOURNAL_KEY, journal_key
 
-_log = logging.getLogger("loopwright.store")
+_log = masked_logger("loopwright.store")
 
 
 class MigrationsSQL(SQLCore):

@@ -31,7 +31,6 @@ imported only then (the ``otel`` extra). A tracer failure is logged once and nev
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from typing import Any
 from .._contract import TERMINAL_STATUSES
 from .._otel_env import otel_tracing_configured
 from .._redact import redact, redact_text
+from .._redact_logs import masked_logger
 from ..store import Approval, Checkpoint, Event, RunRecord, Store
 from ._otlp import _SCOPE, _nanos
 from ._spans import (
@@ -59,7 +59,7 @@ from ._window import read_window
 
 __all__ = ["LiveTracer", "live_tracer", "provider_from_env"]
 
-log = logging.getLogger("loopwright.trace")
+log = masked_logger("loopwright.trace")
 
 #: Statuses after which this session stops driving the run: every open span is ended.
 _PAUSED = frozenset({"awaiting_approval"})

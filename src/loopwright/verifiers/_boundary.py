@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import pwd
 import shutil
@@ -17,8 +16,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 from .._errors import ConfigError
+from .._redact_logs import masked_logger
 
-_log = logging.getLogger("loopwright.sandbox")
+_log = masked_logger("loopwright.sandbox")
 
 Boundary = Literal["bwrap", "unshare", "none"]
 """What separates the candidate from the host: ``bwrap`` (bubblewrap: own PID, mount, network,

@@ -4,7 +4,6 @@ resumed in the background."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from fastapi.templating import Jinja2Templates
 from .._authority import audit, why_not_approve
 from .._engine import Runtime
 from .._errors import ConfigError
+from .._redact_logs import masked_logger
 from .._spec import loop_of_run
 from ..store import Approval, RunRecord, Store
 from ._auth import Auth
@@ -23,7 +23,7 @@ from ._http import Flash, origin_of
 
 __all__ = ["RESUMING", "WebContext"]
 
-log = logging.getLogger("loopwright.web")
+log = masked_logger("loopwright.web")
 RESUMING = "the run is resuming"
 
 

@@ -11,19 +11,19 @@ with the previous look, and reads in full only what changed. The dashboard's ser
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._errors import RunNotFoundError
+from .._redact_logs import masked_logger
 from ..store import Approval, RunRecord, Store
 from ..store._live import RunMark
 
 __all__ = ["Change", "Feed"]
 
-log = logging.getLogger("loopwright.feed")
+log = masked_logger("loopwright.feed")
 # Runs created this long before the previous look are still read: a writer's clock may lag
 # this process's, and a run created and ended between two looks is seen only this way.
 CREATED_MARGIN_S = 120.0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import logging
 import secrets
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from .._errors import (
     StoreUnavailableError,
 )
 from .._json import DuplicateKeyError, not_text, strict_loads
+from .._redact_logs import masked_logger
 
 __all__ = [
     "BodyLimit",
@@ -37,7 +37,7 @@ __all__ = [
     "text_field",
 ]
 
-log = logging.getLogger("loopwright.web")
+log = masked_logger("loopwright.web")
 
 
 class Flash:

@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import http.client
 import json
-import logging
 import queue
 import re
 import threading
@@ -34,6 +33,7 @@ from urllib.parse import quote, urlsplit
 from .._contract import TERMINAL_STATUSES
 from .._errors import ConfigError, LoopwrightError
 from .._packet import run_stop_cause
+from .._redact_logs import masked_logger
 from ..store import Approval, NewEvent, RunRecord, Store
 from ..store._live import NOTIFIED
 from ._feed import Change
@@ -53,7 +53,7 @@ __all__ = [
     "waiting_body",
 ]
 
-log = logging.getLogger("loopwright.notify")
+log = masked_logger("loopwright.notify")
 SIGNATURE_HEADER = "X-Loopwright-Signature"
 TIMESTAMP_HEADER = "X-Loopwright-Timestamp"
 EVENT_HEADER = "X-Loopwright-Event"

@@ -4,7 +4,6 @@ store that failed is a 503 with one line in the log, not a traceback."""
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,12 +19,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import ConfigError, StoreCorruptError
+from .._redact_logs import masked_logger
 from ._context import WebContext
 from ._sign_in import safe_next
 
 __all__ = ["install_refusals"]
 
-log = logging.getLogger("loopwright.web")
+log = masked_logger("loopwright.web")
 
 
 def _validation_words(errors: Any) -> str:
