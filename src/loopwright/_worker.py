@@ -156,6 +156,9 @@ class Worker:
                     run_id,
                     [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
                 )
+            # handed back even when the event could not be written (it kept the run from every
+            # other worker to its TTL; review48)
+            with contextlib.suppress(StoreError):
                 store.release_lease(run_id, token)
             # said once the run is handed back: an on_skip that raises (or a console whose
             # reader went away) ends the worker, never with the run's lease still held
@@ -224,7 +227,7 @@ class Worker:
                     # fencing their cycles in flight only to do them again. Nor those its
                     # runtime executes otherwise (``run``, ``resume``: the same owner; its
                     # own runs only, before: review48a).
-                    mine = frozenset(self._driving | self.runtime._driving)
+                    mine = frozenset(self._driving).union(self.runtime._driving)
                     taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
                     if taken is None:  # a store whose claim_runs takes no exclude
                         taken = store.claim_runs(**claim)
