@@ -167,7 +167,9 @@ class Worker:
         try:
             result = await self.runtime.resume(run_id, loop, token=token)
         except StoreUnavailableError:
-            self.stats.interrupted += 1  # left resumable; its lease expires, then it is claimed
+            # left resumable: resume handed its lease back if the store answered, else the
+            # lease expires; then any worker claims it
+            self.stats.interrupted += 1
             return
         except StoreError:
             self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
