@@ -528,12 +528,12 @@ async def perform_effect(
                 break
             # Paused past the deadline before the call (a frozen process): another executor
             # may hold the run by now; renew (fenced) and write a fresh intent first.
+        running_call = tracked(eff.bind(call.args, call_key()), (ex.run_id, jkey))
         try:
-            result, _secs = await call_user(
-                tracked(eff.bind(call.args, call_key()), (ex.run_id, jkey)),
-                timeout=left,
-                threaded=ex.threaded,
-            )
+            try:
+                result, _secs = await call_user(running_call, timeout=left, threaded=ex.threaded)
+            finally:
+                running_call.over()  # (before ``running_here`` is read below)
         except Exception as exc:
             unknown = False
             kind = policy.classify(exc)

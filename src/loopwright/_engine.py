@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -156,7 +157,10 @@ class Runtime(
         self._on_phase: Callable[[str], None] | None = None
         self._draining = False
         self._active = 0  # runs this runtime is driving right now
-        self._driving: set[str] = set()  # ...and which (``_take_lease``)
+        # ...and which, each counted as often as it is driven here: a second drive of a run
+        # (a token passed by hand) ending first left a set without the run, and this runtime
+        # then took its lease from its own live execution (``_take_lease``; review48)
+        self._driving: Counter[str] = Counter()
         self.group_commit = group_commit
         self.memory_enabled = memory
         self._memory: FeedbackMemory | None = None
@@ -306,65 +310,30 @@ class Runtime(
         """Continue a run from its latest checkpoint (a no-op for an ended run; a parked run
         continues only once its approval request is decided). ``token``: the fencing token of
         a lease this runtime's owner already holds (``Store.claim_runs``)."""
-        check_loop(loop)
-        rec = self.store.get_run(run_id)
-        if other_loop(loop, rec.loop_name, rec.spec_ref):
-            if token is not None:
-                self.store.release_lease(rec.run_id, token)
-            # Another loop's actor, verifiers and contract would go on with this run's state (as
-            # a fork with another loop is refused); a renamed spec is the same file: let through.
-            raise ConfigError(
-                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
-                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
-                f"loop, or start a new run of {loop.name!r}",
-                field="loop",
-            )
-        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-            if token is not None:
-                self.store.release_lease(rec.run_id, token)
-            return self.result(rec.run_id)
-        if token is None:
-            token = self._take_lease(rec.run_id)
-            # Read again under the lease: the run may have ended between the read above and
-            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
-            # Gone on from the stale status, an accepted run was executed again (its actor paid
-            # again) and a cancelled one un-cancelled and run (attack47).
-            rec = self.store.get_run(rec.run_id)
-            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-                self.store.release_lease(rec.run_id, token)
-                return self.result(rec.run_id)
-        ck = self.store.latest_checkpoint(rec.run_id)
-        ex = _Exec(
-            run_id=rec.run_id,
-            loop=loop,
-            contract=self._contract(rec, loop),
-            token=token,
-            seq=ck.seq,
-            state=TaskState.from_dict(ck.state),
-            record=ck.record,
-            phase=self._on_phase,
-            grouped=True,
-            draining=lambda: self._draining,
-            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
-        )
-        ex.adopt(self.store, ck.state)
-        fit_history(self.store, rec.run_id, ex.state, self.history_window)
-        # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
-        nxt = ex.state.cycle + 1
-        ex.retries = {
-            e.key: e
-            for e in self.store.journal(rec.run_id, kind="retry", cycle=nxt)
-            if e.status != "retired"
-        }
+        held: list[tuple[str, int]] = [] if token is None else [(run_id, token)]
+        try:
+            ready = self._ready(run_id, loop, token, held)
+        except BaseException:
+            # A failure before the drive (a store read under the lease, a damaged checkpoint,
+            # a lease handed in with a loop refused): the lease is handed back now, not held to
+            # its TTL keeping every other executor from the run (review48). Fenced by its
+            # token: a lease taken over since is left as it is.
+            for held_id, held_token in held:
+                with contextlib.suppress(Exception):
+                    self.store.release_lease(held_id, held_token)
+            raise
+        if isinstance(ready, RunResult):
+            return ready
+        ex, rec = ready
         beat = asyncio.create_task(self._heartbeat(ex))
         self._active += 1
-        self._driving.add(rec.run_id)
+        self._driving[rec.run_id] += 1
         try:
             started: dict[str, Any] = {"owner": self.owner}
             selfish = [c.name for c in loop.verifiers if loop.self_reviewing(c)]
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
-            ex.events.append(NewEvent(ex.state.cycle, "resumed" if ck.seq else "started", started))
+            ex.events.append(NewEvent(ex.state.cycle, "resumed" if ex.seq else "started", started))
             with contextlib.suppress(Drained):  # a retry's backoff cut short: resumable
                 await self._drive(ex, rec)
             if await self._settle(ex) and ex.state.pending and "approval_id" in ex.state.pending:
@@ -410,8 +379,70 @@ class Runtime(
             if not ex.lost:
                 with contextlib.suppress(Exception):
                     self.store.release_lease(ex.run_id, ex.token)
-            self._driving.discard(rec.run_id)  # (once its lease is handed back)
+            # (once its lease is handed back)
+            self._driving[rec.run_id] -= 1
+            if self._driving[rec.run_id] <= 0:
+                del self._driving[rec.run_id]
         return self.result(rec.run_id)
+
+    def _ready(
+        self, run_id: str, loop: Loop, token: int | None, held: list[tuple[str, int]]
+    ) -> RunResult | tuple[_Exec, RunRecord]:
+        """``resume`` up to its drive: the run's result when there is nothing to drive, else
+        its execution under the lease (``token``, or one taken here and added to ``held``)."""
+        check_loop(loop)
+        rec = self.store.get_run(run_id)
+        held[:] = [(rec.run_id, t) for _, t in held]  # (the run's id, not a prefix of it)
+        if other_loop(loop, rec.loop_name, rec.spec_ref):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            # Another loop's actor, verifiers and contract would go on with this run's state (as
+            # a fork with another loop is refused); a renamed spec is the same file: let through.
+            raise ConfigError(
+                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
+                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
+                f"loop, or start a new run of {loop.name!r}",
+                field="loop",
+            )
+        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            return self.result(rec.run_id)
+        if token is None:
+            token = self._take_lease(rec.run_id)
+            held.append((rec.run_id, token))
+            # Read again under the lease: the run may have ended between the read above and
+            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
+            # Gone on from the stale status, an accepted run was executed again (its actor paid
+            # again) and a cancelled one un-cancelled and run (attack47).
+            rec = self.store.get_run(rec.run_id)
+            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+                self.store.release_lease(rec.run_id, token)
+                return self.result(rec.run_id)
+        ck = self.store.latest_checkpoint(rec.run_id)
+        ex = _Exec(
+            run_id=rec.run_id,
+            loop=loop,
+            contract=self._contract(rec, loop),
+            token=token,
+            seq=ck.seq,
+            state=TaskState.from_dict(ck.state),
+            record=ck.record,
+            phase=self._on_phase,
+            grouped=True,
+            draining=lambda: self._draining,
+            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
+        )
+        ex.adopt(self.store, ck.state)
+        fit_history(self.store, rec.run_id, ex.state, self.history_window)
+        # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
+        nxt = ex.state.cycle + 1
+        ex.retries = {
+            e.key: e
+            for e in self.store.journal(rec.run_id, kind="retry", cycle=nxt)
+            if e.status != "retired"
+        }
+        return ex, rec
 
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))

@@ -10,6 +10,7 @@ live in the modules named beside them).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ class RuntimeHost:
     snapshot_every: int
     history_window: int
     _active: int
-    _driving: set[str]  # the runs this runtime is executing now (``Runtime.resume``)
+    _driving: Counter[str]  # the runs this runtime is executing now (``Runtime.resume``)
     _memory: FeedbackMemory | None
     _group: GroupCommitter | None
     _recall_group: GroupRecall | None

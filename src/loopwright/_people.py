@@ -5,6 +5,7 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -273,26 +274,30 @@ class Decisions(RuntimeHost):
             token = self._take_lease(rec.run_id)
         except ConflictError:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
-        # Read again under the lease: a run that ended since the read above (its worker
-        # released the lease) keeps its end; it was cancelled over it (attack47).
-        rec = self.store.get_run(rec.run_id)
-        if rec.status in TERMINAL_STATUSES:
-            self.store.release_lease(rec.run_id, token)
-            return rec
-        ck = self.store.latest_checkpoint(rec.run_id)
-        ex = _Exec(
-            rec.run_id,
-            loop or _NO_LOOP,
-            Contract.from_dict(rec.contract),
-            token,
-            ck.seq,
-            TaskState.from_dict(ck.state),
-        )
-        ex.adopt(self.store, ck.state)
         try:
-            self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
-        finally:
-            self.store.release_lease(rec.run_id, token)
+            # Read again under the lease: a run that ended since the read above (its worker
+            # released the lease) keeps its end; it was cancelled over it (attack47).
+            rec = self.store.get_run(rec.run_id)
+            if rec.status not in TERMINAL_STATUSES:
+                ck = self.store.latest_checkpoint(rec.run_id)
+                ex = _Exec(
+                    rec.run_id,
+                    loop or _NO_LOOP,
+                    Contract.from_dict(rec.contract),
+                    token,
+                    ck.seq,
+                    TaskState.from_dict(ck.state),
+                )
+                ex.adopt(self.store, ck.state)
+                self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
+        except BaseException:
+            # Handed back whatever failed (a store read before the cancel was, too): held to
+            # its TTL, it kept every other executor from the run (review48). Fenced by its
+            # token; the error said is the one that happened, not the release's.
+            with contextlib.suppress(Exception):
+                self.store.release_lease(rec.run_id, token)
+            raise
+        self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
 
     def _in_flight(self, ex: _Exec, why: str) -> list[dict[str, Any]]:

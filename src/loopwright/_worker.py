@@ -156,6 +156,9 @@ class Worker:
                     run_id,
                     [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
                 )
+            # handed back even when the event could not be written (it kept the run from every
+            # other worker to its TTL; review48)
+            with contextlib.suppress(StoreError):
                 store.release_lease(run_id, token)
             # said once the run is handed back: an on_skip that raises (or a console whose
             # reader went away) ends the worker, never with the run's lease still held
@@ -164,7 +167,9 @@ class Worker:
         try:
             result = await self.runtime.resume(run_id, loop, token=token)
         except StoreUnavailableError:
-            self.stats.interrupted += 1  # left resumable; its lease expires, then it is claimed
+            # left resumable: resume handed its lease back if the store answered, else the
+            # lease expires; then any worker claims it
+            self.stats.interrupted += 1
             return
         except StoreError:
             self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
@@ -224,7 +229,7 @@ class Worker:
                     # fencing their cycles in flight only to do them again. Nor those its
                     # runtime executes otherwise (``run``, ``resume``: the same owner; its
                     # own runs only, before: review48a).
-                    mine = frozenset(self._driving | self.runtime._driving)
+                    mine = frozenset(self._driving).union(self.runtime._driving)
                     taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
                     if taken is None:  # a store whose claim_runs takes no exclude
                         taken = store.claim_runs(**claim)
