@@ -12,7 +12,7 @@ after a person's edit), ``_conclude`` (effects → decide), ``_checkpoint`` (the
 durability), ``_parking`` (approval requests and questions),
 ``_finishing`` (ending a run), ``_reflection`` (the reflector's note, owed across a crash) and
 ``_people`` (people's decisions, cancel, rollback). What ``result`` returns, and the state a
-result holds, is ``_result``'s.
+result holds, is ``_result``'s; what ``resume`` reads before it drives, ``_resume_ready``'s.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from . import _decide as rules
 from ._backoff import Drained
 from ._checkpoint import Checkpoints
 from ._conclude import Concluding
-from ._contract import TERMINAL_STATUSES, Contract
+from ._contract import TERMINAL_STATUSES
 from ._cycle import HELD_OUT_KEY, Cycle
 from ._edit_check import EditCheck, owed_after, owes_check
 from ._errors import ConfigError, StaleLeaseError, StoreUnavailableError, check_seconds
 from ._exec import Execution as _Exec
-from ._exec import error_info, fit_history
+from ._exec import error_info
 from ._finishing import Finishing
 from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
-from ._loop import Loop, check_loop, other_loop
+from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
 from ._otel_env import otel_tracing_configured
 from ._owners import owner_name
@@ -52,9 +52,9 @@ from ._result import (
     _lasting,
     _Read,  # noqa: F401  (results pickled before it moved name it here)
 )
+from ._resume_ready import Resuming
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
-from ._state import TaskState
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import NewEvent, RunRecord, Store, open_store
@@ -69,6 +69,7 @@ def _owner() -> str:
 
 
 class Runtime(
+    Resuming,
     Creating,
     Cycle,
     EditCheck,
@@ -385,65 +386,6 @@ class Runtime(
                 del self._driving[rec.run_id]
         return self.result(rec.run_id)
 
-    def _ready(
-        self, run_id: str, loop: Loop, token: int | None, held: list[tuple[str, int]]
-    ) -> RunResult | tuple[_Exec, RunRecord]:
-        """``resume`` up to its drive: the run's result when there is nothing to drive, else
-        its execution under the lease (``token``, or one taken here and added to ``held``)."""
-        check_loop(loop)
-        rec = self.store.get_run(run_id)
-        held[:] = [(rec.run_id, t) for _, t in held]  # (the run's id, not a prefix of it)
-        if other_loop(loop, rec.loop_name, rec.spec_ref):
-            if token is not None:
-                self.store.release_lease(rec.run_id, token)
-            # Another loop's actor, verifiers and contract would go on with this run's state (as
-            # a fork with another loop is refused); a renamed spec is the same file: let through.
-            raise ConfigError(
-                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
-                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
-                f"loop, or start a new run of {loop.name!r}",
-                field="loop",
-            )
-        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-            if token is not None:
-                self.store.release_lease(rec.run_id, token)
-            return self.result(rec.run_id)
-        if token is None:
-            token = self._take_lease(rec.run_id)
-            held.append((rec.run_id, token))
-            # Read again under the lease: the run may have ended between the read above and
-            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
-            # Gone on from the stale status, an accepted run was executed again (its actor paid
-            # again) and a cancelled one un-cancelled and run (attack47).
-            rec = self.store.get_run(rec.run_id)
-            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
-                self.store.release_lease(rec.run_id, token)
-                return self.result(rec.run_id)
-        ck = self.store.latest_checkpoint(rec.run_id)
-        ex = _Exec(
-            run_id=rec.run_id,
-            loop=loop,
-            contract=self._contract(rec, loop),
-            token=token,
-            seq=ck.seq,
-            state=TaskState.from_dict(ck.state),
-            record=ck.record,
-            phase=self._on_phase,
-            grouped=True,
-            draining=lambda: self._draining,
-            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
-        )
-        ex.adopt(self.store, ck.state)
-        fit_history(self.store, rec.run_id, ex.state, self.history_window)
-        # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
-        nxt = ex.state.cycle + 1
-        ex.retries = {
-            e.key: e
-            for e in self.store.journal(rec.run_id, kind="retry", cycle=nxt)
-            if e.status != "retired"
-        }
-        return ex, rec
-
     def resume_sync(self, run_id: str, loop: Loop) -> RunResult:
         return _sync(self.resume(run_id, loop))
 
@@ -467,18 +409,6 @@ class Runtime(
         )
 
     # --- internals ----------------------------------------------------------------------
-    def _contract(self, rec: RunRecord, loop: Loop) -> Contract:
-        # The snapshot taken at creation governs the run; callables of risk checks are rebuilt
-        # from the live loop by rule name (a snapshot holds only their names).
-        live = {r.name: r.check for r in loop.contract.risk if callable(r.check)}
-        risk = [
-            {**r, "check": live[r["name"]]}
-            if isinstance(r.get("check"), str) and r["name"] in live
-            else r
-            for r in rec.contract.get("risk") or ()
-        ]
-        return Contract.from_dict({**rec.contract, "risk": risk})
-
     async def _heartbeat(self, ex: _Exec) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
@@ -604,12 +534,6 @@ class Runtime(
             if await (self._check_edit(ex) if check else self._cycle(ex)):
                 return
             reflect = decided = True
-
-
-def _compensating(store: Store, run_id: str) -> bool:
-    """Whether an ended run still has compensations to run (a cancelled run's)."""
-    pending = store.latest_checkpoint(run_id).state.get("pending") or {}
-    return bool(pending.get("stage") == "compensations")
 
 
 def _sync(coro: Coroutine[Any, Any, _T]) -> _T:

@@ -1,0 +1,108 @@
+"""``resume`` up to its drive: the run read again under its lease, its execution built from the
+latest checkpoint (state, contract, the history window, the retries its next cycle has used).
+Apart from ``_engine`` so the run lifecycle there stays one screenful of driving."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._contract import TERMINAL_STATUSES, Contract
+from ._errors import ConfigError
+from ._exec import Execution as _Exec
+from ._exec import fit_history
+from ._host import RuntimeHost
+from ._loop import Loop, check_loop, other_loop
+from ._state import TaskState
+from .store import RunRecord, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._result import RunResult
+
+
+class Resuming(RuntimeHost):
+    """``Runtime.resume``'s preparation (a mixin of ``Runtime``)."""
+
+    if TYPE_CHECKING:
+        _on_phase: Callable[[str], None] | None
+        _draining: bool
+
+        def result(self, run_id: str) -> RunResult: ...  # _engine.Runtime
+
+    def _ready(
+        self, run_id: str, loop: Loop, token: int | None, held: list[tuple[str, int]]
+    ) -> RunResult | tuple[_Exec, RunRecord]:
+        """``resume`` up to its drive: the run's result when there is nothing to drive, else
+        its execution under the lease (``token``, or one taken here and added to ``held``)."""
+        check_loop(loop)
+        rec = self.store.get_run(run_id)
+        held[:] = [(rec.run_id, t) for _, t in held]  # (the run's id, not a prefix of it)
+        if other_loop(loop, rec.loop_name, rec.spec_ref):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            # Another loop's actor, verifiers and contract would go on with this run's state (as
+            # a fork with another loop is refused); a renamed spec is the same file: let through.
+            raise ConfigError(
+                f"is loop {loop.name!r}, not run {rec.run_id}'s loop {rec.loop_name!r}"
+                f"{f' (spec {rec.spec_ref})' if rec.spec_ref else ''}: resume it with its own "
+                f"loop, or start a new run of {loop.name!r}",
+                field="loop",
+            )
+        if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+            if token is not None:
+                self.store.release_lease(rec.run_id, token)
+            return self.result(rec.run_id)
+        if token is None:
+            token = self._take_lease(rec.run_id)
+            held.append((rec.run_id, token))
+            # Read again under the lease: the run may have ended between the read above and
+            # the lease (a worker finished it, a person cancelled it, each releasing its lease).
+            # Gone on from the stale status, an accepted run was executed again (its actor paid
+            # again) and a cancelled one un-cancelled and run (attack47).
+            rec = self.store.get_run(rec.run_id)
+            if rec.status in TERMINAL_STATUSES and not _compensating(self.store, rec.run_id):
+                self.store.release_lease(rec.run_id, token)
+                return self.result(rec.run_id)
+        ck = self.store.latest_checkpoint(rec.run_id)
+        ex = _Exec(
+            run_id=rec.run_id,
+            loop=loop,
+            contract=self._contract(rec, loop),
+            token=token,
+            seq=ck.seq,
+            state=TaskState.from_dict(ck.state),
+            record=ck.record,
+            phase=self._on_phase,
+            grouped=True,
+            draining=lambda: self._draining,
+            threaded=self.calls_in_threads,  # (a parked cycle's verifiers too, before any cycle)
+        )
+        ex.adopt(self.store, ck.state)
+        fit_history(self.store, rec.run_id, ex.state, self.history_window)
+        # Failed attempts of the cycle about to run (or rerun) count against its retry bound.
+        nxt = ex.state.cycle + 1
+        ex.retries = {
+            e.key: e
+            for e in self.store.journal(rec.run_id, kind="retry", cycle=nxt)
+            if e.status != "retired"
+        }
+        return ex, rec
+
+    def _contract(self, rec: RunRecord, loop: Loop) -> Contract:
+        # The snapshot taken at creation governs the run; callables of risk checks are rebuilt
+        # from the live loop by rule name (a snapshot holds only their names).
+        live = {r.name: r.check for r in loop.contract.risk if callable(r.check)}
+        risk = [
+            {**r, "check": live[r["name"]]}
+            if isinstance(r.get("check"), str) and r["name"] in live
+            else r
+            for r in rec.contract.get("risk") or ()
+        ]
+        return Contract.from_dict({**rec.contract, "risk": risk})
+
+
+def _compensating(store: Store, run_id: str) -> bool:
+    """Whether an ended run still has compensations to run (a cancelled run's)."""
+    pending = store.latest_checkpoint(run_id).state.get("pending") or {}
+    return bool(pending.get("stage") == "compensations")
