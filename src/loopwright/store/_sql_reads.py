@@ -289,6 +289,25 @@ class ReadsSQL(SQLCore):
         jl = self._jl
         return [Event(r[0], r[1], r[2], r[3], r[4], jl(r[5])) for r in reversed(rows)]
 
+    def events_of_runs(
+        self, run_ids: Collection[str], kinds: Collection[str]
+    ) -> dict[str, list[Event]]:
+        runs, kinds = list(dict.fromkeys(run_ids)), sorted(kinds)
+        out: dict[str, list[Event]] = {}
+        if not kinds:
+            return out
+        jl, step = self._jl, max(1, 400 - len(kinds))  # under SQLite's bound on parameters
+        for i in range(0, len(runs), step):
+            chunk = runs[i : i + step]
+            sql = (
+                "SELECT id, run_id, cycle, kind, ts, data FROM events "
+                f"WHERE run_id IN ({', '.join('?' * len(chunk))}) "
+                f"AND kind IN ({', '.join('?' * len(kinds))}) ORDER BY id"
+            )
+            for r in self._all(self._q.p(sql), (*chunk, *kinds)):
+                out.setdefault(str(r[1]), []).append(Event(r[0], r[1], r[2], r[3], r[4], jl(r[5])))
+        return out
+
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]
     ) -> tuple[int, list[tuple[int, Event]]]:
