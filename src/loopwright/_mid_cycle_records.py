@@ -35,6 +35,7 @@ __all__ = [
     "MID_CYCLE",
     "by_id",
     "concluded_cycles",
+    "decided_on",
     "in_order_with_concluded",
     "never_concluded",
     "shown_records",
@@ -242,6 +243,16 @@ def _outcome(req: Approval | None, *, ended: bool) -> str:
         by = f" by {req.decided_by}" if req.decided_by else ""
         return f"{req.status}{by}, {said}"
     return said
+
+
+def decided_on(record: Mapping[str, Any], decided: Mapping[str, Approval] | None) -> str | None:
+    """The decision on the request a parked ``record`` waited on, as its marker says it
+    ("approved by ann", "denied by ann", "expired"); None while it waits, or not known."""
+    req = _request(record, decided)
+    if req is None or req.status == "pending":
+        return None
+    by = req.decided_by if req.status not in ("expired", "cancelled") else None
+    return f"{req.status} by {by}" if by else req.status
 
 
 def by_id(approvals: Iterable[Approval]) -> dict[str, Approval]:

@@ -65,8 +65,11 @@ def _check(url: str, run_id: str) -> None:
     for rows in (streamed, paged):
         assert sum(t.get("cost_usd") or 0 for t in rows) == pytest.approx(spent), rows
 
+    page = " ".join(api.get(f"/runs/{run_id}").text.split())
     for a in approvals:
         _listed_once(a, heads, doc["cycles"], streamed, paged)
+        outcome = "expired" if a.status == "expired" else f"{a.status} by ann"
+        assert page.count(f"parked for approval: {outcome}") == 1, page
 
 
 def _listed_once(
@@ -92,9 +95,11 @@ def _listed_once(
             assert mine[0]["cost_usd"] > 0
     else:  # approved; or denied while an edit stood beside it: the check-only cycle that
         # judged the edit went on from the parked state, and its row holds what it spent
-        assert said == [f"cycle {a.cycle}  parked for approval"], heads
+        outcome = f"{a.status} by ann"
+        assert said == [f"cycle {a.cycle}  parked for approval: {outcome}"], heads
         for shown in rows:
-            # (its spend is in the rows its cycle wrote next: concluded, or its effects')
+            mine = [t for t in shown if t["cycle"] == a.cycle and t.get("parked")]
+            assert [t.get("outcome") for t in mine] == [outcome], mine
             assert not [
                 t for t in shown if t["cycle"] == a.cycle and "parked for" in str(t.get("decision"))
             ]

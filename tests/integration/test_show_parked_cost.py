@@ -72,7 +72,11 @@ def _rows(text: str) -> str:
             "cycle 1 parked for approval: denied by ann, never applied score - $0.060",
         ),
         # (its concluding row holds what it spent)
-        ("approved", "accepted", "cycle 1 parked for approval cycle 1 accepted score 1.00 $0.060"),
+        (
+            "approved",
+            "accepted",
+            "cycle 1 parked for approval: approved by ann cycle 1 accepted score 1.00 $0.060",
+        ),
         (
             "effect failed",
             "escalated",

@@ -120,6 +120,7 @@ def show(
         out = console()
         end = ended_inside(st, rec)
         approvals = st.approvals(run_id=rec.run_id)
+        decided = by_id(approvals)
         # The latest state (its parts' current values) and the records read a page at a time,
         # each made a timeline row as it is read: not every checkpoint's state (every version
         # of a long run at once), nor every record (each holds its proposal's values). Each
@@ -132,12 +133,12 @@ def show(
                 # a cycle parked, or whose effects did not complete: what it proposed, its
                 # verdicts and what it spent, as the run page shows it (it listed no cost)
                 (
-                    (c, shown or r)
+                    (c, shown or _marked(r, decided))
                     for c, r, _done, shown in shown_records(
                         st,
                         rec.run_id,
                         ended=rec.status in TERMINAL_STATUSES,
-                        decided=by_id(approvals),  # a parked cycle: by its request's decision
+                        decided=decided,  # a parked cycle: by its request's decision
                     )
                 ),
                 [] if end is None else [(end["cycle"], end)],
@@ -154,6 +155,16 @@ def show(
         refunded = reuse_refunds(st.events_of_kinds(rec.run_id, REUSE_REFUND_EVENTS))
         if refunded:
             out.print(refunded)
+
+
+def _marked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> Any:
+    """``record``, a parked cycle's marker with the decision on its request (``outcome``)."""
+    from .._mid_cycle_records import decided_on
+
+    if not record or record.get("decision") != "parked":
+        return record
+    said = decided_on(record, decided)
+    return record if said is None else {**record, "outcome": said}
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:

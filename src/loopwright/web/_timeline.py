@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._finishing import ended_inside
-from .._mid_cycle_records import concluded_cycles, never_concluded, unapplied
+from .._mid_cycle_records import concluded_cycles, decided_on, never_concluded, unapplied
 from ..store import Approval, Checkpoint, RunRecord, Store
 from ._values import is_svg, picture_digest, short
 
@@ -132,6 +132,7 @@ def _unapplied_row(
             "parked": True,
             "unapplied": False,
             "held_out": _verdicts(rec.get("held_out")),
+            "outcome": decided_on(rec, decided),  # the decision on its request, once made
         }
     row = _cycle_row(ck, shown)
     row["unapplied"] = True
