@@ -38,7 +38,10 @@ def as_now(store: Store, approvals: Sequence[Approval]) -> list[Approval]:
     wanted = {(r["kind"], r["key"]) for a in approvals for r in _reuses(a)}
     claims = store.effect_claims(wanted) if wanted else {}
     waiting = {a.run_id for a in approvals if a.status == "pending"}
-    edits = store.events_of_runs(waiting, ("edited",)) if waiting else {}
+    # (an edit beside a request follows its parking: the run's newest request)
+    edits = (
+        store.events_of_runs(waiting, ("edited",), since="approval_requested") if waiting else {}
+    )
     if not claims and not edits:
         return list(approvals)
     out: list[Approval] = []

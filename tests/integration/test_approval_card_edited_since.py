@@ -57,10 +57,27 @@ def test_the_edits_of_a_listing_are_read_at_once(url: str) -> None:
         store = rt.store
         one, many = store.events_of_kinds, store.events_of_runs
         store.events_of_kinds = lambda *a, **k: reads.append("one") or one(*a, **k)  # type: ignore[method-assign]
-        store.events_of_runs = lambda *a: reads.append("many") or many(*a)  # type: ignore[method-assign]
+        store.events_of_runs = lambda *a, **k: reads.append("many") or many(*a, **k)  # type: ignore[method-assign]
         try:
             shown = as_now(store, reqs * 10)
         finally:
             del store.events_of_kinds, store.events_of_runs
     assert reads == ["many"], reads
     assert [SAID in a.what for a in shown[:3]] == [True, True, False]
+
+
+def test_the_stores_read_the_edits_of_several_runs_as_the_default_does(url: str) -> None:
+    from loopwright.store._protocol_commit import CommitStore
+
+    with lw.Runtime(url) as rt:
+        runs = [rt.run_sync(_loop(), TASK, task_key=f"t{i}").run_id for i in range(2)]
+        rt.edit(runs[0], "inv/x", 2, by="ana")
+        rt.edit(runs[0], "inv/x", 3, by="bo")
+        st = rt.store
+        for since in (None, "approval_requested", "no such kind"):
+            for kinds in (("edited",), ("edited", "approval_requested")):
+                got = st.events_of_runs([*runs, "nope"], kinds, since=since)
+                assert got == CommitStore.events_of_runs(st, [*runs, "nope"], kinds, since=since)
+        edits = st.events_of_runs(runs, ("edited",), since="approval_requested")
+        assert list(edits) == [runs[0]]
+        assert [e.data["by"] for e in edits[runs[0]]] == ["ana", "bo"]
