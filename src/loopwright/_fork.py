@@ -344,7 +344,11 @@ class Forking(RuntimeHost):
             # changed, can quote a secret). The value itself is the work, stored as given.
             what = redact(what)
             s.notes.append({"kind": "edit", **what})
-            ex.events.append(NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value)}))
+            # (made while a request waits: its card says so, ``_reuse_now.as_now``)
+            beside = {"approval_id": s.pending["approval_id"]} if "approval_id" in s.pending else {}
+            ex.events.append(
+                NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value), **beside})
+            )
             reopen = rec.status in TERMINAL_STATUSES
             run: dict[str, Any] = {}
             # A budget its checks may spend used up: the check-only cycle cannot run (a cycle

@@ -2,15 +2,21 @@
 already (approving reuses it, ``_gates.done_before``) is listed with what is true of that
 action now. Its payment refunded since, the card said "its result is reused" until the run
 resumed and asked again (advice47): a listing reads the claims of every such request in one
-query a kind (``Store.effect_claims``), and says the reuse is gone."""
+query a kind (``Store.effect_claims``), and says the reuse is gone.
+
+A part a person edited while the request waited: its card's diff and evidence still show the
+state before the edit, and approving judges the cycle again on the edited state
+(``Parking._judge_again``). A listing reads the edits of its runs in one query
+(``Store.events_of_runs``: each ``edited`` event names the request it was made beside) and
+says which parts were edited since, by whom, and that approving judges the edited state."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .store import Approval, EffectClaim, Store
+from .store import Approval, EffectClaim, Event, Store
 
 # The words for a claim no longer done, by its status (``EffectClaim``).
 _GONE = {
@@ -24,13 +30,20 @@ _GONE = {
 
 
 def as_now(store: Store, approvals: Sequence[Approval]) -> list[Approval]:
-    """``approvals`` with the ``what`` of each pending one whose reuse is gone said again:
-    "was done by run X under its key; refunded since: approving asks again". Others as they
-    are. One read of the claims for the whole list, none when no request claims a reuse."""
+    """``approvals`` with the ``what`` of each pending one said again where it no longer
+    holds: its reuse gone ("was done by run X under its key; refunded since: approving asks
+    again"), a part edited since it was made ("inv/x edited by ana since the request: ...").
+    Others as they are. One read of the claims for the whole list (none when no request
+    claims a reuse), one of the edits (none when no request is pending)."""
     wanted = {(r["kind"], r["key"]) for a in approvals for r in _reuses(a)}
-    if not wanted:
+    claims = store.effect_claims(wanted) if wanted else {}
+    waiting = {a.run_id for a in approvals if a.status == "pending"}
+    # (an edit beside a request follows its parking: the run's newest request)
+    edits = (
+        store.events_of_runs(waiting, ("edited",), since="approval_requested") if waiting else {}
+    )
+    if not claims and not edits:
         return list(approvals)
-    claims = store.effect_claims(wanted)
     out: list[Approval] = []
     for a in approvals:
         what = a.what
@@ -38,8 +51,30 @@ def as_now(store: Store, approvals: Sequence[Approval]) -> list[Approval]:
             said = _now(a.run_id, r, claims.get((r["kind"], r["key"])))
             if said is not None:
                 what = what.replace(r["said"], said, 1)
+        if a.status == "pending":
+            what += _edited_since(a, edits.get(a.run_id, ()))
         out.append(a if what == a.what else dataclasses.replace(a, what=what))
     return out
+
+
+def _edited_since(a: Approval, edits: Iterable[Event]) -> str:
+    """What the card of ``a`` says of the parts edited while it waited (its run's ``edits``
+    that name it), or "" where none was."""
+    by_part: dict[str, list[str]] = {}
+    for e in edits:
+        if e.data.get("approval_id") != a.approval_id:
+            continue
+        who = by_part.setdefault(str(e.data.get("part")), [])
+        by = str(e.data.get("by") or "someone")
+        if by not in who:
+            who.append(by)
+    if not by_part:
+        return ""
+    said = "; ".join(f"{part} by {', '.join(who)}" for part, who in by_part.items())
+    return (
+        f" (edited since the request: {said}; the diff shows the state before the edit, "
+        "and approving judges the edited state)"
+    )
 
 
 def _reuses(a: Approval) -> Iterator[dict[str, str]]:

@@ -20,6 +20,7 @@ from test_metrics_streaming import _long_loop, _mixed_store
 
 import loopwright as lw
 from loopwright._contract import TERMINAL_STATUSES
+from loopwright._mid_cycle_records import by_id
 from loopwright._state import TaskState
 from loopwright.store import Store, open_store
 from loopwright.trace._spans import build_spans
@@ -66,7 +67,7 @@ def whole_document(st: Store, run_id: str) -> bytes:
         "plan": [s.to_dict() for s in state.plan],
         # (and the cycle an ended run ended inside, which has no record: feedback43)
         "timeline": [
-            *timeline(cks, ended=rec.status in TERMINAL_STATUSES),
+            *timeline(cks, ended=rec.status in TERMINAL_STATUSES, decided=by_id(approvals)),
             *ended_row(st, rec),
         ],
         "chart": [

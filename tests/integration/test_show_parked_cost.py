@@ -19,7 +19,7 @@ import loopwright as lw
 TASK = {"artifacts": {"inv": {"status": "open", "x": 1}}}
 
 
-def _loop(rule: str = "require", fails: bool = False) -> lw.Loop:
+def _loop(rule: str = "require", fails: bool = False, expires: bool = False) -> lw.Loop:
     @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}")
     def pay(invoice: str) -> dict[str, Any]:
         if fails:
@@ -43,7 +43,13 @@ def _loop(rule: str = "require", fails: bool = False) -> lw.Loop:
         contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
         effects=[pay],
         retry=lw.RetryPolicy(attempts=1),
-        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="spend", action=rule)]),
+        approvals=lw.ApprovalPolicy(
+            rules=[
+                lw.PolicyRule(
+                    kind="spend", action=rule, expires_after_s=3600.0 if expires else None
+                )
+            ]
+        ),
     )
 
 
@@ -60,9 +66,17 @@ def _rows(text: str) -> str:
             "awaiting_approval",
             "cycle 1 parked for approval: not applied yet score - $0.060",
         ),
-        ("denied", "escalated", "cycle 1 parked for approval: never applied score - $0.060"),
+        (
+            "denied",
+            "escalated",
+            "cycle 1 parked for approval: denied by ann, never applied score - $0.060",
+        ),
         # (its concluding row holds what it spent)
-        ("approved", "accepted", "cycle 1 parked for approval cycle 1 accepted score 1.00 $0.060"),
+        (
+            "approved",
+            "accepted",
+            "cycle 1 parked for approval: approved by ann cycle 1 accepted score 1.00 $0.060",
+        ),
         (
             "effect failed",
             "escalated",

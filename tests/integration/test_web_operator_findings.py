@@ -191,7 +191,8 @@ def test_a_denied_cycle_shows_what_was_denied(parked: tuple[str, str]) -> None:
     c = TestClient(create_app(store, token=TOKEN), base_url=LOCAL)
     rows = c.get(f"/api/runs/{run_id}").json()["timeline"]
     last, end = rows[-2], rows[-1]
-    assert last["unapplied"] and last["decision"] == "parked for approval: never applied"
+    assert last["unapplied"]
+    assert last["decision"] == "parked for approval: denied by bea, never applied"
     # then why the run ended inside it, at no further cost (review47c)
     assert (end["cycle"], end["ended_inside"]) == (last["cycle"], True)
     assert end["note"] == "approval denied by bea" and end["cost_usd"] == 0

@@ -87,3 +87,37 @@ def test_the_records_are_read_again_only_past_the_hold(monkeypatch: pytest.Monke
     monkeypatch.setattr(mid, "HOLD", 1)
     assert _read(rows, rereads) == _as_read_twice(rows)
     assert rereads == [1]  # two held: the concluded cycles read from every record, once
+
+
+def _fates(rows: list[tuple[dict[str, Any] | None, object]]) -> list[bool]:
+    """Of each mid-cycle record of ``rows`` (record, its checkpoint's write-ahead state),
+    whether its cycle never concluded, as the views read it."""
+    numbered = [(i, 0, r, p) for i, (r, p) in enumerate(rows)]
+    return [
+        mid.never_concluded(row[2], concluded)
+        for row, concluded in in_order_with_concluded(
+            iter(numbered), lambda r: r[2], list, lambda r: r[3]
+        )
+        if row[2] and row[2].get("decision") in mid.MID_CYCLE
+    ]
+
+
+PARKED = {"cycle": 1, "decision": "parked", "approval_id": "A"}
+WAITS = {"approval_id": "A", "cycle": 1}
+CHECK_ONLY = {"cycle": 1, "decision": "accepted", "proposal": {}, "check_only": True}
+
+
+def test_a_parked_cycle_let_go_never_concluded_whatever_cycle_carries_its_number() -> None:
+    # denied, the run escalated (its write-ahead state let go), edited, a check-only cycle 1
+    assert _fates([(PARKED, WAITS), (None, None), (CHECK_ONLY, None)]) == [True]
+    # denied while an edit stood beside it: the check-only cycle went on from its state
+    edit = {"decision": "edit", "part": "inv/x"}
+    assert _fates([(PARKED, WAITS), (edit, WAITS), (CHECK_ONLY, None)]) == [False]
+    # approved: its effects' record carries what it spent; they failed and were let go
+    effects = {"cycle": 1, "decision": "effects"}
+    running = {"stage": "effects", "cycle": 1}
+    got = _fates([(PARKED, WAITS), (effects, running), (None, None), (CHECK_ONLY, None)])
+    assert got == [False, True]
+    # approved and concluded: neither lists what the concluding record holds
+    done = {"cycle": 1, "decision": "accepted", "proposal": {}}
+    assert _fates([(PARKED, WAITS), (effects, running), (done, None)]) == [False, False]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -18,7 +18,7 @@ from ._stores import open_existing, unknown_filters
 
 if TYPE_CHECKING:
     from .._state import TaskState
-    from ..store import RunRecord, Store
+    from ..store import Approval, RunRecord, Store
 
 
 RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
@@ -108,7 +108,7 @@ def show(
             return
         from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
-        from .._mid_cycle_records import shown_records
+        from .._mid_cycle_records import by_id, shown_records
         from ._render import (
             REUSE_REFUND_EVENTS,
             console,
@@ -119,6 +119,8 @@ def show(
 
         out = console()
         end = ended_inside(st, rec)
+        approvals = st.approvals(run_id=rec.run_id)
+        decided = by_id(approvals)
         # The latest state (its parts' current values) and the records read a page at a time,
         # each made a timeline row as it is read: not every checkpoint's state (every version
         # of a long run at once), nor every record (each holds its proposal's values). Each
@@ -131,14 +133,17 @@ def show(
                 # a cycle parked, or whose effects did not complete: what it proposed, its
                 # verdicts and what it spent, as the run page shows it (it listed no cost)
                 (
-                    (c, shown or r)
+                    (c, shown or _marked(r, decided))
                     for c, r, _done, shown in shown_records(
-                        st, rec.run_id, ended=rec.status in TERMINAL_STATUSES
+                        st,
+                        rec.run_id,
+                        ended=rec.status in TERMINAL_STATUSES,
+                        decided=decided,  # a parked cycle: by its request's decision
                     )
                 ),
                 [] if end is None else [(end["cycle"], end)],
             ),
-            as_now(st, st.approvals(run_id=rec.run_id)),  # a reuse refunded since: said
+            as_now(st, approvals),  # a reuse refunded since: said
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
             now=st.clock(),  # a lease is judged on the clock that set it
@@ -152,6 +157,16 @@ def show(
             out.print(refunded)
 
 
+def _marked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> Any:
+    """``record``, a parked cycle's marker with the decision on its request (``outcome``)."""
+    from .._mid_cycle_records import decided_on
+
+    if not record or record.get("decision") != "parked":
+        return record
+    said = decided_on(record, decided)
+    return record if said is None else {**record, "outcome": said}
+
+
 def _write_show_json(st: Store, rec: RunRecord) -> None:
     """``show --json``: the run, its latest state with every version of every part, every
     cycle's record, its approvals, journal and events — the document ``json.dumps`` would
@@ -160,6 +175,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
 
     run_id = rec.run_id
     state = st.latest_checkpoint(run_id).task_state()
+    approvals = st.approvals(run_id=run_id)
     doc = state.to_dict(held=True)
     doc["artifacts"] = Open(
         [
@@ -179,8 +195,8 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
             {
                 "run": rec.to_dict(),
                 "state": Open(doc),
-                "cycles": Lazy(_shown_records(st, rec)),
-                "approvals": [a.to_dict() for a in as_now(st, st.approvals(run_id=run_id))],
+                "cycles": Lazy(_shown_records(st, rec, approvals)),
+                "approvals": [a.to_dict() for a in as_now(st, approvals)],
                 "journal": [e.to_dict() for e in st.journal(run_id)],
                 "events": Lazy(e.to_dict() for e in st.iter_events(run_id)),
             }
@@ -217,31 +233,40 @@ def _part_versions(
         yield held.version(gap).to_dict()
 
 
-def _shown_records(st: Store, rec: RunRecord) -> Iterator[dict[str, Any]]:
+def _shown_records(
+    st: Store, rec: RunRecord, approvals: Sequence[Approval]
+) -> Iterator[dict[str, Any]]:
     """The stored records, oldest first, less the write-ahead record of a cycle's effects once
     that cycle concluded (its concluding record follows and holds the same; the dashboard
     shows one row too), read once a page at a time (``shown_records``); a cycle that never
     concluded (parked, or its effects did not complete) with the ``usage`` it spent, which no
     other record lists; last, the cycle the run ended inside, if it has no record
-    (``ended_inside``: what it cost and why it ended)."""
+    (``ended_inside``: what it cost and why it ended). A parked cycle is told by the decision
+    on its request (``approvals``, the run's), not by its number alone."""
     from .._contract import TERMINAL_STATUSES
     from .._finishing import ended_inside
-    from .._mid_cycle_records import shown_records
+    from .._mid_cycle_records import by_id, shown_records
 
     ended = rec.status in TERMINAL_STATUSES
-    for _c, r, concluded, shown in shown_records(st, rec.run_id, ended=ended):
-        if r and not _wrote_ahead_of(r, concluded):
+    decided = by_id(approvals)
+    for _c, r, concluded, shown in shown_records(st, rec.run_id, ended=ended, decided=decided):
+        if r and not _wrote_ahead_of(r, concluded, decided):
             yield r if shown is None else {**r, "usage": shown["usage"]}
     end = ended_inside(st, rec)
     if end is not None:
         yield end
 
 
-def _wrote_ahead_of(record: dict[str, Any], concluded: set[Any]) -> bool:
+def _wrote_ahead_of(
+    record: dict[str, Any], concluded: set[Any], decided: Mapping[str, Approval]
+) -> bool:
     """A cycle's effects' write-ahead record, once that cycle concluded (its concluding
-    record follows and holds the same)."""
+    record follows and holds the same; ``never_concluded`` tells it from a later cycle of
+    the same number)."""
+    from .._mid_cycle_records import never_concluded
+
     return (
         record.get("decision") == "effects"
         and "proposal" not in record
-        and record.get("cycle") in concluded
+        and not never_concluded(record, concluded, decided)
     )

@@ -140,7 +140,16 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
                     f"{cost:.3f}",
                 )
             elif rec and rec.get("decision") == "parked":
-                yield (str(rec["cycle"]), [], [], [], "-", "[magenta]parked for approval[/]", "-")
+                said = f": {escape(str(rec['outcome']))}" if rec.get("outcome") else ""
+                yield (
+                    str(rec["cycle"]),
+                    [],
+                    [],
+                    [],
+                    "-",
+                    f"[magenta]parked for approval{said}[/]",
+                    "-",
+                )
             elif rec and rec.get("decision") in _BY_PEOPLE:
                 yield _person_row(cycle_of, rec)
             continue

@@ -157,6 +157,23 @@ class CommitStore(ApprovalsStore):
         # (max: a limit over the count must not make the slice's start negative, from the end)
         return evs if limit is None else evs[max(0, len(evs) - limit) :] if limit > 0 else []
 
+    def events_of_runs(
+        self, run_ids: Collection[str], kinds: Collection[str], *, since: str | None = None
+    ) -> dict[str, list[Event]]:
+        """The events of the kinds in ``kinds`` of each run in ``run_ids`` (oldest first; a
+        run with none is left out): a listing of many runs' requests reads them at once (the
+        built-in stores, in one query). ``since``: only those after each run's newest event
+        of that kind (none where the run has none), read from the end of its log."""
+        out: dict[str, list[Event]] = {}
+        for rid in dict.fromkeys(run_ids):
+            evs = self.events_of_kinds(rid, {*kinds, since} if since else kinds)
+            if since is not None:
+                last = max((i for i, e in enumerate(evs) if e.kind == since), default=None)
+                evs = [] if last is None else [e for e in evs[last + 1 :] if e.kind in kinds]
+            if evs:
+                out[rid] = evs
+        return out
+
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]
     ) -> tuple[int, list[tuple[int, Event]]]:

@@ -289,6 +289,38 @@ class ReadsSQL(SQLCore):
         jl = self._jl
         return [Event(r[0], r[1], r[2], r[3], r[4], jl(r[5])) for r in reversed(rows)]
 
+    def events_of_runs(
+        self, run_ids: Collection[str], kinds: Collection[str], *, since: str | None = None
+    ) -> dict[str, list[Event]]:
+        runs, kinds = list(dict.fromkeys(run_ids)), sorted(kinds)
+        out: dict[str, list[Event]] = {}
+        if not kinds:
+            return out
+        marks = ", ".join("?" * len(kinds))
+        one = (
+            "SELECT id, run_id, cycle, kind, ts, data FROM events "
+            f"WHERE run_id=? AND kind IN ({marks})"
+        )
+        extra: tuple[str, ...] = ()
+        if since is not None:
+            # after the run's newest ``since`` event, found from the end of the (run_id, id)
+            # index: a run's rows after it by that index, not its whole log
+            one += (
+                " AND id > (SELECT id FROM events WHERE run_id=? AND kind=? "
+                "ORDER BY id DESC LIMIT 1)"
+            )
+            extra = (since,)
+        jl, step = self._jl, max(1, 400 // (len(kinds) + 3))  # under SQLite's bound on parameters
+        for i in range(0, len(runs), step):
+            chunk = runs[i : i + step]
+            sql = " UNION ALL ".join([one] * len(chunk))
+            args = [a for rid in chunk for a in (rid, *kinds, *((rid, *extra) if extra else ()))]
+            for r in self._all(self._q.p(sql), args):
+                out.setdefault(str(r[1]), []).append(Event(r[0], r[1], r[2], r[3], r[4], jl(r[5])))
+        for evs in out.values():
+            evs.sort(key=lambda e: e.id)
+        return out
+
     def event_positions(
         self, run_id: str, *, before_id: int, skip: Collection[str]
     ) -> tuple[int, list[tuple[int, Event]]]:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .._contract import TERMINAL_STATUSES
-from .._mid_cycle_records import in_order_with_concluded
+from .._mid_cycle_records import by_id, in_order_with_concluded
 from .._state import Part, TaskState, Version
 from ..store import Approval, RunRecord, Store
 from ._views import (
@@ -99,17 +99,21 @@ def run_document(
     yield ',"plan":' + dump([s.to_dict() for s in state.plan])
     ended = rec.status in TERMINAL_STATUSES
     points: dict[int, ChartPoint] = {}  # (the last checkpoint of a cycle wins: a rollback)
+    decided = by_id(approvals)  # a parked cycle is told by the decision on its request
 
     def rows() -> Iterator[dict[str, Any]]:
         # each record read once: a mid-cycle one's row needs to know if its cycle concluded
         checkpoints = in_order_with_concluded(
-            store.iter_checkpoints(rid), lambda ck: ck.record, lambda: store.iter_records(rid)
+            store.iter_checkpoints(rid),
+            lambda ck: ck.record,
+            lambda: store.iter_records(rid),
+            lambda ck: ck.fields.get("pending"),
         )
         for ck, concluded in checkpoints:
             point = chart_point(ck)
             if point is not None:
                 points[point.cycle] = point
-            row = timeline_row(ck, concluded, ended=ended)
+            row = timeline_row(ck, concluded, ended=ended, decided=decided)
             if row is not None:
                 yield row
 

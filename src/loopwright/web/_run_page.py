@@ -12,6 +12,7 @@ from fastapi import HTTPException, Request
 from .._contract import TERMINAL_STATUSES
 from .._errors import RunNotFoundError
 from .._inherited import inherited
+from .._mid_cycle_records import by_id
 from .._reflection import REFLECTION_KEY
 from .._reuse_now import as_now
 from .._state import TaskState
@@ -97,6 +98,7 @@ def run_payload(store: Store, run_id: str) -> dict[str, Any]:
                     cks,
                     ended=rec.status in TERMINAL_STATUSES,
                     newest=CYCLES_SHOWN if windowed else None,
+                    decided=by_id(approvals),  # a parked cycle: by its request's decision
                 )
             ),
             *ended_row(store, rec),

@@ -3,12 +3,12 @@ cycle an ended run ended inside; values shortened for a page (``short``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .._finishing import ended_inside
-from .._mid_cycle_records import never_concluded, unapplied
-from ..store import Checkpoint, RunRecord, Store
-from ..store._records import concluded_cycles
+from .._mid_cycle_records import concluded_cycles, decided_on, never_concluded, unapplied
+from ..store import Approval, Checkpoint, RunRecord, Store
 from ._values import is_svg, picture_digest, short
 
 __all__ = ["ended_row", "timeline", "timeline_row"]
@@ -37,7 +37,11 @@ def _verdicts(d: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def timeline(
-    checkpoints: list[Checkpoint], *, ended: bool = False, newest: int | None = None
+    checkpoints: list[Checkpoint],
+    *,
+    ended: bool = False,
+    newest: int | None = None,
+    decided: Mapping[str, Approval] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per concluded or parked cycle, oldest first; also a cycle whose effects never
     completed (the run stopped on a failed effect before the cycle concluded). A parked or
@@ -45,27 +49,35 @@ def timeline(
     marked ``unapplied``: the candidate was judged but is not in the run's state (a parked
     cycle that later concluded keeps a plain "parked" row; its concluded row follows).
     ``ended``: the run has ended, so what was not applied never will be. ``newest``: only
-    the last that many rows (built from the end: a checkpoint gives a row at most)."""
-    concluded = concluded_cycles(checkpoints)
+    the last that many rows (built from the end: a checkpoint gives a row at most).
+    ``decided``: the run's requests by id (``_mid_cycle_records.by_id``): a parked cycle is
+    told by the decision on its request, not by its number alone."""
+    concluded = concluded_cycles(checkpoints, lambda c: c.record, lambda c: c.fields.get("pending"))
     rows: list[dict[str, Any]] = []
     for ck in checkpoints if newest is None else reversed(checkpoints):
         if newest is not None and len(rows) >= newest:
             break
-        row = timeline_row(ck, concluded, ended=ended)
+        row = timeline_row(ck, concluded, ended=ended, decided=decided)
         if row is not None:
             rows.append(row)
     return rows if newest is None else rows[::-1]
 
 
-def timeline_row(ck: Checkpoint, concluded: set[Any], *, ended: bool) -> dict[str, Any] | None:
+def timeline_row(
+    ck: Checkpoint,
+    concluded: set[Any],
+    *,
+    ended: bool,
+    decided: Mapping[str, Approval] | None = None,
+) -> dict[str, Any] | None:
     """``ck``'s row of the timeline (``timeline``), if it has one; ``concluded``: the run's
-    ``concluded_cycles``."""
+    ``concluded_cycles``; ``decided``: its requests by id."""
     rec = ck.record
     if not rec:
         return None
     if "proposal" not in rec:
-        if rec.get("decision") == "parked" or never_concluded(rec, concluded):
-            return _unapplied_row(ck, rec, concluded, ended=ended)
+        if rec.get("decision") == "parked" or never_concluded(rec, concluded, decided):
+            return _unapplied_row(ck, rec, concluded, ended=ended, decided=decided)
         return None
     return _cycle_row(ck, rec)
 
@@ -103,10 +115,15 @@ def ended_row(store: Store, rec: RunRecord) -> list[dict[str, Any]]:
 
 
 def _unapplied_row(
-    ck: Checkpoint, rec: dict[str, Any], concluded: set[Any], *, ended: bool
+    ck: Checkpoint,
+    rec: dict[str, Any],
+    concluded: set[Any],
+    *,
+    ended: bool,
+    decided: Mapping[str, Approval] | None,
 ) -> dict[str, Any] | None:
-    shown = unapplied(rec, ck.fields.get("pending"), ended=ended)
-    if shown is None or not never_concluded(rec, concluded):
+    shown = unapplied(rec, ck.fields.get("pending"), ended=ended, decided=decided)
+    if shown is None or not never_concluded(rec, concluded, decided):
         if rec.get("decision") != "parked":
             return None
         return {  # concluded later (its own row follows), or an older store: a plain marker
@@ -115,6 +132,7 @@ def _unapplied_row(
             "parked": True,
             "unapplied": False,
             "held_out": _verdicts(rec.get("held_out")),
+            "outcome": decided_on(rec, decided),  # the decision on its request, once made
         }
     row = _cycle_row(ck, shown)
     row["unapplied"] = True
