@@ -11,11 +11,17 @@ the field and the rule broken, when it is
   takes them: the stores would differ);
 - holds a control character (U+0000–U+001F, U+007F–U+009F: PostgreSQL refuses NUL, and a
   newline or an escape sequence breaks one-line output), a line or paragraph separator
-  (U+2028, U+2029), a bidirectional control (U+202A–U+202E, U+2066–U+2069: the key would print
-  as another), or a lone surrogate (not text; neither store can write it).
+  (U+2028, U+2029), a bidirectional control (U+202A–U+202E, U+2066–U+2069, and the marks
+  U+200E, U+200F, U+061C: the key would print as another; the CLI and the dashboard write out
+  the same set), or a lone surrogate (not text; neither store can write it).
 
 Anything else is a valid key: letters of any script, digits, punctuation, inner spaces, emoji
 (joiners included). docs/concepts.md states the rule for users.
+
+The character rule (``unprintable``) is also the rule of what people type elsewhere: a
+person's name, ``--by``, a decision's note, and the names of loops and projects
+(``check_name``). It refuses new input only: what a store holds is read, listed and looked up
+as it is.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import unicodedata
 
 from ._errors import ConfigError
 
-__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "fit_key", "unprintable"]
+__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "check_name", "fit_key", "unprintable"]
 
 MAX_KEY_CHARS = 256
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# embeddings, overrides, isolates, and the marks (LRM, RLM, ALM) that reorder the digits and
+# neutrals beside them: "x \u200f10 \u200f20" prints as "x 20 10" (as web/_values, cli/_table)
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 _REFUSED_CATEGORIES = frozenset(("Cc", "Cs", "Zl", "Zp"))
 
 
@@ -51,6 +59,27 @@ def unprintable(text: str) -> str | None:
     return _bad_char(text)
 
 
+def _invisible(value: str) -> bool:
+    """Whether ``value`` (printable as itself) is only format characters or spaces."""
+    return not value.isprintable() and all(unicodedata.category(ch)[0] in "CZ" for ch in value)
+
+
+def check_name(value: object, what: str, field: str) -> None:
+    """A loop's or a project's name given anew (``what``: ``"loop name"``, ``"project
+    name"``): refused (``ConfigError`` naming ``field``) when it is not text or breaks the
+    character rule of task keys, or is only invisible characters. A project's ``""`` is no
+    project. Names a store holds already are never checked: they are read and listed as
+    they are."""
+    if not isinstance(value, str):
+        raise ConfigError(f"a {what} must be text, got {type(value).__name__}", field=field)
+    why = _bad_char(value)
+    if why is None and value and _invisible(value):
+        why = "must hold a visible character (it is only format characters or spaces)"
+    if why is not None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ConfigError(f"{what} {shown} {why}", field=field)
+
+
 def _broken(value: object) -> str | None:
     if not isinstance(value, str):
         return f"must be text, not {type(value).__name__}"
@@ -61,11 +90,7 @@ def _broken(value: object) -> str | None:
     if len(value) > MAX_KEY_CHARS:
         return f"must be at most {MAX_KEY_CHARS} characters (got {len(value)})"
     why = _bad_char(value)
-    if (
-        why is None
-        and not value.isprintable()
-        and all(unicodedata.category(ch)[0] in "CZ" for ch in value)
-    ):
+    if why is None and _invisible(value):
         return "must hold a visible character (it is only format characters or spaces)"
     return why
 

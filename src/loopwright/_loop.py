@@ -11,6 +11,7 @@ from typing import Any
 from ._contract import Contract
 from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
+from ._keys import check_name
 from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
@@ -119,7 +120,7 @@ class Loop:
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("a loop needs a name", field="name")
-        _no_control(self.name, "name")
+        check_name(self.name, "loop name", "name")
         if not callable(self.actor):
             raise ConfigError(f"{self.actor!r} is not callable", field="actor")
         _takes(self.actor, 1, "(ctx)", "actor")
@@ -183,7 +184,7 @@ class Loop:
             _check_number(self.actor_timeout_s, "actor.timeout_s", positive=True)
         if not isinstance(self.project, str):
             raise ConfigError(f"must be a string, got {self.project!r}", field="project")
-        _no_control(self.project, "project")
+        check_name(self.project, "project name", "project")
         effects = _items(self.effects, Effect, "effects", "[your_effect]")
         for e in effects:
             if not isinstance(e, Effect):
@@ -299,13 +300,6 @@ def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
             "so the rule would never apply",
             field=f"{where}.effect",
         )
-
-
-def _no_control(value: object, field: str) -> None:
-    """A name stored as text and listed in tables: a NUL cannot be stored in PostgreSQL (the
-    run was refused by the store, as a DataError naming no field), a newline breaks listings."""
-    if isinstance(value, str) and any(ch < " " or ch == "\x7f" for ch in value):
-        raise ConfigError(f"must not hold control characters, got {value!r}", field=field)
 
 
 def _check_number(value: object, field: str, *, positive: bool) -> None:

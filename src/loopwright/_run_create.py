@@ -12,6 +12,7 @@ from ._authority import note_policy
 from ._errors import ConfigError
 from ._host import RuntimeHost
 from ._json import check_given_text
+from ._keys import check_name
 from ._loop import Loop, check_loop, other_loop
 from ._state import TaskState
 from ._task_parts import starting_state
@@ -51,6 +52,8 @@ class Creating(RuntimeHost):
         check_loop(loop)
         check_given_text(by, field="by")
         check_given_text(project, field="project")  # as Loop.project: text (or the default)
+        if project:
+            check_name(project, "project name", "project")
         return starting_state(loop, task, task_key, project)
 
     def _new_run(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._decide import cycle_cap
 from ._errors import ConfigError
 from ._json import check_given_text, owned_copy, round_trip, too_long
-from ._keys import check_key, fit_key
+from ._keys import check_key, check_name, fit_key
 from ._parts import part_ref
 from ._redact import REDACTED, redact
 from ._redact_logs import masked_logger
@@ -74,6 +74,8 @@ def starting_state(
                 field="task.project",
             )
         check_given_text(given, field="task.project")
+        if given:
+            check_name(given, "project name", "task.project")
     proj = project if project is not None else str(masked.get("project") or loop.project)
     init = loop.init or (lambda t: TaskState.from_task(t, task_key=key, project=proj))
     try:
