@@ -47,6 +47,23 @@ _C = TypeVar("_C", bound=CompensateFn)
 # What ``json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)`` builds on
 # every call (keyword arguments make it construct an encoder each time), built once: the
 # proposal's digest runs it every cycle.
+# Characters of one argument an action's one-line description shows (an approval card's
+# heading, ``loopwright approvals``, the API's ``what``): a 5,000-character memo filled the
+# screen and pushed "already done by run X" out of sight. The request's arguments stay whole
+# in its evidence (the card's table, the API's ``args``), and its hash is over them.
+HEADING_ARG_MAX = 200
+
+
+def _heading_arg(value: Any) -> str:
+    """``value`` as the description shows it: its repr, cut to ``HEADING_ARG_MAX`` characters
+    with an ellipsis and its whole length (a text's own, else the repr's)."""
+    text = repr(value)
+    if len(text) <= HEADING_ARG_MAX:
+        return text
+    whole = len(value) if isinstance(value, str) else len(text)
+    return f"{text[: HEADING_ARG_MAX - 1]}… ({whole:,} characters)"
+
+
 _CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -348,7 +365,7 @@ class Effect:
         )
 
     def describe(self, args: Mapping[str, Any]) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        shown = ", ".join(f"{k}={_heading_arg(v)}" for k, v in args.items())
         default = f"{self.kind}: {self.name}({shown})"
         if self.describe_fn is None:
             return default
