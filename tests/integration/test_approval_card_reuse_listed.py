@@ -109,3 +109,38 @@ def test_the_claims_of_a_long_list_are_read_at_once(url: str) -> None:
         # nothing (it reuses C's); D was told C's, which stands
         assert f"done again by run {c[:12]}: approving does not run it again" in shown[0].what
         assert REUSED in shown[1].what and shown[1] is reqs[1]
+
+
+PERFORM = "Effect it would perform:"
+DONE_BEFORE = "Effect done before under its key (approving this request does not run it):"
+
+
+def _effect_words(c: TestClient, page: str) -> list[str]:
+    return re.findall(r"<p><strong>(Effect [^<]*)</strong>", c.get(page).text)
+
+
+def test_a_reuse_card_does_not_say_it_would_perform_the_effect(url: str) -> None:
+    """A card whose heading says the payment is reused read "Effect it would perform" above
+    its arguments (names48); a first payment's card still says it."""
+    paid: list[str] = []
+    loop = _loop(paid)
+    c = TestClient(create_app(url, token="test-token-0123456789"), base_url="http://127.0.0.1")
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        assert _effect_words(c, "/approvals") == [PERFORM]  # a first payment: it runs
+        assert _effect_words(c, f"/runs/{a}") == [PERFORM]
+        rt.approve(a, by="ann")
+        assert rt.resume_sync(a, loop).accepted
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        [req] = _pending(rt, b)
+        assert REUSED in req.what
+        for page in ("/approvals", f"/runs/{b}"):
+            assert _effect_words(c, page) == [DONE_BEFORE], page  # before: PERFORM
+    with lw.Runtime(url) as rt:  # refunded since: approving asks again, it runs nothing
+        rt.rollback(a, to_cycle=0, by="ops", loop=loop)
+        [refund] = _pending(rt, a)
+        rt.approve(a, by="fin", approval_id=refund.approval_id)
+        rt.resume_sync(a, loop)
+        assert paid == ["I6", "-I6"]
+    assert GONE in c.get(f"/runs/{b}").text
+    assert _effect_words(c, f"/runs/{b}") == [DONE_BEFORE]

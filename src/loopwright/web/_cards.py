@@ -21,7 +21,9 @@ from urllib.parse import quote
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response
 
+from .._effects import EffectCall
 from .._errors import ConfigError, RunNotFoundError
+from .._gates import call_digest
 from .._proposal import Proposal
 from .._state import Part, TaskState, match_any
 from ..store import Approval, RunRecord, Store
@@ -198,6 +200,31 @@ def _pending(state: TaskState, a: Approval) -> Proposal | None:
         return None
 
 
+# What a card says of an effect of the request: one approving runs, or one the request says
+# was done before under its key (``_gates.done_before``). Approving that request runs it in no
+# case: its result is reused, or (other arguments) it waits for a person, or (undone since,
+# ``_reuse_now``) the run asks again. A reuse card read "Effect it would perform" under a
+# heading saying its result is reused (names48).
+EFFECT_WORDS = {
+    False: "Effect it would perform",
+    True: "Effect done before under its key (approving this request does not run it)",
+}
+
+
+def _digest(call: dict[str, Any]) -> str:
+    """The digest a request's need names ``call`` by; ``""`` for one that does not read."""
+    try:
+        return call_digest(EffectCall.from_dict(call))
+    except (KeyError, TypeError, ValueError, ConfigError):
+        return ""
+
+
+def _done_before(ev: dict[str, Any]) -> set[str]:
+    """The digests of the calls a request's needs say were done before under their key."""
+    needs = [x for x in ev.get("needs") or () if isinstance(x, dict)]
+    return {str(x["call"]) for x in needs if x.get("done_already") and x.get("call")}
+
+
 def approval_card(
     a: Approval,
     rec: RunRecord,
@@ -232,6 +259,7 @@ def approval_card(
             or (row["message"] and row["message"] in (a.why or ""))
         )
         (card.causes if caused else card.others).append(row)
+    done = _done_before(ev)
     for e in ev.get("effects") or ():
         if not isinstance(e, dict):
             continue
@@ -241,7 +269,8 @@ def approval_card(
             if isinstance(args, dict)
             else ([{"key": "(value)", "value": compact(args)}] if args is not None else [])
         )
-        card.effects.append({"name": str(e.get("name") or "?"), "args": rows})
+        said = EFFECT_WORDS[bool(done) and _digest(e) in done]
+        card.effects.append({"name": str(e.get("name") or "?"), "args": rows, "said": said})
     pictured: set[str] = set()
     if proposal is not None and state is not None:
         base = f"/approvals/{quote(a.approval_id, safe='')}/image?ref="
