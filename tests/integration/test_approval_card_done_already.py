@@ -10,23 +10,27 @@ from typing import Any
 import loopwright as lw
 
 
-def _loop(paid: list[str], invoice: str = "I6", amount: float = 10.0) -> lw.Loop:
-    """A loop paying ``invoice`` for ``amount`` under the business key ``pay:<invoice>``;
-    each payment made is appended to ``paid`` (one list a test: none shared between tests),
-    each refund as ``-<invoice>``."""
+def _loop(
+    paid: list[str], invoice: str = "I6", amount: float = 10.0, memo: str | None = None
+) -> lw.Loop:
+    """A loop paying ``invoice`` for ``amount`` (with ``memo`` when given) under the business
+    key ``pay:<invoice>``; each payment made is appended to ``paid`` (one list a test: none
+    shared between tests), each refund as ``-<invoice>``."""
 
     def refund(key: str, result: Any, args: dict[str, Any]) -> None:
         paid.append("-" + args["invoice"])
 
     @lw.effect("spend", name="pay", key=lambda a: f"pay:{a['invoice']}", compensate=refund)
-    def pay(invoice: str, amount: float) -> dict[str, Any]:
+    def pay(invoice: str, amount: float, memo: str = "") -> dict[str, Any]:
         paid.append(invoice)
         return {"paid": invoice}
+
+    noted = {} if memo is None else {"memo": memo}
 
     def actor(ctx: lw.Context) -> lw.Proposal:
         return lw.Proposal(
             edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
-            effects=(pay.call(invoice=invoice, amount=amount),),
+            effects=(pay.call(invoice=invoice, amount=amount, **noted),),
         )
 
     return lw.Loop(

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
-from typing import Any
 
 from fastapi.testclient import TestClient
+from test_approval_card_done_already import _loop
 from test_approval_card_reuse_listed import _cli, _words
 
 import loopwright as lw
@@ -22,35 +22,13 @@ MEMO = "memo " + "m" * 4995  # 5,000 characters
 CUT = "… (5,000 characters)"
 
 
-def _loop(paid: list[str], memo: str = MEMO, key: str = "pay:I9") -> lw.Loop:
-    @lw.effect("spend", name="pay", key=lambda a: key)
-    def pay(invoice: str, amount: float, memo: str) -> dict[str, Any]:
-        paid.append(invoice)
-        return {"paid": invoice}
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        return lw.Proposal(
-            edits=lw.Proposal.edit("inv", {"status": "paid"}).edits,
-            effects=(pay.call(invoice="I9", amount=10.0, memo=memo),),
-        )
-
-    return lw.Loop(
-        name="memo-payer",
-        actor=actor,
-        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="ok")],
-        contract=lw.Contract.from_dict({"budget": {"max_cycles": 2}}),
-        effects=[pay],
-        approvals=lw.ApprovalPolicy(rules=[lw.PolicyRule(kind="spend", action="require")]),
-    )
-
-
 TASK = {"artifacts": {"inv": {"status": "open"}}}
 
 
 def test_a_long_argument_is_cut_in_the_heading_and_whole_in_the_evidence(tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     paid: list[str] = []
-    loop = _loop(paid)
+    loop = _loop(paid, "I9", memo=MEMO)
     with lw.Runtime(store) as rt:
         a = rt.run_sync(loop, TASK, task_key="A")
         rt.approve(a.run_id, by="ann")
@@ -88,10 +66,12 @@ def test_two_calls_read_alike_in_the_heading_are_two_actions(tmp_path: Path) -> 
     one, two = "x" * 300 + "ONE", "x" * 300 + "TWO"
     with lw.Runtime(str(tmp_path / "s.db")) as rt:
         reqs = []
-        for memo, key in ((one, "pay:1"), (two, "pay:2")):
-            run = rt.run_sync(_loop(paid, memo, key), TASK, task_key=key)
+        for memo, invoice in ((one, "I1"), (two, "I2")):
+            run = rt.run_sync(_loop(paid, invoice, memo=memo), TASK, task_key=invoice)
             [req] = rt.store.approvals(run_id=run.run_id, status="pending")
             reqs.append(req)
         a, b = reqs
-        assert a.what == b.what and "… (303 characters)" in a.what
+        said = "memo='" + "x" * 198 + "… (303 characters)"
+        assert said in a.what and said in b.what
+        assert a.what.replace("I1", "I2") == b.what
         assert a.evidence["needs"][0]["call"] != b.evidence["needs"][0]["call"]
