@@ -158,3 +158,16 @@ def test_names_an_earlier_release_stored_are_read_and_listed(
     [listed] = c.get("/api/runs", params={"project": project}).json()
     assert (listed["run_id"], listed["loop_name"], listed["project"]) == (run_id, name, project)
     assert c.get(f"/runs/{run_id}").status_code == 200
+
+
+def test_a_fork_keeps_the_project_an_earlier_release_stored(
+    tmp_path: Path, older_release: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = str(tmp_path / "old.db")
+    run_id = stored_by_an_older_release(store, "payroll", "ap\u200fx")
+    monkeypatch.undo()  # this release's rule from here on
+    with pytest.raises(lw.ConfigError, match="bidirectional control"):
+        _loop("payroll", "ap\u200fx")
+    with lw.Runtime(store) as rt:
+        fork = rt.fork(run_id, 0, loop=_loop("payroll"), by="ann")
+        assert fork.project == "ap\u200fx" and fork.forked_from == run_id
