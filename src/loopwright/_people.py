@@ -577,6 +577,9 @@ def _closing(ids: list[str], *, by: str, note: str) -> list[ClosedApproval]:
     return [ClosedApproval(aid, by, note) for aid in ids]
 
 
+_PROSE_MARKS = str.maketrans("\u200e\u200f\u061c", "   ")
+
+
 def _printable_note(note: str | None) -> str | None:
     """A decision's note as it will be printed (``audit``, ``show``, the inbox): a form's CRLF
     read as a line break; otherwise the character rule of task keys and names
@@ -587,8 +590,11 @@ def _printable_note(note: str | None) -> str | None:
     if note is None:
         return None
     note = note.replace("\r\n", "\n")
-    # (one space for one character: the position the rule names is the note's own)
-    bad = unprintable(note.replace("\n", " ").replace("\t", " "))
+    # (one space for one character: the position the rule names is the note's own). The marks
+    # LRM, RLM and ALM, which right-to-left keyboards put into prose, are let through in a note
+    # (a name, a key and --by refuse them): every display writes them out (cli/_table,
+    # web/_values), so they reorder nothing a person reads.
+    bad = unprintable(note.replace("\n", " ").replace("\t", " ").translate(_PROSE_MARKS))
     if bad is not None:
         raise ConfigError(bad, field="note")
     return note

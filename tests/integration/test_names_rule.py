@@ -83,13 +83,18 @@ def test_names_of_any_script_are_kept(name: str, tmp_path: Path) -> None:
         assert rec is not None and (rec.loop_name, rec.project) == (name, name)
 
 
-def test_the_marks_are_refused_where_people_type_too(tmp_path: Path) -> None:
-    """The character rule is one: a mark in ``--by`` or a decision's note is refused as in a
-    name (they reorder what a person reads as the embeddings do)."""
+def test_the_marks_are_refused_in_by_and_kept_in_a_note(tmp_path: Path) -> None:
+    """A mark in ``--by`` is refused as in a name; a decision's note is prose, where
+    right-to-left keyboards put the marks: it keeps them (every display writes them out),
+    while an embedding or override stays refused there too."""
     with lw.Runtime(str(tmp_path / "s.db")) as rt:
-        for by, note in (("ann\u200f", None), ("ann", "ok\u200f 10 \u200f20")):
-            with pytest.raises(lw.ConfigError, match="bidirectional control"):
-                rt.approve("nothing", by=by, note=note)
+        with pytest.raises(lw.ConfigError, match="bidirectional control"):
+            rt.approve("nothing", by="ann\u200f")
+        with pytest.raises(lw.ConfigError, match="bidirectional control"):
+            rt.approve("nothing", by="ann", note="ok \u202e10")
+        # the note passes the character rule: what stops this approval is the missing run
+        with pytest.raises(lw.RunNotFoundError):
+            rt.approve("nothing", by="ann", note="\u05e9\u05dc\u05d5\u05dd\u200f 10 \u200f20")
 
 
 def _cli(*args: str, cwd: Path, store: str = "") -> subprocess.CompletedProcess[str]:
