@@ -55,10 +55,14 @@ def make_loop(
     fix_b: bool = True,
     max_cycles: int = 3,
 ) -> lw.Loop:
-    """Each cycle: the actor records two model calls of its own (one each way) and rewrites
-    doc/b; cycle 2 pays an invoice (a ``spend`` effect that bills nothing, its reconcile hook
-    answering without a cost: a kill between the call and its result leaves it
-    ``unknown_cost``, the one difference allowed, ``support.crash.cost_told``). The check passes once a person fixed doc/a."""
+    """The check passes once doc/a and doc/b are both ``FIXED``. Each cycle the actor
+    records two model calls of its own (``lw.record_model_call`` and ``lw.model_call``), and
+    the check one; the actor tries doc/a, fixes it at cycle ``fix_at`` (doc/b too with
+    ``fix_b``) and asks there to pay an invoice: a ``spend`` effect (needing a person's
+    approval with ``approve_pay``) that bills nothing, its reconcile hook answering without a
+    cost, so a kill between the call and its result leaves it ``unknown_cost``, the one
+    difference allowed (``support.crash.cost_told``). Each actor call is logged to
+    ``ACTOR_LOG``."""
     paid = work / PAID_FILE
 
     def settled(key: str) -> dict[str, Any] | None:
@@ -101,6 +105,13 @@ def make_loop(
 
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         have = state.values()["doc"]
+        lw.record_model_call(  # a judge's own call: in the check-only cycle too
+            model="m-judge",
+            prompt=json.dumps(have, sort_keys=True),
+            reply="judged",
+            started_at=2000.0,
+            seconds=0.25,
+        )
         findings = tuple(
             lw.Finding(f"{p} is broken", "doc", p, "content") for p in "ab" if have[p] != FIXED
         )
@@ -122,6 +133,13 @@ def make_loop(
 SCENARIOS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # stops on its cycle cap (3), a person fixes doc/b, the resume judges it (check-only)
     "cap_then_edit": ({"approve_pay": False, "fix_b": False}, ("run", "edit_b", "resume")),
+    # the same, the person's edit fixing nothing: the check-only cycle fails, the cap stops it
+    "cap_then_useless_edit": (
+        {"approve_pay": False, "fix_b": False},
+        ("run", "edit_c", "resume"),
+    ),
+    # accepted and paid, then a person edits it (reopened): judged, paid no second time
+    "accepted_then_edit": ({"approve_pay": False}, ("run", "edit_c", "resume")),
     # cycle 2 is accepted and pays (a kill in the payment leaves it to the reconcile hook)
     "pay": ({"approve_pay": False}, ("run",)),
     # parks on the payment's request in cycle 2; a person fixes doc/a beside it and denies
@@ -273,12 +291,14 @@ def same(killed: dict[str, Any], ref: dict[str, Any]) -> list[str]:
         events[n] = kept_evs
     killed["events"] = events
     out: list[str] = []
-    if abs(told_cost - owed_cost) > 1e-9 or told_tokens != owed_tokens:
+    # A cycle record lists what its killed attempts were billed; a cycle that parked and
+    # ended there (ended_in) has no record: its retry events alone say it.
+    if owed_cost > told_cost + 1e-9 or owed_tokens > told_tokens:
         out.append(f"owed {owed_cost}/{owed_tokens} but told {told_cost}/{told_tokens}")
     state = dict(killed["state"])
     spent = dict(state["spent"])
-    spent["cost_usd"] = round(spent["cost_usd"] - owed_cost, 9)
-    spent["tokens"] -= owed_tokens
+    spent["cost_usd"] = round(spent["cost_usd"] - told_cost, 9)
+    spent["tokens"] -= told_tokens
     state["spent"] = spent
     killed["state"] = state
     ref = {**ref, "state": {**ref["state"], "spent": {**ref["state"]["spent"]}}}

@@ -51,7 +51,7 @@ def test_the_references_take_the_paths_under_attack() -> None:
     cap = reference("cap_then_edit", 3)
     assert cap["end"] == ("accepted", "success", 4, 1.0)
     assert [k for k, _ in cap["events"][4]][:2] == ["cycle_started", "judged_again"]
-    assert cap["model_calls"] == 2 * 3  # two a cycle of the actor, none in the check-only one
+    assert cap["model_calls"] == 3 * 3 + 1  # the actor two a cycle, the check one (check-only too)
     pay = reference("pay", 3)
     assert pay["end"] == ("accepted", "success", 2, 1.0) and pay["paid"] == ["pay:INV-1"]
     for sc in ("deny_beside_edit", "expire_beside_edit"):
@@ -68,6 +68,25 @@ def test_the_references_take_the_paths_under_attack() -> None:
 @pytest.mark.parametrize("scenario", list(nk.SCENARIOS))
 def test_the_snapshot_interval_does_not_change_the_outcome(scenario: str, k: int) -> None:
     assert reference(scenario, k) == reference(scenario, 3)
+
+
+def test_model_calls_of_a_killed_attempt_are_not_kept_twice_and_their_bill_is() -> None:
+    """An actor killed after it answered (its two own model calls reported) and redone: the
+    cycle's records are the redone attempt's, once; the killed attempt's bill is kept, on an
+    ``interrupted`` retry event (docs/decisions.md, "A killed attempt's model calls")."""
+    db, work = _sqlite()
+    assert _play(db, work, "pay", [[("after_actor", 2)]], 3) == 1
+    got, ref = nk.outcome(db, work), reference("pay", 3)
+    assert got["model_calls"] == ref["model_calls"] == 2 * 2 + 2
+    calls = [d for k, d in got["events"][2] if k == "model_call"]
+    assert [(c["model"], c["attempt"]) for c in calls] == [
+        ("m-own", 1),
+        ("m-timed", 1),
+        ("m-judge", 1),
+    ]
+    [lost] = [d for k, d in got["events"][2] if k == "retry"]
+    assert lost["interrupted"] is True and lost["usage"] == {"cost_usd": 0.002, "tokens": 7}
+    assert nk.same(got, ref) == []
 
 
 def crash_lists(steps: int) -> st.SearchStrategy[list[list[nk.Point]]]:
@@ -102,7 +121,11 @@ def test_a_run_crashed_on_the_new_paths_resumes_to_the_uninterrupted_state(
 
 
 @pytest.mark.postgres
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("LW_KILL_EXAMPLES_PG", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(trial=trials())
 def test_the_same_on_postgresql(trial: tuple[str, int, list[list[nk.Point]]]) -> None:
     from conftest import pg_base_url, pg_drop_schema
@@ -134,6 +157,8 @@ SIGKILLS: list[tuple[str, list[list[str]]]] = [
     ("deny_beside_edit", [[], ["before_checkpoint:1", "after_checkpoint:1"]]),
     ("expire_beside_edit", [[], ["before_checkpoint:1"]]),
     ("approve_beside_edit", [[], ["after_effect_intent:1", "before_checkpoint:1"]]),
+    ("cap_then_useless_edit", [[], ["before_checkpoint:1", "after_checkpoint:1"]]),
+    ("accepted_then_edit", [[], ["before_check:1", "after_checkpoint:1"]]),
     ("deny_ends", [[], ["before_checkpoint:1"]]),
     ("deny_ends", [[], ["after_checkpoint:1"]]),
     ("pay", [["before_effect_result:1", "before_checkpoint:1"]]),

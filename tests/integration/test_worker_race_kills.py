@@ -117,3 +117,28 @@ def test_an_edit_or_resume_while_a_worker_holds_the_run_is_refused_then_works(
     billed = [n for n in _actor_calls(tmp_path) if n <= 2]
     assert len(billed) == 3 if op == "resume" else len(billed) == 2
     assert r.spent.cost_usd == pytest.approx(0.002 * len(billed))
+
+
+@pytest.mark.parametrize("then", ["killed", "continued"])
+def test_a_cancel_while_a_worker_judges_a_persons_edit(url: str, tmp_path: Path, then: str) -> None:
+    """The run stopped on its cycle cap, a person fixed doc/b (reopened: a worker claims it),
+    and a cancel comes while the worker's check-only cycle is under way."""
+    loop = nk.loop_for("cap_then_edit", tmp_path)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, nk.TASK, task_key=nk.KEY)
+        assert (r.status, r.stop_reason) == ("stopped", "budget_cycles")
+        rt.edit(r.run_id, "doc/b", nk.FIXED, by="ann")
+    worker = _paused_worker(url, tmp_path, "before_check:1")
+    with lw.Runtime(url) as rt:
+        assert rt.cancel(r.run_id, by="ops").status == "running"  # deferred to the worker
+    if then == "killed":
+        _killed(worker)
+        with lw.Runtime(url) as rt:
+            end = rt.resume_sync(r.run_id, loop)
+        assert (end.status, end.cycles) == ("cancelled", 3)  # not judged after the cancel
+    else:
+        _continued(worker)  # the cycle under way concludes: the edit meets the contract
+        with lw.Runtime(url) as rt:
+            end = rt.result(r.run_id)
+        assert (end.status, end.stop_reason, end.cycles) == ("accepted", "success", 4)
+    assert _actor_calls(tmp_path) == [1, 2, 3]  # no actor call after the cap, killed or not
