@@ -16,12 +16,12 @@ from support.crash import Crash, phase_hook
 
 import loopwright as lw
 
-TASK = {"artifacts": {"inv": {"status": "open"}}}
+TASK = {"artifacts": {"inv": {"status": "open", "memo": ""}}}  # memo: a part to edit
 
 
-def _loop(paid: list[str], die_in_refund: list[bool]) -> lw.Loop:
+def _loop(paid: list[str], die_in_refund: list[bool], *, hook: bool = True) -> lw.Loop:
     """``test_approval_card_done_already._loop``, its refund dying once (``die_in_refund``)
-    after it acted, and reconciled (the provider says whether it refunded)."""
+    after it acted, and reconciled (the provider says whether it refunded) with ``hook``."""
 
     def refund(key: str, result: Any, args: dict[str, Any]) -> None:
         paid.append("-" + args["invoice"])
@@ -37,7 +37,7 @@ def _loop(paid: list[str], die_in_refund: list[bool]) -> lw.Loop:
         name="pay",
         key=lambda a: f"pay:{a['invoice']}",
         compensate=refund,
-        compensate_reconcile=refunded,
+        compensate_reconcile=refunded if hook else None,
     )
     def pay(invoice: str, amount: float) -> dict[str, Any]:
         paid.append(invoice)
@@ -114,3 +114,36 @@ def test_a_reuse_refunded_since_is_asked_again_whatever_dies(
         rt.approve(b, by="dan")
         assert rt.resume_sync(b, loop).accepted
         assert paid == ["I6", "-I6", "I6"]  # approved knowing: paid once
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_reuse_whose_refund_is_in_doubt_is_not_said_to_run_when_approved(
+    url: str, edited: bool
+) -> None:
+    """A's refund killed after the provider refunded, with no hook to ask whether it did: the
+    claim stays being undone. B, approved on its card promising the reuse, is asked again;
+    before, its request said "undone since (refunded or compensated), so approving now runs it
+    again", and approving it ran nothing (the run escalated, the undoing in doubt)."""
+    paid: list[str] = []
+    loop = _loop(paid, [True], hook=False)
+    with lw.Runtime(url) as rt:
+        a = rt.run_sync(loop, TASK, task_key="A").run_id
+        rt.approve(a, by="ann")
+        assert rt.resume_sync(a, loop).accepted
+        b = rt.run_sync(loop, TASK, task_key="B").run_id
+        rt.rollback(a, to_cycle=0, by="ops", loop=loop)
+        [refund] = _pending(rt, a)
+        rt.approve(a, by="fin", approval_id=refund.approval_id)
+    assert _until_done(url, lambda rt: rt.resume_sync(a, loop), None) == 1
+    assert paid == ["I6", "-I6"]
+    with lw.Runtime(url) as rt:
+        if edited:  # judged again on resume (the other path to the same check)
+            rt.edit(b, "inv/memo", "checked", by="eve")
+        rt.approve(b, by="dan")
+        rt.resume_sync(b, loop)
+        [again] = _pending(rt, b)
+        assert "runs it again only once the undoing has ended" in again.why, again.why
+        assert "so approving now runs it again" not in again.why
+        rt.approve(b, by="dan")
+        end = rt.resume_sync(b, loop)
+        assert end.status == "escalated" and paid == ["I6", "-I6"]  # as the card says now
