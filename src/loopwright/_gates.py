@@ -195,7 +195,7 @@ class Gates(RuntimeHost):
                 if given and _approved(need, given):
                     if not reuse_gone(need, given):
                         continue  # a person approved it already (judged again after an edit)
-                    need["why"] = f"{d.why}; {ASKED_AGAIN}"
+                    need["why"] = f"{d.why}; {asked_again(self.store, ex.run_id, n, eff, c)}"
                 earned, standing = self._earned(ex, n, eff, c, d)
                 if earned:
                     continue  # approved by the loop's own record (docs/permissions.md)
@@ -313,6 +313,25 @@ ASKED_AGAIN = (
     "asked again: it was approved as already done, and was undone since (refunded or "
     "compensated), so approving now runs it again"
 )
+# ...when its undoing started and has not ended (a refund under way, or killed with no hook to
+# ask whether it happened): approving then runs nothing, the run stops for a person (kill48:
+# the card said "approving now runs it again").
+ASKED_AGAIN_UNDOING = (
+    "asked again: it was approved as already done, and its undoing (a refund or compensation) "
+    "started since and is not known to have ended, so approving runs it again only once the "
+    "undoing has ended; until then the run stops for a person to check whether it was undone"
+)
+
+
+def asked_again(store: Store, run_id: str, n: int, eff: Effect, c: EffectCall) -> str:
+    """Why an action approved as done already, done no more, is asked again: by its claim
+    now (being undone, or undone)."""
+    try:
+        key, business = key_of(eff, run_id, n, c)
+    except ConfigError:  # refused where the effect runs, with its own message
+        return ASKED_AGAIN
+    claim = store.effect_claim(eff.kind, key) if business else None
+    return ASKED_AGAIN_UNDOING if claim is not None and claim.status == "undoing" else ASKED_AGAIN
 
 
 def given_keys(approved: Sequence[Mapping[str, Any]]) -> set[tuple[str, ...]]:

@@ -22,7 +22,7 @@ from ._effects import Effect, EffectCall
 from ._errors import ConfigError, RunNotFoundError
 from ._exec import Execution as _Exec
 from ._exec import budget_before, calls_usage, memory_shown
-from ._gates import ASKED_AGAIN, approved_as_reuses, call_digest, done_already
+from ._gates import approved_as_reuses, asked_again, call_digest, done_already
 from ._host import RuntimeHost
 from ._policy import PolicyDecision
 from ._proposal import Proposal, Verdict
@@ -266,7 +266,7 @@ class Parking(RuntimeHost):
                 continue
             again = {k: v for k, v in need.items() if k not in ("done_already", "reuse")}
             again["what"] = eff.describe(c.args)
-            again["why"] = f"{need.get('why')}; {ASKED_AGAIN}"
+            again["why"] = f"{need.get('why')}; {asked_again(self.store, ex.run_id, n, eff, c)}"
             gone.append(again)
         return gone
 

@@ -67,6 +67,13 @@ TRIALS = [
         "both",
         {"A": "cancelled", "F": "accepted"},
     ),
+    # B parked on a card promising A's payment reused; A's refund approved and killed once
+    # the provider refunded, no hook to ask: B's card approved as it stood pays nothing (the
+    # claim is done no more: B is asked again, and a person cancels it) (kill48; on stop 46's
+    # code, before newuser47, B escalated here, and with no kill paid under the next key)
+    ("reuse_card_refunded", "provider:refund", "none", {"A": "cancelled", "B": "cancelled"}),
+    # ...killed before the refund's result, settled by the hook: B asked again, then cancelled
+    ("reuse_card_refunded", "before_effect_result:1", "both", {"A": "cancelled", "B": "cancelled"}),
 ]
 
 

@@ -4,7 +4,8 @@ Actions: ``run`` (start the run for TASK_KEY, or resume it), ``cancel`` (a perso
 cancels it; its refunds run in this process), ``rollback CYCLE`` (``ops`` rolls it back to
 CYCLE; the refunds and the redo run in this process), ``approve`` (another person, ``fin``,
 approves the run's pending refund requests, which run in this process: a refund others
-reused is never approved by whoever asked for it), ``fork CYCLE ORIGIN`` (``ops`` forks the
+reused is never approved by whoever asked for it), ``approve_pay`` (``fin`` approves the run's
+pending payment requests, as they stand, and resumes it), ``fork CYCLE ORIGIN`` (``ops`` forks the
 run of task ORIGIN at CYCLE as TASK_KEY, which runs in this process), ``finish`` (resume to
 its end; a run parked for a person is cancelled by one, and its refunds run).
 
@@ -13,7 +14,7 @@ the N-th phase boundary PHASE, see ``crashpoints/killpoint.py``), ``MK_PARK=1`` 
 the run asks a person a question and parks), ``MK_HOOKS`` (``both``: the payment and the refund
 have reconcile hooks; ``none``: neither), ``MK_DECLINE`` / ``MK_BUG_AFTER`` (see ``ledger.py``),
 ``MK_NO_REPAY=1`` (the last cycle does not ask for I6 again: a fork's payment stays the one it
-inherited).
+inherited), ``MK_APPROVE_PAY=1`` (a payment waits for a person's approval).
 
 The loop: cycle 1 fixes ``doc.c``; cycle 2 fixes ``doc.a`` and pays invoice I6 (5.0, business
 key ``I6``); then (``MK_PARK``) a question; the last cycle fixes ``doc.b`` and asks for I6
@@ -42,6 +43,7 @@ from ledger import Ledger  # noqa: E402
 INVOICE = "I6"
 PO = lw.Question("Which PO governs?", choices=("PO-1", "PO-2"))
 ALLOW = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="allow"),))
+ASK = lw.ApprovalPolicy((lw.PolicyRule(kind="spend", action="require", name="spend"),))
 
 
 def build_loop(ledger: Ledger, task_key: str) -> lw.Loop:
@@ -81,7 +83,7 @@ def build_loop(ledger: Ledger, task_key: str) -> lw.Loop:
         verifiers=[fields],
         contract=lw.Contract(budget=lw.Budget(max_cycles=8)),
         effects=[pay],
-        approvals=ALLOW,
+        approvals=ASK if os.environ.get("MK_APPROVE_PAY") == "1" else ALLOW,
     )
 
 
@@ -108,6 +110,11 @@ def main(argv: list[str]) -> int:
         elif action == "approve":
             for req in rt.store.approvals(run_id=rec.run_id, status="pending"):
                 if req.kind == "compensation":
+                    rt.approve(rec.run_id, by="fin", approval_id=req.approval_id)
+            out = rt.resume_sync(rec.run_id, loop)
+        elif action == "approve_pay":
+            for req in rt.store.approvals(run_id=rec.run_id, status="pending"):
+                if req.kind == "effect":
                     rt.approve(rec.run_id, by="fin", approval_id=req.approval_id)
             out = rt.resume_sync(rec.run_id, loop)
         elif action == "rollback":

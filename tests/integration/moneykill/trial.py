@@ -35,6 +35,7 @@ class Trial:
     killed_pids: set[int] = field(default_factory=set)
     refunded_later: list[str] = field(default_factory=list)
     unpaid_accepted: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)  # rules a scenario checked on the way
 
     def start(
         self, action: str, key: str, *extra: str, crash: str | None = None, **env: str
@@ -87,7 +88,7 @@ class Trial:
         """Every rule the trial must keep, against the provider's ledger: what it broke."""
         ledger = Ledger(self.work / "provider.db")
         charges, requests = ledger.charges(), ledger.requests()
-        bad: list[str] = []
+        bad: list[str] = list(self.broken)
         standing = Counter(inv for _k, inv, st, refunds in charges if st == "paid" and not refunds)
         bad += [f"{inv} charged {n} times, standing" for inv, n in standing.items() if n > 1]
         bad += [f"{k} refunded {r} times" for k, _inv, _st, r in charges if r > 1]
@@ -288,6 +289,26 @@ def redo_after_a_bug(t: Trial, kill: str | None) -> list[str]:
     return ["A", "B"]
 
 
+def reuse_card_refunded(t: Trial, kill: str | None) -> list[str]:
+    """A's payment approved and made, A parks; B parks on a card promising A's payment reused;
+    a person cancels A, another approves its refund, killed at ``kill``; then B's card is approved as it stood
+    (stop 47, newuser47): that approval must pay nothing (B is asked again, or held while the
+    refund is in doubt)."""
+    t.env["MK_APPROVE_PAY"] = "1"
+    t.do("run", "A", MK_PARK="1")
+    t.do("approve_pay", "A", MK_PARK="1")
+    t.do("run", "B")
+    t.do("cancel", "A", MK_PARK="1")  # its refund waits for a person (a spend)
+    t.do("approve", "A", crash=kill, MK_PARK="1")
+    ledger = Ledger(t.work / "provider.db")
+    before = len(ledger.requests())
+    t.do("approve_pay", "B")
+    paid = [k for _s, op, k, _p, _a in ledger.requests()[before:] if op == "pay"]
+    if paid:
+        t.broken.append(f"B's card promising a reuse, approved, asked the provider for {paid}")
+    return ["A", "B"]
+
+
 SCENARIOS = {
     "declined_then_another": declined_then_another,
     "declined_resumed_then_another": declined_resumed_then_another,
@@ -303,6 +324,7 @@ SCENARIOS = {
     "racing_payers": racing_payers,
     "racing_declined": racing_declined,
     "redo_after_a_bug": redo_after_a_bug,
+    "reuse_card_refunded": reuse_card_refunded,
 }
 
 # Where a payment's or a refund's process dies: before the provider is asked, inside the
