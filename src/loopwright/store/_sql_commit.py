@@ -66,7 +66,7 @@ class CommitSQL(ReadsSQL):
         )
         cols = self._run_cols(run, seq)
         with self._tx() as conn:
-            return self._commit_in(conn, req, cols, now)
+            return self._commit_in(self._writer(conn), req, cols, now)
 
     def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
         with self._tx() as conn:
@@ -104,7 +104,7 @@ class CommitSQL(ReadsSQL):
         now = time.time()
         cols = self._run_cols(it.run, it.seq)
         with self._tx() as conn:
-            return self._commit_in(conn, it, cols, now)
+            return self._commit_in(self._writer(conn), it, cols, now)
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its

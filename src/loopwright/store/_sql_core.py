@@ -90,6 +90,11 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
         (``journal_put(lazy=True)``); a backend may commit it without waiting for the disk."""
         return self._tx()
 
+    def _writer(self, conn: Any) -> Any:
+        """What runs ``conn``'s statements in a commit, one after another (each one's rows
+        read before the next runs): ``conn`` itself, or a cursor the backend keeps for it."""
+        return conn
+
     @abstractmethod
     def _savepoint(self, conn: Any) -> AbstractContextManager[Any]:
         """A savepoint in ``_tx``'s transaction, rolled back to on error."""
