@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
-from .._json import dumps, loads
+from .._json import dumps, loads, loads_all
 from ._damage import damage_error
 from ._schema import CLAIMABLE_SQLITE, SQLITE_MIGRATIONS
 from ._sql import SQLStore, owner_is_dead
@@ -161,6 +161,9 @@ class SQLiteStore(SQLStore):
     @staticmethod
     def _jl(value: Any) -> Any:
         return loads(value)
+
+    def _jl_all(self, values: list[Any]) -> list[Any]:
+        return loads_all(values)
 
     def __init__(
         self,
