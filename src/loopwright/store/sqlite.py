@@ -357,7 +357,7 @@ class SQLiteStore(SQLStore):
 
     def _writer(self, conn: sqlite3.Connection) -> sqlite3.Cursor:
         # One cursor for every write transaction (under the store's lock): a statement run
-        # through it skips making and dropping a cursor (≈ 3 k instructions, ten a cycle).
+        # through it skips making and dropping a cursor (≈ 1 k instructions; seven a cycle).
         return self._cur
 
     def _failure(self, exc: BaseException) -> StoreError | None:
