@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from ._errors import ConfigError
@@ -47,6 +47,7 @@ __all__ = [
     "is_text",
     "json_lines",
     "loads",
+    "loads_all",
     "lone_surrogate",
     "not_text",
     "owned_copy",
@@ -262,6 +263,32 @@ def loads(text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:  # NaN/Infinity or a lone surrogate, from older versions
         return _texts(json.loads(text))
+
+
+#: Texts ``loads_all`` searches for a long integer at once (bounds the joined copy it makes).
+_SEARCHED_AT_ONCE = 256
+
+
+def loads_all(texts: Sequence[str]) -> list[Any]:
+    """``[loads(t) for t in texts]``, with one search for a long integer over a few hundred
+    texts at a time (joined by newlines: no run of digits spans two) instead of one search
+    each, a few thousand instructions less per text (a result reading back a long run's
+    versions parses thousands of short values). A run found sends that group text by text
+    through ``loads``, which decides each as it always does."""
+    if orjson is None:
+        return [loads(t) for t in texts]
+    out: list[Any] = []
+    for i in range(0, len(texts), _SEARCHED_AT_ONCE):
+        group = texts[i : i + _SEARCHED_AT_ONCE]
+        if _may_hold_big_int("\n".join(group)):
+            out += [loads(t) for t in group]
+            continue
+        for t in group:
+            try:
+                out.append(orjson.loads(t))
+            except orjson.JSONDecodeError:  # NaN/Infinity or a lone surrogate: as ``loads``
+                out.append(_texts(json.loads(t)))
+    return out
 
 
 def _texts(value: Any) -> Any:

@@ -17,9 +17,9 @@ from loopwright.store.sqlite import SQLiteStore
 
 
 class _FailingCommit:
-    """The store's connection, except that its next COMMIT raises ``error``."""
+    """The store's cursor, except that its next COMMIT raises ``error``."""
 
-    def __init__(self, db: sqlite3.Connection, error: Exception) -> None:
+    def __init__(self, db: sqlite3.Cursor, error: Exception) -> None:
         self._db, self._error = db, error
 
     def execute(self, sql: str, *args: Any) -> Any:
@@ -92,13 +92,13 @@ def test_a_database_failure_in_the_body_is_the_store_being_unavailable(
 def test_a_failed_commit_keeps_nothing_and_leaves_no_transaction_open(
     store: SQLiteStore,
 ) -> None:
-    real = store._db
-    store._db = _FailingCommit(real, sqlite3.OperationalError("disk I/O error"))  # type: ignore[assignment]
+    real, cursor = store._db, store._cur  # (the transaction's COMMIT runs on its cursor)
+    store._cur = _FailingCommit(cursor, sqlite3.OperationalError("disk I/O error"))  # type: ignore[assignment]
     try:
         with pytest.raises(StoreUnavailableError, match="disk I/O error"), store._tx() as conn:
             conn.execute("INSERT INTO scratch VALUES (1)")
     finally:
-        store._db = real
+        store._cur = cursor
     assert not real.in_transaction
     assert _lock_is_free(store)
     assert _count(store) == 0

@@ -37,6 +37,7 @@ from loopwright.store import (
 )
 from loopwright.store._live import NOTIFIED, LiveStore
 from loopwright.store._schema import SQLITE_MIGRATIONS
+from loopwright.store._sql_statements import EVENTS_IN_ONE
 
 
 @dataclass
@@ -817,6 +818,28 @@ def test_events_in_order(store: Store) -> None:
     assert [e.kind for e in store.events(run_id, after_id=events[3].id)] == ["d", "e"]
     assert store.events(run_id, after_id=events[-1].id) == []
     assert all(isinstance(e.ts, float) for e in events)
+
+
+@pytest.mark.parametrize("n", [1, 4, EVENTS_IN_ONE, EVENTS_IN_ONE + 1, 3 * EVENTS_IN_ONE])
+def test_a_commits_events_are_its_rows_in_order(store: Store, n: int) -> None:
+    """Up to ``EVENTS_IN_ONE`` a commit's events are written by one multi-row INSERT, more by
+    ``executemany``: either way each is one row, in the order given, and a commit refused
+    writes none of them."""
+
+    def events(seq: int, n: int) -> list[NewEvent]:
+        return [NewEvent(seq, f"e{seq}.{i}", {"i": i, "t": "ü" * (i % 3)}) for i in range(n)]
+
+    run_id, token = _leased(store)
+    given = events(1, n) + events(2, 2) + events(3, n)
+    for seq, part in ((1, given[:n]), (2, given[n : n + 2]), (3, given[n + 2 :])):
+        _commit(store, run_id, token, seq, events=part)
+    got = store.events(run_id)[1:]  # (after run_created)
+    assert [(e.cycle, e.kind, e.data) for e in got] == [(e.cycle, e.kind, e.data) for e in given]
+    ids = [e.id for e in got]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    with pytest.raises(lw.StaleLeaseError):
+        _commit(store, run_id, token - 1, 4, events=events(4, n))
+    assert len(store.events(run_id)) == len(got) + 1
 
 
 def test_was_notified_answers_for_its_run_key_and_target_only(store: Store) -> None:

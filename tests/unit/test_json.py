@@ -83,6 +83,35 @@ def test_a_fractions_long_digits_are_no_big_integer() -> None:
     assert repr(_json.loads(text)) == repr(json.loads(text))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(json_values, max_size=40), st.integers(min_value=1, max_value=7))
+def test_loads_all_reads_each_text_as_loads_does(values: list[Any], group: int) -> None:
+    """The texts a store reads back in one go (``loads_all``, one search for a long integer
+    over a group) come back as ``loads`` gives each: the same values of the same types,
+    whatever long integers, fractions, NaN or escaped surrogates lie next to each other and
+    wherever a group begins."""
+    texts = [_json.dumps(v) for v in values] + [
+        "12345678901234567890123",
+        "0.1234567890123456789",
+        '"12345678901234567890"',
+        "[NaN, 1]",
+        '"\\ud83d"',
+        "[2, 1234567890123456789012]",
+        "9",
+    ]
+    texts = texts[group:] + texts[:group]  # (the special texts at every place in turn)
+    real = _json._SEARCHED_AT_ONCE
+    try:
+        _json._SEARCHED_AT_ONCE = group  # groups of 1 to 7 texts: every kind of neighbour
+        got = _json.loads_all(texts)
+    finally:
+        _json._SEARCHED_AT_ONCE = real
+    want = [_json.loads(t) for t in texts]
+    assert repr(got) == repr(want)
+    assert [type(v) for v in got] == [type(v) for v in want]
+    assert repr(_json.loads_all(texts)) == repr(want)
+
+
 def test_objects_json_cannot_write_become_their_str_as_before() -> None:
     @dataclasses.dataclass
     class Thing:

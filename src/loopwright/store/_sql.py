@@ -6,7 +6,9 @@ commits and group commit, the journal and approval rules, feedback memory, the m
 runner and the parsing of rows. A backend sets the dialect (``_MARK``, ``_DB_NOW``,
 ``_LOCKS``, ``_UNIQUE``, ``_REFUSED``, ``_DB_FAILURE``, ``_js``/``_jl``) and the hooks:
 connections and transactions (``_conn``, ``_tx``, ``_savepoint``, ``_executemany``), the
-batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by design.
+batch's fencing read (``_fence_batch``), and ``claim_runs``, which differs by design; and may
+override ``_writer`` (what runs a commit's statements: SQLite keeps one cursor for them) and
+``_jl_all`` (many JSON values read at once).
 
 ``SQLStore`` is made of parts, each a mixin in its own module: the statements
 (``_sql_statements``), the dialect, hooks and row readers (``_sql_core``), migrations, runs and

@@ -23,7 +23,7 @@ from ._rows import (
     version_row,
 )
 from ._sql_reads import ReadsSQL
-from ._sql_statements import journal_key
+from ._sql_statements import EVENTS_IN_ONE, journal_key
 
 BOOLEAN_RUN_COLS = frozenset({"held_out_passed", "cancel_requested"})
 
@@ -66,7 +66,7 @@ class CommitSQL(ReadsSQL):
         )
         cols = self._run_cols(run, seq)
         with self._tx() as conn:
-            return self._commit_in(conn, req, cols, now)
+            return self._commit_in(self._writer(conn), req, cols, now)
 
     def forget_rejected(self, run_id: str, after_cycle: int, *, keep: Collection[str] = ()) -> None:
         with self._tx() as conn:
@@ -104,7 +104,7 @@ class CommitSQL(ReadsSQL):
         now = time.time()
         cols = self._run_cols(it.run, it.seq)
         with self._tx() as conn:
-            return self._commit_in(conn, it, cols, now)
+            return self._commit_in(self._writer(conn), it, cols, now)
 
     def commit_many(self, items: Sequence[CommitRequest]) -> list[bool | StoreError]:
         """Several runs' commits in ONE transaction (one sync to disk): each is fenced on its
@@ -217,12 +217,12 @@ class CommitSQL(ReadsSQL):
             conn.execute(q.insert_checkpoint, checkpoint_row(it, now, js))
         except self._UNIQUE:
             raise ConflictError(f"run {run_id}: checkpoint {it.seq} already written") from None
-        if it.events:  # (``event_row`` written out: four a cycle)
-            self._executemany(
-                conn,
-                q.insert_event,
-                _event_rows(run_id, it.events, now, js),
-            )
+        if it.events:  # (``event_row`` written out: four a cycle, in one statement)
+            n = len(it.events)
+            if n <= EVENTS_IN_ONE:
+                conn.execute(q.insert_events(n), _event_params(run_id, it.events, now, js))
+            else:
+                self._executemany(conn, q.insert_event, _event_rows(run_id, it.events, now, js))
         # (a request's times on the store's clock, as its expiry: ``_store_now``)
         at = self._store_now(conn, now) if it.approvals or it.closes else now
         for a in it.approvals:
@@ -267,6 +267,16 @@ def _event_rows(
     for e in events:
         rows.append((run_id, e.cycle, e.kind, now, js(dict(e.data))))
     return rows
+
+
+def _event_params(
+    run_id: str, events: Sequence[NewEvent], now: float, js: Callable[[Any], str]
+) -> list[Any]:
+    """``_event_rows`` one after another: the parameters of ``insert_events``."""
+    params: list[Any] = []
+    for e in events:
+        params += (run_id, e.cycle, e.kind, now, js(dict(e.data)))
+    return params
 
 
 def _version_rows(

@@ -66,6 +66,11 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
     def _jl(value: Any) -> Any:
         """A JSON column's value as read (text to parse, or already parsed by the driver)."""
 
+    def _jl_all(self, values: list[Any]) -> list[Any]:
+        """``[self._jl(v) for v in values]`` (a backend may read them at once)."""
+        jl = self._jl
+        return [jl(v) for v in values]
+
     def _open(self) -> None:
         """Refuse a read or write once ``close`` was called, saying so (not the driver's
         "Cannot operate on a closed database" or "the pool is closed"): the common case is a
@@ -89,6 +94,11 @@ class SQLCore(LiveSQL, PeopleSQL, Store):
         """``_tx`` for a write that must survive the process, not the machine
         (``journal_put(lazy=True)``); a backend may commit it without waiting for the disk."""
         return self._tx()
+
+    def _writer(self, conn: Any) -> Any:
+        """What runs ``conn``'s statements in a commit, one after another (each one's rows
+        read before the next runs): ``conn`` itself, or a cursor the backend keeps for it."""
+        return conn
 
     @abstractmethod
     def _savepoint(self, conn: Any) -> AbstractContextManager[Any]:

@@ -202,7 +202,7 @@ class ReadsSQL(SQLCore):
             after = int(rows[-1][0])
 
     def versions_within(self, run_id: str, budget: int | None) -> dict[str, list[Version]] | None:
-        q, jl = self._q, self._jl
+        q = self._q
         out: dict[str, list[Version]] = {}
         total = 0
         limit = float("inf") if budget is None else budget
@@ -218,10 +218,9 @@ class ReadsSQL(SQLCore):
                 if total > limit:
                     return None  # SQLite steps row by row: nothing more is read
                 rows.append(row)
-        for ref, n, cycle, status, value, _size in rows:  # decoded once known to fit
-            out.setdefault(ref, []).append(
-                Version(int(n), jl(value), int(cycle), cast(PartStatus, status))
-            )
+        values = self._jl_all([row[4] for row in rows])  # decoded once known to fit
+        for (ref, n, cycle, status, _value, _size), value in zip(rows, values, strict=True):
+            out.setdefault(ref, []).append(Version(int(n), value, int(cycle), status))
         return out
 
     def is_rejected(self, run_id: str, digest: str) -> bool:

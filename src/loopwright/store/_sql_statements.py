@@ -36,6 +36,10 @@ def journal_key(run_id: str, key: str) -> tuple[str, ...]:
 
 # Runnable by status: in progress, or parked with no pending request (decided, so it can go
 # on). Each store's claim adds its own lease condition.
+#: A commit's events written by one multi-row INSERT up to this many (``insert_events``);
+#: more, by ``executemany`` (one statement text per count, each kept by the driver's cache).
+EVENTS_IN_ONE = 8
+
 RUNNABLE_STATUS = (
     "(r.status IN ('pending', 'running') OR (r.status = 'awaiting_approval' AND NOT EXISTS "
     "(SELECT 1 FROM approvals a WHERE a.run_id = r.run_id AND a.status = 'pending')))"
@@ -341,6 +345,14 @@ class CoreStatements:
     def p(self, text: str) -> str:
         """``text`` written with ``?`` placeholders, in the driver's."""
         return text if self.mark == "?" else text.replace("?", self.mark)
+
+    @functools.cache  # noqa: B019 - one instance per backend class, EVENTS_IN_ONE texts
+    def insert_events(self, n: int) -> str:
+        """``insert_event`` for ``n`` rows in one statement, their parameters one row after
+        another: one statement run instead of ``n`` (a cycle's four events), the ids given in
+        the rows' order as ``executemany`` gives them."""
+        rows = ",".join(["(?,?,?,?,?)"] * n)
+        return self.p(f"INSERT INTO events({INSERT_EVENT_COLS}) VALUES{rows}")
 
     @functools.cache  # noqa: B019 - one instance per backend class, a few column sets each
     def update_run(self, names: tuple[str, ...], returning: bool) -> str:
