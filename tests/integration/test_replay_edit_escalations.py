@@ -134,6 +134,13 @@ def test_a_denied_requests_cycle_is_stopped_by_a_lower_cycle_cap(tmp_path: Path)
     capped = dataclasses.replace(loop.contract, budget=lw.Budget(max_cycles=1))
     _, o = _replayed(path, r.run_id, capped)
     assert (o.reason, o.cycles, o.accepted) == ("budget_cycles", 0, False)
+    # The cycle ends the run whatever it finds: accepted if the person's version meets the
+    # contract, else escalated on the denial (``_judge_denied``), never left to the plateau or
+    # the budgets. Recorded accepted, its trace did not say so: under a contract it falls short
+    # of, replay went on past it (censored) where the engine escalates there (review48c).
+    stricter = dataclasses.replace(loop.contract, success=lw.Success(required=("check", "other")))
+    _, o = _replayed(path, r.run_id, stricter)
+    assert (o.reason, o.cycles, o.accepted) == ("escalated", 1, False)
 
 
 def test_a_denied_requests_cycle_counts_as_a_cycle_with_a_context(tmp_path: Path) -> None:
@@ -208,6 +215,8 @@ def test_an_older_trace_marks_a_denied_requests_cycle_check_only_and_is_read_as_
     an attempt, whatever its flag."""
     [trace] = read_traces(_older_trace(tmp_path, second))
     assert trace.cycles[1].check_only is check_only
+    # (the denied request's cycle: short of success, it escalates on the denial)
+    assert trace.cycles[1].escalated is not check_only
     capped = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=1))
     o = simulate(trace, capped)
     assert (o.reason, o.cycles) == (reason, 1 if reason == "budget_cycles" else 2)

@@ -99,6 +99,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         visible_names.update(dict.fromkeys(visible))
         optional.update(str(x) for x in r.get("not_required") or ())
         held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
+        checked = bool(r.get("check_only"))
+        attempt = not no_attempt(checked, (c.who for c in calls))
         cycles.append(
             CycleTrace(
                 cycle=int(r["cycle"]),
@@ -120,7 +122,11 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 improved=r.get("improved"),
                 # (a request denied after a person's edit beside it: its cycle judged the edit,
                 # check-only, but it started as the actor's, after the checks an attempt makes)
-                check_only=no_attempt(bool(r.get("check_only")), (c.who for c in calls)),
+                check_only=not attempt,
+                # ...and short of success it escalates on the denial, whatever the contract
+                # (``_judge_denied``): recorded accepted, a contract it falls short of ends it
+                # escalated there too, never by the plateau or a budget (review48c)
+                escalated=checked and attempt,
             )
         )
     if ended and rec.status == "escalated":
