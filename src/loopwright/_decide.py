@@ -304,6 +304,23 @@ def counted_cycle(paid: list[int] | None, spent: Usage) -> list[int] | None:
     ]
 
 
+def no_attempt(check_only: bool, whos: Iterable[object]) -> bool:
+    """Whether a cycle made no attempt, from its ``check_only`` flag and who its priced calls
+    were (``whos``): a check-only one that called no actor (a person's edit judged,
+    ``_edit_check``). Not the cycle of a request denied after an edit beside it: it judged the
+    edit check-only, but it began as the actor's attempt (the actor was shown its context, and
+    paid). Such a cycle counts no cycle without progress, no paid cycle (``counted_cycle``), no
+    context shown (``context_reuse_rate``), no trial (``fit_hazard``); the one rule for the
+    engine (``_exec.no_attempt``), the metrics and replay (a store's records and trace files,
+    those an older release wrote marking a denied request's cycle ``check_only`` too)."""
+    if not check_only:
+        return False
+    for who in whos:  # noqa: SIM110 - (a loop: no generator a cycle)
+        if who == "actor":
+            return False
+    return True
+
+
 def aggregate_score(checks: Sequence[Check], verdicts: dict[str, Verdict]) -> float | None:
     """The weighted mean score of the visible verdicts (``None`` when there are none)."""
     total = weight = 0.0

@@ -22,6 +22,7 @@ from typing import Any
 from ._calls import CallTimeout
 from ._contract import Contract
 from ._decide import budget_crossed, budget_exhausted, call_stop, declared_free
+from ._decide import no_attempt as _no_attempt
 from ._loop import Loop
 from ._modelcalls import clip_masked
 from ._proposal import Context, Verdict
@@ -262,17 +263,10 @@ def calls_usage(calls: Iterable[Mapping[str, Any]]) -> Usage:
 
 
 def no_attempt(ex: Execution) -> bool:
-    """Whether this cycle makes no attempt: a check-only one that called no actor (a person's
-    edit judged, ``_edit_check``), not the cycle of a request denied after an edit beside it,
-    which began as the actor's (the actor was paid). It counts neither as a cycle without
-    progress nor in the mean an attempt is projected at (``TaskState.paid_cycles``); replay
-    reads it alike (``replay._sources``: a trace's ``check_only``)."""
-    if not ex.check_only:
-        return False
-    for c in ex.calls:  # noqa: SIM110 - (a loop: no generator a cycle)
-        if c.get("who") == "actor":
-            return False
-    return True
+    """Whether this cycle makes no attempt (``_decide.no_attempt``, the rule replay and the
+    metrics read a record by): not counted as a cycle without progress nor in the mean an
+    attempt is projected at (``TaskState.paid_cycles``)."""
+    return ex.check_only and _no_attempt(True, [c.get("who") for c in ex.calls])
 
 
 def call_rows(calls: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, int]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
+from ._decide import no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store
@@ -512,13 +513,12 @@ REUSED_NOTES = frozenset({"answer", "approval", "edit", "effect", "rollback", "c
 
 
 def _no_actor(rec: Mapping[str, Any]) -> bool:
-    """Whether a concluded cycle showed no actor a context: a check-only one that called no
-    actor (not the cycle of a request denied after a person's edit beside it, which judged
-    the edit check-only once the actor had been shown its context and paid: review48b)."""
-    if not rec.get("check_only"):
-        return False
-    return not any(
-        isinstance(c, Mapping) and c.get("who") == "actor" for c in rec.get("calls") or ()
+    """Whether a concluded cycle showed no actor a context: one that made no attempt
+    (``_decide.no_attempt``: the cycle of a request denied after a person's edit beside it
+    judged the edit check-only once the actor had been shown its context and paid)."""
+    calls = rec.get("calls") or ()
+    return no_attempt(
+        bool(rec.get("check_only")), (c.get("who") for c in calls if isinstance(c, Mapping))
     )
 
 

@@ -14,6 +14,7 @@ that cycle out as one that showed no actor a context, though it did.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,13 @@ def test_a_denied_requests_cycle_is_stopped_by_a_lower_cycle_cap(tmp_path: Path)
     capped = dataclasses.replace(loop.contract, budget=lw.Budget(max_cycles=1))
     _, o = _replayed(path, r.run_id, capped)
     assert (o.reason, o.cycles, o.accepted) == ("budget_cycles", 0, False)
+    # The cycle ends the run whatever it finds: accepted if the person's version meets the
+    # contract, else escalated on the denial (``_judge_denied``), never left to the plateau or
+    # the budgets. Recorded accepted, its trace did not say so: under a contract it falls short
+    # of, replay went on past it (censored) where the engine escalates there (review48c).
+    stricter = dataclasses.replace(loop.contract, success=lw.Success(required=("check", "other")))
+    _, o = _replayed(path, r.run_id, stricter)
+    assert (o.reason, o.cycles, o.accepted) == ("escalated", 1, False)
 
 
 def test_a_denied_requests_cycle_counts_as_a_cycle_with_a_context(tmp_path: Path) -> None:
@@ -151,3 +159,68 @@ def test_a_denied_requests_cycle_counts_as_a_cycle_with_a_context(tmp_path: Path
         m = lw.compute_metrics(rt.store)
     [row] = m.per_run
     assert row.context_cycles == 1  # cycle 2, the actor's (cycle 1 is the run's first)
+
+
+def _older_trace(tmp_path: Path, second: tuple[str, ...]) -> Path:
+    """A trace file as a release before stop 48 wrote it: cycle 2 marked ``check_only``
+    whatever its calls (the cycle of a request denied after an edit beside it, which the
+    actor's call began, was marked so too), and no ``escalated``. ``second``: cycle 2's calls."""
+    line = {
+        "format": "loopwright.run-trace/1",
+        "run_id": "older",
+        "task_key": "t",
+        "source": "file",
+        "required": ["check"],
+        "recorded": {"status": "accepted", "stop_reason": "success", "cycles": 2},
+        "cycles": [
+            {
+                "cycle": 1,
+                "calls": [{"who": "actor", "cost_usd": 0.1}, {"who": "verifier:check"}],
+                "verdicts": {"check": {"passed": False, "score": 0.5}},
+                "score": 0.5,
+                "reopened": True,  # (ended on its cap of 1, a person had the run go on)
+            },
+            {
+                "cycle": 2,
+                "calls": [{"who": w, "cost_usd": 0.1} for w in second],
+                "verdicts": {"check": {"passed": True, "score": 1.0}},
+                "score": 1.0,
+                "check_only": True,
+            },
+        ],
+        "tail": {"kind": "none"},
+    }
+    path = tmp_path / "older.jsonl"
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("second", "check_only", "reason"),
+    [
+        # the denied request's cycle: the actor was called, the cap of 1 forbids the attempt
+        (("actor", "verifier:check"), False, "budget_cycles"),
+        # a person's edit judged, no actor call: no attempt, which no cycle cap stops
+        (("verifier:check",), True, "success"),
+    ],
+)
+def test_an_older_trace_marks_a_denied_requests_cycle_check_only_and_is_read_as_the_engine(
+    tmp_path: Path, second: tuple[str, ...], check_only: bool, reason: str
+) -> None:
+    """A trace file written before stop 48 marked the cycle of a request denied after an edit
+    beside it ``check_only`` though its calls list the actor's: read back, it replayed as no
+    attempt (past a cycle cap, left out of the projection's paid cycles, no trial for
+    ``fit_hazard``) where the same run read from the store is the actor's attempt. The one rule
+    (``_decide.no_attempt``) reads the file as the store: a cycle that called the actor made
+    an attempt, whatever its flag."""
+    [trace] = read_traces(_older_trace(tmp_path, second))
+    assert trace.cycles[1].check_only is check_only
+    # (the denied request's cycle: short of success, it escalates on the denial)
+    assert trace.cycles[1].escalated is not check_only
+    capped = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=1))
+    o = simulate(trace, capped)
+    assert (o.reason, o.cycles) == (reason, 1 if reason == "budget_cycles" else 2)
+    # (and so the store's trace of such a cycle, written again and read back, reads the same)
+    again = tmp_path / "again.jsonl"
+    write_traces([trace], again)
+    assert list(read_traces(again)) == [trace]

@@ -119,6 +119,32 @@ def test_hazard_check_only_cycles_are_no_trials_and_leave_the_stall() -> None:
     assert fit_hazard([i], max_cycles=2, max_stall=0) == (((0, 1),), ((0, 0),))
 
 
+def test_hazard_a_denied_requests_cycle_is_a_trial_never_the_actors_success() -> None:
+    """The cycle of a request denied after an edit beside it began as the actor's attempt (a
+    trial: its trace is not ``check_only``), but its verdicts judge the person's version, the
+    actor's proposal denied: accepted there, the success is the person's. Since review48b
+    read that cycle as an attempt, the person's fix counted as the actor's success again, as
+    it did for check-only cycles before (review48c). The run ends there either way."""
+    denied = dataclasses.replace(cyc(2, 1.0), escalated=True)
+    j = RunTrace("j", "j", (cyc(1, 0.5), denied), ("visible",))
+    assert fit_hazard([j], max_cycles=3, max_stall=1) == table(
+        3, 2, {(1, 0): (0, 1), (2, 0): (0, 1)}
+    )
+    # reopened by a person (an edit after it ended), the run goes on: its next cycle counts
+    k = RunTrace("k", "k", (cyc(1, 0.5), dataclasses.replace(denied, reopened=True), cyc(3, 1.0)))
+    assert fit_hazard([k], max_cycles=3, max_stall=1) == table(
+        3, 2, {(1, 0): (0, 1), (2, 0): (0, 1), (3, 0): (1, 1)}
+    )
+    # (the same run's file as a release before stop 48 wrote it, that cycle marked check_only
+    # with the actor's call and not escalated, reads alike)
+    d = j.to_dict()
+    d["cycles"][1] = {**d["cycles"][1], "check_only": True}
+    del d["cycles"][1]["escalated"]
+    assert fit_hazard([RunTrace.from_dict(d)], max_cycles=3, max_stall=1) == table(
+        3, 2, {(1, 0): (0, 1), (2, 0): (0, 1)}
+    )
+
+
 def test_hazard_counts_up_to_the_first_success_under_the_given_rule() -> None:
     # Passed visibly at 0.9 in cycle 1, then 1.0 in cycle 2 (recorded under a stricter rule).
     e = RunTrace("e", "e", (cyc(1, 0.9, passed=True), cyc(2, 1.0)), ("visible",))

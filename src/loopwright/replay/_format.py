@@ -18,7 +18,7 @@ One JSON object per line, one line per run::
         "seconds": 1.2, "improved": true,     # improved: as the recording decided
         "reopened": false,                    # true: it ended the run, a person reopened it
         "check_only": false,                  # true: it judged a person's edit, no actor call
-        "escalated": false}],                 # true: its end escalated the run, as recorded
+        "escalated": false}],                 # true: short of success, its end escalates
      "tail": {"kind": "escalated", "cost_usd": 0.0, "tokens": 0, "seconds": 0.0}}  # after it
 
 ``calls`` lists every priced call of the cycle in the order it happened (actor, verifiers,
@@ -50,12 +50,13 @@ import json
 import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from pathlib import Path
 from typing import IO, Any
 
 from .._contract import RUN_STATUSES, STOP_REASONS
+from .._decide import no_attempt
 from .._errors import ConfigError
 from .._json import JsonLineError, json_lines, not_text
 
@@ -131,10 +132,10 @@ class CycleTrace:
     # This cycle judged a person's edit, no actor call (``_edit_check``): it counts no cycle
     # without progress, and no plateau ends the run at its end.
     check_only: bool = False
-    # This cycle's end escalated the run, a person's call the contract does not make (a
-    # request denied after a person's edit beside it, a person's version failing a visible
-    # check): short of success, replay ends it there as recorded, before the plateau and the
-    # budgets (as the engine decides it).
+    # Short of success, this cycle's end escalates the run, a person's call the contract does
+    # not make (a request denied after a person's edit beside it, however the recording ended
+    # it; a person's version failing a visible check, as recorded): replay ends it there,
+    # before the plateau and the budgets (as the engine decides it).
     escalated: bool = False
 
     @property
@@ -229,6 +230,17 @@ class RunTrace:
                     escalated=_bit(c.get("escalated", False), "escalated"),
                 )
                 for c in d.get("cycles") or ()
+            )
+            # A cycle that called the actor made an attempt, whatever its flag: a release
+            # before stop 48 marked the cycle of a request denied after an edit beside it
+            # check-only too, and its file replayed it as none (past a cycle cap) where the
+            # store's trace of the same run is the actor's attempt (``_decide.no_attempt``);
+            # and, short of success, that cycle escalates on the denial (``escalated``).
+            cycles = tuple(
+                c
+                if not c.check_only or no_attempt(True, (x.who for x in c.calls))
+                else replace(c, check_only=False, escalated=True)
+                for c in cycles
             )
             numbers = [c.cycle for c in cycles]
             if any(a >= b for a, b in itertools.pairwise(numbers)):

@@ -13,7 +13,9 @@ The stall is computed as the engine and ``simulate`` compute it: a cycle improve
 scores (and the proposal was neither a duplicate nor refused/asked); otherwise the stall grows
 by one (a cycle that parked with a question leaves it as it is, and so does a check-only one,
 which judged a person's edit: it is no trial either, the engine asking ``marginal_stop``
-before no such cycle, and its success the person's). The engine uses the
+before no such cycle, and its success the person's). A cycle whose end escalates on a
+person's call (``escalated``: a request denied after an edit beside it) is a trial that ends
+the run, never the actor's success. The engine uses the
 contract's ``no_progress.min_delta``, or ``0.0`` when the contract has no ``no_progress`` rule:
 pass the same ``min_delta`` here as the contract the table is meant for (``fit_stop`` does).
 
@@ -82,6 +84,15 @@ def fit_hazard(
                 # asks ``marginal_stop`` before none: ``_decide.check_stop``); a success here
                 # is the person's, and ends the run
                 if _success(judge, trace, c):
+                    break
+            elif c.escalated:
+                # a person's call ends the run here: the cycle of a request denied after an
+                # edit beside it (the actor's attempt, its proposal denied: accepted, the
+                # success is the person's version's), a person's version failing a check.
+                # A trial, never the actor's success (review48c); the run goes on only where
+                # a person reopened it
+                trials[row][col] += 1
+                if not c.reopened:
                     break
             else:
                 trials[row][col] += 1

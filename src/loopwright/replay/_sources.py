@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .._decide import no_attempt
 from .._errors import ConfigError
 from .._inherited import NOTHING, inherited
 from .._proposal import Verdict
@@ -98,6 +99,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         visible_names.update(dict.fromkeys(visible))
         optional.update(str(x) for x in r.get("not_required") or ())
         held = [bool(v.get("passed")) for v in (r.get("held_out") or {}).values()]
+        checked = bool(r.get("check_only"))
+        attempt = not no_attempt(checked, (c.who for c in calls))
         cycles.append(
             CycleTrace(
                 cycle=int(r["cycle"]),
@@ -119,7 +122,11 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
                 improved=r.get("improved"),
                 # (a request denied after a person's edit beside it: its cycle judged the edit,
                 # check-only, but it started as the actor's, after the checks an attempt makes)
-                check_only=bool(r.get("check_only")) and not _actor_called(calls),
+                check_only=not attempt,
+                # ...and short of success it escalates on the denial, whatever the contract
+                # (``_judge_denied``): recorded accepted, a contract it falls short of ends it
+                # escalated there too, never by the plateau or a budget (review48c)
+                escalated=checked and attempt,
             )
         )
     if ended and rec.status == "escalated":
@@ -189,11 +196,6 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
 # The stops a budget makes in the middle of a cycle (``_decide.call_stop``, and the time
 # budget's deadline); ``budget_cycles`` is only ever decided between cycles.
 _MID_CYCLE_BUDGETS = frozenset({"budget_cost", "budget_tokens", "budget_time"})
-
-
-def _actor_called(calls: tuple[Call, ...]) -> bool:
-    """Whether a cycle's calls hold the actor's (a cycle it made an attempt in)."""
-    return any(c.who == "actor" for c in calls)
 
 
 def _spent(fields: Mapping[str, Any]) -> tuple[float, int] | None:
