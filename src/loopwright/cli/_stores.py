@@ -75,16 +75,22 @@ def unknown_filters(st: Store, *, project: str | None, loop: str | None) -> list
     when nothing matched, so a store of many runs pays for it only then."""
     from ._table import printable
 
+    def listed(known: list[str]) -> str:
+        return ", ".join(printable(x) for x in known[:10]) + (", …" if len(known) > 10 else "")
+
     lines: list[str] = []
     if project is not None and st.count_runs(project=project) == 0:
         known = st.run_projects()
-        listed = ", ".join(printable(p) for p in known[:10]) + (", …" if len(known) > 10 else "")
         lines.append(
             f"note: no run has project {printable(repr(project))}"
-            + (f" (projects: {listed})" if known else " (no run has a project)")
+            + (f" (projects: {listed(known)})" if known else " (no run has a project)")
         )
     if loop is not None and st.count_runs(loop_name=loop) == 0:
-        lines.append(f"note: no run is of loop {printable(repr(loop))} (see `loopwright runs`)")
+        known = st.run_loops()
+        lines.append(
+            f"note: no run is of loop {printable(repr(loop))}"
+            + (f" (loops: {listed(known)})" if known else " (the store has no run)")
+        )
     return lines
 
 
