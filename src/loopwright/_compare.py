@@ -10,6 +10,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from ._errors import RunNotFoundError
 from .store import RunRecord, Store
 
 __all__ = ["compare_runs", "contract_changes", "flatten", "merge_contract"]
@@ -47,13 +48,39 @@ def contract_changes(
     return {k: {"from": a.get(k), "to": b.get(k)} for k in sorted({*a, *b}) if a.get(k) != b.get(k)}
 
 
-def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
+def _scores(store: Store, run_id: str, upto: int | None = None) -> dict[int, float | None]:
+    """The score of each cycle the run recorded (up to cycle ``upto``)."""
     scores: dict[int, float | None] = {}
     # the records alone, a page at a time: not every checkpoint with its state (266 MB at
     # 20,000 cycles)
-    for _seq, cycle, r in store.iter_records(rec.run_id):
-        if r and "proposal" in r:
-            scores[int(r.get("cycle", cycle))] = r.get("score")
+    for _seq, cycle, r in store.iter_records(run_id):
+        n = int(r.get("cycle", cycle)) if r else cycle
+        if r and "proposal" in r and (upto is None or n <= upto):
+            scores[n] = r.get("score")
+    return scores
+
+
+def _inherited(store: Store, rec: RunRecord) -> dict[int, float | None]:
+    """A fork's cycles up to its fork point, which it inherited and does not record: its
+    origin's scores (the origin's own origin's for cycles that one inherited in turn). A cycle
+    whose origin is gone reads as None."""
+    scores: dict[int, float | None] = {}
+    upto, origin, seen = rec.forked_at or 0, rec.forked_from, {rec.run_id}
+    while origin and upto > 0 and origin not in seen:
+        seen.add(origin)
+        try:
+            o = store.get_run(origin)
+        except RunNotFoundError:
+            break
+        for n, v in _scores(store, o.run_id, upto).items():
+            scores.setdefault(n, v)
+        upto, origin = min(upto, o.forked_at or 0), o.forked_from
+    return scores
+
+
+def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
+    scores = _scores(store, rec.run_id)
+    inherited = _inherited(store, rec) if rec.forked_from else {}
     state = store.latest_checkpoint(rec.run_id).task_state()
     parts = {}
     for ref, p in state.iter_parts():
@@ -74,7 +101,9 @@ def _side(store: Store, rec: RunRecord) -> dict[str, Any]:
         "seconds": rec.seconds,
         "forked_from": rec.forked_from,
         "forked_at": rec.forked_at,
-        "scores": scores,
+        # cycles 1..inherited_cycles are the origin's (a fork records only its own)
+        "inherited_cycles": (rec.forked_at or 0) if rec.forked_from else 0,
+        "scores": {**inherited, **scores},
         "parts": parts,
     }
 
@@ -88,7 +117,17 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> dict[str, Any]:
         k: {"a": ca.get(k), "b": cb.get(k)} for k in sorted({*ca, *cb}) if ca.get(k) != cb.get(k)
     }
     cycles = sorted({*a["scores"], *b["scores"]})
-    curve = [{"cycle": n, "a": a["scores"].get(n), "b": b["scores"].get(n)} for n in cycles]
+    curve = [
+        {
+            "cycle": n,
+            "a": a["scores"].get(n),
+            "b": b["scores"].get(n),
+            # whether a side's score is its origin's, a cycle the fork inherited
+            "a_inherited": n <= a["inherited_cycles"],
+            "b_inherited": n <= b["inherited_cycles"],
+        }
+        for n in cycles
+    ]
     parts = []
     for ref in sorted({*a["parts"], *b["parts"]}):
         pa, pb = a["parts"].get(ref), b["parts"].get(ref)

@@ -42,8 +42,34 @@ def test_a_loop_no_run_has_is_said_and_json_stays_json(
 ) -> None:
     assert main([command, "--loop", "Q", "--store", db, "--json"]) == 0
     got = capsys.readouterr()
-    assert "note: no run is of loop 'Q'" in got.err
+    # the loops the store knows, as a --project typo names the projects (leftovers48: it
+    # said "see `loopwright runs`", and `runs --loop Q` said so of itself)
+    assert "note: no run is of loop 'Q' (loops: L)" in got.err
     json.loads(got.out)  # the note goes to stderr: stdout stays one JSON document
+
+
+@pytest.mark.parametrize("kind", ["eval-cases", "preference-pairs"])
+def test_an_export_filter_no_run_has_is_said(
+    db: str, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export`` wrote nothing and said only "wrote 0", whatever was mistyped (leftovers48)."""
+    assert main(["export", kind, "--loop", "Q", "--project", "alpah", "--store", db]) == 0
+    err = capsys.readouterr().err
+    assert "note: no run is of loop 'Q' (loops: L)" in err
+    assert "note: no run has project 'alpah' (projects: alpha)" in err
+    assert main(["export", kind, "--loop", "L", "--store", db]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["replay", "fit-stop"])
+def test_a_loop_no_run_has_names_the_loops_in_replay_and_fit_stop(
+    db: str, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    contract = tmp_path / "c.toml"
+    contract.write_text("[contract.budget]\nmax_cycles = 3\n")
+    more = ["--contract", str(contract)] if command == "replay" else []
+    assert main([command, "store", *more, "--loop", "Q", "--store", db]) == 2
+    assert "no run is of loop 'Q' (loops: L)" in capsys.readouterr().err
 
 
 def test_filters_that_match_say_nothing_more(db: str, capsys: pytest.CaptureFixture[str]) -> None:

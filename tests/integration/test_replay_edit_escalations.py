@@ -224,3 +224,48 @@ def test_an_older_trace_marks_a_denied_requests_cycle_check_only_and_is_read_as_
     again = tmp_path / "again.jsonl"
     write_traces([trace], again)
     assert list(read_traces(again)) == [trace]
+
+
+def test_a_run_still_open_counts_its_held_out_pass_in_both_columns() -> None:
+    """Outside probe (leftovers48): a run awaiting approval has no held-out verdict recorded
+    on the run yet (it is written when the run ends); the contract's column counted its last
+    cycle's pass (censored, it would go on) and the recorded column did not: "held-out passed
+    2" beside 1 accepted. Both count the last concluded cycle's verdict of a run still open."""
+    from loopwright.replay import Call, CycleTrace, RunTrace, recorded_outcomes, replay
+
+    def trace(run_id: str, status: str, reason: str | None, held: bool | None) -> RunTrace:
+        return RunTrace(
+            run_id=run_id,
+            task_key=run_id,
+            cycles=(
+                CycleTrace(
+                    cycle=1,
+                    calls=(Call("actor", 0.1, 10),),
+                    verdicts={"v": {"passed": reason == "success", "score": 0.5}},
+                    score=0.5,
+                    seconds=1.0,
+                    held_out_passed=held is not False,
+                ),
+            ),
+            required=("v",),
+            recorded={
+                "status": status,
+                "stop_reason": reason,
+                "cycles": 1,
+                "cost_usd": 0.1,
+                "tokens": 10,
+                "held_out_passed": held,
+            },
+            tail={"kind": "none"},
+        )
+
+    traces = [
+        trace("open", "awaiting_approval", None, None),
+        trace("done", "stopped", "budget_cycles", False),  # recorded on the run: kept
+    ]
+    report = replay(traces, {"same": lw.Contract(budget=lw.Budget(max_cycles=9))})
+    totals, outs = report.contracts[0]
+    assert outs[0].reason == "censored" and outs[0].held_out_passed is True
+    rec = recorded_outcomes(traces)
+    assert [o.held_out_passed for o in rec] == [True, False]
+    assert report.recorded.held_out_passed == totals.held_out_passed == 1

@@ -307,6 +307,16 @@ def test_list_runs_filters_and_order(store: Store) -> None:
     assert store.list_runs(project="none") == []
 
 
+def test_the_loops_and_projects_of_the_runs_are_listed(store: Store) -> None:
+    """``run_loops`` (leftovers48: ``--loop`` typos name the loops there are, as ``--project``
+    typos name the projects), its SQL and its default for a store written before it alike."""
+    assert store.run_loops() == store.run_projects() == []
+    for i, (project, loop) in enumerate([("p2", "b"), ("", "a"), ("p1", "b")]):
+        _create(store, f"k{i}", project=project, loop_name=loop)
+    assert store.run_loops() == ["a", "b"] and store.run_projects() == ["p1", "p2"]
+    assert Store.run_loops(store) == ["a", "b"]  # the protocol's default, from list_runs
+
+
 def test_a_listing_keeps_none_of_the_runs_tasks(backend: Backend, store: Store) -> None:
     """A run's task is kept (for the states the store resolves next) when the run is looked
     up, not for every row of a listing: ``list_runs`` of many runs copied and kept each

@@ -29,6 +29,9 @@ def run_demo(store: str | None, concurrency: int, token: str | None = None) -> N
     ``$LOOPWRIGHT_TOKEN``'s), who must be allowed to operate (``starter``)."""
     from ._app import _execute
     from ._render import console
+    from ._stores import creatable_store
+
+    store = creatable_store(store)  # (a folder that does not exist is a typo's, as for `run`)
 
     spec = demo_spec()
     loop = load_spec(spec)

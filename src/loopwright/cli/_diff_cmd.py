@@ -93,7 +93,15 @@ def diff(
         out.print("", markup=False)
         out.print(f"{'cycle':>6}  {'score A':>8}  {'score B':>8}", markup=False)
         for c in shown:
-            out.print(f"{c['cycle']:>6}  {_score(c['a']):>8}  {_score(c['b']):>8}", markup=False)
+            sa = _score(c["a"]) + ("*" if c["a_inherited"] else " ")
+            sb = _score(c["b"]) + ("*" if c["b_inherited"] else " ")
+            out.print(f"{c['cycle']:>6}  {sa:>9} {sb:>9}", markup=False)
+        for name, side in (("A", a), ("B", b)):
+            if side["inherited_cycles"]:
+                n = side["inherited_cycles"]
+                cycles = f"cycles 1-{n}" if n > 1 else "cycle 1"
+                origin = side["forked_from"][:12]
+                out.print(f"* {name}'s {cycles}: inherited from its origin {origin}", markup=False)
     out.print("", markup=False)
     out.print("final artifacts:", markup=False)
     for p in doc["parts"]:

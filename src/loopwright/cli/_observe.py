@@ -16,7 +16,7 @@ import typer
 
 from .._errors import ConfigError, check_choice
 from ._app import RunArg, StoreOpt, app, new_typer, run_ref
-from ._stores import open_existing
+from ._stores import open_existing, unknown_filters
 
 __all__ = ["export_app", "trace"]
 
@@ -169,6 +169,9 @@ def eval_cases_cmd(
         with _output(out) as fh:
             for run_id in ids:
                 write_eval_case(st, run_id, fh)
+        unknown = [] if ids else unknown_filters(st, project=project, loop=loop)
+    for line in unknown:  # a filter no run has (a typo) is said, as `runs` says it
+        _note(line)
     n = len(ids)
     _note(f"wrote {n} eval case(s)" + (f" to {out}" if out is not None else ""))
 
@@ -205,6 +208,9 @@ def preference_pairs_cmd(
             run_ids=run,
             match="state" if match == "state" else "hindsight" if match == "hindsight" else "both",
         )
+        unknown = [] if pairs else unknown_filters(st, project=project, loop=loop)
+    for line in unknown:  # a filter no run has (a typo) is said, as `runs` says it
+        _note(line)
     with _output(out) as fh:
         n = write_jsonl(pairs, fh)
     kinds = {k: sum(1 for p in pairs if p["match"] == k) for k in ("state", "hindsight")}

@@ -10,7 +10,7 @@ import typer
 from .._errors import ConfigError, ConflictError, check_choice
 from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json
 from ._root_app import app
-from ._stores import existing_store
+from ._stores import creatable_store, existing_store
 
 if TYPE_CHECKING:
     from .._engine import RunResult
@@ -68,6 +68,9 @@ def run(
     check_choice(executor, ("local", "ray"), "--executor")
     if ray_address is not None and executor != "ray":
         raise ConfigError("only applies with --executor ray", field="--ray-address")
+    # a new store in a folder that does not exist is a typo's: every task would run again,
+    # its effects paid again (refused before any is run, nothing created)
+    store = creatable_store(store)
     held: dict[str, str] = {}  # runs another process holds: skipped here
     if executor == "ray":
         results = _execute_on_ray(

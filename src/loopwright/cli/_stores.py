@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from ..replay import RunTrace
     from ..store import Store
 
-__all__ = ["existing_store", "open_existing", "open_or_create", "store_traces", "unknown_filters"]
+__all__ = [
+    "creatable_store",
+    "existing_store",
+    "open_existing",
+    "open_or_create",
+    "store_traces",
+    "unknown_filters",
+]
 
 
 def _source(url: str | None) -> str:
@@ -50,6 +57,32 @@ def open_existing(url: str | None) -> Store:
     return open_store(existing_store(url))
 
 
+def creatable_store(url: str | None) -> str:
+    """The store URL to use (as ``existing_store`` resolves it) for a command that may create
+    the store (``run``, ``demo``, a ``worker``, the first user or memory): refused with a
+    one-line error when it names an SQLite file, not there yet, in a folder that does not
+    exist. Such a path, from ``--store`` or ``$LOOPWRIGHT_STORE``, is almost always a typo, and
+    a new store there runs every task again and pays its effects again (the effects journal
+    is per store). The default store's folder (``./.loopwright``) is loopwright's own: made
+    when missing, also when the default path is named."""
+    from ..store import DEFAULT_STORE, resolve_store_url, sqlite_file
+
+    resolved = resolve_store_url(url)
+    path = sqlite_file(resolved)
+    if not path or path == ":memory:" or Path(path).exists():
+        return resolved
+    folder = Path(path).parent
+    if folder.is_dir() or Path(path).absolute() == Path(DEFAULT_STORE).absolute():
+        return resolved
+    source = _source(url)
+    instead = "drop --store" if url else "unset LOOPWRIGHT_STORE"
+    raise ConfigError(
+        f"no folder {folder} for the store {path} (from {source}): the folder does not "
+        f"exist. Create it (mkdir -p {folder}) to start a new store there, or {instead} to "
+        f"use the default store ./{DEFAULT_STORE} (created when missing)"
+    )
+
+
 def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Store, str | None]:
     """``open_store`` for a command that may start a store (adding its first user, before any
     run): the store and, when it was created now, the file it created (to say so).
@@ -61,12 +94,7 @@ def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Stor
     new = path if path and path != ":memory:" and not Path(path).exists() else None
     if new is not None and refuse_new:
         raise ConfigError(f"no store at {new}: {refuse_new}")
-    # A folder named by --store or $LOOPWRIGHT_STORE may be a typo; the default store's folder
-    # (./.loopwright) is loopwright's own, made as `run` makes it.
-    default = _source(url) == "the default store"
-    if new is not None and not default and not Path(new).parent.is_dir():
-        raise ConfigError(f"no folder {Path(new).parent} for the store {new}; create it first")
-    return open_store(resolved), new
+    return open_store(creatable_store(url)), new
 
 
 def unknown_filters(st: Store, *, project: str | None, loop: str | None) -> list[str]:
@@ -75,16 +103,22 @@ def unknown_filters(st: Store, *, project: str | None, loop: str | None) -> list
     when nothing matched, so a store of many runs pays for it only then."""
     from ._table import printable
 
+    def listed(known: list[str]) -> str:
+        return ", ".join(printable(x) for x in known[:10]) + (", …" if len(known) > 10 else "")
+
     lines: list[str] = []
     if project is not None and st.count_runs(project=project) == 0:
         known = st.run_projects()
-        listed = ", ".join(printable(p) for p in known[:10]) + (", …" if len(known) > 10 else "")
         lines.append(
             f"note: no run has project {printable(repr(project))}"
-            + (f" (projects: {listed})" if known else " (no run has a project)")
+            + (f" (projects: {listed(known)})" if known else " (no run has a project)")
         )
     if loop is not None and st.count_runs(loop_name=loop) == 0:
-        lines.append(f"note: no run is of loop {printable(repr(loop))} (see `loopwright runs`)")
+        known = st.run_loops()
+        lines.append(
+            f"note: no run is of loop {printable(repr(loop))}"
+            + (f" (loops: {listed(known)})" if known else " (the store has no run)")
+        )
     return lines
 
 

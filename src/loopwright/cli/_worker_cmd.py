@@ -12,7 +12,7 @@ from rich.markup import escape
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
 from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
-from ._stores import existing_store
+from ._stores import creatable_store, existing_store
 
 if TYPE_CHECKING:
     from .._engine import RunResult, Runtime
@@ -92,11 +92,11 @@ def worker(
     notify_cfg = notify_config(
         notify, notify_secret, notify_run_ends, dashboard_url, "--dashboard-url"
     )
-    if once:
-        # A store that does not exist has no run to claim: `--once` would create an empty one
-        # and report "0 claimed" (a typo in --store). Refused as the read commands refuse it;
-        # a worker without --once may start a store and wait for runs to be queued.
-        store = existing_store(store)
+    # A store that does not exist has no run to claim: `--once` would create an empty one and
+    # report "0 claimed" (a typo in --store). Refused as the read commands refuse it; a worker
+    # without --once may start a store and wait for runs to be queued, in a folder that
+    # exists (one that does not is a typo's, as for `run`).
+    store = existing_store(store) if once else creatable_store(store)
     out = console(stderr=as_json)
 
     def report(r: RunResult) -> None:

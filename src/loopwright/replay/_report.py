@@ -87,13 +87,22 @@ def recorded_outcomes(traces: Sequence[RunTrace]) -> list[Outcome]:
                 tokens=int(r.get("tokens", sum(c.tokens for c in t.cycles))),
                 seconds=sum(c.seconds for c in t.cycles) + _tail_seconds(t),
                 accepted=r.get("status") == "accepted",
-                held_out_passed=r.get("held_out_passed"),
+                held_out_passed=_held_out(t),
                 best_score=best,
                 last_improvement_cycle=last_cycle,
                 spend_after_last_improvement_usd=max(0.0, cost - last),
             )
         )
     return out
+
+
+def _held_out(t: RunTrace) -> bool | None:
+    """The run's recorded held-out verdict; for a run still open (none recorded yet), its last
+    concluded cycle's, as a contract's column counts it (``simulate``: censored there)."""
+    held = t.recorded.get("held_out_passed")
+    if held is None and not t.recorded.get("stop_reason") and t.cycles:
+        return t.cycles[-1].held_out_passed
+    return held if held is None else bool(held)
 
 
 def _tail_seconds(t: RunTrace) -> float:

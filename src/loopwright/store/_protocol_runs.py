@@ -121,6 +121,11 @@ class RunsStore(ABC):
         """The distinct non-empty projects of the runs, sorted."""
         return sorted({r.project for r in self.list_runs() if r.project})
 
+    def run_loops(self) -> list[str]:
+        """The distinct non-empty loop names of the runs, sorted. (Added in a later release
+        than ``run_projects``: a store written before it is served by this default.)"""
+        return sorted({r.loop_name for r in self.list_runs() if r.loop_name})
+
     def first_accepted(self, loop_names: Sequence[str]) -> dict[tuple[str, str], float]:
         """(loop name, loop version) → the earliest ``ended_at`` of an accepted run of it, over
         the whole store, for the loops named (runs without a version or an end are left out)."""

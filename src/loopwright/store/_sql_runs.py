@@ -265,7 +265,14 @@ class RunsSQL(SQLCore):
         return int(self._all(f"SELECT COUNT(*) FROM runs{where}", args)[0][0])
 
     def run_projects(self) -> list[str]:
-        rows = self._all("SELECT DISTINCT project FROM runs WHERE project <> '' ORDER BY 1", [])
+        return self._distinct("project")
+
+    def run_loops(self) -> list[str]:
+        return self._distinct("loop_name")
+
+    def _distinct(self, column: str) -> list[str]:
+        """The distinct non-empty values of a column of runs (indexed), sorted."""
+        rows = self._all(f"SELECT DISTINCT {column} FROM runs WHERE {column} <> '' ORDER BY 1", [])
         return [str(r[0]) for r in rows]
 
     def first_accepted(self, loop_names: Sequence[str]) -> dict[tuple[str, str], float]:
