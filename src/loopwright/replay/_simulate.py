@@ -136,7 +136,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             note=note,
         )
 
+    prev: CycleTrace | None = None  # the cycle before this one
     for c in trace.cycles:
+        if c.check_only and prev is not None and prev.asked and not prev.reopened:
+            # it takes the place of the cycle an answered question was for: not counted
+            # against the cycle cap (``_decide.counted_cycles``, ``_edit_check.answer_owed``)
+            s.answer_checks += 1
+        prev = c
         # (a check-only cycle, judging a person's edit, is no attempt: as the engine, only a
         # budget used up stops it, not the cycle cap, a projection or marginal return)
         ahead = rules.check_stop if c.check_only else rules.stop_before_cycle
