@@ -11,12 +11,14 @@ cycles says which cycles judged a person's edit. Replay decides as the engine do
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from test_edit_judged_first import (
     ACTOR_USD,
     CHECK_USD,
+    CHECKED,
     HELD_USD,
     Calls,
     _records,
@@ -25,6 +27,7 @@ from test_edit_judged_first import (
 )
 
 import loopwright as lw
+from loopwright import trace
 from loopwright.replay import simulate, traces_from_store
 
 
@@ -134,3 +137,34 @@ def test_an_edit_beside_a_request_the_budget_allows_says_nothing(url: str) -> No
         assert r.status == "awaiting_approval"
         rt.edit(r.run_id, "doc/a", "good", by="ana")
         assert not [e for e in rt.store.events(r.run_id) if e.kind == "edit_unjudged"]
+
+
+def test_the_eval_case_of_a_denied_cycle_holds_the_actors_proposal_then_the_edit(
+    url: str,
+) -> None:
+    """A request denied after an edit beside it: the actor was called, its proposal judged and
+    parked, then the person's edit judged check-only. The case said ``check_only`` with the
+    empty proposal, as if no actor had been called; the actor's proposal was only in the
+    parked checkpoint (and a case replayed as an actor proposed nothing there)."""
+    calls = Calls()
+    loop = _risky_c(calls)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "bad"}}})
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo", note="not c")
+        r = rt.resume_sync(r.run_id, loop)
+        assert (r.status, r.cycles) == ("escalated", 1)
+        [cycle] = trace.eval_case(rt.store, r.run_id)["cycles"]
+        assert "check_only" not in cycle  # the actor was called in it
+        assert cycle["proposal"]["edits"][0]["part"] == "c"  # the actor's, denied
+        # its verdicts judged it on the state before the edit: a wrong, c the actor's
+        assert [f["part"] for f in cycle["visible"]["check"]["findings"]] == ["a"]
+        judged = cycle["edit_judged"]
+        assert judged["check_only"] is True and judged["proposal"]["note"] == CHECKED
+        # the edit judged: a by hand, the denied c not applied
+        assert [f["part"] for f in judged["visible"]["check"]["findings"]] == ["c"]
+        assert cycle["calls"][0]["who"] == "actor"
+        # replayed as an actor, the case proposes what the actor did in that cycle
+        proposal = trace.case_actor(trace.eval_case(rt.store, r.run_id))(SimpleNamespace(cycle=1))  # type: ignore[arg-type]
+        assert [e.ref for e in proposal.changes()] == ["doc/c"]
