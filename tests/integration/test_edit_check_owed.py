@@ -76,6 +76,14 @@ def test_the_answer_is_read_though_a_check_only_cycle_came_first(url: str) -> No
         [recorded] = list(traces_from_store(rt.store))
         out = simulate(recorded, loop.contract)
         assert (out.reason, out.cycles) == ("budget_cycles", 3)
+        # a fork after that cycle goes on from it: the actor's cycle still owed, replay alike
+        fork = rt.fork(run_id, 2)
+        f = rt.resume_sync(fork.run_id, loop)
+        assert (f.stop_reason, f.cycles) == ("budget_cycles", 3)
+        assert calls.actor == [1, 3, 3]
+        [forked] = [t for t in traces_from_store(rt.store) if t.run_id == fork.run_id]
+        out = simulate(forked, loop.contract)
+        assert (out.reason, out.cycles) == ("budget_cycles", 1)
 
 
 def test_a_run_stopped_on_its_cycles_after_a_check_says_so(url: str) -> None:

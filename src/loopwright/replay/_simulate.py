@@ -112,6 +112,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         passed_checks=list(inh.passed_checks),
         billed=dict(inh.billed),
         paid_cycles=None if inh.paid_cycles is None else list(inh.paid_cycles),
+        answer_checks=inh.answer_checks,
     )
     improved_at = 0
     spent_at_improvement = inh.cost_usd
