@@ -176,3 +176,15 @@ def test_the_eval_case_of_a_denied_cycle_holds_the_actors_proposal_then_the_edit
         # replayed as an actor, the case proposes what the actor did in that cycle
         proposal = trace.case_actor(trace.eval_case(rt.store, r.run_id))(SimpleNamespace(cycle=1))  # type: ignore[arg-type]
         assert [e.ref for e in proposal.changes()] == ["doc/c"]
+
+
+def test_the_cli_edit_beside_a_request_says_it_too(url: str, capsys: Any) -> None:
+    from loopwright.cli import main
+
+    loop = _risky_c_capped(Calls(), ACTOR_USD + CHECK_USD + HELD_USD)
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": "bad", "b": "good", "c": "bad"}}})
+    args = ["edit", r.run_id, "doc/a", "--value", '"good"', "--by", "ana", "--store", url]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "judged only once the budget allows" in out and "approved or denied" in out, out
