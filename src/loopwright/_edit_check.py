@@ -189,11 +189,6 @@ class EditCheck(RuntimeHost):
         n = s.cycle + 1
         parts = [str(p) for p in (s.pending or {}).get("parts") or ()]
         s.pending = None  # cleared in this cycle's commit: judged once
-        if answer_owed(s):
-            # it takes the place of the cycle the answer was for: not counted against the
-            # cycle cap, so the actor still reads it (``_decide.counted_cycles``); committed
-            # with this cycle (or with its park, a risk rule on the edited state)
-            s.answer_checks += 1
         ex.events.append(NewEvent(n, "cycle_started", {"check_only": True}))
         ex.calls = []
         ex.asked = set()

@@ -87,7 +87,7 @@ class TaskState(Planning):
     paid_cycles: list[int] | None = field(default_factory=lambda: [0, 0, 0])
     # Check-only cycles that took the place of the cycle an answered question was for (a
     # person edited the run beside the question): no attempt, not counted against the cycle
-    # cap, so the actor still reads the answer (``_decide.attempts``; packet48).
+    # cap, so the actor still reads the answer (``_decide.counted_cycles``; packet48).
     answer_checks: int = 0
     score: float | None = None
     best_score: float | None = None
