@@ -11,6 +11,7 @@ from typing import Any
 
 from . import _decide as rules
 from ._call_billing import settle_owed
+from ._edit_check import answer_owed
 from ._effect_run import EffectOutcome, key_of, perform_effect
 from ._effects import EffectCall
 from ._errors import ConfigError
@@ -348,9 +349,16 @@ class Concluding(RuntimeHost):
         spent = Usage(priced.cost_usd, priced.tokens, s.spent.seconds - old.spent.seconds)
         # (a cycle that made no attempt is no paid one: the next attempt is projected at the
         # mean of attempts; its spend still counts, so the projection errs on the dear side)
-        s.paid_cycles = (
-            old.paid_cycles if no_attempt(ex) else rules.counted_cycle(old.paid_cycles, spent)
-        )
+        if no_attempt(ex):
+            s.paid_cycles = old.paid_cycles
+            if answer_owed(old):
+                # it took the place of the cycle an answered question was for: not counted
+                # against the cycle cap, so the actor still reads the answer
+                # (``_decide.counted_cycles``; counted as it concludes, a park or an
+                # escalation before that counts nothing)
+                s.answer_checks = old.answer_checks + 1
+        else:
+            s.paid_cycles = rules.counted_cycle(old.paid_cycles, spent)
         record = packed_record(
             n,  # cycle
             proposal.to_packed_dict(),

@@ -78,6 +78,14 @@ def cycle_cap(contract: Contract, state: TaskState) -> int | None:
     return node if b.max_cycles is None else min(node, b.max_cycles)
 
 
+def counted_cycles(state: TaskState) -> int:
+    """The cycles the cycle cap counts: every concluded one but the check-only cycles that
+    took the place of the cycle an answered question was for (``TaskState.answer_checks``):
+    a person's edit beside the question judged first does not use up the cycle in which the
+    actor reads the answer (packet48: at the cap, the run stopped with it never read)."""
+    return state.cycle - state.answer_checks
+
+
 def remaining(contract: Contract, state: TaskState, *, shown: bool = False) -> Remaining:
     """The budget left before the next cycle. ``shown``: as an actor or reflector is shown it,
     without what held-out checks spent (their cost and tokens can tell their verdicts;
@@ -92,7 +100,7 @@ def remaining(contract: Contract, state: TaskState, *, shown: bool = False) -> R
     # (by position, in Remaining's order: cycles, cost_usd, tokens, seconds; a class called
     # with keywords goes through a dict of them, and this runs once or twice a cycle)
     return Remaining(
-        None if cap is None else max(0, cap - state.cycle),
+        None if cap is None else max(0, cap - counted_cycles(state)),
         None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - s.cost_usd),
         None if b.max_tokens is None else max(0, b.max_tokens - s.tokens),
         None if b.max_seconds is None else max(0.0, b.max_seconds - s.seconds),
@@ -106,9 +114,9 @@ def budget_stop(contract: Contract, state: TaskState) -> str | None:
     (``TaskState.paid_cycles``); a cycle whose projection crosses a limit is not started
     ("never start a cycle it can already tell would cross").
     """
-    b, s, n = contract.budget, state.spent, state.cycle
+    b, s = contract.budget, state.spent
     cap = cycle_cap(contract, state)
-    if cap is not None and n >= cap:
+    if cap is not None and counted_cycles(state) >= cap:
         return "budget_cycles"
     # A budget used up is named before one only projected to be crossed, and a crossed one
     # before one only reached (as inside a cycle): a run that stopped mid-cycle on crossed

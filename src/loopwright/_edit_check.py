@@ -30,6 +30,7 @@ from typing import Any
 from . import _decide as rules
 from ._contract import Contract
 from ._exec import Execution as _Exec
+from ._exec import call_rows
 from ._host import RuntimeHost
 from ._proposal import Proposal
 from ._redact_logs import masked_logger
@@ -41,6 +42,7 @@ __all__ = [
     "CHECK_ONLY",
     "EDIT_CHECK",
     "EditCheck",
+    "answer_owed",
     "judge",
     "mark_edited",
     "owed_after",
@@ -79,6 +81,19 @@ def owed_after(pending: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"stage": EDIT_CHECK, "parts": [str(p) for p in pending.get("edited_parts") or ()]}
 
 
+def answer_owed(state: TaskState) -> bool:
+    """Whether the last concluded cycle asked a question a person answered, which no actor
+    has read since: the cycle after it is the one its answer is for (replay: a check-only
+    cycle right after an asked one the recording did not end, ``replay._simulate``)."""
+    last = state.history[-1] if state.history else None
+    if last is None or last.get("decision") != "asked" or last.get("cycle") != state.cycle:
+        return False
+    for note in reversed(state.notes):  # (the answer is among the newest notes)
+        if note.get("kind") == "answer" and note.get("cycle") == state.cycle:
+            return True
+    return False
+
+
 def owes_check(pending: Mapping[str, Any] | None) -> bool:
     """Whether the next cycle is a check-only one (a person's edit not yet judged)."""
     return pending is not None and pending.get("stage") == EDIT_CHECK
@@ -88,21 +103,55 @@ _BUDGETS = {"budget_cost": "cost", "budget_tokens": "token", "budget_time": "tim
 
 
 def unjudged(run_id: str, contract: Contract, state: TaskState) -> str | None:
-    """Why a person's edit now owed its check-only cycle cannot be judged on ``resume`` (a
-    budget its checks may spend is used up: ``_decide.check_stop``), and how to have it
-    judged; None when it will be (or no check is owed)."""
-    if not owes_check(state.pending):
+    """Why a person's edit cannot be judged on ``resume`` (a budget its checks may spend is
+    used up), and how to have it judged; None when it will be (or nothing is owed). Owed a
+    check-only cycle: ``_decide.check_stop`` forbids it. Made beside a request: the decided
+    cycle's first check may not start (``Parking._checks_stop``: approved, the run stops on
+    the budget, the proposal unverified; denied or expired, it escalates on the denial),
+    which ``_beside_request`` tells from the parked cycle's calls."""
+    pend = state.pending
+    if owes_check(pend):
+        reason = rules.check_stop(contract, state)
+        what = "a resume stops again before judging it"
+    elif pend is not None and pend.get("approval_id") and pend.get("edited"):
+        reason = _beside_request(contract, state, pend)
+        what = (
+            f"whether question {pend['approval_id']} is answered or declined, the run ends "
+            "(answered: on that budget; declined: escalated) before judging it"
+            if pend.get("question_only")
+            else f"whether request {pend['approval_id']} is approved or denied, the run ends "
+            "(approved: on that budget, the proposal unverified; denied: escalated on the "
+            "denial) before judging it"
+        )
+    else:
         return None
-    reason = rules.check_stop(contract, state)
     if reason is None:
         return None
     return (
         f"the edit is judged only once the budget allows: run {run_id[:12]} has used up its "
-        f"{_BUDGETS.get(reason, reason)} budget ({reason}), which its checks may spend, so a "
-        "resume stops again before judging it; to have it judged, fork the run with a raised "
-        f"budget (loopwright fork {run_id[:12]} --at-cycle {state.cycle} --contract FILE) "
-        "and make the edit there"
+        f"{_BUDGETS.get(reason, reason)} budget ({reason}), which its checks may spend, so "
+        f"{what}; to have it judged, fork the run with a raised budget (loopwright fork "
+        f"{run_id[:12]} --at-cycle {state.cycle} --contract FILE) and make the edit there"
     )
+
+
+def _beside_request(contract: Contract, state: TaskState, pend: Mapping[str, Any]) -> str | None:
+    """The budget that keeps the parked cycle's first check from starting once its request is
+    decided (``_decide.call_stop`` after its calls, as ``Parking._checks_stop`` asks it), or
+    None. That check is the first verifier the cycle called; a question's cycle called none,
+    and one is known to start only when every check the run made billed nothing."""
+    spend = [dict(c) for c in pend.get("spend") or ()]
+    rows = call_rows(spend)
+    first = next(
+        (str(c.get("who")) for c in spend if str(c.get("who")).startswith("verifier:")), None
+    )
+    if first is not None:
+        return rules.call_stop(contract, state.spent, state.billed, rows, first)
+    used = rules.budget_exhausted(contract, state.spent)
+    checks = [w for w in state.billed if w.startswith("verifier:")]
+    if used is None or (checks and not any(state.billed[w] for w in checks)):
+        return None
+    return rules.budget_crossed(contract, state.spent) or used
 
 
 def warn_unjudged(why: str) -> None:

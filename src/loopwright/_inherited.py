@@ -37,6 +37,8 @@ class Inherited:
     # ``paid_cycles``; None: not counted, an origin stored before they were)
     billed: tuple[tuple[str, bool], ...] = ()
     paid_cycles: tuple[int, int, int] | None = (0, 0, 0)
+    # check-only cycles the cycle cap does not count (``TaskState.answer_checks``)
+    answer_checks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class Inherited:
             "passed_checks": list(self.passed_checks),
             "billed": dict(self.billed),
             "paid_cycles": None if self.paid_cycles is None else list(self.paid_cycles),
+            **({"answer_checks": self.answer_checks} if self.answer_checks else {}),
         }
 
     @classmethod
@@ -73,6 +76,7 @@ class Inherited:
             passed_checks=tuple(str(x) for x in d.get("passed_checks") or ()),
             billed=tuple((str(k), bool(v)) for k, v in _mapping(d.get("billed")).items()),
             paid_cycles=_paid(d, int(num("cycle"))),
+            answer_checks=int(num("answer_checks")),
         )
 
 
@@ -116,6 +120,7 @@ def inherited(run: RunRecord, first_state: Mapping[str, Any] | None) -> Inherite
             "passed_checks": first_state.get("passed_checks"),
             "billed": first_state.get("billed"),
             "paid_cycles": first_state.get("paid_cycles"),
+            "answer_checks": first_state.get("answer_checks"),
         }
     )
 

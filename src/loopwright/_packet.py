@@ -105,11 +105,19 @@ def explain(
     *,
     max_cycles: int | None = None,
     spent: Mapping[str, Any] | None = None,
+    cycles: int | None = None,
+    checked: int = 0,
 ) -> str:
     """A stop reason in plain words, with the contract's numbers (``max_cycles``: the run's
     own cycle cap, when the task carried one; ``spent``: the run's spend, said beside a
-    budget that stopped it)."""
+    budget that stopped it; ``cycles``, ``checked``: a stop at the cycle cap says how many
+    cycles ran and how many of them judged a person's edit, not counted, ``edit_checks``)."""
     b = contract.budget
+    if reason == "budget_cycles" and checked and cycles is not None:
+        cap = max_cycles if max_cycles is not None else b.max_cycles
+        return f"stopped: the cycle budget ({cap}) is spent after {cycles} cycles" + (
+            _judged_edits(checked)
+        )
     used = None if spent is None else spent.get(_SPENT_KEYS.get(reason, ""))
     if isinstance(used, (int, float)) and not isinstance(used, bool):
         shown = _usd(used) if reason == "budget_cost" else _secs(used)
@@ -127,6 +135,24 @@ def explain(
         max_tokens=b.max_tokens,
         max_seconds=_secs(b.max_seconds),
     )
+
+
+def edit_checks(cycle: int, cap: int | None, answer_checks: int) -> int:
+    """How many of a run's ``cycle`` cycles the cycle cap ``cap`` did not count: check-only
+    cycles, each judging a person's edit with no actor call, that took an answered question's
+    cycle (``answer_checks``) or ran past the cap reached (an edit of a run stopped on its
+    cycles, ``_decide.check_stop``). Only they run past it, so the count is exact."""
+    past = 0 if cap is None else max(0, cycle - answer_checks - cap)
+    return answer_checks + past
+
+
+def _judged_edits(k: int) -> str:
+    """The words a stop at the cycle cap adds for ``k`` such cycles (packet48: "stopped after
+    3 cycles: the cycle budget of 2 is used up" read as if the cap were broken)."""
+    if k <= 0:
+        return ""
+    what = "a person's edit" if k == 1 else "people's edits"
+    return f" ({k} of them judged {what}, with no actor call: not counted)"
 
 
 CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
@@ -183,9 +209,11 @@ def stop_cause(
     error: Mapping[str, Any] | None = None,
     evidence: Mapping[str, Any] | None = None,
     held_out_passed: bool | None = None,
+    checked: int = 0,
 ) -> str:
     """Why a run ended, in one short sentence with its numbers: who denied what and why, which
-    call failed after how many attempts, which rule stopped it and at what values."""
+    call failed after how many attempts, which rule stopped it and at what values.
+    ``checked``: of ``cycle`` cycles, how many the cycle cap did not count (``edit_checks``)."""
     if not reason:
         return ""
     b, sp = contract.budget, spent or {}
@@ -212,7 +240,9 @@ def stop_cause(
         return _clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
     if reason == "budget_cycles":
         cap = max_cycles if max_cycles is not None else b.max_cycles
-        return _clip(f"stopped {at}: the cycle budget of {cap} is used up; {best}")
+        return _clip(
+            f"stopped {at}{_judged_edits(checked)}: the cycle budget of {cap} is used up; {best}"
+        )
     if reason in ("budget_cost", "budget_tokens"):
         # The budget as it stands: crossed by a call in flight (``cause`` says which), reached,
         # or still short of it by less than the next cycle is projected to cost.
@@ -359,6 +389,8 @@ def build_packet(
             f"{state.cycle} --by NAME`, then `loopwright resume {run_id[:12]}`."
         )
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
+    cap = cycle_cap(contract, state)
+    checked = edit_checks(state.cycle, cap, state.answer_checks) if reason == "budget_cycles" else 0
     if error is not None and reason == "escalated":
         # An ended run is returned as it is by `resume` and by a rerun of its task key: going
         # on needs it reopened at its last checkpoint.
@@ -371,7 +403,12 @@ def build_packet(
     return {
         "stop_reason": reason,
         "summary": explain(
-            reason, contract, max_cycles=cycle_cap(contract, state), spent=state.spent.to_dict()
+            reason,
+            contract,
+            max_cycles=cap,
+            spent=state.spent.to_dict(),
+            cycles=state.cycle,
+            checked=checked,
         )
         + (f" — {cause}" if cause else ""),
         "cause": cause,
@@ -403,9 +440,10 @@ def build_packet(
             best_score=state.best_score,
             best_cycle=state.best_cycle,
             spent=state.spent.to_dict(),
-            max_cycles=cycle_cap(contract, state),
+            max_cycles=cap,
             cause=cause,
             error=error,
             evidence=evidence,
+            checked=checked,
         ),
     }

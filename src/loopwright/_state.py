@@ -85,6 +85,10 @@ class TaskState(Planning):
     # at their mean (``_decide.budget_stop``). None: a state stored before they were counted
     # (the mean of every cycle is used).
     paid_cycles: list[int] | None = field(default_factory=lambda: [0, 0, 0])
+    # Check-only cycles that took the place of the cycle an answered question was for (a
+    # person edited the run beside the question): no attempt, not counted against the cycle
+    # cap, so the actor still reads the answer (``_decide.counted_cycles``; packet48).
+    answer_checks: int = 0
     score: float | None = None
     best_score: float | None = None
     best_cycle: int = 0
@@ -440,6 +444,7 @@ class TaskState(Planning):
         out.held_out_spent = self.held_out_spent
         out.billed = self.billed
         out.paid_cycles = self.paid_cycles
+        out.answer_checks = self.answer_checks
         out.score = self.score
         out.best_score = self.best_score
         out.best_cycle = self.best_cycle
@@ -482,6 +487,7 @@ class TaskState(Planning):
             "held_out_spent": _priced(self.held_out_spent),
             "billed": self.billed,
             "paid_cycles": self.paid_cycles,
+            "answer_checks": self.answer_checks,
             "score": self.score,
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
@@ -516,6 +522,7 @@ class TaskState(Planning):
             held_out_spent=_held_out_spent(d.get("held_out_spent")),
             billed=_billed(d.get("billed")),
             paid_cycles=_paid_cycles(d.get("paid_cycles")),
+            answer_checks=int(d.get("answer_checks") or 0),
             score=d.get("score"),
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),

@@ -65,13 +65,14 @@ _STEADY_KEYS = (
     "best_score",
     "best_cycle",
     "progress_score",
+    "answer_checks",
 )
 _steady, _steady_in = (
     operator.attrgetter(*_STEADY_KEYS),
     operator.itemgetter(*_STEADY_KEYS),
 )
 # How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
-_HEAD_LEN = 26
+_HEAD_LEN = 27
 
 
 def head(
@@ -120,6 +121,7 @@ def head(
         "held_out_spent": _priced(state.held_out_spent),
         "billed": state.billed,  # replaced, never changed in place (``noted_calls``)
         "paid_cycles": None if state.paid_cycles is None else list(state.paid_cycles),
+        "answer_checks": state.answer_checks,
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,

@@ -39,7 +39,8 @@ it mid-way, a person reopened it, and the resumed run stopped before another cyc
 
 A fork (``Runtime.fork``) adds ``start``: the accounting it inherited from the run it was forked
 from (``cycle``, ``cost_usd``, ``tokens``, ``seconds``, ``best_score``, ``progress_score``,
-``stall``, ``passed_checks``). Its contract goes on from there; its ``recorded`` figures and its
+``stall``, ``passed_checks``; ``answer_checks`` when some check-only cycles are not counted by
+the cycle cap). Its contract goes on from there; its ``recorded`` figures and its
 cycles are its own (what it inherited is not counted again).
 """
 
@@ -377,6 +378,7 @@ _START_NUMBERS = {
     "tokens": _count,
     "seconds": _amount,
     "stall": _count,
+    "answer_checks": _count,
     "best_score": lambda v, _: _score(v),
     "progress_score": lambda v, _: _score(v),
 }

@@ -112,6 +112,7 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
         passed_checks=list(inh.passed_checks),
         billed=dict(inh.billed),
         paid_cycles=None if inh.paid_cycles is None else list(inh.paid_cycles),
+        answer_checks=inh.answer_checks,
     )
     improved_at = 0
     spent_at_improvement = inh.cost_usd
@@ -136,7 +137,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
             note=note,
         )
 
+    prev: CycleTrace | None = None  # the cycle before this one
     for c in trace.cycles:
+        if c.check_only and prev is not None and prev.asked and not prev.reopened:
+            # it takes the place of the cycle an answered question was for: not counted
+            # against the cycle cap (``_decide.counted_cycles``, ``_edit_check.answer_owed``)
+            s.answer_checks += 1
+        prev = c
         # (a check-only cycle, judging a person's edit, is no attempt: as the engine, only a
         # budget used up stops it, not the cycle cap, a projection or marginal return)
         ahead = rules.check_stop if c.check_only else rules.stop_before_cycle

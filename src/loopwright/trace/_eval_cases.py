@@ -9,6 +9,7 @@ import itertools
 import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import IO, Any
 
 from .._concluded import concluded_at, concluded_in
@@ -151,6 +152,27 @@ def _unfinished(rec: RunRecord, last: Checkpoint) -> dict[str, Any] | None:
 
 def _case_cycle(c: _Cycle) -> dict[str, Any]:
     rec = c.record
+    calls = list(rec.get("calls") or ())
+    if rec.get("check_only") and c.parked is not None and _actor_called(calls):
+        # A request denied (or expired) after an edit beside it: the actor was called and its
+        # proposal judged, then parked; the cycle concluded judging the person's edit
+        # check-only. The case says both, in that order (packet48: it said ``check_only``
+        # with the empty proposal, the actor's only in the parked checkpoint).
+        return {
+            **_case_cycle(replace(c, record={**rec, "check_only": False}, parked=None)),
+            "proposal": c.parked.proposal,
+            "digest": c.parked.digest,
+            "visible": c.parked.visible,
+            "held_out": c.parked.held_out,
+            "edit_judged": {
+                "check_only": True,
+                "proposal": c.proposal,
+                "digest": c.digest,
+                "visible": c.visible,
+                "held_out": c.held_out,
+                "score": rec.get("score"),
+            },
+        }
     return {
         "cycle": c.cycle,
         "concluded": c.concluded,
@@ -165,10 +187,15 @@ def _case_cycle(c: _Cycle) -> dict[str, Any]:
         "improved": bool(rec.get("improved", False)),
         "effects": list(rec.get("effects") or ()),
         "usage": rec.get("usage"),
-        "calls": list(rec.get("calls") or ()),
+        "calls": calls,
         # judged a person's edit, no actor call: its proposal is no actor's
         **({"check_only": True} if rec.get("check_only") else {}),
     }
+
+
+def _actor_called(calls: Sequence[Any]) -> bool:
+    """Whether a cycle's calls hold the actor's (it made an attempt in it)."""
+    return any(isinstance(x, dict) and x.get("who") == "actor" for x in calls)
 
 
 def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:

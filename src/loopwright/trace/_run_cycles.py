@@ -48,6 +48,9 @@ class _Cycle:
     after: dict[str, dict[str, Any]] | None
     #: the position of the checkpoint it was found at: which cycle this is, across two reads
     at: int = 0
+    #: a concluded cycle that parked first: the cycle as it parked (its proposal and verdicts
+    #: then; a request denied after an edit beside it concludes judging the edit instead)
+    parked: _Cycle | None = None
 
 
 def _cycles(
@@ -120,6 +123,7 @@ def _iter_cycles(
                     context_id=before[1],
                     after=context(i)[0]["artifacts"] if wanted else None,
                     at=i,
+                    parked=start,
                 )
             )
         elif decision in _MID_CYCLE and n not in waiting:
