@@ -499,14 +499,15 @@ _TRIGGER_IN += tuple(t for t in _TRIGGERS if t.startswith("token"))
 _TRIGGER = re.compile(_trie(t for t in _TRIGGERS if t not in _TRIGGER_IN))
 
 
-# Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``):
+# Every trigger of ``_TRIGGER`` contains one of these (``gh`` stands for the five ``gh?_``,
+# ``k_`` for Stripe's four: a needle fewer is a scan fewer, which pays for one of the
+# lower-case provider keys' ``shp`` and ``dop_v``, stop 48):
 # on text with none of them — a clean record — the regular expression never runs. The
 # substring tests run in C; together they cost less than one pass of the expression.
 _PREFILTER = (
     *("access", "aiza", "akia", "api", "asia", "authorization", "bearer", "eyj", "gh"),
-    *("github_pat_", "glpat-", "hf_", "k_live_", "k_test_", "lw_", "passw", "private"),
-    *("secret", "sk-", "pwd", "passphrase", "cookie", "credentials", "session", "shp"),
-    "dop_v",
+    *("github_pat_", "glpat-", "hf_", "k_", "lw_", "passw", "private", "secret", "sk-"),
+    *("pwd", "passphrase", "cookie", "credentials", "session", "shp", "dop_v"),
 )
 
 
