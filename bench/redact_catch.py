@@ -46,6 +46,18 @@ def secrets() -> Iterator[tuple[str, str, str]]:
         "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.Pl4ntedJwtSignature0123456789ab",
         "google": "AIzaSyPl4ntedGoogleKey0123456789abcdef0",
         "hf": "hf_Pl4ntedHuggingFaceT0ken0123456",
+        # other providers' keys (stop 48, keys48: _redact_keys), at their documented lengths
+        "groq": "gsk_Pl4ntedGroqKey" + "Ab1" * 12,
+        "xai": "xai-Pl4ntedXaiKey" + "Ab12" * 16,
+        "perplexity": "pplx-Pl4ntedPerplexity" + "ab12" * 8,
+        "npm": "npm_Pl4ntedNpmT0ken" + "aB" * 10 + "x",
+        "pypi": "pypi-AgEIcHlwaS5vcmcPl4ntedPyPI" + "Ab_-" * 10,
+        "google-oauth": "ya29.a0Pl4ntedGoogleAccess" + "T0k" * 5,
+        "google-client": "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",
+        "slack-app": "xapp-1-A0PL4NTED-1234567890-" + "9f3b5d1e" * 8,
+        "digitalocean": "dop_v1_" + "9f3b5d1e" * 8,
+        "shopify": "shpat_" + "9f3b5d1e" * 4,
+        "replicate": "r8_Pl4ntedReplicateT0ken" + "Ab" * 8,
     }
     for name, key in shapes.items():
         yield name, f"using {key} now", key

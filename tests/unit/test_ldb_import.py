@@ -279,3 +279,32 @@ def test_a_line_that_contradicts_itself_is_refused(
     with pytest.raises(LdbFormatError, match=re.escape(message)):
         list(traces_from_ldb(src))
 
+
+def test_the_tasks_file_is_written_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key in a recorded program or test is masked in the tasks file, as a run masks its
+    task: by the library call (a path or a stream) and by ``loopwright import ldb``."""
+    from loopwright.cli import main
+
+    key = "sk-proj-Pl4ntedOpenAIkey0123456789abcdefghij"
+    rec = record(
+        prompt=f'def f(x):\n    """calls the API with {key}"""\n',
+        implementations=[f"def f(x):\n    k = '{key}'\n    return x", "def f(x): return x"],
+        test_feedback=[["assert f(1) == 1"], []],
+        debug_iter=1,
+    )
+    src = tmp_path / "ldb.jsonl"
+    src.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    stream = io.StringIO()
+    report = import_ldb_report(src, stream)
+    assert report.tasks and key in json.dumps(report.tasks)  # what was read: the recording
+    written = [tmp_path / "lib.jsonl", tmp_path / "cli.jsonl"]
+    import_ldb_report(src, written[0])
+    assert main(["import", "ldb", str(src), "--out", str(written[1])]) in (0, None)
+    capsys.readouterr()
+    for text in (stream.getvalue(), *(p.read_text(encoding="utf-8") for p in written)):
+        assert key not in text
+        task = json.loads(text)
+        assert "***" in task["artifacts"]["program"]["code"]
+        assert task["artifacts"]["program"]["code"].startswith("def f(x):\n    k = '")

@@ -74,6 +74,7 @@ from typing import IO, Any
 
 from .._errors import ConfigError
 from .._json import JsonLineError, json_lines
+from .._redact import redact
 
 __all__ = [
     "USD_PER_TOKEN",
@@ -409,14 +410,16 @@ def import_ldb_report(
     usd_per_token: float = USD_PER_TOKEN,
     rounds: int | None = None,
 ) -> LdbImport:
-    """Convert the LDB JSONL file ``path_in`` into a tasks JSONL file; returns the summary.
+    """Convert the LDB JSONL file ``path_in`` into a tasks JSONL file (each task masked as
+    ``redact`` masks a run's task); returns the summary (its tasks as read).
 
     ``path_out`` may be a path or an open text stream. The whole input is validated before
     anything is written to a path, so a malformed line leaves no half-written output.
     """
     report = read_ldb_report(path_in, label=label, usd_per_token=usd_per_token, rounds=rounds)
-    tasks = report.tasks
-    text = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
+    # Masked as a run masks its task (invariant 9): a key in a recorded prompt or test would
+    # otherwise sit in the tasks file until a run was made of it, or for good.
+    text = "".join(json.dumps(redact(t), ensure_ascii=False) + "\n" for t in report.tasks)
     if isinstance(path_out, str | Path):
         Path(path_out).parent.mkdir(parents=True, exist_ok=True)  # --out .loopwright/tasks.jsonl
         Path(path_out).write_text(text, encoding="utf-8")
