@@ -16,6 +16,7 @@ import pytest
 from support.printed import shown_text
 
 import loopwright as lw
+from loopwright._mid_cycle_records import by_id
 from loopwright.cli import _app
 from loopwright.store import open_store
 from loopwright.store._base import concluded_cycles
@@ -47,15 +48,17 @@ def _whole_document(url: str, run_id: str) -> dict[str, Any]:
         state = cps[-1].task_state()
         for _ref, part in state.iter_parts():
             part.versions  # noqa: B018 - loads them
+        approvals = st.approvals(run_id=run_id)
+        decided = by_id(approvals)
         return {
             "run": rec.to_dict(),
             "state": state.to_dict(),
             "cycles": [  # less a concluded cycle's effects' write-ahead record
                 c.record
                 for c in cps
-                if c.record and not _app._wrote_ahead_of(c.record, concluded_cycles(cps))
+                if c.record and not _app._wrote_ahead_of(c.record, concluded_cycles(cps), decided)
             ],
-            "approvals": [a.to_dict() for a in st.approvals(run_id=run_id)],
+            "approvals": [a.to_dict() for a in approvals],
             "journal": [e.to_dict() for e in st.journal(run_id)],
             "events": [e.to_dict() for e in st.events(run_id)],
         }
