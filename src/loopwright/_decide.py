@@ -329,6 +329,17 @@ def no_attempt(check_only: bool, whos: Iterable[object]) -> bool:
     return True
 
 
+def record_no_attempt(rec: Mapping[str, object]) -> bool:
+    """``no_attempt`` read from a concluded cycle's record (its ``check_only`` flag and the
+    ``who`` of its ``calls``): what the metrics, the run page, ``show`` and the spans call a
+    check-only cycle."""
+    calls = rec.get("calls") or ()
+    listed = calls if isinstance(calls, list | tuple) else ()
+    return no_attempt(
+        bool(rec.get("check_only")), (c.get("who") for c in listed if isinstance(c, Mapping))
+    )
+
+
 def aggregate_score(checks: Sequence[Check], verdicts: dict[str, Verdict]) -> float | None:
     """The weighted mean score of the visible verdicts (``None`` when there are none)."""
     total = weight = 0.0

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._concluded import concluded_in
 from ._contract import TERMINAL_STATUSES
-from ._decide import no_attempt
+from ._decide import record_no_attempt
 from ._errors import ConfigError, RunNotFoundError
 from ._inherited import fork_seq, inherited
 from .store import Approval, Checkpoint, Event, RunRecord, Store
@@ -516,10 +516,7 @@ def _no_actor(rec: Mapping[str, Any]) -> bool:
     """Whether a concluded cycle showed no actor a context: one that made no attempt
     (``_decide.no_attempt``: the cycle of a request denied after a person's edit beside it
     judged the edit check-only once the actor had been shown its context and paid)."""
-    calls = rec.get("calls") or ()
-    return no_attempt(
-        bool(rec.get("check_only")), (c.get("who") for c in calls if isinstance(c, Mapping))
-    )
+    return record_no_attempt(rec)
 
 
 def _reused_notes(fields: Mapping[str, Any]) -> int:

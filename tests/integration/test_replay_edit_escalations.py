@@ -61,6 +61,32 @@ def _loop(max_cycles: int, *, risky_from: int | None = None) -> lw.Loop:
 TASK = {"artifacts": {"doc": {"a": "bad", "b": "bad", "c": "good", "d": ""}}}
 
 
+def edited_past_the_cap(path: Path) -> lw.RunResult:
+    """A run stopped on its cycle cap (2), edited with a version its check refuses, resumed:
+    its cycle 3 judges the edit check-only (no actor call) and escalates."""
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(_loop(2), TASK, task_key="t")
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
+        rt.edit(r.run_id, "doc/c", "worse", by="ana")
+        r = rt.resume_sync(r.run_id, _loop(2))
+    assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 3)
+    return r
+
+
+def denied_beside_an_edit(path: Path) -> lw.RunResult:
+    """The run's only cycle parks on a request (the actor called, paid); a person edits beside
+    it and denies it: the cycle judges the edit and the run escalates on the denial."""
+    loop = _loop(1, risky_from=1)
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(loop, TASK, task_key="t")
+        assert r.status == "awaiting_approval"
+        rt.edit(r.run_id, "doc/a", "good", by="ana")
+        rt.deny(r.run_id, by="bo")
+        r = rt.resume_sync(r.run_id, loop)
+    assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 1)
+    return r
+
+
 def _replayed(path: Path, run_id: str, contract: lw.Contract | None = None) -> lw.RunRecord:
     with lw.store.open_store(str(path)) as st:
         rec = st.get_run(run_id)
@@ -81,12 +107,7 @@ def test_a_persons_failing_version_at_the_cycle_cap_replays_to_its_escalation(
     """Stopped on its cycle cap, edited with a version its check refuses, resumed: the
     check-only cycle past the cap escalates the run to the person. Replay said budget_cycles."""
     path = tmp_path / "s.db"
-    with lw.Runtime(str(path)) as rt:
-        r = rt.run_sync(_loop(2), TASK, task_key="t")
-        assert (r.stop_reason, r.cycles) == ("budget_cycles", 2)
-        rt.edit(r.run_id, "doc/c", "worse", by="ana")
-        r = rt.resume_sync(r.run_id, _loop(2))
-        assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 3)
+    r = edited_past_the_cap(path)
     rec, o = _replayed(path, r.run_id)
     assert (o.reason, o.cycles, o.accepted) == ("escalated", 3, False)
     assert o.cost_usd == rec.cost_usd
@@ -96,14 +117,7 @@ def test_a_denied_request_at_the_cycle_cap_replays_to_its_escalation(tmp_path: P
     """The run's only cycle parks on a request; a person edits beside it and denies it: the
     cycle judges the edit and the run escalates on the denial. Replay said budget_cycles."""
     path = tmp_path / "s.db"
-    loop = _loop(1, risky_from=1)
-    with lw.Runtime(str(path)) as rt:
-        r = rt.run_sync(loop, TASK, task_key="t")
-        assert r.status == "awaiting_approval"
-        rt.edit(r.run_id, "doc/a", "good", by="ana")
-        rt.deny(r.run_id, by="bo")
-        r = rt.resume_sync(r.run_id, loop)
-        assert (r.status, r.stop_reason, r.cycles) == ("escalated", "escalated", 1)
+    r = denied_beside_an_edit(path)
     rec, o = _replayed(path, r.run_id)
     assert (o.reason, o.cycles) == ("escalated", 1)
     assert o.cost_usd == rec.cost_usd

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .._decide import record_no_attempt
 from ._table import STATUS_STYLE, interrupted, printable
 
 if TYPE_CHECKING:
@@ -158,8 +159,10 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         if prop.get("replace"):
             parts = [f"REPLACE {a}" for a in prop["replace"]]
         what = [f"{escape(str(prop.get('kind')))}:", *(escape(p) for p in parts)]
-        if rec.get("check_only"):  # no actor call: the verifiers judged a person's edit
+        if record_no_attempt(rec):  # no actor call: the verifiers judged a person's edit
             what = ["[cyan]check only:[/] judged the person's edit"]
+        elif rec.get("check_only"):  # the actor's attempt, denied: then the edit judged
+            what = ["[cyan]request denied:[/] judged the person's edit"]
         if rec.get("duplicate"):
             what.append("[yellow](repeat)[/]")
 

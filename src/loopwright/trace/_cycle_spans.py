@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._decide import no_attempt, record_no_attempt
 from ..store import Approval, Event, RunRecord
 from ._span_model import (
     _APPROVAL_KINDS,
@@ -136,7 +137,12 @@ def cycle_spans(
 def _cycle_attributes(cycle: Span, occ: Occurrence, closing: tuple[int, Event] | None) -> None:
     rec = occ.record
     a = cycle.attributes
-    if occ.started.data.get("check_only"):  # judged a person's edit: no actor span
+    # judged a person's edit, no actor call (``_decide.no_attempt``): not the cycle of a
+    # request denied after an edit beside it, which the actor's attempt began
+    scopes = (_scope_of(ev) for _, ev in occ.items)
+    if no_attempt(bool(occ.started.data.get("check_only")), scopes) and (
+        rec is None or record_no_attempt(rec)
+    ):
         a["loopwright.check_only"] = True
     if rec is not None:
         a["loopwright.decision"] = rec.get("decision")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._decide import record_no_attempt
 from .._finishing import ended_inside
 from .._mid_cycle_records import concluded_cycles, decided_on, never_concluded, unapplied
 from ..store import Approval, Checkpoint, RunRecord, Store
@@ -156,14 +157,18 @@ def _cycle_row(ck: Checkpoint, rec: dict[str, Any]) -> dict[str, Any]:
         for e in prop.get("edits") or ()
     ]
     usage = rec.get("usage") or {}
+    checked = record_no_attempt(rec)  # (``_decide.no_attempt``)
     return {
         "cycle": rec.get("cycle"),
         "at": ck.created_at,  # when the cycle was committed
         "parked": False,
         "unapplied": False,
-        # a cycle that judged a person's edit, no actor call (its note says so)
-        "kind": "check only" if rec.get("check_only") else prop.get("kind"),
-        "check_only": bool(rec.get("check_only")),
+        # a cycle that judged a person's edit, no actor call (its note says so); not the
+        # cycle of a request denied after an edit beside it: the actor's attempt began it
+        "kind": "check only"
+        if checked
+        else ("request denied" if rec.get("check_only") else prop.get("kind")),
+        "check_only": checked,
         "replace": list(prop.get("replace") or []),
         "edits": edits,
         "note": prop.get("note") or "",
