@@ -274,8 +274,23 @@ def shown_records(
         lambda: store.iter_records(run_id),
         lambda row: row[3].get("pending"),
     )
+    ended_in: Any = None  # the cycle the run ended in, parked or its effects not done
     for (_seq, cycle, record, fields), concluded in rows:
         shown = None
         if record is not None and never_concluded(record, concluded, decided):
             shown = unapplied(record, fields.get("pending"), ended=ended, decided=decided)
+        if record is not None and "proposal" in record:
+            ended_in = None  # a cycle concluded since (the check-only one after an edit)
+        elif shown is not None:
+            ended_in = record.get("cycle") if record else None
+        elif record and ended_in is not None and _edit_after_end(record):
+            # made after that cycle ended the run: its checkpoint carries the last concluded
+            # cycle's number (it read "cycle 0 edited by ana" after cycle 1's row)
+            record = {**record, "cycle": ended_in, "after_run_ended": True}
         yield cycle, record, concluded, shown
+
+
+def _edit_after_end(record: dict[str, Any]) -> bool:
+    """A person's edit made with no request waiting: one made while a cycle is parked keeps
+    that cycle's held-out verdicts (``Runtime.edit``), listed in that cycle as it was."""
+    return record.get("decision") == "edit" and "held_out" not in record

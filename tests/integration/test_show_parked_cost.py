@@ -153,3 +153,23 @@ def test_a_forks_show_says_where_its_first_cycles_are_listed(url: str) -> None:
     assert f"forked from run {r.run_id} at cycle 1 (cycle 1 is listed there)" in text, text
     text = " ".join(shown_text(url, g.run_id)[0].split())
     assert f"forked from run {r.run_id} at cycle 0 │" in text, text
+
+
+def test_an_edit_after_a_parked_cycle_ended_the_run_is_listed_after_that_cycle(
+    url: str,
+) -> None:
+    """Cycle 1 parked, its request denied, the run escalated; a person's edit then was listed
+    as cycle 0, after cycle 1's row: its checkpoint carries the last concluded cycle's number."""
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(), TASK, task_key="edited after")
+        rt.deny(r.run_id, by="ann")
+        r = rt.resume_sync(r.run_id, _loop())
+        assert r.status == "escalated"
+        rt.edit(r.run_id, "inv/x", 2, by="ana")
+    rows = _rows(shown_text(url, r.run_id)[0])
+    said = "cycle 1 edited by ana after the run ended proposal edit: inv/x v2"
+    assert said in rows, rows
+    assert "cycle 0" not in rows
+    assert rows.index("never applied") < rows.index(said)
+    edits = [c for c in _json(url, r.run_id)["cycles"] if c.get("decision") == "edit"]
+    assert [(e["cycle"], e["after_run_ended"], e["by"]) for e in edits] == [(1, True, "ana")]

@@ -111,6 +111,9 @@ def _person_row(
             # that cycle's, not the one before it (it read "1 parked ..." then "0 edited")
             said = f"[cyan]edited by {who} while it was parked[/]"
             return (str(cycle + 1), what, [], [], "-", said, "-")
+        if rec.get("after_run_ended"):  # after the cycle it names ended the run
+            said = f"[cyan]edited by {who} after the run ended[/]"
+            return (str(rec.get("cycle")), what, [], [], "-", said, "-")
         return (str(cycle), what, [], [], "-", f"[cyan]edited by {who}[/]", "-")
     what = [f"back to cycle {rec.get('to_cycle')}"]
     return (str(cycle), what, [], [], "-", f"[cyan]rolled back by {who}[/]", "-")
