@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.doc_verdicts import parts_good
 
 import loopwright as lw
 from loopwright.replay import simulate, trace_of_run
@@ -28,14 +29,7 @@ def _loop(actor_calls: list[int]) -> lw.Loop:
         return lw.Proposal.edit("doc", edits, usage=lw.Usage(0.90, 900))
 
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        doc = state.artifacts["doc"].values()
-        bad = [lw.Finding(f"{p} is wrong", "doc", p) for p in PARTS if doc[p] != "good"]
-        return lw.Verdict(
-            passed=not bad,
-            score=1 - len(bad) / len(PARTS),
-            findings=tuple(bad),
-            usage=lw.Usage(0.05, 50),
-        )
+        return parts_good(state, PARTS, usage=lw.Usage(0.05, 50))
 
     def hidden(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=True, usage=lw.Usage(0.05, 50))

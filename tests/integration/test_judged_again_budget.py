@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from support.doc_verdicts import parts_good
 
 import loopwright as lw
 from loopwright.replay import simulate, trace_of_run
@@ -28,15 +29,8 @@ def _loop(judged: list[dict[str, str]]) -> lw.Loop:
         return lw.Proposal.edit("doc", {"c": "good"}, usage=lw.Usage(0.10, 100))
 
     def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        doc = state.artifacts["doc"].values()
-        judged.append(dict(doc))
-        bad = [lw.Finding(f"{p} is wrong", "doc", p) for p in PARTS if doc[p] != "good"]
-        return lw.Verdict(
-            passed=not bad,
-            score=1 - len(bad) / len(PARTS),
-            findings=tuple(bad),
-            usage=lw.Usage(0.01, 10),
-        )
+        judged.append(dict(state.artifacts["doc"].values()))
+        return parts_good(state, PARTS, usage=lw.Usage(0.01, 10))
 
     def hidden(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
         return lw.Verdict(passed=True, usage=lw.Usage(0.02, 20))

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.doc_verdicts import parts_good
 
 import loopwright as lw
 from loopwright.replay import read_traces, simulate, trace_of_run, write_traces
@@ -26,14 +27,7 @@ PARTS = ("a", "b", "c")
 
 
 def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-    doc = state.artifacts["doc"].values()
-    bad = [lw.Finding(f"{p} is wrong", "doc", p) for p in PARTS if doc[p] != "good"]
-    return lw.Verdict(
-        passed=not bad,
-        score=1 - len(bad) / len(PARTS),
-        findings=tuple(bad),
-        checked=tuple(f"doc/{p}" for p in PARTS),  # (not d: never accepted, always writable)
-    )
+    return parts_good(state, PARTS, checked=True)  # (not d: never accepted, always writable)
 
 
 def _loop(max_cycles: int, *, risky_from: int | None = None) -> lw.Loop:
