@@ -183,7 +183,7 @@ class Worker:
             # skipped run. This worker goes on with the others.
             self.stats.errors += 1
             self._no_loop[run_id] = time.monotonic() + SKIP_S
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(LoopwrightError):  # (the store failing too, or no run)
                 if store.get_run(run_id).status not in TERMINAL_STATUSES:
                     self._said_skipped(run_id, f"{type(exc).__name__}: {exc}")
             return
