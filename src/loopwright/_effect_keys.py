@@ -12,7 +12,7 @@ from typing import Any
 from ._effects import Effect, EffectCall, _canon
 from ._errors import ConfigError
 from ._retry import RefusedError
-from .store import JournalEntry, Store
+from .store import EffectClaim, JournalEntry, Store
 
 __all__ = ["args_digest", "key_of", "redo_key", "undid_for_origin"]
 
@@ -123,17 +123,20 @@ def _call_key(
 
 
 # Why a call a person approved only as another run's execution, reused, is not run: that
-# execution was undone (refunded) before the call came to run (``reuse_gone``).
+# execution was undone (refunded) before the call came to run (``reuse_standing``).
 NOT_REUSED = (
     "{} ({}) was approved as already done by another run (its result reused, nothing run "
     "again), and was undone since: neither reused nor run — approved now, it would run again"
 )
 
 
-def reuse_gone(store: Store, kind: str, action: str, run_id: str) -> bool:
-    """Whether the claim of business key ``action`` is no longer another run's execution,
-    done: a call approved only as its reuse (``perform_effect``'s ``reuse_only``) is then
-    not run. Read before the intent; the intent's own claim write settles the rest (a claim
-    undone between the two is ``EffectKeyMoved``, never a fresh execution)."""
+def reuse_standing(store: Store, kind: str, action: str, run_id: str) -> EffectClaim | None:
+    """The claim of business key ``action`` while it is another run's execution, done; ``None``
+    once it is not: a call approved only as its reuse (``perform_effect``'s ``reuse_only``) is
+    then not run. Read before the intent, whose key is this claim's generation: a claim undone
+    after this read is ``EffectKeyMoved`` at the intent's claim write, never a fresh execution
+    (review49a: the key was read again, and a refund between the two reads paid again)."""
     claim = store.effect_claim(kind, action)
-    return claim is None or claim.status != "done" or claim.run_id == run_id
+    if claim is None or claim.status != "done" or claim.run_id == run_id:
+        return None
+    return claim

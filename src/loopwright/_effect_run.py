@@ -24,7 +24,7 @@ from ._effect_keys import (
     args_digest,
     key_of,
     redo_key,
-    reuse_gone,
+    reuse_standing,
     undid_for_origin,
 )
 from ._effects import Effect, EffectCall, EffectResult, _canon
@@ -140,7 +140,7 @@ async def perform_effect(
     ``fixed``: the key, and whether it is a business key, as the cycle's write-ahead recorded
     them (``key_of``): a resumed cycle settles the intent it journaled even when the loop's
     key function changed between the crash and the resume.
-    ``reuse_only``: approved only as another run's execution, reused (``reuse_gone``).
+    ``reuse_only``: approved only as another run's execution, reused (``reuse_standing``).
     """
     ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
@@ -375,9 +375,15 @@ async def perform_effect(
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
-    if reuse_only and (entry is None or stale) and reuse_gone(store, eff.kind, action, ex.run_id):
-        return not_reused()
-    if business and (entry is None or stale or entry.status in ("intent", "waiting")):
+    if reuse_only and (entry is None or stale):
+        standing = reuse_standing(store, eff.kind, action, ex.run_id)
+        if standing is None:
+            return not_reused()
+        # the key of the execution reused, as that one read found it: undone since, the
+        # intent's claim write refuses it (``EffectKeyMoved``), it never takes the key freed
+        base["generation"] = standing.generation
+        base["call_key"] = redo_key(action, standing.generation)
+    elif business and (entry is None or stale or entry.status in ("intent", "waiting")):
         # the key this call hands the effect, recorded with its intent (``_call_key``)
         base["generation"], base["call_key"] = _call_key(
             store, eff.kind, action, generation, None if stale else entry

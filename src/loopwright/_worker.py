@@ -19,10 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._contract import TERMINAL_STATUSES
 from ._engine import RunResult, Runtime
 from ._errors import (
     ConfigError,
+    ConflictError,
     LoopwrightError,
+    StaleLeaseError,
     StoreError,
     StoreUnavailableError,
     check_seconds,
@@ -40,6 +43,8 @@ LoopResolver = Callable[[RunRecord], Loop]
 SKIPPED_WHY_KEPT = 100
 """The most runs ``WorkerStats.skipped_why`` names (the latest skipped; ``skipped`` counts them
 all): a worker that runs for weeks beside runs it has no loop for holds a bounded map."""
+# How long a run claimed and not driven here (skipped, or failed before its drive) is left alone.
+SKIP_S = 30.0
 
 
 @dataclass(slots=True)
@@ -150,19 +155,7 @@ class Worker:
                 store.release_lease(run_id, token)
             return
         except LoopwrightError as exc:
-            why = redact_text(str(exc))  # (stored: a module's error can quote a secret)
-            with contextlib.suppress(StoreError):
-                store.append_events(
-                    run_id,
-                    [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
-                )
-            # handed back even when the event could not be written (it kept the run from every
-            # other worker to its TTL; review48)
-            with contextlib.suppress(StoreError):
-                store.release_lease(run_id, token)
-            # said once the run is handed back: an on_skip that raises (or a console whose
-            # reader went away) ends the worker, never with the run's lease still held
-            self._skipped(run_id, exc)
+            self._skip(run_id, token, exc)
             return
         try:
             result = await self.runtime.resume(run_id, loop, token=token)
@@ -171,20 +164,55 @@ class Worker:
             # lease expires; then any worker claims it
             self.stats.interrupted += 1
             return
-        except StoreError:
-            self.stats.lost += 1  # another worker owns it now (stale token), or the store failed
+        except (StaleLeaseError, ConflictError):
+            self.stats.lost += 1  # another worker owns it now (stale token)
+            return
+        except StoreError as exc:
+            # The store refused this run for good (a damaged checkpoint): resume handed the
+            # lease back, and counted "lost" and said nothing, the run was claimed again at
+            # the next poll, for ever (``--once`` never ended; review49a). Skipped, saying why.
+            self._skip(run_id, None, exc)
             return
         except ConfigError as exc:
             self._skipped(run_id, exc)
             return
-        except Exception:
+        except Exception as exc:
             # A bug in loopwright itself: the engine has marked the run failed with its
-            # traceback in the packet; this worker goes on with the others.
+            # traceback in the packet; one before the drive left the run as it was, its lease
+            # handed back: recorded on it, and not claimed again here for a while, as a
+            # skipped run. This worker goes on with the others.
             self.stats.errors += 1
+            self._no_loop[run_id] = time.monotonic() + SKIP_S
+            with contextlib.suppress(LoopwrightError):  # (the store failing too, or no run)
+                if store.get_run(run_id).status not in TERMINAL_STATUSES:
+                    self._said_skipped(run_id, f"{type(exc).__name__}: {exc}")
             return
         self.stats.ended[result.status] += 1
         if self.on_result is not None:
             self.on_result(result)
+
+    def _skip(self, run_id: str, token: int | None, exc: LoopwrightError) -> None:
+        """``run_id`` claimed and not driven: the why recorded on the run, its lease (``token``,
+        when still held) handed back, then ``_skipped``."""
+        self._said_skipped(run_id, str(exc))
+        # handed back even when the event could not be written (it kept the run from every
+        # other worker to its TTL; review48)
+        if token is not None:
+            with contextlib.suppress(StoreError):
+                self.runtime.store.release_lease(run_id, token)
+        # said once the run is handed back: an on_skip that raises (or a console whose
+        # reader went away) ends the worker, never with the run's lease still held
+        self._skipped(run_id, exc)
+
+    def _said_skipped(self, run_id: str, why: str) -> None:
+        """Why the run was not driven here, recorded on it (``worker_skipped``) if the store
+        answers."""
+        why = redact_text(why)  # (stored: a module's error can quote a secret)
+        with contextlib.suppress(StoreError):
+            self.runtime.store.append_events(
+                run_id,
+                [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
+            )
 
     def _skipped(self, run_id: str, why: LoopwrightError) -> None:
         """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""
@@ -194,7 +222,7 @@ class Worker:
         said[run_id] = redact_text(str(why))  # (it is printed as JSON)
         if len(said) > SKIPPED_WHY_KEPT:
             del said[next(iter(said))]
-        self._no_loop[run_id] = time.monotonic() + 30.0
+        self._no_loop[run_id] = time.monotonic() + SKIP_S
         if self.on_skip is not None:
             self.on_skip(run_id, why)
 
