@@ -39,6 +39,7 @@ from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
+from ._live_owners import hold_owner, release_owner
 from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
 from ._otel_env import otel_tracing_configured
@@ -55,9 +56,10 @@ from ._result import (
 from ._resume_ready import Resuming
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
+from ._store_folder import missing_store_folder
 from ._task_parts import say_ignored
 from ._usage import Usage
-from .store import NewEvent, RunRecord, Store, open_store
+from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -84,7 +86,12 @@ class Runtime(
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a
-    ``sqlite:///…`` URL or a ``Store``. Async methods have ``*_sync`` twins.
+    ``sqlite:///…`` URL or a ``Store``. A new store file is made only in a folder that exists
+    (``./.loopwright`` excepted): a mistyped path is a ``ConfigError``, not a new, empty store
+    where every task runs, and pays, again. ``owner``: the name this runtime's leases are held
+    under (default ``host:pid:nonce:space``, unique); one name per process across every host
+    on the store: a second open ``Runtime`` with it in this process is refused. Async methods
+    have ``*_sync`` twins.
     """
 
     def __init__(
@@ -144,9 +151,17 @@ class Runtime(
             raise ConfigError("must be a whole number of cycles", field="history_window")
         if history_window < 1:
             raise ConfigError("must be at least 1", field="history_window")
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
-        self._owns_store = not isinstance(store, Store)
+        if not isinstance(store, Store):
+            _refuse_missing_folder(store)
         self.owner = owner or _owner()
+        if owner is not None:  # (a generated name is unique: nothing to hold)
+            hold_owner(owner, self)
+        try:
+            self.store: Store = store if isinstance(store, Store) else open_store(store)
+        except BaseException:
+            release_owner(self.owner, self)
+            raise
+        self._owns_store = not isinstance(store, Store)
         # A checkpoint is a delta from the one before, and every ``snapshot_every``-th a full
         # head, so loading the latest state reads at most that many rows (invariant 8).
         self.snapshot_every = snapshot_every
@@ -183,6 +198,7 @@ class Runtime(
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
+        release_owner(self.owner, self)
         if self._owns_store:
             self.store.close()
 
@@ -536,6 +552,28 @@ class Runtime(
             reflect = decided = True
 
 
+def _refuse_missing_folder(store: str | None) -> None:
+    """``ConfigError`` when the store named (or ``$LOOPWRIGHT_STORE``) is an SQLite file, not
+    there yet, in a folder that does not exist (``_store_folder``): not made, as the CLI's
+    ``--store`` is not. The user makes the folder to start a store there."""
+    missing = missing_store_folder(resolve_store_url(store))
+    if missing is None:
+        return
+    path, folder = missing
+    source, instead = (
+        ("the store argument", "leave the store out")
+        if store
+        else ("$LOOPWRIGHT_STORE", "unset LOOPWRIGHT_STORE")
+    )
+    raise ConfigError(
+        f"no folder {folder} for the store {path} (from {source}): the folder does not "
+        f"exist, and a new store there would run every task, and its effects, again. Create "
+        f"it first (os.makedirs({str(folder)!r}, exist_ok=True)) to start a new store there, "
+        f"or {instead} for the default ./{DEFAULT_STORE} (created when missing)",
+        field="store",
+    )
+
+
 def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
@@ -544,9 +582,13 @@ def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     else:
         running = True
     if running:
+        # named (``run_sync`` in a notebook cell: "a *_sync method" left the user to guess
+        # which, and what to write instead)
+        name = getattr(coro, "__name__", "run")
         coro.close()
         raise RuntimeError(
-            "called a *_sync method inside a running event loop; await the async one"
+            f"{name}_sync() was called inside a running event loop (a notebook, an async "
+            f"function), where it cannot wait; write `await rt.{name}(...)` instead"
         )
     # (run outside the ``except``: inside it, every error of the run, the user code's and the
     # one raised to the caller, would be chained to "no running event loop")
