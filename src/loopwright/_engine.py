@@ -233,7 +233,9 @@ class Runtime(
         by: str | None = None,
     ) -> RunResult:
         """Start (or, for an existing ``task_key``, continue) a run and drive it until it ends
-        or parks for approval. ``by``: who starts it (see ``create``)."""
+        or parks for approval. The key is ``task_key``, else the task's ``"task_key"`` field
+        (an ``"id"`` is not read, unlike a CLI task file); with neither, each call makes a
+        new run under a new ``<loop>:<uuid>`` key. ``by``: who starts it (see ``create``)."""
         record, made = self.create(loop, task, task_key=task_key, project=project, by=by)
         if not made and task is not None:
             say_ignored(record, task)  # a changed task under an existing run's key
@@ -260,7 +262,9 @@ class Runtime(
         by: str | None = None,
     ) -> list[RunResult]:
         """Run many tasks concurrently in this process (at most ``concurrency`` at once).
-        ``by``: who starts them, each run's requester (see ``create``)."""
+        Each is keyed by ``key_of(task, index)``, else its ``"task_key"`` field (as ``run``:
+        a task with neither is a new run each call). ``by``: who starts them, each run's
+        requester (see ``create``)."""
         check_given_text(by, field="by")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(
@@ -588,7 +592,7 @@ def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
         coro.close()
         raise RuntimeError(
             f"{name}_sync() was called inside a running event loop (a notebook, an async "
-            f"function), where it cannot wait; write `await rt.{name}(...)` instead"
+            f"function), where it cannot wait; await the async one: `await rt.{name}(...)`"
         )
     # (run outside the ``except``: inside it, every error of the run, the user code's and the
     # one raised to the caller, would be chained to "no running event loop")

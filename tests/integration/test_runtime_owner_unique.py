@@ -5,6 +5,7 @@ took the lease of a run the first was executing, and that run was fenced out mid
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,20 @@ def test_the_run_one_runtime_executes_is_not_fenced_out_by_another(tmp_path: Pat
         result = a.run_sync(loop, {"artifacts": {"doc": {"title": "t", "body": "b"}}})
     assert result.status == "accepted", result
     assert seen and "executing elsewhere" in seen[0]
+
+
+def test_a_runtime_no_longer_referenced_frees_its_owner(tmp_path: Path) -> None:
+    """Not closed, but let go (a reference cycle keeps it until a collection): its name is
+    free; one still referenced is not, and the refusal says to close it."""
+    gc.disable()  # (the cycle is collected by the refusal's own collection, not by chance)
+    try:
+        held = lw.Runtime(tmp_path / "a.db", owner="worker-1")
+        held.store.close()  # (its connection: the runtime itself is left unclosed)
+        with pytest.raises(lw.ConfigError) as info:
+            lw.Runtime(tmp_path / "a.db", owner="worker-1")
+        assert "rt.close()" in info.value.message and "notebook" in info.value.message
+        held.itself = held  # type: ignore[attr-defined]  # a reference cycle
+        del held
+        lw.Runtime(tmp_path / "a.db", owner="worker-1").close()
+    finally:
+        gc.enable()
