@@ -569,11 +569,14 @@ def _refuse_missing_folder(store: str | None) -> None:
         if store
         else ("$LOOPWRIGHT_STORE", "unset LOOPWRIGHT_STORE")
     )
+    # (a path is read as it is: `~/runs/lw.db` named a folder `~` here, made before api49)
+    tilde = " (a '~' is not expanded: pass os.path.expanduser(path))" if "~" in path else ""
     raise ConfigError(
         f"no folder {folder} for the store {path} (from {source}): the folder does not "
-        f"exist, and a new store there would run every task, and its effects, again. Create "
-        f"it first (os.makedirs({str(folder)!r}, exist_ok=True)) to start a new store there, "
-        f"or {instead} for the default ./{DEFAULT_STORE} (created when missing)",
+        f"exist{tilde}, and a new store there would run every task, and its effects, "
+        f"again. Create it first (os.makedirs({str(folder)!r}, exist_ok=True)) to start a "
+        f"new store there, or {instead} for the default ./{DEFAULT_STORE} (created when "
+        "missing)",
         field="store",
     )
 

@@ -64,3 +64,28 @@ def test_an_existing_folder_and_the_default_folder_are_still_made_stores(
     with lw.Runtime(str(tmp_path / "made" / "s.db")):
         pass
     assert (tmp_path / "made" / "s.db").is_file()
+
+
+def test_the_cli_makes_loopwrights_own_folder_for_any_store_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rule for both (``_store_folder``): ``--store .loopwright/other.db`` in a checkout
+    without ``./.loopwright`` was refused by the CLI while ``Runtime`` took it."""
+    from loopwright.cli._stores import creatable_store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOPWRIGHT_STORE", raising=False)
+    assert creatable_store(".loopwright/other.db") == ".loopwright/other.db"
+    with pytest.raises(lw.ConfigError, match="no folder"):
+        creatable_store("typo/other.db")
+
+
+def test_a_tilde_path_is_refused_saying_it_is_not_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path is read as it is: ``Runtime("~/runs/lw.db")`` made a folder named ``~`` in the
+    working directory and a new store in it."""
+    monkeypatch.chdir(tmp_path)
+    message = _refused("~/runs/lw.db")
+    assert "'~' is not expanded" in message and "os.path.expanduser" in message
+    assert not (tmp_path / "~").exists()
