@@ -168,6 +168,7 @@ class Runtime(
         # How many recent cycles the state (and the actor's Context.history) keeps.
         self.history_window = history_window
         self.on_progress = on_progress
+        self._progress_said = False
         # Called at every phase boundary of a cycle; the crash-point tests kill the process
         # there. Not part of the public API.
         self._on_phase: Callable[[str], None] | None = None
