@@ -7,7 +7,6 @@ concluded first (``_conclude``: effects → decide).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import operator
 import time
@@ -23,6 +22,7 @@ from ._host import RuntimeHost
 from ._record_codec import pack as pack_record
 from ._record_codec import refer_versions
 from ._redact import redact, redact_unique
+from ._redact_logs import masked_logger
 from ._state import Digests
 from .store import ClosedApproval, CommitRequest, NewApproval, NewEvent
 
@@ -225,8 +225,18 @@ class Checkpoints(RuntimeHost):
             # this execution opened the run at was sent then; an operation ends its session.
             self._live.committed(ex.run_id, opened_at=ex.opened_at, session_ends=ex.operation)
         if self.on_progress is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self.on_progress(self.store.get_run(ex.run_id))
+            except Exception:
+                # The run goes on, but the first failure is said (api49): it was swallowed with
+                # no word, so a callback reading ``rec.cycles`` (RunResult's name; a RunRecord's
+                # is ``cycle``) showed nothing, ever, and nothing said why.
+                if not self._progress_said:
+                    self._progress_said = True
+                    masked_logger("loopwright.runs").warning(
+                        "on_progress raised (the run goes on; its later errors are not logged)",
+                        exc_info=True,
+                    )
 
     def _committer(self) -> GroupCommitter:
         loop = asyncio.get_running_loop()

@@ -351,15 +351,15 @@ class Cycle(ActorContext):
                     ex, t0, "escalated", cause=_gave_up(where, gave), error=gave.error
                 )
             if not isinstance(verdict, Verdict):
-                where = f"verifier {check.name}"
+                # (said as the actor's is: "failed" named no fault; its ``where`` is the
+                # scope a raising verifier's error names)
+                got = f"returned {type(verdict).__name__}, expected Verdict"
                 return self._abort(
                     ex,
                     t0,
                     "escalated",
-                    cause=f"{where} failed",
-                    error=_fault(
-                        where, "TypeError", f"returned {type(verdict).__name__}, expected Verdict"
-                    ),
+                    cause=f"verifier {check.name} returned the wrong type ({got})",
+                    error=_fault(scope, "TypeError", f"verifier {check.name} {got}"),
                 )
             # (some finding has no verifier named; a C loop, no call a finding)
             if verdict.findings and not all(map(_VERIFIER, verdict.findings)):

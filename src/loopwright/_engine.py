@@ -39,6 +39,7 @@ from ._fork import Forking
 from ._group import GroupCommitter, GroupRecall
 from ._host import ProgressFn
 from ._json import check_given_text
+from ._live_owners import hold_owner, release_owner
 from ._loop import Loop, check_loop
 from ._memory import FeedbackMemory
 from ._otel_env import otel_tracing_configured
@@ -55,9 +56,10 @@ from ._result import (
 from ._resume_ready import Resuming
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
+from ._store_folder import missing_store_folder
 from ._task_parts import say_ignored
 from ._usage import Usage
-from .store import NewEvent, RunRecord, Store, open_store
+from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
 
 __all__ = ["HELD_OUT_KEY", "RunResult", "Runtime"]
 
@@ -84,7 +86,12 @@ class Runtime(
     """Runs loops durably against a store.
 
     ``Runtime()`` uses ``./.loopwright/loopwright.db`` (or ``LOOPWRIGHT_STORE``); pass a path, a
-    ``sqlite:///…`` URL or a ``Store``. Async methods have ``*_sync`` twins.
+    ``sqlite:///…`` URL or a ``Store``. A new store file is made only in a folder that exists
+    (``./.loopwright`` excepted): a mistyped path is a ``ConfigError``, not a new, empty store
+    where every task runs, and pays, again. ``owner``: the name this runtime's leases are held
+    under (default ``host:pid:nonce:space``, unique); one name per process across every host
+    on the store: a second open ``Runtime`` with it in this process is refused. Async methods
+    have ``*_sync`` twins.
     """
 
     def __init__(
@@ -144,15 +151,24 @@ class Runtime(
             raise ConfigError("must be a whole number of cycles", field="history_window")
         if history_window < 1:
             raise ConfigError("must be at least 1", field="history_window")
-        self.store: Store = store if isinstance(store, Store) else open_store(store)
-        self._owns_store = not isinstance(store, Store)
+        if not isinstance(store, Store):
+            _refuse_missing_folder(store)
         self.owner = owner or _owner()
+        if owner is not None:  # (a generated name is unique: nothing to hold)
+            hold_owner(owner, self)
+        try:
+            self.store: Store = store if isinstance(store, Store) else open_store(store)
+        except BaseException:
+            release_owner(self.owner, self)
+            raise
+        self._owns_store = not isinstance(store, Store)
         # A checkpoint is a delta from the one before, and every ``snapshot_every``-th a full
         # head, so loading the latest state reads at most that many rows (invariant 8).
         self.snapshot_every = snapshot_every
         # How many recent cycles the state (and the actor's Context.history) keeps.
         self.history_window = history_window
         self.on_progress = on_progress
+        self._progress_said = False
         # Called at every phase boundary of a cycle; the crash-point tests kill the process
         # there. Not part of the public API.
         self._on_phase: Callable[[str], None] | None = None
@@ -183,6 +199,7 @@ class Runtime(
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
+        release_owner(self.owner, self)
         if self._owns_store:
             self.store.close()
 
@@ -217,7 +234,9 @@ class Runtime(
         by: str | None = None,
     ) -> RunResult:
         """Start (or, for an existing ``task_key``, continue) a run and drive it until it ends
-        or parks for approval. ``by``: who starts it (see ``create``)."""
+        or parks for approval. The key is ``task_key``, else the task's ``"task_key"`` field
+        (an ``"id"`` is not read, unlike a CLI task file); with neither, each call makes a
+        new run under a new ``<loop>:<uuid>`` key. ``by``: who starts it (see ``create``)."""
         record, made = self.create(loop, task, task_key=task_key, project=project, by=by)
         if not made and task is not None:
             say_ignored(record, task)  # a changed task under an existing run's key
@@ -244,7 +263,9 @@ class Runtime(
         by: str | None = None,
     ) -> list[RunResult]:
         """Run many tasks concurrently in this process (at most ``concurrency`` at once).
-        ``by``: who starts them, each run's requester (see ``create``)."""
+        Each is keyed by ``key_of(task, index)``, else its ``"task_key"`` field (as ``run``:
+        a task with neither is a new run each call). ``by``: who starts them, each run's
+        requester (see ``create``)."""
         check_given_text(by, field="by")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(
@@ -536,6 +557,31 @@ class Runtime(
             reflect = decided = True
 
 
+def _refuse_missing_folder(store: str | None) -> None:
+    """``ConfigError`` when the store named (or ``$LOOPWRIGHT_STORE``) is an SQLite file, not
+    there yet, in a folder that does not exist (``_store_folder``): not made, as the CLI's
+    ``--store`` is not. The user makes the folder to start a store there."""
+    missing = missing_store_folder(resolve_store_url(store))
+    if missing is None:
+        return
+    path, folder = missing
+    source, instead = (
+        ("the store argument", "leave the store out")
+        if store
+        else ("$LOOPWRIGHT_STORE", "unset LOOPWRIGHT_STORE")
+    )
+    # (a path is read as it is: `~/runs/lw.db` named a folder `~` here, made before api49)
+    tilde = " (a '~' is not expanded: pass os.path.expanduser(path))" if "~" in path else ""
+    raise ConfigError(
+        f"no folder {folder} for the store {path} (from {source}): the folder does not "
+        f"exist{tilde}, and a new store there would run every task, and its effects, "
+        f"again. Create it first (os.makedirs({str(folder)!r}, exist_ok=True)) to start a "
+        f"new store there, or {instead} for the default ./{DEFAULT_STORE} (created when "
+        "missing)",
+        field="store",
+    )
+
+
 def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
@@ -544,9 +590,13 @@ def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     else:
         running = True
     if running:
+        # named (``run_sync`` in a notebook cell: "a *_sync method" left the user to guess
+        # which, and what to write instead)
+        name = getattr(coro, "__name__", "run")
         coro.close()
         raise RuntimeError(
-            "called a *_sync method inside a running event loop; await the async one"
+            f"{name}_sync() was called inside a running event loop (a notebook, an async "
+            f"function), where it cannot wait; await the async one: `await rt.{name}(...)`"
         )
     # (run outside the ``except``: inside it, every error of the run, the user code's and the
     # one raised to the caller, would be chained to "no running event loop")

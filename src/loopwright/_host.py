@@ -40,6 +40,7 @@ class RuntimeHost:
     owner: str
     lease_ttl_s: float
     on_progress: ProgressFn | None
+    _progress_said: bool  # an on_progress failure was logged (once a runtime)
     group_commit: bool
     memory_enabled: bool
     calls_in_threads: bool  # (``_cycle.Cycle``'s default, set by ``Runtime``)

@@ -130,6 +130,8 @@ class TaskState(Planning):
 
     # --- reading -------------------------------------------------------------------------
     def part(self, ref: str) -> Part | None:
+        """The part ``ref`` (``artifact/part``), or None when the state has no such part (as
+        ``dict.get``); ``ConfigError`` for a reference not of that form."""
         # (several times a cycle: ``split_ref``'s test and the look-ups written out, no call)
         artifact, sep, name = ref.partition("/")
         if not sep or not artifact or not name:

@@ -64,16 +64,15 @@ def creatable_store(url: str | None) -> str:
     exist. Such a path, from ``--store`` or ``$LOOPWRIGHT_STORE``, is almost always a typo, and
     a new store there runs every task again and pays its effects again (the effects journal
     is per store). The default store's folder (``./.loopwright``) is loopwright's own: made
-    when missing, also when the default path is named."""
-    from ..store import DEFAULT_STORE, resolve_store_url, sqlite_file
+    when missing, also for another store file named in it (``_store_folder``)."""
+    from .._store_folder import missing_store_folder
+    from ..store import DEFAULT_STORE, resolve_store_url
 
     resolved = resolve_store_url(url)
-    path = sqlite_file(resolved)
-    if not path or path == ":memory:" or Path(path).exists():
+    missing = missing_store_folder(resolved)
+    if missing is None:
         return resolved
-    folder = Path(path).parent
-    if folder.is_dir() or Path(path).absolute() == Path(DEFAULT_STORE).absolute():
-        return resolved
+    path, folder = missing
     source = _source(url)
     instead = "drop --store" if url else "unset LOOPWRIGHT_STORE"
     raise ConfigError(

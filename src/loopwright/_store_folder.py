@@ -1,0 +1,28 @@
+"""Whether a new SQLite store may be made where a path names it: only in a folder that exists.
+
+A store path whose folder is missing is almost always a typo (``/srv/lopwright/runs.db``), and
+a new store there runs every task again and pays its effects again: the effects journal is per
+store. The CLI (``--store``, ``$LOOPWRIGHT_STORE``) and ``Runtime(path)`` refuse it alike. The
+default store's folder (``./.loopwright``) is loopwright's own: made when missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .store import DEFAULT_STORE, sqlite_file
+
+__all__ = ["missing_store_folder"]
+
+
+def missing_store_folder(url: str) -> tuple[str, Path] | None:
+    """``(file, folder)`` when ``url`` (resolved: ``resolve_store_url``) names an SQLite file
+    not there yet in a folder that does not exist; None when the store may be opened (it
+    exists, its folder does, it is no SQLite file, or it lies in ``./.loopwright``)."""
+    path = sqlite_file(url)
+    if not path or path == ":memory:" or Path(path).exists():
+        return None
+    folder = Path(path).parent
+    if folder.is_dir() or folder.absolute() == Path(DEFAULT_STORE).parent.absolute():
+        return None
+    return path, folder
