@@ -123,14 +123,14 @@ def _call_key(
 
 
 # Why a call a person approved only as another run's execution, reused, is not run: that
-# execution was undone (refunded) before the call came to run (``reuse_gone``).
+# execution was undone (refunded) before the call came to run (``claim_not_others_done``).
 NOT_REUSED = (
     "{} ({}) was approved as already done by another run (its result reused, nothing run "
     "again), and was undone since: neither reused nor run — approved now, it would run again"
 )
 
 
-def reuse_gone(store: Store, kind: str, action: str, run_id: str) -> bool:
+def claim_not_others_done(store: Store, kind: str, action: str, run_id: str) -> bool:
     """Whether the claim of business key ``action`` is no longer another run's execution,
     done: a call approved only as its reuse (``perform_effect``'s ``reuse_only``) is then
     not run. Read before the intent; the intent's own claim write settles the rest (a claim

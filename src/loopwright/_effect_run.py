@@ -22,9 +22,9 @@ from ._effect_keys import (
     _refused,
     _undo_unsettled,
     args_digest,
+    claim_not_others_done,
     key_of,
     redo_key,
-    reuse_gone,
     undid_for_origin,
 )
 from ._effects import Effect, EffectCall, EffectResult, _canon
@@ -140,7 +140,8 @@ async def perform_effect(
     ``fixed``: the key, and whether it is a business key, as the cycle's write-ahead recorded
     them (``key_of``): a resumed cycle settles the intent it journaled even when the loop's
     key function changed between the crash and the resume.
-    ``reuse_only``: approved only as another run's execution, reused (``reuse_gone``).
+    ``reuse_only``: approved only as another run's execution, reused; not run once that
+    execution is undone (``claim_not_others_done``).
     """
     ikey, business = fixed or key_of(eff, ex.run_id, cycle, call)
     found = store.journal(ex.run_id, key=f"effect:{ikey}")
@@ -375,7 +376,11 @@ async def perform_effect(
         and bool(entry.data.get("from_run") or entry.data.get("inherited_from"))
         and not recovered
     )
-    if reuse_only and (entry is None or stale) and reuse_gone(store, eff.kind, action, ex.run_id):
+    if (
+        reuse_only
+        and (entry is None or stale)
+        and claim_not_others_done(store, eff.kind, action, ex.run_id)
+    ):
         return not_reused()
     if business and (entry is None or stale or entry.status in ("intent", "waiting")):
         # the key this call hands the effect, recorded with its intent (``_call_key``)
