@@ -36,6 +36,7 @@ __all__ = [
     "by_id",
     "concluded_cycles",
     "decided_on",
+    "edits_after_run_ended",
     "in_order_with_concluded",
     "never_concluded",
     "shown_records",
@@ -288,6 +289,20 @@ def shown_records(
             # cycle's number (it read "cycle 0 edited by ana" after cycle 1's row)
             record = {**record, "cycle": ended_in, "after_run_ended": True}
         yield cycle, record, concluded, shown
+
+
+def edits_after_run_ended(
+    store: Store, run_id: str, *, ended: bool, decided: Mapping[str, Approval] | None = None
+) -> dict[tuple[str, object], int]:
+    """The person's edits made after a cycle that never concluded ended the run, by their
+    ``(part, version)``: the cycle each is listed in (``shown_records``'s rule, which
+    ``loopwright show`` lists them by; their checkpoint and event carry the last concluded
+    cycle's number). Reads the run's records once."""
+    return {
+        (str(r.get("part")), r.get("version")): int(r["cycle"])
+        for _c, r, _done, _shown in shown_records(store, run_id, ended=ended, decided=decided)
+        if r is not None and r.get("after_run_ended")
+    }
 
 
 def _edit_after_end(record: dict[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .._contract import TERMINAL_STATUSES
-from .._mid_cycle_records import by_id, in_order_with_concluded
+from .._mid_cycle_records import by_id, edits_after_run_ended, in_order_with_concluded
 from .._state import Part, TaskState, Version
 from ..store import Approval, RunRecord, Store
 from ._views import (
@@ -127,5 +127,7 @@ def run_document(
     yield ',"artifacts":'
     yield from _artifacts(store, rid, state)
     yield ',"approvals":' + dump([a.to_dict() for a in approvals])
-    yield ',"edits":' + dump(edits_view(store.events_of_kinds(rid, {"edited"})))
+    edited = store.events_of_kinds(rid, {"edited"})
+    after_end = edits_after_run_ended(store, rid, ended=ended, decided=decided) if edited else {}
+    yield ',"edits":' + dump(edits_view(edited, after_end))
     yield ',"packet":' + dump(rec.packet) + "}"
