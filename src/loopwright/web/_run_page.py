@@ -16,7 +16,7 @@ from .._mid_cycle_records import by_id, edits_after_run_ended
 from .._reflection import REFLECTION_KEY
 from .._reuse_now import as_now
 from .._state import TaskState
-from ..store import Approval, Checkpoint, Event, RunRecord, Store
+from ..store import Checkpoint, RunRecord, Store
 from ._cards import approval_card, clock_for
 from ._context import WebContext
 from ._views import (
@@ -169,7 +169,18 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     noted = [k for k in ("edited", "rerun_requested") if k in counts]
     extra = store.events_of_kinds(rid, set(noted)) if noted else []
     edited = [e for e in extra if e.kind == "edited"]
-    data["edits"] = edits_view(edited, _after_end(store, data["rec"], data["approvals"], edited))
+    # an edit after a parked cycle ended the run: in that cycle, as ``show`` lists it (read
+    # from the checkpoints the page read: an older edit keeps its event's cycle)
+    after_end = (
+        edits_after_run_ended(
+            data["checkpoints"],
+            ended=data["rec"].status in TERMINAL_STATUSES,
+            decided=by_id(data["approvals"]),
+        )
+        if edited
+        else {}
+    )
+    data["edits"] = edits_view(edited, after_end)
     data["event_kind"] = kind
     win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
     data["waterfall"] = waterfall_html(
@@ -193,13 +204,3 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     )
     data["reruns"] = [str(e.data.get("new_run")) for e in extra if e.kind == "rerun_requested"]
     return data
-
-
-def _after_end(
-    store: Store, rec: RunRecord, approvals: list[Approval], edited: Sequence[Event]
-) -> dict[tuple[str, object], int]:
-    """``edits_after_run_ended`` of a run with edits (its records read only then)."""
-    if not edited:
-        return {}
-    ended = rec.status in TERMINAL_STATUSES
-    return edits_after_run_ended(store, rec.run_id, ended=ended, decided=by_id(approvals))
