@@ -353,7 +353,8 @@ def approved_as_reuses(approved: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def reuse_gone(need: Mapping[str, Any], given: set[tuple[str, ...]]) -> bool:
     """Whether ``need`` was approved as an action done already (nothing to run) that is
-    done no more: the approval does not cover running it."""
+    done no more: the approval does not cover running it. (Whether that execution is still
+    another run's, done, is the store's claim: ``_effect_keys.reuse_standing``.)"""
     return not need.get("done_already") and (*_need_key(need), "done_already") in given
 
 

@@ -20,8 +20,10 @@ Anything else is a valid key: letters of any script, digits, punctuation, inner 
 
 The character rule (``unprintable``) is also the rule of what people type elsewhere: a
 person's name, ``--by``, a decision's note, and the names of loops and projects
-(``check_name``). It refuses new input only: what a store holds is read, listed and looked up
-as it is.
+(``check_name``). The names a loop declares for its verifiers, effects and risk rules keep it
+too, and hold no invisible (format) character at all (``check_declared_name``): they are
+identifiers, which a zero-width space would make two that print alike. Both refuse new input
+only: what a store holds is read, listed, looked up and replayed as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ import unicodedata
 
 from ._errors import ConfigError
 
-__all__ = ["MAX_KEY_CHARS", "check_key", "check_lookup", "check_name", "fit_key", "unprintable"]
+__all__ = [
+    "MAX_KEY_CHARS",
+    "check_declared_name",
+    "check_key",
+    "check_lookup",
+    "check_name",
+    "fit_key",
+    "unprintable",
+]
 
 MAX_KEY_CHARS = 256
 # embeddings, overrides, isolates, and the marks (LRM, RLM, ALM) that reorder the digits and
@@ -59,6 +69,12 @@ def unprintable(text: str) -> str | None:
     return _bad_char(text)
 
 
+def _shown(value: object) -> str:
+    """``value`` as an error message shows it: escaped (``repr``), cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _invisible(value: str) -> bool:
     """Whether ``value`` (printable as itself) is only format characters or spaces."""
     return not value.isprintable() and all(unicodedata.category(ch)[0] in "CZ" for ch in value)
@@ -76,8 +92,24 @@ def check_name(value: object, what: str, field: str) -> None:
     if why is None and value and _invisible(value):
         why = "must hold a visible character (it is only format characters or spaces)"
     if why is not None:
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise ConfigError(f"{what} {shown} {why}", field=field)
+        raise ConfigError(f"{what} {_shown(value)} {why}", field=field)
+
+
+def check_declared_name(value: str, what: str, field: str) -> None:
+    """A verifier's, an effect's or a risk rule's name as a loop declares it (``what``:
+    ``"verifier name"``...): refused (``ConfigError`` naming ``field``, the character and its
+    position) when it breaks the character rule of task keys or holds any invisible (format,
+    ``Cf``) character: a zero-width space, a joiner, a soft hyphen, a byte-order mark. Only
+    where a loop is declared (a ``Loop``, a spec): a contract or a run an earlier release
+    stored is read, listed and replayed with the names it holds."""
+    why = _bad_char(value)
+    if why is None and not value.isprintable():
+        for i, ch in enumerate(value):
+            if unicodedata.category(ch) == "Cf":
+                why = f"must not hold an invisible character (U+{ord(ch):04X} at position {i + 1})"
+                break
+    if why is not None:
+        raise ConfigError(f"{what} {_shown(value)} {why}", field=field)
 
 
 def _broken(value: object) -> str | None:
@@ -101,9 +133,8 @@ def check_key(value: object, field: str = "task_key", *, at: str = "") -> str:
     why = _broken(value)
     if why is None:
         return value  # type: ignore[return-value]  # _broken checked it is a str
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
     where = f"{at}: " if at else ""
-    raise ConfigError(f"{where}task key {shown} {why}", field=field)
+    raise ConfigError(f"{where}task key {_shown(value)} {why}", field=field)
 
 
 def check_lookup(value: str, field: str = "run") -> None:

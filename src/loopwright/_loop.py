@@ -11,7 +11,7 @@ from typing import Any
 from ._contract import Contract
 from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
-from ._keys import check_name
+from ._keys import check_declared_name, check_name
 from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
@@ -59,6 +59,7 @@ class Check:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
         if not isinstance(self.name, str):  # a verdict, its findings and the contract name it
             raise ConfigError(f"must be a string, got {self.name!r}", field="verifiers.name")
+        check_declared_name(self.name, "verifier name", "verifiers.name")
         _takes(self.fn, 2, "(state, proposal)", f"verifiers.{self.name}")
         _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
         if self.timeout_s is not None:
@@ -177,6 +178,8 @@ class Loop:
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
         for rule in self.contract.risk:
+            # (here, not in RiskRule: a stored contract's rules load with the names they hold)
+            check_declared_name(rule.name, "risk rule name", "contract.risk.name")
             if callable(rule.check):
                 where = f"contract.risk.{rule.name}.check"
                 _takes(rule.check, 3, "(state, proposal, verdicts)", where)

@@ -22,20 +22,22 @@ or its concluding one), and it is a plain marker once one follows.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from .store import Approval, Store
+    from .store import Approval, Checkpoint, Store
 
 __all__ = [
     "ABANDONED",
     "HOLD",
     "MID_CYCLE",
+    "AfterEnd",
     "by_id",
     "concluded_cycles",
     "decided_on",
+    "edits_after_run_ended",
     "in_order_with_concluded",
     "never_concluded",
     "shown_records",
@@ -274,20 +276,56 @@ def shown_records(
         lambda: store.iter_records(run_id),
         lambda row: row[3].get("pending"),
     )
-    ended_in: Any = None  # the cycle the run ended in, parked or its effects not done
+    mark = AfterEnd(ended=ended, decided=decided)
     for (_seq, cycle, record, fields), concluded in rows:
-        shown = None
-        if record is not None and never_concluded(record, concluded, decided):
-            shown = unapplied(record, fields.get("pending"), ended=ended, decided=decided)
-        if record is not None and "proposal" in record:
-            ended_in = None  # a cycle concluded since (the check-only one after an edit)
-        elif shown is not None:
-            ended_in = record.get("cycle") if record else None
-        elif record and ended_in is not None and _edit_after_end(record):
-            # made after that cycle ended the run: its checkpoint carries the last concluded
-            # cycle's number (it read "cycle 0 edited by ana" after cycle 1's row)
-            record = {**record, "cycle": ended_in, "after_run_ended": True}
+        record, shown = mark.read(record, fields.get("pending"), concluded)
         yield cycle, record, concluded, shown
+
+
+class AfterEnd:
+    """A run's records read in order, a person's edit made after a cycle that never
+    concluded ended the run given that cycle (``"after_run_ended": True``): its checkpoint
+    carries the last concluded cycle's number (it read "cycle 0 edited by ana" after cycle
+    1's row). One rule for ``show`` (``shown_records``), the run page and ``/api/runs/{id}``
+    (``edits_after_run_ended``, ``found``). ``ended``, ``decided``: as ``unapplied``."""
+
+    def __init__(self, *, ended: bool, decided: Mapping[str, Approval] | None = None) -> None:
+        self.ended, self.decided = ended, decided
+        self.ended_in: Any = None  # the cycle the run ended in, parked or its effects not done
+        #: the edits marked so far, by ``(part, version)``: the cycle each is listed in
+        self.found: dict[tuple[str, object], int] = {}
+
+    def read(
+        self, record: dict[str, Any] | None, pending: object, concluded: set[Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The next record (``pending``: its checkpoint's write-ahead state; ``concluded``:
+        as ``in_order_with_concluded`` gives it), marked if it is such an edit, with its row
+        as ``unapplied`` makes it where it is a never-concluded mid-cycle record (else None)."""
+        shown = None
+        if record is not None and never_concluded(record, concluded, self.decided):
+            shown = unapplied(record, pending, ended=self.ended, decided=self.decided)
+        if record is not None and "proposal" in record:
+            self.ended_in = None  # a cycle concluded since (the check-only one after an edit)
+        elif shown is not None:
+            self.ended_in = record.get("cycle") if record else None
+        elif record and self.ended_in is not None and _edit_after_end(record):
+            record = {**record, "cycle": self.ended_in, "after_run_ended": True}
+            self.found[(str(record.get("part")), record.get("version"))] = self.ended_in
+        return record, shown
+
+
+def edits_after_run_ended(
+    checkpoints: Sequence[Checkpoint],
+    *,
+    ended: bool,
+    decided: Mapping[str, Approval] | None = None,
+) -> dict[tuple[str, object], int]:
+    """``AfterEnd.found`` of ``checkpoints`` (a run's, oldest first: the run page's window)."""
+    concluded = concluded_cycles(checkpoints, lambda c: c.record, lambda c: c.fields.get("pending"))
+    mark = AfterEnd(ended=ended, decided=decided)
+    for ck in checkpoints:
+        mark.read(ck.record, ck.fields.get("pending"), concluded)
+    return mark.found
 
 
 def _edit_after_end(record: dict[str, Any]) -> bool:

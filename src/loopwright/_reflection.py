@@ -130,11 +130,7 @@ class Reflection(RuntimeHost):
         cycle's context and visible verdicts are set on ``ex`` for ``_reflect``."""
         loop, s = ex.loop, ex.state
         last = s.history[-1] if s.history else {}
-        if (
-            loop.reflector is None
-            or last.get("decision") not in _REFLECTED
-            or last.get("check_only")  # no actor to reflect on: a person's edit judged
-        ):
+        if loop.reflector is None or last.get("decision") not in _REFLECTED:
             return False
         marks = self.store.journal(ex.run_id, key=REFLECTION_KEY)
         if marks and marks[0].cycle >= s.cycle:
@@ -156,8 +152,11 @@ class Reflection(RuntimeHost):
             record.get("decision") not in _REFLECTED
             or record.get("ended")
             or own.fields.get("pending")
+            or rules.record_no_attempt(record)  # no actor to reflect on: a person's edit judged
         ):
-            return False  # the cycle ended otherwise, ended the run, or the run waits on it
+            # the cycle ended otherwise, ended the run (a request denied after an edit beside
+            # it: the actor's attempt, then the edit judged), or the run waits on it
+            return False
         kept = self._kept_note(ex)
         if kept is not None:
             # The note was written, the mark was not: record it, do not ask for another.

@@ -16,6 +16,7 @@ import pytest
 from support.printed import shown_text
 
 import loopwright as lw
+from loopwright._lineage import fork_lineage
 from loopwright._mid_cycle_records import by_id
 from loopwright.cli import _app
 from loopwright.store import open_store
@@ -52,6 +53,7 @@ def _whole_document(url: str, run_id: str) -> dict[str, Any]:
         decided = by_id(approvals)
         return {
             "run": rec.to_dict(),
+            "lineage": fork_lineage(st, rec).to_dict(),
             "state": state.to_dict(),
             "cycles": [  # less a concluded cycle's effects' write-ahead record
                 c.record

@@ -155,17 +155,23 @@ def test_a_forks_show_says_where_its_first_cycles_are_listed(url: str) -> None:
     assert f"forked from run {r.run_id} at cycle 0 │" in text, text
 
 
-def test_an_edit_after_a_parked_cycle_ended_the_run_is_listed_after_that_cycle(
-    url: str,
-) -> None:
-    """Cycle 1 parked, its request denied, the run escalated; a person's edit then was listed
-    as cycle 0, after cycle 1's row: its checkpoint carries the last concluded cycle's number."""
+def _edited_after_the_end(url: str) -> lw.RunResult:
+    """Cycle 1 parks, its request is denied, the run escalates; then ana edits inv/x."""
     with lw.Runtime(url) as rt:
         r = rt.run_sync(_loop(), TASK, task_key="edited after")
         rt.deny(r.run_id, by="ann")
         r = rt.resume_sync(r.run_id, _loop())
         assert r.status == "escalated"
         rt.edit(r.run_id, "inv/x", 2, by="ana")
+    return r
+
+
+def test_an_edit_after_a_parked_cycle_ended_the_run_is_listed_after_that_cycle(
+    url: str,
+) -> None:
+    """Cycle 1 parked, its request denied, the run escalated; a person's edit then was listed
+    as cycle 0, after cycle 1's row: its checkpoint carries the last concluded cycle's number."""
+    r = _edited_after_the_end(url)
     rows = _rows(shown_text(url, r.run_id)[0])
     said = "cycle 1 edited by ana after the run ended proposal edit: inv/x v2"
     assert said in rows, rows
@@ -173,3 +179,33 @@ def test_an_edit_after_a_parked_cycle_ended_the_run_is_listed_after_that_cycle(
     assert rows.index("never applied") < rows.index(said)
     edits = [c for c in _json(url, r.run_id)["cycles"] if c.get("decision") == "edit"]
     assert [(e["cycle"], e["after_run_ended"], e["by"]) for e in edits] == [(1, True, "ana")]
+
+
+def test_the_run_page_lists_an_edit_after_a_parked_cycle_ended_the_run_as_show_does(
+    url: str,
+) -> None:
+    """The run page's Edits table and ``/api/runs/{id}``'s ``edits`` said "cycle 0" for an
+    edit made after cycle 1 parked and its denial ended the run, where ``show`` lists it in
+    cycle 1, "after the run ended" (tidy49)."""
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    r = _edited_after_the_end(url)
+    shown = [
+        (c["cycle"], bool(c.get("after_run_ended")), c["by"])
+        for c in _json(url, r.run_id)["cycles"]
+        if c.get("decision") == "edit"
+    ]
+    assert shown == [(1, True, "ana")], shown
+    token = "t" * 32
+    client = TestClient(create_app(url, token=token), base_url="http://127.0.0.1")
+    api = client.get(f"/api/runs/{r.run_id}", headers={"Authorization": f"Bearer {token}"})
+    assert api.status_code == 200
+    edits = [(e["cycle"], e["after_run_ended"], e["by"]) for e in api.json()["edits"]]
+    assert edits == shown
+    page = client.get(f"/runs/{r.run_id}")
+    assert page.status_code == 200
+    table = page.text.split('class="edits-log"', 1)[1].split("</table>", 1)[0]
+    cells = [" ".join(row.split("</td>")[1].split()) for row in table.split("<tr data-part")[1:]]
+    assert cells == ['<td class="num">1 <span class="muted">(after the run ended)</span>'], cells

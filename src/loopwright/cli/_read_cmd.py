@@ -108,6 +108,7 @@ def show(
             return
         from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
+        from .._lineage import fork_lineage
         from .._mid_cycle_records import by_id, shown_records
         from ._render import (
             REUSE_REFUND_EVENTS,
@@ -147,6 +148,7 @@ def show(
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
             now=st.clock(),  # a lease is judged on the clock that set it
+            lineage=fork_lineage(st, rec) if rec.forked_from else None,
         ):
             out.print(shown)
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
@@ -171,6 +173,7 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
     """``show --json``: the run, its latest state with every version of every part, every
     cycle's record, its approvals, journal and events — the document ``json.dumps`` would
     print, written while the versions and records are read page by page."""
+    from .._lineage import fork_lineage
     from ._json_stream import Lazy, Open, write_json
 
     run_id = rec.run_id
@@ -194,6 +197,8 @@ def _write_show_json(st: Store, rec: RunRecord) -> None:
         Open(
             {
                 "run": rec.to_dict(),
+                # a fork's origins, nearest first (a fork of a fork: every one, up to a cap)
+                "lineage": fork_lineage(st, rec).to_dict(),
                 "state": Open(doc),
                 "cycles": Lazy(_shown_records(st, rec, approvals)),
                 "approvals": [a.to_dict() for a in as_now(st, approvals)],

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._decide import record_no_attempt
+from .._lineage import Lineage, lineage_text
 from ._table import STATUS_STYLE, interrupted, printable
 
 if TYPE_CHECKING:
@@ -322,10 +323,12 @@ def run_detail_parts(
     journal: list[JournalEntry] | None = None,
     width: int = 80,
     now: float | None = None,
+    lineage: Lineage | None = None,
 ) -> Iterator[Any]:
     """``run_detail``'s renderables one by one, ``records`` read as the timeline's are asked
     for: printing each as it comes holds one chunk of a long run's timeline, not all of it.
-    ``now``: the store's clock, which judges a lease (default: this host's)."""
+    ``now``: the store's clock, which judges a lease (default: this host's). ``lineage``: a
+    fork's origins (``fork_lineage``), named after the one it was forked from."""
     from rich.panel import Panel
 
     from .._contract import Contract
@@ -344,6 +347,8 @@ def run_detail_parts(
             # its cycles and spend count them; the timeline lists the fork's own cycles only
             its = "cycle 1 is" if rec.forked_at == 1 else f"cycles 1-{rec.forked_at} are"
             came += f" ({its} listed there)"
+        if lineage is not None:
+            came += lineage_text(lineage)  # a fork of a fork: its origins, nearest first
         head.add_row("forked from", came)
     head.add_row("status", status_text(rec.status))
     stalled = interrupted(rec, time.time() if now is None else now)  # as `runs` says it

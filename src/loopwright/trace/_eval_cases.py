@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from .._concluded import concluded_at, concluded_in
 from .._cycle import ASKED
+from .._decide import record_no_attempt
 from .._engine import HELD_OUT_KEY
 from .._errors import ConfigError
 from .._inherited import fork_seq
@@ -153,7 +154,8 @@ def _unfinished(rec: RunRecord, last: Checkpoint) -> dict[str, Any] | None:
 def _case_cycle(c: _Cycle) -> dict[str, Any]:
     rec = c.record
     calls = list(rec.get("calls") or ())
-    if rec.get("check_only") and c.parked is not None and _actor_called(calls):
+    no_attempt = record_no_attempt(rec)  # (``_decide.no_attempt``: no actor called)
+    if rec.get("check_only") and not no_attempt and c.parked is not None:
         # A request denied (or expired) after an edit beside it: the actor was called and its
         # proposal judged, then parked; the cycle concluded judging the person's edit
         # check-only. The case says both, in that order (packet48: it said ``check_only``
@@ -189,13 +191,8 @@ def _case_cycle(c: _Cycle) -> dict[str, Any]:
         "usage": rec.get("usage"),
         "calls": calls,
         # judged a person's edit, no actor call: its proposal is no actor's
-        **({"check_only": True} if rec.get("check_only") else {}),
+        **({"check_only": True} if no_attempt else {}),
     }
-
-
-def _actor_called(calls: Sequence[Any]) -> bool:
-    """Whether a cycle's calls hold the actor's (it made an attempt in it)."""
-    return any(isinstance(x, dict) and x.get("who") == "actor" for x in calls)
 
 
 def _inherited_cycles(store: Store, run: RunRecord) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
+from .._decide import record_no_attempt
 from .._errors import check_choice
 from .._redact import redact
 from ..store import RunRecord, Store
@@ -61,14 +62,23 @@ def _rank(c: _Cycle) -> int | None:
     """How good a proposal turned out: 2 accepted, 1 improved the best visible score without
     being accepted, 0 revised or refused without improving; ``None`` for what is neither
     better nor worse (an actor's question, a cycle that never concluded, a check-only cycle:
-    no actor proposed anything, the verifiers judged a person's edit)."""
-    if not c.concluded or c.record.get("check_only"):
+    no actor proposed anything, the verifiers judged a person's edit, ``_decide.no_attempt``).
+    Nor the cycle of a request denied after an edit beside it: the actor's proposal was
+    parked and denied (never concluded), the proposal it concluded with is the person's edit
+    judged, no actor's."""
+    if not c.concluded or record_no_attempt(c.record) or _judged_beside_denied(c.record):
         return None
     if c.decision == "accepted":
         return 2
     if c.decision not in ("revise", "refused"):
         return None
     return 1 if c.record.get("improved") else 0
+
+
+def _judged_beside_denied(rec: dict[str, Any]) -> bool:
+    """A cycle that began as the actor's attempt and concluded judging a person's edit
+    check-only: its request was denied (or expired) after an edit beside it."""
+    return bool(rec.get("check_only")) and not record_no_attempt(rec)
 
 
 def _prefers(chosen: _Candidate, rejected: _Candidate) -> bool:

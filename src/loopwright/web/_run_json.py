@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .._contract import TERMINAL_STATUSES
-from .._mid_cycle_records import by_id, in_order_with_concluded
+from .._mid_cycle_records import AfterEnd, by_id, in_order_with_concluded
 from .._state import Part, TaskState, Version
 from ..store import Approval, RunRecord, Store
 from ._views import (
@@ -100,6 +100,7 @@ def run_document(
     ended = rec.status in TERMINAL_STATUSES
     points: dict[int, ChartPoint] = {}  # (the last checkpoint of a cycle wins: a rollback)
     decided = by_id(approvals)  # a parked cycle is told by the decision on its request
+    after_end = AfterEnd(ended=ended, decided=decided)  # the edits' cycles, as rows are read
 
     def rows() -> Iterator[dict[str, Any]]:
         # each record read once: a mid-cycle one's row needs to know if its cycle concluded
@@ -110,6 +111,7 @@ def run_document(
             lambda ck: ck.fields.get("pending"),
         )
         for ck, concluded in checkpoints:
+            after_end.read(ck.record, ck.fields.get("pending"), concluded)
             point = chart_point(ck)
             if point is not None:
                 points[point.cycle] = point
@@ -127,5 +129,6 @@ def run_document(
     yield ',"artifacts":'
     yield from _artifacts(store, rid, state)
     yield ',"approvals":' + dump([a.to_dict() for a in approvals])
-    yield ',"edits":' + dump(edits_view(store.events_of_kinds(rid, {"edited"})))
+    # (an edit after a parked cycle ended the run: in that cycle, as ``show`` lists it)
+    yield ',"edits":' + dump(edits_view(store.events_of_kinds(rid, {"edited"}), after_end.found))
     yield ',"packet":' + dump(rec.packet) + "}"

@@ -12,7 +12,7 @@ from fastapi import HTTPException, Request
 from .._contract import TERMINAL_STATUSES
 from .._errors import RunNotFoundError
 from .._inherited import inherited
-from .._mid_cycle_records import by_id
+from .._mid_cycle_records import by_id, edits_after_run_ended
 from .._reflection import REFLECTION_KEY
 from .._reuse_now import as_now
 from .._state import TaskState
@@ -168,7 +168,19 @@ def run_page_data(ctx: WebContext, request: Request, run_id: str, kind: str) -> 
     # the person's edits and the reruns asked for, in one read (none where the log has none)
     noted = [k for k in ("edited", "rerun_requested") if k in counts]
     extra = store.events_of_kinds(rid, set(noted)) if noted else []
-    data["edits"] = edits_view([e for e in extra if e.kind == "edited"])
+    edited = [e for e in extra if e.kind == "edited"]
+    # an edit after a parked cycle ended the run: in that cycle, as ``show`` lists it (read
+    # from the checkpoints the page read: an older edit keeps its event's cycle)
+    after_end = (
+        edits_after_run_ended(
+            data["checkpoints"],
+            ended=data["rec"].status in TERMINAL_STATUSES,
+            decided=by_id(data["approvals"]),
+        )
+        if edited
+        else {}
+    )
+    data["edits"] = edits_view(edited, after_end)
     data["event_kind"] = kind
     win = log_window(store, rid, MAX_CYCLES, sum(counts.values()))
     data["waterfall"] = waterfall_html(

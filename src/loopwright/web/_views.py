@@ -12,7 +12,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,13 +175,20 @@ def edit_text(value: Any) -> str | None:
     return text if len(text) <= EDIT_MAX_CHARS else None
 
 
-def edits_view(events: list[Event]) -> list[dict[str, Any]]:
-    """Who edited what, oldest first: the run's ``edited`` events (``Runtime.edit``)."""
+def edits_view(
+    events: list[Event], after_end: Mapping[tuple[str, object], int] | None = None
+) -> list[dict[str, Any]]:
+    """Who edited what, oldest first: the run's ``edited`` events (``Runtime.edit``).
+    ``after_end``: the edits made after a cycle that never concluded ended the run, each with
+    that cycle (``edits_after_run_ended``): listed in it, ``after_run_ended``, as ``loopwright
+    show`` lists them (the event carries the last concluded cycle's number: "cycle 0")."""
+    ended = after_end or {}
     return [
         {
             "id": e.id,
             "ts": e.ts,
-            "cycle": e.cycle,
+            "cycle": ended.get(_edit_key(e), e.cycle),
+            "after_run_ended": _edit_key(e) in ended,
             "by": str(e.data.get("by") or "?"),
             "part": str(e.data.get("part") or "?"),
             "version": e.data.get("version"),
@@ -192,6 +199,10 @@ def edits_view(events: list[Event]) -> list[dict[str, Any]]:
         for e in events
         if e.kind == "edited"
     ]
+
+
+def _edit_key(e: Event) -> tuple[str, object]:
+    return str(e.data.get("part")), e.data.get("version")
 
 
 def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:

@@ -1,0 +1,174 @@
+"""The names a loop declares for its verifiers, effects and risk rules refuse bidirectional
+controls and invisible characters (tidy49), as loop and project names and task keys refuse
+them (``_keys``): a name holding U+202E prints as another, and "pay" and "pay\\u200b" are two
+effects that print alike. Before, they were taken and only shown escaped. The error names the
+character and its position; a spec (``loopwright check``) says the same. A contract an earlier
+release stored, whose risk rule holds such a name, still loads (and so is read, listed and
+replayed)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.cli import main
+
+BAD = [
+    ("a\u202eb", "bidirectional control (U+202E at position 2)"),
+    ("\u2066pay", "bidirectional control (U+2066 at position 1)"),
+    ("x\u200f", "bidirectional control (U+200F at position 2)"),
+    ("r\u061c1", "bidirectional control (U+061C at position 2)"),
+    ("pa\u200by", "invisible character (U+200B at position 3)"),
+    ("pay\ufeff", "invisible character (U+FEFF at position 4)"),
+    ("soft\u00adhyphen", "invisible character (U+00AD at position 5)"),
+    ("two\nlines", "control character (U+000A at position 4)"),
+]
+
+
+def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+    return lw.Verdict(passed=True, score=1.0)
+
+
+def _actor(ctx: lw.Context) -> lw.Proposal:
+    return lw.Proposal()
+
+
+def _loop(*, check: str = "check", rule: str | None = None) -> lw.Loop:
+    risk = () if rule is None else (lw.RiskRule(name=rule, touches=("doc/a",)),)
+    return lw.Loop(
+        name="names",
+        actor=_actor,
+        verifiers=[lw.Check(fn=_check, name=check)],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=1), risk=risk),
+    )
+
+
+@pytest.mark.parametrize(("name", "said"), BAD)
+def test_a_verifier_name_is_refused(name: str, said: str) -> None:
+    with pytest.raises(lw.ConfigError) as info:
+        lw.Check(fn=_check, name=name)
+    assert info.value.field == "verifiers.name"
+    assert said in str(info.value) and "verifier name" in str(info.value)
+    assert name not in str(info.value)  # (shown escaped)
+
+
+@pytest.mark.parametrize(("name", "said"), BAD)
+def test_an_effect_name_is_refused(name: str, said: str) -> None:
+    with pytest.raises(lw.ConfigError) as info:
+        lw.effect("spend", name=name)(lambda **_: None)
+    assert info.value.field == "effects.name"
+    assert said in str(info.value) and "effect name" in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "said"), BAD)
+def test_a_risk_rule_name_is_refused_where_a_loop_declares_it(name: str, said: str) -> None:
+    rule = lw.RiskRule(name=name, touches=("doc/a",))  # a stored contract's rule loads
+    stored = lw.Contract(budget=lw.Budget(max_cycles=1), risk=(rule,)).to_dict()
+    again = lw.Contract.from_dict(stored)
+    assert again.risk[0].name == name
+    with pytest.raises(lw.ConfigError) as info:
+        _loop(rule=name)
+    assert info.value.field == "contract.risk.name"
+    assert said in str(info.value) and "risk rule name" in str(info.value)
+
+
+def test_visible_names_of_any_script_are_taken() -> None:
+    for name in ("check", "prüfung", "проверка", "検査", "a b", "a.b-c_d", "✅"):
+        loop = _loop(check=name, rule=name)
+        assert loop.verifiers[0].name == name and loop.contract.risk[0].name == name
+        assert lw.effect("spend", name=name)(lambda **_: None).name == name
+
+
+SPEC = """
+name = "demo"
+
+[actor]
+ref = "code.py:propose"
+
+[[verifiers]]
+name = "{check}"
+ref = "code.py:check"
+
+[contract.budget]
+max_cycles = 3
+
+[[contract.risk]]
+name = "{rule}"
+touches = ["doc/a"]
+"""
+
+CODE = """
+import loopwright as lw
+
+def propose(ctx):
+    return lw.Proposal()
+
+def check(state, proposal):
+    return lw.Verdict(passed=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("check", "rule", "said"),
+    [
+        (
+            "a\\u202Eb",
+            "r",
+            "verifier name 'a\\u202eb' must not hold a bidirectional control "
+            "(U+202E at position 2)",
+        ),
+        (
+            "check",
+            "r\\u200B",
+            "risk rule name 'r\\u200b' must not hold an invisible character (U+200B at position 2)",
+        ),
+    ],
+)
+def test_loopwright_check_refuses_them_in_a_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], check: str, rule: str, said: str
+) -> None:
+    (tmp_path / "code.py").write_text(CODE)
+    spec = tmp_path / "loop.toml"
+    spec.write_text(textwrap.dedent(SPEC.format(check=check, rule=rule)))
+    with pytest.raises(lw.SpecError):
+        lw.load_spec(spec)
+    assert main(["check", str(spec)]) != 0
+    err = capsys.readouterr().err
+    assert said in " ".join(err.split()), err
+    assert "Traceback" not in err
+
+
+def test_a_stored_runs_risk_rule_name_is_still_shown_and_replayed(tmp_path: Path) -> None:
+    """A run an earlier release stored under a rule named with a bidirectional control (its
+    contract rewritten in the store as that release would have written it): ``show`` and
+    ``runs`` read it, and replay replays it under its own contract."""
+    import json
+    import sqlite3
+
+    from support.printed import shown_text
+
+    from loopwright.replay import simulate, trace_of_run
+    from loopwright.store import open_store
+
+    path = tmp_path / "s.db"
+    with lw.Runtime(str(path)) as rt:
+        r = rt.run_sync(_loop(rule="r"), {"artifacts": {"doc": {"a": "x"}}}, task_key="t")
+    with sqlite3.connect(path) as db:
+        [(text,)] = db.execute("SELECT contract FROM runs WHERE run_id = ?", (r.run_id,))
+        contract = json.loads(text)
+        contract["risk"][0]["name"] = "r\u202e"
+        db.execute(
+            "UPDATE runs SET contract = ? WHERE run_id = ?", (json.dumps(contract), r.run_id)
+        )
+    assert r.run_id in shown_text(str(path), r.run_id)[0]
+    assert main(["runs", "--store", str(path)]) == 0
+    with open_store(str(path)) as st:
+        rec = st.get_run(r.run_id)
+        trace = trace_of_run(st, rec)
+    assert trace is not None
+    stored = lw.Contract.from_dict(rec.contract)
+    assert stored.risk[0].name == "r\u202e"
+    assert simulate(trace, stored).cycles == r.cycles
