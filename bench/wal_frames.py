@@ -18,7 +18,8 @@ its leaf; ``page1``: the file header and schema; ``free``: a page on the free li
 
 Per (N, S) it prints the frames of a cycle's commit (mean over every cycle), the database's
 growth a cycle (bytes, after a checkpoint), and per owner the frames a cycle. ``--page-size P``: each store made on
-a file of that page size (SQLite's default, and a store's, is 4096). ``--skip-over``: leave out a pair whose N × S is over this many characters.
+a file of that page size (SQLite's default, and a store's, is 4096). ``--older``: the run measured is created before
+another (not the store's newest run). ``--skip-over``: leave out a pair whose N × S is over this many characters.
 The last line is
 
     wal_frames_per_cycle=<float>    trivial loop (S = 0), the largest N measured
@@ -40,8 +41,8 @@ import loopwright as lw
 from loopwright.store import _sql
 
 sys.path.insert(0, str(Path(__file__).parent))
-import cycle_phases  # noqa: E402
-import value_bytes  # noqa: E402
+import cycle_phases
+import value_bytes
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
@@ -92,9 +93,7 @@ def owners(db: Any) -> dict[int, str]:
     page_size = db.execute("PRAGMA page_size").fetchone()[0]
     while trunk:
         out[trunk] = "free"
-        raw = db.execute(
-            "SELECT data FROM sqlite_dbpage WHERE pgno=?", (trunk,)
-        ).fetchone()
+        raw = db.execute("SELECT data FROM sqlite_dbpage WHERE pgno=?", (trunk,)).fetchone()
         if raw is None:
             break
         data = raw[0][:page_size]
@@ -124,7 +123,9 @@ def new_store_file(path: Path, page_size: int | None) -> None:
     db.close()
 
 
-def one(cycles: int, size: int, folder: Path, page_size: int | None = None) -> dict[str, Any]:
+def one(
+    cycles: int, size: int, folder: Path, page_size: int | None = None, older: bool = False
+) -> dict[str, Any]:
     path = folder / f"frames-{cycles}-{size}.db"
     new_store_file(path, page_size)
     if size:
@@ -134,6 +135,8 @@ def one(cycles: int, size: int, folder: Path, page_size: int | None = None) -> d
     per_commit: list[int] = []
     with lw.Runtime(path) as rt:
         store: Any = rt.store
+        if older:  # the run measured is created first: not the store's newest
+            rt.create(loop, task, task_key="run")
         rt.create(loop, {"goal": "warm"}, task_key="warm")  # the schema, the first pages
         with store._conn() as db:
             db.execute("PRAGMA wal_autocheckpoint = 0")
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="folder for the databases (default: a temp folder)")
     ap.add_argument("--skip-over", type=int, default=100_000_000)
     ap.add_argument("--page-size", type=int, help="make each store on a file of this page size")
+    ap.add_argument("--older", action="store_true", help="another run is created after it")
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.cycles.split(",")]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 if n * size > args.skip_over:
                     print(f"N={n:>6} S={size:>6}: skipped (N x S over --skip-over)")
                     continue
-                got = one(n, size, Path(tmp), args.page_size)
+                got = one(n, size, Path(tmp), args.page_size, args.older)
                 parts = ", ".join(f"{k} {v:.2f}" for k, v in got["owners"].items())
                 print(
                     f"N={n:>6} S={size:>6}: {got['per_cycle']:.2f} frames a cycle's commit "
