@@ -177,7 +177,10 @@ class Worker:
             self._skip(run_id, None, exc)
             return
         except ConfigError as exc:
-            self._skipped(run_id, exc)
+            # (a loop that is not the run's, a contract it refuses): its lease handed back by
+            # the resume; why recorded on the run, as for the skips above (it was only
+            # counted and said to ``on_skip``: ``loopwright show`` had nothing to say)
+            self._skip(run_id, None, exc)
             return
         except Exception as exc:
             # A bug in loopwright itself: the engine has marked the run failed with its
