@@ -27,6 +27,8 @@ import loopwright as lw
 from loopwright._authority import expire
 from loopwright._worker import Worker
 from loopwright.store import Store, open_store
+from loopwright.store._pg_schema import PG_MIGRATIONS
+from loopwright.store._schema import APPROVALS_EXPIRING_SQL, SQLITE_MIGRATIONS
 from loopwright.store.sqlite import SQLiteStore
 
 
@@ -172,28 +174,40 @@ def test_sqlite_reads_expired_requests_by_their_partial_index(tmp_path: Path) ->
         assert "TEMP B-TREE" not in plan, plan  # in index order: no sort
 
 
-def test_a_v18_sqlite_store_gains_the_index_when_it_migrates(tmp_path: Path) -> None:
+def _step(migrations: list[list[str]]) -> int:
+    """The version a store is at before the step that makes ``approvals_expiring`` (SQLite's
+    v19 -> 18, PostgreSQL's v17 -> 16, as numbered when written)."""
+    return next(i for i, m in enumerate(migrations) if APPROVALS_EXPIRING_SQL in m)
+
+
+def test_an_sqlite_store_before_the_index_gains_it_when_it_migrates(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SQLiteStore(db):
         pass
     raw = sqlite3.connect(db)
     raw.execute("DROP INDEX approvals_expiring")
-    raw.execute("UPDATE loopwright_meta SET value = '18' WHERE key = 'schema_version'")
+    raw.execute(
+        "UPDATE loopwright_meta SET value = ? WHERE key = 'schema_version'",
+        (str(_step(SQLITE_MIGRATIONS)),),
+    )
     raw.commit()
     raw.close()
     with SQLiteStore(db) as s:
-        assert s.schema_version == 19
+        assert s.schema_version == len(SQLITE_MIGRATIONS)
         names = {r[0] for r in s._db.execute("SELECT name FROM sqlite_master")}
         assert "approvals_expiring" in names
 
 
 @pytest.mark.postgres
-def test_a_v16_pg_store_gains_the_index_when_it_migrates(pg_url: str) -> None:
-    with open_store(pg_url) as s, s._tx() as conn:  # type: ignore[attr-defined]  # as v16 left it
+def test_a_pg_store_before_the_index_gains_it_when_it_migrates(pg_url: str) -> None:
+    with open_store(pg_url) as s, s._tx() as conn:  # type: ignore[attr-defined]  # as it was
         conn.execute("DROP INDEX approvals_expiring")
-        conn.execute("UPDATE loopwright_meta SET value = '16' WHERE key = 'schema_version'")
+        conn.execute(
+            "UPDATE loopwright_meta SET value = %s WHERE key = 'schema_version'",
+            (str(_step(PG_MIGRATIONS)),),
+        )
     with open_store(pg_url) as s:
-        assert s.schema_version == 17  # type: ignore[attr-defined]
+        assert s.schema_version == len(PG_MIGRATIONS)  # type: ignore[attr-defined]
         names = s._all(  # type: ignore[attr-defined]
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()", []
         )
