@@ -271,121 +271,130 @@ class Forking(RuntimeHost):
             refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
             raise
         try:
-            # Read again under the lease: whether the edit reopens the run is its status now,
-            # not before the lease (a run that ended meanwhile was edited and left ended, its
-            # edit never judged; attack47).
-            rec = self.store.get_run(rec.run_id)
-            ck = self.store.latest_checkpoint(rec.run_id)
-            ex = _Exec(
-                rec.run_id,
-                _NO_LOOP,
-                Contract.from_dict(rec.contract),
-                token,
-                ck.seq,
-                TaskState.from_dict(ck.state),
-            )
-            ex.adopt(self.store, ck.state)
-            s = ex.state
-            # A run parked on a request can be edited beside it (its pending proposal is
-            # applied on top when decided), except a part that proposal itself changes.
-            held: dict[str, Any] = {}
-            if s.pending and s.pending.get("stage") == "effects":
-                # The process died while this cycle's effects ran: resuming applies the cycle's
-                # stored proposal, which would write over the person's version unasked.
-                raise ConflictError(
-                    f"run {rec.run_id} stopped during the effects of cycle "
-                    f"{s.pending.get('cycle')}: resume it to finish them (each is journaled, "
-                    "none runs twice), then edit"
+            with self._holding(rec.run_id, token):
+                # Read again under the lease: whether the edit reopens the run is its status now,
+                # not before the lease (a run that ended meanwhile was edited and left ended, its
+                # edit never judged; attack47).
+                rec = self.store.get_run(rec.run_id)
+                ck = self.store.latest_checkpoint(rec.run_id)
+                ex = _Exec(
+                    rec.run_id,
+                    _NO_LOOP,
+                    Contract.from_dict(rec.contract),
+                    token,
+                    ck.seq,
+                    TaskState.from_dict(ck.state),
                 )
-            if s.pending and "approval_id" in s.pending:
-                pend = s.pending.get("proposal") or {}
-                if not s.pending.get("question_only") and ref in {
-                    e.ref for e in Proposal.from_dict(pend).changes()
-                }:
-                    raise ConfigError(
-                        f"run {rec.run_id} waits for a decision on a change to {ref}: decide "
-                        "it (approve or deny) first, then edit",
-                        field="part",
+                ex.adopt(self.store, ck.state)
+                s = ex.state
+                # A run parked on a request can be edited beside it (its pending proposal is
+                # applied on top when decided), except a part that proposal itself changes.
+                held: dict[str, Any] = {}
+                if s.pending and s.pending.get("stage") == "effects":
+                    # The process died while this cycle's effects ran: resuming applies the cycle's
+                    # stored proposal, which would write over the person's version unasked.
+                    raise ConflictError(
+                        f"run {rec.run_id} stopped during the effects of cycle "
+                        f"{s.pending.get('cycle')}: resume it to finish them (each is journaled, "
+                        "none runs twice), then edit"
                     )
-                # the parked cycle's held-out verdicts wait in the latest record: keep them
-                held = {"held_out": (ck.record or {}).get("held_out") or {}}
-                # ...but they, and its visible verdicts, judged the state before this edit: the
-                # decided cycle is judged again (Parking._judge_again)
-            part = s.part(ref)
-            if part is None:
-                known = ", ".join(r for r, _p in s.iter_parts()) or "none"
-                raise ConfigError(
-                    f"no part {ref!r} in run {rec.run_id} (parts: {known})", field="part"
-                )
-            old, was = part.value, part.status
-            if old == value:
-                raise ConfigError("is the part's current value already", field="value")
-            audit(self.store, who, "edit", on, origin=origin, part=ref, note=note)
-            audited = True
-            # Judged before the actor is asked again: the parked cycle once decided, else a
-            # check-only cycle next (``_edit_check``), owed in this commit.
-            s.pending = mark_edited(s.pending, ref)
-            s.set_part(artifact, name, value, s.cycle)
-            s.set_status(ref, "accepted")  # a person's version is accepted by definition
-            part = s.part(ref)
-            assert part is not None
-            s.refresh_plan()
-            changed = what_changed(old, value)
-            override = was == "accepted"
-            what = {
-                "part": ref,
-                "version": part.count,
-                "by": by.strip(),
-                "note": note or "",
-                "changed": changed,
-                "override": override,
-            }
-            # The next context shows it; stored masked (invariant 9: a person's note, and what
-            # changed, can quote a secret). The value itself is the work, stored as given.
-            what = redact(what)
-            s.notes.append({"kind": "edit", **what})
-            # (made while a request waits: its card says so, ``_reuse_now.as_now``)
-            beside = {"approval_id": s.pending["approval_id"]} if "approval_id" in s.pending else {}
-            ex.events.append(
-                NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value), **beside})
-            )
-            reopen = rec.status in TERMINAL_STATUSES
-            run: dict[str, Any] = {}
-            # A budget its checks may spend used up: the check-only cycle cannot run (a cycle
-            # cap reached does not stop it). Said now, and recorded, not found out on resume.
-            blocked = unjudged(rec.run_id, ex.contract, s)
-            if blocked is not None:
-                ex.events.append(NewEvent(s.cycle, "edit_unjudged", {"part": ref, "why": blocked}))
-            if reopen:
-                s.next_action = blocked or "resume: the loop goes on from the person's edit"
-                retire_failures(self.store, ex, effects=False)
-                # Its refunds still waiting for a person (a cancel's, some reused): parked on
-                # them, as a rollback that offers them parks; "pending", every worker's poll
-                # claimed it and found it still waiting (attack47). A request expired on the
-                # store's clock waits for nobody (``run_compensations`` settles it expired):
-                # parked on it, no worker took the run until a person resumed it (review48a).
-                waits = (s.pending or {}).get("stage") == "compensations" and _open_requests(
-                    self.store, rec.run_id
-                )
-                run = {
-                    "status": "awaiting_approval" if waits else "pending",
-                    "stop_reason": None,
-                    "packet": None,
-                    "ended_at": None,
-                    "held_out_passed": None,
-                    "cancel_requested": 0,
+                if s.pending and "approval_id" in s.pending:
+                    pend = s.pending.get("proposal") or {}
+                    if not s.pending.get("question_only") and ref in {
+                        e.ref for e in Proposal.from_dict(pend).changes()
+                    }:
+                        raise ConfigError(
+                            f"run {rec.run_id} waits for a decision on a change to {ref}: decide "
+                            "it (approve or deny) first, then edit",
+                            field="part",
+                        )
+                    # the parked cycle's held-out verdicts wait in the latest record: keep them
+                    held = {"held_out": (ck.record or {}).get("held_out") or {}}
+                    # ...but they, and its visible verdicts, judged the state before this edit: the
+                    # decided cycle is judged again (Parking._judge_again)
+                part = s.part(ref)
+                if part is None:
+                    known = ", ".join(r for r, _p in s.iter_parts()) or "none"
+                    raise ConfigError(
+                        f"no part {ref!r} in run {rec.run_id} (parts: {known})", field="part"
+                    )
+                old, was = part.value, part.status
+                if old == value:
+                    raise ConfigError("is the part's current value already", field="value")
+                audit(self.store, who, "edit", on, origin=origin, part=ref, note=note)
+                audited = True
+                # Judged before the actor is asked again: the parked cycle once decided, else a
+                # check-only cycle next (``_edit_check``), owed in this commit.
+                s.pending = mark_edited(s.pending, ref)
+                s.set_part(artifact, name, value, s.cycle)
+                s.set_status(ref, "accepted")  # a person's version is accepted by definition
+                part = s.part(ref)
+                assert part is not None
+                s.refresh_plan()
+                changed = what_changed(old, value)
+                override = was == "accepted"
+                what = {
+                    "part": ref,
+                    "version": part.count,
+                    "by": by.strip(),
+                    "note": note or "",
+                    "changed": changed,
+                    "override": override,
                 }
-            self._commit(
-                ex,
-                {"decision": "edit", "part": ref, "version": part.count, "by": by.strip(), **held},
-                run,
-            )
+                # The next context shows it; stored masked (invariant 9: a person's note, and what
+                # changed, can quote a secret). The value itself is the work, stored as given.
+                what = redact(what)
+                s.notes.append({"kind": "edit", **what})
+                # (made while a request waits: its card says so, ``_reuse_now.as_now``)
+                beside = (
+                    {"approval_id": s.pending["approval_id"]} if "approval_id" in s.pending else {}
+                )
+                ex.events.append(
+                    NewEvent(s.cycle, "edited", {**what, "diff": _diff(old, value), **beside})
+                )
+                reopen = rec.status in TERMINAL_STATUSES
+                run: dict[str, Any] = {}
+                # A budget its checks may spend used up: the check-only cycle cannot run (a cycle
+                # cap reached does not stop it). Said now, and recorded, not found out on resume.
+                blocked = unjudged(rec.run_id, ex.contract, s)
+                if blocked is not None:
+                    ex.events.append(
+                        NewEvent(s.cycle, "edit_unjudged", {"part": ref, "why": blocked})
+                    )
+                if reopen:
+                    s.next_action = blocked or "resume: the loop goes on from the person's edit"
+                    retire_failures(self.store, ex, effects=False)
+                    # Its refunds still waiting for a person (a cancel's, some reused): parked on
+                    # them, as a rollback that offers them parks; "pending", every worker's poll
+                    # claimed it and found it still waiting (attack47). A request expired on the
+                    # store's clock waits for nobody (``run_compensations`` settles it expired):
+                    # parked on it, no worker took the run until a person resumed it (review48a).
+                    waits = (s.pending or {}).get("stage") == "compensations" and _open_requests(
+                        self.store, rec.run_id
+                    )
+                    run = {
+                        "status": "awaiting_approval" if waits else "pending",
+                        "stop_reason": None,
+                        "packet": None,
+                        "ended_at": None,
+                        "held_out_passed": None,
+                        "cancel_requested": 0,
+                    }
+                self._commit(
+                    ex,
+                    {
+                        "decision": "edit",
+                        "part": ref,
+                        "version": part.count,
+                        "by": by.strip(),
+                        **held,
+                    },
+                    run,
+                )
         except (ConfigError, ConflictError) as exc:
             if not audited:
                 refused(self.store, who, "edit", on, origin=origin, why=exc, part=ref)
             raise
-        finally:
-            self.store.release_lease(rec.run_id, token)
         if blocked is not None and origin != "cli":  # (the CLI prints it itself)
             warn_unjudged(blocked)
         if self.memory_enabled and s.task_key:

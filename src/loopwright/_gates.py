@@ -323,15 +323,32 @@ ASKED_AGAIN_UNDOING = (
 )
 
 
+# ...when a third run has taken the action again since, and its attempt has not ended done
+# (under way, or in doubt): approving runs nothing here, the call reuses that run's result if
+# it is done with the same arguments by then, else stops for a person (``held``). It said
+# "approving now runs it again" (review48c).
+ASKED_AGAIN_HELD = (
+    "asked again: it was approved as already done, and was undone since; run {run} has "
+    "taken it again under its key since (its attempt is {status}), so approving does not run "
+    "it here: if that run has done it by then with the same arguments its result is reused, "
+    "otherwise the run stops for a person to check whether it was done"
+)
+
+
 def asked_again(store: Store, run_id: str, n: int, eff: Effect, c: EffectCall) -> str:
-    """Why an action approved as done already, done no more, is asked again: by its claim
-    now (being undone, or undone)."""
+    """Why an action approved as done already, done no more, is asked again, with what
+    approving does now: by its claim now (being undone, undone, or held by another run)."""
     try:
         key, business = key_of(eff, run_id, n, c)
     except ConfigError:  # refused where the effect runs, with its own message
         return ASKED_AGAIN
     claim = store.effect_claim(eff.kind, key) if business else None
-    return ASKED_AGAIN_UNDOING if claim is not None and claim.status == "undoing" else ASKED_AGAIN
+    if claim is not None and claim.status == "undoing":
+        return ASKED_AGAIN_UNDOING
+    if claim is not None and claim.run_id != run_id and claim.status in ("claimed", "in_doubt"):
+        status = "in doubt" if claim.status == "in_doubt" else "under way"
+        return ASKED_AGAIN_HELD.format(run=claim.run_id[:12], status=status)
+    return ASKED_AGAIN
 
 
 def given_keys(approved: Sequence[Mapping[str, Any]]) -> set[tuple[str, ...]]:

@@ -10,8 +10,9 @@ live in the modules named beside them).
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConflictError
@@ -62,6 +63,21 @@ class RuntimeHost:
         if run_id in self._driving:
             raise ConflictError(f"run {run_id} is being executed by this runtime ({self.owner})")
         return self.store.acquire_lease(run_id, self.owner, self.lease_ttl_s)
+
+    @contextlib.contextmanager
+    def _holding(self, run_id: str, token: int) -> Iterator[None]:
+        """The lease ``token`` of ``run_id`` handed back when the block ends, however it ends
+        (fenced by the token: a lease taken over since is left alone). When the block failed,
+        a release that fails too is suppressed: the error said is the one that happened (a
+        refused edit's ``ConfigError``), not the store's (review48 for ``cancel``; edit and
+        rollback released in a plain ``finally``, whose store error replaced the real one)."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.store.release_lease(run_id, token)
+            raise
+        self.store.release_lease(run_id, token)
 
     if TYPE_CHECKING:
         # _cycle.Cycle (_context: _actor_context.ActorContext); the signature repeats the

@@ -166,7 +166,8 @@ class Parking(RuntimeHost):
             and req.expires_at is not None
             and req.expires_at < self.store.clock()
         ):
-            req = expire(self.store, req) or req
+            # (decided meanwhile, by a person or a worker recording its expiry: that decision)
+            req = expire(self.store, req) or self.store.approval(req.approval_id) or req
         if req.status == "pending":
             self.store.append_events(
                 ex.run_id,

@@ -5,7 +5,6 @@ Kept apart from the cycle machinery in ``_engine``; ``Runtime`` inherits these m
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -274,7 +273,9 @@ class Decisions(RuntimeHost):
             token = self._take_lease(rec.run_id)
         except ConflictError:
             return self.store.get_run(rec.run_id)  # it is running elsewhere; it will stop itself
-        try:
+        # Handed back whatever failed (a store read before the cancel was, too): held to its
+        # TTL, it kept every other executor from the run (review48).
+        with self._holding(rec.run_id, token):
             # Read again under the lease: a run that ended since the read above (its worker
             # released the lease) keeps its end; it was cancelled over it (attack47).
             rec = self.store.get_run(rec.run_id)
@@ -290,14 +291,6 @@ class Decisions(RuntimeHost):
                 )
                 ex.adopt(self.store, ck.state)
                 self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
-        except BaseException:
-            # Handed back whatever failed (a store read before the cancel was, too): held to
-            # its TTL, it kept every other executor from the run (review48). Fenced by its
-            # token; the error said is the one that happened, not the release's.
-            with contextlib.suppress(Exception):
-                self.store.release_lease(rec.run_id, token)
-            raise
-        self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
 
     def _in_flight(self, ex: _Exec, why: str) -> list[dict[str, Any]]:
@@ -415,7 +408,7 @@ class Decisions(RuntimeHost):
             )
             refused(self.store, who, "rollback", on, origin=origin, why=busy)
             raise busy from None
-        try:
+        with self._holding(rec.run_id, token):
             try:
                 target = concluded_in(self.store, rec.run_id, to_cycle, "to_cycle")
                 refuse_rewritten(self.store, rec.run_id, target, "to_cycle")
@@ -424,8 +417,6 @@ class Decisions(RuntimeHost):
                 raise
             audit(self.store, who, "rollback", on, origin=origin, to_cycle=to_cycle)
             self._rollback(rec, token, target, to_cycle, by=by.strip(), loop=loop)
-        finally:
-            self.store.release_lease(rec.run_id, token)
         return self.store.get_run(rec.run_id)
 
     def _rollback(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._authority import expire
 from ._contract import TERMINAL_STATUSES
 from ._engine import RunResult, Runtime
 from ._errors import (
@@ -43,6 +44,8 @@ LoopResolver = Callable[[RunRecord], Loop]
 SKIPPED_WHY_KEPT = 100
 """The most runs ``WorkerStats.skipped_why`` names (the latest skipped; ``skipped`` counts them
 all): a worker that runs for weeks beside runs it has no loop for holds a bounded map."""
+# The most expired requests one poll records (the rest at the next poll).
+EXPIRE_BATCH = 100
 # How long a run claimed and not driven here (skipped, or failed before its drive) is left alone.
 SKIP_S = 30.0
 
@@ -174,7 +177,10 @@ class Worker:
             self._skip(run_id, None, exc)
             return
         except ConfigError as exc:
-            self._skipped(run_id, exc)
+            # (a loop that is not the run's, a contract it refuses): its lease handed back by
+            # the resume; why recorded on the run, as for the skips above (it was only
+            # counted and said to ``on_skip``: ``loopwright show`` had nothing to say)
+            self._skip(run_id, None, exc)
             return
         except Exception as exc:
             # A bug in loopwright itself: the engine has marked the run failed with its
@@ -226,6 +232,19 @@ class Worker:
         if self.on_skip is not None:
             self.on_skip(run_id, why)
 
+    def _expire_due(self) -> None:
+        """Record as expired the pending requests whose time ran out on the store's clock
+        (``Store.expired_requests``), so the runs parked on them are claimable now, and their
+        resume escalates (expiry escalates). Before, expiry was recorded only when someone
+        resumed the run or tried to decide the request: no worker ever took such a run. A
+        request decided meanwhile keeps its decision (``expire``: one outcome, recorded once)."""
+        store = self.runtime.store
+        try:
+            for req in store.expired_requests(limit=EXPIRE_BATCH):
+                expire(store, req)
+        except StoreUnavailableError:
+            self.stats.store_errors += 1  # asked again at the next poll
+
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
         taken are done; ``max_runs`` caps how many runs it claims)."""
@@ -251,6 +270,7 @@ class Worker:
                     "ttl_s": self.runtime.lease_ttl_s,
                     "limit": free,
                 }
+                self._expire_due()
                 try:
                     # Not the runs it drives: frozen past their leases (SIGSTOP, a VM pause),
                     # this worker would otherwise take them over from itself on waking,

@@ -20,8 +20,10 @@ from test_reused_refunds import compensation_requests
 import loopwright as lw
 
 
-def _cancelled_under_a_fork(rt: lw.Runtime, provider: Provider) -> tuple[lw.Loop, str]:
-    loop = paying(provider)
+def _cancelled_under_a_fork(
+    rt: lw.Runtime, provider: Provider, approvals: lw.ApprovalPolicy | None = None
+) -> tuple[lw.Loop, str]:
+    loop = paying(provider) if approvals is None else paying(provider, approvals=approvals)
     a = rt.run_sync(loop, TASK, task_key="A").run_id
     rt.fork(a, 1, loop=loop, task_key="F")
     rt.cancel(a, by="ops", loop=loop)

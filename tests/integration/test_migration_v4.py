@@ -68,6 +68,8 @@ def test_a_v3_store_migrates_and_reads_back_as_it_was(old_store: Path) -> None:
     # v10: one run's requests by (run_id, status, order); the old prefix index is gone
     assert "approvals_run_status" in indexes
     assert "approvals_run" not in indexes
+    # v19: the pending requests that can expire, by expiry (a worker's poll records them)
+    assert "approvals_expiring" in indexes
 
 
 def test_a_parked_v3_run_resumes_onto_the_new_layout(old_store: Path) -> None:

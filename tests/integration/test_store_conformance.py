@@ -1017,6 +1017,26 @@ def test_one_request_by_id_and_the_latest_decided(store: Store) -> None:
     assert Store.approval(store, "d2") == got
 
 
+def test_expired_requests_are_the_pending_ones_past_their_expiry(store: Store) -> None:
+    """``expired_requests`` reads the pending requests whose ``expires_at`` has passed on the
+    store's clock, soonest expired first, at most ``limit``: as the base class's default
+    (which reads every pending request) has it."""
+    now = store.clock()
+    run_id, token = _leased(store, "k")
+    expiring = {"e1": now - 5, "e2": now - 50, "e3": now - 1, "later": now + 3600, "never": None}
+    _commit(
+        store, run_id, token, 1, run={"status": "awaiting_approval"},
+        approvals=[_approval(a, expires_at=at) for a, at in expiring.items()],
+    )  # fmt: skip
+    store.release_lease(run_id, token)
+    store.decide_approval("e3", status="denied", by="zoe", note=None, now=9.0)  # decided
+    got = [a.approval_id for a in store.expired_requests(limit=10)]
+    assert got == ["e2", "e1"]
+    assert [a.approval_id for a in store.expired_requests(limit=1)] == ["e2"]
+    assert store.expired_requests(limit=0) == []
+    assert [a.approval_id for a in Store.expired_requests(store, limit=10)] == got
+
+
 def test_answer_column_round_trips(store: Store) -> None:
     run_id = _park(store, "k", "q1")
     answer = {"choice": "b", "values": [1, 2.5, None], "nested": {"z": 1, "a": 2}}

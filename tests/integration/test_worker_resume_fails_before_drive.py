@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from doc_loop import TASK
+from test_approval_card_reuse_listed import _cli, _words
 from test_lease_handed_back import _loop
 
 import loopwright as lw
@@ -57,3 +58,36 @@ def test_a_run_that_fails_before_its_drive_is_claimed_once(
             assert "damaged" in stats.skipped_why[rec.run_id]
         else:
             assert stats.errors == 1, stats
+
+
+def test_a_run_whose_resume_is_refused_for_its_loop_says_why_on_the_run(url: str) -> None:
+    # The worker's loop for the run's name is another loop: the resume refuses it
+    # (ConfigError). It was counted and said to on_skip only; nothing on the run told
+    # ``loopwright show`` why the worker left it.
+    loop = _loop()
+    with lw.Runtime(url) as rt:
+        rec, _ = rt.create(loop, TASK, task_key="A")
+        other = lw.Loop(
+            name="another", actor=loop.actor, verifiers=loop.verifiers, contract=loop.contract
+        )
+        said: list[tuple[str, str]] = []
+        worker = Worker(
+            rt,
+            loops={"handed-back": other},
+            poll_s=0.001,
+            on_skip=lambda r, e: said.append((r, str(e))),
+        )
+        stats = asyncio.run(worker.run(once=True, max_runs=5))
+        assert stats.claimed == 1 and stats.skipped == 1, stats
+        assert [r for r, _ in said] == [rec.run_id]
+        got = rt.store.get_run(rec.run_id)
+        assert got.status == "pending" and got.lease_owner is None  # handed back, as it was
+        # before: no worker_skipped event
+        [skipped] = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
+        assert "is loop 'another', not run" in skipped.data["why"], skipped.data
+        assert skipped.data["owner"] == rt.owner
+        shown = _words(_cli(url, "show", rec.run_id))
+        assert f"Skipped by worker {rt.owner}: loop: is loop 'another', not run" in shown, shown
+        # driven since, the skip is not said any more
+        assert rt.resume_sync(rec.run_id, loop).status == "accepted"
+    assert "Skipped by worker" not in _words(_cli(url, "show", rec.run_id))

@@ -112,10 +112,12 @@ def show(
         from .._mid_cycle_records import by_id, shown_records
         from ._render import (
             REUSE_REFUND_EVENTS,
+            SKIP_EVENTS,
             console,
             overwrites,
             reuse_refunds,
             run_detail_parts,
+            worker_skip,
         )
 
         out = console()
@@ -157,6 +159,10 @@ def show(
         refunded = reuse_refunds(st.events_of_kinds(rec.run_id, REUSE_REFUND_EVENTS))
         if refunded:
             out.print(refunded)
+        if rec.status not in TERMINAL_STATUSES:  # why no worker goes on with it, if one said
+            skip = worker_skip(st.events_of_kinds(rec.run_id, SKIP_EVENTS, limit=1))
+            if skip:
+                out.print(skip)
 
 
 def _marked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> Any:

@@ -461,6 +461,23 @@ def overwrites(events: Iterable[Any]) -> str | None:
     )
 
 
+#: A worker's skip of a run (``Worker._said_skipped``), and the events of a drive since.
+SKIP_EVENTS = ("worker_skipped", "started", "resumed")
+
+
+def worker_skip(events: Iterable[Any]) -> str | None:
+    """What ``show`` says of a run a worker claimed and left (its newest ``worker_skipped``,
+    when no drive started since, ``SKIP_EVENTS``): which worker, and why; ``None``: none."""
+    last = list(events)[-1:]
+    if not last or last[0].kind != "worker_skipped":
+        return None
+    data = last[0].data
+    return (
+        f"[yellow]Skipped by worker {escape(str(data.get('owner')))}:[/] "
+        f"{escape(str(data.get('why')))}"
+    )
+
+
 #: The events a run that reused a payment gets of its refund (``Store.journal_put``).
 REUSE_REFUND_EVENTS = (
     "effect_reuse_refunding",

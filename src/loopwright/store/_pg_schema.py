@@ -19,6 +19,7 @@ from ._blobs import BLOBS_PG
 from ._live import notified_key_index
 from ._people_schema import PEOPLE_PG
 from ._schema import (
+    APPROVALS_EXPIRING_SQL,
     BACKFILL_CLAIMS,
     BACKFILL_FORK_REUSES,
     BACKFILL_GENERATIONS,
@@ -295,4 +296,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # v18 (a backfill that writes a row once: a store put back to an earlier version runs it
     # again).
     [BACKFILL_FORK_REUSES],
+    # v17: the pending requests that can expire, by expiry, as SQLite's v19: a worker's poll
+    # records those expired on the server's clock, so the runs parked on them are claimed.
+    [APPROVALS_EXPIRING_SQL],
 ]

@@ -95,6 +95,22 @@ class ApprovalsStore(ABC):
         done = [a for a in self.approvals() if a.status != "pending"]
         return done[::-1][:limit]
 
+    def expired_requests(self, *, limit: int) -> list[Approval]:
+        """Up to ``limit`` pending requests whose ``expires_at`` has passed on the store's
+        clock (``clock``), soonest expired first: what a worker records as expired, so that
+        a run whose every open request expired is claimable (its resume escalates). This
+        default reads every pending request; the built-in stores read only the expired ones,
+        by a partial index."""
+        pending = [a for a in self.approvals(status="pending") if a.expires_at is not None]
+        if not pending:
+            return []
+        now = self.clock()
+        due = sorted(
+            (a for a in pending if a.expires_at is not None and a.expires_at < now),
+            key=lambda a: (a.expires_at, a.approval_id),
+        )
+        return due[: max(0, limit)]
+
     @abstractmethod
     def decide_approval(
         self,

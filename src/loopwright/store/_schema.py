@@ -7,12 +7,14 @@ from ._live import NOTIFIED, notified_key_index
 from ._people_schema import PEOPLE_SQLITE
 
 __all__ = [
+    "APPROVALS_EXPIRING_SQL",
     "BACKFILL_CLAIMS",
     "BACKFILL_FORK_REUSES",
     "BACKFILL_GENERATIONS",
     "CLAIMABLE_SQLITE",
     "EFFECT_GENERATION",
     "EVENTS_NOTIFIED_SQL",
+    "EXPIRING",
     "MEMORY_REFLECTIONS_SQL",
     "RUN_TASK",
     "RUN_TASKS_SQL",
@@ -80,6 +82,17 @@ BACKFILL_FORK_REUSES = "-- loopwright: the forks that inherited done claims befo
 # would move its entry (one more index page written every cycle, on the engine's hot path);
 # the few running runs a claim may take over (a lapsed lease) are read by status instead.
 CLAIMABLE_SQLITE = "(status = 'pending' OR (status = 'awaiting_approval' AND open_requests = 0))"
+
+# Pending requests that can expire (SQLite's v19, PostgreSQL's v17): the WHERE of the partial
+# index approvals_expiring, and a term of ``expired_requests``' query as is. A worker's poll
+# reads the requests expired on the store's clock through it, and records them expired, so the
+# runs parked on them become claimable; it holds no decided request, nor one that never
+# expires, so the poll reads only the requests it will decide.
+EXPIRING = "(status = 'pending' AND expires_at IS NOT NULL)"
+APPROVALS_EXPIRING_SQL = (
+    f"CREATE INDEX IF NOT EXISTS approvals_expiring ON approvals(expires_at, approval_id) "
+    f"WHERE {EXPIRING}"
+)
 
 _HEX_DIGITS = (("9", "99"), *((c, f"9{i}") for i, c in enumerate("ABCDEF")))
 
@@ -449,4 +462,10 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     # since is when it is made; the refund of its origin's payment left the fork accepted on
     # an unpaid invoice, and nobody was told.
     [BACKFILL_FORK_REUSES],
+    # v19: a run whose every open request expired is claimable by a worker (expiry escalates):
+    # a worker's poll reads the pending requests expired on the store's clock through this
+    # partial index and records them expired, so the count of open requests drops and the run
+    # enters runs_claimable. Before, expiry was recorded only when someone resumed the run or
+    # tried to decide the request, and ``loopwright worker`` left the run parked for ever.
+    [APPROVALS_EXPIRING_SQL],
 ]
