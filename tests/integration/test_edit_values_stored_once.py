@@ -5,6 +5,7 @@ abandoned cycles proposed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,74 @@ def test_a_store_implementing_only_commit_is_given_masked_replaced_values(
         rt.run_sync(loop, task, task_key="k")
     given = [rec for rec in store.given if "proposal" in rec]
     assert [rec["proposal"]["replace"] for rec in given] == [{"doc": {"api_key": "***"}}]
+
+
+# --- a large value sent again unchanged: named, not carried by every record -----------------
+
+
+def _again_loop(cycles: int, value: str) -> lw.Loop:
+    """Every cycle writes ``value`` (a new, equal object each time) to ``body`` again and a new
+    short ``title``; nothing is ever accepted, so every cycle runs."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        same = "".join([value[:10], value[10:]])  # equal to the last one, not the same object
+        return lw.Proposal.edit("doc", {"body": same, "title": f"t{ctx.cycle}"})
+
+    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "title"),))
+
+    return lw.Loop(
+        name="again",
+        actor=actor,
+        verifiers=[lw.Check(fn=verify, name="check")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+@pytest.mark.parametrize("runs", [1, 3], ids=["one-run", "grouped"])
+def test_a_large_value_sent_again_unchanged_is_stored_once(url: str, runs: int) -> None:
+    # Before: no new version (the part holds the value already), so the edit was not named and
+    # every cycle's record carried the whole value again (bench/concurrent_runs.py's 1.5 KB
+    # part: written, and scanned by the redaction net, every cycle).
+    value = draft("U", 0)
+    tasks = [{**TASK, "task_key": f"k{i}"} for i in range(runs)]
+    with lw.Runtime(url) as rt:
+        results = asyncio.run(rt.run_many(_again_loop(4, value), tasks, concurrency=runs))
+        for r in results:
+            assert r.cycles == 4
+            raw = _raw_records(rt.store, r.run_id)
+            assert len(raw) == 4 and not any("lorem ipsum" in text for text in raw)
+            expect = {c: [("body", value), ("title", f"t{c}")] for c in range(1, 5)}
+            assert _bodies(rt.store, r.run_id) == expect
+            from_checkpoints = {
+                ck.cycle: _written(ck.record["proposal"])
+                for ck in rt.store.checkpoints(r.run_id)
+                if ck.record is not None and "proposal" in ck.record
+            }
+            assert from_checkpoints == expect
+            body = r.state.part("doc/body")
+            assert body is not None and [v.value for v in body.versions] == ["", value]
+
+
+def test_a_store_implementing_only_commit_is_given_the_value_sent_again(tmp_path: Path) -> None:
+    store = CommitOnly(tmp_path / "c.db")
+    value = draft("U", 0)
+    with lw.Runtime(store, group_commit=False) as rt:
+        rt.run_sync(_again_loop(3, value), TASK, task_key="k")
+    cycles = [rec for rec in store.given if "proposal" in rec]
+    assert [rec["proposal"]["edits"][0] for rec in cycles] == [
+        {"artifact": "doc", "part": "body", "value": value}
+    ] * 3
+
+
+def test_a_value_sent_again_holding_a_secret_stays_masked_in_every_record(url: str) -> None:
+    key = "ghp_" + "b" * 36
+    value = draft("S", 1)[:400] + f" token {key}"
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_again_loop(3, value), TASK, task_key="k")
+        bodies = _bodies(rt.store, r.run_id)
+        raw = _raw_records(rt.store, r.run_id)
+    assert len(raw) == 3 and not any(key in text for text in raw)
+    for c in (1, 2, 3):
+        shown = dict(bodies[c])["body"]
+        assert key not in shown and shown.startswith("S draft 1")
