@@ -326,3 +326,53 @@ def test_a_value_sent_again_holding_a_secret_stays_masked_in_every_record(url: s
     for c in (1, 2, 3):
         shown = dict(bodies[c])["body"]
         assert key not in shown and shown.startswith("S draft 1")
+
+
+def test_a_rollback_keeps_the_values_records_named_in_earlier_versions(url: str) -> None:
+    # Cycles 1-3 send V1 (version 2, cycle 1), cycles 4-5 V2 (version 3): records 2, 3 and 5
+    # name a version written before them. Rolled back to cycle 2, version 3's number is
+    # written again (cycles 6-8 send V3): record 3 still reads V1, records 4-5 V2 (the
+    # abandoned cycles' records hold their values again), 6-8 V3.
+    def value(tag: str, cycle: int) -> str:
+        return draft(tag, 0) if tag == "B" else draft("V", 1 if cycle <= 3 else 2)
+
+    def loop(tag: str, cycles: int) -> lw.Loop:
+        def actor(ctx: lw.Context) -> lw.Proposal:
+            v = value(tag, ctx.cycle)
+            same = "".join([v[:10], v[10:]])  # a new, equal object each cycle
+            return lw.Proposal.edit("doc", {"body": same, "title": f"{tag}{ctx.cycle}"})
+
+        def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+            if state.values()["doc"]["title"] == "A5":  # the first run ends (rolled back after)
+                return lw.Verdict(passed=True, score=1.0)
+            # both parts flagged: neither is accepted (an accepted part's edit is refused)
+            findings = (lw.Finding("open", "doc", "body"), lw.Finding("open", "doc", "title"))
+            return lw.Verdict(passed=False, score=0.5, findings=findings)
+
+        return lw.Loop(
+            name="again",
+            actor=actor,
+            verifiers=[lw.Check(fn=verify, name="check")],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+        )
+
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(loop("A", 8), TASK, task_key="k")
+        assert (r.cycles, r.stop_reason) == (5, "success")
+        rt.rollback(r.run_id, 2, by="alice")
+        again = rt.resume_sync(r.run_id, loop("B", 8))
+        assert again.cycles == 8
+        bodies = {c: dict(w)["body"] for c, w in _bodies(rt.store, r.run_id).items()}
+        mark = rt.store._MARK  # type: ignore[attr-defined]
+        with rt.store._conn() as conn:  # type: ignore[attr-defined]
+            later = conn.execute(
+                f"SELECT record FROM checkpoints WHERE run_id={mark} AND cycle>5 "
+                "AND record IS NOT NULL",
+                (r.run_id,),
+            ).fetchall()
+    assert bodies == {
+        **{c: value("A", c) for c in range(1, 6)},
+        **{c: value("B", c) for c in range(6, 9)},
+    }
+    # the new cycles name theirs (cycle 6 the version it wrote, 7 and 8 the same one again)
+    assert len(later) == 3 and not any("lorem ipsum" in str(row[0]) for row in later)
