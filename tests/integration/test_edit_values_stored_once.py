@@ -6,6 +6,7 @@ abandoned cycles proposed."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,22 @@ def draft(tag: str, cycle: int) -> str:
 
 
 def _loop(
-    tag: str, cycles: int, proposed: list[str], done: str | None = None, replace: bool = False
+    tag: str,
+    cycles: int,
+    proposed: list[str],
+    done: str | None = None,
+    replace: bool = False,
+    again: Callable[[int], str] | None = None,
 ) -> lw.Loop:
+    """``again``: the draft of each cycle instead (a new object equal to it, so one sent again
+    unchanged is equal to the part's value, never the same object)."""
+
     def actor(ctx: lw.Context) -> lw.Proposal:
-        value = draft(tag, ctx.cycle)
+        if again is None:
+            value = draft(tag, ctx.cycle)
+        else:
+            v = again(ctx.cycle)
+            value = "".join([v[:10], v[10:]])
         proposed.append(value)
         # a small part beside it stays in the record
         parts = {"body": value, "title": f"{tag}{ctx.cycle}"}
@@ -79,6 +92,18 @@ def _bodies(store: Store, run_id: str) -> dict[int, list[tuple[str, Any]]]:
     return out
 
 
+def _read_back_whole(store: Store, run_id: str, expect: dict[int, list[tuple[str, Any]]]) -> None:
+    """Both record readers give each cycle's part writes as ``expect``: ``iter_records`` and
+    the checkpoint reader (show, fork, replay)."""
+    assert _bodies(store, run_id) == expect
+    from_checkpoints = {
+        ck.cycle: _written(ck.record["proposal"])
+        for ck in store.checkpoints(run_id)
+        if ck.record is not None and "proposal" in ck.record
+    }
+    assert from_checkpoints == expect
+
+
 @pytest.mark.parametrize("replace", [False, True], ids=["edit", "replace"])
 def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str, replace: bool) -> None:
     proposed: list[str] = []
@@ -90,14 +115,7 @@ def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str, replac
         assert raw and all(len(text) < SIZE for text in raw)
         assert not any("lorem ipsum" in text for text in raw)
         expect = {c: [("body", proposed[c - 1]), ("title", f"A{c}")] for c in range(1, 5)}
-        assert _bodies(rt.store, r.run_id) == expect
-        # the checkpoint reader (show, fork, replay) gives the same records
-        from_checkpoints = {
-            ck.cycle: _written(ck.record["proposal"])
-            for ck in rt.store.checkpoints(r.run_id)
-            if ck.record is not None and "proposal" in ck.record
-        }
-        assert from_checkpoints == expect
+        _read_back_whole(rt.store, r.run_id, expect)
         body = r.state.part("doc/body")
         assert body is not None
         assert [v.value for v in body.versions][1:] == proposed
@@ -260,25 +278,6 @@ def test_a_store_implementing_only_commit_is_given_masked_replaced_values(
 # --- a large value sent again unchanged: named, not carried by every record -----------------
 
 
-def _again_loop(cycles: int, value: str) -> lw.Loop:
-    """Every cycle writes ``value`` (a new, equal object each time) to ``body`` again and a new
-    short ``title``; nothing is ever accepted, so every cycle runs."""
-
-    def actor(ctx: lw.Context) -> lw.Proposal:
-        same = "".join([value[:10], value[10:]])  # equal to the last one, not the same object
-        return lw.Proposal.edit("doc", {"body": same, "title": f"t{ctx.cycle}"})
-
-    def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-        return lw.Verdict(passed=False, score=0.5, findings=(lw.Finding("open", "doc", "title"),))
-
-    return lw.Loop(
-        name="again",
-        actor=actor,
-        verifiers=[lw.Check(fn=verify, name="check")],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-    )
-
-
 @pytest.mark.parametrize("runs", [1, 3], ids=["one-run", "grouped"])
 def test_a_large_value_sent_again_unchanged_is_stored_once(url: str, runs: int) -> None:
     # Before: no new version (the part holds the value already), so the edit was not named and
@@ -287,19 +286,14 @@ def test_a_large_value_sent_again_unchanged_is_stored_once(url: str, runs: int) 
     value = draft("U", 0)
     tasks = [{**TASK, "task_key": f"k{i}"} for i in range(runs)]
     with lw.Runtime(url) as rt:
-        results = asyncio.run(rt.run_many(_again_loop(4, value), tasks, concurrency=runs))
+        loop = _loop("t", 4, [], again=lambda c: value)
+        results = asyncio.run(rt.run_many(loop, tasks, concurrency=runs))
         for r in results:
             assert r.cycles == 4
             raw = _raw_records(rt.store, r.run_id)
             assert len(raw) == 4 and not any("lorem ipsum" in text for text in raw)
             expect = {c: [("body", value), ("title", f"t{c}")] for c in range(1, 5)}
-            assert _bodies(rt.store, r.run_id) == expect
-            from_checkpoints = {
-                ck.cycle: _written(ck.record["proposal"])
-                for ck in rt.store.checkpoints(r.run_id)
-                if ck.record is not None and "proposal" in ck.record
-            }
-            assert from_checkpoints == expect
+            _read_back_whole(rt.store, r.run_id, expect)
             body = r.state.part("doc/body")
             assert body is not None and [v.value for v in body.versions] == ["", value]
 
@@ -308,7 +302,7 @@ def test_a_store_implementing_only_commit_is_given_the_value_sent_again(tmp_path
     store = CommitOnly(tmp_path / "c.db")
     value = draft("U", 0)
     with lw.Runtime(store, group_commit=False) as rt:
-        rt.run_sync(_again_loop(3, value), TASK, task_key="k")
+        rt.run_sync(_loop("t", 3, [], again=lambda c: value), TASK, task_key="k")
     cycles = [rec for rec in store.given if "proposal" in rec]
     assert [rec["proposal"]["edits"][0] for rec in cycles] == [
         {"artifact": "doc", "part": "body", "value": value}
@@ -319,7 +313,7 @@ def test_a_value_sent_again_holding_a_secret_stays_masked_in_every_record(url: s
     key = "ghp_" + "b" * 36
     value = draft("S", 1)[:400] + f" token {key}"
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(_again_loop(3, value), TASK, task_key="k")
+        r = rt.run_sync(_loop("t", 3, [], again=lambda c: value), TASK, task_key="k")
         bodies = _bodies(rt.store, r.run_id)
         raw = _raw_records(rt.store, r.run_id)
     assert len(raw) == 3 and not any(key in text for text in raw)
@@ -329,38 +323,19 @@ def test_a_value_sent_again_holding_a_secret_stays_masked_in_every_record(url: s
 
 
 def test_a_rollback_keeps_the_values_records_named_in_earlier_versions(url: str) -> None:
-    # Cycles 1-3 send V1 (version 2, cycle 1), cycles 4-5 V2 (version 3): records 2, 3 and 5
+    # Cycles 1-4 send V1 (version 2, cycle 1), cycle 5 V2 (version 3, accepted): records 2-4
     # name a version written before them. Rolled back to cycle 2, version 3's number is
-    # written again (cycles 6-8 send V3): record 3 still reads V1, records 4-5 V2 (the
+    # written again (cycles 6-8 send V3): records 3-4 still read V1, record 5 V2 (the
     # abandoned cycles' records hold their values again), 6-8 V3.
     def value(tag: str, cycle: int) -> str:
-        return draft(tag, 0) if tag == "B" else draft("V", 1 if cycle <= 3 else 2)
-
-    def loop(tag: str, cycles: int) -> lw.Loop:
-        def actor(ctx: lw.Context) -> lw.Proposal:
-            v = value(tag, ctx.cycle)
-            same = "".join([v[:10], v[10:]])  # a new, equal object each cycle
-            return lw.Proposal.edit("doc", {"body": same, "title": f"{tag}{ctx.cycle}"})
-
-        def verify(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
-            if state.values()["doc"]["title"] == "A5":  # the first run ends (rolled back after)
-                return lw.Verdict(passed=True, score=1.0)
-            # both parts flagged: neither is accepted (an accepted part's edit is refused)
-            findings = (lw.Finding("open", "doc", "body"), lw.Finding("open", "doc", "title"))
-            return lw.Verdict(passed=False, score=0.5, findings=findings)
-
-        return lw.Loop(
-            name="again",
-            actor=actor,
-            verifiers=[lw.Check(fn=verify, name="check")],
-            contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
-        )
+        return draft("V", 3) if tag == "B" else draft("V", 1 if cycle <= 4 else 2)
 
     with lw.Runtime(url) as rt:
-        r = rt.run_sync(loop("A", 8), TASK, task_key="k")
+        first = _loop("A", 8, [], done=value("A", 5), again=lambda c: value("A", c))
+        r = rt.run_sync(first, TASK, task_key="k")
         assert (r.cycles, r.stop_reason) == (5, "success")
         rt.rollback(r.run_id, 2, by="alice")
-        again = rt.resume_sync(r.run_id, loop("B", 8))
+        again = rt.resume_sync(r.run_id, _loop("B", 8, [], again=lambda c: value("B", c)))
         assert again.cycles == 8
         bodies = {c: dict(w)["body"] for c, w in _bodies(rt.store, r.run_id).items()}
         mark = rt.store._MARK  # type: ignore[attr-defined]
