@@ -312,12 +312,16 @@ def refer_versions(
     record: dict[str, Any],
     rows: Sequence[tuple[str, int, int, str, Any]],
     clean: Callable[[Any], bool] | None = None,
+    held: Callable[[str, Any], int | None] | None = None,
 ) -> dict[str, Any]:
     """``record`` with each large edit value that is (the same object as) the value of a
     version row written with it replaced by that version's number; the record itself is not
     changed (a new record is returned where an edit was replaced). ``clean``: whether a value
     may be named (the engine's: nothing in it the redaction net masks, so the record reads
-    back as it was stored); one it refuses stays in the record, to be masked there."""
+    back as it was stored); one it refuses stays in the record, to be masked there.
+    ``held(ref, value)``: the number of a version already stored with that value, for an
+    edit that writes a part's value again (no new version: its cycle's record names the one
+    that holds it, instead of carrying the value every cycle it is sent again)."""
     p = record.get("proposal")
     if type(p) is not dict:
         return record
@@ -327,9 +331,9 @@ def refer_versions(
         v: Any = e.get("value") if type(e) is dict else None
         t = type(v)
         if (t is str and len(v) >= REFER_MIN_CHARS) or ((t is dict or t is list) and v):
-            return _referred(record, p, rows, clean)
+            return _referred(record, p, rows, clean, held)
     if p.get("replace"):  # rare: a whole artifact rewritten
-        return _referred(record, p, rows, clean)
+        return _referred(record, p, rows, clean, held)
     return record
 
 
@@ -345,13 +349,17 @@ def _referred(
     p: dict[str, Any],
     rows: Sequence[tuple[str, int, int, str, Any]],
     clean: Callable[[Any], bool] | None,
+    held: Callable[[str, Any], int | None] | None = None,
 ) -> dict[str, Any]:
     made = {(ref, id(value)): n for ref, n, _cycle, _status, value in rows}
 
     def named(artifact: Any, part: Any, v: Any, where: Any = None) -> int | None:
         if not _referable(v):
             return None
-        n = made.get((f"{artifact}/{part}", id(v)))
+        ref = f"{artifact}/{part}"
+        n = made.get((ref, id(v)))
+        if n is None and held is not None:
+            n = held(ref, v)
         if n is not None and clean is not None and not clean(v if where is None else where):
             return None  # it holds a secret: masked in the record, as any other value
         return n

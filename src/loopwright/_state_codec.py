@@ -479,6 +479,27 @@ def wanted_versions(h: Mapping[str, Any]) -> set[tuple[str, int]]:
     return out
 
 
+def stored_version(
+    state: TaskState, written: Mapping[tuple[str, int], str], ref: str, value: Any
+) -> int | None:
+    """The newest version of part ``ref`` held in memory whose value is ``value`` (the same
+    object, or an equal text) and that ``written`` counts as stored (committed, or going with
+    the commit being staged): what a record's edit writing an unchanged value may name
+    (``_record_codec.refer_versions``'s ``held``). Any other type only as the same object: an
+    equal dict may read back otherwise from JSON (``1.0`` as ``1``)."""
+    q = state.part(ref)
+    if q is None:
+        return None
+    text = type(value) is str
+    found = None
+    for n, v in q._known.items():  # (no property call)
+        have = v.value
+        same = have is value or (text and type(have) is str and have == value)
+        if same and (found is None or n > found) and (ref, n) in written:
+            found = n
+    return found
+
+
 def resolve(
     h: Mapping[str, Any],
     versions: Mapping[tuple[str, int], VersionRow],

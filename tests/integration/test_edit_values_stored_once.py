@@ -5,6 +5,8 @@ abandoned cycles proposed."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,22 @@ def draft(tag: str, cycle: int) -> str:
 
 
 def _loop(
-    tag: str, cycles: int, proposed: list[str], done: str | None = None, replace: bool = False
+    tag: str,
+    cycles: int,
+    proposed: list[str],
+    done: str | None = None,
+    replace: bool = False,
+    again: Callable[[int], str] | None = None,
 ) -> lw.Loop:
+    """``again``: the draft of each cycle instead (a new object equal to it, so one sent again
+    unchanged is equal to the part's value, never the same object)."""
+
     def actor(ctx: lw.Context) -> lw.Proposal:
-        value = draft(tag, ctx.cycle)
+        if again is None:
+            value = draft(tag, ctx.cycle)
+        else:
+            v = again(ctx.cycle)
+            value = "".join([v[:10], v[10:]])
         proposed.append(value)
         # a small part beside it stays in the record
         parts = {"body": value, "title": f"{tag}{ctx.cycle}"}
@@ -78,6 +92,18 @@ def _bodies(store: Store, run_id: str) -> dict[int, list[tuple[str, Any]]]:
     return out
 
 
+def _read_back_whole(store: Store, run_id: str, expect: dict[int, list[tuple[str, Any]]]) -> None:
+    """Both record readers give each cycle's part writes as ``expect``: ``iter_records`` and
+    the checkpoint reader (show, fork, replay)."""
+    assert _bodies(store, run_id) == expect
+    from_checkpoints = {
+        ck.cycle: _written(ck.record["proposal"])
+        for ck in store.checkpoints(run_id)
+        if ck.record is not None and "proposal" in ck.record
+    }
+    assert from_checkpoints == expect
+
+
 @pytest.mark.parametrize("replace", [False, True], ids=["edit", "replace"])
 def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str, replace: bool) -> None:
     proposed: list[str] = []
@@ -89,14 +115,7 @@ def test_a_large_edit_value_is_written_once_and_read_back_whole(url: str, replac
         assert raw and all(len(text) < SIZE for text in raw)
         assert not any("lorem ipsum" in text for text in raw)
         expect = {c: [("body", proposed[c - 1]), ("title", f"A{c}")] for c in range(1, 5)}
-        assert _bodies(rt.store, r.run_id) == expect
-        # the checkpoint reader (show, fork, replay) gives the same records
-        from_checkpoints = {
-            ck.cycle: _written(ck.record["proposal"])
-            for ck in rt.store.checkpoints(r.run_id)
-            if ck.record is not None and "proposal" in ck.record
-        }
-        assert from_checkpoints == expect
+        _read_back_whole(rt.store, r.run_id, expect)
         body = r.state.part("doc/body")
         assert body is not None
         assert [v.value for v in body.versions][1:] == proposed
@@ -254,3 +273,81 @@ def test_a_store_implementing_only_commit_is_given_masked_replaced_values(
         rt.run_sync(loop, task, task_key="k")
     given = [rec for rec in store.given if "proposal" in rec]
     assert [rec["proposal"]["replace"] for rec in given] == [{"doc": {"api_key": "***"}}]
+
+
+# --- a large value sent again unchanged: named, not carried by every record -----------------
+
+
+@pytest.mark.parametrize("runs", [1, 3], ids=["one-run", "grouped"])
+def test_a_large_value_sent_again_unchanged_is_stored_once(url: str, runs: int) -> None:
+    # Before: no new version (the part holds the value already), so the edit was not named and
+    # every cycle's record carried the whole value again (bench/concurrent_runs.py's 1.5 KB
+    # part: written, and scanned by the redaction net, every cycle).
+    value = draft("U", 0)
+    tasks = [{**TASK, "task_key": f"k{i}"} for i in range(runs)]
+    with lw.Runtime(url) as rt:
+        loop = _loop("t", 4, [], again=lambda c: value)
+        results = asyncio.run(rt.run_many(loop, tasks, concurrency=runs))
+        for r in results:
+            assert r.cycles == 4
+            raw = _raw_records(rt.store, r.run_id)
+            assert len(raw) == 4 and not any("lorem ipsum" in text for text in raw)
+            expect = {c: [("body", value), ("title", f"t{c}")] for c in range(1, 5)}
+            _read_back_whole(rt.store, r.run_id, expect)
+            body = r.state.part("doc/body")
+            assert body is not None and [v.value for v in body.versions] == ["", value]
+
+
+def test_a_store_implementing_only_commit_is_given_the_value_sent_again(tmp_path: Path) -> None:
+    store = CommitOnly(tmp_path / "c.db")
+    value = draft("U", 0)
+    with lw.Runtime(store, group_commit=False) as rt:
+        rt.run_sync(_loop("t", 3, [], again=lambda c: value), TASK, task_key="k")
+    cycles = [rec for rec in store.given if "proposal" in rec]
+    assert [rec["proposal"]["edits"][0] for rec in cycles] == [
+        {"artifact": "doc", "part": "body", "value": value}
+    ] * 3
+
+
+def test_a_value_sent_again_holding_a_secret_stays_masked_in_every_record(url: str) -> None:
+    key = "ghp_" + "b" * 36
+    value = draft("S", 1)[:400] + f" token {key}"
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop("t", 3, [], again=lambda c: value), TASK, task_key="k")
+        bodies = _bodies(rt.store, r.run_id)
+        raw = _raw_records(rt.store, r.run_id)
+    assert len(raw) == 3 and not any(key in text for text in raw)
+    for c in (1, 2, 3):
+        shown = dict(bodies[c])["body"]
+        assert key not in shown and shown.startswith("S draft 1")
+
+
+def test_a_rollback_keeps_the_values_records_named_in_earlier_versions(url: str) -> None:
+    # Cycles 1-4 send V1 (version 2, cycle 1), cycle 5 V2 (version 3, accepted): records 2-4
+    # name a version written before them. Rolled back to cycle 2, version 3's number is
+    # written again (cycles 6-8 send V3): records 3-4 still read V1, record 5 V2 (the
+    # abandoned cycles' records hold their values again), 6-8 V3.
+    def value(tag: str, cycle: int) -> str:
+        return draft("V", 3) if tag == "B" else draft("V", 1 if cycle <= 4 else 2)
+
+    with lw.Runtime(url) as rt:
+        first = _loop("A", 8, [], done=value("A", 5), again=lambda c: value("A", c))
+        r = rt.run_sync(first, TASK, task_key="k")
+        assert (r.cycles, r.stop_reason) == (5, "success")
+        rt.rollback(r.run_id, 2, by="alice")
+        again = rt.resume_sync(r.run_id, _loop("B", 8, [], again=lambda c: value("B", c)))
+        assert again.cycles == 8
+        bodies = {c: dict(w)["body"] for c, w in _bodies(rt.store, r.run_id).items()}
+        mark = rt.store._MARK  # type: ignore[attr-defined]
+        with rt.store._conn() as conn:  # type: ignore[attr-defined]
+            later = conn.execute(
+                f"SELECT record FROM checkpoints WHERE run_id={mark} AND cycle>5 "
+                "AND record IS NOT NULL",
+                (r.run_id,),
+            ).fetchall()
+    assert bodies == {
+        **{c: value("A", c) for c in range(1, 6)},
+        **{c: value("B", c) for c in range(6, 9)},
+    }
+    # the new cycles name theirs (cycle 6 the version it wrote, 7 and 8 the same one again)
+    assert len(later) == 3 and not any("lorem ipsum" in str(row[0]) for row in later)

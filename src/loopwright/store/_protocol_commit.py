@@ -7,13 +7,16 @@ import contextlib
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import ApprovalError, ConflictError, StaleLeaseError, StoreError
-from .._record_codec import fill_versions
+from .._record_codec import fill_versions, referred_versions
 from .._record_codec import unpack as unpack_record
 from ._protocol_approvals import ApprovalsStore
 from ._records import CommitRequest, Event, NewApproval, NewEvent, VersionRow
+
+if TYPE_CHECKING:
+    from ._base import Store
 
 __all__ = ["CommitStore"]
 
@@ -67,6 +70,12 @@ class CommitStore(ApprovalsStore):
             # ``commit`` is given the record whole: an edit that names a version written with
             # it (``_record_codec.refer_versions``) holds its value again.
             record = fill_versions(record, {(v[0], v[1]): v[4] for v in it.versions})
+        left = referred_versions(record) if record is not None else []
+        if left and record is not None:
+            # an edit that wrote a part's value again names the version stored before that
+            # holds it (``refer_versions``'s ``held``): read back from this store
+            rows = cast("Store", self)._version_rows(it.run_id, keys=left)
+            record = fill_versions(record, {(v[0], v[1]): v[4] for v in rows})
         flag = self.commit(
             it.run_id,
             it.token,
