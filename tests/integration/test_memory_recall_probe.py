@@ -231,3 +231,21 @@ def test_a_correction_another_connection_writes_is_recalled_next(on: lw.Runtime,
 
     assert on.run_sync(_showing(shown, write), _TASK, task_key="ok").cycles == 3
     assert shown == [[], ["edit"], ["edit"]]
+
+
+def test_searches_asked_again_are_answered_for_their_scopes_now(on: lw.Runtime) -> None:
+    """The store knows the last recall's searches by identity (their probes built once): a
+    search whose scopes are a list that changed since is not taken for the one it was."""
+    on.memory.add(scope="task", scope_key="full", signal="correction", text="a title", by="ann")
+    people, loop = recall_searches([("task", "empty")], "title")
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]  # the same objects
+    scopes = [("task", "empty")]
+    listed = (replace(people, scopes=scopes), replace(loop, scopes=scopes), 2)
+    assert on.store.memory_recall([listed]) == [([], [])]
+    scopes[0] = ("task", "full")  # changed in place
+    [(rows, _)] = on.store.memory_recall([listed])
+    assert [r["signal"] for r in rows] == ["correction"]
+    full = recall_searches([("task", "full")], "title")
+    assert [r["signal"] for r in on.store.memory_recall([(*full, 2)])[0][0]] == ["correction"]
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]

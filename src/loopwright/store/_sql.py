@@ -206,7 +206,16 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         searches probed apart. A backend may skip the probe where it found nothing before and
         the database tells that no memory was written since (``_known_empty``): another
         process's write is seen by the next recall."""
-        probe = _recall_probes(people, loop, self._MARK)
+        last = self._last_probes
+        if last is not None and last[0] is people and last[1] is loop:
+            probe = last[2]  # the same searches as the last recall's (a loop's usual cycle)
+        else:
+            probe = _recall_probes(people, loop, self._MARK)
+            try:  # scopes that hash cannot change: the searches are then known by identity
+                hash((people.scopes, loop.scopes))
+                self._last_probes = (people, loop, probe)
+            except TypeError:
+                pass
         if probe[0] is None or self._known_empty(conn, probe[0]):
             return [], []
         first = conn.execute(*probe[0]).fetchone()
@@ -219,6 +228,10 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
             return rows, None
         told = _side(conn, probe[2], first[0] == "reflection" and probe[3])
         return rows, (self._memory_rows(conn, loop) if told else [])
+
+    _last_probes: tuple[MemorySearch, MemorySearch, Probes] | None = None
+    """The last recall's searches and their probes: a loop asks the same searches (the same
+    objects, ``_recall._searches``) cycle after cycle while its query does not change."""
 
     def _known_empty(self, conn: Any, probe: Statement) -> bool:
         """Whether ``probe`` found no active memory when it last ran and nothing can have
