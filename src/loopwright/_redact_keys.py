@@ -34,10 +34,11 @@ def mixed_case_key(s: str) -> bool:
     """Whether ``s``, a text with a capital, holds the prefix of a key whose body mixes cases
     (a body of 36 or more random letters and digits with no capital is too rare to pay these
     tests on every lower-case record). The separator first: one ``memchr`` where the text
-    has none."""
+    has none. Each test spelled out: a generator over the prefixes cost a fifth of the call
+    (≈ 22 k instructions on a 663-character record, 18 k without; one regular expression of
+    all the prefixes, a single scan, 54 k: its first characters are common letters)."""
     if "_" in s and ("gsk_" in s or "npm_" in s or "r8_" in s):
         return True
-    dashed = ("xai-", "pplx-", "pypi-", "GOCSPX-", "xapp-")
-    if "-" in s and any(p in s for p in dashed):
+    if "-" in s and ("xai-" in s or "pplx-" in s or "pypi-" in s or "GOCSPX-" in s or "xapp-" in s):
         return True
     return "." in s and "ya29." in s

@@ -1,7 +1,8 @@
 """A recall's two sides (people's feedback, then the loop's reflections) asked of the store in
 one ``Store.memory_recall``: the same rows as the two searches asked apart, one statement when
-the scopes hold no memory, and nothing kept between recalls (another process's write is seen at
-the next cycle)."""
+the scopes hold no memory (on SQLite, once it found none: ``PRAGMA data_version``, not the
+probe), and a write to memory since — another process's, another connection's, this store's
+own — seen at the next cycle."""
 
 from __future__ import annotations
 
@@ -61,8 +62,15 @@ def test_a_recall_of_scopes_without_memory_is_one_statement(
         on.memory.add(scope="project", scope_key="q", signal=signal, text="a note", by="ann")
     seen = statements(on.store, monkeypatch)
     scopes = [("task", "k"), ("project", "p"), ("global", None)]
+    sqlite = on.store.url.startswith("sqlite")
     assert recall(on.store, scopes, "raise the counter") == []
-    assert len(seen) == 1, seen
+    # the probe (SQLite: after the database's change counter, read first)
+    assert len(seen) == 1 + sqlite and "FROM memory" in seen[-1], seen
+    for _ in range(3):  # nothing written since: SQLite reads its counter, not the probe
+        seen.clear()
+        assert recall(on.store, scopes, "raise the counter") == []
+        assert len(seen) == 1, seen
+        assert seen[0] == "PRAGMA data_version" if sqlite else "FROM memory" in seen[0]
     # several runs' recalls (GroupRecall): one probe for all their scopes
     seen.clear()
     assert on.store.memory_recall(_recalls()) == [([], [])] * 5
@@ -158,3 +166,86 @@ def test_a_correction_another_process_writes_is_recalled_at_the_next_cycle(
     )
     assert result.cycles == 3
     assert shown == [[], ["correction", "reflection"], ["correction", "reflection"]]
+
+
+def _showing(shown: list[list[str]], write: Any, cycles: int = 3) -> lw.Loop:
+    """A loop whose actor notes the signals its context recalls, calling ``write`` at its
+    first cycle (after that cycle's recall, which found no memory)."""
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        shown.append([m["signal"] for m in ctx.memory])
+        if ctx.cycle == 1:
+            write()
+        return lw.Proposal.edit("doc", {"n": ctx.cycle})
+
+    def never(state: lw.TaskState, p: lw.Proposal) -> lw.Verdict:
+        return lw.Verdict(passed=False, score=0.0, findings=(lw.Finding("no", "doc", "n", "v"),))
+
+    return lw.Loop(
+        name="writer",
+        actor=actor,
+        verifiers=[lw.Check(fn=never)],
+        project="pj",
+        contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+    )
+
+
+_TASK = {"goal": "raise the counter", "artifacts": {"doc": {"n": 0}}}
+
+
+def test_a_correction_added_mid_run_through_the_same_store_is_recalled_next(
+    on: lw.Runtime,
+) -> None:
+    """An empty answer known to the store is not kept past its own write to memory."""
+    shown: list[list[str]] = []
+
+    def write() -> None:
+        on.memory.add(scope="task", scope_key="wk", signal="correction", text="x", by="ann")
+
+    assert on.run_sync(_showing(shown, write), _TASK, task_key="wk").cycles == 3
+    assert shown == [[], ["correction"], ["correction"]]
+
+
+def test_a_candidate_confirmed_mid_run_is_recalled_next(on: lw.Runtime) -> None:
+    """A status change (a global candidate a person confirms) is a write to memory too: the
+    next cycle recalls the item its scopes held, inactive, at the empty answer."""
+    item = on.memory.add(scope="global", signal="correction", text="keep it short", by="ann")
+    assert item.status == "candidate"
+    shown: list[list[str]] = []
+
+    def write() -> None:
+        on.memory.confirm(item.memory_id, by="bob")
+
+    assert on.run_sync(_showing(shown, write), _TASK, task_key="ck").cycles == 3
+    assert shown == [[], ["correction"], ["correction"]]
+
+
+def test_a_correction_another_connection_writes_is_recalled_next(on: lw.Runtime, url: str) -> None:
+    """Another store on the same database in this process (its own connection): the
+    database tells this store's next recall that something was written."""
+    shown: list[list[str]] = []
+
+    def write() -> None:
+        with lw.Runtime(url) as other:
+            other.memory.add(scope="task", scope_key="ok", signal="edit", text="y", by="ann")
+
+    assert on.run_sync(_showing(shown, write), _TASK, task_key="ok").cycles == 3
+    assert shown == [[], ["edit"], ["edit"]]
+
+
+def test_searches_asked_again_are_answered_for_their_scopes_now(on: lw.Runtime) -> None:
+    """The store knows the last recall's searches by identity (their probes built once): a
+    search whose scopes are a list that changed since is not taken for the one it was."""
+    on.memory.add(scope="task", scope_key="full", signal="correction", text="a title", by="ann")
+    people, loop = recall_searches([("task", "empty")], "title")
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]  # the same objects
+    scopes = [("task", "empty")]
+    listed = (replace(people, scopes=scopes), replace(loop, scopes=scopes), 2)
+    assert on.store.memory_recall([listed]) == [([], [])]
+    scopes[0] = ("task", "full")  # changed in place
+    [(rows, _)] = on.store.memory_recall([listed])
+    assert [r["signal"] for r in rows] == ["correction"]
+    full = recall_searches([("task", "full")], "title")
+    assert [r["signal"] for r in on.store.memory_recall([(*full, 2)])[0][0]] == ["correction"]
+    assert on.store.memory_recall([(people, loop, 2)]) == [([], [])]

@@ -61,6 +61,7 @@ __all__ = [
     "RUNNABLE_STATUS",
     "RUN_COLS",
     "SQLStore",
+    "Statement",
     "Statements",
     "check_journal_expect",
     "journal_key",
@@ -123,9 +124,14 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         }
 
     # --- feedback memory ---------------------------------------------------------------
+    _memory_writes = 0
+    """This store's own writes to feedback memory (``_known_empty``'s: another connection's
+    are told by the database)."""
+
     def memory_add(self, item: Mapping[str, Any]) -> None:
         values = memory_values(item, self._js)
         with self._tx() as conn:
+            self._memory_writes += 1  # (under the store's lock, before the recall it holds)
             try:
                 conn.execute(self._q.insert_memory, values)
             except self._UNIQUE:
@@ -197,11 +203,24 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
         answers both sides then (the recall's only statement). Where it finds an item, that
         item's side holds some; the other side is probed only when its search is wanted
         (each side through its own index), so no recall runs more statements than its two
-        searches probed apart. Nothing is kept between recalls: another process's write is
-        seen by the next one."""
-        probe = _recall_probes(people, loop, self._MARK)
-        first = conn.execute(*probe[0]).fetchone() if probe[0] else None
+        searches probed apart. A backend may skip the probe where it found nothing before and
+        the database tells that no memory was written since (``_known_empty``): another
+        process's write is seen by the next recall."""
+        last = self._last_probes
+        if last is not None and last[0] is people and last[1] is loop:
+            probe = last[2]  # the same searches as the last recall's (a loop's usual cycle)
+        else:
+            probe = _recall_probes(people, loop, self._MARK)
+            try:  # scopes that hash cannot change: the searches are then known by identity
+                hash((people.scopes, loop.scopes))
+                self._last_probes = (people, loop, probe)
+            except TypeError:
+                pass
+        if probe[0] is None or self._known_empty(conn, probe[0]):
+            return [], []
+        first = conn.execute(*probe[0]).fetchone()
         if first is None:
+            self._found_empty(probe[0])
             return [], []
         said = _side(conn, probe[1], first[0] != "reflection" and probe[3])
         rows = self._memory_rows(conn, people) if said else []
@@ -209,6 +228,18 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
             return rows, None
         told = _side(conn, probe[2], first[0] == "reflection" and probe[3])
         return rows, (self._memory_rows(conn, loop) if told else [])
+
+    _last_probes: tuple[MemorySearch, MemorySearch, Probes] | None = None
+    """The last recall's searches and their probes: a loop asks the same searches (the same
+    objects, ``_recall._searches``) cycle after cycle while its query does not change."""
+
+    def _known_empty(self, conn: Any, probe: Statement) -> bool:
+        """Whether ``probe`` found no active memory when it last ran and nothing can have
+        written memory since (so it would find none now). The default: unknown, probe again."""
+        return False
+
+    def _found_empty(self, probe: Statement) -> None:
+        """``probe`` found no active memory (kept by a backend whose ``_known_empty`` reads it)."""
 
     def _memory_rows(self, conn: Any, s: MemorySearch) -> list[dict[str, Any]]:
         return [self._memory_dict(r) for r in conn.execute(*self._memory_search_sql(s))]
@@ -391,6 +422,7 @@ class SQLStore(RunsSQL, CommitSQL, ReadsSQL, JournalSQL, ApprovalsSQL, Migration
                 f"unknown memory status {status!r}; one of {', '.join(MEMORY_STATUSES)}"
             )
         with self._tx() as conn:
+            self._memory_writes += 1
             # FOR UPDATE where rows lock: two people deciding one item at once queue here.
             row = conn.execute(self._q.memory_for_update, (memory_id,)).fetchone()
             if row is None:

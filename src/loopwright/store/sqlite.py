@@ -29,7 +29,7 @@ from .._errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailab
 from .._json import dumps, loads, loads_all
 from ._damage import damage_error
 from ._schema import CLAIMABLE_SQLITE, SQLITE_MIGRATIONS
-from ._sql import SQLStore, owner_is_dead
+from ._sql import SQLStore, Statement, owner_is_dead
 
 __all__ = ["SQLiteStore", "owner_is_dead"]
 
@@ -359,6 +359,25 @@ class SQLiteStore(SQLStore):
         # One cursor for every write transaction (under the store's lock): a statement run
         # through it skips making and dropping a cursor (≈ 1 k instructions; seven a cycle).
         return self._cur
+
+    # The recall probes that found no memory, and the database as it was then: SQLite's
+    # ``data_version`` (moved by every other connection's commit, another process's included)
+    # and this store's own memory writes. A cycle's recall of a loop keeping no memory is
+    # then that PRAGMA, not the probe (≈ 12 k instructions against ≈ 30 k).
+    _empty_mark: tuple[Any, int] | None = None
+    _empty: set[Statement]
+
+    def _known_empty(self, conn: sqlite3.Connection, probe: Statement) -> bool:
+        mark = (conn.execute("PRAGMA data_version").fetchone()[0], self._memory_writes)
+        if mark != self._empty_mark:
+            self._empty_mark, self._empty = mark, set()
+            return False
+        return probe in self._empty
+
+    def _found_empty(self, probe: Statement) -> None:
+        if len(self._empty) >= 256:  # many tasks' scopes (a worker draining a queue): bounded
+            self._empty.clear()
+        self._empty.add(probe)
 
     def _failure(self, exc: BaseException) -> StoreError | None:
         """What a write that failed in the database raises instead of ``exc``: damage (a
