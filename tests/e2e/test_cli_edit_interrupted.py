@@ -85,7 +85,9 @@ def test_edit_of_a_run_no_process_drives_is_not_called_interrupted_when_parked(
 ) -> None:
     # a run that is not running is said as before: an ended run reopened is "now pending"
     store = project / "s.db"
-    (project / "t.json").write_text(json.dumps({"artifacts": {"doc": {"a": 0, "b": 2}}, "stuck": True}))
+    (project / "t.json").write_text(
+        json.dumps({"artifacts": {"doc": {"a": 0, "b": 2}}, "stuck": True})
+    )
     r = cli("run", "loop.toml", "--task", "t.json", "--task-key", "S", cwd=project, store=store)
     assert r.returncode == 3, r.stdout + r.stderr
     e = cli("edit", "S", "doc/a", "--value", "1", "--by", "ann", cwd=project, store=store)

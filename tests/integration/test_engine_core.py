@@ -454,7 +454,9 @@ def test_a_new_step_the_state_cannot_hold_escalates(
     assert rt.store.get_run(r.run_id).status == "escalated"
     cause = str(r.packet["cause"])
     assert cause.startswith("the actor returned a value that cannot be stored")
-    assert f"Proposal.new_steps[0]{'.' + field if field in ('parts', 'depends_on') else ''}:" in cause
+    assert (
+        f"Proposal.new_steps[0]{'.' + field if field in ('parts', 'depends_on') else ''}:" in cause
+    )
     assert r.state.plan == rt.store.latest_checkpoint(r.run_id).task_state().plan
     assert "extra" not in [s.id for s in r.state.plan]
 

@@ -41,7 +41,11 @@ def _strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
                     parts.append("{X}")
             yield node.lineno, "".join(parts)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inside:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in inside
+        ):
             yield node.lineno, node.value
 
 

@@ -970,6 +970,7 @@ def test_the_clean_scan_asks_for_no_value_pattern_when_no_secret_value_is_known(
 ) -> None:
     """No secret value known (none in the environment, none registered): the clean scan makes
     no call for a pattern of them (a call every commit), and still finds a secret by shape."""
+
     def no_call(values: tuple[str, ...]) -> None:
         raise AssertionError(f"asked for a pattern of {values}")
 
