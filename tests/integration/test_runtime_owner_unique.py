@@ -81,3 +81,23 @@ def test_a_runtime_no_longer_referenced_frees_its_owner(tmp_path: Path) -> None:
         lw.Runtime(tmp_path / "a.db", owner="worker-1").close()
     finally:
         gc.enable()
+
+
+class _BrokenProvider:
+    """A tracer provider whose ``get_tracer`` fails: the last step of ``Runtime(...)``, after
+    its owner is held and its store opened."""
+
+    def get_tracer(self, *args: object, **kw: object) -> object:
+        raise RuntimeError("no tracer (injected)")
+
+
+def test_a_runtime_that_failed_after_its_store_opened_holds_no_owner(tmp_path: Path) -> None:
+    # (review49c) the half-built runtime is kept by the error's traceback while the caller
+    # handles it: its owner name stayed held, and the retry in the handler was refused
+    try:
+        lw.Runtime(tmp_path / "a.db", owner="worker-1", tracer_provider=_BrokenProvider())
+    except RuntimeError as exc:
+        assert "no tracer" in str(exc)
+        lw.Runtime(tmp_path / "a.db", owner="worker-1").close()  # before: ConfigError
+    else:
+        pytest.fail("the broken tracer provider was not called")
