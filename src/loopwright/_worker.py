@@ -49,6 +49,9 @@ SKIPPED_WHY_KEPT = 100
 all): a worker that runs for weeks beside runs it has no loop for holds a bounded map."""
 # The most expired requests one poll records (the rest at the next poll).
 EXPIRE_BATCH = 100
+# A run's events after which a worker's skip still stands (``loopwright show`` reads its
+# newest of them: a drive started since, ``started``/``resumed``, ends it).
+_SKIP_EVENTS = ("worker_skipped", "started", "resumed")
 # How long a run claimed and not driven here (skipped, or failed before its drive) is left alone.
 SKIP_S = 30.0
 
@@ -126,10 +129,6 @@ class Worker:
         self._stopping = False
         self._specs: dict[tuple[str, str | None], Loop] = {}
         self._no_loop: dict[str, float] = {}  # run id -> when it may be tried again
-        # run id -> the why this worker last recorded on it (``worker_skipped``), for the
-        # SKIPPED_WHY_KEPT runs skipped last: a run that fails for good is tried again every
-        # SKIP_S, and each try wrote one more event (2,880 a day, each read by ``show``)
-        self._recorded: dict[str, str] = {}
         self._expiry_said = False  # a store error of the expiry poll was logged
         self._driving: set[str] = set()  # runs this worker drives now: never claimed again
 
@@ -222,17 +221,16 @@ class Worker:
         """Why the run was not driven here, recorded on it (``worker_skipped``) if the store
         answers."""
         why = redact_text(why)  # (stored: a module's error can quote a secret)
-        if self._recorded.get(run_id) == why:
-            return  # recorded already, by this worker: the same skip said once
+        said = {"owner": self.runtime.owner, "why": why}
+        store = self.runtime.store
         with contextlib.suppress(StoreError):
-            self.runtime.store.append_events(
-                run_id,
-                [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
-            )
-            self._recorded.pop(run_id, None)  # (the latest at the end, as skipped_why)
-            self._recorded[run_id] = why
-            if len(self._recorded) > SKIPPED_WHY_KEPT:
-                del self._recorded[next(iter(self._recorded))]
+            # Once per reason: a run that fails for good is tried again every SKIP_S, and
+            # each try wrote one more event with the same words (2,880 a day a worker). Said
+            # again once the run was driven since (show's rule: its newest of these events).
+            last = store.events_of_kinds(run_id, _SKIP_EVENTS, limit=1)
+            if last and last[0].kind == "worker_skipped" and last[0].data == said:
+                return
+            store.append_events(run_id, [NewEvent(0, "worker_skipped", said)])
 
     def _skipped(self, run_id: str, why: LoopwrightError) -> None:
         """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""

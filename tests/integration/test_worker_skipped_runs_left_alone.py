@@ -26,7 +26,9 @@ from loopwright import _worker
 from loopwright._worker import Worker
 
 
-def _first_fails(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[str]:
+def _first_fails(
+    monkeypatch: pytest.MonkeyPatch, store: Any, why: str = "checkpoint 1 is damaged"
+) -> list[str]:
     """Every checkpoint read of the first run read fails for good (a damaged checkpoint);
     the other runs read as they are. Returns the run ids read, in order."""
     real = store.latest_checkpoint
@@ -35,7 +37,7 @@ def _first_fails(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[str]:
     def damaged(run_id: str) -> Any:
         reads.append(run_id)
         if run_id == reads[0]:
-            raise lw.StoreCorruptError("checkpoint 1 is damaged (injected)")
+            raise lw.StoreCorruptError(f"{why} (injected)")
         return real(run_id)
 
     monkeypatch.setattr(store, "latest_checkpoint", damaged)
@@ -73,6 +75,17 @@ def test_a_run_skipped_again_for_the_same_reason_is_recorded_once(
         said = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
         assert len(said) == 1, said  # before: 3, one a try
         assert "damaged" in said[0].data["why"]
+        # another worker of this runtime (a restart): the same reason is not said again...
+        asyncio.run(Worker(rt, loops=loops, poll_s=0.001).run(once=True, max_runs=1))
+        assert [e.kind for e in rt.store.events(rec.run_id)].count("worker_skipped") == 1
+        # ...another one is
+        _first_fails(monkeypatch, rt.store, why="checkpoint 2 is damaged")
+        asyncio.run(Worker(rt, loops=loops, poll_s=0.001).run(once=True, max_runs=1))
+        said = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
+        assert [e.data["why"] for e in said] == [
+            "checkpoint 1 is damaged (injected)",
+            "checkpoint 2 is damaged (injected)",
+        ]
 
 
 def test_a_store_error_of_the_expiry_poll_does_not_end_the_worker(
