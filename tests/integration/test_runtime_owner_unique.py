@@ -101,3 +101,18 @@ def test_a_runtime_that_failed_after_its_store_opened_holds_no_owner(tmp_path: P
         lw.Runtime(tmp_path / "a.db", owner="worker-1").close()  # before: ConfigError
     else:
         pytest.fail("the broken tracer provider was not called")
+
+
+def test_runtimes_collected_unclosed_leave_no_entries(tmp_path: Path) -> None:
+    # (review49c) a runtime let go without close() freed its name but kept its entry, a dead
+    # reference, until that name was held again: one a job for owners named per job
+    from loopwright import _live_owners
+
+    before = set(_live_owners._LIVE)
+    for i in range(20):
+        lw.Runtime(tmp_path / "a.db", owner=f"job-{i}")  # never closed
+    gc.collect()
+    assert set(_live_owners._LIVE) == before  # before: 20 dead entries more
+    with lw.Runtime(tmp_path / "a.db", owner="job-3"):  # the name is free, as before
+        assert "job-3" in _live_owners._LIVE
+    assert "job-3" not in _live_owners._LIVE
