@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _state_codec as codec
 from ._authority import note_policy
-from ._errors import ConfigError, RunNotFoundError
+from ._errors import ConfigError, LoopwrightError
 from ._host import RuntimeHost
 from ._json import check_given_text
 from ._keys import check_name
@@ -50,8 +50,8 @@ class Creating(RuntimeHost):
         """Whether ``key`` is already the task key of a run of ``loop``."""
         try:
             rec = self.store.get_run(key)
-        except RunNotFoundError:
-            return False
+        except LoopwrightError:  # (none; an ambiguous prefix; the store failing: the name's
+            return False  # error is said, not this one)
         return rec.task_key == key and not other_loop(loop, rec.loop_name, rec.spec_ref)
 
     def _checked_start(
