@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from . import _digests
 from . import _state_codec as codec
-from ._errors import StaleLeaseError
+from ._errors import StaleLeaseError, StoreError
 from ._exec import Execution as _Exec
 from ._group import GroupCommitter
 from ._host import RuntimeHost
@@ -234,7 +234,14 @@ class Checkpoints(RuntimeHost):
             self._live.committed(ex.run_id, opened_at=ex.opened_at, session_ends=ex.operation)
         if self.on_progress is not None:
             try:
-                self.on_progress(self.store.get_run(ex.run_id))
+                rec = self.store.get_run(ex.run_id)
+            except StoreError:
+                # the store's failure, not the callback's: not said as "on_progress raised"
+                # (that used up the one warning, and the callback's own error went unsaid);
+                # the run's next write meets the store as it is, and says so
+                return
+            try:
+                self.on_progress(rec)
             except Exception:
                 # The run goes on, but the first failure is said (api49): it was swallowed with
                 # no word, so a callback reading ``rec.cycles`` (RunResult's name; a RunRecord's

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 from . import _shapes as shapes
 from ._errors import ConfigError
 from ._json import lone_surrogate, round_trip
-from ._keys import check_declared_name
 from ._redact import redact
 from ._retry import RetryPolicy
 from ._usage import Usage
@@ -204,7 +203,6 @@ class Effect:
             raise ConfigError(
                 f"must be a name without ':', got {self.name!r}", field=f"{where}.name"
             )
-        check_declared_name(self.name, "effect name", "effects.name")
         if not isinstance(kind, str) or not kind.strip():
             raise ConfigError(
                 "every effect needs a kind (spend, publish, ...)", field=f"{where}.kind"

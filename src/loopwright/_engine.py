@@ -190,7 +190,14 @@ class Runtime(
         if tracer_provider is not None or otel_tracing_configured():
             from .trace._live import live_tracer
 
-            self._live = live_tracer(self.store, tracer_provider)
+            try:
+                self._live = live_tracer(self.store, tracer_provider)
+            except BaseException:
+                # the owner name freed, the store opened here closed: the runtime being
+                # built is kept by the error's traceback (an ``except`` block, a notebook's
+                # last error), and a second ``Runtime(owner=...)`` was refused meanwhile
+                self.close()
+                raise
 
     def drain(self) -> None:
         """Finish the cycle in flight of every run, then stop before the next (graceful

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from collections.abc import Callable
 
 from ._errors import ConfigError
 
@@ -45,7 +46,22 @@ def hold_owner(owner: str, runtime: object) -> None:
                 "store), or leave owner out for a unique one",
                 field="owner",
             )
-        _LIVE[owner] = weakref.ref(runtime)
+        _LIVE[owner] = weakref.ref(runtime, _forget(owner))
+
+
+def _forget(owner: str) -> Callable[[weakref.ref[object]], None]:
+    """The callback that drops ``owner``'s entry when its runtime is collected unclosed: each
+    stayed, a dead reference, until that name was held again (a process making a runtime per
+    job, each with its own owner and none closed, grew the map by one a job)."""
+
+    def gone(ref: weakref.ref[object]) -> None:
+        # (no lock: called by the collector, maybe inside ``hold_owner``'s own gc.collect()
+        # with the lock held; one dict operation is atomic, and an entry held anew since is
+        # another reference, left alone)
+        if _LIVE.get(owner) is ref:
+            _LIVE.pop(owner, None)
+
+    return gone
 
 
 def _holder(owner: str) -> object | None:
@@ -58,4 +74,4 @@ def release_owner(owner: str, runtime: object) -> None:
     with _LOCK:
         holder = _holder(owner)
         if owner in _LIVE and (holder is None or holder is runtime):
-            del _LIVE[owner]
+            _LIVE.pop(owner, None)  # (a collected runtime's callback may have dropped it)

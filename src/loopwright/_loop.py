@@ -19,7 +19,15 @@ from ._retry import RetryPolicy
 from ._shapes import takes as _takes
 from ._state import TaskState
 
-__all__ = ["ActorFn", "Check", "InitFn", "Loop", "VerifierFn", "other_loop"]
+__all__ = [
+    "ActorFn",
+    "Check",
+    "InitFn",
+    "Loop",
+    "VerifierFn",
+    "check_declared_names",
+    "other_loop",
+]
 
 ActorFn = Callable[[Context], Proposal | Awaitable[Proposal]]
 VerifierFn = Callable[[TaskState, Proposal], Verdict | Awaitable[Verdict]]
@@ -59,7 +67,6 @@ class Check:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", type(self.fn).__name__))
         if not isinstance(self.name, str):  # a verdict, its findings and the contract name it
             raise ConfigError(f"must be a string, got {self.name!r}", field="verifiers.name")
-        check_declared_name(self.name, "verifier name", "verifiers.name")
         _takes(self.fn, 2, "(state, proposal)", f"verifiers.{self.name}")
         _check_number(self.weight, f"verifiers.{self.name}.weight", positive=False)
         if self.timeout_s is not None:
@@ -178,8 +185,6 @@ class Loop:
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
         for rule in self.contract.risk:
-            # (here, not in RiskRule: a stored contract's rules load with the names they hold)
-            check_declared_name(rule.name, "risk rule name", "contract.risk.name")
             if callable(rule.check):
                 where = f"contract.risk.{rule.name}.check"
                 _takes(rule.check, 3, "(state, proposal, verdicts)", where)
@@ -340,6 +345,21 @@ def _items(given: Any, kind: type, field: str, example: str) -> tuple[Any, ...]:
     if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
         raise ConfigError(f"must be a list, got {type(given).__name__}: {given!r:.80}", field=field)
     return tuple(given)
+
+
+def check_declared_names(loop: Loop) -> None:
+    """``ConfigError`` when a name ``loop`` declares for a verifier, an effect or a risk rule
+    breaks ``check_declared_name`` (a bidirectional control, an invisible character). Asked
+    where a new run is made of the loop (``Runtime.create``) and by ``loopwright check``, not
+    where a ``Loop``, a ``Check`` or an effect is built: a run an earlier release started under
+    such a name is resumed, continued and forked with a loop declaring it (review49c; refused
+    at declaration, it could not be, and a parked run stayed parked for good)."""
+    for check in loop.verifiers:
+        check_declared_name(check.name, "verifier name", "verifiers.name")
+    for effect in loop.effects:
+        check_declared_name(effect.name, "effect name", "effects.name")
+    for rule in loop.contract.risk:
+        check_declared_name(rule.name, "risk rule name", "contract.risk.name")
 
 
 def check_loop(loop: Any, *, optional: bool = False) -> None:

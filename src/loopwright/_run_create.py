@@ -9,11 +9,11 @@ from typing import Any
 
 from . import _state_codec as codec
 from ._authority import note_policy
-from ._errors import ConfigError
+from ._errors import ConfigError, LoopwrightError
 from ._host import RuntimeHost
 from ._json import check_given_text
 from ._keys import check_name
-from ._loop import Loop, check_loop, other_loop
+from ._loop import Loop, check_declared_names, check_loop, other_loop
 from ._state import TaskState
 from ._task_parts import starting_state
 from .store import RunRecord
@@ -37,7 +37,22 @@ class Creating(RuntimeHost):
         ``by``: the person starting it (the requester: with separation of duties they cannot
         approve its requests)."""
         started = self._checked_start(loop, task, task_key, project, by)
+        try:
+            check_declared_names(loop)
+        except ConfigError:
+            # a name refused since an earlier release started this key's run under it: that
+            # run goes on (refused, it could not be continued at all); a new one is refused
+            if not self._continues(loop, started[1]):
+                raise
         return self._create(loop, self._new_run(loop, started, project, by))
+
+    def _continues(self, loop: Loop, key: str) -> bool:
+        """Whether ``key`` is already the task key of a run of ``loop``."""
+        try:
+            rec = self.store.get_run(key)
+        except LoopwrightError:  # (none; an ambiguous prefix; the store failing: the name's
+            return False  # error is said, not this one)
+        return rec.task_key == key and not other_loop(loop, rec.loop_name, rec.spec_ref)
 
     def _checked_start(
         self,

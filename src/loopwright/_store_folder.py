@@ -9,6 +9,7 @@ default store's folder (``./.loopwright``) is loopwright's own: made when missin
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .store import DEFAULT_STORE, sqlite_file
 
@@ -25,4 +26,23 @@ def missing_store_folder(url: str) -> tuple[str, Path] | None:
     folder = Path(path).parent
     if folder.is_dir() or folder.absolute() == Path(DEFAULT_STORE).parent.absolute():
         return None
+    if path.startswith("file:"):
+        # An SQLite URI filename, read as one by an SQLite built with URI filenames (as
+        # Debian's is): ``file:data/x.db`` is data/x.db, not a folder ``file:data``. Refused
+        # only when its own folder is missing too (review49c: a store there, even one that
+        # exists, was refused for the folder ``file:data``).
+        named = _uri_file(path)
+        if named is None or Path(named).exists() or Path(named).parent.is_dir():
+            return None
+        return path, Path(named).parent
     return path, folder
+
+
+def _uri_file(uri: str) -> str | None:
+    """The file an SQLite URI filename names (``file:data/x.db?mode=rwc``: ``data/x.db``;
+    ``file:///srv/x.db``: ``/srv/x.db``); None for an in-memory database."""
+    parts = urlsplit(uri)
+    name = unquote(parts.path)
+    if not name or name == ":memory:" or "memory" in parse_qs(parts.query).get("mode", []):
+        return None
+    return name

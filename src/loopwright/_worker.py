@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -39,6 +40,8 @@ from .store._base import with_newer
 
 __all__ = ["Worker", "WorkerStats"]
 
+_log = logging.getLogger("loopwright.worker")
+
 LoopResolver = Callable[[RunRecord], Loop]
 
 SKIPPED_WHY_KEPT = 100
@@ -46,6 +49,9 @@ SKIPPED_WHY_KEPT = 100
 all): a worker that runs for weeks beside runs it has no loop for holds a bounded map."""
 # The most expired requests one poll records (the rest at the next poll).
 EXPIRE_BATCH = 100
+# A run's events after which a worker's skip still stands (``loopwright show`` reads its
+# newest of them: a drive started since, ``started``/``resumed``, ends it).
+_SKIP_EVENTS = ("worker_skipped", "started", "resumed")
 # How long a run claimed and not driven here (skipped, or failed before its drive) is left alone.
 SKIP_S = 30.0
 
@@ -123,6 +129,7 @@ class Worker:
         self._stopping = False
         self._specs: dict[tuple[str, str | None], Loop] = {}
         self._no_loop: dict[str, float] = {}  # run id -> when it may be tried again
+        self._expiry_said = False  # a store error of the expiry poll was logged
         self._driving: set[str] = set()  # runs this worker drives now: never claimed again
 
     def stop(self) -> None:
@@ -214,11 +221,16 @@ class Worker:
         """Why the run was not driven here, recorded on it (``worker_skipped``) if the store
         answers."""
         why = redact_text(why)  # (stored: a module's error can quote a secret)
+        said = {"owner": self.runtime.owner, "why": why}
+        store = self.runtime.store
         with contextlib.suppress(StoreError):
-            self.runtime.store.append_events(
-                run_id,
-                [NewEvent(0, "worker_skipped", {"owner": self.runtime.owner, "why": why})],
-            )
+            # Once per reason: a run that fails for good is tried again every SKIP_S, and
+            # each try wrote one more event with the same words (2,880 a day a worker). Said
+            # again once the run was driven since (show's rule: its newest of these events).
+            last = store.events_of_kinds(run_id, _SKIP_EVENTS, limit=1)
+            if last and last[0].kind == "worker_skipped" and last[0].data == said:
+                return
+            store.append_events(run_id, [NewEvent(0, "worker_skipped", said)])
 
     def _skipped(self, run_id: str, why: LoopwrightError) -> None:
         """``run_id`` claimed and not driven: counted, left alone here for 30 s, and said."""
@@ -242,8 +254,14 @@ class Worker:
         try:
             for req in store.expired_requests(limit=EXPIRE_BATCH):
                 expire(store, req)
-        except StoreUnavailableError:
-            self.stats.store_errors += 1  # asked again at the next poll
+        except StoreError as exc:
+            # asked again at the next poll. Any store error, not only a lost connection: one
+            # damaged request row (read first at every poll, the soonest expired) ended the
+            # worker at its first poll, every run with it, and every restart alike.
+            self.stats.store_errors += 1
+            if not isinstance(exc, StoreUnavailableError) and not self._expiry_said:
+                self._expiry_said = True
+                _log.warning("recording expired requests failed (asked again each poll): %s", exc)
 
     async def run(self, *, once: bool = False, max_runs: int | None = None) -> WorkerStats:
         """Work until ``stop()`` (or, with ``once``, until nothing is runnable and all runs
@@ -277,7 +295,10 @@ class Worker:
                     # fencing their cycles in flight only to do them again. Nor those its
                     # runtime executes otherwise (``run``, ``resume``: the same owner; its
                     # own runs only, before: review48a).
-                    mine = frozenset(self._driving).union(self.runtime._driving)
+                    # Nor those skipped here a moment ago (``_no_loop``): claimed (the oldest
+                    # first) and handed back at every poll, as many of them as the worker
+                    # had free slots kept every newer run from it until they were tried again.
+                    mine = frozenset(self._driving).union(self.runtime._driving, self._no_loop)
                     taken = with_newer(store.claim_runs, claim, {"exclude": mine or None})
                     if taken is None:  # a store whose claim_runs takes no exclude
                         taken = store.claim_runs(**claim)

@@ -81,3 +81,38 @@ def test_a_runtime_no_longer_referenced_frees_its_owner(tmp_path: Path) -> None:
         lw.Runtime(tmp_path / "a.db", owner="worker-1").close()
     finally:
         gc.enable()
+
+
+class _BrokenProvider:
+    """A tracer provider whose ``get_tracer`` fails: the last step of ``Runtime(...)``, after
+    its owner is held and its store opened."""
+
+    def get_tracer(self, *args: object, **kw: object) -> object:
+        raise RuntimeError("no tracer (injected)")
+
+
+def test_a_runtime_that_failed_after_its_store_opened_holds_no_owner(tmp_path: Path) -> None:
+    # (review49c) the half-built runtime is kept by the error's traceback while the caller
+    # handles it: its owner name stayed held, and the retry in the handler was refused
+    try:
+        lw.Runtime(tmp_path / "a.db", owner="worker-1", tracer_provider=_BrokenProvider())
+    except RuntimeError as exc:
+        assert "no tracer" in str(exc)
+        lw.Runtime(tmp_path / "a.db", owner="worker-1").close()  # before: ConfigError
+    else:
+        pytest.fail("the broken tracer provider was not called")
+
+
+def test_runtimes_collected_unclosed_leave_no_entries(tmp_path: Path) -> None:
+    # (review49c) a runtime let go without close() freed its name but kept its entry, a dead
+    # reference, until that name was held again: one a job for owners named per job
+    from loopwright import _live_owners
+
+    before = set(_live_owners._LIVE)
+    for i in range(20):
+        lw.Runtime(tmp_path / "a.db", owner=f"job-{i}")  # never closed
+    gc.collect()
+    assert set(_live_owners._LIVE) == before  # before: 20 dead entries more
+    with lw.Runtime(tmp_path / "a.db", owner="job-3"):  # the name is free, as before
+        assert "job-3" in _live_owners._LIVE
+    assert "job-3" not in _live_owners._LIVE

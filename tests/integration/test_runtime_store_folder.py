@@ -89,3 +89,19 @@ def test_a_tilde_path_is_refused_saying_it_is_not_expanded(
     message = _refused("~/runs/lw.db")
     assert "'~' is not expanded" in message and "os.path.expanduser" in message
     assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("named", ["file:data/x.db", "file:data/x.db?mode=rwc"])
+def test_an_sqlite_uri_filename_in_a_folder_that_exists_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+) -> None:
+    # (review49c) ``file:data/x.db`` names data/x.db to an SQLite built with URI filenames;
+    # it was refused for a folder ``file:data``, also where the store exists
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    lw.Runtime(named).close()  # before: ConfigError "no folder file:data"
+    lw.Runtime(named).close()  # and once it exists
+    # its own folder missing, it is refused, naming that folder
+    with pytest.raises(lw.ConfigError) as info:
+        lw.Runtime("file:nodata/x.db")
+    assert "no folder nodata for the store file:nodata/x.db" in info.value.message

@@ -285,3 +285,19 @@ def test_a_worker_settles_a_refund_request_that_expired_after_an_edit(url: str) 
         assert rt.result(a).state.values()["doc"]["c"] == 7
         checked = [c.record for c in rt.store.checkpoints(a) if c.record]
         assert any(rec.get("check_only") for rec in checked)  # the edit judged
+
+
+def test_expired_requests_are_read_on_the_stores_clock_sqlite(tmp_path: Path) -> None:
+    # (review49c) SQLite compared expires_at with time.time(), not the store's clock() that
+    # sets it and that ``expire`` decides on: a store whose clock was moved (as the web's
+    # expired-card tests move it) found no request expired, and its worker claimed nothing
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r, loop, _bank = _park(rt)
+        req = rt.pending_approval(r.run_id)
+        assert rt.store.expired_requests(limit=10) == []
+        later = rt.store.clock() + 3600.0  # an hour on, past its ten minutes
+        rt.store.clock = lambda: later  # type: ignore[method-assign]
+        found = rt.store.expired_requests(limit=10)
+        assert [a.approval_id for a in found] == [req.approval_id]  # before: []
+        stats = asyncio.run(Worker(rt, loops={loop.name: loop}, poll_s=0.001).run(once=True))
+        assert stats.claimed == 1 and rt.store.get_run(r.run_id).status == "escalated"

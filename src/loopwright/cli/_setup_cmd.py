@@ -36,11 +36,13 @@ def check(
     would refuse (checked as Runtime.create checks it: the spec's init run on it, a bad per-task
     cycle budget, budget.max_cycles_key) exits 2, naming file:line.
     """
+    from .._loop import check_declared_names
     from .._spec import load_spec
     from ._check import review
     from ._tasks import check_tasks, load_tasks, task_keys
 
     loop = load_spec(spec)
+    check_declared_names(loop)  # (as a new run of it is: load_spec lets a stored run's names be)
     items = load_tasks(task, tasks, loop.options.get("tasks"))
     keys = task_keys(loop.name, items)  # as `run` derives and checks them
     check_tasks(loop, items, keys)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .._errors import (
@@ -112,12 +111,14 @@ class ApprovalsSQL(SQLCore):
         # WHERE stated as is, in its order; compared on the store's clock. PostgreSQL's, read
         # once by a subquery: clock_timestamp() itself is volatile, so a bound of it is no
         # index condition (the whole index was read and filtered). SQLite is told the index:
-        # without statistics it took approvals_status and sorted every pending request.
+        # without statistics it took approvals_status and sorted every pending request. Its
+        # clock is ``clock()``, as ``expire`` decides on and a request's expiry is set by
+        # (``time.time()`` here: a store whose clock was moved found none expired).
         m = self._MARK
         if self._DB_NOW:
             table, now, args = "approvals", f"(SELECT {self._DB_NOW})", []
         else:
-            table, now, args = "approvals INDEXED BY approvals_expiring", m, [time.time()]
+            table, now, args = "approvals INDEXED BY approvals_expiring", m, [self.clock()]
         query = (
             f"SELECT {APPROVAL_COLS} FROM {table} WHERE {EXPIRING} AND expires_at < {now} "
             f"ORDER BY expires_at, approval_id LIMIT {sql_int(max(0, limit))}"

@@ -459,7 +459,10 @@ class SQLiteStore(SQLStore):
             # runs: a claim reads ``limit`` free runs plus the live leases it passes over
             # (held by workers), not every open run. A live local lease is free only if its
             # process is dead (checked here, in Python): a batch all refused reads the next.
-            size = max(int(limit), 16)
+            # (plus those excluded: a worker names the runs it skipped a moment ago, maybe
+            # thousands, each the oldest; read 16 at a time, they took a query per 16 with the
+            # write lock held, at every poll)
+            size = max(int(limit) + len(excluded), 16)
             free = (
                 "(lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ? "
                 "OR substr(lease_owner, 1, ?) = ?)"
