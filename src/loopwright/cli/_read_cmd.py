@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
 APPROVALS_SHOWN = 50  # ``approvals``' default --limit, for the same reason
+CYCLES_SHOWN = 50  # ``show``'s default --last: the timeline's newest cycles
 
 
 @app.command()
@@ -98,8 +99,32 @@ def show(
     run_id: RunArg,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last",
+            metavar="N",
+            help=f"The timeline's last N cycles (default: {CYCLES_SHOWN}; a line says how many "
+            "earlier ones were left out).",
+            show_default=False,
+        ),
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Every cycle in the timeline (no --last).")
+    ] = False,
 ) -> None:
-    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
+    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet.
+
+    The timeline lists the last 50 cycles unless --last or --all says otherwise; --json
+    holds every cycle and every version."""
+    if last is not None and last < 1:
+        raise ConfigError("must be at least 1 (--all for every cycle)", field="--last")
+    if last is not None and all_:
+        raise ConfigError("give --last or --all, not both", field="--all")
+    if as_json and last is not None:
+        raise ConfigError("--json holds every cycle: --last is for the text", field="--last")
+    # Bounded by default, as `runs` is: a 10,000-cycle timeline is 10,000 rows of a terminal.
+    shown = None if all_ else (last or CYCLES_SHOWN)
     with open_existing(store) as st:
         rec = st.get_run(run_id)
         if as_json:
@@ -108,7 +133,7 @@ def show(
             return
         from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
-        from .._mid_cycle_records import by_id, shown_records
+        from .._mid_cycle_records import by_id
         from ._render import (
             REUSE_REFUND_EVENTS,
             console,
@@ -116,6 +141,7 @@ def show(
             reuse_refunds,
             run_detail_parts,
         )
+        from ._show_window import timeline_records
 
         out = console()
         end = ended_inside(st, rec)
@@ -126,45 +152,36 @@ def show(
         # of a long run at once), nor every record (each holds its proposal's values). Each
         # part is printed as it is made, the timeline a chunk of rows at a time: rich renders
         # a renderable whole (one table of a 20,000-cycle run's rows took 160 MB).
-        for shown in run_detail_parts(
+        latest = st.latest_checkpoint(rec.run_id)
+        # The records read a page at a time (a cycle parked, or whose effects did not
+        # complete: what it proposed, its verdicts and spend, as the run page shows it), of
+        # the last cycles only the newest checkpoints (``_show_window``); then the cycle
+        # the run ended inside, if it has no record.
+        records = timeline_records(
+            st,
             rec,
-            st.latest_checkpoint(rec.run_id).task_state(),
-            itertools.chain(
-                # a cycle parked, or whose effects did not complete: what it proposed, its
-                # verdicts and what it spent, as the run page shows it (it listed no cost)
-                (
-                    (c, shown or _marked(r, decided))
-                    for c, r, _done, shown in shown_records(
-                        st,
-                        rec.run_id,
-                        ended=rec.status in TERMINAL_STATUSES,
-                        decided=decided,  # a parked cycle: by its request's decision
-                    )
-                ),
-                [] if end is None else [(end["cycle"], end)],
-            ),
+            decided,  # a parked cycle: by its request's decision
+            newest_seq=latest.seq,
+            ended=rec.status in TERMINAL_STATUSES,
+            last=shown,
+        )
+        for part in run_detail_parts(
+            rec,
+            latest.task_state(),
+            itertools.chain(records, [] if end is None else [(end["cycle"], end)]),
             as_now(st, approvals),  # a reuse refunded since: said
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
             now=st.clock(),  # a lease is judged on the clock that set it
+            last=shown,
         ):
-            out.print(shown)
+            out.print(part)
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
         if said:
             out.print(said)
         refunded = reuse_refunds(st.events_of_kinds(rec.run_id, REUSE_REFUND_EVENTS))
         if refunded:
             out.print(refunded)
-
-
-def _marked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> Any:
-    """``record``, a parked cycle's marker with the decision on its request (``outcome``)."""
-    from .._mid_cycle_records import decided_on
-
-    if not record or record.get("decision") != "parked":
-        return record
-    said = decided_on(record, decided)
-    return record if said is None else {**record, "outcome": said}
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:
