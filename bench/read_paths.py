@@ -1,7 +1,7 @@
 """Read paths on long runs: what each costs at 2,000 and at 20,000 cycles, and the ratio.
 
 Usage:  python bench/read_paths.py [--sizes 2000,20000] [--dir DIR] [--only show,fork_5,web]
-            [--src PATH] [--json OUT] [--routes '/runs/{rid},/runs/{rid}?kind=verdict']
+            [--src PATH] [--json OUT] [--routes '/runs/{rid},/runs/{rid}?kind=verdict'] [--mix]
 
 One run per size, written as a user would (the loop below: five parts, every cycle rejected
 with located findings, one part accepted at cycle 7, a ``send`` effect that needs a person's
@@ -13,10 +13,13 @@ cycles, three people's corrections in feedback memory) on the embedded SQLite st
 Then per size:
 
 * each CLI read path in its own process (``/usr/bin/time``: wall seconds and peak RSS; the
-  interpreter and imports alone are ~30 MB): ``show``, ``show --json``, ``trace`` (jsonl,
-  otlp-json), ``runs``, ``export eval-cases`` / ``preference-pairs``, ``metrics``,
-  ``replay store``, ``diff``, and on a copy of the store ``fork --at-cycle 5``,
-  ``rollback --to-cycle 10`` and ``resume`` after that rollback;
+  interpreter and imports alone are ~30 MB): ``show``, ``show --all``, ``show --json``,
+  ``trace`` (jsonl, otlp-json), ``runs``, ``export eval-cases`` / ``preference-pairs``,
+  ``metrics``, ``replay store``, ``replay FILE`` (the run saved as a run trace),
+  ``fit-stop FILE`` (the run as five tasks), ``diff``, ``Runtime(...).result(run)`` and
+  ``state.part(ref).versions`` of it, and on a copy of the store ``fork --at-cycle 5`` and
+  at the cycle before the last (then ``show`` of the fork), ``rollback --to-cycle 10`` and
+  to the cycle before the last, and ``resume`` after the rollback to 10;
 * each dashboard route that takes a run, and the lists, in process through Starlette's
   TestClient: wall seconds of one request, then the ``tracemalloc`` peak of a second one
   (the client keeps the whole body: a streamed response's bytes count there), and
@@ -50,6 +53,7 @@ from typing import Any
 import loopwright as lw
 
 PARTS = [f"p{i}" for i in range(5)]
+MIX = False  # --mix: True
 
 
 @lw.effect("send", key=lambda a: f"notify/{a['to']}", requires_success=False)
@@ -62,6 +66,8 @@ def propose(ctx: lw.Context) -> lw.Proposal:
     part, val = PARTS[c % 4], f"value {c} " + "x" * 40
     if c == 7:
         part, val = "p4", "ok"
+    elif MIX and c % 5 == 0 and c > 7:  # a proposal rejected before, proposed again
+        val = f"value {c - 4} " + "x" * 40
     p = lw.Proposal.edit("doc", {part: val}, usage=lw.Usage(cost_usd=0.0001, tokens=50))
     if c == 3:
         return lw.Proposal(edits=p.edits, usage=p.usage,
@@ -106,6 +112,7 @@ MAKE = """
 import dataclasses, sys
 import loopwright as lw
 n, db, spec = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+MIX = len(sys.argv) > 4
 loop = dataclasses.replace(
     lw.load_spec(spec),
     reflector=lambda ctx, *a, **k: f"note at {ctx.cycle}" if ctx.cycle % 50 == 0 else None,
@@ -116,25 +123,41 @@ with lw.Runtime(db) as rt:
     rt.approve(r.run_id, by="ann", note="ok")
     r = rt.resume_sync(r.run_id, loop)
     assert r.cycles == n, r
+    if MIX:  # a person's edit after the end, then its check-only cycle
+        rt.edit(r.run_id, "doc/p0", "ann's p0", by="ann", note="mine")
+        r = rt.resume_sync(r.run_id, loop)
     for i in range(3):
         lw.FeedbackMemory(rt.store).add(scope="task", scope_key=f"probe-{n}",
                                         signal="correction", text=f"note {i}", by="ann")
 """
 
+RESULT = """
+import sys
+import loopwright as lw
+with lw.Runtime(sys.argv[1]) as rt:
+    r = rt.result(sys.argv[2])
+    if len(sys.argv) > 3:
+        print(len(r.state.part(sys.argv[3]).versions))
+    else:
+        print(r.cycles)
+"""
+
 REPLAY = "[contract.budget]\nmax_cycles = 100\n[contract.no_progress]\ncycles = 5\n"
 
 
-def make_run(n: int, d: Path, src: str) -> Path:
+def make_run(n: int, d: Path, src: str, mix: bool = False) -> Path:
     db = d / f"run{n}.db"
     if db.exists():
         return db
-    (d / "work.py").write_text(WORK)
+    (d / "work.py").write_text(WORK.replace("MIX = False", f"MIX = {mix}"))
     (d / f"loop{n}.toml").write_text(SPEC.format(n=n))
     (d / "replay.toml").write_text(REPLAY)
     env = {**os.environ, "PYTHONPATH": src}
     t = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", MAKE, str(n), str(db), str(d / f"loop{n}.toml")], env=env, check=True
+        [sys.executable, "-c", MAKE, str(n), str(db), str(d / f"loop{n}.toml"), *(["mix"] * mix)],
+        env=env,
+        check=True,
     )
     print(f"# wrote {n} cycles in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     return db
@@ -145,6 +168,7 @@ def cli_paths(rid: str, d: Path, n: int) -> list[tuple[str, list[str], bool]]:
     s = ["--store", "{db}"]
     return [
         ("show", ["show", rid, *s], False),
+        ("show_all", ["show", rid, *s, "--all"], False),  # (a tree before long49: rc 2)
         ("show_json", ["show", rid, *s, "--json"], False),
         ("trace_jsonl", ["trace", rid, *s], False),
         ("trace_otlp", ["trace", rid, *s, "--format", "otlp-json"], False),
@@ -156,6 +180,21 @@ def cli_paths(rid: str, d: Path, n: int) -> list[tuple[str, list[str], bool]]:
         ("diff", ["diff", rid, rid, *s], False),
         ("fork_5", ["fork", rid, "--at-cycle", "5", *s, "--by", "ann"], True),
         ("rollback_10", ["rollback", rid, "--to-cycle", "10", *s, "--by", "ann"], True),
+        # deep into the run: the cycle before its last
+        ("fork_deep", ["fork", rid, "--at-cycle", str(max(n - 1, 1)), *s, "--by", "ann"], True),
+        (
+            "rollback_deep",
+            ["rollback", rid, "--to-cycle", str(max(n - 1, 1)), *s, "--by", "ann"],
+            True,
+        ),
+        ("fit_stop", ["fit-stop", str(d / f"fit{n}.jsonl"), "--json"], False),
+        (
+            "replay_traces",
+            ["replay", str(d / f"traces{n}.jsonl"), "--contract", str(d / "replay.toml"), "--json"],
+            False,
+        ),
+        ("result", ["-c", RESULT, "{db}", rid], False),
+        ("part_versions", ["-c", RESULT, "{db}", rid, "doc/p0"], False),
     ]
 
 
@@ -187,14 +226,39 @@ def measure_cli(db: Path, d: Path, n: int, src: str, only: set[str] | None) -> d
     rid = sqlite3.connect(db).execute("SELECT run_id FROM runs LIMIT 1").fetchone()[0]
     py = [sys.executable, "-m", "loopwright"]
     out: dict[str, Any] = {}
+    traces = d / f"traces{n}.jsonl"  # the run as a run-trace file, for ``replay FILE``
+    if not traces.exists():
+        save = [*py, "replay", "store", "--store", str(db), "--contract", str(d / "replay.toml")]
+        subprocess.run(
+            [*save, "--save-traces", str(traces)], env=env, capture_output=True, check=True
+        )
+    fit = d / f"fit{n}.jsonl"  # fit-stop cross-validates by task: the run as five tasks
+    if not fit.exists():
+        line = json.loads(traces.read_text().splitlines()[0])
+        fit.write_text(
+            "".join(
+                json.dumps({**line, "task_key": f"t{i}", "run_id": f"r{i}"}) + "\n"
+                for i in range(5)
+            )
+        )
     for name, args, copy in cli_paths(rid, d, n):
         if only and name not in only:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             path = copy_of(db, tmp) if copy else str(db)
-            wall, rss, cpu, rc = timed([*py, *(a.replace("{db}", path) for a in args)], env, tmp)
-        out[name] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
-        print(f"{n} {name} {out[name]}", file=sys.stderr)
+            cmd = [sys.executable] if args[0] == "-c" else py
+            wall, rss, cpu, rc = timed([*cmd, *(a.replace("{db}", path) for a in args)], env, tmp)
+            out[name] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
+            print(f"{n} {name} {out[name]}", file=sys.stderr)
+            if name == "fork_deep":  # then the fork shown: its own cycle and what it inherits
+                con = sqlite3.connect(path)
+                (fork,) = con.execute(
+                    "SELECT run_id FROM runs WHERE run_id != ?", (rid,)
+                ).fetchone()
+                con.close()
+                wall, rss, cpu, rc = timed([*py, "show", fork, "--store", path], env, tmp)
+                out["show_fork"] = {"s": wall, "cpu": cpu, "mb": rss, "rc": rc}
+                print(f"{n} show_fork {out['show_fork']}", file=sys.stderr)
     if not only or "resume" in only:
         with tempfile.TemporaryDirectory() as tmp:
             path = copy_of(db, tmp)
@@ -314,6 +378,13 @@ def main() -> None:
     ap.add_argument(
         "--routes", default="", help="only these dashboard routes, as listed ('/runs/{rid}')"
     )
+    ap.add_argument(
+        "--mix",
+        action="store_true",
+        help="the loop also proposes again, every 5th cycle, a value rejected before (a "
+        "duplicate), and a person edits a part once it ends (then its check-only cycle); "
+        "give a --dir of its own",
+    )
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     only = {s for s in a.only.split(",") if s} or None
@@ -321,7 +392,7 @@ def main() -> None:
     d.mkdir(parents=True, exist_ok=True)
     results: dict[int, dict[str, Any]] = {}
     for n in sizes:
-        db = make_run(n, d, a.src)
+        db = make_run(n, d, a.src, a.mix)
         res = measure_cli(db, d, n, a.src, only)
         if not only or "web" in only:
             # in a child process: each size's app and store from a fresh interpreter

@@ -263,15 +263,21 @@ def by_id(approvals: Iterable[Approval]) -> dict[str, Approval]:
 
 
 def shown_records(
-    store: Store, run_id: str, *, ended: bool, decided: Mapping[str, Approval] | None = None
+    store: Store,
+    run_id: str,
+    *,
+    ended: bool,
+    decided: Mapping[str, Approval] | None = None,
+    rows_read: Iterable[tuple[int, int, dict[str, Any] | None, Mapping[str, Any]]] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any] | None, set[Any], dict[str, Any] | None]]:
     """The run's records, oldest first, read once a page at a time: each checkpoint's
     ``(cycle, record, concluded, shown)``, ``concluded`` as ``in_order_with_concluded`` gives
     it, ``shown`` a never-concluded mid-cycle record as ``unapplied`` makes it from its
     checkpoint's fields (else None), as the run page's rows are made. ``decided``: the run's
-    requests by id (``by_id``)."""
+    requests by id (``by_id``). ``rows_read``: the checkpoints to read (``iter_fields``' rows,
+    oldest first: the newest ones of a run without a rollback), else every one."""
     rows = in_order_with_concluded(
-        store.iter_fields(run_id),
+        store.iter_fields(run_id) if rows_read is None else rows_read,
         lambda row: row[2],
         lambda: store.iter_records(run_id),
         lambda row: row[3].get("pending"),

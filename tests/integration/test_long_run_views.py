@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,7 +130,6 @@ def test_a_part_picture_reads_the_latest_state_only(long_run: tuple[str, str]) -
     as the page does (every checkpoint, the timeline, every version's diff), 1 s a thumbnail
     at 3,000 cycles."""
     pytest.importorskip("fastapi")
-    from typing import Any
 
     from fastapi.testclient import TestClient
 
@@ -169,3 +169,80 @@ def test_dashboard_comparison_stays_bounded(long_run: tuple[str, str]) -> None:
         assert len(line.split()) <= 640
     assert len(page) < 200_000
     assert len(c.get("/api/compare", params={"a": run_id, "b": run_id}).json()["scores"]) == CYCLES
+
+
+def test_show_lists_the_last_cycles_and_says_what_it_left_out(
+    long_run: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 3,000-cycle timeline was 3,000 rows on a terminal with nothing to say how to see
+    less: ``show`` lists the last ``CYCLES_SHOWN`` and says how many it left out; the rows
+    it renders do not grow with the run (every record is still read, a page at a time)."""
+    import re
+
+    from loopwright.cli import _read_cmd, _render
+    from loopwright.cli._read_cmd import CYCLES_SHOWN
+
+    rendered: list[int] = []
+    chunk = _render._timeline_chunk
+
+    def counted(rows: list[Any], width: int, first: bool) -> Any:
+        rendered.append(len(rows))
+        return chunk(rows, width, first)
+
+    monkeypatch.setattr(_render, "_timeline_chunk", counted)
+    monkeypatch.setattr(_read_cmd, "to_terminal", lambda: True)  # a person's terminal
+    url, run_id = long_run
+    assert main(["show", run_id, "--store", url]) == 0
+    out = capsys.readouterr().out
+    first = CYCLES - CYCLES_SHOWN + 1
+    assert (
+        f"The timeline below lists the last {CYCLES_SHOWN} cycles, from cycle {first} (the "
+        "earlier ones are not shown: --last N for more, --all for every one, --json for the "
+        "whole record)"
+    ) in " ".join(out.split())
+    assert sum(rendered) == CYCLES_SHOWN
+    shown = [int(c) for c in re.findall(r"^cycle (\d+) ", out, re.M)]
+    assert shown == list(range(first, CYCLES + 1))
+    assert str(CYCLES + 1) in out  # the artifacts table: the part's every version counted
+
+    rendered.clear()
+    assert main(["show", run_id, "--store", url, "--last", "7"]) == 0
+    out = capsys.readouterr().out
+    assert [int(c) for c in re.findall(r"^cycle (\d+) ", out, re.M)] == list(
+        range(CYCLES - 6, CYCLES + 1)
+    )
+    assert sum(rendered) == 7
+
+
+@pytest.mark.parametrize("how", [["--all"], []], ids=["all", "into-a-pipe"])
+def test_show_all_lists_every_cycle(
+    long_run: tuple[str, str], capsys: pytest.CaptureFixture[str], how: list[str]
+) -> None:
+    """``--all``, and ``show`` into a pipe or a file (what a script reads: capsys is not a
+    terminal), list every cycle of a 3,000-cycle run."""
+    import re
+    import sys
+
+    assert not sys.stdout.isatty()
+    url, run_id = long_run
+    assert main(["show", run_id, "--store", url, *how]) == 0
+    out = capsys.readouterr().out
+    assert [int(c) for c in re.findall(r"^cycle (\d+) ", out, re.M)] == list(range(1, CYCLES + 1))
+    assert "earlier ones are not shown" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--last", "0"], "--last: must be at least 1 (--all for every cycle)"),
+        (["--last", "3", "--all"], "--all: give --last or --all, not both"),
+        (["--last", "3", "--json"], "--last: --json holds every cycle: --last is for the text"),
+    ],
+)
+def test_show_refuses_a_timeline_window_it_cannot_give(
+    long_run: tuple[str, str], capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    url, run_id = long_run
+    assert main(["show", run_id, "--store", url, *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err

@@ -20,14 +20,15 @@ class TextSink(io.TextIOBase):
         return len(s)
 
 
-def shown_text(url: str, run_id: str) -> tuple[str, int]:
-    """(what ``loopwright show`` printed, peak bytes allocated while it read and printed)."""
+def shown_text(url: str, run_id: str, *, every: bool = True) -> tuple[str, int]:
+    """(what ``loopwright show`` printed, peak bytes allocated while it read and printed);
+    ``every``: the whole timeline (``--all``), else its default window (the last cycles)."""
     sink = TextSink()
     old = sys.stdout
     sys.stdout = sink
     tracemalloc.start()
     try:
-        _app.show(run_id, store=url, as_json=False)
+        _app.show(run_id, store=url, as_json=False, all_=every)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 RUNS_SHOWN = 50  # the table's default --limit: a long table takes long to lay out, and to read
 APPROVALS_SHOWN = 50  # ``approvals``' default --limit, for the same reason
+CYCLES_SHOWN = 50  # ``show``'s default --last: the timeline's newest cycles
 
 
 @app.command()
@@ -93,13 +94,45 @@ def _count_runs(st: Store, filters: dict[str, Any]) -> int:
     return int(count(**filters)) if callable(count) else len(st.list_runs(**filters))
 
 
+def to_terminal() -> bool:
+    """Whether ``show``'s text goes to a person's terminal (its timeline is then windowed)."""
+    return sys.stdout.isatty()
+
+
 @app.command(short_help="One run: timeline, verdicts, spend, stop reason, packet.")
 def show(
     run_id: RunArg,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last",
+            metavar="N",
+            help=f"The timeline's last N cycles (default on a terminal: {CYCLES_SHOWN}, a line "
+            "says how many earlier ones were left out; into a pipe or a file: every cycle).",
+            show_default=False,
+        ),
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Every cycle in the timeline (no --last).")
+    ] = False,
 ) -> None:
-    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet."""
+    """One run: plan, timeline, verdicts (held-out marked), spend, stop reason and packet.
+
+    On a terminal the timeline lists the last 50 cycles unless --last or --all says
+    otherwise; into a pipe or a file, every cycle. --json holds every cycle and version."""
+    if last is not None and last < 1:
+        raise ConfigError("must be at least 1 (--all for every cycle)", field="--last")
+    if last is not None and all_:
+        raise ConfigError("give --last or --all, not both", field="--all")
+    if as_json and last is not None:
+        raise ConfigError("--json holds every cycle: --last is for the text", field="--last")
+    # Bounded by default on a person's terminal, as `runs` is: a 10,000-cycle timeline is
+    # 10,000 rows of a screen. Into a pipe or a file (a script, `| less`, `> out.txt`) every
+    # cycle, as before: what a program reads of `show` does not change with the run's length.
+    windowed = last is not None or to_terminal()
+    shown = None if all_ or not windowed else (last or CYCLES_SHOWN)
     with open_existing(store) as st:
         rec = st.get_run(run_id)
         if as_json:
@@ -109,7 +142,7 @@ def show(
         from .._contract import TERMINAL_STATUSES
         from .._finishing import ended_inside
         from .._lineage import fork_lineage
-        from .._mid_cycle_records import by_id, shown_records
+        from .._mid_cycle_records import by_id
         from ._render import (
             REUSE_REFUND_EVENTS,
             SKIP_EVENTS,
@@ -119,6 +152,7 @@ def show(
             run_detail_parts,
             worker_skip,
         )
+        from ._show_window import timeline_records
 
         out = console()
         end = ended_inside(st, rec)
@@ -129,30 +163,31 @@ def show(
         # of a long run at once), nor every record (each holds its proposal's values). Each
         # part is printed as it is made, the timeline a chunk of rows at a time: rich renders
         # a renderable whole (one table of a 20,000-cycle run's rows took 160 MB).
-        for shown in run_detail_parts(
+        latest = st.latest_checkpoint(rec.run_id)
+        # The records read a page at a time (a cycle parked, or whose effects did not
+        # complete: what it proposed, its verdicts and spend, as the run page shows it), of
+        # the last cycles only the newest checkpoints (``_show_window``); then the cycle
+        # the run ended inside, if it has no record.
+        records = timeline_records(
+            st,
             rec,
-            st.latest_checkpoint(rec.run_id).task_state(),
-            itertools.chain(
-                # a cycle parked, or whose effects did not complete: what it proposed, its
-                # verdicts and what it spent, as the run page shows it (it listed no cost)
-                (
-                    (c, shown or _marked(r, decided))
-                    for c, r, _done, shown in shown_records(
-                        st,
-                        rec.run_id,
-                        ended=rec.status in TERMINAL_STATUSES,
-                        decided=decided,  # a parked cycle: by its request's decision
-                    )
-                ),
-                [] if end is None else [(end["cycle"], end)],
-            ),
+            decided,  # a parked cycle: by its request's decision
+            newest_seq=latest.seq,
+            ended=rec.status in TERMINAL_STATUSES,
+            last=shown,
+        )
+        for part in run_detail_parts(
+            rec,
+            latest.task_state(),
+            itertools.chain(records, [] if end is None else [(end["cycle"], end)]),
             as_now(st, approvals),  # a reuse refunded since: said
             st.journal(rec.run_id, kind="effect"),  # the effects shown: not the retry entries
             width=out.width,
             now=st.clock(),  # a lease is judged on the clock that set it
             lineage=fork_lineage(st, rec) if rec.forked_from else None,
+            last=shown,
         ):
-            out.print(shown)
+            out.print(part)
         said = overwrites(st.events_of_kinds(rec.run_id, ("overwrite_allowed",)))
         if said:
             out.print(said)
@@ -163,16 +198,6 @@ def show(
             skip = worker_skip(st.events_of_kinds(rec.run_id, SKIP_EVENTS, limit=1))
             if skip:
                 out.print(skip)
-
-
-def _marked(record: dict[str, Any] | None, decided: Mapping[str, Approval]) -> Any:
-    """``record``, a parked cycle's marker with the decision on its request (``outcome``)."""
-    from .._mid_cycle_records import decided_on
-
-    if not record or record.get("decision") != "parked":
-        return record
-    said = decided_on(record, decided)
-    return record if said is None else {**record, "outcome": said}
 
 
 def _write_show_json(st: Store, rec: RunRecord) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -24,7 +25,14 @@ if TYPE_CHECKING:
     from .._state import TaskState
     from ..store import Approval, JournalEntry, RunRecord
 
-__all__ = ["TIMELINE_CHUNK", "json_text", "run_detail", "run_detail_parts", "summary_table"]
+__all__ = [
+    "TIMELINE_CHUNK",
+    "cycles_in",
+    "json_text",
+    "run_detail",
+    "run_detail_parts",
+    "summary_table",
+]
 
 
 def json_text(value: Any) -> str:
@@ -187,15 +195,55 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         )
 
 
-def _timeline(records: Iterable[tuple[int, dict[str, Any] | None]], width: int) -> Iterator[Any]:
+def _last_cycles(rows: Iterable[_Row], last: int) -> tuple[list[_Row], int]:
+    """The rows of the last ``last`` cycles of ``rows`` and how many cycles there are: rows in
+    a row naming one cycle (a cycle, a person's edit after it) are one cycle. Holds ``last``
+    cycles' rows at a time, not the run's."""
+    groups: deque[list[_Row]] = deque(maxlen=last)
+    total, prev = 0, None
+    for row in rows:
+        if row[0] != prev:
+            groups.append([])  # (drops the oldest cycle's rows once ``last`` are held)
+            total, prev = total + 1, row[0]
+        groups[-1].append(row)
+    return [row for group in groups for row in group], total
+
+
+def cycles_in(records: Iterable[tuple[int, dict[str, Any] | None]]) -> int:
+    """How many cycles the timeline of ``records`` lists (rows in a row naming one cycle are
+    one)."""
+    return _last_cycles(_timeline_rows(records), 1)[1]
+
+
+def _cut_note(shown: list[_Row], last: int) -> Text:
+    """What a timeline cut to its last ``last`` cycles (``shown``) left out, and how to see
+    it."""
+    return Text(
+        f"The timeline below lists the last {last:,} cycles, from cycle {shown[0][0]} (the "
+        "earlier ones are not shown: --last N for more, --all for every one, --json for the "
+        "whole record)",
+        style="italic",
+    )
+
+
+def _timeline(
+    records: Iterable[tuple[int, dict[str, Any] | None]], width: int, last: int | None = None
+) -> Iterator[Any]:
     """Each cycle's proposal, verdicts, score, decision and cost: a table on a wide terminal,
     else one block per cycle (four prose columns in 80 would each be a sliver). ``records``:
     each checkpoint's ``(cycle, record)``, oldest first (a store's ``iter_records``: the
     records alone, not every state with every version of every part). Yields one renderable
     per ``TIMELINE_CHUNK`` rows (the first titled "Timeline", the next ones "Timeline,
     continued"), read from ``records`` as it is asked for: a reader printing each one holds a
-    chunk, however long the run."""
-    rows = _timeline_rows(records)
+    chunk, however long the run. ``last``: only the last this many cycles, after a line that
+    says how many were left out (every record is still read: which cycle a mid-cycle record
+    belongs to, and whether it concluded, is told by the records before it)."""
+    rows: Iterator[_Row] = _timeline_rows(records)
+    if last is not None:
+        shown, total = _last_cycles(rows, last)
+        if total > last:
+            yield _cut_note(shown, last)
+        rows = iter(shown)
     first = True
     while True:
         chunk = list(itertools.islice(rows, TIMELINE_CHUNK))
@@ -324,11 +372,13 @@ def run_detail_parts(
     width: int = 80,
     now: float | None = None,
     lineage: Lineage | None = None,
+    last: int | None = None,
 ) -> Iterator[Any]:
     """``run_detail``'s renderables one by one, ``records`` read as the timeline's are asked
     for: printing each as it comes holds one chunk of a long run's timeline, not all of it.
     ``now``: the store's clock, which judges a lease (default: this host's). ``lineage``: a
-    fork's origins (``fork_lineage``), named after the one it was forked from."""
+    fork's origins (``fork_lineage``), named after the one it was forked from. ``last``: the
+    timeline's last this many cycles only (default: every one)."""
     from rich.panel import Panel
 
     from .._contract import Contract
@@ -381,7 +431,7 @@ def run_detail_parts(
     plan = _plan(state)
     if plan is not None:
         yield plan
-    yield from _timeline(records, width)
+    yield from _timeline(records, width, last)
     yield _artifacts(state)
     effects = _effects(journal or [])
     if effects is not None:
