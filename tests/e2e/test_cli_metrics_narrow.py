@@ -9,29 +9,38 @@ from pathlib import Path
 
 import pytest
 
-import loopwright as lw
 from loopwright.cli import main
 
+MODULE = """
+import loopwright as lw
 
-def _actor(ctx: lw.Context) -> lw.Proposal:
+def actor(ctx):
     return lw.Proposal.edit("doc", {"a": 1}, usage=lw.Usage(cost_usd=0.0125, tokens=300))
 
-
-def _check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+def check(state, proposal):
     return lw.Verdict(passed=state.artifacts["doc"].values().get("a") == 1)
+"""
+SPEC = """
+name = "narrow"
+[actor]
+ref = "narrow.py:actor"
+[[verifiers]]
+ref = "narrow.py:check"
+[contract.budget]
+max_cycles = 3
+"""
 
 
 def _store(tmp_path: Path) -> str:
+    """Two runs, each accepted in one cycle for $0.0125, made as a user makes them."""
+    (tmp_path / "narrow.py").write_text(MODULE)
+    (tmp_path / "loop.toml").write_text(SPEC)
+    task = {"artifacts": {"doc": {"a": 0}}}
+    lines = [json.dumps({**task, "task_key": key}) for key in ("n-1", "n-2")]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     store = str(tmp_path / "s.db")
-    loop = lw.Loop(
-        name="narrow",
-        actor=_actor,
-        verifiers=[lw.Check(fn=_check)],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
-    with lw.Runtime(store) as rt:
-        for key in ("n-1", "n-2"):
-            assert rt.run_sync(loop, {"artifacts": {"doc": {"a": 0}}}, task_key=key).accepted
+    args = ["run", str(tmp_path / "loop.toml"), "--tasks", str(tmp_path / "tasks.jsonl")]
+    assert main([*args, "--store", store]) == 0
     return store
 
 
@@ -45,6 +54,7 @@ def test_metrics_in_a_narrow_terminal_keeps_every_figure_whole(
     store = _store(tmp_path)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
     assert main(["metrics", "--store", store, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     monkeypatch.setenv("COLUMNS", columns)
@@ -68,6 +78,7 @@ def test_metrics_in_a_wide_enough_terminal_is_still_the_table(
     store = _store(tmp_path)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()
     assert main(["metrics", "--store", store]) == 0
     out = capsys.readouterr().out
     assert "┃ metric" in out and "…" not in out, out
