@@ -8,6 +8,7 @@ narrower than a whole run id A and B are stacked under their label, each on its 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,27 +52,30 @@ def two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, s
     return store, ids["left"], ids["right"]
 
 
-def _diff(
-    store: str,
-    columns: str,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> list[str]:
-    monkeypatch.setenv("COLUMNS", columns)
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert main(["diff", "left", "right", "--store", store]) == 0
-    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert max(len(line) for line in lines) <= int(columns), "\n".join(lines)
-    return lines
-
-
-def test_diff_in_40_columns_stacks_a_and_b_under_each_label(
+@pytest.fixture
+def diff_at(
     two_runs: tuple[str, str, str],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str], list[str]]:
+    """``loopwright diff left right`` in a terminal of the given columns: its lines, none wider."""
+
+    def run(columns: str) -> list[str]:
+        monkeypatch.setenv("COLUMNS", columns)
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert main(["diff", "left", "right", "--store", two_runs[0]]) == 0
+        lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+        assert max(len(line) for line in lines) <= int(columns), "\n".join(lines)
+        return lines
+
+    return run
+
+
+def test_diff_in_40_columns_stacks_a_and_b_under_each_label(
+    two_runs: tuple[str, str, str], diff_at: Callable[[str], list[str]]
 ) -> None:
-    store, a, b = two_runs
-    lines = _diff(store, "40", capsys, monkeypatch)
+    _, a, b = two_runs
+    lines = diff_at("40")
     at = lines.index("run")
     assert lines[at + 1 : at + 3] == [f"  A {a}", f"  B {b}"], lines  # whole, usable ids
     at = lines.index("task")
@@ -83,24 +87,17 @@ def test_diff_in_40_columns_stacks_a_and_b_under_each_label(
 
 
 def test_diff_in_80_columns_keeps_the_two_columns_and_stacks_a_long_part(
-    two_runs: tuple[str, str, str],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    two_runs: tuple[str, str, str], diff_at: Callable[[str], list[str]]
 ) -> None:
-    store, a, b = two_runs
-    lines = _diff(store, "80", capsys, monkeypatch)
+    _, a, b = two_runs
+    lines = diff_at("80")
     assert lines[0].split() == ["run", a, b], lines  # side by side, on one line
     at = lines.index("  ≠ doc/note")  # its one line would be 87 characters: stacked
     assert lines[at + 1].startswith("      A the harbour wall in the"), lines
     assert lines[at + 2].startswith("      B a map a map"), lines
 
 
-def test_diff_wide_enough_keeps_a_part_on_one_line(
-    two_runs: tuple[str, str, str],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store, _, _ = two_runs
-    lines = _diff(store, "120", capsys, monkeypatch)
+def test_diff_wide_enough_keeps_a_part_on_one_line(diff_at: Callable[[str], list[str]]) -> None:
+    lines = diff_at("120")
     [line] = [x for x in lines if "doc/note" in x]
     assert line.startswith("  ≠ doc/note: the harbour wall in the") and " | a map a map" in line
