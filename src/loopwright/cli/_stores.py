@@ -40,8 +40,7 @@ def _resolved(url: str | None) -> str:
     env = os.environ.get("LOOPWRIGHT_STORE")
     if url is None and env and not env.strip():
         raise ConfigError(
-            f"is blank ({env!r}); set it to a store URL or path, or unset it for the default "
-            "store",
+            f"is blank ({env!r}); set it to a store URL or path, or unset it for the default store",
             field="$LOOPWRIGHT_STORE",
         )
     return resolve_store_url(url)
