@@ -12,6 +12,7 @@ from ._stores import open_existing
 __all__ = ["diff"]
 
 _ROWS = 20  # score rows shown; longer runs are sampled evenly (all of them with --json)
+_MIN_COL = 16  # narrowest column that shows a whole run id; narrower, A and B are stacked
 
 
 def _short(v: Any, n: int = 36) -> str:
@@ -75,8 +76,18 @@ def diff(
             )
         )
     width = max(len(r[0]) for r in rows)
+    # Side by side where two columns fit; narrower (COLUMNS=40), each of A and B on a line of
+    # its own under the label: the terminal wrapped B's value under A's (outside49).
+    col = min(30, (out.width - width - 4) // 2)
     for label, va, vb in rows:
-        out.print(f"{label:<{width}}  {_short(va, 30):<30}  {_short(vb, 30)}", markup=False)
+        if col >= _MIN_COL:
+            out.print(
+                f"{label:<{width}}  {_short(va, col):<{col}}  {_short(vb, col)}", markup=False
+            )
+        else:
+            out.print(label, markup=False)
+            for side, v in (("A", va), ("B", vb)):
+                out.print(f"  {side} {_short(v, max(_MIN_COL, out.width - 4))}", markup=False)
     out.print("")
     if doc["contract"]:
         out.print("contract differences:", markup=False)
@@ -108,4 +119,12 @@ def diff(
         mark = "=" if p["same"] else "≠"
         va = "-" if p["a"] is None else f"{_short(p['a']['value'], 24)} ({p['a']['status']})"
         vb = "-" if p["b"] is None else f"{_short(p['b']['value'], 24)} ({p['b']['status']})"
-        out.print(f"  {mark} {p['part']}: {va} | {vb}", markup=False)
+        line = f"  {mark} {p['part']}: {va} | {vb}"
+        if len(line) <= out.width:
+            out.print(line, markup=False)
+            continue
+        out.print(f"  {mark} {p['part']}", markup=False)  # (wrapped, A and B ran together)
+        for side, q in (("A", p["a"]), ("B", p["b"])):
+            room = max(_MIN_COL, out.width - 11 - len(q["status"])) if q else 0
+            shown = "-" if q is None else f"{_short(q['value'], min(24, room))} ({q['status']})"
+            out.print(f"      {side} {shown}", markup=False)

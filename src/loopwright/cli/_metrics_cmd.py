@@ -82,7 +82,7 @@ def metrics(
     from ._render import console
 
     out = console()
-    out.print(_table(m, wide=out.width >= _WIDE))
+    out.print(_table(m, width=out.width))
     out.print(_reasons(m))
     out.print(_stopped_by(m))
     if per_run:
@@ -112,12 +112,15 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def _table(m: Metrics, *, wide: bool) -> object:
+def _table(m: Metrics, *, width: int) -> object:
+    from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from .._metrics import DEFINITIONS, METRIC_NAMES, REVIEW_COST_METRIC
 
+    wide = width >= _WIDE
     sel = (
         ", ".join(
             f"{k}={_when(v) if k in ('since', 'until') else v}"
@@ -126,31 +129,37 @@ def _table(m: Metrics, *, wide: bool) -> object:
         )
         or "all runs"
     )
-    t = Table(
-        title=f"Outcome metrics: {m.runs} run(s), {m.accepted} accepted, "
-        f"${m.spend_usd:,.3f} spent ({escape(sel)})",
-        title_justify="left",
+    title = (
+        f"Outcome metrics: {m.runs} run(s), {m.accepted} accepted, "
+        f"${m.spend_usd:,.3f} spent ({escape(sel)})"
     )
+    names = [*METRIC_NAMES, *([REVIEW_COST_METRIC] if m.review_cost_usd is not None else [])]
+    cells = []
+    for name in names:
+        num_den = m.basis.get(name)
+        basis = f"{_num(num_den[0])} / {_num(num_den[1])}" if num_den else ""
+        cells.append((name, _fmt(name, m.value(name)), basis))
+    notes = [f"{n} is n/a: {escape(m.undefined[n])}" for n in names if n in m.undefined]
+    hint = "definitions: docs/metrics.md (or a terminal of 110 columns or more)"
+    # A table too wide for the terminal cut its figures to "…" (40 columns: nothing left to
+    # read; outside49): narrower than the table, each metric is a line and its figures the next.
+    if width < sum(max(len(c[i]) for c in cells) for i in range(3)) + 10:  # (+ edges, padding)
+        lines = [Text.from_markup(f"[bold]{title}[/]")]
+        for name, value, basis in cells:
+            lines += [Text(name), Text(f"  {value}" + (f"  ({basis})" if basis else ""))]
+        return Group(*lines, *(Text.from_markup(n) for n in notes), Text(hint))
+    t = Table(title=title, title_justify="left")
     t.add_column("metric", no_wrap=True, overflow="ellipsis", min_width=18)
     t.add_column("value", justify="right", no_wrap=True)
     t.add_column("basis", justify="right", no_wrap=True, overflow="ellipsis")
     if wide:
         t.add_column("definition", overflow="fold", min_width=30)
-    names = [*METRIC_NAMES, *([REVIEW_COST_METRIC] if m.review_cost_usd is not None else [])]
-    notes = []
-    for name in names:
-        v = m.value(name)
-        num_den = m.basis.get(name)
-        basis = f"{_num(num_den[0])} / {_num(num_den[1])}" if num_den else ""
+    for name, value, basis in cells:
         why = m.undefined.get(name)
         definition = escape(DEFINITIONS[name]) + (f" [yellow]({escape(why)})[/]" if why else "")
-        t.add_row(name, _fmt(name, v), basis, *([definition] if wide else []))
-        if why and not wide:
-            notes.append(f"{name} is n/a: {escape(why)}")
+        t.add_row(name, value, basis, *([definition] if wide else []))
     if not wide:
-        t.caption = "\n".join(
-            [*notes, "definitions: docs/metrics.md (or a terminal of 110 columns or more)"]
-        )
+        t.caption = "\n".join([*notes, hint])
         t.caption_justify = "left"
     return t
 

@@ -53,8 +53,7 @@ def load_tasks(task: Path | None, tasks: Path | None, default: str | None) -> Ta
         empty.lines.append(0)
         return empty
     where = "--tasks" if tasks is not None else "tasks (in the spec)"
-    if not path.is_file():
-        raise ConfigError(f"no task file at {path}", field=where)
+    _a_file(path, where, "no task file at")
     out = TaskList(where, path)
     for i, line in enumerate(_LINE_END.split(_text(path, where)), 1):
         if not line.strip():
@@ -127,9 +126,17 @@ def _checked(task: dict[str, Any], at: str, where: str) -> dict[str, Any]:
     return task
 
 
-def _read_json(path: Path, where: str) -> Any:
+def _a_file(path: Path, where: str, missing: str) -> None:
+    """``path`` is a file, or a one-line error: a folder is said to be one ("no file at ." sent
+    a person looking for a file that was not missing; outside49)."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a task file: name the file", field=where)
     if not path.is_file():
-        raise ConfigError(f"no file at {path}", field=where)
+        raise ConfigError(f"{missing} {path}", field=where)
+
+
+def _read_json(path: Path, where: str) -> Any:
+    _a_file(path, where, "no file at")
     text = _text(path, where)
     try:
         return strict_loads(text)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
-from ._app import app
+from ._app import StoreOpt, app
 from ._notify_opts import NotifyEndsOpt, NotifyOpt, NotifySecretOpt, notify_config, notify_line
 from ._stores import existing_store
 
@@ -64,9 +64,7 @@ def _listen(host: str, port: int) -> socket.socket:
 def ui(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8321,
-    store: Annotated[
-        str | None, typer.Option("--store", help="Store URL or path (default: $LOOPWRIGHT_STORE).")
-    ] = None,
+    store: StoreOpt = None,  # (the shared option: `--store ""` started on the default store)
     identity: Annotated[
         str | None,
         typer.Option("--as", help="Name decisions are recorded under ($LOOPWRIGHT_UI_IDENTITY)."),

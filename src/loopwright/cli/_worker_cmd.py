@@ -26,6 +26,9 @@ NOTIFY_GRACE_S = 15.0  # at exit, time left to deliver the webhooks still queued
 
 LEASE_TTL_RANGE = (1.0, 7 * 24 * 3600.0)  # --lease-ttl, seconds
 POLL_MAX = 3600.0  # --poll, seconds
+# statuses a run handed back by the worker has when a stop drained it (its cycle in flight
+# committed, its lease released): not an end
+UNFINISHED = frozenset({"pending", "running"})
 
 
 @app.command(short_help="Claim runnable runs and drive them until stopped.")
@@ -100,7 +103,15 @@ def worker(
     out = console(stderr=as_json)
 
     def report(r: RunResult) -> None:
-        out.print(f"run {r.run_id[:12]} ({r.task_key}): {r.status} ({r.stop_reason or '-'})")
+        if r.status in UNFINISHED:  # drained by a stop: "running (-)" told no one what next
+            out.print(
+                f"run {r.run_id[:12]} ({escape(r.task_key)}): drained after cycle {r.cycles}, "
+                f"not ended; the next worker continues it, or `loopwright resume {r.run_id[:12]}`"
+            )
+            return
+        out.print(
+            f"run {r.run_id[:12]} ({escape(r.task_key)}): {r.status} ({r.stop_reason or '-'})"
+        )
 
     def skipped(run_id: str, why: LoopwrightError) -> None:
         # as `resume --all` says it: the count at the end told no one why
@@ -138,9 +149,20 @@ def worker(
         _print_json(w.stats.to_dict())
     else:
         s = w.stats
-        ended = ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items())) or "none"
+        drained = sum(v for k, v in s.ended.items() if k in UNFINISHED)
+        ended = (
+            ", ".join(f"{k} {v}" for k, v in sorted(s.ended.items()) if k not in UNFINISHED)
+            or "none"
+        )
+        # (a drained run is counted apart: "ended: running 4" said the opposite of what held)
+        left = (
+            f"; drained {drained} (not ended: the next worker continues them, or "
+            "`loopwright resume --all`)"
+            if drained
+            else ""
+        )
         out.print(
-            f"worker done: {s.claimed} claimed; ended: {ended}; skipped {s.skipped}; "
+            f"worker done: {s.claimed} claimed; ended: {ended}{left}; skipped {s.skipped}; "
             f"lost {s.lost}; errors {s.errors}"
         )
 
