@@ -26,10 +26,10 @@ def _one(seed: int) -> tuple[int, list[str], Counter[str]]:
 
     seen: Counter[str] = Counter()
     broken: list[str] = []
-    sc = scenario(seed)
     with tempfile.TemporaryDirectory() as d:
         url = str(Path(d) / "s.db")
         try:
+            sc = scenario(seed)
             runs = play(sc, url)
             for run_id in runs:
                 check_run(sc, url, run_id, broken.append)

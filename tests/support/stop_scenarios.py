@@ -25,6 +25,7 @@ seeds (Hypothesis), ``bench/stop_scenarios.py`` runs thousands.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import random
@@ -37,7 +38,7 @@ import loopwright as lw
 from loopwright import _decide as rules
 from loopwright.replay import fit_hazard, simulate, trace_of_run
 from loopwright.replay._format import RunTrace
-from loopwright.replay._simulate import _success
+from loopwright.replay._simulate import _own_budget, _success
 
 SCORES = (0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0)
 
@@ -95,6 +96,9 @@ def _contract(rng: random.Random, risky: bool) -> lw.Contract:
     )
     if budget == lw.Budget() and no_progress is None:
         budget = lw.Budget(max_cycles=_pick(rng, 2, 5))  # (a contract needs an exit)
+    if rng.random() < 0.2:
+        # the task's own cap (``max_cycles_key``), capped by ``max_cycles`` when set
+        budget = dataclasses.replace(budget, max_cycles_key="limits.cycles")
     risk: tuple[lw.RiskRule, ...] = ()
     if risky:
         expires = _pick(rng, None, 3600.0)
@@ -118,10 +122,21 @@ def scenario(seed: int) -> Scenario:
         steps.append(Step(kind, _pick(rng, *SCORES), cost, tokens))
     risky = any(s.kind == "risky" for s in steps)
     moves = tuple(
-        _pick(rng, "approve", "deny", "expire", "answer", "edit", "edit", "edit_good", "fork")
+        _pick(
+            rng,
+            "approve",
+            "deny",
+            "expire",
+            "answer",
+            "edit",
+            "edit",
+            "edit_good",
+            "fork",
+            "fork_edit",
+        )
         for _ in range(rng.randint(0, 8))
     )
-    forks = tuple(_contract(rng, risky) for m in moves if m == "fork")
+    forks = tuple(_contract(rng, risky) for m in moves if m.startswith("fork"))
     contract = _contract(rng, risky)
     check_cost = _pick(rng, 0.0, 0.0, 0.01, 0.05)
     person_cost = _pick(rng, 0.0, 0.02)
@@ -234,7 +249,10 @@ def play(sc: Scenario, url: str) -> list[str]:
     """Run the scenario on the store at ``url``; the ids of every run it made."""
     runs: list[str] = []
     forks = iter(sc.fork_contracts)
-    task = {"artifacts": {"doc": {**TASK["artifacts"]["doc"], "p": f"{sc.person_start}:0"}}}
+    task: dict[str, Any] = {
+        "artifacts": {"doc": {**TASK["artifacts"]["doc"], "p": f"{sc.person_start}:0"}},
+        "limits": {"cycles": random.Random(sc.seed).randint(1, 4)},  # (max_cycles_key's)
+    }
     with lw.Runtime(url) as rt:
         r = rt.run_sync(loop(sc), task, task_key=f"s{sc.seed}")
         runs.append(r.run_id)
@@ -261,7 +279,7 @@ def play(sc: Scenario, url: str) -> list[str]:
             elif move in ("edit", "edit_good") and rec.status in ("stopped", "escalated"):
                 _edit(rt, current, move, i)
                 rt.resume_sync(current, loop(sc, contract))
-            elif move == "fork":
+            elif move.startswith("fork"):
                 contract = next(forks)
                 at = random.Random(sc.seed * 7 + i).randint(rec.forked_at or 0, rec.cycle)
                 if rec.status in ("awaiting_approval", "running", "pending"):
@@ -269,12 +287,14 @@ def play(sc: Scenario, url: str) -> list[str]:
                 fork = rt.fork(current, at, contract=contract)
                 runs.append(fork.run_id)
                 current = fork.run_id
+                if move == "fork_edit":  # (edited before it runs: its first cycle judges it)
+                    _edit(rt, current, move, i)
                 rt.resume_sync(current, loop(sc, contract))
     return runs
 
 
 def _edit(rt: lw.Runtime, run_id: str, move: str, i: int) -> None:
-    score = 1.0 if move == "edit_good" else _pick(random.Random(i), 0.4, 0.9)
+    score = 1.0 if move == "edit_good" else _pick(random.Random(i), 0.4, 0.9, 1.0)
     value = f"{score}:ana{i}"  # (never the part's value already)
     rt.edit(run_id, "doc/p", value, by="ana")
 
@@ -327,6 +347,11 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
             fail(f"{where}: replay spends {o.tokens} tokens, the run {rec.tokens - inh_tokens}")
 
     # (2) the contract's table
+    table = {"success": "accepted", "escalated": "escalated", "cancelled": "cancelled"}
+    if ended and rec.stop_reason not in lw.STOP_REASONS:
+        fail(f"{where}: a stop reason outside the vocabulary")
+    if ended and rec.status != table.get(rec.stop_reason or "", "stopped"):
+        fail(f"{where}: status {rec.status} for {rec.stop_reason}")
     b = contract.budget
     last = trace.cycles[-1] if trace.cycles else None
     if rec.stop_reason == "success" and (last is None or not _success(contract, trace, last)):
@@ -338,10 +363,13 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
             rec.cost_usd + mean, b.max_cost_usd
         ):
             fail(f"{where}: budget_cost at ${rec.cost_usd} of ${b.max_cost_usd} (next ~${mean})")
-    if rec.stop_reason == "budget_tokens" and b.max_tokens is None:
-        fail(f"{where}: budget_tokens without a token budget")
+    if rec.stop_reason == "budget_tokens":
+        assert b.max_tokens is not None
+        mean_t = _mean_paid(trace, inh, tokens=True)
+        if rec.tokens < b.max_tokens and rec.tokens + mean_t <= b.max_tokens:
+            fail(f"{where}: budget_tokens at {rec.tokens} of {b.max_tokens} (next ~{mean_t})")
     if rec.stop_reason == "budget_cycles":
-        cap = b.max_cycles
+        cap = _own_budget(trace, contract).budget.max_cycles  # (the task's own, if it has one)
         counted = rec.cycle - _answer_checks(trace, inh)
         if cap is None or counted < cap:
             fail(f"{where}: budget_cycles with {counted} counted cycles of a cap of {cap}")
@@ -422,13 +450,14 @@ def _answer_checks(trace: RunTrace, inh: dict[str, Any]) -> int:
     return n
 
 
-def _mean_paid(trace: RunTrace, inh: dict[str, Any]) -> float:
-    """The next cycle's projected cost, as the contract reads it: the mean cost of the cycles
-    that made an attempt and cost anything, else of every cycle (the dear side)."""
-    own = [sum(x.cost_usd for x in c.calls) for c in trace.cycles]
+def _mean_paid(trace: RunTrace, inh: dict[str, Any], *, tokens: bool = False) -> float:
+    """The next cycle's projected cost (tokens), as the contract reads it: the mean of the
+    cycles that made an attempt and spent any, else of every cycle (the dear side)."""
+    i = 1 if tokens else 0
+    own = [sum(x.tokens if tokens else x.cost_usd for x in c.calls) for c in trace.cycles]
     paid = [p for p, c in zip(own, trace.cycles, strict=True) if p and not c.check_only]
-    spent = sum(own) + float(inh.get("cost_usd") or 0.0)
-    k = len(paid) + int((inh.get("paid_cycles") or [0])[0])
+    spent = sum(own) + float(inh.get("tokens" if tokens else "cost_usd") or 0.0)
+    k = len(paid) + int((inh.get("paid_cycles") or [0, 0])[i])
     k = k or len(trace.cycles) + int(inh.get("cycle") or 0)
     return spent / k if k else 0.0
 
