@@ -171,3 +171,31 @@ def test_a_fork_at_an_answered_questions_cycle_replays_its_edit_check_uncounted(
         rec = rt.store.get_run(fork.run_id)
     assert _replayed(url, rec) == ("budget_cycles", 2, pytest.approx(rec.cost_usd - 0.1))
     assert _all_hold(sc, url, fork.run_id) == []
+
+
+def test_a_fork_past_its_lower_cap_says_no_edit_was_judged_unless_one_was(
+    tmp_path: Path,
+) -> None:
+    """A run of 4 cycles forked at cycle 4 under a cap of 2 stops before its first cycle: its
+    stop said "stopped after 4 cycles (2 of them judged people's edits, with no actor call: not
+    counted)", though no one had edited anything (``_packet.edit_checks`` took every cycle past
+    the cap for a check-only one; a fork inherits actor cycles past its cap). Edited, the fork's
+    check-only cycle runs past the cap: that one is said, once."""
+    url = str(tmp_path / "s.db")
+    sc = _scenario(steps=(Step("edit", 0.5, 0.05, 0),), held_cost=None)
+    capped = lw.Contract(budget=lw.Budget(max_cycles=2))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(play_loop(sc, lw.Contract(budget=lw.Budget(max_cycles=4))), _task())
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 4)
+        fork = rt.fork(r.run_id, 4, contract=capped)
+        rt.resume_sync(fork.run_id, play_loop(sc, capped))
+        said = (rt.store.get_run(fork.run_id).packet or {})["stop_cause"]
+        assert said.startswith("stopped after 4 cycles: the cycle budget of 2 is used up"), said
+        rt.edit(fork.run_id, "doc/p", "0.7:ana", by="ana")
+        f = rt.resume_sync(fork.run_id, play_loop(sc, capped))
+        assert (f.stop_reason, f.cycles) == ("budget_cycles", 5)
+        said = (rt.store.get_run(fork.run_id).packet or {})["stop_cause"]
+    assert said.startswith(
+        "stopped after 5 cycles (1 of them judged a person's edit, with no actor call: not "
+        "counted): the cycle budget of 2 is used up"
+    ), said
