@@ -357,6 +357,11 @@ class Concluding(RuntimeHost):
                 # (``_decide.counted_cycles``; counted as it concludes, a park or an
                 # escalation before that counts nothing)
                 s.answer_checks = old.answer_checks + 1
+            elif old.cap_checks is not None and rules.budget_stop(ex.contract, old) == (
+                "budget_cycles"
+            ):
+                # judged with the cap reached: what a cap stop says ran past it
+                s.cap_checks = old.cap_checks + 1
         else:
             s.paid_cycles = rules.counted_cycle(old.paid_cycles, spent)
         record = packed_record(

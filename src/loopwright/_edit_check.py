@@ -33,6 +33,7 @@ from ._exec import Execution as _Exec
 from ._exec import call_rows
 from ._host import RuntimeHost
 from ._proposal import Proposal
+from ._question import answer_unread
 from ._redact_logs import masked_logger
 from ._state import TaskState
 from .store import NewEvent
@@ -84,14 +85,9 @@ def owed_after(pending: Mapping[str, Any]) -> dict[str, Any] | None:
 def answer_owed(state: TaskState) -> bool:
     """Whether the last concluded cycle asked a question a person answered, which no actor
     has read since: the cycle after it is the one its answer is for (replay: a check-only
-    cycle right after an asked one the recording did not end, ``replay._simulate``)."""
-    last = state.history[-1] if state.history else None
-    if last is None or last.get("decision") != "asked" or last.get("cycle") != state.cycle:
-        return False
-    for note in reversed(state.notes):  # (the answer is among the newest notes)
-        if note.get("kind") == "answer" and note.get("cycle") == state.cycle:
-            return True
-    return False
+    cycle right after an asked one the recording did not end, ``replay._simulate``; a fork's
+    first after such a cycle, ``Inherited.answer_owed``)."""
+    return answer_unread(state.history, state.notes, state.cycle)
 
 
 def owes_check(pending: Mapping[str, Any] | None) -> bool:

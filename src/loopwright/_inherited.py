@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._question import answer_unread
 from .store import RunRecord, Store
 
 __all__ = ["NOTHING", "Inherited", "fork_seq", "inherited"]
@@ -39,6 +40,10 @@ class Inherited:
     paid_cycles: tuple[int, int, int] | None = (0, 0, 0)
     # check-only cycles the cycle cap does not count (``TaskState.answer_checks``)
     answer_checks: int = 0
+    # the cycle forked at asked a question its state holds the answer of, unread: the fork's
+    # first cycle is the one that answer is for (``_edit_check.answer_owed``), so a check-only
+    # one judging an edit there is not counted by the cap either
+    answer_owed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +58,7 @@ class Inherited:
             "billed": dict(self.billed),
             "paid_cycles": None if self.paid_cycles is None else list(self.paid_cycles),
             **({"answer_checks": self.answer_checks} if self.answer_checks else {}),
+            **({"answer_owed": True} if self.answer_owed else {}),
         }
 
     @classmethod
@@ -77,6 +83,7 @@ class Inherited:
             billed=tuple((str(k), bool(v)) for k, v in _mapping(d.get("billed")).items()),
             paid_cycles=_paid(d, int(num("cycle"))),
             answer_checks=int(num("answer_checks")),
+            answer_owed=d.get("answer_owed") is True,
         )
 
 
@@ -121,8 +128,17 @@ def inherited(run: RunRecord, first_state: Mapping[str, Any] | None) -> Inherite
             "billed": first_state.get("billed"),
             "paid_cycles": first_state.get("paid_cycles"),
             "answer_checks": first_state.get("answer_checks"),
+            "answer_owed": answer_unread(
+                _list(first_state.get("history")),
+                _list(first_state.get("notes")),
+                cycle if isinstance(cycle, int) else (run.forked_at or 0),
+            ),
         }
     )
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def fork_seq(store: Store, run: RunRecord) -> int | None:

@@ -137,12 +137,20 @@ def explain(
     )
 
 
-def edit_checks(cycle: int, cap: int | None, answer_checks: int) -> int:
+def edit_checks(
+    cycle: int, cap: int | None, answer_checks: int, cap_checks: int | None = None
+) -> int:
     """How many of a run's ``cycle`` cycles the cycle cap ``cap`` did not count: check-only
     cycles, each judging a person's edit with no actor call, that took an answered question's
     cycle (``answer_checks``) or ran past the cap reached (an edit of a run stopped on its
-    cycles, ``_decide.check_stop``). Only they run past it, so the count is exact."""
+    cycles, ``_decide.check_stop``; ``cap_checks``, counted as they conclude). Of a run's own
+    cycles only they run past the cap, but a fork under a lower cap inherits actor cycles past
+    it (review49b: a fork at cycle 4 under a cap of 2, never edited, said "2 of them judged
+    people's edits"): the cycles past the cap count only as far as ``cap_checks`` (None: a
+    state stored before it was counted, read as all of them, as before)."""
     past = 0 if cap is None else max(0, cycle - answer_checks - cap)
+    if cap_checks is not None:
+        past = min(past, cap_checks)
     return answer_checks + past
 
 
@@ -390,7 +398,11 @@ def build_packet(
         )
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
     cap = cycle_cap(contract, state)
-    checked = edit_checks(state.cycle, cap, state.answer_checks) if reason == "budget_cycles" else 0
+    checked = (
+        edit_checks(state.cycle, cap, state.answer_checks, state.cap_checks)
+        if reason == "budget_cycles"
+        else 0
+    )
     if error is not None and reason == "escalated":
         # An ended run is returned as it is by `resume` and by a rerun of its task key: going
         # on needs it reopened at its last checkpoint.

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._errors import ConfigError
 
-__all__ = ["Question"]
+__all__ = ["Question", "answer_unread"]
 
 AnswerType = Literal["text", "number", "integer", "boolean"]
 _TYPES = ("text", "number", "integer", "boolean")
@@ -127,3 +127,25 @@ class Question:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Question:
         return cls(str(d["text"]), tuple(d.get("choices") or ()), d.get("type", "text"))
+
+
+def answer_unread(
+    history: Sequence[Mapping[str, Any]], notes: Sequence[Mapping[str, Any]], cycle: int
+) -> bool:
+    """Whether the last concluded cycle (``cycle``, the last of ``history``) asked a question
+    a person answered (its answer among ``notes``), which no actor has read since: the cycle
+    after it is the one its answer is for. A state's lists, or a checkpoint's (a fork's
+    first, which inherits them: ``Inherited.answer_owed``)."""
+    last = history[-1] if history else None
+    if not isinstance(last, Mapping) or last.get("decision") != "asked":
+        return False
+    if last.get("cycle") != cycle:
+        return False
+    for note in reversed(notes):  # (the answer is among the newest notes)
+        if (
+            isinstance(note, Mapping)
+            and note.get("kind") == "answer"
+            and note.get("cycle") == cycle
+        ):
+            return True
+    return False

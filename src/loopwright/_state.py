@@ -89,6 +89,10 @@ class TaskState(Planning):
     # person edited the run beside the question): no attempt, not counted against the cycle
     # cap, so the actor still reads the answer (``_decide.counted_cycles``; packet48).
     answer_checks: int = 0
+    # Check-only cycles concluded with the cycle cap already reached (a person's edit of a run
+    # stopped on its cycles): what a cap stop says ran past the cap (``_packet.edit_checks``).
+    # None: a state stored before they were counted.
+    cap_checks: int | None = 0
     score: float | None = None
     best_score: float | None = None
     best_cycle: int = 0
@@ -447,6 +451,7 @@ class TaskState(Planning):
         out.billed = self.billed
         out.paid_cycles = self.paid_cycles
         out.answer_checks = self.answer_checks
+        out.cap_checks = self.cap_checks
         out.score = self.score
         out.best_score = self.best_score
         out.best_cycle = self.best_cycle
@@ -490,6 +495,7 @@ class TaskState(Planning):
             "billed": self.billed,
             "paid_cycles": self.paid_cycles,
             "answer_checks": self.answer_checks,
+            "cap_checks": self.cap_checks,
             "score": self.score,
             "best_score": self.best_score,
             "best_cycle": self.best_cycle,
@@ -525,6 +531,7 @@ class TaskState(Planning):
             billed=_billed(d.get("billed")),
             paid_cycles=_paid_cycles(d.get("paid_cycles")),
             answer_checks=int(d.get("answer_checks") or 0),
+            cap_checks=_cap_checks(d),
             score=d.get("score"),
             best_score=d.get("best_score"),
             best_cycle=int(d.get("best_cycle", 0)),
@@ -609,3 +616,9 @@ def _held_out_spent(stored: Any) -> Usage:
         return Usage()
     cost, tokens = stored
     return Usage._stored(cost, tokens, 0.0)
+
+
+def _cap_checks(d: Mapping[str, Any]) -> int | None:
+    """``cap_checks`` as stored; None for a state stored before it was counted."""
+    v = d.get("cap_checks")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

@@ -66,13 +66,14 @@ _STEADY_KEYS = (
     "best_cycle",
     "progress_score",
     "answer_checks",
+    "cap_checks",
 )
 _steady, _steady_in = (
     operator.attrgetter(*_STEADY_KEYS),
     operator.itemgetter(*_STEADY_KEYS),
 )
 # How many keys ``head`` writes (``advance`` takes a head of another length the slow way).
-_HEAD_LEN = 27
+_HEAD_LEN = 28
 
 
 def head(
@@ -122,6 +123,7 @@ def head(
         "billed": state.billed,  # replaced, never changed in place (``noted_calls``)
         "paid_cycles": None if state.paid_cycles is None else list(state.paid_cycles),
         "answer_checks": state.answer_checks,
+        "cap_checks": state.cap_checks,
         "score": state.score,
         "best_score": state.best_score,
         "best_cycle": state.best_cycle,

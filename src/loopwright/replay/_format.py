@@ -36,11 +36,14 @@ mid-cycle; ``reason``: which, and for ``budget_time`` ``max_seconds``: the recor
 ``parked`` (waiting for a person), ``cancelled``, ``unfinished``, ``reopened`` (a cycle ended
 it mid-way, a person reopened it, and the resumed run stopped before another cycle) or
 ``none``; its ``cost_usd``, ``tokens`` and ``seconds``: what that unfinished cycle spent.
+``"edited": true`` in a trace with no cycles: a person edited the run (a fork) before its first
+concluded cycle, so the cycle its resume owed was check-only (only a used-up budget stops it).
 
 A fork (``Runtime.fork``) adds ``start``: the accounting it inherited from the run it was forked
 from (``cycle``, ``cost_usd``, ``tokens``, ``seconds``, ``best_score``, ``progress_score``,
 ``stall``, ``passed_checks``; ``answer_checks`` when some check-only cycles are not counted by
-the cycle cap). Its contract goes on from there; its ``recorded`` figures and its
+the cycle cap; ``answer_owed`` when it was forked at a cycle that asked a question its state
+holds the answer of: its first cycle, check-only, is not counted either). Its contract goes on from there; its ``recorded`` figures and its
 cycles are its own (what it inherited is not counted again).
 """
 

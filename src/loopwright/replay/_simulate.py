@@ -139,9 +139,13 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
 
     prev: CycleTrace | None = None  # the cycle before this one
     for c in trace.cycles:
-        if c.check_only and prev is not None and prev.asked and not prev.reopened:
+        if c.check_only and (
+            (prev is not None and prev.asked and not prev.reopened)
+            or (prev is None and inh.answer_owed)
+        ):
             # it takes the place of the cycle an answered question was for: not counted
-            # against the cycle cap (``_decide.counted_cycles``, ``_edit_check.answer_owed``)
+            # against the cycle cap (``_decide.counted_cycles``, ``_edit_check.answer_owed``);
+            # a fork's first, forked at the asked cycle (the answer in its state), alike
             s.answer_checks += 1
         prev = c
         # (a check-only cycle, judging a person's edit, is no attempt: as the engine, only a
@@ -246,8 +250,10 @@ def simulate(trace: RunTrace, contract: Contract) -> Outcome:
     if not trace.cycles:
         # No cycle recorded: the engine still asked before its first one. A fork starts from
         # its origin's accounting, which a contract given to it may already stop (before,
-        # such a fork, stopped before its first cycle, replayed as censored).
-        reason = rules.stop_before_cycle(contract, s)
+        # such a fork, stopped before its first cycle, replayed as censored). One a person
+        # edited first owes a check-only cycle, which only a budget used up stops.
+        first = rules.check_stop if trace.tail.get("edited") else rules.stop_before_cycle
+        reason = first(contract, s)
         if reason is not None:
             return end(reason)
     if trace.cycles and trace.cycles[-1].reopened:

@@ -62,6 +62,7 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
     optional: set[str] = set()  # ... and those the loop did not require
     inh = NOTHING
     ended = False  # the last concluded cycle ended the run
+    edited = False  # a person's edit before the run's first concluded cycle
     # What the run had spent after its last concluded cycle (its checkpoint's ``spent``; None
     # where a checkpoint does not say): a concluded cycle's checkpoint that spent more than its
     # own calls on top of it had a cycle end the run mid-way in between, reopened by a person.
@@ -83,6 +84,8 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
             # person's, which replay takes as recorded
             cycles[-1] = replace(cycles[-1], reopened=True)
             ended = False
+        elif r.get("decision") == "edit" and not cycles:
+            edited = True  # (before the run's first concluded cycle: a fork's, its own)
         if "proposal" not in r:
             continue
         ended = bool(r.get("ended"))
@@ -163,6 +166,13 @@ def trace_of_run(store: Store, rec: RunRecord) -> RunTrace | None:
         tail = {"kind": "reopened", **extra}
     else:
         tail = {"kind": "none"}
+    if edited and not cycles:
+        # A run with no concluded cycle of its own (a fork stopped before its first), edited:
+        # the cycle its resume owes is check-only, which only a budget used up forbids
+        # (``_decide.check_stop``), not the cycle cap or a projection (review49b: replay said
+        # budget_cycles where the run stopped on its used-up cost budget, and left out what
+        # the check-only cycle spent before a budget stopped it inside)
+        tail["edited"] = True
     # The loop's required checks (``Check.required``), as the engine judged progress with
     # them. A record written before cycles noted the checks the loop does not require
     # (``not_required``) reads as every visible check required, the ``Check`` default.
