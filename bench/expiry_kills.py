@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(
@@ -29,7 +30,7 @@ def _drop(url: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def one(pg: str, scenario: str, kills: tuple[str, ...]) -> tuple[int, list[str]]:
+def one(pg: str, scenario: str, kills: tuple[str, ...]) -> tuple[int, list[str], dict[str, str]]:
     work = Path(tempfile.mkdtemp(prefix="xk-"))
     schema = f"xk_{uuid.uuid4().hex[:12]}"
     db = f"{pg}{'&' if '?' in pg else '?'}schema={schema}" if pg else f"sqlite:///{work / 's.db'}"
@@ -38,7 +39,7 @@ def one(pg: str, scenario: str, kills: tuple[str, ...]) -> tuple[int, list[str]]
     finally:
         if pg:
             _drop(pg, schema)
-    return t.killed, t.broken
+    return t.killed, t.broken, t.ends
 
 
 def main() -> int:
@@ -52,15 +53,18 @@ def main() -> int:
     trials = [t for t in all_trials() if only is None or t[0] in only] * args.rounds
     killed = 0
     broken: list[str] = []
+    counts: Counter[str] = Counter()
     with cf.ThreadPoolExecutor(args.jobs) as pool:
         futures = {pool.submit(one, args.pg, sc, ks): (sc, ks) for sc, ks in trials}
         for fut in cf.as_completed(futures):
             sc, ks = futures[fut]
-            n, bad = fut.result()
+            n, bad, ends = fut.result()
+            for status in ends.values():
+                counts[status] += 1
             killed += n
             broken += [f"{sc} {ks}: {b}" for b in bad]
-            print(sc, ks, "killed", n, bad or "", flush=True)
-    print(f"trials {len(trials)} killed {killed} broken {len(broken)}")
+            print(sc, ks, ends, "killed", n, bad or "", flush=True)
+    print(f"trials {len(trials)} killed {killed} broken {len(broken)} ends {dict(counts)}")
     for b in broken:
         print("BROKEN", b)
     return 1 if broken else 0

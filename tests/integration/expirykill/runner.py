@@ -111,8 +111,9 @@ def points(work: Path) -> Callable[[str], None]:
     return hit
 
 
-def wire(rt: lw.Runtime, hit: Callable[[str], None]) -> None:
-    """The harness's points, by wrapping the store (and the worker's ``expire``)."""
+def wire(rt: lw.Runtime, hit: Callable[[str], None]) -> Callable[[], None]:
+    """The harness's points, by wrapping the store (and the worker's ``expire``); returns
+    what puts the worker's ``expire`` back (in process: ``test_expiry_kills``)."""
     store: Any = rt.store
     rt._on_phase = hit
     real_read, real_claim = store.expired_requests, store.claim_runs
@@ -172,6 +173,11 @@ def wire(rt: lw.Runtime, hit: Callable[[str], None]) -> None:
     store._commit_in, store.acquire_lease = commit_in, acquire_lease
     store.decide_approval = decide_approval
     _worker.expire = expire
+
+    def unwire() -> None:
+        _worker.expire = real_expire
+
+    return unwire
 
 
 def overdue(store: Any, run_id: str) -> None:

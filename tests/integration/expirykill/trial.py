@@ -50,6 +50,7 @@ class Trial:
     killed: int = 0
     broken: list[str] = field(default_factory=list)
     steps: list[tuple[str, str | None, float]] = field(default_factory=list)
+    ends: dict[str, str] = field(default_factory=dict)  # each run's end, as checked
 
     def start(self, *args: str, kill: str | None = None, pause: str | None = None) -> Any:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -172,7 +173,10 @@ def person_first(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
     for kill in kills:
         t.do("worker", kill=kill)
     t.do("worker")
-    return {"A": ("accepted", "approved", "fin", ["I6"])}
+    # (a payment killed before its result, with no hook to ask the provider, is in doubt:
+    # the run escalates saying so; paid once either way)
+    doubt = "before_effect_result:1" in kills
+    return {"A": ("escalated" if doubt else "accepted", "approved", "fin", ["I6"])}
 
 
 def worker_first(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
@@ -208,9 +212,10 @@ def decision_lands_mid_poll(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
     return {"A": ("accepted", "approved", "fin", ["I6"])}
 
 
-def _check_decided(t: Trial, rt: lw.Runtime, key: str, want: tuple[Any, ...]) -> None:
+def check_decided(t: Trial, rt: lw.Runtime, key: str, want: tuple[Any, ...]) -> None:
     status, decision, by, paid = want
     rec = _run(rt, key)
+    t.ends[key] = rec.status
     if rec.status != status:
         t.broken.append(f"{key} ended {rec.status}, not {status}")
     decided = [(d["status"], d["by"]) for d in _kinds(rt, rec.run_id, "approval_decided")]
@@ -222,7 +227,8 @@ def _check_decided(t: Trial, rt: lw.Runtime, key: str, want: tuple[Any, ...]) ->
     asks = [(a.kind, a.status) for a in rt.store.approvals(run_id=rec.run_id)]
     if asks != [("effect", decision)]:
         t.broken.append(f"{key}'s requests: {asks}")
-    if status == "escalated" and "expired" not in str((rec.packet or {}).get("cause")):
+    cause = str((rec.packet or {}).get("cause"))
+    if status == "escalated" and decision not in cause and "outcome was not recorded" not in cause:
         t.broken.append(f"{key}'s packet does not say it expired: {rec.packet}")
     if t.paid() != paid:
         t.broken.append(f"paid {t.paid()}, not {paid}")
@@ -278,6 +284,19 @@ def reuse_refund_then_go_on(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
     return {}
 
 
+def reuse_while_refund_cut(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
+    """A's refund killed at ``kills[1]`` and left so (its claim undoing, or its rollback not
+    done); B, approved as A's payment reused and killed at ``kills[0]``, resumed meanwhile;
+    then A's refund done and every run ended."""
+    _a_paid_b_approved_as_reuse(t)
+    t.do("run", "B", kill=kills[0])
+    t.do("refund", "A", kill=kills[1])
+    t.do("finish", "B")
+    t.do("refund", "A")
+    t.do("finish", "A")
+    return {}
+
+
 def reuse_killed_then_refund(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
     """B killed at ``kills[0]``; A's refund then (killed at the rest, redone); B resumed."""
     _a_paid_b_approved_as_reuse(t)
@@ -298,6 +317,7 @@ def _check_money(t: Trial, rt: lw.Runtime) -> None:
     if refunds > pays:
         t.broken.append(f"refunded {refunds} times, paid {pays}")
     runs = {k: _run(rt, k) for k in ("A", "B")}
+    t.ends = {k: r.status for k, r in runs.items()}
     for key, rec in runs.items():
         if rec.status not in ENDED:
             t.broken.append(f"{key} left {rec.status}")
@@ -363,6 +383,7 @@ def cancel_killed(t: Trial, kills: tuple[str, ...]) -> dict[str, Any]:
 
 def _check_lease_ops(t: Trial, rt: lw.Runtime, want: dict[str, Any]) -> None:
     rec = _run(rt, "A")
+    t.ends["A"] = rec.status
     if rec.status != want["A"]:
         t.broken.append(f"A ended {rec.status}, not {want['A']}")
     if t.paid() != want["paid"]:
@@ -392,6 +413,7 @@ SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "reuse_refund_races": (reuse_refund_races, "money"),
     "reuse_killed_then_refund": (reuse_killed_then_refund, "money"),
     "reuse_refund_then_go_on": (reuse_refund_then_go_on, "money"),
+    "reuse_while_refund_cut": (reuse_while_refund_cut, "money"),
     "edit_killed": (edit_killed, "lease"),
     "rollback_killed": (rollback_killed, "lease"),
     "cancel_killed": (cancel_killed, "lease"),
@@ -416,6 +438,7 @@ def all_trials() -> list[tuple[str, tuple[str, ...]]]:
             kills = (p, r) if r else (p,)
             out += [("reuse_refund_races", kills), ("reuse_killed_then_refund", kills)]
     out += [("reuse_refund_then_go_on", (p,)) for p in REUSE_POINTS]
+    out += [("reuse_while_refund_cut", (p, r)) for p in REUSE_POINTS for r in REFUND_KILLS if r]
     for sc in ("edit_killed", "rollback_killed", "cancel_killed"):
         out += [(sc, (k,)) for k in LEASE_KILLS] + [(sc, LEASE_KILLS)]
     return out
@@ -428,7 +451,7 @@ def run_trial(work: Path, db: str, scenario: str, kills: tuple[str, ...]) -> Tri
     with lw.Runtime(db) as rt:
         if kind == "decided":
             for key, w in want.items():
-                _check_decided(t, rt, key, w)
+                check_decided(t, rt, key, w)
         elif kind == "money":
             _check_money(t, rt)
         else:
