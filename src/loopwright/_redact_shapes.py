@@ -516,7 +516,15 @@ _PREFILTER = (
 # tenth of a substring test) stands for them on a clean record.
 _PREFILTER_Z = ("aiza", "authorization")
 _PREFILTER_J = ("eyj",)
-_PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
+# The needles holding ``_`` or ``-`` (and neither ``z`` nor ``j``): a text of prose holds
+# neither character, so one ``memchr`` for it stands for them (stop 49, digest49: a part's
+# value is scanned every cycle it changes, and each needle's test reads all of it).
+_PREFILTER_SCORE = tuple(
+    n for n in _PREFILTER if ("_" in n or "-" in n) and n not in _PREFILTER_Z + _PREFILTER_J
+)
+_PREFILTER_REST = tuple(
+    n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J + _PREFILTER_SCORE
+)
 
 # The ASCII characters no needle of ``_PREFILTER`` holds (digits, quotes, spaces, punctuation,
 # most capitals): deleted from a long ASCII text before the needles are looked for (one
@@ -589,6 +597,10 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
     for needle in _PREFILTER_REST:
         if needle in hay:
             return _confirmed(low, passw)
+    if "_" in hay or "-" in hay:
+        for needle in _PREFILTER_SCORE:
+            if needle in hay:
+                return _confirmed(low, passw)
     if "z" in hay:
         for needle in _PREFILTER_Z:
             if needle in hay:
