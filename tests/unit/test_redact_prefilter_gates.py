@@ -35,7 +35,7 @@ def _text(r: random.Random, n: int) -> str:
 def test_triggered_answers_as_every_needle_tested() -> None:
     r = random.Random(49)
     for _ in range(3000):
-        low = _text(r, r.choice([1, 5, 40, 120, 400]))
+        low = _text(r, r.choice([1, 5, 40, 120, 400, 1200]))
         for passw in (False, True):
             assert shapes._triggered(low, passw=passw) == _reference(low, passw), low
 
@@ -46,3 +46,18 @@ def test_each_gated_needle_alone_in_prose_is_found() -> None:
         for low in (prose + n, n + prose, prose[:300] + n):
             assert shapes._triggered(low, passw=True) == _reference(low, True), n
     assert shapes._triggered(prose, passw=False) is False
+
+
+def test_long_text_read_at_its_marks_finds_every_gated_needle() -> None:
+    """A long text with few ``_`` and ``-`` is read at each (``_scored``), one with many by
+    each needle's scan: both answer as the scans would, wherever the needle sits."""
+    prose = "the loop keeps a draft of each section and revises it; " * 100
+    few = '{"cost_usd":1,"new_steps":[],"x-y":2,"v":"' + prose + '"}'
+    many = few + " a_b c-d" * 40
+    for base in (few, many):
+        assert len(base) >= shapes._SCORE_WALK_MIN
+        assert shapes._scored(base) is False
+        for n in shapes._PREFILTER_SCORE:
+            for low in (n + base, base + n, base[:2000] + n + base[2000:], base[:-1] + n[:-1]):
+                assert shapes._scored(low) == any(m in low for m in shapes._PREFILTER_SCORE)
+                assert shapes._triggered(low, passw=True) == _reference(low, True), n
