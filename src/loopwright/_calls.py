@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -143,9 +144,28 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a coroutine, known without ``inspect`` after the first
+    call for a function or a method of one (every actor and verifier call asks, twice a
+    cycle): for both the answer is the function's (its code's flag or its coroutine mark,
+    what ``inspect`` reads), remembered while the function lives."""
+    kind = type(fn)
+    key = fn.__func__ if kind is types.MethodType else fn  # type: ignore[attr-defined]
+    if type(key) is types.FunctionType:
+        known = _async_functions.get(key)
+        if known is None:
+            known = _async_functions[key] = _inspect_async(key)
+        return known
+    return _inspect_async(fn)
+
+
+def _inspect_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
     )
+
+
+# function -> whether it is a coroutine function (``_is_async``); a function that dies leaves.
+_async_functions: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
 
 
 def _set(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

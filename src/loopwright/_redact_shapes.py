@@ -516,7 +516,44 @@ _PREFILTER = (
 # tenth of a substring test) stands for them on a clean record.
 _PREFILTER_Z = ("aiza", "authorization")
 _PREFILTER_J = ("eyj",)
-_PREFILTER_REST = tuple(n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J)
+# The needles holding ``_`` or ``-`` (and neither ``z`` nor ``j``): a text of prose holds
+# neither character, so one ``memchr`` for it stands for them (stop 49, digest49: a part's
+# value is scanned every cycle it changes, and each needle's test reads all of it).
+_PREFILTER_SCORE = tuple(
+    n for n in _PREFILTER if ("_" in n or "-" in n) and n not in _PREFILTER_Z + _PREFILTER_J
+)
+_PREFILTER_REST = tuple(
+    n for n in _PREFILTER if n not in _PREFILTER_Z + _PREFILTER_J + _PREFILTER_SCORE
+)
+# Each of those needles at each of its ``_`` and ``-`` (the character, its place in it).
+_SCORE_AT = tuple(
+    (mark, tuple((n, i) for n in _PREFILTER_SCORE for i, c in enumerate(n) if c == mark))
+    for mark in "_-"
+)
+# A text at least this long, holding at most ``_SCORE_MARKS`` of a mark, is read at each mark
+# (the engine's record of a large value holds its keys' few ``_``), not once a needle.
+_SCORE_WALK_MIN = 4096
+_SCORE_MARKS = 32
+
+
+def _scored(hay: str) -> bool:
+    """Whether a needle of ``_PREFILTER_SCORE`` is in ``hay``."""
+    if len(hay) >= _SCORE_WALK_MIN:
+        for mark, at in _SCORE_AT:
+            i, seen = hay.find(mark), 0
+            while i >= 0 and seen < _SCORE_MARKS:
+                for needle, k in at:
+                    if i >= k and hay.startswith(needle, i - k):
+                        return True
+                i, seen = hay.find(mark, i + 1), seen + 1
+            if i >= 0:  # marks everywhere: each needle's own scan
+                return any(n in hay for n in _PREFILTER_SCORE)
+        return False
+    for needle in _PREFILTER_SCORE:  # noqa: SIM110 - (no generator on a short record)
+        if needle in hay:
+            return True
+    return False
+
 
 # The ASCII characters no needle of ``_PREFILTER`` holds (digits, quotes, spaces, punctuation,
 # most capitals): deleted from a long ASCII text before the needles are looked for (one
@@ -589,6 +626,8 @@ def _triggered(low: str, *, passw: bool = False) -> bool | None:
     for needle in _PREFILTER_REST:
         if needle in hay:
             return _confirmed(low, passw)
+    if ("_" in hay or "-" in hay) and _scored(hay):
+        return _confirmed(low, passw)
     if "z" in hay:
         for needle in _PREFILTER_Z:
             if needle in hay:
