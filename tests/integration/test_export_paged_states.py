@@ -120,8 +120,11 @@ def test_the_exports_read_by_pages_are_those_read_whole(
         assert status["parked"] == "awaiting_approval" and status["deny"] == "escalated"
         cases, pairs = _exports(st)
         for run_id in runs.values():  # every state, as the pages give it
-            paged = [c.read_state() for c in st.iter_checkpoints(run_id)]
-            assert paged == [c.state for c in st.checkpoints(run_id)], run_id
+            whole = [c.state for c in st.checkpoints(run_id)]
+            assert [c.read_state() for c in st.iter_checkpoints(run_id)] == whole, run_id
+            # and read last first, once every page is listed: each page's pages before gone
+            listed = list(st.iter_checkpoints(run_id))
+            assert [c.read_state() for c in reversed(listed)][::-1] == whole, run_id
         with monkeypatch.context() as m:
             m.setattr(type(st), "iter_checkpoints", _whole)
             whole_cases, whole_pairs = _exports(st)
@@ -184,3 +187,26 @@ def test_an_exports_statements_grow_with_its_pages_not_its_cycles(tmp_path: Path
     pages = -(-rows_l // 32) - rows_s // 32
     assert case_l - case_s <= 4 * pages, (case_s, case_l, pages)
     assert pairs_l - pairs_s <= 4 * pages, (pairs_s, pairs_l, pages)
+
+
+def test_states_read_last_first_over_many_pages_are_the_states(url: str) -> None:
+    """Four pages, a snapshot every 50 checkpoints: a page whose page before is gone (read by
+    no state in time) reads its chain from the snapshot again, and folds the same states."""
+    loop = lw.Loop(
+        name="pages",
+        actor=lambda ctx: lw.Proposal.edit("doc", {f"p{ctx.cycle % 7}": f"v{ctx.cycle}"}),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="c")],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=100)),
+    )
+    task = {"artifacts": {"doc": {f"p{i}": "" for i in range(7)}}}
+    with lw.Runtime(url, snapshot_every=50) as rt:
+        run_id = rt.run_sync(loop, task, task_key="t").run_id
+        st = rt.store
+        whole = [c.state for c in st.checkpoints(run_id)]
+        assert len(whole) > 3 * 32
+        listed = list(st.iter_checkpoints(run_id))
+        assert [c.read_state() for c in reversed(listed)][::-1] == whole
+        # every other page read only: each then folds on a page before it never read
+        listed = list(st.iter_checkpoints(run_id))
+        for i in range(0, len(listed), 64):
+            assert listed[i].read_state() == whole[i]
