@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from .._record_codec import fill_versions, referred_versions
 from .._state import PartStatus, Version
 from .._state_codec import fold as codec_fold
+from .._state_codec import is_head, resolve, wanted_versions
 from ._records import (
     VERSION_COST,
     Checkpoint,
@@ -171,22 +172,44 @@ class ReadsSQL(SQLCore):
             yield int(row[0]), int(row[1]), rec, f
 
     def iter_checkpoints(self, run_id: str) -> Iterator[Checkpoint]:
-        # As ``iter_fields``, with each row's created_at: a Checkpoint whose state is read
-        # when first read (from its snapshot), whose fields are folded as the pages come.
+        # As ``iter_fields``, with each row's created_at; a page's states are folded each on
+        # the one before (not each chain read again from its snapshot) and its versions read
+        # in one go, when one of them is first read, those the page before read kept: a
+        # reader of every state (the exports) costs a few statements a page, not ~11 a
+        # checkpoint, and a reader of records and fields alone folds and reads no state.
         loader = self._loader(run_id)
-        for (seq, cycle, _state, _raw, base, at), rec, f in self._folded_pages(
-            run_id, self._q.checkpoint_page
-        ):
-            yield Checkpoint(
-                run_id,
-                int(seq),
-                int(cycle),
-                functools.partial(self._state_at, run_id, int(seq), int(base)),
-                rec,
-                at,
-                loader,
-                f,
-            )
+        task = self._task_reader(run_id)
+        after = -1
+        f: Mapping[str, Any] = {}
+        prev: _PageStates | None = None
+        while True:
+            with self._conn() as conn:
+                rows = conn.execute(self._q.checkpoint_page, (run_id, after, self.PAGE)).fetchall()
+                records = [self._stored_record(r[3], run_id, r[0]) for r in rows]
+                self._fill_versions(conn, run_id, records)
+            deltas: list[tuple[int, int, dict[str, Any]]] = []
+            fields: list[Mapping[str, Any]] = []
+            for row in rows:
+                state = self._stored_object(row[2], run_id, row[0], "state")
+                own = own_fields(state)
+                f = own if int(row[0]) == int(row[4]) else codec_fold(f, [own])
+                deltas.append((int(row[0]), int(row[4]), state))
+                fields.append(f)
+            page = prev = _PageStates(self, run_id, after, deltas, task, prev)
+            for i, (row, rec) in enumerate(zip(rows, records, strict=True)):
+                yield Checkpoint(
+                    run_id,
+                    int(row[0]),
+                    int(row[1]),
+                    functools.partial(page.state, i),
+                    rec,
+                    row[5],
+                    loader,
+                    fields[i],
+                )
+            if len(rows) < self.PAGE:
+                return
+            after = int(rows[-1][0])
 
     def iter_records(self, run_id: str) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
         after = -1
@@ -368,3 +391,72 @@ class ReadsSQL(SQLCore):
             (run_id, before_id, *sorted(cycles)),
         )
         return {int(c): int(n) for c, n in rows}
+
+
+class _PageStates:
+    """The states of one page of ``iter_checkpoints``, folded and resolved when one of them
+    is first read: each head folded on the one before (the page before's last, or the chain
+    from the snapshot read when that page is gone), resolved against the versions the heads
+    hold, read in one go but for those the page before read."""
+
+    __slots__ = ("_after", "_deltas", "_heads", "_prev", "_run_id", "_store", "_task", "_versions")
+
+    def __init__(
+        self,
+        store: ReadsSQL,
+        run_id: str,
+        after: int,
+        deltas: list[tuple[int, int, dict[str, Any]]],
+        task: Callable[[], Any],
+        prev: _PageStates | None,
+    ) -> None:
+        self._store, self._run_id, self._after, self._task = store, run_id, after, task
+        self._deltas = deltas  # (seq, base, stored state) of each row
+        # the page before, for its last head and its versions (dropped once this page is
+        # read); the one before that is cut off: a reader of no state holds two pages
+        self._prev = prev
+        if prev is not None:
+            prev._prev = None
+        self._heads: list[dict[str, Any]] | None = None
+        self._versions: dict[tuple[str, int], VersionRow] = {}
+
+    def state(self, i: int) -> dict[str, Any]:
+        head = self._read()[i]
+        if not is_head(head):
+            return head  # a full state of an older schema: nothing to resolve
+        return resolve(head, self._versions, self._task)
+
+    def _last(self) -> dict[str, Any]:
+        return self._read()[-1]
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self._heads is not None:
+            return self._heads
+        prev, heads = self._prev, []
+        head: dict[str, Any] = {}
+        for k, (seq, base, state) in enumerate(self._deltas):
+            if seq == base:
+                head = state
+            else:
+                if k == 0:
+                    head = prev._last() if prev is not None else self._chain(base)
+                head = codec_fold(head, [state])
+            heads.append(head)
+        wanted: set[tuple[str, int]] = set()
+        for h in heads:
+            if is_head(h):
+                wanted |= wanted_versions(h)
+        before = prev._versions if prev is not None else {}
+        have = {k: v for k, v in before.items() if k in wanted}
+        missing = wanted - have.keys()
+        if missing:
+            for v in self._store._version_rows(self._run_id, keys=missing):
+                have[(v[0], int(v[1]))] = v
+        self._heads, self._versions, self._prev = heads, have, None
+        return heads
+
+    def _chain(self, base: int) -> dict[str, Any]:
+        """The head of the row before this page (``after``): its chain from the snapshot
+        ``base``, read again (the page before is gone: read by no state in time)."""
+        rows = self._store._rows_between(self._run_id, base, self._after)
+        return codec_fold(rows[0].state, [r.state for r in rows[1:]]) if rows else {}

@@ -420,6 +420,20 @@ class SQLiteStore(SQLStore):
         else:
             conn.executemany(sql, rows)
 
+    def _version_keys(
+        self, conn: sqlite3.Connection, run_id: str, keys: Collection[tuple[str, int]]
+    ) -> list[Any]:
+        # One statement for many keys (a page of checkpoints' versions): each arm a primary-key
+        # lookup, joined by UNION ALL (under any build's limits on bound parameters, 999, and
+        # on a compound select's arms, 500).
+        ks = list(keys)
+        rows: list[Any] = []
+        for i in range(0, len(ks), 300):
+            chunk = ks[i : i + 300]
+            sql = " UNION ALL ".join([self._q.version_by_key] * len(chunk))
+            rows.extend(conn.execute(sql, [x for ref, n in chunk for x in (run_id, ref, n)]))
+        return rows
+
     def _fence_batch(
         self, conn: sqlite3.Connection, run_ids: Sequence[str]
     ) -> dict[str, tuple[int, Any]]:
