@@ -2,7 +2,8 @@
 scenarios from ``--start`` for ``--seeds`` seeds, each on a fresh SQLite store, ``--jobs``
 processes; prints every broken property with its seed, what the runs went through (stop
 reasons, check-only cycles, questions answered with an edit beside, denied requests' cycles,
-forks, cycles a budget ended inside, unknown costs), and exits 1 on any broken property.
+forks, cycles a budget ended inside, unknown costs), and exits 1 on any broken property. A
+run past ``CYCLE_CAP`` cycles is one ("RunNeverEnds: a run that never ends"), not a hang.
 ``python bench/stop_scenarios.py [--start N] [--seeds N] [--jobs N]``. A failing seed
 replays alone: ``--start SEED --seeds 1``."""
 

@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.stop_scenarios import Scenario, Step, check_run, play, run_seed, show_json
+from support.stop_scenarios import (
+    CYCLE_CAP,
+    Scenario,
+    Step,
+    check_run,
+    play,
+    play_and_check,
+    run_seed,
+    show_json,
+)
 
 import loopwright as lw
 from loopwright.replay import simulate, trace_of_run
@@ -199,3 +208,28 @@ def test_a_fork_past_its_lower_cap_says_no_edit_was_judged_unless_one_was(
         "stopped after 5 cycles (1 of them judged a person's edit, with no actor call: not "
         "counted): the cycle budget of 2 is used up"
     ), said
+
+
+def test_a_run_that_never_ends_is_a_broken_property_not_a_hang(tmp_path: Path) -> None:
+    """Seed 200615 (stop49): a free actor scoring 0.9 of a required 1.0, a $0.01 check and a
+    $0.50 budget its only exit. Cycle 1 accepts the actor's part (its checks pass, the score
+    short of success), so every later proposal writes a part no longer the actor's to change:
+    refused, no check run, $0 spent. The budget is never reached and the run never ends (the
+    sweep ran 34 minutes and wrote 1.87 GB). The harness stops such a run at ``CYCLE_CAP``
+    cycles and reports it as a broken property, at the same cycle every time."""
+    url = str(tmp_path / "s.db")
+    sc = _scenario(
+        seed=200615,
+        steps=(Step("edit", 0.9, 0.0, 0),),
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cost_usd=0.5)),
+        held_cost=None,
+        pass_at=0.8,
+        moves=("deny",),
+    )
+    broken = play_and_check(sc, url)
+    assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
+    assert f"still going at cycle {CYCLE_CAP + 1}" in broken[0]
+    with lw.Runtime(url) as rt:
+        [rec] = rt.store.list_runs()
+    # the cycles the harness let it run, and only cycle 1's check paid
+    assert (rec.status, rec.cycle, rec.cost_usd) == ("running", CYCLE_CAP, 0.01)

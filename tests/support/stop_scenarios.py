@@ -42,6 +42,26 @@ from loopwright.replay._simulate import _own_budget, _success
 
 SCORES = (0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0)
 
+# The most cycles a run of a scenario may take before the harness calls it one that never
+# ends: the longest legitimate one is a $3.00 budget at $0.01 a cycle (300 cycles, forks
+# inheriting their origin's spend). A run past it is reported as a broken property, not run
+# until the disk fills (seed 200615 went on for 34 minutes and 1.87 GB).
+CYCLE_CAP = 1000
+
+
+class NeverEnds(BaseException):
+    """A run went past ``CYCLE_CAP`` cycles: raised by the actor, out of the engine (a
+    ``BaseException``, so the engine does not take it for the actor's error and escalate)."""
+
+
+class RunNeverEnds(Exception):
+    """What ``play`` raises for ``NeverEnds``: the broken property "every run ends", with the
+    runs made so far (``run_seed`` and the bench report it as a finding)."""
+
+    def __init__(self, message: str, runs: list[str]) -> None:
+        super().__init__(message)
+        self.runs = runs
+
 
 @dataclass(frozen=True)
 class Step:
@@ -174,6 +194,8 @@ def _score(value: Any) -> float:
 
 def loop(sc: Scenario, contract: lw.Contract | None = None) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle > CYCLE_CAP:
+            raise NeverEnds(f"a run still going at cycle {ctx.cycle} (cap {CYCLE_CAP})")
         step = sc.steps[(ctx.cycle - 1) % len(sc.steps)]
         usage = lw.Usage(step.cost, step.tokens)
         effects = (note.call(n=ctx.cycle),) if note is not None else ()
@@ -246,8 +268,22 @@ TASK = {"artifacts": {"doc": {"a": "0.0:0", "p": "", "r": "", "n": ""}}}
 
 
 def play(sc: Scenario, url: str) -> list[str]:
-    """Run the scenario on the store at ``url``; the ids of every run it made."""
+    """Run the scenario on the store at ``url``; the ids of every run it made.
+    ``RunNeverEnds`` when a run goes past ``CYCLE_CAP`` cycles."""
     runs: list[str] = []
+    try:
+        return _play(sc, url, runs)
+    except NeverEnds as exc:
+        where = f"run {runs[-1]}" if runs else "the first run"
+        raise RunNeverEnds(
+            f"a run that never ends: {where} of seed {sc.seed} ({exc}; its contract's "
+            f"exits: {sc.contract.budget}, no_progress={sc.contract.no_progress}, "
+            f"marginal_return={sc.contract.marginal_return})",
+            runs,
+        ) from None
+
+
+def _play(sc: Scenario, url: str, runs: list[str]) -> list[str]:
     forks = iter(sc.fork_contracts)
     task: dict[str, Any] = {
         "artifacts": {"doc": {**TASK["artifacts"]["doc"], "p": f"{sc.person_start}:0"}},
@@ -464,8 +500,16 @@ def _mean_paid(trace: RunTrace, inh: dict[str, Any], *, tokens: bool = False) ->
 
 def run_seed(seed: int, url: str) -> list[str]:
     """Every property broken by ``seed``'s runs (empty: none)."""
-    sc = scenario(seed)
+    return play_and_check(scenario(seed), url)
+
+
+def play_and_check(sc: Scenario, url: str) -> list[str]:
+    """Every property broken by the scenario's runs (a run that never ends among them)."""
+    try:
+        runs = play(sc, url)
+    except RunNeverEnds as exc:
+        return [str(exc)]
     broken: list[str] = []
-    for run_id in play(sc, url):
+    for run_id in runs:
         check_run(sc, url, run_id, broken.append)
     return broken
