@@ -1,5 +1,5 @@
 """Expiry, reuse and lease-release kill trials, many (kill49): every trial of
-``tests/integration/expirykill/trial.py`` (``all_trials``: each scenario at each kill point),
+``tests/integration/expirykill/expiry_trial.py`` (``all_trials``: each scenario at each kill point),
 ``--rounds`` times, on a store (a fresh SQLite file or PostgreSQL schema per trial), ``--jobs``
 trials at once; prints each trial and the counts (trials, processes killed, trials broken),
 and exits 1 on any broken rule.
@@ -19,7 +19,7 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "expirykill")
 )
 
-from trial import all_trials, run_trial
+from expiry_trial import all_trials, run_trial
 
 
 def _drop(url: str, schema: str) -> None:

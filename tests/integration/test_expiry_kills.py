@@ -1,10 +1,10 @@
 """SIGKILL on the stop-49 paths (kill49), real processes killed at deterministic points
-(``expirykill/runner.py``: the engine's phase boundaries and the store calls it wraps; no
+(``expirykill/expiry_runner.py``: the engine's phase boundaries and the store calls it wraps; no
 timing), SQLite and PostgreSQL: a worker recording a request expired, claiming the run and
 escalating it (killed after the record, after the claim, inside the escalation's commit); a
 person's decision and a worker's expiry record, one killed between them; a reuse-only effect
 killed at each of its phases while its origin's refund runs; edit, rollback and cancel killed
-with the lease taken. What each must keep: ``expirykill/trial.py``.
+with the lease taken. What each must keep: ``expirykill/expiry_trial.py``.
 
 A trial is several processes (seconds each on a loaded machine): the suite plays a few;
 ``LW_EXPIRY_KILLS=N`` plays N spread over every trial, ``all`` every one
@@ -33,8 +33,8 @@ from loopwright.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "expirykill"))
 
-from runner import TASK, Paid, make_loop, overdue, wire
-from trial import Trial, all_trials, check_decided, run_trial
+from expiry_runner import TASK, Paid, make_loop, overdue, wire
+from expiry_trial import Trial, all_trials, check_decided, run_trial
 
 # The suite's share: the escalation killed inside its commit (its packet written, not
 # committed), then another worker's pass.

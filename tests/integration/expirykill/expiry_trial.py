@@ -1,5 +1,5 @@
 """Expiry, reuse and lease-release kill trials (kill49), driven from outside with real processes
-(``runner.py``) SIGKILLed at deterministic points; shared by ``test_expiry_kills.py`` and
+(``expiry_runner.py``) SIGKILLed at deterministic points; shared by ``test_expiry_kills.py`` and
 ``bench/expiry_kills.py``.
 
 Each scenario plays its steps on a fresh store and returns what ``check`` must find; ``check``
@@ -35,10 +35,10 @@ import loopwright as lw
 from loopwright.store import open_store
 
 HERE = Path(__file__).resolve().parent
-RUNNER = HERE / "runner.py"
+RUNNER = HERE / "expiry_runner.py"
 sys.path.insert(0, str(HERE))
 
-from runner import Paid, overdue  # noqa: E402
+from expiry_runner import Paid, overdue  # noqa: E402
 
 ENDED = ("accepted", "stopped", "escalated", "failed", "cancelled")
 

@@ -1,4 +1,4 @@
-"""One process of an expiry/reuse kill trial (kill49): ``runner.py DB WORK ACTION [KEY] [ARG]``.
+"""One process of an expiry/reuse kill trial (kill49): ``expiry_runner.py DB WORK ACTION [KEY] [ARG]``.
 
 Actions: ``run KEY`` (start the run of task KEY, or resume it), ``worker`` (one worker pass:
 ``Worker.run(once=True)``), ``overdue KEY`` (KEY's pending requests are past their expiry on
