@@ -408,6 +408,20 @@ class Contract:
             and self.marginal_return is not None
         )
 
+    @property
+    def spend_only(self) -> bool:
+        """Every exit besides success counts money or tokens (no cycle cap, task cap, time
+        budget or no_progress rule): a run whose cycles spend nothing — a plain function's
+        actor, a proposal refused again and again — is never ended by it (``Loop`` says so)."""
+        b = self.budget
+        return (
+            b.max_cycles is None
+            and b.max_cycles_key is None
+            and b.max_seconds is None
+            and self.no_progress is None
+            and (b.max_cost_usd is not None or b.max_tokens is not None)
+        )
+
     def refuse_for_a_run(self) -> None:
         """Where a run is given this contract (a loop built, a fork): ``ConfigError`` for a
         contract no run can work under (a snapshot of one still loads, and replay reads one):

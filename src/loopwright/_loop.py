@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,6 +185,16 @@ class Loop:
                 field="verifiers",
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
+        if self.contract.spend_only:
+            # Said, not refused: money-only contracts are common and work while cycles cost
+            # something; a run whose cycles are free never ends under one (stop 49's seed
+            # 200615: an accepted part proposed again, refused, $0 a cycle, for ever).
+            logging.getLogger("loopwright.runs").warning(
+                "loop %r: the contract's only exits besides success are spend budgets "
+                "(max_cost_usd, max_tokens): a run whose cycles spend nothing would never "
+                "stop; add max_cycles, max_seconds or a no_progress rule",
+                self.name,
+            )
         for rule in self.contract.risk:
             if callable(rule.check):
                 where = f"contract.risk.{rule.name}.check"
