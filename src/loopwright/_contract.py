@@ -388,10 +388,17 @@ class Contract:
                 )
         object.__setattr__(self, "risk", shapes.tuple_of(self.risk, RiskRule, "contract.risk"))
         if not self.budget.bounded and self.no_progress is None and self.marginal_return is None:
+            keyed = self.budget.max_cycles_key
             raise ConfigError(
                 "the contract has no exit besides success: set a budget (max_cycles, "
                 "max_cost_usd, max_tokens or max_seconds), a no_progress or a marginal_return "
-                "rule",
+                "rule"
+                + (
+                    f" (max_cycles_key {keyed!r} alone is not one: a task without that key "
+                    "would run without a limit; max_cycles beside it is the cap of such a task)"
+                    if keyed
+                    else ""
+                ),
                 field="contract.budget",
             )
         names = [r.name for r in self.risk]

@@ -61,3 +61,14 @@ def test_a_contract_with_another_exit_is_not_said(
     with caplog.at_level(logging.WARNING, logger="loopwright.runs"):
         _loop(contract)
     assert [r for r in caplog.records if r.name == "loopwright.runs"] == []
+
+
+def test_a_task_cap_alone_is_refused_saying_why() -> None:
+    """A contract whose only limit is ``max_cycles_key`` was refused with "set a budget
+    (max_cycles, …)", which never said why the key it had was not one (review49b)."""
+    with pytest.raises(lw.ConfigError) as err:
+        lw.Contract(budget=lw.Budget(max_cycles_key="limits.cycles"))
+    said = str(err.value)
+    assert "no exit besides success" in said
+    assert "max_cycles_key 'limits.cycles' alone is not one" in said
+    assert "a task without that key would run without a limit" in said
