@@ -8,13 +8,13 @@ against a real v18 store, not one built by the migrating code itself."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.release_stores import copied_store
 
 import loopwright as lw
 from loopwright.store._schema import SQLITE_MIGRATIONS
@@ -55,15 +55,7 @@ def _rows(db: Path, columns: dict[str, list[str]] | None = None) -> dict[str, An
 
 @pytest.fixture
 def old_store(tmp_path: Path) -> Path:
-    db = tmp_path / "loopwright.db"
-    shutil.copy(FIXTURE, db)
-    raw = sqlite3.connect(db)
-    (version,) = raw.execute(
-        "SELECT value FROM loopwright_meta WHERE key='schema_version'"
-    ).fetchone()
-    raw.close()
-    assert version == "18"  # really the release's layout
-    return db
+    return copied_store(FIXTURE, tmp_path, "18")  # really the release's layout
 
 
 def _fixture_loop() -> lw.Loop:

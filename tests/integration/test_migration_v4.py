@@ -5,11 +5,11 @@ and its unfinished run resumes onto the new layout. The fixture was made by that
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+from support.release_stores import copied_store
 
 import loopwright as lw
 from loopwright.store._schema import SQLITE_MIGRATIONS
@@ -19,15 +19,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "v3_store" / "loopwrigh
 
 @pytest.fixture
 def old_store(tmp_path: Path) -> Path:
-    db = tmp_path / "loopwright.db"
-    shutil.copy(FIXTURE, db)
-    raw = sqlite3.connect(db)
-    (version,) = raw.execute(
-        "SELECT value FROM loopwright_meta WHERE key='schema_version'"
-    ).fetchone()
-    raw.close()
-    assert version == "3"  # really the old layout
-    return db
+    return copied_store(FIXTURE, tmp_path, "3")  # really the old layout
 
 
 def test_a_v3_store_migrates_and_reads_back_as_it_was(old_store: Path) -> None:

@@ -13,6 +13,16 @@ import pytest
 import loopwright as lw
 
 
+def _loop() -> lw.Loop:
+    """Three cycles that never pass: a commit, and a callback, after each."""
+    return lw.Loop(
+        name="progress",
+        actor=lambda ctx: lw.Proposal.edit("doc", {"n": ctx.cycle}),
+        verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=False, score=0.1))],
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+
+
 def test_a_failing_progress_callback_is_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -22,12 +32,7 @@ def test_a_failing_progress_callback_is_logged_once(
         calls.append(rec.cycle)
         raise AttributeError("'RunRecord' object has no attribute 'cycles'")
 
-    loop = lw.Loop(
-        name="progress",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"n": ctx.cycle}),
-        verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=False, score=0.1))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
+    loop = _loop()
     with (
         caplog.at_level(logging.WARNING, logger="loopwright.runs"),
         lw.Runtime(tmp_path / "s.db", on_progress=progress) as rt,
@@ -50,12 +55,7 @@ def test_a_store_read_failing_before_the_callback_is_not_said_as_its_error(
     def progress(rec: lw.RunRecord) -> None:
         raise AttributeError("'RunRecord' object has no attribute 'cycles'")
 
-    loop = lw.Loop(
-        name="progress",
-        actor=lambda ctx: lw.Proposal.edit("doc", {"n": ctx.cycle}),
-        verifiers=[lw.Check(fn=lambda state, proposal: lw.Verdict(passed=False, score=0.1))],
-        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
-    )
+    loop = _loop()
     with (
         caplog.at_level(logging.WARNING, logger="loopwright.runs"),
         lw.Runtime(tmp_path / "s.db", on_progress=progress) as rt,
