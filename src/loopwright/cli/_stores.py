@@ -31,29 +31,14 @@ def _source(url: str | None) -> str:
     return "$LOOPWRIGHT_STORE" if os.environ.get("LOOPWRIGHT_STORE") else "the default store"
 
 
-def _resolved(url: str | None) -> str:
-    """``resolve_store_url``, refusing a ``$LOOPWRIGHT_STORE`` of blanks only (``export
-    LOOPWRIGHT_STORE=" "``): it named a file " " in the working folder, which ``run`` created
-    as a new store, invisible in ``ls`` (outside49), where ``--store " "`` is refused."""
-    from ..store import resolve_store_url
-
-    env = os.environ.get("LOOPWRIGHT_STORE")
-    if url is None and env and not env.strip():
-        raise ConfigError(
-            f"is blank ({env!r}); set it to a store URL or path, or unset it for the default store",
-            field="$LOOPWRIGHT_STORE",
-        )
-    return resolve_store_url(url)
-
-
 def existing_store(url: str | None) -> str:
     """The store URL to use (``--store``, else ``$LOOPWRIGHT_STORE``, else the default file),
     refused with a one-line error when it names an SQLite file, or a PostgreSQL schema
     (``?schema=NAME``), that does not exist: opening either would create it."""
-    from ..store import check_store_exists
+    from ..store import check_store_exists, resolve_store_url
 
     return check_store_exists(
-        _resolved(url),
+        resolve_store_url(url),
         no_file=lambda path: ConfigError(
             f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"
@@ -81,9 +66,9 @@ def creatable_store(url: str | None) -> str:
     is per store). The default store's folder (``./.loopwright``) is loopwright's own: made
     when missing, also for another store file named in it (``_store_folder``)."""
     from .._store_folder import missing_store_folder
-    from ..store import DEFAULT_STORE
+    from ..store import DEFAULT_STORE, resolve_store_url
 
-    resolved = _resolved(url)
+    resolved = resolve_store_url(url)
     missing = missing_store_folder(resolved)
     if missing is None:
         return resolved
@@ -101,9 +86,9 @@ def open_or_create(url: str | None, refuse_new: str | None = None) -> tuple[Stor
     """``open_store`` for a command that may start a store (adding its first user, before any
     run): the store and, when it was created now, the file it created (to say so).
     ``refuse_new``: the reason this call may not create one (nothing is created then)."""
-    from ..store import open_store, sqlite_file
+    from ..store import open_store, resolve_store_url, sqlite_file
 
-    resolved = _resolved(url)
+    resolved = resolve_store_url(url)
     path = sqlite_file(resolved)
     new = path if path and path != ":memory:" and not Path(path).exists() else None
     if new is not None and refuse_new:

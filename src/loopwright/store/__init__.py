@@ -63,8 +63,19 @@ DEFAULT_STORE = ".loopwright/loopwright.db"
 
 
 def resolve_store_url(url: str | None = None) -> str:
-    """The store to use: the argument, else ``LOOPWRIGHT_STORE``, else the default file."""
-    return url or os.environ.get("LOOPWRIGHT_STORE") or DEFAULT_STORE
+    """The store to use: the argument, else ``LOOPWRIGHT_STORE``, else the default file. A
+    ``LOOPWRIGHT_STORE`` of blanks only (``export LOOPWRIGHT_STORE=" "``) is a ``ConfigError``:
+    it named a file " " in the working folder, made a new store invisible in ``ls``
+    (outside49; refused here, where ``Runtime``, the CLI and every reader resolve it)."""
+    if url:
+        return url
+    env = os.environ.get("LOOPWRIGHT_STORE")
+    if env and not env.strip():
+        raise ConfigError(
+            f"is blank ({env!r}); set it to a store URL or path, or unset it for the default store",
+            field="$LOOPWRIGHT_STORE",
+        )
+    return env or DEFAULT_STORE
 
 
 def sqlite_url_path(url: str) -> str | None:
