@@ -233,3 +233,42 @@ def test_a_cancel_during_a_cycle_that_parks_closes_its_request(store_url: str) -
         assert results[0].status == "cancelled"
         assert [a.status for a in rt.store.approvals(run_id=results[0].run_id)] == ["cancelled"]
         assert [r.status for r in results[1:]] == ["awaiting_approval"] * 2
+
+
+def test_a_later_commit_of_a_run_whose_earlier_one_failed_in_the_batch_is_not_written(
+    store_url: str,
+) -> None:
+    """A grouped run queues its next commit before the last is durable, so one batch can hold
+    two commits of one run. The later one is a delta on the earlier: if the earlier is refused
+    alone (slow path, one savepoint a commit), writing the later would leave a checkpoint
+    chain with a hole (review50a). The other run's commit is still written."""
+    loop = _loop()
+    with lw.Runtime(store_url) as rt:
+        a, _ = rt.create(loop, _tasks(1)[0], task_key="a")
+        b, _ = rt.create(loop, _tasks(1)[0], task_key="b")
+    st = open_store(store_url)
+    try:
+        ta = st.acquire_lease(a.run_id, "x:1:a", 60)
+        tb = st.acquire_lease(b.run_id, "x:1:b", 60)
+        state = st.latest_checkpoint(a.run_id).state
+
+        def req(run_id: str, token: int, seq: int, run: dict[str, object]) -> CommitRequest:
+            return CommitRequest(
+                run_id, token, seq, seq - 1, state, None, [NewEvent(seq - 1, "x", {})], run
+            )
+
+        out = st.commit_many(
+            [
+                req(a.run_id, ta, 1, {"status": "running", "no_such_column": 1}),
+                req(a.run_id, ta, 2, {"status": "running"}),
+                req(b.run_id, tb, 1, {"status": "running"}),
+            ]
+        )
+        assert isinstance(out[0], lw.StoreError)
+        assert isinstance(out[1], lw.StoreError)
+        assert "earlier commit" in str(out[1])
+        assert out[2] is False
+        assert [c.seq for c in st.checkpoints(a.run_id)] == [0]
+        assert [c.seq for c in st.checkpoints(b.run_id)] == [0, 1]
+    finally:
+        st.close()

@@ -116,7 +116,7 @@ class CommitSQL(ReadsSQL):
         then one ``executemany`` per table. A bad column set, a run twice in the batch, or a
         value the database refuses (a duplicate checkpoint or request, a number out of range)
         takes the slow path instead: one savepoint per commit, so each failure is its own
-        run's. A failure of the database itself (locked, disk full, a lost connection) fails
+        run's (and a run's later commits in the batch, deltas on the failed one, are not written). A failure of the database itself (locked, disk full, a lost connection) fails
         the whole batch, as one transaction."""
         if not items:
             return []
@@ -136,12 +136,25 @@ class CommitSQL(ReadsSQL):
             except BatchRefused:
                 pass  # nothing was written: commit by commit, below
         out: list[bool | StoreError] = []
+        # A grouped run queues its next commit before the last is durable: a later commit of
+        # a run is a delta on its earlier one, so once one fails the later are not written
+        # (written, they would leave a hole in the run's checkpoint chain).
+        failed_runs: set[str] = set()
         with self._tx() as conn:
             for it in items:
+                if it.run_id in failed_runs:
+                    out.append(
+                        StoreError(
+                            f"run {it.run_id}: commit of checkpoint {it.seq} not written: an "
+                            "earlier commit of this run in the same batch failed"
+                        )
+                    )
+                    continue
                 try:
                     with self._savepoint(conn):
                         ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
                 except StoreError as exc:  # rolled back to its savepoint; the others go on
+                    failed_runs.add(it.run_id)
                     out.append(exc)
                     continue
                 except Exception as exc:
@@ -149,6 +162,7 @@ class CommitSQL(ReadsSQL):
                         f"run {it.run_id}: commit failed: {exc}"
                     )
                     failed.__cause__ = exc
+                    failed_runs.add(it.run_id)
                     out.append(failed)
                     continue
                 out.append(ok)
