@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.crash import Crash, phase_hook
 
 import loopwright as lw
 from loopwright.store import Store
@@ -351,3 +352,33 @@ def test_a_rollback_keeps_the_values_records_named_in_earlier_versions(url: str)
     }
     # the new cycles name theirs (cycle 6 the version it wrote, 7 and 8 the same one again)
     assert len(later) == 3 and not any("lorem ipsum" in str(row[0]) for row in later)
+
+
+def test_values_sent_again_read_back_whole_across_crashes(url: str) -> None:
+    # review50a: the value sent again names a version an earlier commit wrote (or one going
+    # with its own); no crash test sent a value again. The draft changes every other cycle and
+    # comes back to an earlier text (cycles 3, 5, 7 send theirs again: named; 4 and 6 go back
+    # to an older text: a new version). Crashes after a commit, before one and after the
+    # actor (each in a runtime of its own), then the run to its end: every record reads back
+    # what its cycle proposed, none holds the text, and the part's versions are an
+    # uninterrupted run's.
+    def value(cycle: int) -> str:
+        return draft("R", (cycle // 2) % 2)
+
+    happened = 0
+    for crash in [("after_checkpoint", 2), ("before_checkpoint", 3), ("after_actor", 4), None]:
+        with lw.Runtime(url) as rt:
+            rt._on_phase = phase_hook(crash)
+            try:
+                r = rt.run_sync(_loop("R", 8, [], again=value), TASK, task_key="k")
+            except Crash:
+                happened += 1
+                continue
+            assert (r.cycles, happened) == (8, 3)
+            raw = _raw_records(rt.store, r.run_id)
+            assert raw and not any("lorem ipsum" in text for text in raw)
+            expect = {c: [("body", value(c)), ("title", f"R{c}")] for c in range(1, 9)}
+            _read_back_whole(rt.store, r.run_id, expect)
+            body = r.state.part("doc/body")
+            assert body is not None
+            assert [v.value for v in body.versions] == ["", *[value(c) for c in (1, 2, 4, 6, 8)]]

@@ -210,3 +210,38 @@ def test_states_read_last_first_over_many_pages_are_the_states(url: str) -> None
         listed = list(st.iter_checkpoints(run_id))
         for i in range(0, len(listed), 64):
             assert listed[i].read_state() == whole[i]
+
+
+@pytest.mark.parametrize(("every", "edge"), [(30, 31), (31, 32), (33, 34)])
+def test_states_at_page_edges_are_each_chain_folded_whole(url: str, every: int, edge: int) -> None:
+    """review50a: a snapshot (at ``edge``: seq 1, then every ``every``) as a page's last row
+    (31), as the next page's first (32) and one row past it (34: that page opens on a delta
+    whose snapshot is in the page before), a rollback into the first page and a fork from the
+    second, each state compared with its chain read from its snapshot (``_state_at``, the
+    reader before export49), read in order and last first."""
+
+    def loop(cycles: int) -> lw.Loop:
+        return lw.Loop(
+            name="edges",
+            actor=lambda ctx: lw.Proposal.edit("doc", {f"p{ctx.cycle % 3}": {"v": ctx.cycle}}),
+            verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=False, score=0.5), name="c")],
+            contract=lw.Contract(budget=lw.Budget(max_cycles=cycles)),
+        )
+
+    task = {"artifacts": {"doc": {f"p{i}": {} for i in range(3)}}}
+    with lw.Runtime(url, snapshot_every=every) as rt:
+        r = rt.run_sync(loop(70), task, task_key="t")
+        fork = rt.fork(r.run_id, 40, loop=loop(110))
+        rt.resume_sync(fork.run_id, loop(110))
+        rt.rollback(r.run_id, 20, by="ana", loop=loop(70))
+        rt.resume_sync(r.run_id, loop(90))
+        st = rt.store
+        for run_id in (r.run_id, fork.run_id):
+            rows = st._checkpoint_rows(run_id, latest=False)
+            assert len(rows) > 2 * 32
+            if run_id == r.run_id:  # the snapshot the parameter places at a page's edge
+                assert [row.seq for row in rows if row.seq == row.base][:3] == [0, 1, edge]
+            whole = [st._state_at(run_id, row.seq, row.base) for row in rows]
+            assert [c.read_state() for c in st.iter_checkpoints(run_id)] == whole
+            listed = list(st.iter_checkpoints(run_id))
+            assert [c.read_state() for c in reversed(listed)][::-1] == whole

@@ -139,3 +139,18 @@ def test_is_async_remembers_functions_and_methods_and_answers_as_inspect() -> No
 
     gc.collect()
     assert len(_async_functions) <= n - 2  # a function that dies leaves the cache
+
+
+def test_escaped_twice_is_the_escaper_twice_for_every_code_point() -> None:
+    # review50a: each of the first 2,048 characters alone (every ASCII one on orjson's path,
+    # DEL on the escaper's), every other one in a run of 64 (surrogates included), and texts
+    # long enough to be remembered, read twice
+    texts = [chr(c) for c in range(0x800)]
+    texts += ["".join(map(chr, range(c, c + 64))) for c in range(0x800, 0x110000, 64)]
+    for t in texts:
+        assert _digest_text.escaped_twice(t) == ascii_json(ascii_json(t)).encode(), ascii(t)
+    for ch in ["\x00", "\x1f", '"', "\\", "/", "\x7f", "\u2028", "\ud83d", "\U0001f600"]:
+        v = "a" * 1100 + ch * 3
+        want = ascii_json(ascii_json(v)).encode()
+        assert _digest_text.escaped_twice(v) == want
+        assert _digest_text.escaped_twice("".join([v[:7], v[7:]])) == want  # remembered
