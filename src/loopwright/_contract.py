@@ -271,7 +271,7 @@ class MarginalReturn:
         return (succ + a) / (trials + a + b)
 
 
-RiskCheck = Callable[..., "str | Awaitable[str | None] | None"]
+RiskCheck = Callable[..., "str | bool | Awaitable[str | bool | None] | None"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -283,9 +283,10 @@ class RiskRule:
         touches: glob patterns on ``artifact/part``: a proposal changing a matching part pauses.
         findings: finding dimensions (from visible verifiers) that pause, e.g.
             ``"conflicting_evidence"``.
-        check: a callable ``(state, proposal, verdicts) -> str | None`` (sync or async)
-            returning a reason to pause, or a ``"module:attr"`` / ``"file.py:attr"`` reference
-            to one. It is called as the loop's reflector is: off the event loop, under the
+        check: a callable ``(state, proposal, verdicts) -> str | bool | None`` (sync or
+            async) returning a reason to pause (``True``: pause for ``reason``; ``None``,
+            ``False`` or ``""``: no pause), or a ``"module:attr"`` / ``"file.py:attr"``
+            reference to one. It is called as the loop's reflector is: off the event loop, under the
             actor's timeout or the time budget left (60 s when neither is set); one that
             raises or times out escalates the run, naming the rule (docs/concepts.md).
         reason: why this needs a person, in words.

@@ -426,6 +426,13 @@ def effect(
 
     An actor asks for it with ``Proposal(effects=[pay.call(invoice="A-1", amount=120.0)])``.
     """
+    if callable(kind):  # a bare ``@effect`` above a def: the function came as the kind
+        fn_name = getattr(kind, "__name__", "the function")
+        raise ConfigError(
+            f'@effect needs the effect\'s kind: write @effect("spend") (or "publish", '
+            f'"send", ...) above def {fn_name}, not a bare @effect',
+            field=f"effects.{fn_name}.kind",
+        )
 
     def wrap(fn: EffectFn) -> Effect:
         return Effect(

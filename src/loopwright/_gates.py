@@ -252,7 +252,12 @@ class Gates(RuntimeHost):
                     raise rules.RiskCheckFailed(rule.name, exc) from exc
                 if not got:
                     continue
-                why = str(got)
+                # a predicate's True says "pause", not why: the rule's reason is the why
+                why = (
+                    (rule.reason or f"{who} says the proposal needs a person")
+                    if got is True
+                    else str(got)
+                )
             return rule, why
         return None
 

@@ -34,7 +34,7 @@ from ._run_metrics import (
     run_metrics,
     stream_run_metrics,
 )
-from .store import Store, check_store_exists, open_store, resolve_store_url
+from .store import Store, existing_store_url, open_store
 from .store._base import with_newer
 
 __all__ = [
@@ -470,15 +470,4 @@ def compute_metrics(
 def _url(store: str | os.PathLike[str] | None) -> str:
     """The store to read, which must exist: opening an SQLite file that does not would create
     an empty store there, and a mistyped path reported 0 runs (leaving that file behind)."""
-    return check_store_exists(
-        resolve_store_url(os.fspath(store) if store is not None else None),
-        no_file=lambda path: ConfigError(
-            f"no store at {path}: metrics are read from an existing store (check the path)",
-            field="store",
-        ),
-        no_schema=lambda schema, database: ConfigError(
-            f"no schema {schema!r} in database {database!r}: metrics are read from an "
-            "existing store (check ?schema= in the URL)",
-            field="store",
-        ),
-    )
+    return existing_store_url(store, reads="metrics")

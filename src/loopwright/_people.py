@@ -31,6 +31,7 @@ from ._keys import unprintable
 from ._loop import Loop, check_loop
 from ._question import Question
 from ._redact import redact, redact_text
+from ._redact_logs import masked_logger
 from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
@@ -291,6 +292,7 @@ class Decisions(RuntimeHost):
                 )
                 ex.adopt(self.store, ck.state)
                 self._cancel_now(ex, f"cancelled by {by}" if by else "cancelled", by=by)
+                self._warn_not_offered(rec.run_id, loop, origin, "cancel")
         return self.store.get_run(rec.run_id)
 
     def _in_flight(self, ex: _Exec, why: str) -> list[dict[str, Any]]:
@@ -372,6 +374,19 @@ class Decisions(RuntimeHost):
                 )
             )
 
+    def _warn_not_offered(self, run_id: str, loop: Loop | None, origin: str, action: str) -> None:
+        """Tell the Python API's caller what ``_note_not_offered`` recorded (the CLI prints
+        it itself): a refund they may expect was not offered."""
+        if loop is not None or origin == "cli":
+            return
+        if self.store.count_journal(run_id, kind="effect", statuses=("done",), limit=1):
+            masked_logger("loopwright.runs").warning(
+                "run %s: no compensation of its done effects was offered, as no loop was "
+                "given: nothing they did is undone; pass loop= to Runtime.%s to offer them",
+                run_id[:12],
+                action,
+            )
+
     def rollback(
         self,
         run_id: str,
@@ -417,6 +432,7 @@ class Decisions(RuntimeHost):
                 raise
             audit(self.store, who, "rollback", on, origin=origin, to_cycle=to_cycle)
             self._rollback(rec, token, target, to_cycle, by=by.strip(), loop=loop)
+            self._warn_not_offered(rec.run_id, loop, origin, "rollback")
         return self.store.get_run(rec.run_id)
 
     def _rollback(

@@ -86,3 +86,35 @@ def test_load_spec_of_a_number_is_a_spec_error() -> None:
     with pytest.raises(lw.SpecError) as err:
         lw.load_spec(5)  # type: ignore[arg-type]
     assert err.value.field == "spec"
+
+
+def test_traces_from_store_takes_a_path_as_compute_metrics_does(tmp_path: Path) -> None:
+    """Outside probe outside50a: ``traces_from_store("runs.db")`` — the path a user gives
+    ``compute_metrics`` — was an ``AttributeError: 'str' object has no attribute 'list_runs'``
+    from inside the iterator. A path or store URL of an existing store is now read (opened
+    and closed by the iterator), as ``compute_metrics`` reads one."""
+    db = _store(tmp_path)
+    with lw.Runtime(db) as rt:
+        by_store = [t.run_id for t in replay.traces_from_store(rt.store)]
+    assert len(by_store) == 3
+    assert [t.run_id for t in replay.traces_from_store(db)] == by_store
+    assert [t.run_id for t in replay.traces_from_store(Path(db), loop="r")] == by_store
+    assert [t.run_id for t in replay.traces_from_store(f"sqlite:///{db}")] == by_store
+    assert [t.run_id for t in replay.load_source("store", db)] == by_store
+    report = replay.replay(replay.traces_from_store(db), {"tight": TIGHT})
+    assert report.recorded.runs == 3 and report.contracts[0][0].cycles == 6
+
+
+def test_traces_from_store_refuses_what_is_no_store_when_called(tmp_path: Path) -> None:
+    """A wrong store is a ``ConfigError`` naming ``store`` at the call, not at the first
+    ``next()``; a path with no store there is refused without leaving an empty store behind."""
+    with pytest.raises(lw.ConfigError) as err:
+        replay.traces_from_store(5)  # type: ignore[arg-type]
+    assert err.value.field == "store"
+    missing = tmp_path / "typo.db"
+    with pytest.raises(lw.ConfigError, match="no store at") as err:
+        replay.traces_from_store(str(missing))
+    assert err.value.field == "store"
+    with pytest.raises(lw.ConfigError, match="no store at"):
+        replay.load_source("store", missing)
+    assert not missing.exists()

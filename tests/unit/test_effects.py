@@ -70,6 +70,19 @@ def test_an_effect_needs_a_kind(kind: Any) -> None:
     assert str(err.value.field).endswith(".kind")
 
 
+def test_a_bare_effect_decorator_is_refused_where_it_is_written() -> None:
+    """``@lw.effect`` without its kind (outside probe outside50a) took the function as the
+    kind and returned the decorator: ``pay`` became a plain function, and the first
+    ``pay.call(...)``, inside an actor, was an ``AttributeError``."""
+
+    def pay(invoice: str, *, key: str) -> None: ...
+
+    with pytest.raises(lw.ConfigError, match=r'@effect\("spend"\)') as err:
+        lw.effect(pay)  # type: ignore[arg-type]
+    assert err.value.field == "effects.pay.kind"
+    assert "pay" in str(err.value)
+
+
 def test_bad_timeout_and_non_callable() -> None:
     with pytest.raises(lw.ConfigError) as err:
         lw.effect("spend", timeout_s=0)(pay.fn)

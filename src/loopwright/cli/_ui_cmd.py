@@ -32,8 +32,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound here so that a busy port or an unknown host is one line
-    (uvicorn would log a traceback and exit 3)."""
+    """The listening socket, bound and listening here so that a busy port or an unknown host
+    is one line (uvicorn would log a traceback and exit 3), and the address printed answers."""
     if not 0 <= port <= 65535:
         raise ConfigError(f"{port} is not a port (0-65535; 0 picks a free one)", field="--port")
     try:
@@ -45,6 +45,10 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        # Listening before the start line names the address: a client that connects on
+        # reading it waits in the backlog (uvicorn's default size) until the server runs,
+        # where a socket bound only refused it.
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         import errno

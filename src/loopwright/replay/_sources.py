@@ -14,7 +14,7 @@ from .._errors import ConfigError
 from .._inherited import NOTHING, inherited
 from .._proposal import Verdict
 from ..importers.ldb import USD_PER_TOKEN, read_ldb
-from ..store import RunRecord, Store
+from ..store import RunRecord, Store, existing_store_url, open_store
 from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, added_up, read_traces
 
 # Below this a difference of recorded dollar sums is the floats' rounding, not a call.
@@ -248,11 +248,31 @@ def _own_cap(rec: RunRecord, task: Any) -> int | None:
 
 
 def traces_from_store(
-    store: Store, *, project: str | None = None, loop: str | None = None
+    store: Store | str | os.PathLike[str],
+    *,
+    project: str | None = None,
+    loop: str | None = None,
 ) -> Iterator[RunTrace]:
     """The store's runs as traces, oldest first: every loop's and project's unless ``loop`` /
     ``project`` names one (a fit pooling loops learns from other actors' costs: see
-    ``mixed_loops``)."""
+    ``mixed_loops``). ``store`` is a ``Store``, or the path or URL of an existing store (as
+    ``compute_metrics`` takes), which the iterator opens and closes; anything else, or a path
+    with no store, is a ``ConfigError`` naming ``store`` here, at the call."""
+    if isinstance(store, Store):
+        return _traces_of(store, project, loop)
+    if not isinstance(store, str | os.PathLike):
+        raise ConfigError(
+            f"must be a Store, a path or a store URL, got {type(store).__name__}", field="store"
+        )
+    return _traces_at(existing_store_url(store, reads="recorded runs"), project, loop)
+
+
+def _traces_at(url: str, project: str | None, loop: str | None) -> Iterator[RunTrace]:
+    with open_store(url) as st:  # opened at the first next(), closed when read or dropped
+        yield from _traces_of(st, project, loop)
+
+
+def _traces_of(store: Store, project: str | None, loop: str | None) -> Iterator[RunTrace]:
     for rec in reversed(store.list_runs(project=project, loop_name=loop)):
         t = trace_of_run(store, rec)
         if t is not None:
@@ -335,13 +355,14 @@ def mixed_loops(traces: list[RunTrace]) -> str | None:
 
 def load_source(
     source: str | os.PathLike[str],
-    store: Store | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
     *,
     loop: str | None = None,
     project: str | None = None,
 ) -> list[RunTrace]:
-    """``store`` (runs in the given store; ``loop`` and ``project`` filter them), a run-trace
-    JSONL file, or an LDB JSONL file (recognised by its first line)."""
+    """``store`` (runs in the given store, or the store at a path or URL; ``loop`` and
+    ``project`` filter them), a run-trace JSONL file, or an LDB JSONL file (recognised by its
+    first line)."""
     if not isinstance(source, str | os.PathLike):
         raise ConfigError(
             f"must be 'store' or a path to a JSONL file, got {type(source).__name__}",

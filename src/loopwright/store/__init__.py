@@ -51,6 +51,7 @@ __all__ = [
     "VersionRow",
     "Vote",
     "check_store_exists",
+    "existing_store_url",
     "missing_pg_schema",
     "open_store",
     "refuse_undecoded",
@@ -149,6 +150,25 @@ def check_store_exists(
     if missing is not None:
         raise no_schema(*missing)
     return url
+
+
+def existing_store_url(store: str | os.PathLike[str] | None, *, reads: str) -> str:
+    """The URL of the existing store that ``store`` (a path, a URL, or ``None`` for
+    ``LOOPWRIGHT_STORE`` or the default) names, for a reader given a path where a ``Store``
+    also goes (``compute_metrics``, ``replay.traces_from_store``); a ``ConfigError`` (field
+    ``store``) naming what is ``reads`` when there is none, rather than an empty store made."""
+    return check_store_exists(
+        resolve_store_url(os.fspath(store) if store is not None else None),
+        no_file=lambda path: ConfigError(
+            f"no store at {path}: {reads} are read from an existing store (check the path)",
+            field="store",
+        ),
+        no_schema=lambda schema, database: ConfigError(
+            f"no schema {schema!r} in database {database!r}: {reads} are read from an "
+            "existing store (check ?schema= in the URL)",
+            field="store",
+        ),
+    )
 
 
 def _written_path(parts: SplitResult) -> str:
