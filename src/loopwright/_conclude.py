@@ -253,8 +253,8 @@ class Concluding(RuntimeHost):
         if judged is not None and decision is None:
             score, ok, effective = judged
         else:
-            score = rules.aggregate_score(loop.verifiers, visible) if visible else None
-            ok = decision is None and rules.success(contract, loop.verifiers, visible, score)
+            score = rules.aggregate_score(loop.checks, visible) if visible else None
+            ok = decision is None and rules.success(contract, loop.checks, visible, score)
         if decision is None:
             found: list[Finding] = []
             for v in visible.values():  # (a loop and C extends: no comprehension a cycle)
@@ -262,7 +262,7 @@ class Concluding(RuntimeHost):
             s.findings = found
             rules.accept_clean_parts(
                 s,
-                loop.verifiers,
+                loop.checks,
                 visible,
                 all_parts=ok,
                 when_clean=contract.success.accept_parts == "when_clean",

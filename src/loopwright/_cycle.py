@@ -185,7 +185,7 @@ class Cycle(ActorContext):
             return self._park(ex, n, proposal, digest, {}, {}, [need], t0, ask=q)
         # No verifier starts on a budget crossed, or reached unless it is known to bill
         # nothing (``call_stop``): the proposal is kept, unverified, in the packet.
-        crossed = budget_before(ex, f"verifier:{loop.verifiers[0].name}")
+        crossed = budget_before(ex, f"verifier:{loop.checks[0].name}")
         if crossed:
             return self._abort(
                 ex,
@@ -302,18 +302,18 @@ class Cycle(ActorContext):
         def loader(ref: str) -> list[Version]:
             return self.store.versions(ex.run_id, ref)
 
-        for i, check in enumerate(loop.verifiers):
+        for i, check in enumerate(loop.checks):
             if i:
                 crossed = budget_before(ex, f"verifier:{check.name}")
                 if crossed:
                     # What was judged so far goes with the unverified candidate: a visible
                     # check that passed is no acceptance without the checks not run.
-                    rest = [c.name for c in loop.verifiers[i:]]
+                    rest = [c.name for c in loop.checks[i:]]
                     return self._abort(
                         ex,
                         t0,
                         crossed[0],
-                        cause=f"{crossed[1]} during verifier {loop.verifiers[i - 1].name}; "
+                        cause=f"{crossed[1]} during verifier {loop.checks[i - 1].name}; "
                         f"{rest} not run",
                         evidence={"verdicts": {k: v.to_dict() for k, v in visible.items()}},
                         unverified=proposal.to_dict(),
@@ -405,8 +405,8 @@ class Cycle(ActorContext):
             )
         # Which requested effects run: those of an accepted cycle, and those declared to run
         # whatever the verdict.
-        score = rules.aggregate_score(loop.verifiers, visible) if visible else None
-        ok = rules.success(contract, loop.verifiers, visible, score)
+        score = rules.aggregate_score(loop.checks, visible) if visible else None
+        ok = rules.success(contract, loop.checks, visible, score)
         calls: list[EffectCall] = []
         held_back: list[str] = []
         if proposal.effects:  # (most proposals ask for none: nothing to walk)

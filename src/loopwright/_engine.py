@@ -359,7 +359,7 @@ class Runtime(
         self._driving[rec.run_id] += 1
         try:
             started: dict[str, Any] = {"owner": self.owner}
-            selfish = [c.name for c in loop.verifiers if loop.self_reviewing(c)]
+            selfish = [c.name for c in loop.checks if loop.self_reviewing(c)]
             if selfish:
                 started["self_review_allowed"] = selfish  # recorded: the user said so
             ex.events.append(NewEvent(ex.state.cycle, "resumed" if ex.seq else "started", started))

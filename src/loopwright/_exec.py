@@ -303,7 +303,7 @@ def budget_before(ex: Execution, who: str, *, free: bool = False) -> tuple[str, 
 def held_out_scope(loop: Loop, scope: str) -> bool:
     """Whether ``scope`` (``call_with_retry``'s) is a held-out verifier's call."""
     name = scope.removeprefix("verifier:")
-    return name != scope and any(c.held_out and c.name == name for c in loop.verifiers)
+    return name != scope and any(c.held_out and c.name == name for c in loop.checks)
 
 
 def fit_history(store: Store, run_id: str, state: TaskState, window: int) -> None:

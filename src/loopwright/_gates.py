@@ -223,7 +223,7 @@ class Gates(RuntimeHost):
         changes in place, neither the cycle nor the next rule's check judges."""
         loop = ex.loop
         for rule, why in rules.risk_steps(
-            ex.contract.risk, candidate, proposal, visible, loop.verifiers
+            ex.contract.risk, candidate, proposal, visible, loop.checks
         ):
             if why is None:
                 state, mine, verdicts = _risk_copies(candidate, loader, proposal, visible)

@@ -85,7 +85,8 @@ class Loop:
     Attributes:
         name: the loop's name (runs are grouped by it).
         actor: ``Context -> Proposal`` (sync or async).
-        verifiers: checks, visible and held-out.
+        verifiers: checks, visible and held-out: ``Check`` objects, or plain ``(state, proposal) ->
+            Verdict`` functions (each made a ``Check`` with its defaults; ``checks`` holds them).
         contract: the stop contract, snapshotted into every run.
         init: builds the initial state from a task; default ``TaskState.from_task``.
         actor_timeout_s: per-call timeout for the actor.
@@ -111,7 +112,7 @@ class Loop:
 
     name: str
     actor: ActorFn
-    verifiers: Sequence[Check] = ()
+    verifiers: Sequence[Check | VerifierFn] = ()
     contract: Contract
     init: InitFn | None = None
     actor_timeout_s: float | None = None
@@ -125,6 +126,7 @@ class Loop:
     reflector: ReflectFn | None = None
     reflections_kept: int = 20
     recall_ranked: int | None = RECALL_RANKED
+    _checks: tuple[Check, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -151,6 +153,7 @@ class Loop:
         if dupes:
             raise ConfigError(f"verifier names must be unique: {dupes}", field="verifiers")
         object.__setattr__(self, "verifiers", checks)
+        object.__setattr__(self, "_checks", checks)
         required = self.contract.success.required
         visible = {c.name for c in checks if not c.held_out}
         if required:
@@ -280,16 +283,22 @@ class Loop:
         return None
 
     @property
+    def checks(self) -> tuple[Check, ...]:
+        """The verifiers as ``Check`` objects (a plain function given in ``verifiers`` is wrapped in
+        one with its defaults when the loop is built; ``verifiers`` then holds the same)."""
+        return self._checks
+
+    @property
     def visible(self) -> tuple[Check, ...]:
         out = []
-        for c in self.verifiers:  # (a loop: asked every cycle)
+        for c in self.checks:  # (a loop: asked every cycle)
             if not c.held_out:
                 out.append(c)
         return tuple(out)
 
     @property
     def held_out(self) -> tuple[Check, ...]:
-        return tuple([c for c in self.verifiers if c.held_out])
+        return tuple([c for c in self.checks if c.held_out])
 
 
 def _dead_rules(policy: ApprovalPolicy, effects: Sequence[Effect]) -> None:
@@ -365,7 +374,7 @@ def check_declared_names(loop: Loop) -> None:
     where a ``Loop``, a ``Check`` or an effect is built: a run an earlier release started under
     such a name is resumed, continued and forked with a loop declaring it (review49c; refused
     at declaration, it could not be, and a parked run stayed parked for good)."""
-    for check in loop.verifiers:
+    for check in loop.checks:
         check_declared_name(check.name, "verifier name", "verifiers.name")
     for effect in loop.effects:
         check_declared_name(effect.name, "effect name", "effects.name")

@@ -537,7 +537,7 @@ class Parking(RuntimeHost):
 def _checks_stop(ex: _Exec) -> tuple[str, str] | None:
     """The budget that forbids the decided cycle's first check now (``budget_before``), if
     any: ``judge`` starts at the checks, and the check before the first is the caller's."""
-    first = next(iter(ex.loop.verifiers), None)
+    first = next(iter(ex.loop.checks), None)
     return None if first is None else budget_before(ex, f"verifier:{first.name}")
 
 

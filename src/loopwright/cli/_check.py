@@ -26,8 +26,8 @@ def review(loop: Loop) -> list[dict[str, str]]:
         else "nothing: there is no visible verifier, so no run can succeed",
     )
 
-    independent = [v for v in loop.verifiers if v.fn is not loop.actor]  # type: ignore[comparison-overlap]
-    if not loop.verifiers or not independent:
+    independent = [v for v in loop.checks if v.fn is not loop.actor]  # type: ignore[comparison-overlap]
+    if not loop.checks or not independent:
         add(
             "How is progress checked independently?",
             False,
@@ -137,7 +137,7 @@ def review(loop: Loop) -> list[dict[str, str]]:
 
     from ..verifiers.sandbox import CommandVerifier, SandboxUnavailableError, sandbox_boundary
 
-    sandboxed = [v.fn for v in loop.verifiers if isinstance(v.fn, CommandVerifier)]
+    sandboxed = [v.fn for v in loop.checks if isinstance(v.fn, CommandVerifier)]
     if sandboxed:
         try:
             where = {
