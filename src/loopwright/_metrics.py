@@ -476,8 +476,8 @@ def _url(store: str | os.PathLike[str] | None) -> str:
             f"no store at {path}: metrics are read from an existing store (check the path)",
             field="store",
         ),
-        no_schema=lambda schema, database: ConfigError(
-            f"no schema {schema!r} in database {database!r}: metrics are read from an "
+        no_schema=lambda schema, database, near: ConfigError(
+            f"no schema {schema!r} in database {database!r}{near}: metrics are read from an "
             "existing store (check ?schema= in the URL)",
             field="store",
         ),
