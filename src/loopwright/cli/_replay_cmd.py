@@ -9,7 +9,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
-from ._options import TracesLoopOpt, TracesProjectOpt
+from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 from ._stores import store_traces
 
 __all__ = ["replay_cmd"]
@@ -48,6 +48,8 @@ def replay_cmd(
     """
     from ..replay import load_contract, load_source, replay, write_traces
 
+    out_folder(save_traces, "--save-traces")  # (before the runs are read)
+
     if not contract:
         raise ConfigError("give at least one --contract FILE", field="--contract")
     contracts = {}
@@ -65,7 +67,7 @@ def replay_cmd(
     if save_traces is not None:
         from ._observe import _output
 
-        with _output(save_traces, "--save-traces") as fh:  # as --out: a folder is made
+        with _output(save_traces, "--save-traces") as fh:  # (its folder checked first)
             write_traces(traces, fh)
     report = replay(traces, contracts)
     if as_json:
