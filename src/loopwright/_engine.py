@@ -492,6 +492,12 @@ class Runtime(
                 # could not be.
                 packet = dict(rec.packet or {})
                 packet["compensations"] = notes
+                # (they ran: the cancel's word that they wait is taken out of the advice)
+                waiting = str(packet.pop("compensations_waiting", "") or "")
+                if waiting:
+                    advice = str(packet.get("recommended_action", ""))
+                    packet["recommended_action"] = advice.replace(waiting, "").strip()
+                    ex.state.next_action = ex.state.next_action.replace(waiting, "").strip()
                 if bad:
                     causes = "; ".join(str(n.get("cause")) for n in bad)
                     packet["recommended_action"] = (
