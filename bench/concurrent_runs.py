@@ -44,6 +44,7 @@ import uuid
 from pathlib import Path
 
 import loopwright as lw
+from loopwright.store import open_store
 
 PAYLOAD = "x" * 2048
 
@@ -250,6 +251,8 @@ def main() -> None:
         )
         sep = "&" if "?" in a.pg else "?"
         try:
+            for schema in (schema_e, schema_1):  # (Runtime refuses a ?schema= not there)
+                open_store(f"{a.pg}{sep}schema={schema}").close()
             wall_e, done, _ = engine(f"{a.pg}{sep}schema={schema_e}", a.runs, a.cycles)
             wall_1, done_1, _ = engine(
                 f"{a.pg}{sep}schema={schema_1}", a.runs, a.cycles, group=False

@@ -21,6 +21,8 @@ sys.path.insert(
 
 from expiry_trial import all_trials, run_trial
 
+from loopwright.store import open_store
+
 
 def _drop(url: str, schema: str) -> None:
     import psycopg
@@ -34,6 +36,8 @@ def one(pg: str, scenario: str, kills: tuple[str, ...]) -> tuple[int, list[str],
     work = Path(tempfile.mkdtemp(prefix="xk-"))
     schema = f"xk_{uuid.uuid4().hex[:12]}"
     db = f"{pg}{'&' if '?' in pg else '?'}schema={schema}" if pg else f"sqlite:///{work / 's.db'}"
+    if pg:  # (Runtime refuses a ?schema= that does not exist; the store's own layer makes it)
+        open_store(db).close()
     try:
         t = run_trial(work, db, scenario, kills)
     finally:

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 
 from trial import KILLS, SCENARIOS, run_trial
 
+from loopwright.store import open_store
+
 
 def _drop(url: str, schema: str) -> None:
     import psycopg
@@ -42,6 +44,7 @@ def main() -> int:
             if args.pg:
                 sep = "&" if "?" in args.pg else "?"
                 db = f"{args.pg}{sep}schema=mk_{uuid.uuid4().hex[:12]}"
+                open_store(db).close()  # (Runtime refuses a ?schema= not there)
             else:
                 db = f"sqlite:///{work / 's.db'}"
             kw = {"askers": args.askers} if "askers" in sc or "racing" in sc else {}

@@ -56,7 +56,7 @@ from ._result import (
 from ._resume_ready import Resuming
 from ._reversal import Reparked, run_compensations
 from ._run_create import Creating
-from ._store_folder import missing_store_folder
+from ._store_folder import missing_schema_error, missing_store_folder
 from ._task_parts import say_ignored
 from ._usage import Usage
 from .store import DEFAULT_STORE, NewEvent, RunRecord, Store, open_store, resolve_store_url
@@ -492,6 +492,12 @@ class Runtime(
                 # could not be.
                 packet = dict(rec.packet or {})
                 packet["compensations"] = notes
+                # (they ran: the cancel's word that they wait is taken out of the advice)
+                waiting = str(packet.pop("compensations_waiting", "") or "")
+                if waiting:
+                    advice = str(packet.get("recommended_action", ""))
+                    packet["recommended_action"] = advice.replace(waiting, "").strip()
+                    ex.state.next_action = ex.state.next_action.replace(waiting, "").strip()
                 if bad:
                     causes = "; ".join(str(n.get("cause")) for n in bad)
                     packet["recommended_action"] = (
@@ -566,17 +572,22 @@ class Runtime(
 
 def _refuse_missing_folder(store: str | None) -> None:
     """``ConfigError`` when the store named (or ``$LOOPWRIGHT_STORE``) is an SQLite file, not
-    there yet, in a folder that does not exist (``_store_folder``): not made, as the CLI's
-    ``--store`` is not. The user makes the folder to start a store there."""
-    missing = missing_store_folder(resolve_store_url(store))
-    if missing is None:
-        return
-    path, folder = missing
+    there yet, in a folder that does not exist, or a PostgreSQL ``?schema=`` its database
+    lacks (``_store_folder``): not made, as the CLI's ``--store`` is not. The user makes the
+    folder (the schema) to start a store there."""
+    url = resolve_store_url(store)
     source, instead = (
         ("the store argument", "leave the store out")
         if store
         else ("$LOOPWRIGHT_STORE", "unset LOOPWRIGHT_STORE")
     )
+    schema_error = missing_schema_error(url, source)
+    if schema_error is not None:
+        raise schema_error
+    missing = missing_store_folder(url)
+    if missing is None:
+        return
+    path, folder = missing
     # (a path is read as it is: `~/runs/lw.db` named a folder `~` here, made before api49)
     tilde = " (a '~' is not expanded: pass os.path.expanduser(path))" if "~" in path else ""
     raise ConfigError(

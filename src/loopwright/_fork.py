@@ -20,7 +20,7 @@ import difflib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ._authority import audit, may_operate, refused
@@ -34,8 +34,8 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
-from ._keys import check_key, fit_key
-from ._loop import Loop, check_loop, other_loop
+from ._keys import check_declared_name, check_key, fit_key
+from ._loop import Loop, check_loop, declared_names, other_loop
 from ._people import retire_failures
 from ._proposal import Proposal
 from ._redact import redact
@@ -121,6 +121,8 @@ class Forking(RuntimeHost):
         ck = concluded_in(self.store, rec.run_id, at_cycle, "at_cycle")
         refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")
         state = ck.task_state()
+        if loop is not None:
+            _refuse_new_names(self.store, rec, state, loop)
         state.pending = None
         state.next_action = "resume"
         state.notes.append({"kind": "fork", "from_run": rec.run_id, "from_cycle": at_cycle})
@@ -415,6 +417,43 @@ class Forking(RuntimeHost):
 
 
 _ID = re.compile(r"""\bid=["']([^"']+)["']""")
+
+
+def _refuse_new_names(store: Store, rec: RunRecord, state: TaskState, loop: Loop) -> None:
+    """``check_declared_names`` for the loop a fork is given, as ``Runtime.create`` asks it of
+    a new run's: a fork is a new run, and its loop may be another version than the origin's
+    (an edited spec, another ``Loop``), declaring a verifier, an effect or a risk rule under
+    a bidirectional control or an invisible character. A name the origin holds is let be
+    (review49c: an earlier release's run is forked with the loop declaring its names): one
+    its contract, its history, its calls, its effects journal or its requests name."""
+    refused = []
+    for name, what, field in declared_names(loop):
+        try:
+            check_declared_name(name, what, field)
+        except ConfigError as why:
+            refused.append((name, why))
+    if not refused:
+        return
+    # (read only here, where a name is refused: never on a fork of a clean loop)
+    journal = [e.key for e in store.journal(rec.run_id, kind="effect")]
+    requests = [[a.rule, a.what, a.evidence] for a in store.approvals(run_id=rec.run_id)]
+    held = list(_texts([rec.contract, state.history, state.billed, journal, requests]))
+    for name, error in refused:
+        if not any(name in text for text in held):
+            raise error
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every string in ``value`` (a JSON-like value: dict keys too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list | tuple):
+            stack += item
 
 
 def _open_requests(store: Store, run_id: str) -> bool:

@@ -96,13 +96,15 @@ def check_name(value: object, what: str, field: str) -> None:
 
 
 def check_declared_name(value: str, what: str, field: str) -> None:
-    """A verifier's, an effect's or a risk rule's name as a loop declares it (``what``:
-    ``"verifier name"``...): refused (``ConfigError`` naming ``field``, the character and its
-    position) when it breaks the character rule of task keys or holds any invisible (format,
-    ``Cf``) character: a zero-width space, a joiner, a soft hyphen, a byte-order mark. Only
+    """A verifier's, an effect's, a risk rule's or an approval rule's name as a loop declares
+    it (``what``: ``"verifier name"``...): refused (``ConfigError`` naming ``field``, the
+    character and its position) when it is only whitespace, breaks the character rule of task
+    keys or holds any invisible (format, ``Cf``) character: a zero-width space, a joiner, a soft hyphen, a byte-order mark. Only
     where a loop is declared (a ``Loop``, a spec): a contract or a run an earlier release
     stored is read, listed and replayed with the names it holds."""
     why = _bad_char(value)
+    if why is None and not value.strip():
+        why = "must not be empty or only whitespace"  # (printed as nothing: " ", a tab)
     if why is None and not value.isprintable():
         for i, ch in enumerate(value):
             if unicodedata.category(ch) == "Cf":

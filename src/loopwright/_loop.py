@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "Loop",
     "VerifierFn",
     "check_declared_names",
+    "declared_names",
     "other_loop",
 ]
 
@@ -368,18 +369,27 @@ def _items(given: Any, kind: type, field: str, example: str) -> tuple[Any, ...]:
 
 
 def check_declared_names(loop: Loop) -> None:
-    """``ConfigError`` when a name ``loop`` declares for a verifier, an effect or a risk rule
-    breaks ``check_declared_name`` (a bidirectional control, an invisible character). Asked
+    """``ConfigError`` when a name ``loop`` declares for a verifier, an effect, a risk rule or
+    an approval rule breaks ``check_declared_name`` (a bidirectional control, an invisible character). Asked
     where a new run is made of the loop (``Runtime.create``) and by ``loopwright check``, not
     where a ``Loop``, a ``Check`` or an effect is built: a run an earlier release started under
     such a name is resumed, continued and forked with a loop declaring it (review49c; refused
     at declaration, it could not be, and a parked run stayed parked for good)."""
+    for name, what, where in declared_names(loop):
+        check_declared_name(name, what, where)
+
+
+def declared_names(loop: Loop) -> Iterator[tuple[str, str, str]]:
+    """``(name, what, field)`` of every verifier, effect, risk rule and approval rule
+    (``PolicyRule``) ``loop`` declares, as ``check_declared_name`` takes them."""
     for check in loop.checks:
-        check_declared_name(check.name, "verifier name", "verifiers.name")
+        yield check.name, "verifier name", "verifiers.name"
     for effect in loop.effects:
-        check_declared_name(effect.name, "effect name", "effects.name")
+        yield effect.name, "effect name", "effects.name"
     for rule in loop.contract.risk:
-        check_declared_name(rule.name, "risk rule name", "contract.risk.name")
+        yield rule.name, "risk rule name", "contract.risk.name"
+    for policy_rule in loop.approvals.rules:  # (named in the requests a person decides)
+        yield policy_rule.name, "approval rule name", "approvals.name"
 
 
 def check_loop(loop: Any, *, optional: bool = False) -> None:

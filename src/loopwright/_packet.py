@@ -13,7 +13,7 @@ from ._contract import Contract
 from ._decide import crosses, cycle_cap
 from ._state import TaskState
 
-__all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause"]
+__all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause", "waiting_compensations"]
 
 # How to go on past a budget: the run keeps its contract, and `resume` returns an ended run as
 # it is; a fork at its last cycle takes a contract laid over the run's (advice47: the advice
@@ -359,6 +359,29 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
     )
 
 
+def waiting_compensations(state: TaskState, run_id: str) -> str | None:
+    """What a cancelled run's packet says of the compensations its cancel offered (a
+    refund), which run only when someone resumes the run: no worker claims an ended run, so
+    where no one did, ``show`` said nothing of them and the payment stood unseen (stop 50).
+    None when none waits."""
+    pending = state.pending or {}
+    if pending.get("stage") != "compensations":
+        return None
+    offers = [o for o in pending.get("offers") or () if o.get("action") in ("allow", "require")]
+    if not offers:
+        return None
+    named = ", ".join(f"{o.get('effect')} ({o.get('key')})" for o in offers[:5])
+    more = f" and {len(offers) - 5} more" if len(offers) > 5 else ""
+    asks = sum(o.get("action") == "require" for o in offers)
+    after = (
+        f", once a person approves the {asks} that ask one (`loopwright approvals`)" if asks else ""
+    )
+    return (
+        f"Its compensations are not run yet: {named}{more}. They run when the run is "
+        f"resumed (`loopwright resume {run_id[:12]}`){after}; until then what they undo stands."
+    )
+
+
 def build_packet(
     reason: str,
     state: TaskState,
@@ -396,6 +419,9 @@ def build_packet(
             f"last cycle and resume it: `loopwright rollback {run_id[:12]} --to-cycle "
             f"{state.cycle} --by NAME`, then `loopwright resume {run_id[:12]}`."
         )
+    waiting = waiting_compensations(state, run_id) if reason == "cancelled" else None
+    if waiting:
+        builtin = f"{waiting} {builtin}"
     advice = f"{esc.recommended_action} {builtin}" if esc.recommended_action else builtin
     cap = cycle_cap(contract, state)
     checked = (
@@ -439,6 +465,8 @@ def build_packet(
             "open": [s.id for s in state.plan if s.status != "done"],
         },
         "evidence": evidence or {},
+        # what of the advice a resume that runs them takes out again (_engine._drive)
+        **({"compensations_waiting": waiting} if waiting else {}),
         "held_out": held_out or {},
         "unverified_candidate": unverified,
         "error": error,

@@ -286,7 +286,12 @@ class ApprovalPolicy:
         names = [r.name for r in self.rules]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ConfigError(f"rule names must be unique: {dupes}", field="approvals")
+            # (two rules left unnamed of one kind and action share their default name)
+            raise ConfigError(
+                f"rule names must be unique: {dupes} (a rule without a name is named "
+                "<kind>-<action>: give each its own name)",
+                field="approvals",
+            )
 
     def match(self, kind: str, name: str, args: Mapping[str, Any]) -> PolicyDecision | None:
         """The decision of the first matching rule, or ``None`` when no rule matches."""

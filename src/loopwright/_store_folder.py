@@ -4,6 +4,11 @@ A store path whose folder is missing is almost always a typo (``/srv/lopwright/r
 a new store there runs every task again and pays its effects again: the effects journal is per
 store. The CLI (``--store``, ``$LOOPWRIGHT_STORE``) and ``Runtime(path)`` refuse it alike. The
 default store's folder (``./.loopwright``) is loopwright's own: made when missing.
+
+A PostgreSQL ``?schema=NAME`` its database lacks is the same typo (``?schema=prdo``), refused
+alike (``missing_schema_error``): the schema is the store's folder there. The user creates it
+(``CREATE SCHEMA``) to start a store in it, as they make a folder; a URL without ``?schema=``
+uses the connection's current schema, which exists, as the default store's folder is made.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .store import DEFAULT_STORE, sqlite_file
+from ._errors import ConfigError
+from .store import DEFAULT_STORE, missing_pg_schema, sqlite_file
 
-__all__ = ["missing_store_folder"]
+__all__ = ["missing_schema_error", "missing_store_folder"]
 
 
 def missing_store_folder(url: str) -> tuple[str, Path] | None:
@@ -46,3 +52,21 @@ def _uri_file(uri: str) -> str | None:
     if not name or name == ":memory:" or "memory" in parse_qs(parts.query).get("mode", []):
         return None
     return name
+
+
+def missing_schema_error(url: str, source: str) -> ConfigError | None:
+    """The error for a PostgreSQL ``url`` (resolved) whose ``?schema=`` its database lacks,
+    naming the store a typo may have meant; None when it exists, or the URL names none (or
+    is no PostgreSQL URL). ``source``: where the URL came from (``--store``, …)."""
+    missing = missing_pg_schema(url)
+    if missing is None:
+        return None
+    schema, database, near = missing
+    quoted = '"' + schema.replace('"', '""') + '"'
+    return ConfigError(
+        f"no schema {schema!r} in database {database!r} (from {source}){near}. A new store "
+        "there would run every task, and its effects, again: check ?schema= in the URL, or "
+        f"create the schema first (CREATE SCHEMA {quoted};) to start a new store in it, or "
+        "leave ?schema= out for the connection's current schema",
+        field="store",
+    )

@@ -166,8 +166,8 @@ def test_bad_inputs_are_one_line_errors(project: Path) -> None:
     cases.append(cli("runs", "--store", "mysql://x/y", cwd=project))
     cases.append(cli("runs", "--store", "/proc/no-such/store.db", cwd=project))
     ldb = Path(__file__).parents[1] / "data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
-    # --out makes a missing folder (documented outputs go under .loopwright/); one that cannot
-    # be made, because a file stands where the folder would go, is a one-line error
+    # --out in a missing folder is refused (test_cli_out_folders); a file standing where the
+    # folder would go is a one-line error too
     (project / "a-file").write_text("x")
     r = cli("import", "ldb", str(ldb), "--out", str(project / "a-file" / "t.jsonl"), cwd=project)
     assert "--out" in r.stderr

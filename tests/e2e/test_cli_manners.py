@@ -181,13 +181,44 @@ def test_a_missing_postgres_schema_is_refused_and_not_created(
 
 
 @pytest.mark.postgres
-def test_run_and_demo_still_create_a_postgres_schema(
+@pytest.mark.parametrize("command", ["run", "demo", "worker", "users"])
+def test_commands_that_start_a_store_refuse_a_missing_postgres_schema(
+    command: str,
+    project: Path,
+    pg_typo: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """They created it (stop 50): a ``?schema=`` typo started a new, empty store, and every
+    task ran, and paid, again. Refused as a missing folder is; nothing created."""
+    url, schema, database = pg_typo
+    task = project / "t.json"
+    task.write_text(json.dumps({"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3}}}))
+    monkeypatch.chdir(project)
+    argv = {
+        "run": ["run", "loop.toml", "--task", str(task)],
+        "demo": ["demo"],
+        "worker": ["worker"],
+        "users": ["users", "add", "ann", "--role", "admin"],
+    }[command]
+    code, out, err = _run_main([*argv, "--store", url], capsys, monkeypatch)
+    assert code == 2, (out, err)
+    assert err.startswith(
+        f"loopwright: error: no schema {schema!r} in database {database!r} (from --store)"
+    ), err
+    assert f'CREATE SCHEMA "{schema}";' in err and len(err.strip().splitlines()) == 1, err
+    assert not _pg_schema_exists(url)
+
+
+@pytest.mark.postgres
+def test_run_starts_a_store_in_a_schema_a_person_created(
     project: Path,
     pg_typo: tuple[str, str, str],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, _, _ = pg_typo
+    _pg.pg_create_schema(_pg.pg_base_url(), url.rpartition("schema=")[2])
     task = project / "t.json"
     task.write_text(
         json.dumps({"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}})
@@ -200,13 +231,6 @@ def test_run_and_demo_still_create_a_postgres_schema(
     code, out, err = _run_main(["runs", "--json", "--store", url], capsys, monkeypatch)
     assert code == 0, err
     assert [r["status"] for r in json.loads(out)] == ["accepted"]
-    demo_url = url.replace("lw_typo_", "lw_demo_")
-    try:
-        code, out, err = _run_main(["demo", "--store", demo_url], capsys, monkeypatch)
-        assert code == 0, (out, err)
-        assert _pg_schema_exists(demo_url)
-    finally:
-        _pg.pg_drop_schema(_pg.pg_base_url(), urlsplit(demo_url).query.rpartition("schema=")[2])
 
 
 @pytest.mark.postgres
@@ -219,6 +243,7 @@ def test_a_postgres_url_with_an_empty_host(
     """libpq's `postgresql:///DB?host=…` (an empty host: the local socket, or the host as a
     parameter) was sent to libpq as `postgresql:/DB?host=…`: "invalid connection option"."""
     url, schema, database = pg_typo
+    _pg.pg_create_schema(_pg.pg_base_url(), schema)
     base = urlsplit(url)
     params = {"host": base.hostname or "", "port": str(base.port or 5432)}
     params |= {"user": base.username or "", "password": base.password or ""}

@@ -81,6 +81,10 @@ def test_replay_save_traces_like_out(accepted: tuple[Path, str], project: Path) 
     store, _ = accepted
     (project / "c2.toml").write_text("[contract.budget]\nmax_cycles = 2\n")
     args = ("replay", "store", "--contract", "c2.toml", "--save-traces")
+    # as --out: a missing folder is refused (a typo's), one made first is written in
+    refused(lw(*args, "new/dir/t.jsonl", cwd=project, store=store), "--save-traces", "mkdir -p")
+    assert not (project / "new").exists()
+    (project / "new/dir").mkdir(parents=True)
     r = lw(*args, "new/dir/t.jsonl", cwd=project, store=store)
     assert r.returncode == 0, r.stderr
     assert len((project / "new/dir/t.jsonl").read_text().splitlines()) == 1

@@ -156,7 +156,7 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(project: Path, runs: dict[st
     cases = [
         (("trace", "no-such-run"), "no run"),
         (("trace", run_id, "--format", "xml"), "--format"),
-        # a missing folder is made; a file where the folder should be is an error
+        # a file where the folder should be is an error (a missing folder: test_cli_out_folders)
         (("trace", run_id, "--out", str(project / "s.db" / "t.jsonl")), "--out"),
         (("trace", run_id, "--send", "ftp://collector"), "--send: 'ftp://collector' is not"),
         (("trace", run_id, "--header", "A=b"), "--header"),

@@ -46,6 +46,17 @@ def pg_drop_schema(base_url: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def pg_create_schema(base_url: str, schema: str) -> str:
+    """Create ``schema`` (as a person starting a store there does: ``Runtime`` and the CLI
+    refuse a ``?schema=`` that does not exist) and return its store URL."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(base_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    return f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[tuple[str, str]]:
     """``(base_url, schema)``: a fresh schema name (not created yet), dropped afterwards."""
@@ -59,9 +70,10 @@ def pg_schema() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture
 def pg_url(pg_schema: tuple[str, str]) -> str:
-    """A store URL (``…?schema=lw_…``) for a schema of this test's own, dropped afterwards."""
+    """A store URL (``…?schema=lw_…``) for a schema of this test's own, created empty (as a
+    person starting a store creates it) and dropped afterwards."""
     base, schema = pg_schema
-    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    return pg_create_schema(base, schema)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import pg_create_schema
 
 import loopwright as lw
 from loopwright.store import open_store
@@ -177,7 +178,7 @@ def test_postgres_tables_dropped_or_altered(pg_schema: tuple[str, str], alter: s
     from psycopg import sql
 
     base, schema = pg_schema
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    url = pg_create_schema(base, schema)
     with lw.Runtime(url) as rt:
         run_id = rt.run_sync(_loop(3), TASK, task_key="d").run_id
         shown = rt.store.url  # the URL without a password
@@ -214,6 +215,7 @@ def test_postgres_damage_names_the_store_without_its_password(
     scheme, rest = base.split("://", 1)
     user, host = rest.split("@", 1)
     secret = "hunter2-not-shown"
+    pg_create_schema(base, schema)
     url = f"{scheme}://{user}:{secret}@{host}{'&' if '?' in host else '?'}schema={schema}"
     try:
         rt = lw.Runtime(url)

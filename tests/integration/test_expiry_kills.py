@@ -176,12 +176,12 @@ def test_a_worker_crashed_on_the_expiry_path_escalates_once(
 )
 @given(trial=in_process_trials())
 def test_the_same_on_postgresql(trial: tuple[str, list[tuple[str, int]]]) -> None:
-    from conftest import pg_base_url, pg_drop_schema
+    from conftest import pg_base_url, pg_create_schema, pg_drop_schema
 
     base = pg_base_url()
     schema = f"lw_xk_{uuid.uuid4().hex[:12]}"
     work = Path(tempfile.mkdtemp(prefix="lw-xk-"))
     try:
-        _in_process(f"{base}{'&' if '?' in base else '?'}schema={schema}", work, trial)
+        _in_process(pg_create_schema(base, schema), work, trial)
     finally:
         pg_drop_schema(base, schema)

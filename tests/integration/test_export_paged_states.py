@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import pg_base_url, pg_drop_schema
+from conftest import pg_base_url, pg_create_schema, pg_drop_schema
 from test_checkpoint_fields import TASK as WIDE_TASK
 from test_checkpoint_fields import _loop as wide_loop
 from test_replay_edit_escalations import TASK as EDIT_TASK
@@ -89,7 +89,7 @@ def world(
     base = pg_base_url()
     schema = "lw_export49_paged"
     pg_drop_schema(base, schema)
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    url = pg_create_schema(base, schema)
     try:
         yield url, _build(url)
     finally:

@@ -128,12 +128,12 @@ def test_a_run_crashed_on_the_new_paths_resumes_to_the_uninterrupted_state(
 )
 @given(trial=trials())
 def test_the_same_on_postgresql(trial: tuple[str, int, list[list[nk.Point]]]) -> None:
-    from conftest import pg_base_url, pg_drop_schema
+    from conftest import pg_base_url, pg_create_schema, pg_drop_schema
 
     base = pg_base_url()
     scenario, k, crashes = trial
     schema = f"lw_np_{uuid.uuid4().hex[:12]}"
-    db = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    db = pg_create_schema(base, schema)
     work = Path(tempfile.mkdtemp(prefix="lw-np-"))
     try:
         _play(db, work, scenario, crashes, k)

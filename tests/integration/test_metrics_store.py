@@ -344,15 +344,20 @@ def test_metrics_of_a_store_that_does_not_exist_are_refused_not_an_empty_store(
 
 @pytest.mark.postgres
 def test_metrics_of_a_postgres_schema_that_does_not_exist_are_refused_not_created(
-    pg_url: str,
+    pg_schema: tuple[str, str],
 ) -> None:
     """review45: a mistyped ``?schema=`` reported 0 runs and left an empty schema behind (the
     CLI refused it already); once the store exists, it is read."""
+    from conftest import pg_create_schema
+
     from loopwright.store.postgres import missing_schema
 
+    base, schema = pg_schema
+    pg_url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
     with pytest.raises(lw.ConfigError, match="no schema 'lw_") as e:
         compute_metrics(pg_url)
     assert e.value.field == "store"
     assert missing_schema(pg_url) is not None  # nothing was created
+    pg_create_schema(base, schema)
     lw.Runtime(pg_url).close()
     assert compute_metrics(pg_url).runs == 0

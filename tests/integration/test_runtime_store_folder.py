@@ -105,3 +105,38 @@ def test_an_sqlite_uri_filename_in_a_folder_that_exists_is_not_refused(
     with pytest.raises(lw.ConfigError) as info:
         lw.Runtime("file:nodata/x.db")
     assert "no folder nodata for the store file:nodata/x.db" in info.value.message
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_schema_is_refused_naming_the_store_it_may_mean(
+    pg_url: str, pg_schema: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``?schema=`` typo made a new, empty schema: every task ran and paid again (stop 50).
+    Refused as a missing folder is, naming the store of the database closest to it; the
+    schema created (``CREATE SCHEMA``), a store is started in it."""
+    import psycopg
+    from conftest import pg_create_schema, pg_drop_schema
+
+    base, schema = pg_schema
+    with lw.Runtime(pg_url):  # the fixture created the schema: a store starts in it
+        pass
+    typo = schema[:-1]  # (a letter left out)
+    url = f"{base}{'&' if '?' in base else '?'}schema={typo}"
+    database = psycopg.conninfo.conninfo_to_dict(base)["dbname"]
+    try:
+        message = _refused(url)
+        assert message.startswith(
+            f"no schema {typo!r} in database {database!r} (from the store argument); "
+            f"did you mean {schema!r}?"
+        ), message
+        assert f'CREATE SCHEMA "{typo}";' in message and "check ?schema=" in message
+        monkeypatch.setenv("LOOPWRIGHT_STORE", url)
+        assert "(from $LOOPWRIGHT_STORE)" in _refused(None)
+        with psycopg.connect(base) as conn:
+            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (typo,))
+            assert found.fetchone() is None  # nothing created
+        pg_create_schema(base, typo)  # the person's own opt-in, as os.makedirs is
+        with lw.Runtime(url) as rt:
+            assert rt.store.count_runs() == 0
+    finally:
+        pg_drop_schema(base, typo)

@@ -70,3 +70,51 @@ def test_a_stored_run_under_a_name_refused_since_goes_on(
         assert rt.resume_sync(fork.run_id, loop).status == "awaiting_approval"
         stored = rt.store.get_run(parked.run_id).contract
         assert stored["risk"][0]["name"] == f"r{Z}"
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ("verifier", "verifiers.name: verifier name"),
+        ("effect", "effects.name: effect name"),
+        ("risk", "contract.risk.name: risk rule name"),
+    ],
+)
+@pytest.mark.parametrize("char", ["\u202e", Z], ids=["bidi", "invisible"])
+def test_a_fork_given_a_loop_with_a_new_refused_name_is_refused(
+    url: str, bad: str, where: str, char: str
+) -> None:
+    """A fork is a new run: its loop's names are checked as ``Runtime.create`` checks them
+    (stop 50: the fork took a new loop declaring ``pay\\u202e``, and a person approved a
+    request whose name read reversed). Nothing is made; the clean loop still forks."""
+    paid: list[str] = []
+
+    def loop_named(mark: str, part: str) -> lw.Loop:
+        @lw.effect("spend", name="pay" + (mark if part == "effect" else ""), idempotent=True)
+        def pay(invoice: str) -> dict[str, Any]:
+            paid.append(invoice)
+            return {"ok": invoice}
+
+        v = "c" + (mark if part == "verifier" else "")
+        return lw.Loop(
+            name="names",
+            actor=lambda ctx: lw.Proposal(edits=(lw.Edit("doc", "b", 1),)),
+            verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name=v)],
+            effects=[pay],
+            contract=lw.Contract(
+                budget=lw.Budget(max_cycles=3),
+                risk=(lw.RiskRule(name="r" + (mark if part == "risk" else ""), touches=("x",)),),
+            ),
+        )
+
+    with lw.Runtime(url) as rt:
+        done = rt.run_sync(loop_named("", bad), TASK, task_key="t")
+        assert done.status == "accepted"
+        before = rt.store.count_runs()
+        with pytest.raises(lw.ConfigError) as info:
+            rt.fork(done.run_id, 1, loop=loop_named(char, bad), task_key="t-fork")
+        assert str(info.value).startswith(where), str(info.value)
+        assert f"U+{ord(char):04X}" in str(info.value) or "bidirectional" in str(info.value)
+        assert rt.store.count_runs() == before  # no fork made
+        fork = rt.fork(done.run_id, 1, loop=loop_named("", bad), task_key="t-fork")
+        assert fork.forked_from == done.run_id

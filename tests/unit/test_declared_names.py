@@ -95,6 +95,40 @@ def test_a_risk_rule_name_is_refused_where_a_loop_declares_it(name: str, said: s
     assert said in str(info.value) and "risk rule name" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "said"), [*BAD, (" ", "must not be empty or only whitespace"), ("\t", "")]
+)
+def test_an_approval_rule_name_is_refused_where_a_loop_declares_it(name: str, said: str) -> None:
+    """``PolicyRule.name`` names the request a person decides, as a risk rule's does; it was
+    not checked at all (stop 50). Built as it is: a run parked on it goes on."""
+    rule = lw.PolicyRule(kind="spend", action="require", name=name)
+    loop = _loop()
+    with pytest.raises(lw.ConfigError) as info:
+        raise _refused(
+            lw.Loop(
+                name="names",
+                actor=_actor,
+                verifiers=loop.verifiers,
+                contract=loop.contract,
+                approvals=lw.ApprovalPolicy(rules=(rule,)),
+            )
+        )
+    assert info.value.field == "approvals.name"
+    assert said in str(info.value) and "approval rule name" in str(info.value)
+
+
+def test_approval_rules_left_unnamed_alike_are_told_to_be_named() -> None:
+    rules = [lw.PolicyRule(kind="spend", action="require", above=n) for n in (10, 100)]
+    with pytest.raises(lw.ConfigError) as info:
+        lw.ApprovalPolicy(rules=rules)
+    assert "['spend-require']" in str(info.value) and "give each its own name" in str(info.value)
+
+
+@pytest.mark.parametrize("name", [" ", "  "])
+def test_a_blank_verifier_name_is_refused(name: str) -> None:
+    assert "must not be empty or only whitespace" in str(_refused(_loop(check=name)))
+
+
 def test_visible_names_of_any_script_are_taken() -> None:
     for name in ("check", "prüfung", "проверка", "検査", "a b", "a.b-c_d", "✅"):
         loop = _loop(check=name, rule=name)

@@ -11,7 +11,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
-from ._options import TracesLoopOpt, TracesProjectOpt
+from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -108,6 +108,9 @@ def fit_stop_cmd(
     check_objective(optimise, kept, choose)
     if plot is not None:
         check_plot()
+    # (a missing folder refused before the fit, not after it: a typo's)
+    for path, option in ((out, "--out"), (report, "--report"), (plot, "--plot")):
+        out_folder(path, option)
     base_contract = None
     if base is not None:
         try:
@@ -176,7 +179,6 @@ def fit_stop_cmd(
         _write(report, json.dumps(data, indent=2) + "\n", "--report")
     if plot is not None:
         try:
-            plot.parent.mkdir(parents=True, exist_ok=True)
             plot_frontier(result, plot)
         except OSError as exc:
             raise ConfigError(
@@ -242,7 +244,6 @@ def _write(path: Path | None, text: str, option: str) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)  # e.g. --out .loopwright/fitted.toml
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", field=option) from None

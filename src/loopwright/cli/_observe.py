@@ -16,6 +16,7 @@ import typer
 
 from .._errors import ConfigError, check_choice
 from ._app import RunArg, StoreOpt, app, new_typer, run_ref
+from ._options import out_folder
 from ._stores import open_existing, unknown_filters
 
 __all__ = ["export_app", "trace"]
@@ -50,8 +51,8 @@ def _output(out: Path | None, option: str = "--out") -> Iterator[IO[str]]:
     if out is None:
         yield sys.stdout
         return
+    out_folder(out, option)  # (a missing folder is a typo's; ./.loopwright is made)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)  # e.g. --out .loopwright/run.json
         fh = out.open("w", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field=option) from None

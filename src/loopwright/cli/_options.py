@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -123,3 +124,30 @@ RequestOpt = Annotated[
     str | None,
     typer.Option("--request", help="Which request, when the run has several pending."),
 ]
+
+
+def out_folder(path: Path | None, option: str) -> None:
+    """Refuse a file to write (``--out``, ``--report``, ``--plot``, ``--save-traces``) in a
+    folder that does not exist, as a store path in one is (``_store_folder``): the folders
+    were made, so a typo's output went unseen into a new folder. ``./.loopwright``,
+    loopwright's own, is made (``--out .loopwright/run.json``). A folder that cannot be one
+    (a file stands there) is left to the write, which says why."""
+    if path is None:
+        return
+    folder = path.parent
+    if folder.exists() or folder.is_symlink():
+        return
+    from ..store import DEFAULT_STORE
+
+    if folder.absolute() == Path(DEFAULT_STORE).parent.absolute():
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", field=option) from None
+        return
+    tilde = " (a '~' is not expanded here: write $HOME)" if str(path).startswith("~") else ""
+    raise ConfigError(
+        f"no folder {folder} for {path}: the folder does not exist{tilde}. Create it "
+        f"(mkdir -p {folder}) to write there",
+        field=option,
+    )

@@ -9,7 +9,7 @@ import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
-from ._options import TracesLoopOpt, TracesProjectOpt
+from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
 from ._stores import store_traces
 
 __all__ = ["replay_cmd"]
@@ -48,6 +48,8 @@ def replay_cmd(
     """
     from ..replay import load_contract, load_source, replay, write_traces
 
+    out_folder(save_traces, "--save-traces")  # (before the runs are read)
+
     if not contract:
         raise ConfigError("give at least one --contract FILE", field="--contract")
     contracts = {}
@@ -65,7 +67,7 @@ def replay_cmd(
     if save_traces is not None:
         from ._observe import _output
 
-        with _output(save_traces, "--save-traces") as fh:  # as --out: a folder is made
+        with _output(save_traces, "--save-traces") as fh:  # (its folder checked first)
             write_traces(traces, fh)
     report = replay(traces, contracts)
     if as_json:
@@ -76,7 +78,8 @@ def replay_cmd(
     from ._render import console
 
     rows = [report.recorded] + [t for t, _ in report.contracts]
-    t = Table(title=f"{len(traces)} recorded run(s) from {source}", title_justify="left")
+    title = f"{len(traces)} recorded run(s) from {source}"
+    t = Table(title=title, title_justify="left")
     t.add_column("")
     for r in rows:
         t.add_column(r.name, justify="right")
@@ -114,6 +117,47 @@ def replay_cmd(
             [", ".join(f"{k} {v}" for k, v in sorted(r.stop_reasons.items())) for r in rows],
         ),
     ]
+    out = console()
+    names = [r.name for r in rows]
+    if out.width < _table_width(names, lines):
+        # Narrower than the table (COLUMNS=40), it cut every label, contract and figure to
+        # "…" (stop 50): each line a label, then each contract's figure whole under it, as
+        # `metrics` and `diff` are shown narrow (outside49).
+        out.print(_stacked(title, names, lines, out.width))
+        return
     for label, cells in lines:
         t.add_row(label, *cells)
-    console().print(t)
+    out.print(t)
+
+
+def _table_width(names: list[str], lines: list[tuple[str, list[str]]]) -> int:
+    """The width the table needs to show every label, contract name and figure whole (the
+    stop reasons wrap at their commas: their longest one counted)."""
+    reasons = [w for _, cells in lines[-1:] for c in cells for w in c.split(", ")]
+    widths = [max(len(label) for label, _ in lines)]
+    for i, name in enumerate(names):
+        figures = [len(cells[i]) for _, cells in lines[:-1]]
+        widths.append(max(len(name), *figures, *(len(w) for w in reasons)))
+    return sum(w + 3 for w in widths) + 1  # (a column's padding and its edge)
+
+
+def _stacked(
+    title: str, names: list[str], lines: list[tuple[str, list[str]]], width: int
+) -> object:
+    """The replay table as lines: each row's label, then each contract's figure beside its
+    name, or under it where name and figure do not fit one line (the stop reasons one a
+    line)."""
+    from rich.console import Group
+    from rich.text import Text
+
+    pad = max(len(n) for n in names)
+    said = [Text(title, style="bold")]
+    for label, cells in lines:
+        said.append(Text(label.strip()))
+        for name, cell in zip(names, cells, strict=True):
+            if 2 + pad + 2 + len(cell) <= width:
+                said.append(Text(f"  {name:<{pad}}  {cell}"))
+            else:
+                said.append(Text(f"  {name}"))
+                said += [Text(f"    {part}") for part in cell.split(", ")]
+    return Group(*said)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import ConfigError, check_choice
-from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json
+from ._options import JsonOpt, StoreOpt, TokenOpt, _print_json, out_folder
 from ._root_app import app
 from ._run_cmd import _runs_may_exist
 
@@ -112,6 +112,7 @@ def import_(
 ) -> None:
     """Turn recorded runs of other systems into tasks (``ldb``: LDB debugging traces)."""
     check_choice(kind, ("ldb",), "KIND")
+    out_folder(out, "--out")  # (a missing folder is a typo's; ./.loopwright is made)
     try:
         from ..importers.ldb import import_ldb_report
     except ImportError as exc:  # pragma: no cover - present in every install
@@ -132,7 +133,6 @@ def import_(
     if not report.tasks:
         raise ConfigError(f"no tasks in {source}", field="SOURCE")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)  # --out .loopwright/tasks.jsonl
         out.write_text(text.getvalue(), encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}", field="--out") from None

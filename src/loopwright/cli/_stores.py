@@ -43,9 +43,9 @@ def existing_store(url: str | None) -> str:
             f"no store at {path} (from {_source(url)}); check the path, or create one with "
             "`loopwright run` or `loopwright demo`"
         ),
-        no_schema=lambda schema, database: ConfigError(
-            f"no schema {schema!r} in database {database!r} (from {_source(url)}); check "
-            "?schema= in the URL, or create the store with `loopwright run` or `loopwright demo`"
+        no_schema=lambda schema, database, near: ConfigError(
+            f"no schema {schema!r} in database {database!r} (from {_source(url)}){near}; "
+            "check ?schema= in the URL"
         ),
     )
 
@@ -61,19 +61,23 @@ def creatable_store(url: str | None) -> str:
     """The store URL to use (as ``existing_store`` resolves it) for a command that may create
     the store (``run``, ``demo``, a ``worker``, the first user or memory): refused with a
     one-line error when it names an SQLite file, not there yet, in a folder that does not
-    exist. Such a path, from ``--store`` or ``$LOOPWRIGHT_STORE``, is almost always a typo, and
+    exist, or a PostgreSQL ``?schema=`` its database lacks. Such a path, from ``--store`` or
+    ``$LOOPWRIGHT_STORE``, is almost always a typo, and
     a new store there runs every task again and pays its effects again (the effects journal
     is per store). The default store's folder (``./.loopwright``) is loopwright's own: made
     when missing, also for another store file named in it (``_store_folder``)."""
-    from .._store_folder import missing_store_folder
+    from .._store_folder import missing_schema_error, missing_store_folder
     from ..store import DEFAULT_STORE, resolve_store_url
 
     resolved = resolve_store_url(url)
+    source = _source(url)
+    schema_error = missing_schema_error(resolved, source)
+    if schema_error is not None:
+        raise ConfigError(schema_error.message)
     missing = missing_store_folder(resolved)
     if missing is None:
         return resolved
     path, folder = missing
-    source = _source(url)
     instead = "drop --store" if url else "unset LOOPWRIGHT_STORE"
     raise ConfigError(
         f"no folder {folder} for the store {path} (from {source}): the folder does not "

@@ -9,6 +9,7 @@ connection pool; other query parameters go to libpq (``sslmode``, ``connect_time
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -99,17 +100,33 @@ def sqlite_file(url: str) -> str | None:
     return sqlite_url_path(url)
 
 
-def missing_pg_schema(url: str) -> tuple[str, str] | None:
-    """``(schema, database)`` when a PostgreSQL ``url`` names a schema (``?schema=NAME``)
+def missing_pg_schema(url: str) -> tuple[str, str, str] | None:
+    """``(schema, database, near)`` when a PostgreSQL ``url`` names a schema (``?schema=NAME``)
     that its database lacks (opening the store would create it, empty); None otherwise, and
-    when psycopg is not installed (opening the store says so)."""
+    when psycopg is not installed (opening the store says so). ``near`` says which store a
+    typo may have meant: ``; did you mean 'prod'?``, or the database's loopwright stores
+    when none is close, or '' when it holds none."""
     if urlsplit(url).scheme not in ("postgresql", "postgres"):
         return None
     try:
         from .postgres import missing_schema
     except ImportError:
         return None
-    return missing_schema(url)
+    missing = missing_schema(url)
+    if missing is None:
+        return None
+    schema, database, stores = missing
+    return schema, database, _near(schema, stores)
+
+
+def _near(name: str, stores: list[str]) -> str:
+    close = difflib.get_close_matches(name, stores, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    if not stores:
+        return ""
+    listed = ", ".join(repr(s) for s in stores[:8]) + (", …" if len(stores) > 8 else "")
+    return f"; the stores it holds: {listed}"
 
 
 def refuse_undecoded(url: str) -> None:
@@ -134,11 +151,12 @@ def check_store_exists(
     url: str,
     *,
     no_file: Callable[[str], Exception],
-    no_schema: Callable[[str, str], Exception],
+    no_schema: Callable[[str, str, str], Exception],
 ) -> str:
     """``url`` (resolved) when the store it names exists, else the caller's error raised:
     ``no_file(path)`` for an SQLite file that does not exist (after ``refuse_undecoded``),
-    ``no_schema(schema, database)`` for a PostgreSQL schema its database lacks. Opening
+    ``no_schema(schema, database, near)`` for a PostgreSQL schema its database lacks
+    (``near``: the store a typo may have meant, ``missing_pg_schema``). Opening
     either would create it: a mistyped path must not leave an empty store behind and report
     0 runs. What a store that must exist is read for (a command, ``compute_metrics``) says
     itself, in its error."""
@@ -163,8 +181,8 @@ def existing_store_url(store: str | os.PathLike[str] | None, *, reads: str) -> s
             f"no store at {path}: {reads} are read from an existing store (check the path)",
             field="store",
         ),
-        no_schema=lambda schema, database: ConfigError(
-            f"no schema {schema!r} in database {database!r}: {reads} are read from an "
+        no_schema=lambda schema, database, near: ConfigError(
+            f"no schema {schema!r} in database {database!r}{near}: {reads} are read from an "
             "existing store (check ?schema= in the URL)",
             field="store",
         ),

@@ -7,7 +7,8 @@ Same semantics as :class:`~loopwright.store.sqlite.SQLiteStore`, method for meth
 - **Connections.** A ``psycopg_pool.ConnectionPool`` (autocommit connections; every write is one
   short explicit transaction, READ COMMITTED). The store is safe to share between threads.
 - **Isolation.** ``schema=`` (argument or ``?schema=NAME`` in the URL) puts every table in that
-  PostgreSQL schema, created if missing, and sets it as the connections' ``search_path``; without
+  PostgreSQL schema, created if missing (``Runtime`` and the CLI refuse a missing one first:
+  ``store.missing_pg_schema``), and sets it as the connections' ``search_path``; without
   it the tables live in the connection's current schema (``public`` by default).
 - **Migrations.** Versioned (``_pg_schema.PG_MIGRATIONS``, version in ``loopwright_meta``) and
   applied in one transaction under ``pg_advisory_xact_lock`` keyed by the schema name, so any
@@ -117,9 +118,11 @@ def _connect(conninfo: str) -> psycopg.Connection[tuple[Any, ...]]:
     return psycopg.connect(conninfo, autocommit=True, **extra)
 
 
-def missing_schema(url: str) -> tuple[str, str] | None:
-    """``(schema, database)`` when ``url`` names a schema (``?schema=NAME``) that its database
-    does not have, else ``None``; creates nothing (opening the store would create it)."""
+def missing_schema(url: str) -> tuple[str, str, list[str]] | None:
+    """``(schema, database, stores)`` when ``url`` names a schema (``?schema=NAME``) that its
+    database does not have, else ``None``; ``stores``: the schemas of that database holding a
+    loopwright store (to name the one a typo meant). Creates nothing (opening the store
+    would create it)."""
     conninfo, shown, own = _split_url(url)
     schema = own.get("schema")
     if not schema:
@@ -127,7 +130,13 @@ def missing_schema(url: str) -> tuple[str, str] | None:
     try:
         with _connect(conninfo) as conn:
             found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname=%s", (schema,))
-            return None if found.fetchone() is not None else (schema, conn.info.dbname)
+            if found.fetchone() is not None:
+                return None
+            stores = conn.execute(
+                "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relname = 'loopwright_meta' AND c.relkind = 'r' ORDER BY 1"
+            )
+            return schema, conn.info.dbname, [r[0] for r in stores]
     except psycopg.Error as exc:
         raise StoreError(f"cannot open store {shown}: {type(exc).__name__}: {exc}") from exc
 

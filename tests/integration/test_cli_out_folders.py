@@ -1,0 +1,72 @@
+"""A file a command writes (``--out``, ``--report``, ``--plot``, ``--save-traces``) in a folder
+that does not exist is refused, as a store path in one is (stop 50): the folders were made,
+so a typo's output went, unseen, into a new folder. ``./.loopwright`` is still made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.long_loops import rejecting_loop
+
+import loopwright as lw
+from loopwright.cli import main
+
+LDB = Path(__file__).parents[1] / "data/ldb/humaneval/reflexion/gpt-4o-2024-05-13.jsonl"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    db = tmp_path / "s.db"
+    with lw.Runtime(str(db)) as rt:
+        rt.run_sync(rejecting_loop(2, lambda n: {"p": f"draft {n}"}), {"goal": "g"}, task_key="k")
+    (tmp_path / "c.toml").write_text("[contract.budget]\nmax_cycles = 3\n")
+    return str(db)
+
+
+def _commands(store: str, tmp_path: Path, path: str) -> list[tuple[str, list[str]]]:
+    with lw.Runtime(store) as rt:
+        run_id = rt.store.get_run("k").run_id
+    contract = str(tmp_path / "c.toml")
+    return [
+        ("--out", ["trace", run_id, "--store", store, "--out", path]),
+        ("--out", ["export", "eval-cases", "--store", store, "--out", path]),
+        ("--out", ["export", "preference-pairs", "--store", store, "--out", path]),
+        ("--out", ["import", "ldb", str(LDB), "--out", path]),
+        ("--out", ["fit-stop", "store", "--store", store, "--out", path]),
+        ("--report", ["fit-stop", "store", "--store", store, "--report", path]),
+        (
+            "--save-traces",
+            ["replay", "store", "--store", store, "--contract", contract, "--save-traces", path],
+        ),
+    ]
+
+
+def test_every_out_in_a_missing_folder_is_refused_and_nothing_made(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    typo = tmp_path / "exprots" / "day" / "x.jsonl"
+    for option, argv in _commands(store, tmp_path, str(typo)):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"loopwright: error: {option}: no folder {typo.parent} for {typo}: the folder "
+            f"does not exist. Create it (mkdir -p {typo.parent})"
+        ), (argv, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "exprots").exists(), argv
+
+
+def test_loopwrights_own_folder_is_made_and_an_existing_one_written(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for i, (_, argv) in enumerate(_commands(store, tmp_path, ".loopwright/o{}.txt")):
+        if argv[0] == "fit-stop":  # (a fit needs more tasks than one; refused above first)
+            continue
+        argv = [a.replace("{}", str(i)) for a in argv]
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+        assert (work / ".loopwright" / f"o{i}.txt").is_file(), argv
