@@ -18,7 +18,6 @@ import json
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -164,7 +163,9 @@ def test_a_fork_given_a_spend_only_contract_ends_at_the_default_ceiling(tmp_path
 def test_replay_of_a_spec_reads_its_contract_as_a_run_is_given_it(tmp_path: Path) -> None:
     spec = tmp_path / "c.toml"
     spec.write_text("[contract.success]\nmin_score = 1.0\n[contract.budget]\nmax_cost_usd = 0.5\n")
-    assert load_contract(spec) == _loop().contract
-    own: Any = tmp_path / "own.toml"
+    read = load_contract(spec)
+    assert (read.budget.max_cycles, read.budget.max_cycles_default) == (CEILING, True)
+    assert read == _loop().contract  # as the loop of that spec has it
+    own = tmp_path / "own.toml"
     own.write_text("[contract.budget]\nmax_cost_usd = 0.5\nmax_seconds = 60\n")
     assert load_contract(own).budget.max_cycles is None
