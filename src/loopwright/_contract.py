@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 
 from . import _shapes as shapes
 from ._errors import ConfigError
 
 __all__ = [
+    "DEFAULT_MAX_CYCLES",
     "RUN_STATUSES",
     "STOP_REASONS",
     "TERMINAL_STATUSES",
@@ -64,6 +65,13 @@ RUN_STATUSES: tuple[str, ...] = (
     "cancelled",
     "failed",
 )
+# The cycle ceiling a spend-only contract (``Contract.spend_only``) is given where a run is given
+# it: its only exits count money or tokens, which cycles that spend nothing (a plain function's
+# actor, a model reporting no cost, a proposal refused again and again) never reach (stop 49's
+# seed 200615 ran for ever). As LangGraph's ``recursion_limit`` (25) bounds a graph nobody
+# bounded; a contract that sets max_cycles, max_seconds or a no_progress rule chooses its own.
+DEFAULT_MAX_CYCLES = 1_000
+
 TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
 
 _STATUS_OF = {
@@ -175,16 +183,27 @@ class Budget:
     ``max_cycles_key`` names a per-task cycle budget: a dotted path into the task (e.g.
     ``"recorded.max_cycles"``, which ``loopwright import ldb`` writes from each recording). A
     task holding a whole number ≥ 1 there runs under that cap, or under ``max_cycles`` if that
-    is lower (the contract's cap stays a cap); tasks without one run under ``max_cycles``."""
+    is lower (the contract's cap stays a cap); tasks without one run under ``max_cycles``.
+
+    ``max_cycles_default`` says ``max_cycles`` is the engine's default ceiling
+    (``DEFAULT_MAX_CYCLES``), not the author's: the contract had only spend budgets
+    (``Contract.with_default_ceiling``). A stop at it says so; it holds only beside that
+    ceiling (a ``max_cycles`` set to another number is the author's)."""
 
     max_cycles: int | None = None
     max_cost_usd: float | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
     max_cycles_key: str | None = None
+    max_cycles_default: bool = False
 
     def __post_init__(self) -> None:
         _num(self.max_cycles, "contract.budget.max_cycles", integer=True)
+        if not isinstance(self.max_cycles_default, bool):
+            raise ConfigError("must be true or false", field="contract.budget.max_cycles_default")
+        if self.max_cycles_default and self.max_cycles != DEFAULT_MAX_CYCLES:
+            # (a max_cycles replaced or laid over a default ceiling, in a fork: the author's)
+            object.__setattr__(self, "max_cycles_default", False)
         key = self.max_cycles_key
         if key is not None and (not isinstance(key, str) or not key.strip(".")):
             raise ConfigError(
@@ -420,7 +439,8 @@ class Contract:
     def spend_only(self) -> bool:
         """Every exit besides success counts money or tokens (no cycle cap, task cap, time
         budget or no_progress rule): a run whose cycles spend nothing — a plain function's
-        actor, a proposal refused again and again — is never ended by it (``Loop`` says so)."""
+        actor, a proposal refused again and again — is never ended by it: a run is given it
+        with the default cycle ceiling (``with_default_ceiling``)."""
         b = self.budget
         return (
             b.max_cycles is None
@@ -429,6 +449,24 @@ class Contract:
             and self.no_progress is None
             and (b.max_cost_usd is not None or b.max_tokens is not None)
         )
+
+    def with_default_ceiling(self) -> Contract:
+        """The contract a run is given (a ``Loop`` built, a fork, a what-if replay): a
+        ``spend_only`` one with ``budget.max_cycles`` = ``DEFAULT_MAX_CYCLES``, marked
+        ``max_cycles_default``; one whose default ceiling is no longer its only other exit (a
+        fork's contract laid over its origin's, adding a no_progress rule or a time budget)
+        without it; any other as it is (``self``)."""
+        b = self.budget
+        if b.max_cycles_default:
+            bare = replace(b, max_cycles=None, max_cycles_default=False)
+            if not bare.bounded and self.no_progress is None and self.marginal_return is None:
+                return self  # (the ceiling is its only exit left: it stays)
+            authored = replace(self, budget=bare)
+            return self if authored.spend_only else authored
+        if not self.spend_only:
+            return self
+        ceiling = replace(b, max_cycles=DEFAULT_MAX_CYCLES, max_cycles_default=True)
+        return replace(self, budget=ceiling)
 
     def refuse_for_a_run(self) -> None:
         """Where a run is given this contract (a loop built, a fork): ``ConfigError`` for a
@@ -500,8 +538,9 @@ class Contract:
 
         mr = self.marginal_return
         budget = sec(self.budget)
-        if budget["max_cycles_key"] is None:
-            del budget["max_cycles_key"]  # snapshots of contracts without one stay as they were
+        for optional in ("max_cycles_key", "max_cycles_default"):
+            if not budget[optional]:
+                del budget[optional]  # snapshots of contracts without one stay as they were
         return {
             "success": sec(self.success),
             "no_progress": sec(self.no_progress) if self.no_progress else None,

@@ -131,18 +131,25 @@ class Forking(RuntimeHost):
         chosen = contract or (loop.contract if loop is not None else None)
         if chosen is not None:
             chosen.refuse_for_a_run()  # as a loop refuses it
+            # and as a loop gives it: a spend-only contract with the default cycle ceiling
+            chosen = chosen.with_default_ceiling()
             cycle_cap(chosen, state)  # the task's own cycle budget, as ``create`` checks it
         else:
             # The origin's, kept: an older release let a run start under a budget of 0, which
             # ends the fork before its first cycle too.
             try:
-                Contract.from_dict(rec.contract).refuse_for_a_run()
+                kept = Contract.from_dict(rec.contract)
+                kept.refuse_for_a_run()
             except ConfigError as exc:
                 raise ConfigError(
                     f"run {rec.run_id}'s contract, which the fork would keep: {exc.message}; "
                     "give the fork a contract",
                     field=exc.field,
                 ) from None
+            # A run an earlier release started under a spend-only contract resumes under its
+            # snapshot; a fork of it is a new run, given the default cycle ceiling.
+            ceiled = kept.with_default_ceiling()
+            chosen = ceiled if ceiled is not kept else None
         args: dict[str, Any] = {
             "run_id": uuid.uuid4().hex[:16],
             "task_key": key,

@@ -88,7 +88,8 @@ class Loop:
         actor: ``Context -> Proposal`` (sync or async).
         verifiers: checks, visible and held-out: ``Check`` objects, or plain ``(state, proposal) ->
             Verdict`` functions (each made a ``Check`` with its defaults; ``checks`` holds them).
-        contract: the stop contract, snapshotted into every run.
+        contract: the stop contract, snapshotted into every run; a ``spend_only`` one is
+            given the default cycle ceiling (``Contract.with_default_ceiling``).
         init: builds the initial state from a task; default ``TaskState.from_task``.
         actor_timeout_s: per-call timeout for the actor.
         project: default project for runs of this loop.
@@ -189,15 +190,20 @@ class Loop:
                 field="verifiers",
             )
         self.contract.refuse_for_a_run()  # snapshots of one still load
-        if self.contract.spend_only:
-            # Said, not refused: money-only contracts are common and work while cycles cost
-            # something; a run whose cycles are free never ends under one (stop 49's seed
-            # 200615: an accepted part proposed again, refused, $0 a cycle, for ever).
-            logging.getLogger("loopwright.runs").warning(
+        # A spend-only contract's runs stop at the default ceiling (stop 50; stop 49's seed
+        # 200615: an accepted part proposed again, refused, $0 a cycle, for ever): written into
+        # the contract, so the run's snapshot, `show`, replay and the metrics see it.
+        run_contract = self.contract.with_default_ceiling()
+        if run_contract is not self.contract:
+            object.__setattr__(self, "contract", run_contract)
+        if run_contract.budget.max_cycles_default:
+            logging.getLogger("loopwright.runs").info(
                 "loop %r: the contract's only exits besides success are spend budgets "
-                "(max_cost_usd, max_tokens): a run whose cycles spend nothing would never "
-                "stop; add max_cycles, max_seconds or a no_progress rule",
+                "(max_cost_usd, max_tokens), which cycles that spend nothing never reach: its "
+                "runs stop at the default ceiling of %s cycles (budget_cycles); set "
+                "budget.max_cycles, max_seconds or a no_progress rule to choose their end",
                 self.name,
+                f"{run_contract.budget.max_cycles:,}",
             )
         for rule in self.contract.risk:
             if callable(rule.check):

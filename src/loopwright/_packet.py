@@ -64,6 +64,17 @@ _ADVICE = {
     "budget_time": _BUDGET.format(
         what="time", when="If the score was still rising", setting="max_seconds", **_KEEP
     ),
+    # (the engine's default ceiling of a spend-only contract, not its author's: build_packet)
+    "budget_cycles_default": (
+        "The default cycle ceiling ended the run: its contract's only exits besides success "
+        "are spend budgets, which cycles that spend nothing never reach. "
+        + _REVIEW
+        + " Choose the end of the loop's runs: set budget.max_cycles, max_seconds or a "
+        "no_progress rule in its contract; to go on from here: "
+        + "`loopwright fork {run} --at-cycle {cycle} --contract FILE` (FILE: a "
+        "`[contract.budget]` table with max_cycles, or a `[contract.no_progress]` table), then "
+        "`loopwright resume` the new run."
+    ),
     "marginal_return": "Another cycle was not worth its expected cost. " + _REVIEW,
     # the escalated run's own advice, with the commands that reopen it: build_packet
     "cancelled": "The run was cancelled. If the work is still needed, fork it from its best "
@@ -113,6 +124,9 @@ def explain(
     budget that stopped it; ``cycles``, ``checked``: a stop at the cycle cap says how many
     cycles ran and how many of them judged a person's edit, not counted, ``edit_checks``)."""
     b = contract.budget
+    if reason == "budget_cycles" and b.max_cycles_default:
+        after = f" after {cycles} cycles{_judged_edits(checked)}" if checked and cycles else ""
+        return f"stopped: the default cycle ceiling ({b.max_cycles:,}) is spent{after}{_CHOOSE}"
     if reason == "budget_cycles" and checked and cycles is not None:
         cap = max_cycles if max_cycles is not None else b.max_cycles
         return f"stopped: the cycle budget ({cap}) is spent after {cycles} cycles" + (
@@ -164,6 +178,13 @@ def _judged_edits(k: int) -> str:
 
 
 CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
+
+# A stop at the default cycle ceiling (``Budget.max_cycles_default``) says it was not the
+# contract's own, and what chooses one.
+_CHOOSE = (
+    ": the contract's only other exits are spend budgets (set budget.max_cycles, max_seconds "
+    "or a no_progress rule to choose the end)"
+)
 
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
@@ -246,6 +267,11 @@ def stop_cause(
     if reason == "no_progress":
         n = contract.no_progress.cycles if contract.no_progress else 0
         return _clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
+    if reason == "budget_cycles" and b.max_cycles_default:
+        return _clip(
+            f"stopped {at}{_judged_edits(checked)}: the default cycle ceiling of "
+            f"{b.max_cycles:,} is used up{_CHOOSE}; {best}"
+        )
     if reason == "budget_cycles":
         cap = max_cycles if max_cycles is not None else b.max_cycles
         return _clip(
@@ -397,7 +423,12 @@ def build_packet(
     """The escalation packet for a run that ends without being accepted."""
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
-    builtin = _ADVICE.get(reason, "Review the run: `loopwright show {run}`.").format(
+    advised = (
+        "budget_cycles_default"
+        if reason == "budget_cycles" and contract.budget.max_cycles_default
+        else reason
+    )
+    builtin = _ADVICE.get(advised, "Review the run: `loopwright show {run}`.").format(
         run=run_id[:12], cycle=state.cycle, best=state.best_cycle or state.cycle
     )
     if reason == "no_progress" and not state.findings:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.stop_scenarios import (
     CYCLE_CAP,
@@ -38,6 +38,7 @@ EXAMPLES = int(os.environ.get("LOOPWRIGHT_SCENARIOS", "12"))
 
 @settings(max_examples=EXAMPLES)
 @given(st.integers(min_value=0, max_value=2**32 - 1))
+@example(200615)  # stop 49's run that never ended: now ends at the default cycle ceiling
 def test_every_scenario_keeps_the_stop_contract(seed: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         broken = run_seed(seed, str(Path(d) / "s.db"))
@@ -210,13 +211,15 @@ def test_a_fork_past_its_lower_cap_says_no_edit_was_judged_unless_one_was(
     ), said
 
 
-def test_a_run_that_never_ends_is_a_broken_property_not_a_hang(tmp_path: Path) -> None:
+def test_seed_200615_ends_at_the_default_cycle_ceiling(tmp_path: Path) -> None:
     """Seed 200615 (stop49): a free actor scoring 0.9 of a required 1.0, a $0.01 check and a
     $0.50 budget its only exit. Cycle 1 accepts the actor's part (its checks pass, the score
     short of success), so every later proposal writes a part no longer the actor's to change:
-    refused, no check run, $0 spent. The budget is never reached and the run never ends (the
-    sweep ran 34 minutes and wrote 1.87 GB). The harness stops such a run at ``CYCLE_CAP``
-    cycles and reports it as a broken property, at the same cycle every time."""
+    refused, no check run, $0 spent. The budget was never reached and the run never ended (the
+    sweep ran 34 minutes and wrote 1.87 GB; the harness then stopped it at ``CYCLE_CAP``). A
+    spend-only contract is now given the engine's default cycle ceiling (stop 50): the run
+    ends ``budget_cycles`` at 1,000 cycles, before the harness's cap, and every property
+    holds (replay under its snapshot, which holds the ceiling, ends as it did)."""
     url = str(tmp_path / "s.db")
     sc = _scenario(
         seed=200615,
@@ -226,10 +229,35 @@ def test_a_run_that_never_ends_is_a_broken_property_not_a_hang(tmp_path: Path) -
         pass_at=0.8,
         moves=("deny",),
     )
-    broken = play_and_check(sc, url)
-    assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
-    assert f"still going at cycle {CYCLE_CAP + 1}" in broken[0]
+    assert sc.contract.spend_only and lw.DEFAULT_MAX_CYCLES < CYCLE_CAP
+    assert play_and_check(sc, url) == []
     with lw.Runtime(url) as rt:
         [rec] = rt.store.list_runs()
-    # the cycles the harness let it run, and only cycle 1's check paid
-    assert (rec.status, rec.cycle, rec.cost_usd) == ("running", CYCLE_CAP, 0.01)
+    # only cycle 1's check paid
+    assert (rec.status, rec.stop_reason, rec.cycle) == ("stopped", "budget_cycles", 1000)
+    assert rec.cost_usd == pytest.approx(0.01)
+    assert rec.contract["budget"]["max_cycles_default"] is True
+
+
+def test_a_run_past_the_harness_cap_is_a_broken_property_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness's safety net: a run past ``CYCLE_CAP`` cycles is reported as the broken
+    property "every run ends", at the same cycle every time (here a cap of 5 lowered from
+    ``CYCLE_CAP``, under a contract of 20 cycles)."""
+    from support import stop_scenarios
+
+    monkeypatch.setattr(stop_scenarios, "CYCLE_CAP", 5)
+    url = str(tmp_path / "s.db")
+    sc = _scenario(
+        steps=(Step("edit", 0.9, 0.0, 0),),
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=20)),
+        held_cost=None,
+        pass_at=0.8,
+    )
+    broken = play_and_check(sc, url)
+    assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
+    assert "still going at cycle 6 (cap 5)" in broken[0]
+    with lw.Runtime(url) as rt:
+        [rec] = rt.store.list_runs()
+    assert (rec.status, rec.cycle) == ("running", 5)

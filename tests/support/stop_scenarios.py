@@ -43,10 +43,12 @@ from loopwright.replay._simulate import _own_budget, _success
 SCORES = (0.2, 0.4, 0.5, 0.6, 0.8, 0.9, 1.0)
 
 # The most cycles a run of a scenario may take before the harness calls it one that never
-# ends: the longest legitimate one is a $3.00 budget at $0.01 a cycle (300 cycles, forks
-# inheriting their origin's spend). A run past it is reported as a broken property, not run
-# until the disk fills (seed 200615 went on for 34 minutes and 1.87 GB).
-CYCLE_CAP = 1000
+# ends: a safety net, above the longest legitimate one, a spend-only contract's free cycles
+# up to the default ceiling (``lw.DEFAULT_MAX_CYCLES``, 1,000; stop 50), with a few check-only
+# cycles of people's edits the cap does not count. A run past it is reported as a broken
+# property, not run until the disk fills (seed 200615 went on for 34 minutes and 1.87 GB
+# before that ceiling).
+CYCLE_CAP = lw.DEFAULT_MAX_CYCLES + 50
 
 
 class NeverEnds(BaseException):

@@ -1,15 +1,22 @@
-"""A contract whose only exits besides success are spend budgets is said when a loop is built
-(stop 49, seed 200615 of the stop-scenario generator: an accepted part proposed again, refused,
-$0 a cycle, ran for ever under ``max_cost_usd`` alone). Said, not refused: such contracts end
-runs whose cycles cost something."""
+"""A contract whose only exits besides success are spend budgets is given the engine's default
+cycle ceiling where a run is given it (stop 50; stop 49's seed 200615 of the stop-scenario
+generator: an accepted part proposed again, refused, $0 a cycle, ran for ever under
+``max_cost_usd`` alone). The ceiling is written into the contract (``budget.max_cycles`` =
+``DEFAULT_MAX_CYCLES``, marked ``max_cycles_default``), so the run's snapshot, ``show``, replay
+and the metrics see an ordinary ``budget_cycles`` stop; building the ``Loop`` says so once, at
+INFO."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 
 import loopwright as lw
+from loopwright._compare import merge_contract
+from loopwright._packet import build_packet, explain, stop_cause
+from loopwright.cli._check import review
 
 
 def _loop(contract: lw.Contract) -> lw.Loop:
@@ -21,26 +28,34 @@ def _loop(contract: lw.Contract) -> lw.Loop:
     )
 
 
-@pytest.mark.parametrize(
-    "budget",
-    [
-        lw.Budget(max_cost_usd=0.5),
-        lw.Budget(max_tokens=1000),
-        lw.Budget(max_cost_usd=1, max_tokens=9),
-    ],
-    ids=["cost", "tokens", "both"],
-)
-def test_a_spend_only_contract_is_said_when_its_loop_is_built(
+SPEND_ONLY = [
+    lw.Budget(max_cost_usd=0.5),
+    lw.Budget(max_tokens=1000),
+    lw.Budget(max_cost_usd=1, max_tokens=9),
+]
+
+
+def test_the_default_ceiling_is_a_thousand_cycles() -> None:
+    assert lw.DEFAULT_MAX_CYCLES == 1_000
+
+
+@pytest.mark.parametrize("budget", SPEND_ONLY, ids=["cost", "tokens", "both"])
+def test_a_spend_only_contract_is_given_the_default_ceiling_when_its_loop_is_built(
     budget: lw.Budget, caplog: pytest.LogCaptureFixture
 ) -> None:
     contract = lw.Contract(budget=budget)
     assert contract.spend_only
-    with caplog.at_level(logging.WARNING, logger="loopwright.runs"):
-        _loop(contract)
-    said = [r.getMessage() for r in caplog.records if r.name == "loopwright.runs"]
-    assert len(said) == 1
-    assert "'money-only'" in said[0] and "would never stop" in said[0]
-    assert "max_cycles, max_seconds or a no_progress rule" in said[0]
+    with caplog.at_level(logging.INFO, logger="loopwright.runs"):
+        loop = _loop(contract)
+    b = loop.contract.budget
+    assert (b.max_cycles, b.max_cycles_default) == (lw.DEFAULT_MAX_CYCLES, True)
+    assert (b.max_cost_usd, b.max_tokens) == (budget.max_cost_usd, budget.max_tokens)
+    assert not loop.contract.spend_only
+    said = [r for r in caplog.records if r.name == "loopwright.runs"]
+    assert [r.levelno for r in said] == [logging.INFO]  # once, and no warning any more
+    text = said[0].getMessage()
+    assert "'money-only'" in text and "default ceiling of 1,000 cycles" in text
+    assert "set budget.max_cycles, max_seconds or a no_progress rule" in text
 
 
 @pytest.mark.parametrize(
@@ -54,13 +69,95 @@ def test_a_spend_only_contract_is_said_when_its_loop_is_built(
     ],
     ids=["cycles", "seconds", "task-cap", "no-progress", "no-money"],
 )
-def test_a_contract_with_another_exit_is_not_said(
+def test_a_contract_with_another_exit_is_given_as_it_is(
     contract: lw.Contract, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert not contract.spend_only
-    with caplog.at_level(logging.WARNING, logger="loopwright.runs"):
-        _loop(contract)
+    with caplog.at_level(logging.INFO, logger="loopwright.runs"):
+        loop = _loop(contract)
+    assert loop.contract is contract
+    assert contract.with_default_ceiling() is contract
     assert [r for r in caplog.records if r.name == "loopwright.runs"] == []
+
+
+def test_the_ceiling_is_in_the_snapshot_and_an_older_snapshot_loads_as_it_was() -> None:
+    given = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling()
+    snap = given.to_dict()
+    assert snap["budget"]["max_cycles"] == 1000 and snap["budget"]["max_cycles_default"] is True
+    again = lw.Contract.from_dict(snap)
+    assert again == given and again.with_default_ceiling() is again  # resumed as stored
+    # a snapshot an earlier release wrote: no such key; read, written and compared unchanged
+    old = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).to_dict()
+    assert "max_cycles_default" not in old["budget"]
+    loaded = lw.Contract.from_dict(old)
+    assert loaded.budget.max_cycles_default is False and loaded.to_dict() == old
+    # an author's own cap of 1,000 is not the default one
+    own = lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles=1000))
+    assert "max_cycles_default" not in own.to_dict()["budget"]
+    assert own != given
+
+
+def test_a_default_ceiling_gives_way_to_an_exit_the_author_chose() -> None:
+    """A fork's contract laid over its origin's (``merge_contract``, as ``loopwright fork
+    --contract`` and the dashboard's rerun make it)."""
+    snap = lw.Contract(budget=lw.Budget(max_cost_usd=0.5)).with_default_ceiling().to_dict()
+    cap = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cycles": 50}}))
+    assert (cap.budget.max_cycles, cap.budget.max_cycles_default) == (50, False)
+    assert cap.with_default_ceiling() is cap
+    plateau = lw.Contract.from_dict(merge_contract(snap, {"no_progress": {"cycles": 3}}))
+    bare = plateau.with_default_ceiling()
+    assert (bare.budget.max_cycles, bare.budget.max_cycles_default) == (None, False)
+    assert bare.no_progress == lw.NoProgress(cycles=3)
+    # the dashboard's form sends the ceiling back as it showed it, or cleared: still the default
+    for shown in (1000, None):
+        same = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cycles": shown}}))
+        b = same.with_default_ceiling().budget
+        assert (b.max_cycles, b.max_cycles_default) == (1000, True)
+    # the money cleared too, the ceiling is its only exit: kept
+    alone = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cost_usd": None}}))
+    assert alone.with_default_ceiling() is alone
+    with pytest.raises(lw.ConfigError, match="true or false"):
+        lw.Budget(max_cycles=1000, max_cycles_default="yes")  # type: ignore[arg-type]
+
+
+def test_a_stop_at_the_default_ceiling_says_so_and_what_to_set() -> None:
+    given = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=0.5))).contract
+    state = lw.TaskState(task={})
+    state.cycle = 1000
+    packet = build_packet("budget_cycles", state, given, run_id="r" * 16)
+    choose = "set budget.max_cycles, max_seconds or a no_progress rule"
+    assert packet["summary"].startswith("stopped: the default cycle ceiling (1,000) is spent")
+    assert packet["stop_cause"].startswith(
+        "stopped after 1000 cycles: the default cycle ceiling of 1,000 is used up"
+    )
+    assert packet["recommended_action"].startswith("The default cycle ceiling ended the run")
+    for text in (packet["summary"], packet["stop_cause"], packet["recommended_action"]):
+        assert choose in text, text
+    # an author's own cap of 1,000 is said as any cap
+    own = lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles=1000))
+    assert explain("budget_cycles", own) == "stopped: the cycle budget (1000) is spent"
+    said = stop_cause("budget_cycles", own, cycle=1000)
+    assert "default" not in said and choose not in said
+
+
+def test_check_says_only_the_default_ceiling_ends_a_stalled_run() -> None:
+    loop = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=2.0)))
+    (answer,) = [a for a in review(loop) if a["question"] == "What ends a stalled or unsafe run?"]
+    assert answer["status"] == "warn"
+    assert answer["answer"].startswith(
+        "$2.0 spent; a stalled run whose cycles spend nothing: only the default ceiling of "
+        "1,000 cycles (set budget.max_cycles, max_seconds or a no_progress rule to choose its "
+        "end); no plateau exit"
+    ), answer["answer"]
+    own = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=2.0, max_cycles=1000)))
+    (answer,) = [a for a in review(own) if a["question"] == "What ends a stalled or unsafe run?"]
+    assert answer["answer"].startswith("1000 cycles; $2.0 spent; no plateau exit")
+
+
+def test_a_loop_replaced_keeps_its_ceiling() -> None:
+    loop = _loop(lw.Contract(budget=lw.Budget(max_tokens=10)))
+    again = dataclasses.replace(loop, name="again")
+    assert again.contract == loop.contract and again.contract.budget.max_cycles_default
 
 
 def test_a_task_cap_alone_is_refused_saying_why() -> None:

@@ -59,7 +59,7 @@ def review(loop: Loop) -> list[dict[str, str]]:
             f"the task's own cycle cap ({b.max_cycles_key})"
             + (f", at most {b.max_cycles} cycles" if b.max_cycles else "")
         )
-    elif b.max_cycles:
+    elif b.max_cycles and not b.max_cycles_default:
         stops.append(f"{b.max_cycles} cycles")
     # every budget ends a run that goes on without converging, money ones too (with only
     # those, the answer began with "; ")
@@ -67,6 +67,13 @@ def review(loop: Loop) -> list[dict[str, str]]:
         stops.append(f"${b.max_cost_usd} spent")
     if b.max_tokens is not None:
         stops.append(f"{b.max_tokens} tokens spent")
+    if b.max_cycles and b.max_cycles_default:
+        # a spend-only contract: cycles that spend nothing never reach its budgets
+        stops.append(
+            f"a stalled run whose cycles spend nothing: only the default ceiling of "
+            f"{b.max_cycles:,} cycles (set budget.max_cycles, max_seconds or a no_progress "
+            "rule to choose its end)"
+        )
     if b.max_seconds:
         stops.append(f"{b.max_seconds} s")
     if c.marginal_return:

@@ -80,7 +80,6 @@ def fork(
         chosen = loop.contract if loop is not None else None
         if tables is not None:
             chosen = Contract.from_dict(merge_contract(base, tables))
-        changed = contract_changes(rec.contract, chosen.to_dict() if chosen else rec.contract)
         who = acting_as(rt.store, by, token, action="fork", target=f"run {rec.run_id}")
         with as_options(at_cycle="--at-cycle", task_key="--key", loop="--spec", by="--by"):
             new = rt.fork(
@@ -92,6 +91,8 @@ def fork(
                 by=who,
                 origin="cli",
             )
+        # what the fork was given, as stored (a spend-only contract with its default ceiling)
+        changed = contract_changes(rec.contract, new.contract)
         at_once = stops_at_once(rt.store, new)
     console().print(
         f"forked run {rec.run_id[:12]} at cycle {at_cycle}: new run {new.run_id[:12]} "

@@ -159,7 +159,10 @@ class Report:
 
 def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Report:
     """How each of ``contracts`` (by name) would have ended the recorded runs ``traces``
-    (a list, or an iterator such as ``traces_from_store``'s), beside the record."""
+    (a list, or an iterator such as ``traces_from_store``'s), beside the record. Each is
+    replayed as a run is given it: a spend-only one with the default cycle ceiling
+    (``Contract.with_default_ceiling``); ``simulate`` takes a contract as it is (a run's
+    snapshot is its contract, an earlier release's spend-only one without that ceiling)."""
     traces = given_traces(traces)
     if not isinstance(contracts, Mapping):
         raise ConfigError(
@@ -175,16 +178,19 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
     recorded = recorded_outcomes(traces)
     rows = []
     for name, contract in contracts.items():
-        outs = [simulate(t, contract) for t in traces]
+        given = contract.with_default_ceiling()
+        outs = [simulate(t, given) for t in traces]
         rows.append((summarize(name, outs, recorded), outs))
     return Report(summarize("recorded", recorded, recorded), rows)
 
 
 def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
-    """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables.
-    Risk rules are dropped unless ``keep_risk``: replay does not replay a person's decisions
-    (a fork runs them)."""
-    return _contract_of(Path(path), contract_tables(path, keep_risk=keep_risk))
+    """A contract from TOML: a loop spec (its ``[contract]``) or a file of contract tables,
+    as a run is given it (a spend-only one with the default cycle ceiling, as a ``Loop`` built
+    of that spec has it). Risk rules are dropped unless ``keep_risk``: replay does not replay
+    a person's decisions (a fork runs them)."""
+    tables = contract_tables(path, keep_risk=keep_risk)
+    return _contract_of(Path(path), tables).with_default_ceiling()
 
 
 def _contract_of(p: Path, tables: Mapping[str, Any]) -> Contract:

@@ -158,7 +158,6 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             raise HTTPException(400, str(exc)) from exc
         except (TypeError, ValueError) as exc:
             raise HTTPException(400, f"not a contract: {exc}") from exc
-        changed = contract_changes(rec.contract, contract.to_dict())
         try:
             new = Runtime(store).fork(
                 rec.run_id, at_cycle, contract=contract, task_key=task_key, by=who, origin=origin
@@ -167,6 +166,8 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             raise HTTPException(400, str(exc)) from exc
         except LoopwrightError as exc:
             raise http_error(exc) from exc
+        # what the fork was given, as stored (a spend-only contract with its default ceiling)
+        changed = contract_changes(rec.contract, new.contract)
         what = {"by": who, "at_cycle": at_cycle, "changed": changed}
         store.append_events(
             rec.run_id, [NewEvent(rec.cycle, "rerun_requested", {**what, "new_run": new.run_id})]

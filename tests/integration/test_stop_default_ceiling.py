@@ -1,0 +1,171 @@
+"""A run under a spend-only contract whose cycles spend nothing ends at the engine's default
+cycle ceiling (stop 50). Stop 49's seed 200615: ``Success(min_score=1.0)`` and
+``Budget(max_cost_usd=0.5)`` only; cycle 1 passes its check and its part is accepted at 0.9;
+from cycle 2 the actor proposes the accepted part again, refused each time, no check runs, $0
+spent: the only exit never came. The contract a run is given carries ``budget.max_cycles`` =
+``DEFAULT_MAX_CYCLES`` (1,000), so the run ends ``budget_cycles`` at cycle 1,000 (not one
+more), and its snapshot, packet, ``show``, the metrics and replay all see that stop.
+
+A run stored before (its snapshot spend-only, without the ceiling) resumes under its snapshot,
+and replay of it under its snapshot stays as it ran; a fork of it is a new run, given the
+ceiling. Each actor here raises past cycle 1,000 rather than run for ever on a tree without
+the ceiling."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+import loopwright as lw
+from loopwright.replay import load_contract, replay, simulate, trace_of_run
+
+CEILING = 1000
+SPEND_ONLY = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cost_usd=0.5))
+TASK = {"artifacts": {"doc": {"a": "", "b": ""}}}  # (both accepted at cycle 2)
+
+
+class Runaway(BaseException):
+    """Out of the engine (not the actor's error): a run went past the ceiling."""
+
+
+def _loop(
+    contract: lw.Contract = SPEND_ONLY, *, calls: list[int] | None = None, done_at: int = 0
+) -> lw.Loop:
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        if ctx.cycle > CEILING + 10:
+            raise Runaway(f"a run still going at cycle {ctx.cycle}")
+        if calls is not None:
+            calls.append(ctx.cycle)
+        if ctx.cycle == 1 and not ctx.notes:
+            return lw.Proposal(question=lw.Question("which way?"))
+        if done_at and ctx.cycle >= done_at:
+            return lw.Proposal.edit("doc", {"c": "done"})  # (a new part: not accepted)
+        # the accepted part proposed again: refused, no check, nothing spent
+        return lw.Proposal.edit("doc", {"a": f"x{ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        done = state.values()["doc"].get("c") == "done"
+        return lw.Verdict(passed=True, score=1.0 if done else 0.9, usage=lw.Usage(0.01, 10))
+
+    return lw.Loop(name="stall", actor=actor, verifiers=[lw.Check(fn=check)], contract=contract)
+
+
+def _show_text(url: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    from loopwright.cli import _app
+
+    monkeypatch.setenv("COLUMNS", "400")  # (one line a row: the words are asserted whole)
+    out, old = io.StringIO(), sys.stdout
+    sys.stdout = out
+    try:
+        _app.show(run_id, store=url)
+    finally:
+        sys.stdout = old
+    return out.getvalue()
+
+
+def test_a_free_spend_only_run_ends_at_the_default_ceiling(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(calls=calls), TASK, task_key="stall")
+        assert r.status == "awaiting_approval"  # (the question: a resume under a new Loop)
+        rt.answer(r.run_id, "left", by="ana")
+        r = rt.resume_sync(r.run_id, _loop(calls=calls))
+        assert (r.status, r.stop_reason, r.cycles) == ("stopped", "budget_cycles", CEILING)
+        assert calls[-1] == CEILING and len(calls) == CEILING
+        rec = rt.store.get_run(r.run_id)
+        ended = rt.resume_sync(r.run_id, _loop())  # an ended run, returned as it is
+        assert (ended.stop_reason, ended.cycles) == ("budget_cycles", CEILING)
+        trace = trace_of_run(rt.store, rec)
+        [m] = [m for m in lw.compute_metrics(rt.store).per_run if m.run_id == r.run_id]
+    budget = rec.contract["budget"]
+    assert (budget["max_cycles"], budget["max_cycles_default"]) == (CEILING, True)
+    assert lw.Contract.from_dict(rec.contract) == _loop().contract  # the store's round trip
+    assert rec.cost_usd == pytest.approx(0.01)  # cycle 2's check alone
+    packet = rec.packet or {}
+    choose = "set budget.max_cycles, max_seconds or a no_progress rule"
+    assert packet["stop_cause"].startswith(
+        "stopped after 1000 cycles: the default cycle ceiling of 1,000 is used up"
+    )
+    assert choose in packet["stop_cause"] and choose in packet["recommended_action"]
+    assert packet["summary"].startswith("stopped: the default cycle ceiling (1,000) is spent")
+    shown = _show_text(url, r.run_id, monkeypatch)
+    assert "the default cycle ceiling (1,000) is spent" in shown and choose in shown
+    assert (m.stop_reason, m.cycles) == ("budget_cycles", CEILING)
+    # replay: under the run's own contract, and under the contract the loop was written with
+    assert trace is not None
+    o = simulate(trace, lw.Contract.from_dict(rec.contract))
+    assert (o.reason, o.cycles) == ("budget_cycles", CEILING)
+    [(_, [what_if])] = replay([trace], {"written": SPEND_ONLY}).contracts
+    assert (what_if.reason, what_if.cycles) == ("budget_cycles", CEILING)
+
+
+def _stored_before_the_ceiling(db: Path, run_id: str) -> None:
+    """The run's snapshot as an earlier release wrote it: spend-only, no ceiling."""
+    con = sqlite3.connect(db)
+    with con:
+        con.execute(
+            "UPDATE runs SET contract = ? WHERE run_id = ?",
+            (json.dumps(SPEND_ONLY.to_dict()), run_id),
+        )
+    con.close()
+
+
+def test_a_run_stored_spend_only_before_the_ceiling_resumes_and_replays_under_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    with lw.Runtime(str(db)) as rt:
+        r = rt.run_sync(_loop(), TASK, task_key="old")
+    _stored_before_the_ceiling(db, r.run_id)
+    with lw.Runtime(str(db)) as rt:
+        rt.answer(r.run_id, "left", by="ana")
+        # resumed with a Loop whose contract now has the ceiling: the snapshot rules
+        done = rt.resume_sync(r.run_id, _loop(done_at=CEILING + 3))
+        assert (done.stop_reason, done.cycles) == ("success", CEILING + 3)
+        rec = rt.store.get_run(r.run_id)
+        assert rec.contract == SPEND_ONLY.to_dict()
+        trace = trace_of_run(rt.store, rec)
+        # a fork of it is a new run: given the ceiling (its contract kept otherwise)
+        fork = rt.fork(r.run_id, 2)
+    assert trace is not None
+    o = simulate(trace, lw.Contract.from_dict(rec.contract))  # as it ran
+    assert (o.reason, o.cycles) == ("success", CEILING + 3)
+    [(_, [what_if])] = replay([trace], {"today": SPEND_ONLY}).contracts
+    assert (what_if.reason, what_if.cycles) == ("budget_cycles", CEILING)
+    assert fork.contract == _loop().contract.to_dict()
+    assert fork.contract["budget"]["max_cycles_default"] is True
+
+
+def test_a_fork_given_a_spend_only_contract_ends_at_the_default_ceiling(tmp_path: Path) -> None:
+    url = str(tmp_path / "s.db")
+    capped = lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cycles=3))
+    with lw.Runtime(url) as rt:
+        r = rt.run_sync(_loop(capped), TASK, task_key="capped")
+        rt.answer(r.run_id, "left", by="ana")
+        r = rt.resume_sync(r.run_id, _loop(capped))
+        assert (r.stop_reason, r.cycles) == ("budget_cycles", 3)
+        fork = rt.fork(r.run_id, 3, contract=SPEND_ONLY)
+        budget = fork.contract["budget"]
+        assert (budget["max_cycles"], budget["max_cycles_default"]) == (CEILING, True)
+        f = rt.resume_sync(fork.run_id, _loop())
+        assert (f.stop_reason, f.cycles) == ("budget_cycles", CEILING)
+        said = (rt.store.get_run(fork.run_id).packet or {})["stop_cause"]
+    assert said.startswith("stopped after 1000 cycles: the default cycle ceiling of 1,000")
+
+
+def test_replay_of_a_spec_reads_its_contract_as_a_run_is_given_it(tmp_path: Path) -> None:
+    spec = tmp_path / "c.toml"
+    spec.write_text("[contract.success]\nmin_score = 1.0\n[contract.budget]\nmax_cost_usd = 0.5\n")
+    read = load_contract(spec)
+    assert (read.budget.max_cycles, read.budget.max_cycles_default) == (CEILING, True)
+    assert read == _loop().contract  # as the loop of that spec has it
+    own = tmp_path / "own.toml"
+    own.write_text("[contract.budget]\nmax_cost_usd = 0.5\nmax_seconds = 60\n")
+    assert load_contract(own).budget.max_cycles is None
