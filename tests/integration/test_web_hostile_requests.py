@@ -1,0 +1,106 @@
+"""Requests an outside tester's scripts send to the dashboard (web50, stop 50).
+
+- A decision's note holding an escape sequence or a bidirectional control was refused with 409
+  (the engine's ``ConfigError`` read as the request's state having moved on), where docs/ui.md
+  says text a store cannot keep is a 400: a script retried it as a conflict.
+- A search of more than 50,000 bytes (SQLite's longest LIKE pattern) was answered 503 "the store
+  failed ... restore it from a backup", and the server logged a failed store: any reader (on
+  loopback, with no token at all) could make the dashboard say its store was damaged. A search
+  is now at most ``MAX_SEARCH`` characters, a longer one a 400 naming the limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fastapi.testclient import TestClient
+from support.modules import load_sibling
+
+import loopwright as lw
+from loopwright._authority import hash_token
+from loopwright.web import create_app
+
+LOCAL = "http://127.0.0.1"
+MAX_SEARCH = 1000  # web._queries.MAX_SEARCH (not imported: the test runs on the tree before it)
+TOKENS = {"ana": "tok-ana-0123456789", "root": "tok-root-0123456789"}
+
+
+def _web() -> ModuleType:
+    return load_sibling(__file__, "test_web.py", "_web_helpers_hostile")
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[TestClient, str, str]:
+    store, run_id = _web().make_parked_run(tmp_path)
+    with lw.Runtime(store) as rt:
+        for name, roles in (("root", ["admin"]), ("ana", ["approver"])):
+            rt.store.add_user(name, roles=roles, limits={}, by="test", now=time.time())
+            rt.store.set_token(name, hash_token(TOKENS[name]), now=time.time())
+    app = create_app(store, token="server-token-0123456789", identity="server")
+    return TestClient(app, base_url=LOCAL), store, run_id
+
+
+def _ana() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS['ana']}"}
+
+
+@pytest.mark.parametrize("note", ["paid\x1b[2J", "ACME\u202e1-VNI", "a\u2066b"])
+def test_a_note_a_store_cannot_print_is_a_400_and_decides_nothing(
+    setup: tuple[TestClient, str, str], note: str
+) -> None:
+    c, store, run_id = setup
+    with lw.Runtime(store) as rt:
+        aid = rt.pending_approval(run_id).approval_id
+    r = c.post(f"/api/approvals/{aid}/approve", json={"note": note}, headers=_ana())
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"].startswith("note: must not hold")
+    deny = c.post(f"/api/approvals/{aid}/deny", json={"note": note}, headers=_ana())
+    assert deny.status_code == 400, deny.text
+    with lw.Runtime(store) as rt:
+        assert rt.store.approval(aid).status == "pending"  # type: ignore[union-attr]
+    # the same request with a plain note is decided
+    ok = c.post(f"/api/approvals/{aid}/approve", json={"note": "checked"}, headers=_ana())
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_note_refused_from_the_inbox_form_is_a_400_page(
+    setup: tuple[TestClient, str, str],
+) -> None:
+    c, store, run_id = setup
+    with lw.Runtime(store) as rt:
+        aid = rt.pending_approval(run_id).approval_id
+    r = c.post("/login", data={"token": TOKENS["ana"]}, follow_redirects=False)
+    assert r.status_code == 303
+    page = c.get("/approvals").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    form = c.post(
+        f"/approvals/{aid}/decide",
+        data={"action": "approve", "csrf": csrf, "note": "ok\u202e"},
+        headers={"Accept": "text/html"},
+    )
+    assert form.status_code == 400, form.text
+    assert "bidirectional control" in form.text
+
+
+@pytest.mark.parametrize("path", ["/api/runs?q=", "/api/approvals?q=", "/?q=", "/approvals?q="])
+def test_a_search_longer_than_the_limit_is_a_400_not_a_failed_store(
+    setup: tuple[TestClient, str, str], path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, _store, run_id = setup
+    # '%' is escaped to '!%' in the LIKE pattern: 25,001 of them made 50,004 bytes
+    for q in ("x" * 60_000, "%" * (MAX_SEARCH + 1)):
+        with caplog.at_level(logging.WARNING, logger="loopwright.web"):
+            r = c.get(path + q, headers=_ana())
+        assert r.status_code == 400, (path, r.status_code, r.text[:200])
+        assert f"at most {MAX_SEARCH:,}" in r.text
+        assert "store" not in r.text
+    assert not [m for m in caplog.messages if "store failed" in m]
+    # a search at the limit is read (each of its characters escaped)
+    r = c.get(path + "%" * MAX_SEARCH, headers=_ana())
+    assert r.status_code == 200, r.text[:200]
+    found = c.get(path + run_id[:8], headers=_ana())
+    assert found.status_code == 200 and run_id[:8] in found.text
