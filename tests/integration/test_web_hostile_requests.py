@@ -104,3 +104,49 @@ def test_a_search_longer_than_the_limit_is_a_400_not_a_failed_store(
     assert r.status_code == 200, r.text[:200]
     found = c.get(path + run_id[:8], headers=_ana())
     assert found.status_code == 200 and run_id[:8] in found.text
+
+
+HUGE = "1" + "0" * 400  # a whole number past every float (JSON has no limit; TOML has)
+
+
+@pytest.mark.parametrize(
+    "contract",
+    [
+        '{"budget": {"max_cycles": HUGE}}',
+        '{"budget": {"max_cost_usd": HUGE}}',
+        '{"no_progress": {"cycles": HUGE}}',
+        '{"success": {"min_score": HUGE}}',
+    ],
+)
+def test_a_rerun_with_a_number_past_every_float_is_a_400_not_a_500(
+    tmp_path: Path, contract: str
+) -> None:
+    """``Contract`` compared such a number with ``math.isfinite``, whose ``OverflowError`` no
+    route caught: a 500 with a traceback. Now the contract refuses it (``ConfigError``)."""
+    store, run_id = _web().make_parked_run(tmp_path)
+    token = "server-token-0123456789"
+    c = TestClient(
+        create_app(store, token=token, identity="oscar"),
+        base_url=LOCAL,
+        raise_server_exceptions=False,
+    )
+    api = c.post(
+        f"/api/runs/{run_id}/rerun",
+        content='{"at_cycle": 0, "start": false, "contract": C}'.replace("C", contract).replace(
+            "HUGE", HUGE
+        ),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    assert api.status_code == 400, api.text[:300]
+    assert "too large" in api.json()["detail"]
+    # the rerun form's budget boxes too
+    c.post("/login", data={"token": token})
+    csrf = c.get(f"/runs/{run_id}").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    form = c.post(
+        f"/runs/{run_id}/rerun",
+        data={"at_cycle": "0", "csrf": csrf, "max_cycles": HUGE, "start": "no"},
+        follow_redirects=False,
+    )
+    assert form.status_code == 400, form.text[:300]
+    with lw.Runtime(store) as rt:
+        assert [r.run_id for r in rt.store.list_runs()] == [run_id]  # nothing forked
