@@ -255,11 +255,12 @@ class MarginalReturn:
                     succ, trials = (int(cell[0]), int(cell[1]))
                     if succ < 0 or trials < succ:
                         raise ValueError(cell)
+                    float(trials)  # OverflowError past every float: p_success divides by it
                     cells.append((succ, trials))
                 if not cells:
                     raise ValueError(row)
                 rows.append(tuple(cells))
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             raise ConfigError(
                 "must be rows of [successes, trials] pairs with 0 <= successes <= trials",
                 field=f"{where}.hazard",

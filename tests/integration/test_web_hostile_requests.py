@@ -116,13 +116,15 @@ HUGE = "1" + "0" * 400  # a whole number past every float (JSON has no limit; TO
         '{"budget": {"max_cost_usd": HUGE}}',
         '{"no_progress": {"cycles": HUGE}}',
         '{"success": {"min_score": HUGE}}',
+        '{"marginal_return": {"value_per_success_usd": 1, "hazard": [[[1, HUGE]]]}}',
     ],
 )
 def test_a_rerun_with_a_number_past_every_float_is_a_400_not_a_500(
     tmp_path: Path, contract: str
 ) -> None:
     """``Contract`` compared such a number with ``math.isfinite``, whose ``OverflowError`` no
-    route caught: a 500 with a traceback. Now the contract refuses it (``ConfigError``)."""
+    route caught: a 500 with a traceback; a hazard table's cell passed, and the run it made
+    failed dividing by it. Now the contract refuses both (``ConfigError``)."""
     store, run_id = _web().make_parked_run(tmp_path)
     token = "server-token-0123456789"
     c = TestClient(
@@ -138,7 +140,8 @@ def test_a_rerun_with_a_number_past_every_float_is_a_400_not_a_500(
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
     assert api.status_code == 400, api.text[:300]
-    assert "too large" in api.json()["detail"]
+    # (the table's cell was accepted, and the run it made failed with OverflowError)
+    assert "too large" in api.json()["detail"] or "hazard" in api.json()["detail"]
     # the rerun form's budget boxes too
     c.post("/login", data={"token": token})
     csrf = c.get(f"/runs/{run_id}").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
