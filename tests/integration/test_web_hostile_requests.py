@@ -153,3 +153,28 @@ def test_a_rerun_with_a_number_past_every_float_is_a_400_not_a_500(
     assert form.status_code == 400, form.text[:300]
     with lw.Runtime(store) as rt:
         assert [r.run_id for r in rt.store.list_runs()] == [run_id]  # nothing forked
+
+
+def test_the_server_keeps_the_resumes_under_way_not_every_one_it_started(
+    tmp_path: Path,
+) -> None:
+    """Every decision, resume and rerun started a thread kept in ``app.state.resumes`` for
+    the server's life (2 KB each once finished): a long-lived dashboard, or an operator's
+    script asking again and again, grew it without bound. Each is joined here before the
+    next is asked, so the list holds the one under way only."""
+    store, run_id = _web().make_parked_run(tmp_path)
+    token = "server-token-0123456789"
+    c = TestClient(create_app(store, token=token, identity="oscar"), base_url=LOCAL)
+    resumes = c.app.state.resumes  # type: ignore[attr-defined]
+    for _ in range(4):
+        r = c.post(
+            f"/api/runs/{run_id}/rerun",
+            json={"at_cycle": 0, "start": True},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 200, r.text
+        assert "resuming" in r.json()["message"]
+        for t in list(resumes):
+            t.join(120)
+            assert not t.is_alive()
+    assert len(resumes) == 1
