@@ -178,3 +178,19 @@ def test_the_server_keeps_the_resumes_under_way_not_every_one_it_started(
             t.join(120)
             assert not t.is_alive()
     assert len(resumes) == 1
+
+
+def test_a_forged_sign_out_is_refused_and_audited(setup: tuple[TestClient, str, str]) -> None:
+    """docs/ui.md: a write without the page's CSRF token is refused with 403 and recorded in
+    the audit log. ``/logout`` refused it and recorded nothing: another page's form could
+    sign a person out again and again, leaving no trace."""
+    c, store, _run = setup
+    r = c.post("/login", data={"token": TOKENS["ana"]}, follow_redirects=False)
+    assert r.status_code == 303
+    for data in ({}, {"csrf": "forged"}):
+        r = c.post("/logout", data=data, follow_redirects=False)
+        assert r.status_code == 403, r.text
+    assert c.get("/api/me").json()["name"] == "ana"  # still signed in
+    with lw.Runtime(store) as rt:
+        rows = [(x.actor, x.action, x.target, x.outcome) for x in rt.store.audit()]
+    assert rows.count(("ana", "POST", "/logout", "refused")) == 2, rows
