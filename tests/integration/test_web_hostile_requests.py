@@ -194,3 +194,12 @@ def test_a_forged_sign_out_is_refused_and_audited(setup: tuple[TestClient, str, 
     with lw.Runtime(store) as rt:
         rows = [(x.actor, x.action, x.target, x.outcome) for x in rt.store.audit()]
     assert rows.count(("ana", "POST", "/logout", "refused")) == 2, rows
+
+
+@pytest.mark.parametrize("name", ["loopwright", "policy:earned", "x\x1b[2Jy", "a\u202eb"])
+def test_the_dashboard_s_own_name_is_held_to_the_rule_of_names(tmp_path: Path, name: str) -> None:
+    """Where the store has no users every action is recorded under ``identity``: refused at
+    start, as ``--by`` is, not per click (decisions refused, cancels recorded under it)."""
+    store, _run = _web().make_parked_run(tmp_path)
+    with pytest.raises(lw.ConfigError, match="identity"):
+        create_app(store, token="server-token-0123456789", identity=name)
