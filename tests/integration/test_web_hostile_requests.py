@@ -203,3 +203,21 @@ def test_the_dashboard_s_own_name_is_held_to_the_rule_of_names(tmp_path: Path, n
     store, _run = _web().make_parked_run(tmp_path)
     with pytest.raises(lw.ConfigError, match="identity"):
         create_app(store, token="server-token-0123456789", identity=name)
+
+
+def test_a_person_keeps_their_newest_sessions_only(setup: tuple[TestClient, str, str]) -> None:
+    """A session lived until its sign-out or the server's stop: a script signing in with a
+    valid token again and again grew the server's memory without bound. Each person keeps
+    their newest 32 (``MAX_SESSIONS``); a newer sign-in ends their own oldest, never another
+    person's."""
+    c, _store, _run = setup
+    app = c.app
+    assert c.post("/login", data={"token": TOKENS["root"]}).status_code == 200
+    browsers = []
+    for _ in range(32 + 3):
+        b = TestClient(app, base_url=LOCAL)
+        assert b.post("/login", data={"token": TOKENS["ana"]}).status_code == 200
+        browsers.append(b)
+    assert [b.get("/api/me").status_code for b in browsers] == [401] * 3 + [200] * 32
+    assert c.get("/api/me").json()["name"] == "root"  # another person's session stays
+    assert len(app.state.auth._sessions) == 32 + 1  # type: ignore[attr-defined]
