@@ -109,7 +109,14 @@ def _num(value: Any, name: str, *, integer: bool = False, allow_none: bool = Tru
         raise ConfigError(f"must be a number, got {value!r}", field=name)
     if integer and not isinstance(value, int):
         raise ConfigError(f"must be a whole number, got {value!r}", field=name)
-    if not math.isfinite(value):  # NaN passes every limit; an infinite one is None, unset
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past every float (10**400 in a JSON body): was a 500
+        raise ConfigError(
+            "must be a finite number, got a whole number too large to compare (over 1.8e308)",
+            field=name,
+        ) from None
+    if not finite:  # NaN passes every limit; an infinite one is None, unset
         raise ConfigError(f"must be a finite number, got {value!r}", field=name)
     if value < 0:
         raise ConfigError(f"must not be negative, got {value!r}", field=name)
@@ -267,11 +274,12 @@ class MarginalReturn:
                     succ, trials = (int(cell[0]), int(cell[1]))
                     if succ < 0 or trials < succ:
                         raise ValueError(cell)
+                    float(trials)  # OverflowError past every float: p_success divides by it
                     cells.append((succ, trials))
                 if not cells:
                     raise ValueError(row)
                 rows.append(tuple(cells))
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             raise ConfigError(
                 "must be rows of [successes, trials] pairs with 0 <= successes <= trials",
                 field=f"{where}.hazard",

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import loopwright
+
 from .conftest import SPEC
 
 TASK = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
@@ -365,3 +367,21 @@ def test_a_message_of_several_lines_is_printed_on_one(
     assert main(["approvals"]) == 2
     err = capsys.readouterr().err
     assert err == 'loopwright: error: relation "approvals" does not exist LINE 1: SELECT ^\n'
+
+
+def test_a_dashboard_that_would_act_under_loopwright_s_own_name(project: Path) -> None:
+    """``--as`` (or ``$LOOPWRIGHT_UI_IDENTITY``) names who the dashboard's actions are recorded
+    under where the store has no users. ``loopwright``, ``policy:…`` or a name holding an
+    escape or a bidirectional control started a dashboard whose every decision was then
+    refused while its cancels and rollbacks were recorded under that name (web50)."""
+    store = project / "s.db"
+    with loopwright.Runtime(str(store)):  # a store it would serve: refused, not served
+        pass
+    before = dump(store)
+    for name in ("loopwright", "policy:earned", "ana\x1b[2J", "ana\u202e"):
+        refused(lw("ui", "--port", "0", "--as", name, cwd=project, store=store), "--as")
+    r = lw(
+        "ui", "--port", "0", cwd=project, store=store, env={"LOOPWRIGHT_UI_IDENTITY": "Loopwright"}
+    )
+    refused(r, "$LOOPWRIGHT_UI_IDENTITY", "records its own decisions")
+    assert dump(store) == before

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from .._authority import check_person
 from .._errors import ConfigError
 from ..store import open_store
 from ._actions import ActionDeps, register_actions
@@ -102,6 +103,10 @@ def create_app(
     ``notify``: webhooks to post when a request appears (``_notify``). A request body over
     ``max_body`` bytes is answered 413 without being read."""
     check_token(token)  # before anything is opened: a bad token is one line
+    # the name every action is recorded under where the store has no users: loopwright's own
+    # (``loopwright``, ``policy:…``) or one that prints as another refused, as a typed --by is
+    # (a dashboard started --as loopwright cancelled and rolled back under it)
+    check_person(identity, field="identity")
     check_body_limit(max_body)
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)

@@ -26,10 +26,19 @@ from .._authority import hash_token, permits
 from .._errors import ConfigError
 from ..store import Store, UserRecord
 
-__all__ = ["COOKIE", "MIN_TOKEN", "Auth", "RefusedSignIns", "check_token", "cross_site"]
+__all__ = [
+    "COOKIE",
+    "MAX_SESSIONS",
+    "MIN_TOKEN",
+    "Auth",
+    "RefusedSignIns",
+    "check_token",
+    "cross_site",
+]
 
 COOKIE = "lw_session"
 MIN_TOKEN = 8
+MAX_SESSIONS = 32  # sessions kept per person: a newer sign-in ends their oldest
 
 
 def check_token(token: str, field: str = "token") -> None:
@@ -113,6 +122,13 @@ class Auth:
         sid = secrets.token_urlsafe(32)
         held = hash_token(token) if token is not None and self.users_mode else None
         with self._lock:
+            # Each person's newest MAX_SESSIONS: a session was kept until its sign-out or the
+            # server's stop, so a script signing in again and again grew the server without
+            # bound. The oldest of the person's own ends (dicts keep insertion order), never
+            # another person's.
+            mine = [k for k, v in self._sessions.items() if v.name == name]
+            for old in mine[: max(0, len(mine) - MAX_SESSIONS + 1)]:
+                del self._sessions[old]
             self._sessions[sid] = _Session(secrets.token_urlsafe(32), name, held)
         return sid
 

@@ -25,6 +25,7 @@ __all__ = ["RESUMING", "WebContext"]
 
 log = masked_logger("loopwright.web")
 RESUMING = "the run is resuming"
+_RESUMES_LOCK = threading.Lock()  # app.state.resumes, pruned and added to from request threads
 
 
 @dataclass
@@ -120,6 +121,11 @@ class WebContext:
                 log.exception("resuming run %s failed", run_id)
 
         t = threading.Thread(target=work, name=f"resume-{run_id[:12]}", daemon=True)
-        self.app.state.resumes.append(t)
-        t.start()
+        with _RESUMES_LOCK:
+            # The resumes under way, not every one ever started: a finished thread's object
+            # (2 KB) was kept for the server's life, one per decision, resume and rerun.
+            resumes = self.app.state.resumes
+            resumes[:] = [x for x in resumes if x.is_alive()]
+            resumes.append(t)
+            t.start()
         return RESUMING

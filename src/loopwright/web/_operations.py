@@ -55,6 +55,11 @@ def decide(
             )
         else:
             raise HTTPException(400, f"unknown decision {how!r}")
+    except ConfigError as exc:
+        # What was sent, not the request's state: a note holding an escape sequence or a
+        # bidirectional control, an answer that is not text (a 409 before, as if the request
+        # had moved on)
+        raise HTTPException(400, str(exc)) from exc
     except LoopwrightError as exc:
         raise http_error(exc) from exc
     if done.status == "pending":  # one of several approvers

@@ -16,7 +16,15 @@ from ..store._base import with_newer
 from ..store._sql_approvals import DECISIONS
 from ._views import Cursor
 
-__all__ = ["MAX_PAGE", "PAGE_SIZE", "approvals_query", "page_size", "paged", "runs_query"]
+__all__ = [
+    "MAX_PAGE",
+    "MAX_SEARCH",
+    "PAGE_SIZE",
+    "approvals_query",
+    "page_size",
+    "paged",
+    "runs_query",
+]
 
 PAGE_SIZE = 50  # runs or approvals per page (and the API's default limit)
 MAX_PAGE = 500
@@ -27,6 +35,22 @@ def page_size(limit: int) -> int:
     if limit < 1:
         raise HTTPException(400, f"limit must be 1 or more (a page holds at most {MAX_PAGE})")
     return min(limit, MAX_PAGE)
+
+
+MAX_SEARCH = 1000
+"""The longest search a list takes, in characters. SQLite refuses a LIKE pattern over 50,000
+bytes ("LIKE or GLOB pattern too complex"), which the dashboard answered as a failed store (503,
+"restore it from a backup"); a task key, a run id or a cause's words fit many times over."""
+
+
+def _search(q: str | None) -> str | None:
+    """A list's search text, or None for none: one longer than ``MAX_SEARCH`` is a 400."""
+    text = (q or "").strip()
+    if len(text) > MAX_SEARCH:
+        raise HTTPException(
+            400, f"the search is {len(text):,} characters long: give at most {MAX_SEARCH:,}"
+        )
+    return text or None
 
 
 def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:
@@ -58,7 +82,7 @@ def runs_query(
         "status": _one_of(status, RUN_STATUSES, "status"),
         "stop_reason": _one_of(stop_reason, STOP_REASONS, "stop_reason"),
         "project": project or None,
-        "search": (q or "").strip() or None,
+        "search": _search(q),
     }
     rows = store.list_runs(**flt, after=(cur.at, cur.key) if cur else None, limit=limit + 1)
     more = len(rows) > limit
@@ -85,7 +109,7 @@ def approvals_query(
     flt: dict[str, Any] = {
         "status": _one_of(status, ("pending", *DECISIONS), "status"),
         "run_id": run_id or None,
-        "search": (q or "").strip() or None,
+        "search": _search(q),
     }
     rows = store.page_approvals(**flt, after=(cur.at, cur.key) if cur else None, limit=limit + 1)
     # (a store whose count_approvals predates run_id/search: counted by the default)

@@ -84,6 +84,9 @@ def register_sign_in(app: FastAPI, ctx: WebContext) -> None:
     @app.post("/logout", include_in_schema=False)
     def logout(request: Request, csrf: str = Form("")) -> Response:
         if not auth.csrf_ok(request, csrf):
+            # another site's form signing this browser out: a forged request, audited as the
+            # other writes' are (it was refused and recorded nowhere)
+            ctx.refused_csrf(request)
             raise HTTPException(403, "missing or wrong CSRF token")
         auth.end_session(request)
         resp = RedirectResponse("/", status_code=303)
