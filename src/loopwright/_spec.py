@@ -332,6 +332,12 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
         found = sorted(x.name for x in p.glob("*.toml"))[:3]
         hint = f": name the spec file in it ({', '.join(found)})" if found else ""
         raise SpecError(f"{p} is a directory, not a spec file{hint}", field="spec")
+    if p.exists() and not p.is_file():  # a pipe (`check <(...)`): no second read
+        raise SpecError(
+            f"{p} is not a regular file: a spec is read again by `resume` and `worker`; "
+            "save the spec to a file and name that",
+            field="spec",
+        )
     if not p.is_file():
         raise SpecError(f"no spec file at {p}", field="spec")
     try:

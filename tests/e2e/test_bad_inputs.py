@@ -24,8 +24,13 @@ TASK = {"id": "t", "artifacts": {"doc": {"a": 0, "b": 0, "c": 3, "pay": 10}}}
 
 
 def lw(
-    *args: str, cwd: Path, store: Path | None = None, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    store: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """The CLI as a subprocess; ``stdin``: text on its standard input, a pipe."""
     full = {k: v for k, v in os.environ.items() if k != "LOOPWRIGHT_DEBUG"}
     full.pop("LOOPWRIGHT_UI_TOKEN", None)
     if store is not None:
@@ -38,6 +43,7 @@ def lw(
         check=False,
         cwd=cwd,
         env=full,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=60,

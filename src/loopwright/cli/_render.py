@@ -43,6 +43,27 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+#: Characters of one stored text ``show`` prints (a value in a request's diff, a reason, a
+#: finding); ``--json`` holds it whole. Rich wraps a long word in time that grows with the
+#: square of its length: a request's 3 MB value took two minutes to show (outside50b).
+SHOWN_MAX = 2000
+
+
+def _cut(text: str) -> str:
+    """``text``, or its first ``SHOWN_MAX`` characters and how many more there are."""
+    if len(text) <= SHOWN_MAX:
+        return text
+    more = len(text) - SHOWN_MAX
+    return f"{text[:SHOWN_MAX]}… ({more:,} more characters: show --json has it whole)"
+
+
+def _cut_lines(text: str) -> str:
+    """Each line of ``text`` cut as ``_cut`` cuts it (a diff: one line per side of a part)."""
+    if len(text) <= SHOWN_MAX:
+        return text
+    return "\n".join(_cut(line) for line in text.split("\n"))
+
+
 def status_text(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 
@@ -142,7 +163,7 @@ def _timeline_rows(records: Iterable[tuple[int, dict[str, Any] | None]]) -> Iter
         if not rec or "proposal" not in rec:
             if rec and rec.get("ended_inside"):  # the cycle the run ended inside: no record
                 cost = (rec.get("usage") or {}).get("cost_usd", 0)
-                what = ["ended inside this cycle:", escape(str(rec.get("cause") or "-"))]
+                what = ["ended inside this cycle:", escape(_cut(str(rec.get("cause") or "-")))]
                 yield (
                     str(rec["cycle"]),
                     what,
@@ -426,7 +447,7 @@ def run_detail_parts(
             else "fail",
         )
     if state.next_action:
-        head.add_row("next action", escape(state.next_action))
+        head.add_row("next action", escape(_cut(state.next_action)))
     yield Panel(head, title="Run", title_align="left")
     plan = _plan(state)
     if plan is not None:
@@ -438,11 +459,11 @@ def run_detail_parts(
         yield effects
     for a in approvals:
         body = (
-            f"[bold]{escape(a.what)}[/]\nwhy: {escape(a.why)}\nstatus: {a.status}"
+            f"[bold]{escape(_cut(a.what))}[/]\nwhy: {escape(_cut(a.why))}\nstatus: {a.status}"
             + (f" by {escape(a.decided_by)}" if a.decided_by else "")
-            + (f": {escape(json_text(a.answer))}" if a.answer is not None else "")
-            + (f" — {escape(a.note)}" if a.note else "")
-            + (f"\n{escape(a.diff)}" if a.diff else "")
+            + (f": {escape(_cut(json_text(a.answer)))}" if a.answer is not None else "")
+            + (f" — {escape(_cut(a.note))}" if a.note else "")
+            + (f"\n{escape(_cut_lines(a.diff))}" if a.diff else "")
         )
         yield (
             Panel(
@@ -455,20 +476,20 @@ def run_detail_parts(
     if rec.packet:
         p = rec.packet
         lines = [
-            f"[bold]{escape(p.get('summary', ''))}[/]",
-            f"recommended: {escape(p.get('recommended_action', ''))}",
+            f"[bold]{escape(_cut(str(p.get('summary', ''))))}[/]",
+            f"recommended: {escape(_cut(str(p.get('recommended_action', ''))))}",
         ]
         if p.get("owner"):
-            lines.append(f"owner: {escape(str(p['owner']))}")
+            lines.append(f"owner: {escape(_cut(str(p['owner'])))}")
         for f in p.get("unresolved_findings", [])[:10]:
             where = f"{f.get('artifact')}/{f.get('part')}" if f.get("part") else f.get("artifact")
             # a finding on no artifact says which check found it ("None" was printed)
             where = where or f.get("verifier") or "-"
-            lines.append(f"• {escape(str(where))}: {escape(f['message'])}")
+            lines.append(f"• {escape(_cut(str(where)))}: {escape(_cut(str(f['message'])))}")
         if p.get("error"):
             lines.append(
-                f"error: {escape(str(p['error'].get('type')))}: "
-                f"{escape(str(p['error'].get('message')))}"
+                f"error: {escape(_cut(str(p['error'].get('type'))))}: "
+                f"{escape(_cut(str(p['error'].get('message'))))}"
             )
         best = p.get("best_candidate", {})
         lines.append(f"best candidate: cycle {best.get('cycle')} score {_score(best.get('score'))}")

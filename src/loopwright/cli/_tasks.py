@@ -128,10 +128,11 @@ def _checked(task: dict[str, Any], at: str, where: str) -> dict[str, Any]:
 
 def _a_file(path: Path, where: str, missing: str) -> None:
     """``path`` is a file, or a one-line error: a folder is said to be one ("no file at ." sent
-    a person looking for a file that was not missing; outside49)."""
+    a person looking for a file that was not missing; outside49). A pipe is read as a file
+    (``--tasks /dev/stdin``, ``--tasks <(jq ...)``): tasks are read once (outside50b)."""
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a task file: name the file", field=where)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"{missing} {path}", field=where)
 
 

@@ -206,7 +206,9 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
     """The contract tables a TOML file gives (as ``load_contract`` reads them), only those it
     gives: to lay over another contract (``loopwright fork --contract``)."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise ConfigError(f"{p} is a directory, not a contract file", field="--contract")
+    if not p.exists():  # (a pipe is read: a contract file is read once; outside50b)
         raise ConfigError(f"no contract file at {p}", field="--contract")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
