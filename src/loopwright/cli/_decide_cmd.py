@@ -295,7 +295,13 @@ def cancel(
         me = "--token T" if rt.store.has_users() else "--by NAME"
     console().print(
         f"run {rec.run_id[:12]}: {rec.status}"
-        + ("" if rec.status == "cancelled" else " (cancellation requested)")
+        + (
+            ""
+            if rec.status == "cancelled"
+            # a cycle in flight ends as it ends: its success is not thrown away (concepts.md)
+            else " (cancellation requested: it stops at its next cycle boundary; a cycle in "
+            "flight that succeeds still ends it accepted)"
+        )
     )
     _print_reversal(rec.run_id, reversal, done, "Runtime.cancel(run, loop=...)", me)
 
