@@ -135,6 +135,13 @@ def resolve_ref(ref: str, base: Path, where: str) -> Any:
                     sys.modules.pop(name, None)
                     raise
                 note_module(name, str(path))  # a function of it may be sent to a child
+        elif target.startswith(".") or "/" in target or "\\" in target:
+            # (importlib's own words here are about a relative import's 'package' argument)
+            raise SpecError(
+                f"{target!r} is neither a .py file nor a module name: write 'file.py:name' "
+                "(a path relative to the spec, ending in .py) or 'package.module:name'",
+                field=where,
+            )
         else:
             module = importlib.import_module(target)
     except SpecError:

@@ -158,6 +158,11 @@ def test_missing_name_and_contract(tmp_path: Path) -> None:
         ("code.py:nothing", "no attribute"),
         ("code.py:NOT_CALLABLE", "not callable"),
         ("no_such_module_xyz:fn", "cannot import"),
+        # a path that is not a .py file is not a module name either (outside50b: it said
+        # "the 'package' argument is required to perform a relative import")
+        ("../../etc/passwd:check", "neither a .py file nor a module name"),
+        ("lib/code:propose", "neither a .py file nor a module name"),
+        (".code:propose", "neither a .py file nor a module name"),
     ],
 )
 def test_bad_actor_ref(tmp_path: Path, ref: str, text: str) -> None:
