@@ -4,6 +4,7 @@ plain, faster tables of ``_table``)."""
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -199,7 +200,8 @@ def _last_cycles(rows: Iterable[_Row], last: int) -> tuple[list[_Row], int]:
     """The rows of the last ``last`` cycles of ``rows`` and how many cycles there are: rows in
     a row naming one cycle (a cycle, a person's edit after it) are one cycle. Holds ``last``
     cycles' rows at a time, not the run's."""
-    groups: deque[list[_Row]] = deque(maxlen=last)
+    # (a deque holds at most ``sys.maxsize``: ``--last`` of more is every cycle, as it is)
+    groups: deque[list[_Row]] = deque(maxlen=min(last, sys.maxsize))
     total, prev = 0, None
     for row in rows:
         if row[0] != prev:
