@@ -233,3 +233,22 @@ def test_a_run_that_never_ends_is_a_broken_property_not_a_hang(tmp_path: Path) -
         [rec] = rt.store.list_runs()
     # the cycles the harness let it run, and only cycle 1's check paid
     assert (rec.status, rec.cycle, rec.cost_usd) == ("running", CYCLE_CAP, 0.01)
+
+
+def test_an_attempt_past_the_cycle_cap_is_a_broken_property(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine and replay count the cycle cap with one rule (``_decide.counted_cycles``):
+    an off-by-one there, one cycle more than the cap, is one replay agrees with, and the
+    contract's table only asked that ``budget_cycles`` not come early. The harness counts the
+    cap from the trace itself (review50b: with the rule mutated, 300 seeds stayed green)."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=(Step("edit", 0.4, 0.0, 0),),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    assert not play_and_check(sc, str(tmp_path / "ok.db"))
+    monkeypatch.setattr(_decide, "counted_cycles", lambda s: s.cycle - s.answer_checks - 1)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1 and "cycle 4 was an attempt with the cycle cap reached" in broken[0]

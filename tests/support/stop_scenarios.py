@@ -409,6 +409,11 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
         counted = rec.cycle - _answer_checks(trace, inh)
         if cap is None or counted < cap:
             fail(f"{where}: budget_cycles with {counted} counted cycles of a cap of {cap}")
+    # ... and no attempt is made with the cycle cap reached (a check-only cycle, judging a
+    # person's edit, may be: it is no attempt)
+    over = _attempt_past_cap(trace, contract, inh)
+    if over is not None:
+        fail(f"{where}: cycle {over} was an attempt with the cycle cap reached")
 
     # (3) overshoot at most the one call in flight
     dearest = max((c.cost_usd for cy in trace.cycles for c in cy.calls), default=0.0)
@@ -474,6 +479,28 @@ def _attempts(trace: RunTrace, contract: lw.Contract) -> tuple[int, int]:
         if _success(contract, trace, c):
             return n, 1
     return n, 0
+
+
+def _attempt_past_cap(trace: RunTrace, contract: lw.Contract, inh: dict[str, Any]) -> int | None:
+    """The first of the run's cycles that was an attempt (not check-only) begun with the
+    cycles the cap counts already at the cap, if any: counted as ``_answer_checks`` counts,
+    from the trace, not as the engine and replay do (``_decide.counted_cycles``, shared by
+    both: an off-by-one there is one replay agrees with)."""
+    cap = _own_budget(trace, contract).budget.max_cycles
+    if cap is None:
+        return None
+    cycle = int(inh.get("cycle") or 0)
+    counted = cycle - int(inh.get("answer_checks") or 0)
+    prev = None
+    for c in trace.cycles:
+        cycle += 1
+        if not c.check_only and counted >= cap:
+            return cycle
+        owed = prev is None and bool(inh.get("answer_owed"))
+        answer = prev is not None and prev.asked and not prev.reopened
+        counted += 0 if c.check_only and (answer or owed) else 1
+        prev = c
+    return None
 
 
 def _answer_checks(trace: RunTrace, inh: dict[str, Any]) -> int:
