@@ -252,3 +252,25 @@ def test_an_attempt_past_the_cycle_cap_is_a_broken_property(
     monkeypatch.setattr(_decide, "counted_cycles", lambda s: s.cycle - s.answer_checks - 1)
     broken = play_and_check(sc, str(tmp_path / "off.db"))
     assert len(broken) == 1 and "cycle 4 was an attempt with the cycle cap reached" in broken[0]
+
+
+def test_a_fork_that_never_ends_is_reported_with_its_own_contract(tmp_path: Path) -> None:
+    """Seed 22706 (review50b): the first run stops at its cycle cap; a fork under a contract
+    of a token budget alone, whose actor proposes what it proposed before (refused, no check
+    run, nothing spent), never ends (docs/decisions.md, "A contract whose only exits besides
+    success are spend budgets is said"). The report named the first run's contract
+    (``max_cycles=6``), not the fork's, the one that leaves no exit."""
+    sc = _scenario(
+        steps=(Step("again", 0.8, 0.0, 0),),
+        contract=lw.Contract(success=lw.Success(min_score=0.9), budget=lw.Budget(max_cycles=6)),
+        person_cost=0.02,
+        held_cost=0.03,
+        pass_at=0.8,
+        moves=("fork",),
+        fork_contracts=(
+            lw.Contract(success=lw.Success(min_score=0.8), budget=lw.Budget(max_tokens=500)),
+        ),
+    )
+    broken = play_and_check(sc, str(tmp_path / "s.db"))
+    assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
+    assert "max_tokens=500" in broken[0] and "max_cycles=6" not in broken[0], broken[0]

@@ -195,7 +195,12 @@ def _score(value: Any) -> float:
 def loop(sc: Scenario, contract: lw.Contract | None = None) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle > CYCLE_CAP:
-            raise NeverEnds(f"a run still going at cycle {ctx.cycle} (cap {CYCLE_CAP})")
+            c = contract or sc.contract  # (the run's: a fork's may be another than the first's)
+            raise NeverEnds(
+                f"a run still going at cycle {ctx.cycle} (cap {CYCLE_CAP}); its contract's "
+                f"exits: {c.budget}, no_progress={c.no_progress}, "
+                f"marginal_return={c.marginal_return}"
+            )
         step = sc.steps[(ctx.cycle - 1) % len(sc.steps)]
         usage = lw.Usage(step.cost, step.tokens)
         effects = (note.call(n=ctx.cycle),) if note is not None else ()
@@ -276,9 +281,7 @@ def play(sc: Scenario, url: str) -> list[str]:
     except NeverEnds as exc:
         where = f"run {runs[-1]}" if runs else "the first run"
         raise RunNeverEnds(
-            f"a run that never ends: {where} of seed {sc.seed} ({exc}; its contract's "
-            f"exits: {sc.contract.budget}, no_progress={sc.contract.no_progress}, "
-            f"marginal_return={sc.contract.marginal_return})",
+            f"a run that never ends: {where} of seed {sc.seed} ({exc})",
             runs,
         ) from None
 
