@@ -274,3 +274,23 @@ def test_a_fork_that_never_ends_is_reported_with_its_own_contract(tmp_path: Path
     broken = play_and_check(sc, str(tmp_path / "s.db"))
     assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
     assert "max_tokens=500" in broken[0] and "max_cycles=6" not in broken[0], broken[0]
+
+
+def test_an_attempt_begun_projected_to_cross_a_budget_is_a_broken_property(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Never start a cycle it can already tell would cross": the engine and replay project
+    the next cycle with one rule (``_decide.budget_stop``). With the projection gone, a run
+    at $0.22 of $0.25 began another $0.22 cycle, crossed by less than that one call, and
+    replay agreed: 400 seeds stayed green (review50b). The harness projects from the trace."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=(Step("edit", 0.4, 0.2, 0),),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5, max_cost_usd=0.25)),
+    )
+    assert not play_and_check(sc, str(tmp_path / "ok.db"))
+    monkeypatch.setattr(_decide, "_mean_paid", lambda state, i, spent: 0.0)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1, broken
+    assert "cycle 2 was begun projected to cross budget_cost (0.22 spent of 0.25)" in broken[0]
