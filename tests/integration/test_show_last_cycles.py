@@ -215,3 +215,16 @@ def test_a_last_beyond_any_count_lists_every_cycle(
         text = _shown(url, run_id, last=last)
         assert _cycles(text) == _cycles(every)
         assert "the earlier ones are not shown" not in " ".join(text.split())
+
+
+def test_the_note_of_a_one_cycle_window_says_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--last 1`` said "lists the last 1 cycles" (review50b)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    url, run_id = _mixed_run(tmp_path, 24, deny_last=False)
+    last = _cycles(_shown(url, run_id, all_=True))[-1][0].split()[1]
+    one = " ".join(_shown(url, run_id, last=1).split())
+    assert f"The timeline below lists the last cycle only, cycle {last} (the earlier" in one
+    two = " ".join(_shown(url, run_id, last=2).split())
+    assert "The timeline below lists the last 2 cycles, from cycle" in two

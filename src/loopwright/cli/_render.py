@@ -220,8 +220,13 @@ def cycles_in(records: Iterable[tuple[int, dict[str, Any] | None]]) -> int:
 def _cut_note(shown: list[_Row], last: int) -> Text:
     """What a timeline cut to its last ``last`` cycles (``shown``) left out, and how to see
     it."""
+    what = (
+        f"the last cycle only, cycle {shown[0][0]}"
+        if last == 1
+        else f"the last {last:,} cycles, from cycle {shown[0][0]}"
+    )
     return Text(
-        f"The timeline below lists the last {last:,} cycles, from cycle {shown[0][0]} (the "
+        f"The timeline below lists {what} (the "
         "earlier ones are not shown: --last N for more, --all for every one, --json for the "
         "whole record)",
         style="italic",
