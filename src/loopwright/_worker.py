@@ -52,6 +52,9 @@ EXPIRE_BATCH = 100
 # A run's events after which a worker's skip still stands (``loopwright show`` reads its
 # newest of them: a drive started since, ``started``/``resumed``, ends it).
 _SKIP_EVENTS = ("worker_skipped", "started", "resumed")
+# The most runs one claim asks for: more than any store holds runnable, and within a SQL
+# LIMIT (a 64-bit integer, with the runs a claim passes over added to it).
+CLAIM_MAX = 2**31 - 1
 # How long a run claimed and not driven here (skipped, or failed before its drive) is left alone.
 SKIP_S = 30.0
 
@@ -276,7 +279,9 @@ class Worker:
         store = self.runtime.store
         idle = self.poll_s
         while True:
-            free = self.concurrency - len(active)
+            # (a claim's LIMIT is a 64-bit integer in either store: a --concurrency beyond
+            # CLAIM_MAX is every claimable run, as it is below; it was an OverflowError)
+            free = min(self.concurrency - len(active), CLAIM_MAX)
             if max_runs is not None:
                 free = min(free, max_runs - self.stats.claimed)
             claimed: list[tuple[str, int]] = []

@@ -721,13 +721,22 @@ def test_memory_list_is_bounded_like_runs(
 
 
 # --- a terminal that is not UTF-8 ----------------------------------------------------------
-@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        {"PYTHONIOENCODING": "latin-1"},
+        # the C locale with UTF-8 mode off: ascii, its errors "surrogateescape", not "strict"
+        # (review50b: still the internal error)
+        {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""},
+    ],
+)
 def test_a_terminal_that_is_not_utf8_gets_a_question_mark_not_an_internal_error(
-    tmp_path: Path, encoding: str
+    tmp_path: Path, setting: dict[str, str]
 ) -> None:
-    """A Latin-1 locale or ``PYTHONIOENCODING=ascii``: the tables' rules and a run's text (a
-    name with an accent, an emoji) failed ``runs``, ``show`` and ``diff`` with an internal
-    ``UnicodeEncodeError`` (exit 1), whatever the runs held."""
+    """A Latin-1 locale, ``PYTHONIOENCODING=ascii`` or the C locale without UTF-8 mode: the
+    tables' rules and a run's text (a name with an accent, an emoji) failed ``runs``, ``show``
+    and ``diff`` with an internal ``UnicodeEncodeError`` (exit 1), whatever the runs held."""
     db = tmp_path / "s.db"
     with open_store(str(db)) as st:
         st.create_run(
@@ -742,7 +751,7 @@ def test_a_terminal_that_is_not_utf8_gets_a_question_mark_not_an_internal_error(
             initial_state={"cycle": 0},
         )
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LOOPWRIGHT_DEBUG")}
-    env.update(COLUMNS="80", LOOPWRIGHT_STORE=str(db), PYTHONIOENCODING=encoding)
+    env.update(COLUMNS="80", LOOPWRIGHT_STORE=str(db), **setting)
     exe = Path(sys.executable).with_name("loopwright")
     for args in (("runs",), ("show", RUN), ("diff", RUN, RUN)):
         r = subprocess.run(

@@ -200,3 +200,31 @@ def test_shows_default_window_reads_a_bounded_number_of_checkpoints(
         )
         read[cycles] = sum(reads)
     assert read[300] == read[900] <= 2 * CYCLES_SHOWN + 16
+
+
+def test_a_last_beyond_any_count_lists_every_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--last`` of more cycles than a machine word holds is every cycle, as any ``--last``
+    beyond the run's length is (it printed the run's header, then an internal error:
+    OverflowError, a deque's maxlen)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    url, run_id = _mixed_run(tmp_path, 24, deny_last=False)
+    every = _shown(url, run_id, all_=True)
+    for last in (10**20, 2**63):
+        text = _shown(url, run_id, last=last)
+        assert _cycles(text) == _cycles(every)
+        assert "the earlier ones are not shown" not in " ".join(text.split())
+
+
+def test_the_note_of_a_one_cycle_window_says_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--last 1`` said "lists the last 1 cycles" (review50b)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    url, run_id = _mixed_run(tmp_path, 24, deny_last=False)
+    last = _cycles(_shown(url, run_id, all_=True))[-1][0].split()[1]
+    one = " ".join(_shown(url, run_id, last=1).split())
+    assert f"The timeline below lists the last cycle only, cycle {last} (the earlier" in one
+    two = " ".join(_shown(url, run_id, last=2).split())
+    assert "The timeline below lists the last 2 cycles, from cycle" in two

@@ -261,3 +261,70 @@ def test_a_run_past_the_harness_cap_is_a_broken_property_not_a_hang(
     with lw.Runtime(url) as rt:
         [rec] = rt.store.list_runs()
     assert (rec.status, rec.cycle) == ("running", 5)
+
+
+def test_an_attempt_past_the_cycle_cap_is_a_broken_property(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine and replay count the cycle cap with one rule (``_decide.counted_cycles``):
+    an off-by-one there, one cycle more than the cap, is one replay agrees with, and the
+    contract's table only asked that ``budget_cycles`` not come early. The harness counts the
+    cap from the trace itself (review50b: with the rule mutated, 300 seeds stayed green)."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=(Step("edit", 0.4, 0.0, 0),),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=3)),
+    )
+    assert not play_and_check(sc, str(tmp_path / "ok.db"))
+    monkeypatch.setattr(_decide, "counted_cycles", lambda s: s.cycle - s.answer_checks - 1)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1 and "cycle 4 was an attempt with the cycle cap reached" in broken[0]
+
+
+def test_a_fork_that_never_ends_is_reported_with_its_own_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 22706 (review50b): the first run stops at its cycle cap; a fork under a contract
+    of a token budget alone, whose actor proposes what it proposed before (refused, no check
+    run, nothing spent), went on for ever (it now ends at the default ceiling: stall50). A run
+    past the harness's cap was reported with the first run's contract (``max_cycles=6``), not
+    the fork's, the one that leaves no exit of its own (the harness's cap lowered below the
+    default ceiling here)."""
+    from support import stop_scenarios
+
+    monkeypatch.setattr(stop_scenarios, "CYCLE_CAP", 20)
+    sc = _scenario(
+        steps=(Step("again", 0.8, 0.0, 0),),
+        contract=lw.Contract(success=lw.Success(min_score=0.9), budget=lw.Budget(max_cycles=6)),
+        person_cost=0.02,
+        held_cost=0.03,
+        pass_at=0.8,
+        moves=("fork",),
+        fork_contracts=(
+            lw.Contract(success=lw.Success(min_score=0.8), budget=lw.Budget(max_tokens=500)),
+        ),
+    )
+    broken = play_and_check(sc, str(tmp_path / "s.db"))
+    assert len(broken) == 1 and broken[0].startswith("a run that never ends"), broken
+    assert "max_tokens=500" in broken[0] and "max_cycles=6" not in broken[0], broken[0]
+
+
+def test_an_attempt_begun_projected_to_cross_a_budget_is_a_broken_property(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Never start a cycle it can already tell would cross": the engine and replay project
+    the next cycle with one rule (``_decide.budget_stop``). With the projection gone, a run
+    at $0.22 of $0.25 began another $0.22 cycle, crossed by less than that one call, and
+    replay agreed: 400 seeds stayed green (review50b). The harness projects from the trace."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=(Step("edit", 0.4, 0.2, 0),),
+        contract=lw.Contract(budget=lw.Budget(max_cycles=5, max_cost_usd=0.25)),
+    )
+    assert not play_and_check(sc, str(tmp_path / "ok.db"))
+    monkeypatch.setattr(_decide, "_mean_paid", lambda state, i, spent: 0.0)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1, broken
+    assert "cycle 2 was begun projected to cross budget_cost (0.22 spent of 0.25)" in broken[0]

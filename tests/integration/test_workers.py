@@ -423,3 +423,23 @@ def test_why_a_run_was_skipped_is_stored_masked(
         [event] = [e for e in rt.store.events(rec.run_id) if e.kind == "worker_skipped"]
     assert stats.skipped == 1 and secret not in stats.skipped_why[rec.run_id]
     assert "bad key" in event.data["why"] and secret not in event.data["why"]
+
+
+def test_a_concurrency_beyond_a_claims_limit_claims_every_run(url: str) -> None:
+    """``loopwright worker --concurrency 99999999999999999999``: the free slots went into the
+    claim's LIMIT, a 64-bit integer in either store, and the worker ended at once with an
+    internal OverflowError (review50b). A concurrency beyond it is every claimable run."""
+    import asyncio
+
+    from doc_loop import TASK
+    from test_lease_handed_back import _loop
+
+    from loopwright._worker import Worker
+
+    loop = _loop()
+    with lw.Runtime(url) as rt:
+        made = [rt.create(loop, TASK, task_key=k)[0].run_id for k in ("A", "B")]
+        w = Worker(rt, loops={loop.name: loop}, concurrency=10**20, poll_s=0.001)
+        stats = asyncio.run(w.run(once=True))
+        assert stats.claimed == 2 and stats.ended["accepted"] == 2, stats
+        assert {rt.store.get_run(r).status for r in made} == {"accepted"}

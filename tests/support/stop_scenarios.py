@@ -13,7 +13,10 @@ for one run:
    cycles and its spend (cost and tokens);
 2. the stop reason keeps the contract's table: ``success`` only when the last cycle's required
    visible checks passed at the threshold; a budget reason only when that budget is reached or
-   the next cycle's projection crosses it (the cycle cap: the cycles it counts reached);
+   the next cycle's projection crosses it (the cycle cap: the cycles it counts reached); and
+   no attempt begun with the cycle cap reached, or projected to cross a cost or token budget
+   (counted from the trace: the engine and replay share ``_decide``'s rules, so an error
+   there is one replay agrees with);
 3. the spend crosses a cost (token) budget by no more than the one call in flight;
 4. ``show --json``'s cycle rows add up to the run's spend;
 5. the metrics agree with the trace: ``cycles_to_accepted``'s cycle counter, the last
@@ -197,7 +200,12 @@ def _score(value: Any) -> float:
 def loop(sc: Scenario, contract: lw.Contract | None = None) -> lw.Loop:
     def actor(ctx: lw.Context) -> lw.Proposal:
         if ctx.cycle > CYCLE_CAP:
-            raise NeverEnds(f"a run still going at cycle {ctx.cycle} (cap {CYCLE_CAP})")
+            c = contract or sc.contract  # (the run's: a fork's may be another than the first's)
+            raise NeverEnds(
+                f"a run still going at cycle {ctx.cycle} (cap {CYCLE_CAP}); its contract's "
+                f"exits: {c.budget}, no_progress={c.no_progress}, "
+                f"marginal_return={c.marginal_return}"
+            )
         step = sc.steps[(ctx.cycle - 1) % len(sc.steps)]
         usage = lw.Usage(step.cost, step.tokens)
         effects = (note.call(n=ctx.cycle),) if note is not None else ()
@@ -278,9 +286,7 @@ def play(sc: Scenario, url: str) -> list[str]:
     except NeverEnds as exc:
         where = f"run {runs[-1]}" if runs else "the first run"
         raise RunNeverEnds(
-            f"a run that never ends: {where} of seed {sc.seed} ({exc}; its contract's "
-            f"exits: {sc.contract.budget}, no_progress={sc.contract.no_progress}, "
-            f"marginal_return={sc.contract.marginal_return})",
+            f"a run that never ends: {where} of seed {sc.seed} ({exc})",
             runs,
         ) from None
 
@@ -411,6 +417,15 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
         counted = rec.cycle - _answer_checks(trace, inh)
         if cap is None or counted < cap:
             fail(f"{where}: budget_cycles with {counted} counted cycles of a cap of {cap}")
+    # ... and no attempt is made with the cycle cap reached (a check-only cycle, judging a
+    # person's edit, may be: it is no attempt)
+    over = _attempt_past_cap(trace, contract, inh)
+    if over is not None:
+        fail(f"{where}: cycle {over} was an attempt with the cycle cap reached")
+    # ... nor one its projection (the mean paid cycle) already said would cross a budget
+    crossing = _attempt_projected_over(trace, contract, inh)
+    if crossing is not None:
+        fail(f"{where}: cycle {crossing[0]} was begun projected to cross {crossing[1]}")
 
     # (3) overshoot at most the one call in flight
     dearest = max((c.cost_usd for cy in trace.cycles for c in cy.calls), default=0.0)
@@ -476,6 +491,62 @@ def _attempts(trace: RunTrace, contract: lw.Contract) -> tuple[int, int]:
         if _success(contract, trace, c):
             return n, 1
     return n, 0
+
+
+def _attempt_past_cap(trace: RunTrace, contract: lw.Contract, inh: dict[str, Any]) -> int | None:
+    """The first of the run's cycles that was an attempt (not check-only) begun with the
+    cycles the cap counts already at the cap, if any: counted as ``_answer_checks`` counts,
+    from the trace, not as the engine and replay do (``_decide.counted_cycles``, shared by
+    both: an off-by-one there is one replay agrees with)."""
+    cap = _own_budget(trace, contract).budget.max_cycles
+    if cap is None:
+        return None
+    cycle = int(inh.get("cycle") or 0)
+    counted = cycle - int(inh.get("answer_checks") or 0)
+    prev = None
+    for c in trace.cycles:
+        cycle += 1
+        if not c.check_only and counted >= cap:
+            return cycle
+        owed = prev is None and bool(inh.get("answer_owed"))
+        answer = prev is not None and prev.asked and not prev.reopened
+        counted += 0 if c.check_only and (answer or owed) else 1
+        prev = c
+    return None
+
+
+def _attempt_projected_over(
+    trace: RunTrace, contract: lw.Contract, inh: dict[str, Any]
+) -> tuple[int, str] | None:
+    """The first of the run's attempts (not check-only) begun when the spend so far and the
+    next cycle's projection (``_mean_paid`` of the cycles before it) crossed a cost or token
+    budget, with that budget: "never start a cycle it can already tell would cross", counted
+    from the trace (the engine and replay share ``_decide.budget_stop``: a projection left
+    out there is one replay agrees with)."""
+    b = contract.budget
+    first = int(inh.get("cycle") or 0)
+    n = len(trace.cycles)
+    # (the cycle the run ended inside, when it is an attempt: parked, or crossed with no
+    # person's edit before it, which a check-only cycle would judge; it spent something)
+    tail = trace.tail
+    reopened = bool(tail.get("edited")) or bool(n and trace.cycles[-1].reopened)
+    inside = tail.get("kind") in ("parked", "crossed") and not reopened
+    inside = inside and bool(float(tail.get("cost_usd") or 0) or int(tail.get("tokens") or 0))
+    for j in range(n + 1 if inside else n):
+        if j < n and trace.cycles[j].check_only:
+            continue
+        before = dataclasses.replace(trace, cycles=trace.cycles[:j])
+        for limit, tokens, reason in (
+            (b.max_cost_usd, False, "budget_cost"),
+            (b.max_tokens, True, "budget_tokens"),
+        ):
+            if limit is None:
+                continue
+            own = sum(x.tokens if tokens else x.cost_usd for cy in before.cycles for x in cy.calls)
+            spent = own + float(inh.get("tokens" if tokens else "cost_usd") or 0.0)
+            if rules.crosses(spent + _mean_paid(before, inh, tokens=tokens), limit, whole=tokens):
+                return first + j + 1, f"{reason} ({spent:g} spent of {limit:g})"
+    return None
 
 
 def _answer_checks(trace: RunTrace, inh: dict[str, Any]) -> int:

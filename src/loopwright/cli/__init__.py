@@ -179,12 +179,16 @@ def _replace_unwritable() -> None:
     """On a terminal or pipe whose encoding is not UTF-8 (a Latin-1 locale, a Windows code
     page, ``PYTHONIOENCODING=ascii``), a character it cannot hold is written as ``?``: a
     run's text (a name, an accent, an emoji) and the tables' rules failed every listing
-    with an internal ``UnicodeEncodeError`` before. (``LC_ALL=C`` is UTF-8 since Python 3.7.)"""
+    with an internal ``UnicodeEncodeError`` before. (``LC_ALL=C`` is UTF-8 since Python 3.7,
+    but for ``PYTHONUTF8=0``: then ascii, its errors ``surrogateescape``, which fails alike.)"""
     import codecs
     import io
 
     for stream in (sys.stdout, sys.stderr):
-        if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+        if not isinstance(stream, io.TextIOWrapper) or stream.errors not in (
+            "strict",
+            "surrogateescape",
+        ):
             continue
         try:
             utf = codecs.lookup(stream.encoding).name.startswith("utf")

@@ -106,6 +106,10 @@ def fit_stop_cmd(
     if not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
     check_objective(optimise, kept, choose)
+    for path, option in ((out, "--out"), (report, "--report"), (plot, "--plot")):
+        # before the fit, not after it (minutes of it, and the contract printed nowhere)
+        if path is not None and path.is_dir():
+            raise ConfigError(f"{path} is a directory: name a file to write", field=option)
     if plot is not None:
         check_plot()
     # (a missing folder refused before the fit, not after it: a typo's)

@@ -109,8 +109,8 @@ def show(
         typer.Option(
             "--last",
             metavar="N",
-            help=f"The timeline's last N cycles (default on a terminal: {CYCLES_SHOWN}, a line "
-            "says how many earlier ones were left out; into a pipe or a file: every cycle).",
+            help=f"The timeline's last N cycles (default on a terminal: {CYCLES_SHOWN}, after a "
+            "line saying from which cycle; into a pipe or a file: every cycle).",
             show_default=False,
         ),
     ] = None,

@@ -4,6 +4,7 @@ plain, faster tables of ``_table``)."""
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -220,7 +221,8 @@ def _last_cycles(rows: Iterable[_Row], last: int) -> tuple[list[_Row], int]:
     """The rows of the last ``last`` cycles of ``rows`` and how many cycles there are: rows in
     a row naming one cycle (a cycle, a person's edit after it) are one cycle. Holds ``last``
     cycles' rows at a time, not the run's."""
-    groups: deque[list[_Row]] = deque(maxlen=last)
+    # (a deque holds at most ``sys.maxsize``: ``--last`` of more is every cycle, as it is)
+    groups: deque[list[_Row]] = deque(maxlen=min(last, sys.maxsize))
     total, prev = 0, None
     for row in rows:
         if row[0] != prev:
@@ -239,8 +241,13 @@ def cycles_in(records: Iterable[tuple[int, dict[str, Any] | None]]) -> int:
 def _cut_note(shown: list[_Row], last: int) -> Text:
     """What a timeline cut to its last ``last`` cycles (``shown``) left out, and how to see
     it."""
+    what = (
+        f"the last cycle only, cycle {shown[0][0]}"
+        if last == 1
+        else f"the last {last:,} cycles, from cycle {shown[0][0]}"
+    )
     return Text(
-        f"The timeline below lists the last {last:,} cycles, from cycle {shown[0][0]} (the "
+        f"The timeline below lists {what} (the "
         "earlier ones are not shown: --last N for more, --all for every one, --json for the "
         "whole record)",
         style="italic",

@@ -117,6 +117,10 @@ def import_(
         from ..importers.ldb import import_ldb_report
     except ImportError as exc:  # pragma: no cover - present in every install
         raise ConfigError(f"the LDB importer is unavailable: {exc}") from None
+    if source.is_dir():
+        raise ConfigError(
+            f"{source} is a directory, not a report file: name the file", field="SOURCE"
+        )
     if not source.is_file():
         raise ConfigError(f"no file at {source}", field="SOURCE")
     if usd_per_token is not None and usd_per_token < 0:

@@ -206,8 +206,10 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
     """The contract tables a TOML file gives (as ``load_contract`` reads them), only those it
     gives: to lay over another contract (``loopwright fork --contract``)."""
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{p} is a directory, not a contract file", field="--contract")
+    if p.is_dir():  # ("no contract file at ." sent a person looking for a missing file)
+        raise ConfigError(
+            f"{p} is a directory, not a contract file: name the file", field="--contract"
+        )
     if not p.exists():  # (a pipe is read: a contract file is read once; outside50b)
         raise ConfigError(f"no contract file at {p}", field="--contract")
     try:
