@@ -175,8 +175,8 @@ def test_show_lists_the_last_cycles_and_says_what_it_left_out(
     long_run: tuple[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 3,000-cycle timeline was 3,000 rows on a terminal with nothing to say how to see
-    less: ``show`` lists the last ``CYCLES_SHOWN`` and says how many it left out; the rows
-    it renders do not grow with the run (every record is still read, a page at a time)."""
+    less: ``show`` lists the last ``CYCLES_SHOWN`` after a line saying from which cycle (the
+    earlier ones are not read, so not counted); the rows it renders do not grow with the run."""
     import re
 
     from loopwright.cli import _read_cmd, _render
