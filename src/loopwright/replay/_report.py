@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,8 +159,13 @@ class Report:
 
 def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Report:
     """How each of ``contracts`` (by name) would have ended the recorded runs ``traces``
-    (a list, or an iterator such as ``traces_from_store``'s), beside the record."""
-    traces = given_traces(traces)
+    (a list, or an iterator such as ``traces_from_store``'s), beside the record.
+
+    The runs are read once, in order, each judged under every contract before the next is
+    read: of an iterator (``iter_source``), one run's cycles are held at a time, and the
+    outcomes (a few figures a run) are what grows with the runs (stop 50: every run's trace
+    was held first)."""
+    runs = _given_runs(traces)
     if not isinstance(contracts, Mapping):
         raise ConfigError(
             f"must map names to Contracts, got {type(contracts).__name__}", field="contracts"
@@ -172,12 +177,31 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
                 "(Contract.from_dict or load_contract makes one from tables)",
                 field="contracts",
             )
-    recorded = recorded_outcomes(traces)
-    rows = []
-    for name, contract in contracts.items():
-        outs = [simulate(t, contract) for t in traces]
-        rows.append((summarize(name, outs, recorded), outs))
+    recorded: list[Outcome] = []
+    outs: dict[str, list[Outcome]] = {name: [] for name in contracts}
+    for t in runs:
+        recorded += recorded_outcomes((t,))
+        for name, contract in contracts.items():
+            outs[name].append(simulate(t, contract))
+    rows = [(summarize(name, o, recorded), o) for name, o in outs.items()]
     return Report(summarize("recorded", recorded, recorded), rows)
+
+
+def _given_runs(traces: Iterable[RunTrace]) -> Iterator[RunTrace]:
+    """``given_traces`` one run at a time: what is not runs at all is refused at once, an
+    item that is not a ``RunTrace`` when it is reached (before it is judged)."""
+    if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
+        given_traces(traces)  # (its refusal)
+
+    def each() -> Iterator[RunTrace]:
+        for i, t in enumerate(traces):
+            if not isinstance(t, RunTrace):
+                raise ConfigError(
+                    f"item {i} is a {type(t).__name__}, not a RunTrace", field="traces"
+                )
+            yield t
+
+    return each()
 
 
 def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:
