@@ -14,11 +14,14 @@ known digests). Two facts make the shortcut exact:
 
 A large value sent again (the same object, or an equal text: a document the actor passes back
 unchanged) is found in a small cache keyed by its length and compared (``memcmp``, no hash of
-the text), so its escaping is not done again.
+the text), so its escaping is not done again. The cache holds at most ``_REMEMBERED`` values
+and ``_REMEMBERED_BYTES`` bytes (values and escapings), for the whole process.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 from json.encoder import encode_basestring_ascii as _ascii
 
 try:
@@ -30,11 +33,17 @@ __all__ = ["escaped_twice"]
 
 # Values at least this long are remembered (a shorter one costs less to escape than to find).
 _REMEMBER_MIN = 1024
-# At most this many values, of at most this many characters together: a cache full is emptied.
+# At most this many values, holding at most this many bytes together (each value's ``str``
+# and its escaped bytes: what the cache keeps alive): a cache full is emptied. Stop 50: the
+# bound was 16 M *characters* of values alone, which held up to ≈ 290 MB for text outside
+# the BMP (4 bytes a character, 14 escaped), and a lost update of the count between threads
+# could let it pass the bound; the bytes counted here are what a process holds at most,
+# however many runs it makes (the cache is the process's, not a run's).
 _REMEMBERED = 64
-_REMEMBERED_CHARS = 16 << 20
+_REMEMBERED_BYTES = 32 << 20
 _known: dict[int, tuple[str, bytes]] = {}  # len(value) -> (value, its bytes)
-_known_chars = [0]  # the characters of the values it holds
+_known_bytes = [0]  # the bytes the values it holds and their escapings take
+_lock = threading.Lock()  # (a lookup takes none: ``dict.get`` is atomic)
 
 
 def _once(v: str) -> bytes:
@@ -42,6 +51,10 @@ def _once(v: str) -> bytes:
     if orjson is not None and v.isascii() and "\x7f" not in v:
         return orjson.dumps(v)
     return _ascii(v).encode()
+
+
+def _held(v: str, out: bytes) -> int:
+    return sys.getsizeof(v) + sys.getsizeof(out)
 
 
 def escaped_twice(v: str) -> bytes:
@@ -56,10 +69,27 @@ def escaped_twice(v: str) -> bytes:
         once = once.replace(b"\\", b"\\\\")
     out = b'"' + once.replace(b'"', b'\\"') + b'"'
     if n >= _REMEMBER_MIN:
-        if len(_known) >= _REMEMBERED or _known_chars[0] + n > _REMEMBERED_CHARS:
-            _known.clear()
-            _known_chars[0] = 0
-        if n <= _REMEMBERED_CHARS:
-            _known[n] = (v, out)
-            _known_chars[0] += n
+        _remember(n, v, out)
     return out
+
+
+def _remember(n: int, v: str, out: bytes) -> None:
+    size = _held(v, out)
+    if size > _REMEMBERED_BYTES:
+        return
+    with _lock:  # (the check, the emptying and the count as one: no update lost)
+        old = _known.pop(n, None)  # (a value of the same length is replaced: its bytes go)
+        if old is not None:
+            _known_bytes[0] -= _held(*old)
+        if len(_known) >= _REMEMBERED or _known_bytes[0] + size > _REMEMBERED_BYTES:
+            _known.clear()
+            _known_bytes[0] = 0
+        _known[n] = (v, out)
+        _known_bytes[0] += size
+
+
+def forget() -> None:
+    """Empty the cache (what it holds is let go of)."""
+    with _lock:
+        _known.clear()
+        _known_bytes[0] = 0

@@ -154,3 +154,32 @@ def test_escaped_twice_is_the_escaper_twice_for_every_code_point() -> None:
         want = ascii_json(ascii_json(v)).encode()
         assert _digest_text.escaped_twice(v) == want
         assert _digest_text.escaped_twice("".join([v[:7], v[7:]])) == want  # remembered
+
+
+def test_the_digest_cache_counts_what_it_holds_and_keeps_to_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """stop 50: the bound counted characters of the values alone (text outside the BMP held
+    ≈ 18 bytes a character, its ``str`` and escaping), and a value replacing one of the same
+    length was counted again, its predecessor never taken off."""
+    import sys
+
+    bound = 1 << 18
+    monkeypatch.setattr(_digest_text, "_REMEMBERED_CHARS", bound, raising=False)
+    monkeypatch.setattr(_digest_text, "_REMEMBERED_BYTES", bound, raising=False)
+    monkeypatch.setattr(_digest_text, "_known", {})
+    name = "_known_bytes" if hasattr(_digest_text, "_known_bytes") else "_known_chars"
+    counted = [0]
+    monkeypatch.setattr(_digest_text, name, counted)
+
+    def held() -> int:
+        return sum(sys.getsizeof(v) + sys.getsizeof(b) for v, b in _digest_text._known.values())
+
+    for i in range(40):  # 5,000 characters outside the BMP each: 20 KB, escaped 70 KB
+        v = chr(0x1F600 + i) * (5_000 + i % 4)  # (four lengths: replaced ten times each)
+        assert _digest_text.escaped_twice(v) == ascii_json(ascii_json(v)).encode()
+        assert held() <= bound, f"{held()} bytes held past a bound of {bound}"
+    for i in range(8):  # ASCII of one length, each replacing the one before
+        _digest_text.escaped_twice(chr(ord("a") + i) * 3_000)
+        assert held() <= bound
+    assert counted[0] == held(), "the count is not what the cache holds"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from .._errors import ConfigError
 from ._app import JsonOpt, StoreOpt, _print_json, app
 from ._options import TracesLoopOpt, TracesProjectOpt, out_folder
-from ._stores import store_traces
+from ._stores import iter_store_traces
+
+if TYPE_CHECKING:
+    from ..replay import RunTrace
 
 __all__ = ["replay_cmd"]
 
@@ -46,7 +50,7 @@ def replay_cmd(
     For each contract: where each run would have stopped, with which reason and outcome, and
     the totals (accepted kept and lost, spend, cost per accepted outcome, stop reasons).
     """
-    from ..replay import load_contract, load_source, replay, write_traces
+    from ..replay import iter_source, load_contract, replay, write_traces
 
     out_folder(save_traces, "--save-traces")  # (before the runs are read)
 
@@ -58,18 +62,46 @@ def replay_cmd(
         while name in contracts:
             name += "'"
         contracts[name] = load_contract(path)
+    # The runs one at a time, each judged under every contract as it is read (and written to
+    # --save-traces): a replay of many long runs holds one run's cycles, not all (stop 50).
     if source in ("store", "runs"):
-        traces = store_traces(store, source, loop=loop, project=project)
+        runs = iter_store_traces(store, source, loop=loop, project=project)
     else:
-        traces = load_source(source, loop=loop, project=project)
-    if not traces:
+        runs = iter_source(source, loop=loop, project=project)
+    first = next(runs, None)
+    if first is None:
         raise ConfigError(f"{source}: no runs to replay", field="SOURCE")
-    if save_traces is not None:
+    held = [first]  # (given up once read: a name, or a chain's arguments, held it to the end)
+    del first
+    count = [0]
+
+    def counted(fh: IO[str] | None) -> Iterator[RunTrace]:
+        t: RunTrace | None = held.pop()
+        while t is not None:
+            count[0] += 1
+            if fh is not None:
+                write_traces((t,), fh)
+            yield t
+            t = next(runs, None)
+
+    if save_traces is None:
+        report = replay(counted(None), contracts)
+    else:
         from ._observe import _output
 
-        with _output(save_traces, "--save-traces") as fh:  # (its folder checked first)
-            write_traces(traces, fh)
-    report = replay(traces, contracts)
+        # written beside it and moved in place once every run was read: a source that
+        # fails at a later run leaves the file as it was, as before, when all were read first
+        part = save_traces.with_name(f".{save_traces.name}.part")
+        try:
+            with _output(part, "--save-traces") as fh:  # (its folder checked first)
+                report = replay(counted(fh), contracts)
+            part.replace(save_traces)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {save_traces}: {exc.strerror or exc}", field="--save-traces"
+            ) from None
+        finally:
+            part.unlink(missing_ok=True)
     if as_json:
         _print_json(report.to_dict())
         return
@@ -78,7 +110,7 @@ def replay_cmd(
     from ._render import console
 
     rows = [report.recorded] + [t for t, _ in report.contracts]
-    title = f"{len(traces)} recorded run(s) from {source}"
+    title = f"{count[0]} recorded run(s) from {source}"
     t = Table(title=title, title_justify="left")
     t.add_column("")
     for r in rows:

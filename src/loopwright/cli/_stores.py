@@ -6,6 +6,7 @@ run(s)"."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,22 +130,45 @@ def store_traces(
     url: str | None, source: str, *, loop: str | None, project: str | None
 ) -> list[RunTrace]:
     """The runs ``replay`` and ``fit-stop`` read from SOURCE 'store', filtered by ``--loop`` and
-    ``--project``: a filter no run has is named (as ``loopwright runs`` names it), and runs of
-    several loops read without ``--loop`` are said on stderr, loop by loop (they pool other
-    actors' costs and outcomes: docs/fit-stop.md)."""
+    ``--project`` (``iter_store_traces``, as a list)."""
+    return list(iter_store_traces(url, source, loop=loop, project=project))
+
+
+def iter_store_traces(
+    url: str | None, source: str, *, loop: str | None, project: str | None
+) -> Iterator[RunTrace]:
+    """``store_traces``' runs one at a time, the store open while they are read: a filter no
+    run has is named (as ``loopwright runs`` names it), and runs of several loops read without
+    ``--loop`` are said on stderr, loop by loop (they pool other actors' costs and outcomes:
+    docs/fit-stop.md), once every run was read. A store that does not exist is refused
+    here, before the first run is read."""
+    st = open_existing(url)
+    return _store_traces(st, source, loop=loop, project=project)
+
+
+def _store_traces(
+    st: Store, source: str, *, loop: str | None, project: str | None
+) -> Iterator[RunTrace]:
     import typer
 
-    from ..replay import load_source, mixed_loops
+    from ..replay._sources import iter_source, loops_line
 
-    with open_existing(url) as st:
+    loops: dict[str, int] = {}  # the runs of each loop read (what ``mixed_loops`` counts)
+    read = 0
+    with st:
         # (counted first: a run made while they are read is read, never called left out)
         total = st.count_runs(project=project, loop_name=loop)
-        traces = load_source(source, st, loop=loop, project=project)
-        unknown = [] if traces else unknown_filters(st, project=project, loop=loop)
-    left = total - len(traces)
+        for t in iter_source(source, st, loop=loop, project=project):
+            read += 1
+            name = t.recorded.get("loop")
+            if isinstance(name, str):
+                loops[name] = loops.get(name, 0) + 1
+            yield t
+        unknown = [] if read else unknown_filters(st, project=project, loop=loop)
+    left = total - read
     if unknown:
         raise ConfigError("; ".join(x.removeprefix("note: ") for x in unknown), field="SOURCE")
-    if loop is None and (line := mixed_loops(traces)):
+    if loop is None and (line := loops_line(loops)):
         typer.echo(line, err=True)
     if left > 0:
         # (the count of runs read said only what was read: a run the user rolled back, and
@@ -154,4 +178,3 @@ def store_traces(
             "docs/replay.md)",
             err=True,
         )
-    return traces

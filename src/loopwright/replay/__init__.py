@@ -16,7 +16,14 @@ from ._format import TRACE_FORMAT, Call, CycleTrace, RunTrace, read_traces, writ
 from ._hazard import HazardTable, fit_hazard
 from ._report import Report, Totals, load_contract, recorded_outcomes, replay, summarize
 from ._simulate import Outcome, simulate
-from ._sources import load_source, mixed_loops, trace_of_run, traces_from_ldb, traces_from_store
+from ._sources import (
+    iter_source,
+    load_source,
+    mixed_loops,
+    trace_of_run,
+    traces_from_ldb,
+    traces_from_store,
+)
 
 __all__ = [
     "FIT_FORMAT",
@@ -36,6 +43,7 @@ __all__ = [
     "Totals",
     "fit_hazard",
     "fit_stop",
+    "iter_source",
     "load_contract",
     "load_source",
     "mixed_loops",

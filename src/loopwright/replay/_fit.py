@@ -35,8 +35,10 @@ import math
 import random
 import statistics
 import time
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
 from .._errors import ConfigError, check_choice
@@ -53,7 +55,7 @@ from ._fit_result import (
 from ._fit_score import (
     _compare_fixed,
     _Eval,
-    _evaluate,
+    _evaluate_all,
     _figures,
     _frontier,
     _ref_sums,
@@ -65,6 +67,7 @@ from ._format import RunTrace, given_traces
 from ._hazard import HazardTable, fit_hazard
 from ._report import recorded_outcomes
 from ._simulate import Outcome, simulate
+from ._spill import SpilledRuns
 
 __all__ = [
     "FIT_FORMAT",
@@ -85,7 +88,12 @@ Progress = Callable[[int, int], None]
 
 
 # --- folds ------------------------------------------------------------------------------------
-def split_folds(traces: Sequence[RunTrace], folds: int, seed: int = 0) -> list[int]:
+class _Keyed(Protocol):
+    @property
+    def task_key(self) -> str: ...
+
+
+def split_folds(traces: Sequence[_Keyed], folds: int, seed: int = 0) -> list[int]:
     """The fold of each trace: distinct task keys, sorted, shuffled with ``seed``, dealt round
     robin into ``folds`` folds (runs of one task always share a fold)."""
     keys = sorted({t.task_key for t in traces})
@@ -112,17 +120,36 @@ def _quantile(sorted_vals: Sequence[float], q: float) -> float:
     return sorted_vals[idx]
 
 
-def _infer_success(traces: Sequence[RunTrace]) -> Success:
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the fit reads off a run besides judging it (``simulate``, ``fit_hazard``): kept for
+    every run while the runs themselves are read one at a time (``SpilledRuns``)."""
+
+    task_key: str
+    cycles: int  # how many cycles it recorded
+    success_required: tuple[str, ...]
+    final_accepted: float | None  # recorded accepted: its last cycle's score
+    priced: array[float]  # the cost of each cycle that cost anything, in order
+
+    @classmethod
+    def of(cls, t: RunTrace) -> _Facts:
+        last = t.cycles[-1].score if t.cycles else None
+        return cls(
+            task_key=t.task_key,
+            cycles=len(t.cycles),
+            success_required=_success_required(t),
+            final_accepted=last if t.recorded.get("status") == "accepted" else None,
+            priced=array("d", (x for x in (c.cost_usd for c in t.cycles) if x > 0)),
+        )
+
+
+def _infer_success(traces: Sequence[_Facts]) -> Success:
     """Without a base: the checks the recorded contracts' success rule named
     (``recorded.success_required``), else the traces' ``required`` checks, when all runs share
     them; and the lowest final score among the runs recorded as accepted (1.0 when none)."""
-    reqs = {_success_required(t) for t in traces}
+    reqs = {t.success_required for t in traces}
     required = next(iter(reqs)) if len(reqs) == 1 and next(iter(reqs)) else None
-    finals = [
-        t.cycles[-1].score
-        for t in traces
-        if t.recorded.get("status") == "accepted" and t.cycles and t.cycles[-1].score is not None
-    ]
+    finals = [t.final_accepted for t in traces if t.final_accepted is not None]
     min_score = min(1.0, max(0.0, min(s for s in finals if s is not None))) if finals else 1.0
     return Success(min_score=min_score, required=required)
 
@@ -134,12 +161,12 @@ def _success_required(t: RunTrace) -> tuple[str, ...]:
     return t.required
 
 
-def _template(traces: Sequence[RunTrace], base: Contract | None) -> Contract:
+def _template(traces: Sequence[_Facts], base: Contract | None) -> Contract:
     """The contract candidates are built on, for a split whose runs are ``traces``: ``base``,
     or without one the success rule read off those runs and their longest as the cycle cap."""
     if base is not None:
         return base
-    longest = max(len(t.cycles) for t in traces)
+    longest = max(t.cycles for t in traces)
     return Contract(success=_infer_success(traces), budget=Budget(max_cycles=max(1, longest)))
 
 
@@ -169,14 +196,14 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
 
 
 def _axes(
-    traces: Sequence[RunTrace],
+    traces: Sequence[_Facts],
     template: Contract,
     ref: Sequence[Outcome],
     grid: Grid,
 ) -> tuple[list[StopParams], list[StopParams]]:
     """Plain candidates (no marginal return) and marginal-return ones, lenient first."""
     b = template.budget
-    longest = max((len(t.cycles) for t in traces), default=1)
+    longest = max((t.cycles for t in traces), default=1)
     cap = b.max_cycles
     below = sorted({v for v in grid.max_cycles if v >= 1 and v < (cap or longest)}, reverse=True)
     cycles_axis: list[int | None] = [cap, *below]
@@ -209,7 +236,7 @@ def _axes(
     if grid.marginal_values is not None:
         values = [v for v in grid.marginal_values if v > 0]
     else:
-        priced = [c.cost_usd for t in traces for c in t.cycles if c.cost_usd > 0]
+        priced = [x for t in traces for x in t.priced]
         median = statistics.median(priced) if priced else 0.0
         values = [median * m for m in grid.marginal_multiples] if median > 0 else []
     if template.marginal_return is not None:
@@ -226,7 +253,7 @@ def _axes(
 
 
 def _split_axes(
-    traces: Sequence[RunTrace],
+    traces: Sequence[_Facts],
     templates: Mapping[int, Contract],
     ref: Sequence[Outcome],
     grid: Grid,
@@ -282,6 +309,55 @@ def _fixed_params(w: int, template: Contract) -> StopParams:
     return StopParams(w, 0.0, template.budget.max_cycles, template.budget.max_cost_usd, None)
 
 
+def _read_facts(
+    runs: Iterable[RunTrace], base: Contract | None
+) -> tuple[list[_Facts], list[Outcome]]:
+    """Each run's ``_Facts`` and its reference outcome (as recorded, or under ``base``)."""
+    facts: list[_Facts] = []
+    ref: list[Outcome] = []
+    for t in runs:
+        facts.append(_Facts.of(t))
+        ref += recorded_outcomes((t,)) if base is None else [simulate(t, base)]
+    return facts, ref
+
+
+def _hazards(
+    runs: Iterable[RunTrace],
+    wanted: Sequence[tuple[int, float]],
+    templates: Mapping[int, Contract],
+    fold_of: Sequence[int],
+    grid: Grid,
+) -> dict[tuple[int, float], HazardTable]:
+    """The hazard table of each (split, stall delta) ``wanted``, fitted on the split's training
+    runs (every run but its fold's; -1: all), the runs read once: each run's counts added to
+    the tables it trains (``fit_hazard`` of all of them at once counts the same)."""
+
+    def fit(split: int, delta: float, chosen: Iterable[RunTrace]) -> HazardTable:
+        return fit_hazard(
+            chosen,
+            success=templates[split].success,
+            min_delta=delta,
+            max_cycles=grid.hazard_cycles,
+            max_stall=grid.hazard_stall,
+        )
+
+    counts = {key: [[list(cell) for cell in row] for row in fit(*key, ())] for key in wanted}
+    if wanted:
+        for i, t in enumerate(runs):  # (not ``zip``: see ``_evaluate_all``)
+            for split, delta in wanted:
+                if fold_of[i] == split:
+                    continue
+                table = counts[(split, delta)]
+                for r, row in enumerate(fit(split, delta, (t,))):
+                    for c, (won, tried) in enumerate(row):
+                        table[r][c][0] += won
+                        table[r][c][1] += tried
+    return {
+        key: tuple(tuple((cell[0], cell[1]) for cell in row) for row in table)
+        for key, table in counts.items()
+    }
+
+
 def check_objective(optimise: str, keep_by: str, choose: str) -> None:
     """Refuse an unknown ``optimise``, ``keep_by`` or ``choose`` (the CLI's option names)."""
     for value, allowed, option in (
@@ -327,19 +403,23 @@ def fit_stop(
             (the last judged candidate's).
     """
     t0 = time.perf_counter()
-    traces = given_traces(traces)
+    # The runs are read three times, each time in order (a ``SpilledRuns`` one at a time): their
+    # figures and reference outcomes, the hazard tables, then every candidate judged on each.
+    runs: SpilledRuns | list[RunTrace] = (
+        traces if isinstance(traces, SpilledRuns) else given_traces(traces)
+    )
     if base is not None and not isinstance(base, Contract):
         raise ConfigError(f"must be a Contract, got {type(base).__name__}", field="base")
-    if not traces:
+    if not len(runs):
         raise ConfigError("no runs to fit on", field="SOURCE")
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
     check_objective(optimise, keep_by, choose)
     grid = grid or Grid()
-    fold_of = split_folds(traces, folds, seed)
+    facts, ref = _read_facts(runs, base)
+    fold_of = split_folds(facts, folds, seed)
     k = folds
-    n = len(traces)
-    ref = recorded_outcomes(traces) if base is None else [simulate(t, base) for t in traces]
+    n = len(facts)
     # Each split's template (-1: all runs; f: all but fold f), read off its own runs: a fold's
     # success rule and cycle cap never come from the runs it is judged on (before, the runs of
     # every fold set them: the longest run of a held fold, the lowest score it accepted at).
@@ -348,7 +428,7 @@ def fit_stop(
     same: dict[int, int] = {}
     for split in range(-1, folds):
         templates[split] = _template(
-            [t for t, f in zip(traces, fold_of, strict=True) if f != split], base
+            [t for t, f in zip(facts, fold_of, strict=True) if f != split], base
         )
         same[split] = next(s for s in templates if templates[s] == templates[split])
     template = templates[-1]
@@ -366,7 +446,7 @@ def fit_stop(
     all_idx = list(range(n))
     all_folds = list(range(k))
 
-    plain, marginal, own = _split_axes(traces, templates, ref, grid, fold_of, k)
+    plain, marginal, own = _split_axes(facts, templates, ref, grid, fold_of, k)
     params = plain + marginal
     complexity = {s: [_complexity(p, templates[s]) for p in params] for s in templates}
     total = (
@@ -374,53 +454,64 @@ def fit_stop(
         + sum(p in own[s] for p in marginal for s in own)
         + len(FIXED_WINDOWS) * len(set(same.values()))
     )
-    done = 0
 
-    def tick() -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total)
-
-    # Hazard tables: per training split (fold f, or -1 for all runs) and stall delta.
-    hazards: dict[tuple[int, float], HazardTable] = {}
+    # Hazard tables: per training split (fold f, or -1 for all runs) and stall delta, those
+    # the marginal candidates are built with, counted run by run (a table's cells are counts:
+    # summed over the runs, the table of all of them).
+    wanted = list(
+        dict.fromkeys((s, p.min_delta) for p in marginal for s in range(-1, k) if p in own[s])
+    )
+    hazards = _hazards(runs, wanted, templates, fold_of, grid)
 
     def hazard(split: int, delta: float) -> HazardTable:
-        key = (split, delta)
-        if key not in hazards:
-            chosen = [t for t, f in zip(traces, fold_of, strict=True) if f != split]
-            hazards[key] = fit_hazard(
-                chosen,
-                success=templates[split].success,
-                min_delta=delta,
-                max_cycles=grid.hazard_cycles,
-                max_stall=grid.hazard_stall,
-            )
-        return hazards[key]
+        return hazards[(split, delta)]
 
-    # evals[j][split]: candidate j's outcomes, built on the split's template; split -1 = all
-    # runs (a plain candidate: judged once for the splits whose templates are equal).
-    evals: list[dict[int, _Eval]] = []
+    # Every candidate's contract, then all of them judged run by run (one read of the runs):
+    # ``jobs`` the contracts, each judged once; a candidate's split names its job (None: no
+    # contract). A plain candidate is judged once for the splits whose templates are equal.
+    jobs: list[Contract] = []
+
+    def job(c: Contract | None) -> int | None:
+        if c is None:
+            return None
+        jobs.append(c)
+        return len(jobs) - 1
+
+    plan: list[dict[int, int | None]] = []
     for p in plain:
-        per: dict[int, _Eval] = {}
-        built: dict[int, _Eval | None] = {}
+        per: dict[int, int | None] = {}
+        built: dict[int, int | None] = {}
         for split in (s for s in range(-1, k) if p in own[s]):
             if same[split] not in built:
-                c = _build(templates[split], p, ())
-                built[same[split]] = None if c is None else _evaluate(traces, c, ref, fold_of, k)
-                tick()
-            ev = built[same[split]]
-            if ev is not None:
-                per[split] = ev
-        evals.append(per)
+                built[same[split]] = job(_build(templates[split], p, ()))
+            per[split] = built[same[split]]
+        plan.append(per)
     for p in marginal:
         per = {}
         for split in (s for s in range(-1, k) if p in own[s]):
-            c = _build(templates[split], p, hazard(split, p.min_delta))
-            if c is not None:
-                per[split] = _evaluate(traces, c, ref, fold_of, k)
-            tick()
-        evals.append(per)
+            per[split] = job(_build(templates[split], p, hazard(split, p.min_delta)))
+        plan.append(per)
+    fixed_plan: list[dict[int, int | None]] = []
+    for w in FIXED_WINDOWS:
+        fixed_built: dict[int, int | None] = {}
+        for split in range(-1, k):  # each under its split's caps
+            if same[split] not in fixed_built:
+                tp = templates[split]
+                c = _build(tp, _fixed_params(w, tp), ())
+                assert c is not None
+                fixed_built[same[split]] = job(c)
+        fixed_plan.append({s: fixed_built[same[s]] for s in range(-1, k)})
+
+    def judged(i: int) -> None:  # (run i of n judged: the share of the evaluations done)
+        if progress is not None:
+            progress(total * (i + 1) // n, total)
+
+    judged_all = _evaluate_all(runs, jobs, ref, fold_of, k, judged)
+    # evals[j][split]: candidate j's outcomes, built on the split's template; split -1 = all
+    # runs
+    evals: list[dict[int, _Eval]] = [
+        {s: judged_all[x] for s, x in per.items() if x is not None} for per in plan
+    ]
     usable = [j for j in range(len(params)) if evals[j]]
 
     def pool(split: int) -> list[int]:  # the candidates read off the split's own runs
@@ -448,7 +539,7 @@ def fit_stop(
         fold_results.append(
             FoldResult(
                 fold=f,
-                tasks=len({traces[i].task_key for i in fold_idx[f]}),
+                tasks=len({facts[i].task_key for i in fold_idx[f]}),
                 params=params[j],
                 train=_figures(ev, [i for i in all_idx if fold_of[i] != f], ref),
                 validation=_figures(ev, fold_idx[f], ref),
@@ -472,17 +563,9 @@ def fit_stop(
     chosen_per_fold = [_figures(evals[best][-1], idx, ref) for idx in fold_idx]
 
     # The best fixed no-progress rule, chosen by the same criterion on the same folds.
-    fixed_evals: list[dict[int, _Eval]] = []
-    for w in FIXED_WINDOWS:
-        fixed_built: dict[int, _Eval] = {}
-        for split in range(-1, k):  # each under its split's caps
-            if same[split] not in fixed_built:
-                tp = templates[split]
-                c = _build(tp, _fixed_params(w, tp), ())
-                assert c is not None
-                fixed_built[same[split]] = _evaluate(traces, c, ref, fold_of, k)
-                tick()
-        fixed_evals.append({s: fixed_built[same[s]] for s in range(-1, k)})
+    fixed_evals: list[dict[int, _Eval]] = [
+        {s: judged_all[x] for s, x in per.items() if x is not None} for per in fixed_plan
+    ]
     fixed_pool = list(range(len(FIXED_WINDOWS)))
     fixed_cx = dict.fromkeys(templates, [1] * len(FIXED_WINDOWS))
     fixed_folds = []
@@ -507,7 +590,7 @@ def fit_stop(
         seed=seed,
         reference="recorded" if base is None else "base",
         runs=n,
-        tasks=len({t.task_key for t in traces}),
+        tasks=len({t.task_key for t in facts}),
         feasible=feasible,
         seconds=0.0,
         evaluations=total,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .._contract import Contract
@@ -31,27 +31,43 @@ class _Eval:
     fold_sums: list[_Sums]
 
 
-def _evaluate(
-    traces: Sequence[RunTrace],
-    contract: Contract,
+def _evaluate_all(
+    traces: Iterable[RunTrace],
+    contracts: Sequence[Contract],
     ref: Sequence[Outcome],
     fold_of: Sequence[int],
     k: int,
-) -> _Eval:
-    sums = [[0.0] * 6 for _ in range(k)]
-    outs: list[Outcome] = []
-    for t, r, f in zip(traces, ref, fold_of, strict=True):
-        o = simulate(t, contract)
-        outs.append(o)
-        row = sums[f]
-        row[0] += o.cost_usd
-        row[1] += o.cycles
-        row[2] += o.seconds
-        if o.accepted:
-            row[3] += 1
-            row[4] += r.accepted
-        row[5] += bool(o.held_out_passed and r.held_out_passed)
-    return _Eval(outs, [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums])
+    judged: Callable[[int], None] | None = None,
+) -> list[_Eval]:
+    """Each contract's ``_Eval``, the runs read once, in order: every contract judged on a run
+    before the next run is read (a fit holds one run's cycles, not all: ``SpilledRuns``); the
+    sums added up run by run, as one contract's alone."""
+    sums = [[[0.0] * 6 for _ in range(k)] for _ in contracts]
+    outs: list[list[Outcome]] = [[] for _ in contracts]
+    # (not ``zip``: its result tuple, kept to be reused, held the run before this one)
+    n = 0
+    for i, t in enumerate(traces):
+        r, f = ref[i], fold_of[i]
+        n += 1
+        for j, contract in enumerate(contracts):
+            o = simulate(t, contract)
+            outs[j].append(o)
+            row = sums[j][f]
+            row[0] += o.cost_usd
+            row[1] += o.cycles
+            row[2] += o.seconds
+            if o.accepted:
+                row[3] += 1
+                row[4] += r.accepted
+            row[5] += bool(o.held_out_passed and r.held_out_passed)
+        if judged is not None:
+            judged(i)
+    if n != len(ref):
+        raise ValueError(f"read {n} runs of {len(ref)}")
+    return [
+        _Eval(outs[j], [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in sums[j]])
+        for j in range(len(contracts))
+    ]
 
 
 def _ref_sums(ref: Sequence[Outcome], fold_of: Sequence[int], k: int) -> list[_Sums]:

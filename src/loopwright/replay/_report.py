@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,8 +162,13 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
     (a list, or an iterator such as ``traces_from_store``'s), beside the record. Each is
     replayed as a run is given it: a spend-only one with the default cycle ceiling
     (``Contract.with_default_ceiling``); ``simulate`` takes a contract as it is (a run's
-    snapshot is its contract, an earlier release's spend-only one without that ceiling)."""
-    traces = given_traces(traces)
+    snapshot is its contract, an earlier release's spend-only one without that ceiling).
+
+    The runs are read once, in order, each judged under every contract before the next is
+    read: of an iterator (``iter_source``), one run's cycles are held at a time, and the
+    outcomes (a few figures a run) are what grows with the runs (stop 50: every run's trace
+    was held first)."""
+    runs = _given_runs(traces)
     if not isinstance(contracts, Mapping):
         raise ConfigError(
             f"must map names to Contracts, got {type(contracts).__name__}", field="contracts"
@@ -175,13 +180,32 @@ def replay(traces: Iterable[RunTrace], contracts: Mapping[str, Contract]) -> Rep
                 "(Contract.from_dict or load_contract makes one from tables)",
                 field="contracts",
             )
-    recorded = recorded_outcomes(traces)
-    rows = []
-    for name, contract in contracts.items():
-        given = contract.with_default_ceiling()
-        outs = [simulate(t, given) for t in traces]
-        rows.append((summarize(name, outs, recorded), outs))
+    given = {name: contract.with_default_ceiling() for name, contract in contracts.items()}
+    recorded: list[Outcome] = []
+    outs: dict[str, list[Outcome]] = {name: [] for name in contracts}
+    for t in runs:
+        recorded += recorded_outcomes((t,))
+        for name, contract in given.items():
+            outs[name].append(simulate(t, contract))
+    rows = [(summarize(name, o, recorded), o) for name, o in outs.items()]
     return Report(summarize("recorded", recorded, recorded), rows)
+
+
+def _given_runs(traces: Iterable[RunTrace]) -> Iterator[RunTrace]:
+    """``given_traces`` one run at a time: what is not runs at all is refused at once, an
+    item that is not a ``RunTrace`` when it is reached (before it is judged)."""
+    if isinstance(traces, str | bytes | Mapping) or not isinstance(traces, Iterable):
+        given_traces(traces)  # (its refusal)
+
+    def each() -> Iterator[RunTrace]:
+        for i, t in enumerate(traces):
+            if not isinstance(t, RunTrace):
+                raise ConfigError(
+                    f"item {i} is a {type(t).__name__}, not a RunTrace", field="traces"
+                )
+            yield t
+
+    return each()
 
 
 def load_contract(path: str | Path, *, keep_risk: bool = False) -> Contract:

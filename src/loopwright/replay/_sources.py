@@ -21,6 +21,7 @@ from ._format import ABORTED, TRACE_FORMAT, Call, CycleTrace, RunTrace, added_up
 _EPS = 1e-9
 
 __all__ = [
+    "iter_source",
     "load_source",
     "mixed_loops",
     "trace_of_run",
@@ -344,6 +345,12 @@ def mixed_loops(traces: list[RunTrace]) -> str | None:
         name = t.recorded.get("loop")
         if isinstance(name, str):
             counts[name] = counts.get(name, 0) + 1
+    return loops_line(counts)
+
+
+def loops_line(counts: Mapping[str, int]) -> str | None:
+    """``mixed_loops``' line from the runs counted per loop (a reader of one run at a time
+    counts them as it goes)."""
     if len(counts) < 2:
         return None
     listed = ", ".join(f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
@@ -363,6 +370,19 @@ def load_source(
     """``store`` (runs in the given store, or the store at a path or URL; ``loop`` and
     ``project`` filter them), a run-trace JSONL file, or an LDB JSONL file (recognised by its
     first line)."""
+    return list(iter_source(source, store, loop=loop, project=project))
+
+
+def iter_source(
+    source: str | os.PathLike[str],
+    store: Store | str | os.PathLike[str] | None = None,
+    *,
+    loop: str | None = None,
+    project: str | None = None,
+) -> Iterator[RunTrace]:
+    """``load_source``'s runs one at a time (a reader that judges each and keeps its outcome
+    holds one run's cycles, not every run's: ``replay``); a source that is neither is refused
+    here, before the first run is read."""
     if not isinstance(source, str | os.PathLike):
         raise ConfigError(
             f"must be 'store' or a path to a JSONL file, got {type(source).__name__}",
@@ -372,7 +392,7 @@ def load_source(
     if source in ("store", "runs"):
         if store is None:
             raise ConfigError("no store to read runs from", field="SOURCE")
-        return list(traces_from_store(store, project=project, loop=loop))
+        return traces_from_store(store, project=project, loop=loop)
     if loop is not None or project is not None:
         raise ConfigError(
             "--loop and --project filter the runs of the store (SOURCE 'store'), not a file",
@@ -390,7 +410,7 @@ def load_source(
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}, line {n}: not UTF-8 text ({exc.reason})", field="SOURCE") from None
     if f'"{TRACE_FORMAT}"' in first:
-        return list(read_traces(p))
+        return read_traces(p)
     if '"implementations"' in first and '"test_feedback"' in first:
-        return list(traces_from_ldb(p))
+        return traces_from_ldb(p)
     raise ConfigError(f"{p}: not a run-trace file ({TRACE_FORMAT}) nor LDB results", field="SOURCE")

@@ -150,10 +150,19 @@ def _iter_cycles(
     yield from waiting.values()
 
 
+#: What ``_actor_context`` reads of a state.
+_CONTEXT_FIELDS = ("goal", "task", "artifacts", "plan", "findings")
+
+
 def _actor_context(state: dict[str, Any]) -> dict[str, Any]:
     """What the actor was shown before a cycle, as data: the task without its held-out key,
-    the artifacts, which values are accepted, the open findings and the plan."""
-    st = TaskState.from_dict(state)
+    the artifacts, which values are accepted, the open findings and the plan.
+
+    Read off those fields alone (stop 50): the whole state read first, for each record, built
+    what a context never shows — its history, notes, the digests of every rejected proposal
+    (a set as large as the run's rejections, rebuilt a record at a time) — most of an
+    export's CPU after the reads."""
+    st = TaskState.from_dict({k: state[k] for k in _CONTEXT_FIELDS if k in state})
     return {
         "goal": st.goal,
         "task": {k: v for k, v in st.task.items() if k != HELD_OUT_KEY},

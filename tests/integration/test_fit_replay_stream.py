@@ -1,0 +1,201 @@
+"""stop 50: ``fit-stop`` and ``replay`` of many long runs hold one run's cycles at a time, not
+every run's (five runs of 10,000 cycles were 134 MB for ``fit-stop``), with the same output.
+
+A spy on ``simulate`` counts the ``RunTrace`` objects alive each time it is handed another run:
+one, whatever the number of runs (before: every run read, all at once)."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loopwright.replay._fit as fit_mod
+import loopwright.replay._fit_score as fit_score
+import loopwright.replay._report as report_mod
+import loopwright.replay._spill as spill
+from loopwright import Contract
+from loopwright.cli import main
+from loopwright.replay import (
+    Call,
+    CycleTrace,
+    RunTrace,
+    fit_stop,
+    iter_source,
+    load_contract,
+    load_source,
+    simulate,
+    write_traces,
+)
+from loopwright.replay._fit import Grid
+
+LDB = Path(__file__).resolve().parents[1] / "data" / "ldb" / "humaneval"
+LDB_FILE = LDB / "reflexion" / "gpt-4o-2024-05-13.jsonl"
+
+
+def _run(i: int, n: int) -> RunTrace:
+    """Task ``t{i}``: its score rises to 1.0 at cycle ``n`` for two runs in three, else it
+    plateaus for ``n`` cycles; costs vary by cycle (a median to read, quantiles to take)."""
+    ok = i % 3 != 2
+    scores = [min(1.0, 0.2 + 0.8 * k / n) if ok else 0.3 for k in range(1, n + 1)]
+    cycles = tuple(
+        CycleTrace(
+            cycle=k,
+            calls=(Call("actor", 0.01 + 0.001 * (k % 7), 100 + k), Call("verifier:visible")),
+            verdicts={"visible": {"passed": s >= 1.0, "score": s}},
+            score=s,
+            held_out_passed=(s >= 1.0) if k == n else None,
+            seconds=0.5,
+        )
+        for k, s in enumerate(scores, 1)
+    )
+    return RunTrace(
+        run_id=f"r{i}",
+        task_key=f"t{i}",
+        cycles=cycles,
+        required=("visible",),
+        recorded={
+            "status": "accepted" if ok else "stopped",
+            "stop_reason": "success" if ok else "budget_cycles",
+            "cycles": n,
+            "cost_usd": sum(c.cost_usd for c in cycles),
+            "tokens": sum(c.tokens for c in cycles),
+            "held_out_passed": ok,
+        },
+    )
+
+
+@pytest.fixture
+def runs_file(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.jsonl"
+    write_traces((_run(i, 30 + 7 * i) for i in range(9)), path)
+    return path
+
+
+def _live_runs() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is RunTrace)
+
+
+class _Spy:
+    """``simulate``, counting the runs alive each time it is handed another run."""
+
+    def __init__(self) -> None:
+        self.before = _live_runs()
+        self.most = 0
+        self.last: int | None = None
+        self.runs = 0
+
+    def __call__(self, trace: RunTrace, contract: Contract) -> Any:
+        if id(trace) != self.last:
+            self.last = id(trace)
+            self.runs += 1
+            self.most = max(self.most, _live_runs() - self.before)
+        return simulate(trace, contract)
+
+
+def _report(d: dict[str, Any]) -> dict[str, Any]:
+    d.pop("seconds", None)
+    return d
+
+
+def test_fit_stop_holds_one_run_at_a_time(
+    runs_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    expected = fit_stop(load_source(runs_file), folds=3)  # every run in a list, as before
+    monkeypatch.setattr(spill, "HELD_CYCLES", 0, raising=False)  # every run in the file
+    spy = _Spy()
+    monkeypatch.setattr(fit_score, "simulate", spy)
+    monkeypatch.setattr(fit_mod, "simulate", spy)
+    out = tmp_path / "report.json"
+    assert main(["fit-stop", str(runs_file), "--folds", "3", "--json", "--report", str(out)]) == 0
+    capsys.readouterr()
+    assert spy.runs >= 9  # (every run judged)
+    assert spy.most == 1, f"{spy.most} runs held at once while judging one"
+    got = json.loads(out.read_text())
+    assert got["contract_toml"] == expected.to_toml()
+    assert _report({k: got[k] for k in expected.report()}) == _report(expected.report())
+
+
+@pytest.mark.parametrize("held", [0, 100, None])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"optimise": "attempts", "choose": "best", "seed": 3},
+        {"keep_by": "held-out", "keep": 0.9},
+        {"grid": Grid(cost_quantiles=(), marginal_multiples=())},
+    ],
+)
+def test_a_fit_on_spilled_runs_is_the_fit_on_the_list(
+    runs_file: Path, held: int | None, kwargs: dict[str, Any]
+) -> None:
+    listed = load_source(runs_file)
+    with spill.SpilledRuns(iter_source(runs_file), held_cycles=held) as runs:
+        assert len(runs) == 9 and list(runs) == listed  # (read back as written, in order)
+        assert runs.spilled == {0: 9, 100: 7, None: 0}[held]
+        got = fit_stop(runs, folds=3, **kwargs)
+    want = fit_stop(listed, folds=3, **kwargs)
+    assert got.to_toml() == want.to_toml()
+    assert _report(got.report()) == _report(want.report())
+
+
+def test_a_fit_of_the_ldb_recordings_spilled_is_the_same(tmp_path: Path) -> None:
+    path = LDB_FILE
+    listed = load_source(path)
+    base = tmp_path / "base.toml"
+    base.write_text("[contract.budget]\nmax_cycles = 6\n[contract.no_progress]\ncycles = 3\n")
+    for kwargs in ({}, {"base": load_contract(base)}):
+        with spill.SpilledRuns(iter_source(path), held_cycles=0) as runs:
+            got = fit_stop(runs, **kwargs)  # type: ignore[arg-type]
+        want = fit_stop(listed, **kwargs)  # type: ignore[arg-type]
+        assert got.to_toml() == want.to_toml()
+        assert _report(got.report()) == _report(want.report())
+
+
+def test_replay_holds_one_run_at_a_time(
+    runs_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    contract = tmp_path / "c.toml"
+    contract.write_text("[contract.budget]\nmax_cycles = 20\n[contract.no_progress]\ncycles = 3\n")
+    saved = tmp_path / "saved.jsonl"
+    argv = ["replay", str(runs_file), "--contract", str(contract), "--json"]
+    assert main(argv) == 0
+    expected = json.loads(capsys.readouterr().out)
+    spy = _Spy()
+    monkeypatch.setattr(report_mod, "simulate", spy)
+    assert main([*argv, "--save-traces", str(saved)]) == 0
+    assert json.loads(capsys.readouterr().out) == expected
+    assert spy.runs == 9
+    assert spy.most == 1, f"{spy.most} runs held at once while judging one"
+    assert saved.read_bytes() == runs_file.read_bytes()  # (written as read, one at a time)
+
+
+def test_a_bad_run_late_in_the_file_leaves_save_traces_as_it_was(
+    runs_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(runs_file.read_text() + '{"format": "loopwright.run-trace/1"}\n')
+    contract = tmp_path / "c.toml"
+    contract.write_text("[contract.budget]\nmax_cycles = 20\n")
+    saved = tmp_path / "saved.jsonl"
+    saved.write_text("what was there\n")
+    argv = ["replay", str(bad), "--contract", str(contract), "--save-traces", str(saved)]
+    assert main(argv) == 2
+    assert "bad.jsonl:10: malformed run trace" in capsys.readouterr().err
+    assert saved.read_text() == "what was there\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.jsonl",
+        "c.toml",
+        "runs.jsonl",
+        "saved.jsonl",
+    ]
