@@ -15,6 +15,7 @@ import pytest
 
 import loopwright as lw
 from loopwright._compare import merge_contract
+from loopwright._decide import cycle_cap, remaining
 from loopwright._packet import build_packet, explain, stop_cause
 from loopwright.cli._check import review
 
@@ -63,11 +64,11 @@ def test_a_spend_only_contract_is_given_the_default_ceiling_when_its_loop_is_bui
     [
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles=10)),
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_seconds=60)),
-        lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="limits.cycles")),
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5), no_progress=lw.NoProgress(cycles=3)),
         lw.Contract(budget=lw.Budget(max_cycles=5)),
+        lw.Contract(budget=lw.Budget(max_cycles=9, max_cycles_key="limits.cycles")),
     ],
-    ids=["cycles", "seconds", "task-cap", "no-progress", "no-money"],
+    ids=["cycles", "seconds", "no-progress", "no-money", "task-cap-and-cycles"],
 )
 def test_a_contract_with_another_exit_is_given_as_it_is(
     contract: lw.Contract, caplog: pytest.LogCaptureFixture
@@ -169,3 +170,27 @@ def test_a_task_cap_alone_is_refused_saying_why() -> None:
     assert "no exit besides success" in said
     assert "max_cycles_key 'limits.cycles' alone is not one" in said
     assert "a task without that key would run without a limit" in said
+
+
+def test_a_task_cap_beside_spend_budgets_only_falls_back_to_the_default_ceiling() -> None:
+    """``max_cycles_key`` beside money only is not ``spend_only``: a task without the key ran
+    with no cycle limit (stall50's open end). Such a run is given the default ceiling as the
+    cap of a task without its own; a task carrying one keeps it, not lowered to the ceiling."""
+    keyed = lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="limits.cycles"))
+    assert not keyed.spend_only and keyed.wants_default_ceiling
+    given = _loop(keyed).contract
+    b = given.budget
+    assert (b.max_cycles, b.max_cycles_default, b.max_cycles_key) == (1000, True, "limits.cycles")
+    assert given.with_default_ceiling() is given
+    assert lw.Contract.from_dict(given.to_dict()) == given
+    bare, own, big = ({}, {"limits": {"cycles": 7}}, {"limits": {"cycles": 1500}})
+    caps = [cycle_cap(given, lw.TaskState(task=t)) for t in (bare, own, big)]
+    assert caps == [1000, 7, 1500]
+    assert remaining(given, lw.TaskState(task=bare)).cycles == 1000
+    (answer,) = [
+        a for a in review(_loop(keyed)) if a["question"] == "What ends a stalled or unsafe run?"
+    ]
+    assert answer["answer"].startswith(
+        "the task's own cycle cap (limits.cycles); $0.5 spent; a stalled run whose cycles "
+        "spend nothing (of a task without its own cap): only the default ceiling of 1,000"
+    ), answer["answer"]
