@@ -28,6 +28,7 @@ __all__ = [
     "RiskRule",
     "StopReason",
     "Success",
+    "refuse_engine_marks",
     "status_for",
 ]
 
@@ -71,6 +72,24 @@ RUN_STATUSES: tuple[str, ...] = (
 # seed 200615 ran for ever). As LangGraph's ``recursion_limit`` (25) bounds a graph nobody
 # bounded; a contract that sets max_cycles, max_seconds or a no_progress rule chooses its own.
 DEFAULT_MAX_CYCLES = 1_000
+
+
+
+def refuse_engine_marks(tables: object) -> None:
+    """``ConfigError`` for contract tables a person wrote (a loop spec's ``[contract]``, a
+    contract file, a rerun's tables) that set ``budget.max_cycles_default``: the engine's mark
+    of its default ceiling (``Contract.with_default_ceiling``), kept in a run's snapshot
+    (``Contract.from_dict`` of one loads it), not a setting: written beside another exit, it
+    dropped the author's own ``max_cycles = 1000``."""
+    budget = tables.get("budget") if isinstance(tables, Mapping) else None
+    if isinstance(budget, Mapping) and "max_cycles_default" in budget:
+        raise ConfigError(
+            "is the engine's mark of its default cycle ceiling, which a contract with only "
+            "spend budgets is given, not a setting: leave it out (budget.max_cycles sets a "
+            "cycle cap of your own)",
+            field="contract.budget.max_cycles_default",
+        )
+
 
 TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
 

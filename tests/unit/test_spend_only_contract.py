@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,37 @@ def test_a_task_cap_beside_spend_budgets_only_falls_back_to_the_default_ceiling(
         "the task's own cycle cap (limits.cycles); $0.5 spent; a stalled run whose cycles "
         "spend nothing (of a task without its own cap): only the default ceiling of 1,000"
     ), answer["answer"]
+
+
+MARKED = "[contract.budget]\nmax_cycles = 1000\nmax_cycles_default = true\nmax_seconds = 60\n"
+
+
+def test_the_default_ceilings_mark_is_refused_in_a_users_contract(tmp_path: Path) -> None:
+    """``budget.max_cycles_default`` is the engine's mark, not a setting: written in a spec or a
+    contract file, it was accepted, and beside another exit it dropped the author's own
+    ``max_cycles = 1000`` (the loop ran with no cycle cap). A stored snapshot still loads it."""
+    from loopwright.replay import load_contract
+    from loopwright.replay._report import contract_tables
+
+    spec = tmp_path / "loop.toml"
+    spec.write_text(
+        'name = "marked"\n[actor]\nref = "m.py:actor"\n[[verifiers]]\nref = "m.py:check"\n'
+        "[contract.success]\nmin_score = 1.0\n" + MARKED
+    )
+    (tmp_path / "m.py").write_text(
+        "import loopwright as lw\n"
+        "def actor(ctx):\n    return lw.Proposal.edit('doc', {'a': 'x'})\n"
+        "def check(state, proposal):\n    return lw.Verdict(passed=True, score=1.0)\n"
+    )
+    with pytest.raises(lw.SpecError) as err:
+        lw.load_spec(spec)
+    assert err.value.field == "contract.budget.max_cycles_default"
+    assert "the engine's mark" in str(err.value) and "budget.max_cycles" in str(err.value)
+    tables = tmp_path / "c.toml"
+    tables.write_text(MARKED)
+    for read in (load_contract, contract_tables):
+        with pytest.raises(lw.ConfigError) as err2:
+            read(tables)
+        assert "max_cycles_default" in str(err2.value) and str(tables) in str(err2.value)
+    snapshot = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=1.0))).contract.to_dict()
+    assert lw.Contract.from_dict(snapshot).budget.max_cycles_default  # (a run's snapshot)
