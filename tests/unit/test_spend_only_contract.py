@@ -229,3 +229,36 @@ def test_the_default_ceilings_mark_is_refused_in_a_users_contract(tmp_path: Path
         assert "max_cycles_default" in str(err2.value) and str(tables) in str(err2.value)
     snapshot = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=1.0))).contract.to_dict()
     assert lw.Contract.from_dict(snapshot).budget.max_cycles_default  # (a run's snapshot)
+
+
+def test_the_actor_and_a_models_prompt_see_the_default_ceiling_count_down(
+    tmp_path: Path,
+) -> None:
+    """Under a spend-only contract ``ctx.remaining.cycles`` is the default ceiling's count (it
+    was ``None``, "unlimited", before stop 50), and a model adapter's prompt says it: the run
+    does end there, so it is a real limit, shown as any cycle budget is (stall50b)."""
+    from loopwright.adapters._prompt import context_sections
+
+    seen: list[int | None] = []
+    shown: list[str] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.remaining.cycles)
+        shown.append(context_sections(ctx)["remaining"])
+        return lw.Proposal.edit("doc", {"a": f"x{ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        done = state.values()["doc"]["a"] == "x3"
+        return lw.Verdict(passed=done, score=1.0 if done else 0.5)
+
+    loop = lw.Loop(
+        name="counted",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cost_usd=1.0)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": ""}}}, task_key="t")
+    assert (r.status, r.cycles) == ("accepted", 3)
+    assert seen == [1000, 999, 998]
+    assert shown[0] == "1000 cycle(s), $1.0000" and shown[2].startswith("998 cycle(s)")
