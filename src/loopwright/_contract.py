@@ -74,7 +74,6 @@ RUN_STATUSES: tuple[str, ...] = (
 DEFAULT_MAX_CYCLES = 1_000
 
 
-
 def refuse_engine_marks(tables: object) -> None:
     """``ConfigError`` for contract tables a person wrote (a loop spec's ``[contract]``, a
     contract file, a rerun's tables) that set ``budget.max_cycles_default``: the engine's mark

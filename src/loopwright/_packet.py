@@ -181,6 +181,7 @@ def _judged_edits(k: int) -> str:
 
 CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
 
+
 def _at_default(contract: Contract, given: bool | None) -> bool:
     """The cycle cap was the default ceiling: as the caller read it from the run's task, else
     from the contract alone (with a per-task cap, only the task tells: not said)."""
@@ -387,7 +388,10 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         contract,
         cycle=cycle,
         max_cycles=cycle if own_cap else None,
-        at_default=at_default_ceiling(contract, rec.task),
+        # (a row without its task, a list's: the contract alone tells, not a per-task cap)
+        at_default=at_default_ceiling(contract, task)
+        if (task := getattr(rec, "task", None))
+        else None,
         best_score=rec.best_score,
         best_cycle=best.get("cycle"),
         spent=p.get("spent")

@@ -191,7 +191,7 @@ def test_a_task_without_its_cap_key_beside_spend_budgets_ends_at_the_default_cei
             r = rt.resume_sync(r.run_id, _loop(KEYED))
             rec = rt.store.get_run(r.run_id)
             runs[key] = (r, rec, trace_of_run(rt.store, rec))
-    (bare, bare_rec, bare_trace), (own, own_rec, own_trace) = runs["bare"], runs["own"]
+    (bare, bare_rec, _), (own, own_rec, _) = runs["bare"], runs["own"]
     assert (bare.stop_reason, bare.cycles) == ("budget_cycles", CEILING)
     assert (own.stop_reason, own.cycles) == ("budget_cycles", 5)
     said = (bare_rec.packet or {})["stop_cause"]
@@ -202,7 +202,7 @@ def test_a_task_without_its_cap_key_beside_spend_budgets_ends_at_the_default_cei
     assert "the default cycle ceiling (1,000) is spent" in _show_text(url, bare.run_id, monkeypatch)
     assert "default cycle ceiling" not in _show_text(url, own.run_id, monkeypatch)
     # replay agrees: under the runs' own contract, and under the contract as written
-    for (r, rec, trace), cycles in ((runs["bare"], CEILING), (runs["own"], 5)):
+    for (_, rec, trace), cycles in ((runs["bare"], CEILING), (runs["own"], 5)):
         assert trace is not None
         o = simulate(trace, lw.Contract.from_dict(rec.contract))
         assert (o.reason, o.cycles) == ("budget_cycles", cycles)
