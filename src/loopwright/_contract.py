@@ -28,6 +28,7 @@ __all__ = [
     "RiskRule",
     "StopReason",
     "Success",
+    "refuse_engine_marks",
     "status_for",
 ]
 
@@ -71,6 +72,23 @@ RUN_STATUSES: tuple[str, ...] = (
 # seed 200615 ran for ever). As LangGraph's ``recursion_limit`` (25) bounds a graph nobody
 # bounded; a contract that sets max_cycles, max_seconds or a no_progress rule chooses its own.
 DEFAULT_MAX_CYCLES = 1_000
+
+
+def refuse_engine_marks(tables: object) -> None:
+    """``ConfigError`` for contract tables a person wrote (a loop spec's ``[contract]``, a
+    contract file, a rerun's tables) that set ``budget.max_cycles_default``: the engine's mark
+    of its default ceiling (``Contract.with_default_ceiling``), kept in a run's snapshot
+    (``Contract.from_dict`` of one loads it), not a setting: written beside another exit, it
+    dropped the author's own ``max_cycles = 1000``."""
+    budget = tables.get("budget") if isinstance(tables, Mapping) else None
+    if isinstance(budget, Mapping) and "max_cycles_default" in budget:
+        raise ConfigError(
+            "is the engine's mark of its default cycle ceiling, which a contract with only "
+            "spend budgets is given, not a setting: leave it out (budget.max_cycles sets a "
+            "cycle cap of your own)",
+            field="contract.budget.max_cycles_default",
+        )
+
 
 TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
 
@@ -191,6 +209,8 @@ class Budget:
     ``"recorded.max_cycles"``, which ``loopwright import ldb`` writes from each recording). A
     task holding a whole number ≥ 1 there runs under that cap, or under ``max_cycles`` if that
     is lower (the contract's cap stays a cap); tasks without one run under ``max_cycles``.
+    Beside the default ceiling (``max_cycles_default``) a task's own cap is not lowered to it:
+    the ceiling is the cap of a task without one.
 
     ``max_cycles_default`` says ``max_cycles`` is the engine's default ceiling
     (``DEFAULT_MAX_CYCLES``), not the author's: the contract had only spend budgets
@@ -449,10 +469,16 @@ class Contract:
         budget or no_progress rule): a run whose cycles spend nothing — a plain function's
         actor, a proposal refused again and again — is never ended by it: a run is given it
         with the default cycle ceiling (``with_default_ceiling``)."""
+        return self.budget.max_cycles_key is None and self.wants_default_ceiling
+
+    @property
+    def wants_default_ceiling(self) -> bool:
+        """``spend_only``, or a per-task cycle cap (``max_cycles_key``) beside spend budgets
+        only: a task without that key is ``spend_only``'s never-ending run (a run is given the
+        default ceiling for such a task; a task carrying the key keeps its own cap)."""
         b = self.budget
         return (
             b.max_cycles is None
-            and b.max_cycles_key is None
             and b.max_seconds is None
             and self.no_progress is None
             and (b.max_cost_usd is not None or b.max_tokens is not None)
@@ -460,7 +486,8 @@ class Contract:
 
     def with_default_ceiling(self) -> Contract:
         """The contract a run is given (a ``Loop`` built, a fork, a what-if replay): a
-        ``spend_only`` one with ``budget.max_cycles`` = ``DEFAULT_MAX_CYCLES``, marked
+        ``spend_only`` one (or one with only a per-task cap beside its spend budgets:
+        ``wants_default_ceiling``) with ``budget.max_cycles`` = ``DEFAULT_MAX_CYCLES``, marked
         ``max_cycles_default``; one whose default ceiling is no longer its only other exit (a
         fork's contract laid over its origin's, adding a no_progress rule or a time budget)
         without it; any other as it is (``self``)."""
@@ -470,8 +497,8 @@ class Contract:
             if not bare.bounded and self.no_progress is None and self.marginal_return is None:
                 return self  # (the ceiling is its only exit left: it stays)
             authored = replace(self, budget=bare)
-            return self if authored.spend_only else authored
-        if not self.spend_only:
+            return self if authored.wants_default_ceiling else authored
+        if not self.wants_default_ceiling:
             return self
         ceiling = replace(b, max_cycles=DEFAULT_MAX_CYCLES, max_cycles_default=True)
         return replace(self, budget=ceiling)

@@ -17,6 +17,7 @@ __all__ = [
     "RiskCheckFailed",
     "accept_clean_parts",
     "aggregate_score",
+    "at_default_ceiling",
     "budget_crossed",
     "budget_exhausted",
     "budget_stop",
@@ -35,6 +36,7 @@ __all__ = [
     "risk_steps",
     "stop_before_cycle",
     "success",
+    "task_cycle_cap",
     "unanswerable",
 ]
 
@@ -59,23 +61,45 @@ def reaches(score: float, min_score: float) -> bool:
 
 def cycle_cap(contract: Contract, state: TaskState) -> int | None:
     """The run's cycle budget: the task's own (``budget.max_cycles_key``) when it has one,
-    capped by ``budget.max_cycles``; else ``budget.max_cycles``."""
+    capped by ``budget.max_cycles`` unless that is the default ceiling
+    (``max_cycles_default``: the cap of a task without one); else ``budget.max_cycles``."""
+    b = contract.budget
+    own = task_cycle_cap(contract, state.task)
+    if own is None:
+        return b.max_cycles
+    return own if b.max_cycles is None or b.max_cycles_default else min(own, b.max_cycles)
+
+
+def task_cycle_cap(contract: Contract, task: object) -> int | None:
+    """The task's own cycle cap, at the contract's ``budget.max_cycles_key`` (``None``: no
+    key, or a task without it); ``ConfigError`` for one that is not a whole number >= 1."""
     b = contract.budget
     if b.max_cycles_key is None:
-        return b.max_cycles
-    node: object = state.task
+        return None
+    node: object = task
     for key in b.max_cycles_key.split("."):
         if not isinstance(node, dict) or key not in node:
-            return b.max_cycles
+            return None
         node = node[key]
     if node is None:
-        return b.max_cycles
+        return None
     if isinstance(node, bool) or not isinstance(node, int) or node < 1:
         raise ConfigError(
             f"the task's {b.max_cycles_key!r} must be a whole number >= 1, got {node!r}",
             field="contract.budget.max_cycles_key",
         )
-    return node if b.max_cycles is None else min(node, b.max_cycles)
+    return node
+
+
+def at_default_ceiling(contract: Contract, task: object) -> bool:
+    """The run's cycle cap is the engine's default ceiling (``budget.max_cycles_default``),
+    not a cap the task carried (``max_cycles_key``): what a stop at it says."""
+    if not contract.budget.max_cycles_default:
+        return False
+    try:
+        return task_cycle_cap(contract, task) is None
+    except ConfigError:  # (refused where the run was created: a stored one is read, not judged)
+        return False
 
 
 def counted_cycles(state: TaskState) -> int:

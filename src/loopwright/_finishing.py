@@ -123,6 +123,7 @@ class Finishing(RuntimeHost):
             cycle=ex.state.cycle,
             best_score=ex.state.best_score,
             max_cycles=rules.cycle_cap(ex.contract, ex.state),
+            at_default=rules.at_default_ceiling(ex.contract, ex.state.task),
             cause=cause,
             error=error,
         )

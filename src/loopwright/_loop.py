@@ -197,12 +197,15 @@ class Loop:
         if run_contract is not self.contract:
             object.__setattr__(self, "contract", run_contract)
         if run_contract.budget.max_cycles_default:
+            keyed = run_contract.budget.max_cycles_key
             logging.getLogger("loopwright.runs").info(
                 "loop %r: the contract's only exits besides success are spend budgets "
-                "(max_cost_usd, max_tokens), which cycles that spend nothing never reach: its "
-                "runs stop at the default ceiling of %s cycles (budget_cycles); set "
+                "(max_cost_usd, max_tokens)%s, which cycles that spend nothing never reach: its "
+                "runs%s stop at the default ceiling of %s cycles (budget_cycles); set "
                 "budget.max_cycles, max_seconds or a no_progress rule to choose their end",
                 self.name,
+                f" and a task's own cap ({keyed})" if keyed else "",
+                " of a task without its own cap" if keyed else "",
                 f"{run_contract.budget.max_cycles:,}",
             )
         for rule in self.contract.risk:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._contract import Contract
-from ._decide import crosses, cycle_cap
+from ._decide import at_default_ceiling, crosses, cycle_cap
 from ._state import TaskState
 
 __all__ = ["build_packet", "explain", "run_stop_cause", "stop_cause", "waiting_compensations"]
@@ -118,13 +118,15 @@ def explain(
     spent: Mapping[str, Any] | None = None,
     cycles: int | None = None,
     checked: int = 0,
+    at_default: bool | None = None,
 ) -> str:
     """A stop reason in plain words, with the contract's numbers (``max_cycles``: the run's
     own cycle cap, when the task carried one; ``spent``: the run's spend, said beside a
     budget that stopped it; ``cycles``, ``checked``: a stop at the cycle cap says how many
-    cycles ran and how many of them judged a person's edit, not counted, ``edit_checks``)."""
+    cycles ran and how many of them judged a person's edit, not counted, ``edit_checks``;
+    ``at_default``: the cap was the default ceiling, ``at_default_ceiling`` of the task)."""
     b = contract.budget
-    if reason == "budget_cycles" and b.max_cycles_default:
+    if reason == "budget_cycles" and _at_default(contract, at_default):
         after = f" after {cycles} cycles{_judged_edits(checked)}" if checked and cycles else ""
         return f"stopped: the default cycle ceiling ({b.max_cycles:,}) is spent{after}{_CHOOSE}"
     if reason == "budget_cycles" and checked and cycles is not None:
@@ -178,6 +180,16 @@ def _judged_edits(k: int) -> str:
 
 
 CAUSE_LIMIT = 300  # a stop cause is a sentence for a list row, not a report
+
+
+def _at_default(contract: Contract, given: bool | None) -> bool:
+    """The cycle cap was the default ceiling: as the caller read it from the run's task, else
+    from the contract alone (with a per-task cap, only the task tells: not said)."""
+    b = contract.budget
+    if given is not None:
+        return given
+    return b.max_cycles_default and b.max_cycles_key is None
+
 
 # A stop at the default cycle ceiling (``Budget.max_cycles_default``) says it was not the
 # contract's own, and what chooses one.
@@ -239,10 +251,12 @@ def stop_cause(
     evidence: Mapping[str, Any] | None = None,
     held_out_passed: bool | None = None,
     checked: int = 0,
+    at_default: bool | None = None,
 ) -> str:
     """Why a run ended, in one short sentence with its numbers: who denied what and why, which
     call failed after how many attempts, which rule stopped it and at what values.
-    ``checked``: of ``cycle`` cycles, how many the cycle cap did not count (``edit_checks``)."""
+    ``checked``: of ``cycle`` cycles, how many the cycle cap did not count (``edit_checks``);
+    ``at_default``: as ``explain`` takes it."""
     if not reason:
         return ""
     b, sp = contract.budget, spent or {}
@@ -267,7 +281,7 @@ def stop_cause(
     if reason == "no_progress":
         n = contract.no_progress.cycles if contract.no_progress else 0
         return _clip(f"stopped {at} by the no-progress rule: no improvement in {n} cycles; {best}")
-    if reason == "budget_cycles" and b.max_cycles_default:
+    if reason == "budget_cycles" and _at_default(contract, at_default):
         return _clip(
             f"stopped {at}{_judged_edits(checked)}: the default cycle ceiling of "
             f"{b.max_cycles:,} is used up{_CHOOSE}; {best}"
@@ -374,6 +388,10 @@ def run_stop_cause(rec: _RunLike, packet: Mapping[str, Any] | None = None) -> st
         contract,
         cycle=cycle,
         max_cycles=cycle if own_cap else None,
+        # (a row without its task, a list's: the contract alone tells, not a per-task cap)
+        at_default=at_default_ceiling(contract, task)
+        if (task := getattr(rec, "task", None))
+        else None,
         best_score=rec.best_score,
         best_cycle=best.get("cycle"),
         spent=p.get("spent")
@@ -423,11 +441,8 @@ def build_packet(
     """The escalation packet for a run that ends without being accepted."""
     esc = contract.escalation
     # The contract's own action comes first; the reason-specific advice follows it.
-    advised = (
-        "budget_cycles_default"
-        if reason == "budget_cycles" and contract.budget.max_cycles_default
-        else reason
-    )
+    at_default = at_default_ceiling(contract, state.task)
+    advised = "budget_cycles_default" if reason == "budget_cycles" and at_default else reason
     builtin = _ADVICE.get(advised, "Review the run: `loopwright show {run}`.").format(
         run=run_id[:12], cycle=state.cycle, best=state.best_cycle or state.cycle
     )
@@ -478,6 +493,7 @@ def build_packet(
             spent=state.spent.to_dict(),
             cycles=state.cycle,
             checked=checked,
+            at_default=at_default,
         )
         + (f" — {cause}" if cause else ""),
         "cause": cause,
@@ -516,5 +532,6 @@ def build_packet(
             error=error,
             evidence=evidence,
             checked=checked,
+            at_default=at_default,
         ),
     }

@@ -426,7 +426,10 @@ _INT_LOW, _INT_HIGH = -(1 << 63), 1 << 64
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Remaining:
-    """Budget left before this cycle; ``None`` means unlimited."""
+    """Budget left before this cycle; ``None`` means unlimited. ``cycles`` counts down the
+    run's cycle cap: the contract's ``max_cycles``, the task's own (``max_cycles_key``), or the
+    default ceiling a spend-only contract is given (1,000: ``DEFAULT_MAX_CYCLES``), a real
+    limit the run stops at, so it is not ``None`` under such a contract."""
 
     cycles: int | None
     cost_usd: float | None
@@ -450,7 +453,8 @@ class Context:
         findings: open findings from visible verifiers of the previous cycle.
         plan: the plan's steps with their status.
         next_step: the first step not yet done whose dependencies are done.
-        remaining: budget left (without what held-out checks spent: invariant 3).
+        remaining: budget left (without what held-out checks spent: invariant 3); its
+            ``cycles`` counts down the default ceiling under a spend-only contract.
         notes: human decisions and answers addressed to the actor.
         history: one line per earlier cycle: score, decision, proposal kind.
         memory: feedback memory retrieved for this task and project (corrections,

@@ -60,7 +60,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ._contract import Contract
+from ._contract import Contract, refuse_engine_marks
 from ._effects import Effect
 from ._errors import ConfigError, SpecError
 from ._loop import Check, Loop
@@ -416,6 +416,7 @@ def load_spec(path: str | os.PathLike[str]) -> Loop:
             "is required: the stop contract must be declared before a run", field="contract"
         )
     try:
+        refuse_engine_marks(contract_data)  # (a snapshot's, not the author's)
         contract = Contract.from_dict(_with_checks(contract_data, base))
     except SpecError:
         raise

@@ -169,3 +169,42 @@ def test_replay_of_a_spec_reads_its_contract_as_a_run_is_given_it(tmp_path: Path
     own = tmp_path / "own.toml"
     own.write_text("[contract.budget]\nmax_cost_usd = 0.5\nmax_seconds = 60\n")
     assert load_contract(own).budget.max_cycles is None
+
+
+KEYED = lw.Contract(
+    success=lw.Success(min_score=1.0), budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="cap")
+)
+
+
+def test_a_task_without_its_cap_key_beside_spend_budgets_ends_at_the_default_ceiling(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a per-task cap (max_cycles_key) beside money only: a task lacking the key had no cycle
+    # limit; it falls back to the default ceiling, and a task carrying it keeps its own cap
+    budget = _loop(KEYED).contract.budget
+    assert (budget.max_cycles, budget.max_cycles_default) == (CEILING, True)
+    runs = {}
+    with lw.Runtime(url) as rt:
+        for key, task in (("bare", TASK), ("own", {**TASK, "cap": 5})):
+            r = rt.run_sync(_loop(KEYED), task, task_key=key)
+            rt.answer(r.run_id, "left", by="ana")
+            r = rt.resume_sync(r.run_id, _loop(KEYED))
+            rec = rt.store.get_run(r.run_id)
+            runs[key] = (r, rec, trace_of_run(rt.store, rec))
+    (bare, bare_rec, _), (own, own_rec, _) = runs["bare"], runs["own"]
+    assert (bare.stop_reason, bare.cycles) == ("budget_cycles", CEILING)
+    assert (own.stop_reason, own.cycles) == ("budget_cycles", 5)
+    said = (bare_rec.packet or {})["stop_cause"]
+    assert said.startswith("stopped after 1000 cycles: the default cycle ceiling of 1,000")
+    own_said = (own_rec.packet or {})["stop_cause"]
+    assert "the cycle budget of 5 is used up" in own_said and "default" not in own_said
+    assert "default" not in (own_rec.packet or {})["summary"]
+    assert "the default cycle ceiling (1,000) is spent" in _show_text(url, bare.run_id, monkeypatch)
+    assert "default cycle ceiling" not in _show_text(url, own.run_id, monkeypatch)
+    # replay agrees: under the runs' own contract, and under the contract as written
+    for (_, rec, trace), cycles in ((runs["bare"], CEILING), (runs["own"], 5)):
+        assert trace is not None
+        o = simulate(trace, lw.Contract.from_dict(rec.contract))
+        assert (o.reason, o.cycles) == ("budget_cycles", cycles)
+        [(_, [what_if])] = replay([trace], {"written": KEYED}).contracts
+        assert (what_if.reason, what_if.cycles) == ("budget_cycles", cycles)

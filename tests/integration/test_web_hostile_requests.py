@@ -221,3 +221,21 @@ def test_a_person_keeps_their_newest_sessions_only(setup: tuple[TestClient, str,
     assert [b.get("/api/me").status_code for b in browsers] == [401] * 3 + [200] * 32
     assert c.get("/api/me").json()["name"] == "root"  # another person's session stays
     assert len(app.state.auth._sessions) == 32 + 1  # type: ignore[attr-defined]
+
+
+def test_a_rerun_setting_the_default_ceilings_mark_is_a_400(tmp_path: Path) -> None:
+    """``budget.max_cycles_default`` is the engine's mark of its default cycle ceiling, kept in
+    a run's snapshot: a rerun's contract tables setting it were accepted (stall50b)."""
+    store, run_id = _web().make_parked_run(tmp_path)
+    token = "server-token-0123456789"
+    c = TestClient(create_app(store, token=token, identity="oscar"), base_url=LOCAL)
+    budget = {"max_cycles": 1000, "max_cycles_default": True, "max_seconds": 60}
+    api = c.post(
+        f"/api/runs/{run_id}/rerun",
+        json={"at_cycle": 0, "start": False, "contract": {"budget": budget}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert api.status_code == 400, api.text[:300]
+    assert "max_cycles_default" in api.json()["detail"]
+    with lw.Runtime(store) as rt:
+        assert len(rt.store.list_runs()) == 1  # no fork made

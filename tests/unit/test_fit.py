@@ -459,3 +459,26 @@ def test_a_folds_template_is_read_off_its_training_runs_only() -> None:
         lost = len(held & {"long", "low"})
         assert f.validation.accepted_kept == f.validation.reference_accepted - lost
     assert r.validation_pooled.accepted_kept == r.validation_pooled.reference_accepted - 2
+
+
+def test_a_spend_only_candidate_is_scored_as_a_run_would_be_given_it(tmp_path: Path) -> None:
+    """A spend-only contract is given the default cycle ceiling (1,000) where a run is given
+    it: fit-stop scored such a candidate (and a spend-only base) without it, so runs whose
+    cycles cost nothing went on past 1,000 cycles in the fit's figures, not in the runs of the
+    contract it wrote (stall50b)."""
+    free = [run(f"free{i}", [0.3] * 1200, cost=0.0) for i in range(3)]
+    traces = known_runs(12) + free
+    base = Contract(success=Success(required=("visible",)), budget=Budget(max_cost_usd=5.0))
+    grid = Grid(no_progress_cycles=(), max_cycles=(), cost_quantiles=(), marginal_values=())
+    r = fit_stop(traces, keep=0.98, folds=3, base=base, grid=grid, optimise="attempts")
+    assert r.contract.budget.max_cycles == 1000 and r.contract.budget.max_cycles_default
+    assert r.all_data.stop_reasons.get("budget_cycles") == len(free)
+    # the fit's figures are what replay reports for the contract it wrote, once read back
+    path = tmp_path / "fitted.toml"
+    path.write_text(r.to_toml())
+    loaded = load_contract(path)
+    assert loaded == r.contract
+    [(totals, outs)] = replay(traces, {"fitted": loaded}).contracts
+    assert totals.stop_reasons == dict(r.all_data.stop_reasons)
+    assert [o.cycles for o in outs[-3:]] == [1000] * 3
+    assert r.all_data.reference_attempts == r.all_data.attempts  # (the base, replayed)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
 
 import loopwright as lw
 from loopwright._compare import merge_contract
+from loopwright._decide import cycle_cap, remaining
 from loopwright._packet import build_packet, explain, stop_cause
 from loopwright.cli._check import review
 
@@ -63,11 +65,11 @@ def test_a_spend_only_contract_is_given_the_default_ceiling_when_its_loop_is_bui
     [
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles=10)),
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_seconds=60)),
-        lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="limits.cycles")),
         lw.Contract(budget=lw.Budget(max_cost_usd=0.5), no_progress=lw.NoProgress(cycles=3)),
         lw.Contract(budget=lw.Budget(max_cycles=5)),
+        lw.Contract(budget=lw.Budget(max_cycles=9, max_cycles_key="limits.cycles")),
     ],
-    ids=["cycles", "seconds", "task-cap", "no-progress", "no-money"],
+    ids=["cycles", "seconds", "no-progress", "no-money", "task-cap-and-cycles"],
 )
 def test_a_contract_with_another_exit_is_given_as_it_is(
     contract: lw.Contract, caplog: pytest.LogCaptureFixture
@@ -169,3 +171,94 @@ def test_a_task_cap_alone_is_refused_saying_why() -> None:
     assert "no exit besides success" in said
     assert "max_cycles_key 'limits.cycles' alone is not one" in said
     assert "a task without that key would run without a limit" in said
+
+
+def test_a_task_cap_beside_spend_budgets_only_falls_back_to_the_default_ceiling() -> None:
+    """``max_cycles_key`` beside money only is not ``spend_only``: a task without the key ran
+    with no cycle limit (stall50's open end). Such a run is given the default ceiling as the
+    cap of a task without its own; a task carrying one keeps it, not lowered to the ceiling."""
+    keyed = lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="limits.cycles"))
+    assert not keyed.spend_only and keyed.wants_default_ceiling
+    given = _loop(keyed).contract
+    b = given.budget
+    assert (b.max_cycles, b.max_cycles_default, b.max_cycles_key) == (1000, True, "limits.cycles")
+    assert given.with_default_ceiling() is given
+    assert lw.Contract.from_dict(given.to_dict()) == given
+    bare, own, big = ({}, {"limits": {"cycles": 7}}, {"limits": {"cycles": 1500}})
+    caps = [cycle_cap(given, lw.TaskState(task=t)) for t in (bare, own, big)]
+    assert caps == [1000, 7, 1500]
+    assert remaining(given, lw.TaskState(task=bare)).cycles == 1000
+    (answer,) = [
+        a for a in review(_loop(keyed)) if a["question"] == "What ends a stalled or unsafe run?"
+    ]
+    assert answer["answer"].startswith(
+        "the task's own cycle cap (limits.cycles); $0.5 spent; a stalled run whose cycles "
+        "spend nothing (of a task without its own cap): only the default ceiling of 1,000"
+    ), answer["answer"]
+
+
+MARKED = "[contract.budget]\nmax_cycles = 1000\nmax_cycles_default = true\nmax_seconds = 60\n"
+
+
+def test_the_default_ceilings_mark_is_refused_in_a_users_contract(tmp_path: Path) -> None:
+    """``budget.max_cycles_default`` is the engine's mark, not a setting: written in a spec or a
+    contract file, it was accepted, and beside another exit it dropped the author's own
+    ``max_cycles = 1000`` (the loop ran with no cycle cap). A stored snapshot still loads it."""
+    from loopwright.replay import load_contract
+    from loopwright.replay._report import contract_tables
+
+    spec = tmp_path / "loop.toml"
+    spec.write_text(
+        'name = "marked"\n[actor]\nref = "m.py:actor"\n[[verifiers]]\nref = "m.py:check"\n'
+        "[contract.success]\nmin_score = 1.0\n" + MARKED
+    )
+    (tmp_path / "m.py").write_text(
+        "import loopwright as lw\n"
+        "def actor(ctx):\n    return lw.Proposal.edit('doc', {'a': 'x'})\n"
+        "def check(state, proposal):\n    return lw.Verdict(passed=True, score=1.0)\n"
+    )
+    with pytest.raises(lw.SpecError) as err:
+        lw.load_spec(spec)
+    assert err.value.field == "contract.budget.max_cycles_default"
+    assert "the engine's mark" in str(err.value) and "budget.max_cycles" in str(err.value)
+    tables = tmp_path / "c.toml"
+    tables.write_text(MARKED)
+    for read in (load_contract, contract_tables):
+        with pytest.raises(lw.ConfigError) as err2:
+            read(tables)
+        assert "max_cycles_default" in str(err2.value) and str(tables) in str(err2.value)
+    snapshot = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=1.0))).contract.to_dict()
+    assert lw.Contract.from_dict(snapshot).budget.max_cycles_default  # (a run's snapshot)
+
+
+def test_the_actor_and_a_models_prompt_see_the_default_ceiling_count_down(
+    tmp_path: Path,
+) -> None:
+    """Under a spend-only contract ``ctx.remaining.cycles`` is the default ceiling's count (it
+    was ``None``, "unlimited", before stop 50), and a model adapter's prompt says it: the run
+    does end there, so it is a real limit, shown as any cycle budget is (stall50b)."""
+    from loopwright.adapters._prompt import context_sections
+
+    seen: list[int | None] = []
+    shown: list[str] = []
+
+    def actor(ctx: lw.Context) -> lw.Proposal:
+        seen.append(ctx.remaining.cycles)
+        shown.append(context_sections(ctx)["remaining"])
+        return lw.Proposal.edit("doc", {"a": f"x{ctx.cycle}"})
+
+    def check(state: lw.TaskState, proposal: lw.Proposal) -> lw.Verdict:
+        done = state.values()["doc"]["a"] == "x3"
+        return lw.Verdict(passed=done, score=1.0 if done else 0.5)
+
+    loop = lw.Loop(
+        name="counted",
+        actor=actor,
+        verifiers=[lw.Check(fn=check, name="c")],
+        contract=lw.Contract(success=lw.Success(min_score=1.0), budget=lw.Budget(max_cost_usd=1.0)),
+    )
+    with lw.Runtime(str(tmp_path / "s.db")) as rt:
+        r = rt.run_sync(loop, {"artifacts": {"doc": {"a": ""}}}, task_key="t")
+    assert (r.status, r.cycles) == ("accepted", 3)
+    assert seen == [1000, 999, 998]
+    assert shown[0] == "1000 cycle(s), $1.0000" and shown[2].startswith("998 cycle(s)")

@@ -57,7 +57,11 @@ def review(loop: Loop) -> list[dict[str, str]]:
     if b.max_cycles_key:
         stops.append(
             f"the task's own cycle cap ({b.max_cycles_key})"
-            + (f", at most {b.max_cycles} cycles" if b.max_cycles else "")
+            + (
+                f", at most {b.max_cycles} cycles"
+                if b.max_cycles and not b.max_cycles_default
+                else ""
+            )
         )
     elif b.max_cycles and not b.max_cycles_default:
         stops.append(f"{b.max_cycles} cycles")
@@ -70,7 +74,9 @@ def review(loop: Loop) -> list[dict[str, str]]:
     if b.max_cycles and b.max_cycles_default:
         # a spend-only contract: cycles that spend nothing never reach its budgets
         stops.append(
-            f"a stalled run whose cycles spend nothing: only the default ceiling of "
+            "a stalled run whose cycles spend nothing"
+            + (" (of a task without its own cap)" if b.max_cycles_key else "")
+            + f": only the default ceiling of "
             f"{b.max_cycles:,} cycles (set budget.max_cycles, max_seconds or a no_progress "
             "rule to choose its end)"
         )

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .._decide import record_no_attempt
+from .._decide import at_default_ceiling, record_no_attempt
 from .._lineage import Lineage, lineage_text
 from ._table import STATUS_STYLE, interrupted, printable
 
@@ -437,8 +437,10 @@ def run_detail_parts(
         own = rec.stop_reason == "budget_cycles" and contract.budget.max_cycles_key is not None
         cap = rec.cycle if own else None
         spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
+        at_default = at_default_ceiling(contract, rec.task)
         head.add_row(
-            "stopped because", explain(rec.stop_reason, contract, max_cycles=cap, spent=spent)
+            "stopped because",
+            explain(rec.stop_reason, contract, max_cycles=cap, spent=spent, at_default=at_default),
         )
         head.add_row("why it stopped", escape(run_stop_cause(rec)))
     head.add_row("cycles", str(rec.cycle))

@@ -192,7 +192,10 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
         )
     except ConfigError:
         return None  # no exit besides success
-    return None if built.marginal_return_only else built  # a loop refuses it
+    if built.marginal_return_only:
+        return None  # a loop refuses it
+    # scored as a run is given it: a spend-only candidate with the default cycle ceiling
+    return built.with_default_ceiling()
 
 
 def _axes(
@@ -391,7 +394,8 @@ def fit_stop(
         seed: the shuffle of tasks into folds.
         base: the reference contract, and the template of the result (its success rule, token
             and time budgets, escalation, marginal-return prior; its cycle and cost caps are the
-            most lenient values tried). Without it: the runs as recorded, with the success rule
+            most lenient values tried). A spend-only one, and every spend-only candidate, is
+            scored with the default cycle ceiling, as a run is given it. Without it: the runs as recorded, with the success rule
             read off the traces and the longest recorded run as the cycle cap.
         grid: the values searched (``Grid()``).
         progress: called with (done, total) evaluations as the search goes.
@@ -412,6 +416,8 @@ def fit_stop(
         raise ConfigError(f"must be a Contract, got {type(base).__name__}", field="base")
     if not len(runs):
         raise ConfigError("no runs to fit on", field="SOURCE")
+    if base is not None:
+        base = base.with_default_ceiling()  # replayed as a run is given it, as replay() does
     if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0 < keep <= 1:
         raise ConfigError(f"must be within (0, 1], got {keep!r}", field="--keep")
     check_objective(optimise, keep_by, choose)

@@ -99,6 +99,9 @@ def to_toml(r: FitResult) -> str:
         (name, getattr(c.budget, name))
         for name in ("max_cycles", "max_cost_usd", "max_tokens", "max_seconds")
         if getattr(c.budget, name) is not None
+        # the default ceiling is left out: the contract read back is given it again, marked
+        # (max_cycles_default is the engine's, refused in a file)
+        and not (name == "max_cycles" and c.budget.max_cycles_default)
     ]
     if c.budget.max_cycles_key is not None:  # the runs' own caps still apply under the fit's
         budget.append(("max_cycles_key", c.budget.max_cycles_key))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._contract import Contract
+from .._contract import Contract, refuse_engine_marks
 from .._errors import ConfigError
 from .._inherited import Inherited
 from .._spec import _TOP as _SPEC_KEYS
@@ -268,6 +268,10 @@ def contract_tables(path: str | Path, *, keep_risk: bool = False) -> dict[str, A
                 f"under [contract] ([contract.{both[0]}]) or all bare, not both",
                 field="--contract",
             )
+    try:
+        refuse_engine_marks(table)  # (a run's snapshot carries it; a file a person wrote not)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}", field="--contract") from None
     if keep_risk:
         known.add("risk")
     elif table.get("risk") is not None:

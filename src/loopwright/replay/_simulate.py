@@ -80,17 +80,19 @@ def _success(contract: Contract, trace: RunTrace, c: CycleTrace) -> bool:
 
 def _own_budget(trace: RunTrace, contract: Contract) -> Contract:
     """The contract with the run's own cycle cap (``budget.max_cycles_key``, capped by
-    ``max_cycles``), which the trace carries as ``recorded["max_cycles"]``."""
+    ``max_cycles`` unless that is the default ceiling, the cap of a run without one), which
+    the trace carries as ``recorded["max_cycles"]``."""
     b = contract.budget
     own = trace.recorded.get("max_cycles")
     if b.max_cycles_key is None:
         return contract
     cap = own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
     if cap is None:
-        cap = b.max_cycles
-    elif b.max_cycles is not None:
-        cap = min(cap, b.max_cycles)
-    return replace(contract, budget=replace(b, max_cycles=cap, max_cycles_key=None))
+        return replace(contract, budget=replace(b, max_cycles_key=None))
+    if b.max_cycles is not None and not b.max_cycles_default:
+        cap = min(cap, b.max_cycles)  # (the default ceiling is the cap of a task without one)
+    mine = replace(b, max_cycles=cap, max_cycles_key=None, max_cycles_default=False)
+    return replace(contract, budget=mine)
 
 
 def simulate(trace: RunTrace, contract: Contract) -> Outcome:

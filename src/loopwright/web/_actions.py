@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .._authority import may_operate, operate
 from .._compare import contract_changes, merge_contract
-from .._contract import TERMINAL_STATUSES, Contract
+from .._contract import TERMINAL_STATUSES, Contract, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
 from .._keys import check_key
@@ -153,6 +153,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         rec = get(run_id)
         merged = merge_contract(rec.contract, changes)
         try:
+            refuse_engine_marks(changes)  # (the origin's snapshot may carry it; a person not)
             contract = Contract.from_dict(merged)
         except ConfigError as exc:
             raise HTTPException(400, str(exc)) from exc

@@ -19,6 +19,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from .._contract import Contract
+from .._decide import at_default_ceiling
 from .._packet import explain, run_stop_cause
 from .._state import Part, TaskState, Version
 from ..store import Approval, Event, JournalEntry, RunRecord
@@ -214,7 +215,9 @@ def stop_words(rec: RunRecord, approvals: list[Approval] | None = None) -> str:
     if rec.stop_reason:
         try:
             spent = {"cost_usd": rec.cost_usd, "tokens": rec.tokens, "seconds": rec.seconds}
-            return explain(rec.stop_reason, Contract.from_dict(rec.contract), spent=spent)
+            contract = Contract.from_dict(rec.contract)
+            at_default = at_default_ceiling(contract, rec.task)
+            return explain(rec.stop_reason, contract, spent=spent, at_default=at_default)
         except Exception:  # an older contract shape must not break the page
             return rec.stop_reason
     return {
