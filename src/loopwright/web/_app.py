@@ -123,6 +123,7 @@ def create_app(
     app.state.auth = auth
     app.state.store = store
     app.state.resumes = []
+    app.state.resuming = {}  # run id -> [asked again], its resume thread alive (_context)
     # Every value a page writes has the characters that reorder text written out (``reveal``);
     # a form's own value is marked ``|exact`` and written as it is.
     env = jinja2.Environment(
