@@ -221,3 +221,32 @@ def test_a_person_keeps_their_newest_sessions_only(setup: tuple[TestClient, str,
     assert [b.get("/api/me").status_code for b in browsers] == [401] * 3 + [200] * 32
     assert c.get("/api/me").json()["name"] == "root"  # another person's session stays
     assert len(app.state.auth._sessions) == 32 + 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("note", ["paid\x1b[2J", "ACME\u202e1-VNI"])
+def test_a_decision_refused_for_its_note_is_audited_without_the_note(
+    setup: tuple[TestClient, str, str], note: str
+) -> None:
+    """docs/permissions.md: every decision, allowed or refused, is recorded with the reason. A
+    decision refused for its note (an ESC, a bidirectional override) was recorded nowhere: the
+    engine checked the text before it audited. It is recorded refused, the reason naming the
+    character; the note itself is left out (it holds what the log must not carry)."""
+    c, store, run_id = setup
+    with lw.Runtime(store) as rt:
+        aid = rt.pending_approval(run_id).approval_id
+        before = len(rt.store.audit())
+    r = c.post(f"/api/approvals/{aid}/deny", json={"note": note}, headers=_ana())
+    assert r.status_code == 400, r.text
+    with lw.Runtime(store) as rt:
+        with pytest.raises(lw.ConfigError):  # Python, as the CLI reaches it
+            rt.approve(run_id, by="ana", note=note, origin="cli")
+        rows = rt.store.audit()[before:]
+        assert rt.pending_approval(run_id).approval_id == aid  # decided nothing
+    got = [(a.actor, a.action, a.outcome, a.origin) for a in rows]
+    assert got == [
+        ("ana", "deny", "refused", "http testclient"),
+        ("ana", "approve", "refused", "cli"),
+    ]
+    for a in rows:
+        assert a.detail["reason"].startswith("note: must not hold"), a.detail
+        assert note not in repr(a) and repr(note)[1:-1] not in repr(a)
