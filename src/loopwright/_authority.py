@@ -195,10 +195,16 @@ def operate(
 
 def may_operate(store: Store, by: str | None, action: str, target: str, *, origin: str) -> str:
     """Who does an operator's action, refused (audited) unless ``by`` may operate (in a store
-    with users); nothing is recorded when they may: the caller records the action once it
+    with users); a ``by`` that is no person's name (``check_person``) is a ``ConfigError``
+    unless the engine acts (``origin="engine"``); nothing is recorded when they may: the caller records the action once it
     has checked what it can (``operate``, or ``refused`` for an action refused after)."""
     check_given_text(by, field="by")
     who = (by or "").strip()
+    if who and origin != "engine":
+        # The rule a decision's by is held to: a person acting as `loopwright` or `policy:…`
+        # (or with an escape in the name) wrote the engine's own name into the audit log and
+        # the run's events, in a store without users where no token says who acts.
+        check_person(who)
     if store.has_users():
         if not who:
             _refuse(store, "?", action, target, origin, f"say who does the {action} (by=NAME)")

@@ -163,14 +163,22 @@ class Decisions(RuntimeHost):
         check_text(by, field="by")  # before anything is recorded: the audit log keeps both
         check_person(by)
         who = by.strip()
-        check_given_text(note, field="note")
-        note = _printable_note(note)
-        if isinstance(answer, str):
-            check_text(answer, field="answer")
+        verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
+        try:
+            check_given_text(note, field="note")
+            note = _printable_note(note)
+            if isinstance(answer, str):
+                check_text(answer, field="answer")
+        except ConfigError as exc:
+            # Every refusal is audited: this one with its reason (the character and where it
+            # is), not the text, which holds what the log must not carry (an escape sequence
+            # would reach the terminal of whoever reads `loopwright audit`).
+            audit(self.store, who, verb, f"run {run_id}", outcome="refused", origin=origin,
+                  reason=str(exc))  # fmt: skip
+            raise
         try:
             req = self.pending_approval(run_id, approval_id)
         except ApprovalError as exc:
-            verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
             audit(
                 self.store,
                 who,
@@ -212,7 +220,6 @@ class Decisions(RuntimeHost):
         target = f"request {req.approval_id}"
         detail: dict[str, Any] = {"run": req.run_id, "kind": req.kind, "what": req.what}
         detail["note"] = note
-        verb = {"approved": "approve", "denied": "deny", "answered": "answer"}[status]
         needed = int(rule.get("approvers") or 1)
         me = who
         try:

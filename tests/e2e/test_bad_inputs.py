@@ -391,3 +391,17 @@ def test_a_dashboard_that_would_act_under_loopwright_s_own_name(project: Path) -
     )
     refused(r, "$LOOPWRIGHT_UI_IDENTITY", "records its own decisions")
     assert dump(store) == before
+
+
+@pytest.mark.parametrize("name", ["loopwright", "policy:earned", "x\x1b[2Jy"])
+def test_an_edit_under_the_engine_s_name(
+    accepted: tuple[Path, str], project: Path, name: str
+) -> None:
+    """`--by loopwright` on an operator's command (here `edit`) in a store without users was
+    accepted: the person's edit went into the audit log and the run's events under the
+    engine's own name. Refused as a decision's `--by` is, exit 2, nothing written."""
+    store, run_id = accepted
+    before = dump(store)
+    r = lw("edit", run_id, "doc/a", "--value", "5", "--by", name, cwd=project, store=store)
+    refused(r, "--by" if name == "x\x1b[2Jy" else "by")
+    assert dump(store) == before

@@ -239,3 +239,32 @@ def test_a_rerun_setting_the_default_ceilings_mark_is_a_400(tmp_path: Path) -> N
     assert "max_cycles_default" in api.json()["detail"]
     with lw.Runtime(store) as rt:
         assert len(rt.store.list_runs()) == 1  # no fork made
+
+
+@pytest.mark.parametrize("note", ["paid\x1b[2J", "ACME\u202e1-VNI"])
+def test_a_decision_refused_for_its_note_is_audited_without_the_note(
+    setup: tuple[TestClient, str, str], note: str
+) -> None:
+    """docs/permissions.md: every decision, allowed or refused, is recorded with the reason. A
+    decision refused for its note (an ESC, a bidirectional override) was recorded nowhere: the
+    engine checked the text before it audited. It is recorded refused, the reason naming the
+    character; the note itself is left out (it holds what the log must not carry)."""
+    c, store, run_id = setup
+    with lw.Runtime(store) as rt:
+        aid = rt.pending_approval(run_id).approval_id
+        before = len(rt.store.audit())
+    r = c.post(f"/api/approvals/{aid}/deny", json={"note": note}, headers=_ana())
+    assert r.status_code == 400, r.text
+    with lw.Runtime(store) as rt:
+        with pytest.raises(lw.ConfigError):  # Python, as the CLI reaches it
+            rt.approve(run_id, by="ana", note=note, origin="cli")
+        rows = rt.store.audit()[before:]
+        assert rt.pending_approval(run_id).approval_id == aid  # decided nothing
+    got = [(a.actor, a.action, a.outcome, a.origin) for a in rows]
+    assert got == [
+        ("ana", "deny", "refused", "http testclient"),
+        ("ana", "approve", "refused", "cli"),
+    ]
+    for a in rows:
+        assert a.detail["reason"].startswith("note: must not hold"), a.detail
+        assert note not in repr(a) and repr(note)[1:-1] not in repr(a)

@@ -229,12 +229,13 @@ def test_refused_sign_in_windows_are_bounded() -> None:
     """Many sources: the oldest window closes (its count recorded) and memory stays bounded."""
     from loopwright.web._auth import RefusedSignIns
 
-    written: list[tuple[str, str, int]] = []
+    written: list[tuple[str, str, int, tuple[str, str]]] = []
     log = RefusedSignIns(lambda *a: written.append(a), clock=lambda: 0.0, max_sources=2)
     for source in ("a", "a", "a", "b", "c"):
         log.refused(source, "wrong")
-    assert written == [("a", "wrong", 0), ("b", "wrong", 0), ("c", "wrong", 0),
-                       ("a", written[3][1], 2)]  # fmt: skip
+    s = ("sign in", "dashboard")
+    assert written == [("a", "wrong", 0, s), ("b", "wrong", 0, s), ("c", "wrong", 0, s),
+                       ("a", written[3][1], 2, s)]  # fmt: skip
     log.flush()
     assert len(written) == 4
 
@@ -329,3 +330,45 @@ def test_a_viewers_rollback_is_refused_for_the_role_before_its_cycle_is_checked(
         assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]
     checked = c.post(f"/api/runs/{run_id}/rollback", json={"to_cycle": -1}, headers=bearer("oscar"))
     assert checked.status_code == 400 and "to_cycle must be" in checked.json()["detail"]
+
+
+def test_a_write_with_a_token_that_names_nobody_is_recorded_once_per_source(
+    tmp_path: Path,
+) -> None:
+    """docs/permissions.md: every refusal is recorded, a CLI attempt with an unknown or revoked
+    token as `(unknown token)`. An API write with such a bearer token got 401 and was recorded
+    nowhere. It is now, through the refused sign-ins' count per source: the first one in a
+    window is a record (with its method and path), the rest are counted, so a flood cannot
+    fill the append-only log. The window's clock is the test's."""
+    store, run_id = _web().make_parked_run(tmp_path)
+    add_people(store)
+    with lw.Runtime(store) as rt:  # vic's token revoked
+        rt.store.set_token("vic", hash_token("vic-new-token-0123456789"), now=time.time())
+    app = create_app(store, token=SERVER_TOKEN, identity="server")
+    now = [1000.0]
+    app.state.sign_ins.clock = lambda: now[0]
+
+    def refused() -> list[tuple[str, str, str, object]]:
+        with lw.Runtime(store) as rt:
+            return [
+                (a.actor, a.action, a.target, a.detail.get("counted"))
+                for a in rt.store.audit()
+                if a.outcome == "refused"
+            ]
+
+    with TestClient(app, base_url=LOCAL) as c:
+        path = f"/api/runs/{run_id}/cancel"
+        for tok in [TOKENS["vic"]] + [f"junk-{i}" for i in range(20)]:
+            r = c.post(path, json={}, headers={"Authorization": f"Bearer {tok}"})
+            assert r.status_code == 401, r.text
+        assert refused() == [("(unknown token)", "POST", path, None)]
+        assert c.post("/login", data={"token": "junk"}).status_code == 403  # the same count
+        assert len(refused()) == 1
+        now[0] += app.state.sign_ins.window_s  # the next window: the count is recorded
+        r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
+        assert r.status_code == 401
+        assert refused()[1:] == [("(unknown token)", "POST", path, 21)]
+        r = c.post(path, json={}, headers={"Authorization": "Bearer junk"})
+    assert refused()[2:] == [("(unknown token)", "sign in", "dashboard", 1)]  # at the stop
+    with lw.Runtime(store) as rt:
+        assert rt.store.get_run(run_id).status == "awaiting_approval"  # nothing cancelled

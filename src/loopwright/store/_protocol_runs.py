@@ -103,7 +103,9 @@ class RunsStore(ABC):
         case-insensitive substring of the task key, loop, project, stop reason or packet, or a
         run id prefix; ``after``: the ``(created_at, run_id)`` of the last run of the previous
         page (keyset pagination); ``since``/``until``: epoch seconds, ``since ≤ created_at ≤
-        until`` (either optional), selected by the database, so a window reads only its runs."""
+        until`` (either optional), selected by the database, so a window reads only its runs.
+        The built-in stores refuse a ``search`` over 1,000 characters, or with a NUL, with a
+        ``ConfigError`` naming ``search``."""
 
     @abstractmethod
     def count_runs(

@@ -14,7 +14,7 @@ from ._rows import (
     sql_int,
 )
 from ._schema import EXPIRING
-from ._sql_core import SQLCore, _where
+from ._sql_core import SQLCore, _search_text, _where
 
 DECISIONS = ("approved", "answered", "denied", "expired", "cancelled")
 
@@ -82,7 +82,7 @@ class ApprovalsSQL(SQLCore):
         self, status: str | None, run_id: str | None, search: str | None
     ) -> tuple[str, list[Any]]:
         where, args = _where((("run_id", run_id), ("status", status)), self._MARK)
-        needle = (search or "").strip().lower()
+        needle = _search_text(search).lower()
         if needle:
             # as approvals_matching: an id prefix (either id), or a substring of the words;
             # ! escapes LIKE's wildcards

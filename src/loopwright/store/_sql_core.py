@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 from .._errors import (
+    ConfigError,
     StoreCorruptError,
     StoreError,
 )
@@ -28,6 +29,26 @@ from ._sql_statements import CoreStatements
 #: Run tasks a store keeps at hand, of the runs it read (the first read leaves first;
 #: ``SQLStore._known_task``).
 _TASKS_KEPT = 64
+
+
+MAX_SEARCH = 1000
+"""The longest search a list takes (``list_runs``, ``page_approvals`` and their counts), in
+characters: SQLite refuses a LIKE pattern over 50,000 bytes ("LIKE or GLOB pattern too
+complex") with a raw ``OperationalError``; a task key, a run id or a cause's words fit many
+times over. The dashboard's ``q=`` is held to the same number (a 400 there)."""
+
+
+def _search_text(search: str | None) -> str:
+    """``search`` as a list takes it ("" for none), or a ``ConfigError`` naming ``search``: over
+    ``MAX_SEARCH`` characters, or with a NUL (PostgreSQL's text refuses it)."""
+    text = (search or "").strip()
+    if len(text) > MAX_SEARCH:
+        raise ConfigError(
+            f"is {len(text):,} characters long: give at most {MAX_SEARCH:,}", field="search"
+        )
+    if "\x00" in text:
+        raise ConfigError("holds a NUL character, which no store keeps", field="search")
+    return text
 
 
 def _where(conds: Sequence[tuple[str, Any]], mark: str) -> tuple[str, list[Any]]:

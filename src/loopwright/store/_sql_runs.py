@@ -19,7 +19,7 @@ from ._rows import (
     sql_int,
     version_row,
 )
-from ._sql_core import SQLCore, _where
+from ._sql_core import SQLCore, _search_text, _where
 from ._sql_statements import RUN_COLS
 
 _HEX = frozenset("0123456789abcdef")  # a run id's characters (uuid4().hex)
@@ -305,6 +305,7 @@ class RunsSQL(SQLCore):
             ),
             self._MARK,
         )
+        search = _search_text(search)
         if search:
             # Case-insensitive substring of the task key, loop, project, stop reason or the
             # packet (its cause and stop_cause), or a run id prefix; ! escapes LIKE's wildcards.

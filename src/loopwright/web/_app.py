@@ -32,7 +32,7 @@ from ._guard import (  # noqa: F401  (re-exported: their home before the split)
     install_guard,
 )
 from ._http import BodyLimit, Flash, HeadAsGet, check_body_limit
-from ._live import install_live
+from ._live import MAX_STREAMS, install_live
 from ._notify import NotifyConfig
 from ._pages import register_pages
 from ._people_views import register_people_routes
@@ -96,18 +96,23 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     notify: NotifyConfig | None = None,
     max_body: int = MAX_BODY,
+    max_streams: int = MAX_STREAMS,
 ) -> FastAPI:
     """The dashboard over the store at ``store_url``; ``token`` authorises every mutation (and
     every read when ``require_token_for_reads``); decisions are recorded as ``identity``.
     Requests whose ``Host`` is neither a loopback name nor one of ``allowed_hosts`` get 400.
     ``notify``: webhooks to post when a request appears (``_notify``). A request body over
-    ``max_body`` bytes is answered 413 without being read."""
+    ``max_body`` bytes is answered 413 without being read. At most ``max_streams``
+    ``/api/events`` streams are open at once; one more is 503 with ``Retry-After``."""
     check_token(token)  # before anything is opened: a bad token is one line
     # the name every action is recorded under where the store has no users: loopwright's own
     # (``loopwright``, ``policy:…``) or one that prints as another refused, as a typed --by is
     # (a dashboard started --as loopwright cancelled and rolled back under it)
     check_person(identity, field="identity")
     check_body_limit(max_body)
+    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+        raise ConfigError(f"{max_streams!r} is not a number of streams (1 or more)",
+                          field="max_streams")  # fmt: skip
     hosts = allowed_host_names(allowed_hosts)
     store = open_store(store_url)
     auth = Auth(token, identity, require_token_for_reads=require_token_for_reads, store=store)
@@ -123,6 +128,7 @@ def create_app(
     app.state.auth = auth
     app.state.store = store
     app.state.resumes = []
+    app.state.resuming = {}  # run id -> [asked again], its resume thread alive (_context)
     # Every value a page writes has the characters that reorder text written out (``reveal``);
     # a form's own value is marked ``|exact`` and written as it is.
     env = jinja2.Environment(
@@ -143,7 +149,7 @@ def create_app(
     # Outermost of all: HEAD is the GET of the same address, refused where a GET is, no body.
     app.add_middleware(HeadAsGet)
     # /api/events and the store poller behind it; webhooks when ``notify`` names URLs.
-    install_live(app, store, notify=notify)
+    install_live(app, store, notify=notify, max_streams=max_streams)
     register_picture_routes(app, store)  # pictures kept as blobs (adapters.openai_images)
 
     ctx = WebContext(app, store, store_url, auth, templates, Flash())

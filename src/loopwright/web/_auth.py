@@ -217,6 +217,11 @@ def cross_site(request: Request) -> str | None:
     return None
 
 
+SIGN_IN = ("sign in", "dashboard")
+"""What a refused sign-in is recorded as (action, target); the count of those not recorded
+too, writes with a token that named nobody among them."""
+
+
 @dataclass(slots=True)
 class _Window:
     start: float
@@ -229,14 +234,17 @@ class RefusedSignIns:
     log. The first refusal from a source (``http 10.0.0.7``) in ``window_s`` is recorded; the
     later ones are counted, and their count is recorded with the source's next record (its
     first refusal after the window) or when the server stops (``flush``). ``record(source,
-    reason, counted)`` writes one record; ``clock`` is monotonic seconds."""
+    reason, counted, what)`` writes one record, ``what`` its (action, target): a sign-in's
+    ``("sign in", "dashboard")``, or the method and path of a write whose bearer token named
+    nobody, which the same count per source holds (one flood, one bound); ``clock`` is
+    monotonic seconds."""
 
     WINDOW_S = 600.0
     MAX_SOURCES = 4096
 
     def __init__(
         self,
-        record: Callable[[str, str, int], None],
+        record: Callable[[str, str, int, tuple[str, str]], None],
         *,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
@@ -249,10 +257,11 @@ class RefusedSignIns:
         self._windows: dict[str, _Window] = {}  # oldest window first
         self._lock = threading.Lock()
 
-    def refused(self, source: str, reason: str) -> None:
-        """A sign-in from ``source`` refused for ``reason``: recorded, or counted."""
+    def refused(self, source: str, reason: str, what: tuple[str, str] = SIGN_IN) -> None:
+        """A sign-in (or ``what``) from ``source`` refused for ``reason``: recorded, or
+        counted."""
         now = self.clock()
-        out: list[tuple[str, str, int]] = []
+        out: list[tuple[str, str, int, tuple[str, str]]] = []
         with self._lock:
             w = self._windows.get(source)
             if w is not None and now - w.start < self.window_s:
@@ -260,12 +269,12 @@ class RefusedSignIns:
                 return
             self._windows.pop(source, None)
             self._windows[source] = _Window(now)
-            out.append((source, reason, w.counted if w is not None else 0))
+            out.append((source, reason, w.counted if w is not None else 0, what))
             while len(self._windows) > self._max:  # many sources: the oldest window closes
                 old = next(iter(self._windows))
                 gone = self._windows.pop(old)
                 if gone.counted:
-                    out.append((old, COUNTED, gone.counted))
+                    out.append((old, COUNTED, gone.counted, SIGN_IN))
         for args in out:
             self._record(*args)
 
@@ -275,7 +284,7 @@ class RefusedSignIns:
             held = [(s, w.counted) for s, w in self._windows.items() if w.counted]
             self._windows.clear()
         for source, n in held:
-            self._record(source, COUNTED, n)
+            self._record(source, COUNTED, n, SIGN_IN)
 
 
-COUNTED = "refused sign-ins counted since the last record from here"
+COUNTED = "refused sign-ins (and token writes) counted since the last record from here"

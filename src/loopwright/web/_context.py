@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from .._authority import audit, why_not_approve
+from .._contract import TERMINAL_STATUSES
 from .._engine import Runtime
 from .._errors import ConfigError
 from .._redact_logs import masked_logger
@@ -21,10 +22,11 @@ from ..store import Approval, RunRecord, Store
 from ._auth import Auth
 from ._http import Flash, origin_of
 
-__all__ = ["RESUMING", "WebContext"]
+__all__ = ["ALREADY_RESUMING", "RESUMING", "WebContext"]
 
 log = masked_logger("loopwright.web")
 RESUMING = "the run is resuming"
+ALREADY_RESUMING = "the run is already resuming on this server (no other resume started)"
 _RESUMES_LOCK = threading.Lock()  # app.state.resumes, pruned and added to from request threads
 
 
@@ -108,17 +110,51 @@ class WebContext:
         return [v.by for v in self.store.votes(a.approval_id)]
 
     def resume_later(self, run_id: str) -> str:
+        """Resume the run in a thread of this server; where one of its threads already resumes
+        it, none is started (a burst of resumes or decisions started one each, all but one
+        then refused the lease): that one goes round once more when it ends, should the run
+        then still wait to go on, so a decision made as it finished is not left unresumed."""
         try:
             loop = loop_of_run(self.store.get_run(run_id))
         except ConfigError:
             return "the run has no spec file here: resume it where its loop is defined"
+        resuming: dict[str, list[bool]] = self.app.state.resuming
+        with _RESUMES_LOCK:
+            if run_id in resuming:
+                resuming[run_id][0] = True  # asked again while it runs
+                return ALREADY_RESUMING
+            resuming[run_id] = [False]
+
+        def wanted() -> bool:  # whether the run still waits to go on
+            rec = self.store.get_run(run_id)
+            if rec.status == "awaiting_approval":
+                return not self.store.approvals(run_id=run_id, status="pending")
+            return rec.status not in TERMINAL_STATUSES
+
+        def again() -> bool:
+            while True:
+                with _RESUMES_LOCK:
+                    if not resuming[run_id][0]:
+                        del resuming[run_id]  # ends: the next ask starts a thread
+                        return False
+                    resuming[run_id][0] = False
+                if wanted():
+                    return True
 
         def work() -> None:
             try:
-                with Runtime(self.store_url) as rt:
-                    rt.resume_sync(run_id, loop)
-            except Exception:
-                log.exception("resuming run %s failed", run_id)
+                while True:
+                    try:
+                        with Runtime(self.store_url) as rt:
+                            rt.resume_sync(run_id, loop)
+                    except Exception:
+                        log.exception("resuming run %s failed", run_id)
+                    if not again():
+                        return
+            except BaseException:
+                with _RESUMES_LOCK:  # (its store read failed) the next ask starts a thread
+                    resuming.pop(run_id, None)
+                raise
 
         t = threading.Thread(target=work, name=f"resume-{run_id[:12]}", daemon=True)
         with _RESUMES_LOCK:

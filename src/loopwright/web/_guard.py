@@ -8,9 +8,11 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import RequestResponseEndpoint
 
 from ._auth import Auth
+from ._http import origin_of
 
 __all__ = [
     "CSP",
@@ -94,6 +96,17 @@ def install_guard(app: FastAPI, auth: Auth) -> None:
         ):
             # Every write needs a sign-in, asked before a route reads (or FastAPI parses) its
             # body; the route checks the rest (the CSRF token, what the person may do).
+            scheme, _, value = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                # A token that names nobody (wrong, unknown, revoked) is recorded, as the CLI's
+                # `(unknown token)` is, through the refused sign-ins' count per source: a flood
+                # of such writes cannot fill the audit log.
+                await run_in_threadpool(
+                    app.state.sign_ins.refused,
+                    origin_of(request),
+                    "wrong, unknown or revoked token",
+                    (request.method, path[:200]),
+                )
             response = JSONResponse(
                 {"detail": "token required"},
                 status_code=401,

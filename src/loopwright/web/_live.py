@@ -18,9 +18,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from ..store import Approval, Store
 from ._feed import Change, Feed
@@ -36,6 +37,10 @@ KEPT = 1000  # messages kept for browsers that reconnect (Last-Event-ID)
 # The store is polled while a stream is open and this long after the last request or stream:
 # a page drawn asks for its stream within seconds, a browser reconnects after 3.
 IDLE_S = 60.0
+MAX_STREAMS = 100
+"""Event streams open at once (``create_app(max_streams=)``): each holds a connection and a
+task looking at the feed 4 times a second; one more is answered 503 with ``Retry-After``."""
+RETRY_AFTER_S = 10
 
 
 def approval_brief(a: Approval) -> dict[str, Any]:
@@ -62,7 +67,8 @@ class Messages:
     """A feed listener keeping the last ``KEPT`` changes as event-stream text (summaries of
     about a kilobyte, not the records: a run's task can hold whole artifacts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_streams: int = MAX_STREAMS) -> None:
+        self.max_streams = max_streams
         self._items: deque[tuple[int, str]] = deque(maxlen=KEPT)
         self._lock = threading.Lock()
         self.last_seq = 0
@@ -81,9 +87,18 @@ class Messages:
             self._last_use = time.monotonic()
             return idle
 
-    def stream_opened(self) -> None:
+    def stream_opened(self) -> bool:
+        """Count a stream in; False (nothing counted) when ``max_streams`` are open."""
         with self._lock:
+            if self._streams >= self.max_streams:
+                return False
             self._streams += 1
+            return True
+
+    @property
+    def streams(self) -> int:
+        with self._lock:
+            return self._streams
 
     def stream_closed(self) -> None:
         with self._lock:
@@ -109,12 +124,14 @@ def install_live(
     *,
     notify: NotifyConfig | None = None,
     interval_s: float = 1.0,
+    max_streams: int = MAX_STREAMS,
 ) -> Feed:
     """Add ``/api/events`` to ``app`` and run the store poller (and the notifier, when
     ``notify`` names URLs) while the app is served. Reads of ``/api/events`` are guarded like
-    every other ``/api`` read by the app's middleware."""
+    every other ``/api`` read by the app's middleware. At most ``max_streams`` streams are
+    open at once; one more is 503 with ``Retry-After``."""
     feed = Feed(store, interval_s=interval_s)
-    messages = Messages()
+    messages = Messages(max_streams)
     feed.listen(messages)
     notifier = Notifier(store, notify) if notify is not None and notify.urls else None
     if notifier is not None:
@@ -161,8 +178,18 @@ def install_live(
             # sent: a revoked user, a replaced token or a signed-out session ends the stream.
             return not auth.require_token_for_reads or auth.signed_in(request)
 
-        return StreamingResponse(
+        # Counted in here, before the answer (not when its body starts: a burst would all find
+        # room), and out when the answer ends, however it ends (_Counted).
+        if not messages.stream_opened():
+            raise HTTPException(
+                503,
+                f"{messages.max_streams} event streams are open, the most this server keeps: "
+                "try again later",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        return _Counted(
             _stream(request, messages, start, still_allowed),
+            messages.stream_closed,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -177,29 +204,42 @@ def _position(text: str | None) -> int:
         return -1
 
 
+class _Counted(StreamingResponse):
+    """A stream counted in by its route: counted out when the answer ends, sent or not (a
+    body never started runs no generator's ``finally``)."""
+
+    def __init__(self, content: AsyncIterator[str], done: Callable[[], None], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._done: Callable[[], None] | None = done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
+
+
 async def _stream(
     request: Request, messages: Messages, cursor: int, allowed: Callable[[], bool]
 ) -> AsyncIterator[str]:
-    messages.stream_opened()
-    try:
-        yield "retry: 3000\n\n"
-        began = sent = time.monotonic()
-        while True:
-            due = messages.after(cursor)
-            if due and not await run_in_threadpool(allowed):
-                return  # no longer signed in: nothing more is sent
-            for seq, text in due:
-                cursor = seq
-                sent = time.monotonic()
-                yield text
-            now = time.monotonic()
-            if now - began > STREAM_S or await request.is_disconnected():
+    yield "retry: 3000\n\n"
+    began = sent = time.monotonic()
+    while True:
+        due = messages.after(cursor)
+        if due and not await run_in_threadpool(allowed):
+            return  # no longer signed in: nothing more is sent
+        for seq, text in due:
+            cursor = seq
+            sent = time.monotonic()
+            yield text
+        now = time.monotonic()
+        if now - began > STREAM_S or await request.is_disconnected():
+            return
+        if now - sent > KEEPALIVE_S:
+            if not await run_in_threadpool(allowed):
                 return
-            if now - sent > KEEPALIVE_S:
-                if not await run_in_threadpool(allowed):
-                    return
-                sent = now
-                yield ": keep-alive\n\n"
-            await asyncio.sleep(TICK_S)
-    finally:
-        messages.stream_closed()
+            sent = now
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(TICK_S)

@@ -14,6 +14,7 @@ from .._contract import RUN_STATUSES, STOP_REASONS
 from ..store import Approval, RunRecord, Store
 from ..store._base import with_newer
 from ..store._sql_approvals import DECISIONS
+from ..store._sql_core import MAX_SEARCH
 from ._views import Cursor
 
 __all__ = [
@@ -35,12 +36,6 @@ def page_size(limit: int) -> int:
     if limit < 1:
         raise HTTPException(400, f"limit must be 1 or more (a page holds at most {MAX_PAGE})")
     return min(limit, MAX_PAGE)
-
-
-MAX_SEARCH = 1000
-"""The longest search a list takes, in characters. SQLite refuses a LIKE pattern over 50,000
-bytes ("LIKE or GLOB pattern too complex"), which the dashboard answered as a failed store (503,
-"restore it from a backup"); a task key, a run id or a cause's words fit many times over."""
 
 
 def _search(q: str | None) -> str | None:

@@ -1,0 +1,65 @@
+"""Open ``/api/events`` streams are bounded (web50b): each holds a connection and a task
+looking at the feed 4 times a second, and any reader (on loopback, with no token) could open
+them without end. ``create_app(max_streams=N)``: one more is 503 with ``Retry-After``, and a
+stream that ends makes room. Served by uvicorn in this process; the streams are counted in
+before their answer, so the refusal does not depend on timing (the wait for a closed stream
+to be counted out is a condition polled, not a duration)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from support.modules import load_sibling
+
+from loopwright import ConfigError
+from loopwright.store import open_store
+from loopwright.web import create_app
+
+TOKEN = "live-token-0123456789"
+
+
+def _live() -> ModuleType:
+    return load_sibling(__file__, "test_live.py", "_live_helpers_stream_cap")
+
+
+def _open(port: int) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("GET", "/api/events", headers={"Accept": "text/event-stream"})
+    return conn, conn.getresponse()
+
+
+def test_a_stream_beyond_the_cap_is_503_with_retry_after(tmp_path: Path) -> None:
+    live = _live()
+    store = str(tmp_path / "live.db")
+    open_store(store).close()
+    app = create_app(store, token=TOKEN, max_streams=2)
+    with live.served(app) as port:
+        opened = [_open(port) for _ in range(2)]
+        try:
+            for _, resp in opened:
+                assert resp.status == 200 and resp.readline() == b"retry: 3000\n"
+            assert app.state.messages.streams == 2
+            conn, resp = _open(port)
+            assert resp.status == 503
+            assert resp.headers["Retry-After"].isdigit()
+            assert "2 event streams are open" in json.loads(resp.read())["detail"]
+            conn.close()
+            assert app.state.messages.streams == 2  # the refused one counted nothing
+            opened.pop(0)[0].close()  # a stream ends: room for one
+            live.until(lambda: app.state.messages.streams == 1, "the closed stream counted out")
+            opened.append(_open(port))
+            assert opened[-1][1].status == 200
+        finally:
+            for c, _ in opened:
+                c.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+def test_max_streams_must_be_a_count(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        create_app(str(tmp_path / "s.db"), token=TOKEN, max_streams=bad)  # type: ignore[arg-type]
+    assert e.value.field == "max_streams"
