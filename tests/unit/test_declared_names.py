@@ -156,7 +156,7 @@ def test_a_new_runs_padded_project_name_is_refused_wherever_it_is_given(name: st
         by_loop = dataclasses.replace(loop, project=name)
         assert str(_refused(by_loop)) == _padded("project", name)
     with lw.Runtime(":memory:") as rt:
-        for given, field in ((dict(project=name), "project"), ({}, "task.project")):
+        for given, field in (({"project": name}, "project"), ({}, "task.project")):
             with pytest.raises(lw.ConfigError) as info:
                 rt.create(loop, dict(task, **({} if given else {"project": name})), **given)
             if name != "p\t":
