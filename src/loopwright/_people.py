@@ -35,6 +35,7 @@ from ._redact_logs import masked_logger
 from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
+from .store._records import past_expiry
 
 # (``concluded_at``, ``concluded_in`` and ``refuse_rewritten`` moved to ``_concluded``; the
 # names stay importable from here)
@@ -177,7 +178,7 @@ class Decisions(RuntimeHost):
             raise
         run = self.store.get_run(req.run_id)
         rule = check_decision(self.store, req, run, who, status, origin=origin)
-        if req.expires_at is not None and req.expires_at < self.store.clock():
+        if past_expiry(req.expires_at, self.store.clock()):
             expire(self.store, req)
             raise ApprovalError(
                 f"request {req.approval_id} expired at "
