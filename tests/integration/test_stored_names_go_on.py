@@ -80,7 +80,7 @@ def test_a_stored_run_under_a_name_refused_since_goes_on(
         ("risk", "contract.risk.name: risk rule name"),
     ],
 )
-@pytest.mark.parametrize("char", ["\u202e", Z], ids=["bidi", "invisible"])
+@pytest.mark.parametrize("char", ["\u202e", Z, " "], ids=["bidi", "invisible", "padded"])
 def test_a_fork_given_a_loop_with_a_new_refused_name_is_refused(
     url: str, bad: str, where: str, char: str
 ) -> None:
@@ -114,7 +114,8 @@ def test_a_fork_given_a_loop_with_a_new_refused_name_is_refused(
         with pytest.raises(lw.ConfigError) as info:
             rt.fork(done.run_id, 1, loop=loop_named(char, bad), task_key="t-fork")
         assert str(info.value).startswith(where), str(info.value)
-        assert f"U+{ord(char):04X}" in str(info.value) or "bidirectional" in str(info.value)
+        said = str(info.value)
+        assert f"U+{ord(char):04X}" in said or "bidirectional" in said or "whitespace" in said
         assert rt.store.count_runs() == before  # no fork made
         fork = rt.fork(done.run_id, 1, loop=loop_named("", bad), task_key="t-fork")
         assert fork.forked_from == done.run_id

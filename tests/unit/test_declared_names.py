@@ -265,3 +265,18 @@ def test_a_stored_runs_risk_rule_name_is_still_shown_and_replayed(tmp_path: Path
     stored = lw.Contract.from_dict(rec.contract)
     assert stored.risk[0].name == "r\u202e"
     assert simulate(trace, stored).cycles == r.cycles
+
+
+def test_loopwright_check_refuses_a_tasks_padded_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task's ``project`` that `loopwright run` would refuse (stop 50) is said by `check`,
+    naming the file and line, before any run is made."""
+    (tmp_path / "code.py").write_text(CODE)
+    spec = tmp_path / "loop.toml"
+    spec.write_text(textwrap.dedent(SPEC.format(check="check", rule="r")))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"artifacts": {"doc": {"a": 1}}, "project": "p "}\n')
+    assert main(["check", str(spec), "--tasks", str(tasks)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "tasks.jsonl:1: project name 'p ' must not begin or end with whitespace" in err, err
