@@ -166,6 +166,16 @@ class ApprovalError(LoopwrightError):
     """An approval decision that cannot be applied (unknown, or already decided)."""
 
 
+def already_decided(run_id: str, approval_id: str, status: str, by: str | None) -> ApprovalError:
+    """The one wording of "this request was decided already", whichever check finds it: the
+    engine's, reading the request before deciding, or the store's, deciding after another
+    person's decision committed (stop 50: the store said "approval X was already denied", the
+    engine "run R: request X was already denied": one situation, two messages)."""
+    return ApprovalError(
+        f"run {run_id}: request {approval_id} was already {status}" + (f" by {by}" if by else "")
+    )
+
+
 class NotPermittedError(LoopwrightError):
     """A person tried what their roles, limits or the approval rule do not allow (refused and
     recorded in the audit log; CLI exit 2, HTTP 403)."""

@@ -43,6 +43,7 @@ from ._state import TaskState, split_ref
 from ._state_codec import head, unwritten_versions
 from .store import JournalEntry, NewEvent, RunRecord, Store
 from .store._base import with_newer
+from .store._records import past_expiry
 
 __all__ = ["Forking", "what_changed"]
 
@@ -468,7 +469,7 @@ def _open_requests(store: Store, run_id: str) -> bool:
     on the store's clock (one expired is settled as expired by whoever resumes the run)."""
     pending = store.approvals(run_id=run_id, status="pending")
     now = store.clock() if pending else 0.0
-    return any(a.expires_at is None or a.expires_at >= now for a in pending)
+    return any(not past_expiry(a.expires_at, now) for a in pending)
 
 
 def what_changed(old: Any, new: Any) -> list[str]:

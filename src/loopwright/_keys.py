@@ -22,8 +22,10 @@ The character rule (``unprintable``) is also the rule of what people type elsewh
 person's name, ``--by``, a decision's note, and the names of loops and projects
 (``check_name``). The names a loop declares for its verifiers, effects and risk rules keep it
 too, and hold no invisible (format) character at all (``check_declared_name``): they are
-identifiers, which a zero-width space would make two that print alike. Both refuse new input
-only: what a store holds is read, listed, looked up and replayed as it is.
+identifiers, which a zero-width space would make two that print alike. Neither they nor a
+new run's loop and project name begin or end with whitespace (``check_unpadded``: ``"a"`` and
+``"a "`` print alike). All refuse new input only: what a store holds is read, listed, looked
+up and replayed as it is.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "check_key",
     "check_lookup",
     "check_name",
+    "check_unpadded",
     "fit_key",
     "unprintable",
 ]
@@ -95,16 +98,32 @@ def check_name(value: object, what: str, field: str) -> None:
         raise ConfigError(f"{what} {_shown(value)} {why}", field=field)
 
 
+_PADDED = "must not begin or end with whitespace"
+
+
+def check_unpadded(value: str, what: str, field: str) -> None:
+    """A loop's or a project's name a new run is made under: refused (``ConfigError`` naming
+    ``field``, the name shown with ``repr``) when it begins or ends with whitespace, as a task
+    key is (``"p"`` and ``"p "`` would be two projects that print alike). Not in ``check_name``,
+    which a ``Loop`` asks where it is built: a run an earlier release stored under such a loop
+    name is resumed with a loop of that name (review49c)."""
+    if value != value.strip():
+        raise ConfigError(f"{what} {_shown(value)} {_PADDED}", field=field)
+
+
 def check_declared_name(value: str, what: str, field: str) -> None:
     """A verifier's, an effect's, a risk rule's or an approval rule's name as a loop declares
     it (``what``: ``"verifier name"``...): refused (``ConfigError`` naming ``field``, the
-    character and its position) when it is only whitespace, breaks the character rule of task
+    character and its position) when it is only whitespace, begins or ends with whitespace
+    (``"a"`` and ``"a "`` would be two checks that print alike), breaks the character rule of task
     keys or holds any invisible (format, ``Cf``) character: a zero-width space, a joiner, a soft hyphen, a byte-order mark. Only
     where a loop is declared (a ``Loop``, a spec): a contract or a run an earlier release
     stored is read, listed and replayed with the names it holds."""
     why = _bad_char(value)
     if why is None and not value.strip():
         why = "must not be empty or only whitespace"  # (printed as nothing: " ", a tab)
+    if why is None and value != value.strip():
+        why = _PADDED
     if why is None and not value.isprintable():
         for i, ch in enumerate(value):
             if unicodedata.category(ch) == "Cf":

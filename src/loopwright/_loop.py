@@ -12,7 +12,7 @@ from typing import Any
 from ._contract import Contract
 from ._effects import EFFECT_KINDS, Effect
 from ._errors import ConfigError
-from ._keys import check_declared_name, check_name
+from ._keys import check_declared_name, check_name, check_unpadded
 from ._memory import RECALL_RANKED, check_ranked
 from ._policy import ApprovalPolicy, PolicyRule
 from ._proposal import Context, Proposal, Verdict
@@ -383,7 +383,10 @@ def check_declared_names(loop: Loop) -> None:
     where a new run is made of the loop (``Runtime.create``) and by ``loopwright check``, not
     where a ``Loop``, a ``Check`` or an effect is built: a run an earlier release started under
     such a name is resumed, continued and forked with a loop declaring it (review49c; refused
-    at declaration, it could not be, and a parked run stayed parked for good)."""
+    at declaration, it could not be, and a parked run stayed parked for good). The loop's own
+    name and project must not begin or end with whitespace either (``check_unpadded``)."""
+    check_unpadded(loop.name, "loop name", "name")
+    check_unpadded(loop.project, "project name", "project")
     for name, what, where in declared_names(loop):
         check_declared_name(name, what, where)
 

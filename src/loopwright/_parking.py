@@ -30,6 +30,7 @@ from ._question import Question
 from ._redact import redact
 from ._state import TaskState
 from .store import NewApproval, NewEvent
+from .store._records import past_expiry
 
 __all__ = ["Parking"]
 
@@ -161,11 +162,7 @@ class Parking(RuntimeHost):
             raise RunNotFoundError(
                 f"run {ex.run_id}: approval {pend.get('approval_id')} is missing"
             )
-        if (
-            req.status == "pending"
-            and req.expires_at is not None
-            and req.expires_at < self.store.clock()
-        ):
+        if req.status == "pending" and past_expiry(req.expires_at, self.store.clock()):
             # (decided meanwhile, by a person or a worker recording its expiry: that decision)
             req = expire(self.store, req) or self.store.approval(req.approval_id) or req
         if req.status == "pending":

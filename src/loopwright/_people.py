@@ -22,7 +22,7 @@ from ._authority import (
 from ._call_billing import owes
 from ._concluded import concluded_at, concluded_in, refuse_rewritten
 from ._contract import TERMINAL_STATUSES, Contract
-from ._errors import ApprovalError, ConfigError, ConflictError
+from ._errors import ApprovalError, ConfigError, ConflictError, already_decided
 from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
@@ -35,6 +35,7 @@ from ._redact_logs import masked_logger
 from ._reversal import offer_compensations
 from ._state import TaskState
 from .store import Approval, Checkpoint, ClosedApproval, NewEvent, RunRecord, Store
+from .store._records import past_expiry
 
 # (``concluded_at``, ``concluded_in`` and ``refuse_rewritten`` moved to ``_concluded``; the
 # names stay importable from here)
@@ -65,10 +66,7 @@ class Decisions(RuntimeHost):
                 raise ApprovalError(f"{approval_id!r} matches several requests; give more of it")
             req = found[0]
             if req.status != "pending":
-                raise ApprovalError(
-                    f"run {rec.run_id}: request {req.approval_id} was already {req.status}"
-                    + (f" by {req.decided_by}" if req.decided_by else "")
-                )
+                raise already_decided(rec.run_id, req.approval_id, req.status, req.decided_by)
             return req
         # (invariant 8: a run asked something every cycle has thousands of decided requests)
         pending = self.store.approvals(run_id=rec.run_id, status="pending")
@@ -77,10 +75,7 @@ class Decisions(RuntimeHost):
             every = self.store.page_approvals(run_id=rec.run_id, limit=1)
             if every:
                 last = every[0]
-                raise ApprovalError(
-                    f"run {rec.run_id}: request {last.approval_id} was already {last.status}"
-                    + (f" by {last.decided_by}" if last.decided_by else "")
-                )
+                raise already_decided(rec.run_id, last.approval_id, last.status, last.decided_by)
             raise ApprovalError(f"run {rec.run_id} has no pending request")
         if len(pending) > 1:
             ids = ", ".join(f"{a.approval_id} ({a.kind}: {a.what})" for a in pending)
@@ -191,7 +186,7 @@ class Decisions(RuntimeHost):
             raise
         run = self.store.get_run(req.run_id)
         rule = check_decision(self.store, req, run, who, status, origin=origin)
-        if req.expires_at is not None and req.expires_at < self.store.clock():
+        if past_expiry(req.expires_at, self.store.clock()):
             expire(self.store, req)
             raise ApprovalError(
                 f"request {req.approval_id} expired at "

@@ -34,6 +34,7 @@ from ._exec import Execution
 from ._loop import Loop
 from ._policy import ApprovalPolicy
 from .store import EffectReuse, JournalEntry, NewApproval, NewEvent, Store
+from .store._records import past_expiry
 
 __all__ = ["Reparked", "offer_compensations", "run_compensations"]
 
@@ -433,7 +434,7 @@ async def run_compensations(
     for o in offers:
         req = decided.get(str(o.get("approval_id")))
         if o["action"] == "require" and req is not None and req.status == "pending":
-            if req.expires_at is None or req.expires_at >= store.clock():
+            if not past_expiry(req.expires_at, store.clock()):
                 return None
             # expired undecided: not run, as a parked cycle's expired request escalates
             # (decided meanwhile: as it was decided)

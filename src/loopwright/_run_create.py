@@ -12,7 +12,7 @@ from ._authority import note_policy
 from ._errors import ConfigError, LoopwrightError
 from ._host import RuntimeHost
 from ._json import check_given_text
-from ._keys import check_name
+from ._keys import check_name, check_unpadded
 from ._loop import Loop, check_declared_names, check_loop, other_loop
 from ._state import TaskState
 from ._task_parts import starting_state
@@ -39,6 +39,9 @@ class Creating(RuntimeHost):
         started = self._checked_start(loop, task, task_key, project, by)
         try:
             check_declared_names(loop)
+            if started[2] != loop.project:  # (given to create, or the task's "project")
+                field = "project" if project else "task.project"
+                check_unpadded(started[2], "project name", field)
         except ConfigError:
             # a name refused since an earlier release started this key's run under it: that
             # run goes on (refused, it could not be continued at all); a new one is refused

@@ -80,7 +80,7 @@ def test_a_stored_run_under_a_name_refused_since_goes_on(
         ("risk", "contract.risk.name: risk rule name"),
     ],
 )
-@pytest.mark.parametrize("char", ["\u202e", Z], ids=["bidi", "invisible"])
+@pytest.mark.parametrize("char", ["\u202e", Z, " "], ids=["bidi", "invisible", "padded"])
 def test_a_fork_given_a_loop_with_a_new_refused_name_is_refused(
     url: str, bad: str, where: str, char: str
 ) -> None:
@@ -114,7 +114,45 @@ def test_a_fork_given_a_loop_with_a_new_refused_name_is_refused(
         with pytest.raises(lw.ConfigError) as info:
             rt.fork(done.run_id, 1, loop=loop_named(char, bad), task_key="t-fork")
         assert str(info.value).startswith(where), str(info.value)
-        assert f"U+{ord(char):04X}" in str(info.value) or "bidirectional" in str(info.value)
+        said = str(info.value)
+        assert f"U+{ord(char):04X}" in said or "bidirectional" in said or "whitespace" in said
         assert rt.store.count_runs() == before  # no fork made
         fork = rt.fork(done.run_id, 1, loop=loop_named("", bad), task_key="t-fork")
         assert fork.forked_from == done.run_id
+
+
+def test_a_stored_run_under_padded_names_goes_on(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names with leading or trailing whitespace are refused for a new run since stop 50 (a
+    verifier ``"c "`` and ``"c"`` printed alike), the loop's and the project's too: a run an
+    earlier release stored under them is continued by its key, resumed and forked with the loop
+    declaring them, and a new run of that loop is refused, naming the field."""
+    paid: list[str] = []
+    base = _loop(paid)
+    check = lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name="c ")
+    loop = lw.Loop(
+        name="names ",
+        actor=base.actor,
+        verifiers=[check],
+        effects=base.effects,
+        project=" p",
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=3),
+            success=lw.Success(required=("c ",)),
+            risk=(lw.RiskRule(name="r ", touches=("doc/b",)),),
+        ),
+    )
+    with lw.Runtime(url) as rt:
+        with monkeypatch.context() as earlier:  # the earlier release: no such check
+            earlier.setattr(_run_create, "check_declared_names", lambda loop: None)
+            parked = rt.run_sync(loop, TASK, task_key="t")
+        assert parked.status == "awaiting_approval"
+        assert rt.store.get_run(parked.run_id).project == " p"
+        with pytest.raises(lw.ConfigError) as info:
+            rt.create(loop, TASK, task_key="another")
+        assert str(info.value) == "name: loop name 'names ' must not begin or end with whitespace"
+        rt.approve(parked.run_id, by="me")
+        assert rt.resume_sync(parked.run_id, loop).status == "accepted" and paid == ["A-1"]
+        assert rt.run_sync(loop, TASK, task_key="t").run_id == parked.run_id
+        fork = rt.fork(parked.run_id, 0, loop=loop, task_key="t-fork")
+        assert rt.resume_sync(fork.run_id, loop).status == "awaiting_approval"
+        assert rt.store.get_run(fork.run_id).project == " p"

@@ -217,6 +217,9 @@ def test_api_shapes_and_bearer_decision(client: TestClient, parked: tuple[str, s
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert again.status_code in (404, 409)
+    # one wording whichever check finds it (stop 50; test_already_decided_wording)
+    said = f"run {run_id}: request {a['approval_id']} was already denied by ana"
+    assert again.json()["detail"] == said, again.text
     for t in client.app.state.resumes:  # type: ignore[attr-defined]
         t.join(30)
     assert _wait_status(store, run_id, "escalated").status == "escalated"

@@ -9,6 +9,7 @@ declaring it, and a contract it stored still loads (and so is read, listed and r
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -26,6 +27,10 @@ BAD = [
     ("pay\ufeff", "invisible character (U+FEFF at position 4)"),
     ("soft\u00adhyphen", "invisible character (U+00AD at position 5)"),
     ("two\nlines", "control character (U+000A at position 4)"),
+    # stop 50: "check" and "check " were two checks that print alike
+    ("check ", "'check ' must not begin or end with whitespace"),
+    (" pay", "' pay' must not begin or end with whitespace"),
+    ("r\u00a0", "'r\\xa0' must not begin or end with whitespace"),
 ]
 
 
@@ -62,7 +67,7 @@ def test_a_verifier_name_is_refused(name: str, said: str) -> None:
         raise _refused(_loop(check=name))
     assert info.value.field == "verifiers.name"
     assert said in str(info.value) and "verifier name" in str(info.value)
-    assert name not in str(info.value)  # (shown escaped)
+    assert repr(name) in str(info.value)  # (shown escaped, with repr)
 
 
 @pytest.mark.parametrize(("name", "said"), BAD)
@@ -136,6 +141,37 @@ def test_visible_names_of_any_script_are_taken() -> None:
         assert lw.effect("spend", name=name)(lambda **_: None).name == name
 
 
+def _padded(field: str, name: str) -> str:
+    return f"{field}: project name {name!r} must not begin or end with whitespace"
+
+
+@pytest.mark.parametrize("name", ["p ", " p", "p\t"])
+def test_a_new_runs_padded_project_name_is_refused_wherever_it_is_given(name: str) -> None:
+    """A project named with leading or trailing whitespace (stop 50: "p" and "p " were two
+    projects that print alike in ``runs``, the dashboard and the audit): refused for a new run,
+    whether the ``Loop``, ``create`` or the task gives it; nothing is stored."""
+    task = {"artifacts": {"doc": {"a": "x"}}}
+    loop = _loop()
+    if name != "p\t":  # (a tab is a control character: refused where the Loop is built)
+        by_loop = dataclasses.replace(loop, project=name)
+        assert str(_refused(by_loop)) == _padded("project", name)
+    with lw.Runtime(":memory:") as rt:
+        for given, field in (({"project": name}, "project"), ({}, "task.project")):
+            with pytest.raises(lw.ConfigError) as info:
+                rt.create(loop, dict(task, **({} if given else {"project": name})), **given)
+            if name != "p\t":
+                assert str(info.value) == _padded(field, name)
+            assert "Traceback" not in str(info.value)
+        assert rt.store.list_runs() == []
+        assert rt.create(loop, task, task_key="t", project="p q")[0].project == "p q"
+
+
+@pytest.mark.parametrize("name", ["names ", " names"])
+def test_a_new_runs_padded_loop_name_is_refused(name: str) -> None:
+    err = _refused(dataclasses.replace(_loop(), name=name))  # built (a stored run's loop)
+    assert str(err) == f"name: loop name {name!r} must not begin or end with whitespace"
+
+
 SPEC = """
 name = "demo"
 
@@ -173,6 +209,11 @@ def check(state, proposal):
             "r",
             "verifier name 'a\\u202eb' must not hold a bidirectional control "
             "(U+202E at position 2)",
+        ),
+        (
+            "check ",
+            "r",
+            "verifier name 'check ' must not begin or end with whitespace",
         ),
         (
             "check",
@@ -224,3 +265,18 @@ def test_a_stored_runs_risk_rule_name_is_still_shown_and_replayed(tmp_path: Path
     stored = lw.Contract.from_dict(rec.contract)
     assert stored.risk[0].name == "r\u202e"
     assert simulate(trace, stored).cycles == r.cycles
+
+
+def test_loopwright_check_refuses_a_tasks_padded_project(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task's ``project`` that `loopwright run` would refuse (stop 50) is said by `check`,
+    naming the file and line, before any run is made."""
+    (tmp_path / "code.py").write_text(CODE)
+    spec = tmp_path / "loop.toml"
+    spec.write_text(textwrap.dedent(SPEC.format(check="check", rule="r")))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"artifacts": {"doc": {"a": 1}}, "project": "p "}\n')
+    assert main(["check", str(spec), "--tasks", str(tasks)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "tasks.jsonl:1: project name 'p ' must not begin or end with whitespace" in err, err

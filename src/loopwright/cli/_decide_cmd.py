@@ -113,8 +113,10 @@ def approvals(
 def _expiry(expires_at: float, now: float) -> str:
     """When a pending request expires, or that it has: such a request stays listed as pending
     until its run resumes (and escalates), but can no longer be decided."""
+    from ..store._records import past_expiry
+
     at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(expires_at))
-    if expires_at <= now:
+    if past_expiry(expires_at, now):  # (the engine's rule: open at expires_at itself)
         return f"expired at {at}: it can no longer be decided; the run escalates when resumed"
     return at
 
@@ -125,10 +127,12 @@ def _decide_hint(
     """What to type next under `loopwright approvals`: for one request, its own commands; for
     several, one form with RUN and ID to take from the list (naming only the newest request's
     run read as if it were the only one), and one command that continues them all."""
+    from ..store._records import past_expiry
+
     if total == 1:
         a = reqs[0]
         run = a.run_id[:12]
-        if a.expires_at is not None and a.expires_at <= now:
+        if past_expiry(a.expires_at, now):
             go_on = (
                 continue_hint(only, "escalate it")
                 if only is not None

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._json import strict_loads
-from .._keys import check_key
+from .._keys import check_key, check_unpadded
 from .._loop import Loop
 from .._task_parts import number_as_name, starting_state
 
@@ -182,7 +182,9 @@ def check_tasks(loop: Loop, tasks: list[dict[str, Any]], keys: list[str]) -> Non
     lines, path, _ = _located(tasks)
     for t, key, line in zip(tasks, keys, lines, strict=True):
         try:
-            starting_state(loop, t, key, None)
+            proj = starting_state(loop, t, key, None)[2]
+            if proj != loop.project:  # (the task's "project": a new run's, as create asks)
+                check_unpadded(proj, "project name", "task.project")
         except ConfigError as exc:
             raise ConfigError(f"{path}:{line}: {exc.message}", field=exc.field) from None
 

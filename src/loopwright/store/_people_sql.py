@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import ApprovalError, ConfigError, ConflictError
+from .._errors import ApprovalError, ConfigError, ConflictError, already_decided
 from ._people import AuditRecord, AuthorityRecord, PeopleStore, UserRecord, Vote, person_key
 from ._records import Approval, NewApproval
 from ._rows import APPROVAL_COLS, approval_row, sql_int
@@ -185,10 +185,7 @@ class PeopleSQL(PeopleStore):
                 p("SELECT status, decided_by FROM approvals WHERE approval_id=?"), (approval_id,)
             ).fetchone()
             if found[0] != "pending":
-                raise ApprovalError(
-                    f"approval {approval_id} was already {found[0]}"
-                    + (f" by {found[1]}" if found[1] else "")
-                )
+                raise already_decided(owner[0], approval_id, found[0], found[1])
             # The voter may have been revoked since the engine checked them: ``revoke_user``
             # withdraws pending votes, so a vote written after it would stand alone. Read (and on
             # PostgreSQL hold, FOR SHARE) their row: a revocation commits before (refused here)

@@ -7,7 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ._records import Approval, RunRecord
+from ._records import Approval, RunRecord, past_expiry
 
 __all__ = ["ApprovalsStore", "approvals_matching"]
 
@@ -106,7 +106,7 @@ class ApprovalsStore(ABC):
             return []
         now = self.clock()
         due = sorted(
-            (a for a in pending if a.expires_at is not None and a.expires_at < now),
+            (a for a in pending if past_expiry(a.expires_at, now)),
             key=lambda a: (a.expires_at, a.approval_id),
         )
         return due[: max(0, limit)]

@@ -30,6 +30,7 @@ __all__ = [
     "VersionRow",
     "concluded_cycles",
     "own_fields",
+    "past_expiry",
 ]
 
 VERSION_COST = 200
@@ -266,6 +267,15 @@ class ClosedApproval:
     approval_id: str
     by: str
     note: str
+
+
+def past_expiry(expires_at: float | None, now: float) -> bool:
+    """Whether a request expiring at ``expires_at`` has expired at ``now`` (the store's clock):
+    the one rule of the engine, the store's poll (``expired_requests``: ``expires_at < now``
+    in its SQL), the CLI and the dashboard. At ``expires_at`` itself it is still open (stop 50:
+    the dashboard's card and ``loopwright approvals`` said "expired" there, while the engine
+    took a decision and the poll left it be)."""
+    return expires_at is not None and expires_at < now
 
 
 @dataclass(frozen=True, slots=True)

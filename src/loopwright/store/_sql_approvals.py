@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import (
-    ApprovalError,
-)
+from .._errors import ApprovalError, already_decided
 from ._records import Approval, RunRecord
 from ._rows import (
     APPROVAL_COLS,
@@ -153,10 +151,7 @@ class ApprovalsSQL(SQLCore):
             ).fetchone()
             if row is None:
                 found = conn.execute(q.approval_status, (approval_id,)).fetchone()
-                raise ApprovalError(
-                    f"approval {approval_id} was already {found[0]}"
-                    + (f" by {found[1]}" if found[1] else "")
-                )
+                raise already_decided(owner[0], approval_id, found[0], found[1])
             decided = self._approval(row)
             conn.execute(q.insert_event, decided_event(decided, by, note, answer, now, js))
         return decided

@@ -27,6 +27,7 @@ from .._gates import call_digest
 from .._proposal import Proposal
 from .._state import Part, TaskState, match_any
 from ..store import Approval, RunRecord, Store
+from ..store._records import past_expiry
 from ._pictures import inline_blob_refs, is_picture, picture_bytes
 from ._values import is_svg
 
@@ -92,7 +93,7 @@ def expiry(expires_at: float | None, now: float) -> tuple[str, bool]:
     is next resumed)."""
     if expires_at is None:
         return "does not expire", False
-    if expires_at <= now:
+    if past_expiry(expires_at, now):  # (the engine's rule: open at expires_at itself)
         return f"expired {_span(now - expires_at)} ago", True
     return f"expires in {_span(expires_at - now)}", False
 
