@@ -272,3 +272,34 @@ def test_a_later_commit_of_a_run_whose_earlier_one_failed_in_the_batch_is_not_wr
         assert [c.seq for c in st.checkpoints(b.run_id)] == [0, 1]
     finally:
         st.close()
+
+
+def test_a_commit_under_a_new_token_is_written_after_a_fenced_one_in_the_batch(
+    store_url: str,
+) -> None:
+    """The same run twice in one batch under two tokens: an executor fenced (its commit
+    refused, stale) and the one that took the run over. The new holder's commit builds on the
+    store, not on the refused commit: it is written (a worker that claimed its own lapsed run
+    saw it refused, "an earlier commit of this run in the same batch failed")."""
+    loop = _loop()
+    with lw.Runtime(store_url) as rt:
+        a, _ = rt.create(loop, _tasks(1)[0], task_key="a")
+    st = open_store(store_url)
+    try:
+        old = st.acquire_lease(a.run_id, "x:1:a", 60)
+        st.release_lease(a.run_id, old)
+        new = st.acquire_lease(a.run_id, "x:2:a", 60)
+        assert new != old
+        state = st.latest_checkpoint(a.run_id).state
+
+        def req(token: int) -> CommitRequest:
+            return CommitRequest(
+                a.run_id, token, 1, 0, state, None, [NewEvent(0, "x", {})], {"status": "running"}
+            )
+
+        out = st.commit_many([req(old), req(new)])
+        assert isinstance(out[0], lw.StaleLeaseError)
+        assert out[1] is False
+        assert [c.seq for c in st.checkpoints(a.run_id)] == [0, 1]
+    finally:
+        st.close()

@@ -137,12 +137,14 @@ class CommitSQL(ReadsSQL):
                 pass  # nothing was written: commit by commit, below
         out: list[bool | StoreError] = []
         # A grouped run queues its next commit before the last is durable: a later commit of
-        # a run is a delta on its earlier one, so once one fails the later are not written
-        # (written, they would leave a hole in the run's checkpoint chain).
-        failed_runs: set[str] = set()
+        # a run under the same lease token is a delta on its earlier one, so once one fails the
+        # later are not written (written, they would leave a hole in the run's checkpoint
+        # chain). Another token is another executor's (one that took the run over from a
+        # fenced one): its commits build on what the store holds, not on the failed one.
+        failed_runs: set[tuple[str, int]] = set()
         with self._tx() as conn:
             for it in items:
-                if it.run_id in failed_runs:
+                if (it.run_id, it.token) in failed_runs:
                     out.append(
                         StoreError(
                             f"run {it.run_id}: commit of checkpoint {it.seq} not written: an "
@@ -154,7 +156,7 @@ class CommitSQL(ReadsSQL):
                     with self._savepoint(conn):
                         ok = self._commit_in(conn, it, self._run_cols(it.run, it.seq), now)
                 except StoreError as exc:  # rolled back to its savepoint; the others go on
-                    failed_runs.add(it.run_id)
+                    failed_runs.add((it.run_id, it.token))
                     out.append(exc)
                     continue
                 except Exception as exc:
@@ -162,7 +164,7 @@ class CommitSQL(ReadsSQL):
                         f"run {it.run_id}: commit failed: {exc}"
                     )
                     failed.__cause__ = exc
-                    failed_runs.add(it.run_id)
+                    failed_runs.add((it.run_id, it.token))
                     out.append(failed)
                     continue
                 out.append(ok)
