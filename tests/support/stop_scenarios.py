@@ -16,7 +16,10 @@ for one run:
    the next cycle's projection crosses it (the cycle cap: the cycles it counts reached); and
    no attempt begun with the cycle cap reached, or projected to cross a cost or token budget
    (counted from the trace: the engine and replay share ``_decide``'s rules, so an error
-   there is one replay agrees with);
+   there is one replay agrees with); nor after ``no_progress``'s window of cycles without a
+   material improvement, or with P(success next cycle) x value below the next cycle's
+   expected cost, and neither reason where its rule did not say stop (both re-decided from
+   the trace's scores and costs as the docs word them: ``_plateau_and_margin``);
 3. the spend crosses a cost (token) budget by no more than the one call in flight;
 4. ``show --json``'s cycle rows add up to the run's spend;
 5. the metrics agree with the trace: ``cycles_to_accepted``'s cycle counter, the last
@@ -113,8 +116,16 @@ def _contract(rng: random.Random, risky: bool) -> lw.Contract:
         max_cost_usd=_pick(rng, None, None, 0.1, 0.25, 0.3, 0.5, 0.8, 1.5, 3.0),
         max_tokens=_pick(rng, None, None, None, 200, 500, 1000, 3000),
     )
+    # (a score is the mean of two checks' scores, a tenth apart: a rise of 0.05 or 0.1 is
+    # one of exactly ``min_delta``, which counts)
     no_progress = _pick(
-        rng, None, None, lw.NoProgress(cycles=1, min_delta=0.05), lw.NoProgress(cycles=2)
+        rng,
+        None,
+        None,
+        lw.NoProgress(cycles=1, min_delta=0.05),
+        lw.NoProgress(cycles=1, min_delta=0.1),
+        lw.NoProgress(cycles=2),
+        lw.NoProgress(cycles=2, min_delta=0.05),
     )
     # (one contract in two: the rule ends few runs, and 0.4 and 0.5 put P x value on a
     # $0.10 cycle's cost exactly, at 0.25 and 0.2 — no stall and one cycle of it — where
@@ -604,9 +615,7 @@ def _plateau_and_margin(
         if mr is None or first + j == 0:
             return None
         before = dataclasses.replace(trace, cycles=trace.cycles[:j])
-        return _p_next(mr, first + j + 1, stall) * mr.value_per_success_usd, _mean_paid(
-            before, inh
-        )
+        return _p_next(mr, first + j + 1, stall) * mr.value_per_success_usd, _mean_paid(before, inh)
 
     def below(m: tuple[float, float] | None) -> bool:  # strictly, past a float sum's rounding
         return m is not None and m[1] - m[0] > 1e-9 * max(1.0, m[0])
@@ -654,9 +663,13 @@ def _plateau_and_margin(
         m = margin(n)
         said = "no rule" if m is None else f"P x value ${m[0]:g}, expected cost ${m[1]:g}"
         broken.append(f"marginal_return where the rule goes on ({said})")
-    if tail.get("kind", "none") == "none" and not reopened and plateau and reason is not None:
-        if reason.startswith("budget_") or reason == "marginal_return":
-            broken.append(f"{reason} where the plateau rule, decided first, said no_progress")
+    between = tail.get("kind", "none") == "none" and not reopened and plateau
+    if (
+        between
+        and reason is not None
+        and (reason.startswith("budget_") or reason == "marginal_return")
+    ):
+        broken.append(f"{reason} where the plateau rule, decided first, said no_progress")
     return broken
 
 
