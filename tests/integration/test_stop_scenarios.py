@@ -328,3 +328,109 @@ def test_an_attempt_begun_projected_to_cross_a_budget_is_a_broken_property(
     broken = play_and_check(sc, str(tmp_path / "off.db"))
     assert len(broken) == 1, broken
     assert "cycle 2 was begun projected to cross budget_cost (0.22 spent of 0.25)" in broken[0]
+
+
+def _stops_at_most(contract: lw.Contract, state: lw.TaskState) -> str | None:
+    """``_decide.marginal_stop`` with ``<`` flipped to ``<=``: a cycle worth exactly its cost
+    stops the run."""
+    from loopwright import _decide
+
+    mr = contract.marginal_return
+    if mr is None or state.cycle == 0:
+        return None
+    cost = _decide._mean_paid(state, 0, state.spent.cost_usd)
+    worth = mr.p_success(state.cycle + 1, state.stall) * mr.value_per_success_usd
+    return None if _decide.crosses(worth, cost) else "marginal_return"
+
+
+@pytest.mark.parametrize(
+    ("rule", "said"),
+    [
+        (_stops_at_most, "marginal_return where the rule goes on (P x value $0.1, expected"),
+        (lambda contract, state: None, "cycle 3 was begun with P x value $0.08 below its"),
+    ],
+    ids=["at-most", "never"],
+)
+def test_a_stop_the_marginal_return_rule_does_not_make_is_a_broken_property(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: object, said: str
+) -> None:
+    """The engine and replay decide marginal return with one rule (``_decide.marginal_stop``):
+    with it mutated, the run stops where replay says it stops, and the contract's table named
+    no condition for ``marginal_return``. The harness re-decides it from the trace (docs/
+    replay.md): $0.10 cycles, a success worth $0.40; after cycle 1 (an improvement) P is 0.25,
+    worth exactly the cost (goes on: "below"), after cycle 2 (none) 0.2, worth $0.08 (stops).
+    With ``<`` flipped to ``<=`` the run stopped after cycle 1; with the rule gone it ran on
+    to its cycle cap."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=(Step("edit", 0.4, 0.1, 0),),
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=5),
+            marginal_return=lw.MarginalReturn(value_per_success_usd=0.4),
+        ),
+        check_cost=0.0,
+        held_cost=None,
+    )
+    url = str(tmp_path / "ok.db")
+    assert not play_and_check(sc, url)
+    with lw.Runtime(url) as rt:
+        [rec] = rt.store.list_runs()
+    assert (rec.stop_reason, rec.cycle) == ("marginal_return", 2)
+    monkeypatch.setattr(_decide, "marginal_stop", rule)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1 and said in broken[0], broken
+
+
+def _strictly_above(level: float | None, score: float | None, delta: float, newly: bool) -> bool:
+    """``_decide.improved`` with a rise of exactly ``min_delta`` no longer counting."""
+    base = 0.0 if level is None else level
+    return newly or (score is not None and score - base > delta + 1e-9)
+
+
+def _any_rise(level: float | None, score: float | None, delta: float, newly: bool) -> bool:
+    """``_decide.improved`` with ``min_delta`` left out: any rise is progress."""
+    return newly or (score is not None and score > (level or 0.0))
+
+
+@pytest.mark.parametrize(
+    ("scores", "rule", "ends", "said"),
+    [
+        ((0.4, 0.8, 0.8), _strictly_above, 3, "no_progress after 0 cycles without progress"),
+        ((0.4, 0.6), _any_rise, 2, "cycle 3 was begun after 1 without progress"),
+    ],
+    ids=["exactly-min-delta", "min-delta-gone"],
+)
+def test_a_plateau_the_no_progress_rule_does_not_see_is_a_broken_property(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scores: tuple[float, ...],
+    rule: object,
+    ends: int,
+    said: str,
+) -> None:
+    """The engine and replay judge a material improvement with one rule
+    (``_decide.improved``): with it mutated, the run stops ``no_progress`` where replay says,
+    a cycle early or late. The harness re-judges progress from the trace's scores (docs/
+    concepts.md: a rise of exactly ``min_delta`` counts; less does not). The score is the mean
+    of the actor's part's check and the person's part's (1.0): 0.7 then 0.9 is a rise of 0.2,
+    progress, and the run ends at cycle 3, unless the rule wants more (it ended at cycle 2);
+    0.7 then 0.8 is none, and the run ends at cycle 2, unless the rule forgets ``min_delta``
+    (it began cycle 3)."""
+    from loopwright import _decide
+
+    sc = _scenario(
+        steps=tuple(Step("edit", x, 0.0, 0) for x in scores),
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=5), no_progress=lw.NoProgress(cycles=1, min_delta=0.2)
+        ),
+        held_cost=None,
+    )
+    url = str(tmp_path / "ok.db")
+    assert not play_and_check(sc, url)
+    with lw.Runtime(url) as rt:
+        [rec] = rt.store.list_runs()
+    assert (rec.stop_reason, rec.cycle) == ("no_progress", ends)
+    monkeypatch.setattr(_decide, "improved", rule)
+    broken = play_and_check(sc, str(tmp_path / "off.db"))
+    assert len(broken) == 1 and said in broken[0], broken

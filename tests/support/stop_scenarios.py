@@ -16,7 +16,10 @@ for one run:
    the next cycle's projection crosses it (the cycle cap: the cycles it counts reached); and
    no attempt begun with the cycle cap reached, or projected to cross a cost or token budget
    (counted from the trace: the engine and replay share ``_decide``'s rules, so an error
-   there is one replay agrees with);
+   there is one replay agrees with); nor after ``no_progress``'s window of cycles without a
+   material improvement, or with P(success next cycle) x value below the next cycle's
+   expected cost, and neither reason where its rule did not say stop (both re-decided from
+   the trace's scores and costs as the docs word them: ``_plateau_and_margin``);
 3. the spend crosses a cost (token) budget by no more than the one call in flight;
 4. ``show --json``'s cycle rows add up to the run's spend;
 5. the metrics agree with the trace: ``cycles_to_accepted``'s cycle counter, the last
@@ -113,11 +116,24 @@ def _contract(rng: random.Random, risky: bool) -> lw.Contract:
         max_cost_usd=_pick(rng, None, None, 0.1, 0.25, 0.3, 0.5, 0.8, 1.5, 3.0),
         max_tokens=_pick(rng, None, None, None, 200, 500, 1000, 3000),
     )
+    # (a score is the mean of two checks' scores, a tenth apart: a rise of 0.05 or 0.1 is
+    # one of exactly ``min_delta``, which counts)
     no_progress = _pick(
-        rng, None, None, lw.NoProgress(cycles=1, min_delta=0.05), lw.NoProgress(cycles=2)
+        rng,
+        None,
+        None,
+        lw.NoProgress(cycles=1, min_delta=0.05),
+        lw.NoProgress(cycles=1, min_delta=0.1),
+        lw.NoProgress(cycles=2),
+        lw.NoProgress(cycles=2, min_delta=0.05),
     )
+    # (one contract in two: the rule ends few runs, and 0.4 and 0.5 put P x value on a
+    # $0.10 cycle's cost exactly, at 0.25 and 0.2 — no stall and one cycle of it — where
+    # "below" and "at most" part)
     marginal = _pick(
-        rng, None, None, None, lw.MarginalReturn(value_per_success_usd=_pick(rng, 0.5, 1.0, 4.0))
+        rng,
+        None,
+        lw.MarginalReturn(value_per_success_usd=_pick(rng, 0.4, 0.5, 0.5, 1.0, 4.0)),
     )
     if budget == lw.Budget() and no_progress is None:
         budget = lw.Budget(max_cycles=_pick(rng, 2, 5))  # (a contract needs an exit)
@@ -426,6 +442,11 @@ def check_run(sc: Scenario, url: str, run_id: str, fail: Callable[[str], None]) 
     crossing = _attempt_projected_over(trace, contract, inh)
     if crossing is not None:
         fail(f"{where}: cycle {crossing[0]} was begun projected to cross {crossing[1]}")
+    # ... nor one after the plateau rule or the marginal-return rule said stop, and neither
+    # reason given where it did not (both re-decided from the trace's scores and costs: the
+    # engine and replay share ``_decide.improved`` and ``_decide.marginal_stop``)
+    for broken in _plateau_and_margin(trace, contract, inh, rec.stop_reason if ended else None):
+        fail(f"{where}: {broken}")
 
     # (3) overshoot at most the one call in flight
     dearest = max((c.cost_usd for cy in trace.cycles for c in cy.calls), default=0.0)
@@ -547,6 +568,109 @@ def _attempt_projected_over(
             if rules.crosses(spent + _mean_paid(before, inh, tokens=tokens), limit, whole=tokens):
                 return first + j + 1, f"{reason} ({spent:g} spent of {limit:g})"
     return None
+
+
+def _p_next(mr: lw.MarginalReturn, cycle: int, stall: int) -> float:
+    """P(success at ``cycle``) as docs/replay.md words it: the hazard table's cell (row
+    ``cycle - 1``, the last row for later ones; column ``stall``, the last for more) with the
+    prior added, else the prior with each stalled cycle a failed trial."""
+    a, b = mr.prior_successes, mr.prior_failures
+    if not mr.hazard:
+        return a / (a + b + stall)
+    row = mr.hazard[min(cycle, len(mr.hazard)) - 1]
+    wins, trials = row[min(stall, len(row) - 1)]
+    return (wins + a) / (trials + a + b)
+
+
+def _plateau_and_margin(
+    trace: RunTrace, contract: lw.Contract, inh: dict[str, Any], reason: str | None
+) -> list[str]:
+    """The plateau rule (``no_progress``) and the marginal-return rule re-decided from the
+    trace, written from docs/concepts.md and docs/replay.md, not with ``_decide``: a material
+    improvement is a visible score above the level the last one reached (0 before any) by at
+    least ``min_delta``, or a required check passing that never had; a proposal sent again or
+    refused is a cycle without progress; a cycle that asked, or judged a person's edit, is
+    neither. What breaks: an attempt begun after ``cycles`` cycles without progress, or when
+    P(success next cycle) x value was below the mean paid cycle's cost; a run ended
+    ``no_progress`` or ``marginal_return`` where the rule did not say so; and a run ended by a
+    budget or marginal return, between cycles, where the plateau (decided first) said stop."""
+    np, mr = contract.no_progress, contract.marginal_return
+    if np is None and mr is None:
+        return []
+    delta = np.min_delta if np is not None else 0.0
+    level = inh.get("progress_score")
+    passed = set(inh.get("passed_checks") or ())
+    stall = int(inh.get("stall") or 0)
+    first = int(inh.get("cycle") or 0)
+    required = set(trace.required or ())
+    n = len(trace.cycles)
+    tail = trace.tail
+    reopened = bool(tail.get("edited")) or bool(n and trace.cycles[-1].reopened)
+    inside = tail.get("kind") in ("parked", "crossed") and not reopened
+    inside = inside and bool(float(tail.get("cost_usd") or 0) or int(tail.get("tokens") or 0))
+    broken: list[str] = []
+
+    def margin(j: int) -> tuple[float, float] | None:
+        """(P x value, the next cycle's expected cost) before cycle ``j`` of the trace."""
+        if mr is None or first + j == 0:
+            return None
+        before = dataclasses.replace(trace, cycles=trace.cycles[:j])
+        return _p_next(mr, first + j + 1, stall) * mr.value_per_success_usd, _mean_paid(before, inh)
+
+    def below(m: tuple[float, float] | None) -> bool:  # strictly, past a float sum's rounding
+        return m is not None and m[1] - m[0] > 1e-9 * max(1.0, m[0])
+
+    plateau = False  # the cycle before ended with the plateau rule's window full
+    for j in range(n + 1 if inside else n):
+        c = trace.cycles[j] if j < n else None
+        if c is None or not c.check_only:
+            m = margin(j)
+            if plateau:
+                broken.append(f"cycle {first + j + 1} was begun after {stall} without progress")
+                break
+            if below(m):
+                assert m is not None
+                broken.append(
+                    f"cycle {first + j + 1} was begun with P x value ${m[0]:g} below its "
+                    f"expected cost ${m[1]:g} (marginal return)"
+                )
+                break
+        if c is None:
+            break
+        decided = not (c.refused or c.asked)
+        newly = {
+            k
+            for k, v in c.verdicts.items()
+            if v.get("passed") and k in (required or c.verdicts) and k not in passed
+        }
+        base = 0.0 if level is None else float(level)
+        rise = c.score is not None and c.score > base and c.score - base >= delta - 1e-9
+        if decided and not c.duplicate and (newly or rise):
+            if c.score is not None and (level is None or c.score > level):
+                level = c.score
+            stall = 0
+        elif not (c.asked or c.check_only):
+            stall += 1
+        passed |= newly
+        plateau = (
+            np is not None
+            and stall >= np.cycles
+            and not (c.check_only or c.reopened or c.escalated or _success(contract, trace, c))
+        )
+    if reason == "no_progress" and (np is None or stall < np.cycles):
+        broken.append(f"no_progress after {stall} cycles without progress")
+    if reason == "marginal_return" and not below(margin(n)):
+        m = margin(n)
+        said = "no rule" if m is None else f"P x value ${m[0]:g}, expected cost ${m[1]:g}"
+        broken.append(f"marginal_return where the rule goes on ({said})")
+    between = tail.get("kind", "none") == "none" and not reopened and plateau
+    if (
+        between
+        and reason is not None
+        and (reason.startswith("budget_") or reason == "marginal_return")
+    ):
+        broken.append(f"{reason} where the plateau rule, decided first, said no_progress")
+    return broken
 
 
 def _answer_checks(trace: RunTrace, inh: dict[str, Any]) -> int:
