@@ -185,8 +185,11 @@ class Success:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NoProgress:
-    """A plateau exit: stop when the best visible score has not risen by ``min_delta`` (and no
-    failing required check started passing) for ``cycles`` consecutive cycles. A proposal
+    """A plateau exit: stop when the visible score has not risen by ``min_delta`` (exactly
+    ``min_delta`` counts) above the level the last material improvement reached — not the best
+    score, which small rises may have moved (0.70, 0.72, 0.76 with 0.05: the last is a rise of
+    0.06 from the level 0.70) — and no failing required check started passing, for ``cycles``
+    consecutive cycles. The level starts at 0 (a first score of 0 is no progress). A proposal
     identical to an earlier rejected one (its writes of a part's current value left out), or one
     refused for touching accepted work, is a cycle without progress."""
 
