@@ -88,12 +88,15 @@ class _DaemonThreads:
             self._tasks.put(work)
         else:
             # A new thread gets this call as its first: if it cannot start, the caller learns
-            # it and nothing is left queued to run later.
+            # it and nothing is left queued to run later. Handed over in a box the thread
+            # empties: the Thread keeps its args while it lives (for ever: it serves call after
+            # call), and through them the first call's future, and its result, stayed alive.
             threading.Thread(
-                target=self._serve, args=(work,), daemon=True, name="loopwright-call"
+                target=self._serve, args=([work],), daemon=True, name="loopwright-call"
             ).start()
 
-    def _serve(self, work: Callable[[], Callable[[], None]]) -> None:
+    def _serve(self, first: list[Callable[[], Callable[[], None]]]) -> None:
+        work = first.pop()
         while True:
             # Each call in a context of its own, as a new thread would give it: context
             # variables set by one run's call are never seen by another's. (Thread-locals do

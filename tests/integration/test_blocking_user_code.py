@@ -14,14 +14,16 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import loopwright as lw
-from loopwright import _calls
+from loopwright import _calls, _gates
 
 TASK: dict[str, Any] = {"artifacts": {"inv": {"qty": 0}}}
 _SAFETY = 10.0  # how long a blocked call waits at most (a test that fails must not hang)
@@ -160,14 +162,20 @@ def test_a_risk_check_that_blocks_escalates_naming_the_rule_and_its_late_answer_
 
 
 def test_a_risk_check_cut_off_by_the_time_budget_is_a_budget_time_stop(
-    tmp_path: Path, gate: threading.Event
+    tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def blocks(state: lw.TaskState, proposal: lw.Proposal, verdicts: Any) -> str | None:
         gate.wait(_SAFETY)
         return None
 
+    # The budget's end is placed at the risk check, not reached by waiting: the actor and the
+    # verifier have an hour, and the gates' clock (read only for a risk check's time left)
+    # stands an hour less a second ahead, so the check is given at most the budget's last
+    # second. A 0.2 s budget could run out on a loaded machine during the verifier's call
+    # (in a thread), and the stop then named the verifier, not the rule.
+    monkeypatch.setattr(_gates, "time", SimpleNamespace(time=lambda: time.time() + 3600 - 1))
     rule = lw.RiskRule(name="slow", check=blocks)
-    loop = _loop(risk=(rule,), actor_timeout_s=None, max_seconds=0.2)
+    loop = _loop(risk=(rule,), actor_timeout_s=None, max_seconds=3600)
     with lw.Runtime(tmp_path / "s.db") as rt:
         r = rt.run_sync(loop, TASK, task_key="k")
     assert (r.status, r.stop_reason) == ("stopped", "budget_time")

@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import gc
 import multiprocessing as mp
+import queue
 import subprocess
 import sys
 import threading
@@ -19,6 +20,8 @@ import pytest
 
 from loopwright import _calls
 from loopwright._calls import CallTimeout, call_user
+
+HANG_S = 120.0  # a bound on waits for other threads that only a hang reaches (never a measure)
 
 
 def _call_threads() -> int:
@@ -48,7 +51,9 @@ def test_sequential_calls_reuse_one_thread(own_threads: None) -> None:
 
 
 def test_concurrent_calls_run_at_once_and_each_gets_its_result() -> None:
-    barrier = threading.Barrier(8, timeout=5)
+    # All eight must reach it together; the bound only ends a test that would hang (5 s was a
+    # bound a loaded machine could reach while it started the eight threads).
+    barrier = threading.Barrier(8, timeout=HANG_S)
 
     def work(i: int) -> int:
         barrier.wait()  # only passes if all eight run at the same time
@@ -68,8 +73,11 @@ def test_a_hung_call_does_not_hold_up_the_next() -> None:
 
     async def go() -> str:
         with pytest.raises(CallTimeout):
-            await call_user(gate.wait, timeout=0.2)
-        result, _ = await call_user(lambda: "next", timeout=2.0)
+            await call_user(gate.wait, timeout=0.2)  # the gate is never set: it times out
+        # a new thread takes this call (the hung one keeps its own): only a call stuck behind
+        # the hung one reaches this bound (2 s was reachable while a loaded machine started
+        # the thread)
+        result, _ = await call_user(lambda: "next", timeout=HANG_S)
         return str(result)
 
     try:
@@ -118,7 +126,7 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
     p.start()
     p.join(120)  # a bound for a hang's sake: a loaded machine forks slowly
     assert p.exitcode == 0
-    assert q.get(timeout=1) == "child ok"
+    assert q.get(timeout=HANG_S) == "child ok"
 
 
 def test_a_thread_that_cannot_start_leaves_nothing_queued(
@@ -157,7 +165,21 @@ def test_calls_do_not_share_context_variables() -> None:
     assert asyncio.run(go()) == ["unset"] * 5
 
 
-def test_an_idle_thread_holds_no_result() -> None:
+class _WatchedTasks(queue.SimpleQueue[Any]):
+    """The threads' task queue, telling when a thread waits on it (idle: its call delivered)."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        self.waiting.set()
+        return super().get(block, timeout)
+
+
+def test_an_idle_thread_holds_no_result(own_threads: None) -> None:
+    tasks = _WatchedTasks()
+    _calls._threads._tasks = tasks
+
     class Big:
         pass
 
@@ -172,13 +194,11 @@ def test_an_idle_thread_holds_no_result() -> None:
         await call_user(make, timeout=None, threaded=True)
 
     asyncio.run(go())
-    # The thread lets go of the result once it has delivered it; wait for that (however
-    # loaded the machine), then check nothing kept it.
-    for _ in range(1000):
-        gc.collect()
-        if ref[0]() is None:
-            break
-        time.sleep(0.01)
+    # The thread lets go of the result once it has delivered it, before it waits for the next
+    # call: wait for that point (an event, not a time: a loop of 10 ms sleeps gave it 10 s),
+    # then check nothing kept it.
+    assert tasks.waiting.wait(HANG_S), "the thread never became idle"
+    gc.collect()
     assert ref[0]() is None
 
 
