@@ -66,6 +66,21 @@ def _outcomes(store: str, group: bool, n: int) -> tuple[list[tuple[str, int]], i
         _group.GroupCommitter.close = orig  # type: ignore[method-assign]
 
 
+def _commit_of(
+    run_id: str,
+    token: int,
+    state: dict[str, object],
+    seq: int = 1,
+    run: dict[str, object] | None = None,
+) -> CommitRequest:
+    """A commit of checkpoint ``seq`` (on ``seq - 1``) with one event, as a test hands it to
+    ``commit_many``."""
+    return CommitRequest(
+        run_id, token, seq, seq - 1, state, None, [NewEvent(seq - 1, "x", {})],
+        {"status": "running"} if run is None else run,
+    )  # fmt: skip
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -94,12 +109,7 @@ def test_a_stale_commit_in_a_batch_fails_alone(store_url: str) -> None:
         tb = st.acquire_lease(b.run_id, "x:1:b", 60)
         state = st.latest_checkpoint(a.run_id).state
 
-        def req(run_id: str, token: int) -> CommitRequest:
-            return CommitRequest(
-                run_id, token, 1, 0, state, None, [NewEvent(0, "x", {})], {"status": "running"}
-            )
-
-        out = st.commit_many([req(a.run_id, ta), req(b.run_id, tb - 1)])
+        out = st.commit_many([_commit_of(a.run_id, ta, state), _commit_of(b.run_id, tb - 1, state)])
         assert out[0] is False
         assert isinstance(out[1], lw.StaleLeaseError)
         assert st.latest_checkpoint(a.run_id).seq == 1
@@ -253,9 +263,7 @@ def test_a_later_commit_of_a_run_whose_earlier_one_failed_in_the_batch_is_not_wr
         state = st.latest_checkpoint(a.run_id).state
 
         def req(run_id: str, token: int, seq: int, run: dict[str, object]) -> CommitRequest:
-            return CommitRequest(
-                run_id, token, seq, seq - 1, state, None, [NewEvent(seq - 1, "x", {})], run
-            )
+            return _commit_of(run_id, token, state, seq, run)
 
         out = st.commit_many(
             [
@@ -292,12 +300,7 @@ def test_a_commit_under_a_new_token_is_written_after_a_fenced_one_in_the_batch(
         assert new != old
         state = st.latest_checkpoint(a.run_id).state
 
-        def req(token: int) -> CommitRequest:
-            return CommitRequest(
-                a.run_id, token, 1, 0, state, None, [NewEvent(0, "x", {})], {"status": "running"}
-            )
-
-        out = st.commit_many([req(old), req(new)])
+        out = st.commit_many([_commit_of(a.run_id, old, state), _commit_of(a.run_id, new, state)])
         assert isinstance(out[0], lw.StaleLeaseError)
         assert out[1] is False
         assert [c.seq for c in st.checkpoints(a.run_id)] == [0, 1]
