@@ -34,7 +34,7 @@ from ._exec import NO_LOOP as _NO_LOOP
 from ._exec import Execution as _Exec
 from ._host import RuntimeHost
 from ._json import check_given_text, check_value
-from ._keys import check_declared_name, check_key, fit_key
+from ._keys import check_declared_name, check_key, check_unpadded, fit_key
 from ._loop import Loop, check_loop, declared_names, other_loop
 from ._people import retire_failures
 from ._proposal import Proposal
@@ -123,6 +123,8 @@ class Forking(RuntimeHost):
         refuse_rewritten(self.store, rec.run_id, ck, "at_cycle")
         state = ck.task_state()
         if loop is not None:
+            if loop.name != rec.loop_name:  # (renamed: its spec the run's, a new run's name)
+                check_unpadded(loop.name, "loop name", "name")
             _refuse_new_names(self.store, rec, state, loop)
         state.pending = None
         state.next_action = "resume"
@@ -442,12 +444,19 @@ def _refuse_new_names(store: Store, rec: RunRecord, state: TaskState, loop: Loop
             refused.append((name, why))
     if not refused:
         return
-    # (read only here, where a name is refused: never on a fork of a clean loop)
-    journal = [e.key for e in store.journal(rec.run_id, kind="effect")]
-    requests = [[a.rule, a.what, a.evidence] for a in store.approvals(run_id=rec.run_id)]
-    held = list(_texts([rec.contract, state.history, state.billed, journal, requests]))
+    # (read only here, where a name is refused: never on a fork of a clean loop). A name is
+    # held whole: a risk rule's or a required check's in the contract, a request's rule, the
+    # effect and the scores its evidence names, a call billed ("verifier:c"), an effect done.
+    # Found as a part of any text (a request's words), a padded "apply " passed as held.
+    journal = store.journal(rec.run_id, kind="effect")
+    requests = [[a.rule, a.evidence] for a in store.approvals(run_id=rec.run_id)]
+    held = set(_texts([rec.contract, requests]))
+    held.update(scope.partition(":")[2] for scope in state.billed)
+    for e in journal:
+        held.add(str(e.data.get("name", "")))
+        held.add(e.key.removeprefix("effect:").rpartition(":")[0])  # (effect:NAME:digest)
     for name, error in refused:
-        if not any(name in text for text in held):
+        if name not in held:
             raise error
 
 

@@ -11,6 +11,7 @@ The earlier release is played by switching the check off while the run is create
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -156,3 +157,48 @@ def test_a_stored_run_under_padded_names_goes_on(url: str, monkeypatch: pytest.M
         fork = rt.fork(parked.run_id, 0, loop=loop, task_key="t-fork")
         assert rt.resume_sync(fork.run_id, loop).status == "awaiting_approval"
         assert rt.store.get_run(fork.run_id).project == " p"
+
+
+def _clean(name: str = "names", verifier: str = "c", spec_ref: str | None = None) -> lw.Loop:
+    """A loop of clean names, whose first cycle asks a person to approve its edit of doc/b."""
+    return lw.Loop(
+        name=name,
+        actor=lambda ctx: lw.Proposal(edits=(lw.Edit("doc", "b", 1),)),
+        verifiers=[lw.Check(fn=lambda s, p: lw.Verdict(passed=True, score=1.0), name=verifier)],
+        contract=lw.Contract(
+            budget=lw.Budget(max_cycles=3), risk=(lw.RiskRule(name="r", touches=("doc/b",)),)
+        ),
+        spec_ref=spec_ref,
+    )
+
+
+def test_a_new_name_found_inside_the_origins_words_is_not_held_by_it(url: str) -> None:
+    """A fork's loop's refused name was let be when it was found anywhere inside the origin's
+    texts (stall51): ``"apply "`` (padded) is part of the request's words "apply the cycle-1
+    proposal", so a verifier of that name, which the origin never held, was taken as the
+    origin's own and the fork made. A name is held whole now."""
+    with lw.Runtime(url) as rt:
+        parked = rt.run_sync(_clean(), TASK, task_key="t")
+        assert parked.status == "awaiting_approval"
+        [request] = rt.store.approvals(run_id=parked.run_id)
+        assert "apply the cycle-1 proposal" in json.dumps(request.evidence)
+        before = rt.store.count_runs()
+        with pytest.raises(lw.ConfigError) as info:
+            rt.fork(parked.run_id, 0, loop=_clean(verifier="apply "), task_key="f")
+        assert str(info.value).startswith("verifiers.name: verifier name 'apply '")
+        assert rt.store.count_runs() == before
+
+
+def test_a_fork_renaming_its_loop_is_refused_a_padded_name(url: str) -> None:
+    """A fork's loop renamed (the same spec file: ``other_loop`` lets it be) gave the new run a
+    loop name with a trailing space, which ``Runtime.create`` refuses a new run (stall51)."""
+    with lw.Runtime(url) as rt:
+        parked = rt.run_sync(_clean(spec_ref="loop.toml"), TASK, task_key="t")
+        before = rt.store.count_runs()
+        renamed = _clean(name="names ", spec_ref="loop.toml")
+        with pytest.raises(lw.ConfigError) as info:
+            rt.fork(parked.run_id, 0, loop=renamed, task_key="f")
+        assert str(info.value) == "name: loop name 'names ' must not begin or end with whitespace"
+        assert rt.store.count_runs() == before
+        fork = rt.fork(parked.run_id, 0, loop=_clean(name="renamed", spec_ref="loop.toml"))
+        assert rt.store.get_run(fork.run_id).loop_name == "renamed"
