@@ -8,7 +8,9 @@ contract's parts are small frozen value objects; ``Contract.from_dict`` builds t
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 
@@ -74,6 +76,30 @@ RUN_STATUSES: tuple[str, ...] = (
 DEFAULT_MAX_CYCLES = 1_000
 
 
+# Set while the engine builds a budget carrying ``max_cycles_default`` (``engine_marks``): its
+# default ceiling given (``Contract.with_default_ceiling``), a run's snapshot loaded
+# (``Contract.from_dict``), a marked budget copied. A ``Budget(...)`` a caller builds with the
+# mark outside it is refused: the mark is the engine's, as in a spec or a contract file.
+_ENGINE_MARKS: ContextVar[bool] = ContextVar("loopwright_engine_marks", default=False)
+
+
+@contextmanager
+def engine_marks() -> Iterator[None]:
+    """Within it a ``Budget`` may be built with ``max_cycles_default`` (the engine's own)."""
+    token = _ENGINE_MARKS.set(True)
+    try:
+        yield
+    finally:
+        _ENGINE_MARKS.reset(token)
+
+
+_MARK_REFUSED = (
+    "is the engine's mark of its default cycle ceiling, which a contract with only "
+    "spend budgets is given, not a setting: leave it out (budget.max_cycles sets a "
+    "cycle cap of your own)"
+)
+
+
 def refuse_engine_marks(tables: object) -> None:
     """``ConfigError`` for contract tables a person wrote (a loop spec's ``[contract]``, a
     contract file, a rerun's tables) that set ``budget.max_cycles_default``: the engine's mark
@@ -82,12 +108,7 @@ def refuse_engine_marks(tables: object) -> None:
     dropped the author's own ``max_cycles = 1000``."""
     budget = tables.get("budget") if isinstance(tables, Mapping) else None
     if isinstance(budget, Mapping) and "max_cycles_default" in budget:
-        raise ConfigError(
-            "is the engine's mark of its default cycle ceiling, which a contract with only "
-            "spend budgets is given, not a setting: leave it out (budget.max_cycles sets a "
-            "cycle cap of your own)",
-            field="contract.budget.max_cycles_default",
-        )
+        raise ConfigError(_MARK_REFUSED, field="contract.budget.max_cycles_default")
 
 
 TERMINAL_STATUSES = frozenset({"accepted", "stopped", "escalated", "cancelled", "failed"})
@@ -231,6 +252,12 @@ class Budget:
         _num(self.max_cycles, "contract.budget.max_cycles", integer=True)
         if not isinstance(self.max_cycles_default, bool):
             raise ConfigError("must be true or false", field="contract.budget.max_cycles_default")
+        if self.max_cycles_default and not _ENGINE_MARKS.get():
+            raise ConfigError(
+                _MARK_REFUSED + " (a budget copied from a run's contract with "
+                "dataclasses.replace carries it: pass max_cycles_default=False)",
+                field="contract.budget.max_cycles_default",
+            )
         if self.max_cycles_default and self.max_cycles != DEFAULT_MAX_CYCLES:
             # (a max_cycles replaced or laid over a default ceiling, in a fork: the author's)
             object.__setattr__(self, "max_cycles_default", False)
@@ -503,7 +530,8 @@ class Contract:
             return self if authored.wants_default_ceiling else authored
         if not self.wants_default_ceiling:
             return self
-        ceiling = replace(b, max_cycles=DEFAULT_MAX_CYCLES, max_cycles_default=True)
+        with engine_marks():
+            ceiling = replace(b, max_cycles=DEFAULT_MAX_CYCLES, max_cycles_default=True)
         return replace(self, budget=ceiling)
 
     def refuse_for_a_run(self) -> None:
@@ -553,7 +581,8 @@ class Contract:
         kwargs: dict[str, Any] = {}
         for key, typ in _SECTIONS.items():
             if key in data and data[key] is not None:
-                kwargs[key] = _section(typ, data[key], f"contract.{key}")
+                with engine_marks():  # (a run's snapshot; a file's tables are refused it before)
+                    kwargs[key] = _section(typ, data[key], f"contract.{key}")
         rules = data.get("risk") or ()
         if isinstance(rules, Mapping):
             raise ConfigError(

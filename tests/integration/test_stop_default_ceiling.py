@@ -208,3 +208,85 @@ def test_a_task_without_its_cap_key_beside_spend_budgets_ends_at_the_default_cei
         assert (o.reason, o.cycles) == ("budget_cycles", cycles)
         [(_, [what_if])] = replay([trace], {"written": KEYED}).contracts
         assert (what_if.reason, what_if.cycles) == ("budget_cycles", cycles)
+
+
+def _budget_of(url: str, run_id: str) -> dict[str, object]:
+    with lw.Runtime(url) as rt:
+        return dict(rt.store.get_run(run_id).contract["budget"])
+
+
+def test_a_max_cycles_a_person_writes_over_the_default_ceiling_is_their_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``loopwright fork --contract`` laid the file over the origin's snapshot, mark and all: a
+    ``max_cycles = 1000`` written beside a time budget was taken for the default ceiling and
+    dropped, and the fork ran with no cycle cap (stall51), as a spec's was before stall50b."""
+    from loopwright.cli import main
+
+    url = str(tmp_path / "s.db")
+    with lw.Runtime(url) as rt:
+        origin = rt.run_sync(_loop(), TASK, task_key="o").run_id
+    assert _budget_of(url, origin)["max_cycles_default"] is True
+    own = tmp_path / "own.toml"
+    own.write_text("[contract.budget]\nmax_cycles = 1000\nmax_seconds = 60\n")
+    store = ["--store", url]
+    assert (
+        main(["fork", origin, "--at-cycle", "0", "--contract", str(own), "--key", "f", *store]) == 0
+    )
+    budget = _budget_of(url, "f")
+    assert (budget["max_cycles"], budget["max_seconds"]) == (CEILING, 60)
+    assert "max_cycles_default" not in budget
+    # a file that leaves max_cycles alone keeps the ceiling
+    money = tmp_path / "money.toml"
+    money.write_text("[contract.budget]\nmax_cost_usd = 0.25\n")
+    assert (
+        main(["fork", origin, "--at-cycle", "0", "--contract", str(money), "--key", "g", *store])
+        == 0
+    )
+    kept = _budget_of(url, "g")
+    assert (kept["max_cycles"], kept["max_cycles_default"], kept["max_cost_usd"]) == (
+        CEILING,
+        True,
+        0.25,
+    )
+    capsys.readouterr()
+
+
+def test_the_rerun_form_shows_the_default_ceiling_as_no_cap_of_the_persons(
+    tmp_path: Path,
+) -> None:
+    """The dashboard's rerun form showed the default ceiling as ``max cycles 1000``: sent back
+    beside a time budget the person added, the ceiling was dropped and the rerun had no cycle
+    cap although the form had said 1000 (stall51). Its box is empty now, with a note; the form
+    sent as shown gives the rerun the ceiling again, and a 1000 typed in is the person's cap."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from loopwright.web import create_app
+
+    url = str(tmp_path / "s.db")
+    with lw.Runtime(url) as rt:
+        origin = rt.run_sync(_loop(), TASK, task_key="o").run_id
+    token = "server-token-0123456789"
+    c = TestClient(create_app(url, token=token, identity="oscar"), base_url="http://127.0.0.1")
+    c.post("/login", data={"token": token})
+    page = c.get(f"/runs/{origin}/confirm", params={"action": "rerun"}).text
+    shown = dict(re.findall(r'<input name="(max_[a-z_]+)" value="([^"]*)"', page))
+    assert shown == {"max_cycles": "", "max_cost_usd": "0.5", "max_tokens": "", "max_seconds": ""}
+    assert 'id="default-ceiling"' in page and "default ceiling of 1,000 cycles" in page
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+    def rerun(**changed: str) -> dict[str, object]:
+        form = {**shown, **changed, "at_cycle": "0", "csrf": csrf, "start": "no"}
+        r = c.post(f"/runs/{origin}/rerun", data=form, follow_redirects=False)
+        assert r.status_code == 303, r.text[:300]
+        new = r.headers["location"].split("/runs/")[1].split("?")[0]
+        return _budget_of(url, new)
+
+    same = rerun()
+    assert (same["max_cycles"], same["max_cycles_default"]) == (CEILING, True)
+    timed = rerun(max_seconds="60")  # empty max cycles beside a time budget: no cycle cap
+    assert (timed["max_cycles"], timed.get("max_cycles_default")) == (None, None)
+    mine = rerun(max_cycles="1000", max_seconds="60")
+    assert (mine["max_cycles"], mine.get("max_cycles_default")) == (CEILING, None)

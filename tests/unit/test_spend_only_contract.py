@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import loopwright as lw
-from loopwright._compare import merge_contract
+from loopwright._compare import lay_over, merge_contract
 from loopwright._decide import cycle_cap, remaining
 from loopwright._packet import build_packet, explain, stop_cause
 from loopwright.cli._check import review
@@ -110,11 +110,16 @@ def test_a_default_ceiling_gives_way_to_an_exit_the_author_chose() -> None:
     bare = plateau.with_default_ceiling()
     assert (bare.budget.max_cycles, bare.budget.max_cycles_default) == (None, False)
     assert bare.no_progress == lw.NoProgress(cycles=3)
-    # the dashboard's form sends the ceiling back as it showed it, or cleared: still the default
-    for shown in (1000, None):
-        same = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cycles": shown}}))
-        b = same.with_default_ceiling().budget
-        assert (b.max_cycles, b.max_cycles_default) == (1000, True)
+    # as a person's changes are laid over it (lay_over: a fork's file, a rerun): max_cycles
+    # cleared (the rerun form's empty box) is the default again; a 1000 written is theirs
+    cleared = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cycles": None}}))
+    b = cleared.with_default_ceiling().budget
+    assert (b.max_cycles, b.max_cycles_default) == (1000, True)
+    written = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cycles": 1000}}))
+    b = written.with_default_ceiling().budget
+    assert (b.max_cycles, b.max_cycles_default) == (1000, False)
+    left = lw.Contract.from_dict(lay_over(snap, {"budget": {"max_cost_usd": 0.25}}))
+    assert left.with_default_ceiling().budget.max_cycles_default
     # the money cleared too, the ceiling is its only exit: kept
     alone = lw.Contract.from_dict(merge_contract(snap, {"budget": {"max_cost_usd": None}}))
     assert alone.with_default_ceiling() is alone
@@ -229,6 +234,31 @@ def test_the_default_ceilings_mark_is_refused_in_a_users_contract(tmp_path: Path
         assert "max_cycles_default" in str(err2.value) and str(tables) in str(err2.value)
     snapshot = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=1.0))).contract.to_dict()
     assert lw.Contract.from_dict(snapshot).budget.max_cycles_default  # (a run's snapshot)
+
+
+def test_the_default_ceilings_mark_is_refused_in_a_budget_built_in_python() -> None:
+    """A ``Budget(max_cycles_default=True)`` a caller built was taken at their word (stall51):
+    beside another exit ``with_default_ceiling`` then dropped their own ``max_cycles = 1000``
+    and the loop ran with no cycle cap, as the refused spec key did. The engine's own marks
+    (a run given the ceiling, a snapshot loaded, a marked budget replayed) still build."""
+    for given in ({"max_cycles": 1000, "max_seconds": 60}, {"max_cost_usd": 1.0}, {}):
+        with pytest.raises(lw.ConfigError) as err:
+            lw.Budget(max_cycles_default=True, **given)  # type: ignore[arg-type]
+        assert err.value.field == "contract.budget.max_cycles_default"
+        assert "the engine's mark" in str(err.value) and "budget.max_cycles" in str(err.value)
+    marked = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=0.5))).contract
+    assert marked.budget.max_cycles_default
+    with pytest.raises(lw.ConfigError, match="max_cycles_default=False"):
+        dataclasses.replace(marked.budget, max_cost_usd=2.0)
+    mine = dataclasses.replace(marked.budget, max_cost_usd=2.0, max_cycles_default=False)
+    assert (mine.max_cycles, mine.max_cycles_default) == (1000, False)
+    assert lw.Contract.from_dict(marked.to_dict()) == marked
+    keyed = _loop(lw.Contract(budget=lw.Budget(max_cost_usd=0.5, max_cycles_key="k"))).contract
+    from loopwright.replay._format import RunTrace
+    from loopwright.replay._simulate import _own_budget
+
+    bare = _own_budget(RunTrace(run_id="r", task_key="t", cycles=()), keyed).budget
+    assert (bare.max_cycles, bare.max_cycles_default, bare.max_cycles_key) == (1000, True, None)
 
 
 def test_the_actor_and_a_models_prompt_see_the_default_ceiling_count_down(

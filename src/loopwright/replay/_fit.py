@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success
+from .._contract import Budget, Contract, MarginalReturn, NoProgress, Success, engine_marks
 from .._errors import ConfigError, check_choice
 from ._fit_result import (
     FIT_FORMAT,
@@ -181,12 +181,15 @@ def _build(template: Contract, p: StopParams, hazard: HazardTable) -> Contract |
             prior_failures=prior.prior_failures if prior else 3.0,
         )
     try:
+        # (a spend-only base is ceiled: its mark holds while a candidate keeps its 1,000)
+        with engine_marks():
+            budget = replace(template.budget, max_cycles=p.max_cycles, max_cost_usd=p.max_cost_usd)
         built = Contract(
             success=template.success,
             no_progress=None
             if p.no_progress_cycles is None
             else NoProgress(cycles=p.no_progress_cycles, min_delta=p.min_delta),
-            budget=replace(template.budget, max_cycles=p.max_cycles, max_cost_usd=p.max_cost_usd),
+            budget=budget,
             marginal_return=mr,
             escalation=template.escalation,
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _decide as rules
-from .._contract import Contract
+from .._contract import Contract, engine_marks
 from .._errors import ConfigError
 from .._inherited import NOTHING, Inherited
 from .._state import TaskState
@@ -88,7 +88,8 @@ def _own_budget(trace: RunTrace, contract: Contract) -> Contract:
         return contract
     cap = own if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else None
     if cap is None:
-        return replace(contract, budget=replace(b, max_cycles_key=None))
+        with engine_marks():  # (the default ceiling's mark, if any, kept)
+            return replace(contract, budget=replace(b, max_cycles_key=None))
     if b.max_cycles is not None and not b.max_cycles_default:
         cap = min(cap, b.max_cycles)  # (the default ceiling is the cap of a task without one)
     mine = replace(b, max_cycles=cap, max_cycles_key=None, max_cycles_default=False)

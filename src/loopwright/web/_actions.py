@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from .._authority import may_operate, operate
-from .._compare import contract_changes, merge_contract
+from .._compare import contract_changes, lay_over, merge_contract
 from .._contract import TERMINAL_STATUSES, Contract, refuse_engine_marks
 from .._engine import Runtime
 from .._errors import ConfigError, LoopwrightError, RunNotFoundError
@@ -151,7 +151,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
         start: bool,
     ) -> tuple[RunRecord, str, dict[str, Any]]:
         rec = get(run_id)
-        merged = merge_contract(rec.contract, changes)
+        merged = lay_over(rec.contract, changes)
         try:
             refuse_engine_marks(changes)  # (the origin's snapshot may carry it; a person not)
             contract = Contract.from_dict(merged)
@@ -191,6 +191,14 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             raise HTTPException(400, f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
         rec = get(run_id)
         budget = dict((rec.contract or {}).get("budget") or {})
+        # The engine's default ceiling is no cap a person set: shown as a note, its box empty,
+        # so the form sent unchanged gives the fork the ceiling again (a 1000 sent back was
+        # the person's cap, and beside a time budget they added it had been dropped)
+        ceiling = budget.get("max_cycles") if budget.get("max_cycles_default") is True else None
+        if isinstance(ceiling, int):
+            budget["max_cycles"] = None
+        else:
+            ceiling = None  # (a damaged snapshot's: shown as it is)
         return deps.page(
             request,
             "confirm.html",
@@ -199,6 +207,7 @@ def register_actions(app: FastAPI, deps: ActionDeps) -> None:
             terminal=rec.status in TERMINAL_STATUSES,
             cycles=_cycles(store, rec.run_id),
             budget={k: budget.get(k) for k in BUDGET_FIELDS},
+            ceiling=ceiling,
             pending=store.approvals(run_id=rec.run_id, status="pending"),
         )
 
