@@ -274,6 +274,43 @@ def test_ctrl_c_during_a_ray_batch_says_whether_runs_were_left(
     assert ("`loopwright resume --all`: every interrupted run" in err) is created, err
 
 
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_ctrl_c_while_a_spec_module_is_imported_exits_130_in_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    """Ctrl-C while the spec's actor module runs at import (a model loaded, a slow import):
+    exit 130 and one line, no traceback, no pointing at `resume` (no run was made), as for any
+    interruption (stall51 asked; it was already so)."""
+    import signal
+
+    from loopwright.cli import main
+
+    name = f"slowimport_{command}"
+    (tmp_path / f"{name}.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)  # a person's Ctrl-C here\n"
+        "def actor(ctx):\n    raise AssertionError('never called')\n"
+        "def check(state, proposal):\n    raise AssertionError('never called')\n"
+    )
+    (tmp_path / "loop.toml").write_text(
+        f"name = 'slow'\n[actor]\nref = '{name}.py:actor'\n[[verifiers]]\n"
+        f"ref = '{name}.py:check'\n[contract.budget]\nmax_cycles = 3\n"
+    )
+    (tmp_path / "t.json").write_text(json.dumps({"artifacts": {"doc": {"n": 0}}}))
+    monkeypatch.chdir(tmp_path)
+    store = ["--task", "t.json", "--store", str(tmp_path / "s.db")] if command == "run" else []
+    try:
+        assert main([command, "loop.toml", *store]) == 130
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.modules.pop(name, None)
+    captured = capsys.readouterr()
+    assert captured.err == "loopwright: interrupted\n", captured.err
+    assert "Traceback" not in captured.out
+
+
 TWICE_ACTOR = """
 import os, signal
 import loopwright as lw
