@@ -63,6 +63,10 @@ def worker(
 
     On SIGTERM or Ctrl-C each run finishes its cycle in flight, checkpoints and releases its
     lease, then the worker exits.
+
+    Exit codes: 0 once it stops (SIGTERM, Ctrl-C, --once idle, --max-runs done), whatever the
+    runs it drove ended in (the summary, or --json, counts them: ended, skipped, errors);
+    2 bad input or, with --once, no store at --store; 1 internal error.
     """
     # A SIGTERM while the worker starts (a slow start under load, its modules loading) must
     # stop it gracefully too, not kill it: noted until the event loop's handler replaces this
